@@ -1,0 +1,127 @@
+"""The agent API: RL_Agent, and replaying an agent over collected trajectories."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
+
+__all__ = ["RL_Agent", "replay_agent", "replay_agent_stateless"]
+
+
+class RL_Agent:
+    """A policy that a batcher steps over B running environments at a time.
+
+    Subclasses implement :meth:`__call__` and, if they carry a recurrent state,
+    :meth:`initial_state`. The batcher calls the agent under ``torch.no_grad()``;
+    gradients are rebuilt later by :func:`replay_agent` through :meth:`call_replay`.
+
+    The agent itself resets its state on rows where ``observation["initial_state"]``
+    is true (for example with :func:`rlstruct.masked_dicttensor`): with auto-reset
+    environments, episodes start in the middle of an acquisition.
+    """
+
+    def initial_state(self, agent_info: DictTensor, B: int) -> DictTensor:
+        """The state of ``B`` fresh episodes (``[B, ...]`` on the agent's device); empty when stateless.
+
+        Args:
+            agent_info: CPU DictTensor, empty or of ``B`` rows.
+            B: the number of rows.
+        """
+        return DictTensor({})
+
+    def __call__(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        """One step for B running envs.
+
+        Args:
+            state: the agent state ``[B, ...]`` (empty when stateless).
+            observation: the env observation ``[B, ...]`` (keys ``frame``, ``reward``, ``done``, ``initial_state``, ...).
+            agent_info: CPU DictTensor ``[B, ...]`` or empty (e.g. ``stochastic``, ``epsilon``).
+            history: with :meth:`require_history`, the steps of the current acquisition so far.
+
+        Returns:
+            ``(action, new_state)``: the agent output ``[B, ...]``, which holds at least the key ``action``
+            and is stored whole under ``action/*``, and the next state (same keys and shapes as
+            :meth:`initial_state`).
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement __call__(state, observation, agent_info, history)")
+
+    def update(self, state_dict: Any) -> None:
+        """Receives what :meth:`RL_Batcher.update` sends (usually a CPU ``state_dict``)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement update(state_dict) to receive weights from batcher.update"
+        )
+
+    def seed(self, seed: int) -> None:
+        """Seeds the agent's own randomness (called once per worker with ``agent_seeds[k]``)."""
+
+    def require_history(self) -> bool:
+        """True when :meth:`__call__` needs the steps of the current acquisition so far."""
+        return False
+
+    def call_replay(
+        self, trajectories: Trajectories, t: int, state: DictTensor | None
+    ) -> tuple[DictTensor, DictTensor]:
+        """Recomputes step ``t`` of every trajectory with gradients (used by :func:`replay_agent`).
+
+        The default feeds ``observation/*`` at ``t`` to :meth:`__call__`, starting from
+        ``info["agent_state/*"]`` at ``t == 0``. Override it to compute more (a critic, targets).
+
+        Args:
+            trajectories: on the agent's device.
+            t: the time step.
+            state: ``None`` at ``t == 0``, else the state returned for ``t - 1``.
+        """
+        if state is None:
+            if t != 0:
+                raise ValueError(f"call_replay needs the state of step t-1 when t > 0 (t={t}, state=None)")
+            state = trajectories.info.truncate_key("agent_state/")
+        agent_info = trajectories.info.truncate_key("agent_info/").to("cpu")
+        observation = trajectories.trajectories.temporal_index(t).truncate_key("observation/")
+        return self(state, observation, agent_info, None)
+
+    def close(self) -> None:
+        """Releases the agent's resources (called in the worker when the batcher closes)."""
+
+
+def replay_agent(agent: RL_Agent, trajectories: Trajectories, replay_method_name: str = "call_replay") -> TemporalDictTensor:
+    """Replays ``agent`` step by step over ``trajectories``, with gradients.
+
+    Batched over the B trajectories: the only Python loop is over the T steps.
+    Padding steps (``t >= lengths[b]``) are computed from padding inputs: mask them.
+
+    Args:
+        agent: the agent whose ``replay_method_name`` method has the signature of :meth:`RL_Agent.call_replay`.
+        trajectories: ``B`` trajectories of ``T`` steps, on the agent's device.
+        replay_method_name: the method to call at every step.
+
+    Returns:
+        ``TemporalDictTensor [B, T, ...]`` of the method's outputs, with the trajectories' lengths.
+    """
+    method = getattr(agent, replay_method_name)
+    T = trajectories.trajectories.temporal_size()
+    state = None
+    outputs: list[DictTensor] = []
+    for t in range(T):
+        out, state = method(trajectories, t, state)
+        outputs.append(out)
+    keys = outputs[0].keys()
+    variables = {k: torch.stack([o[k] for o in outputs], dim=1) for k in keys}
+    return TemporalDictTensor(variables, trajectories.trajectories.lengths.clone())
+
+
+def replay_agent_stateless(agent: RL_Agent, trajectories: Trajectories, replay_method_name: str) -> TemporalDictTensor:
+    """Calls ``agent.<replay_method_name>(trajectories)`` once for all steps (e.g. an MLP or a transformer over T).
+
+    Returns:
+        Whatever the method returns, normally a ``TemporalDictTensor [B, T, ...]``.
+    """
+    return getattr(agent, replay_method_name)(trajectories)

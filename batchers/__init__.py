@@ -1,0 +1,3 @@
+"""Batchers: collect trajectories from an agent and a vectorized environment."""
+
+__all__: list[str] = []

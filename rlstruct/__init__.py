@@ -1,0 +1,45 @@
+"""rlstruct: fast reinforcement-learning experience collection on any mix of CPUs and GPUs.
+
+The core (structures, environments, devices, errors) lives in this package; agents,
+batchers and algorithms are the subpackages ``rlstruct.agents``, ``rlstruct.batchers``
+and ``rlstruct.algos``. The names users reach for first are re-exported here.
+"""
+
+from rlstruct.devices import DeviceLike, as_device, same_device
+from rlstruct.errors import (
+    BatcherStateError,
+    BatcherWorkerError,
+    BatchSizeError,
+    DeviceMismatchError,
+    DeviceUnavailableError,
+    MissingDependencyError,
+    RLStructError,
+    SpaceError,
+)
+from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories, masked_dicttensor, masked_tensor
+from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DictTensor",
+    "TemporalDictTensor",
+    "Trajectories",
+    "masked_tensor",
+    "masked_dicttensor",
+    "RL_Agent",
+    "RL_Agent_CheckDevice",
+    "replay_agent",
+    "replay_agent_stateless",
+    "DeviceLike",
+    "as_device",
+    "same_device",
+    "RLStructError",
+    "DeviceMismatchError",
+    "DeviceUnavailableError",
+    "BatchSizeError",
+    "SpaceError",
+    "BatcherWorkerError",
+    "BatcherStateError",
+    "MissingDependencyError",
+]

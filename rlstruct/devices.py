@@ -1,0 +1,105 @@
+"""Device normalisation and comparison.
+
+A device is normalised once, with :func:`as_device`, and compared with
+:func:`same_device` (by type and index, never by object identity): ``"cpu"``,
+``torch.device("cpu")`` and ``"cpu:0"`` are the same device, and so are
+``"cuda"`` and ``"cuda:0"``.
+
+Nothing in this module initialises CUDA: normalising ``"cuda"`` does not ask the
+driver which device is current, it means ``cuda:0`` (the first visible device,
+which is also what a worker pinned through ``CUDA_VISIBLE_DEVICES`` sees).
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import torch
+
+from rlstruct.errors import DeviceUnavailableError
+
+__all__ = ["DeviceLike", "as_device", "same_device", "available_devices", "check_device_exists"]
+
+DeviceLike = Union[str, int, torch.device]
+
+
+def as_device(device: DeviceLike) -> torch.device:
+    """Returns ``device`` as a ``torch.device`` whose index is explicit for CUDA.
+
+    Args:
+        device: a ``torch.device``, a string such as ``"cpu"`` or ``"cuda:1"``, or an
+            int (a CUDA index).
+
+    Returns:
+        The normalised device: ``cpu`` (no index) or ``<type>:<index>`` for indexed types.
+
+    Raises:
+        TypeError: when ``device`` is not one of the accepted types.
+
+    >>> as_device("cuda")
+    device(type='cuda', index=0)
+    >>> as_device("cpu:0")
+    device(type='cpu')
+    """
+    if isinstance(device, torch.device):
+        d = device
+    elif isinstance(device, (str, int)) and not isinstance(device, bool):
+        d = torch.device(device) if isinstance(device, str) else torch.device("cuda", device)
+    else:
+        raise TypeError(
+            f"device must be a str, int or torch.device, got {type(device).__name__} {device!r}; "
+            "pass e.g. 'cpu' or 'cuda:0'"
+        )
+    if d.type == "cpu":
+        return _CPU
+    if d.index is None and d.type in ("cuda", "xpu", "mps"):
+        return torch.device(d.type, 0)
+    return d
+
+
+_CPU = torch.device("cpu")
+
+
+def same_device(a: DeviceLike | None, b: DeviceLike | None) -> bool:
+    """True when ``a`` and ``b`` name the same device (``None`` only equals ``None``).
+
+    >>> same_device("cpu", torch.device("cpu"))
+    True
+    >>> same_device("cuda", "cuda:0")
+    True
+    """
+    if a is None or b is None:
+        return a is None and b is None
+    return as_device(a) == as_device(b)
+
+
+def available_devices() -> list[str]:
+    """Names of the devices this process can use, e.g. ``['cpu', 'cuda:0', 'cuda:1']``.
+
+    This asks the CUDA driver how many devices there are, so call it in the
+    process that will use them, not in a parent before it spawns workers.
+    """
+    names = ["cpu"]
+    if torch.cuda.is_available():
+        names += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return names
+
+
+def check_device_exists(device: DeviceLike, *, argument: str = "device") -> torch.device:
+    """Normalises ``device`` and raises when this machine does not have it.
+
+    Raises:
+        DeviceUnavailableError: the message names the argument and the devices that exist.
+
+    >>> check_device_exists("cpu")
+    device(type='cpu')
+    """
+    d = as_device(device)
+    if d.type == "cpu" or d.type == "meta":
+        return d
+    existing = available_devices()
+    if str(d) not in existing:
+        raise DeviceUnavailableError(
+            f"{argument}={str(d)!r} does not exist on this machine; available devices: {', '.join(existing)}"
+        )
+    return d

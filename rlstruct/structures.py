@@ -1,0 +1,758 @@
+"""Batched containers of named tensors: DictTensor, TemporalDictTensor, Trajectories.
+
+Conventions, used by every structure here:
+
+* The first dimension of every tensor is the batch dimension ``B``; a
+  :class:`TemporalDictTensor` has time as its second dimension ``T``.
+* **Single-index convention**: ``slice(i)`` and ``index(i)`` with one int keep the
+  batch dimension and return a batch of one row (``slice(i) == slice(i, i + 1)``).
+  rlstructures dropped the batch dimension in ``DictTensor.slice(i)`` but kept it
+  in ``TemporalDictTensor.slice(i)``; here both keep it.
+* ``to(device)`` returns the structure itself when it is already on ``device``
+  (no copy); use ``clone()`` for a copy.
+* Public constructors validate (one device, one batch size); operations that
+  cannot break the invariants build their result without re-validating, so that
+  the containers cost little more than a plain dict of tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from rlstruct.devices import DeviceLike, as_device
+from rlstruct.errors import BatchSizeError, DeviceMismatchError, MissingDependencyError
+
+__all__ = [
+    "DictTensor",
+    "TemporalDictTensor",
+    "Trajectories",
+    "masked_tensor",
+    "masked_dicttensor",
+]
+
+Index = int | slice | torch.Tensor | Sequence[int]
+
+
+def _fmt_keys(keys: Iterable[str]) -> str:
+    return "[" + ", ".join(repr(k) for k in keys) + "]"
+
+
+def _check_tensors(variables: Mapping[str, Any], what: str, min_dim: int) -> None:
+    """Validates types, ranks, leading sizes and devices; raises a typed error naming keys."""
+    first_key = None
+    first: torch.Tensor | None = None
+    for k, v in variables.items():
+        if not isinstance(k, str):
+            raise TypeError(f"{what} keys must be str, got {type(k).__name__} {k!r}")
+        if not isinstance(v, torch.Tensor):
+            raise TypeError(
+                f"{what}[{k!r}] must be a torch.Tensor, got {type(v).__name__}; wrap it with torch.as_tensor"
+            )
+        if v.dim() < min_dim:
+            dims = "[B, ...]" if min_dim == 1 else "[B, T, ...]"
+            raise BatchSizeError(
+                f"{what}[{k!r}] must have shape {dims}, got a {v.dim()}-d tensor of shape {tuple(v.shape)}; "
+                "add the missing dimension with unsqueeze"
+            )
+        if first is None:
+            first_key, first = k, v
+            continue
+        if v.shape[:min_dim] != first.shape[:min_dim]:
+            name = "batch size" if min_dim == 1 else "batch and time sizes"
+            raise BatchSizeError(
+                f"{what} tensors must share their {name}: {first_key!r} has {tuple(first.shape[:min_dim])}, "
+                f"{k!r} has {tuple(v.shape[:min_dim])}; build each tensor with the same leading dimensions"
+            )
+        if v.device != first.device:
+            raise DeviceMismatchError(
+                f"{what} tensors must be on one device: {first_key!r} is on {first.device}, "
+                f"{k!r} is on {v.device}; move them with .to(device) first"
+            )
+
+
+def _missing_key(key: str, available: Iterable[str]) -> KeyError:
+    return KeyError(f"no key {key!r}; available keys: {_fmt_keys(available)}")
+
+
+def _as_index(idx: Index, n: int, device: torch.device | None) -> int | slice | torch.Tensor:
+    """Normalises an index so that indexing keeps the batch dimension."""
+    if isinstance(idx, bool):
+        raise TypeError("index must be an int, a slice, a LongTensor or a bool mask, got bool")
+    if isinstance(idx, int):
+        if not -n <= idx < n:
+            raise IndexError(f"index {idx} is out of range for a batch of {n} rows")
+        idx = idx % n
+        return slice(idx, idx + 1)
+    if isinstance(idx, slice):
+        return idx
+    if not isinstance(idx, torch.Tensor):
+        idx = torch.as_tensor(idx, dtype=torch.long)
+    if idx.dtype == torch.bool:
+        if idx.shape != (n,):
+            raise BatchSizeError(f"a bool mask index must have shape ({n},), got {tuple(idx.shape)}")
+    elif idx.is_floating_point() or idx.is_complex():
+        raise TypeError(f"index tensor must be an integer or bool tensor, got dtype {idx.dtype}")
+    if device is not None and idx.device != device:
+        idx = idx.to(device)
+    return idx
+
+
+class DictTensor:
+    """A batch of named tensors: ``{key: Tensor[B, ...]}``, all on one device.
+
+    Invariant: every tensor has at least one dimension, the same first size
+    ``B`` and the same device. A DictTensor with no key is *empty*
+    (``empty()``), which is different from one with ``B == 0`` rows.
+
+    Args:
+        variables: the named tensors (the mapping is copied, the tensors are not).
+
+    Raises:
+        TypeError: a key is not a str or a value is not a tensor.
+        BatchSizeError: tensors do not share their first size (or a tensor is 0-d).
+        DeviceMismatchError: tensors are on different devices.
+
+    >>> d = DictTensor({"x": torch.zeros(3, 2), "y": torch.arange(3)})
+    >>> d.n_elems(), d.specs()["x"]["size"]
+    (3, torch.Size([2]))
+    >>> d.slice(1)["y"]
+    tensor([1])
+    """
+
+    __slots__ = ("variables",)
+
+    def __init__(self, variables: Mapping[str, torch.Tensor] | None = None):
+        v = {} if variables is None else dict(variables)
+        _check_tensors(v, "DictTensor", 1)
+        self.variables: dict[str, torch.Tensor] = v
+
+    @classmethod
+    def _trusted(cls, variables: dict[str, torch.Tensor]) -> DictTensor:
+        # For results of operations that preserve the invariants: no re-validation.
+        d = cls.__new__(cls)
+        d.variables = variables
+        return d
+
+    # ---------------------------------------------------------------- reading
+    def n_elems(self) -> int:
+        """The batch size ``B`` (0 when empty)."""
+        for v in self.variables.values():
+            return v.shape[0]
+        return 0
+
+    def empty(self) -> bool:
+        """True when there is no key (a DictTensor of ``B == 0`` rows is not empty)."""
+        return not self.variables
+
+    def device(self) -> torch.device | None:
+        """The device of the tensors, or ``None`` when empty."""
+        for v in self.variables.values():
+            return v.device
+        return None
+
+    def keys(self):
+        """The keys, in insertion order."""
+        return self.variables.keys()
+
+    def items(self):
+        """``(key, tensor)`` pairs, in insertion order."""
+        return self.variables.items()
+
+    def values(self):
+        """The tensors, in insertion order."""
+        return self.variables.values()
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        try:
+            return self.variables[key]
+        except KeyError:
+            raise _missing_key(key, self.variables) from None
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.variables
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.variables)
+
+    def __repr__(self) -> str:
+        if not self.variables:
+            return "DictTensor({})"
+        fields = ", ".join(f"{k}: {tuple(v.shape)} {v.dtype}" for k, v in self.variables.items())
+        return f"DictTensor(B={self.n_elems()}, device={self.device()}, {{{fields}}})"
+
+    def specs(self) -> dict[str, dict[str, Any]]:
+        """Per-row shape and dtype of each key: ``{key: {"size": Size, "dtype": dtype}}``."""
+        return {k: {"size": v.shape[1:], "dtype": v.dtype} for k, v in self.variables.items()}
+
+    # ------------------------------------------------------------- selecting
+    def get(self, keys: Iterable[str], clone: bool = False) -> DictTensor:
+        """A DictTensor with only ``keys`` (cloned when ``clone``).
+
+        Raises:
+            TypeError: ``keys`` is a str (pass a list of keys).
+            KeyError: a key is missing; the message lists the available keys.
+        """
+        if isinstance(keys, str):
+            raise TypeError(f"keys must be a list of keys, got the str {keys!r}; use get([{keys!r}])")
+        out = {}
+        for k in keys:
+            v = self[k]
+            out[k] = v.clone() if clone else v
+        return DictTensor._trusted(out)
+
+    def slice(self, index_from: int, index_to: int | None = None) -> DictTensor:
+        """Rows ``[index_from:index_to]`` as views; ``slice(i)`` keeps the batch dim (one row)."""
+        if index_to is None:
+            return self.index(index_from)
+        return DictTensor._trusted({k: v[index_from:index_to] for k, v in self.variables.items()})
+
+    def index(self, index: Index) -> DictTensor:
+        """Rows selected by an int (one row, batch dim kept), a slice, a LongTensor or a bool mask."""
+        if not self.variables:
+            return DictTensor._trusted({})
+        idx = _as_index(index, self.n_elems(), self.device())
+        return DictTensor._trusted({k: v[idx] for k, v in self.variables.items()})
+
+    def unfold(self) -> list[DictTensor]:
+        """The B rows, each as a DictTensor of one row."""
+        return [self.slice(i, i + 1) for i in range(self.n_elems())]
+
+    def truncate_key(self, prefix: str) -> DictTensor:
+        """Only the keys starting with ``prefix``, with the prefix removed (``"a/b/z"``, ``"a/"`` -> ``"b/z"``)."""
+        n = len(prefix)
+        return DictTensor._trusted({k[n:]: v for k, v in self.variables.items() if k.startswith(prefix)})
+
+    def prepend_key(self, prefix: str) -> DictTensor:
+        """Every key prefixed with ``prefix`` (tensors shared)."""
+        return DictTensor._trusted({prefix + k: v for k, v in self.variables.items()})
+
+    # ------------------------------------------------------------- building
+    def clone(self) -> DictTensor:
+        """A deep copy (every tensor cloned)."""
+        return DictTensor._trusted({k: v.clone() for k, v in self.variables.items()})
+
+    def to(self, device: DeviceLike, non_blocking: bool = False) -> DictTensor:
+        """The DictTensor on ``device``; ``self`` (no copy) when it is already there."""
+        d = as_device(device)
+        cur = self.device()
+        if cur is None or cur == d:
+            return self
+        return DictTensor._trusted({k: v.to(d, non_blocking=non_blocking) for k, v in self.variables.items()})
+
+    def set(self, key: str, value: torch.Tensor) -> None:
+        """Sets (or replaces) ``key`` in place; on an empty DictTensor this also sets B.
+
+        Raises:
+            TypeError: ``value`` is not a tensor.
+            BatchSizeError: ``value`` has not ``B`` rows.
+            DeviceMismatchError: ``value`` is on another device.
+        """
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"value for {key!r} must be a torch.Tensor, got {type(value).__name__}")
+        if value.dim() == 0:
+            raise BatchSizeError(f"value for {key!r} must have shape [B, ...], got a 0-d tensor")
+        others = [k for k in self.variables if k != key]
+        if others:
+            ref = self.variables[others[0]]
+            if value.shape[0] != ref.shape[0]:
+                raise BatchSizeError(
+                    f"value for {key!r} has {value.shape[0]} rows, the DictTensor has {ref.shape[0]} "
+                    f"(key {others[0]!r}); give it {ref.shape[0]} rows"
+                )
+            if value.device != ref.device:
+                raise DeviceMismatchError(
+                    f"value for {key!r} is on {value.device}, the DictTensor is on {ref.device}; "
+                    f"move it with .to({str(ref.device)!r})"
+                )
+        self.variables[key] = value
+
+    def __add__(self, other: DictTensor) -> DictTensor:
+        """The union of two DictTensors with disjoint keys (tensors shared)."""
+        if not isinstance(other, DictTensor):
+            return NotImplemented
+        if other.empty():
+            return self
+        if self.empty():
+            return other
+        common = [k for k in other.variables if k in self.variables]
+        if common:
+            raise ValueError(f"cannot add DictTensors that share keys {_fmt_keys(common)}; rename one side")
+        merged = {**self.variables, **other.variables}
+        _check_tensors(merged, "DictTensor", 1)
+        return DictTensor._trusted(merged)
+
+    def copy_(self, source: DictTensor, source_indexes: Index, destination_indexes: Index) -> None:
+        """In place: ``self[k][destination_indexes] = source[k][source_indexes]`` for every key of self."""
+        for k, v in self.variables.items():
+            v[destination_indexes] = source[k][source_indexes]
+
+    @staticmethod
+    def cat(dicts: Sequence[DictTensor]) -> DictTensor:
+        """Concatenates along the batch dimension.
+
+        Empty DictTensors (no key) in ``dicts`` are skipped; the others must have the same keys.
+
+        Raises:
+            ValueError: the key sets differ; the message says which keys.
+        """
+        dicts = [d for d in dicts if not d.empty()]
+        if not dicts:
+            return DictTensor._trusted({})
+        if len(dicts) == 1:
+            return dicts[0]
+        keys = dicts[0].variables.keys()
+        for i, d in enumerate(dicts[1:], 1):
+            if d.variables.keys() != keys:
+                missing = [k for k in keys if k not in d.variables]
+                extra = [k for k in d.variables if k not in keys]
+                raise ValueError(
+                    f"DictTensor.cat needs the same keys everywhere: element {i} lacks {_fmt_keys(missing)} "
+                    f"and has extra {_fmt_keys(extra)} compared to element 0"
+                )
+        out = {k: torch.cat([d.variables[k] for d in dicts], dim=0) for k in keys}
+        return DictTensor._trusted(out)
+
+    # ----------------------------------------------------------- interop
+    def to_tensordict(self):
+        """This DictTensor as a ``tensordict.TensorDict`` of batch size ``[B]`` (tensors shared)."""
+        TensorDict = _import_tensordict()
+        return TensorDict(dict(self.variables), batch_size=[self.n_elems()], device=self.device())
+
+    @staticmethod
+    def from_tensordict(td) -> DictTensor:
+        """A DictTensor from a ``tensordict.TensorDict`` (nested keys joined with ``/``)."""
+        _import_tensordict()
+        flat = td.flatten_keys("/")
+        return DictTensor({k: v for k, v in flat.items()})
+
+
+def _import_tensordict():
+    try:
+        from tensordict import TensorDict
+    except ImportError as e:
+        raise MissingDependencyError(
+            "tensordict is not installed; install it with `pip install tensordict` to use "
+            "to_tensordict/from_tensordict"
+        ) from e
+    return TensorDict
+
+
+class TemporalDictTensor:
+    """A batch of ``B`` sequences of ``T`` steps: ``{key: Tensor[B, T, ...]}`` plus ``lengths: int64 [B]``.
+
+    Row ``b`` holds ``lengths[b]`` valid steps; positions ``t >= lengths[b]`` are
+    padding whose content is unspecified (use :meth:`mask`).
+
+    Args:
+        variables: the named tensors, each ``[B, T, ...]``.
+        lengths: ``int64 [B]`` on the tensors' device; ``None`` means every row is full (length ``T``).
+
+    Raises:
+        ValueError: ``variables`` is empty.
+        BatchSizeError: tensors do not share ``B`` and ``T``, or ``lengths`` is not ``[B]``.
+        DeviceMismatchError: tensors, or ``lengths``, are on different devices.
+        TypeError: ``lengths`` is not an integer tensor.
+
+    >>> tdt = TemporalDictTensor({"x": torch.zeros(2, 3)}, torch.tensor([1, 3]))
+    >>> tdt.mask()
+    tensor([[1., 0., 0.],
+            [1., 1., 1.]])
+    """
+
+    __slots__ = ("variables", "lengths")
+
+    def __init__(self, variables: Mapping[str, torch.Tensor], lengths: torch.Tensor | None = None):
+        v = dict(variables)
+        if not v:
+            raise ValueError("TemporalDictTensor needs at least one tensor [B, T, ...]; got an empty mapping")
+        _check_tensors(v, "TemporalDictTensor", 2)
+        first = next(iter(v.values()))
+        B, T = first.shape[0], first.shape[1]
+        if lengths is None:
+            lengths = torch.full((B,), T, dtype=torch.int64, device=first.device)
+        else:
+            if not isinstance(lengths, torch.Tensor):
+                lengths = torch.as_tensor(lengths, dtype=torch.int64, device=first.device)
+            if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.is_complex():
+                raise TypeError(f"lengths must be an int64 tensor [B], got dtype {lengths.dtype}")
+            if lengths.shape != (B,):
+                raise BatchSizeError(
+                    f"lengths must have shape ({B},) (one length per row), got {tuple(lengths.shape)}"
+                )
+            if lengths.device != first.device:
+                raise DeviceMismatchError(
+                    f"lengths is on {lengths.device} but the tensors are on {first.device}; "
+                    f"move lengths with .to({str(first.device)!r})"
+                )
+            if lengths.dtype != torch.int64:
+                lengths = lengths.long()
+            # Checking values costs a host sync on an accelerator: only done for CPU tensors.
+            if lengths.device.type == "cpu" and B > 0 and (int(lengths.min()) < 0 or int(lengths.max()) > T):
+                raise ValueError(f"lengths must lie in [0, T={T}], got min {int(lengths.min())}, max {int(lengths.max())}")
+        self.variables: dict[str, torch.Tensor] = v
+        self.lengths: torch.Tensor = lengths
+
+    @classmethod
+    def _trusted(cls, variables: dict[str, torch.Tensor], lengths: torch.Tensor) -> TemporalDictTensor:
+        t = cls.__new__(cls)
+        t.variables = variables
+        t.lengths = lengths
+        return t
+
+    def _first(self) -> torch.Tensor:
+        return next(iter(self.variables.values()))
+
+    # ---------------------------------------------------------------- reading
+    def n_elems(self) -> int:
+        """The batch size ``B``."""
+        return self.lengths.shape[0]
+
+    def temporal_size(self) -> int:
+        """The time dimension ``T`` (the longest possible row)."""
+        return self._first().shape[1]
+
+    def device(self) -> torch.device:
+        """The device of the tensors and the lengths."""
+        return self.lengths.device
+
+    def keys(self):
+        return self.variables.keys()
+
+    def items(self):
+        return self.variables.items()
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        try:
+            return self.variables[key]
+        except KeyError:
+            raise _missing_key(key, self.variables) from None
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.variables
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.variables)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}: {tuple(v.shape)} {v.dtype}" for k, v in self.variables.items())
+        return f"TemporalDictTensor(B={self.n_elems()}, T={self.temporal_size()}, device={self.device()}, {{{fields}}})"
+
+    def specs(self) -> dict[str, dict[str, Any]]:
+        """Per-step shape and dtype of each key: ``{key: {"size": Size, "dtype": dtype}}``."""
+        return {k: {"size": v.shape[2:], "dtype": v.dtype} for k, v in self.variables.items()}
+
+    def mask(self) -> torch.Tensor:
+        """``float32 [B, T]``: 1 where ``t < lengths[b]``, else 0."""
+        t = torch.arange(self.temporal_size(), device=self.lengths.device)
+        return (t.unsqueeze(0) < self.lengths.unsqueeze(1)).float()
+
+    def full(self) -> bool:
+        """True when every row has length ``T``."""
+        return bool((self.lengths == self.temporal_size()).all())
+
+    # ------------------------------------------------------------- selecting
+    def get(self, keys: Iterable[str]) -> TemporalDictTensor:
+        """Only ``keys`` (lengths shared)."""
+        if isinstance(keys, str):
+            raise TypeError(f"keys must be a list of keys, got the str {keys!r}; use get([{keys!r}])")
+        return TemporalDictTensor._trusted({k: self[k] for k in keys}, self.lengths)
+
+    def truncate_key(self, prefix: str) -> TemporalDictTensor:
+        """Only the keys starting with ``prefix``, prefix removed.
+
+        Raises:
+            KeyError: no key starts with ``prefix``.
+        """
+        n = len(prefix)
+        v = {k[n:]: x for k, x in self.variables.items() if k.startswith(prefix)}
+        if not v:
+            raise KeyError(f"no key starts with {prefix!r}; available keys: {_fmt_keys(self.variables)}")
+        return TemporalDictTensor._trusted(v, self.lengths)
+
+    def prepend_key(self, prefix: str) -> TemporalDictTensor:
+        """Every key prefixed with ``prefix``."""
+        return TemporalDictTensor._trusted({prefix + k: v for k, v in self.variables.items()}, self.lengths)
+
+    def slice(self, index_from: int, index_to: int | None = None) -> TemporalDictTensor:
+        """Rows ``[index_from:index_to]``; ``slice(i)`` keeps the batch dim (one row)."""
+        if index_to is None:
+            return self.index(index_from)
+        return TemporalDictTensor._trusted(
+            {k: v[index_from:index_to] for k, v in self.variables.items()}, self.lengths[index_from:index_to]
+        )
+
+    def index(self, index: Index) -> TemporalDictTensor:
+        """Rows selected by an int (one row, batch dim kept), a slice, a LongTensor or a bool mask."""
+        idx = _as_index(index, self.n_elems(), self.device())
+        return TemporalDictTensor._trusted({k: v[idx] for k, v in self.variables.items()}, self.lengths[idx])
+
+    def unfold(self) -> list[TemporalDictTensor]:
+        """The B rows, each as a TemporalDictTensor of one row."""
+        return [self.slice(i, i + 1) for i in range(self.n_elems())]
+
+    def shorten(self) -> TemporalDictTensor:
+        """The same rows with ``T`` cut to ``lengths.max()`` (views; one host sync)."""
+        m = int(self.lengths.max()) if self.n_elems() > 0 else 0
+        if m == self.temporal_size():
+            return self
+        return TemporalDictTensor._trusted({k: v[:, :m] for k, v in self.variables.items()}, self.lengths.clone())
+
+    def temporal_slice(self, index_from: int, index_to: int) -> TemporalDictTensor:
+        """Steps ``[index_from:index_to]`` of every row; lengths clamped to ``[0, index_to - index_from]``."""
+        T = self.temporal_size()
+        a, b = max(0, min(index_from, T)), max(0, min(index_to, T))
+        b = max(a, b)
+        lengths = (self.lengths - a).clamp(min=0, max=b - a)
+        return TemporalDictTensor._trusted({k: v[:, a:b] for k, v in self.variables.items()}, lengths)
+
+    def temporal_index(self, t: int) -> DictTensor:
+        """Step ``t`` of every row as a DictTensor ``[B, ...]`` (rows with ``t >= length`` give padding)."""
+        return DictTensor._trusted({k: v[:, t] for k, v in self.variables.items()})
+
+    def temporal_multi_index(self, index_t: torch.Tensor) -> DictTensor:
+        """Step ``index_t[b]`` of each row ``b`` as a DictTensor ``[B, ...]``."""
+        rows = torch.arange(self.n_elems(), device=self.device())
+        index_t = index_t.to(self.device())
+        return DictTensor._trusted({k: v[rows, index_t] for k, v in self.variables.items()})
+
+    def masked_temporal_index(self, t: int) -> tuple[DictTensor, torch.Tensor]:
+        """Step ``t`` of the rows with ``t < lengths[b]``, and those row indices (LongTensor)."""
+        rows = torch.nonzero(self.lengths > t, as_tuple=False).squeeze(1)
+        return DictTensor._trusted({k: v[rows, t] for k, v in self.variables.items()}), rows
+
+    # ------------------------------------------------------------- building
+    def clone(self) -> TemporalDictTensor:
+        return TemporalDictTensor._trusted({k: v.clone() for k, v in self.variables.items()}, self.lengths.clone())
+
+    def to(self, device: DeviceLike, non_blocking: bool = False) -> TemporalDictTensor:
+        """The structure on ``device``; ``self`` (no copy) when it is already there."""
+        d = as_device(device)
+        if self.device() == d:
+            return self
+        return TemporalDictTensor._trusted(
+            {k: v.to(d, non_blocking=non_blocking) for k, v in self.variables.items()},
+            self.lengths.to(d, non_blocking=non_blocking),
+        )
+
+    def set(self, key: str, value: torch.Tensor) -> None:
+        """Sets (or replaces) ``key`` in place; ``value`` must be ``[B, T, ...]`` on the same device."""
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"value for {key!r} must be a torch.Tensor, got {type(value).__name__}")
+        B, T = self.n_elems(), self.temporal_size()
+        if value.dim() < 2 or value.shape[:2] != (B, T):
+            raise BatchSizeError(f"value for {key!r} must have leading shape ({B}, {T}), got {tuple(value.shape)}")
+        if value.device != self.device():
+            raise DeviceMismatchError(f"value for {key!r} is on {value.device}, the structure is on {self.device()}")
+        self.variables[key] = value
+
+    def expand(self, new_batch_size: int) -> TemporalDictTensor:
+        """The same rows followed by zero rows of length 0 up to ``new_batch_size`` rows (dtypes kept).
+
+        Raises:
+            BatchSizeError: ``new_batch_size`` is smaller than ``B``.
+        """
+        B = self.n_elems()
+        if new_batch_size < B:
+            raise BatchSizeError(f"new_batch_size must be >= the current batch size {B}, got {new_batch_size}")
+        if new_batch_size == B:
+            return self
+        n = new_batch_size - B
+        v = {k: torch.cat([x, x.new_zeros((n,) + x.shape[1:])]) for k, x in self.variables.items()}
+        return TemporalDictTensor._trusted(v, torch.cat([self.lengths, self.lengths.new_zeros(n)]))
+
+    def copy_(self, source: TemporalDictTensor, source_indexes: Index, destination_indexes: Index) -> None:
+        """In place: rows ``source_indexes`` of ``source`` into rows ``destination_indexes`` of self.
+
+        The first ``source.temporal_size()`` steps of the destination rows are written, and their lengths copied.
+
+        Raises:
+            BatchSizeError: ``source`` is longer in time than self.
+        """
+        Ts, T = source.temporal_size(), self.temporal_size()
+        if Ts > T:
+            raise BatchSizeError(f"source has T={Ts} steps, more than this structure's T={T}; shorten() it first")
+        for k, v in self.variables.items():
+            v[destination_indexes, :Ts] = source[k][source_indexes]
+        self.lengths[destination_indexes] = source.lengths[source_indexes]
+
+    @staticmethod
+    def cat(tdts: Sequence[TemporalDictTensor]) -> TemporalDictTensor:
+        """Concatenates along the batch dimension, zero-padding in time to the longest ``T``.
+
+        Raises:
+            ValueError: ``tdts`` is empty, or the key sets differ (the message says which keys).
+        """
+        if not tdts:
+            raise ValueError("TemporalDictTensor.cat needs at least one element")
+        if len(tdts) == 1:
+            return tdts[0]
+        keys = tdts[0].variables.keys()
+        for i, d in enumerate(tdts[1:], 1):
+            if d.variables.keys() != keys:
+                missing = [k for k in keys if k not in d.variables]
+                extra = [k for k in d.variables if k not in keys]
+                raise ValueError(
+                    f"TemporalDictTensor.cat needs the same keys everywhere: element {i} lacks "
+                    f"{_fmt_keys(missing)} and has extra {_fmt_keys(extra)} compared to element 0"
+                )
+        T = max(d.temporal_size() for d in tdts)
+
+        def padded(x: torch.Tensor) -> torch.Tensor:
+            if x.shape[1] == T:
+                return x
+            return torch.cat([x, x.new_zeros((x.shape[0], T - x.shape[1]) + x.shape[2:])], dim=1)
+
+        v = {k: torch.cat([padded(d.variables[k]) for d in tdts], dim=0) for k in keys}
+        _check_tensors(v, "TemporalDictTensor", 2)
+        return TemporalDictTensor._trusted(v, torch.cat([d.lengths for d in tdts]))
+
+
+class Trajectories:
+    """``B`` trajectories: per-trajectory ``info`` (``DictTensor [B, ...]``) and their steps
+    (``TemporalDictTensor [B, T, ...]``).
+
+    Invariant: ``info`` is empty or has ``B`` rows on the trajectories' device.
+
+    Raises:
+        BatchSizeError: ``info`` does not have ``B`` rows.
+        DeviceMismatchError: ``info`` is on another device.
+    """
+
+    __slots__ = ("info", "trajectories")
+
+    def __init__(self, info: DictTensor, trajectories: TemporalDictTensor):
+        if not info.empty():
+            if info.n_elems() != trajectories.n_elems():
+                raise BatchSizeError(
+                    f"info has {info.n_elems()} rows but trajectories has {trajectories.n_elems()}; "
+                    "give one info row per trajectory"
+                )
+            if info.device() != trajectories.device():
+                raise DeviceMismatchError(
+                    f"info is on {info.device()} but trajectories is on {trajectories.device()}; "
+                    "move both to one device"
+                )
+        self.info = info
+        self.trajectories = trajectories
+
+    def __repr__(self) -> str:
+        return f"Trajectories(info={self.info!r}, trajectories={self.trajectories!r})"
+
+    def n_elems(self) -> int:
+        return self.trajectories.n_elems()
+
+    def device(self) -> torch.device:
+        return self.trajectories.device()
+
+    def to(self, device: DeviceLike, non_blocking: bool = False) -> Trajectories:
+        """Both parts on ``device``; ``self`` when already there."""
+        d = as_device(device)
+        if self.device() == d:
+            return self
+        return Trajectories(self.info.to(d, non_blocking), self.trajectories.to(d, non_blocking))
+
+    def index(self, index: Index) -> Trajectories:
+        """The selected trajectories (same index rules as :meth:`DictTensor.index`)."""
+        return Trajectories(self.info.index(index), self.trajectories.index(index))
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> Trajectories:
+        """``n`` trajectories drawn uniformly without replacement.
+
+        Raises:
+            ValueError: ``n`` is larger than the number of trajectories.
+        """
+        B = self.n_elems()
+        if not 0 <= n <= B:
+            raise ValueError(f"n must be in [0, {B}] (sampling without replacement), got {n}")
+        idx = torch.randperm(B, generator=generator)[:n].to(self.device())
+        return self.index(idx)
+
+    @staticmethod
+    def cat(trajectories: Sequence[Trajectories]) -> Trajectories:
+        """Concatenates along the batch dimension (time zero-padded to the longest)."""
+        return Trajectories(
+            DictTensor.cat([t.info for t in trajectories]),
+            TemporalDictTensor.cat([t.trajectories for t in trajectories]),
+        )
+
+
+def masked_tensor(tensor0: torch.Tensor, tensor1: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Row-wise select: row ``b`` of ``tensor1`` where ``mask[b]`` is true, else of ``tensor0``.
+
+    Works at any rank, keeps the dtype of ``tensor0`` (``tensor1`` is cast to it)
+    and never blends values (a NaN in the unselected tensor does not leak).
+
+    Args:
+        tensor0: ``[B, ...]``.
+        tensor1: ``[B, ...]``, same shape.
+        mask: ``[B]`` of bool, or of numbers where non-zero means true.
+
+    >>> masked_tensor(torch.zeros(3), torch.ones(3), torch.tensor([True, False, True]))
+    tensor([1., 0., 1.])
+    """
+    if mask.dim() != 1 or mask.shape[0] != tensor0.shape[0] or tensor0.shape != tensor1.shape:
+        raise BatchSizeError(
+            f"masked_tensor needs tensor0 and tensor1 of one shape [B, ...] and a mask [B]; got "
+            f"{tuple(tensor0.shape)}, {tuple(tensor1.shape)} and mask {tuple(mask.shape)}"
+        )
+    m = mask if mask.dtype == torch.bool else mask != 0
+    m = m.view((-1,) + (1,) * (tensor0.dim() - 1))
+    return torch.where(m, tensor1.to(tensor0.dtype), tensor0)
+
+
+def masked_dicttensor(dicttensor0: DictTensor, dicttensor1: DictTensor, mask: torch.Tensor) -> DictTensor:
+    """:func:`masked_tensor` key by key, over the keys of ``dicttensor0``.
+
+    Raises:
+        KeyError: ``dicttensor1`` lacks a key of ``dicttensor0``.
+    """
+    return DictTensor._trusted(
+        {k: masked_tensor(v, dicttensor1[k], mask) for k, v in dicttensor0.variables.items()}
+    )
+
+
+# Registered as pytree nodes so that torch.utils._pytree.tree_map, torch.func and torch.compile see the tensors.
+def _dt_flatten(d: DictTensor):
+    return list(d.variables.values()), list(d.variables.keys())
+
+
+def _dt_unflatten(values, keys) -> DictTensor:
+    return DictTensor._trusted(dict(zip(keys, values)))
+
+
+def _tdt_flatten(d: TemporalDictTensor):
+    return [*d.variables.values(), d.lengths], list(d.variables.keys())
+
+
+def _tdt_unflatten(values, keys) -> TemporalDictTensor:
+    values = list(values)
+    return TemporalDictTensor._trusted(dict(zip(keys, values[:-1])), values[-1])
+
+
+def _dt_flatten_with_keys(d: DictTensor):
+    return [(pytree.MappingKey(k), v) for k, v in d.variables.items()], list(d.variables.keys())
+
+
+def _tdt_flatten_with_keys(d: TemporalDictTensor):
+    kv = [(pytree.MappingKey(k), v) for k, v in d.variables.items()]
+    return kv + [(pytree.GetAttrKey("lengths"), d.lengths)], list(d.variables.keys())
+
+
+pytree.register_pytree_node(
+    DictTensor,
+    _dt_flatten,
+    _dt_unflatten,
+    serialized_type_name="rlstruct.DictTensor",
+    flatten_with_keys_fn=_dt_flatten_with_keys,
+)
+pytree.register_pytree_node(
+    TemporalDictTensor,
+    _tdt_flatten,
+    _tdt_unflatten,
+    serialized_type_name="rlstruct.TemporalDictTensor",
+    flatten_with_keys_fn=_tdt_flatten_with_keys,
+)
