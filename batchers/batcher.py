@@ -1,0 +1,467 @@
+"""RL_Batcher: one API over CPU worker processes, a GPU worker process, or the calling process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from rlstruct.devices import DeviceLike, as_device
+from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatchSizeError, DeviceMismatchError
+from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
+
+from rlstruct.batchers._acquire import INFO_PREFIXES, PHASES, TEMPORAL_PREFIXES, Specs, allocate_block
+from rlstruct.batchers._worker import (
+    CHECK_DEVICE_ENV,
+    LocalWorker,
+    ProcessWorker,
+    WorkerPlacement,
+    WorkerSpec,
+    dump_weights,
+    recv_all,
+)
+
+__all__ = ["RL_Batcher"]
+
+log = logging.getLogger(__name__)
+
+
+def _check_cpu(d: DictTensor | None, name: str) -> DictTensor:
+    if d is None:
+        return DictTensor({})
+    if not isinstance(d, DictTensor):
+        raise TypeError(f"{name} must be a DictTensor, got {type(d).__name__}; wrap it with DictTensor({{...}})")
+    dev = d.device()
+    if dev is not None and dev.type != "cpu":
+        raise DeviceMismatchError(f"{name} must be on the CPU, got {dev}; build {name} on the CPU (.to('cpu'))")
+    return d
+
+
+def _repeat_first(d: DictTensor, n: int) -> DictTensor:
+    if d.empty():
+        return d
+    return DictTensor._trusted({k: v[:1].expand((n,) + v.shape[1:]).clone() for k, v in d.items()})
+
+
+class RL_Batcher:
+    """Collects trajectories of an agent on vectorized environments, asynchronously.
+
+    One step loop serves three ways to run:
+
+    * ``n_processes >= 1``: spawned worker processes, each with its own env and agent, writing into one
+      preallocated buffer (shared memory on the CPU; on a GPU worker, CUDA memory shared with the parent).
+      CPU workers start with ``CUDA_VISIBLE_DEVICES=""``.
+    * ``n_processes=1, device="cuda:k"``: one GPU worker stepping a torch simulator with a huge env count,
+      while the parent (the learner) computes elsewhere.
+    * ``n_processes=0``: the same loop in the calling process, for debugging or when no overlap is needed.
+
+    The protocol: ``reset`` → ``execute`` (returns at once) → ``get`` → ``(Trajectories, n_still_running)``;
+    ``update`` sends weights while nothing is pending. Env and agent state carry over between executes until
+    the next ``reset``. Every ``execute`` yields one trajectory per env running when it started, of at most
+    ``n_timesteps`` steps (fewer when an episodic env finishes: see ``lengths``).
+
+    Output schema: ``info`` holds ``agent_info/*``, ``env_info/*`` and ``agent_state/*`` (the state when the
+    acquisition started); ``trajectories`` holds ``observation/*`` (step t), ``action/*`` (every key the agent
+    returned at t) and ``_observation/*`` (step t+1, before any auto-reset). Rows are worker 0's running envs
+    in env order, then worker 1's, and so on; everything is on ``device``.
+
+    Args:
+        n_timesteps: steps per acquisition (the ``T`` of the buffer).
+        create_agent: ``create_agent(**agent_args)`` builds a worker's agent (picklable with processes).
+        agent_args: keyword arguments of ``create_agent``.
+        create_env: ``create_env(**env_args, seed=seeds[k])`` builds worker k's VecEnv.
+        env_args: keyword arguments of ``create_env`` (a ``seed`` key is overridden).
+        n_processes: worker processes; 0 runs in the calling process.
+        seeds: one env seed per worker (``max(n_processes, 1)`` of them).
+        agent_info: example ``agent_info`` (CPU): its keys and row shapes size the buffer, and its first row
+            repeated is the default of ``reset``. May be empty.
+        env_info: example ``env_info`` (CPU), likewise.
+        agent_seeds: one seed per worker for ``agent.seed`` (also seeds the worker's global torch RNG).
+        device: where observations, agent state, actions and the output live.
+        worker_placements: one :class:`WorkerPlacement` per worker (device and process environment:
+            a GPU index, a MIG slice, MPS settings, or CPU only). Default: every worker on ``device``.
+        timeout: seconds any wait on a worker may last before it is reported as hung (at least 120 s while
+            the workers start, since they import torch and build their envs).
+        sync_timings: synchronize the device between phases so that :meth:`timings` is exact on a GPU.
+
+    Raises:
+        BatcherStateError: ``seeds`` or ``agent_seeds`` has the wrong length.
+        DeviceMismatchError: ``agent_info``/``env_info`` not on the CPU.
+        BatcherWorkerError: a worker failed to start, probe or allocate.
+
+    >>> from rlstruct import RL_Agent
+    >>> from rlstruct.envs import CartPole
+    >>> class Left(RL_Agent):
+    ...     def __call__(self, state, observation, agent_info, history=None):
+    ...         return DictTensor({"action": torch.zeros(observation.n_elems(), dtype=torch.long)}), state
+    >>> with RL_Batcher(8, Left, {}, CartPole, {"n_envs": 4, "autoreset": True}, 0, [0]) as b:
+    ...     b.reset(); b.execute(); traj, n = b.get()
+    >>> traj.trajectories["observation/frame"].shape, n
+    (torch.Size([4, 8, 4]), 4)
+    """
+
+    def __init__(
+        self,
+        n_timesteps: int,
+        create_agent: Callable[..., Any],
+        agent_args: dict,
+        create_env: Callable[..., Any],
+        env_args: dict,
+        n_processes: int,
+        seeds: Sequence[int],
+        agent_info: DictTensor | None = None,
+        env_info: DictTensor | None = None,
+        agent_seeds: Sequence[int] | None = None,
+        device: DeviceLike = "cpu",
+        *,
+        worker_placements: Sequence[WorkerPlacement] | None = None,
+        timeout: float = 120.0,
+        sync_timings: bool = False,
+    ):
+        self._workers: list = []
+        self._closed = False
+        self._failed: str | None = None
+        if not isinstance(n_timesteps, int) or n_timesteps < 1:
+            raise ValueError(f"n_timesteps must be an int >= 1, got {n_timesteps!r}")
+        if not isinstance(n_processes, int) or n_processes < 0:
+            raise ValueError(f"n_processes must be an int >= 0 (0 runs in this process), got {n_processes!r}")
+        n_workers = max(n_processes, 1)
+        seeds = list(seeds) if seeds is not None else []
+        if len(seeds) != n_workers:
+            raise BatcherStateError(
+                f"seeds must hold one seed per worker, max(n_processes, 1) = {n_workers}, got {len(seeds)} "
+                f"({seeds!r}); with n_processes=0 the one seed is the in-process env's"
+            )
+        if agent_seeds is not None and len(agent_seeds) != n_workers:
+            raise BatcherStateError(
+                f"agent_seeds must hold one seed per worker ({n_workers}), got {len(agent_seeds)}; or pass None"
+            )
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self.n_timesteps = n_timesteps
+        self.n_processes = n_processes
+        self.device = as_device(device)
+        self.timeout = float(timeout)
+        # Starting a worker imports torch and builds its env: allow that more than one acquisition's timeout.
+        self._start_timeout = max(self.timeout, 120.0)
+        agent_info = _check_cpu(agent_info, "agent_info")
+        env_info = _check_cpu(env_info, "env_info")
+        if worker_placements is None:
+            placements = [WorkerPlacement(self.device) for _ in range(n_workers)]
+        else:
+            placements = list(worker_placements)
+            if len(placements) != n_workers:
+                raise ValueError(
+                    f"worker_placements must hold one WorkerPlacement per worker ({n_workers}), got {len(placements)}"
+                )
+        check_device = os.environ.get(CHECK_DEVICE_ENV, "") not in ("", "0")
+        Worker = ProcessWorker if n_processes >= 1 else LocalWorker
+        try:
+            for k in range(n_workers):
+                spec = WorkerSpec(
+                    k, create_env, dict(env_args), seeds[k], create_agent, dict(agent_args),
+                    None if agent_seeds is None else agent_seeds[k], n_timesteps, placements[k],
+                    check_device, sync_timings,
+                )
+                self._workers.append(Worker(spec, self.timeout))
+            ready = recv_all(self._workers, self._start_timeout)
+            self._n_envs = [r["n_envs"] for r in ready]
+            self._reports = [r["report"] for r in ready]
+            self._offsets = [sum(self._n_envs[:k]) for k in range(n_workers)]
+            self._specs = self._probe(agent_info, env_info)
+            self._blocks = self._bind()
+        except BaseException:
+            self.close()
+            raise
+        self._default_agent_info = agent_info
+        self._default_env_info = env_info
+        self._pending = False
+        self._is_reset = False
+        self._n_running: int | None = None
+        self._result: tuple[Trajectories, int] | None = None
+        self._wait_s = 0.0
+        self._gather_s = 0.0
+        self._worker_timings: list[dict[str, float]] = [{} for _ in self._workers]
+        self._timing_base: dict[str, float] = {}
+
+    # ----------------------------------------------------------------- setup
+    def _probe(self, agent_info: DictTensor, env_info: DictTensor) -> Specs:
+        for w, n in zip(self._workers, self._n_envs):
+            w.send("probe", _repeat_first(agent_info, n), _repeat_first(env_info, n))
+        specs = recv_all(self._workers, self._start_timeout)
+        for k, s in enumerate(specs[1:], 1):
+            if s != specs[0]:
+                diff = sorted(set(s.items()) ^ set(specs[0].items()), key=str)
+                raise BatcherWorkerError(
+                    f"worker {k} produces other keys, shapes or dtypes than worker 0: {diff}; "
+                    "every worker must build the same kind of env and agent",
+                    worker_id=k,
+                )
+        log.debug("buffer specs: %s", specs[0])
+        return specs[0]
+
+    def _bind(self) -> list[dict[str, torch.Tensor]]:
+        blocks: list[dict[str, torch.Tensor] | None] = []
+        for w, n in zip(self._workers, self._n_envs):
+            if w.device.type == "cuda":
+                w.send("bind", None)  # the worker allocates on its GPU and shares it (CUDA IPC)
+                blocks.append(None)
+            else:
+                block = allocate_block(self._specs, n, self.n_timesteps, w.device, shared=self.n_processes > 0)
+                w.send("bind", block)
+                blocks.append(block)
+        for k, got in enumerate(recv_all(self._workers, self._start_timeout)):
+            if blocks[k] is None:
+                blocks[k] = got
+        return blocks  # type: ignore[return-value]
+
+    # ----------------------------------------------------------------- state machine
+    def _check_usable(self, method: str) -> None:
+        if self._closed:
+            raise BatcherStateError(f"{method}() called after close(); build a new RL_Batcher")
+        if self._failed is not None:
+            raise BatcherStateError(
+                f"{method}() called after a worker failed ({self._failed}); close() this batcher and build a new one"
+            )
+
+    def _fail(self, e: BaseException) -> None:
+        self._failed = str(e).splitlines()[0]
+        self._pending = False
+
+    def _call_all(self, *msg: Any) -> list[Any]:
+        try:
+            for w in self._workers:
+                w.send(*msg)
+            return recv_all(self._workers, self.timeout)
+        except BatcherWorkerError as e:
+            self._fail(e)
+            raise
+
+    def _check_rows(self, d: DictTensor, name: str, prefix: str) -> DictTensor:
+        d = _check_cpu(d, name)
+        if d.empty():
+            return d
+        n = self.n_elems()
+        if d.n_elems() != n:
+            raise BatchSizeError(
+                f"{name} must have one row per env, n_processes * n_envs = {n}, got {d.n_elems()}; "
+                "or pass an empty DictTensor"
+            )
+        expected = {k[len(prefix):]: v for k, v in self._specs.items() if k.startswith(prefix)}
+        got = {k: (tuple(v.shape[1:]), v.dtype) for k, v in d.items()}
+        if got != expected:
+            raise ValueError(
+                f"{name} must have the keys, row shapes and dtypes of the example given to RL_Batcher, "
+                f"{expected}, got {got}; pass the same kind of {name} as at construction"
+            )
+        return d
+
+    def _split(self, d: DictTensor) -> list[DictTensor]:
+        return [d.slice(o, o + n) for o, n in zip(self._offsets, self._n_envs)]
+
+    # ----------------------------------------------------------------- API
+    def n_elems(self) -> int:
+        """The total number of envs, ``sum over workers of n_envs``."""
+        return sum(self._n_envs)
+
+    def reset(self, agent_info: DictTensor | None = None, env_info: DictTensor | None = None) -> None:
+        """Restarts every env and forgets the carried agent state (blocking).
+
+        Args:
+            agent_info: CPU, ``n_elems()`` rows, or ``None``/empty for the constructor example's first row.
+            env_info: likewise; row ``i`` parametrises env ``i``.
+
+        Raises:
+            BatcherStateError: an ``execute`` is pending, or the batcher is closed or failed.
+        """
+        self._check_usable("reset")
+        if self._pending:
+            raise BatcherStateError("reset() called while an execute() is pending; call get() first")
+        ai = self._check_rows(agent_info, "agent_info", "agent_info/") if agent_info is not None else DictTensor({})
+        ei = self._check_rows(env_info, "env_info", "env_info/") if env_info is not None else DictTensor({})
+        if ai.empty():
+            ai = _repeat_first(self._default_agent_info, self.n_elems())
+        if ei.empty():
+            ei = _repeat_first(self._default_env_info, self.n_elems())
+        try:
+            for w, a, e in zip(self._workers, self._split(ai), self._split(ei)):
+                w.send("reset", a, e)
+            recv_all(self._workers, self.timeout)
+        except BatcherWorkerError as e:
+            self._fail(e)
+            raise
+        self._is_reset = True
+        self._n_running = self.n_elems()
+        self._result = None
+
+    def execute(self, agent_info: DictTensor | None = None) -> None:
+        """Starts one acquisition on every worker and returns at once.
+
+        Args:
+            agent_info: ``None`` to keep the current one, or CPU ``n_elems()`` rows that replace it from now on
+                (rows of finished envs are ignored).
+
+        Raises:
+            BatcherStateError: no ``reset`` yet, an ``execute`` already pending, or every env finished.
+        """
+        self._check_usable("execute")
+        if not self._is_reset:
+            raise BatcherStateError("execute() called before reset(); call reset() first")
+        if self._pending:
+            raise BatcherStateError("execute() called while another execute() is pending; call get() first")
+        if self._n_running == 0:
+            raise BatcherStateError(
+                "execute() called but every env has finished its episode; call reset() to start new ones"
+            )
+        ai = self._check_rows(agent_info, "agent_info", "agent_info/") if agent_info is not None else None
+        parts = self._split(ai) if ai is not None and not ai.empty() else [None] * len(self._workers)
+        try:
+            for w, a in zip(self._workers, parts):
+                w.send("acquire", a)
+        except BatcherWorkerError as e:
+            self._fail(e)
+            raise
+        self._pending = True
+
+    def get(self, blocking: bool = True) -> tuple[Trajectories, int] | tuple[None, None]:
+        """The trajectories of the pending ``execute``.
+
+        Args:
+            blocking: wait for them; with ``False``, return ``(None, None)`` when they are not ready yet.
+
+        Returns:
+            ``(trajectories, n_still_running)``: ``B`` trajectories (one per env running when the acquisition
+            started) on ``device``, and the number of envs still running after it.
+
+        Raises:
+            BatcherStateError: nothing is pending.
+            BatcherWorkerError: a worker raised, died, or did not answer within ``timeout``.
+        """
+        self._check_usable("get")
+        if not self._pending:
+            raise BatcherStateError("get() called with no execute() pending; call execute() first")
+        t0 = time.perf_counter()
+        try:
+            if not blocking and not all(w.poll() for w in self._workers):
+                return None, None
+            replies = recv_all(self._workers, self.timeout)
+        except BatcherWorkerError as e:
+            self._fail(e)
+            raise
+        t1 = time.perf_counter()
+        self._pending = False
+        self._wait_s += t1 - t0
+        self._worker_timings = [r["timings"] for r in replies]
+        n_running = sum(r["n_running"] for r in replies)
+        self._n_running = n_running
+        out = self._gather(replies)
+        self._gather_s += time.perf_counter() - t1
+        return out, n_running
+
+    def _gather(self, replies: list[dict[str, Any]]) -> Trajectories:
+        T = max(r["steps"] for r in replies)
+        parts: dict[str, list[torch.Tensor]] = {k: [] for k in self._blocks[0]}
+        views = True
+        for block, reply, n in zip(self._blocks, replies, self._n_envs):
+            if reply["n_start"] == 0:
+                continue
+            if reply["n_start"] == n:
+                rows: slice | torch.Tensor = slice(None)
+            else:
+                rows = torch.nonzero(block["lengths"] > 0, as_tuple=False).squeeze(1)
+                views = False
+            for k, v in block.items():
+                parts[k].append(v[rows, :T] if k.startswith(TEMPORAL_PREFIXES) else v[rows])
+        single = len(parts["lengths"]) == 1
+
+        def join(p: list[torch.Tensor]) -> torch.Tensor:
+            # Copies once: slices of the buffer are views that the next execute() overwrites.
+            x = (p[0].clone() if views else p[0]) if single else torch.cat(p)
+            return x.to(self.device)
+
+        data = {k: join(p) for k, p in parts.items()}
+        lengths = data.pop("lengths")
+        info = DictTensor._trusted({k: v for k, v in data.items() if k.startswith(INFO_PREFIXES)})
+        traj = TemporalDictTensor._trusted({k: v for k, v in data.items() if k.startswith(TEMPORAL_PREFIXES)}, lengths)
+        return Trajectories(info, traj)
+
+    def update(self, state_dict: Any) -> None:
+        """Sends weights (a CPU ``state_dict``) to every worker's ``agent.update`` (blocking).
+
+        It is serialised once; each worker loads it with ``map_location`` onto its own device.
+
+        Raises:
+            BatcherStateError: an ``execute`` is pending.
+            DeviceMismatchError: a tensor of ``state_dict`` is not on the CPU.
+        """
+        self._check_usable("update")
+        if self._pending:
+            raise BatcherStateError("update() called while an execute() is pending; call get() first")
+        if isinstance(state_dict, dict):
+            for k, v in state_dict.items():
+                if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+                    raise DeviceMismatchError(
+                        f"update() takes a CPU state dict, but {k!r} is on {v.device}; "
+                        "send {k: v.cpu() for k, v in model.state_dict().items()}"
+                    )
+        self._call_all("update", dump_weights(state_dict))
+
+    def timings(self) -> dict[str, float]:
+        """Seconds spent per phase since the last :meth:`reset_timings`, and step counts.
+
+        ``agent_forward``, ``env_step``, ``buffer_write`` and ``copy`` (agent/env info to the buffer) are
+        measured in the workers and summed over them; ``wait`` is the parent's time blocked in ``get``
+        and ``gather`` its time copying the result out of the buffer. ``steps`` counts loop iterations,
+        ``env_steps`` env transitions. On a GPU the phases are exact only with ``sync_timings=True``.
+        """
+        total: dict[str, float] = {p: 0.0 for p in (*PHASES, "steps", "env_steps")}
+        for wt in self._worker_timings:
+            for k, v in wt.items():
+                total[k] = total.get(k, 0.0) + v
+        total["wait"] = self._wait_s
+        total["gather"] = self._gather_s
+        return {k: v - self._timing_base.get(k, 0.0) for k, v in total.items()}
+
+    def reset_timings(self) -> None:
+        """Restarts the :meth:`timings` counters from zero."""
+        self._timing_base = {}
+        self._timing_base = self.timings()
+
+    def worker_reports(self) -> list[dict[str, Any]]:
+        """What each worker saw when it started: pid, device, its CUDA-related environment variables,
+        and whether CUDA was initialised."""
+        return [dict(r) for r in self._reports]
+
+    def close(self) -> None:
+        """Stops every worker (joined, or killed if it does not stop) and frees the buffers; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        errors = []
+        # A worker busy in an acquisition (or hung) cannot read the close order soon: do not wait long.
+        grace = 1.0 if (self._failed is not None or getattr(self, "_pending", False)) else 5.0
+        for w in self._workers:
+            try:
+                w.close(grace)
+            except Exception as e:  # keep closing the others
+                errors.append(e)
+        self._workers = []
+        self._blocks = []
+        if errors:
+            log.warning("errors while closing workers: %s", errors)
+
+    def __enter__(self) -> RL_Batcher:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

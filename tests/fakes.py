@@ -1,0 +1,155 @@
+"""Importable fakes for the batcher tests (``spawn`` workers must be able to import them)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlstruct import DictTensor, RL_Agent, masked_dicttensor
+from rlstruct.envs import VecEnv
+
+
+class CountingEnv(VecEnv):
+    """Env ``i`` of seed ``s`` has episodes of ``episode_lengths[i % len]`` steps; its frame is
+    ``[s * 1000 + i, step]`` and its reward is the step reached.
+
+    Args:
+        n_envs: number of envs.
+        episode_lengths: episode length per env (cycled).
+        seed: the seed (only shows in the frame, to tell workers apart).
+        autoreset: auto-reset finished envs.
+        device: where observations live.
+        fail_at_step: raise RuntimeError at this global step count (``None``: never).
+        fail_seed: only fail when ``seed == fail_seed`` (``None``: any seed).
+        hang_at_step: sleep forever at this step (to test timeouts).
+    """
+
+    def __init__(self, n_envs=3, episode_lengths=(2, 4, 7), seed=0, autoreset=False, device="cpu",
+                 fail_at_step=None, fail_seed=None, hang_at_step=None):
+        self._n = n_envs
+        self.seed = seed
+        self.autoreset = autoreset
+        self.device = torch.device(device)
+        self.lengths = torch.tensor([episode_lengths[i % len(episode_lengths)] for i in range(n_envs)],
+                                    device=self.device)
+        self.action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.fail_at_step = fail_at_step if fail_seed is None or fail_seed == seed else None
+        self.hang_at_step = hang_at_step if fail_seed is None or fail_seed == seed else None
+        self.n_steps = 0
+        self.closed = False
+
+    def n_envs(self):
+        return self._n
+
+    def _obs(self, ids, reward, done, initial, last_action):
+        frame = torch.stack([self.seed * 1000.0 + ids.float(), self.t[ids].float()], dim=1)
+        return DictTensor({
+            "frame": frame, "reward": reward, "done": done, "terminated": done, "truncated": torch.zeros_like(done),
+            "initial_state": initial, "last_action": last_action,
+        })
+
+    def reset(self, env_info=None):
+        n = self._n
+        self.t = torch.zeros(n, dtype=torch.long, device=self.device)
+        self.ids = torch.arange(n, device=self.device)
+        z = torch.zeros(n, dtype=torch.bool, device=self.device)
+        obs = self._obs(self.ids, torch.zeros(n, device=self.device), z, ~z, torch.zeros(n, dtype=torch.long, device=self.device))
+        return obs, self.ids
+
+    def step(self, action):
+        self.n_steps += 1
+        if self.fail_at_step is not None and self.n_steps >= self.fail_at_step:
+            raise RuntimeError(f"CountingEnv failure injected at step {self.n_steps}")
+        if self.hang_at_step is not None and self.n_steps >= self.hang_at_step:
+            time.sleep(3600)
+        ids = self.ids
+        a = action["action"]
+        self.t[ids] += 1
+        done = self.t[ids] >= self.lengths[ids]
+        obs_next = self._obs(ids, self.t[ids].float(), done, torch.zeros_like(done), a)
+        if self.autoreset:
+            self.t[ids] = torch.where(done, torch.zeros_like(self.t[ids]), self.t[ids])
+            z = torch.zeros_like(done)
+            fresh = self._obs(ids, torch.zeros(len(ids), device=self.device), z, done, torch.where(done, torch.zeros_like(a), a))
+            running = masked_dicttensor(obs_next, fresh, done)
+            return (obs_next, ids), (running, ids)
+        keep = ~done
+        self.ids = ids[keep]
+        return (obs_next, ids), (obs_next.index(keep), self.ids)
+
+    def close(self):
+        self.closed = True
+
+
+class ConstantAgent(RL_Agent):
+    """Always action 0; stateless."""
+
+    def __call__(self, state, observation, agent_info, history=None):
+        B = observation.n_elems()
+        return DictTensor({"action": torch.zeros(B, dtype=torch.long, device=observation.device())}), state
+
+    def update(self, state_dict):
+        pass
+
+
+class CounterAgent(RL_Agent):
+    """Recurrent: its state counts steps since the episode started; outputs a seeded random action,
+    the count, and ``scale * count`` (``scale`` set by ``update``).
+
+    Args:
+        device: where its state and outputs live.
+        fail_at_call: raise RuntimeError at this call (``None``: never).
+    """
+
+    def __init__(self, device="cpu", fail_at_call=None):
+        self.device = torch.device(device)
+        self.scale = torch.ones(1, device=self.device)
+        self.generator = torch.Generator(device=self.device)
+        self.fail_at_call = fail_at_call
+        self.calls = 0
+
+    def seed(self, seed):
+        self.generator.manual_seed(seed)
+
+    def initial_state(self, agent_info, B):
+        return DictTensor({"count": torch.zeros(B, dtype=torch.long, device=self.device)})
+
+    def __call__(self, state, observation, agent_info, history=None):
+        self.calls += 1
+        if self.fail_at_call is not None and self.calls >= self.fail_at_call:
+            raise ValueError(f"CounterAgent failure injected at call {self.calls}")
+        B = observation.n_elems()
+        state = masked_dicttensor(state, self.initial_state(agent_info, B), observation["initial_state"])
+        count = state["count"] + 1
+        action = torch.randint(0, 2, (B,), generator=self.generator, device=self.device)
+        out = {"action": action, "count": count, "scaled": count.float() * self.scale}
+        if "bonus" in agent_info:
+            out["bonus"] = agent_info["bonus"].to(self.device)
+        return DictTensor(out), DictTensor({"count": count})
+
+    def update(self, state_dict):
+        self.scale = state_dict["scale"]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class MetaStateAgent(CounterAgent):
+    """A device bug on purpose: its initial state lands on the ``meta`` device."""
+
+    def initial_state(self, agent_info, B):
+        return super().initial_state(agent_info, B).to("meta")

@@ -1,0 +1,314 @@
+"""RL_Batcher: equivalence across running modes, the contract, misuse and fault injection."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from rlstruct import DictTensor, Trajectories
+from rlstruct.batchers import RL_Batcher, WorkerPlacement
+from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatchSizeError, DeviceMismatchError
+from tests.conftest import device_params
+from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, MetaStateAgent, pid_alive
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def collect(n_processes, seeds, env_args, n_timesteps=3, n_executes=4, agent_info=None, device="cpu", **kw):
+    """Runs reset + several execute/get and returns the list of (Trajectories, n_still_running)."""
+    out = []
+    with RL_Batcher(n_timesteps, CounterAgent, {"device": device}, CountingEnv, {**env_args, "device": device},
+                    n_processes, seeds, agent_info=agent_info, agent_seeds=[s + 100 for s in seeds],
+                    device=device, **kw) as b:
+        b.reset()
+        for _ in range(n_executes):
+            b.execute()
+            traj, n = b.get()
+            out.append((traj, n))
+            if n == 0:
+                break
+    return out
+
+
+def assert_same(a: Trajectories, b: Trajectories):
+    assert list(a.info.keys()) == list(b.info.keys())
+    assert list(a.trajectories.keys()) == list(b.trajectories.keys())
+    assert torch.equal(a.trajectories.lengths, b.trajectories.lengths)
+    m = a.trajectories.mask().bool()
+    for k in a.trajectories.keys():
+        assert torch.equal(a.trajectories[k][m], b.trajectories[k][m]), k
+    for k in a.info.keys():
+        assert torch.equal(a.info[k], b.info[k]), k
+
+
+EPISODIC = {"n_envs": 3, "episode_lengths": (2, 4, 7)}
+AUTORESET = {"n_envs": 3, "episode_lengths": (2, 4, 7), "autoreset": True}
+
+
+@pytest.mark.parametrize("env_args", [EPISODIC, AUTORESET], ids=["episodic", "autoreset"])
+def test_in_process_and_one_worker_are_identical(env_args):
+    local = collect(0, [7], env_args)
+    remote = collect(1, [7], env_args)
+    assert len(local) == len(remote)
+    for (ta, na), (tb, nb) in zip(local, remote):
+        assert na == nb
+        assert_same(ta, tb)
+
+
+def test_two_workers_equal_one_worker_each():
+    both = collect(2, [3, 11], AUTORESET, n_executes=3)
+    for k, seed in enumerate([3, 11]):
+        alone = collect(0, [seed], AUTORESET, n_executes=3)
+        for (tb, nb), (ta, na) in zip(both, alone):
+            assert nb == 6 and na == 3
+            assert_same(tb.index(torch.arange(3 * k, 3 * k + 3)), ta)
+
+
+def test_episodic_trace_matches_rlstructures_semantics():
+    runs = collect(0, [0], EPISODIC, n_timesteps=3, n_executes=5)
+    assert [r[0].trajectories.lengths.tolist() for r in runs] == [[2, 3, 3], [1, 3], [1]]
+    assert [r[1] for r in runs] == [2, 1, 0]
+    # agent_state/* is the state when each acquisition started: carried across executes.
+    assert [r[0].info["agent_state/count"].tolist() for r in runs] == [[0, 0, 0], [3, 3], [6]]
+    first = runs[0][0].trajectories
+    # _observation is t+1 before any reset: the terminal step of env 0 is at t=1.
+    assert first["_observation/done"][0, :2].tolist() == [False, True]
+    assert first["observation/frame"][2, :, 1].tolist() == [0, 1, 2]
+    assert first["_observation/frame"][2, :, 1].tolist() == [1, 2, 3]
+
+
+def test_autoreset_rows_are_full_and_episodes_continue():
+    runs = collect(0, [0], AUTORESET, n_timesteps=3, n_executes=3)
+    for traj, n in runs:
+        assert n == 3 and traj.trajectories.full()
+    t0 = runs[0][0].trajectories
+    # env 0 (episodes of 2): terminal at t=1, fresh observation at t=2 with initial_state.
+    assert t0["_observation/done"][0].tolist() == [False, True, False]
+    assert t0["observation/initial_state"][0].tolist() == [True, False, True]
+    assert not t0["observation/done"].any()
+
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("n_processes", [0, 1, 2])
+def test_contract(n_processes, device):
+    n_workers = max(n_processes, 1)
+    n = 3 * n_workers
+    ai = DictTensor({"bonus": torch.arange(n, dtype=torch.float32)})
+    ei = DictTensor({"level": torch.arange(n)})
+    seeds = list(range(n_workers))
+    with RL_Batcher(4, CounterAgent, {"device": device}, CountingEnv, {**EPISODIC, "device": device}, n_processes,
+                    seeds, agent_info=ai.slice(0, 1), env_info=ei.slice(0, 1), device=device) as b:
+        assert b.n_elems() == n
+        b.reset(agent_info=ai, env_info=ei)
+        b.execute()
+        traj, running = b.get()
+        assert traj.device() == torch.device(device)
+        assert traj.n_elems() == n and running == n_workers  # episodes of 2 and 4 steps ended
+        assert set(traj.info.keys()) == {"agent_info/bonus", "env_info/level", "agent_state/count"}
+        keys = set(traj.trajectories.keys())
+        for prefix in ("observation/", "_observation/"):
+            assert {prefix + k for k in ("frame", "reward", "done", "terminated", "truncated", "initial_state",
+                                         "last_action")} <= keys
+        assert {"action/action", "action/count", "action/scaled", "action/bonus"} <= keys
+        assert traj.info["env_info/level"].tolist() == list(range(n))
+        assert traj.trajectories["action/bonus"][:, 0].tolist() == list(range(n))
+        # A new agent_info from execute() persists; rows of finished envs are ignored.
+        b.update({"scale": torch.tensor([2.0])})
+        b.execute(agent_info=DictTensor({"bonus": -torch.ones(n)}))
+        traj2, _ = b.get()
+        assert (traj2.trajectories["action/bonus"][:, 0] == -1).all()
+        m = traj2.trajectories.mask().bool()
+        assert torch.equal(traj2.trajectories["action/scaled"][m], 2 * traj2.trajectories["action/count"][m].float())
+        t = b.timings()
+        assert t["env_steps"] == (2 + 4 + 4 + 3) * n_workers and t["steps"] > 0
+        assert all(t[p] >= 0 for p in ("agent_forward", "env_step", "buffer_write", "copy", "wait", "gather"))
+        b.reset_timings()
+        assert b.timings()["env_steps"] == 0
+
+
+def test_get_non_blocking_and_async_overlap():
+    with RL_Batcher(50, ConstantAgent, {}, CountingEnv, {"n_envs": 4, "episode_lengths": (10**6,), "autoreset": True},
+                    1, [0]) as b:
+        b.reset()
+        b.execute()
+        results = []
+        deadline = time.monotonic() + 60
+        while not results and time.monotonic() < deadline:
+            traj, n = b.get(blocking=False)
+            if traj is not None:
+                results.append((traj, n))
+        assert results and results[0][0].trajectories.full() and results[0][1] == 4
+
+
+def test_history_is_the_current_acquisition_so_far():
+    with RL_Batcher(4, HistoryAgent, {}, CountingEnv, AUTORESET, 0, [0]) as b:
+        b.reset()
+        b.execute()
+        traj, _ = b.get()
+    assert traj.trajectories["action/history_length"][0].tolist() == [0, 1, 2, 3]
+
+
+class HistoryAgent(ConstantAgent):
+    def require_history(self):
+        return True
+
+    def __call__(self, state, observation, agent_info, history=None):
+        action, state = super().__call__(state, observation, agent_info)
+        action.set("history_length", history.lengths.clone())
+        assert history.temporal_size() == int(history.lengths[0])
+        return action, state
+
+
+# --------------------------------------------------------------------------- misuse
+def test_misuse_raises_batcher_state_error():
+    b = RL_Batcher(3, CounterAgent, {}, CountingEnv, EPISODIC, 0, [0], agent_info=DictTensor({"bonus": torch.zeros(1)}))
+    with pytest.raises(BatcherStateError, match="before reset"):
+        b.execute()
+    with pytest.raises(BatcherStateError, match="no execute\\(\\) pending"):
+        b.get()
+    b.reset()
+    b.execute()
+    with pytest.raises(BatcherStateError, match="pending; call get"):
+        b.update({})
+    with pytest.raises(BatcherStateError, match="pending; call get"):
+        b.reset()
+    with pytest.raises(BatcherStateError, match="another execute"):
+        b.execute()
+    b.get()
+    with pytest.raises(DeviceMismatchError, match="agent_info must be on the CPU"):
+        b.reset(agent_info=DictTensor({"bonus": torch.zeros(3, device="meta")}))
+    with pytest.raises(BatchSizeError, match="one row per env"):
+        b.reset(agent_info=DictTensor({"bonus": torch.zeros(2)}))
+    with pytest.raises(ValueError, match="keys, row shapes and dtypes"):
+        b.execute(agent_info=DictTensor({"other": torch.zeros(3)}))
+    with pytest.raises(DeviceMismatchError, match="CPU state dict"):
+        b.update({"scale": torch.zeros(1, device="meta")})
+    while True:
+        b.execute()
+        _, n = b.get()
+        if n == 0:
+            break
+    with pytest.raises(BatcherStateError, match="every env has finished"):
+        b.execute()
+    b.close()
+    b.close()  # idempotent
+    with pytest.raises(BatcherStateError, match="after close"):
+        b.reset()
+
+
+def test_bad_constructor_arguments():
+    with pytest.raises(BatcherStateError, match="one seed per worker"):
+        RL_Batcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0])
+    with pytest.raises(BatcherStateError, match="one seed per worker"):
+        RL_Batcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0, 1])
+    with pytest.raises(DeviceMismatchError, match="env_info must be on the CPU"):
+        RL_Batcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], env_info=DictTensor({"x": torch.zeros(1, device="meta")}))
+    with pytest.raises(ValueError, match="n_timesteps"):
+        RL_Batcher(0, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0])
+    with pytest.raises(TypeError, match="picklable"):
+        RL_Batcher(3, lambda: ConstantAgent(), {}, CountingEnv, EPISODIC, 1, [0])
+
+
+def test_env_on_the_wrong_device_is_named():
+    with pytest.raises(BatcherWorkerError, match="DeviceEnv"):
+        RL_Batcher(3, ConstantAgent, {}, CountingEnv, {**EPISODIC, "device": "meta"}, 0, [0])
+
+
+def test_check_device_env_variable_wraps_agents(monkeypatch):
+    monkeypatch.setenv("RLSTRUCT_CHECK_DEVICE", "1")
+    with pytest.raises(BatcherWorkerError, match="initial_state: the returned state must be on cpu, got meta"):
+        RL_Batcher(3, MetaStateAgent, {}, CountingEnv, EPISODIC, 0, [0])
+
+
+# --------------------------------------------------------------------------- faults
+def _children_of_batcher(b):
+    return [r["pid"] for r in b.worker_reports()]
+
+
+@pytest.mark.parametrize("n_processes", [0, 2])
+def test_env_raising_in_one_worker(n_processes):
+    n_workers = max(n_processes, 1)
+    b = RL_Batcher(3, ConstantAgent, {}, CountingEnv, {**AUTORESET, "fail_at_step": 5, "fail_seed": n_workers - 1},
+                   n_processes, list(range(n_workers)))
+    pids = _children_of_batcher(b) if n_processes else []
+    b.reset()
+    b.execute()
+    b.get()
+    b.execute()
+    with pytest.raises(BatcherWorkerError, match=f"worker {n_workers - 1} .*raised RuntimeError: CountingEnv failure") as e:
+        b.get()
+    assert e.value.worker_id == n_workers - 1
+    assert "CountingEnv failure injected" in e.value.remote_traceback
+    with pytest.raises(BatcherStateError, match="after a worker failed"):
+        b.execute()
+    b.close()
+    assert not any(pid_alive(p) for p in pids)
+
+
+def test_agent_raising_is_reported_at_get():
+    with RL_Batcher(3, CounterAgent, {"fail_at_call": 2}, CountingEnv, AUTORESET, 1, [0]) as b:
+        b.reset()
+        b.execute()
+        with pytest.raises(BatcherWorkerError, match="worker 0 raised ValueError: CounterAgent failure"):
+            b.get()
+
+
+def test_killed_worker_is_detected_quickly():
+    b = RL_Batcher(3, ConstantAgent, {}, CountingEnv, {**AUTORESET, "hang_at_step": 4}, 2, [0, 1], timeout=60)
+    pids = _children_of_batcher(b)
+    b.reset()
+    b.execute()
+    b.get()
+    b.execute()  # both workers hang at step 4
+    os.kill(pids[1], signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(BatcherWorkerError, match="died with exit code"):
+        b.get()
+    assert time.monotonic() - t0 < 10
+    b.close()
+    assert not any(pid_alive(p) for p in pids)
+
+
+def test_hung_worker_times_out():
+    b = RL_Batcher(3, ConstantAgent, {}, CountingEnv, {**AUTORESET, "hang_at_step": 1}, 1, [0], timeout=2)
+    pids = _children_of_batcher(b)
+    b.reset()
+    b.execute()
+    with pytest.raises(BatcherWorkerError, match="did not answer within 2 s"):
+        b.get()
+    b.close()
+    assert not any(pid_alive(p) for p in pids)
+
+
+def test_error_at_construction_leaves_no_process():
+    before = set(p.pid for p in __import__("multiprocessing").active_children())
+    with pytest.raises(BatcherWorkerError, match="worker 0 raised TypeError"):
+        RL_Batcher(3, ConstantAgent, {}, CountingEnv, {"no_such_argument": 1}, 1, [0])
+    after = set(p.pid for p in __import__("multiprocessing").active_children())
+    assert after <= before
+
+
+def test_worker_placements_reach_the_child_environment():
+    placements = [WorkerPlacement("cpu", env={"RLSTRUCT_TEST_TAG": "a"}),
+                  WorkerPlacement("cpu", env={"RLSTRUCT_TEST_TAG": "b"}, num_threads=2)]
+    with RL_Batcher(2, ConstantAgent, {}, CountingEnv, AUTORESET, 2, [0, 1], worker_placements=placements) as b:
+        reports = b.worker_reports()
+        assert [r["environ"]["RLSTRUCT_TEST_TAG"] for r in reports] == ["a", "b"]
+        assert [r["num_threads"] for r in reports] == [1, 2]
+        for r in reports:
+            assert r["environ"]["CUDA_VISIBLE_DEVICES"] == ""
+            assert r["cuda_initialized"] is False
+        assert "RLSTRUCT_TEST_TAG" not in os.environ
+
+
+def test_worker_placement_validation():
+    with pytest.raises(ValueError, match="mps_active_thread_percentage"):
+        WorkerPlacement("cuda:0", mps_active_thread_percentage=0)
+    with pytest.raises(ValueError, match="visible_devices"):
+        WorkerPlacement("cpu", visible_devices="0")
+    with pytest.raises(ValueError, match="one WorkerPlacement per worker"):
+        RL_Batcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0, 1], worker_placements=[WorkerPlacement()])
