@@ -1,0 +1,165 @@
+"""Collection throughput of RL_Batcher against hand-written loops, same run, side by side.
+
+An MLP 4-64-64-2 policy samples actions; T = 128 steps per acquisition.
+
+(a) RL_Batcher, 2 worker processes x 32 gymnasium CartPole-v1 envs, against one process stepping a
+    gymnasium SyncVectorEnv over the same 64 envs with the same policy.
+(b) RL_Batcher in the calling process (n_processes=0) on the torch CartPole (auto-reset) at several N,
+    against a hand-written loop over the same env and policy, and against gymnasium's CartPoleVectorEnv.
+(c) With --device cuda: the same as (b) on the GPU, N up to 2^20.
+
+Run: python benchmarks/batchers.py [--iters 5] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlstruct import DictTensor, RL_Agent
+from rlstruct.batchers import RL_Batcher
+from rlstruct.envs import GymEnvInf, make_env
+
+T = 128
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2))
+
+
+class MLPAgent(RL_Agent):
+    """Samples from the softmax of an MLP over ``frame``."""
+
+    def __init__(self, device: str = "cpu"):
+        self.model = mlp().to(device)
+
+    def __call__(self, state, observation, agent_info, history=None):
+        logits = self.model(observation["frame"])
+        action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(1)
+        return DictTensor._trusted({"action": action}), state
+
+    def update(self, state_dict):
+        self.model.load_state_dict(state_dict)
+
+
+def gym_list_env(n_envs: int, seed: int):
+    """Worker k's env for (a): a list of gymnasium envs, stepped one by one like SyncVectorEnv."""
+    return GymEnvInf([gym.make("CartPole-v1") for _ in range(n_envs)], seed)
+
+
+def torch_env(n_envs: int, seed: int, device: str = "cpu"):
+    return make_env("CartPole-v1", n_envs, device=device, seed=seed, autoreset=True)
+
+
+def bench_batcher(batcher: RL_Batcher, iters: int) -> tuple[float, dict]:
+    batcher.reset()
+    batcher.execute()
+    batcher.get()  # warm-up
+    batcher.reset_timings()
+    t0 = time.perf_counter()
+    steps = 0
+    for _ in range(iters):
+        batcher.execute()
+        traj, _ = batcher.get()
+        steps += int(traj.trajectories.lengths.sum())
+    if batcher.device.type == "cuda":
+        torch.cuda.synchronize()
+    return steps / (time.perf_counter() - t0), batcher.timings()
+
+
+def bench_sync_vector_env(n_envs: int, iters: int) -> float:
+    env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(n_envs)])
+    return _numpy_loop(env, n_envs, iters)
+
+
+def bench_gym_vector(n_envs: int, iters: int) -> float:
+    env = gym.make_vec("CartPole-v1", n_envs, vectorization_mode="vector_entry_point")
+    return _numpy_loop(env, n_envs, iters)
+
+
+@torch.no_grad()
+def _numpy_loop(env, n_envs: int, iters: int) -> float:
+    model = mlp()
+    obs, _ = env.reset(seed=0)
+    t0 = None
+    for it in range(iters + 1):
+        if it == 1:
+            t0 = time.perf_counter()
+        for _ in range(T):
+            logits = model(torch.from_numpy(obs))
+            action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(1)
+            obs, *_ = env.step(action.numpy())
+    env.close()
+    return n_envs * T * iters / (time.perf_counter() - t0)
+
+
+@torch.no_grad()
+def bench_hand_loop(n_envs: int, iters: int, device: str) -> float:
+    """The same torch env and policy, stepped by a minimal loop that stores nothing."""
+    env = torch_env(n_envs, 0, device)
+    agent = MLPAgent(device)
+    obs, _ = env.reset()
+    t0 = None
+    for it in range(iters + 1):
+        if it == 1:
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        for _ in range(T):
+            action, _ = agent(None, obs, None)
+            _, (obs, _) = env.step(action)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return n_envs * T * iters / (time.perf_counter() - t0)
+
+
+def fmt_timings(t: dict) -> str:
+    keys = ("agent_forward", "env_step", "buffer_write", "copy", "wait", "gather")
+    total = sum(t[k] for k in keys) or 1.0
+    return " ".join(f"{k}={100 * t[k] / total:.0f}%" for k in keys)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--iters", type=int, default=5, help="acquisitions of T=128 steps timed per row")
+    p.add_argument("--device", default="cpu", help="device for part (b)/(c)")
+    p.add_argument("--sizes", type=int, nargs="*", default=None, help="env counts for part (b)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    rows: list[tuple[str, str, float, str]] = []
+
+    print("(a) 2 worker processes x 32 gymnasium CartPole-v1 vs one process, SyncVectorEnv(64)", flush=True)
+    base = bench_sync_vector_env(64, args.iters)
+    rows.append(("a", "gymnasium SyncVectorEnv(64), 1 process", base, ""))
+    with RL_Batcher(T, MLPAgent, {}, gym_list_env, {"n_envs": 32}, 2, [0, 1]) as b:
+        sps, tm = bench_batcher(b, args.iters)
+    rows.append(("a", "RL_Batcher 2 procs x 32 envs", sps, f"{sps / base:.2f}x  " + fmt_timings(tm)))
+
+    sizes = args.sizes or ([1024, 4096, 16384] if args.device == "cpu" else [1024, 16384, 262144, 1 << 20])
+    part = "b" if args.device == "cpu" else "c"
+    print(f"({part}) n_processes=0, torch CartPole on {args.device}", flush=True)
+    for n in sizes:
+        hand = bench_hand_loop(n, args.iters, args.device)
+        gvec = bench_gym_vector(n, args.iters) if n <= 65536 else float("nan")
+        with RL_Batcher(T, MLPAgent, {"device": args.device}, torch_env, {"n_envs": n, "device": args.device}, 0, [0],
+                        device=args.device) as b:
+            sps, tm = bench_batcher(b, args.iters)
+        rows.append((part, f"hand-written loop, torch CartPole N={n}", hand, ""))
+        rows.append((part, f"gymnasium CartPoleVectorEnv N={n}", gvec, ""))
+        rows.append((part, f"RL_Batcher n_processes=0 N={n}", sps,
+                     f"{sps / hand:.2f}x hand, {sps / gvec:.2f}x gymnasium  " + fmt_timings(tm)))
+
+    print(f"\n| part | configuration | env steps/s | ratio and timings() shares |")
+    print("|---|---|---:|---|")
+    for part, name, sps, note in rows:
+        print(f"| {part} | {name} | {sps:,.0f} | {note} |")
+
+
+if __name__ == "__main__":
+    main()
