@@ -17,6 +17,7 @@ from rlstruct.errors import (
     SpaceError,
 )
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories, masked_dicttensor, masked_tensor
+from rlstruct.envs import DeviceEnv, GymEnv, GymEnvInf, VecEnv, make_env
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
 
 __version__ = "0.1.0"
@@ -31,6 +32,11 @@ __all__ = [
     "RL_Agent_CheckDevice",
     "replay_agent",
     "replay_agent_stateless",
+    "VecEnv",
+    "DeviceEnv",
+    "GymEnv",
+    "GymEnvInf",
+    "make_env",
     "DeviceLike",
     "as_device",
     "same_device",
