@@ -21,6 +21,13 @@ class RL_Agent:
     The agent itself resets its state on rows where ``observation["initial_state"]``
     is true (for example with :func:`rlstruct.masked_dicttensor`): with auto-reset
     environments, episodes start in the middle of an acquisition.
+
+    >>> class Greedy(RL_Agent):
+    ...     def __call__(self, state, observation, agent_info, history=None):
+    ...         return DictTensor({"action": observation["frame"].argmax(-1)}), state
+    >>> action, _ = Greedy()(DictTensor({}), DictTensor({"frame": torch.eye(3)[[2, 0]]}), DictTensor({}))
+    >>> action["action"]
+    tensor([2, 0])
     """
 
     def initial_state(self, agent_info: DictTensor, B: int) -> DictTensor:
@@ -105,9 +112,26 @@ def replay_agent(agent: RL_Agent, trajectories: Trajectories, replay_method_name
 
     Returns:
         ``TemporalDictTensor [B, T, ...]`` of the method's outputs, with the trajectories' lengths.
+
+    Raises:
+        ValueError: the trajectories have no step (``T == 0``), so the outputs' keys are unknown.
+
+    >>> class Counter(RL_Agent):
+    ...     def __call__(self, state, observation, agent_info, history=None):
+    ...         return DictTensor({"action": observation["x"] + state["n"]}), DictTensor({"n": state["n"] + 1})
+    >>> steps = TemporalDictTensor({"observation/x": torch.zeros(2, 3)}, torch.tensor([3, 1]))
+    >>> info = DictTensor({"agent_state/n": torch.zeros(2)})
+    >>> out = replay_agent(Counter(), Trajectories(info, steps))
+    >>> out["action"], out.lengths
+    (tensor([[0., 1., 2.],
+            [0., 1., 2.]]), tensor([3, 1]))
     """
     method = getattr(agent, replay_method_name)
     T = trajectories.trajectories.temporal_size()
+    if T == 0:
+        raise ValueError(
+            "replay_agent: the trajectories have no step to replay (T=0); skip empty batches before replaying"
+        )
     state = None
     outputs: list[DictTensor] = []
     for t in range(T):

@@ -19,6 +19,7 @@ __all__ = [
     "BatcherWorkerError",
     "BatcherStateError",
     "MissingDependencyError",
+    "BridgeError",
 ]
 
 
@@ -65,3 +66,7 @@ class BatcherStateError(RLStructError, RuntimeError):
 
 class MissingDependencyError(RLStructError, ImportError):
     """An optional dependency is needed for this feature; the message names the extra to install."""
+
+
+class BridgeError(RLStructError, ValueError):
+    """An rlstruct env cannot be exposed to gymnasium code as asked (episodic env, seed or options it cannot honour)."""

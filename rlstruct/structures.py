@@ -78,26 +78,74 @@ def _missing_key(key: str, available: Iterable[str]) -> KeyError:
     return KeyError(f"no key {key!r}; available keys: {_fmt_keys(available)}")
 
 
-def _as_index(idx: Index, n: int, device: torch.device | None) -> int | slice | torch.Tensor:
-    """Normalises an index so that indexing keeps the batch dimension."""
-    if isinstance(idx, bool):
-        raise TypeError("index must be an int, a slice, a LongTensor or a bool mask, got bool")
-    if isinstance(idx, int):
-        if not -n <= idx < n:
-            raise IndexError(f"index {idx} is out of range for a batch of {n} rows")
-        idx = idx % n
-        return slice(idx, idx + 1)
-    if isinstance(idx, slice):
-        return idx
+def _key_mismatch(what: str, elements: Sequence[DictTensor | TemporalDictTensor]) -> ValueError:
+    keys = elements[0].variables.keys()
+    for i, d in enumerate(elements[1:], 1):
+        if d.variables.keys() != keys:
+            missing = [k for k in keys if k not in d.variables]
+            extra = [k for k in d.variables if k not in keys]
+            return ValueError(
+                f"{what} needs the same keys everywhere: element {i} lacks {_fmt_keys(missing)} "
+                f"and has extra {_fmt_keys(extra)} compared to element 0"
+            )
+    return ValueError(f"{what} needs the same keys everywhere")
+
+
+def _cat_failure(
+    what: str, per_key: Mapping[str, list[torch.Tensor]], error: Exception, leading: int = 1
+) -> ValueError:
+    """Says which key made ``torch.cat`` fail, and why; only called on failure, so the happy path pays nothing.
+
+    ``leading`` is the number of leading dimensions allowed to differ (1 for B, 2 for B and T).
+    """
+    for key, tensors in per_key.items():
+        devices = [x.device for x in tensors]
+        if any(d != devices[0] for d in devices):
+            return DeviceMismatchError(
+                f"{what}: key {key!r} is on several devices {[str(d) for d in devices]}; "
+                "move every element to one device with .to(device) first"
+            )
+        tails = [tuple(x.shape[leading:]) for x in tensors]
+        if any(t != tails[0] for t in tails) or any(x.dim() != tensors[0].dim() for x in tensors):
+            return ValueError(f"{what}: cannot concatenate key {key!r} of shapes {[tuple(x.shape) for x in tensors]}")
+    return ValueError(f"{what} failed: {error}")
+
+
+# uint8 is left out on purpose: torch reads a uint8 index as a (deprecated) mask, not as row ids.
+_INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8)
+
+
+def _as_index(idx: Index, first: torch.Tensor) -> slice | torch.Tensor:
+    """Normalises an index of the rows of ``first`` so that indexing keeps the batch dimension."""
     if not isinstance(idx, torch.Tensor):
-        idx = torch.as_tensor(idx, dtype=torch.long)
-    if idx.dtype == torch.bool:
-        if idx.shape != (n,):
-            raise BatchSizeError(f"a bool mask index must have shape ({n},), got {tuple(idx.shape)}")
-    elif idx.is_floating_point() or idx.is_complex():
-        raise TypeError(f"index tensor must be an integer or bool tensor, got dtype {idx.dtype}")
-    if device is not None and idx.device != device:
-        idx = idx.to(device)
+        if isinstance(idx, bool):
+            raise TypeError("index must be an int, a slice, a LongTensor or a bool mask, got bool")
+        if isinstance(idx, int):
+            n = first.shape[0]
+            if not -n <= idx < n:
+                raise IndexError(f"index {idx} is out of range for a batch of {n} rows")
+            idx %= n
+            return slice(idx, idx + 1)
+        if isinstance(idx, slice):
+            return idx
+        # No forced dtype: a list of bools is a mask, not the row ids 0 and 1.
+        idx = torch.as_tensor(idx)
+        if idx.numel() == 0:
+            idx = idx.long()
+    dtype = idx.dtype
+    if dtype in _INDEX_DTYPES:
+        if idx.dim() == 0:
+            # A 0-d index would drop the batch dimension; keep it, as for an int.
+            idx = idx.reshape(1)
+    elif dtype == torch.bool:
+        if idx.shape != first.shape[:1]:
+            raise BatchSizeError(
+                f"a bool mask index must have shape ({first.shape[0]},), got {tuple(idx.shape)}"
+            )
+    else:
+        raise TypeError(f"index tensor must be an int64 (or int32) or bool tensor, got dtype {dtype}")
+    if idx.device != first.device:
+        idx = idx.to(first.device)
     return idx
 
 
@@ -133,7 +181,7 @@ class DictTensor:
     @classmethod
     def _trusted(cls, variables: dict[str, torch.Tensor]) -> DictTensor:
         # For results of operations that preserve the invariants: no re-validation.
-        d = cls.__new__(cls)
+        d = _object_new(cls)
         d.variables = variables
         return d
 
@@ -189,7 +237,7 @@ class DictTensor:
         return {k: {"size": v.shape[1:], "dtype": v.dtype} for k, v in self.variables.items()}
 
     # ------------------------------------------------------------- selecting
-    def get(self, keys: Iterable[str], clone: bool = False) -> DictTensor:
+    def get(self, keys: Iterable[str], *, clone: bool = False) -> DictTensor:
         """A DictTensor with only ``keys`` (cloned when ``clone``).
 
         Raises:
@@ -202,20 +250,21 @@ class DictTensor:
         for k in keys:
             v = self[k]
             out[k] = v.clone() if clone else v
-        return DictTensor._trusted(out)
+        return _dt(out)
 
     def slice(self, index_from: int, index_to: int | None = None) -> DictTensor:
         """Rows ``[index_from:index_to]`` as views; ``slice(i)`` keeps the batch dim (one row)."""
         if index_to is None:
             return self.index(index_from)
-        return DictTensor._trusted({k: v[index_from:index_to] for k, v in self.variables.items()})
+        return _dt({k: v[index_from:index_to] for k, v in self.variables.items()})
 
     def index(self, index: Index) -> DictTensor:
         """Rows selected by an int (one row, batch dim kept), a slice, a LongTensor or a bool mask."""
-        if not self.variables:
-            return DictTensor._trusted({})
-        idx = _as_index(index, self.n_elems(), self.device())
-        return DictTensor._trusted({k: v[idx] for k, v in self.variables.items()})
+        variables = self.variables
+        if not variables:
+            return _dt({})
+        idx = _as_index(index, next(iter(variables.values())))
+        return _dt({k: v[idx] for k, v in variables.items()})
 
     def unfold(self) -> list[DictTensor]:
         """The B rows, each as a DictTensor of one row."""
@@ -224,24 +273,24 @@ class DictTensor:
     def truncate_key(self, prefix: str) -> DictTensor:
         """Only the keys starting with ``prefix``, with the prefix removed (``"a/b/z"``, ``"a/"`` -> ``"b/z"``)."""
         n = len(prefix)
-        return DictTensor._trusted({k[n:]: v for k, v in self.variables.items() if k.startswith(prefix)})
+        return _dt({k[n:]: v for k, v in self.variables.items() if k[:n] == prefix})
 
     def prepend_key(self, prefix: str) -> DictTensor:
         """Every key prefixed with ``prefix`` (tensors shared)."""
-        return DictTensor._trusted({prefix + k: v for k, v in self.variables.items()})
+        return _dt({prefix + k: v for k, v in self.variables.items()})
 
     # ------------------------------------------------------------- building
     def clone(self) -> DictTensor:
         """A deep copy (every tensor cloned)."""
-        return DictTensor._trusted({k: v.clone() for k, v in self.variables.items()})
+        return _dt({k: v.clone() for k, v in self.variables.items()})
 
-    def to(self, device: DeviceLike, non_blocking: bool = False) -> DictTensor:
+    def to(self, device: DeviceLike, *, non_blocking: bool = False) -> DictTensor:
         """The DictTensor on ``device``; ``self`` (no copy) when it is already there."""
         d = as_device(device)
         cur = self.device()
         if cur is None or cur == d:
             return self
-        return DictTensor._trusted({k: v.to(d, non_blocking=non_blocking) for k, v in self.variables.items()})
+        return _dt({k: v.to(d, non_blocking=non_blocking) for k, v in self.variables.items()})
 
     def set(self, key: str, value: torch.Tensor) -> None:
         """Sets (or replaces) ``key`` in place; on an empty DictTensor this also sets B.
@@ -283,7 +332,7 @@ class DictTensor:
             raise ValueError(f"cannot add DictTensors that share keys {_fmt_keys(common)}; rename one side")
         merged = {**self.variables, **other.variables}
         _check_tensors(merged, "DictTensor", 1)
-        return DictTensor._trusted(merged)
+        return _dt(merged)
 
     def copy_(self, source: DictTensor, source_indexes: Index, destination_indexes: Index) -> None:
         """In place: ``self[k][destination_indexes] = source[k][source_indexes]`` for every key of self."""
@@ -294,27 +343,34 @@ class DictTensor:
     def cat(dicts: Sequence[DictTensor]) -> DictTensor:
         """Concatenates along the batch dimension.
 
-        Empty DictTensors (no key) in ``dicts`` are skipped; the others must have the same keys.
+        Empty DictTensors (no key) in ``dicts`` are skipped; the others must have the same keys
+        (in any order; the result follows the first one's order). When a single non-empty
+        element remains it is returned as is (no copy).
 
         Raises:
-            ValueError: the key sets differ; the message says which keys.
+            ValueError: the key sets differ (the message says which keys), or a key's per-row shapes differ.
+            DeviceMismatchError: the elements are on different devices.
+
+        >>> DictTensor.cat([DictTensor({"x": torch.zeros(2)}), DictTensor({"x": torch.ones(1)})])["x"]
+        tensor([0., 0., 1.])
         """
-        dicts = [d for d in dicts if not d.empty()]
+        dicts = [d for d in dicts if d.variables]
         if not dicts:
-            return DictTensor._trusted({})
+            return _dt({})
         if len(dicts) == 1:
             return dicts[0]
         keys = dicts[0].variables.keys()
-        for i, d in enumerate(dicts[1:], 1):
-            if d.variables.keys() != keys:
-                missing = [k for k in keys if k not in d.variables]
-                extra = [k for k in d.variables if k not in keys]
-                raise ValueError(
-                    f"DictTensor.cat needs the same keys everywhere: element {i} lacks {_fmt_keys(missing)} "
-                    f"and has extra {_fmt_keys(extra)} compared to element 0"
-                )
-        out = {k: torch.cat([d.variables[k] for d in dicts], dim=0) for k in keys}
-        return DictTensor._trusted(out)
+        n = len(keys)
+        # Same number of keys + every key of the first found in each (else KeyError) = same key sets.
+        if any(len(d.variables) != n for d in dicts):
+            raise _key_mismatch("DictTensor.cat", dicts)
+        try:
+            out = {k: torch.cat([d.variables[k] for d in dicts]) for k in keys}
+        except KeyError:
+            raise _key_mismatch("DictTensor.cat", dicts) from None
+        except RuntimeError as e:
+            raise _cat_failure("DictTensor.cat", {k: [d.variables[k] for d in dicts] for k in keys}, e) from e
+        return _dt(out)
 
     # ----------------------------------------------------------- interop
     def to_tensordict(self):
@@ -328,6 +384,25 @@ class DictTensor:
         _import_tensordict()
         flat = td.flatten_keys("/")
         return DictTensor({k: v for k, v in flat.items()})
+
+
+_object_new = object.__new__
+
+
+# Results of operations that keep the invariants are built with these, skipping validation and a
+# classmethod call: the container then costs about one Python object over a plain dict
+# (benchmarks/structures.py measures it).
+def _dt(variables: dict[str, torch.Tensor]) -> DictTensor:
+    d = _object_new(DictTensor)
+    d.variables = variables
+    return d
+
+
+def _tdt(variables: dict[str, torch.Tensor], lengths: torch.Tensor) -> TemporalDictTensor:
+    t = _object_new(TemporalDictTensor)
+    t.variables = variables
+    t.lengths = lengths
+    return t
 
 
 def _import_tensordict():
@@ -392,13 +467,16 @@ class TemporalDictTensor:
                 lengths = lengths.long()
             # Checking values costs a host sync on an accelerator: only done for CPU tensors.
             if lengths.device.type == "cpu" and B > 0 and (int(lengths.min()) < 0 or int(lengths.max()) > T):
-                raise ValueError(f"lengths must lie in [0, T={T}], got min {int(lengths.min())}, max {int(lengths.max())}")
+                raise ValueError(
+                    f"lengths must lie in [0, T={T}], got min {int(lengths.min())}, max {int(lengths.max())}; "
+                    "a row holds at most T steps"
+                )
         self.variables: dict[str, torch.Tensor] = v
         self.lengths: torch.Tensor = lengths
 
     @classmethod
     def _trusted(cls, variables: dict[str, torch.Tensor], lengths: torch.Tensor) -> TemporalDictTensor:
-        t = cls.__new__(cls)
+        t = _object_new(cls)
         t.variables = variables
         t.lengths = lengths
         return t
@@ -424,6 +502,9 @@ class TemporalDictTensor:
 
     def items(self):
         return self.variables.items()
+
+    def values(self):
+        return self.variables.values()
 
     def __getitem__(self, key: str) -> torch.Tensor:
         try:
@@ -459,7 +540,7 @@ class TemporalDictTensor:
         """Only ``keys`` (lengths shared)."""
         if isinstance(keys, str):
             raise TypeError(f"keys must be a list of keys, got the str {keys!r}; use get([{keys!r}])")
-        return TemporalDictTensor._trusted({k: self[k] for k in keys}, self.lengths)
+        return _tdt({k: self[k] for k in keys}, self.lengths)
 
     def truncate_key(self, prefix: str) -> TemporalDictTensor:
         """Only the keys starting with ``prefix``, prefix removed.
@@ -468,27 +549,27 @@ class TemporalDictTensor:
             KeyError: no key starts with ``prefix``.
         """
         n = len(prefix)
-        v = {k[n:]: x for k, x in self.variables.items() if k.startswith(prefix)}
+        v = {k[n:]: x for k, x in self.variables.items() if k[:n] == prefix}
         if not v:
             raise KeyError(f"no key starts with {prefix!r}; available keys: {_fmt_keys(self.variables)}")
-        return TemporalDictTensor._trusted(v, self.lengths)
+        return _tdt(v, self.lengths)
 
     def prepend_key(self, prefix: str) -> TemporalDictTensor:
         """Every key prefixed with ``prefix``."""
-        return TemporalDictTensor._trusted({prefix + k: v for k, v in self.variables.items()}, self.lengths)
+        return _tdt({prefix + k: v for k, v in self.variables.items()}, self.lengths)
 
     def slice(self, index_from: int, index_to: int | None = None) -> TemporalDictTensor:
         """Rows ``[index_from:index_to]``; ``slice(i)`` keeps the batch dim (one row)."""
         if index_to is None:
             return self.index(index_from)
-        return TemporalDictTensor._trusted(
+        return _tdt(
             {k: v[index_from:index_to] for k, v in self.variables.items()}, self.lengths[index_from:index_to]
         )
 
     def index(self, index: Index) -> TemporalDictTensor:
         """Rows selected by an int (one row, batch dim kept), a slice, a LongTensor or a bool mask."""
-        idx = _as_index(index, self.n_elems(), self.device())
-        return TemporalDictTensor._trusted({k: v[idx] for k, v in self.variables.items()}, self.lengths[idx])
+        idx = _as_index(index, self.lengths)
+        return _tdt({k: v[idx] for k, v in self.variables.items()}, self.lengths[idx])
 
     def unfold(self) -> list[TemporalDictTensor]:
         """The B rows, each as a TemporalDictTensor of one row."""
@@ -499,41 +580,52 @@ class TemporalDictTensor:
         m = int(self.lengths.max()) if self.n_elems() > 0 else 0
         if m == self.temporal_size():
             return self
-        return TemporalDictTensor._trusted({k: v[:, :m] for k, v in self.variables.items()}, self.lengths.clone())
+        return _tdt({k: v[:, :m] for k, v in self.variables.items()}, self.lengths.clone())
 
     def temporal_slice(self, index_from: int, index_to: int) -> TemporalDictTensor:
-        """Steps ``[index_from:index_to]`` of every row; lengths clamped to ``[0, index_to - index_from]``."""
+        """Steps ``[index_from:index_to]`` of every row; lengths clamped to ``[0, index_to - index_from]``.
+
+        Bounds past ``T`` are clipped to ``T``, as in Python slicing.
+
+        Raises:
+            ValueError: a bound is negative (counting from the end is ambiguous with padded rows).
+        """
+        if index_from < 0 or index_to < 0:
+            raise ValueError(
+                f"temporal_slice bounds must be >= 0, got ({index_from}, {index_to}); "
+                "compute the steps from lengths for end-relative slicing"
+            )
         T = self.temporal_size()
         a, b = max(0, min(index_from, T)), max(0, min(index_to, T))
         b = max(a, b)
         lengths = (self.lengths - a).clamp(min=0, max=b - a)
-        return TemporalDictTensor._trusted({k: v[:, a:b] for k, v in self.variables.items()}, lengths)
+        return _tdt({k: v[:, a:b] for k, v in self.variables.items()}, lengths)
 
     def temporal_index(self, t: int) -> DictTensor:
         """Step ``t`` of every row as a DictTensor ``[B, ...]`` (rows with ``t >= length`` give padding)."""
-        return DictTensor._trusted({k: v[:, t] for k, v in self.variables.items()})
+        return _dt({k: v[:, t] for k, v in self.variables.items()})
 
     def temporal_multi_index(self, index_t: torch.Tensor) -> DictTensor:
         """Step ``index_t[b]`` of each row ``b`` as a DictTensor ``[B, ...]``."""
         rows = torch.arange(self.n_elems(), device=self.device())
         index_t = index_t.to(self.device())
-        return DictTensor._trusted({k: v[rows, index_t] for k, v in self.variables.items()})
+        return _dt({k: v[rows, index_t] for k, v in self.variables.items()})
 
     def masked_temporal_index(self, t: int) -> tuple[DictTensor, torch.Tensor]:
         """Step ``t`` of the rows with ``t < lengths[b]``, and those row indices (LongTensor)."""
         rows = torch.nonzero(self.lengths > t, as_tuple=False).squeeze(1)
-        return DictTensor._trusted({k: v[rows, t] for k, v in self.variables.items()}), rows
+        return _dt({k: v[rows, t] for k, v in self.variables.items()}), rows
 
     # ------------------------------------------------------------- building
     def clone(self) -> TemporalDictTensor:
-        return TemporalDictTensor._trusted({k: v.clone() for k, v in self.variables.items()}, self.lengths.clone())
+        return _tdt({k: v.clone() for k, v in self.variables.items()}, self.lengths.clone())
 
-    def to(self, device: DeviceLike, non_blocking: bool = False) -> TemporalDictTensor:
+    def to(self, device: DeviceLike, *, non_blocking: bool = False) -> TemporalDictTensor:
         """The structure on ``device``; ``self`` (no copy) when it is already there."""
         d = as_device(device)
         if self.device() == d:
             return self
-        return TemporalDictTensor._trusted(
+        return _tdt(
             {k: v.to(d, non_blocking=non_blocking) for k, v in self.variables.items()},
             self.lengths.to(d, non_blocking=non_blocking),
         )
@@ -562,7 +654,7 @@ class TemporalDictTensor:
             return self
         n = new_batch_size - B
         v = {k: torch.cat([x, x.new_zeros((n,) + x.shape[1:])]) for k, x in self.variables.items()}
-        return TemporalDictTensor._trusted(v, torch.cat([self.lengths, self.lengths.new_zeros(n)]))
+        return _tdt(v, torch.cat([self.lengths, self.lengths.new_zeros(n)]))
 
     def copy_(self, source: TemporalDictTensor, source_indexes: Index, destination_indexes: Index) -> None:
         """In place: rows ``source_indexes`` of ``source`` into rows ``destination_indexes`` of self.
@@ -583,22 +675,29 @@ class TemporalDictTensor:
     def cat(tdts: Sequence[TemporalDictTensor]) -> TemporalDictTensor:
         """Concatenates along the batch dimension, zero-padding in time to the longest ``T``.
 
+        The padding keeps each key's dtype; the lengths are concatenated. A single element is
+        returned as is (no copy).
+
         Raises:
-            ValueError: ``tdts`` is empty, or the key sets differ (the message says which keys).
+            ValueError: ``tdts`` is empty, the key sets differ (the message says which keys), or a
+                key's per-step shapes differ.
+            DeviceMismatchError: the elements are on different devices.
+
+        >>> a = TemporalDictTensor({"x": torch.ones(1, 2, dtype=torch.long)})
+        >>> b = TemporalDictTensor({"x": torch.ones(1, 3, dtype=torch.long)}, torch.tensor([1]))
+        >>> c = TemporalDictTensor.cat([a, b])
+        >>> c["x"], c.lengths
+        (tensor([[1, 1, 0],
+                [1, 1, 1]]), tensor([2, 1]))
         """
         if not tdts:
             raise ValueError("TemporalDictTensor.cat needs at least one element")
         if len(tdts) == 1:
             return tdts[0]
         keys = tdts[0].variables.keys()
-        for i, d in enumerate(tdts[1:], 1):
-            if d.variables.keys() != keys:
-                missing = [k for k in keys if k not in d.variables]
-                extra = [k for k in d.variables if k not in keys]
-                raise ValueError(
-                    f"TemporalDictTensor.cat needs the same keys everywhere: element {i} lacks "
-                    f"{_fmt_keys(missing)} and has extra {_fmt_keys(extra)} compared to element 0"
-                )
+        n = len(keys)
+        if any(len(d.variables) != n for d in tdts):
+            raise _key_mismatch("TemporalDictTensor.cat", tdts)
         T = max(d.temporal_size() for d in tdts)
 
         def padded(x: torch.Tensor) -> torch.Tensor:
@@ -606,9 +705,15 @@ class TemporalDictTensor:
                 return x
             return torch.cat([x, x.new_zeros((x.shape[0], T - x.shape[1]) + x.shape[2:])], dim=1)
 
-        v = {k: torch.cat([padded(d.variables[k]) for d in tdts], dim=0) for k in keys}
-        _check_tensors(v, "TemporalDictTensor", 2)
-        return TemporalDictTensor._trusted(v, torch.cat([d.lengths for d in tdts]))
+        # Each input is consistent and padding equalises T, so the result needs no re-validation.
+        try:
+            v = {k: torch.cat([padded(d.variables[k]) for d in tdts]) for k in keys}
+        except KeyError:
+            raise _key_mismatch("TemporalDictTensor.cat", tdts) from None
+        except RuntimeError as e:
+            per_key = {k: [d.variables[k] for d in tdts] for k in keys}
+            raise _cat_failure("TemporalDictTensor.cat", per_key, e, leading=2) from e
+        return _tdt(v, torch.cat([d.lengths for d in tdts]))
 
 
 class Trajectories:
@@ -648,18 +753,20 @@ class Trajectories:
     def device(self) -> torch.device:
         return self.trajectories.device()
 
-    def to(self, device: DeviceLike, non_blocking: bool = False) -> Trajectories:
+    def to(self, device: DeviceLike, *, non_blocking: bool = False) -> Trajectories:
         """Both parts on ``device``; ``self`` when already there."""
         d = as_device(device)
         if self.device() == d:
             return self
-        return Trajectories(self.info.to(d, non_blocking), self.trajectories.to(d, non_blocking))
+        return Trajectories(
+            self.info.to(d, non_blocking=non_blocking), self.trajectories.to(d, non_blocking=non_blocking)
+        )
 
     def index(self, index: Index) -> Trajectories:
         """The selected trajectories (same index rules as :meth:`DictTensor.index`)."""
         return Trajectories(self.info.index(index), self.trajectories.index(index))
 
-    def sample(self, n: int, generator: torch.Generator | None = None) -> Trajectories:
+    def sample(self, n: int, *, generator: torch.Generator | None = None) -> Trajectories:
         """``n`` trajectories drawn uniformly without replacement.
 
         Raises:
@@ -710,7 +817,7 @@ def masked_dicttensor(dicttensor0: DictTensor, dicttensor1: DictTensor, mask: to
     Raises:
         KeyError: ``dicttensor1`` lacks a key of ``dicttensor0``.
     """
-    return DictTensor._trusted(
+    return _dt(
         {k: masked_tensor(v, dicttensor1[k], mask) for k, v in dicttensor0.variables.items()}
     )
 
@@ -721,7 +828,7 @@ def _dt_flatten(d: DictTensor):
 
 
 def _dt_unflatten(values, keys) -> DictTensor:
-    return DictTensor._trusted(dict(zip(keys, values)))
+    return _dt(dict(zip(keys, values)))
 
 
 def _tdt_flatten(d: TemporalDictTensor):
@@ -730,7 +837,7 @@ def _tdt_flatten(d: TemporalDictTensor):
 
 def _tdt_unflatten(values, keys) -> TemporalDictTensor:
     values = list(values)
-    return TemporalDictTensor._trusted(dict(zip(keys, values[:-1])), values[-1])
+    return _tdt(dict(zip(keys, values[:-1])), values[-1])
 
 
 def _dt_flatten_with_keys(d: DictTensor):
