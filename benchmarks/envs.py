@@ -1,0 +1,179 @@
+"""Env-only throughput: rlstruct's torch CartPole against gymnasium's vectorized CartPole.
+
+Every row steps ``N`` CartPole-v1 envs with uniformly random actions (drawn on the env's device for
+the torch envs, with numpy for gymnasium, inside the timed loop in both cases) and reports env
+steps per second (``N * steps / seconds``). Rows:
+
+* ``torch eager``: :class:`rlstruct.envs.CartPole` with ``autoreset=True`` (the default, unfused step).
+* ``torch fused``: the same env with ``compile=True`` (the step fused by ``torch.compile``; the
+  compilation happens in the warm-up, outside the timed loop).
+* ``torch dense`` (CPU only): the eager env forced to draw fresh initial states for every env and
+  select them with ``torch.where`` (what it does on accelerators) instead of drawing for the
+  finished envs only (what it does on the CPU); this row shows what that choice is worth.
+* ``gymnasium``: ``gym.make_vec("CartPole-v1", N, vectorization_mode="vector_entry_point")``, the
+  numpy ``CartPoleVectorEnv`` (next-step auto-reset).
+* ``envpool``: ``envpool.make("CartPole-v1", env_type="gymnasium", num_envs=N)``, when importable.
+
+The implementations are measured in turns, ``--repeats`` times, and the best run of each is kept,
+so that load from other processes on a shared machine penalises every row alike.
+
+Usage::
+
+    python benchmarks/envs.py                      # cuda when available, else cpu
+    python benchmarks/envs.py --device cpu --threads 1 --sizes 64 1024 16384 262144
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from rlstruct.envs import CartPole
+from rlstruct.structures import DictTensor
+
+
+def _time_steps(step: Callable[[], None], sync: Callable[[], None], min_seconds: float) -> float:
+    """Seconds per call of ``step``, over at least ``min_seconds`` (doubling the number of calls)."""
+    n = 4
+    while True:
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        sync()
+        dt = time.perf_counter() - t0
+        if dt >= min_seconds:
+            return dt / n
+        n *= 2 if dt <= 0 else max(2, min(16, int(1.5 * min_seconds / dt) + 1))
+
+
+def torch_runner(
+    n: int, device: str, fused: bool, warmup: int, dense: bool = False
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    env = CartPole(n, device=device, seed=0, autoreset=True, compile=fused)
+    if dense:  # the branch-free draws of every env that accelerators use, forced on this device
+        env._autoreset_fn = env._autoreset_dense
+    env.reset()
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def step() -> None:
+        a = torch.randint(0, 2, (n,), device=device, generator=gen)
+        env.step(DictTensor._trusted({"action": a}))
+
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    for _ in range(warmup):
+        step()
+    sync()
+    return step, sync
+
+
+def gym_runner(n: int, warmup: int) -> tuple[Callable[[], None], Callable[[], None]]:
+    import gymnasium as gym
+
+    env = gym.make_vec("CartPole-v1", n, vectorization_mode="vector_entry_point")
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+
+    def step() -> None:
+        env.step(rng.integers(0, 2, n))
+
+    for _ in range(warmup):
+        step()
+    return step, lambda: None
+
+
+def envpool_runner(n: int, warmup: int) -> tuple[Callable[[], None], Callable[[], None]] | None:
+    try:
+        import envpool
+    except ImportError:
+        return None
+    env = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=n, batch_size=n, seed=0)
+    env.reset()
+    rng = np.random.default_rng(0)
+
+    def step() -> None:
+        env.step(rng.integers(0, 2, n))
+
+    for _ in range(warmup):
+        step()
+    return step, lambda: None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 16384, 262144], help="numbers of envs N")
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="device of the torch envs"
+    )
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--min-seconds", type=float, default=0.3, help="minimum duration of one timed run")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per row, in turns; the best is kept")
+    parser.add_argument("--no-fused", action="store_true", help="skip the compile=True row")
+    parser.add_argument("--no-gym", action="store_true", help="skip gymnasium (and envpool)")
+    parser.add_argument("--no-dense", action="store_true", help="skip the forced dense-draw row on the CPU")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    print(f"# {' '.join([sys.executable.rsplit('/', 1)[-1], *sys.argv])}")
+    print(
+        f"# torch {torch.__version__}, {platform.python_implementation()} {platform.python_version()}, "
+        f"{platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}, "
+        f"device {args.device}"
+    )
+    on_cpu = torch.device(args.device).type == "cpu"
+    names = ["torch eager"] + ([] if args.no_fused else ["torch fused"])
+    if on_cpu and not args.no_dense:
+        names.append("torch dense")
+    if not args.no_gym:
+        names.append("gymnasium")
+    header = ["N"] + [f"{n} steps/s" for n in names]
+    if "gymnasium" in names:
+        header += [f"{n} / gym" for n in names if n in ("torch eager", "torch fused")]
+    rows = []
+    envpool_seen = False
+    for n in args.sizes:
+        warmup = 10
+        runners: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {
+            "torch eager": torch_runner(n, args.device, fused=False, warmup=warmup)
+        }
+        if not args.no_fused:
+            runners["torch fused"] = torch_runner(n, args.device, fused=True, warmup=warmup)
+        if "torch dense" in names:
+            runners["torch dense"] = torch_runner(n, args.device, fused=False, warmup=warmup, dense=True)
+        if not args.no_gym:
+            runners["gymnasium"] = gym_runner(n, warmup)
+            pool = envpool_runner(n, warmup)
+            if pool is not None:
+                runners["envpool"] = pool
+                envpool_seen = True
+        best: dict[str, float] = {}
+        for _ in range(args.repeats):
+            for name, (step, sync) in runners.items():
+                rate = n / _time_steps(step, sync, args.min_seconds)
+                best[name] = max(best.get(name, 0.0), rate)
+        row = [str(n)] + [f"{best[k]:.3g}" for k in names]
+        if "gymnasium" in best:
+            row += [f"{best[k] / best['gymnasium']:.2f}x" for k in names if k in ("torch eager", "torch fused")]
+        if envpool_seen:
+            row.append(f"{best['envpool']:.3g}" if "envpool" in best else "-")
+        rows.append(row)
+    if envpool_seen:
+        header.append("envpool steps/s")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print("| " + " | ".join(h.rjust(w) for h, w in zip(header, widths)) + " |")
+    print("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
+    for r in rows:
+        print("| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |")
+    if not envpool_seen and not args.no_gym:
+        print("# envpool: not installed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,626 @@
+"""The shared base of the torch-native simulators: batched state, counter-based RNG, step variants.
+
+A :class:`TorchVecEnv` keeps every env's state in a few tensors on one device and steps all of
+them with a handful of batched kernels, so that ``10**5``-``10**6`` envs live on one GPU (or one
+CPU process) with no Python loop over envs. Subclasses only describe one system: its reset
+distribution, its transition and its observation, each as a pure function of tensors.
+
+State layout (all on :attr:`TorchVecEnv.device`, one column or row per env):
+
+* ``physics``: ``float64 [P, n_envs]``, one contiguous row per state variable (structure of
+  arrays: every elementwise kernel reads contiguous memory); :meth:`TorchVecEnv.get_state`
+  exposes it transposed, ``[n_envs, P]``, in gymnasium's order.
+* ``elapsed_steps``: ``int64 [n_envs]``, steps taken in the current episode (gymnasium's
+  ``TimeLimit`` counter: truncation when it reaches ``max_episode_steps``).
+* ``episode``: ``int64 [n_envs]``, index of the env's current episode (0 after the first
+  ``reset``); with ``rng_key`` it is the whole RNG state.
+* ``rng_key``: ``int64 [n_envs]`` in ``[0, 2**32)``, a hash of ``(seed, env index)``.
+* ``last_action`` and, for episodic envs, the set of running envs.
+
+Randomness is counter based: draw ``d`` of episode ``e`` of env ``k`` is
+``mix32((key_k + e * A + d * B) mod 2**32)`` mapped to ``(low_d, high_d)``, where ``mix32`` is a
+two-multiply xorshift hash with odd multipliers below ``2**31`` and
+``key_k = mix32(mix32(base(seed) + k * C))``, all computed in ``int64`` with every intermediate
+below ``2**63`` (no signed overflow, so CPU and CUDA give the same bits). So env
+``k``'s episodes depend on ``(seed, k, e)`` only: not on ``n_envs``, on the device, on when the
+other envs finish, or on the order of calls.
+"""
+
+from __future__ import annotations
+
+import abc
+from types import SimpleNamespace
+from typing import Any, NamedTuple
+
+import torch
+
+from rlstruct.devices import DeviceLike, check_device_exists
+from rlstruct.envs._base import StepResult, VecEnv
+from rlstruct.errors import BatcherStateError, BatchSizeError, DeviceMismatchError, SpaceError
+from rlstruct.structures import DictTensor
+
+__all__ = ["TorchVecEnv"]
+
+_MASK32 = 0xFFFFFFFF
+# Odd multipliers below 2**31: a value below 2**32 times one of them stays below 2**63.
+_MIX_C1 = 0x21F0AAAD
+_MIX_C2 = 0x735A2D97
+_EPISODE_STRIDE = 0x61C88647  # 2**32 - golden-ratio constant, below 2**31
+_DRAW_STRIDE = 0x2C1B3C6D
+_ENV_STRIDE = 0x5BD1E995 & 0x7FFFFFFF
+_SEED_SALT = (0x3C6EF372, 0x1B873593)
+_TWO_POW_M32 = 2.0**-32
+# With compile=True on the CPU, batches up to this size draw densely inside the fused step (measured
+# crossover on a 2-core AVX2 machine: see BENCHMARKS.md).
+_FUSED_DENSE_MAX_ENVS = 2048
+
+_STATE_KEYS = ("physics", "elapsed_steps", "episode", "rng_key", "last_action", "running")
+
+
+class _HashConstants(NamedTuple):
+    mask: Any
+    c1: Any
+    c2: Any
+    shift_a: Any
+    shift_b: Any
+    episode_stride: Any
+
+
+_HASH = _HashConstants(_MASK32, _MIX_C1, _MIX_C2, 16, 15, _EPISODE_STRIDE)
+
+
+def _mix32(x: torch.Tensor, k: _HashConstants = _HASH) -> torch.Tensor:
+    """A 32-bit avalanche hash of ``x`` (``int64``, values in ``[0, 2**32)``), same range out.
+
+    ``k`` holds the constants as Python ints or, on the hot path, as 0-d tensors (cheaper to dispatch).
+    """
+    x = x ^ (x >> k.shift_a)
+    x = (x * k.c1) & k.mask
+    x = x ^ (x >> k.shift_b)
+    x = (x * k.c2) & k.mask
+    return x ^ (x >> k.shift_b)
+
+
+def env_keys(seed: int, n_envs: int, device: torch.device) -> torch.Tensor:
+    """``int64 [n_envs]`` in ``[0, 2**32)``: the RNG key of env ``k`` depends on ``(seed, k)`` only.
+
+    >>> bool((env_keys(0, 8, torch.device("cpu"))[:4] == env_keys(0, 4, torch.device("cpu"))).all())
+    True
+    """
+    seed64 = seed & 0xFFFFFFFFFFFFFFFF
+    halves = torch.tensor([seed64 & _MASK32, seed64 >> 32], dtype=torch.int64)
+    halves = _mix32(halves ^ torch.tensor(_SEED_SALT, dtype=torch.int64))
+    base = _mix32(halves[:1] ^ _mix32(halves[1:] + 1))
+    k = torch.arange(n_envs, dtype=torch.int64)
+    keys = _mix32(_mix32((base + (k & _MASK32) * _ENV_STRIDE) & _MASK32) ^ (k >> 32))
+    return keys.to(device)
+
+
+class _AutoresetStep(NamedTuple):
+    """What one auto-reset step computes (``*_r``: what the running envs act on next)."""
+
+    frame: torch.Tensor
+    reward: torch.Tensor
+    done: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    reward_r: torch.Tensor
+    initial_r: torch.Tensor
+    last_r: torch.Tensor
+    elapsed_r: torch.Tensor
+    episode_r: torch.Tensor
+    phys_r: torch.Tensor
+    frame_r: torch.Tensor
+
+
+class TorchVecEnv(VecEnv):
+    """``n_envs`` copies of one system, stepped together by batched torch kernels on one device.
+
+    Subclasses set the class attributes below and implement :meth:`_initial_physics`,
+    :meth:`_transition` and :meth:`_frame` as pure functions of tensors (no Python branch on
+    values), which is what lets ``compile=True`` fuse a whole step.
+
+    Observations (``B`` rows, keys in this order): ``frame`` ``float32 [B, obs_dim]``, ``reward``
+    ``float32 [B]``, ``done`` ``bool [B]`` (``terminated | truncated``), ``terminated``, ``truncated``,
+    ``initial_state`` (``bool [B]``), ``last_action`` (``int64 [B]`` for a discrete action space,
+    ``float32 [B, *action_shape]`` otherwise). Observation tensors are freshly allocated and the env
+    never writes into a tensor it has handed out (the ids of every auto-reset step are one cached
+    ``arange``: read them, do not write into them).
+
+    Args:
+        n_envs: number of envs (``>= 1``).
+        device: where the state, the observations and the ids live.
+        seed: any int; env ``k`` of ``seed`` replays the same episodes whatever ``n_envs`` and device.
+        autoreset: ``True``: every env always runs and a finished env restarts inside ``step``;
+            ``False`` (episodic): finished envs drop out until :meth:`reset`.
+        max_episode_steps: truncation horizon (gymnasium's ``TimeLimit``); ``None`` for none.
+        compile: fuse the step with ``torch.compile`` (off by default; the first steps compile).
+
+    Raises:
+        ValueError: ``n_envs`` or ``max_episode_steps`` is not a positive int.
+        DeviceUnavailableError: ``device`` does not exist on this machine.
+
+    >>> from rlstruct.envs import CartPole
+    >>> env = CartPole(2, seed=0, autoreset=True)
+    >>> _ = env.reset()
+    >>> state = env.get_state()
+    >>> state["physics"].shape, state["episode"].tolist(), state["running"].tolist()
+    (torch.Size([2, 4]), [0, 0], [True, True])
+    >>> CartPole(2, seed=7, autoreset=True).set_state(state)  # continues exactly as env would
+    """
+
+    # Set by subclasses.
+    physics_names: tuple[str, ...] = ()
+    reset_low: tuple[float, ...] = ()
+    reset_high: tuple[float, ...] = ()
+    n_actions: int | None = None
+    action_shape: tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        n_envs: int,
+        *,
+        device: DeviceLike = "cpu",
+        seed: int = 0,
+        autoreset: bool = False,
+        max_episode_steps: int | None,
+        compile: bool = False,
+    ):
+        if isinstance(n_envs, bool) or not isinstance(n_envs, int) or n_envs < 1:
+            raise ValueError(f"n_envs must be a positive int, got {n_envs!r}; pass e.g. n_envs=1024")
+        if max_episode_steps is not None and (
+            isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps < 1
+        ):
+            raise ValueError(
+                f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}; "
+                "pass None for no time limit"
+            )
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+        self.device = check_device_exists(device)
+        self.autoreset = bool(autoreset)
+        self.max_episode_steps = max_episode_steps
+        self.seed = seed
+        self.compiled = bool(compile)
+        self._n = n_envs
+        dev = self.device
+        # Constants of the hot path as 0-d tensors on the device: an eager op with a 0-d tensor operand
+        # dispatches faster than one with a Python number, and gives the same result. A fused step
+        # wants Python numbers instead (inlined in the generated code rather than read at each call).
+        self._hash = _HASH if compile else _HashConstants(*(torch.tensor(v, device=dev) for v in _HASH))
+        limit = max_episode_steps if max_episode_steps is not None else 2**62
+        self._one = 1 if compile else torch.tensor(1, dtype=torch.int64, device=dev)
+        self._limit = limit if compile else torch.tensor(limit, dtype=torch.int64, device=dev)
+        self._ids_all = torch.arange(n_envs, dtype=torch.int64, device=dev)
+        n_draws = len(self.reset_low)
+        self._draw_salt = (torch.arange(n_draws, dtype=torch.int64) * _DRAW_STRIDE & _MASK32).view(-1, 1).to(dev)
+        low = torch.tensor(self.reset_low, dtype=torch.float64)
+        high = torch.tensor(self.reset_high, dtype=torch.float64)
+        scale = (high - low) * _TWO_POW_M32
+        self._draw_scale = scale.view(-1, 1).to(dev)
+        self._draw_offset = (low + 0.5 * scale).view(-1, 1).to(dev)
+        self._rng_key = env_keys(seed, n_envs, dev)
+        self._started = False
+        self._phys = torch.zeros(len(self.physics_names), n_envs, dtype=torch.float64, device=dev)
+        self._elapsed = torch.zeros(n_envs, dtype=torch.int64, device=dev)
+        self._episode = torch.full((n_envs,), -1, dtype=torch.int64, device=dev)
+        self._last_action = self._zero_actions(n_envs)
+        self._ids = self._ids_all
+        self._discrete = self.n_actions is not None
+        # The auto-reset step draws fresh initial states in one of two ways, chosen once here and
+        # giving the same bits: for every env then a select (dense: branch-free, no host sync, for
+        # accelerators), or for the finished envs only (sparse: on the CPU, where there is no device
+        # to wait for and the dense draws would cost more than the physics). compile=True fuses the
+        # dense part of the step: all of it off the CPU and for small CPU batches (where one fused
+        # call beats the sparse draws' ~20 small eager ops), the physics only for large CPU batches.
+        sparse = self.device.type == "cpu" and not (compile and n_envs <= _FUSED_DENSE_MAX_ENVS)
+        if compile:
+            self._advance_fn = torch.compile(self._advance, fullgraph=True, dynamic=False)
+            dense = torch.compile(self._autoreset_dense, fullgraph=True, dynamic=False)
+            self._episodic_fn = torch.compile(self._episodic_kernel, fullgraph=True)
+        else:
+            self._advance_fn = self._advance
+            dense = self._autoreset_dense
+            self._episodic_fn = self._episodic_kernel
+        self._autoreset_fn = self._autoreset_sparse if sparse else dense
+
+    def _constants(self, **values: float) -> SimpleNamespace:
+        """``values`` for the subclasses' hot paths: 0-d ``float64`` tensors on the device (eager), or
+        the Python floats themselves (fused step); either gives the same results."""
+        if self.compiled:
+            return SimpleNamespace(**{k: float(v) for k, v in values.items()})
+        return SimpleNamespace(
+            **{k: torch.tensor(v, dtype=torch.float64, device=self.device) for k, v in values.items()}
+        )
+
+    # ------------------------------------------------------------ subclass hooks
+    @abc.abstractmethod
+    def _initial_physics(self, u: torch.Tensor) -> torch.Tensor:
+        """Reset states ``float64 [P, B]`` from uniform draws ``float64 [D, B]`` in ``(low, high)``."""
+
+    @abc.abstractmethod
+    def _transition(
+        self, phys: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(next physics float64 [P, B], reward float32 [B], terminated bool [B])``."""
+
+    @abc.abstractmethod
+    def _frame(self, phys: torch.Tensor) -> torch.Tensor:
+        """The observation ``float32 [B, obs_dim]`` of states ``float64 [P, B]``."""
+
+    # ------------------------------------------------------------------ contract
+    def n_envs(self) -> int:
+        """The number of environments."""
+        return self._n
+
+    def __repr__(self) -> str:
+        mode = "autoreset" if self.autoreset else "episodic"
+        return f"{type(self).__name__}(n_envs={self._n}, device={self.device}, seed={self.seed}, {mode})"
+
+    def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
+        """Starts a new episode in every env.
+
+        Each call advances every env's episode counter, so a second ``reset`` draws new initial
+        states (as gymnasium's ``reset()`` without a seed does); rebuild the env for a replay.
+
+        Args:
+            env_info: ``None``, an empty DictTensor, or ``n_envs`` rows on the CPU (accepted for
+                the contract; these simulators have no per-env parameters).
+
+        Returns:
+            ``(observation [n_envs], ids)`` with ``ids = arange(n_envs)`` (int64, on :attr:`device`).
+
+        Raises:
+            TypeError: ``env_info`` is not a DictTensor.
+            BatchSizeError: ``env_info`` is neither empty nor ``n_envs`` rows.
+            DeviceMismatchError: ``env_info`` is not on the CPU.
+        """
+        self._check_env_info(env_info)
+        self._episode = self._episode + 1
+        self._phys = self._initial_physics(self._uniforms(self._episode))
+        self._elapsed = torch.zeros(self._n, dtype=torch.int64, device=self.device)
+        self._last_action = self._zero_actions(self._n)
+        self._ids = self._ids_all
+        self._started = True
+        false = torch.zeros(self._n, dtype=torch.bool, device=self.device)
+        obs = DictTensor._trusted(
+            {
+                "frame": self._frame(self._phys),
+                "reward": torch.zeros(self._n, dtype=torch.float32, device=self.device),
+                "done": false,
+                "terminated": false.clone(),
+                "truncated": false.clone(),
+                "initial_state": torch.ones(self._n, dtype=torch.bool, device=self.device),
+                "last_action": self._zero_actions(self._n),
+            }
+        )
+        return obs, self._ids_all
+
+    def step(self, action: DictTensor) -> StepResult:
+        """Steps the running envs with ``action["action"]``, one row per running env.
+
+        Args:
+            action: a DictTensor whose ``"action"`` is ``[B]`` of any integer dtype (discrete
+                spaces; values are clamped into ``[0, n_actions)``) or floating ``[B, *action_shape]``
+                (``[B]`` is accepted for a one-dimensional Box), on :attr:`device`, rows in the
+                order of the last returned ids. Other keys are ignored.
+
+        Returns:
+            ``((observation_next [B'], ids [B']), (observation_running [B''], ids [B'']))``.
+            Auto-reset: ``B' = B'' = n_envs`` and both ids are ``arange(n_envs)``; a finished env's
+            row in ``observation_running`` is its fresh reset observation. Episodic:
+            ``ids_running = ids[~observation_next["done"]]`` and ``observation_running`` holds
+            those rows of ``observation_next``.
+
+        Raises:
+            BatcherStateError: ``reset`` was never called, or every episodic env has finished.
+            KeyError: ``action`` has no ``"action"`` key.
+            BatchSizeError: not one row per running env.
+            SpaceError: wrong dtype or per-row shape.
+            DeviceMismatchError: the action is on another device.
+        """
+        if not self._started:
+            raise BatcherStateError(f"{type(self).__name__}.step called before reset(); call env.reset() first")
+        n_rows = self._ids.shape[0]
+        if n_rows == 0:
+            raise BatcherStateError(
+                f"every one of the {self._n} episodic envs has finished; call env.reset() before stepping again "
+                "(or build the env with autoreset=True)"
+            )
+        a = self._check_action(action, n_rows)
+        if self.autoreset:
+            return self._step_autoreset(a)
+        return self._step_episodic(a)
+
+    # ------------------------------------------------------------ step variants
+    def _step_autoreset(self, a: torch.Tensor) -> StepResult:
+        out = self._autoreset_fn(self._phys, self._elapsed, self._episode, self._rng_key, a)
+        self._phys, self._elapsed, self._episode, self._last_action = (
+            out.phys_r, out.elapsed_r, out.episode_r, out.last_r
+        )
+        # One allocation for the four all-false flags; each row is a separate tensor to the caller.
+        false = torch.zeros((4,) + out.done.shape, dtype=torch.bool, device=self.device)
+        obs_next = DictTensor._trusted(
+            {
+                "frame": out.frame,
+                "reward": out.reward,
+                "done": out.done,
+                "terminated": out.terminated,
+                "truncated": out.truncated,
+                "initial_state": false[0],
+                "last_action": a,
+            }
+        )
+        obs_running = DictTensor._trusted(
+            {
+                "frame": out.frame_r,
+                "reward": out.reward_r,
+                "done": false[1],
+                "terminated": false[2],
+                "truncated": false[3],
+                "initial_state": out.initial_r,
+                "last_action": out.last_r,
+            }
+        )
+        ids = self._ids_all
+        return (obs_next, ids), (obs_running, ids)
+
+    def _advance(
+        self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, a: torch.Tensor
+    ) -> _AutoresetStep:
+        """Everything of an auto-reset step but the fresh initial states: pure, branch-free, fusable.
+
+        ``phys_r`` and ``frame_r`` are still those of the terminal states; the callers put the fresh
+        states of the finished envs in them.
+        """
+        phys_n, reward, terminated = self._transition(phys, a)
+        elapsed_n = elapsed + self._one
+        truncated = elapsed_n >= self._limit
+        done = terminated | truncated
+        keep = ~done
+        frame = self._frame(phys_n)
+        return _AutoresetStep(
+            frame=frame,
+            reward=reward,
+            done=done,
+            terminated=terminated,
+            truncated=truncated,
+            reward_r=reward.masked_fill(done, 0.0),
+            initial_r=done.clone(),
+            last_r=a * keep if self._discrete else a.masked_fill(done.view(-1, 1), 0.0),
+            elapsed_r=elapsed_n * keep,
+            episode_r=episode + done,
+            phys_r=phys_n,
+            frame_r=frame,
+        )
+
+    def _autoreset_dense(
+        self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, key: torch.Tensor, a: torch.Tensor
+    ) -> _AutoresetStep:
+        out = self._advance(phys, elapsed, episode, a)
+        fresh = self._initial_physics(self._draw(key, out.episode_r))
+        phys_r = torch.where(out.done, fresh, out.phys_r)
+        return out._replace(phys_r=phys_r, frame_r=self._frame(phys_r))
+
+    def _autoreset_sparse(
+        self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, key: torch.Tensor, a: torch.Tensor
+    ) -> _AutoresetStep:
+        out = self._advance_fn(phys, elapsed, episode, a)
+        rows = torch.nonzero(out.done).squeeze(1)
+        fresh = self._initial_physics(self._draw(key.index_select(0, rows), out.episode_r.index_select(0, rows)))
+        # The terminal states are not handed out (the frame is a copy): the fresh ones can go in place.
+        phys_r = out.phys_r.index_copy_(1, rows, fresh)
+        return out._replace(phys_r=phys_r, frame_r=out.frame.index_copy(0, rows, self._frame(fresh)))
+
+    def _step_episodic(self, a: torch.Tensor) -> StepResult:
+        ids = self._ids
+        if ids.shape[0] == self._n:
+            phys, elapsed = self._phys, self._elapsed
+        else:
+            phys, elapsed = self._phys.index_select(1, ids), self._elapsed.index_select(0, ids)
+        phys_n, elapsed_n, frame, reward, done, terminated, truncated = self._episodic_fn(phys, elapsed, a)
+        if ids.shape[0] == self._n:
+            self._phys, self._elapsed, self._last_action = phys_n, elapsed_n, a
+        else:
+            self._phys = self._phys.index_copy(1, ids, phys_n)
+            self._elapsed = self._elapsed.index_copy(0, ids, elapsed_n)
+            self._last_action = self._last_action.index_copy(0, ids, a)
+        obs_next = DictTensor._trusted(
+            {
+                "frame": frame,
+                "reward": reward,
+                "done": done,
+                "terminated": terminated,
+                "truncated": truncated,
+                "initial_state": torch.zeros_like(done),
+                "last_action": a,
+            }
+        )
+        # The one host sync of the episodic variant: the size of the running set.
+        rows = torch.nonzero(~done).squeeze(1)
+        ids_running = ids.index_select(0, rows)
+        obs_running = obs_next.index(rows)
+        self._ids = ids_running
+        return (obs_next, ids), (obs_running, ids_running)
+
+    def _episodic_kernel(
+        self, phys: torch.Tensor, elapsed: torch.Tensor, a: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        phys_n, reward, terminated = self._transition(phys, a)
+        elapsed_n = elapsed + self._one
+        truncated = elapsed_n >= self._limit
+        done = terminated | truncated
+        return phys_n, elapsed_n, self._frame(phys_n), reward, done, terminated, truncated
+
+    # ------------------------------------------------------------------ RNG
+    def _draw(self, key: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
+        """Uniform draws ``float64 [D, B]`` in ``(low_d, high_d)`` for episode ``episode[b]`` of each env."""
+        k = self._hash
+        x = (episode & k.mask) * k.episode_stride + key
+        h = _mix32((x.unsqueeze(0) + self._draw_salt) & k.mask, k)
+        # low + (h + 1/2) * (high - low) / 2**32, with the 1/2 folded into the offset: every operation is
+        # one correctly rounded IEEE operation, so every device gives the same bits.
+        return h.double() * self._draw_scale + self._draw_offset
+
+    def _uniforms(self, episode: torch.Tensor) -> torch.Tensor:
+        return self._draw(self._rng_key, episode)
+
+    # ----------------------------------------------------------- state I/O
+    def get_state(self) -> DictTensor:
+        """Everything needed to continue exactly, as a DictTensor of ``n_envs`` rows (copies).
+
+        Keys: ``physics`` ``float64 [n_envs, P]`` (gymnasium's order, see :attr:`physics_names`),
+        ``elapsed_steps`` ``int64``, ``episode`` ``int64`` and ``rng_key`` ``int64`` (the RNG
+        state), ``last_action``, ``running`` ``bool`` (always all true for auto-reset envs).
+
+        Raises:
+            BatcherStateError: ``reset`` was never called.
+        """
+        if not self._started:
+            raise BatcherStateError(f"{type(self).__name__}.get_state called before reset(); call env.reset() first")
+        running = torch.zeros(self._n, dtype=torch.bool, device=self.device)
+        running[self._ids] = True
+        return DictTensor._trusted(
+            {
+                "physics": self._phys.t().contiguous(),
+                "elapsed_steps": self._elapsed.clone(),
+                "episode": self._episode.clone(),
+                "rng_key": self._rng_key.clone(),
+                "last_action": self._last_action.clone(),
+                "running": running,
+            }
+        )
+
+    def set_state(self, state: DictTensor) -> None:
+        """Restores a state from :meth:`get_state`, possibly taken on another device or env.
+
+        The env then continues exactly as the one the state was taken from (with the same
+        actions, the same observations), e.g. GPU envs seeded from a CPU state.
+
+        Args:
+            state: a DictTensor of ``n_envs`` rows with the keys of :meth:`get_state`, on any device.
+
+        Raises:
+            TypeError: ``state`` is not a DictTensor.
+            SpaceError: a key is missing or has the wrong shape or dtype, or an auto-reset env is
+                given a state where some env is not running.
+            BatchSizeError: ``state`` does not have ``n_envs`` rows.
+        """
+        if not isinstance(state, DictTensor):
+            raise TypeError(f"state must be a DictTensor from get_state(), got {type(state).__name__}")
+        missing = [k for k in _STATE_KEYS if k not in state]
+        if missing:
+            raise SpaceError(
+                f"state lacks keys {missing}; pass the DictTensor returned by get_state() "
+                f"(keys {list(_STATE_KEYS)})"
+            )
+        if state.n_elems() != self._n:
+            raise BatchSizeError(
+                f"state has {state.n_elems()} rows, this env has n_envs={self._n}; "
+                f"take the state from an env with {self._n} envs or slice it with state.slice(0, {self._n})"
+            )
+        p = len(self.physics_names)
+        expected = {
+            "physics": ((p,), "floating"),
+            "elapsed_steps": ((), "integer"),
+            "episode": ((), "integer"),
+            "rng_key": ((), "integer"),
+            "last_action": (((), "integer") if self._discrete else (self.action_shape, "floating")),
+            "running": ((), "bool"),
+        }
+        for k, (shape, kind) in expected.items():
+            v = state[k]
+            if tuple(v.shape[1:]) != shape or _dtype_kind(v.dtype) != kind:
+                raise SpaceError(
+                    f"state[{k!r}] must be {kind} [{self._n}{''.join(', ' + str(s) for s in shape)}], "
+                    f"got {v.dtype} {list(v.shape)}; pass the DictTensor returned by get_state()"
+                )
+        dev = self.device
+        running = state["running"].to(dev)
+        if self.autoreset and not bool(running.all()):
+            raise SpaceError(
+                "state['running'] has finished envs but this env auto-resets (every env always runs); "
+                "set it on an env built with autoreset=False, or mark every env running"
+            )
+        key = state["rng_key"].to(dev, torch.int64)
+        episode = state["episode"].to(dev, torch.int64)
+        if bool(((key < 0) | (key > _MASK32)).any()) or bool((episode < 0).any()):
+            raise SpaceError(
+                "state['rng_key'] must be in [0, 2**32) and state['episode'] >= 0; "
+                "pass the DictTensor returned by get_state()"
+            )
+        self._phys = state["physics"].detach().to(dev, torch.float64).t().contiguous()
+        self._elapsed = state["elapsed_steps"].to(dev, torch.int64, copy=True)
+        self._episode = episode.clone()
+        self._rng_key = key.clone()
+        self._last_action = state["last_action"].detach().to(dev, self._last_action.dtype, copy=True)
+        self._ids = self._ids_all if bool(running.all()) else torch.nonzero(running).squeeze(1)
+        self._started = True
+
+    # ------------------------------------------------------------ validation
+    def _zero_actions(self, n: int) -> torch.Tensor:
+        if self.n_actions is not None:
+            return torch.zeros(n, dtype=torch.int64, device=self.device)
+        return torch.zeros((n,) + self.action_shape, dtype=torch.float32, device=self.device)
+
+    def _check_env_info(self, env_info: DictTensor | None) -> None:
+        if env_info is None:
+            return
+        if not isinstance(env_info, DictTensor):
+            raise TypeError(f"env_info must be a DictTensor or None, got {type(env_info).__name__}")
+        if env_info.empty():
+            return
+        if env_info.n_elems() != self._n:
+            raise BatchSizeError(
+                f"env_info must be empty or have n_envs={self._n} rows, got {env_info.n_elems()}; "
+                "give one row per env"
+            )
+        if env_info.device().type != "cpu":
+            raise DeviceMismatchError(
+                f"env_info must be on cpu, got {env_info.device()}; build env_info on the CPU"
+            )
+
+    def _check_action(self, action: DictTensor, n_rows: int) -> torch.Tensor:
+        if not isinstance(action, DictTensor):
+            raise TypeError(
+                f"action must be a DictTensor with an 'action' key, got {type(action).__name__}; "
+                "wrap it: DictTensor({'action': a})"
+            )
+        a = action["action"]
+        if a.device != self.device:
+            raise DeviceMismatchError(
+                f"action['action'] must be on {self.device}, got {a.device}; "
+                f"move it with .to({str(self.device)!r}) (or wrap the env in a DeviceEnv)"
+            )
+        if a.dim() == 0 or a.shape[0] != n_rows:
+            raise BatchSizeError(
+                f"action['action'] must have one row per running env ({n_rows} rows, in the order of the last "
+                f"returned ids), got shape {list(a.shape)}"
+            )
+        if self._discrete:
+            if a.dim() != 1 or _dtype_kind(a.dtype) != "integer":
+                raise SpaceError(
+                    f"action['action'] must be an integer tensor of shape [{n_rows}] for {self.action_space}, "
+                    f"got {a.dtype} {list(a.shape)}; pass e.g. torch.randint(0, {self.n_actions}, ({n_rows},))"
+                )
+            # A copy, so that the returned last_action never aliases the caller's tensor (integer
+            # tensors never require grad).
+            return a.clone() if a.dtype == torch.int64 else a.to(torch.int64)
+        shape = (n_rows,) + self.action_shape
+        if _dtype_kind(a.dtype) != "floating" or (tuple(a.shape) != shape and not (a.dim() == 1 and shape[1:] == (1,))):
+            raise SpaceError(
+                f"action['action'] must be a floating tensor of shape {list(shape)} for {self.action_space}, "
+                f"got {a.dtype} {list(a.shape)}; pass e.g. torch.zeros({n_rows}, 1)"
+            )
+        return a.detach().to(torch.float32, copy=True).view(shape)
+
+
+def _dtype_kind(dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_floating_point:
+        return "floating"
+    if dtype.is_complex:
+        return "complex"
+    return "integer"
+

@@ -1,0 +1,432 @@
+"""Torch-native batches of gymnasium's classic-control systems.
+
+Each class reproduces one gymnasium 1.x environment (dynamics, reward, termination, truncation
+and reset ranges), batched over ``n_envs`` copies that live on one device:
+
+================  ===================  ========  ==========  ======================
+class             gymnasium id         actions   obs_dim     max_episode_steps
+================  ===================  ========  ==========  ======================
+:class:`CartPole`     ``CartPole-v1``      2         4           500
+:class:`Acrobot`      ``Acrobot-v1``       3         6           500
+:class:`MountainCar`  ``MountainCar-v0``   3         2           200
+:class:`Pendulum`     ``Pendulum-v1``      Box [1]   3           200
+================  ===================  ========  ==========  ======================
+
+The physics runs in ``float64`` (as gymnasium's, which computes in Python or numpy doubles) and
+the observation ``frame`` is ``float32``. The initial states follow gymnasium's uniform ranges,
+drawn from the counter-based RNG of :mod:`rlstruct.envs._torch_env` (so the numbers differ from
+gymnasium's for the same seed, but the distributions are the same).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rlstruct.devices import DeviceLike
+from rlstruct.envs._torch_env import TorchVecEnv
+
+__all__ = ["CartPole", "Acrobot", "MountainCar", "Pendulum"]
+
+
+def _f32_box(low, high) -> spaces.Box:
+    return spaces.Box(np.asarray(low, dtype=np.float32), np.asarray(high, dtype=np.float32), dtype=np.float32)
+
+
+class CartPole(TorchVecEnv):
+    """Gymnasium's ``CartPole-v1`` (Barto, Sutton and Anderson's cart-pole), ``n_envs`` at a time.
+
+    Physics ``[x, x_dot, theta, theta_dot]`` (euler integration, ``tau = 0.02``); action ``0``
+    pushes left, ``1`` pushes right; reward ``1`` every step including the terminating one;
+    terminated when ``|x| > 2.4`` or ``|theta| > 12°``; initial state uniform in ``(-0.05, 0.05)``.
+
+    Args:
+        n_envs: number of envs.
+        device: where the envs live.
+        seed: env ``k`` replays the same episodes for the same ``seed``, whatever ``n_envs``.
+        autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
+        max_episode_steps: truncation horizon (``None`` for none).
+        compile: fuse the step with ``torch.compile``.
+
+    Observation: ``frame`` ``float32 [B, 4]`` plus the keys of :class:`~rlstruct.envs.VecEnv`;
+    ``last_action`` is ``int64 [B]``.
+
+    >>> from rlstruct import DictTensor
+    >>> env = CartPole(3, seed=0)
+    >>> obs, ids = env.reset()
+    >>> obs["frame"].shape, ids.tolist()
+    (torch.Size([3, 4]), [0, 1, 2])
+    >>> (obs_next, ids), (obs, running) = env.step(DictTensor({"action": torch.ones(3, dtype=torch.long)}))
+    >>> obs_next["reward"].tolist(), running.tolist()
+    ([1.0, 1.0, 1.0], [0, 1, 2])
+    """
+
+    physics_names = ("x", "x_dot", "theta", "theta_dot")
+    reset_low = (-0.05,) * 4
+    reset_high = (0.05,) * 4
+    n_actions = 2
+
+    GRAVITY = 9.8
+    MASSCART = 1.0
+    MASSPOLE = 0.1
+    TOTAL_MASS = MASSPOLE + MASSCART
+    LENGTH = 0.5  # half the pole's length
+    POLEMASS_LENGTH = MASSPOLE * LENGTH
+    FORCE_MAG = 10.0
+    TAU = 0.02
+    THETA_THRESHOLD_RADIANS = 12 * 2 * math.pi / 360
+    X_THRESHOLD = 2.4
+
+    def __init__(
+        self,
+        n_envs: int,
+        *,
+        device: DeviceLike = "cpu",
+        seed: int = 0,
+        autoreset: bool = False,
+        max_episode_steps: int | None = 500,
+        compile: bool = False,
+    ):
+        super().__init__(
+            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile
+        )
+        high = [self.X_THRESHOLD * 2, np.inf, self.THETA_THRESHOLD_RADIANS * 2, np.inf]
+        self.action_space = spaces.Discrete(2)
+        self.observation_space = _f32_box([-h for h in high], high)
+        self._k = self._constants(
+            force_right=self.FORCE_MAG,
+            force_left=-self.FORCE_MAG,
+            gravity=self.GRAVITY,
+            masspole=self.MASSPOLE,
+            total_mass=self.TOTAL_MASS,
+            length=self.LENGTH,
+            polemass_length=self.POLEMASS_LENGTH,
+            four_thirds=4.0 / 3.0,
+            tau=self.TAU,
+        )
+        self._thresholds = torch.tensor(
+            [[self.X_THRESHOLD], [self.THETA_THRESHOLD_RADIANS]], dtype=torch.float64, device=self.device
+        )
+
+    def _initial_physics(self, u: torch.Tensor) -> torch.Tensor:
+        return u
+
+    def _transition(self, phys, action):
+        k = self._k
+        _, x_dot, theta, theta_dot = phys.unbind(0)
+        force = torch.where(action >= self._one, k.force_right, k.force_left)
+        costheta = torch.cos(theta)
+        sintheta = torch.sin(theta)
+        # Same evaluation order as gymnasium's CartPoleEnv.step, so that results agree to the last bits.
+        temp = (force + k.polemass_length * (theta_dot * theta_dot) * sintheta) / k.total_mass
+        thetaacc = (k.gravity * sintheta - costheta * temp) / (
+            k.length * (k.four_thirds - k.masspole * (costheta * costheta) / k.total_mass)
+        )
+        xacc = temp - k.polemass_length * thetaacc * costheta / k.total_mass
+        new = phys + k.tau * torch.stack((x_dot, xacc, theta_dot, thetaacc))
+        # |x| > t is exactly (x < -t) | (x > t); rows 0 and 2 are x and theta.
+        terminated = (new[0::2].abs() > self._thresholds).any(0)
+        reward = torch.ones(phys.shape[1], dtype=torch.float32, device=phys.device)
+        return new, reward, terminated
+
+    def _frame(self, phys):
+        return phys.t().to(torch.float32, memory_format=torch.contiguous_format)
+
+
+class Acrobot(TorchVecEnv):
+    """Gymnasium's ``Acrobot-v1`` (two-link pendulum, "book" dynamics, rk4, no torque noise).
+
+    Physics ``[theta1, theta2, dtheta1, dtheta2]``; actions ``0, 1, 2`` apply torque ``-1, 0, +1``
+    to the joint between the links; reward ``-1`` per step and ``0`` on the terminating step;
+    terminated when ``-cos(theta1) - cos(theta1 + theta2) > 1``; initial state uniform in
+    ``(-0.1, 0.1)`` rounded to ``float32`` (as gymnasium's).
+
+    Args:
+        n_envs: number of envs.
+        device: where the envs live.
+        seed: env ``k`` replays the same episodes for the same ``seed``, whatever ``n_envs``.
+        autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
+        max_episode_steps: truncation horizon (``None`` for none).
+        compile: fuse the step with ``torch.compile``.
+
+    Observation: ``frame`` ``float32 [B, 6]`` = ``[cos θ1, sin θ1, cos θ2, sin θ2, dθ1, dθ2]``;
+    ``last_action`` is ``int64 [B]``.
+
+    >>> from rlstruct import DictTensor
+    >>> env = Acrobot(2, seed=0, autoreset=True)
+    >>> obs, ids = env.reset()
+    >>> (obs_next, ids), _ = env.step(DictTensor({"action": torch.tensor([0, 2])}))
+    >>> obs_next["frame"].shape, obs_next["reward"].tolist()
+    (torch.Size([2, 6]), [-1.0, -1.0])
+    """
+
+    physics_names = ("theta1", "theta2", "dtheta1", "dtheta2")
+    reset_low = (-0.1,) * 4
+    reset_high = (0.1,) * 4
+    n_actions = 3
+
+    DT = 0.2
+    LINK_LENGTH_1 = 1.0
+    LINK_MASS_1 = 1.0
+    LINK_MASS_2 = 1.0
+    LINK_COM_POS_1 = 0.5
+    LINK_COM_POS_2 = 0.5
+    LINK_MOI = 1.0
+    MAX_VEL_1 = 4 * math.pi
+    MAX_VEL_2 = 9 * math.pi
+    GRAVITY = 9.8
+
+    def __init__(
+        self,
+        n_envs: int,
+        *,
+        device: DeviceLike = "cpu",
+        seed: int = 0,
+        autoreset: bool = False,
+        max_episode_steps: int | None = 500,
+        compile: bool = False,
+    ):
+        super().__init__(
+            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile
+        )
+        high = [1.0, 1.0, 1.0, 1.0, self.MAX_VEL_1, self.MAX_VEL_2]
+        self.action_space = spaces.Discrete(3)
+        self.observation_space = _f32_box([-h for h in high], high)
+        self._max_vel = torch.tensor([[self.MAX_VEL_1], [self.MAX_VEL_2]], dtype=torch.float64, device=self.device)
+
+    def _initial_physics(self, u: torch.Tensor) -> torch.Tensor:
+        return u.to(torch.float32).to(torch.float64)
+
+    def _dsdt(self, s: torch.Tensor, torque: torch.Tensor) -> torch.Tensor:
+        # gymnasium's AcrobotEnv._dsdt, book_or_nips="book", with the same constant folding as Python's
+        # left-to-right evaluation of its expressions.
+        m1, m2, l1 = self.LINK_MASS_1, self.LINK_MASS_2, self.LINK_LENGTH_1
+        lc1, lc2, i1, i2, g = self.LINK_COM_POS_1, self.LINK_COM_POS_2, self.LINK_MOI, self.LINK_MOI, self.GRAVITY
+        theta1, theta2, dtheta1, dtheta2 = s.unbind(0)
+        cos2 = torch.cos(theta2)
+        sin2 = torch.sin(theta2)
+        d1 = m1 * lc1**2 + m2 * (l1**2 + lc2**2 + 2 * l1 * lc2 * cos2) + i1 + i2
+        d2 = m2 * (lc2**2 + l1 * lc2 * cos2) + i2
+        phi2 = m2 * lc2 * g * torch.cos(theta1 + theta2 - math.pi / 2.0)
+        phi1 = (
+            -m2 * l1 * lc2 * dtheta2.square() * sin2
+            - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * sin2
+            + (m1 * lc1 + m2 * l1) * g * torch.cos(theta1 - math.pi / 2)
+            + phi2
+        )
+        ddtheta2 = (torque + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1.square() * sin2 - phi2) / (
+            m2 * lc2**2 + i2 - d2.square() / d1
+        )
+        ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
+        return torch.stack((dtheta1, dtheta2, ddtheta1, ddtheta2))
+
+    def _transition(self, phys, action):
+        torque = (action.clamp(0, 2) - 1).to(torch.float64)
+        dt = self.DT
+        dt2 = dt / 2.0
+        k1 = self._dsdt(phys, torque)
+        k2 = self._dsdt(phys + dt2 * k1, torque)
+        k3 = self._dsdt(phys + dt2 * k2, torque)
+        k4 = self._dsdt(phys + dt * k3, torque)
+        ns = phys + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
+        angles = _wrap(ns[:2], -math.pi, math.pi)
+        speeds = torch.minimum(torch.maximum(ns[2:], -self._max_vel), self._max_vel)
+        new = torch.cat((angles, speeds))
+        terminated = -torch.cos(angles[0]) - torch.cos(angles[1] + angles[0]) > 1.0
+        reward = terminated.to(torch.float32) - 1.0
+        return new, reward, terminated
+
+    def _frame(self, phys):
+        c = torch.cos(phys[:2])
+        s = torch.sin(phys[:2])
+        return torch.stack((c[0], s[0], c[1], s[1], phys[2], phys[3]), dim=1).to(torch.float32)
+
+
+def _wrap(x: torch.Tensor, m: float, big_m: float) -> torch.Tensor:
+    """gymnasium's acrobot ``wrap`` (subtract or add ``big_m - m`` until ``m <= x <= big_m``), batched.
+
+    One subtraction gives the very bits of gymnasium's loop; further turns are folded into one product.
+    """
+    diff = big_m - m
+    over = torch.ceil((x - big_m) / diff).clamp(min=0)
+    under = torch.ceil((m - x) / diff).clamp(min=0)
+    return x - over * diff + under * diff
+
+
+class MountainCar(TorchVecEnv):
+    """Gymnasium's ``MountainCar-v0`` (Moore's car in a valley), ``n_envs`` at a time.
+
+    Physics ``[position, velocity]``; actions ``0, 1, 2`` accelerate left, not at all, right;
+    reward ``-1`` per step; terminated when ``position >= 0.5`` (and ``velocity >= 0``); initial
+    position uniform in ``(-0.6, -0.4)``, velocity ``0``.
+
+    Args:
+        n_envs: number of envs.
+        device: where the envs live.
+        seed: env ``k`` replays the same episodes for the same ``seed``, whatever ``n_envs``.
+        autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
+        max_episode_steps: truncation horizon (``None`` for none).
+        compile: fuse the step with ``torch.compile``.
+
+    Observation: ``frame`` ``float32 [B, 2]``; ``last_action`` is ``int64 [B]``.
+
+    >>> env = MountainCar(4, seed=1)
+    >>> obs, ids = env.reset()
+    >>> bool(((obs["frame"][:, 0] > -0.6) & (obs["frame"][:, 0] < -0.4)).all()), obs["frame"][:, 1].tolist()
+    (True, [0.0, 0.0, 0.0, 0.0])
+    """
+
+    physics_names = ("position", "velocity")
+    reset_low = (-0.6,)
+    reset_high = (-0.4,)
+    n_actions = 3
+
+    MIN_POSITION = -1.2
+    MAX_POSITION = 0.6
+    MAX_SPEED = 0.07
+    GOAL_POSITION = 0.5
+    GOAL_VELOCITY = 0
+    FORCE = 0.001
+    GRAVITY = 0.0025
+
+    def __init__(
+        self,
+        n_envs: int,
+        *,
+        device: DeviceLike = "cpu",
+        seed: int = 0,
+        autoreset: bool = False,
+        max_episode_steps: int | None = 200,
+        compile: bool = False,
+    ):
+        super().__init__(
+            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile
+        )
+        self.action_space = spaces.Discrete(3)
+        self.observation_space = _f32_box([self.MIN_POSITION, -self.MAX_SPEED], [self.MAX_POSITION, self.MAX_SPEED])
+        self._k = self._constants(
+            force=self.FORCE,
+            neg_gravity=-self.GRAVITY,
+            three=3.0,
+            max_speed=self.MAX_SPEED,
+            neg_max_speed=-self.MAX_SPEED,
+            min_position=self.MIN_POSITION,
+            max_position=self.MAX_POSITION,
+            goal_position=self.GOAL_POSITION,
+            goal_velocity=self.GOAL_VELOCITY,
+            zero=0.0,
+        )
+
+    def _initial_physics(self, u: torch.Tensor) -> torch.Tensor:
+        return torch.cat((u, torch.zeros_like(u)))
+
+    def _transition(self, phys, action):
+        k = self._k
+        position, velocity = phys.unbind(0)
+        push = (action.clamp(0, 2) - self._one).to(torch.float64)
+        velocity = velocity + (push * k.force + torch.cos(k.three * position) * k.neg_gravity)
+        velocity = velocity.clamp(k.neg_max_speed, k.max_speed)
+        position = (position + velocity).clamp(k.min_position, k.max_position)
+        velocity = velocity.masked_fill((position == k.min_position) & (velocity < k.zero), 0.0)
+        terminated = (position >= k.goal_position) & (velocity >= k.goal_velocity)
+        reward = torch.full(position.shape, -1.0, dtype=torch.float32, device=position.device)
+        return torch.stack((position, velocity)), reward, terminated
+
+    def _frame(self, phys):
+        return phys.t().to(torch.float32, memory_format=torch.contiguous_format)
+
+
+class Pendulum(TorchVecEnv):
+    """Gymnasium's ``Pendulum-v1`` (``g = 10``), ``n_envs`` at a time.
+
+    Physics ``[theta, theta_dot]`` (theta is not wrapped, as in gymnasium); the action is a torque
+    ``float32 [B, 1]`` clipped to ``[-2, 2]``; reward
+    ``-(normalize(theta)**2 + 0.1 * theta_dot**2 + 0.001 * torque**2)``; never terminates (episodes
+    end by truncation); initial ``theta`` uniform in ``(-pi, pi)``, ``theta_dot`` in ``(-1, 1)``.
+
+    Args:
+        n_envs: number of envs.
+        device: where the envs live.
+        seed: env ``k`` replays the same episodes for the same ``seed``, whatever ``n_envs``.
+        autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
+        max_episode_steps: truncation horizon (``None`` for none).
+        compile: fuse the step with ``torch.compile``.
+
+    Observation: ``frame`` ``float32 [B, 3]`` = ``[cos θ, sin θ, θ']``; ``last_action`` is
+    ``float32 [B, 1]`` (the action as given, before clipping).
+
+    >>> from rlstruct import DictTensor
+    >>> env = Pendulum(2, seed=0, max_episode_steps=1)
+    >>> obs, ids = env.reset()
+    >>> (obs_next, ids), (obs, running) = env.step(DictTensor({"action": torch.zeros(2, 1)}))
+    >>> obs_next["truncated"].tolist(), running.tolist()
+    ([True, True], [])
+    """
+
+    physics_names = ("theta", "theta_dot")
+    reset_low = (-math.pi, -1.0)
+    reset_high = (math.pi, 1.0)
+    n_actions = None
+    action_shape = (1,)
+
+    MAX_SPEED = 8
+    MAX_TORQUE = 2.0
+    DT = 0.05
+    G = 10.0
+    M = 1.0
+    L = 1.0
+
+    def __init__(
+        self,
+        n_envs: int,
+        *,
+        device: DeviceLike = "cpu",
+        seed: int = 0,
+        autoreset: bool = False,
+        max_episode_steps: int | None = 200,
+        compile: bool = False,
+    ):
+        super().__init__(
+            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile
+        )
+        self.action_space = spaces.Box(-self.MAX_TORQUE, self.MAX_TORQUE, shape=(1,), dtype=np.float32)
+        self.observation_space = _f32_box([-1.0, -1.0, -self.MAX_SPEED], [1.0, 1.0, self.MAX_SPEED])
+        g, m, l = self.G, self.M, self.L
+        self._k = self._constants(
+            max_torque=self.MAX_TORQUE,
+            neg_max_torque=-self.MAX_TORQUE,
+            pi=math.pi,
+            two_pi=2 * math.pi,
+            cost_speed=0.1,
+            cost_torque=0.001,
+            gravity_term=3 * g / (2 * l),
+            torque_term=3.0 / (m * l**2),
+            dt=self.DT,
+            max_speed=self.MAX_SPEED,
+            neg_max_speed=-self.MAX_SPEED,
+        )
+
+    def _initial_physics(self, u: torch.Tensor) -> torch.Tensor:
+        return u
+
+    def _transition(self, phys, action):
+        k = self._k
+        th, thdot = phys.unbind(0)
+        u = action[:, 0].clamp(k.neg_max_torque, k.max_torque)
+        # gymnasium keeps the torque in float32 (numpy's weak Python scalars), so the torque terms are
+        # float32 products, promoted to float64 when added to the float64 state terms. A 0-d float64
+        # tensor times a float32 tensor is a float32 product too.
+        normalized = torch.remainder(th + k.pi, k.two_pi) - k.pi
+        costs = normalized * normalized + k.cost_speed * (thdot * thdot) + (k.cost_torque * (u * u)).to(torch.float64)
+        newthdot = thdot + (k.gravity_term * torch.sin(th) + (k.torque_term * u).to(torch.float64)) * k.dt
+        newthdot = newthdot.clamp(k.neg_max_speed, k.max_speed)
+        newth = th + newthdot * k.dt
+        terminated = torch.zeros(th.shape, dtype=torch.bool, device=th.device)
+        return torch.stack((newth, newthdot)), (-costs).to(torch.float32), terminated
+
+    def _frame(self, phys):
+        th, thdot = phys[0], phys[1]
+        return torch.stack((torch.cos(th), torch.sin(th), thdot), dim=1).to(torch.float32)
