@@ -10,7 +10,7 @@ TORCH_REQ := $(if $(shell command -v nvidia-smi 2>/dev/null),,-r requirements/cp
 
 $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q $(TORCH_REQ) -e '.[test,tensorboard,plot,progress]'
+	$(PIP) install -q $(TORCH_REQ) -e '.[test,tensorboard,plot,progress,ray]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -25,6 +25,7 @@ bench: install
 	$(PY) benchmarks/structures.py
 	$(PY) benchmarks/envs.py
 	$(PY) benchmarks/batchers.py
+	$(PY) benchmarks/ray_batcher.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache build *.egg-info

@@ -121,6 +121,8 @@ def ray_batcher() -> None:
     except ImportError:
         print("   note: RayBatcher is not available in this version; skipped")
         return
+    # Read once, when Ray is imported: without it a local cluster listens on every network interface.
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     try:
         import ray
     except ImportError:

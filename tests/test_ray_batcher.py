@@ -1,0 +1,326 @@
+"""RayBatcher: the same trajectories as RL_Batcher, versioned weights, placement, faults, clean close.
+
+The tests that need Ray share one local cluster bound to the loopback interface (module-scoped) and are
+skipped when Ray is not installed; the argument checks run without it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from rlstruct import DictTensor, TemporalDictTensor, Trajectories
+from rlstruct.batchers import RL_Batcher, WorkerPlacement
+from rlstruct.batchers.ray_batcher import RayBatcher
+from rlstruct.errors import (
+    BatcherStateError,
+    BatcherWorkerError,
+    BatchSizeError,
+    DeviceMismatchError,
+    MissingDependencyError,
+)
+from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, pid_alive
+from tests.test_batchers import AUTORESET, EPISODIC, assert_same
+
+pytestmark = pytest.mark.timeout(120)
+
+# A cluster for this machine only: no dashboard, no usage report, no token file, loopback addresses.
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+
+
+def import_ray():
+    """Ray, imported with this machine-only configuration (kept for the session: Ray reads it at import)."""
+    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is read once when Ray is imported; unset, a local cluster listens on
+    # every interface whatever _node_ip_address says.
+    os.environ.update(RAY_ENV)
+    ray = pytest.importorskip("ray")
+    from ray._private import ray_constants
+
+    if ray_constants.ENABLE_RAY_CLUSTER:
+        pytest.fail("Ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set: it would listen on "
+                    "every interface; run the Ray tests in a process that has not imported Ray yet")
+    return ray
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = import_ray()
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, _node_ip_address="127.0.0.1",
+             log_to_driver=False, configure_logging=False)
+    try:
+        assert [n["NodeManagerAddress"] for n in ray.nodes()] == ["127.0.0.1"]
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def run(batcher, n_executes, updates=(), agent_info=None, env_info=None):
+    """reset, then execute/get up to ``n_executes`` times, updating weights before execute i in ``updates``."""
+    out = []
+    batcher.reset(agent_info=agent_info, env_info=env_info)
+    for i in range(n_executes):
+        if i in updates:
+            batcher.update({"scale": torch.tensor([float(i + 2)])})
+        batcher.execute()
+        traj, n = batcher.get()
+        out.append((traj, n))
+        if n == 0:
+            break
+    return out
+
+
+def assert_same_runs(a, b):
+    assert len(a) == len(b)
+    for (ta, na), (tb, nb) in zip(a, b):
+        assert na == nb
+        assert_same(ta, tb)
+
+
+# --------------------------------------------------------------------------- without a cluster
+def test_importing_batchers_does_not_import_ray():
+    code = "import sys, rlstruct.batchers as b; assert 'ray' not in sys.modules; b.RayBatcher; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_missing_ray_is_named(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'rlstruct\[ray\]'"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0])
+
+
+def test_ray_not_initialised_is_named(monkeypatch):
+    ray = import_ray()
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # whatever ran before
+    with pytest.raises(BatcherStateError, match=r"needs a running Ray.*ray.init\(address="):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0])
+
+
+def test_bad_constructor_arguments():
+    with pytest.raises(ValueError, match="n_actors must be an int >= 1, got 0"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [])
+    with pytest.raises(BatcherStateError, match=r"one seed per worker of every actor.*= 4, got 2"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0, 1], n_processes=2)
+    with pytest.raises(BatcherStateError, match="agent_seeds must hold one seed per worker of every actor"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0, 1], agent_seeds=[0])
+    with pytest.raises(ValueError, match="num_cpus must be > 0"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0], num_cpus=0)
+    with pytest.raises(ValueError, match="num_gpus must be >= 0"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0], num_gpus=-1)
+    with pytest.raises(ValueError, match=r"placement_strategy must be one of \['SPREAD', 'PACK'"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0], placement_strategy="spread")
+    with pytest.raises(ValueError, match="max_restarts must be an int >= -1"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0], max_restarts=-2)
+    with pytest.raises(ValueError, match="one WorkerPlacement per actor"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0, 1], actor_placements=[WorkerPlacement()])
+    with pytest.raises(ValueError, match="actor 0 runs on cuda:0 but num_gpus=0, so Ray gives it no GPU"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0], actor_device="cuda:0")
+    with pytest.raises(DeviceMismatchError, match="agent_info must be on the CPU"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0],
+                   agent_info=DictTensor({"x": torch.zeros(1, device="meta")}))
+
+
+def test_rebuild_pads_time_and_skips_actors_without_rows():
+    from rlstruct.batchers.ray_batcher import _rebuild, _trajectories_to_wire
+
+    def traj(n, T, fill):
+        return Trajectories(DictTensor({"agent_info/x": torch.full((n,), fill)}),
+                            TemporalDictTensor({"observation/o": torch.full((n, T, 2), fill).to(torch.bfloat16)},
+                                               torch.full((n,), T)))
+
+    a, b = traj(2, 3, 1.0), traj(1, 1, 2.0)
+    out = _rebuild([_trajectories_to_wire(a), None, _trajectories_to_wire(b)], torch.device("cpu"))
+    ref = Trajectories.cat([a, b])
+    assert_same(out, ref)
+    assert out.trajectories["observation/o"].dtype == torch.bfloat16
+    assert out.trajectories["observation/o"][2, 1:].eq(0).all()  # padding beyond lengths is zero
+    out.trajectories["observation/o"].add_(1)  # the result is the caller's own memory
+
+
+# --------------------------------------------------------------------------- equivalence
+SEEDS, AGENT_SEEDS = [3, 11], [103, 111]
+N = 2 * EPISODIC["n_envs"]
+AI = DictTensor({"bonus": torch.arange(N, dtype=torch.float32)})
+EI = DictTensor({"level": torch.arange(N)})
+
+
+@pytest.fixture(scope="module")
+def shared(ray_cluster):
+    """Two actors on the episodic CountingEnv, restarts allowed; every test leaves it usable.
+
+    Its actors take half a (logical) CPU each, so that the other tests' actors fit beside them.
+    """
+    with RayBatcher(3, CounterAgent, {}, CountingEnv, EPISODIC, 2, SEEDS, agent_info=AI.slice(0, 1),
+                    env_info=EI.slice(0, 1), agent_seeds=AGENT_SEEDS, max_restarts=1, num_cpus=0.5) as b:
+        yield b
+
+
+def test_two_actors_equal_rl_batcher(shared):
+    # Actor k's rows are what RL_Batcher gives for worker k's seeds (RL_Batcher's own tests prove that its
+    # in-process and worker-process modes agree, so in-process references keep this test fast).
+    assert shared.n_elems() == N
+    got = run(shared, 5, updates=(1, 2), agent_info=AI, env_info=EI)
+    per_actor = []
+    for k in range(2):
+        with RL_Batcher(3, CounterAgent, {}, CountingEnv, EPISODIC, 0, SEEDS[k:k + 1], agent_info=AI.slice(0, 1),
+                        env_info=EI.slice(0, 1), agent_seeds=AGENT_SEEDS[k:k + 1]) as b:
+            per_actor.append(run(b, 5, updates=(1, 2), agent_info=AI.slice(3 * k, 3 * k + 3),
+                                 env_info=EI.slice(3 * k, 3 * k + 3)))
+    refs = [(Trajectories.cat([a[0], b[0]]), a[1] + b[1]) for a, b in zip(*per_actor)]
+    assert [n for _, n in got] == [4, 2, 0]
+    assert_same_runs(got, refs)
+    # The weights of update(i) reached every actor before execute i.
+    traj = got[2][0].trajectories
+    m = traj.mask().bool()
+    assert torch.equal(traj["action/scaled"][m], 4 * traj["action/count"][m].float())
+    reports = shared.worker_reports()
+    assert len({r["pid"] for r in reports}) == 2 and all(r["node_ip"] == "127.0.0.1" for r in reports)
+    assert all(r["environ"]["CUDA_VISIBLE_DEVICES"] == "" and not r["cuda_initialized"] for r in reports)
+
+
+def test_contract_timings_and_misuse(shared):
+    b = shared
+    with pytest.raises(BatchSizeError, match="one row per env, the sum of every actor's envs = 6, got 2"):
+        b.reset(agent_info=DictTensor({"bonus": torch.zeros(2)}))
+    b.reset()
+    b.reset_timings()
+    b.execute()
+    with pytest.raises(BatcherStateError, match="pending; call get"):
+        b.update({})
+    with pytest.raises(BatcherStateError, match="pending; call get"):
+        b.reset()
+    with pytest.raises(BatcherStateError, match="another execute"):
+        b.execute()
+    results = []
+    deadline = time.monotonic() + 60
+    while not results and time.monotonic() < deadline:
+        traj, n = b.get(blocking=False)
+        if traj is not None:
+            results.append((traj, n))
+    traj, n = results[0]
+    assert n == 4 and traj.n_elems() == 6 and traj.trajectories.lengths.tolist() == [2, 3, 3, 2, 3, 3]
+    assert traj.trajectories["observation/frame"][:, 0, 0].tolist() == [3000, 3001, 3002, 11000, 11001, 11002]
+    assert set(traj.info.keys()) == {"agent_info/bonus", "env_info/level", "agent_state/count"}
+    with pytest.raises(ValueError, match="keys, row shapes and dtypes"):
+        b.execute(agent_info=DictTensor({"other": torch.zeros(6)}))
+    with pytest.raises(DeviceMismatchError, match="CPU state dict"):
+        b.update({"scale": torch.zeros(1, device="meta")})
+    b.execute(agent_info=DictTensor({"bonus": -torch.ones(6)}))
+    traj, n = b.get()
+    assert (traj.trajectories["action/bonus"][:, 0] == -1).all()
+    t = b.timings()
+    assert t["env_steps"] == (2 + 3 + 3 + 1 + 3) * 2 and t["steps"] == 4 * 3
+    assert all(t[k] >= 0 for k in ("agent_forward", "env_step", "buffer_write", "copy", "wait", "gather"))
+    assert t["wait"] > 0
+    b.reset_timings()
+    assert b.timings()["env_steps"] == 0
+    while n:
+        b.execute()
+        _, n = b.get()
+    with pytest.raises(BatcherStateError, match="every env has finished"):
+        b.execute()
+
+
+def test_restarted_actor_is_restored_with_the_latest_weights(shared, ray_cluster):
+    b = shared
+    b.reset()
+    b.update({"scale": torch.tensor([5.0])})
+    b.execute()
+    b.get()
+    old = b.worker_reports()[1]["pid"]
+    ray_cluster.kill(b.actors[1], no_restart=False)  # Ray restarts it: a fresh RL_Batcher, weights version 0
+    assert _wait_dead([old])
+    b.execute()
+    traj, n = b.get()  # actor 1 refuses the stale acquisition, is restored, then collects
+    report = b.worker_reports()[1]
+    assert report["restarts"] == 1 and report["pid"] != old
+    tr = traj.trajectories
+    m = tr.mask().bool()
+    assert torch.equal(tr["action/scaled"][m], 5 * tr["action/count"][m].float())
+    # Actor 0 carried on with its 2 running envs; actor 1 started 3 fresh episodes.
+    assert tr["observation/frame"][:, 0, 1].tolist() == [3, 3, 0, 0, 0]
+    assert n == 3
+
+
+def test_an_actor_hosting_worker_processes_equals_rl_batcher_and_reports_their_errors(ray_cluster):
+    # One actor (one node) whose RL_Batcher runs 2 shared-memory worker processes.
+    with RayBatcher(4, CounterAgent, {}, CountingEnv, AUTORESET, 1, [1, 2], n_processes=2, agent_seeds=[5, 6],
+                    num_cpus=1) as rb:
+        got = run(rb, 2, updates=(1,))
+        report = rb.worker_reports()[0]
+        # update() returns at once; an agent.update that raises in a worker process surfaces at the next get().
+        rb.update({"no_scale_key": torch.zeros(1)})
+        rb.execute()
+        applying = r"actor 0 raised .* applying the weights of update\(\) \(version 2\) failed: worker [01] raised Key"
+        with pytest.raises(BatcherWorkerError, match=applying):
+            rb.get()
+        with pytest.raises(BatcherStateError, match="after an actor failed"):
+            rb.execute()
+    per_worker = []
+    for k in range(2):
+        with RL_Batcher(4, CounterAgent, {}, CountingEnv, AUTORESET, 0, [1 + k], agent_seeds=[5 + k]) as b:
+            per_worker.append(run(b, 2, updates=(1,)))
+    assert_same_runs(got, [(Trajectories.cat([a[0], b[0]]), a[1] + b[1]) for a, b in zip(*per_worker)])
+    assert len(report["workers"]) == 2 and all(w["pid"] != report["pid"] for w in report["workers"])
+
+
+def test_unplaceable_actors_are_reported_not_waited_for(ray_cluster):
+    with pytest.raises(BatcherWorkerError, match=r"could not be placed within 2 s.*lower num_cpus/num_gpus"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 2, [0, 1], num_gpus=1,
+                   placement_strategy="SPREAD", start_timeout=2)
+
+
+# --------------------------------------------------------------------------- placement and faults
+def _wait_dead(pids, seconds=20.0):
+    deadline = time.monotonic() + seconds
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(pid_alive(p) for p in pids)
+
+
+def test_placed_actors_get_their_environment_and_a_killed_one_is_reported(ray_cluster):
+    ray = ray_cluster
+    placements = [WorkerPlacement("cpu", env={"RLSTRUCT_TEST_TAG": "a"}),
+                  WorkerPlacement("cpu", env={"RLSTRUCT_TEST_TAG": "b"}, num_threads=1)]
+    # Both actors' envs hang at their 3rd step (the second acquisition), so actor 1 is busy when it is killed.
+    b = RayBatcher(2, ConstantAgent, {}, CountingEnv, {**AUTORESET, "hang_at_step": 3}, 2, [0, 1],
+                   num_cpus=0.5, placement_strategy="PACK", actor_placements=placements, timeout=60)
+    reports = b.worker_reports()
+    assert [r["environ"]["RLSTRUCT_TEST_TAG"] for r in reports] == ["a", "b"]
+    assert all(r["environ"]["CUDA_VISIBLE_DEVICES"] == "" for r in reports)
+    assert "RLSTRUCT_TEST_TAG" not in os.environ
+    pids = [r["pid"] for r in reports]
+    b.reset()
+    b.execute()
+    assert b.get()[1] == 6
+    b.execute()
+    ray.kill(b.actors[1])  # while actor 0 hangs: the death is reported at once all the same
+    t0 = time.monotonic()
+    with pytest.raises(BatcherWorkerError, match="actor 1 died during execute") as e:
+        b.get()
+    assert e.value.worker_id == 1 and time.monotonic() - t0 < 10
+    with pytest.raises(BatcherStateError, match="after an actor failed"):
+        b.execute()
+    actors = b.actors
+    b.close()
+    assert _wait_dead(pids)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actors[0].info.remote(), timeout=30)
+
+
+def test_hung_actor_times_out(ray_cluster):
+    b = RayBatcher(3, ConstantAgent, {}, CountingEnv, {**AUTORESET, "hang_at_step": 1}, 1, [0], num_cpus=0.5,
+                   timeout=1)
+    pids = [r["pid"] for r in b.worker_reports()]
+    b.reset()
+    b.execute()
+    with pytest.raises(BatcherWorkerError, match="actor 0 did not answer within 1 s during execute"):
+        b.get()
+    b.close()
+    assert _wait_dead(pids)
