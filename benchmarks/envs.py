@@ -4,12 +4,13 @@ Every row steps ``N`` CartPole-v1 envs with uniformly random actions (drawn on t
 the torch envs, with numpy for gymnasium, inside the timed loop in both cases) and reports env
 steps per second (``N * steps / seconds``). Rows:
 
-* ``torch eager``: :class:`rlstruct.envs.CartPole` with ``autoreset=True`` (the default, unfused step).
-* ``torch fused``: the same env with ``compile=True`` (the step fused by ``torch.compile``; the
-  compilation happens in the warm-up, outside the timed loop).
-* ``torch dense`` (CPU only): the eager env forced to draw fresh initial states for every env and
-  select them with ``torch.where`` (what it does on accelerators) instead of drawing for the
-  finished envs only (what it does on the CPU); this row shows what that choice is worth.
+* ``torch eager``: :class:`rlstruct.envs.CartPole` with ``autoreset=True`` (the default, unfused step:
+  on the CPU its kernels run on numpy views of the state and draw for the finished envs only).
+* ``torch fused``: the same env with ``compile=True`` (the torch kernels fused by ``torch.compile``;
+  the compilation happens in the warm-up, outside the timed loop).
+* ``torch dense`` (CPU only): the eager env forced onto the torch kernels with dense draws (fresh
+  initial states for every env, selected with ``torch.where``: what it runs on accelerators); this
+  row shows what the CPU path is worth.
 * ``gymnasium``: ``gym.make_vec("CartPole-v1", N, vectorization_mode="vector_entry_point")``, the
   numpy ``CartPoleVectorEnv`` (next-step auto-reset).
 * ``envpool``: ``envpool.make("CartPole-v1", env_type="gymnasium", num_envs=N)``, when importable.

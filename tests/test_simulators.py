@@ -17,6 +17,7 @@ import torch
 
 from rlstruct import DictTensor
 from rlstruct.envs import Acrobot, CartPole, MountainCar, Pendulum, TorchVecEnv, VecEnv
+from rlstruct.envs._torch_env import NumpyOps, TorchOps
 from rlstruct.errors import BatcherStateError, BatchSizeError, DeviceMismatchError, SpaceError
 from tests.conftest import device_params
 
@@ -244,18 +245,37 @@ def test_reset_draws_depend_only_on_seed_env_and_episode(sim):
     assert not torch.equal(first, second)
     # Episode 1's draws, computed directly from (rng_key, episode) on a fresh env of another size.
     other = sim(3, seed=2)
-    draws = other._draw(other._rng_key, torch.ones(3, dtype=torch.int64))
-    assert torch.equal(other._frame(other._initial_physics(draws)), second[:3])
+    draws = other._draw(TorchOps, other._rng_key, torch.ones(3, dtype=torch.int64))
+    assert torch.equal(other._frame(TorchOps, other._initial_physics(TorchOps, draws)), second[:3])
 
 
-def test_dense_and_sparse_reset_draws_give_the_same_bits(sim):
-    """The CPU step draws only for finished envs; the device kernel draws for all and selects."""
-    sparse = sim(16, seed=4, autoreset=True, max_episode_steps=5)
-    dense = sim(16, seed=4, autoreset=True, max_episode_steps=5)
-    dense._autoreset_fn = dense._autoreset_dense
-    assert sparse._autoreset_fn == sparse._autoreset_sparse
-    for x, y in zip(rollout(sparse, 30), rollout(dense, 30)):
-        assert_identical(x, y)
+@pytest.mark.parametrize("autoreset", [False, True], ids=["episodic", "autoreset"])
+def test_numpy_and_torch_kernels_give_the_same_bits(sim, autoreset):
+    """On the CPU the kernels run on numpy views with sparse reset draws; accelerators run the same kernels
+    on torch tensors with dense draws (and a fused CPU step the torch kernels with sparse draws)."""
+    kw = dict(seed=4, autoreset=autoreset, max_episode_steps=5)
+    default = sim(16, **kw)
+    assert default._autoreset_fn == default._autoreset_numpy and default._episodic_fn == default._episodic_numpy
+    dense, sparse = sim(16, **kw), sim(16, **kw)
+    dense._autoreset_fn, sparse._autoreset_fn = dense._autoreset_dense, sparse._autoreset_sparse
+    dense._episodic_fn = sparse._episodic_fn = dense._episodic_kernel
+    reference = rollout(default, 30)
+    for other in (dense, sparse):
+        for x, y in zip(reference, rollout(other, 30), strict=True):
+            assert_identical(x, y)
+        assert_identical(default.get_state(), other.get_state())
+
+
+def test_draws_are_the_same_bits_in_numpy_and_torch(sim):
+    env = sim(1000, seed=12345)
+    episode = torch.arange(1000, dtype=torch.int64) * 7919 % 2**40  # past 2**32: the counter wraps
+    from_torch = env._draw(TorchOps, env._rng_key, episode)
+    from_numpy = env._draw(NumpyOps, env._rng_key.numpy(), episode.numpy())
+    assert from_numpy.dtype == np.float64 and torch.equal(from_torch, torch.from_numpy(from_numpy))
+    fresh_t = env._initial_physics(TorchOps, from_torch)
+    fresh_n = env._initial_physics(NumpyOps, from_numpy)
+    assert torch.equal(fresh_t, torch.from_numpy(fresh_n))
+    assert torch.equal(env._frame(TorchOps, fresh_t), torch.from_numpy(env._frame(NumpyOps, fresh_n)))
 
 
 # ------------------------------------------------------------------------------------------- state

@@ -3,7 +3,10 @@
 A :class:`TorchVecEnv` keeps every env's state in a few tensors on one device and steps all of
 them with a handful of batched kernels, so that ``10**5``-``10**6`` envs live on one GPU (or one
 CPU process) with no Python loop over envs. Subclasses only describe one system: its reset
-distribution, its transition and its observation, each as a pure function of tensors.
+distribution, its transition and its observation, each a pure function of arrays written once against
+an array namespace ``xp``: :class:`TorchOps` (torch tensors: accelerators and ``compile=True``) or
+:class:`NumpyOps` (zero-copy numpy views of CPU tensors: the default CPU step, where a numpy operation
+dispatches in about a third of a torch operation's time). Both give the same bits on the CPU.
 
 State layout (all on :attr:`TorchVecEnv.device`, one column or row per env):
 
@@ -32,6 +35,7 @@ import abc
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from rlstruct.devices import DeviceLike, check_device_exists
@@ -39,7 +43,7 @@ from rlstruct.envs._base import StepResult, VecEnv
 from rlstruct.errors import BatcherStateError, BatchSizeError, DeviceMismatchError, SpaceError
 from rlstruct.structures import DictTensor
 
-__all__ = ["TorchVecEnv"]
+__all__ = ["TorchVecEnv", "TorchOps", "NumpyOps"]
 
 _MASK32 = 0xFFFFFFFF
 # Odd multipliers below 2**31: a value below 2**32 times one of them stays below 2**63.
@@ -57,28 +61,147 @@ _FUSED_DENSE_MAX_ENVS = 2048
 _STATE_KEYS = ("physics", "elapsed_steps", "episode", "rng_key", "last_action", "running")
 
 
-class _HashConstants(NamedTuple):
-    mask: Any
-    c1: Any
-    c2: Any
-    shift_a: Any
-    shift_b: Any
-    episode_stride: Any
+def _mix32(x: Any) -> Any:
+    """A 32-bit avalanche hash of ``x`` (``int64`` tensor or array, values in ``[0, 2**32)``), same range out."""
+    x = x ^ (x >> 16)
+    x = (x * _MIX_C1) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * _MIX_C2) & _MASK32
+    return x ^ (x >> 15)
 
 
-_HASH = _HashConstants(_MASK32, _MIX_C1, _MIX_C2, 16, 15, _EPISODE_STRIDE)
+class TorchOps:
+    """The array namespace of the torch kernels: any device, and what ``compile=True`` fuses.
 
-
-def _mix32(x: torch.Tensor, k: _HashConstants = _HASH) -> torch.Tensor:
-    """A 32-bit avalanche hash of ``x`` (``int64``, values in ``[0, 2**32)``), same range out.
-
-    ``k`` holds the constants as Python ints or, on the hot path, as 0-d tensors (cheaper to dispatch).
+    The simulators' kernels are written once against ``xp`` (this class or :class:`NumpyOps`), with
+    Python operators for the arithmetic and ``xp.<name>`` for the rest, so that one code runs on
+    torch tensors (accelerators, fused steps) and on zero-copy numpy views of CPU tensors.
     """
-    x = x ^ (x >> k.shift_a)
-    x = (x * k.c1) & k.mask
-    x = x ^ (x >> k.shift_b)
-    x = (x * k.c2) & k.mask
-    return x ^ (x >> k.shift_b)
+
+    is_numpy = False
+    sin = staticmethod(torch.sin)
+    cos = staticmethod(torch.cos)
+    abs = staticmethod(torch.abs)
+    ceil = staticmethod(torch.ceil)
+    remainder = staticmethod(torch.remainder)
+    where = staticmethod(torch.where)
+    minimum = staticmethod(torch.minimum)
+    maximum = staticmethod(torch.maximum)
+    zeros_like = staticmethod(torch.zeros_like)
+
+    @staticmethod
+    def clip(x: torch.Tensor, low: Any = None, high: Any = None) -> torch.Tensor:
+        return x.clamp(low, high)
+
+    @staticmethod
+    def stack(rows: Any) -> torch.Tensor:
+        return torch.stack(tuple(rows))
+
+    @staticmethod
+    def concat(parts: Any) -> torch.Tensor:
+        return torch.cat(tuple(parts))
+
+    @staticmethod
+    def float64(x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.float64)
+
+    @staticmethod
+    def float32(x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.float32)
+
+    @staticmethod
+    def full_f32(like: torch.Tensor, value: float) -> torch.Tensor:
+        """``float32 [B]`` filled with ``value``, ``B`` and the device those of ``like [B]``."""
+        return torch.full(like.shape, value, dtype=torch.float32, device=like.device)
+
+    @staticmethod
+    def false(like: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(like.shape, dtype=torch.bool, device=like.device)
+
+    @staticmethod
+    def frame(rows: Any) -> torch.Tensor:
+        """``float32 [B, F]`` whose column ``f`` is ``rows[f]``: a ``[F, B]`` tensor or ``F`` tensors ``[B]``."""
+        if isinstance(rows, torch.Tensor):
+            return rows.t().to(torch.float32, memory_format=torch.contiguous_format)
+        return torch.stack(tuple(rows), dim=1).to(torch.float32)
+
+
+def _torch_sin(x: np.ndarray) -> np.ndarray:
+    out = np.empty(x.shape, dtype=x.dtype)
+    torch.sin(torch.from_numpy(x), out=torch.from_numpy(out))
+    return out
+
+
+def _torch_cos(x: np.ndarray) -> np.ndarray:
+    out = np.empty(x.shape, dtype=x.dtype)
+    torch.cos(torch.from_numpy(x), out=torch.from_numpy(out))
+    return out
+
+
+class NumpyOps:
+    """The array namespace of the CPU kernels: numpy on zero-copy views of CPU tensors.
+
+    A numpy operation dispatches in about a third of a torch operation's time, which is most of a
+    step's cost up to ``10**4`` envs. ``sin`` and ``cos`` are torch's (vectorized, 2-3x numpy's
+    float64 ones on AVX2, and the same bits as the torch kernels), called on the same memory.
+    """
+
+    is_numpy = True
+    sin = staticmethod(_torch_sin)
+    cos = staticmethod(_torch_cos)
+    abs = staticmethod(np.abs)
+    ceil = staticmethod(np.ceil)
+    remainder = staticmethod(np.remainder)
+    where = staticmethod(np.where)
+    minimum = staticmethod(np.minimum)
+    maximum = staticmethod(np.maximum)
+    zeros_like = staticmethod(np.zeros_like)
+
+    @staticmethod
+    def clip(x: np.ndarray, low: Any = None, high: Any = None) -> np.ndarray:
+        if high is None:
+            return np.maximum(x, low)
+        if low is None:
+            return np.minimum(x, high)
+        return np.minimum(np.maximum(x, low), high)
+
+    @staticmethod
+    def stack(rows: Any) -> np.ndarray:
+        # np.array of a tuple of [B] arrays is np.stack's result, at a quarter of its call overhead.
+        return np.array(tuple(rows))
+
+    @staticmethod
+    def concat(parts: Any) -> np.ndarray:
+        return np.concatenate(tuple(parts))
+
+    @staticmethod
+    def float64(x: np.ndarray) -> np.ndarray:
+        return x.astype(np.float64)
+
+    @staticmethod
+    def float32(x: np.ndarray) -> np.ndarray:
+        return x.astype(np.float32)
+
+    @staticmethod
+    def full_f32(like: np.ndarray, value: float) -> np.ndarray:
+        out = np.empty(like.shape, dtype=np.float32)
+        out.fill(value)
+        return out
+
+    @staticmethod
+    def false(like: np.ndarray) -> np.ndarray:
+        return np.zeros(like.shape, dtype=np.bool_)
+
+    @staticmethod
+    def frame(rows: Any) -> np.ndarray:
+        if isinstance(rows, np.ndarray) and rows.shape[1] <= 512:
+            return rows.T.astype(np.float32, order="C")
+        # Column by column for large batches: numpy's cast of a transposed [F, B] array into C order
+        # walks it F elements at a time, 2-3x slower from 4096 envs on.
+        out = np.empty((len(rows[0]), len(rows)), dtype=np.float32)
+        for f, row in enumerate(rows):
+            out[:, f] = row
+        return out
 
 
 def env_keys(seed: int, n_envs: int, device: torch.device) -> torch.Tensor:
@@ -111,14 +234,16 @@ class _AutoresetStep(NamedTuple):
     episode_r: torch.Tensor
     phys_r: torch.Tensor
     frame_r: torch.Tensor
+    false: tuple[torch.Tensor, ...] | None = None  # four all-false bool [B], when the step made them
 
 
 class TorchVecEnv(VecEnv):
     """``n_envs`` copies of one system, stepped together by batched torch kernels on one device.
 
     Subclasses set the class attributes below and implement :meth:`_initial_physics`,
-    :meth:`_transition` and :meth:`_frame` as pure functions of tensors (no Python branch on
-    values), which is what lets ``compile=True`` fuse a whole step.
+    :meth:`_transition` and :meth:`_frame` as pure functions of arrays against the namespace ``xp``
+    they are given (no Python branch on values), which is what lets ``compile=True`` fuse a whole
+    step and the CPU step run them on numpy.
 
     Observations (``B`` rows, keys in this order): ``frame`` ``float32 [B, obs_dim]``, ``reward``
     ``float32 [B]``, ``done`` ``bool [B]`` (``terminated | truncated``), ``terminated``, ``truncated``,
@@ -184,21 +309,17 @@ class TorchVecEnv(VecEnv):
         self.compiled = bool(compile)
         self._n = n_envs
         dev = self.device
-        # Constants of the hot path as 0-d tensors on the device: an eager op with a 0-d tensor operand
-        # dispatches faster than one with a Python number, and gives the same result. A fused step
-        # wants Python numbers instead (inlined in the generated code rather than read at each call).
-        self._hash = _HASH if compile else _HashConstants(*(torch.tensor(v, device=dev) for v in _HASH))
-        limit = max_episode_steps if max_episode_steps is not None else 2**62
-        self._one = 1 if compile else torch.tensor(1, dtype=torch.int64, device=dev)
-        self._limit = limit if compile else torch.tensor(limit, dtype=torch.int64, device=dev)
+        self._limit = max_episode_steps if max_episode_steps is not None else 2**62
         self._ids_all = torch.arange(n_envs, dtype=torch.int64, device=dev)
         n_draws = len(self.reset_low)
-        self._draw_salt = (torch.arange(n_draws, dtype=torch.int64) * _DRAW_STRIDE & _MASK32).view(-1, 1).to(dev)
         low = torch.tensor(self.reset_low, dtype=torch.float64)
         high = torch.tensor(self.reset_high, dtype=torch.float64)
         scale = (high - low) * _TWO_POW_M32
-        self._draw_scale = scale.view(-1, 1).to(dev)
-        self._draw_offset = (low + 0.5 * scale).view(-1, 1).to(dev)
+        self._arrays_torch = SimpleNamespace()
+        self._arrays_numpy = SimpleNamespace()
+        self._add_array("draw_salt", (torch.arange(n_draws, dtype=torch.int64) * _DRAW_STRIDE & _MASK32).view(-1, 1))
+        self._add_array("draw_scale", scale.view(-1, 1))
+        self._add_array("draw_offset", (low + 0.5 * scale).view(-1, 1))
         self._rng_key = env_keys(seed, n_envs, dev)
         self._started = False
         self._phys = torch.zeros(len(self.physics_names), n_envs, dtype=torch.float64, device=dev)
@@ -207,45 +328,62 @@ class TorchVecEnv(VecEnv):
         self._last_action = self._zero_actions(n_envs)
         self._ids = self._ids_all
         self._discrete = self.n_actions is not None
-        # The auto-reset step draws fresh initial states in one of two ways, chosen once here and
-        # giving the same bits: for every env then a select (dense: branch-free, no host sync, for
-        # accelerators), or for the finished envs only (sparse: on the CPU, where there is no device
-        # to wait for and the dense draws would cost more than the physics). compile=True fuses the
-        # dense part of the step: all of it off the CPU and for small CPU batches (where one fused
-        # call beats the sparse draws' ~20 small eager ops), the physics only for large CPU batches.
-        sparse = self.device.type == "cpu" and not (compile and n_envs <= _FUSED_DENSE_MAX_ENVS)
+        self._np_views: tuple | None = None
+        self._key_np: tuple = (None, None)
+        self._action_np: np.ndarray | None = None
+        # How a step runs, chosen once here; every way gives the same bits (up to the fused kernels'
+        # floating-point contractions). On the CPU the kernels run on numpy views of the state and draw
+        # fresh initial states for the finished envs only (no device to wait for, and numpy dispatches
+        # ~3x faster than torch: see BENCHMARKS.md). Elsewhere they run on torch tensors and draw for
+        # every env then select (dense: branch-free, no host sync). compile=True fuses the torch kernels:
+        # the whole dense step off the CPU and for small CPU batches, the physics only (with sparse
+        # draws) for large CPU batches.
+        on_cpu = dev.type == "cpu"
         if compile:
             self._advance_fn = torch.compile(self._advance, fullgraph=True, dynamic=False)
             dense = torch.compile(self._autoreset_dense, fullgraph=True, dynamic=False)
             self._episodic_fn = torch.compile(self._episodic_kernel, fullgraph=True)
+            sparse_cpu = on_cpu and n_envs > _FUSED_DENSE_MAX_ENVS
+            self._autoreset_fn = self._autoreset_sparse if sparse_cpu else dense
         else:
             self._advance_fn = self._advance
-            dense = self._autoreset_dense
-            self._episodic_fn = self._episodic_kernel
-        self._autoreset_fn = self._autoreset_sparse if sparse else dense
+            self._episodic_fn = self._episodic_numpy if on_cpu else self._episodic_kernel
+            self._autoreset_fn = self._autoreset_numpy if on_cpu else self._autoreset_dense
 
-    def _constants(self, **values: float) -> SimpleNamespace:
-        """``values`` for the subclasses' hot paths: 0-d ``float64`` tensors on the device (eager), or
-        the Python floats themselves (fused step); either gives the same results."""
-        if self.compiled:
-            return SimpleNamespace(**{k: float(v) for k, v in values.items()})
-        return SimpleNamespace(
-            **{k: torch.tensor(v, dtype=torch.float64, device=self.device) for k, v in values.items()}
-        )
+    def _numpy_state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Numpy views of ``(physics, elapsed, episode, rng_key)`` (CPU only), kept for the tensors they view."""
+        v = self._np_views
+        if v is None or v[0] is not self._phys or v[1] is not self._elapsed or v[2] is not self._episode:
+            phys, elapsed, episode = self._phys, self._elapsed, self._episode
+            v = self._np_views = (phys, elapsed, episode, phys.numpy(), elapsed.numpy(), episode.numpy())
+        if self._key_np[0] is not self._rng_key:
+            self._key_np = (self._rng_key, self._rng_key.numpy())
+        return v[3], v[4], v[5], self._key_np[1]
+
+    def _add_array(self, name: str, values: torch.Tensor) -> None:
+        """Registers a constant array of the kernels, read as ``self._arrays(xp).<name>``."""
+        t = values.to(self.device)
+        setattr(self._arrays_torch, name, t)
+        if self.device.type == "cpu":
+            setattr(self._arrays_numpy, name, t.numpy())
+
+    def _arrays(self, xp: type) -> SimpleNamespace:
+        return self._arrays_numpy if xp.is_numpy else self._arrays_torch
 
     # ------------------------------------------------------------ subclass hooks
+    # The hooks below are pure functions of arrays, written once against the array namespace ``xp``
+    # (:class:`TorchOps` or :class:`NumpyOps`): Python operators and ``xp.<name>`` only, no Python
+    # branch on values. Each returns freshly allocated arrays (the step writes into them).
     @abc.abstractmethod
-    def _initial_physics(self, u: torch.Tensor) -> torch.Tensor:
+    def _initial_physics(self, xp: type, u: Any) -> Any:
         """Reset states ``float64 [P, B]`` from uniform draws ``float64 [D, B]`` in ``(low, high)``."""
 
     @abc.abstractmethod
-    def _transition(
-        self, phys: torch.Tensor, action: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _transition(self, xp: type, phys: Any, action: Any) -> tuple[Any, Any, Any]:
         """``(next physics float64 [P, B], reward float32 [B], terminated bool [B])``."""
 
     @abc.abstractmethod
-    def _frame(self, phys: torch.Tensor) -> torch.Tensor:
+    def _frame(self, xp: type, phys: Any) -> Any:
         """The observation ``float32 [B, obs_dim]`` of states ``float64 [P, B]``."""
 
     # ------------------------------------------------------------------ contract
@@ -277,15 +415,17 @@ class TorchVecEnv(VecEnv):
         """
         self._check_env_info(env_info)
         self._episode = self._episode + 1
-        self._phys = self._initial_physics(self._uniforms(self._episode))
+        self._phys = self._initial_physics(TorchOps, self._draw(TorchOps, self._rng_key, self._episode))
         self._elapsed = torch.zeros(self._n, dtype=torch.int64, device=self.device)
         self._last_action = self._zero_actions(self._n)
         self._ids = self._ids_all
         self._started = True
+        if self.device.type == "cpu":
+            self._numpy_state()
         false = torch.zeros(self._n, dtype=torch.bool, device=self.device)
         obs = DictTensor._trusted(
             {
-                "frame": self._frame(self._phys),
+                "frame": self._frame(TorchOps, self._phys),
                 "reward": torch.zeros(self._n, dtype=torch.float32, device=self.device),
                 "done": false,
                 "terminated": false.clone(),
@@ -339,7 +479,9 @@ class TorchVecEnv(VecEnv):
             out.phys_r, out.elapsed_r, out.episode_r, out.last_r
         )
         # One allocation for the four all-false flags; each row is a separate tensor to the caller.
-        false = torch.zeros((4,) + out.done.shape, dtype=torch.bool, device=self.device)
+        false = out.false
+        if false is None:
+            false = torch.zeros((4,) + out.done.shape, dtype=torch.bool, device=self.device).unbind(0)
         obs_next = DictTensor._trusted(
             {
                 "frame": out.frame,
@@ -373,12 +515,12 @@ class TorchVecEnv(VecEnv):
         ``phys_r`` and ``frame_r`` are still those of the terminal states; the callers put the fresh
         states of the finished envs in them.
         """
-        phys_n, reward, terminated = self._transition(phys, a)
-        elapsed_n = elapsed + self._one
+        phys_n, reward, terminated = self._transition(TorchOps, phys, a)
+        elapsed_n = elapsed + 1
         truncated = elapsed_n >= self._limit
         done = terminated | truncated
         keep = ~done
-        frame = self._frame(phys_n)
+        frame = self._frame(TorchOps, phys_n)
         return _AutoresetStep(
             frame=frame,
             reward=reward,
@@ -398,19 +540,67 @@ class TorchVecEnv(VecEnv):
         self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, key: torch.Tensor, a: torch.Tensor
     ) -> _AutoresetStep:
         out = self._advance(phys, elapsed, episode, a)
-        fresh = self._initial_physics(self._draw(key, out.episode_r))
+        fresh = self._initial_physics(TorchOps, self._draw(TorchOps, key, out.episode_r))
         phys_r = torch.where(out.done, fresh, out.phys_r)
-        return out._replace(phys_r=phys_r, frame_r=self._frame(phys_r))
+        return out._replace(phys_r=phys_r, frame_r=self._frame(TorchOps, phys_r))
 
     def _autoreset_sparse(
         self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, key: torch.Tensor, a: torch.Tensor
     ) -> _AutoresetStep:
         out = self._advance_fn(phys, elapsed, episode, a)
         rows = torch.nonzero(out.done).squeeze(1)
-        fresh = self._initial_physics(self._draw(key.index_select(0, rows), out.episode_r.index_select(0, rows)))
+        draws = self._draw(TorchOps, key.index_select(0, rows), out.episode_r.index_select(0, rows))
+        fresh = self._initial_physics(TorchOps, draws)
         # The terminal states are not handed out (the frame is a copy): the fresh ones can go in place.
         phys_r = out.phys_r.index_copy_(1, rows, fresh)
-        return out._replace(phys_r=phys_r, frame_r=out.frame.index_copy(0, rows, self._frame(fresh)))
+        return out._replace(phys_r=phys_r, frame_r=out.frame.index_copy(0, rows, self._frame(TorchOps, fresh)))
+
+    def _autoreset_numpy(
+        self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, key: torch.Tensor, a: torch.Tensor
+    ) -> _AutoresetStep:
+        """The CPU step: :meth:`_autoreset_sparse`'s results, computed by numpy on views of the tensors.
+
+        Up to ``10**4`` envs a step costs its number of calls (about 1-2 µs each, numpy's or torch's), so
+        the state's numpy views are kept between steps and the writes go in place into arrays of this
+        step that no caller has seen yet.
+        """
+        xp = NumpyOps
+        a_np = self._action_np
+        phys_np, elapsed_np, episode_np, key_np = self._numpy_state()
+        phys_n, reward, terminated = self._transition(xp, phys_np, a_np)
+        elapsed_n = elapsed_np + 1
+        truncated = elapsed_n >= self._limit
+        done = terminated | truncated
+        frame = self._frame(xp, phys_n)
+        rows = done.nonzero()[0]
+        episode_r = episode_np + done
+        fresh = self._initial_physics(xp, self._draw(xp, key_np[rows], episode_r[rows]))
+        phys_n[:, rows] = fresh
+        elapsed_n[rows] = 0
+        frame_r = frame.copy()
+        frame_r[rows] = self._frame(xp, fresh)
+        reward_r = reward.copy()
+        reward_r[rows] = 0.0
+        last_r = a_np.copy()
+        last_r[rows] = 0
+        t = torch.from_numpy
+        out = _AutoresetStep(
+            frame=t(frame),
+            reward=t(reward),
+            done=t(done),
+            terminated=t(terminated),
+            truncated=t(truncated),
+            reward_r=t(reward_r),
+            initial_r=t(done.copy()),
+            last_r=t(last_r),
+            elapsed_r=t(elapsed_n),
+            episode_r=t(episode_r),
+            phys_r=t(phys_n),
+            frame_r=t(frame_r),
+            false=t(np.zeros((4, done.shape[0]), dtype=np.bool_)).unbind(0),
+        )
+        self._np_views = (out.phys_r, out.elapsed_r, out.episode_r, phys_n, elapsed_n, episode_r)
+        return out
 
     def _step_episodic(self, a: torch.Tensor) -> StepResult:
         ids = self._ids
@@ -444,26 +634,34 @@ class TorchVecEnv(VecEnv):
         return (obs_next, ids), (obs_running, ids_running)
 
     def _episodic_kernel(
-        self, phys: torch.Tensor, elapsed: torch.Tensor, a: torch.Tensor
-    ) -> tuple[torch.Tensor, ...]:
-        phys_n, reward, terminated = self._transition(phys, a)
-        elapsed_n = elapsed + self._one
+        self, phys: torch.Tensor, elapsed: torch.Tensor, a: torch.Tensor, xp: type = TorchOps
+    ) -> tuple[Any, ...]:
+        phys_n, reward, terminated = self._transition(xp, phys, a)
+        elapsed_n = elapsed + 1
         truncated = elapsed_n >= self._limit
         done = terminated | truncated
-        return phys_n, elapsed_n, self._frame(phys_n), reward, done, terminated, truncated
+        return phys_n, elapsed_n, self._frame(xp, phys_n), reward, done, terminated, truncated
+
+    def _episodic_numpy(self, phys: torch.Tensor, elapsed: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if phys is self._phys and elapsed is self._elapsed:
+            phys_np, elapsed_np = self._numpy_state()[:2]
+        else:
+            phys_np, elapsed_np = phys.numpy(), elapsed.numpy()
+        out = self._episodic_kernel(phys_np, elapsed_np, self._action_np, NumpyOps)
+        return tuple(torch.from_numpy(x) for x in out)
 
     # ------------------------------------------------------------------ RNG
-    def _draw(self, key: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
-        """Uniform draws ``float64 [D, B]`` in ``(low_d, high_d)`` for episode ``episode[b]`` of each env."""
-        k = self._hash
-        x = (episode & k.mask) * k.episode_stride + key
-        h = _mix32((x.unsqueeze(0) + self._draw_salt) & k.mask, k)
-        # low + (h + 1/2) * (high - low) / 2**32, with the 1/2 folded into the offset: every operation is
-        # one correctly rounded IEEE operation, so every device gives the same bits.
-        return h.double() * self._draw_scale + self._draw_offset
+    def _draw(self, xp: type, key: Any, episode: Any) -> Any:
+        """Uniform draws ``float64 [D, B]`` in ``(low_d, high_d)`` for episode ``episode[b]`` of env key ``key[b]``.
 
-    def _uniforms(self, episode: torch.Tensor) -> torch.Tensor:
-        return self._draw(self._rng_key, episode)
+        Integer operations in ``int64`` with every intermediate below ``2**63``, then correctly rounded
+        IEEE operations: numpy and torch on every device give the same bits.
+        """
+        c = self._arrays(xp)
+        x = (episode & _MASK32) * _EPISODE_STRIDE + key
+        h = _mix32((x + c.draw_salt) & _MASK32)  # [D, 1] + [B]: [D, B]
+        # low + (h + 1/2) * (high - low) / 2**32, with the 1/2 folded into the offset.
+        return xp.float64(h) * c.draw_scale + c.draw_offset
 
     # ----------------------------------------------------------- state I/O
     def get_state(self) -> DictTensor:
@@ -556,6 +754,8 @@ class TorchVecEnv(VecEnv):
         self._last_action = state["last_action"].detach().to(dev, self._last_action.dtype, copy=True)
         self._ids = self._ids_all if bool(running.all()) else torch.nonzero(running).squeeze(1)
         self._started = True
+        if dev.type == "cpu":
+            self._numpy_state()
 
     # ------------------------------------------------------------ validation
     def _zero_actions(self, n: int) -> torch.Tensor:
@@ -605,14 +805,25 @@ class TorchVecEnv(VecEnv):
                 )
             # A copy, so that the returned last_action never aliases the caller's tensor (integer
             # tensors never require grad).
-            return a.clone() if a.dtype == torch.int64 else a.to(torch.int64)
+            return self._copy_action(a, torch.int64, (n_rows,))
         shape = (n_rows,) + self.action_shape
         if _dtype_kind(a.dtype) != "floating" or (tuple(a.shape) != shape and not (a.dim() == 1 and shape[1:] == (1,))):
             raise SpaceError(
                 f"action['action'] must be a floating tensor of shape {list(shape)} for {self.action_space}, "
                 f"got {a.dtype} {list(a.shape)}; pass e.g. torch.zeros({n_rows}, 1)"
             )
-        return a.detach().to(torch.float32, copy=True).view(shape)
+        return self._copy_action(a.detach(), torch.float32, shape)
+
+    def _copy_action(self, a: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+        """A copy of ``a`` as ``dtype [shape]``; on the CPU a view of a numpy array, which the step's numpy
+        kernels read as :attr:`_action_np`."""
+        if self.device.type != "cpu":
+            return a.to(dtype, copy=True).view(shape)
+        buf = np.empty(shape, dtype=np.int64 if dtype == torch.int64 else np.float32)
+        out = torch.from_numpy(buf)
+        out.copy_(a.reshape(shape))
+        self._action_np = buf
+        return out
 
 
 def _dtype_kind(dtype: torch.dtype) -> str:

@@ -96,44 +96,32 @@ class CartPole(TorchVecEnv):
         high = [self.X_THRESHOLD * 2, np.inf, self.THETA_THRESHOLD_RADIANS * 2, np.inf]
         self.action_space = spaces.Discrete(2)
         self.observation_space = _f32_box([-h for h in high], high)
-        self._k = self._constants(
-            force_right=self.FORCE_MAG,
-            force_left=-self.FORCE_MAG,
-            gravity=self.GRAVITY,
-            masspole=self.MASSPOLE,
-            total_mass=self.TOTAL_MASS,
-            length=self.LENGTH,
-            polemass_length=self.POLEMASS_LENGTH,
-            four_thirds=4.0 / 3.0,
-            tau=self.TAU,
-        )
-        self._thresholds = torch.tensor(
-            [[self.X_THRESHOLD], [self.THETA_THRESHOLD_RADIANS]], dtype=torch.float64, device=self.device
+        self._add_array(
+            "thresholds", torch.tensor([[self.X_THRESHOLD], [self.THETA_THRESHOLD_RADIANS]], dtype=torch.float64)
         )
 
-    def _initial_physics(self, u: torch.Tensor) -> torch.Tensor:
+    def _initial_physics(self, xp, u):
         return u
 
-    def _transition(self, phys, action):
-        k = self._k
-        _, x_dot, theta, theta_dot = phys.unbind(0)
-        force = torch.where(action >= self._one, k.force_right, k.force_left)
-        costheta = torch.cos(theta)
-        sintheta = torch.sin(theta)
+    def _transition(self, xp, phys, action):
+        x_dot, theta, theta_dot = phys[1], phys[2], phys[3]
+        # +-FORCE_MAG from the action clamped into {0, 1}; products and sums of small integers, exact.
+        force = xp.float64(action >= 1) * (2 * self.FORCE_MAG) - self.FORCE_MAG
+        costheta = xp.cos(theta)
+        sintheta = xp.sin(theta)
         # Same evaluation order as gymnasium's CartPoleEnv.step, so that results agree to the last bits.
-        temp = (force + k.polemass_length * (theta_dot * theta_dot) * sintheta) / k.total_mass
-        thetaacc = (k.gravity * sintheta - costheta * temp) / (
-            k.length * (k.four_thirds - k.masspole * (costheta * costheta) / k.total_mass)
+        temp = (force + self.POLEMASS_LENGTH * (theta_dot * theta_dot) * sintheta) / self.TOTAL_MASS
+        thetaacc = (self.GRAVITY * sintheta - costheta * temp) / (
+            self.LENGTH * (4.0 / 3.0 - self.MASSPOLE * (costheta * costheta) / self.TOTAL_MASS)
         )
-        xacc = temp - k.polemass_length * thetaacc * costheta / k.total_mass
-        new = phys + k.tau * torch.stack((x_dot, xacc, theta_dot, thetaacc))
+        xacc = temp - self.POLEMASS_LENGTH * thetaacc * costheta / self.TOTAL_MASS
+        new = phys + self.TAU * xp.stack((x_dot, xacc, theta_dot, thetaacc))
         # |x| > t is exactly (x < -t) | (x > t); rows 0 and 2 are x and theta.
-        terminated = (new[0::2].abs() > self._thresholds).any(0)
-        reward = torch.ones(phys.shape[1], dtype=torch.float32, device=phys.device)
-        return new, reward, terminated
+        beyond = xp.abs(new[0::2]) > self._arrays(xp).thresholds
+        return new, xp.full_f32(theta, 1.0), beyond[0] | beyond[1]
 
-    def _frame(self, phys):
-        return phys.t().to(torch.float32, memory_format=torch.contiguous_format)
+    def _frame(self, xp, phys):
+        return xp.frame(phys)
 
 
 class Acrobot(TorchVecEnv):
@@ -195,64 +183,67 @@ class Acrobot(TorchVecEnv):
         high = [1.0, 1.0, 1.0, 1.0, self.MAX_VEL_1, self.MAX_VEL_2]
         self.action_space = spaces.Discrete(3)
         self.observation_space = _f32_box([-h for h in high], high)
-        self._max_vel = torch.tensor([[self.MAX_VEL_1], [self.MAX_VEL_2]], dtype=torch.float64, device=self.device)
+        max_vel = torch.tensor([[self.MAX_VEL_1], [self.MAX_VEL_2]], dtype=torch.float64)
+        self._add_array("max_vel", max_vel)
+        self._add_array("neg_max_vel", -max_vel)
 
-    def _initial_physics(self, u: torch.Tensor) -> torch.Tensor:
-        return u.to(torch.float32).to(torch.float64)
+    def _initial_physics(self, xp, u):
+        return xp.float64(xp.float32(u))
 
-    def _dsdt(self, s: torch.Tensor, torque: torch.Tensor) -> torch.Tensor:
+    def _dsdt(self, xp, s, torque):
         # gymnasium's AcrobotEnv._dsdt, book_or_nips="book", with the same constant folding as Python's
         # left-to-right evaluation of its expressions.
         m1, m2, l1 = self.LINK_MASS_1, self.LINK_MASS_2, self.LINK_LENGTH_1
         lc1, lc2, i1, i2, g = self.LINK_COM_POS_1, self.LINK_COM_POS_2, self.LINK_MOI, self.LINK_MOI, self.GRAVITY
-        theta1, theta2, dtheta1, dtheta2 = s.unbind(0)
-        cos2 = torch.cos(theta2)
-        sin2 = torch.sin(theta2)
+        theta1, theta2, dtheta1, dtheta2 = s[0], s[1], s[2], s[3]
+        cos2 = xp.cos(theta2)
+        sin2 = xp.sin(theta2)
         d1 = m1 * lc1**2 + m2 * (l1**2 + lc2**2 + 2 * l1 * lc2 * cos2) + i1 + i2
         d2 = m2 * (lc2**2 + l1 * lc2 * cos2) + i2
-        phi2 = m2 * lc2 * g * torch.cos(theta1 + theta2 - math.pi / 2.0)
+        phi2 = m2 * lc2 * g * xp.cos(theta1 + theta2 - math.pi / 2.0)
         phi1 = (
-            -m2 * l1 * lc2 * dtheta2.square() * sin2
+            -m2 * l1 * lc2 * (dtheta2 * dtheta2) * sin2
             - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * sin2
-            + (m1 * lc1 + m2 * l1) * g * torch.cos(theta1 - math.pi / 2)
+            + (m1 * lc1 + m2 * l1) * g * xp.cos(theta1 - math.pi / 2)
             + phi2
         )
-        ddtheta2 = (torque + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1.square() * sin2 - phi2) / (
-            m2 * lc2**2 + i2 - d2.square() / d1
+        ddtheta2 = (torque + d2 / d1 * phi1 - m2 * l1 * lc2 * (dtheta1 * dtheta1) * sin2 - phi2) / (
+            m2 * lc2**2 + i2 - (d2 * d2) / d1
         )
         ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
-        return torch.stack((dtheta1, dtheta2, ddtheta1, ddtheta2))
+        return xp.stack((dtheta1, dtheta2, ddtheta1, ddtheta2))
 
-    def _transition(self, phys, action):
-        torque = (action.clamp(0, 2) - 1).to(torch.float64)
+    def _transition(self, xp, phys, action):
+        torque = xp.float64(xp.clip(action, 0, 2) - 1)
         dt = self.DT
         dt2 = dt / 2.0
-        k1 = self._dsdt(phys, torque)
-        k2 = self._dsdt(phys + dt2 * k1, torque)
-        k3 = self._dsdt(phys + dt2 * k2, torque)
-        k4 = self._dsdt(phys + dt * k3, torque)
+        k1 = self._dsdt(xp, phys, torque)
+        k2 = self._dsdt(xp, phys + dt2 * k1, torque)
+        k3 = self._dsdt(xp, phys + dt2 * k2, torque)
+        k4 = self._dsdt(xp, phys + dt * k3, torque)
         ns = phys + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
-        angles = _wrap(ns[:2], -math.pi, math.pi)
-        speeds = torch.minimum(torch.maximum(ns[2:], -self._max_vel), self._max_vel)
-        new = torch.cat((angles, speeds))
-        terminated = -torch.cos(angles[0]) - torch.cos(angles[1] + angles[0]) > 1.0
-        reward = terminated.to(torch.float32) - 1.0
+        angles = _wrap(xp, ns[:2], -math.pi, math.pi)
+        c = self._arrays(xp)
+        speeds = xp.minimum(xp.maximum(ns[2:], c.neg_max_vel), c.max_vel)
+        new = xp.concat((angles, speeds))
+        terminated = -xp.cos(angles[0]) - xp.cos(angles[1] + angles[0]) > 1.0
+        reward = xp.float32(terminated) - 1.0
         return new, reward, terminated
 
-    def _frame(self, phys):
-        c = torch.cos(phys[:2])
-        s = torch.sin(phys[:2])
-        return torch.stack((c[0], s[0], c[1], s[1], phys[2], phys[3]), dim=1).to(torch.float32)
+    def _frame(self, xp, phys):
+        c = xp.cos(phys[:2])
+        s = xp.sin(phys[:2])
+        return xp.frame((c[0], s[0], c[1], s[1], phys[2], phys[3]))
 
 
-def _wrap(x: torch.Tensor, m: float, big_m: float) -> torch.Tensor:
+def _wrap(xp, x, m: float, big_m: float):
     """gymnasium's acrobot ``wrap`` (subtract or add ``big_m - m`` until ``m <= x <= big_m``), batched.
 
     One subtraction gives the very bits of gymnasium's loop; further turns are folded into one product.
     """
     diff = big_m - m
-    over = torch.ceil((x - big_m) / diff).clamp(min=0)
-    under = torch.ceil((m - x) / diff).clamp(min=0)
+    over = xp.clip(xp.ceil((x - big_m) / diff), 0.0)
+    under = xp.clip(xp.ceil((m - x) / diff), 0.0)
     return x - over * diff + under * diff
 
 
@@ -307,36 +298,22 @@ class MountainCar(TorchVecEnv):
         )
         self.action_space = spaces.Discrete(3)
         self.observation_space = _f32_box([self.MIN_POSITION, -self.MAX_SPEED], [self.MAX_POSITION, self.MAX_SPEED])
-        self._k = self._constants(
-            force=self.FORCE,
-            neg_gravity=-self.GRAVITY,
-            three=3.0,
-            max_speed=self.MAX_SPEED,
-            neg_max_speed=-self.MAX_SPEED,
-            min_position=self.MIN_POSITION,
-            max_position=self.MAX_POSITION,
-            goal_position=self.GOAL_POSITION,
-            goal_velocity=self.GOAL_VELOCITY,
-            zero=0.0,
-        )
 
-    def _initial_physics(self, u: torch.Tensor) -> torch.Tensor:
-        return torch.cat((u, torch.zeros_like(u)))
+    def _initial_physics(self, xp, u):
+        return xp.concat((u, xp.zeros_like(u)))
 
-    def _transition(self, phys, action):
-        k = self._k
-        position, velocity = phys.unbind(0)
-        push = (action.clamp(0, 2) - self._one).to(torch.float64)
-        velocity = velocity + (push * k.force + torch.cos(k.three * position) * k.neg_gravity)
-        velocity = velocity.clamp(k.neg_max_speed, k.max_speed)
-        position = (position + velocity).clamp(k.min_position, k.max_position)
-        velocity = velocity.masked_fill((position == k.min_position) & (velocity < k.zero), 0.0)
-        terminated = (position >= k.goal_position) & (velocity >= k.goal_velocity)
-        reward = torch.full(position.shape, -1.0, dtype=torch.float32, device=position.device)
-        return torch.stack((position, velocity)), reward, terminated
+    def _transition(self, xp, phys, action):
+        position, velocity = phys[0], phys[1]
+        push = xp.float64(xp.clip(action, 0, 2) - 1)
+        velocity = velocity + (push * self.FORCE + xp.cos(3 * position) * (-self.GRAVITY))
+        velocity = xp.clip(velocity, -self.MAX_SPEED, self.MAX_SPEED)
+        position = xp.clip(position + velocity, self.MIN_POSITION, self.MAX_POSITION)
+        velocity = xp.where((position == self.MIN_POSITION) & (velocity < 0), 0.0, velocity)
+        terminated = (position >= self.GOAL_POSITION) & (velocity >= self.GOAL_VELOCITY)
+        return xp.stack((position, velocity)), xp.full_f32(position, -1.0), terminated
 
-    def _frame(self, phys):
-        return phys.t().to(torch.float32, memory_format=torch.contiguous_format)
+    def _frame(self, xp, phys):
+        return xp.frame(phys)
 
 
 class Pendulum(TorchVecEnv):
@@ -394,39 +371,24 @@ class Pendulum(TorchVecEnv):
         )
         self.action_space = spaces.Box(-self.MAX_TORQUE, self.MAX_TORQUE, shape=(1,), dtype=np.float32)
         self.observation_space = _f32_box([-1.0, -1.0, -self.MAX_SPEED], [1.0, 1.0, self.MAX_SPEED])
-        g, m, l = self.G, self.M, self.L
-        self._k = self._constants(
-            max_torque=self.MAX_TORQUE,
-            neg_max_torque=-self.MAX_TORQUE,
-            pi=math.pi,
-            two_pi=2 * math.pi,
-            cost_speed=0.1,
-            cost_torque=0.001,
-            gravity_term=3 * g / (2 * l),
-            torque_term=3.0 / (m * l**2),
-            dt=self.DT,
-            max_speed=self.MAX_SPEED,
-            neg_max_speed=-self.MAX_SPEED,
-        )
 
-    def _initial_physics(self, u: torch.Tensor) -> torch.Tensor:
+    def _initial_physics(self, xp, u):
         return u
 
-    def _transition(self, phys, action):
-        k = self._k
-        th, thdot = phys.unbind(0)
-        u = action[:, 0].clamp(k.neg_max_torque, k.max_torque)
-        # gymnasium keeps the torque in float32 (numpy's weak Python scalars), so the torque terms are
-        # float32 products, promoted to float64 when added to the float64 state terms. A 0-d float64
-        # tensor times a float32 tensor is a float32 product too.
-        normalized = torch.remainder(th + k.pi, k.two_pi) - k.pi
-        costs = normalized * normalized + k.cost_speed * (thdot * thdot) + (k.cost_torque * (u * u)).to(torch.float64)
-        newthdot = thdot + (k.gravity_term * torch.sin(th) + (k.torque_term * u).to(torch.float64)) * k.dt
-        newthdot = newthdot.clamp(k.neg_max_speed, k.max_speed)
-        newth = th + newthdot * k.dt
-        terminated = torch.zeros(th.shape, dtype=torch.bool, device=th.device)
-        return torch.stack((newth, newthdot)), (-costs).to(torch.float32), terminated
-
-    def _frame(self, phys):
+    def _transition(self, xp, phys, action):
+        g, m, l = self.G, self.M, self.L
         th, thdot = phys[0], phys[1]
-        return torch.stack((torch.cos(th), torch.sin(th), thdot), dim=1).to(torch.float32)
+        u = xp.clip(action[:, 0], -self.MAX_TORQUE, self.MAX_TORQUE)
+        # gymnasium keeps the torque in float32 (numpy's weak Python scalars), so the torque terms are
+        # float32 products, promoted to float64 when added to the float64 state terms; torch's Python
+        # scalars are weak too.
+        normalized = xp.remainder(th + math.pi, 2 * math.pi) - math.pi
+        costs = normalized * normalized + 0.1 * (thdot * thdot) + xp.float64(0.001 * (u * u))
+        newthdot = thdot + (3 * g / (2 * l) * xp.sin(th) + xp.float64(3.0 / (m * l**2) * u)) * self.DT
+        newthdot = xp.clip(newthdot, -self.MAX_SPEED, self.MAX_SPEED)
+        newth = th + newthdot * self.DT
+        return xp.stack((newth, newthdot)), xp.float32(-costs), xp.false(th)
+
+    def _frame(self, xp, phys):
+        th = phys[0]
+        return xp.frame((xp.cos(th), xp.sin(th), phys[1]))
