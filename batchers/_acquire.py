@@ -37,11 +37,15 @@ def _specs_of(d: DictTensor, prefix: str) -> Specs:
 
 
 def allocate_block(specs: Specs, n_rows: int, n_timesteps: int, device: torch.device, shared: bool) -> dict[str, torch.Tensor]:
-    """Zero buffers for one worker: ``[n_rows, n_timesteps, ...]`` per temporal key, ``[n_rows, ...]`` per info
-    key, and ``lengths: int64 [n_rows]``; in shared memory when ``shared`` (CPU)."""
+    """Zero buffers for one worker: ``[n_timesteps, n_rows, ...]`` per temporal key, ``[n_rows, ...]`` per info
+    key, and ``lengths: int64 [n_rows]``; in shared memory when ``shared`` (CPU).
+
+    Temporal buffers are time-major so that the write of one step is one contiguous block (batch-major
+    storage would scatter every step over ``n_rows`` cache lines per key); ``get`` transposes once.
+    """
     block: dict[str, torch.Tensor] = {}
     for name, (shape, dtype) in specs.items():
-        lead = (n_rows, n_timesteps) if name.startswith(TEMPORAL_PREFIXES) else (n_rows,)
+        lead = (n_timesteps, n_rows) if name.startswith(TEMPORAL_PREFIXES) else (n_rows,)
         block[name] = torch.zeros(lead + tuple(shape), dtype=dtype, device=device)
     block["lengths"] = torch.zeros(n_rows, dtype=torch.int64, device=device)
     if shared:
@@ -133,7 +137,7 @@ class Acquirer:
         if self.block is None:  # probe: an empty history of the right batch size
             v = {"observation/" + k: x.unsqueeze(1)[:, :0] for k, x in obs.items()}
             return TemporalDictTensor(v, torch.zeros(obs.n_elems(), dtype=torch.int64, device=self.device))
-        v = {k: self.block[k][rows, :t] for k in self._temporal_keys}
+        v = {k: self.block[k][:t, rows].transpose(0, 1) for k in self._temporal_keys}
         n = obs.n_elems()
         return TemporalDictTensor._trusted(v, torch.full((n,), t, dtype=torch.int64, device=self.device))
 
@@ -223,11 +227,11 @@ class Acquirer:
             if t == 0:
                 self._check_step_outputs(action, obs_next)
             for k, buf in obs_bufs:
-                buf[rows, t] = obs[k]
+                buf[t, rows] = obs[k]
             for k, buf in act_bufs:
-                buf[rows, t] = action[k]
+                buf[t, rows] = action[k]
             for k, buf in nobs_bufs:
-                buf[rows, t] = obs_next[k]
+                buf[t, rows] = obs_next[k]
             lengths[rows] += 1
             td = self._tick()
             tm["agent_forward"] += tb - ta

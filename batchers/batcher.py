@@ -375,12 +375,14 @@ class RL_Batcher:
                 rows = torch.nonzero(block["lengths"] > 0, as_tuple=False).squeeze(1)
                 views = False
             for k, v in block.items():
-                parts[k].append(v[rows, :T] if k.startswith(TEMPORAL_PREFIXES) else v[rows])
+                # Temporal buffers are [T, rows, ...]: viewed batch-first here, copied once below.
+                parts[k].append(v[:T].transpose(0, 1)[rows] if k.startswith(TEMPORAL_PREFIXES) else v[rows])
         single = len(parts["lengths"]) == 1
 
         def join(p: list[torch.Tensor]) -> torch.Tensor:
             # Copies once: slices of the buffer are views that the next execute() overwrites.
-            x = (p[0].clone() if views else p[0]) if single else torch.cat(p)
+            x = (p[0].contiguous() if not views else p[0].clone(memory_format=torch.contiguous_format)) \
+                if single else torch.cat(p)
             return x.to(self.device)
 
         data = {k: join(p) for k, p in parts.items()}
