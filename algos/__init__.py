@@ -1,3 +1,57 @@
-"""Algorithms: REINFORCE, A2C and DQN on top of the batchers."""
+"""Algorithms on top of the batchers: REINFORCE, A2C and DQN, one file each, and the ``rlstruct`` command.
 
-__all__: list[str] = []
+Each of :mod:`rlstruct.algos.reinforce`, :mod:`rlstruct.algos.a2c` and :mod:`rlstruct.algos.dqn` has the
+same anatomy: a config dataclass, the loss as a function of tensors, ``train(config) -> TrainResult`` and
+``main(argv)`` (``rlstruct train <algo>`` or ``python -m rlstruct.algos.<algo>``).
+
+The algorithm modules are imported on first use, so that ``python -m rlstruct.algos.a2c`` does not find
+itself already imported by this package.
+
+>>> from rlstruct.algos import A2CConfig
+>>> A2CConfig().env, A2CConfig().learner_device
+('CartPole-v1', 'cpu')
+"""
+
+import importlib
+from typing import Any
+
+from rlstruct.algos._common import (
+    RunConfig,
+    TrainResult,
+    discounted_returns,
+    double_dqn_targets,
+    gae_advantages,
+    n_step_returns,
+)
+
+__all__ = [
+    "reinforce",
+    "a2c",
+    "dqn",
+    "RunConfig",
+    "TrainResult",
+    "ReinforceConfig",
+    "A2CConfig",
+    "DQNConfig",
+    "discounted_returns",
+    "gae_advantages",
+    "n_step_returns",
+    "double_dqn_targets",
+]
+
+_LAZY = {
+    "reinforce": ("rlstruct.algos.reinforce", None),
+    "a2c": ("rlstruct.algos.a2c", None),
+    "dqn": ("rlstruct.algos.dqn", None),
+    "ReinforceConfig": ("rlstruct.algos.reinforce", "ReinforceConfig"),
+    "A2CConfig": ("rlstruct.algos.a2c", "A2CConfig"),
+    "DQNConfig": ("rlstruct.algos.dqn", "DQNConfig"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'rlstruct.algos' has no attribute {name!r}")
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    return module if attribute is None else getattr(module, attribute)

@@ -10,6 +10,7 @@ from rlstruct.errors import (
     BatcherStateError,
     BatcherWorkerError,
     BatchSizeError,
+    BridgeError,
     DeviceMismatchError,
     DeviceUnavailableError,
     MissingDependencyError,
@@ -19,6 +20,7 @@ from rlstruct.errors import (
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories, masked_dicttensor, masked_tensor
 from rlstruct.envs import DeviceEnv, GymEnv, GymEnvInf, VecEnv, make_env
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
+from rlstruct.batchers import RL_Batcher, WorkerPlacement
 
 __version__ = "0.1.0"
 
@@ -37,6 +39,8 @@ __all__ = [
     "GymEnv",
     "GymEnvInf",
     "make_env",
+    "RL_Batcher",
+    "WorkerPlacement",
     "DeviceLike",
     "as_device",
     "same_device",
@@ -48,4 +52,5 @@ __all__ = [
     "BatcherWorkerError",
     "BatcherStateError",
     "MissingDependencyError",
+    "BridgeError",
 ]

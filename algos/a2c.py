@@ -1,0 +1,282 @@
+"""A2C: n-step advantage actor-critic with GAE(lambda) (Mnih et al. 2016; Schulman et al. 2016).
+
+The training batcher steps auto-reset envs; the env and the agent carry over from one ``execute`` to the
+next, so each update sees ``n_steps`` fresh steps of every env. Targets bootstrap through time limits and
+not through terminations: at a truncated step the target uses ``V(_observation/frame)`` (the terminal
+observation), at a terminated step nothing, and the GAE recursion is cut at every episode end.
+
+Run it with ``rlstruct train a2c --env CartPole-v1`` or ``python -m rlstruct.algos.a2c``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+
+import torch
+from torch.nn.utils import clip_grad_norm_
+
+from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
+from rlstruct.batchers import RL_Batcher
+from rlstruct.devices import as_device
+from rlstruct.structures import DictTensor
+
+from rlstruct.algos._common import (
+    ActorCritic,
+    EnvSpec,
+    Evaluator,
+    PolicyAgent,
+    Run,
+    RunConfig,
+    TrainResult,
+    check_on_device,
+    cpu_state_dict,
+    create_env,
+    create_policy_agent,
+    describe_env,
+    episode_statistics,
+    make_adam,
+    gae_advantages,
+    plot_learning_curve,
+    run_main,
+    save_checkpoint,
+    validate_run_config,
+    worker_seeds,
+)
+
+__all__ = ["A2CConfig", "a2c_loss", "train", "main"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class A2CConfig(RunConfig):
+    """A2C settings (the shared ones are documented in :class:`RunConfig`).
+
+    Attributes:
+        n_steps: steps of every env per update (the training batcher's n_timesteps).
+        gamma: discount factor.
+        gae_lambda: GAE lambda (1: n-step Monte-Carlo advantages, 0: one-step TD errors).
+        value_coef: weight of the value loss.
+        entropy_coef: weight of the entropy bonus.
+        max_grad_norm: clip the gradient norm of the actor and of the critic, each, to this (0: no clipping).
+        normalize_advantages: standardise the advantages within each batch.
+        reward_scale: multiply rewards by this in the loss (values then live near 1, which a few Adam steps reach).
+        anneal_lr: decay the learning rate linearly to 0 over max_env_steps when set, else over time_limit.
+    """
+
+    n_envs: int = 32
+    time_limit: float = 20.0
+    lr: float = 5e-3
+    eval_every: int = 25
+    n_steps: int = 8
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    value_coef: float = 0.5
+    entropy_coef: float = 0.0
+    max_grad_norm: float = 0.5
+    normalize_advantages: bool = True
+    reward_scale: float = 0.1
+    anneal_lr: bool = True
+
+
+def validate(config: A2CConfig) -> EnvSpec:
+    """Checks the config before anything is built and describes its env (see :func:`validate_run_config`).
+
+    Raises:
+        DeviceUnavailableError: a device of the config does not exist here.
+        ValueError: a setting is out of range, or the env is not discrete-action with a flat observation.
+    """
+    validate_run_config(config)
+    if config.n_steps < 1:
+        raise ValueError(f"n_steps must be >= 1, got {config.n_steps!r}")
+    if not 0 <= config.gae_lambda <= 1 or not 0 <= config.gamma <= 1:
+        raise ValueError(f"gamma and gae_lambda must lie in [0, 1], got {config.gamma!r} and {config.gae_lambda!r}")
+    return describe_env(config.env, config.backend, config.max_episode_steps)
+
+
+def a2c_loss(
+    logits: torch.Tensor,
+    values: torch.Tensor,
+    actions: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    value_coef: float,
+    entropy_coef: float,
+    normalize_advantages: bool,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The A2C loss over a batch of steps, averaged over the valid ones.
+
+    ``loss = -mean(log pi(a|s) * A) + value_coef * mean((V(s) - (A + V_old(s)))^2) / 2 - entropy_coef * mean(H)``,
+    where ``V_old`` is ``values`` without gradient (the critic regresses on the GAE targets).
+
+    Args:
+        logits: ``float [B, T, A]`` with gradient.
+        values: ``float [B, T]`` with gradient.
+        actions: ``int64 [B, T]``.
+        advantages: ``float [B, T]`` (no gradient), from :func:`gae_advantages`.
+        mask: ``float [B, T]``, 1 on valid steps.
+        value_coef: weight of the value loss.
+        entropy_coef: weight of the entropy bonus.
+        normalize_advantages: standardise the advantages over the valid steps for the policy term.
+
+    Returns:
+        ``(loss, stats)``: the scalar loss and detached 0-d statistics.
+
+    >>> logits = torch.zeros(1, 2, 2, requires_grad=True)
+    >>> loss, stats = a2c_loss(logits, torch.zeros(1, 2), torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2),
+    ...                        torch.ones(1, 2), value_coef=1.0, entropy_coef=0.0, normalize_advantages=False)
+    >>> round(loss.item(), 4), round(stats["loss/value"].item(), 4)
+    (1.1931, 0.5)
+    """
+    n = mask.sum().clamp_min(1.0)
+    log_probs = torch.log_softmax(logits, -1)
+    log_pi = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    targets = (advantages + values).detach()
+    adv = advantages.detach()
+    if normalize_advantages:
+        mean = (adv * mask).sum() / n
+        std = (((adv - mean) ** 2 * mask).sum() / n).sqrt()
+        adv = (adv - mean) / (std + 1e-8)
+    policy_loss = -(log_pi * adv * mask).sum() / n
+    value_loss = 0.5 * (((values - targets) ** 2) * mask).sum() / n
+    mean_entropy = (entropy * mask).sum() / n
+    loss = policy_loss + value_coef * value_loss - entropy_coef * mean_entropy
+    stats = {"loss/policy": policy_loss.detach(), "loss/value": value_loss.detach(),
+             "loss/entropy": mean_entropy.detach()}
+    return loss, stats
+
+
+def train(config: A2CConfig) -> TrainResult:
+    """Trains an actor-critic with A2C and returns the final evaluation and the run's history.
+
+    Raises:
+        DeviceUnavailableError: a device of the config does not exist here.
+        ValueError: a setting is out of range, or the env is not discrete-action with a flat observation.
+    """
+    start = time.perf_counter()
+    spec = validate(config)
+    learner = as_device(config.learner_device)
+    threads = torch.get_num_threads()
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    run = Run("a2c", config, spec, start=start)
+    with contextlib.ExitStack() as stack:
+        stack.callback(torch.set_num_threads, threads)
+        stack.callback(run.close)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = ActorCritic(spec.obs_dim, spec.n_actions, config.hidden_sizes)
+        agent_args = {"obs_dim": spec.obs_dim, "n_actions": spec.n_actions, "hidden_sizes": tuple(config.hidden_sizes),
+                      "check_device": config.check_devices}
+        env_args = {"name": config.env, "backend": config.backend, "max_episode_steps": spec.max_episode_steps}
+        n_workers = max(config.n_processes, 1)
+        # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
+        batcher = RL_Batcher(
+            config.n_steps, create_policy_agent, {**agent_args, "device": config.batcher_device},
+            create_env, {**env_args, "n_envs": config.n_envs, "autoreset": True, "device": config.batcher_device},
+            config.n_processes, worker_seeds(config.seed, n_workers, 0),
+            agent_info=DictTensor({"stochastic": torch.tensor([True])}),
+            agent_seeds=worker_seeds(config.seed, n_workers, 5000), device=config.batcher_device,
+        )
+        stack.callback(batcher.close)
+        n_eval_workers = max(config.n_evaluation_processes, 1)
+        eval_batcher = RL_Batcher(
+            spec.max_episode_steps, create_policy_agent, {**agent_args, "device": config.evaluation_device},
+            create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": False,
+                         "device": config.evaluation_device},
+            config.n_evaluation_processes, worker_seeds(config.seed, n_eval_workers, 1000),
+            agent_info=DictTensor({"stochastic": torch.tensor([False])}),
+            agent_seeds=worker_seeds(config.seed, n_eval_workers, 6000), device=config.evaluation_device,
+        )
+        greedy = DictTensor({"stochastic": torch.zeros(eval_batcher.n_elems(), dtype=torch.bool)})
+        evaluator = Evaluator(eval_batcher, greedy, config.eval_every)
+        stack.callback(evaluator.close)
+
+        model.to(learner)
+        loss_agent = PolicyAgent(model, learner)
+        checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
+        optimizer = make_adam(model, config.lr, learner)
+        B = batcher.n_elems()
+        carry_return = torch.zeros(B, device=learner)
+        carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
+
+        weights = cpu_state_dict(model)
+        batcher.update(weights)
+        batcher.reset()
+        evaluator.launch(weights, 0, 0)
+        while not run.should_stop():
+            batcher.execute()
+            traj, _ = batcher.get()
+            traj = traj.to(learner)
+            if config.check_devices:
+                check_on_device(model, learner, "the learner's model")
+                out = replay_agent(checked_agent, traj)
+            else:
+                out = replay_agent_stateless(loss_agent, traj, "replay_batch")
+            tt = traj.trajectories
+            rewards = tt["_observation/reward"]
+            done = tt["_observation/done"]
+            with torch.no_grad():
+                advantages = gae_advantages(rewards * config.reward_scale, out["value"], out["next_value"],
+                                            tt["_observation/terminated"], done, config.gamma, config.gae_lambda)
+            loss, stats = a2c_loss(
+                out["logits"], out["value"], tt["action/action"], advantages, tt.mask(),
+                value_coef=config.value_coef, entropy_coef=config.entropy_coef,
+                normalize_advantages=config.normalize_advantages,
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.max_grad_norm > 0:
+                # Clipped per network: the critic's large early errors must not shrink the policy's step.
+                stats["grad_norm/actor"] = clip_grad_norm_(model.actor.parameters(), config.max_grad_norm)
+                stats["grad_norm/critic"] = clip_grad_norm_(model.critic.parameters(), config.max_grad_norm)
+            if config.anneal_lr:
+                optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
+            optimizer.step()
+            weights = cpu_state_dict(model)
+            batcher.update(weights)
+
+            ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
+                rewards, done, carry_return, carry_length
+            )
+            # nan (0 / 0) when no episode ended in this window.
+            stats["train/episode_return"] = ret_sum / count
+            stats["train/episode_length"] = len_sum / count
+            run.record(B * tt.temporal_size(), stats)
+            result = evaluator.poll(lambda: weights, run.iteration, run.env_steps)
+            if result is not None:
+                run.record_eval(result)
+
+        if run.reached_target:
+            # The weights that reached the target, not those of the iterations since they were sent.
+            model.load_state_dict(evaluator.evaluated_weights)
+        previous, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
+        if previous is not None:
+            run.record_eval(previous)
+        run.record_eval(final)
+        wall = run.elapsed()
+        run.close()
+        checkpoint = save_checkpoint(run.logdir / "checkpoint.pt", "a2c", config, spec, model,
+                                     {"env_steps": run.env_steps, "eval_return": final["eval/return"]})
+        plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
+                                   f"A2C on {config.env} ({config.backend}), seed {config.seed}")
+        return TrainResult(final["eval/return"], run.env_steps, wall, run.history, str(run.logdir), run.iteration,
+                           checkpoint, plot, run.target_return, run.reached_target)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``rlstruct train a2c [flags]``; the last stdout line is a JSON summary."""
+    return run_main(train, A2CConfig, validate, argv, "rlstruct train a2c", __doc__.splitlines()[0])
+
+
+if __name__ == "__main__":
+    # Imported by name so that spawned workers unpickle this module's functions under their real name.
+    from rlstruct.algos.a2c import main as _main
+
+    raise SystemExit(_main())

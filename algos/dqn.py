@@ -1,0 +1,509 @@
+"""Double DQN with a target network, epsilon-greedy exploration and uniform replay (Mnih et al. 2015;
+van Hasselt et al. 2016), with optional n-step returns.
+
+The training batcher steps auto-reset envs ``rollout_steps`` at a time; each ``execute`` gets the current
+epsilon as per-env ``agent_info``. Transitions go into a replay buffer of preallocated circular tensors on
+the learner device (written with index tensors, no Python loop per transition). n-step returns are cut at
+episode ends, and targets bootstrap through time limits and not through terminations: a truncated
+transition bootstraps from ``Q(_observation/frame)`` (the terminal observation), a terminated one does not.
+
+Run it with ``rlstruct train dqn --env CartPole-v1`` or ``python -m rlstruct.algos.dqn``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.utils import clip_grad_norm_
+
+from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
+from rlstruct.batchers import RL_Batcher
+from rlstruct.devices import DeviceLike, as_device
+from rlstruct.structures import DictTensor, TemporalDictTensor
+
+from rlstruct.algos._common import (
+    EnvSpec,
+    Evaluator,
+    Run,
+    RunConfig,
+    TrainResult,
+    check_on_device,
+    cpu_state_dict,
+    create_env,
+    describe_env,
+    double_dqn_targets,
+    episode_statistics,
+    make_adam,
+    mlp,
+    n_step_returns,
+    plot_learning_curve,
+    run_main,
+    save_checkpoint,
+    validate_run_config,
+    worker_seeds,
+)
+
+__all__ = [
+    "DQNConfig",
+    "QNetwork",
+    "QAgent",
+    "ReplayBuffer",
+    "NStepWindow",
+    "window_transitions",
+    "create_q_agent",
+    "dqn_loss",
+    "epsilon_at",
+    "train",
+    "main",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class DQNConfig(RunConfig):
+    """DQN settings (the shared ones are documented in :class:`RunConfig`).
+
+    Attributes:
+        rollout_steps: steps of every env per batcher execute (the training batcher's n_timesteps).
+        buffer_size: replay buffer capacity in transitions.
+        batch_size: transitions per gradient step.
+        learning_starts: env steps collected before the first gradient step.
+        gradient_steps: gradient steps after each execute.
+        gamma: discount factor.
+        n_step: steps per return (1: one-step TD targets).
+        tau: target update rate (1: hard copy every target_update_interval gradient steps; < 1: Polyak every step).
+        target_update_interval: gradient steps between two hard target updates (ignored when tau < 1).
+        epsilon_start: exploration rate at the start.
+        epsilon_end: exploration rate after the decay.
+        epsilon_decay_steps: env steps of the linear decay from epsilon_start to epsilon_end.
+        loss: huber or mse.
+        max_grad_norm: clip the gradient's global norm to this (0: no clipping).
+    """
+
+    n_envs: int = 4
+    time_limit: float = 300.0
+    max_env_steps: int | None = 50_000
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    lr: float = 1e-3
+    eval_every: int = 25
+    rollout_steps: int = 16
+    buffer_size: int = 50_000
+    batch_size: int = 64
+    learning_starts: int = 1_000
+    gradient_steps: int = 32
+    gamma: float = 0.99
+    n_step: int = 1
+    tau: float = 1.0
+    target_update_interval: int = 128
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    epsilon_decay_steps: int = 10_000
+    loss: str = "huber"
+    max_grad_norm: float = 10.0
+
+
+def validate(config: DQNConfig) -> EnvSpec:
+    """Checks the config before anything is built and describes its env (see :func:`validate_run_config`).
+
+    Raises:
+        DeviceUnavailableError: a device of the config does not exist here.
+        ValueError: a setting is out of range, or the env is not discrete-action with a flat observation.
+    """
+    validate_run_config(config)
+    positive = ("rollout_steps", "buffer_size", "batch_size", "n_step", "target_update_interval", "epsilon_decay_steps")
+    for name in positive:
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
+    if config.gradient_steps < 0 or config.learning_starts < 0:
+        raise ValueError("gradient_steps and learning_starts must be >= 0")
+    if config.n_step > config.rollout_steps:
+        raise ValueError(f"n_step must be <= rollout_steps (the first acquisition must hold one n-step return), "
+                         f"got n_step={config.n_step}, rollout_steps={config.rollout_steps}")
+    if not 0 < config.tau <= 1:
+        raise ValueError(f"tau must lie in (0, 1], got {config.tau!r}")
+    if config.loss not in ("huber", "mse"):
+        raise ValueError(f"loss must be 'huber' or 'mse', got {config.loss!r}")
+    return describe_env(config.env, config.backend, config.max_episode_steps)
+
+
+# =============================================================================================== model and agent
+class QNetwork(nn.Module):
+    """An MLP from a flat observation to one Q-value per action.
+
+    >>> QNetwork(4, 2, (8,))(torch.zeros(3, 4)).shape
+    torch.Size([3, 2])
+    """
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: Sequence[int]):
+        super().__init__()
+        self.q = mlp(obs_dim, hidden_sizes, n_actions)
+
+    def forward(self, frame: torch.Tensor) -> torch.Tensor:
+        return self.q(frame)
+
+
+class QAgent(RL_Agent):
+    """Epsilon-greedy over a :class:`QNetwork`; ``agent_info["epsilon"]`` (float, one per env) sets the rate.
+
+    Without the key the agent is greedy. Randomness comes from the agent's own generator (seeded by the
+    batcher's ``agent_seeds``).
+
+    Args:
+        model: the Q network, on ``device``.
+        device: where observations come from and actions go.
+    """
+
+    def __init__(self, model: QNetwork, device: DeviceLike):
+        self.model = model
+        self.device = as_device(device)
+        self.generator = torch.Generator(device=self.device)
+        self._info: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
+
+    def seed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    def __call__(self, state, observation, agent_info, history=None):
+        q = self.model(observation["frame"])
+        action = q.argmax(-1)
+        if "epsilon" in agent_info:
+            eps = agent_info["epsilon"]
+            # The batcher hands the same CPU tensor at every step of an acquisition: copy it once.
+            if self._info[0] is not eps:
+                self._info = (eps, eps.to(self.device))
+            B, n_actions = q.shape
+            explore = torch.rand(B, generator=self.generator, device=self.device) < self._info[1]
+            random_action = torch.randint(n_actions, (B,), generator=self.generator, device=self.device)
+            action = torch.where(explore, random_action, action)
+        return DictTensor({"action": action}), state
+
+    def update(self, state_dict: Any) -> None:
+        self.model.load_state_dict(state_dict)
+
+
+def create_q_agent(
+    obs_dim: int, n_actions: int, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False
+) -> RL_Agent:
+    """Builds a batcher's :class:`QAgent` on ``device`` (module level, so it pickles)."""
+    model = QNetwork(obs_dim, n_actions, hidden_sizes).to(device)
+    model.requires_grad_(False)
+    agent: RL_Agent = QAgent(model, device)
+    return RL_Agent_CheckDevice(agent, device) if check_device else agent
+
+
+# =============================================================================================== replay
+class ReplayBuffer:
+    """Uniform replay of ``(obs, action, return, next_obs, discount)`` in preallocated circular tensors.
+
+    :meth:`push` writes a whole batch with one index tensor per call; :meth:`sample` draws with the
+    buffer's own generator. Everything stays on ``device``.
+
+    Args:
+        capacity: transitions kept (the oldest are overwritten).
+        obs_dim: observation size.
+        device: where the tensors live.
+        seed: seeds the sampling generator.
+
+    >>> buf = ReplayBuffer(3, 2, "cpu", seed=0)
+    >>> for a in ([0, 1], [2, 3]):
+    ...     buf.push(torch.zeros(2, 2), torch.tensor(a), torch.ones(2), torch.zeros(2, 2), torch.ones(2))
+    >>> len(buf), buf.action.tolist()
+    (3, [3, 1, 2])
+    """
+
+    def __init__(self, capacity: int, obs_dim: int, device: DeviceLike, *, seed: int = 0):
+        self.capacity = capacity
+        self.device = as_device(device)
+        f32 = {"dtype": torch.float32, "device": self.device}
+        self.obs = torch.zeros(capacity, obs_dim, **f32)
+        self.next_obs = torch.zeros(capacity, obs_dim, **f32)
+        self.action = torch.zeros(capacity, dtype=torch.int64, device=self.device)
+        self.ret = torch.zeros(capacity, **f32)
+        self.discount = torch.zeros(capacity, **f32)
+        self.pos = 0
+        self.size = 0
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def push(self, obs: torch.Tensor, action: torch.Tensor, ret: torch.Tensor, next_obs: torch.Tensor,
+             discount: torch.Tensor) -> None:
+        """Appends ``N`` transitions: ``obs [N, D]``, ``action [N]``, ``ret [N]``, ``next_obs [N, D]``,
+        ``discount [N]``."""
+        n = obs.shape[0]
+        if n > self.capacity:  # only the newest fit
+            keep = slice(n - self.capacity, None)
+            obs, action, ret, next_obs, discount = obs[keep], action[keep], ret[keep], next_obs[keep], discount[keep]
+            n = self.capacity
+        idx = (torch.arange(n, device=self.device) + self.pos) % self.capacity
+        self.obs[idx] = obs
+        self.action[idx] = action
+        self.ret[idx] = ret
+        self.next_obs[idx] = next_obs
+        self.discount[idx] = discount
+        self.pos = (self.pos + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
+    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """``batch_size`` transitions drawn uniformly with replacement."""
+        idx = torch.randint(self.size, (batch_size,), generator=self.generator, device=self.device)
+        return {"obs": self.obs[idx], "action": self.action[idx], "ret": self.ret[idx],
+                "next_obs": self.next_obs[idx], "discount": self.discount[idx]}
+
+
+def window_transitions(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[str, torch.Tensor]:
+    """The n-step transitions of a window of consecutive steps of ``B`` auto-reset envs, flattened.
+
+    Args:
+        window: ``[B, L, ...]`` tensors ``observation/frame``, ``action/action``, ``_observation/reward``,
+            ``_observation/done``, ``_observation/terminated`` and ``_observation/frame``.
+        gamma: discount factor.
+        n: steps per return.
+
+    Returns:
+        ``obs [N, D]``, ``action [N]``, ``ret [N]``, ``next_obs [N, D]``, ``discount [N]`` with
+        ``N = B * (L - n + 1)``: the transitions starting at the first ``L - n + 1`` steps.
+    """
+    ret, last, discount = n_step_returns(window["_observation/reward"], window["_observation/done"],
+                                         window["_observation/terminated"], gamma, n)
+    M = ret.shape[1]
+    next_frames = window["_observation/frame"]
+    next_obs = next_frames.gather(1, last.unsqueeze(-1).expand(-1, -1, next_frames.shape[-1]))
+    return {
+        "obs": window["observation/frame"][:, :M].flatten(0, 1),
+        "action": window["action/action"][:, :M].flatten(0, 1),
+        "ret": ret.flatten(),
+        "next_obs": next_obs.flatten(0, 1),
+        "discount": discount.flatten(),
+    }
+
+
+class NStepWindow:
+    """Turns consecutive acquisitions of auto-reset envs into n-step transitions.
+
+    The batcher carries every env across ``execute`` calls, so the steps of one row are consecutive from
+    one acquisition to the next: the last ``n - 1`` steps of a window are kept and put in front of the
+    next acquisition, where they complete their n-step returns. After ``k`` acquisitions of ``T`` steps,
+    ``B * (k * T - n + 1)`` transitions have come out, the same as from one window of ``k * T`` steps.
+
+    Args:
+        gamma: discount factor.
+        n: steps per return (at most the steps of the first acquisition).
+    """
+
+    KEYS = ("observation/frame", "action/action", "_observation/reward", "_observation/done",
+            "_observation/terminated", "_observation/frame")
+
+    def __init__(self, gamma: float, n: int):
+        self.gamma = gamma
+        self.n = n
+        self.carry: dict[str, torch.Tensor] | None = None
+
+    def __call__(self, trajectories: TemporalDictTensor) -> dict[str, torch.Tensor]:
+        """The transitions completed by this acquisition (``[B, T, ...]``, every row full), flattened."""
+        if self.carry is None:
+            window = {k: trajectories[k] for k in self.KEYS}
+        else:
+            window = {k: torch.cat([self.carry[k], trajectories[k]], 1) for k in self.KEYS}
+        out = window_transitions(window, self.gamma, self.n)
+        M = window["_observation/reward"].shape[1] - self.n + 1
+        self.carry = {k: v[:, M:] for k, v in window.items()}
+        return out
+
+
+# =============================================================================================== loss
+def dqn_loss(
+    q: torch.Tensor,
+    actions: torch.Tensor,
+    returns: torch.Tensor,
+    discounts: torch.Tensor,
+    next_q_online: torch.Tensor,
+    next_q_target: torch.Tensor,
+    *,
+    kind: str = "huber",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The double-DQN regression loss of ``Q(s, a)`` on :func:`double_dqn_targets`.
+
+    Args:
+        q: ``float [N, A]``, online Q-values of the observations, with gradient.
+        actions: ``int64 [N]``.
+        returns: ``float [N]`` (n-step) rewards.
+        discounts: ``float [N]``, ``gamma^m`` or 0 at a termination.
+        next_q_online: ``float [N, A]``, online Q-values of the next observations (no gradient).
+        next_q_target: ``float [N, A]``, target-network Q-values of the next observations (no gradient).
+        kind: ``huber`` (smooth L1, delta 1) or ``mse``.
+
+    Returns:
+        ``(loss, stats)``.
+
+    >>> loss, _ = dqn_loss(torch.tensor([[0.0, 1.0]]), torch.tensor([1]), torch.tensor([1.0]), torch.tensor([0.5]),
+    ...                    torch.tensor([[0.0, 1.0]]), torch.tensor([[8.0, 2.0]]), kind="mse")
+    >>> float(loss)
+    1.0
+    """
+    q_a = q.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        targets = double_dqn_targets(returns, discounts, next_q_online, next_q_target)
+    if kind == "huber":
+        loss = nn.functional.smooth_l1_loss(q_a, targets)
+    else:
+        loss = nn.functional.mse_loss(q_a, targets)
+    return loss, {"loss/q": loss.detach(), "q_mean": q_a.detach().mean()}
+
+
+def epsilon_at(env_steps: int, start: float, end: float, decay_steps: int) -> float:
+    """Linear decay from ``start`` to ``end`` over ``decay_steps`` env steps, then constant.
+
+    >>> epsilon_at(0, 1.0, 0.1, 100), epsilon_at(50, 1.0, 0.1, 100), epsilon_at(500, 1.0, 0.1, 100)
+    (1.0, 0.55, 0.1)
+    """
+    if env_steps >= decay_steps:
+        return end
+    return start + env_steps / decay_steps * (end - start)
+
+
+# =============================================================================================== training
+def train(config: DQNConfig) -> TrainResult:
+    """Trains a Q network with double DQN and returns the final evaluation and the run's history.
+
+    Raises:
+        DeviceUnavailableError: a device of the config does not exist here.
+        ValueError: a setting is out of range, or the env is not discrete-action with a flat observation.
+    """
+    start = time.perf_counter()
+    spec = validate(config)
+    learner = as_device(config.learner_device)
+    threads = torch.get_num_threads()
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    run = Run("dqn", config, spec, start=start)
+    with contextlib.ExitStack() as stack:
+        stack.callback(torch.set_num_threads, threads)
+        stack.callback(run.close)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = QNetwork(spec.obs_dim, spec.n_actions, config.hidden_sizes)
+        agent_args = {"obs_dim": spec.obs_dim, "n_actions": spec.n_actions, "hidden_sizes": tuple(config.hidden_sizes),
+                      "check_device": config.check_devices}
+        env_args = {"name": config.env, "backend": config.backend, "max_episode_steps": spec.max_episode_steps}
+        n_workers = max(config.n_processes, 1)
+        batcher = RL_Batcher(
+            config.rollout_steps, create_q_agent, {**agent_args, "device": config.batcher_device},
+            create_env, {**env_args, "n_envs": config.n_envs, "autoreset": True, "device": config.batcher_device},
+            config.n_processes, worker_seeds(config.seed, n_workers, 0),
+            agent_info=DictTensor({"epsilon": torch.tensor([config.epsilon_start])}),
+            agent_seeds=worker_seeds(config.seed, n_workers, 5000), device=config.batcher_device,
+        )
+        stack.callback(batcher.close)
+        n_eval_workers = max(config.n_evaluation_processes, 1)
+        eval_batcher = RL_Batcher(
+            spec.max_episode_steps, create_q_agent, {**agent_args, "device": config.evaluation_device},
+            create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": False,
+                         "device": config.evaluation_device},
+            config.n_evaluation_processes, worker_seeds(config.seed, n_eval_workers, 1000),
+            agent_info=DictTensor({"epsilon": torch.tensor([0.0])}),
+            agent_seeds=worker_seeds(config.seed, n_eval_workers, 6000), device=config.evaluation_device,
+        )
+        evaluator = Evaluator(eval_batcher, DictTensor({"epsilon": torch.zeros(eval_batcher.n_elems())}),
+                              config.eval_every)
+        stack.callback(evaluator.close)
+
+        model.to(learner)
+        target = copy.deepcopy(model).requires_grad_(False)
+        optimizer = make_adam(model, config.lr, learner)
+        buffer = ReplayBuffer(config.buffer_size, spec.obs_dim, learner, seed=config.seed)
+        B = batcher.n_elems()
+        carry_return = torch.zeros(B, device=learner)
+        carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
+        n_step = NStepWindow(config.gamma, config.n_step)
+        n_updates = 0
+
+        weights = cpu_state_dict(model)
+        batcher.update(weights)
+        batcher.reset()
+        evaluator.launch(weights, 0, 0)
+        while not run.should_stop():
+            epsilon = epsilon_at(run.env_steps, config.epsilon_start, config.epsilon_end, config.epsilon_decay_steps)
+            batcher.execute(agent_info=DictTensor({"epsilon": torch.full((B,), epsilon)}))
+            traj, _ = batcher.get()
+            traj = traj.to(learner)
+            if config.check_devices:
+                check_on_device(traj, learner, "the trajectories given to the learner")
+                check_on_device(model, learner, "the learner's model")
+            tt = traj.trajectories
+            buffer.push(**n_step(tt))
+
+            stats: dict[str, Any] = {"epsilon": epsilon, "buffer_size": float(len(buffer))}
+            steps_now = run.env_steps + B * tt.temporal_size()
+            if steps_now >= config.learning_starts and len(buffer) >= config.batch_size and config.gradient_steps:
+                for _ in range(config.gradient_steps):
+                    batch = buffer.sample(config.batch_size)
+                    q = model(batch["obs"])
+                    with torch.no_grad():
+                        next_q_online = model(batch["next_obs"])
+                        next_q_target = target(batch["next_obs"])
+                    loss, loss_stats = dqn_loss(q, batch["action"], batch["ret"], batch["discount"], next_q_online,
+                                                next_q_target, kind=config.loss)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    if config.max_grad_norm > 0:
+                        loss_stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                    optimizer.step()
+                    n_updates += 1
+                    with torch.no_grad():
+                        if config.tau < 1:
+                            torch._foreach_lerp_(list(target.parameters()), list(model.parameters()), config.tau)
+                        elif n_updates % config.target_update_interval == 0:
+                            target.load_state_dict(model.state_dict())
+                stats.update(loss_stats)
+                weights = cpu_state_dict(model)
+                batcher.update(weights)
+
+            ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
+                tt["_observation/reward"], tt["_observation/done"], carry_return, carry_length
+            )
+            # nan (0 / 0) when no episode ended in this window.
+            stats["train/episode_return"] = ret_sum / count
+            stats["train/episode_length"] = len_sum / count
+            run.record(B * tt.temporal_size(), stats)
+            result = evaluator.poll(lambda: weights, run.iteration, run.env_steps)
+            if result is not None:
+                run.record_eval(result)
+
+        if run.reached_target:
+            # The weights that reached the target, not those of the iterations since they were sent.
+            model.load_state_dict(evaluator.evaluated_weights)
+        previous, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
+        if previous is not None:
+            run.record_eval(previous)
+        run.record_eval(final)
+        wall = run.elapsed()
+        run.close()
+        checkpoint = save_checkpoint(run.logdir / "checkpoint.pt", "dqn", config, spec, model,
+                                     {"env_steps": run.env_steps, "eval_return": final["eval/return"]})
+        plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
+                                   f"DQN on {config.env} ({config.backend}), seed {config.seed}")
+        return TrainResult(final["eval/return"], run.env_steps, wall, run.history, str(run.logdir), run.iteration,
+                           checkpoint, plot, run.target_return, run.reached_target)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``rlstruct train dqn [flags]``; the last stdout line is a JSON summary."""
+    return run_main(train, DQNConfig, validate, argv, "rlstruct train dqn", __doc__.splitlines()[0])
+
+
+if __name__ == "__main__":
+    # Imported by name so that spawned workers unpickle this module's functions under their real name.
+    from rlstruct.algos.dqn import main as _main
+
+    raise SystemExit(_main())

@@ -1,0 +1,305 @@
+"""REINFORCE with a learned baseline and an entropy bonus (Williams 1992).
+
+Every iteration the training batcher runs complete episodes (episodic envs, ``n_timesteps`` equal to the
+time limit, so one ``execute`` ends with ``n_still_running == 0``); the returns are discounted, cut at the
+end of each episode, and bootstrapped from the baseline ``V(_observation/frame)`` where an episode was
+truncated by its time limit rather than terminated.
+
+Run it with ``rlstruct train reinforce --env CartPole-v1`` or ``python -m rlstruct.algos.reinforce``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+
+import torch
+from torch.nn.utils import clip_grad_norm_
+
+from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
+from rlstruct.batchers import RL_Batcher
+from rlstruct.devices import as_device
+from rlstruct.structures import DictTensor
+
+from rlstruct.algos._common import (
+    ActorCritic,
+    EnvSpec,
+    Evaluator,
+    PolicyAgent,
+    Run,
+    RunConfig,
+    TrainResult,
+    check_on_device,
+    cpu_state_dict,
+    create_env,
+    create_policy_agent,
+    describe_env,
+    discounted_returns,
+    episode_returns,
+    make_adam,
+    plot_learning_curve,
+    run_main,
+    save_checkpoint,
+    validate_run_config,
+    worker_seeds,
+)
+
+__all__ = ["ReinforceConfig", "reinforce_loss", "reinforce_returns", "train", "main"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class ReinforceConfig(RunConfig):
+    """REINFORCE settings (the shared ones are documented in :class:`RunConfig`).
+
+    Attributes:
+        gamma: discount factor.
+        baseline_coef: weight of the baseline's squared error.
+        entropy_coef: weight of the entropy bonus.
+        normalize_advantages: standardise the advantages (returns minus baseline) within each batch.
+        max_grad_norm: clip the gradient norm of the actor and of the critic, each, to this (0: no clipping).
+        bootstrap_truncated: at a time limit, bootstrap the return from the baseline of the final observation.
+    """
+
+    n_envs: int = 16
+    time_limit: float = 120.0
+    lr: float = 3e-3
+    eval_every: int = 5
+    gamma: float = 0.99
+    baseline_coef: float = 0.5
+    entropy_coef: float = 0.01
+    normalize_advantages: bool = True
+    max_grad_norm: float = 1.0
+    bootstrap_truncated: bool = True
+
+
+def validate(config: ReinforceConfig) -> EnvSpec:
+    """Checks the config before anything is built and describes its env (see :func:`validate_run_config`).
+
+    Raises:
+        DeviceUnavailableError: a device of the config does not exist here.
+        ValueError: a setting is out of range, or the env is not discrete-action with a flat observation.
+    """
+    validate_run_config(config)
+    if not 0 <= config.gamma <= 1:
+        raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
+    return describe_env(config.env, config.backend, config.max_episode_steps)
+
+
+def reinforce_returns(
+    rewards: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    lengths: torch.Tensor,
+    gamma: float,
+    *,
+    bootstrap_truncated: bool = True,
+) -> torch.Tensor:
+    """Discounted returns of rows of whole episodes (one episode per row, padded to ``T``).
+
+    Each row ends at ``lengths[b] - 1``; padding never leaks into the returns. Where a row ends without
+    terminating (a time limit) and ``bootstrap_truncated``, the return bootstraps from ``next_values`` there.
+
+    Args:
+        rewards: ``float [B, T]``.
+        next_values: ``float [B, T]``, ``V(_observation/frame)`` (no gradient needed).
+        terminated: ``bool [B, T]``.
+        lengths: ``int64 [B]``.
+        gamma: discount factor.
+        bootstrap_truncated: bootstrap at truncated ends (else a truncated end counts as terminal).
+
+    Returns:
+        ``float [B, T]`` (zero on padding).
+
+    >>> reinforce_returns(torch.ones(2, 2), torch.full((2, 2), 4.0), torch.tensor([[False, True], [False, False]]),
+    ...                   torch.tensor([2, 1]), 0.5)
+    tensor([[1.5000, 1.0000],
+            [3.0000, 0.0000]])
+    """
+    T = rewards.shape[1]
+    t = torch.arange(T, device=rewards.device).unsqueeze(0)
+    mask = t < lengths.unsqueeze(1)
+    end = t == (lengths.unsqueeze(1) - 1)
+    bootstrap = None
+    if bootstrap_truncated:
+        bootstrap = torch.where(end & ~terminated.bool(), next_values, torch.zeros_like(next_values))
+    returns = discounted_returns(torch.where(mask, rewards, torch.zeros_like(rewards)), end, gamma, bootstrap=bootstrap)
+    return returns * mask
+
+
+def reinforce_loss(
+    logits: torch.Tensor,
+    values: torch.Tensor,
+    actions: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    baseline_coef: float,
+    entropy_coef: float,
+    normalize_advantages: bool,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The REINFORCE loss with a baseline, averaged over the valid steps.
+
+    ``loss = -mean(log pi(a|s) * (G - b(s))) + baseline_coef * mean((b(s) - G)^2) / 2 - entropy_coef * mean(H)``.
+
+    Args:
+        logits: ``float [B, T, A]`` with gradient.
+        values: ``float [B, T]``, the baseline ``b(s)``, with gradient.
+        actions: ``int64 [B, T]``.
+        returns: ``float [B, T]`` (no gradient).
+        mask: ``float [B, T]``, 1 on valid steps.
+        baseline_coef: weight of the baseline loss.
+        entropy_coef: weight of the entropy bonus.
+        normalize_advantages: standardise ``G - b(s)`` over the valid steps for the policy term.
+
+    Returns:
+        ``(loss, stats)``: the scalar loss and detached 0-d statistics.
+
+    >>> logits = torch.zeros(1, 2, 2, requires_grad=True)
+    >>> loss, _ = reinforce_loss(logits, torch.zeros(1, 2), torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2),
+    ...                          torch.ones(1, 2), baseline_coef=1.0, entropy_coef=0.0, normalize_advantages=False)
+    >>> round(loss.item(), 4)
+    1.1931
+    """
+    n = mask.sum().clamp_min(1.0)
+    log_probs = torch.log_softmax(logits, -1)
+    log_pi = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    returns = returns.detach()
+    adv = returns - values.detach()
+    if normalize_advantages:
+        mean = (adv * mask).sum() / n
+        std = (((adv - mean) ** 2 * mask).sum() / n).sqrt()
+        adv = (adv - mean) / (std + 1e-8)
+    policy_loss = -(log_pi * adv * mask).sum() / n
+    baseline_loss = 0.5 * (((values - returns) ** 2) * mask).sum() / n
+    mean_entropy = (entropy * mask).sum() / n
+    loss = policy_loss + baseline_coef * baseline_loss - entropy_coef * mean_entropy
+    stats = {"loss/policy": policy_loss.detach(), "loss/baseline": baseline_loss.detach(),
+             "loss/entropy": mean_entropy.detach()}
+    return loss, stats
+
+
+def train(config: ReinforceConfig) -> TrainResult:
+    """Trains a policy with REINFORCE and returns the final evaluation and the run's history.
+
+    Raises:
+        DeviceUnavailableError: a device of the config does not exist here.
+        ValueError: a setting is out of range, or the env is not discrete-action with a flat observation.
+    """
+    start = time.perf_counter()
+    spec = validate(config)
+    learner = as_device(config.learner_device)
+    threads = torch.get_num_threads()
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    run = Run("reinforce", config, spec, start=start)
+    with contextlib.ExitStack() as stack:
+        stack.callback(torch.set_num_threads, threads)
+        stack.callback(run.close)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = ActorCritic(spec.obs_dim, spec.n_actions, config.hidden_sizes)
+        agent_args = {"obs_dim": spec.obs_dim, "n_actions": spec.n_actions, "hidden_sizes": tuple(config.hidden_sizes),
+                      "check_device": config.check_devices}
+        env_args = {"name": config.env, "backend": config.backend, "max_episode_steps": spec.max_episode_steps,
+                    "autoreset": False}
+        n_workers = max(config.n_processes, 1)
+        # n_timesteps = the time limit: one execute runs every env's episode to its end.
+        batcher = RL_Batcher(
+            spec.max_episode_steps, create_policy_agent, {**agent_args, "device": config.batcher_device},
+            create_env, {**env_args, "n_envs": config.n_envs, "device": config.batcher_device},
+            config.n_processes, worker_seeds(config.seed, n_workers, 0),
+            agent_info=DictTensor({"stochastic": torch.tensor([True])}),
+            agent_seeds=worker_seeds(config.seed, n_workers, 5000), device=config.batcher_device,
+        )
+        stack.callback(batcher.close)
+        n_eval_workers = max(config.n_evaluation_processes, 1)
+        eval_batcher = RL_Batcher(
+            spec.max_episode_steps, create_policy_agent, {**agent_args, "device": config.evaluation_device},
+            create_env, {**env_args, "n_envs": config.n_evaluation_envs, "device": config.evaluation_device},
+            config.n_evaluation_processes, worker_seeds(config.seed, n_eval_workers, 1000),
+            agent_info=DictTensor({"stochastic": torch.tensor([False])}),
+            agent_seeds=worker_seeds(config.seed, n_eval_workers, 6000), device=config.evaluation_device,
+        )
+        greedy = DictTensor({"stochastic": torch.zeros(eval_batcher.n_elems(), dtype=torch.bool)})
+        evaluator = Evaluator(eval_batcher, greedy, config.eval_every)
+        stack.callback(evaluator.close)
+
+        model.to(learner)
+        loss_agent = PolicyAgent(model, learner)
+        checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
+        optimizer = make_adam(model, config.lr, learner)
+
+        weights = cpu_state_dict(model)
+        batcher.update(weights)
+        evaluator.launch(weights, 0, 0)
+        while not run.should_stop():
+            batcher.reset()
+            batcher.execute()
+            traj, n_running = batcher.get()
+            assert n_running == 0, "n_timesteps covers the time limit: every episode ends in one execute"
+            traj = traj.to(learner)
+            if config.check_devices:
+                check_on_device(model, learner, "the learner's model")
+                out = replay_agent(checked_agent, traj)
+            else:
+                out = replay_agent_stateless(loss_agent, traj, "replay_batch")
+            tt = traj.trajectories
+            with torch.no_grad():
+                returns = reinforce_returns(tt["_observation/reward"], out["next_value"], tt["_observation/terminated"],
+                                            tt.lengths, config.gamma, bootstrap_truncated=config.bootstrap_truncated)
+            loss, stats = reinforce_loss(
+                out["logits"], out["value"], tt["action/action"], returns, tt.mask(),
+                baseline_coef=config.baseline_coef, entropy_coef=config.entropy_coef,
+                normalize_advantages=config.normalize_advantages,
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.max_grad_norm > 0:
+                # Clipped per network: the critic's large early errors must not shrink the policy's step.
+                stats["grad_norm/actor"] = clip_grad_norm_(model.actor.parameters(), config.max_grad_norm)
+                stats["grad_norm/critic"] = clip_grad_norm_(model.critic.parameters(), config.max_grad_norm)
+            optimizer.step()
+            weights = cpu_state_dict(model)
+            batcher.update(weights)
+
+            ep_returns, lengths = episode_returns(traj)
+            stats["train/episode_return"] = ep_returns.mean()
+            stats["train/episode_length"] = lengths.float().mean()
+            run.record(int(lengths.sum()), stats)
+            result = evaluator.poll(lambda: weights, run.iteration, run.env_steps)
+            if result is not None:
+                run.record_eval(result)
+
+        if run.reached_target:
+            # The weights that reached the target, not those of the iterations since they were sent.
+            model.load_state_dict(evaluator.evaluated_weights)
+        previous, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
+        if previous is not None:
+            run.record_eval(previous)
+        run.record_eval(final)
+        wall = run.elapsed()
+        run.close()
+        checkpoint = save_checkpoint(run.logdir / "checkpoint.pt", "reinforce", config, spec, model,
+                                     {"env_steps": run.env_steps, "eval_return": final["eval/return"]})
+        plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
+                                   f"REINFORCE on {config.env} ({config.backend}), seed {config.seed}")
+        return TrainResult(final["eval/return"], run.env_steps, wall, run.history, str(run.logdir), run.iteration,
+                           checkpoint, plot, run.target_return, run.reached_target)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``rlstruct train reinforce [flags]``; the last stdout line is a JSON summary."""
+    return run_main(train, ReinforceConfig, validate, argv, "rlstruct train reinforce", __doc__.splitlines()[0])
+
+
+if __name__ == "__main__":
+    # Imported by name so that spawned workers unpickle this module's functions under their real name.
+    from rlstruct.algos.reinforce import main as _main
+
+    raise SystemExit(_main())

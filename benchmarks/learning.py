@@ -1,0 +1,183 @@
+"""Learning benchmarks: how fast REINFORCE, A2C and DQN reach a target evaluation return.
+
+Each run is a fresh process, ``python -m rlstruct.algos.<algo> --seed S --logdir DIR --no-progress
+[--target-return R] ...`` with the algorithm's default hyper-parameters, so that every run pays the same
+start-up costs (imports, the first optimizer) inside its wall clock. The script then reads the run's
+``progress.csv``:
+
+* **reached**: the first evaluation whose mean return is at least the target: its wall clock (seconds since
+  ``train`` started, when the evaluation's result arrived) and its env steps (when it was launched).
+  The evaluation of the untrained network (launched at 0 env steps) does not count: on CartPole a random
+  linear-ish network sometimes balances the pole by luck;
+* **final**: the final blocking evaluation of the final policy (with ``--stop``, the policy that reached
+  the target).
+
+Targets and budgets (issue 5): CartPole-v1 475, Acrobot-v1 -100; A2C 15 s of wall clock, DQN 50,000 env
+steps, REINFORCE 120 s. The table reports, per suite, how many seeds reached the target within budget,
+and the median and range over seeds. Stable-Baselines3 is compared only when it is installed.
+
+Usage::
+
+    python benchmarks/learning.py --seeds 0,1,2
+    python benchmarks/learning.py --suites a2c-cartpole-torch --seeds 0,1,2,3,4
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class Suite:
+    """One benchmark: an algorithm on an env and backend, a target and a budget."""
+
+    name: str
+    algo: str
+    env: str
+    target: float
+    budget: str  # shown in the table
+    flags: list[str] = field(default_factory=list)
+    backend: str = "torch"
+
+
+CARTPOLE, ACROBOT = 475.0, -100.0
+SUITES = [
+    Suite("a2c-cartpole-torch", "a2c", "CartPole-v1", CARTPOLE, "15 s", ["--time-limit", "15"]),
+    Suite("dqn-cartpole-torch", "dqn", "CartPole-v1", CARTPOLE, "50k steps", ["--max-env-steps", "50000",
+                                                                               "--time-limit", "600"]),
+    Suite("reinforce-cartpole-torch", "reinforce", "CartPole-v1", CARTPOLE, "120 s", ["--time-limit", "120"]),
+    Suite("a2c-acrobot-torch", "a2c", "Acrobot-v1", ACROBOT, "15 s", ["--time-limit", "15"]),
+    Suite("dqn-acrobot-torch", "dqn", "Acrobot-v1", ACROBOT, "50k steps", ["--max-env-steps", "50000",
+                                                                            "--time-limit", "600"]),
+    Suite("reinforce-acrobot-torch", "reinforce", "Acrobot-v1", ACROBOT, "120 s", ["--time-limit", "120"]),
+    Suite("a2c-cartpole-gymnasium", "a2c", "CartPole-v1", CARTPOLE, "15 s", ["--time-limit", "15"], "gymnasium"),
+]
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def run_one(suite: Suite, seed: int, logdir: Path, stop: bool, extra: list[str]) -> dict:
+    """Trains one seed in a fresh process and reads its progress.csv."""
+    cmd = [sys.executable, "-m", f"rlstruct.algos.{suite.algo}", "--env", suite.env, "--backend", suite.backend,
+           "--seed", str(seed), "--logdir", str(logdir), "--no-progress", "--no-tensorboard", *suite.flags, *extra]
+    if stop:
+        cmd += ["--target-return", str(suite.target)]
+    load_before = load_average()
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    process_s = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    evals = [r for r in csv.DictReader(open(logdir / "progress.csv")) if r.get("eval/return")]
+    reached = next((r for r in evals if float(r["eval/return"]) >= suite.target
+                    and float(r["eval/launch_env_steps"]) > 0), None)
+    return {
+        "suite": suite.name,
+        "seed": seed,
+        "command": " ".join(cmd[1:]),
+        "reached": reached is not None,
+        "reached_wall_s": float(reached["wall_time_s"]) if reached else None,
+        "reached_env_steps": int(float(reached["eval/launch_env_steps"])) if reached else None,
+        "final_return": summary["eval_return"],
+        "env_steps": summary["env_steps"],
+        "wall_time_s": summary["wall_time_s"],
+        "process_s": round(process_s, 1),
+        "load_before": load_before,
+        "load_after": load_average(),
+    }
+
+
+def _median_range(xs: list[float], fmt: str) -> str:
+    if not xs:
+        return "-"
+    return f"{format(statistics.median(xs), fmt)} [{format(min(xs), fmt)}, {format(max(xs), fmt)}]"
+
+
+def table(suites: list[Suite], results: list[dict]) -> str:
+    rows = ["| suite | target | budget | reached | time to target (s) | env steps to target | final return |",
+            "|:--|--:|--:|--:|--:|--:|--:|"]
+    for s in suites:
+        rs = [r for r in results if r["suite"] == s.name]
+        if not rs:
+            continue
+        ok = [r for r in rs if r["reached"] and _within_budget(s, r)]
+        rows.append(
+            f"| {s.name} | {s.target:g} | {s.budget} | {len(ok)}/{len(rs)} "
+            f"| {_median_range([r['reached_wall_s'] for r in ok], '.1f')} "
+            f"| {_median_range([r['reached_env_steps'] for r in ok], ',.0f')} "
+            f"| {_median_range([r['final_return'] for r in rs], '.1f')} |"
+        )
+    return "\n".join(rows)
+
+
+def _within_budget(s: Suite, r: dict) -> bool:
+    if s.budget.endswith(" s"):
+        return r["reached_wall_s"] <= float(s.budget[:-2])
+    if s.budget.endswith("k steps"):
+        return r["reached_env_steps"] <= int(s.budget[:-7]) * 1000
+    return True
+
+
+def sb3_note() -> str:
+    try:
+        import stable_baselines3  # noqa: F401
+    except ImportError:
+        return "Stable-Baselines3 is not installed: no comparison run."
+    return "Stable-Baselines3 is installed, but this script does not run it yet (same budgets would be needed)."
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suites", default=",".join(s.name for s in SUITES),
+                        help="comma-separated suite names (default: all)")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
+    parser.add_argument("--stop", action=argparse.BooleanOptionalAction, default=True,
+                        help="stop each run once it reaches the target (default: on)")
+    parser.add_argument("--json", default=None, help="also write every run's numbers to this JSON file")
+    parser.add_argument("--extra", default="", help="extra flags passed to every run, e.g. '--torch-threads 2'")
+    args = parser.parse_args(argv)
+    wanted = args.suites.split(",")
+    unknown = set(wanted) - {s.name for s in SUITES}
+    if unknown:
+        parser.error(f"unknown suites {sorted(unknown)}; known: {[s.name for s in SUITES]}")
+    suites = [s for s in SUITES if s.name in wanted]
+    seeds = [int(x) for x in args.seeds.split(",")]
+    print(f"# torch {torch.__version__}, CPython {platform.python_version()}, {platform.machine()}, "
+          f"{os.cpu_count()} CPUs, load average at start {load_average()}")
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for s in suites:
+            for seed in seeds:
+                r = run_one(s, seed, Path(tmp) / f"{s.name}-{seed}", args.stop, args.extra.split())
+                results.append(r)
+                print(json.dumps(r), flush=True)
+    print()
+    print(table(suites, results))
+    print()
+    print(sb3_note())
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

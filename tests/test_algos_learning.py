@@ -1,0 +1,115 @@
+"""Short learning runs: each algorithm must beat a random policy on CartPole-v1 by a wide margin.
+
+A uniformly random policy scores about 22 on CartPole-v1. Budgets are in env steps (not seconds), the
+batchers run in this process and every seed is fixed, so a run is reproducible on a given platform and
+only fails when learning breaks. The full learning benchmarks (475+, wall clock) are in
+``benchmarks/learning.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from rlstruct.algos import a2c, dqn, reinforce
+from rlstruct.algos._common import EnvSpec, Run, describe_env
+
+RANDOM_POLICY_RETURN = 22.0
+
+
+def _common(tmp_path, **kw):
+    return {"progress": False, "tensorboard": False, "logdir": str(tmp_path), "time_limit": 300.0, **kw}
+
+
+def _trained_evals(result) -> list[float]:
+    """Mean returns of the evaluations of trained weights (the untrained network's can be lucky on CartPole)."""
+    return [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
+
+
+def assert_learned(result, best: float, final: float) -> None:
+    evals = _trained_evals(result)
+    assert evals and max(evals) >= best, evals
+    assert result.eval_return >= final, (result.eval_return, evals)
+    losses = [v for r in result.history for k, v in r.items() if k.startswith("loss/")]
+    assert losses and all(math.isfinite(x) for x in losses)
+
+
+@pytest.mark.timeout(300)
+def test_a2c_learns_cartpole(tmp_path):
+    result = a2c.train(a2c.A2CConfig(**_common(tmp_path, max_env_steps=25_000, seed=0)))
+    assert_learned(result, best=10 * RANDOM_POLICY_RETURN, final=1.5 * RANDOM_POLICY_RETURN)
+
+
+@pytest.mark.timeout(300)
+def test_reinforce_learns_cartpole(tmp_path):
+    result = reinforce.train(reinforce.ReinforceConfig(**_common(tmp_path, max_env_steps=20_000, seed=0)))
+    assert_learned(result, best=5 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_dqn_learns_cartpole(tmp_path):
+    cfg = dqn.DQNConfig(**_common(tmp_path, max_env_steps=12_000, epsilon_decay_steps=5_000, seed=0))
+    result = dqn.train(cfg)
+    assert_learned(result, best=8 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
+
+
+@pytest.mark.timeout(120)
+def test_a2c_runs_are_reproducible_in_process(tmp_path):
+    cfg = dict(max_env_steps=1_024, n_envs=8, eval_every=4, hidden_sizes=(16,), anneal_lr=False)
+    first = a2c.train(a2c.A2CConfig(**_common(tmp_path / "a", **cfg)))
+    second = a2c.train(a2c.A2CConfig(**_common(tmp_path / "b", **cfg)))
+    keys = ("loss/policy", "loss/value", "train/episode_return", "eval/return")
+    rows_a = [{k: r[k] for k in keys if k in r} for r in first.history]
+    rows_b = [{k: r[k] for k in keys if k in r} for r in second.history]
+    assert repr(rows_a) == repr(rows_b)  # repr: nan (no episode ended yet) equals nan
+    assert len(rows_a) > 8 and first.eval_return == second.eval_return
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn"])
+def test_gymnasium_backend_and_worker_processes(algo, tmp_path):
+    module = {"reinforce": reinforce, "a2c": a2c, "dqn": dqn}[algo]
+    cfg_cls = {"reinforce": reinforce.ReinforceConfig, "a2c": a2c.A2CConfig, "dqn": dqn.DQNConfig}[algo]
+    extra = {"learning_starts": 32, "gradient_steps": 2, "rollout_steps": 4} if algo == "dqn" else {}
+    cfg = cfg_cls(**_common(tmp_path, backend="gymnasium", n_processes=2, n_envs=2, n_evaluation_envs=2,
+                            max_episode_steps=50, max_env_steps=200, eval_every=2, hidden_sizes=(8,), **extra))
+    result = module.train(cfg)
+    assert result.env_steps >= 200 and 0 < result.eval_return <= 50
+    assert any("eval/return" in r for r in result.history)
+
+
+@pytest.mark.timeout(120)
+def test_time_limit_stops_training(tmp_path):
+    result = a2c.train(a2c.A2CConfig(**{**_common(tmp_path), "time_limit": 3.0, "n_envs": 4}))
+    assert result.wall_time_s < 3.0 + 10.0
+    assert result.iterations >= 1
+
+
+@pytest.mark.timeout(120)
+def test_target_return_stops_early_and_keeps_the_weights_that_reached_it(tmp_path):
+    cfg = a2c.A2CConfig(**_common(tmp_path, max_env_steps=50_000, n_envs=8, eval_every=2, target_return=30.0,
+                                  anneal_lr=False))
+    result = a2c.train(cfg)
+    evals = [r for r in result.history if "eval/return" in r]
+    reached = [r for r in evals if r["eval/launch_env_steps"] > 0 and r["eval/return"] >= 30.0]
+    assert reached and result.env_steps < 50_000
+    # The final evaluation replays the kept weights on fresh episodes (same policy, other initial states).
+    assert result.eval_return > 0.5 * reached[0]["eval/return"]
+
+
+def test_default_target_is_the_env_reward_threshold(tmp_path):
+    spec = describe_env("CartPole-v1", "torch", None)
+    assert spec == EnvSpec(4, 2, 500, 475.0)
+    cfg = a2c.A2CConfig(**_common(tmp_path))
+    runs = [Run("a2c", cfg, spec), Run("a2c", dataclasses.replace(cfg, target_return=100.0), spec),
+            Run("a2c", dataclasses.replace(cfg, stop_at_reward_threshold=False), spec)]
+    assert [r.target_return for r in runs] == [475.0, 100.0, None]
+    runs[0].record_eval({"eval/return": 500.0, "eval/launch_env_steps": 0.0})
+    assert not runs[0].reached_target and not runs[0].should_stop(), "the untrained network's evaluation does not count"
+    runs[0].record_eval({"eval/return": 480.0, "eval/launch_env_steps": 256.0})
+    assert runs[0].reached_target and runs[0].should_stop()
+    for r in runs:
+        r.close()

@@ -1,0 +1,155 @@
+"""The ``rlstruct`` command end to end (subprocesses, tiny budgets) and its parser."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlstruct.algos import cli
+from rlstruct.algos._common import RunConfig, build_parser, config_from_args, field_docs
+from rlstruct.algos.a2c import A2CConfig
+from rlstruct.algos.dqn import DQNConfig
+from rlstruct.algos.reinforce import ReinforceConfig
+
+CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig]
+
+
+def rlstruct(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
+    """Runs the console script's code (``python -m rlstruct.algos.cli``) in a fresh process."""
+    return subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def last_json(stdout: str) -> dict:
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    return json.loads(lines[-1])
+
+
+TINY = ["--no-progress", "--n-envs", "4", "--n-evaluation-envs", "2", "--max-episode-steps", "60", "--eval-every", "5"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_train_writes_logs_plot_checkpoint_and_eval_reads_it(tmp_path):
+    logdir = tmp_path / "run"
+    out = rlstruct("train", "a2c", "--env", "CartPole-v1", "--max-env-steps", "400", "--logdir", str(logdir), *TINY)
+    assert out.returncode == 0, out.stderr
+    summary = last_json(out.stdout)
+    assert {"eval_return", "env_steps", "wall_time_s", "logdir"} <= set(summary)
+    assert summary["env_steps"] >= 400 and summary["logdir"] == str(logdir)
+    assert 0 < summary["eval_return"] <= 60
+    assert "learning curve:" in out.stdout and "checkpoint:" in out.stdout
+    assert (logdir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert list(logdir.glob("events.out.tfevents.*")), "no TensorBoard events"
+    rows = list(csv.DictReader(open(logdir / "progress.csv")))
+    assert rows and {"iteration", "env_steps", "wall_time_s", "loss/policy", "eval/return"} <= set(rows[0])
+    assert float(rows[-1]["eval/return"]) == pytest.approx(summary["eval_return"])
+    ckpt = torch.load(logdir / "checkpoint.pt", weights_only=True)
+    assert ckpt["algo"] == "a2c" and ckpt["config"]["env"] == "CartPole-v1" and ckpt["config"]["max_env_steps"] == 400
+    assert all(isinstance(v, torch.Tensor) and v.device.type == "cpu" for v in ckpt["model"].values())
+
+    ev = rlstruct("eval", str(logdir / "checkpoint.pt"), "--episodes", "3")
+    assert ev.returncode == 0, ev.stderr
+    result = last_json(ev.stdout)
+    assert result["episodes"] == 3 and result["algo"] == "a2c" and 0 < result["eval_return"] <= 60
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("algo", ["reinforce", "dqn"])
+def test_train_other_algorithms_tiny(tmp_path, algo):
+    extra = ["--learning-starts", "50", "--gradient-steps", "2", "--rollout-steps", "4"] if algo == "dqn" else []
+    out = rlstruct("train", algo, "--max-env-steps", "300", "--logdir", str(tmp_path), *TINY, *extra)
+    assert out.returncode == 0, out.stderr
+    summary = last_json(out.stdout)
+    assert summary["env_steps"] >= 300 and (tmp_path / "checkpoint.pt").exists()
+    ev = rlstruct("eval", str(tmp_path / "checkpoint.pt"), "--episodes", "2")
+    assert ev.returncode == 0, ev.stderr
+    assert last_json(ev.stdout)["algo"] == algo
+
+
+@pytest.mark.timeout(120)
+def test_a_device_that_does_not_exist_is_a_one_line_error():
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has a cuda:1")
+    out = rlstruct("train", "a2c", "--learner-device", "cuda:1", "--no-progress")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "learner_device='cuda:1' does not exist" in lines[0] and "available devices: cpu" in lines[0]
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_bad_commands_exit_2_with_one_line(capsys):
+    for args, needle in [
+        (["train", "ppo"], "must be one of reinforce, a2c, dqn"),
+        (["train", "a2c", "--env", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
+        (["train", "dqn", "--n-envs", "0"], "n_envs must be >= 1"),
+        (["eval", "/no/such/checkpoint.pt"], "No such file"),
+        (["eval", "x.pt", "--device", "cuda:7"], "device='cuda:7' does not exist"),
+    ]:
+        assert cli.main(args) == 2, args
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and needle in err, (args, err)
+
+
+@pytest.mark.timeout(120)
+def test_module_entry_point_prints_help():
+    out = subprocess.run([sys.executable, "-m", "rlstruct.algos.dqn", "--help"], capture_output=True, text=True,
+                         timeout=100)
+    assert out.returncode == 0 and "--learner-device" in out.stdout and "--epsilon-decay-steps" in out.stdout
+
+
+@pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn"])
+def test_train_help_lists_the_flags(algo, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", algo, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--env", "--backend", "--n-envs", "--n-processes", "--learner-device", "--batcher-device",
+                 "--evaluation-device", "--seed", "--time-limit", "--max-env-steps", "--logdir", "--no-progress"):
+        assert flag in out
+
+
+# --------------------------------------------------------------------------- parser from the dataclasses
+@pytest.mark.parametrize("config_cls", CONFIGS)
+def test_every_config_field_has_a_one_line_doc_and_a_flag(config_cls):
+    docs = field_docs(config_cls)
+    names = [f.name for f in dataclasses.fields(config_cls)]
+    assert set(names) <= set(docs), set(names) - set(docs)
+    parser = build_parser(config_cls, "prog")
+    flags = {a.dest: a for a in parser._actions}
+    for name in names:
+        assert name in flags and docs[name] in flags[name].help
+    for name in ("env", "backend", "n_envs", "n_processes", "learner_device", "batcher_device", "evaluation_device",
+                 "seed", "time_limit", "max_env_steps", "logdir", "progress"):
+        assert name in names
+
+
+def test_parsed_flags_build_the_config():
+    parser = build_parser(DQNConfig, "prog")
+    ns = parser.parse_args(["--n-envs", "3", "--hidden-sizes", "8", "8", "8", "--no-progress", "--max-env-steps",
+                            "none", "--tau", "0.5", "--learner-device", "cpu"])
+    cfg = config_from_args(DQNConfig, ns)
+    assert cfg.n_envs == 3 and cfg.hidden_sizes == (8, 8, 8) and cfg.progress is False
+    assert cfg.max_env_steps is None and cfg.tau == 0.5
+    assert config_from_args(DQNConfig, parser.parse_args([])) == DQNConfig()
+
+
+def test_config_to_dict_is_plain():
+    d = A2CConfig().to_dict()
+    assert d["hidden_sizes"] == [64, 64]
+    assert all(isinstance(v, (str, int, float, bool, list, type(None))) for v in d.values())
+    assert issubclass(A2CConfig, RunConfig)
+
+
+def test_console_script_is_declared():
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert 'rlstruct = "rlstruct.algos.cli:main"' in text
