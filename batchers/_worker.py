@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import BatcherWorkerError
@@ -33,6 +34,7 @@ __all__ = [
     "ProcessWorker",
     "WorkerPlacement",
     "WorkerSpec",
+    "copy_weights",
     "dump_weights",
     "load_weights",
     "recv_all",
@@ -103,6 +105,14 @@ def dump_weights(state_dict: Any) -> bytes:
     return buf.getvalue()
 
 
+def copy_weights(state_dict: Any, device: torch.device) -> Any:
+    """A copy of a state dict on ``device``, for an in-process worker (no serialisation; no aliasing of the
+    learner's tensors, which it keeps updating in place)."""
+    return pytree.tree_map(
+        lambda x: x.detach().to(device, copy=True) if isinstance(x, torch.Tensor) else x, state_dict
+    )
+
+
 def load_weights(data: bytes, device: torch.device) -> Any:
     # map_location onto the worker's own device: copying straight to cuda:k can allocate on cuda:0.
     return torch.load(io.BytesIO(data), map_location=device, weights_only=True)
@@ -168,7 +178,8 @@ def _serve(acq: Acquirer, msg: tuple) -> Any:
             torch.cuda.synchronize(acq.device)
         return out
     if cmd == "update":
-        acq.agent.update(load_weights(msg[1], acq.device))
+        weights = msg[1]
+        acq.agent.update(load_weights(weights, acq.device) if isinstance(weights, bytes) else weights)
         return None
     raise ValueError(f"unknown order {cmd!r}")
 

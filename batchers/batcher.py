@@ -21,6 +21,7 @@ from rlstruct.batchers._worker import (
     ProcessWorker,
     WorkerPlacement,
     WorkerSpec,
+    copy_weights,
     dump_weights,
     recv_all,
 )
@@ -394,7 +395,8 @@ class RL_Batcher:
     def update(self, state_dict: Any) -> None:
         """Sends weights (a CPU ``state_dict``) to every worker's ``agent.update`` (blocking).
 
-        It is serialised once; each worker loads it with ``map_location`` onto its own device.
+        It is serialised once; each worker process loads it with ``map_location`` onto its own device (an
+        in-process worker gets a copy on its device, without serialisation).
 
         Raises:
             BatcherStateError: an ``execute`` is pending.
@@ -410,7 +412,10 @@ class RL_Batcher:
                         f"update() takes a CPU state dict, but {k!r} is on {v.device}; "
                         "send {k: v.cpu() for k, v in model.state_dict().items()}"
                     )
-        self._call_all("update", dump_weights(state_dict))
+        if self.n_processes == 0:
+            self._call_all("update", copy_weights(state_dict, self._workers[0].device))
+        else:
+            self._call_all("update", dump_weights(state_dict))
 
     def timings(self) -> dict[str, float]:
         """Seconds spent per phase since the last :meth:`reset_timings`, and step counts.

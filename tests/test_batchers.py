@@ -312,3 +312,16 @@ def test_worker_placement_validation():
         WorkerPlacement("cpu", visible_devices="0")
     with pytest.raises(ValueError, match="one WorkerPlacement per worker"):
         RL_Batcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0, 1], worker_placements=[WorkerPlacement()])
+
+
+@pytest.mark.parametrize("n_processes", [0, 1])
+def test_update_sends_a_copy_not_the_learners_tensor(n_processes):
+    scale = torch.tensor([3.0])
+    with RL_Batcher(2, CounterAgent, {}, CountingEnv, AUTORESET, n_processes, [0]) as b:
+        b.reset()
+        b.update({"scale": scale})
+        scale.mul_(100)  # the learner keeps training in place: the agent must not see it
+        b.execute()
+        traj, _ = b.get()
+    t = traj.trajectories
+    assert torch.equal(t["action/scaled"], 3 * t["action/count"].float())
