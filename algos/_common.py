@@ -17,6 +17,7 @@ Convention for the time axis: step ``t`` of a trajectory is the transition
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import json
@@ -27,7 +28,7 @@ import re
 import sys
 import time
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -288,6 +289,61 @@ def episode_returns(trajectories: Trajectories) -> tuple[torch.Tensor, torch.Ten
     return (tt["_observation/reward"] * tt.mask()).sum(1), tt.lengths
 
 
+def masked_policy_value_loss(
+    logits: torch.Tensor,
+    actions: torch.Tensor,
+    values: torch.Tensor,
+    value_targets: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    value_coef: float,
+    entropy_coef: float,
+    normalize_advantages: bool,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The policy-gradient loss of a categorical policy with a learned value, averaged over the valid steps.
+
+    ``loss = -mean(log pi(a|s) * A) + value_coef * mean((V(s) - target)^2) / 2 - entropy_coef * mean(H)``:
+    the core of :func:`~rlstruct.algos.a2c.a2c_loss` (GAE targets) and
+    :func:`~rlstruct.algos.reinforce.reinforce_loss` (Monte-Carlo returns, ``V`` the baseline), which
+    compute their own ``value_targets`` and ``advantages``.
+
+    Args:
+        logits: ``float [B, T, A]`` with gradient.
+        actions: ``int64 [B, T]``.
+        values: ``float [B, T]`` with gradient.
+        value_targets: ``float [B, T]``, what ``values`` regresses on (no gradient).
+        advantages: ``float [B, T]`` (no gradient).
+        mask: ``float [B, T]``, 1 on valid steps; an all-zero mask gives a zero loss, not nan.
+        value_coef: weight of the value loss.
+        entropy_coef: weight of the entropy bonus.
+        normalize_advantages: standardise the advantages over the valid steps for the policy term.
+
+    Returns:
+        ``(loss, stats)``: the scalar loss and detached 0-d ``policy``, ``value`` and ``entropy`` terms.
+
+    >>> loss, stats = masked_policy_value_loss(torch.zeros(1, 2, 2), torch.zeros(1, 2, dtype=torch.long),
+    ...                                        torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), torch.ones(1, 2),
+    ...                                        value_coef=1.0, entropy_coef=0.0, normalize_advantages=False)
+    >>> round(loss.item(), 4), round(stats["value"].item(), 4)
+    (1.1931, 0.5)
+    """
+    n = mask.sum().clamp_min(1.0)
+    log_probs = torch.log_softmax(logits, -1)
+    log_pi = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    adv = advantages
+    if normalize_advantages:
+        mean = (adv * mask).sum() / n
+        std = (((adv - mean) ** 2 * mask).sum() / n).sqrt()
+        adv = (adv - mean) / (std + 1e-8)
+    policy_loss = -(log_pi * adv * mask).sum() / n
+    value_loss = 0.5 * (((values - value_targets) ** 2) * mask).sum() / n
+    mean_entropy = (entropy * mask).sum() / n
+    loss = policy_loss + value_coef * value_loss - entropy_coef * mean_entropy
+    return loss, {"policy": policy_loss.detach(), "value": value_loss.detach(), "entropy": mean_entropy.detach()}
+
+
 # =============================================================================================== networks
 def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, *, out_gain: float = 1.0) -> nn.Sequential:
     """A tanh MLP with orthogonal initialisation (gain sqrt(2) inside, ``out_gain`` on the last layer).
@@ -342,7 +398,37 @@ def _sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> tor
     return (logits - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(-1)
 
 
-class PolicyAgent(RL_Agent):
+class NetworkAgent(RL_Agent):
+    """The part every batcher agent of ``algos`` shares: one network on ``device`` and its own generator.
+
+    The generator is seeded by the batcher's ``agent_seeds``; :meth:`update` loads the learner's weights;
+    :meth:`_on_device` copies a per-env ``agent_info`` tensor to the device once per acquisition.
+
+    Args:
+        model: the network, on ``device``.
+        device: where observations come from and actions go.
+    """
+
+    def __init__(self, model: nn.Module, device: DeviceLike):
+        self.model = model
+        self.device = as_device(device)
+        self.generator = torch.Generator(device=self.device)
+        self._info: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
+
+    def seed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    def update(self, state_dict: Any) -> None:
+        self.model.load_state_dict(state_dict)
+
+    def _on_device(self, info: torch.Tensor) -> torch.Tensor:
+        # The batcher hands the same CPU tensor at every step of an acquisition: copy it to the device once.
+        if self._info[0] is not info:
+            self._info = (info, info.to(self.device))
+        return self._info[1]
+
+
+class PolicyAgent(NetworkAgent):
     """A stateless categorical policy for the batchers, and the learner's replay of its network.
 
     ``__call__`` samples an action where ``agent_info["stochastic"]`` is true (every row when the key is
@@ -356,23 +442,12 @@ class PolicyAgent(RL_Agent):
         device: where observations come from and actions go.
     """
 
-    def __init__(self, model: ActorCritic, device: DeviceLike):
-        self.model = model
-        self.device = as_device(device)
-        self.generator = torch.Generator(device=self.device)
-        self._info: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
-
-    def seed(self, seed: int) -> None:
-        self.generator.manual_seed(seed)
+    model: ActorCritic
 
     def _stochastic(self, agent_info: DictTensor) -> torch.Tensor | None:
         if "stochastic" not in agent_info:
             return None
-        s = agent_info["stochastic"]
-        # The batcher hands the same CPU tensor at every step of an acquisition: copy it to the device once.
-        if self._info[0] is not s:
-            self._info = (s, s.to(self.device))
-        return self._info[1]
+        return self._on_device(agent_info["stochastic"])
 
     def __call__(self, state, observation, agent_info, history=None):
         logits = self.model.policy(observation["frame"])
@@ -381,9 +456,6 @@ class PolicyAgent(RL_Agent):
         if stochastic is not None:
             action = torch.where(stochastic, action, logits.argmax(-1))
         return DictTensor({"action": action}), state
-
-    def update(self, state_dict: Any) -> None:
-        self.model.load_state_dict(state_dict)
 
     def _outputs(self, frame: torch.Tensor, next_frame: torch.Tensor) -> dict[str, torch.Tensor]:
         n = frame.shape[0]
@@ -984,6 +1056,146 @@ def plot_learning_curve(history: list[dict[str, float]], path: str | os.PathLike
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return str(path)
+
+
+# =============================================================================================== train() scaffolding
+@contextlib.contextmanager
+def training_run(
+    algo: str, config: RunConfig, spec: EnvSpec, *, start: float
+) -> Iterator[tuple[Run, contextlib.ExitStack]]:
+    """The frame of every ``train``: a :class:`Run`, and an exit stack that closes what the run opens.
+
+    Sets ``torch`` to ``config.torch_threads`` threads (when set) for the run and restores the previous
+    count on exit; the run and everything pushed on the stack are closed on exit, in reverse order,
+    whether training returned or raised.
+
+    Args:
+        algo: the algorithm's name (the run's log folder and checkpoint say it).
+        config: the validated config.
+        spec: the env's description, from the algorithm's ``validate``.
+        start: ``time.perf_counter()`` when ``train`` was called (validation counts in the wall time).
+
+    Yields:
+        ``(run, stack)``.
+    """
+    threads = torch.get_num_threads()
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    run = Run(algo, config, spec, start=start)
+    with contextlib.ExitStack() as stack:
+        stack.callback(torch.set_num_threads, threads)
+        stack.callback(run.close)
+        yield run, stack
+
+
+def seeded_model(seed: int, factory: Callable[..., nn.Module], *args: Any) -> nn.Module:
+    """``factory(*args)`` with its initial weights drawn from ``torch.manual_seed(seed)``.
+
+    The global generator is forked, so building the model leaves it as it was.
+
+    >>> a, b = seeded_model(0, nn.Linear, 2, 1), seeded_model(0, nn.Linear, 2, 1)
+    >>> torch.equal(a.weight, b.weight)
+    True
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return factory(*args)
+
+
+def worker_args(config: RunConfig, spec: EnvSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keyword arguments every batcher's agent and env factories share: ``(agent_args, env_args)``.
+
+    Each batcher adds its own ``device``, ``n_envs`` and ``autoreset``.
+    """
+    agent_args = {"obs_dim": spec.obs_dim, "n_actions": spec.n_actions, "hidden_sizes": tuple(config.hidden_sizes),
+                  "check_device": config.check_devices}
+    env_args = {"name": config.env, "backend": config.backend, "max_episode_steps": spec.max_episode_steps}
+    return agent_args, env_args
+
+
+def open_batchers(
+    stack: contextlib.ExitStack,
+    config: RunConfig,
+    spec: EnvSpec,
+    create_agent: Callable[..., RL_Agent],
+    *,
+    n_timesteps: int,
+    autoreset: bool,
+    explore: dict[str, bool | float],
+    greedy: dict[str, bool | float],
+) -> tuple[RL_Batcher, Evaluator]:
+    """The training batcher and the :class:`Evaluator` of a run, both closed by ``stack``.
+
+    Seeds are fixed per role (envs from offsets 0 and 1000, agents from 5000 and 6000) so that a run is
+    reproducible from ``config.seed`` alone; evaluation envs never auto-reset and run whole episodes.
+
+    Args:
+        stack: the run's exit stack (see :func:`training_run`).
+        config: the validated config.
+        spec: the env's description.
+        create_agent: the batchers' agent factory (module level, so it pickles), e.g. :func:`create_policy_agent`.
+        n_timesteps: steps of every training env per ``execute``.
+        autoreset: whether the training envs auto-reset.
+        explore: the training ``agent_info``, one value per key, e.g. ``{"stochastic": True}``.
+        greedy: the evaluation ``agent_info``, one value per key, e.g. ``{"epsilon": 0.0}``.
+
+    Returns:
+        ``(batcher, evaluator)``.
+    """
+    agent_args, env_args = worker_args(config, spec)
+    n_workers = max(config.n_processes, 1)
+    batcher = RL_Batcher(
+        n_timesteps, create_agent, {**agent_args, "device": config.batcher_device},
+        create_env, {**env_args, "n_envs": config.n_envs, "autoreset": autoreset, "device": config.batcher_device},
+        config.n_processes, worker_seeds(config.seed, n_workers, 0),
+        agent_info=DictTensor({k: torch.tensor([v]) for k, v in explore.items()}),
+        agent_seeds=worker_seeds(config.seed, n_workers, 5000), device=config.batcher_device,
+    )
+    stack.callback(batcher.close)
+    n_eval_workers = max(config.n_evaluation_processes, 1)
+    eval_batcher = RL_Batcher(
+        spec.max_episode_steps, create_agent, {**agent_args, "device": config.evaluation_device},
+        create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": False,
+                     "device": config.evaluation_device},
+        config.n_evaluation_processes, worker_seeds(config.seed, n_eval_workers, 1000),
+        agent_info=DictTensor({k: torch.tensor([v]) for k, v in greedy.items()}),
+        agent_seeds=worker_seeds(config.seed, n_eval_workers, 6000), device=config.evaluation_device,
+    )
+    n_eval = eval_batcher.n_elems()
+    evaluator = Evaluator(eval_batcher, DictTensor({k: torch.full((n_eval,), v) for k, v in greedy.items()}),
+                          config.eval_every)
+    stack.callback(evaluator.close)
+    return batcher, evaluator
+
+
+def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvSpec, *, title: str) -> TrainResult:
+    """The end of every ``train``: final evaluation, checkpoint, learning curve and result.
+
+    Where an evaluation reached the target return, the weights it evaluated are the ones kept (not those of
+    the iterations since they were sent); otherwise the final weights are evaluated again on fresh episodes.
+
+    Args:
+        run: the run, still open (this closes it).
+        evaluator: the run's evaluator.
+        model: the learner's model.
+        spec: the env's description.
+        title: the algorithm's name in the plot's title, e.g. ``"A2C"``.
+    """
+    config = run.config
+    if run.reached_target:
+        model.load_state_dict(evaluator.evaluated_weights)
+    previous, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
+    if previous is not None:
+        run.record_eval(previous)
+    run.record_eval(final)
+    wall = run.elapsed()
+    run.close()
+    checkpoint = save_checkpoint(run.logdir / "checkpoint.pt", run.algo, config, spec, model,
+                                 {"env_steps": run.env_steps, "eval_return": final["eval/return"]})
+    plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
+                               f"{title} on {config.env} ({config.backend}), seed {config.seed}")
+    return TrainResult(final["eval/return"], run.env_steps, wall, run.history, str(run.logdir), run.iteration,
+                       checkpoint, plot, run.target_return, run.reached_target)
 
 
 # =============================================================================================== command line

@@ -10,7 +10,6 @@ Run it with ``rlstruct train a2c --env CartPole-v1`` or ``python -m rlstruct.alg
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import time
@@ -20,31 +19,28 @@ import torch
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
-from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import as_device
-from rlstruct.structures import DictTensor
 
 from rlstruct.algos._common import (
     ActorCritic,
     EnvSpec,
-    Evaluator,
     PolicyAgent,
-    Run,
     RunConfig,
     TrainResult,
     check_on_device,
     cpu_state_dict,
-    create_env,
     create_policy_agent,
     describe_env,
     episode_statistics,
-    make_adam,
+    finish_training,
     gae_advantages,
-    plot_learning_curve,
+    make_adam,
+    masked_policy_value_loss,
+    open_batchers,
     run_main,
-    save_checkpoint,
+    seeded_model,
+    training_run,
     validate_run_config,
-    worker_seeds,
 )
 
 __all__ = ["A2CConfig", "a2c_loss", "train", "main"]
@@ -133,23 +129,12 @@ def a2c_loss(
     >>> round(loss.item(), 4), round(stats["loss/value"].item(), 4)
     (1.1931, 0.5)
     """
-    n = mask.sum().clamp_min(1.0)
-    log_probs = torch.log_softmax(logits, -1)
-    log_pi = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    entropy = -(log_probs.exp() * log_probs).sum(-1)
-    targets = (advantages + values).detach()
-    adv = advantages.detach()
-    if normalize_advantages:
-        mean = (adv * mask).sum() / n
-        std = (((adv - mean) ** 2 * mask).sum() / n).sqrt()
-        adv = (adv - mean) / (std + 1e-8)
-    policy_loss = -(log_pi * adv * mask).sum() / n
-    value_loss = 0.5 * (((values - targets) ** 2) * mask).sum() / n
-    mean_entropy = (entropy * mask).sum() / n
-    loss = policy_loss + value_coef * value_loss - entropy_coef * mean_entropy
-    stats = {"loss/policy": policy_loss.detach(), "loss/value": value_loss.detach(),
-             "loss/entropy": mean_entropy.detach()}
-    return loss, stats
+    # The critic regresses on the GAE targets A + V_old (V_old: the values without gradient).
+    loss, terms = masked_policy_value_loss(
+        logits, actions, values, (advantages + values).detach(), advantages.detach(), mask,
+        value_coef=value_coef, entropy_coef=entropy_coef, normalize_advantages=normalize_advantages,
+    )
+    return loss, {"loss/policy": terms["policy"], "loss/value": terms["value"], "loss/entropy": terms["entropy"]}
 
 
 def train(config: A2CConfig) -> TrainResult:
@@ -162,41 +147,11 @@ def train(config: A2CConfig) -> TrainResult:
     start = time.perf_counter()
     spec = validate(config)
     learner = as_device(config.learner_device)
-    threads = torch.get_num_threads()
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
-    run = Run("a2c", config, spec, start=start)
-    with contextlib.ExitStack() as stack:
-        stack.callback(torch.set_num_threads, threads)
-        stack.callback(run.close)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            model = ActorCritic(spec.obs_dim, spec.n_actions, config.hidden_sizes)
-        agent_args = {"obs_dim": spec.obs_dim, "n_actions": spec.n_actions, "hidden_sizes": tuple(config.hidden_sizes),
-                      "check_device": config.check_devices}
-        env_args = {"name": config.env, "backend": config.backend, "max_episode_steps": spec.max_episode_steps}
-        n_workers = max(config.n_processes, 1)
+    with training_run("a2c", config, spec, start=start) as (run, stack):
+        model = seeded_model(config.seed, ActorCritic, spec.obs_dim, spec.n_actions, config.hidden_sizes)
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
-        batcher = RL_Batcher(
-            config.n_steps, create_policy_agent, {**agent_args, "device": config.batcher_device},
-            create_env, {**env_args, "n_envs": config.n_envs, "autoreset": True, "device": config.batcher_device},
-            config.n_processes, worker_seeds(config.seed, n_workers, 0),
-            agent_info=DictTensor({"stochastic": torch.tensor([True])}),
-            agent_seeds=worker_seeds(config.seed, n_workers, 5000), device=config.batcher_device,
-        )
-        stack.callback(batcher.close)
-        n_eval_workers = max(config.n_evaluation_processes, 1)
-        eval_batcher = RL_Batcher(
-            spec.max_episode_steps, create_policy_agent, {**agent_args, "device": config.evaluation_device},
-            create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": False,
-                         "device": config.evaluation_device},
-            config.n_evaluation_processes, worker_seeds(config.seed, n_eval_workers, 1000),
-            agent_info=DictTensor({"stochastic": torch.tensor([False])}),
-            agent_seeds=worker_seeds(config.seed, n_eval_workers, 6000), device=config.evaluation_device,
-        )
-        greedy = DictTensor({"stochastic": torch.zeros(eval_batcher.n_elems(), dtype=torch.bool)})
-        evaluator = Evaluator(eval_batcher, greedy, config.eval_every)
-        stack.callback(evaluator.close)
+        batcher, evaluator = open_batchers(stack, config, spec, create_policy_agent, n_timesteps=config.n_steps,
+                                           autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False})
 
         model.to(learner)
         loss_agent = PolicyAgent(model, learner)
@@ -253,21 +208,7 @@ def train(config: A2CConfig) -> TrainResult:
             if result is not None:
                 run.record_eval(result)
 
-        if run.reached_target:
-            # The weights that reached the target, not those of the iterations since they were sent.
-            model.load_state_dict(evaluator.evaluated_weights)
-        previous, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
-        if previous is not None:
-            run.record_eval(previous)
-        run.record_eval(final)
-        wall = run.elapsed()
-        run.close()
-        checkpoint = save_checkpoint(run.logdir / "checkpoint.pt", "a2c", config, spec, model,
-                                     {"env_steps": run.env_steps, "eval_return": final["eval/return"]})
-        plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
-                                   f"A2C on {config.env} ({config.backend}), seed {config.seed}")
-        return TrainResult(final["eval/return"], run.env_steps, wall, run.history, str(run.logdir), run.iteration,
-                           checkpoint, plot, run.target_return, run.reached_target)
+        return finish_training(run, evaluator, model, spec, title="A2C")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,7 +12,6 @@ Run it with ``rlstruct train dqn --env CartPole-v1`` or ``python -m rlstruct.alg
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import logging
@@ -25,30 +24,28 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 from rlstruct.algos._common import (
     EnvSpec,
-    Evaluator,
-    Run,
+    NetworkAgent,
     RunConfig,
     TrainResult,
     check_on_device,
     cpu_state_dict,
-    create_env,
     describe_env,
     double_dqn_targets,
     episode_statistics,
+    finish_training,
     make_adam,
     mlp,
     n_step_returns,
-    plot_learning_curve,
+    open_batchers,
     run_main,
-    save_checkpoint,
+    seeded_model,
+    training_run,
     validate_run_config,
-    worker_seeds,
 )
 
 __all__ = [
@@ -151,7 +148,7 @@ class QNetwork(nn.Module):
         return self.q(frame)
 
 
-class QAgent(RL_Agent):
+class QAgent(NetworkAgent):
     """Epsilon-greedy over a :class:`QNetwork`; ``agent_info["epsilon"]`` (float, one per env) sets the rate.
 
     Without the key the agent is greedy. Randomness comes from the agent's own generator (seeded by the
@@ -162,31 +159,18 @@ class QAgent(RL_Agent):
         device: where observations come from and actions go.
     """
 
-    def __init__(self, model: QNetwork, device: DeviceLike):
-        self.model = model
-        self.device = as_device(device)
-        self.generator = torch.Generator(device=self.device)
-        self._info: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
-
-    def seed(self, seed: int) -> None:
-        self.generator.manual_seed(seed)
+    model: QNetwork
 
     def __call__(self, state, observation, agent_info, history=None):
         q = self.model(observation["frame"])
         action = q.argmax(-1)
         if "epsilon" in agent_info:
-            eps = agent_info["epsilon"]
-            # The batcher hands the same CPU tensor at every step of an acquisition: copy it once.
-            if self._info[0] is not eps:
-                self._info = (eps, eps.to(self.device))
+            eps = self._on_device(agent_info["epsilon"])
             B, n_actions = q.shape
-            explore = torch.rand(B, generator=self.generator, device=self.device) < self._info[1]
+            explore = torch.rand(B, generator=self.generator, device=self.device) < eps
             random_action = torch.randint(n_actions, (B,), generator=self.generator, device=self.device)
             action = torch.where(explore, random_action, action)
         return DictTensor({"action": action}), state
-
-    def update(self, state_dict: Any) -> None:
-        self.model.load_state_dict(state_dict)
 
 
 def create_q_agent(
@@ -383,40 +367,11 @@ def train(config: DQNConfig) -> TrainResult:
     start = time.perf_counter()
     spec = validate(config)
     learner = as_device(config.learner_device)
-    threads = torch.get_num_threads()
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
-    run = Run("dqn", config, spec, start=start)
-    with contextlib.ExitStack() as stack:
-        stack.callback(torch.set_num_threads, threads)
-        stack.callback(run.close)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            model = QNetwork(spec.obs_dim, spec.n_actions, config.hidden_sizes)
-        agent_args = {"obs_dim": spec.obs_dim, "n_actions": spec.n_actions, "hidden_sizes": tuple(config.hidden_sizes),
-                      "check_device": config.check_devices}
-        env_args = {"name": config.env, "backend": config.backend, "max_episode_steps": spec.max_episode_steps}
-        n_workers = max(config.n_processes, 1)
-        batcher = RL_Batcher(
-            config.rollout_steps, create_q_agent, {**agent_args, "device": config.batcher_device},
-            create_env, {**env_args, "n_envs": config.n_envs, "autoreset": True, "device": config.batcher_device},
-            config.n_processes, worker_seeds(config.seed, n_workers, 0),
-            agent_info=DictTensor({"epsilon": torch.tensor([config.epsilon_start])}),
-            agent_seeds=worker_seeds(config.seed, n_workers, 5000), device=config.batcher_device,
-        )
-        stack.callback(batcher.close)
-        n_eval_workers = max(config.n_evaluation_processes, 1)
-        eval_batcher = RL_Batcher(
-            spec.max_episode_steps, create_q_agent, {**agent_args, "device": config.evaluation_device},
-            create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": False,
-                         "device": config.evaluation_device},
-            config.n_evaluation_processes, worker_seeds(config.seed, n_eval_workers, 1000),
-            agent_info=DictTensor({"epsilon": torch.tensor([0.0])}),
-            agent_seeds=worker_seeds(config.seed, n_eval_workers, 6000), device=config.evaluation_device,
-        )
-        evaluator = Evaluator(eval_batcher, DictTensor({"epsilon": torch.zeros(eval_batcher.n_elems())}),
-                              config.eval_every)
-        stack.callback(evaluator.close)
+    with training_run("dqn", config, spec, start=start) as (run, stack):
+        model = seeded_model(config.seed, QNetwork, spec.obs_dim, spec.n_actions, config.hidden_sizes)
+        batcher, evaluator = open_batchers(stack, config, spec, create_q_agent, n_timesteps=config.rollout_steps,
+                                           autoreset=True, explore={"epsilon": config.epsilon_start},
+                                           greedy={"epsilon": 0.0})
 
         model.to(learner)
         target = copy.deepcopy(model).requires_grad_(False)
@@ -480,21 +435,7 @@ def train(config: DQNConfig) -> TrainResult:
             if result is not None:
                 run.record_eval(result)
 
-        if run.reached_target:
-            # The weights that reached the target, not those of the iterations since they were sent.
-            model.load_state_dict(evaluator.evaluated_weights)
-        previous, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
-        if previous is not None:
-            run.record_eval(previous)
-        run.record_eval(final)
-        wall = run.elapsed()
-        run.close()
-        checkpoint = save_checkpoint(run.logdir / "checkpoint.pt", "dqn", config, spec, model,
-                                     {"env_steps": run.env_steps, "eval_return": final["eval/return"]})
-        plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
-                                   f"DQN on {config.env} ({config.backend}), seed {config.seed}")
-        return TrainResult(final["eval/return"], run.env_steps, wall, run.history, str(run.logdir), run.iteration,
-                           checkpoint, plot, run.target_return, run.reached_target)
+        return finish_training(run, evaluator, model, spec, title="DQN")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,10 +24,10 @@ from typing import Any
 import torch
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.errors import MissingDependencyError
 
+from rlstruct.batchers._common import pyplot, require, save_png
 from rlstruct.batchers.batcher import RL_Batcher
-from rlstruct.batchers.profile import MLPAgent, _pyplot, env_dims
+from rlstruct.batchers.profile import MLPAgent, env_dims
 
 __all__ = ["Measurement", "TuneRow", "AutotuneResult", "autotune", "autotune_batcher", "batcher_measure", "host_rss"]
 
@@ -132,7 +132,7 @@ class AutotuneResult:
         Raises:
             MissingDependencyError: matplotlib is not installed.
         """
-        plt = _pyplot()
+        plt = pyplot()
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for p in sorted({r.n_processes for r in self.rows}):
             rows = [r for r in self.rows if r.n_processes == p and r.status == "measured"]
@@ -147,23 +147,16 @@ class AutotuneResult:
         ax.set_title("autotune: throughput against env count")
         ax.grid(True, alpha=0.3)
         ax.legend()
-        fig.tight_layout()
-        path = Path(path)
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        return path
+        return save_png(plt, fig, path)
 
 
 # --------------------------------------------------------------------------- memory
 def _psutil():
-    try:
-        import psutil
-    except ImportError as e:
-        raise MissingDependencyError(
-            "autotune measures memory with psutil, which is not installed; install it with `pip install psutil` "
-            "(it comes with `rlstruct[test]`), or pass your own measure function"
-        ) from e
-    return psutil
+    return require(
+        "psutil",
+        "autotune measures memory with psutil, which is not installed; install it with `pip install psutil` "
+        "(it comes with `rlstruct[test]`), or pass your own measure function",
+    )
 
 
 def host_rss(pid: int | None = None) -> int:

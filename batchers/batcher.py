@@ -11,10 +11,11 @@ from typing import Any
 import torch
 
 from rlstruct.devices import DeviceLike, as_device
-from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatchSizeError, DeviceMismatchError
-from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
+from rlstruct.errors import BatcherStateError, BatcherWorkerError
+from rlstruct.structures import DictTensor, Trajectories
 
-from rlstruct.batchers._acquire import INFO_PREFIXES, PHASES, TEMPORAL_PREFIXES, Specs, allocate_block
+from rlstruct.batchers._acquire import PHASES, TEMPORAL_PREFIXES, Specs, allocate_block
+from rlstruct.batchers._common import BatcherBase, check_cpu, check_cpu_state_dict, repeat_first, trajectories_from
 from rlstruct.batchers._worker import (
     CHECK_DEVICE_ENV,
     LocalWorker,
@@ -31,24 +32,7 @@ __all__ = ["RL_Batcher"]
 log = logging.getLogger(__name__)
 
 
-def _check_cpu(d: DictTensor | None, name: str) -> DictTensor:
-    if d is None:
-        return DictTensor({})
-    if not isinstance(d, DictTensor):
-        raise TypeError(f"{name} must be a DictTensor, got {type(d).__name__}; wrap it with DictTensor({{...}})")
-    dev = d.device()
-    if dev is not None and dev.type != "cpu":
-        raise DeviceMismatchError(f"{name} must be on the CPU, got {dev}; build {name} on the CPU (.to('cpu'))")
-    return d
-
-
-def _repeat_first(d: DictTensor, n: int) -> DictTensor:
-    if d.empty():
-        return d
-    return DictTensor._trusted({k: v[:1].expand((n,) + v.shape[1:]).clone() for k, v in d.items()})
-
-
-class RL_Batcher:
+class RL_Batcher(BatcherBase):
     """Collects trajectories of an agent on vectorized environments, asynchronously.
 
     One step loop serves three ways to run:
@@ -105,6 +89,11 @@ class RL_Batcher:
     (torch.Size([4, 8, 4]), 4)
     """
 
+    _name = "RL_Batcher"
+    _unit = "a worker"
+    _rows = "n_processes * n_envs"
+    _idle = False
+
     def __init__(
         self,
         n_timesteps: int,
@@ -149,8 +138,8 @@ class RL_Batcher:
         self.timeout = float(timeout)
         # Starting a worker imports torch and builds its env: allow that more than one acquisition's timeout.
         self._start_timeout = max(self.timeout, 120.0)
-        agent_info = _check_cpu(agent_info, "agent_info")
-        env_info = _check_cpu(env_info, "env_info")
+        agent_info = check_cpu(agent_info, "agent_info")
+        env_info = check_cpu(env_info, "env_info")
         if worker_placements is None:
             placements = [WorkerPlacement(self.device) for _ in range(n_workers)]
         else:
@@ -192,7 +181,7 @@ class RL_Batcher:
     # ----------------------------------------------------------------- setup
     def _probe(self, agent_info: DictTensor, env_info: DictTensor) -> Specs:
         for w, n in zip(self._workers, self._n_envs):
-            w.send("probe", _repeat_first(agent_info, n), _repeat_first(env_info, n))
+            w.send("probe", repeat_first(agent_info, n), repeat_first(env_info, n))
         specs = recv_all(self._workers, self._start_timeout)
         for k, s in enumerate(specs[1:], 1):
             if s != specs[0]:
@@ -221,18 +210,6 @@ class RL_Batcher:
         return blocks  # type: ignore[return-value]
 
     # ----------------------------------------------------------------- state machine
-    def _check_usable(self, method: str) -> None:
-        if self._closed:
-            raise BatcherStateError(f"{method}() called after close(); build a new RL_Batcher")
-        if self._failed is not None:
-            raise BatcherStateError(
-                f"{method}() called after a worker failed ({self._failed}); close() this batcher and build a new one"
-            )
-
-    def _fail(self, e: BaseException) -> None:
-        self._failed = str(e).splitlines()[0]
-        self._pending = False
-
     def _call_all(self, *msg: Any) -> list[Any]:
         try:
             for w in self._workers:
@@ -241,28 +218,6 @@ class RL_Batcher:
         except BatcherWorkerError as e:
             self._fail(e)
             raise
-
-    def _check_rows(self, d: DictTensor, name: str, prefix: str) -> DictTensor:
-        d = _check_cpu(d, name)
-        if d.empty():
-            return d
-        n = self.n_elems()
-        if d.n_elems() != n:
-            raise BatchSizeError(
-                f"{name} must have one row per env, n_processes * n_envs = {n}, got {d.n_elems()}; "
-                "or pass an empty DictTensor"
-            )
-        expected = {k[len(prefix):]: v for k, v in self._specs.items() if k.startswith(prefix)}
-        got = {k: (tuple(v.shape[1:]), v.dtype) for k, v in d.items()}
-        if got != expected:
-            raise ValueError(
-                f"{name} must have the keys, row shapes and dtypes of the example given to RL_Batcher, "
-                f"{expected}, got {got}; pass the same kind of {name} as at construction"
-            )
-        return d
-
-    def _split(self, d: DictTensor) -> list[DictTensor]:
-        return [d.slice(o, o + n) for o, n in zip(self._offsets, self._n_envs)]
 
     # ----------------------------------------------------------------- API
     def n_elems(self) -> int:
@@ -280,14 +235,8 @@ class RL_Batcher:
             BatcherStateError: an ``execute`` is pending, or the batcher is closed or failed.
         """
         self._check_usable("reset")
-        if self._pending:
-            raise BatcherStateError("reset() called while an execute() is pending; call get() first")
-        ai = self._check_rows(agent_info, "agent_info", "agent_info/") if agent_info is not None else DictTensor({})
-        ei = self._check_rows(env_info, "env_info", "env_info/") if env_info is not None else DictTensor({})
-        if ai.empty():
-            ai = _repeat_first(self._default_agent_info, self.n_elems())
-        if ei.empty():
-            ei = _repeat_first(self._default_env_info, self.n_elems())
+        self._check_idle("reset")
+        ai, ei = self._reset_rows(agent_info, env_info)
         try:
             for w, a, e in zip(self._workers, self._split(ai), self._split(ei)):
                 w.send("reset", a, e)
@@ -386,11 +335,7 @@ class RL_Batcher:
                 if single else torch.cat(p)
             return x.to(self.device)
 
-        data = {k: join(p) for k, p in parts.items()}
-        lengths = data.pop("lengths")
-        info = DictTensor._trusted({k: v for k, v in data.items() if k.startswith(INFO_PREFIXES)})
-        traj = TemporalDictTensor._trusted({k: v for k, v in data.items() if k.startswith(TEMPORAL_PREFIXES)}, lengths)
-        return Trajectories(info, traj)
+        return trajectories_from({k: join(p) for k, p in parts.items()})
 
     def update(self, state_dict: Any) -> None:
         """Sends weights (a CPU ``state_dict``) to every worker's ``agent.update`` (blocking).
@@ -403,15 +348,8 @@ class RL_Batcher:
             DeviceMismatchError: a tensor of ``state_dict`` is not on the CPU.
         """
         self._check_usable("update")
-        if self._pending:
-            raise BatcherStateError("update() called while an execute() is pending; call get() first")
-        if isinstance(state_dict, dict):
-            for k, v in state_dict.items():
-                if isinstance(v, torch.Tensor) and v.device.type != "cpu":
-                    raise DeviceMismatchError(
-                        f"update() takes a CPU state dict, but {k!r} is on {v.device}; "
-                        "send {k: v.cpu() for k, v in model.state_dict().items()}"
-                    )
+        self._check_idle("update")
+        check_cpu_state_dict(state_dict)
         if self.n_processes == 0:
             self._call_all("update", copy_weights(state_dict, self._workers[0].device))
         else:
@@ -432,11 +370,6 @@ class RL_Batcher:
         total["wait"] = self._wait_s
         total["gather"] = self._gather_s
         return {k: v - self._timing_base.get(k, 0.0) for k, v in total.items()}
-
-    def reset_timings(self) -> None:
-        """Restarts the :meth:`timings` counters from zero."""
-        self._timing_base = {}
-        self._timing_base = self.timings()
 
     def worker_reports(self) -> list[dict[str, Any]]:
         """What each worker saw when it started: pid, device, its CUDA-related environment variables,
@@ -463,12 +396,3 @@ class RL_Batcher:
 
     def __enter__(self) -> RL_Batcher:
         return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -23,9 +23,10 @@ from torch import nn
 
 from rlstruct.agents import RL_Agent
 from rlstruct.devices import DeviceLike, as_device, check_device_exists
-from rlstruct.errors import MissingDependencyError, SpaceError
+from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor, Trajectories
 
+from rlstruct.batchers._common import pyplot, save_png
 from rlstruct.batchers.batcher import RL_Batcher
 
 __all__ = [
@@ -252,7 +253,7 @@ class ProfileReport:
         Raises:
             MissingDependencyError: matplotlib is not installed.
         """
-        plt = _pyplot()
+        plt = pyplot()
         names = list(self.seconds)[::-1]
         fig, ax = plt.subplots(figsize=(7, 0.35 * len(names) + 1.2))
         bars = ax.barh(names, [self.seconds[k] for k in names], color="tab:blue")
@@ -262,24 +263,7 @@ class ProfileReport:
         ax.set_xlabel("seconds")
         ax.set_title(f"where the time goes ({self.steps_per_s:,.0f} env steps/s, learning included)")
         ax.margins(x=0.15)
-        fig.tight_layout()
-        path = Path(path)
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        return path
-
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError as e:
-        raise MissingDependencyError(
-            "writing a PNG needs matplotlib, which is not installed; install it with `pip install 'rlstruct[plot]'`"
-        ) from e
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+        return save_png(plt, fig, path)
 
 
 def split_collection(timings: dict[str, float], collect_s: float, n_workers: int) -> dict[str, float]:

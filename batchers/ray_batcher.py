@@ -35,18 +35,13 @@ import numpy as np
 import torch
 
 from rlstruct.devices import DeviceLike, as_device
-from rlstruct.errors import (
-    BatcherStateError,
-    BatcherWorkerError,
-    BatchSizeError,
-    DeviceMismatchError,
-    MissingDependencyError,
-)
-from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
+from rlstruct.errors import BatcherStateError, BatcherWorkerError, MissingDependencyError
+from rlstruct.structures import DictTensor, Trajectories
 
-from rlstruct.batchers._acquire import INFO_PREFIXES, PHASES, TEMPORAL_PREFIXES
+from rlstruct.batchers._acquire import PHASES, TEMPORAL_PREFIXES
+from rlstruct.batchers._common import BatcherBase, check_cpu, check_cpu_state_dict, trajectories_from
 from rlstruct.batchers._worker import WorkerPlacement
-from rlstruct.batchers.batcher import RL_Batcher, _check_cpu, _repeat_first
+from rlstruct.batchers.batcher import RL_Batcher
 
 __all__ = ["RayBatcher", "PLACEMENT_STRATEGIES"]
 
@@ -218,7 +213,7 @@ class _Failed:
         self.error = error
 
 
-class RayBatcher:
+class RayBatcher(BatcherBase):
     """RL_Batcher's API and output over Ray actors, each hosting a local RL_Batcher.
 
     The unit of work is an actor per node (or per GPU): it builds ``RL_Batcher(n_timesteps, create_agent,
@@ -272,6 +267,11 @@ class RayBatcher:
         BatcherStateError: Ray is not initialised, or ``seeds``/``agent_seeds`` have the wrong length.
         BatcherWorkerError: an actor failed to start (or could not be placed within the timeout).
     """
+
+    _name = "RayBatcher"
+    _unit = "an actor"
+    _rows = "the sum of every actor's envs"
+    _idle = None
 
     def __init__(
         self,
@@ -363,8 +363,8 @@ class RayBatcher:
         self.max_restarts = max_restarts
         # Starting an actor imports torch and builds its envs, and may wait for the cluster to free resources.
         self._start_timeout = max(self.timeout, 120.0) if start_timeout is None else float(start_timeout)
-        agent_info = _check_cpu(agent_info, "agent_info")
-        env_info = _check_cpu(env_info, "env_info")
+        agent_info = check_cpu(agent_info, "agent_info")
+        env_info = check_cpu(env_info, "env_info")
 
         ray = self._ray = _import_ray()
         if not ray.is_initialized():
@@ -530,41 +530,6 @@ class RayBatcher:
         self._sent_version[k] = self._version
         return self._version, self._weights_ref
 
-    # ----------------------------------------------------------------- state machine
-    def _check_usable(self, method: str) -> None:
-        if self._closed:
-            raise BatcherStateError(f"{method}() called after close(); build a new RayBatcher")
-        if self._failed is not None:
-            raise BatcherStateError(
-                f"{method}() called after an actor failed ({self._failed}); close() this batcher and build a new one"
-            )
-
-    def _fail(self, e: BaseException) -> None:
-        self._failed = str(e).splitlines()[0]
-        self._pending = None
-
-    def _check_rows(self, d: DictTensor, name: str, prefix: str) -> DictTensor:
-        d = _check_cpu(d, name)
-        if d.empty():
-            return d
-        n = self.n_elems()
-        if d.n_elems() != n:
-            raise BatchSizeError(
-                f"{name} must have one row per env, the sum of every actor's envs = {n}, got {d.n_elems()}; "
-                "or pass an empty DictTensor"
-            )
-        expected = {k[len(prefix):]: v for k, v in self._specs.items() if k.startswith(prefix)}
-        got = {k: (tuple(v.shape[1:]), v.dtype) for k, v in d.items()}
-        if got != expected:
-            raise ValueError(
-                f"{name} must have the keys, row shapes and dtypes of the example given to RayBatcher, "
-                f"{expected}, got {got}; pass the same kind of {name} as at construction"
-            )
-        return d
-
-    def _split(self, d: DictTensor) -> list[DictTensor]:
-        return [d.slice(o, o + n) for o, n in zip(self._offsets, self._n_envs)]
-
     # ----------------------------------------------------------------- API
     @property
     def actors(self) -> list:
@@ -583,14 +548,8 @@ class RayBatcher:
             BatcherWorkerError: an actor failed (here or in a previous ``update``).
         """
         self._check_usable("reset")
-        if self._pending is not None:
-            raise BatcherStateError("reset() called while an execute() is pending; call get() first")
-        ai = self._check_rows(agent_info, "agent_info", "agent_info/") if agent_info is not None else DictTensor({})
-        ei = self._check_rows(env_info, "env_info", "env_info/") if env_info is not None else DictTensor({})
-        if ai.empty():
-            ai = _repeat_first(self._default_agent_info, self.n_elems())
-        if ei.empty():
-            ei = _repeat_first(self._default_env_info, self.n_elems())
+        self._check_idle("reset")
+        ai, ei = self._reset_rows(agent_info, env_info)
         self._epoch += 1
         ais, eis = self._split(ai), self._split(ei)
         self._wait_all([a.reset.remote(*self._weights_for(k), self._epoch, x, y)
@@ -712,15 +671,8 @@ class RayBatcher:
             DeviceMismatchError: a tensor of ``state_dict`` is not on the CPU.
         """
         self._check_usable("update")
-        if self._pending is not None:
-            raise BatcherStateError("update() called while an execute() is pending; call get() first")
-        if isinstance(state_dict, dict):
-            for k, v in state_dict.items():
-                if isinstance(v, torch.Tensor) and v.device.type != "cpu":
-                    raise DeviceMismatchError(
-                        f"update() takes a CPU state dict, but {k!r} is on {v.device}; "
-                        "send {k: v.cpu() for k, v in model.state_dict().items()}"
-                    )
+        self._check_idle("update")
+        check_cpu_state_dict(state_dict)
         self._version += 1
         # Once into the object store; each actor gets the reference with its next reset or acquisition.
         self._weights_ref = self._ray.put(_to_wire(state_dict))
@@ -742,11 +694,6 @@ class RayBatcher:
         total["wait"] = self._wait_s
         total["gather"] = self._gather_s
         return {k: v - self._timing_base.get(k, 0.0) for k, v in total.items()}
-
-    def reset_timings(self) -> None:
-        """Restarts the :meth:`timings` counters from zero."""
-        self._timing_base = {}
-        self._timing_base = self.timings()
 
     def worker_reports(self) -> list[dict[str, Any]]:
         """One report per actor: pid, node, the accelerators Ray assigned, CUDA variables, whether CUDA was
@@ -793,15 +740,6 @@ class RayBatcher:
     def __enter__(self) -> RayBatcher:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
 
 def _temporal_size(wire: dict[str, Any]) -> int:
     for k, a in wire["arrays"].items():
@@ -831,7 +769,4 @@ def _rebuild(wires: list[dict[str, Any] | None], device: torch.device) -> Trajec
             # The one copy out of the object store: the result must outlive the Ray references.
             out = np.concatenate(parts, axis=0)
         data[key] = _numpy_to_tensor(out, dtypes.get(key)).to(device)
-    lengths = data.pop("lengths")
-    info = DictTensor._trusted({k: v for k, v in data.items() if k.startswith(INFO_PREFIXES)})
-    traj = TemporalDictTensor._trusted({k: v for k, v in data.items() if k.startswith(TEMPORAL_PREFIXES)}, lengths)
-    return Trajectories(info, traj)
+    return trajectories_from(data)

@@ -29,34 +29,16 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-import time
-from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from rlstruct.envs import CartPole
 from rlstruct.structures import DictTensor
 
-
-def _time_steps(step: Callable[[], None], sync: Callable[[], None], min_seconds: float) -> float:
-    """Seconds per call of ``step``, over at least ``min_seconds`` (doubling the number of calls)."""
-    n = 4
-    while True:
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            step()
-        sync()
-        dt = time.perf_counter() - t0
-        if dt >= min_seconds:
-            return dt / n
-        n *= 2 if dt <= 0 else max(2, min(16, int(1.5 * min_seconds / dt) + 1))
+from _common import Runner, device_sync, numpy_runner, print_table, time_steps
 
 
-def torch_runner(
-    n: int, device: str, fused: bool, warmup: int, dense: bool = False
-) -> tuple[Callable[[], None], Callable[[], None]]:
+def torch_runner(n: int, device: str, fused: bool, warmup: int, dense: bool = False) -> Runner:
     env = CartPole(n, device=device, seed=0, autoreset=True, compile=fused)
     if dense:  # the branch-free draws of every env that accelerators use, forced on this device
         env._autoreset_fn = env._autoreset_dense
@@ -67,43 +49,29 @@ def torch_runner(
         a = torch.randint(0, 2, (n,), device=device, generator=gen)
         env.step(DictTensor._trusted({"action": a}))
 
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    sync = device_sync(device)
     for _ in range(warmup):
         step()
     sync()
     return step, sync
 
 
-def gym_runner(n: int, warmup: int) -> tuple[Callable[[], None], Callable[[], None]]:
+def gym_runner(n: int, warmup: int) -> Runner:
     import gymnasium as gym
 
     env = gym.make_vec("CartPole-v1", n, vectorization_mode="vector_entry_point")
     env.reset(seed=0)
-    rng = np.random.default_rng(0)
-
-    def step() -> None:
-        env.step(rng.integers(0, 2, n))
-
-    for _ in range(warmup):
-        step()
-    return step, lambda: None
+    return numpy_runner(env, n, warmup)
 
 
-def envpool_runner(n: int, warmup: int) -> tuple[Callable[[], None], Callable[[], None]] | None:
+def envpool_runner(n: int, warmup: int) -> Runner | None:
     try:
         import envpool
     except ImportError:
         return None
     env = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=n, batch_size=n, seed=0)
     env.reset()
-    rng = np.random.default_rng(0)
-
-    def step() -> None:
-        env.step(rng.integers(0, 2, n))
-
-    for _ in range(warmup):
-        step()
-    return step, lambda: None
+    return numpy_runner(env, n, warmup)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     envpool_seen = False
     for n in args.sizes:
         warmup = 10
-        runners: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {
+        runners: dict[str, Runner] = {
             "torch eager": torch_runner(n, args.device, fused=False, warmup=warmup)
         }
         if not args.no_fused:
@@ -157,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         best: dict[str, float] = {}
         for _ in range(args.repeats):
             for name, (step, sync) in runners.items():
-                rate = n / _time_steps(step, sync, args.min_seconds)
+                rate = n / time_steps(step, sync, args.min_seconds)
                 best[name] = max(best.get(name, 0.0), rate)
         row = [str(n)] + [f"{best[k]:.3g}" for k in names]
         if "gymnasium" in best:
@@ -167,11 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
     if envpool_seen:
         header.append("envpool steps/s")
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    print("| " + " | ".join(h.rjust(w) for h, w in zip(header, widths)) + " |")
-    print("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
-    for r in rows:
-        print("| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |")
+    print_table(header, rows)
     if not envpool_seen and not args.no_gym:
         print("# envpool: not installed")
 

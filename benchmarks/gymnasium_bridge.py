@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-import time
-from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -36,26 +34,7 @@ import torch
 from rlstruct.envs import CartPole, to_gymnasium
 from rlstruct.structures import DictTensor
 
-Runner = tuple[Callable[[], None], Callable[[], None]]
-
-
-def _time_steps(step: Callable[[], None], sync: Callable[[], None], min_seconds: float) -> float:
-    """Seconds per call of ``step``, over at least ``min_seconds`` (growing the number of calls)."""
-    n = 4
-    while True:
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            step()
-        sync()
-        dt = time.perf_counter() - t0
-        if dt >= min_seconds:
-            return dt / n
-        n *= 2 if dt <= 0 else max(2, min(16, int(1.5 * min_seconds / dt) + 1))
-
-
-def _sync(device: str) -> Callable[[], None]:
-    return torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+from _common import Runner, device_sync, print_table, time_steps
 
 
 def bridge_runner(n: int, device: str, output: str, warmup: int) -> Runner:
@@ -77,7 +56,7 @@ def bridge_runner(n: int, device: str, output: str, warmup: int) -> Runner:
 
     for _ in range(warmup):
         step()
-    return step, _sync(device)
+    return step, device_sync(device)
 
 
 def vecenv_runner(n: int, device: str, warmup: int) -> Runner:
@@ -90,7 +69,7 @@ def vecenv_runner(n: int, device: str, warmup: int) -> Runner:
 
     for _ in range(warmup):
         step()
-    return step, _sync(device)
+    return step, device_sync(device)
 
 
 def gym_runner(n: int, warmup: int) -> Runner:
@@ -139,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         best: dict[str, float] = {}
         for _ in range(args.repeats):
             for name, (step, sync) in runners.items():
-                best[name] = max(best.get(name, 0.0), n / _time_steps(step, sync, args.min_seconds))
+                best[name] = max(best.get(name, 0.0), n / time_steps(step, sync, args.min_seconds))
         rows.append(
             [str(n)]
             + [f"{best[k]:.3g}" for k in names]
@@ -149,11 +128,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{best['bridge torch'] / best['rlstruct VecEnv']:.2f}",
             ]
         )
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    print("| " + " | ".join(h.rjust(w) for h, w in zip(header, widths)) + " |")
-    print("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
-    for r in rows:
-        print("| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |")
+    print_table(header, rows)
 
 
 if __name__ == "__main__":

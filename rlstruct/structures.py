@@ -149,7 +149,38 @@ def _as_index(idx: Index, first: torch.Tensor) -> slice | torch.Tensor:
     return idx
 
 
-class DictTensor:
+class _NamedTensors:
+    """The read-only mapping interface of DictTensor and TemporalDictTensor over their ``variables``."""
+
+    __slots__ = ()
+    variables: dict[str, torch.Tensor]
+
+    def keys(self):
+        """The keys, in insertion order."""
+        return self.variables.keys()
+
+    def items(self):
+        """``(key, tensor)`` pairs, in insertion order."""
+        return self.variables.items()
+
+    def values(self):
+        """The tensors, in insertion order."""
+        return self.variables.values()
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        try:
+            return self.variables[key]
+        except KeyError:
+            raise _missing_key(key, self.variables) from None
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.variables
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.variables)
+
+
+class DictTensor(_NamedTensors):
     """A batch of named tensors: ``{key: Tensor[B, ...]}``, all on one device.
 
     Invariant: every tensor has at least one dimension, the same first size
@@ -201,30 +232,6 @@ class DictTensor:
         for v in self.variables.values():
             return v.device
         return None
-
-    def keys(self):
-        """The keys, in insertion order."""
-        return self.variables.keys()
-
-    def items(self):
-        """``(key, tensor)`` pairs, in insertion order."""
-        return self.variables.items()
-
-    def values(self):
-        """The tensors, in insertion order."""
-        return self.variables.values()
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        try:
-            return self.variables[key]
-        except KeyError:
-            raise _missing_key(key, self.variables) from None
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.variables
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.variables)
 
     def __repr__(self) -> str:
         if not self.variables:
@@ -416,7 +423,7 @@ def _import_tensordict():
     return TensorDict
 
 
-class TemporalDictTensor:
+class TemporalDictTensor(_NamedTensors):
     """A batch of ``B`` sequences of ``T`` steps: ``{key: Tensor[B, T, ...]}`` plus ``lengths: int64 [B]``.
 
     Row ``b`` holds ``lengths[b]`` valid steps; positions ``t >= lengths[b]`` are
@@ -496,27 +503,6 @@ class TemporalDictTensor:
     def device(self) -> torch.device:
         """The device of the tensors and the lengths."""
         return self.lengths.device
-
-    def keys(self):
-        return self.variables.keys()
-
-    def items(self):
-        return self.variables.items()
-
-    def values(self):
-        return self.variables.values()
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        try:
-            return self.variables[key]
-        except KeyError:
-            raise _missing_key(key, self.variables) from None
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.variables
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.variables)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}: {tuple(v.shape)} {v.dtype}" for k, v in self.variables.items())

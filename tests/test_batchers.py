@@ -45,6 +45,16 @@ def assert_same(a: Trajectories, b: Trajectories):
         assert torch.equal(a.info[k], b.info[k]), k
 
 
+def assert_refused_while_pending(b):
+    """``b`` (any batcher, an execute pending) refuses update, reset and a second execute until get."""
+    with pytest.raises(BatcherStateError, match="pending; call get"):
+        b.update({})
+    with pytest.raises(BatcherStateError, match="pending; call get"):
+        b.reset()
+    with pytest.raises(BatcherStateError, match="another execute"):
+        b.execute()
+
+
 EPISODIC = {"n_envs": 3, "episode_lengths": (2, 4, 7)}
 AUTORESET = {"n_envs": 3, "episode_lengths": (2, 4, 7), "autoreset": True}
 
@@ -172,12 +182,7 @@ def test_misuse_raises_batcher_state_error():
         b.get()
     b.reset()
     b.execute()
-    with pytest.raises(BatcherStateError, match="pending; call get"):
-        b.update({})
-    with pytest.raises(BatcherStateError, match="pending; call get"):
-        b.reset()
-    with pytest.raises(BatcherStateError, match="another execute"):
-        b.execute()
+    assert_refused_while_pending(b)
     b.get()
     with pytest.raises(DeviceMismatchError, match="agent_info must be on the CPU"):
         b.reset(agent_info=DictTensor({"bonus": torch.zeros(3, device="meta")}))

@@ -25,7 +25,7 @@ from rlstruct.errors import (
     MissingDependencyError,
 )
 from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, pid_alive
-from tests.test_batchers import AUTORESET, EPISODIC, assert_same
+from tests.test_batchers import AUTORESET, EPISODIC, assert_refused_while_pending, assert_same
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -191,12 +191,7 @@ def test_contract_timings_and_misuse(shared):
     b.reset()
     b.reset_timings()
     b.execute()
-    with pytest.raises(BatcherStateError, match="pending; call get"):
-        b.update({})
-    with pytest.raises(BatcherStateError, match="pending; call get"):
-        b.reset()
-    with pytest.raises(BatcherStateError, match="another execute"):
-        b.execute()
+    assert_refused_while_pending(b)
     results = []
     deadline = time.monotonic() + 60
     while not results and time.monotonic() < deadline:

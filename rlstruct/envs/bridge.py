@@ -95,6 +95,16 @@ def _env_info_from(options: dict[str, Any] | None) -> DictTensor | None:
     return options.get("env_info")
 
 
+def _reset_env(env: VecEnv, seed: int | None, options: dict[str, Any] | None) -> tuple[DictTensor, int | None]:
+    """Resets ``env`` for a gymnasium ``reset(seed=, options=)``: ``(observation, checked seed)``."""
+    env_info = _env_info_from(options)
+    if seed is None:
+        obs, _ = env.reset(env_info)
+        return obs, None
+    seed = _check_seed(seed)
+    return _reseed(env, seed, env_info), seed
+
+
 def _reseed(env: VecEnv, seed: int, env_info: DictTensor | None) -> DictTensor:
     """Puts ``env`` where a fresh ``type(env)(..., seed=seed)`` is after its first ``reset``; returns that observation.
 
@@ -208,12 +218,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             BatcherStateError: the env is closed.
         """
         self._check_open()
-        env_info = _env_info_from(options)
-        if seed is None:
-            obs, _ = self.env.reset(env_info)
-        else:
-            seed = _check_seed(seed)
-            obs = _reseed(self.env, seed, env_info)
+        obs, seed = _reset_env(self.env, seed, options)
         super().reset(seed=seed)
         return self._observation(obs), {}
 
@@ -378,12 +383,7 @@ class GymnasiumEnv(gym.Env):
             BridgeError: a negative seed, a seed for an env that is not a torch simulator, or unknown options.
             TypeError: ``seed`` is not an int.
         """
-        env_info = _env_info_from(options)
-        if seed is None:
-            obs, _ = self.env.reset(env_info)
-        else:
-            seed = _check_seed(seed)
-            obs = _reseed(self.env, seed, env_info)
+        obs, seed = _reset_env(self.env, seed, options)
         super().reset(seed=seed)
         return self._observation(obs), {}
 

@@ -1,0 +1,54 @@
+"""Helpers shared by the benchmark scripts (run as ``python benchmarks/x.py``, which puts this folder on
+``sys.path``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+Runner = tuple[Callable[[], None], Callable[[], None]]
+
+
+def time_steps(step: Callable[[], None], sync: Callable[[], None], min_seconds: float) -> float:
+    """Seconds per call of ``step``, over at least ``min_seconds`` (growing the number of calls)."""
+    n = 4
+    while True:
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        sync()
+        dt = time.perf_counter() - t0
+        if dt >= min_seconds:
+            return dt / n
+        n *= 2 if dt <= 0 else max(2, min(16, int(1.5 * min_seconds / dt) + 1))
+
+
+def device_sync(device: str) -> Callable[[], None]:
+    """What waits for ``device``'s queued work: ``torch.cuda.synchronize`` on CUDA, nothing elsewhere."""
+    return torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+
+def numpy_runner(env: Any, n: int, warmup: int) -> Runner:
+    """Steps a numpy vector env of ``n`` CartPoles with random actions from numpy's generator (seed 0)."""
+    rng = np.random.default_rng(0)
+
+    def step() -> None:
+        env.step(rng.integers(0, 2, n))
+
+    for _ in range(warmup):
+        step()
+    return step, lambda: None
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    """Prints a right-aligned markdown table."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print("| " + " | ".join(h.rjust(w) for h, w in zip(header, widths)) + " |")
+    print("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
+    for r in rows:
+        print("| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |")
