@@ -1,5 +1,6 @@
 """The ``rlstruct`` command: ``rlstruct train {reinforce,a2c,dqn} [flags]``, ``rlstruct eval CHECKPOINT``,
-``rlstruct autotune`` and ``rlstruct profile`` (the last two from :mod:`rlstruct.batchers`).
+``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.batchers.autotune` and
+:mod:`rlstruct.batchers.profile`).
 
 ``rlstruct train ALGO --help`` lists every flag of the algorithm (one per field of its config dataclass).
 Both commands print a JSON object as their last line on stdout; a bad setting (an unknown env, a device
@@ -120,6 +121,69 @@ def _eval_command(argv: Sequence[str]) -> int:
     return 0
 
 
+def _batchers_command(command: str, argv: Sequence[str]) -> int:
+    """``rlstruct autotune`` and ``rlstruct profile``: the table, the PNG, and a JSON line last."""
+    from rlstruct.batchers import autotune, profile
+
+    if command == "autotune":
+        p = argparse.ArgumentParser(prog="rlstruct autotune",
+                                    description="Finds the env count per process and the process count with the "
+                                                "highest steps/s that fits in memory.")
+        p.add_argument("--env", default="CartPole-v1", help="gymnasium id with discrete actions (default: CartPole-v1)")
+        p.add_argument("--device", default="cpu", help="batcher device (default: cpu)")
+        p.add_argument("--backend", default="torch", help="env backend (default: torch)")
+        p.add_argument("--processes", type=int, nargs="+", default=[1, 2],
+                       help="process counts to sweep, 0: this process (default: 1 2)")
+        p.add_argument("--min-envs", type=int, default=128, help="first env count per process (default: 128)")
+        p.add_argument("--max-envs", type=int, default=2**14, help="largest env count per process (default: 16384)")
+        p.add_argument("--n-timesteps", type=int, default=32, help="steps per acquisition (default: 32)")
+        p.add_argument("--iters", type=int, default=3, help="timed acquisitions per configuration (default: 3)")
+        p.add_argument("--min-gain", type=float, default=0.1,
+                       help="saturation threshold: steps/s gain per unit of extra memory (default: 0.1)")
+        p.add_argument("--num-threads", type=int, default=None, help="torch threads of this process (default: torch's)")
+        p.add_argument("--png", default="autotune.png", help="plot to write (default: autotune.png; '' for none)")
+    else:
+        p = argparse.ArgumentParser(prog="rlstruct profile",
+                                    description="Runs a short collect + learn loop and shows where the time goes.")
+        p.add_argument("--env", default="CartPole-v1", help="gymnasium id with discrete actions (default: CartPole-v1)")
+        p.add_argument("--n-envs", type=int, default=256, help="envs per worker (default: 256)")
+        p.add_argument("--n-processes", type=int, default=0, help="batcher worker processes, 0: this one (default: 0)")
+        p.add_argument("--n-timesteps", type=int, default=32, help="steps per acquisition (default: 32)")
+        p.add_argument("--iterations", type=int, default=10, help="profiled iterations (default: 10)")
+        p.add_argument("--device", default="cpu", help="batcher device (default: cpu)")
+        p.add_argument("--learner-device", default=None, help="learner device (default: --device)")
+        p.add_argument("--backend", default="torch", help="env backend (default: torch)")
+        p.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
+        p.add_argument("--no-sync", action="store_true", help="do not synchronize the GPU at phase boundaries")
+        p.add_argument("--num-threads", type=int, default=None, help="torch threads of this process (default: torch's)")
+        p.add_argument("--png", default="profile.png", help="bar chart to write (default: profile.png; '' for none)")
+    ns = p.parse_args(argv)
+    try:
+        if ns.num_threads is not None:
+            torch.set_num_threads(ns.num_threads)
+        if command == "autotune":
+            out = autotune.autotune_batcher(
+                ns.env, process_counts=ns.processes, min_envs=ns.min_envs, max_envs=ns.max_envs,
+                n_timesteps=ns.n_timesteps, iters=ns.iters, device=ns.device, backend=ns.backend,
+                min_gain_per_memory=ns.min_gain,
+            )
+        else:
+            out = profile.profile_training(
+                ns.env, n_envs=ns.n_envs, n_processes=ns.n_processes, n_timesteps=ns.n_timesteps,
+                iterations=ns.iterations, device=ns.device, learner_device=ns.learner_device,
+                backend=ns.backend, seed=ns.seed, sync=not ns.no_sync,
+            )
+        png = out.plot(ns.png) if ns.png else None
+    except (ValueError, RLStructError) as e:
+        print(f"rlstruct {command}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(out.table())
+    if png is not None:
+        print(f"wrote {png}")
+    print(json.dumps({**out.to_dict(), "png": None if png is None else str(png)}))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlstruct`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -142,9 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "eval":
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         return _eval_command(rest)
-    if command in ("autotune", "profile"):  # their parsers live beside their logic, in rlstruct.batchers
+    if command in ("autotune", "profile"):
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-        return importlib.import_module(f"rlstruct.batchers.{command}").main(rest)
+        return _batchers_command(command, rest)
     print(f"rlstruct: error: unknown command {command!r}\n{usage}", file=sys.stderr)
     return 2
 
