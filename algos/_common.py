@@ -832,6 +832,13 @@ class Run:
         self._write([row], tb_rows=[row])
         log.info("iteration %d, %d env steps: evaluation return %.2f", self.iteration, self.env_steps, self.last_eval)
 
+    def poll_evaluation(self, evaluator: Evaluator, weights: Callable[[], dict]) -> None:
+        """Logs the result of ``evaluator`` if one is ready (never waits); ``weights`` gives the CPU state dict
+        for the next evaluation."""
+        result = evaluator.poll(weights, self.iteration, self.env_steps)
+        if result is not None:
+            self.record_eval(result)
+
     def flush(self) -> None:
         """Converts the pending rows (one host sync) and writes them out."""
         if not self._pending:

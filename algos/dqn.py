@@ -431,9 +431,7 @@ def train(config: DQNConfig) -> TrainResult:
             stats["train/episode_return"] = ret_sum / count
             stats["train/episode_length"] = len_sum / count
             run.record(B * tt.temporal_size(), stats)
-            result = evaluator.poll(lambda: weights, run.iteration, run.env_steps)
-            if result is not None:
-                run.record_eval(result)
+            run.poll_evaluation(evaluator, lambda: weights)
 
         return finish_training(run, evaluator, model, spec, title="DQN")
 

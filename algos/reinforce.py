@@ -228,9 +228,7 @@ def train(config: ReinforceConfig) -> TrainResult:
             stats["train/episode_return"] = ep_returns.mean()
             stats["train/episode_length"] = lengths.float().mean()
             run.record(int(lengths.sum()), stats)
-            result = evaluator.poll(lambda: weights, run.iteration, run.env_steps)
-            if result is not None:
-                run.record_eval(result)
+            run.poll_evaluation(evaluator, lambda: weights)
 
         return finish_training(run, evaluator, model, spec, title="REINFORCE")
 
