@@ -54,6 +54,26 @@ def allocate_block(specs: Specs, n_rows: int, n_timesteps: int, device: torch.de
     return block
 
 
+def _foreach_copy(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
+    """``d.copy_(s)`` for every pair, in one call where torch has ``_foreach_copy_``."""
+    if _FOREACH_COPY is not None:
+        _FOREACH_COPY(dst, src)
+    else:
+        for d, s in zip(dst, src):
+            d.copy_(s)
+
+
+_FOREACH_COPY = getattr(torch, "_foreach_copy_", None)
+
+
+def _add_lengths(lengths: torch.Tensor, rows: slice | torch.Tensor, n: int) -> None:
+    """``lengths[rows] += n``: ``rows`` is ``slice(None)`` or an index tensor."""
+    if isinstance(rows, slice):
+        lengths.add_(n)
+    else:
+        lengths.index_add_(0, rows, torch.full_like(rows, n))
+
+
 def _rows_to_cpu(d: DictTensor, n: int, what: str) -> DictTensor:
     if d.empty():
         return d
@@ -142,9 +162,20 @@ class Acquirer:
         return TemporalDictTensor._trusted(v, torch.full((n,), t, dtype=torch.int64, device=self.device))
 
     def bind(self, block: dict[str, torch.Tensor]) -> None:
-        """Attaches the buffer block this acquirer writes into."""
+        """Attaches the buffer block this acquirer writes into.
+
+        The per-step destinations are made here once: ``self._step_views[t]`` lists, for every key the step
+        writes (observation, action, next observation), the view ``buffer[t]``, so that a step's writes are
+        one ``_foreach_copy_`` call (one dispatch, and fused kernels on a GPU) instead of one indexed
+        assignment per key.
+        """
         self.block = block
         self._temporal_keys = [k for k in block if k.startswith(TEMPORAL_PREFIXES)]
+        self._write_keys = [
+            (prefix, k[len(prefix):]) for prefix in TEMPORAL_PREFIXES for k in block if k.startswith(prefix)
+        ]
+        bufs = [block[p + k] for p, k in self._write_keys]
+        self._step_views = [[b[t] for b in bufs] for t in range(self.n_timesteps)]
 
     def _check_obs_device(self, obs: DictTensor, where: str) -> None:
         for k, v in obs.items():
@@ -209,14 +240,14 @@ class Acquirer:
         for prefix, d in (("agent_info/", ai), ("env_info/", ei), ("agent_state/", state)):
             for k, v in d.items():
                 block[prefix + k][rows] = v
-        obs_bufs = [(k, block["observation/" + k]) for k in self.observation.keys()]
-        nobs_bufs = [(k, block["_observation/" + k]) for k in self.observation.keys()]
-        act_keys = [k[len("action/"):] for k in block if k.startswith("action/")]
-        act_bufs = [(k, block["action/" + k]) for k in act_keys]
+        keys = self._write_keys
         t1 = self._tick()
         tm["copy"] += t1 - t0
         obs = self.observation
         steps = 0
+        # Rows running since step `counted` have not had their lengths updated yet: lengths are added when the
+        # running set changes and at the end, not at every step.
+        counted = 0
         for t in range(self.n_timesteps):
             ta = self._tick()
             history = self._history_at(t, rows, obs) if self._needs_history else None
@@ -226,13 +257,13 @@ class Acquirer:
             tc = self._tick()
             if t == 0:
                 self._check_step_outputs(action, obs_next)
-            for k, buf in obs_bufs:
-                buf[t, rows] = obs[k]
-            for k, buf in act_bufs:
-                buf[t, rows] = action[k]
-            for k, buf in nobs_bufs:
-                buf[t, rows] = obs_next[k]
-            lengths[rows] += 1
+            sources = {"observation/": obs, "action/": action, "_observation/": obs_next}
+            values = [sources[p][k] for p, k in keys]
+            if full:
+                _foreach_copy(self._step_views[t], values)
+            else:
+                for dst, v in zip(self._step_views[t], values):
+                    dst[rows] = v
             td = self._tick()
             tm["agent_forward"] += tb - ta
             tm["env_step"] += tc - tb
@@ -243,6 +274,8 @@ class Acquirer:
             if n_next != B:
                 # Episodic envs dropped finished rows; their order is kept, so the survivors' positions in the
                 # previous running set are found without leaving the device (the env already synced once).
+                _add_lengths(lengths, rows, steps - counted)
+                counted = steps
                 if n_next == 0:
                     ids, state, obs = ids_running, new_state, obs_running
                     break
@@ -254,7 +287,10 @@ class Acquirer:
                     ai = self.agent_info.index(self.ids_cpu)
                 B = n_next
                 rows = ids
+                full = False
             ids, state, obs = ids_running, new_state, obs_running
+        if ids.shape[0] > 0:
+            _add_lengths(lengths, rows, steps - counted)
         tm["steps"] += steps
         self.ids, self.state, self.observation = ids, state, obs
         if ids.shape[0] == 0:

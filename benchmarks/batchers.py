@@ -131,20 +131,22 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each loop is shown")
     p.add_argument("--device", default="cpu", help="device for part (b)/(c)")
     p.add_argument("--sizes", type=int, nargs="*", default=None, help="env counts for part (b)")
+    p.add_argument("--skip-processes", action="store_true", help="skip part (a), the worker-process comparison")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     rows: list[tuple[str, str, float, str]] = []
 
-    print("(a) 2 worker processes x 32 gymnasium CartPole-v1 vs one process, SyncVectorEnv(64)", flush=True)
-    base = sps = 0.0
-    with RL_Batcher(T, MLPAgent, {}, gym_list_env, {"n_envs": 32}, 2, [0, 1]) as b:
-        for _ in range(args.rounds):
-            base = max(base, bench_sync_vector_env(64, args.iters))
-            r_sps, r_tm = bench_batcher(b, args.iters)
-            if r_sps > sps:
-                sps, tm = r_sps, r_tm
-    rows.append(("a", "gymnasium SyncVectorEnv(64), 1 process", base, ""))
-    rows.append(("a", "RL_Batcher 2 procs x 32 envs", sps, f"{sps / base:.2f}x  " + fmt_timings(tm)))
+    if not args.skip_processes:
+        print("(a) 2 worker processes x 32 gymnasium CartPole-v1 vs one process, SyncVectorEnv(64)", flush=True)
+        base = sps = 0.0
+        with RL_Batcher(T, MLPAgent, {}, gym_list_env, {"n_envs": 32}, 2, [0, 1]) as b:
+            for _ in range(args.rounds):
+                base = max(base, bench_sync_vector_env(64, args.iters))
+                r_sps, r_tm = bench_batcher(b, args.iters)
+                if r_sps > sps:
+                    sps, tm = r_sps, r_tm
+        rows.append(("a", "gymnasium SyncVectorEnv(64), 1 process", base, ""))
+        rows.append(("a", "RL_Batcher 2 procs x 32 envs", sps, f"{sps / base:.2f}x  " + fmt_timings(tm)))
 
     sizes = args.sizes or ([1024, 4096, 16384] if args.device == "cpu" else [1024, 16384, 262144, 1 << 20])
     part = "b" if args.device == "cpu" else "c"

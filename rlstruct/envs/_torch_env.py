@@ -70,6 +70,16 @@ def _mix32(x: Any) -> Any:
     return x ^ (x >> 15)
 
 
+def _mix32_u32(x: np.ndarray) -> np.ndarray:
+    """:func:`_mix32` on a ``uint32`` numpy array: its arithmetic wraps modulo ``2**32``, so the masks are
+    implicit and the bits are the same, in five fewer calls."""
+    x = x ^ (x >> 16)
+    x = x * np.uint32(_MIX_C1)
+    x = x ^ (x >> 15)
+    x = x * np.uint32(_MIX_C2)
+    return x ^ (x >> 15)
+
+
 class TorchOps:
     """The array namespace of the torch kernels: any device, and what ``compile=True`` fuses.
 
@@ -92,6 +102,11 @@ class TorchOps:
     @staticmethod
     def clip(x: torch.Tensor, low: Any = None, high: Any = None) -> torch.Tensor:
         return x.clamp(low, high)
+
+    @staticmethod
+    def lookup(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``table[clip(index, 0, len(table) - 1)]``: a per-action constant, the action clamped into range."""
+        return table[index.clamp(0, table.shape[0] - 1)]
 
     @staticmethod
     def stack(rows: Any) -> torch.Tensor:
@@ -156,6 +171,10 @@ class NumpyOps:
     minimum = staticmethod(np.minimum)
     maximum = staticmethod(np.maximum)
     zeros_like = staticmethod(np.zeros_like)
+
+    @staticmethod
+    def lookup(table: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return np.take(table, index, mode="clip")
 
     @staticmethod
     def clip(x: np.ndarray, low: Any = None, high: Any = None) -> np.ndarray:
@@ -320,6 +339,8 @@ class TorchVecEnv(VecEnv):
         self._add_array("draw_salt", (torch.arange(n_draws, dtype=torch.int64) * _DRAW_STRIDE & _MASK32).view(-1, 1))
         self._add_array("draw_scale", scale.view(-1, 1))
         self._add_array("draw_offset", (low + 0.5 * scale).view(-1, 1))
+        if dev.type == "cpu":
+            self._arrays_numpy.draw_salt_u32 = self._arrays_numpy.draw_salt.astype(np.uint32)
         self._rng_key = env_keys(seed, n_envs, dev)
         self._started = False
         self._phys = torch.zeros(len(self.physics_names), n_envs, dtype=torch.float64, device=dev)
@@ -351,13 +372,13 @@ class TorchVecEnv(VecEnv):
             self._autoreset_fn = self._autoreset_numpy if on_cpu else self._autoreset_dense
 
     def _numpy_state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Numpy views of ``(physics, elapsed, episode, rng_key)`` (CPU only), kept for the tensors they view."""
+        """Numpy views of ``(physics, elapsed, episode)`` and the ``uint32`` key (CPU only), kept for the tensors."""
         v = self._np_views
         if v is None or v[0] is not self._phys or v[1] is not self._elapsed or v[2] is not self._episode:
             phys, elapsed, episode = self._phys, self._elapsed, self._episode
             v = self._np_views = (phys, elapsed, episode, phys.numpy(), elapsed.numpy(), episode.numpy())
         if self._key_np[0] is not self._rng_key:
-            self._key_np = (self._rng_key, self._rng_key.numpy())
+            self._key_np = (self._rng_key, self._rng_key.numpy().astype(np.uint32))
         return v[3], v[4], v[5], self._key_np[1]
 
     def _add_array(self, name: str, values: torch.Tensor) -> None:
@@ -658,6 +679,11 @@ class TorchVecEnv(VecEnv):
         IEEE operations: numpy and torch on every device give the same bits.
         """
         c = self._arrays(xp)
+        if xp.is_numpy:
+            # The same hash in uint32, whose wrap-around does the masking (numpy only: torch's unsigned
+            # types lack kernels on some devices). Episodes are >= 0, so the cast is ``& _MASK32``.
+            x = episode.astype(np.uint32) * np.uint32(_EPISODE_STRIDE) + key.astype(np.uint32, copy=False)
+            return _mix32_u32(x + c.draw_salt_u32) * c.draw_scale + c.draw_offset
         x = (episode & _MASK32) * _EPISODE_STRIDE + key
         h = _mix32((x + c.draw_salt) & _MASK32)  # [D, 1] + [B]: [D, B]
         # low + (h + 1/2) * (high - low) / 2**32, with the 1/2 folded into the offset.

@@ -99,14 +99,15 @@ class CartPole(TorchVecEnv):
         self._add_array(
             "thresholds", torch.tensor([[self.X_THRESHOLD], [self.THETA_THRESHOLD_RADIANS]], dtype=torch.float64)
         )
+        self._add_array("force", torch.tensor([-self.FORCE_MAG, self.FORCE_MAG], dtype=torch.float64))
 
     def _initial_physics(self, xp, u):
         return u
 
     def _transition(self, xp, phys, action):
         x_dot, theta, theta_dot = phys[1], phys[2], phys[3]
-        # +-FORCE_MAG from the action clamped into {0, 1}; products and sums of small integers, exact.
-        force = xp.float64(action >= 1) * (2 * self.FORCE_MAG) - self.FORCE_MAG
+        # -FORCE_MAG for action 0, +FORCE_MAG for 1 (the action clamped into {0, 1}).
+        force = xp.lookup(self._arrays(xp).force, action)
         costheta = xp.cos(theta)
         sintheta = xp.sin(theta)
         # Same evaluation order as gymnasium's CartPoleEnv.step, so that results agree to the last bits.
@@ -183,6 +184,7 @@ class Acrobot(TorchVecEnv):
         high = [1.0, 1.0, 1.0, 1.0, self.MAX_VEL_1, self.MAX_VEL_2]
         self.action_space = spaces.Discrete(3)
         self.observation_space = _f32_box([-h for h in high], high)
+        self._add_array("unit_push", torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64))
         max_vel = torch.tensor([[self.MAX_VEL_1], [self.MAX_VEL_2]], dtype=torch.float64)
         self._add_array("max_vel", max_vel)
         self._add_array("neg_max_vel", -max_vel)
@@ -214,7 +216,7 @@ class Acrobot(TorchVecEnv):
         return xp.stack((dtheta1, dtheta2, ddtheta1, ddtheta2))
 
     def _transition(self, xp, phys, action):
-        torque = xp.float64(xp.clip(action, 0, 2) - 1)
+        torque = xp.lookup(self._arrays(xp).unit_push, action)
         dt = self.DT
         dt2 = dt / 2.0
         k1 = self._dsdt(xp, phys, torque)
@@ -298,13 +300,14 @@ class MountainCar(TorchVecEnv):
         )
         self.action_space = spaces.Discrete(3)
         self.observation_space = _f32_box([self.MIN_POSITION, -self.MAX_SPEED], [self.MAX_POSITION, self.MAX_SPEED])
+        self._add_array("unit_push", torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64))
 
     def _initial_physics(self, xp, u):
         return xp.concat((u, xp.zeros_like(u)))
 
     def _transition(self, xp, phys, action):
         position, velocity = phys[0], phys[1]
-        push = xp.float64(xp.clip(action, 0, 2) - 1)
+        push = xp.lookup(self._arrays(xp).unit_push, action)
         velocity = velocity + (push * self.FORCE + xp.cos(3 * position) * (-self.GRAVITY))
         velocity = xp.clip(velocity, -self.MAX_SPEED, self.MAX_SPEED)
         position = xp.clip(position + velocity, self.MIN_POSITION, self.MAX_POSITION)
