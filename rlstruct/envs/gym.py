@@ -180,6 +180,10 @@ class _ActionSpec:
         return action.detach().to(self.dtype, copy=True)
 
 
+def _step_one(env: gym.Env, action: Any) -> tuple:
+    return env.step(action)
+
+
 def _stack(fields: list[_Field], observations: Sequence[Any]) -> dict[str, np.ndarray]:
     """Per-env observations (arrays, scalars or dicts of them) -> one ``[R, ...]`` array per field."""
     out = {}
@@ -187,10 +191,15 @@ def _stack(fields: list[_Field], observations: Sequence[Any]) -> dict[str, np.nd
         values = observations if f.entry is None else [o[f.entry] for o in observations]
         if len(values) == 0:
             out[f.key] = np.zeros((0,) + f.shape, f.dtype)
-        elif f.shape:
-            out[f.key] = np.stack(values).astype(f.dtype, copy=False)
-        else:
-            out[f.key] = np.asarray(values, dtype=f.dtype)
+            continue
+        # np.array of equal-shape arrays is np.stack's result, at a fraction of its per-call cost.
+        arr = np.array(values, dtype=f.dtype)
+        if arr.shape[1:] != f.shape:
+            raise SpaceError(
+                f"the envs returned observation {f.key!r} of shape {list(arr.shape[1:])} (stacked: {list(arr.shape)}), "
+                f"but the observation space says {list(f.shape)}; fix the env or its observation_space"
+            )
+        out[f.key] = arr
     return out
 
 
@@ -463,58 +472,51 @@ class GymEnv(VecEnv):
             nxt, reward, term, trunc, fresh = self._step_vector(a_np, running)
         else:
             nxt, reward, term, trunc, fresh = self._step_list(a_np, running)
-        obs_next = self._assemble(nxt, reward, term, trunc, a)
         done_np = term | trunc
+        obs_next = self._assemble(nxt, reward, term, trunc, a, done_np)
         if not done_np.any():
             return (obs_next, ids), (obs_next, ids)
-        done = obs_next.variables["done"]
         if not self.autoreset:
             keep = ~done_np
             self._running = running[keep]
             ids_running = torch.from_numpy(self._running)
             return (obs_next, ids), (obs_next.index(torch.from_numpy(np.flatnonzero(keep))), ids_running)
-        v = dict(obs_next.variables)
-        for f in self._fields:
-            v[f.key] = torch.from_numpy(fresh[f.key])
-        v["reward"] = v["reward"].masked_fill(done, 0.0)
-        v["done"] = torch.zeros_like(done)
-        v["terminated"] = torch.zeros_like(done)
-        v["truncated"] = torch.zeros_like(done)
-        v["initial_state"] = done.clone()
-        v["last_action"] = a.masked_fill(done.view((-1,) + (1,) * (a.dim() - 1)), 0)
+        # The running observation, built on numpy (a few rows: numpy's calls are the cheaper ones).
+        v = {f.key: torch.from_numpy(fresh[f.key]) for f in self._fields}
+        reward_r = reward.copy()
+        reward_r[done_np] = 0.0
+        last_r = a_np.copy()
+        last_r[done_np] = 0
+        flags = np.zeros((3, len(done_np)), dtype=bool)
+        v["reward"] = torch.from_numpy(reward_r)
+        v["done"] = torch.from_numpy(flags[0])
+        v["terminated"] = torch.from_numpy(flags[1])
+        v["truncated"] = torch.from_numpy(flags[2])
+        v["initial_state"] = torch.from_numpy(done_np)
+        v["last_action"] = torch.from_numpy(last_r)
         return (obs_next, ids), (DictTensor._trusted(v), ids)
 
     def _step_list(self, a_np: np.ndarray, running: np.ndarray):
-        envs = self._envs
-        observations, rewards, terms, truncs = [], [], [], []
-        reset_rows, reset_obs = [], []
-        autoreset = self.autoreset
-        for j, (i, a) in enumerate(zip(running.tolist(), a_np)):
-            o, r, te, tr, _ = envs[i].step(a)
-            observations.append(o)
-            rewards.append(r)
-            terms.append(te)
-            truncs.append(tr)
-            if autoreset and (te or tr):
-                o2, _ = envs[i].reset(options=self._options[i])
-                reset_rows.append(j)
-                reset_obs.append(o2)
+        # The only per-env Python is the env.step call itself: the results are unzipped and stacked by C loops.
+        envs = self._envs if len(running) == self._n else [self._envs[i] for i in running.tolist()]
+        observations, rewards, terms, truncs, _ = zip(*map(_step_one, envs, a_np))
         nxt = _stack(self._fields, observations)
+        reward = np.array(rewards, dtype=np.float32)
+        term = np.array(terms, dtype=bool)
+        trunc = np.array(truncs, dtype=bool)
         fresh = None
-        if reset_rows:
-            fresh = {}
-            new = _stack(self._fields, reset_obs)
-            for k, arr in nxt.items():
-                arr = arr.copy()
-                arr[reset_rows] = new[k]
-                fresh[k] = arr
-        return (
-            nxt,
-            np.asarray(rewards, dtype=np.float32),
-            np.asarray(terms, dtype=bool),
-            np.asarray(truncs, dtype=bool),
-            fresh,
-        )
+        if self.autoreset:
+            reset_rows = np.flatnonzero(term | trunc)
+            if len(reset_rows):
+                options = self._options
+                reset_obs = [envs[j].reset(options=options[running[j]])[0] for j in reset_rows.tolist()]
+                new = _stack(self._fields, reset_obs)
+                fresh = {}
+                for k, arr in nxt.items():
+                    arr = arr.copy()
+                    arr[reset_rows] = new[k]
+                    fresh[k] = arr
+        return nxt, reward, term, trunc, fresh
 
     def _step_vector(self, a_np: np.ndarray, running: np.ndarray):
         n = self._n
@@ -555,10 +557,13 @@ class GymEnv(VecEnv):
         last_action = torch.zeros((n,) + self._action.shape, dtype=self._action.dtype)
         return np.zeros(n, np.float32), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), last_action
 
-    def _assemble(self, fields: Mapping[str, np.ndarray], reward, term, trunc, last_action: torch.Tensor) -> DictTensor:
+    def _assemble(
+        self, fields: Mapping[str, np.ndarray], reward, term, trunc, last_action: torch.Tensor, done=None
+    ) -> DictTensor:
         v = {k: torch.from_numpy(arr) for k, arr in fields.items()}
         v["reward"] = torch.from_numpy(reward)
-        v["done"] = torch.from_numpy(term | trunc)
+        # A copy of ``done``: the caller may hand ``done`` itself out as another observation's initial_state.
+        v["done"] = torch.from_numpy(term | trunc if done is None else done.copy())
         v["terminated"] = torch.from_numpy(term)
         v["truncated"] = torch.from_numpy(trunc)
         v["initial_state"] = torch.zeros(len(reward), dtype=torch.bool)
