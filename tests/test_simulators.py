@@ -270,7 +270,7 @@ def test_draws_are_the_same_bits_in_numpy_and_torch(sim):
     env = sim(1000, seed=12345)
     episode = torch.arange(1000, dtype=torch.int64) * 7919 % 2**40  # past 2**32: the counter wraps
     from_torch = env._draw(TorchOps, env._rng_key, episode)
-    from_numpy = env._draw(NumpyOps, env._rng_key.numpy(), episode.numpy())
+    from_numpy = env._draw(NumpyOps, env._rng_key.numpy().astype(np.uint32), episode.numpy())
     assert from_numpy.dtype == np.float64 and torch.equal(from_torch, torch.from_numpy(from_numpy))
     fresh_t = env._initial_physics(TorchOps, from_torch)
     fresh_n = env._initial_physics(NumpyOps, from_numpy)
@@ -409,6 +409,25 @@ def test_pendulum_last_action_is_the_given_torque():
     (flat, _), _ = env.step(DictTensor({"action": a[:, 0]}))  # [B] is taken as [B, 1]
     assert flat["last_action"].shape == (2, 1)
 
+
+
+@pytest.mark.parametrize("autoreset", [False, True], ids=["episodic", "autoreset"])
+def test_actions_numpy_cannot_read_step_like_float32_ones(autoreset):
+    # bfloat16 has no numpy dtype and a negative-bit view refuses .numpy(): the copy falls back to torch.
+    torques = torch.tensor([[1.5], [-0.25]])
+    variants = [torques.to(torch.bfloat16), torch._neg_view(-torques), torques.expand(2, 1)]
+    reference = Pendulum(2, seed=3, autoreset=autoreset)
+    reference.reset()
+    (expected, _), _ = reference.step(DictTensor({"action": torques}))
+    for a in variants:
+        env = Pendulum(2, seed=3, autoreset=autoreset)
+        env.reset()
+        (obs, _), _ = env.step(DictTensor({"action": a}))
+        assert torch.equal(obs["last_action"], torques) and torch.equal(obs["frame"], expected["frame"])
+    a = torques.clone()
+    (obs, _), _ = env.step(DictTensor({"action": a}))
+    a.fill_(0.0)  # the env keeps its own copy of the action
+    assert torch.equal(obs["last_action"], torques)
 
 # ------------------------------------------------------------------------------------------- errors
 def test_action_errors(sim):

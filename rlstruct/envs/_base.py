@@ -5,11 +5,12 @@ from __future__ import annotations
 import abc
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from rlstruct.structures import DictTensor
 
-__all__ = ["VecEnv", "StepResult"]
+__all__ = ["VecEnv", "StepResult", "host_copy"]
 
 # ((observation_next [B'], ids [B']), (observation_running [B''], ids [B'']))
 StepResult = tuple[tuple[DictTensor, torch.Tensor], tuple[DictTensor, torch.Tensor]]
@@ -66,3 +67,22 @@ class VecEnv(abc.ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def host_copy(a: torch.Tensor, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[torch.Tensor, np.ndarray]:
+    """A copy of the CPU tensor ``a`` as ``dtype [shape]``: ``(tensor, array)`` sharing one fresh buffer.
+
+    The copy and the cast are one numpy call: inside an env step, after the env's own numpy (or gymnasium)
+    work, a torch ``copy_`` costs several times more. The env keeps the copy (as ``last_action``), so it
+    never aliases a tensor the caller may reuse.
+    """
+    if a.requires_grad:
+        a = a.detach()
+    try:
+        buf = np.array(a.numpy(), dtype=dtype)
+        if buf.shape != shape:
+            buf = buf.reshape(shape)
+    except (TypeError, RuntimeError):  # dtypes numpy lacks (bfloat16), negative-bit views
+        buf = np.empty(shape, dtype=dtype)
+        torch.from_numpy(buf).copy_(a.reshape(shape))
+    return torch.from_numpy(buf), buf

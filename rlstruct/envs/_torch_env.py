@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._base import StepResult, VecEnv
+from rlstruct.envs._base import StepResult, VecEnv, host_copy
 from rlstruct.errors import BatcherStateError, BatchSizeError, DeviceMismatchError, SpaceError
 from rlstruct.structures import DictTensor
 
@@ -54,6 +54,7 @@ _DRAW_STRIDE = 0x2C1B3C6D
 _ENV_STRIDE = 0x5BD1E995 & 0x7FFFFFFF
 _SEED_SALT = (0x3C6EF372, 0x1B873593)
 _TWO_POW_M32 = 2.0**-32
+_MIX_C1_U32, _MIX_C2_U32, _EPISODE_STRIDE_U32 = np.uint32(_MIX_C1), np.uint32(_MIX_C2), np.uint32(_EPISODE_STRIDE)
 # With compile=True on the CPU, batches up to this size draw densely inside the fused step (measured
 # crossover on a 2-core AVX2 machine: see BENCHMARKS.md).
 _FUSED_DENSE_MAX_ENVS = 2048
@@ -74,9 +75,9 @@ def _mix32_u32(x: np.ndarray) -> np.ndarray:
     """:func:`_mix32` on a ``uint32`` numpy array: its arithmetic wraps modulo ``2**32``, so the masks are
     implicit and the bits are the same, in five fewer calls."""
     x = x ^ (x >> 16)
-    x = x * np.uint32(_MIX_C1)
+    x = x * _MIX_C1_U32
     x = x ^ (x >> 15)
-    x = x * np.uint32(_MIX_C2)
+    x = x * _MIX_C2_U32
     return x ^ (x >> 15)
 
 
@@ -676,13 +677,14 @@ class TorchVecEnv(VecEnv):
         """Uniform draws ``float64 [D, B]`` in ``(low_d, high_d)`` for episode ``episode[b]`` of env key ``key[b]``.
 
         Integer operations in ``int64`` with every intermediate below ``2**63``, then correctly rounded
-        IEEE operations: numpy and torch on every device give the same bits.
+        IEEE operations: numpy and torch on every device give the same bits. On the numpy path ``key`` is
+        the ``uint32`` array of :meth:`_numpy_state` (and ``episode`` any integer array).
         """
         c = self._arrays(xp)
         if xp.is_numpy:
             # The same hash in uint32, whose wrap-around does the masking (numpy only: torch's unsigned
             # types lack kernels on some devices). Episodes are >= 0, so the cast is ``& _MASK32``.
-            x = episode.astype(np.uint32) * np.uint32(_EPISODE_STRIDE) + key.astype(np.uint32, copy=False)
+            x = episode.astype(np.uint32) * _EPISODE_STRIDE_U32 + key
             return _mix32_u32(x + c.draw_salt_u32) * c.draw_scale + c.draw_offset
         x = (episode & _MASK32) * _EPISODE_STRIDE + key
         h = _mix32((x + c.draw_salt) & _MASK32)  # [D, 1] + [B]: [D, B]
@@ -838,17 +840,14 @@ class TorchVecEnv(VecEnv):
                 f"action['action'] must be a floating tensor of shape {list(shape)} for {self.action_space}, "
                 f"got {a.dtype} {list(a.shape)}; pass e.g. torch.zeros({n_rows}, 1)"
             )
-        return self._copy_action(a.detach(), torch.float32, shape)
+        return self._copy_action(a, torch.float32, shape)
 
     def _copy_action(self, a: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
         """A copy of ``a`` as ``dtype [shape]``; on the CPU a view of a numpy array, which the step's numpy
         kernels read as :attr:`_action_np`."""
         if self.device.type != "cpu":
-            return a.to(dtype, copy=True).view(shape)
-        buf = np.empty(shape, dtype=np.int64 if dtype == torch.int64 else np.float32)
-        out = torch.from_numpy(buf)
-        out.copy_(a.reshape(shape))
-        self._action_np = buf
+            return a.detach().to(dtype, copy=True).view(shape)
+        out, self._action_np = host_copy(a, np.int64 if dtype == torch.int64 else np.float32, shape)
         return out
 
 

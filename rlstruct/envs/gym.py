@@ -29,7 +29,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from rlstruct.envs._base import StepResult, VecEnv
+from rlstruct.envs._base import StepResult, VecEnv, host_copy
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, SpaceError
 from rlstruct.structures import DictTensor
 
@@ -148,8 +148,9 @@ class _ActionSpec:
         kind = "an integer dtype" if self.integer else "a floating dtype"
         self.expected = f"shape [B{''.join(', ' + str(s) for s in self.shape)}] and {kind} (cast to {self.dtype})"
 
-    def check(self, action: torch.Tensor, n_rows: int) -> torch.Tensor:
-        """Validates ``action`` (one row per running env) and returns a copy in the canonical dtype."""
+    def check(self, action: torch.Tensor, n_rows: int) -> tuple[torch.Tensor, np.ndarray]:
+        """Validates ``action`` (one row per running env); returns a copy in the canonical dtype, as a tensor
+        and as the array it views."""
         if not isinstance(action, torch.Tensor):
             raise SpaceError(f"action['action'] must be a torch.Tensor, got {type(action).__name__}")
         if action.device.type != "cpu":
@@ -176,8 +177,7 @@ class _ActionSpec:
                 f"action['action'] must have one row per running env ({n_rows}), got {action.shape[0]}; "
                 "act on the observation_running returned by the last reset/step, in the order of its ids"
             )
-        # A copy, so that last_action never aliases a tensor the agent may reuse.
-        return action.detach().to(self.dtype, copy=True)
+        return host_copy(action, self.np_dtype, tuple(action.shape))
 
 
 def _step_one(env: gym.Env, action: Any) -> tuple:
@@ -462,17 +462,15 @@ class GymEnv(VecEnv):
         if not self._started:
             raise RuntimeError(f"{type(self).__name__}.step was called before reset(); call env.reset() first")
         running = self._running
-        a = self._action.check(action["action"], len(running))
+        a, a_np = self._action.check(action["action"], len(running))
         ids = self._all_ids if len(running) == self._n else torch.from_numpy(running)
         if len(running) == 0:
             empty = self._assemble(_stack(self._fields, []), *self._no_step(0))
             return (empty, ids), (empty, ids)
-        a_np = a.numpy()
         if self._vec is not None:
-            nxt, reward, term, trunc, fresh = self._step_vector(a_np, running)
+            nxt, reward, term, trunc, done_np, fresh = self._step_vector(a_np, running)
         else:
-            nxt, reward, term, trunc, fresh = self._step_list(a_np, running)
-        done_np = term | trunc
+            nxt, reward, term, trunc, done_np, fresh = self._step_list(a_np, running)
         obs_next = self._assemble(nxt, reward, term, trunc, a, done_np)
         if not done_np.any():
             return (obs_next, ids), (obs_next, ids)
@@ -504,9 +502,10 @@ class GymEnv(VecEnv):
         reward = np.array(rewards, dtype=np.float32)
         term = np.array(terms, dtype=bool)
         trunc = np.array(truncs, dtype=bool)
+        done = term | trunc
         fresh = None
         if self.autoreset:
-            reset_rows = np.flatnonzero(term | trunc)
+            reset_rows = np.flatnonzero(done)
             if len(reset_rows):
                 options = self._options
                 reset_obs = [envs[j].reset(options=options[running[j]])[0] for j in reset_rows.tolist()]
@@ -516,7 +515,7 @@ class GymEnv(VecEnv):
                     arr = arr.copy()
                     arr[reset_rows] = new[k]
                     fresh[k] = arr
-        return nxt, reward, term, trunc, fresh
+        return nxt, reward, term, trunc, done, fresh
 
     def _step_vector(self, a_np: np.ndarray, running: np.ndarray):
         n = self._n
@@ -541,7 +540,7 @@ class GymEnv(VecEnv):
             reward, term, trunc = reward[running], term[running], trunc[running]
         done = term | trunc
         if not (self._same_step and done.any()):
-            return fields, reward, term, trunc, None
+            return fields, reward, term, trunc, done, None
         # SAME_STEP: the vector env already holds the reset observation; the terminal one is in the infos.
         rows = np.flatnonzero(done)
         final = _stack(self._fields, list(infos["final_obs"][running[rows]]))
@@ -550,7 +549,7 @@ class GymEnv(VecEnv):
             arr = arr.copy()
             arr[rows] = final[k]
             nxt[k] = arr
-        return nxt, reward, term, trunc, fields
+        return nxt, reward, term, trunc, done, fields
 
     def _no_step(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, torch.Tensor]:
         """Reward, terminated, truncated and last_action of ``n`` rows that took no step."""
