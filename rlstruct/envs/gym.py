@@ -158,26 +158,26 @@ class _ActionSpec:
                 f"action['action'] must be on cpu (the env's device), got {action.device}; "
                 "wrap the env in DeviceEnv(env, 'cpu', agent_device) to move actions"
             )
-        if action.dim() == 1 and self.shape == (1,):
+        shape = tuple(action.shape)  # read once: each tensor attribute is a call into torch
+        if len(shape) == 1 and self.shape == (1,):
             # Like the torch simulators, a 1-d Box takes ``[B]`` as well as ``[B, 1]``.
-            action = action.view(-1, 1)
-        if action.dim() == 0 or tuple(action.shape[1:]) != self.shape:
+            shape = (shape[0], 1)
+        if len(shape) == 0 or shape[1:] != self.shape:
             raise SpaceError(
-                f"action['action'] must have {self.expected}, got shape {list(action.shape)}; "
+                f"action['action'] must have {self.expected}, got shape {list(shape)}; "
                 "give one action per running env with the action space's shape"
             )
-        allowed = _INT_DTYPES if self.integer else _FLOAT_DTYPES
-        if action.dtype not in allowed:
+        dtype = action.dtype
+        if dtype not in (_INT_DTYPES if self.integer else _FLOAT_DTYPES):
             raise SpaceError(
-                f"action['action'] must have {self.expected}, got dtype {action.dtype}; "
-                f"convert it with .to({self.dtype})"
+                f"action['action'] must have {self.expected}, got dtype {dtype}; convert it with .to({self.dtype})"
             )
-        if action.shape[0] != n_rows:
+        if shape[0] != n_rows:
             raise BatchSizeError(
-                f"action['action'] must have one row per running env ({n_rows}), got {action.shape[0]}; "
+                f"action['action'] must have one row per running env ({n_rows}), got {shape[0]}; "
                 "act on the observation_running returned by the last reset/step, in the order of its ids"
             )
-        return host_copy(action, self.np_dtype, tuple(action.shape))
+        return host_copy(action, self.np_dtype, shape)
 
 
 def _step_one(env: gym.Env, action: Any) -> tuple:
