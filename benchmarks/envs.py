@@ -4,8 +4,10 @@ Every row steps ``N`` CartPole-v1 envs with uniformly random actions (drawn on t
 the torch envs, with numpy for gymnasium, inside the timed loop in both cases) and reports env
 steps per second (``N * steps / seconds``). Rows:
 
-* ``torch eager``: :class:`rlstruct.envs.CartPole` with ``autoreset=True`` (the default, unfused step:
-  on the CPU its kernels run on numpy views of the state and draw for the finished envs only).
+* ``torch eager``: :class:`rlstruct.envs.CartPole` with ``autoreset=True``, the default step: on the CPU,
+  one compiled call per step when numba is installed (``env.kernel == "jit"``), else the numpy kernels.
+* ``torch numpy`` (CPU, when the default is the compiled step): the same env forced onto its numpy
+  kernels, what it runs without numba (or with ``RLSTRUCT_JIT=0``); the same bits, more calls.
 * ``torch fused``: the same env with ``compile=True`` (the torch kernels fused by ``torch.compile``;
   the compilation happens in the warm-up, outside the timed loop).
 * ``torch dense`` (CPU only): the eager env forced onto the torch kernels with dense draws (fresh
@@ -37,11 +39,15 @@ from rlstruct.structures import DictTensor
 
 from _common import Runner, device_sync, numpy_runner, print_table, time_steps
 
+RATIOS = ("torch eager", "torch numpy", "torch fused")
 
-def torch_runner(n: int, device: str, fused: bool, warmup: int, dense: bool = False) -> Runner:
+
+def torch_runner(n: int, device: str, fused: bool, warmup: int, force: str | None = None) -> Runner:
     env = CartPole(n, device=device, seed=0, autoreset=True, compile=fused)
-    if dense:  # the branch-free draws of every env that accelerators use, forced on this device
+    if force == "dense":  # the branch-free draws of every env that accelerators use, forced on this device
         env._autoreset_fn = env._autoreset_dense
+    elif force == "numpy":  # the kernels the CPU runs without numba
+        env._autoreset_fn = env._autoreset_numpy
     env.reset()
     gen = torch.Generator(device=device).manual_seed(0)
 
@@ -97,14 +103,16 @@ def main(argv: list[str] | None = None) -> None:
         f"device {args.device}"
     )
     on_cpu = torch.device(args.device).type == "cpu"
-    names = ["torch eager"] + ([] if args.no_fused else ["torch fused"])
+    kernel = CartPole(1, device=args.device).kernel
+    print(f"# default step kernel: {kernel}")
+    names = ["torch eager"] + (["torch numpy"] if kernel == "jit" else []) + ([] if args.no_fused else ["torch fused"])
     if on_cpu and not args.no_dense:
         names.append("torch dense")
     if not args.no_gym:
         names.append("gymnasium")
     header = ["N"] + [f"{n} steps/s" for n in names]
     if "gymnasium" in names:
-        header += [f"{n} / gym" for n in names if n in ("torch eager", "torch fused")]
+        header += [f"{n} / gym" for n in names if n in RATIOS]
     rows = []
     envpool_seen = False
     for n in args.sizes:
@@ -114,8 +122,10 @@ def main(argv: list[str] | None = None) -> None:
         }
         if not args.no_fused:
             runners["torch fused"] = torch_runner(n, args.device, fused=True, warmup=warmup)
+        if "torch numpy" in names:
+            runners["torch numpy"] = torch_runner(n, args.device, fused=False, warmup=warmup, force="numpy")
         if "torch dense" in names:
-            runners["torch dense"] = torch_runner(n, args.device, fused=False, warmup=warmup, dense=True)
+            runners["torch dense"] = torch_runner(n, args.device, fused=False, warmup=warmup, force="dense")
         if not args.no_gym:
             runners["gymnasium"] = gym_runner(n, warmup)
             pool = envpool_runner(n, warmup)
@@ -129,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
                 best[name] = max(best.get(name, 0.0), rate)
         row = [str(n)] + [f"{best[k]:.3g}" for k in names]
         if "gymnasium" in best:
-            row += [f"{best[k] / best['gymnasium']:.2f}x" for k in names if k in ("torch eager", "torch fused")]
+            row += [f"{best[k] / best['gymnasium']:.2f}x" for k in names if k in RATIOS]
         if envpool_seen:
             row.append(f"{best['envpool']:.3g}" if "envpool" in best else "-")
         rows.append(row)

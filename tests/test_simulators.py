@@ -8,7 +8,9 @@ checked for these envs by ``tests/test_env_contract.py``.
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +19,7 @@ import torch
 
 from rlstruct import DictTensor
 from rlstruct.envs import Acrobot, CartPole, MountainCar, Pendulum, TorchVecEnv, VecEnv
+from rlstruct.envs import _jit
 from rlstruct.envs._torch_env import NumpyOps, TorchOps
 from rlstruct.errors import BatcherStateError, BatchSizeError, DeviceMismatchError, SpaceError
 from tests.conftest import device_params
@@ -27,6 +30,8 @@ GYM_IDS = {CartPole: "CartPole-v1", Acrobot: "Acrobot-v1", MountainCar: "Mountai
 SIMS = list(GYM_IDS)
 N_ORACLE = 10_000
 TOL = 1e-5
+HAS_NUMBA = importlib.util.find_spec("numba") is not None
+needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed (pip install rlstruct[fast])")
 
 
 @pytest.fixture(params=SIMS, ids=[c.__name__ for c in SIMS])
@@ -249,21 +254,82 @@ def test_reset_draws_depend_only_on_seed_env_and_episode(sim):
     assert torch.equal(other._frame(TorchOps, other._initial_physics(TorchOps, draws)), second[:3])
 
 
+def force_numpy(env: TorchVecEnv) -> TorchVecEnv:
+    """``env`` on the numpy kernels (what the CPU runs without numba)."""
+    env._autoreset_fn, env._episodic_fn = env._autoreset_numpy, env._episodic_numpy
+    return env
+
+
 @pytest.mark.parametrize("autoreset", [False, True], ids=["episodic", "autoreset"])
-def test_numpy_and_torch_kernels_give_the_same_bits(sim, autoreset):
-    """On the CPU the kernels run on numpy views with sparse reset draws; accelerators run the same kernels
-    on torch tensors with dense draws (and a fused CPU step the torch kernels with sparse draws)."""
+def test_every_step_kernel_gives_the_same_bits(sim, autoreset):
+    """On the CPU the default step is one compiled call (numba installed and compiled kernels for this simulator)
+    or the kernels on numpy views, both with sparse reset draws; accelerators run the same kernels on torch
+    tensors with dense draws (and a fused CPU step the torch kernels with sparse draws)."""
     kw = dict(seed=4, autoreset=autoreset, max_episode_steps=5)
     default = sim(16, **kw)
-    assert default._autoreset_fn == default._autoreset_numpy and default._episodic_fn == default._episodic_numpy
+    assert default.kernel == ("jit" if _jit.jit_kernels() is not None and sim._jit_name is not None else "numpy")
     dense, sparse = sim(16, **kw), sim(16, **kw)
     dense._autoreset_fn, sparse._autoreset_fn = dense._autoreset_dense, sparse._autoreset_sparse
     dense._episodic_fn = sparse._episodic_fn = dense._episodic_kernel
-    reference = rollout(default, 30)
-    for other in (dense, sparse):
+    numpy_env = force_numpy(sim(16, **kw))
+    reference = rollout(numpy_env, 30)
+    for other in (default, dense, sparse):
         for x, y in zip(reference, rollout(other, 30), strict=True):
             assert_identical(x, y)
-        assert_identical(default.get_state(), other.get_state())
+        assert_identical(numpy_env.get_state(), other.get_state())
+
+
+@needs_numba
+@pytest.mark.parametrize("autoreset", [False, True], ids=["episodic", "autoreset"])
+def test_compiled_step_gives_the_numpy_bits_across_the_boundaries(autoreset, monkeypatch):
+    """10,000 CartPoles on and across the termination boundaries, a third of them truncated on the first step,
+    actions out of range (clamped): the compiled step and the numpy kernels agree bit for bit, over several steps
+    with resets (auto-reset) or envs dropping out (episodic)."""
+    monkeypatch.setenv(_jit.JIT_ENV_VAR, "1")
+    states, actions = oracle_batch(CartPole, N_ORACLE, seed=7)
+    actions[::7], actions[1::7] = -3, 5
+    elapsed = torch.from_numpy(np.arange(N_ORACLE) % 3)
+    envs = []
+    for env in (CartPole(N_ORACLE, seed=1, autoreset=autoreset, max_episode_steps=3),
+                force_numpy(CartPole(N_ORACLE, seed=1, autoreset=autoreset, max_episode_steps=3))):
+        env.reset()
+        with_physics(env, torch.from_numpy(states), elapsed)
+        envs.append(env)
+    assert envs[0].kernel == "jit"
+    gen = torch.Generator().manual_seed(0)
+    action, ids = torch.from_numpy(actions), torch.arange(N_ORACLE)
+    for t in range(4):
+        (next_a, ids_a), (run_a, ids) = envs[0].step(DictTensor({"action": action}))
+        (next_b, ids_b), (run_b, ids_r) = envs[1].step(DictTensor({"action": action}))
+        assert_identical(next_a, next_b)
+        assert_identical(run_a, run_b)
+        assert torch.equal(ids_a, ids_b) and torch.equal(ids, ids_r)
+        if t == 0:  # the first step really straddles both boundaries
+            assert 0.05 < float(next_a["terminated"].float().mean()) < 0.95
+            assert 0.2 < float(next_a["truncated"].float().mean()) < 0.5
+        if ids.shape[0] == 0:
+            break
+        action = torch.randint(-1, 3, ids.shape, generator=gen)
+    assert_identical(envs[0].get_state(), envs[1].get_state())
+
+
+def test_rlstruct_jit_0_selects_the_numpy_kernels(monkeypatch):
+    monkeypatch.setenv(_jit.JIT_ENV_VAR, "0")
+    assert CartPole(4).kernel == "numpy" and _jit.jit_kernels() is None
+    monkeypatch.setenv(_jit.JIT_ENV_VAR, "1")
+    assert CartPole(4).kernel == ("jit" if HAS_NUMBA else "numpy")
+    assert Acrobot(4).kernel == "numpy"  # no compiled kernels for this simulator
+    assert CartPole(4, compile=True).kernel == "compiled"
+
+
+def test_without_numba_the_numpy_kernels_run(monkeypatch):
+    monkeypatch.setattr(_jit, "_loaded", {})
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
+    env = CartPole(8, seed=2, autoreset=True, max_episode_steps=4)
+    assert _jit.jit_kernels() is None and env.kernel == "numpy"
+    reference = force_numpy(CartPole(8, seed=2, autoreset=True, max_episode_steps=4))
+    for x, y in zip(rollout(env, 12), rollout(reference, 12), strict=True):
+        assert_identical(x, y)
 
 
 def test_draws_are_the_same_bits_in_numpy_and_torch(sim):

@@ -6,7 +6,9 @@ CPU process) with no Python loop over envs. Subclasses only describe one system:
 distribution, its transition and its observation, each a pure function of arrays written once against
 an array namespace ``xp``: :class:`TorchOps` (torch tensors: accelerators and ``compile=True``) or
 :class:`NumpyOps` (zero-copy numpy views of CPU tensors: the default CPU step, where a numpy operation
-dispatches in about a third of a torch operation's time). Both give the same bits on the CPU.
+dispatches in about a third of a torch operation's time). Both give the same bits on the CPU. A
+simulator may also have compiled CPU kernels (:mod:`rlstruct.envs._jit_kernels`, with numba installed:
+the whole step in one call), which repeat its numpy kernels operation for operation, to the same bits.
 
 State layout (all on :attr:`TorchVecEnv.device`, one column or row per env):
 
@@ -40,6 +42,7 @@ import torch
 
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs._base import StepResult, VecEnv, host_copy
+from rlstruct.envs._jit import jit_kernels
 from rlstruct.errors import BatcherStateError, BatchSizeError, DeviceMismatchError, SpaceError
 from rlstruct.structures import DictTensor
 
@@ -281,6 +284,12 @@ class TorchVecEnv(VecEnv):
         max_episode_steps: truncation horizon (gymnasium's ``TimeLimit``); ``None`` for none.
         compile: fuse the step with ``torch.compile`` (off by default; the first steps compile).
 
+    Attributes:
+        kernel: how a step runs: ``"jit"`` (CPU, one compiled call per step: numba installed and compiled
+            kernels for this simulator), ``"numpy"`` (CPU, the kernels on numpy views of the state),
+            ``"torch"`` (accelerators: torch kernels, no host sync in the auto-reset step) or ``"compiled"``
+            (``compile=True``). The CPU kernels give the same bits.
+
     Raises:
         ValueError: ``n_envs`` or ``max_episode_steps`` is not a positive int.
         DeviceUnavailableError: ``device`` does not exist on this machine.
@@ -300,6 +309,10 @@ class TorchVecEnv(VecEnv):
     reset_high: tuple[float, ...] = ()
     n_actions: int | None = None
     action_shape: tuple[int, ...] = ()
+    # Subclasses with compiled CPU steps (:mod:`rlstruct.envs._jit_kernels`): the kernels' name prefix, and
+    # the names of the class constants the kernels read, in their order.
+    _jit_name: str | None = None
+    _jit_params: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -354,23 +367,37 @@ class TorchVecEnv(VecEnv):
         self._key_np: tuple = (None, None)
         self._action_np: np.ndarray | None = None
         # How a step runs, chosen once here; every way gives the same bits (up to the fused kernels'
-        # floating-point contractions). On the CPU the kernels run on numpy views of the state and draw
-        # fresh initial states for the finished envs only (no device to wait for, and numpy dispatches
-        # ~3x faster than torch: see BENCHMARKS.md). Elsewhere they run on torch tensors and draw for
-        # every env then select (dense: branch-free, no host sync). compile=True fuses the torch kernels:
-        # the whole dense step off the CPU and for small CPU batches, the physics only (with sparse
-        # draws) for large CPU batches.
+        # floating-point contractions). On the CPU: one compiled call per step where the simulator has
+        # compiled kernels and numba is installed (``"jit"``), else the kernels on numpy views of the state
+        # (``"numpy"``; numpy dispatches ~3x faster than torch: see BENCHMARKS.md); both draw fresh initial
+        # states for the finished envs only (no device to wait for). Elsewhere the kernels run on torch
+        # tensors and draw for every env then select (``"torch"``, dense: branch-free, no host sync).
+        # compile=True fuses the torch kernels (``"compiled"``): the whole dense step off the CPU and for
+        # small CPU batches, the physics only (with sparse draws) for large CPU batches.
         on_cpu = dev.type == "cpu"
+        kernels = jit_kernels() if on_cpu and not compile and self._jit_name is not None else None
+        self._advance_fn = self._advance
         if compile:
+            self.kernel = "compiled"
             self._advance_fn = torch.compile(self._advance, fullgraph=True, dynamic=False)
             dense = torch.compile(self._autoreset_dense, fullgraph=True, dynamic=False)
             self._episodic_fn = torch.compile(self._episodic_kernel, fullgraph=True)
             sparse_cpu = on_cpu and n_envs > _FUSED_DENSE_MAX_ENVS
             self._autoreset_fn = self._autoreset_sparse if sparse_cpu else dense
+        elif kernels is not None:
+            self.kernel = "jit"
+            self._jit_autoreset = getattr(kernels, self._jit_name + "_autoreset")
+            self._jit_episodic = getattr(kernels, self._jit_name + "_episodic")
+            self._jit_constants = np.array([getattr(self, name) for name in self._jit_params], dtype=np.float64)
+            c = self._arrays_numpy
+            self._jit_draws = (c.draw_salt.ravel(), c.draw_scale.ravel(), c.draw_offset.ravel())
+            self._episodic_fn, self._autoreset_fn = self._episodic_jit, self._autoreset_jit
+        elif on_cpu:
+            self.kernel = "numpy"
+            self._episodic_fn, self._autoreset_fn = self._episodic_numpy, self._autoreset_numpy
         else:
-            self._advance_fn = self._advance
-            self._episodic_fn = self._episodic_numpy if on_cpu else self._episodic_kernel
-            self._autoreset_fn = self._autoreset_numpy if on_cpu else self._autoreset_dense
+            self.kernel = "torch"
+            self._episodic_fn, self._autoreset_fn = self._episodic_kernel, self._autoreset_dense
 
     def _numpy_state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Numpy views of ``(physics, elapsed, episode)`` and the ``uint32`` key (CPU only), kept for the tensors."""
@@ -407,6 +434,11 @@ class TorchVecEnv(VecEnv):
     @abc.abstractmethod
     def _frame(self, xp: type, phys: Any) -> Any:
         """The observation ``float32 [B, obs_dim]`` of states ``float64 [P, B]``."""
+
+    def _jit_inputs(self, phys: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The extra inputs of the compiled kernels for states ``phys float64 [P, B]``: the transcendental
+        functions of the state, computed by torch (so that the compiled step gives the numpy kernels' bits)."""
+        return ()
 
     # ------------------------------------------------------------------ contract
     def n_envs(self) -> int:
@@ -624,6 +656,44 @@ class TorchVecEnv(VecEnv):
         self._np_views = (out.phys_r, out.elapsed_r, out.episode_r, phys_n, elapsed_n, episode_r)
         return out
 
+    def _autoreset_jit(
+        self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, key: torch.Tensor, a: torch.Tensor
+    ) -> _AutoresetStep:
+        """The CPU step in one compiled call (:mod:`rlstruct.envs._jit_kernels`): :meth:`_autoreset_numpy`'s
+        bits, into arrays allocated here (no caller has seen them)."""
+        phys_np, elapsed_np, episode_np, key_np = self._numpy_state()
+        a_np = self._action_np
+        n = a_np.shape[0]
+        phys_r, elapsed_r, episode_r = np.empty_like(phys_np), np.empty_like(elapsed_np), np.empty_like(episode_np)
+        frame = np.empty((n,) + self.observation_space.shape, dtype=np.float32)
+        frame_r = np.empty_like(frame)
+        reward, reward_r = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32)
+        flags = np.empty((8, n), dtype=np.bool_)
+        last_r = np.empty_like(a_np)
+        self._jit_autoreset(
+            phys_np, elapsed_np, episode_np, key_np, a_np, *self._jit_inputs(phys_np), self._jit_constants,
+            self._limit, *self._jit_draws, phys_r, elapsed_r, episode_r, frame, frame_r, reward, reward_r, flags, last_r,
+        )  # fmt: skip
+        t = torch.from_numpy
+        f = t(flags).unbind(0)
+        out = _AutoresetStep(
+            frame=t(frame),
+            reward=t(reward),
+            done=f[0],
+            terminated=f[1],
+            truncated=f[2],
+            reward_r=t(reward_r),
+            initial_r=f[3],
+            last_r=t(last_r),
+            elapsed_r=t(elapsed_r),
+            episode_r=t(episode_r),
+            phys_r=t(phys_r),
+            frame_r=t(frame_r),
+            false=f[4:],
+        )
+        self._np_views = (out.phys_r, out.elapsed_r, out.episode_r, phys_r, elapsed_r, episode_r)
+        return out
+
     def _step_episodic(self, a: torch.Tensor) -> StepResult:
         ids = self._ids
         if ids.shape[0] == self._n:
@@ -665,12 +735,30 @@ class TorchVecEnv(VecEnv):
         return phys_n, elapsed_n, self._frame(xp, phys_n), reward, done, terminated, truncated
 
     def _episodic_numpy(self, phys: torch.Tensor, elapsed: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if phys is self._phys and elapsed is self._elapsed:
-            phys_np, elapsed_np = self._numpy_state()[:2]
-        else:
-            phys_np, elapsed_np = phys.numpy(), elapsed.numpy()
-        out = self._episodic_kernel(phys_np, elapsed_np, self._action_np, NumpyOps)
+        out = self._episodic_kernel(*self._episodic_views(phys, elapsed), self._action_np, NumpyOps)
         return tuple(torch.from_numpy(x) for x in out)
+
+    def _episodic_jit(self, phys: torch.Tensor, elapsed: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        phys_np, elapsed_np = self._episodic_views(phys, elapsed)
+        a_np = self._action_np
+        n = a_np.shape[0]
+        phys_n, elapsed_n = np.empty_like(phys_np), np.empty_like(elapsed_np)
+        frame = np.empty((n,) + self.observation_space.shape, dtype=np.float32)
+        reward = np.empty(n, dtype=np.float32)
+        flags = np.empty((3, n), dtype=np.bool_)
+        self._jit_episodic(
+            phys_np, elapsed_np, a_np, *self._jit_inputs(phys_np), self._jit_constants, self._limit,
+            phys_n, elapsed_n, frame, reward, flags,
+        )  # fmt: skip
+        t = torch.from_numpy
+        done, terminated, truncated = t(flags).unbind(0)
+        return t(phys_n), t(elapsed_n), t(frame), t(reward), done, terminated, truncated
+
+    def _episodic_views(self, phys: torch.Tensor, elapsed: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """Numpy views of the episodic step's inputs (the kept views when they are the whole state)."""
+        if phys is self._phys and elapsed is self._elapsed:
+            return self._numpy_state()[:2]
+        return phys.numpy(), elapsed.numpy()
 
     # ------------------------------------------------------------------ RNG
     def _draw(self, xp: type, key: Any, episode: Any) -> Any:

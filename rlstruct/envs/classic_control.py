@@ -27,7 +27,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike
-from rlstruct.envs._torch_env import TorchVecEnv
+from rlstruct.envs._torch_env import NumpyOps, TorchVecEnv
 
 __all__ = ["CartPole", "Acrobot", "MountainCar", "Pendulum"]
 
@@ -52,7 +52,8 @@ class CartPole(TorchVecEnv):
         compile: fuse the step with ``torch.compile``.
 
     Observation: ``frame`` ``float32 [B, 4]`` plus the keys of :class:`~rlstruct.envs.VecEnv`;
-    ``last_action`` is ``int64 [B]``.
+    ``last_action`` is ``int64 [B]``. On the CPU with numba installed (``rlstruct[fast]``) a step is one
+    compiled call (``env.kernel == "jit"``), with the numpy kernels' results bit for bit.
 
     >>> from rlstruct import DictTensor
     >>> env = CartPole(3, seed=0)
@@ -68,6 +69,11 @@ class CartPole(TorchVecEnv):
     reset_low = (-0.05,) * 4
     reset_high = (0.05,) * 4
     n_actions = 2
+    _jit_name = "cartpole"
+    _jit_params = (
+        "GRAVITY", "MASSPOLE", "TOTAL_MASS", "LENGTH", "POLEMASS_LENGTH", "FORCE_MAG", "TAU",
+        "X_THRESHOLD", "THETA_THRESHOLD_RADIANS",
+    )  # fmt: skip
 
     GRAVITY = 9.8
     MASSCART = 1.0
@@ -123,6 +129,10 @@ class CartPole(TorchVecEnv):
 
     def _frame(self, xp, phys):
         return xp.frame(phys)
+
+    def _jit_inputs(self, phys):
+        theta = phys[2]
+        return NumpyOps.sin(theta), NumpyOps.cos(theta)
 
 
 class Acrobot(TorchVecEnv):

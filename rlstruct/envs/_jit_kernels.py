@@ -1,0 +1,147 @@
+"""Compiled CPU steps of the torch simulators (numba), one call per step; imported by :mod:`._jit` only.
+
+Each kernel is a loop over envs that repeats, env by env, the array operations of the simulator's
+numpy kernels (:mod:`.classic_control`, :meth:`TorchVecEnv._autoreset_numpy`) in the same order on
+the same IEEE doubles, without fast-math (no reassociation, no fused multiply-add). The sines and
+cosines are not computed here: the caller passes torch's (libm's differ in the last bit), so the
+results are bitwise those of the numpy and torch kernels. Outputs are written into arrays the caller
+allocated for this step; inputs are only read.
+
+Reset draws follow :meth:`TorchVecEnv._draw`: draw ``d`` of episode ``e`` of the env with key ``k`` is
+``mix32((k + e * EPISODE_STRIDE + salt_d) mod 2**32) * scale_d + offset_d``, in ``int64`` with every
+intermediate below ``2**63``.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from rlstruct.envs._torch_env import _EPISODE_STRIDE, _MASK32, _MIX_C1, _MIX_C2
+
+__all__ = ["cartpole_autoreset", "cartpole_episodic"]
+
+_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+
+@_jit
+def _draw(key, episode, salt, scale, offset):
+    """One uniform draw: :meth:`TorchVecEnv._draw` for one env and one variable."""
+    x = ((episode & _MASK32) * _EPISODE_STRIDE + np.int64(key) + salt) & _MASK32
+    x = x ^ (x >> 16)
+    x = (x * _MIX_C1) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * _MIX_C2) & _MASK32
+    x = x ^ (x >> 15)
+    return np.float64(x) * scale + offset
+
+
+@_jit
+def _cartpole(p, x, x_dot, theta, theta_dot, sintheta, costheta, action):
+    """One env of :meth:`CartPole._transition`: ``(x, x_dot, theta, theta_dot, terminated)`` after the step.
+
+    ``p`` is the tuple of the constants named by ``CartPole._jit_params``, in that order: gravity, pole mass,
+    total mass, half length, pole mass x half length, force, tau, x threshold, theta threshold (a tuple of
+    locals, not an array, so that the compiler keeps them in registers).
+    """
+    gravity, masspole, total_mass, length, polemass_length, force_mag, tau, x_threshold, theta_threshold = p
+    force = force_mag if action >= 1 else -force_mag
+    temp = (force + polemass_length * (theta_dot * theta_dot) * sintheta) / total_mass
+    thetaacc = (gravity * sintheta - costheta * temp) / (
+        length * (4.0 / 3.0 - masspole * (costheta * costheta) / total_mass)
+    )
+    xacc = temp - polemass_length * thetaacc * costheta / total_mass
+    x_n = x + tau * x_dot
+    x_dot_n = x_dot + tau * xacc
+    theta_n = theta + tau * theta_dot
+    theta_dot_n = theta_dot + tau * thetaacc
+    terminated = abs(x_n) > x_threshold or abs(theta_n) > theta_threshold
+    return x_n, x_dot_n, theta_n, theta_dot_n, terminated
+
+
+@_jit
+def _cartpole_constants(p):
+    return p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]
+
+
+@_jit
+def cartpole_autoreset(
+    phys, elapsed, episode, key, action, sintheta, costheta, p, limit, salt, scale, offset,
+    phys_r, elapsed_r, episode_r, frame, frame_r, reward, reward_r, flags, last_r,
+):  # fmt: skip
+    """The auto-reset CartPole step of every env.
+
+    Reads ``phys float64 [4, B]``, ``elapsed``/``episode int64 [B]``, ``key uint32 [B]``, ``action int64 [B]``
+    and ``sin``/``cos`` of ``phys[2]``; writes the next state (``phys_r``, ``elapsed_r``, ``episode_r``: the
+    fresh state where an episode ended), ``frame``/``reward`` (reached) and ``frame_r``/``reward_r``/``last_r``
+    (what the envs act on next), and ``flags bool [8, B]``: done, terminated, truncated, the running
+    observation's initial_state, then four rows of ``False``.
+    """
+    c = _cartpole_constants(p)
+    for i in range(action.shape[0]):
+        a = action[i]
+        x, x_dot, theta, theta_dot, terminated = _cartpole(
+            c, phys[0, i], phys[1, i], phys[2, i], phys[3, i], sintheta[i], costheta[i], a
+        )
+        steps = elapsed[i] + 1
+        truncated = steps >= limit
+        done = terminated or truncated
+        frame[i, 0] = x
+        frame[i, 1] = x_dot
+        frame[i, 2] = theta
+        frame[i, 3] = theta_dot
+        reward[i] = 1.0
+        flags[0, i] = done
+        flags[1, i] = terminated
+        flags[2, i] = truncated
+        flags[3, i] = done
+        for r in range(4, 8):
+            flags[r, i] = False
+        if done:
+            e = episode[i] + 1
+            x = _draw(key[i], e, salt[0], scale[0], offset[0])
+            x_dot = _draw(key[i], e, salt[1], scale[1], offset[1])
+            theta = _draw(key[i], e, salt[2], scale[2], offset[2])
+            theta_dot = _draw(key[i], e, salt[3], scale[3], offset[3])
+            episode_r[i] = e
+            elapsed_r[i] = 0
+            reward_r[i] = 0.0
+            last_r[i] = 0
+        else:
+            episode_r[i] = episode[i]
+            elapsed_r[i] = steps
+            reward_r[i] = 1.0
+            last_r[i] = a
+        phys_r[0, i] = x
+        phys_r[1, i] = x_dot
+        phys_r[2, i] = theta
+        phys_r[3, i] = theta_dot
+        frame_r[i, 0] = x
+        frame_r[i, 1] = x_dot
+        frame_r[i, 2] = theta
+        frame_r[i, 3] = theta_dot
+
+
+@_jit
+def cartpole_episodic(phys, elapsed, action, sintheta, costheta, p, limit, phys_n, elapsed_n, frame, reward, flags):
+    """The episodic CartPole step of the given envs: next ``phys_n``/``elapsed_n``, ``frame``, ``reward`` and
+    ``flags bool [3, B]`` (done, terminated, truncated)."""
+    c = _cartpole_constants(p)
+    for i in range(action.shape[0]):
+        x, x_dot, theta, theta_dot, terminated = _cartpole(
+            c, phys[0, i], phys[1, i], phys[2, i], phys[3, i], sintheta[i], costheta[i], action[i]
+        )
+        steps = elapsed[i] + 1
+        truncated = steps >= limit
+        phys_n[0, i] = x
+        phys_n[1, i] = x_dot
+        phys_n[2, i] = theta
+        phys_n[3, i] = theta_dot
+        frame[i, 0] = x
+        frame[i, 1] = x_dot
+        frame[i, 2] = theta
+        frame[i, 3] = theta_dot
+        elapsed_n[i] = steps
+        reward[i] = 1.0
+        flags[0, i] = terminated or truncated
+        flags[1, i] = terminated
+        flags[2, i] = truncated
