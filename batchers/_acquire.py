@@ -22,7 +22,7 @@ from rlstruct.structures import DictTensor, TemporalDictTensor
 
 from rlstruct.agents import RL_Agent
 
-__all__ = ["Acquirer", "Specs", "PHASES", "allocate_block", "TEMPORAL_PREFIXES", "INFO_PREFIXES"]
+__all__ = ["Acquirer", "Specs", "PHASES", "allocate_block", "copy_batch_major", "TEMPORAL_PREFIXES", "INFO_PREFIXES"]
 
 # name -> (per-row shape, dtype)
 Specs = dict[str, tuple[tuple[int, ...], torch.dtype]]
@@ -52,6 +52,39 @@ def allocate_block(specs: Specs, n_rows: int, n_timesteps: int, device: torch.de
         for v in block.values():
             v.share_memory_()
     return block
+
+
+# Word types to move whole rows with, widest first (copies only: no arithmetic touches the bits).
+_WORDS = ((16, torch.complex128), (8, torch.int64), (4, torch.int32), (2, torch.int16))
+
+
+def _rows_as_words(x: torch.Tensor, lead: int) -> torch.Tensor | None:
+    """``x`` viewed as ``[*x.shape[:lead], W]`` of the widest word type that tiles a row's bytes, squeezed to
+    ``x.shape[:lead]`` when one word holds a row; ``None`` when that would not move fewer, wider elements.
+    The dims from ``lead`` on must be contiguous."""
+    k = x.shape[lead:].numel()
+    row = k * x.element_size()
+    for size, word in _WORDS:
+        if row % size == 0:
+            if size <= x.element_size() or k == 0:
+                return None
+            words = x.reshape(x.shape[:lead] + (k,)).view(torch.uint8).view(word)
+            return words.squeeze(-1) if row == size else words
+    return None
+
+
+def copy_batch_major(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """``dst[b, t] = src[t, b]``: a time-major ``[T, B, ...]`` buffer into a contiguous ``[B, T, ...]`` tensor.
+
+    A step's row of several small elements (``src[t, b]``, e.g. a frame of four float32) moves as one or a few
+    machine words: the transposition of ``[T, B]`` words is 2x faster than an element-wise copy of ``[T, B, 4]``
+    (and the same bits: nothing is computed). Rows of one element are copied as they are.
+    """
+    if src.dim() > 2 and src.is_contiguous() and dst.is_contiguous() and src.dtype == dst.dtype:
+        src_words, dst_words = _rows_as_words(src, 2), _rows_as_words(dst, 2)
+        if src_words is not None and dst_words is not None:
+            src, dst = src_words, dst_words
+    dst.copy_(src.transpose(0, 1))
 
 
 def _foreach_copy(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:

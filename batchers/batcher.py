@@ -14,8 +14,9 @@ from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import BatcherStateError, BatcherWorkerError
 from rlstruct.structures import DictTensor, Trajectories
 
-from rlstruct.batchers._acquire import PHASES, TEMPORAL_PREFIXES, Specs, allocate_block
+from rlstruct.batchers._acquire import PHASES, TEMPORAL_PREFIXES, Specs, allocate_block, copy_batch_major
 from rlstruct.batchers._common import BatcherBase, check_cpu, check_cpu_state_dict, repeat_first, trajectories_from
+from rlstruct.batchers._memory import empty_output
 from rlstruct.batchers._worker import (
     CHECK_DEVICE_ENV,
     LocalWorker,
@@ -313,29 +314,35 @@ class RL_Batcher(BatcherBase):
         return out, n_running
 
     def _gather(self, replies: list[dict[str, Any]]) -> Trajectories:
+        """Copies the acquisition out of the buffer (the next ``execute`` overwrites it), once per key: batch-major,
+        the running rows of worker 0, then worker 1's, and so on."""
         T = max(r["steps"] for r in replies)
-        parts: dict[str, list[torch.Tensor]] = {k: [] for k in self._blocks[0]}
-        views = True
+        parts: list[tuple[dict[str, torch.Tensor], slice | torch.Tensor, int]] = []
         for block, reply, n in zip(self._blocks, replies, self._n_envs):
-            if reply["n_start"] == 0:
-                continue
             if reply["n_start"] == n:
-                rows: slice | torch.Tensor = slice(None)
-            else:
+                parts.append((block, slice(None), n))
+            elif reply["n_start"] > 0:  # episodic envs that had finished before this acquisition: no row
                 rows = torch.nonzero(block["lengths"] > 0, as_tuple=False).squeeze(1)
-                views = False
-            for k, v in block.items():
-                # Temporal buffers are [T, rows, ...]: viewed batch-first here, copied once below.
-                parts[k].append(v[:T].transpose(0, 1)[rows] if k.startswith(TEMPORAL_PREFIXES) else v[rows])
-        single = len(parts["lengths"]) == 1
-
-        def join(p: list[torch.Tensor]) -> torch.Tensor:
-            # Copies once: slices of the buffer are views that the next execute() overwrites.
-            x = (p[0].contiguous() if not views else p[0].clone(memory_format=torch.contiguous_format)) \
-                if single else torch.cat(p)
-            return x.to(self.device)
-
-        return trajectories_from({k: join(p) for k, p in parts.items()})
+                parts.append((block, rows, reply["n_start"]))
+        B = sum(n for _, _, n in parts)
+        out: dict[str, torch.Tensor] = {}
+        for k, v0 in self._blocks[0].items():
+            temporal = k.startswith(TEMPORAL_PREFIXES)
+            shape = (B, T) + v0.shape[2:] if temporal else (B,) + v0.shape[1:]
+            x = out[k] = empty_output(shape, v0.dtype, self.device)
+            start = 0
+            for block, rows, n in parts:
+                v, dst = block[k], x[start : start + n]
+                start += n
+                if temporal:
+                    v = v[:T]
+                    if isinstance(rows, slice):
+                        copy_batch_major(dst, v)
+                    else:
+                        dst.copy_(v.index_select(1, rows).transpose(0, 1))
+                else:
+                    dst.copy_(v[rows])
+        return trajectories_from(out)
 
     def update(self, state_dict: Any) -> None:
         """Sends weights (a CPU ``state_dict``) to every worker's ``agent.update`` (blocking).

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlstruct import DictTensor, Trajectories
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
+from rlstruct.batchers._acquire import copy_batch_major
+from rlstruct.batchers._memory import empty_output
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatchSizeError, DeviceMismatchError
 from tests.conftest import device_params
 from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, MetaStateAgent, pid_alive
@@ -76,6 +83,47 @@ def test_two_workers_equal_one_worker_each():
         for (tb, nb), (ta, na) in zip(both, alone):
             assert nb == 6 and na == 3
             assert_same(tb.index(torch.arange(3 * k, 3 * k + 3)), ta)
+
+
+def test_two_workers_equal_one_worker_each_episodic():
+    """Episodic envs leave rows out as they finish: each worker's running rows, in order, in every get."""
+    both = collect(2, [3, 11], EPISODIC, n_executes=5)
+    alone = [collect(0, [seed], EPISODIC, n_executes=5) for seed in (3, 11)]
+    assert len(both) == len(alone[0]) == len(alone[1]) == 3
+    for i, (tb, nb) in enumerate(both):
+        (t0, n0), (t1, n1) = alone[0][i], alone[1][i]
+        assert nb == n0 + n1 and tb.n_elems() == t0.n_elems() + t1.n_elems()
+        assert_same(tb.index(torch.arange(t0.n_elems())), t0)
+        assert_same(tb.index(torch.arange(t0.n_elems(), tb.n_elems())), t1)
+
+
+def as_bytes(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous().reshape(-1).view(torch.uint8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    t=st.integers(0, 6),
+    b=st.integers(0, 6),
+    row=st.sampled_from([(), (1,), (2,), (3,), (4,), (5,), (2, 3), (3, 8)]),
+    dtype=st.sampled_from([torch.bool, torch.uint8, torch.int16, torch.float16, torch.float32, torch.int64,
+                           torch.float64]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_copy_batch_major_moves_every_bit(t, b, row, dtype, seed):
+    """Rows move as machine words (NaN payloads, negative zeros and all): the same bits as an element-wise copy."""
+    gen = torch.Generator().manual_seed(seed)
+    nbytes = t * b * math.prod(row) * torch.empty((), dtype=dtype).element_size()
+    bits = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen)
+    src = bits.view(dtype).view((t, b) + row) if dtype != torch.bool else (bits % 2).bool().view((t, b) + row)
+    dst = torch.empty((b, t) + row, dtype=dtype)
+    copy_batch_major(dst, src)
+    assert torch.equal(as_bytes(dst), as_bytes(src.transpose(0, 1)))
+    # A slice of a larger output (the rows of one worker) is written in place, its neighbours untouched.
+    out = torch.zeros((b + 2, t) + row, dtype=dtype)
+    copy_batch_major(out[1 : b + 1], src)
+    assert torch.equal(as_bytes(out[1 : b + 1]), as_bytes(dst))
+    assert not as_bytes(out[0]).any() and not as_bytes(out[b + 1]).any()
 
 
 def test_episodic_trace_matches_rlstructures_semantics():
@@ -330,3 +378,29 @@ def test_update_sends_a_copy_not_the_learners_tensor(n_processes):
         traj, _ = b.get()
     t = traj.trajectories
     assert torch.equal(t["action/scaled"], 3 * t["action/count"].float())
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (64, 128, 4, 64)], ids=["small", "large"])
+def test_empty_output_is_a_plain_tensor_with_huge_page_advice_when_large(shape):
+    x = empty_output(shape, torch.float32, torch.device("cpu"))
+    assert x.shape == shape and x.dtype == torch.float32 and x.is_contiguous()
+    x.fill_(1.5)
+    assert float(x.sum()) == 1.5 * x.numel()
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if x.numel() * 4 < 8 << 20 or not (sys.platform.startswith("linux") and thp.exists()):
+        return  # small tensors get no advice (their memory may still hold an earlier large one's)
+    # The kernel marks a region advised with MADV_HUGEPAGE by "hg" in its VmFlags.
+    assert "hg" in vm_flags(x.data_ptr() + x.numel() * 2)
+
+
+def vm_flags(address: int) -> list[str]:
+    """The VmFlags of this process's mapping that holds ``address`` (from /proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(p, 16) for p in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
