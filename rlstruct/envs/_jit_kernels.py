@@ -64,6 +64,25 @@ def _cartpole_constants(p):
 
 
 @_jit
+def _put_frame(frame, i, x, x_dot, theta, theta_dot):
+    """Row ``i`` of ``frame float32 [B, 4]``: one CartPole observation."""
+    frame[i, 0] = x
+    frame[i, 1] = x_dot
+    frame[i, 2] = theta
+    frame[i, 3] = theta_dot
+
+
+@_jit
+def _put_state(phys, frame, i, x, x_dot, theta, theta_dot):
+    """Env ``i``'s state: column ``i`` of ``phys float64 [4, B]`` and its observation, row ``i`` of ``frame``."""
+    phys[0, i] = x
+    phys[1, i] = x_dot
+    phys[2, i] = theta
+    phys[3, i] = theta_dot
+    _put_frame(frame, i, x, x_dot, theta, theta_dot)
+
+
+@_jit
 def cartpole_autoreset(
     phys, elapsed, episode, key, action, sintheta, costheta, p, limit, salt, scale, offset,
     phys_r, elapsed_r, episode_r, frame, frame_r, reward, reward_r, flags, last_r,
@@ -85,10 +104,7 @@ def cartpole_autoreset(
         steps = elapsed[i] + 1
         truncated = steps >= limit
         done = terminated or truncated
-        frame[i, 0] = x
-        frame[i, 1] = x_dot
-        frame[i, 2] = theta
-        frame[i, 3] = theta_dot
+        _put_frame(frame, i, x, x_dot, theta, theta_dot)
         reward[i] = 1.0
         flags[0, i] = done
         flags[1, i] = terminated
@@ -111,14 +127,7 @@ def cartpole_autoreset(
             elapsed_r[i] = steps
             reward_r[i] = 1.0
             last_r[i] = a
-        phys_r[0, i] = x
-        phys_r[1, i] = x_dot
-        phys_r[2, i] = theta
-        phys_r[3, i] = theta_dot
-        frame_r[i, 0] = x
-        frame_r[i, 1] = x_dot
-        frame_r[i, 2] = theta
-        frame_r[i, 3] = theta_dot
+        _put_state(phys_r, frame_r, i, x, x_dot, theta, theta_dot)
 
 
 @_jit
@@ -132,14 +141,7 @@ def cartpole_episodic(phys, elapsed, action, sintheta, costheta, p, limit, phys_
         )
         steps = elapsed[i] + 1
         truncated = steps >= limit
-        phys_n[0, i] = x
-        phys_n[1, i] = x_dot
-        phys_n[2, i] = theta
-        phys_n[3, i] = theta_dot
-        frame[i, 0] = x
-        frame[i, 1] = x_dot
-        frame[i, 2] = theta
-        frame[i, 3] = theta_dot
+        _put_state(phys_n, frame, i, x, x_dot, theta, theta_dot)
         elapsed_n[i] = steps
         reward[i] = 1.0
         flags[0, i] = terminated or truncated
