@@ -338,8 +338,10 @@ class RL_Batcher(BatcherBase):
                     v = v[:T]
                     if isinstance(rows, slice):
                         copy_batch_major(dst, v)
-                    else:
-                        dst.copy_(v.index_select(1, rows).transpose(0, 1))
+                    elif v.device == dst.device:
+                        torch.index_select(v.transpose(0, 1), 0, rows, out=dst)
+                    else:  # a worker placed on another device than the batcher's
+                        dst.copy_(v.transpose(0, 1)[rows])
                 else:
                     dst.copy_(v[rows])
         return trajectories_from(out)
