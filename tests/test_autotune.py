@@ -120,20 +120,20 @@ def test_bad_arguments_are_named():
 
 def test_host_rss_counts_children():
     own = host_rss()
-    child = subprocess.Popen([sys.executable, "-c", "import time; x = b'x' * (64 * 2**20); time.sleep(30)"])
+    # The child says when its 64 MiB are written: from then on its resident size holds still.
+    code = "import sys, time; x = b'x' * (64 * 2**20); print('ready', flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         import psutil
 
+        assert child.stdout.readline().strip() == "ready"
         proc = psutil.Process(child.pid)
-        for _ in range(200):  # until the child has touched its 64 MiB
-            if proc.memory_info().rss > 64 * MIB:
-                break
-            time.sleep(0.05)
         assert host_rss() >= own + 64 * MIB
         assert host_rss(child.pid) == proc.memory_info().rss
     finally:
         child.kill()
         child.wait()
+        child.stdout.close()
 
 
 def test_a_real_tiny_sweep_with_rl_batcher():

@@ -234,7 +234,7 @@ def seeding_and_state() -> None:
 
     def run(e) -> torch.Tensor:
         """The next 40 observations the agent sees, [40, 32, 4] (restarts included)."""
-        return torch.stack([e.step(act)[1][0]["frame"].cpu() for act in actions[20:]])
+        return torch.stack([e.step(act.to(e.device))[1][0]["frame"].cpu() for act in actions[20:]])
 
     first = run(env)
     env.set_state(snapshot)
