@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from rlstruct.devices import as_device
-from rlstruct.errors import BatchSizeError, DeviceMismatchError
+from rlstruct.errors import BatchSizeError, DeviceMismatchError, GraphCaptureError
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 from rlstruct.agents import RL_Agent
@@ -89,6 +89,8 @@ def copy_batch_major(dst: torch.Tensor, src: torch.Tensor) -> None:
 
 def _foreach_copy(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
     """``d.copy_(s)`` for every pair, in one call where torch has ``_foreach_copy_``."""
+    if not dst:
+        return
     if _FOREACH_COPY is not None:
         _FOREACH_COPY(dst, src)
     else:
@@ -129,6 +131,17 @@ class Acquirer:
         agent_seed: passed to ``agent.seed`` after the probe call, when given.
         sync_timings: synchronize the device at phase boundaries so that timings are exact on a GPU
             (costs one sync per phase; off by default).
+        cuda_graph: replay the whole step loop (agent, env step and buffer writes, ``n_timesteps`` steps) as
+            one CUDA graph: the first acquisition runs eagerly (lazy initialisations happen there), the second
+            captures the loop, every later one is one ``replay``. Needs a CUDA ``device`` and an env whose
+            :meth:`~rlstruct.envs.VecEnv.graph_state` names its state (the auto-reset torch simulators). Only
+            device work is replayed: what the agent computes on the host is frozen at capture, its weights must
+            be updated in place (``load_state_dict`` does), and ``agent_info`` reaches it as pinned host
+            tensors updated in place (copy them to the device with ``non_blocking=True``).
+
+    Raises:
+        ValueError: ``cuda_graph`` on a device other than CUDA.
+        GraphCaptureError: ``cuda_graph`` with an env that cannot be captured.
     """
 
     def __init__(
@@ -140,6 +153,7 @@ class Acquirer:
         *,
         agent_seed: int | None = None,
         sync_timings: bool = False,
+        cuda_graph: bool = False,
     ):
         self.env = env
         self.agent_seed = agent_seed
@@ -150,11 +164,31 @@ class Acquirer:
         self.block: dict[str, torch.Tensor] | None = None
         self.specs: Specs | None = None
         self.timings = {p: 0.0 for p in PHASES}
+        self.timings["graph_replay"] = 0.0  # cuda_graph: the agent, env and buffer-write phases of replayed steps
         self.timings["steps"] = 0.0
         self.timings["env_steps"] = 0.0
         self._sync = sync_timings and self.device.type == "cuda"
         self._started = False
         self._needs_history = bool(agent.require_history())
+        self.cuda_graph = bool(cuda_graph)
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._graph_warm = False
+        if self.cuda_graph:
+            if self.device.type != "cuda":
+                raise ValueError(
+                    f"cuda_graph=True needs a CUDA device, this worker runs on {self.device}; "
+                    "place it on a GPU or pass cuda_graph=False"
+                )
+            graph_state = getattr(env, "graph_state", None)
+            attrs = graph_state() if callable(graph_state) else None
+            if attrs is None:
+                raise GraphCaptureError(
+                    f"cuda_graph=True needs an env whose step can be captured, but {env!r} has no graph_state() "
+                    "(it syncs with the host, changes shapes, or keeps state off the GPU); use an auto-reset torch "
+                    "simulator on the GPU (e.g. make_env('CartPole-v1', n, device='cuda', autoreset=True)) or pass "
+                    "cuda_graph=False"
+                )
+            self._graph_attrs = tuple(attrs)
 
     # ----------------------------------------------------------------- setup
     def probe(self, agent_info: DictTensor, env_info: DictTensor) -> Specs:
@@ -247,6 +281,8 @@ class Acquirer:
         if agent_info is not None and not agent_info.empty():
             self.set_agent_info(agent_info)
         with torch.no_grad():
+            if self.cuda_graph:
+                return self._acquire_graphed()
             return self._acquire()
 
     def _tick(self) -> float:
@@ -330,6 +366,105 @@ class Acquirer:
             self.state = None
         return {"n_start": n_start, "n_running": int(ids.shape[0]), "steps": steps, "timings": dict(tm)}
 
+    # ----------------------------------------------------------------- CUDA graph
+    def _acquire_graphed(self) -> dict[str, Any]:
+        """One acquisition with ``cuda_graph``: eager the first time (on a side stream, as capture wants its
+        warm-up), captured the second time, then replayed."""
+        if not self._graph_warm:
+            main = torch.cuda.current_stream(self.device)
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                out = self._acquire()
+            main.wait_stream(side)
+            self._graph_warm = True
+            return out
+        block, tm, n = self.block, self.timings, self.n_envs
+        assert block is not None and self._started
+        t0 = self._tick()
+        state = self.state if self.state is not None else self.agent.initial_state(self.agent_info, n)
+        self._load_graph_inputs(state)
+        for prefix, d in (("agent_info/", self.agent_info), ("env_info/", self._env_info_dev), ("agent_state/", state)):
+            for k, v in d.items():
+                block[prefix + k].copy_(v)
+        block["lengths"].fill_(self.n_timesteps)
+        t1 = self._tick()
+        if self._graph is None:
+            self._capture()
+        assert self._graph is not None
+        self._graph.replay()
+        t2 = self._tick()
+        tm["copy"] += t1 - t0
+        tm["graph_replay"] += t2 - t1
+        tm["steps"] += self.n_timesteps
+        tm["env_steps"] += n * self.n_timesteps
+        self.observation, self.state = self._graph_obs, self._graph_agent_state
+        return {"n_start": n, "n_running": n, "steps": self.n_timesteps, "timings": dict(tm)}
+
+    def _load_graph_inputs(self, state: DictTensor) -> None:
+        """Puts the current observation, agent state and env state into the tensors the graph reads (made at the
+        first call), wherever they are other tensors: after a ``reset``, or an env or agent that rebinds."""
+        env = self.env
+        if not hasattr(self, "_graph_env"):
+            self._graph_obs = DictTensor._trusted({k: v.clone() for k, v in self.observation.items()})
+            self._graph_agent_state = DictTensor._trusted({k: v.clone() for k, v in state.items()})
+            self._graph_env = [getattr(env, a).clone() for a in self._graph_attrs]
+            ai = self.agent_info
+            self._graph_ai = DictTensor._trusted({k: v.pin_memory() for k, v in ai.items()}) if not ai.empty() else ai
+            self._graph_ai_source = ai
+        if self.agent_info is not self._graph_ai_source:  # new agent_info, from reset or execute
+            # The graph reads these pinned tensors: no replay may still be reading them while they change.
+            torch.cuda.synchronize(self.device)
+            _load_into(self._graph_ai, self.agent_info, "agent_info")
+            self._graph_ai_source = self.agent_info
+        _load_into(self._graph_obs, self.observation, "the observation")
+        _load_into(self._graph_agent_state, state, "the agent state")
+        for a, static in zip(self._graph_attrs, self._graph_env):
+            cur = getattr(env, a)
+            if cur is not static:
+                _check_same_layout(static, cur, f"env attribute {a!r}")
+                static.copy_(cur)
+                setattr(env, a, static)
+
+    def _capture(self) -> None:
+        """Captures ``n_timesteps`` steps into one CUDA graph, ending with the copies that close the loop: the last
+        observation, agent state and env state back into the tensors the first step reads."""
+        graph = torch.cuda.CUDAGraph()
+        env, keys = self.env, self._write_keys
+        try:
+            with torch.cuda.graph(graph):
+                obs, state, ai = self._graph_obs, self._graph_agent_state, self._graph_ai
+                for t in range(self.n_timesteps):
+                    history = self._history_at(t, slice(None), obs) if self._needs_history else None
+                    action, state = self.agent(state, obs, ai, history)
+                    (obs_next, _), (obs_running, _) = env.step(action)
+                    sources = {"observation/": obs, "action/": action, "_observation/": obs_next}
+                    _foreach_copy(self._step_views[t], [sources[p][k] for p, k in keys])
+                    obs = obs_running
+                # Close the loop: the next replay starts from where this one ends.
+                _load_into(self._graph_obs, obs, "the observation")
+                _load_into(self._graph_agent_state, state, "the agent state")
+                finals = [getattr(env, a) for a in self._graph_attrs]
+                for a, static, final in zip(self._graph_attrs, self._graph_env, finals):
+                    _check_same_layout(static, final, f"env attribute {a!r}")
+                _foreach_copy(self._graph_env, finals)
+        except GraphCaptureError:
+            raise
+        except Exception as e:
+            first = e  # the error that broke the capture, not the ones raised while ending it
+            while first.__context__ is not None:
+                first = first.__context__
+            reason = str(first).strip().splitlines()[0] if str(first).strip() else ""
+            raise GraphCaptureError(
+                f"capturing the step loop in a CUDA graph failed ({type(first).__name__}: {reason}); with cuda_graph=True the "
+                "agent and env must not synchronize with the host (no .item(), .cpu(), nonzero, printing tensors, "
+                "blocking host copies) and must keep their shapes; fix the step or pass cuda_graph=False"
+            ) from e
+        finally:
+            for a, static in zip(self._graph_attrs, self._graph_env):
+                setattr(env, a, static)
+        self._graph = graph
+
     def _check_step_outputs(self, action: DictTensor, obs_next: DictTensor) -> None:
         expected = [k[len("action/"):] for k in self.block if k.startswith("action/")]
         if list(action.keys()) != expected:
@@ -346,10 +481,38 @@ class Acquirer:
         self._check_obs_device(obs_next, "step")
 
     def close(self) -> None:
+        self._graph = None
         try:
             self.env.close()
         finally:
             self.agent.close()
+
+
+def _check_same_keys(static: DictTensor, d: DictTensor, what: str) -> None:
+    if list(d.keys()) != list(static.keys()):
+        raise GraphCaptureError(
+            f"with cuda_graph=True {what} must keep its keys at every step: {list(static.keys())} at the start of "
+            f"the loop, {list(d.keys())} at its end; return the same keys (or pass cuda_graph=False)"
+        )
+
+
+def _check_same_layout(static: torch.Tensor, x: torch.Tensor, what: str) -> None:
+    if x.shape != static.shape or x.dtype != static.dtype or x.device != static.device:
+        raise GraphCaptureError(
+            f"with cuda_graph=True {what} must keep its shape, dtype and device: {static.dtype} "
+            f"{list(static.shape)} on {static.device} when captured, now {x.dtype} {list(x.shape)} on {x.device}; "
+            "keep them fixed (or pass cuda_graph=False)"
+        )
+
+
+def _load_into(static: DictTensor, d: DictTensor, what: str) -> None:
+    """Copies ``d`` into the tensors of ``static`` (same keys and layouts), unless it is ``static`` itself."""
+    if d is static:
+        return
+    _check_same_keys(static, d, what)
+    for k, v in static.items():
+        _check_same_layout(v, d[k], f"{what} key {k!r}")
+    _foreach_copy(list(static.values()), [d[k] for k in static.keys()])
 
 
 def build_acquirer(
@@ -363,6 +526,7 @@ def build_acquirer(
     device: torch.device,
     check_device: bool,
     sync_timings: bool = False,
+    cuda_graph: bool = False,
 ) -> Acquirer:
     """Builds the env and agent of one worker (``create_env(**env_args, seed=seed)``) and their acquirer."""
     from rlstruct.agents import RL_Agent_CheckDevice
@@ -375,4 +539,10 @@ def build_acquirer(
     except BaseException:
         env.close()
         raise
-    return Acquirer(env, agent, n_timesteps, device, agent_seed=agent_seed, sync_timings=sync_timings)
+    try:
+        return Acquirer(env, agent, n_timesteps, device, agent_seed=agent_seed, sync_timings=sync_timings,
+                        cuda_graph=cuda_graph)  # fmt: skip
+    except BaseException:
+        env.close()
+        agent.close()
+        raise

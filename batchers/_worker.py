@@ -133,6 +133,7 @@ class WorkerSpec:
     placement: WorkerPlacement
     check_device: bool
     sync_timings: bool
+    cuda_graph: bool = False
 
 
 def _error_payload(e: BaseException) -> tuple[str, str, str, str]:
@@ -193,7 +194,7 @@ def worker_main(spec: WorkerSpec, conn) -> None:
         torch.manual_seed(spec.agent_seed if spec.agent_seed is not None else spec.seed)
         acq = build_acquirer(
             spec.create_env, spec.env_args, spec.seed, spec.create_agent, spec.agent_args, spec.agent_seed,
-            spec.n_timesteps, spec.placement.device, spec.check_device, spec.sync_timings,
+            spec.n_timesteps, spec.placement.device, spec.check_device, spec.sync_timings, spec.cuda_graph,
         )
         conn.send(("ready", {"n_envs": acq.n_envs, "report": _report(spec)}))
         while True:
@@ -392,7 +393,7 @@ class LocalWorker:
         try:
             self.acq = build_acquirer(
                 spec.create_env, spec.env_args, spec.seed, spec.create_agent, spec.agent_args, spec.agent_seed,
-                spec.n_timesteps, spec.placement.device, spec.check_device, spec.sync_timings,
+                spec.n_timesteps, spec.placement.device, spec.check_device, spec.sync_timings, spec.cuda_graph,
             )
         except Exception as e:
             self._fail(e)

@@ -73,11 +73,21 @@ class RL_Batcher(BatcherBase):
         timeout: seconds any wait on a worker may last before it is reported as hung (at least 120 s while
             the workers start, since they import torch and build their envs).
         sync_timings: synchronize the device between phases so that :meth:`timings` is exact on a GPU.
+        cuda_graph: replay each worker's whole step loop (agent, env step, buffer writes) as one CUDA graph,
+            captured at the second acquisition after construction (the first runs eagerly): one launch per
+            ``execute`` instead of hundreds per step. Needs every worker on a CUDA device and an auto-reset
+            torch simulator (an env with :meth:`~rlstruct.envs.VecEnv.graph_state`). Only device work is
+            replayed: host-side computation of the agent is frozen at capture; weights must be loaded in place
+            (``load_state_dict``, what :meth:`update` does); ``agent_info`` reaches the agent as pinned host
+            tensors updated in place (copy them with ``non_blocking=True``). See
+            :class:`~rlstruct.batchers._acquire.Acquirer`.
 
     Raises:
         BatcherStateError: ``seeds`` or ``agent_seeds`` has the wrong length.
         DeviceMismatchError: ``agent_info``/``env_info`` not on the CPU.
-        BatcherWorkerError: a worker failed to start, probe or allocate.
+        BatcherWorkerError: a worker failed to start, probe or allocate (with ``cuda_graph``: its env cannot be
+            captured, or capturing failed).
+        ValueError: ``cuda_graph=True`` with a worker off the GPU.
 
     >>> from rlstruct import RL_Agent
     >>> from rlstruct.envs import CartPole
@@ -112,6 +122,7 @@ class RL_Batcher(BatcherBase):
         worker_placements: Sequence[WorkerPlacement] | None = None,
         timeout: float = 120.0,
         sync_timings: bool = False,
+        cuda_graph: bool = False,
     ):
         self._workers: list = []
         self._closed = False
@@ -149,6 +160,13 @@ class RL_Batcher(BatcherBase):
                 raise ValueError(
                     f"worker_placements must hold one WorkerPlacement per worker ({n_workers}), got {len(placements)}"
                 )
+        if cuda_graph:
+            off_gpu = [k for k, p in enumerate(placements) if p.device.type != "cuda"]
+            if off_gpu:
+                raise ValueError(
+                    f"cuda_graph=True needs every worker on a CUDA device, but worker {off_gpu[0]} runs on "
+                    f"{placements[off_gpu[0]].device}; pass device='cuda' (or GPU worker_placements), or cuda_graph=False"
+                )
         check_device = os.environ.get(CHECK_DEVICE_ENV, "") not in ("", "0")
         Worker = ProcessWorker if n_processes >= 1 else LocalWorker
         try:
@@ -156,7 +174,7 @@ class RL_Batcher(BatcherBase):
                 spec = WorkerSpec(
                     k, create_env, dict(env_args), seeds[k], create_agent, dict(agent_args),
                     None if agent_seeds is None else agent_seeds[k], n_timesteps, placements[k],
-                    check_device, sync_timings,
+                    check_device, sync_timings, bool(cuda_graph),
                 )
                 self._workers.append(Worker(spec, self.timeout))
             ready = recv_all(self._workers, self._start_timeout)
@@ -370,9 +388,10 @@ class RL_Batcher(BatcherBase):
         ``agent_forward``, ``env_step``, ``buffer_write`` and ``copy`` (agent/env info to the buffer) are
         measured in the workers and summed over them; ``wait`` is the parent's time blocked in ``get``
         and ``gather`` its time copying the result out of the buffer. ``steps`` counts loop iterations,
-        ``env_steps`` env transitions. On a GPU the phases are exact only with ``sync_timings=True``.
+        ``env_steps`` env transitions; with ``cuda_graph``, ``graph_replay`` holds the replayed steps' agent,
+        env and buffer-write phases together. On a GPU the phases are exact only with ``sync_timings=True``.
         """
-        total: dict[str, float] = {p: 0.0 for p in (*PHASES, "steps", "env_steps")}
+        total: dict[str, float] = {p: 0.0 for p in (*PHASES, "graph_replay", "steps", "env_steps")}
         for wt in self._worker_timings:
             for k, v in wt.items():
                 total[k] = total.get(k, 0.0) + v

@@ -6,9 +6,11 @@ An MLP 4-64-64-2 policy samples actions; T = 128 steps per acquisition.
     gymnasium SyncVectorEnv over the same 64 envs with the same policy.
 (b) RL_Batcher in the calling process (n_processes=0) on the torch CartPole (auto-reset) at several N,
     against a hand-written loop over the same env and policy, and against gymnasium's CartPoleVectorEnv.
-(c) With --device cuda: the same as (b) on the GPU, N up to 2^20.
+(c) With --device cuda: the same as (b) on the GPU, N up to 2^20, the batcher with and without
+    ``cuda_graph=True`` (agent + env step + buffer writes of a whole acquisition replayed as one CUDA graph),
+    and one GPU worker process (n_processes=1) with the graph at the largest N.
 
-Run: python benchmarks/batchers.py [--iters 5] [--rounds 3] [--device cpu]
+Run: python benchmarks/batchers.py [--iters 5] [--rounds 3] [--device cpu] [--sync-timings]
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from torch import nn
 
 from rlstruct import DictTensor, RL_Agent
 from rlstruct.batchers import RL_Batcher
-from rlstruct.envs import GymEnvInf, make_env
+from rlstruct.envs import CartPole, GymEnvInf, make_env
 
 T = 128
 
@@ -53,14 +55,17 @@ def gym_list_env(n_envs: int, seed: int):
     return GymEnvInf([gym.make("CartPole-v1") for _ in range(n_envs)], seed)
 
 
-def torch_env(n_envs: int, seed: int, device: str = "cpu"):
+def torch_env(n_envs: int, seed: int, device: str = "cpu", compile: bool = False):
+    if compile:  # the step fused by torch.compile
+        return CartPole(n_envs, device=device, seed=seed, autoreset=True, compile=True)
     return make_env("CartPole-v1", n_envs, device=device, seed=seed, autoreset=True)
 
 
 def bench_batcher(batcher: RL_Batcher, iters: int) -> tuple[float, dict]:
     batcher.reset()
-    batcher.execute()
-    batcher.get()  # warm-up
+    for _ in range(2):  # warm-up: with cuda_graph, the first acquisition runs eagerly and the second captures
+        batcher.execute()
+        batcher.get()
     batcher.reset_timings()
     t0 = time.perf_counter()
     steps = 0
@@ -120,9 +125,17 @@ def bench_hand_loop(n_envs: int, iters: int, device: str) -> float:
 
 
 def fmt_timings(t: dict) -> str:
-    keys = ("agent_forward", "env_step", "buffer_write", "copy", "wait", "gather")
+    keys = ("agent_forward", "env_step", "buffer_write", "graph_replay", "copy", "wait", "gather")
     total = sum(t[k] for k in keys) or 1.0
-    return " ".join(f"{k}={100 * t[k] / total:.0f}%" for k in keys)
+    return " ".join(f"{k}={100 * t[k] / total:.0f}%" for k in keys if t[k] > 0 or k != "graph_replay")
+
+
+SYNC_TIMINGS = False  # --sync-timings: exact GPU phase shares, at one device sync per phase
+
+
+def batcher_on(device: str, n: int, n_processes: int = 0, cuda_graph: bool = False, compile: bool = False) -> RL_Batcher:
+    return RL_Batcher(T, MLPAgent, {"device": device}, torch_env, {"n_envs": n, "device": device, "compile": compile},
+                      n_processes, [0], device=device, cuda_graph=cuda_graph, sync_timings=SYNC_TIMINGS)
 
 
 def main(argv=None) -> None:
@@ -132,7 +145,10 @@ def main(argv=None) -> None:
     p.add_argument("--device", default="cpu", help="device for part (b)/(c)")
     p.add_argument("--sizes", type=int, nargs="*", default=None, help="env counts for part (b)")
     p.add_argument("--skip-processes", action="store_true", help="skip part (a), the worker-process comparison")
+    p.add_argument("--sync-timings", action="store_true", help="exact GPU timings() shares (one sync per phase)")
     args = p.parse_args(argv)
+    global SYNC_TIMINGS
+    SYNC_TIMINGS = args.sync_timings
     torch.set_num_threads(1)
     rows: list[tuple[str, str, float, str]] = []
 
@@ -151,21 +167,40 @@ def main(argv=None) -> None:
     sizes = args.sizes or ([1024, 4096, 16384] if args.device == "cpu" else [1024, 16384, 262144, 1 << 20])
     part = "b" if args.device == "cpu" else "c"
     print(f"({part}) n_processes=0, torch CartPole on {args.device}", flush=True)
+    on_gpu = args.device != "cpu"
     for n in sizes:
-        # Interleaved rounds, best of each: the three loops see the same machine load.
-        hand = gvec = sps = 0.0
+        # Interleaved rounds, best of each: the loops see the same machine load.
+        hand = gvec = sps = gsps = 0.0
         for _ in range(args.rounds):
             hand = max(hand, bench_hand_loop(n, args.iters, args.device))
             gvec = max(gvec, bench_gym_vector(n, args.iters)) if n <= 65536 else float("nan")
-            with RL_Batcher(T, MLPAgent, {"device": args.device}, torch_env, {"n_envs": n, "device": args.device},
-                            0, [0], device=args.device) as b:
+            with batcher_on(args.device, n) as b:
                 r_sps, r_tm = bench_batcher(b, args.iters)
             if r_sps > sps:
                 sps, tm = r_sps, r_tm
+            if on_gpu:
+                with batcher_on(args.device, n, cuda_graph=True) as b:
+                    r_sps, r_tm = bench_batcher(b, args.iters)
+                if r_sps > gsps:
+                    gsps, gtm = r_sps, r_tm
         rows.append((part, f"hand-written loop, torch CartPole N={n}", hand, ""))
         rows.append((part, f"gymnasium CartPoleVectorEnv N={n}", gvec, ""))
         rows.append((part, f"RL_Batcher n_processes=0 N={n}", sps,
                      f"{sps / hand:.2f}x hand, {sps / gvec:.2f}x gymnasium  " + fmt_timings(tm)))
+        if on_gpu:
+            rows.append((part, f"RL_Batcher n_processes=0 cuda_graph N={n}", gsps,
+                         f"{gsps / hand:.2f}x hand, {gsps / sps:.2f}x eager batcher  " + fmt_timings(gtm)))
+    if on_gpu:
+        n = sizes[-1]
+        with batcher_on(args.device, n, n_processes=1, cuda_graph=True) as b:
+            psps, ptm = max((bench_batcher(b, args.iters) for _ in range(args.rounds)), key=lambda r: r[0])
+        rows.append((part, f"RL_Batcher n_processes=1 (GPU worker) cuda_graph N={n}", psps,
+                     f"{psps / gsps:.2f}x in-process graph  " + fmt_timings(ptm)))
+        # The env step fused by torch.compile, inside the graph (compiled once, in the first acquisition).
+        with batcher_on(args.device, n, cuda_graph=True, compile=True) as b:
+            csps, ctm = max((bench_batcher(b, args.iters) for _ in range(args.rounds)), key=lambda r: r[0])
+        rows.append((part, f"RL_Batcher n_processes=0 cuda_graph, env compile=True N={n}", csps,
+                     f"{csps / gsps:.2f}x eager-env graph  " + fmt_timings(ctm)))
 
     print(f"\n| part | configuration | env steps/s | ratio and timings() shares |")
     print("|---|---|---:|---|")

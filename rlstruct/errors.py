@@ -20,6 +20,7 @@ __all__ = [
     "BatcherStateError",
     "MissingDependencyError",
     "BridgeError",
+    "GraphCaptureError",
 ]
 
 
@@ -70,3 +71,8 @@ class MissingDependencyError(RLStructError, ImportError):
 
 class BridgeError(RLStructError, ValueError):
     """An rlstruct env cannot be exposed to gymnasium code as asked (episodic env, seed or options it cannot honour)."""
+
+
+class GraphCaptureError(RLStructError, RuntimeError):
+    """A step could not be captured in a CUDA graph (``cuda_graph=True``): the env or agent synchronizes with the
+    host, changes shapes, or keeps its state where a replay cannot see it."""

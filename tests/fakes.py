@@ -153,3 +153,40 @@ class MetaStateAgent(CounterAgent):
 
     def initial_state(self, agent_info, B):
         return super().initial_state(agent_info, B).to("meta")
+
+
+class SamplingAgent(RL_Agent):
+    """A small MLP that samples actions (``torch.multinomial``, the device RNG) from a recurrent state ``h`` (a
+    decaying sum of frames); ``agent_info["temperature"]``, when given, divides the logits. Every step is device
+    work only, so it can be captured in a CUDA graph."""
+
+    def __init__(self, device="cpu", obs_dim=4, n_actions=2):
+        torch.manual_seed(0)
+        self.device = torch.device(device)
+        self.model = torch.nn.Sequential(
+            torch.nn.Linear(obs_dim, 16), torch.nn.Tanh(), torch.nn.Linear(16, n_actions)
+        ).to(self.device)
+
+    def initial_state(self, agent_info, B):
+        return DictTensor({"h": torch.zeros(B, self.model[0].in_features, device=self.device)})
+
+    def __call__(self, state, observation, agent_info, history=None):
+        h = 0.9 * state["h"] + observation["frame"]
+        logits = self.model(h)
+        if "temperature" in agent_info.keys():
+            logits = logits / agent_info["temperature"].to(self.device, non_blocking=True).unsqueeze(1)
+        action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(1)
+        return DictTensor({"action": action, "logits": logits}), DictTensor({"h": h})
+
+    def update(self, state_dict):
+        self.model.load_state_dict(state_dict)
+
+
+class SyncingAgent(SamplingAgent):
+    """A :class:`SamplingAgent` that reads a value back to the host at every step (``.item()``): not capturable."""
+
+    def __call__(self, state, observation, agent_info, history=None):
+        action, new_state = super().__call__(state, observation, agent_info, history)
+        if action["logits"].abs().max().item() < 0:  # never true; the read-back is the point
+            raise AssertionError
+        return action, new_state

@@ -59,6 +59,18 @@ class VecEnv(abc.ABC):
     def step(self, action: DictTensor) -> StepResult:
         """Steps the running envs with ``action["action"]`` (one row per running env)."""
 
+    def graph_state(self) -> tuple[str, ...] | None:
+        """For CUDA-graph capture of the step loop (``RL_Batcher(..., cuda_graph=True)``): the names of the
+        attributes holding every tensor ``step`` reads as state and rebinds, or ``None`` (the default) when the
+        step cannot be captured.
+
+        A capturable step runs on one CUDA device with fixed shapes (every env always running: auto-reset),
+        never synchronizes with the host, and keeps all its mutable state in those tensors. A replay reads the
+        tensors the capture saw, so the batcher copies the state back into them at the end of the captured
+        loop and rebinds the attributes to them before every replay.
+        """
+        return None
+
     def close(self) -> None:
         """Releases the envs' resources; idempotent."""
 

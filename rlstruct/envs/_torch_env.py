@@ -260,6 +260,18 @@ class _AutoresetStep(NamedTuple):
     false: tuple[torch.Tensor, ...] | None = None  # four all-false bool [B], when the step made them
 
 
+def _with_restarts(out: _AutoresetStep, phys_r: torch.Tensor, frame_r: torch.Tensor) -> _AutoresetStep:
+    """``out`` with the running envs' states and frames replaced (the finished ones restarted).
+
+    Built field by field rather than with ``NamedTuple._replace``, which ``torch.compile`` cannot trace in
+    every torch 2.x release.
+    """
+    return _AutoresetStep(
+        out.frame, out.reward, out.done, out.terminated, out.truncated, out.reward_r, out.initial_r, out.last_r,
+        out.elapsed_r, out.episode_r, phys_r, frame_r, out.false,
+    )  # fmt: skip
+
+
 class TorchVecEnv(VecEnv):
     """``n_envs`` copies of one system, stepped together by batched torch kernels on one device.
 
@@ -449,6 +461,13 @@ class TorchVecEnv(VecEnv):
         mode = "autoreset" if self.autoreset else "episodic"
         return f"{type(self).__name__}(n_envs={self._n}, device={self.device}, seed={self.seed}, {mode})"
 
+    def graph_state(self) -> tuple[str, ...] | None:
+        """The state tensors an auto-reset step reads and rebinds (capturable off the CPU); ``None`` for episodic
+        envs, whose running set shrinks (a host sync and a shape change)."""
+        if not self.autoreset or self.device.type == "cpu":
+            return None
+        return ("_phys", "_elapsed", "_episode", "_rng_key", "_last_action")
+
     def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
         """Starts a new episode in every env.
 
@@ -596,7 +615,7 @@ class TorchVecEnv(VecEnv):
         out = self._advance(phys, elapsed, episode, a)
         fresh = self._initial_physics(TorchOps, self._draw(TorchOps, key, out.episode_r))
         phys_r = torch.where(out.done, fresh, out.phys_r)
-        return out._replace(phys_r=phys_r, frame_r=self._frame(TorchOps, phys_r))
+        return _with_restarts(out, phys_r, self._frame(TorchOps, phys_r))
 
     def _autoreset_sparse(
         self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, key: torch.Tensor, a: torch.Tensor
@@ -607,7 +626,7 @@ class TorchVecEnv(VecEnv):
         fresh = self._initial_physics(TorchOps, draws)
         # The terminal states are not handed out (the frame is a copy): the fresh ones can go in place.
         phys_r = out.phys_r.index_copy_(1, rows, fresh)
-        return out._replace(phys_r=phys_r, frame_r=out.frame.index_copy(0, rows, self._frame(TorchOps, fresh)))
+        return _with_restarts(out, phys_r, out.frame.index_copy(0, rows, self._frame(TorchOps, fresh)))
 
     def _autoreset_numpy(
         self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, key: torch.Tensor, a: torch.Tensor

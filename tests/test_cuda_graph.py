@@ -1,0 +1,129 @@
+"""``cuda_graph=True``: the whole step loop replayed as one CUDA graph gives the eager loop's trajectories, bit for
+bit, across weight updates, resets and agent_info changes; what cannot be captured is refused with a typed error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlstruct import DictTensor
+from rlstruct.batchers import RL_Batcher, WorkerPlacement
+from rlstruct.envs import CartPole, make_env
+from rlstruct.errors import BatcherWorkerError
+from tests.fakes import CountingEnv, SamplingAgent, SyncingAgent
+from tests.test_batchers import assert_same
+
+pytestmark = pytest.mark.timeout(180)
+
+N, T = 64, 16
+
+
+def cartpole(n_envs: int, seed: int, device: str = "cpu", autoreset: bool = True):
+    return make_env("CartPole-v1", n_envs, device=device, seed=seed, autoreset=autoreset)
+
+
+def temperature(value: float) -> DictTensor:
+    return DictTensor({"temperature": torch.full((N,), value)})
+
+
+def run_schedule(cuda_graph: bool, n_processes: int = 0) -> list:
+    """Acquisitions around every change a graph must see: new weights, a reset, new agent_info."""
+    torch.manual_seed(0)
+    out = []
+    with RL_Batcher(T, SamplingAgent, {"device": "cuda"}, cartpole, {"n_envs": N, "device": "cuda"}, n_processes,
+                    [5], agent_info=temperature(1.0), agent_seeds=[7] if n_processes else None, device="cuda",
+                    cuda_graph=cuda_graph) as b:
+        b.reset()
+
+        def acquire(times: int, agent_info=None) -> None:
+            for _ in range(times):
+                b.execute(agent_info)
+                agent_info = None
+                traj, n_running = b.get()
+                assert n_running == N
+                out.append(traj)
+
+        acquire(4)  # eager, captured, replayed, replayed
+        weights = {k: v.cpu() + 0.25 for k, v in SamplingAgent().model.state_dict().items()}
+        b.update(weights)
+        acquire(2)
+        b.reset(agent_info=temperature(0.5))
+        acquire(2)
+        acquire(2, agent_info=temperature(2.0))
+        if cuda_graph:
+            assert b.timings()["graph_replay"] > 0
+    return out
+
+
+def replay_logits(traj, weights: dict, temp: float) -> torch.Tensor:
+    """The logits :class:`SamplingAgent` computes along ``traj`` with ``weights`` and ``temperature=temp``."""
+    agent = SamplingAgent("cuda")
+    agent.update({k: v.cuda() for k, v in weights.items()})
+    h, frames, logits = traj.info["agent_state/h"], traj.trajectories["observation/frame"], []
+    with torch.no_grad():
+        for t in range(frames.shape[1]):
+            h = 0.9 * h + frames[:, t]
+            logits.append(agent.model(h) / temp)
+    return torch.stack(logits, dim=1)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n_processes", [0, 1], ids=["in_process", "gpu_worker"])
+def test_graph_replays_the_eager_loop_bit_for_bit(n_processes):
+    eager, graphed = run_schedule(False, n_processes), run_schedule(True, n_processes)
+    assert len(eager) == len(graphed) == 10
+    for i, (a, b) in enumerate(zip(eager, graphed)):
+        try:
+            assert_same(a, b)
+        except AssertionError as e:
+            raise AssertionError(f"acquisition {i} differs: {e}") from None
+    # The graph saw each change: its logits are the new weights' (acquisition 4) and temperature's (8).
+    new_weights = {k: v + 0.25 for k, v in SamplingAgent().model.state_dict().items()}
+    for k, weights, temp in ((4, new_weights, 1.0), (8, new_weights, 2.0)):
+        assert torch.allclose(graphed[k].trajectories["action/logits"], replay_logits(graphed[k], weights, temp), atol=1e-5)
+    # The agent state carries over between acquisitions and starts again from zero after the reset.
+    assert eager[1].info["agent_state/h"].abs().sum() > 0
+    assert torch.equal(eager[6].info["agent_state/h"], torch.zeros_like(eager[6].info["agent_state/h"]))
+
+
+@pytest.mark.cuda
+def test_an_agent_that_syncs_is_refused_at_capture():
+    with RL_Batcher(T, SyncingAgent, {"device": "cuda"}, cartpole, {"n_envs": N, "device": "cuda"}, 1, [0],
+                    device="cuda", cuda_graph=True, timeout=60) as b:
+        b.reset()
+        b.execute()
+        b.get()  # eager
+        b.execute()
+        cause = r"capturing the step loop in a CUDA graph failed \(\w+: CUDA error: operation not permitted when stream"
+        with pytest.raises(BatcherWorkerError, match=rf"(?s)GraphCaptureError: {cause}.*must not synchronize with the host"):
+            b.get()
+
+
+@pytest.mark.cuda
+def test_an_episodic_env_is_refused_with_the_fix():
+    with pytest.raises(BatcherWorkerError, match=r"graph_state.*autoreset=True.*or pass cuda_graph=False"):
+        RL_Batcher(T, SamplingAgent, {"device": "cuda"}, cartpole, {"n_envs": N, "device": "cuda", "autoreset": False},
+                   0, [0], device="cuda", cuda_graph=True)
+
+
+@pytest.mark.cuda
+def test_only_autoreset_gpu_simulators_offer_graph_state():
+    env = CartPole(4, device="cuda", seed=0, autoreset=True)
+    env.reset()
+    names = env.graph_state()
+    assert names and all(isinstance(getattr(env, a), torch.Tensor) for a in names)
+    assert all(getattr(env, a).is_cuda for a in names)
+    assert CartPole(4, device="cuda", autoreset=False).graph_state() is None
+
+
+def test_graph_state_is_none_for_envs_that_cannot_be_captured():
+    assert CartPole(4, device="cpu", autoreset=True).graph_state() is None  # CPU kernels (numpy, numba)
+    assert CountingEnv(3, autoreset=True).graph_state() is None  # the VecEnv default
+
+
+def test_cuda_graph_needs_every_worker_on_a_gpu():
+    with pytest.raises(ValueError, match=r"cuda_graph=True needs every worker on a CUDA device, but worker 0 runs on cpu"):
+        RL_Batcher(T, SamplingAgent, {}, cartpole, {"n_envs": 4}, 0, [0], cuda_graph=True)
+    with pytest.raises(ValueError, match=r"but worker 1 runs on cpu"):
+        RL_Batcher(T, SamplingAgent, {}, cartpole, {"n_envs": 4}, 2, [0, 1], device="cuda", cuda_graph=True,
+                   worker_placements=[WorkerPlacement("cuda:0"), WorkerPlacement("cpu")])
