@@ -431,6 +431,16 @@ class Acquirer:
         observation, agent state and env state back into the tensors the first step reads."""
         graph = torch.cuda.CUDAGraph()
         env, keys = self.env, self._write_keys
+        for name, gen in _cuda_generators(self.agent):
+            # A replay draws from the generator's state at replay time, as the eager loop would.
+            register = getattr(graph, "register_generator_state", None)
+            if register is None:
+                raise GraphCaptureError(
+                    f"the agent draws from its own CUDA generator (attribute {name!r}), which this torch "
+                    f"({torch.__version__}) cannot replay in a CUDA graph; draw from the default generator "
+                    "(seeded by agent_seeds) or pass cuda_graph=False"
+                )
+            register(gen)
         try:
             with torch.cuda.graph(graph):
                 obs, state, ai = self._graph_obs, self._graph_agent_state, self._graph_ai
@@ -456,9 +466,10 @@ class Acquirer:
                 first = first.__context__
             reason = str(first).strip().splitlines()[0] if str(first).strip() else ""
             raise GraphCaptureError(
-                f"capturing the step loop in a CUDA graph failed ({type(first).__name__}: {reason}); with cuda_graph=True the "
-                "agent and env must not synchronize with the host (no .item(), .cpu(), nonzero, printing tensors, "
-                "blocking host copies) and must keep their shapes; fix the step or pass cuda_graph=False"
+                f"capturing the step loop in a CUDA graph failed ({type(first).__name__}: {reason}); with "
+                "cuda_graph=True the agent and env must not synchronize with the host (no .item(), .cpu(), nonzero, "
+                "printing tensors, blocking host copies: copy agent_info with .to(device, non_blocking=True)) and "
+                "must keep their shapes; fix the step or pass cuda_graph=False"
             ) from e
         finally:
             for a, static in zip(self._graph_attrs, self._graph_env):
@@ -486,6 +497,25 @@ class Acquirer:
             self.env.close()
         finally:
             self.agent.close()
+
+
+def _cuda_generators(agent: RL_Agent) -> list[tuple[str, torch.Generator]]:
+    """``(attribute name, generator)`` for each CUDA ``torch.Generator`` held by ``agent`` or by an agent it wraps
+    (e.g. :class:`~rlstruct.agents.RL_Agent_CheckDevice`): what a captured step may draw from."""
+    found: dict[int, tuple[str, torch.Generator]] = {}
+    seen: set[int] = set()
+    todo: list[Any] = [agent]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        for name, v in getattr(obj, "__dict__", {}).items():
+            if isinstance(v, torch.Generator) and v.device.type == "cuda":
+                found.setdefault(id(v), (name, v))
+            elif isinstance(v, RL_Agent):
+                todo.append(v)
+    return list(found.values())
 
 
 def _check_same_keys(static: DictTensor, d: DictTensor, what: str) -> None:

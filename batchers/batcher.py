@@ -165,7 +165,8 @@ class RL_Batcher(BatcherBase):
             if off_gpu:
                 raise ValueError(
                     f"cuda_graph=True needs every worker on a CUDA device, but worker {off_gpu[0]} runs on "
-                    f"{placements[off_gpu[0]].device}; pass device='cuda' (or GPU worker_placements), or cuda_graph=False"
+                    f"{placements[off_gpu[0]].device}; pass device='cuda' (or GPU worker_placements), "
+                    "or cuda_graph=False"
                 )
         check_device = os.environ.get(CHECK_DEVICE_ENV, "") not in ("", "0")
         Worker = ProcessWorker if n_processes >= 1 else LocalWorker

@@ -133,7 +133,9 @@ def fmt_timings(t: dict) -> str:
 SYNC_TIMINGS = False  # --sync-timings: exact GPU phase shares, at one device sync per phase
 
 
-def batcher_on(device: str, n: int, n_processes: int = 0, cuda_graph: bool = False, compile: bool = False) -> RL_Batcher:
+def batcher_on(
+    device: str, n: int, n_processes: int = 0, cuda_graph: bool = False, compile: bool = False
+) -> RL_Batcher:
     return RL_Batcher(T, MLPAgent, {"device": device}, torch_env, {"n_envs": n, "device": device, "compile": compile},
                       n_processes, [0], device=device, cuda_graph=cuda_graph, sync_timings=SYNC_TIMINGS)
 

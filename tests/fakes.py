@@ -190,3 +190,23 @@ class SyncingAgent(SamplingAgent):
         if action["logits"].abs().max().item() < 0:  # never true; the read-back is the point
             raise AssertionError
         return action, new_state
+
+
+class GeneratorAgent(SamplingAgent):
+    """A :class:`SamplingAgent` drawing from its own ``torch.Generator`` (seeded by ``agent.seed``), and reading
+    ``agent_info["stochastic"]`` to choose between sampling and the greedy action."""
+
+    def __init__(self, device="cpu"):
+        super().__init__(device)
+        self.generator = torch.Generator(device=self.device)
+
+    def seed(self, seed):
+        self.generator.manual_seed(seed)
+
+    def __call__(self, state, observation, agent_info, history=None):
+        h = 0.9 * state["h"] + observation["frame"]
+        logits = self.model(h)
+        sampled = torch.multinomial(logits.softmax(-1), 1, generator=self.generator).squeeze(1)
+        stochastic = agent_info["stochastic"].to(self.device, non_blocking=True)
+        action = torch.where(stochastic, sampled, logits.argmax(-1))
+        return DictTensor({"action": action, "logits": logits}), DictTensor({"h": h})

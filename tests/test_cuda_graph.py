@@ -10,7 +10,7 @@ from rlstruct import DictTensor
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
 from rlstruct.envs import CartPole, make_env
 from rlstruct.errors import BatcherWorkerError
-from tests.fakes import CountingEnv, SamplingAgent, SyncingAgent
+from tests.fakes import CountingEnv, GeneratorAgent, SamplingAgent, SyncingAgent
 from tests.test_batchers import assert_same
 
 pytestmark = pytest.mark.timeout(180)
@@ -80,10 +80,40 @@ def test_graph_replays_the_eager_loop_bit_for_bit(n_processes):
     # The graph saw each change: its logits are the new weights' (acquisition 4) and temperature's (8).
     new_weights = {k: v + 0.25 for k, v in SamplingAgent().model.state_dict().items()}
     for k, weights, temp in ((4, new_weights, 1.0), (8, new_weights, 2.0)):
-        assert torch.allclose(graphed[k].trajectories["action/logits"], replay_logits(graphed[k], weights, temp), atol=1e-5)
+        expected = replay_logits(graphed[k], weights, temp)
+        assert torch.allclose(graphed[k].trajectories["action/logits"], expected, atol=1e-5)
     # The agent state carries over between acquisitions and starts again from zero after the reset.
     assert eager[1].info["agent_state/h"].abs().sum() > 0
     assert torch.equal(eager[6].info["agent_state/h"], torch.zeros_like(eager[6].info["agent_state/h"]))
+
+
+def run_generator_agent(cuda_graph: bool, n_processes: int) -> list:
+    stochastic = DictTensor({"stochastic": torch.arange(N) % 2 == 0})
+    with RL_Batcher(T, GeneratorAgent, {"device": "cuda"}, cartpole, {"n_envs": N, "device": "cuda"}, n_processes,
+                    [1], agent_info=stochastic, agent_seeds=[3], device="cuda", cuda_graph=cuda_graph) as b:
+        b.reset(agent_info=stochastic)  # the constructor's example only sets the keys (and reset's default row)
+        out = []
+        for _ in range(4):
+            b.execute()
+            out.append(b.get()[0])
+        b.reset(agent_info=DictTensor({"stochastic": torch.ones(N, dtype=torch.bool)}))
+        for _ in range(2):
+            b.execute()
+            out.append(b.get()[0])
+    return out
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n_processes", [0, 1], ids=["in_process", "gpu_worker"])
+def test_an_agent_with_its_own_cuda_generator_replays_bit_for_bit(n_processes):
+    eager, graphed = run_generator_agent(False, n_processes), run_generator_agent(True, n_processes)
+    for a, b in zip(eager, graphed):
+        assert_same(a, b)
+    # The greedy rows took the argmax; the sampling rows did not always.
+    traj = graphed[2].trajectories
+    greedy = traj["action/logits"].argmax(-1)
+    assert torch.equal(traj["action/action"][1::2], greedy[1::2])
+    assert not torch.equal(traj["action/action"][0::2], greedy[0::2])
 
 
 @pytest.mark.cuda
@@ -95,7 +125,8 @@ def test_an_agent_that_syncs_is_refused_at_capture():
         b.get()  # eager
         b.execute()
         cause = r"capturing the step loop in a CUDA graph failed \(\w+: CUDA error: operation not permitted when stream"
-        with pytest.raises(BatcherWorkerError, match=rf"(?s)GraphCaptureError: {cause}.*must not synchronize with the host"):
+        message = rf"(?s)GraphCaptureError: {cause}.*must not synchronize with the host"
+        with pytest.raises(BatcherWorkerError, match=message):
             b.get()
 
 
@@ -122,7 +153,7 @@ def test_graph_state_is_none_for_envs_that_cannot_be_captured():
 
 
 def test_cuda_graph_needs_every_worker_on_a_gpu():
-    with pytest.raises(ValueError, match=r"cuda_graph=True needs every worker on a CUDA device, but worker 0 runs on cpu"):
+    with pytest.raises(ValueError, match=r"needs every worker on a CUDA device, but worker 0 runs on cpu"):
         RL_Batcher(T, SamplingAgent, {}, cartpole, {"n_envs": 4}, 0, [0], cuda_graph=True)
     with pytest.raises(ValueError, match=r"but worker 1 runs on cpu"):
         RL_Batcher(T, SamplingAgent, {}, cartpole, {"n_envs": 4}, 2, [0, 1], device="cuda", cuda_graph=True,
