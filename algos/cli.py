@@ -155,6 +155,8 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
         p.add_argument("--backend", default="torch", help="env backend (default: torch)")
         p.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
         p.add_argument("--no-sync", action="store_true", help="do not synchronize the GPU at phase boundaries")
+        p.add_argument("--cuda-graph", action="store_true",
+                       help="replay each acquisition as one CUDA graph (a GPU --device; RL_Batcher(cuda_graph=True))")
         p.add_argument("--num-threads", type=int, default=None, help="torch threads of this process (default: torch's)")
         p.add_argument("--png", default="profile.png", help="bar chart to write (default: profile.png; '' for none)")
     ns = p.parse_args(argv)
@@ -171,7 +173,7 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
             out = profile.profile_training(
                 ns.env, n_envs=ns.n_envs, n_processes=ns.n_processes, n_timesteps=ns.n_timesteps,
                 iterations=ns.iterations, device=ns.device, learner_device=ns.learner_device,
-                backend=ns.backend, seed=ns.seed, sync=not ns.no_sync,
+                backend=ns.backend, seed=ns.seed, sync=not ns.no_sync, cuda_graph=ns.cuda_graph,
             )
         png = out.plot(ns.png) if ns.png else None
     except (ValueError, RLStructError) as e:

@@ -125,6 +125,7 @@ class RL_Batcher(BatcherBase):
         cuda_graph: bool = False,
     ):
         self._workers: list = []
+        self._copy_done: torch.cuda.Event | None = None
         self._closed = False
         self._failed: str | None = None
         if not isinstance(n_timesteps, int) or n_timesteps < 1:
@@ -289,6 +290,7 @@ class RL_Batcher(BatcherBase):
             )
         ai = self._check_rows(agent_info, "agent_info", "agent_info/") if agent_info is not None else None
         parts = self._split(ai) if ai is not None and not ai.empty() else [None] * len(self._workers)
+        self._wait_for_gather()
         try:
             for w, a in zip(self._workers, parts):
                 w.send("acquire", a)
@@ -363,7 +365,19 @@ class RL_Batcher(BatcherBase):
                         dst.copy_(v.transpose(0, 1)[rows])
                 else:
                     dst.copy_(v[rows])
+        if self.n_processes > 0 and any(b["lengths"].is_cuda for b in self._blocks):
+            # The copies out of GPU workers' buffers (CUDA IPC) run asynchronously on this process's stream: the
+            # next acquisition must not overwrite the buffers before they are done (see _wait_for_gather).
+            self._copy_done = torch.cuda.Event()
+            self._copy_done.record(torch.cuda.current_stream(self.device))
         return trajectories_from(out)
+
+    def _wait_for_gather(self) -> None:
+        """Blocks until the last ``get``'s copies out of GPU workers' buffers are done (only those: the learner's
+        own GPU work queued since is not waited for)."""
+        if self._copy_done is not None:
+            self._copy_done.synchronize()
+            self._copy_done = None
 
     def update(self, state_dict: Any) -> None:
         """Sends weights (a CPU ``state_dict``) to every worker's ``agent.update`` (blocking).
@@ -411,6 +425,10 @@ class RL_Batcher(BatcherBase):
             return
         self._closed = True
         errors = []
+        try:
+            self._wait_for_gather()  # the workers free the buffers the copies read
+        except Exception as e:
+            errors.append(e)
         # A worker busy in an acquisition (or hung) cannot read the close order soon: do not wait long.
         grace = 1.0 if (self._failed is not None or getattr(self, "_pending", False)) else 5.0
         for w in self._workers:

@@ -45,7 +45,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Collection phases measured in the batcher's workers (see :meth:`RL_Batcher.timings`).
-WORKER_PHASES = ("env_step", "agent_forward", "buffer_write", "copy")
+WORKER_PHASES = ("env_step", "agent_forward", "buffer_write", "copy", "graph_replay")
 #: Learner phases of :func:`profile_training`, in loop order.
 LEARNER_PHASES = ("to_learner", "loss", "backward", "optimizer", "update_weights")
 
@@ -202,7 +202,7 @@ class ProfileReport:
 
     Attributes:
         seconds: phase → seconds, in display order: the worker phases (``env_step``, ``agent_forward``,
-            ``buffer_write``, ``copy``: averaged over workers, and scaled down to the collection time when
+            ``buffer_write``, ``copy``, ``graph_replay``: the replayed steps with ``cuda_graph``; averaged over workers, and scaled down to the collection time when
             workers overlap), ``wait`` (collection time not spent in the workers' step loop: IPC, imbalance,
             start of the acquisition), ``gather`` (copy out of the batcher's buffer), the learner phases
             (``to_learner``: host–device copy of the trajectories, ``loss``, ``backward``, ``optimizer``,
@@ -274,7 +274,7 @@ def split_collection(timings: dict[str, float], collect_s: float, n_workers: int
     is what remains.
 
     >>> split_collection({"env_step": 4.0, "agent_forward": 2.0, "buffer_write": 0.0, "copy": 0.0}, 4.0, 2)
-    {'env_step': 2.0, 'agent_forward': 1.0, 'buffer_write': 0.0, 'copy': 0.0, 'wait': 1.0}
+    {'env_step': 2.0, 'agent_forward': 1.0, 'buffer_write': 0.0, 'copy': 0.0, 'graph_replay': 0.0, 'wait': 1.0}
     """
     per = {k: timings.get(k, 0.0) / max(n_workers, 1) for k in WORKER_PHASES}
     busy = sum(per.values())
@@ -299,6 +299,7 @@ def profile_training(
     gamma: float = 0.99,
     seed: int = 0,
     sync: bool = True,
+    cuda_graph: bool = False,
 ) -> ProfileReport:
     """Runs ``iterations`` of collect → learn and reports where the time goes.
 
@@ -322,6 +323,8 @@ def profile_training(
         sync: synchronize a GPU at phase boundaries (the batcher's ``sync_timings`` and the
             :class:`PhaseTimer`), so that the split is exact; off, GPU phases show up where the work is
             waited for.
+        cuda_graph: the batcher's ``cuda_graph`` (a GPU ``device``): its steps then show as ``graph_replay``.
+            Two warm-up iterations run instead of one (the first acquisition is eager, the second captures).
 
     Returns:
         A :class:`ProfileReport`.
@@ -330,10 +333,11 @@ def profile_training(
         ValueError: ``iterations``, ``n_envs`` or ``n_timesteps`` below 1.
         SpaceError: ``env`` does not have discrete actions.
         DeviceUnavailableError: a device this machine does not have.
+        ValueError: ``cuda_graph`` with a ``device`` other than CUDA.
 
     >>> report = profile_training("CartPole-v1", n_envs=8, n_timesteps=4, iterations=2)
     >>> list(report.seconds)[:5], report.env_steps
-    (['env_step', 'agent_forward', 'buffer_write', 'copy', 'wait'], 64)
+    (['env_step', 'agent_forward', 'buffer_write', 'copy', 'graph_replay'], 64)
     >>> round(sum(report.shares().values()), 6)
     1.0
     """
@@ -355,7 +359,7 @@ def profile_training(
     timer = PhaseTimer(ldev, sync=sync)
     with RL_Batcher(n_timesteps, MLPAgent, agent_args, make_env, env_args, n_processes,
                     [seed + k for k in range(n_workers)], agent_seeds=[seed + 1000 + k for k in range(n_workers)],
-                    device=dev, sync_timings=sync) as batcher:
+                    device=dev, sync_timings=sync, cuda_graph=cuda_graph) as batcher:
         batcher.reset()
 
         def iteration() -> None:
@@ -375,7 +379,8 @@ def profile_training(
             with timer("update_weights"):
                 batcher.update({k: v.detach().cpu() for k, v in model.state_dict().items()})
 
-        iteration()  # warm-up: allocator, lazy inits
+        for _ in range(2 if cuda_graph else 1):  # warm-up: allocator, lazy inits (and the graph's capture)
+            iteration()
         batcher.reset_timings()
         timer.reset()
         if sync and dev.type == "cuda":
@@ -392,6 +397,6 @@ def profile_training(
     seconds["other"] = max(wall - sum(seconds.values()), 0.0)
     config = {"env": env, "n_envs": n_envs, "n_processes": n_processes, "n_timesteps": n_timesteps,
               "iterations": iterations, "device": str(dev), "learner_device": str(ldev), "backend": backend,
-              "hidden": hidden, "sync": sync}
+              "hidden": hidden, "sync": sync, "cuda_graph": cuda_graph}
     return ProfileReport(seconds, wall, int(bt["env_steps"]), iterations, bt, config)
 

@@ -261,6 +261,8 @@ class RayBatcher(BatcherBase):
         start_timeout: seconds to place and start the actors, or to restore a restarted one (default
             ``max(timeout, 120)``).
         sync_timings: passed to each actor's RL_Batcher.
+        cuda_graph: passed to each actor's RL_Batcher (every actor, and every worker of it, on a GPU): each
+            worker replays its acquisitions as one CUDA graph.
 
     Raises:
         MissingDependencyError: Ray is not installed.
@@ -299,6 +301,7 @@ class RayBatcher(BatcherBase):
         timeout: float = 120.0,
         start_timeout: float | None = None,
         sync_timings: bool = False,
+        cuda_graph: bool = False,
     ):
         self._actors: list = []
         self._pg = None
@@ -355,6 +358,12 @@ class RayBatcher(BatcherBase):
                     f"actor {k} runs on {placement.device} but num_gpus=0, so Ray gives it no GPU; pass num_gpus > 0 "
                     "(fractions share a GPU), or a WorkerPlacement with visible_devices in actor_placements"
                 )
+        off_gpu = [k for k, p in enumerate(placements) if p.device.type != "cuda"] if cuda_graph else []
+        if off_gpu:
+            raise ValueError(
+                f"cuda_graph=True needs every actor on a CUDA device, but actor {off_gpu[0]} runs on "
+                f"{placements[off_gpu[0]].device}; pass actor_device='cuda' (and num_gpus > 0), or cuda_graph=False"
+            )
         self.n_timesteps = n_timesteps
         self.n_actors = n_actors
         self.n_processes = n_processes
@@ -376,7 +385,7 @@ class RayBatcher(BatcherBase):
             self._start(
                 n_timesteps, create_agent, agent_args, create_env, env_args, seeds, agent_info, env_info,
                 agent_seeds, per_actor, worker_placements, placements, num_cpus, num_gpus, placement_strategy,
-                runtime_env, sync_timings,
+                runtime_env, sync_timings, cuda_graph,
             )
         except BaseException:
             self.close()
@@ -401,7 +410,7 @@ class RayBatcher(BatcherBase):
     # ----------------------------------------------------------------- setup
     def _start(self, n_timesteps, create_agent, agent_args, create_env, env_args, seeds, agent_info, env_info,
                agent_seeds, per_actor, worker_placements, placements, num_cpus, num_gpus, placement_strategy,
-               runtime_env, sync_timings) -> None:
+               runtime_env, sync_timings, cuda_graph) -> None:
         ray = self._ray
         strategies: list[Any] = [None] * self.n_actors
         if placement_strategy is not None:
@@ -439,7 +448,7 @@ class RayBatcher(BatcherBase):
                 env_args=dict(env_args), n_processes=self.n_processes, seeds=seeds[w], agent_info=agent_info,
                 env_info=env_info, agent_seeds=None if agent_seeds is None else list(agent_seeds[w]),
                 device=placement.device, worker_placements=worker_placements, timeout=self.timeout,
-                sync_timings=sync_timings,
+                sync_timings=sync_timings, cuda_graph=cuda_graph,
             )
             self._actors.append(remote_cls.options(**options).remote(k, environ, placement.num_threads, kwargs))
         infos = self._wait_all([a.info.remote() for a in self._actors], self._start_timeout, "start")

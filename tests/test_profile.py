@@ -93,7 +93,8 @@ def test_policy_gradient_loss_pushes_up_the_rewarded_action():
 def test_split_collection_scales_overlapping_workers_to_the_collection_time():
     t = {"env_step": 6.0, "agent_forward": 2.0, "buffer_write": 0.0, "copy": 0.0}
     out = split_collection(t, 2.0, 2)  # 4 s of work per worker, 2 s of driver time
-    assert out == {"env_step": 1.5, "agent_forward": 0.5, "buffer_write": 0.0, "copy": 0.0, "wait": 0.0}
+    assert out == {"env_step": 1.5, "agent_forward": 0.5, "buffer_write": 0.0, "copy": 0.0, "graph_replay": 0.0,
+                   "wait": 0.0}
     assert split_collection({}, 1.0, 1)["wait"] == 1.0
 
 
@@ -150,3 +151,14 @@ def test_profile_command(tmp_path, capsys):
     assert any(line.startswith("env_step") for line in out) and png.exists()
     assert main(["profile", "--env", "Pendulum-v1", "--png", ""]) == 2
     assert "rlstruct profile: error: env must have discrete actions" in capsys.readouterr().err
+    assert main(["profile", "--cuda-graph", "--png", ""]) == 2
+    assert "error: cuda_graph=True needs every worker on a CUDA device, but worker 0 runs on cpu" in capsys.readouterr().err
+
+
+@pytest.mark.cuda
+def test_profile_training_with_a_cuda_graph_charges_the_replays():
+    report = profile_training("CartPole-v1", n_envs=64, n_timesteps=8, iterations=2, device="cuda", cuda_graph=True)
+    assert list(report.seconds) == PHASES and report.env_steps == 2 * 64 * 8
+    assert report.seconds["graph_replay"] > 0
+    assert report.seconds["env_step"] == report.seconds["agent_forward"] == 0
+    assert report.config["cuda_graph"] is True

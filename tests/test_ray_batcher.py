@@ -121,6 +121,8 @@ def test_bad_constructor_arguments():
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0, 1], actor_placements=[WorkerPlacement()])
     with pytest.raises(ValueError, match="actor 0 runs on cuda:0 but num_gpus=0, so Ray gives it no GPU"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0], actor_device="cuda:0")
+    with pytest.raises(ValueError, match=r"cuda_graph=True needs every actor on a CUDA device, but actor 0 runs on cpu"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0], cuda_graph=True)
     with pytest.raises(DeviceMismatchError, match="agent_info must be on the CPU"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0],
                    agent_info=DictTensor({"x": torch.zeros(1, device="meta")}))
