@@ -210,3 +210,18 @@ class GeneratorAgent(SamplingAgent):
         stochastic = agent_info["stochastic"].to(self.device, non_blocking=True)
         action = torch.where(stochastic, sampled, logits.argmax(-1))
         return DictTensor({"action": action, "logits": logits}), DictTensor({"h": h})
+
+
+class HistorySamplingAgent(SamplingAgent):
+    """A :class:`SamplingAgent` whose logits also depend on the acquisition so far (``history``): its step count
+    and the sum of its frames. Device work only, so it can be captured."""
+
+    def require_history(self):
+        return True
+
+    def __call__(self, state, observation, agent_info, history=None):
+        h = 0.9 * state["h"] + observation["frame"]
+        past = history["observation/frame"].sum(dim=(1, 2)) + history.lengths.to(torch.float32)
+        logits = self.model(h) + 0.01 * past.unsqueeze(1)
+        action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(1)
+        return DictTensor({"action": action, "logits": logits, "past": past}), DictTensor({"h": h})

@@ -10,7 +10,7 @@ from rlstruct import DictTensor
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
 from rlstruct.envs import CartPole, make_env
 from rlstruct.errors import BatcherWorkerError
-from tests.fakes import CountingEnv, GeneratorAgent, SamplingAgent, SyncingAgent
+from tests.fakes import CountingEnv, GeneratorAgent, HistorySamplingAgent, SamplingAgent, SyncingAgent
 from tests.test_batchers import assert_same
 
 pytestmark = pytest.mark.timeout(180)
@@ -114,6 +114,27 @@ def test_an_agent_with_its_own_cuda_generator_replays_bit_for_bit(n_processes):
     greedy = traj["action/logits"].argmax(-1)
     assert torch.equal(traj["action/action"][1::2], greedy[1::2])
     assert not torch.equal(traj["action/action"][0::2], greedy[0::2])
+
+
+@pytest.mark.cuda
+def test_an_agent_reading_the_history_replays_bit_for_bit():
+    runs = []
+    for cuda_graph in (False, True):
+        torch.manual_seed(0)
+        with RL_Batcher(T, HistorySamplingAgent, {"device": "cuda"}, cartpole, {"n_envs": N, "device": "cuda"}, 0,
+                        [2], device="cuda", cuda_graph=cuda_graph) as b:
+            b.reset()
+            out = []
+            for _ in range(3):  # eager, captured, replayed
+                b.execute()
+                out.append(b.get()[0])
+            runs.append(out)
+    for a, b in zip(*runs):
+        assert_same(a, b)
+    # At step t the history holds the t earlier steps of this acquisition.
+    frames = runs[1][2].trajectories["observation/frame"]
+    expected = torch.cumsum(frames.sum(-1), 1) - frames.sum(-1) + torch.arange(T, device="cuda")
+    assert torch.allclose(runs[1][2].trajectories["action/past"], expected, atol=1e-4)
 
 
 @pytest.mark.cuda
