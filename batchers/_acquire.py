@@ -306,9 +306,7 @@ class Acquirer:
         lengths = block["lengths"]
         lengths.zero_()
         ei = self._env_info_dev if full else self._env_info_dev.index(ids)
-        for prefix, d in (("agent_info/", ai), ("env_info/", ei), ("agent_state/", state)):
-            for k, v in d.items():
-                block[prefix + k][rows] = v
+        self._write_info(rows, ai, ei, state)
         keys = self._write_keys
         t1 = self._tick()
         tm["copy"] += t1 - t0
@@ -366,6 +364,14 @@ class Acquirer:
             self.state = None
         return {"n_start": n_start, "n_running": int(ids.shape[0]), "steps": steps, "timings": dict(tm)}
 
+    def _write_info(self, rows: slice | torch.Tensor, agent_info: DictTensor, env_info: DictTensor,
+                    state: DictTensor) -> None:
+        """The acquisition's per-row columns: its agent_info, env_info (on the device) and starting agent state."""
+        assert self.block is not None
+        for prefix, d in (("agent_info/", agent_info), ("env_info/", env_info), ("agent_state/", state)):
+            for k, v in d.items():
+                self.block[prefix + k][rows] = v
+
     # ----------------------------------------------------------------- CUDA graph
     def _acquire_graphed(self) -> dict[str, Any]:
         """One acquisition with ``cuda_graph``: eager the first time (on a side stream, as capture wants its
@@ -384,9 +390,7 @@ class Acquirer:
         t0 = self._tick()
         state = self.state if self.state is not None else self.agent.initial_state(self.agent_info, n)
         self._load_graph_inputs(state)
-        for prefix, d in (("agent_info/", self.agent_info), ("env_info/", self._env_info_dev), ("agent_state/", state)):
-            for k, v in d.items():
-                block[prefix + k].copy_(v)
+        self._write_info(slice(None), self.agent_info, self._env_info_dev, state)
         block["lengths"].fill_(self.n_timesteps)
         t1 = self._tick()
         if self._graph is None:
@@ -419,12 +423,14 @@ class Acquirer:
             self._graph_ai_source = self.agent_info
         _load_into(self._graph_obs, self.observation, "the observation")
         _load_into(self._graph_agent_state, state, "the agent state")
-        for a, static in zip(self._graph_attrs, self._graph_env):
-            cur = getattr(env, a)
-            if cur is not static:
-                _check_same_layout(static, cur, f"env attribute {a!r}")
-                static.copy_(cur)
-                setattr(env, a, static)
+        self._load_env_state()
+
+    def _load_env_state(self) -> None:
+        """Copies the env's state tensors into the graph's and points the env's attributes at those."""
+        env, names = self.env, self._graph_attrs
+        _copy_into(self._graph_env, [getattr(env, a) for a in names], [f"env attribute {a!r}" for a in names])
+        for a, static in zip(names, self._graph_env):
+            setattr(env, a, static)
 
     def _capture(self) -> None:
         """Captures ``n_timesteps`` steps into one CUDA graph, ending with the copies that close the loop: the last
@@ -454,10 +460,7 @@ class Acquirer:
                 # Close the loop: the next replay starts from where this one ends.
                 _load_into(self._graph_obs, obs, "the observation")
                 _load_into(self._graph_agent_state, state, "the agent state")
-                finals = [getattr(env, a) for a in self._graph_attrs]
-                for a, static, final in zip(self._graph_attrs, self._graph_env, finals):
-                    _check_same_layout(static, final, f"env attribute {a!r}")
-                _foreach_copy(self._graph_env, finals)
+                self._load_env_state()
         except GraphCaptureError:
             raise
         except Exception as e:
@@ -472,7 +475,7 @@ class Acquirer:
                 "must keep their shapes; fix the step or pass cuda_graph=False"
             ) from e
         finally:
-            for a, static in zip(self._graph_attrs, self._graph_env):
+            for a, static in zip(self._graph_attrs, self._graph_env):  # also when the capture failed half-way
                 setattr(env, a, static)
         self._graph = graph
 
@@ -535,14 +538,22 @@ def _check_same_layout(static: torch.Tensor, x: torch.Tensor, what: str) -> None
         )
 
 
+def _copy_into(statics: list[torch.Tensor], values: list[torch.Tensor], names: list[str]) -> None:
+    """``statics[i].copy_(values[i])`` wherever ``values[i]`` is another tensor, each checked to keep its layout
+    (``names[i]`` says which in the error)."""
+    pairs = [(s, v, name) for s, v, name in zip(statics, values, names) if v is not s]
+    for s, v, name in pairs:
+        _check_same_layout(s, v, name)
+    _foreach_copy([s for s, _, _ in pairs], [v for _, v, _ in pairs])
+
+
 def _load_into(static: DictTensor, d: DictTensor, what: str) -> None:
     """Copies ``d`` into the tensors of ``static`` (same keys and layouts), unless it is ``static`` itself."""
     if d is static:
         return
     _check_same_keys(static, d, what)
-    for k, v in static.items():
-        _check_same_layout(v, d[k], f"{what} key {k!r}")
-    _foreach_copy(list(static.values()), [d[k] for k in static.keys()])
+    keys = list(static.keys())
+    _copy_into([static[k] for k in keys], [d[k] for k in keys], [f"{what} key {k!r}" for k in keys])
 
 
 def build_acquirer(

@@ -179,3 +179,20 @@ def test_cuda_graph_needs_every_worker_on_a_gpu():
     with pytest.raises(ValueError, match=r"but worker 1 runs on cpu"):
         RL_Batcher(T, SamplingAgent, {}, cartpole, {"n_envs": 4}, 2, [0, 1], device="cuda", cuda_graph=True,
                    worker_placements=[WorkerPlacement("cuda:0"), WorkerPlacement("cpu")])
+
+
+def test_graph_inputs_are_loaded_in_place_and_checked():
+    from rlstruct.batchers._acquire import _load_into
+    from rlstruct.errors import GraphCaptureError
+
+    static = DictTensor({"h": torch.zeros(3, 2), "n": torch.zeros(3, dtype=torch.long)})
+    h, n = static["h"], static["n"]
+    _load_into(static, DictTensor({"h": torch.ones(3, 2), "n": torch.arange(3)}), "the agent state")
+    assert static["h"] is h and static["n"] is n  # the same tensors, which a captured graph reads
+    assert torch.equal(h, torch.ones(3, 2)) and torch.equal(n, torch.arange(3))
+    _load_into(static, static, "the agent state")  # itself: nothing to do
+    with pytest.raises(GraphCaptureError, match=r"the agent state must keep its keys at every step: \['h', 'n'\]"):
+        _load_into(static, DictTensor({"h": torch.ones(3, 2)}), "the agent state")
+    bad = DictTensor({"h": torch.ones(3, 5), "n": torch.arange(3)})
+    with pytest.raises(GraphCaptureError, match=r"the agent state key 'h' must keep its shape.*\[3, 2\].*now .*\[3, 5\]"):
+        _load_into(static, bad, "the agent state")
