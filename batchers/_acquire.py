@@ -173,6 +173,7 @@ class Acquirer:
         self.cuda_graph = bool(cuda_graph)
         self._graph: torch.cuda.CUDAGraph | None = None
         self._graph_warm = False
+        self._graph_env: list[torch.Tensor] | None = None  # the env state tensors the graph reads (made once)
         if self.cuda_graph:
             if self.device.type != "cuda":
                 raise ValueError(
@@ -409,7 +410,7 @@ class Acquirer:
         """Puts the current observation, agent state and env state into the tensors the graph reads (made at the
         first call), wherever they are other tensors: after a ``reset``, or an env or agent that rebinds."""
         env = self.env
-        if not hasattr(self, "_graph_env"):
+        if self._graph_env is None:
             self._graph_obs = DictTensor._trusted({k: v.clone() for k, v in self.observation.items()})
             self._graph_agent_state = DictTensor._trusted({k: v.clone() for k, v in state.items()})
             self._graph_env = [getattr(env, a).clone() for a in self._graph_attrs]

@@ -28,6 +28,17 @@ def check_cpu(d: DictTensor | None, name: str) -> DictTensor:
     return d
 
 
+def check_graph_placements(placements: list, unit: str, fix: str) -> None:
+    """Raises ValueError, naming the first one, when ``cuda_graph=True`` meets a ``unit`` (worker, actor) whose
+    placement is not a CUDA device; ``fix`` says how to put them on a GPU."""
+    off_gpu = [k for k, p in enumerate(placements) if p.device.type != "cuda"]
+    if off_gpu:
+        raise ValueError(
+            f"cuda_graph=True needs every {unit} on a CUDA device, but {unit} {off_gpu[0]} runs on "
+            f"{placements[off_gpu[0]].device}; {fix}, or cuda_graph=False"
+        )
+
+
 def repeat_first(d: DictTensor, n: int) -> DictTensor:
     """``n`` copies of the first row of ``d`` (``d`` itself when empty)."""
     if d.empty():

@@ -15,7 +15,14 @@ from rlstruct.errors import BatcherStateError, BatcherWorkerError
 from rlstruct.structures import DictTensor, Trajectories
 
 from rlstruct.batchers._acquire import PHASES, TEMPORAL_PREFIXES, Specs, allocate_block, copy_batch_major
-from rlstruct.batchers._common import BatcherBase, check_cpu, check_cpu_state_dict, repeat_first, trajectories_from
+from rlstruct.batchers._common import (
+    BatcherBase,
+    check_cpu,
+    check_cpu_state_dict,
+    check_graph_placements,
+    repeat_first,
+    trajectories_from,
+)
 from rlstruct.batchers._memory import empty_output
 from rlstruct.batchers._worker import (
     CHECK_DEVICE_ENV,
@@ -162,13 +169,7 @@ class RL_Batcher(BatcherBase):
                     f"worker_placements must hold one WorkerPlacement per worker ({n_workers}), got {len(placements)}"
                 )
         if cuda_graph:
-            off_gpu = [k for k, p in enumerate(placements) if p.device.type != "cuda"]
-            if off_gpu:
-                raise ValueError(
-                    f"cuda_graph=True needs every worker on a CUDA device, but worker {off_gpu[0]} runs on "
-                    f"{placements[off_gpu[0]].device}; pass device='cuda' (or GPU worker_placements), "
-                    "or cuda_graph=False"
-                )
+            check_graph_placements(placements, "worker", "pass device='cuda' (or GPU worker_placements)")
         check_device = os.environ.get(CHECK_DEVICE_ENV, "") not in ("", "0")
         Worker = ProcessWorker if n_processes >= 1 else LocalWorker
         try:

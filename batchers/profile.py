@@ -202,8 +202,8 @@ class ProfileReport:
 
     Attributes:
         seconds: phase → seconds, in display order: the worker phases (``env_step``, ``agent_forward``,
-            ``buffer_write``, ``copy``, ``graph_replay``: the replayed steps with ``cuda_graph``; averaged over workers, and scaled down to the collection time when
-            workers overlap), ``wait`` (collection time not spent in the workers' step loop: IPC, imbalance,
+            ``buffer_write``, ``copy``, ``graph_replay``: the replayed steps with ``cuda_graph``; averaged over
+            workers, and scaled down to the collection time when workers overlap), ``wait`` (collection time not spent in the workers' step loop: IPC, imbalance,
             start of the acquisition), ``gather`` (copy out of the batcher's buffer), the learner phases
             (``to_learner``: host–device copy of the trajectories, ``loss``, ``backward``, ``optimizer``,
             ``update_weights``), then ``other``.

@@ -39,7 +39,13 @@ from rlstruct.errors import BatcherStateError, BatcherWorkerError, MissingDepend
 from rlstruct.structures import DictTensor, Trajectories
 
 from rlstruct.batchers._acquire import PHASES, TEMPORAL_PREFIXES
-from rlstruct.batchers._common import BatcherBase, check_cpu, check_cpu_state_dict, trajectories_from
+from rlstruct.batchers._common import (
+    BatcherBase,
+    check_cpu,
+    check_cpu_state_dict,
+    check_graph_placements,
+    trajectories_from,
+)
 from rlstruct.batchers._worker import WorkerPlacement
 from rlstruct.batchers.batcher import RL_Batcher
 
@@ -358,12 +364,8 @@ class RayBatcher(BatcherBase):
                     f"actor {k} runs on {placement.device} but num_gpus=0, so Ray gives it no GPU; pass num_gpus > 0 "
                     "(fractions share a GPU), or a WorkerPlacement with visible_devices in actor_placements"
                 )
-        off_gpu = [k for k, p in enumerate(placements) if p.device.type != "cuda"] if cuda_graph else []
-        if off_gpu:
-            raise ValueError(
-                f"cuda_graph=True needs every actor on a CUDA device, but actor {off_gpu[0]} runs on "
-                f"{placements[off_gpu[0]].device}; pass actor_device='cuda' (and num_gpus > 0), or cuda_graph=False"
-            )
+        if cuda_graph:
+            check_graph_placements(placements, "actor", "pass actor_device='cuda' (and num_gpus > 0)")
         self.n_timesteps = n_timesteps
         self.n_actors = n_actors
         self.n_processes = n_processes

@@ -170,9 +170,13 @@ class SamplingAgent(RL_Agent):
     def initial_state(self, agent_info, B):
         return DictTensor({"h": torch.zeros(B, self.model[0].in_features, device=self.device)})
 
-    def __call__(self, state, observation, agent_info, history=None):
+    def _logits(self, state, observation):
+        """``(h, logits)``: the new recurrent state and the MLP's logits on it."""
         h = 0.9 * state["h"] + observation["frame"]
-        logits = self.model(h)
+        return h, self.model(h)
+
+    def __call__(self, state, observation, agent_info, history=None):
+        h, logits = self._logits(state, observation)
         if "temperature" in agent_info.keys():
             logits = logits / agent_info["temperature"].to(self.device, non_blocking=True).unsqueeze(1)
         action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(1)
@@ -204,8 +208,7 @@ class GeneratorAgent(SamplingAgent):
         self.generator.manual_seed(seed)
 
     def __call__(self, state, observation, agent_info, history=None):
-        h = 0.9 * state["h"] + observation["frame"]
-        logits = self.model(h)
+        h, logits = self._logits(state, observation)
         sampled = torch.multinomial(logits.softmax(-1), 1, generator=self.generator).squeeze(1)
         stochastic = agent_info["stochastic"].to(self.device, non_blocking=True)
         action = torch.where(stochastic, sampled, logits.argmax(-1))
@@ -220,8 +223,8 @@ class HistorySamplingAgent(SamplingAgent):
         return True
 
     def __call__(self, state, observation, agent_info, history=None):
-        h = 0.9 * state["h"] + observation["frame"]
+        h, logits = self._logits(state, observation)
         past = history["observation/frame"].sum(dim=(1, 2)) + history.lengths.to(torch.float32)
-        logits = self.model(h) + 0.01 * past.unsqueeze(1)
+        logits = logits + 0.01 * past.unsqueeze(1)
         action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(1)
         return DictTensor({"action": action, "logits": logits, "past": past}), DictTensor({"h": h})
