@@ -22,7 +22,9 @@ from rlstruct.structures import DictTensor, TemporalDictTensor
 
 from rlstruct.agents import RL_Agent
 
-__all__ = ["Acquirer", "Specs", "PHASES", "allocate_block", "copy_batch_major", "TEMPORAL_PREFIXES", "INFO_PREFIXES"]
+__all__ = [
+    "Acquirer", "Specs", "PHASES", "allocate_block", "rows_of", "copy_batch_major", "TEMPORAL_PREFIXES", "INFO_PREFIXES"
+]
 
 # name -> (per-row shape, dtype)
 Specs = dict[str, tuple[tuple[int, ...], torch.dtype]]
@@ -52,6 +54,11 @@ def allocate_block(specs: Specs, n_rows: int, n_timesteps: int, device: torch.de
         for v in block.values():
             v.share_memory_()
     return block
+
+
+def rows_of(block: dict[str, torch.Tensor], start: int, n: int) -> dict[str, torch.Tensor]:
+    """Rows ``start:start + n`` of every buffer of ``block`` (views: dim 1 of temporal keys, dim 0 of the others)."""
+    return {k: v[:, start : start + n] if k.startswith(TEMPORAL_PREFIXES) else v[start : start + n] for k, v in block.items()}
 
 
 # Word types to move whole rows with, widest first (copies only: no arithmetic touches the bits).
@@ -229,21 +236,28 @@ class Acquirer:
         n = obs.n_elems()
         return TemporalDictTensor._trusted(v, torch.full((n,), t, dtype=torch.int64, device=self.device))
 
-    def bind(self, block: dict[str, torch.Tensor]) -> None:
-        """Attaches the buffer block this acquirer writes into.
+    def bind(self, blocks: list[dict[str, torch.Tensor]]) -> None:
+        """Attaches the buffer blocks this acquirer writes into: one per slot (two when the batcher hands its
+        buffers out as views, so that an acquisition never writes into the one being read); ``acquire`` says
+        which.
 
-        The per-step destinations are made here once: ``self._step_views[t]`` lists, for every key the step
-        writes (observation, action, next observation), the view ``buffer[t]``, so that a step's writes are
-        one ``_foreach_copy_`` call (one dispatch, and fused kernels on a GPU) instead of one indexed
-        assignment per key.
+        The per-step destinations are made here once per slot: ``views[t]`` lists, for every key the step writes
+        (observation, action, next observation), the view ``buffer[t]``, so that a step's writes are one
+        ``_foreach_copy_`` call (one dispatch, and fused kernels on a GPU) instead of one indexed assignment per
+        key.
         """
-        self.block = block
+        block = blocks[0]
         self._temporal_keys = [k for k in block if k.startswith(TEMPORAL_PREFIXES)]
         self._write_keys = [
             (prefix, k[len(prefix):]) for prefix in TEMPORAL_PREFIXES for k in block if k.startswith(prefix)
         ]
-        bufs = [block[p + k] for p, k in self._write_keys]
-        self._step_views = [[b[t] for b in bufs] for t in range(self.n_timesteps)]
+        self._slots = [(b, self._step_views_of(b)) for b in blocks]
+        self.block, self._step_views = self._slots[0]
+
+    def _step_views_of(self, block: dict[str, torch.Tensor]) -> list[list[torch.Tensor]]:
+        """``views[t][i]``: step ``t`` of the ``i``-th written key's buffer (``unbind``: one call per key)."""
+        per_key = [block[p + k].unbind(0) for p, k in self._write_keys]
+        return [list(step) for step in zip(*per_key)]
 
     def _check_obs_device(self, obs: DictTensor, where: str) -> None:
         for k, v in obs.items():
@@ -272,8 +286,8 @@ class Acquirer:
         """Replaces the per-env agent_info used from the next acquisition on (one row per env)."""
         self.agent_info = _rows_to_cpu(agent_info, self.n_envs, "agent_info")
 
-    def acquire(self, agent_info: DictTensor | None = None) -> dict[str, Any]:
-        """Runs one acquisition into the block.
+    def acquire(self, agent_info: DictTensor | None = None, slot: int = 0) -> dict[str, Any]:
+        """Runs one acquisition into block ``slot`` (see :meth:`bind`).
 
         Returns:
             ``{"n_start": envs running at the start, "n_running": envs still running, "steps": steps taken,
@@ -281,6 +295,9 @@ class Acquirer:
         """
         if agent_info is not None and not agent_info.empty():
             self.set_agent_info(agent_info)
+        if not 0 <= slot < len(self._slots):
+            raise ValueError(f"slot must be in [0, {len(self._slots)}) (the blocks bound), got {slot}")
+        self.block, self._step_views = self._slots[slot]
         with torch.no_grad():
             if self.cuda_graph:
                 return self._acquire_graphed()

@@ -162,18 +162,18 @@ def _serve(acq: Acquirer, msg: tuple) -> Any:
     if cmd == "probe":
         return acq.probe(msg[1], msg[2])
     if cmd == "bind":
-        block = msg[1]
-        if block is None:  # allocated here, on this worker's accelerator, and shared with the parent
+        blocks = msg[1]
+        if blocks is None:  # allocated here, on this worker's accelerator, and shared with the parent
             block = allocate_block(acq.specs, acq.n_envs, acq.n_timesteps, acq.device, shared=False)
-            acq.bind(block)
+            acq.bind([block])
             return block
-        acq.bind(block)
+        acq.bind(blocks)
         return None
     if cmd == "reset":
         acq.reset(msg[1], msg[2])
         return None
     if cmd == "acquire":
-        out = acq.acquire(msg[1])
+        out = acq.acquire(msg[1], msg[2])
         if acq.device.type == "cuda":
             # The parent reads the block through CUDA IPC once it has the reply: writes must be done.
             torch.cuda.synchronize(acq.device)

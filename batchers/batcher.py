@@ -14,7 +14,7 @@ from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import BatcherStateError, BatcherWorkerError
 from rlstruct.structures import DictTensor, Trajectories
 
-from rlstruct.batchers._acquire import PHASES, TEMPORAL_PREFIXES, Specs, allocate_block, copy_batch_major
+from rlstruct.batchers._acquire import PHASES, TEMPORAL_PREFIXES, Specs, allocate_block, copy_batch_major, rows_of
 from rlstruct.batchers._common import (
     BatcherBase,
     check_cpu,
@@ -88,6 +88,15 @@ class RL_Batcher(BatcherBase):
             (``load_state_dict``, what :meth:`update` does); ``agent_info`` reaches the agent as pinned host
             tensors updated in place (copy them with ``non_blocking=True``). See
             :class:`~rlstruct.batchers._acquire.Acquirer`.
+        zero_copy: let ``get`` return views of the batcher's buffer instead of copies, and write the next
+            acquisition into a second buffer. A ``get``'s trajectories then stay valid until the acquisition of
+            the second ``execute`` after it overwrites them: learn on them while the next acquisition runs, and
+            ``clone()`` what you keep longer (a replay buffer's own storage copies anyway). Their temporal tensors
+            are ``[B, T, ...]`` views of time-major storage (``transpose(0, 1)`` of a contiguous
+            ``[T, B, ...]``): index them as usual, ``reshape`` rather than ``view``. Saves the copy out of the
+            buffer and the fresh memory it fills at every ``get`` (see BENCHMARKS.md). Applies where this process
+            allocates the buffer on ``device`` (the in-process worker, or CPU worker processes with a CPU
+            ``device``), without ``cuda_graph``, and when every env ran; otherwise ``get`` copies as usual.
 
     Raises:
         BatcherStateError: ``seeds`` or ``agent_seeds`` has the wrong length.
@@ -130,8 +139,13 @@ class RL_Batcher(BatcherBase):
         timeout: float = 120.0,
         sync_timings: bool = False,
         cuda_graph: bool = False,
+        zero_copy: bool = False,
     ):
         self._workers: list = []
+        self._blocks: list[list[dict[str, torch.Tensor]]] = []
+        self._whole: list[dict[str, torch.Tensor]] | None = None
+        self._views = False
+        self._slot = 0
         self._copy_done: torch.cuda.Event | None = None
         self._closed = False
         self._failed: str | None = None
@@ -155,6 +169,7 @@ class RL_Batcher(BatcherBase):
         self.n_timesteps = n_timesteps
         self.n_processes = n_processes
         self.device = as_device(device)
+        self.cuda_graph = bool(cuda_graph)
         self.timeout = float(timeout)
         # Starting a worker imports torch and builds its env: allow that more than one acquisition's timeout.
         self._start_timeout = max(self.timeout, 120.0)
@@ -185,7 +200,7 @@ class RL_Batcher(BatcherBase):
             self._reports = [r["report"] for r in ready]
             self._offsets = [sum(self._n_envs[:k]) for k in range(n_workers)]
             self._specs = self._probe(agent_info, env_info)
-            self._blocks = self._bind()
+            self._bind(bool(zero_copy))
         except BaseException:
             self.close()
             raise
@@ -216,20 +231,43 @@ class RL_Batcher(BatcherBase):
         log.debug("buffer specs: %s", specs[0])
         return specs[0]
 
-    def _bind(self) -> list[dict[str, torch.Tensor]]:
+    def _bind(self, zero_copy: bool) -> None:
+        """Allocates the buffers and gives each worker its rows (``self._blocks[slot][k]``: worker k's).
+
+        Where this process allocates every worker's buffer (CPU workers, or the in-process one), it is one buffer
+        per key for all workers, ``[n_timesteps, n_elems(), ...]``, of which worker ``k`` writes its
+        ``n_envs[k]`` rows from ``offsets[k]`` on: ``get`` moves each key in one copy, or, with ``zero_copy``,
+        hands the buffer out as views and lets the next acquisition write into a second one. GPU worker
+        processes allocate their own, on their device (shared with this process through CUDA IPC).
+        """
+        T = self.n_timesteps
+        if self.n_processes == 0 or all(w.device.type == "cpu" for w in self._workers):
+            dev = self._workers[0].device
+            self._views = zero_copy and dev == self.device and not self.cuda_graph
+            self._whole = [
+                allocate_block(self._specs, self.n_elems(), T, dev, shared=self.n_processes > 0)
+                for _ in range(2 if self._views else 1)
+            ]
+            self._blocks = [
+                [rows_of(whole, off, n) for off, n in zip(self._offsets, self._n_envs)] for whole in self._whole
+            ]
+            for k, w in enumerate(self._workers):
+                w.send("bind", [blocks[k] for blocks in self._blocks])
+            recv_all(self._workers, self._start_timeout)
+            return
         blocks: list[dict[str, torch.Tensor] | None] = []
         for w, n in zip(self._workers, self._n_envs):
             if w.device.type == "cuda":
                 w.send("bind", None)  # the worker allocates on its GPU and shares it (CUDA IPC)
                 blocks.append(None)
             else:
-                block = allocate_block(self._specs, n, self.n_timesteps, w.device, shared=self.n_processes > 0)
-                w.send("bind", block)
+                block = allocate_block(self._specs, n, T, w.device, shared=True)
+                w.send("bind", [block])
                 blocks.append(block)
         for k, got in enumerate(recv_all(self._workers, self._start_timeout)):
             if blocks[k] is None:
                 blocks[k] = got
-        return blocks  # type: ignore[return-value]
+        self._blocks = [blocks]  # type: ignore[list-item]
 
     # ----------------------------------------------------------------- state machine
     def _call_all(self, *msg: Any) -> list[Any]:
@@ -294,7 +332,7 @@ class RL_Batcher(BatcherBase):
         self._wait_for_gather()
         try:
             for w, a in zip(self._workers, parts):
-                w.send("acquire", a)
+                w.send("acquire", a, self._slot)
         except BatcherWorkerError as e:
             self._fail(e)
             raise
@@ -336,19 +374,33 @@ class RL_Batcher(BatcherBase):
         return out, n_running
 
     def _gather(self, replies: list[dict[str, Any]]) -> Trajectories:
-        """Copies the acquisition out of the buffer (the next ``execute`` overwrites it), once per key: batch-major,
-        the running rows of worker 0, then worker 1's, and so on."""
+        """The acquisition's rows, batch-major: worker 0's running rows, then worker 1's, and so on.
+
+        With ``zero_copy`` and every env running, they are views of the buffer just written (the next acquisition
+        writes into the other one); otherwise they are copied out of it, once per key, since the next ``execute``
+        overwrites it."""
         T = max(r["steps"] for r in replies)
+        slot = self._slot
+        full = all(r["n_start"] == n for r, n in zip(replies, self._n_envs))
         parts: list[tuple[dict[str, torch.Tensor], slice | torch.Tensor, int]] = []
-        for block, reply, n in zip(self._blocks, replies, self._n_envs):
-            if reply["n_start"] == n:
-                parts.append((block, slice(None), n))
-            elif reply["n_start"] > 0:  # episodic envs that had finished before this acquisition: no row
-                rows = torch.nonzero(block["lengths"] > 0, as_tuple=False).squeeze(1)
-                parts.append((block, rows, reply["n_start"]))
+        if self._whole is not None and full:
+            whole = self._whole[slot]
+            if self._views:
+                self._slot = 1 - slot
+                return trajectories_from(
+                    {k: v[:T].transpose(0, 1) if k.startswith(TEMPORAL_PREFIXES) else v for k, v in whole.items()}
+                )
+            parts.append((whole, slice(None), self.n_elems()))
+        else:
+            for block, reply, n in zip(self._blocks[slot], replies, self._n_envs):
+                if reply["n_start"] == n:
+                    parts.append((block, slice(None), n))
+                elif reply["n_start"] > 0:  # episodic envs that had finished before this acquisition: no row
+                    rows = torch.nonzero(block["lengths"] > 0, as_tuple=False).squeeze(1)
+                    parts.append((block, rows, reply["n_start"]))
         B = sum(n for _, _, n in parts)
         out: dict[str, torch.Tensor] = {}
-        for k, v0 in self._blocks[0].items():
+        for k, v0 in self._blocks[slot][0].items():
             temporal = k.startswith(TEMPORAL_PREFIXES)
             shape = (B, T) + v0.shape[2:] if temporal else (B,) + v0.shape[1:]
             x = out[k] = empty_output(shape, v0.dtype, self.device)
@@ -366,7 +418,7 @@ class RL_Batcher(BatcherBase):
                         dst.copy_(v.transpose(0, 1)[rows])
                 else:
                     dst.copy_(v[rows])
-        if self.n_processes > 0 and any(b["lengths"].is_cuda for b in self._blocks):
+        if self.n_processes > 0 and any(b["lengths"].is_cuda for b in self._blocks[slot]):
             # The copies out of GPU workers' buffers (CUDA IPC) run asynchronously on this process's stream: the
             # next acquisition must not overwrite the buffers before they are done (see _wait_for_gather).
             self._copy_done = torch.cuda.Event()
@@ -439,6 +491,7 @@ class RL_Batcher(BatcherBase):
                 errors.append(e)
         self._workers = []
         self._blocks = []
+        self._whole = None
         if errors:
             log.warning("errors while closing workers: %s", errors)
 

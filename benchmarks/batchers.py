@@ -5,7 +5,8 @@ An MLP 4-64-64-2 policy samples actions; T = 128 steps per acquisition.
 (a) RL_Batcher, 2 worker processes x 32 gymnasium CartPole-v1 envs, against one process stepping a
     gymnasium SyncVectorEnv over the same 64 envs with the same policy.
 (b) RL_Batcher in the calling process (n_processes=0) on the torch CartPole (auto-reset) at several N,
-    against a hand-written loop over the same env and policy, and against gymnasium's CartPoleVectorEnv.
+    against a hand-written loop over the same env and policy, and against gymnasium's CartPoleVectorEnv;
+    with the default copies out of the buffer, and with ``zero_copy=True`` (views of a double buffer).
 (c) With --device cuda: the same as (b) on the GPU, N up to 2^20, the batcher with and without
     ``cuda_graph=True`` (agent + env step + buffer writes of a whole acquisition replayed as one CUDA graph),
     and one GPU worker process (n_processes=1) with the graph at the largest N.
@@ -134,10 +135,11 @@ SYNC_TIMINGS = False  # --sync-timings: exact GPU phase shares, at one device sy
 
 
 def batcher_on(
-    device: str, n: int, n_processes: int = 0, cuda_graph: bool = False, compile: bool = False
+    device: str, n: int, n_processes: int = 0, cuda_graph: bool = False, compile: bool = False, zero_copy: bool = False
 ) -> RL_Batcher:
     return RL_Batcher(T, MLPAgent, {"device": device}, torch_env, {"n_envs": n, "device": device, "compile": compile},
-                      n_processes, [0], device=device, cuda_graph=cuda_graph, sync_timings=SYNC_TIMINGS)
+                      n_processes, [0], device=device, cuda_graph=cuda_graph, sync_timings=SYNC_TIMINGS,
+                      zero_copy=zero_copy)
 
 
 def main(argv=None) -> None:
@@ -172,7 +174,7 @@ def main(argv=None) -> None:
     on_gpu = args.device != "cpu"
     for n in sizes:
         # Interleaved rounds, best of each: the loops see the same machine load.
-        hand = gvec = sps = gsps = 0.0
+        hand = gvec = sps = zsps = gsps = 0.0
         for _ in range(args.rounds):
             hand = max(hand, bench_hand_loop(n, args.iters, args.device))
             gvec = max(gvec, bench_gym_vector(n, args.iters)) if n <= 65536 else float("nan")
@@ -180,6 +182,10 @@ def main(argv=None) -> None:
                 r_sps, r_tm = bench_batcher(b, args.iters)
             if r_sps > sps:
                 sps, tm = r_sps, r_tm
+            with batcher_on(args.device, n, zero_copy=True) as b:
+                r_sps, r_tm = bench_batcher(b, args.iters)
+            if r_sps > zsps:
+                zsps, ztm = r_sps, r_tm
             if on_gpu:
                 with batcher_on(args.device, n, cuda_graph=True) as b:
                     r_sps, r_tm = bench_batcher(b, args.iters)
@@ -189,6 +195,8 @@ def main(argv=None) -> None:
         rows.append((part, f"gymnasium CartPoleVectorEnv N={n}", gvec, ""))
         rows.append((part, f"RL_Batcher n_processes=0 N={n}", sps,
                      f"{sps / hand:.2f}x hand, {sps / gvec:.2f}x gymnasium  " + fmt_timings(tm)))
+        rows.append((part, f"RL_Batcher n_processes=0 zero_copy N={n}", zsps,
+                     f"{zsps / hand:.2f}x hand, {zsps / gvec:.2f}x gymnasium  " + fmt_timings(ztm)))
         if on_gpu:
             rows.append((part, f"RL_Batcher n_processes=0 cuda_graph N={n}", gsps,
                          f"{gsps / hand:.2f}x hand, {gsps / sps:.2f}x eager batcher  " + fmt_timings(gtm)))

@@ -748,6 +748,11 @@ class Trajectories:
             self.info.to(d, non_blocking=non_blocking), self.trajectories.to(d, non_blocking=non_blocking)
         )
 
+    def clone(self) -> Trajectories:
+        """A copy that shares no memory with ``self`` (each tensor keeps its strides); e.g. to keep what a
+        ``zero_copy`` batcher returned beyond its lifetime."""
+        return Trajectories(self.info.clone(), self.trajectories.clone())
+
     def index(self, index: Index) -> Trajectories:
         """The selected trajectories (same index rules as :meth:`DictTensor.index`)."""
         return Trajectories(self.info.index(index), self.trajectories.index(index))

@@ -35,7 +35,8 @@ def collect(n_processes, seeds, env_args, n_timesteps=3, n_executes=4, agent_inf
         for _ in range(n_executes):
             b.execute()
             traj, n = b.get()
-            out.append((traj, n))
+            # zero_copy hands out views that later acquisitions overwrite: keep copies.
+            out.append((traj.clone() if kw.get("zero_copy") else traj, n))
             if n == 0:
                 break
     return out
@@ -148,6 +149,64 @@ def test_autoreset_rows_are_full_and_episodes_continue():
     assert t0["_observation/done"][0].tolist() == [False, True, False]
     assert t0["observation/initial_state"][0].tolist() == [True, False, True]
     assert not t0["observation/done"].any()
+
+
+@pytest.mark.parametrize("n_processes,seeds", [(0, [7]), (1, [7]), (2, [7, 9])])
+@pytest.mark.parametrize("env_args", [EPISODIC, AUTORESET], ids=["episodic", "autoreset"])
+def test_zero_copy_gives_what_copies_give(n_processes, seeds, env_args):
+    """Views of the buffer (every env running) or copies (episodic envs finished before an acquisition): the
+    same trajectories as the default copies, in every running mode."""
+    copied = collect(n_processes, seeds, env_args, n_executes=5)
+    viewed = collect(n_processes, seeds, env_args, n_executes=5, zero_copy=True)
+    assert len(copied) == len(viewed) >= 3
+    for (ta, na), (tb, nb) in zip(copied, viewed):
+        assert na == nb
+        assert_same(ta, tb)
+
+
+def _storage(traj: Trajectories, key: str = "observation/frame") -> int:
+    return traj.trajectories[key].untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("n_processes", [0, 2])
+def test_zero_copy_views_live_until_the_second_execute_after_their_get(n_processes, device):
+    if n_processes and device != "cpu":
+        pytest.skip("GPU worker processes always copy")
+    seeds = [3, 5][: max(n_processes, 1)]
+    with RL_Batcher(4, CounterAgent, {"device": device}, CountingEnv, {**AUTORESET, "device": device}, n_processes,
+                    seeds, device=device, zero_copy=True) as b:
+        b.reset()
+        b.execute()
+        first, _ = b.get()
+        kept = first.clone()
+        frame = first.trajectories["observation/frame"]
+        assert frame.shape[:2] == (b.n_elems(), 4) and not frame.is_contiguous()  # [B, T] over [T, B] storage
+        b.execute()  # the learner reads `first` while the next acquisition runs: it writes the other buffer
+        second, _ = b.get()
+        assert_same(first, kept)
+        assert _storage(second) != _storage(first)
+        assert not torch.equal(second.trajectories["observation/frame"], frame)  # the counters moved on
+        b.execute()
+        third, _ = b.get()
+        assert _storage(third) == _storage(first)  # the first buffer again: `first` now shows the third acquisition
+        assert torch.equal(first.trajectories["observation/frame"], third.trajectories["observation/frame"])
+
+
+@pytest.mark.parametrize("n_processes", [0, 2])
+def test_copies_are_fresh_contiguous_tensors(n_processes):
+    seeds = [3, 5][: max(n_processes, 1)]
+    with RL_Batcher(4, CounterAgent, {}, CountingEnv, AUTORESET, n_processes, seeds) as b:
+        b.reset()
+        b.execute()
+        first, _ = b.get()
+        kept = first.clone()
+        for _ in range(2):
+            b.execute()
+            later, _ = b.get()
+            assert _storage(later) != _storage(first)
+        assert_same(first, kept)
+        assert all(v.is_contiguous() for v in first.trajectories.values())
 
 
 @pytest.mark.parametrize("device", device_params())

@@ -480,6 +480,24 @@ def test_trajectories_cat(sizes):
 
 
 @PROPERTY
+@given(B=st.integers(1, 5), T=st.integers(1, 4), time_major=st.booleans())
+def test_trajectories_clone_shares_no_memory_and_keeps_strides(B, T, time_major):
+    tr = make_trajectories(B, T)
+    if time_major:  # what a zero_copy batcher hands out: [B, T] views of [T, B] storage
+        x = tr.trajectories["observation/x"]
+        tr.trajectories.set("observation/x", x.transpose(0, 1).contiguous().transpose(0, 1))
+    c = tr.clone()
+    assert_dt_equal(c.info, tr.info)
+    assert_tdt_equal(c.trajectories, tr.trajectories)
+    assert c.trajectories["observation/x"].stride() == tr.trajectories["observation/x"].stride()
+    tr.trajectories["observation/x"].add_(1)
+    tr.info["agent_info/id"].add_(1)
+    tr.trajectories.lengths.add_(1)
+    assert c.trajectories["observation/x"][0, 0] == 0 and c.info["agent_info/id"][0] == 0
+    assert c.trajectories.lengths[0] == 0
+
+
+@PROPERTY
 @given(B=st.integers(0, 6), data=st.data())
 def test_trajectories_sample_and_index(B, data):
     tr = make_trajectories(B, 3)
