@@ -261,12 +261,17 @@ def test_get_non_blocking_and_async_overlap():
         assert results and results[0][0].trajectories.full() and results[0][1] == 4
 
 
-def test_history_is_the_current_acquisition_so_far():
-    with RL_Batcher(4, HistoryAgent, {}, CountingEnv, AUTORESET, 0, [0]) as b:
+@pytest.mark.parametrize("zero_copy", [False, True])
+def test_history_is_the_current_acquisition_so_far(zero_copy):
+    with RL_Batcher(4, HistoryAgent, {}, CountingEnv, AUTORESET, 0, [0], zero_copy=zero_copy) as b:
         b.reset()
-        b.execute()
-        traj, _ = b.get()
-    assert traj.trajectories["action/history_length"][0].tolist() == [0, 1, 2, 3]
+        for _ in range(3):  # with zero_copy, each buffer in turn
+            b.execute()
+            traj, _ = b.get()
+            assert traj.trajectories["action/history_length"][0].tolist() == [0, 1, 2, 3]
+            # the history the agent saw at the last step is what the trajectories hold for the steps before it
+            assert torch.equal(traj.trajectories["action/history_frame_sum"][:, 3],
+                               traj.trajectories["observation/frame"][:, :3].sum((1, 2)).to(torch.float32))
 
 
 class HistoryAgent(ConstantAgent):
@@ -276,6 +281,7 @@ class HistoryAgent(ConstantAgent):
     def __call__(self, state, observation, agent_info, history=None):
         action, state = super().__call__(state, observation, agent_info)
         action.set("history_length", history.lengths.clone())
+        action.set("history_frame_sum", history["observation/frame"].sum((1, 2)).to(torch.float32))
         assert history.temporal_size() == int(history.lengths[0])
         return action, state
 
