@@ -157,6 +157,8 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
         p.add_argument("--no-sync", action="store_true", help="do not synchronize the GPU at phase boundaries")
         p.add_argument("--cuda-graph", action="store_true",
                        help="replay each acquisition as one CUDA graph (a GPU --device; RL_Batcher(cuda_graph=True))")
+        p.add_argument("--zero-copy", action="store_true",
+                       help="get() returns views of the batcher's buffer, not copies (RL_Batcher(zero_copy=True))")
         p.add_argument("--num-threads", type=int, default=None, help="torch threads of this process (default: torch's)")
         p.add_argument("--png", default="profile.png", help="bar chart to write (default: profile.png; '' for none)")
     ns = p.parse_args(argv)
@@ -174,6 +176,7 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
                 ns.env, n_envs=ns.n_envs, n_processes=ns.n_processes, n_timesteps=ns.n_timesteps,
                 iterations=ns.iterations, device=ns.device, learner_device=ns.learner_device,
                 backend=ns.backend, seed=ns.seed, sync=not ns.no_sync, cuda_graph=ns.cuda_graph,
+                zero_copy=ns.zero_copy,
             )
         png = out.plot(ns.png) if ns.png else None
     except (ValueError, RLStructError) as e:

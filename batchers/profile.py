@@ -300,6 +300,7 @@ def profile_training(
     seed: int = 0,
     sync: bool = True,
     cuda_graph: bool = False,
+    zero_copy: bool = False,
 ) -> ProfileReport:
     """Runs ``iterations`` of collect → learn and reports where the time goes.
 
@@ -325,6 +326,8 @@ def profile_training(
             waited for.
         cuda_graph: the batcher's ``cuda_graph`` (a GPU ``device``): its steps then show as ``graph_replay``.
             Two warm-up iterations run instead of one (the first acquisition is eager, the second captures).
+        zero_copy: the batcher's ``zero_copy``: ``get`` returns views of its buffer, and ``gather`` shrinks to
+            wrapping them (each iteration uses its trajectories before the next ``execute``).
 
     Returns:
         A :class:`ProfileReport`.
@@ -359,7 +362,7 @@ def profile_training(
     timer = PhaseTimer(ldev, sync=sync)
     with RL_Batcher(n_timesteps, MLPAgent, agent_args, make_env, env_args, n_processes,
                     [seed + k for k in range(n_workers)], agent_seeds=[seed + 1000 + k for k in range(n_workers)],
-                    device=dev, sync_timings=sync, cuda_graph=cuda_graph) as batcher:
+                    device=dev, sync_timings=sync, cuda_graph=cuda_graph, zero_copy=zero_copy) as batcher:
         batcher.reset()
 
         def iteration() -> None:
@@ -397,6 +400,6 @@ def profile_training(
     seconds["other"] = max(wall - sum(seconds.values()), 0.0)
     config = {"env": env, "n_envs": n_envs, "n_processes": n_processes, "n_timesteps": n_timesteps,
               "iterations": iterations, "device": str(dev), "learner_device": str(ldev), "backend": backend,
-              "hidden": hidden, "sync": sync, "cuda_graph": cuda_graph}
+              "hidden": hidden, "sync": sync, "cuda_graph": cuda_graph, "zero_copy": zero_copy}
     return ProfileReport(seconds, wall, int(bt["env_steps"]), iterations, bt, config)
 

@@ -105,9 +105,12 @@ def test_mlp_agent_is_seeded():
     assert torch.equal(a(None, obs, None)[0]["action"], b(None, obs, None)[0]["action"])
 
 
+@pytest.mark.parametrize("zero_copy", [False, True])
 @pytest.mark.parametrize("n_processes", [0, 1])
-def test_profile_training_accounts_for_the_wall_time(n_processes):
-    report = profile_training("CartPole-v1", n_envs=8, n_processes=n_processes, n_timesteps=4, iterations=3)
+def test_profile_training_accounts_for_the_wall_time(n_processes, zero_copy):
+    report = profile_training("CartPole-v1", n_envs=8, n_processes=n_processes, n_timesteps=4, iterations=3,
+                              zero_copy=zero_copy)
+    assert report.config["zero_copy"] is zero_copy
     assert list(report.seconds) == PHASES
     assert report.env_steps == 3 * 8 * 4 and report.iterations == 3
     assert all(v >= 0 for v in report.seconds.values())
@@ -149,6 +152,8 @@ def test_profile_command(tmp_path, capsys):
     result = json.loads(out[-1])
     assert set(result["seconds"]) == set(PHASES) and result["env_steps"] == 16 and result["png"] == str(png)
     assert any(line.startswith("env_step") for line in out) and png.exists()
+    assert main(["profile", "--n-envs", "4", "--n-timesteps", "2", "--iterations", "2", "--zero-copy", "--png", ""]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["config"]["zero_copy"] is True
     assert main(["profile", "--env", "Pendulum-v1", "--png", ""]) == 2
     assert "rlstruct profile: error: env must have discrete actions" in capsys.readouterr().err
     assert main(["profile", "--cuda-graph", "--png", ""]) == 2
