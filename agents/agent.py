@@ -51,6 +51,9 @@ class RL_Agent:
         Args:
             state: the agent state ``[B, ...]`` (empty when stateless).
             observation: the env observation ``[B, ...]`` (keys ``frame``, ``reward``, ``done``, ``initial_state``, ...).
+                Read it, do not modify it: in a batcher its tensors may be views of the trajectory buffer (they are
+                with envs that write in place, such as ``GymEnvInf`` over a list), overwritten by later
+                acquisitions, so a state that keeps one must keep a copy (``clone()``).
             agent_info: CPU DictTensor ``[B, ...]`` or empty (e.g. ``stochastic``, ``epsilon``).
             history: with :meth:`require_history`, the steps of the current acquisition so far.
 

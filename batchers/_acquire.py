@@ -253,6 +253,26 @@ class Acquirer:
         ]
         self._slots = [(b, self._step_views_of(b)) for b in blocks]
         self.block, self._step_views = self._slots[0]
+        # An env that writes its observations in place (writes_in_place) fills the buffer itself: per slot, the
+        # destinations of every step, and a scratch for the running observation after the last one.
+        self._slot = 0
+        writes_in_place = getattr(self.env, "writes_in_place", None)  # envs that only duck-type VecEnv lack it
+        self._in_place = callable(writes_in_place) and bool(writes_in_place()) and not self.cuda_graph
+        if self._in_place:
+            self._obs_keys = [k for p, k in self._write_keys if p == "observation/"]
+            self._action_keys = [k for p, k in self._write_keys if p == "action/"]
+            scratch = DictTensor._trusted({k: torch.empty_like(block["observation/" + k][0]) for k in self._obs_keys})
+            self._in_place_views = [self._in_place_views_of(b, scratch) for b in blocks]
+
+    def _in_place_views_of(self, block: dict[str, torch.Tensor], scratch: DictTensor) -> tuple[list, list, list]:
+        """``(next[t], running[t], actions[t])``: ``_observation/*[t]`` and ``observation/*[t]`` as DictTensors
+        (``running[T]`` is ``scratch``), and the list of ``action/*[t]``."""
+        per_key = {k: block["observation/" + k].unbind(0) for k in self._obs_keys}
+        running = [DictTensor._trusted({k: v[t] for k, v in per_key.items()}) for t in range(self.n_timesteps)]
+        per_key = {k: block["_observation/" + k].unbind(0) for k in self._obs_keys}
+        nxt = [DictTensor._trusted({k: v[t] for k, v in per_key.items()}) for t in range(self.n_timesteps)]
+        actions = [list(step) for step in zip(*[block["action/" + k].unbind(0) for k in self._action_keys])]
+        return nxt, running + [scratch], actions
 
     def _step_views_of(self, block: dict[str, torch.Tensor]) -> list[list[torch.Tensor]]:
         """``views[t][i]``: step ``t`` of the ``i``-th written key's buffer (``unbind``: one call per key)."""
@@ -298,6 +318,7 @@ class Acquirer:
         if not 0 <= slot < len(self._slots):
             raise ValueError(f"slot must be in [0, {len(self._slots)}) (the blocks bound), got {slot}")
         self.block, self._step_views = self._slots[slot]
+        self._slot = slot
         with torch.no_grad():
             if self.cuda_graph:
                 return self._acquire_graphed()
@@ -326,8 +347,18 @@ class Acquirer:
         ei = self._env_info_dev if full else self._env_info_dev.index(ids)
         self._write_info(rows, ai, ei, state)
         keys = self._write_keys
+        in_place = self._in_place and full
+        if in_place:  # the first observation, where the loop reads it
+            first = self._in_place_views[self._slot][1][0]
+            _foreach_copy([first[k] for k in self._obs_keys], [self.observation[k] for k in self._obs_keys])
         t1 = self._tick()
         tm["copy"] += t1 - t0
+        if in_place:
+            state, obs = self._loop_in_place(state, ai)
+            _add_lengths(lengths, rows, self.n_timesteps)
+            tm["steps"] += self.n_timesteps
+            self.state, self.observation = state, obs
+            return {"n_start": n_start, "n_running": n_start, "steps": self.n_timesteps, "timings": dict(tm)}
         obs = self.observation
         steps = 0
         # Rows running since step `counted` have not had their lengths updated yet: lengths are added when the
@@ -381,6 +412,32 @@ class Acquirer:
         if ids.shape[0] == 0:
             self.state = None
         return {"n_start": n_start, "n_running": int(ids.shape[0]), "steps": steps, "timings": dict(tm)}
+
+    def _loop_in_place(self, state: DictTensor, ai: DictTensor) -> tuple[DictTensor, DictTensor]:
+        """The step loop with an env that writes in place (every env running): the agent reads step ``t`` from the
+        buffer, the env writes ``_observation/*[t]`` and ``observation/*[t+1]`` there (the last running
+        observation into a scratch), and only the actions are copied. Returns the last state and observation."""
+        tm, B = self.timings, self.n_envs
+        nxt, running, actions = self._in_place_views[self._slot]
+        keys = self._action_keys
+        obs = running[0]
+        for t in range(self.n_timesteps):
+            ta = self._tick()
+            history = self._history_at(t, slice(None), obs) if self._needs_history else None
+            action, state = self.agent(state, obs, ai, history)
+            tb = self._tick()
+            if t == 0:
+                self._check_action(action)
+            self.env.step_into(action, nxt[t], running[t + 1])
+            tc = self._tick()
+            _foreach_copy(actions[t], [action[k] for k in keys])
+            td = self._tick()
+            tm["agent_forward"] += tb - ta
+            tm["env_step"] += tc - tb
+            tm["buffer_write"] += td - tc
+            tm["env_steps"] += B
+            obs = running[t + 1]
+        return state, obs
 
     def _write_info(self, rows: slice | torch.Tensor, agent_info: DictTensor, env_info: DictTensor,
                     state: DictTensor) -> None:
@@ -498,6 +555,10 @@ class Acquirer:
         self._graph = graph
 
     def _check_step_outputs(self, action: DictTensor, obs_next: DictTensor) -> None:
+        self._check_action(action)
+        self._check_obs_device(obs_next, "step")
+
+    def _check_action(self, action: DictTensor) -> None:
         expected = [k[len("action/"):] for k in self.block if k.startswith("action/")]
         if list(action.keys()) != expected:
             raise KeyError(
@@ -510,7 +571,6 @@ class Acquirer:
                     f"the agent returned action key {k!r} on {v.device}, the batcher device is {self.device}; "
                     "compute the action on the batcher device (wrap the agent in RL_Agent_CheckDevice to find where)"
                 )
-        self._check_obs_device(obs_next, "step")
 
     def close(self) -> None:
         self._graph = None

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 import torch
 from hypothesis import given, settings
@@ -16,11 +17,20 @@ from hypothesis import strategies as st
 
 from rlstruct import DictTensor, Trajectories
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
+from rlstruct.envs import GymEnv, GymEnvInf
 from rlstruct.batchers._acquire import copy_batch_major
 from rlstruct.batchers._memory import empty_output
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatchSizeError, DeviceMismatchError
 from tests.conftest import device_params
-from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, MetaStateAgent, pid_alive
+from tests.fakes import (
+    ConstantAgent,
+    CounterAgent,
+    CountingEnv,
+    HistorySamplingAgent,
+    MetaStateAgent,
+    SamplingAgent,
+    pid_alive,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -162,6 +172,39 @@ def test_zero_copy_gives_what_copies_give(n_processes, seeds, env_args):
     for (ta, na), (tb, nb) in zip(copied, viewed):
         assert na == nb
         assert_same(ta, tb)
+
+
+def gym_cartpoles(n_envs: int, seed: int) -> GymEnvInf:
+    """Auto-reset gymnasium CartPoles over a list: an env that writes its observations into the buffer."""
+    return GymEnvInf([gym.make("CartPole-v1", max_episode_steps=9) for _ in range(n_envs)], seed)
+
+
+def collect_gym(n_processes, seeds, agent=SamplingAgent, **kw):
+    out = []
+    with RL_Batcher(6, agent, {}, gym_cartpoles, {"n_envs": 3}, n_processes, seeds,
+                    agent_seeds=[s + 100 for s in seeds], **kw) as b:
+        b.reset()
+        for _ in range(4):
+            b.execute()
+            out.append(b.get()[0].clone())
+    return out
+
+
+@pytest.mark.parametrize("agent", [SamplingAgent, HistorySamplingAgent], ids=["recurrent", "history"])
+@pytest.mark.parametrize("zero_copy", [False, True])
+def test_an_env_writing_in_place_gives_what_step_gives(monkeypatch, agent, zero_copy):
+    """GymEnvInf over a list writes each step into the buffer (step_into); the same trajectories as the generic loop
+    over step(), in process, in worker processes, and with zero_copy."""
+    in_place = collect_gym(0, [5], agent, zero_copy=zero_copy)
+    both = collect_gym(2, [5, 8], agent, zero_copy=zero_copy)
+    monkeypatch.setattr(GymEnv, "writes_in_place", lambda self: False)
+    generic = collect_gym(0, [5], agent)
+    other = collect_gym(0, [8], agent)
+    assert any(t.trajectories["_observation/done"].any() for t in generic)  # auto-resets happened
+    for a, b, w, o in zip(generic, in_place, both, other):
+        assert_same(a, b)
+        assert_same(w.index(torch.arange(3)), a)
+        assert_same(w.index(torch.arange(3, 6)), o)
 
 
 def _storage(traj: Trajectories, key: str = "observation/frame") -> int:

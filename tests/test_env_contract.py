@@ -284,6 +284,35 @@ def test_autoreset_returns_terminal_then_fresh_observation(case, device):
     assert n_done >= 6
 
 
+@_cases_where(lambda c: c.autoreset)
+def test_step_into_writes_what_step_returns(case, device):
+    """Every auto-reset env takes step_into (natively, or as step and a copy): the same observations as step."""
+    ref, env = case.build(3, 8, device), case.build(3, 8, device)
+    obs, _ = ref.reset()
+    env.reset()
+    nxt = DictTensor({k: torch.empty_like(v) for k, v in obs.items()})
+    running = DictTensor({k: torch.empty_like(v) for k, v in obs.items()})
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(30):
+        action = random_action(ref.action_space, 3, gen, ref.device)
+        (obs_next, _), (obs_running, _) = ref.step(action)
+        env.step_into(action, nxt, running)
+        assert_same(nxt, obs_next)
+        assert_same(running, obs_running)
+    assert isinstance(env.writes_in_place(), bool)
+
+
+@_cases_where(lambda c: not c.autoreset)
+def test_step_into_refuses_an_episodic_env(case, device):
+    from rlstruct.errors import BatcherStateError
+
+    env = case.build(2, 0, device)
+    obs, _ = env.reset()
+    assert env.writes_in_place() is False
+    with pytest.raises(BatcherStateError, match="needs an auto-reset env"):
+        env.step_into(random_action(env.action_space, 2, torch.Generator(), env.device), obs.clone(), obs.clone())
+
+
 def test_same_seed_reproduces(case, device):
     a = rollout(case.build(3, 5, device), seed=0, n_steps=30, reset_at=15)
     b = rollout(case.build(3, 5, device), seed=0, n_steps=30, reset_at=15)

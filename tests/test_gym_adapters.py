@@ -150,6 +150,76 @@ def test_list_and_vector_give_the_same_trajectories(make, autoreset):
         assert_same(x, y)
 
 
+def empty_like(obs: DictTensor) -> DictTensor:
+    return DictTensor({k: torch.empty_like(v) for k, v in obs.items()})
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        functools.partial(gym.make, "CartPole-v1", max_episode_steps=12),
+        functools.partial(gym.make, "Pendulum-v1", max_episode_steps=9),
+        fakes_gym.DictImageEnv,
+        fakes_gym.DiscreteObsEnv,
+    ],
+    ids=["CartPole", "Pendulum", "DictImage", "DiscreteObs"],
+)
+@pytest.mark.parametrize("source", ["list", "vector"])
+def test_step_into_writes_what_step_returns(make, source):
+    """Over a list the env writes in place; over a vector env (and any other) step_into is step and a copy. Either
+    way: the same observations, bit for bit, across auto-resets, into the same destinations at every step."""
+    def build():
+        return GymEnvInf([make() for _ in range(3)] if source == "list" else sync_vec(make, 3), 4)
+
+    ref, env = build(), build()
+    assert env.writes_in_place() == (source == "list") and not GymEnv([make()], 0).writes_in_place()
+    obs, _ = ref.reset()
+    assert_same(obs, env.reset()[0])
+    nxt, running = empty_like(obs), empty_like(obs)
+    gen = torch.Generator().manual_seed(0)
+    resets = 0
+    for _ in range(40):
+        action = random_action(ref.action_space, 3, gen, "cpu")
+        (obs_next, _), (obs_running, _) = ref.step(action)
+        env.step_into(action, nxt, running)
+        assert_same(nxt, obs_next)
+        assert_same(running, obs_running)
+        resets += int(obs_next["done"].sum())
+    assert resets > 0
+
+
+def test_step_into_reuses_reset_options_and_checks_its_destinations():
+    envs = [fakes_gym.OptionsEnv(length=2) for _ in range(2)]
+    env = GymEnvInf(envs, 0)
+    a = act(torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(RuntimeError, match="before reset"):
+        env.step_into(a, DictTensor(), DictTensor())
+    obs, _ = env.reset(DictTensor({"level": torch.tensor([10.0, 20.0])}))
+    nxt, running = empty_like(obs), empty_like(obs)
+    env.step_into(a, nxt, running)
+    env.step_into(a, nxt, running)
+    assert nxt["done"].all() and running["initial_state"].all()
+    assert running["frame"][:, 0].tolist() == [10.0, 20.0] and envs[1].reset_options[-1] == {"level": 20.0}
+    bad = empty_like(obs)
+    bad.set("reward", torch.empty(2, dtype=torch.float64))
+    with pytest.raises(SpaceError, match=r"observation_next\['reward'\] must be float32 \[2\], got float64"):
+        env.step_into(a, bad, running)
+    missing = DictTensor({k: v for k, v in empty_like(obs).items() if k != "truncated"})
+    with pytest.raises(KeyError, match="lacks the key 'truncated'"):
+        env.step_into(a, nxt, missing)
+    with pytest.raises(BatchSizeError):
+        env.step_into(act(torch.zeros(3, dtype=torch.int64)), nxt, running)
+
+
+def test_step_into_needs_an_auto_reset_env():
+    from rlstruct.errors import BatcherStateError
+
+    env = GymEnv(sync_vec(fakes_gym.OptionsEnv, 2), 0)
+    obs, _ = env.reset()
+    with pytest.raises(BatcherStateError, match="needs an auto-reset env"):
+        env.step_into(act(torch.zeros(2, dtype=torch.int64)), empty_like(obs), empty_like(obs))
+
+
 def test_list_seeds_are_the_documented_ones_and_only_used_once():
     env = GymEnv([gym.make("CartPole-v1") for _ in range(3)], 5)
     obs, _ = env.reset()

@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlstruct.errors import BatcherStateError, DeviceMismatchError
 from rlstruct.structures import DictTensor
 
 __all__ = ["VecEnv", "StepResult", "host_copy"]
@@ -29,6 +30,9 @@ class VecEnv(abc.ABC):
     * Episodic envs (``autoreset=False``) drop finished envs: ``ids_running = ids[~observation_next["done"]]``,
       in the same order. Auto-reset envs keep every env running; a finished env's row in
       ``observation_running`` is its fresh reset observation.
+    * ``step_into(action, observation_next, observation_running)`` (auto-reset envs) is ``step`` writing into
+      given tensors; an env whose ``writes_in_place()`` is true does it without intermediate results, and the
+      batchers then hand it views of their buffer.
 
     Every observation DictTensor holds ``reward`` (float32), ``done`` (bool, terminated or truncated),
     ``terminated``, ``truncated``, ``initial_state`` (bool), ``last_action``, and the observation itself
@@ -58,6 +62,50 @@ class VecEnv(abc.ABC):
     @abc.abstractmethod
     def step(self, action: DictTensor) -> StepResult:
         """Steps the running envs with ``action["action"]`` (one row per running env)."""
+
+    def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
+        """An auto-reset step that writes its two observations into the given tensors instead of returning them.
+
+        What a batcher calls, with views of its buffer, when :meth:`writes_in_place` is true: the env then fills
+        the buffer directly, without a DictTensor per step and a copy. Here, the generic version: :meth:`step`,
+        then one copy per key.
+
+        Args:
+            action: as for :meth:`step` (every env is running).
+            observation_next: ``n_envs`` rows with the keys, per-row shapes and dtypes of :meth:`step`'s
+                observations, on :attr:`device`: receives ``observation_next``.
+            observation_running: the same for ``observation_running``.
+
+        Raises:
+            BatcherStateError: the env does not auto-reset.
+            DeviceMismatchError: the destinations are not on the env's device.
+            KeyError: a destination lacks a key of the observations.
+            Whatever :meth:`step` raises.
+        """
+        if not self.autoreset:
+            raise BatcherStateError(
+                f"step_into needs an auto-reset env (every env running), {type(self).__name__} has autoreset=False; "
+                "call step() instead"
+            )
+        (nxt, _), (running, _) = self.step(action)
+        for out, obs, what in ((observation_next, nxt, "observation_next"), (observation_running, running,
+                                                                             "observation_running")):
+            if out.device() != obs.device():
+                raise DeviceMismatchError(
+                    f"step_into's {what} is on {out.device()}, the env's observations on {obs.device()}; give "
+                    "destinations on the env's device"
+                )
+            keys = list(obs.keys())
+            missing = [k for k in keys if k not in out.variables]
+            if missing:
+                raise KeyError(f"step_into's {what} lacks the observation keys {missing}; give every key of step()'s")
+            for k in keys:
+                out[k].copy_(obs[k])
+
+    def writes_in_place(self) -> bool:
+        """Whether :meth:`step_into` writes the observations where they go (cheaper than :meth:`step` and a copy),
+        so that a batcher should call it; ``False`` here."""
+        return False
 
     def graph_state(self) -> tuple[str, ...] | None:
         """For CUDA-graph capture of the step loop (``RL_Batcher(..., cuda_graph=True)``): the names of the

@@ -203,6 +203,23 @@ def _stack(fields: list[_Field], observations: Sequence[Any]) -> dict[str, np.nd
     return out
 
 
+def _fill(dst: np.ndarray, observations: Sequence[Any], f: _Field, rows: np.ndarray | None = None) -> None:
+    """``dst[rows] = `` field ``f`` of the per-env ``observations`` (all rows when ``rows`` is None), converted to
+    ``dst``'s dtype like :func:`_stack`."""
+    values = observations if f.entry is None else [o[f.entry] for o in observations]
+    try:
+        if rows is None:
+            dst[...] = values
+        else:
+            dst[rows] = values
+    except ValueError as e:
+        shapes = sorted({tuple(np.shape(v)) for v in values})
+        raise SpaceError(
+            f"the envs returned observation {f.key!r} of shapes {[list(s) for s in shapes]}, but the observation "
+            f"space says {list(f.shape)}; fix the env or its observation_space"
+        ) from e
+
+
 def _split(fields: list[_Field], batched: Any) -> dict[str, np.ndarray]:
     """A vector env's batched observation (array or dict of arrays) -> one ``[n, ...]`` array per field."""
     return {
@@ -309,6 +326,7 @@ class GymEnv(VecEnv):
         self._all_ids = torch.arange(self._n)
         self._options: list[dict[str, Any] | None] = [None] * self._n
         self._running = np.arange(self._n)
+        self._dest_cache: dict[int, tuple[DictTensor, dict[str, np.ndarray]]] = {}
 
     # ---------------------------------------------------------------- construction
     def _init_list(self, envs: list[gym.Env]) -> None:
@@ -493,6 +511,83 @@ class GymEnv(VecEnv):
         v["initial_state"] = torch.from_numpy(done_np)
         v["last_action"] = torch.from_numpy(last_r)
         return (obs_next, ids), (DictTensor._trusted(v), ids)
+
+    def writes_in_place(self) -> bool:
+        """True over a list of envs with ``autoreset=True``: :meth:`step_into` writes each env's results straight
+        into the destination arrays."""
+        return self._vec is None and self.autoreset
+
+    def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
+        """:meth:`step`, writing both observations into the given CPU tensors (see
+        :meth:`VecEnv.step_into <rlstruct.envs.VecEnv.step_into>`).
+
+        Over a list of envs with ``autoreset=True``, the results of the ``env.step`` calls are converted straight
+        into the destinations (no intermediate arrays, no DictTensor per step); otherwise :meth:`step` runs and
+        its observations are copied.
+        """
+        if not self.writes_in_place():
+            return super().step_into(action, observation_next, observation_running)
+        self._check_open()
+        if not self._started:
+            raise RuntimeError(f"{type(self).__name__}.step_into was called before reset(); call env.reset() first")
+        _, a_np = self._action.check(action["action"], self._n)
+        nxt, run = self._arrays_of(observation_next, "observation_next"), self._arrays_of(observation_running,
+                                                                                         "observation_running")
+        envs = self._envs
+        observations, rewards, terms, truncs, _ = zip(*map(_step_one, envs, a_np))
+        for f in self._fields:
+            _fill(nxt[f.key], observations, f)
+            run[f.key][...] = nxt[f.key]
+        done = nxt["done"]
+        nxt["reward"][...] = rewards
+        nxt["terminated"][...] = terms
+        nxt["truncated"][...] = truncs
+        np.logical_or(nxt["terminated"], nxt["truncated"], out=done)
+        nxt["initial_state"][...] = False
+        nxt["last_action"][...] = a_np
+        run["reward"][...] = nxt["reward"]
+        run["done"][...] = False
+        run["terminated"][...] = False
+        run["truncated"][...] = False
+        run["initial_state"][...] = done
+        run["last_action"][...] = a_np
+        rows = np.flatnonzero(done)
+        if len(rows):
+            options = self._options
+            fresh = [envs[j].reset(options=options[j])[0] for j in rows.tolist()]
+            for f in self._fields:
+                _fill(run[f.key], fresh, f, rows)
+            run["reward"][rows] = 0.0
+            run["last_action"][rows] = 0
+
+    def _arrays_of(self, d: DictTensor, what: str) -> dict[str, np.ndarray]:
+        """Numpy views of the tensors of ``d`` (a destination of :meth:`step_into`), checked and cached the first
+        time ``d`` is seen: a batcher passes the same views of its buffer at every acquisition."""
+        hit = self._dest_cache.get(id(d))
+        if hit is not None and hit[0] is d:
+            return hit[1]
+        expected = {f.key: (f.shape, f.dtype) for f in self._fields}
+        expected.update(reward=((), np.dtype(np.float32)), done=((), np.dtype(bool)),
+                        terminated=((), np.dtype(bool)), truncated=((), np.dtype(bool)),
+                        initial_state=((), np.dtype(bool)), last_action=(self._action.shape, self._action.np_dtype))
+        arrays = {}
+        for k, (shape, dtype) in expected.items():
+            if k not in d.variables:
+                raise KeyError(f"step_into's {what} lacks the key {k!r}; give every key of step()'s observations")
+            v = d[k]
+            if v.device.type != "cpu":
+                raise DeviceMismatchError(f"step_into's {what}[{k!r}] is on {v.device}; give CPU tensors")
+            a = v.numpy()
+            if a.shape != (self._n,) + tuple(shape) or a.dtype != dtype:
+                raise SpaceError(
+                    f"step_into's {what}[{k!r}] must be {dtype} {[self._n, *shape]}, got {a.dtype} {list(a.shape)}; "
+                    "give tensors shaped like step()'s observations"
+                )
+            arrays[k] = a
+        if len(self._dest_cache) >= 4096:  # destinations that change at every call: do not keep them all
+            self._dest_cache.clear()
+        self._dest_cache[id(d)] = (d, arrays)
+        return arrays
 
     def _step_list(self, a_np: np.ndarray, running: np.ndarray):
         # The only per-env Python is the env.step call itself: the results are unzipped and stacked by C loops.
