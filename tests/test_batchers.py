@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from rlstruct import DictTensor, Trajectories
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
-from rlstruct.envs import GymEnv, GymEnvInf
+from rlstruct.envs import GymEnv, GymEnvInf, TorchVecEnv, VecEnv, make_env
 from rlstruct.batchers._acquire import copy_batch_major
 from rlstruct.batchers._memory import empty_output
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatchSizeError, DeviceMismatchError
@@ -179,9 +179,14 @@ def gym_cartpoles(n_envs: int, seed: int) -> GymEnvInf:
     return GymEnvInf([gym.make("CartPole-v1", max_episode_steps=9) for _ in range(n_envs)], seed)
 
 
-def collect_gym(n_processes, seeds, agent=SamplingAgent, **kw):
+def torch_cartpoles(n_envs: int, seed: int) -> VecEnv:
+    """Auto-reset torch CartPoles on the CPU: with numba, the compiled kernel writes into the buffer."""
+    return make_env("CartPole-v1", n_envs, seed=seed, autoreset=True, backend="torch", max_episode_steps=9)
+
+
+def collect_gym(n_processes, seeds, agent=SamplingAgent, create_env=gym_cartpoles, **kw):
     out = []
-    with RL_Batcher(6, agent, {}, gym_cartpoles, {"n_envs": 3}, n_processes, seeds,
+    with RL_Batcher(6, agent, {}, create_env, {"n_envs": 3}, n_processes, seeds,
                     agent_seeds=[s + 100 for s in seeds], **kw) as b:
         b.reset()
         for _ in range(4):
@@ -190,16 +195,21 @@ def collect_gym(n_processes, seeds, agent=SamplingAgent, **kw):
     return out
 
 
+@pytest.mark.parametrize("create_env,cls", [(gym_cartpoles, GymEnv), (torch_cartpoles, TorchVecEnv)],
+                         ids=["gymnasium-list", "torch"])
 @pytest.mark.parametrize("agent", [SamplingAgent, HistorySamplingAgent], ids=["recurrent", "history"])
 @pytest.mark.parametrize("zero_copy", [False, True])
-def test_an_env_writing_in_place_gives_what_step_gives(monkeypatch, agent, zero_copy):
-    """GymEnvInf over a list writes each step into the buffer (step_into); the same trajectories as the generic loop
-    over step(), in process, in worker processes, and with zero_copy."""
-    in_place = collect_gym(0, [5], agent, zero_copy=zero_copy)
-    both = collect_gym(2, [5, 8], agent, zero_copy=zero_copy)
-    monkeypatch.setattr(GymEnv, "writes_in_place", lambda self: False)
-    generic = collect_gym(0, [5], agent)
-    other = collect_gym(0, [8], agent)
+def test_an_env_writing_in_place_gives_what_step_gives(monkeypatch, agent, zero_copy, create_env, cls):
+    """GymEnvInf over a list, and the torch CartPole's compiled kernel, write each step into the buffer
+    (step_into); the same trajectories as the generic loop over step(), in process, in worker processes, and with
+    zero_copy."""
+    if cls is TorchVecEnv and not create_env(1, 0).writes_in_place():
+        pytest.skip("numba is not installed: the torch CartPole does not write in place")
+    in_place = collect_gym(0, [5], agent, create_env, zero_copy=zero_copy)
+    both = collect_gym(2, [5, 8], agent, create_env, zero_copy=zero_copy)
+    monkeypatch.setattr(cls, "writes_in_place", lambda self: False)
+    generic = collect_gym(0, [5], agent, create_env)
+    other = collect_gym(0, [8], agent, create_env)
     assert any(t.trajectories["_observation/done"].any() for t in generic)  # auto-resets happened
     for a, b, w, o in zip(generic, in_place, both, other):
         assert_same(a, b)

@@ -257,6 +257,7 @@ def test_reset_draws_depend_only_on_seed_env_and_episode(sim):
 def force_numpy(env: TorchVecEnv) -> TorchVecEnv:
     """``env`` on the numpy kernels (what the CPU runs without numba)."""
     env._autoreset_fn, env._episodic_fn = env._autoreset_numpy, env._episodic_numpy
+    env.kernel = "numpy"  # and step_into on them (step and a copy)
     return env
 
 
@@ -311,6 +312,39 @@ def test_compiled_step_gives_the_numpy_bits_across_the_boundaries(autoreset, mon
             break
         action = torch.randint(-1, 3, ids.shape, generator=gen)
     assert_identical(envs[0].get_state(), envs[1].get_state())
+
+
+@needs_numba
+def test_compiled_step_into_writes_the_numpy_bits_and_keeps_no_reference(monkeypatch):
+    """The compiled kernel writing into given tensors (what a batcher's buffer gets): the numpy kernels' bits across
+    the termination and truncation boundaries; the env's state owes nothing to the destinations, which are reused
+    at every step and then scribbled over."""
+    monkeypatch.setenv(_jit.JIT_ENV_VAR, "1")
+    states, actions = oracle_batch(CartPole, N_ORACLE, seed=8)
+    elapsed = torch.from_numpy(np.arange(N_ORACLE) % 3)
+    into, ref = CartPole(N_ORACLE, seed=2, autoreset=True, max_episode_steps=3), force_numpy(
+        CartPole(N_ORACLE, seed=2, autoreset=True, max_episode_steps=3))
+    for env in (into, ref):
+        obs, _ = env.reset()
+        with_physics(env, torch.from_numpy(states), elapsed)
+    assert into.writes_in_place() and not ref.writes_in_place()
+    nxt = DictTensor({k: torch.empty_like(v) for k, v in obs.items()})
+    run = DictTensor({k: torch.empty_like(v) for k, v in obs.items()})
+    gen = torch.Generator().manual_seed(0)
+    action = torch.from_numpy(actions)
+    for _ in range(4):
+        into.step_into(DictTensor({"action": action}), nxt, run)
+        (next_b, _), (run_b, _) = ref.step(DictTensor({"action": action}))
+        assert_identical(nxt, next_b)
+        assert_identical(run, run_b)
+        for v in (*nxt.values(), *run.values()):
+            v.zero_()
+        action = torch.randint(0, 2, (N_ORACLE,), generator=gen)
+    assert_identical(into.get_state(), ref.get_state())
+    (next_a, _), (run_a, _) = into.step(DictTensor({"action": action}))  # step after step_into continues exactly
+    (next_b, _), (run_b, _) = ref.step(DictTensor({"action": action}))
+    assert_identical(next_a, next_b)
+    assert_identical(run_a, run_b)
 
 
 def test_rlstruct_jit_0_selects_the_numpy_kernels(monkeypatch):

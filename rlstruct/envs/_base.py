@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlstruct.errors import BatcherStateError, DeviceMismatchError
+from rlstruct.errors import BatcherStateError, DeviceMismatchError, SpaceError
 from rlstruct.structures import DictTensor
 
 __all__ = ["VecEnv", "StepResult", "host_copy"]
@@ -127,6 +127,53 @@ class VecEnv(abc.ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class HostDestinations:
+    """Numpy views of the CPU tensors :meth:`VecEnv.step_into` writes into, checked against the observation specs
+    and cached the first time each destination DictTensor is seen (a batcher passes the same views of its buffer
+    at every acquisition, so the check and the views cost nothing after the first one).
+
+    Args:
+        specs: ``{key: (per-row shape, numpy dtype)}`` of every observation key.
+        n_rows: the rows of each destination (every env).
+    """
+
+    _MAX_CACHED = 4096  # destinations that change at every call are not all kept
+
+    def __init__(self, specs: dict[str, tuple[tuple[int, ...], np.dtype]], n_rows: int):
+        self.specs = {k: (tuple(shape), np.dtype(dtype)) for k, (shape, dtype) in specs.items()}
+        self.n_rows = n_rows
+        self._cache: dict[int, tuple[DictTensor, dict[str, np.ndarray]]] = {}
+
+    def __call__(self, d: DictTensor, what: str) -> dict[str, np.ndarray]:
+        """The arrays of ``d`` (``what`` names it in errors).
+
+        Raises:
+            KeyError: a key is missing. DeviceMismatchError: a tensor is not on the CPU.
+            SpaceError: a tensor has another shape or dtype than the observations.
+        """
+        hit = self._cache.get(id(d))
+        if hit is not None and hit[0] is d:
+            return hit[1]
+        arrays = {}
+        for k, (shape, dtype) in self.specs.items():
+            if not isinstance(d, DictTensor) or k not in d.variables:
+                raise KeyError(f"step_into's {what} lacks the key {k!r}; give every key of step()'s observations")
+            v = d[k]
+            if v.device.type != "cpu":
+                raise DeviceMismatchError(f"step_into's {what}[{k!r}] is on {v.device}; give CPU tensors")
+            a = v.numpy()
+            if a.shape != (self.n_rows,) + shape or a.dtype != dtype:
+                raise SpaceError(
+                    f"step_into's {what}[{k!r}] must be {dtype} {[self.n_rows, *shape]}, got {a.dtype} "
+                    f"{list(a.shape)}; give tensors shaped like step()'s observations"
+                )
+            arrays[k] = a
+        if len(self._cache) >= self._MAX_CACHED:
+            self._cache.clear()
+        self._cache[id(d)] = (d, arrays)
+        return arrays
 
 
 def host_copy(a: torch.Tensor, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[torch.Tensor, np.ndarray]:

@@ -85,15 +85,16 @@ def _put_state(phys, frame, i, x, x_dot, theta, theta_dot):
 @_jit
 def cartpole_autoreset(
     phys, elapsed, episode, key, action, sintheta, costheta, p, limit, salt, scale, offset,
-    phys_r, elapsed_r, episode_r, frame, frame_r, reward, reward_r, flags, last_r,
+    phys_r, elapsed_r, episode_r, frame, frame_r, reward, reward_r,
+    done_n, terminated_n, truncated_n, initial_r, initial_n, done_r, terminated_r, truncated_r, last_r,
 ):  # fmt: skip
     """The auto-reset CartPole step of every env.
 
     Reads ``phys float64 [4, B]``, ``elapsed``/``episode int64 [B]``, ``key uint32 [B]``, ``action int64 [B]``
     and ``sin``/``cos`` of ``phys[2]``; writes the next state (``phys_r``, ``elapsed_r``, ``episode_r``: the
-    fresh state where an episode ended), ``frame``/``reward`` (reached) and ``frame_r``/``reward_r``/``last_r``
-    (what the envs act on next), and ``flags bool [8, B]``: done, terminated, truncated, the running
-    observation's initial_state, then four rows of ``False``.
+    fresh state where an episode ended), ``frame``/``reward``/``*_n`` (the observation reached) and
+    ``frame_r``/``reward_r``/``*_r``/``last_r`` (the one the envs act on next): the flags are ``bool [B]``, each
+    its own array (rows of one array, or a batcher's buffer).
     """
     c = _cartpole_constants(p)
     for i in range(action.shape[0]):
@@ -106,12 +107,14 @@ def cartpole_autoreset(
         done = terminated or truncated
         _put_frame(frame, i, x, x_dot, theta, theta_dot)
         reward[i] = 1.0
-        flags[0, i] = done
-        flags[1, i] = terminated
-        flags[2, i] = truncated
-        flags[3, i] = done
-        for r in range(4, 8):
-            flags[r, i] = False
+        done_n[i] = done
+        terminated_n[i] = terminated
+        truncated_n[i] = truncated
+        initial_r[i] = done
+        initial_n[i] = False
+        done_r[i] = False
+        terminated_r[i] = False
+        truncated_r[i] = False
         if done:
             e = episode[i] + 1
             x = _draw(key[i], e, salt[0], scale[0], offset[0])

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._base import StepResult, VecEnv, host_copy
+from rlstruct.envs._base import HostDestinations, StepResult, VecEnv, host_copy
 from rlstruct.envs._jit import jit_kernels
 from rlstruct.errors import BatcherStateError, BatchSizeError, DeviceMismatchError, SpaceError
 from rlstruct.structures import DictTensor
@@ -285,7 +285,8 @@ class TorchVecEnv(VecEnv):
     ``initial_state`` (``bool [B]``), ``last_action`` (``int64 [B]`` for a discrete action space,
     ``float32 [B, *action_shape]`` otherwise). Observation tensors are freshly allocated and the env
     never writes into a tensor it has handed out (the ids of every auto-reset step are one cached
-    ``arange``: read them, do not write into them).
+    ``arange``: read them, do not write into them). With the compiled CPU kernel, an auto-reset env
+    writes in place: :meth:`step_into` has the kernel fill the given tensors (a batcher's buffer).
 
     Args:
         n_envs: number of envs (``>= 1``).
@@ -378,6 +379,7 @@ class TorchVecEnv(VecEnv):
         self._np_views: tuple | None = None
         self._key_np: tuple = (None, None)
         self._action_np: np.ndarray | None = None
+        self._destinations: HostDestinations | None = None
         # How a step runs, chosen once here; every way gives the same bits (up to the fused kernels'
         # floating-point contractions). On the CPU: one compiled call per step where the simulator has
         # compiled kernels and numba is installed (``"jit"``), else the kernels on numpy views of the state
@@ -545,6 +547,45 @@ class TorchVecEnv(VecEnv):
             return self._step_autoreset(a)
         return self._step_episodic(a)
 
+    def writes_in_place(self) -> bool:
+        """True for an auto-reset env stepping with its compiled CPU kernel (``kernel == "jit"``): :meth:`step_into`
+        then has the kernel write both observations straight into the destinations."""
+        return self.autoreset and self.kernel == "jit"
+
+    def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
+        """:meth:`step`, writing both observations into the given tensors (see
+        :meth:`VecEnv.step_into <rlstruct.envs.VecEnv.step_into>`): with the compiled CPU kernel, the kernel writes
+        them; otherwise :meth:`step` runs and its observations are copied."""
+        if not self.writes_in_place():
+            return super().step_into(action, observation_next, observation_running)
+        if not self._started:
+            raise BatcherStateError(f"{type(self).__name__}.step_into called before reset(); call env.reset() first")
+        self._check_action(action, self._n)  # its copy is self._action_np
+        if self._destinations is None:
+            flag = ((), np.dtype(bool))
+            self._destinations = HostDestinations(
+                {"frame": (tuple(self.observation_space.shape), np.dtype(np.float32)),
+                 "reward": ((), np.dtype(np.float32)), "done": flag, "terminated": flag, "truncated": flag,
+                 "initial_state": flag, "last_action": (self._action_np.shape[1:], self._action_np.dtype)},
+                self._n,
+            )  # fmt: skip
+        nxt = self._destinations(observation_next, "observation_next")
+        run = self._destinations(observation_running, "observation_running")
+        phys_np, elapsed_np, episode_np, key_np = self._numpy_state()
+        a_np = self._action_np
+        phys_r, elapsed_r, episode_r = np.empty_like(phys_np), np.empty_like(elapsed_np), np.empty_like(episode_np)
+        self._jit_autoreset(
+            phys_np, elapsed_np, episode_np, key_np, a_np, *self._jit_inputs(phys_np), self._jit_constants,
+            self._limit, *self._jit_draws, phys_r, elapsed_r, episode_r, nxt["frame"], run["frame"], nxt["reward"],
+            run["reward"], nxt["done"], nxt["terminated"], nxt["truncated"], run["initial_state"],
+            nxt["initial_state"], run["done"], run["terminated"], run["truncated"], run["last_action"],
+        )  # fmt: skip
+        nxt["last_action"][...] = a_np
+        t = torch.from_numpy
+        self._phys, self._elapsed, self._episode = t(phys_r), t(elapsed_r), t(episode_r)
+        self._last_action = t(run["last_action"].copy())  # the env's own: the destination is overwritten later
+        self._np_views = (self._phys, self._elapsed, self._episode, phys_r, elapsed_r, episode_r)
+
     # ------------------------------------------------------------ step variants
     def _step_autoreset(self, a: torch.Tensor) -> StepResult:
         out = self._autoreset_fn(self._phys, self._elapsed, self._episode, self._rng_key, a)
@@ -691,7 +732,7 @@ class TorchVecEnv(VecEnv):
         last_r = np.empty_like(a_np)
         self._jit_autoreset(
             phys_np, elapsed_np, episode_np, key_np, a_np, *self._jit_inputs(phys_np), self._jit_constants,
-            self._limit, *self._jit_draws, phys_r, elapsed_r, episode_r, frame, frame_r, reward, reward_r, flags, last_r,
+            self._limit, *self._jit_draws, phys_r, elapsed_r, episode_r, frame, frame_r, reward, reward_r, *flags, last_r,
         )  # fmt: skip
         t = torch.from_numpy
         f = t(flags).unbind(0)

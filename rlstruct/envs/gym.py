@@ -29,7 +29,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from rlstruct.envs._base import StepResult, VecEnv, host_copy
+from rlstruct.envs._base import HostDestinations, StepResult, VecEnv, host_copy
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, SpaceError
 from rlstruct.structures import DictTensor
 
@@ -326,7 +326,10 @@ class GymEnv(VecEnv):
         self._all_ids = torch.arange(self._n)
         self._options: list[dict[str, Any] | None] = [None] * self._n
         self._running = np.arange(self._n)
-        self._dest_cache: dict[int, tuple[DictTensor, dict[str, np.ndarray]]] = {}
+        specs = {f.key: (f.shape, f.dtype) for f in self._fields}
+        specs.update({k: ((), np.dtype(np.float32 if k == "reward" else bool)) for k in _RESERVED_KEYS[:-1]})
+        specs["last_action"] = (self._action.shape, self._action.np_dtype)
+        self._dest = HostDestinations(specs, self._n)
 
     # ---------------------------------------------------------------- construction
     def _init_list(self, envs: list[gym.Env]) -> None:
@@ -531,8 +534,8 @@ class GymEnv(VecEnv):
         if not self._started:
             raise RuntimeError(f"{type(self).__name__}.step_into was called before reset(); call env.reset() first")
         _, a_np = self._action.check(action["action"], self._n)
-        nxt, run = self._arrays_of(observation_next, "observation_next"), self._arrays_of(observation_running,
-                                                                                         "observation_running")
+        nxt, run = self._dest(observation_next, "observation_next"), self._dest(observation_running,
+                                                                                "observation_running")
         envs = self._envs
         observations, rewards, terms, truncs, _ = zip(*map(_step_one, envs, a_np))
         for f in self._fields:
@@ -559,35 +562,6 @@ class GymEnv(VecEnv):
                 _fill(run[f.key], fresh, f, rows)
             run["reward"][rows] = 0.0
             run["last_action"][rows] = 0
-
-    def _arrays_of(self, d: DictTensor, what: str) -> dict[str, np.ndarray]:
-        """Numpy views of the tensors of ``d`` (a destination of :meth:`step_into`), checked and cached the first
-        time ``d`` is seen: a batcher passes the same views of its buffer at every acquisition."""
-        hit = self._dest_cache.get(id(d))
-        if hit is not None and hit[0] is d:
-            return hit[1]
-        expected = {f.key: (f.shape, f.dtype) for f in self._fields}
-        expected.update(reward=((), np.dtype(np.float32)), done=((), np.dtype(bool)),
-                        terminated=((), np.dtype(bool)), truncated=((), np.dtype(bool)),
-                        initial_state=((), np.dtype(bool)), last_action=(self._action.shape, self._action.np_dtype))
-        arrays = {}
-        for k, (shape, dtype) in expected.items():
-            if k not in d.variables:
-                raise KeyError(f"step_into's {what} lacks the key {k!r}; give every key of step()'s observations")
-            v = d[k]
-            if v.device.type != "cpu":
-                raise DeviceMismatchError(f"step_into's {what}[{k!r}] is on {v.device}; give CPU tensors")
-            a = v.numpy()
-            if a.shape != (self._n,) + tuple(shape) or a.dtype != dtype:
-                raise SpaceError(
-                    f"step_into's {what}[{k!r}] must be {dtype} {[self._n, *shape]}, got {a.dtype} {list(a.shape)}; "
-                    "give tensors shaped like step()'s observations"
-                )
-            arrays[k] = a
-        if len(self._dest_cache) >= 4096:  # destinations that change at every call: do not keep them all
-            self._dest_cache.clear()
-        self._dest_cache[id(d)] = (d, arrays)
-        return arrays
 
     def _step_list(self, a_np: np.ndarray, running: np.ndarray):
         # The only per-env Python is the env.step call itself: the results are unzipped and stacked by C loops.
