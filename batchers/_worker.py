@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import signal
 import threading
 import time
 import traceback
@@ -298,9 +299,23 @@ class ProcessWorker:
         return False
 
     def _raise_dead(self) -> None:
+        self.process.join(1.0)  # its pipe is closed: the exit code follows at once
+        code = self.process.exitcode
+        if code is not None and code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+            why = "killed from outside, or by the kernel when memory ran out"
+        elif code:
+            how = f"exited with code {code}"
+            why = ("it failed before it could report, e.g. while importing: its stderr says why; a spawned worker "
+                   "imports your main script again, so guard the script's code with if __name__ == '__main__'")
+        else:
+            how, why = f"died (exit code {code})", "it stopped without answering"
         raise BatcherWorkerError(
-            f"worker {self.worker_id} (pid {self.process.pid}) died with exit code {self.process.exitcode} "
-            "without answering (killed from outside, or out of memory?); close the batcher and build a new one",
+            f"worker {self.worker_id} (pid {self.process.pid}) {how} without answering ({why}); close the batcher "
+            "and build a new one",
             worker_id=self.worker_id,
         )
 

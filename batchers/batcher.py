@@ -457,7 +457,9 @@ class RL_Batcher(BatcherBase):
         measured in the workers and summed over them; ``wait`` is the parent's time blocked in ``get``
         and ``gather`` its time copying the result out of the buffer. ``steps`` counts loop iterations,
         ``env_steps`` env transitions; with ``cuda_graph``, ``graph_replay`` holds the replayed steps' agent,
-        env and buffer-write phases together. On a GPU the phases are exact only with ``sync_timings=True``.
+        env and buffer-write phases together. With an env that writes in place (``VecEnv.writes_in_place()``), its
+        writes into the buffer count as ``env_step`` and ``buffer_write`` holds the actions' alone. On a GPU the
+        phases are exact only with ``sync_timings=True``.
         """
         total: dict[str, float] = {p: 0.0 for p in (*PHASES, "graph_replay", "steps", "env_steps")}
         for wt in self._worker_timings:

@@ -437,7 +437,7 @@ def test_killed_worker_is_detected_quickly():
     b.execute()  # both workers hang at step 4
     os.kill(pids[1], signal.SIGKILL)
     t0 = time.monotonic()
-    with pytest.raises(BatcherWorkerError, match="died with exit code"):
+    with pytest.raises(BatcherWorkerError, match="worker 1 .* was killed by SIGKILL without answering"):
         b.get()
     assert time.monotonic() - t0 < 10
     b.close()
@@ -461,6 +461,15 @@ def test_error_at_construction_leaves_no_process():
         RL_Batcher(3, ConstantAgent, {}, CountingEnv, {"no_such_argument": 1}, 1, [0])
     after = set(p.pid for p in __import__("multiprocessing").active_children())
     assert after <= before
+
+
+def exit_while_building(**kwargs):
+    os._exit(3)  # what a child that fails to import its main script does, before it can report
+
+
+def test_a_worker_exiting_before_it_reports_is_named_with_its_exit_code():
+    with pytest.raises(BatcherWorkerError, match=r"worker 0 \(pid \d+\) exited with code 3 .*if __name__ == '__main__'"):
+        RL_Batcher(3, ConstantAgent, {}, exit_while_building, {}, 1, [0])
 
 
 def test_worker_placements_reach_the_child_environment():
