@@ -211,6 +211,43 @@ def test_step_into_reuses_reset_options_and_checks_its_destinations():
         env.step_into(act(torch.zeros(3, dtype=torch.int64)), nxt, running)
 
 
+class WrongShapeEnv(fakes_gym.SpaceEnv):
+    """Says its observations are ``[4]`` but returns ``[5]`` from ``step``."""
+
+    def __init__(self):
+        super().__init__(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2))
+
+    def step(self, action):
+        return np.zeros(5, np.float32), 0.0, False, False, {}
+
+
+def test_observations_that_contradict_the_space_are_named():
+    env = GymEnvInf([WrongShapeEnv() for _ in range(2)], 0)
+    obs, _ = env.reset()
+    a = act(torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(SpaceError, match=r"observation 'frame' of shape \[5\].*space says \[4\]"):
+        env.step(a)
+    with pytest.raises(SpaceError, match=r"observation 'frame' of shapes \[\[5\]\].*space says \[4\]"):
+        env.step_into(a, empty_like(obs), empty_like(obs))
+
+
+def test_step_into_destinations_must_be_on_the_env_device():
+    env = GymEnvInf([gym.make("CartPole-v1") for _ in range(2)], 0)
+    obs, _ = env.reset()
+    meta = DictTensor({k: torch.empty_like(v, device="meta") for k, v in obs.items()})
+    a = act(torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(DeviceMismatchError, match=r"observation_next\['frame'\] is on meta; give CPU tensors"):
+        env.step_into(a, meta, empty_like(obs))
+    # The generic step_into (step, then a copy): the same checks.
+    vec = GymEnvInf(sync_vec(functools.partial(gym.make, "CartPole-v1"), 2), 0)
+    vec.reset()
+    with pytest.raises(DeviceMismatchError, match="observation_running is on meta, the env's observations on cpu"):
+        vec.step_into(a, empty_like(obs), meta)
+    partial = DictTensor({k: v for k, v in empty_like(obs).items() if k != "reward"})
+    with pytest.raises(KeyError, match=r"observation_next lacks the observation keys \['reward'\]"):
+        vec.step_into(a, partial, empty_like(obs))
+
+
 def test_step_into_needs_an_auto_reset_env():
     from rlstruct.errors import BatcherStateError
 
