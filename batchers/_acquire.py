@@ -5,7 +5,10 @@ process. It writes into a preallocated block of the trajectory buffer, whose
 row ``i`` belongs to env ``i`` of its VecEnv. Per-step work is over whole
 batches: no Python loop over envs, no ``.item()``, and no host–device sync
 unless envs finished during the step (episodic envs), which the env itself
-already paid for when it shrank its running set.
+already paid for when it shrank its running set. An auto-reset env that writes
+in place (``VecEnv.writes_in_place``) fills the buffer itself through
+``step_into``: the agent then reads its observations from the buffer, and only
+the actions are copied.
 """
 
 from __future__ import annotations

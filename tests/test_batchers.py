@@ -400,22 +400,57 @@ def _children_of_batcher(b):
     return [r["pid"] for r in b.worker_reports()]
 
 
-@pytest.mark.parametrize("n_processes", [0, 2])
-def test_env_raising_in_one_worker(n_processes):
-    n_workers = max(n_processes, 1)
-    b = RL_Batcher(3, ConstantAgent, {}, CountingEnv, {**AUTORESET, "fail_at_step": 5, "fail_seed": n_workers - 1},
-                   n_processes, list(range(n_workers)))
-    pids = _children_of_batcher(b) if n_processes else []
+def _second_get_raises(b: RL_Batcher, match: str) -> BatcherWorkerError:
+    """Resets ``b``, collects once, and returns the error its second ``get`` raises (matching ``match``)."""
     b.reset()
     b.execute()
     b.get()
     b.execute()
-    with pytest.raises(BatcherWorkerError, match=f"worker {n_workers - 1} .*raised RuntimeError: CountingEnv failure") as e:
+    with pytest.raises(BatcherWorkerError, match=match) as e:
         b.get()
-    assert e.value.worker_id == n_workers - 1
-    assert "CountingEnv failure injected" in e.value.remote_traceback
+    return e.value
+
+
+@pytest.mark.parametrize("zero_copy", [False, True])
+@pytest.mark.parametrize("n_processes", [0, 2])
+def test_env_raising_in_one_worker(n_processes, zero_copy):
+    n_workers = max(n_processes, 1)
+    b = RL_Batcher(3, ConstantAgent, {}, CountingEnv, {**AUTORESET, "fail_at_step": 5, "fail_seed": n_workers - 1},
+                   n_processes, list(range(n_workers)), zero_copy=zero_copy)
+    pids = _children_of_batcher(b) if n_processes else []
+    error = _second_get_raises(b, f"worker {n_workers - 1} .*raised RuntimeError: CountingEnv failure")
+    assert error.worker_id == n_workers - 1
+    assert "CountingEnv failure injected" in error.remote_traceback
     with pytest.raises(BatcherStateError, match="after a worker failed"):
         b.execute()
+    b.close()
+    assert not any(pid_alive(p) for p in pids)
+
+
+class _FailingStep(gym.Wrapper):
+    def __init__(self, env, fail_at: int):
+        super().__init__(env)
+        self.fail_at, self.steps = fail_at, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.fail_at:
+            raise RuntimeError(f"gymnasium env failure injected at step {self.steps}")
+        return self.env.step(action)
+
+
+def failing_gym_cartpoles(n_envs: int, seed: int) -> GymEnvInf:
+    """gym_cartpoles whose last env raises at its 5th step: inside step_into, which writes in place."""
+    envs = [gym.make("CartPole-v1") for _ in range(n_envs)]
+    envs[-1] = _FailingStep(envs[-1], fail_at=5)
+    return GymEnvInf(envs, seed)
+
+
+@pytest.mark.parametrize("n_processes", [0, 1])
+def test_an_env_raising_while_writing_in_place_is_reported(n_processes):
+    b = RL_Batcher(3, ConstantAgent, {}, failing_gym_cartpoles, {"n_envs": 2}, n_processes, [0])
+    pids = _children_of_batcher(b) if n_processes else []
+    _second_get_raises(b, "worker 0 .*raised RuntimeError: gymnasium env failure injected at step 5")
     b.close()
     assert not any(pid_alive(p) for p in pids)
 
