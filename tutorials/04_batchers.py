@@ -242,6 +242,14 @@ def evaluation_batcher() -> None:
           f"..{int(traj.lengths.max())}")
 
 
+def assert_same_batches(a: list, b: list) -> None:
+    """Two runs collected the same trajectories, bit for bit, batch after batch."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        for key in x.trajectories.keys():
+            assert torch.equal(x.trajectories[key], y.trajectories[key]), key
+
+
 def gpu_graph() -> None:
     print("== 5. On a GPU: each acquisition replayed as one CUDA graph (cuda_graph=True)")
     if not torch.cuda.is_available():
@@ -269,9 +277,7 @@ def gpu_graph() -> None:
                 out.append(batcher.get()[0])
             torch.cuda.synchronize()
             runs[cuda_graph] = out, n * T * (N_ITERATIONS - 2) / (time.perf_counter() - t0)
-    for eager, graphed in zip(runs[False][0], runs[True][0]):
-        for key in eager.trajectories.keys():
-            assert torch.equal(eager.trajectories[key], graphed.trajectories[key]), key
+    assert_same_batches(runs[False][0], runs[True][0])
     print(f"   {n} envs on {torch.cuda.get_device_name()}: eager {runs[False][1]:,.0f} steps/s, "
           f"graph {runs[True][1]:,.0f} steps/s, the same trajectories")
 
@@ -301,9 +307,7 @@ def zero_copy_views() -> None:
             frame = trajectories.trajectories["observation/frame"]
             # The views are [B, T, ...] over time-major [T, B, ...] storage: index as usual; reshape, not view.
             assert frame.shape == (N_BIG, T, 4) and frame.is_contiguous() != zero_copy
-    for copied, viewed in zip(runs[False][0], runs[True][0]):
-        for key in copied.trajectories.keys():
-            assert torch.equal(copied.trajectories[key], viewed.trajectories[key]), key
+    assert_same_batches(runs[False][0], runs[True][0])
     print(f"   the same {N_ITERATIONS} batches; seconds get() spent copying out of the buffer: "
           f"{runs[False][1]:.3f} with copies, {runs[True][1]:.3f} with views")
 

@@ -479,9 +479,7 @@ class GymEnv(VecEnv):
             DeviceMismatchError: it is not on the CPU.
             RuntimeError: ``reset`` was never called, or the env is closed.
         """
-        self._check_open()
-        if not self._started:
-            raise RuntimeError(f"{type(self).__name__}.step was called before reset(); call env.reset() first")
+        self._check_steppable("step")
         running = self._running
         a, a_np = self._action.check(action["action"], len(running))
         ids = self._all_ids if len(running) == self._n else torch.from_numpy(running)
@@ -530,9 +528,7 @@ class GymEnv(VecEnv):
         """
         if not self.writes_in_place():
             return super().step_into(action, observation_next, observation_running)
-        self._check_open()
-        if not self._started:
-            raise RuntimeError(f"{type(self).__name__}.step_into was called before reset(); call env.reset() first")
+        self._check_steppable("step_into")
         _, a_np = self._action.check(action["action"], self._n)
         nxt, run = self._dest(observation_next, "observation_next"), self._dest(observation_running,
                                                                                 "observation_running")
@@ -637,6 +633,11 @@ class GymEnv(VecEnv):
         v["initial_state"] = torch.zeros(len(reward), dtype=torch.bool)
         v["last_action"] = last_action
         return DictTensor._trusted(v)
+
+    def _check_steppable(self, method: str) -> None:
+        self._check_open()
+        if not self._started:
+            raise RuntimeError(f"{type(self).__name__}.{method} was called before reset(); call env.reset() first")
 
     def _check_open(self) -> None:
         if self._closed:
