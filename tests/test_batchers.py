@@ -217,6 +217,25 @@ def test_an_env_writing_in_place_gives_what_step_gives(monkeypatch, agent, zero_
         assert_same(w.index(torch.arange(3, 6)), o)
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    n_envs=st.integers(1, 5),
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=4),
+    n_timesteps=st.integers(1, 6),
+    autoreset=st.booleans(),
+)
+def test_zero_copy_in_process_matches_copies_for_any_episode_layout(n_envs, lengths, n_timesteps, autoreset):
+    """Episodes of any lengths, acquisitions of any size: views (every env running) and copies (rows already
+    finished) alternate as the episodes end, and the trajectories are those of the default copies."""
+    env_args = {"n_envs": n_envs, "episode_lengths": tuple(lengths), "autoreset": autoreset}
+    copied = collect(0, [3], env_args, n_timesteps=n_timesteps, n_executes=6)
+    viewed = collect(0, [3], env_args, n_timesteps=n_timesteps, n_executes=6, zero_copy=True)
+    assert len(copied) == len(viewed)
+    for (ta, na), (tb, nb) in zip(copied, viewed):
+        assert na == nb
+        assert_same(ta, tb)
+
+
 def _storage(traj: Trajectories, key: str = "observation/frame") -> int:
     return traj.trajectories[key].untyped_storage().data_ptr()
 
