@@ -34,6 +34,7 @@ other envs finish, or on the order of calls.
 from __future__ import annotations
 
 import abc
+import functools
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
@@ -379,7 +380,6 @@ class TorchVecEnv(VecEnv):
         self._np_views: tuple | None = None
         self._key_np: tuple = (None, None)
         self._action_np: np.ndarray | None = None
-        self._destinations: HostDestinations | None = None
         # How a step runs, chosen once here; every way gives the same bits (up to the fused kernels'
         # floating-point contractions). On the CPU: one compiled call per step where the simulator has
         # compiled kernels and numba is installed (``"jit"``), else the kernels on numpy views of the state
@@ -552,6 +552,19 @@ class TorchVecEnv(VecEnv):
         then has the kernel write both observations straight into the destinations."""
         return self.autoreset and self.kernel == "jit"
 
+    @functools.cached_property
+    def _destinations(self) -> HostDestinations:
+        """What :meth:`step_into`'s destinations must be (made at its first call: subclasses set their spaces
+        after this class's ``__init__``)."""
+        flag = ((), np.dtype(bool))
+        return HostDestinations(
+            {"frame": (tuple(self.observation_space.shape), np.dtype(np.float32)),
+             "reward": ((), np.dtype(np.float32)), "done": flag, "terminated": flag, "truncated": flag,
+             "initial_state": flag,
+             "last_action": (self.action_shape, np.dtype(np.int64 if self._discrete else np.float32))},
+            self._n,
+        )  # fmt: skip
+
     def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
         """:meth:`step`, writing both observations into the given tensors (see
         :meth:`VecEnv.step_into <rlstruct.envs.VecEnv.step_into>`): with the compiled CPU kernel, the kernel writes
@@ -561,26 +574,14 @@ class TorchVecEnv(VecEnv):
         if not self._started:
             raise BatcherStateError(f"{type(self).__name__}.step_into called before reset(); call env.reset() first")
         self._check_action(action, self._n)  # its copy is self._action_np
-        if self._destinations is None:
-            flag = ((), np.dtype(bool))
-            self._destinations = HostDestinations(
-                {"frame": (tuple(self.observation_space.shape), np.dtype(np.float32)),
-                 "reward": ((), np.dtype(np.float32)), "done": flag, "terminated": flag, "truncated": flag,
-                 "initial_state": flag, "last_action": (self._action_np.shape[1:], self._action_np.dtype)},
-                self._n,
-            )  # fmt: skip
         nxt = self._destinations(observation_next, "observation_next")
         run = self._destinations(observation_running, "observation_running")
-        phys_np, elapsed_np, episode_np, key_np = self._numpy_state()
-        a_np = self._action_np
-        phys_r, elapsed_r, episode_r = np.empty_like(phys_np), np.empty_like(elapsed_np), np.empty_like(episode_np)
-        self._jit_autoreset(
-            phys_np, elapsed_np, episode_np, key_np, a_np, *self._jit_inputs(phys_np), self._jit_constants,
-            self._limit, *self._jit_draws, phys_r, elapsed_r, episode_r, nxt["frame"], run["frame"], nxt["reward"],
-            run["reward"], nxt["done"], nxt["terminated"], nxt["truncated"], run["initial_state"],
-            nxt["initial_state"], run["done"], run["terminated"], run["truncated"], run["last_action"],
+        phys_r, elapsed_r, episode_r = self._jit_autoreset_into(
+            nxt["frame"], run["frame"], nxt["reward"], run["reward"], nxt["done"], nxt["terminated"],
+            nxt["truncated"], run["initial_state"], nxt["initial_state"], run["done"], run["terminated"],
+            run["truncated"], run["last_action"],
         )  # fmt: skip
-        nxt["last_action"][...] = a_np
+        nxt["last_action"][...] = self._action_np
         t = torch.from_numpy
         self._phys, self._elapsed, self._episode = t(phys_r), t(elapsed_r), t(episode_r)
         self._last_action = t(run["last_action"].copy())  # the env's own: the destination is overwritten later
@@ -721,19 +722,13 @@ class TorchVecEnv(VecEnv):
     ) -> _AutoresetStep:
         """The CPU step in one compiled call (:mod:`rlstruct.envs._jit_kernels`): :meth:`_autoreset_numpy`'s
         bits, into arrays allocated here (no caller has seen them)."""
-        phys_np, elapsed_np, episode_np, key_np = self._numpy_state()
-        a_np = self._action_np
-        n = a_np.shape[0]
-        phys_r, elapsed_r, episode_r = np.empty_like(phys_np), np.empty_like(elapsed_np), np.empty_like(episode_np)
+        n = self._action_np.shape[0]
         frame = np.empty((n,) + self.observation_space.shape, dtype=np.float32)
         frame_r = np.empty_like(frame)
         reward, reward_r = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32)
         flags = np.empty((8, n), dtype=np.bool_)
-        last_r = np.empty_like(a_np)
-        self._jit_autoreset(
-            phys_np, elapsed_np, episode_np, key_np, a_np, *self._jit_inputs(phys_np), self._jit_constants,
-            self._limit, *self._jit_draws, phys_r, elapsed_r, episode_r, frame, frame_r, reward, reward_r, *flags, last_r,
-        )  # fmt: skip
+        last_r = np.empty_like(self._action_np)
+        phys_r, elapsed_r, episode_r = self._jit_autoreset_into(frame, frame_r, reward, reward_r, *flags, last_r)
         t = torch.from_numpy
         f = t(flags).unbind(0)
         out = _AutoresetStep(
@@ -753,6 +748,18 @@ class TorchVecEnv(VecEnv):
         )
         self._np_views = (out.phys_r, out.elapsed_r, out.episode_r, phys_r, elapsed_r, episode_r)
         return out
+
+    def _jit_autoreset_into(self, *observations: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Runs the compiled auto-reset kernel on the current state and :attr:`_action_np`, writing the
+        observations into ``observations`` (the kernel's output arrays after the state's, in its order: frame,
+        frame_r, reward, reward_r, the eight flags, last_r); returns the next ``(physics, elapsed, episode)``."""
+        phys_np, elapsed_np, episode_np, key_np = self._numpy_state()
+        phys_r, elapsed_r, episode_r = np.empty_like(phys_np), np.empty_like(elapsed_np), np.empty_like(episode_np)
+        self._jit_autoreset(
+            phys_np, elapsed_np, episode_np, key_np, self._action_np, *self._jit_inputs(phys_np), self._jit_constants,
+            self._limit, *self._jit_draws, phys_r, elapsed_r, episode_r, *observations,
+        )  # fmt: skip
+        return phys_r, elapsed_r, episode_r
 
     def _step_episodic(self, a: torch.Tensor) -> StepResult:
         ids = self._ids
