@@ -13,10 +13,13 @@ from rlstruct.errors import (
     BridgeError,
     DeviceMismatchError,
     DeviceUnavailableError,
+    EnvStateError,
     MissingDependencyError,
     RLStructError,
+    SeedError,
     SpaceError,
 )
+from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories, masked_dicttensor, masked_tensor
 from rlstruct.envs import DeviceEnv, GymEnv, GymEnvInf, VecEnv, make_env
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
@@ -44,11 +47,14 @@ __all__ = [
     "DeviceLike",
     "as_device",
     "same_device",
+    "check_seed",
     "RLStructError",
     "DeviceMismatchError",
     "DeviceUnavailableError",
     "BatchSizeError",
     "SpaceError",
+    "SeedError",
+    "EnvStateError",
     "BatcherWorkerError",
     "BatcherStateError",
     "MissingDependencyError",

@@ -16,6 +16,8 @@ __all__ = [
     "DeviceUnavailableError",
     "BatchSizeError",
     "SpaceError",
+    "SeedError",
+    "EnvStateError",
     "BatcherWorkerError",
     "BatcherStateError",
     "MissingDependencyError",
@@ -42,6 +44,15 @@ class BatchSizeError(RLStructError, ValueError):
 
 class SpaceError(RLStructError, ValueError):
     """An action or observation does not fit the environment's space (shape or dtype)."""
+
+
+class SeedError(RLStructError, ValueError):
+    """A seed is not an int in ``[0, 2**31)`` (what every env backend, C ones included, accepts)."""
+
+
+class EnvStateError(RLStructError, RuntimeError):
+    """An env method was called in a state where it cannot run (``step`` before ``reset``, after ``close``, or
+    ``step_into`` on an episodic env). Raised by every :class:`~rlstruct.envs.VecEnv` implementation alike."""
 
 
 class BatcherWorkerError(RLStructError, RuntimeError):
