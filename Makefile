@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 # On a machine without an NVIDIA GPU, install the CPU build of torch (a bare `torch` is a multi-GB CUDA build).
 TORCH_REQ := $(if $(shell command -v nvidia-smi 2>/dev/null),,-r requirements/cpu.txt)
 
-.PHONY: demo test install bench clean
+.PHONY: demo test quick lint install bench clean
 
 $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,18 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/rlstruct train a2c --env CartPole-v1 --logdir runs/demo
 
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider --doctest-modules rlstruct agents batchers algos tests
+
 test: install
-	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules rlstruct agents batchers algos tests
+	$(PYTEST)
+
+# The suite without the tests marked `slow` (learning runs, CLI end to end, long property runs): a quick check while
+# editing. CI runs `make test`.
+quick: install
+	$(PYTEST) -m "not slow"
+
+lint: install
+	$(PY) -m ruff check .
 
 bench: install
 	$(PY) benchmarks/structures.py

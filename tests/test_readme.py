@@ -1,11 +1,16 @@
-"""The README's examples run as written."""
+"""The README's examples run as written, and its two set-up commands do what it says they do."""
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
 def test_readme_python_blocks_run():
@@ -15,6 +20,36 @@ def test_readme_python_blocks_run():
         exec(compile(code, str(README), "exec"), {"__name__": "readme_example"})
 
 
-def test_readme_gives_the_two_setup_commands():
+def _setup_commands() -> list[str]:
+    """The commands of the README's first bash block (the set-up section), comments dropped."""
     text = README.read_text()
-    assert "make demo" in text and "make test" in text
+    section = text.split("## Set up and run", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.split("#", 1)[0].strip()]
+
+
+def _dry_run(target: str, venv: Path) -> list[str]:
+    """What ``make TARGET`` runs on a machine without the virtual environment (``make -n``, nothing executed)."""
+    out = subprocess.run(
+        ["make", "-n", f"VENV={venv}", target], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60
+    )
+    return out.stdout.splitlines()
+
+
+def test_readme_gives_the_two_setup_commands():
+    assert _setup_commands() == ["make demo", "make test"]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_setup_commands_build_the_venv_then_train_and_test(tmp_path):
+    venv = tmp_path / "venv"  # absent: make must create and fill it before anything else
+    demo, test = _dry_run("demo", venv), _dry_run("test", venv)
+    for commands in (demo, test):
+        assert re.search(r"-m venv " + re.escape(str(venv)), commands[0]), commands
+        install = next(c for c in commands if " -m pip install " in c)
+        assert "-e " in install and "test" in install, install  # the package and its test extra
+    assert any(re.search(r"/bin/rlstruct train \w+ --env CartPole-v1", c) for c in demo), demo
+    assert any("-m pytest" in c and "tests" in c.split() for c in test), test
+    # CI runs the README's test command.
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^make test$", ci, flags=re.M), ci
