@@ -304,12 +304,12 @@ def test_step_into_writes_what_step_returns(case, device):
 
 @_cases_where(lambda c: not c.autoreset)
 def test_step_into_refuses_an_episodic_env(case, device):
-    from rlstruct.errors import BatcherStateError
+    from rlstruct.errors import EnvStateError
 
     env = case.build(2, 0, device)
     obs, _ = env.reset()
     assert env.writes_in_place() is False
-    with pytest.raises(BatcherStateError, match="needs an auto-reset env"):
+    with pytest.raises(EnvStateError, match="needs an auto-reset env"):
         env.step_into(random_action(env.action_space, 2, torch.Generator(), env.device), obs.clone(), obs.clone())
 
 
