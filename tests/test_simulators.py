@@ -746,6 +746,11 @@ def test_state_errors():
     with pytest.raises(SpaceError, match=r"rng_key'\] must be in \[0, 2\*\*32\)"):
         env.set_state(bad)
     env.set_state(good)  # still usable
+    env.close()
+    env.close()  # idempotent
+    for call in (env.reset, env.get_state, lambda: env.step(DictTensor({"action": torch.zeros(3, dtype=torch.int64)}))):
+        with pytest.raises(EnvStateError, match="CartPole is closed; build a new one"):
+            call()
 
 
 def test_constructor_errors():

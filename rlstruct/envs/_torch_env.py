@@ -149,6 +149,7 @@ class TorchVecEnv(VecEnv):
         self._host: tuple[SimState, SimState] | None = None
         self._ids = self._ids_all
         self._started = False
+        self._closed = False
         # How a step runs, chosen once here; every way gives the same bits (up to the fused kernels'
         # floating-point contractions). On the CPU: one compiled call per step where the simulator has
         # compiled kernels and numba is installed (``"jit"``), else the kernels on numpy views of the state
@@ -317,10 +318,12 @@ class TorchVecEnv(VecEnv):
             ``(observation [n_envs], ids)`` with ``ids = arange(n_envs)`` (int64, on :attr:`device`).
 
         Raises:
+            EnvStateError: the env is closed.
             TypeError: ``env_info`` is not a DictTensor.
             BatchSizeError: ``env_info`` is neither empty nor ``n_envs`` rows.
             DeviceMismatchError: ``env_info`` is not on the CPU.
         """
+        self._check_open()
         self._check_env_info(env_info)
         key = self._state.rng_key
         episode = self._state.episode + 1
@@ -360,7 +363,7 @@ class TorchVecEnv(VecEnv):
             those rows of ``observation_next``.
 
         Raises:
-            EnvStateError: ``reset`` was never called, or every episodic env has finished.
+            EnvStateError: ``reset`` was never called, the env is closed, or every episodic env has finished.
             KeyError: ``action`` has no ``"action"`` key.
             BatchSizeError: not one row per running env.
             SpaceError: wrong dtype or per-row shape.
@@ -377,6 +380,12 @@ class TorchVecEnv(VecEnv):
         if self.autoreset:
             return self._step_autoreset(a, a_host)
         return self._step_episodic(a, a_host)
+
+    def close(self) -> None:
+        """Ends the env: every later ``reset``, ``step`` or ``get_state`` raises :class:`EnvStateError`; idempotent."""
+        self._closed = True
+        self._started = False
+        self._host = None
 
     def writes_in_place(self) -> bool:
         """True for an auto-reset env stepping with its compiled CPU kernel (``kernel == "jit"``): :meth:`step_into`
@@ -539,7 +548,7 @@ class TorchVecEnv(VecEnv):
         state), ``last_action``, ``running`` ``bool`` (always all true for auto-reset envs).
 
         Raises:
-            EnvStateError: ``reset`` was never called.
+            EnvStateError: ``reset`` was never called, or the env is closed.
         """
         self._check_started("get_state")
         state = self._state
@@ -649,7 +658,12 @@ class TorchVecEnv(VecEnv):
 
     def _check_started(self, method: str) -> None:
         if not self._started:
+            self._check_open()
             raise EnvStateError(f"{type(self).__name__}.{method} called before reset(); call env.reset() first")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EnvStateError(f"{type(self).__name__} is closed; build a new one")
 
     def _check_action(self, action: DictTensor, n_rows: int) -> tuple[torch.Tensor, np.ndarray | None]:
         """``action["action"]`` checked and copied (so that the returned last_action never aliases the caller's
