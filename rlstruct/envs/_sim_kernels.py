@@ -6,7 +6,8 @@ an explicit state, with the auto-reset around it). The ``system`` argument of ev
 (a :class:`~rlstruct.envs.TorchVecEnv`), read for its constants and its pure hooks only (``_transition``,
 ``_frame``, ``_initial_physics``, ``_arrays``, ``_limit``, ``_discrete``, ``_jit_*``), never for state.
 
-Auto-reset kernels (every env always runs; a finished env restarts with a fresh draw):
+:func:`restart` starts every env's next episode (``reset``). Auto-reset kernels (every env always runs; a finished
+env restarts with a fresh draw):
 
 * :func:`autoreset_dense`: torch, draws for every env then ``torch.where`` (branch-free, no host sync: accelerators
   and the fused step);
@@ -19,6 +20,16 @@ Episodic kernels (the given rows, no restart): :func:`episodic` (torch), :func:`
 
 On the host (numpy, numba) the state's ``rng_key`` is ``uint32`` (what :func:`~rlstruct.envs._rng.uniform_draws`
 hashes in), and the host kernels return their outputs as CPU tensors sharing the arrays' memory.
+
+>>> from rlstruct.envs import CartPole
+>>> env = CartPole(3, seed=0, autoreset=True)
+>>> _ = env.reset()
+>>> state = SimState(**env.graph_state())
+>>> nxt, out = autoreset_dense(env, state, torch.ones(3, dtype=torch.int64))
+>>> nxt.elapsed_steps.tolist(), out.frame.shape
+([1, 1, 1], torch.Size([3, 4]))
+>>> env.graph_state()["elapsed_steps"].tolist()  # a kernel changes nothing it is given
+[0, 0, 0]
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ from rlstruct.envs._array_ops import NumpyOps, TorchOps
 from rlstruct.envs._rng import uniform_draws
 
 __all__ = [
-    "SimState", "AutoresetOutputs", "EpisodicOutputs", "advance", "autoreset_dense", "autoreset_sparse",
+    "SimState", "AutoresetOutputs", "EpisodicOutputs", "restart", "advance", "autoreset_dense", "autoreset_sparse",
     "autoreset_numpy", "autoreset_jit", "autoreset_jit_into", "episodic", "episodic_numpy", "episodic_jit",
 ]  # fmt: skip
 
@@ -102,6 +113,19 @@ def _restarted(
 
 
 # ------------------------------------------------------------------------------------------- torch
+def restart(system: Any, state: SimState) -> tuple[SimState, torch.Tensor]:
+    """Every env's next episode: ``(state, frame)``, the fresh state and its observation ``float32 [B, obs_dim]``.
+
+    The draws depend on ``(rng_key, episode + 1)`` only, so each call starts new episodes (gymnasium's ``reset()``
+    without a seed) and the same state restarts the same way.
+    """
+    episode = state.episode + 1
+    physics = system._initial_physics(TorchOps, uniform_draws(state.rng_key, episode, system._arrays(TorchOps)))
+    zeros = torch.zeros_like
+    fresh = SimState(physics, zeros(state.elapsed_steps), episode, state.rng_key, zeros(state.last_action))
+    return fresh, system._frame(TorchOps, physics)
+
+
 def advance(system: Any, state: SimState, action: torch.Tensor) -> tuple[SimState, AutoresetOutputs]:
     """Everything of an auto-reset step but the fresh initial states: pure, branch-free, fusable.
 

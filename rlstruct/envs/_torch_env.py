@@ -30,7 +30,7 @@ from rlstruct.envs import _sim_kernels as kernels
 from rlstruct.envs._array_ops import NumpyOps, TorchOps
 from rlstruct.envs._base import HostDestinations, StepResult, VecEnv, host_copy
 from rlstruct.envs._jit import jit_kernels
-from rlstruct.envs._rng import MASK32, draw_table, env_keys, uniform_draws
+from rlstruct.envs._rng import MASK32, draw_table, env_keys
 from rlstruct.envs._sim_kernels import SimState
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
 from rlstruct.seeding import check_seed
@@ -325,17 +325,13 @@ class TorchVecEnv(VecEnv):
         """
         self._check_open()
         self._check_env_info(env_info)
-        key = self._state.rng_key
-        episode = self._state.episode + 1
-        physics = self._initial_physics(TorchOps, uniform_draws(key, episode, self._arrays(TorchOps)))
-        zeros = torch.zeros(self._n, dtype=torch.int64, device=self.device)
-        self._state = SimState(physics, zeros, episode, key, self._zero_actions(self._n))
+        self._state, frame = kernels.restart(self, self._state)
         self._ids = self._ids_all
         self._started = True
         false = torch.zeros(self._n, dtype=torch.bool, device=self.device)
         obs = DictTensor._trusted(
             {
-                "frame": self._frame(TorchOps, physics),
+                "frame": frame,
                 "reward": torch.zeros(self._n, dtype=torch.float32, device=self.device),
                 "done": false,
                 "terminated": false.clone(),
@@ -525,9 +521,9 @@ class TorchVecEnv(VecEnv):
     def _adopt_host_state(self, views: SimState, last_action: torch.Tensor) -> None:
         """Makes ``views``, the numpy state a host kernel returned for every env, the env's state (tensors sharing
         its memory; ``last_action`` is already one). The fields the kernel passed through keep their tensors."""
-        state, host = self._host if self._host is not None else (self._state, None)
+        state, host = self._host  # made by _host_state() for the kernel's call
         t = torch.from_numpy
-        episode = state.episode if host is not None and views.episode is host.episode else t(views.episode)
+        episode = state.episode if views.episode is host.episode else t(views.episode)
         new = SimState(t(views.physics), t(views.elapsed_steps), episode, state.rng_key, last_action)
         self._state, self._host = new, (new, views)
 
