@@ -45,9 +45,9 @@ RATIOS = ("torch eager", "torch numpy", "torch fused")
 def torch_runner(n: int, device: str, fused: bool, warmup: int, force: str | None = None) -> Runner:
     env = CartPole(n, device=device, seed=0, autoreset=True, compile=fused)
     if force == "dense":  # the branch-free draws of every env that accelerators use, forced on this device
-        env._autoreset_fn = env._autoreset_dense
+        env._use_kernels("torch")
     elif force == "numpy":  # the kernels the CPU runs without numba
-        env._autoreset_fn = env._autoreset_numpy
+        env._use_kernels("numpy")
     env.reset()
     gen = torch.Generator(device=device).manual_seed(0)
 

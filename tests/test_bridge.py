@@ -46,7 +46,7 @@ from rlstruct.envs import (
 )
 from rlstruct.envs.bridge import BridgeError, GymnasiumEnv, GymnasiumVectorEnv
 from rlstruct.envs.gym import env_seeds
-from rlstruct.errors import BatcherStateError, SpaceError
+from rlstruct.errors import BatcherStateError, EnvStateError, SpaceError
 from tests.conftest import device_params
 from tests.fakes_gym import DictImageEnv
 
@@ -118,7 +118,7 @@ def test_single_env_errors():
     obs, reward, terminated, truncated, _ = env.step(np.zeros(1, np.float32))
     assert truncated and not terminated and obs.shape == (3,)
     # An episodic env's episode is over: the simulator asks for a reset.
-    with pytest.raises(BatcherStateError, match=r"call env.reset\(\)"):
+    with pytest.raises(EnvStateError, match=r"call env.reset\(\)"):
         env.step(np.zeros(1, np.float32))
     env.close()
     env.close()
@@ -358,7 +358,7 @@ def test_construction_errors():
 
 def test_close_and_state_errors():
     with to_gymnasium(CartPole(2, autoreset=True), output="numpy") as envs:
-        with pytest.raises(BatcherStateError, match=r"before reset\(\)"):
+        with pytest.raises(EnvStateError, match=r"before reset\(\)"):
             envs.step(np.zeros(2, dtype=np.int64))
         envs.reset()
     assert envs.closed

@@ -21,7 +21,7 @@ from gymnasium import spaces
 
 from rlstruct import DictTensor
 from rlstruct.envs import DeviceEnv, GymEnv, GymEnvInf, VecEnv, make_env
-from rlstruct.errors import BatchSizeError, DeviceMismatchError, SpaceError
+from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
 from tests.conftest import device_params
 from tests.fakes_gym import assert_same, random_action
 
@@ -304,13 +304,33 @@ def test_step_into_writes_what_step_returns(case, device):
 
 @_cases_where(lambda c: not c.autoreset)
 def test_step_into_refuses_an_episodic_env(case, device):
-    from rlstruct.errors import BatcherStateError
-
     env = case.build(2, 0, device)
     obs, _ = env.reset()
     assert env.writes_in_place() is False
-    with pytest.raises(BatcherStateError, match="needs an auto-reset env"):
+    with pytest.raises(EnvStateError, match="needs an auto-reset env"):
         env.step_into(random_action(env.action_space, 2, torch.Generator(), env.device), obs.clone(), obs.clone())
+
+
+def test_graph_state_is_none_or_the_state_that_set_graph_state_takes_back(case, device):
+    """The CUDA-graph contract: ``graph_state()`` is ``None`` (then ``set_graph_state`` refuses), or a dict of the
+    env's state tensors on its device, which ``set_graph_state`` takes back (clones of them: the env steps on
+    exactly as one never handed a state)."""
+    env, ref = case.build(3, 0, device), case.build(3, 0, device)
+    env.reset(), ref.reset()
+    state = env.graph_state()
+    if state is None:
+        with pytest.raises(EnvStateError, match="set_graph_state needs"):
+            env.set_graph_state({})
+        return
+    assert case.autoreset and all(isinstance(v, torch.Tensor) and v.device == env.device for v in state.values())
+    env.set_graph_state({k: v.clone() for k, v in state.items()})
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(10):
+        action = random_action(env.action_space, 3, gen, env.device)
+        (a_next, _), (a_run, _) = env.step(action)
+        (b_next, _), (b_run, _) = ref.step(action)
+        assert_same(a_next, b_next)
+        assert_same(a_run, b_run)
 
 
 def test_same_seed_reproduces(case, device):

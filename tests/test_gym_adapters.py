@@ -249,11 +249,11 @@ def test_step_into_destinations_must_be_on_the_env_device():
 
 
 def test_step_into_needs_an_auto_reset_env():
-    from rlstruct.errors import BatcherStateError
+    from rlstruct.errors import EnvStateError
 
     env = GymEnv(sync_vec(fakes_gym.OptionsEnv, 2), 0)
     obs, _ = env.reset()
-    with pytest.raises(BatcherStateError, match="needs an auto-reset env"):
+    with pytest.raises(EnvStateError, match="needs an auto-reset env"):
         env.step_into(act(torch.zeros(2, dtype=torch.int64)), empty_like(obs), empty_like(obs))
 
 

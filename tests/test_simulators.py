@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from rlstruct import DictTensor
-from rlstruct.envs import Acrobot, CartPole, MountainCar, Pendulum, TorchVecEnv, VecEnv
-from rlstruct.envs import _jit
-from rlstruct.envs._torch_env import NumpyOps, TorchOps
-from rlstruct.errors import BatcherStateError, BatchSizeError, DeviceMismatchError, SpaceError
+from rlstruct.envs import Acrobot, CartPole, MountainCar, Pendulum, TorchVecEnv, VecEnv, _jit, _rng
+from rlstruct.envs._array_ops import NumpyOps, TorchOps
+from rlstruct.envs._rng import uniform_draws
+from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SeedError, SpaceError
 from tests.conftest import device_params
 
 pytestmark = pytest.mark.timeout(120)
@@ -250,14 +250,14 @@ def test_reset_draws_depend_only_on_seed_env_and_episode(sim):
     assert not torch.equal(first, second)
     # Episode 1's draws, computed directly from (rng_key, episode) on a fresh env of another size.
     other = sim(3, seed=2)
-    draws = other._draw(TorchOps, other._rng_key, torch.ones(3, dtype=torch.int64))
+    draws = uniform_draws(other._state.rng_key, torch.ones(3, dtype=torch.int64),
+                          other._arrays(TorchOps))
     assert torch.equal(other._frame(TorchOps, other._initial_physics(TorchOps, draws)), second[:3])
 
 
 def force_numpy(env: TorchVecEnv) -> TorchVecEnv:
     """``env`` on the numpy kernels (what the CPU runs without numba)."""
-    env._autoreset_fn, env._episodic_fn = env._autoreset_numpy, env._episodic_numpy
-    env.kernel = "numpy"  # and step_into on them (step and a copy)
+    env._use_kernels("numpy")  # and step_into on them (step and a copy)
     return env
 
 
@@ -270,8 +270,8 @@ def test_every_step_kernel_gives_the_same_bits(sim, autoreset):
     default = sim(16, **kw)
     assert default.kernel == ("jit" if _jit.jit_kernels() is not None and sim._jit_name is not None else "numpy")
     dense, sparse = sim(16, **kw), sim(16, **kw)
-    dense._autoreset_fn, sparse._autoreset_fn = dense._autoreset_dense, sparse._autoreset_sparse
-    dense._episodic_fn = sparse._episodic_fn = dense._episodic_kernel
+    dense._use_kernels("torch")
+    sparse._use_kernels("torch", sparse=True)
     numpy_env = force_numpy(sim(16, **kw))
     reference = rollout(numpy_env, 30)
     for other in (default, dense, sparse):
@@ -369,13 +369,33 @@ def test_without_numba_the_numpy_kernels_run(monkeypatch):
 def test_draws_are_the_same_bits_in_numpy_and_torch(sim):
     env = sim(1000, seed=12345)
     episode = torch.arange(1000, dtype=torch.int64) * 7919 % 2**40  # past 2**32: the counter wraps
-    from_torch = env._draw(TorchOps, env._rng_key, episode)
-    from_numpy = env._draw(NumpyOps, env._rng_key.numpy().astype(np.uint32), episode.numpy())
+    key = env._state.rng_key
+    from_torch = uniform_draws(key, episode, env._arrays(TorchOps))
+    from_numpy = uniform_draws(key.numpy().astype(np.uint32), episode.numpy(), env._arrays(NumpyOps))
     assert from_numpy.dtype == np.float64 and torch.equal(from_torch, torch.from_numpy(from_numpy))
     fresh_t = env._initial_physics(TorchOps, from_torch)
     fresh_n = env._initial_physics(NumpyOps, from_numpy)
     assert torch.equal(fresh_t, torch.from_numpy(fresh_n))
     assert torch.equal(env._frame(TorchOps, fresh_t), torch.from_numpy(env._frame(NumpyOps, fresh_n)))
+
+
+@needs_numba
+def test_the_compiled_rng_is_the_rng_modules():
+    """The compiled kernels' hash and counter are :mod:`rlstruct.envs._rng`'s functions, compiled: the same bits as
+    the int64 torch and the uint32 numpy versions."""
+    from rlstruct.envs import _jit_kernels
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.integers(0, 2**32, 500), [0, 1, 2**31 - 1, 2**31, 2**32 - 1]]).astype(np.int64)
+    episode = rng.integers(0, 2**40, x.shape[0]).astype(np.int64)
+    salt = rng.integers(0, 2**32, x.shape[0]).astype(np.int64)
+    hashed = _rng.mix32(torch.from_numpy(x)).numpy()
+    assert np.array_equal(_rng.mix32(x.astype(np.uint32), True), hashed.astype(np.uint32))
+    assert [_jit_kernels.mix32(v) for v in x] == hashed.tolist()
+    counters = _rng.counter(torch.from_numpy(x), torch.from_numpy(episode), torch.from_numpy(salt)).numpy()
+    assert [_jit_kernels.counter(*v) for v in zip(x, episode, salt)] == counters.tolist()
+    wrapped = _rng.counter(x.astype(np.uint32), episode.astype(np.uint32), salt.astype(np.uint32), True)
+    assert np.array_equal(wrapped, counters.astype(np.uint32))
 
 
 # ------------------------------------------------------------------------------------------- state
@@ -422,6 +442,134 @@ def test_gpu_envs_seeded_from_a_cpu_state():
     state_c, state_g = cpu.get_state(), gpu.get_state()
     assert torch.equal(state_c["episode"], state_g["episode"].cpu())
     assert torch.equal(state_c["rng_key"], state_g["rng_key"].cpu())
+
+
+KERNELS = ["jit", "numpy", "torch"]
+
+
+def _with_kernels(env: TorchVecEnv, kind: str) -> TorchVecEnv:
+    if kind == "jit" and (_jit.jit_kernels() is None or env._jit_name is None):
+        pytest.skip("no compiled kernels for this simulator here")
+    if kind != "torch" and env.device.type != "cpu":
+        pytest.skip("host kernels run on the CPU")
+    env._use_kernels(kind)
+    return env
+
+
+@pytest.mark.parametrize("kind", KERNELS)
+def test_set_graph_state_rebinds_the_state_and_keeps_the_trajectory(sim, device, kind):
+    """graph_state is a fresh dict of the env's own tensors; after set_graph_state(clones) the step reads the clones
+    and rebinds the env to new tensors, and the trajectory is bit for bit that of an env never handed a state."""
+    kw = dict(device=device, seed=6, autoreset=True, max_episode_steps=7)
+    env, twin = _with_kernels(sim(5, **kw), kind), _with_kernels(sim(5, **kw), kind)
+    env.reset(), twin.reset()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        state = env.graph_state()
+        assert list(state) == ["physics", "elapsed_steps", "episode", "rng_key", "last_action"]
+        assert state["physics"].shape == (len(sim.physics_names), 5) and state is not env.graph_state()
+        assert all(v is w for v, w in zip(state.values(), env.graph_state().values()))  # no copies
+        clones = {k: v.clone() for k, v in state.items()}
+        env.set_graph_state(clones)
+        assert all(v is clones[k] for k, v in env.graph_state().items())
+        action = random_actions(env, 5, gen)
+        (a_next, _), (a_run, _) = env.step(action)
+        (b_next, _), (b_run, _) = twin.step(action)
+        assert_identical(a_next, b_next)
+        assert_identical(a_run, b_run)
+        assert env.graph_state()["physics"] is not clones["physics"]
+    assert_identical(env.get_state(), twin.get_state())
+
+
+@pytest.mark.parametrize("kind", KERNELS)
+def test_the_step_reads_the_tensors_set_graph_state_gave(sim, kind):
+    """What a CUDA-graph replay relies on: the state written in place into the tensors handed over (the batcher's
+    copy at the end of a captured loop) is the state the next step starts from."""
+    kw = dict(autoreset=True, max_episode_steps=6)
+    a, b = _with_kernels(sim(4, seed=1, **kw), kind), _with_kernels(sim(4, seed=2, **kw), kind)
+    gen = torch.Generator().manual_seed(0)
+    for env in (a, b):
+        env.reset()
+        for _ in range(3):
+            env.step(random_actions(env, 4, gen))
+    static = {k: v.clone() for k, v in a.graph_state().items()}
+    a.set_graph_state(static)
+    for k, v in b.graph_state().items():
+        static[k].copy_(v)
+    for _ in range(10):
+        action = random_actions(a, 4, gen)
+        (a_next, _), (a_run, _) = a.step(action)
+        (b_next, _), (b_run, _) = b.step(action)
+        assert_identical(a_next, b_next)
+        assert_identical(a_run, b_run)
+
+
+def test_set_graph_state_errors():
+    env = CartPole(3, autoreset=True)
+    state = env.graph_state()
+    with pytest.raises(SpaceError, match=r"must be a dict with the keys \['elapsed_steps'.*got \['physics'\]"):
+        env.set_graph_state({"physics": state["physics"]})
+    with pytest.raises(SpaceError, match=r"state\['episode'\] must be torch.int64 \[3\], got torch.int32 \[3\]"):
+        env.set_graph_state({**state, "episode": state["episode"].int()})
+    with pytest.raises(SpaceError, match=r"state\['physics'\] must be torch.float64 \[4, 3\], got .* \[3, 4\]"):
+        env.set_graph_state({**state, "physics": state["physics"].t()})
+    with pytest.raises(DeviceMismatchError, match=r"state\['rng_key'\] must be on cpu, got meta"):
+        env.set_graph_state({**state, "rng_key": state["rng_key"].to("meta")})
+    with pytest.raises(EnvStateError, match="needs an auto-reset env.*build it with autoreset=True"):
+        CartPole(3).set_graph_state(state)
+    env.set_graph_state(state)  # still usable
+
+
+def _host_copy(x):
+    return x.copy() if isinstance(x, np.ndarray) else x.clone()
+
+
+def _flat(x) -> list[torch.Tensor]:
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in _flat(v)]
+    return [] if x is None else [torch.as_tensor(x)]
+
+
+@pytest.mark.parametrize("autoreset", [False, True], ids=["episodic", "autoreset"])
+@pytest.mark.parametrize("kind", KERNELS)
+def test_kernels_are_pure_functions_of_the_state_and_action_given(kind, autoreset):
+    """A kernel reads the state and the action it is handed, writes into neither, and touches no env attribute:
+    called twice on the same arguments it gives the same bits, and the env it came from is where it was."""
+    env = _with_kernels(CartPole(512, seed=3, autoreset=autoreset, max_episode_steps=2), kind)
+    states, _ = oracle_batch(CartPole, 512, seed=5)
+    env.reset()
+    with_physics(env, torch.from_numpy(states), torch.from_numpy(np.arange(512) % 2))
+    before = env.get_state()
+    kernel = env._autoreset_kernel if autoreset else env._episodic_kernel
+    state = env._host_state() if kind != "torch" else env._state
+    frozen = [_host_copy(x) for x in state]
+    action = np.arange(512) % 2 if kind != "torch" else torch.arange(512) % 2
+    first, second = kernel(state, action), kernel(state, action)
+    assert all(torch.equal(torch.as_tensor(x), torch.as_tensor(y)) for x, y in zip(state, frozen))
+    assert bool(torch.as_tensor(first[1].done).any())  # across the boundaries: restarts and truncations
+    for x, y in zip(_flat(first), _flat(second), strict=True):
+        assert x.dtype == y.dtype and torch.equal(x, y)
+    assert_identical(before, env.get_state())
+
+
+def test_kernel_modules_do_not_import_the_env_class():
+    """The RNG, the array namespaces and the kernels sit below the env class: no import cycle through it."""
+    import ast
+    from pathlib import Path
+
+    import rlstruct.envs
+
+    root = Path(rlstruct.envs.__file__).parent
+    for name in ("_rng", "_array_ops", "_sim_kernels", "_jit", "_jit_kernels"):
+        tree = ast.parse((root / f"{name}.py").read_text())
+        imported = [
+            (node.module or "") + "." + alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+        ]
+        imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+        assert not [m for m in imported if "_torch_env" in m or "classic_control" in m], name
 
 
 # ------------------------------------------------------------------------------------------- step variants
@@ -495,7 +643,7 @@ def test_episodic_raises_once_every_env_has_finished():
     for _ in range(2):
         (_, _), (obs, ids) = env.step(DictTensor({"action": torch.zeros(ids.shape[0], dtype=torch.int64)}))
     assert ids.shape == (0,) and obs.n_elems() == 0
-    with pytest.raises(BatcherStateError, match="call env.reset"):
+    with pytest.raises(EnvStateError, match="call env.reset"):
         env.step(DictTensor({"action": torch.zeros(0, dtype=torch.int64)}))
     assert env.reset()[1].tolist() == [0, 1, 2]
 
@@ -532,7 +680,7 @@ def test_actions_numpy_cannot_read_step_like_float32_ones(autoreset):
 # ------------------------------------------------------------------------------------------- errors
 def test_action_errors(sim):
     env = sim(3)
-    with pytest.raises(BatcherStateError, match="before reset"):
+    with pytest.raises(EnvStateError, match="before reset"):
         env.step(DictTensor({"action": torch.zeros(3, dtype=torch.int64)}))
     env.reset()
     if sim is Pendulum:
@@ -571,7 +719,7 @@ def test_env_info_errors():
 
 def test_state_errors():
     env = CartPole(3, autoreset=True)
-    with pytest.raises(BatcherStateError, match="get_state called before reset"):
+    with pytest.raises(EnvStateError, match="get_state called before reset"):
         env.get_state()
     env.reset()
     good = env.get_state()
@@ -598,6 +746,11 @@ def test_state_errors():
     with pytest.raises(SpaceError, match=r"rng_key'\] must be in \[0, 2\*\*32\)"):
         env.set_state(bad)
     env.set_state(good)  # still usable
+    env.close()
+    env.close()  # idempotent
+    for call in (env.reset, env.get_state, lambda: env.step(DictTensor({"action": torch.zeros(3, dtype=torch.int64)}))):
+        with pytest.raises(EnvStateError, match="CartPole is closed; build a new one"):
+            call()
 
 
 def test_constructor_errors():
@@ -605,8 +758,13 @@ def test_constructor_errors():
         CartPole(0)
     with pytest.raises(ValueError, match="max_episode_steps must be a positive int or None, got 0"):
         Acrobot(2, max_episode_steps=0)
-    with pytest.raises(TypeError, match="seed must be an int"):
+    with pytest.raises(SeedError, match=r"seed must be an int in \[0, 2\*\*31\), got float 1.5"):
         MountainCar(2, seed=1.5)
+    with pytest.raises(SeedError, match=r"got -1; pass a non-negative int"):
+        CartPole(2, seed=-1)
+    with pytest.raises(SeedError, match=r"got 2147483648"):
+        CartPole(2, seed=2**31)
+    assert CartPole(2, seed=2**31 - 1).seed == 2**31 - 1
     env = Pendulum(2, max_episode_steps=None)
     env.reset()
     env.step(DictTensor({"action": torch.zeros(2)}))
@@ -633,10 +791,10 @@ def test_compiled_steps_match_eager():
     kw = dict(seed=8, max_episode_steps=30)
     eager = rollout(CartPole(64, autoreset=True, **kw), 60)
     dense = CartPole(64, autoreset=True, compile=True, **kw)
-    assert dense._autoreset_fn != dense._autoreset_sparse
+    assert dense.kernel == "compiled" and not dense._sparse_draws
     assert_close_trajectories(eager, rollout(dense, 60))
     sparse = CartPole(64, autoreset=True, compile=True, **kw)
-    sparse._autoreset_fn = sparse._autoreset_sparse  # what N > 2048 envs run, at a size that compiles fast
+    sparse._use_kernels("compiled", sparse=True)  # what N > 2048 envs run, at a size that compiles fast
     assert_close_trajectories(eager, rollout(sparse, 60))
     episodic = rollout(CartPole(64, **kw), 40)
     assert_close_trajectories(episodic, rollout(CartPole(64, compile=True, **kw), 40))

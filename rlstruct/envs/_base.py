@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlstruct.errors import BatcherStateError, DeviceMismatchError, SpaceError
+from rlstruct.errors import DeviceMismatchError, EnvStateError, SpaceError
 from rlstruct.structures import DictTensor
 
 __all__ = ["VecEnv", "StepResult", "host_copy"]
@@ -77,13 +77,13 @@ class VecEnv(abc.ABC):
             observation_running: the same for ``observation_running``.
 
         Raises:
-            BatcherStateError: the env does not auto-reset.
+            EnvStateError: the env does not auto-reset.
             DeviceMismatchError: the destinations are not on the env's device.
             KeyError: a destination lacks a key of the observations.
             Whatever :meth:`step` raises.
         """
         if not self.autoreset:
-            raise BatcherStateError(
+            raise EnvStateError(
                 f"step_into needs an auto-reset env (every env running), {type(self).__name__} has autoreset=False; "
                 "call step() instead"
             )
@@ -107,17 +107,31 @@ class VecEnv(abc.ABC):
         so that a batcher should call it; ``False`` here."""
         return False
 
-    def graph_state(self) -> tuple[str, ...] | None:
-        """For CUDA-graph capture of the step loop (``RL_Batcher(..., cuda_graph=True)``): the names of the
-        attributes holding every tensor ``step`` reads as state and rebinds, or ``None`` (the default) when the
+    def graph_state(self) -> dict[str, torch.Tensor] | None:
+        """For CUDA-graph capture of the step loop (``RL_Batcher(..., cuda_graph=True)``): the env's current state
+        tensors by name (a fresh dict holding the env's own tensors, no copies), or ``None`` (the default) when the
         step cannot be captured.
 
-        A capturable step runs on one CUDA device with fixed shapes (every env always running: auto-reset),
-        never synchronizes with the host, and keeps all its mutable state in those tensors. A replay reads the
-        tensors the capture saw, so the batcher copies the state back into them at the end of the captured
-        loop and rebinds the attributes to them before every replay.
+        A capturable step runs on one device with fixed shapes (every env always running: auto-reset), never
+        synchronizes with the host, reads its state from these tensors only and rebinds the env to new ones (it
+        never writes into them). A replay reads the tensors the capture saw, so the batcher copies the state into
+        tensors of its own, hands them over with :meth:`set_graph_state` before every replay, and copies the
+        state the captured steps reached back into them at the end of the captured loop. Only a CUDA step can be
+        captured; an env may return its state on any device (the batcher asks on CUDA only).
         """
         return None
+
+    def set_graph_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Makes the env's state the tensors ``state`` (no copy: the next step reads them), with the keys, shapes,
+        dtypes and device of :meth:`graph_state`'s.
+
+        Raises:
+            EnvStateError: here, always: the env has no capturable step (:meth:`graph_state` is ``None``).
+        """
+        raise EnvStateError(
+            f"set_graph_state needs an env whose step can be captured, {type(self).__name__}.graph_state() is None; "
+            "check graph_state() before handing it a state"
+        )
 
     def close(self) -> None:
         """Releases the envs' resources; idempotent."""

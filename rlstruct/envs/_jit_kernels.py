@@ -1,15 +1,15 @@
 """Compiled CPU steps of the torch simulators (numba), one call per step; imported by :mod:`._jit` only.
 
 Each kernel is a loop over envs that repeats, env by env, the array operations of the simulator's
-numpy kernels (:mod:`.classic_control`, :meth:`TorchVecEnv._autoreset_numpy`) in the same order on
+numpy kernels (:mod:`.classic_control`, :func:`._sim_kernels.autoreset_numpy`) in the same order on
 the same IEEE doubles, without fast-math (no reassociation, no fused multiply-add). The sines and
 cosines are not computed here: the caller passes torch's (libm's differ in the last bit), so the
 results are bitwise those of the numpy and torch kernels. Outputs are written into arrays the caller
 allocated for this step; inputs are only read.
 
-Reset draws follow :meth:`TorchVecEnv._draw`: draw ``d`` of episode ``e`` of the env with key ``k`` is
-``mix32((k + e * EPISODE_STRIDE + salt_d) mod 2**32) * scale_d + offset_d``, in ``int64`` with every
-intermediate below ``2**63``.
+Reset draws follow :func:`._rng.uniform_draws`: draw ``d`` of episode ``e`` of the env with key ``k`` is
+``mix32(counter(k, e, salt_d)) * scale_d + offset_d``, in ``int64`` with every intermediate below ``2**63``,
+where ``mix32`` and ``counter`` are :mod:`._rng`'s very functions, compiled here.
 """
 
 from __future__ import annotations
@@ -17,22 +17,23 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from rlstruct.envs._torch_env import _EPISODE_STRIDE, _MASK32, _MIX_C1, _MIX_C2
+from rlstruct.envs import _rng
 
-__all__ = ["cartpole_autoreset", "cartpole_episodic"]
+__all__ = ["cartpole_autoreset", "cartpole_episodic", "mix32", "counter"]
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 
+# The RNG's one definition, compiled (its module constants become compile-time constants). numba's cache of the
+# kernels below is keyed on this file only: after an edit of _rng.py, touch this file so that they compile again
+# (tests/test_simulators.py compares both with the numpy kernels bit for bit).
+mix32 = _jit(_rng.mix32)
+counter = _jit(_rng.counter)
+
+
 @_jit
 def _draw(key, episode, salt, scale, offset):
-    """One uniform draw: :meth:`TorchVecEnv._draw` for one env and one variable."""
-    x = ((episode & _MASK32) * _EPISODE_STRIDE + np.int64(key) + salt) & _MASK32
-    x = x ^ (x >> 16)
-    x = (x * _MIX_C1) & _MASK32
-    x = x ^ (x >> 15)
-    x = (x * _MIX_C2) & _MASK32
-    x = x ^ (x >> 15)
-    return np.float64(x) * scale + offset
+    """One uniform draw: :func:`._rng.uniform_draws` for one env and one variable."""
+    return np.float64(mix32(counter(np.int64(key), episode, salt))) * scale + offset
 
 
 @_jit

@@ -1,34 +1,18 @@
-"""The shared base of the torch-native simulators: batched state, counter-based RNG, step variants.
+"""The shared base of the torch-native simulators: the env class, its kernel choice and its state I/O.
 
-A :class:`TorchVecEnv` keeps every env's state in a few tensors on one device and steps all of
-them with a handful of batched kernels, so that ``10**5``-``10**6`` envs live on one GPU (or one
-CPU process) with no Python loop over envs. Subclasses only describe one system: its reset
-distribution, its transition and its observation, each a pure function of arrays written once against
-an array namespace ``xp``: :class:`TorchOps` (torch tensors: accelerators and ``compile=True``) or
-:class:`NumpyOps` (zero-copy numpy views of CPU tensors: the default CPU step, where a numpy operation
-dispatches in about a third of a torch operation's time). Both give the same bits on the CPU. A
-simulator may also have compiled CPU kernels (:mod:`rlstruct.envs._jit_kernels`, with numba installed:
-the whole step in one call), which repeat its numpy kernels operation for operation, to the same bits.
+A :class:`TorchVecEnv` keeps every env's state in one :class:`~rlstruct.envs._sim_kernels.SimState` (a few
+tensors on one device) and steps all of them with the pure batched kernels of :mod:`rlstruct.envs._sim_kernels`,
+``(state, action) -> (state, outputs)``, so that ``10**5``-``10**6`` envs live on one GPU (or one CPU process)
+with no Python loop over envs. Subclasses only describe one system: its reset distribution, its transition and
+its observation, each a pure function of arrays written once against an array namespace ``xp``
+(:mod:`rlstruct.envs._array_ops`: torch tensors, or zero-copy numpy views of CPU tensors). A simulator may also
+have compiled CPU kernels (:mod:`rlstruct.envs._jit_kernels`, with numba installed: the whole step in one call),
+which repeat its numpy kernels operation for operation, to the same bits.
 
-State layout (all on :attr:`TorchVecEnv.device`, one column or row per env):
-
-* ``physics``: ``float64 [P, n_envs]``, one contiguous row per state variable (structure of
-  arrays: every elementwise kernel reads contiguous memory); :meth:`TorchVecEnv.get_state`
-  exposes it transposed, ``[n_envs, P]``, in gymnasium's order.
-* ``elapsed_steps``: ``int64 [n_envs]``, steps taken in the current episode (gymnasium's
-  ``TimeLimit`` counter: truncation when it reaches ``max_episode_steps``).
-* ``episode``: ``int64 [n_envs]``, index of the env's current episode (0 after the first
-  ``reset``); with ``rng_key`` it is the whole RNG state.
-* ``rng_key``: ``int64 [n_envs]`` in ``[0, 2**32)``, a hash of ``(seed, env index)``.
-* ``last_action`` and, for episodic envs, the set of running envs.
-
-Randomness is counter based: draw ``d`` of episode ``e`` of env ``k`` is
-``mix32((key_k + e * A + d * B) mod 2**32)`` mapped to ``(low_d, high_d)``, where ``mix32`` is a
-two-multiply xorshift hash with odd multipliers below ``2**31`` and
-``key_k = mix32(mix32(base(seed) + k * C))``, all computed in ``int64`` with every intermediate
-below ``2**63`` (no signed overflow, so CPU and CUDA give the same bits). So env
-``k``'s episodes depend on ``(seed, k, e)`` only: not on ``n_envs``, on the device, on when the
-other envs finish, or on the order of calls.
+State (all on :attr:`TorchVecEnv.device`, one column or row per env): ``physics`` ``float64 [P, n_envs]``
+(:meth:`TorchVecEnv.get_state` exposes it transposed, ``[n_envs, P]``, in gymnasium's order), ``elapsed_steps``
+(gymnasium's ``TimeLimit`` counter), ``episode`` (with ``rng_key``, the whole RNG state: see
+:mod:`rlstruct.envs._rng`), ``last_action``; the env also keeps the set of running envs (episodic envs).
 """
 
 from __future__ import annotations
@@ -36,241 +20,30 @@ from __future__ import annotations
 import abc
 import functools
 from types import SimpleNamespace
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
 from rlstruct.devices import DeviceLike, check_device_exists
+from rlstruct.envs import _sim_kernels as kernels
+from rlstruct.envs._array_ops import NumpyOps, TorchOps
 from rlstruct.envs._base import HostDestinations, StepResult, VecEnv, host_copy
 from rlstruct.envs._jit import jit_kernels
-from rlstruct.errors import BatcherStateError, BatchSizeError, DeviceMismatchError, SpaceError
+from rlstruct.envs._rng import MASK32, draw_table, env_keys
+from rlstruct.envs._sim_kernels import SimState
+from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
+from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
 
 __all__ = ["TorchVecEnv", "TorchOps", "NumpyOps"]
 
-_MASK32 = 0xFFFFFFFF
-# Odd multipliers below 2**31: a value below 2**32 times one of them stays below 2**63.
-_MIX_C1 = 0x21F0AAAD
-_MIX_C2 = 0x735A2D97
-_EPISODE_STRIDE = 0x61C88647  # 2**32 - golden-ratio constant, below 2**31
-_DRAW_STRIDE = 0x2C1B3C6D
-_ENV_STRIDE = 0x5BD1E995 & 0x7FFFFFFF
-_SEED_SALT = (0x3C6EF372, 0x1B873593)
-_TWO_POW_M32 = 2.0**-32
-_MIX_C1_U32, _MIX_C2_U32, _EPISODE_STRIDE_U32 = np.uint32(_MIX_C1), np.uint32(_MIX_C2), np.uint32(_EPISODE_STRIDE)
 # With compile=True on the CPU, batches up to this size draw densely inside the fused step (measured
 # crossover on a 2-core AVX2 machine: see BENCHMARKS.md).
 _FUSED_DENSE_MAX_ENVS = 2048
 
 _STATE_KEYS = ("physics", "elapsed_steps", "episode", "rng_key", "last_action", "running")
-
-
-def _mix32(x: Any) -> Any:
-    """A 32-bit avalanche hash of ``x`` (``int64`` tensor or array, values in ``[0, 2**32)``), same range out."""
-    x = x ^ (x >> 16)
-    x = (x * _MIX_C1) & _MASK32
-    x = x ^ (x >> 15)
-    x = (x * _MIX_C2) & _MASK32
-    return x ^ (x >> 15)
-
-
-def _mix32_u32(x: np.ndarray) -> np.ndarray:
-    """:func:`_mix32` on a ``uint32`` numpy array: its arithmetic wraps modulo ``2**32``, so the masks are
-    implicit and the bits are the same, in five fewer calls."""
-    x = x ^ (x >> 16)
-    x = x * _MIX_C1_U32
-    x = x ^ (x >> 15)
-    x = x * _MIX_C2_U32
-    return x ^ (x >> 15)
-
-
-class TorchOps:
-    """The array namespace of the torch kernels: any device, and what ``compile=True`` fuses.
-
-    The simulators' kernels are written once against ``xp`` (this class or :class:`NumpyOps`), with
-    Python operators for the arithmetic and ``xp.<name>`` for the rest, so that one code runs on
-    torch tensors (accelerators, fused steps) and on zero-copy numpy views of CPU tensors.
-    """
-
-    is_numpy = False
-    sin = staticmethod(torch.sin)
-    cos = staticmethod(torch.cos)
-    abs = staticmethod(torch.abs)
-    ceil = staticmethod(torch.ceil)
-    remainder = staticmethod(torch.remainder)
-    where = staticmethod(torch.where)
-    minimum = staticmethod(torch.minimum)
-    maximum = staticmethod(torch.maximum)
-    zeros_like = staticmethod(torch.zeros_like)
-
-    @staticmethod
-    def clip(x: torch.Tensor, low: Any = None, high: Any = None) -> torch.Tensor:
-        return x.clamp(low, high)
-
-    @staticmethod
-    def lookup(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """``table[clip(index, 0, len(table) - 1)]``: a per-action constant, the action clamped into range."""
-        return table[index.clamp(0, table.shape[0] - 1)]
-
-    @staticmethod
-    def stack(rows: Any) -> torch.Tensor:
-        return torch.stack(tuple(rows))
-
-    @staticmethod
-    def concat(parts: Any) -> torch.Tensor:
-        return torch.cat(tuple(parts))
-
-    @staticmethod
-    def float64(x: torch.Tensor) -> torch.Tensor:
-        return x.to(torch.float64)
-
-    @staticmethod
-    def float32(x: torch.Tensor) -> torch.Tensor:
-        return x.to(torch.float32)
-
-    @staticmethod
-    def full_f32(like: torch.Tensor, value: float) -> torch.Tensor:
-        """``float32 [B]`` filled with ``value``, ``B`` and the device those of ``like [B]``."""
-        return torch.full(like.shape, value, dtype=torch.float32, device=like.device)
-
-    @staticmethod
-    def false(like: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(like.shape, dtype=torch.bool, device=like.device)
-
-    @staticmethod
-    def frame(rows: Any) -> torch.Tensor:
-        """``float32 [B, F]`` whose column ``f`` is ``rows[f]``: a ``[F, B]`` tensor or ``F`` tensors ``[B]``."""
-        if isinstance(rows, torch.Tensor):
-            return rows.t().to(torch.float32, memory_format=torch.contiguous_format)
-        return torch.stack(tuple(rows), dim=1).to(torch.float32)
-
-
-def _torch_sin(x: np.ndarray) -> np.ndarray:
-    out = np.empty(x.shape, dtype=x.dtype)
-    torch.sin(torch.from_numpy(x), out=torch.from_numpy(out))
-    return out
-
-
-def _torch_cos(x: np.ndarray) -> np.ndarray:
-    out = np.empty(x.shape, dtype=x.dtype)
-    torch.cos(torch.from_numpy(x), out=torch.from_numpy(out))
-    return out
-
-
-class NumpyOps:
-    """The array namespace of the CPU kernels: numpy on zero-copy views of CPU tensors.
-
-    A numpy operation dispatches in about a third of a torch operation's time, which is most of a
-    step's cost up to ``10**4`` envs. ``sin`` and ``cos`` are torch's (vectorized, 2-3x numpy's
-    float64 ones on AVX2, and the same bits as the torch kernels), called on the same memory.
-    """
-
-    is_numpy = True
-    sin = staticmethod(_torch_sin)
-    cos = staticmethod(_torch_cos)
-    abs = staticmethod(np.abs)
-    ceil = staticmethod(np.ceil)
-    remainder = staticmethod(np.remainder)
-    where = staticmethod(np.where)
-    minimum = staticmethod(np.minimum)
-    maximum = staticmethod(np.maximum)
-    zeros_like = staticmethod(np.zeros_like)
-
-    @staticmethod
-    def lookup(table: np.ndarray, index: np.ndarray) -> np.ndarray:
-        return np.take(table, index, mode="clip")
-
-    @staticmethod
-    def clip(x: np.ndarray, low: Any = None, high: Any = None) -> np.ndarray:
-        if high is None:
-            return np.maximum(x, low)
-        if low is None:
-            return np.minimum(x, high)
-        return np.minimum(np.maximum(x, low), high)
-
-    @staticmethod
-    def stack(rows: Any) -> np.ndarray:
-        # np.array of a tuple of [B] arrays is np.stack's result, at a quarter of its call overhead.
-        return np.array(tuple(rows))
-
-    @staticmethod
-    def concat(parts: Any) -> np.ndarray:
-        return np.concatenate(tuple(parts))
-
-    @staticmethod
-    def float64(x: np.ndarray) -> np.ndarray:
-        return x.astype(np.float64)
-
-    @staticmethod
-    def float32(x: np.ndarray) -> np.ndarray:
-        return x.astype(np.float32)
-
-    @staticmethod
-    def full_f32(like: np.ndarray, value: float) -> np.ndarray:
-        out = np.empty(like.shape, dtype=np.float32)
-        out.fill(value)
-        return out
-
-    @staticmethod
-    def false(like: np.ndarray) -> np.ndarray:
-        return np.zeros(like.shape, dtype=np.bool_)
-
-    @staticmethod
-    def frame(rows: Any) -> np.ndarray:
-        if isinstance(rows, np.ndarray) and rows.shape[1] <= 512:
-            return rows.T.astype(np.float32, order="C")
-        # Column by column for large batches: numpy's cast of a transposed [F, B] array into C order
-        # walks it F elements at a time, 2-3x slower from 4096 envs on.
-        out = np.empty((len(rows[0]), len(rows)), dtype=np.float32)
-        for f, row in enumerate(rows):
-            out[:, f] = row
-        return out
-
-
-def env_keys(seed: int, n_envs: int, device: torch.device) -> torch.Tensor:
-    """``int64 [n_envs]`` in ``[0, 2**32)``: the RNG key of env ``k`` depends on ``(seed, k)`` only.
-
-    >>> bool((env_keys(0, 8, torch.device("cpu"))[:4] == env_keys(0, 4, torch.device("cpu"))).all())
-    True
-    """
-    seed64 = seed & 0xFFFFFFFFFFFFFFFF
-    halves = torch.tensor([seed64 & _MASK32, seed64 >> 32], dtype=torch.int64)
-    halves = _mix32(halves ^ torch.tensor(_SEED_SALT, dtype=torch.int64))
-    base = _mix32(halves[:1] ^ _mix32(halves[1:] + 1))
-    k = torch.arange(n_envs, dtype=torch.int64)
-    keys = _mix32(_mix32((base + (k & _MASK32) * _ENV_STRIDE) & _MASK32) ^ (k >> 32))
-    return keys.to(device)
-
-
-class _AutoresetStep(NamedTuple):
-    """What one auto-reset step computes (``*_r``: what the running envs act on next)."""
-
-    frame: torch.Tensor
-    reward: torch.Tensor
-    done: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    reward_r: torch.Tensor
-    initial_r: torch.Tensor
-    last_r: torch.Tensor
-    elapsed_r: torch.Tensor
-    episode_r: torch.Tensor
-    phys_r: torch.Tensor
-    frame_r: torch.Tensor
-    false: tuple[torch.Tensor, ...] | None = None  # four all-false bool [B], when the step made them
-
-
-def _with_restarts(out: _AutoresetStep, phys_r: torch.Tensor, frame_r: torch.Tensor) -> _AutoresetStep:
-    """``out`` with the running envs' states and frames replaced (the finished ones restarted).
-
-    Built field by field rather than with ``NamedTuple._replace``, which ``torch.compile`` cannot trace in
-    every torch 2.x release.
-    """
-    return _AutoresetStep(
-        out.frame, out.reward, out.done, out.terminated, out.truncated, out.reward_r, out.initial_r, out.last_r,
-        out.elapsed_r, out.episode_r, phys_r, frame_r, out.false,
-    )  # fmt: skip
+_KERNELS = ("jit", "numpy", "torch", "compiled")
 
 
 class TorchVecEnv(VecEnv):
@@ -292,7 +65,8 @@ class TorchVecEnv(VecEnv):
     Args:
         n_envs: number of envs (``>= 1``).
         device: where the state, the observations and the ids live.
-        seed: any int; env ``k`` of ``seed`` replays the same episodes whatever ``n_envs`` and device.
+        seed: an int in ``[0, 2**31)``; env ``k`` of ``seed`` replays the same episodes whatever ``n_envs`` and
+            device.
         autoreset: ``True``: every env always runs and a finished env restarts inside ``step``;
             ``False`` (episodic): finished envs drop out until :meth:`reset`.
         max_episode_steps: truncation horizon (gymnasium's ``TimeLimit``); ``None`` for none.
@@ -306,6 +80,7 @@ class TorchVecEnv(VecEnv):
 
     Raises:
         ValueError: ``n_envs`` or ``max_episode_steps`` is not a positive int.
+        SeedError: ``seed`` is not an int in ``[0, 2**31)``.
         DeviceUnavailableError: ``device`` does not exist on this machine.
 
     >>> from rlstruct.envs import CartPole
@@ -347,39 +122,34 @@ class TorchVecEnv(VecEnv):
                 f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}; "
                 "pass None for no time limit"
             )
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+        self.seed = check_seed(seed)
         self.device = check_device_exists(device)
         self.autoreset = bool(autoreset)
         self.max_episode_steps = max_episode_steps
-        self.seed = seed
         self.compiled = bool(compile)
         self._n = n_envs
+        self._discrete = self.n_actions is not None
         dev = self.device
         self._limit = max_episode_steps if max_episode_steps is not None else 2**62
         self._ids_all = torch.arange(n_envs, dtype=torch.int64, device=dev)
-        n_draws = len(self.reset_low)
-        low = torch.tensor(self.reset_low, dtype=torch.float64)
-        high = torch.tensor(self.reset_high, dtype=torch.float64)
-        scale = (high - low) * _TWO_POW_M32
         self._arrays_torch = SimpleNamespace()
         self._arrays_numpy = SimpleNamespace()
-        self._add_array("draw_salt", (torch.arange(n_draws, dtype=torch.int64) * _DRAW_STRIDE & _MASK32).view(-1, 1))
-        self._add_array("draw_scale", scale.view(-1, 1))
-        self._add_array("draw_offset", (low + 0.5 * scale).view(-1, 1))
+        for name, values in draw_table(self.reset_low, self.reset_high).items():
+            self._add_array(name, values)
         if dev.type == "cpu":
             self._arrays_numpy.draw_salt_u32 = self._arrays_numpy.draw_salt.astype(np.uint32)
-        self._rng_key = env_keys(seed, n_envs, dev)
-        self._started = False
-        self._phys = torch.zeros(len(self.physics_names), n_envs, dtype=torch.float64, device=dev)
-        self._elapsed = torch.zeros(n_envs, dtype=torch.int64, device=dev)
-        self._episode = torch.full((n_envs,), -1, dtype=torch.int64, device=dev)
-        self._last_action = self._zero_actions(n_envs)
+        self._state = SimState(
+            physics=torch.zeros(len(self.physics_names), n_envs, dtype=torch.float64, device=dev),
+            elapsed_steps=torch.zeros(n_envs, dtype=torch.int64, device=dev),
+            episode=torch.full((n_envs,), -1, dtype=torch.int64, device=dev),
+            rng_key=env_keys(self.seed, n_envs, dev),
+            last_action=self._zero_actions(n_envs),
+        )
+        # Numpy views of ``_state`` (CPU), kept while the state is that very value: ``(state, views)``.
+        self._host: tuple[SimState, SimState] | None = None
         self._ids = self._ids_all
-        self._discrete = self.n_actions is not None
-        self._np_views: tuple | None = None
-        self._key_np: tuple = (None, None)
-        self._action_np: np.ndarray | None = None
+        self._started = False
+        self._closed = False
         # How a step runs, chosen once here; every way gives the same bits (up to the fused kernels'
         # floating-point contractions). On the CPU: one compiled call per step where the simulator has
         # compiled kernels and numba is installed (``"jit"``), else the kernels on numpy views of the state
@@ -389,39 +159,47 @@ class TorchVecEnv(VecEnv):
         # compile=True fuses the torch kernels (``"compiled"``): the whole dense step off the CPU and for
         # small CPU batches, the physics only (with sparse draws) for large CPU batches.
         on_cpu = dev.type == "cpu"
-        kernels = jit_kernels() if on_cpu and not compile and self._jit_name is not None else None
-        self._advance_fn = self._advance
         if compile:
-            self.kernel = "compiled"
-            self._advance_fn = torch.compile(self._advance, fullgraph=True, dynamic=False)
-            dense = torch.compile(self._autoreset_dense, fullgraph=True, dynamic=False)
-            self._episodic_fn = torch.compile(self._episodic_kernel, fullgraph=True)
-            sparse_cpu = on_cpu and n_envs > _FUSED_DENSE_MAX_ENVS
-            self._autoreset_fn = self._autoreset_sparse if sparse_cpu else dense
-        elif kernels is not None:
-            self.kernel = "jit"
-            self._jit_autoreset = getattr(kernels, self._jit_name + "_autoreset")
-            self._jit_episodic = getattr(kernels, self._jit_name + "_episodic")
+            self._use_kernels("compiled", sparse=on_cpu and n_envs > _FUSED_DENSE_MAX_ENVS)
+        elif on_cpu and self._jit_name is not None and jit_kernels() is not None:
+            self._use_kernels("jit")
+        else:
+            self._use_kernels("numpy" if on_cpu else "torch")
+
+    def _use_kernels(self, kind: str, *, sparse: bool = False) -> None:
+        """Makes the steps run the kernels ``kind`` (one of :attr:`kernel`'s values); ``sparse`` (``"torch"`` and
+        ``"compiled"``): draw fresh initial states for the finished envs only. Each kernel gets ``self`` as its
+        ``system`` (constants and pure hooks), the state and the action."""
+        if kind not in _KERNELS:
+            raise ValueError(f"kind must be one of {_KERNELS}, got {kind!r}")
+        self.kernel = kind
+        self._on_host = kind in ("jit", "numpy")
+        self._sparse_draws = sparse if kind in ("torch", "compiled") else True
+        if kind == "jit":
+            module = jit_kernels()
+            if module is None or self._jit_name is None:
+                raise ValueError(f"{type(self).__name__} has no compiled kernels here (numba missing or disabled)")
+            self._jit_autoreset = getattr(module, self._jit_name + "_autoreset")
+            self._jit_episodic = getattr(module, self._jit_name + "_episodic")
             self._jit_constants = np.array([getattr(self, name) for name in self._jit_params], dtype=np.float64)
             c = self._arrays_numpy
             self._jit_draws = (c.draw_salt.ravel(), c.draw_scale.ravel(), c.draw_offset.ravel())
-            self._episodic_fn, self._autoreset_fn = self._episodic_jit, self._autoreset_jit
-        elif on_cpu:
-            self.kernel = "numpy"
-            self._episodic_fn, self._autoreset_fn = self._episodic_numpy, self._autoreset_numpy
+            autoreset, episodic = kernels.autoreset_jit, kernels.episodic_jit
+        elif kind == "numpy":
+            autoreset, episodic = kernels.autoreset_numpy, kernels.episodic_numpy
+        elif kind == "torch":
+            autoreset = kernels.autoreset_sparse if sparse else kernels.autoreset_dense
+            episodic = kernels.episodic
         else:
-            self.kernel = "torch"
-            self._episodic_fn, self._autoreset_fn = self._episodic_kernel, self._autoreset_dense
-
-    def _numpy_state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Numpy views of ``(physics, elapsed, episode)`` and the ``uint32`` key (CPU only), kept for the tensors."""
-        v = self._np_views
-        if v is None or v[0] is not self._phys or v[1] is not self._elapsed or v[2] is not self._episode:
-            phys, elapsed, episode = self._phys, self._elapsed, self._episode
-            v = self._np_views = (phys, elapsed, episode, phys.numpy(), elapsed.numpy(), episode.numpy())
-        if self._key_np[0] is not self._rng_key:
-            self._key_np = (self._rng_key, self._rng_key.numpy().astype(np.uint32))
-        return v[3], v[4], v[5], self._key_np[1]
+            fuse = functools.partial(torch.compile, fullgraph=True, dynamic=False)
+            autoreset = (
+                functools.partial(kernels.autoreset_sparse, advance=fuse(kernels.advance))
+                if sparse
+                else fuse(kernels.autoreset_dense)
+            )
+            episodic = torch.compile(kernels.episodic, fullgraph=True)
+        self._autoreset_kernel = functools.partial(autoreset, self)
+        self._episodic_kernel = functools.partial(episodic, self)
 
     def _add_array(self, name: str, values: torch.Tensor) -> None:
         """Registers a constant array of the kernels, read as ``self._arrays(xp).<name>``."""
@@ -463,12 +241,68 @@ class TorchVecEnv(VecEnv):
         mode = "autoreset" if self.autoreset else "episodic"
         return f"{type(self).__name__}(n_envs={self._n}, device={self.device}, seed={self.seed}, {mode})"
 
-    def graph_state(self) -> tuple[str, ...] | None:
-        """The state tensors an auto-reset step reads and rebinds (capturable off the CPU); ``None`` for episodic
-        envs, whose running set shrinks (a host sync and a shape change)."""
-        if not self.autoreset or self.device.type == "cpu":
+    def graph_state(self) -> dict[str, torch.Tensor] | None:
+        """The tensors of the env's state, by name (a fresh dict of the env's own tensors, no copies), for an
+        auto-reset env on any device; ``None`` for an episodic env, whose running set shrinks (a host sync and a
+        shape change).
+
+        Keys: ``physics`` ``float64 [P, n_envs]`` (one row per state variable), ``elapsed_steps``, ``episode``
+        and ``rng_key`` ``int64 [n_envs]``, ``last_action``. A step reads them and rebinds the env to new
+        tensors, as do :meth:`reset` and :meth:`set_state`: ask again after any of them. On the CPU the dict is
+        returned too (the state round trip works there), though only a CUDA step can be captured: a batcher asks
+        for ``cuda_graph`` on CUDA devices only.
+
+        >>> from rlstruct.envs import CartPole
+        >>> sorted(CartPole(2, autoreset=True).graph_state())
+        ['elapsed_steps', 'episode', 'last_action', 'physics', 'rng_key']
+        >>> CartPole(2, autoreset=False).graph_state() is None
+        True
+        """
+        if not self.autoreset:
             return None
-        return ("_phys", "_elapsed", "_episode", "_rng_key", "_last_action")
+        return self._state._asdict()
+
+    def set_graph_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Makes the env's state the tensors ``state`` (no copy: the next step reads them).
+
+        Args:
+            state: the keys of :meth:`graph_state`, each tensor with the shape, dtype and device of the one it
+                replaces.
+
+        Raises:
+            EnvStateError: the env is episodic (:meth:`graph_state` is ``None``).
+            SpaceError: a key is missing or extra, or a tensor has another shape or dtype.
+            DeviceMismatchError: a tensor is on another device.
+        """
+        if not self.autoreset:
+            raise EnvStateError(
+                f"set_graph_state needs an auto-reset env (graph_state() is not None), {type(self).__name__} has "
+                "autoreset=False; build it with autoreset=True"
+            )
+        current = self._state
+        if not isinstance(state, dict) or set(state) != set(SimState._fields):
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise SpaceError(
+                f"set_graph_state's state must be a dict with the keys {sorted(SimState._fields)}, got {got}; "
+                "pass tensors like those of graph_state()"
+            )
+        for name, old in zip(SimState._fields, current):
+            new = state[name]
+            if not isinstance(new, torch.Tensor) or new.shape != old.shape or new.dtype != old.dtype:
+                got = f"{new.dtype} {list(new.shape)}" if isinstance(new, torch.Tensor) else type(new).__name__
+                raise SpaceError(
+                    f"set_graph_state's state[{name!r}] must be {old.dtype} {list(old.shape)}, got {got}; pass "
+                    "tensors like those of graph_state()"
+                )
+            if new.device != old.device:
+                raise DeviceMismatchError(
+                    f"set_graph_state's state[{name!r}] must be on {old.device}, got {new.device}; pass tensors on "
+                    "the env's device"
+                )
+        self._state = SimState(**state)
+        # The host kernels' views are made again from these tensors at the next step (the uint32 copy of the key
+        # included): a state written into them before that step is the one it reads.
+        self._host = None
 
     def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
         """Starts a new episode in every env.
@@ -484,23 +318,20 @@ class TorchVecEnv(VecEnv):
             ``(observation [n_envs], ids)`` with ``ids = arange(n_envs)`` (int64, on :attr:`device`).
 
         Raises:
+            EnvStateError: the env is closed.
             TypeError: ``env_info`` is not a DictTensor.
             BatchSizeError: ``env_info`` is neither empty nor ``n_envs`` rows.
             DeviceMismatchError: ``env_info`` is not on the CPU.
         """
+        self._check_open()
         self._check_env_info(env_info)
-        self._episode = self._episode + 1
-        self._phys = self._initial_physics(TorchOps, self._draw(TorchOps, self._rng_key, self._episode))
-        self._elapsed = torch.zeros(self._n, dtype=torch.int64, device=self.device)
-        self._last_action = self._zero_actions(self._n)
+        self._state, frame = kernels.restart(self, self._state)
         self._ids = self._ids_all
         self._started = True
-        if self.device.type == "cpu":
-            self._numpy_state()
         false = torch.zeros(self._n, dtype=torch.bool, device=self.device)
         obs = DictTensor._trusted(
             {
-                "frame": self._frame(TorchOps, self._phys),
+                "frame": frame,
                 "reward": torch.zeros(self._n, dtype=torch.float32, device=self.device),
                 "done": false,
                 "terminated": false.clone(),
@@ -528,24 +359,29 @@ class TorchVecEnv(VecEnv):
             those rows of ``observation_next``.
 
         Raises:
-            BatcherStateError: ``reset`` was never called, or every episodic env has finished.
+            EnvStateError: ``reset`` was never called, the env is closed, or every episodic env has finished.
             KeyError: ``action`` has no ``"action"`` key.
             BatchSizeError: not one row per running env.
             SpaceError: wrong dtype or per-row shape.
             DeviceMismatchError: the action is on another device.
         """
-        if not self._started:
-            raise BatcherStateError(f"{type(self).__name__}.step called before reset(); call env.reset() first")
+        self._check_started("step")
         n_rows = self._ids.shape[0]
         if n_rows == 0:
-            raise BatcherStateError(
+            raise EnvStateError(
                 f"every one of the {self._n} episodic envs has finished; call env.reset() before stepping again "
                 "(or build the env with autoreset=True)"
             )
-        a = self._check_action(action, n_rows)
+        a, a_host = self._check_action(action, n_rows)
         if self.autoreset:
-            return self._step_autoreset(a)
-        return self._step_episodic(a)
+            return self._step_autoreset(a, a_host)
+        return self._step_episodic(a, a_host)
+
+    def close(self) -> None:
+        """Ends the env: every later ``reset``, ``step`` or ``get_state`` raises :class:`EnvStateError`; idempotent."""
+        self._closed = True
+        self._started = False
+        self._host = None
 
     def writes_in_place(self) -> bool:
         """True for an auto-reset env stepping with its compiled CPU kernel (``kernel == "jit"``): :meth:`step_into`
@@ -571,28 +407,30 @@ class TorchVecEnv(VecEnv):
         them; otherwise :meth:`step` runs and its observations are copied."""
         if not self.writes_in_place():
             return super().step_into(action, observation_next, observation_running)
-        if not self._started:
-            raise BatcherStateError(f"{type(self).__name__}.step_into called before reset(); call env.reset() first")
-        self._check_action(action, self._n)  # its copy is self._action_np
+        self._check_started("step_into")
+        _, a_host = self._check_action(action, self._n)
         nxt = self._destinations(observation_next, "observation_next")
         run = self._destinations(observation_running, "observation_running")
-        phys_r, elapsed_r, episode_r = self._jit_autoreset_into(
-            nxt["frame"], run["frame"], nxt["reward"], run["reward"], nxt["done"], nxt["terminated"],
-            nxt["truncated"], run["initial_state"], nxt["initial_state"], run["done"], run["terminated"],
-            run["truncated"], run["last_action"],
+        state = kernels.autoreset_jit_into(
+            self, self._host_state(), a_host, nxt["frame"], run["frame"], nxt["reward"], run["reward"], nxt["done"],
+            nxt["terminated"], nxt["truncated"], run["initial_state"], nxt["initial_state"], run["done"],
+            run["terminated"], run["truncated"], run["last_action"],
         )  # fmt: skip
-        nxt["last_action"][...] = self._action_np
-        t = torch.from_numpy
-        self._phys, self._elapsed, self._episode = t(phys_r), t(elapsed_r), t(episode_r)
-        self._last_action = t(run["last_action"].copy())  # the env's own: the destination is overwritten later
-        self._np_views = (self._phys, self._elapsed, self._episode, phys_r, elapsed_r, episode_r)
-
-    # ------------------------------------------------------------ step variants
-    def _step_autoreset(self, a: torch.Tensor) -> StepResult:
-        out = self._autoreset_fn(self._phys, self._elapsed, self._episode, self._rng_key, a)
-        self._phys, self._elapsed, self._episode, self._last_action = (
-            out.phys_r, out.elapsed_r, out.episode_r, out.last_r
+        nxt["last_action"][...] = a_host
+        last = run["last_action"].copy()  # the env's own: the destination is overwritten later
+        self._adopt_host_state(
+            SimState(state.physics, state.elapsed_steps, state.episode, state.rng_key, last), torch.from_numpy(last)
         )
+
+    # ------------------------------------------------------------ the two step variants
+    def _step_autoreset(self, a: torch.Tensor, a_host: np.ndarray | None) -> StepResult:
+        if self._on_host:
+            state, out = self._autoreset_kernel(self._host_state(), a_host)
+            last_r = torch.from_numpy(state.last_action)
+            self._adopt_host_state(state, last_r)
+        else:
+            self._state, out = self._autoreset_kernel(self._state, a)
+            last_r = self._state.last_action
         # One allocation for the four all-false flags; each row is a separate tensor to the caller.
         false = out.false
         if false is None:
@@ -616,171 +454,42 @@ class TorchVecEnv(VecEnv):
                 "terminated": false[2],
                 "truncated": false[3],
                 "initial_state": out.initial_r,
-                "last_action": out.last_r,
+                "last_action": last_r,
             }
         )
         ids = self._ids_all
         return (obs_next, ids), (obs_running, ids)
 
-    def _advance(
-        self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, a: torch.Tensor
-    ) -> _AutoresetStep:
-        """Everything of an auto-reset step but the fresh initial states: pure, branch-free, fusable.
-
-        ``phys_r`` and ``frame_r`` are still those of the terminal states; the callers put the fresh
-        states of the finished envs in them.
-        """
-        phys_n, reward, terminated = self._transition(TorchOps, phys, a)
-        elapsed_n = elapsed + 1
-        truncated = elapsed_n >= self._limit
-        done = terminated | truncated
-        keep = ~done
-        frame = self._frame(TorchOps, phys_n)
-        return _AutoresetStep(
-            frame=frame,
-            reward=reward,
-            done=done,
-            terminated=terminated,
-            truncated=truncated,
-            reward_r=reward.masked_fill(done, 0.0),
-            initial_r=done.clone(),
-            last_r=a * keep if self._discrete else a.masked_fill(done.view(-1, 1), 0.0),
-            elapsed_r=elapsed_n * keep,
-            episode_r=episode + done,
-            phys_r=phys_n,
-            frame_r=frame,
-        )
-
-    def _autoreset_dense(
-        self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, key: torch.Tensor, a: torch.Tensor
-    ) -> _AutoresetStep:
-        out = self._advance(phys, elapsed, episode, a)
-        fresh = self._initial_physics(TorchOps, self._draw(TorchOps, key, out.episode_r))
-        phys_r = torch.where(out.done, fresh, out.phys_r)
-        return _with_restarts(out, phys_r, self._frame(TorchOps, phys_r))
-
-    def _autoreset_sparse(
-        self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, key: torch.Tensor, a: torch.Tensor
-    ) -> _AutoresetStep:
-        out = self._advance_fn(phys, elapsed, episode, a)
-        rows = torch.nonzero(out.done).squeeze(1)
-        draws = self._draw(TorchOps, key.index_select(0, rows), out.episode_r.index_select(0, rows))
-        fresh = self._initial_physics(TorchOps, draws)
-        # The terminal states are not handed out (the frame is a copy): the fresh ones can go in place.
-        phys_r = out.phys_r.index_copy_(1, rows, fresh)
-        return _with_restarts(out, phys_r, out.frame.index_copy(0, rows, self._frame(TorchOps, fresh)))
-
-    def _autoreset_numpy(
-        self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, key: torch.Tensor, a: torch.Tensor
-    ) -> _AutoresetStep:
-        """The CPU step: :meth:`_autoreset_sparse`'s results, computed by numpy on views of the tensors.
-
-        Up to ``10**4`` envs a step costs its number of calls (about 1-2 µs each, numpy's or torch's), so
-        the state's numpy views are kept between steps and the writes go in place into arrays of this
-        step that no caller has seen yet.
-        """
-        xp = NumpyOps
-        a_np = self._action_np
-        phys_np, elapsed_np, episode_np, key_np = self._numpy_state()
-        phys_n, reward, terminated = self._transition(xp, phys_np, a_np)
-        elapsed_n = elapsed_np + 1
-        truncated = elapsed_n >= self._limit
-        done = terminated | truncated
-        frame = self._frame(xp, phys_n)
-        rows = done.nonzero()[0]
-        episode_r = episode_np + done
-        fresh = self._initial_physics(xp, self._draw(xp, key_np[rows], episode_r[rows]))
-        phys_n[:, rows] = fresh
-        elapsed_n[rows] = 0
-        frame_r = frame.copy()
-        frame_r[rows] = self._frame(xp, fresh)
-        reward_r = reward.copy()
-        reward_r[rows] = 0.0
-        last_r = a_np.copy()
-        last_r[rows] = 0
-        t = torch.from_numpy
-        out = _AutoresetStep(
-            frame=t(frame),
-            reward=t(reward),
-            done=t(done),
-            terminated=t(terminated),
-            truncated=t(truncated),
-            reward_r=t(reward_r),
-            initial_r=t(done.copy()),
-            last_r=t(last_r),
-            elapsed_r=t(elapsed_n),
-            episode_r=t(episode_r),
-            phys_r=t(phys_n),
-            frame_r=t(frame_r),
-            false=t(np.zeros((4, done.shape[0]), dtype=np.bool_)).unbind(0),
-        )
-        self._np_views = (out.phys_r, out.elapsed_r, out.episode_r, phys_n, elapsed_n, episode_r)
-        return out
-
-    def _autoreset_jit(
-        self, phys: torch.Tensor, elapsed: torch.Tensor, episode: torch.Tensor, key: torch.Tensor, a: torch.Tensor
-    ) -> _AutoresetStep:
-        """The CPU step in one compiled call (:mod:`rlstruct.envs._jit_kernels`): :meth:`_autoreset_numpy`'s
-        bits, into arrays allocated here (no caller has seen them)."""
-        n = self._action_np.shape[0]
-        frame = np.empty((n,) + self.observation_space.shape, dtype=np.float32)
-        frame_r = np.empty_like(frame)
-        reward, reward_r = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32)
-        flags = np.empty((8, n), dtype=np.bool_)
-        last_r = np.empty_like(self._action_np)
-        phys_r, elapsed_r, episode_r = self._jit_autoreset_into(frame, frame_r, reward, reward_r, *flags, last_r)
-        t = torch.from_numpy
-        f = t(flags).unbind(0)
-        out = _AutoresetStep(
-            frame=t(frame),
-            reward=t(reward),
-            done=f[0],
-            terminated=f[1],
-            truncated=f[2],
-            reward_r=t(reward_r),
-            initial_r=f[3],
-            last_r=t(last_r),
-            elapsed_r=t(elapsed_r),
-            episode_r=t(episode_r),
-            phys_r=t(phys_r),
-            frame_r=t(frame_r),
-            false=f[4:],
-        )
-        self._np_views = (out.phys_r, out.elapsed_r, out.episode_r, phys_r, elapsed_r, episode_r)
-        return out
-
-    def _jit_autoreset_into(self, *observations: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Runs the compiled auto-reset kernel on the current state and :attr:`_action_np`, writing the
-        observations into ``observations`` (the kernel's output arrays after the state's, in its order: frame,
-        frame_r, reward, reward_r, the eight flags, last_r); returns the next ``(physics, elapsed, episode)``."""
-        phys_np, elapsed_np, episode_np, key_np = self._numpy_state()
-        phys_r, elapsed_r, episode_r = np.empty_like(phys_np), np.empty_like(elapsed_np), np.empty_like(episode_np)
-        self._jit_autoreset(
-            phys_np, elapsed_np, episode_np, key_np, self._action_np, *self._jit_inputs(phys_np), self._jit_constants,
-            self._limit, *self._jit_draws, phys_r, elapsed_r, episode_r, *observations,
-        )  # fmt: skip
-        return phys_r, elapsed_r, episode_r
-
-    def _step_episodic(self, a: torch.Tensor) -> StepResult:
-        ids = self._ids
+    def _step_episodic(self, a: torch.Tensor, a_host: np.ndarray | None) -> StepResult:
+        ids, state = self._ids, self._state
         if ids.shape[0] == self._n:
-            phys, elapsed = self._phys, self._elapsed
+            if self._on_host:
+                nxt, out = self._episodic_kernel(self._host_state(), a_host)
+                self._adopt_host_state(nxt, a)
+            else:
+                self._state, out = self._episodic_kernel(state, a)
         else:
-            phys, elapsed = self._phys.index_select(1, ids), self._elapsed.index_select(0, ids)
-        phys_n, elapsed_n, frame, reward, done, terminated, truncated = self._episodic_fn(phys, elapsed, a)
-        if ids.shape[0] == self._n:
-            self._phys, self._elapsed, self._last_action = phys_n, elapsed_n, a
-        else:
-            self._phys = self._phys.index_copy(1, ids, phys_n)
-            self._elapsed = self._elapsed.index_copy(0, ids, elapsed_n)
-            self._last_action = self._last_action.index_copy(0, ids, a)
+            if self._on_host:
+                nxt, out = self._episodic_kernel(self._host_rows(ids), a_host)
+                physics, elapsed = torch.from_numpy(nxt.physics), torch.from_numpy(nxt.elapsed_steps)
+            else:
+                nxt, out = self._episodic_kernel(_rows(state, ids), a)
+                physics, elapsed = nxt.physics, nxt.elapsed_steps
+            self._state = SimState(
+                state.physics.index_copy(1, ids, physics),
+                state.elapsed_steps.index_copy(0, ids, elapsed),
+                state.episode,
+                state.rng_key,
+                state.last_action.index_copy(0, ids, a),
+            )
+        done = out.done
         obs_next = DictTensor._trusted(
             {
-                "frame": frame,
-                "reward": reward,
+                "frame": out.frame,
+                "reward": out.reward,
                 "done": done,
-                "terminated": terminated,
-                "truncated": truncated,
+                "terminated": out.terminated,
+                "truncated": out.truncated,
                 "initial_state": torch.zeros_like(done),
                 "last_action": a,
             }
@@ -792,59 +501,39 @@ class TorchVecEnv(VecEnv):
         self._ids = ids_running
         return (obs_next, ids), (obs_running, ids_running)
 
-    def _episodic_kernel(
-        self, phys: torch.Tensor, elapsed: torch.Tensor, a: torch.Tensor, xp: type = TorchOps
-    ) -> tuple[Any, ...]:
-        phys_n, reward, terminated = self._transition(xp, phys, a)
-        elapsed_n = elapsed + 1
-        truncated = elapsed_n >= self._limit
-        done = terminated | truncated
-        return phys_n, elapsed_n, self._frame(xp, phys_n), reward, done, terminated, truncated
+    # ------------------------------------------------------------ host views of the state
+    def _host_state(self) -> SimState:
+        """Numpy views of the state (CPU), ``rng_key`` as a ``uint32`` copy: what the host kernels take. Kept
+        while the state is the same value (up to ``10**4`` envs a CPU step costs its number of calls)."""
+        host, state = self._host, self._state
+        if host is not None and host[0] is state:
+            return host[1]
+        if host is not None and host[0].rng_key is state.rng_key:
+            key = host[1].rng_key
+        else:
+            key = state.rng_key.numpy().astype(np.uint32)
+        views = SimState(
+            state.physics.numpy(), state.elapsed_steps.numpy(), state.episode.numpy(), key, state.last_action.numpy()
+        )
+        self._host = (state, views)
+        return views
 
-    def _episodic_numpy(self, phys: torch.Tensor, elapsed: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out = self._episodic_kernel(*self._episodic_views(phys, elapsed), self._action_np, NumpyOps)
-        return tuple(torch.from_numpy(x) for x in out)
-
-    def _episodic_jit(self, phys: torch.Tensor, elapsed: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        phys_np, elapsed_np = self._episodic_views(phys, elapsed)
-        a_np = self._action_np
-        n = a_np.shape[0]
-        phys_n, elapsed_n = np.empty_like(phys_np), np.empty_like(elapsed_np)
-        frame = np.empty((n,) + self.observation_space.shape, dtype=np.float32)
-        reward = np.empty(n, dtype=np.float32)
-        flags = np.empty((3, n), dtype=np.bool_)
-        self._jit_episodic(
-            phys_np, elapsed_np, a_np, *self._jit_inputs(phys_np), self._jit_constants, self._limit,
-            phys_n, elapsed_n, frame, reward, flags,
-        )  # fmt: skip
+    def _adopt_host_state(self, views: SimState, last_action: torch.Tensor) -> None:
+        """Makes ``views``, the numpy state a host kernel returned for every env, the env's state (tensors sharing
+        its memory; ``last_action`` is already one). The fields the kernel passed through keep their tensors."""
+        state, host = self._host  # made by _host_state() for the kernel's call
         t = torch.from_numpy
-        done, terminated, truncated = t(flags).unbind(0)
-        return t(phys_n), t(elapsed_n), t(frame), t(reward), done, terminated, truncated
+        episode = state.episode if views.episode is host.episode else t(views.episode)
+        new = SimState(t(views.physics), t(views.elapsed_steps), episode, state.rng_key, last_action)
+        self._state, self._host = new, (new, views)
 
-    def _episodic_views(self, phys: torch.Tensor, elapsed: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """Numpy views of the episodic step's inputs (the kept views when they are the whole state)."""
-        if phys is self._phys and elapsed is self._elapsed:
-            return self._numpy_state()[:2]
-        return phys.numpy(), elapsed.numpy()
-
-    # ------------------------------------------------------------------ RNG
-    def _draw(self, xp: type, key: Any, episode: Any) -> Any:
-        """Uniform draws ``float64 [D, B]`` in ``(low_d, high_d)`` for episode ``episode[b]`` of env key ``key[b]``.
-
-        Integer operations in ``int64`` with every intermediate below ``2**63``, then correctly rounded
-        IEEE operations: numpy and torch on every device give the same bits. On the numpy path ``key`` is
-        the ``uint32`` array of :meth:`_numpy_state` (and ``episode`` any integer array).
-        """
-        c = self._arrays(xp)
-        if xp.is_numpy:
-            # The same hash in uint32, whose wrap-around does the masking (numpy only: torch's unsigned
-            # types lack kernels on some devices). Episodes are >= 0, so the cast is ``& _MASK32``.
-            x = episode.astype(np.uint32) * _EPISODE_STRIDE_U32 + key
-            return _mix32_u32(x + c.draw_salt_u32) * c.draw_scale + c.draw_offset
-        x = (episode & _MASK32) * _EPISODE_STRIDE + key
-        h = _mix32((x + c.draw_salt) & _MASK32)  # [D, 1] + [B]: [D, B]
-        # low + (h + 1/2) * (high - low) / 2**32, with the 1/2 folded into the offset.
-        return xp.float64(h) * c.draw_scale + c.draw_offset
+    def _host_rows(self, ids: torch.Tensor) -> SimState:
+        """The host state's rows ``ids`` (copies), for an episodic step of the running envs."""
+        views, rows = self._host_state(), ids.numpy()
+        return SimState(
+            views.physics[:, rows], views.elapsed_steps[rows], views.episode[rows], views.rng_key[rows],
+            views.last_action[rows],
+        )  # fmt: skip
 
     # ----------------------------------------------------------- state I/O
     def get_state(self) -> DictTensor:
@@ -855,19 +544,19 @@ class TorchVecEnv(VecEnv):
         state), ``last_action``, ``running`` ``bool`` (always all true for auto-reset envs).
 
         Raises:
-            BatcherStateError: ``reset`` was never called.
+            EnvStateError: ``reset`` was never called, or the env is closed.
         """
-        if not self._started:
-            raise BatcherStateError(f"{type(self).__name__}.get_state called before reset(); call env.reset() first")
+        self._check_started("get_state")
+        state = self._state
         running = torch.zeros(self._n, dtype=torch.bool, device=self.device)
         running[self._ids] = True
         return DictTensor._trusted(
             {
-                "physics": self._phys.t().contiguous(),
-                "elapsed_steps": self._elapsed.clone(),
-                "episode": self._episode.clone(),
-                "rng_key": self._rng_key.clone(),
-                "last_action": self._last_action.clone(),
+                "physics": state.physics.t().contiguous(),
+                "elapsed_steps": state.elapsed_steps.clone(),
+                "episode": state.episode.clone(),
+                "rng_key": state.rng_key.clone(),
+                "last_action": state.last_action.clone(),
                 "running": running,
             }
         )
@@ -925,20 +614,20 @@ class TorchVecEnv(VecEnv):
             )
         key = state["rng_key"].to(dev, torch.int64)
         episode = state["episode"].to(dev, torch.int64)
-        if bool(((key < 0) | (key > _MASK32)).any()) or bool((episode < 0).any()):
+        if bool(((key < 0) | (key > MASK32)).any()) or bool((episode < 0).any()):
             raise SpaceError(
                 "state['rng_key'] must be in [0, 2**32) and state['episode'] >= 0; "
                 "pass the DictTensor returned by get_state()"
             )
-        self._phys = state["physics"].detach().to(dev, torch.float64).t().contiguous()
-        self._elapsed = state["elapsed_steps"].to(dev, torch.int64, copy=True)
-        self._episode = episode.clone()
-        self._rng_key = key.clone()
-        self._last_action = state["last_action"].detach().to(dev, self._last_action.dtype, copy=True)
+        self._state = SimState(
+            physics=state["physics"].detach().to(dev, torch.float64).t().contiguous(),
+            elapsed_steps=state["elapsed_steps"].to(dev, torch.int64, copy=True),
+            episode=episode.clone(),
+            rng_key=key.clone(),
+            last_action=state["last_action"].detach().to(dev, self._state.last_action.dtype, copy=True),
+        )
         self._ids = self._ids_all if bool(running.all()) else torch.nonzero(running).squeeze(1)
         self._started = True
-        if dev.type == "cpu":
-            self._numpy_state()
 
     # ------------------------------------------------------------ validation
     def _zero_actions(self, n: int) -> torch.Tensor:
@@ -963,7 +652,19 @@ class TorchVecEnv(VecEnv):
                 f"env_info must be on cpu, got {env_info.device()}; build env_info on the CPU"
             )
 
-    def _check_action(self, action: DictTensor, n_rows: int) -> torch.Tensor:
+    def _check_started(self, method: str) -> None:
+        if not self._started:
+            self._check_open()
+            raise EnvStateError(f"{type(self).__name__}.{method} called before reset(); call env.reset() first")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EnvStateError(f"{type(self).__name__} is closed; build a new one")
+
+    def _check_action(self, action: DictTensor, n_rows: int) -> tuple[torch.Tensor, np.ndarray | None]:
+        """``action["action"]`` checked and copied (so that the returned last_action never aliases the caller's
+        tensor): ``(tensor, array)``, the array a numpy view of the tensor on the CPU (what the host kernels
+        take), ``None`` elsewhere."""
         if not isinstance(action, DictTensor):
             raise TypeError(
                 f"action must be a DictTensor with an 'action' key, got {type(action).__name__}; "
@@ -986,8 +687,6 @@ class TorchVecEnv(VecEnv):
                     f"action['action'] must be an integer tensor of shape [{n_rows}] for {self.action_space}, "
                     f"got {a.dtype} {list(a.shape)}; pass e.g. torch.randint(0, {self.n_actions}, ({n_rows},))"
                 )
-            # A copy, so that the returned last_action never aliases the caller's tensor (integer
-            # tensors never require grad).
             return self._copy_action(a, torch.int64, (n_rows,))
         shape = (n_rows,) + self.action_shape
         if _dtype_kind(a.dtype) != "floating" or (tuple(a.shape) != shape and not (a.dim() == 1 and shape[1:] == (1,))):
@@ -997,13 +696,21 @@ class TorchVecEnv(VecEnv):
             )
         return self._copy_action(a, torch.float32, shape)
 
-    def _copy_action(self, a: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
-        """A copy of ``a`` as ``dtype [shape]``; on the CPU a view of a numpy array, which the step's numpy
-        kernels read as :attr:`_action_np`."""
+    def _copy_action(
+        self, a: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]
+    ) -> tuple[torch.Tensor, np.ndarray | None]:
         if self.device.type != "cpu":
-            return a.detach().to(dtype, copy=True).view(shape)
-        out, self._action_np = host_copy(a, np.int64 if dtype == torch.int64 else np.float32, shape)
-        return out
+            return a.detach().to(dtype, copy=True).view(shape), None
+        return host_copy(a, np.int64 if dtype == torch.int64 else np.float32, shape)
+
+
+
+def _rows(state: SimState, ids: torch.Tensor) -> SimState:
+    """The rows ``ids`` of every field of ``state`` (copies)."""
+    return SimState(
+        state.physics.index_select(1, ids), state.elapsed_steps.index_select(0, ids),
+        state.episode.index_select(0, ids), state.rng_key.index_select(0, ids), state.last_action.index_select(0, ids),
+    )  # fmt: skip
 
 
 def _dtype_kind(dtype: torch.dtype) -> str:

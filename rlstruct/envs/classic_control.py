@@ -14,7 +14,7 @@ class             gymnasium id         actions   obs_dim     max_episode_steps
 
 The physics runs in ``float64`` (as gymnasium's, which computes in Python or numpy doubles) and
 the observation ``frame`` is ``float32``. The initial states follow gymnasium's uniform ranges,
-drawn from the counter-based RNG of :mod:`rlstruct.envs._torch_env` (so the numbers differ from
+drawn from the counter-based RNG of :mod:`rlstruct.envs._rng` (so the numbers differ from
 gymnasium's for the same seed, but the distributions are the same).
 """
 
@@ -27,7 +27,8 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike
-from rlstruct.envs._torch_env import NumpyOps, TorchVecEnv
+from rlstruct.envs._array_ops import NumpyOps
+from rlstruct.envs._torch_env import TorchVecEnv
 
 __all__ = ["CartPole", "Acrobot", "MountainCar", "Pendulum"]
 
@@ -389,7 +390,7 @@ class Pendulum(TorchVecEnv):
         return u
 
     def _transition(self, xp, phys, action):
-        g, m, l = self.G, self.M, self.L
+        g, m, length = self.G, self.M, self.L
         th, thdot = phys[0], phys[1]
         u = xp.clip(action[:, 0], -self.MAX_TORQUE, self.MAX_TORQUE)
         # gymnasium keeps the torque in float32 (numpy's weak Python scalars), so the torque terms are
@@ -397,7 +398,7 @@ class Pendulum(TorchVecEnv):
         # scalars are weak too.
         normalized = xp.remainder(th + math.pi, 2 * math.pi) - math.pi
         costs = normalized * normalized + 0.1 * (thdot * thdot) + xp.float64(0.001 * (u * u))
-        newthdot = thdot + (3 * g / (2 * l) * xp.sin(th) + xp.float64(3.0 / (m * l**2) * u)) * self.DT
+        newthdot = thdot + (3 * g / (2 * length) * xp.sin(th) + xp.float64(3.0 / (m * length**2) * u)) * self.DT
         newthdot = xp.clip(newthdot, -self.MAX_SPEED, self.MAX_SPEED)
         newth = th + newthdot * self.DT
         return xp.stack((newth, newthdot)), xp.float32(-costs), xp.false(th)
