@@ -16,6 +16,7 @@ situation                                                    type
 ==========================================================  =========================
 ``step`` (or ``step_into``) before ``reset``                 :class:`EnvStateError`
 ``step``/``reset`` after ``close``                           :class:`EnvStateError`
+``step`` once every episodic env has finished                :class:`EnvStateError`
 ``step_into`` on an episodic env                             :class:`EnvStateError`
 a seed that is not an int in ``[0, 2**31)``                  :class:`SeedError`
 an unsupported observation or action space                   :class:`SpaceError`
@@ -77,8 +78,8 @@ class SeedError(RLStructError, ValueError):
 
 class EnvStateError(RLStructError, RuntimeError):
     """An env method was called in a state where it cannot run (``step`` before ``reset``, ``step`` or ``reset``
-    after ``close``, or ``step_into`` on an episodic env). Raised by every :class:`~rlstruct.envs.VecEnv`
-    implementation alike, and by the gymnasium bridge over them."""
+    after ``close``, ``step`` once every episodic env has finished, or ``step_into`` on an episodic env). Raised
+    by every :class:`~rlstruct.envs.VecEnv` implementation alike, and by the gymnasium bridge over them."""
 
 
 class BatcherWorkerError(RLStructError, RuntimeError):

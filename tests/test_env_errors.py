@@ -155,6 +155,49 @@ def test_bridge_step_before_reset_and_after_close_are_env_state_errors(make):
         env.reset()
 
 
+# Episodic envs whose episodes end after 3 steps.
+EPISODIC: dict[str, Callable[[], object]] = {
+    "GymEnv-list": lambda: GymEnv([gym.make("CartPole-v1", max_episode_steps=3) for _ in range(N)], 0),
+    "GymEnv-vector": lambda: GymEnv(
+        gym.make_vec("CartPole-v1", N, vectorization_mode="vector_entry_point", max_episode_steps=3), 0
+    ),
+    "DeviceEnv-GymEnv": lambda: DeviceEnv(GymEnv([gym.make("CartPole-v1", max_episode_steps=3) for _ in range(N)], 0),
+                                          "cpu", "cpu"),
+    **{name: (lambda cls: lambda: cls(N, max_episode_steps=3))(cls) for name, cls in SIMS.items()},
+    "make_env-torch": lambda: make_env("CartPole-v1", N, backend="torch", max_episode_steps=3),
+    "make_env-gymnasium": lambda: make_env("CartPole-v1", N, backend="gymnasium", max_episode_steps=3),
+    "make_env-envpool": lambda: _envpool_env(0, max_episode_steps=3),
+}
+
+
+@pytest.mark.parametrize("make", EPISODIC.values(), ids=EPISODIC.keys())
+def test_step_once_every_episodic_env_has_finished_is_an_env_state_error(make):
+    env = make()
+    _, ids = env.reset()
+    for _ in range(3):
+        _, (_, ids) = env.step(DictTensor({k: v[: ids.shape[0]] for k, v in valid_action(env).items()}))
+    assert ids.shape == (0,)
+    with pytest.raises(EnvStateError, match=r"every one of the 2 episodic envs has finished; call env.reset\(\)"):
+        env.step(DictTensor({k: v[:0] for k, v in valid_action(env).items()}))
+    assert env.reset()[1].tolist() == list(range(N))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: to_gymnasium_env(CartPole(1, max_episode_steps=2)),
+     lambda: to_gymnasium_env(GymEnv([gym.make("CartPole-v1", max_episode_steps=2)], 0))],
+    ids=["to_gymnasium_env-CartPole", "to_gymnasium_env-GymEnv"],
+)
+def test_bridge_step_after_an_episodic_episode_is_an_env_state_error(make):
+    env = make()
+    env.reset()
+    for _ in range(2):
+        *_, truncated, _ = env.step(bridge_action(env))
+    assert truncated
+    with pytest.raises(EnvStateError, match=r"episodic envs has finished; call env.reset\(\)"):
+        env.step(bridge_action(env))
+
+
 # ----------------------------------------------------------------------------------------------- bad seeds
 BAD_SEEDS = [
     (-1, r"seed must be an int in \[0, 2\*\*31\), got -1; pass a non-negative int below 2147483648"),

@@ -113,13 +113,14 @@ def test_a_vector_env_that_reuses_its_buffers_is_copied(autoreset):
         assert_same(r, k)
 
 
-def test_step_with_no_running_env_returns_empty_results():
+def test_step_once_every_env_has_finished_asks_for_a_reset():
     env = GymEnv([fakes_gym.ImageEnv(length=1)], 0)
     env.reset()
     _, (obs, ids) = env.step(act(torch.zeros(1, 2)))
-    assert ids.numel() == 0
-    (o, i), (o2, i2) = env.step(act(torch.zeros(0, 2)))
-    assert o.n_elems() == 0 and i.numel() == 0 and o.specs() == obs.specs()
+    assert ids.numel() == 0 and obs.n_elems() == 0 and obs["frame"].dtype == torch.uint8
+    with pytest.raises(EnvStateError, match=r"every one of the 1 episodic envs has finished; call env.reset\(\)"):
+        env.step(act(torch.zeros(0, 2)))
+    assert env.reset()[1].tolist() == [0]
 
 
 # ------------------------------------------------------------------------------------------- list vs vector

@@ -443,15 +443,17 @@ class GymEnv(VecEnv):
             SpaceError: ``action["action"]`` has the wrong shape or dtype kind.
             BatchSizeError: it does not have one row per running env.
             DeviceMismatchError: it is not on the CPU.
-            EnvStateError: ``reset`` was never called, or the env is closed.
+            EnvStateError: ``reset`` was never called, the env is closed, or every episodic env has finished.
         """
         self._check_steppable("step")
         running = self._running
+        if len(running) == 0:
+            raise EnvStateError(
+                f"every one of the {self._n} episodic envs has finished; call env.reset() before stepping again "
+                "(or build the env with autoreset=True)"
+            )
         a, a_np = self._action.check(action["action"], len(running))
         ids = self._all_ids if len(running) == self._n else torch.from_numpy(running)
-        if len(running) == 0:
-            empty = self._assemble(_stack(self._fields, []), *self._no_step(0))
-            return (empty, ids), (empty, ids)
         if self._vec is not None:
             nxt, reward, term, trunc, done_np, fresh = self._step_vector(a_np, running)
         else:
