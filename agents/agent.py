@@ -50,10 +50,10 @@ class RL_Agent:
 
         Args:
             state: the agent state ``[B, ...]`` (empty when stateless).
-            observation: the env observation ``[B, ...]`` (keys ``frame``, ``reward``, ``done``, ``initial_state``, ...).
-                Read it, do not modify it: in a batcher its tensors may be views of the trajectory buffer (they are
-                with envs that write in place, such as ``GymEnvInf`` over a list), overwritten by later
-                acquisitions, so a state that keeps one must keep a copy (``clone()``).
+            observation: the env observation ``[B, ...]`` (keys ``frame``, ``reward``, ``done``,
+                ``initial_state``, ...). Read it, do not modify it: in a batcher its tensors may be views of the
+                trajectory buffer (they are with envs that write in place, such as ``GymEnvInf`` over a list),
+                overwritten by later acquisitions, so a state that keeps one must keep a copy (``clone()``).
             agent_info: CPU DictTensor ``[B, ...]`` or empty (e.g. ``stochastic``, ``epsilon``).
             history: with :meth:`require_history`, the steps of the current acquisition so far.
 
@@ -62,7 +62,9 @@ class RL_Agent:
             and is stored whole under ``action/*``, and the next state (same keys and shapes as
             :meth:`initial_state`).
         """
-        raise NotImplementedError(f"{type(self).__name__} must implement __call__(state, observation, agent_info, history)")
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement __call__(state, observation, agent_info, history)"
+        )
 
     def update(self, state_dict: Any) -> None:
         """Receives what :meth:`RL_Batcher.update` sends (usually a CPU ``state_dict``)."""
@@ -102,7 +104,9 @@ class RL_Agent:
         """Releases the agent's resources (called in the worker when the batcher closes)."""
 
 
-def replay_agent(agent: RL_Agent, trajectories: Trajectories, replay_method_name: str = "call_replay") -> TemporalDictTensor:
+def replay_agent(
+    agent: RL_Agent, trajectories: Trajectories, replay_method_name: str = "call_replay"
+) -> TemporalDictTensor:
     """Replays ``agent`` step by step over ``trajectories``, with gradients.
 
     Batched over the B trajectories: the only Python loop is over the T steps.

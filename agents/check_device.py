@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlstruct.agents.agent import RL_Agent
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import DeviceMismatchError
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
-
-from rlstruct.agents.agent import RL_Agent
 
 __all__ = ["RL_Agent_CheckDevice"]
 
@@ -65,24 +64,31 @@ class RL_Agent_CheckDevice(RL_Agent):
         return f"move it with .to({str(self.device)!r}) (or wrap the env in DeviceEnv)"
 
     def initial_state(self, agent_info: DictTensor, B: int) -> DictTensor:
+        """The wrapped agent's initial state, after checking ``agent_info`` (CPU) and the state (agent device)."""
         _check("initial_state", "agent_info", agent_info, _CPU, "build agent_info on the CPU")
         state = self.agent.initial_state(agent_info, B)
-        _check("initial_state", "the returned state", state, self.device, "create the initial state on the agent's device")
+        _check(
+            "initial_state", "the returned state", state, self.device, "create the initial state on the agent's device"
+        )
         return state
 
     def __call__(self, state, observation, agent_info, history=None):
+        """The wrapped agent's step, after checking every input's device; then checks the outputs'."""
         _check("__call__", "state", state, self.device, self._fix())
         _check("__call__", "observation", observation, self.device, self._fix())
         _check("__call__", "agent_info", agent_info, _CPU, "build agent_info on the CPU")
         _check("__call__", "history", history, self.device, self._fix())
         action, new_state = self.agent(state, observation, agent_info, history)
         if action.empty():
-            raise ValueError("__call__: the returned action is empty; return a DictTensor with at least the key 'action'")
+            raise ValueError(
+                "__call__: the returned action is empty; return a DictTensor with at least the key 'action'"
+            )
         _check("__call__", "the returned action", action, self.device, "compute the action on the agent's device")
         _check("__call__", "the returned new_state", new_state, self.device, "compute the state on the agent's device")
         return action, new_state
 
     def call_replay(self, trajectories: Trajectories, t: int, state: DictTensor | None):
+        """The wrapped agent's replay step, after checking that the trajectories and state are on the device."""
         _check("call_replay", "trajectories.info", trajectories.info, self.device, "call trajectories.to(device) first")
         _check("call_replay", "trajectories.trajectories", trajectories.trajectories, self.device,
                "call trajectories.to(device) first")
@@ -90,13 +96,17 @@ class RL_Agent_CheckDevice(RL_Agent):
         return self.agent.call_replay(trajectories, t, state)
 
     def update(self, state_dict: Any) -> None:
+        """Forwarded to the wrapped agent."""
         self.agent.update(state_dict)
 
     def seed(self, seed: int) -> None:
+        """Forwarded to the wrapped agent (rlstructures' wrapper dropped it)."""
         self.agent.seed(seed)
 
     def require_history(self) -> bool:
+        """Forwarded to the wrapped agent."""
         return self.agent.require_history()
 
     def close(self) -> None:
+        """Forwarded to the wrapped agent."""
         self.agent.close()

@@ -3,9 +3,19 @@
 The core (structures, environments, devices, errors) lives in this package; agents,
 batchers and algorithms are the subpackages ``rlstruct.agents``, ``rlstruct.batchers``
 and ``rlstruct.algos``. The names users reach for first are re-exported here.
+
+Coming from rlstructures v0.2: rename ``rlstructures`` to ``rlstruct`` and ``gym`` to ``gymnasium``; every
+name of ``from rlstructures import ...`` is here, and the submodules map as ``rlstructures.core`` /
+``rlstructures.dicttensor`` -> ``rlstruct.structures``, ``rlstructures.env`` / ``rlstructures.env_wrappers``
+-> ``rlstruct.envs``, ``rlstructures.rl_batchers`` -> ``rlstruct.batchers``, ``rlstructures.rl_batchers.agent``
+-> ``rlstruct.agents``. Losses returned as ``DictTensor({"loss": x.mean(), ...})`` are records (see
+:mod:`rlstruct.structures`).
 """
 
+from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
+from rlstruct.batchers import RL_Batcher, WorkerPlacement
 from rlstruct.devices import DeviceLike, as_device, same_device
+from rlstruct.envs import DeviceEnv, GymEnv, GymEnvInf, VecEnv, make_env
 from rlstruct.errors import (
     BatcherStateError,
     BatcherWorkerError,
@@ -21,9 +31,6 @@ from rlstruct.errors import (
 )
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories, masked_dicttensor, masked_tensor
-from rlstruct.envs import DeviceEnv, GymEnv, GymEnvInf, VecEnv, make_env
-from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
-from rlstruct.batchers import RL_Batcher, WorkerPlacement
 
 __version__ = "0.1.0"
 

@@ -6,6 +6,28 @@ values, ``RuntimeError`` for a broken run), so that ``except ValueError``
 keeps working in code written before rlstruct.
 
 Messages name the argument, what was expected, what was received, and the fix.
+
+One type per situation, whichever implementation raises it. For the envs (``GymEnv``, ``GymEnvInf``,
+``DeviceEnv``, the torch simulators, ``make_env`` for every backend, and the gymnasium bridge
+``to_gymnasium``/``to_gymnasium_env``):
+
+==========================================================  =========================
+situation                                                    type
+==========================================================  =========================
+``step`` (or ``step_into``) before ``reset``                 :class:`EnvStateError`
+``step``/``reset`` after ``close``                           :class:`EnvStateError`
+``step`` once every episodic env has finished                :class:`EnvStateError`
+``step_into`` on an episodic env                             :class:`EnvStateError`
+a seed that is not an int in ``[0, 2**31)``                  :class:`SeedError`
+an unsupported observation or action space                   :class:`SpaceError`
+an action that does not fit the action space (shape, dtype)  :class:`SpaceError`
+not one action row per running env                           :class:`BatchSizeError`
+a tensor on the wrong device                                 :class:`DeviceMismatchError`
+==========================================================  =========================
+
+A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
+batcher's call order only), and the bridge raises :class:`BridgeError` only for what gymnasium code asks
+that the rlstruct env cannot honour; everything else comes from the env it wraps, unchanged.
 """
 
 from __future__ import annotations
@@ -39,20 +61,25 @@ class DeviceUnavailableError(RLStructError, ValueError):
 
 
 class BatchSizeError(RLStructError, ValueError):
-    """Tensors that must share their leading (batch or time) sizes do not."""
+    """Tensors that must share their leading (batch or time) sizes do not, or a batch operation met a structure
+    without a batch dimension (a DictTensor of 0-d tensors, a *record* such as a dict of losses)."""
 
 
 class SpaceError(RLStructError, ValueError):
-    """An action or observation does not fit the environment's space (shape or dtype)."""
+    """An env's space is not supported (e.g. a Tuple observation space), or an action or observation does not fit
+    the env's space (shape or dtype). Raised at construction or at ``step`` by every env implementation alike."""
 
 
 class SeedError(RLStructError, ValueError):
-    """A seed is not an int in ``[0, 2**31)`` (what every env backend, C ones included, accepts)."""
+    """A seed is not an int in ``[0, 2**31)`` (what every env backend, C ones included, accepts): negative, too
+    large, or not an integer at all. Every env constructor, ``make_env`` and the bridge's ``reset(seed=...)``
+    check seeds with :func:`rlstruct.seeding.check_seed`, so they all raise this type."""
 
 
 class EnvStateError(RLStructError, RuntimeError):
-    """An env method was called in a state where it cannot run (``step`` before ``reset``, after ``close``, or
-    ``step_into`` on an episodic env). Raised by every :class:`~rlstruct.envs.VecEnv` implementation alike."""
+    """An env method was called in a state where it cannot run (``step`` before ``reset``, ``step`` or ``reset``
+    after ``close``, ``step`` once every episodic env has finished, or ``step_into`` on an episodic env). Raised
+    by every :class:`~rlstruct.envs.VecEnv` implementation alike, and by the gymnasium bridge over them."""
 
 
 class BatcherWorkerError(RLStructError, RuntimeError):

@@ -1,7 +1,8 @@
 """The one seed checker every rlstruct entry point uses.
 
 A seed is an int in ``[0, 2**31)``: non-negative as gymnasium requires, and small enough for the C ``int`` that
-native simulators (ale-py, EnvPool) take, so a seed accepted here is accepted by every backend.
+native simulators (ale-py, EnvPool) take, so a seed accepted here is accepted by every backend. Every seed
+rlstruct derives for an env (:func:`env_seeds`) lies in the same range, for the same reason.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import numpy as np
+
 from rlstruct.errors import SeedError
 
-__all__ = ["MAX_SEED", "check_seed"]
+__all__ = ["MAX_SEED", "check_seed", "env_seeds"]
 
 MAX_SEED = 2**31 - 1
 """The largest seed rlstruct accepts (a C ``int``)."""
@@ -50,3 +53,29 @@ def check_seed(seed: Any, *, argument: str = "seed") -> int:
             f"{argument} must be an int in [0, 2**31), got {s}; pass a non-negative int below {MAX_SEED + 1}"
         )
     return s
+
+
+def env_seeds(seed: int, n_envs: int) -> list[int]:
+    """The reset seed of each of ``n_envs`` envs built with ``seed``, each in ``[0, 2**31)``.
+
+    Seed ``k`` is ``numpy.random.SeedSequence(seed).spawn(n_envs)[k]`` drawn as a 32-bit int with its top bit
+    cleared (so that a C ``int`` holds it): distinct across ``k`` and unrelated between consecutive ``seed``
+    values (``seed + k`` would give worker ``w``'s env 1 the seed of worker ``w + 1``'s env 0).
+
+    Args:
+        seed: an int in ``[0, 2**31)``.
+        n_envs: the number of envs.
+
+    Returns:
+        ``n_envs`` ints in ``[0, 2**31)``; the first ``m`` do not depend on ``n_envs``.
+
+    Raises:
+        SeedError: ``seed`` is not an int in ``[0, 2**31)``.
+
+    >>> env_seeds(0, 3) == env_seeds(0, 3), env_seeds(0, 3)[:2] == env_seeds(0, 2)
+    (True, True)
+    >>> set(env_seeds(0, 3)) & set(env_seeds(1, 3)), max(env_seeds(0, 100)) <= MAX_SEED
+    (set(), True)
+    """
+    seed = check_seed(seed)
+    return [int(s.generate_state(1, np.uint32)[0]) & MAX_SEED for s in np.random.SeedSequence(seed).spawn(n_envs)]

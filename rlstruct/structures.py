@@ -13,6 +13,16 @@ Conventions, used by every structure here:
 * Public constructors validate (one device, one batch size); operations that
   cannot break the invariants build their result without re-validating, so that
   the containers cost little more than a plain dict of tensors.
+* **Records**: a DictTensor whose tensors are all 0-d (e.g.
+  ``DictTensor({"loss": x.mean(), "entropy": h.mean()})``, how rlstructures programs
+  return their losses) is a record without a batch dimension. Everything that does not
+  need rows works on it (``keys``, ``[]``, ``items``, ``values``, ``in``, ``get``,
+  ``clone``, ``detach``, ``to``, ``set`` of another 0-d tensor, ``prepend_key``,
+  ``truncate_key``, ``+`` with another record, ``variables``, printing, pytree); batch
+  operations (``n_elems``, ``specs``, ``slice``, ``index``, ``unfold``, ``cat``,
+  ``copy_``, ``masked_dicttensor``, a ``Trajectories`` info) raise
+  :class:`~rlstruct.errors.BatchSizeError` saying so. Mixing 0-d and batched tensors
+  in one DictTensor stays an error.
 """
 
 from __future__ import annotations
@@ -42,9 +52,13 @@ def _fmt_keys(keys: Iterable[str]) -> str:
 
 
 def _check_tensors(variables: Mapping[str, Any], what: str, min_dim: int) -> None:
-    """Validates types, ranks, leading sizes and devices; raises a typed error naming keys."""
+    """Validates types, ranks, leading sizes and devices; raises a typed error naming keys.
+
+    With ``min_dim == 1`` (DictTensor), tensors that are all 0-d form a record (no batch dimension).
+    """
     first_key = None
     first: torch.Tensor | None = None
+    record = False
     for k, v in variables.items():
         if not isinstance(k, str):
             raise TypeError(f"{what} keys must be str, got {type(k).__name__} {k!r}")
@@ -52,14 +66,21 @@ def _check_tensors(variables: Mapping[str, Any], what: str, min_dim: int) -> Non
             raise TypeError(
                 f"{what}[{k!r}] must be a torch.Tensor, got {type(v).__name__}; wrap it with torch.as_tensor"
             )
-        if v.dim() < min_dim:
-            dims = "[B, ...]" if min_dim == 1 else "[B, T, ...]"
+        dim = v.dim()
+        if first is not None and min_dim == 1 and (dim == 0) != record:
+            zero, batched = (k, first_key) if dim == 0 else (first_key, k)
             raise BatchSizeError(
-                f"{what}[{k!r}] must have shape {dims}, got a {v.dim()}-d tensor of shape {tuple(v.shape)}; "
+                f"{what} mixes the 0-d tensor {zero!r} with the batched tensor {batched!r} of shape "
+                f"{tuple(variables[batched].shape)}: a DictTensor is either a batch [B, ...] or a record of 0-d "
+                "tensors; give the 0-d one a batch dimension (unsqueeze(0), or expand to B rows), or keep them apart"
+            )
+        if dim < min_dim and not (min_dim == 1 and dim == 0):
+            raise BatchSizeError(
+                f"{what}[{k!r}] must have shape [B, T, ...], got a {dim}-d tensor of shape {tuple(v.shape)}; "
                 "add the missing dimension with unsqueeze"
             )
         if first is None:
-            first_key, first = k, v
+            first_key, first, record = k, v, dim == 0
             continue
         if v.shape[:min_dim] != first.shape[:min_dim]:
             name = "batch size" if min_dim == 1 else "batch and time sizes"
@@ -72,6 +93,15 @@ def _check_tensors(variables: Mapping[str, Any], what: str, min_dim: int) -> Non
                 f"{what} tensors must be on one device: {first_key!r} is on {first.device}, "
                 f"{k!r} is on {v.device}; move them with .to(device) first"
             )
+
+
+def _record_error(operation: str, d: DictTensor) -> BatchSizeError:
+    """The error of a batch operation asked of a record (a DictTensor of 0-d tensors)."""
+    return BatchSizeError(
+        f"{operation} needs a batch dimension, but this DictTensor is a record of 0-d tensors (keys "
+        f"{_fmt_keys(d.variables)}), e.g. losses; read its values with d[key] or d.items(), or build a batch "
+        "from [B, ...] tensors (unsqueeze(0) each 0-d tensor for one row)"
+    )
 
 
 def _missing_key(key: str, available: Iterable[str]) -> KeyError:
@@ -187,12 +217,17 @@ class DictTensor(_NamedTensors):
     ``B`` and the same device. A DictTensor with no key is *empty*
     (``empty()``), which is different from one with ``B == 0`` rows.
 
+    A DictTensor whose tensors are all 0-d is a *record* (:meth:`is_record`): named
+    scalars without a batch dimension, such as the losses an rlstructures program
+    returns. What needs no rows works on it; batch operations raise
+    :class:`~rlstruct.errors.BatchSizeError` (see the module docstring).
+
     Args:
         variables: the named tensors (the mapping is copied, the tensors are not).
 
     Raises:
         TypeError: a key is not a str or a value is not a tensor.
-        BatchSizeError: tensors do not share their first size (or a tensor is 0-d).
+        BatchSizeError: tensors do not share their first size, or 0-d and batched tensors are mixed.
         DeviceMismatchError: tensors are on different devices.
 
     >>> d = DictTensor({"x": torch.zeros(3, 2), "y": torch.arange(3)})
@@ -200,6 +235,9 @@ class DictTensor(_NamedTensors):
     (3, torch.Size([2]))
     >>> d.slice(1)["y"]
     tensor([1])
+    >>> losses = DictTensor({"loss": torch.tensor(0.5), "entropy": torch.tensor(0.25)})
+    >>> losses.is_record(), losses["loss"].item(), losses
+    (True, 0.5, DictTensor(record, device=cpu, {loss: 0.5, entropy: 0.25}))
     """
 
     __slots__ = ("variables",)
@@ -218,10 +256,23 @@ class DictTensor(_NamedTensors):
 
     # ---------------------------------------------------------------- reading
     def n_elems(self) -> int:
-        """The batch size ``B`` (0 when empty)."""
+        """The batch size ``B`` (0 when empty).
+
+        Raises:
+            BatchSizeError: the DictTensor is a record (0-d tensors, no batch dimension).
+        """
         for v in self.variables.values():
-            return v.shape[0]
+            try:
+                return v.shape[0]
+            except IndexError:
+                raise _record_error("DictTensor.n_elems", self) from None
         return 0
+
+    def is_record(self) -> bool:
+        """True when the tensors are 0-d (a record of named scalars, no batch dimension); False when empty."""
+        for v in self.variables.values():
+            return v.dim() == 0
+        return False
 
     def empty(self) -> bool:
         """True when there is no key (a DictTensor of ``B == 0`` rows is not empty)."""
@@ -236,11 +287,24 @@ class DictTensor(_NamedTensors):
     def __repr__(self) -> str:
         if not self.variables:
             return "DictTensor({})"
+        if self.is_record():
+            # A record's values are what one prints it for (logging losses); off the meta device they can be read.
+            fields = ", ".join(
+                f"{k}: {v.dtype}" if v.device.type == "meta" else f"{k}: {v.item()!r}"
+                for k, v in self.variables.items()
+            )
+            return f"DictTensor(record, device={self.device()}, {{{fields}}})"
         fields = ", ".join(f"{k}: {tuple(v.shape)} {v.dtype}" for k, v in self.variables.items())
         return f"DictTensor(B={self.n_elems()}, device={self.device()}, {{{fields}}})"
 
     def specs(self) -> dict[str, dict[str, Any]]:
-        """Per-row shape and dtype of each key: ``{key: {"size": Size, "dtype": dtype}}``."""
+        """Per-row shape and dtype of each key: ``{key: {"size": Size, "dtype": dtype}}``.
+
+        Raises:
+            BatchSizeError: the DictTensor is a record (it has no rows).
+        """
+        if self.is_record():
+            raise _record_error("DictTensor.specs", self)
         return {k: {"size": v.shape[1:], "dtype": v.dtype} for k, v in self.variables.items()}
 
     # ------------------------------------------------------------- selecting
@@ -263,18 +327,34 @@ class DictTensor(_NamedTensors):
         """Rows ``[index_from:index_to]`` as views; ``slice(i)`` keeps the batch dim (one row)."""
         if index_to is None:
             return self.index(index_from)
-        return _dt({k: v[index_from:index_to] for k, v in self.variables.items()})
+        try:
+            return _dt({k: v[index_from:index_to] for k, v in self.variables.items()})
+        except IndexError:
+            if self.is_record():
+                raise _record_error("DictTensor.slice", self) from None
+            raise
 
     def index(self, index: Index) -> DictTensor:
-        """Rows selected by an int (one row, batch dim kept), a slice, a LongTensor or a bool mask."""
+        """Rows selected by an int (one row, batch dim kept), a slice, a LongTensor or a bool mask.
+
+        Raises:
+            BatchSizeError: the DictTensor is a record, or a bool mask does not have ``B`` entries.
+        """
         variables = self.variables
         if not variables:
             return _dt({})
-        idx = _as_index(index, next(iter(variables.values())))
-        return _dt({k: v[idx] for k, v in variables.items()})
+        try:
+            idx = _as_index(index, next(iter(variables.values())))
+            return _dt({k: v[idx] for k, v in variables.items()})
+        except IndexError:
+            if self.is_record():
+                raise _record_error("DictTensor.index", self) from None
+            raise
 
     def unfold(self) -> list[DictTensor]:
         """The B rows, each as a DictTensor of one row."""
+        if self.is_record():
+            raise _record_error("DictTensor.unfold", self)
         return [self.slice(i, i + 1) for i in range(self.n_elems())]
 
     def truncate_key(self, prefix: str) -> DictTensor:
@@ -291,6 +371,10 @@ class DictTensor(_NamedTensors):
         """A deep copy (every tensor cloned)."""
         return _dt({k: v.clone() for k, v in self.variables.items()})
 
+    def detach(self) -> DictTensor:
+        """The same tensors detached from the autograd graph (views, no copy), e.g. losses to log."""
+        return _dt({k: v.detach() for k, v in self.variables.items()})
+
     def to(self, device: DeviceLike, *, non_blocking: bool = False) -> DictTensor:
         """The DictTensor on ``device``; ``self`` (no copy) when it is already there."""
         d = as_device(device)
@@ -300,21 +384,26 @@ class DictTensor(_NamedTensors):
         return _dt({k: v.to(d, non_blocking=non_blocking) for k, v in self.variables.items()})
 
     def set(self, key: str, value: torch.Tensor) -> None:
-        """Sets (or replaces) ``key`` in place; on an empty DictTensor this also sets B.
+        """Sets (or replaces) ``key`` in place; on an empty DictTensor this also sets B (a 0-d ``value`` makes
+        it a record).
 
         Raises:
             TypeError: ``value`` is not a tensor.
-            BatchSizeError: ``value`` has not ``B`` rows.
+            BatchSizeError: ``value`` has not ``B`` rows, or is 0-d in a batch, or batched in a record.
             DeviceMismatchError: ``value`` is on another device.
         """
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"value for {key!r} must be a torch.Tensor, got {type(value).__name__}")
-        if value.dim() == 0:
-            raise BatchSizeError(f"value for {key!r} must have shape [B, ...], got a 0-d tensor")
         others = [k for k in self.variables if k != key]
         if others:
             ref = self.variables[others[0]]
-            if value.shape[0] != ref.shape[0]:
+            if (value.dim() == 0) != (ref.dim() == 0):
+                expected = "a 0-d tensor (this DictTensor is a record)" if ref.dim() == 0 else "shape [B, ...]"
+                raise BatchSizeError(
+                    f"value for {key!r} must have {expected}, got shape {tuple(value.shape)}; a DictTensor is "
+                    "either a batch or a record of 0-d tensors"
+                )
+            if value.dim() > 0 and value.shape[0] != ref.shape[0]:
                 raise BatchSizeError(
                     f"value for {key!r} has {value.shape[0]} rows, the DictTensor has {ref.shape[0]} "
                     f"(key {others[0]!r}); give it {ref.shape[0]} rows"
@@ -342,9 +431,19 @@ class DictTensor(_NamedTensors):
         return _dt(merged)
 
     def copy_(self, source: DictTensor, source_indexes: Index, destination_indexes: Index) -> None:
-        """In place: ``self[k][destination_indexes] = source[k][source_indexes]`` for every key of self."""
-        for k, v in self.variables.items():
-            v[destination_indexes] = source[k][source_indexes]
+        """In place: ``self[k][destination_indexes] = source[k][source_indexes]`` for every key of self.
+
+        Raises:
+            BatchSizeError: ``self`` or ``source`` is a record.
+        """
+        try:
+            for k, v in self.variables.items():
+                v[destination_indexes] = source[k][source_indexes]
+        except IndexError:
+            for d in (self, source):
+                if d.is_record():
+                    raise _record_error("DictTensor.copy_", d) from None
+            raise
 
     @staticmethod
     def cat(dicts: Sequence[DictTensor]) -> DictTensor:
@@ -357,6 +456,8 @@ class DictTensor(_NamedTensors):
         Raises:
             ValueError: the key sets differ (the message says which keys), or a key's per-row shapes differ.
             DeviceMismatchError: the elements are on different devices.
+            BatchSizeError: an element is a record (0-d tensors): stack records with
+                ``DictTensor({k: torch.stack([r[k] for r in records]) for k in records[0].keys()})``.
 
         >>> DictTensor.cat([DictTensor({"x": torch.zeros(2)}), DictTensor({"x": torch.ones(1)})])["x"]
         tensor([0., 0., 1.])
@@ -364,6 +465,13 @@ class DictTensor(_NamedTensors):
         dicts = [d for d in dicts if d.variables]
         if not dicts:
             return _dt({})
+        for d in dicts:
+            if d.is_record():
+                raise BatchSizeError(
+                    f"DictTensor.cat concatenates rows, but an element is a record of 0-d tensors (keys "
+                    f"{_fmt_keys(d.variables)}); stack records into a batch with "
+                    "DictTensor({k: torch.stack([r[k] for r in records]) for k in records[0].keys()})"
+                )
         if len(dicts) == 1:
             return dicts[0]
         keys = dicts[0].variables.keys()
@@ -383,7 +491,8 @@ class DictTensor(_NamedTensors):
     def to_tensordict(self):
         """This DictTensor as a ``tensordict.TensorDict`` of batch size ``[B]`` (tensors shared)."""
         TensorDict = _import_tensordict()
-        return TensorDict(dict(self.variables), batch_size=[self.n_elems()], device=self.device())
+        batch_size = [] if self.is_record() else [self.n_elems()]
+        return TensorDict(dict(self.variables), batch_size=batch_size, device=self.device())
 
     @staticmethod
     def from_tensordict(td) -> DictTensor:
@@ -604,6 +713,7 @@ class TemporalDictTensor(_NamedTensors):
 
     # ------------------------------------------------------------- building
     def clone(self) -> TemporalDictTensor:
+        """A deep copy (every tensor and the lengths cloned)."""
         return _tdt({k: v.clone() for k, v in self.variables.items()}, self.lengths.clone())
 
     def to(self, device: DeviceLike, *, non_blocking: bool = False) -> TemporalDictTensor:
@@ -734,9 +844,11 @@ class Trajectories:
         return f"Trajectories(info={self.info!r}, trajectories={self.trajectories!r})"
 
     def n_elems(self) -> int:
+        """The number of trajectories ``B``."""
         return self.trajectories.n_elems()
 
     def device(self) -> torch.device:
+        """The device of the trajectories (and of a non-empty info)."""
         return self.trajectories.device()
 
     def to(self, device: DeviceLike, *, non_blocking: bool = False) -> Trajectories:
@@ -807,7 +919,11 @@ def masked_dicttensor(dicttensor0: DictTensor, dicttensor1: DictTensor, mask: to
 
     Raises:
         KeyError: ``dicttensor1`` lacks a key of ``dicttensor0``.
+        BatchSizeError: an argument is a record (0-d tensors, no rows to select).
     """
+    for d in (dicttensor0, dicttensor1):
+        if d.is_record():
+            raise _record_error("masked_dicttensor", d)
     return _dt(
         {k: masked_tensor(v, dicttensor1[k], mask) for k, v in dicttensor0.variables.items()}
     )

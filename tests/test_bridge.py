@@ -46,7 +46,7 @@ from rlstruct.envs import (
 )
 from rlstruct.envs.bridge import BridgeError, GymnasiumEnv, GymnasiumVectorEnv
 from rlstruct.envs.gym import env_seeds
-from rlstruct.errors import BatcherStateError, EnvStateError, SpaceError
+from rlstruct.errors import EnvStateError, SeedError, SpaceError
 from tests.conftest import device_params
 from tests.fakes_gym import DictImageEnv
 
@@ -149,7 +149,8 @@ def test_vector_env_api(name, output):
         assert obs.dtype == np.float32 and obs.shape == envs.observation_space.shape
         assert rewards.dtype == np.float64 and terminations.dtype == np.bool_ and truncations.dtype == np.bool_
     else:
-        assert isinstance(obs, torch.Tensor) and obs.dtype == torch.float32 and obs.shape == envs.observation_space.shape
+        assert isinstance(obs, torch.Tensor) and obs.dtype == torch.float32
+        assert obs.shape == envs.observation_space.shape
         assert rewards.dtype == torch.float32 and terminations.dtype == torch.bool and truncations.dtype == torch.bool
     assert rewards.shape == terminations.shape == truncations.shape == (n,)
     envs.close()
@@ -327,11 +328,13 @@ def test_reset_seed_through_device_env():
 
 def test_reset_seed_and_options_errors():
     envs = to_gymnasium(CartPole(2, autoreset=True))
-    with pytest.raises(BridgeError, match=r"seed must be >= 0"):
+    with pytest.raises(SeedError, match=r"seed must be an int in \[0, 2\*\*31\), got -1"):
         envs.reset(seed=-1)
-    with pytest.raises(TypeError, match=r"seed must be an int or None, got list"):
+    with pytest.raises(SeedError, match=r"seed must be an int in .* got list \[1, 2\]"):
         envs.reset(seed=[1, 2])
-    with pytest.raises(BridgeError, match=r"reset options \['foo'\] are not supported; options may only hold 'env_info'"):
+    with pytest.raises(SeedError, match=r"got 2147483648; pass a non-negative int below 2147483648"):
+        envs.reset(seed=2**31)
+    with pytest.raises(BridgeError, match=r"options \['foo'\] are not supported; options may only hold 'env_info'"):
         envs.reset(options={"foo": 1})
     with pytest.raises(BridgeError, match=r"partial resets are not needed"):
         envs.reset(options={"reset_mask": np.ones(2, dtype=bool)})
@@ -363,9 +366,9 @@ def test_close_and_state_errors():
         envs.reset()
     assert envs.closed
     envs.close()
-    with pytest.raises(BatcherStateError, match=r"is closed; build a new one"):
+    with pytest.raises(EnvStateError, match=r"is closed; build a new one"):
         envs.step(np.zeros(2, dtype=np.int64))
-    with pytest.raises(BatcherStateError, match=r"is closed"):
+    with pytest.raises(EnvStateError, match=r"is closed"):
         envs.reset()
 
 

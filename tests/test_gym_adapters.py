@@ -20,7 +20,9 @@ from rlstruct.errors import (
     BatchSizeError,
     DeviceMismatchError,
     DeviceUnavailableError,
+    EnvStateError,
     MissingDependencyError,
+    SeedError,
     SpaceError,
 )
 from tests import fakes_gym
@@ -111,13 +113,14 @@ def test_a_vector_env_that_reuses_its_buffers_is_copied(autoreset):
         assert_same(r, k)
 
 
-def test_step_with_no_running_env_returns_empty_results():
+def test_step_once_every_env_has_finished_asks_for_a_reset():
     env = GymEnv([fakes_gym.ImageEnv(length=1)], 0)
     env.reset()
     _, (obs, ids) = env.step(act(torch.zeros(1, 2)))
-    assert ids.numel() == 0
-    (o, i), (o2, i2) = env.step(act(torch.zeros(0, 2)))
-    assert o.n_elems() == 0 and i.numel() == 0 and o.specs() == obs.specs()
+    assert ids.numel() == 0 and obs.n_elems() == 0 and obs["frame"].dtype == torch.uint8
+    with pytest.raises(EnvStateError, match=r"every one of the 1 episodic envs has finished; call env.reset\(\)"):
+        env.step(act(torch.zeros(0, 2)))
+    assert env.reset()[1].tolist() == [0]
 
 
 # ------------------------------------------------------------------------------------------- list vs vector
@@ -192,7 +195,7 @@ def test_step_into_reuses_reset_options_and_checks_its_destinations():
     envs = [fakes_gym.OptionsEnv(length=2) for _ in range(2)]
     env = GymEnvInf(envs, 0)
     a = act(torch.zeros(2, dtype=torch.int64))
-    with pytest.raises(RuntimeError, match="before reset"):
+    with pytest.raises(EnvStateError, match="before reset"):
         env.step_into(a, DictTensor(), DictTensor())
     obs, _ = env.reset(DictTensor({"level": torch.tensor([10.0, 20.0])}))
     nxt, running = empty_like(obs), empty_like(obs)
@@ -279,9 +282,11 @@ def test_env_seeds_differ_across_envs_and_consecutive_seeds():
     flat = [x for row in seeds for x in row]
     assert len(set(flat)) == len(flat)
     assert env_seeds(3, 2) == env_seeds(3, 5)[:2]
-    with pytest.raises(ValueError, match="seed must be >= 0"):
+    # Every derived seed fits a C int (ale-py's and envpool's bindings take nothing larger).
+    assert all(0 <= s < 2**31 for s in flat) and max(flat) >= 2**30
+    with pytest.raises(SeedError, match=r"seed must be an int in \[0, 2\*\*31\), got -1"):
         env_seeds(-1, 2)
-    with pytest.raises(TypeError, match="seed must be an int"):
+    with pytest.raises(SeedError, match="seed must be an int in .* got float 1.5"):
         env_seeds(1.5, 2)
 
 
@@ -331,9 +336,9 @@ def test_construction_errors():
         GymEnv([gym.make("CartPole-v1"), "CartPole-v1"], 0)
     with pytest.raises(SpaceError, match=r"same observation_space.*build the list from one env id"):
         GymEnv([gym.make("CartPole-v1"), gym.make("Acrobot-v1")], 0)
-    with pytest.raises(ValueError, match="seed must be >= 0"):
+    with pytest.raises(SeedError, match=r"seed must be an int in \[0, 2\*\*31\), got -1"):
         GymEnv([gym.make("CartPole-v1")], -1)
-    with pytest.raises(TypeError, match="seed must be an int"):
+    with pytest.raises(SeedError, match="seed must be an int in .* got NoneType None"):
         GymEnv([gym.make("CartPole-v1")], None)
 
 
@@ -362,7 +367,7 @@ def test_vector_autoreset_modes():
 
 def test_step_errors():
     env = GymEnv([gym.make("CartPole-v1") for _ in range(2)], 0)
-    with pytest.raises(RuntimeError, match=r"before reset\(\); call env.reset\(\) first"):
+    with pytest.raises(EnvStateError, match=r"before reset\(\); call env.reset\(\) first"):
         env.step(act(torch.zeros(2, dtype=torch.int64)))
     env.reset()
     expected = r"shape \[B\] and an integer dtype .* got dtype torch.float32; convert it with .to\(torch.int64\)"
@@ -382,7 +387,7 @@ def test_step_errors():
         pendulum.step(act(torch.zeros(1, 1, dtype=torch.int64)))
     env.close()
     env.close()
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(EnvStateError, match="closed"):
         env.reset()
 
 
@@ -501,7 +506,7 @@ def test_make_env_envpool_backend_missing(monkeypatch):
 def test_make_env_envpool_backend(monkeypatch):
     monkeypatch.setitem(sys.modules, "envpool", fakes_gym.fake_envpool_module())
     env = make_env("CartPole-v1", 3, backend="envpool", seed=4, max_episode_steps=30)
-    assert type(env) is GymEnv and env._vec.pool.seed == env_seeds(4, 1)[0] % 2**31
+    assert type(env) is GymEnv and env._vec.pool.seed == env_seeds(4, 1)[0]
     assert env._vec.pool.kwargs == {"max_episode_steps": 30}
     obs, ids = env.reset()
     gen = torch.Generator().manual_seed(0)

@@ -232,6 +232,99 @@ def test_set_on_an_empty_dicttensor_sets_the_batch_size():
     assert d.n_elems() == 2
 
 
+# ------------------------------------------------------------------------------- records (0-d tensors)
+@st.composite
+def records(draw, keys: list[str] | None = None):
+    """A DictTensor of 0-d tensors, as rlstructures programs return their losses."""
+    if keys is None:
+        keys = draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=4, unique=True))
+    return DictTensor({k: draw(tensors((), max_extra_dims=0)) for k in keys})
+
+
+@PROPERTY
+@given(r=records(), prefix=st.sampled_from(["loss/", "a/", ""]))
+def test_a_record_supports_everything_that_needs_no_rows(r, prefix):
+    keys = list(r.keys())
+    assert r.is_record() and not r.empty() and r.device() == torch.device("cpu")
+    assert list(r) == keys and [k for k, _ in r.items()] == keys and all(k in r for k in keys)
+    assert all(v.dim() == 0 for v in r.values()) and r.variables.keys() == r.keys()
+    assert_dt_equal(r.get(keys[:1]), DictTensor({keys[0]: r[keys[0]]}))
+    assert r.to("cpu") is r
+    on_meta = r.to(META)
+    assert on_meta.is_record() and on_meta.device() == META and "record" in repr(on_meta)
+    copy = r.clone()
+    assert_dt_equal(copy, r)
+    assert all(copy[k].data_ptr() != r[k].data_ptr() for k in keys)
+    assert_dt_equal(r.prepend_key(prefix).truncate_key(prefix), r)
+    assert_dt_equal(pytree.tree_map(lambda x: x, r), r)
+    text = repr(r)
+    assert text.startswith("DictTensor(record, device=cpu, {") and all(f"{k}: " in text for k in keys)
+
+
+def test_a_record_of_losses_back_propagates_detaches_and_grows():
+    w = torch.ones(3, requires_grad=True)
+    losses = DictTensor({"loss": (w * 2).sum(), "entropy": w.mean()})
+    total = losses["loss"] - 0.01 * losses["entropy"]
+    total.backward()
+    assert torch.allclose(w.grad, torch.full((3,), 2 - 0.01 / 3))
+    logged = losses.detach()
+    assert logged.is_record() and not any(v.requires_grad for v in logged.values())
+    assert {k: round(v.item(), 4) for k, v in logged.items()} == {"loss": 6.0, "entropy": 1.0}
+    grown = DictTensor({})
+    grown.set("loss", torch.tensor(1.0))
+    grown.set("entropy", torch.tensor(2.0))
+    assert grown.is_record() and (grown + DictTensor({"kl": torch.tensor(0.0)})).is_record()
+    with pytest.raises(BatchSizeError, match=r"value for 'x' must have a 0-d tensor \(this DictTensor is a record\)"):
+        grown.set("x", torch.zeros(2))
+    with pytest.raises(BatchSizeError, match=r"mixes the 0-d tensor 'loss' with the batched tensor 'x'"):
+        grown + DictTensor({"x": torch.zeros(2)})
+    assert not DictTensor({}).is_record() and not DictTensor({"x": torch.zeros(2)}).is_record()
+
+
+BATCH_OPERATIONS = {
+    "DictTensor.n_elems": lambda r: r.n_elems(),
+    "DictTensor.specs": lambda r: r.specs(),
+    "DictTensor.slice": lambda r: r.slice(0, 1),
+    "DictTensor.index": lambda r: r.slice(0),
+    "DictTensor.unfold": lambda r: r.unfold(),
+    "DictTensor.copy_": lambda r: r.copy_(r, 0, 0),
+    "masked_dicttensor": lambda r: masked_dicttensor(r, r, torch.ones(1, dtype=torch.bool)),
+}
+
+
+@PROPERTY
+@given(r=records(), op=st.sampled_from(sorted(BATCH_OPERATIONS)), index=st.sampled_from([0, [0], torch.tensor([0])]))
+def test_batch_operations_on_a_record_say_it_has_no_batch_dimension(r, op, index):
+    expected = rf"{re.escape(op)} needs a batch dimension, but this DictTensor is a record of 0-d tensors .*unsqueeze"
+    with pytest.raises(BatchSizeError, match=expected):
+        BATCH_OPERATIONS[op](r)
+    with pytest.raises(BatchSizeError, match=r"DictTensor.index needs a batch dimension"):
+        r.index(index)
+    with pytest.raises(BatchSizeError, match=r"DictTensor.cat concatenates rows, but an element is a record.*stack"):
+        DictTensor.cat([r, r])
+    with pytest.raises(BatchSizeError, match=r"DictTensor.cat .* record"):
+        DictTensor.cat([r])
+    with pytest.raises(BatchSizeError, match=r"DictTensor.n_elems needs a batch dimension"):
+        Trajectories(r, TemporalDictTensor({"x": torch.zeros(1, 2)}))
+
+
+@PROPERTY
+@given(r=records(keys=["a", "b"]), B=st.integers(0, 4))
+def test_a_record_and_a_batch_never_mix(r, B):
+    batch = DictTensor({"c": torch.zeros(B)})
+    with pytest.raises(BatchSizeError, match=r"mixes the 0-d tensor 'a' with the batched tensor 'c'"):
+        r + batch
+    with pytest.raises(BatchSizeError, match=r"mixes the 0-d tensor 'a' with the batched tensor 'c'"):
+        batch + r
+    with pytest.raises(BatchSizeError, match=r"value for 'x' must have shape \[B, \.\.\.\], got shape \(\)"):
+        batch.set("x", r["a"])
+    with pytest.raises(BatchSizeError, match=r"DictTensor.cat .* record"):
+        DictTensor.cat([batch, r])
+    # A record becomes a batch of one row by unsqueezing every tensor, as the messages say.
+    one = DictTensor({k: v.unsqueeze(0) for k, v in r.items()})
+    assert one.n_elems() == 1 and DictTensor.cat([one, one]).n_elems() == 2
+
+
 # -------------------------------------------------------------------------------- TemporalDictTensor
 def reference_cat(tdts: list[TemporalDictTensor]) -> tuple[dict[str, list], list[int]]:
     """Row by row, step by step: zero padding to the longest T."""
@@ -521,8 +614,12 @@ def test_trajectories_sample_and_index(B, data):
 def test_error_different_batch_sizes():
     with pytest.raises(BatchSizeError, match=r"'a' has \(2,\), 'b' has \(3,\)"):
         DictTensor({"a": torch.zeros(2), "b": torch.zeros(3)})
-    with pytest.raises(BatchSizeError, match=r"'a'.*0-d"):
-        DictTensor({"a": torch.tensor(1.0)})
+    with pytest.raises(BatchSizeError, match=r"mixes the 0-d tensor 'b' with the batched tensor 'a' of shape \(2,\)"):
+        DictTensor({"a": torch.zeros(2), "b": torch.tensor(1.0)})
+    with pytest.raises(BatchSizeError, match=r"mixes the 0-d tensor 'a' with the batched tensor 'b'.*unsqueeze\(0\)"):
+        DictTensor({"a": torch.tensor(1.0), "b": torch.zeros(2)})
+    with pytest.raises(BatchSizeError, match=r"'a'\] must have shape \[B, T, \.\.\.\], got a 1-d tensor"):
+        TemporalDictTensor({"a": torch.zeros(2)})
     with pytest.raises(BatchSizeError, match=r"batch and time sizes: 'a' has \(2, 3\), 'b' has \(2, 4\)"):
         TemporalDictTensor({"a": torch.zeros(2, 3), "b": torch.zeros(2, 4)})
 
@@ -608,7 +705,7 @@ def test_error_set_wrong_size_device_or_type():
         d.set("b", torch.zeros(3, device=META))
     with pytest.raises(TypeError, match="value for 'b' must be a torch.Tensor, got float"):
         d.set("b", 1.0)
-    with pytest.raises(BatchSizeError, match="value for 'b' must have shape"):
+    with pytest.raises(BatchSizeError, match=r"value for 'b' must have shape \[B, \.\.\.\], got shape \(\)"):
         d.set("b", torch.tensor(1.0))
     assert list(d.keys()) == ["a"]
     t = TemporalDictTensor({"a": torch.zeros(2, 3)})

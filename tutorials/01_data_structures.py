@@ -67,6 +67,21 @@ def dicttensor_basics() -> None:
     assert list(back.keys()) == ["frame", "reward"]
     assert back["frame"] is obs["frame"]
 
+    # A DictTensor of 0-d tensors is a record: named scalars without a batch dimension, which is how
+    # rlstructures programs return their losses. Reading, moving and detaching work; a batch
+    # operation says there are no rows, and 0-d and batched tensors never share one DictTensor.
+    w = torch.ones(2, requires_grad=True)
+    losses = DictTensor({"loss": (w * 3).sum(), "entropy": w.mean()})
+    (losses["loss"] - 0.01 * losses["entropy"]).backward()
+    logged = {k: v.item() for k, v in losses.detach().items()}
+    assert losses.is_record() and logged == {"loss": 6.0, "entropy": 1.0}
+    try:
+        losses.n_elems()
+    except BatchSizeError as e:
+        print("   a record has no rows:", e)
+    else:
+        raise AssertionError("a record of 0-d tensors has no batch size")
+
 
 def slicing_and_indexing() -> None:
     print("== 2. Slicing and indexing keep the batch dimension")

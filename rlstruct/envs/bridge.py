@@ -25,7 +25,6 @@ The reverse direction, gymnasium (or EnvPool) envs used as rlstruct envs, is :cl
 
 from __future__ import annotations
 
-import operator
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -38,7 +37,8 @@ from gymnasium.vector.utils import batch_space
 from rlstruct.envs._base import VecEnv
 from rlstruct.envs._torch_env import TorchVecEnv
 from rlstruct.envs.device_env import DeviceEnv
-from rlstruct.errors import BatcherStateError, BridgeError, SpaceError
+from rlstruct.errors import BridgeError, EnvStateError, SpaceError
+from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
 
 __all__ = ["to_gymnasium", "to_gymnasium_env", "GymnasiumVectorEnv", "GymnasiumEnv", "BridgeError"]
@@ -65,19 +65,6 @@ def _observation_keys(space: gym.Space) -> tuple[str, ...] | None:
     return None
 
 
-def _check_seed(seed: Any) -> int:
-    try:
-        s = operator.index(seed)
-    except TypeError:
-        raise TypeError(
-            f"seed must be an int or None, got {type(seed).__name__} {seed!r}; every env's seed derives from "
-            "one int (env k of seed s replays the same episodes whatever n_envs)"
-        ) from None
-    if s < 0:
-        raise BridgeError(f"seed must be >= 0 (gymnasium's convention), got {s}; pass a non-negative int")
-    return s
-
-
 def _env_info_from(options: dict[str, Any] | None) -> DictTensor | None:
     if options is None:
         return None
@@ -101,7 +88,7 @@ def _reset_env(env: VecEnv, seed: int | None, options: dict[str, Any] | None) ->
     if seed is None:
         obs, _ = env.reset(env_info)
         return obs, None
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     return _reseed(env, seed, env_info), seed
 
 
@@ -206,16 +193,16 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         """Restarts every env; with ``seed``, re-seeds the simulator first.
 
         Args:
-            seed: ``None`` (continue each env's random stream) or an int ``>= 0``.
+            seed: ``None`` (continue each env's random stream) or an int in ``[0, 2**31)``.
             options: ``None``, ``{}`` or ``{"env_info": DictTensor}`` (``n_envs`` rows, on the CPU).
 
         Returns:
             ``(obs [N, *obs_shape], {})``.
 
         Raises:
-            BridgeError: a negative seed, a seed for an env that is not a torch simulator, or unknown options.
-            TypeError: ``seed`` is not an int.
-            BatcherStateError: the env is closed.
+            SeedError: ``seed`` is not ``None`` or an int in ``[0, 2**31)``.
+            BridgeError: a seed for an env that is not a torch simulator, or unknown options.
+            EnvStateError: the env is closed.
         """
         self._check_open()
         obs, seed = _reset_env(self.env, seed, options)
@@ -233,7 +220,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             ``(obs, rewards, terminations, truncations, infos)``, see the class docstring.
 
         Raises:
-            BatcherStateError: ``reset`` was never called, or the env is closed.
+            EnvStateError: ``reset`` was never called, or the env is closed.
             BatchSizeError, SpaceError, DeviceMismatchError: ``actions`` does not fit (raised by the env).
         """
         self._check_open()
@@ -285,7 +272,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def _check_open(self) -> None:
         if self.closed:
-            raise BatcherStateError(f"{type(self).__name__} is closed; build a new one with to_gymnasium(env)")
+            raise EnvStateError(f"{type(self).__name__} is closed; build a new one with to_gymnasium(env)")
 
     def close_extras(self, **kwargs: Any) -> None:
         """Closes the wrapped env (``close()`` itself is idempotent)."""
@@ -373,15 +360,16 @@ class GymnasiumEnv(gym.Env):
         """Starts a new episode; with ``seed``, re-seeds the simulator first (see :class:`GymnasiumVectorEnv`).
 
         Args:
-            seed: ``None`` (continue the env's random stream) or an int ``>= 0``.
+            seed: ``None`` (continue the env's random stream) or an int in ``[0, 2**31)``.
             options: ``None``, ``{}`` or ``{"env_info": DictTensor}`` (one row, on the CPU).
 
         Returns:
             ``(obs, {})``, ``obs`` of shape ``obs_shape``.
 
         Raises:
-            BridgeError: a negative seed, a seed for an env that is not a torch simulator, or unknown options.
-            TypeError: ``seed`` is not an int.
+            SeedError: ``seed`` is not ``None`` or an int in ``[0, 2**31)``.
+            BridgeError: a seed for an env that is not a torch simulator, or unknown options.
+            EnvStateError: the env is closed.
         """
         obs, seed = _reset_env(self.env, seed, options)
         super().reset(seed=seed)
@@ -396,7 +384,7 @@ class GymnasiumEnv(gym.Env):
 
         Raises:
             SpaceError: ``action`` does not have the action space's number of elements.
-            BatcherStateError: ``reset`` was never called, or an episodic env's episode is over.
+            EnvStateError: ``reset`` was never called, the env is closed, or an episodic env's episode is over.
         """
         a = _as_action(action, self._device)
         if a.numel() != int(np.prod(self._action_shape)):

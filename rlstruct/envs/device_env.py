@@ -62,14 +62,17 @@ class DeviceEnv(VecEnv):
 
     @property
     def autoreset(self) -> bool:  # type: ignore[override]
+        """The inner env's."""
         return self.env.autoreset
 
     @property
     def action_space(self) -> gym.Space:  # type: ignore[override]
+        """The inner env's."""
         return self.env.action_space
 
     @property
     def observation_space(self) -> gym.Space:  # type: ignore[override]
+        """The inner env's."""
         return self.env.observation_space
 
     def __getattr__(self, name: str) -> Any:

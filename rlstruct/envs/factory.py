@@ -11,8 +11,9 @@ import torch
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs._base import VecEnv
 from rlstruct.envs.device_env import DeviceEnv
-from rlstruct.envs.gym import GymEnv, GymEnvInf, _autoreset_mode, env_seeds
+from rlstruct.envs.gym import GymEnv, GymEnvInf, _autoreset_mode
 from rlstruct.errors import MissingDependencyError
+from rlstruct.seeding import check_seed, env_seeds
 
 __all__ = ["make_env", "TORCH_ENVS", "BACKENDS"]
 
@@ -57,7 +58,7 @@ def make_env(
         name: a gymnasium id, e.g. ``"CartPole-v1"``.
         n_envs: number of envs (>= 1).
         device: where observations are returned.
-        seed: non-negative int; per-env seeds are derived from it (see :func:`~rlstruct.envs.gym.env_seeds`).
+        seed: an int in ``[0, 2**31)``; per-env seeds are derived from it (see :func:`~rlstruct.seeding.env_seeds`).
         autoreset: reset finished envs inside ``step`` (``GymEnvInf`` semantics).
         backend: ``"torch"``, ``"gymnasium"`` or ``"envpool"``.
         max_episode_steps: episode length limit (truncation); ``None`` keeps the id's default.
@@ -66,6 +67,7 @@ def make_env(
         A VecEnv whose ``device`` is ``device``.
 
     Raises:
+        SeedError: ``seed`` is not an int in ``[0, 2**31)`` (checked before any env is built, for every backend).
         ValueError: an unknown backend, an id the torch backend does not simulate, ``n_envs < 1``, or
             ``autoreset=True`` with envpool.
         MissingDependencyError: ``backend="envpool"`` without envpool installed.
@@ -80,6 +82,7 @@ def make_env(
     n_envs = operator.index(n_envs)
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")
+    seed = check_seed(seed)
     dev = check_device_exists(device)
     if backend == "torch":
         return _torch_env(name, n_envs, dev, seed, autoreset, max_episode_steps)
@@ -137,7 +140,8 @@ def _envpool_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode
             "so the fresh observation cannot come with the terminal one; use backend='gymnasium' or 'torch' "
             "for auto-reset envs"
         )
-    kwargs: dict[str, Any] = {"num_envs": n_envs, "seed": env_seeds(seed, 1)[0] % 2**31}
+    # envpool seeds its envs from one int (a C int), derived by the rule of every other backend.
+    kwargs: dict[str, Any] = {"num_envs": n_envs, "seed": env_seeds(seed, 1)[0]}
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
     return GymEnv(_EnvPoolVector(envpool.make_gymnasium(name, **kwargs)), seed)

@@ -11,7 +11,8 @@ entry of a flat ``Dict`` space), then ``reward`` (float32 ``[B]``), ``done`` (bo
 ``Discrete`` becomes int64 ``[B]``, ``MultiDiscrete`` int64 ``[B, k]``.
 
 Seeding: env ``k`` of an adapter built with ``seed`` is reset with
-``numpy.random.SeedSequence(seed).spawn(n_envs)[k]`` turned into a 32-bit int (:func:`env_seeds`), so that
+``numpy.random.SeedSequence(seed).spawn(n_envs)[k]`` turned into an int in ``[0, 2**31)``
+(:func:`~rlstruct.seeding.env_seeds`), so that
 the seeds differ across ``k`` and also across adapters built with consecutive seeds (batcher workers),
 which ``seed + k`` would not give. Only the first ``reset()`` after construction passes these seeds;
 later resets continue each env's RNG, as gymnasium does.
@@ -19,7 +20,6 @@ later resets continue each env's RNG, as gymnasium does.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,7 +30,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from rlstruct.envs._base import HostDestinations, StepResult, VecEnv, host_copy
-from rlstruct.errors import BatchSizeError, DeviceMismatchError, SpaceError
+from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
+from rlstruct.seeding import check_seed, env_seeds
 from rlstruct.structures import DictTensor
 
 __all__ = ["GymEnv", "GymEnvInf", "env_seeds"]
@@ -39,42 +40,6 @@ _CPU = torch.device("cpu")
 _RESERVED_KEYS = ("reward", "done", "terminated", "truncated", "initial_state", "last_action")
 _INT_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})
 _FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
-
-
-def env_seeds(seed: int, n_envs: int) -> list[int]:
-    """The reset seed of each of ``n_envs`` envs built with ``seed``.
-
-    Seed ``k`` is ``numpy.random.SeedSequence(seed).spawn(n_envs)[k]`` drawn as a 32-bit int: distinct
-    across ``k`` and unrelated between consecutive ``seed`` values (``seed + k`` would give worker ``w``'s
-    env 1 the seed of worker ``w + 1``'s env 0).
-
-    Args:
-        seed: a non-negative int.
-        n_envs: the number of envs.
-
-    Returns:
-        ``n_envs`` ints in ``[0, 2**32)``; the first ``m`` do not depend on ``n_envs``.
-
-    Raises:
-        ValueError: ``seed`` is negative.
-
-    >>> env_seeds(0, 3) == env_seeds(0, 3), env_seeds(0, 3)[:2] == env_seeds(0, 2)
-    (True, True)
-    >>> set(env_seeds(0, 3)) & set(env_seeds(1, 3))
-    set()
-    """
-    seed = _check_seed(seed)
-    return [int(s.generate_state(1, np.uint32)[0]) for s in np.random.SeedSequence(seed).spawn(n_envs)]
-
-
-def _check_seed(seed: Any) -> int:
-    try:
-        s = operator.index(seed)
-    except TypeError:
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}; pass e.g. seed=0") from None
-    if s < 0:
-        raise ValueError(f"seed must be >= 0, got {s}; pass a non-negative int")
-    return s
 
 
 # ------------------------------------------------------------------------------------------- spaces
@@ -272,8 +237,8 @@ class GymEnv(VecEnv):
 
     Args:
         envs: a non-empty list of ``gymnasium.Env`` with equal spaces, or one ``gymnasium.vector.VectorEnv``.
-        seed: non-negative int; see :func:`env_seeds` (a ``SyncVectorEnv``/``AsyncVectorEnv`` gets the
-            per-env list, any other vector env the first of them).
+        seed: an int in ``[0, 2**31)``; see :func:`~rlstruct.seeding.env_seeds` (a ``SyncVectorEnv`` or
+            ``AsyncVectorEnv`` gets the per-env list, any other vector env the first of them).
         autoreset: reset finished envs inside ``step``.
 
     Attributes:
@@ -284,8 +249,9 @@ class GymEnv(VecEnv):
             or a flat Dict of them).
 
     Raises:
-        TypeError: ``envs`` is neither a list of envs nor a vector env, or ``seed`` is not an int.
-        ValueError: ``envs`` is empty, ``seed`` is negative, or the vector env's autoreset mode does not fit.
+        TypeError: ``envs`` is neither a list of envs nor a vector env.
+        SeedError: ``seed`` is not an int in ``[0, 2**31)``.
+        ValueError: ``envs`` is empty, or the vector env's autoreset mode does not fit.
         SpaceError: unsupported or mismatching spaces, or a Dict key that collides with a reserved key.
 
     Shapes, for ``B`` rows: observation keys ``[B, *space.shape]``; ``reward: float32 [B]``;
@@ -307,7 +273,7 @@ class GymEnv(VecEnv):
 
     def __init__(self, envs: Sequence[gym.Env] | gym.vector.VectorEnv, seed: int, *, autoreset: bool = False):
         self._seeds_pending = True
-        self._seed = _check_seed(seed)
+        self._seed = check_seed(seed)
         self.autoreset = bool(autoreset)
         self.device = _CPU
         self._closed = False
@@ -477,15 +443,17 @@ class GymEnv(VecEnv):
             SpaceError: ``action["action"]`` has the wrong shape or dtype kind.
             BatchSizeError: it does not have one row per running env.
             DeviceMismatchError: it is not on the CPU.
-            RuntimeError: ``reset`` was never called, or the env is closed.
+            EnvStateError: ``reset`` was never called, the env is closed, or every episodic env has finished.
         """
         self._check_steppable("step")
         running = self._running
+        if len(running) == 0:
+            raise EnvStateError(
+                f"every one of the {self._n} episodic envs has finished; call env.reset() before stepping again "
+                "(or build the env with autoreset=True)"
+            )
         a, a_np = self._action.check(action["action"], len(running))
         ids = self._all_ids if len(running) == self._n else torch.from_numpy(running)
-        if len(running) == 0:
-            empty = self._assemble(_stack(self._fields, []), *self._no_step(0))
-            return (empty, ids), (empty, ids)
         if self._vec is not None:
             nxt, reward, term, trunc, done_np, fresh = self._step_vector(a_np, running)
         else:
@@ -637,11 +605,11 @@ class GymEnv(VecEnv):
     def _check_steppable(self, method: str) -> None:
         self._check_open()
         if not self._started:
-            raise RuntimeError(f"{type(self).__name__}.{method} was called before reset(); call env.reset() first")
+            raise EnvStateError(f"{type(self).__name__}.{method} was called before reset(); call env.reset() first")
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError(f"{type(self).__name__} is closed; build a new one")
+            raise EnvStateError(f"{type(self).__name__} is closed; build a new one")
 
     def close(self) -> None:
         """Closes every gymnasium env; idempotent."""
@@ -665,7 +633,7 @@ class GymEnvInf(GymEnv):
     Args:
         envs: a list of ``gymnasium.Env``, or a ``gymnasium.vector.VectorEnv`` with
             ``autoreset_mode=SAME_STEP``.
-        seed: non-negative int (see :func:`env_seeds`).
+        seed: an int in ``[0, 2**31)`` (see :func:`~rlstruct.seeding.env_seeds`).
 
     >>> import gymnasium as gym
     >>> env = GymEnvInf([gym.make("CartPole-v1") for _ in range(2)], seed=0)

@@ -1,0 +1,280 @@
+"""One error type per situation, whichever env raises it (the table of ``rlstruct/errors.py``).
+
+Each situation is one test parametrized over every env implementation: the gymnasium adapters (a list of
+envs and a vector env, episodic and auto-reset), DeviceEnv, the torch simulators (auto-reset and episodic),
+``make_env`` for each backend, and the gymnasium bridge (``to_gymnasium``, ``to_gymnasium_env``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from rlstruct import DictTensor
+from rlstruct.envs import (
+    Acrobot,
+    CartPole,
+    DeviceEnv,
+    GymEnv,
+    GymEnvInf,
+    MountainCar,
+    Pendulum,
+    make_env,
+    to_gymnasium,
+    to_gymnasium_env,
+)
+from rlstruct.errors import EnvStateError, SeedError, SpaceError
+from rlstruct.seeding import MAX_SEED, env_seeds
+from tests import fakes_gym
+
+N = 2
+SIMS = {"CartPole": CartPole, "Acrobot": Acrobot, "MountainCar": MountainCar, "Pendulum": Pendulum}
+
+
+def _same_step_vector(n: int) -> gym.vector.VectorEnv:
+    return gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1") for _ in range(n)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+
+
+def _envpool_env(seed: int, **kwargs):
+    # envpool itself is not installed here: its stand-in has envpool's gymnasium API.
+    saved = sys.modules.get("envpool")
+    sys.modules["envpool"] = fakes_gym.fake_envpool_module()
+    try:
+        return make_env("CartPole-v1", N, backend="envpool", seed=seed, **kwargs)
+    finally:
+        if saved is None:
+            del sys.modules["envpool"]
+        else:
+            sys.modules["envpool"] = saved
+
+
+# Every VecEnv implementation, built with a given seed.
+VEC_ENVS: dict[str, Callable[[int], object]] = {
+    "GymEnv-list": lambda seed: GymEnv([gym.make("CartPole-v1") for _ in range(N)], seed),
+    "GymEnv-vector": lambda seed: GymEnv(gym.make_vec("CartPole-v1", N, vectorization_mode="vector_entry_point"), seed),
+    "GymEnvInf-list": lambda seed: GymEnvInf([gym.make("CartPole-v1") for _ in range(N)], seed),
+    "GymEnvInf-vector": lambda seed: GymEnvInf(_same_step_vector(N), seed),
+    "DeviceEnv-GymEnvInf": lambda seed: DeviceEnv(GymEnvInf([gym.make("CartPole-v1") for _ in range(N)], seed), "cpu",
+                                                  "cpu"),
+    "DeviceEnv-CartPole": lambda seed: DeviceEnv(CartPole(N, seed=seed, autoreset=True), "cpu", "cpu"),
+    **{
+        f"{name}-{mode}": (lambda cls, auto: lambda seed: cls(N, seed=seed, autoreset=auto))(cls, mode == "autoreset")
+        for name, cls in SIMS.items()
+        for mode in ("autoreset", "episodic")
+    },
+    "make_env-torch": lambda seed: make_env("CartPole-v1", N, backend="torch", seed=seed),
+    "make_env-gymnasium": lambda seed: make_env("CartPole-v1", N, backend="gymnasium", seed=seed),
+    "make_env-gymnasium-autoreset": lambda seed: make_env("CartPole-v1", N, backend="gymnasium", seed=seed,
+                                                          autoreset=True),
+    "make_env-envpool": _envpool_env,
+}
+
+# The bridge, over an auto-reset simulator and over a gymnasium adapter.
+BRIDGES: dict[str, Callable[[], object]] = {
+    "to_gymnasium-CartPole": lambda: to_gymnasium(CartPole(N, autoreset=True), output="numpy"),
+    "to_gymnasium-CartPole-torch": lambda: to_gymnasium(CartPole(N, autoreset=True), output="torch"),
+    "to_gymnasium-GymEnvInf": lambda: to_gymnasium(GymEnvInf([gym.make("CartPole-v1") for _ in range(N)], 0)),
+    "to_gymnasium_env-CartPole": lambda: to_gymnasium_env(CartPole(1)),
+    "to_gymnasium_env-Pendulum": lambda: to_gymnasium_env(Pendulum(1, autoreset=True)),
+    "to_gymnasium_env-GymEnv": lambda: to_gymnasium_env(GymEnv([gym.make("CartPole-v1")], 0)),
+}
+
+
+def valid_action(env) -> DictTensor:
+    space, n = env.action_space, env.n_envs()
+    if isinstance(space, spaces.Discrete):
+        a = torch.zeros(n, dtype=torch.int64)
+    else:
+        a = torch.zeros((n,) + tuple(space.shape), dtype=torch.float32)
+    return DictTensor({"action": a.to(env.device)})
+
+
+def misfit_action(env) -> DictTensor:
+    """An action of the wrong dtype kind for the action space (floats for Discrete, ints for Box)."""
+    space, n = env.action_space, env.n_envs()
+    if isinstance(space, spaces.Discrete):
+        a = torch.zeros(n, dtype=torch.float32)
+    else:
+        a = torch.zeros((n,) + tuple(space.shape), dtype=torch.int64)
+    return DictTensor({"action": a.to(env.device)})
+
+
+def bridge_action(env):
+    return env.action_space.sample()
+
+
+def bridge_misfit_action(env) -> np.ndarray:
+    """Vector bridge: one row per env of the wrong dtype kind; single env: the wrong number of elements."""
+    if not hasattr(env, "num_envs"):
+        return np.zeros(5, dtype=np.float32)
+    space = env.single_action_space
+    if isinstance(space, spaces.Discrete):
+        return np.zeros(env.num_envs, dtype=np.float32)
+    return np.zeros((env.num_envs,) + tuple(space.shape), dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------- step before reset, after close
+@pytest.mark.parametrize("make", VEC_ENVS.values(), ids=VEC_ENVS.keys())
+def test_step_before_reset_is_an_env_state_error(make):
+    env = make(0)
+    with pytest.raises(EnvStateError, match=r"before reset\(\); call env.reset\(\) first"):
+        env.step(valid_action(env))
+
+
+@pytest.mark.parametrize("make", VEC_ENVS.values(), ids=VEC_ENVS.keys())
+def test_step_and_reset_after_close_are_env_state_errors(make):
+    env = make(0)
+    env.reset()
+    env.close()
+    env.close()  # idempotent
+    with pytest.raises(EnvStateError, match=r"is closed; build a new one"):
+        env.step(valid_action(env))
+    with pytest.raises(EnvStateError, match=r"is closed; build a new one"):
+        env.reset()
+
+
+@pytest.mark.parametrize("make", BRIDGES.values(), ids=BRIDGES.keys())
+def test_bridge_step_before_reset_and_after_close_are_env_state_errors(make):
+    env = make()
+    with pytest.raises(EnvStateError, match=r"before reset\(\); call env.reset\(\) first"):
+        env.step(bridge_action(env))
+    env.reset()
+    env.step(bridge_action(env))
+    env.close()
+    with pytest.raises(EnvStateError, match=r"is closed; build a new one"):
+        env.step(bridge_action(env))
+    with pytest.raises(EnvStateError, match=r"is closed"):
+        env.reset()
+
+
+# Episodic envs whose episodes end after 3 steps.
+EPISODIC: dict[str, Callable[[], object]] = {
+    "GymEnv-list": lambda: GymEnv([gym.make("CartPole-v1", max_episode_steps=3) for _ in range(N)], 0),
+    "GymEnv-vector": lambda: GymEnv(
+        gym.make_vec("CartPole-v1", N, vectorization_mode="vector_entry_point", max_episode_steps=3), 0
+    ),
+    "DeviceEnv-GymEnv": lambda: DeviceEnv(GymEnv([gym.make("CartPole-v1", max_episode_steps=3) for _ in range(N)], 0),
+                                          "cpu", "cpu"),
+    **{name: (lambda cls: lambda: cls(N, max_episode_steps=3))(cls) for name, cls in SIMS.items()},
+    "make_env-torch": lambda: make_env("CartPole-v1", N, backend="torch", max_episode_steps=3),
+    "make_env-gymnasium": lambda: make_env("CartPole-v1", N, backend="gymnasium", max_episode_steps=3),
+    "make_env-envpool": lambda: _envpool_env(0, max_episode_steps=3),
+}
+
+
+@pytest.mark.parametrize("make", EPISODIC.values(), ids=EPISODIC.keys())
+def test_step_once_every_episodic_env_has_finished_is_an_env_state_error(make):
+    env = make()
+    _, ids = env.reset()
+    for _ in range(3):
+        _, (_, ids) = env.step(DictTensor({k: v[: ids.shape[0]] for k, v in valid_action(env).items()}))
+    assert ids.shape == (0,)
+    with pytest.raises(EnvStateError, match=r"every one of the 2 episodic envs has finished; call env.reset\(\)"):
+        env.step(DictTensor({k: v[:0] for k, v in valid_action(env).items()}))
+    assert env.reset()[1].tolist() == list(range(N))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: to_gymnasium_env(CartPole(1, max_episode_steps=2)),
+     lambda: to_gymnasium_env(GymEnv([gym.make("CartPole-v1", max_episode_steps=2)], 0))],
+    ids=["to_gymnasium_env-CartPole", "to_gymnasium_env-GymEnv"],
+)
+def test_bridge_step_after_an_episodic_episode_is_an_env_state_error(make):
+    env = make()
+    env.reset()
+    for _ in range(2):
+        *_, truncated, _ = env.step(bridge_action(env))
+    assert truncated
+    with pytest.raises(EnvStateError, match=r"episodic envs has finished; call env.reset\(\)"):
+        env.step(bridge_action(env))
+
+
+# ----------------------------------------------------------------------------------------------- bad seeds
+BAD_SEEDS = [
+    (-1, r"seed must be an int in \[0, 2\*\*31\), got -1; pass a non-negative int below 2147483648"),
+    (2**31, r"seed must be an int in \[0, 2\*\*31\), got 2147483648"),
+    (1.5, r"seed must be an int in \[0, 2\*\*31\), got float 1.5; pass e.g. seed=0"),
+    (True, r"seed must be an int in \[0, 2\*\*31\), got the bool True"),
+]
+
+
+@pytest.mark.parametrize("seed, match", BAD_SEEDS, ids=["negative", "2**31", "float", "bool"])
+@pytest.mark.parametrize("make", VEC_ENVS.values(), ids=VEC_ENVS.keys())
+def test_a_bad_seed_is_a_seed_error(make, seed, match):
+    with pytest.raises(SeedError, match=match):
+        make(seed)
+
+
+@pytest.mark.parametrize("make", VEC_ENVS.values(), ids=VEC_ENVS.keys())
+def test_the_largest_seed_is_accepted(make):
+    env = make(MAX_SEED)
+    obs, ids = env.reset()
+    assert ids.shape == (N,)
+
+
+@pytest.mark.parametrize("seed, match", BAD_SEEDS, ids=["negative", "2**31", "float", "bool"])
+@pytest.mark.parametrize("make", BRIDGES.values(), ids=BRIDGES.keys())
+def test_a_bad_bridge_reset_seed_is_a_seed_error(make, seed, match):
+    env = make()
+    with pytest.raises(SeedError, match=match):
+        env.reset(seed=seed)
+
+
+def test_every_derived_env_seed_fits_a_c_int():
+    seeds = [s for base in (0, 1, MAX_SEED) for s in env_seeds(base, 64)]
+    assert all(0 <= s <= MAX_SEED for s in seeds) and len(set(seeds)) == len(seeds)
+
+
+# ----------------------------------------------------------------------------------------------- spaces
+UNSUPPORTED = {
+    "GymEnv-list": lambda env: GymEnv([env], 0),
+    "GymEnv-vector": lambda env: GymEnv(gym.vector.SyncVectorEnv([lambda: env]), 0),
+    "GymEnvInf-list": lambda env: GymEnvInf([env], 0),
+    "GymEnvInf-vector": lambda env: GymEnvInf(
+        gym.vector.SyncVectorEnv([lambda: env], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP), 0
+    ),
+}
+
+
+@pytest.mark.parametrize("build", UNSUPPORTED.values(), ids=UNSUPPORTED.keys())
+@pytest.mark.parametrize(
+    "obs_space, act_space, match",
+    [
+        (spaces.Tuple([spaces.Discrete(2)]), spaces.Discrete(2), "observation_space must be a Box, Discrete"),
+        (spaces.Box(0, 1, (2,)), spaces.MultiBinary(3), "action_space must be Discrete, Box or MultiDiscrete"),
+    ],
+    ids=["tuple-observation", "multibinary-action"],
+)
+def test_an_unsupported_space_is_a_space_error(build, obs_space, act_space, match):
+    with pytest.raises(SpaceError, match=match):
+        build(fakes_gym.SpaceEnv(obs_space, act_space))
+
+
+def test_make_env_with_an_unsupported_space_is_a_space_error():
+    with pytest.raises(SpaceError, match=r"observation_space must be a Box, Discrete.*Tuple"):
+        make_env("Blackjack-v1", N, backend="gymnasium")
+
+
+@pytest.mark.parametrize("make", VEC_ENVS.values(), ids=VEC_ENVS.keys())
+def test_an_action_that_does_not_fit_the_space_is_a_space_error(make):
+    env = make(0)
+    env.reset()
+    with pytest.raises(SpaceError, match=r"action\['action'\] must (have|be) "):
+        env.step(misfit_action(env))
+
+
+@pytest.mark.parametrize("make", BRIDGES.values(), ids=BRIDGES.keys())
+def test_a_bridge_action_that_does_not_fit_the_space_is_a_space_error(make):
+    env = make()
+    env.reset()
+    with pytest.raises(SpaceError, match=r"action(\['action'\])? must"):
+        env.step(bridge_misfit_action(env))
