@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 from rlstruct import DictTensor, Trajectories
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
 from rlstruct.envs import GymEnv, GymEnvInf, TorchVecEnv, VecEnv, make_env
-from rlstruct.batchers._acquire import copy_batch_major
-from rlstruct.batchers._memory import empty_output
+from rlstruct.batchers._buffer import copy_batch_major, empty_output
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatchSizeError, DeviceMismatchError
 from tests.conftest import device_params
 from tests.fakes import (
