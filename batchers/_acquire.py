@@ -29,7 +29,7 @@ from rlstruct.agents import RL_Agent
 from rlstruct.batchers._buffer import TEMPORAL_PREFIXES, Specs, foreach_copy, specs_of
 from rlstruct.batchers._graph import StepGraph
 from rlstruct.devices import as_device
-from rlstruct.errors import DeviceMismatchError
+from rlstruct.errors import DeviceMismatchError, GraphCaptureError
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["Acquirer", "PHASES", "build_acquirer"]
@@ -85,7 +85,8 @@ class Acquirer:
 
     Raises:
         ValueError: ``cuda_graph`` on a device other than CUDA.
-        GraphCaptureError: ``cuda_graph`` with an env that cannot be captured.
+        GraphCaptureError: ``cuda_graph`` with an env that cannot be captured (no ``graph_state()``, or not
+            auto-reset).
     """
 
     def __init__(
@@ -118,6 +119,11 @@ class Acquirer:
         self._full_rows = bool(getattr(env, "autoreset", False))
         self.cuda_graph = bool(cuda_graph)
         self._graph = StepGraph(env, agent, self.device) if self.cuda_graph else None
+        if self._graph is not None and not self._full_rows:
+            raise GraphCaptureError(
+                f"cuda_graph=True needs an auto-reset env (every env running, fixed shapes), but {env!r} has "
+                "autoreset=False; build it with autoreset=True or pass cuda_graph=False"
+            )
 
     # ----------------------------------------------------------------- setup
     def probe(self, agent_info: DictTensor, env_info: DictTensor) -> Specs:

@@ -228,3 +228,17 @@ class HistorySamplingAgent(SamplingAgent):
         logits = logits + 0.01 * past.unsqueeze(1)
         action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(1)
         return DictTensor({"action": action, "logits": logits, "past": past}), DictTensor({"h": h})
+
+
+class GraphStateEnv(CountingEnv):
+    """A CountingEnv whose state is one tensor ``t`` handed out through the graph-capture contract
+    (``graph_state``/``set_graph_state``); ``step_into`` only advances it, rebinding ``t`` to a new tensor."""
+
+    def graph_state(self):
+        return {"t": self.t}
+
+    def set_graph_state(self, state):
+        self.t = state["t"]
+
+    def step_into(self, action, observation_next, observation_running):
+        self.t = self.t + 1

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from rlstruct import DictTensor, Trajectories
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
-from rlstruct.envs import GymEnv, GymEnvInf, TorchVecEnv, VecEnv, make_env
 from rlstruct.batchers._buffer import copy_batch_major, empty_output
+from rlstruct.envs import GymEnv, GymEnvInf, TorchVecEnv, VecEnv, make_env
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatchSizeError, DeviceMismatchError
 from tests.conftest import device_params
 from tests.fakes import (
@@ -30,6 +30,7 @@ from tests.fakes import (
     SamplingAgent,
     pid_alive,
 )
+from tests.helpers import AUTORESET, EPISODIC, assert_refused_while_pending, assert_same
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,31 +50,6 @@ def collect(n_processes, seeds, env_args, n_timesteps=3, n_executes=4, agent_inf
             if n == 0:
                 break
     return out
-
-
-def assert_same(a: Trajectories, b: Trajectories):
-    assert list(a.info.keys()) == list(b.info.keys())
-    assert list(a.trajectories.keys()) == list(b.trajectories.keys())
-    assert torch.equal(a.trajectories.lengths, b.trajectories.lengths)
-    m = a.trajectories.mask().bool()
-    for k in a.trajectories.keys():
-        assert torch.equal(a.trajectories[k][m], b.trajectories[k][m]), k
-    for k in a.info.keys():
-        assert torch.equal(a.info[k], b.info[k]), k
-
-
-def assert_refused_while_pending(b):
-    """``b`` (any batcher, an execute pending) refuses update, reset and a second execute until get."""
-    with pytest.raises(BatcherStateError, match="pending; call get"):
-        b.update({})
-    with pytest.raises(BatcherStateError, match="pending; call get"):
-        b.reset()
-    with pytest.raises(BatcherStateError, match="another execute"):
-        b.execute()
-
-
-EPISODIC = {"n_envs": 3, "episode_lengths": (2, 4, 7)}
-AUTORESET = {"n_envs": 3, "episode_lengths": (2, 4, 7), "autoreset": True}
 
 
 @pytest.mark.parametrize("env_args", [EPISODIC, AUTORESET], ids=["episodic", "autoreset"])
