@@ -58,7 +58,8 @@ class CountingEnv(VecEnv):
         self.t = torch.zeros(n, dtype=torch.long, device=self.device)
         self.ids = torch.arange(n, device=self.device)
         z = torch.zeros(n, dtype=torch.bool, device=self.device)
-        obs = self._obs(self.ids, torch.zeros(n, device=self.device), z, ~z, torch.zeros(n, dtype=torch.long, device=self.device))
+        no_action = torch.zeros(n, dtype=torch.long, device=self.device)
+        obs = self._obs(self.ids, torch.zeros(n, device=self.device), z, ~z, no_action)
         return obs, self.ids
 
     def step(self, action):
@@ -75,7 +76,8 @@ class CountingEnv(VecEnv):
         if self.autoreset:
             self.t[ids] = torch.where(done, torch.zeros_like(self.t[ids]), self.t[ids])
             z = torch.zeros_like(done)
-            fresh = self._obs(ids, torch.zeros(len(ids), device=self.device), z, done, torch.where(done, torch.zeros_like(a), a))
+            last_action = torch.where(done, torch.zeros_like(a), a)
+            fresh = self._obs(ids, torch.zeros(len(ids), device=self.device), z, done, last_action)
             running = masked_dicttensor(obs_next, fresh, done)
             return (obs_next, ids), (running, ids)
         keep = ~done

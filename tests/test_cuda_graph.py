@@ -194,7 +194,8 @@ def test_graph_inputs_are_loaded_in_place_and_checked():
     with pytest.raises(GraphCaptureError, match=r"the agent state must keep its keys at every step: \['h', 'n'\]"):
         load_into(static, DictTensor({"h": torch.ones(3, 2)}), "the agent state")
     bad = DictTensor({"h": torch.ones(3, 5), "n": torch.arange(3)})
-    with pytest.raises(GraphCaptureError, match=r"the agent state key 'h' must keep its shape.*\[3, 2\].*now .*\[3, 5\]"):
+    keep_shape = r"the agent state key 'h' must keep its shape.*\[3, 2\].*now .*\[3, 5\]"
+    with pytest.raises(GraphCaptureError, match=keep_shape):
         load_into(static, bad, "the agent state")
 
 

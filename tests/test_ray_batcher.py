@@ -122,7 +122,7 @@ def test_bad_constructor_arguments():
                    actor_placements=[WorkerPlacement()])
     with pytest.raises(ValueError, match="actor 0 runs on cuda:0 but num_gpus=0, so Ray gives it no GPU"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], actor_device="cuda:0", num_gpus=0)
-    with pytest.raises(ValueError, match=r"cuda_graph=True needs every actor on a CUDA device, but actor 0 runs on cpu"):
+    with pytest.raises(ValueError, match=r"needs every actor on a CUDA device, but actor 0 runs on cpu"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], cuda_graph=True)
     with pytest.raises(DeviceMismatchError, match="agent_info must be on the CPU"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0],
