@@ -100,6 +100,7 @@ class RL_Batcher(BatcherBase):
 
     Raises:
         BatcherStateError: ``seeds`` or ``agent_seeds`` has the wrong length.
+        SeedError: a seed of ``seeds`` or ``agent_seeds`` is not an int in ``[0, 2**31)``.
         DeviceMismatchError: ``agent_info``/``env_info`` not on the CPU.
         BatcherWorkerError: a worker failed to start, probe or allocate (with ``cuda_graph``: its env cannot be
             captured, or capturing failed).

@@ -271,6 +271,7 @@ class RayBatcher(BatcherBase):
     Raises:
         MissingDependencyError: Ray is not installed.
         BatcherStateError: Ray is not initialised, or ``seeds``/``agent_seeds`` have the wrong length.
+        SeedError: a seed of ``seeds`` or ``agent_seeds`` is not an int in ``[0, 2**31)``.
         BatcherWorkerError: an actor failed to start (or could not be placed within the timeout).
     """
 
