@@ -1,19 +1,22 @@
-"""What RL_Batcher and RayBatcher share: argument checks, the call-order state machine, row splitting,
-the Trajectories assembly, and the optional imports of the reports."""
+"""What RL_Batcher and RayBatcher share: argument checks, the call-order state machine, the validation of
+agent_info/env_info rows (the one place they are checked), row splitting, and the optional imports of the
+reports."""
 
 from __future__ import annotations
 
+import enum
 import importlib
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
+from rlstruct.batchers._buffer import Specs
 from rlstruct.errors import BatcherStateError, BatchSizeError, DeviceMismatchError, MissingDependencyError
-from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
-
-from rlstruct.batchers._acquire import INFO_PREFIXES, TEMPORAL_PREFIXES, Specs
+from rlstruct.seeding import check_seed
+from rlstruct.structures import DictTensor
 
 
 def check_cpu(d: DictTensor | None, name: str) -> DictTensor:
@@ -57,14 +60,6 @@ def check_cpu_state_dict(state_dict: Any) -> None:
                 )
 
 
-def trajectories_from(data: dict[str, torch.Tensor]) -> Trajectories:
-    """The Trajectories of a flat ``{key: tensor}`` of buffer keys (``lengths`` included; ``data`` loses it)."""
-    lengths = data.pop("lengths")
-    info = DictTensor._trusted({k: v for k, v in data.items() if k.startswith(INFO_PREFIXES)})
-    traj = TemporalDictTensor._trusted({k: v for k, v in data.items() if k.startswith(TEMPORAL_PREFIXES)}, lengths)
-    return Trajectories(info, traj)
-
-
 def require(module: str, message: str) -> ModuleType:
     """``import module``, or MissingDependencyError(``message``) when it is not installed."""
     try:
@@ -94,22 +89,32 @@ def save_png(plt: ModuleType, fig: Any, path: str | Path) -> Path:
     return path
 
 
-class BatcherBase:
-    """The state machine and row handling of a batcher whose envs are split over ``units`` (workers, actors).
+class Phase(enum.Enum):
+    """Where a batcher is in its call order: ``reset`` -> ``execute`` -> ``get`` -> ``execute`` ..."""
 
-    A subclass sets ``_name`` (its class name in messages), ``_unit`` (``"a worker"`` or ``"an actor"``),
-    ``_rows`` (how the number of envs is computed, for messages) and ``_idle`` (``_pending`` when nothing is
-    pending), and the attributes ``_closed``, ``_failed``, ``_pending``, ``_specs``, ``_n_envs`` and
-    ``_offsets``.
+    NEW = "new"  # built: reset() comes first
+    READY = "ready"  # an execute() may start
+    PENDING = "pending"  # an execute() awaits its get()
+    FINISHED = "finished"  # every env finished its episode: reset() comes next
+    FAILED = "failed"  # a worker or actor failed: only close() is left
+    CLOSED = "closed"
+
+
+class BatcherBase:
+    """The call-order state machine, the argument checks and the row handling of a batcher whose envs are split
+    over units (workers, actors).
+
+    A subclass sets ``_name`` (its class name in messages), ``_unit`` (``"a worker"`` or ``"an actor"``) and
+    ``_rows`` (how the number of envs is computed, for messages), and the attributes ``_specs``, ``_n_envs``,
+    ``_offsets``, ``_default_agent_info`` and ``_default_env_info``. Its public methods call ``_enter(method)``
+    first, and move the state with ``_to`` (and ``_fail`` when a unit failed).
     """
 
     _name: str
     _unit: str
     _rows: str
-    _idle: Any
-    _closed: bool
-    _failed: str | None
-    _pending: Any
+    _phase: Phase = Phase.NEW
+    _failure = ""  # why the batcher failed (the first line of the error), in later messages
     _specs: Specs
     _n_envs: list[int]
     _offsets: list[int]
@@ -120,22 +125,80 @@ class BatcherBase:
     def n_elems(self) -> int:
         raise NotImplementedError
 
-    def _check_usable(self, method: str) -> None:
-        if self._closed:
+    # ----------------------------------------------------------------- the state machine
+    def _enter(self, method: str) -> None:
+        """Raises BatcherStateError unless ``method`` (``"reset"``, ``"update"``, ``"execute"``, ``"get"``) may run
+        now."""
+        phase = self._phase
+        if phase is Phase.CLOSED:
             raise BatcherStateError(f"{method}() called after close(); build a new {self._name}")
-        if self._failed is not None:
+        if phase is Phase.FAILED:
             raise BatcherStateError(
-                f"{method}() called after {self._unit} failed ({self._failed}); "
+                f"{method}() called after {self._unit} failed ({self._failure}); "
                 "close() this batcher and build a new one"
             )
-
-    def _check_idle(self, method: str) -> None:
-        if self._pending is not self._idle:
+        if method == "get":
+            if phase is not Phase.PENDING:
+                raise BatcherStateError("get() called with no execute() pending; call execute() first")
+        elif method == "execute":
+            if phase is Phase.NEW:
+                raise BatcherStateError("execute() called before reset(); call reset() first")
+            if phase is Phase.PENDING:
+                raise BatcherStateError("execute() called while another execute() is pending; call get() first")
+            if phase is Phase.FINISHED:
+                raise BatcherStateError(
+                    "execute() called but every env has finished its episode; call reset() to start new ones"
+                )
+        elif phase is Phase.PENDING:
             raise BatcherStateError(f"{method}() called while an execute() is pending; call get() first")
 
+    def _to(self, phase: Phase) -> None:
+        self._phase = phase
+
+    def _got(self, n_running: int) -> None:
+        """The move after a ``get`` that left ``n_running`` envs running."""
+        self._phase = Phase.READY if n_running > 0 else Phase.FINISHED
+
     def _fail(self, e: BaseException) -> None:
-        self._failed = str(e).splitlines()[0]
-        self._pending = self._idle
+        self._failure = str(e).splitlines()[0]
+        self._phase = Phase.FAILED
+
+    def _busy(self) -> bool:
+        """Whether a unit may be busy (an acquisition pending) or hung (failed): ``close`` waits less for it."""
+        return self._phase in (Phase.PENDING, Phase.FAILED)
+
+    def _closing(self) -> bool:
+        """Moves to CLOSED; ``False`` when it was closed already (``close`` is idempotent)."""
+        if self._phase is Phase.CLOSED:
+            return False
+        self._phase = Phase.CLOSED
+        return True
+
+    # ----------------------------------------------------------------- argument checks
+    @staticmethod
+    def _check_args(n_timesteps: int, timeout: float, seeds: Sequence[int] | None,
+                    agent_seeds: Sequence[int] | None, n_seeds: int, per: str, count: str, hint: str) -> list[int]:
+        """Checks the arguments every batcher takes; returns ``seeds`` as a list of ints. ``n_seeds`` seeds are
+        expected, one ``per`` unit (``count`` says how their number is computed, ``hint`` how they are used)."""
+        if not isinstance(n_timesteps, int) or n_timesteps < 1:
+            raise ValueError(f"n_timesteps must be an int >= 1, got {n_timesteps!r}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        seeds = list(seeds) if seeds is not None else []
+        if len(seeds) != n_seeds:
+            raise BatcherStateError(
+                f"seeds must hold one seed per {per}, {count} = {n_seeds}, got {len(seeds)} ({seeds!r}); {hint}"
+            )
+        if agent_seeds is not None and len(agent_seeds) != n_seeds:
+            raise BatcherStateError(
+                f"agent_seeds must hold one seed per {per} ({n_seeds}), got {len(agent_seeds)}; "
+                "or pass None"
+            )
+        for k, s in enumerate(seeds):
+            check_seed(s, argument=f"seeds[{k}]")
+        for k, s in enumerate(agent_seeds or []):
+            check_seed(s, argument=f"agent_seeds[{k}]")
+        return [int(s) for s in seeds]
 
     def _check_rows(self, d: DictTensor, name: str, prefix: str) -> DictTensor:
         d = check_cpu(d, name)

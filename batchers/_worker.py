@@ -1,14 +1,18 @@
 """Workers behind RL_Batcher: a process (spawned) or the calling process, behind one interface.
 
-The parent talks to a worker with tagged messages over a duplex pipe and waits
-with a timeout while watching the process, so a worker that raises, dies or
-hangs becomes a :class:`BatcherWorkerError`, never a deadlock. The child catches
-everything, sends ``("error", type, message, traceback)`` back, and closes its
-env and agent in ``finally``.
+The parent sends a worker :class:`Message` s (a :class:`Command` and its
+arguments) and gets one :class:`Reply` per message: a value, or a
+:class:`Failure` (``worker_id``, exception type, message, traceback), the same
+shape whether the worker is a process or the calling process. It waits with a
+timeout while watching the process, so a worker that raises, dies or hangs
+becomes a :class:`BatcherWorkerError`, never a deadlock. The child catches
+everything, replies with the failure, and closes its env and agent in
+``finally``.
 """
 
 from __future__ import annotations
 
+import enum
 import io
 import os
 import pickle
@@ -24,13 +28,17 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from rlstruct.batchers._acquire import Acquirer, build_acquirer
+from rlstruct.batchers._buffer import allocate_block
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import BatcherWorkerError
 
-from rlstruct.batchers._acquire import Acquirer, allocate_block, build_acquirer
-
 __all__ = [
     "CHECK_DEVICE_ENV",
+    "Command",
+    "Failure",
+    "Message",
+    "Reply",
     "LocalWorker",
     "ProcessWorker",
     "WorkerPlacement",
@@ -137,8 +145,56 @@ class WorkerSpec:
     cuda_graph: bool = False
 
 
-def _error_payload(e: BaseException) -> tuple[str, str, str, str]:
-    return ("error", type(e).__name__, str(e), traceback.format_exc())
+class Command(enum.Enum):
+    """What the parent asks a worker to do; the arguments of each ride in :attr:`Message.args`."""
+
+    PROBE = "probe"  # (agent_info, env_info) -> Specs
+    BIND = "bind"  # (blocks or None: allocate here and share) -> the block allocated, or None
+    RESET = "reset"  # (agent_info, env_info) -> None
+    ACQUIRE = "acquire"  # (agent_info or None, slot) -> the acquisition's summary
+    UPDATE = "update"  # (weights: serialised bytes, or a state dict on the worker's device) -> None
+    CLOSE = "close"  # () -> no reply expected
+
+
+@dataclass(frozen=True)
+class Message:
+    """One order to a worker."""
+
+    command: Command
+    args: tuple = ()
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a worker reports when it raised: its id, the exception's type name, message and formatted traceback."""
+
+    worker_id: int
+    type_name: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def of(cls, worker_id: int, e: BaseException) -> Failure:
+        """The failure of ``e``, being handled now (its traceback is the current one)."""
+        return cls(worker_id, type(e).__name__, str(e), traceback.format_exc())
+
+    def error(self, where: str = "") -> BatcherWorkerError:
+        """The :class:`BatcherWorkerError` the parent raises for it; ``where`` follows the worker's id."""
+        k = self.worker_id
+        return BatcherWorkerError(
+            f"worker {k}{where} raised {self.type_name}: {self.message}\n--- traceback in worker {k} ---\n"
+            f"{self.traceback}",
+            worker_id=k,
+            remote_traceback=self.traceback,
+        )
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A worker's answer to one message (or its start): a value, or the failure it ended with."""
+
+    value: Any = None
+    failure: Failure | None = None
 
 
 def _report(spec: WorkerSpec) -> dict[str, Any]:
@@ -158,32 +214,42 @@ def _report(spec: WorkerSpec) -> dict[str, Any]:
     return report
 
 
-def _serve(acq: Acquirer, msg: tuple) -> Any:
-    cmd = msg[0]
-    if cmd == "probe":
-        return acq.probe(msg[1], msg[2])
-    if cmd == "bind":
-        blocks = msg[1]
+def _start(spec: WorkerSpec) -> tuple[Acquirer, dict[str, Any]]:
+    """Builds the worker's acquirer; returns it and the ``ready`` reply's value (its env count, its report)."""
+    acq = build_acquirer(
+        spec.create_env, spec.env_args, spec.seed, spec.create_agent, spec.agent_args, spec.placement.device,
+        agent_seed=spec.agent_seed, n_timesteps=spec.n_timesteps, check_device=spec.check_device,
+        sync_timings=spec.sync_timings, cuda_graph=spec.cuda_graph,
+    )
+    return acq, {"n_envs": acq.n_envs, "report": _report(spec)}
+
+
+def _serve(acq: Acquirer, msg: Message) -> Any:
+    cmd, args = msg.command, msg.args
+    if cmd is Command.PROBE:
+        return acq.probe(*args)
+    if cmd is Command.BIND:
+        (blocks,) = args
         if blocks is None:  # allocated here, on this worker's accelerator, and shared with the parent
             block = allocate_block(acq.specs, acq.n_envs, acq.n_timesteps, acq.device, shared=False)
             acq.bind([block])
             return block
         acq.bind(blocks)
         return None
-    if cmd == "reset":
-        acq.reset(msg[1], msg[2])
+    if cmd is Command.RESET:
+        acq.reset(*args)
         return None
-    if cmd == "acquire":
-        out = acq.acquire(msg[1], msg[2])
+    if cmd is Command.ACQUIRE:
+        out = acq.acquire(*args)
         if acq.device.type == "cuda":
             # The parent reads the block through CUDA IPC once it has the reply: writes must be done.
             torch.cuda.synchronize(acq.device)
         return out
-    if cmd == "update":
-        weights = msg[1]
+    if cmd is Command.UPDATE:
+        (weights,) = args
         acq.agent.update(load_weights(weights, acq.device) if isinstance(weights, bytes) else weights)
         return None
-    raise ValueError(f"unknown order {cmd!r}")
+    raise ValueError(f"unknown command {cmd!r}")
 
 
 def worker_main(spec: WorkerSpec, conn) -> None:
@@ -191,27 +257,26 @@ def worker_main(spec: WorkerSpec, conn) -> None:
     acq: Acquirer | None = None
     try:
         threads = spec.placement.num_threads
-        torch.set_num_threads(threads if threads is not None else 1 if spec.placement.device.type == "cpu" else torch.get_num_threads())
+        if threads is None:
+            threads = 1 if spec.placement.device.type == "cpu" else torch.get_num_threads()
+        torch.set_num_threads(threads)
         torch.manual_seed(spec.agent_seed if spec.agent_seed is not None else spec.seed)
-        acq = build_acquirer(
-            spec.create_env, spec.env_args, spec.seed, spec.create_agent, spec.agent_args, spec.agent_seed,
-            spec.n_timesteps, spec.placement.device, spec.check_device, spec.sync_timings, spec.cuda_graph,
-        )
-        conn.send(("ready", {"n_envs": acq.n_envs, "report": _report(spec)}))
+        acq, ready = _start(spec)
+        conn.send(Reply(ready))
         while True:
             try:
                 msg = conn.recv()
             except (EOFError, OSError):  # the parent is gone
                 break
-            if msg[0] == "close":
+            if msg.command is Command.CLOSE:
                 break
             try:
-                conn.send(("ok", _serve(acq, msg)))
+                conn.send(Reply(_serve(acq, msg)))
             except BaseException as e:
-                conn.send(_error_payload(e))
+                conn.send(Reply(failure=Failure.of(spec.worker_id, e)))
     except BaseException as e:
         try:
-            conn.send(_error_payload(e))
+            conn.send(Reply(failure=Failure.of(spec.worker_id, e)))
         except (OSError, EOFError):
             pass
     finally:
@@ -220,19 +285,10 @@ def worker_main(spec: WorkerSpec, conn) -> None:
                 acq.close()
         finally:
             try:
-                conn.send(("closed", None))
+                conn.send(Reply())
             except (OSError, EOFError, BrokenPipeError):
                 pass
             conn.close()
-
-
-def _raise_remote(worker_id: int, payload: tuple) -> None:
-    _, type_name, message, tb = payload
-    raise BatcherWorkerError(
-        f"worker {worker_id} raised {type_name}: {message}\n--- traceback in worker {worker_id} ---\n{tb}",
-        worker_id=worker_id,
-        remote_traceback=tb,
-    )
 
 
 _ENV_LOCK = threading.Lock()
@@ -279,9 +335,9 @@ class ProcessWorker:
         child_conn.close()
         self._closed = False
 
-    def send(self, *msg: Any) -> None:
+    def send(self, command: Command, *args: Any) -> None:
         try:
-            self.conn.send(msg)
+            self.conn.send(Message(command, args))
         except (BrokenPipeError, OSError) as e:
             raise BatcherWorkerError(
                 f"worker {self.worker_id} is not reachable (exit code {self.process.exitcode}); close the batcher",
@@ -320,7 +376,7 @@ class ProcessWorker:
         )
 
     def recv(self, timeout: float | None = None) -> Any:
-        """Waits for the next reply (``ready`` or ``ok``), at most ``timeout`` seconds, watching the process."""
+        """Waits for the next reply's value, at most ``timeout`` seconds, watching the process."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while not self.conn.poll(0.02):
             if not self.process.is_alive() and not self.conn.poll(0):
@@ -332,17 +388,12 @@ class ProcessWorker:
                     worker_id=self.worker_id,
                 )
         try:
-            payload = self.conn.recv()
+            reply = self.conn.recv()
         except (EOFError, OSError):
             self._raise_dead()
-        if payload[0] == "error":
-            _raise_remote(self.worker_id, payload)
-        if payload[0] not in ("ok", "ready"):
-            raise BatcherWorkerError(
-                f"worker {self.worker_id} answered {payload[0]!r} where a reply was expected",
-                worker_id=self.worker_id,
-            )
-        return payload[1]
+        if reply.failure is not None:
+            raise reply.failure.error()
+        return reply.value
 
     def close(self, grace: float = 5.0) -> None:
         """Asks the worker to close its env and agent, then joins it, killing it if it does not stop."""
@@ -351,7 +402,7 @@ class ProcessWorker:
         self._closed = True
         if self.process.is_alive():
             try:
-                self.conn.send(("close",))
+                self.conn.send(Message(Command.CLOSE))
                 deadline = time.monotonic() + grace
                 while self.process.is_alive() and time.monotonic() < deadline:
                     if self.conn.poll(0.02):
@@ -404,48 +455,37 @@ class LocalWorker:
     def __init__(self, spec: WorkerSpec, timeout: float):
         self.worker_id = spec.worker_id
         self.device = spec.placement.device
-        self._reply: tuple = ()
+        self.acq: Acquirer | None = None
+        self._reply: Reply | None = None
+        self._cause: BaseException | None = None
         try:
-            self.acq = build_acquirer(
-                spec.create_env, spec.env_args, spec.seed, spec.create_agent, spec.agent_args, spec.agent_seed,
-                spec.n_timesteps, spec.placement.device, spec.check_device, spec.sync_timings, spec.cuda_graph,
-            )
+            self.acq, ready = _start(spec)
         except Exception as e:
-            self._fail(e)
-        report = {"worker_id": spec.worker_id, "pid": os.getpid(), "device": str(self.device), "in_process": True}
-        self._reply = ("ready", {"n_envs": self.acq.n_envs, "report": report})
+            raise Failure.of(self.worker_id, e).error(" (in process)") from e
+        ready["report"] = {"worker_id": spec.worker_id, "pid": os.getpid(), "device": str(self.device),
+                           "in_process": True}
+        self._reply = Reply(ready)
 
-    def _fail(self, e: BaseException) -> None:
-        raise BatcherWorkerError(
-            f"worker {self.worker_id} (in process) raised {type(e).__name__}: {e}",
-            worker_id=self.worker_id,
-            remote_traceback=traceback.format_exc(),
-        ) from e
-
-    def send(self, *msg: Any) -> None:
-        if msg[0] == "close":
+    def send(self, command: Command, *args: Any) -> None:
+        if command is Command.CLOSE:
             return
+        assert self.acq is not None
         try:
-            self._reply = ("ok", _serve(self.acq, msg))
+            self._reply, self._cause = Reply(_serve(self.acq, Message(command, args))), None
         except Exception as e:
-            self._reply = ("error", e, traceback.format_exc())
+            self._reply, self._cause = Reply(failure=Failure.of(self.worker_id, e)), e
 
     def poll(self) -> bool:
-        return bool(self._reply)
+        return self._reply is not None
 
     def recv(self, timeout: float | None = None) -> Any:
-        reply, self._reply = self._reply, ()
-        if reply[0] == "error":
-            e = reply[1]
-            raise BatcherWorkerError(
-                f"worker {self.worker_id} (in process) raised {type(e).__name__}: {e}",
-                worker_id=self.worker_id,
-                remote_traceback=reply[2],
-            ) from e
-        return reply[1]
+        reply, cause, self._reply, self._cause = self._reply, self._cause, None, None
+        assert reply is not None
+        if reply.failure is not None:
+            raise reply.failure.error(" (in process)") from cause
+        return reply.value
 
     def close(self, grace: float = 5.0) -> None:
-        acq, self.acq = getattr(self, "acq", None), None
+        acq, self.acq = self.acq, None
         if acq is not None:
             acq.close()
-

@@ -10,22 +10,19 @@ from typing import Any
 
 import torch
 
-from rlstruct.devices import DeviceLike, as_device
-from rlstruct.errors import BatcherStateError, BatcherWorkerError
-from rlstruct.structures import DictTensor, Trajectories
-
-from rlstruct.batchers._acquire import PHASES, TEMPORAL_PREFIXES, Specs, allocate_block, copy_batch_major, rows_of
+from rlstruct.batchers._acquire import PHASES
+from rlstruct.batchers._buffer import Part, Specs, allocate_block, gather, rows_of, trajectories_from, views_of
 from rlstruct.batchers._common import (
     BatcherBase,
+    Phase,
     check_cpu,
     check_cpu_state_dict,
     check_graph_placements,
     repeat_first,
-    trajectories_from,
 )
-from rlstruct.batchers._memory import empty_output
 from rlstruct.batchers._worker import (
     CHECK_DEVICE_ENV,
+    Command,
     LocalWorker,
     ProcessWorker,
     WorkerPlacement,
@@ -34,6 +31,9 @@ from rlstruct.batchers._worker import (
     dump_weights,
     recv_all,
 )
+from rlstruct.devices import DeviceLike, as_device
+from rlstruct.errors import BatcherWorkerError
+from rlstruct.structures import DictTensor, Trajectories
 
 __all__ = ["RL_Batcher"]
 
@@ -100,6 +100,7 @@ class RL_Batcher(BatcherBase):
 
     Raises:
         BatcherStateError: ``seeds`` or ``agent_seeds`` has the wrong length.
+        SeedError: a seed of ``seeds`` or ``agent_seeds`` is not an int in ``[0, 2**31)``.
         DeviceMismatchError: ``agent_info``/``env_info`` not on the CPU.
         BatcherWorkerError: a worker failed to start, probe or allocate (with ``cuda_graph``: its env cannot be
             captured, or capturing failed).
@@ -119,7 +120,6 @@ class RL_Batcher(BatcherBase):
     _name = "RL_Batcher"
     _unit = "a worker"
     _rows = "n_processes * n_envs"
-    _idle = False
 
     def __init__(
         self,
@@ -147,25 +147,11 @@ class RL_Batcher(BatcherBase):
         self._views = False
         self._slot = 0
         self._copy_done: torch.cuda.Event | None = None
-        self._closed = False
-        self._failed: str | None = None
-        if not isinstance(n_timesteps, int) or n_timesteps < 1:
-            raise ValueError(f"n_timesteps must be an int >= 1, got {n_timesteps!r}")
         if not isinstance(n_processes, int) or n_processes < 0:
             raise ValueError(f"n_processes must be an int >= 0 (0 runs in this process), got {n_processes!r}")
         n_workers = max(n_processes, 1)
-        seeds = list(seeds) if seeds is not None else []
-        if len(seeds) != n_workers:
-            raise BatcherStateError(
-                f"seeds must hold one seed per worker, max(n_processes, 1) = {n_workers}, got {len(seeds)} "
-                f"({seeds!r}); with n_processes=0 the one seed is the in-process env's"
-            )
-        if agent_seeds is not None and len(agent_seeds) != n_workers:
-            raise BatcherStateError(
-                f"agent_seeds must hold one seed per worker ({n_workers}), got {len(agent_seeds)}; or pass None"
-            )
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        seeds = self._check_args(n_timesteps, timeout, seeds, agent_seeds, n_workers, "worker",
+                                 "max(n_processes, 1)", "with n_processes=0 the one seed is the in-process env's")
         self.n_timesteps = n_timesteps
         self.n_processes = n_processes
         self.device = as_device(device)
@@ -206,10 +192,6 @@ class RL_Batcher(BatcherBase):
             raise
         self._default_agent_info = agent_info
         self._default_env_info = env_info
-        self._pending = False
-        self._is_reset = False
-        self._n_running: int | None = None
-        self._result: tuple[Trajectories, int] | None = None
         self._wait_s = 0.0
         self._gather_s = 0.0
         self._worker_timings: list[dict[str, float]] = [{} for _ in self._workers]
@@ -218,7 +200,7 @@ class RL_Batcher(BatcherBase):
     # ----------------------------------------------------------------- setup
     def _probe(self, agent_info: DictTensor, env_info: DictTensor) -> Specs:
         for w, n in zip(self._workers, self._n_envs):
-            w.send("probe", repeat_first(agent_info, n), repeat_first(env_info, n))
+            w.send(Command.PROBE, repeat_first(agent_info, n), repeat_first(env_info, n))
         specs = recv_all(self._workers, self._start_timeout)
         for k, s in enumerate(specs[1:], 1):
             if s != specs[0]:
@@ -252,28 +234,28 @@ class RL_Batcher(BatcherBase):
                 [rows_of(whole, off, n) for off, n in zip(self._offsets, self._n_envs)] for whole in self._whole
             ]
             for k, w in enumerate(self._workers):
-                w.send("bind", [blocks[k] for blocks in self._blocks])
+                w.send(Command.BIND, [blocks[k] for blocks in self._blocks])
             recv_all(self._workers, self._start_timeout)
             return
         blocks: list[dict[str, torch.Tensor] | None] = []
         for w, n in zip(self._workers, self._n_envs):
             if w.device.type == "cuda":
-                w.send("bind", None)  # the worker allocates on its GPU and shares it (CUDA IPC)
+                w.send(Command.BIND, None)  # the worker allocates on its GPU and shares it (CUDA IPC)
                 blocks.append(None)
             else:
                 block = allocate_block(self._specs, n, T, w.device, shared=True)
-                w.send("bind", [block])
+                w.send(Command.BIND, [block])
                 blocks.append(block)
         for k, got in enumerate(recv_all(self._workers, self._start_timeout)):
             if blocks[k] is None:
                 blocks[k] = got
         self._blocks = [blocks]  # type: ignore[list-item]
 
-    # ----------------------------------------------------------------- state machine
-    def _call_all(self, *msg: Any) -> list[Any]:
+    def _call_all(self, command: Command, args_per_worker: Sequence[tuple]) -> list[Any]:
+        """Sends ``command`` to every worker (worker k with ``args_per_worker[k]``) and waits for every reply."""
         try:
-            for w in self._workers:
-                w.send(*msg)
+            for w, args in zip(self._workers, args_per_worker):
+                w.send(command, *args)
             return recv_all(self._workers, self.timeout)
         except BatcherWorkerError as e:
             self._fail(e)
@@ -294,19 +276,10 @@ class RL_Batcher(BatcherBase):
         Raises:
             BatcherStateError: an ``execute`` is pending, or the batcher is closed or failed.
         """
-        self._check_usable("reset")
-        self._check_idle("reset")
+        self._enter("reset")
         ai, ei = self._reset_rows(agent_info, env_info)
-        try:
-            for w, a, e in zip(self._workers, self._split(ai), self._split(ei)):
-                w.send("reset", a, e)
-            recv_all(self._workers, self.timeout)
-        except BatcherWorkerError as e:
-            self._fail(e)
-            raise
-        self._is_reset = True
-        self._n_running = self.n_elems()
-        self._result = None
+        self._call_all(Command.RESET, list(zip(self._split(ai), self._split(ei))))
+        self._to(Phase.READY)
 
     def execute(self, agent_info: DictTensor | None = None) -> None:
         """Starts one acquisition on every worker and returns at once.
@@ -318,25 +291,17 @@ class RL_Batcher(BatcherBase):
         Raises:
             BatcherStateError: no ``reset`` yet, an ``execute`` already pending, or every env finished.
         """
-        self._check_usable("execute")
-        if not self._is_reset:
-            raise BatcherStateError("execute() called before reset(); call reset() first")
-        if self._pending:
-            raise BatcherStateError("execute() called while another execute() is pending; call get() first")
-        if self._n_running == 0:
-            raise BatcherStateError(
-                "execute() called but every env has finished its episode; call reset() to start new ones"
-            )
+        self._enter("execute")
         ai = self._check_rows(agent_info, "agent_info", "agent_info/") if agent_info is not None else None
         parts = self._split(ai) if ai is not None and not ai.empty() else [None] * len(self._workers)
         self._wait_for_gather()
         try:
             for w, a in zip(self._workers, parts):
-                w.send("acquire", a, self._slot)
+                w.send(Command.ACQUIRE, a, self._slot)
         except BatcherWorkerError as e:
             self._fail(e)
             raise
-        self._pending = True
+        self._to(Phase.PENDING)
 
     def get(self, blocking: bool = True) -> tuple[Trajectories, int] | tuple[None, None]:
         """The trajectories of the pending ``execute``.
@@ -352,9 +317,7 @@ class RL_Batcher(BatcherBase):
             BatcherStateError: nothing is pending.
             BatcherWorkerError: a worker raised, died, or did not answer within ``timeout``.
         """
-        self._check_usable("get")
-        if not self._pending:
-            raise BatcherStateError("get() called with no execute() pending; call execute() first")
+        self._enter("get")
         t0 = time.perf_counter()
         try:
             if not blocking and not all(w.poll() for w in self._workers):
@@ -364,11 +327,10 @@ class RL_Batcher(BatcherBase):
             self._fail(e)
             raise
         t1 = time.perf_counter()
-        self._pending = False
         self._wait_s += t1 - t0
         self._worker_timings = [r["timings"] for r in replies]
         n_running = sum(r["n_running"] for r in replies)
-        self._n_running = n_running
+        self._got(n_running)
         out = self._gather(replies)
         self._gather_s += time.perf_counter() - t1
         return out, n_running
@@ -382,14 +344,12 @@ class RL_Batcher(BatcherBase):
         T = max(r["steps"] for r in replies)
         slot = self._slot
         full = all(r["n_start"] == n for r, n in zip(replies, self._n_envs))
-        parts: list[tuple[dict[str, torch.Tensor], slice | torch.Tensor, int]] = []
+        parts: list[Part] = []
         if self._whole is not None and full:
             whole = self._whole[slot]
             if self._views:
                 self._slot = 1 - slot
-                return trajectories_from(
-                    {k: v[:T].transpose(0, 1) if k.startswith(TEMPORAL_PREFIXES) else v for k, v in whole.items()}
-                )
+                return trajectories_from(views_of(whole, T))
             parts.append((whole, slice(None), self.n_elems()))
         else:
             for block, reply, n in zip(self._blocks[slot], replies, self._n_envs):
@@ -398,26 +358,7 @@ class RL_Batcher(BatcherBase):
                 elif reply["n_start"] > 0:  # episodic envs that had finished before this acquisition: no row
                     rows = torch.nonzero(block["lengths"] > 0, as_tuple=False).squeeze(1)
                     parts.append((block, rows, reply["n_start"]))
-        B = sum(n for _, _, n in parts)
-        out: dict[str, torch.Tensor] = {}
-        for k, v0 in self._blocks[slot][0].items():
-            temporal = k.startswith(TEMPORAL_PREFIXES)
-            shape = (B, T) + v0.shape[2:] if temporal else (B,) + v0.shape[1:]
-            x = out[k] = empty_output(shape, v0.dtype, self.device)
-            start = 0
-            for block, rows, n in parts:
-                v, dst = block[k], x[start : start + n]
-                start += n
-                if temporal:
-                    v = v[:T]
-                    if isinstance(rows, slice):
-                        copy_batch_major(dst, v)
-                    elif v.device == dst.device:
-                        torch.index_select(v.transpose(0, 1), 0, rows, out=dst)
-                    else:  # a worker placed on another device than the batcher's
-                        dst.copy_(v.transpose(0, 1)[rows])
-                else:
-                    dst.copy_(v[rows])
+        out = gather(parts, T, self.device)
         if self.n_processes > 0 and any(b["lengths"].is_cuda for b in self._blocks[slot]):
             # The copies out of GPU workers' buffers (CUDA IPC) run asynchronously on this process's stream: the
             # next acquisition must not overwrite the buffers before they are done (see _wait_for_gather).
@@ -442,13 +383,13 @@ class RL_Batcher(BatcherBase):
             BatcherStateError: an ``execute`` is pending.
             DeviceMismatchError: a tensor of ``state_dict`` is not on the CPU.
         """
-        self._check_usable("update")
-        self._check_idle("update")
+        self._enter("update")
         check_cpu_state_dict(state_dict)
         if self.n_processes == 0:
-            self._call_all("update", copy_weights(state_dict, self._workers[0].device))
+            weights: Any = copy_weights(state_dict, self._workers[0].device)
         else:
-            self._call_all("update", dump_weights(state_dict))
+            weights = dump_weights(state_dict)
+        self._call_all(Command.UPDATE, [(weights,)] * len(self._workers))
 
     def timings(self) -> dict[str, float]:
         """Seconds spent per phase since the last :meth:`reset_timings`, and step counts.
@@ -476,16 +417,16 @@ class RL_Batcher(BatcherBase):
 
     def close(self) -> None:
         """Stops every worker (joined, or killed if it does not stop) and frees the buffers; idempotent."""
-        if self._closed:
+        busy = self._busy()
+        if not self._closing():
             return
-        self._closed = True
         errors = []
         try:
             self._wait_for_gather()  # the workers free the buffers the copies read
         except Exception as e:
             errors.append(e)
         # A worker busy in an acquisition (or hung) cannot read the close order soon: do not wait long.
-        grace = 1.0 if (self._failed is not None or getattr(self, "_pending", False)) else 5.0
+        grace = 1.0 if busy else 5.0
         for w in self._workers:
             try:
                 w.close(grace)

@@ -34,20 +34,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlstruct.batchers._acquire import PHASES
+from rlstruct.batchers._buffer import TEMPORAL_PREFIXES, trajectories_from
+from rlstruct.batchers._common import BatcherBase, Phase, check_cpu, check_cpu_state_dict, check_graph_placements
+from rlstruct.batchers._worker import WorkerPlacement
+from rlstruct.batchers.batcher import RL_Batcher
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, MissingDependencyError
 from rlstruct.structures import DictTensor, Trajectories
-
-from rlstruct.batchers._acquire import PHASES, TEMPORAL_PREFIXES
-from rlstruct.batchers._common import (
-    BatcherBase,
-    check_cpu,
-    check_cpu_state_dict,
-    check_graph_placements,
-    trajectories_from,
-)
-from rlstruct.batchers._worker import WorkerPlacement
-from rlstruct.batchers.batcher import RL_Batcher
 
 __all__ = ["RayBatcher", "PLACEMENT_STRATEGIES"]
 
@@ -222,11 +216,13 @@ class _Failed:
 class RayBatcher(BatcherBase):
     """RL_Batcher's API and output over Ray actors, each hosting a local RL_Batcher.
 
-    The unit of work is an actor per node (or per GPU): it builds ``RL_Batcher(n_timesteps, create_agent,
+    A drop-in for RL_Batcher: built with exactly RL_Batcher's arguments it runs one actor hosting that
+    RL_Batcher, so swapping the class name is the whole change; ``n_actors`` and the other keywords scale it
+    out. The unit of work is an actor per node (or per GPU): it builds ``RL_Batcher(n_timesteps, create_agent,
     agent_args, create_env, env_args, n_processes, seeds_of_the_actor, ..., device=actor_device)``, so an
     acquisition costs Ray one call per actor. Rows are actor 0's envs (in its workers' order), then actor
-    1's, and so on: ``RayBatcher(n_actors=2, n_processes=0, seeds=[a, b])`` returns the same trajectories as
-    ``RL_Batcher(n_processes=2, seeds=[a, b])`` for the same agent seeds.
+    1's, and so on: ``RayBatcher(..., 0, [a, b], n_actors=2)`` returns the same trajectories as
+    ``RL_Batcher(..., 2, [a, b])`` for the same agent seeds.
 
     Call ``ray.init()`` (a local cluster) or ``ray.init(address=...)`` (an existing one) first.
 
@@ -241,45 +237,47 @@ class RayBatcher(BatcherBase):
         agent_args: keyword arguments of ``create_agent``.
         create_env: ``create_env(**env_args, seed=...)`` (importable on every node).
         env_args: keyword arguments of ``create_env``.
-        n_actors: Ray actors (one per node or per GPU, typically).
+        n_processes: worker processes of each actor's RL_Batcher (0: the actor's own process).
         seeds: one env seed per worker of every actor, ``n_actors * max(n_processes, 1)`` of them, actor 0's
             first.
         agent_info: example ``agent_info`` (CPU), as for RL_Batcher.
         env_info: example ``env_info`` (CPU), as for RL_Batcher.
         agent_seeds: one agent seed per worker of every actor, or ``None``.
         device: where the driver returns the trajectories.
-        n_processes: worker processes of each actor's RL_Batcher (0: the actor's own process).
+        n_actors: Ray actors (one per node or per GPU, typically).
         actor_device: the device of each actor's RL_Batcher, as the actor sees it (``"cuda:0"`` is the first
-            GPU Ray assigned to it).
+            GPU Ray assigned to it). Default: ``device``.
         worker_placements: passed to each actor's RL_Batcher (one per worker of an actor).
         actor_placements: one :class:`WorkerPlacement` per actor: its device (overrides ``actor_device``),
             ``visible_devices`` (a MIG slice), MPS settings and variables; they go into the actor's
             ``runtime_env`` ``env_vars`` and are applied again before CUDA starts, over Ray's own choice.
         num_cpus: Ray CPUs per actor (fractions allowed); default ``max(n_processes, 1)``.
-        num_gpus: Ray GPUs per actor (fractions allowed, e.g. 0.5 to put two actors on a GPU).
+        num_gpus: Ray GPUs per actor (fractions allowed, e.g. 0.5 to put two actors on a GPU); default 1 for an
+            actor on a CUDA device (without ``visible_devices``), else 0.
         placement_strategy: ``"SPREAD"``, ``"PACK"``, ``"STRICT_SPREAD"``, ``"STRICT_PACK"`` to place the actors
             through a placement group of one bundle each, or ``None`` to let Ray choose.
         runtime_env: a Ray ``runtime_env`` for the actors (merged with the placements' variables).
         max_restarts: restarts Ray may make of a dead actor (-1: unlimited). With 0 a dead actor is a
             :class:`BatcherWorkerError`; otherwise ``get`` restores it (latest weights, a reset with the last
             ``agent_info``/``env_info``) and collects its rows again, from fresh episodes.
-        timeout: seconds any wait on an actor may last.
+        timeout: seconds any wait on an actor may last (and on a worker of an actor's RL_Batcher).
         start_timeout: seconds to place and start the actors, or to restore a restarted one (default
             ``max(timeout, 120)``).
         sync_timings: passed to each actor's RL_Batcher.
         cuda_graph: passed to each actor's RL_Batcher (every actor, and every worker of it, on a GPU): each
             worker replays its acquisitions as one CUDA graph.
+        zero_copy: passed to each actor's RL_Batcher (its result is copied into the object store anyway).
 
     Raises:
         MissingDependencyError: Ray is not installed.
         BatcherStateError: Ray is not initialised, or ``seeds``/``agent_seeds`` have the wrong length.
+        SeedError: a seed of ``seeds`` or ``agent_seeds`` is not an int in ``[0, 2**31)``.
         BatcherWorkerError: an actor failed to start (or could not be placed within the timeout).
     """
 
     _name = "RayBatcher"
     _unit = "an actor"
     _rows = "the sum of every actor's envs"
-    _idle = None
 
     def __init__(
         self,
@@ -288,19 +286,19 @@ class RayBatcher(BatcherBase):
         agent_args: dict,
         create_env: Callable[..., Any],
         env_args: dict,
-        n_actors: int,
+        n_processes: int,
         seeds: Sequence[int],
         agent_info: DictTensor | None = None,
         env_info: DictTensor | None = None,
         agent_seeds: Sequence[int] | None = None,
         device: DeviceLike = "cpu",
         *,
-        n_processes: int = 0,
-        actor_device: DeviceLike = "cpu",
+        n_actors: int = 1,
+        actor_device: DeviceLike | None = None,
         worker_placements: Sequence[WorkerPlacement] | None = None,
         actor_placements: Sequence[WorkerPlacement] | None = None,
         num_cpus: float | None = None,
-        num_gpus: float = 0,
+        num_gpus: float | None = None,
         placement_strategy: str | None = None,
         runtime_env: dict | None = None,
         max_restarts: int = 0,
@@ -308,12 +306,11 @@ class RayBatcher(BatcherBase):
         start_timeout: float | None = None,
         sync_timings: bool = False,
         cuda_graph: bool = False,
+        zero_copy: bool = False,
     ):
         self._actors: list = []
         self._pg = None
-        self._closed = False
-        self._failed: str | None = None
-        self._pending: list | None = None
+        self._refs: list = []  # the pending acquisition's, one per actor
         if not isinstance(n_actors, int) or n_actors < 1:
             raise ValueError(f"n_actors must be an int >= 1, got {n_actors!r}")
         if not isinstance(n_processes, int) or n_processes < 0:
@@ -322,23 +319,15 @@ class RayBatcher(BatcherBase):
                 f"got {n_processes!r}"
             )
         per_actor = max(n_processes, 1)
-        seeds = list(seeds) if seeds is not None else []
-        if len(seeds) != n_actors * per_actor:
-            raise BatcherStateError(
-                f"seeds must hold one seed per worker of every actor, n_actors * max(n_processes, 1) = "
-                f"{n_actors * per_actor}, got {len(seeds)} ({seeds!r}); actor k takes seeds[k * {per_actor}:"
-                f"(k + 1) * {per_actor}]"
-            )
-        if agent_seeds is not None and len(agent_seeds) != n_actors * per_actor:
-            raise BatcherStateError(
-                f"agent_seeds must hold one seed per worker of every actor ({n_actors * per_actor}), got "
-                f"{len(agent_seeds)}; or pass None"
-            )
+        seeds = self._check_args(
+            n_timesteps, timeout, seeds, agent_seeds, n_actors * per_actor, "worker of every actor",
+            "n_actors * max(n_processes, 1)", f"actor k takes seeds[k * {per_actor}:(k + 1) * {per_actor}]",
+        )
         if num_cpus is None:
             num_cpus = float(per_actor)
         if not num_cpus > 0:
             raise ValueError(f"num_cpus must be > 0 (fractions allowed), got {num_cpus!r}")
-        if not num_gpus >= 0:
+        if num_gpus is not None and not num_gpus >= 0:
             raise ValueError(f"num_gpus must be >= 0 (fractions allowed), got {num_gpus!r}")
         if placement_strategy is not None and placement_strategy not in PLACEMENT_STRATEGIES:
             raise ValueError(
@@ -346,18 +335,18 @@ class RayBatcher(BatcherBase):
             )
         if not isinstance(max_restarts, int) or max_restarts < -1:
             raise ValueError(f"max_restarts must be an int >= -1 (-1: unlimited), got {max_restarts!r}")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         if start_timeout is not None and start_timeout <= 0:
             raise ValueError(f"start_timeout must be > 0 seconds or None, got {start_timeout!r}")
         if actor_placements is None:
-            placements = [WorkerPlacement(actor_device) for _ in range(n_actors)]
+            placements = [WorkerPlacement(device if actor_device is None else actor_device) for _ in range(n_actors)]
         else:
             placements = list(actor_placements)
             if len(placements) != n_actors:
                 raise ValueError(
                     f"actor_placements must hold one WorkerPlacement per actor ({n_actors}), got {len(placements)}"
                 )
+        if num_gpus is None:
+            num_gpus = 1 if any(p.device.type == "cuda" and p.visible_devices is None for p in placements) else 0
         for k, placement in enumerate(placements):
             if placement.device.type == "cuda" and not num_gpus and placement.visible_devices is None:
                 raise ValueError(
@@ -387,7 +376,7 @@ class RayBatcher(BatcherBase):
             self._start(
                 n_timesteps, create_agent, agent_args, create_env, env_args, seeds, agent_info, env_info,
                 agent_seeds, per_actor, worker_placements, placements, num_cpus, num_gpus, placement_strategy,
-                runtime_env, sync_timings, cuda_graph,
+                runtime_env, sync_timings, cuda_graph, zero_copy,
             )
         except BaseException:
             self.close()
@@ -401,7 +390,6 @@ class RayBatcher(BatcherBase):
         self._reset_args: tuple[list, list] | None = None
         self._exec_agent_info: list | None = None
         self._n_running_per_actor = [0] * n_actors
-        self._n_running: int | None = None
         self._restarts = [0] * n_actors
         self._wait_s = 0.0
         self._gather_s = 0.0
@@ -412,7 +400,7 @@ class RayBatcher(BatcherBase):
     # ----------------------------------------------------------------- setup
     def _start(self, n_timesteps, create_agent, agent_args, create_env, env_args, seeds, agent_info, env_info,
                agent_seeds, per_actor, worker_placements, placements, num_cpus, num_gpus, placement_strategy,
-               runtime_env, sync_timings, cuda_graph) -> None:
+               runtime_env, sync_timings, cuda_graph, zero_copy) -> None:
         ray = self._ray
         strategies: list[Any] = [None] * self.n_actors
         if placement_strategy is not None:
@@ -450,7 +438,7 @@ class RayBatcher(BatcherBase):
                 env_args=dict(env_args), n_processes=self.n_processes, seeds=seeds[w], agent_info=agent_info,
                 env_info=env_info, agent_seeds=None if agent_seeds is None else list(agent_seeds[w]),
                 device=placement.device, worker_placements=worker_placements, timeout=self.timeout,
-                sync_timings=sync_timings, cuda_graph=cuda_graph,
+                sync_timings=sync_timings, cuda_graph=cuda_graph, zero_copy=zero_copy,
             )
             self._actors.append(remote_cls.options(**options).remote(k, environ, placement.num_threads, kwargs))
         infos = self._wait_all([a.info.remote() for a in self._actors], self._start_timeout, "start")
@@ -558,8 +546,7 @@ class RayBatcher(BatcherBase):
             BatcherStateError: an ``execute`` is pending, or the batcher is closed or failed.
             BatcherWorkerError: an actor failed (here or in a previous ``update``).
         """
-        self._check_usable("reset")
-        self._check_idle("reset")
+        self._enter("reset")
         ai, ei = self._reset_rows(agent_info, env_info)
         self._epoch += 1
         ais, eis = self._split(ai), self._split(ei)
@@ -568,7 +555,7 @@ class RayBatcher(BatcherBase):
         self._reset_args = (ais, eis)
         self._exec_agent_info = None
         self._n_running_per_actor = list(self._n_envs)
-        self._n_running = self.n_elems()
+        self._to(Phase.READY)
 
     def execute(self, agent_info: DictTensor | None = None) -> None:
         """Starts one acquisition on every actor and returns at once; as :meth:`RL_Batcher.execute`.
@@ -576,21 +563,14 @@ class RayBatcher(BatcherBase):
         Raises:
             BatcherStateError: no ``reset`` yet, an ``execute`` already pending, or every env finished.
         """
-        self._check_usable("execute")
-        if self._reset_args is None:
-            raise BatcherStateError("execute() called before reset(); call reset() first")
-        if self._pending is not None:
-            raise BatcherStateError("execute() called while another execute() is pending; call get() first")
-        if self._n_running == 0:
-            raise BatcherStateError(
-                "execute() called but every env has finished its episode; call reset() to start new ones"
-            )
+        self._enter("execute")
         ai = self._check_rows(agent_info, "agent_info", "agent_info/") if agent_info is not None else None
         parts: list = self._split(ai) if ai is not None and not ai.empty() else [None] * self.n_actors
         if parts[0] is not None:
             self._exec_agent_info = parts
-        self._pending = [a.acquire.remote(*self._weights_for(k), self._epoch, p)
-                         for k, (a, p) in enumerate(zip(self._actors, parts))]
+        self._refs = [a.acquire.remote(*self._weights_for(k), self._epoch, p)
+                      for k, (a, p) in enumerate(zip(self._actors, parts))]
+        self._to(Phase.PENDING)
 
     def get(self, blocking: bool = True) -> tuple[Trajectories, int] | tuple[None, None]:
         """The trajectories of the pending ``execute``; as :meth:`RL_Batcher.get`.
@@ -604,17 +584,15 @@ class RayBatcher(BatcherBase):
             BatcherWorkerError: an actor raised, died (and may not be restarted), or did not answer within
                 ``timeout``.
         """
-        self._check_usable("get")
-        if self._pending is None:
-            raise BatcherStateError("get() called with no execute() pending; call execute() first")
+        self._enter("get")
         ray = self._ray
         if not blocking:
-            _, not_ready = ray.wait(self._pending, num_returns=len(self._pending), timeout=0)
+            _, not_ready = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
             if not_ready:
                 return None, None
         t0 = time.perf_counter()
         try:
-            replies = self._collect(self._pending, self.timeout, "execute", recover=True)
+            replies = self._collect(self._refs, self.timeout, "execute", recover=True)
             for k, r in enumerate(replies):
                 if isinstance(r, _Failed):
                     replies[k] = self._recover(k, r.error)
@@ -622,16 +600,17 @@ class RayBatcher(BatcherBase):
             self._fail(e)
             raise
         t1 = time.perf_counter()
-        self._pending = None
+        self._refs = []
         self._wait_s += t1 - t0
         for k, r in enumerate(replies):
             if r is not None:
                 self._actor_timings[k] = r["timings"]
                 self._n_running_per_actor[k] = r["n_running"]
-        self._n_running = sum(self._n_running_per_actor)
+        n_running = sum(self._n_running_per_actor)
+        self._got(n_running)
         out = _rebuild([None if r is None else r["wire"] for r in replies], self.device)
         self._gather_s += time.perf_counter() - t1
-        return out, self._n_running
+        return out, n_running
 
     def _recover(self, k: int, error: BaseException) -> dict[str, Any] | None:
         """Restores actor ``k`` after Ray restarted it, and collects its rows again."""
@@ -681,8 +660,7 @@ class RayBatcher(BatcherBase):
             BatcherStateError: an ``execute`` is pending.
             DeviceMismatchError: a tensor of ``state_dict`` is not on the CPU.
         """
-        self._check_usable("update")
-        self._check_idle("update")
+        self._enter("update")
         check_cpu_state_dict(state_dict)
         self._version += 1
         # Once into the object store; each actor gets the reference with its next reset or acquisition.
@@ -713,9 +691,9 @@ class RayBatcher(BatcherBase):
 
     def close(self) -> None:
         """Closes every actor's RL_Batcher, kills the actors and removes the placement group; idempotent."""
-        if self._closed:
+        busy = self._busy()
+        if not self._closing():
             return
-        self._closed = True
         actors, self._actors = self._actors, []
         ray = getattr(self, "_ray", None)
         try:
@@ -728,7 +706,7 @@ class RayBatcher(BatcherBase):
             return
         if actors:
             # An actor busy in an acquisition (or hung) cannot run close() soon: do not wait long for it.
-            grace = 1.0 if (self._failed is not None or self._pending is not None) else 5.0
+            grace = 1.0 if busy else 5.0
             try:
                 ray.wait([a.close.remote() for a in actors], num_returns=len(actors), timeout=grace)
             except Exception as e:  # dead actors: they are killed below all the same
@@ -746,7 +724,7 @@ class RayBatcher(BatcherBase):
             except Exception as e:
                 log.warning("could not remove the placement group: %s", e)
             self._pg = None
-        self._pending = None
+        self._refs = []
 
     def __enter__(self) -> RayBatcher:
         return self

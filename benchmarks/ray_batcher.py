@@ -73,7 +73,8 @@ def main(argv=None) -> None:
         for size in args.sizes:
             n, T = (int(x) for x in size.split("x"))
             with RL_Batcher(T, MLPAgent, AGENT, make_env, env_args(n), 2, [0, 1]) as local, \
-                    RayBatcher(T, MLPAgent, AGENT, make_env, env_args(n), 2, [0, 1], num_cpus=1) as remote:
+                    RayBatcher(T, MLPAgent, AGENT, make_env, env_args(n), 0, [0, 1], n_actors=2,
+                               num_cpus=1) as remote:
                 lap_local, lap_ray = time_pair(local, remote, args.iters)
                 tm = remote.timings()
             local_med, local_min = lap_local[len(lap_local) // 2], lap_local[0]

@@ -58,7 +58,8 @@ class CountingEnv(VecEnv):
         self.t = torch.zeros(n, dtype=torch.long, device=self.device)
         self.ids = torch.arange(n, device=self.device)
         z = torch.zeros(n, dtype=torch.bool, device=self.device)
-        obs = self._obs(self.ids, torch.zeros(n, device=self.device), z, ~z, torch.zeros(n, dtype=torch.long, device=self.device))
+        no_action = torch.zeros(n, dtype=torch.long, device=self.device)
+        obs = self._obs(self.ids, torch.zeros(n, device=self.device), z, ~z, no_action)
         return obs, self.ids
 
     def step(self, action):
@@ -75,7 +76,8 @@ class CountingEnv(VecEnv):
         if self.autoreset:
             self.t[ids] = torch.where(done, torch.zeros_like(self.t[ids]), self.t[ids])
             z = torch.zeros_like(done)
-            fresh = self._obs(ids, torch.zeros(len(ids), device=self.device), z, done, torch.where(done, torch.zeros_like(a), a))
+            last_action = torch.where(done, torch.zeros_like(a), a)
+            fresh = self._obs(ids, torch.zeros(len(ids), device=self.device), z, done, last_action)
             running = masked_dicttensor(obs_next, fresh, done)
             return (obs_next, ids), (running, ids)
         keep = ~done
@@ -228,3 +230,17 @@ class HistorySamplingAgent(SamplingAgent):
         logits = logits + 0.01 * past.unsqueeze(1)
         action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(1)
         return DictTensor({"action": action, "logits": logits, "past": past}), DictTensor({"h": h})
+
+
+class GraphStateEnv(CountingEnv):
+    """A CountingEnv whose state is one tensor ``t`` handed out through the graph-capture contract
+    (``graph_state``/``set_graph_state``); ``step_into`` only advances it, rebinding ``t`` to a new tensor."""
+
+    def graph_state(self):
+        return {"t": self.t}
+
+    def set_graph_state(self, state):
+        self.t = state["t"]
+
+    def step_into(self, action, observation_next, observation_running):
+        self.t = self.t + 1

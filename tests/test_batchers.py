@@ -17,10 +17,9 @@ from hypothesis import strategies as st
 
 from rlstruct import DictTensor, Trajectories
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
+from rlstruct.batchers._buffer import copy_batch_major, empty_output
 from rlstruct.envs import GymEnv, GymEnvInf, TorchVecEnv, VecEnv, make_env
-from rlstruct.batchers._acquire import copy_batch_major
-from rlstruct.batchers._memory import empty_output
-from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatchSizeError, DeviceMismatchError
+from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatchSizeError, DeviceMismatchError, SeedError
 from tests.conftest import device_params
 from tests.fakes import (
     ConstantAgent,
@@ -31,6 +30,7 @@ from tests.fakes import (
     SamplingAgent,
     pid_alive,
 )
+from tests.helpers import AUTORESET, EPISODIC, assert_refused_while_pending, assert_same
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,31 +50,6 @@ def collect(n_processes, seeds, env_args, n_timesteps=3, n_executes=4, agent_inf
             if n == 0:
                 break
     return out
-
-
-def assert_same(a: Trajectories, b: Trajectories):
-    assert list(a.info.keys()) == list(b.info.keys())
-    assert list(a.trajectories.keys()) == list(b.trajectories.keys())
-    assert torch.equal(a.trajectories.lengths, b.trajectories.lengths)
-    m = a.trajectories.mask().bool()
-    for k in a.trajectories.keys():
-        assert torch.equal(a.trajectories[k][m], b.trajectories[k][m]), k
-    for k in a.info.keys():
-        assert torch.equal(a.info[k], b.info[k]), k
-
-
-def assert_refused_while_pending(b):
-    """``b`` (any batcher, an execute pending) refuses update, reset and a second execute until get."""
-    with pytest.raises(BatcherStateError, match="pending; call get"):
-        b.update({})
-    with pytest.raises(BatcherStateError, match="pending; call get"):
-        b.reset()
-    with pytest.raises(BatcherStateError, match="another execute"):
-        b.execute()
-
-
-EPISODIC = {"n_envs": 3, "episode_lengths": (2, 4, 7)}
-AUTORESET = {"n_envs": 3, "episode_lengths": (2, 4, 7), "autoreset": True}
 
 
 @pytest.mark.parametrize("env_args", [EPISODIC, AUTORESET], ids=["episodic", "autoreset"])
@@ -396,11 +371,23 @@ def test_bad_constructor_arguments():
     with pytest.raises(BatcherStateError, match="one seed per worker"):
         RL_Batcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0, 1])
     with pytest.raises(DeviceMismatchError, match="env_info must be on the CPU"):
-        RL_Batcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], env_info=DictTensor({"x": torch.zeros(1, device="meta")}))
+        RL_Batcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0],
+                   env_info=DictTensor({"x": torch.zeros(1, device="meta")}))
     with pytest.raises(ValueError, match="n_timesteps"):
         RL_Batcher(0, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0])
     with pytest.raises(TypeError, match="picklable"):
         RL_Batcher(3, lambda: ConstantAgent(), {}, CountingEnv, EPISODIC, 1, [0])
+
+
+@pytest.mark.parametrize("cls", ["RL_Batcher", "RayBatcher"])
+def test_bad_seeds_are_refused_before_anything_starts(cls):
+    from rlstruct.batchers import RayBatcher
+
+    batcher = {"RL_Batcher": RL_Batcher, "RayBatcher": RayBatcher}[cls]
+    with pytest.raises(SeedError, match=r"seeds\[1\] must be an int in \[0, 2\*\*31\), got -1"):
+        batcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0, -1])
+    with pytest.raises(SeedError, match=r"agent_seeds\[0\] must be an int in \[0, 2\*\*31\), got str '0'"):
+        batcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], agent_seeds=["0"])
 
 
 def test_env_on_the_wrong_device_is_named():
@@ -522,7 +509,8 @@ def exit_while_building(**kwargs):
 
 
 def test_a_worker_exiting_before_it_reports_is_named_with_its_exit_code():
-    with pytest.raises(BatcherWorkerError, match=r"worker 0 \(pid \d+\) exited with code 3 .*if __name__ == '__main__'"):
+    exited = r"worker 0 \(pid \d+\) exited with code 3 .*if __name__ == '__main__'"
+    with pytest.raises(BatcherWorkerError, match=exited):
         RL_Batcher(3, ConstantAgent, {}, exit_while_building, {}, 1, [0])
 
 

@@ -8,10 +8,11 @@ import torch
 
 from rlstruct import DictTensor
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
+from rlstruct.batchers._graph import load_env_state, load_into
 from rlstruct.envs import CartPole, make_env
-from rlstruct.errors import BatcherWorkerError
-from tests.fakes import CountingEnv, GeneratorAgent, HistorySamplingAgent, SamplingAgent, SyncingAgent
-from tests.test_batchers import assert_same
+from rlstruct.errors import BatcherWorkerError, GraphCaptureError
+from tests.fakes import CountingEnv, GeneratorAgent, GraphStateEnv, HistorySamplingAgent, SamplingAgent, SyncingAgent
+from tests.helpers import assert_same
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -164,6 +165,9 @@ def test_only_autoreset_gpu_simulators_offer_graph_state():
     env.reset()
     state = env.graph_state()
     assert state and all(isinstance(v, torch.Tensor) and v.is_cuda for v in state.values())
+    statics = {k: v.clone() for k, v in state.items()}
+    env.set_graph_state(statics)
+    assert all(env.graph_state()[k] is v for k, v in statics.items())  # the env's own tensors, no copies
     assert CartPole(4, device="cuda", autoreset=False).graph_state() is None
 
 
@@ -181,17 +185,30 @@ def test_cuda_graph_needs_every_worker_on_a_gpu():
 
 
 def test_graph_inputs_are_loaded_in_place_and_checked():
-    from rlstruct.batchers._acquire import _load_into
-    from rlstruct.errors import GraphCaptureError
-
     static = DictTensor({"h": torch.zeros(3, 2), "n": torch.zeros(3, dtype=torch.long)})
     h, n = static["h"], static["n"]
-    _load_into(static, DictTensor({"h": torch.ones(3, 2), "n": torch.arange(3)}), "the agent state")
+    load_into(static, DictTensor({"h": torch.ones(3, 2), "n": torch.arange(3)}), "the agent state")
     assert static["h"] is h and static["n"] is n  # the same tensors, which a captured graph reads
     assert torch.equal(h, torch.ones(3, 2)) and torch.equal(n, torch.arange(3))
-    _load_into(static, static, "the agent state")  # itself: nothing to do
+    load_into(static, static, "the agent state")  # itself: nothing to do
     with pytest.raises(GraphCaptureError, match=r"the agent state must keep its keys at every step: \['h', 'n'\]"):
-        _load_into(static, DictTensor({"h": torch.ones(3, 2)}), "the agent state")
+        load_into(static, DictTensor({"h": torch.ones(3, 2)}), "the agent state")
     bad = DictTensor({"h": torch.ones(3, 5), "n": torch.arange(3)})
-    with pytest.raises(GraphCaptureError, match=r"the agent state key 'h' must keep its shape.*\[3, 2\].*now .*\[3, 5\]"):
-        _load_into(static, bad, "the agent state")
+    keep_shape = r"the agent state key 'h' must keep its shape.*\[3, 2\].*now .*\[3, 5\]"
+    with pytest.raises(GraphCaptureError, match=keep_shape):
+        load_into(static, bad, "the agent state")
+
+
+def test_the_env_state_is_loaded_into_the_statics_and_handed_back():
+    env = GraphStateEnv(3)
+    env.reset()
+    statics = {k: torch.zeros_like(v) for k, v in env.graph_state().items()}
+    env.step_into(None, None, None)  # the env rebinds its state to new tensors, as a functional step does
+    load_env_state(env, statics)
+    assert env.graph_state()["t"] is statics["t"] and torch.equal(statics["t"], torch.ones(3, dtype=torch.long))
+    env.step_into(None, None, None)
+    load_env_state(env, statics)  # the env's tensors are the statics again: copied from its new ones
+    assert torch.equal(statics["t"], torch.full((3,), 2)) and env.graph_state()["t"] is statics["t"]
+    env.t = torch.zeros(4, dtype=torch.long)
+    with pytest.raises(GraphCaptureError, match=r"the env state \(graph_state\(\)\) key 't' must keep its shape"):
+        load_env_state(env, statics)

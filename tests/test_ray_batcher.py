@@ -25,7 +25,7 @@ from rlstruct.errors import (
     MissingDependencyError,
 )
 from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, pid_alive
-from tests.test_batchers import AUTORESET, EPISODIC, assert_refused_while_pending, assert_same
+from tests.helpers import AUTORESET, EPISODIC, assert_refused_while_pending, assert_same
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -92,39 +92,40 @@ def test_importing_batchers_does_not_import_ray():
 def test_missing_ray_is_named(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'rlstruct\[ray\]'"):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0])
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0])
 
 
 def test_ray_not_initialised_is_named(monkeypatch):
     ray = import_ray()
     monkeypatch.setattr(ray, "is_initialized", lambda: False)  # whatever ran before
     with pytest.raises(BatcherStateError, match=r"needs a running Ray.*ray.init\(address="):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0])
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0])
 
 
 def test_bad_constructor_arguments():
     with pytest.raises(ValueError, match="n_actors must be an int >= 1, got 0"):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [])
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [], n_actors=0)
     with pytest.raises(BatcherStateError, match=r"one seed per worker of every actor.*= 4, got 2"):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0, 1], n_processes=2)
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0, 1], n_actors=2)
     with pytest.raises(BatcherStateError, match="agent_seeds must hold one seed per worker of every actor"):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0, 1], agent_seeds=[0])
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0, 1], agent_seeds=[0], n_actors=2)
     with pytest.raises(ValueError, match="num_cpus must be > 0"):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0], num_cpus=0)
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], num_cpus=0)
     with pytest.raises(ValueError, match="num_gpus must be >= 0"):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0], num_gpus=-1)
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], num_gpus=-1)
     with pytest.raises(ValueError, match=r"placement_strategy must be one of \['SPREAD', 'PACK'"):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0], placement_strategy="spread")
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], placement_strategy="spread")
     with pytest.raises(ValueError, match="max_restarts must be an int >= -1"):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0], max_restarts=-2)
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], max_restarts=-2)
     with pytest.raises(ValueError, match="one WorkerPlacement per actor"):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0, 1], actor_placements=[WorkerPlacement()])
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0, 1], n_actors=2,
+                   actor_placements=[WorkerPlacement()])
     with pytest.raises(ValueError, match="actor 0 runs on cuda:0 but num_gpus=0, so Ray gives it no GPU"):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0], actor_device="cuda:0")
-    with pytest.raises(ValueError, match=r"cuda_graph=True needs every actor on a CUDA device, but actor 0 runs on cpu"):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0], cuda_graph=True)
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], actor_device="cuda:0", num_gpus=0)
+    with pytest.raises(ValueError, match=r"needs every actor on a CUDA device, but actor 0 runs on cpu"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], cuda_graph=True)
     with pytest.raises(DeviceMismatchError, match="agent_info must be on the CPU"):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 1, [0],
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0],
                    agent_info=DictTensor({"x": torch.zeros(1, device="meta")}))
 
 
@@ -158,7 +159,7 @@ def shared(ray_cluster):
 
     Its actors take half a (logical) CPU each, so that the other tests' actors fit beside them.
     """
-    with RayBatcher(3, CounterAgent, {}, CountingEnv, EPISODIC, 2, SEEDS, agent_info=AI.slice(0, 1),
+    with RayBatcher(3, CounterAgent, {}, CountingEnv, EPISODIC, 0, SEEDS, n_actors=2, agent_info=AI.slice(0, 1),
                     env_info=EI.slice(0, 1), agent_seeds=AGENT_SEEDS, max_restarts=1, num_cpus=0.5) as b:
         yield b
 
@@ -245,9 +246,22 @@ def test_restarted_actor_is_restored_with_the_latest_weights(shared, ray_cluster
     assert n == 3
 
 
+@pytest.mark.parametrize("env_args", [EPISODIC, AUTORESET], ids=["episodic", "autoreset"])
+def test_ray_batcher_is_a_drop_in_for_rl_batcher(ray_cluster, env_args):
+    # The very arguments of an RL_Batcher, positional and keyword: swapping the class name is the whole change.
+    args = (3, CounterAgent, {}, CountingEnv, env_args, 0, [4])
+    kwargs = {"agent_info": AI.slice(0, 3), "env_info": EI.slice(0, 3), "agent_seeds": [9], "device": "cpu",
+              "timeout": 60.0, "sync_timings": False, "zero_copy": False}
+    runs = []
+    for cls in (RL_Batcher, RayBatcher):
+        with cls(*args, **kwargs) as b:
+            runs.append(run(b, 3, updates=(1,)))
+    assert_same_runs(*runs)
+
+
 def test_an_actor_hosting_worker_processes_equals_rl_batcher_and_reports_their_errors(ray_cluster):
     # One actor (one node) whose RL_Batcher runs 2 shared-memory worker processes.
-    with RayBatcher(4, CounterAgent, {}, CountingEnv, AUTORESET, 1, [1, 2], n_processes=2, agent_seeds=[5, 6],
+    with RayBatcher(4, CounterAgent, {}, CountingEnv, AUTORESET, 2, [1, 2], agent_seeds=[5, 6],
                     num_cpus=1) as rb:
         got = run(rb, 2, updates=(1,))
         report = rb.worker_reports()[0]
@@ -269,7 +283,7 @@ def test_an_actor_hosting_worker_processes_equals_rl_batcher_and_reports_their_e
 
 def test_unplaceable_actors_are_reported_not_waited_for(ray_cluster):
     with pytest.raises(BatcherWorkerError, match=r"could not be placed within 2 s.*lower num_cpus/num_gpus"):
-        RayBatcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 2, [0, 1], num_gpus=1,
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 0, [0, 1], n_actors=2, num_gpus=1,
                    placement_strategy="SPREAD", start_timeout=2)
 
 
@@ -286,7 +300,7 @@ def test_placed_actors_get_their_environment_and_a_killed_one_is_reported(ray_cl
     placements = [WorkerPlacement("cpu", env={"RLSTRUCT_TEST_TAG": "a"}),
                   WorkerPlacement("cpu", env={"RLSTRUCT_TEST_TAG": "b"}, num_threads=1)]
     # Both actors' envs hang at their 3rd step (the second acquisition), so actor 1 is busy when it is killed.
-    b = RayBatcher(2, ConstantAgent, {}, CountingEnv, {**AUTORESET, "hang_at_step": 3}, 2, [0, 1],
+    b = RayBatcher(2, ConstantAgent, {}, CountingEnv, {**AUTORESET, "hang_at_step": 3}, 0, [0, 1], n_actors=2,
                    num_cpus=0.5, placement_strategy="PACK", actor_placements=placements, timeout=60)
     reports = b.worker_reports()
     assert [r["environ"]["RLSTRUCT_TEST_TAG"] for r in reports] == ["a", "b"]
@@ -312,7 +326,7 @@ def test_placed_actors_get_their_environment_and_a_killed_one_is_reported(ray_cl
 
 
 def test_hung_actor_times_out(ray_cluster):
-    b = RayBatcher(3, ConstantAgent, {}, CountingEnv, {**AUTORESET, "hang_at_step": 1}, 1, [0], num_cpus=0.5,
+    b = RayBatcher(3, ConstantAgent, {}, CountingEnv, {**AUTORESET, "hang_at_step": 1}, 0, [0], num_cpus=0.5,
                    timeout=1)
     pids = [r["pid"] for r in b.worker_reports()]
     b.reset()

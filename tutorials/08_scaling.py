@@ -139,8 +139,8 @@ def ray_batcher() -> None:
         ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
                  configure_logging=False)
     try:
-        with RayBatcher(T, create_agent, {}, create_env, {"n_envs": n_envs}, 2, seeds, agent_seeds=agent_seeds,
-                        n_processes=0, num_cpus=1) as batcher:
+        with RayBatcher(T, create_agent, {}, create_env, {"n_envs": n_envs}, 0, seeds, agent_seeds=agent_seeds,
+                        n_actors=2, num_cpus=1) as batcher:
             batcher.update(weights)
             batcher.reset()
             batcher.execute()
