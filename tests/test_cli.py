@@ -184,3 +184,11 @@ def test_config_to_dict_is_plain():
 def test_console_script_is_declared():
     text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert 'rlstruct = "rlstruct.algos.cli:main"' in text
+
+
+def test_only_the_command_line_configures_logging():
+    root = Path(__file__).resolve().parents[1]
+    calling = sorted(str(p.relative_to(root)) for d in ("rlstruct", "agents", "batchers", "algos")
+                     for p in (root / d).rglob("*.py") if "basicConfig(" in p.read_text())
+    assert calling == ["algos/cli.py"]
+    assert (root / "algos/cli.py").read_text().count("basicConfig(") == 1
