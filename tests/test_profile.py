@@ -120,7 +120,8 @@ def _slow_policy_agent(*args, pause, **kwargs):
 
 def test_profile_training_charges_known_sleeps_to_their_phases(monkeypatch):
     """A sleep in the agent shows as agent_forward, a sleep in the loss as loss, and nowhere else."""
-    pause_step, pause_loss, iterations, T = 0.004, 0.03, 3, 5
+    # Sleeps long against scheduling noise on a loaded machine: 0.3 s per phase in all.
+    pause_step, pause_loss, iterations, T = 0.02, 0.1, 3, 5
     monkeypatch.setattr(profile_module, "create_policy_agent", functools.partial(_slow_policy_agent, pause=pause_step))
     a2c_loss = profile_module.a2c_loss
 
@@ -132,10 +133,10 @@ def test_profile_training_charges_known_sleeps_to_their_phases(monkeypatch):
     report = profile_training("CartPole-v1", n_envs=4, n_timesteps=T, iterations=iterations)
     s = report.seconds
     slept_step, slept_loss = iterations * T * pause_step, iterations * pause_loss
-    assert slept_step <= s["agent_forward"] < slept_step + 0.1
-    assert slept_loss <= s["loss"] < slept_loss + 0.1
+    assert slept_step <= s["agent_forward"] < 2 * slept_step, s
+    assert slept_loss <= s["loss"] < 2 * slept_loss, s
     for k in ("env_step", "buffer_write", "backward", "optimizer", "update_weights", "other"):
-        assert s[k] < min(slept_step, slept_loss), k
+        assert s[k] < 0.5 * min(slept_step, slept_loss), (k, s)
     assert report.wall_s >= slept_step + slept_loss
 
 
