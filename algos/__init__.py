@@ -1,5 +1,12 @@
 """Algorithms on top of the batchers: REINFORCE, A2C and DQN, one file each, and the ``rlstruct`` command.
 
+What several algorithms share sits in modules named for what they hold: :mod:`rlstruct.algos.returns`
+(discounted returns, GAE, episode statistics), :mod:`rlstruct.algos.networks` (the MLP, the actor-critic
+and its policy agent), :mod:`rlstruct.algos.run` (the config base, the run's clock and logs, its batchers
+and result), :mod:`rlstruct.algos.evaluation` and :mod:`rlstruct.algos.checkpoints`;
+:mod:`rlstruct.algos.cli` parses the command line and :mod:`rlstruct.algos.profile` shows where the time
+of a collect + learn loop goes.
+
 Each of :mod:`rlstruct.algos.reinforce`, :mod:`rlstruct.algos.a2c` and :mod:`rlstruct.algos.dqn` has the
 same anatomy: a config dataclass, the loss as a function of tensors, ``train(config) -> TrainResult`` and
 ``main(argv)`` (``rlstruct train <algo>`` or ``python -m rlstruct.algos.<algo>``).
@@ -15,14 +22,8 @@ itself already imported by this package.
 import importlib
 from typing import Any
 
-from rlstruct.algos._common import (
-    RunConfig,
-    TrainResult,
-    discounted_returns,
-    double_dqn_targets,
-    gae_advantages,
-    n_step_returns,
-)
+from rlstruct.algos.returns import discounted_returns, gae_advantages
+from rlstruct.algos.run import RunConfig, TrainResult
 
 __all__ = [
     "reinforce",
@@ -37,6 +38,7 @@ __all__ = [
     "gae_advantages",
     "n_step_returns",
     "double_dqn_targets",
+    "profile_training",
 ]
 
 _LAZY = {
@@ -46,6 +48,9 @@ _LAZY = {
     "ReinforceConfig": ("rlstruct.algos.reinforce", "ReinforceConfig"),
     "A2CConfig": ("rlstruct.algos.a2c", "A2CConfig"),
     "DQNConfig": ("rlstruct.algos.dqn", "DQNConfig"),
+    "n_step_returns": ("rlstruct.algos.dqn", "n_step_returns"),
+    "double_dqn_targets": ("rlstruct.algos.dqn", "double_dqn_targets"),
+    "profile_training": ("rlstruct.algos.profile", "profile_training"),
 }
 
 

@@ -1,6 +1,6 @@
 """The ``rlstruct`` command: ``rlstruct train {reinforce,a2c,dqn} [flags]``, ``rlstruct eval CHECKPOINT``,
-``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.batchers.autotune` and
-:mod:`rlstruct.batchers.profile`).
+``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.algos.profile`), and the
+argument parser every algorithm's ``main`` builds from its config dataclass (:func:`run_main`).
 
 ``rlstruct train ALGO --help`` lists every flag of the algorithm (one per field of its config dataclass).
 Both commands print a JSON object as their last line on stdout; a bad setting (an unknown env, a device
@@ -10,23 +10,29 @@ this machine does not have) prints one line to stderr and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
+import re
 import sys
-from collections.abc import Sequence
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from rlstruct.algos.checkpoints import load_checkpoint
+from rlstruct.algos.networks import create_policy_agent
+from rlstruct.algos.returns import episode_returns
+from rlstruct.algos.run import Run, TrainResult, create_env
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
 from rlstruct.structures import DictTensor
 
-from rlstruct.algos._common import create_env, create_policy_agent, episode_returns, load_checkpoint
-
-__all__ = ["ALGORITHMS", "main", "evaluate_checkpoint"]
+__all__ = ["ALGORITHMS", "main", "evaluate_checkpoint", "field_docs", "build_parser", "config_from_args", "run_main"]
 
 #: algorithm name -> module under rlstruct.algos
 ALGORITHMS = ("reinforce", "a2c", "dqn")
@@ -123,7 +129,7 @@ def _eval_command(argv: Sequence[str]) -> int:
 
 def _batchers_command(command: str, argv: Sequence[str]) -> int:
     """``rlstruct autotune`` and ``rlstruct profile``: the table, the PNG, and a JSON line last."""
-    from rlstruct.batchers import autotune, profile
+    from rlstruct.algos import profile
 
     if command == "autotune":
         p = argparse.ArgumentParser(prog="rlstruct autotune",
@@ -166,7 +172,7 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
         if ns.num_threads is not None:
             torch.set_num_threads(ns.num_threads)
         if command == "autotune":
-            out = autotune.autotune_batcher(
+            out = profile.autotune_batcher(
                 ns.env, process_counts=ns.processes, min_envs=ns.min_envs, max_envs=ns.max_envs,
                 n_timesteps=ns.n_timesteps, iters=ns.iters, device=ns.device, backend=ns.backend,
                 min_gain_per_memory=ns.min_gain,
@@ -186,6 +192,123 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
     if png is not None:
         print(f"wrote {png}")
     print(json.dumps({**out.to_dict(), "png": None if png is None else str(png)}))
+    return 0
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The description of every field, read from the ``Attributes:`` sections of the docstrings along the MRO.
+
+    A description that wraps onto more-indented lines is joined into one line; a subclass's description of a
+    field replaces its base's.
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     '''Settings.
+    ...
+    ...     Attributes:
+    ...         gamma: the discount factor, which wraps
+    ...             onto a second line.
+    ...         lr: Adam learning rate.
+    ...     '''
+    ...     gamma: float = 0.99
+    ...     lr: float = 1e-3
+    >>> field_docs(Config)
+    {'gamma': 'the discount factor, which wraps onto a second line.', 'lr': 'Adam learning rate.'}
+    """
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        section = re.split(r"\n[ \t]*Attributes:[ \t]*\n", klass.__doc__ or "", maxsplit=1)
+        if len(section) < 2:
+            continue
+        name, indent = None, None
+        for line in section[1].splitlines():
+            depth = len(line) - len(line.lstrip())
+            if not line.strip():
+                name = None
+                continue
+            if indent is None:
+                indent = depth
+            if depth < indent:
+                break  # the next section of the docstring
+            m = re.match(r"(\w+)(?: \(.*?\))?: (.*)$", line.strip())
+            if depth == indent and m:
+                name = m.group(1)
+                docs[name] = m.group(2).strip()
+            elif depth > indent and name is not None:
+                docs[name] += " " + line.strip()
+    return docs
+
+
+def _parse_optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        return None if text.lower() == "none" else kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def build_parser(config_cls: type, prog: str, description: str = "") -> argparse.ArgumentParser:
+    """An argument parser with one ``--flag-name`` per config field (help from :func:`field_docs`)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    hints = typing.get_type_hints(config_cls)
+    docs = field_docs(config_cls)
+    for f in dataclasses.fields(config_cls):
+        flag = "--" + f.name.replace("_", "-")
+        hint = hints[f.name]
+        kwargs: dict[str, Any] = {"default": f.default, "help": docs.get(f.name, ""), "dest": f.name}
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if hint is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(hint) is tuple:
+            kwargs.update(nargs="+", type=args[0])
+        elif args and type(None) in typing.get_args(hint):
+            kwargs["type"] = _parse_optional(args[0])
+        else:
+            kwargs["type"] = hint
+        parser.add_argument(flag, **kwargs)
+    return parser
+
+
+def config_from_args(config_cls: type, ns: argparse.Namespace):
+    """Builds the config dataclass from parsed arguments (lists become tuples)."""
+    values = {f.name: getattr(ns, f.name) for f in dataclasses.fields(config_cls)}
+    return config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+def configure_logging() -> None:
+    """Sends warnings of every ``rlstruct`` logger to stderr: the command line's choice, never a library's."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def run_main(train: Callable[[Any], TrainResult], config_cls: type, validate: Callable[[Any], None],
+             argv: Sequence[str] | None, prog: str, description: str) -> int:
+    """The body of every algorithm's ``main``: parse, validate, train, report.
+
+    A config error (an unknown env, a device this machine does not have, a value out of range) prints one
+    line to stderr and returns 2. The last line on stdout is a JSON object with ``eval_return``,
+    ``env_steps``, ``wall_time_s`` and ``logdir``.
+    """
+    parser = build_parser(config_cls, prog, description)
+    ns = parser.parse_args(argv)
+    try:
+        config = config_from_args(config_cls, ns)
+        validate(config)
+    except (ValueError, TypeError, RLStructError) as e:
+        print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    configure_logging()
+    result = train(config)
+    if result.reached_target:
+        print(f"an evaluation reached the target return {result.target_return:g}: stopped and kept those weights")
+    print(f"final evaluation return {result.eval_return:.2f} after {result.env_steps} env steps "
+          f"in {result.wall_time_s:.1f} s")
+    print(f"logs: {Path(result.logdir) / Run.CSV_NAME} (TensorBoard: tensorboard --logdir {result.logdir})")
+    if result.plot:
+        print(f"learning curve: {result.plot}")
+    print(f"checkpoint: {result.checkpoint} (rlstruct eval {result.checkpoint})")
+    print(json.dumps(result.summary()))
     return 0
 
 
@@ -209,10 +332,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = importlib.import_module(f"rlstruct.algos.{rest[0]}")
         return module.main(rest[1:])
     if command == "eval":
-        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        configure_logging()
         return _eval_command(rest)
     if command in ("autotune", "profile"):
-        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        configure_logging()
         return _batchers_command(command, rest)
     print(f"rlstruct: error: unknown command {command!r}\n{usage}", file=sys.stderr)
     return 2

@@ -24,29 +24,23 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.devices import DeviceLike, as_device
-from rlstruct.structures import DictTensor, TemporalDictTensor
-
-from rlstruct.algos._common import (
+from rlstruct.algos.cli import run_main
+from rlstruct.algos.networks import NetworkAgent, cpu_state_dict, make_adam, mlp
+from rlstruct.algos.returns import episode_statistics
+from rlstruct.algos.run import (
     EnvSpec,
-    NetworkAgent,
     RunConfig,
     TrainResult,
     check_on_device,
-    cpu_state_dict,
     describe_env,
-    double_dqn_targets,
-    episode_statistics,
     finish_training,
-    make_adam,
-    mlp,
-    n_step_returns,
     open_batchers,
-    run_main,
     seeded_model,
     training_run,
     validate_run_config,
 )
+from rlstruct.devices import DeviceLike, as_device
+from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = [
     "DQNConfig",
@@ -55,6 +49,8 @@ __all__ = [
     "ReplayBuffer",
     "NStepWindow",
     "window_transitions",
+    "n_step_returns",
+    "double_dqn_targets",
     "create_q_agent",
     "dqn_loss",
     "epsilon_at",
@@ -145,6 +141,7 @@ class QNetwork(nn.Module):
         self.q = mlp(obs_dim, hidden_sizes, n_actions)
 
     def forward(self, frame: torch.Tensor) -> torch.Tensor:
+        """Q-values ``[N, n_actions]`` of observations ``[N, obs_dim]``."""
         return self.q(frame)
 
 
@@ -162,6 +159,7 @@ class QAgent(NetworkAgent):
     model: QNetwork
 
     def __call__(self, state, observation, agent_info, history=None):
+        """``action int64 [N]``: uniform with probability ``epsilon``, else the argmax of the Q-values."""
         q = self.model(observation["frame"])
         action = q.argmax(-1)
         if "epsilon" in agent_info:
@@ -243,6 +241,79 @@ class ReplayBuffer:
         idx = torch.randint(self.size, (batch_size,), generator=self.generator, device=self.device)
         return {"obs": self.obs[idx], "action": self.action[idx], "ret": self.ret[idx],
                 "next_obs": self.next_obs[idx], "discount": self.discount[idx]}
+
+
+def n_step_returns(
+    rewards: torch.Tensor, done: torch.Tensor, terminated: torch.Tensor, gamma: float, n: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n-step returns of every step that has ``n`` steps after it in the window, cut at episode ends.
+
+    For ``t`` in ``[0, M)``, ``M = L - n + 1``, the transition starting at ``t`` sums the rewards of
+    ``m = min(n, steps up to and including the episode's end)`` steps:
+    ``R_t = sum_{k<m} gamma^k r_{t+k}``; it ends at ``last_t = t + m - 1`` and its target is
+    ``R_t + discount_t * Q(_observation/frame at last_t, .)`` with
+    ``discount_t = gamma^m * (1 - terminated_{last_t})``: a truncated end bootstraps from the
+    terminal observation, a terminated one does not.
+
+    Args:
+        rewards: ``float [B, L]``.
+        done: ``bool [B, L]``.
+        terminated: ``bool [B, L]``.
+        gamma: discount factor.
+        n: steps per return (``1 <= n <= L``).
+
+    Returns:
+        ``(returns float [B, M], last int64 [B, M], discounts float [B, M])``.
+
+    Raises:
+        ValueError: ``n`` is not in ``[1, L]``.
+
+    >>> r = torch.ones(1, 3); truncated = torch.tensor([[False, True, False]])
+    >>> R, last, disc = n_step_returns(r, truncated, torch.zeros_like(truncated), 0.5, 2)
+    >>> R.tolist(), last.tolist(), disc.tolist()
+    ([[1.5, 1.0]], [[1, 1]], [[0.25, 0.5]])
+    """
+    B, L = rewards.shape
+    if not 1 <= n <= L:
+        raise ValueError(f"n must be in [1, L={L}] (the window length), got {n}")
+    M = L - n + 1
+    dev = rewards.device
+    base = torch.arange(M, device=dev).expand(B, M)
+    returns = torch.zeros(B, M, dtype=rewards.dtype, device=dev)
+    alive = torch.ones(B, M, dtype=torch.bool, device=dev)
+    steps = torch.zeros(B, M, dtype=torch.int64, device=dev)
+    term_end = torch.zeros(B, M, dtype=torch.bool, device=dev)
+    for k in range(n):
+        returns = returns + alive * (gamma**k) * rewards[:, k : k + M]
+        steps = torch.where(alive, k + 1, steps)
+        term_end = torch.where(alive, terminated[:, k : k + M].bool(), term_end)
+        alive = alive & ~done[:, k : k + M].bool()
+    discounts = torch.pow(torch.tensor(gamma, dtype=rewards.dtype, device=dev), steps) * (~term_end)
+    return returns, base + steps - 1, discounts
+
+
+def double_dqn_targets(
+    returns: torch.Tensor, discounts: torch.Tensor, next_q_online: torch.Tensor, next_q_target: torch.Tensor
+) -> torch.Tensor:
+    """Double-DQN targets (van Hasselt et al. 2016): the online net picks, the target net evaluates.
+
+    ``y = R + discount * Q_target(s', argmax_a Q_online(s', a))``.
+
+    Args:
+        returns: ``float [N]`` (n-step) rewards.
+        discounts: ``float [N]``, ``gamma^m`` or 0 where the episode terminated.
+        next_q_online: ``float [N, A]``.
+        next_q_target: ``float [N, A]``.
+
+    Returns:
+        ``float [N]``, the targets (no gradient flows through them if the inputs carry none).
+
+    >>> double_dqn_targets(torch.tensor([1.0]), torch.tensor([0.5]), torch.tensor([[0.0, 1.0]]),
+    ...                    torch.tensor([[8.0, 2.0]]))
+    tensor([2.])
+    """
+    a_star = next_q_online.argmax(-1, keepdim=True)
+    return returns + discounts * next_q_target.gather(-1, a_star).squeeze(-1)
 
 
 def window_transitions(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[str, torch.Tensor]:

@@ -19,29 +19,29 @@ import torch
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
-from rlstruct.devices import as_device
-
-from rlstruct.algos._common import (
+from rlstruct.algos.cli import run_main
+from rlstruct.algos.networks import (
     ActorCritic,
-    EnvSpec,
     PolicyAgent,
+    cpu_state_dict,
+    create_policy_agent,
+    make_adam,
+    masked_policy_value_loss,
+)
+from rlstruct.algos.returns import discounted_returns, episode_returns
+from rlstruct.algos.run import (
+    EnvSpec,
     RunConfig,
     TrainResult,
     check_on_device,
-    cpu_state_dict,
-    create_policy_agent,
     describe_env,
-    discounted_returns,
-    episode_returns,
     finish_training,
-    make_adam,
-    masked_policy_value_loss,
     open_batchers,
-    run_main,
     seeded_model,
     training_run,
     validate_run_config,
 )
+from rlstruct.devices import as_device
 
 __all__ = ["ReinforceConfig", "reinforce_loss", "reinforce_returns", "train", "main"]
 

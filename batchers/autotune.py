@@ -6,16 +6,15 @@ doubling the envs buys less throughput per unit of extra memory than ``min_gain_
 configuration whose projected memory does not fit the available host (or GPU) memory is skipped without
 being built. The result holds the best configuration and the whole table.
 
-The measurement is injectable: ``measure(n_processes, n_envs) -> Measurement``. The default,
-:func:`batcher_measure`, times an :class:`~rlstruct.batchers.RL_Batcher` of the MLP policy of
-:mod:`rlstruct.batchers.profile` on a :func:`~rlstruct.envs.make_env` env.
+The measurement is injectable: ``measure(n_processes, n_envs) -> Measurement``. The one ``rlstruct autotune``
+uses, :func:`rlstruct.algos.profile.batcher_measure`, times an :class:`~rlstruct.batchers.RL_Batcher` of the
+algorithms' policy agent on a :func:`~rlstruct.envs.make_env` env.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,13 +22,10 @@ from typing import Any
 
 import torch
 
+from rlstruct.batchers._common import pyplot, require, save_png
 from rlstruct.devices import DeviceLike, check_device_exists
 
-from rlstruct.batchers._common import pyplot, require, save_png
-from rlstruct.batchers.batcher import RL_Batcher
-from rlstruct.batchers.profile import MLPAgent, env_dims
-
-__all__ = ["Measurement", "TuneRow", "AutotuneResult", "autotune", "autotune_batcher", "batcher_measure", "host_rss"]
+__all__ = ["Measurement", "TuneRow", "AutotuneResult", "autotune", "host_rss", "available_gpu_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -179,75 +175,10 @@ def _available_host_bytes() -> int:
     return int(_psutil().virtual_memory().available)
 
 
-def _available_gpu_bytes(device: torch.device) -> int:
+def available_gpu_bytes(device: torch.device) -> int:
+    """Free bytes on CUDA ``device``, as the driver reports them (every process's allocations count)."""
     free, _ = torch.cuda.mem_get_info(device)
     return int(free)
-
-
-# --------------------------------------------------------------------------- the default measurement
-def batcher_measure(
-    env: str = "CartPole-v1",
-    *,
-    n_timesteps: int = 32,
-    iters: int = 3,
-    device: DeviceLike = "cpu",
-    backend: str = "torch",
-    hidden: int = 64,
-    seed: int = 0,
-) -> Callable[[int, int], Measurement]:
-    """A ``measure(n_processes, n_envs)`` that times an RL_Batcher of the MLP policy on ``env``.
-
-    Each call builds the batcher (``n_processes`` workers of ``n_envs`` auto-reset envs on ``device``),
-    runs one warm-up acquisition, then times ``iters`` acquisitions of ``n_timesteps`` steps. Memory is taken
-    while the batcher is alive: host RSS of this process and its children (less this process's RSS before),
-    and on a GPU the peak allocated by this process (``n_processes=0``) or the device memory in use that
-    appeared since the start (worker processes, measured with ``torch.cuda.mem_get_info``).
-
-    Args:
-        env: a gymnasium id with discrete actions.
-        n_timesteps: steps per acquisition.
-        iters: timed acquisitions.
-        device: the batcher's device.
-        backend: env backend.
-        hidden: width of the MLP policy.
-        seed: env and policy seed.
-    """
-    dev = check_device_exists(device)
-    obs_dim, n_actions = env_dims(env, backend)
-    from rlstruct.envs import make_env
-
-    def measure(n_processes: int, n_envs: int) -> Measurement:
-        n_workers = max(n_processes, 1)
-        base_rss = host_rss()
-        cuda = dev.type == "cuda"
-        if cuda:
-            torch.cuda.synchronize(dev)
-            torch.cuda.reset_peak_memory_stats(dev)
-            base_free = _available_gpu_bytes(dev)
-        agent_args = {"obs_dim": obs_dim, "n_actions": n_actions, "hidden": hidden, "device": str(dev), "seed": seed}
-        env_args = {"name": env, "n_envs": n_envs, "device": str(dev), "autoreset": True, "backend": backend}
-        with RL_Batcher(n_timesteps, MLPAgent, agent_args, make_env, env_args, n_processes,
-                        [seed + k for k in range(n_workers)], device=dev) as b:
-            b.reset()
-            b.execute()
-            b.get()
-            b.reset_timings()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                b.execute()
-                b.get()
-            if cuda:
-                torch.cuda.synchronize(dev)
-            elapsed = time.perf_counter() - t0
-            steps = b.timings()["env_steps"]
-            host = max(host_rss() - base_rss, 0)
-            gpu = None
-            if cuda:
-                own = torch.cuda.max_memory_allocated(dev)
-                gpu = own if n_processes == 0 else max(base_free - _available_gpu_bytes(dev), own)
-        return Measurement(steps / elapsed, int(host), None if gpu is None else int(gpu))
-
-    return measure
 
 
 # --------------------------------------------------------------------------- the search
@@ -300,7 +231,7 @@ def autotune(
     * A measurement that raises (e.g. out of memory) is recorded as ``failed`` and stops the sweep.
 
     Args:
-        measure: ``measure(n_processes, n_envs) -> Measurement`` (see :func:`batcher_measure`).
+        measure: ``measure(n_processes, n_envs) -> Measurement`` (e.g. :func:`rlstruct.algos.profile.batcher_measure`).
         process_counts: process counts to sweep (0: the calling process).
         min_envs: first env count per process.
         max_envs: largest env count per process.
@@ -345,7 +276,7 @@ def autotune(
     if host_budget is None:
         host_budget = int(memory_fraction * _available_host_bytes())
     if gpu_budget is None and dev.type == "cuda":
-        gpu_budget = int(memory_fraction * _available_gpu_bytes(dev))
+        gpu_budget = int(memory_fraction * available_gpu_bytes(dev))
 
     rows: list[TuneRow] = []
     first_rows: list[TuneRow] = []
@@ -409,26 +340,3 @@ def autotune(
     best = max(measured, key=lambda r: (r.steps_per_s, -_memory(r)))
     return AutotuneResult(best, rows, int(host_budget), None if gpu_budget is None else int(gpu_budget),
                           dict(config or {}))
-
-
-def autotune_batcher(
-    env: str = "CartPole-v1",
-    *,
-    process_counts: Sequence[int] = (1, 2),
-    min_envs: int = 128,
-    max_envs: int = 2**14,
-    n_timesteps: int = 32,
-    iters: int = 3,
-    device: DeviceLike = "cpu",
-    backend: str = "torch",
-    **kwargs: Any,
-) -> AutotuneResult:
-    """:func:`autotune` with :func:`batcher_measure` on ``env`` (what ``rlstruct autotune`` runs).
-
-    Extra keyword arguments go to :func:`autotune`.
-    """
-    measure = batcher_measure(env, n_timesteps=n_timesteps, iters=iters, device=device, backend=backend)
-    config = {"env": env, "n_timesteps": n_timesteps, "iters": iters, "device": str(device), "backend": backend}
-    return autotune(measure, process_counts=process_counts, min_envs=min_envs, max_envs=max_envs, device=device,
-                    config=config, **kwargs)
-

@@ -1,11 +1,9 @@
-"""Where the time of a training loop goes: collection phases from the batcher, learner phases from timers.
+"""Where the time of a collect + learn loop goes: the phase timer and the report.
 
-:func:`profile_training` runs a short collection + learning loop (an MLP policy trained by a plain
-policy-gradient loss) and returns a :class:`ProfileReport`: seconds and shares of wall-clock time for
-env step, agent forward, buffer writes, host–device copies, waiting on workers, loss, backward,
-optimizer and weight updates. The collection phases come from :meth:`RL_Batcher.timings`; the learner
-phases from :class:`PhaseTimer`, which synchronizes a GPU only at phase boundaries, so the numbers are
-honest without slowing the phases themselves.
+:class:`PhaseTimer` times named phases of a learner (synchronizing a GPU only at phase boundaries, so the
+numbers are honest without slowing the phases themselves); :class:`ProfileReport` holds seconds per phase,
+the collection phases split out of :meth:`RL_Batcher.timings` by :func:`split_collection`, and draws them.
+The loop that fills one, with a learner, is :func:`rlstruct.algos.profile_training` (``rlstruct profile``).
 """
 
 from __future__ import annotations
@@ -19,34 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
-
-from rlstruct.agents import RL_Agent
-from rlstruct.devices import DeviceLike, as_device, check_device_exists
-from rlstruct.errors import SpaceError
-from rlstruct.structures import DictTensor, Trajectories
 
 from rlstruct.batchers._common import pyplot, save_png
-from rlstruct.batchers.batcher import RL_Batcher
+from rlstruct.devices import DeviceLike, as_device
 
-__all__ = [
-    "PhaseTimer",
-    "ProfileReport",
-    "profile_training",
-    "MLPAgent",
-    "mlp_policy",
-    "env_dims",
-    "discounted_returns",
-    "policy_gradient_loss",
-    "WORKER_PHASES",
-    "LEARNER_PHASES",
-]
+__all__ = ["PhaseTimer", "ProfileReport", "split_collection", "WORKER_PHASES", "LEARNER_PHASES"]
 
 log = logging.getLogger(__name__)
 
 #: Collection phases measured in the batcher's workers (see :meth:`RL_Batcher.timings`).
 WORKER_PHASES = ("env_step", "agent_forward", "buffer_write", "copy", "graph_replay")
-#: Learner phases of :func:`profile_training`, in loop order.
+#: Learner phases of :func:`rlstruct.algos.profile_training`, in loop order.
 LEARNER_PHASES = ("to_learner", "loss", "backward", "optimizer", "update_weights")
 
 
@@ -83,6 +64,7 @@ class PhaseTimer:
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
+        """A context manager that charges the time spent inside it to phase ``name``."""
         t0 = self._tick()
         try:
             yield
@@ -96,105 +78,6 @@ class PhaseTimer:
         self.counts.clear()
 
 
-# --------------------------------------------------------------------------- the policy
-def mlp_policy(obs_dim: int, n_actions: int, hidden: int = 64, seed: int = 0) -> nn.Module:
-    """An MLP ``obs_dim → hidden → hidden → n_actions`` (tanh), initialised from ``seed`` alone."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return nn.Sequential(nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                             nn.Linear(hidden, n_actions))
-
-
-class MLPAgent(RL_Agent):
-    """Samples actions from the softmax of :func:`mlp_policy` over ``observation["frame"]``.
-
-    Args:
-        obs_dim: size of ``frame``.
-        n_actions: number of discrete actions.
-        hidden: hidden width.
-        device: where the model and its outputs live.
-        seed: initialises the weights (and the sampling generator until :meth:`seed`).
-    """
-
-    def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64, device: DeviceLike = "cpu", seed: int = 0):
-        self.device = as_device(device)
-        self.model = mlp_policy(obs_dim, n_actions, hidden, seed).to(self.device)
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(seed)
-
-    def seed(self, seed: int) -> None:
-        self.generator.manual_seed(seed)
-
-    def __call__(self, state, observation, agent_info, history=None):
-        probs = torch.softmax(self.model(observation["frame"]), -1)
-        action = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
-        return DictTensor._trusted({"action": action}), state
-
-    def update(self, state_dict) -> None:
-        self.model.load_state_dict(state_dict)
-
-
-def env_dims(env: str, backend: str = "torch") -> tuple[int, int]:
-    """``(obs_dim, n_actions)`` of ``env``, read from a one-env CPU instance.
-
-    Raises:
-        SpaceError: the env's actions are not discrete or its observation is not a flat ``frame``.
-    """
-    from rlstruct.envs import make_env
-
-    e = make_env(env, 1, backend=backend)
-    try:
-        obs_space, act_space = e.observation_space, e.action_space
-    finally:
-        e.close()
-    if not hasattr(act_space, "n") or len(getattr(obs_space, "shape", ()) or ()) != 1:
-        raise SpaceError(
-            f"env must have discrete actions and a flat observation for the built-in MLP policy, got {env!r} with "
-            f"action space {act_space} and observation space {obs_space}; use CartPole-v1, Acrobot-v1 or "
-            "MountainCar-v0"
-        )
-    return int(obs_space.shape[0]), int(act_space.n)
-
-
-# --------------------------------------------------------------------------- the loss
-def discounted_returns(reward: torch.Tensor, done: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Discounted reward-to-go within each trajectory, cut at episode ends.
-
-    Args:
-        reward: ``float [B, T]``, the reward received after step ``t``.
-        done: ``bool [B, T]``, whether the episode ended at step ``t``.
-        mask: ``float [B, T]``, 1 for steps within ``lengths``.
-        gamma: discount.
-
-    Returns:
-        ``G [B, T]``: ``G_t = r_t + gamma * (1 - done_t) * G_{t+1}``, 0 beyond ``lengths``
-        (so the last step of a segment bootstraps with 0).
-
-    >>> r = torch.ones(1, 3); d = torch.tensor([[False, True, False]])
-    >>> discounted_returns(r, d, torch.ones(1, 3), 0.5)
-    tensor([[1.5000, 1.0000, 1.0000]])
-    """
-    out = torch.zeros_like(reward)
-    g = torch.zeros_like(reward[:, 0])
-    keep = (~done).to(reward.dtype)
-    for t in range(reward.shape[1] - 1, -1, -1):
-        g = (reward[:, t] + gamma * keep[:, t] * g) * mask[:, t]
-        out[:, t] = g
-    return out
-
-
-def policy_gradient_loss(model: nn.Module, trajectories: Trajectories, gamma: float = 0.99) -> torch.Tensor:
-    """REINFORCE on reward-to-go with a mean baseline, over the valid steps of ``trajectories``."""
-    tr = trajectories.trajectories
-    mask = tr.mask().to(torch.float32)
-    returns = discounted_returns(tr["_observation/reward"].float(), tr["_observation/done"], mask, gamma)
-    logp = torch.log_softmax(model(tr["observation/frame"]), -1)
-    logp_a = logp.gather(-1, tr["action/action"].unsqueeze(-1)).squeeze(-1)
-    n = mask.sum().clamp(min=1.0)
-    advantage = (returns - (returns * mask).sum() / n) * mask
-    return -(logp_a * advantage).sum() / n
-
-
 # --------------------------------------------------------------------------- the report
 @dataclass
 class ProfileReport:
@@ -203,8 +86,9 @@ class ProfileReport:
     Attributes:
         seconds: phase → seconds, in display order: the worker phases (``env_step``, ``agent_forward``,
             ``buffer_write``, ``copy``, ``graph_replay``: the replayed steps with ``cuda_graph``; averaged over
-            workers, and scaled down to the collection time when workers overlap), ``wait`` (collection time not spent in the workers' step loop: IPC, imbalance,
-            start of the acquisition), ``gather`` (copy out of the batcher's buffer), the learner phases
+            workers, and scaled down to the collection time when workers overlap), ``wait`` (collection time
+            not spent in the workers' step loop: IPC, imbalance, start of the acquisition), ``gather`` (copy out
+            of the batcher's buffer), the learner phases
             (``to_learner``: host–device copy of the trajectories, ``loss``, ``backward``, ``optimizer``,
             ``update_weights``), then ``other``.
         wall_s: wall-clock seconds of the profiled iterations.
@@ -282,124 +166,3 @@ def split_collection(timings: dict[str, float], collect_s: float, n_workers: int
     out = {k: v * scale for k, v in per.items()}
     out["wait"] = max(collect_s - busy * scale, 0.0)
     return out
-
-
-def profile_training(
-    env: str = "CartPole-v1",
-    *,
-    n_envs: int = 256,
-    n_processes: int = 0,
-    n_timesteps: int = 32,
-    iterations: int = 10,
-    device: DeviceLike = "cpu",
-    learner_device: DeviceLike | None = None,
-    backend: str = "torch",
-    hidden: int = 64,
-    lr: float = 1e-3,
-    gamma: float = 0.99,
-    seed: int = 0,
-    sync: bool = True,
-    cuda_graph: bool = False,
-    zero_copy: bool = False,
-) -> ProfileReport:
-    """Runs ``iterations`` of collect → learn and reports where the time goes.
-
-    Each iteration: ``execute`` + ``get`` on an :class:`RL_Batcher` (``n_processes`` workers of ``n_envs``
-    envs each on ``device``), the trajectories to ``learner_device``, a policy-gradient loss, backward, an
-    Adam step, and ``update`` of the workers' weights. One warm-up iteration runs first and is not counted.
-
-    Args:
-        env: a gymnasium id with discrete actions (``CartPole-v1``, ``Acrobot-v1``, ``MountainCar-v0``).
-        n_envs: envs per worker.
-        n_processes: batcher worker processes (0: this process).
-        n_timesteps: steps per acquisition.
-        iterations: profiled iterations.
-        device: the batcher's device (envs, agent, output).
-        learner_device: where the loss runs (default ``device``).
-        backend: env backend for :func:`~rlstruct.envs.make_env`.
-        hidden: width of the MLP policy.
-        lr: Adam learning rate.
-        gamma: discount.
-        seed: seeds the envs, the policy and the sampling.
-        sync: synchronize a GPU at phase boundaries (the batcher's ``sync_timings`` and the
-            :class:`PhaseTimer`), so that the split is exact; off, GPU phases show up where the work is
-            waited for.
-        cuda_graph: the batcher's ``cuda_graph`` (a GPU ``device``): its steps then show as ``graph_replay``.
-            Two warm-up iterations run instead of one (the first acquisition is eager, the second captures).
-        zero_copy: the batcher's ``zero_copy``: ``get`` returns views of its buffer, and ``gather`` shrinks to
-            wrapping them (each iteration uses its trajectories before the next ``execute``).
-
-    Returns:
-        A :class:`ProfileReport`.
-
-    Raises:
-        ValueError: ``iterations``, ``n_envs`` or ``n_timesteps`` below 1.
-        SpaceError: ``env`` does not have discrete actions.
-        DeviceUnavailableError: a device this machine does not have.
-        ValueError: ``cuda_graph`` with a ``device`` other than CUDA.
-
-    >>> report = profile_training("CartPole-v1", n_envs=8, n_timesteps=4, iterations=2)
-    >>> list(report.seconds)[:5], report.env_steps
-    (['env_step', 'agent_forward', 'buffer_write', 'copy', 'graph_replay'], 64)
-    >>> round(sum(report.shares().values()), 6)
-    1.0
-    """
-    for name, value in (("iterations", iterations), ("n_envs", n_envs), ("n_timesteps", n_timesteps)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if not isinstance(n_processes, int) or n_processes < 0:
-        raise ValueError(f"n_processes must be an int >= 0 (0 runs in this process), got {n_processes!r}")
-    dev = check_device_exists(device)
-    ldev = dev if learner_device is None else check_device_exists(learner_device)
-    obs_dim, n_actions = env_dims(env, backend)
-    from rlstruct.envs import make_env
-
-    n_workers = max(n_processes, 1)
-    agent_args = {"obs_dim": obs_dim, "n_actions": n_actions, "hidden": hidden, "device": str(dev), "seed": seed}
-    env_args = {"name": env, "n_envs": n_envs, "device": str(dev), "autoreset": True, "backend": backend}
-    model = mlp_policy(obs_dim, n_actions, hidden, seed).to(ldev)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    timer = PhaseTimer(ldev, sync=sync)
-    with RL_Batcher(n_timesteps, MLPAgent, agent_args, make_env, env_args, n_processes,
-                    [seed + k for k in range(n_workers)], agent_seeds=[seed + 1000 + k for k in range(n_workers)],
-                    device=dev, sync_timings=sync, cuda_graph=cuda_graph, zero_copy=zero_copy) as batcher:
-        batcher.reset()
-
-        def iteration() -> None:
-            t0 = time.perf_counter()
-            batcher.execute()  # in-process (n_processes=0), the whole acquisition runs here
-            timer.seconds["_execute"] = timer.seconds.get("_execute", 0.0) + time.perf_counter() - t0
-            traj, _ = batcher.get()
-            with timer("to_learner"):
-                traj = traj.to(ldev)
-            with timer("loss"):
-                loss = policy_gradient_loss(model, traj, gamma)
-            with timer("backward"):
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-            with timer("optimizer"):
-                optimizer.step()
-            with timer("update_weights"):
-                batcher.update({k: v.detach().cpu() for k, v in model.state_dict().items()})
-
-        for _ in range(2 if cuda_graph else 1):  # warm-up: allocator, lazy inits (and the graph's capture)
-            iteration()
-        batcher.reset_timings()
-        timer.reset()
-        if sync and dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        t0 = time.perf_counter()
-        for _ in range(iterations):
-            iteration()
-        wall = time.perf_counter() - t0
-        bt = batcher.timings()
-    seconds = split_collection(bt, timer.seconds.pop("_execute", 0.0) + bt["wait"], n_workers)
-    seconds["gather"] = bt["gather"]
-    for k in LEARNER_PHASES:
-        seconds[k] = timer.seconds.get(k, 0.0)
-    seconds["other"] = max(wall - sum(seconds.values()), 0.0)
-    config = {"env": env, "n_envs": n_envs, "n_processes": n_processes, "n_timesteps": n_timesteps,
-              "iterations": iterations, "device": str(dev), "learner_device": str(ldev), "backend": backend,
-              "hidden": hidden, "sync": sync, "cuda_graph": cuda_graph, "zero_copy": zero_copy}
-    return ProfileReport(seconds, wall, int(bt["env_steps"]), iterations, bt, config)
-

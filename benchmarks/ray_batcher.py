@@ -1,9 +1,9 @@
 """RayBatcher against RL_Batcher on the same env and agent, same run: Ray's overhead per collection.
 
 RayBatcher runs 2 actors on a local Ray cluster (loopback only), each hosting an in-process RL_Batcher;
-RL_Batcher runs 2 worker processes. Both step the torch CartPole (auto-reset) with the MLP policy of
-rlstruct.batchers.profile, N envs per actor/worker and T steps per collection, and every collection is
-``update`` (fresh weights) + ``execute`` + ``get``, as in a training loop. The two are timed in turns in
+RL_Batcher runs 2 worker processes. Both step the torch CartPole (auto-reset) with the policy agent of
+rlstruct.algos.networks (64-64 actor-critic), N envs per actor/worker and T steps per collection, and every
+collection is ``update`` (fresh weights) + ``execute`` + ``get``, as in a training loop. The two are timed in turns in
 the same run; the overhead is the difference of the median seconds per collection (and of the fastest
 ones); the tiny configuration (N=16, T=8) shows the fixed cost.
 
@@ -23,11 +23,12 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import torch  # noqa: E402
 
+from rlstruct.algos.networks import ActorCritic, cpu_state_dict, create_policy_agent  # noqa: E402
+from rlstruct.algos.run import seeded_model  # noqa: E402
 from rlstruct.batchers import RayBatcher, RL_Batcher  # noqa: E402
-from rlstruct.batchers.profile import MLPAgent, mlp_policy  # noqa: E402
 from rlstruct.envs import make_env  # noqa: E402
 
-AGENT = {"obs_dim": 4, "n_actions": 2, "hidden": 64}
+AGENT = {"obs_dim": 4, "n_actions": 2, "hidden_sizes": (64, 64)}
 
 
 def env_args(n_envs: int) -> dict:
@@ -45,7 +46,7 @@ def collect(batcher, weights) -> float:
 def time_pair(local, remote, iters: int) -> tuple[list[float], list[float]]:
     """Seconds per update + execute + get of each batcher, measured in turns (so that a change in the
     machine's load hits both), after two warm-up collections each; sorted."""
-    weights = {k: v.clone() for k, v in mlp_policy(4, 2, 64, seed=1).state_dict().items()}
+    weights = cpu_state_dict(seeded_model(1, ActorCritic, 4, 2, (64, 64)))
     for b in (local, remote):
         b.reset()
         for _ in range(2):
@@ -72,8 +73,8 @@ def main(argv=None) -> None:
     try:
         for size in args.sizes:
             n, T = (int(x) for x in size.split("x"))
-            with RL_Batcher(T, MLPAgent, AGENT, make_env, env_args(n), 2, [0, 1]) as local, \
-                    RayBatcher(T, MLPAgent, AGENT, make_env, env_args(n), 0, [0, 1], n_actors=2,
+            with RL_Batcher(T, create_policy_agent, AGENT, make_env, env_args(n), 2, [0, 1]) as local, \
+                    RayBatcher(T, create_policy_agent, AGENT, make_env, env_args(n), 0, [0, 1], n_actors=2,
                                num_cpus=1) as remote:
                 lap_local, lap_ray = time_pair(local, remote, args.iters)
                 tm = remote.timings()

@@ -14,7 +14,7 @@ import math
 import pytest
 
 from rlstruct.algos import a2c, dqn, reinforce
-from rlstruct.algos._common import EnvSpec, Run, describe_env
+from rlstruct.algos.run import EnvSpec, Run, describe_env
 
 RANDOM_POLICY_RETURN = 22.0
 

@@ -7,17 +7,20 @@ import math
 import pytest
 import torch
 
-from rlstruct.algos._common import (
-    discounted_returns,
-    double_dqn_targets,
-    episode_statistics,
-    gae_advantages,
-    n_step_returns,
-)
 from rlstruct.algos.a2c import a2c_loss
-from rlstruct.algos.dqn import NStepWindow, ReplayBuffer, dqn_loss, epsilon_at, window_transitions
+from rlstruct.algos.dqn import (
+    NStepWindow,
+    ReplayBuffer,
+    double_dqn_targets,
+    dqn_loss,
+    epsilon_at,
+    n_step_returns,
+    window_transitions,
+)
+from rlstruct.algos.networks import create_policy_agent
 from rlstruct.algos.reinforce import reinforce_loss, reinforce_returns
-from rlstruct.structures import TemporalDictTensor
+from rlstruct.algos.returns import discounted_returns, episode_statistics, gae_advantages
+from rlstruct.structures import DictTensor, TemporalDictTensor
 
 
 # --------------------------------------------------------------------------- plain-loop references
@@ -392,3 +395,16 @@ def test_reinforce_loss_by_hand():
     loss.backward()
     # The baseline is pulled towards the return; the policy gradient does not flow into it.
     assert values.grad[0, 0] < 0 and values.grad[0, 1] == 0
+
+
+def test_policy_agent_samples_from_its_seed_and_is_greedy_where_asked():
+    obs = DictTensor({"frame": torch.randn(256, 4, generator=torch.Generator().manual_seed(0))})
+    a, b = create_policy_agent(4, 2, (8,)), create_policy_agent(4, 2, (8,))
+    b.update(a.model.state_dict())
+    a.seed(7), b.seed(7)
+    explore = DictTensor({"stochastic": torch.ones(256, dtype=torch.bool)})
+    first = a(None, obs, explore)[0]["action"]
+    assert torch.equal(first, b(None, obs, explore)[0]["action"])
+    assert not torch.equal(first, a(None, obs, explore)[0]["action"])  # the generator moves on
+    greedy = DictTensor({"stochastic": torch.zeros(256, dtype=torch.bool)})
+    assert torch.equal(a(None, obs, greedy)[0]["action"], a.model.policy(obs["frame"]).argmax(-1))

@@ -6,12 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
+from rlstruct.algos.profile import autotune_batcher, batcher_measure
 from rlstruct.batchers import AutotuneResult, Measurement
-from rlstruct.batchers.autotune import autotune, autotune_batcher, batcher_measure, host_rss
+from rlstruct.batchers.autotune import autotune, host_rss
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from rlstruct.algos import cli
-from rlstruct.algos._common import RunConfig, build_parser, config_from_args, field_docs
 from rlstruct.algos.a2c import A2CConfig
+from rlstruct.algos.cli import build_parser, config_from_args, field_docs
 from rlstruct.algos.dqn import DQNConfig
 from rlstruct.algos.reinforce import ReinforceConfig
+from rlstruct.algos.run import RunConfig
 
 CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig]
 
@@ -120,7 +121,7 @@ def test_train_help_lists_the_flags(algo, capsys):
 
 # --------------------------------------------------------------------------- parser from the dataclasses
 @pytest.mark.parametrize("config_cls", CONFIGS)
-def test_every_config_field_has_a_one_line_doc_and_a_flag(config_cls):
+def test_every_config_field_has_a_doc_and_a_flag(config_cls):
     docs = field_docs(config_cls)
     names = [f.name for f in dataclasses.fields(config_cls)]
     assert set(names) <= set(docs), set(names) - set(docs)
@@ -131,6 +132,36 @@ def test_every_config_field_has_a_one_line_doc_and_a_flag(config_cls):
     for name in ("env", "backend", "n_envs", "n_processes", "learner_device", "batcher_device", "evaluation_device",
                  "seed", "time_limit", "max_env_steps", "logdir", "progress"):
         assert name in names
+
+
+@dataclasses.dataclass
+class _WrappedConfig(A2CConfig):
+    """Settings whose descriptions wrap.
+
+    Attributes:
+        gamma: the discount factor, a description long enough that it wraps onto the next line of the
+            docstring and then onto a third one, which --help must still show.
+        wide_field (float): a field with a type in parentheses, and a wrapped
+            description.
+
+    Example:
+        not_a_field: a later section is not read as fields.
+    """
+
+    wide_field: float = 1.0
+
+
+def test_wrapped_field_descriptions_appear_whole_in_help(capsys):
+    docs = field_docs(_WrappedConfig)
+    assert docs["gamma"] == ("the discount factor, a description long enough that it wraps onto the next line of "
+                             "the docstring and then onto a third one, which --help must still show.")
+    assert docs["wide_field"] == "a field with a type in parentheses, and a wrapped description."
+    assert docs["n_steps"] == field_docs(A2CConfig)["n_steps"] and "not_a_field" not in docs
+    with pytest.raises(SystemExit):
+        build_parser(_WrappedConfig, "prog").parse_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "which --help must still show. (default: 0.99)" in help_text
+    assert "--wide-field WIDE_FIELD a field with a type in parentheses, and a wrapped description." in help_text
 
 
 def test_parsed_flags_build_the_config():
@@ -153,3 +184,11 @@ def test_config_to_dict_is_plain():
 def test_console_script_is_declared():
     text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert 'rlstruct = "rlstruct.algos.cli:main"' in text
+
+
+def test_only_the_command_line_configures_logging():
+    root = Path(__file__).resolve().parents[1]
+    calling = sorted(str(p.relative_to(root)) for d in ("rlstruct", "agents", "batchers", "algos")
+                     for p in (root / d).rglob("*.py") if "basicConfig(" in p.read_text())
+    assert calling == ["algos/cli.py"]
+    assert (root / "algos/cli.py").read_text().count("basicConfig(") == 1

@@ -14,14 +14,8 @@ import torch
 import rlstruct.agents.check_device as check_device_module
 from rlstruct import DictTensor, RL_Agent_CheckDevice
 from rlstruct.algos import a2c, dqn, reinforce
-from rlstruct.algos._common import (
-    ActorCritic,
-    PolicyAgent,
-    check_on_device,
-    cpu_state_dict,
-    create_env,
-    create_policy_agent,
-)
+from rlstruct.algos.networks import ActorCritic, PolicyAgent, cpu_state_dict, create_policy_agent
+from rlstruct.algos.run import check_on_device, create_env
 from rlstruct.batchers import RL_Batcher
 from rlstruct.errors import BatcherWorkerError, DeviceMismatchError
 

@@ -1,25 +1,21 @@
-"""The profile report: PhaseTimer, the loss numerics, the phase split, profile_training and its command."""
+"""The profile report: PhaseTimer, the phase split, profile_training and its command."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
+import time
 
 import pytest
 import torch
 
-from rlstruct.batchers import PhaseTimer, profile_training
-from rlstruct.batchers.profile import (
-    LEARNER_PHASES,
-    WORKER_PHASES,
-    MLPAgent,
-    discounted_returns,
-    mlp_policy,
-    policy_gradient_loss,
-    split_collection,
-)
-from rlstruct.errors import MissingDependencyError, SpaceError
-from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
+import rlstruct.algos.profile as profile_module
+from rlstruct.algos import profile_training
+from rlstruct.algos.networks import create_policy_agent
+from rlstruct.batchers import PhaseTimer
+from rlstruct.batchers.profile import LEARNER_PHASES, WORKER_PHASES, split_collection
+from rlstruct.errors import MissingDependencyError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,42 +50,6 @@ def test_phase_timer_charges_a_phase_that_raises():
     assert timer.counts == {"loss": 1}
 
 
-def test_discounted_returns_match_a_python_loop():
-    g = torch.Generator().manual_seed(0)
-    B, T, gamma = 5, 7, 0.9
-    reward = torch.randn(B, T, generator=g)
-    done = torch.rand(B, T, generator=g) < 0.3
-    lengths = torch.tensor([7, 3, 1, 6, 7])
-    mask = (torch.arange(T)[None] < lengths[:, None]).float()
-    got = discounted_returns(reward, done, mask, gamma)
-    want = torch.zeros(B, T)
-    for b in range(B):
-        G = 0.0
-        for t in reversed(range(int(lengths[b]))):
-            G = float(reward[b, t]) + gamma * (0.0 if done[b, t] else G)
-            want[b, t] = G
-    torch.testing.assert_close(got, want)
-
-
-def test_policy_gradient_loss_pushes_up_the_rewarded_action():
-    model = mlp_policy(4, 2, hidden=8, seed=0)
-    B, T = 16, 3
-    action = torch.randint(0, 2, (B, T), generator=torch.Generator().manual_seed(1))
-    traj = Trajectories(DictTensor({}), TemporalDictTensor({
-        "observation/frame": torch.zeros(B, T, 4),
-        "action/action": action,
-        "_observation/reward": (action == 1).float(),
-        "_observation/done": torch.zeros(B, T, dtype=torch.bool),
-    }, torch.full((B,), T)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    p0 = torch.softmax(model(torch.zeros(1, 4)), -1)[0, 1]
-    for _ in range(5):
-        opt.zero_grad()
-        policy_gradient_loss(model, traj).backward()
-        opt.step()
-    assert torch.softmax(model(torch.zeros(1, 4)), -1)[0, 1] > p0
-
-
 def test_split_collection_scales_overlapping_workers_to_the_collection_time():
     t = {"env_step": 6.0, "agent_forward": 2.0, "buffer_write": 0.0, "copy": 0.0}
     out = split_collection(t, 2.0, 2)  # 4 s of work per worker, 2 s of driver time
@@ -98,30 +58,86 @@ def test_split_collection_scales_overlapping_workers_to_the_collection_time():
     assert split_collection({}, 1.0, 1)["wait"] == 1.0
 
 
-def test_mlp_agent_is_seeded():
-    obs = DictTensor({"frame": torch.randn(64, 4)})
-    a, b = MLPAgent(4, 2, seed=3), MLPAgent(4, 2, seed=3)
-    a.seed(7), b.seed(7)
-    assert torch.equal(a(None, obs, None)[0]["action"], b(None, obs, None)[0]["action"])
+def test_phase_timer_measures_a_known_sleep():
+    timer = PhaseTimer()
+    for _ in range(3):
+        with timer("sleep"):
+            time.sleep(0.02)
+        with timer("nothing"):
+            pass
+    assert 0.06 <= timer.seconds["sleep"] < 0.06 + 0.05
+    assert timer.seconds["nothing"] < 0.01
 
 
 @pytest.mark.parametrize("zero_copy", [False, True])
 @pytest.mark.parametrize("n_processes", [0, 1])
-def test_profile_training_accounts_for_the_wall_time(n_processes, zero_copy):
+def test_profile_training_reports_every_phase_and_learns(n_processes, zero_copy, monkeypatch):
+    updates = []
+    original = profile_module.RL_Batcher.update
+    monkeypatch.setattr(profile_module.RL_Batcher, "update", lambda self, w: (updates.append(w), original(self, w))[1])
     report = profile_training("CartPole-v1", n_envs=8, n_processes=n_processes, n_timesteps=4, iterations=3,
                               zero_copy=zero_copy)
     assert report.config["zero_copy"] is zero_copy
     assert list(report.seconds) == PHASES
     assert report.env_steps == 3 * 8 * 4 and report.iterations == 3
     assert all(v >= 0 for v in report.seconds.values())
-    assert sum(report.seconds.values()) == pytest.approx(report.wall_s, rel=0.05)
-    assert sum(report.shares().values()) == pytest.approx(1.0)
-    for k in ("agent_forward", "env_step", "loss", "backward", "optimizer"):
+    for k in ("agent_forward", "env_step", "loss", "backward", "optimizer", "update_weights"):
         assert report.seconds[k] > 0, k
     if n_processes:
         assert report.batcher_timings["wait"] > 0
+    # Learning happens: every iteration (and the warm-up) sends the workers new weights.
+    assert len(updates) == 1 + 1 + 3
+    for before, after in zip(updates, updates[1:]):
+        assert any(not torch.equal(before[k], after[k]) for k in before)
     text = report.table()
     assert all(k in text for k in PHASES) and "steps/s" in text
+
+
+def test_more_iterations_report_more_env_steps_and_time():
+    short = profile_training("CartPole-v1", n_envs=8, n_timesteps=4, iterations=1)
+    long = profile_training("CartPole-v1", n_envs=8, n_timesteps=4, iterations=4)
+    assert (short.env_steps, long.env_steps) == (32, 128)
+    assert long.batcher_timings["env_steps"] == 128
+
+
+class _SlowAgent:
+    """Wraps the policy agent; sleeps a known time per step (module level: the batcher may pickle it)."""
+
+    def __init__(self, agent, pause):
+        self.agent, self.pause = agent, pause
+
+    def __call__(self, *args, **kwargs):
+        time.sleep(self.pause)
+        return self.agent(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.agent, name)
+
+
+def _slow_policy_agent(*args, pause, **kwargs):
+    return _SlowAgent(create_policy_agent(*args, **kwargs), pause)
+
+
+def test_profile_training_charges_known_sleeps_to_their_phases(monkeypatch):
+    """A sleep in the agent shows as agent_forward, a sleep in the loss as loss, and nowhere else."""
+    # Sleeps long against scheduling noise on a loaded machine: 0.3 s per phase in all.
+    pause_step, pause_loss, iterations, T = 0.02, 0.1, 3, 5
+    monkeypatch.setattr(profile_module, "create_policy_agent", functools.partial(_slow_policy_agent, pause=pause_step))
+    a2c_loss = profile_module.a2c_loss
+
+    def slow_loss(*args, **kwargs):
+        time.sleep(pause_loss)
+        return a2c_loss(*args, **kwargs)
+
+    monkeypatch.setattr(profile_module, "a2c_loss", slow_loss)
+    report = profile_training("CartPole-v1", n_envs=4, n_timesteps=T, iterations=iterations)
+    s = report.seconds
+    slept_step, slept_loss = iterations * T * pause_step, iterations * pause_loss
+    assert slept_step <= s["agent_forward"] < 2 * slept_step, s
+    assert slept_loss <= s["loss"] < 2 * slept_loss, s
+    for k in ("env_step", "buffer_write", "backward", "optimizer", "update_weights", "other"):
+        assert s[k] < 0.5 * min(slept_step, slept_loss), (k, s)
+    assert report.wall_s >= slept_step + slept_loss
 
 
 def test_profile_plot_writes_a_png(tmp_path):
@@ -135,7 +151,7 @@ def test_profile_errors_are_named(monkeypatch, tmp_path):
         profile_training(iterations=0)
     with pytest.raises(ValueError, match="n_processes must be an int >= 0"):
         profile_training(n_processes=-1)
-    with pytest.raises(SpaceError, match="discrete actions.*Pendulum-v1.*use CartPole-v1"):
+    with pytest.raises(ValueError, match="env='Pendulum-v1' has action space Box.*discrete actions only"):
         profile_training("Pendulum-v1")
     report = profile_training("CartPole-v1", n_envs=4, n_timesteps=2, iterations=1)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
@@ -152,12 +168,14 @@ def test_profile_command(tmp_path, capsys):
     result = json.loads(out[-1])
     assert set(result["seconds"]) == set(PHASES) and result["env_steps"] == 16 and result["png"] == str(png)
     assert any(line.startswith("env_step") for line in out) and png.exists()
-    assert main(["profile", "--n-envs", "4", "--n-timesteps", "2", "--iterations", "2", "--zero-copy", "--png", ""]) == 0
+    argv = ["profile", "--n-envs", "4", "--n-timesteps", "2", "--iterations", "2"]
+    assert main([*argv, "--zero-copy", "--png", ""]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["config"]["zero_copy"] is True
     assert main(["profile", "--env", "Pendulum-v1", "--png", ""]) == 2
-    assert "rlstruct profile: error: env must have discrete actions" in capsys.readouterr().err
+    assert "rlstruct profile: error: env='Pendulum-v1' has action space Box" in capsys.readouterr().err
     assert main(["profile", "--cuda-graph", "--png", ""]) == 2
-    assert "error: cuda_graph=True needs every worker on a CUDA device, but worker 0 runs on cpu" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "error: cuda_graph=True needs every worker on a CUDA device, but worker 0 runs on cpu" in err
 
 
 @pytest.mark.cuda

@@ -88,10 +88,10 @@ def main() -> None:
         print(f"   final: {result.eval_return:.1f} after {result.env_steps} env steps in {result.wall_time_s:.1f} s")
         assert result.env_steps >= budget
         assert len(evaluations) >= 2  # the initial policy, and the final one at least
-        if SCALE >= 1:
-            # An untrained policy balances the pole for about 10 steps; 50k steps of REINFORCE get it
-            # to a few hundred (500 is the time limit).
-            assert result.eval_return >= 150, result.eval_return
+        # A uniformly random policy balances the pole for about 22 steps, an untrained greedy one often for
+        # about 10. Already 5k steps of REINFORCE (the tests' scale) take the greedy policy well past
+        # random (seeds 0-2 reach 100-140); 50k steps take it to a few hundred (500 is the time limit).
+        assert result.eval_return >= 50, result.eval_return
 
         print("== 3. The checkpoint holds CPU tensors, whatever the learner device was")
         # map_location only matters for tensors saved on another device; there are none.

@@ -88,9 +88,9 @@ def train_a2c() -> None:
         assert len(evaluations) >= 2 and len(train_returns) > 0
         # The run leaves its config, its per-iteration CSV and a CPU checkpoint in logdir.
         assert {"config.json", "progress.csv", "checkpoint.pt"} <= set(os.listdir(logdir))
-        if SCALE >= 1:
-            # A random policy scores about 20; 100k steps of A2C take the greedy policy well past that.
-            assert result.eval_return > 50, result.eval_return
+        # A uniformly random policy scores about 22. Already 10k steps of A2C (40 updates, the tests' scale)
+        # take the greedy policy well past that (seeds 0-2 reach 60-280); 100k steps go further.
+        assert result.eval_return > 50, result.eval_return
 
     print("== 3. Bad configs fail before anything starts")
     try:

@@ -1,0 +1,153 @@
+"""Returns and advantages: free functions on ``[B, T]`` tensors, shared by the algorithms.
+
+Written over whole batches (the only Python loops run over time), and tested against plain Python loops
+in ``tests/test_algos_losses.py``.
+
+Convention for the time axis: step ``t`` of a trajectory is the transition
+``observation/* (t) --action (t)--> _observation/* (t)``; the reward, ``done``, ``terminated`` and
+``truncated`` of that transition are the ``_observation/*`` ones.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlstruct.structures import Trajectories
+
+__all__ = ["discounted_returns", "gae_advantages", "episode_statistics", "episode_returns"]
+
+
+def _as_float(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return x.to(like.dtype) if x.dtype != like.dtype else x
+
+
+def discounted_returns(
+    rewards: torch.Tensor, done: torch.Tensor, gamma: float, *, bootstrap: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Discounted returns computed backwards in time, cut at episode ends.
+
+    ``G_t = r_t + gamma * ((1 - done_t) * G_{t+1} + bootstrap_t)`` with ``G_T = 0``. Set
+    ``bootstrap_t = V(s_{t+1})`` where an episode is cut without terminating (a truncation, or the
+    last step of an unfinished row) and ``0`` elsewhere.
+
+    Args:
+        rewards: ``float [B, T]``; padding steps must be zero, or cut off by ``done`` at the last valid step.
+        done: ``bool or float [B, T]``, the episode ended at step ``t`` (terminated or truncated).
+        gamma: discount factor.
+        bootstrap: ``float [B, T]`` or ``None`` (no bootstrap).
+
+    Returns:
+        ``float [B, T]``, the returns.
+
+    >>> discounted_returns(torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([[False, True, False]]), 0.5)
+    tensor([[1.5000, 1.0000, 1.0000]])
+    """
+    not_done = 1.0 - _as_float(done, rewards)
+    returns = torch.empty_like(rewards)
+    g = torch.zeros_like(rewards[:, 0])
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        nxt = not_done[:, t] * g
+        if bootstrap is not None:
+            nxt = nxt + bootstrap[:, t]
+        g = rewards[:, t] + gamma * nxt
+        returns[:, t] = g
+    return returns
+
+
+def gae_advantages(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    done: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16) with the time-limit rule.
+
+    ``delta_t = r_t + gamma * (1 - terminated_t) * V'_t - V_t`` where ``V'_t`` is the value of the
+    observation reached at ``t`` (``_observation/frame``, before any auto-reset): a truncated step
+    bootstraps from its terminal observation, a terminated step does not bootstrap. The recursion
+    ``A_t = delta_t + gamma * lam * (1 - done_t) * A_{t+1}`` (``A_T = 0``) is cut at every episode end,
+    so the last step of a row bootstraps from ``V'_{T-1}`` alone.
+
+    Args:
+        rewards: ``float [B, T]``.
+        values: ``float [B, T]``, ``V(observation/frame)`` (no gradient needed).
+        next_values: ``float [B, T]``, ``V(_observation/frame)``.
+        terminated: ``bool [B, T]``.
+        done: ``bool [B, T]`` (terminated or truncated).
+        gamma: discount factor.
+        lam: GAE lambda (1: Monte-Carlo advantages bootstrapped at the row's end; 0: one-step TD errors).
+
+    Returns:
+        ``float [B, T]``, the advantages; the critic's targets are ``advantages + values``.
+
+    >>> r = torch.ones(1, 2); v = torch.zeros(1, 2); nv = torch.full((1, 2), 10.0)
+    >>> f = torch.tensor([[False, False]]); trunc = torch.tensor([[False, True]])
+    >>> gae_advantages(r, v, nv, f, trunc, gamma=0.5, lam=1.0)
+    tensor([[9., 6.]])
+    """
+    not_term = 1.0 - _as_float(terminated, rewards)
+    not_done = 1.0 - _as_float(done, rewards)
+    deltas = rewards + gamma * not_term * next_values - values
+    advantages = torch.empty_like(rewards)
+    a = torch.zeros_like(rewards[:, 0])
+    c = gamma * lam
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        a = deltas[:, t] + c * not_done[:, t] * a
+        advantages[:, t] = a
+    return advantages
+
+
+def episode_statistics(
+    rewards: torch.Tensor, done: torch.Tensor, carry_return: torch.Tensor, carry_length: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Returns and lengths of the episodes that end in a window of auto-reset rows, without a loop.
+
+    Each row's steps are binned by episode (the number of ends before them); bin 0 continues the
+    episode carried over from the previous window.
+
+    Args:
+        rewards: ``float [B, T]``.
+        done: ``bool [B, T]``.
+        carry_return: ``float [B]``, return so far of each row's unfinished episode.
+        carry_length: ``int64 [B]``, its length so far.
+
+    Returns:
+        ``(return_sum, length_sum, count, carry_return, carry_length)``: the sums over the episodes
+        that ended in the window (0-d tensors), how many ended, and the new carries.
+
+    >>> s = episode_statistics(torch.ones(1, 3), torch.tensor([[False, True, False]]), torch.tensor([5.0]),
+    ...                        torch.tensor([5]))
+    >>> [x.tolist() for x in s]
+    [7.0, 7, 1, [1.0], [1]]
+    """
+    B, T = rewards.shape
+    d = done.long()
+    episode = torch.cumsum(d, 1) - d
+    bins = torch.zeros(B, T + 1, dtype=rewards.dtype, device=rewards.device)
+    bins.scatter_add_(1, episode, rewards)
+    bins[:, 0] += carry_return
+    lengths = torch.zeros(B, T + 1, dtype=torch.int64, device=rewards.device)
+    lengths.scatter_add_(1, episode, torch.ones_like(episode))
+    lengths[:, 0] += carry_length
+    n_done = d.sum(1, keepdim=True)
+    completed = torch.arange(T + 1, device=rewards.device).unsqueeze(0) < n_done
+    return (
+        (bins * completed).sum(),
+        (lengths * completed).sum(),
+        n_done.sum(),
+        bins.gather(1, n_done).squeeze(1),
+        lengths.gather(1, n_done).squeeze(1),
+    )
+
+
+def episode_returns(trajectories: Trajectories) -> tuple[torch.Tensor, torch.Tensor]:
+    """Undiscounted return and length of each row of complete episodes (an episodic batcher's output).
+
+    Returns:
+        ``(returns float [B], lengths int64 [B])`` on the trajectories' device.
+    """
+    tt = trajectories.trajectories
+    return (tt["_observation/reward"] * tt.mask()).sum(1), tt.lengths

@@ -1,0 +1,578 @@
+"""The run every ``train`` shares: its config base, env description, clock and logs, batchers and result.
+
+:class:`RunConfig` holds the settings every algorithm shares (each algorithm's config extends it);
+:func:`describe_env` reads what the networks need from an env; :func:`training_run`, :func:`open_batchers`
+and :func:`finish_training` are the frame of every ``train``: a :class:`Run` (clock, budget,
+``progress.csv``, TensorBoard, progress bar), the training batcher and the
+:class:`~rlstruct.algos.evaluation.Evaluator`, then the final evaluation, the checkpoint and the
+:class:`TrainResult`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import json
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from rlstruct.agents import RL_Agent
+from rlstruct.algos.checkpoints import plot_learning_curve, save_checkpoint
+from rlstruct.algos.evaluation import Evaluator
+from rlstruct.algos.networks import cpu_state_dict
+from rlstruct.batchers import RL_Batcher
+from rlstruct.devices import DeviceLike, as_device, check_device_exists
+from rlstruct.envs import make_env
+from rlstruct.envs.factory import BACKENDS
+from rlstruct.errors import DeviceMismatchError
+from rlstruct.structures import DictTensor, Trajectories
+
+__all__ = [
+    "RunConfig",
+    "validate_run_config",
+    "EnvSpec",
+    "describe_env",
+    "create_env",
+    "worker_seeds",
+    "TrainResult",
+    "Run",
+    "check_on_device",
+    "training_run",
+    "seeded_model",
+    "open_batchers",
+    "finish_training",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """Settings every algorithm shares: environment, devices, budget, evaluation and logging.
+
+    Attributes:
+        env: gymnasium id of the environment, e.g. CartPole-v1 or Acrobot-v1.
+        backend: torch (rlstruct's torch simulators), gymnasium or envpool.
+        n_envs: environments per training worker (the batch is n_envs * max(n_processes, 1) envs).
+        n_processes: training batcher worker processes (0 steps the envs in this process).
+        max_episode_steps: episode time limit (truncation); None keeps the env's own.
+        learner_device: where the model, the loss and the optimizer (and a replay buffer) live.
+        batcher_device: where the training batcher's envs, agents and buffer live.
+        evaluation_device: where the evaluation batcher's envs, agent and buffer live.
+        seed: seeds the networks, the envs and the agents.
+        time_limit: stop training after this many seconds of wall clock (setup included).
+        max_env_steps: stop training after this many training env steps (None: no limit).
+        target_return: stop once an evaluation of trained weights reaches this mean return, and keep those weights.
+        stop_at_reward_threshold: without target_return, use the env's gymnasium reward_threshold (CartPole-v1: 475).
+        hidden_sizes: hidden layer widths of the networks.
+        lr: Adam learning rate.
+        n_evaluation_envs: episodes per evaluation (episodic envs of the evaluation batcher).
+        n_evaluation_processes: evaluation worker processes (0 evaluates in this process, pausing training).
+        eval_every: training iterations at least between two evaluation launches.
+        logdir: where progress.csv, TensorBoard events, the plot and the checkpoint go (None: runs/<algo>-<env>-<seed>).
+        log_every: iterations between two TensorBoard and progress-bar updates (the CSV gets every one).
+        progress: show a tqdm progress bar on stderr.
+        tensorboard: write TensorBoard event files into logdir.
+        check_devices: wrap every agent in RL_Agent_CheckDevice and replay the learner's forward through it (slow).
+        torch_threads: torch intra-op threads of the learner process (0 keeps torch's default).
+    """
+
+    env: str = "CartPole-v1"
+    backend: str = "torch"
+    n_envs: int = 16
+    n_processes: int = 0
+    max_episode_steps: int | None = None
+    learner_device: str = "cpu"
+    batcher_device: str = "cpu"
+    evaluation_device: str = "cpu"
+    seed: int = 0
+    time_limit: float = 60.0
+    max_env_steps: int | None = None
+    target_return: float | None = None
+    stop_at_reward_threshold: bool = True
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    lr: float = 1e-3
+    n_evaluation_envs: int = 16
+    n_evaluation_processes: int = 0
+    eval_every: int = 50
+    logdir: str | None = None
+    log_every: int = 10
+    progress: bool = True
+    tensorboard: bool = True
+    check_devices: bool = False
+    torch_threads: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as plain Python types (tuples become lists), for JSON and checkpoints."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def validate_run_config(config: RunConfig) -> None:
+    """Checks the shared settings before anything is built.
+
+    Raises:
+        DeviceUnavailableError: a device does not exist here (the message names the devices that do).
+        ValueError: a setting is out of range.
+    """
+    if config.backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {config.backend!r}")
+    for name in ("n_envs", "n_evaluation_envs", "eval_every", "log_every"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
+    for name in ("n_processes", "n_evaluation_processes", "torch_threads"):
+        if getattr(config, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(config, name)!r}")
+    if not config.time_limit > 0:
+        raise ValueError(f"time_limit must be > 0 seconds, got {config.time_limit!r}")
+    if config.max_env_steps is not None and config.max_env_steps < 1:
+        raise ValueError(f"max_env_steps must be >= 1 or None, got {config.max_env_steps!r}")
+    if not config.hidden_sizes or min(config.hidden_sizes) < 1:
+        raise ValueError(f"hidden_sizes must be one or more positive widths, got {config.hidden_sizes!r}")
+    for name in ("learner_device", "batcher_device", "evaluation_device"):
+        check_device_exists(getattr(config, name), argument=name)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """What the learner needs to know about an env to build its networks.
+
+    Attributes:
+        obs_dim: size of the flat observation ``frame``.
+        n_actions: number of discrete actions.
+        max_episode_steps: the episode time limit.
+        reward_threshold: gymnasium's "solved" return for the id (475 for CartPole-v1), or None.
+    """
+
+    obs_dim: int
+    n_actions: int
+    max_episode_steps: int
+    reward_threshold: float | None = None
+
+
+def describe_env(name: str, backend: str, max_episode_steps: int | None) -> EnvSpec:
+    """Builds one CPU env of ``name`` to read its spaces and time limit.
+
+    Raises:
+        ValueError: the action space is not discrete, the observation is not a flat box, or the env has
+            no time limit and ``max_episode_steps`` is ``None``.
+    """
+    env = make_env(name, 1, backend=backend, max_episode_steps=max_episode_steps)
+    try:
+        act, obs = env.action_space, env.observation_space
+        limit = max_episode_steps
+        if limit is None:
+            limit = getattr(env, "max_episode_steps", None)
+        if limit is None and backend != "torch":
+            limit = gym.spec(name).max_episode_steps
+    finally:
+        env.close()
+    if not isinstance(act, gym.spaces.Discrete):
+        raise ValueError(f"env={name!r} has action space {act}; the algorithms here take discrete actions only")
+    if not isinstance(obs, gym.spaces.Box) or len(obs.shape) != 1:
+        raise ValueError(f"env={name!r} has observation space {obs}; the algorithms here take a flat Box")
+    if limit is None:
+        raise ValueError(f"env={name!r} has no time limit; pass max_episode_steps (--max-episode-steps)")
+    try:
+        threshold = gym.spec(name).reward_threshold
+    except gym.error.Error:
+        threshold = None
+    return EnvSpec(int(obs.shape[0]), int(act.n), int(limit), None if threshold is None else float(threshold))
+
+
+def create_env(
+    name: str,
+    n_envs: int,
+    *,
+    seed: int,
+    device: str = "cpu",
+    autoreset: bool = False,
+    backend: str = "torch",
+    max_episode_steps: int | None = None,
+):
+    """The batchers' ``create_env``: :func:`rlstruct.envs.make_env` with keyword arguments (pickles)."""
+    return make_env(
+        name, n_envs, device=device, seed=seed, autoreset=autoreset, backend=backend,
+        max_episode_steps=max_episode_steps,
+    )
+
+
+def worker_seeds(seed: int, n_workers: int, offset: int) -> list[int]:
+    """Distinct env/agent seeds per worker, per batcher (``offset`` tells batchers apart)."""
+    return [seed * 10_000 + offset + k for k in range(n_workers)]
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What :func:`train` returns.
+
+    Attributes:
+        eval_return: mean return of the final (blocking) evaluation of the final policy.
+        env_steps: training environment steps taken.
+        wall_time_s: seconds from the start of ``train`` to the end of the final evaluation.
+        history: one dict per training iteration (and per evaluation), as in ``progress.csv``.
+        logdir: where the logs, plot and checkpoint are.
+        iterations: training iterations done.
+        checkpoint: path of ``checkpoint.pt``.
+        plot: path of the learning-curve PNG (``None`` without matplotlib).
+        target_return: the return that stops training (``target_return`` or the env's threshold), or ``None``.
+        reached_target: whether an evaluation reached it (training then stopped, keeping those weights).
+    """
+
+    eval_return: float
+    env_steps: int
+    wall_time_s: float
+    history: list[dict[str, float]]
+    logdir: str
+    iterations: int = 0
+    checkpoint: str | None = None
+    plot: str | None = None
+    target_return: float | None = None
+    reached_target: bool = False
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON-able fields (everything but the history)."""
+        return {
+            "eval_return": self.eval_return,
+            "env_steps": self.env_steps,
+            "wall_time_s": round(self.wall_time_s, 3),
+            "logdir": self.logdir,
+            "iterations": self.iterations,
+            "checkpoint": self.checkpoint,
+            "plot": self.plot,
+            "target_return": self.target_return,
+            "reached_target": self.reached_target,
+        }
+
+
+class Run:
+    """The clock, the budget, and the logs of one training run.
+
+    Rows are recorded once per iteration with statistics that may still be tensors on the learner device;
+    every ``log_every`` iterations (and at each evaluation) they are converted together, with one host
+    sync, and written to ``progress.csv`` (every row), TensorBoard (the last row of the window and every
+    evaluation) and the progress bar.
+
+    Args:
+        algo: the algorithm's name.
+        config: the run's config.
+        spec: the env's description (for its reward threshold).
+        start: ``time.perf_counter()`` when the run started (default: now).
+    """
+
+    CSV_NAME = "progress.csv"
+
+    def __init__(self, algo: str, config: RunConfig, spec: EnvSpec, *, start: float | None = None):
+        self.algo = algo
+        self.config = config
+        self.target_return = config.target_return
+        if self.target_return is None and config.stop_at_reward_threshold:
+            self.target_return = spec.reward_threshold
+        self.start = time.perf_counter() if start is None else start
+        self.logdir = Path(config.logdir or f"runs/{algo}-{config.env}-{config.seed}")
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        self.env_steps = 0
+        self.iteration = 0
+        self.history: list[dict[str, float]] = []
+        self.last_eval: float | None = None
+        self.reached_target = False
+        self._pending: list[dict[str, Any]] = []
+        self._csv_file = open(self.logdir / self.CSV_NAME, "w", newline="")
+        self._csv_fields: list[str] = []
+        self._csv: csv.DictWriter | None = None
+        self._tb = self._open_tensorboard() if config.tensorboard else None
+        self._bar = self._open_progress() if config.progress else None
+        self._bar_steps = 0
+        self._rate = (self.start, 0)
+        with open(self.logdir / "config.json", "w") as f:
+            json.dump({"algo": algo, **config.to_dict(), "env_spec": dataclasses.asdict(spec),
+                       "effective_target_return": self.target_return}, f, indent=2)
+
+    def _open_tensorboard(self):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # tensorboard is an optional extra
+            log.warning("tensorboard is not installed (pip install 'rlstruct[tensorboard]'); not writing events")
+            return None
+        return SummaryWriter(str(self.logdir))
+
+    def _open_progress(self):
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            log.warning("tqdm is not installed (pip install 'rlstruct[progress]'); no progress bar")
+            return None
+        return tqdm(total=self.config.max_env_steps, unit="step", unit_scale=True, file=sys.stderr,
+                    dynamic_ncols=True, mininterval=0.5, desc=f"{self.algo} {self.config.env}")
+
+    # ------------------------------------------------------------------ budget
+    def elapsed(self) -> float:
+        """Seconds since the run started."""
+        return time.perf_counter() - self.start
+
+    def budget_used(self) -> float:
+        """The fraction of the budget spent, in ``[0, 1]``: of ``max_env_steps`` when set, else of the time limit.
+
+        Env steps take precedence so that a run with a step budget does not depend on the machine's speed.
+        """
+        if self.config.max_env_steps is not None:
+            return min(self.env_steps / self.config.max_env_steps, 1.0)
+        return min(self.elapsed() / self.config.time_limit, 1.0)
+
+    def should_stop(self) -> bool:
+        """True once the time limit or the env-step budget is spent, or an evaluation reached the target."""
+        if self.reached_target:
+            return True
+        if self.config.max_env_steps is not None and self.env_steps >= self.config.max_env_steps:
+            return True
+        return self.elapsed() >= self.config.time_limit
+
+    # ------------------------------------------------------------------ rows
+    def record(self, env_steps: int, stats: dict[str, torch.Tensor | float]) -> None:
+        """Ends one training iteration of ``env_steps`` new env steps with its statistics."""
+        self.iteration += 1
+        self.env_steps += env_steps
+        row = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_time_s": self.elapsed(), **stats}
+        self._pending.append(row)
+        if self.iteration % self.config.log_every == 0:
+            self.flush()
+
+    def record_eval(self, result: dict[str, float]) -> None:
+        """Logs an evaluation result (its own row, at the current iteration)."""
+        self.flush()
+        self.last_eval = result["eval/return"]
+        # The untrained network's evaluation does not count: on CartPole a random network can balance by luck.
+        trained = result.get("eval/launch_env_steps", 1.0) > 0
+        if self.target_return is not None and trained and self.last_eval >= self.target_return:
+            self.reached_target = True
+        row = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_time_s": self.elapsed(), **result}
+        self._write([row], tb_rows=[row])
+        log.info("iteration %d, %d env steps: evaluation return %.2f", self.iteration, self.env_steps, self.last_eval)
+
+    def poll_evaluation(self, evaluator: Evaluator, weights: Callable[[], dict]) -> None:
+        """Logs the result of ``evaluator`` if one is ready (never waits); ``weights`` gives the CPU state dict
+        for the next evaluation."""
+        result = evaluator.poll(weights, self.iteration, self.env_steps)
+        if result is not None:
+            self.record_eval(result)
+
+    def flush(self) -> None:
+        """Converts the pending rows (one host sync) and writes them out."""
+        if not self._pending:
+            return
+        rows, self._pending = self._pending, []
+        tensors = [v for r in rows for v in r.values() if isinstance(v, torch.Tensor)]
+        if tensors:
+            values = iter(torch.stack([t.detach().float().reshape(()) for t in tensors]).tolist())
+            rows = [{k: next(values) if isinstance(v, torch.Tensor) else v for k, v in r.items()} for r in rows]
+        self._write(rows, tb_rows=rows[-1:])
+
+    def _write(self, rows: list[dict[str, Any]], tb_rows: list[dict[str, Any]]) -> None:
+        self.history.extend(rows)
+        new = [k for r in rows for k in r if k not in self._csv_fields]
+        if new or self._csv is None:
+            for k in new:
+                if k not in self._csv_fields:
+                    self._csv_fields.append(k)
+            # A new column (e.g. the first evaluation): rewrite the file with the wider header.
+            self._csv_file.seek(0)
+            self._csv_file.truncate()
+            self._csv = csv.DictWriter(self._csv_file, fieldnames=self._csv_fields, restval="")
+            self._csv.writeheader()
+            self._csv.writerows(self.history)
+        else:
+            self._csv.writerows(rows)
+        self._csv_file.flush()
+        if self._tb is not None:
+            for r in tb_rows:
+                step = int(r["env_steps"])
+                for k, v in r.items():
+                    if k not in ("iteration", "env_steps") and isinstance(v, (int, float)) and math.isfinite(v):
+                        self._tb.add_scalar(k, v, step)
+        if self._bar is not None and self.env_steps > self._bar_steps:
+            self._bar.update(self.env_steps - self._bar_steps)
+            self._bar_steps = self.env_steps
+            now = time.perf_counter()
+            sps = (self.env_steps - self._rate[1]) / max(now - self._rate[0], 1e-9)
+            self._rate = (now, self.env_steps)
+            post = {"it": self.iteration, "steps/s": f"{sps:,.0f}"}
+            if self.last_eval is not None:
+                post["eval"] = f"{self.last_eval:.1f}"
+            self._bar.set_postfix(post, refresh=False)
+
+    def close(self) -> None:
+        """Flushes and closes the CSV, TensorBoard and the progress bar; idempotent."""
+        if self._csv_file.closed:
+            return
+        self.flush()
+        self._csv_file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._bar is not None:
+            self._bar.close()
+
+
+def check_on_device(structure: Trajectories | nn.Module, device: DeviceLike, what: str) -> None:
+    """Raises :class:`DeviceMismatchError` when a tensor of ``structure`` is not on ``device``.
+
+    Used by the learners with ``check_devices=True`` for what :class:`RL_Agent_CheckDevice` does not see
+    (the model's parameters, a replay buffer's input).
+    """
+    d = as_device(device)
+    if isinstance(structure, nn.Module):
+        items = list(structure.named_parameters()) + list(structure.named_buffers())
+    else:
+        items = [*structure.info.items(), *structure.trajectories.items(), ("lengths", structure.trajectories.lengths)]
+    for k, v in items:
+        if v.device != d:
+            raise DeviceMismatchError(
+                f"{what} must be on {d}, got {v.device} (key {k!r}); move it with .to({str(d)!r})"
+            )
+
+
+@contextlib.contextmanager
+def training_run(
+    algo: str, config: RunConfig, spec: EnvSpec, *, start: float
+) -> Iterator[tuple[Run, contextlib.ExitStack]]:
+    """The frame of every ``train``: a :class:`Run`, and an exit stack that closes what the run opens.
+
+    Sets ``torch`` to ``config.torch_threads`` threads (when set) for the run and restores the previous
+    count on exit; the run and everything pushed on the stack are closed on exit, in reverse order,
+    whether training returned or raised.
+
+    Args:
+        algo: the algorithm's name (the run's log folder and checkpoint say it).
+        config: the validated config.
+        spec: the env's description, from the algorithm's ``validate``.
+        start: ``time.perf_counter()`` when ``train`` was called (validation counts in the wall time).
+
+    Yields:
+        ``(run, stack)``.
+    """
+    threads = torch.get_num_threads()
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    run = Run(algo, config, spec, start=start)
+    with contextlib.ExitStack() as stack:
+        stack.callback(torch.set_num_threads, threads)
+        stack.callback(run.close)
+        yield run, stack
+
+
+def seeded_model(seed: int, factory: Callable[..., nn.Module], *args: Any) -> nn.Module:
+    """``factory(*args)`` with its initial weights drawn from ``torch.manual_seed(seed)``.
+
+    The global generator is forked, so building the model leaves it as it was.
+
+    >>> a, b = seeded_model(0, nn.Linear, 2, 1), seeded_model(0, nn.Linear, 2, 1)
+    >>> torch.equal(a.weight, b.weight)
+    True
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return factory(*args)
+
+
+def worker_args(config: RunConfig, spec: EnvSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keyword arguments every batcher's agent and env factories share: ``(agent_args, env_args)``.
+
+    Each batcher adds its own ``device``, ``n_envs`` and ``autoreset``.
+    """
+    agent_args = {"obs_dim": spec.obs_dim, "n_actions": spec.n_actions, "hidden_sizes": tuple(config.hidden_sizes),
+                  "check_device": config.check_devices}
+    env_args = {"name": config.env, "backend": config.backend, "max_episode_steps": spec.max_episode_steps}
+    return agent_args, env_args
+
+
+def open_batchers(
+    stack: contextlib.ExitStack,
+    config: RunConfig,
+    spec: EnvSpec,
+    create_agent: Callable[..., RL_Agent],
+    *,
+    n_timesteps: int,
+    autoreset: bool,
+    explore: dict[str, bool | float],
+    greedy: dict[str, bool | float],
+) -> tuple[RL_Batcher, Evaluator]:
+    """The training batcher and the :class:`Evaluator` of a run, both closed by ``stack``.
+
+    Seeds are fixed per role (envs from offsets 0 and 1000, agents from 5000 and 6000) so that a run is
+    reproducible from ``config.seed`` alone; evaluation envs never auto-reset and run whole episodes.
+
+    Args:
+        stack: the run's exit stack (see :func:`training_run`).
+        config: the validated config.
+        spec: the env's description.
+        create_agent: the batchers' agent factory (module level, so it pickles), e.g. :func:`create_policy_agent`.
+        n_timesteps: steps of every training env per ``execute``.
+        autoreset: whether the training envs auto-reset.
+        explore: the training ``agent_info``, one value per key, e.g. ``{"stochastic": True}``.
+        greedy: the evaluation ``agent_info``, one value per key, e.g. ``{"epsilon": 0.0}``.
+
+    Returns:
+        ``(batcher, evaluator)``.
+    """
+    agent_args, env_args = worker_args(config, spec)
+    n_workers = max(config.n_processes, 1)
+    batcher = RL_Batcher(
+        n_timesteps, create_agent, {**agent_args, "device": config.batcher_device},
+        create_env, {**env_args, "n_envs": config.n_envs, "autoreset": autoreset, "device": config.batcher_device},
+        config.n_processes, worker_seeds(config.seed, n_workers, 0),
+        agent_info=DictTensor({k: torch.tensor([v]) for k, v in explore.items()}),
+        agent_seeds=worker_seeds(config.seed, n_workers, 5000), device=config.batcher_device,
+    )
+    stack.callback(batcher.close)
+    n_eval_workers = max(config.n_evaluation_processes, 1)
+    eval_batcher = RL_Batcher(
+        spec.max_episode_steps, create_agent, {**agent_args, "device": config.evaluation_device},
+        create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": False,
+                     "device": config.evaluation_device},
+        config.n_evaluation_processes, worker_seeds(config.seed, n_eval_workers, 1000),
+        agent_info=DictTensor({k: torch.tensor([v]) for k, v in greedy.items()}),
+        agent_seeds=worker_seeds(config.seed, n_eval_workers, 6000), device=config.evaluation_device,
+    )
+    n_eval = eval_batcher.n_elems()
+    evaluator = Evaluator(eval_batcher, DictTensor({k: torch.full((n_eval,), v) for k, v in greedy.items()}),
+                          config.eval_every)
+    stack.callback(evaluator.close)
+    return batcher, evaluator
+
+
+def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvSpec, *, title: str) -> TrainResult:
+    """The end of every ``train``: final evaluation, checkpoint, learning curve and result.
+
+    Where an evaluation reached the target return, the weights it evaluated are the ones kept (not those of
+    the iterations since they were sent); otherwise the final weights are evaluated again on fresh episodes.
+
+    Args:
+        run: the run, still open (this closes it).
+        evaluator: the run's evaluator.
+        model: the learner's model.
+        spec: the env's description.
+        title: the algorithm's name in the plot's title, e.g. ``"A2C"``.
+    """
+    config = run.config
+    if run.reached_target:
+        model.load_state_dict(evaluator.evaluated_weights)
+    previous, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
+    if previous is not None:
+        run.record_eval(previous)
+    run.record_eval(final)
+    wall = run.elapsed()
+    run.close()
+    checkpoint = save_checkpoint(run.logdir / "checkpoint.pt", run.algo, config, spec, model,
+                                 {"env_steps": run.env_steps, "eval_return": final["eval/return"]})
+    plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
+                               f"{title} on {config.env} ({config.backend}), seed {config.seed}")
+    return TrainResult(final["eval/return"], run.env_steps, wall, run.history, str(run.logdir), run.iteration,
+                       checkpoint, plot, run.target_return, run.reached_target)
