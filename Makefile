@@ -20,12 +20,12 @@ demo: install
 
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider --doctest-modules rlstruct agents batchers algos tests
 
-test: install
+test: install lint
 	$(PYTEST)
 
 # The suite without the tests marked `slow` (learning runs, CLI end to end, long property runs): a quick check while
 # editing. CI runs `make test`.
-quick: install
+quick: install lint
 	$(PYTEST) -m "not slow"
 
 lint: install

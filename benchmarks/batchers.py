@@ -20,7 +20,6 @@ import argparse
 import time
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
@@ -212,7 +211,7 @@ def main(argv=None) -> None:
         rows.append((part, f"RL_Batcher n_processes=0 cuda_graph, env compile=True N={n}", csps,
                      f"{csps / gsps:.2f}x eager-env graph  " + fmt_timings(ctm)))
 
-    print(f"\n| part | configuration | env steps/s | ratio and timings() shares |")
+    print("\n| part | configuration | env steps/s | ratio and timings() shares |")
     print("|---|---|---:|---|")
     for part, name, sps, note in rows:
         print(f"| {part} | {name} | {sps:,.0f} | {note} |")

@@ -33,11 +33,10 @@ import platform
 import sys
 
 import torch
+from _common import Runner, device_sync, numpy_runner, print_table, time_steps
 
 from rlstruct.envs import CartPole
 from rlstruct.structures import DictTensor
-
-from _common import Runner, device_sync, numpy_runner, print_table, time_steps
 
 RATIOS = ("torch eager", "torch numpy", "torch fused")
 

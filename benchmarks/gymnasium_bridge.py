@@ -30,11 +30,10 @@ import sys
 import gymnasium as gym
 import numpy as np
 import torch
+from _common import Runner, device_sync, print_table, time_steps
 
 from rlstruct.envs import CartPole, to_gymnasium
 from rlstruct.structures import DictTensor
-
-from _common import Runner, device_sync, print_table, time_steps
 
 
 def bridge_runner(n: int, device: str, output: str, warmup: int) -> Runner:
@@ -101,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# {' '.join([sys.executable.rsplit('/', 1)[-1], *sys.argv])}")
     print(
         f"# torch {torch.__version__}, gymnasium {gym.__version__}, numpy {np.__version__}, "
-        f"{platform.python_implementation()} {platform.python_version()}, {platform.processor() or platform.machine()}, "
+        f"{platform.python_implementation()} {platform.python_version()}, "
+        f"{platform.processor() or platform.machine()}, "
         f"torch threads {torch.get_num_threads()}, device {args.device}"
     )
     names = ["bridge torch", "bridge numpy", "gymnasium", "rlstruct VecEnv"]

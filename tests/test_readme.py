@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -30,8 +31,11 @@ def _setup_commands() -> list[str]:
 
 def _dry_run(target: str, venv: Path) -> list[str]:
     """What ``make TARGET`` runs on a machine without the virtual environment (``make -n``, nothing executed)."""
+    # Run as from a shell, also when the suite itself runs under make (no inherited flags or level).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     out = subprocess.run(
-        ["make", "-n", f"VENV={venv}", target], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60
+        ["make", "--no-print-directory", "-n", f"VENV={venv}", target],
+        cwd=ROOT, capture_output=True, text=True, check=True, timeout=60, env=env,
     )
     return out.stdout.splitlines()
 
@@ -49,6 +53,7 @@ def test_setup_commands_build_the_venv_then_train_and_test(tmp_path):
         install = next(c for c in commands if " -m pip install " in c)
         assert "-e " in install and "test" in install, install  # the package and its test extra
     assert any(re.search(r"/bin/rlstruct train \w+ --env CartPole-v1", c) for c in demo), demo
+    assert any("-m ruff check" in c for c in test), test
     assert any("-m pytest" in c and "tests" in c.split() for c in test), test
     # CI runs the README's test command.
     ci = (ROOT / ".ci" / "run").read_text()
