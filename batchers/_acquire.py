@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from rlstruct.agents import RL_Agent
+from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.batchers._buffer import TEMPORAL_PREFIXES, Specs, foreach_copy, specs_of
 from rlstruct.batchers._graph import StepGraph
 from rlstruct.devices import as_device
@@ -413,8 +413,6 @@ def build_acquirer(
     """Builds a worker's env (``create_env(**env_args, seed=seed)``) and agent (``create_agent(**agent_args)``,
     wrapped in :class:`~rlstruct.agents.RL_Agent_CheckDevice` with ``check_device``) and their acquirer; closes
     what it built when a later part fails."""
-    from rlstruct.agents import RL_Agent_CheckDevice
-
     env = create_env(**{**env_args, "seed": seed})
     try:
         agent = create_agent(**agent_args)

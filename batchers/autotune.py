@@ -20,9 +20,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
-from rlstruct.batchers._common import pyplot, require, save_png
+from rlstruct.batchers._common import pyplot, save_png
 from rlstruct.devices import DeviceLike, check_device_exists
 
 __all__ = ["Measurement", "TuneRow", "AutotuneResult", "autotune", "host_rss", "available_gpu_bytes"]
@@ -147,20 +148,11 @@ class AutotuneResult:
 
 
 # --------------------------------------------------------------------------- memory
-def _psutil():
-    return require(
-        "psutil",
-        "autotune measures memory with psutil, which is not installed; install it with `pip install psutil` "
-        "(it comes with `rlstruct[test]`), or pass your own measure function",
-    )
-
-
 def host_rss(pid: int | None = None) -> int:
     """Resident bytes of process ``pid`` (default: this one) and all its descendants.
 
     Shared-memory buffers count once per process that maps them, so this errs on the high side.
     """
-    psutil = _psutil()
     proc = psutil.Process(pid if pid is not None else os.getpid())
     total = proc.memory_info().rss
     for child in proc.children(recursive=True):
@@ -172,7 +164,7 @@ def host_rss(pid: int | None = None) -> int:
 
 
 def _available_host_bytes() -> int:
-    return int(_psutil().virtual_memory().available)
+    return int(psutil.virtual_memory().available)
 
 
 def available_gpu_bytes(device: torch.device) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -164,11 +163,3 @@ def test_autotune_command(tmp_path, capsys):
     assert any(line.startswith("best: n_processes=0") for line in out)
     assert main(["autotune", "--min-envs", "0", "--png", ""]) == 2
     assert "rlstruct autotune: error: min_envs must be an int >= 1" in capsys.readouterr().err
-
-
-def test_psutil_missing_is_named(monkeypatch):
-    monkeypatch.setitem(sys.modules, "psutil", None)
-    from rlstruct.errors import MissingDependencyError
-
-    with pytest.raises(MissingDependencyError, match="psutil.*pass your own measure function"):
-        host_rss(os.getpid())

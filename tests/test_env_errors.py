@@ -88,23 +88,23 @@ BRIDGES: dict[str, Callable[[], object]] = {
 }
 
 
-def valid_action(env) -> DictTensor:
+def _zero_action(env, discrete: torch.dtype, box: torch.dtype) -> DictTensor:
+    """Zero actions for every env: ``discrete`` for a Discrete action space, ``box`` for a Box."""
     space, n = env.action_space, env.n_envs()
     if isinstance(space, spaces.Discrete):
-        a = torch.zeros(n, dtype=torch.int64)
+        a = torch.zeros(n, dtype=discrete)
     else:
-        a = torch.zeros((n,) + tuple(space.shape), dtype=torch.float32)
+        a = torch.zeros((n,) + tuple(space.shape), dtype=box)
     return DictTensor({"action": a.to(env.device)})
+
+
+def valid_action(env) -> DictTensor:
+    return _zero_action(env, torch.int64, torch.float32)
 
 
 def misfit_action(env) -> DictTensor:
     """An action of the wrong dtype kind for the action space (floats for Discrete, ints for Box)."""
-    space, n = env.action_space, env.n_envs()
-    if isinstance(space, spaces.Discrete):
-        a = torch.zeros(n, dtype=torch.float32)
-    else:
-        a = torch.zeros((n,) + tuple(space.shape), dtype=torch.int64)
-    return DictTensor({"action": a.to(env.device)})
+    return _zero_action(env, torch.float32, torch.int64)
 
 
 def bridge_action(env):
