@@ -84,14 +84,17 @@ def validate(config: A2CConfig) -> EnvSpec:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        ValueError: a setting is out of range, or the env is not discrete-action with a flat observation.
+        SpaceError: the env does not have discrete actions and flat observations.
+        ValueError: a setting is out of range.
     """
     validate_run_config(config)
     if config.n_steps < 1:
         raise ValueError(f"n_steps must be >= 1, got {config.n_steps!r}")
     if not 0 <= config.gae_lambda <= 1 or not 0 <= config.gamma <= 1:
         raise ValueError(f"gamma and gae_lambda must lie in [0, 1], got {config.gamma!r} and {config.gae_lambda!r}")
-    return describe_env(config.env, config.backend, config.max_episode_steps)
+    spec = describe_env(config.env, config.backend, config.max_episode_steps)
+    spec.require("A2C", config.env, discrete=True, pixels=False)
+    return spec
 
 
 def a2c_loss(
@@ -142,7 +145,8 @@ def train(config: A2CConfig) -> TrainResult:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        ValueError: a setting is out of range, or the env is not discrete-action with a flat observation.
+        SpaceError: the env does not have discrete actions and flat observations.
+        ValueError: a setting is out of range.
     """
     start = time.perf_counter()
     spec = validate(config)

@@ -26,7 +26,7 @@ import torch
 from rlstruct.algos.checkpoints import load_checkpoint
 from rlstruct.algos.networks import create_policy_agent
 from rlstruct.algos.returns import episode_returns
-from rlstruct.algos.run import Run, TrainResult, create_env
+from rlstruct.algos.run import EnvSpec, Run, TrainResult, create_env
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
@@ -83,8 +83,7 @@ def evaluate_checkpoint(
     create_agent, agent_info = _agent_of(ckpt["algo"])
     n_workers = max(n_processes, 1)
     per_worker = -(-episodes // n_workers)
-    agent_args = {"obs_dim": spec["obs_dim"], "n_actions": spec["n_actions"],
-                  "hidden_sizes": tuple(cfg["hidden_sizes"]), "device": device}
+    agent_args = {"spec": EnvSpec.from_dict(spec), "hidden_sizes": tuple(cfg["hidden_sizes"]), "device": device}
     env_args = {"name": cfg["env"], "n_envs": per_worker, "backend": backend or cfg["backend"],
                 "max_episode_steps": spec["max_episode_steps"], "autoreset": False, "device": device}
     with RL_Batcher(spec["max_episode_steps"], create_agent, agent_args, create_env, env_args, n_processes,

@@ -109,7 +109,8 @@ def validate(config: DQNConfig) -> EnvSpec:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        ValueError: a setting is out of range, or the env is not discrete-action with a flat observation.
+        SpaceError: the env does not have discrete actions and flat observations.
+        ValueError: a setting is out of range.
     """
     validate_run_config(config)
     positive = ("rollout_steps", "buffer_size", "batch_size", "n_step", "target_update_interval", "epsilon_decay_steps")
@@ -125,7 +126,9 @@ def validate(config: DQNConfig) -> EnvSpec:
         raise ValueError(f"tau must lie in (0, 1], got {config.tau!r}")
     if config.loss not in ("huber", "mse"):
         raise ValueError(f"loss must be 'huber' or 'mse', got {config.loss!r}")
-    return describe_env(config.env, config.backend, config.max_episode_steps)
+    spec = describe_env(config.env, config.backend, config.max_episode_steps)
+    spec.require("DQN", config.env, discrete=True, pixels=False)
+    return spec
 
 
 # =============================================================================================== model and agent
@@ -172,10 +175,10 @@ class QAgent(NetworkAgent):
 
 
 def create_q_agent(
-    obs_dim: int, n_actions: int, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False
+    spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False
 ) -> RL_Agent:
-    """Builds a batcher's :class:`QAgent` on ``device`` (module level, so it pickles)."""
-    model = QNetwork(obs_dim, n_actions, hidden_sizes).to(device)
+    """Builds a batcher's :class:`QAgent` for ``spec``'s env on ``device`` (module level, so it pickles)."""
+    model = QNetwork(spec.obs_dim, spec.n_actions, hidden_sizes).to(device)
     model.requires_grad_(False)
     agent: RL_Agent = QAgent(model, device)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
@@ -433,7 +436,8 @@ def train(config: DQNConfig) -> TrainResult:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        ValueError: a setting is out of range, or the env is not discrete-action with a flat observation.
+        SpaceError: the env does not have discrete actions and flat observations.
+        ValueError: a setting is out of range.
     """
     start = time.perf_counter()
     spec = validate(config)

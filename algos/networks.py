@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -18,6 +18,9 @@ from torch import nn
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
+
+if TYPE_CHECKING:  # run imports networks: the spec's module is needed for annotations only
+    from rlstruct.algos.run import EnvSpec
 
 __all__ = [
     "mlp",
@@ -167,14 +170,14 @@ class PolicyAgent(NetworkAgent):
 
 
 def create_policy_agent(
-    obs_dim: int, n_actions: int, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False
+    spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False
 ) -> RL_Agent:
-    """Builds a batcher's :class:`PolicyAgent` on ``device`` (a module-level function, so it pickles).
+    """Builds a batcher's :class:`PolicyAgent` for ``spec``'s env on ``device`` (module level, so it pickles).
 
     Its weights are random until the first ``batcher.update``. With ``check_device`` it is wrapped in
     :class:`~rlstruct.agents.RL_Agent_CheckDevice`.
     """
-    model = ActorCritic(obs_dim, n_actions, hidden_sizes).to(device)
+    model = ActorCritic(spec.obs_dim, spec.n_actions, hidden_sizes).to(device)
     model.requires_grad_(False)
     agent: RL_Agent = PolicyAgent(model, device)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent

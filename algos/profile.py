@@ -35,8 +35,8 @@ __all__ = ["profile_training", "batcher_measure", "autotune_batcher"]
 
 def _agent_args(env: str, backend: str, hidden: int, device: torch.device) -> dict[str, Any]:
     spec = describe_env(env, backend, None)
-    return {"obs_dim": spec.obs_dim, "n_actions": spec.n_actions, "hidden_sizes": (hidden, hidden),
-            "device": str(device)}
+    spec.require("profile_training", env, discrete=True, pixels=False)
+    return {"spec": spec, "hidden_sizes": (hidden, hidden), "device": str(device)}
 
 
 def profile_training(
@@ -110,7 +110,8 @@ def profile_training(
     a2c = A2CConfig(gamma=gamma)
     n_workers = max(n_processes, 1)
     env_args = {"name": env, "n_envs": n_envs, "device": str(dev), "autoreset": True, "backend": backend}
-    model = seeded_model(seed, ActorCritic, agent_args["obs_dim"], agent_args["n_actions"], agent_args["hidden_sizes"])
+    model = seeded_model(seed, ActorCritic, agent_args["spec"].obs_dim, agent_args["spec"].n_actions,
+                         agent_args["hidden_sizes"])
     model.to(ldev)
     learner = PolicyAgent(model, ldev)
     optimizer = make_adam(model, lr, ldev)
@@ -206,8 +207,8 @@ def batcher_measure(
     """
     dev = check_device_exists(device)
     agent_args = _agent_args(env, backend, hidden, dev)
-    weights = cpu_state_dict(seeded_model(seed, ActorCritic, agent_args["obs_dim"], agent_args["n_actions"],
-                                          agent_args["hidden_sizes"]))
+    weights = cpu_state_dict(seeded_model(seed, ActorCritic, agent_args["spec"].obs_dim,
+                                          agent_args["spec"].n_actions, agent_args["hidden_sizes"]))
 
     def measure(n_processes: int, n_envs: int) -> Measurement:
         n_workers = max(n_processes, 1)

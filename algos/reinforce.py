@@ -78,12 +78,15 @@ def validate(config: ReinforceConfig) -> EnvSpec:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        ValueError: a setting is out of range, or the env is not discrete-action with a flat observation.
+        SpaceError: the env does not have discrete actions and flat observations.
+        ValueError: a setting is out of range.
     """
     validate_run_config(config)
     if not 0 <= config.gamma <= 1:
         raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
-    return describe_env(config.env, config.backend, config.max_episode_steps)
+    spec = describe_env(config.env, config.backend, config.max_episode_steps)
+    spec.require("REINFORCE", config.env, discrete=True, pixels=False)
+    return spec
 
 
 def reinforce_returns(
@@ -174,7 +177,8 @@ def train(config: ReinforceConfig) -> TrainResult:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        ValueError: a setting is out of range, or the env is not discrete-action with a flat observation.
+        SpaceError: the env does not have discrete actions and flat observations.
+        ValueError: a setting is out of range.
     """
     start = time.perf_counter()
     spec = validate(config)

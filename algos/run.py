@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
@@ -34,7 +35,7 @@ from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import DeviceLike, as_device, check_device_exists
 from rlstruct.envs import make_env
 from rlstruct.envs.factory import BACKENDS
-from rlstruct.errors import DeviceMismatchError
+from rlstruct.errors import DeviceMismatchError, SpaceError
 from rlstruct.structures import DictTensor, Trajectories
 
 __all__ = [
@@ -146,25 +147,89 @@ def validate_run_config(config: RunConfig) -> None:
 class EnvSpec:
     """What the learner needs to know about an env to build its networks.
 
+    An env has discrete actions (``n_actions`` set, ``action_shape == ()``) or continuous ones (a 1-d Box:
+    ``n_actions`` is ``None`` and ``action_low``/``action_high`` hold its bounds); its observation ``frame``
+    is flat (``obs_shape == (obs_dim,)``) or an image (3 dimensions, e.g. ``(4, 84, 84)`` uint8).
+
     Attributes:
-        obs_dim: size of the flat observation ``frame``.
-        n_actions: number of discrete actions.
+        obs_shape: shape of one observation ``frame``.
+        obs_dtype: its dtype's name, e.g. ``"float32"`` or ``"uint8"``.
+        n_actions: number of discrete actions, or ``None`` for continuous actions.
         max_episode_steps: the episode time limit.
         reward_threshold: gymnasium's "solved" return for the id (475 for CartPole-v1), or None.
+        action_shape: shape of one action (``()`` for discrete actions).
+        action_low: lower bounds of a continuous action, flat (``None`` for discrete actions).
+        action_high: upper bounds of a continuous action, flat (``None`` for discrete actions).
+
+    >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
+    >>> spec.obs_dim, spec.discrete, spec.action_dim, spec.pixels
+    (3, False, 1, False)
     """
 
-    obs_dim: int
-    n_actions: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    n_actions: int | None
     max_episode_steps: int
     reward_threshold: float | None = None
+    action_shape: tuple[int, ...] = ()
+    action_low: tuple[float, ...] | None = None
+    action_high: tuple[float, ...] | None = None
+
+    @property
+    def obs_dim(self) -> int:
+        """The number of values in one observation ``frame``."""
+        return math.prod(self.obs_shape)
+
+    @property
+    def discrete(self) -> bool:
+        """Whether the actions are discrete."""
+        return self.n_actions is not None
+
+    @property
+    def action_dim(self) -> int:
+        """The number of values in one continuous action (1 for a discrete action)."""
+        return math.prod(self.action_shape)
+
+    @property
+    def pixels(self) -> bool:
+        """Whether the observation is an image (3 dimensions)."""
+        return len(self.obs_shape) == 3
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EnvSpec:
+        """The spec of ``dataclasses.asdict(spec)`` (as a checkpoint stores it; lists become tuples)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in fields})
+
+    def require(self, algo: str, env: str, *, discrete: bool | None = None, pixels: bool | None = None) -> None:
+        """Raises :class:`~rlstruct.errors.SpaceError` when ``algo`` does not support this env's spaces.
+
+        Args:
+            algo: the algorithm's name, for the message.
+            env: the env's id, for the message.
+            discrete: ``True``/``False`` when ``algo`` takes only discrete/continuous actions (``None``: both).
+            pixels: ``False`` when ``algo`` takes only flat observations (``None``: both).
+        """
+        if discrete is not None and discrete != self.discrete:
+            want, got = ("discrete", "continuous") if discrete else ("continuous", "discrete")
+            raise SpaceError(
+                f"{algo} takes {want} actions, got env={env!r} with {got} actions (action_shape={self.action_shape}, "
+                f"n_actions={self.n_actions}); pick an env with {want} actions or another algorithm"
+            )
+        if pixels is False and self.pixels:
+            raise SpaceError(
+                f"{algo} takes flat observations, got env={env!r} with image observations of shape {self.obs_shape}; "
+                "pick an algorithm that takes pixels"
+            )
 
 
 def describe_env(name: str, backend: str, max_episode_steps: int | None) -> EnvSpec:
     """Builds one CPU env of ``name`` to read its spaces and time limit.
 
     Raises:
-        ValueError: the action space is not discrete, the observation is not a flat box, or the env has
-            no time limit and ``max_episode_steps`` is ``None``.
+        SpaceError: the action space is neither Discrete nor a 1-d Box, or the observation is not a Box
+            of 1 (flat) or 3 (image) dimensions.
+        ValueError: the env has no time limit and ``max_episode_steps`` is ``None``.
     """
     env = make_env(name, 1, backend=backend, max_episode_steps=max_episode_steps)
     try:
@@ -173,20 +238,43 @@ def describe_env(name: str, backend: str, max_episode_steps: int | None) -> EnvS
         if limit is None:
             limit = getattr(env, "max_episode_steps", None)
         if limit is None and backend != "torch":
-            limit = gym.spec(name).max_episode_steps
+            limit = _registered_time_limit(name)
     finally:
         env.close()
-    if not isinstance(act, gym.spaces.Discrete):
-        raise ValueError(f"env={name!r} has action space {act}; the algorithms here take discrete actions only")
-    if not isinstance(obs, gym.spaces.Box) or len(obs.shape) != 1:
-        raise ValueError(f"env={name!r} has observation space {obs}; the algorithms here take a flat Box")
+    if not isinstance(obs, gym.spaces.Box) or len(obs.shape) not in (1, 3):
+        raise SpaceError(
+            f"env={name!r} has observation space {obs}; the algorithms here take a Box of 1 (flat) or 3 (image) "
+            "dimensions: flatten the observation or pick another env"
+        )
     if limit is None:
         raise ValueError(f"env={name!r} has no time limit; pass max_episode_steps (--max-episode-steps)")
     try:
         threshold = gym.spec(name).reward_threshold
     except gym.error.Error:
         threshold = None
-    return EnvSpec(int(obs.shape[0]), int(act.n), int(limit), None if threshold is None else float(threshold))
+    threshold = None if threshold is None else float(threshold)
+    common = {"obs_shape": tuple(int(d) for d in obs.shape), "obs_dtype": np.dtype(obs.dtype).name,
+              "max_episode_steps": int(limit), "reward_threshold": threshold}
+    if isinstance(act, gym.spaces.Discrete):
+        return EnvSpec(n_actions=int(act.n), **common)
+    if isinstance(act, gym.spaces.Box) and len(act.shape) == 1:
+        if not (np.isfinite(act.low).all() and np.isfinite(act.high).all()):
+            raise SpaceError(f"env={name!r} has action space {act} with infinite bounds; the algorithms here need "
+                             "finite bounds (wrap the env with gymnasium's ClipAction and a bounded space)")
+        return EnvSpec(n_actions=None, action_shape=tuple(int(d) for d in act.shape),
+                       action_low=tuple(float(x) for x in act.low), action_high=tuple(float(x) for x in act.high),
+                       **common)
+    raise SpaceError(
+        f"env={name!r} has action space {act}; the algorithms here take Discrete or 1-d Box actions: "
+        "pick another env"
+    )
+
+
+def _registered_time_limit(name: str) -> int | None:
+    try:
+        return gym.spec(name).max_episode_steps
+    except gym.error.Error:
+        return None
 
 
 def create_env(
@@ -487,8 +575,7 @@ def worker_args(config: RunConfig, spec: EnvSpec) -> tuple[dict[str, Any], dict[
 
     Each batcher adds its own ``device``, ``n_envs`` and ``autoreset``.
     """
-    agent_args = {"obs_dim": spec.obs_dim, "n_actions": spec.n_actions, "hidden_sizes": tuple(config.hidden_sizes),
-                  "check_device": config.check_devices}
+    agent_args = {"spec": spec, "hidden_sizes": tuple(config.hidden_sizes), "check_device": config.check_devices}
     env_args = {"name": config.env, "backend": config.backend, "max_episode_steps": spec.max_episode_steps}
     return agent_args, env_args
 

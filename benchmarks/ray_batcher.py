@@ -24,11 +24,11 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 import torch  # noqa: E402
 
 from rlstruct.algos.networks import ActorCritic, cpu_state_dict, create_policy_agent  # noqa: E402
-from rlstruct.algos.run import seeded_model  # noqa: E402
+from rlstruct.algos.run import EnvSpec, seeded_model  # noqa: E402
 from rlstruct.batchers import RayBatcher, RL_Batcher  # noqa: E402
 from rlstruct.envs import make_env  # noqa: E402
 
-AGENT = {"obs_dim": 4, "n_actions": 2, "hidden_sizes": (64, 64)}
+AGENT = {"spec": EnvSpec((4,), "float32", 2, 500), "hidden_sizes": (64, 64)}
 
 
 def env_args(n_envs: int) -> dict:

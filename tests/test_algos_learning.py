@@ -15,6 +15,7 @@ import pytest
 
 from rlstruct.algos import a2c, dqn, reinforce
 from rlstruct.algos.run import EnvSpec, Run, describe_env
+from rlstruct.errors import SpaceError
 
 RANDOM_POLICY_RETURN = 22.0
 
@@ -102,7 +103,7 @@ def test_target_return_stops_early_and_keeps_the_weights_that_reached_it(tmp_pat
 
 def test_default_target_is_the_env_reward_threshold(tmp_path):
     spec = describe_env("CartPole-v1", "torch", None)
-    assert spec == EnvSpec(4, 2, 500, 475.0)
+    assert spec == EnvSpec((4,), "float32", 2, 500, 475.0)
     cfg = a2c.A2CConfig(**_common(tmp_path))
     runs = [Run("a2c", cfg, spec), Run("a2c", dataclasses.replace(cfg, target_return=100.0), spec),
             Run("a2c", dataclasses.replace(cfg, stop_at_reward_threshold=False), spec)]
@@ -113,3 +114,18 @@ def test_default_target_is_the_env_reward_threshold(tmp_path):
     assert runs[0].reached_target and runs[0].should_stop()
     for r in runs:
         r.close()
+
+
+def test_env_spec_describes_continuous_actions_and_algorithms_refuse_what_they_do_not_take():
+    spec = describe_env("Pendulum-v1", "torch", None)
+    assert (spec.obs_shape, spec.n_actions, spec.action_shape) == ((3,), None, (1,))
+    assert (spec.action_low, spec.action_high, spec.max_episode_steps) == ((-2.0,), (2.0,), 200)
+    assert not spec.discrete and spec.action_dim == 1 and not spec.pixels
+    assert EnvSpec.from_dict(dataclasses.asdict(spec)) == spec
+    with pytest.raises(SpaceError, match="A2C takes discrete actions, got env='Pendulum-v1' with continuous actions"):
+        spec.require("A2C", "Pendulum-v1", discrete=True)
+    spec.require("A2C", "Pendulum-v1", discrete=False, pixels=False)
+    image = EnvSpec((4, 84, 84), "uint8", 6, 1000)
+    assert image.pixels and image.obs_dim == 4 * 84 * 84
+    with pytest.raises(SpaceError, match="A2C takes flat observations, got env='Breakout' with image"):
+        image.require("A2C", "Breakout", pixels=False)

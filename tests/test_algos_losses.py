@@ -20,6 +20,7 @@ from rlstruct.algos.dqn import (
 from rlstruct.algos.networks import create_policy_agent
 from rlstruct.algos.reinforce import reinforce_loss, reinforce_returns
 from rlstruct.algos.returns import discounted_returns, episode_statistics, gae_advantages
+from rlstruct.algos.run import EnvSpec
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 
@@ -399,7 +400,8 @@ def test_reinforce_loss_by_hand():
 
 def test_policy_agent_samples_from_its_seed_and_is_greedy_where_asked():
     obs = DictTensor({"frame": torch.randn(256, 4, generator=torch.Generator().manual_seed(0))})
-    a, b = create_policy_agent(4, 2, (8,)), create_policy_agent(4, 2, (8,))
+    spec = EnvSpec((4,), "float32", 2, 500)
+    a, b = create_policy_agent(spec, (8,)), create_policy_agent(spec, (8,))
     b.update(a.model.state_dict())
     a.seed(7), b.seed(7)
     explore = DictTensor({"stochastic": torch.ones(256, dtype=torch.bool)})

@@ -15,7 +15,7 @@ import rlstruct.agents.check_device as check_device_module
 from rlstruct import DictTensor, RL_Agent_CheckDevice
 from rlstruct.algos import a2c, dqn, reinforce
 from rlstruct.algos.networks import ActorCritic, PolicyAgent, cpu_state_dict, create_policy_agent
-from rlstruct.algos.run import check_on_device, create_env
+from rlstruct.algos.run import EnvSpec, check_on_device, create_env
 from rlstruct.batchers import RL_Batcher
 from rlstruct.errors import BatcherWorkerError, DeviceMismatchError
 
@@ -76,7 +76,7 @@ def test_worker_process_agents_are_checked_too(tmp_path):
 
 # --------------------------------------------------------------------------- misplaced tensors are caught
 def _small_trajectories() -> "rlstruct.Trajectories":  # noqa: F821
-    agent_args = {"obs_dim": 4, "n_actions": 2, "hidden_sizes": (8,)}
+    agent_args = {"spec": EnvSpec((4,), "float32", 2, 500), "hidden_sizes": (8,)}
     with RL_Batcher(3, create_policy_agent, agent_args, create_env,
                     {"name": "CartPole-v1", "n_envs": 2, "autoreset": True}, 0, [0]) as b:
         b.reset()
@@ -94,7 +94,7 @@ def test_learner_replay_of_trajectories_left_on_another_device_is_caught():
 
 
 def test_batcher_agent_observation_on_another_device_is_caught():
-    agent = create_policy_agent(4, 2, (8,), device="cpu", check_device=True)
+    agent = create_policy_agent(EnvSpec((4,), "float32", 2, 500), (8,), device="cpu", check_device=True)
     obs = DictTensor({"frame": torch.zeros(2, 4, device="meta")})
     with pytest.raises(DeviceMismatchError, match="__call__: observation must be on cpu, got meta"):
         agent(DictTensor({}), obs, DictTensor({}))

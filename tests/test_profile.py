@@ -15,7 +15,7 @@ from rlstruct.algos import profile_training
 from rlstruct.algos.networks import create_policy_agent
 from rlstruct.batchers import PhaseTimer
 from rlstruct.batchers.profile import LEARNER_PHASES, WORKER_PHASES, split_collection
-from rlstruct.errors import MissingDependencyError
+from rlstruct.errors import MissingDependencyError, SpaceError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -151,7 +151,7 @@ def test_profile_errors_are_named(monkeypatch, tmp_path):
         profile_training(iterations=0)
     with pytest.raises(ValueError, match="n_processes must be an int >= 0"):
         profile_training(n_processes=-1)
-    with pytest.raises(ValueError, match="env='Pendulum-v1' has action space Box.*discrete actions only"):
+    with pytest.raises(SpaceError, match="profile_training takes discrete actions, got env='Pendulum-v1'"):
         profile_training("Pendulum-v1")
     report = profile_training("CartPole-v1", n_envs=4, n_timesteps=2, iterations=1)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
@@ -172,7 +172,7 @@ def test_profile_command(tmp_path, capsys):
     assert main([*argv, "--zero-copy", "--png", ""]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["config"]["zero_copy"] is True
     assert main(["profile", "--env", "Pendulum-v1", "--png", ""]) == 2
-    assert "rlstruct profile: error: env='Pendulum-v1' has action space Box" in capsys.readouterr().err
+    assert "error: profile_training takes discrete actions, got env='Pendulum-v1'" in capsys.readouterr().err
     assert main(["profile", "--cuda-graph", "--png", ""]) == 2
     err = capsys.readouterr().err
     assert "error: cuda_graph=True needs every worker on a CUDA device, but worker 0 runs on cpu" in err
