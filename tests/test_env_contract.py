@@ -3,9 +3,10 @@
 Implementations: GymEnv / GymEnvInf over a list of gymnasium envs and over gymnasium vector envs
 (``vector_entry_point`` with NEXT_STEP auto-reset, ``SyncVectorEnv`` with SAME_STEP and NEXT_STEP, a plain
 NEXT_STEP vector env that resets a subset), the torch simulators (when ``rlstruct.envs.classic_control`` is
-importable), ale-py's AtariVectorEnv (``backend="ale"``), gymnax envs through DLPack (``backend="gymnax"``), and
-DeviceEnv-wrapped variants. On a CUDA device the CPU envs run behind ``DeviceEnv(env, "cpu", device)`` and the
-torch simulators and JAX envs are built on the device. The ale and gymnax cases skip when their package is absent.
+importable), ale-py's AtariVectorEnv (``backend="ale"``), envpool, gymnax envs through DLPack
+(``backend="gymnax"``), and DeviceEnv-wrapped variants. On a CUDA device the CPU envs run behind
+``DeviceEnv(env, "cpu", device)`` and the torch simulators and JAX envs are built on the device. The ale, envpool
+and gymnax cases skip when their package is absent.
 """
 
 from __future__ import annotations
@@ -98,6 +99,15 @@ def _ale(autoreset: bool) -> Case:
     return Case(f"ale-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name)
 
 
+def _envpool(name: str, autoreset: bool) -> Case:
+    def build(n, seed, device):
+        pytest.importorskip("envpool")
+        return make_env(name, n, device=device, seed=seed, autoreset=autoreset, backend="envpool",
+                        max_episode_steps=MAX_STEPS[name])
+
+    return Case(f"envpool-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name)
+
+
 def _gymnax(name: str, autoreset: bool) -> Case:
     def build(n, seed, device):
         pytest.importorskip("gymnax")
@@ -130,6 +140,8 @@ def _cases() -> list[Case]:
     # The native backends build slowly (a second or so each): one or two cases each here, the rest of their
     # behaviour in test_ecosystem.py.
     cases.append(_ale(True))
+    cases.append(_envpool("CartPole-v1", False))
+    cases.append(_envpool("CartPole-v1", True))
     for name, autoreset in (("CartPole-v1", False), ("Pendulum-v1", True)):
         cases.append(_gymnax(name, autoreset))
     cases.append(_device_wrapped(_gym_list("CartPole-v1", False)))
