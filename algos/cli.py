@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import json
 import logging
@@ -38,12 +39,14 @@ __all__ = ["ALGORITHMS", "main", "evaluate_checkpoint", "field_docs", "build_par
 ALGORITHMS = ("reinforce", "a2c", "dqn")
 
 
-def _agent_of(algo: str) -> tuple[Any, DictTensor]:
-    """The evaluation agent factory of ``algo`` and its greedy agent_info example."""
+def _agent_of(algo: str, config: dict[str, Any]) -> tuple[Any, DictTensor]:
+    """The evaluation agent factory of ``algo`` (as its checkpoint's ``config`` built it) and its greedy
+    agent_info example."""
     if algo == "dqn":
         from rlstruct.algos.dqn import create_q_agent
 
-        return create_q_agent, DictTensor({"epsilon": torch.zeros(1)})
+        return (functools.partial(create_q_agent, dueling=bool(config.get("dueling", False))),
+                DictTensor({"epsilon": torch.zeros(1)}))
     if algo in ("reinforce", "a2c"):
         return create_policy_agent, DictTensor({"stochastic": torch.zeros(1, dtype=torch.bool)})
     raise ValueError(f"unknown algorithm {algo!r} in the checkpoint; expected one of {list(ALGORITHMS)}")
@@ -80,7 +83,7 @@ def evaluate_checkpoint(
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     ckpt = load_checkpoint(path)
     cfg, spec = ckpt["config"], ckpt["env_spec"]
-    create_agent, agent_info = _agent_of(ckpt["algo"])
+    create_agent, agent_info = _agent_of(ckpt["algo"], cfg)
     n_workers = max(n_processes, 1)
     per_worker = -(-episodes // n_workers)
     agent_args = {"spec": EnvSpec.from_dict(spec), "hidden_sizes": tuple(cfg["hidden_sizes"]), "device": device}
