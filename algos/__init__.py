@@ -1,15 +1,16 @@
-"""Algorithms on top of the batchers: REINFORCE, A2C and DQN, one file each, and the ``rlstruct`` command.
+"""Algorithms on top of the batchers: REINFORCE, A2C, DQN and SAC, one file each, and the ``rlstruct`` command.
 
 What several algorithms share sits in modules named for what they hold: :mod:`rlstruct.algos.returns`
 (discounted returns, GAE, episode statistics), :mod:`rlstruct.algos.networks` (the MLP, the actor-critic
 and its policy agent), :mod:`rlstruct.algos.run` (the config base, the run's clock and logs, its batchers
-and result), :mod:`rlstruct.algos.evaluation` and :mod:`rlstruct.algos.checkpoints`;
+and result), :mod:`rlstruct.algos.replay` (the replay buffer of DQN and SAC), :mod:`rlstruct.algos.evaluation`
+and :mod:`rlstruct.algos.checkpoints`;
 :mod:`rlstruct.algos.cli` parses the command line and :mod:`rlstruct.algos.profile` shows where the time
 of a collect + learn loop goes.
 
-Each of :mod:`rlstruct.algos.reinforce`, :mod:`rlstruct.algos.a2c` and :mod:`rlstruct.algos.dqn` has the
-same anatomy: a config dataclass, the loss as a function of tensors, ``train(config) -> TrainResult`` and
-``main(argv)`` (``rlstruct train <algo>`` or ``python -m rlstruct.algos.<algo>``).
+Each of :mod:`rlstruct.algos.reinforce`, :mod:`rlstruct.algos.a2c`, :mod:`rlstruct.algos.dqn` and
+:mod:`rlstruct.algos.sac` has the same anatomy: a config dataclass, the loss as a function of tensors,
+``train(config) -> TrainResult`` and ``main(argv)`` (``rlstruct train <algo>`` or ``python -m rlstruct.algos.<algo>``).
 
 The algorithm modules are imported on first use, so that ``python -m rlstruct.algos.a2c`` does not find
 itself already imported by this package.
@@ -29,11 +30,13 @@ __all__ = [
     "reinforce",
     "a2c",
     "dqn",
+    "sac",
     "RunConfig",
     "TrainResult",
     "ReinforceConfig",
     "A2CConfig",
     "DQNConfig",
+    "SACConfig",
     "discounted_returns",
     "gae_advantages",
     "n_step_returns",
@@ -45,9 +48,11 @@ _LAZY = {
     "reinforce": ("rlstruct.algos.reinforce", None),
     "a2c": ("rlstruct.algos.a2c", None),
     "dqn": ("rlstruct.algos.dqn", None),
+    "sac": ("rlstruct.algos.sac", None),
     "ReinforceConfig": ("rlstruct.algos.reinforce", "ReinforceConfig"),
     "A2CConfig": ("rlstruct.algos.a2c", "A2CConfig"),
     "DQNConfig": ("rlstruct.algos.dqn", "DQNConfig"),
+    "SACConfig": ("rlstruct.algos.sac", "SACConfig"),
     "n_step_returns": ("rlstruct.algos.dqn", "n_step_returns"),
     "double_dqn_targets": ("rlstruct.algos.dqn", "double_dqn_targets"),
     "profile_training": ("rlstruct.algos.profile", "profile_training"),
