@@ -1,4 +1,4 @@
-"""Algorithms on top of the batchers: REINFORCE, A2C, DQN and SAC, one file each, and the ``rlstruct`` command.
+"""Algorithms on top of the batchers: REINFORCE, A2C, DQN, SAC and PPO, one file each, and the ``rlstruct`` command.
 
 What several algorithms share sits in modules named for what they hold: :mod:`rlstruct.algos.returns`
 (discounted returns, GAE, episode statistics), :mod:`rlstruct.algos.networks` (the MLP, the actor-critic
@@ -8,8 +8,9 @@ and :mod:`rlstruct.algos.checkpoints`;
 :mod:`rlstruct.algos.cli` parses the command line and :mod:`rlstruct.algos.profile` shows where the time
 of a collect + learn loop goes.
 
-Each of :mod:`rlstruct.algos.reinforce`, :mod:`rlstruct.algos.a2c`, :mod:`rlstruct.algos.dqn` and
-:mod:`rlstruct.algos.sac` has the same anatomy: a config dataclass, the loss as a function of tensors,
+Each of :mod:`rlstruct.algos.reinforce`, :mod:`rlstruct.algos.a2c`, :mod:`rlstruct.algos.dqn`,
+:mod:`rlstruct.algos.sac` and :mod:`rlstruct.algos.ppo` has the same anatomy: a config dataclass, the loss as a
+function of tensors,
 ``train(config) -> TrainResult`` and ``main(argv)`` (``rlstruct train <algo>`` or ``python -m rlstruct.algos.<algo>``).
 
 The algorithm modules are imported on first use, so that ``python -m rlstruct.algos.a2c`` does not find
@@ -31,12 +32,14 @@ __all__ = [
     "a2c",
     "dqn",
     "sac",
+    "ppo",
     "RunConfig",
     "TrainResult",
     "ReinforceConfig",
     "A2CConfig",
     "DQNConfig",
     "SACConfig",
+    "PPOConfig",
     "discounted_returns",
     "gae_advantages",
     "n_step_returns",
@@ -53,6 +56,8 @@ _LAZY = {
     "A2CConfig": ("rlstruct.algos.a2c", "A2CConfig"),
     "DQNConfig": ("rlstruct.algos.dqn", "DQNConfig"),
     "SACConfig": ("rlstruct.algos.sac", "SACConfig"),
+    "ppo": ("rlstruct.algos.ppo", None),
+    "PPOConfig": ("rlstruct.algos.ppo", "PPOConfig"),
     "n_step_returns": ("rlstruct.algos.dqn", "n_step_returns"),
     "double_dqn_targets": ("rlstruct.algos.dqn", "double_dqn_targets"),
     "profile_training": ("rlstruct.algos.profile", "profile_training"),
