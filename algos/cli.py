@@ -38,8 +38,12 @@ __all__ = ["ALGORITHMS", "main", "evaluate_checkpoint", "field_docs", "build_par
 ALGORITHMS = ("reinforce", "a2c", "dqn")
 
 
-def _agent_of(algo: str) -> tuple[Any, DictTensor]:
-    """The evaluation agent factory of ``algo`` and its greedy agent_info example."""
+def _agent_of(algo: str, config: dict[str, Any]) -> tuple[Any, DictTensor]:
+    """The evaluation agent factory of ``algo`` (trained with ``config``) and its greedy agent_info example."""
+    if config.get("recurrent"):
+        from rlstruct.algos.recurrent import create_recurrent_agent
+
+        return create_recurrent_agent, DictTensor({"stochastic": torch.zeros(1, dtype=torch.bool)})
     if algo == "dqn":
         from rlstruct.algos.dqn import create_q_agent
 
@@ -80,7 +84,7 @@ def evaluate_checkpoint(
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     ckpt = load_checkpoint(path)
     cfg, spec = ckpt["config"], ckpt["env_spec"]
-    create_agent, agent_info = _agent_of(ckpt["algo"])
+    create_agent, agent_info = _agent_of(ckpt["algo"], cfg)
     n_workers = max(n_processes, 1)
     per_worker = -(-episodes // n_workers)
     agent_args = {"spec": EnvSpec.from_dict(spec), "hidden_sizes": tuple(cfg["hidden_sizes"]), "device": device}

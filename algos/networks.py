@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
+from rlstruct.algos.encoders import EncoderActorCritic
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # run imports networks: the spec's module is needed for annot
 __all__ = [
     "mlp",
     "ActorCritic",
+    "actor_critic_for",
     "NetworkAgent",
     "PolicyAgent",
     "create_policy_agent",
@@ -79,6 +81,14 @@ class ActorCritic(nn.Module):
     def value(self, frame: torch.Tensor) -> torch.Tensor:
         """State values ``[N]``."""
         return self.critic(frame).squeeze(-1)
+
+
+def actor_critic_for(spec: EnvSpec, hidden_sizes: Sequence[int]) -> ActorCritic | EncoderActorCritic:
+    """The actor-critic for ``spec``'s observations: :class:`ActorCritic` (two MLPs) for flat frames,
+    :class:`~rlstruct.algos.encoders.EncoderActorCritic` (a shared CNN, two heads) for images."""
+    if spec.pixels:
+        return EncoderActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes)
+    return ActorCritic(spec.obs_dim, spec.n_actions, hidden_sizes)
 
 
 def _sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -177,7 +187,7 @@ def create_policy_agent(
     Its weights are random until the first ``batcher.update``. With ``check_device`` it is wrapped in
     :class:`~rlstruct.agents.RL_Agent_CheckDevice`.
     """
-    model = ActorCritic(spec.obs_dim, spec.n_actions, hidden_sizes).to(device)
+    model = actor_critic_for(spec, hidden_sizes).to(device)
     model.requires_grad_(False)
     agent: RL_Agent = PolicyAgent(model, device)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent

@@ -3,16 +3,19 @@
 from rlstruct.envs._base import StepResult, VecEnv
 from rlstruct.envs._torch_env import TorchVecEnv
 from rlstruct.envs.bridge import to_gymnasium, to_gymnasium_env
-from rlstruct.envs.classic_control import Acrobot, CartPole, MountainCar, Pendulum
+from rlstruct.envs.classic_control import Acrobot, CartPole, CartPoleNoVel, MountainCar, Pendulum
 from rlstruct.envs.device_env import DeviceEnv
 from rlstruct.envs.factory import make_env
 from rlstruct.envs.gym import GymEnv, GymEnvInf
+from rlstruct.envs.partial import CartPoleNoVelEnv, register_envs
 
 __all__ = [
     "VecEnv",
     "StepResult",
     "TorchVecEnv",
     "CartPole",
+    "CartPoleNoVel",
+    "CartPoleNoVelEnv",
     "Acrobot",
     "MountainCar",
     "Pendulum",
@@ -23,3 +26,5 @@ __all__ = [
     "to_gymnasium",
     "to_gymnasium_env",
 ]
+
+register_envs()

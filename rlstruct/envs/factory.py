@@ -20,6 +20,7 @@ __all__ = ["make_env", "TORCH_ENVS", "BACKENDS"]
 #: gymnasium id -> class name in :mod:`rlstruct.envs.classic_control` (the torch simulators).
 TORCH_ENVS = {
     "CartPole-v1": "CartPole",
+    "CartPoleNoVel-v1": "CartPoleNoVel",
     "Acrobot-v1": "Acrobot",
     "MountainCar-v0": "MountainCar",
     "Pendulum-v1": "Pendulum",
