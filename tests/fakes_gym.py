@@ -128,24 +128,91 @@ class SpaceEnv(gym.Env):
         return self.observation_space.sample(), 0.0, False, False, {}
 
 
+class NextStepVectorEnv(gym.vector.VectorEnv):
+    """A NEXT_STEP vector env over a list of gymnasium envs, written plainly: a finished env is reset by the next
+    ``step`` (which then ignores its action and returns reward 0 and no flags), and ``reset(options={"reset_mask":
+    mask})`` resets a subset at once (clearing their pending reset), as gymnasium's SyncVectorEnv, ale-py's
+    AtariVectorEnv and envpool do. ``seed``: an int seeds env ``k`` with ``seed + k``, a list one seed per env.
+    ``partial_rows="reset"`` returns only the reset envs' observations from a partial reset (envpool's way),
+    ``"all"`` every env's (gymnasium's and ale-py's). Counts the resets in ``n_resets``."""
+
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP, "reset_mask": True}
+
+    def __init__(self, envs: list[gym.Env], partial_rows: str = "all"):
+        self.envs = envs
+        self.num_envs = len(envs)
+        self.partial_rows = partial_rows
+        self.single_observation_space = envs[0].observation_space
+        self.single_action_space = envs[0].action_space
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self._pending = np.zeros(self.num_envs, dtype=bool)
+        self._obs: list[Any] = [None] * self.num_envs
+        self.n_resets = 0
+        self.closed = False
+
+    def reset(self, *, seed=None, options=None):
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        rows = list(range(self.num_envs)) if mask is None else np.flatnonzero(mask).tolist()
+        for j, i in enumerate(rows):
+            if seed is None:
+                s = None
+            elif isinstance(seed, (list, tuple, np.ndarray)):
+                s = int(seed[j])
+            else:
+                s = int(seed) + i
+            self._obs[i], _ = self.envs[i].reset(seed=s, options=options or None)
+            self._pending[i] = False
+            self.n_resets += 1
+        shown = rows if mask is not None and self.partial_rows == "reset" else range(self.num_envs)
+        return np.stack([self._obs[i] for i in shown]), {}
+
+    def step(self, actions):
+        rewards = np.zeros(self.num_envs, np.float64)
+        term = np.zeros(self.num_envs, bool)
+        trunc = np.zeros(self.num_envs, bool)
+        for i, env in enumerate(self.envs):
+            if self._pending[i]:
+                self._obs[i], _ = env.reset()
+                self.n_resets += 1
+            else:
+                self._obs[i], rewards[i], term[i], trunc[i], _ = env.step(actions[i])
+        self._pending = term | trunc
+        return np.stack(self._obs), rewards, term, trunc, {}
+
+    def close(self, **kwargs):
+        self.closed = True
+        for e in self.envs:
+            e.close()
+
+
 def fake_envpool_module() -> types.ModuleType:
-    """A stand-in ``envpool`` module whose ``make_gymnasium`` returns an envpool-like object over
-    gymnasium's CartPole vector env (NEXT_STEP autoreset, seeded at construction, single-env spaces)."""
+    """A stand-in ``envpool`` module whose ``make_gymnasium`` returns an envpool-like object over a
+    :class:`NextStepVectorEnv` of gymnasium envs (NEXT_STEP autoreset, seeded at construction, single-env spaces,
+    ``reset(env_ids)`` resets those envs and returns their observations only)."""
 
     class Pool:
         def __init__(self, task_id: str, num_envs: int, seed: int, **kwargs):
-            self.vec = gym.make_vec(task_id, num_envs, vectorization_mode="vector_entry_point", **kwargs)
+            self.vec = NextStepVectorEnv([gym.make(task_id, **kwargs) for _ in range(num_envs)], partial_rows="reset")
             self.seed = seed
             self.kwargs = kwargs
             self.observation_space = self.vec.single_observation_space
             self.action_space = self.vec.single_action_space
             self.first = True
             self.closed = False
+            self.partial_resets: list[list[int]] = []
 
         def __len__(self) -> int:
             return self.vec.num_envs
 
         def reset(self, env_id=None):
+            if env_id is not None:
+                assert isinstance(env_id, np.ndarray) and env_id.dtype == np.int32, env_id
+                self.partial_resets.append(env_id.tolist())
+                mask = np.zeros(self.vec.num_envs, dtype=bool)
+                mask[env_id] = True
+                return self.vec.reset(options={"reset_mask": mask})
             seed, self.first = (self.seed if self.first else None), False
             return self.vec.reset(seed=seed)
 

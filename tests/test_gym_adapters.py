@@ -14,7 +14,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct import DictTensor
-from rlstruct.envs import DeviceEnv, GymEnv, GymEnvInf, make_env
+from rlstruct.envs import DeviceEnv, GymEnv, GymEnvInf, VecEnv, make_env
 from rlstruct.envs.gym import env_seeds
 from rlstruct.errors import (
     BatchSizeError,
@@ -169,13 +169,13 @@ def empty_like(obs: DictTensor) -> DictTensor:
 )
 @pytest.mark.parametrize("source", ["list", "vector"])
 def test_step_into_writes_what_step_returns(make, source):
-    """Over a list the env writes in place; over a vector env (and any other) step_into is step and a copy. Either
-    way: the same observations, bit for bit, across auto-resets, into the same destinations at every step."""
+    """An auto-reset env writes in place, over a list (each env's results) and over a vector env (its arrays):
+    the same observations as step, bit for bit, across auto-resets, into the same destinations at every step."""
     def build():
         return GymEnvInf([make() for _ in range(3)] if source == "list" else sync_vec(make, 3), 4)
 
     ref, env = build(), build()
-    assert env.writes_in_place() == (source == "list") and not GymEnv([make()], 0).writes_in_place()
+    assert env.writes_in_place() and not GymEnv([make()], 0).writes_in_place()
     obs, _ = ref.reset()
     assert_same(obs, env.reset()[0])
     nxt, running = empty_like(obs), empty_like(obs)
@@ -241,14 +241,19 @@ def test_step_into_destinations_must_be_on_the_env_device():
     a = act(torch.zeros(2, dtype=torch.int64))
     with pytest.raises(DeviceMismatchError, match=r"observation_next\['frame'\] is on meta; give CPU tensors"):
         env.step_into(a, meta, empty_like(obs))
-    # The generic step_into (step, then a copy): the same checks.
+    # Over a vector env, the same checks.
     vec = GymEnvInf(sync_vec(functools.partial(gym.make, "CartPole-v1"), 2), 0)
     vec.reset()
-    with pytest.raises(DeviceMismatchError, match="observation_running is on meta, the env's observations on cpu"):
+    with pytest.raises(DeviceMismatchError, match=r"observation_running\['frame'\] is on meta; give CPU tensors"):
         vec.step_into(a, empty_like(obs), meta)
     partial = DictTensor({k: v for k, v in empty_like(obs).items() if k != "reward"})
-    with pytest.raises(KeyError, match=r"observation_next lacks the observation keys \['reward'\]"):
+    with pytest.raises(KeyError, match=r"observation_next lacks the key 'reward'"):
         vec.step_into(a, partial, empty_like(obs))
+    # The generic step_into (step, then a copy): the same situations.
+    with pytest.raises(DeviceMismatchError, match="observation_running is on meta, the env's observations on cpu"):
+        VecEnv.step_into(vec, a, empty_like(obs), meta)
+    with pytest.raises(KeyError, match=r"observation_next lacks the observation keys \['reward'\]"):
+        VecEnv.step_into(vec, a, partial, empty_like(obs))
 
 
 def test_step_into_needs_an_auto_reset_env():
@@ -519,12 +524,28 @@ def test_make_env_envpool_backend(monkeypatch):
         env.reset(DictTensor({"x": torch.zeros(3)}))
     env.close()
     assert env._vec.pool.closed
-    with pytest.raises(ValueError, match="supports autoreset=False only"):
-        make_env("CartPole-v1", 3, backend="envpool", autoreset=True)
+
+
+def test_make_env_envpool_backend_autoreset_resets_the_finished_envs_by_id(monkeypatch):
+    """envpool resets a finished env on its next step: the adapter resets it at once with ``pool.reset(env_ids)``,
+    so one step returns the terminal and the fresh observations, and the next step acts on the fresh one."""
+    monkeypatch.setitem(sys.modules, "envpool", fakes_gym.fake_envpool_module())
+    env = make_env("CartPole-v1", 3, backend="envpool", seed=4, autoreset=True, max_episode_steps=5)
+    assert type(env) is GymEnvInf and env.writes_in_place()
+    env.reset()
+    pool = env._vec.pool
+    for t in range(5):
+        (nxt, _), (running, _) = env.step(act(torch.zeros(3, dtype=torch.int64)))
+    assert nxt["truncated"].all() and running["initial_state"].all() and pool.partial_resets == [[0, 1, 2]]
+    assert not torch.equal(nxt["frame"], running["frame"])
+    (nxt, _), _ = env.step(act(torch.zeros(3, dtype=torch.int64)))
+    # A real step from the fresh observation (no second reset by the pool): reward 1, and no flags.
+    assert nxt["reward"].tolist() == [1.0, 1.0, 1.0] and not nxt["done"].any() and pool.vec.n_resets == 6
 
 
 def test_make_env_argument_errors():
-    with pytest.raises(ValueError, match=r"backend must be one of \['torch', 'gymnasium', 'envpool'\], got 'jax'"):
+    backends = r"\['torch', 'gymnasium', 'envpool', 'ale', 'gymnax'\]"
+    with pytest.raises(ValueError, match=rf"backend must be one of {backends}, got 'jax'"):
         make_env("CartPole-v1", 2, backend="jax")
     with pytest.raises(ValueError, match="n_envs must be >= 1, got 0"):
         make_env("CartPole-v1", 0, backend="gymnasium")

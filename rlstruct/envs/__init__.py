@@ -1,4 +1,7 @@
-"""Environments: the VecEnv contract, gymnasium adapters, DeviceEnv and torch-native simulators."""
+"""Environments: the VecEnv contract, gymnasium adapters, DeviceEnv, torch-native simulators and JAX (gymnax) envs.
+
+The JAX envs import jax only when one is built, so importing this package never needs (or starts) jax.
+"""
 
 from rlstruct.envs._base import StepResult, VecEnv
 from rlstruct.envs._torch_env import TorchVecEnv
@@ -7,6 +10,7 @@ from rlstruct.envs.classic_control import Acrobot, CartPole, CartPoleNoVel, Moun
 from rlstruct.envs.device_env import DeviceEnv
 from rlstruct.envs.factory import make_env
 from rlstruct.envs.gym import GymEnv, GymEnvInf
+from rlstruct.envs.jax_env import GymnaxEnv, JaxVecEnv
 from rlstruct.envs.partial import CartPoleNoVelEnv, register_envs
 
 __all__ = [
@@ -22,6 +26,8 @@ __all__ = [
     "DeviceEnv",
     "GymEnv",
     "GymEnvInf",
+    "JaxVecEnv",
+    "GymnaxEnv",
     "make_env",
     "to_gymnasium",
     "to_gymnasium_env",

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import operator
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs._base import VecEnv
 from rlstruct.envs.device_env import DeviceEnv
-from rlstruct.envs.gym import GymEnv, GymEnvInf, _autoreset_mode
+from rlstruct.envs.gym import GymEnv, GymEnvInf, _autoreset_mode, resets_a_subset
 from rlstruct.errors import MissingDependencyError
 from rlstruct.seeding import check_seed, env_seeds
 
-__all__ = ["make_env", "TORCH_ENVS", "BACKENDS"]
+__all__ = ["make_env", "TORCH_ENVS", "BACKENDS", "ale_game"]
 
 #: gymnasium id -> class name in :mod:`rlstruct.envs.classic_control` (the torch simulators).
 TORCH_ENVS = {
@@ -25,7 +28,7 @@ TORCH_ENVS = {
     "MountainCar-v0": "MountainCar",
     "Pendulum-v1": "Pendulum",
 }
-BACKENDS = ("torch", "gymnasium", "envpool")
+BACKENDS = ("torch", "gymnasium", "envpool", "ale", "gymnax")
 
 
 def make_env(
@@ -37,6 +40,7 @@ def make_env(
     autoreset: bool = False,
     backend: str = "torch",
     max_episode_steps: int | None = None,
+    backend_kwargs: Mapping[str, Any] | None = None,
 ) -> VecEnv:
     """Builds ``n_envs`` envs of the gymnasium id ``name`` as one :class:`~rlstruct.envs.VecEnv`.
 
@@ -48,9 +52,23 @@ def make_env(
       ``gymnasium.make_vec(name, n_envs, vectorization_mode="vector_entry_point")`` when the id has a
       vector entry point that fits (any for episodic envs, ``SAME_STEP`` auto-reset for ``autoreset=True``),
       else over ``[gymnasium.make(name) for _ in range(n_envs)]``; wrapped in
-      :class:`~rlstruct.envs.DeviceEnv` when ``device`` is not the CPU.
-    * ``"envpool"``: :class:`~rlstruct.envs.GymEnv` over ``envpool.make_gymnasium`` (episodic only:
-      envpool resets a finished env on its next step), wrapped in DeviceEnv when ``device`` is not the CPU.
+      :class:`~rlstruct.envs.DeviceEnv` when ``device`` is not the CPU. ``ALE/...`` ids (``ALE/Pong-v5``) are
+      registered from ale-py first and built as a list of gymnasium's single-env ``AtariEnv`` (RGB frames, as
+      ``gymnasium.make`` gives them; ``backend="ale"`` is the fast, preprocessed way).
+    * ``"envpool"``: :class:`~rlstruct.envs.GymEnv` / :class:`~rlstruct.envs.GymEnvInf` over
+      ``envpool.make_gymnasium``. envpool resets a finished env on its next step (NEXT_STEP); with
+      ``autoreset=True`` the adapter resets the finished envs right after the step (``pool.reset(env_ids)``), so
+      that one step returns the terminal and the fresh observations. Wrapped in DeviceEnv off the CPU.
+    * ``"ale"``: :class:`~rlstruct.envs.GymEnv` / :class:`~rlstruct.envs.GymEnvInf` over ale-py's
+      ``AtariVectorEnv`` (its C++ thread pool steps the envs; Atari preprocessing: 84x84 grayscale, frameskip 4,
+      4 stacked frames: ``frame`` is uint8 ``[B, 4, 84, 84]``; rewards clipped to [-1, 1]). ``name`` is a ROM
+      (``"pong"``, ``"Pong"``, ``"ALE/Pong-v5"``, ``"ms_pacman"``); ``max_episode_steps`` counts agent steps
+      (each ``frameskip`` frames). Auto-reset as for envpool (``reset(options={"reset_mask": done})``); with
+      ``autoreset=True`` ``step_into`` copies ale-py's arrays straight into a batcher's buffer. The env seeds
+      of :func:`~rlstruct.seeding.env_seeds` go to ale-py one per env. Wrapped in DeviceEnv off the CPU.
+    * ``"gymnax"``: :class:`~rlstruct.envs.GymnaxEnv`, any gymnax id (``CartPole-v1``, ``Acrobot-v1``,
+      ``Breakout-MinAtar``, ...) stepped by JAX on the device matching ``device`` (``cpu``, ``cuda:k``), handed
+      to torch through DLPack (no DeviceEnv: the envs run where the observations are wanted).
 
     A module-level function of plain arguments, so it pickles: pass it (or a ``functools.partial`` of it)
     as a batcher's ``create_env``; each worker then calls it with its own ``seed``.
@@ -61,17 +79,21 @@ def make_env(
         device: where observations are returned.
         seed: an int in ``[0, 2**31)``; per-env seeds are derived from it (see :func:`~rlstruct.seeding.env_seeds`).
         autoreset: reset finished envs inside ``step`` (``GymEnvInf`` semantics).
-        backend: ``"torch"``, ``"gymnasium"`` or ``"envpool"``.
+        backend: one of :data:`BACKENDS`: ``"torch"``, ``"gymnasium"``, ``"envpool"``, ``"ale"``, ``"gymnax"``.
         max_episode_steps: episode length limit (truncation); ``None`` keeps the id's default.
+        backend_kwargs: extra keyword arguments for the backend's constructor: the torch simulator's class,
+            ``gymnasium.make``/``make_vec``, ``envpool.make_gymnasium``, ale-py's ``AtariVectorEnv`` (e.g.
+            ``num_threads``, ``stack_num``, ``repeat_action_probability``) or ``gymnax.make``.
 
     Returns:
         A VecEnv whose ``device`` is ``device``.
 
     Raises:
         SeedError: ``seed`` is not an int in ``[0, 2**31)`` (checked before any env is built, for every backend).
-        ValueError: an unknown backend, an id the torch backend does not simulate, ``n_envs < 1``, or
-            ``autoreset=True`` with envpool.
-        MissingDependencyError: ``backend="envpool"`` without envpool installed.
+        ValueError: an unknown backend, an id the backend does not know (torch, ale, gymnax), ``n_envs < 1``.
+        MissingDependencyError: the backend's package is not installed (envpool; ale-py for ``"ale"`` and
+            ``ALE/`` ids: ``pip install 'rlstruct[atari]'``; jax and gymnax for ``"gymnax"``:
+            ``pip install 'rlstruct[jax]'``).
 
     >>> env = make_env("CartPole-v1", 2, backend="gymnasium", seed=0)
     >>> obs, ids = env.reset()
@@ -85,18 +107,27 @@ def make_env(
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")
     seed = check_seed(seed)
     dev = check_device_exists(device)
+    kwargs = dict(backend_kwargs or {})
     if backend == "torch":
-        return _torch_env(name, n_envs, dev, seed, autoreset, max_episode_steps)
+        return _torch_env(name, n_envs, dev, seed, autoreset, max_episode_steps, kwargs)
+    if backend == "gymnax":
+        from rlstruct.envs.jax_env import GymnaxEnv
+
+        return GymnaxEnv(name, n_envs, seed=seed, device=dev, autoreset=autoreset,
+                         max_episode_steps=max_episode_steps, **kwargs)
     if backend == "gymnasium":
-        env: VecEnv = _gymnasium_env(name, n_envs, seed, autoreset, max_episode_steps)
+        env: VecEnv = _gymnasium_env(name, n_envs, seed, autoreset, max_episode_steps, kwargs)
+    elif backend == "ale":
+        env = _ale_env(name, n_envs, seed, autoreset, max_episode_steps, kwargs)
     else:
-        env = _envpool_env(name, n_envs, seed, autoreset, max_episode_steps)
+        env = _envpool_env(name, n_envs, seed, autoreset, max_episode_steps, kwargs)
     if dev.type != "cpu":
         env = DeviceEnv(env, "cpu", dev)
     return env
 
 
-def _torch_env(name: str, n_envs: int, device: torch.device, seed: int, autoreset: bool, max_episode_steps):
+def _torch_env(name: str, n_envs: int, device: torch.device, seed: int, autoreset: bool, max_episode_steps,
+               extra: dict[str, Any]):
     if name not in TORCH_ENVS:
         raise ValueError(
             f"the torch backend simulates {list(TORCH_ENVS)}, got {name!r}; "
@@ -106,28 +137,85 @@ def _torch_env(name: str, n_envs: int, device: torch.device, seed: int, autorese
     from rlstruct.envs import classic_control
 
     cls = getattr(classic_control, TORCH_ENVS[name])
-    kwargs: dict[str, Any] = {"device": device, "seed": seed, "autoreset": autoreset}
+    kwargs: dict[str, Any] = {"device": device, "seed": seed, "autoreset": autoreset, **extra}
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
     return cls(n_envs, **kwargs)
 
 
-def _gymnasium_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode_steps) -> GymEnv:
+def _gymnasium_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode_steps,
+                   extra: dict[str, Any]) -> GymEnv:
     cls = GymEnvInf if autoreset else GymEnv
-    kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-    if gym.spec(name).vector_entry_point is not None:
+    kwargs = dict(extra) if max_episode_steps is None else {**extra, "max_episode_steps": max_episode_steps}
+    ale = name.startswith("ALE/")
+    if ale:
+        gym.register_envs(_import_ale())
+    # ALE ids' vector entry point is ale-py's preprocessed AtariVectorEnv (other frames than gymnasium.make's):
+    # backend="ale" builds that one.
+    if not ale and gym.spec(name).vector_entry_point is not None:
         try:
             vec = gym.make_vec(name, n_envs, vectorization_mode="vector_entry_point", **kwargs)
         except gym.error.Error:
             vec = None
         if vec is not None:
-            if not autoreset or _autoreset_mode(vec) == gym.vector.AutoresetMode.SAME_STEP:
+            if not autoreset or _autoreset_mode(vec) == gym.vector.AutoresetMode.SAME_STEP or resets_a_subset(vec):
                 return cls(vec, seed)
             vec.close()
     return cls([gym.make(name, **kwargs) for _ in range(n_envs)], seed)
 
 
-def _envpool_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode_steps) -> GymEnv:
+def _import_ale():
+    try:
+        import ale_py
+    except ImportError as e:
+        raise MissingDependencyError(
+            "Atari envs need ale-py; install it with `pip install 'rlstruct[atari]'` (ale-py ships the ROMs), "
+            "or use another backend"
+        ) from e
+    return ale_py
+
+
+def ale_game(name: str) -> str:
+    """The ale-py ROM id of an Atari name: ``"ALE/Pong-v5"``, ``"Pong"``, ``"pong"`` -> ``"pong"``;
+    ``"ALE/MsPacman-v5"``, ``"MsPacman"`` -> ``"ms_pacman"``.
+
+    >>> ale_game("ALE/SpaceInvaders-v5"), ale_game("pong")
+    ('space_invaders', 'pong')
+    """
+    base = name[len("ALE/"):] if name.startswith("ALE/") else name
+    base = re.sub(r"-v\d+$", "", base)
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", base).lower()
+
+
+def _ale_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode_steps,
+             extra: dict[str, Any]) -> GymEnv:
+    ale_py = _import_ale()
+    from ale_py import roms
+    from ale_py.vector_env import AtariVectorEnv
+
+    game = ale_game(name)
+    if game not in roms.get_all_rom_ids():
+        raise ValueError(
+            f"name must be an Atari ROM that ale-py ships, got {name!r} (ROM {game!r}); pass e.g. 'ALE/Pong-v5', "
+            f"'Pong' or 'pong' (ale-py {ale_py.__version__} ships {len(roms.get_all_rom_ids())} ROMs: "
+            "ale_py.roms.get_all_rom_ids())"
+        )
+    kwargs = dict(extra)
+    if max_episode_steps is not None:
+        if max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+        # ale-py counts emulator frames; rlstruct counts agent steps of `frameskip` frames each.
+        kwargs["max_num_frames_per_episode"] = max_episode_steps * int(kwargs.get("frameskip", 4))
+    vec = AtariVectorEnv(game, n_envs, **kwargs)
+    try:
+        return (GymEnvInf(vec, seed) if autoreset else GymEnv(vec, seed))
+    except BaseException:
+        vec.close()
+        raise
+
+
+def _envpool_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode_steps,
+                 extra: dict[str, Any]) -> GymEnv:
     try:
         import envpool
     except ImportError as e:
@@ -135,23 +223,19 @@ def _envpool_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode
             "backend='envpool' needs envpool; install it with `pip install envpool`, "
             "or use backend='gymnasium' or backend='torch'"
         ) from e
-    if autoreset:
-        raise ValueError(
-            "backend='envpool' supports autoreset=False only: envpool resets a finished env on its next step, "
-            "so the fresh observation cannot come with the terminal one; use backend='gymnasium' or 'torch' "
-            "for auto-reset envs"
-        )
     # envpool seeds its envs from one int (a C int), derived by the rule of every other backend.
-    kwargs: dict[str, Any] = {"num_envs": n_envs, "seed": env_seeds(seed, 1)[0]}
+    kwargs: dict[str, Any] = {**extra, "num_envs": n_envs, "seed": env_seeds(seed, 1)[0]}
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
-    return GymEnv(_EnvPoolVector(envpool.make_gymnasium(name, **kwargs)), seed)
+    vec = _EnvPoolVector(envpool.make_gymnasium(name, **kwargs))
+    return GymEnvInf(vec, seed) if autoreset else GymEnv(vec, seed)
 
 
 class _EnvPoolVector:
-    """envpool's gymnasium API seen as a NEXT_STEP gymnasium vector env (seeded at construction)."""
+    """envpool's gymnasium API seen as a NEXT_STEP gymnasium vector env (seeded at construction) that resets a
+    subset of its envs with ``reset(options={"reset_mask": mask})`` (envpool's ``reset(env_ids)``)."""
 
-    metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP, "reset_mask": True}
     # envpool's arrays may be reused buffers: GymEnv copies them.
     copy = False
 
@@ -162,9 +246,14 @@ class _EnvPoolVector:
         self.single_observation_space = getattr(pool, "single_observation_space", pool.observation_space)
 
     def reset(self, *, seed: Any = None, options: dict | None = None):
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
         if options:
             raise ValueError("envpool envs take no reset options; pass an empty env_info")
-        return self.pool.reset()
+        if mask is None:
+            return self.pool.reset()
+        # envpool returns the observations of the envs it reset, in the order of env_ids.
+        return self.pool.reset(np.flatnonzero(mask).astype(np.int32))
 
     def step(self, action):
         return self.pool.step(action)

@@ -34,7 +34,7 @@ from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, 
 from rlstruct.seeding import check_seed, env_seeds
 from rlstruct.structures import DictTensor
 
-__all__ = ["GymEnv", "GymEnvInf", "env_seeds"]
+__all__ = ["GymEnv", "GymEnvInf", "env_seeds", "resets_a_subset"]
 
 _CPU = torch.device("cpu")
 _RESERVED_KEYS = ("reward", "done", "terminated", "truncated", "initial_state", "last_action")
@@ -216,14 +216,17 @@ class GymEnv(VecEnv):
     * a ``gymnasium.vector.VectorEnv``: ``step`` makes one vector ``step`` call and one
       ``torch.from_numpy`` per key, with no per-env Python loop. Its ``autoreset_mode`` metadata is read:
 
-      - ``SAME_STEP``: the terminal observation comes from ``infos["final_obs"]``. Needed for
-        ``autoreset=True``: build e.g. ``gym.make_vec(id, n, vectorization_mode="sync",
+      - ``SAME_STEP``: the terminal observation comes from ``infos["final_obs"]``, e.g.
+        ``gym.make_vec(id, n, vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})``.
-      - ``NEXT_STEP`` (gymnasium's default, e.g. ``gym.make_vec("CartPole-v1", n,
-        vectorization_mode="vector_entry_point")``): episodic only. A finished env keeps being stepped
-        with a valid dummy action (its reset happens inside the vector env) and its rows are never
-        shown. Auto-resetting over it is refused: such an env only resets on its next step, so the fresh
-        observation cannot be returned in the step that finished the episode.
+      - ``NEXT_STEP`` (gymnasium's default, ale-py's ``AtariVectorEnv``, envpool). Episodic: a finished env
+        keeps being stepped with a valid dummy action (its reset happens inside the vector env) and its rows
+        are never shown. Auto-reset: such an env would only reset on its next step, so right after a step in
+        which some envs finished, the adapter resets just those (``vec.reset(options={"reset_mask": done})``)
+        and the same ``step`` returns the terminal and the fresh observations. That needs a vector env that
+        resets a subset (gymnasium's Sync/AsyncVectorEnv, ale-py's AtariVectorEnv, envpool through
+        ``make_env``); one that cannot (e.g. ``gym.make_vec("CartPole-v1", n,
+        vectorization_mode="vector_entry_point")``) is refused with ``autoreset=True``.
       - ``DISABLED``: refused.
 
       Since a finished env keeps running inside a vector env, the episodes after the first ``reset()``
@@ -238,7 +241,8 @@ class GymEnv(VecEnv):
     Args:
         envs: a non-empty list of ``gymnasium.Env`` with equal spaces, or one ``gymnasium.vector.VectorEnv``.
         seed: an int in ``[0, 2**31)``; see :func:`~rlstruct.seeding.env_seeds` (a ``SyncVectorEnv`` or
-            ``AsyncVectorEnv`` gets the per-env list, any other vector env the first of them).
+            ``AsyncVectorEnv`` gets the per-env list, ale-py's ``AtariVectorEnv`` the same as an array, any other
+            vector env the first of them).
         autoreset: reset finished envs inside ``step``.
 
     Attributes:
@@ -323,17 +327,22 @@ class GymEnv(VecEnv):
                 "the vector env has autoreset_mode=DISABLED, which GymEnv cannot step past an episode end; "
                 "build it with vector_kwargs={'autoreset_mode': gymnasium.vector.AutoresetMode.SAME_STEP}"
             )
-        if self.autoreset and mode != AutoresetMode.SAME_STEP:
+        if self.autoreset and mode != AutoresetMode.SAME_STEP and not resets_a_subset(vec):
             raise ValueError(
                 f"GymEnvInf (autoreset=True) needs a vector env with autoreset_mode=SAME_STEP, got {mode.name} "
-                f"({type(vec).__name__}): with NEXT_STEP a finished env only resets on its next step, so the "
-                "fresh observation cannot be returned with the terminal one; build it with "
+                f"({type(vec).__name__}), which cannot reset a subset of its envs: with NEXT_STEP a finished env "
+                "only resets on its next step, so the fresh observation cannot be returned with the terminal one "
+                "unless the adapter resets it at once (reset(options={'reset_mask': mask}), as gymnasium's "
+                "Sync/AsyncVectorEnv, ale-py's AtariVectorEnv and envpool do); build it with "
                 "gymnasium.make_vec(id, n, vectorization_mode='sync', "
                 "vector_kwargs={'autoreset_mode': gymnasium.vector.AutoresetMode.SAME_STEP}), "
                 "or pass a list of envs, or use GymEnv (episodic)"
             )
         self._envs, self._vec = None, vec
         self._same_step = mode == AutoresetMode.SAME_STEP
+        # NEXT_STEP with auto-reset: the adapter resets the finished envs itself, right after the step that
+        # finished them, so that one step returns both observations (the vector env then has nothing to reset).
+        self._reset_finished = self.autoreset and mode == AutoresetMode.NEXT_STEP
         self._n = int(vec.num_envs)
         self.action_space = vec.single_action_space
         self.observation_space = vec.single_observation_space
@@ -341,6 +350,8 @@ class GymEnv(VecEnv):
         self._vec_copy = not getattr(vec, "copy", True)
         inner = getattr(vec, "unwrapped", vec)
         self._seed_list = isinstance(inner, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv))
+        # ale-py's AtariVectorEnv takes one seed per env as an array (an int seeds them with consecutive values).
+        self._seed_array = _is_ale_vector(inner)
         self._act_buf: np.ndarray | None = None
 
     # ---------------------------------------------------------------- VecEnv
@@ -375,8 +386,13 @@ class GymEnv(VecEnv):
         options = self._options_from(env_info)
         seeds = env_seeds(self._seed, self._n) if self._seeds_pending else None
         if self._vec is not None:
-            # Sync/AsyncVectorEnv seed env k with seed[k]; other vector envs take one int.
-            vseed = seeds if seeds is None or self._seed_list else seeds[0]
+            # Sync/AsyncVectorEnv seed env k with seed[k], AtariVectorEnv with an array; others take one int.
+            if seeds is None or self._seed_list:
+                vseed: Any = seeds
+            elif self._seed_array:
+                vseed = np.asarray(seeds, dtype=np.int64)
+            else:
+                vseed = seeds[0]
             obs, _ = self._vec.reset(seed=vseed, options=options[0])
             fields = _split(self._fields, obs)
             if self._vec_copy:
@@ -482,17 +498,17 @@ class GymEnv(VecEnv):
         return (obs_next, ids), (DictTensor._trusted(v), ids)
 
     def writes_in_place(self) -> bool:
-        """True over a list of envs with ``autoreset=True``: :meth:`step_into` writes each env's results straight
-        into the destination arrays."""
-        return self._vec is None and self.autoreset
+        """True with ``autoreset=True``: :meth:`step_into` writes each env's results (over a list) or the vector
+        env's arrays straight into the destination arrays."""
+        return self.autoreset
 
     def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
         """:meth:`step`, writing both observations into the given CPU tensors (see
         :meth:`VecEnv.step_into <rlstruct.envs.VecEnv.step_into>`).
 
-        Over a list of envs with ``autoreset=True``, the results of the ``env.step`` calls are converted straight
-        into the destinations (no intermediate arrays, no DictTensor per step); otherwise :meth:`step` runs and
-        its observations are copied.
+        With ``autoreset=True``, the results of the ``env.step`` calls (over a list) or the arrays the vector env
+        returns are converted straight into the destinations (no DictTensor per step, no copy of one); an episodic
+        env refuses (see :meth:`VecEnv.step_into <rlstruct.envs.VecEnv.step_into>`).
         """
         if not self.writes_in_place():
             return super().step_into(action, observation_next, observation_running)
@@ -500,6 +516,9 @@ class GymEnv(VecEnv):
         _, a_np = self._action.check(action["action"], self._n)
         nxt, run = self._dest(observation_next, "observation_next"), self._dest(observation_running,
                                                                                 "observation_running")
+        if self._vec is not None:
+            self._step_into_vector(a_np, nxt, run)
+            return
         envs = self._envs
         observations, rewards, terms, truncs, _ = zip(*map(_step_one, envs, a_np))
         for f in self._fields:
@@ -526,6 +545,47 @@ class GymEnv(VecEnv):
                 _fill(run[f.key], fresh, f, rows)
             run["reward"][rows] = 0.0
             run["last_action"][rows] = 0
+
+    def _step_into_vector(self, a_np: np.ndarray, nxt: dict[str, np.ndarray], run: dict[str, np.ndarray]) -> None:
+        obs, reward, term, trunc, infos = self._vec.step(a_np)
+        for f in self._fields:
+            arr = obs if f.entry is None else obs[f.entry]
+            np.copyto(nxt[f.key], arr, casting="unsafe")
+            np.copyto(run[f.key], arr, casting="unsafe")
+        done = nxt["done"]
+        np.copyto(nxt["reward"], reward, casting="unsafe")
+        np.copyto(nxt["terminated"], term, casting="unsafe")
+        np.copyto(nxt["truncated"], trunc, casting="unsafe")
+        np.logical_or(nxt["terminated"], nxt["truncated"], out=done)
+        nxt["initial_state"][...] = False
+        nxt["last_action"][...] = a_np
+        run["reward"][...] = nxt["reward"]
+        run["done"][...] = False
+        run["terminated"][...] = False
+        run["truncated"][...] = False
+        run["initial_state"][...] = done
+        run["last_action"][...] = a_np
+        if not done.any():
+            return
+        rows = np.flatnonzero(done)
+        if self._same_step:
+            final = _stack(self._fields, list(infos["final_obs"][rows]))
+            for k, arr in final.items():
+                nxt[k][rows] = arr
+        else:
+            for k, arr in self._reset_rows(done).items():
+                run[k][rows] = arr
+        run["reward"][rows] = 0.0
+        run["last_action"][rows] = 0
+
+    def _reset_rows(self, done: np.ndarray) -> dict[str, np.ndarray]:
+        """Resets the finished envs of a NEXT_STEP vector env (``done``: bool ``[n_envs]``); returns their fresh
+        observations (``[done.sum(), ...]`` per field)."""
+        obs, _ = self._vec.reset(options={"reset_mask": done.copy()})
+        fields = _split(self._fields, obs)
+        rows = int(done.sum())
+        # A vector env returns every env's observation (gymnasium, ale-py) or the reset ones only (envpool).
+        return {k: v[done] if len(v) != rows else v for k, v in fields.items()}
 
     def _step_list(self, a_np: np.ndarray, running: np.ndarray):
         # The only per-env Python is the env.step call itself: the results are unzipped and stacked by C loops.
@@ -572,6 +632,13 @@ class GymEnv(VecEnv):
             fields = {k: v[running] for k, v in fields.items()}
             reward, term, trunc = reward[running], term[running], trunc[running]
         done = term | trunc
+        if self._reset_finished and done.any():
+            fresh = {}
+            for k, arr in self._reset_rows(done).items():
+                f = fields[k].copy()
+                f[done] = arr
+                fresh[k] = f
+            return fields, reward, term, trunc, done, fresh
         if not (self._same_step and done.any()):
             return fields, reward, term, trunc, done, None
         # SAME_STEP: the vector env already holds the reset observation; the terminal one is in the infos.
@@ -632,7 +699,7 @@ class GymEnvInf(GymEnv):
 
     Args:
         envs: a list of ``gymnasium.Env``, or a ``gymnasium.vector.VectorEnv`` with
-            ``autoreset_mode=SAME_STEP``.
+            ``autoreset_mode=SAME_STEP``, or ``NEXT_STEP`` if it resets a subset of its envs (see :class:`GymEnv`).
         seed: an int in ``[0, 2**31)`` (see :func:`~rlstruct.seeding.env_seeds`).
 
     >>> import gymnasium as gym
@@ -646,6 +713,23 @@ class GymEnvInf(GymEnv):
 
     def __init__(self, envs: Sequence[gym.Env] | gym.vector.VectorEnv, seed: int):
         super().__init__(envs, seed, autoreset=True)
+
+
+def _is_ale_vector(vec: Any) -> bool:
+    # Checked by module name, so that ale-py is never imported for it.
+    return type(vec).__name__ == "AtariVectorEnv" and type(vec).__module__.startswith("ale_py")
+
+
+def resets_a_subset(vec: Any) -> bool:
+    """Whether the vector env ``vec`` resets a subset of its envs with ``vec.reset(options={"reset_mask": mask})``
+    (``mask``: bool ``[num_envs]``), returning the observations of every env or of the reset ones, and then steps
+    them normally (no pending auto-reset): gymnasium's ``SyncVectorEnv``/``AsyncVectorEnv``, ale-py's
+    ``AtariVectorEnv``, and any vector env whose ``metadata`` says ``"reset_mask": True`` (rlstruct's envpool
+    wrapper)."""
+    if getattr(vec, "metadata", {}).get("reset_mask") is True:
+        return True
+    inner = getattr(vec, "unwrapped", vec)
+    return isinstance(inner, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)) or _is_ale_vector(inner)
 
 
 def _is_vector_env(envs: Any) -> bool:

@@ -1,0 +1,578 @@
+"""VecEnvs over pure JAX simulators (gymnax), stepped on a JAX device and handed to torch through DLPack.
+
+A JAX env is a pair of pure single-env functions over an explicit state (gymnax's split):
+``reset(key) -> (observation, state)`` and ``step(key, state, action) -> (observation, state, reward, terminated,
+truncated)``. :class:`JaxVecEnv` vmaps them over ``n_envs`` and jits the whole rlstruct step, the env step and the
+auto-reset select together, so that a step is one dispatch; observations, rewards and flags come back to torch
+with ``torch.from_dlpack`` on the same device (no host copy on a GPU; on the CPU torch views JAX's buffers), and
+actions go to JAX the same way (``jax.dlpack.from_dlpack``).
+
+Memory: JAX preallocates most of a GPU's memory when its GPU backend starts, which would starve torch on a shared
+GPU. Unless the user already set it, rlstruct sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` before it first imports
+``jax`` (which it does only when a JAX env is built); set it yourself before importing jax if your code imports jax
+first.
+
+Dtypes: JAX computes in 32 bits (``jax_enable_x64`` off), so actions are handed over as int32 (Discrete) or float32
+(Box) and ``last_action`` comes back as int64 / float32, as for every rlstruct env. A bool observation (e.g.
+gymnax versions whose MinAtar frames are bool ``[10, 10, C]``) is handed over as uint8 (0/1) and its space says so.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rlstruct.devices import DeviceLike, check_device_exists
+from rlstruct.envs._base import StepResult, VecEnv
+from rlstruct.errors import (
+    BatchSizeError,
+    DeviceMismatchError,
+    DeviceUnavailableError,
+    EnvStateError,
+    MissingDependencyError,
+    SpaceError,
+)
+from rlstruct.seeding import check_seed, env_seeds
+from rlstruct.structures import DictTensor
+
+__all__ = ["JaxVecEnv", "GymnaxEnv", "jax_device"]
+
+# (cache_key, autoreset, frame dtype) -> the jitted (reset, step) shared by envs built with that key.
+_COMPILED: dict[Any, tuple[Callable, Callable]] = {}
+_INT_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})
+_FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
+def _import_jax():
+    """``jax``, imported with GPU preallocation off unless the user chose otherwise (see the module docstring)."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        import jax
+        import jax.dlpack  # noqa: F401  (a submodule jax does not always import)
+    except ImportError as e:
+        raise MissingDependencyError(
+            "JAX envs need jax; install them with `pip install 'rlstruct[jax]'` (jax and gymnax)"
+        ) from e
+    return jax
+
+
+def jax_device(device: DeviceLike) -> Any:
+    """The JAX device of a torch device: ``cpu`` -> JAX's CPU device, ``cuda:k`` -> JAX's GPU ``k``.
+
+    Raises:
+        DeviceUnavailableError: JAX has no such device (e.g. a CPU-only jaxlib asked for ``cuda:0``).
+        MissingDependencyError: jax is not installed.
+
+    >>> jax_device("cpu").platform
+    'cpu'
+    """
+    dev = check_device_exists(device)
+    jax = _import_jax()
+    if dev.type == "cpu":
+        return jax.devices("cpu")[0]
+    if dev.type != "cuda":
+        raise DeviceUnavailableError(f"device must be cpu or cuda:k for a JAX env, got {dev}; pass 'cpu' or 'cuda:0'")
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError as e:
+        raise DeviceUnavailableError(
+            f"device {dev} needs JAX's GPU backend, which this jaxlib lacks ({e}); install jax with CUDA "
+            "(`pip install 'jax[cuda12]'`) or pass device='cpu'"
+        ) from None
+    index = dev.index or 0
+    if index >= len(gpus):
+        raise DeviceUnavailableError(f"device {dev} does not exist for JAX ({len(gpus)} GPUs); pass cuda:0..")
+    return gpus[index]
+
+
+def _gymnasium_space(space: Any, what: str) -> gym.Space:
+    """A gymnax (or any duck-typed) Box/Discrete space as a gymnasium space; bool Boxes become uint8 ``{0, 1}``."""
+    kind = type(space).__name__
+    if kind == "Discrete" and what == "action_space":
+        return spaces.Discrete(int(space.n))
+    if kind == "Box":
+        shape = tuple(int(s) for s in space.shape)
+        dtype = np.dtype(space.dtype)
+        if dtype == np.bool_:
+            return spaces.Box(0, 1, shape, np.uint8)
+        low = np.broadcast_to(np.asarray(space.low, dtype=np.float64), shape)
+        high = np.broadcast_to(np.asarray(space.high, dtype=np.float64), shape)
+        if np.issubdtype(dtype, np.integer):
+            info = np.iinfo(dtype)
+            low, high = np.clip(low, info.min, info.max), np.clip(high, info.min, info.max)
+        return spaces.Box(low.astype(dtype), high.astype(dtype), shape, dtype)
+    allowed = "Discrete or Box" if what == "action_space" else "Box"
+    raise SpaceError(
+        f"{what} must be a {allowed} space, got {kind} ({space}); wrap the JAX env so that it exposes a {allowed} "
+        "space (flatten Dict/Tuple observations into one array)"
+    )
+
+
+class JaxVecEnv(VecEnv):
+    """``n_envs`` copies of a pure JAX env as an rlstruct :class:`~rlstruct.envs.VecEnv` on a torch device.
+
+    The env is given as two pure single-env functions (vmapped and jitted here):
+
+    * ``reset_fn(key) -> (observation, state)``;
+    * ``step_fn(key, state, action) -> (observation, state, reward, terminated, truncated)``.
+
+    Each step is one jitted call: the vmapped ``step_fn``, then (auto-reset) the vmapped ``reset_fn`` and a select
+    that keeps the terminal observation in ``observation_next`` and puts the fresh one in ``observation_running``;
+    or (episodic) a select that freezes the envs that are not running. Env ``k`` draws from its own key, derived
+    from :func:`~rlstruct.seeding.env_seeds` (``jax.random.PRNGKey(env_seeds(seed, n_envs)[k])``) and split at
+    every step and reset, so ``reset()`` twice starts new episodes.
+
+    Outputs are views of JAX's output buffers (``torch.from_dlpack``): a step's observations are never overwritten
+    by a later step. ``get_state()`` returns the env's state pytree (``{"env": state, "key": keys, "running": bool
+    [n_envs]}``, JAX arrays on the env's JAX device, immutable, so no copy) and ``set_state`` takes one back.
+
+    Args:
+        reset_fn: the single-env reset.
+        step_fn: the single-env step.
+        observation_space: the single-env gymnasium observation space (a Box; uint8 for bool observations).
+        action_space: the single-env gymnasium action space (Discrete or Box).
+        n_envs: the number of envs (>= 1).
+        seed: an int in ``[0, 2**31)``.
+        device: the torch device; the JAX device that matches it steps the envs (see :func:`jax_device`).
+        autoreset: reset finished envs inside ``step``.
+        cache_key: a hashable key that names ``(reset_fn, step_fn)`` (e.g. the env id and its settings): envs built
+            with the same key share their jitted functions, so a second env of the same kind and size does not
+            compile again. ``None``: no sharing.
+
+    Attributes:
+        device: the torch device of observations and ids.
+        jax_device: the JAX device the envs step on.
+
+    Raises:
+        SeedError: ``seed`` is not an int in ``[0, 2**31)``.
+        SpaceError: a space is not supported.
+        DeviceUnavailableError: JAX has no device matching ``device``.
+
+    Shapes, for ``B`` rows: ``frame: [B, *observation_space.shape]``; ``reward: float32 [B]``;
+    ``done, terminated, truncated, initial_state: bool [B]``; ``last_action: int64 [B]`` (Discrete) or
+    ``float32 [B, *shape]`` (Box); ids ``int64 [B]``.
+    """
+
+    def __init__(
+        self,
+        reset_fn: Callable,
+        step_fn: Callable,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        n_envs: int,
+        *,
+        seed: int = 0,
+        device: DeviceLike = "cpu",
+        autoreset: bool = False,
+        cache_key: Any = None,
+    ):
+        self._seed = check_seed(seed)
+        if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1:
+            raise ValueError(f"n_envs must be an int >= 1, got {n_envs!r}")
+        self._n = int(n_envs)
+        self.device = check_device_exists(device)
+        self.autoreset = bool(autoreset)
+        if not isinstance(observation_space, spaces.Box):
+            raise SpaceError(
+                f"observation_space must be a Box space, got {observation_space}; flatten the observation into one "
+                "array"
+            )
+        if isinstance(action_space, spaces.Discrete):
+            if int(action_space.start) != 0:
+                raise SpaceError(f"a Discrete action_space must start at 0, got {action_space}; shift the actions")
+            self._action_shape: tuple[int, ...] = ()
+            self._integer_action, self._action_dtype, self._jax_action_dtype = True, torch.int64, torch.int32
+        elif isinstance(action_space, spaces.Box):
+            self._action_shape = tuple(action_space.shape)
+            self._integer_action, self._action_dtype, self._jax_action_dtype = False, torch.float32, torch.float32
+        else:
+            raise SpaceError(
+                f"action_space must be Discrete or Box, got {action_space}; wrap the env so that it exposes one of "
+                "these"
+            )
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self._jax = _import_jax()
+        self.jax_device = jax_device(self.device)
+        self._reset_fn, self._step_fn = reset_fn, step_fn
+        self._frame_dtype = np.dtype(observation_space.dtype)
+        self._all_ids = torch.arange(self._n, device=self.device)
+        kind = "an integer dtype" if self._integer_action else "a floating dtype"
+        shape = "".join(", " + str(s) for s in self._action_shape)
+        self._expected = f"shape [B{shape}] and {kind} (cast to {self._action_dtype})"
+        self._keys = self._jax.device_put(self._initial_keys(), self.jax_device)
+        self._state: Any = None
+        self._running = None  # bool [n_envs] on the JAX device
+        self._ids = self._all_ids
+        self._started = False
+        self._closed = False
+        compiled_key = None if cache_key is None else (cache_key, self.autoreset, self._frame_dtype.str)
+        compiled = _COMPILED.get(compiled_key) if compiled_key is not None else None
+        if compiled is None:
+            compiled = self._build()
+            if compiled_key is not None:
+                _COMPILED[compiled_key] = compiled
+        self._jit_reset, self._jit_step = compiled
+
+    def _initial_keys(self):
+        jax = self._jax
+        seeds = np.asarray(env_seeds(self._seed, self._n), dtype=np.uint32)
+        return jax.vmap(jax.random.PRNGKey)(jax.numpy.asarray(seeds))
+
+    # ---------------------------------------------------------------- the jitted functions
+    def _build(self) -> tuple[Callable, Callable]:
+        jax = self._jax
+        jnp = jax.numpy
+        vreset = jax.vmap(self._reset_fn)
+        vstep = jax.vmap(self._step_fn)
+        frame_dtype = self._frame_dtype
+
+        def split(keys):
+            k = jax.vmap(lambda key: jax.random.split(key, 3))(keys)
+            return k[:, 0], k[:, 1], k[:, 2]
+
+        def rows(mask, x):
+            # A [n] mask broadcast over x's trailing dims.
+            return mask.reshape(mask.shape + (1,) * (x.ndim - 1))
+
+        def select(mask, a, b):
+            return jax.tree.map(lambda u, v: jnp.where(rows(mask, u), u, v), a, b)
+
+        def reset(keys):
+            keys, k_reset, _ = split(keys)
+            obs, state = vreset(k_reset)
+            return keys, state, jnp.asarray(obs).astype(frame_dtype)
+
+        def step_autoreset(keys, state, action):
+            keys, k_step, k_reset = split(keys)
+            obs, state_next, reward, term, trunc = vstep(k_step, state, action)
+            term, trunc = jnp.asarray(term, bool), jnp.asarray(trunc, bool)
+            done = term | trunc
+            obs_fresh, state_fresh = vreset(k_reset)
+            state = select(done, state_fresh, state_next)
+            obs = jnp.asarray(obs).astype(frame_dtype)
+            obs_running = jnp.where(rows(done, obs), jnp.asarray(obs_fresh).astype(frame_dtype), obs)
+            reward = jnp.asarray(reward, jnp.float32)
+            no = jnp.zeros_like(done)
+            flags = jnp.stack([done, term, trunc, no, no, no, no, done])
+            last = jnp.stack([action, jnp.where(rows(done, action), jnp.zeros_like(action), action)])
+            rewards = jnp.stack([reward, jnp.where(done, 0.0, reward)])
+            return keys, state, jnp.stack([obs, obs_running]), rewards, flags, last
+
+        def step_episodic(keys, state, running, action):
+            keys, k_step, _ = split(keys)
+            obs, state_next, reward, term, trunc = vstep(k_step, state, action)
+            term, trunc = jnp.asarray(term, bool), jnp.asarray(trunc, bool)
+            done = term | trunc
+            # Envs that finished earlier are frozen: their rows are never shown until the next reset.
+            state = select(running, state_next, state)
+            flags = jnp.stack([done, term, trunc, jnp.zeros_like(done)])
+            obs = jnp.asarray(obs).astype(frame_dtype)
+            return keys, state, running & ~done, obs, jnp.asarray(reward, jnp.float32), flags, action
+
+        return jax.jit(reset), jax.jit(step_autoreset if self.autoreset else step_episodic)
+
+    # ---------------------------------------------------------------- VecEnv
+    def n_envs(self) -> int:
+        """The number of environments."""
+        return self._n
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n_envs={self._n}, autoreset={self.autoreset}, device={self.device})"
+
+    def _to_torch(self, x) -> torch.Tensor:
+        return torch.from_dlpack(x)
+
+    def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
+        """Restarts every env (each with a key split from its own, so every reset starts new episodes).
+
+        Args:
+            env_info: ``None`` or an empty DictTensor (JAX envs take no per-env reset options).
+
+        Returns:
+            ``(observation [n_envs], arange(n_envs))`` with ``initial_state=True``, ``done=False``, ``reward=0``.
+
+        Raises:
+            BatchSizeError: ``env_info`` does not have ``n_envs`` rows.
+            DeviceMismatchError: ``env_info`` is not on the CPU.
+            ValueError: a non-empty ``env_info``.
+            EnvStateError: the env is closed.
+        """
+        self._check_open()
+        self._check_env_info(env_info)
+        jnp = self._jax.numpy
+        self._keys, self._state, frame = self._jit_reset(self._keys)
+        self._running = self._jax.device_put(jnp.ones(self._n, bool), self.jax_device)
+        self._ids = self._all_ids
+        self._started = True
+        n, dev = self._n, self.device
+        flags = torch.zeros((4, n), dtype=torch.bool, device=dev)
+        obs = DictTensor._trusted({
+            "frame": self._to_torch(frame),
+            "reward": torch.zeros(n, device=dev),
+            "done": flags[0],
+            "terminated": flags[1],
+            "truncated": flags[2],
+            "initial_state": ~flags[3],
+            "last_action": torch.zeros((n,) + self._action_shape, dtype=self._action_dtype, device=dev),
+        })
+        return obs, self._all_ids
+
+    def _check_env_info(self, env_info: DictTensor | None) -> None:
+        if env_info is None:
+            return
+        if not isinstance(env_info, DictTensor):
+            raise TypeError(f"env_info must be a DictTensor or None, got {type(env_info).__name__}")
+        if env_info.empty():
+            return
+        if env_info.n_elems() != self._n:
+            raise BatchSizeError(
+                f"env_info must have n_envs={self._n} rows (row i parametrises env i), got {env_info.n_elems()}; "
+                "build one row per env, or pass an empty DictTensor"
+            )
+        if env_info.device() != torch.device("cpu"):
+            raise DeviceMismatchError(f"env_info must be on cpu, got {env_info.device()}; build env_info on the CPU")
+        raise ValueError(
+            f"env_info must be empty for a JAX env (its reset takes no options), got the keys {list(env_info.keys())}; "
+            "set per-env parameters in the JAX env's params instead"
+        )
+
+    def _check_action(self, action: DictTensor, n_rows: int) -> torch.Tensor:
+        a = action["action"]
+        if not isinstance(a, torch.Tensor):
+            raise SpaceError(f"action['action'] must be a torch.Tensor, got {type(a).__name__}")
+        if a.device != self.device:
+            raise DeviceMismatchError(
+                f"action['action'] must be on {self.device} (the env's device), got {a.device}; move it with "
+                f".to({str(self.device)!r}) or wrap the env in DeviceEnv"
+            )
+        shape = tuple(a.shape)
+        if len(shape) == 1 and self._action_shape == (1,):
+            a, shape = a.unsqueeze(1), (shape[0], 1)
+        if len(shape) == 0 or shape[1:] != self._action_shape:
+            raise SpaceError(
+                f"action['action'] must have {self._expected}, got shape {list(shape)}; "
+                "give one action per running env with the action space's shape"
+            )
+        if a.dtype not in (_INT_DTYPES if self._integer_action else _FLOAT_DTYPES):
+            raise SpaceError(
+                f"action['action'] must have {self._expected}, got dtype {a.dtype}; "
+                f"convert it with .to({self._action_dtype})"
+            )
+        if shape[0] != n_rows:
+            raise BatchSizeError(
+                f"action['action'] must have one row per running env ({n_rows}), got {shape[0]}; "
+                "act on the observation_running returned by the last reset/step, in the order of its ids"
+            )
+        # A fresh contiguous tensor of JAX's dtype: JAX reads it without a copy, and never aliases the agent's.
+        return a.detach().to(self._jax_action_dtype, memory_format=torch.contiguous_format, copy=True)
+
+    def step(self, action: DictTensor) -> StepResult:
+        """Steps the running envs with ``action["action"]`` (one row per running env, in ids order).
+
+        Args:
+            action: ``action``: int ``[B]`` (Discrete) or float ``[B, *shape]`` (Box; ``[B]`` for a Box of shape
+                ``(1,)``), on :attr:`device`.
+
+        Returns:
+            ``((observation_next [B], ids [B]), (observation_running [B'], ids_running [B']))``
+            (see :class:`~rlstruct.envs.VecEnv`).
+
+        Raises:
+            SpaceError: ``action["action"]`` has the wrong shape or dtype kind.
+            BatchSizeError: it does not have one row per running env.
+            DeviceMismatchError: it is not on :attr:`device`.
+            EnvStateError: ``reset`` was never called, the env is closed, or every episodic env has finished.
+        """
+        self._check_steppable("step")
+        ids = self._ids
+        n_running = ids.shape[0]
+        if n_running == 0:
+            raise EnvStateError(
+                f"every one of the {self._n} episodic envs has finished; call env.reset() before stepping again "
+                "(or build the env with autoreset=True)"
+            )
+        a = self._check_action(action, n_running)
+        to_jax, to_torch = self._jax.dlpack.from_dlpack, self._to_torch
+        if self.autoreset:
+            self._keys, self._state, frames, rewards, flags, last = self._jit_step(self._keys, self._state, to_jax(a))
+            frames, rewards, flags = to_torch(frames), to_torch(rewards), to_torch(flags)
+            last = to_torch(last).to(self._action_dtype)
+            nxt = DictTensor._trusted({
+                "frame": frames[0], "reward": rewards[0], "done": flags[0], "terminated": flags[1],
+                "truncated": flags[2], "initial_state": flags[3], "last_action": last[0],
+            })
+            running = DictTensor._trusted({
+                "frame": frames[1], "reward": rewards[1], "done": flags[4], "terminated": flags[5],
+                "truncated": flags[6], "initial_state": flags[7], "last_action": last[1],
+            })
+            return (nxt, ids), (running, ids)
+        if n_running < self._n:
+            full = torch.zeros((self._n,) + self._action_shape, dtype=a.dtype, device=self.device)
+            a = full.index_copy_(0, ids, a)
+        self._keys, self._state, self._running, frame, reward, flags, last = self._jit_step(
+            self._keys, self._state, self._running, to_jax(a)
+        )
+        frame, reward, flags = to_torch(frame), to_torch(reward), to_torch(flags)
+        last = to_torch(last).to(self._action_dtype)
+        values = {"frame": frame, "reward": reward, "done": flags[0], "terminated": flags[1], "truncated": flags[2],
+                  "initial_state": flags[3], "last_action": last}
+        if n_running < self._n:
+            values = {k: v.index_select(0, ids) for k, v in values.items()}
+        nxt = DictTensor._trusted(values)
+        keep = (~nxt["done"]).nonzero().squeeze(1)
+        self._ids = ids.index_select(0, keep)
+        return (nxt, ids), (nxt.index(keep), self._ids)
+
+    # ---------------------------------------------------------------- state
+    def get_state(self) -> dict[str, Any]:
+        """The env's state pytree: ``{"env": the vmapped env state, "key": the per-env keys, "running": bool
+        [n_envs]}`` (JAX arrays on :attr:`jax_device`; immutable, so not copied).
+
+        Raises:
+            EnvStateError: ``reset`` was never called, or the env is closed.
+        """
+        self._check_steppable("get_state")
+        return {"env": self._state, "key": self._keys, "running": self._running}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Continues from a state of :meth:`get_state` (of this env or another of the same env and size).
+
+        Raises:
+            TypeError: ``state`` is not a dict with the keys ``env``, ``key`` and ``running``.
+            SpaceError: ``running`` is not bool ``[n_envs]``, or not all true for an auto-reset env.
+            EnvStateError: the env is closed.
+        """
+        self._check_open()
+        if not isinstance(state, dict) or set(state) != {"env", "key", "running"}:
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise TypeError(f"state must be a dict with the keys env, key, running (get_state()'s), got {got}")
+        jax = self._jax
+        running = np.asarray(state["running"])
+        if running.shape != (self._n,) or running.dtype != np.bool_:
+            raise SpaceError(
+                f"state['running'] must be bool [{self._n}], got {running.dtype} {list(running.shape)}; "
+                "pass a state from get_state() of an env with as many envs"
+            )
+        if self.autoreset and not running.all():
+            raise SpaceError("state['running'] must be all true for an auto-reset env; pass an auto-reset env's state")
+        self._state = jax.device_put(state["env"], self.jax_device)
+        self._keys = jax.device_put(state["key"], self.jax_device)
+        self._running = jax.device_put(state["running"], self.jax_device)
+        self._ids = torch.from_numpy(np.flatnonzero(running)).to(self.device)
+        self._started = True
+
+    # ---------------------------------------------------------------- lifecycle
+    def _check_steppable(self, method: str) -> None:
+        self._check_open()
+        if not self._started:
+            raise EnvStateError(f"{type(self).__name__}.{method} was called before reset(); call env.reset() first")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EnvStateError(f"{type(self).__name__} is closed; build a new one")
+
+    def close(self) -> None:
+        """Drops the env's JAX state (its device buffers); idempotent."""
+        self._closed = True
+        self._state = self._keys = self._running = None
+
+
+class GymnaxEnv(JaxVecEnv):
+    """``n_envs`` gymnax envs (``gymnax.make(name)``: ``CartPole-v1``, ``Acrobot-v1``, ``Breakout-MinAtar``, ...)
+    as a :class:`JaxVecEnv`.
+
+    gymnax's ``step_env`` gives the natural termination; truncation is gymnax's time limit
+    (``env.is_truncated(state, params)``: ``state.time >= params.max_steps_in_episode``), reported as
+    ``truncated`` (both flags may be set when an episode ends naturally at the limit, as with gymnasium's
+    ``TimeLimit``).
+
+    Args:
+        env: a gymnax id, or a gymnax ``Environment``.
+        n_envs: the number of envs.
+        params: the env's params (default: ``env.default_params``, or those ``gymnax.make`` returns).
+        seed: an int in ``[0, 2**31)``.
+        device: the torch device (JAX steps on the matching device).
+        autoreset: reset finished envs inside ``step``.
+        max_episode_steps: overrides ``params.max_steps_in_episode``.
+        **make_kwargs: passed to ``gymnax.make`` when ``env`` is an id.
+
+    Raises:
+        MissingDependencyError: gymnax (or jax) is not installed.
+        ValueError: an id gymnax does not know.
+        SpaceError: an unsupported observation or action space.
+
+    >>> env = GymnaxEnv("CartPole-v1", 3, seed=0, autoreset=True)
+    >>> obs, ids = env.reset()
+    >>> obs["frame"].shape, obs["frame"].dtype, ids.tolist()
+    (torch.Size([3, 4]), torch.float32, [0, 1, 2])
+    >>> (obs_next, _), (obs, ids) = env.step(DictTensor({"action": torch.ones(3, dtype=torch.int64)}))
+    >>> obs_next["reward"].tolist(), obs_next["last_action"].dtype
+    ([1.0, 1.0, 1.0], torch.int64)
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        n_envs: int,
+        *,
+        params: Any = None,
+        seed: int = 0,
+        device: DeviceLike = "cpu",
+        autoreset: bool = False,
+        max_episode_steps: int | None = None,
+        **make_kwargs: Any,
+    ):
+        check_seed(seed)
+        _import_jax()
+        try:
+            import gymnax
+        except ImportError as e:
+            raise MissingDependencyError(
+                "backend='gymnax' needs gymnax; install it with `pip install 'rlstruct[jax]'`"
+            ) from e
+        cache_key = None
+        if isinstance(env, str) and params is None:
+            cache_key = ("gymnax", env, max_episode_steps, tuple(sorted(make_kwargs.items())))
+            try:
+                hash(cache_key)
+            except TypeError:
+                cache_key = None
+        if isinstance(env, str):
+            if env not in gymnax.registered_envs:
+                raise ValueError(
+                    f"env must be a gymnax id, got {env!r}; gymnax knows {list(gymnax.registered_envs)}"
+                )
+            env, made_params = gymnax.make(env, **make_kwargs)
+            params = made_params if params is None else params
+        elif params is None:
+            params = env.default_params
+        if max_episode_steps is not None:
+            if max_episode_steps < 1:
+                raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+            params = params.replace(max_steps_in_episode=int(max_episode_steps))
+        self.gymnax_env, self.params = env, params
+        observation_space = _gymnasium_space(env.observation_space(params), "observation_space")
+        action_space = _gymnasium_space(env.action_space(params), "action_space")
+
+        def reset_fn(key):
+            return env.reset_env(key, params)
+
+        def step_fn(key, state, action):
+            obs, state, reward, terminated, _ = env.step_env(key, state, action, params)
+            return obs, state, reward, terminated, env.is_truncated(state, params)
+
+        super().__init__(
+            reset_fn, step_fn, observation_space, action_space, n_envs, seed=seed, device=device, autoreset=autoreset,
+            cache_key=cache_key,
+        )
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.gymnax_env.name!r}, n_envs={self._n}, autoreset={self.autoreset}, "
+                f"device={self.device})")
