@@ -11,7 +11,7 @@ from rlstruct.envs.device_env import DeviceEnv
 from rlstruct.envs.factory import make_env
 from rlstruct.envs.gym import GymEnv, GymEnvInf
 from rlstruct.envs.jax_env import GymnaxEnv, JaxVecEnv
-from rlstruct.envs.partial import CartPoleNoVelEnv, register_envs
+from rlstruct.envs.registration import CartPoleNoVelEnv, register_envs
 
 __all__ = [
     "VecEnv",
