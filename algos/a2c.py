@@ -1,11 +1,12 @@
 """A2C: n-step advantage actor-critic with GAE(lambda) (Mnih et al. 2016; Schulman et al. 2016).
 
 The training batcher steps auto-reset envs; the env and the agent carry over from one ``execute`` to the
-next, so each update sees ``n_steps`` fresh steps of every env. Targets bootstrap through time limits and
+next, so each update sees ``n_steps`` fresh steps of every env. The policy is categorical for discrete actions and a
+diagonal Gaussian for continuous ones (see :mod:`rlstruct.algos.networks`). Targets bootstrap through time limits and
 not through terminations: at a truncated step the target uses ``V(_observation/frame)`` (the terminal
 observation), at a terminated step nothing, and the GAE recursion is cut at every episode end.
 
-Run it with ``rlstruct train a2c --env CartPole-v1`` or ``python -m rlstruct.algos.a2c``.
+Run it with ``rlstruct train a2c --env CartPole-v1`` (or ``--env Pendulum-v1``) or ``python -m rlstruct.algos.a2c``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
     ActorCritic,
     PolicyAgent,
-    actor_critic_for,
+    build_actor_critic,
     cpu_state_dict,
     create_policy_agent,
     make_adam,
@@ -89,7 +90,7 @@ def validate(config: A2CConfig) -> EnvSpec:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have discrete actions.
+        SpaceError: continuous actions with image observations or with ``recurrent``.
         ValueError: a setting is out of range.
     """
     validate_run_config(config)
@@ -98,14 +99,15 @@ def validate(config: A2CConfig) -> EnvSpec:
     if not 0 <= config.gae_lambda <= 1 or not 0 <= config.gamma <= 1:
         raise ValueError(f"gamma and gae_lambda must lie in [0, 1], got {config.gamma!r} and {config.gae_lambda!r}")
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
-    spec.require("A2C", config.env, discrete=True)
+    if config.recurrent or spec.pixels:
+        spec.require("recurrent A2C" if config.recurrent else "A2C on images", config.env, discrete=True)
     return spec
 
 
 def a2c_loss(
-    logits: torch.Tensor,
+    log_probs: torch.Tensor,
+    entropy: torch.Tensor,
     values: torch.Tensor,
-    actions: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
@@ -119,9 +121,10 @@ def a2c_loss(
     where ``V_old`` is ``values`` without gradient (the critic regresses on the GAE targets).
 
     Args:
-        logits: ``float [B, T, A]`` with gradient.
+        log_probs: ``float [B, T]``, ``log pi(a|s)`` of the sampled actions (see
+            :func:`~rlstruct.algos.networks.policy_actions`), with gradient.
+        entropy: ``float [B, T]``, the policy's entropy, with gradient.
         values: ``float [B, T]`` with gradient.
-        actions: ``int64 [B, T]``.
         advantages: ``float [B, T]`` (no gradient), from :func:`gae_advantages`.
         mask: ``float [B, T]``, 1 on valid steps.
         value_coef: weight of the value loss.
@@ -131,15 +134,17 @@ def a2c_loss(
     Returns:
         ``(loss, stats)``: the scalar loss and detached 0-d statistics.
 
-    >>> logits = torch.zeros(1, 2, 2, requires_grad=True)
-    >>> loss, stats = a2c_loss(logits, torch.zeros(1, 2), torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2),
-    ...                        torch.ones(1, 2), value_coef=1.0, entropy_coef=0.0, normalize_advantages=False)
+    >>> from rlstruct.algos.networks import Categorical
+    >>> dist = Categorical(torch.zeros(1, 2, 2, requires_grad=True))
+    >>> loss, stats = a2c_loss(dist.log_prob(torch.zeros(1, 2, dtype=torch.long)), dist.entropy(), torch.zeros(1, 2),
+    ...                        torch.ones(1, 2), torch.ones(1, 2), value_coef=1.0, entropy_coef=0.0,
+    ...                        normalize_advantages=False)
     >>> round(loss.item(), 4), round(stats["loss/value"].item(), 4)
     (1.1931, 0.5)
     """
     # The critic regresses on the GAE targets A + V_old (V_old: the values without gradient).
     loss, terms = masked_policy_value_loss(
-        logits, actions, values, (advantages + values).detach(), advantages.detach(), mask,
+        log_probs, entropy, values, (advantages + values).detach(), advantages.detach(), mask,
         value_coef=value_coef, entropy_coef=entropy_coef, normalize_advantages=normalize_advantages,
     )
     return loss, {"loss/policy": terms["policy"], "loss/value": terms["value"], "loss/entropy": terms["entropy"]}
@@ -150,7 +155,7 @@ def train(config: A2CConfig) -> TrainResult:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have discrete actions.
+        SpaceError: continuous actions with image observations or with ``recurrent``.
         ValueError: a setting is out of range.
     """
     start = time.perf_counter()
@@ -161,7 +166,7 @@ def train(config: A2CConfig) -> TrainResult:
             model = seeded_model(config.seed, RecurrentActorCritic, spec.obs_shape, spec.n_actions,
                                  config.hidden_sizes)
         else:
-            model = seeded_model(config.seed, actor_critic_for, spec, config.hidden_sizes)
+            model = seeded_model(config.seed, build_actor_critic, spec, config.hidden_sizes)
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
         create_agent = create_recurrent_agent if config.recurrent else create_policy_agent
         batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
@@ -198,7 +203,7 @@ def train(config: A2CConfig) -> TrainResult:
                 advantages = gae_advantages(rewards * config.reward_scale, out["value"], out["next_value"],
                                             tt["_observation/terminated"], done, config.gamma, config.gae_lambda)
             loss, stats = a2c_loss(
-                out["logits"], out["value"], tt["action/action"], advantages, tt.mask(),
+                out["log_prob"], out["entropy"], out["value"], advantages, tt.mask(),
                 value_coef=config.value_coef, entropy_coef=config.entropy_coef,
                 normalize_advantages=config.normalize_advantages,
             )
@@ -206,7 +211,7 @@ def train(config: A2CConfig) -> TrainResult:
             loss.backward()
             if config.max_grad_norm > 0 and isinstance(model, ActorCritic):
                 # Clipped per network: the critic's large early errors must not shrink the policy's step.
-                stats["grad_norm/actor"] = clip_grad_norm_(model.actor.parameters(), config.max_grad_norm)
+                stats["grad_norm/actor"] = clip_grad_norm_(model.policy_parameters(), config.max_grad_norm)
                 stats["grad_norm/critic"] = clip_grad_norm_(model.critic.parameters(), config.max_grad_norm)
             elif config.max_grad_norm > 0:
                 # A shared trunk (CNN, LSTM): one norm over both heads' gradients.

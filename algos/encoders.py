@@ -11,8 +11,8 @@ Frames travel as they come from the env (``uint8`` pixels, ``bool`` MinAtar plan
 buffer and the replay buffer; the encoder turns them into floats inside its forward, on the device it runs on
 (``uint8`` divided by 255), so that only the learner's copy is ever float.
 
-:class:`EncoderActorCritic` is the actor-critic over one shared encoder (policy and value heads on its
-features): the network of A2C and PPO for images.
+:class:`~rlstruct.algos.networks.EncoderActorCritic` (A2C, PPO) and the recurrent actor-critic of
+:mod:`rlstruct.algos.recurrent` put their heads on these encoders.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ __all__ = [
     "MLPEncoder",
     "CNNEncoder",
     "make_encoder",
-    "EncoderActorCritic",
 ]
 
 #: Frames smaller than this (pixels a side) get the MinAtar network instead of the Nature-DQN stack.
@@ -168,37 +167,3 @@ def make_encoder(obs_shape: Sequence[int], hidden_sizes: Sequence[int]) -> MLPEn
         return CNNEncoder(obs_shape)
     raise SpaceError(f"obs_shape must be flat (1 dimension) or an image (3 dimensions), got {tuple(obs_shape)}; "
                      "flatten the observation")
-
-
-class EncoderActorCritic(nn.Module):
-    """Policy and value heads on one shared encoder (:func:`make_encoder`): the actor-critic for images.
-
-    Args:
-        obs_shape: one frame's shape.
-        n_actions: number of discrete actions.
-        hidden_sizes: the MLP encoder's widths (flat frames).
-
-    >>> m = EncoderActorCritic((10, 10, 4), 3, (64,))
-    >>> frames = torch.zeros(5, 10, 10, 4, dtype=torch.bool)
-    >>> m.policy(frames).shape, m.value(frames).shape, [t.shape for t in m(frames)]
-    (torch.Size([5, 3]), torch.Size([5]), [torch.Size([5, 3]), torch.Size([5])])
-    """
-
-    def __init__(self, obs_shape: Sequence[int], n_actions: int, hidden_sizes: Sequence[int]):
-        super().__init__()
-        self.encoder = make_encoder(obs_shape, hidden_sizes)
-        self.policy_head = _orthogonal(nn.Linear(self.encoder.out_dim, n_actions), 0.01)
-        self.value_head = _orthogonal(nn.Linear(self.encoder.out_dim, 1), 1.0)
-
-    def forward(self, frame: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(logits [N, n_actions], value [N])`` of frames ``[N, ...]``, with one pass of the encoder."""
-        z = self.encoder(frame)
-        return self.policy_head(z), self.value_head(z).squeeze(-1)
-
-    def policy(self, frame: torch.Tensor) -> torch.Tensor:
-        """Action logits ``[N, n_actions]``."""
-        return self.policy_head(self.encoder(frame))
-
-    def value(self, frame: torch.Tensor) -> torch.Tensor:
-        """State values ``[N]``."""
-        return self.value_head(self.encoder(frame)).squeeze(-1)

@@ -1,23 +1,37 @@
-"""Networks and the policy agent the algorithms share: the MLP, the actor-critic, its agent and its loss.
+"""Networks and the policy agent the algorithms share: the MLP, the actor-critic, its action distributions,
+its agent and its loss.
 
-:class:`ActorCritic` is the network of REINFORCE, A2C and the profiler; :class:`PolicyAgent` runs it in the
-batchers (sampling with its own generator) and replays it for the learner; :func:`masked_policy_value_loss`
-is the loss of its two heads. :class:`NetworkAgent` is the base of every agent of ``rlstruct.algos``
-(DQN's ``QAgent`` too).
+:func:`build_actor_critic` builds the network of REINFORCE, A2C, PPO and the profiler for an env's
+:class:`~rlstruct.algos.run.EnvSpec`: an :class:`ActorCritic` whose policy is a :class:`Categorical` over
+discrete actions or a :class:`DiagGaussian` over continuous ones. Both distributions answer the same four
+questions (``log_prob``, ``entropy``, ``sample(generator)``, ``mode``), so every loss is written once for
+both kinds of action. :class:`PolicyAgent` runs the network in the batchers (sampling with its own
+generator) and replays it for the learner; :func:`masked_policy_value_loss` is the loss of its two heads.
+:class:`NetworkAgent` is the base of every agent of ``rlstruct.algos`` (DQN's ``QAgent`` too).
+
+What a :class:`PolicyAgent` writes into the trajectories (``action/*``):
+
+* ``action/action``: what the env receives: ``int64 [B, T]`` (discrete) or ``float32 [B, T, D]`` clipped
+  to the env's bounds ``[action_low, action_high]`` (continuous);
+* ``action/raw`` (continuous only): the unclipped Gaussian sample, ``float32 [B, T, D]``. The losses take
+  the log-probability of this one: the policy sampled it, the clipping belongs to the env;
+* ``action/log_prob``: ``log pi(raw | s)`` under the weights that acted, ``float32 [B, T]`` (PPO's
+  behaviour log-probability).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos.encoders import EncoderActorCritic
+from rlstruct.algos.encoders import make_encoder
 from rlstruct.devices import DeviceLike, as_device
+from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
 if TYPE_CHECKING:  # run imports networks: the spec's module is needed for annotations only
@@ -25,12 +39,18 @@ if TYPE_CHECKING:  # run imports networks: the spec's module is needed for annot
 
 __all__ = [
     "mlp",
+    "Categorical",
+    "DiagGaussian",
+    "ActionDistribution",
     "ActorCritic",
-    "actor_critic_for",
+    "EncoderActorCritic",
+    "build_actor_critic",
     "NetworkAgent",
     "PolicyAgent",
     "create_policy_agent",
+    "policy_actions",
     "masked_policy_value_loss",
+    "normalize_masked",
     "make_adam",
     "cpu_state_dict",
 ]
@@ -56,45 +76,191 @@ def _init(layer: nn.Linear, gain: float) -> nn.Linear:
     return layer
 
 
+class Categorical:
+    """A categorical distribution over the last axis of ``logits``.
+
+    Args:
+        logits: ``float [..., A]`` unnormalised log-probabilities.
+
+    >>> d = Categorical(torch.tensor([[0.0, math.log(3.0)]]))
+    >>> d.log_prob(torch.tensor([1])).exp(), d.mode()
+    (tensor([0.7500]), tensor([1]))
+    """
+
+    def __init__(self, logits: torch.Tensor):
+        self.logits = logits
+        self.log_probs = torch.log_softmax(logits, -1)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        """``log p(a)`` of ``actions int64 [...]``: ``float [...]``."""
+        return self.log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> torch.Tensor:
+        """``float [...]``."""
+        return -(self.log_probs.exp() * self.log_probs).sum(-1)
+
+    def sample(self, generator: torch.Generator) -> torch.Tensor:
+        """One draw per row from ``generator``: ``int64 [...]``."""
+        # Gumbel-max: one uniform draw per logit, no per-row branch, works on every device with a generator.
+        u = torch.rand(self.logits.shape, generator=generator, device=self.logits.device, dtype=self.logits.dtype)
+        return (self.logits - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(-1)
+
+    def mode(self) -> torch.Tensor:
+        """The most likely action: ``int64 [...]``."""
+        return self.logits.argmax(-1)
+
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class DiagGaussian:
+    """A Gaussian with a diagonal covariance over the last axis (``D`` independent action dimensions).
+
+    Args:
+        mean: ``float [..., D]``.
+        log_std: ``float [D]`` (state-independent) or ``[..., D]``.
+
+    >>> d = DiagGaussian(torch.zeros(2, 1), torch.zeros(1))
+    >>> d.log_prob(torch.zeros(2, 1)), d.entropy()
+    (tensor([-0.9189, -0.9189]), tensor([1.4189, 1.4189]))
+    """
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
+        self.mean = mean
+        self.log_std = log_std.expand_as(mean)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        """``log p(a)`` of ``actions float [..., D]``, summed over ``D``: ``float [...]``."""
+        z = (actions - self.mean) * torch.exp(-self.log_std)
+        return (-0.5 * z * z - self.log_std - _HALF_LOG_2PI).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        """``float [...]``."""
+        return (self.log_std + 0.5 + _HALF_LOG_2PI).sum(-1)
+
+    def sample(self, generator: torch.Generator) -> torch.Tensor:
+        """One draw per row from ``generator``: ``float [..., D]`` (unbounded: clip it for the env)."""
+        noise = torch.randn(self.mean.shape, generator=generator, device=self.mean.device, dtype=self.mean.dtype)
+        return self.mean + self.log_std.exp() * noise
+
+    def mode(self) -> torch.Tensor:
+        """The mean: ``float [..., D]``."""
+        return self.mean
+
+
+#: what :meth:`ActorCritic.policy` returns
+ActionDistribution = Categorical | DiagGaussian
+
+
 class ActorCritic(nn.Module):
-    """Separate policy and value MLPs over a flat observation.
+    """Separate policy and value MLPs over a flat observation; a categorical or diagonal Gaussian policy.
+
+    With ``n_actions`` the actor's outputs are the logits of a :class:`Categorical`; with ``n_actions=None``
+    they are the mean of a :class:`DiagGaussian` over ``action_dim`` values, whose log standard deviation is a
+    learned parameter ``log_std [action_dim]`` that does not depend on the state. Build it for an env with
+    :func:`build_actor_critic`.
 
     Args:
         obs_dim: observation size.
-        n_actions: number of discrete actions.
+        n_actions: number of discrete actions, or ``None`` for continuous actions.
         hidden_sizes: hidden widths of both MLPs.
+        action_dim: size of a continuous action (ignored for discrete actions).
+        log_std_init: initial log standard deviation of the Gaussian.
 
     >>> m = ActorCritic(4, 2, (8,))
-    >>> m.policy(torch.zeros(3, 4)).shape, m.value(torch.zeros(3, 4)).shape
+    >>> m.policy(torch.zeros(3, 4)).logits.shape, m.value(torch.zeros(3, 4)).shape
     (torch.Size([3, 2]), torch.Size([3]))
+    >>> ActorCritic(3, None, (8,), action_dim=1).policy(torch.zeros(5, 3)).sample(torch.Generator()).shape
+    torch.Size([5, 1])
     """
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: Sequence[int]):
+    def __init__(self, obs_dim: int, n_actions: int | None, hidden_sizes: Sequence[int], *, action_dim: int = 1,
+                 log_std_init: float = 0.0):
         super().__init__()
-        self.actor = mlp(obs_dim, hidden_sizes, n_actions, out_gain=0.01)
+        self.continuous = n_actions is None
+        self.actor = mlp(obs_dim, hidden_sizes, action_dim if self.continuous else n_actions, out_gain=0.01)
         self.critic = mlp(obs_dim, hidden_sizes, 1, out_gain=1.0)
+        if self.continuous:
+            self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
 
-    def policy(self, frame: torch.Tensor) -> torch.Tensor:
-        """Action logits ``[N, n_actions]`` of observations ``[N, obs_dim]``."""
-        return self.actor(frame)
+    def policy(self, frame: torch.Tensor) -> ActionDistribution:
+        """The action distribution of observations ``[N, obs_dim]`` (batch shape ``[N]``)."""
+        out = self.actor(frame)
+        return DiagGaussian(out, self.log_std) if self.continuous else Categorical(out)
 
     def value(self, frame: torch.Tensor) -> torch.Tensor:
         """State values ``[N]``."""
         return self.critic(frame).squeeze(-1)
 
+    def policy_parameters(self) -> Iterator[nn.Parameter]:
+        """The parameters of the policy: the actor MLP, and ``log_std`` for a Gaussian."""
+        yield from self.actor.parameters()
+        if self.continuous:
+            yield self.log_std
 
-def actor_critic_for(spec: EnvSpec, hidden_sizes: Sequence[int]) -> ActorCritic | EncoderActorCritic:
-    """The actor-critic for ``spec``'s observations: :class:`ActorCritic` (two MLPs) for flat frames,
-    :class:`~rlstruct.algos.encoders.EncoderActorCritic` (a shared CNN, two heads) for images."""
+
+class EncoderActorCritic(nn.Module):
+    """Policy and value heads on one shared encoder (:func:`~rlstruct.algos.encoders.make_encoder`: the CNN for
+    images): the actor-critic of A2C and PPO for image observations (discrete actions).
+
+    Frames reach it as the env gives them (``uint8``, ``bool``); the encoder makes floats inside the forward.
+
+    Args:
+        obs_shape: one frame's shape.
+        n_actions: number of discrete actions.
+        hidden_sizes: the MLP encoder's widths (flat frames).
+
+    >>> m = EncoderActorCritic((10, 10, 4), 3, (64,))
+    >>> frames = torch.zeros(5, 10, 10, 4, dtype=torch.bool)
+    >>> m.policy(frames).logits.shape, m.value(frames).shape
+    (torch.Size([5, 3]), torch.Size([5]))
+    """
+
+    continuous = False
+
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, hidden_sizes: Sequence[int]):
+        super().__init__()
+        self.encoder = make_encoder(obs_shape, hidden_sizes)
+        self.policy_head = _init(nn.Linear(self.encoder.out_dim, n_actions), 0.01)
+        self.value_head = _init(nn.Linear(self.encoder.out_dim, 1), 1.0)
+
+    def policy(self, frame: torch.Tensor) -> Categorical:
+        """The action distribution of frames ``[N, ...]`` (logits ``[N, n_actions]``)."""
+        return Categorical(self.policy_head(self.encoder(frame)))
+
+    def value(self, frame: torch.Tensor) -> torch.Tensor:
+        """State values ``[N]``."""
+        return self.value_head(self.encoder(frame)).squeeze(-1)
+
+
+def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int]) -> ActorCritic | EncoderActorCritic:
+    """The actor-critic for an env: an :class:`ActorCritic` (two MLPs) whose policy head follows ``spec``
+    (discrete or continuous actions) for flat observations, an :class:`EncoderActorCritic` (a shared CNN, two
+    heads) for images.
+
+    The one place where the algorithms build their policy network from an env's description.
+
+    Raises:
+        SpaceError: the observation is an image and the actions are continuous.
+
+    >>> from rlstruct.algos.run import EnvSpec
+    >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
+    >>> build_actor_critic(spec, (8,)).log_std.shape
+    torch.Size([1])
+    >>> type(build_actor_critic(EnvSpec((4, 84, 84), "uint8", 4, 1000), (8,))).__name__
+    'EncoderActorCritic'
+    """
     if spec.pixels:
+        if not spec.discrete:
+            raise SpaceError(
+                f"build_actor_critic takes discrete actions with image observations, got spec.obs_shape="
+                f"{spec.obs_shape} with continuous actions of shape {spec.action_shape}; "
+                "flatten the observation or pick an env with discrete actions"
+            )
         return EncoderActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes)
-    return ActorCritic(spec.obs_dim, spec.n_actions, hidden_sizes)
-
-
-def _sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    # Gumbel-max: one uniform draw per logit, no per-row branch, works on every device with a generator.
-    u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
-    return (logits - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(-1)
+    if spec.discrete:
+        return ActorCritic(spec.obs_dim, spec.n_actions, hidden_sizes)
+    return ActorCritic(spec.obs_dim, None, hidden_sizes, action_dim=spec.action_dim)
 
 
 class NetworkAgent(RL_Agent):
@@ -129,21 +295,39 @@ class NetworkAgent(RL_Agent):
         return self._info[1]
 
 
+def policy_actions(trajectories: TemporalDictTensor) -> torch.Tensor:
+    """The actions the policy sampled, whose log-probability the losses take: ``action/raw`` where the
+    trajectories have it (continuous actions, before clipping), else ``action/action``."""
+    return trajectories["action/raw"] if "action/raw" in trajectories else trajectories["action/action"]
+
+
 class PolicyAgent(NetworkAgent):
-    """A stateless categorical policy for the batchers, and the learner's replay of its network.
+    """A stateless policy for the batchers (categorical or Gaussian), and the learner's replay of its network.
 
     ``__call__`` samples an action where ``agent_info["stochastic"]`` is true (every row when the key is
-    missing) and takes the most likely action elsewhere. :meth:`replay_batch` recomputes, for a whole
-    batch of trajectories at once (one forward over ``B*T`` rows), the logits, ``V(observation/frame)``
+    missing) and takes the distribution's mode elsewhere (the most likely action, or the Gaussian's mean).
+    A continuous action is clipped to ``[action_low, action_high]`` for the env (``action``), and the sample
+    itself is kept as ``raw``; both come with ``log_prob``, the log-probability of the sample (see the
+    module's docstring). :meth:`replay_batch` recomputes, for a whole batch of trajectories at once (one
+    forward over ``B*T`` rows), ``log_prob`` of the sampled actions, ``entropy``, ``V(observation/frame)``
     and ``V(_observation/frame)``; :meth:`call_replay` computes the same for one step, for
     :func:`rlstruct.agents.replay_agent`.
 
     Args:
         model: the :class:`ActorCritic`, on ``device``.
         device: where observations come from and actions go.
+        action_low: lower bounds of a continuous action, ``D`` values (``None``: no clipping).
+        action_high: upper bounds of a continuous action, ``D`` values (``None``: no clipping).
     """
 
     model: ActorCritic
+
+    def __init__(self, model: ActorCritic, device: DeviceLike, *, action_low: Sequence[float] | None = None,
+                 action_high: Sequence[float] | None = None):
+        super().__init__(model, device)
+        self._low = None if action_low is None else torch.tensor(action_low, dtype=torch.float32, device=self.device)
+        self._high = None if action_high is None else torch.tensor(action_high, dtype=torch.float32,
+                                                                   device=self.device)
 
     def _stochastic(self, agent_info: DictTensor) -> torch.Tensor | None:
         if "stochastic" not in agent_info:
@@ -151,31 +335,40 @@ class PolicyAgent(NetworkAgent):
         return self._on_device(agent_info["stochastic"])
 
     def __call__(self, state, observation, agent_info, history=None):
-        """Samples (or, where ``stochastic`` is false, picks the most likely) ``action int64 [N]``."""
-        logits = self.model.policy(observation["frame"])
-        action = _sample_categorical(logits, self.generator)
+        """``action`` (``int64 [N]``, or ``float32 [N, D]`` within the bounds), ``raw`` (continuous only) and
+        ``log_prob float32 [N]``."""
+        dist = self.model.policy(observation["frame"])
+        action = dist.sample(self.generator)
         stochastic = self._stochastic(agent_info)
         if stochastic is not None:
-            action = torch.where(stochastic, action, logits.argmax(-1))
-        return DictTensor({"action": action}), state
+            where = stochastic.unsqueeze(-1) if self.model.continuous else stochastic
+            action = torch.where(where, action, dist.mode())
+        out = {"action": action, "log_prob": dist.log_prob(action)}
+        if self.model.continuous:
+            out["raw"] = action
+            if self._low is not None:
+                out["action"] = torch.maximum(torch.minimum(action, self._high), self._low)
+        return DictTensor(out), state
 
-    def _outputs(self, frame: torch.Tensor, next_frame: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _outputs(self, frame: torch.Tensor, next_frame: torch.Tensor, actions: torch.Tensor) -> dict[str, torch.Tensor]:
         n = frame.shape[0]
         values = self.model.value(torch.cat([frame, next_frame]))
-        return {"logits": self.model.policy(frame), "value": values[:n], "next_value": values[n:]}
+        dist = self.model.policy(frame)
+        return {"log_prob": dist.log_prob(actions), "entropy": dist.entropy(), "value": values[:n],
+                "next_value": values[n:]}
 
     def call_replay(self, trajectories: Trajectories, t: int, state: DictTensor | None):
-        """``logits [B, A]``, ``value [B]`` and ``next_value [B]`` of step ``t``."""
+        """``log_prob [B]``, ``entropy [B]``, ``value [B]`` and ``next_value [B]`` of step ``t``."""
         tt = trajectories.trajectories
-        out = self._outputs(tt["observation/frame"][:, t], tt["_observation/frame"][:, t])
+        out = self._outputs(tt["observation/frame"][:, t], tt["_observation/frame"][:, t], policy_actions(tt)[:, t])
         return DictTensor(out), DictTensor({})
 
     def replay_batch(self, trajectories: Trajectories) -> TemporalDictTensor:
-        """``logits [B, T, A]``, ``value [B, T]`` and ``next_value [B, T]`` in one forward pass."""
+        """``log_prob [B, T]``, ``entropy [B, T]``, ``value [B, T]`` and ``next_value [B, T]`` in one forward pass."""
         tt = trajectories.trajectories
         obs, nxt = tt["observation/frame"], tt["_observation/frame"]
         B, T = obs.shape[:2]
-        out = self._outputs(obs.flatten(0, 1), nxt.flatten(0, 1))
+        out = self._outputs(obs.flatten(0, 1), nxt.flatten(0, 1), policy_actions(tt).flatten(0, 1))
         return TemporalDictTensor({k: v.unflatten(0, (B, T)) for k, v in out.items()}, tt.lengths)
 
 
@@ -184,18 +377,18 @@ def create_policy_agent(
 ) -> RL_Agent:
     """Builds a batcher's :class:`PolicyAgent` for ``spec``'s env on ``device`` (module level, so it pickles).
 
-    Its weights are random until the first ``batcher.update``. With ``check_device`` it is wrapped in
-    :class:`~rlstruct.agents.RL_Agent_CheckDevice`.
+    Its weights are random until the first ``batcher.update``; continuous actions are clipped to the spec's
+    bounds. With ``check_device`` it is wrapped in :class:`~rlstruct.agents.RL_Agent_CheckDevice`.
     """
-    model = actor_critic_for(spec, hidden_sizes).to(device)
+    model = build_actor_critic(spec, hidden_sizes).to(device)
     model.requires_grad_(False)
-    agent: RL_Agent = PolicyAgent(model, device)
+    agent: RL_Agent = PolicyAgent(model, device, action_low=spec.action_low, action_high=spec.action_high)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
 
 
 def masked_policy_value_loss(
-    logits: torch.Tensor,
-    actions: torch.Tensor,
+    log_probs: torch.Tensor,
+    entropy: torch.Tensor,
     values: torch.Tensor,
     value_targets: torch.Tensor,
     advantages: torch.Tensor,
@@ -205,16 +398,17 @@ def masked_policy_value_loss(
     entropy_coef: float,
     normalize_advantages: bool,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The policy-gradient loss of a categorical policy with a learned value, averaged over the valid steps.
+    """The policy-gradient loss of a policy with a learned value, averaged over the valid steps.
 
     ``loss = -mean(log pi(a|s) * A) + value_coef * mean((V(s) - target)^2) / 2 - entropy_coef * mean(H)``:
     the core of :func:`~rlstruct.algos.a2c.a2c_loss` (GAE targets) and
     :func:`~rlstruct.algos.reinforce.reinforce_loss` (Monte-Carlo returns, ``V`` the baseline), which
-    compute their own ``value_targets`` and ``advantages``.
+    compute their own ``value_targets`` and ``advantages``. It takes log-probabilities and entropies, so it
+    serves every :data:`ActionDistribution` (``dist.log_prob(policy_actions(tt))``, ``dist.entropy()``).
 
     Args:
-        logits: ``float [B, T, A]`` with gradient.
-        actions: ``int64 [B, T]``.
+        log_probs: ``float [B, T]``, ``log pi(a|s)`` of the sampled actions, with gradient.
+        entropy: ``float [B, T]``, the policy's entropy at each step, with gradient.
         values: ``float [B, T]`` with gradient.
         value_targets: ``float [B, T]``, what ``values`` regresses on (no gradient).
         advantages: ``float [B, T]`` (no gradient).
@@ -226,26 +420,34 @@ def masked_policy_value_loss(
     Returns:
         ``(loss, stats)``: the scalar loss and detached 0-d ``policy``, ``value`` and ``entropy`` terms.
 
-    >>> loss, stats = masked_policy_value_loss(torch.zeros(1, 2, 2), torch.zeros(1, 2, dtype=torch.long),
+    >>> d = Categorical(torch.zeros(1, 2, 2))
+    >>> loss, stats = masked_policy_value_loss(d.log_prob(torch.zeros(1, 2, dtype=torch.long)), d.entropy(),
     ...                                        torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), torch.ones(1, 2),
     ...                                        value_coef=1.0, entropy_coef=0.0, normalize_advantages=False)
     >>> round(loss.item(), 4), round(stats["value"].item(), 4)
     (1.1931, 0.5)
     """
     n = mask.sum().clamp_min(1.0)
-    log_probs = torch.log_softmax(logits, -1)
-    log_pi = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    entropy = -(log_probs.exp() * log_probs).sum(-1)
     adv = advantages
     if normalize_advantages:
-        mean = (adv * mask).sum() / n
-        std = (((adv - mean) ** 2 * mask).sum() / n).sqrt()
-        adv = (adv - mean) / (std + 1e-8)
-    policy_loss = -(log_pi * adv * mask).sum() / n
+        adv = normalize_masked(adv, mask)
+    policy_loss = -(log_probs * adv * mask).sum() / n
     value_loss = 0.5 * (((values - value_targets) ** 2) * mask).sum() / n
     mean_entropy = (entropy * mask).sum() / n
     loss = policy_loss + value_coef * value_loss - entropy_coef * mean_entropy
     return loss, {"policy": policy_loss.detach(), "value": value_loss.detach(), "entropy": mean_entropy.detach()}
+
+
+def normalize_masked(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """``(x - mean) / (std + eps)`` with the mean and (biased) std taken over the valid entries of ``mask``.
+
+    >>> normalize_masked(torch.tensor([1.0, 3.0, 100.0]), torch.tensor([1.0, 1.0, 0.0]))[:2]
+    tensor([-1.,  1.])
+    """
+    n = mask.sum().clamp_min(1.0)
+    mean = (x * mask).sum() / n
+    std = (((x - mean) ** 2 * mask).sum() / n).sqrt()
+    return (x - mean) / (std + eps)
 
 
 def make_adam(model: nn.Module, lr: float, device: DeviceLike) -> torch.optim.Adam:

@@ -22,7 +22,7 @@ import torch
 
 from rlstruct.agents import replay_agent_stateless
 from rlstruct.algos.a2c import A2CConfig, a2c_loss
-from rlstruct.algos.networks import ActorCritic, PolicyAgent, cpu_state_dict, create_policy_agent, make_adam
+from rlstruct.algos.networks import PolicyAgent, build_actor_critic, cpu_state_dict, create_policy_agent, make_adam
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.algos.run import create_env, describe_env, seeded_model
 from rlstruct.batchers import RL_Batcher
@@ -110,8 +110,7 @@ def profile_training(
     a2c = A2CConfig(gamma=gamma)
     n_workers = max(n_processes, 1)
     env_args = {"name": env, "n_envs": n_envs, "device": str(dev), "autoreset": True, "backend": backend}
-    model = seeded_model(seed, ActorCritic, agent_args["spec"].obs_dim, agent_args["spec"].n_actions,
-                         agent_args["hidden_sizes"])
+    model = seeded_model(seed, build_actor_critic, agent_args["spec"], agent_args["hidden_sizes"])
     model.to(ldev)
     learner = PolicyAgent(model, ldev)
     optimizer = make_adam(model, lr, ldev)
@@ -136,7 +135,7 @@ def profile_training(
                     advantages = gae_advantages(tt["_observation/reward"] * a2c.reward_scale, out["value"],
                                                 out["next_value"], tt["_observation/terminated"],
                                                 tt["_observation/done"], a2c.gamma, a2c.gae_lambda)
-                loss, _ = a2c_loss(out["logits"], out["value"], tt["action/action"], advantages, tt.mask(),
+                loss, _ = a2c_loss(out["log_prob"], out["entropy"], out["value"], advantages, tt.mask(),
                                    value_coef=a2c.value_coef, entropy_coef=a2c.entropy_coef,
                                    normalize_advantages=a2c.normalize_advantages)
             with timer("backward"):
@@ -207,8 +206,7 @@ def batcher_measure(
     """
     dev = check_device_exists(device)
     agent_args = _agent_args(env, backend, hidden, dev)
-    weights = cpu_state_dict(seeded_model(seed, ActorCritic, agent_args["spec"].obs_dim,
-                                          agent_args["spec"].n_actions, agent_args["hidden_sizes"]))
+    weights = cpu_state_dict(seeded_model(seed, build_actor_critic, agent_args["spec"], agent_args["hidden_sizes"]))
 
     def measure(n_processes: int, n_envs: int) -> Measurement:
         n_workers = max(n_processes, 1)

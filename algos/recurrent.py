@@ -9,8 +9,8 @@ starts (``observation["initial_state"]``), so that the memory never leaks across
 
 The learner replays the window (:func:`replay_window`) with :func:`~rlstruct.agents.replay_agent`: from the
 stored state at the window's first step, through time, with the same resets, batched over the envs (the only
-Python loop is over the T steps). The logits it recomputes are the batcher's, bit for bit, for the same weights
-and batch; the values of the next observations (``_observation/frame``, the terminal one at an episode's end)
+Python loop is over the T steps). The log-probabilities it recomputes are the batcher's, bit for bit, for the same
+weights and batch; the values of the next observations (``_observation/frame``, the terminal one at an episode's end)
 come from one more batched core step from each step's memory. Gradients flow through the whole window
 (truncated back-propagation through time over ``T`` steps).
 """
@@ -25,7 +25,7 @@ from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent
 from rlstruct.algos.encoders import make_encoder
-from rlstruct.algos.networks import NetworkAgent, _sample_categorical
+from rlstruct.algos.networks import Categorical, NetworkAgent
 from rlstruct.devices import DeviceLike
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
@@ -91,7 +91,8 @@ class RecurrentPolicyAgent(NetworkAgent):
 
     ``__call__`` resets the memory where ``observation["initial_state"]``, steps the core, and samples an
     action (the most likely one where ``agent_info["stochastic"]`` is false); it returns ``action int64 [B]``
-    and ``logits float [B, A]`` (stored under ``action/*``), and the state ``{"h", "c"}`` ``[B, core_size]``.
+    and ``log_prob float [B]`` (stored under ``action/*``, as :class:`~rlstruct.algos.networks.PolicyAgent`'s),
+    and the state ``{"h", "c"}`` ``[B, core_size]``.
     :meth:`call_replay` recomputes step ``t`` of stored trajectories with gradients, for
     :func:`~rlstruct.agents.replay_agent`.
 
@@ -105,8 +106,8 @@ class RecurrentPolicyAgent(NetworkAgent):
     >>> with RL_Batcher(4, RecurrentPolicyAgent, agent_args, CartPoleNoVel, {"n_envs": 3, "autoreset": True},
     ...                 0, [0]) as b:
     ...     b.reset(); b.execute(); traj, _ = b.get()
-    >>> traj.info["agent_state/h"].shape, traj.trajectories["action/logits"].shape
-    (torch.Size([3, 8]), torch.Size([3, 4, 2]))
+    >>> traj.info["agent_state/h"].shape, traj.trajectories["action/log_prob"].shape
+    (torch.Size([3, 8]), torch.Size([3, 4]))
     """
 
     model: RecurrentActorCritic
@@ -117,24 +118,28 @@ class RecurrentPolicyAgent(NetworkAgent):
         return DictTensor({"h": h, "c": c})
 
     def __call__(self, state, observation, agent_info, history=None):
-        """One step: ``({"action", "logits"}, {"h", "c"})`` for ``B`` running envs."""
+        """One step: ``({"action", "log_prob"}, {"h", "c"})`` for ``B`` running envs."""
         h, c = self.model.core_step(observation["frame"], state["h"], state["c"], observation["initial_state"])
-        logits, _ = self.model.heads(h)
-        action = _sample_categorical(logits, self.generator)
+        dist = Categorical(self.model.heads(h)[0])
+        action = dist.sample(self.generator)
         if "stochastic" in agent_info:
-            action = torch.where(self._on_device(agent_info["stochastic"]), action, logits.argmax(-1))
-        return DictTensor({"action": action, "logits": logits}), DictTensor({"h": h, "c": c})
+            action = torch.where(self._on_device(agent_info["stochastic"]), action, dist.mode())
+        return DictTensor({"action": action, "log_prob": dist.log_prob(action)}), DictTensor({"h": h, "c": c})
 
     def call_replay(self, trajectories: Trajectories, t: int, state: DictTensor | None):
-        """Step ``t`` with gradients: ``logits [B, A]``, ``value [B]`` and the memory after the step
-        ``h, c [B, core_size]``; the state at ``t == 0`` is the one stored at the window's start."""
+        """Step ``t`` with gradients: ``log_prob [B]`` of the stored action, ``entropy [B]``, ``value [B]`` and the
+        memory after the step ``h, c [B, core_size]``; the state at ``t == 0`` is the one stored at the window's
+        start."""
         if state is None:
             state = trajectories.info.truncate_key("agent_state/")
         tt = trajectories.trajectories
         h, c = self.model.core_step(tt["observation/frame"][:, t], state["h"], state["c"],
                                     tt["observation/initial_state"][:, t])
         logits, value = self.model.heads(h)
-        return DictTensor({"logits": logits, "value": value, "h": h, "c": c}), DictTensor({"h": h, "c": c})
+        dist = Categorical(logits)
+        out = {"log_prob": dist.log_prob(tt["action/action"][:, t]), "entropy": dist.entropy(), "value": value,
+               "h": h, "c": c}
+        return DictTensor(out), DictTensor({"h": h, "c": c})
 
 
 def replay_window(agent: RL_Agent, model: RecurrentActorCritic, trajectories: Trajectories) -> TemporalDictTensor:
@@ -150,8 +155,9 @@ def replay_window(agent: RL_Agent, model: RecurrentActorCritic, trajectories: Tr
         trajectories: ``B`` windows of ``T`` steps from a batcher, on the model's device.
 
     Returns:
-        ``TemporalDictTensor [B, T, ...]``: ``logits [B, T, A]``, ``value [B, T]`` and ``next_value [B, T]``
-        (``V(_observation/frame)`` after the step's memory: the terminal observation's value at an episode's end).
+        ``TemporalDictTensor [B, T]`` of ``log_prob`` (of the stored actions), ``entropy``, ``value`` and
+        ``next_value`` (``V(_observation/frame)`` after the step's memory: the terminal observation's value at an
+        episode's end): the keys of :meth:`~rlstruct.algos.networks.PolicyAgent.replay_batch`, for the same losses.
 
     >>> from rlstruct import RL_Batcher
     >>> from rlstruct.envs import CartPoleNoVel
@@ -160,7 +166,7 @@ def replay_window(agent: RL_Agent, model: RecurrentActorCritic, trajectories: Tr
     ...                 {"n_envs": 3, "autoreset": True}, 0, [0]) as b:
     ...     b.reset(); b.execute(); traj, _ = b.get()
     >>> out = replay_window(RecurrentPolicyAgent(model, "cpu"), model, traj)
-    >>> torch.equal(out["logits"], traj.trajectories["action/logits"]), out["next_value"].shape
+    >>> torch.equal(out["log_prob"], traj.trajectories["action/log_prob"]), out["next_value"].shape
     (True, torch.Size([3, 5]))
     """
     out = replay_agent(agent, trajectories, "call_replay")
@@ -171,8 +177,8 @@ def replay_window(agent: RL_Agent, model: RecurrentActorCritic, trajectories: Tr
     keep = torch.zeros(B * T, dtype=torch.bool, device=nxt.device)
     h, _ = model.core_step(nxt, out["h"].flatten(0, 1), out["c"].flatten(0, 1), keep)
     next_value = model.heads(h)[1].unflatten(0, (B, T))
-    return TemporalDictTensor({"logits": out["logits"], "value": out["value"], "next_value": next_value},
-                              out.lengths)
+    keys = ("log_prob", "entropy", "value")
+    return TemporalDictTensor({**{k: out[k] for k in keys}, "next_value": next_value}, out.lengths)
 
 
 def create_recurrent_agent(

@@ -3,7 +3,8 @@
 Every iteration the training batcher runs complete episodes (episodic envs, ``n_timesteps`` equal to the
 time limit, so one ``execute`` ends with ``n_still_running == 0``); the returns are discounted, cut at the
 end of each episode, and bootstrapped from the baseline ``V(_observation/frame)`` where an episode was
-truncated by its time limit rather than terminated.
+truncated by its time limit rather than terminated. The policy is categorical for discrete actions and a
+diagonal Gaussian for continuous ones (see :mod:`rlstruct.algos.networks`).
 
 Run it with ``rlstruct train reinforce --env CartPole-v1`` or ``python -m rlstruct.algos.reinforce``.
 """
@@ -21,8 +22,8 @@ from torch.nn.utils import clip_grad_norm_
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
-    ActorCritic,
     PolicyAgent,
+    build_actor_critic,
     cpu_state_dict,
     create_policy_agent,
     make_adam,
@@ -78,14 +79,14 @@ def validate(config: ReinforceConfig) -> EnvSpec:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have discrete actions and flat observations.
+        SpaceError: the env does not have flat observations.
         ValueError: a setting is out of range.
     """
     validate_run_config(config)
     if not 0 <= config.gamma <= 1:
         raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
-    spec.require("REINFORCE", config.env, discrete=True, pixels=False)
+    spec.require("REINFORCE", config.env, pixels=False)
     return spec
 
 
@@ -131,9 +132,9 @@ def reinforce_returns(
 
 
 def reinforce_loss(
-    logits: torch.Tensor,
+    log_probs: torch.Tensor,
+    entropy: torch.Tensor,
     values: torch.Tensor,
-    actions: torch.Tensor,
     returns: torch.Tensor,
     mask: torch.Tensor,
     *,
@@ -146,9 +147,10 @@ def reinforce_loss(
     ``loss = -mean(log pi(a|s) * (G - b(s))) + baseline_coef * mean((b(s) - G)^2) / 2 - entropy_coef * mean(H)``.
 
     Args:
-        logits: ``float [B, T, A]`` with gradient.
+        log_probs: ``float [B, T]``, ``log pi(a|s)`` of the sampled actions (see
+            :func:`~rlstruct.algos.networks.policy_actions`), with gradient.
+        entropy: ``float [B, T]``, the policy's entropy, with gradient.
         values: ``float [B, T]``, the baseline ``b(s)``, with gradient.
-        actions: ``int64 [B, T]``.
         returns: ``float [B, T]`` (no gradient).
         mask: ``float [B, T]``, 1 on valid steps.
         baseline_coef: weight of the baseline loss.
@@ -158,15 +160,17 @@ def reinforce_loss(
     Returns:
         ``(loss, stats)``: the scalar loss and detached 0-d statistics.
 
-    >>> logits = torch.zeros(1, 2, 2, requires_grad=True)
-    >>> loss, _ = reinforce_loss(logits, torch.zeros(1, 2), torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2),
-    ...                          torch.ones(1, 2), baseline_coef=1.0, entropy_coef=0.0, normalize_advantages=False)
+    >>> from rlstruct.algos.networks import Categorical
+    >>> dist = Categorical(torch.zeros(1, 2, 2, requires_grad=True))
+    >>> loss, _ = reinforce_loss(dist.log_prob(torch.zeros(1, 2, dtype=torch.long)), dist.entropy(),
+    ...                          torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), baseline_coef=1.0,
+    ...                          entropy_coef=0.0, normalize_advantages=False)
     >>> round(loss.item(), 4)
     1.1931
     """
     returns = returns.detach()
     loss, terms = masked_policy_value_loss(
-        logits, actions, values, returns, returns - values.detach(), mask,
+        log_probs, entropy, values, returns, returns - values.detach(), mask,
         value_coef=baseline_coef, entropy_coef=entropy_coef, normalize_advantages=normalize_advantages,
     )
     return loss, {"loss/policy": terms["policy"], "loss/baseline": terms["value"], "loss/entropy": terms["entropy"]}
@@ -177,14 +181,14 @@ def train(config: ReinforceConfig) -> TrainResult:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have discrete actions and flat observations.
+        SpaceError: the env does not have flat observations.
         ValueError: a setting is out of range.
     """
     start = time.perf_counter()
     spec = validate(config)
     learner = as_device(config.learner_device)
     with training_run("reinforce", config, spec, start=start) as (run, stack):
-        model = seeded_model(config.seed, ActorCritic, spec.obs_dim, spec.n_actions, config.hidden_sizes)
+        model = seeded_model(config.seed, build_actor_critic, spec, config.hidden_sizes)
         # n_timesteps = the time limit: one execute runs every env's episode to its end.
         batcher, evaluator = open_batchers(stack, config, spec, create_policy_agent,
                                            n_timesteps=spec.max_episode_steps, autoreset=False,
@@ -214,7 +218,7 @@ def train(config: ReinforceConfig) -> TrainResult:
                 returns = reinforce_returns(tt["_observation/reward"], out["next_value"], tt["_observation/terminated"],
                                             tt.lengths, config.gamma, bootstrap_truncated=config.bootstrap_truncated)
             loss, stats = reinforce_loss(
-                out["logits"], out["value"], tt["action/action"], returns, tt.mask(),
+                out["log_prob"], out["entropy"], out["value"], returns, tt.mask(),
                 baseline_coef=config.baseline_coef, entropy_coef=config.entropy_coef,
                 normalize_advantages=config.normalize_advantages,
             )
@@ -222,7 +226,7 @@ def train(config: ReinforceConfig) -> TrainResult:
             loss.backward()
             if config.max_grad_norm > 0:
                 # Clipped per network: the critic's large early errors must not shrink the policy's step.
-                stats["grad_norm/actor"] = clip_grad_norm_(model.actor.parameters(), config.max_grad_norm)
+                stats["grad_norm/actor"] = clip_grad_norm_(model.policy_parameters(), config.max_grad_norm)
                 stats["grad_norm/critic"] = clip_grad_norm_(model.critic.parameters(), config.max_grad_norm)
             optimizer.step()
             weights = cpu_state_dict(model)

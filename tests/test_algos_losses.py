@@ -17,7 +17,7 @@ from rlstruct.algos.dqn import (
     n_step_returns,
     window_transitions,
 )
-from rlstruct.algos.networks import create_policy_agent
+from rlstruct.algos.networks import Categorical, create_policy_agent
 from rlstruct.algos.reinforce import reinforce_loss, reinforce_returns
 from rlstruct.algos.returns import discounted_returns, episode_statistics, gae_advantages
 from rlstruct.algos.run import EnvSpec
@@ -348,11 +348,16 @@ def _policy_batch():
     return logits, values, actions
 
 
+def _log_probs(logits, actions):
+    dist = Categorical(logits)
+    return dist.log_prob(actions), dist.entropy()
+
+
 def test_a2c_loss_by_hand():
     logits, values, actions = _policy_batch()
     adv = torch.tensor([[2.0, -1.0]])
     mask = torch.ones(1, 2)
-    loss, stats = a2c_loss(logits, values, actions, adv, mask, value_coef=0.5, entropy_coef=0.1,
+    loss, stats = a2c_loss(*_log_probs(logits, actions), values, adv, mask, value_coef=0.5, entropy_coef=0.1,
                            normalize_advantages=False)
     logp = [math.log(0.75), math.log(0.5)]
     policy = -(logp[0] * 2.0 + logp[1] * -1.0) / 2
@@ -373,11 +378,12 @@ def test_a2c_loss_ignores_padding_steps():
     logits, values, actions = _policy_batch()
     adv = torch.tensor([[2.0, -1.0]])
     mask = torch.tensor([[1.0, 0.0]])
-    a, _ = a2c_loss(logits, values, actions, adv, mask, value_coef=0.5, entropy_coef=0.1, normalize_advantages=True)
+    a, _ = a2c_loss(*_log_probs(logits, actions), values, adv, mask, value_coef=0.5, entropy_coef=0.1,
+                    normalize_advantages=True)
     logits2 = logits.detach().clone()
     logits2[0, 1] = torch.tensor([50.0, -50.0])
-    b, _ = a2c_loss(logits2, values, actions, torch.tensor([[2.0, 1e6]]), mask, value_coef=0.5, entropy_coef=0.1,
-                    normalize_advantages=True)
+    b, _ = a2c_loss(*_log_probs(logits2, actions), values, torch.tensor([[2.0, 1e6]]), mask, value_coef=0.5,
+                    entropy_coef=0.1, normalize_advantages=True)
     assert float(a.detach()) == pytest.approx(float(b.detach()))
 
 
@@ -385,8 +391,8 @@ def test_reinforce_loss_by_hand():
     logits, values, actions = _policy_batch()
     returns = torch.tensor([[3.0, 1.0]])
     mask = torch.ones(1, 2)
-    loss, stats = reinforce_loss(logits, values, actions, returns, mask, baseline_coef=1.0, entropy_coef=0.0,
-                                 normalize_advantages=False)
+    loss, stats = reinforce_loss(*_log_probs(logits, actions), values, returns, mask, baseline_coef=1.0,
+                                 entropy_coef=0.0, normalize_advantages=False)
     adv = [3.0 - 0.5, 1.0 - 1.0]
     policy = -(math.log(0.75) * adv[0] + math.log(0.5) * adv[1]) / 2
     baseline = 0.5 * (2.5**2 + 0.0) / 2
@@ -409,4 +415,4 @@ def test_policy_agent_samples_from_its_seed_and_is_greedy_where_asked():
     assert torch.equal(first, b(None, obs, explore)[0]["action"])
     assert not torch.equal(first, a(None, obs, explore)[0]["action"])  # the generator moves on
     greedy = DictTensor({"stochastic": torch.zeros(256, dtype=torch.bool)})
-    assert torch.equal(a(None, obs, greedy)[0]["action"], a.model.policy(obs["frame"]).argmax(-1))
+    assert torch.equal(a(None, obs, greedy)[0]["action"], a.model.policy(obs["frame"]).logits.argmax(-1))

@@ -10,8 +10,8 @@ import torch
 
 from rlstruct import RL_Batcher
 from rlstruct.algos import a2c
-from rlstruct.algos.encoders import CNNEncoder, EncoderActorCritic, MLPEncoder, image_layout, make_encoder
-from rlstruct.algos.networks import ActorCritic, actor_critic_for, create_policy_agent
+from rlstruct.algos.encoders import CNNEncoder, MLPEncoder, image_layout, make_encoder
+from rlstruct.algos.networks import ActorCritic, EncoderActorCritic, build_actor_critic, create_policy_agent
 from rlstruct.algos.recurrent import RecurrentActorCritic
 from rlstruct.algos.run import EnvSpec, create_env, describe_env
 from rlstruct.errors import SpaceError
@@ -38,9 +38,9 @@ def test_make_encoder_picks_the_mlp_for_flat_frames_and_the_cnn_for_images():
 
 def test_the_actor_critics_pick_their_encoder_from_the_spec():
     flat, image = EnvSpec((4,), "float32", 2, 500), EnvSpec((4, 84, 84), "uint8", 4, 100)
-    assert isinstance(actor_critic_for(flat, (8,)), ActorCritic)
-    assert isinstance(actor_critic_for(image, (8,)), EncoderActorCritic)
-    assert isinstance(actor_critic_for(image, (8,)).encoder, CNNEncoder)
+    assert isinstance(build_actor_critic(flat, (8,)), ActorCritic)
+    assert isinstance(build_actor_critic(image, (8,)), EncoderActorCritic)
+    assert isinstance(build_actor_critic(image, (8,)).encoder, CNNEncoder)
     assert isinstance(RecurrentActorCritic(image.obs_shape, 4, (8,)).encoder, CNNEncoder)
     assert isinstance(RecurrentActorCritic(flat.obs_shape, 2, (8,)).encoder, MLPEncoder)
 

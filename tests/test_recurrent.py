@@ -49,7 +49,7 @@ def test_replaying_the_stored_windows_reproduces_the_batchers_outputs_exactly():
             # Episodes of 7 steps in windows of 12: the memory is reset in the middle of every window.
             assert tt["observation/initial_state"][:, 1:].any()
             out = replay_window(learner_agent, model, traj)
-            assert torch.equal(out["logits"], tt["action/logits"])
+            assert torch.equal(out["log_prob"], tt["action/log_prob"])
             full = replay_agent(learner_agent, traj)
             if previous_end is not None:
                 # The state stored at a window's start is the memory after the previous window's last step.
@@ -81,11 +81,12 @@ def test_the_replay_steps_through_the_resets_and_bootstraps_from_each_steps_memo
             h, c = model.core_step(tt["observation/frame"][b:b + 1, t], h, c, start)
             logits, value = model.heads(h)
             hn, _ = model.core_step(tt["_observation/frame"][b:b + 1, t], h, c, torch.zeros(1, dtype=torch.bool))
-            assert torch.allclose(out["logits"][b, t], logits[0], atol=1e-6)
+            log_pi = torch.log_softmax(logits[0], -1)[tt["action/action"][b, t]]
+            assert torch.allclose(out["log_prob"][b, t], log_pi, atol=1e-6)
             assert torch.allclose(out["value"][b, t], value[0], atol=1e-6)
             assert torch.allclose(out["next_value"][b, t], model.heads(hn)[1][0], atol=1e-6)
     # Gradients reach the encoder, the core and both heads through the window.
-    (out["logits"].sum() + out["value"].sum()).backward()
+    (out["log_prob"].sum() + out["value"].sum()).backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
 
 
@@ -112,7 +113,7 @@ def test_the_checked_replay_is_the_plain_one():
         batcher.execute()
         traj, _ = batcher.get()
     plain, checked = replay_window(agent, model, traj), replay_window(RL_Agent_CheckDevice(agent, "cpu"), model, traj)
-    for k in ("logits", "value", "next_value"):
+    for k in ("log_prob", "entropy", "value", "next_value"):
         assert torch.equal(plain[k], checked[k])
 
 

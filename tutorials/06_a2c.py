@@ -23,14 +23,17 @@ import tempfile
 import torch
 
 from rlstruct.algos.a2c import A2CConfig, a2c_loss, train
+from rlstruct.algos.networks import Categorical
 
 SCALE = float(os.environ.get("RLSTRUCT_TUTORIAL_SCALE", "1.0"))
 
 
 def the_loss() -> None:
     print("== 1. The loss is a plain function of [B, T] tensors")
-    # a2c_loss(logits, values, actions, advantages, mask, ...) averages over the valid steps only:
-    # whatever sits in the padding of a batch (mask 0) does not change the loss or its gradient.
+    # a2c_loss(log_probs, entropy, values, advantages, mask, ...) averages over the valid steps only:
+    # whatever sits in the padding of a batch (mask 0) does not change the loss or its gradient. It takes
+    # the log-probabilities and entropies of the policy's distribution (a Categorical here, a DiagGaussian
+    # for continuous actions: see tutorial 9), so one loss serves both kinds of action.
     torch.manual_seed(0)
     B, T, A = 4, 6, 2
     logits = torch.randn(B, T, A, requires_grad=True)
@@ -40,12 +43,13 @@ def the_loss() -> None:
     lengths = torch.tensor([6, 3, 1, 5])
     mask = (torch.arange(T) < lengths.unsqueeze(1)).float()
     kwargs = {"value_coef": 0.5, "entropy_coef": 0.01, "normalize_advantages": True}
-    loss, stats = a2c_loss(logits, values, actions, advantages, mask, **kwargs)
+    dist = Categorical(logits)
+    loss, stats = a2c_loss(dist.log_prob(actions), dist.entropy(), values, advantages, mask, **kwargs)
     loss.backward()
     print("   loss terms:", {k: round(float(v), 4) for k, v in stats.items()})
     assert logits.grad[mask == 0].abs().max() == 0 and values.grad[mask == 0].abs().max() == 0
     garbage = torch.where(mask.bool(), advantages, torch.full_like(advantages, 1e6))
-    loss2, _ = a2c_loss(logits, values, actions, garbage, mask, **kwargs)
+    loss2, _ = a2c_loss(dist.log_prob(actions), dist.entropy(), values, garbage, mask, **kwargs)
     assert torch.allclose(loss, loss2)
 
 

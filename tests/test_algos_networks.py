@@ -1,0 +1,138 @@
+"""The policy's distributions and agent: against torch.distributions, bounds, seeds and the raw sample."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlstruct.algos.networks import (
+    ActorCritic,
+    Categorical,
+    DiagGaussian,
+    PolicyAgent,
+    build_actor_critic,
+    create_policy_agent,
+    masked_policy_value_loss,
+    policy_actions,
+)
+from rlstruct.algos.run import EnvSpec, create_env
+from rlstruct.batchers import RL_Batcher
+from rlstruct.errors import SpaceError
+from rlstruct.structures import DictTensor
+
+PENDULUM = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
+BOX2 = EnvSpec((5,), "float32", None, 100, action_shape=(2,), action_low=(-1.0, 0.0), action_high=(1.0, 0.5))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_diag_gaussian_matches_torch_normal(seed):
+    g = torch.Generator().manual_seed(seed)
+    mean = torch.randn(7, 3, generator=g)
+    log_std = torch.randn(3, generator=g) * 0.5
+    actions = torch.randn(7, 3, generator=g) * 2
+    ours = DiagGaussian(mean, log_std)
+    ref = torch.distributions.Normal(mean, log_std.exp())
+    torch.testing.assert_close(ours.log_prob(actions), ref.log_prob(actions).sum(-1))
+    torch.testing.assert_close(ours.entropy(), ref.entropy().sum(-1))
+    assert torch.equal(ours.mode(), mean)
+
+
+def test_diag_gaussian_samples_have_its_mean_and_std_and_follow_the_generator():
+    d = DiagGaussian(torch.full((20_000, 2), 3.0), torch.log(torch.tensor([0.5, 2.0])))
+    x = d.sample(torch.Generator().manual_seed(0))
+    torch.testing.assert_close(x.mean(0), torch.tensor([3.0, 3.0]), atol=0.05, rtol=0)
+    torch.testing.assert_close(x.std(0), torch.tensor([0.5, 2.0]), atol=0.03, rtol=0)
+    assert torch.equal(x, d.sample(torch.Generator().manual_seed(0)))
+    assert not torch.equal(x, d.sample(torch.Generator().manual_seed(1)))
+
+
+def test_categorical_matches_torch_categorical():
+    logits = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    actions = torch.arange(6) % 4
+    ours, ref = Categorical(logits), torch.distributions.Categorical(logits=logits)
+    torch.testing.assert_close(ours.log_prob(actions), ref.log_prob(actions))
+    torch.testing.assert_close(ours.entropy(), ref.entropy())
+    probs = torch.tensor([[0.2, 0.8]]).expand(20_000, 2)
+    draws = Categorical(probs.log()).sample(torch.Generator().manual_seed(0))
+    assert abs(draws.float().mean().item() - 0.8) < 0.02
+
+
+def test_build_actor_critic_follows_the_spec():
+    discrete = build_actor_critic(EnvSpec((4,), "float32", 2, 500), (8,))
+    assert not discrete.continuous and isinstance(discrete.policy(torch.zeros(3, 4)), Categorical)
+    assert "log_std" not in discrete.state_dict()
+    cont = build_actor_critic(BOX2, (8,))
+    dist = cont.policy(torch.zeros(3, 5))
+    assert isinstance(dist, DiagGaussian) and dist.mean.shape == (3, 2) and dist.log_prob(dist.mean).shape == (3,)
+    assert {n for n, _ in cont.named_parameters()} - {n for n, _ in cont.actor.named_parameters(prefix="actor")} \
+        - {n for n, _ in cont.critic.named_parameters(prefix="critic")} == {"log_std"}
+    assert any(p is cont.log_std for p in cont.policy_parameters())
+    with pytest.raises(SpaceError, match=r"takes flat observations, got spec.obs_shape=\(4, 84, 84\)"):
+        build_actor_critic(EnvSpec((4, 84, 84), "uint8", 6, 1000), (8,))
+
+
+def _obs(n, dim, seed=0):
+    return DictTensor({"frame": torch.randn(n, dim, generator=torch.Generator().manual_seed(seed))})
+
+
+def test_gaussian_agent_clips_the_action_for_the_env_and_keeps_the_raw_sample():
+    agent = create_policy_agent(BOX2, (8,))
+    agent.model.log_std.fill_(1.0)  # std e: most samples leave the narrow bounds
+    agent.seed(3)
+    out, _ = agent(None, _obs(512, 5), DictTensor({}))
+    action, raw = out["action"], out["raw"]
+    low, high = torch.tensor(BOX2.action_low), torch.tensor(BOX2.action_high)
+    assert action.dtype == torch.float32 and action.shape == (512, 2)
+    assert ((action >= low) & (action <= high)).all()
+    assert ((raw < low) | (raw > high)).float().mean() > 0.5
+    torch.testing.assert_close(action, torch.minimum(torch.maximum(raw, low), high))
+    # The log-probability is the raw sample's, not the clipped action's.
+    dist = agent.model.policy(_obs(512, 5)["frame"])
+    torch.testing.assert_close(out["log_prob"], dist.log_prob(raw))
+    assert not torch.allclose(out["log_prob"], dist.log_prob(action))
+
+
+def test_gaussian_agent_is_seeded_and_takes_the_mean_where_not_stochastic():
+    a, b = create_policy_agent(PENDULUM, (8,)), create_policy_agent(PENDULUM, (8,))
+    b.update(a.model.state_dict())
+    a.seed(7), b.seed(7)
+    obs = _obs(64, 3)
+    explore = DictTensor({"stochastic": torch.ones(64, dtype=torch.bool)})
+    first = a(None, obs, explore)[0]["raw"]
+    assert torch.equal(first, b(None, obs, explore)[0]["raw"])
+    assert not torch.equal(first, a(None, obs, explore)[0]["raw"])
+    half = DictTensor({"stochastic": torch.arange(64) % 2 == 0})
+    raw = a(None, obs, half)[0]["raw"]
+    mean = a.model.policy(obs["frame"]).mean
+    assert torch.equal(raw[1::2], mean[1::2]) and not torch.equal(raw[0::2], mean[0::2])
+
+
+def test_pendulum_trajectories_hold_the_clipped_action_and_the_raw_sample_the_loss_uses():
+    with RL_Batcher(5, create_policy_agent, {"spec": PENDULUM, "hidden_sizes": (8,)}, create_env,
+                    {"name": "Pendulum-v1", "n_envs": 4, "autoreset": True}, 0, [0], agent_seeds=[1]) as batcher:
+        model = ActorCritic(3, None, (8,), action_dim=1, log_std_init=1.0)
+        batcher.update(model.state_dict())
+        batcher.reset()
+        batcher.execute()
+        traj, _ = batcher.get()
+    tt = traj.trajectories
+    action, raw = tt["action/action"], tt["action/raw"]
+    assert action.shape == raw.shape == (4, 5, 1)
+    assert action.abs().max() <= 2.0 and raw.abs().max() > 2.0
+    assert torch.equal(policy_actions(tt), raw)
+    # The env stepped with the clipped action: the torch Pendulum records it as last_action.
+    torch.testing.assert_close(tt["_observation/last_action"], action)
+    out = PolicyAgent(model, "cpu").replay_batch(traj)
+    torch.testing.assert_close(out["log_prob"], tt["action/log_prob"])
+    loss, _ = masked_policy_value_loss(out["log_prob"], out["entropy"], out["value"], torch.zeros(4, 5),
+                                       torch.ones(4, 5), tt.mask(), value_coef=0.5, entropy_coef=0.0,
+                                       normalize_advantages=False)
+    loss.backward()
+    assert model.log_std.grad is not None and model.log_std.grad.abs().sum() > 0
+
+
+def test_loss_of_an_all_zero_mask_is_zero_not_nan():
+    z = torch.zeros(2, 3, requires_grad=True)
+    loss, stats = masked_policy_value_loss(z, z, z, torch.ones(2, 3), torch.ones(2, 3), torch.zeros(2, 3),
+                                           value_coef=0.5, entropy_coef=0.01, normalize_advantages=True)
+    assert loss.item() == 0.0 and all(torch.isfinite(v) for v in stats.values())
