@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import gc
 import importlib
 import json
 import logging
@@ -39,7 +41,8 @@ ALGORITHMS = ("reinforce", "a2c", "dqn")
 
 
 def _agent_of(algo: str, config: dict[str, Any]) -> tuple[Any, DictTensor]:
-    """The evaluation agent factory of ``algo`` (trained with ``config``) and its greedy agent_info example."""
+    """The evaluation agent factory of ``algo`` (as its checkpoint's ``config`` built it) and its greedy
+    agent_info example."""
     if config.get("recurrent"):
         from rlstruct.algos.recurrent import create_recurrent_agent
 
@@ -47,7 +50,8 @@ def _agent_of(algo: str, config: dict[str, Any]) -> tuple[Any, DictTensor]:
     if algo == "dqn":
         from rlstruct.algos.dqn import create_q_agent
 
-        return create_q_agent, DictTensor({"epsilon": torch.zeros(1)})
+        return (functools.partial(create_q_agent, dueling=bool(config.get("dueling", False))),
+                DictTensor({"epsilon": torch.zeros(1)}))
     if algo in ("reinforce", "a2c"):
         return create_policy_agent, DictTensor({"stochastic": torch.zeros(1, dtype=torch.bool)})
     raise ValueError(f"unknown algorithm {algo!r} in the checkpoint; expected one of {list(ALGORITHMS)}")
@@ -291,7 +295,13 @@ def run_main(train: Callable[[Any], TrainResult], config_cls: type, validate: Ca
 
     A config error (an unknown env, a device this machine does not have, a value out of range) prints one
     line to stderr and returns 2. The last line on stdout is a JSON object with ``eval_return``,
-    ``env_steps``, ``wall_time_s`` and ``logdir``.
+    ``env_steps``, ``wall_time_s`` and ``logdir`` (also written to ``summary.json`` in the log folder).
+
+    Ctrl-C (SIGINT) stops training after the iteration under way (see
+    :func:`~rlstruct.algos.run.training_run`): the checkpoint, the learning curve and the summary (with
+    ``"interrupted": true``) are written, one line goes to stderr, and the status is 130 (128 + SIGINT, as
+    for any command a terminal interrupts). A second Ctrl-C, or one before training starts, stops at once,
+    also with status 130 and one line.
     """
     parser = build_parser(config_cls, prog, description)
     ns = parser.parse_args(argv)
@@ -302,7 +312,20 @@ def run_main(train: Callable[[Any], TrainResult], config_cls: type, validate: Ca
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     configure_logging()
-    result = train(config)
+    try:
+        result = train(config)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted: stopped without writing a checkpoint", file=sys.stderr)
+        return 130
+    # The command ends here. Once torch._dynamo is imported (the first Adam does), the interpreter's final
+    # garbage collections walk ~2000 modules for 1-2 s after the last line; frozen objects are skipped (they
+    # are still freed by reference counting), so an interrupted run exits within its two seconds.
+    gc.freeze()
+    if result.interrupted:
+        print(f"{prog}: interrupted after {result.env_steps} env steps ({result.wall_time_s:.1f} s): wrote "
+              f"{result.checkpoint}, the learning curve and {Path(result.logdir) / Run.SUMMARY_NAME}", file=sys.stderr)
+        print(json.dumps(result.summary()))
+        return 130
     if result.reached_target:
         print(f"an evaluation reached the target return {result.target_return:g}: stopped and kept those weights")
     print(f"final evaluation return {result.eval_return:.2f} after {result.env_steps} env steps "
@@ -332,7 +355,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"rlstruct train: error: the algorithm must be one of {', '.join(ALGORITHMS)}, got {got}",
                   file=sys.stderr)
             return 2
-        module = importlib.import_module(f"rlstruct.algos.{rest[0]}")
+        try:
+            module = importlib.import_module(f"rlstruct.algos.{rest[0]}")
+        except KeyboardInterrupt:  # while torch imports: nothing to save yet
+            print("rlstruct train: interrupted", file=sys.stderr)
+            return 130
         return module.main(rest[1:])
     if command == "eval":
         configure_logging()

@@ -2,8 +2,9 @@
 van Hasselt et al. 2016), with optional n-step returns.
 
 The training batcher steps auto-reset envs ``rollout_steps`` at a time; each ``execute`` gets the current
-epsilon as per-env ``agent_info``. Transitions go into a replay buffer of preallocated circular tensors on
-the learner device (written with index tensors, no Python loop per transition). n-step returns are cut at
+epsilon as per-env ``agent_info``. Transitions go into the :class:`~rlstruct.algos.replay.ReplayBuffer`
+(preallocated circular tensors on the learner device, written with index tensors, no Python loop per
+transition). With ``dueling=True`` the Q network has a dueling head (Wang et al. 2016). n-step returns are cut at
 episode ends, and targets bootstrap through time limits and not through terminations: a truncated
 transition bootstraps from ``Q(_observation/frame)`` (the terminal observation), a terminated one does not.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -26,6 +28,7 @@ from torch.nn.utils import clip_grad_norm_
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import NetworkAgent, cpu_state_dict, make_adam, mlp
+from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.returns import episode_statistics
 from rlstruct.algos.run import (
     EnvSpec,
@@ -39,14 +42,14 @@ from rlstruct.algos.run import (
     training_run,
     validate_run_config,
 )
-from rlstruct.devices import DeviceLike, as_device
+from rlstruct.devices import as_device
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = [
     "DQNConfig",
     "QNetwork",
+    "dueling_q",
     "QAgent",
-    "ReplayBuffer",
     "NStepWindow",
     "window_transitions",
     "n_step_returns",
@@ -80,6 +83,7 @@ class DQNConfig(RunConfig):
         epsilon_decay_steps: env steps of the linear decay from epsilon_start to epsilon_end.
         loss: huber or mse.
         max_grad_norm: clip the gradient's global norm to this (0: no clipping).
+        dueling: a dueling head (Q = V + A - mean(A) over a shared trunk) instead of one linear Q layer.
     """
 
     n_envs: int = 4
@@ -102,6 +106,7 @@ class DQNConfig(RunConfig):
     epsilon_decay_steps: int = 10_000
     loss: str = "huber"
     max_grad_norm: float = 10.0
+    dueling: bool = False
 
 
 def validate(config: DQNConfig) -> EnvSpec:
@@ -132,19 +137,58 @@ def validate(config: DQNConfig) -> EnvSpec:
 
 
 # =============================================================================================== model and agent
+def dueling_q(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
+    """The dueling aggregation (Wang et al. 2016, eq. 9): ``Q = V + A - mean_a(A)``.
+
+    Subtracting the mean advantage makes ``V`` and ``A`` identifiable: ``mean_a Q(s, a) = V(s)``.
+
+    Args:
+        value: ``float [N, 1]``, the state values.
+        advantage: ``float [N, A]``, the advantages.
+
+    Returns:
+        ``float [N, A]``, the Q-values.
+
+    >>> dueling_q(torch.tensor([[1.0]]), torch.tensor([[0.0, 2.0]]))
+    tensor([[0., 2.]])
+    """
+    return value + advantage - advantage.mean(-1, keepdim=True)
+
+
 class QNetwork(nn.Module):
-    """An MLP from a flat observation to one Q-value per action.
+    """An MLP from a flat observation to one Q-value per action, with an optional dueling head.
+
+    Without ``dueling`` the last hidden layer feeds one linear layer of ``n_actions`` outputs; with it, the
+    hidden layers are a shared trunk feeding a value head (1 output) and an advantage head
+    (``n_actions`` outputs), aggregated by :func:`dueling_q`.
+
+    Args:
+        obs_dim: observation size.
+        n_actions: number of discrete actions.
+        hidden_sizes: hidden layer widths.
+        dueling: use the dueling head.
 
     >>> QNetwork(4, 2, (8,))(torch.zeros(3, 4)).shape
     torch.Size([3, 2])
+    >>> QNetwork(4, 2, (8,), dueling=True)(torch.zeros(3, 4)).shape
+    torch.Size([3, 2])
     """
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: Sequence[int]):
+    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: Sequence[int], *, dueling: bool = False):
         super().__init__()
-        self.q = mlp(obs_dim, hidden_sizes, n_actions)
+        self.dueling = dueling
+        if dueling:
+            self.trunk = nn.Sequential(*mlp(obs_dim, hidden_sizes[:-1], hidden_sizes[-1]), nn.Tanh())
+            self.value = mlp(hidden_sizes[-1], (), 1)
+            self.advantage = mlp(hidden_sizes[-1], (), n_actions)
+        else:
+            self.q = mlp(obs_dim, hidden_sizes, n_actions)
 
     def forward(self, frame: torch.Tensor) -> torch.Tensor:
         """Q-values ``[N, n_actions]`` of observations ``[N, obs_dim]``."""
+        if self.dueling:
+            h = self.trunk(frame)
+            return dueling_q(self.value(h), self.advantage(h))
         return self.q(frame)
 
 
@@ -175,77 +219,18 @@ class QAgent(NetworkAgent):
 
 
 def create_q_agent(
-    spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False
+    spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False, *,
+    dueling: bool = False,
 ) -> RL_Agent:
-    """Builds a batcher's :class:`QAgent` for ``spec``'s env on ``device`` (module level, so it pickles)."""
-    model = QNetwork(spec.obs_dim, spec.n_actions, hidden_sizes).to(device)
+    """Builds a batcher's :class:`QAgent` for ``spec``'s env on ``device`` (module level, so it pickles;
+    ``functools.partial(create_q_agent, dueling=True)`` too)."""
+    model = QNetwork(spec.obs_dim, spec.n_actions, hidden_sizes, dueling=dueling).to(device)
     model.requires_grad_(False)
     agent: RL_Agent = QAgent(model, device)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
 
 
-# =============================================================================================== replay
-class ReplayBuffer:
-    """Uniform replay of ``(obs, action, return, next_obs, discount)`` in preallocated circular tensors.
-
-    :meth:`push` writes a whole batch with one index tensor per call; :meth:`sample` draws with the
-    buffer's own generator. Everything stays on ``device``.
-
-    Args:
-        capacity: transitions kept (the oldest are overwritten).
-        obs_dim: observation size.
-        device: where the tensors live.
-        seed: seeds the sampling generator.
-
-    >>> buf = ReplayBuffer(3, 2, "cpu", seed=0)
-    >>> for a in ([0, 1], [2, 3]):
-    ...     buf.push(torch.zeros(2, 2), torch.tensor(a), torch.ones(2), torch.zeros(2, 2), torch.ones(2))
-    >>> len(buf), buf.action.tolist()
-    (3, [3, 1, 2])
-    """
-
-    def __init__(self, capacity: int, obs_dim: int, device: DeviceLike, *, seed: int = 0):
-        self.capacity = capacity
-        self.device = as_device(device)
-        f32 = {"dtype": torch.float32, "device": self.device}
-        self.obs = torch.zeros(capacity, obs_dim, **f32)
-        self.next_obs = torch.zeros(capacity, obs_dim, **f32)
-        self.action = torch.zeros(capacity, dtype=torch.int64, device=self.device)
-        self.ret = torch.zeros(capacity, **f32)
-        self.discount = torch.zeros(capacity, **f32)
-        self.pos = 0
-        self.size = 0
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(seed)
-
-    def __len__(self) -> int:
-        return self.size
-
-    def push(self, obs: torch.Tensor, action: torch.Tensor, ret: torch.Tensor, next_obs: torch.Tensor,
-             discount: torch.Tensor) -> None:
-        """Appends ``N`` transitions: ``obs [N, D]``, ``action [N]``, ``ret [N]``, ``next_obs [N, D]``,
-        ``discount [N]``."""
-        n = obs.shape[0]
-        if n > self.capacity:  # only the newest fit
-            keep = slice(n - self.capacity, None)
-            obs, action, ret, next_obs, discount = obs[keep], action[keep], ret[keep], next_obs[keep], discount[keep]
-            n = self.capacity
-        idx = (torch.arange(n, device=self.device) + self.pos) % self.capacity
-        self.obs[idx] = obs
-        self.action[idx] = action
-        self.ret[idx] = ret
-        self.next_obs[idx] = next_obs
-        self.discount[idx] = discount
-        self.pos = (self.pos + n) % self.capacity
-        self.size = min(self.size + n, self.capacity)
-
-    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
-        """``batch_size`` transitions drawn uniformly with replacement."""
-        idx = torch.randint(self.size, (batch_size,), generator=self.generator, device=self.device)
-        return {"obs": self.obs[idx], "action": self.action[idx], "ret": self.ret[idx],
-                "next_obs": self.next_obs[idx], "discount": self.discount[idx]}
-
-
+# =============================================================================================== n-step transitions
 def n_step_returns(
     rewards: torch.Tensor, done: torch.Tensor, terminated: torch.Tensor, gamma: float, n: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -329,14 +314,14 @@ def window_transitions(window: dict[str, torch.Tensor], gamma: float, n: int) ->
         n: steps per return.
 
     Returns:
-        ``obs [N, D]``, ``action [N]``, ``ret [N]``, ``next_obs [N, D]``, ``discount [N]`` with
+        ``obs [N, *obs_shape]``, ``action [N]``, ``ret [N]``, ``next_obs [N, *obs_shape]``, ``discount [N]`` with
         ``N = B * (L - n + 1)``: the transitions starting at the first ``L - n + 1`` steps.
     """
     ret, last, discount = n_step_returns(window["_observation/reward"], window["_observation/done"],
                                          window["_observation/terminated"], gamma, n)
-    M = ret.shape[1]
-    next_frames = window["_observation/frame"]
-    next_obs = next_frames.gather(1, last.unsqueeze(-1).expand(-1, -1, next_frames.shape[-1]))
+    B, M = ret.shape
+    rows = torch.arange(B, device=ret.device).unsqueeze(1)
+    next_obs = window["_observation/frame"][rows, last]  # [B, M, *obs_shape], any observation shape
     return {
         "obs": window["observation/frame"][:, :M].flatten(0, 1),
         "action": window["action/action"][:, :M].flatten(0, 1),
@@ -443,15 +428,17 @@ def train(config: DQNConfig) -> TrainResult:
     spec = validate(config)
     learner = as_device(config.learner_device)
     with training_run("dqn", config, spec, start=start) as (run, stack):
-        model = seeded_model(config.seed, QNetwork, spec.obs_dim, spec.n_actions, config.hidden_sizes)
-        batcher, evaluator = open_batchers(stack, config, spec, create_q_agent, n_timesteps=config.rollout_steps,
+        model = seeded_model(config.seed, functools.partial(QNetwork, dueling=config.dueling), spec.obs_dim,
+                             spec.n_actions, config.hidden_sizes)
+        create_agent = functools.partial(create_q_agent, dueling=config.dueling)
+        batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.rollout_steps,
                                            autoreset=True, explore={"epsilon": config.epsilon_start},
                                            greedy={"epsilon": 0.0})
 
         model.to(learner)
         target = copy.deepcopy(model).requires_grad_(False)
         optimizer = make_adam(model, config.lr, learner)
-        buffer = ReplayBuffer(config.buffer_size, spec.obs_dim, learner, seed=config.seed)
+        buffer = ReplayBuffer.for_spec(spec, config.buffer_size, learner, seed=config.seed)
         B = batcher.n_elems()
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)

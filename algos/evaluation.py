@@ -74,6 +74,16 @@ class Evaluator:
             self.launch(weights(), iteration, env_steps)
         return result
 
+    def collect(self) -> dict[str, float] | None:
+        """The result of a pending evaluation if it has finished (never waits, launches nothing), else ``None``."""
+        if not self.pending:
+            return None
+        traj, n = self.batcher.get(blocking=False)
+        if traj is None:
+            return None
+        self.pending = False
+        return self._summarise(traj, n)
+
     def final(self, weights: dict[str, torch.Tensor], iteration: int, env_steps: int) -> tuple[dict | None, dict]:
         """Waits for a pending evaluation, then evaluates ``weights`` again (blocking, fresh episodes).
 

@@ -16,7 +16,9 @@ import dataclasses
 import json
 import logging
 import math
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -314,6 +316,8 @@ class TrainResult:
         plot: path of the learning-curve PNG (``None`` without matplotlib).
         target_return: the return that stops training (``target_return`` or the env's threshold), or ``None``.
         reached_target: whether an evaluation reached it (training then stopped, keeping those weights).
+        interrupted: whether a Ctrl-C (SIGINT) stopped training early; ``eval_return`` is then the last
+            evaluation's (nan if none finished): the final evaluation is skipped.
     """
 
     eval_return: float
@@ -326,6 +330,7 @@ class TrainResult:
     plot: str | None = None
     target_return: float | None = None
     reached_target: bool = False
+    interrupted: bool = False
 
     def summary(self) -> dict[str, Any]:
         """The JSON-able fields (everything but the history)."""
@@ -339,6 +344,7 @@ class TrainResult:
             "plot": self.plot,
             "target_return": self.target_return,
             "reached_target": self.reached_target,
+            "interrupted": self.interrupted,
         }
 
 
@@ -358,6 +364,7 @@ class Run:
     """
 
     CSV_NAME = "progress.csv"
+    SUMMARY_NAME = "summary.json"
 
     def __init__(self, algo: str, config: RunConfig, spec: EnvSpec, *, start: float | None = None):
         self.algo = algo
@@ -373,6 +380,8 @@ class Run:
         self.history: list[dict[str, float]] = []
         self.last_eval: float | None = None
         self.reached_target = False
+        #: set by a Ctrl-C (SIGINT) during :func:`training_run`: the loop stops at its next check
+        self.interrupted = False
         self._pending: list[dict[str, Any]] = []
         self._csv_file = open(self.logdir / self.CSV_NAME, "w", newline="")
         self._csv_fields: list[str] = []
@@ -417,8 +426,9 @@ class Run:
         return min(self.elapsed() / self.config.time_limit, 1.0)
 
     def should_stop(self) -> bool:
-        """True once the time limit or the env-step budget is spent, or an evaluation reached the target."""
-        if self.reached_target:
+        """True once the time limit or the env-step budget is spent, an evaluation reached the target, or the
+        run was interrupted."""
+        if self.reached_target or self.interrupted:
             return True
         if self.config.max_env_steps is not None and self.env_steps >= self.config.max_env_steps:
             return True
@@ -537,6 +547,13 @@ def training_run(
     count on exit; the run and everything pushed on the stack are closed on exit, in reverse order,
     whether training returned or raised.
 
+    In the main thread, a first Ctrl-C (SIGINT) during the run does not raise: it sets ``run.interrupted``,
+    so that the loop (``while not run.should_stop()``) ends after the iteration under way and
+    :func:`finish_training` writes the checkpoint, the curve and the summary of what was reached, skipping
+    the final evaluation. A second Ctrl-C raises ``KeyboardInterrupt`` as usual. The batchers' worker
+    processes ignore SIGINT (a terminal sends it to the whole process group): closing them is this
+    process's job, done by the stack. The previous handler is restored on exit.
+
     Args:
         algo: the algorithm's name (the run's log folder and checkpoint say it).
         config: the validated config.
@@ -553,7 +570,26 @@ def training_run(
     with contextlib.ExitStack() as stack:
         stack.callback(torch.set_num_threads, threads)
         stack.callback(run.close)
+        stack.enter_context(_stop_on_sigint(run))
         yield run, stack
+
+
+@contextlib.contextmanager
+def _stop_on_sigint(run: Run) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if run.interrupted:
+            raise KeyboardInterrupt
+        run.interrupted = True
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
 
 
 def seeded_model(seed: int, factory: Callable[..., nn.Module], *args: Any) -> nn.Module:
@@ -636,10 +672,12 @@ def open_batchers(
 
 
 def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvSpec, *, title: str) -> TrainResult:
-    """The end of every ``train``: final evaluation, checkpoint, learning curve and result.
+    """The end of every ``train``: final evaluation, checkpoint, learning curve, ``summary.json`` and result.
 
     Where an evaluation reached the target return, the weights it evaluated are the ones kept (not those of
     the iterations since they were sent); otherwise the final weights are evaluated again on fresh episodes.
+    An interrupted run (``run.interrupted``) skips that final evaluation: it keeps an evaluation that has
+    already finished, if any, and its result's ``eval_return`` is the last evaluation's (nan if none).
 
     Args:
         run: the run, still open (this closes it).
@@ -649,17 +687,29 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
         title: the algorithm's name in the plot's title, e.g. ``"A2C"``.
     """
     config = run.config
+    interrupted = run.interrupted
     if run.reached_target:
         model.load_state_dict(evaluator.evaluated_weights)
-    previous, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
-    if previous is not None:
-        run.record_eval(previous)
-    run.record_eval(final)
+    if interrupted:
+        finished = evaluator.collect()
+        if finished is not None:
+            run.record_eval(finished)
+        eval_return = math.nan if run.last_eval is None else run.last_eval
+    else:
+        previous, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
+        if previous is not None:
+            run.record_eval(previous)
+        run.record_eval(final)
+        eval_return = final["eval/return"]
     wall = run.elapsed()
     run.close()
     checkpoint = save_checkpoint(run.logdir / "checkpoint.pt", run.algo, config, spec, model,
-                                 {"env_steps": run.env_steps, "eval_return": final["eval/return"]})
+                                 {"env_steps": run.env_steps, "eval_return": eval_return, "interrupted": interrupted})
+    suffix = ", interrupted" if interrupted else ""
     plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
-                               f"{title} on {config.env} ({config.backend}), seed {config.seed}")
-    return TrainResult(final["eval/return"], run.env_steps, wall, run.history, str(run.logdir), run.iteration,
-                       checkpoint, plot, run.target_return, run.reached_target)
+                               f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")
+    result = TrainResult(eval_return, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
+                         checkpoint, plot, run.target_return, run.reached_target, interrupted)
+    with open(run.logdir / Run.SUMMARY_NAME, "w") as f:
+        json.dump(result.summary(), f, indent=2)
+    return result

@@ -254,6 +254,9 @@ def _serve(acq: Acquirer, msg: Message) -> Any:
 
 def worker_main(spec: WorkerSpec, conn) -> None:
     """Entry point of a spawned worker process."""
+    # The parent owns shutdown: a Ctrl-C in a terminal reaches the whole process group, and a worker that
+    # died of it mid-acquisition would turn a clean stop into a BatcherWorkerError and a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     acq: Acquirer | None = None
     try:
         threads = spec.placement.num_threads
@@ -310,8 +313,23 @@ def _patched_environ(values: dict[str, str]) -> Iterator[None]:
                     os.environ[k] = v
 
 
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    # A child started while SIGINT is ignored starts ignoring it (the disposition survives exec, and Python
+    # then installs no KeyboardInterrupt handler): a Ctrl-C while it imports torch cannot kill it either.
+    # Only the main thread may change handlers; elsewhere the worker's own SIG_IGN covers all but its start.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+
+
 class ProcessWorker:
-    """Parent-side handle of one spawned worker process."""
+    """Parent-side handle of one spawned worker process (it ignores SIGINT: the parent owns shutdown)."""
 
     def __init__(self, spec: WorkerSpec, timeout: float):
         self.worker_id = spec.worker_id
@@ -330,7 +348,7 @@ class ProcessWorker:
         self.conn, child_conn = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=worker_main, args=(spec, child_conn), daemon=True,
                                    name=f"rlstruct-worker-{spec.worker_id}")
-        with _patched_environ(spec.placement.environment()):
+        with _patched_environ(spec.placement.environment()), _sigint_ignored():
             self.process.start()
         child_conn.close()
         self._closed = False

@@ -10,9 +10,10 @@ import torch
 from rlstruct.algos.a2c import a2c_loss
 from rlstruct.algos.dqn import (
     NStepWindow,
-    ReplayBuffer,
+    QNetwork,
     double_dqn_targets,
     dqn_loss,
+    dueling_q,
     epsilon_at,
     n_step_returns,
     window_transitions,
@@ -291,21 +292,34 @@ def test_window_transitions_take_the_terminal_observation_of_the_last_step():
     assert tr["ret"].tolist() == [1.5, 1.0]
 
 
-# --------------------------------------------------------------------------- replay buffer
-def test_replay_buffer_is_circular_and_samples_what_it_holds():
-    buf = ReplayBuffer(5, 1, "cpu", seed=0)
-    for start in (0, 3, 6):
-        a = torch.arange(start, start + 3)
-        buf.push(a.float().unsqueeze(1), a, a.float(), a.float().unsqueeze(1) + 0.5, torch.ones(3))
-    assert len(buf) == 5 and buf.pos == 4
-    assert sorted(buf.action.tolist()) == [4, 5, 6, 7, 8]
-    batch = buf.sample(200)
-    assert set(batch["action"].tolist()) <= {4, 5, 6, 7, 8}
-    torch.testing.assert_close(batch["obs"].squeeze(1), batch["action"].float())
-    torch.testing.assert_close(batch["next_obs"].squeeze(1), batch["action"].float() + 0.5)
-    big = torch.arange(12)
-    buf.push(big.float().unsqueeze(1), big, big.float(), big.float().unsqueeze(1), torch.ones(12))
-    assert sorted(buf.action.tolist()) == [7, 8, 9, 10, 11]
+# --------------------------------------------------------------------------- dueling head
+def test_dueling_q_by_hand():
+    q = dueling_q(torch.tensor([[1.0], [-2.0]]), torch.tensor([[0.0, 2.0, 4.0], [1.0, 1.0, 1.0]]))
+    assert q.tolist() == [[-1.0, 1.0, 3.0], [-2.0, -2.0, -2.0]]
+
+
+@pytest.mark.parametrize("hidden_sizes", [(8,), (16, 8)])
+def test_dueling_network_shapes_and_mean_advantage_identity(hidden_sizes):
+    torch.manual_seed(0)
+    net = QNetwork(5, 3, hidden_sizes, dueling=True)
+    with torch.no_grad():  # a random head, so that V and A are not near 0
+        for p in [*net.value.parameters(), *net.advantage.parameters()]:
+            p.normal_()
+    x = torch.randn(7, 5)
+    q = net(x)
+    assert q.shape == (7, 3)
+    h = net.trunk(x)
+    value, advantage = net.value(h), net.advantage(h)
+    assert value.shape == (7, 1) and advantage.shape == (7, 3)
+    # mean_a Q(s, a) = V(s), and Q keeps the advantages' differences between actions.
+    torch.testing.assert_close(q.mean(-1), value.squeeze(-1))
+    torch.testing.assert_close(q - q[:, :1], advantage - advantage[:, :1])
+    assert value.abs().min() > 0 and (advantage.mean(-1)).abs().max() > 1e-3  # the identity is not trivially true
+
+
+def test_plain_q_network_keeps_its_parameter_names():
+    # Checkpoints written before the dueling option load unchanged.
+    assert set(QNetwork(4, 2, (8,)).state_dict()) == {"q.0.weight", "q.0.bias", "q.2.weight", "q.2.bias"}
 
 
 def test_epsilon_schedule():

@@ -5,14 +5,19 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from rlstruct.algos import cli
+from rlstruct.algos import a2c, cli
 from rlstruct.algos.a2c import A2CConfig
 from rlstruct.algos.cli import build_parser, config_from_args, field_docs
 from rlstruct.algos.dqn import DQNConfig
@@ -192,3 +197,77 @@ def test_only_the_command_line_configures_logging():
                      for p in (root / d).rglob("*.py") if "basicConfig(" in p.read_text())
     assert calling == ["algos/cli.py"]
     assert (root / "algos/cli.py").read_text().count("basicConfig(") == 1
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+def _wait_for_training(proc: subprocess.Popen, csv_path: Path, timeout: float) -> None:
+    """Waits until the run has recorded a training iteration (the CSV has a data row)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if csv_path.exists() and len(csv_path.read_text().splitlines()) >= 2:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no training iteration after {timeout} s")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_ctrl_c_stops_cleanly_saves_everything_and_leaves_no_process(tmp_path):
+    psutil = pytest.importorskip("psutil")
+    logdir = tmp_path / "run"
+    # A new session, so that the SIGINT goes to the run's process group (as a terminal's Ctrl-C does) and
+    # not to pytest's.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlstruct.algos.cli", "train", "a2c", "--n-processes", "2", "--n-envs", "8",
+         "--max-env-steps", "100000000", "--time-limit", "600", "--log-every", "1", "--no-stop-at-reward-threshold",
+         "--logdir", str(logdir), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        _wait_for_training(proc, logdir / "progress.csv", timeout=180)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert len([c for c in children if "python" in c.name().lower()]) >= 2, children  # the two workers
+        sent = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    print(f"stopped {took:.2f} s after the SIGINT")
+    assert took < 5.0, took  # 2 s on an idle machine; margin for a loaded CI runner
+    assert "Traceback" not in stderr, stderr
+    interrupted_lines = [ln for ln in stderr.splitlines() if "interrupted" in ln]
+    assert len(interrupted_lines) == 1 and "checkpoint.pt" in interrupted_lines[0], stderr
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, alive
+    summary = json.loads((logdir / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["env_steps"] > 0
+    assert last_json(stdout) == summary
+    ckpt = torch.load(logdir / "checkpoint.pt", weights_only=True)
+    assert ckpt["algo"] == "a2c" and ckpt["interrupted"] is True and ckpt["env_steps"] == summary["env_steps"]
+    assert (logdir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = list(csv.DictReader(open(logdir / "progress.csv")))
+    assert int(rows[-1]["env_steps"]) == summary["env_steps"]
+    ev = rlstruct("eval", str(logdir / "checkpoint.pt"), "--episodes", "2")
+    assert ev.returncode == 0, ev.stderr
+
+
+def test_an_interrupted_run_in_python_returns_what_it_reached(tmp_path):
+    # A notebook's "interrupt kernel" sends SIGINT to the process: train returns instead of raising.
+    cfg = A2CConfig(max_env_steps=10**8, time_limit=600, progress=False, tensorboard=False, logdir=str(tmp_path),
+                    stop_at_reward_threshold=False, eval_every=5, n_evaluation_envs=2, max_episode_steps=50)
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        result = a2c.train(cfg)
+    finally:
+        timer.cancel()
+    assert result.interrupted and result.env_steps > 0
+    assert math.isfinite(result.eval_return)  # the evaluations that finished before the Ctrl-C
+    assert json.loads((tmp_path / "summary.json").read_text())["interrupted"] is True
+    assert (tmp_path / "checkpoint.pt").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler was restored

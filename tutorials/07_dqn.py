@@ -20,7 +20,8 @@ import tempfile
 
 import torch
 
-from rlstruct.algos.dqn import DQNConfig, NStepWindow, ReplayBuffer, dqn_loss, epsilon_at, train, window_transitions
+from rlstruct.algos.dqn import DQNConfig, NStepWindow, dqn_loss, epsilon_at, train, window_transitions
+from rlstruct.algos.replay import ReplayBuffer
 
 SCALE = float(os.environ.get("RLSTRUCT_TUTORIAL_SCALE", "1.0"))
 
@@ -34,7 +35,9 @@ def exploration() -> None:
 
 def replay_buffer() -> None:
     print("== 2. The replay buffer: circular, preallocated, written a batch at a time")
-    buffer = ReplayBuffer(capacity=5, obs_dim=2, device="cpu", seed=0)
+    # rlstruct.algos.replay holds the one replay buffer of DQN and SAC; obs_shape is an int for flat
+    # observations, a tuple for images (stored in their own dtype: uint8 frames stay uint8).
+    buffer = ReplayBuffer(capacity=5, obs_shape=2, device="cpu", seed=0)
     for first in (0, 3):  # two pushes of 3 transitions: the 6th overwrites the 1st
         ids = torch.arange(first, first + 3)
         buffer.push(ids.float().unsqueeze(1).expand(3, 2), ids, ids.float(), torch.zeros(3, 2), torch.ones(3))
