@@ -30,7 +30,12 @@ from rlstruct.algos.networks import (
     make_adam,
     masked_policy_value_loss,
 )
-from rlstruct.algos.recurrent import RecurrentActorCritic, RecurrentPolicyAgent, create_recurrent_agent, replay_window
+from rlstruct.algos.recurrent import (
+    RecurrentPolicyAgent,
+    create_recurrent_agent,
+    recurrent_actor_critic,
+    replay_window,
+)
 from rlstruct.algos.returns import episode_statistics, gae_advantages
 from rlstruct.algos.run import (
     EnvSpec,
@@ -163,8 +168,7 @@ def train(config: A2CConfig) -> TrainResult:
     learner = as_device(config.learner_device)
     with training_run("a2c", config, spec, start=start) as (run, stack):
         if config.recurrent:
-            model = seeded_model(config.seed, RecurrentActorCritic, spec.obs_shape, spec.n_actions,
-                                 config.hidden_sizes)
+            model = seeded_model(config.seed, recurrent_actor_critic, spec, config.hidden_sizes)
         else:
             model = seeded_model(config.seed, build_actor_critic, spec, config.hidden_sizes)
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.

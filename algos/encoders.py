@@ -8,8 +8,10 @@ frames, and the MinAtar network (Young and Tian 2019: conv 16x3x3 stride 1, line
 than 36 pixels a side, where the Nature stack's strides do not fit.
 
 Frames travel as they come from the env (``uint8`` pixels, ``bool`` MinAtar planes) through the batcher's
-buffer and the replay buffer; the encoder turns them into floats inside its forward, on the device it runs on
-(``uint8`` divided by 255), so that only the learner's copy is ever float.
+buffer and the replay buffer; the encoder turns them into floats inside its forward, on the device it runs on.
+Pixels of an env whose frames are ``uint8`` are divided by 255 whatever dtype they reach the forward in (``uint8``
+from the batcher, ``float32`` from :meth:`~rlstruct.algos.replay.ReplayBuffer.sample`): the scale is the env's,
+fixed when the encoder is built (``obs_dtype``), not read from each batch.
 
 :class:`~rlstruct.algos.networks.EncoderActorCritic` (A2C, PPO) and the recurrent actor-critic of
 :mod:`rlstruct.algos.recurrent` put their heads on these encoders.
@@ -27,7 +29,7 @@ from rlstruct.errors import SpaceError
 
 __all__ = [
     "image_layout",
-    "frame_to_float",
+    "pixel_scale",
     "MLPEncoder",
     "CNNEncoder",
     "make_encoder",
@@ -56,15 +58,18 @@ def image_layout(obs_shape: Sequence[int]) -> str:
     return "hwc" if c < a and c < b else "chw"
 
 
-def frame_to_float(frame: torch.Tensor) -> torch.Tensor:
-    """A frame as ``float32``: ``uint8`` pixels divided by 255, ``bool`` planes as 0/1, floats unchanged.
+def pixel_scale(obs_dtype: str) -> float:
+    """What an encoder multiplies frames of ``obs_dtype`` by: ``1/255`` for ``uint8`` pixels, 1 otherwise.
 
-    >>> frame_to_float(torch.tensor([0, 255], dtype=torch.uint8))
-    tensor([0., 1.])
+    >>> pixel_scale("uint8") * 255, pixel_scale("bool"), pixel_scale("float32")
+    (1.0, 1.0, 1.0)
     """
-    if frame.dtype == torch.uint8:
-        return frame.float().div_(255.0)
-    return frame.float()
+    return 1.0 / 255.0 if obs_dtype == "uint8" else 1.0
+
+
+def _to_float(frame: torch.Tensor, scale: float) -> torch.Tensor:
+    x = frame.float()
+    return x * scale if scale != 1.0 else x
 
 
 def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:
@@ -79,13 +84,15 @@ class MLPEncoder(nn.Module):
     Args:
         obs_dim: the frame's size ``F``.
         hidden_sizes: the widths of the hidden layers; the last is :attr:`out_dim`.
+        obs_dtype: the env's frame dtype (``"uint8"`` frames are divided by 255).
 
     >>> MLPEncoder(4, (8, 16))(torch.zeros(3, 4)).shape
     torch.Size([3, 16])
     """
 
-    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int]):
+    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int], *, obs_dtype: str = "float32"):
         super().__init__()
+        self.scale = pixel_scale(obs_dtype)
         sizes = [obs_dim, *hidden_sizes]
         layers: list[nn.Module] = []
         for a, b in zip(sizes[:-1], sizes[1:]):
@@ -95,7 +102,7 @@ class MLPEncoder(nn.Module):
 
     def forward(self, frame: torch.Tensor) -> torch.Tensor:
         """Features ``float [N, out_dim]`` of frames ``[N, F]`` (any dtype)."""
-        return self.net(frame_to_float(frame))
+        return self.net(_to_float(frame, self.scale))
 
 
 class CNNEncoder(nn.Module):
@@ -103,21 +110,24 @@ class CNNEncoder(nn.Module):
 
     Frames at least :data:`NATURE_MIN_SIZE` pixels a side get the Nature-DQN stack (conv 32x8x8 s4,
     64x4x4 s2, 64x3x3 s1, linear 512); smaller ones (MinAtar's 10x10) the MinAtar network (conv 16x3x3 s1,
-    linear 128). ``uint8`` frames are divided by 255 inside the forward, on the encoder's device.
+    linear 128). Frames become float inside the forward, on the encoder's device, divided by 255 when the env's
+    are ``uint8`` (``obs_dtype``), whether they arrive as ``uint8`` or already as floats.
 
     Args:
         obs_shape: the shape of one frame, as the env gives it.
+        obs_dtype: the env's frame dtype, e.g. ``"uint8"`` (Atari) or ``"bool"`` (MinAtar).
         channels_last: whether the channels are the last dimension (default: :func:`image_layout`).
 
     >>> enc = CNNEncoder((4, 84, 84))
     >>> enc(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape, enc.out_dim
     (torch.Size([2, 512]), 512)
-    >>> CNNEncoder((10, 10, 4))(torch.zeros(3, 10, 10, 4, dtype=torch.bool)).shape
+    >>> CNNEncoder((10, 10, 4), obs_dtype="bool")(torch.zeros(3, 10, 10, 4, dtype=torch.bool)).shape
     torch.Size([3, 128])
     """
 
-    def __init__(self, obs_shape: Sequence[int], *, channels_last: bool | None = None):
+    def __init__(self, obs_shape: Sequence[int], *, obs_dtype: str = "uint8", channels_last: bool | None = None):
         super().__init__()
+        self.scale = pixel_scale(obs_dtype)
         if channels_last is None:
             channels_last = image_layout(obs_shape) == "hwc"
         self.channels_last = channels_last
@@ -142,28 +152,31 @@ class CNNEncoder(nn.Module):
 
     def forward(self, frame: torch.Tensor) -> torch.Tensor:
         """Features ``float [N, out_dim]`` of frames ``[N, C, H, W]`` (``[N, H, W, C]`` with ``channels_last``)."""
-        x = frame_to_float(frame)
+        x = _to_float(frame, self.scale)
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)
         return self.linear(self.convs(x))
 
 
-def make_encoder(obs_shape: Sequence[int], hidden_sizes: Sequence[int]) -> MLPEncoder | CNNEncoder:
+def make_encoder(
+    obs_shape: Sequence[int], hidden_sizes: Sequence[int], obs_dtype: str = "float32"
+) -> MLPEncoder | CNNEncoder:
     """The encoder for frames of ``obs_shape``: a :class:`CNNEncoder` for images, an :class:`MLPEncoder` otherwise.
 
     Args:
         obs_shape: one frame's shape: ``(F,)`` or an image (3 dimensions).
         hidden_sizes: the MLP's widths (the CNN's sizes are fixed by the frame size).
+        obs_dtype: the env's frame dtype (``EnvSpec.obs_dtype``): ``"uint8"`` frames are divided by 255.
 
     Raises:
         SpaceError: ``obs_shape`` has neither 1 nor 3 dimensions.
 
-    >>> type(make_encoder((4,), (64, 64))).__name__, type(make_encoder((4, 84, 84), (64, 64))).__name__
+    >>> type(make_encoder((4,), (64, 64))).__name__, type(make_encoder((4, 84, 84), (64, 64), "uint8")).__name__
     ('MLPEncoder', 'CNNEncoder')
     """
     if len(obs_shape) == 1:
-        return MLPEncoder(int(obs_shape[0]), hidden_sizes)
+        return MLPEncoder(int(obs_shape[0]), hidden_sizes, obs_dtype=obs_dtype)
     if len(obs_shape) == 3:
-        return CNNEncoder(obs_shape)
+        return CNNEncoder(obs_shape, obs_dtype=obs_dtype)
     raise SpaceError(f"obs_shape must be flat (1 dimension) or an image (3 dimensions), got {tuple(obs_shape)}; "
                      "flatten the observation")

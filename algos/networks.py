@@ -209,8 +209,9 @@ class EncoderActorCritic(nn.Module):
         obs_shape: one frame's shape.
         n_actions: number of discrete actions.
         hidden_sizes: the MLP encoder's widths (flat frames).
+        obs_dtype: the env's frame dtype (``"uint8"`` pixels are divided by 255 in the forward).
 
-    >>> m = EncoderActorCritic((10, 10, 4), 3, (64,))
+    >>> m = EncoderActorCritic((10, 10, 4), 3, (64,), obs_dtype="bool")
     >>> frames = torch.zeros(5, 10, 10, 4, dtype=torch.bool)
     >>> m.policy(frames).logits.shape, m.value(frames).shape
     (torch.Size([5, 3]), torch.Size([5]))
@@ -218,9 +219,10 @@ class EncoderActorCritic(nn.Module):
 
     continuous = False
 
-    def __init__(self, obs_shape: Sequence[int], n_actions: int, hidden_sizes: Sequence[int]):
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, hidden_sizes: Sequence[int], *,
+                 obs_dtype: str = "uint8"):
         super().__init__()
-        self.encoder = make_encoder(obs_shape, hidden_sizes)
+        self.encoder = make_encoder(obs_shape, hidden_sizes, obs_dtype)
         self.policy_head = _init(nn.Linear(self.encoder.out_dim, n_actions), 0.01)
         self.value_head = _init(nn.Linear(self.encoder.out_dim, 1), 1.0)
 
@@ -257,7 +259,7 @@ def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int]) -> ActorCriti
                 f"{spec.obs_shape} with continuous actions of shape {spec.action_shape}; "
                 "flatten the observation or pick an env with discrete actions"
             )
-        return EncoderActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes)
+        return EncoderActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes, obs_dtype=spec.obs_dtype)
     if spec.discrete:
         return ActorCritic(spec.obs_dim, spec.n_actions, hidden_sizes)
     return ActorCritic(spec.obs_dim, None, hidden_sizes, action_dim=spec.action_dim)

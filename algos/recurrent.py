@@ -32,7 +32,13 @@ from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 if TYPE_CHECKING:
     from rlstruct.algos.run import EnvSpec
 
-__all__ = ["RecurrentActorCritic", "RecurrentPolicyAgent", "create_recurrent_agent", "replay_window"]
+__all__ = [
+    "RecurrentActorCritic",
+    "RecurrentPolicyAgent",
+    "recurrent_actor_critic",
+    "create_recurrent_agent",
+    "replay_window",
+]
 
 
 class RecurrentActorCritic(nn.Module):
@@ -42,6 +48,7 @@ class RecurrentActorCritic(nn.Module):
         obs_shape: one frame's shape (flat or an image).
         n_actions: number of discrete actions.
         hidden_sizes: the MLP encoder's widths; the last is also the core's size.
+        obs_dtype: the env's frame dtype (``"uint8"`` pixels are divided by 255 in the forward).
 
     >>> m = RecurrentActorCritic((2,), 2, (16,))
     >>> h, c = m.initial_state(3, "cpu")
@@ -50,9 +57,10 @@ class RecurrentActorCritic(nn.Module):
     [torch.Size([3, 2]), torch.Size([3])]
     """
 
-    def __init__(self, obs_shape: Sequence[int], n_actions: int, hidden_sizes: Sequence[int]):
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, hidden_sizes: Sequence[int], *,
+                 obs_dtype: str = "float32"):
         super().__init__()
-        self.encoder = make_encoder(obs_shape, hidden_sizes)
+        self.encoder = make_encoder(obs_shape, hidden_sizes, obs_dtype)
         self.core_size = int(hidden_sizes[-1])
         self.core = nn.LSTMCell(self.encoder.out_dim, self.core_size)
         for name, p in self.core.named_parameters():
@@ -181,13 +189,18 @@ def replay_window(agent: RL_Agent, model: RecurrentActorCritic, trajectories: Tr
     return TemporalDictTensor({**{k: out[k] for k in keys}, "next_value": next_value}, out.lengths)
 
 
+def recurrent_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int]) -> RecurrentActorCritic:
+    """The :class:`RecurrentActorCritic` for ``spec``'s env (its encoder chosen by the observation's shape)."""
+    return RecurrentActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes, obs_dtype=spec.obs_dtype)
+
+
 def create_recurrent_agent(
     spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False
 ) -> RL_Agent:
     """Builds a batcher's :class:`RecurrentPolicyAgent` for ``spec``'s env on ``device`` (module level, so it
     pickles). Its weights are random until the first ``batcher.update``; with ``check_device`` it is wrapped in
     :class:`~rlstruct.agents.RL_Agent_CheckDevice`."""
-    model = RecurrentActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes).to(device)
+    model = recurrent_actor_critic(spec, hidden_sizes).to(device)
     model.requires_grad_(False)
     agent: RL_Agent = RecurrentPolicyAgent(model, device)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent

@@ -23,7 +23,7 @@ fakes_pixels.register()
 
 def test_make_encoder_picks_the_mlp_for_flat_frames_and_the_cnn_for_images():
     assert isinstance(make_encoder((4,), (32, 16)), MLPEncoder) and make_encoder((4,), (32, 16)).out_dim == 16
-    atari = make_encoder((4, 84, 84), (64,))
+    atari = make_encoder((4, 84, 84), (64,), "uint8")
     assert isinstance(atari, CNNEncoder) and atari.kind == "nature" and atari.out_dim == 512
     assert [m.kernel_size for m in atari.convs if isinstance(m, torch.nn.Conv2d)] == [(8, 8), (4, 4), (3, 3)]
     assert [m.stride for m in atari.convs if isinstance(m, torch.nn.Conv2d)] == [(4, 4), (2, 2), (1, 1)]
@@ -52,17 +52,26 @@ def test_channel_last_frames_are_permuted_inside_the_forward(shape):
     last = CNNEncoder(shape)
     torch.manual_seed(0)
     first = CNNEncoder((c, h, w))
+    assert last.scale == first.scale == 1 / 255
     assert last.channels_last and not first.channels_last
     frames = torch.randint(0, 256, (3, h, w, c), dtype=torch.uint8)
     assert torch.equal(last(frames), first(frames.permute(0, 3, 1, 2)))
 
 
-def test_uint8_frames_are_scaled_by_255_and_bool_planes_read_as_0_1():
-    enc = CNNEncoder((4, 10, 10))
+def test_uint8_pixels_are_scaled_by_255_whatever_dtype_they_arrive_in():
+    torch.manual_seed(0)
+    enc = CNNEncoder((4, 10, 10), obs_dtype="uint8")
+    torch.manual_seed(0)
+    unscaled = CNNEncoder((4, 10, 10), obs_dtype="float32")
     frames = torch.randint(0, 256, (5, 4, 10, 10), dtype=torch.uint8)
-    assert torch.allclose(enc(frames), enc(frames.float() / 255))
+    # uint8 from the batcher and float32 from ReplayBuffer.sample give the same features.
+    assert torch.equal(enc(frames), enc(frames.float()))
+    assert torch.allclose(enc(frames), unscaled(frames.float() / 255), atol=1e-5)
     planes = torch.rand(5, 4, 10, 10) > 0.5
-    assert torch.equal(enc(planes), enc(planes.float()))
+    bool_enc = CNNEncoder((4, 10, 10), obs_dtype="bool")
+    assert torch.equal(bool_enc(planes), bool_enc(planes.float()))
+    assert MLPEncoder(3, (4,), obs_dtype="uint8").scale == 1 / 255 and enc.scale == 1 / 255
+    assert bool_enc.scale == unscaled.scale == 1.0
 
 
 @pytest.mark.parametrize("env", ["LitSide-v0", "LitSideHWC-v0"])
