@@ -1,10 +1,11 @@
 """The VecEnv contract, checked on every env implementation and every available device.
 
 Implementations: GymEnv / GymEnvInf over a list of gymnasium envs and over gymnasium vector envs
-(``vector_entry_point`` with NEXT_STEP auto-reset, ``SyncVectorEnv`` with SAME_STEP and NEXT_STEP), the torch
-simulators (when ``rlstruct.envs.classic_control`` is importable), and DeviceEnv-wrapped variants. On a
-CUDA device the CPU envs run behind ``DeviceEnv(env, "cpu", device)`` and the torch simulators are built
-on the device.
+(``vector_entry_point`` with NEXT_STEP auto-reset, ``SyncVectorEnv`` with SAME_STEP and NEXT_STEP, a plain
+NEXT_STEP vector env that resets a subset), the torch simulators (when ``rlstruct.envs.classic_control`` is
+importable), ale-py's AtariVectorEnv (``backend="ale"``), gymnax envs through DLPack (``backend="gymnax"``), and
+DeviceEnv-wrapped variants. On a CUDA device the CPU envs run behind ``DeviceEnv(env, "cpu", device)`` and the
+torch simulators and JAX envs are built on the device. The ale and gymnax cases skip when their package is absent.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from rlstruct import DictTensor
 from rlstruct.envs import DeviceEnv, GymEnv, GymEnvInf, VecEnv, make_env
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
 from tests.conftest import device_params
-from tests.fakes_gym import assert_same, random_action
+from tests.fakes_gym import NextStepVectorEnv, assert_same, random_action
 
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 NEXT_STEP = gym.vector.AutoresetMode.NEXT_STEP
 # Short episodes keep the episodic runs (which go until every env is done) fast.
-MAX_STEPS = {"CartPole-v1": 60, "Pendulum-v1": 20, "Acrobot-v1": 20, "MountainCar-v0": 20}
+MAX_STEPS = {"CartPole-v1": 60, "Pendulum-v1": 20, "Acrobot-v1": 20, "MountainCar-v0": 20, "ALE/Breakout-v5": 10}
 RESERVED = ["reward", "done", "terminated", "truncated", "initial_state", "last_action"]
 HAS_TORCH_SIMS = importlib.util.find_spec("rlstruct.envs.classic_control") is not None
 
@@ -78,6 +79,34 @@ def _torch_sim(name: str, autoreset: bool) -> Case:
     return Case(f"torch-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name, has_state=True)
 
 
+def _fake_next_step(name: str, autoreset: bool, partial_rows: str) -> Case:
+    def build(n, seed, device):
+        vec = NextStepVectorEnv([gym.make(name, max_episode_steps=MAX_STEPS[name]) for _ in range(n)], partial_rows)
+        return _on(GymEnv(vec, seed, autoreset=autoreset), device)
+
+    return Case(f"next_step_{partial_rows}-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name)
+
+
+def _ale(autoreset: bool) -> Case:
+    name = "ALE/Breakout-v5"
+
+    def build(n, seed, device):
+        pytest.importorskip("ale_py")
+        return make_env(name, n, device=device, seed=seed, autoreset=autoreset, backend="ale",
+                        max_episode_steps=MAX_STEPS[name], backend_kwargs={"num_threads": 1})
+
+    return Case(f"ale-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name)
+
+
+def _gymnax(name: str, autoreset: bool) -> Case:
+    def build(n, seed, device):
+        pytest.importorskip("gymnax")
+        return make_env(name, n, device=device, seed=seed, autoreset=autoreset, backend="gymnax",
+                        max_episode_steps=MAX_STEPS[name])
+
+    return Case(f"gymnax-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name, has_state=True)
+
+
 def _device_wrapped(inner: Case) -> Case:
     def build(n, seed, device):
         env = inner.build(n, seed, "cpu")
@@ -94,6 +123,15 @@ def _cases() -> list[Case]:
             cases.append(_gym_vector(name, autoreset, "sync_same_step"))
     cases.append(_gym_vector("CartPole-v1", False, "entry_point"))
     cases.append(_gym_vector("Pendulum-v1", False, "sync_next_step"))
+    cases.append(_gym_vector("CartPole-v1", True, "sync_next_step"))
+    cases.append(_fake_next_step("CartPole-v1", True, "reset"))
+    cases.append(_fake_next_step("Pendulum-v1", True, "all"))
+    cases.append(_fake_next_step("CartPole-v1", False, "all"))
+    # The native backends build slowly (a second or so each): one or two cases each here, the rest of their
+    # behaviour in test_ecosystem.py.
+    cases.append(_ale(True))
+    for name, autoreset in (("CartPole-v1", False), ("Pendulum-v1", True)):
+        cases.append(_gymnax(name, autoreset))
     cases.append(_device_wrapped(_gym_list("CartPole-v1", False)))
     cases.append(_device_wrapped(_gym_list("Pendulum-v1", True)))
     if HAS_TORCH_SIMS:

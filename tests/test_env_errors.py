@@ -1,8 +1,9 @@
 """One error type per situation, whichever env raises it (the table of ``rlstruct/errors.py``).
 
 Each situation is one test parametrized over every env implementation: the gymnasium adapters (a list of
-envs and a vector env, episodic and auto-reset), DeviceEnv, the torch simulators (auto-reset and episodic),
-``make_env`` for each backend, and the gymnasium bridge (``to_gymnasium``, ``to_gymnasium_env``).
+envs and a vector env, episodic and auto-reset, NEXT_STEP vector envs auto-reset by the adapter), DeviceEnv, the
+torch simulators (auto-reset and episodic), ``make_env`` for each backend (ale and gymnax skip when their package
+is absent), the JAX adapter, and the gymnasium bridge (``to_gymnasium``, ``to_gymnasium_env``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,20 @@ def _envpool_env(seed: int, **kwargs):
             sys.modules["envpool"] = saved
 
 
+def _ale(seed: int, **kwargs):
+    pytest.importorskip("ale_py")
+    return make_env("ALE/Breakout-v5", N, backend="ale", seed=seed, backend_kwargs={"num_threads": 1}, **kwargs)
+
+
+def _gymnax(seed: int, **kwargs):
+    pytest.importorskip("gymnax")
+    return make_env("CartPole-v1", N, backend="gymnax", seed=seed, **kwargs)
+
+
+def _next_step_vector(seed: int):
+    return GymEnvInf(fakes_gym.NextStepVectorEnv([gym.make("CartPole-v1") for _ in range(N)]), seed)
+
+
 # Every VecEnv implementation, built with a given seed.
 VEC_ENVS: dict[str, Callable[[int], object]] = {
     "GymEnv-list": lambda seed: GymEnv([gym.make("CartPole-v1") for _ in range(N)], seed),
@@ -75,6 +90,12 @@ VEC_ENVS: dict[str, Callable[[int], object]] = {
     "make_env-gymnasium-autoreset": lambda seed: make_env("CartPole-v1", N, backend="gymnasium", seed=seed,
                                                           autoreset=True),
     "make_env-envpool": _envpool_env,
+    "make_env-envpool-autoreset": lambda seed: _envpool_env(seed, autoreset=True),
+    "GymEnvInf-next-step-vector": _next_step_vector,
+    "make_env-ale": _ale,
+    "make_env-ale-autoreset": lambda seed: _ale(seed, autoreset=True),
+    "make_env-gymnax": _gymnax,
+    "make_env-gymnax-autoreset": lambda seed: _gymnax(seed, autoreset=True),
 }
 
 # The bridge, over an auto-reset simulator and over a gymnasium adapter.
@@ -167,6 +188,8 @@ EPISODIC: dict[str, Callable[[], object]] = {
     "make_env-torch": lambda: make_env("CartPole-v1", N, backend="torch", max_episode_steps=3),
     "make_env-gymnasium": lambda: make_env("CartPole-v1", N, backend="gymnasium", max_episode_steps=3),
     "make_env-envpool": lambda: _envpool_env(0, max_episode_steps=3),
+    "make_env-ale": lambda: _ale(0, max_episode_steps=3),
+    "make_env-gymnax": lambda: _gymnax(0, max_episode_steps=3),
 }
 
 
@@ -257,6 +280,22 @@ UNSUPPORTED = {
 def test_an_unsupported_space_is_a_space_error(build, obs_space, act_space, match):
     with pytest.raises(SpaceError, match=match):
         build(fakes_gym.SpaceEnv(obs_space, act_space))
+
+
+@pytest.mark.parametrize(
+    "obs_space, act_space, match",
+    [
+        (spaces.Tuple([spaces.Discrete(2)]), spaces.Discrete(2), "observation_space must be a Box space"),
+        (spaces.Box(0, 1, (2,)), spaces.MultiBinary(3), "action_space must be Discrete or Box"),
+    ],
+    ids=["tuple-observation", "multibinary-action"],
+)
+def test_an_unsupported_space_of_a_jax_env_is_a_space_error(obs_space, act_space, match):
+    pytest.importorskip("jax")
+    from rlstruct.envs import JaxVecEnv
+
+    with pytest.raises(SpaceError, match=match):
+        JaxVecEnv(lambda key: None, lambda key, state, action: None, obs_space, act_space, N)
 
 
 def test_make_env_with_an_unsupported_space_is_a_space_error():
