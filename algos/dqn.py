@@ -207,16 +207,18 @@ class PixelQNetwork(nn.Module):
         obs_shape: one frame's shape (``[C, H, W]`` or ``[H, W, C]``).
         n_actions: number of discrete actions.
         obs_dtype: the env's frame dtype.
+        obs_high: the largest value of ``uint8`` frames (``EnvSpec.obs_high``; default 255).
         dueling: use the dueling head.
 
     >>> PixelQNetwork((4, 84, 84), 4, obs_dtype="uint8")(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape
     torch.Size([2, 4])
     """
 
-    def __init__(self, obs_shape: Sequence[int], n_actions: int, *, obs_dtype: str = "uint8", dueling: bool = False):
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, *, obs_dtype: str = "uint8",
+                 obs_high: float | None = None, dueling: bool = False):
         super().__init__()
         self.dueling = dueling
-        self.encoder = CNNEncoder(obs_shape, obs_dtype=obs_dtype)
+        self.encoder = CNNEncoder(obs_shape, obs_dtype=obs_dtype, obs_high=obs_high)
         width = self.encoder.out_dim
         if dueling:
             self.value = mlp(width, (), 1)
@@ -240,7 +242,8 @@ def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = Fal
     'PixelQNetwork'
     """
     if spec.pixels:
-        return PixelQNetwork(spec.obs_shape, spec.n_actions, obs_dtype=spec.obs_dtype, dueling=dueling)
+        return PixelQNetwork(spec.obs_shape, spec.n_actions, obs_dtype=spec.obs_dtype, obs_high=spec.obs_high,
+                             dueling=dueling)
     return QNetwork(spec.obs_dim, spec.n_actions, hidden_sizes, dueling=dueling)
 
 

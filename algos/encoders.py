@@ -9,9 +9,10 @@ than 36 pixels a side, where the Nature stack's strides do not fit.
 
 Frames travel as they come from the env (``uint8`` pixels, ``bool`` MinAtar planes) through the batcher's
 buffer and the replay buffer; the encoder turns them into floats inside its forward, on the device it runs on.
-Pixels of an env whose frames are ``uint8`` are divided by 255 whatever dtype they reach the forward in (``uint8``
-from the batcher, ``float32`` from :meth:`~rlstruct.algos.replay.ReplayBuffer.sample`): the scale is the env's,
-fixed when the encoder is built (``obs_dtype``), not read from each batch.
+Pixels of an env whose frames are ``uint8`` are divided by their space's ``high`` (255 for Atari, 1 for 0/1 planes)
+whatever dtype they reach the forward in (``uint8`` from the batcher, ``float32`` from
+:meth:`~rlstruct.algos.replay.ReplayBuffer.sample`): the scale is the env's, fixed when the encoder is built
+(``EnvSpec.obs_dtype`` and ``EnvSpec.obs_high``), not read from each batch.
 
 :class:`~rlstruct.algos.networks.EncoderActorCritic` (A2C, PPO) and the recurrent actor-critic of
 :mod:`rlstruct.algos.recurrent` put their heads on these encoders.
@@ -58,13 +59,16 @@ def image_layout(obs_shape: Sequence[int]) -> str:
     return "hwc" if c < a and c < b else "chw"
 
 
-def pixel_scale(obs_dtype: str) -> float:
-    """What an encoder multiplies frames of ``obs_dtype`` by: ``1/255`` for ``uint8`` pixels, 1 otherwise.
+def pixel_scale(obs_dtype: str, obs_high: float | None = None) -> float:
+    """What an encoder multiplies frames of ``obs_dtype`` by: ``1 / obs_high`` for ``uint8`` frames (``1/255`` when
+    ``obs_high`` is ``None``), 1 otherwise.
 
-    >>> pixel_scale("uint8") * 255, pixel_scale("bool"), pixel_scale("float32")
-    (1.0, 1.0, 1.0)
+    >>> pixel_scale("uint8") * 255, pixel_scale("uint8", 1.0), pixel_scale("bool"), pixel_scale("float32")
+    (1.0, 1.0, 1.0, 1.0)
     """
-    return 1.0 / 255.0 if obs_dtype == "uint8" else 1.0
+    if obs_dtype != "uint8":
+        return 1.0
+    return 1.0 / (obs_high or 255.0)
 
 
 def _to_float(frame: torch.Tensor, scale: float) -> torch.Tensor:
@@ -84,15 +88,17 @@ class MLPEncoder(nn.Module):
     Args:
         obs_dim: the frame's size ``F``.
         hidden_sizes: the widths of the hidden layers; the last is :attr:`out_dim`.
-        obs_dtype: the env's frame dtype (``"uint8"`` frames are divided by 255).
+        obs_dtype: the env's frame dtype (``"uint8"`` frames are divided by ``obs_high``).
+        obs_high: the largest value of ``uint8`` frames (default 255).
 
     >>> MLPEncoder(4, (8, 16))(torch.zeros(3, 4)).shape
     torch.Size([3, 16])
     """
 
-    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int], *, obs_dtype: str = "float32"):
+    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int], *, obs_dtype: str = "float32",
+                 obs_high: float | None = None):
         super().__init__()
-        self.scale = pixel_scale(obs_dtype)
+        self.scale = pixel_scale(obs_dtype, obs_high)
         sizes = [obs_dim, *hidden_sizes]
         layers: list[nn.Module] = []
         for a, b in zip(sizes[:-1], sizes[1:]):
@@ -110,12 +116,13 @@ class CNNEncoder(nn.Module):
 
     Frames at least :data:`NATURE_MIN_SIZE` pixels a side get the Nature-DQN stack (conv 32x8x8 s4,
     64x4x4 s2, 64x3x3 s1, linear 512); smaller ones (MinAtar's 10x10) the MinAtar network (conv 16x3x3 s1,
-    linear 128). Frames become float inside the forward, on the encoder's device, divided by 255 when the env's
-    are ``uint8`` (``obs_dtype``), whether they arrive as ``uint8`` or already as floats.
+    linear 128). Frames become float inside the forward, on the encoder's device, divided by ``obs_high`` (255)
+    when the env's are ``uint8``, whether they arrive as ``uint8`` or already as floats.
 
     Args:
         obs_shape: the shape of one frame, as the env gives it.
         obs_dtype: the env's frame dtype, e.g. ``"uint8"`` (Atari) or ``"bool"`` (MinAtar).
+        obs_high: the largest value of ``uint8`` frames (default 255).
         channels_last: whether the channels are the last dimension (default: :func:`image_layout`).
 
     >>> enc = CNNEncoder((4, 84, 84))
@@ -125,9 +132,10 @@ class CNNEncoder(nn.Module):
     torch.Size([3, 128])
     """
 
-    def __init__(self, obs_shape: Sequence[int], *, obs_dtype: str = "uint8", channels_last: bool | None = None):
+    def __init__(self, obs_shape: Sequence[int], *, obs_dtype: str = "uint8", obs_high: float | None = None,
+                 channels_last: bool | None = None):
         super().__init__()
-        self.scale = pixel_scale(obs_dtype)
+        self.scale = pixel_scale(obs_dtype, obs_high)
         if channels_last is None:
             channels_last = image_layout(obs_shape) == "hwc"
         self.channels_last = channels_last
@@ -159,14 +167,15 @@ class CNNEncoder(nn.Module):
 
 
 def make_encoder(
-    obs_shape: Sequence[int], hidden_sizes: Sequence[int], obs_dtype: str = "float32"
+    obs_shape: Sequence[int], hidden_sizes: Sequence[int], obs_dtype: str = "float32", obs_high: float | None = None
 ) -> MLPEncoder | CNNEncoder:
     """The encoder for frames of ``obs_shape``: a :class:`CNNEncoder` for images, an :class:`MLPEncoder` otherwise.
 
     Args:
         obs_shape: one frame's shape: ``(F,)`` or an image (3 dimensions).
         hidden_sizes: the MLP's widths (the CNN's sizes are fixed by the frame size).
-        obs_dtype: the env's frame dtype (``EnvSpec.obs_dtype``): ``"uint8"`` frames are divided by 255.
+        obs_dtype: the env's frame dtype (``EnvSpec.obs_dtype``): ``"uint8"`` frames are divided by ``obs_high``.
+        obs_high: ``EnvSpec.obs_high`` (default 255).
 
     Raises:
         SpaceError: ``obs_shape`` has neither 1 nor 3 dimensions.
@@ -175,8 +184,8 @@ def make_encoder(
     ('MLPEncoder', 'CNNEncoder')
     """
     if len(obs_shape) == 1:
-        return MLPEncoder(int(obs_shape[0]), hidden_sizes, obs_dtype=obs_dtype)
+        return MLPEncoder(int(obs_shape[0]), hidden_sizes, obs_dtype=obs_dtype, obs_high=obs_high)
     if len(obs_shape) == 3:
-        return CNNEncoder(obs_shape, obs_dtype=obs_dtype)
+        return CNNEncoder(obs_shape, obs_dtype=obs_dtype, obs_high=obs_high)
     raise SpaceError(f"obs_shape must be flat (1 dimension) or an image (3 dimensions), got {tuple(obs_shape)}; "
                      "flatten the observation")

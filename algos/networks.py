@@ -209,7 +209,8 @@ class EncoderActorCritic(nn.Module):
         obs_shape: one frame's shape.
         n_actions: number of discrete actions.
         hidden_sizes: the MLP encoder's widths (flat frames).
-        obs_dtype: the env's frame dtype (``"uint8"`` pixels are divided by 255 in the forward).
+        obs_dtype: the env's frame dtype (``"uint8"`` pixels are divided by ``obs_high`` in the forward).
+        obs_high: the largest value of ``uint8`` frames (``EnvSpec.obs_high``; default 255).
 
     >>> m = EncoderActorCritic((10, 10, 4), 3, (64,), obs_dtype="bool")
     >>> frames = torch.zeros(5, 10, 10, 4, dtype=torch.bool)
@@ -220,9 +221,9 @@ class EncoderActorCritic(nn.Module):
     continuous = False
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, hidden_sizes: Sequence[int], *,
-                 obs_dtype: str = "uint8"):
+                 obs_dtype: str = "uint8", obs_high: float | None = None):
         super().__init__()
-        self.encoder = make_encoder(obs_shape, hidden_sizes, obs_dtype)
+        self.encoder = make_encoder(obs_shape, hidden_sizes, obs_dtype, obs_high)
         self.policy_head = _init(nn.Linear(self.encoder.out_dim, n_actions), 0.01)
         self.value_head = _init(nn.Linear(self.encoder.out_dim, 1), 1.0)
 
@@ -259,7 +260,8 @@ def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int]) -> ActorCriti
                 f"{spec.obs_shape} with continuous actions of shape {spec.action_shape}; "
                 "flatten the observation or pick an env with discrete actions"
             )
-        return EncoderActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes, obs_dtype=spec.obs_dtype)
+        return EncoderActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes, obs_dtype=spec.obs_dtype,
+                                  obs_high=spec.obs_high)
     if spec.discrete:
         return ActorCritic(spec.obs_dim, spec.n_actions, hidden_sizes)
     return ActorCritic(spec.obs_dim, None, hidden_sizes, action_dim=spec.action_dim)

@@ -48,7 +48,8 @@ class RecurrentActorCritic(nn.Module):
         obs_shape: one frame's shape (flat or an image).
         n_actions: number of discrete actions.
         hidden_sizes: the MLP encoder's widths; the last is also the core's size.
-        obs_dtype: the env's frame dtype (``"uint8"`` pixels are divided by 255 in the forward).
+        obs_dtype: the env's frame dtype (``"uint8"`` pixels are divided by ``obs_high`` in the forward).
+        obs_high: the largest value of ``uint8`` frames (``EnvSpec.obs_high``; default 255).
 
     >>> m = RecurrentActorCritic((2,), 2, (16,))
     >>> h, c = m.initial_state(3, "cpu")
@@ -58,9 +59,9 @@ class RecurrentActorCritic(nn.Module):
     """
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, hidden_sizes: Sequence[int], *,
-                 obs_dtype: str = "float32"):
+                 obs_dtype: str = "float32", obs_high: float | None = None):
         super().__init__()
-        self.encoder = make_encoder(obs_shape, hidden_sizes, obs_dtype)
+        self.encoder = make_encoder(obs_shape, hidden_sizes, obs_dtype, obs_high)
         self.core_size = int(hidden_sizes[-1])
         self.core = nn.LSTMCell(self.encoder.out_dim, self.core_size)
         for name, p in self.core.named_parameters():
@@ -191,7 +192,8 @@ def replay_window(agent: RL_Agent, model: RecurrentActorCritic, trajectories: Tr
 
 def recurrent_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int]) -> RecurrentActorCritic:
     """The :class:`RecurrentActorCritic` for ``spec``'s env (its encoder chosen by the observation's shape)."""
-    return RecurrentActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes, obs_dtype=spec.obs_dtype)
+    return RecurrentActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes, obs_dtype=spec.obs_dtype,
+                                obs_high=spec.obs_high)
 
 
 def create_recurrent_agent(

@@ -72,12 +72,15 @@ def test_uint8_pixels_are_scaled_by_255_whatever_dtype_they_arrive_in():
     assert torch.equal(bool_enc(planes), bool_enc(planes.float()))
     assert MLPEncoder(3, (4,), obs_dtype="uint8").scale == 1 / 255 and enc.scale == 1 / 255
     assert bool_enc.scale == unscaled.scale == 1.0
+    # 0/1 planes handed over as uint8 (gymnax's MinAtar): their space's high is 1, and so is the scale.
+    assert CNNEncoder((10, 10, 4), obs_dtype="uint8", obs_high=1.0).scale == 1.0
 
 
 @pytest.mark.parametrize("env", ["LitSide-v0", "LitSideHWC-v0"])
 def test_frames_stay_uint8_through_the_batcher_buffer(env):
     spec = describe_env(env, "gymnasium", None)
-    assert spec.pixels and spec.obs_dtype == "uint8"
+    assert spec.pixels and spec.obs_dtype == "uint8" and spec.obs_high == 255.0
+    assert build_actor_critic(spec, (8,)).encoder.scale == 1 / 255
     agent_args = {"spec": spec, "hidden_sizes": (8,), "device": "cpu"}
     env_args = {"name": env, "n_envs": 4, "autoreset": True, "backend": "gymnasium"}
     with RL_Batcher(5, create_policy_agent, agent_args, create_env, env_args, 0, [0]) as batcher:
