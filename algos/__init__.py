@@ -1,4 +1,4 @@
-"""Algorithms on top of the batchers: REINFORCE, A2C and DQN, one file each, and the ``rlstruct`` command.
+"""Algorithms on top of the batchers: REINFORCE, A2C, DQN and PPO, one file each, and the ``rlstruct`` command.
 
 What several algorithms share sits in modules named for what they hold: :mod:`rlstruct.algos.returns`
 (discounted returns, GAE, episode statistics), :mod:`rlstruct.algos.networks` (the MLP, the actor-critic
@@ -7,9 +7,9 @@ and result), :mod:`rlstruct.algos.evaluation` and :mod:`rlstruct.algos.checkpoin
 :mod:`rlstruct.algos.cli` parses the command line and :mod:`rlstruct.algos.profile` shows where the time
 of a collect + learn loop goes.
 
-Each of :mod:`rlstruct.algos.reinforce`, :mod:`rlstruct.algos.a2c` and :mod:`rlstruct.algos.dqn` has the
-same anatomy: a config dataclass, the loss as a function of tensors, ``train(config) -> TrainResult`` and
-``main(argv)`` (``rlstruct train <algo>`` or ``python -m rlstruct.algos.<algo>``).
+Each of :mod:`rlstruct.algos.reinforce`, :mod:`rlstruct.algos.a2c`, :mod:`rlstruct.algos.dqn` and
+:mod:`rlstruct.algos.ppo` has the same anatomy: a config dataclass, the loss as a function of tensors,
+``train(config) -> TrainResult`` and ``main(argv)`` (``rlstruct train <algo>`` or ``python -m rlstruct.algos.<algo>``).
 
 The algorithm modules are imported on first use, so that ``python -m rlstruct.algos.a2c`` does not find
 itself already imported by this package.
@@ -29,11 +29,13 @@ __all__ = [
     "reinforce",
     "a2c",
     "dqn",
+    "ppo",
     "RunConfig",
     "TrainResult",
     "ReinforceConfig",
     "A2CConfig",
     "DQNConfig",
+    "PPOConfig",
     "discounted_returns",
     "gae_advantages",
     "n_step_returns",
@@ -45,9 +47,11 @@ _LAZY = {
     "reinforce": ("rlstruct.algos.reinforce", None),
     "a2c": ("rlstruct.algos.a2c", None),
     "dqn": ("rlstruct.algos.dqn", None),
+    "ppo": ("rlstruct.algos.ppo", None),
     "ReinforceConfig": ("rlstruct.algos.reinforce", "ReinforceConfig"),
     "A2CConfig": ("rlstruct.algos.a2c", "A2CConfig"),
     "DQNConfig": ("rlstruct.algos.dqn", "DQNConfig"),
+    "PPOConfig": ("rlstruct.algos.ppo", "PPOConfig"),
     "n_step_returns": ("rlstruct.algos.dqn", "n_step_returns"),
     "double_dqn_targets": ("rlstruct.algos.dqn", "double_dqn_targets"),
     "profile_training": ("rlstruct.algos.profile", "profile_training"),

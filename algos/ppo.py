@@ -1,0 +1,342 @@
+"""PPO: proximal policy optimisation with a clipped surrogate objective and GAE(lambda) (Schulman et al. 2017).
+
+Each iteration the training batcher steps its auto-reset envs ``n_steps`` times (the envs and the agent carry
+over from one ``execute`` to the next), then the learner makes ``n_epochs`` passes over the collection in
+``n_minibatches`` shuffled minibatches (a seeded generator, so a run is reproducible). The policy is categorical
+for discrete actions and a diagonal Gaussian for continuous ones (see :mod:`rlstruct.algos.networks`):
+the surrogate's ratio compares the log-probabilities of the sampled (unclipped) actions under the current
+weights and under the weights that acted (``action/log_prob``, recorded by the batcher's agent).
+
+GAE bootstraps through time limits and not through terminations, as in A2C: at a truncated step the target
+uses ``V(_observation/frame)`` (the terminal observation), at a terminated step nothing, and the recursion
+is cut at every episode end. Advantages are standardised per minibatch; the value loss may be clipped
+around the collection's values; the gradient's global norm is clipped; an optional target KL stops the
+epochs of an update early (the approximate KL of CleanRL, ``mean((r - 1) - log r)``); the learning rate
+decays linearly over the env-step budget when ``max_env_steps`` is set, else over the time limit.
+
+``overlap``: with worker processes (``n_processes >= 1``) the batcher collects the next ``n_steps`` while the
+learner runs its epochs. The data of an update is then one update stale (collected with the weights before
+the previous update); the ratio still uses the log-probabilities of the weights that acted, so the clip
+bounds the step from the behaviour policy. Off by default.
+
+Run it with ``rlstruct train ppo --env CartPole-v1`` (or ``--env Pendulum-v1``) or ``python -m rlstruct.algos.ppo``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+
+import torch
+from torch.nn.utils import clip_grad_norm_
+
+from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
+from rlstruct.algos.cli import run_main
+from rlstruct.algos.networks import (
+    PolicyAgent,
+    build_actor_critic,
+    cpu_state_dict,
+    create_policy_agent,
+    make_adam,
+    normalize_masked,
+    policy_actions,
+)
+from rlstruct.algos.returns import episode_statistics, gae_advantages
+from rlstruct.algos.run import (
+    EnvSpec,
+    RunConfig,
+    TrainResult,
+    check_on_device,
+    describe_env,
+    finish_training,
+    open_batchers,
+    seeded_model,
+    training_run,
+    validate_run_config,
+)
+from rlstruct.devices import as_device
+
+__all__ = ["PPOConfig", "ppo_loss", "train", "main"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class PPOConfig(RunConfig):
+    """PPO settings (the shared ones are documented in :class:`RunConfig`); the defaults suit CartPole-v1.
+
+    Attributes:
+        n_steps: steps of every env per collection (the training batcher's n_timesteps).
+        n_epochs: passes over each collection.
+        n_minibatches: minibatches per pass (each of n_envs * n_steps / n_minibatches steps, shuffled).
+        gamma: discount factor.
+        gae_lambda: GAE lambda (1: Monte-Carlo advantages, 0: one-step TD errors).
+        clip_coef: the surrogate's clip range epsilon: the ratio counts within [1 - eps, 1 + eps].
+        value_clip: clip each value's change from the collection's value to +-value_clip (0: no value clipping).
+        value_coef: weight of the value loss.
+        entropy_coef: weight of the entropy bonus.
+        max_grad_norm: clip the global gradient norm to this (0: no clipping).
+        target_kl: stop an update's epochs once the approximate KL of a pass exceeds this (None: never).
+        normalize_advantages: standardise the advantages within each minibatch.
+        reward_scale: multiply rewards by this in the loss (keeps the values near 1 where the rewards are large).
+        anneal_lr: decay the learning rate linearly to 0 over max_env_steps when set, else over time_limit.
+        overlap: with n_processes >= 1, collect the next batch while learning (data one update stale).
+    """
+
+    n_envs: int = 32
+    time_limit: float = 60.0
+    lr: float = 3e-3
+    eval_every: int = 8
+    n_steps: int = 32
+    n_epochs: int = 4
+    n_minibatches: int = 2
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_coef: float = 0.2
+    value_clip: float = 0.0
+    value_coef: float = 0.5
+    entropy_coef: float = 0.0
+    max_grad_norm: float = 0.5
+    target_kl: float | None = None
+    normalize_advantages: bool = True
+    reward_scale: float = 0.1
+    anneal_lr: bool = True
+    overlap: bool = False
+
+
+def validate(config: PPOConfig) -> EnvSpec:
+    """Checks the config before anything is built and describes its env (see :func:`validate_run_config`).
+
+    Raises:
+        DeviceUnavailableError: a device of the config does not exist here.
+        SpaceError: the env does not have flat observations.
+        ValueError: a setting is out of range.
+    """
+    validate_run_config(config)
+    for name in ("n_steps", "n_epochs", "n_minibatches"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
+    batch = config.n_envs * max(config.n_processes, 1) * config.n_steps
+    if config.n_minibatches > batch:
+        raise ValueError(f"n_minibatches must be <= the steps per collection (n_envs * max(n_processes, 1) * n_steps "
+                         f"= {batch}), got {config.n_minibatches}; lower n_minibatches or collect more steps")
+    if not 0 <= config.gae_lambda <= 1 or not 0 <= config.gamma <= 1:
+        raise ValueError(f"gamma and gae_lambda must lie in [0, 1], got {config.gamma!r} and {config.gae_lambda!r}")
+    if not config.clip_coef > 0:
+        raise ValueError(f"clip_coef must be > 0, got {config.clip_coef!r}")
+    if config.value_clip < 0:
+        raise ValueError(f"value_clip must be >= 0 (0: no value clipping), got {config.value_clip!r}")
+    if config.target_kl is not None and not config.target_kl > 0:
+        raise ValueError(f"target_kl must be > 0 or None, got {config.target_kl!r}")
+    if config.overlap and config.n_processes < 1:
+        raise ValueError("overlap=True needs a batcher with worker processes (n_processes >= 1), got n_processes=0; "
+                         "set n_processes=1 or more, or overlap=False")
+    spec = describe_env(config.env, config.backend, config.max_episode_steps)
+    spec.require("PPO", config.env, pixels=False)
+    return spec
+
+
+def ppo_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    entropy: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_coef: float,
+    value_clip: float,
+    value_coef: float,
+    entropy_coef: float,
+    normalize_advantages: bool,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The PPO loss of a minibatch of steps, averaged over the valid ones.
+
+    With ``r = exp(log_probs - old_log_probs)``::
+
+        policy = -mean(min(r * A, clip(r, 1 - eps, 1 + eps) * A))
+        value  = mean(max((V - G)^2, (V_old + clip(V - V_old, -c, c) - G)^2)) / 2   (c = value_clip; c = 0: no clip)
+        loss   = policy + value_coef * value - entropy_coef * mean(H)
+
+    Every input has the same shape (``[M]`` for a minibatch of ``M`` steps, or ``[B, T]``).
+
+    Args:
+        log_probs: ``log pi(a|s)`` of the sampled actions under the current weights, with gradient.
+        old_log_probs: the same under the weights that acted (no gradient).
+        advantages: GAE advantages (no gradient).
+        values: ``V(s)`` under the current weights, with gradient.
+        old_values: ``V(s)`` at the collection (no gradient).
+        returns: the value targets ``G = advantages + old_values`` (no gradient).
+        entropy: the policy's entropy, with gradient.
+        mask: ``float``, 1 on valid steps; an all-zero mask gives a zero loss, not nan.
+        clip_coef: the clip range ``eps``.
+        value_clip: the value clip range ``c`` (0: no value clipping).
+        value_coef: weight of the value loss.
+        entropy_coef: weight of the entropy bonus.
+        normalize_advantages: standardise the advantages over the valid steps.
+
+    Returns:
+        ``(loss, stats)``: the scalar loss and detached 0-d ``loss/policy``, ``loss/value``, ``loss/entropy``,
+        ``ppo/approx_kl`` (``mean((r - 1) - log r)``) and ``ppo/clip_fraction`` (steps whose ratio was clipped).
+
+    >>> z, one = torch.zeros(2), torch.ones(2)
+    >>> loss, stats = ppo_loss(torch.log(torch.tensor([1.5, 1.0])), z, one, z, z, one, z, one, clip_coef=0.2,
+    ...                        value_clip=0.0, value_coef=1.0, entropy_coef=0.0, normalize_advantages=False)
+    >>> round(stats["loss/policy"].item(), 4), round(stats["loss/value"].item(), 4), stats["ppo/clip_fraction"].item()
+    (-1.1, 0.5, 0.5)
+    """
+    n = mask.sum().clamp_min(1.0)
+    adv = normalize_masked(advantages, mask) if normalize_advantages else advantages
+    log_ratio = log_probs - old_log_probs
+    ratio = log_ratio.exp()
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef) * adv)
+    policy_loss = -(surrogate * mask).sum() / n
+    value_error = (values - returns) ** 2
+    if value_clip > 0:
+        clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
+        value_error = torch.maximum(value_error, (clipped - returns) ** 2)
+    value_loss = 0.5 * (value_error * mask).sum() / n
+    mean_entropy = (entropy * mask).sum() / n
+    loss = policy_loss + value_coef * value_loss - entropy_coef * mean_entropy
+    with torch.no_grad():
+        approx_kl = (((ratio - 1.0) - log_ratio) * mask).sum() / n
+        clip_fraction = (((ratio - 1.0).abs() > clip_coef).float() * mask).sum() / n
+    return loss, {"loss/policy": policy_loss.detach(), "loss/value": value_loss.detach(),
+                  "loss/entropy": mean_entropy.detach(), "ppo/approx_kl": approx_kl, "ppo/clip_fraction": clip_fraction}
+
+
+def train(config: PPOConfig) -> TrainResult:
+    """Trains an actor-critic with PPO and returns the final evaluation and the run's history.
+
+    Raises:
+        DeviceUnavailableError: a device of the config does not exist here.
+        SpaceError: the env does not have flat observations.
+        ValueError: a setting is out of range.
+    """
+    start = time.perf_counter()
+    spec = validate(config)
+    learner = as_device(config.learner_device)
+    with training_run("ppo", config, spec, start=start) as (run, stack):
+        model = seeded_model(config.seed, build_actor_critic, spec, config.hidden_sizes)
+        # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
+        batcher, evaluator = open_batchers(stack, config, spec, create_policy_agent, n_timesteps=config.n_steps,
+                                           autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False})
+
+        model.to(learner)
+        loss_agent = PolicyAgent(model, learner)
+        checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
+        optimizer = make_adam(model, config.lr, learner)
+        # The minibatches' order: seeded per run, on the learner's device, apart from the agents' generators.
+        shuffle = torch.Generator(device=learner).manual_seed(config.seed)
+        B = batcher.n_elems()
+        carry_return = torch.zeros(B, device=learner)
+        carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
+
+        weights = cpu_state_dict(model)
+        batcher.update(weights)
+        batcher.reset()
+        evaluator.launch(weights, 0, 0)
+        pending = False
+        while not run.should_stop():
+            if not pending:
+                batcher.execute()
+            traj, _ = batcher.get()
+            pending = config.overlap
+            if config.overlap:
+                # The next collection runs in the workers, with the weights of the last update, while we learn.
+                batcher.update(weights)
+                batcher.execute()
+            traj = traj.to(learner)
+            tt = traj.trajectories
+            rewards, done = tt["_observation/reward"], tt["_observation/done"]
+            with torch.no_grad():
+                if config.check_devices:
+                    check_on_device(model, learner, "the learner's model")
+                    out = replay_agent(checked_agent, traj)
+                else:
+                    out = replay_agent_stateless(loss_agent, traj, "replay_batch")
+                advantages = gae_advantages(rewards * config.reward_scale, out["value"], out["next_value"],
+                                            tt["_observation/terminated"], done, config.gamma, config.gae_lambda)
+            data = _flat_steps(tt, advantages, out["value"])
+            if config.anneal_lr:
+                optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
+            stats = _learn(model, optimizer, data, config, shuffle)
+            weights = cpu_state_dict(model)
+            if not config.overlap:
+                batcher.update(weights)
+
+            ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
+                rewards, done, carry_return, carry_length
+            )
+            # nan (0 / 0) when no episode ended in this window.
+            stats["train/episode_return"] = ret_sum / count
+            stats["train/episode_length"] = len_sum / count
+            run.record(B * tt.temporal_size(), stats)
+            run.poll_evaluation(evaluator, lambda: weights)
+        if pending:
+            batcher.get()  # the collection launched during the last update: close the batcher with nothing pending
+
+        return finish_training(run, evaluator, model, spec, title="PPO")
+
+
+def _flat_steps(tt, advantages: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The collection's steps as flat ``[B*T, ...]`` tensors (a minibatch is a set of rows of them)."""
+    flat = {
+        "frame": tt["observation/frame"],
+        "action": policy_actions(tt),
+        "old_log_prob": tt["action/log_prob"],
+        "advantage": advantages,
+        "old_value": values,
+        "return": advantages + values,
+        "mask": tt.mask(),
+    }
+    return {k: v.flatten(0, 1) for k, v in flat.items()}
+
+
+def _learn(model, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor], config: PPOConfig,
+           shuffle: torch.Generator) -> dict[str, torch.Tensor]:
+    """``n_epochs`` passes of ``n_minibatches`` shuffled minibatches over ``data``; the mean of their statistics."""
+    n = data["mask"].shape[0]
+    size = n // config.n_minibatches
+    rows: list[dict[str, torch.Tensor]] = []
+    epochs = 0
+    for _ in range(config.n_epochs):
+        order = torch.randperm(n, generator=shuffle, device=shuffle.device)
+        for k in range(config.n_minibatches):
+            mb = {key: v[order[k * size:(k + 1) * size]] for key, v in data.items()}
+            dist = model.policy(mb["frame"])
+            loss, stats = ppo_loss(
+                dist.log_prob(mb["action"]), mb["old_log_prob"], mb["advantage"], model.value(mb["frame"]),
+                mb["old_value"], mb["return"], dist.entropy(), mb["mask"],
+                clip_coef=config.clip_coef, value_clip=config.value_clip, value_coef=config.value_coef,
+                entropy_coef=config.entropy_coef, normalize_advantages=config.normalize_advantages,
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.max_grad_norm > 0:
+                stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            rows.append(stats)
+        epochs += 1
+        # One host sync per epoch, not per step: CleanRL's early stop on the last minibatch's approximate KL.
+        if config.target_kl is not None and float(rows[-1]["ppo/approx_kl"]) > config.target_kl:
+            break
+    out = {key: torch.stack([r[key] for r in rows]).mean() for key in rows[0]}
+    out["ppo/epochs"] = float(epochs)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``rlstruct train ppo [flags]``; the last stdout line is a JSON summary."""
+    return run_main(train, PPOConfig, validate, argv, "rlstruct train ppo", __doc__.splitlines()[0])
+
+
+if __name__ == "__main__":
+    # Imported by name so that spawned workers unpickle this module's functions under their real name.
+    from rlstruct.algos.ppo import main as _main
+
+    raise SystemExit(_main())
