@@ -151,7 +151,9 @@ class RecurrentPolicyAgent(NetworkAgent):
         return DictTensor(out), DictTensor({"h": h, "c": c})
 
 
-def replay_window(agent: RL_Agent, model: RecurrentActorCritic, trajectories: Trajectories) -> TemporalDictTensor:
+def replay_window(
+    agent: RL_Agent, model: RecurrentActorCritic, trajectories: Trajectories, *, bootstrap: bool = True
+) -> TemporalDictTensor:
     """Replays an acquisition window through the recurrent agent, with gradients: what the losses need.
 
     Steps ``agent.call_replay`` through the ``T`` steps with :func:`~rlstruct.agents.replay_agent` (from
@@ -162,11 +164,13 @@ def replay_window(agent: RL_Agent, model: RecurrentActorCritic, trajectories: Tr
         agent: a :class:`RecurrentPolicyAgent` over ``model`` (or it wrapped in ``RL_Agent_CheckDevice``).
         model: its network (for the batched bootstrap step).
         trajectories: ``B`` windows of ``T`` steps from a batcher, on the model's device.
+        bootstrap: also compute ``next_value`` (PPO's minibatches, whose targets are fixed, do without).
 
     Returns:
         ``TemporalDictTensor [B, T]`` of ``log_prob`` (of the stored actions), ``entropy``, ``value`` and
         ``next_value`` (``V(_observation/frame)`` after the step's memory: the terminal observation's value at an
-        episode's end): the keys of :meth:`~rlstruct.algos.networks.PolicyAgent.replay_batch`, for the same losses.
+        episode's end; only with ``bootstrap``): the keys of :meth:`~rlstruct.algos.networks.PolicyAgent.replay_batch`,
+        for the same losses.
 
     >>> from rlstruct import RL_Batcher
     >>> from rlstruct.envs import CartPoleNoVel
@@ -179,6 +183,9 @@ def replay_window(agent: RL_Agent, model: RecurrentActorCritic, trajectories: Tr
     (True, torch.Size([3, 5]))
     """
     out = replay_agent(agent, trajectories, "call_replay")
+    keys = ("log_prob", "entropy", "value")
+    if not bootstrap:
+        return TemporalDictTensor({k: out[k] for k in keys}, out.lengths)
     tt = trajectories.trajectories
     B, T = out["value"].shape
     nxt = tt["_observation/frame"].flatten(0, 1)
@@ -186,7 +193,6 @@ def replay_window(agent: RL_Agent, model: RecurrentActorCritic, trajectories: Tr
     keep = torch.zeros(B * T, dtype=torch.bool, device=nxt.device)
     h, _ = model.core_step(nxt, out["h"].flatten(0, 1), out["c"].flatten(0, 1), keep)
     next_value = model.heads(h)[1].unflatten(0, (B, T))
-    keys = ("log_prob", "entropy", "value")
     return TemporalDictTensor({**{k: out[k] for k in keys}, "next_value": next_value}, out.lengths)
 
 
