@@ -22,12 +22,19 @@ from torch.nn.utils import clip_grad_norm_
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
+    ActorCritic,
     PolicyAgent,
     build_actor_critic,
     cpu_state_dict,
     create_policy_agent,
     make_adam,
     masked_policy_value_loss,
+)
+from rlstruct.algos.recurrent import (
+    RecurrentPolicyAgent,
+    create_recurrent_agent,
+    recurrent_actor_critic,
+    replay_window,
 )
 from rlstruct.algos.returns import episode_statistics, gae_advantages
 from rlstruct.algos.run import (
@@ -63,6 +70,8 @@ class A2CConfig(RunConfig):
         normalize_advantages: standardise the advantages within each batch.
         reward_scale: multiply rewards by this in the loss (values then live near 1, which a few Adam steps reach).
         anneal_lr: decay the learning rate linearly to 0 over max_env_steps when set, else over time_limit.
+        recurrent: an LSTM policy (rlstruct.algos.recurrent) whose memory the batcher carries between
+            acquisitions; the loss replays each window from its stored first state (truncated BPTT over n_steps).
     """
 
     n_envs: int = 32
@@ -78,6 +87,7 @@ class A2CConfig(RunConfig):
     normalize_advantages: bool = True
     reward_scale: float = 0.1
     anneal_lr: bool = True
+    recurrent: bool = False
 
 
 def validate(config: A2CConfig) -> EnvSpec:
@@ -85,7 +95,7 @@ def validate(config: A2CConfig) -> EnvSpec:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have flat observations.
+        SpaceError: continuous actions with image observations or with ``recurrent``.
         ValueError: a setting is out of range.
     """
     validate_run_config(config)
@@ -94,7 +104,8 @@ def validate(config: A2CConfig) -> EnvSpec:
     if not 0 <= config.gae_lambda <= 1 or not 0 <= config.gamma <= 1:
         raise ValueError(f"gamma and gae_lambda must lie in [0, 1], got {config.gamma!r} and {config.gae_lambda!r}")
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
-    spec.require("A2C", config.env, pixels=False)
+    if config.recurrent or spec.pixels:
+        spec.require("recurrent A2C" if config.recurrent else "A2C on images", config.env, discrete=True)
     return spec
 
 
@@ -149,20 +160,24 @@ def train(config: A2CConfig) -> TrainResult:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have flat observations.
+        SpaceError: continuous actions with image observations or with ``recurrent``.
         ValueError: a setting is out of range.
     """
     start = time.perf_counter()
     spec = validate(config)
     learner = as_device(config.learner_device)
     with training_run("a2c", config, spec, start=start) as (run, stack):
-        model = seeded_model(config.seed, build_actor_critic, spec, config.hidden_sizes)
+        if config.recurrent:
+            model = seeded_model(config.seed, recurrent_actor_critic, spec, config.hidden_sizes)
+        else:
+            model = seeded_model(config.seed, build_actor_critic, spec, config.hidden_sizes)
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
-        batcher, evaluator = open_batchers(stack, config, spec, create_policy_agent, n_timesteps=config.n_steps,
+        create_agent = create_recurrent_agent if config.recurrent else create_policy_agent
+        batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
                                            autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False})
 
         model.to(learner)
-        loss_agent = PolicyAgent(model, learner)
+        loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
         checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
         optimizer = make_adam(model, config.lr, learner)
         B = batcher.n_elems()
@@ -179,6 +194,9 @@ def train(config: A2CConfig) -> TrainResult:
             traj = traj.to(learner)
             if config.check_devices:
                 check_on_device(model, learner, "the learner's model")
+            if config.recurrent:
+                out = replay_window(checked_agent if config.check_devices else loss_agent, model, traj)
+            elif config.check_devices:
                 out = replay_agent(checked_agent, traj)
             else:
                 out = replay_agent_stateless(loss_agent, traj, "replay_batch")
@@ -195,10 +213,13 @@ def train(config: A2CConfig) -> TrainResult:
             )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            if config.max_grad_norm > 0:
+            if config.max_grad_norm > 0 and isinstance(model, ActorCritic):
                 # Clipped per network: the critic's large early errors must not shrink the policy's step.
                 stats["grad_norm/actor"] = clip_grad_norm_(model.policy_parameters(), config.max_grad_norm)
                 stats["grad_norm/critic"] = clip_grad_norm_(model.critic.parameters(), config.max_grad_norm)
+            elif config.max_grad_norm > 0:
+                # A shared trunk (CNN, LSTM): one norm over both heads' gradients.
+                stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
             if config.anneal_lr:
                 optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
             optimizer.step()

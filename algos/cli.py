@@ -43,6 +43,10 @@ ALGORITHMS = ("reinforce", "a2c", "dqn", "sac", "ppo")
 def _agent_of(algo: str, config: dict[str, Any]) -> tuple[Any, DictTensor]:
     """The evaluation agent factory of ``algo`` (as its checkpoint's ``config`` built it) and its greedy
     agent_info example."""
+    if config.get("recurrent"):
+        from rlstruct.algos.recurrent import create_recurrent_agent
+
+        return create_recurrent_agent, DictTensor({"stochastic": torch.zeros(1, dtype=torch.bool)})
     if algo == "dqn":
         from rlstruct.algos.dqn import create_q_agent
 

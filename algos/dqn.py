@@ -27,6 +27,7 @@ from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos.cli import run_main
+from rlstruct.algos.encoders import CNNEncoder
 from rlstruct.algos.networks import NetworkAgent, cpu_state_dict, make_adam, mlp
 from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.returns import episode_statistics
@@ -48,6 +49,8 @@ from rlstruct.structures import DictTensor, TemporalDictTensor
 __all__ = [
     "DQNConfig",
     "QNetwork",
+    "PixelQNetwork",
+    "q_network",
     "dueling_q",
     "QAgent",
     "NStepWindow",
@@ -114,7 +117,7 @@ def validate(config: DQNConfig) -> EnvSpec:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have discrete actions and flat observations.
+        SpaceError: the env does not have discrete actions.
         ValueError: a setting is out of range.
     """
     validate_run_config(config)
@@ -132,7 +135,7 @@ def validate(config: DQNConfig) -> EnvSpec:
     if config.loss not in ("huber", "mse"):
         raise ValueError(f"loss must be 'huber' or 'mse', got {config.loss!r}")
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
-    spec.require("DQN", config.env, discrete=True, pixels=False)
+    spec.require("DQN", config.env, discrete=True)
     return spec
 
 
@@ -192,6 +195,58 @@ class QNetwork(nn.Module):
         return self.q(frame)
 
 
+class PixelQNetwork(nn.Module):
+    """The Q-network of image observations: the CNN of :class:`~rlstruct.algos.encoders.CNNEncoder` (Nature-DQN
+    for Atari frames, MinAtar's for small ones) and a linear head, or a dueling one.
+
+    Frames arrive as the env gives them (``uint8`` from the batcher, ``float32`` from
+    :meth:`~rlstruct.algos.replay.ReplayBuffer.sample`); the encoder scales ``uint8`` envs' pixels by 1/255
+    in either case.
+
+    Args:
+        obs_shape: one frame's shape (``[C, H, W]`` or ``[H, W, C]``).
+        n_actions: number of discrete actions.
+        obs_dtype: the env's frame dtype.
+        obs_high: the largest value of ``uint8`` frames (``EnvSpec.obs_high``; default 255).
+        dueling: use the dueling head.
+
+    >>> PixelQNetwork((4, 84, 84), 4, obs_dtype="uint8")(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape
+    torch.Size([2, 4])
+    """
+
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, *, obs_dtype: str = "uint8",
+                 obs_high: float | None = None, dueling: bool = False):
+        super().__init__()
+        self.dueling = dueling
+        self.encoder = CNNEncoder(obs_shape, obs_dtype=obs_dtype, obs_high=obs_high)
+        width = self.encoder.out_dim
+        if dueling:
+            self.value = mlp(width, (), 1)
+            self.advantage = mlp(width, (), n_actions)
+        else:
+            self.q = mlp(width, (), n_actions)
+
+    def forward(self, frame: torch.Tensor) -> torch.Tensor:
+        """Q-values ``[N, n_actions]`` of frames ``[N, *obs_shape]``."""
+        h = self.encoder(frame)
+        if self.dueling:
+            return dueling_q(self.value(h), self.advantage(h))
+        return self.q(h)
+
+
+def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = False) -> QNetwork | PixelQNetwork:
+    """The Q-network for ``spec``'s env: :class:`PixelQNetwork` for images, :class:`QNetwork` (an MLP) otherwise.
+
+    >>> from rlstruct.algos.run import EnvSpec
+    >>> type(q_network(EnvSpec((10, 10, 4), "bool", 3, 1000), (64,))).__name__
+    'PixelQNetwork'
+    """
+    if spec.pixels:
+        return PixelQNetwork(spec.obs_shape, spec.n_actions, obs_dtype=spec.obs_dtype, obs_high=spec.obs_high,
+                             dueling=dueling)
+    return QNetwork(spec.obs_dim, spec.n_actions, hidden_sizes, dueling=dueling)
+
+
 class QAgent(NetworkAgent):
     """Epsilon-greedy over a :class:`QNetwork`; ``agent_info["epsilon"]`` (float, one per env) sets the rate.
 
@@ -224,7 +279,7 @@ def create_q_agent(
 ) -> RL_Agent:
     """Builds a batcher's :class:`QAgent` for ``spec``'s env on ``device`` (module level, so it pickles;
     ``functools.partial(create_q_agent, dueling=True)`` too)."""
-    model = QNetwork(spec.obs_dim, spec.n_actions, hidden_sizes, dueling=dueling).to(device)
+    model = q_network(spec, hidden_sizes, dueling=dueling).to(device)
     model.requires_grad_(False)
     agent: RL_Agent = QAgent(model, device)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
@@ -421,15 +476,15 @@ def train(config: DQNConfig) -> TrainResult:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have discrete actions and flat observations.
+        SpaceError: the env does not have discrete actions.
         ValueError: a setting is out of range.
     """
     start = time.perf_counter()
     spec = validate(config)
     learner = as_device(config.learner_device)
     with training_run("dqn", config, spec, start=start) as (run, stack):
-        model = seeded_model(config.seed, functools.partial(QNetwork, dueling=config.dueling), spec.obs_dim,
-                             spec.n_actions, config.hidden_sizes)
+        model = seeded_model(config.seed, functools.partial(q_network, dueling=config.dueling), spec,
+                             config.hidden_sizes)
         create_agent = functools.partial(create_q_agent, dueling=config.dueling)
         batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.rollout_steps,
                                            autoreset=True, explore={"epsilon": config.epsilon_start},

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
+from rlstruct.algos.encoders import make_encoder
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
@@ -42,6 +43,7 @@ __all__ = [
     "DiagGaussian",
     "ActionDistribution",
     "ActorCritic",
+    "EncoderActorCritic",
     "build_actor_critic",
     "NetworkAgent",
     "PolicyAgent",
@@ -197,24 +199,69 @@ class ActorCritic(nn.Module):
             yield self.log_std
 
 
-def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int]) -> ActorCritic:
-    """The :class:`ActorCritic` for an env: its policy head follows ``spec`` (discrete or continuous actions).
+class EncoderActorCritic(nn.Module):
+    """Policy and value heads on one shared encoder (:func:`~rlstruct.algos.encoders.make_encoder`: the CNN for
+    images): the actor-critic of A2C and PPO for image observations (discrete actions).
+
+    Frames reach it as the env gives them (``uint8``, ``bool``); the encoder makes floats inside the forward.
+
+    Args:
+        obs_shape: one frame's shape.
+        n_actions: number of discrete actions.
+        hidden_sizes: the MLP encoder's widths (flat frames).
+        obs_dtype: the env's frame dtype (``"uint8"`` pixels are divided by ``obs_high`` in the forward).
+        obs_high: the largest value of ``uint8`` frames (``EnvSpec.obs_high``; default 255).
+
+    >>> m = EncoderActorCritic((10, 10, 4), 3, (64,), obs_dtype="bool")
+    >>> frames = torch.zeros(5, 10, 10, 4, dtype=torch.bool)
+    >>> m.policy(frames).logits.shape, m.value(frames).shape
+    (torch.Size([5, 3]), torch.Size([5]))
+    """
+
+    continuous = False
+
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, hidden_sizes: Sequence[int], *,
+                 obs_dtype: str = "uint8", obs_high: float | None = None):
+        super().__init__()
+        self.encoder = make_encoder(obs_shape, hidden_sizes, obs_dtype, obs_high)
+        self.policy_head = _init(nn.Linear(self.encoder.out_dim, n_actions), 0.01)
+        self.value_head = _init(nn.Linear(self.encoder.out_dim, 1), 1.0)
+
+    def policy(self, frame: torch.Tensor) -> Categorical:
+        """The action distribution of frames ``[N, ...]`` (logits ``[N, n_actions]``)."""
+        return Categorical(self.policy_head(self.encoder(frame)))
+
+    def value(self, frame: torch.Tensor) -> torch.Tensor:
+        """State values ``[N]``."""
+        return self.value_head(self.encoder(frame)).squeeze(-1)
+
+
+def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int]) -> ActorCritic | EncoderActorCritic:
+    """The actor-critic for an env: an :class:`ActorCritic` (two MLPs) whose policy head follows ``spec``
+    (discrete or continuous actions) for flat observations, an :class:`EncoderActorCritic` (a shared CNN, two
+    heads) for images.
 
     The one place where the algorithms build their policy network from an env's description.
 
     Raises:
-        SpaceError: the observation is an image (the MLP takes flat observations).
+        SpaceError: the observation is an image and the actions are continuous.
 
     >>> from rlstruct.algos.run import EnvSpec
     >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
     >>> build_actor_critic(spec, (8,)).log_std.shape
     torch.Size([1])
+    >>> type(build_actor_critic(EnvSpec((4, 84, 84), "uint8", 4, 1000), (8,))).__name__
+    'EncoderActorCritic'
     """
     if spec.pixels:
-        raise SpaceError(
-            f"build_actor_critic takes flat observations, got spec.obs_shape={spec.obs_shape} (an image); "
-            "flatten the observation or use a network with an image encoder"
-        )
+        if not spec.discrete:
+            raise SpaceError(
+                f"build_actor_critic takes discrete actions with image observations, got spec.obs_shape="
+                f"{spec.obs_shape} with continuous actions of shape {spec.action_shape}; "
+                "flatten the observation or pick an env with discrete actions"
+            )
+        return EncoderActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes, obs_dtype=spec.obs_dtype,
+                                  obs_high=spec.obs_high)
     if spec.discrete:
         return ActorCritic(spec.obs_dim, spec.n_actions, hidden_sizes)
     return ActorCritic(spec.obs_dim, None, hidden_sizes, action_dim=spec.action_dim)

@@ -43,6 +43,12 @@ from rlstruct.algos.networks import (
     normalize_masked,
     policy_actions,
 )
+from rlstruct.algos.recurrent import (
+    RecurrentPolicyAgent,
+    create_recurrent_agent,
+    recurrent_actor_critic,
+    replay_window,
+)
 from rlstruct.algos.returns import episode_statistics, gae_advantages
 from rlstruct.algos.run import (
     EnvSpec,
@@ -83,6 +89,8 @@ class PPOConfig(RunConfig):
         reward_scale: multiply rewards by this in the loss (keeps the values near 1 where the rewards are large).
         anneal_lr: decay the learning rate linearly to 0 over max_env_steps when set, else over time_limit.
         overlap: with n_processes >= 1, collect the next batch while learning (data one update stale).
+        recurrent: an LSTM policy (rlstruct.algos.recurrent) whose memory the batcher carries between
+            collections; minibatches are sets of envs' whole windows, each replayed from its stored first state.
     """
 
     n_envs: int = 32
@@ -104,6 +112,7 @@ class PPOConfig(RunConfig):
     reward_scale: float = 0.1
     anneal_lr: bool = True
     overlap: bool = False
+    recurrent: bool = False
 
 
 def validate(config: PPOConfig) -> EnvSpec:
@@ -111,7 +120,7 @@ def validate(config: PPOConfig) -> EnvSpec:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have flat observations.
+        SpaceError: continuous actions with image observations or with ``recurrent``.
         ValueError: a setting is out of range.
     """
     validate_run_config(config)
@@ -130,11 +139,17 @@ def validate(config: PPOConfig) -> EnvSpec:
         raise ValueError(f"value_clip must be >= 0 (0: no value clipping), got {config.value_clip!r}")
     if config.target_kl is not None and not config.target_kl > 0:
         raise ValueError(f"target_kl must be > 0 or None, got {config.target_kl!r}")
+    envs = config.n_envs * max(config.n_processes, 1)
+    if config.recurrent and config.n_minibatches > envs:
+        raise ValueError(f"n_minibatches must be <= the envs per collection with recurrent=True (a minibatch is a "
+                         f"set of envs' windows: n_envs * max(n_processes, 1) = {envs}), got {config.n_minibatches}; "
+                         "lower n_minibatches or raise n_envs")
     if config.overlap and config.n_processes < 1:
         raise ValueError("overlap=True needs a batcher with worker processes (n_processes >= 1), got n_processes=0; "
                          "set n_processes=1 or more, or overlap=False")
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
-    spec.require("PPO", config.env, pixels=False)
+    if config.recurrent or spec.pixels:
+        spec.require("recurrent PPO" if config.recurrent else "PPO on images", config.env, discrete=True)
     return spec
 
 
@@ -214,20 +229,22 @@ def train(config: PPOConfig) -> TrainResult:
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have flat observations.
+        SpaceError: continuous actions with image observations or with ``recurrent``.
         ValueError: a setting is out of range.
     """
     start = time.perf_counter()
     spec = validate(config)
     learner = as_device(config.learner_device)
     with training_run("ppo", config, spec, start=start) as (run, stack):
-        model = seeded_model(config.seed, build_actor_critic, spec, config.hidden_sizes)
+        build = recurrent_actor_critic if config.recurrent else build_actor_critic
+        model = seeded_model(config.seed, build, spec, config.hidden_sizes)
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
-        batcher, evaluator = open_batchers(stack, config, spec, create_policy_agent, n_timesteps=config.n_steps,
+        create_agent = create_recurrent_agent if config.recurrent else create_policy_agent
+        batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
                                            autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False})
 
         model.to(learner)
-        loss_agent = PolicyAgent(model, learner)
+        loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
         checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
         optimizer = make_adam(model, config.lr, learner)
         # The minibatches' order: seeded per run, on the learner's device, apart from the agents' generators.
@@ -256,6 +273,9 @@ def train(config: PPOConfig) -> TrainResult:
             with torch.no_grad():
                 if config.check_devices:
                     check_on_device(model, learner, "the learner's model")
+                if config.recurrent:
+                    out = replay_window(checked_agent if config.check_devices else loss_agent, model, traj)
+                elif config.check_devices:
                     out = replay_agent(checked_agent, traj)
                 else:
                     out = replay_agent_stateless(loss_agent, traj, "replay_batch")
@@ -264,7 +284,11 @@ def train(config: PPOConfig) -> TrainResult:
             data = _flat_steps(tt, advantages, out["value"])
             if config.anneal_lr:
                 optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
-            stats = _learn(model, optimizer, data, config, shuffle)
+            if config.recurrent:
+                stats = _learn_recurrent(model, loss_agent, optimizer, traj, advantages, out["value"], config,
+                                         shuffle)
+            else:
+                stats = _learn(model, optimizer, data, config, shuffle)
             weights = cpu_state_dict(model)
             if not config.overlap:
                 batcher.update(weights)
@@ -328,6 +352,42 @@ def _learn(model, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor
     out = {key: torch.stack([r[key] for r in rows]).mean() for key in rows[0]}
     out["ppo/epochs"] = float(epochs)
     return out
+
+
+def _learn_recurrent(model, agent: RecurrentPolicyAgent, optimizer: torch.optim.Optimizer, traj,
+                     advantages: torch.Tensor, values: torch.Tensor, config: PPOConfig,
+                     shuffle: torch.Generator) -> dict[str, torch.Tensor]:
+    """:func:`_learn` for a recurrent policy: a minibatch is a set of envs' whole windows ``[b, T]``, replayed from
+    their stored first state (the memory needs every earlier step of the window)."""
+    tt = traj.trajectories
+    B = tt.lengths.shape[0]
+    size = B // config.n_minibatches
+    old_log_prob, mask, returns = tt["action/log_prob"], tt.mask(), advantages + values
+    rows_stats: list[dict[str, torch.Tensor]] = []
+    epochs = 0
+    for _ in range(config.n_epochs):
+        order = torch.randperm(B, generator=shuffle, device=shuffle.device)
+        for k in range(config.n_minibatches):
+            rows = order[k * size:(k + 1) * size]
+            out = replay_window(agent, model, traj.index(rows), bootstrap=False)
+            loss, stats = ppo_loss(
+                out["log_prob"], old_log_prob[rows], advantages[rows], out["value"], values[rows], returns[rows],
+                out["entropy"], mask[rows],
+                clip_coef=config.clip_coef, value_clip=config.value_clip, value_coef=config.value_coef,
+                entropy_coef=config.entropy_coef, normalize_advantages=config.normalize_advantages,
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.max_grad_norm > 0:
+                stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            rows_stats.append(stats)
+        epochs += 1
+        if config.target_kl is not None and float(rows_stats[-1]["ppo/approx_kl"]) > config.target_kl:
+            break
+    out_stats = {key: torch.stack([r[key] for r in rows_stats]).mean() for key in rows_stats[0]}
+    out_stats["ppo/epochs"] = float(epochs)
+    return out_stats
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -162,6 +162,8 @@ class EnvSpec:
         action_shape: shape of one action (``()`` for discrete actions).
         action_low: lower bounds of a continuous action, flat (``None`` for discrete actions).
         action_high: upper bounds of a continuous action, flat (``None`` for discrete actions).
+        obs_high: the largest value of a ``uint8`` observation (its space's ``high``: 255 for Atari pixels, 1 for
+            0/1 planes), by which the encoders divide; ``None`` for other dtypes.
 
     >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
     >>> spec.obs_dim, spec.discrete, spec.action_dim, spec.pixels
@@ -176,6 +178,7 @@ class EnvSpec:
     action_shape: tuple[int, ...] = ()
     action_low: tuple[float, ...] | None = None
     action_high: tuple[float, ...] | None = None
+    obs_high: float | None = None
 
     @property
     def obs_dim(self) -> int:
@@ -255,8 +258,9 @@ def describe_env(name: str, backend: str, max_episode_steps: int | None) -> EnvS
     except gym.error.Error:
         threshold = None
     threshold = None if threshold is None else float(threshold)
+    obs_high = float(np.max(obs.high)) if np.dtype(obs.dtype) == np.uint8 else None
     common = {"obs_shape": tuple(int(d) for d in obs.shape), "obs_dtype": np.dtype(obs.dtype).name,
-              "max_episode_steps": int(limit), "reward_threshold": threshold}
+              "obs_high": obs_high, "max_episode_steps": int(limit), "reward_threshold": threshold}
     if isinstance(act, gym.spaces.Discrete):
         return EnvSpec(n_actions=int(act.n), **common)
     if isinstance(act, gym.spaces.Box) and len(act.shape) == 1:

@@ -14,9 +14,10 @@ start-up costs (imports, the first optimizer) inside its wall clock. The script 
 
 Targets and budgets (issue 5): CartPole-v1 475, Acrobot-v1 -100; A2C 15 s of wall clock, DQN 50,000 env
 steps, REINFORCE 120 s. Issue 18: PPO on CartPole-v1 475 within 15 s; PPO and A2C on Pendulum-v1 (continuous
-actions) -200 within 100,000 env steps (A2C also 200,000). ``benchmarks/sb3_reference.py`` runs
-Stable-Baselines3 on the same workloads. The table reports, per suite, how many seeds reached the target within budget,
-and the median and range over seeds. Stable-Baselines3 is compared only when it is installed.
+actions) -200 within 100,000 env steps (A2C also 200,000); CartPoleNoVel-v1 475 within 120 s, recurrent
+(``--recurrent``) and feed-forward PPO and A2C; MinAtar Breakout from pixels (PPO with the CNN) 5 within 300 s.
+``benchmarks/sb3_reference.py`` runs Stable-Baselines3 on the same workloads. The table reports, per suite, how
+many seeds reached the target within budget, and the median and range over seeds.
 
 Usage::
 
@@ -60,6 +61,8 @@ CARTPOLE, ACROBOT, PENDULUM = 475.0, -100.0, -200.0
 PPO_PENDULUM = ["--gamma", "0.9", "--lr", "2e-3", "--n-envs", "16", "--n-steps", "250", "--n-epochs", "10",
                 "--n-minibatches", "8", "--eval-every", "5"]
 A2C_PENDULUM = ["--gamma", "0.9", "--eval-every", "100"]
+# MinAtar Breakout: a return the CNN policy reaches on two CPU cores in minutes (a random policy scores about 0.5).
+MINATAR_BREAKOUT = 5.0
 SUITES = [
     Suite("a2c-cartpole-torch", "a2c", "CartPole-v1", CARTPOLE, "15 s", ["--time-limit", "15"]),
     Suite("dqn-cartpole-torch", "dqn", "CartPole-v1", CARTPOLE, "50k steps", ["--max-env-steps", "50000",
@@ -77,6 +80,17 @@ SUITES = [
           ["--max-env-steps", "100000", "--time-limit", "600", *A2C_PENDULUM]),
     Suite("a2c-pendulum-200k-torch", "a2c", "Pendulum-v1", PENDULUM, "200k steps",
           ["--max-env-steps", "200000", "--time-limit", "600", *A2C_PENDULUM]),
+    # CartPole without its velocities: the LSTM policy against the feed-forward one, same budget (issue 18).
+    Suite("ppo-recurrent-cartpolenovel-torch", "ppo", "CartPoleNoVel-v1", CARTPOLE, "120 s",
+          ["--recurrent", "--time-limit", "120"]),
+    Suite("ppo-cartpolenovel-torch", "ppo", "CartPoleNoVel-v1", CARTPOLE, "120 s", ["--time-limit", "120"]),
+    Suite("a2c-recurrent-cartpolenovel-torch", "a2c", "CartPoleNoVel-v1", CARTPOLE, "120 s",
+          ["--recurrent", "--time-limit", "120"]),
+    Suite("a2c-cartpolenovel-torch", "a2c", "CartPoleNoVel-v1", CARTPOLE, "120 s", ["--time-limit", "120"]),
+    # Pixels: MinAtar Breakout's 10x10x4 frames through the CNN (pip install minatar), 300 s of wall clock.
+    Suite("ppo-minatar-breakout-gymnasium", "ppo", "MinAtar/Breakout-v1", MINATAR_BREAKOUT, "300 s",
+          ["--time-limit", "300", "--n-envs", "32", "--n-steps", "64", "--n-minibatches", "4", "--lr", "5e-4",
+           "--entropy-coef", "0.01", "--eval-every", "10"], "gymnasium"),
 ]
 
 

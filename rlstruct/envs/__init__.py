@@ -6,17 +6,20 @@ The JAX envs import jax only when one is built, so importing this package never 
 from rlstruct.envs._base import StepResult, VecEnv
 from rlstruct.envs._torch_env import TorchVecEnv
 from rlstruct.envs.bridge import to_gymnasium, to_gymnasium_env
-from rlstruct.envs.classic_control import Acrobot, CartPole, MountainCar, Pendulum
+from rlstruct.envs.classic_control import Acrobot, CartPole, CartPoleNoVel, MountainCar, Pendulum
 from rlstruct.envs.device_env import DeviceEnv
 from rlstruct.envs.factory import make_env
 from rlstruct.envs.gym import GymEnv, GymEnvInf
 from rlstruct.envs.jax_env import GymnaxEnv, JaxVecEnv
+from rlstruct.envs.registration import CartPoleNoVelEnv, register_envs
 
 __all__ = [
     "VecEnv",
     "StepResult",
     "TorchVecEnv",
     "CartPole",
+    "CartPoleNoVel",
+    "CartPoleNoVelEnv",
     "Acrobot",
     "MountainCar",
     "Pendulum",
@@ -29,3 +32,5 @@ __all__ = [
     "to_gymnasium",
     "to_gymnasium_env",
 ]
+
+register_envs()

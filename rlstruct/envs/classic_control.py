@@ -7,6 +7,7 @@ and reset ranges), batched over ``n_envs`` copies that live on one device:
 class             gymnasium id         actions   obs_dim     max_episode_steps
 ================  ===================  ========  ==========  ======================
 :class:`CartPole`     ``CartPole-v1``      2         4           500
+:class:`CartPoleNoVel` ``CartPoleNoVel-v1`` 2        2           500
 :class:`Acrobot`      ``Acrobot-v1``       3         6           500
 :class:`MountainCar`  ``MountainCar-v0``   3         2           200
 :class:`Pendulum`     ``Pendulum-v1``      Box [1]   3           200
@@ -30,7 +31,7 @@ from rlstruct.devices import DeviceLike
 from rlstruct.envs._array_ops import NumpyOps
 from rlstruct.envs._torch_env import TorchVecEnv
 
-__all__ = ["CartPole", "Acrobot", "MountainCar", "Pendulum"]
+__all__ = ["CartPole", "CartPoleNoVel", "Acrobot", "MountainCar", "Pendulum"]
 
 
 def _f32_box(low, high) -> spaces.Box:
@@ -134,6 +135,50 @@ class CartPole(TorchVecEnv):
     def _jit_inputs(self, phys):
         theta = phys[2]
         return NumpyOps.sin(theta), NumpyOps.cos(theta)
+
+
+class CartPoleNoVel(CartPole):
+    """``CartPoleNoVel-v1``: :class:`CartPole` observed without its velocities, a partially observed task.
+
+    The frame is ``[x, theta]`` (rl-baselines3-zoo's env of that name): the same dynamics, rewards,
+    terminations and, for the same seed and actions, the same states as :class:`CartPole`, whose frame
+    ``[x, x_dot, theta, theta_dot]`` it keeps columns 0 and 2 of. A policy must infer the velocities from
+    the history, so a feed-forward policy cannot balance the pole for long; a recurrent one can.
+
+    Args:
+        n_envs: number of envs.
+        device: where the envs live.
+        seed: env ``k`` replays the same episodes for the same ``seed``, whatever ``n_envs``.
+        autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
+        max_episode_steps: truncation horizon (``None`` for none).
+        compile: fuse the step with ``torch.compile``.
+
+    >>> full, partial = CartPole(3, seed=0), CartPoleNoVel(3, seed=0)
+    >>> torch.equal(partial.reset()[0]["frame"], full.reset()[0]["frame"][:, [0, 2]])
+    True
+    """
+
+    # The compiled kernels write CartPole's four-column frame: this variant steps with the numpy kernels.
+    _jit_name = None
+
+    def __init__(
+        self,
+        n_envs: int,
+        *,
+        device: DeviceLike = "cpu",
+        seed: int = 0,
+        autoreset: bool = False,
+        max_episode_steps: int | None = 500,
+        compile: bool = False,
+    ):
+        super().__init__(
+            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile
+        )
+        high = [self.X_THRESHOLD * 2, self.THETA_THRESHOLD_RADIANS * 2]
+        self.observation_space = _f32_box([-h for h in high], high)
+
+    def _frame(self, xp, phys):
+        return xp.frame((phys[0], phys[2]))
 
 
 class Acrobot(TorchVecEnv):

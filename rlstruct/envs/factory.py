@@ -23,6 +23,7 @@ __all__ = ["make_env", "TORCH_ENVS", "BACKENDS", "ale_game"]
 #: gymnasium id -> class name in :mod:`rlstruct.envs.classic_control` (the torch simulators).
 TORCH_ENVS = {
     "CartPole-v1": "CartPole",
+    "CartPoleNoVel-v1": "CartPoleNoVel",
     "Acrobot-v1": "Acrobot",
     "MountainCar-v0": "MountainCar",
     "Pendulum-v1": "Pendulum",

@@ -1,0 +1,191 @@
+"""Observation encoders: the CNN for images and the MLP for flat observations, chosen from the observation's shape.
+
+:func:`make_encoder` picks the network for an env's observation: an :class:`MLPEncoder` for a flat ``[F]``
+frame, a :class:`CNNEncoder` for an image (3 dimensions; channel-first ``[C, H, W]``, or channel-last
+``[H, W, C]`` detected by :func:`image_layout` and permuted inside the forward). The CNN is the Nature-DQN
+stack (Mnih et al. 2015: conv 32x8x8 stride 4, 64x4x4 stride 2, 64x3x3 stride 1, linear 512) for Atari-sized
+frames, and the MinAtar network (Young and Tian 2019: conv 16x3x3 stride 1, linear 128) for frames smaller
+than 36 pixels a side, where the Nature stack's strides do not fit.
+
+Frames travel as they come from the env (``uint8`` pixels, ``bool`` MinAtar planes) through the batcher's
+buffer and the replay buffer; the encoder turns them into floats inside its forward, on the device it runs on.
+Pixels of an env whose frames are ``uint8`` are divided by their space's ``high`` (255 for Atari, 1 for 0/1 planes)
+whatever dtype they reach the forward in (``uint8`` from the batcher, ``float32`` from
+:meth:`~rlstruct.algos.replay.ReplayBuffer.sample`): the scale is the env's, fixed when the encoder is built
+(``EnvSpec.obs_dtype`` and ``EnvSpec.obs_high``), not read from each batch.
+
+:class:`~rlstruct.algos.networks.EncoderActorCritic` (A2C, PPO) and the recurrent actor-critic of
+:mod:`rlstruct.algos.recurrent` put their heads on these encoders.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from rlstruct.errors import SpaceError
+
+__all__ = [
+    "image_layout",
+    "pixel_scale",
+    "MLPEncoder",
+    "CNNEncoder",
+    "make_encoder",
+]
+
+#: Frames smaller than this (pixels a side) get the MinAtar network instead of the Nature-DQN stack.
+NATURE_MIN_SIZE = 36
+
+
+def image_layout(obs_shape: Sequence[int]) -> str:
+    """``"chw"`` or ``"hwc"``: where the channels of an image observation are.
+
+    Channels are last when the last dimension is smaller than both others (``[84, 84, 4]``, MinAtar's
+    ``[10, 10, 4]``), first otherwise (``[4, 84, 84]``, and a tie such as ``[3, 3, 3]``).
+
+    Raises:
+        SpaceError: ``obs_shape`` is not 3-dimensional.
+
+    >>> image_layout((4, 84, 84)), image_layout((10, 10, 4)), image_layout((210, 160, 3))
+    ('chw', 'hwc', 'hwc')
+    """
+    if len(obs_shape) != 3:
+        raise SpaceError(f"obs_shape must have 3 dimensions (an image), got {tuple(obs_shape)}; "
+                         "use MLPEncoder for flat observations")
+    a, b, c = obs_shape
+    return "hwc" if c < a and c < b else "chw"
+
+
+def pixel_scale(obs_dtype: str, obs_high: float | None = None) -> float:
+    """What an encoder multiplies frames of ``obs_dtype`` by: ``1 / obs_high`` for ``uint8`` frames (``1/255`` when
+    ``obs_high`` is ``None``), 1 otherwise.
+
+    >>> pixel_scale("uint8") * 255, pixel_scale("uint8", 1.0), pixel_scale("bool"), pixel_scale("float32")
+    (1.0, 1.0, 1.0, 1.0)
+    """
+    if obs_dtype != "uint8":
+        return 1.0
+    return 1.0 / (obs_high or 255.0)
+
+
+def _to_float(frame: torch.Tensor, scale: float) -> torch.Tensor:
+    x = frame.float()
+    return x * scale if scale != 1.0 else x
+
+
+def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class MLPEncoder(nn.Module):
+    """A tanh MLP over a flat frame ``[N, F]`` -> ``[N, hidden_sizes[-1]]`` (orthogonal init, gain sqrt(2)).
+
+    Args:
+        obs_dim: the frame's size ``F``.
+        hidden_sizes: the widths of the hidden layers; the last is :attr:`out_dim`.
+        obs_dtype: the env's frame dtype (``"uint8"`` frames are divided by ``obs_high``).
+        obs_high: the largest value of ``uint8`` frames (default 255).
+
+    >>> MLPEncoder(4, (8, 16))(torch.zeros(3, 4)).shape
+    torch.Size([3, 16])
+    """
+
+    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int], *, obs_dtype: str = "float32",
+                 obs_high: float | None = None):
+        super().__init__()
+        self.scale = pixel_scale(obs_dtype, obs_high)
+        sizes = [obs_dim, *hidden_sizes]
+        layers: list[nn.Module] = []
+        for a, b in zip(sizes[:-1], sizes[1:]):
+            layers += [_orthogonal(nn.Linear(a, b), math.sqrt(2)), nn.Tanh()]
+        self.net = nn.Sequential(*layers)
+        self.out_dim = sizes[-1]
+
+    def forward(self, frame: torch.Tensor) -> torch.Tensor:
+        """Features ``float [N, out_dim]`` of frames ``[N, F]`` (any dtype)."""
+        return self.net(_to_float(frame, self.scale))
+
+
+class CNNEncoder(nn.Module):
+    """A ReLU CNN over image frames ``[N, C, H, W]`` (or ``[N, H, W, C]`` with ``channels_last``).
+
+    Frames at least :data:`NATURE_MIN_SIZE` pixels a side get the Nature-DQN stack (conv 32x8x8 s4,
+    64x4x4 s2, 64x3x3 s1, linear 512); smaller ones (MinAtar's 10x10) the MinAtar network (conv 16x3x3 s1,
+    linear 128). Frames become float inside the forward, on the encoder's device, divided by ``obs_high`` (255)
+    when the env's are ``uint8``, whether they arrive as ``uint8`` or already as floats.
+
+    Args:
+        obs_shape: the shape of one frame, as the env gives it.
+        obs_dtype: the env's frame dtype, e.g. ``"uint8"`` (Atari) or ``"bool"`` (MinAtar).
+        obs_high: the largest value of ``uint8`` frames (default 255).
+        channels_last: whether the channels are the last dimension (default: :func:`image_layout`).
+
+    >>> enc = CNNEncoder((4, 84, 84))
+    >>> enc(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape, enc.out_dim
+    (torch.Size([2, 512]), 512)
+    >>> CNNEncoder((10, 10, 4), obs_dtype="bool")(torch.zeros(3, 10, 10, 4, dtype=torch.bool)).shape
+    torch.Size([3, 128])
+    """
+
+    def __init__(self, obs_shape: Sequence[int], *, obs_dtype: str = "uint8", obs_high: float | None = None,
+                 channels_last: bool | None = None):
+        super().__init__()
+        self.scale = pixel_scale(obs_dtype, obs_high)
+        if channels_last is None:
+            channels_last = image_layout(obs_shape) == "hwc"
+        self.channels_last = channels_last
+        c, h, w = (obs_shape[2], obs_shape[0], obs_shape[1]) if channels_last else tuple(obs_shape)
+        relu_gain = math.sqrt(2)
+        if min(h, w) >= NATURE_MIN_SIZE:
+            self.kind = "nature"
+            convs = [nn.Conv2d(c, 32, 8, stride=4), nn.Conv2d(32, 64, 4, stride=2), nn.Conv2d(64, 64, 3, stride=1)]
+            self.out_dim = 512
+        else:
+            self.kind = "minatar"
+            convs = [nn.Conv2d(c, 16, 3, stride=1)]
+            self.out_dim = 128
+        layers: list[nn.Module] = []
+        for conv in convs:
+            layers += [_orthogonal(conv, relu_gain), nn.ReLU()]
+        layers.append(nn.Flatten())
+        self.convs = nn.Sequential(*layers)
+        with torch.no_grad():
+            n_flat = self.convs(torch.zeros(1, c, h, w)).shape[1]
+        self.linear = nn.Sequential(_orthogonal(nn.Linear(n_flat, self.out_dim), relu_gain), nn.ReLU())
+
+    def forward(self, frame: torch.Tensor) -> torch.Tensor:
+        """Features ``float [N, out_dim]`` of frames ``[N, C, H, W]`` (``[N, H, W, C]`` with ``channels_last``)."""
+        x = _to_float(frame, self.scale)
+        if self.channels_last:
+            x = x.permute(0, 3, 1, 2)
+        return self.linear(self.convs(x))
+
+
+def make_encoder(
+    obs_shape: Sequence[int], hidden_sizes: Sequence[int], obs_dtype: str = "float32", obs_high: float | None = None
+) -> MLPEncoder | CNNEncoder:
+    """The encoder for frames of ``obs_shape``: a :class:`CNNEncoder` for images, an :class:`MLPEncoder` otherwise.
+
+    Args:
+        obs_shape: one frame's shape: ``(F,)`` or an image (3 dimensions).
+        hidden_sizes: the MLP's widths (the CNN's sizes are fixed by the frame size).
+        obs_dtype: the env's frame dtype (``EnvSpec.obs_dtype``): ``"uint8"`` frames are divided by ``obs_high``.
+        obs_high: ``EnvSpec.obs_high`` (default 255).
+
+    Raises:
+        SpaceError: ``obs_shape`` has neither 1 nor 3 dimensions.
+
+    >>> type(make_encoder((4,), (64, 64))).__name__, type(make_encoder((4, 84, 84), (64, 64), "uint8")).__name__
+    ('MLPEncoder', 'CNNEncoder')
+    """
+    if len(obs_shape) == 1:
+        return MLPEncoder(int(obs_shape[0]), hidden_sizes, obs_dtype=obs_dtype, obs_high=obs_high)
+    if len(obs_shape) == 3:
+        return CNNEncoder(obs_shape, obs_dtype=obs_dtype, obs_high=obs_high)
+    raise SpaceError(f"obs_shape must be flat (1 dimension) or an image (3 dimensions), got {tuple(obs_shape)}; "
+                     "flatten the observation")

@@ -1,0 +1,119 @@
+"""The observation encoders: which network for which frame, channel layouts, and frames kept as they come
+(uint8, bool) until the learner's forward."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from rlstruct import RL_Batcher
+from rlstruct.algos import a2c
+from rlstruct.algos.encoders import CNNEncoder, MLPEncoder, image_layout, make_encoder
+from rlstruct.algos.networks import ActorCritic, EncoderActorCritic, build_actor_critic, create_policy_agent
+from rlstruct.algos.recurrent import RecurrentActorCritic
+from rlstruct.algos.run import EnvSpec, create_env, describe_env
+from rlstruct.errors import SpaceError
+from tests import fakes_pixels
+
+pytestmark = pytest.mark.timeout(120)
+fakes_pixels.register()
+
+
+def test_make_encoder_picks_the_mlp_for_flat_frames_and_the_cnn_for_images():
+    assert isinstance(make_encoder((4,), (32, 16)), MLPEncoder) and make_encoder((4,), (32, 16)).out_dim == 16
+    atari = make_encoder((4, 84, 84), (64,), "uint8")
+    assert isinstance(atari, CNNEncoder) and atari.kind == "nature" and atari.out_dim == 512
+    assert [m.kernel_size for m in atari.convs if isinstance(m, torch.nn.Conv2d)] == [(8, 8), (4, 4), (3, 3)]
+    assert [m.stride for m in atari.convs if isinstance(m, torch.nn.Conv2d)] == [(4, 4), (2, 2), (1, 1)]
+    minatar = make_encoder((10, 10, 4), (64,))
+    assert isinstance(minatar, CNNEncoder) and minatar.kind == "minatar" and minatar.channels_last
+    assert make_encoder((84, 84, 4), (64,)).channels_last and not atari.channels_last
+    with pytest.raises(SpaceError, match=r"obs_shape must be flat \(1 dimension\) or an image.*got \(2, 3\)"):
+        make_encoder((2, 3), (64,))
+    with pytest.raises(SpaceError, match=r"obs_shape must have 3 dimensions.*got \(4,\)"):
+        image_layout((4,))
+
+
+def test_the_actor_critics_pick_their_encoder_from_the_spec():
+    flat, image = EnvSpec((4,), "float32", 2, 500), EnvSpec((4, 84, 84), "uint8", 4, 100)
+    assert isinstance(build_actor_critic(flat, (8,)), ActorCritic)
+    assert isinstance(build_actor_critic(image, (8,)), EncoderActorCritic)
+    assert isinstance(build_actor_critic(image, (8,)).encoder, CNNEncoder)
+    assert isinstance(RecurrentActorCritic(image.obs_shape, 4, (8,)).encoder, CNNEncoder)
+    assert isinstance(RecurrentActorCritic(flat.obs_shape, 2, (8,)).encoder, MLPEncoder)
+
+
+@pytest.mark.parametrize("shape", [(10, 10, 4), (84, 84, 4)])
+def test_channel_last_frames_are_permuted_inside_the_forward(shape):
+    h, w, c = shape
+    torch.manual_seed(0)
+    last = CNNEncoder(shape)
+    torch.manual_seed(0)
+    first = CNNEncoder((c, h, w))
+    assert last.scale == first.scale == 1 / 255
+    assert last.channels_last and not first.channels_last
+    frames = torch.randint(0, 256, (3, h, w, c), dtype=torch.uint8)
+    assert torch.equal(last(frames), first(frames.permute(0, 3, 1, 2)))
+
+
+def test_uint8_pixels_are_scaled_by_255_whatever_dtype_they_arrive_in():
+    torch.manual_seed(0)
+    enc = CNNEncoder((4, 10, 10), obs_dtype="uint8")
+    torch.manual_seed(0)
+    unscaled = CNNEncoder((4, 10, 10), obs_dtype="float32")
+    frames = torch.randint(0, 256, (5, 4, 10, 10), dtype=torch.uint8)
+    # uint8 from the batcher and float32 from ReplayBuffer.sample give the same features.
+    assert torch.equal(enc(frames), enc(frames.float()))
+    assert torch.allclose(enc(frames), unscaled(frames.float() / 255), atol=1e-5)
+    planes = torch.rand(5, 4, 10, 10) > 0.5
+    bool_enc = CNNEncoder((4, 10, 10), obs_dtype="bool")
+    assert torch.equal(bool_enc(planes), bool_enc(planes.float()))
+    assert MLPEncoder(3, (4,), obs_dtype="uint8").scale == 1 / 255 and enc.scale == 1 / 255
+    assert bool_enc.scale == unscaled.scale == 1.0
+    # 0/1 planes handed over as uint8 (gymnax's MinAtar): their space's high is 1, and so is the scale.
+    assert CNNEncoder((10, 10, 4), obs_dtype="uint8", obs_high=1.0).scale == 1.0
+
+
+@pytest.mark.parametrize("env", ["LitSide-v0", "LitSideHWC-v0"])
+def test_frames_stay_uint8_through_the_batcher_buffer(env):
+    spec = describe_env(env, "gymnasium", None)
+    assert spec.pixels and spec.obs_dtype == "uint8" and spec.obs_high == 255.0
+    assert build_actor_critic(spec, (8,)).encoder.scale == 1 / 255
+    agent_args = {"spec": spec, "hidden_sizes": (8,), "device": "cpu"}
+    env_args = {"name": env, "n_envs": 4, "autoreset": True, "backend": "gymnasium"}
+    with RL_Batcher(5, create_policy_agent, agent_args, create_env, env_args, 0, [0]) as batcher:
+        batcher.reset()
+        batcher.execute()
+        traj, _ = batcher.get()
+    for key in ("observation/frame", "_observation/frame"):
+        assert traj.trajectories[key].dtype == torch.uint8
+        assert traj.trajectories[key].shape == (4, 5, *spec.obs_shape)
+    # The learner's copy is the same uint8 tensor; the encoder makes floats inside its forward.
+    assert traj.to("cpu").trajectories["observation/frame"].dtype == torch.uint8
+
+
+def _cfg(tmp_path, **kw):
+    kw = {"backend": "gymnasium", "progress": False, "tensorboard": False, "logdir": str(tmp_path),
+          "time_limit": 300.0, "n_evaluation_envs": 8, **kw}
+    return a2c.A2CConfig(**kw)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("env", ["LitSide-v0", "LitSideHWC-v0"])
+def test_a2c_learns_from_pixels_with_the_cnn(env, tmp_path):
+    result = a2c.train(_cfg(tmp_path, env=env, max_env_steps=16_000, n_envs=16, lr=1e-3))
+    random_return = fakes_pixels.EPISODE_STEPS / 2
+    assert result.eval_return >= 1.5 * random_return, result.eval_return
+
+
+@pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="minatar is not installed")
+@pytest.mark.timeout(200)
+def test_a2c_runs_on_minatar_breakout_frames(tmp_path):
+    spec = describe_env("MinAtar/Breakout-v1", "gymnasium", None)
+    assert (spec.obs_shape, spec.obs_dtype, spec.n_actions, spec.max_episode_steps) == ((10, 10, 4), "bool", 3, 1000)
+    result = a2c.train(_cfg(tmp_path, env="MinAtar/Breakout-v1", max_env_steps=1024, n_envs=8, n_evaluation_envs=2,
+                            max_episode_steps=100))
+    assert result.env_steps >= 1024 and result.checkpoint

@@ -1,0 +1,165 @@
+"""Tutorial 10: learning from pixels (a CNN) and from histories (an LSTM).
+
+Two kinds of observation need more than the MLP of the earlier tutorials:
+
+* **images**: ``rlstruct.algos.encoders.make_encoder`` picks a CNN when an env's observation has three
+  dimensions (the Nature-DQN stack for Atari frames, MinAtar's small one for 10x10 frames; channel-last frames
+  are detected and permuted). Frames stay in the env's dtype (``uint8`` pixels) through the batcher's buffer and
+  the replay buffer, and become floats only inside the network's forward, on the learner's device.
+* **partial observations**: on ``CartPoleNoVel-v1`` (CartPole without its velocities) a policy must remember.
+  ``rlstruct.algos.recurrent`` has an LSTM actor-critic whose memory is the agent state: the batcher carries it
+  from one ``execute`` to the next and stores it at the start of every acquisition; the learner replays each
+  window from that stored state with ``replay_agent`` (``--recurrent`` on the command line).
+
+Run it with ``python tutorials/10_pixels_and_recurrent.py``. Size knob: the environment variable
+``RLSTRUCT_TUTORIAL_SCALE`` (float, default 1.0) scales the training budgets (env steps); the comparison of the
+recurrent and the feed-forward policy is asserted at the full size only.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlstruct import DictTensor, RL_Batcher
+from rlstruct.algos.a2c import A2CConfig, train
+from rlstruct.algos.encoders import CNNEncoder, MLPEncoder, make_encoder
+from rlstruct.algos.networks import EncoderActorCritic, build_actor_critic, cpu_state_dict, create_policy_agent
+from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic, replay_window
+from rlstruct.algos.run import create_env, describe_env
+from rlstruct.envs import CartPole, CartPoleNoVel
+
+SCALE = float(os.environ.get("RLSTRUCT_TUTORIAL_SCALE", "1.0"))
+
+
+class Dot(gym.Env):
+    """A tiny image env: ``uint8 [8, 8, 3]`` frames (channel-last) with one lit pixel; action 0 earns 1 when the
+    pixel is in the left half, action 1 when it is in the right half."""
+
+    observation_space = gym.spaces.Box(0, 255, (8, 8, 3), dtype=np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def _frame(self):
+        self.side = int(self.np_random.integers(2))
+        frame = np.zeros((8, 8, 3), dtype=np.uint8)
+        frame[self.np_random.integers(8), self.side * 4 + self.np_random.integers(4)] = 255
+        return frame
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._frame(), {}
+
+    def step(self, action):
+        reward = float(int(action) == self.side)
+        return self._frame(), reward, False, False, {}
+
+
+gym.register("TutorialDot-v0", entry_point=Dot, max_episode_steps=16)
+
+
+def encoders() -> None:
+    print("== 1. The encoder follows the observation's shape")
+    assert isinstance(make_encoder((4,), (64, 64)), MLPEncoder)
+    atari = make_encoder((4, 84, 84), (64,), "uint8")
+    minatar = make_encoder((10, 10, 4), (64,), "bool")
+    assert isinstance(atari, CNNEncoder) and atari.kind == "nature" and atari.out_dim == 512
+    assert isinstance(minatar, CNNEncoder) and minatar.kind == "minatar" and minatar.channels_last
+    # The scale comes from the env's dtype, not from the batch: uint8 frames from the batcher and the same frames
+    # as float32 (what a replay buffer's sample returns) give the same features.
+    frames = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    assert torch.equal(atari(frames), atari(frames.float()))
+    spec = describe_env("TutorialDot-v0", "gymnasium", None)
+    assert spec.pixels and spec.obs_shape == (8, 8, 3) and spec.obs_dtype == "uint8"
+    assert isinstance(build_actor_critic(spec, (64,)), EncoderActorCritic)
+    print(f"   {spec.obs_shape} {spec.obs_dtype} frames -> {type(build_actor_critic(spec, (64,)).encoder).__name__}")
+
+
+def frames_stay_uint8() -> None:
+    print("== 2. Frames stay uint8 in the batcher's buffer")
+    spec = describe_env("TutorialDot-v0", "gymnasium", None)
+    with RL_Batcher(4, create_policy_agent, {"spec": spec, "hidden_sizes": (64,)}, create_env,
+                    {"name": "TutorialDot-v0", "n_envs": 3, "autoreset": True, "backend": "gymnasium"}, 0, [0]) as b:
+        b.reset()
+        b.execute()
+        traj, _ = b.get()
+    frame = traj.trajectories["observation/frame"]
+    assert frame.dtype == torch.uint8 and frame.shape == (3, 4, 8, 8, 3)
+    print(f"   observation/frame {tuple(frame.shape)} {frame.dtype}: a quarter of the float32 memory")
+
+
+def learn_from_pixels() -> None:
+    print("== 3. A2C learns from the frames with the CNN")
+    with tempfile.TemporaryDirectory() as logdir:
+        result = train(A2CConfig(env="TutorialDot-v0", backend="gymnasium", lr=1e-3, n_envs=16,
+                                 max_env_steps=max(2_000, int(16_000 * SCALE)), n_evaluation_envs=8,
+                                 logdir=logdir, progress=False, tensorboard=False))
+    print(f"   greedy return {result.eval_return:.2f} of 16 (a random policy gets 8) after {result.env_steps} steps")
+    if SCALE >= 1:
+        assert result.eval_return >= 12
+
+
+def a_pomdp() -> None:
+    print("== 4. CartPoleNoVel-v1: CartPole without its velocities")
+    full, part = CartPole(4, seed=0), CartPoleNoVel(4, seed=0)
+    obs_full, _ = full.reset()
+    obs_part, _ = part.reset()
+    assert obs_part["frame"].shape == (4, 2)
+    # Same seed, same states: the observation is CartPole's columns x and theta.
+    assert torch.equal(obs_part["frame"], obs_full["frame"][:, [0, 2]])
+
+
+def recurrent_state_in_the_batcher() -> None:
+    print("== 5. The LSTM's memory is the agent state; the learner replays windows from it")
+    spec = describe_env("CartPoleNoVel-v1", "torch", None)
+    torch.manual_seed(0)
+    model = recurrent_actor_critic(spec, (32,))
+    env_args = {"name": "CartPoleNoVel-v1", "n_envs": 4, "autoreset": True, "max_episode_steps": 10}
+    with RL_Batcher(16, create_recurrent_agent, {"spec": spec, "hidden_sizes": (32,)}, create_env, env_args, 0, [0],
+                    agent_info=DictTensor({"stochastic": torch.tensor([True])})) as b:
+        b.update(cpu_state_dict(model))
+        b.reset()
+        for _ in range(2):
+            b.execute()
+            traj, _ = b.get()
+    # The second window starts from the memory the first one ended with (not zeros) ...
+    assert traj.info["agent_state/h"].abs().sum() > 0
+    # ... episodes of 10 steps restart inside windows of 16, where the agent zeroes its memory ...
+    assert traj.trajectories["observation/initial_state"][:, 1:].any()
+    # ... and replaying the window from the stored state, through the same resets, gives the batcher's numbers.
+    out = replay_window(RecurrentPolicyAgent(model, "cpu"), model, traj)
+    assert torch.equal(out["log_prob"], traj.trajectories["action/log_prob"])
+    print(f"   agent_state/h {tuple(traj.info['agent_state/h'].shape)}; replayed log-probs equal the batcher's")
+
+
+def recurrent_beats_feed_forward() -> None:
+    print("== 6. Recurrent A2C against feed-forward A2C on CartPoleNoVel-v1, same budget")
+    budget = max(4_000, int(80_000 * SCALE))
+    best = {}
+    for recurrent in (False, True):
+        with tempfile.TemporaryDirectory() as logdir:
+            result = train(A2CConfig(env="CartPoleNoVel-v1", recurrent=recurrent, max_env_steps=budget, seed=0,
+                                     stop_at_reward_threshold=False, logdir=logdir, progress=False,
+                                     tensorboard=False))
+        evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
+        best[recurrent] = max(evals)
+        print(f"   {'LSTM' if recurrent else 'MLP '}: best evaluation {best[recurrent]:.1f} in {budget} env steps")
+    if SCALE >= 1:
+        assert best[True] > 2 * best[False]
+
+
+def main() -> None:
+    encoders()
+    frames_stay_uint8()
+    learn_from_pixels()
+    a_pomdp()
+    recurrent_state_in_the_batcher()
+    recurrent_beats_feed_forward()
+    print("tutorial 10: all claims hold")
+
+
+if __name__ == "__main__":
+    main()
