@@ -30,7 +30,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._base import StepResult, VecEnv
+from rlstruct.envs._base import CallOrder, StepResult, VecEnv, check_env_info
 from rlstruct.errors import (
     BatchSizeError,
     DeviceMismatchError,
@@ -115,7 +115,7 @@ def _gymnasium_space(space: Any, what: str) -> gym.Space:
     )
 
 
-class JaxVecEnv(VecEnv):
+class JaxVecEnv(CallOrder, VecEnv):
     """``n_envs`` copies of a pure JAX env as an rlstruct :class:`~rlstruct.envs.VecEnv` on a torch device.
 
     The env is given as two pure single-env functions (vmapped and jitted here):
@@ -334,23 +334,11 @@ class JaxVecEnv(VecEnv):
         return obs, self._all_ids
 
     def _check_env_info(self, env_info: DictTensor | None) -> None:
-        if env_info is None:
-            return
-        if not isinstance(env_info, DictTensor):
-            raise TypeError(f"env_info must be a DictTensor or None, got {type(env_info).__name__}")
-        if env_info.empty():
-            return
-        if env_info.n_elems() != self._n:
-            raise BatchSizeError(
-                f"env_info must have n_envs={self._n} rows (row i parametrises env i), got {env_info.n_elems()}; "
-                "build one row per env, or pass an empty DictTensor"
+        if check_env_info(env_info, self._n):
+            raise ValueError(
+                f"env_info must be empty for a JAX env (its reset takes no options), got the keys "
+                f"{list(env_info.keys())}; set per-env parameters in the JAX env's params instead"
             )
-        if env_info.device() != torch.device("cpu"):
-            raise DeviceMismatchError(f"env_info must be on cpu, got {env_info.device()}; build env_info on the CPU")
-        raise ValueError(
-            f"env_info must be empty for a JAX env (its reset takes no options), got the keys {list(env_info.keys())}; "
-            "set per-env parameters in the JAX env's params instead"
-        )
 
     def _check_action(self, action: DictTensor, n_rows: int) -> torch.Tensor:
         a = action["action"]
@@ -476,16 +464,6 @@ class JaxVecEnv(VecEnv):
         self._running = jax.device_put(state["running"], self.jax_device)
         self._ids = torch.from_numpy(np.flatnonzero(running)).to(self.device)
         self._started = True
-
-    # ---------------------------------------------------------------- lifecycle
-    def _check_steppable(self, method: str) -> None:
-        self._check_open()
-        if not self._started:
-            raise EnvStateError(f"{type(self).__name__}.{method} was called before reset(); call env.reset() first")
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise EnvStateError(f"{type(self).__name__} is closed; build a new one")
 
     def close(self) -> None:
         """Drops the env's JAX state (its device buffers); idempotent."""
