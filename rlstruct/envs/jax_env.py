@@ -44,6 +44,7 @@ from rlstruct.structures import DictTensor
 
 __all__ = ["JaxVecEnv", "GymnaxEnv", "jax_device"]
 
+_NO_LIMIT = 2**31 - 1  # a step limit no episode reaches (gymnax's counters are int32)
 # (cache_key, autoreset, frame dtype) -> the jitted (reset, step) shared by envs built with that key.
 _COMPILED: dict[Any, tuple[Callable, Callable]] = {}
 _INT_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})
@@ -475,10 +476,11 @@ class GymnaxEnv(JaxVecEnv):
     """``n_envs`` gymnax envs (``gymnax.make(name)``: ``CartPole-v1``, ``Acrobot-v1``, ``Breakout-MinAtar``, ...)
     as a :class:`JaxVecEnv`.
 
-    gymnax's ``step_env`` gives the natural termination; truncation is gymnax's time limit
-    (``env.is_truncated(state, params)``: ``state.time >= params.max_steps_in_episode``), reported as
-    ``truncated`` (both flags may be set when an episode ends naturally at the limit, as with gymnasium's
-    ``TimeLimit``).
+    ``terminated`` is the natural end of an episode and ``truncated`` gymnax's time limit
+    (``state.time >= params.max_steps_in_episode``); both may be set when an episode ends naturally at the limit,
+    as with gymnasium's ``TimeLimit``. gymnax >= 1.0 reports them apart (``step_env`` and ``is_truncated``);
+    gymnax 0.0.x folds the limit into ``done``, which is split here with the step counter in the env state and
+    ``is_terminal`` evaluated without the limit.
 
     Args:
         env: a gymnax id, or a gymnax ``Environment``.
@@ -517,7 +519,7 @@ class GymnaxEnv(JaxVecEnv):
         **make_kwargs: Any,
     ):
         check_seed(seed)
-        _import_jax()
+        jax = _import_jax()
         try:
             import gymnax
         except ImportError as e:
@@ -551,9 +553,22 @@ class GymnaxEnv(JaxVecEnv):
         def reset_fn(key):
             return env.reset_env(key, params)
 
-        def step_fn(key, state, action):
-            obs, state, reward, terminated, _ = env.step_env(key, state, action, params)
-            return obs, state, reward, terminated, env.is_truncated(state, params)
+        if hasattr(env, "is_truncated"):
+            # gymnax >= 1.0: step_env's flag is the natural termination, the time limit is is_truncated.
+            def step_fn(key, state, action):
+                obs, state, reward, terminated, _ = env.step_env(key, state, action, params)
+                return obs, state, reward, terminated, env.is_truncated(state, params)
+        else:
+            # gymnax 0.0.x folds the time limit into done: the natural termination is is_terminal without the
+            # limit, the truncation the step counter against it (both may hold, as with gymnasium's TimeLimit).
+            unlimited = params.replace(max_steps_in_episode=_NO_LIMIT)
+
+            def step_fn(key, state, action):
+                obs, state, reward, done, _ = env.step_env(key, state, action, params)
+                if not hasattr(state, "time"):
+                    return obs, state, reward, done, jax.numpy.zeros_like(done)
+                natural = env.is_terminal(state, unlimited)
+                return obs, state, reward, done & natural, done & (state.time >= params.max_steps_in_episode)
 
         super().__init__(
             reset_fn, step_fn, observation_space, action_space, n_envs, seed=seed, device=device, autoreset=autoreset,
