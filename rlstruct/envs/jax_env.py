@@ -30,7 +30,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._base import StepResult, VecEnv
+from rlstruct.envs._base import CallOrder, StepResult, VecEnv, check_env_info
 from rlstruct.errors import (
     BatchSizeError,
     DeviceMismatchError,
@@ -44,6 +44,7 @@ from rlstruct.structures import DictTensor
 
 __all__ = ["JaxVecEnv", "GymnaxEnv", "jax_device"]
 
+_NO_LIMIT = 2**31 - 1  # a step limit no episode reaches (gymnax's counters are int32)
 # (cache_key, autoreset, frame dtype) -> the jitted (reset, step) shared by envs built with that key.
 _COMPILED: dict[Any, tuple[Callable, Callable]] = {}
 _INT_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})
@@ -115,7 +116,7 @@ def _gymnasium_space(space: Any, what: str) -> gym.Space:
     )
 
 
-class JaxVecEnv(VecEnv):
+class JaxVecEnv(CallOrder, VecEnv):
     """``n_envs`` copies of a pure JAX env as an rlstruct :class:`~rlstruct.envs.VecEnv` on a torch device.
 
     The env is given as two pure single-env functions (vmapped and jitted here):
@@ -334,23 +335,11 @@ class JaxVecEnv(VecEnv):
         return obs, self._all_ids
 
     def _check_env_info(self, env_info: DictTensor | None) -> None:
-        if env_info is None:
-            return
-        if not isinstance(env_info, DictTensor):
-            raise TypeError(f"env_info must be a DictTensor or None, got {type(env_info).__name__}")
-        if env_info.empty():
-            return
-        if env_info.n_elems() != self._n:
-            raise BatchSizeError(
-                f"env_info must have n_envs={self._n} rows (row i parametrises env i), got {env_info.n_elems()}; "
-                "build one row per env, or pass an empty DictTensor"
+        if check_env_info(env_info, self._n):
+            raise ValueError(
+                f"env_info must be empty for a JAX env (its reset takes no options), got the keys "
+                f"{list(env_info.keys())}; set per-env parameters in the JAX env's params instead"
             )
-        if env_info.device() != torch.device("cpu"):
-            raise DeviceMismatchError(f"env_info must be on cpu, got {env_info.device()}; build env_info on the CPU")
-        raise ValueError(
-            f"env_info must be empty for a JAX env (its reset takes no options), got the keys {list(env_info.keys())}; "
-            "set per-env parameters in the JAX env's params instead"
-        )
 
     def _check_action(self, action: DictTensor, n_rows: int) -> torch.Tensor:
         a = action["action"]
@@ -477,16 +466,6 @@ class JaxVecEnv(VecEnv):
         self._ids = torch.from_numpy(np.flatnonzero(running)).to(self.device)
         self._started = True
 
-    # ---------------------------------------------------------------- lifecycle
-    def _check_steppable(self, method: str) -> None:
-        self._check_open()
-        if not self._started:
-            raise EnvStateError(f"{type(self).__name__}.{method} was called before reset(); call env.reset() first")
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise EnvStateError(f"{type(self).__name__} is closed; build a new one")
-
     def close(self) -> None:
         """Drops the env's JAX state (its device buffers); idempotent."""
         self._closed = True
@@ -497,10 +476,11 @@ class GymnaxEnv(JaxVecEnv):
     """``n_envs`` gymnax envs (``gymnax.make(name)``: ``CartPole-v1``, ``Acrobot-v1``, ``Breakout-MinAtar``, ...)
     as a :class:`JaxVecEnv`.
 
-    gymnax's ``step_env`` gives the natural termination; truncation is gymnax's time limit
-    (``env.is_truncated(state, params)``: ``state.time >= params.max_steps_in_episode``), reported as
-    ``truncated`` (both flags may be set when an episode ends naturally at the limit, as with gymnasium's
-    ``TimeLimit``).
+    ``terminated`` is the natural end of an episode and ``truncated`` gymnax's time limit
+    (``state.time >= params.max_steps_in_episode``); both may be set when an episode ends naturally at the limit,
+    as with gymnasium's ``TimeLimit``. gymnax >= 1.0 reports them apart (``step_env`` and ``is_truncated``);
+    gymnax 0.0.x folds the limit into ``done``, which is split here with the step counter in the env state and
+    ``is_terminal`` evaluated without the limit.
 
     Args:
         env: a gymnax id, or a gymnax ``Environment``.
@@ -539,7 +519,7 @@ class GymnaxEnv(JaxVecEnv):
         **make_kwargs: Any,
     ):
         check_seed(seed)
-        _import_jax()
+        jax = _import_jax()
         try:
             import gymnax
         except ImportError as e:
@@ -573,9 +553,22 @@ class GymnaxEnv(JaxVecEnv):
         def reset_fn(key):
             return env.reset_env(key, params)
 
-        def step_fn(key, state, action):
-            obs, state, reward, terminated, _ = env.step_env(key, state, action, params)
-            return obs, state, reward, terminated, env.is_truncated(state, params)
+        if hasattr(env, "is_truncated"):
+            # gymnax >= 1.0: step_env's flag is the natural termination, the time limit is is_truncated.
+            def step_fn(key, state, action):
+                obs, state, reward, terminated, _ = env.step_env(key, state, action, params)
+                return obs, state, reward, terminated, env.is_truncated(state, params)
+        else:
+            # gymnax 0.0.x folds the time limit into done: the natural termination is is_terminal without the
+            # limit, the truncation the step counter against it (both may hold, as with gymnasium's TimeLimit).
+            unlimited = params.replace(max_steps_in_episode=_NO_LIMIT)
+
+            def step_fn(key, state, action):
+                obs, state, reward, done, _ = env.step_env(key, state, action, params)
+                if not hasattr(state, "time"):
+                    return obs, state, reward, done, jax.numpy.zeros_like(done)
+                natural = env.is_terminal(state, unlimited)
+                return obs, state, reward, done & natural, done & (state.time >= params.max_steps_in_episode)
 
         super().__init__(
             reset_fn, step_fn, observation_space, action_space, n_envs, seed=seed, device=device, autoreset=autoreset,
