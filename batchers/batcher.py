@@ -391,6 +391,12 @@ class RL_Batcher(BatcherBase):
             weights = dump_weights(state_dict)
         self._call_all(Command.UPDATE, [(weights,)] * len(self._workers))
 
+    @property
+    def zero_copy(self) -> bool:
+        """Whether ``get`` hands out views of a double buffer (``zero_copy=True`` where it applies) rather than
+        copies."""
+        return self._views
+
     def local_agent(self) -> Any:
         """The in-process worker's agent (``n_processes=0``), e.g. to share the learner's weights with it (see
         :class:`~rlstruct.batchers.weights.WeightSync`).

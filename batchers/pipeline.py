@@ -4,10 +4,11 @@ Overlapped, acquisition ``k + 1`` runs while the learner trains on batch ``k``, 
 before (the data of an update is one update stale, as in PPO's ``overlap``):
 
 * worker processes (``n_processes >= 1``): the batcher's own asynchronous ``execute``;
-* in process (``n_processes=0``): the batcher's ``zero_copy`` double buffer (batch ``k`` stays valid while
-  ``k + 1`` is written into the other buffer). On CUDA the acquisition is queued on its own stream and ordered
-  against the learner's stream by events, never by a host synchronisation; on the CPU it runs before
-  ``next`` returns (sequential), with the same buffers, weights and results.
+* in process (``n_processes=0``): with the batcher's ``zero_copy`` double buffer batch ``k`` stays valid while
+  ``k + 1`` is written into the other buffer; without it (e.g. with ``cuda_graph``, whose captured loop writes
+  one buffer) ``get`` copies batch ``k`` out before ``k + 1`` is launched. On CUDA the acquisition is queued on
+  its own stream and ordered against the learner's stream by events, never by a host synchronisation; on the
+  CPU it runs before ``next`` returns (sequential), with the same weights and results.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ class Pipeline:
     the current weights and returns it. Overlapped: ``next`` returns the acquisition launched by the previous
     ``next`` and launches the following one with the current weights (those of the update before).
 
-    With ``overlap`` in process, the batcher must have been built with ``zero_copy=True`` (``next``'s
-    trajectories are views of one of its two buffers, valid until the ``next`` after the following one) and the
-    weights must be copied rather than shared (the learner writes its weights while the acquisition reads
-    them): pass a :class:`WeightSync` in ``"copy"`` or ``"cpu"`` mode.
+    With ``overlap`` in process, the weights must be copied rather than shared (the learner writes its weights
+    while the acquisition reads them): pass a :class:`WeightSync` in ``"copy"`` or ``"cpu"`` mode. A batcher built
+    with ``zero_copy=True`` saves the copy out of its buffer: ``next``'s trajectories are then views of one of its
+    two buffers, valid until the ``next`` after the following one.
 
     Args:
         batcher: an auto-reset training batcher, not reset yet.
@@ -45,7 +46,7 @@ class Pipeline:
         overlap: collect the next batch while the learner trains on this one.
 
     Raises:
-        ConfigError: ``overlap`` in process without ``zero_copy``, or with shared weights.
+        ConfigError: ``overlap`` in process with shared weights.
 
     >>> from rlstruct.algos.networks import create_policy_agent, build_actor_critic
     >>> from rlstruct.algos.run import create_env, describe_env
@@ -64,18 +65,11 @@ class Pipeline:
         self.weights = weights
         self.overlap = bool(overlap)
         self._in_process = batcher.n_processes == 0
-        if self.overlap and self._in_process:
-            if not batcher._views:
-                raise ConfigError(
-                    "overlap=True in process (n_processes=0) needs a batcher built with zero_copy=True on its own "
-                    f"device (its double buffer holds batch k while k + 1 is written), got zero_copy off on "
-                    f"{batcher.device}; build the batcher with zero_copy=True or pass overlap=False"
-                )
-            if weights.mode == "shared":
-                raise ConfigError(
-                    "overlap=True needs the batcher's agent to hold a copy of the weights (the learner writes its "
-                    "own while the next acquisition reads them), got WeightSync mode='shared'; use mode='copy'"
-                )
+        if self.overlap and self._in_process and weights.mode == "shared":
+            raise ConfigError(
+                "overlap=True needs the batcher's agent to hold a copy of the weights (the learner writes its "
+                "own while the next acquisition reads them), got WeightSync mode='shared'; use mode='copy'"
+            )
         cuda = self._in_process and batcher.device.type == "cuda"
         self._stream = torch.cuda.Stream(batcher.device) if cuda and self.overlap else None
         self._pending = False
@@ -129,11 +123,12 @@ class Pipeline:
             raise BatcherStateError("Pipeline.next needs start() first, got next() before start(); call start()")
         if not self._pending:
             self._launch()
+        if self._stream is not None:
+            # The learner (and get's copy out of the buffer, if any) reads this batch only once the acquisition's
+            # writes are done: an event, not a host sync.
+            torch.cuda.current_stream(self.batcher.device).wait_stream(self._stream)
         traj, _ = self.batcher.get()
         self._pending = False
-        if self._stream is not None:
-            # The learner reads this batch only once the acquisition's writes are done (an event, not a host sync).
-            torch.cuda.current_stream(self.batcher.device).wait_stream(self._stream)
         if self.overlap:
             self._launch()
         return traj

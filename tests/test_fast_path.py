@@ -154,11 +154,30 @@ def test_overlapped_pipeline_alternates_buffers_and_uses_one_update_stale_weight
         assert pointers[0] != pointers[1]
 
 
+def test_overlap_without_zero_copy_copies_and_collects_the_same():
+    """Without the double buffer (e.g. with cuda_graph), get copies each batch out before the next is launched."""
+    got = {}
+    for zero_copy in (True, False):
+        torch.manual_seed(0)
+        model = build_actor_critic(SPEC, (8,))
+        with _batcher(zero_copy=zero_copy) as b:
+            assert b.zero_copy == zero_copy
+            pipe = Pipeline(b, WeightSync(b, model, "cpu", mode="copy"), overlap=True)
+            pipe.start()
+            batches = []
+            for k in range(4):
+                tt = pipe.next().trajectories
+                batches += [tt["observation/frame"].clone(), tt["action/action"].clone()]
+                _perturb(model, k)
+                pipe.updated()
+            pipe.close()
+        got[zero_copy] = batches
+    assert all(torch.equal(x, y) for x, y in zip(got[True], got[False]))
+
+
 def test_pipeline_misuse_is_a_typed_error():
     model = build_actor_critic(SPEC, (8,))
     with _batcher() as b:
-        with pytest.raises(ConfigError, match="needs a batcher built with zero_copy=True"):
-            Pipeline(b, WeightSync(b, model, "cpu", mode="copy"), overlap=True)
         with pytest.raises(BatcherStateError, match="needs start"):
             Pipeline(b, WeightSync(b, model, "cpu")).next()
     with _batcher(zero_copy=True) as b:
