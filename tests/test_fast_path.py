@@ -332,6 +332,27 @@ def test_a2c_compile_update_logs_what_eager_logs(tmp_path):
     assert compared > 20
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("module, cls, cfg", [
+    (ppo, ppo.PPOConfig, dict(max_env_steps=512, n_envs=8, n_steps=16, n_epochs=2)),
+    (reinforce, reinforce.ReinforceConfig, dict(max_env_steps=600, n_envs=4)),  # changing T: dynamic shapes
+])
+def test_compile_update_logs_what_eager_logs(tmp_path, module, cls, cfg):
+    cfg = dict(cfg, eval_every=100, hidden_sizes=(16,), anneal_lr=False, log_every=1) if module is ppo else \
+        dict(cfg, eval_every=100, hidden_sizes=(16,), log_every=1)
+    eager = module.train(cls(**_common(tmp_path / "a", **cfg)))
+    compiled = module.train(cls(**_common(tmp_path / "b", compile_update=True, time_limit=1200.0, **cfg)))
+    assert len(eager.history) == len(compiled.history)
+    compared = 0
+    for x, y in zip(eager.history, compiled.history):
+        for k in x:
+            if k.startswith(("loss/", "grad_norm", "ppo/")):
+                assert math.isclose(x[k], y[k], rel_tol=1e-3, abs_tol=1e-4), (k, x[k], y[k])
+                compared += 1
+    assert compared > 5
+
+
 # ----------------------------------------------------------------------------------------------- CUDA
 @CUDA
 def test_cuda_shared_weights_and_overlap_on_a_side_stream(tmp_path):
