@@ -55,10 +55,9 @@ from rlstruct.algos.update import (
     UpdateStep,
     actor_critic_outputs,
     clip_groups,
+    start_pipeline,
     validate_fast_path,
-    weight_sync_mode,
 )
-from rlstruct.batchers import Pipeline, WeightSync
 from rlstruct.devices import as_device
 
 __all__ = ["A2CConfig", "a2c_loss", "a2c_batch_loss", "train", "main"]
@@ -238,10 +237,7 @@ def train(config: A2CConfig) -> TrainResult:
         if config.compile_update:
             update = UpdateStep(functools.partial(a2c_batch_loss, model, config), optimizer, clip_groups(model),
                                 max_grad_norm=config.max_grad_norm, device=learner, compile=True)
-        pipe = Pipeline(batcher, WeightSync(batcher, model, learner, weight_sync_mode(config, overlap=config.overlap)),
-                        overlap=config.overlap)
-        stack.callback(pipe.close)
-        pipe.start()
+        pipe = start_pipeline(stack, batcher, model, config, overlap=config.overlap)
         evaluator.launch(cpu_state_dict(model), 0, 0)
         while not run.should_stop():
             traj = pipe.next()

@@ -65,8 +65,7 @@ from rlstruct.algos.run import (
     training_run,
     validate_run_config,
 )
-from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, validate_fast_path, weight_sync_mode
-from rlstruct.batchers import Pipeline, WeightSync
+from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, start_pipeline, validate_fast_path
 from rlstruct.devices import as_device
 
 __all__ = ["PPOConfig", "ppo_loss", "ppo_minibatch_loss", "train", "main"]
@@ -298,10 +297,7 @@ def train(config: PPOConfig) -> TrainResult:
                                 clip_groups(model, per_network=False), max_grad_norm=config.max_grad_norm,
                                 device=learner, compile=True)
         # With overlap, the next collection runs (in the workers, or on its own stream) while we learn.
-        pipe = Pipeline(batcher, WeightSync(batcher, model, learner, weight_sync_mode(config, overlap=config.overlap)),
-                        overlap=config.overlap)
-        stack.callback(pipe.close)
-        pipe.start()
+        pipe = start_pipeline(stack, batcher, model, config, overlap=config.overlap)
         evaluator.launch(cpu_state_dict(model), 0, 0)
         while not run.should_stop():
             traj = pipe.next()

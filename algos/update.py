@@ -12,6 +12,7 @@ compiled update is tested against.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.algos.networks import ActorCritic
 from rlstruct.algos.run import RunConfig
+from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import ConfigError
 
@@ -29,6 +31,7 @@ __all__ = [
     "FastPathConfig",
     "validate_fast_path",
     "weight_sync_mode",
+    "start_pipeline",
     "UpdateStep",
     "clip_groups",
     "actor_critic_outputs",
@@ -106,6 +109,25 @@ def weight_sync_mode(config: FastPathConfig, *, overlap: bool = False) -> str:
     if not (config.share_weights and same_place):
         return "cpu"
     return "copy" if overlap else "auto"
+
+
+def start_pipeline(stack: contextlib.ExitStack, batcher: RL_Batcher, model: nn.Module, config: FastPathConfig, *,
+                   overlap: bool = False) -> Pipeline:
+    """The training batcher's :class:`~rlstruct.batchers.Pipeline` for a run, started (initial weights sent, envs
+    reset) and closed by ``stack`` before the batcher is.
+
+    Args:
+        stack: the run's exit stack, on which the batcher was pushed.
+        batcher: the auto-reset training batcher.
+        model: the learner's model, on ``config.learner_device``.
+        config: the run's settings (devices, ``n_processes``, ``share_weights``).
+        overlap: collect the next batch while learning on this one.
+    """
+    sync = WeightSync(batcher, model, config.learner_device, weight_sync_mode(config, overlap=overlap))
+    pipe = Pipeline(batcher, sync, overlap=overlap)
+    stack.callback(pipe.close)
+    pipe.start()
+    return pipe
 
 
 def clip_groups(model: nn.Module, *, per_network: bool = True) -> list[tuple[str, list[nn.Parameter]]]:
