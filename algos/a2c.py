@@ -12,6 +12,7 @@ Run it with ``rlstruct train a2c --env CartPole-v1`` (or ``--env Pendulum-v1``) 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from rlstruct.algos.networks import (
     create_policy_agent,
     make_adam,
     masked_policy_value_loss,
+    policy_actions,
 )
 from rlstruct.algos.recurrent import (
     RecurrentPolicyAgent,
@@ -39,7 +41,6 @@ from rlstruct.algos.recurrent import (
 from rlstruct.algos.returns import episode_statistics, gae_advantages
 from rlstruct.algos.run import (
     EnvSpec,
-    RunConfig,
     TrainResult,
     check_on_device,
     describe_env,
@@ -49,16 +50,24 @@ from rlstruct.algos.run import (
     training_run,
     validate_run_config,
 )
+from rlstruct.algos.update import (
+    FastPathConfig,
+    UpdateStep,
+    actor_critic_outputs,
+    clip_groups,
+    start_pipeline,
+    validate_fast_path,
+)
 from rlstruct.devices import as_device
 
-__all__ = ["A2CConfig", "a2c_loss", "train", "main"]
+__all__ = ["A2CConfig", "a2c_loss", "a2c_batch_loss", "train", "main"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class A2CConfig(RunConfig):
-    """A2C settings (the shared ones are documented in :class:`RunConfig`).
+class A2CConfig(FastPathConfig):
+    """A2C settings (the shared ones are documented in :class:`RunConfig` and :class:`FastPathConfig`).
 
     Attributes:
         n_steps: steps of every env per update (the training batcher's n_timesteps).
@@ -72,6 +81,8 @@ class A2CConfig(RunConfig):
         anneal_lr: decay the learning rate linearly to 0 over max_env_steps when set, else over time_limit.
         recurrent: an LSTM policy (rlstruct.algos.recurrent) whose memory the batcher carries between
             acquisitions; the loss replays each window from its stored first state (truncated BPTT over n_steps).
+        overlap: collect the next batch while learning on this one (data one update stale); in process it uses the
+            batcher's zero_copy double buffer, on CUDA a stream of its own.
     """
 
     n_envs: int = 32
@@ -88,6 +99,7 @@ class A2CConfig(RunConfig):
     reward_scale: float = 0.1
     anneal_lr: bool = True
     recurrent: bool = False
+    overlap: bool = False
 
 
 def validate(config: A2CConfig) -> EnvSpec:
@@ -99,6 +111,7 @@ def validate(config: A2CConfig) -> EnvSpec:
         ValueError: a setting is out of range.
     """
     validate_run_config(config)
+    validate_fast_path(config, "A2C", recurrent=config.recurrent)
     if config.n_steps < 1:
         raise ValueError(f"n_steps must be >= 1, got {config.n_steps!r}")
     if not 0 <= config.gae_lambda <= 1 or not 0 <= config.gamma <= 1:
@@ -155,6 +168,41 @@ def a2c_loss(
     return loss, {"loss/policy": terms["policy"], "loss/value": terms["value"], "loss/entropy": terms["entropy"]}
 
 
+def a2c_batch_loss(
+    model: ActorCritic,
+    config: A2CConfig,
+    frame: torch.Tensor,
+    next_frame: torch.Tensor,
+    action: torch.Tensor,
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    done: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The A2C loss of a batch from its tensors: the forward, GAE and :func:`a2c_loss` in one function (what
+    ``compile_update`` compiles; the same computation as the eager loop's).
+
+    Args:
+        model: the actor-critic (not recurrent).
+        config: the run's settings (``gamma``, ``gae_lambda``, ``reward_scale`` and the loss's coefficients).
+        frame: ``[B, T, *obs]``, ``observation/frame``.
+        next_frame: ``[B, T, *obs]``, ``_observation/frame``.
+        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.networks.policy_actions`.
+        reward: ``float [B, T]``.
+        terminated: ``bool [B, T]``.
+        done: ``bool [B, T]``.
+        mask: ``float [B, T]``.
+    """
+    out = actor_critic_outputs(model, frame, next_frame, action)
+    with torch.no_grad():
+        advantages = gae_advantages(reward * config.reward_scale, out["value"], out["next_value"], terminated, done,
+                                    config.gamma, config.gae_lambda)
+    loss, stats = a2c_loss(out["log_prob"], out["entropy"], out["value"], advantages, mask,
+                           value_coef=config.value_coef, entropy_coef=config.entropy_coef,
+                           normalize_advantages=config.normalize_advantages)
+    return loss, stats
+
+
 def train(config: A2CConfig) -> TrainResult:
     """Trains an actor-critic with A2C and returns the final evaluation and the run's history.
 
@@ -174,7 +222,8 @@ def train(config: A2CConfig) -> TrainResult:
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
         create_agent = create_recurrent_agent if config.recurrent else create_policy_agent
         batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
-                                           autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False})
+                                           autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False},
+                                           cuda_graph=config.cuda_graph, zero_copy=config.overlap)
 
         model.to(learner)
         loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
@@ -184,47 +233,55 @@ def train(config: A2CConfig) -> TrainResult:
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
 
-        weights = cpu_state_dict(model)
-        batcher.update(weights)
-        batcher.reset()
-        evaluator.launch(weights, 0, 0)
+        update = None
+        if config.compile_update:
+            update = UpdateStep(functools.partial(a2c_batch_loss, model, config), optimizer, clip_groups(model),
+                                max_grad_norm=config.max_grad_norm, device=learner, compile=True)
+        pipe = start_pipeline(stack, batcher, model, config, overlap=config.overlap)
+        evaluator.launch(cpu_state_dict(model), 0, 0)
         while not run.should_stop():
-            batcher.execute()
-            traj, _ = batcher.get()
+            traj = pipe.next()
             traj = traj.to(learner)
-            if config.check_devices:
-                check_on_device(model, learner, "the learner's model")
-            if config.recurrent:
-                out = replay_window(checked_agent if config.check_devices else loss_agent, model, traj)
-            elif config.check_devices:
-                out = replay_agent(checked_agent, traj)
+            if update is not None:
+                tt = traj.trajectories
+                rewards, done = tt["_observation/reward"], tt["_observation/done"]
+                if config.anneal_lr:
+                    optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
+                stats = update(tt["observation/frame"], tt["_observation/frame"], policy_actions(tt), rewards,
+                               tt["_observation/terminated"], done, tt.mask())
             else:
-                out = replay_agent_stateless(loss_agent, traj, "replay_batch")
-            tt = traj.trajectories
-            rewards = tt["_observation/reward"]
-            done = tt["_observation/done"]
-            with torch.no_grad():
-                advantages = gae_advantages(rewards * config.reward_scale, out["value"], out["next_value"],
-                                            tt["_observation/terminated"], done, config.gamma, config.gae_lambda)
-            loss, stats = a2c_loss(
-                out["log_prob"], out["entropy"], out["value"], advantages, tt.mask(),
-                value_coef=config.value_coef, entropy_coef=config.entropy_coef,
-                normalize_advantages=config.normalize_advantages,
-            )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.max_grad_norm > 0 and isinstance(model, ActorCritic):
-                # Clipped per network: the critic's large early errors must not shrink the policy's step.
-                stats["grad_norm/actor"] = clip_grad_norm_(model.policy_parameters(), config.max_grad_norm)
-                stats["grad_norm/critic"] = clip_grad_norm_(model.critic.parameters(), config.max_grad_norm)
-            elif config.max_grad_norm > 0:
-                # A shared trunk (CNN, LSTM): one norm over both heads' gradients.
-                stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            if config.anneal_lr:
-                optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
-            optimizer.step()
-            weights = cpu_state_dict(model)
-            batcher.update(weights)
+                if config.check_devices:
+                    check_on_device(model, learner, "the learner's model")
+                if config.recurrent:
+                    out = replay_window(checked_agent if config.check_devices else loss_agent, model, traj)
+                elif config.check_devices:
+                    out = replay_agent(checked_agent, traj)
+                else:
+                    out = replay_agent_stateless(loss_agent, traj, "replay_batch")
+                tt = traj.trajectories
+                rewards = tt["_observation/reward"]
+                done = tt["_observation/done"]
+                with torch.no_grad():
+                    advantages = gae_advantages(rewards * config.reward_scale, out["value"], out["next_value"],
+                                                tt["_observation/terminated"], done, config.gamma, config.gae_lambda)
+                loss, stats = a2c_loss(
+                    out["log_prob"], out["entropy"], out["value"], advantages, tt.mask(),
+                    value_coef=config.value_coef, entropy_coef=config.entropy_coef,
+                    normalize_advantages=config.normalize_advantages,
+                )
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if config.max_grad_norm > 0 and isinstance(model, ActorCritic):
+                    # Clipped per network: the critic's large early errors must not shrink the policy's step.
+                    stats["grad_norm/actor"] = clip_grad_norm_(model.policy_parameters(), config.max_grad_norm)
+                    stats["grad_norm/critic"] = clip_grad_norm_(model.critic.parameters(), config.max_grad_norm)
+                elif config.max_grad_norm > 0:
+                    # A shared trunk (CNN, LSTM): one norm over both heads' gradients.
+                    stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                if config.anneal_lr:
+                    optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
+                optimizer.step()
+            pipe.updated()
 
             ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
                 rewards, done, carry_return, carry_length
@@ -233,7 +290,7 @@ def train(config: A2CConfig) -> TrainResult:
             stats["train/episode_return"] = ret_sum / count
             stats["train/episode_length"] = len_sum / count
             run.record(B * tt.temporal_size(), stats)
-            run.poll_evaluation(evaluator, lambda: weights)
+            run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
 
         return finish_training(run, evaluator, model, spec, title="A2C")
 

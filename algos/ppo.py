@@ -14,8 +14,10 @@ around the collection's values; the gradient's global norm is clipped; an option
 epochs of an update early (the approximate KL of CleanRL, ``mean((r - 1) - log r)``); the learning rate
 decays linearly over the env-step budget when ``max_env_steps`` is set, else over the time limit.
 
-``overlap``: with worker processes (``n_processes >= 1``) the batcher collects the next ``n_steps`` while the
-learner runs its epochs. The data of an update is then one update stale (collected with the weights before
+``overlap``: the batcher collects the next ``n_steps`` while the learner runs its epochs: in its worker processes
+(``n_processes >= 1``), or in process through its ``zero_copy`` double buffer (on CUDA on a stream of its own; on
+the CPU the acquisition runs first, with the same results), see :class:`~rlstruct.batchers.Pipeline`.
+The data of an update is then one update stale (collected with the weights before
 the previous update); the ratio still uses the log-probabilities of the weights that acted, so the clip
 bounds the step from the behaviour policy. Off by default.
 
@@ -25,11 +27,13 @@ Run it with ``rlstruct train ppo --env CartPole-v1`` (or ``--env Pendulum-v1``) 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
@@ -52,7 +56,6 @@ from rlstruct.algos.recurrent import (
 from rlstruct.algos.returns import episode_statistics, gae_advantages
 from rlstruct.algos.run import (
     EnvSpec,
-    RunConfig,
     TrainResult,
     check_on_device,
     describe_env,
@@ -62,16 +65,18 @@ from rlstruct.algos.run import (
     training_run,
     validate_run_config,
 )
+from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, start_pipeline, validate_fast_path
 from rlstruct.devices import as_device
 
-__all__ = ["PPOConfig", "ppo_loss", "train", "main"]
+__all__ = ["PPOConfig", "ppo_loss", "ppo_minibatch_loss", "train", "main"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class PPOConfig(RunConfig):
-    """PPO settings (the shared ones are documented in :class:`RunConfig`); the defaults suit CartPole-v1.
+class PPOConfig(FastPathConfig):
+    """PPO settings (the shared ones are documented in :class:`RunConfig` and :class:`FastPathConfig`); the defaults
+    suit CartPole-v1.
 
     Attributes:
         n_steps: steps of every env per collection (the training batcher's n_timesteps).
@@ -88,7 +93,8 @@ class PPOConfig(RunConfig):
         normalize_advantages: standardise the advantages within each minibatch.
         reward_scale: multiply rewards by this in the loss (keeps the values near 1 where the rewards are large).
         anneal_lr: decay the learning rate linearly to 0 over max_env_steps when set, else over time_limit.
-        overlap: with n_processes >= 1, collect the next batch while learning (data one update stale).
+        overlap: collect the next batch while learning (data one update stale): in worker processes, or in process
+            through the batcher's zero_copy double buffer (on CUDA, a stream of its own).
         recurrent: an LSTM policy (rlstruct.algos.recurrent) whose memory the batcher carries between
             collections; minibatches are sets of envs' whole windows, each replayed from its stored first state.
     """
@@ -124,6 +130,7 @@ def validate(config: PPOConfig) -> EnvSpec:
         ValueError: a setting is out of range.
     """
     validate_run_config(config)
+    validate_fast_path(config, "PPO", recurrent=config.recurrent)
     for name in ("n_steps", "n_epochs", "n_minibatches"):
         if getattr(config, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
@@ -144,9 +151,6 @@ def validate(config: PPOConfig) -> EnvSpec:
         raise ValueError(f"n_minibatches must be <= the envs per collection with recurrent=True (a minibatch is a "
                          f"set of envs' windows: n_envs * max(n_processes, 1) = {envs}), got {config.n_minibatches}; "
                          "lower n_minibatches or raise n_envs")
-    if config.overlap and config.n_processes < 1:
-        raise ValueError("overlap=True needs a batcher with worker processes (n_processes >= 1), got n_processes=0; "
-                         "set n_processes=1 or more, or overlap=False")
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
     if config.recurrent or spec.pixels:
         spec.require("recurrent PPO" if config.recurrent else "PPO on images", config.env, discrete=True)
@@ -224,6 +228,38 @@ def ppo_loss(
                   "loss/entropy": mean_entropy.detach(), "ppo/approx_kl": approx_kl, "ppo/clip_fraction": clip_fraction}
 
 
+def ppo_minibatch_loss(
+    model: nn.Module,
+    config: PPOConfig,
+    frame: torch.Tensor,
+    action: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantage: torch.Tensor,
+    old_value: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The PPO loss of a minibatch of ``M`` flat steps from its tensors: the forward and :func:`ppo_loss` in one
+    function (what ``compile_update`` compiles; the same computation as the eager loop's).
+
+    Args:
+        model: the actor-critic (not recurrent).
+        config: the run's settings (the loss's coefficients).
+        frame: ``[M, *obs]``.
+        action: ``[M]`` or ``[M, D]``, see :func:`~rlstruct.algos.networks.policy_actions`.
+        old_log_prob: ``float [M]``, ``action/log_prob`` of the weights that acted.
+        advantage: ``float [M]``.
+        old_value: ``float [M]``, the values at the collection.
+        returns: ``float [M]``, ``advantage + old_value``.
+        mask: ``float [M]``.
+    """
+    dist = model.policy(frame)
+    return ppo_loss(dist.log_prob(action), old_log_prob, advantage, model.value(frame), old_value, returns,
+                    dist.entropy(), mask, clip_coef=config.clip_coef, value_clip=config.value_clip,
+                    value_coef=config.value_coef, entropy_coef=config.entropy_coef,
+                    normalize_advantages=config.normalize_advantages)
+
+
 def train(config: PPOConfig) -> TrainResult:
     """Trains an actor-critic with PPO and returns the final evaluation and the run's history.
 
@@ -241,7 +277,9 @@ def train(config: PPOConfig) -> TrainResult:
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
         create_agent = create_recurrent_agent if config.recurrent else create_policy_agent
         batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
-                                           autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False})
+                                           autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False},
+                                           cuda_graph=config.cuda_graph,
+                                           zero_copy=config.overlap and config.n_processes == 0)
 
         model.to(learner)
         loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
@@ -253,20 +291,16 @@ def train(config: PPOConfig) -> TrainResult:
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
 
-        weights = cpu_state_dict(model)
-        batcher.update(weights)
-        batcher.reset()
-        evaluator.launch(weights, 0, 0)
-        pending = False
+        update = None
+        if config.compile_update:
+            update = UpdateStep(functools.partial(ppo_minibatch_loss, model, config), optimizer,
+                                clip_groups(model, per_network=False), max_grad_norm=config.max_grad_norm,
+                                device=learner, compile=True)
+        # With overlap, the next collection runs (in the workers, or on its own stream) while we learn.
+        pipe = start_pipeline(stack, batcher, model, config, overlap=config.overlap)
+        evaluator.launch(cpu_state_dict(model), 0, 0)
         while not run.should_stop():
-            if not pending:
-                batcher.execute()
-            traj, _ = batcher.get()
-            pending = config.overlap
-            if config.overlap:
-                # The next collection runs in the workers, with the weights of the last update, while we learn.
-                batcher.update(weights)
-                batcher.execute()
+            traj = pipe.next()
             traj = traj.to(learner)
             tt = traj.trajectories
             rewards, done = tt["_observation/reward"], tt["_observation/done"]
@@ -288,10 +322,8 @@ def train(config: PPOConfig) -> TrainResult:
                 stats = _learn_recurrent(model, loss_agent, optimizer, traj, advantages, out["value"], config,
                                          shuffle)
             else:
-                stats = _learn(model, optimizer, data, config, shuffle)
-            weights = cpu_state_dict(model)
-            if not config.overlap:
-                batcher.update(weights)
+                stats = _learn(model, optimizer, data, config, shuffle, update)
+            pipe.updated()
 
             ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
                 rewards, done, carry_return, carry_length
@@ -300,9 +332,8 @@ def train(config: PPOConfig) -> TrainResult:
             stats["train/episode_return"] = ret_sum / count
             stats["train/episode_length"] = len_sum / count
             run.record(B * tt.temporal_size(), stats)
-            run.poll_evaluation(evaluator, lambda: weights)
-        if pending:
-            batcher.get()  # the collection launched during the last update: close the batcher with nothing pending
+            run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
+        pipe.close()  # the collection launched during the last update: close the batcher with nothing pending
 
         return finish_training(run, evaluator, model, spec, title="PPO")
 
@@ -322,8 +353,9 @@ def _flat_steps(tt, advantages: torch.Tensor, values: torch.Tensor) -> dict[str,
 
 
 def _learn(model, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor], config: PPOConfig,
-           shuffle: torch.Generator) -> dict[str, torch.Tensor]:
-    """``n_epochs`` passes of ``n_minibatches`` shuffled minibatches over ``data``; the mean of their statistics."""
+           shuffle: torch.Generator, update: UpdateStep | None = None) -> dict[str, torch.Tensor]:
+    """``n_epochs`` passes of ``n_minibatches`` shuffled minibatches over ``data``; the mean of their statistics
+    (``update``: the compiled update of :func:`ppo_minibatch_loss`, else the eager one)."""
     n = data["mask"].shape[0]
     size = n // config.n_minibatches
     rows: list[dict[str, torch.Tensor]] = []
@@ -332,18 +364,22 @@ def _learn(model, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor
         order = torch.randperm(n, generator=shuffle, device=shuffle.device)
         for k in range(config.n_minibatches):
             mb = {key: v[order[k * size:(k + 1) * size]] for key, v in data.items()}
-            dist = model.policy(mb["frame"])
-            loss, stats = ppo_loss(
-                dist.log_prob(mb["action"]), mb["old_log_prob"], mb["advantage"], model.value(mb["frame"]),
-                mb["old_value"], mb["return"], dist.entropy(), mb["mask"],
-                clip_coef=config.clip_coef, value_clip=config.value_clip, value_coef=config.value_coef,
-                entropy_coef=config.entropy_coef, normalize_advantages=config.normalize_advantages,
-            )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.max_grad_norm > 0:
-                stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            optimizer.step()
+            if update is not None:
+                stats = update(mb["frame"], mb["action"], mb["old_log_prob"], mb["advantage"], mb["old_value"],
+                               mb["return"], mb["mask"])
+            else:
+                dist = model.policy(mb["frame"])
+                loss, stats = ppo_loss(
+                    dist.log_prob(mb["action"]), mb["old_log_prob"], mb["advantage"], model.value(mb["frame"]),
+                    mb["old_value"], mb["return"], dist.entropy(), mb["mask"],
+                    clip_coef=config.clip_coef, value_clip=config.value_clip, value_coef=config.value_coef,
+                    entropy_coef=config.entropy_coef, normalize_advantages=config.normalize_advantages,
+                )
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if config.max_grad_norm > 0:
+                    stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                optimizer.step()
             rows.append(stats)
         epochs += 1
         # One host sync per epoch, not per step: CleanRL's early stop on the last minibatch's approximate KL.

@@ -12,11 +12,13 @@ Run it with ``rlstruct train reinforce --env CartPole-v1`` or ``python -m rlstru
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
@@ -28,11 +30,11 @@ from rlstruct.algos.networks import (
     create_policy_agent,
     make_adam,
     masked_policy_value_loss,
+    policy_actions,
 )
 from rlstruct.algos.returns import discounted_returns, episode_returns
 from rlstruct.algos.run import (
     EnvSpec,
-    RunConfig,
     TrainResult,
     check_on_device,
     describe_env,
@@ -42,16 +44,21 @@ from rlstruct.algos.run import (
     training_run,
     validate_run_config,
 )
+from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, validate_fast_path, weight_sync_mode
+from rlstruct.batchers import WeightSync
 from rlstruct.devices import as_device
 
-__all__ = ["ReinforceConfig", "reinforce_loss", "reinforce_returns", "train", "main"]
+__all__ = ["ReinforceConfig", "reinforce_loss", "reinforce_batch_loss", "reinforce_returns", "train", "main"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class ReinforceConfig(RunConfig):
-    """REINFORCE settings (the shared ones are documented in :class:`RunConfig`).
+class ReinforceConfig(FastPathConfig):
+    """REINFORCE settings (the shared ones are documented in :class:`RunConfig` and :class:`FastPathConfig`).
+
+    With ``compile_update`` the loss is compiled with symbolic shapes (``dynamic=True``): a batch is as long as
+    its longest episode, so its ``T`` changes from one update to the next.
 
     Attributes:
         gamma: discount factor.
@@ -83,6 +90,7 @@ def validate(config: ReinforceConfig) -> EnvSpec:
         ValueError: a setting is out of range.
     """
     validate_run_config(config)
+    validate_fast_path(config, "REINFORCE", episodic=True)
     if not 0 <= config.gamma <= 1:
         raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
@@ -176,6 +184,35 @@ def reinforce_loss(
     return loss, {"loss/policy": terms["policy"], "loss/baseline": terms["value"], "loss/entropy": terms["entropy"]}
 
 
+def reinforce_batch_loss(
+    model: nn.Module,
+    config: ReinforceConfig,
+    frame: torch.Tensor,
+    action: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The REINFORCE loss of a batch from its tensors: the forward and :func:`reinforce_loss` in one function (what
+    ``compile_update`` compiles, with symbolic ``T``; the returns are computed before, eagerly).
+
+    Args:
+        model: the actor-critic.
+        config: the run's settings (the loss's coefficients).
+        frame: ``[B, T, *obs]``, ``observation/frame``.
+        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.networks.policy_actions`.
+        returns: ``float [B, T]``, from :func:`reinforce_returns`.
+        mask: ``float [B, T]``.
+    """
+    B, T = returns.shape
+    flat = frame.flatten(0, 1)
+    dist = model.policy(flat)
+    values = model.value(flat).unflatten(0, (B, T))
+    log_probs = dist.log_prob(action.flatten(0, 1)).unflatten(0, (B, T))
+    return reinforce_loss(log_probs, dist.entropy().unflatten(0, (B, T)), values, returns, mask,
+                          baseline_coef=config.baseline_coef, entropy_coef=config.entropy_coef,
+                          normalize_advantages=config.normalize_advantages)
+
+
 def train(config: ReinforceConfig) -> TrainResult:
     """Trains a policy with REINFORCE and returns the final evaluation and the run's history.
 
@@ -198,10 +235,14 @@ def train(config: ReinforceConfig) -> TrainResult:
         loss_agent = PolicyAgent(model, learner)
         checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
         optimizer = make_adam(model, config.lr, learner)
+        update = None
+        if config.compile_update:
+            update = UpdateStep(functools.partial(reinforce_batch_loss, model, config), optimizer, clip_groups(model),
+                                max_grad_norm=config.max_grad_norm, device=learner, compile=True, dynamic=True)
 
-        weights = cpu_state_dict(model)
-        batcher.update(weights)
-        evaluator.launch(weights, 0, 0)
+        sync = WeightSync(batcher, model, learner, weight_sync_mode(config))
+        sync.push()
+        evaluator.launch(cpu_state_dict(model), 0, 0)
         while not run.should_stop():
             batcher.reset()
             batcher.execute()
@@ -211,32 +252,38 @@ def train(config: ReinforceConfig) -> TrainResult:
             if config.check_devices:
                 check_on_device(model, learner, "the learner's model")
                 out = replay_agent(checked_agent, traj)
+            elif update is not None:  # the returns' bootstrap values; the compiled loss runs the forward
+                with torch.no_grad():
+                    nxt = traj.trajectories["_observation/frame"]
+                    out = {"next_value": model.value(nxt.flatten(0, 1)).unflatten(0, nxt.shape[:2])}
             else:
                 out = replay_agent_stateless(loss_agent, traj, "replay_batch")
             tt = traj.trajectories
             with torch.no_grad():
                 returns = reinforce_returns(tt["_observation/reward"], out["next_value"], tt["_observation/terminated"],
                                             tt.lengths, config.gamma, bootstrap_truncated=config.bootstrap_truncated)
-            loss, stats = reinforce_loss(
-                out["log_prob"], out["entropy"], out["value"], returns, tt.mask(),
-                baseline_coef=config.baseline_coef, entropy_coef=config.entropy_coef,
-                normalize_advantages=config.normalize_advantages,
-            )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.max_grad_norm > 0:
-                # Clipped per network: the critic's large early errors must not shrink the policy's step.
-                stats["grad_norm/actor"] = clip_grad_norm_(model.policy_parameters(), config.max_grad_norm)
-                stats["grad_norm/critic"] = clip_grad_norm_(model.critic.parameters(), config.max_grad_norm)
-            optimizer.step()
-            weights = cpu_state_dict(model)
-            batcher.update(weights)
+            if update is not None:
+                stats = update(tt["observation/frame"], policy_actions(tt), returns, tt.mask())
+            else:
+                loss, stats = reinforce_loss(
+                    out["log_prob"], out["entropy"], out["value"], returns, tt.mask(),
+                    baseline_coef=config.baseline_coef, entropy_coef=config.entropy_coef,
+                    normalize_advantages=config.normalize_advantages,
+                )
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if config.max_grad_norm > 0:
+                    # Clipped per network: the critic's large early errors must not shrink the policy's step.
+                    stats["grad_norm/actor"] = clip_grad_norm_(model.policy_parameters(), config.max_grad_norm)
+                    stats["grad_norm/critic"] = clip_grad_norm_(model.critic.parameters(), config.max_grad_norm)
+                optimizer.step()
+            sync.push()
 
             ep_returns, lengths = episode_returns(traj)
             stats["train/episode_return"] = ep_returns.mean()
             stats["train/episode_length"] = lengths.float().mean()
             run.record(int(lengths.sum()), stats)
-            run.poll_evaluation(evaluator, lambda: weights)
+            run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
 
         return finish_training(run, evaluator, model, spec, title="REINFORCE")
 

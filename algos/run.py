@@ -630,6 +630,8 @@ def open_batchers(
     autoreset: bool,
     explore: dict[str, bool | float],
     greedy: dict[str, bool | float],
+    cuda_graph: bool = False,
+    zero_copy: bool = False,
 ) -> tuple[RL_Batcher, Evaluator]:
     """The training batcher and the :class:`Evaluator` of a run, both closed by ``stack``.
 
@@ -645,6 +647,8 @@ def open_batchers(
         autoreset: whether the training envs auto-reset.
         explore: the training ``agent_info``, one value per key, e.g. ``{"stochastic": True}``.
         greedy: the evaluation ``agent_info``, one value per key, e.g. ``{"epsilon": 0.0}``.
+        cuda_graph: the training batcher's ``cuda_graph`` (see :class:`RL_Batcher`).
+        zero_copy: the training batcher's ``zero_copy`` (its double buffer, to overlap collection and learning).
 
     Returns:
         ``(batcher, evaluator)``.
@@ -657,6 +661,7 @@ def open_batchers(
         config.n_processes, worker_seeds(config.seed, n_workers, 0),
         agent_info=DictTensor({k: torch.tensor([v]) for k, v in explore.items()}),
         agent_seeds=worker_seeds(config.seed, n_workers, 5000), device=config.batcher_device,
+        cuda_graph=cuda_graph, zero_copy=zero_copy,
     )
     stack.callback(batcher.close)
     n_eval_workers = max(config.n_evaluation_processes, 1)

@@ -224,7 +224,7 @@ def _start(spec: WorkerSpec) -> tuple[Acquirer, dict[str, Any]]:
     return acq, {"n_envs": acq.n_envs, "report": _report(spec)}
 
 
-def _serve(acq: Acquirer, msg: Message) -> Any:
+def _serve(acq: Acquirer, msg: Message, *, in_process: bool = False) -> Any:
     cmd, args = msg.command, msg.args
     if cmd is Command.PROBE:
         return acq.probe(*args)
@@ -241,7 +241,8 @@ def _serve(acq: Acquirer, msg: Message) -> Any:
         return None
     if cmd is Command.ACQUIRE:
         out = acq.acquire(*args)
-        if acq.device.type == "cuda":
+        # In process the reader uses the device's stream order (or an event); only another process needs the sync.
+        if acq.device.type == "cuda" and not in_process:
             # The parent reads the block through CUDA IPC once it has the reply: writes must be done.
             torch.cuda.synchronize(acq.device)
         return out
@@ -489,7 +490,7 @@ class LocalWorker:
             return
         assert self.acq is not None
         try:
-            self._reply, self._cause = Reply(_serve(self.acq, Message(command, args))), None
+            self._reply, self._cause = Reply(_serve(self.acq, Message(command, args), in_process=True)), None
         except Exception as e:
             self._reply, self._cause = Reply(failure=Failure.of(self.worker_id, e)), e
 

@@ -32,7 +32,7 @@ from rlstruct.batchers._worker import (
     recv_all,
 )
 from rlstruct.devices import DeviceLike, as_device
-from rlstruct.errors import BatcherWorkerError
+from rlstruct.errors import BatcherStateError, BatcherWorkerError
 from rlstruct.structures import DictTensor, Trajectories
 
 __all__ = ["RL_Batcher"]
@@ -390,6 +390,27 @@ class RL_Batcher(BatcherBase):
         else:
             weights = dump_weights(state_dict)
         self._call_all(Command.UPDATE, [(weights,)] * len(self._workers))
+
+    @property
+    def zero_copy(self) -> bool:
+        """Whether ``get`` hands out views of a double buffer (``zero_copy=True`` where it applies) rather than
+        copies."""
+        return self._views
+
+    def local_agent(self) -> Any:
+        """The in-process worker's agent (``n_processes=0``), e.g. to share the learner's weights with it (see
+        :class:`~rlstruct.batchers.weights.WeightSync`).
+
+        Raises:
+            BatcherStateError: the batcher has worker processes (their agents live in other processes), or it
+                is closed.
+        """
+        if self.n_processes != 0 or not self._workers:
+            raise BatcherStateError(
+                f"local_agent needs an open batcher with n_processes=0, got n_processes={self.n_processes} "
+                f"({'closed' if not self._workers else 'open'}); send weights with update() instead"
+            )
+        return self._workers[0].acq.agent
 
     def timings(self) -> dict[str, float]:
         """Seconds spent per phase since the last :meth:`reset_timings`, and step counts.

@@ -45,6 +45,7 @@ __all__ = [
     "MissingDependencyError",
     "BridgeError",
     "GraphCaptureError",
+    "ConfigError",
 ]
 
 
@@ -114,3 +115,8 @@ class BridgeError(RLStructError, ValueError):
 class GraphCaptureError(RLStructError, RuntimeError):
     """A step could not be captured in a CUDA graph (``cuda_graph=True``): the env or agent synchronizes with the
     host, changes shapes, or keeps its state where a replay cannot see it."""
+
+
+class ConfigError(RLStructError, ValueError):
+    """Settings that are valid one by one but cannot work together (e.g. ``compile_update`` with a recurrent
+    policy, ``cuda_graph`` with a CPU batcher, weight sharing with worker processes)."""

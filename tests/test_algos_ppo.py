@@ -107,7 +107,6 @@ def test_ppo_loss_of_an_all_zero_mask_is_zero_not_nan():
 
 # --------------------------------------------------------------------------- config checks
 @pytest.mark.parametrize("change,match", [
-    ({"overlap": True}, "overlap=True needs a batcher with worker processes"),
     ({"n_minibatches": 10_000}, "n_minibatches must be <= the steps per collection"),
     ({"n_epochs": 0}, "n_epochs must be >= 1, got 0"),
     ({"clip_coef": 0.0}, "clip_coef must be > 0, got 0.0"),

@@ -1,0 +1,234 @@
+"""The learner's fast path: a compiled update, and the settings of the GPU fast path shared by A2C, PPO and REINFORCE.
+
+:class:`UpdateStep` runs one update (loss, backward, gradient clipping, optimizer step) with the forward and the
+loss compiled by ``torch.compile`` (``mode="reduce-overhead"``, i.e. CUDA graphs, on CUDA; the default mode on
+the CPU); the backward runs through the compiled graph (AOTAutograd) and the optimizer is the fused Adam of
+:func:`~rlstruct.algos.networks.make_adam`. Uncompiled it runs the same function eagerly, which is what the
+compiled update is tested against.
+
+:class:`FastPathConfig` holds the flags of the fast path (``--compile-update``, ``--cuda-graph``,
+``--share-weights``); :func:`validate_fast_path` rejects the combinations that cannot work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+from torch.nn.utils import clip_grad_norm_
+
+from rlstruct.algos.networks import ActorCritic
+from rlstruct.algos.run import RunConfig
+from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
+from rlstruct.devices import DeviceLike, as_device
+from rlstruct.errors import ConfigError
+
+__all__ = [
+    "FastPathConfig",
+    "validate_fast_path",
+    "weight_sync_mode",
+    "start_pipeline",
+    "UpdateStep",
+    "clip_groups",
+    "actor_critic_outputs",
+]
+
+log = logging.getLogger(__name__)
+
+LossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+@dataclasses.dataclass
+class FastPathConfig(RunConfig):
+    """The shared settings plus those of the GPU fast path (see :class:`RunConfig` for the others).
+
+    Attributes:
+        compile_update: compile the learner's forward and loss with torch.compile (reduce-overhead mode, i.e. CUDA
+            graphs, on CUDA); backward through the compiled graph, fused Adam. Not with recurrent or check_devices.
+        cuda_graph: replay each acquisition of the training batcher as one CUDA graph (a CUDA batcher_device and an
+            auto-reset torch simulator).
+        share_weights: with n_processes=0 and batcher_device == learner_device, the training batcher's agent reads
+            the learner's weights on the device (shared, or copied in place when collection overlaps learning)
+            instead of a CPU copy after every update.
+    """
+
+    compile_update: bool = False
+    cuda_graph: bool = False
+    share_weights: bool = True
+
+
+def validate_fast_path(config: FastPathConfig, algo: str, *, recurrent: bool = False,
+                       episodic: bool = False) -> None:
+    """Rejects fast-path flags that cannot work together (called by the algorithms' ``validate``).
+
+    Args:
+        config: the algorithm's config.
+        algo: its name, for the messages.
+        recurrent: whether the run uses a recurrent policy.
+        episodic: whether the training batcher's envs are episodic (no ``cuda_graph`` then).
+
+    Raises:
+        ConfigError: ``compile_update`` with ``recurrent`` or ``check_devices``; ``cuda_graph`` with a
+            non-CUDA ``batcher_device`` or episodic envs.
+    """
+    if config.compile_update and recurrent:
+        raise ConfigError(
+            f"{algo}: compile_update=True does not support recurrent=True (a window is replayed step by step through "
+            "the LSTM, with per-row resets); drop --compile-update or --recurrent"
+        )
+    if config.compile_update and config.check_devices:
+        raise ConfigError(
+            f"{algo}: compile_update=True does not support check_devices=True (the checked replay runs step by step "
+            "for debugging); drop --compile-update or --check-devices"
+        )
+    if config.cuda_graph and as_device(config.batcher_device).type != "cuda":
+        raise ConfigError(
+            f"{algo}: cuda_graph=True needs a CUDA batcher_device, got batcher_device={config.batcher_device!r}; "
+            "pass --batcher-device cuda or drop --cuda-graph"
+        )
+    if config.cuda_graph and episodic:
+        raise ConfigError(
+            f"{algo}: cuda_graph=True needs auto-reset envs (a captured loop cannot stop early), got {algo}'s "
+            "episodic training batcher; drop --cuda-graph"
+        )
+
+
+def weight_sync_mode(config: FastPathConfig, *, overlap: bool = False) -> str:
+    """The :class:`~rlstruct.batchers.WeightSync` mode of a run: ``"cpu"`` unless ``share_weights`` and the
+    training batcher runs in process on the learner's device; then ``"copy"`` when collection overlaps learning
+    (the acquisition must see a snapshot), else ``"auto"`` (shared where the agent allows it).
+
+    >>> weight_sync_mode(FastPathConfig()), weight_sync_mode(FastPathConfig(n_processes=2))
+    ('auto', 'cpu')
+    """
+    same_place = config.n_processes == 0 and as_device(config.batcher_device) == as_device(config.learner_device)
+    if not (config.share_weights and same_place):
+        return "cpu"
+    return "copy" if overlap else "auto"
+
+
+def start_pipeline(stack: contextlib.ExitStack, batcher: RL_Batcher, model: nn.Module, config: FastPathConfig, *,
+                   overlap: bool = False) -> Pipeline:
+    """The training batcher's :class:`~rlstruct.batchers.Pipeline` for a run, started (initial weights sent, envs
+    reset) and closed by ``stack`` before the batcher is.
+
+    Args:
+        stack: the run's exit stack, on which the batcher was pushed.
+        batcher: the auto-reset training batcher.
+        model: the learner's model, on ``config.learner_device``.
+        config: the run's settings (devices, ``n_processes``, ``share_weights``).
+        overlap: collect the next batch while learning on this one.
+    """
+    sync = WeightSync(batcher, model, config.learner_device, weight_sync_mode(config, overlap=overlap))
+    pipe = Pipeline(batcher, sync, overlap=overlap)
+    stack.callback(pipe.close)
+    pipe.start()
+    return pipe
+
+
+def clip_groups(model: nn.Module, *, per_network: bool = True) -> list[tuple[str, list[nn.Parameter]]]:
+    """The parameter groups whose gradient norms an update clips, each with the statistic's key.
+
+    An :class:`~rlstruct.algos.networks.ActorCritic` with ``per_network`` gets two groups (``grad_norm/actor``,
+    ``grad_norm/critic``: the critic's large early errors must not shrink the policy's step); any other model,
+    or ``per_network=False``, one (``grad_norm``).
+    """
+    if per_network and isinstance(model, ActorCritic):
+        return [("grad_norm/actor", list(model.policy_parameters())),
+                ("grad_norm/critic", list(model.critic.parameters()))]
+    return [("grad_norm", list(model.parameters()))]
+
+
+def actor_critic_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor,
+                         action: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``log_prob``, ``entropy``, ``value`` and ``next_value``, each ``[B, T]``, of an actor-critic over a batch.
+
+    The same computation as :meth:`~rlstruct.algos.networks.PolicyAgent.replay_batch`, from tensors (what a
+    compiled loss takes): one forward of the critic over ``frame`` and ``next_frame`` together, one of the policy.
+
+    Args:
+        model: an actor-critic (``policy(frame)`` and ``value(frame)``).
+        frame: ``[B, T, *obs]``, ``observation/frame``.
+        next_frame: ``[B, T, *obs]``, ``_observation/frame``.
+        action: ``[B, T]`` (discrete) or ``[B, T, D]`` (the sampled, unclipped action).
+    """
+    B, T = frame.shape[:2]
+    n = B * T
+    values = model.value(torch.cat([frame.flatten(0, 1), next_frame.flatten(0, 1)]))
+    dist = model.policy(frame.flatten(0, 1))
+    out = {"log_prob": dist.log_prob(action.flatten(0, 1)), "entropy": dist.entropy(), "value": values[:n],
+           "next_value": values[n:]}
+    return {k: v.unflatten(0, (B, T)) for k, v in out.items()}
+
+
+class UpdateStep:
+    """One learner update: ``loss, stats = loss_fn(*inputs)``, backward, gradient clipping, optimizer step.
+
+    With ``compile``, ``loss_fn`` (the forward and the loss) is compiled once by ``torch.compile``: on CUDA in
+    ``mode="reduce-overhead"`` (its forward and backward replayed as CUDA graphs; the statistics are cloned out
+    of the graphs' memory, which the next replay overwrites), on the CPU in the default mode. Inputs of changing
+    shapes (REINFORCE's episode lengths) need ``dynamic=True``, else every new shape compiles again. The
+    backward, the clipping (``clip_grad_norm_``, foreach, no host sync) and the fused optimizer step run eagerly.
+
+    Args:
+        loss_fn: ``(*inputs) -> (loss, stats)``, the forward and the loss over tensors; ``stats`` are 0-d tensors.
+        optimizer: the learner's optimizer.
+        groups: parameter groups to clip, each with its statistic's key (see :func:`clip_groups`).
+        max_grad_norm: the norm each group is clipped to (0: no clipping).
+        device: the learner's device (picks the compile mode).
+        compile: compile ``loss_fn``.
+        dynamic: ``torch.compile``'s ``dynamic`` (``None``: decide on a shape change, ``True``: symbolic shapes).
+        backend: ``torch.compile``'s backend (default inductor; ``"aot_eager"`` needs no C++ compiler).
+
+    >>> model = nn.Linear(2, 1)
+    >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    >>> step = UpdateStep(lambda x: (model(x).pow(2).mean(), {}), opt, clip_groups(model), max_grad_norm=1.0,
+    ...                   device="cpu")
+    >>> sorted(step(torch.ones(4, 2)))
+    ['grad_norm']
+    """
+
+    def __init__(
+        self,
+        loss_fn: LossFn,
+        optimizer: torch.optim.Optimizer,
+        groups: Sequence[tuple[str, Sequence[nn.Parameter]]],
+        *,
+        max_grad_norm: float,
+        device: DeviceLike,
+        compile: bool = False,
+        dynamic: bool | None = None,
+        backend: str = "inductor",
+    ):
+        self.device = as_device(device)
+        self.optimizer = optimizer
+        self.groups = [(key, list(params)) for key, params in groups]
+        self.max_grad_norm = float(max_grad_norm)
+        self.compiled = bool(compile)
+        self._graphs = self.compiled and self.device.type == "cuda" and backend == "inductor"
+        if self.compiled:
+            mode = "reduce-overhead" if self._graphs else None
+            self.loss_fn = torch.compile(loss_fn, mode=mode, dynamic=dynamic, backend=backend)
+        else:
+            self.loss_fn = loss_fn
+
+    def __call__(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Runs one update on ``inputs``; returns ``stats`` plus one gradient norm per clipped group (before
+        clipping), all 0-d tensors on the device (no host sync)."""
+        if self._graphs:
+            # A new iteration of the CUDA graph trees: the previous replay's outputs may be overwritten from now on.
+            torch.compiler.cudagraph_mark_step_begin()
+        loss, stats = self.loss_fn(*inputs)
+        if self._graphs:
+            stats = {k: v.detach().clone() for k, v in stats.items()}
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.max_grad_norm > 0:
+            for key, params in self.groups:
+                stats[key] = clip_grad_norm_(params, self.max_grad_norm)
+        self.optimizer.step()
+        return stats

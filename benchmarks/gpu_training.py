@@ -1,0 +1,154 @@
+"""GPU end to end (issue 20): time to solve CartPole-v1 on one GPU, and training throughput with the learner.
+
+Two measurements, each over the fast path (``--learner-device cuda --batcher-device cuda --cuda-graph
+--compile-update --overlap``; the training batcher in process, sharing the learner's weights):
+
+* **solve**: A2C and PPO on CartPole-v1 until an evaluation reaches 475 (gymnasium's threshold), one fresh
+  process per seed (``python -m rlstruct.algos.<algo> ...``, so that every run pays its own compilation). From
+  the run's ``progress.csv``: **warm-up** is the wall clock at the end of iteration 2 (setup, the first
+  acquisition, the update's compilation on the first update, the acquisition's CUDA-graph capture on the second),
+  **training** the wall clock of the first evaluation at or above the target minus the warm-up.
+* **throughput**: A2C and PPO at ``2**14 .. 2**20`` envs for a fixed number of iterations; env steps per second
+  between the end of the warm-up and the last logged iteration, learner included. Rows are logged every
+  ``log_every`` iterations (one host sync each), so the clock runs at most that many iterations ahead of the
+  device; the span covers many more.
+
+Without CUDA it runs a small CPU version of both (a few thousand env steps, a few hundred envs; no compilation
+unless ``--compile``) so that the script is exercised, and says that the GPU numbers need a GPU.
+
+Usage::
+
+    python benchmarks/gpu_training.py                      # on a GPU machine: 5 seeds, 2**14 .. 2**20 envs
+    python benchmarks/gpu_training.py --seeds 0 --log2-envs 14 16 --algos ppo
+    python benchmarks/gpu_training.py --json gpu_training.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from _common import print_table
+
+TARGET = 475.0
+FAST_FLAGS = ["--learner-device", "cuda", "--batcher-device", "cuda", "--evaluation-device", "cuda",
+              "--cuda-graph", "--compile-update", "--overlap"]
+WARMUP_ITERATIONS = 2
+
+
+def _rows(logdir: Path) -> list[dict[str, float]]:
+    with open(logdir / "progress.csv") as f:
+        return [{k: float(v) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
+
+
+def _warmup(rows: list[dict[str, float]]) -> float:
+    done = [r for r in rows if "eval/return" not in r and r["iteration"] >= WARMUP_ITERATIONS]
+    return done[0]["wall_time_s"] if done else math.nan
+
+
+def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: float) -> dict[str, float]:
+    """One run of ``algo`` on CartPole-v1 until an evaluation reaches the target, in a fresh process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        flags = FAST_FLAGS if gpu else ["--overlap"] + (["--compile-update"] if compile_update else [])
+        cmd = [sys.executable, "-m", f"rlstruct.algos.{algo}", "--seed", str(seed), "--logdir", tmp, "--no-progress",
+               "--no-tensorboard", "--target-return", str(TARGET), "--time-limit", str(time_limit), *flags]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        rows = _rows(Path(tmp))
+    warm = _warmup(rows)
+    reached = [r for r in rows if r.get("eval/return", -math.inf) >= TARGET and r.get("eval/launch_env_steps", 0) > 0]
+    at = reached[0]["wall_time_s"] if reached else math.nan
+    return {"algo": algo, "seed": seed, "warmup_s": warm, "train_s": at - warm, "reached": bool(reached),
+            "env_steps": reached[0]["env_steps"] if reached else rows[-1]["env_steps"], "process_s": wall}
+
+
+def throughput(algo: str, n_envs: int, device: str, *, compile_update: bool, iterations: int) -> dict[str, float]:
+    """Env steps per second of ``algo``'s training loop (collection and learning) at ``n_envs`` envs."""
+    from rlstruct.algos import a2c, ppo
+
+    module, cls = {"a2c": (a2c, a2c.A2CConfig), "ppo": (ppo, ppo.PPOConfig)}[algo]
+    n_steps = cls.n_steps
+    gpu = device.startswith("cuda")
+    with tempfile.TemporaryDirectory() as tmp:
+        config = cls(n_envs=n_envs, learner_device=device, batcher_device=device, evaluation_device=device,
+                     cuda_graph=gpu, compile_update=compile_update, overlap=True, anneal_lr=False,
+                     max_env_steps=n_envs * n_steps * (iterations + WARMUP_ITERATIONS), time_limit=3600.0,
+                     eval_every=10 ** 9, n_evaluation_envs=4, stop_at_reward_threshold=False, progress=False,
+                     tensorboard=False, logdir=tmp)
+        result = module.train(config)
+    rows = [r for r in result.history if "eval/return" not in r]
+    start = next(r for r in rows if r["iteration"] >= WARMUP_ITERATIONS)
+    end = rows[-1]
+    sps = (end["env_steps"] - start["env_steps"]) / max(end["wall_time_s"] - start["wall_time_s"], 1e-9)
+    return {"algo": algo, "n_envs": n_envs, "device": device, "env_steps_per_s": sps,
+            "warmup_s": start["wall_time_s"], "iterations": end["iteration"] - start["iteration"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algos", nargs="+", default=["a2c", "ppo"], choices=["a2c", "ppo"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 0..4 on a GPU, 0 on the CPU")
+    parser.add_argument("--log2-envs", nargs="+", type=int, default=None,
+                        help="throughput at 2**k envs (default: 14..20 on a GPU, 8 10 on the CPU)")
+    parser.add_argument("--iterations", type=int, default=None, help="timed iterations (default: 50 GPU, 5 CPU)")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds per solve run (default: 120 GPU, 20 CPU)")
+    parser.add_argument("--compile", action="store_true", help="on the CPU, also compile the update (slow to start)")
+    parser.add_argument("--skip-solve", action="store_true")
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--json", default=None, help="write the results to this file")
+    ns = parser.parse_args(argv)
+    gpu = torch.cuda.is_available()
+    device = "cuda" if gpu else "cpu"
+    seeds = ns.seeds if ns.seeds is not None else ([0, 1, 2, 3, 4] if gpu else [0])
+    log2 = ns.log2_envs if ns.log2_envs is not None else (list(range(14, 21)) if gpu else [8, 10])
+    iterations = ns.iterations if ns.iterations is not None else (50 if gpu else 5)
+    time_limit = ns.time_limit if ns.time_limit is not None else (120.0 if gpu else 20.0)
+    compile_update = gpu or ns.compile
+    machine = torch.cuda.get_device_name() if gpu else platform.processor() or platform.machine()
+    print(f"device: {device} ({machine}), torch {torch.__version__}, compile_update={compile_update}")
+    if not gpu:
+        print("no CUDA device: running the small CPU version; the GPU numbers (solve time on one GPU, throughput at "
+              "2**14..2**20 envs) need a GPU machine")
+    out: dict[str, object] = {"device": device, "machine": machine, "torch": torch.__version__, "gpu": gpu}
+
+    if not ns.skip_solve:
+        runs = [solve(a, s, gpu, compile_update=compile_update, time_limit=time_limit)
+                for a in ns.algos for s in seeds]
+        out["solve"] = runs
+        rows = []
+        for a in ns.algos:
+            mine = [r for r in runs if r["algo"] == a]
+            ok = [r for r in mine if r["reached"]]
+            med = (lambda k: f"{statistics.median(r[k] for r in ok):.1f}") if ok else (lambda k: "-")
+            rows.append([a, f"{len(ok)}/{len(mine)}", med("warmup_s"), med("train_s"),
+                         f"{statistics.median(r['warmup_s'] for r in mine):.1f}"])
+        print(f"\nCartPole-v1 to an evaluation >= {TARGET:g} ({device}, seeds {seeds}):")
+        print_table(["algo", "reached", "warm-up s (median)", "training s (median)", "warm-up s (all runs)"], rows)
+
+    if not ns.skip_throughput:
+        tp = [throughput(a, 2 ** k, device, compile_update=compile_update, iterations=iterations)
+              for a in ns.algos for k in log2]
+        out["throughput"] = tp
+        print(f"\nTraining throughput, learner included ({device}, {iterations} timed iterations):")
+        print_table(["algo", "envs", "env steps/s", "warm-up s"],
+                    [[r["algo"], f"2^{int(math.log2(r['n_envs']))}", f"{r['env_steps_per_s']:,.0f}",
+                      f"{r['warmup_s']:.1f}"] for r in tp])
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,414 @@
+"""The GPU fast path, on what a CPU can check: weight sharing, overlapped collection, the compiled update, its flags.
+
+Equivalence tests compare each fast path with the path it replaces (same seeds, same weights): the weights a
+batcher's agent reads without a host copy are the learner's, bit for bit; an overlapped collection yields what
+the sequential batcher yields when driven with the same (one update stale) weights; a compiled update moves the
+parameters where the eager update does, within float tolerance. The stream versions are marked ``cuda``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from rlstruct.algos import a2c, ppo, reinforce
+from rlstruct.algos.networks import ActorCritic, build_actor_critic, create_policy_agent, make_adam
+from rlstruct.algos.run import create_env, describe_env
+from rlstruct.algos.update import FastPathConfig, UpdateStep, actor_critic_outputs, clip_groups, weight_sync_mode
+from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
+from rlstruct.errors import BatcherStateError, ConfigError
+from rlstruct.structures import DictTensor
+
+SPEC = describe_env("CartPole-v1", "torch", None)
+CUDA = pytest.mark.cuda
+
+
+def _common(tmp_path, **kw):
+    return {"progress": False, "tensorboard": False, "logdir": str(tmp_path), "time_limit": 300.0,
+            "stop_at_reward_threshold": False, **kw}
+
+
+def _rows(result) -> list[str]:
+    """progress.csv's rows, every column but the wall time (repr: nan equals nan)."""
+    return [repr({k: v for k, v in r.items() if k != "wall_time_s"}) for r in result.history]
+
+
+def _batcher(device="cpu", *, zero_copy=False, n_envs=4, T=6, n_processes=0, hidden=(8,)):
+    return RL_Batcher(T, create_policy_agent, {"spec": SPEC, "hidden_sizes": hidden, "device": device}, create_env,
+                      {"name": "CartPole-v1", "n_envs": n_envs, "autoreset": True, "device": device}, n_processes,
+                      [3] * max(n_processes, 1), agent_info=DictTensor({"stochastic": torch.tensor([True])}),
+                      agent_seeds=[7] * max(n_processes, 1), device=device, zero_copy=zero_copy)
+
+
+def _perturb(model: torch.nn.Module, k: int) -> None:
+    """A stand-in for an optimizer step: changes every weight in place."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.sin(torch.arange(p.numel(), dtype=p.dtype).reshape(p.shape) + k))
+
+
+# ----------------------------------------------------------------------------------------------- WeightSync
+def test_shared_weights_are_the_learners_tensors_and_follow_in_place_updates():
+    model = build_actor_critic(SPEC, (8,))
+    with _batcher() as b:
+        sync = WeightSync(b, model, "cpu")
+        agent_model = b.local_agent().model
+        assert sync.mode == "shared" and not sync.copies_to_host
+        for mine, theirs in zip(model.parameters(), agent_model.parameters()):
+            assert mine.data_ptr() == theirs.data_ptr() and not theirs.requires_grad
+        _perturb(model, 1)
+        sync.push()
+        for mine, theirs in zip(model.state_dict().values(), agent_model.state_dict().values()):
+            assert torch.equal(mine, theirs)
+
+
+def test_copy_mode_copies_in_place_and_keeps_a_snapshot():
+    model = build_actor_critic(SPEC, (8,))
+    with _batcher() as b:
+        sync = WeightSync(b, model, "cpu", mode="copy")
+        agent_model = b.local_agent().model
+        before = [p.data_ptr() for p in agent_model.parameters()]
+        sync.push()
+        snapshot = copy.deepcopy(model.state_dict())
+        _perturb(model, 2)  # the learner moves on; the agent keeps what was pushed
+        assert all(torch.equal(snapshot[k], v) for k, v in agent_model.state_dict().items())
+        sync.push()
+        assert all(torch.equal(model.state_dict()[k], v) for k, v in agent_model.state_dict().items())
+        assert [p.data_ptr() for p in agent_model.parameters()] == before  # in place: no new tensors
+
+
+def test_auto_mode_sends_cpu_copies_to_worker_processes():
+    model = build_actor_critic(SPEC, (8,))
+    with _batcher(n_processes=1) as b:
+        assert WeightSync(b, model, "cpu").mode == "cpu"
+        with pytest.raises(ConfigError, match="needs an in-process batcher"):
+            WeightSync(b, model, "cpu", mode="shared")
+        with pytest.raises(BatcherStateError, match="local_agent needs an open batcher with n_processes=0"):
+            b.local_agent()
+
+
+def test_bad_sync_mode_is_a_value_error():
+    model = build_actor_critic(SPEC, (8,))
+    with _batcher() as b, pytest.raises(ValueError, match="mode must be one of"):
+        WeightSync(b, model, "cpu", mode="gpu")
+
+
+def test_shared_mode_needs_a_matching_agent_model():
+    other = build_actor_critic(SPEC, (16,))  # the batcher's agent has hidden size 8
+    with _batcher() as b:
+        assert WeightSync(b, other, "cpu").mode == "copy"  # falls back to agent.update with a device copy
+        with pytest.raises(ConfigError, match="needs an agent with a `model`"):
+            WeightSync(b, other, "cpu", mode="shared")
+
+
+@pytest.mark.parametrize("mode", ["shared", "copy"])
+def test_device_paths_collect_what_the_cpu_copy_path_collects(mode):
+    """Same seeds, same weights at every iteration: the same trajectories, bit for bit."""
+    outs = {}
+    for m in ("cpu", mode):
+        model = build_actor_critic(SPEC, (8,))
+        torch.manual_seed(0)
+        model.load_state_dict(build_actor_critic(SPEC, (8,)).state_dict())
+        got = []
+        with _batcher() as b:
+            pipe = Pipeline(b, WeightSync(b, model, "cpu", mode=m))
+            pipe.start()
+            for k in range(4):
+                got.append(pipe.next().trajectories["action/action"].clone())
+                _perturb(model, k)
+                pipe.updated()
+            pipe.close()
+        outs[m] = got
+    assert all(torch.equal(x, y) for x, y in zip(outs["cpu"], outs[mode]))
+
+
+# ----------------------------------------------------------------------------------------------- Pipeline
+def test_overlapped_pipeline_alternates_buffers_and_uses_one_update_stale_weights():
+    """What an overlapped pipeline returns equals a sequential batcher driven with one update stale weights, and
+    batch k stays intact while batch k + 1 is written into the other buffer."""
+    model = build_actor_critic(SPEC, (8,))
+    reference = copy.deepcopy(model)
+    with _batcher(zero_copy=True) as b, _batcher() as ref:
+        pipe = Pipeline(b, WeightSync(b, model, "cpu", mode="copy"), overlap=True)
+        pipe.start()
+        ref.update({k: v.clone() for k, v in reference.state_dict().items()})
+        ref.reset()
+        pointers = []
+        for k in range(5):
+            traj = pipe.next()  # on the CPU, acquisition k + 1 has run already, into the other buffer
+            frame = traj.trajectories["observation/frame"]
+            pointers.append(frame.data_ptr())
+            # The reference collects batch k with the weights pushed before it: those of update k - 2.
+            ref.execute()
+            expected, _ = ref.get()
+            assert torch.equal(frame, expected.trajectories["observation/frame"])
+            assert torch.equal(traj.trajectories["action/action"], expected.trajectories["action/action"])
+            ref.update({key: v.clone() for key, v in model.state_dict().items()})
+            _perturb(model, k)  # update k
+            pipe.updated()
+        pipe.close()
+        assert pointers[0::2] == [pointers[0]] * 3 and pointers[1::2] == [pointers[1]] * 2
+        assert pointers[0] != pointers[1]
+
+
+def test_overlap_without_zero_copy_copies_and_collects_the_same():
+    """Without the double buffer (e.g. with cuda_graph), get copies each batch out before the next is launched."""
+    got = {}
+    for zero_copy in (True, False):
+        torch.manual_seed(0)
+        model = build_actor_critic(SPEC, (8,))
+        with _batcher(zero_copy=zero_copy) as b:
+            assert b.zero_copy == zero_copy
+            pipe = Pipeline(b, WeightSync(b, model, "cpu", mode="copy"), overlap=True)
+            pipe.start()
+            batches = []
+            for k in range(4):
+                tt = pipe.next().trajectories
+                batches += [tt["observation/frame"].clone(), tt["action/action"].clone()]
+                _perturb(model, k)
+                pipe.updated()
+            pipe.close()
+        got[zero_copy] = batches
+    assert all(torch.equal(x, y) for x, y in zip(got[True], got[False]))
+
+
+def test_pipeline_misuse_is_a_typed_error():
+    model = build_actor_critic(SPEC, (8,))
+    with _batcher() as b:
+        with pytest.raises(BatcherStateError, match="needs start"):
+            Pipeline(b, WeightSync(b, model, "cpu")).next()
+    with _batcher(zero_copy=True) as b:
+        with pytest.raises(ConfigError, match="mode='shared'"):
+            Pipeline(b, WeightSync(b, model, "cpu", mode="shared"), overlap=True)
+
+
+def test_weight_sync_mode_of_a_config():
+    assert weight_sync_mode(FastPathConfig()) == "auto"
+    assert weight_sync_mode(FastPathConfig(), overlap=True) == "copy"
+    assert weight_sync_mode(FastPathConfig(share_weights=False)) == "cpu"
+    assert weight_sync_mode(FastPathConfig(n_processes=1)) == "cpu"
+
+
+# ----------------------------------------------------------------------------------------------- algorithms
+@pytest.mark.timeout(120)
+def test_a2c_shared_weights_log_what_cpu_copies_log(tmp_path):
+    cfg = dict(max_env_steps=768, n_envs=8, eval_every=3, hidden_sizes=(16,), anneal_lr=False, log_every=1)
+    copied = a2c.train(a2c.A2CConfig(**_common(tmp_path / "a", share_weights=False, **cfg)))
+    shared = a2c.train(a2c.A2CConfig(**_common(tmp_path / "b", share_weights=True, **cfg)))
+    assert len(copied.history) > 10
+    assert _rows(copied) == _rows(shared)
+
+
+@pytest.mark.timeout(120)
+def test_reinforce_shared_weights_log_what_cpu_copies_log(tmp_path):
+    cfg = dict(max_env_steps=1_500, n_envs=4, eval_every=2, hidden_sizes=(16,), log_every=1)
+    copied = reinforce.train(reinforce.ReinforceConfig(**_common(tmp_path / "a", share_weights=False, **cfg)))
+    shared = reinforce.train(reinforce.ReinforceConfig(**_common(tmp_path / "b", **cfg)))
+    assert len(copied.history) > 5
+    assert _rows(copied) == _rows(shared)
+
+
+@pytest.mark.timeout(120)
+def test_ppo_shared_weights_log_what_cpu_copies_log(tmp_path):
+    cfg = dict(max_env_steps=1_024, n_envs=8, n_steps=16, eval_every=3, hidden_sizes=(16,), log_every=1)
+    copied = ppo.train(ppo.PPOConfig(**_common(tmp_path / "a", share_weights=False, **cfg)))
+    shared = ppo.train(ppo.PPOConfig(**_common(tmp_path / "b", **cfg)))
+    assert _rows(copied) == _rows(shared)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("module, cls", [(a2c, a2c.A2CConfig), (ppo, ppo.PPOConfig)])
+def test_overlap_in_process_runs_and_is_reproducible(tmp_path, module, cls):
+    cfg = dict(max_env_steps=1_024, n_envs=8, eval_every=3, hidden_sizes=(16,), log_every=1, overlap=True)
+    first = module.train(cls(**_common(tmp_path / "a", **cfg)))
+    second = module.train(cls(**_common(tmp_path / "b", **cfg)))
+    plain = module.train(cls(**_common(tmp_path / "c", **{**cfg, "overlap": False})))
+    assert _rows(first) == _rows(second)
+    assert _rows(first) != _rows(plain)  # one update stale: other data from the second batch on
+    losses = [v for r in first.history for k, v in r.items() if k.startswith("loss/")]
+    assert losses and all(math.isfinite(x) for x in losses)
+
+
+@pytest.mark.parametrize("module, cls, extra, match", [
+    (a2c, a2c.A2CConfig, {"compile_update": True, "recurrent": True}, "does not support recurrent"),
+    (ppo, ppo.PPOConfig, {"compile_update": True, "recurrent": True}, "does not support recurrent"),
+    (a2c, a2c.A2CConfig, {"compile_update": True, "check_devices": True}, "does not support check_devices"),
+    (reinforce, reinforce.ReinforceConfig, {"compile_update": True, "check_devices": True}, "check_devices"),
+    (a2c, a2c.A2CConfig, {"cuda_graph": True}, "needs a CUDA batcher_device"),
+    (ppo, ppo.PPOConfig, {"cuda_graph": True}, "needs a CUDA batcher_device"),
+])
+def test_flag_combinations_that_cannot_work_are_config_errors(module, cls, extra, match):
+    with pytest.raises(ConfigError, match=match):
+        module.validate(cls(**extra))
+
+
+def test_cli_rejects_a_bad_combination_in_one_line(capsys):
+    from rlstruct.algos.cli import main
+
+    assert main(["train", "a2c", "--compile-update", "--recurrent"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "compile_update=True does not support recurrent=True" in err[0]
+
+
+def test_cli_has_the_fast_path_flags(capsys):
+    from rlstruct.algos.cli import main
+
+    for algo in ("a2c", "ppo", "reinforce"):
+        with pytest.raises(SystemExit):
+            main(["train", algo, "--help"])
+        out = capsys.readouterr().out
+        for flag in ("--compile-update", "--cuda-graph", "--share-weights", "--learner-device", "--batcher-device"):
+            assert flag in out, (algo, flag)
+
+
+# ----------------------------------------------------------------------------------------------- compiled update
+def _a2c_like_step(model, compile, backend="inductor", dynamic=None):
+    def loss_fn(frame, next_frame, action, adv, mask):
+        out = actor_critic_outputs(model, frame, next_frame, action)
+        return a2c.a2c_loss(out["log_prob"], out["entropy"], out["value"], adv, mask, value_coef=0.5,
+                            entropy_coef=0.01, normalize_advantages=True)
+    return UpdateStep(loss_fn, make_adam(model, 1e-2, "cpu"), clip_groups(model), max_grad_norm=0.5, device="cpu",
+                      compile=compile, backend=backend, dynamic=dynamic)
+
+
+def _batch(B=6, T=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(B, T, 4, generator=g), torch.randn(B, T, 4, generator=g),
+            torch.randint(0, 2, (B, T), generator=g), torch.randn(B, T, generator=g), torch.ones(B, T))
+
+
+def _compare_updates(backend, batches, dynamic=None):
+    torch.manual_seed(0)
+    eager_model = ActorCritic(4, 2, (16,))
+    compiled_model = copy.deepcopy(eager_model)
+    eager, compiled = _a2c_like_step(eager_model, False), _a2c_like_step(compiled_model, True, backend, dynamic)
+    start = [p.detach().clone() for p in eager_model.parameters()]
+    for batch in batches:
+        a, b = eager(*batch), compiled(*batch)
+        assert a.keys() == b.keys()
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+    for p, q, s in zip(eager_model.parameters(), compiled_model.parameters(), start):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+        assert not torch.equal(p, s)  # the updates moved the weights
+
+
+@pytest.mark.timeout(300)
+def test_compiled_update_equals_eager_update_aot_eager():
+    """Dynamo and AOTAutograd (the compiled forward and backward) without inductor's C++ code generation."""
+    _compare_updates("aot_eager", [_batch(seed=0), _batch(seed=1)])
+
+
+@pytest.mark.timeout(300)
+def test_compiled_update_with_changing_shapes_aot_eager():
+    """REINFORCE's batches change their T: ``dynamic=True`` compiles once for every length."""
+    _compare_updates("aot_eager", [_batch(T=5), _batch(T=9, seed=1), _batch(T=3, seed=2)], dynamic=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_compiled_update_equals_eager_update_inductor():
+    """What --compile-update runs on the CPU: inductor (C++ code generation; a minute or more on a small CPU)."""
+    _compare_updates("inductor", [_batch(seed=0), _batch(seed=1)])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a2c_compile_update_logs_what_eager_logs(tmp_path):
+    cfg = dict(max_env_steps=256, n_envs=8, eval_every=100, hidden_sizes=(16,), anneal_lr=False, log_every=1)
+    eager = a2c.train(a2c.A2CConfig(**_common(tmp_path / "a", **cfg)))
+    compiled = a2c.train(a2c.A2CConfig(**_common(tmp_path / "b", compile_update=True, time_limit=900.0, **cfg)))
+    assert len(eager.history) == len(compiled.history)
+    compared = 0
+    for x, y in zip(eager.history, compiled.history):
+        for k in x:
+            if k.startswith(("loss/", "grad_norm", "train/")):
+                same_nan = math.isnan(x[k]) and math.isnan(y[k])
+                assert same_nan or math.isclose(x[k], y[k], rel_tol=1e-3, abs_tol=1e-5), (k, x[k], y[k])
+                compared += 1
+    assert compared > 20
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("module, cls, cfg", [
+    (ppo, ppo.PPOConfig, dict(max_env_steps=512, n_envs=8, n_steps=16, n_epochs=2)),
+    (reinforce, reinforce.ReinforceConfig, dict(max_env_steps=600, n_envs=4)),  # changing T: dynamic shapes
+])
+def test_compile_update_logs_what_eager_logs(tmp_path, module, cls, cfg):
+    cfg = dict(cfg, eval_every=100, hidden_sizes=(16,), anneal_lr=False, log_every=1) if module is ppo else \
+        dict(cfg, eval_every=100, hidden_sizes=(16,), log_every=1)
+    eager = module.train(cls(**_common(tmp_path / "a", **cfg)))
+    compiled = module.train(cls(**_common(tmp_path / "b", compile_update=True, time_limit=1200.0, **cfg)))
+    assert len(eager.history) == len(compiled.history)
+    compared = 0
+    for x, y in zip(eager.history, compiled.history):
+        for k in x:
+            if k.startswith(("loss/", "grad_norm", "ppo/")):
+                assert math.isclose(x[k], y[k], rel_tol=1e-3, abs_tol=1e-4), (k, x[k], y[k])
+                compared += 1
+    assert compared > 5
+
+
+# ----------------------------------------------------------------------------------------------- CUDA
+@CUDA
+def test_cuda_shared_weights_and_overlap_on_a_side_stream(tmp_path):
+    """The stream version: acquisition k + 1 on its own stream, ordered by events; results equal the CPU's
+    semantics (same as a sequential batcher driven with the stale weights)."""
+    model = build_actor_critic(SPEC, (8,)).to("cuda")
+    reference = copy.deepcopy(model)
+    with _batcher("cuda", zero_copy=True) as b, _batcher("cuda") as ref:
+        pipe = Pipeline(b, WeightSync(b, model, "cuda", mode="copy"), overlap=True)
+        assert pipe.stream is not None
+        pipe.start()
+        ref.update({k: v.cpu() for k, v in reference.state_dict().items()})
+        ref.reset()
+        for k in range(4):
+            traj = pipe.next()
+            ref.execute()
+            expected, _ = ref.get()
+            assert torch.equal(traj.trajectories["action/action"], expected.trajectories["action/action"])
+            ref.update({key: v.cpu() for key, v in model.state_dict().items()})
+            _perturb(model, k)
+            pipe.updated()
+        pipe.close()
+
+
+@CUDA
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("algo", ["a2c", "ppo"])
+def test_cuda_fast_path_trains(tmp_path, algo):
+    module, cls = {"a2c": (a2c, a2c.A2CConfig), "ppo": (ppo, ppo.PPOConfig)}[algo]
+    cfg = dict(max_env_steps=4_096, n_envs=64, eval_every=4, hidden_sizes=(32,), learner_device="cuda",
+               batcher_device="cuda", cuda_graph=True, compile_update=True, overlap=True)
+    result = module.train(cls(**_common(tmp_path, **cfg)))
+    losses = [v for r in result.history for k, v in r.items() if k.startswith("loss/")]
+    assert losses and all(math.isfinite(x) for x in losses)
+
+
+@CUDA
+@pytest.mark.timeout(600)
+def test_cuda_compiled_update_equals_eager_update():
+    torch.manual_seed(0)
+    eager_model = ActorCritic(4, 2, (16,)).cuda()
+    compiled_model = copy.deepcopy(eager_model)
+
+    def step(model, compile):
+        def loss_fn(frame, next_frame, action, adv, mask):
+            out = actor_critic_outputs(model, frame, next_frame, action)
+            return a2c.a2c_loss(out["log_prob"], out["entropy"], out["value"], adv, mask, value_coef=0.5,
+                                entropy_coef=0.01, normalize_advantages=True)
+        return UpdateStep(loss_fn, make_adam(model, 1e-2, "cuda"), clip_groups(model), max_grad_norm=0.5,
+                          device="cuda", compile=compile)
+
+    eager, compiled = step(eager_model, False), step(compiled_model, True)
+    for seed in range(3):
+        batch = [t.cuda() for t in _batch(seed=seed)]
+        a, b = eager(*batch), compiled(*batch)
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+    for p, q in zip(eager_model.parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
