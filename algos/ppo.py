@@ -35,6 +35,7 @@ from torch.nn.utils import clip_grad_norm_
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
+    ActorCritic,
     PolicyAgent,
     build_actor_critic,
     cpu_state_dict,
@@ -57,6 +58,7 @@ from rlstruct.algos.run import (
     validate_run_config,
 )
 from rlstruct.devices import as_device
+from rlstruct.structures import TemporalDictTensor
 
 __all__ = ["PPOConfig", "ppo_loss", "train", "main"]
 
@@ -283,7 +285,7 @@ def train(config: PPOConfig) -> TrainResult:
         return finish_training(run, evaluator, model, spec, title="PPO")
 
 
-def _flat_steps(tt, advantages: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
+def _flat_steps(tt: TemporalDictTensor, advantages: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
     """The collection's steps as flat ``[B*T, ...]`` tensors (a minibatch is a set of rows of them)."""
     flat = {
         "frame": tt["observation/frame"],
@@ -297,10 +299,12 @@ def _flat_steps(tt, advantages: torch.Tensor, values: torch.Tensor) -> dict[str,
     return {k: v.flatten(0, 1) for k, v in flat.items()}
 
 
-def _learn(model, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor], config: PPOConfig,
+def _learn(model: ActorCritic, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor], config: PPOConfig,
            shuffle: torch.Generator) -> dict[str, torch.Tensor]:
     """``n_epochs`` passes of ``n_minibatches`` shuffled minibatches over ``data``; the mean of their statistics."""
     n = data["mask"].shape[0]
+    # Equal minibatches: when n_minibatches does not divide the collection, its last n % n_minibatches steps
+    # (a different few at each pass, since each pass reshuffles) sit that pass out.
     size = n // config.n_minibatches
     rows: list[dict[str, torch.Tensor]] = []
     epochs = 0
