@@ -67,6 +67,7 @@ from rlstruct.algos.run import (
 )
 from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, start_pipeline, validate_fast_path
 from rlstruct.devices import as_device
+from rlstruct.structures import TemporalDictTensor
 
 __all__ = ["PPOConfig", "ppo_loss", "ppo_minibatch_loss", "train", "main"]
 
@@ -338,7 +339,7 @@ def train(config: PPOConfig) -> TrainResult:
         return finish_training(run, evaluator, model, spec, title="PPO")
 
 
-def _flat_steps(tt, advantages: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
+def _flat_steps(tt: TemporalDictTensor, advantages: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
     """The collection's steps as flat ``[B*T, ...]`` tensors (a minibatch is a set of rows of them)."""
     flat = {
         "frame": tt["observation/frame"],
@@ -357,6 +358,8 @@ def _learn(model, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor
     """``n_epochs`` passes of ``n_minibatches`` shuffled minibatches over ``data``; the mean of their statistics
     (``update``: the compiled update of :func:`ppo_minibatch_loss`, else the eager one)."""
     n = data["mask"].shape[0]
+    # Equal minibatches: when n_minibatches does not divide the collection, its last n % n_minibatches steps
+    # (a different few at each pass, since each pass reshuffles) sit that pass out.
     size = n // config.n_minibatches
     rows: list[dict[str, torch.Tensor]] = []
     epochs = 0

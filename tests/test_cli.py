@@ -21,10 +21,11 @@ from rlstruct.algos import a2c, cli
 from rlstruct.algos.a2c import A2CConfig
 from rlstruct.algos.cli import build_parser, config_from_args, field_docs
 from rlstruct.algos.dqn import DQNConfig
+from rlstruct.algos.ppo import PPOConfig
 from rlstruct.algos.reinforce import ReinforceConfig
 from rlstruct.algos.run import RunConfig
 
-CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig]
+CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, PPOConfig]
 
 
 def rlstruct(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
@@ -113,7 +114,7 @@ def test_module_entry_point_prints_help():
     assert out.returncode == 0 and "--learner-device" in out.stdout and "--epsilon-decay-steps" in out.stdout
 
 
-@pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn"])
+@pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn", "ppo"])
 def test_train_help_lists_the_flags(algo, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["train", algo, "--help"])
