@@ -8,7 +8,9 @@ one env, on the CPU.
 
 Every ``--eval-every`` env steps a callback evaluates the deterministic policy on ``--eval-episodes`` fresh
 episodes. The wall clock it reports excludes those evaluations (SB3 is timed training only), so **time to
-target** is the training time until the first evaluation at or above the target (-200).
+target** is the training time until the first evaluation at or above the target (-200). ``cpu_s`` is the
+process's CPU time for the whole run (evaluations included): on a machine shared with other jobs it moves
+far less than the wall clock (one torch thread: on an idle machine the two are about equal).
 
 Usage::
 
@@ -36,7 +38,7 @@ def run_sb3_sac(seed: int, *, total_timesteps: int = 20_000, eval_every: int = 1
     """Trains SB3 SAC on Pendulum-v1 for ``total_timesteps`` env steps; returns its evaluations and timings.
 
     Returns:
-        ``{"seed", "final_return", "train_s", "reached", "reached_train_s", "reached_env_steps", "evals"}``,
+        ``{"seed", "final_return", "train_s", "cpu_s", "reached", "reached_train_s", "reached_env_steps", "evals"}``,
         ``evals`` a list of ``(env_steps, mean return, training seconds so far)``.
     """
     import gymnasium as gym
@@ -65,12 +67,13 @@ def run_sb3_sac(seed: int, *, total_timesteps: int = 20_000, eval_every: int = 1
                 self.evaluate()
             return True
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     model = SAC(env=gym.make("Pendulum-v1"), seed=seed, device="cpu", verbose=0, **ZOO_PENDULUM)
     callback = Evaluations()
     callback.start = t0
     model.learn(total_timesteps=total_timesteps, callback=callback)
     train_s = time.perf_counter() - t0 - callback.eval_s
+    cpu_s = time.process_time() - cpu0  # evaluations included: a shared machine's load does not inflate it
     if not callback.evals or callback.evals[-1][0] != model.num_timesteps:
         callback.evaluate()
     reached = next((e for e in callback.evals if e[1] >= target), None)
@@ -78,6 +81,7 @@ def run_sb3_sac(seed: int, *, total_timesteps: int = 20_000, eval_every: int = 1
         "seed": seed,
         "final_return": callback.evals[-1][1],
         "train_s": round(train_s, 1),
+        "cpu_s": round(cpu_s, 1),
         "reached": reached is not None,
         "reached_train_s": round(reached[2], 1) if reached else None,
         "reached_env_steps": reached[0] if reached else None,
