@@ -291,13 +291,25 @@ def test_ctrl_c_stops_cleanly_saves_everything_and_leaves_no_process(tmp_path):
 def test_an_interrupted_run_in_python_returns_what_it_reached(tmp_path):
     # A notebook's "interrupt kernel" sends SIGINT to the process: train returns instead of raising.
     cfg = A2CConfig(max_env_steps=10**8, time_limit=600, progress=False, tensorboard=False, logdir=str(tmp_path),
-                    stop_at_reward_threshold=False, eval_every=5, n_evaluation_envs=2, max_episode_steps=50)
-    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+                    stop_at_reward_threshold=False, eval_every=5, n_evaluation_envs=2, max_episode_steps=50,
+                    log_every=1)
+    done = threading.Event()
+
+    def interrupt_once_training_runs() -> None:
+        csv_path = tmp_path / "progress.csv"
+        while not done.is_set():
+            if csv_path.exists() and len(csv_path.read_text().splitlines()) >= 2:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=interrupt_once_training_runs)
+    thread.start()
     try:
         result = a2c.train(cfg)
     finally:
-        timer.cancel()
+        done.set()
+        thread.join()
     assert result.interrupted and result.env_steps > 0
     assert math.isfinite(result.eval_return)  # the evaluations that finished before the Ctrl-C
     assert json.loads((tmp_path / "summary.json").read_text())["interrupted"] is True
