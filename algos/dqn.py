@@ -86,7 +86,7 @@ class DQNConfig(RunConfig):
         epsilon_decay_steps: env steps of the linear decay from epsilon_start to epsilon_end.
         loss: huber or mse.
         max_grad_norm: clip the gradient's global norm to this (0: no clipping).
-        dueling: a dueling head (Q = V + A - mean(A) over a shared trunk) instead of one linear Q layer.
+        dueling: a dueling head (Q = V + A - mean(A): value and advantage streams over a shared trunk).
     """
 
     n_envs: int = 4
@@ -162,8 +162,8 @@ class QNetwork(nn.Module):
     """An MLP from a flat observation to one Q-value per action, with an optional dueling head.
 
     Without ``dueling`` the last hidden layer feeds one linear layer of ``n_actions`` outputs; with it, the
-    hidden layers are a shared trunk feeding a value head (1 output) and an advantage head
-    (``n_actions`` outputs), aggregated by :func:`dueling_q`.
+    hidden layers but the last are a shared trunk feeding two streams, each with its own last hidden layer:
+    a value stream (1 output) and an advantage stream (``n_actions`` outputs), aggregated by :func:`dueling_q`.
 
     Args:
         obs_dim: observation size.
@@ -181,9 +181,12 @@ class QNetwork(nn.Module):
         super().__init__()
         self.dueling = dueling
         if dueling:
-            self.trunk = nn.Sequential(*mlp(obs_dim, hidden_sizes[:-1], hidden_sizes[-1]), nn.Tanh())
-            self.value = mlp(hidden_sizes[-1], (), 1)
-            self.advantage = mlp(hidden_sizes[-1], (), n_actions)
+            # As in Wang et al. (2016, figure 1), each stream has its own last hidden layer.
+            *shared, last = hidden_sizes
+            self.trunk = nn.Sequential(*mlp(obs_dim, shared[:-1], shared[-1]), nn.Tanh()) if shared else nn.Identity()
+            width = shared[-1] if shared else obs_dim
+            self.value = mlp(width, (last,), 1)
+            self.advantage = mlp(width, (last,), n_actions)
         else:
             self.q = mlp(obs_dim, hidden_sizes, n_actions)
 

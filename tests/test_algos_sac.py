@@ -195,19 +195,17 @@ def test_bad_settings_name_the_setting(field, value, match):
 
 # --------------------------------------------------------------------------- learning
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)  # about 40 s on two idle cores; a safety net for a loaded machine
 def test_sac_learns_pendulum(tmp_path):
-    # A random policy scores about -1200 on Pendulum-v1; -200 is solved. Budget in env steps, in process.
-    cfg = SACConfig(max_env_steps=CI_STEPS, seed=0, progress=False, tensorboard=False, logdir=str(tmp_path),
-                    **CI_SETTINGS)
+    # A random policy scores about -1200 on Pendulum-v1; -200 is solved. The default config, in process, on an
+    # env-step budget: the same run as benchmarks/learning.py's sac-pendulum-torch seed 0 up to 5,000 steps,
+    # whose evaluation at 4,800 steps scored -157 (seeds 0-4 first reached -200 at 4,000-4,800 steps). With
+    # learning_starts 500 and 4,000 steps instead, seed 1 ended at -608: too close to a threshold.
+    cfg = SACConfig(max_env_steps=5_000, seed=0, progress=False, tensorboard=False, logdir=str(tmp_path))
     result = sac.train(cfg)
-    evals = [r["eval/return"] for r in result.history if "eval/return" in r]
-    assert result.eval_return > CI_THRESHOLD, evals
+    evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
+    assert max(evals) >= -400.0, evals
+    assert result.eval_return >= -600.0, (result.eval_return, evals)
     losses = [v for r in result.history for k, v in r.items() if k.startswith("loss/")]
     assert losses and all(math.isfinite(x) for x in losses)
-    assert result.env_steps >= CI_STEPS and (tmp_path / "checkpoint.pt").exists()
-
-
-CI_STEPS = 4_000
-CI_SETTINGS = {"hidden_sizes": (64, 64), "batch_size": 128, "learning_starts": 500, "eval_every": 1_000}
-CI_THRESHOLD = -600.0
+    assert result.env_steps >= 5_000 and (tmp_path / "checkpoint.pt").exists()
