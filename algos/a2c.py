@@ -18,13 +18,13 @@ import time
 from collections.abc import Sequence
 
 import torch
-from torch.nn.utils import clip_grad_norm_
 
-from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
+from rlstruct.agents import RL_Agent_CheckDevice, replay_agent
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
     ActorCritic,
     PolicyAgent,
+    actor_critic_outputs,
     build_actor_critic,
     cpu_state_dict,
     create_policy_agent,
@@ -53,12 +53,12 @@ from rlstruct.algos.run import (
 from rlstruct.algos.update import (
     FastPathConfig,
     UpdateStep,
-    actor_critic_outputs,
     clip_groups,
     start_pipeline,
     validate_fast_path,
 )
 from rlstruct.devices import as_device
+from rlstruct.structures import Trajectories
 
 __all__ = ["A2CConfig", "a2c_loss", "a2c_batch_loss", "train", "main"]
 
@@ -194,13 +194,36 @@ def a2c_batch_loss(
         mask: ``float [B, T]``.
     """
     out = actor_critic_outputs(model, frame, next_frame, action)
+    return _loss_of_outputs(out, config, reward, terminated, done, mask)
+
+
+def _loss_of_outputs(out: dict[str, torch.Tensor], config: A2CConfig, reward: torch.Tensor, terminated: torch.Tensor,
+                     done: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    # GAE on the outputs' values (no gradient), then the loss.
     with torch.no_grad():
         advantages = gae_advantages(reward * config.reward_scale, out["value"], out["next_value"], terminated, done,
                                     config.gamma, config.gae_lambda)
-    loss, stats = a2c_loss(out["log_prob"], out["entropy"], out["value"], advantages, mask,
-                           value_coef=config.value_coef, entropy_coef=config.entropy_coef,
-                           normalize_advantages=config.normalize_advantages)
-    return loss, stats
+    return a2c_loss(out["log_prob"], out["entropy"], out["value"], advantages, mask,
+                    value_coef=config.value_coef, entropy_coef=config.entropy_coef,
+                    normalize_advantages=config.normalize_advantages)
+
+
+def _replay(agent, model: torch.nn.Module, config: A2CConfig, learner: torch.device,
+            traj: Trajectories) -> dict[str, torch.Tensor]:
+    """The learner's outputs over ``traj`` through its agent: the recurrent window replay, or ``replay_agent``
+    step by step through :class:`~rlstruct.agents.RL_Agent_CheckDevice` (``check_devices``)."""
+    if config.check_devices:
+        check_on_device(model, learner, "the learner's model")
+    if config.recurrent:
+        return replay_window(agent, model, traj)
+    return replay_agent(agent, traj)
+
+
+def _replayed_loss(replay, config: A2CConfig, traj: Trajectories) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`a2c_batch_loss` over the outputs of ``replay(traj)``."""
+    tt = traj.trajectories
+    return _loss_of_outputs(replay(traj), config, tt["_observation/reward"], tt["_observation/terminated"],
+                            tt["_observation/done"], tt.mask())
 
 
 def train(config: A2CConfig) -> TrainResult:
@@ -233,54 +256,30 @@ def train(config: A2CConfig) -> TrainResult:
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
 
-        update = None
-        if config.compile_update:
-            update = UpdateStep(functools.partial(a2c_batch_loss, model, config), optimizer, clip_groups(model),
-                                max_grad_norm=config.max_grad_norm, device=learner, compile=True)
+        # One update step (loss, backward, clipping, optimizer step), compiled with compile_update. A recurrent
+        # or device-checked run replays its agent over the trajectories; the others compute from the tensors.
+        if config.recurrent or config.check_devices:
+            replay = functools.partial(_replay, checked_agent if config.check_devices else loss_agent, model, config,
+                                       learner)
+            loss_fn = functools.partial(_replayed_loss, replay, config)
+        else:
+            loss_fn = functools.partial(a2c_batch_loss, model, config)
+        update = UpdateStep(loss_fn, optimizer, clip_groups(model), max_grad_norm=config.max_grad_norm,
+                            device=learner, compile=config.compile_update)
         pipe = start_pipeline(stack, batcher, model, config, overlap=config.overlap)
         evaluator.launch(cpu_state_dict(model), 0, 0)
         while not run.should_stop():
             traj = pipe.next()
             traj = traj.to(learner)
-            if update is not None:
-                tt = traj.trajectories
-                rewards, done = tt["_observation/reward"], tt["_observation/done"]
-                if config.anneal_lr:
-                    optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
+            tt = traj.trajectories
+            rewards, done = tt["_observation/reward"], tt["_observation/done"]
+            if config.anneal_lr:
+                optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
+            if config.recurrent or config.check_devices:
+                stats = update(traj)
+            else:
                 stats = update(tt["observation/frame"], tt["_observation/frame"], policy_actions(tt), rewards,
                                tt["_observation/terminated"], done, tt.mask())
-            else:
-                if config.check_devices:
-                    check_on_device(model, learner, "the learner's model")
-                if config.recurrent:
-                    out = replay_window(checked_agent if config.check_devices else loss_agent, model, traj)
-                elif config.check_devices:
-                    out = replay_agent(checked_agent, traj)
-                else:
-                    out = replay_agent_stateless(loss_agent, traj, "replay_batch")
-                tt = traj.trajectories
-                rewards = tt["_observation/reward"]
-                done = tt["_observation/done"]
-                with torch.no_grad():
-                    advantages = gae_advantages(rewards * config.reward_scale, out["value"], out["next_value"],
-                                                tt["_observation/terminated"], done, config.gamma, config.gae_lambda)
-                loss, stats = a2c_loss(
-                    out["log_prob"], out["entropy"], out["value"], advantages, tt.mask(),
-                    value_coef=config.value_coef, entropy_coef=config.entropy_coef,
-                    normalize_advantages=config.normalize_advantages,
-                )
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if config.max_grad_norm > 0 and isinstance(model, ActorCritic):
-                    # Clipped per network: the critic's large early errors must not shrink the policy's step.
-                    stats["grad_norm/actor"] = clip_grad_norm_(model.policy_parameters(), config.max_grad_norm)
-                    stats["grad_norm/critic"] = clip_grad_norm_(model.critic.parameters(), config.max_grad_norm)
-                elif config.max_grad_norm > 0:
-                    # A shared trunk (CNN, LSTM): one norm over both heads' gradients.
-                    stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                if config.anneal_lr:
-                    optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
-                optimizer.step()
             pipe.updated()
 
             ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # run imports networks: the spec's module is needed for annot
     from rlstruct.algos.run import EnvSpec
 
 __all__ = [
+    "actor_critic_outputs",
     "mlp",
     "Categorical",
     "DiagGaussian",
@@ -354,26 +355,46 @@ class PolicyAgent(NetworkAgent):
                 out["action"] = torch.maximum(torch.minimum(action, self._high), self._low)
         return DictTensor(out), state
 
-    def _outputs(self, frame: torch.Tensor, next_frame: torch.Tensor, actions: torch.Tensor) -> dict[str, torch.Tensor]:
-        n = frame.shape[0]
-        values = self.model.value(torch.cat([frame, next_frame]))
-        dist = self.model.policy(frame)
-        return {"log_prob": dist.log_prob(actions), "entropy": dist.entropy(), "value": values[:n],
-                "next_value": values[n:]}
-
     def call_replay(self, trajectories: Trajectories, t: int, state: DictTensor | None):
         """``log_prob [B]``, ``entropy [B]``, ``value [B]`` and ``next_value [B]`` of step ``t``."""
         tt = trajectories.trajectories
-        out = self._outputs(tt["observation/frame"][:, t], tt["_observation/frame"][:, t], policy_actions(tt)[:, t])
+        out = _step_outputs(self.model, tt["observation/frame"][:, t], tt["_observation/frame"][:, t],
+                           policy_actions(tt)[:, t])
         return DictTensor(out), DictTensor({})
 
     def replay_batch(self, trajectories: Trajectories) -> TemporalDictTensor:
         """``log_prob [B, T]``, ``entropy [B, T]``, ``value [B, T]`` and ``next_value [B, T]`` in one forward pass."""
         tt = trajectories.trajectories
-        obs, nxt = tt["observation/frame"], tt["_observation/frame"]
-        B, T = obs.shape[:2]
-        out = self._outputs(obs.flatten(0, 1), nxt.flatten(0, 1), policy_actions(tt).flatten(0, 1))
-        return TemporalDictTensor({k: v.unflatten(0, (B, T)) for k, v in out.items()}, tt.lengths)
+        out = actor_critic_outputs(self.model, tt["observation/frame"], tt["_observation/frame"], policy_actions(tt))
+        return TemporalDictTensor(out, tt.lengths)
+
+
+def actor_critic_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor,
+                         action: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``log_prob``, ``entropy``, ``value`` and ``next_value``, each ``[B, T]``, of an actor-critic over a batch.
+
+    What :meth:`PolicyAgent.replay_batch` computes, from tensors (what a compiled loss takes): one forward of the
+    critic over ``frame`` and ``next_frame`` together, one of the policy.
+
+    Args:
+        model: an actor-critic (``policy(frame)`` and ``value(frame)``).
+        frame: ``[B, T, *obs]``, ``observation/frame``.
+        next_frame: ``[B, T, *obs]``, ``_observation/frame``.
+        action: ``[B, T]`` (discrete) or ``[B, T, D]`` (the sampled, unclipped action).
+    """
+    B, T = frame.shape[:2]
+    out = _step_outputs(model, frame.flatten(0, 1), next_frame.flatten(0, 1), action.flatten(0, 1))
+    return {k: v.unflatten(0, (B, T)) for k, v in out.items()}
+
+
+def _step_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor,
+                  actions: torch.Tensor) -> dict[str, torch.Tensor]:
+    # One forward of the critic over frame and next_frame together, one of the policy; rows [N].
+    n = frame.shape[0]
+    values = model.value(torch.cat([frame, next_frame]))
+    dist = model.policy(frame)
+    return {"log_prob": dist.log_prob(actions), "entropy": dist.entropy(), "value": values[:n],
+            "next_value": values[n:]}
 
 
 def create_policy_agent(

@@ -34,7 +34,6 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
 from rlstruct.algos.cli import run_main
@@ -67,7 +66,7 @@ from rlstruct.algos.run import (
 )
 from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, start_pipeline, validate_fast_path
 from rlstruct.devices import as_device
-from rlstruct.structures import TemporalDictTensor
+from rlstruct.structures import TemporalDictTensor, Trajectories
 
 __all__ = ["PPOConfig", "ppo_loss", "ppo_minibatch_loss", "train", "main"]
 
@@ -292,11 +291,14 @@ def train(config: PPOConfig) -> TrainResult:
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
 
-        update = None
-        if config.compile_update:
-            update = UpdateStep(functools.partial(ppo_minibatch_loss, model, config), optimizer,
-                                clip_groups(model, per_network=False), max_grad_norm=config.max_grad_norm,
-                                device=learner, compile=True)
+        # One update step (loss, backward, clipping, optimizer step), compiled with compile_update. A recurrent
+        # minibatch is a set of envs' whole windows, replayed from their stored first state.
+        if config.recurrent:
+            loss_fn = functools.partial(_recurrent_minibatch_loss, model, loss_agent, config)
+        else:
+            loss_fn = functools.partial(ppo_minibatch_loss, model, config)
+        update = UpdateStep(loss_fn, optimizer, clip_groups(model, per_network=False),
+                            max_grad_norm=config.max_grad_norm, device=learner, compile=config.compile_update)
         # With overlap, the next collection runs (in the workers, or on its own stream) while we learn.
         pipe = start_pipeline(stack, batcher, model, config, overlap=config.overlap)
         evaluator.launch(cpu_state_dict(model), 0, 0)
@@ -316,14 +318,14 @@ def train(config: PPOConfig) -> TrainResult:
                     out = replay_agent_stateless(loss_agent, traj, "replay_batch")
                 advantages = gae_advantages(rewards * config.reward_scale, out["value"], out["next_value"],
                                             tt["_observation/terminated"], done, config.gamma, config.gae_lambda)
-            data = _flat_steps(tt, advantages, out["value"])
             if config.anneal_lr:
                 optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
             if config.recurrent:
-                stats = _learn_recurrent(model, loss_agent, optimizer, traj, advantages, out["value"], config,
-                                         shuffle)
+                # Minibatches of envs (rows of the window): (traj, old_log_prob, advantage, old_value, return, mask).
+                data = (traj, tt["action/log_prob"], advantages, out["value"], advantages + out["value"], tt.mask())
             else:
-                stats = _learn(model, optimizer, data, config, shuffle, update)
+                data = _flat_steps(tt, advantages, out["value"])
+            stats = _learn(update, data, config, shuffle)
             pipe.updated()
 
             ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
@@ -339,26 +341,22 @@ def train(config: PPOConfig) -> TrainResult:
         return finish_training(run, evaluator, model, spec, title="PPO")
 
 
-def _flat_steps(tt: TemporalDictTensor, advantages: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The collection's steps as flat ``[B*T, ...]`` tensors (a minibatch is a set of rows of them)."""
-    flat = {
-        "frame": tt["observation/frame"],
-        "action": policy_actions(tt),
-        "old_log_prob": tt["action/log_prob"],
-        "advantage": advantages,
-        "old_value": values,
-        "return": advantages + values,
-        "mask": tt.mask(),
-    }
-    return {k: v.flatten(0, 1) for k, v in flat.items()}
+def _flat_steps(tt: TemporalDictTensor, advantages: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The collection's steps as flat ``[B*T, ...]`` tensors, in :func:`ppo_minibatch_loss`'s order (a minibatch is
+    a set of rows of them): frame, action, old_log_prob, advantage, old_value, return, mask."""
+    steps = (tt["observation/frame"], policy_actions(tt), tt["action/log_prob"], advantages, values,
+             advantages + values, tt.mask())
+    return tuple(v.flatten(0, 1) for v in steps)
 
 
-def _learn(model, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor], config: PPOConfig,
-           shuffle: torch.Generator, update: UpdateStep | None = None) -> dict[str, torch.Tensor]:
-    """``n_epochs`` passes of ``n_minibatches`` shuffled minibatches over ``data``; the mean of their statistics
-    (``update``: the compiled update of :func:`ppo_minibatch_loss`, else the eager one)."""
-    n = data["mask"].shape[0]
-    # Equal minibatches: when n_minibatches does not divide the collection, its last n % n_minibatches steps
+def _learn(update: UpdateStep, data: tuple, config: PPOConfig, shuffle: torch.Generator) -> dict[str, torch.Tensor]:
+    """``n_epochs`` passes of ``n_minibatches`` shuffled minibatches over ``data``; the mean of their statistics.
+
+    ``data`` holds the inputs of ``update``'s loss, each indexed by a minibatch's rows: flat steps (feed-forward) or
+    whole env windows (recurrent, the first item a :class:`~rlstruct.structures.Trajectories`).
+    """
+    n = data[0].n_elems() if isinstance(data[0], Trajectories) else data[0].shape[0]
+    # Equal minibatches: when n_minibatches does not divide the collection, its last n % n_minibatches rows
     # (a different few at each pass, since each pass reshuffles) sit that pass out.
     size = n // config.n_minibatches
     rows: list[dict[str, torch.Tensor]] = []
@@ -366,24 +364,8 @@ def _learn(model, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor
     for _ in range(config.n_epochs):
         order = torch.randperm(n, generator=shuffle, device=shuffle.device)
         for k in range(config.n_minibatches):
-            mb = {key: v[order[k * size:(k + 1) * size]] for key, v in data.items()}
-            if update is not None:
-                stats = update(mb["frame"], mb["action"], mb["old_log_prob"], mb["advantage"], mb["old_value"],
-                               mb["return"], mb["mask"])
-            else:
-                dist = model.policy(mb["frame"])
-                loss, stats = ppo_loss(
-                    dist.log_prob(mb["action"]), mb["old_log_prob"], mb["advantage"], model.value(mb["frame"]),
-                    mb["old_value"], mb["return"], dist.entropy(), mb["mask"],
-                    clip_coef=config.clip_coef, value_clip=config.value_clip, value_coef=config.value_coef,
-                    entropy_coef=config.entropy_coef, normalize_advantages=config.normalize_advantages,
-                )
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if config.max_grad_norm > 0:
-                    stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                optimizer.step()
-            rows.append(stats)
+            mb = order[k * size:(k + 1) * size]
+            rows.append(update(*(x.index(mb) if isinstance(x, Trajectories) else x[mb] for x in data)))
         epochs += 1
         # One host sync per epoch, not per step: CleanRL's early stop on the last minibatch's approximate KL.
         if config.target_kl is not None and float(rows[-1]["ppo/approx_kl"]) > config.target_kl:
@@ -393,40 +375,23 @@ def _learn(model, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor
     return out
 
 
-def _learn_recurrent(model, agent: RecurrentPolicyAgent, optimizer: torch.optim.Optimizer, traj,
-                     advantages: torch.Tensor, values: torch.Tensor, config: PPOConfig,
-                     shuffle: torch.Generator) -> dict[str, torch.Tensor]:
-    """:func:`_learn` for a recurrent policy: a minibatch is a set of envs' whole windows ``[b, T]``, replayed from
-    their stored first state (the memory needs every earlier step of the window)."""
-    tt = traj.trajectories
-    B = tt.lengths.shape[0]
-    size = B // config.n_minibatches
-    old_log_prob, mask, returns = tt["action/log_prob"], tt.mask(), advantages + values
-    rows_stats: list[dict[str, torch.Tensor]] = []
-    epochs = 0
-    for _ in range(config.n_epochs):
-        order = torch.randperm(B, generator=shuffle, device=shuffle.device)
-        for k in range(config.n_minibatches):
-            rows = order[k * size:(k + 1) * size]
-            out = replay_window(agent, model, traj.index(rows), bootstrap=False)
-            loss, stats = ppo_loss(
-                out["log_prob"], old_log_prob[rows], advantages[rows], out["value"], values[rows], returns[rows],
-                out["entropy"], mask[rows],
-                clip_coef=config.clip_coef, value_clip=config.value_clip, value_coef=config.value_coef,
-                entropy_coef=config.entropy_coef, normalize_advantages=config.normalize_advantages,
-            )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.max_grad_norm > 0:
-                stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            optimizer.step()
-            rows_stats.append(stats)
-        epochs += 1
-        if config.target_kl is not None and float(rows_stats[-1]["ppo/approx_kl"]) > config.target_kl:
-            break
-    out_stats = {key: torch.stack([r[key] for r in rows_stats]).mean() for key in rows_stats[0]}
-    out_stats["ppo/epochs"] = float(epochs)
-    return out_stats
+def _recurrent_minibatch_loss(
+    model: nn.Module,
+    agent: RecurrentPolicyAgent,
+    config: PPOConfig,
+    traj: Trajectories,
+    old_log_prob: torch.Tensor,
+    advantage: torch.Tensor,
+    old_value: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The PPO loss of ``b`` envs' whole windows ``[b, T]``, replayed from their stored first state (the memory
+    needs every earlier step of the window); the other tensors are ``[b, T]``."""
+    out = replay_window(agent, model, traj, bootstrap=False)
+    return ppo_loss(out["log_prob"], old_log_prob, advantage, out["value"], old_value, returns, out["entropy"], mask,
+                    clip_coef=config.clip_coef, value_clip=config.value_clip, value_coef=config.value_coef,
+                    entropy_coef=config.entropy_coef, normalize_advantages=config.normalize_advantages)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

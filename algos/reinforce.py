@@ -19,7 +19,6 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
 from rlstruct.algos.cli import run_main
@@ -235,10 +234,17 @@ def train(config: ReinforceConfig) -> TrainResult:
         loss_agent = PolicyAgent(model, learner)
         checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
         optimizer = make_adam(model, config.lr, learner)
-        update = None
+        # One update step (loss, backward, clipping, optimizer step): compiled (with the forward inside, over
+        # episodes of changing lengths), or eager on the outputs of the forward that also gives the bootstrap values.
         if config.compile_update:
             update = UpdateStep(functools.partial(reinforce_batch_loss, model, config), optimizer, clip_groups(model),
                                 max_grad_norm=config.max_grad_norm, device=learner, compile=True, dynamic=True)
+        else:
+            loss_fn = functools.partial(reinforce_loss, baseline_coef=config.baseline_coef,
+                                        entropy_coef=config.entropy_coef,
+                                        normalize_advantages=config.normalize_advantages)
+            update = UpdateStep(loss_fn, optimizer, clip_groups(model), max_grad_norm=config.max_grad_norm,
+                                device=learner)
 
         sync = WeightSync(batcher, model, learner, weight_sync_mode(config))
         sync.push()
@@ -252,7 +258,7 @@ def train(config: ReinforceConfig) -> TrainResult:
             if config.check_devices:
                 check_on_device(model, learner, "the learner's model")
                 out = replay_agent(checked_agent, traj)
-            elif update is not None:  # the returns' bootstrap values; the compiled loss runs the forward
+            elif config.compile_update:  # the returns' bootstrap values; the compiled loss runs the forward
                 with torch.no_grad():
                     nxt = traj.trajectories["_observation/frame"]
                     out = {"next_value": model.value(nxt.flatten(0, 1)).unflatten(0, nxt.shape[:2])}
@@ -262,21 +268,10 @@ def train(config: ReinforceConfig) -> TrainResult:
             with torch.no_grad():
                 returns = reinforce_returns(tt["_observation/reward"], out["next_value"], tt["_observation/terminated"],
                                             tt.lengths, config.gamma, bootstrap_truncated=config.bootstrap_truncated)
-            if update is not None:
+            if config.compile_update:
                 stats = update(tt["observation/frame"], policy_actions(tt), returns, tt.mask())
             else:
-                loss, stats = reinforce_loss(
-                    out["log_prob"], out["entropy"], out["value"], returns, tt.mask(),
-                    baseline_coef=config.baseline_coef, entropy_coef=config.entropy_coef,
-                    normalize_advantages=config.normalize_advantages,
-                )
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if config.max_grad_norm > 0:
-                    # Clipped per network: the critic's large early errors must not shrink the policy's step.
-                    stats["grad_norm/actor"] = clip_grad_norm_(model.policy_parameters(), config.max_grad_norm)
-                    stats["grad_norm/critic"] = clip_grad_norm_(model.critic.parameters(), config.max_grad_norm)
-                optimizer.step()
+                stats = update(out["log_prob"], out["entropy"], out["value"], returns, tt.mask())
             sync.push()
 
             ep_returns, lengths = episode_returns(traj)

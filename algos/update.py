@@ -34,7 +34,6 @@ __all__ = [
     "start_pipeline",
     "UpdateStep",
     "clip_groups",
-    "actor_critic_outputs",
 ]
 
 log = logging.getLogger(__name__)
@@ -141,28 +140,6 @@ def clip_groups(model: nn.Module, *, per_network: bool = True) -> list[tuple[str
         return [("grad_norm/actor", list(model.policy_parameters())),
                 ("grad_norm/critic", list(model.critic.parameters()))]
     return [("grad_norm", list(model.parameters()))]
-
-
-def actor_critic_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor,
-                         action: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``log_prob``, ``entropy``, ``value`` and ``next_value``, each ``[B, T]``, of an actor-critic over a batch.
-
-    The same computation as :meth:`~rlstruct.algos.networks.PolicyAgent.replay_batch`, from tensors (what a
-    compiled loss takes): one forward of the critic over ``frame`` and ``next_frame`` together, one of the policy.
-
-    Args:
-        model: an actor-critic (``policy(frame)`` and ``value(frame)``).
-        frame: ``[B, T, *obs]``, ``observation/frame``.
-        next_frame: ``[B, T, *obs]``, ``_observation/frame``.
-        action: ``[B, T]`` (discrete) or ``[B, T, D]`` (the sampled, unclipped action).
-    """
-    B, T = frame.shape[:2]
-    n = B * T
-    values = model.value(torch.cat([frame.flatten(0, 1), next_frame.flatten(0, 1)]))
-    dist = model.policy(frame.flatten(0, 1))
-    out = {"log_prob": dist.log_prob(action.flatten(0, 1)), "entropy": dist.entropy(), "value": values[:n],
-           "next_value": values[n:]}
-    return {k: v.unflatten(0, (B, T)) for k, v in out.items()}
 
 
 class UpdateStep:

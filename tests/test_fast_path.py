@@ -15,9 +15,15 @@ import pytest
 import torch
 
 from rlstruct.algos import a2c, ppo, reinforce
-from rlstruct.algos.networks import ActorCritic, build_actor_critic, create_policy_agent, make_adam
+from rlstruct.algos.networks import (
+    ActorCritic,
+    actor_critic_outputs,
+    build_actor_critic,
+    create_policy_agent,
+    make_adam,
+)
 from rlstruct.algos.run import create_env, describe_env
-from rlstruct.algos.update import FastPathConfig, UpdateStep, actor_critic_outputs, clip_groups, weight_sync_mode
+from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, weight_sync_mode
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.errors import BatcherStateError, ConfigError
 from rlstruct.structures import DictTensor
