@@ -2,8 +2,10 @@
 
 What several algorithms share sits in modules named for what they hold: :mod:`rlstruct.algos.returns`
 (discounted returns, GAE, episode statistics), :mod:`rlstruct.algos.networks` (the MLP, the actor-critic
-and its policy agent), :mod:`rlstruct.algos.run` (the config base, the run's clock and logs, its batchers
-and result), :mod:`rlstruct.algos.evaluation` and :mod:`rlstruct.algos.checkpoints`;
+and its policy agent), :mod:`rlstruct.algos.encoders` (the CNN for images, the MLP for flat frames),
+:mod:`rlstruct.algos.recurrent` (the LSTM actor-critic, its agent and the replay of a window),
+:mod:`rlstruct.algos.run` (the config base, the run's clock and logs, its batchers and result),
+:mod:`rlstruct.algos.evaluation` and :mod:`rlstruct.algos.checkpoints`;
 :mod:`rlstruct.algos.cli` parses the command line and :mod:`rlstruct.algos.profile` shows where the time
 of a collect + learn loop goes.
 
