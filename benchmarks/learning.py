@@ -1,4 +1,4 @@
-"""Learning benchmarks: how fast REINFORCE, A2C and DQN reach a target evaluation return.
+"""Learning benchmarks: how fast REINFORCE, A2C, DQN and PPO reach a target evaluation return.
 
 Each run is a fresh process, ``python -m rlstruct.algos.<algo> --seed S --logdir DIR --no-progress
 [--target-return R] ...`` with the algorithm's default hyper-parameters, so that every run pays the same
@@ -13,8 +13,10 @@ start-up costs (imports, the first optimizer) inside its wall clock. The script 
   the target).
 
 Targets and budgets (issue 5): CartPole-v1 475, Acrobot-v1 -100; A2C 15 s of wall clock, DQN 50,000 env
-steps, REINFORCE 120 s. Issue 18: CartPoleNoVel-v1 475 within 120 s, recurrent (``--recurrent``) and feed-forward
-PPO and A2C; MinAtar Breakout from pixels (PPO with the CNN) 5 within 300 s. The table reports, per suite, how
+steps, REINFORCE 120 s. Issue 18: PPO on CartPole-v1 475 within 15 s; PPO and A2C on Pendulum-v1 (continuous
+actions) -200 within 100,000 env steps (A2C also 200,000); CartPoleNoVel-v1 475 within 120 s, recurrent
+(``--recurrent``) and feed-forward PPO and A2C; MinAtar Breakout from pixels (PPO with the CNN) 5 within 300 s.
+``benchmarks/sb3_reference.py`` runs Stable-Baselines3 on the same workloads. The table reports, per suite, how
 many seeds reached the target within budget, and the median and range over seeds. Stable-Baselines3 is compared
 only when it is installed.
 
@@ -55,7 +57,11 @@ class Suite:
     backend: str = "torch"
 
 
-CARTPOLE, ACROBOT = 475.0, -100.0
+CARTPOLE, ACROBOT, PENDULUM = 475.0, -100.0, -200.0
+# PPO on Pendulum: rl-zoo's discount (0.9) and epochs (10); 16 envs x 250 steps, so 100k steps are 25 updates.
+PPO_PENDULUM = ["--gamma", "0.9", "--lr", "2e-3", "--n-envs", "16", "--n-steps", "250", "--n-epochs", "10",
+                "--n-minibatches", "8", "--eval-every", "5"]
+A2C_PENDULUM = ["--gamma", "0.9", "--eval-every", "100"]
 # MinAtar Breakout: a return the CNN policy reaches on two CPU cores in minutes (a random policy scores about 0.5).
 MINATAR_BREAKOUT = 5.0
 SUITES = [
@@ -68,6 +74,13 @@ SUITES = [
                                                                             "--time-limit", "600"]),
     Suite("reinforce-acrobot-torch", "reinforce", "Acrobot-v1", ACROBOT, "120 s", ["--time-limit", "120"]),
     Suite("a2c-cartpole-gymnasium", "a2c", "CartPole-v1", CARTPOLE, "15 s", ["--time-limit", "15"], "gymnasium"),
+    Suite("ppo-cartpole-torch", "ppo", "CartPole-v1", CARTPOLE, "15 s", ["--time-limit", "15"]),
+    Suite("ppo-pendulum-torch", "ppo", "Pendulum-v1", PENDULUM, "100k steps",
+          ["--max-env-steps", "100000", "--time-limit", "600", *PPO_PENDULUM]),
+    Suite("a2c-pendulum-100k-torch", "a2c", "Pendulum-v1", PENDULUM, "100k steps",
+          ["--max-env-steps", "100000", "--time-limit", "600", *A2C_PENDULUM]),
+    Suite("a2c-pendulum-200k-torch", "a2c", "Pendulum-v1", PENDULUM, "200k steps",
+          ["--max-env-steps", "200000", "--time-limit", "600", *A2C_PENDULUM]),
     # CartPole without its velocities: the LSTM policy against the feed-forward one, same budget (issue 18).
     Suite("ppo-recurrent-cartpolenovel-torch", "ppo", "CartPoleNoVel-v1", CARTPOLE, "120 s",
           ["--recurrent", "--time-limit", "120"]),
@@ -157,7 +170,7 @@ def sb3_note() -> str:
         import stable_baselines3  # noqa: F401
     except ImportError:
         return "Stable-Baselines3 is not installed: no comparison run."
-    return "Stable-Baselines3 is installed, but this script does not run it yet (same budgets would be needed)."
+    return "Stable-Baselines3 is installed: run benchmarks/sb3_reference.py for its numbers on the same workloads."
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,144 @@
+"""Stable-Baselines3 on the same workloads as ``benchmarks/learning.py``: the reference to compare with.
+
+Each run trains one SB3 algorithm with the rl-baselines3-zoo hyper-parameters of its env (gymnasium's own
+env, SB3's ``DummyVecEnv``), evaluates the deterministic policy on ``--eval-episodes`` episodes every
+``--eval-every`` env steps (the evaluation's time counts, as in rlstruct's runs), and stops at the budget
+(``--max-env-steps`` and/or ``--time-limit``) or, with ``--stop``, at the first evaluation at or above the
+target. The clock starts before the model is built (so it includes the first optimizer's start-up, as
+rlstruct's does). Reported per seed: time and env steps to target, the last evaluation within the budget.
+
+Add a workload by adding its zoo hyper-parameters to ``ZOO`` (keyed by algorithm and env id).
+
+Usage::
+
+    python benchmarks/sb3_reference.py --algo ppo --env CartPole-v1 --target 475 --time-limit 60 --seeds 0,1,2,3,4
+    python benchmarks/sb3_reference.py --algo ppo --env Pendulum-v1 --target -200 --max-env-steps 100000 --no-stop
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def _linear(start: float):
+    """rl-zoo's ``lin_<start>``: decays linearly from ``start`` to 0 over the zoo's n_timesteps."""
+    return lambda progress_remaining: progress_remaining * start
+
+
+#: (algo, env) -> (algorithm keyword arguments, n_envs, the zoo's n_timesteps); from rl-baselines3-zoo's
+#: hyperparams/<algo>.yml
+ZOO: dict[tuple[str, str], tuple[dict[str, Any], int, int]] = {
+    ("ppo", "CartPole-v1"): ({"n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma": 0.98, "n_epochs": 20,
+                              "ent_coef": 0.0, "learning_rate": _linear(1e-3), "clip_range": _linear(0.2)}, 8, 100_000),
+    ("ppo", "Pendulum-v1"): ({"n_steps": 1024, "gae_lambda": 0.95, "gamma": 0.9, "n_epochs": 10, "ent_coef": 0.0,
+                              "learning_rate": 1e-3, "clip_range": 0.2, "use_sde": True, "sde_sample_freq": 4},
+                             4, 100_000),
+}
+
+
+def run_one(algo: str, env_id: str, seed: int, *, target: float | None, stop: bool, max_env_steps: int | None,
+            time_limit: float | None, eval_every: int, eval_episodes: int) -> dict[str, Any]:
+    import gymnasium as gym
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    kwargs, n_envs, zoo_steps = ZOO[(algo, env_id)]
+    t0 = time.perf_counter()
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    eval_env = gym.make(env_id)
+    eval_env.reset(seed=10_000 + seed)
+    model = getattr(sb3, algo.upper())("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs)
+    evals: list[dict[str, float]] = []
+
+    class Budget(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.next_eval = eval_every
+
+        def _on_step(self) -> bool:
+            steps = self.num_timesteps
+            if steps >= self.next_eval:
+                self.next_eval += eval_every
+                mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=eval_episodes, deterministic=True)
+                evals.append({"env_steps": steps, "wall_s": time.perf_counter() - t0, "return": float(mean)})
+                if stop and target is not None and mean >= target:
+                    return False
+            if max_env_steps is not None and steps >= max_env_steps:
+                return False
+            return time_limit is None or time.perf_counter() - t0 < time_limit
+
+    # The zoo's schedules (lin_*) decay over total_timesteps: its n_timesteps unless a step budget is given.
+    model.learn(total_timesteps=max_env_steps or zoo_steps, callback=Budget())
+    wall = time.perf_counter() - t0
+    reached = next((e for e in evals if target is not None and e["return"] >= target), None)
+    return {
+        "algo": algo, "env": env_id, "seed": seed,
+        "reached": reached is not None,
+        "reached_wall_s": round(reached["wall_s"], 2) if reached else None,
+        "reached_env_steps": reached["env_steps"] if reached else None,
+        "last_eval_return": evals[-1]["return"] if evals else None,
+        "last_eval_env_steps": evals[-1]["env_steps"] if evals else None,
+        "env_steps": int(model.num_timesteps), "wall_time_s": round(wall, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algo", default="ppo", help="SB3 algorithm, lower case (default: ppo)")
+    parser.add_argument("--env", default="CartPole-v1", help="gymnasium id (default: CartPole-v1)")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
+    parser.add_argument("--target", type=float, default=None, help="target mean evaluation return")
+    parser.add_argument("--stop", action=argparse.BooleanOptionalAction, default=True,
+                        help="stop a run at the first evaluation at or above the target (default: on)")
+    parser.add_argument("--max-env-steps", type=int, default=None, help="env-step budget")
+    parser.add_argument("--time-limit", type=float, default=None, help="wall-clock budget in seconds")
+    parser.add_argument("--eval-every", type=int, default=5_000, help="env steps between evaluations (default: 5000)")
+    parser.add_argument("--eval-episodes", type=int, default=16, help="episodes per evaluation (default: 16)")
+    parser.add_argument("--torch-threads", type=int, default=1, help="torch threads (default: 1, as rlstruct's runs)")
+    parser.add_argument("--json", default=None, help="also write every run's numbers to this JSON file")
+    args = parser.parse_args(argv)
+    if (args.algo, args.env) not in ZOO:
+        parser.error(f"no zoo hyper-parameters for {(args.algo, args.env)}; known: {sorted(ZOO)}")
+    if args.max_env_steps is None and args.time_limit is None:
+        parser.error("give a budget: --max-env-steps and/or --time-limit")
+    torch.set_num_threads(args.torch_threads)
+    import stable_baselines3 as sb3
+
+    print(f"# stable-baselines3 {sb3.__version__}, torch {torch.__version__}, numpy {np.__version__}, CPython "
+          f"{platform.python_version()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    results = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        r = run_one(args.algo, args.env, seed, target=args.target, stop=args.stop, max_env_steps=args.max_env_steps,
+                    time_limit=args.time_limit, eval_every=args.eval_every, eval_episodes=args.eval_episodes)
+        r["load_after"] = round(os.getloadavg()[0], 1)
+        results.append(r)
+        print(json.dumps(r), flush=True)
+    ok = [r for r in results if r["reached"]]
+    if args.target is not None:
+        times = [r["reached_wall_s"] for r in ok]
+        steps = [r["reached_env_steps"] for r in ok]
+        print(f"reached {args.target:g}: {len(ok)}/{len(results)}; time to target median "
+              f"{statistics.median(times) if times else '-'} [{min(times, default='-')}, {max(times, default='-')}] s; "
+              f"env steps median {statistics.median(steps) if steps else '-'}")
+    last = [r["last_eval_return"] for r in results if r["last_eval_return"] is not None]
+    if last:
+        print(f"last evaluation: median {statistics.median(last):.1f} [{min(last):.1f}, {max(last):.1f}]")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
