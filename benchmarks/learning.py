@@ -14,11 +14,13 @@ start-up costs (imports, the first optimizer) inside its wall clock. The script 
 
 Targets and budgets (issue 5): CartPole-v1 475, Acrobot-v1 -100; A2C 15 s of wall clock, DQN 50,000 env
 steps, REINFORCE 120 s. Issue 18: PPO on CartPole-v1 475 within 15 s; PPO and A2C on Pendulum-v1 (continuous
-actions) -200 within 100,000 env steps (A2C also 200,000); CartPoleNoVel-v1 475 within 120 s, recurrent
-(``--recurrent``) and feed-forward PPO and A2C; MinAtar Breakout from pixels (PPO with the CNN) 5 within 300 s.
-``benchmarks/sb3_reference.py`` runs Stable-Baselines3 on the same workloads. The table reports, per suite, how
-many seeds reached the target within budget, and the median and range over seeds. Stable-Baselines3 is compared
-only when it is installed.
+actions) -200 within 100,000 env steps (A2C also 200,000); SAC on Pendulum-v1 -200 within 20,000 env steps; DQN
+with a dueling head (``dqn-dueling-cartpole-torch``) against ``dqn-cartpole-torch`` on the same seeds;
+CartPoleNoVel-v1 475 within 120 s, recurrent (``--recurrent``) and feed-forward PPO and A2C; MinAtar Breakout from
+pixels (PPO with the CNN) 5 within 300 s. ``benchmarks/sb3_reference.py`` runs Stable-Baselines3 on the same
+workloads. Each run's JSON line also has its process's CPU seconds (``process_cpu_s``). The table reports, per
+suite, how many seeds reached the target within budget, and the median and range over seeds. Stable-Baselines3 is
+compared only when it is installed.
 
 Usage::
 
@@ -33,6 +35,7 @@ import csv
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -74,6 +77,10 @@ SUITES = [
                                                                             "--time-limit", "600"]),
     Suite("reinforce-acrobot-torch", "reinforce", "Acrobot-v1", ACROBOT, "120 s", ["--time-limit", "120"]),
     Suite("a2c-cartpole-gymnasium", "a2c", "CartPole-v1", CARTPOLE, "15 s", ["--time-limit", "15"], "gymnasium"),
+    Suite("sac-pendulum-torch", "sac", "Pendulum-v1", PENDULUM, "20k steps", ["--max-env-steps", "20000",
+                                                                             "--time-limit", "1800"]),
+    Suite("dqn-dueling-cartpole-torch", "dqn", "CartPole-v1", CARTPOLE, "50k steps", ["--dueling", "--max-env-steps",
+                                                                                      "50000", "--time-limit", "600"]),
     Suite("ppo-cartpole-torch", "ppo", "CartPole-v1", CARTPOLE, "15 s", ["--time-limit", "15"]),
     Suite("ppo-pendulum-torch", "ppo", "Pendulum-v1", PENDULUM, "100k steps",
           ["--max-env-steps", "100000", "--time-limit", "600", *PPO_PENDULUM]),
@@ -109,9 +116,11 @@ def run_one(suite: Suite, seed: int, logdir: Path, stop: bool, extra: list[str])
     if stop:
         cmd += ["--target-return", str(suite.target)]
     load_before = load_average()
+    cpu0 = _children_cpu_s()
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True)
     process_s = time.perf_counter() - t0
+    process_cpu_s = _children_cpu_s() - cpu0
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
     summary = json.loads(out.stdout.strip().splitlines()[-1])
@@ -129,9 +138,17 @@ def run_one(suite: Suite, seed: int, logdir: Path, stop: bool, extra: list[str])
         "env_steps": summary["env_steps"],
         "wall_time_s": summary["wall_time_s"],
         "process_s": round(process_s, 1),
+        "process_cpu_s": round(process_cpu_s, 1),
         "load_before": load_before,
         "load_after": load_average(),
     }
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of the finished child processes (a run's CPU time moves far less than its wall clock with
+    the machine's load)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _median_range(xs: list[float], fmt: str) -> str:

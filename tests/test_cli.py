@@ -23,8 +23,9 @@ from rlstruct.algos.cli import build_parser, config_from_args, field_docs
 from rlstruct.algos.dqn import DQNConfig
 from rlstruct.algos.reinforce import ReinforceConfig
 from rlstruct.algos.run import RunConfig
+from rlstruct.algos.sac import SACConfig
 
-CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig]
+CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, SACConfig]
 
 
 def rlstruct(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
@@ -81,6 +82,37 @@ def test_train_other_algorithms_tiny(tmp_path, algo):
     assert last_json(ev.stdout)["algo"] == algo
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_train_sac_on_pendulum_and_eval_its_checkpoint(tmp_path):
+    out = rlstruct("train", "sac", "--env", "Pendulum-v1", "--max-env-steps", "400", "--learning-starts", "200",
+                   "--batch-size", "32", "--hidden-sizes", "16", "16", "--logdir", str(tmp_path), *TINY)
+    assert out.returncode == 0, out.stderr
+    summary = last_json(out.stdout)
+    assert summary["env_steps"] >= 400 and -16.3 * 60 <= summary["eval_return"] <= 0
+    rows = list(csv.DictReader(open(tmp_path / "progress.csv")))
+    assert {"loss/critic", "loss/actor", "loss/temperature", "alpha", "eval/return"} <= set(rows[0])
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert ckpt["algo"] == "sac" and "mean.weight" in ckpt["model"] and ckpt["env_spec"]["n_actions"] is None
+    ev = rlstruct("eval", str(tmp_path / "checkpoint.pt"), "--episodes", "3")
+    assert ev.returncode == 0, ev.stderr
+    result = last_json(ev.stdout)
+    assert result["algo"] == "sac" and result["episodes"] == 3 and -16.3 * 60 <= result["eval_return"] <= 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_train_dqn_dueling_and_eval_rebuilds_the_dueling_network(tmp_path):
+    out = rlstruct("train", "dqn", "--dueling", "--max-env-steps", "300", "--learning-starts", "50", "--gradient-steps",
+                   "2", "--rollout-steps", "4", "--logdir", str(tmp_path), *TINY)
+    assert out.returncode == 0, out.stderr
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert ckpt["config"]["dueling"] is True and "advantage.0.weight" in ckpt["model"]
+    ev = rlstruct("eval", str(tmp_path / "checkpoint.pt"), "--episodes", "2")
+    assert ev.returncode == 0, ev.stderr
+    assert last_json(ev.stdout)["algo"] == "dqn"
+
+
 @pytest.mark.timeout(120)
 def test_a_device_that_does_not_exist_is_a_one_line_error():
     if torch.cuda.device_count() >= 2:
@@ -113,7 +145,7 @@ def test_module_entry_point_prints_help():
     assert out.returncode == 0 and "--learner-device" in out.stdout and "--epsilon-decay-steps" in out.stdout
 
 
-@pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn"])
+@pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn", "sac"])
 def test_train_help_lists_the_flags(algo, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["train", algo, "--help"])

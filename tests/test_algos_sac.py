@@ -1,0 +1,213 @@
+"""SAC (rlstruct.algos.sac): its losses against references, its agent, its transitions, and a short learning run."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
+
+from rlstruct.algos import sac
+from rlstruct.algos.run import EnvSpec
+from rlstruct.algos.sac import (
+    SACConfig,
+    SquashedGaussianActor,
+    TwinQNetwork,
+    create_sac_agent,
+    one_step_transitions,
+    polyak_update,
+    sac_actor_loss,
+    sac_critic_loss,
+    sac_temperature_loss,
+    soft_q_targets,
+    squashed_gaussian_log_prob,
+)
+from rlstruct.errors import SpaceError
+from rlstruct.structures import DictTensor, TemporalDictTensor
+
+SPEC = EnvSpec((3,), "float32", None, 200, action_shape=(2,), action_low=(-2.0, 0.0), action_high=(2.0, 1.0))
+
+
+# --------------------------------------------------------------------------- the squashed Gaussian
+@pytest.mark.parametrize("seed", range(3))
+def test_log_prob_matches_torch_transformed_distribution(seed):
+    g = torch.Generator().manual_seed(seed)
+    mean = torch.randn(64, 2, generator=g, dtype=torch.float64)
+    log_std = torch.randn(64, 2, generator=g, dtype=torch.float64) * 0.5
+    low, high = torch.tensor([-2.0, 0.0], dtype=torch.float64), torch.tensor([2.0, 1.0], dtype=torch.float64)
+    scale, bias = (high - low) / 2, (high + low) / 2
+    dist = TransformedDistribution(Normal(mean, log_std.exp()), [TanhTransform(cache_size=1),
+                                                                 AffineTransform(bias, scale)])
+    action = dist.rsample()  # the transforms cache u, so log_prob does not invert tanh numerically
+    pre_tanh = dist.transforms[0]._cached_x_y[0]
+    expected = dist.log_prob(action).sum(-1)
+    torch.testing.assert_close(squashed_gaussian_log_prob(pre_tanh, mean, log_std, scale), expected)
+
+
+def test_log_prob_stays_finite_where_tanh_saturates():
+    u = torch.tensor([[30.0], [-30.0]])
+    lp = squashed_gaussian_log_prob(u, torch.zeros(2, 1), torch.zeros(2, 1), torch.ones(1))
+    assert torch.isfinite(lp).all()
+    # log(1 - tanh(u)^2) ~ log 4 - 2|u| for large |u|
+    torch.testing.assert_close(lp, Normal(0.0, 1.0).log_prob(u).squeeze(-1) - (math.log(4) - 60.0))
+
+
+def test_actor_samples_within_bounds_and_its_log_prob_is_the_distributions():
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(3, 2, (16,), SPEC.action_low, SPEC.action_high)
+    obs, noise = torch.randn(100, 3), torch.randn(100, 2) * 3
+    action, log_prob = actor.sample(obs, noise)
+    assert action.shape == (100, 2) and log_prob.shape == (100,)
+    assert (action[:, 0].abs() <= 2).all() and ((action[:, 1] >= 0) & (action[:, 1] <= 1)).all()
+    mean, log_std = actor(obs)
+    torch.testing.assert_close(log_prob, squashed_gaussian_log_prob(mean + log_std.exp() * noise, mean, log_std,
+                                                                    actor.scale))
+    torch.testing.assert_close(actor.deterministic(obs), torch.tanh(mean) * actor.scale + actor.bias)
+    assert (log_std >= sac.LOG_STD_MIN).all() and (log_std <= sac.LOG_STD_MAX).all()
+    log_prob.sum().backward()
+    assert actor.mean.weight.grad is not None and actor.log_std.weight.grad is not None
+
+
+# --------------------------------------------------------------------------- losses
+def test_soft_q_targets_take_the_smaller_critic_and_stop_at_terminations():
+    targets = soft_q_targets(torch.tensor([1.0, 1.0]), torch.tensor([0.99, 0.0]),
+                             torch.tensor([[5.0, 5.0], [3.0, 9.0]]), torch.tensor([-1.0, -1.0]), 0.5)
+    torch.testing.assert_close(targets, torch.tensor([1.0 + 0.99 * (3.0 + 0.5), 1.0]))
+
+
+def test_critic_loss_is_half_the_summed_mse_and_ignores_the_targets_gradient():
+    q = torch.tensor([[1.0, 2.0], [3.0, 0.0]], requires_grad=True)
+    y = torch.tensor([2.0, 2.0], requires_grad=True)
+    loss, stats = sac_critic_loss(q, y)
+    assert float(loss.detach()) == pytest.approx(0.5 * ((1 + 0) / 2 + (1 + 4) / 2))
+    loss.backward()
+    assert y.grad is None
+    torch.testing.assert_close(q.grad, (q - y).detach() / 2)
+    assert float(stats["q_mean"]) == 1.5
+
+
+def test_actor_loss_uses_the_smaller_critic_and_flows_into_the_actor_only():
+    torch.manual_seed(0)
+    actor, critic = SquashedGaussianActor(3, 2, (8,), (-1.0, -1.0), (1.0, 1.0)), TwinQNetwork(3, 2, (8,))
+    obs = torch.randn(16, 3)
+    action, log_prob = actor.sample(obs, torch.randn(16, 2))
+    critic.requires_grad_(False)
+    q_pi = critic(obs, action)
+    loss, stats = sac_actor_loss(q_pi, log_prob, 0.2)
+    torch.testing.assert_close(loss, (0.2 * log_prob - torch.minimum(q_pi[0], q_pi[1])).mean())
+    loss.backward()
+    assert all(p.grad is None for p in critic.parameters())
+    assert all(p.grad is not None for p in actor.parameters())
+    torch.testing.assert_close(stats["entropy"], -log_prob.detach().mean())
+
+
+def test_temperature_loss_raises_alpha_while_the_entropy_is_below_target():
+    for log_prob, direction in ((torch.tensor([2.0, 4.0]), 1.0), (torch.tensor([-3.0, -5.0]), -1.0)):
+        log_alpha = torch.tensor(0.0, requires_grad=True)
+        loss, stats = sac_temperature_loss(log_alpha, log_prob, target_entropy=-1.0)
+        loss.backward()
+        # d loss / d log_alpha = -mean(log_prob + target_entropy); gradient descent moves log_alpha against it.
+        assert float(log_alpha.grad) == pytest.approx(-float((log_prob - 1.0).mean()))
+        assert math.copysign(1.0, -float(log_alpha.grad)) == direction
+        assert float(stats["alpha"]) == 1.0
+
+
+def test_polyak_update_moves_every_parameter_by_tau():
+    torch.manual_seed(0)
+    target, source = TwinQNetwork(3, 1, (4,)), TwinQNetwork(3, 1, (4,))
+    before = [p.clone() for p in target.parameters()]
+    polyak_update(target, source, 0.1)
+    for b, t, s in zip(before, target.parameters(), source.parameters()):
+        torch.testing.assert_close(t, 0.9 * b + 0.1 * s)
+    polyak_update(target, source, 1.0)
+    for t, s in zip(target.parameters(), source.parameters()):
+        torch.testing.assert_close(t, s)
+
+
+def test_twin_critics_are_independent():
+    torch.manual_seed(0)
+    critic = TwinQNetwork(3, 1, (8, 8))
+    q = critic(torch.randn(5, 3), torch.randn(5, 1))
+    assert q.shape == (2, 5) and not torch.allclose(q[0], q[1])
+
+
+# --------------------------------------------------------------------------- transitions
+def test_transitions_bootstrap_through_truncations_and_not_through_terminations():
+    frames = torch.arange(12, dtype=torch.float32).view(1, 4, 3)
+    tt = TemporalDictTensor({
+        "observation/frame": frames,
+        "action/action": torch.zeros(1, 4, 1),
+        "_observation/reward": torch.tensor([[1.0, 2.0, 3.0, 4.0]]),
+        "_observation/terminated": torch.tensor([[False, True, False, False]]),
+        "_observation/done": torch.tensor([[False, True, True, False]]),  # step 2 is a truncation
+        "_observation/frame": frames + 100,  # the terminal observations, before the auto-reset
+    })
+    tr = one_step_transitions(tt, 0.9)
+    torch.testing.assert_close(tr["discount"], torch.tensor([0.9, 0.0, 0.9, 0.9]))
+    torch.testing.assert_close(tr["next_obs"], frames[0] + 100)
+    torch.testing.assert_close(tr["ret"], torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert tr["obs"].shape == (4, 3) and tr["action"].shape == (4, 1)
+
+
+# --------------------------------------------------------------------------- agent
+def _agent_actions(seed: int, **info: bool) -> torch.Tensor:
+    agent = create_sac_agent(SPEC, (8,))
+    agent.seed(seed)
+    agent_info = DictTensor({k: torch.full((6,), v) for k, v in info.items()})
+    obs = DictTensor({"frame": torch.linspace(-1, 1, 18).view(6, 3)})
+    return agent(None, obs, agent_info)[0]["action"]
+
+
+def test_agent_samples_from_its_seed_takes_the_mean_when_not_stochastic_and_acts_randomly_when_asked():
+    torch.manual_seed(0)
+    a = _agent_actions(1, stochastic=True)
+    torch.manual_seed(0)
+    assert torch.equal(a, _agent_actions(1, stochastic=True))
+    torch.manual_seed(0)
+    assert not torch.equal(a, _agent_actions(2, stochastic=True))
+    torch.manual_seed(0)
+    greedy = _agent_actions(1, stochastic=False)
+    torch.manual_seed(0)
+    assert torch.equal(greedy, _agent_actions(2, stochastic=False))  # the mean: no randomness
+    torch.manual_seed(0)
+    random = _agent_actions(1, stochastic=True, random=True)
+    assert random.shape == (6, 2) and (random[:, 0].abs() <= 2).all() and (random[:, 1] >= 0).all()
+    assert not torch.allclose(random, a)
+
+
+# --------------------------------------------------------------------------- config and spaces
+def test_sac_refuses_discrete_actions():
+    with pytest.raises(SpaceError, match="SAC takes continuous actions, got env='CartPole-v1'"):
+        sac.validate(SACConfig(env="CartPole-v1"))
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("tau", 0.0, r"tau must lie in \(0, 1\], got 0.0"),
+    ("gradient_steps_per_env_step", -1.0, "gradient_steps_per_env_step must be >= 0, got -1.0"),
+    ("batch_size", 0, "batch_size must be >= 1, got 0"),
+    ("init_temperature", 0.0, "init_temperature must be > 0"),
+])
+def test_bad_settings_name_the_setting(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        sac.validate(SACConfig(**{field: value}))
+
+
+# --------------------------------------------------------------------------- learning
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sac_learns_pendulum(tmp_path):
+    # A random policy scores about -1200 on Pendulum-v1; -200 is solved. Budget in env steps, in process.
+    cfg = SACConfig(max_env_steps=CI_STEPS, seed=0, progress=False, tensorboard=False, logdir=str(tmp_path),
+                    **CI_SETTINGS)
+    result = sac.train(cfg)
+    evals = [r["eval/return"] for r in result.history if "eval/return" in r]
+    assert result.eval_return > CI_THRESHOLD, evals
+    losses = [v for r in result.history for k, v in r.items() if k.startswith("loss/")]
+    assert losses and all(math.isfinite(x) for x in losses)
+    assert result.env_steps >= CI_STEPS and (tmp_path / "checkpoint.pt").exists()
+
+
+CI_STEPS = 4_000
+CI_SETTINGS = {"hidden_sizes": (64, 64), "batch_size": 128, "learning_starts": 500, "eval_every": 1_000}
+CI_THRESHOLD = -600.0
