@@ -1,31 +1,19 @@
-<<<<<<< HEAD
-"""Algorithms on top of the batchers: REINFORCE, A2C, DQN and PPO, one file each, and the ``rlstruct`` command.
+"""Algorithms on top of the batchers: REINFORCE, A2C, DQN, PPO and SAC, one file each, and the ``rlstruct`` command.
 
 What several algorithms share sits in modules named for what they hold: :mod:`rlstruct.algos.returns`
 (discounted returns, GAE, episode statistics), :mod:`rlstruct.algos.networks` (the MLP, the actor-critic
 and its policy agent), :mod:`rlstruct.algos.encoders` (the CNN for images, the MLP for flat frames),
 :mod:`rlstruct.algos.recurrent` (the LSTM actor-critic, its agent and the replay of a window),
 :mod:`rlstruct.algos.run` (the config base, the run's clock and logs, its batchers and result),
-:mod:`rlstruct.algos.evaluation` and :mod:`rlstruct.algos.checkpoints`;
-=======
-"""Algorithms on top of the batchers: REINFORCE, A2C, DQN and SAC, one file each, and the ``rlstruct`` command.
-
-What several algorithms share sits in modules named for what they hold: :mod:`rlstruct.algos.returns`
-(discounted returns, GAE, episode statistics), :mod:`rlstruct.algos.networks` (the MLP, the actor-critic
-and its policy agent), :mod:`rlstruct.algos.run` (the config base, the run's clock and logs, its batchers
-and result), :mod:`rlstruct.algos.replay` (the replay buffer of DQN and SAC), :mod:`rlstruct.algos.evaluation`
+:mod:`rlstruct.algos.replay` (the replay buffer of DQN and SAC), :mod:`rlstruct.algos.evaluation`
 and :mod:`rlstruct.algos.checkpoints`;
->>>>>>> sac
 :mod:`rlstruct.algos.cli` parses the command line and :mod:`rlstruct.algos.profile` shows where the time
 of a collect + learn loop goes.
 
-Each of :mod:`rlstruct.algos.reinforce`, :mod:`rlstruct.algos.a2c`, :mod:`rlstruct.algos.dqn` and
-<<<<<<< HEAD
-:mod:`rlstruct.algos.ppo` has the same anatomy: a config dataclass, the loss as a function of tensors,
-=======
-:mod:`rlstruct.algos.sac` has the same anatomy: a config dataclass, the loss as a function of tensors,
->>>>>>> sac
-``train(config) -> TrainResult`` and ``main(argv)`` (``rlstruct train <algo>`` or ``python -m rlstruct.algos.<algo>``).
+Each of :mod:`rlstruct.algos.reinforce`, :mod:`rlstruct.algos.a2c`, :mod:`rlstruct.algos.dqn`,
+:mod:`rlstruct.algos.ppo` and :mod:`rlstruct.algos.sac` has the same anatomy: a config dataclass, the loss as a
+function of tensors, ``train(config) -> TrainResult`` and ``main(argv)`` (``rlstruct train <algo>`` or
+``python -m rlstruct.algos.<algo>``).
 
 The algorithm modules are imported on first use, so that ``python -m rlstruct.algos.a2c`` does not find
 itself already imported by this package.
@@ -45,21 +33,15 @@ __all__ = [
     "reinforce",
     "a2c",
     "dqn",
-<<<<<<< HEAD
     "ppo",
-=======
     "sac",
->>>>>>> sac
     "RunConfig",
     "TrainResult",
     "ReinforceConfig",
     "A2CConfig",
     "DQNConfig",
-<<<<<<< HEAD
     "PPOConfig",
-=======
     "SACConfig",
->>>>>>> sac
     "discounted_returns",
     "gae_advantages",
     "n_step_returns",
@@ -71,19 +53,13 @@ _LAZY = {
     "reinforce": ("rlstruct.algos.reinforce", None),
     "a2c": ("rlstruct.algos.a2c", None),
     "dqn": ("rlstruct.algos.dqn", None),
-<<<<<<< HEAD
     "ppo": ("rlstruct.algos.ppo", None),
-    "ReinforceConfig": ("rlstruct.algos.reinforce", "ReinforceConfig"),
-    "A2CConfig": ("rlstruct.algos.a2c", "A2CConfig"),
-    "DQNConfig": ("rlstruct.algos.dqn", "DQNConfig"),
-    "PPOConfig": ("rlstruct.algos.ppo", "PPOConfig"),
-=======
     "sac": ("rlstruct.algos.sac", None),
     "ReinforceConfig": ("rlstruct.algos.reinforce", "ReinforceConfig"),
     "A2CConfig": ("rlstruct.algos.a2c", "A2CConfig"),
     "DQNConfig": ("rlstruct.algos.dqn", "DQNConfig"),
+    "PPOConfig": ("rlstruct.algos.ppo", "PPOConfig"),
     "SACConfig": ("rlstruct.algos.sac", "SACConfig"),
->>>>>>> sac
     "n_step_returns": ("rlstruct.algos.dqn", "n_step_returns"),
     "double_dqn_targets": ("rlstruct.algos.dqn", "double_dqn_targets"),
     "profile_training": ("rlstruct.algos.profile", "profile_training"),

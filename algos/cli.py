@@ -1,8 +1,4 @@
-<<<<<<< HEAD
-"""The ``rlstruct`` command: ``rlstruct train {reinforce,a2c,dqn,ppo} [flags]``, ``rlstruct eval CHECKPOINT``,
-=======
-"""The ``rlstruct`` command: ``rlstruct train {reinforce,a2c,dqn,sac} [flags]``, ``rlstruct eval CHECKPOINT``,
->>>>>>> sac
+"""The ``rlstruct`` command: ``rlstruct train {reinforce,a2c,dqn,ppo,sac} [flags]``, ``rlstruct eval CHECKPOINT``,
 ``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.algos.profile`), and the
 argument parser every algorithm's ``main`` builds from its config dataclass (:func:`run_main`).
 
@@ -41,11 +37,7 @@ from rlstruct.structures import DictTensor
 __all__ = ["ALGORITHMS", "main", "evaluate_checkpoint", "field_docs", "build_parser", "config_from_args", "run_main"]
 
 #: algorithm name -> module under rlstruct.algos
-<<<<<<< HEAD
-ALGORITHMS = ("reinforce", "a2c", "dqn", "ppo")
-=======
-ALGORITHMS = ("reinforce", "a2c", "dqn", "sac")
->>>>>>> sac
+ALGORITHMS = ("reinforce", "a2c", "dqn", "ppo", "sac")
 
 
 def _agent_of(algo: str, config: dict[str, Any]) -> tuple[Any, DictTensor]:
@@ -60,15 +52,11 @@ def _agent_of(algo: str, config: dict[str, Any]) -> tuple[Any, DictTensor]:
 
         return (functools.partial(create_q_agent, dueling=bool(config.get("dueling", False))),
                 DictTensor({"epsilon": torch.zeros(1)}))
-<<<<<<< HEAD
-    if algo in ("reinforce", "a2c", "ppo"):
-=======
     if algo == "sac":
         from rlstruct.algos.sac import create_sac_agent
 
         return create_sac_agent, DictTensor({"stochastic": torch.zeros(1, dtype=torch.bool)})
-    if algo in ("reinforce", "a2c"):
->>>>>>> sac
+    if algo in ("reinforce", "a2c", "ppo"):
         return create_policy_agent, DictTensor({"stochastic": torch.zeros(1, dtype=torch.bool)})
     raise ValueError(f"unknown algorithm {algo!r} in the checkpoint; expected one of {list(ALGORITHMS)}")
 
@@ -357,11 +345,7 @@ def run_main(train: Callable[[Any], TrainResult], config_cls: type, validate: Ca
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlstruct`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-<<<<<<< HEAD
-    usage = ("usage: rlstruct train {reinforce,a2c,dqn,ppo} [flags]   (rlstruct train ALGO --help lists them)\n"
-=======
-    usage = ("usage: rlstruct train {reinforce,a2c,dqn,sac} [flags]   (rlstruct train ALGO --help lists them)\n"
->>>>>>> sac
+    usage = ("usage: rlstruct train {reinforce,a2c,dqn,ppo,sac} [flags]   (rlstruct train ALGO --help lists them)\n"
              "       rlstruct eval CHECKPOINT [--episodes N]\n"
              "       rlstruct autotune [--env ID] [--processes P ...]   (best envs per process and process count)\n"
              "       rlstruct profile [--env ID] [--n-envs N]   (where the time of a collect + learn loop goes)")

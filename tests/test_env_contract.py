@@ -3,9 +3,10 @@
 Implementations: GymEnv / GymEnvInf over a list of gymnasium envs and over gymnasium vector envs
 (``vector_entry_point`` with NEXT_STEP auto-reset, ``SyncVectorEnv`` with SAME_STEP and NEXT_STEP, a plain
 NEXT_STEP vector env that resets a subset), the torch simulators (when ``rlstruct.envs.classic_control`` is
-importable), ale-py's AtariVectorEnv (``backend="ale"``), gymnax envs through DLPack (``backend="gymnax"``), and
-DeviceEnv-wrapped variants. On a CUDA device the CPU envs run behind ``DeviceEnv(env, "cpu", device)`` and the
-torch simulators and JAX envs are built on the device. The ale and gymnax cases skip when their package is absent.
+importable), ale-py's AtariVectorEnv (``backend="ale"``), envpool, gymnax envs through DLPack
+(``backend="gymnax"``), and DeviceEnv-wrapped variants. On a CUDA device the CPU envs run behind
+``DeviceEnv(env, "cpu", device)`` and the torch simulators and JAX envs are built on the device. The ale, envpool
+and gymnax cases skip when their package is absent.
 """
 
 from __future__ import annotations
@@ -87,24 +88,14 @@ def _fake_next_step(name: str, autoreset: bool, partial_rows: str) -> Case:
     return Case(f"next_step_{partial_rows}-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name)
 
 
-def _ale(autoreset: bool) -> Case:
-    name = "ALE/Breakout-v5"
-
+def _backend(backend: str, package: str, name: str, autoreset: bool, has_state: bool = False, **kwargs) -> Case:
+    """``make_env(name, ..., backend=backend)``, skipped when ``package`` is not installed."""
     def build(n, seed, device):
-        pytest.importorskip("ale_py")
-        return make_env(name, n, device=device, seed=seed, autoreset=autoreset, backend="ale",
-                        max_episode_steps=MAX_STEPS[name], backend_kwargs={"num_threads": 1})
+        pytest.importorskip(package)
+        return make_env(name, n, device=device, seed=seed, autoreset=autoreset, backend=backend,
+                        max_episode_steps=MAX_STEPS[name], **kwargs)
 
-    return Case(f"ale-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name)
-
-
-def _gymnax(name: str, autoreset: bool) -> Case:
-    def build(n, seed, device):
-        pytest.importorskip("gymnax")
-        return make_env(name, n, device=device, seed=seed, autoreset=autoreset, backend="gymnax",
-                        max_episode_steps=MAX_STEPS[name])
-
-    return Case(f"gymnax-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name, has_state=True)
+    return Case(f"{backend}-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name, has_state)
 
 
 def _device_wrapped(inner: Case) -> Case:
@@ -129,9 +120,11 @@ def _cases() -> list[Case]:
     cases.append(_fake_next_step("CartPole-v1", False, "all"))
     # The native backends build slowly (a second or so each): one or two cases each here, the rest of their
     # behaviour in test_ecosystem.py.
-    cases.append(_ale(True))
+    cases.append(_backend("ale", "ale_py", "ALE/Breakout-v5", True, backend_kwargs={"num_threads": 1}))
+    for autoreset in (False, True):
+        cases.append(_backend("envpool", "envpool", "CartPole-v1", autoreset))
     for name, autoreset in (("CartPole-v1", False), ("Pendulum-v1", True)):
-        cases.append(_gymnax(name, autoreset))
+        cases.append(_backend("gymnax", "gymnax", name, autoreset, has_state=True))
     cases.append(_device_wrapped(_gym_list("CartPole-v1", False)))
     cases.append(_device_wrapped(_gym_list("Pendulum-v1", True)))
     if HAS_TORCH_SIMS:

@@ -8,10 +8,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlstruct.errors import DeviceMismatchError, EnvStateError, SpaceError
+from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
 from rlstruct.structures import DictTensor
 
-__all__ = ["VecEnv", "StepResult", "host_copy"]
+__all__ = ["VecEnv", "StepResult", "host_copy", "check_env_info"]
 
 # ((observation_next [B'], ids [B']), (observation_running [B''], ids [B'']))
 StepResult = tuple[tuple[DictTensor, torch.Tensor], tuple[DictTensor, torch.Tensor]]
@@ -141,6 +141,49 @@ class VecEnv(abc.ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class CallOrder:
+    """The checks of an env's call order (``reset`` before ``step``, nothing after ``close``) over the ``_started``
+    and ``_closed`` flags the env keeps, with the messages every env shares."""
+
+    _started: bool
+    _closed: bool
+
+    def _check_steppable(self, method: str) -> None:
+        self._check_open()
+        if not self._started:
+            raise EnvStateError(f"{type(self).__name__}.{method} was called before reset(); call env.reset() first")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EnvStateError(f"{type(self).__name__} is closed; build a new one")
+
+
+def check_env_info(env_info: DictTensor | None, n_envs: int) -> bool:
+    """Checks a ``reset``'s ``env_info``: ``None``, an empty DictTensor, or ``n_envs`` rows on the CPU.
+
+    Returns:
+        Whether ``env_info`` has rows (``False`` for ``None`` or an empty DictTensor).
+
+    Raises:
+        TypeError: ``env_info`` is not a DictTensor. BatchSizeError: it does not have ``n_envs`` rows.
+        DeviceMismatchError: it is not on the CPU.
+    """
+    if env_info is None:
+        return False
+    if not isinstance(env_info, DictTensor):
+        raise TypeError(f"env_info must be a DictTensor or None, got {type(env_info).__name__}")
+    if env_info.empty():
+        return False
+    if env_info.n_elems() != n_envs:
+        raise BatchSizeError(
+            f"env_info must have n_envs={n_envs} rows (row i parametrises env i), got {env_info.n_elems()}; "
+            "build one row per env, or pass an empty DictTensor"
+        )
+    if env_info.device() != torch.device("cpu"):
+        raise DeviceMismatchError(f"env_info must be on cpu, got {env_info.device()}; build env_info on the CPU")
+    return True
 
 
 class HostDestinations:

@@ -29,7 +29,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from rlstruct.envs._base import HostDestinations, StepResult, VecEnv, host_copy
+from rlstruct.envs._base import CallOrder, HostDestinations, StepResult, VecEnv, check_env_info, host_copy
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
 from rlstruct.seeding import check_seed, env_seeds
 from rlstruct.structures import DictTensor
@@ -185,6 +185,26 @@ def _fill(dst: np.ndarray, observations: Sequence[Any], f: _Field, rows: np.ndar
         ) from e
 
 
+def _write_flags(nxt: dict[str, np.ndarray], run: dict[str, np.ndarray], reward, term, trunc,
+                 a_np: np.ndarray) -> np.ndarray:
+    """Writes the reward, flags and last action of an auto-reset step into the destination arrays (every row as
+    if no env finished: the caller then fixes the finished rows of ``run``); returns ``nxt["done"]``."""
+    done = nxt["done"]
+    nxt["reward"][...] = reward
+    nxt["terminated"][...] = term
+    nxt["truncated"][...] = trunc
+    np.logical_or(nxt["terminated"], nxt["truncated"], out=done)
+    nxt["initial_state"][...] = False
+    nxt["last_action"][...] = a_np
+    run["reward"][...] = nxt["reward"]
+    run["done"][...] = False
+    run["terminated"][...] = False
+    run["truncated"][...] = False
+    run["initial_state"][...] = done
+    run["last_action"][...] = a_np
+    return done
+
+
 def _split(fields: list[_Field], batched: Any) -> dict[str, np.ndarray]:
     """A vector env's batched observation (array or dict of arrays) -> one ``[n, ...]`` array per field."""
     return {
@@ -200,7 +220,7 @@ def _autoreset_mode(vector_env: Any) -> AutoresetMode:
 
 
 # ------------------------------------------------------------------------------------------- adapter
-class GymEnv(VecEnv):
+class GymEnv(CallOrder, VecEnv):
     """``n`` gymnasium envs as an rlstruct :class:`~rlstruct.envs.VecEnv` on the CPU.
 
     Episodic by default: an env that finishes (``terminated or truncated``) leaves the running set
@@ -412,21 +432,8 @@ class GymEnv(VecEnv):
         return obs, self._all_ids
 
     def _options_from(self, env_info: DictTensor | None) -> list[dict[str, Any] | None]:
-        if env_info is None:
+        if not check_env_info(env_info, self._n):
             return [None] * self._n
-        if not isinstance(env_info, DictTensor):
-            raise TypeError(f"env_info must be a DictTensor or None, got {type(env_info).__name__}")
-        if env_info.empty():
-            return [None] * self._n
-        if env_info.n_elems() != self._n:
-            raise BatchSizeError(
-                f"env_info must have n_envs={self._n} rows (row i parametrises env i), got {env_info.n_elems()}; "
-                "build one row per env, or pass an empty DictTensor"
-            )
-        if env_info.device() != _CPU:
-            raise DeviceMismatchError(
-                f"env_info must be on cpu, got {env_info.device()}; build env_info on the CPU"
-            )
         if self._vec is not None:
             if self.autoreset:
                 raise ValueError(
@@ -524,19 +531,7 @@ class GymEnv(VecEnv):
         for f in self._fields:
             _fill(nxt[f.key], observations, f)
             run[f.key][...] = nxt[f.key]
-        done = nxt["done"]
-        nxt["reward"][...] = rewards
-        nxt["terminated"][...] = terms
-        nxt["truncated"][...] = truncs
-        np.logical_or(nxt["terminated"], nxt["truncated"], out=done)
-        nxt["initial_state"][...] = False
-        nxt["last_action"][...] = a_np
-        run["reward"][...] = nxt["reward"]
-        run["done"][...] = False
-        run["terminated"][...] = False
-        run["truncated"][...] = False
-        run["initial_state"][...] = done
-        run["last_action"][...] = a_np
+        done = _write_flags(nxt, run, rewards, terms, truncs, a_np)
         rows = np.flatnonzero(done)
         if len(rows):
             options = self._options
@@ -552,19 +547,7 @@ class GymEnv(VecEnv):
             arr = obs if f.entry is None else obs[f.entry]
             np.copyto(nxt[f.key], arr, casting="unsafe")
             np.copyto(run[f.key], arr, casting="unsafe")
-        done = nxt["done"]
-        np.copyto(nxt["reward"], reward, casting="unsafe")
-        np.copyto(nxt["terminated"], term, casting="unsafe")
-        np.copyto(nxt["truncated"], trunc, casting="unsafe")
-        np.logical_or(nxt["terminated"], nxt["truncated"], out=done)
-        nxt["initial_state"][...] = False
-        nxt["last_action"][...] = a_np
-        run["reward"][...] = nxt["reward"]
-        run["done"][...] = False
-        run["terminated"][...] = False
-        run["truncated"][...] = False
-        run["initial_state"][...] = done
-        run["last_action"][...] = a_np
+        done = _write_flags(nxt, run, reward, term, trunc, a_np)
         if not done.any():
             return
         rows = np.flatnonzero(done)
@@ -668,15 +651,6 @@ class GymEnv(VecEnv):
         v["initial_state"] = torch.zeros(len(reward), dtype=torch.bool)
         v["last_action"] = last_action
         return DictTensor._trusted(v)
-
-    def _check_steppable(self, method: str) -> None:
-        self._check_open()
-        if not self._started:
-            raise EnvStateError(f"{type(self).__name__}.{method} was called before reset(); call env.reset() first")
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise EnvStateError(f"{type(self).__name__} is closed; build a new one")
 
     def close(self) -> None:
         """Closes every gymnasium env; idempotent."""
