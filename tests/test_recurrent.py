@@ -136,10 +136,11 @@ def test_recurrent_a2c_learns_cartpole_without_velocities(tmp_path):
 @pytest.mark.timeout(300)
 def test_recurrent_ppo_learns_cartpole_without_velocities(tmp_path):
     cfg = ppo.PPOConfig(env=ENV, recurrent=True, progress=False, tensorboard=False, logdir=str(tmp_path),
-                        time_limit=300.0, max_env_steps=40_000, seed=0, stop_at_reward_threshold=False)
+                        time_limit=300.0, max_env_steps=60_000, seed=0, stop_at_reward_threshold=False)
     result = ppo.train(cfg)
     evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
-    assert max(evals) >= 150, evals
+    # Seeds 0-2 reach 500, 500 and 500 in this budget; feed-forward PPO stays below 50 (BENCHMARKS.md).
+    assert max(evals) >= 200, evals
 
 
 def test_recurrent_configs_are_checked():
