@@ -1,17 +1,19 @@
-"""Algorithms on top of the batchers: REINFORCE, A2C, DQN, SAC and PPO, one file each, and the ``rlstruct`` command.
+"""Algorithms on top of the batchers: REINFORCE, A2C, DQN, PPO and SAC, one file each, and the ``rlstruct`` command.
 
 What several algorithms share sits in modules named for what they hold: :mod:`rlstruct.algos.returns`
 (discounted returns, GAE, episode statistics), :mod:`rlstruct.algos.networks` (the MLP, the actor-critic
-and its policy agent), :mod:`rlstruct.algos.run` (the config base, the run's clock and logs, its batchers
-and result), :mod:`rlstruct.algos.replay` (the replay buffer of DQN and SAC), :mod:`rlstruct.algos.evaluation`
+and its policy agent), :mod:`rlstruct.algos.encoders` (the CNN for images, the MLP for flat frames),
+:mod:`rlstruct.algos.recurrent` (the LSTM actor-critic, its agent and the replay of a window),
+:mod:`rlstruct.algos.run` (the config base, the run's clock and logs, its batchers and result),
+:mod:`rlstruct.algos.replay` (the replay buffer of DQN and SAC), :mod:`rlstruct.algos.evaluation`
 and :mod:`rlstruct.algos.checkpoints`;
 :mod:`rlstruct.algos.cli` parses the command line and :mod:`rlstruct.algos.profile` shows where the time
 of a collect + learn loop goes.
 
 Each of :mod:`rlstruct.algos.reinforce`, :mod:`rlstruct.algos.a2c`, :mod:`rlstruct.algos.dqn`,
-:mod:`rlstruct.algos.sac` and :mod:`rlstruct.algos.ppo` has the same anatomy: a config dataclass, the loss as a
-function of tensors,
-``train(config) -> TrainResult`` and ``main(argv)`` (``rlstruct train <algo>`` or ``python -m rlstruct.algos.<algo>``).
+:mod:`rlstruct.algos.ppo` and :mod:`rlstruct.algos.sac` has the same anatomy: a config dataclass, the loss as a
+function of tensors, ``train(config) -> TrainResult`` and ``main(argv)`` (``rlstruct train <algo>`` or
+``python -m rlstruct.algos.<algo>``).
 
 The algorithm modules are imported on first use, so that ``python -m rlstruct.algos.a2c`` does not find
 itself already imported by this package.
@@ -31,15 +33,15 @@ __all__ = [
     "reinforce",
     "a2c",
     "dqn",
-    "sac",
     "ppo",
+    "sac",
     "RunConfig",
     "TrainResult",
     "ReinforceConfig",
     "A2CConfig",
     "DQNConfig",
-    "SACConfig",
     "PPOConfig",
+    "SACConfig",
     "discounted_returns",
     "gae_advantages",
     "n_step_returns",
@@ -51,13 +53,13 @@ _LAZY = {
     "reinforce": ("rlstruct.algos.reinforce", None),
     "a2c": ("rlstruct.algos.a2c", None),
     "dqn": ("rlstruct.algos.dqn", None),
+    "ppo": ("rlstruct.algos.ppo", None),
     "sac": ("rlstruct.algos.sac", None),
     "ReinforceConfig": ("rlstruct.algos.reinforce", "ReinforceConfig"),
     "A2CConfig": ("rlstruct.algos.a2c", "A2CConfig"),
     "DQNConfig": ("rlstruct.algos.dqn", "DQNConfig"),
-    "SACConfig": ("rlstruct.algos.sac", "SACConfig"),
-    "ppo": ("rlstruct.algos.ppo", None),
     "PPOConfig": ("rlstruct.algos.ppo", "PPOConfig"),
+    "SACConfig": ("rlstruct.algos.sac", "SACConfig"),
     "n_step_returns": ("rlstruct.algos.dqn", "n_step_returns"),
     "double_dqn_targets": ("rlstruct.algos.dqn", "double_dqn_targets"),
     "profile_training": ("rlstruct.algos.profile", "profile_training"),

@@ -1,4 +1,4 @@
-"""The ``rlstruct`` command: ``rlstruct train {reinforce,a2c,dqn,sac,ppo} [flags]``, ``rlstruct eval CHECKPOINT``,
+"""The ``rlstruct`` command: ``rlstruct train {reinforce,a2c,dqn,ppo,sac} [flags]``, ``rlstruct eval CHECKPOINT``,
 ``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.algos.profile`), and the
 argument parser every algorithm's ``main`` builds from its config dataclass (:func:`run_main`).
 
@@ -37,7 +37,7 @@ from rlstruct.structures import DictTensor
 __all__ = ["ALGORITHMS", "main", "evaluate_checkpoint", "field_docs", "build_parser", "config_from_args", "run_main"]
 
 #: algorithm name -> module under rlstruct.algos
-ALGORITHMS = ("reinforce", "a2c", "dqn", "sac", "ppo")
+ALGORITHMS = ("reinforce", "a2c", "dqn", "ppo", "sac")
 
 
 def _agent_of(algo: str, config: dict[str, Any]) -> tuple[Any, DictTensor]:
@@ -345,7 +345,7 @@ def run_main(train: Callable[[Any], TrainResult], config_cls: type, validate: Ca
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlstruct`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = ("usage: rlstruct train {reinforce,a2c,dqn,sac,ppo} [flags]   (rlstruct train ALGO --help lists them)\n"
+    usage = ("usage: rlstruct train {reinforce,a2c,dqn,ppo,sac} [flags]   (rlstruct train ALGO --help lists them)\n"
              "       rlstruct eval CHECKPOINT [--episodes N]\n"
              "       rlstruct autotune [--env ID] [--processes P ...]   (best envs per process and process count)\n"
              "       rlstruct profile [--env ID] [--n-envs N]   (where the time of a collect + learn loop goes)")

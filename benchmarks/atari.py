@@ -6,7 +6,7 @@ this process, on the CPU, in the same run:
 
 * **rlstruct**: ``RL_Batcher(n_timesteps, create_policy_agent, ..., make_env(backend="ale", autoreset=True))``,
   ``execute(); get()`` per acquisition (frames written into the batcher's uint8 buffer, copied out by ``get``);
-* **ale-py loop**: ``obs = vec.reset(); loop: logits = model.policy(torch.from_numpy(obs)); sample;
+* **ale-py loop**: ``obs = vec.reset(); loop: actions = model.policy(torch.from_numpy(obs)).sample(generator);
   obs = vec.step(actions)``: the least a training loop must do, storing nothing.
 
 Reported: agent steps/s and emulator frames/s (x4, the frameskip), and rlstruct's share of the bare loop.
@@ -66,9 +66,7 @@ def ale_rate(model, n_envs: int, steps: int, repeats: int) -> float:
             t0 = time.perf_counter()
             for _ in range(steps):
                 with torch.no_grad():
-                    logits = model.policy(torch.from_numpy(obs))
-                u = torch.rand(logits.shape, generator=generator)
-                actions = (logits - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(-1)
+                    actions = model.policy(torch.from_numpy(obs)).sample(generator)
                 obs, *_ = vec.step(actions.numpy().astype(np.int64))
             if r > 0:  # the first round is the warm-up
                 best = max(best, n_envs * steps / (time.perf_counter() - t0))

@@ -9,6 +9,7 @@ from rlstruct.algos.networks import (
     ActorCritic,
     Categorical,
     DiagGaussian,
+    EncoderActorCritic,
     PolicyAgent,
     build_actor_critic,
     create_policy_agent,
@@ -67,8 +68,13 @@ def test_build_actor_critic_follows_the_spec():
     assert {n for n, _ in cont.named_parameters()} - {n for n, _ in cont.actor.named_parameters(prefix="actor")} \
         - {n for n, _ in cont.critic.named_parameters(prefix="critic")} == {"log_std"}
     assert any(p is cont.log_std for p in cont.policy_parameters())
-    with pytest.raises(SpaceError, match=r"takes flat observations, got spec.obs_shape=\(4, 84, 84\)"):
-        build_actor_critic(EnvSpec((4, 84, 84), "uint8", 6, 1000), (8,))
+    # Images: the CNN actor-critic for discrete actions; continuous actions from pixels are refused.
+    assert isinstance(build_actor_critic(EnvSpec((4, 84, 84), "uint8", 6, 1000), (8,)), EncoderActorCritic)
+    pixels_box = EnvSpec((4, 84, 84), "uint8", None, 1000, action_shape=(2,), action_low=(-1.0, -1.0),
+                         action_high=(1.0, 1.0))
+    with pytest.raises(SpaceError, match=r"takes discrete actions with image observations, got spec.obs_shape="
+                                         r"\(4, 84, 84\) with continuous actions"):
+        build_actor_critic(pixels_box, (8,))
 
 
 def _obs(n, dim, seed=0):
