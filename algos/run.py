@@ -36,7 +36,7 @@ from rlstruct.algos.networks import cpu_state_dict
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import DeviceLike, as_device, check_device_exists
 from rlstruct.envs import make_env
-from rlstruct.envs.factory import BACKENDS
+from rlstruct.envs.factory import BACKENDS, resolve_backend
 from rlstruct.errors import DeviceMismatchError, SpaceError
 from rlstruct.structures import DictTensor, Trajectories
 
@@ -65,7 +65,8 @@ class RunConfig:
 
     Attributes:
         env: gymnasium id of the environment, e.g. CartPole-v1 or Acrobot-v1.
-        backend: torch (rlstruct's torch simulators), gymnasium or envpool.
+        backend: auto (torch where rlstruct simulates the id, ale for ALE/ ids, else gymnasium), torch (rlstruct's
+            torch simulators), gymnasium, envpool, ale (ale-py's vector env) or gymnax (JAX).
         n_envs: environments per training worker (the batch is n_envs * max(n_processes, 1) envs).
         n_processes: training batcher worker processes (0 steps the envs in this process).
         max_episode_steps: episode time limit (truncation); None keeps the env's own.
@@ -91,7 +92,7 @@ class RunConfig:
     """
 
     env: str = "CartPole-v1"
-    backend: str = "torch"
+    backend: str = "auto"
     n_envs: int = 16
     n_processes: int = 0
     max_episode_steps: int | None = None
@@ -236,6 +237,7 @@ def describe_env(name: str, backend: str, max_episode_steps: int | None) -> EnvS
             of 1 (flat) or 3 (image) dimensions.
         ValueError: the env has no time limit and ``max_episode_steps`` is ``None``.
     """
+    backend = resolve_backend(name, backend)
     env = make_env(name, 1, backend=backend, max_episode_steps=max_episode_steps)
     try:
         act, obs = env.action_space, env.observation_space

@@ -31,7 +31,8 @@ def _cli(*args: str) -> dict:
 
 
 @pytest.mark.parametrize(("algo", "backend", "flags"), [
-    ("ppo", "ale", ["--n-steps", "32", "--max-env-steps", "256"]),
+    # The default backend ("auto") picks ale-py's vector env for ALE/ ids: `rlstruct train ppo --env ALE/...`.
+    ("ppo", "auto", ["--n-steps", "32", "--max-env-steps", "256"]),
     ("dqn", "ale", ["--max-env-steps", "320", "--learning-starts", "128", "--buffer-size", "1000",
                     "--batch-size", "16", "--gradient-steps", "2"]),
     ("a2c", "gymnasium", ["--max-env-steps", "128"]),
@@ -39,9 +40,9 @@ def _cli(*args: str) -> dict:
 def test_breakout_trains_from_frames_checkpoints_and_evaluates(algo, backend, flags, tmp_path):
     spec = describe_env("ALE/Breakout-v5", backend, 100)
     assert spec.pixels and spec.obs_dtype == "uint8"
-    assert spec.obs_shape == ((4, 84, 84) if backend == "ale" else (210, 160, 3))
-    summary = _cli("train", algo, "--env", "ALE/Breakout-v5", "--backend", backend, "--logdir", str(tmp_path),
-                   *SMALL, *flags)
+    assert spec.obs_shape == ((210, 160, 3) if backend == "gymnasium" else (4, 84, 84))
+    backend_flag = [] if backend == "auto" else ["--backend", backend]
+    summary = _cli("train", algo, "--env", "ALE/Breakout-v5", *backend_flag, "--logdir", str(tmp_path), *SMALL, *flags)
     assert summary["env_steps"] >= int(flags[flags.index("--max-env-steps") + 1])
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert any(k.startswith("encoder.convs") for k in ckpt["model"])

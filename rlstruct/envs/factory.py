@@ -18,7 +18,7 @@ from rlstruct.envs.gym import GymEnv, GymEnvInf, _autoreset_mode, resets_a_subse
 from rlstruct.errors import MissingDependencyError
 from rlstruct.seeding import check_seed, env_seeds
 
-__all__ = ["make_env", "TORCH_ENVS", "BACKENDS", "ale_game"]
+__all__ = ["make_env", "resolve_backend", "TORCH_ENVS", "BACKENDS", "ale_game"]
 
 #: gymnasium id -> class name in :mod:`rlstruct.envs.classic_control` (the torch simulators).
 TORCH_ENVS = {
@@ -28,7 +28,23 @@ TORCH_ENVS = {
     "MountainCar-v0": "MountainCar",
     "Pendulum-v1": "Pendulum",
 }
-BACKENDS = ("torch", "gymnasium", "envpool", "ale", "gymnax")
+BACKENDS = ("auto", "torch", "gymnasium", "envpool", "ale", "gymnax")
+
+
+def resolve_backend(name: str, backend: str) -> str:
+    """``backend``, with ``"auto"`` resolved for the id ``name``: the torch simulator where rlstruct has one
+    (:data:`TORCH_ENVS`), ale-py's native vector env for ``ALE/`` ids, else gymnasium.
+
+    >>> [resolve_backend(n, "auto") for n in ("CartPole-v1", "ALE/Pong-v5", "MinAtar/Breakout-v1")]
+    ['torch', 'ale', 'gymnasium']
+    >>> resolve_backend("CartPole-v1", "gymnasium")
+    'gymnasium'
+    """
+    if backend != "auto":
+        return backend
+    if name in TORCH_ENVS:
+        return "torch"
+    return "ale" if name.startswith("ALE/") else "gymnasium"
 
 
 def make_env(
@@ -79,7 +95,8 @@ def make_env(
         device: where observations are returned.
         seed: an int in ``[0, 2**31)``; per-env seeds are derived from it (see :func:`~rlstruct.seeding.env_seeds`).
         autoreset: reset finished envs inside ``step`` (``GymEnvInf`` semantics).
-        backend: one of :data:`BACKENDS`: ``"torch"``, ``"gymnasium"``, ``"envpool"``, ``"ale"``, ``"gymnax"``.
+        backend: one of :data:`BACKENDS`: ``"torch"``, ``"gymnasium"``, ``"envpool"``, ``"ale"``, ``"gymnax"``, or
+            ``"auto"`` (see :func:`resolve_backend`).
         max_episode_steps: episode length limit (truncation); ``None`` keeps the id's default.
         backend_kwargs: extra keyword arguments for the backend's constructor: the torch simulator's class,
             ``gymnasium.make``/``make_vec``, ``envpool.make_gymnasium``, ale-py's ``AtariVectorEnv`` (e.g.
@@ -102,6 +119,7 @@ def make_env(
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    backend = resolve_backend(name, backend)
     n_envs = operator.index(n_envs)
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")
