@@ -544,11 +544,20 @@ def test_make_env_envpool_backend_autoreset_resets_the_finished_envs_by_id(monke
 
 
 def test_make_env_argument_errors():
-    backends = r"\['torch', 'gymnasium', 'envpool', 'ale', 'gymnax'\]"
+    backends = r"\['auto', 'torch', 'gymnasium', 'envpool', 'ale', 'gymnax'\]"
     with pytest.raises(ValueError, match=rf"backend must be one of {backends}, got 'jax'"):
         make_env("CartPole-v1", 2, backend="jax")
     with pytest.raises(ValueError, match="n_envs must be >= 1, got 0"):
         make_env("CartPole-v1", 0, backend="gymnasium")
+    with pytest.raises(ValueError, match="env must be a registered gymnasium id, got 'NoSuchEnv-v0'"):
+        make_env("NoSuchEnv-v0", 2, backend="gymnasium")
+    with pytest.raises(ValueError, match="env must be a registered gymnasium id, got 'NoSuchEnv-v0'"):
+        make_env("NoSuchEnv-v0", 2, backend="auto")
+
+
+def test_auto_backend_picks_the_torch_simulator_where_there_is_one():
+    assert type(make_env("CartPole-v1", 2, backend="auto")).__name__ == "CartPole"
+    assert isinstance(make_env("FrozenLake-v1", 2, backend="auto"), GymEnv)
 
 
 def test_make_env_pickles_as_a_create_env():

@@ -168,6 +168,11 @@ def _gymnasium_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episo
     ale = name.startswith("ALE/")
     if ale:
         gym.register_envs(_import_ale())
+    if name not in gym.registry:
+        raise ValueError(
+            f"env must be a registered gymnasium id, got {name!r}; check the spelling, import the package that "
+            f"registers it, or pick one of rlstruct's torch simulators {list(TORCH_ENVS)}"
+        )
     # ALE ids' vector entry point is ale-py's preprocessed AtariVectorEnv (other frames than gymnasium.make's):
     # backend="ale" builds that one.
     if not ale and gym.spec(name).vector_entry_point is not None:
