@@ -59,9 +59,11 @@ def gymnax_native(name: str, n: int, steps: int, read_each_step: bool = False) -
     def step(key, state):
         key, k_act, k_step = jax.random.split(key, 3)
         action = jax.random.randint(k_act, (n,), 0, n_actions)
-        obs, state, reward, term, trunc, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        # gymnax >= 1.0 returns (obs, state, reward, terminated, truncated, info), 0.0.x (obs, state, reward, done,
+        # info): the native loop keeps whatever flags its version gives.
+        obs, state, reward, *flags = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
             jax.random.split(k_step, n), state, action, params)
-        return key, state, obs, reward, term, trunc
+        return key, state, obs, reward, flags[:-1]
 
     key = jax.random.PRNGKey(0)
     _, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, n), params)
