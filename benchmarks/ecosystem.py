@@ -104,9 +104,9 @@ def gymnax_direct(name: str, n: int, iters: int) -> float:
     @jax.jit
     def step(keys, state, action):
         split = jax.vmap(jax.random.split)(keys)
-        obs, state, reward, term, trunc, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-            split[:, 1], state, action, params)
-        return split[:, 0], state, obs, reward, term | trunc
+        obs, state, reward, *flags = jax.vmap(env.step, in_axes=(0, 0, 0, None))(split[:, 1], state, action, params)
+        done = flags[0] | flags[1] if len(flags) == 3 else flags[0]  # gymnax >= 1.0 / 0.0.x, as in gymnax_native
+        return split[:, 0], state, obs, reward, done
 
     keys = jax.random.split(jax.random.PRNGKey(0), n)
     _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
