@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rlstruct.agents import RL_Agent_CheckDevice, replay_agent
+from rlstruct.agents import RL_Agent_CheckDevice
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
     ActorCritic,
@@ -36,7 +36,7 @@ from rlstruct.algos.recurrent import (
     RecurrentPolicyAgent,
     create_recurrent_agent,
     recurrent_actor_critic,
-    replay_window,
+    replay_learner,
 )
 from rlstruct.algos.returns import episode_statistics, gae_advantages
 from rlstruct.algos.run import (
@@ -210,13 +210,11 @@ def _loss_of_outputs(out: dict[str, torch.Tensor], config: A2CConfig, reward: to
 
 def _replay(agent, model: torch.nn.Module, config: A2CConfig, learner: torch.device,
             traj: Trajectories) -> dict[str, torch.Tensor]:
-    """The learner's outputs over ``traj`` through its agent: the recurrent window replay, or ``replay_agent``
-    step by step through :class:`~rlstruct.agents.RL_Agent_CheckDevice` (``check_devices``)."""
+    """The learner's outputs over ``traj`` through its agent (:func:`replay_learner`), after checking the model's
+    device (``check_devices``)."""
     if config.check_devices:
         check_on_device(model, learner, "the learner's model")
-    if config.recurrent:
-        return replay_window(agent, model, traj)
-    return replay_agent(agent, traj)
+    return replay_learner(agent, model, traj, recurrent=config.recurrent, checked=config.check_devices)
 
 
 def _replayed_loss(replay, config: A2CConfig, traj: Trajectories) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

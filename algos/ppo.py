@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
+from rlstruct.agents import RL_Agent_CheckDevice
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
     PolicyAgent,
@@ -50,6 +50,7 @@ from rlstruct.algos.recurrent import (
     RecurrentPolicyAgent,
     create_recurrent_agent,
     recurrent_actor_critic,
+    replay_learner,
     replay_window,
 )
 from rlstruct.algos.returns import episode_statistics, gae_advantages
@@ -310,12 +311,8 @@ def train(config: PPOConfig) -> TrainResult:
             with torch.no_grad():
                 if config.check_devices:
                     check_on_device(model, learner, "the learner's model")
-                if config.recurrent:
-                    out = replay_window(checked_agent if config.check_devices else loss_agent, model, traj)
-                elif config.check_devices:
-                    out = replay_agent(checked_agent, traj)
-                else:
-                    out = replay_agent_stateless(loss_agent, traj, "replay_batch")
+                out = replay_learner(checked_agent if config.check_devices else loss_agent, model, traj,
+                                     recurrent=config.recurrent, checked=config.check_devices)
                 advantages = gae_advantages(rewards * config.reward_scale, out["value"], out["next_value"],
                                             tt["_observation/terminated"], done, config.gamma, config.gae_lambda)
             if config.anneal_lr:

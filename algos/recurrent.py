@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent
+from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
 from rlstruct.algos.encoders import make_encoder
 from rlstruct.algos.networks import Categorical, NetworkAgent
 from rlstruct.devices import DeviceLike
@@ -38,6 +38,7 @@ __all__ = [
     "recurrent_actor_critic",
     "create_recurrent_agent",
     "replay_window",
+    "replay_learner",
 ]
 
 
@@ -213,3 +214,17 @@ def create_recurrent_agent(
     agent: RL_Agent = RecurrentPolicyAgent(model, device)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
 
+
+def replay_learner(agent: RL_Agent, model: nn.Module, trajectories: Trajectories, *, recurrent: bool,
+                   checked: bool):
+    """The learner's outputs over ``trajectories`` (``log_prob``, ``entropy``, ``value``, ``next_value``, each
+    ``[B, T]``), as A2C and PPO compute them: a recurrent model's window replayed from its stored first state
+    (:func:`replay_window`); step by step through ``replay_agent`` when ``agent`` is an
+    :class:`~rlstruct.agents.RL_Agent_CheckDevice` (``checked``), which checks every step's devices; else the
+    agent's one-forward ``replay_batch``.
+    """
+    if recurrent:
+        return replay_window(agent, model, trajectories)
+    if checked:
+        return replay_agent(agent, trajectories)
+    return replay_agent_stateless(agent, trajectories, "replay_batch")
