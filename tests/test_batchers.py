@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from rlstruct import DictTensor, Trajectories
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
 from rlstruct.batchers._buffer import copy_batch_major, empty_output
-from rlstruct.envs import GymEnv, GymEnvInf, TorchVecEnv, VecEnv, make_env
+from rlstruct.envs import GymEnv, GymEnvInf, JaxVecEnv, TorchVecEnv, VecEnv, make_env
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatchSizeError, DeviceMismatchError, SeedError
 from tests.conftest import device_params
 from tests.fakes import (
@@ -159,6 +159,11 @@ def torch_cartpoles(n_envs: int, seed: int) -> VecEnv:
     return make_env("CartPole-v1", n_envs, seed=seed, autoreset=True, backend="torch", max_episode_steps=9)
 
 
+def gymnax_cartpoles(n_envs: int, seed: int) -> VecEnv:
+    """Auto-reset gymnax CartPoles on the CPU: step_into copies the jitted step's outputs into the buffer."""
+    return make_env("CartPole-v1", n_envs, seed=seed, autoreset=True, backend="gymnax", max_episode_steps=9)
+
+
 def collect_gym(n_processes, seeds, agent=SamplingAgent, create_env=gym_cartpoles, **kw):
     out = []
     with RL_Batcher(6, agent, {}, create_env, {"n_envs": 3}, n_processes, seeds,
@@ -180,6 +185,18 @@ def test_an_env_writing_in_place_gives_what_step_gives(monkeypatch, agent, zero_
     zero_copy."""
     if cls is TorchVecEnv and not create_env(1, 0).writes_in_place():
         pytest.skip("numba is not installed: the torch CartPole does not write in place")
+    check_in_place_gives_what_step_gives(monkeypatch, agent, zero_copy, create_env, cls)
+
+
+def test_a_jax_env_writing_in_place_gives_what_step_gives(monkeypatch):
+    """The JAX envs on the CPU copy the jitted step's outputs into the buffer (step_into): as above, once (each
+    worker compiles the step)."""
+    pytest.importorskip("gymnax")
+    check_in_place_gives_what_step_gives(monkeypatch, SamplingAgent, True, gymnax_cartpoles, JaxVecEnv)
+
+
+def check_in_place_gives_what_step_gives(monkeypatch, agent, zero_copy, create_env, cls):
+    assert create_env(1, 0).writes_in_place()
     in_place = collect_gym(0, [5], agent, create_env, zero_copy=zero_copy)
     both = collect_gym(2, [5, 8], agent, create_env, zero_copy=zero_copy)
     monkeypatch.setattr(cls, "writes_in_place", lambda self: False)

@@ -4,9 +4,10 @@ A JAX env is a pair of pure single-env functions over an explicit state (gymnax'
 ``reset(key) -> (observation, state)`` and ``step(key, state, action) -> (observation, state, reward, terminated,
 truncated)``. :class:`JaxVecEnv` vmaps them over ``n_envs`` and jits the whole rlstruct step, the env step and the
 auto-reset select together, so that a step is one dispatch; observations, rewards and flags come back to torch
-with ``torch.from_dlpack`` on the same device (no host copy on a GPU; on the CPU torch views JAX's buffers), and
-actions go to JAX the same way on a GPU (``jax.dlpack.from_dlpack``; on the CPU the jitted call takes the action's
-numpy view directly, which is cheaper per step than DLPack's Python-level import).
+on the same device without a copy: ``torch.from_dlpack`` on a GPU; on the CPU numpy's view of JAX's buffer, which
+costs a tenth of DLPack's Python per array. Actions go to JAX the same way on a GPU (``jax.dlpack.from_dlpack``);
+on the CPU the jitted call takes the action's numpy view directly, which is cheaper than DLPack's Python-level
+import.
 
 Memory: JAX preallocates most of a GPU's memory when its GPU backend starts, which would starve torch on a shared
 GPU. Unless the user already set it, rlstruct sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` before it first imports
@@ -20,7 +21,9 @@ gymnax versions whose MinAtar frames are bool ``[10, 10, C]``) is handed over as
 
 from __future__ import annotations
 
+import functools
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +33,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._base import CallOrder, StepResult, VecEnv, check_env_info
+from rlstruct.envs._base import CallOrder, HostDestinations, StepResult, VecEnv, check_env_info
 from rlstruct.errors import (
     BatchSizeError,
     DeviceMismatchError,
@@ -62,6 +65,18 @@ def _import_jax():
             "JAX envs need jax; install them with `pip install 'rlstruct[jax]'` (jax and gymnax)"
         ) from e
     return jax
+
+
+def _quiet_readonly_views() -> None:
+    """Spends torch's once-per-process warning that a numpy array is read-only, which every CPU hand-over would
+    otherwise raise on the first step: JAX's output buffers are immutable, so numpy views them read-only. The GPU
+    hand-over (DLPack) shares the same kind of buffer without a word; on both, the outputs are to be read, not
+    written into (see :class:`JaxVecEnv`)."""
+    readonly = np.zeros(1)
+    readonly.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        torch.from_numpy(readonly)
 
 
 def jax_device(device: DeviceLike) -> Any:
@@ -130,9 +145,11 @@ class JaxVecEnv(CallOrder, VecEnv):
     from :func:`~rlstruct.seeding.env_seeds` (``jax.random.PRNGKey(env_seeds(seed, n_envs)[k])``) and split at
     every step and reset, so ``reset()`` twice starts new episodes.
 
-    Outputs are views of JAX's output buffers (``torch.from_dlpack``): a step's observations are never overwritten
-    by a later step. ``get_state()`` returns the env's state pytree (``{"env": state, "key": keys, "running": bool
-    [n_envs]}``, JAX arrays on the env's JAX device, immutable, so no copy) and ``set_state`` takes one back.
+    Outputs are views of JAX's output buffers (``torch.from_dlpack`` on a GPU, numpy's view on the CPU): a step's
+    observations are never overwritten by a later step; read them, do not write into them (JAX's buffers are
+    immutable, and other arrays of the env may share them). ``get_state()`` returns the env's state pytree
+    (``{"env": state, "key": keys, "running": bool [n_envs]}``, JAX arrays on the env's JAX device, immutable, so
+    no copy) and ``set_state`` takes one back.
 
     Args:
         reset_fn: the single-env reset.
@@ -202,6 +219,8 @@ class JaxVecEnv(CallOrder, VecEnv):
         self.action_space = action_space
         self._jax = _import_jax()
         self.jax_device = jax_device(self.device)
+        if self.device.type == "cpu":
+            _quiet_readonly_views()
         self._reset_fn, self._step_fn = reset_fn, step_fn
         self._frame_dtype = np.dtype(observation_space.dtype)
         self._all_ids = torch.arange(self._n, device=self.device)
@@ -263,9 +282,8 @@ class JaxVecEnv(CallOrder, VecEnv):
             reward = jnp.asarray(reward, jnp.float32)
             no = jnp.zeros_like(done)
             flags = jnp.stack([done, term, trunc, no, no, no, no, done])
-            last = jnp.stack([action, jnp.where(rows(done, action), jnp.zeros_like(action), action)])
             rewards = jnp.stack([reward, jnp.where(done, 0.0, reward)])
-            return keys, state, jnp.stack([obs, obs_running]), rewards, flags, last
+            return keys, state, jnp.stack([obs, obs_running]), rewards, flags
 
         def step_episodic(keys, state, running, action):
             keys, k_step, _ = split(keys)
@@ -276,7 +294,7 @@ class JaxVecEnv(CallOrder, VecEnv):
             state = select(running, state_next, state)
             flags = jnp.stack([done, term, trunc, jnp.zeros_like(done)])
             obs = jnp.asarray(obs).astype(frame_dtype)
-            return keys, state, running & ~done, obs, jnp.asarray(reward, jnp.float32), flags, action
+            return keys, state, running & ~done, obs, jnp.asarray(reward, jnp.float32), flags
 
         return jax.jit(reset), jax.jit(step_autoreset if self.autoreset else step_episodic)
 
@@ -289,15 +307,21 @@ class JaxVecEnv(CallOrder, VecEnv):
         return f"{type(self).__name__}(n_envs={self._n}, autoreset={self.autoreset}, device={self.device})"
 
     def _to_torch(self, x) -> torch.Tensor:
+        """A JAX output as a torch tensor on the same memory: through DLPack on a GPU; on the CPU through numpy's
+        zero-copy view (``np.asarray`` waits for the result and shares JAX's buffer), about 3 us against
+        ``torch.from_dlpack``'s 20-25 us of Python per array."""
+        if self.device.type == "cpu":
+            return torch.from_numpy(np.asarray(x))
         return torch.from_dlpack(x)
 
     def _to_jax(self, a: torch.Tensor) -> Any:
         """The action (a fresh tensor of the env's, never written again) as the jitted step's argument: through
-        DLPack on a GPU; on the CPU as the numpy view of the same memory, which the jitted call takes in C++ at a
-        fraction of ``jax.dlpack.from_dlpack``'s Python cost (tens of microseconds per step)."""
+        DLPack on a GPU (as int32 for a Discrete space: JAX computes in 32 bits); on the CPU as the numpy view of
+        the same memory, which the jitted call takes in C++ (narrowing int64 to int32 there) at a fraction of
+        ``jax.dlpack.from_dlpack``'s Python cost (tens of microseconds per step)."""
         if self.device.type == "cpu":
             return a.numpy()
-        return self._jax.dlpack.from_dlpack(a)
+        return self._jax.dlpack.from_dlpack(a.to(self._jax_action_dtype))
 
     def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
         """Restarts every env (each with a key split from its own, so every reset starts new episodes).
@@ -368,8 +392,9 @@ class JaxVecEnv(CallOrder, VecEnv):
                 f"action['action'] must have one row per running env ({n_rows}), got {shape[0]}; "
                 "act on the observation_running returned by the last reset/step, in the order of its ids"
             )
-        # A fresh contiguous tensor of JAX's dtype: JAX reads it without a copy, and never aliases the agent's.
-        return a.detach().to(self._jax_action_dtype, memory_format=torch.contiguous_format, copy=True)
+        # A fresh contiguous tensor of last_action's dtype, never the agent's: it is the step's last_action, and
+        # what JAX reads.
+        return a.detach().to(self._action_dtype, memory_format=torch.contiguous_format, copy=True)
 
     def step(self, action: DictTensor) -> StepResult:
         """Steps the running envs with ``action["action"]`` (one row per running env, in ids order).
@@ -399,34 +424,84 @@ class JaxVecEnv(CallOrder, VecEnv):
         a = self._check_action(action, n_running)
         to_jax, to_torch = self._to_jax, self._to_torch
         if self.autoreset:
-            self._keys, self._state, frames, rewards, flags, last = self._jit_step(self._keys, self._state, to_jax(a))
-            frames, rewards, flags = to_torch(frames), to_torch(rewards), to_torch(flags)
-            last = to_torch(last).to(self._action_dtype)
+            self._keys, self._state, frames, rewards, flags = self._jit_step(self._keys, self._state, to_jax(a))
+            # unbind: every row view in one call (indexing row by row costs a few microseconds a row).
+            frame, frame_running = to_torch(frames).unbind(0)
+            reward, reward_running = to_torch(rewards).unbind(0)
+            flags = to_torch(flags).unbind(0)
+            done = flags[0]
             nxt = DictTensor._trusted({
-                "frame": frames[0], "reward": rewards[0], "done": flags[0], "terminated": flags[1],
-                "truncated": flags[2], "initial_state": flags[3], "last_action": last[0],
+                "frame": frame, "reward": reward, "done": done, "terminated": flags[1],
+                "truncated": flags[2], "initial_state": flags[3], "last_action": a,
             })
             running = DictTensor._trusted({
-                "frame": frames[1], "reward": rewards[1], "done": flags[4], "terminated": flags[5],
-                "truncated": flags[6], "initial_state": flags[7], "last_action": last[1],
+                "frame": frame_running, "reward": reward_running, "done": flags[4], "terminated": flags[5],
+                "truncated": flags[6], "initial_state": flags[7],
+                "last_action": a.masked_fill(done.view((-1,) + (1,) * len(self._action_shape)), 0),
             })
             return (nxt, ids), (running, ids)
         if n_running < self._n:
             full = torch.zeros((self._n,) + self._action_shape, dtype=a.dtype, device=self.device)
             a = full.index_copy_(0, ids, a)
-        self._keys, self._state, self._running, frame, reward, flags, last = self._jit_step(
+        self._keys, self._state, self._running, frame, reward, flags = self._jit_step(
             self._keys, self._state, self._running, to_jax(a)
         )
-        frame, reward, flags = to_torch(frame), to_torch(reward), to_torch(flags)
-        last = to_torch(last).to(self._action_dtype)
+        frame, reward, flags = to_torch(frame), to_torch(reward), to_torch(flags).unbind(0)
         values = {"frame": frame, "reward": reward, "done": flags[0], "terminated": flags[1], "truncated": flags[2],
-                  "initial_state": flags[3], "last_action": last}
+                  "initial_state": flags[3], "last_action": a}
         if n_running < self._n:
             values = {k: v.index_select(0, ids) for k, v in values.items()}
         nxt = DictTensor._trusted(values)
         keep = (~nxt["done"]).nonzero().squeeze(1)
         self._ids = ids.index_select(0, keep)
         return (nxt, ids), (nxt.index(keep), self._ids)
+
+    def writes_in_place(self) -> bool:
+        """True for an auto-reset env on the CPU: :meth:`step_into` copies the jitted step's output buffers
+        straight into the destinations (numpy copies of numpy views, no tensors or DictTensors per step). On a GPU
+        the generic :meth:`VecEnv.step_into <rlstruct.envs.VecEnv.step_into>` (``step``, then a copy per key)."""
+        return self.autoreset and self.device.type == "cpu"
+
+    @functools.cached_property
+    def _destinations(self) -> HostDestinations:
+        """What :meth:`step_into`'s destinations must be: the observations' keys, per-row shapes and dtypes."""
+        flag = ((), np.dtype(bool))
+        return HostDestinations(
+            {"frame": (tuple(self.observation_space.shape), self._frame_dtype),
+             "reward": ((), np.dtype(np.float32)), "done": flag, "terminated": flag, "truncated": flag,
+             "initial_state": flag,
+             "last_action": (self._action_shape, np.dtype(np.int64 if self._integer_action else np.float32))},
+            self._n,
+        )  # fmt: skip
+
+    def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
+        """:meth:`step`, writing both observations into the given tensors (see
+        :meth:`VecEnv.step_into <rlstruct.envs.VecEnv.step_into>`): on the CPU, the jitted step's outputs are
+        copied from their buffers into the destinations; on a GPU, :meth:`step` runs and its observations are
+        copied.
+
+        Raises:
+            KeyError, DeviceMismatchError, SpaceError: a destination lacks a key, is not on the CPU, or has
+                another shape or dtype than the observations.
+            EnvStateError: the env does not auto-reset, was never reset, or is closed.
+            Whatever :meth:`step` raises for the action.
+        """
+        if not self.writes_in_place():
+            return super().step_into(action, observation_next, observation_running)
+        self._check_steppable("step_into")
+        a = self._check_action(action, self._n).numpy()
+        nxt = self._destinations(observation_next, "observation_next")
+        run = self._destinations(observation_running, "observation_running")
+        self._keys, self._state, frames, rewards, flags = self._jit_step(self._keys, self._state, a)
+        frames, rewards, flags = np.asarray(frames), np.asarray(rewards), np.asarray(flags)
+        for i, out in enumerate((nxt, run)):
+            np.copyto(out["frame"], frames[i])
+            np.copyto(out["reward"], rewards[i])
+            for j, k in enumerate(("done", "terminated", "truncated", "initial_state")):
+                np.copyto(out[k], flags[4 * i + j])
+        np.copyto(nxt["last_action"], a)
+        np.copyto(run["last_action"], a)
+        run["last_action"][flags[0]] = 0
 
     # ---------------------------------------------------------------- state
     def get_state(self) -> dict[str, Any]:
