@@ -68,6 +68,9 @@ class WorkerPlacement:
         env: any other variables for the child.
         num_threads: torch intra-op threads in the child (default 1 for CPU workers, so that
             several workers do not oversubscribe the cores).
+        cpus: the CPU cores the child runs on (``os.sched_setaffinity``, set before it builds its env and
+            agent), e.g. ``(k,)`` for worker ``k``: one core each, so that workers neither share a core nor
+            migrate between cores. ``None`` (the default): wherever the OS schedules it. Linux only.
 
     >>> WorkerPlacement().environment()
     {'CUDA_VISIBLE_DEVICES': ''}
@@ -81,9 +84,12 @@ class WorkerPlacement:
     mps_active_thread_percentage: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     num_threads: int | None = None
+    cpus: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         self.device = as_device(self.device)
+        if self.cpus is not None:
+            self.cpus = _check_cpus(self.cpus)
         p = self.mps_active_thread_percentage
         if p is not None and not (isinstance(p, int) and 1 <= p <= 100):
             raise ValueError(f"mps_active_thread_percentage must be an int in [1, 100], got {p!r}")
@@ -105,6 +111,25 @@ class WorkerPlacement:
         if self.mps_active_thread_percentage is not None:
             e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(self.mps_active_thread_percentage)
         return e
+
+
+def _check_cpus(cpus: Any) -> tuple[int, ...]:
+    """``cpus`` as a sorted tuple of cores this process may run on, or a ValueError naming the problem."""
+    if not hasattr(os, "sched_setaffinity"):
+        raise ValueError(f"cpus={cpus!r} needs os.sched_setaffinity, which this platform lacks (Linux has it); "
+                         "leave cpus=None")
+    try:
+        cores = tuple(sorted({int(c) for c in cpus}))
+    except (TypeError, ValueError):
+        raise ValueError(f"cpus must be a sequence of core numbers, got {cpus!r}; pass e.g. cpus=(0,)") from None
+    allowed = os.sched_getaffinity(0)
+    outside = [c for c in cores if c not in allowed]
+    if not cores or outside:
+        raise ValueError(
+            f"cpus must be a non-empty set of the cores this process may use ({sorted(allowed)}), got {cpus!r}"
+            + (f" ({outside} are not among them)" if outside else "") + "; pick cores from os.sched_getaffinity(0)"
+        )
+    return cores
 
 
 def dump_weights(state_dict: Any) -> bytes:
@@ -206,6 +231,8 @@ def _report(spec: WorkerSpec) -> dict[str, Any]:
         "environ": {k: os.environ.get(k) for k in keys},
         "num_threads": torch.get_num_threads(),
     }
+    if hasattr(os, "sched_getaffinity"):
+        report["cpus"] = sorted(os.sched_getaffinity(0))
     if spec.placement.device.type == "cuda":
         report["cuda_device_count"] = torch.cuda.device_count()
         report["cuda_device_name"] = torch.cuda.get_device_name(spec.placement.device)
@@ -260,6 +287,8 @@ def worker_main(spec: WorkerSpec, conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     acq: Acquirer | None = None
     try:
+        if spec.placement.cpus is not None:
+            os.sched_setaffinity(0, spec.placement.cpus)
         threads = spec.placement.num_threads
         if threads is None:
             threads = 1 if spec.placement.device.type == "cpu" else torch.get_num_threads()

@@ -348,6 +348,12 @@ class RayBatcher(BatcherBase):
         if num_gpus is None:
             num_gpus = 1 if any(p.device.type == "cuda" and p.visible_devices is None for p in placements) else 0
         for k, placement in enumerate(placements):
+            if placement.cpus is not None:
+                raise ValueError(
+                    f"actor_placements[{k}] pins cores (cpus={placement.cpus}), which Ray schedules for its actors; "
+                    "drop cpus there (num_cpus reserves cores), or pin the actor's worker processes through "
+                    "worker_placements"
+                )
             if placement.device.type == "cuda" and not num_gpus and placement.visible_devices is None:
                 raise ValueError(
                     f"actor {k} runs on {placement.device} but num_gpus=0, so Ray gives it no GPU; pass num_gpus > 0 "

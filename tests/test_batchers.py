@@ -544,7 +544,24 @@ def test_worker_placements_reach_the_child_environment():
         assert "RLSTRUCT_TEST_TAG" not in os.environ
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="core pinning is Linux-only")
+def test_a_worker_placement_pins_the_child_to_its_cores():
+    core = max(os.sched_getaffinity(0))
+    placements = [WorkerPlacement("cpu", cpus=(core,)), WorkerPlacement("cpu")]
+    with RL_Batcher(2, ConstantAgent, {}, CountingEnv, AUTORESET, 2, [0, 1], worker_placements=placements) as b:
+        pinned, free = b.worker_reports()
+        assert pinned["cpus"] == [core]
+        assert free["cpus"] == sorted(os.sched_getaffinity(0))
+
+
 def test_worker_placement_validation():
+    if hasattr(os, "sched_setaffinity"):
+        with pytest.raises(ValueError, match=r"cpus must be a non-empty set of the cores .*\[100000\] are not"):
+            WorkerPlacement("cpu", cpus=(100000,))
+        with pytest.raises(ValueError, match="cpus must be a non-empty set"):
+            WorkerPlacement("cpu", cpus=())
+        with pytest.raises(ValueError, match="cpus must be a sequence of core numbers"):
+            WorkerPlacement("cpu", cpus="x")
     with pytest.raises(ValueError, match="mps_active_thread_percentage"):
         WorkerPlacement("cuda:0", mps_active_thread_percentage=0)
     with pytest.raises(ValueError, match="visible_devices"):

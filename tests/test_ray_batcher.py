@@ -120,6 +120,10 @@ def test_bad_constructor_arguments():
     with pytest.raises(ValueError, match="one WorkerPlacement per actor"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0, 1], n_actors=2,
                    actor_placements=[WorkerPlacement()])
+    if hasattr(os, "sched_setaffinity"):
+        with pytest.raises(ValueError, match=r"actor_placements\[0\] pins cores \(cpus="):
+            RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0],
+                       actor_placements=[WorkerPlacement(cpus=(min(os.sched_getaffinity(0)),))])
     with pytest.raises(ValueError, match="actor 0 runs on cuda:0 but num_gpus=0, so Ray gives it no GPU"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], actor_device="cuda:0", num_gpus=0)
     with pytest.raises(ValueError, match=r"needs every actor on a CUDA device, but actor 0 runs on cpu"):
