@@ -87,6 +87,8 @@ class CartPole(TorchVecEnv):
     TAU = 0.02
     THETA_THRESHOLD_RADIANS = 12 * 2 * math.pi / 360
     X_THRESHOLD = 2.4
+    #: the physics rows ``[x, x_dot, theta, theta_dot]`` the frame shows, in order (a subclass may show fewer).
+    OBSERVED = (0, 1, 2, 3)
 
     def __init__(
         self,
@@ -101,7 +103,8 @@ class CartPole(TorchVecEnv):
         super().__init__(
             n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile
         )
-        high = [self.X_THRESHOLD * 2, np.inf, self.THETA_THRESHOLD_RADIANS * 2, np.inf]
+        bounds = (self.X_THRESHOLD * 2, np.inf, self.THETA_THRESHOLD_RADIANS * 2, np.inf)
+        high = [bounds[i] for i in self.OBSERVED]
         self.action_space = spaces.Discrete(2)
         self.observation_space = _f32_box([-h for h in high], high)
         self._add_array(
@@ -160,25 +163,10 @@ class CartPoleNoVel(CartPole):
 
     # The compiled kernels write CartPole's four-column frame: this variant steps with the numpy kernels.
     _jit_name = None
-
-    def __init__(
-        self,
-        n_envs: int,
-        *,
-        device: DeviceLike = "cpu",
-        seed: int = 0,
-        autoreset: bool = False,
-        max_episode_steps: int | None = 500,
-        compile: bool = False,
-    ):
-        super().__init__(
-            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile
-        )
-        high = [self.X_THRESHOLD * 2, self.THETA_THRESHOLD_RADIANS * 2]
-        self.observation_space = _f32_box([-h for h in high], high)
+    OBSERVED = (0, 2)
 
     def _frame(self, xp, phys):
-        return xp.frame((phys[0], phys[2]))
+        return xp.frame(tuple(phys[i] for i in self.OBSERVED))
 
 
 class Acrobot(TorchVecEnv):
