@@ -203,6 +203,21 @@ class HostDestinations:
         self.n_rows = n_rows
         self._cache: dict[int, tuple[DictTensor, dict[str, np.ndarray]]] = {}
 
+    @classmethod
+    def of_frame(
+        cls, frame_shape: tuple[int, ...], frame_dtype: np.dtype, action_shape: tuple[int, ...], discrete: bool,
+        n_rows: int,
+    ) -> HostDestinations:
+        """The destinations of an env whose observation is one ``frame``: float32 ``reward``, the bool flags, and
+        ``last_action`` int64 (``discrete``) or float32 of ``action_shape``."""
+        flag = ((), np.dtype(bool))
+        return cls(
+            {"frame": (tuple(frame_shape), np.dtype(frame_dtype)), "reward": ((), np.dtype(np.float32)),
+             "done": flag, "terminated": flag, "truncated": flag, "initial_state": flag,
+             "last_action": (tuple(action_shape), np.dtype(np.int64 if discrete else np.float32))},
+            n_rows,
+        )  # fmt: skip
+
     def __call__(self, d: DictTensor, what: str) -> dict[str, np.ndarray]:
         """The arrays of ``d`` (``what`` names it in errors).
 

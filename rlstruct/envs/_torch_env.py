@@ -392,14 +392,9 @@ class TorchVecEnv(VecEnv):
     def _destinations(self) -> HostDestinations:
         """What :meth:`step_into`'s destinations must be (made at its first call: subclasses set their spaces
         after this class's ``__init__``)."""
-        flag = ((), np.dtype(bool))
-        return HostDestinations(
-            {"frame": (tuple(self.observation_space.shape), np.dtype(np.float32)),
-             "reward": ((), np.dtype(np.float32)), "done": flag, "terminated": flag, "truncated": flag,
-             "initial_state": flag,
-             "last_action": (self.action_shape, np.dtype(np.int64 if self._discrete else np.float32))},
-            self._n,
-        )  # fmt: skip
+        return HostDestinations.of_frame(
+            self.observation_space.shape, np.float32, self.action_shape, self._discrete, self._n
+        )
 
     def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
         """:meth:`step`, writing both observations into the given tensors (see

@@ -465,14 +465,9 @@ class JaxVecEnv(CallOrder, VecEnv):
     @functools.cached_property
     def _destinations(self) -> HostDestinations:
         """What :meth:`step_into`'s destinations must be: the observations' keys, per-row shapes and dtypes."""
-        flag = ((), np.dtype(bool))
-        return HostDestinations(
-            {"frame": (tuple(self.observation_space.shape), self._frame_dtype),
-             "reward": ((), np.dtype(np.float32)), "done": flag, "terminated": flag, "truncated": flag,
-             "initial_state": flag,
-             "last_action": (self._action_shape, np.dtype(np.int64 if self._integer_action else np.float32))},
-            self._n,
-        )  # fmt: skip
+        return HostDestinations.of_frame(
+            self.observation_space.shape, self._frame_dtype, self._action_shape, self._integer_action, self._n
+        )
 
     def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
         """:meth:`step`, writing both observations into the given tensors (see
