@@ -176,6 +176,8 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
                        help="replay each acquisition as one CUDA graph (a GPU --device; RL_Batcher(cuda_graph=True))")
         p.add_argument("--zero-copy", action="store_true",
                        help="get() returns views of the batcher's buffer, not copies (RL_Batcher(zero_copy=True))")
+        p.add_argument("--physics-dtype", default="float64", choices=["float64", "float32"],
+                       help="the torch simulators' physics precision (default: float64)")
         p.add_argument("--num-threads", type=int, default=None, help="torch threads of this process (default: torch's)")
         p.add_argument("--png", default="profile.png", help="bar chart to write (default: profile.png; '' for none)")
     ns = p.parse_args(argv)
@@ -193,7 +195,7 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
                 ns.env, n_envs=ns.n_envs, n_processes=ns.n_processes, n_timesteps=ns.n_timesteps,
                 iterations=ns.iterations, device=ns.device, learner_device=ns.learner_device,
                 backend=ns.backend, seed=ns.seed, sync=not ns.no_sync, cuda_graph=ns.cuda_graph,
-                zero_copy=ns.zero_copy,
+                zero_copy=ns.zero_copy, physics_dtype=ns.physics_dtype,
             )
         png = out.plot(ns.png) if ns.png else None
     except (ValueError, RLStructError) as e:

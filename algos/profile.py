@@ -24,7 +24,7 @@ from rlstruct.agents import replay_agent_stateless
 from rlstruct.algos.a2c import A2CConfig, a2c_loss
 from rlstruct.algos.networks import PolicyAgent, build_actor_critic, cpu_state_dict, create_policy_agent, make_adam
 from rlstruct.algos.returns import gae_advantages
-from rlstruct.algos.run import create_env, describe_env, seeded_model
+from rlstruct.algos.run import check_physics_dtype, create_env, describe_env, seeded_model
 from rlstruct.batchers import RL_Batcher
 from rlstruct.batchers.autotune import AutotuneResult, Measurement, autotune, available_gpu_bytes, host_rss
 from rlstruct.batchers.profile import LEARNER_PHASES, PhaseTimer, ProfileReport, split_collection
@@ -56,6 +56,7 @@ def profile_training(
     sync: bool = True,
     cuda_graph: bool = False,
     zero_copy: bool = False,
+    physics_dtype: str = "float64",
 ) -> ProfileReport:
     """Runs ``iterations`` of collect → learn and reports where the time goes.
 
@@ -86,13 +87,15 @@ def profile_training(
             Two warm-up iterations run instead of one (the first acquisition is eager, the second captures).
         zero_copy: the batcher's ``zero_copy``: ``get`` returns views of its buffer, and ``gather`` shrinks to
             wrapping them (each iteration uses its trajectories before the next ``execute``).
+        physics_dtype: ``"float64"`` or ``"float32"``: the torch simulators' physics precision.
 
     Returns:
         A :class:`~rlstruct.batchers.profile.ProfileReport`.
 
     Raises:
         ValueError: ``iterations``, ``n_envs`` or ``n_timesteps`` below 1, ``env`` without discrete actions
-            or a flat observation, or ``cuda_graph`` with a ``device`` other than CUDA.
+            or a flat observation, ``cuda_graph`` with a ``device`` other than CUDA, or a ``physics_dtype`` that
+            :func:`~rlstruct.algos.run.check_physics_dtype` refuses.
         DeviceUnavailableError: a device this machine does not have.
 
     >>> report = profile_training("CartPole-v1", n_envs=8, n_timesteps=4, iterations=2)
@@ -104,12 +107,14 @@ def profile_training(
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     if not isinstance(n_processes, int) or n_processes < 0:
         raise ValueError(f"n_processes must be an int >= 0 (0 runs in this process), got {n_processes!r}")
+    check_physics_dtype(physics_dtype, env, backend)
     dev = check_device_exists(device)
     ldev = dev if learner_device is None else check_device_exists(learner_device)
     agent_args = _agent_args(env, backend, hidden, dev)
     a2c = A2CConfig(gamma=gamma)
     n_workers = max(n_processes, 1)
-    env_args = {"name": env, "n_envs": n_envs, "device": str(dev), "autoreset": True, "backend": backend}
+    env_args = {"name": env, "n_envs": n_envs, "device": str(dev), "autoreset": True, "backend": backend,
+                "physics_dtype": physics_dtype}
     model = seeded_model(seed, build_actor_critic, agent_args["spec"], agent_args["hidden_sizes"])
     model.to(ldev)
     learner = PolicyAgent(model, ldev)

@@ -70,6 +70,8 @@ class RunConfig:
         n_envs: environments per training worker (the batch is n_envs * max(n_processes, 1) envs).
         n_processes: training batcher worker processes (0 steps the envs in this process).
         max_episode_steps: episode time limit (truncation); None keeps the env's own.
+        physics_dtype: float64 (gymnasium's doubles) or float32 (half the state traffic: throughput on a GPU), the
+            physics precision of rlstruct's torch simulators (the torch backend only).
         learner_device: where the model, the loss and the optimizer (and a replay buffer) live.
         batcher_device: where the training batcher's envs, agents and buffer live.
         evaluation_device: where the evaluation batcher's envs, agent and buffer live.
@@ -96,6 +98,7 @@ class RunConfig:
     n_envs: int = 16
     n_processes: int = 0
     max_episode_steps: int | None = None
+    physics_dtype: str = "float64"
     learner_device: str = "cpu"
     batcher_device: str = "cpu"
     evaluation_device: str = "cpu"
@@ -136,6 +139,7 @@ def validate_run_config(config: RunConfig) -> None:
     for name in ("n_processes", "n_evaluation_processes", "torch_threads"):
         if getattr(config, name) < 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(config, name)!r}")
+    check_physics_dtype(config.physics_dtype, config.env, config.backend)
     if not config.time_limit > 0:
         raise ValueError(f"time_limit must be > 0 seconds, got {config.time_limit!r}")
     if config.max_env_steps is not None and config.max_env_steps < 1:
@@ -144,6 +148,23 @@ def validate_run_config(config: RunConfig) -> None:
         raise ValueError(f"hidden_sizes must be one or more positive widths, got {config.hidden_sizes!r}")
     for name in ("learner_device", "batcher_device", "evaluation_device"):
         check_device_exists(getattr(config, name), argument=name)
+
+
+def check_physics_dtype(physics_dtype: str, env: str, backend: str) -> None:
+    """Checks a ``physics_dtype`` setting: ``"float64"``, or ``"float32"`` for an env on the torch backend.
+
+    Raises:
+        ValueError: another value, or float32 for an env another backend steps.
+    """
+    if physics_dtype not in ("float64", "float32"):
+        raise ValueError(f"physics_dtype must be 'float64' or 'float32', got {physics_dtype!r}")
+    resolved = resolve_backend(env, backend)
+    if physics_dtype != "float64" and resolved != "torch":
+        raise ValueError(
+            f"physics_dtype={physics_dtype!r} sets the precision of rlstruct's torch simulators, but env={env!r} "
+            f"runs on the {resolved!r} backend; pass --backend torch with a torch simulator, or leave physics_dtype "
+            "at 'float64'"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,11 +315,14 @@ def create_env(
     autoreset: bool = False,
     backend: str = "torch",
     max_episode_steps: int | None = None,
+    physics_dtype: str = "float64",
 ):
-    """The batchers' ``create_env``: :func:`rlstruct.envs.make_env` with keyword arguments (pickles)."""
+    """The batchers' ``create_env``: :func:`rlstruct.envs.make_env` with keyword arguments (pickles);
+    ``physics_dtype`` other than float64 goes to the torch simulators."""
+    extra = {} if physics_dtype == "float64" else {"backend_kwargs": {"physics_dtype": getattr(torch, physics_dtype)}}
     return make_env(
         name, n_envs, device=device, seed=seed, autoreset=autoreset, backend=backend,
-        max_episode_steps=max_episode_steps,
+        max_episode_steps=max_episode_steps, **extra,
     )
 
 
@@ -618,7 +642,8 @@ def worker_args(config: RunConfig, spec: EnvSpec) -> tuple[dict[str, Any], dict[
     Each batcher adds its own ``device``, ``n_envs`` and ``autoreset``.
     """
     agent_args = {"spec": spec, "hidden_sizes": tuple(config.hidden_sizes), "check_device": config.check_devices}
-    env_args = {"name": config.env, "backend": config.backend, "max_episode_steps": spec.max_episode_steps}
+    env_args = {"name": config.env, "backend": config.backend, "max_episode_steps": spec.max_episode_steps,
+                "physics_dtype": config.physics_dtype}
     return agent_args, env_args
 
 

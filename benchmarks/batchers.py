@@ -11,7 +11,7 @@ An MLP 4-64-64-2 policy samples actions; T = 128 steps per acquisition.
     ``cuda_graph=True`` (agent + env step + buffer writes of a whole acquisition replayed as one CUDA graph),
     and one GPU worker process (n_processes=1) with the graph at the largest N.
 
-Run: python benchmarks/batchers.py [--iters 5] [--rounds 3] [--device cpu] [--sync-timings]
+Run: python benchmarks/batchers.py [--iters 5] [--rounds 3] [--device cpu] [--sync-timings] [--physics-dtype float32]
 """
 
 from __future__ import annotations
@@ -55,10 +55,15 @@ def gym_list_env(n_envs: int, seed: int):
     return GymEnvInf([gym.make("CartPole-v1") for _ in range(n_envs)], seed)
 
 
-def torch_env(n_envs: int, seed: int, device: str = "cpu", compile: bool = False):
+PHYSICS_DTYPE = torch.float64  # --physics-dtype
+
+
+def torch_env(n_envs: int, seed: int, device: str = "cpu", compile: bool = False, physics_dtype=None):
+    physics_dtype = PHYSICS_DTYPE if physics_dtype is None else physics_dtype
     if compile:  # the step fused by torch.compile
-        return CartPole(n_envs, device=device, seed=seed, autoreset=True, compile=True)
-    return make_env("CartPole-v1", n_envs, device=device, seed=seed, autoreset=True)
+        return CartPole(n_envs, device=device, seed=seed, autoreset=True, compile=True, physics_dtype=physics_dtype)
+    return make_env("CartPole-v1", n_envs, device=device, seed=seed, autoreset=True,
+                    backend_kwargs={"physics_dtype": physics_dtype})
 
 
 def bench_batcher(batcher: RL_Batcher, iters: int) -> tuple[float, dict]:
@@ -136,7 +141,8 @@ SYNC_TIMINGS = False  # --sync-timings: exact GPU phase shares, at one device sy
 def batcher_on(
     device: str, n: int, n_processes: int = 0, cuda_graph: bool = False, compile: bool = False, zero_copy: bool = False
 ) -> RL_Batcher:
-    return RL_Batcher(T, MLPAgent, {"device": device}, torch_env, {"n_envs": n, "device": device, "compile": compile},
+    env_args = {"n_envs": n, "device": device, "compile": compile, "physics_dtype": PHYSICS_DTYPE}
+    return RL_Batcher(T, MLPAgent, {"device": device}, torch_env, env_args,
                       n_processes, [0], device=device, cuda_graph=cuda_graph, sync_timings=SYNC_TIMINGS,
                       zero_copy=zero_copy)
 
@@ -149,9 +155,12 @@ def main(argv=None) -> None:
     p.add_argument("--sizes", type=int, nargs="*", default=None, help="env counts for part (b)")
     p.add_argument("--skip-processes", action="store_true", help="skip part (a), the worker-process comparison")
     p.add_argument("--sync-timings", action="store_true", help="exact GPU timings() shares (one sync per phase)")
+    p.add_argument("--physics-dtype", default="float64", choices=["float64", "float32"],
+                   help="the torch CartPole's physics precision (parts b and c)")
     args = p.parse_args(argv)
-    global SYNC_TIMINGS
+    global SYNC_TIMINGS, PHYSICS_DTYPE
     SYNC_TIMINGS = args.sync_timings
+    PHYSICS_DTYPE = getattr(torch, args.physics_dtype)
     torch.set_num_threads(1)
     rows: list[tuple[str, str, float, str]] = []
 

@@ -56,12 +56,14 @@ def _warmup(rows: list[dict[str, float]]) -> float:
     return done[0]["wall_time_s"] if done else math.nan
 
 
-def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: float) -> dict[str, float]:
+def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: float,
+          physics_dtype: str = "float64") -> dict[str, float]:
     """One run of ``algo`` on CartPole-v1 until an evaluation reaches the target, in a fresh process."""
     with tempfile.TemporaryDirectory() as tmp:
         flags = FAST_FLAGS if gpu else ["--overlap"] + (["--compile-update"] if compile_update else [])
         cmd = [sys.executable, "-m", f"rlstruct.algos.{algo}", "--seed", str(seed), "--logdir", tmp, "--no-progress",
-               "--no-tensorboard", "--target-return", str(TARGET), "--time-limit", str(time_limit), *flags]
+               "--no-tensorboard", "--target-return", str(TARGET), "--time-limit", str(time_limit),
+               "--physics-dtype", physics_dtype, *flags]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         wall = time.perf_counter() - t0
@@ -73,7 +75,8 @@ def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: 
             "env_steps": reached[0]["env_steps"] if reached else rows[-1]["env_steps"], "process_s": wall}
 
 
-def throughput(algo: str, n_envs: int, device: str, *, compile_update: bool, iterations: int) -> dict[str, float]:
+def throughput(algo: str, n_envs: int, device: str, *, compile_update: bool, iterations: int,
+               physics_dtype: str = "float64") -> dict[str, float]:
     """Env steps per second of ``algo``'s training loop (collection and learning) at ``n_envs`` envs."""
     from rlstruct.algos import a2c, ppo
 
@@ -85,7 +88,7 @@ def throughput(algo: str, n_envs: int, device: str, *, compile_update: bool, ite
                      cuda_graph=gpu, compile_update=compile_update, overlap=True, anneal_lr=False,
                      max_env_steps=n_envs * n_steps * (iterations + WARMUP_ITERATIONS), time_limit=3600.0,
                      eval_every=10 ** 9, n_evaluation_envs=4, stop_at_reward_threshold=False, progress=False,
-                     tensorboard=False, logdir=tmp)
+                     tensorboard=False, logdir=tmp, physics_dtype=physics_dtype)
         result = module.train(config)
     rows = [r for r in result.history if "eval/return" not in r]
     start = next(r for r in rows if r["iteration"] >= WARMUP_ITERATIONS)
@@ -105,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=None,
                         help="seconds per solve run (default: 120 GPU, 20 CPU)")
     parser.add_argument("--compile", action="store_true", help="on the CPU, also compile the update (slow to start)")
+    parser.add_argument("--physics-dtype", default="float64", choices=["float64", "float32"],
+                        help="the torch CartPole's physics precision")
     parser.add_argument("--skip-solve", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--json", default=None, help="write the results to this file")
@@ -117,14 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     time_limit = ns.time_limit if ns.time_limit is not None else (120.0 if gpu else 20.0)
     compile_update = gpu or ns.compile
     machine = torch.cuda.get_device_name() if gpu else platform.processor() or platform.machine()
-    print(f"device: {device} ({machine}), torch {torch.__version__}, compile_update={compile_update}")
+    print(f"device: {device} ({machine}), torch {torch.__version__}, compile_update={compile_update}, "
+          f"physics {ns.physics_dtype}")
     if not gpu:
         print("no CUDA device: running the small CPU version; the GPU numbers (solve time on one GPU, throughput at "
               "2**14..2**20 envs) need a GPU machine")
     out: dict[str, object] = {"device": device, "machine": machine, "torch": torch.__version__, "gpu": gpu}
 
     if not ns.skip_solve:
-        runs = [solve(a, s, gpu, compile_update=compile_update, time_limit=time_limit)
+        runs = [solve(a, s, gpu, compile_update=compile_update, time_limit=time_limit, physics_dtype=ns.physics_dtype)
                 for a in ns.algos for s in seeds]
         out["solve"] = runs
         rows = []
@@ -138,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         print_table(["algo", "reached", "warm-up s (median)", "training s (median)", "warm-up s (all runs)"], rows)
 
     if not ns.skip_throughput:
-        tp = [throughput(a, 2 ** k, device, compile_update=compile_update, iterations=iterations)
+        tp = [throughput(a, 2 ** k, device, compile_update=compile_update, iterations=iterations,
+                         physics_dtype=ns.physics_dtype)
               for a in ns.algos for k in log2]
         out["throughput"] = tp
         print(f"\nTraining throughput, learner included ({device}, {iterations} timed iterations):")

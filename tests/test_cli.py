@@ -131,6 +131,10 @@ def test_bad_commands_exit_2_with_one_line(capsys):
         (["train", "trpo"], "must be one of reinforce, a2c, dqn, ppo, sac"),
         (["train", "a2c", "--env", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
         (["train", "dqn", "--n-envs", "0"], "n_envs must be >= 1"),
+        (["train", "a2c", "--physics-dtype", "float16"], "physics_dtype must be 'float64' or 'float32'"),
+        (["train", "a2c", "--backend", "gymnasium", "--physics-dtype", "float32"], "runs on the 'gymnasium' backend"),
+        (["profile", "--physics-dtype", "float32", "--backend", "gymnasium", "--png", ""],
+         "runs on the 'gymnasium' backend"),
         (["eval", "/no/such/checkpoint.pt"], "No such file"),
         (["eval", "x.pt", "--device", "cuda:7"], "device='cuda:7' does not exist"),
     ]:

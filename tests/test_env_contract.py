@@ -71,13 +71,15 @@ def _gym_vector(name: str, autoreset: bool, mode: str) -> Case:
     return Case(f"{mode}-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name)
 
 
-def _torch_sim(name: str, autoreset: bool) -> Case:
+def _torch_sim(name: str, autoreset: bool, physics_dtype: torch.dtype = torch.float64) -> Case:
     def build(n, seed, device):
         return make_env(
-            name, n, device=device, seed=seed, autoreset=autoreset, backend="torch", max_episode_steps=MAX_STEPS[name]
+            name, n, device=device, seed=seed, autoreset=autoreset, backend="torch", max_episode_steps=MAX_STEPS[name],
+            backend_kwargs={"physics_dtype": physics_dtype},
         )
 
-    return Case(f"torch-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name, has_state=True)
+    suffix = "" if physics_dtype == torch.float64 else "-float32"
+    return Case(f"torch-{name}-{'inf' if autoreset else 'episodic'}{suffix}", build, autoreset, name, has_state=True)
 
 
 def _fake_next_step(name: str, autoreset: bool, partial_rows: str) -> Case:
@@ -132,6 +134,8 @@ def _cases() -> list[Case]:
             for autoreset in (False, True):
                 cases.append(_torch_sim(name, autoreset))
         cases.append(_device_wrapped(_torch_sim("CartPole-v1", True)))
+        for name, autoreset in (("CartPole-v1", True), ("Pendulum-v1", False)):
+            cases.append(_torch_sim(name, autoreset, torch.float32))
     return cases
 
 

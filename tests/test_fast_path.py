@@ -226,6 +226,20 @@ def test_ppo_shared_weights_log_what_cpu_copies_log(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_float32_physics_reaches_every_batchers_envs_and_trains(tmp_path):
+    """--physics-dtype float32: the training and evaluation envs step float32 physics; a run is reproducible and
+    differs from the float64 one only through the rounding."""
+    env = create_env("CartPole-v1", 2, seed=0, physics_dtype="float32")
+    assert env.physics_dtype == torch.float32 and create_env("CartPole-v1", 2, seed=0).physics_dtype == torch.float64
+    cfg = dict(max_env_steps=768, n_envs=8, eval_every=3, hidden_sizes=(16,), anneal_lr=False, log_every=1)
+    first = a2c.train(a2c.A2CConfig(**_common(tmp_path / "a", physics_dtype="float32", **cfg)))
+    second = a2c.train(a2c.A2CConfig(**_common(tmp_path / "b", physics_dtype="float32", **cfg)))
+    wide = a2c.train(a2c.A2CConfig(**_common(tmp_path / "c", **cfg)))
+    assert _rows(first) == _rows(second) and _rows(first) != _rows(wide)
+    assert len(first.history) == len(wide.history)
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("module, cls", [(a2c, a2c.A2CConfig), (ppo, ppo.PPOConfig)])
 def test_overlap_in_process_runs_and_is_reproducible(tmp_path, module, cls):
     cfg = dict(max_env_steps=1_024, n_envs=8, eval_every=3, hidden_sizes=(16,), log_every=1, overlap=True)

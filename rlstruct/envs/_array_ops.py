@@ -78,6 +78,10 @@ class TorchOps:
     def frame(rows: Any) -> torch.Tensor:
         """``float32 [B, F]`` whose column ``f`` is ``rows[f]``: a ``[F, B]`` tensor or ``F`` tensors ``[B]``."""
         if isinstance(rows, torch.Tensor):
+            if rows.dtype == torch.float32:
+                # A copy whatever the shape: ``.to`` returns its input unchanged when the dtype already matches
+                # (even with another memory_format asked for), and a frame must never alias the state.
+                return rows.t().clone(memory_format=torch.contiguous_format)
             return rows.t().to(torch.float32, memory_format=torch.contiguous_format)
         return torch.stack(tuple(rows), dim=1).to(torch.float32)
 

@@ -4,7 +4,7 @@ A simulator's whole mutable state is one :class:`SimState` value; a kernel reads
 given and returns the next state and the step's outputs, touching nothing else (gymnax's split: a pure step over
 an explicit state, with the auto-reset around it). The ``system`` argument of every kernel is the simulator
 (a :class:`~rlstruct.envs.TorchVecEnv`), read for its constants and its pure hooks only (``_transition``,
-``_frame``, ``_initial_physics``, ``_arrays``, ``_limit``, ``_discrete``, ``_jit_*``), never for state.
+``_frame``, ``_initial_physics``, ``_arrays``, ``_draws``, ``_limit``, ``_discrete``, ``_jit_*``), never for state.
 
 :func:`restart` starts every env's next episode (``reset``). Auto-reset kernels (every env always runs; a finished
 env restarts with a fresh draw):
@@ -40,7 +40,6 @@ import numpy as np
 import torch
 
 from rlstruct.envs._array_ops import NumpyOps, TorchOps
-from rlstruct.envs._rng import uniform_draws
 
 __all__ = [
     "SimState", "AutoresetOutputs", "EpisodicOutputs", "restart", "advance", "autoreset_dense", "autoreset_sparse",
@@ -52,8 +51,8 @@ class SimState(NamedTuple):
     """The state of ``B`` envs of one simulator: every tensor a step reads and replaces (one column or row per env).
 
     Attributes:
-        physics: ``float64 [P, B]``, one contiguous row per state variable (structure of arrays: every elementwise
-            kernel reads contiguous memory).
+        physics: ``float64 [P, B]`` (or float32), one contiguous row per state variable (structure of arrays:
+            every elementwise kernel reads contiguous memory).
         elapsed_steps: ``int64 [B]``, steps taken in the current episode (gymnasium's ``TimeLimit`` counter).
         episode: ``int64 [B]``, index of the env's current episode (0 after the first ``reset``).
         rng_key: ``int64 [B]`` in ``[0, 2**32)`` (``uint32`` in host kernels): with ``episode``, the RNG state.
@@ -120,7 +119,7 @@ def restart(system: Any, state: SimState) -> tuple[SimState, torch.Tensor]:
     without a seed) and the same state restarts the same way.
     """
     episode = state.episode + 1
-    physics = system._initial_physics(TorchOps, uniform_draws(state.rng_key, episode, system._arrays(TorchOps)))
+    physics = system._initial_physics(TorchOps, system._draws(TorchOps, state.rng_key, episode))
     zeros = torch.zeros_like
     fresh = SimState(physics, zeros(state.elapsed_steps), episode, state.rng_key, zeros(state.last_action))
     return fresh, system._frame(TorchOps, physics)
@@ -151,7 +150,7 @@ def autoreset_dense(
 ) -> tuple[SimState, AutoresetOutputs]:
     """The auto-reset step with fresh draws for every env, kept where an episode ended (no host sync)."""
     nxt, out = advance(system, state, action)
-    fresh = system._initial_physics(TorchOps, uniform_draws(nxt.rng_key, nxt.episode, system._arrays(TorchOps)))
+    fresh = system._initial_physics(TorchOps, system._draws(TorchOps, nxt.rng_key, nxt.episode))
     physics = torch.where(out.done, fresh, nxt.physics)
     return _restarted(nxt, out, physics, system._frame(TorchOps, physics))
 
@@ -165,8 +164,7 @@ def autoreset_sparse(
     """
     nxt, out = advance(system, state, action)
     rows = torch.nonzero(out.done).squeeze(1)
-    draws = uniform_draws(nxt.rng_key.index_select(0, rows), nxt.episode.index_select(0, rows),
-                          system._arrays(TorchOps))  # fmt: skip
+    draws = system._draws(TorchOps, nxt.rng_key.index_select(0, rows), nxt.episode.index_select(0, rows))
     fresh = system._initial_physics(TorchOps, draws)
     # The terminal states are not handed out (the frame is a copy): the fresh ones can go in place.
     physics = nxt.physics.index_copy_(1, rows, fresh)
@@ -200,7 +198,7 @@ def autoreset_numpy(system: Any, state: SimState, action: np.ndarray) -> tuple[S
     frame = system._frame(xp, phys_n)
     rows = done.nonzero()[0]
     episode_r = state.episode + done
-    fresh = system._initial_physics(xp, uniform_draws(state.rng_key[rows], episode_r[rows], system._arrays(xp)))
+    fresh = system._initial_physics(xp, system._draws(xp, state.rng_key[rows], episode_r[rows]))
     phys_n[:, rows] = fresh
     elapsed_n[rows] = 0
     frame_r = frame.copy()

@@ -9,7 +9,8 @@ its observation, each a pure function of arrays written once against an array na
 have compiled CPU kernels (:mod:`rlstruct.envs._jit_kernels`, with numba installed: the whole step in one call),
 which repeat its numpy kernels operation for operation, to the same bits.
 
-State (all on :attr:`TorchVecEnv.device`, one column or row per env): ``physics`` ``float64 [P, n_envs]``
+State (all on :attr:`TorchVecEnv.device`, one column or row per env): ``physics`` ``float64 [P, n_envs]`` (or
+``float32`` with ``physics_dtype=torch.float32``)
 (:meth:`TorchVecEnv.get_state` exposes it transposed, ``[n_envs, P]``, in gymnasium's order), ``elapsed_steps``
 (gymnasium's ``TimeLimit`` counter), ``episode`` (with ``rng_key``, the whole RNG state: see
 :mod:`rlstruct.envs._rng`), ``last_action``; the env also keeps the set of running envs (episodic envs).
@@ -30,7 +31,7 @@ from rlstruct.envs import _sim_kernels as kernels
 from rlstruct.envs._array_ops import NumpyOps, TorchOps
 from rlstruct.envs._base import HostDestinations, StepResult, VecEnv, host_copy
 from rlstruct.envs._jit import jit_kernels
-from rlstruct.envs._rng import MASK32, draw_table, env_keys
+from rlstruct.envs._rng import MASK32, draw_table, env_keys, uniform_draws
 from rlstruct.envs._sim_kernels import SimState
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
 from rlstruct.seeding import check_seed
@@ -44,6 +45,7 @@ _FUSED_DENSE_MAX_ENVS = 2048
 
 _STATE_KEYS = ("physics", "elapsed_steps", "episode", "rng_key", "last_action", "running")
 _KERNELS = ("jit", "numpy", "torch", "compiled")
+_PHYSICS_DTYPES = (torch.float64, torch.float32)
 
 
 class TorchVecEnv(VecEnv):
@@ -71,6 +73,12 @@ class TorchVecEnv(VecEnv):
             ``False`` (episodic): finished envs drop out until :meth:`reset`.
         max_episode_steps: truncation horizon (gymnasium's ``TimeLimit``); ``None`` for none.
         compile: fuse the step with ``torch.compile`` (off by default; the first steps compile).
+        physics_dtype: ``torch.float64`` (the default: gymnasium's doubles, the oracle tests' 1e-5 agreement and
+            the same bits on every device) or ``torch.float32``: half the state's memory traffic and the GPU's
+            single-precision rate, for throughput on accelerators. The initial states are the float64 draws
+            rounded; the trajectories then drift from the float64 ones within float32 rounding per step (and, as
+            any perturbation of these chaotic systems, apart over long episodes). On the CPU a float32 env steps
+            with the numpy kernels (the compiled kernels are float64).
 
     Attributes:
         kernel: how a step runs: ``"jit"`` (CPU, one compiled call per step: numba installed and compiled
@@ -112,6 +120,7 @@ class TorchVecEnv(VecEnv):
         autoreset: bool = False,
         max_episode_steps: int | None,
         compile: bool = False,
+        physics_dtype: torch.dtype = torch.float64,
     ):
         if isinstance(n_envs, bool) or not isinstance(n_envs, int) or n_envs < 1:
             raise ValueError(f"n_envs must be a positive int, got {n_envs!r}; pass e.g. n_envs=1024")
@@ -122,6 +131,13 @@ class TorchVecEnv(VecEnv):
                 f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}; "
                 "pass None for no time limit"
             )
+        if physics_dtype not in _PHYSICS_DTYPES:
+            raise ValueError(
+                f"physics_dtype must be torch.float64 or torch.float32, got {physics_dtype!r}; pass torch.float32 "
+                "for single-precision physics"
+            )
+        self.physics_dtype = physics_dtype
+        self._physics64 = physics_dtype == torch.float64
         self.seed = check_seed(seed)
         self.device = check_device_exists(device)
         self.autoreset = bool(autoreset)
@@ -134,12 +150,13 @@ class TorchVecEnv(VecEnv):
         self._ids_all = torch.arange(n_envs, dtype=torch.int64, device=dev)
         self._arrays_torch = SimpleNamespace()
         self._arrays_numpy = SimpleNamespace()
+        # The draws stay float64 (the same uniform values whatever the physics dtype, rounded by _draws).
         for name, values in draw_table(self.reset_low, self.reset_high).items():
-            self._add_array(name, values)
+            self._add_array(name, values, physics=False)
         if dev.type == "cpu":
             self._arrays_numpy.draw_salt_u32 = self._arrays_numpy.draw_salt.astype(np.uint32)
         self._state = SimState(
-            physics=torch.zeros(len(self.physics_names), n_envs, dtype=torch.float64, device=dev),
+            physics=torch.zeros(len(self.physics_names), n_envs, dtype=physics_dtype, device=dev),
             elapsed_steps=torch.zeros(n_envs, dtype=torch.int64, device=dev),
             episode=torch.full((n_envs,), -1, dtype=torch.int64, device=dev),
             rng_key=env_keys(self.seed, n_envs, dev),
@@ -161,7 +178,7 @@ class TorchVecEnv(VecEnv):
         on_cpu = dev.type == "cpu"
         if compile:
             self._use_kernels("compiled", sparse=on_cpu and n_envs > _FUSED_DENSE_MAX_ENVS)
-        elif on_cpu and self._jit_name is not None and jit_kernels() is not None:
+        elif on_cpu and self._physics64 and self._jit_name is not None and jit_kernels() is not None:
             self._use_kernels("jit")
         else:
             self._use_kernels("numpy" if on_cpu else "torch")
@@ -177,8 +194,11 @@ class TorchVecEnv(VecEnv):
         self._sparse_draws = sparse if kind in ("torch", "compiled") else True
         if kind == "jit":
             module = jit_kernels()
-            if module is None or self._jit_name is None:
-                raise ValueError(f"{type(self).__name__} has no compiled kernels here (numba missing or disabled)")
+            if module is None or self._jit_name is None or not self._physics64:
+                raise ValueError(
+                    f"{type(self).__name__} has no compiled kernels here (numba missing or disabled, or float32 "
+                    "physics)"
+                )
             self._jit_autoreset = getattr(module, self._jit_name + "_autoreset")
             self._jit_episodic = getattr(module, self._jit_name + "_episodic")
             self._jit_constants = np.array([getattr(self, name) for name in self._jit_params], dtype=np.float64)
@@ -201,8 +221,11 @@ class TorchVecEnv(VecEnv):
         self._autoreset_kernel = functools.partial(autoreset, self)
         self._episodic_kernel = functools.partial(episodic, self)
 
-    def _add_array(self, name: str, values: torch.Tensor) -> None:
-        """Registers a constant array of the kernels, read as ``self._arrays(xp).<name>``."""
+    def _add_array(self, name: str, values: torch.Tensor, *, physics: bool = True) -> None:
+        """Registers a constant array of the kernels, read as ``self._arrays(xp).<name>``; ``physics``: a floating
+        array in the physics dtype (so that it does not widen float32 physics)."""
+        if physics and values.is_floating_point():
+            values = values.to(self.physics_dtype)
         t = values.to(self.device)
         setattr(self._arrays_torch, name, t)
         if self.device.type == "cpu":
@@ -211,21 +234,32 @@ class TorchVecEnv(VecEnv):
     def _arrays(self, xp: type) -> SimpleNamespace:
         return self._arrays_numpy if xp.is_numpy else self._arrays_torch
 
+    def _as_physics(self, xp: type, x: Any) -> Any:
+        """``x`` in the physics dtype (a hook's explicit widening to float64 is a rounding to float32 with
+        ``physics_dtype=torch.float32``)."""
+        return xp.float64(x) if self._physics64 else xp.float32(x)
+
+    def _draws(self, xp: type, key: Any, episode: Any) -> Any:
+        """The uniform reset draws ``[D, B]`` of episodes ``episode`` of the envs with keys ``key``
+        (:func:`~rlstruct.envs._rng.uniform_draws`, float64), in the physics dtype."""
+        u = uniform_draws(key, episode, self._arrays(xp))
+        return u if self._physics64 else xp.float32(u)
+
     # ------------------------------------------------------------ subclass hooks
     # The hooks below are pure functions of arrays, written once against the array namespace ``xp``
     # (:class:`TorchOps` or :class:`NumpyOps`): Python operators and ``xp.<name>`` only, no Python
     # branch on values. Each returns freshly allocated arrays (the step writes into them).
     @abc.abstractmethod
     def _initial_physics(self, xp: type, u: Any) -> Any:
-        """Reset states ``float64 [P, B]`` from uniform draws ``float64 [D, B]`` in ``(low, high)``."""
+        """Reset states ``[P, B]`` from uniform draws ``[D, B]`` in ``(low, high)`` (both in the physics dtype)."""
 
     @abc.abstractmethod
     def _transition(self, xp: type, phys: Any, action: Any) -> tuple[Any, Any, Any]:
-        """``(next physics float64 [P, B], reward float32 [B], terminated bool [B])``."""
+        """``(next physics [P, B] in the physics dtype, reward float32 [B], terminated bool [B])``."""
 
     @abc.abstractmethod
     def _frame(self, xp: type, phys: Any) -> Any:
-        """The observation ``float32 [B, obs_dim]`` of states ``float64 [P, B]``."""
+        """The observation ``float32 [B, obs_dim]`` of states ``[P, B]``."""
 
     def _jit_inputs(self, phys: np.ndarray) -> tuple[np.ndarray, ...]:
         """The extra inputs of the compiled kernels for states ``phys float64 [P, B]``: the transcendental
@@ -534,7 +568,7 @@ class TorchVecEnv(VecEnv):
     def get_state(self) -> DictTensor:
         """Everything needed to continue exactly, as a DictTensor of ``n_envs`` rows (copies).
 
-        Keys: ``physics`` ``float64 [n_envs, P]`` (gymnasium's order, see :attr:`physics_names`),
+        Keys: ``physics`` ``[n_envs, P]`` in the physics dtype (gymnasium's order, see :attr:`physics_names`),
         ``elapsed_steps`` ``int64``, ``episode`` ``int64`` and ``rng_key`` ``int64`` (the RNG
         state), ``last_action``, ``running`` ``bool`` (always all true for auto-reset envs).
 
@@ -615,7 +649,7 @@ class TorchVecEnv(VecEnv):
                 "pass the DictTensor returned by get_state()"
             )
         self._state = SimState(
-            physics=state["physics"].detach().to(dev, torch.float64).t().contiguous(),
+            physics=state["physics"].detach().to(dev, self.physics_dtype).t().contiguous(),
             elapsed_steps=state["elapsed_steps"].to(dev, torch.int64, copy=True),
             episode=episode.clone(),
             rng_key=key.clone(),

@@ -13,9 +13,9 @@ class             gymnasium id         actions   obs_dim     max_episode_steps
 :class:`Pendulum`     ``Pendulum-v1``      Box [1]   3           200
 ================  ===================  ========  ==========  ======================
 
-The physics runs in ``float64`` (as gymnasium's, which computes in Python or numpy doubles) and
-the observation ``frame`` is ``float32``. The initial states follow gymnasium's uniform ranges,
-drawn from the counter-based RNG of :mod:`rlstruct.envs._rng` (so the numbers differ from
+The physics runs in ``float64`` (as gymnasium's, which computes in Python or numpy doubles; ``float32`` on
+request, for throughput) and the observation ``frame`` is ``float32``. The initial states follow gymnasium's
+uniform ranges, drawn from the counter-based RNG of :mod:`rlstruct.envs._rng` (so the numbers differ from
 gymnasium's for the same seed, but the distributions are the same).
 """
 
@@ -52,6 +52,7 @@ class CartPole(TorchVecEnv):
         autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
         max_episode_steps: truncation horizon (``None`` for none).
         compile: fuse the step with ``torch.compile``.
+        physics_dtype: ``torch.float64`` (gymnasium's doubles) or ``torch.float32`` (see :class:`TorchVecEnv`).
 
     Observation: ``frame`` ``float32 [B, 4]`` plus the keys of :class:`~rlstruct.envs.VecEnv`;
     ``last_action`` is ``int64 [B]``. On the CPU with numba installed (``rlstruct[fast]``) a step is one
@@ -99,9 +100,11 @@ class CartPole(TorchVecEnv):
         autoreset: bool = False,
         max_episode_steps: int | None = 500,
         compile: bool = False,
+        physics_dtype: torch.dtype = torch.float64,
     ):
         super().__init__(
-            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile
+            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile,
+            physics_dtype=physics_dtype,
         )
         bounds = (self.X_THRESHOLD * 2, np.inf, self.THETA_THRESHOLD_RADIANS * 2, np.inf)
         high = [bounds[i] for i in self.OBSERVED]
@@ -155,6 +158,7 @@ class CartPoleNoVel(CartPole):
         autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
         max_episode_steps: truncation horizon (``None`` for none).
         compile: fuse the step with ``torch.compile``.
+        physics_dtype: ``torch.float64`` (gymnasium's doubles) or ``torch.float32`` (see :class:`TorchVecEnv`).
 
     >>> full, partial = CartPole(3, seed=0), CartPoleNoVel(3, seed=0)
     >>> torch.equal(partial.reset()[0]["frame"], full.reset()[0]["frame"][:, [0, 2]])
@@ -184,6 +188,7 @@ class Acrobot(TorchVecEnv):
         autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
         max_episode_steps: truncation horizon (``None`` for none).
         compile: fuse the step with ``torch.compile``.
+        physics_dtype: ``torch.float64`` (gymnasium's doubles) or ``torch.float32`` (see :class:`TorchVecEnv`).
 
     Observation: ``frame`` ``float32 [B, 6]`` = ``[cos θ1, sin θ1, cos θ2, sin θ2, dθ1, dθ2]``;
     ``last_action`` is ``int64 [B]``.
@@ -221,9 +226,11 @@ class Acrobot(TorchVecEnv):
         autoreset: bool = False,
         max_episode_steps: int | None = 500,
         compile: bool = False,
+        physics_dtype: torch.dtype = torch.float64,
     ):
         super().__init__(
-            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile
+            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile,
+            physics_dtype=physics_dtype,
         )
         high = [1.0, 1.0, 1.0, 1.0, self.MAX_VEL_1, self.MAX_VEL_2]
         self.action_space = spaces.Discrete(3)
@@ -234,7 +241,7 @@ class Acrobot(TorchVecEnv):
         self._add_array("neg_max_vel", -max_vel)
 
     def _initial_physics(self, xp, u):
-        return xp.float64(xp.float32(u))
+        return self._as_physics(xp, xp.float32(u))
 
     def _dsdt(self, xp, s, torque):
         # gymnasium's AcrobotEnv._dsdt, book_or_nips="book", with the same constant folding as Python's
@@ -307,6 +314,7 @@ class MountainCar(TorchVecEnv):
         autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
         max_episode_steps: truncation horizon (``None`` for none).
         compile: fuse the step with ``torch.compile``.
+        physics_dtype: ``torch.float64`` (gymnasium's doubles) or ``torch.float32`` (see :class:`TorchVecEnv`).
 
     Observation: ``frame`` ``float32 [B, 2]``; ``last_action`` is ``int64 [B]``.
 
@@ -338,9 +346,11 @@ class MountainCar(TorchVecEnv):
         autoreset: bool = False,
         max_episode_steps: int | None = 200,
         compile: bool = False,
+        physics_dtype: torch.dtype = torch.float64,
     ):
         super().__init__(
-            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile
+            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile,
+            physics_dtype=physics_dtype,
         )
         self.action_space = spaces.Discrete(3)
         self.observation_space = _f32_box([self.MIN_POSITION, -self.MAX_SPEED], [self.MAX_POSITION, self.MAX_SPEED])
@@ -378,6 +388,7 @@ class Pendulum(TorchVecEnv):
         autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
         max_episode_steps: truncation horizon (``None`` for none).
         compile: fuse the step with ``torch.compile``.
+        physics_dtype: ``torch.float64`` (gymnasium's doubles) or ``torch.float32`` (see :class:`TorchVecEnv`).
 
     Observation: ``frame`` ``float32 [B, 3]`` = ``[cos θ, sin θ, θ']``; ``last_action`` is
     ``float32 [B, 1]`` (the action as given, before clipping).
@@ -412,9 +423,11 @@ class Pendulum(TorchVecEnv):
         autoreset: bool = False,
         max_episode_steps: int | None = 200,
         compile: bool = False,
+        physics_dtype: torch.dtype = torch.float64,
     ):
         super().__init__(
-            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile
+            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile,
+            physics_dtype=physics_dtype,
         )
         self.action_space = spaces.Box(-self.MAX_TORQUE, self.MAX_TORQUE, shape=(1,), dtype=np.float32)
         self.observation_space = _f32_box([-1.0, -1.0, -self.MAX_SPEED], [1.0, 1.0, self.MAX_SPEED])
@@ -430,8 +443,9 @@ class Pendulum(TorchVecEnv):
         # float32 products, promoted to float64 when added to the float64 state terms; torch's Python
         # scalars are weak too.
         normalized = xp.remainder(th + math.pi, 2 * math.pi) - math.pi
-        costs = normalized * normalized + 0.1 * (thdot * thdot) + xp.float64(0.001 * (u * u))
-        newthdot = thdot + (3 * g / (2 * length) * xp.sin(th) + xp.float64(3.0 / (m * length**2) * u)) * self.DT
+        costs = normalized * normalized + 0.1 * (thdot * thdot) + self._as_physics(xp, 0.001 * (u * u))
+        torque = self._as_physics(xp, 3.0 / (m * length**2) * u)
+        newthdot = thdot + (3 * g / (2 * length) * xp.sin(th) + torque) * self.DT
         newthdot = xp.clip(newthdot, -self.MAX_SPEED, self.MAX_SPEED)
         newth = th + newthdot * self.DT
         return xp.stack((newth, newthdot)), xp.float32(-costs), xp.false(th)
