@@ -13,11 +13,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlstruct.algos.dqn import NStepWindow
+from rlstruct.algos.dqn import NStepWindow, create_q_agent
 from rlstruct.algos.replay import ReplayBuffer, steps_to_transitions
-from rlstruct.algos.run import EnvSpec
+from rlstruct.algos.run import EnvSpec, create_env, describe_env
 from rlstruct.algos.sac import one_step_steps, one_step_transitions
-from rlstruct.structures import TemporalDictTensor
+from rlstruct.batchers import RL_Batcher
+from rlstruct.structures import DictTensor, TemporalDictTensor
 
 
 def _push_ids(buf: ReplayBuffer, ids: torch.Tensor) -> None:
@@ -119,6 +120,12 @@ def test_the_buffer_lives_on_its_device():
     buf.push(torch.zeros(3, 2), torch.arange(3), torch.zeros(3), torch.zeros(3, 2), torch.ones(3))
     batch = buf.sample(4)
     assert all(v.device.type == "cuda" for v in batch.values())
+    steps = one_step_steps(TemporalDictTensor(_streams(2, 6, 0.3, 0, torch.float32)), 0.9)
+    once, twice = ReplayBuffer(8, (2, 3), "cuda", seed=0), ReplayBuffer(8, (2, 3), "cuda", seed=0)
+    once.push_steps(**steps)
+    twice.push(**steps_to_transitions(steps))
+    a, b = once.sample(16), twice.sample(16)
+    assert all(a[k].device.type == "cuda" and torch.equal(a[k], b[k]) for k in a)
 
 
 # --------------------------------------------------------------------------- each observation once
@@ -268,6 +275,29 @@ def test_windows_that_carry_any_number_of_steps_among_plain_pushes_sample_what_t
             ref.push(**extra)
             _check_same_samples(new, ref)
         previous = L
+
+
+@pytest.mark.parametrize("backend", ["torch", "gymnasium"])
+def test_a_batchers_acquisitions_sample_what_the_oracle_does(backend):
+    """The batcher's own steps (its auto-reset, time limits and terminations): ``observation/frame[t + 1]`` is
+    ``_observation/frame[t]`` where the episode goes on, which is what storing each observation once relies on."""
+    spec = describe_env("CartPole-v1", backend, 12)
+    new = ReplayBuffer(40, 4, "cpu", seed=5, frame_capacity=44)
+    ref = ReferenceBuffer(40, (4,), seed=5, obs_dtype=torch.float32)
+    windows = (NStepWindow(0.9, 3), NStepWindow(0.9, 3))
+    with RL_Batcher(5, create_q_agent, {"spec": spec, "hidden_sizes": (8,)}, create_env,
+                    {"name": "CartPole-v1", "n_envs": 3, "backend": backend, "autoreset": True,
+                     "max_episode_steps": 12}, 0, [0], agent_info=DictTensor({"epsilon": torch.tensor([1.0])})) as b:
+        b.reset()
+        ends = 0
+        for _ in range(8):
+            b.execute()
+            tt = b.get()[0].trajectories
+            ends += int(tt["_observation/done"].sum())
+            new.push_steps(**windows[0].steps(tt))
+            ref.push(**windows[1](tt))
+            _check_same_samples(new, ref)
+    assert ends > 3
 
 
 def test_each_observation_is_stored_once():
