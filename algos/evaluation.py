@@ -101,9 +101,11 @@ class Evaluator:
     episodes' length (Atari's 27,000 steps of frames would not fit), and the result is the one a single
     acquisition of ``max_steps`` steps gives.
 
-    With worker processes the evaluation runs while training goes on (each :meth:`poll` collects the acquisitions
-    that finished and launches the next); in process (``n_processes=0``), ``execute`` runs the acquisition before
-    it returns, so :meth:`launch` runs the whole evaluation. :meth:`final` evaluates the final weights, blocking.
+    With worker processes the evaluation runs while training goes on: each :meth:`poll` collects the acquisitions
+    that finished and launches the next, so an evaluation advances by at least one acquisition per poll (a larger
+    ``n_timesteps`` takes fewer polls and more memory). In process (``n_processes=0``), ``execute`` runs the
+    acquisition before it returns, so :meth:`launch` runs the whole evaluation. :meth:`final` evaluates the final
+    weights, blocking.
 
     Args:
         batcher: an episodic batcher (``autoreset=False``).

@@ -86,7 +86,8 @@ class RunConfig:
         evaluation_max_steps: steps per evaluation episode at most (None: the env's time limit); an episode cut
             there counts its partial return.
         evaluation_chunk_steps: steps per acquisition of the evaluation batcher: its buffer holds this many steps of
-            every evaluation env, and longer episodes continue over several acquisitions.
+            every evaluation env, and longer episodes continue over several acquisitions (with evaluation worker
+            processes, at least one per training iteration).
         eval_every: training iterations at least between two evaluation launches.
         logdir: where progress.csv, TensorBoard events, the plot and the checkpoint go (None: runs/<algo>-<env>-<seed>).
         log_every: iterations between two TensorBoard and progress-bar updates (the CSV gets every one).
