@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 from rlstruct.algos.checkpoints import load_checkpoint
+from rlstruct.algos.evaluation import run_episodes
 from rlstruct.algos.networks import create_policy_agent
-from rlstruct.algos.returns import episode_returns
-from rlstruct.algos.run import EnvSpec, Run, TrainResult, create_env
+from rlstruct.algos.run import EnvSpec, Run, RunConfig, TrainResult, create_env
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
@@ -38,6 +38,8 @@ __all__ = ["ALGORITHMS", "main", "evaluate_checkpoint", "field_docs", "build_par
 
 #: algorithm name -> module under rlstruct.algos
 ALGORITHMS = ("reinforce", "a2c", "dqn", "ppo", "sac")
+#: the evaluation's steps per acquisition for checkpoints written before the setting existed
+EVALUATION_CHUNK_STEPS = RunConfig.evaluation_chunk_steps
 
 
 def _agent_of(algo: str, config: dict[str, Any]) -> tuple[Any, DictTensor]:
@@ -69,8 +71,12 @@ def evaluate_checkpoint(
     backend: str | None = None,
     seed: int = 12345,
     n_processes: int = 0,
+    max_steps: int | None = None,
 ) -> dict[str, Any]:
     """Rebuilds the agent of a checkpoint and runs ``episodes`` greedy episodes.
+
+    The episodes run in acquisitions of the training run's ``evaluation_chunk_steps`` steps (see
+    :class:`~rlstruct.algos.evaluation.Evaluator`), up to the env's time limit.
 
     Args:
         path: a ``checkpoint.pt`` written by ``train``.
@@ -79,17 +85,21 @@ def evaluate_checkpoint(
         backend: env backend (default: the training run's).
         seed: env seed.
         n_processes: evaluation worker processes (0: this process).
+        max_steps: steps per episode at most (``None``: the env's time limit); an episode cut there counts its
+            partial return.
 
     Returns:
         ``{"eval_return", "return_min", "return_max", "episodes", "env", "algo", "checkpoint"}``.
 
     Raises:
         DeviceUnavailableError: ``device`` does not exist here.
-        ValueError: the file is not an rlstruct checkpoint, or ``episodes < 1``.
+        ValueError: the file is not an rlstruct checkpoint, ``episodes < 1`` or ``max_steps < 1``.
     """
     check_device_exists(device, argument="device")
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1 or None (the env's time limit), got {max_steps}")
     ckpt = load_checkpoint(path)
     cfg, spec = ckpt["config"], ckpt["env_spec"]
     create_agent, agent_info = _agent_of(ckpt["algo"], cfg)
@@ -98,14 +108,14 @@ def evaluate_checkpoint(
     agent_args = {"spec": EnvSpec.from_dict(spec), "hidden_sizes": tuple(cfg["hidden_sizes"]), "device": device}
     env_args = {"name": cfg["env"], "n_envs": per_worker, "backend": backend or cfg["backend"],
                 "max_episode_steps": spec["max_episode_steps"], "autoreset": False, "device": device}
-    with RL_Batcher(spec["max_episode_steps"], create_agent, agent_args, create_env, env_args, n_processes,
+    if max_steps is None or max_steps > spec["max_episode_steps"]:
+        max_steps = spec["max_episode_steps"]
+    chunk = min(max_steps, cfg.get("evaluation_chunk_steps", EVALUATION_CHUNK_STEPS))
+    with RL_Batcher(chunk, create_agent, agent_args, create_env, env_args, n_processes,
                     [seed + k for k in range(n_workers)], agent_info=agent_info, device=device) as batcher:
         batcher.update(ckpt["model"])
-        batcher.reset()
-        batcher.execute()
-        traj, _ = batcher.get()
-    returns, _ = episode_returns(traj)
-    returns = returns[:episodes]
+        tally = run_episodes(batcher, max_steps)
+    returns = tally.returns[:episodes]
     return {
         "eval_return": float(returns.mean()),
         "return_min": float(returns.min()),
@@ -125,11 +135,13 @@ def _eval_command(argv: Sequence[str]) -> int:
     parser.add_argument("--backend", default=None, help="env backend (default: the training run's)")
     parser.add_argument("--seed", type=int, default=12345, help="env seed (default: 12345)")
     parser.add_argument("--n-processes", type=int, default=0, help="evaluation worker processes (default: 0)")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="steps per episode at most (default: the env's time limit)")
     ns = parser.parse_args(argv)
     try:
         check_device_exists(ns.device, argument="device")
         result = evaluate_checkpoint(ns.checkpoint, episodes=ns.episodes, device=ns.device, backend=ns.backend,
-                                     seed=ns.seed, n_processes=ns.n_processes)
+                                     seed=ns.seed, n_processes=ns.n_processes, max_steps=ns.max_steps)
     except (ValueError, RLStructError, FileNotFoundError) as e:
         print(f"rlstruct eval: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -348,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlstruct`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     usage = ("usage: rlstruct train {reinforce,a2c,dqn,ppo,sac} [flags]   (rlstruct train ALGO --help lists them)\n"
-             "       rlstruct eval CHECKPOINT [--episodes N]\n"
+             "       rlstruct eval CHECKPOINT [--episodes N] [--max-steps N]\n"
              "       rlstruct autotune [--env ID] [--processes P ...]   (best envs per process and process count)\n"
              "       rlstruct profile [--env ID] [--n-envs N]   (where the time of a collect + learn loop goes)")
     if not argv or argv[0] in ("-h", "--help"):

@@ -4,7 +4,8 @@ van Hasselt et al. 2016), with optional n-step returns.
 The training batcher steps auto-reset envs ``rollout_steps`` at a time; each ``execute`` gets the current
 epsilon as per-env ``agent_info``. Transitions go into the :class:`~rlstruct.algos.replay.ReplayBuffer`
 (preallocated circular tensors on the learner device, written with index tensors, no Python loop per
-transition). With ``dueling=True`` the Q network has a dueling head (Wang et al. 2016). n-step returns are cut at
+transition; each observation stored once, see :meth:`~rlstruct.algos.replay.ReplayBuffer.push_steps`). With
+``dueling=True`` the Q network has a dueling head (Wang et al. 2016). n-step returns are cut at
 episode ends, and targets bootstrap through time limits and not through terminations: a truncated
 transition bootstraps from ``Q(_observation/frame)`` (the terminal observation), a terminated one does not.
 
@@ -29,7 +30,7 @@ from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.encoders import CNNEncoder
 from rlstruct.algos.networks import NetworkAgent, cpu_state_dict, make_adam, mlp
-from rlstruct.algos.replay import ReplayBuffer
+from rlstruct.algos.replay import ReplayBuffer, steps_to_transitions
 from rlstruct.algos.returns import episode_statistics
 from rlstruct.algos.run import (
     EnvSpec,
@@ -54,6 +55,7 @@ __all__ = [
     "dueling_q",
     "QAgent",
     "NStepWindow",
+    "window_steps",
     "window_transitions",
     "n_step_returns",
     "double_dqn_targets",
@@ -362,8 +364,9 @@ def double_dqn_targets(
     return returns + discounts * next_q_target.gather(-1, a_star).squeeze(-1)
 
 
-def window_transitions(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[str, torch.Tensor]:
-    """The n-step transitions of a window of consecutive steps of ``B`` auto-reset envs, flattened.
+def window_steps(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[str, torch.Tensor]:
+    """The n-step transitions of a window of consecutive steps of ``B`` auto-reset envs, as steps and the
+    transitions over them (:meth:`~rlstruct.algos.replay.ReplayBuffer.push_steps`'s arguments).
 
     Args:
         window: ``[B, L, ...]`` tensors ``observation/frame``, ``action/action``, ``_observation/reward``,
@@ -372,21 +375,26 @@ def window_transitions(window: dict[str, torch.Tensor], gamma: float, n: int) ->
         n: steps per return.
 
     Returns:
-        ``obs [N, *obs_shape]``, ``action [N]``, ``ret [N]``, ``next_obs [N, *obs_shape]``, ``discount [N]`` with
-        ``N = B * (L - n + 1)``: the transitions starting at the first ``L - n + 1`` steps.
+        The steps ``obs [B, L, *obs_shape]``, ``next_obs [B, L, *obs_shape]``, ``done bool [B, L]``, and the
+        transitions starting at the first ``M = L - n + 1`` steps: ``action [B, M]``, ``ret [B, M]``,
+        ``last int64 [B, M]`` (the step each ends at) and ``discount [B, M]`` (see :func:`n_step_returns`).
     """
     ret, last, discount = n_step_returns(window["_observation/reward"], window["_observation/done"],
                                          window["_observation/terminated"], gamma, n)
-    B, M = ret.shape
-    rows = torch.arange(B, device=ret.device).unsqueeze(1)
-    next_obs = window["_observation/frame"][rows, last]  # [B, M, *obs_shape], any observation shape
-    return {
-        "obs": window["observation/frame"][:, :M].flatten(0, 1),
-        "action": window["action/action"][:, :M].flatten(0, 1),
-        "ret": ret.flatten(),
-        "next_obs": next_obs.flatten(0, 1),
-        "discount": discount.flatten(),
-    }
+    return {"obs": window["observation/frame"], "next_obs": window["_observation/frame"],
+            "done": window["_observation/done"], "action": window["action/action"][:, : ret.shape[1]], "ret": ret,
+            "last": last, "discount": discount}
+
+
+def window_transitions(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[str, torch.Tensor]:
+    """The n-step transitions of a window of consecutive steps of ``B`` auto-reset envs, flattened (the arguments
+    are :func:`window_steps`'s).
+
+    Returns:
+        ``obs [N, *obs_shape]``, ``action [N]``, ``ret [N]``, ``next_obs [N, *obs_shape]``, ``discount [N]`` with
+        ``N = B * (L - n + 1)``: the transitions starting at the first ``L - n + 1`` steps.
+    """
+    return steps_to_transitions(window_steps(window, gamma, n))
 
 
 class NStepWindow:
@@ -412,11 +420,18 @@ class NStepWindow:
 
     def __call__(self, trajectories: TemporalDictTensor) -> dict[str, torch.Tensor]:
         """The transitions completed by this acquisition (``[B, T, ...]``, every row full), flattened."""
+        return steps_to_transitions(self.steps(trajectories))
+
+    def steps(self, trajectories: TemporalDictTensor) -> dict[str, torch.Tensor | int]:
+        """The transitions completed by this acquisition as :func:`window_steps` gives them, with ``carried``: the
+        steps of the window that the previous one held (:meth:`~rlstruct.algos.replay.ReplayBuffer.push_steps`'s
+        arguments)."""
         if self.carry is None:
             window = {k: trajectories[k] for k in self.KEYS}
         else:
             window = {k: torch.cat([self.carry[k], trajectories[k]], 1) for k in self.KEYS}
-        out = window_transitions(window, self.gamma, self.n)
+        out: dict[str, torch.Tensor | int] = {**window_steps(window, self.gamma, self.n)}
+        out["carried"] = 0 if self.carry is None else self.n - 1
         M = window["_observation/reward"].shape[1] - self.n + 1
         self.carry = {k: v[:, M:] for k, v in window.items()}
         return out
@@ -516,7 +531,7 @@ def train(config: DQNConfig) -> TrainResult:
                 check_on_device(traj, learner, "the trajectories given to the learner")
                 check_on_device(model, learner, "the learner's model")
             tt = traj.trajectories
-            buffer.push(**n_step(tt))
+            buffer.push_steps(**n_step.steps(tt))
 
             stats: dict[str, Any] = {"epsilon": epsilon, "buffer_size": float(len(buffer))}
             steps_now = run.env_steps + B * tt.temporal_size()

@@ -1,4 +1,4 @@
-"""Asynchronous evaluation of a training run's weights with an episodic batcher."""
+"""Asynchronous evaluation of a training run's weights with an episodic batcher, in chunks of bounded memory."""
 
 from __future__ import annotations
 
@@ -7,39 +7,131 @@ from collections.abc import Callable
 
 import torch
 
-from rlstruct.algos.returns import episode_returns
 from rlstruct.batchers import RL_Batcher
 from rlstruct.errors import RLStructError
 from rlstruct.structures import DictTensor, Trajectories
 
-__all__ = ["Evaluator"]
+__all__ = ["EpisodeTally", "Evaluator", "run_episodes"]
 
 log = logging.getLogger(__name__)
 
 
-class Evaluator:
-    """Asynchronous evaluation with an episodic batcher (rlstructures' pattern §5.9(d)).
+class EpisodeTally:
+    """Per-env undiscounted returns and lengths of one episode per env, summed over consecutive acquisitions.
 
-    :meth:`poll` never blocks: it collects a finished evaluation when there is one
-    (``get(blocking=False)``) and then, at most every ``every`` iterations, sends the current weights
-    (``update``), restarts the episodes (``reset``) and launches the next evaluation (``execute``).
-    With worker processes the evaluation runs while training goes on; in process (``n_processes=0``),
-    ``execute`` runs the episodes before it returns. :meth:`final` evaluates the final weights, blocking.
+    An episodic batcher carries its envs from one ``execute`` to the next until ``reset``, and each ``get`` holds
+    one row per env running when the acquisition started, in env order. :meth:`add` adds such an acquisition to
+    the sums of the envs it covers (no frame is kept), so that episodes of any length run in acquisitions of a
+    bounded number of steps, in bounded memory. Steps past ``max_steps`` do not count: an episode still running
+    there is cut, and its return is partial.
 
     Args:
-        batcher: an episodic batcher whose ``n_timesteps`` covers a whole episode.
-        agent_info: the evaluation's agent_info (CPU, one row per env), e.g. ``stochastic=False``.
-        every: iterations at least between two launches.
+        n_envs: the batcher's ``n_elems()``.
+        max_steps: steps per episode at most.
+        device: where the sums live (the batcher's device).
+
+    >>> tally = EpisodeTally(2, 10, "cpu")
+    >>> tally.returns.tolist(), tally.lengths.tolist(), tally.finished
+    ([0.0, 0.0], [0, 0], False)
     """
 
-    def __init__(self, batcher: RL_Batcher, agent_info: DictTensor, every: int):
+    def __init__(self, n_envs: int, max_steps: int, device: torch.device | str):
+        self.max_steps = max_steps
+        self.returns = torch.zeros(n_envs, device=device)
+        self.lengths = torch.zeros(n_envs, dtype=torch.int64, device=device)
+        self.running = torch.ones(n_envs, dtype=torch.bool, device=device)
+        #: steps taken so far by the envs still running
+        self.steps = 0
+        #: whether every episode ended or ``max_steps`` was reached
+        self.finished = False
+
+    def add(self, trajectories: Trajectories, n_running: int) -> bool:
+        """Adds one acquisition of the running envs; returns :attr:`finished`.
+
+        Args:
+            trajectories: ``[B, T]`` rows of the envs running when the acquisition started, in env order, with
+                ``_observation/reward float [B, T]`` and ``_observation/done bool [B, T]``.
+            n_running: the envs still running after it (``get``'s second value).
+        """
+        tt = trajectories.trajectories
+        T = tt.temporal_size()
+        step = self.steps + torch.arange(T, device=self.returns.device)
+        valid = tt.mask().bool() & (step < self.max_steps)
+        rows = torch.nonzero(self.running, as_tuple=False).squeeze(1)
+        assert rows.shape[0] == tt.n_elems(), "an acquisition must hold one row per running env"
+        self.returns.index_add_(0, rows, (tt["_observation/reward"] * valid.float()).sum(1))
+        self.lengths.index_add_(0, rows, valid.sum(1))
+        ended = (tt["_observation/done"].bool() & valid).any(1)
+        self.running.index_fill_(0, rows[ended], False)
+        self.steps += T
+        self.finished = n_running == 0 or self.steps >= self.max_steps
+        return self.finished
+
+
+def run_episodes(batcher: RL_Batcher, max_steps: int, agent_info: DictTensor | None = None) -> EpisodeTally:
+    """Runs one episode on every env of an episodic ``batcher`` (blocking), ``batcher.n_timesteps`` steps per
+    acquisition, and returns their sums.
+
+    Args:
+        batcher: an episodic batcher, weights already sent.
+        max_steps: steps per episode at most (an episode still running there is cut).
+        agent_info: ``reset``'s agent_info (``None``: the batcher's default).
+
+    Returns:
+        The finished :class:`EpisodeTally` (``returns float [B]``, ``lengths int64 [B]``, ``running bool [B]``).
+    """
+    batcher.reset(agent_info=agent_info)
+    tally = EpisodeTally(batcher.n_elems(), max_steps, batcher.device)
+    while not tally.finished:
+        batcher.execute()
+        traj, n_running = batcher.get()
+        tally.add(traj, n_running)
+    return tally
+
+
+class Evaluator:
+    """Asynchronous evaluation with an episodic batcher (rlstructures' pattern §5.9(d)), in bounded memory.
+
+    :meth:`poll` never blocks: it collects what the batcher has finished (``get(blocking=False)``) and then, at
+    most every ``every`` iterations, sends the current weights (``update``), restarts the episodes (``reset``) and
+    launches the next evaluation (``execute``). An evaluation runs one episode per env, ``batcher.n_timesteps``
+    steps per acquisition: each acquisition's rewards and lengths are added to per-env sums
+    (:class:`EpisodeTally`) and the next acquisition continues the same episodes, until every episode has ended
+    or ``max_steps`` steps were taken. The batcher's buffer thus holds ``n_timesteps`` steps whatever the
+    episodes' length (Atari's 27,000 steps of frames would not fit), and the result is the one a single
+    acquisition of ``max_steps`` steps gives.
+
+    With worker processes the evaluation runs while training goes on: each :meth:`poll` collects the acquisitions
+    that finished and launches the next, so an evaluation advances by at least one acquisition per poll (a larger
+    ``n_timesteps`` takes fewer polls and more memory). In process (``n_processes=0``), ``execute`` runs the
+    acquisition before it returns, so :meth:`launch` runs the whole evaluation. :meth:`final` evaluates the final
+    weights, blocking.
+
+    Args:
+        batcher: an episodic batcher (``autoreset=False``).
+        agent_info: the evaluation's agent_info (CPU, one row per env), e.g. ``stochastic=False``.
+        every: iterations at least between two launches.
+        max_steps: steps per episode at most (the env's time limit); ``None``: ``batcher.n_timesteps`` (one
+            acquisition per evaluation).
+
+    Raises:
+        ValueError: ``max_steps < 1``.
+    """
+
+    def __init__(self, batcher: RL_Batcher, agent_info: DictTensor, every: int, *, max_steps: int | None = None):
+        if max_steps is not None and max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1 step or None (one acquisition), got {max_steps!r}")
         self.batcher = batcher
         self.agent_info = agent_info
         self.every = every
+        self.max_steps = batcher.n_timesteps if max_steps is None else max_steps
+        #: an evaluation is under way or finished and not yet collected
         self.pending = False
         self.last_launch: int | None = None
         self._launch_steps = 0
         self._launch_weights: dict[str, torch.Tensor] | None = None
+        self._tally: EpisodeTally | None = None
+        self._executing = False  # an execute awaits its get
         #: the weights of the last evaluation collected (what its result is about)
         self.evaluated_weights: dict[str, torch.Tensor] | None = None
 
@@ -47,11 +139,28 @@ class Evaluator:
         """Sends ``weights`` and starts an evaluation of ``batcher.n_elems()`` episodes."""
         self.batcher.update(weights)
         self.batcher.reset(agent_info=self.agent_info)
+        self._tally = EpisodeTally(self.batcher.n_elems(), self.max_steps, self.batcher.device)
         self.batcher.execute()
+        self._executing = True
         self.pending = True
         self.last_launch = iteration
         self._launch_steps = env_steps
         self._launch_weights = weights
+        self._advance(blocking=False)
+
+    def _advance(self, blocking: bool) -> bool:
+        """Collects the acquisitions that are ready, launching the next while episodes run on; returns whether the
+        evaluation has finished. Without ``blocking`` it never waits for a worker."""
+        assert self._tally is not None
+        while self._executing:
+            traj, n_running = self.batcher.get(blocking=blocking)
+            if traj is None:
+                return False
+            self._executing = False
+            if not self._tally.add(traj, n_running):
+                self.batcher.execute()
+                self._executing = True
+        return True
 
     def poll(
         self, weights: Callable[[], dict[str, torch.Tensor]], iteration: int, env_steps: int
@@ -65,24 +174,18 @@ class Evaluator:
         """
         result = None
         if self.pending:
-            traj, n = self.batcher.get(blocking=False)
-            if traj is None:
+            if not self._advance(blocking=False):
                 return None
-            self.pending = False
-            result = self._summarise(traj, n)
+            result = self._summarise()
         if self.last_launch is None or iteration - self.last_launch >= self.every:
             self.launch(weights(), iteration, env_steps)
         return result
 
     def collect(self) -> dict[str, float] | None:
         """The result of a pending evaluation if it has finished (never waits, launches nothing), else ``None``."""
-        if not self.pending:
+        if not self.pending or not self._advance(blocking=False):
             return None
-        traj, n = self.batcher.get(blocking=False)
-        if traj is None:
-            return None
-        self.pending = False
-        return self._summarise(traj, n)
+        return self._summarise()
 
     def final(self, weights: dict[str, torch.Tensor], iteration: int, env_steps: int) -> tuple[dict | None, dict]:
         """Waits for a pending evaluation, then evaluates ``weights`` again (blocking, fresh episodes).
@@ -92,20 +195,22 @@ class Evaluator:
         """
         previous = None
         if self.pending:
-            traj, n = self.batcher.get()
-            self.pending = False
-            previous = self._summarise(traj, n)
+            self._advance(blocking=True)
+            previous = self._summarise()
         self.launch(weights, iteration, env_steps)
-        traj, n = self.batcher.get()
-        self.pending = False
-        return previous, self._summarise(traj, n)
+        self._advance(blocking=True)
+        return previous, self._summarise()
 
-    def _summarise(self, traj: Trajectories, n_running: int) -> dict[str, float]:
+    def _summarise(self) -> dict[str, float]:
+        assert self._tally is not None and self._tally.finished
+        tally, self._tally = self._tally, None
+        self.pending = False
         self.evaluated_weights = self._launch_weights
+        n_running = int(tally.running.sum())
         if n_running:
             log.warning("%d evaluation episodes did not finish within %d steps; their returns are partial",
-                        n_running, self.batcher.n_timesteps)
-        returns, lengths = episode_returns(traj)
+                        n_running, self.max_steps)
+        returns, lengths = tally.returns, tally.lengths
         return {
             "eval/return": float(returns.mean()),
             "eval/return_min": float(returns.min()),
@@ -116,12 +221,13 @@ class Evaluator:
         }
 
     def close(self) -> None:
-        """Collects a pending evaluation (a worker must not be closed mid-acquisition) and closes the batcher."""
+        """Collects a pending acquisition (a worker must not be closed mid-acquisition) and closes the batcher."""
         try:
-            if self.pending:
+            if self._executing:
                 self.batcher.get()
         except RLStructError as e:  # a failed batcher has nothing to collect; the original error is what matters
             log.debug("evaluation batcher: %s", e)
         finally:
+            self._executing = False
             self.pending = False
             self.batcher.close()

@@ -5,10 +5,19 @@ in the dtypes the batcher returns them: observations of any shape and dtype (ima
 and become float only in :meth:`ReplayBuffer.sample`), discrete ``int64`` or continuous ``float32``
 actions. ``ret`` is the (n-step) reward and ``discount`` the factor of the bootstrap at ``next_obs``
 (``gamma^m``, or 0 where the episode terminated), so one buffer serves every off-policy target.
+
+Observations live apart from the transitions, in a ring of frames that each transition points into (``obs_id`` and
+``next_id``, global frame numbers). :meth:`ReplayBuffer.push_steps` takes the steps of auto-reset envs as the batcher
+gives them and stores every observation once: a step's observation is also the previous step's next observation,
+and only an episode's terminal observation (which the auto-reset replaced) is a frame of its own. Frames for 1M
+Atari transitions (``uint8 [4, 84, 84]``) take 28 GB instead of the 56 GB of an ``obs`` and a ``next_obs`` per
+transition.
 """
 
 from __future__ import annotations
 
+import collections
+import logging
 import math
 from typing import TYPE_CHECKING
 
@@ -19,7 +28,9 @@ from rlstruct.devices import DeviceLike, as_device
 if TYPE_CHECKING:
     from rlstruct.algos.run import EnvSpec
 
-__all__ = ["ReplayBuffer"]
+__all__ = ["ReplayBuffer", "steps_to_transitions"]
+
+log = logging.getLogger(__name__)
 
 
 def _shape(shape: int | tuple[int, ...]) -> tuple[int, ...]:
@@ -29,13 +40,17 @@ def _shape(shape: int | tuple[int, ...]) -> tuple[int, ...]:
 class ReplayBuffer:
     """Uniform replay of ``(obs, action, ret, next_obs, discount)`` in preallocated circular tensors.
 
-    :meth:`push` writes a whole batch with one index tensor per call (no loop per transition, no host
-    sync); :meth:`sample` draws indices with the buffer's own generator, so a buffer's samples depend on
-    its seed and what was pushed, nothing else. Everything stays on ``device``.
+    :meth:`push` and :meth:`push_steps` write a whole batch with index tensors (no loop per transition);
+    :meth:`sample` draws indices with the buffer's own generator, so a buffer's samples depend on its seed and what
+    was pushed, nothing else. Everything stays on ``device``.
 
     Observations are stored in ``obs_dtype`` (``uint8`` frames take a quarter of the memory of float ones)
-    and :meth:`sample` returns them as ``float32`` (not rescaled: a pixel network divides by 255 itself).
-    ``obs`` and ``next_obs`` are both stored: ``2 * capacity * prod(obs_shape)`` elements.
+    and :meth:`sample` returns them as ``float32`` (not rescaled: a pixel network divides by 255 itself). They are
+    frames of a ring of their own, which the transitions point into: :meth:`push` stores two frames per transition
+    (its ``obs`` and ``next_obs``), :meth:`push_steps` one per step and one per episode end. The ring holds
+    ``frame_capacity`` frames and grows (by at least an eighth, logged) when the frames of the transitions kept would
+    not fit, so that a sample is always the transitions as pushed: episodes shorter than 32 steps, or plain
+    :meth:`push`, need more frames than transitions.
 
     Args:
         capacity: transitions kept (the oldest are overwritten).
@@ -45,18 +60,21 @@ class ReplayBuffer:
         action_shape: shape of one action (``()`` for a discrete action).
         action_dtype: ``torch.int64`` for discrete actions, ``torch.float32`` for continuous ones.
         seed: seeds the sampling generator.
+        frame_capacity: frames the ring holds at first; ``None``: ``capacity + capacity // 32 + 64``, room for one
+            frame per transition (as :meth:`push_steps` stores them), the terminal observations of episodes longer
+            than 32 steps and the frames of a push or two.
 
     Raises:
-        ValueError: ``capacity < 1``.
+        ValueError: ``capacity < 1`` or ``frame_capacity < 1``.
 
     >>> buf = ReplayBuffer(3, 2, "cpu", seed=0)
     >>> for a in ([0, 1], [2, 3]):
     ...     buf.push(torch.zeros(2, 2), torch.tensor(a), torch.ones(2), torch.zeros(2, 2), torch.ones(2))
     >>> len(buf), buf.action.tolist()
     (3, [3, 1, 2])
-    >>> frames = ReplayBuffer(10, (4, 84, 84), "cpu", obs_dtype=torch.uint8)
-    >>> frames.obs.dtype, frames.obs.shape
-    (torch.uint8, torch.Size([10, 4, 84, 84]))
+    >>> frames = ReplayBuffer(64, (4, 84, 84), "cpu", obs_dtype=torch.uint8)
+    >>> frames.frames.dtype, frames.frames.shape
+    (torch.uint8, torch.Size([130, 4, 84, 84]))
     """
 
     def __init__(
@@ -69,16 +87,24 @@ class ReplayBuffer:
         action_shape: tuple[int, ...] = (),
         action_dtype: torch.dtype = torch.int64,
         seed: int = 0,
+        frame_capacity: int | None = None,
     ):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1 transition, got {capacity!r}")
+        if frame_capacity is None:
+            frame_capacity = capacity + capacity // 32 + 64
+        if frame_capacity < 1:
+            raise ValueError(f"frame_capacity must be >= 1 frame or None, got {frame_capacity!r}")
         self.capacity = capacity
         self.device = as_device(device)
         self.obs_shape = _shape(obs_shape)
         self.action_shape = _shape(action_shape)
         f32 = {"dtype": torch.float32, "device": self.device}
-        self.obs = torch.zeros(capacity, *self.obs_shape, dtype=obs_dtype, device=self.device)
-        self.next_obs = torch.zeros(capacity, *self.obs_shape, dtype=obs_dtype, device=self.device)
+        i64 = {"dtype": torch.int64, "device": self.device}
+        #: the observations, frame ``k`` (a global number) at row ``k % frames.shape[0]``
+        self.frames = torch.zeros(frame_capacity, *self.obs_shape, dtype=obs_dtype, device=self.device)
+        self.obs_id = torch.zeros(capacity, **i64)
+        self.next_id = torch.zeros(capacity, **i64)
         self.action = torch.zeros(capacity, *self.action_shape, dtype=action_dtype, device=self.device)
         self.ret = torch.zeros(capacity, **f32)
         self.discount = torch.zeros(capacity, **f32)
@@ -86,6 +112,12 @@ class ReplayBuffer:
         self.size = 0
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
+        self._n_frames = 0  # frames written so far (the next frame's number)
+        self._n_pushed = 0  # transitions pushed so far
+        # (transitions pushed after a push, lowest frame number its transitions may point to), one per push whose
+        # floor a later push does not cover: the frames from the lowest floor of the kept transitions on stay.
+        self._pushes: collections.deque[tuple[int, int]] = collections.deque()
+        self._streams: _Streams | None = None
 
     @classmethod
     def for_spec(cls, spec: EnvSpec, capacity: int, device: DeviceLike, *, seed: int = 0) -> ReplayBuffer:
@@ -95,8 +127,8 @@ class ReplayBuffer:
         >>> from rlstruct.algos.run import EnvSpec
         >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
         >>> buf = ReplayBuffer.for_spec(spec, 100, "cpu")
-        >>> buf.obs.shape, buf.action.shape, buf.action.dtype
-        (torch.Size([100, 3]), torch.Size([100, 1]), torch.float32)
+        >>> buf.frames.shape, buf.action.shape, buf.action.dtype
+        (torch.Size([167, 3]), torch.Size([100, 1]), torch.float32)
         """
         action_dtype = torch.int64 if spec.discrete else torch.float32
         return cls(capacity, spec.obs_shape, device, obs_dtype=getattr(torch, spec.obs_dtype),
@@ -107,12 +139,72 @@ class ReplayBuffer:
 
     def nbytes(self) -> int:
         """Bytes held by the buffer's tensors."""
-        tensors = (self.obs, self.next_obs, self.action, self.ret, self.discount)
+        tensors = (self.frames, self.obs_id, self.next_id, self.action, self.ret, self.discount)
         return sum(t.element_size() * math.prod(t.shape) for t in tensors)
+
+    # ----------------------------------------------------------------- writing
+    def _check(self, given: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], n: int, fix: str) -> None:
+        for name, shape in expected.items():
+            if tuple(given[name].shape) != shape:
+                raise ValueError(f"{name} must have shape {list(shape)} (N={n} transitions), got "
+                                 f"{list(given[name].shape)}; {fix}")
+
+    def _reserve(self, n_frames: int, n_transitions: int, lowest: int) -> None:
+        """Grows the frame ring when writing ``n_frames`` more frames, for a push of ``n_transitions`` transitions
+        that point to frames from ``lowest`` on, would overwrite a frame a kept transition points to."""
+        pushes = self._pushes
+        # A sliding-window minimum: a push whose transitions point to frames from `lowest` on outlives every earlier
+        # push that points no lower, so those need no record of their own; the first record holds the floor.
+        while pushes and pushes[-1][1] >= lowest:
+            pushes.pop()
+        pushes.append((self._n_pushed + n_transitions, lowest))
+        oldest_kept = self._n_pushed + n_transitions - min(self.size + n_transitions, self.capacity)
+        while pushes[0][0] <= oldest_kept:
+            pushes.popleft()
+        floor = pushes[0][1]
+        if self._streams is not None:  # the frames the next window of push_steps may carry
+            floor = min(floor, self._streams.lowest)
+        needed = self._n_frames + n_frames - floor
+        rows = self.frames.shape[0]
+        if needed <= rows:
+            return
+        grown = max(needed, rows + rows // 8)
+        log.info("the replay buffer's frame ring grows from %d to %d frames to keep the frames of its %d "
+                 "transitions (pass a larger frame_capacity to preallocate them)", rows, grown, self.capacity)
+        frames = torch.zeros(grown, *self.obs_shape, dtype=self.frames.dtype, device=self.device)
+        live = torch.arange(max(floor, self._n_frames - rows), self._n_frames, device=self.device)
+        frames[live % grown] = self.frames[live % rows]
+        self.frames = frames
+
+    def _write_frames(self, frames: torch.Tensor) -> torch.Tensor:
+        """Writes ``frames`` (room reserved) and returns their numbers, ``int64 [K]``."""
+        ids = torch.arange(self._n_frames, self._n_frames + frames.shape[0], device=self.device)
+        self.frames[ids % self.frames.shape[0]] = frames.to(self.device, self.frames.dtype)
+        self._n_frames += frames.shape[0]
+        return ids
+
+    def _append(self, obs_id: torch.Tensor, action: torch.Tensor, ret: torch.Tensor, next_id: torch.Tensor,
+                discount: torch.Tensor) -> None:
+        """Appends ``N`` transitions whose frames are written (the newest ``capacity`` when ``N`` is larger)."""
+        n = obs_id.shape[0]
+        self._n_pushed += n
+        if n > self.capacity:  # only the newest fit
+            keep = slice(n - self.capacity, None)
+            obs_id, action, ret = obs_id[keep], action[keep], ret[keep]
+            next_id, discount = next_id[keep], discount[keep]
+            n = self.capacity
+        idx = (torch.arange(n, device=self.device) + self.pos) % self.capacity
+        self.obs_id[idx] = obs_id
+        self.action[idx] = action.to(self.device, self.action.dtype)
+        self.ret[idx] = ret.to(self.device, torch.float32)
+        self.next_id[idx] = next_id
+        self.discount[idx] = discount.to(self.device, torch.float32)
+        self.pos = (self.pos + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
 
     def push(self, obs: torch.Tensor, action: torch.Tensor, ret: torch.Tensor, next_obs: torch.Tensor,
              discount: torch.Tensor) -> None:
-        """Appends ``N`` transitions (copied, cast to the buffer's dtypes).
+        """Appends ``N`` transitions (copied, cast to the buffer's dtypes), storing two frames for each.
 
         Args:
             obs: ``[N, *obs_shape]``.
@@ -128,24 +220,101 @@ class ReplayBuffer:
         expected = {"obs": (n, *self.obs_shape), "action": (n, *self.action_shape), "ret": (n,),
                     "next_obs": (n, *self.obs_shape), "discount": (n,)}
         given = {"obs": obs, "action": action, "ret": ret, "next_obs": next_obs, "discount": discount}
-        for name, shape in expected.items():
-            if tuple(given[name].shape) != shape:
-                raise ValueError(f"{name} must have shape {list(shape)} (N={n} transitions), got "
-                                 f"{list(given[name].shape)}; build the buffer with the env's shapes "
-                                 "(ReplayBuffer.for_spec)")
-        if n > self.capacity:  # only the newest fit
+        self._check(given, expected, n, "build the buffer with the env's shapes (ReplayBuffer.for_spec)")
+        if n > self.capacity:  # only the newest fit: their frames alone are written
             keep = slice(n - self.capacity, None)
             obs, action, ret, next_obs, discount = obs[keep], action[keep], ret[keep], next_obs[keep], discount[keep]
             n = self.capacity
-        idx = (torch.arange(n, device=self.device) + self.pos) % self.capacity
-        self.obs[idx] = obs.to(self.device, self.obs.dtype)
-        self.action[idx] = action.to(self.device, self.action.dtype)
-        self.ret[idx] = ret.to(self.device, torch.float32)
-        self.next_obs[idx] = next_obs.to(self.device, self.obs.dtype)
-        self.discount[idx] = discount.to(self.device, torch.float32)
-        self.pos = (self.pos + n) % self.capacity
-        self.size = min(self.size + n, self.capacity)
+        self._reserve(2 * n, n, self._n_frames)
+        ids = self._write_frames(torch.cat([obs, next_obs]))
+        self._append(ids[:n], action, ret, ids[n:], discount)
 
+    def push_steps(self, obs: torch.Tensor, next_obs: torch.Tensor, done: torch.Tensor, action: torch.Tensor,
+                   ret: torch.Tensor, last: torch.Tensor, discount: torch.Tensor, *, carried: int = 0) -> None:
+        """Appends the transitions of a window of consecutive steps of ``B`` auto-reset envs, storing every
+        observation once.
+
+        The window's steps ``p`` in ``[0, L)`` hold ``obs[:, p]`` (the observation the step acted on) and
+        ``next_obs[:, p]`` (the one it reached, before any auto-reset: at an episode's end, its terminal
+        observation). Row ``b``'s transition ``s`` in ``[0, M)`` starts at step ``s`` and ends at step
+        ``last[b, s]``: it is ``(obs[b, s], action[b, s], ret[b, s], next_obs[b, last[b, s]], discount[b, s])``,
+        and the batches :meth:`sample` draws are bit for bit those of :meth:`push` of these transitions, flattened
+        row-major (``N = B * M``). Successive calls continue the same envs: the first ``carried`` steps of a window
+        are the last ``carried`` steps of the previous window (as :class:`~rlstruct.algos.dqn.NStepWindow` carries
+        them), and its step ``carried`` follows the previous window's last step.
+
+        Each observation is one frame: ``obs[:, p + 1]`` is ``next_obs[:, p]`` where the episode goes on (the
+        batcher's auto-reset contract), so only ``next_obs`` at episode ends (``done``) adds a frame. A window of
+        ``T`` new steps writes ``B * T`` frames and one per episode end, the first window one more per row. The
+        call reads the number of new frames on the host (one sync per call, none per step).
+
+        Args:
+            obs: ``[B, L, *obs_shape]``, the window's ``observation/frame``.
+            next_obs: ``[B, L, *obs_shape]``, its ``_observation/frame``.
+            done: ``bool [B, L]``, its ``_observation/done``.
+            action: ``[B, M, *action_shape]``, ``M <= L``.
+            ret: ``float [B, M]``.
+            last: ``int64 [B, M]``, the step each transition ends at (``s <= last[b, s] < L``, no ``done`` before
+                it).
+            discount: ``float [B, M]``.
+            carried: steps of this window that the previous one held (0 for the first window).
+
+        Raises:
+            ValueError: a tensor's shape does not match, ``carried`` is out of range, or ``B`` changed.
+        """
+        if done.dim() != 2:
+            raise ValueError(f"done must be bool [B, L] (B envs, L steps), got shape {list(done.shape)}; pass the "
+                             "window's _observation/done")
+        B, L = done.shape
+        M = ret.shape[-1] if ret.dim() else 0
+        n = B * M
+        given = {"obs": obs, "next_obs": next_obs, "action": action, "ret": ret, "last": last, "discount": discount}
+        expected = {"obs": (B, L, *self.obs_shape), "next_obs": (B, L, *self.obs_shape),
+                    "action": (B, M, *self.action_shape), "ret": (B, M), "last": (B, M), "discount": (B, M)}
+        self._check(given, expected, n, "pass [B, L] steps and [B, M] transitions (M <= L) of the env's shapes")
+        if not 1 <= M <= L:
+            raise ValueError(f"ret must hold M transitions per row with 1 <= M <= L={L} (the window's steps), got "
+                             f"M={M}; push the transitions that start in the window")
+        streams = self._streams
+        if streams is None:
+            if carried != 0:
+                raise ValueError(f"carried must be 0 in the first window (no previous one), got {carried}")
+        elif not (0 <= carried <= streams.length and streams.rows == B):
+            raise ValueError(
+                f"carried must be in [0, {streams.length}] (the previous window's steps) with B={streams.rows} rows "
+                f"as before, got carried={carried}, B={B}; push the windows of the same envs in order"
+            )
+        dev = self.device
+        done = done.to(dev).bool()
+        x_id = torch.full((B, L + 1), -1, dtype=torch.int64, device=dev)  # the frame of the observation at each step
+        z_id = torch.full((B, L), -1, dtype=torch.int64, device=dev)  # the terminal frame of each episode end
+        lowest = self._n_frames
+        if streams is not None:
+            start = streams.length - carried
+            x_id[:, : carried + 1] = streams.x_id[:, start:]
+            z_id[:, :carried] = streams.z_id[:, start:]
+            # The carried frames were written by the previous window, or by the one before when it carried them too.
+            lowest = streams.start if start > streams.carried else streams.lowest
+        # The step after the last one is the next window's first: written now where the episode goes on, since the
+        # last transitions bootstrap from it.
+        x_new = x_id < 0
+        x_new[:, L] &= ~done[:, L - 1]
+        z_new = (z_id < 0) & done
+        x_at = torch.nonzero(x_new.flatten(), as_tuple=False).squeeze(1)
+        z_at = torch.nonzero(z_new.flatten(), as_tuple=False).squeeze(1)
+        self._reserve(x_at.shape[0] + z_at.shape[0], n, lowest)
+        start_frames = self._n_frames
+        x_src = torch.cat([obs, next_obs[:, L - 1 :]], 1).flatten(0, 1)
+        x_id.view(-1)[x_at] = self._write_frames(x_src.to(dev).index_select(0, x_at))
+        z_id.view(-1)[z_at] = self._write_frames(next_obs.to(dev).flatten(0, 1).index_select(0, z_at))
+        last = last.to(dev)
+        ends = done.gather(1, last)
+        next_id = torch.where(ends, z_id.gather(1, last), x_id.gather(1, last + 1))
+        self._append(x_id[:, :M].flatten(), action.flatten(0, 1), ret.flatten(), next_id.flatten(),
+                     discount.flatten())
+        self._streams = _Streams(x_id, z_id, carried, start_frames, lowest)
+
+    # ----------------------------------------------------------------- reading
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
         """``batch_size`` transitions drawn uniformly with replacement.
 
@@ -160,5 +329,41 @@ class ReplayBuffer:
         if self.size == 0:
             raise ValueError("the replay buffer is empty; push transitions before sampling")
         idx = torch.randint(self.size, (batch_size,), generator=self.generator, device=self.device)
-        return {"obs": self.obs[idx].float(), "action": self.action[idx], "ret": self.ret[idx],
-                "next_obs": self.next_obs[idx].float(), "discount": self.discount[idx]}
+        rows = self.frames.shape[0]
+        return {"obs": self.frames[self.obs_id[idx] % rows].float(), "action": self.action[idx],
+                "ret": self.ret[idx], "next_obs": self.frames[self.next_id[idx] % rows].float(),
+                "discount": self.discount[idx]}
+
+
+def steps_to_transitions(steps: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The transitions of :meth:`ReplayBuffer.push_steps`'s arguments ``obs``, ``next_obs``, ``action``, ``ret``,
+    ``last`` and ``discount``, flattened (row-major), each with its own ``obs`` and ``next_obs``: the arguments of
+    :meth:`ReplayBuffer.push` that give the same samples, ``N = B * M``.
+
+    >>> steps = {"obs": torch.tensor([[0.0, 1.0]]), "next_obs": torch.tensor([[1.0, 9.0]]),
+    ...          "action": torch.tensor([[5, 6]]), "ret": torch.ones(1, 2), "last": torch.tensor([[0, 1]]),
+    ...          "discount": torch.ones(1, 2)}
+    >>> t = steps_to_transitions(steps)
+    >>> t["obs"].tolist(), t["next_obs"].tolist()
+    ([0.0, 1.0], [1.0, 9.0])
+    """
+    last = steps["last"]
+    B, M = last.shape
+    rows = torch.arange(B, device=last.device).unsqueeze(1)
+    return {
+        "obs": steps["obs"][:, :M].flatten(0, 1),
+        "action": steps["action"].flatten(0, 1),
+        "ret": steps["ret"].flatten(),
+        "next_obs": steps["next_obs"][rows, last].flatten(0, 1),  # [B, M, *obs_shape], any observation shape
+        "discount": steps["discount"].flatten(),
+    }
+
+
+class _Streams:
+    """What :meth:`ReplayBuffer.push_steps` keeps of a window for the next: the frame numbers of its steps'
+    observations (``x_id [B, L + 1]``, -1 where none was written) and terminal observations (``z_id [B, L]``),
+    the steps it carried, the first frame it wrote and the lowest frame its transitions point to."""
+
+    def __init__(self, x_id: torch.Tensor, z_id: torch.Tensor, carried: int, start: int, lowest: int):
+        self.x_id, self.z_id, self.carried, self.start, self.lowest = x_id, z_id, carried, start, lowest
+        self.rows, self.length = z_id.shape

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import inspect
 import json
 import logging
 import math
@@ -84,6 +85,11 @@ class RunConfig:
         lr: Adam learning rate.
         n_evaluation_envs: episodes per evaluation (episodic envs of the evaluation batcher).
         n_evaluation_processes: evaluation worker processes (0 evaluates in this process, pausing training).
+        evaluation_max_steps: steps per evaluation episode at most (None: the env's time limit); an episode cut
+            there counts its partial return.
+        evaluation_chunk_steps: steps per acquisition of the evaluation batcher: its buffer holds this many steps of
+            every evaluation env, and longer episodes continue over several acquisitions (with evaluation worker
+            processes, at least one per training iteration).
         eval_every: training iterations at least between two evaluation launches.
         logdir: where progress.csv, TensorBoard events, the plot and the checkpoint go (None: runs/<algo>-<env>-<seed>).
         log_every: iterations between two TensorBoard and progress-bar updates (the CSV gets every one).
@@ -111,6 +117,8 @@ class RunConfig:
     lr: float = 1e-3
     n_evaluation_envs: int = 16
     n_evaluation_processes: int = 0
+    evaluation_max_steps: int | None = None
+    evaluation_chunk_steps: int = 256
     eval_every: int = 50
     logdir: str | None = None
     log_every: int = 10
@@ -133,7 +141,7 @@ def validate_run_config(config: RunConfig) -> None:
     """
     if config.backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {config.backend!r}")
-    for name in ("n_envs", "n_evaluation_envs", "eval_every", "log_every"):
+    for name in ("n_envs", "n_evaluation_envs", "evaluation_chunk_steps", "eval_every", "log_every"):
         if getattr(config, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
     for name in ("n_processes", "n_evaluation_processes", "torch_threads"):
@@ -142,8 +150,9 @@ def validate_run_config(config: RunConfig) -> None:
     check_physics_dtype(config.physics_dtype, config.env, config.backend)
     if not config.time_limit > 0:
         raise ValueError(f"time_limit must be > 0 seconds, got {config.time_limit!r}")
-    if config.max_env_steps is not None and config.max_env_steps < 1:
-        raise ValueError(f"max_env_steps must be >= 1 or None, got {config.max_env_steps!r}")
+    for name in ("max_env_steps", "evaluation_max_steps"):
+        if getattr(config, name) is not None and getattr(config, name) < 1:
+            raise ValueError(f"{name} must be >= 1 or None, got {getattr(config, name)!r}")
     if not config.hidden_sizes or min(config.hidden_sizes) < 1:
         raise ValueError(f"hidden_sizes must be one or more positive widths, got {config.hidden_sizes!r}")
     for name in ("learner_device", "batcher_device", "evaluation_device"):
@@ -253,6 +262,11 @@ class EnvSpec:
 def describe_env(name: str, backend: str, max_episode_steps: int | None) -> EnvSpec:
     """Builds one CPU env of ``name`` to read its spaces and time limit.
 
+    The time limit is ``max_episode_steps`` when given, else the env's own: the torch simulators' and gymnax's
+    ``max_episode_steps``, the id's registered ``max_episode_steps``, or, for Atari (the ``ale`` backend and
+    ``ALE/`` ids), the emulator's cap on frames per episode in agent steps (ale-py's
+    ``max_num_frames_per_episode // frameskip``: 108,000 frames, 27,000 steps for the v5 ids).
+
     Raises:
         SpaceError: the action space is neither Discrete nor a 1-d Box, or the observation is not a Box
             of 1 (flat) or 3 (image) dimensions.
@@ -267,6 +281,8 @@ def describe_env(name: str, backend: str, max_episode_steps: int | None) -> EnvS
             limit = getattr(env, "max_episode_steps", None)
         if limit is None and backend != "torch":
             limit = _registered_time_limit(name)
+        if limit is None and (backend == "ale" or name.startswith("ALE/")):
+            limit = _ale_time_limit(name, backend)
     finally:
         env.close()
     if not isinstance(obs, gym.spaces.Box) or len(obs.shape) not in (1, 3):
@@ -275,7 +291,8 @@ def describe_env(name: str, backend: str, max_episode_steps: int | None) -> EnvS
             "dimensions: flatten the observation or pick another env"
         )
     if limit is None:
-        raise ValueError(f"env={name!r} has no time limit; pass max_episode_steps (--max-episode-steps)")
+        raise ValueError(f"max_episode_steps must be set for env={name!r}, which has no time limit of its own, got "
+                         "None; pass max_episode_steps (--max-episode-steps)")
     try:
         threshold = gym.spec(name).reward_threshold
     except gym.error.Error:
@@ -304,6 +321,22 @@ def _registered_time_limit(name: str) -> int | None:
         return gym.spec(name).max_episode_steps
     except gym.error.Error:
         return None
+
+
+def _ale_time_limit(name: str, backend: str) -> int | None:
+    """The agent steps of ALE's cap on emulator frames per episode, as the env of ``name`` was built: the
+    registered id's arguments (gymnasium backend) or the defaults of ale-py's ``AtariVectorEnv`` (ale backend)."""
+    if backend == "ale":
+        from ale_py.vector_env import AtariVectorEnv
+
+        params = inspect.signature(AtariVectorEnv).parameters
+        frames, skip = params["max_num_frames_per_episode"].default, params["frameskip"].default
+    else:
+        kwargs = gym.spec(name).kwargs
+        frames, skip = kwargs.get("max_num_frames_per_episode"), kwargs.get("frameskip", 1)
+    if not isinstance(frames, int) or frames <= 0 or not isinstance(skip, int) or skip < 1:
+        return None  # no cap (0), or a stochastic frameskip (a range): no step count to derive
+    return frames // skip
 
 
 def create_env(
@@ -663,7 +696,8 @@ def open_batchers(
     """The training batcher and the :class:`Evaluator` of a run, both closed by ``stack``.
 
     Seeds are fixed per role (envs from offsets 0 and 1000, agents from 5000 and 6000) so that a run is
-    reproducible from ``config.seed`` alone; evaluation envs never auto-reset and run whole episodes.
+    reproducible from ``config.seed`` alone; evaluation envs never auto-reset and run whole episodes (up to
+    ``config.evaluation_max_steps``), ``config.evaluation_chunk_steps`` steps per acquisition.
 
     Args:
         stack: the run's exit stack (see :func:`training_run`).
@@ -692,8 +726,12 @@ def open_batchers(
     )
     stack.callback(batcher.close)
     n_eval_workers = max(config.n_evaluation_processes, 1)
+    eval_steps = spec.max_episode_steps
+    if config.evaluation_max_steps is not None:
+        eval_steps = min(eval_steps, config.evaluation_max_steps)
+    chunk = min(eval_steps, config.evaluation_chunk_steps)
     eval_batcher = RL_Batcher(
-        spec.max_episode_steps, create_agent, {**agent_args, "device": config.evaluation_device},
+        chunk, create_agent, {**agent_args, "device": config.evaluation_device},
         create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": False,
                      "device": config.evaluation_device},
         config.n_evaluation_processes, worker_seeds(config.seed, n_eval_workers, 1000),
@@ -702,7 +740,7 @@ def open_batchers(
     )
     n_eval = eval_batcher.n_elems()
     evaluator = Evaluator(eval_batcher, DictTensor({k: torch.full((n_eval,), v) for k, v in greedy.items()}),
-                          config.eval_every)
+                          config.eval_every, max_steps=eval_steps)
     stack.callback(evaluator.close)
     return batcher, evaluator
 

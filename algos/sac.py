@@ -29,7 +29,7 @@ from torch import nn
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import NetworkAgent, cpu_state_dict, make_adam
-from rlstruct.algos.replay import ReplayBuffer
+from rlstruct.algos.replay import ReplayBuffer, steps_to_transitions
 from rlstruct.algos.returns import episode_statistics
 from rlstruct.algos.run import (
     EnvSpec,
@@ -52,6 +52,7 @@ __all__ = [
     "TwinQNetwork",
     "SACAgent",
     "create_sac_agent",
+    "one_step_steps",
     "one_step_transitions",
     "squashed_gaussian_log_prob",
     "soft_q_targets",
@@ -310,27 +311,40 @@ def create_sac_agent(
 
 
 # =============================================================================================== losses
-def one_step_transitions(trajectories: TemporalDictTensor, gamma: float) -> dict[str, torch.Tensor]:
-    """The one-step transitions of an acquisition of auto-reset envs (every row full), flattened for the buffer.
+def one_step_steps(trajectories: TemporalDictTensor, gamma: float) -> dict[str, torch.Tensor]:
+    """The one-step transitions of an acquisition of auto-reset envs (every row full), as the steps and the
+    transitions over them (:meth:`ReplayBuffer.push_steps`'s arguments: each observation is stored once).
 
-    ``next_obs`` is ``_observation/frame``, the observation the step reached *before* any auto-reset (at a
-    time limit, the truncated episode's last observation), and ``discount`` is ``gamma``, or 0 where the
-    episode terminated: targets bootstrap through truncations and not through terminations.
+    A transition's next observation is ``_observation/frame``, the observation the step reached *before* any
+    auto-reset (at a time limit, the truncated episode's last observation), and ``discount`` is ``gamma``, or 0
+    where the episode terminated: targets bootstrap through truncations and not through terminations.
 
     Args:
         trajectories: ``[B, T, ...]`` with ``observation/frame``, ``action/action``, ``_observation/reward``,
-            ``_observation/terminated`` and ``_observation/frame``.
+            ``_observation/done``, ``_observation/terminated`` and ``_observation/frame``.
         gamma: discount factor.
+
+    Returns:
+        ``obs [B, T, obs_dim]``, ``next_obs [B, T, obs_dim]``, ``done [B, T]``, ``action [B, T, action_dim]``,
+        ``ret [B, T]``, ``last [B, T]`` (``last[b, t] = t``) and ``discount [B, T]``.
+    """
+    tt = trajectories
+    reward = tt["_observation/reward"]
+    discount = gamma * (~tt["_observation/terminated"].bool()).to(reward.dtype)
+    B, T = reward.shape
+    last = torch.arange(T, device=reward.device).expand(B, T)
+    return {"obs": tt["observation/frame"], "next_obs": tt["_observation/frame"], "done": tt["_observation/done"],
+            "action": tt["action/action"], "ret": reward, "last": last, "discount": discount}
+
+
+def one_step_transitions(trajectories: TemporalDictTensor, gamma: float) -> dict[str, torch.Tensor]:
+    """The transitions of :func:`one_step_steps`, flattened, each with its own ``obs`` and ``next_obs``.
 
     Returns:
         ``obs [N, obs_dim]``, ``action [N, action_dim]``, ``ret [N]``, ``next_obs [N, obs_dim]``,
         ``discount [N]`` with ``N = B * T``: :meth:`ReplayBuffer.push`'s arguments.
     """
-    tt = trajectories
-    discount = gamma * (~tt["_observation/terminated"].bool()).to(tt["_observation/reward"].dtype)
-    return {"obs": tt["observation/frame"].flatten(0, 1), "action": tt["action/action"].flatten(0, 1),
-            "ret": tt["_observation/reward"].flatten(), "next_obs": tt["_observation/frame"].flatten(0, 1),
-            "discount": discount.flatten()}
+    return steps_to_transitions(one_step_steps(trajectories, gamma))
 
 
 def soft_q_targets(
@@ -516,7 +530,7 @@ def train(config: SACConfig) -> TrainResult:
                 check_on_device(critic, learner, "the learner's critics")
             tt = traj.trajectories
             n_new = B * tt.temporal_size()
-            buffer.push(**one_step_transitions(tt, config.gamma))
+            buffer.push_steps(**one_step_steps(tt, config.gamma))
 
             stats: dict[str, Any] = {"buffer_size": float(len(buffer))}
             if run.env_steps + n_new >= config.learning_starts:

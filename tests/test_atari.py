@@ -2,7 +2,9 @@
 
 ``backend="ale"`` gives ale-py's preprocessed frames (``uint8 [4, 84, 84]``: 84x84 grayscale, 4 stacked); the
 gymnasium backend's ``ALE/`` ids give gymnasium's raw RGB frames (``uint8 [210, 160, 3]``, channel-last), which the
-CNN permutes. A few hundred steps each: the pipeline runs, checkpoints, and ``rlstruct eval`` reloads it.
+CNN permutes. A few hundred steps each: the pipeline runs, checkpoints, and ``rlstruct eval`` reloads it. Without
+``--max-episode-steps`` a run takes ALE's own episode cap (27,000 agent steps) and evaluates in acquisitions of
+``--evaluation-chunk-steps`` steps.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ pytest.importorskip("ale_py")
 from rlstruct.algos.run import describe_env  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-SMALL = ["--n-envs", "4", "--n-evaluation-envs", "1", "--max-episode-steps", "100", "--no-progress",
-         "--no-tensorboard"]
+# No --max-episode-steps: the episodes are capped by ALE (27,000 steps). The evaluations (an untrained greedy policy
+# may never press FIRE) are cut by the run's own option, and their buffer holds 32 steps: a whole episode of frames
+# would be 1.5 GB per env (observation and next observation).
+SMALL = ["--n-envs", "4", "--n-evaluation-envs", "1", "--evaluation-max-steps", "100", "--evaluation-chunk-steps", "32",
+         "--no-progress", "--no-tensorboard"]
 
 
 def _cli(*args: str) -> dict:
@@ -38,14 +43,35 @@ def _cli(*args: str) -> dict:
     ("a2c", "gymnasium", ["--max-env-steps", "128"]),
 ])
 def test_breakout_trains_from_frames_checkpoints_and_evaluates(algo, backend, flags, tmp_path):
-    spec = describe_env("ALE/Breakout-v5", backend, 100)
+    spec = describe_env("ALE/Breakout-v5", backend, None)
     assert spec.pixels and spec.obs_dtype == "uint8"
     assert spec.obs_shape == ((210, 160, 3) if backend == "gymnasium" else (4, 84, 84))
     backend_flag = [] if backend == "auto" else ["--backend", backend]
     summary = _cli("train", algo, "--env", "ALE/Breakout-v5", *backend_flag, "--logdir", str(tmp_path), *SMALL, *flags)
     assert summary["env_steps"] >= int(flags[flags.index("--max-env-steps") + 1])
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert ckpt["env_spec"]["max_episode_steps"] == 27_000 and ckpt["config"]["max_episode_steps"] is None
     assert any(k.startswith("encoder.convs") for k in ckpt["model"])
     assert ckpt["model"]["encoder.convs.0.weight"].shape[-2:] == (8, 8)  # Nature-DQN's first conv
-    result = _cli("eval", str(tmp_path / "checkpoint.pt"), "--episodes", "1")
+    result = _cli("eval", str(tmp_path / "checkpoint.pt"), "--episodes", "1", "--max-steps", "100")
     assert result["algo"] == algo and result["episodes"] == 1
+
+
+@pytest.mark.parametrize("backend", ["ale", "gymnasium"])
+def test_the_time_limit_of_an_atari_id_is_ales_episode_cap(backend):
+    import inspect
+
+    from ale_py.vector_env import AtariVectorEnv
+
+    if backend == "ale":
+        params = inspect.signature(AtariVectorEnv).parameters
+        frames, skip = params["max_num_frames_per_episode"].default, params["frameskip"].default
+    else:
+        import gymnasium as gym
+
+        kwargs = gym.spec("ALE/Breakout-v5").kwargs
+        frames, skip = kwargs["max_num_frames_per_episode"], kwargs["frameskip"]
+    assert (frames, skip) == (108_000, 4)  # v5: 30 minutes of emulation at 60 frames per second
+    assert describe_env("ALE/Breakout-v5", backend, None).max_episode_steps == 27_000
+    assert describe_env("ALE/Breakout-v5", backend, 100).max_episode_steps == 100
+

@@ -1,0 +1,168 @@
+"""The evaluation of training runs (rlstruct.algos.evaluation): episodes in acquisitions of bounded length.
+
+The oracle is the evaluation as one acquisition of a whole episode per env (``n_timesteps`` = the time limit), the
+way the evaluator ran before it worked in chunks: chunked, the same weights and seeds give the same returns and
+lengths, in process and with worker processes, while the batcher's buffer holds a chunk of steps only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import pytest
+import torch
+
+from rlstruct.algos.evaluation import EpisodeTally, Evaluator, run_episodes
+from rlstruct.algos.networks import build_actor_critic, cpu_state_dict, create_policy_agent
+from rlstruct.algos.returns import episode_returns
+from rlstruct.algos.run import RunConfig, create_env, describe_env, open_batchers, seeded_model, validate_run_config
+from rlstruct.batchers import RL_Batcher
+from rlstruct.structures import DictTensor
+
+ENV = "CartPole-v1"
+N_ENVS = 6
+
+
+def _weights() -> dict[str, torch.Tensor]:
+    return cpu_state_dict(seeded_model(3, build_actor_critic, describe_env(ENV, "torch", None), (8,)))
+
+
+def _batcher(n_timesteps: int, *, n_processes: int = 0, max_episode_steps: int = 500) -> RL_Batcher:
+    spec = describe_env(ENV, "torch", max_episode_steps)
+    n_workers = max(n_processes, 1)
+    return RL_Batcher(
+        n_timesteps, create_policy_agent, {"spec": spec, "hidden_sizes": (8,)},
+        create_env, {"name": ENV, "n_envs": N_ENVS // n_workers, "backend": "torch",
+                     "max_episode_steps": max_episode_steps},
+        n_processes, [11 + k for k in range(n_workers)],
+        agent_info=DictTensor({"stochastic": torch.tensor([True])}), agent_seeds=[7 + k for k in range(n_workers)],
+    )
+
+
+def _agent_info(stochastic: bool) -> DictTensor:
+    return DictTensor({"stochastic": torch.full((N_ENVS,), stochastic)})
+
+
+def _one_acquisition(stochastic: bool, *, n_processes: int = 0, max_steps: int = 500,
+                     evaluations: int = 1) -> list[tuple[torch.Tensor, ...]]:
+    """The oracle: ``(returns, lengths, n_running)`` of ``evaluations`` consecutive evaluations, each one acquisition
+    of ``max_steps`` steps, every episode a row of the buffer."""
+    out = []
+    with _batcher(max_steps, n_processes=n_processes) as b:
+        b.update(_weights())
+        for _ in range(evaluations):
+            b.reset(agent_info=_agent_info(stochastic))
+            b.execute()
+            traj, n_running = b.get()
+            out.append((*episode_returns(traj), torch.tensor(n_running)))
+    return out
+
+
+@pytest.mark.parametrize("stochastic", [True, False])
+@pytest.mark.parametrize("chunk", [1, 7, 500])
+def test_chunked_episodes_equal_one_acquisition_of_whole_episodes(stochastic, chunk):
+    [(returns, lengths, _)] = _one_acquisition(stochastic)
+    assert lengths.min() < lengths.max() < 500  # the episodes end in different chunks
+    with _batcher(chunk) as b:
+        b.update(_weights())
+        tally = run_episodes(b, 500, _agent_info(stochastic))
+    assert torch.equal(tally.returns, returns) and torch.equal(tally.lengths, lengths)
+    assert not tally.running.any() and tally.finished
+
+
+def test_a_step_cap_cuts_the_episodes_as_one_shorter_acquisition_does():
+    [(returns, lengths, n_running)] = _one_acquisition(True, max_steps=15)
+    assert 0 < n_running < N_ENVS  # some episodes end before the cap, some are cut
+    with _batcher(4) as b:
+        b.update(_weights())
+        tally = run_episodes(b, 15, _agent_info(True))
+    assert torch.equal(tally.returns, returns) and torch.equal(tally.lengths, lengths)
+    assert int(tally.running.sum()) == int(n_running) and tally.steps == 16
+
+
+def _summary(returns: torch.Tensor, lengths: torch.Tensor) -> dict[str, float]:
+    return {"eval/return": float(returns.mean()), "eval/return_min": float(returns.min()),
+            "eval/return_max": float(returns.max()), "eval/length": float(lengths.float().mean()),
+            "eval/episodes": float(N_ENVS), "eval/launch_env_steps": 0.0}
+
+
+def test_the_evaluator_in_process_finishes_at_launch_and_reports_the_oracle(caplog):
+    first, second = _one_acquisition(False, evaluations=2)
+    with contextlib.closing(Evaluator(_batcher(5), _agent_info(False), every=3, max_steps=500)) as ev:
+        assert ev.batcher.n_timesteps == 5
+        assert ev.poll(_weights, 0, 0) is None  # launches; in process the evaluation runs inside the launch
+        assert ev.pending and ev.collect() == _summary(*first[:2])
+        assert not ev.pending and ev.collect() is None
+        previous, final = ev.final(_weights(), 10, 0)  # fresh episodes: the envs' next resets
+        assert previous is None and final == _summary(*second[:2])
+    with caplog.at_level(logging.WARNING, logger="rlstruct.algos.evaluation"):
+        with contextlib.closing(Evaluator(_batcher(5), _agent_info(False), every=3, max_steps=6)) as ev:
+            ev.final(_weights(), 0, 0)
+    assert "did not finish within 6 steps; their returns are partial" in caplog.text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_evaluator_with_workers_polls_without_blocking_and_reports_the_oracle():
+    first, second = _one_acquisition(True, n_processes=2, evaluations=2)
+    weights = _weights()
+    with contextlib.closing(Evaluator(_batcher(3, n_processes=2), _agent_info(True), every=1, max_steps=500)) as ev:
+        ev.launch(weights, 0, 0)
+        polls, result = 0, None
+        while result is None:
+            # every=10**9 launches nothing more: a poll returns at once, with the result once every episode ended
+            ev.every = 10**9
+            result = ev.poll(lambda: weights, 1, 0)
+            polls += 1
+        assert result == _summary(*first[:2])
+        assert polls > 1  # the acquisitions ran while this process went on
+        previous, final = ev.final(weights, 2, 0)
+        assert previous is None and final == _summary(*second[:2])
+        ev.launch(weights, 3, 0)  # closing with an acquisition under way collects it first
+
+
+def test_the_tally_ignores_steps_past_the_cap_of_a_longer_chunk():
+    with _batcher(8) as b:
+        b.update(_weights())
+        b.reset(agent_info=_agent_info(False))
+        b.execute()
+        traj, n_running = b.get()
+    tally = EpisodeTally(N_ENVS, 3, "cpu")
+    assert tally.add(traj, n_running)
+    assert (tally.lengths == 3).all() and torch.equal(tally.returns, torch.full((N_ENVS,), 3.0))
+
+
+def test_open_batchers_bounds_the_evaluation_buffer_by_the_chunk(tmp_path):
+    spec = describe_env(ENV, "torch", None)
+    cfg = RunConfig(env=ENV, n_envs=2, n_evaluation_envs=2, evaluation_chunk_steps=32, logdir=str(tmp_path))
+    with contextlib.ExitStack() as stack:
+        _, ev = open_batchers(stack, cfg, spec, create_policy_agent, n_timesteps=4, autoreset=True,
+                              explore={"stochastic": True}, greedy={"stochastic": False})
+        assert (ev.batcher.n_timesteps, ev.max_steps) == (32, 500)
+    cfg = RunConfig(env=ENV, n_envs=2, n_evaluation_envs=2, evaluation_max_steps=20, logdir=str(tmp_path))
+    with contextlib.ExitStack() as stack:
+        _, ev = open_batchers(stack, cfg, spec, create_policy_agent, n_timesteps=4, autoreset=True,
+                              explore={"stochastic": True}, greedy={"stochastic": False})
+        assert (ev.batcher.n_timesteps, ev.max_steps) == (20, 20)
+
+
+def test_bad_evaluation_settings_are_errors():
+    with pytest.raises(ValueError, match="evaluation_chunk_steps must be >= 1, got 0"):
+        validate_run_config(RunConfig(evaluation_chunk_steps=0))
+    with pytest.raises(ValueError, match="evaluation_max_steps must be >= 1 or None, got -1"):
+        validate_run_config(RunConfig(evaluation_max_steps=-1))
+    with _batcher(4) as b, pytest.raises(ValueError, match="max_steps must be >= 1 step or None.*got 0"):
+        Evaluator(b, _agent_info(False), every=1, max_steps=0)
+
+
+def test_an_env_without_a_time_limit_needs_max_episode_steps():
+    import gymnasium as gym
+
+    gym.register("NoLimitCartPole-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv")
+    try:
+        with pytest.raises(ValueError, match="max_episode_steps must be set for env='NoLimitCartPole-v0'"):
+            describe_env("NoLimitCartPole-v0", "gymnasium", None)
+        assert describe_env("NoLimitCartPole-v0", "gymnasium", 30).max_episode_steps == 30
+    finally:
+        del gym.registry["NoLimitCartPole-v0"]
