@@ -9,7 +9,8 @@ Messages name the argument, what was expected, what was received, and the fix.
 
 One type per situation, whichever implementation raises it. For the envs (``GymEnv``, ``GymEnvInf``,
 ``DeviceEnv``, the torch simulators, the JAX envs ``JaxVecEnv``/``GymnaxEnv``/``MjxEnv``, ``MujocoTorchEnv``,
-``make_env`` for every backend (torch, gymnasium, envpool, ale, gymnax, mjx, mujoco_torch), and the gymnasium bridge ``to_gymnasium``/``to_gymnasium_env``):
+``make_env`` for every backend (torch, gymnasium, envpool, ale, gymnax, mjx, mujoco_torch), and the gymnasium
+bridge ``to_gymnasium``/``to_gymnasium_env``):
 
 ==========================================================  =========================
 situation                                                    type

@@ -63,14 +63,13 @@ def hopper_mjx():
 def with_row0(env, qpos: np.ndarray, qvel: np.ndarray):
     """The env's state with env 0 at ``(qpos, qvel)`` (and a zero solver warm start, as after a reset)."""
     state = env.get_state()
-    if "env" in state:  # MJX: an immutable pytree
-        data, elapsed = state["env"]
-        data = data.replace(qpos=data.qpos.at[0].set(qpos), qvel=data.qvel.at[0].set(qvel),
-                            qacc_warmstart=data.qacc_warmstart.at[0].set(0.0))
-        return {**state, "env": (data, elapsed)}
-    state["data"].qpos[0] = torch.from_numpy(qpos)
-    state["data"].qvel[0] = torch.from_numpy(qvel)
-    state["data"].qacc_warmstart[0] = 0.0
+    if isinstance(state, dict):  # MJX: an immutable pytree, env state (qpos, qvel, qacc_warmstart, elapsed steps)
+        old_qpos, old_qvel, warm, elapsed = state["env"]
+        physical = (old_qpos.at[0].set(qpos), old_qvel.at[0].set(qvel), warm.at[0].set(0.0), elapsed)
+        return {**state, "env": physical}
+    state["qpos"][0] = torch.from_numpy(qpos)
+    state["qvel"][0] = torch.from_numpy(qvel)
+    state["qacc_warmstart"][0] = 0.0
     return state
 
 
@@ -131,10 +130,11 @@ def test_mujoco_torch_hopper_matches_gymnasium_through_its_termination():
 
 
 @pytest.mark.slow
-def test_mujoco_torch_half_cheetah_matches_gymnasium():
-    env = torch_env("HalfCheetah-v5", True, limit=50)
+@pytest.mark.parametrize("name", ["HalfCheetah-v5", "Walker2d-v5"])
+def test_mujoco_torch_matches_gymnasium(name):
+    env = torch_env(name, True, limit=50)
     env.reset()
-    assert not any(oracle(env, "HalfCheetah-v5", 3, 0.0, 1e-6, atol_contact=1e-2))
+    assert not any(oracle(env, name, 3, 0.0, 1e-6, atol_contact=1e-2))
 
 
 # ------------------------------------------------------------------------------------------- the contract
@@ -218,12 +218,12 @@ def test_mujoco_torch_episodic_stops_finished_envs():
     env = torch_env("Hopper-v5", False, n=3, limit=2)
     obs, ids = env.reset()
     # Env 1 has finished: only the others act, in the order of the ids, and env 1's state stays as it was.
-    env.set_state(env.get_state() | {"running": torch.tensor([True, False, True])})
-    before = env.get_state()["data"].qpos[1].clone()
+    env.set_state(DictTensor({**dict(env.get_state().items()), "running": torch.tensor([True, False, True])}))
+    before = env.get_state()["qpos"][1].clone()
     (nxt, ids_next), (running, ids) = env.step(act(torch.ones(2, 3)))
     assert ids_next.tolist() == ids.tolist() == [0, 2] and not nxt["done"].any()
     check_observation(nxt, 2, 11, 3)
-    assert torch.equal(env.get_state()["data"].qpos[1], before)
+    assert torch.equal(env.get_state()["qpos"][1], before)
     assert env.get_state()["running"].tolist() == [True, False, True]
     (nxt, ids_next), (running, ids) = env.step(act(torch.zeros(2, 3)))
     assert nxt["truncated"].all() and ids.shape == (0,) and running.n_elems() == 0
@@ -285,14 +285,16 @@ def test_mujoco_torch_get_set_state_round_trip():
     second = other.step(action)
     for (u, i), (v, j) in zip(first, second):
         assert_same(u, v) and torch.equal(i, j)
-    with pytest.raises(TypeError, match="keys"):
-        other.set_state({"data": state["data"]})
-    with pytest.raises(BatchSizeError, match="n_envs=3 rows"):
+    with pytest.raises(TypeError, match="DictTensor from get_state"):
+        other.set_state({"qpos": state["qpos"]})
+    with pytest.raises(SpaceError, match=r"state lacks the keys \['qvel'"):
+        other.set_state(DictTensor({"qpos": state["qpos"]}))
+    with pytest.raises(SpaceError, match=r"state\['qpos'\] must have rows of shape \[9\]"):
+        other.set_state(DictTensor({**dict(state.items()), "qpos": state["qpos"][:, :3]}))
+    with pytest.raises(BatchSizeError, match="n_envs=3"):
         torch_env("HalfCheetah-v5", True, n=3).set_state(state)
-    episodic = torch_env("HalfCheetah-v5", False, limit=2)
-    episodic.reset()
     with pytest.raises(SpaceError, match="all true for an auto-reset env"):
-        env.set_state(episodic.get_state() | {"running": torch.tensor([True, False])})
+        env.set_state(DictTensor({**dict(state.items()), "running": torch.tensor([True, False])}))
 
 
 def check_wrong_actions(env) -> None:

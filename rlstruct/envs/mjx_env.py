@@ -69,12 +69,15 @@ class MjxEnv(JaxVecEnv):
     """``n_envs`` of gymnasium's MuJoCo locomotion tasks (``HalfCheetah-v5``, ``Hopper-v5``, ``Walker2d-v5``)
     stepped by MJX on the JAX device matching ``device``.
 
-    Each env's state is its ``mjx.Data`` and its step counter; a step sets the controls to the action, runs
-    ``frame_skip`` ``mjx.step`` (a ``fori_loop``, so the physics compiles once), then applies the task's
-    observation, reward and termination; ``truncated`` is the step counter reaching ``max_episode_steps``. A reset
-    puts the task's noisy ``qpos``/``qvel`` into a fresh ``mjx.Data`` (the next ``mjx.step`` computes everything
-    else from them, as ``mj_step`` does after gymnasium's ``set_state``). Envs of the same task and limit share
-    their compiled functions (``cache_key``); JAX compiles once per env count and mode.
+    Each env's state is what ``mj_step`` reads of it, ``(qpos [nq], qvel [nv], qacc_warmstart [nv])`` (the solver's
+    warm start; the controls are the action, and the models have no activations, mocap bodies or applied forces),
+    and its step counter (int32): a step fills a fresh ``mjx.Data`` with them and the action, runs ``frame_skip``
+    ``mjx.step`` (a ``fori_loop``, so the physics compiles once), which computes every other field anew, then
+    applies the task's observation, reward and termination; ``truncated`` is the step counter reaching
+    ``max_episode_steps``. A reset draws the task's noisy ``qpos``/``qvel`` with a zero warm start, as gymnasium's
+    ``reset`` leaves MuJoCo's data. The small state keeps the auto-reset select and :meth:`get_state` cheap. Envs of
+    the same task and limit share their compiled functions (``cache_key``); JAX compiles once per env count and
+    mode.
 
     Args:
         name: a gymnasium id of :data:`~rlstruct.envs._locomotion.LOCOMOTION_TASKS`.
@@ -129,18 +132,16 @@ class MjxEnv(JaxVecEnv):
             u_pos = jax.random.uniform(k_pos, (nq,))
             noise_vel = jax.random.normal(k_vel, (nv,)) if normal else jax.random.uniform(k_vel, (nv,))
             qpos, qvel = task.initial_state(jnp, qpos0, u_pos, noise_vel)
-            data = data0.replace(qpos=qpos, qvel=qvel)
-            return task.observation(jnp, qpos, qvel), (data, jnp.zeros((), jnp.int32))
+            return task.observation(jnp, qpos, qvel), (qpos, qvel, jnp.zeros_like(qvel), jnp.zeros((), jnp.int32))
 
         def step_fn(key, state, action):
-            data, elapsed = state
-            x_before = data.qpos[0]
-            data = data.replace(ctrl=action)
+            qpos, qvel, warm, elapsed = state
+            data = data0.replace(qpos=qpos, qvel=qvel, qacc_warmstart=warm, ctrl=action)
             data = jax.lax.fori_loop(0, frame_skip, lambda _, d: mjx.step(model, d), data)
-            reward, terminated = task.reward_and_terminated(jnp, x_before, data.qpos, data.qvel, action, dt)
+            reward, terminated = task.reward_and_terminated(jnp, qpos[0], data.qpos, data.qvel, action, dt)
             elapsed = elapsed + 1
             obs = task.observation(jnp, data.qpos, data.qvel)
-            return obs, (data, elapsed), reward, terminated, elapsed >= limit
+            return obs, (data.qpos, data.qvel, data.qacc_warmstart, elapsed), reward, terminated, elapsed >= limit
 
         self.task, self.max_episode_steps, self.mj_model = task, limit, mj_model
         obs_dim = nq - 1 + nv

@@ -5,8 +5,11 @@ written once in :mod:`rlstruct.envs._locomotion` and shared with the MJX backend
 ``torch.vmap(mujoco_torch.step)`` over one batched ``mujoco_torch.Data``, in float64 (mujoco-torch's default, the
 precision of MuJoCo's C engine), on any torch device.
 
-Every step is written over the whole batch: the auto-reset step draws fresh initial states for every env from the
-counter-based RNG of the torch simulators (:mod:`rlstruct.envs._rng`: env ``k``'s episode ``e`` depends on
+An env's state between steps is what ``mj_step`` reads of it: ``qpos``, ``qvel`` and the solver's warm start
+``qacc_warmstart`` (the controls are the action; the models have no activations, mocap bodies or applied forces);
+each step fills a fresh ``Data`` with them and computes every other field anew, as ``mj_step`` does. Every step is
+written over the whole batch: the auto-reset step draws fresh initial states for every env from the counter-based
+RNG of the torch simulators (:mod:`rlstruct.envs._rng`: env ``k``'s episode ``e`` depends on
 ``(seed, k, e)`` only) and selects them with ``torch.where`` where an env finished, with no host sync of its own.
 mujoco-torch's constraint solver iterates until every env has converged, which reads one flag per iteration on the
 host: the step cannot be captured in a CUDA graph (:meth:`MujocoTorchEnv.graph_state` is ``None``).
@@ -38,7 +41,7 @@ from rlstruct.structures import DictTensor
 
 __all__ = ["MujocoTorchEnv"]
 
-_STATE_KEYS = ("data", "elapsed_steps", "episode", "rng_key", "last_action", "running")
+_STATE_KEYS = ("qpos", "qvel", "qacc_warmstart", "elapsed_steps", "episode", "rng_key", "last_action", "running")
 
 
 def _import_mujoco_torch() -> Any:
@@ -77,10 +80,9 @@ def _rows(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return mask.reshape(mask.shape + (1,) * (x.ndim - 1))
 
 
-def _select(mask: torch.Tensor, a: Any, b: Any) -> Any:
-    """Row ``i`` of ``a`` where ``mask[i]``, else of ``b``: two batched ``mujoco_torch.Data`` (its unbatched
-    leaves, sizes shared by every env, come from ``a``)."""
-    return a.apply(lambda u, v: torch.where(_rows(mask, u), u, v) if u.ndim else u, b)
+def _select(mask: torch.Tensor, a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """Row ``i`` of each tensor of ``a`` where ``mask[i]``, else of ``b``."""
+    return tuple(torch.where(_rows(mask, u), u, v) for u, v in zip(a, b))
 
 
 class MujocoTorchEnv(CallOrder, VecEnv):
@@ -153,7 +155,6 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         # One step gives every field the dtype a vmapped step returns; the warm start and the clock are then zeroed
         # as mj_resetData leaves them (the other fields are recomputed from qpos/qvel by the next step).
         data0 = mujoco_torch.step(mx, mujoco_torch.device_put(d).to(dev))
-        data0.qacc_warmstart.zero_()
         data0.time.zero_()
         self._data0 = data0.expand(n).clone()
         self._vstep = torch.vmap(lambda data: mujoco_torch.step(mx, data))
@@ -166,7 +167,7 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         self.action_space = spaces.Box(low, high, (self._nu,), np.float32)
         self._ids_all = torch.arange(n, device=dev)
         self._ids = self._ids_all
-        self._data: Any = None
+        self._physical: tuple[torch.Tensor, ...] = ()  # (qpos [n, nq], qvel [n, nv], qacc_warmstart [n, nv])
         self._elapsed = torch.zeros(n, dtype=torch.int64, device=dev)
         self._episode = torch.full((n,), -1, dtype=torch.int64, device=dev)
         self._key = env_keys(self.seed, n, dev)
@@ -175,30 +176,32 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         self._closed = False
 
     # ---------------------------------------------------------------- pure pieces of the step
-    def _fresh(self, episode: torch.Tensor) -> tuple[Any, torch.Tensor]:
-        """Initial states of episode ``episode [n]`` of every env: ``(Data [n], observation float32 [n, obs_dim])``."""
+    def _fresh(self, episode: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """Initial states of episode ``episode [n]`` of every env: ``((qpos, qvel, qacc_warmstart), observation
+        float32 [n, obs_dim])``, the warm start zero as after ``mj_resetData``."""
         u = uniform_draws(self._key, episode, self._draws).t()  # [n, D] in (0, 1)
         nq, nv = self._nq, self._nv
         u_pos, u_vel = u[:, :nq], u[:, nq:nq + nv]
         if self.task.qvel_noise == "normal":  # Box-Muller
             u_vel = torch.sqrt(-2.0 * torch.log(u_vel)) * torch.cos(2.0 * math.pi * u[:, nq + nv:])
         qpos, qvel = self.task.initial_state(torch, self._qpos0, u_pos, u_vel)
-        data = self._data0.copy()
-        data.qpos, data.qvel = qpos, qvel
-        return data, self.task.observation(torch, qpos, qvel).to(torch.float32)
+        return (qpos, qvel, torch.zeros_like(qvel)), self.task.observation(torch, qpos, qvel).to(torch.float32)
 
-    def _physics(self, data: Any, action: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One env step of every env: ``(Data, observation float32, reward float32, terminated bool)``."""
-        x_before = data.qpos[:, 0]
-        data = data.copy()
+    def _physics(self, physical: tuple[torch.Tensor, ...], action: torch.Tensor
+                 ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One env step of every env: ``((qpos, qvel, qacc_warmstart), observation float32, reward float32,
+        terminated bool)``."""
+        qpos, qvel, warm = physical
+        data = self._data0.copy()
+        data.qpos, data.qvel, data.qacc_warmstart = qpos, qvel, warm
         data.ctrl = action.to(torch.float64)
         for _ in range(self.task.frame_skip):
             data = self._vstep(data)
         reward, terminated = self.task.reward_and_terminated(
-            torch, x_before, data.qpos, data.qvel, action.to(torch.float64), self._dt
+            torch, qpos[:, 0], data.qpos, data.qvel, action.to(torch.float64), self._dt
         )
         obs = self.task.observation(torch, data.qpos, data.qvel).to(torch.float32)
-        return data, obs, reward.to(torch.float32), terminated
+        return (data.qpos, data.qvel, data.qacc_warmstart), obs, reward.to(torch.float32), terminated
 
     # ---------------------------------------------------------------- VecEnv
     def n_envs(self) -> int:
@@ -232,7 +235,7 @@ class MujocoTorchEnv(CallOrder, VecEnv):
             )
         n, dev = self._n, self.device
         self._episode = self._episode + 1
-        self._data, frame = self._fresh(self._episode)
+        self._physical, frame = self._fresh(self._episode)
         self._elapsed = torch.zeros(n, dtype=torch.int64, device=dev)
         self._last_action = torch.zeros((n, self._nu), device=dev)
         self._ids = self._ids_all
@@ -301,13 +304,13 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         return self._step_episodic(a, ids)
 
     def _step_autoreset(self, a: torch.Tensor) -> StepResult:
-        data, frame, reward, terminated = self._physics(self._data, a)
+        physical, frame, reward, terminated = self._physics(self._physical, a)
         elapsed = self._elapsed + 1
         truncated = elapsed >= self.max_episode_steps
         done = terminated | truncated
         self._episode = self._episode + done
         fresh, frame_fresh = self._fresh(self._episode)
-        self._data = _select(done, fresh, data)
+        self._physical = _select(done, fresh, physical)
         self._elapsed = torch.where(done, 0, elapsed)
         self._last_action = torch.where(_rows(done, a), 0.0, a)
         false = torch.zeros((4, self._n), dtype=torch.bool, device=self.device)
@@ -330,15 +333,15 @@ class MujocoTorchEnv(CallOrder, VecEnv):
             running = torch.zeros(n, dtype=torch.bool, device=self.device).index_fill_(0, ids, True)
         else:
             full = a
-        data, frame, reward, terminated = self._physics(self._data, full)
+        physical, frame, reward, terminated = self._physics(self._physical, full)
         elapsed = self._elapsed + 1
         if partial:
-            data = _select(running, data, self._data)
+            physical = _select(running, physical, self._physical)
             elapsed = torch.where(running, elapsed, self._elapsed)
             self._last_action = torch.where(_rows(running, full), full, self._last_action)
         else:
             self._last_action = a
-        self._data, self._elapsed = data, elapsed
+        self._physical, self._elapsed = physical, elapsed
         truncated = elapsed >= self.max_episode_steps
         values = {"frame": frame, "reward": reward, "done": terminated | truncated, "terminated": terminated,
                   "truncated": truncated, "initial_state": torch.zeros_like(terminated)}
@@ -351,10 +354,11 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         return (nxt, ids), (nxt.index(keep), self._ids)
 
     # ---------------------------------------------------------------- state
-    def get_state(self) -> dict[str, Any]:
-        """Everything needed to continue exactly (copies): ``{"data": the batched mujoco_torch.Data [n_envs],
-        "elapsed_steps", "episode", "rng_key": int64 [n_envs], "last_action": float32 [n_envs, nu], "running":
-        bool [n_envs]}``.
+    def get_state(self) -> DictTensor:
+        """Everything needed to continue exactly, as a DictTensor of ``n_envs`` rows (copies): ``qpos`` ``float64
+        [n_envs, nq]``, ``qvel`` and ``qacc_warmstart`` ``float64 [n_envs, nv]``, ``elapsed_steps``, ``episode`` and
+        ``rng_key`` ``int64 [n_envs]`` (the step counter and the RNG state), ``last_action`` ``float32 [n_envs, nu]``,
+        ``running`` ``bool [n_envs]`` (always all true for auto-reset envs).
 
         Raises:
             EnvStateError: ``reset`` was never called, or the env is closed.
@@ -362,43 +366,57 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         self._check_steppable("get_state")
         running = torch.zeros(self._n, dtype=torch.bool, device=self.device)
         running[self._ids] = True
-        return {"data": self._data.clone(), "elapsed_steps": self._elapsed.clone(), "episode": self._episode.clone(),
-                "rng_key": self._key.clone(), "last_action": self._last_action.clone(), "running": running}
+        qpos, qvel, warm = self._physical
+        return DictTensor._trusted({
+            "qpos": qpos.clone(), "qvel": qvel.clone(), "qacc_warmstart": warm.clone(),
+            "elapsed_steps": self._elapsed.clone(), "episode": self._episode.clone(), "rng_key": self._key.clone(),
+            "last_action": self._last_action.clone(), "running": running,
+        })
 
-    def set_state(self, state: dict[str, Any]) -> None:
+    def set_state(self, state: DictTensor) -> None:
         """Continues from a state of :meth:`get_state` (of this env or another of the same task and size, on any
-        device).
+        device): the env then steps exactly as the one the state was taken from.
 
         Raises:
-            TypeError: ``state`` is not a dict with :meth:`get_state`'s keys.
-            BatchSizeError: its tensors do not have ``n_envs`` rows.
-            SpaceError: ``running`` is not all true for an auto-reset env.
+            TypeError: ``state`` is not a DictTensor.
+            SpaceError: a key is missing or has another per-row shape, or ``running`` is not all true for an
+                auto-reset env.
+            BatchSizeError: ``state`` does not have ``n_envs`` rows.
             EnvStateError: the env is closed.
         """
         self._check_open()
-        if not isinstance(state, dict) or set(state) != set(_STATE_KEYS):
-            got = sorted(state) if isinstance(state, dict) else type(state).__name__
-            raise TypeError(f"state must be a dict with the keys {list(_STATE_KEYS)} (get_state()'s), got {got}")
-        rows = {k: tuple(state[k].shape)[:1] for k in _STATE_KEYS if k != "data"}
-        rows["data"] = tuple(state["data"].batch_size)
-        bad = {k: r for k, r in rows.items() if r != (self._n,)}
-        if bad:
+        if not isinstance(state, DictTensor):
+            raise TypeError(f"state must be a DictTensor from get_state(), got {type(state).__name__}")
+        missing = [k for k in _STATE_KEYS if k not in state.variables]
+        if missing:
+            raise SpaceError(f"state lacks the keys {missing}; pass the DictTensor get_state() returns "
+                             f"(keys {list(_STATE_KEYS)})")
+        if state.n_elems() != self._n:
             raise BatchSizeError(
-                f"state must have n_envs={self._n} rows, got {bad}; pass a state from an env with {self._n} envs"
+                f"state has {state.n_elems()} rows, this env has n_envs={self._n}; pass a state from an env with "
+                f"{self._n} envs"
             )
+        shapes = {"qpos": (self._nq,), "qvel": (self._nv,), "qacc_warmstart": (self._nv,), "last_action": (self._nu,)}
+        for k in _STATE_KEYS:
+            if tuple(state[k].shape[1:]) != shapes.get(k, ()):
+                raise SpaceError(
+                    f"state[{k!r}] must have rows of shape {list(shapes.get(k, ()))}, got {list(state[k].shape)}; "
+                    "pass the DictTensor get_state() returns"
+                )
         dev = self.device
         running = state["running"].to(dev, torch.bool)
         if self.autoreset and not bool(running.all()):
             raise SpaceError("state['running'] must be all true for an auto-reset env; pass an auto-reset env's state")
-        self._data = state["data"].to(dev).clone()
+        self._physical = tuple(state[k].detach().to(dev, torch.float64, copy=True)
+                               for k in ("qpos", "qvel", "qacc_warmstart"))
         self._elapsed = state["elapsed_steps"].to(dev, torch.int64, copy=True)
         self._episode = state["episode"].to(dev, torch.int64, copy=True)
         self._key = state["rng_key"].to(dev, torch.int64, copy=True)
-        self._last_action = state["last_action"].to(dev, torch.float32, copy=True)
+        self._last_action = state["last_action"].detach().to(dev, torch.float32, copy=True)
         self._ids = running.nonzero().squeeze(1)
         self._started = True
 
     def close(self) -> None:
         """Drops the envs' state; idempotent."""
         self._closed = True
-        self._data = None
+        self._physical = ()
