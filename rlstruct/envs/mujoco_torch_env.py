@@ -11,8 +11,12 @@ each step fills a fresh ``Data`` with them and computes every other field anew, 
 written over the whole batch: the auto-reset step draws fresh initial states for every env from the counter-based
 RNG of the torch simulators (:mod:`rlstruct.envs._rng`: env ``k``'s episode ``e`` depends on
 ``(seed, k, e)`` only) and selects them with ``torch.where`` where an env finished, with no host sync of its own.
-mujoco-torch's constraint solver iterates until every env has converged, which reads one flag per iteration on the
-host: the step cannot be captured in a CUDA graph (:meth:`MujocoTorchEnv.graph_state` is ``None``).
+mujoco-torch's constraint solver and its line searches iterate until every env has converged, which reads a flag on
+the host at every iteration (torch's ``while_loop`` tests its condition in Python): the step cannot be captured in a
+CUDA graph (:meth:`MujocoTorchEnv.graph_state` is ``None``). mujoco-torch's ``fixed_iterations=True`` removes those
+reads but then always runs the model's full iteration counts (``opt.iterations`` solver iterations, each with
+``opt.ls_iterations`` line-search steps), far slower than converging; a capturable variant would need smaller counts
+in the model, which is other physics than gymnasium's.
 
 torch 2.13's eager ``while_loop`` traces its body with dynamo, which fails on vmap's batched tensors; mujoco-torch
 calls it for its solver under ``torch.vmap``. Building an env therefore points mujoco-torch's solver at
