@@ -395,13 +395,13 @@ def test_mujoco_torch_on_cuda_and_no_cuda_graph():
     from tests.fakes import ConstantAgent
 
     pytest.importorskip("mujoco_torch")
-    env = make_env("Hopper-v5", 2, backend="mujoco_torch", device="cuda", autoreset=True, max_episode_steps=2)
+    env = make_env("Hopper-v5", 2, backend="mujoco_torch", device="cuda:0", autoreset=True, max_episode_steps=2)
     obs, ids = env.reset()
-    check_observation(obs, 2, 11, 3, "cuda")
+    check_observation(obs, 2, 11, 3, "cuda:0")
     for _ in range(2):
-        (nxt, _), (running, _) = env.step(act(torch.zeros(2, 3)).to("cuda"))
+        (nxt, _), (running, _) = env.step(act(torch.zeros(2, 3)).to("cuda:0"))
     assert nxt["truncated"].all() and running["initial_state"].all()
     assert env.graph_state() is None
-    env_args = {"name": "Hopper-v5", "n_envs": 2, "backend": "mujoco_torch", "device": "cuda", "autoreset": True}
+    env_args = {"name": "Hopper-v5", "n_envs": 2, "backend": "mujoco_torch", "device": "cuda:0", "autoreset": True}
     with pytest.raises(BatcherWorkerError, match="graph_state"):
-        RL_Batcher(2, ConstantAgent, {}, make_env, env_args, 0, [0], device="cuda", cuda_graph=True)
+        RL_Batcher(2, ConstantAgent, {}, make_env, env_args, 0, [0], device="cuda:0", cuda_graph=True)
