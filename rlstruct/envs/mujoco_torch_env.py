@@ -95,9 +95,9 @@ class MujocoTorchEnv(CallOrder, VecEnv):
 
     A step sets the controls to the action, runs ``frame_skip`` vmapped ``mujoco_torch.step`` over every env, then
     applies the task's observation, reward and termination; ``truncated`` is the step counter reaching
-    ``max_episode_steps``. A reset puts the task's noisy ``qpos``/``qvel`` into a fresh ``Data`` (the next step
-    computes everything else from them, as ``mj_step`` does after gymnasium's ``set_state``). Episodic envs that
-    finished are frozen (stepped with the batch, their new state discarded) until :meth:`reset`.
+    ``max_episode_steps``. A reset draws the task's noisy ``qpos``/``qvel`` with a zero warm start, as gymnasium's
+    ``reset`` leaves MuJoCo's data. Episodic envs that finished are frozen (stepped with the batch, their new state
+    discarded) until :meth:`reset`.
 
     Args:
         name: a gymnasium id of :data:`~rlstruct.envs._locomotion.LOCOMOTION_TASKS`.
@@ -156,8 +156,9 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         mx = mujoco_torch.device_put(m).to(dev)
         d = mujoco.MjData(m)
         mujoco.mj_forward(m, d)
-        # One step gives every field the dtype a vmapped step returns; the warm start and the clock are then zeroed
-        # as mj_resetData leaves them (the other fields are recomputed from qpos/qvel by the next step).
+        # The template of every step's Data: one step gives every field the shape and dtype a vmapped step returns
+        # (the constraint arrays are sized by the first step); each step overwrites qpos, qvel, the warm start and
+        # the controls and recomputes every other field from them.
         data0 = mujoco_torch.step(mx, mujoco_torch.device_put(d).to(dev))
         data0.time.zero_()
         self._data0 = data0.expand(n).clone()
