@@ -1,6 +1,8 @@
-"""Environments: the VecEnv contract, gymnasium adapters, DeviceEnv, torch-native simulators and JAX (gymnax) envs.
+"""Environments: the VecEnv contract, gymnasium adapters, DeviceEnv, torch-native simulators, JAX (gymnax) envs and
+gymnasium's MuJoCo locomotion tasks on MJX and mujoco-torch.
 
-The JAX envs import jax only when one is built, so importing this package never needs (or starts) jax.
+The JAX and MuJoCo envs import jax and mujoco only when one is built, so importing this package never needs (or
+starts) them.
 """
 
 from rlstruct.envs._base import StepResult, VecEnv
@@ -11,6 +13,8 @@ from rlstruct.envs.device_env import DeviceEnv
 from rlstruct.envs.factory import make_env
 from rlstruct.envs.gym import GymEnv, GymEnvInf
 from rlstruct.envs.jax_env import GymnaxEnv, JaxVecEnv
+from rlstruct.envs.mjx_env import MjxEnv
+from rlstruct.envs.mujoco_torch_env import MujocoTorchEnv
 from rlstruct.envs.registration import CartPoleNoVelEnv, register_envs
 
 __all__ = [
@@ -28,6 +32,8 @@ __all__ = [
     "GymEnvInf",
     "JaxVecEnv",
     "GymnaxEnv",
+    "MjxEnv",
+    "MujocoTorchEnv",
     "make_env",
     "to_gymnasium",
     "to_gymnasium_env",

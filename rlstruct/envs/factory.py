@@ -28,7 +28,7 @@ TORCH_ENVS = {
     "MountainCar-v0": "MountainCar",
     "Pendulum-v1": "Pendulum",
 }
-BACKENDS = ("auto", "torch", "gymnasium", "envpool", "ale", "gymnax")
+BACKENDS = ("auto", "torch", "gymnasium", "envpool", "ale", "gymnax", "mjx", "mujoco_torch")
 
 
 def resolve_backend(name: str, backend: str) -> str:
@@ -85,6 +85,10 @@ def make_env(
     * ``"gymnax"``: :class:`~rlstruct.envs.GymnaxEnv`, any gymnax id (``CartPole-v1``, ``Acrobot-v1``,
       ``Breakout-MinAtar``, ...) stepped by JAX on the device matching ``device`` (``cpu``, ``cuda:k``), handed
       to torch through DLPack (no DeviceEnv: the envs run where the observations are wanted).
+    * ``"mjx"``: :class:`~rlstruct.envs.MjxEnv`, gymnasium's MuJoCo locomotion tasks (``HalfCheetah-v5``,
+      ``Hopper-v5``, ``Walker2d-v5``) stepped by MJX on the JAX device matching ``device``.
+    * ``"mujoco_torch"``: :class:`~rlstruct.envs.MujocoTorchEnv`, the same tasks stepped by mujoco-torch (MJX
+      ported to PyTorch, float64) on ``device``.
 
     A module-level function of plain arguments, so it pickles: pass it (or a ``functools.partial`` of it)
     as a batcher's ``create_env``; each worker then calls it with its own ``seed``.
@@ -95,22 +99,25 @@ def make_env(
         device: where observations are returned.
         seed: an int in ``[0, 2**31)``; per-env seeds are derived from it (see :func:`~rlstruct.seeding.env_seeds`).
         autoreset: reset finished envs inside ``step`` (``GymEnvInf`` semantics).
-        backend: one of :data:`BACKENDS`: ``"torch"``, ``"gymnasium"``, ``"envpool"``, ``"ale"``, ``"gymnax"``, or
-            ``"auto"`` (see :func:`resolve_backend`).
+        backend: one of :data:`BACKENDS`: ``"torch"``, ``"gymnasium"``, ``"envpool"``, ``"ale"``, ``"gymnax"``,
+            ``"mjx"``, ``"mujoco_torch"``, or ``"auto"`` (see :func:`resolve_backend`).
         max_episode_steps: episode length limit (truncation); ``None`` keeps the id's default.
         backend_kwargs: extra keyword arguments for the backend's constructor: the torch simulator's class,
             ``gymnasium.make``/``make_vec``, ``envpool.make_gymnasium``, ale-py's ``AtariVectorEnv`` (e.g.
-            ``num_threads``, ``stack_num``, ``repeat_action_probability``) or ``gymnax.make``.
+            ``num_threads``, ``stack_num``, ``repeat_action_probability``), ``gymnax.make``, or the MuJoCo envs'
+            constructors.
 
     Returns:
         A VecEnv whose ``device`` is ``device``.
 
     Raises:
         SeedError: ``seed`` is not an int in ``[0, 2**31)`` (checked before any env is built, for every backend).
-        ValueError: an unknown backend, an id the backend does not know (torch, ale, gymnax), ``n_envs < 1``.
+        ValueError: an unknown backend, an id the backend does not know (torch, ale, gymnax, mjx, mujoco_torch),
+            ``n_envs < 1``.
         MissingDependencyError: the backend's package is not installed (envpool; ale-py for ``"ale"`` and
             ``ALE/`` ids: ``pip install 'rlstruct[atari]'``; jax and gymnax for ``"gymnax"``:
-            ``pip install 'rlstruct[jax]'``).
+            ``pip install 'rlstruct[jax]'``; mujoco, mujoco-mjx, mujoco-torch for ``"mjx"`` and ``"mujoco_torch"``:
+            ``pip install 'rlstruct[mujoco]'``).
 
     >>> env = make_env("CartPole-v1", 2, backend="gymnasium", seed=0)
     >>> obs, ids = env.reset()
@@ -133,6 +140,16 @@ def make_env(
 
         return GymnaxEnv(name, n_envs, seed=seed, device=dev, autoreset=autoreset,
                          max_episode_steps=max_episode_steps, **kwargs)
+    if backend == "mjx":
+        from rlstruct.envs.mjx_env import MjxEnv
+
+        return MjxEnv(name, n_envs, seed=seed, device=dev, autoreset=autoreset, max_episode_steps=max_episode_steps,
+                      **kwargs)
+    if backend == "mujoco_torch":
+        from rlstruct.envs.mujoco_torch_env import MujocoTorchEnv
+
+        return MujocoTorchEnv(name, n_envs, seed=seed, device=dev, autoreset=autoreset,
+                              max_episode_steps=max_episode_steps, **kwargs)
     if backend == "gymnasium":
         env: VecEnv = _gymnasium_env(name, n_envs, seed, autoreset, max_episode_steps, kwargs)
     elif backend == "ale":

@@ -1,0 +1,427 @@
+"""gymnasium's MuJoCo locomotion tasks stepped by mujoco-torch (MJX ported to PyTorch), as a torch VecEnv.
+
+The task (observation, reward, termination, reset noise, ``frame_skip``, time limit) is gymnasium's v5 task,
+written once in :mod:`rlstruct.envs._locomotion` and shared with the MJX backend. The physics is
+``torch.vmap(mujoco_torch.step)`` over one batched ``mujoco_torch.Data``, in float64 (mujoco-torch's default, the
+precision of MuJoCo's C engine), on any torch device.
+
+An env's state between steps is what ``mj_step`` reads of it: ``qpos``, ``qvel`` and the solver's warm start
+``qacc_warmstart`` (the controls are the action; the models have no activations, mocap bodies or applied forces);
+each step fills a fresh ``Data`` with them and computes every other field anew, as ``mj_step`` does. Every step is
+written over the whole batch: the auto-reset step draws fresh initial states for every env from the counter-based
+RNG of the torch simulators (:mod:`rlstruct.envs._rng`: env ``k``'s episode ``e`` depends on
+``(seed, k, e)`` only) and selects them with ``torch.where`` where an env finished, with no host sync of its own.
+mujoco-torch's constraint solver and its line searches iterate until every env has converged, which reads a flag on
+the host at every iteration (torch's ``while_loop`` tests its condition in Python): the step cannot be captured in a
+CUDA graph (:meth:`MujocoTorchEnv.graph_state` is ``None``). mujoco-torch's ``fixed_iterations=True`` removes those
+reads but then always runs the model's full iteration counts (``opt.iterations`` solver iterations, each with
+``opt.ls_iterations`` line-search steps), far slower than converging; a capturable variant would need smaller counts
+in the model, which is other physics than gymnasium's.
+
+torch 2.13's eager ``while_loop`` traces its body with dynamo, which fails on vmap's batched tensors; mujoco-torch
+calls it for its solver under ``torch.vmap``. Building an env therefore points mujoco-torch's solver at
+:func:`_eager_while_loop`, which calls the ``while_loop`` operator directly (what torch's own wrapper does under
+``torch.compile``), so that vmap's batching rule for the operator runs the loop.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rlstruct.devices import DeviceLike, check_device_exists
+from rlstruct.envs._base import CallOrder, StepResult, VecEnv, check_env_info
+from rlstruct.envs._locomotion import locomotion_task
+from rlstruct.envs._rng import draw_table, env_keys, uniform_draws
+from rlstruct.envs.mjx_env import check_max_episode_steps, import_mujoco
+from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, MissingDependencyError, SpaceError
+from rlstruct.seeding import check_seed
+from rlstruct.structures import DictTensor
+
+__all__ = ["MujocoTorchEnv"]
+
+_STATE_KEYS = ("qpos", "qvel", "qacc_warmstart", "elapsed_steps", "episode", "rng_key", "last_action", "running")
+
+
+def _import_mujoco_torch() -> Any:
+    import_mujoco("mujoco_torch")
+    try:
+        import mujoco_torch
+    except ImportError as e:
+        raise MissingDependencyError(
+            "backend='mujoco_torch' needs mujoco-torch (which imports with mujoco 3.4-3.6 only); install it with "
+            "`pip install 'rlstruct[mujoco]'`"
+        ) from e
+    from mujoco_torch._src import solver
+
+    solver._torch_while_loop = _eager_while_loop
+    return mujoco_torch
+
+
+def _eager_while_loop(cond_fn, body_fn, carried_inputs):
+    """``torch._higher_order_ops.while_loop`` without its eager-mode dynamo trace (see the module docstring)."""
+    import torch.utils._pytree as pytree
+    from torch._higher_order_ops.while_loop import while_loop_op
+
+    flat, spec = pytree.tree_flatten(tuple(carried_inputs))
+
+    def flat_cond(*args):
+        return cond_fn(*pytree.tree_unflatten(list(args), spec))
+
+    def flat_body(*args):
+        return tuple(pytree.tree_leaves(body_fn(*pytree.tree_unflatten(list(args), spec))))
+
+    return pytree.tree_unflatten(list(while_loop_op(flat_cond, flat_body, tuple(flat), ())), spec)
+
+
+def _rows(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A ``[B]`` mask broadcast over ``x``'s trailing dims."""
+    return mask.reshape(mask.shape + (1,) * (x.ndim - 1))
+
+
+def _select(mask: torch.Tensor, a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """Row ``i`` of each tensor of ``a`` where ``mask[i]``, else of ``b``."""
+    return tuple(torch.where(_rows(mask, u), u, v) for u, v in zip(a, b))
+
+
+class MujocoTorchEnv(CallOrder, VecEnv):
+    """``n_envs`` of gymnasium's MuJoCo locomotion tasks (``HalfCheetah-v5``, ``Hopper-v5``, ``Walker2d-v5``)
+    stepped by mujoco-torch on ``device``.
+
+    A step sets the controls to the action, runs ``frame_skip`` vmapped ``mujoco_torch.step`` over every env, then
+    applies the task's observation, reward and termination; ``truncated`` is the step counter reaching
+    ``max_episode_steps``. A reset draws the task's noisy ``qpos``/``qvel`` with a zero warm start, as gymnasium's
+    ``reset`` leaves MuJoCo's data. Episodic envs that finished are frozen (stepped with the batch, their new state
+    discarded) until :meth:`reset`.
+
+    Args:
+        name: a gymnasium id of :data:`~rlstruct.envs._locomotion.LOCOMOTION_TASKS`.
+        n_envs: the number of envs (>= 1).
+        seed: an int in ``[0, 2**31)``; env ``k`` of ``seed`` replays the same episodes whatever ``n_envs`` and
+            device (up to the device's floating-point rounding in the physics).
+        device: where the physics, the observations and the ids live.
+        autoreset: reset finished envs inside ``step``.
+        max_episode_steps: the time limit (``None``: the task's, 1000).
+
+    Attributes:
+        task: the task.
+        max_episode_steps: the time limit.
+        mj_model: the ``mujoco.MjModel`` the envs simulate.
+
+    Raises:
+        MissingDependencyError: mujoco or mujoco-torch is not installed.
+        ValueError: an unknown id, or a bad ``n_envs``/``max_episode_steps``.
+        SeedError: ``seed`` is not an int in ``[0, 2**31)``.
+        DeviceUnavailableError: ``device`` does not exist on this machine.
+
+    Shapes, for ``B`` rows: ``frame: float32 [B, obs_dim]`` (``17`` for HalfCheetah and Walker2d, ``11`` for
+    Hopper); ``reward: float32 [B]``; ``done, terminated, truncated, initial_state: bool [B]``;
+    ``last_action: float32 [B, nu]``; ids ``int64 [B]``.
+
+    >>> env = MujocoTorchEnv("Hopper-v5", 2, seed=0, autoreset=True)
+    >>> obs, ids = env.reset()
+    >>> obs["frame"].shape, obs["frame"].dtype, env.action_space.shape
+    (torch.Size([2, 11]), torch.float32, (3,))
+    """
+
+    def __init__(
+        self,
+        name: str,
+        n_envs: int,
+        *,
+        seed: int = 0,
+        device: DeviceLike = "cpu",
+        autoreset: bool = False,
+        max_episode_steps: int | None = None,
+    ):
+        self.seed = check_seed(seed)
+        if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1:
+            raise ValueError(f"n_envs must be a positive int, got {n_envs!r}; pass e.g. n_envs=64")
+        task = locomotion_task(name, "mujoco_torch")
+        self.max_episode_steps = check_max_episode_steps(max_episode_steps, task.max_episode_steps)
+        mujoco_torch = _import_mujoco_torch()
+        mujoco = import_mujoco("mujoco_torch")
+        self.device = dev = check_device_exists(device)
+        self.autoreset = bool(autoreset)
+        self.task = task
+        self._n = n = int(n_envs)
+        self.mj_model = m = mujoco.MjModel.from_xml_path(task.xml_path())
+        self._nq, self._nv, self._nu = m.nq, m.nv, m.nu
+        self._dt = float(m.opt.timestep) * task.frame_skip
+        mx = mujoco_torch.device_put(m).to(dev)
+        d = mujoco.MjData(m)
+        mujoco.mj_forward(m, d)
+        # The template of every step's Data: one step gives every field the shape and dtype a vmapped step returns
+        # (the constraint arrays are sized by the first step); each step overwrites qpos, qvel, the warm start and
+        # the controls and recomputes every other field from them.
+        data0 = mujoco_torch.step(mx, mujoco_torch.device_put(d).to(dev))
+        data0.time.zero_()
+        self._data0 = data0.expand(n).clone()
+        self._vstep = torch.vmap(lambda data: mujoco_torch.step(mx, data))
+        self._qpos0 = torch.as_tensor(m.qpos0, dtype=torch.float64, device=dev)
+        n_draws = self._nq + (2 if task.qvel_noise == "normal" else 1) * self._nv
+        table = draw_table((0.0,) * n_draws, (1.0,) * n_draws)
+        self._draws = SimpleNamespace(**{k: v.to(dev) for k, v in table.items()})
+        self.observation_space = spaces.Box(-np.inf, np.inf, (self._nq - 1 + self._nv,), np.float32)
+        low, high = m.actuator_ctrlrange.T.astype(np.float32)
+        self.action_space = spaces.Box(low, high, (self._nu,), np.float32)
+        self._ids_all = torch.arange(n, device=dev)
+        self._ids = self._ids_all
+        self._physical: tuple[torch.Tensor, ...] = ()  # (qpos [n, nq], qvel [n, nv], qacc_warmstart [n, nv])
+        self._elapsed = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._episode = torch.full((n,), -1, dtype=torch.int64, device=dev)
+        self._key = env_keys(self.seed, n, dev)
+        self._last_action = torch.zeros((n, self._nu), device=dev)
+        self._started = False
+        self._closed = False
+
+    # ---------------------------------------------------------------- pure pieces of the step
+    def _fresh(self, episode: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """Initial states of episode ``episode [n]`` of every env: ``((qpos, qvel, qacc_warmstart), observation
+        float32 [n, obs_dim])``, the warm start zero as after ``mj_resetData``."""
+        u = uniform_draws(self._key, episode, self._draws).t()  # [n, D] in (0, 1)
+        nq, nv = self._nq, self._nv
+        u_pos, u_vel = u[:, :nq], u[:, nq:nq + nv]
+        if self.task.qvel_noise == "normal":  # Box-Muller
+            u_vel = torch.sqrt(-2.0 * torch.log(u_vel)) * torch.cos(2.0 * math.pi * u[:, nq + nv:])
+        qpos, qvel = self.task.initial_state(torch, self._qpos0, u_pos, u_vel)
+        return (qpos, qvel, torch.zeros_like(qvel)), self.task.observation(torch, qpos, qvel).to(torch.float32)
+
+    def _physics(self, physical: tuple[torch.Tensor, ...], action: torch.Tensor
+                 ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One env step of every env: ``((qpos, qvel, qacc_warmstart), observation float32, reward float32,
+        terminated bool)``."""
+        qpos, qvel, warm = physical
+        data = self._data0.copy()
+        data.qpos, data.qvel, data.qacc_warmstart = qpos, qvel, warm
+        data.ctrl = action.to(torch.float64)
+        for _ in range(self.task.frame_skip):
+            data = self._vstep(data)
+        reward, terminated = self.task.reward_and_terminated(
+            torch, qpos[:, 0], data.qpos, data.qvel, action.to(torch.float64), self._dt
+        )
+        obs = self.task.observation(torch, data.qpos, data.qvel).to(torch.float32)
+        return (data.qpos, data.qvel, data.qacc_warmstart), obs, reward.to(torch.float32), terminated
+
+    # ---------------------------------------------------------------- VecEnv
+    def n_envs(self) -> int:
+        """The number of environments."""
+        return self._n
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.task.id!r}, n_envs={self._n}, autoreset={self.autoreset}, "
+                f"device={self.device})")
+
+    def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
+        """Restarts every env with its next episode.
+
+        Args:
+            env_info: ``None`` or an empty DictTensor (the tasks take no per-env reset options).
+
+        Returns:
+            ``(observation [n_envs], arange(n_envs))`` with ``initial_state=True``, ``done=False``, ``reward=0``.
+
+        Raises:
+            BatchSizeError: ``env_info`` does not have ``n_envs`` rows.
+            DeviceMismatchError: ``env_info`` is not on the CPU.
+            ValueError: a non-empty ``env_info``.
+            EnvStateError: the env is closed.
+        """
+        self._check_open()
+        if check_env_info(env_info, self._n):
+            raise ValueError(
+                f"env_info must be empty for a MuJoCo task (its reset takes no options), got the keys "
+                f"{list(env_info.keys())}; pass None"
+            )
+        n, dev = self._n, self.device
+        self._episode = self._episode + 1
+        self._physical, frame = self._fresh(self._episode)
+        self._elapsed = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._last_action = torch.zeros((n, self._nu), device=dev)
+        self._ids = self._ids_all
+        self._started = True
+        flags = torch.zeros((4, n), dtype=torch.bool, device=dev)
+        obs = DictTensor._trusted({
+            "frame": frame, "reward": torch.zeros(n, device=dev), "done": flags[0], "terminated": flags[1],
+            "truncated": flags[2], "initial_state": ~flags[3], "last_action": self._last_action.clone(),
+        })
+        return obs, self._ids_all
+
+    def _check_action(self, action: DictTensor, n_rows: int) -> torch.Tensor:
+        """``action["action"]`` checked, as a fresh float32 ``[n_rows, nu]`` tensor (never the caller's)."""
+        if not isinstance(action, DictTensor):
+            raise TypeError(
+                f"action must be a DictTensor with an 'action' key, got {type(action).__name__}; "
+                "wrap it: DictTensor({'action': a})"
+            )
+        a = action["action"]
+        if a.device != self.device:
+            raise DeviceMismatchError(
+                f"action['action'] must be on {self.device}, got {a.device}; move it with .to({str(self.device)!r}) "
+                "(or wrap the env in a DeviceEnv)"
+            )
+        if a.dim() == 0 or a.shape[0] != n_rows:
+            raise BatchSizeError(
+                f"action['action'] must have one row per running env ({n_rows} rows, in the order of the last "
+                f"returned ids), got shape {list(a.shape)}"
+            )
+        if not a.dtype.is_floating_point or tuple(a.shape[1:]) != (self._nu,):
+            raise SpaceError(
+                f"action['action'] must be a floating tensor of shape [{n_rows}, {self._nu}] for {self.action_space}, "
+                f"got {a.dtype} {list(a.shape)}; pass e.g. torch.zeros({n_rows}, {self._nu})"
+            )
+        return a.detach().to(torch.float32, copy=True)
+
+    def step(self, action: DictTensor) -> StepResult:
+        """Steps the running envs with ``action["action"]`` (one row per running env, in ids order).
+
+        Args:
+            action: ``action``: float ``[B, nu]`` on :attr:`device` (cast to float32; MuJoCo clamps the controls
+                to the actuators' ranges, the control cost takes the action as given, as in gymnasium).
+
+        Returns:
+            ``((observation_next [B], ids [B]), (observation_running [B'], ids_running [B']))``
+            (see :class:`~rlstruct.envs.VecEnv`).
+
+        Raises:
+            TypeError: ``action`` is not a DictTensor.
+            SpaceError: ``action["action"]`` has the wrong shape or is not floating.
+            BatchSizeError: it does not have one row per running env.
+            DeviceMismatchError: it is not on :attr:`device`.
+            EnvStateError: ``reset`` was never called, the env is closed, or every episodic env has finished.
+        """
+        self._check_steppable("step")
+        ids = self._ids
+        n_running = ids.shape[0]
+        if n_running == 0:
+            raise EnvStateError(
+                f"every one of the {self._n} episodic envs has finished; call env.reset() before stepping again "
+                "(or build the env with autoreset=True)"
+            )
+        a = self._check_action(action, n_running)
+        if self.autoreset:
+            return self._step_autoreset(a)
+        return self._step_episodic(a, ids)
+
+    def _step_autoreset(self, a: torch.Tensor) -> StepResult:
+        physical, frame, reward, terminated = self._physics(self._physical, a)
+        elapsed = self._elapsed + 1
+        truncated = elapsed >= self.max_episode_steps
+        done = terminated | truncated
+        self._episode = self._episode + done
+        fresh, frame_fresh = self._fresh(self._episode)
+        self._physical = _select(done, fresh, physical)
+        self._elapsed = torch.where(done, 0, elapsed)
+        self._last_action = torch.where(_rows(done, a), 0.0, a)
+        false = torch.zeros((4, self._n), dtype=torch.bool, device=self.device)
+        nxt = DictTensor._trusted({
+            "frame": frame, "reward": reward, "done": done, "terminated": terminated, "truncated": truncated,
+            "initial_state": false[0], "last_action": a,
+        })
+        running = DictTensor._trusted({
+            "frame": torch.where(_rows(done, frame), frame_fresh, frame), "reward": torch.where(done, 0.0, reward),
+            "done": false[1], "terminated": false[2], "truncated": false[3], "initial_state": done,
+            "last_action": self._last_action,
+        })
+        return (nxt, self._ids_all), (running, self._ids_all)
+
+    def _step_episodic(self, a: torch.Tensor, ids: torch.Tensor) -> StepResult:
+        n = self._n
+        partial = ids.shape[0] < n
+        if partial:
+            full = torch.zeros((n, self._nu), device=self.device).index_copy_(0, ids, a)
+            running = torch.zeros(n, dtype=torch.bool, device=self.device).index_fill_(0, ids, True)
+        else:
+            full = a
+        physical, frame, reward, terminated = self._physics(self._physical, full)
+        elapsed = self._elapsed + 1
+        if partial:
+            physical = _select(running, physical, self._physical)
+            elapsed = torch.where(running, elapsed, self._elapsed)
+            self._last_action = torch.where(_rows(running, full), full, self._last_action)
+        else:
+            self._last_action = a
+        self._physical, self._elapsed = physical, elapsed
+        truncated = elapsed >= self.max_episode_steps
+        values = {"frame": frame, "reward": reward, "done": terminated | truncated, "terminated": terminated,
+                  "truncated": truncated, "initial_state": torch.zeros_like(terminated)}
+        if partial:
+            values = {k: v.index_select(0, ids) for k, v in values.items()}
+        nxt = DictTensor._trusted({**values, "last_action": a})
+        # The one host sync of the episodic step: the size of the running set.
+        keep = (~nxt["done"]).nonzero().squeeze(1)
+        self._ids = ids.index_select(0, keep)
+        return (nxt, ids), (nxt.index(keep), self._ids)
+
+    # ---------------------------------------------------------------- state
+    def get_state(self) -> DictTensor:
+        """Everything needed to continue exactly, as a DictTensor of ``n_envs`` rows (copies): ``qpos`` ``float64
+        [n_envs, nq]``, ``qvel`` and ``qacc_warmstart`` ``float64 [n_envs, nv]``, ``elapsed_steps``, ``episode`` and
+        ``rng_key`` ``int64 [n_envs]`` (the step counter and the RNG state), ``last_action`` ``float32 [n_envs, nu]``,
+        ``running`` ``bool [n_envs]`` (always all true for auto-reset envs).
+
+        Raises:
+            EnvStateError: ``reset`` was never called, or the env is closed.
+        """
+        self._check_steppable("get_state")
+        running = torch.zeros(self._n, dtype=torch.bool, device=self.device)
+        running[self._ids] = True
+        qpos, qvel, warm = self._physical
+        return DictTensor._trusted({
+            "qpos": qpos.clone(), "qvel": qvel.clone(), "qacc_warmstart": warm.clone(),
+            "elapsed_steps": self._elapsed.clone(), "episode": self._episode.clone(), "rng_key": self._key.clone(),
+            "last_action": self._last_action.clone(), "running": running,
+        })
+
+    def set_state(self, state: DictTensor) -> None:
+        """Continues from a state of :meth:`get_state` (of this env or another of the same task and size, on any
+        device): the env then steps exactly as the one the state was taken from.
+
+        Raises:
+            TypeError: ``state`` is not a DictTensor.
+            SpaceError: a key is missing or has another per-row shape, or ``running`` is not all true for an
+                auto-reset env.
+            BatchSizeError: ``state`` does not have ``n_envs`` rows.
+            EnvStateError: the env is closed.
+        """
+        self._check_open()
+        if not isinstance(state, DictTensor):
+            raise TypeError(f"state must be a DictTensor from get_state(), got {type(state).__name__}")
+        missing = [k for k in _STATE_KEYS if k not in state.variables]
+        if missing:
+            raise SpaceError(f"state lacks the keys {missing}; pass the DictTensor get_state() returns "
+                             f"(keys {list(_STATE_KEYS)})")
+        if state.n_elems() != self._n:
+            raise BatchSizeError(
+                f"state has {state.n_elems()} rows, this env has n_envs={self._n}; pass a state from an env with "
+                f"{self._n} envs"
+            )
+        shapes = {"qpos": (self._nq,), "qvel": (self._nv,), "qacc_warmstart": (self._nv,), "last_action": (self._nu,)}
+        for k in _STATE_KEYS:
+            if tuple(state[k].shape[1:]) != shapes.get(k, ()):
+                raise SpaceError(
+                    f"state[{k!r}] must have rows of shape {list(shapes.get(k, ()))}, got {list(state[k].shape)}; "
+                    "pass the DictTensor get_state() returns"
+                )
+        dev = self.device
+        running = state["running"].to(dev, torch.bool)
+        if self.autoreset and not bool(running.all()):
+            raise SpaceError("state['running'] must be all true for an auto-reset env; pass an auto-reset env's state")
+        self._physical = tuple(state[k].detach().to(dev, torch.float64, copy=True)
+                               for k in ("qpos", "qvel", "qacc_warmstart"))
+        self._elapsed = state["elapsed_steps"].to(dev, torch.int64, copy=True)
+        self._episode = state["episode"].to(dev, torch.int64, copy=True)
+        self._key = state["rng_key"].to(dev, torch.int64, copy=True)
+        self._last_action = state["last_action"].detach().to(dev, torch.float32, copy=True)
+        self._ids = running.nonzero().squeeze(1)
+        self._started = True
+
+    def close(self) -> None:
+        """Drops the envs' state; idempotent."""
+        self._closed = True
+        self._physical = ()
