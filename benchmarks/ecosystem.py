@@ -2,12 +2,13 @@
 
 (a) env only, gymnax (JAX on the CPU): gymnax's own jitted, vmapped ``env.step`` (its auto-reset) with random
     actions drawn in JAX, one dispatch per step, against ``make_env(name, n, backend="gymnax", autoreset=True)``
-    stepped with random torch actions (DLPack both ways).
+    stepped with random torch actions (on the CPU, numpy's views of JAX's buffers both ways; DLPack on a GPU).
 (b) env only, ale-py: the raw ``AtariVectorEnv`` loop (numpy random actions) against ``backend="ale"``
     (auto-reset, torch actions).
 (c) through the batcher: ``RL_Batcher(n_processes=0)`` over the auto-reset env with a random agent, T steps per
     acquisition, against the same loop written directly on the native env (the same random actions, the
-    observations stored into a preallocated buffer as the batcher does).
+    observations stored into a preallocated buffer as the batcher does); for gymnax also with the batcher's
+    ``zero_copy=True`` (``get`` returns views of its buffer, as the direct loop hands over its stacked frames).
 (d) ale-py: one process whose AtariVectorEnv runs its own thread pool (2 threads), against two worker processes
     (``n_processes=2``) of N/2 envs with one thread each.
 
@@ -193,11 +194,12 @@ def bench_batcher(batcher: RL_Batcher, iters: int) -> float:
     return steps / (time.perf_counter() - t0)
 
 
-def batcher(name: str, n: int, backend: str, n_actions: int, n_processes: int = 0, **backend_kwargs) -> RL_Batcher:
+def batcher(name: str, n: int, backend: str, n_actions: int, n_processes: int = 0, zero_copy: bool = False,
+            **backend_kwargs) -> RL_Batcher:
     create_env = functools.partial(make_env, name, n, backend=backend, autoreset=True,
                                    backend_kwargs=backend_kwargs or None)
     seeds = list(range(max(n_processes, 1)))
-    return RL_Batcher(T, RandomAgent, {"n_actions": n_actions}, create_env, {}, n_processes, seeds)
+    return RL_Batcher(T, RandomAgent, {"n_actions": n_actions}, create_env, {}, n_processes, seeds, zero_copy=zero_copy)
 
 
 def main(argv=None) -> None:
@@ -242,13 +244,16 @@ def main(argv=None) -> None:
     if "c" not in args.skip:
         print("(c) through RL_Batcher(n_processes=0), random agent", flush=True)
         for size in args.gymnax_sizes:
-            direct = sps = 0.0
-            with batcher(args.gymnax_env, size, "gymnax", 2) as b:
+            direct = sps = zsps = 0.0
+            with batcher(args.gymnax_env, size, "gymnax", 2) as b, \
+                    batcher(args.gymnax_env, size, "gymnax", 2, zero_copy=True) as zb:
                 for _ in range(r):
                     direct = max(direct, gymnax_direct(args.gymnax_env, size, args.iters))
                     sps = max(sps, bench_batcher(b, args.iters))
+                    zsps = max(zsps, bench_batcher(zb, args.iters))
             rows.append(("c", f"direct loop on gymnax N={size}, T={T}", direct, ""))
             rows.append(("c", f"RL_Batcher gymnax N={size}, T={T}", sps, f"{sps / direct:.2f}x direct"))
+            rows.append(("c", f"RL_Batcher gymnax N={size}, T={T}, zero_copy", zsps, f"{zsps / direct:.2f}x direct"))
         direct = sps = 0.0
         with batcher("ALE/Breakout-v5", n, "ale", 4, num_threads=2) as b:
             for _ in range(r):

@@ -10,6 +10,8 @@ steps and then drift apart, as any two float precisions of a chaotic system do.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from typing import Any
 
 import numpy as np
@@ -40,7 +42,10 @@ def _import_mjx() -> Any:
     import_mujoco("mjx")
     _import_jax()
     try:
-        from mujoco import mjx
+        # mujoco's mjx package prints "Failed to import warp: ..." on stdout when its optional MuJoCo Warp
+        # back end is not installed; rlstruct does not use it, so the notice is kept off the user's output.
+        with contextlib.redirect_stdout(io.StringIO()):
+            from mujoco import mjx
     except ImportError as e:
         raise MissingDependencyError(
             "backend='mjx' needs mujoco-mjx; install it with `pip install 'rlstruct[mujoco]'`"
