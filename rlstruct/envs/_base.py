@@ -11,7 +11,7 @@ import torch
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
 from rlstruct.structures import DictTensor
 
-__all__ = ["VecEnv", "StepResult", "host_copy", "check_env_info"]
+__all__ = ["VecEnv", "StepResult", "host_copy", "check_env_info", "check_no_env_info", "action_rows"]
 
 # ((observation_next [B'], ids [B']), (observation_running [B''], ids [B'']))
 StepResult = tuple[tuple[DictTensor, torch.Tensor], tuple[DictTensor, torch.Tensor]]
@@ -184,6 +184,50 @@ def check_env_info(env_info: DictTensor | None, n_envs: int) -> bool:
     if env_info.device() != torch.device("cpu"):
         raise DeviceMismatchError(f"env_info must be on cpu, got {env_info.device()}; build env_info on the CPU")
     return True
+
+
+def action_rows(action: DictTensor, device: torch.device, n_rows: int) -> torch.Tensor:
+    """``action["action"]``, checked to be a tensor on ``device`` with one row per running env.
+
+    Raises:
+        TypeError: ``action`` is not a DictTensor.
+        DeviceMismatchError: the tensor is not on ``device``.
+        BatchSizeError: it does not have ``n_rows`` rows.
+    """
+    if not isinstance(action, DictTensor):
+        raise TypeError(
+            f"action must be a DictTensor with an 'action' key, got {type(action).__name__}; "
+            "wrap it: DictTensor({'action': a})"
+        )
+    a = action["action"]
+    if a.device != device:
+        raise DeviceMismatchError(
+            f"action['action'] must be on {device}, got {a.device}; "
+            f"move it with .to({str(device)!r}) (or wrap the env in a DeviceEnv)"
+        )
+    if a.dim() == 0 or a.shape[0] != n_rows:
+        raise BatchSizeError(
+            f"action['action'] must have one row per running env ({n_rows} rows, in the order of the last "
+            f"returned ids), got shape {list(a.shape)}"
+        )
+    return a
+
+
+def check_no_env_info(env_info: DictTensor | None, n_envs: int, kind: str, fix: str) -> None:
+    """:func:`check_env_info` for an env whose reset takes no per-env options: rows are refused too.
+
+    Args:
+        kind: the env, as the message names it (e.g. ``"a JAX env"``).
+        fix: what to do instead, for the message.
+
+    Raises:
+        ValueError: ``env_info`` has rows. And whatever :func:`check_env_info` raises.
+    """
+    if check_env_info(env_info, n_envs):
+        raise ValueError(
+            f"env_info must be empty for {kind} (its reset takes no options), got the keys {list(env_info.keys())}; "
+            f"{fix}"
+        )
 
 
 class HostDestinations:

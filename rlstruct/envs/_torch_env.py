@@ -29,7 +29,7 @@ import torch
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs import _sim_kernels as kernels
 from rlstruct.envs._array_ops import NumpyOps, TorchOps
-from rlstruct.envs._base import HostDestinations, StepResult, VecEnv, host_copy
+from rlstruct.envs._base import HostDestinations, StepResult, VecEnv, action_rows, host_copy
 from rlstruct.envs._jit import jit_kernels
 from rlstruct.envs._rng import MASK32, draw_table, env_keys, uniform_draws
 from rlstruct.envs._sim_kernels import SimState
@@ -694,22 +694,7 @@ class TorchVecEnv(VecEnv):
         """``action["action"]`` checked and copied (so that the returned last_action never aliases the caller's
         tensor): ``(tensor, array)``, the array a numpy view of the tensor on the CPU (what the host kernels
         take), ``None`` elsewhere."""
-        if not isinstance(action, DictTensor):
-            raise TypeError(
-                f"action must be a DictTensor with an 'action' key, got {type(action).__name__}; "
-                "wrap it: DictTensor({'action': a})"
-            )
-        a = action["action"]
-        if a.device != self.device:
-            raise DeviceMismatchError(
-                f"action['action'] must be on {self.device}, got {a.device}; "
-                f"move it with .to({str(self.device)!r}) (or wrap the env in a DeviceEnv)"
-            )
-        if a.dim() == 0 or a.shape[0] != n_rows:
-            raise BatchSizeError(
-                f"action['action'] must have one row per running env ({n_rows} rows, in the order of the last "
-                f"returned ids), got shape {list(a.shape)}"
-            )
+        a = action_rows(action, self.device, n_rows)
         if self._discrete:
             if a.dim() != 1 or _dtype_kind(a.dtype) != "integer":
                 raise SpaceError(

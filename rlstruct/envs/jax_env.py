@@ -33,7 +33,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._base import CallOrder, HostDestinations, StepResult, VecEnv, check_env_info
+from rlstruct.envs._base import CallOrder, HostDestinations, StepResult, VecEnv, check_no_env_info
 from rlstruct.errors import (
     BatchSizeError,
     DeviceMismatchError,
@@ -359,11 +359,7 @@ class JaxVecEnv(CallOrder, VecEnv):
         return obs, self._all_ids
 
     def _check_env_info(self, env_info: DictTensor | None) -> None:
-        if check_env_info(env_info, self._n):
-            raise ValueError(
-                f"env_info must be empty for a JAX env (its reset takes no options), got the keys "
-                f"{list(env_info.keys())}; set per-env parameters in the JAX env's params instead"
-            )
+        check_no_env_info(env_info, self._n, "a JAX env", "set per-env parameters in the JAX env's params instead")
 
     def _check_action(self, action: DictTensor, n_rows: int) -> torch.Tensor:
         a = action["action"]

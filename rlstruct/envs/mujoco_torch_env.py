@@ -35,11 +35,11 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._base import CallOrder, StepResult, VecEnv, check_env_info
+from rlstruct.envs._base import CallOrder, StepResult, VecEnv, action_rows, check_no_env_info
 from rlstruct.envs._locomotion import locomotion_task
 from rlstruct.envs._rng import draw_table, env_keys, uniform_draws
 from rlstruct.envs.mjx_env import check_max_episode_steps, import_mujoco
-from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, MissingDependencyError, SpaceError
+from rlstruct.errors import BatchSizeError, EnvStateError, MissingDependencyError, SpaceError
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
 
@@ -233,11 +233,7 @@ class MujocoTorchEnv(CallOrder, VecEnv):
             EnvStateError: the env is closed.
         """
         self._check_open()
-        if check_env_info(env_info, self._n):
-            raise ValueError(
-                f"env_info must be empty for a MuJoCo task (its reset takes no options), got the keys "
-                f"{list(env_info.keys())}; pass None"
-            )
+        check_no_env_info(env_info, self._n, "a MuJoCo task", "pass None")
         n, dev = self._n, self.device
         self._episode = self._episode + 1
         self._physical, frame = self._fresh(self._episode)
@@ -254,22 +250,7 @@ class MujocoTorchEnv(CallOrder, VecEnv):
 
     def _check_action(self, action: DictTensor, n_rows: int) -> torch.Tensor:
         """``action["action"]`` checked, as a fresh float32 ``[n_rows, nu]`` tensor (never the caller's)."""
-        if not isinstance(action, DictTensor):
-            raise TypeError(
-                f"action must be a DictTensor with an 'action' key, got {type(action).__name__}; "
-                "wrap it: DictTensor({'action': a})"
-            )
-        a = action["action"]
-        if a.device != self.device:
-            raise DeviceMismatchError(
-                f"action['action'] must be on {self.device}, got {a.device}; move it with .to({str(self.device)!r}) "
-                "(or wrap the env in a DeviceEnv)"
-            )
-        if a.dim() == 0 or a.shape[0] != n_rows:
-            raise BatchSizeError(
-                f"action['action'] must have one row per running env ({n_rows} rows, in the order of the last "
-                f"returned ids), got shape {list(a.shape)}"
-            )
+        a = action_rows(action, self.device, n_rows)
         if not a.dtype.is_floating_point or tuple(a.shape[1:]) != (self._nu,):
             raise SpaceError(
                 f"action['action'] must be a floating tensor of shape [{n_rows}, {self._nu}] for {self.action_space}, "
