@@ -52,3 +52,25 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
     print("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
     for r in rows:
         print("| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |")
+
+
+def batcher_steps_per_s(batcher: Any, iters: int) -> float:
+    """Env steps per second of ``iters`` acquisitions (``execute`` + ``get``) after one warm-up acquisition."""
+    batcher.reset()
+    batcher.execute()
+    batcher.get()
+    t0 = time.perf_counter()
+    steps = 0
+    for _ in range(iters):
+        batcher.execute()
+        traj, _ = batcher.get()
+        steps += int(traj.trajectories.lengths.sum())
+    return steps / (time.perf_counter() - t0)
+
+
+def print_rows(rows: list[tuple[str, str, float, str]]) -> None:
+    """Prints ``(part, configuration, env steps/s, ratio)`` rows as a markdown table."""
+    print("\n| part | configuration | env steps/s | ratio |")
+    print("|---|---|---:|---|")
+    for part, label, sps, note in rows:
+        print(f"| {part} | {label} | {sps:,.0f} | {note} |")

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 import torch
+from _common import batcher_steps_per_s, print_rows
 
 from rlstruct import DictTensor, RL_Agent
 from rlstruct.batchers import RL_Batcher
@@ -181,19 +182,6 @@ def ale_direct(n: int, iters: int, threads: int) -> float:
     return n * T * iters / dt
 
 
-def bench_batcher(batcher: RL_Batcher, iters: int) -> float:
-    batcher.reset()
-    batcher.execute()
-    batcher.get()
-    t0 = time.perf_counter()
-    steps = 0
-    for _ in range(iters):
-        batcher.execute()
-        traj, _ = batcher.get()
-        steps += int(traj.trajectories.lengths.sum())
-    return steps / (time.perf_counter() - t0)
-
-
 def batcher(name: str, n: int, backend: str, n_actions: int, n_processes: int = 0, zero_copy: bool = False,
             **backend_kwargs) -> RL_Batcher:
     create_env = functools.partial(make_env, name, n, backend=backend, autoreset=True,
@@ -249,8 +237,8 @@ def main(argv=None) -> None:
                     batcher(args.gymnax_env, size, "gymnax", 2, zero_copy=True) as zb:
                 for _ in range(r):
                     direct = max(direct, gymnax_direct(args.gymnax_env, size, args.iters))
-                    sps = max(sps, bench_batcher(b, args.iters))
-                    zsps = max(zsps, bench_batcher(zb, args.iters))
+                    sps = max(sps, batcher_steps_per_s(b, args.iters))
+                    zsps = max(zsps, batcher_steps_per_s(zb, args.iters))
             rows.append(("c", f"direct loop on gymnax N={size}, T={T}", direct, ""))
             rows.append(("c", f"RL_Batcher gymnax N={size}, T={T}", sps, f"{sps / direct:.2f}x direct"))
             rows.append(("c", f"RL_Batcher gymnax N={size}, T={T}, zero_copy", zsps, f"{zsps / direct:.2f}x direct"))
@@ -258,7 +246,7 @@ def main(argv=None) -> None:
         with batcher("ALE/Breakout-v5", n, "ale", 4, num_threads=2) as b:
             for _ in range(r):
                 direct = max(direct, ale_direct(n, args.iters, 2))
-                sps = max(sps, bench_batcher(b, args.iters))
+                sps = max(sps, batcher_steps_per_s(b, args.iters))
         rows.append(("c", f"direct loop on AtariVectorEnv N={n}, T={T}", direct, ""))
         rows.append(("c", f"RL_Batcher ale N={n}, T={T} (step_into)", sps, f"{sps / direct:.2f}x direct"))
 
@@ -268,15 +256,12 @@ def main(argv=None) -> None:
         with batcher("ALE/Breakout-v5", n, "ale", 4, num_threads=2) as b1, \
                 batcher("ALE/Breakout-v5", n // 2, "ale", 4, n_processes=2, num_threads=1) as b2:
             for _ in range(r):
-                one = max(one, bench_batcher(b1, args.iters))
-                two = max(two, bench_batcher(b2, args.iters))
+                one = max(one, batcher_steps_per_s(b1, args.iters))
+                two = max(two, batcher_steps_per_s(b2, args.iters))
         rows.append(("d", f"1 process, AtariVectorEnv({n}) 2 threads", one, ""))
         rows.append(("d", f"2 worker processes x AtariVectorEnv({n // 2}) 1 thread", two, f"{two / one:.2f}x"))
 
-    print("\n| part | configuration | env steps/s | ratio |")
-    print("|---|---|---:|---|")
-    for part, name, sps, note in rows:
-        print(f"| {part} | {name} | {sps:,.0f} | {note} |")
+    print_rows(rows)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 import torch
+from _common import batcher_steps_per_s, print_rows
 
 from rlstruct import DictTensor, RL_Agent
 from rlstruct.batchers import RL_Batcher
@@ -187,19 +188,6 @@ class MLPAgent(RL_Agent):
         return DictTensor._trusted({"action": self.model(observation["frame"])}), state
 
 
-def bench_batcher(batcher: RL_Batcher, iters: int) -> float:
-    batcher.reset()
-    batcher.execute()
-    batcher.get()
-    t0 = time.perf_counter()
-    steps = 0
-    for _ in range(iters):
-        batcher.execute()
-        traj, _ = batcher.get()
-        steps += int(traj.trajectories.lengths.sum())
-    return steps / (time.perf_counter() - t0)
-
-
 @functools.lru_cache(maxsize=None)
 def mjx_direct_step(name: str, device: str):
     import jax
@@ -299,14 +287,11 @@ def main(argv=None) -> None:
             with batcher(name, n, "mjx", dev) as b:
                 for _ in range(r):
                     direct = max(direct, mjx_direct(name, n, args.iters, dev))
-                    sps = max(sps, bench_batcher(b, args.iters))
+                    sps = max(sps, batcher_steps_per_s(b, args.iters))
             rows.append(("d", f"direct loop on MJX N={n}, T={T}", direct, ""))
             rows.append(("d", f"RL_Batcher mjx N={n}, T={T}", sps, f"{sps / direct:.2f}x direct"))
 
-    print("\n| part | configuration | env steps/s | ratio |")
-    print("|---|---|---:|---|")
-    for part, label, sps, note in rows:
-        print(f"| {part} | {label} | {sps:,.0f} | {note} |")
+    print_rows(rows)
 
 
 if __name__ == "__main__":
