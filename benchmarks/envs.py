@@ -13,6 +13,8 @@ steps per second (``N * steps / seconds``). Rows:
 * ``torch dense`` (CPU only): the eager env forced onto the torch kernels with dense draws (fresh
   initial states for every env, selected with ``torch.where``: what it runs on accelerators); this
   row shows what the CPU path is worth.
+* ``torch float32`` (``--float32``): the eager env with ``physics_dtype=torch.float32`` (single-precision
+  physics, within float32 rounding of gymnasium's: on the CPU its numpy kernels, the compiled ones are float64).
 * ``gymnasium``: ``gym.make_vec("CartPole-v1", N, vectorization_mode="vector_entry_point")``, the
   numpy ``CartPoleVectorEnv`` (next-step auto-reset).
 * ``envpool``: ``envpool.make("CartPole-v1", env_type="gymnasium", num_envs=N)``, when importable.
@@ -38,11 +40,13 @@ from _common import Runner, device_sync, numpy_runner, print_table, time_steps
 from rlstruct.envs import CartPole
 from rlstruct.structures import DictTensor
 
-RATIOS = ("torch eager", "torch numpy", "torch fused")
+RATIOS = ("torch eager", "torch numpy", "torch fused", "torch float32")
 
 
-def torch_runner(n: int, device: str, fused: bool, warmup: int, force: str | None = None) -> Runner:
-    env = CartPole(n, device=device, seed=0, autoreset=True, compile=fused)
+def torch_runner(
+    n: int, device: str, fused: bool, warmup: int, force: str | None = None, physics_dtype: torch.dtype = torch.float64
+) -> Runner:
+    env = CartPole(n, device=device, seed=0, autoreset=True, compile=fused, physics_dtype=physics_dtype)
     if force == "dense":  # the branch-free draws of every env that accelerators use, forced on this device
         env._use_kernels("torch")
     elif force == "numpy":  # the kernels the CPU runs without numba
@@ -91,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-fused", action="store_true", help="skip the compile=True row")
     parser.add_argument("--no-gym", action="store_true", help="skip gymnasium (and envpool)")
     parser.add_argument("--no-dense", action="store_true", help="skip the forced dense-draw row on the CPU")
+    parser.add_argument("--float32", action="store_true", help="add the single-precision physics row")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -107,6 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     names = ["torch eager"] + (["torch numpy"] if kernel == "jit" else []) + ([] if args.no_fused else ["torch fused"])
     if on_cpu and not args.no_dense:
         names.append("torch dense")
+    if args.float32:
+        names.append("torch float32")
     if not args.no_gym:
         names.append("gymnasium")
     header = ["N"] + [f"{n} steps/s" for n in names]
@@ -125,6 +132,9 @@ def main(argv: list[str] | None = None) -> None:
             runners["torch numpy"] = torch_runner(n, args.device, fused=False, warmup=warmup, force="numpy")
         if "torch dense" in names:
             runners["torch dense"] = torch_runner(n, args.device, fused=False, warmup=warmup, force="dense")
+        if "torch float32" in names:
+            runners["torch float32"] = torch_runner(n, args.device, fused=False, warmup=warmup,
+                                                    physics_dtype=torch.float32)
         if not args.no_gym:
             runners["gymnasium"] = gym_runner(n, warmup)
             pool = envpool_runner(n, warmup)
