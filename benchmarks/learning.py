@@ -84,6 +84,8 @@ SUITES = [
     Suite("dqn-dueling-cartpole-torch", "dqn", "CartPole-v1", CARTPOLE, "50k steps", ["--dueling", "--max-env-steps",
                                                                                       "50000", "--time-limit", "600"]),
     Suite("ppo-cartpole-torch", "ppo", "CartPole-v1", CARTPOLE, "15 s", ["--time-limit", "15"]),
+    # The same task stepped by gymnax (JAX), through the JaxVecEnv adapter (issue 19).
+    Suite("ppo-cartpole-gymnax", "ppo", "CartPole-v1", CARTPOLE, "15 s", ["--time-limit", "15"], "gymnax"),
     Suite("ppo-pendulum-torch", "ppo", "Pendulum-v1", PENDULUM, "100k steps",
           ["--max-env-steps", "100000", "--time-limit", "600", *PPO_PENDULUM]),
     Suite("a2c-pendulum-100k-torch", "a2c", "Pendulum-v1", PENDULUM, "100k steps",
