@@ -12,15 +12,16 @@ start-up costs (imports, the first optimizer) inside its wall clock. The script 
 * **final**: the final blocking evaluation of the final policy (with ``--stop``, the policy that reached
   the target).
 
-Targets and budgets (issue 5): CartPole-v1 475, Acrobot-v1 -100; A2C 15 s of wall clock, DQN 50,000 env
-steps, REINFORCE 120 s. Issue 18: PPO on CartPole-v1 475 within 15 s; PPO and A2C on Pendulum-v1 (continuous
-actions) -200 within 100,000 env steps (A2C also 200,000); SAC on Pendulum-v1 -200 within 20,000 env steps; DQN
-with a dueling head (``dqn-dueling-cartpole-torch``) against ``dqn-cartpole-torch`` on the same seeds;
-CartPoleNoVel-v1 475 within 120 s, recurrent (``--recurrent``) and feed-forward PPO and A2C; MinAtar Breakout from
-pixels (PPO with the CNN) 5 within 300 s. ``benchmarks/sb3_reference.py`` runs Stable-Baselines3 on the same
-workloads. Each run's JSON line also has its process's CPU seconds (``process_cpu_s``). The table reports, per
-suite, how many seeds reached the target within budget, and the median and range over seeds. Stable-Baselines3 is
-compared only when it is installed.
+Targets and budgets (issue 5): CartPole-v1 475, Acrobot-v1 -100; A2C 15 s of wall clock, DQN 50,000 env steps,
+REINFORCE 120 s. Issue 18: PPO on CartPole-v1 475 within 15 s; PPO and A2C on Pendulum-v1 (continuous actions) -200
+within 100,000 env steps (A2C also 200,000); SAC on Pendulum-v1 -200 within 20,000 env steps; DQN with a dueling
+head (``dqn-dueling-cartpole-torch``) against ``dqn-cartpole-torch`` on the same seeds; CartPoleNoVel-v1 475 within
+120 s, recurrent (``--recurrent``) and feed-forward PPO and A2C; MinAtar Breakout from pixels (PPO with the CNN) 5
+within 300 s. Issue 19: PPO on CartPole-v1 stepped by gymnax (475 within 15 s) and on Hopper-v5 stepped by MJX
+(1,000 within 200,000 env steps). ``benchmarks/sb3_reference.py`` runs Stable-Baselines3 on the same workloads.
+Each run's JSON line also has its process's CPU seconds (``process_cpu_s``). The table reports, per suite, how many
+seeds reached the target within budget, and the median and range over seeds. Stable-Baselines3 is compared only
+when it is installed.
 
 Usage::
 
