@@ -11,7 +11,9 @@ import torch
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
 from rlstruct.structures import DictTensor
 
-__all__ = ["VecEnv", "StepResult", "host_copy", "check_env_info", "check_no_env_info", "action_rows"]
+__all__ = [
+    "VecEnv", "StepResult", "host_copy", "check_env_info", "check_no_env_info", "check_some_running", "action_rows",
+]
 
 # ((observation_next [B'], ids [B']), (observation_running [B''], ids [B'']))
 StepResult = tuple[tuple[DictTensor, torch.Tensor], tuple[DictTensor, torch.Tensor]]
@@ -211,6 +213,19 @@ def action_rows(action: DictTensor, device: torch.device, n_rows: int) -> torch.
             f"returned ids), got shape {list(a.shape)}"
         )
     return a
+
+
+def check_some_running(n_running: int, n_envs: int) -> None:
+    """Refuses a step of an episodic env whose envs have all finished.
+
+    Raises:
+        EnvStateError: ``n_running`` is 0.
+    """
+    if n_running == 0:
+        raise EnvStateError(
+            f"every one of the {n_envs} episodic envs has finished; call env.reset() before stepping again "
+            "(or build the env with autoreset=True)"
+        )
 
 
 def check_no_env_info(env_info: DictTensor | None, n_envs: int, kind: str, fix: str) -> None:

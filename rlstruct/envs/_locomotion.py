@@ -8,7 +8,8 @@ engine's: MJX (:mod:`rlstruct.envs.mjx_env`, JAX) or mujoco-torch (:mod:`rlstruc
 The task's math is pure functions of arrays against an array namespace ``xp``, which is the module ``jax.numpy``
 or ``torch`` itself (the operations used, ``xp.concatenate(..., axis=-1)``, ``xp.clip``, ``xp.where``, Python
 operators and ``.all(-1)``/``.sum(-1)``, mean the same in both). Arrays carry any leading batch shape: a single
-env's ``qpos [nq]`` under ``jax.vmap``, or ``qpos [B, nq]`` in torch.
+env's ``qpos [nq]`` under ``jax.vmap``, or ``qpos [B, nq]`` in torch. The engines' shared construction checks
+(:func:`import_mujoco`, :func:`check_max_episode_steps`) are here too.
 
 >>> import torch
 >>> task = LOCOMOTION_TASKS["Hopper-v5"]
@@ -25,7 +26,14 @@ import math
 import os
 from typing import Any
 
-__all__ = ["LocomotionTask", "LOCOMOTION_TASKS", "locomotion_task", "gymnasium_asset"]
+import numpy as np
+
+from rlstruct.errors import MissingDependencyError
+
+__all__ = [
+    "LocomotionTask", "LOCOMOTION_TASKS", "locomotion_task", "gymnasium_asset", "import_mujoco",
+    "check_max_episode_steps",
+]
 
 
 def gymnasium_asset(xml: str) -> str:
@@ -172,3 +180,32 @@ def locomotion_task(name: str, backend: str) -> LocomotionTask:
             "(pass backend='gymnasium' for gymnasium's other MuJoCo envs)"
         )
     return task
+
+
+def import_mujoco(backend: str) -> Any:
+    """``mujoco``, or a :class:`MissingDependencyError` naming the extra that installs it."""
+    try:
+        import mujoco
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"backend={backend!r} needs mujoco; install it with `pip install 'rlstruct[mujoco]'` (mujoco, mujoco-mjx, "
+            "mujoco-torch)"
+        ) from e
+    return mujoco
+
+
+def check_max_episode_steps(max_episode_steps: int | None, default: int) -> int:
+    """``max_episode_steps`` checked, or ``default`` for ``None``.
+
+    Raises:
+        ValueError: not a positive int.
+    """
+    if max_episode_steps is None:
+        return default
+    if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, (int, np.integer)) \
+            or max_episode_steps < 1:
+        raise ValueError(
+            f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}; pass None for the task's "
+            f"limit ({default})"
+        )
+    return int(max_episode_steps)

@@ -29,7 +29,7 @@ import torch
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs import _sim_kernels as kernels
 from rlstruct.envs._array_ops import NumpyOps, TorchOps
-from rlstruct.envs._base import HostDestinations, StepResult, VecEnv, action_rows, host_copy
+from rlstruct.envs._base import HostDestinations, StepResult, VecEnv, action_rows, check_some_running, host_copy
 from rlstruct.envs._jit import jit_kernels
 from rlstruct.envs._rng import MASK32, draw_table, env_keys, uniform_draws
 from rlstruct.envs._sim_kernels import SimState
@@ -401,11 +401,7 @@ class TorchVecEnv(VecEnv):
         """
         self._check_started("step")
         n_rows = self._ids.shape[0]
-        if n_rows == 0:
-            raise EnvStateError(
-                f"every one of the {self._n} episodic envs has finished; call env.reset() before stepping again "
-                "(or build the env with autoreset=True)"
-            )
+        check_some_running(n_rows, self._n)
         a, a_host = self._check_action(action, n_rows)
         if self.autoreset:
             return self._step_autoreset(a, a_host)

@@ -29,8 +29,16 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from rlstruct.envs._base import CallOrder, HostDestinations, StepResult, VecEnv, check_env_info, host_copy
-from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
+from rlstruct.envs._base import (
+    CallOrder,
+    HostDestinations,
+    StepResult,
+    VecEnv,
+    check_env_info,
+    check_some_running,
+    host_copy,
+)
+from rlstruct.errors import BatchSizeError, DeviceMismatchError, SpaceError
 from rlstruct.seeding import check_seed, env_seeds
 from rlstruct.structures import DictTensor
 
@@ -470,11 +478,7 @@ class GymEnv(CallOrder, VecEnv):
         """
         self._check_steppable("step")
         running = self._running
-        if len(running) == 0:
-            raise EnvStateError(
-                f"every one of the {self._n} episodic envs has finished; call env.reset() before stepping again "
-                "(or build the env with autoreset=True)"
-            )
+        check_some_running(len(running), self._n)
         a, a_np = self._action.check(action["action"], len(running))
         ids = self._all_ids if len(running) == self._n else torch.from_numpy(running)
         if self._vec is not None:

@@ -33,12 +33,18 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._base import CallOrder, HostDestinations, StepResult, VecEnv, check_no_env_info
+from rlstruct.envs._base import (
+    CallOrder,
+    HostDestinations,
+    StepResult,
+    VecEnv,
+    check_no_env_info,
+    check_some_running,
+)
 from rlstruct.errors import (
     BatchSizeError,
     DeviceMismatchError,
     DeviceUnavailableError,
-    EnvStateError,
     MissingDependencyError,
     SpaceError,
 )
@@ -412,11 +418,7 @@ class JaxVecEnv(CallOrder, VecEnv):
         self._check_steppable("step")
         ids = self._ids
         n_running = ids.shape[0]
-        if n_running == 0:
-            raise EnvStateError(
-                f"every one of the {self._n} episodic envs has finished; call env.reset() before stepping again "
-                "(or build the env with autoreset=True)"
-            )
+        check_some_running(n_running, self._n)
         a = self._check_action(action, n_running)
         to_jax, to_torch = self._to_jax, self._to_torch
         if self.autoreset:

@@ -18,28 +18,16 @@ import numpy as np
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._locomotion import locomotion_task
+from rlstruct.envs._locomotion import check_max_episode_steps, import_mujoco, locomotion_task
 from rlstruct.envs.jax_env import JaxVecEnv, _import_jax, jax_device
 from rlstruct.errors import MissingDependencyError
 from rlstruct.seeding import check_seed
 
-__all__ = ["MjxEnv", "import_mujoco"]
-
-
-def import_mujoco(backend: str) -> Any:
-    """``mujoco``, or a :class:`MissingDependencyError` naming the extra that installs it."""
-    try:
-        import mujoco
-    except ImportError as e:
-        raise MissingDependencyError(
-            f"backend={backend!r} needs mujoco; install it with `pip install 'rlstruct[mujoco]'` (mujoco, mujoco-mjx, "
-            "mujoco-torch)"
-        ) from e
-    return mujoco
+__all__ = ["MjxEnv"]
 
 
 def _import_mjx() -> Any:
-    import_mujoco("mjx")
+    """``mujoco.mjx`` (call :func:`~rlstruct.envs._locomotion.import_mujoco` first: its error names mujoco)."""
     _import_jax()
     try:
         # mujoco's mjx package prints "Failed to import warp: ..." on stdout when its optional MuJoCo Warp
@@ -51,23 +39,6 @@ def _import_mjx() -> Any:
             "backend='mjx' needs mujoco-mjx; install it with `pip install 'rlstruct[mujoco]'`"
         ) from e
     return mjx
-
-
-def check_max_episode_steps(max_episode_steps: int | None, default: int) -> int:
-    """``max_episode_steps`` checked, or ``default`` for ``None``.
-
-    Raises:
-        ValueError: not a positive int.
-    """
-    if max_episode_steps is None:
-        return default
-    if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, (int, np.integer)) \
-            or max_episode_steps < 1:
-        raise ValueError(
-            f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}; pass None for the task's "
-            f"limit ({default})"
-        )
-    return int(max_episode_steps)
 
 
 class MjxEnv(JaxVecEnv):
@@ -120,8 +91,8 @@ class MjxEnv(JaxVecEnv):
         check_seed(seed)
         task = locomotion_task(name, "mjx")
         limit = check_max_episode_steps(max_episode_steps, task.max_episode_steps)
-        mjx = _import_mjx()
         mujoco = import_mujoco("mjx")
+        mjx = _import_mjx()
         jax = _import_jax()
         jnp = jax.numpy
         mj_model = mujoco.MjModel.from_xml_path(task.xml_path())

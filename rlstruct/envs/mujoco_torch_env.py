@@ -35,11 +35,10 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._base import CallOrder, StepResult, VecEnv, action_rows, check_no_env_info
-from rlstruct.envs._locomotion import locomotion_task
+from rlstruct.envs._base import CallOrder, StepResult, VecEnv, action_rows, check_no_env_info, check_some_running
+from rlstruct.envs._locomotion import check_max_episode_steps, import_mujoco, locomotion_task
 from rlstruct.envs._rng import draw_table, env_keys, uniform_draws
-from rlstruct.envs.mjx_env import check_max_episode_steps, import_mujoco
-from rlstruct.errors import BatchSizeError, EnvStateError, MissingDependencyError, SpaceError
+from rlstruct.errors import BatchSizeError, MissingDependencyError, SpaceError
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
 
@@ -279,11 +278,7 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         self._check_steppable("step")
         ids = self._ids
         n_running = ids.shape[0]
-        if n_running == 0:
-            raise EnvStateError(
-                f"every one of the {self._n} episodic envs has finished; call env.reset() before stepping again "
-                "(or build the env with autoreset=True)"
-            )
+        check_some_running(n_running, self._n)
         a = self._check_action(action, n_running)
         if self.autoreset:
             return self._step_autoreset(a)
