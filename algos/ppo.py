@@ -31,6 +31,7 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -256,9 +257,13 @@ def ppo_minibatch_loss(
     """
     dist = model.policy(frame)
     return ppo_loss(dist.log_prob(action), old_log_prob, advantage, model.value(frame), old_value, returns,
-                    dist.entropy(), mask, clip_coef=config.clip_coef, value_clip=config.value_clip,
-                    value_coef=config.value_coef, entropy_coef=config.entropy_coef,
-                    normalize_advantages=config.normalize_advantages)
+                    dist.entropy(), mask, **_loss_settings(config))
+
+
+def _loss_settings(config: PPOConfig) -> dict[str, Any]:
+    """The keyword arguments of :func:`ppo_loss` that the config sets."""
+    return {"clip_coef": config.clip_coef, "value_clip": config.value_clip, "value_coef": config.value_coef,
+            "entropy_coef": config.entropy_coef, "normalize_advantages": config.normalize_advantages}
 
 
 def train(config: PPOConfig) -> TrainResult:
@@ -387,8 +392,7 @@ def _recurrent_minibatch_loss(
     needs every earlier step of the window); the other tensors are ``[b, T]``."""
     out = replay_window(agent, model, traj, bootstrap=False)
     return ppo_loss(out["log_prob"], old_log_prob, advantage, out["value"], old_value, returns, out["entropy"], mask,
-                    clip_coef=config.clip_coef, value_clip=config.value_clip, value_coef=config.value_coef,
-                    entropy_coef=config.entropy_coef, normalize_advantages=config.normalize_advantages)
+                    **_loss_settings(config))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
