@@ -54,17 +54,23 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
         print("| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |")
 
 
-def batcher_steps_per_s(batcher: Any, iters: int) -> float:
-    """Env steps per second of ``iters`` acquisitions (``execute`` + ``get``) after one warm-up acquisition."""
+def batcher_steps_per_s(batcher: Any, iters: int, warmup: int = 1) -> float:
+    """Env steps per second of ``iters`` acquisitions (``execute`` + ``get``) after ``warmup`` untimed ones (with
+    ``cuda_graph``, two: the first runs eagerly, the second captures); the batcher's ``timings()`` then cover the
+    timed acquisitions only. On a CUDA batcher the clock stops after the device's queued work."""
     batcher.reset()
-    batcher.execute()
-    batcher.get()
+    for _ in range(warmup):
+        batcher.execute()
+        batcher.get()
+    batcher.reset_timings()
     t0 = time.perf_counter()
     steps = 0
     for _ in range(iters):
         batcher.execute()
         traj, _ = batcher.get()
         steps += int(traj.trajectories.lengths.sum())
+    if batcher.device.type == "cuda":
+        torch.cuda.synchronize(batcher.device)
     return steps / (time.perf_counter() - t0)
 
 

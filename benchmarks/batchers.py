@@ -21,6 +21,7 @@ import time
 
 import gymnasium as gym
 import torch
+from _common import batcher_steps_per_s
 from torch import nn
 
 from rlstruct import DictTensor, RL_Agent
@@ -67,20 +68,8 @@ def torch_env(n_envs: int, seed: int, device: str = "cpu", compile: bool = False
 
 
 def bench_batcher(batcher: RL_Batcher, iters: int) -> tuple[float, dict]:
-    batcher.reset()
-    for _ in range(2):  # warm-up: with cuda_graph, the first acquisition runs eagerly and the second captures
-        batcher.execute()
-        batcher.get()
-    batcher.reset_timings()
-    t0 = time.perf_counter()
-    steps = 0
-    for _ in range(iters):
-        batcher.execute()
-        traj, _ = batcher.get()
-        steps += int(traj.trajectories.lengths.sum())
-    if batcher.device.type == "cuda":
-        torch.cuda.synchronize()
-    return steps / (time.perf_counter() - t0), batcher.timings()
+    """``(env steps/s, timings())`` of ``iters`` acquisitions after two warm-up ones (see ``batcher_steps_per_s``)."""
+    return batcher_steps_per_s(batcher, iters, warmup=2), batcher.timings()
 
 
 def bench_sync_vector_env(n_envs: int, iters: int) -> float:
