@@ -270,7 +270,7 @@ class QAgent(NetworkAgent):
         q = self.model(observation["frame"])
         action = q.argmax(-1)
         if "epsilon" in agent_info:
-            eps = self._on_device(agent_info["epsilon"])
+            eps = self._on_device(agent_info["epsilon"], "epsilon")
             B, n_actions = q.shape
             explore = torch.rand(B, generator=self.generator, device=self.device) < eps
             random_action = torch.randint(n_actions, (B,), generator=self.generator, device=self.device)

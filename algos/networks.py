@@ -283,7 +283,7 @@ class NetworkAgent(RL_Agent):
         self.model = model
         self.device = as_device(device)
         self.generator = torch.Generator(device=self.device)
-        self._info: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
+        self._infos: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def seed(self, seed: int) -> None:
         """Seeds the sampling generator (the batcher passes its ``agent_seeds``)."""
@@ -293,11 +293,15 @@ class NetworkAgent(RL_Agent):
         """Loads the learner's weights."""
         self.model.load_state_dict(state_dict)
 
-    def _on_device(self, info: torch.Tensor) -> torch.Tensor:
-        # The batcher hands the same CPU tensor at every step of an acquisition: copy it to the device once.
-        if self._info[0] is not info:
-            self._info = (info, info.to(self.device))
-        return self._info[1]
+    def _on_device(self, info: torch.Tensor, key: str = "stochastic") -> torch.Tensor:
+        # The batcher hands the same CPU tensor at every step of an acquisition: copy it to the device once. A
+        # CUDA-graph capture records the copy instead (from the batcher's pinned static, so non_blocking), so that
+        # every replay reads that static's current values.
+        cached = self._infos.get(key)
+        capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if capturing or cached is None or cached[0] is not info:
+            cached = self._infos[key] = (info, info.to(self.device, non_blocking=True))
+        return cached[1]
 
 
 def policy_actions(trajectories: TemporalDictTensor) -> torch.Tensor:

@@ -270,19 +270,8 @@ class SACAgent(NetworkAgent):
 
     model: SquashedGaussianActor
 
-    def __init__(self, model: SquashedGaussianActor, device):
-        super().__init__(model, device)
-        self._infos: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-
     def _flag(self, agent_info: DictTensor, key: str) -> torch.Tensor | None:
-        # The batcher hands the same CPU tensors at every step of an acquisition: copy each to the device once.
-        if key not in agent_info:
-            return None
-        info = agent_info[key]
-        cached = self._infos.get(key)
-        if cached is None or cached[0] is not info:
-            cached = self._infos[key] = (info, info.to(self.device).unsqueeze(-1))
-        return cached[1]
+        return self._on_device(agent_info[key], key).unsqueeze(-1) if key in agent_info else None
 
     def __call__(self, state, observation, agent_info, history=None):
         """``action float [N, action_dim]`` within the action bounds."""

@@ -252,7 +252,9 @@ class Acquirer:
         state = self.state if self.state is not None else self.agent.initial_state(ai, n)
         for prefix, d in (("agent_info/", ai), ("env_info/", ei), ("agent_state/", state)):
             for k, v in d.items():
-                self.block[prefix + k][rows] = v
+                dst = self.block[prefix + k]
+                # agent_info stays on the CPU; an index write (the running rows) needs it on the buffer's device.
+                dst[rows] = v if isinstance(rows, slice) else v.to(dst.device, non_blocking=True)
         self.block["lengths"].zero_()
         return state
 

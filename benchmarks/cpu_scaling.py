@@ -104,7 +104,8 @@ def main(argv=None) -> None:
                     best[kind] = run
         for kind, run in best.items():
             results[(kind, k)] = run
-        print(f"k={k}: " + ", ".join(f"{kind} {sps:,.0f}" for kind, (sps, _) in best.items()), flush=True)
+        print(f"k={k}: " + "; ".join(f"{kind} {sps:,.0f} {shares}" for kind, (sps, shares) in best.items()),
+              flush=True)
 
     rows = []
     for (kind, k), (sps, shares) in results.items():

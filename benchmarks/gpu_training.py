@@ -65,14 +65,20 @@ def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: 
                "--no-tensorboard", "--target-return", str(TARGET), "--time-limit", str(time_limit),
                "--physics-dtype", physics_dtype, *flags]
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0
+        if proc.returncode != 0:  # say why, and go on with the other runs
+            print(f"{algo} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
+            return {"algo": algo, "seed": seed, "warmup_s": math.nan, "train_s": math.nan, "reached": False,
+                    "env_steps": 0, "process_s": wall, "error": proc.stderr[-3000:]}
         rows = _rows(Path(tmp))
     warm = _warmup(rows)
     reached = [r for r in rows if r.get("eval/return", -math.inf) >= TARGET and r.get("eval/launch_env_steps", 0) > 0]
     at = reached[0]["wall_time_s"] if reached else math.nan
-    return {"algo": algo, "seed": seed, "warmup_s": warm, "train_s": at - warm, "reached": bool(reached),
-            "env_steps": reached[0]["env_steps"] if reached else rows[-1]["env_steps"], "process_s": wall}
+    run = {"algo": algo, "seed": seed, "warmup_s": warm, "train_s": at - warm, "reached": bool(reached),
+           "env_steps": reached[0]["env_steps"] if reached else rows[-1]["env_steps"], "process_s": wall}
+    print(json.dumps(run), flush=True)  # one line a run, so that a run cut short still shows the finished ones
+    return run
 
 
 def throughput(algo: str, n_envs: int, device: str, *, compile_update: bool, iterations: int,
@@ -94,8 +100,10 @@ def throughput(algo: str, n_envs: int, device: str, *, compile_update: bool, ite
     start = next(r for r in rows if r["iteration"] >= WARMUP_ITERATIONS)
     end = rows[-1]
     sps = (end["env_steps"] - start["env_steps"]) / max(end["wall_time_s"] - start["wall_time_s"], 1e-9)
-    return {"algo": algo, "n_envs": n_envs, "device": device, "env_steps_per_s": sps,
-            "warmup_s": start["wall_time_s"], "iterations": end["iteration"] - start["iteration"]}
+    row = {"algo": algo, "n_envs": n_envs, "device": device, "env_steps_per_s": sps,
+           "warmup_s": start["wall_time_s"], "iterations": end["iteration"] - start["iteration"]}
+    print(json.dumps(row), flush=True)
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,8 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, object] = {"device": device, "machine": machine, "torch": torch.__version__, "gpu": gpu}
 
     if not ns.skip_solve:
-        runs = [solve(a, s, gpu, compile_update=compile_update, time_limit=time_limit, physics_dtype=ns.physics_dtype)
-                for a in ns.algos for s in seeds]
+        runs = []
+        for a in ns.algos:
+            for s in seeds:
+                runs.append(solve(a, s, gpu, compile_update=compile_update, time_limit=time_limit,
+                                  physics_dtype=ns.physics_dtype))
+                if "error" in runs[-1]:  # the other seeds would fail the same way
+                    break
         out["solve"] = runs
         rows = []
         for a in ns.algos:

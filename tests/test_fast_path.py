@@ -53,7 +53,7 @@ def _perturb(model: torch.nn.Module, k: int) -> None:
     """A stand-in for an optimizer step: changes every weight in place."""
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(0.05 * torch.sin(torch.arange(p.numel(), dtype=p.dtype).reshape(p.shape) + k))
+            p.add_(0.05 * torch.sin(torch.arange(p.numel(), dtype=p.dtype, device=p.device).reshape(p.shape) + k))
 
 
 # ----------------------------------------------------------------------------------------------- WeightSync
@@ -432,3 +432,30 @@ def test_cuda_compiled_update_equals_eager_update():
             torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
     for p, q in zip(eager_model.parameters(), compiled_model.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+@CUDA
+def test_cuda_episodic_batcher_continues_with_the_running_rows():
+    """An episodic batcher on the GPU (the evaluation's) whose later acquisitions start with only the envs still
+    running: their agent_info (kept on the CPU) is written into those rows of the CUDA buffer and reaches the agent
+    (greedy rows take the policy's mode at every step)."""
+    model = build_actor_critic(SPEC, (8,))
+    flags = torch.tensor([False, True] * 3)
+    with RL_Batcher(3, create_policy_agent, {"spec": SPEC, "hidden_sizes": (8,), "device": "cuda"}, create_env,
+                    {"name": "CartPole-v1", "n_envs": 6, "autoreset": False, "device": "cuda"}, 0, [3],
+                    agent_info=DictTensor({"stochastic": torch.tensor([True])}), device="cuda") as b:
+        b.update(model.state_dict())
+        b.reset(agent_info=DictTensor({"stochastic": flags}))
+        sizes = []
+        while True:
+            b.execute()
+            traj, n_running = b.get()
+            tt, stochastic = traj.trajectories.to("cpu"), traj.info["agent_info/stochastic"].cpu()
+            sizes.append(stochastic.numel())
+            valid = tt.mask().bool() & ~stochastic.unsqueeze(1)
+            with torch.no_grad():
+                mode = model.policy(tt["observation/frame"]).mode()
+            assert torch.equal(tt["action/action"][valid], mode[valid])
+            if n_running == 0:
+                break
+        assert sizes[0] == 6 and len(sizes) > 1 and sizes[-1] < 6  # later acquisitions ran on the running rows
