@@ -1,4 +1,4 @@
-"""Asynchronous evaluation of a training run's weights with an episodic batcher, in chunks of bounded memory."""
+"""Asynchronous evaluation of a training run's weights, one episode per env, in chunks of bounded memory."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ class EpisodeTally:
     the sums of the envs it covers (no frame is kept), so that episodes of any length run in acquisitions of a
     bounded number of steps, in bounded memory. Steps past ``max_steps`` do not count: an episode still running
     there is cut, and its return is partial.
+
+    An auto-reset batcher's acquisitions hold every env's row, and its envs start new episodes after their first
+    one ends: only each env's first episode counts (the steps up to its first ``done``), which is what the
+    episodic batcher gives from the same reset (a captured evaluation, see :func:`~rlstruct.algos.run.open_batchers`).
 
     Args:
         n_envs: the batcher's ``n_elems()``.
@@ -55,16 +59,28 @@ class EpisodeTally:
         """
         tt = trajectories.trajectories
         T = tt.temporal_size()
+        done = tt["_observation/done"].bool()
         step = self.steps + torch.arange(T, device=self.returns.device)
-        valid = tt.mask().bool() & (step < self.max_steps)
-        rows = torch.nonzero(self.running, as_tuple=False).squeeze(1)
-        assert rows.shape[0] == tt.n_elems(), "an acquisition must hold one row per running env"
-        self.returns.index_add_(0, rows, (tt["_observation/reward"] * valid.float()).sum(1))
-        self.lengths.index_add_(0, rows, valid.sum(1))
-        ended = (tt["_observation/done"].bool() & valid).any(1)
-        self.running.index_fill_(0, rows[ended], False)
+        # Each row's steps up to its first end (an episodic row's mask already stops there; an auto-reset row
+        # goes on into its next episode).
+        first = (torch.cumsum(done, 1) - done.long()) == 0
+        valid = tt.mask().bool() & (step < self.max_steps) & first
+        every_env = tt.n_elems() == self.running.shape[0]
+        if every_env:  # auto-reset rows, or episodic ones before any episode ended: the running envs count
+            valid &= self.running.unsqueeze(1)
+            self.returns += (tt["_observation/reward"] * valid.float()).sum(1)
+            self.lengths += valid.sum(1)
+            self.running &= ~(done & valid).any(1)
+        else:
+            rows = torch.nonzero(self.running, as_tuple=False).squeeze(1)
+            assert rows.shape[0] == tt.n_elems(), "an acquisition must hold one row per running env, or every env's"
+            self.returns.index_add_(0, rows, (tt["_observation/reward"] * valid.float()).sum(1))
+            self.lengths.index_add_(0, rows, valid.sum(1))
+            self.running.index_fill_(0, rows[(done & valid).any(1)], False)
         self.steps += T
-        self.finished = n_running == 0 or self.steps >= self.max_steps
+        # An auto-reset batcher never reports its envs finished: ask the tally (one host sync an acquisition).
+        self.finished = (n_running == 0 or self.steps >= self.max_steps
+                         or (every_env and not bool(self.running.any())))
         return self.finished
 
 
@@ -108,7 +124,8 @@ class Evaluator:
     weights, blocking.
 
     Args:
-        batcher: an episodic batcher (``autoreset=False``).
+        batcher: an episodic batcher (``autoreset=False``), or an auto-reset one, whose envs' first episodes count
+            (what a CUDA-graph batcher needs: its loop cannot stop early).
         agent_info: the evaluation's agent_info (CPU, one row per env), e.g. ``stochastic=False``.
         every: iterations at least between two launches.
         max_steps: steps per episode at most (the env's time limit); ``None``: ``batcher.n_timesteps`` (one

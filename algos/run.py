@@ -697,8 +697,10 @@ def open_batchers(
     """The training batcher and the :class:`Evaluator` of a run, both closed by ``stack``.
 
     Seeds are fixed per role (envs from offsets 0 and 1000, agents from 5000 and 6000) so that a run is
-    reproducible from ``config.seed`` alone; evaluation envs never auto-reset and run whole episodes (up to
-    ``config.evaluation_max_steps``), ``config.evaluation_chunk_steps`` steps per acquisition.
+    reproducible from ``config.seed`` alone; evaluation envs run one whole episode each (up to
+    ``config.evaluation_max_steps``), ``config.evaluation_chunk_steps`` steps per acquisition: episodic envs, or,
+    with ``cuda_graph`` and a CUDA ``evaluation_device``, auto-reset envs whose first episodes count, each
+    acquisition replayed as a CUDA graph.
 
     Args:
         stack: the run's exit stack (see :func:`training_run`).
@@ -709,7 +711,8 @@ def open_batchers(
         autoreset: whether the training envs auto-reset.
         explore: the training ``agent_info``, one value per key, e.g. ``{"stochastic": True}``.
         greedy: the evaluation ``agent_info``, one value per key, e.g. ``{"epsilon": 0.0}``.
-        cuda_graph: the training batcher's ``cuda_graph`` (see :class:`RL_Batcher`).
+        cuda_graph: the training batcher's ``cuda_graph`` (see :class:`RL_Batcher`), and the evaluation batcher's
+            where it runs on a GPU.
         zero_copy: the training batcher's ``zero_copy`` (its double buffer, to overlap collection and learning).
 
     Returns:
@@ -731,13 +734,18 @@ def open_batchers(
     if config.evaluation_max_steps is not None:
         eval_steps = min(eval_steps, config.evaluation_max_steps)
     chunk = min(eval_steps, config.evaluation_chunk_steps)
+    # On a GPU, an episodic evaluation is hundreds of eager steps, each many small launches and a host sync (the
+    # running set): with cuda_graph, the evaluation envs auto-reset and each chunk is one graph replay; the
+    # Evaluator counts every env's first episode, the one the episodic envs would have run.
+    eval_graph = cuda_graph and as_device(config.evaluation_device).type == "cuda"
     eval_batcher = RL_Batcher(
         chunk, create_agent, {**agent_args, "device": config.evaluation_device},
-        create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": False,
+        create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": eval_graph,
                      "device": config.evaluation_device},
         config.n_evaluation_processes, worker_seeds(config.seed, n_eval_workers, 1000),
         agent_info=DictTensor({k: torch.tensor([v]) for k, v in greedy.items()}),
         agent_seeds=worker_seeds(config.seed, n_eval_workers, 6000), device=config.evaluation_device,
+        cuda_graph=eval_graph,
     )
     n_eval = eval_batcher.n_elems()
     evaluator = Evaluator(eval_batcher, DictTensor({k: torch.full((n_eval,), v) for k, v in greedy.items()}),

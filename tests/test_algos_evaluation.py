@@ -28,15 +28,17 @@ def _weights() -> dict[str, torch.Tensor]:
     return cpu_state_dict(seeded_model(3, build_actor_critic, describe_env(ENV, "torch", None), (8,)))
 
 
-def _batcher(n_timesteps: int, *, n_processes: int = 0, max_episode_steps: int = 500) -> RL_Batcher:
+def _batcher(n_timesteps: int, *, n_processes: int = 0, max_episode_steps: int = 500, autoreset: bool = False,
+             device: str = "cpu", cuda_graph: bool = False) -> RL_Batcher:
     spec = describe_env(ENV, "torch", max_episode_steps)
     n_workers = max(n_processes, 1)
     return RL_Batcher(
-        n_timesteps, create_policy_agent, {"spec": spec, "hidden_sizes": (8,)},
+        n_timesteps, create_policy_agent, {"spec": spec, "hidden_sizes": (8,), "device": device},
         create_env, {"name": ENV, "n_envs": N_ENVS // n_workers, "backend": "torch",
-                     "max_episode_steps": max_episode_steps},
+                     "max_episode_steps": max_episode_steps, "autoreset": autoreset, "device": device},
         n_processes, [11 + k for k in range(n_workers)],
         agent_info=DictTensor({"stochastic": torch.tensor([True])}), agent_seeds=[7 + k for k in range(n_workers)],
+        device=device, cuda_graph=cuda_graph,
     )
 
 
@@ -79,6 +81,33 @@ def test_a_step_cap_cuts_the_episodes_as_one_shorter_acquisition_does():
         tally = run_episodes(b, 15, _agent_info(True))
     assert torch.equal(tally.returns, returns) and torch.equal(tally.lengths, lengths)
     assert int(tally.running.sum()) == int(n_running) and tally.steps == 16
+
+
+@pytest.mark.parametrize("chunk, max_steps", [(7, 500), (500, 500), (4, 15)])
+def test_auto_reset_envs_first_episodes_equal_the_episodic_evaluation(chunk, max_steps):
+    # What a captured evaluation runs: every env's row in every chunk, the envs going on into new episodes.
+    [(returns, lengths, n_running)] = _one_acquisition(False, max_steps=max_steps)
+    with _batcher(chunk, autoreset=True) as b:
+        b.update(_weights())
+        tally = run_episodes(b, max_steps, _agent_info(False))
+        assert b.n_timesteps == chunk
+    assert torch.equal(tally.returns, returns) and torch.equal(tally.lengths, lengths)
+    assert int(tally.running.sum()) == int(n_running) and tally.finished
+    if max_steps == 500:  # every episode ended: the tally stops at the chunk where the last one did
+        assert tally.steps < 500 or chunk == 500
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("chunk", [7, 500])
+def test_cuda_captured_evaluation_equals_the_episodic_one(chunk):
+    with _batcher(500, device="cuda") as b:
+        b.update(_weights())
+        oracle = run_episodes(b, 500, _agent_info(False))
+    with _batcher(chunk, autoreset=True, device="cuda", cuda_graph=True) as b:
+        b.update(_weights())
+        for _ in range(2):  # eager, then captured and replayed after a reset
+            tally = run_episodes(b, 500, _agent_info(False))
+            assert torch.equal(tally.returns, oracle.returns) and torch.equal(tally.lengths, oracle.lengths)
 
 
 def _summary(returns: torch.Tensor, lengths: torch.Tensor) -> dict[str, float]:
