@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import json
 import math
 import platform
@@ -96,6 +97,12 @@ def throughput(algo: str, n_envs: int, device: str, *, compile_update: bool, ite
                      eval_every=10 ** 9, n_evaluation_envs=4, stop_at_reward_threshold=False, progress=False,
                      tensorboard=False, logdir=tmp, physics_dtype=physics_dtype)
         result = module.train(config)
+    # Free this size's compiled update and its CUDA-graph memory pools before the next size (all seven sizes'
+    # pools together do not fit in 80 GB).
+    torch.compiler.reset()
+    gc.collect()
+    if gpu:
+        torch.cuda.empty_cache()
     rows = [r for r in result.history if "eval/return" not in r]
     start = next(r for r in rows if r["iteration"] >= WARMUP_ITERATIONS)
     end = rows[-1]
