@@ -74,6 +74,20 @@ def batcher_steps_per_s(batcher: Any, iters: int, warmup: int = 1) -> float:
     return steps / (time.perf_counter() - t0)
 
 
+def best_of_rounds(rounds: int, *measures: Callable[[], float]) -> list[float]:
+    """Each measure's best of ``rounds`` rounds, the measures taking turns within a round (so that a change in the
+    machine's load touches every measure alike).
+
+    >>> best_of_rounds(2, iter([1.0, 3.0]).__next__, iter([5.0, 4.0]).__next__)
+    [3.0, 5.0]
+    """
+    best = [0.0] * len(measures)
+    for _ in range(rounds):
+        for i, measure in enumerate(measures):
+            best[i] = max(best[i], measure())
+    return best
+
+
 def print_rows(rows: list[tuple[str, str, float, str]]) -> None:
     """Prints ``(part, configuration, env steps/s, ratio)`` rows as a markdown table."""
     print("\n| part | configuration | env steps/s | ratio |")

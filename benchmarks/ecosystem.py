@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 import torch
-from _common import batcher_steps_per_s, print_rows
+from _common import batcher_steps_per_s, best_of_rounds, print_rows
 
 from rlstruct import DictTensor, RL_Agent
 from rlstruct.batchers import RL_Batcher
@@ -41,10 +41,6 @@ class RandomAgent(RL_Agent):
     def __call__(self, state, observation, agent_info, history=None):
         n = observation["reward"].shape[0]
         return DictTensor._trusted({"action": torch.randint(0, self.n_actions, (n,))}), state
-
-
-def best(fn, rounds: int) -> float:
-    return max(fn() for _ in range(rounds))
 
 
 # ------------------------------------------------------------------------------------------------ gymnax
@@ -207,11 +203,10 @@ def main(argv=None) -> None:
     if "a" not in args.skip:
         print(f"(a) gymnax {args.gymnax_env}, env only", flush=True)
         for n in args.gymnax_sizes:
-            native = blocking = mine = 0.0
-            for _ in range(r):
-                native = max(native, gymnax_native(args.gymnax_env, n, args.steps))
-                blocking = max(blocking, gymnax_native(args.gymnax_env, n, args.steps, read_each_step=True))
-                mine = max(mine, gymnax_rlstruct(args.gymnax_env, n, args.steps))
+            native, blocking, mine = best_of_rounds(
+                r, lambda: gymnax_native(args.gymnax_env, n, args.steps),
+                lambda: gymnax_native(args.gymnax_env, n, args.steps, read_each_step=True),
+                lambda: gymnax_rlstruct(args.gymnax_env, n, args.steps))
             rows.append(("a", f"gymnax jitted vmapped step N={n} (queued)", native, ""))
             rows.append(("a", f"gymnax jitted vmapped step N={n}, each obs read", blocking, ""))
             rows.append(("a", f"make_env(backend='gymnax') N={n}", mine,
@@ -221,10 +216,7 @@ def main(argv=None) -> None:
     n = args.ale_envs
     if "b" not in args.skip:
         print(f"(b) ale-py Breakout, env only, N={n}", flush=True)
-        native = mine = 0.0
-        for _ in range(r):
-            native = max(native, ale_native(n, args.steps, 2))
-            mine = max(mine, ale_rlstruct(n, args.steps, 2))
+        native, mine = best_of_rounds(r, lambda: ale_native(n, args.steps, 2), lambda: ale_rlstruct(n, args.steps, 2))
         rows.append(("b", f"AtariVectorEnv loop N={n}, 2 threads", native, ""))
         rows.append(("b", f"make_env(backend='ale') N={n}, 2 threads", mine,
                      f"{mine / native:.2f}x native; +{1e6 * n * (1 / mine - 1 / native):.0f} us/step"))
@@ -232,32 +224,26 @@ def main(argv=None) -> None:
     if "c" not in args.skip:
         print("(c) through RL_Batcher(n_processes=0), random agent", flush=True)
         for size in args.gymnax_sizes:
-            direct = sps = zsps = 0.0
             with batcher(args.gymnax_env, size, "gymnax", 2) as b, \
                     batcher(args.gymnax_env, size, "gymnax", 2, zero_copy=True) as zb:
-                for _ in range(r):
-                    direct = max(direct, gymnax_direct(args.gymnax_env, size, args.iters))
-                    sps = max(sps, batcher_steps_per_s(b, args.iters))
-                    zsps = max(zsps, batcher_steps_per_s(zb, args.iters))
+                direct, sps, zsps = best_of_rounds(
+                    r, lambda: gymnax_direct(args.gymnax_env, size, args.iters),
+                    lambda: batcher_steps_per_s(b, args.iters), lambda: batcher_steps_per_s(zb, args.iters))
             rows.append(("c", f"direct loop on gymnax N={size}, T={T}", direct, ""))
             rows.append(("c", f"RL_Batcher gymnax N={size}, T={T}", sps, f"{sps / direct:.2f}x direct"))
             rows.append(("c", f"RL_Batcher gymnax N={size}, T={T}, zero_copy", zsps, f"{zsps / direct:.2f}x direct"))
-        direct = sps = 0.0
         with batcher("ALE/Breakout-v5", n, "ale", 4, num_threads=2) as b:
-            for _ in range(r):
-                direct = max(direct, ale_direct(n, args.iters, 2))
-                sps = max(sps, batcher_steps_per_s(b, args.iters))
+            direct, sps = best_of_rounds(r, lambda: ale_direct(n, args.iters, 2),
+                                         lambda: batcher_steps_per_s(b, args.iters))
         rows.append(("c", f"direct loop on AtariVectorEnv N={n}, T={T}", direct, ""))
         rows.append(("c", f"RL_Batcher ale N={n}, T={T} (step_into)", sps, f"{sps / direct:.2f}x direct"))
 
     if "d" not in args.skip:
         print(f"(d) ale-py N={n}: one process with its thread pool vs two worker processes", flush=True)
-        one = two = 0.0
         with batcher("ALE/Breakout-v5", n, "ale", 4, num_threads=2) as b1, \
                 batcher("ALE/Breakout-v5", n // 2, "ale", 4, n_processes=2, num_threads=1) as b2:
-            for _ in range(r):
-                one = max(one, batcher_steps_per_s(b1, args.iters))
-                two = max(two, batcher_steps_per_s(b2, args.iters))
+            one, two = best_of_rounds(r, lambda: batcher_steps_per_s(b1, args.iters),
+                                      lambda: batcher_steps_per_s(b2, args.iters))
         rows.append(("d", f"1 process, AtariVectorEnv({n}) 2 threads", one, ""))
         rows.append(("d", f"2 worker processes x AtariVectorEnv({n // 2}) 1 thread", two, f"{two / one:.2f}x"))
 

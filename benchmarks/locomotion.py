@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 import torch
-from _common import batcher_steps_per_s, print_rows
+from _common import batcher_steps_per_s, best_of_rounds, print_rows
 
 from rlstruct import DictTensor, RL_Agent
 from rlstruct.batchers import RL_Batcher
@@ -260,34 +260,28 @@ def main(argv=None) -> None:
     if "a" not in args.skip:
         print(f"(a) MJX {name}, env only", flush=True)
         for n in args.mjx_sizes:
-            native = mine = 0.0
-            for _ in range(r):
-                native = max(native, mjx_native(name, n, args.steps, dev))
-                mine = max(mine, env_rlstruct(name, "mjx", n, args.steps, dev))
+            native, mine = best_of_rounds(r, lambda: mjx_native(name, n, args.steps, dev),
+                                          lambda: env_rlstruct(name, "mjx", n, args.steps, dev))
             rows.append(("a", f"MJX jitted vmapped step N={n}", native, ""))
             rows.append(("a", f"make_env(backend='mjx') N={n}", mine, f"{mine / native:.2f}x native"))
     if "b" not in args.skip:
         print(f"(b) mujoco-torch {name}, env only", flush=True)
         for n in args.torch_sizes:
-            native = mine = 0.0
-            for _ in range(r):
-                native = max(native, torch_native(name, n, args.torch_steps, dev))
-                mine = max(mine, env_rlstruct(name, "mujoco_torch", n, args.torch_steps, dev))
+            native, mine = best_of_rounds(r, lambda: torch_native(name, n, args.torch_steps, dev),
+                                          lambda: env_rlstruct(name, "mujoco_torch", n, args.torch_steps, dev))
             rows.append(("b", f"vmap(mujoco_torch.step) N={n}", native, ""))
             rows.append(("b", f"make_env(backend='mujoco_torch') N={n}", mine, f"{mine / native:.2f}x native"))
     if "c" not in args.skip:
         print(f"(c) gymnasium {name} (MuJoCo C), env only", flush=True)
         for n in args.gym_sizes:
-            sps = max(gymnasium_sync(name, n, args.steps) for _ in range(r))
+            [sps] = best_of_rounds(r, lambda: gymnasium_sync(name, n, args.steps))
             rows.append(("c", f"gymnasium SyncVectorEnv N={n}", sps, ""))
     if "d" not in args.skip:
         print("(d) through RL_Batcher(n_processes=0), MLP policy", flush=True)
         for n in args.mjx_sizes:
-            direct = sps = 0.0
             with batcher(name, n, "mjx", dev) as b:
-                for _ in range(r):
-                    direct = max(direct, mjx_direct(name, n, args.iters, dev))
-                    sps = max(sps, batcher_steps_per_s(b, args.iters))
+                direct, sps = best_of_rounds(r, lambda: mjx_direct(name, n, args.iters, dev),
+                                             lambda: batcher_steps_per_s(b, args.iters))
             rows.append(("d", f"direct loop on MJX N={n}, T={T}", direct, ""))
             rows.append(("d", f"RL_Batcher mjx N={n}, T={T}", sps, f"{sps / direct:.2f}x direct"))
 
