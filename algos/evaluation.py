@@ -68,15 +68,18 @@ class EpisodeTally:
         every_env = tt.n_elems() == self.running.shape[0]
         if every_env:  # auto-reset rows, or episodic ones before any episode ended: the running envs count
             valid &= self.running.unsqueeze(1)
-            self.returns += (tt["_observation/reward"] * valid.float()).sum(1)
-            self.lengths += valid.sum(1)
-            self.running &= ~(done & valid).any(1)
+        returns = (tt["_observation/reward"] * valid.float()).sum(1)
+        lengths, ended = valid.sum(1), (done & valid).any(1)
+        if every_env:
+            self.returns += returns
+            self.lengths += lengths
+            self.running &= ~ended
         else:
             rows = torch.nonzero(self.running, as_tuple=False).squeeze(1)
             assert rows.shape[0] == tt.n_elems(), "an acquisition must hold one row per running env, or every env's"
-            self.returns.index_add_(0, rows, (tt["_observation/reward"] * valid.float()).sum(1))
-            self.lengths.index_add_(0, rows, valid.sum(1))
-            self.running.index_fill_(0, rows[(done & valid).any(1)], False)
+            self.returns.index_add_(0, rows, returns)
+            self.lengths.index_add_(0, rows, lengths)
+            self.running.index_fill_(0, rows[ended], False)
         self.steps += T
         # An auto-reset batcher never reports its envs finished: ask the tally (one host sync an acquisition).
         self.finished = (n_running == 0 or self.steps >= self.max_steps
