@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import torch
@@ -152,11 +153,14 @@ class Evaluator:
         self._launch_weights: dict[str, torch.Tensor] | None = None
         self._tally: EpisodeTally | None = None
         self._executing = False  # an execute awaits its get
+        self._blocked = 0.0  # seconds the caller spent in this evaluation's calls so far
         #: the weights of the last evaluation collected (what its result is about)
         self.evaluated_weights: dict[str, torch.Tensor] | None = None
 
     def launch(self, weights: dict[str, torch.Tensor], iteration: int, env_steps: int) -> None:
         """Sends ``weights`` and starts an evaluation of ``batcher.n_elems()`` episodes."""
+        t0 = time.perf_counter()
+        self._blocked = 0.0
         self.batcher.update(weights)
         self.batcher.reset(agent_info=self.agent_info)
         self._tally = EpisodeTally(self.batcher.n_elems(), self.max_steps, self.batcher.device)
@@ -166,21 +170,26 @@ class Evaluator:
         self.last_launch = iteration
         self._launch_steps = env_steps
         self._launch_weights = weights
-        self._advance(blocking=False)
+        self._advance(blocking=False, since=t0)
 
-    def _advance(self, blocking: bool) -> bool:
+    def _advance(self, blocking: bool, *, since: float | None = None) -> bool:
         """Collects the acquisitions that are ready, launching the next while episodes run on; returns whether the
-        evaluation has finished. Without ``blocking`` it never waits for a worker."""
+        evaluation has finished. Without ``blocking`` it never waits for a worker. The time from ``since`` (default:
+        this call's start) to the return counts as the caller's time in this evaluation."""
         assert self._tally is not None
-        while self._executing:
-            traj, n_running = self.batcher.get(blocking=blocking)
-            if traj is None:
-                return False
-            self._executing = False
-            if not self._tally.add(traj, n_running):
-                self.batcher.execute()
-                self._executing = True
-        return True
+        t0 = time.perf_counter() if since is None else since
+        try:
+            while self._executing:
+                traj, n_running = self.batcher.get(blocking=blocking)
+                if traj is None:
+                    return False
+                self._executing = False
+                if not self._tally.add(traj, n_running):
+                    self.batcher.execute()
+                    self._executing = True
+            return True
+        finally:
+            self._blocked += time.perf_counter() - t0
 
     def poll(
         self, weights: Callable[[], dict[str, torch.Tensor]], iteration: int, env_steps: int
@@ -238,6 +247,7 @@ class Evaluator:
             "eval/length": float(lengths.float().mean()),
             "eval/episodes": float(returns.shape[0]),
             "eval/launch_env_steps": float(self._launch_steps),
+            "eval/blocked_s": self._blocked,
         }
 
     def close(self) -> None:

@@ -4,10 +4,13 @@ Two measurements, each over the fast path (``--learner-device cuda --batcher-dev
 --compile-update --overlap``; the training batcher in process, sharing the learner's weights):
 
 * **solve**: A2C and PPO on CartPole-v1 until an evaluation reaches 475 (gymnasium's threshold), one fresh
-  process per seed (``python -m rlstruct.algos.<algo> ...``, so that every run pays its own compilation). From
+  process per seed (``python -m rlstruct.algos.<algo> ...``, so that every run pays its own compilation), with
+  their default settings and an env-step budget (``SOLVE_STEPS``: the learning rate anneals over env steps, the
+  same on every device; the time limit only stops a run that does not get there). From
   the run's ``progress.csv``: **warm-up** is the wall clock at the end of iteration 2 (setup, the first
   acquisition, the update's compilation on the first update, the acquisition's CUDA-graph capture on the second),
-  **training** the wall clock of the first evaluation at or above the target minus the warm-up.
+  **training** the wall clock of the first evaluation at or above the target minus the warm-up, of which
+  **evaluating** is the time the loop waited on its evaluations (``eval/blocked_s``: all of each in-process one).
 * **throughput**: A2C and PPO at ``2**14 .. 2**20`` envs for a fixed number of iterations; env steps per second
   between the end of the warm-up and the last logged iteration, learner included. Rows are logged every
   ``log_every`` iterations (one host sync each), so the clock runs at most that many iterations ahead of the
@@ -31,11 +34,13 @@ import gc
 import json
 import math
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -45,6 +50,9 @@ TARGET = 475.0
 FAST_FLAGS = ["--learner-device", "cuda", "--batcher-device", "cuda", "--evaluation-device", "cuda",
               "--cuda-graph", "--compile-update", "--overlap"]
 WARMUP_ITERATIONS = 2
+# The solve runs' env-step budgets. With a step budget the learning rate anneals over env steps; over the default
+# time limit it would anneal by the clock, so a device's warm-up and speed would change what the run learns.
+SOLVE_STEPS = {"a2c": 500_000, "ppo": 500_000}
 
 
 def _rows(logdir: Path) -> list[dict[str, float]]:
@@ -58,26 +66,33 @@ def _warmup(rows: list[dict[str, float]]) -> float:
 
 
 def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: float,
-          physics_dtype: str = "float64") -> dict[str, float]:
-    """One run of ``algo`` on CartPole-v1 until an evaluation reaches the target, in a fresh process."""
+          physics_dtype: str = "float64", extra: Sequence[str] = ()) -> dict[str, float]:
+    """One run of ``algo`` on CartPole-v1 until an evaluation reaches the target, in a fresh process (``extra``:
+    more flags of ``rlstruct train``)."""
     with tempfile.TemporaryDirectory() as tmp:
         flags = FAST_FLAGS if gpu else ["--overlap"] + (["--compile-update"] if compile_update else [])
         cmd = [sys.executable, "-m", f"rlstruct.algos.{algo}", "--seed", str(seed), "--logdir", tmp, "--no-progress",
                "--no-tensorboard", "--target-return", str(TARGET), "--time-limit", str(time_limit),
-               "--physics-dtype", physics_dtype, *flags]
+               "--physics-dtype", physics_dtype, "--max-env-steps", str(SOLVE_STEPS[algo]), *flags, *extra]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:  # say why, and go on with the other runs
             print(f"{algo} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
-            return {"algo": algo, "seed": seed, "warmup_s": math.nan, "train_s": math.nan, "reached": False,
-                    "env_steps": 0, "process_s": wall, "error": proc.stderr[-3000:]}
+            return {"algo": algo, "seed": seed, "warmup_s": math.nan, "train_s": math.nan, "eval_s": math.nan,
+                    "reached": False, "iterations": 0, "env_steps": 0, "process_s": wall,
+                    "error": proc.stderr[-3000:]}
         rows = _rows(Path(tmp))
     warm = _warmup(rows)
     reached = [r for r in rows if r.get("eval/return", -math.inf) >= TARGET and r.get("eval/launch_env_steps", 0) > 0]
     at = reached[0]["wall_time_s"] if reached else math.nan
-    run = {"algo": algo, "seed": seed, "warmup_s": warm, "train_s": at - warm, "reached": bool(reached),
-           "env_steps": reached[0]["env_steps"] if reached else rows[-1]["env_steps"], "process_s": wall}
+    end = at if reached else rows[-1]["wall_time_s"]
+    # The time training waited on its (in-process) evaluations, a part of the training time.
+    eval_s = sum(r["eval/blocked_s"] for r in rows if "eval/blocked_s" in r and warm < r["wall_time_s"] <= end)
+    last = reached[0] if reached else rows[-1]
+    run = {"algo": algo, "seed": seed, "warmup_s": warm, "train_s": at - warm, "eval_s": eval_s,
+           "reached": bool(reached), "iterations": last["iteration"], "env_steps": last["env_steps"],
+           "process_s": wall}
     print(json.dumps(run), flush=True)  # one line a run, so that a run cut short still shows the finished ones
     return run
 
@@ -125,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", action="store_true", help="on the CPU, also compile the update (slow to start)")
     parser.add_argument("--physics-dtype", default="float64", choices=["float64", "float32"],
                         help="the torch CartPole's physics precision")
+    parser.add_argument("--solve-args", default="",
+                        help="more flags for the solve runs' `rlstruct train`, e.g. '--n-envs 256 --max-env-steps 5e5'")
     parser.add_argument("--skip-solve", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--json", default=None, help="write the results to this file")
@@ -149,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         for a in ns.algos:
             for s in seeds:
                 runs.append(solve(a, s, gpu, compile_update=compile_update, time_limit=time_limit,
-                                  physics_dtype=ns.physics_dtype))
+                                  physics_dtype=ns.physics_dtype, extra=shlex.split(ns.solve_args)))
                 if "error" in runs[-1]:  # the other seeds would fail the same way
                     break
         out["solve"] = runs
@@ -157,11 +174,16 @@ def main(argv: list[str] | None = None) -> int:
         for a in ns.algos:
             mine = [r for r in runs if r["algo"] == a]
             ok = [r for r in mine if r["reached"]]
-            med = (lambda k: f"{statistics.median(r[k] for r in ok):.1f}") if ok else (lambda k: "-")
-            rows.append([a, f"{len(ok)}/{len(mine)}", med("warmup_s"), med("train_s"),
+            def med(k: str, fmt: str = ".1f") -> str:
+                return format(statistics.median(r[k] for r in ok), fmt) if ok else "-"
+
+            rows.append([a, f"{len(ok)}/{len(mine)}", med("warmup_s"), med("train_s", ".2f"), med("eval_s", ".2f"),
+                         med("iterations", ".0f"), med("env_steps", ",.0f"),
                          f"{statistics.median(r['warmup_s'] for r in mine):.1f}"])
-        print(f"\nCartPole-v1 to an evaluation >= {TARGET:g} ({device}, seeds {seeds}):")
-        print_table(["algo", "reached", "warm-up s (median)", "training s (median)", "warm-up s (all runs)"], rows)
+        print(f"\nCartPole-v1 to an evaluation >= {TARGET:g} ({device}, seeds {seeds}; medians over the runs that "
+              "reached it):")
+        print_table(["algo", "reached", "warm-up s", "training s", "of which evaluating s", "iterations", "env steps",
+                     "warm-up s (all runs)"], rows)
 
     if not ns.skip_throughput:
         tp = [throughput(a, 2 ** k, device, compile_update=compile_update, iterations=iterations,

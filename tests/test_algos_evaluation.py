@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 import pytest
 import torch
@@ -116,15 +117,31 @@ def _summary(returns: torch.Tensor, lengths: torch.Tensor) -> dict[str, float]:
             "eval/episodes": float(N_ENVS), "eval/launch_env_steps": 0.0}
 
 
+def _without_time(result: dict[str, float] | None, *, at_most: float) -> dict[str, float] | None:
+    """``result`` without ``eval/blocked_s``, after checking that it is a duration in ``[0, at_most]`` s."""
+    if result is None:
+        return None
+    result = dict(result)
+    blocked = result.pop("eval/blocked_s")
+    assert 0.0 < blocked <= at_most
+    return result
+
+
 def test_the_evaluator_in_process_finishes_at_launch_and_reports_the_oracle(caplog):
     first, second = _one_acquisition(False, evaluations=2)
     with contextlib.closing(Evaluator(_batcher(5), _agent_info(False), every=3, max_steps=500)) as ev:
         assert ev.batcher.n_timesteps == 5
+        t0 = time.perf_counter()
         assert ev.poll(_weights, 0, 0) is None  # launches; in process the evaluation runs inside the launch
-        assert ev.pending and ev.collect() == _summary(*first[:2])
+        launch_s = time.perf_counter() - t0
+        # In process, the whole evaluation held the caller up: its time is the launch's (the collect adds ~0).
+        result = ev.collect()
+        assert ev.pending is False and _without_time(result, at_most=time.perf_counter() - t0) == _summary(*first[:2])
+        assert result["eval/blocked_s"] >= 0.5 * launch_s
         assert not ev.pending and ev.collect() is None
+        t0 = time.perf_counter()
         previous, final = ev.final(_weights(), 10, 0)  # fresh episodes: the envs' next resets
-        assert previous is None and final == _summary(*second[:2])
+        assert previous is None and _without_time(final, at_most=time.perf_counter() - t0) == _summary(*second[:2])
     with caplog.at_level(logging.WARNING, logger="rlstruct.algos.evaluation"):
         with contextlib.closing(Evaluator(_batcher(5), _agent_info(False), every=3, max_steps=6)) as ev:
             ev.final(_weights(), 0, 0)
@@ -137,6 +154,7 @@ def test_the_evaluator_with_workers_polls_without_blocking_and_reports_the_oracl
     first, second = _one_acquisition(True, n_processes=2, evaluations=2)
     weights = _weights()
     with contextlib.closing(Evaluator(_batcher(3, n_processes=2), _agent_info(True), every=1, max_steps=500)) as ev:
+        t0 = time.perf_counter()
         ev.launch(weights, 0, 0)
         polls, result = 0, None
         while result is None:
@@ -144,10 +162,14 @@ def test_the_evaluator_with_workers_polls_without_blocking_and_reports_the_oracl
             ev.every = 10**9
             result = ev.poll(lambda: weights, 1, 0)
             polls += 1
-        assert result == _summary(*first[:2])
+            time.sleep(0.01)  # this process's own work, which the evaluation's time must not count
+        wall = time.perf_counter() - t0
+        # The caller was held up only by its own calls: launching and collecting, not the workers' acquisitions.
+        assert _without_time(result, at_most=wall - 0.01 * polls) == _summary(*first[:2])
         assert polls > 1  # the acquisitions ran while this process went on
+        t0 = time.perf_counter()
         previous, final = ev.final(weights, 2, 0)
-        assert previous is None and final == _summary(*second[:2])
+        assert previous is None and _without_time(final, at_most=time.perf_counter() - t0) == _summary(*second[:2])
         ev.launch(weights, 3, 0)  # closing with an acquisition under way collects it first
 
 
