@@ -59,6 +59,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: the values of ``RunConfig.matmul_precision`` (torch's ``set_float32_matmul_precision``)
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+
 
 @dataclasses.dataclass
 class RunConfig:
@@ -98,6 +101,10 @@ class RunConfig:
         tensorboard: write TensorBoard event files into logdir.
         check_devices: wrap every agent in RL_Agent_CheckDevice and replay the learner's forward through it (slow).
         torch_threads: torch intra-op threads of the learner process (0 keeps torch's default).
+        matmul_precision: float32 matrix products in this process (the learner and in-process batchers), torch's
+            set_float32_matmul_precision for the run: highest (full float32), high (TF32 tensor cores on NVIDIA
+            GPUs from Ampere on; other bits than float32), or medium (bfloat16 products where supported). Worker
+            processes keep torch's default.
     """
 
     env: str = "CartPole-v1"
@@ -127,6 +134,7 @@ class RunConfig:
     tensorboard: bool = True
     check_devices: bool = False
     torch_threads: int = 1
+    matmul_precision: str = "highest"
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain Python types (tuples become lists), for JSON and checkpoints."""
@@ -149,6 +157,11 @@ def validate_run_config(config: RunConfig) -> None:
         if getattr(config, name) < 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(config, name)!r}")
     check_physics_dtype(config.physics_dtype, config.env, config.backend)
+    if config.matmul_precision not in MATMUL_PRECISIONS:
+        raise ValueError(
+            f"matmul_precision must be one of {list(MATMUL_PRECISIONS)}, got {config.matmul_precision!r}; pass "
+            "--matmul-precision high for TF32 on a GPU, or leave the default (highest: full float32)"
+        )
     if not config.time_limit > 0:
         raise ValueError(f"time_limit must be > 0 seconds, got {config.time_limit!r}")
     for name in ("max_env_steps", "evaluation_max_steps"):
@@ -607,9 +620,9 @@ def training_run(
 ) -> Iterator[tuple[Run, contextlib.ExitStack]]:
     """The frame of every ``train``: a :class:`Run`, and an exit stack that closes what the run opens.
 
-    Sets ``torch`` to ``config.torch_threads`` threads (when set) for the run and restores the previous
-    count on exit; the run and everything pushed on the stack are closed on exit, in reverse order,
-    whether training returned or raised.
+    Sets ``torch`` to ``config.torch_threads`` threads (when set) and to ``config.matmul_precision`` for the run
+    and restores the previous settings on exit; the run and everything pushed on the stack are closed on exit,
+    in reverse order, whether training returned or raised.
 
     In the main thread, a first Ctrl-C (SIGINT) during the run does not raise: it sets ``run.interrupted``,
     so that the loop (``while not run.should_stop()``) ends after the iteration under way and
@@ -627,12 +640,14 @@ def training_run(
     Yields:
         ``(run, stack)``.
     """
-    threads = torch.get_num_threads()
+    threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     run = Run(algo, config, spec, start=start)
     with contextlib.ExitStack() as stack:
         stack.callback(torch.set_num_threads, threads)
+        stack.callback(torch.set_float32_matmul_precision, precision)
+        torch.set_float32_matmul_precision(config.matmul_precision)
         stack.callback(run.close)
         stack.enter_context(_stop_on_sigint(run))
         yield run, stack

@@ -22,7 +22,7 @@ from rlstruct.algos.networks import (
     create_policy_agent,
     make_adam,
 )
-from rlstruct.algos.run import create_env, describe_env
+from rlstruct.algos.run import RunConfig, create_env, describe_env, training_run, validate_run_config
 from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, weight_sync_mode
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.errors import BatcherStateError, ConfigError
@@ -38,8 +38,8 @@ def _common(tmp_path, **kw):
 
 
 def _rows(result) -> list[str]:
-    """progress.csv's rows, every column but the wall time (repr: nan equals nan)."""
-    return [repr({k: v for k, v in r.items() if k != "wall_time_s"}) for r in result.history]
+    """progress.csv's rows, every column but the clock's (repr: nan equals nan)."""
+    return [repr({k: v for k, v in r.items() if k not in ("wall_time_s", "eval/blocked_s")}) for r in result.history]
 
 
 def _batcher(device="cpu", *, zero_copy=False, n_envs=4, T=6, n_processes=0, hidden=(8,)):
@@ -282,6 +282,34 @@ def test_cli_has_the_fast_path_flags(capsys):
         out = capsys.readouterr().out
         for flag in ("--compile-update", "--cuda-graph", "--share-weights", "--learner-device", "--batcher-device"):
             assert flag in out, (algo, flag)
+
+
+def test_matmul_precision_is_set_for_the_run_and_restored_after(tmp_path):
+    seen = []
+    previous = torch.get_float32_matmul_precision()
+    config = RunConfig(matmul_precision="high", **_common(tmp_path))
+    with pytest.raises(RuntimeError, match="inside"):  # restored on the way out of a failing run too
+        with training_run("a2c", config, SPEC, start=0.0):
+            seen.append(torch.get_float32_matmul_precision())
+            raise RuntimeError("inside")
+    assert seen == ["high"] and torch.get_float32_matmul_precision() == previous
+    with pytest.raises(ValueError, match=r"matmul_precision must be one of .*'medium'\], got 'tf32'; pass"):
+        validate_run_config(RunConfig(matmul_precision="tf32"))
+
+
+@pytest.mark.timeout(120)
+def test_a2c_at_high_matmul_precision_is_reproducible_and_close_to_highest(tmp_path):
+    """Whether "high" changes bits depends on the machine (TF32 on an Ampere or later GPU; oneDNN's reduced
+    precision on CPUs with bfloat16 instructions, none on others): a run is reproducible, and its first update
+    matches full float32 to reduced-precision rounding."""
+    cfg = dict(max_env_steps=512, n_envs=8, eval_every=3, hidden_sizes=(16,), anneal_lr=False, log_every=1)
+    highest = a2c.train(a2c.A2CConfig(**_common(tmp_path / "a", **cfg)))
+    high = a2c.train(a2c.A2CConfig(**_common(tmp_path / "b", matmul_precision="high", **cfg)))
+    again = a2c.train(a2c.A2CConfig(**_common(tmp_path / "c", matmul_precision="high", **cfg)))
+    assert len(high.history) == len(highest.history) > 5 and _rows(high) == _rows(again)
+    first = [next(r for r in run.history if "loss/value" in r) for run in (highest, high)]
+    for key in ("loss/policy", "loss/value", "loss/entropy"):
+        assert first[1][key] == pytest.approx(first[0][key], rel=1e-2, abs=1e-3), key
 
 
 # ----------------------------------------------------------------------------------------------- compiled update
