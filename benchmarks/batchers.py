@@ -146,7 +146,10 @@ def main(argv=None) -> None:
     p.add_argument("--sync-timings", action="store_true", help="exact GPU timings() shares (one sync per phase)")
     p.add_argument("--physics-dtype", default="float64", choices=["float64", "float32"],
                    help="the torch CartPole's physics precision (parts b and c)")
+    p.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "medium"],
+                   help="the in-process policy's float32 matmuls (parts b and c; high: TF32 on the GPU)")
     args = p.parse_args(argv)
+    torch.set_float32_matmul_precision(args.matmul_precision)
     global SYNC_TIMINGS, PHYSICS_DTYPE
     SYNC_TIMINGS = args.sync_timings
     PHYSICS_DTYPE = getattr(torch, args.physics_dtype)
