@@ -193,7 +193,8 @@ class QNetwork(nn.Module):
             self.q = mlp(obs_dim, hidden_sizes, n_actions)
 
     def forward(self, frame: torch.Tensor) -> torch.Tensor:
-        """Q-values ``[N, n_actions]`` of observations ``[N, obs_dim]``."""
+        """Q-values ``[N, n_actions]`` of observations ``[N, obs_dim]`` of any dtype."""
+        frame = frame.float()
         if self.dueling:
             h = self.trunk(frame)
             return dueling_q(self.value(h), self.advantage(h))

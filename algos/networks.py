@@ -185,13 +185,13 @@ class ActorCritic(nn.Module):
             self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
 
     def policy(self, frame: torch.Tensor) -> ActionDistribution:
-        """The action distribution of observations ``[N, obs_dim]`` (batch shape ``[N]``)."""
-        out = self.actor(frame)
+        """The action distribution of observations ``[N, obs_dim]`` of any dtype (batch shape ``[N]``)."""
+        out = self.actor(frame.float())  # MuJoCo's observations are float64
         return DiagGaussian(out, self.log_std) if self.continuous else Categorical(out)
 
     def value(self, frame: torch.Tensor) -> torch.Tensor:
         """State values ``[N]``."""
-        return self.critic(frame).squeeze(-1)
+        return self.critic(frame.float()).squeeze(-1)
 
     def policy_parameters(self) -> Iterator[nn.Parameter]:
         """The parameters of the policy: the actor MLP, and ``log_std`` for a Gaussian."""

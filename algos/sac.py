@@ -199,8 +199,9 @@ class SquashedGaussianActor(nn.Module):
         self.register_buffer("bias", (high_t + low_t) / 2)
 
     def forward(self, frame: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(mean, log_std)``, each ``[N, action_dim]``: the Gaussian over ``u`` of observations ``[N, obs_dim]``."""
-        h = self.trunk(frame)
+        """``(mean, log_std)``, each ``[N, action_dim]``: the Gaussian over ``u`` of observations ``[N, obs_dim]`` (of
+        any dtype: MuJoCo's are float64)."""
+        h = self.trunk(frame.float())
         return self.mean(h), self.log_std(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def squash(self, pre_tanh: torch.Tensor) -> torch.Tensor:
@@ -251,7 +252,7 @@ class TwinQNetwork(nn.Module):
 
     def forward(self, frame: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Q-values ``[n_critics, N]`` of observations ``[N, obs_dim]`` and actions ``[N, action_dim]``."""
-        x = torch.cat([frame, action], -1)
+        x = torch.cat([frame.float(), action.float()], -1)
         return torch.stack([q(x).squeeze(-1) for q in self.critics])
 
 

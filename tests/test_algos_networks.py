@@ -142,3 +142,40 @@ def test_loss_of_an_all_zero_mask_is_zero_not_nan():
     loss, stats = masked_policy_value_loss(z, z, z, torch.ones(2, 3), torch.ones(2, 3), torch.zeros(2, 3),
                                            value_coef=0.5, entropy_coef=0.01, normalize_advantages=True)
     assert loss.item() == 0.0 and all(torch.isfinite(v) for v in stats.values())
+
+
+def test_every_flat_network_takes_float64_observations():
+    """gymnasium's MuJoCo tasks observe float64: every network of flat observations computes in its own float32."""
+    from rlstruct.algos.dqn import QNetwork
+    from rlstruct.algos.sac import SquashedGaussianActor, TwinQNetwork
+
+    obs = torch.randn(5, 3, dtype=torch.float64)
+    for model in (ActorCritic(3, 2, (8,)), ActorCritic(3, None, (8,), action_dim=1)):
+        ref = model.policy(obs.float())
+        assert torch.equal(model.policy(obs).log_prob(ref.mode()), ref.log_prob(ref.mode()))
+        assert torch.equal(model.value(obs), model.value(obs.float()))
+    for dueling in (False, True):
+        q = QNetwork(3, 2, (8, 8), dueling=dueling)
+        assert torch.equal(q(obs), q(obs.float()))
+    actor = SquashedGaussianActor(3, 1, (8,), (-2.0,), (2.0,))
+    assert torch.equal(actor.deterministic(obs), actor.deterministic(obs.float()))
+    critic = TwinQNetwork(3, 1, (8,))
+    action = torch.zeros(5, 1, dtype=torch.float64)
+    assert critic(obs, action).dtype == torch.float32
+    assert torch.equal(critic(obs, action), critic(obs.float(), action.float()))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("algo", ["a2c", "ppo", "sac"])
+def test_algorithms_train_on_a_gymnasium_mujoco_task(algo, tmp_path):
+    """InvertedPendulum-v5 through gymnasium: float64 observations from the batcher to the loss."""
+    pytest.importorskip("mujoco")
+    import importlib
+
+    module = importlib.import_module(f"rlstruct.algos.{algo}")
+    config_cls = {"a2c": "A2CConfig", "ppo": "PPOConfig", "sac": "SACConfig"}[algo]
+    config = getattr(module, config_cls)(env="InvertedPendulum-v5", backend="gymnasium", n_envs=2, max_env_steps=300,
+                       n_evaluation_envs=2, evaluation_max_steps=20, hidden_sizes=(16,), logdir=str(tmp_path),
+                       progress=False, tensorboard=False, time_limit=100.0)
+    result = module.train(config)
+    assert result.env_steps >= 300 and result.eval_return > 0
