@@ -23,18 +23,20 @@ __all__ = ["DeviceLike", "as_device", "same_device", "available_devices", "check
 DeviceLike = Union[str, int, torch.device]
 
 
-def as_device(device: DeviceLike) -> torch.device:
+def as_device(device: DeviceLike, *, argument: str = "device") -> torch.device:
     """Returns ``device`` as a ``torch.device`` whose index is explicit for CUDA.
 
     Args:
         device: a ``torch.device``, a string such as ``"cpu"`` or ``"cuda:1"``, or an
             int (a CUDA index).
+        argument: the argument's name, for the error messages.
 
     Returns:
         The normalised device: ``cpu`` (no index) or ``<type>:<index>`` for indexed types.
 
     Raises:
         TypeError: when ``device`` is not one of the accepted types.
+        DeviceUnavailableError: a string that names no device type torch knows (``"tpu"``, ``"cuda:x"``).
 
     >>> as_device("cuda")
     device(type='cuda', index=0)
@@ -44,10 +46,16 @@ def as_device(device: DeviceLike) -> torch.device:
     if isinstance(device, torch.device):
         d = device
     elif isinstance(device, (str, int)) and not isinstance(device, bool):
-        d = torch.device(device) if isinstance(device, str) else torch.device("cuda", device)
+        try:
+            d = torch.device(device) if isinstance(device, str) else torch.device("cuda", device)
+        except (RuntimeError, ValueError) as e:
+            raise DeviceUnavailableError(
+                f"{argument}={device!r} is not a device torch knows ({str(e).splitlines()[0][:120]}); "
+                "pass e.g. 'cpu', 'cuda' or 'cuda:1'"
+            ) from None
     else:
         raise TypeError(
-            f"device must be a str, int or torch.device, got {type(device).__name__} {device!r}; "
+            f"{argument} must be a str, int or torch.device, got {type(device).__name__} {device!r}; "
             "pass e.g. 'cpu' or 'cuda:0'"
         )
     if d.type == "cpu":
@@ -94,7 +102,7 @@ def check_device_exists(device: DeviceLike, *, argument: str = "device") -> torc
     >>> check_device_exists("cpu")
     device(type='cpu')
     """
-    d = as_device(device)
+    d = as_device(device, argument=argument)
     if d.type == "cpu" or d.type == "meta":
         return d
     existing = available_devices()

@@ -45,9 +45,23 @@ def test_as_device_rejects_other_types(bad):
         as_device(bad)
 
 
-def test_as_device_rejects_unknown_names():
-    with pytest.raises(RuntimeError, match="gpu"):
-        as_device("gpu")
+@pytest.mark.parametrize("bad", ["gpu", "tpu", "cuda:x", -1])
+def test_as_device_rejects_unknown_names_with_a_typed_error(bad):
+    with pytest.raises(DeviceUnavailableError, match=rf"learner_device={bad!r} is not a device torch knows .*'cuda:1'"):
+        as_device(bad, argument="learner_device")
+    with pytest.raises(DeviceUnavailableError, match=rf"^batcher_device={bad!r} is not a device"):
+        check_device_exists(bad, argument="batcher_device")
+
+
+@pytest.mark.parametrize("argv", [["train", "a2c", "--learner-device", "tpu"],
+                                  ["train", "ppo", "--batcher-device", "cuda:x"],
+                                  ["profile", "--device", "tpu"]])
+def test_the_cli_rejects_a_bad_device_string_in_one_line(argv, capsys):
+    from rlstruct.algos.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a device torch knows" in err[0]
 
 
 @pytest.mark.parametrize(
