@@ -21,6 +21,8 @@ __all__ = ["CHECKPOINT_FORMAT", "save_checkpoint", "load_checkpoint", "plot_lear
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "rlstruct-checkpoint-1"
+#: the checkpoint's file name in a run's log folder
+CHECKPOINT_NAME = "checkpoint.pt"
 
 
 def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec: EnvSpec, model: nn.Module,
@@ -44,10 +46,25 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Reads a checkpoint written by :func:`save_checkpoint` (``weights_only=True``, onto the CPU).
 
+    Args:
+        path: the checkpoint file, or a run's log folder (its ``checkpoint.pt``).
+
     Raises:
+        FileNotFoundError: no such file, or a folder without ``checkpoint.pt``.
         ValueError: the file is not an rlstruct checkpoint.
     """
-    data = torch.load(path, map_location="cpu", weights_only=True)
+    if os.path.isdir(path):
+        folder, path = path, os.path.join(path, CHECKPOINT_NAME)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{str(folder)!r} is a folder without a {CHECKPOINT_NAME}; pass the checkpoint "
+                                    "file that rlstruct train printed, or the log folder of a finished run")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # torch.load's errors for a file it cannot read vary (pickle, zip, unpickler)
+        raise ValueError(f"{str(path)!r} is not an rlstruct checkpoint (torch.load cannot read it: "
+                         f"{type(e).__name__}); pass a checkpoint.pt written by rlstruct train") from e
     if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{str(path)!r} is not an rlstruct checkpoint (no format {CHECKPOINT_FORMAT!r})")
     return data

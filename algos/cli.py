@@ -129,7 +129,7 @@ def evaluate_checkpoint(
 
 def _eval_command(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="rlstruct eval", description="Evaluates a checkpoint's greedy policy.")
-    parser.add_argument("checkpoint", help="checkpoint.pt written by rlstruct train")
+    parser.add_argument("checkpoint", help="checkpoint.pt written by rlstruct train, or its run's log folder")
     parser.add_argument("--episodes", type=int, default=16, help="episodes to run (default: 16)")
     parser.add_argument("--device", default="cpu", help="device of the evaluation envs and agent (default: cpu)")
     parser.add_argument("--backend", default=None, help="env backend (default: the training run's)")
@@ -368,6 +368,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "train":
+        if rest and rest[0] in ("-h", "--help"):
+            print("usage: rlstruct train {" + ",".join(ALGORITHMS) + "} [flags]\n\n"
+                  "Trains one algorithm; `rlstruct train ALGO --help` lists its flags.")
+            return 0
         if not rest or rest[0] not in ALGORITHMS:
             got = rest[0] if rest else "nothing"
             print(f"rlstruct train: error: the algorithm must be one of {', '.join(ALGORITHMS)}, got {got}",

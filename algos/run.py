@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent
-from rlstruct.algos.checkpoints import plot_learning_curve, save_checkpoint
+from rlstruct.algos.checkpoints import CHECKPOINT_NAME, plot_learning_curve, save_checkpoint
 from rlstruct.algos.evaluation import Evaluator
 from rlstruct.algos.networks import cpu_state_dict
 from rlstruct.batchers import RL_Batcher
@@ -156,6 +156,10 @@ def validate_run_config(config: RunConfig) -> None:
     for name in ("n_processes", "n_evaluation_processes", "torch_threads"):
         if getattr(config, name) < 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(config, name)!r}")
+    if not 0 <= config.seed < 2**31:
+        raise ValueError(f"seed must be an int in [0, 2**31), got {config.seed!r}; pass e.g. --seed 0")
+    if not config.lr > 0:
+        raise ValueError(f"lr must be > 0, got {config.lr!r}; pass e.g. --lr 3e-4")
     check_physics_dtype(config.physics_dtype, config.env, config.backend)
     if config.matmul_precision not in MATMUL_PRECISIONS:
         raise ValueError(
@@ -374,8 +378,13 @@ def create_env(
 
 
 def worker_seeds(seed: int, n_workers: int, offset: int) -> list[int]:
-    """Distinct env/agent seeds per worker, per batcher (``offset`` tells batchers apart)."""
-    return [seed * 10_000 + offset + k for k in range(n_workers)]
+    """Distinct env/agent seeds per worker, per batcher (``offset`` tells batchers apart), in ``[0, 2**31)``.
+
+    >>> worker_seeds(3, 2, 1000), worker_seeds(2**31 - 1, 1, 0)
+    ([31000, 31001], [2147473648])
+    """
+    # Seeds below 214,748 keep their historical values; larger ones wrap into the envs' seed range.
+    return [(seed * 10_000 + offset + k) % 2**31 for k in range(n_workers)]
 
 
 @dataclasses.dataclass
@@ -801,7 +810,7 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
         eval_return = final["eval/return"]
     wall = run.elapsed()
     run.close()
-    checkpoint = save_checkpoint(run.logdir / "checkpoint.pt", run.algo, config, spec, model,
+    checkpoint = save_checkpoint(run.logdir / CHECKPOINT_NAME, run.algo, config, spec, model,
                                  {"env_steps": run.env_steps, "eval_return": eval_return, "interrupted": interrupted})
     suffix = ", interrupted" if interrupted else ""
     plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",

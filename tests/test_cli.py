@@ -23,7 +23,7 @@ from rlstruct.algos.cli import build_parser, config_from_args, field_docs
 from rlstruct.algos.dqn import DQNConfig
 from rlstruct.algos.ppo import PPOConfig
 from rlstruct.algos.reinforce import ReinforceConfig
-from rlstruct.algos.run import RunConfig
+from rlstruct.algos.run import RunConfig, worker_seeds
 from rlstruct.algos.sac import SACConfig
 
 CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, SACConfig, PPOConfig]
@@ -139,10 +139,42 @@ def test_bad_commands_exit_2_with_one_line(capsys):
         (["eval", "x.pt", "--device", "cuda:7"], "device='cuda:7' does not exist"),
         (["eval", "x.pt", "--max-steps", "0"], "max_steps must be >= 1 or None (the env's time limit), got 0"),
         (["train", "ppo", "--evaluation-chunk-steps", "0"], "evaluation_chunk_steps must be >= 1, got 0"),
+        (["train", "a2c", "--seed", "-1"], "seed must be an int in [0, 2**31), got -1; pass e.g. --seed 0"),
+        (["train", "sac", "--lr", "-1"], "lr must be > 0, got -1.0"),
+        (["train", "ppo", "--matmul-precision", "tf32"], "matmul_precision must be one of"),
+        (["eval", str(Path(__file__).parent)], "is a folder without a checkpoint.pt"),
+        (["eval", __file__], "is not an rlstruct checkpoint (torch.load cannot read it"),
     ]:
         assert cli.main(args) == 2, args
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and needle in err, (args, err)
+
+
+def test_train_help_lists_the_algorithms(capsys):
+    for flag in ("--help", "-h"):
+        assert cli.main(["train", flag]) == 0
+        assert "rlstruct train {reinforce,a2c,dqn,ppo,sac}" in capsys.readouterr().out
+
+
+def test_a_seed_past_214747_trains_with_seeds_in_range():
+    """Worker seeds are seed * 10,000 + offset: they wrap into [0, 2**31) instead of failing the env's check."""
+    assert worker_seeds(300_000, 2, 6000) == [(3_000_006_000 + k) % 2**31 for k in range(2)]
+    assert worker_seeds(21, 2, 1000) == [211_000, 211_001]  # below the wrap: the seeds every earlier run used
+    assert all(0 <= s < 2**31 for s in worker_seeds(2**31 - 1, 8, 6000))
+
+
+def test_a_missing_gymnasium_dependency_is_a_missing_dependency_error():
+    pytest.importorskip("gymnasium")
+    try:
+        import Box2D  # noqa: F401
+        pytest.skip("Box2D is installed here")
+    except ImportError:
+        pass
+    from rlstruct.envs import make_env
+    from rlstruct.errors import MissingDependencyError
+
+    with pytest.raises(MissingDependencyError, match="env 'LunarLander-v3' needs a package that is not installed"):
+        make_env("LunarLander-v3", 1, backend="gymnasium")
 
 
 @pytest.mark.timeout(120)

@@ -117,7 +117,8 @@ def make_env(
         MissingDependencyError: the backend's package is not installed (envpool; ale-py for ``"ale"`` and
             ``ALE/`` ids: ``pip install 'rlstruct[atari]'``; jax and gymnax for ``"gymnax"``:
             ``pip install 'rlstruct[jax]'``; mujoco, mujoco-mjx, mujoco-torch for ``"mjx"`` and ``"mujoco_torch"``:
-            ``pip install 'rlstruct[mujoco]'``).
+            ``pip install 'rlstruct[mujoco]'``), or a gymnasium id needs one (gymnasium's
+            ``DependencyNotInstalled``, e.g. Box2D for ``LunarLander-v3``).
 
     >>> env = make_env("CartPole-v1", 2, backend="gymnasium", seed=0)
     >>> obs, ids = env.reset()
@@ -201,7 +202,13 @@ def _gymnasium_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episo
             if not autoreset or _autoreset_mode(vec) == gym.vector.AutoresetMode.SAME_STEP or resets_a_subset(vec):
                 return cls(vec, seed)
             vec.close()
-    return cls([gym.make(name, **kwargs) for _ in range(n_envs)], seed)
+    try:
+        envs = [gym.make(name, **kwargs) for _ in range(n_envs)]
+    except gym.error.DependencyNotInstalled as e:
+        raise MissingDependencyError(
+            f"env {name!r} needs a package that is not installed: {str(e).splitlines()[0]}"
+        ) from e
+    return cls(envs, seed)
 
 
 def _import_ale():
