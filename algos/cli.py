@@ -17,6 +17,7 @@ import importlib
 import json
 import logging
 import re
+import signal
 import sys
 import typing
 from collections.abc import Callable, Sequence
@@ -319,7 +320,8 @@ def run_main(train: Callable[[Any], TrainResult], config_cls: type, validate: Ca
     :func:`~rlstruct.algos.run.training_run`): the checkpoint, the learning curve and the summary (with
     ``"interrupted": true``) are written, one line goes to stderr, and the status is 130 (128 + SIGINT, as
     for any command a terminal interrupts). A second Ctrl-C, or one before training starts, stops at once,
-    also with status 130 and one line.
+    also with status 130 and one line. SIGTERM (``timeout``, SLURM, ``docker stop``) does the same, with
+    status 143 (128 + SIGTERM).
     """
     parser = build_parser(config_cls, prog, description)
     ns = parser.parse_args(argv)
@@ -343,7 +345,7 @@ def run_main(train: Callable[[Any], TrainResult], config_cls: type, validate: Ca
         print(f"{prog}: interrupted after {result.env_steps} env steps ({result.wall_time_s:.1f} s): wrote "
               f"{result.checkpoint}, the learning curve and {Path(result.logdir) / Run.SUMMARY_NAME}", file=sys.stderr)
         print(json.dumps(result.summary()))
-        return 130
+        return 128 + signal.Signals[result.stop_signal or "SIGINT"]
     if result.reached_target:
         print(f"an evaluation reached the target return {result.target_return:g}: stopped and kept those weights")
     print(f"final evaluation return {result.eval_return:.2f} after {result.env_steps} env steps "

@@ -402,8 +402,9 @@ class TrainResult:
         plot: path of the learning-curve PNG (``None`` without matplotlib).
         target_return: the return that stops training (``target_return`` or the env's threshold), or ``None``.
         reached_target: whether an evaluation reached it (training then stopped, keeping those weights).
-        interrupted: whether a Ctrl-C (SIGINT) stopped training early; ``eval_return`` is then the last
-            evaluation's (nan if none finished): the final evaluation is skipped.
+        interrupted: whether a Ctrl-C (SIGINT) or a SIGTERM stopped training early; ``eval_return`` is then the
+            last evaluation's (nan if none finished): the final evaluation is skipped.
+        stop_signal: the signal that did (``"SIGINT"``, ``"SIGTERM"``), else ``None``.
     """
 
     eval_return: float
@@ -417,6 +418,7 @@ class TrainResult:
     target_return: float | None = None
     reached_target: bool = False
     interrupted: bool = False
+    stop_signal: str | None = None
 
     def summary(self) -> dict[str, Any]:
         """The JSON-able fields (everything but the history)."""
@@ -431,6 +433,7 @@ class TrainResult:
             "target_return": self.target_return,
             "reached_target": self.reached_target,
             "interrupted": self.interrupted,
+            "stop_signal": self.stop_signal,
         }
 
 
@@ -466,8 +469,10 @@ class Run:
         self.history: list[dict[str, float]] = []
         self.last_eval: float | None = None
         self.reached_target = False
-        #: set by a Ctrl-C (SIGINT) during :func:`training_run`: the loop stops at its next check
+        #: set by a Ctrl-C (SIGINT) or a SIGTERM during :func:`training_run`: the loop stops at its next check
         self.interrupted = False
+        #: the name of that signal
+        self.stop_signal: str | None = None
         self._pending: list[dict[str, Any]] = []
         self._csv_file = open(self.logdir / self.CSV_NAME, "w", newline="")
         self._csv_fields: list[str] = []
@@ -633,12 +638,13 @@ def training_run(
     and restores the previous settings on exit; the run and everything pushed on the stack are closed on exit,
     in reverse order, whether training returned or raised.
 
-    In the main thread, a first Ctrl-C (SIGINT) during the run does not raise: it sets ``run.interrupted``,
-    so that the loop (``while not run.should_stop()``) ends after the iteration under way and
-    :func:`finish_training` writes the checkpoint, the curve and the summary of what was reached, skipping
-    the final evaluation. A second Ctrl-C raises ``KeyboardInterrupt`` as usual. The batchers' worker
-    processes ignore SIGINT (a terminal sends it to the whole process group): closing them is this
-    process's job, done by the stack. The previous handler is restored on exit.
+    In the main thread, a first Ctrl-C (SIGINT) or SIGTERM (what ``timeout``, SLURM and ``docker stop`` send)
+    during the run does not raise: it sets ``run.interrupted``, so that the loop (``while not
+    run.should_stop()``) ends after the iteration under way and :func:`finish_training` writes the checkpoint,
+    the curve and the summary of what was reached, skipping the final evaluation. A second one raises:
+    ``KeyboardInterrupt`` for SIGINT, ``SystemExit(143)`` for SIGTERM. The batchers' worker processes ignore
+    SIGINT (a terminal sends it to the whole process group): closing them is this process's job, done by the
+    stack. The previous handlers are restored on exit.
 
     Args:
         algo: the algorithm's name (the run's log folder and checkpoint say it).
@@ -658,26 +664,30 @@ def training_run(
         stack.callback(torch.set_float32_matmul_precision, precision)
         torch.set_float32_matmul_precision(config.matmul_precision)
         stack.callback(run.close)
-        stack.enter_context(_stop_on_sigint(run))
+        stack.enter_context(_stop_on_signals(run))
         yield run, stack
 
 
 @contextlib.contextmanager
-def _stop_on_sigint(run: Run) -> Iterator[None]:
+def _stop_on_signals(run: Run) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
         yield
         return
 
-    def on_sigint(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
         if run.interrupted:
-            raise KeyboardInterrupt
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise SystemExit(128 + signum)
         run.interrupted = True
+        run.stop_signal = signal.Signals(signum).name
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
 def seeded_model(seed: int, factory: Callable[..., nn.Module], *args: Any) -> nn.Module:
@@ -816,7 +826,7 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
                                f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")
     result = TrainResult(eval_return, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
-                         checkpoint, plot, run.target_return, run.reached_target, interrupted)
+                         checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal)
     with open(run.logdir / Run.SUMMARY_NAME, "w") as f:
         json.dump(result.summary(), f, indent=2)
     return result

@@ -284,7 +284,8 @@ def _wait_for_training(proc: subprocess.Popen, csv_path: Path, timeout: float) -
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_ctrl_c_stops_cleanly_saves_everything_and_leaves_no_process(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_stops_cleanly_saves_everything_and_leaves_no_process(tmp_path, signum):
     psutil = pytest.importorskip("psutil")
     logdir = tmp_path / "run"
     # A new session, so that the SIGINT goes to the run's process group (as a terminal's Ctrl-C does) and
@@ -300,15 +301,18 @@ def test_ctrl_c_stops_cleanly_saves_everything_and_leaves_no_process(tmp_path):
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len([c for c in children if "python" in c.name().lower()]) >= 2, children  # the two workers
         sent = time.monotonic()
-        os.killpg(proc.pid, signal.SIGINT)
+        if signum == signal.SIGINT:  # a terminal's Ctrl-C: the whole process group
+            os.killpg(proc.pid, signal.SIGINT)
+        else:  # timeout, docker stop: the process
+            os.kill(proc.pid, signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=30)
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 130, stderr
-    print(f"stopped {took:.2f} s after the SIGINT")
+    assert proc.returncode == 128 + signum, stderr
+    print(f"stopped {took:.2f} s after the {signal.Signals(signum).name}")
     assert took < 5.0, took  # 2 s on an idle machine; margin for a loaded CI runner
     assert "Traceback" not in stderr, stderr
     interrupted_lines = [ln for ln in stderr.splitlines() if "interrupted" in ln]
@@ -327,8 +331,11 @@ def test_ctrl_c_stops_cleanly_saves_everything_and_leaves_no_process(tmp_path):
     assert ev.returncode == 0, ev.stderr
 
 
-def test_an_interrupted_run_in_python_returns_what_it_reached(tmp_path):
-    # A notebook's "interrupt kernel" sends SIGINT to the process: train returns instead of raising.
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_in_python_returns_what_it_reached(tmp_path, signum):
+    # A notebook's "interrupt kernel" sends SIGINT to the process, a job scheduler SIGTERM: train returns instead
+    # of raising.
+    previous_term = signal.getsignal(signal.SIGTERM)
     cfg = A2CConfig(max_env_steps=10**8, time_limit=600, progress=False, tensorboard=False, logdir=str(tmp_path),
                     stop_at_reward_threshold=False, eval_every=5, n_evaluation_envs=2, max_episode_steps=50,
                     log_every=1)
@@ -338,7 +345,7 @@ def test_an_interrupted_run_in_python_returns_what_it_reached(tmp_path):
         csv_path = tmp_path / "progress.csv"
         while not done.is_set():
             if csv_path.exists() and len(csv_path.read_text().splitlines()) >= 2:
-                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signum)
                 return
             time.sleep(0.05)
 
@@ -349,8 +356,11 @@ def test_an_interrupted_run_in_python_returns_what_it_reached(tmp_path):
     finally:
         done.set()
         thread.join()
-    assert result.interrupted and result.env_steps > 0
-    assert math.isfinite(result.eval_return)  # the evaluations that finished before the Ctrl-C
-    assert json.loads((tmp_path / "summary.json").read_text())["interrupted"] is True
+    assert result.interrupted and result.env_steps > 0 and result.stop_signal == signal.Signals(signum).name
+    assert math.isfinite(result.eval_return)  # the evaluations that finished before the signal
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["stop_signal"] == signal.Signals(signum).name
     assert (tmp_path / "checkpoint.pt").exists()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler was restored
+    # the handlers were restored
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) == previous_term
