@@ -464,6 +464,17 @@ class RayBatcher(BatcherBase):
     # ----------------------------------------------------------------- waiting on Ray
     def _error(self, k: int, e: BaseException, what: str) -> BatcherWorkerError:
         ray = self._ray
+        if isinstance(e, ray.exceptions.RayActorError) and getattr(e, "actor_init_failed", False):
+            # The actor's constructor (this batcher's env or agent factory) raised: Ray's message holds the
+            # exception and its traceback, which the driver does not otherwise see (log_to_driver=False).
+            tb = _ANSI.sub("", str(e))
+            last = [ln for ln in tb.strip().splitlines() if ln.strip()][-1].strip()
+            return BatcherWorkerError(
+                f"actor {k} failed to start: building its RL_Batcher raised {last}\n--- traceback in actor {k} ---"
+                f"\n{tb}",
+                worker_id=k,
+                remote_traceback=tb,
+            )
         if isinstance(e, ray.exceptions.RayActorError):
             return BatcherWorkerError(
                 f"actor {k} died during {what} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "

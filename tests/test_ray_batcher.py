@@ -339,3 +339,29 @@ def test_hung_actor_times_out(ray_cluster):
         b.get()
     b.close()
     assert _wait_dead(pids)
+
+
+def test_an_actor_whose_batcher_cannot_be_built_reports_the_constructors_error(ray_cluster):
+    # The agent factory's TypeError reaches the driver, with the actor's traceback (Ray logs it only on the node).
+    with pytest.raises(BatcherWorkerError,
+                       match=r"actor 0 failed to start: .*TypeError: ConstantAgent\(\) takes no arguments") as e:
+        RayBatcher(3, ConstantAgent, {"no_such_argument": 1}, CountingEnv, AUTORESET, 0, [0], num_cpus=0.5)
+    assert "create_agent(**agent_args)" in e.value.remote_traceback  # where it was raised, in the actor
+
+
+def test_the_readme_example_runs_on_a_local_cluster(ray_cluster):
+    """README's RayBatcher block, as written but for the cluster (this test's) and its sizes (this machine's)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```py\n(.*?)```", readme, flags=re.S) if "RayBatcher(" in b)
+    for old, new in [('ray.init(address="auto")', "pass"), ('"n_envs": 512', '"n_envs": 4'),
+                     ("n_actors=4, seeds=list(range(4 * 8)), n_processes=8", "n_actors=1, seeds=[0], n_processes=0"),
+                     ("(64, 64)", "(8,)")]:
+        assert old in block, old
+        block = block.replace(old, new)
+    scope: dict = {}
+    exec(compile(block.replace("placement_strategy=", "num_cpus=0.5, placement_strategy="), "README.md", "exec"),
+         scope)
+    assert scope["trajectories"].trajectories["observation/frame"].shape == (4, 64, 4)
