@@ -101,6 +101,8 @@ class RunConfig:
         tensorboard: write TensorBoard event files into logdir.
         check_devices: wrap every agent in RL_Agent_CheckDevice and replay the learner's forward through it (slow).
         torch_threads: torch intra-op threads of the learner process (0 keeps torch's default).
+        batcher_timeout: seconds a batcher waits for a worker's answer (one acquisition, a reset, the start) before
+            it fails the run; raise it for slow simulators or long acquisitions.
         matmul_precision: float32 matrix products in this process (the learner and in-process batchers), torch's
             set_float32_matmul_precision for the run: highest (full float32), high (TF32 tensor cores on NVIDIA
             GPUs from Ampere on; other bits than float32), or medium (bfloat16 products where supported). Worker
@@ -134,6 +136,7 @@ class RunConfig:
     tensorboard: bool = True
     check_devices: bool = False
     torch_threads: int = 1
+    batcher_timeout: float = 120.0
     matmul_precision: str = "highest"
 
     def to_dict(self) -> dict[str, Any]:
@@ -166,8 +169,9 @@ def validate_run_config(config: RunConfig) -> None:
             f"matmul_precision must be one of {list(MATMUL_PRECISIONS)}, got {config.matmul_precision!r}; pass "
             "--matmul-precision high for TF32 on a GPU, or leave the default (highest: full float32)"
         )
-    if not config.time_limit > 0:
-        raise ValueError(f"time_limit must be > 0 seconds, got {config.time_limit!r}")
+    for name in ("time_limit", "batcher_timeout"):
+        if not getattr(config, name) > 0:
+            raise ValueError(f"{name} must be > 0 seconds, got {getattr(config, name)!r}")
     for name in ("max_env_steps", "evaluation_max_steps"):
         if getattr(config, name) is not None and getattr(config, name) < 1:
             raise ValueError(f"{name} must be >= 1 or None, got {getattr(config, name)!r}")
@@ -464,6 +468,11 @@ class Run:
         self.start = time.perf_counter() if start is None else start
         self.logdir = Path(config.logdir or f"runs/{algo}-{config.env}-{config.seed}")
         self.logdir.mkdir(parents=True, exist_ok=True)
+        earlier = sorted(p.name for p in self.logdir.glob("events.out.tfevents.*"))
+        if earlier:
+            log.warning("%s already holds %d TensorBoard event file(s) of earlier runs, which TensorBoard will show "
+                        "beside this one's (progress.csv, the checkpoint and the summary are replaced); pass a new "
+                        "--logdir to keep runs apart", self.logdir, len(earlier))
         self.env_steps = 0
         self.iteration = 0
         self.history: list[dict[str, float]] = []
@@ -760,7 +769,7 @@ def open_batchers(
         config.n_processes, worker_seeds(config.seed, n_workers, 0),
         agent_info=DictTensor({k: torch.tensor([v]) for k, v in explore.items()}),
         agent_seeds=worker_seeds(config.seed, n_workers, 5000), device=config.batcher_device,
-        cuda_graph=cuda_graph, zero_copy=zero_copy,
+        cuda_graph=cuda_graph, zero_copy=zero_copy, timeout=config.batcher_timeout,
     )
     stack.callback(batcher.close)
     n_eval_workers = max(config.n_evaluation_processes, 1)
@@ -779,7 +788,7 @@ def open_batchers(
         config.n_evaluation_processes, worker_seeds(config.seed, n_eval_workers, 1000),
         agent_info=DictTensor({k: torch.tensor([v]) for k, v in greedy.items()}),
         agent_seeds=worker_seeds(config.seed, n_eval_workers, 6000), device=config.evaluation_device,
-        cuda_graph=eval_graph,
+        cuda_graph=eval_graph, timeout=config.batcher_timeout,
     )
     n_eval = eval_batcher.n_elems()
     evaluator = Evaluator(eval_batcher, DictTensor({k: torch.full((n_eval,), v) for k, v in greedy.items()}),
@@ -805,6 +814,10 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     """
     config = run.config
     interrupted = run.interrupted
+    if run.iteration == 0 and not interrupted:
+        log.warning("no training iteration ran: the time limit (%g s) was spent before the first one (setup, "
+                    "compilation, the first evaluation); what follows evaluates the untrained policy. Raise "
+                    "--time-limit", config.time_limit)
     if run.reached_target:
         model.load_state_dict(evaluator.evaluated_weights)
     if interrupted:

@@ -217,3 +217,14 @@ def test_an_env_without_a_time_limit_needs_max_episode_steps():
         assert describe_env("NoLimitCartPole-v0", "gymnasium", 30).max_episode_steps == 30
     finally:
         del gym.registry["NoLimitCartPole-v0"]
+
+
+def test_open_batchers_gives_both_batchers_the_configs_timeout(tmp_path):
+    spec = describe_env(ENV, "torch", None)
+    cfg = RunConfig(env=ENV, n_envs=2, n_evaluation_envs=2, batcher_timeout=900.0, logdir=str(tmp_path))
+    with contextlib.ExitStack() as stack:
+        batcher, ev = open_batchers(stack, cfg, spec, create_policy_agent, n_timesteps=4, autoreset=True,
+                                    explore={"stochastic": True}, greedy={"stochastic": False})
+        assert batcher.timeout == ev.batcher.timeout == 900.0
+    with pytest.raises(ValueError, match="batcher_timeout must be > 0 seconds, got 0"):
+        validate_run_config(RunConfig(batcher_timeout=0))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import logging
 import math
 import os
 import signal
@@ -364,3 +365,17 @@ def test_an_interrupted_run_in_python_returns_what_it_reached(tmp_path, signum):
     # the handlers were restored
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert signal.getsignal(signal.SIGTERM) == previous_term
+
+
+@pytest.mark.timeout(120)
+def test_a_run_without_iterations_and_a_reused_logdir_are_warned_about(tmp_path, caplog):
+    cfg = dict(progress=False, tensorboard=True, logdir=str(tmp_path), n_evaluation_envs=2, max_episode_steps=20)
+    with caplog.at_level(logging.WARNING, logger="rlstruct.algos.run"):
+        a2c.train(A2CConfig(time_limit=1e-6, **cfg))
+    assert "no training iteration ran: the time limit (1e-06 s) was spent" in caplog.text
+    assert "already holds" not in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rlstruct.algos.run"):
+        result = a2c.train(A2CConfig(max_env_steps=64, **cfg))
+    assert result.iterations > 0 and "no training iteration" not in caplog.text
+    assert "already holds 1 TensorBoard event file(s) of earlier runs" in caplog.text
