@@ -135,7 +135,9 @@ def _eval_command(argv: Sequence[str]) -> int:
     parser.add_argument("--device", default="cpu", help="device of the evaluation envs and agent (default: cpu)")
     parser.add_argument("--backend", default=None, help="env backend (default: the training run's)")
     parser.add_argument("--seed", type=int, default=12345, help="env seed (default: 12345)")
-    parser.add_argument("--n-processes", type=int, default=0, help="evaluation worker processes (default: 0)")
+    parser.add_argument("--n-processes", type=int, default=0,
+                        help="evaluation worker processes (default: 0); worker k seeds its envs from --seed + k, so "
+                             "the episodes, and the mean, depend on the split")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="steps per episode at most (default: the env's time limit)")
     ns = parser.parse_args(argv)

@@ -35,7 +35,8 @@ __all__ = ["profile_training", "batcher_measure", "autotune_batcher"]
 
 def _agent_args(env: str, backend: str, hidden: int, device: torch.device) -> dict[str, Any]:
     spec = describe_env(env, backend, None)
-    spec.require("profile_training", env, discrete=True, pixels=False)
+    spec.require("profile_training", env, discrete=True, pixels=False,
+                 fix="keep the default CartPole-v1 (rlstruct profile runs a discrete-action MLP policy)")
     return {"spec": spec, "hidden_sizes": (hidden, hidden), "device": str(device)}
 
 

@@ -259,7 +259,8 @@ class EnvSpec:
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in fields})
 
-    def require(self, algo: str, env: str, *, discrete: bool | None = None, pixels: bool | None = None) -> None:
+    def require(self, algo: str, env: str, *, discrete: bool | None = None, pixels: bool | None = None,
+                fix: str = "another algorithm") -> None:
         """Raises :class:`~rlstruct.errors.SpaceError` when ``algo`` does not support this env's spaces.
 
         Args:
@@ -267,17 +268,18 @@ class EnvSpec:
             env: the env's id, for the message.
             discrete: ``True``/``False`` when ``algo`` takes only discrete/continuous actions (``None``: both).
             pixels: ``False`` when ``algo`` takes only flat observations (``None``: both).
+            fix: what else the user may pick, for the message.
         """
         if discrete is not None and discrete != self.discrete:
             want, got = ("discrete", "continuous") if discrete else ("continuous", "discrete")
             raise SpaceError(
                 f"{algo} takes {want} actions, got env={env!r} with {got} actions (action_shape={self.action_shape}, "
-                f"n_actions={self.n_actions}); pick an env with {want} actions or another algorithm"
+                f"n_actions={self.n_actions}); pick an env with {want} actions or {fix}"
             )
         if pixels is False and self.pixels:
             raise SpaceError(
                 f"{algo} takes flat observations, got env={env!r} with image observations of shape {self.obs_shape}; "
-                "pick an algorithm that takes pixels"
+                f"pick an env with flat observations or {fix}"
             )
 
 

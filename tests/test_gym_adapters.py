@@ -553,6 +553,9 @@ def test_make_env_argument_errors():
         make_env("NoSuchEnv-v0", 2, backend="gymnasium")
     with pytest.raises(ValueError, match="env must be a registered gymnasium id, got 'NoSuchEnv-v0'"):
         make_env("NoSuchEnv-v0", 2, backend="auto")
+    with pytest.raises(ValueError, match=r"env 'CartPole-v7' is not registered in gymnasium .*, which has CartPole-v0, "
+                                         r"CartPole-v1; pass one of those"):
+        make_env("CartPole-v7", 2, backend="gymnasium")
 
 
 def test_auto_backend_picks_the_torch_simulator_where_there_is_one():

@@ -187,6 +187,11 @@ def _gymnasium_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episo
     if ale:
         gym.register_envs(_import_ale())
     if name not in gym.registry:
+        base = name.rsplit("-v", 1)[0]
+        others = sorted(k for k in gym.registry if k.rsplit("-v", 1)[0] == base)
+        if others:  # another version of the id (Taxi-v3 is Taxi-v4 in gymnasium 1.x)
+            raise ValueError(f"env {name!r} is not registered in gymnasium {gym.__version__}, which has "
+                             f"{', '.join(others)}; pass one of those")
         raise ValueError(
             f"env must be a registered gymnasium id, got {name!r}; check the spelling, import the package that "
             f"registers it, or pick one of rlstruct's torch simulators {list(TORCH_ENVS)}"
