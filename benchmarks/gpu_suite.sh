@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The GPU measurements of BENCHMARKS.md ("GPU end to end"), one named step each, every step's output kept in
+# DIR/<step>.log, so that a machine lent for a short while runs exactly what is missing, in a few calls.
+#
+#   bash benchmarks/gpu_suite.sh DIR                # every step, in order
+#   bash benchmarks/gpu_suite.sh DIR solve_a2c tf32 # the steps named
+#   bash benchmarks/gpu_suite.sh --list             # the steps
+#
+# Run from the repository root, on a machine with a CUDA GPU, with rlstruct installed in the python on PATH
+# (PYTHON=... to pick another). STEP_TIMEOUT (seconds, default 600) bounds each step; a step that fails or times
+# out is reported and the next one runs.
+set -u -o pipefail
+
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
+
+declare -A STEPS=(
+  [cuda_tests]="$PY -m pytest -q -p no:cacheprovider -m cuda rlstruct agents batchers algos tests"
+  [solve_a2c]="$PY benchmarks/gpu_training.py --algos a2c --skip-throughput --time-limit 45 --json DIR/solve_a2c.json"
+  [solve_ppo]="$PY benchmarks/gpu_training.py --algos ppo --skip-throughput --time-limit 45 --json DIR/solve_ppo.json"
+  [throughput]="$PY benchmarks/gpu_training.py --skip-solve --iterations 20 --json DIR/throughput.json"
+  [tf32]="$PY benchmarks/gpu_training.py --skip-solve --iterations 20 --log2-envs 18 20 --matmul-precision high --json DIR/tf32.json"
+  [collection]="$PY benchmarks/batchers.py --device cuda --skip-processes --sizes 1048576 --iters 5 --rounds 2"
+  [collection_fast]="$PY benchmarks/batchers.py --device cuda --skip-processes --sizes 1048576 --iters 5 --rounds 2 --physics-dtype float32 --matmul-precision high"
+  [envs]="$PY benchmarks/envs.py --device cuda --sizes 16384 262144 1048576 --float32"
+  [ecosystem]="$PY benchmarks/ecosystem.py --gymnax-sizes 1024 16384 65536 --skip b d"
+  [locomotion]="$PY benchmarks/locomotion.py --device cuda --mjx-sizes 1024 4096 16384 --torch-sizes 1024 4096"
+  [cpu_scaling]="$PY benchmarks/cpu_scaling.py --workers 1 2 4 8 --rounds 1"
+)
+ORDER=(cuda_tests solve_a2c solve_ppo throughput tf32 collection collection_fast envs ecosystem locomotion cpu_scaling)
+
+if [[ ${1:-} == --list || $# -eq 0 ]]; then
+  for s in "${ORDER[@]}"; do printf '%-16s %s\n' "$s" "${STEPS[$s]}"; done
+  [[ $# -eq 0 ]] && { echo "usage: bash benchmarks/gpu_suite.sh DIR [STEP ...]" >&2; exit 2; }
+  exit 0
+fi
+DIR=$1; shift
+mkdir -p "$DIR"
+selected=("$@")
+[[ ${#selected[@]} -eq 0 ]] && selected=("${ORDER[@]}")
+for s in "${selected[@]}"; do
+  [[ -n ${STEPS[$s]+x} ]] || { echo "unknown step $s (bash benchmarks/gpu_suite.sh --list)" >&2; exit 2; }
+done
+
+status=0
+for s in "${selected[@]}"; do
+  cmd=${STEPS[$s]//DIR/$DIR}
+  echo "=== $s: $cmd"
+  start=$(date +%s)
+  timeout "${STEP_TIMEOUT:-600}" bash -c "$cmd" 2>&1 | tee "$DIR/$s.log"
+  rc=$?
+  echo "=== $s: exit $rc after $(( $(date +%s) - start )) s"
+  [[ $rc -eq 0 ]] || status=1
+done
+exit $status
