@@ -184,17 +184,19 @@ def test_the_tally_ignores_steps_past_the_cap_of_a_longer_chunk():
     assert (tally.lengths == 3).all() and torch.equal(tally.returns, torch.full((N_ENVS,), 3.0))
 
 
+def _open_batchers(stack: contextlib.ExitStack, tmp_path, **settings):
+    """The training batcher and the evaluator of a small CartPole run with ``settings``."""
+    cfg = RunConfig(env=ENV, n_envs=2, n_evaluation_envs=2, logdir=str(tmp_path), **settings)
+    return open_batchers(stack, cfg, describe_env(ENV, "torch", None), create_policy_agent, n_timesteps=4,
+                         autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False})
+
+
 def test_open_batchers_bounds_the_evaluation_buffer_by_the_chunk(tmp_path):
-    spec = describe_env(ENV, "torch", None)
-    cfg = RunConfig(env=ENV, n_envs=2, n_evaluation_envs=2, evaluation_chunk_steps=32, logdir=str(tmp_path))
     with contextlib.ExitStack() as stack:
-        _, ev = open_batchers(stack, cfg, spec, create_policy_agent, n_timesteps=4, autoreset=True,
-                              explore={"stochastic": True}, greedy={"stochastic": False})
+        _, ev = _open_batchers(stack, tmp_path, evaluation_chunk_steps=32)
         assert (ev.batcher.n_timesteps, ev.max_steps) == (32, 500)
-    cfg = RunConfig(env=ENV, n_envs=2, n_evaluation_envs=2, evaluation_max_steps=20, logdir=str(tmp_path))
     with contextlib.ExitStack() as stack:
-        _, ev = open_batchers(stack, cfg, spec, create_policy_agent, n_timesteps=4, autoreset=True,
-                              explore={"stochastic": True}, greedy={"stochastic": False})
+        _, ev = _open_batchers(stack, tmp_path, evaluation_max_steps=20)
         assert (ev.batcher.n_timesteps, ev.max_steps) == (20, 20)
 
 
@@ -220,11 +222,8 @@ def test_an_env_without_a_time_limit_needs_max_episode_steps():
 
 
 def test_open_batchers_gives_both_batchers_the_configs_timeout(tmp_path):
-    spec = describe_env(ENV, "torch", None)
-    cfg = RunConfig(env=ENV, n_envs=2, n_evaluation_envs=2, batcher_timeout=900.0, logdir=str(tmp_path))
     with contextlib.ExitStack() as stack:
-        batcher, ev = open_batchers(stack, cfg, spec, create_policy_agent, n_timesteps=4, autoreset=True,
-                                    explore={"stochastic": True}, greedy={"stochastic": False})
+        batcher, ev = _open_batchers(stack, tmp_path, batcher_timeout=900.0)
         assert batcher.timeout == ev.batcher.timeout == 900.0
     with pytest.raises(ValueError, match="batcher_timeout must be > 0 seconds, got 0"):
         validate_run_config(RunConfig(batcher_timeout=0))
