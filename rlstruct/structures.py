@@ -121,6 +121,18 @@ def _key_mismatch(what: str, elements: Sequence[DictTensor | TemporalDictTensor]
     return ValueError(f"{what} needs the same keys everywhere")
 
 
+def _check_same_dtypes(what: str, per_key: Mapping[str, list[torch.Tensor]]) -> None:
+    """Raises when a key's tensors have different dtypes (``torch.cat`` would promote them silently)."""
+    for k, tensors in per_key.items():
+        dtypes = [t.dtype for t in tensors]
+        if any(d != dtypes[0] for d in dtypes):
+            i = next(i for i, d in enumerate(dtypes) if d != dtypes[0])
+            raise ValueError(
+                f"{what} needs one dtype per key: key {k!r} is {dtypes[0]} in element 0 and {dtypes[i]} in element "
+                f"{i}; convert one of them (e.g. .to({dtypes[0]}))"
+            )
+
+
 def _cat_failure(
     what: str, per_key: Mapping[str, list[torch.Tensor]], error: Exception, leading: int = 1
 ) -> ValueError:
@@ -454,7 +466,8 @@ class DictTensor(_NamedTensors):
         element remains it is returned as is (no copy).
 
         Raises:
-            ValueError: the key sets differ (the message says which keys), or a key's per-row shapes differ.
+            ValueError: the key sets differ (the message says which keys), or a key's per-row shapes or dtypes
+                differ.
             DeviceMismatchError: the elements are on different devices.
             BatchSizeError: an element is a record (0-d tensors): stack records with
                 ``DictTensor({k: torch.stack([r[k] for r in records]) for k in records[0].keys()})``.
@@ -480,11 +493,14 @@ class DictTensor(_NamedTensors):
         if any(len(d.variables) != n for d in dicts):
             raise _key_mismatch("DictTensor.cat", dicts)
         try:
-            out = {k: torch.cat([d.variables[k] for d in dicts]) for k in keys}
+            per_key = {k: [d.variables[k] for d in dicts] for k in keys}
         except KeyError:
             raise _key_mismatch("DictTensor.cat", dicts) from None
+        _check_same_dtypes("DictTensor.cat", per_key)
+        try:
+            out = {k: torch.cat(v) for k, v in per_key.items()}
         except RuntimeError as e:
-            raise _cat_failure("DictTensor.cat", {k: [d.variables[k] for d in dicts] for k in keys}, e) from e
+            raise _cat_failure("DictTensor.cat", per_key, e) from e
         return _dt(out)
 
     # ----------------------------------------------------------- interop
@@ -776,7 +792,7 @@ class TemporalDictTensor(_NamedTensors):
 
         Raises:
             ValueError: ``tdts`` is empty, the key sets differ (the message says which keys), or a
-                key's per-step shapes differ.
+                key's per-step shapes or dtypes differ.
             DeviceMismatchError: the elements are on different devices.
 
         >>> a = TemporalDictTensor({"x": torch.ones(1, 2, dtype=torch.long)})
@@ -801,13 +817,15 @@ class TemporalDictTensor(_NamedTensors):
                 return x
             return torch.cat([x, x.new_zeros((x.shape[0], T - x.shape[1]) + x.shape[2:])], dim=1)
 
-        # Each input is consistent and padding equalises T, so the result needs no re-validation.
         try:
-            v = {k: torch.cat([padded(d.variables[k]) for d in tdts]) for k in keys}
+            per_key = {k: [d.variables[k] for d in tdts] for k in keys}
         except KeyError:
             raise _key_mismatch("TemporalDictTensor.cat", tdts) from None
+        _check_same_dtypes("TemporalDictTensor.cat", per_key)
+        # Each input is consistent and padding equalises T, so the result needs no re-validation.
+        try:
+            v = {k: torch.cat([padded(x) for x in xs]) for k, xs in per_key.items()}
         except RuntimeError as e:
-            per_key = {k: [d.variables[k] for d in tdts] for k in keys}
             raise _cat_failure("TemporalDictTensor.cat", per_key, e, leading=2) from e
         return _tdt(v, torch.cat([d.lengths for d in tdts]))
 
@@ -884,6 +902,9 @@ class Trajectories:
     @staticmethod
     def cat(trajectories: Sequence[Trajectories]) -> Trajectories:
         """Concatenates along the batch dimension (time zero-padded to the longest)."""
+        infos = [t.info for t in trajectories]
+        if any(i.variables for i in infos) and not all(i.variables for i in infos):
+            raise _key_mismatch("Trajectories.cat (info)", infos)
         return Trajectories(
             DictTensor.cat([t.info for t in trajectories]),
             TemporalDictTensor.cat([t.trajectories for t in trajectories]),

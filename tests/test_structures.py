@@ -690,6 +690,21 @@ def test_error_cat_across_devices_and_shapes():
         TemporalDictTensor.cat([t1, t2])
 
 
+def test_error_cat_of_different_dtypes_and_of_info_with_and_without_keys():
+    # torch.cat would promote int64 and float32 to float32 without a word.
+    ints, floats = DictTensor({"x": torch.zeros(2, dtype=torch.int64)}), DictTensor({"x": torch.zeros(1)})
+    with pytest.raises(ValueError, match=r"key 'x' is torch.int64 in element 0 and torch.float32 in element 1; "
+                                         r"convert one of them \(e.g. .to\(torch.int64\)\)"):
+        DictTensor.cat([ints, floats])
+    ta = TemporalDictTensor({"x": torch.zeros(2, 3, dtype=torch.int64)})
+    tb = TemporalDictTensor({"x": torch.zeros(1, 3)})
+    with pytest.raises(ValueError, match=r"TemporalDictTensor.cat needs one dtype per key: key 'x' is torch.int64"):
+        TemporalDictTensor.cat([ta, tb])
+    with pytest.raises(ValueError, match=re.escape("Trajectories.cat (info) needs the same keys everywhere: element 1 "
+                                                   "lacks [] and has extra ['k']")):
+        Trajectories.cat([Trajectories(DictTensor({}), ta), Trajectories(DictTensor({"k": torch.zeros(2)}), ta)])
+
+
 def test_error_get_with_a_str():
     with pytest.raises(TypeError, match=re.escape("got the str 'xy'; use get(['xy'])")):
         DictTensor({"xy": torch.zeros(1)}).get("xy")
