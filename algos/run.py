@@ -81,7 +81,8 @@ class RunConfig:
         batcher_device: where the training batcher's envs, agents and buffer live.
         evaluation_device: where the evaluation batcher's envs, agent and buffer live.
         seed: seeds the networks, the envs and the agents.
-        time_limit: stop training after this many seconds of wall clock (setup included).
+        time_limit: stop training after this many seconds of wall clock (setup included); the evaluation under way
+            and the final one still run to their end (bound them with evaluation_max_steps, n_evaluation_envs).
         max_env_steps: stop training after this many training env steps (None: no limit).
         target_return: stop once an evaluation of trained weights reaches this mean return, and keep those weights.
         stop_at_reward_threshold: without target_return, use the env's gymnasium reward_threshold (CartPole-v1: 475).
