@@ -327,6 +327,9 @@ def describe_env(name: str, backend: str, max_episode_steps: int | None) -> EnvS
     common = {"obs_shape": tuple(int(d) for d in obs.shape), "obs_dtype": np.dtype(obs.dtype).name,
               "obs_high": obs_high, "max_episode_steps": int(limit), "reward_threshold": threshold}
     if isinstance(act, gym.spaces.Discrete):
+        if int(act.start) != 0:  # the policies pick actions in [0, n): start + k would never be sent
+            raise SpaceError(f"env={name!r} has action space {act}, whose actions start at {int(act.start)}; the "
+                             "algorithms here pick actions in [0, n): shift them with a gymnasium ActionWrapper")
         return EnvSpec(n_actions=int(act.n), **common)
     if isinstance(act, gym.spaces.Box) and len(act.shape) == 1:
         if not (np.isfinite(act.low).all() and np.isfinite(act.high).all()):

@@ -129,3 +129,19 @@ def test_env_spec_describes_continuous_actions_and_algorithms_refuse_what_they_d
     assert image.pixels and image.obs_dim == 4 * 84 * 84
     with pytest.raises(SpaceError, match="A2C takes flat observations, got env='Breakout' with image"):
         image.require("A2C", "Breakout", pixels=False)
+
+
+def test_a_discrete_action_space_that_does_not_start_at_zero_is_refused():
+    import gymnasium as gym
+
+    class Shifted(gym.Env):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (2,))
+        action_space = gym.spaces.Discrete(3, start=-1)
+
+    gym.register("ShiftedActions-v0", entry_point=Shifted, max_episode_steps=10)
+    try:
+        with pytest.raises(SpaceError, match=r"env='ShiftedActions-v0' has action space Discrete\(3, start=-1\), whose "
+                                             r"actions start at -1; .* shift them with a gymnasium ActionWrapper"):
+            describe_env("ShiftedActions-v0", "gymnasium", None)
+    finally:
+        del gym.registry["ShiftedActions-v0"]
