@@ -8,6 +8,15 @@ VecEnv. Per-step work is over whole batches: no Python loop over envs, no
 (episodic envs), which the env itself already paid for when it shrank its
 running set.
 
+What the agent and env hand over is checked against the buffer's layout (the
+probe's keys, per-row shapes and dtypes) before it is written, since a copy
+into the buffer would broadcast a ``[B, 1]`` into ``[B, 2]`` or cast a dtype
+silently: tensor metadata only, never their values. The agent's outputs are
+checked at every step, the env's observations at every step of the episodic
+loop and, in the auto-reset loop, by :meth:`~rlstruct.envs.VecEnv.step_into`
+(an env that writes in place writes into the buffer's own tensors, so it is
+trusted), the agent state whenever it is written.
+
 There are two loops. With an auto-reset env every row runs at every step, and
 the one loop calls ``env.step_into`` with views of the buffer: an env that
 writes in place fills the buffer itself, any other steps and copies (the
@@ -29,7 +38,7 @@ from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.batchers._buffer import TEMPORAL_PREFIXES, Specs, foreach_copy, specs_of
 from rlstruct.batchers._graph import StepGraph
 from rlstruct.devices import as_device
-from rlstruct.errors import DeviceMismatchError, GraphCaptureError
+from rlstruct.errors import BatchSizeError, DeviceMismatchError, GraphCaptureError, SpaceError
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["Acquirer", "PHASES", "build_acquirer"]
@@ -177,6 +186,14 @@ class Acquirer:
         ]
         self._obs_keys = [k for p, k in self._write_keys if p == "observation/"]
         self._action_keys = [k for p, k in self._write_keys if p == "action/"]
+        # What each kind of output must look like, from the probe: [(key, per-row shape, dtype)] and the key set.
+        self._layout = {
+            prefix: (
+                [(k[len(prefix):], shape, dtype) for k, (shape, dtype) in self.specs.items() if k.startswith(prefix)],
+                frozenset(k[len(prefix):] for k in self.specs if k.startswith(prefix)),
+            )
+            for prefix in ("observation/", "action/", "agent_state/")
+        }
         # The observation after the last step: one scratch for every slot (the next acquisition copies it in).
         scratch = DictTensor._trusted({k: torch.empty_like(block["observation/" + k][0]) for k in self._obs_keys})
         self._slots = [self._views_of(b, scratch) for b in blocks]
@@ -211,6 +228,7 @@ class Acquirer:
         with torch.no_grad():
             obs, ids = self.env.reset(env_info)
         self._check_obs_device(obs, "reset")
+        self._check_fits(obs, "observation/", self.n_envs, "env.reset", _ENV_FIX)
         self.observation = obs
         self.ids = ids
         self.ids_cpu = torch.arange(self.n_envs)
@@ -249,7 +267,12 @@ class Acquirer:
     def _start(self, rows: slice | torch.Tensor, ai: DictTensor, ei: DictTensor, n: int) -> DictTensor:
         """Writes the acquisition's per-row columns (agent_info, env_info, the starting agent state) and zeroes
         ``lengths``; returns the starting agent state."""
-        state = self.state if self.state is not None else self.agent.initial_state(ai, n)
+        if self.state is not None:
+            state = self.state
+            self._check_fits(state, "agent_state/", n, "the agent", _STATE_FIX)
+        else:
+            state = self.agent.initial_state(ai, n)
+            self._check_fits(state, "agent_state/", n, "agent.initial_state", _STATE_FIX)
         for prefix, d in (("agent_info/", ai), ("env_info/", ei), ("agent_state/", state)):
             for k, v in d.items():
                 dst = self.block[prefix + k]
@@ -284,15 +307,14 @@ class Acquirer:
         """The step loop with every env running: the agent reads step ``t`` from the buffer, ``env.step_into``
         writes ``_observation/*[t]`` and ``observation/*[t+1]`` there (the last running observation into the
         scratch), and the actions are copied. Returns the agent state after the last step."""
-        tm, keys = self.timings, self._action_keys
+        tm, keys, n = self.timings, self._action_keys, self.n_envs
         obs = views.running[0]
         for t in range(self.n_timesteps):
             ta = tick()
             history = self._history_at(t, slice(None), obs) if self._needs_history else None
             action, state = self.agent(state, obs, ai, history)
             tb = tick()
-            if t == 0:
-                self._check_action(action)
+            self._check_action(action, n, t)
             self.env.step_into(action, views.nxt[t], views.running[t + 1])
             tc = tick()
             foreach_copy(views.actions[t], [action[k] for k in keys])
@@ -331,11 +353,14 @@ class Acquirer:
             history = self._history_at(t, rows, obs) if self._needs_history else None
             action, new_state = self.agent(state, obs, ai, history)
             tb = self._tick()
+            self._check_action(action, B, t)
             (obs_next, _), (obs_running, ids_running) = self.env.step(action)
             tc = self._tick()
             if t == 0:
-                self._check_action(action)
                 self._check_obs_device(obs_next, "step")
+            self._check_fits(obs_next, "observation/", B, "env.step (observation_next)", _ENV_FIX)
+            self._check_fits(obs_running, "observation/", ids_running.shape[0], "env.step (observation_running)",
+                             _ENV_FIX)
             sources = {"observation/": obs, "action/": action, "_observation/": obs_next}
             values = [sources[p][k] for p, k in keys]
             if full:
@@ -376,12 +401,35 @@ class Acquirer:
             self.state = None
         return {"n_start": n_start, "n_running": int(ids.shape[0]), "steps": steps, "timings": dict(tm)}
 
-    def _check_action(self, action: DictTensor) -> None:
-        if list(action.keys()) != self._action_keys:
-            raise KeyError(
-                f"the agent returned keys {list(action.keys())}, but the buffer was sized for {self._action_keys} "
-                "(from the probe call); return the same keys at every step"
+    def _check_fits(self, d: DictTensor, prefix: str, n_rows: int, who: str, fix: str) -> None:
+        """Raises unless ``d`` has the keys, per-row shapes and dtypes the buffer holds under ``prefix``, and
+        ``n_rows`` rows: SpaceError for keys, shapes and dtypes, BatchSizeError for the rows. Metadata only."""
+        layout, keys = self._layout[prefix]
+        if d.variables.keys() != keys:
+            got = set(d.variables)
+            raise SpaceError(
+                f"{who} returned the keys {sorted(got)}, but the buffer holds {sorted(keys)} under {prefix!r} "
+                f"(missing {sorted(keys - got)}, unexpected {sorted(got - keys)}); {fix}"
             )
+        for k, shape, dtype in layout:
+            v = d.variables[k]
+            if v.dim() == 0 or v.shape[0] != n_rows:
+                raise BatchSizeError(
+                    f"{who} returned {k!r} with shape {tuple(v.shape)}, the buffer needs one row per running env, "
+                    f"{(n_rows, *shape)}; return one row per env, in the order of the observation's rows"
+                )
+            if v.shape[1:] != shape or v.dtype != dtype:
+                raise SpaceError(
+                    f"{who} returned {k!r} with rows of shape {tuple(v.shape[1:])} and dtype {v.dtype}, but the "
+                    f"buffer holds {prefix}{k} as rows of shape {shape} and dtype {dtype}; {fix}"
+                )
+
+    def _check_action(self, action: DictTensor, n_rows: int, t: int) -> None:
+        """The agent's outputs against the buffer at every step (keys, rows, per-row shapes and dtypes: metadata
+        only); their device at the first step of an acquisition."""
+        self._check_fits(action, "action/", n_rows, "the agent", _AGENT_FIX)
+        if t != 0:
+            return
         for k, v in action.items():
             if v.device != self.device:
                 raise DeviceMismatchError(
@@ -396,6 +444,20 @@ class Acquirer:
             self.env.close()
         finally:
             self.agent.close()
+
+
+_ENV_FIX = (
+    "an env must return the keys, per-row shapes and dtypes of its reset observation at every reset and step (a "
+    "copy into the buffer would broadcast or cast them silently)"
+)
+_AGENT_FIX = (
+    "the agent must return the keys, per-row shapes and dtypes of the batcher's probe call (made at construction) "
+    "at every step"
+)
+_STATE_FIX = (
+    "the agent state (initial_state, and the state the agent returns) must keep the keys, per-row shapes and "
+    "dtypes of the state returned by the batcher's probe call at construction"
+)
 
 
 def build_acquirer(

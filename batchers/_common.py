@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import enum
 import importlib
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,13 +16,20 @@ from typing import Any
 import torch
 
 from rlstruct.batchers._buffer import Specs
-from rlstruct.errors import BatcherStateError, BatchSizeError, DeviceMismatchError, MissingDependencyError
+from rlstruct.errors import (
+    BatcherStateError,
+    BatchSizeError,
+    ConfigError,
+    DeviceMismatchError,
+    MissingDependencyError,
+)
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
 
 
 def check_cpu(d: DictTensor | None, name: str) -> DictTensor:
-    """``d`` (or an empty DictTensor for ``None``), checked to be a DictTensor on the CPU."""
+    """``d`` (or an empty DictTensor for ``None``), checked to be a DictTensor of rows (at least one, each tensor
+    with a batch dimension) on the CPU."""
     if d is None:
         return DictTensor({})
     if not isinstance(d, DictTensor):
@@ -28,6 +37,18 @@ def check_cpu(d: DictTensor | None, name: str) -> DictTensor:
     dev = d.device()
     if dev is not None and dev.type != "cpu":
         raise DeviceMismatchError(f"{name} must be on the CPU, got {dev}; build {name} on the CPU (.to('cpu'))")
+    for k, v in d.items():
+        # A 0-d tensor has no row to repeat or split over the envs; 0 rows leave no example row for reset's default.
+        if v.dim() == 0:
+            raise BatchSizeError(
+                f"{name} must hold rows [B, ...], but key {k!r} is 0-d (shape ()); give it a batch dimension, "
+                f"e.g. {name}=DictTensor({{{k!r}: x.unsqueeze(0)}})"
+            )
+        if v.shape[0] == 0:
+            raise BatchSizeError(
+                f"{name} must hold at least one row, but key {k!r} has shape {tuple(v.shape)} (0 rows); pass one "
+                f"example row (shape (1, ...)), or an empty DictTensor for no {name}"
+            )
     return d
 
 
@@ -89,6 +110,21 @@ def save_png(plt: ModuleType, fig: Any, path: str | Path) -> Path:
     return path
 
 
+def _seed_list(seeds: object, name: str, n_seeds: int, per: str) -> list:
+    """``seeds`` as a list, or TypeError naming ``name`` when it is not a sequence of seeds."""
+    message = (
+        f"{name} must be a sequence of ints, one per {per} ({n_seeds}), got {type(seeds).__name__} {seeds!r}; "
+        f"pass e.g. {name}={list(range(n_seeds))!r}"
+    )
+    # A str is iterable too, but never a list of seeds.
+    if seeds is None or isinstance(seeds, (str, bytes)):
+        raise TypeError(message)
+    try:
+        return list(seeds)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(message) from None
+
+
 class Phase(enum.Enum):
     """Where a batcher is in its call order: ``reset`` -> ``execute`` -> ``get`` -> ``execute`` ..."""
 
@@ -134,8 +170,7 @@ class BatcherBase:
             raise BatcherStateError(f"{method}() called after close(); build a new {self._name}")
         if phase is Phase.FAILED:
             raise BatcherStateError(
-                f"{method}() called after {self._unit} failed ({self._failure}); "
-                "close() this batcher and build a new one"
+                f"{method}() called after {self._failure}; the batcher failed: close() it and build a new one"
             )
         if method == "get":
             if phase is not Phase.PENDING:
@@ -159,9 +194,30 @@ class BatcherBase:
         """The move after a ``get`` that left ``n_running`` envs running."""
         self._phase = Phase.READY if n_running > 0 else Phase.FINISHED
 
-    def _fail(self, e: BaseException) -> None:
-        self._failure = str(e).splitlines()[0]
+    def _fail(self, e: BaseException, method: str = "") -> None:
+        """Moves to FAILED because of ``e``, raised in ``method`` while talking to the units; later calls say why."""
+        lines = str(e).splitlines()
+        first = lines[0] if lines else ""
+        if isinstance(e, Exception):
+            self._failure = f"{self._unit} failed ({first or type(e).__name__})"
+        else:
+            # An interrupt (Ctrl-C, SystemExit) between a request and its replies leaves replies unread: the next
+            # call would read the previous one's. Nothing can tell them apart, so the batcher is spent.
+            self._failure = (
+                f"{method or 'a call'}() was interrupted by {type(e).__name__}{': ' + first if first else ''} "
+                "while it talked to the workers (their replies are out of step)"
+            )
         self._phase = Phase.FAILED
+
+    @contextmanager
+    def _exchange(self, method: str) -> Iterator[None]:
+        """Wraps a request to the units and the wait for their replies (or an in-process acquisition): whatever
+        escapes it, a unit's failure or an interrupt, moves the batcher to FAILED and is re-raised unchanged."""
+        try:
+            yield
+        except BaseException as e:
+            self._fail(e, method)
+            raise
 
     def _busy(self) -> bool:
         """Whether a unit may be busy (an acquisition pending) or hung (failed): ``close`` waits less for it."""
@@ -179,21 +235,42 @@ class BatcherBase:
     def _check_args(n_timesteps: int, timeout: float, seeds: Sequence[int] | None,
                     agent_seeds: Sequence[int] | None, n_seeds: int, per: str, count: str, hint: str) -> list[int]:
         """Checks the arguments every batcher takes; returns ``seeds`` as a list of ints. ``n_seeds`` seeds are
-        expected, one ``per`` unit (``count`` says how their number is computed, ``hint`` how they are used)."""
-        if not isinstance(n_timesteps, int) or n_timesteps < 1:
-            raise ValueError(f"n_timesteps must be an int >= 1, got {n_timesteps!r}")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        seeds = list(seeds) if seeds is not None else []
+        expected, one ``per`` unit (``count`` says how their number is computed, ``hint`` how they are used).
+
+        Raises:
+            TypeError: ``n_timesteps`` not an int (a bool included), ``timeout`` not a number, ``seeds`` or
+                ``agent_seeds`` not a sequence.
+            ValueError: ``n_timesteps < 1`` or ``timeout <= 0``.
+            ConfigError: ``seeds`` or ``agent_seeds`` does not hold ``n_seeds`` seeds.
+            SeedError: a seed is not an int in ``[0, 2**31)``.
+        """
+        # bool is an int subclass: True would pass as 1 and later fail far from here.
+        if isinstance(n_timesteps, bool) or not isinstance(n_timesteps, int):
+            raise TypeError(
+                f"n_timesteps must be an int >= 1, got {type(n_timesteps).__name__} {n_timesteps!r}; pass e.g. "
+                "n_timesteps=16"
+            )
+        if n_timesteps < 1:
+            raise ValueError(f"n_timesteps must be an int >= 1, got {n_timesteps!r}; pass e.g. n_timesteps=16")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(
+                f"timeout must be a number of seconds > 0, got {type(timeout).__name__} {timeout!r}; every wait on "
+                "a worker has a limit, so pass e.g. timeout=120 (math.inf to wait forever)"
+            )
+        if math.isnan(timeout) or timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}; pass e.g. timeout=120")
+        seeds = _seed_list(seeds, "seeds", n_seeds, per)
         if len(seeds) != n_seeds:
-            raise BatcherStateError(
+            raise ConfigError(
                 f"seeds must hold one seed per {per}, {count} = {n_seeds}, got {len(seeds)} ({seeds!r}); {hint}"
             )
-        if agent_seeds is not None and len(agent_seeds) != n_seeds:
-            raise BatcherStateError(
-                f"agent_seeds must hold one seed per {per} ({n_seeds}), got {len(agent_seeds)}; "
-                "or pass None"
-            )
+        if agent_seeds is not None:
+            agent_seeds = _seed_list(agent_seeds, "agent_seeds", n_seeds, per)
+            if len(agent_seeds) != n_seeds:
+                raise ConfigError(
+                    f"agent_seeds must hold one seed per {per} ({n_seeds}), got {len(agent_seeds)}; "
+                    "or pass None"
+                )
         for k, s in enumerate(seeds):
             check_seed(s, argument=f"seeds[{k}]")
         for k, s in enumerate(agent_seeds or []):

@@ -7,23 +7,29 @@ shape whether the worker is a process or the calling process. It waits with a
 timeout while watching the process, so a worker that raises, dies or hangs
 becomes a :class:`BatcherWorkerError`, never a deadlock. The child catches
 everything, replies with the failure, and closes its env and agent in
-``finally``.
+``finally``: also when it is told to stop by :data:`STOP_SIGNAL` (the parent's
+``close`` giving up on it, or, on Linux, the parent's death), which it turns
+into an exception. It ignores SIGINT and SIGTERM: a terminal's Ctrl-C and a
+scheduler's SIGTERM (SLURM) reach the whole process group, and the parent,
+which stops the run cleanly, owns the shutdown.
 """
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import io
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.utils._pytree as pytree
@@ -43,6 +49,8 @@ __all__ = [
     "ProcessWorker",
     "WorkerPlacement",
     "WorkerSpec",
+    "WorkerTerminated",
+    "close_workers",
     "copy_weights",
     "dump_weights",
     "load_weights",
@@ -206,8 +214,9 @@ class Failure:
     def error(self, where: str = "") -> BatcherWorkerError:
         """The :class:`BatcherWorkerError` the parent raises for it; ``where`` follows the worker's id."""
         k = self.worker_id
+        message = f": {self.message}" if self.message else ""  # KeyboardInterrupt has none
         return BatcherWorkerError(
-            f"worker {k}{where} raised {self.type_name}: {self.message}\n--- traceback in worker {k} ---\n"
+            f"worker {k}{where} raised {self.type_name}{message}\n--- traceback in worker {k} ---\n"
             f"{self.traceback}",
             worker_id=k,
             remote_traceback=self.traceback,
@@ -216,10 +225,14 @@ class Failure:
 
 @dataclass(frozen=True)
 class Reply:
-    """A worker's answer to one message (or its start): a value, or the failure it ended with."""
+    """A worker's answer to one message (or its start): a value, or the failure it ended with.
+
+    ``final`` marks the last reply of a worker process, sent once its env and agent are closed: its failure, if
+    any, is what closing them raised."""
 
     value: Any = None
     failure: Failure | None = None
+    final: bool = False
 
 
 def _report(spec: WorkerSpec) -> dict[str, Any]:
@@ -280,11 +293,69 @@ def _serve(acq: Acquirer, msg: Message, *, in_process: bool = False) -> Any:
     raise ValueError(f"unknown command {cmd!r}")
 
 
-def worker_main(spec: WorkerSpec, conn) -> None:
-    """Entry point of a spawned worker process."""
+class WorkerTerminated(SystemExit):
+    """Raised in a worker process when it receives :data:`STOP_SIGNAL`, so that its ``finally`` still closes its
+    env and agent (a signal's default action would end it at once, leaving simulators, servers and files behind)."""
+
+
+#: what tells a worker process to stop now: SIGUSR1 (SIGTERM where there is none). Not SIGTERM on POSIX, which a
+#: scheduler sends to every process of a job: the workers ignore it and wait for their parent's close.
+STOP_SIGNAL = getattr(signal, "SIGUSR1", signal.SIGTERM)
+# Seconds a worker told to stop has to close its env and agent before SIGALRM ends it: its parent may be gone,
+# with nobody left to kill it if a close hangs.
+_TERMINATE_DEADLINE_S = 10
+_PR_SET_PDEATHSIG = 1
+
+
+def _on_stop_signal(signum: int, frame: Any) -> None:
+    # Once only: a second signal must not cut the closing that follows short.
+    signal.signal(STOP_SIGNAL, signal.SIG_IGN)
+    if hasattr(signal, "alarm"):
+        signal.alarm(_TERMINATE_DEADLINE_S)  # SIGALRM's default action ends the process
+    raise WorkerTerminated(
+        f"the worker process received {signal.Signals(signum).name} (the batcher's close() gave up waiting, or its "
+        "parent died)"
+    )
+
+
+def _die_with_parent(parent_pid: int) -> bool:
+    """Asks the kernel for :data:`STOP_SIGNAL` when the parent dies (Linux; quietly nothing elsewhere); ``False``
+    when the parent is gone already."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(STOP_SIGNAL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    # The parent may have died before prctl: then no signal will ever come, and this process was re-parented.
+    return os.getppid() == parent_pid
+
+
+def _send_quietly(conn, reply: Reply) -> None:
+    try:
+        conn.send(reply)
+    except (OSError, EOFError, BrokenPipeError):  # the parent is gone
+        pass
+
+
+def worker_main(spec: WorkerSpec, conn, parent_pid: int | None = None) -> None:
+    """Entry point of a spawned worker process; ``parent_pid``: die with that parent (``None``: do not)."""
     # The parent owns shutdown: a Ctrl-C in a terminal reaches the whole process group, and a worker that
     # died of it mid-acquisition would turn a clean stop into a BatcherWorkerError and a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if STOP_SIGNAL != signal.SIGTERM:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # likewise a scheduler's SIGTERM to the job's processes
+    signal.signal(STOP_SIGNAL, _on_stop_signal)
+    try:
+        if parent_pid is not None and not _die_with_parent(parent_pid):
+            conn.close()
+            return
+        _serve_forever(spec, conn)
+    except WorkerTerminated:
+        pass  # told to stop while closing: what could be closed was (see _serve_forever's finally)
+
+
+def _serve_forever(spec: WorkerSpec, conn) -> None:
     acq: Acquirer | None = None
     try:
         if spec.placement.cpus is not None:
@@ -305,23 +376,55 @@ def worker_main(spec: WorkerSpec, conn) -> None:
                 break
             try:
                 conn.send(Reply(_serve(acq, msg)))
-            except BaseException as e:
+            except Exception as e:
                 conn.send(Reply(failure=Failure.of(spec.worker_id, e)))
     except BaseException as e:
-        try:
-            conn.send(Reply(failure=Failure.of(spec.worker_id, e)))
-        except (OSError, EOFError):
-            pass
+        # A failure at start, a lost pipe, or an interrupt (the stop signal, SystemExit or KeyboardInterrupt from the
+        # env or agent): reported, and the worker stops, since its env and agent may be halfway through a step.
+        _send_quietly(conn, Reply(failure=Failure.of(spec.worker_id, e)))
     finally:
+        closed = Reply(final=True)
         try:
             if acq is not None:
                 acq.close()
+        except Exception as e:
+            # Sent to the parent, which logs it with the other errors of its close(), as it does in process,
+            # instead of an uncaught traceback on this process's stderr.
+            closed = Reply(failure=Failure.of(spec.worker_id, e), final=True)
         finally:
-            try:
-                conn.send(Reply())
-            except (OSError, EOFError, BrokenPipeError):
-                pass
+            _send_quietly(conn, closed)
             conn.close()
+
+
+def _check_picklable(spec: WorkerSpec) -> None:
+    """Raises TypeError, naming the argument (and the key of an ``*_args`` dict), when a part of ``spec`` the user
+    gave cannot be pickled: before any process starts, instead of a pickling traceback from ``start()``."""
+    for name in ("create_env", "create_agent"):
+        fn = getattr(spec, name)
+        try:
+            pickle.dumps(fn)
+        except Exception as e:
+            raise TypeError(
+                f"{name} must be picklable to reach a worker process (a function defined at module level, "
+                f"not a lambda or a local function), got {fn!r}; move it to a module, or use n_processes=0"
+            ) from e
+    for name in ("env_args", "agent_args"):
+        args = getattr(spec, name)
+        try:
+            pickle.dumps(args)
+        except Exception as e:
+            where = name
+            for k, v in args.items():
+                try:
+                    pickle.dumps(v)
+                except Exception:
+                    where = f"{name}[{k!r}] = {v!r}"
+                    break
+            raise TypeError(
+                f"{name} must be picklable to reach a worker process, but {where} is not ({type(e).__name__}: {e}); "
+                "pass plain values and build resources (locks, files, clients) inside create_env/create_agent, or "
+                "use n_processes=0"
+            ) from e
 
 
 _ENV_LOCK = threading.Lock()
@@ -365,23 +468,24 @@ class ProcessWorker:
         self.worker_id = spec.worker_id
         self.timeout = timeout
         self.device = spec.placement.device
-        for name in ("create_env", "create_agent"):
-            fn = getattr(spec, name)
-            try:
-                pickle.dumps(fn)
-            except Exception as e:
-                raise TypeError(
-                    f"{name} must be picklable to reach a worker process (a function defined at module level, "
-                    f"not a lambda or a local function), got {fn!r}; move it to a module, or use n_processes=0"
-                ) from e
-        ctx = torch.multiprocessing.get_context("spawn")
-        self.conn, child_conn = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=worker_main, args=(spec, child_conn), daemon=True,
-                                   name=f"rlstruct-worker-{spec.worker_id}")
-        with _patched_environ(spec.placement.environment()), _sigint_ignored():
-            self.process.start()
-        child_conn.close()
         self._closed = False
+        self._buffered: Reply | None = None  # a reply poll() read from a dead worker's pipe
+        _check_picklable(spec)
+        ctx = torch.multiprocessing.get_context("spawn")
+        # PR_SET_PDEATHSIG fires when the *thread* that started the child exits: only a process's main thread lives
+        # as long as the process. Started from another thread, a worker does not die with its parent.
+        parent_pid = os.getpid() if threading.current_thread() is threading.main_thread() else None
+        self.conn, child_conn = ctx.Pipe(duplex=True)
+        try:
+            self.process = ctx.Process(target=worker_main, args=(spec, child_conn, parent_pid), daemon=True,
+                                       name=f"rlstruct-worker-{spec.worker_id}")
+            with _patched_environ(spec.placement.environment()), _sigint_ignored():
+                self.process.start()
+        except BaseException:
+            self.conn.close()  # no pipe left open when the start fails
+            raise
+        finally:
+            child_conn.close()
 
     def send(self, command: Command, *args: Any) -> None:
         try:
@@ -394,15 +498,24 @@ class ProcessWorker:
 
     def poll(self) -> bool:
         """True when a reply is waiting; raises if the process died without one."""
-        if self.conn.poll(0):
+        if self._buffered is not None:
             return True
-        if not self.process.is_alive():
-            if self.conn.poll(0):
+        if self.process.is_alive():
+            return self.conn.poll(0)
+        # A dead worker's pipe polls readable whether a reply is waiting or only the end of the stream: read it.
+        # The failure it reported before it stopped says more than its death; a result does not make up for it
+        # (nothing more can be asked of it), so its death is reported at once, even while another worker is busy.
+        if self.conn.poll(0):
+            try:
+                self._buffered = self.conn.recv()
+            except (EOFError, OSError):
+                pass
+            if self._buffered is not None and self._buffered.failure is not None:
                 return True
-            self._raise_dead()
-        return False
+            self._buffered = None
+        self._raise_dead()
 
-    def _raise_dead(self) -> None:
+    def _raise_dead(self) -> NoReturn:
         self.process.join(1.0)  # its pipe is closed: the exit code follows at once
         code = self.process.exitcode
         if code is not None and code < 0:
@@ -425,6 +538,11 @@ class ProcessWorker:
 
     def recv(self, timeout: float | None = None) -> Any:
         """Waits for the next reply's value, at most ``timeout`` seconds, watching the process."""
+        if self._buffered is not None:
+            reply, self._buffered = self._buffered, None
+            if reply.failure is not None:
+                raise reply.failure.error()
+            return reply.value
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while not self.conn.poll(0.02):
             if not self.process.is_alive() and not self.conn.poll(0):
@@ -443,31 +561,103 @@ class ProcessWorker:
             raise reply.failure.error()
         return reply.value
 
-    def close(self, grace: float = 5.0) -> None:
-        """Asks the worker to close its env and agent, then joins it, killing it if it does not stop."""
+    def close(self, grace: float = 5.0) -> list[BaseException]:
+        """Closes this worker alone (see :func:`close_workers`); returns the errors met."""
+        return close_workers([self], grace)
+
+    # The steps of close_workers, which runs each over every worker against one deadline.
+    def request_close(self) -> None:
+        """Sends the close order; it is queued behind the acquisition the worker may be running."""
+        if self._closed or not self.process.is_alive():
+            return
+        try:
+            self.conn.send(Message(Command.CLOSE))
+        except (BrokenPipeError, OSError):
+            pass
+
+    def _drain(self, errors: list[BaseException]) -> bool:
+        """Reads the replies waiting (a pending acquisition's, then the final one); ``False`` once the pipe is
+        closed."""
+        try:
+            while self.conn.poll(0):
+                reply = self.conn.recv()
+                if reply.final and reply.failure is not None:
+                    errors.append(reply.failure.error(" (closing its env and agent)"))
+        except (EOFError, OSError):
+            return False
+        return True
+
+    def wait_stopped(self, deadline: float) -> list[BaseException]:
+        """Waits until the worker exits or ``deadline`` (``time.monotonic()``); returns what closing raised in it."""
+        from multiprocessing.connection import wait
+
+        errors: list[BaseException] = []
+        if self._closed:
+            return errors
+        open_ = True
+        while True:
+            if open_:
+                open_ = self._drain(errors)
+            if not self.process.is_alive():
+                if open_:
+                    self._drain(errors)  # the final reply may have come just before it exited
+                return errors
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return errors
+            wait([self.conn, self.process.sentinel] if open_ else [self.process.sentinel], timeout=min(left, 0.1))
+
+    def terminate(self) -> bool:
+        """Sends :data:`STOP_SIGNAL` (the worker closes its env and agent, then exits) if it still runs; whether it
+        did."""
+        if self._closed or not self.process.is_alive():
+            return False
+        try:
+            os.kill(self.process.pid, STOP_SIGNAL)
+        except ProcessLookupError:  # it exited since
+            return False
+        return True
+
+    def finish(self, deadline: float) -> None:
+        """Joins the worker until ``deadline``, kills it if it still runs, and closes the pipe."""
         if self._closed:
             return
         self._closed = True
-        if self.process.is_alive():
-            try:
-                self.conn.send(Message(Command.CLOSE))
-                deadline = time.monotonic() + grace
-                while self.process.is_alive() and time.monotonic() < deadline:
-                    if self.conn.poll(0.02):
-                        try:
-                            self.conn.recv()
-                        except (EOFError, OSError):
-                            break
-            except (BrokenPipeError, OSError):
-                pass
-        self.process.join(timeout=0.1)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(timeout=grace)
+        self.process.join(timeout=max(deadline - time.monotonic(), 0.0))
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
         self.conn.close()
+
+
+def close_workers(workers: list, grace: float) -> list[BaseException]:
+    """Stops every worker; returns the errors met (to log: a close must not raise).
+
+    The close order goes to every worker first, and they all get the same ``grace`` seconds to finish what they run
+    and close their envs and agents (not ``grace`` each in turn). Those still running are sent :data:`STOP_SIGNAL`,
+    which a worker turns into an exception so that it still closes its env and agent, and are killed if they have
+    not stopped ``grace`` seconds later. An in-process worker closes its env and agent when its turn comes.
+    """
+    errors: list[BaseException] = []
+    for w in workers:
+        w.request_close()
+    deadline = time.monotonic() + grace
+    for w in workers:
+        try:
+            errors += w.wait_stopped(deadline)
+        except Exception as e:  # keep closing the others
+            errors.append(e)
+    late = [w for w in workers if w.terminate()]
+    for w in late:
+        errors.append(BatcherWorkerError(
+            f"worker {w.worker_id} had not stopped {grace:g} s after the close order (busy, or hung in its env or "
+            f"agent); it was sent {STOP_SIGNAL.name}",
+            worker_id=w.worker_id,
+        ))
+    deadline = time.monotonic() + grace
+    for w in workers:
+        w.finish(deadline)
+    return errors
 
 
 def recv_all(workers: list, timeout: float) -> list[Any]:
@@ -533,7 +723,21 @@ class LocalWorker:
             raise reply.failure.error(" (in process)") from cause
         return reply.value
 
-    def close(self, grace: float = 5.0) -> None:
+    def close(self, grace: float = 5.0) -> list[BaseException]:
+        return close_workers([self], grace)
+
+    # close_workers' steps: only wait_stopped has work to do in process.
+    def request_close(self) -> None:
+        pass
+
+    def wait_stopped(self, deadline: float) -> list[BaseException]:
         acq, self.acq = self.acq, None
         if acq is not None:
             acq.close()
+        return []
+
+    def terminate(self) -> bool:
+        return False
+
+    def finish(self, deadline: float) -> None:
+        pass

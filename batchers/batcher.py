@@ -27,17 +27,21 @@ from rlstruct.batchers._worker import (
     ProcessWorker,
     WorkerPlacement,
     WorkerSpec,
+    close_workers,
     copy_weights,
     dump_weights,
     recv_all,
 )
-from rlstruct.devices import DeviceLike, as_device
+from rlstruct.devices import DeviceLike, as_device, check_device_exists
 from rlstruct.errors import BatcherStateError, BatcherWorkerError
 from rlstruct.structures import DictTensor, Trajectories
 
 __all__ = ["RL_Batcher"]
 
 log = logging.getLogger(__name__)
+
+# Seconds close() gives the workers to finish a pending acquisition and close their envs and agents.
+_CLOSE_GRACE_S = 5.0
 
 
 class RL_Batcher(BatcherBase):
@@ -99,9 +103,14 @@ class RL_Batcher(BatcherBase):
             ``device``), without ``cuda_graph``, and when every env ran; otherwise ``get`` copies as usual.
 
     Raises:
-        BatcherStateError: ``seeds`` or ``agent_seeds`` has the wrong length.
+        ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker.
         SeedError: a seed of ``seeds`` or ``agent_seeds`` is not an int in ``[0, 2**31)``.
+        TypeError: ``n_timesteps`` not an int, ``timeout`` not a number, ``seeds`` not a sequence, or (with
+            worker processes) ``create_env``, ``create_agent``, ``env_args`` or ``agent_args`` not picklable.
+        ValueError: ``n_timesteps < 1`` or ``timeout <= 0``.
+        DeviceUnavailableError: ``device`` does not exist on this machine.
         DeviceMismatchError: ``agent_info``/``env_info`` not on the CPU.
+        BatchSizeError: ``agent_info``/``env_info`` with a 0-d tensor or no row.
         BatcherWorkerError: a worker failed to start, probe or allocate (with ``cuda_graph``: its env cannot be
             captured, or capturing failed).
         ValueError: ``cuda_graph=True`` with a worker off the GPU.
@@ -171,6 +180,9 @@ class RL_Batcher(BatcherBase):
                 )
         if cuda_graph:
             check_graph_placements(placements, "worker", "pass device='cuda' (or GPU worker_placements)")
+        # Here rather than when a worker first touches it: a missing GPU otherwise surfaces as a worker's
+        # "Torch not compiled with CUDA enabled". Asks the driver for its device count only, no CUDA context.
+        check_device_exists(self.device, argument="device")
         check_device = os.environ.get(CHECK_DEVICE_ENV, "") not in ("", "0")
         Worker = ProcessWorker if n_processes >= 1 else LocalWorker
         try:
@@ -251,15 +263,13 @@ class RL_Batcher(BatcherBase):
                 blocks[k] = got
         self._blocks = [blocks]  # type: ignore[list-item]
 
-    def _call_all(self, command: Command, args_per_worker: Sequence[tuple]) -> list[Any]:
-        """Sends ``command`` to every worker (worker k with ``args_per_worker[k]``) and waits for every reply."""
-        try:
+    def _call_all(self, method: str, command: Command, args_per_worker: Sequence[tuple]) -> list[Any]:
+        """Sends ``command`` to every worker (worker k with ``args_per_worker[k]``) and waits for every reply; on
+        behalf of ``method``, which fails the batcher if anything escapes (see ``_exchange``)."""
+        with self._exchange(method):
             for w, args in zip(self._workers, args_per_worker):
                 w.send(command, *args)
             return recv_all(self._workers, self.timeout)
-        except BatcherWorkerError as e:
-            self._fail(e)
-            raise
 
     # ----------------------------------------------------------------- API
     def n_elems(self) -> int:
@@ -275,10 +285,15 @@ class RL_Batcher(BatcherBase):
 
         Raises:
             BatcherStateError: an ``execute`` is pending, or the batcher is closed or failed.
+            BatcherWorkerError: a worker raised, died, or did not answer within ``timeout`` (the batcher fails).
+
+        Whatever interrupts it (``KeyboardInterrupt``, ``SystemExit``) is re-raised unchanged and fails the batcher,
+        as during :meth:`update`, :meth:`get`, and an in-process :meth:`execute`: the workers' replies are then out of
+        step, so only :meth:`close` is left.
         """
         self._enter("reset")
         ai, ei = self._reset_rows(agent_info, env_info)
-        self._call_all(Command.RESET, list(zip(self._split(ai), self._split(ei))))
+        self._call_all("reset", Command.RESET, list(zip(self._split(ai), self._split(ei))))
         self._to(Phase.READY)
 
     def execute(self, agent_info: DictTensor | None = None) -> None:
@@ -295,19 +310,19 @@ class RL_Batcher(BatcherBase):
         ai = self._check_rows(agent_info, "agent_info", "agent_info/") if agent_info is not None else None
         parts = self._split(ai) if ai is not None and not ai.empty() else [None] * len(self._workers)
         self._wait_for_gather()
-        try:
+        # In process, send() runs the whole acquisition: an interrupt there leaves an env that took steps the
+        # buffer never recorded, so it fails the batcher like an interrupted exchange with worker processes.
+        with self._exchange("execute"):
             for w, a in zip(self._workers, parts):
                 w.send(Command.ACQUIRE, a, self._slot)
-        except BatcherWorkerError as e:
-            self._fail(e)
-            raise
         self._to(Phase.PENDING)
 
     def get(self, blocking: bool = True) -> tuple[Trajectories, int] | tuple[None, None]:
         """The trajectories of the pending ``execute``.
 
         Args:
-            blocking: wait for them; with ``False``, return ``(None, None)`` when they are not ready yet.
+            blocking: wait for them; with ``False``, return ``(None, None)`` when they are not ready yet (every
+                worker is polled: one that died raises at once, even while another is busy).
 
         Returns:
             ``(trajectories, n_still_running)``: ``B`` trajectories (one per env running when the acquisition
@@ -319,13 +334,11 @@ class RL_Batcher(BatcherBase):
         """
         self._enter("get")
         t0 = time.perf_counter()
-        try:
-            if not blocking and not all(w.poll() for w in self._workers):
+        with self._exchange("get"):
+            # Every worker is polled (a list, not all()): a dead worker is reported even while another is busy.
+            if not blocking and not all([w.poll() for w in self._workers]):
                 return None, None
             replies = recv_all(self._workers, self.timeout)
-        except BatcherWorkerError as e:
-            self._fail(e)
-            raise
         t1 = time.perf_counter()
         self._wait_s += t1 - t0
         self._worker_timings = [r["timings"] for r in replies]
@@ -389,7 +402,7 @@ class RL_Batcher(BatcherBase):
             weights: Any = copy_weights(state_dict, self._workers[0].device)
         else:
             weights = dump_weights(state_dict)
-        self._call_all(Command.UPDATE, [(weights,)] * len(self._workers))
+        self._call_all("update", Command.UPDATE, [(weights,)] * len(self._workers))
 
     @property
     def zero_copy(self) -> bool:
@@ -437,22 +450,25 @@ class RL_Batcher(BatcherBase):
         return [dict(r) for r in self._reports]
 
     def close(self) -> None:
-        """Stops every worker (joined, or killed if it does not stop) and frees the buffers; idempotent."""
-        busy = self._busy()
+        """Stops every worker and frees the buffers; idempotent.
+
+        Every worker is asked to close its env and agent (after the acquisition it may be running: it is given
+        ``min(timeout, 5)`` seconds in all, 1 s after a failure, when a worker may be hung); one still running then
+        is sent SIGUSR1, which it turns into an exception so that it still closes its env and agent, and is killed
+        if it does not stop soon after. Errors while closing (an env's ``close`` raising, in a worker or in
+        process) are logged, not raised.
+        """
+        failed = self._phase is Phase.FAILED
         if not self._closing():
             return
-        errors = []
+        errors: list[BaseException] = []
         try:
             self._wait_for_gather()  # the workers free the buffers the copies read
         except Exception as e:
             errors.append(e)
-        # A worker busy in an acquisition (or hung) cannot read the close order soon: do not wait long.
-        grace = 1.0 if busy else 5.0
-        for w in self._workers:
-            try:
-                w.close(grace)
-            except Exception as e:  # keep closing the others
-                errors.append(e)
+        # getattr: close() also runs from __del__ on a batcher whose constructor raised before setting timeout.
+        grace = 1.0 if failed else min(getattr(self, "timeout", _CLOSE_GRACE_S), _CLOSE_GRACE_S)
+        errors += close_workers(self._workers, grace)
         self._workers = []
         self._blocks = []
         self._whole = None

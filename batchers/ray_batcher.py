@@ -39,7 +39,7 @@ from rlstruct.batchers._buffer import TEMPORAL_PREFIXES, trajectories_from
 from rlstruct.batchers._common import BatcherBase, Phase, check_cpu, check_cpu_state_dict, check_graph_placements
 from rlstruct.batchers._worker import WorkerPlacement
 from rlstruct.batchers.batcher import RL_Batcher
-from rlstruct.devices import DeviceLike, as_device
+from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, MissingDependencyError
 from rlstruct.structures import DictTensor, Trajectories
 
@@ -364,7 +364,7 @@ class RayBatcher(BatcherBase):
         self.n_timesteps = n_timesteps
         self.n_actors = n_actors
         self.n_processes = n_processes
-        self.device = as_device(device)
+        self.device = check_device_exists(device, argument="device")  # where get() returns, in this process
         self.timeout = float(timeout)
         self.max_restarts = max_restarts
         # Starting an actor imports torch and builds its envs, and may wait for the cluster to free resources.

@@ -244,3 +244,99 @@ class GraphStateEnv(CountingEnv):
 
     def step_into(self, action, observation_next, observation_running):
         self.t = self.t + 1
+
+
+# --------------------------------------------------------------------------- fault injection (test_batcher_faults)
+class CloseRaisingEnv(CountingEnv):
+    """A CountingEnv whose ``close`` raises (a simulator failing to shut down)."""
+
+    def close(self):
+        raise RuntimeError("close failure injected")
+
+
+class MarkerCloseEnv(CountingEnv):
+    """A CountingEnv that appends ``closed <pid>`` to the file ``marker`` when closed (standing for a resource to
+    release: a simulator, a server, a file); with ``hang_in_close``, its ``close`` sleeps forever after that."""
+
+    def __init__(self, marker, hang_in_close=False, **kw):
+        super().__init__(**kw)
+        self.marker = marker
+        self.hang_in_close = hang_in_close
+
+    def close(self):
+        with open(self.marker, "a") as f:
+            f.write(f"closed {os.getpid()}\n")
+        if self.hang_in_close:
+            time.sleep(3600)
+
+
+class DriftEnv(CountingEnv):
+    """A CountingEnv whose step observations leave the layout of its reset ones: ``"shape"`` returns ``frame`` as
+    ``[B, 1]`` (reset: ``[B, 2]``), ``"dtype"`` as float64 (reset: float32)."""
+
+    def __init__(self, drift="shape", **kw):
+        super().__init__(**kw)
+        self.drift = drift
+
+    def _obs(self, ids, reward, done, initial, last_action):
+        obs = super()._obs(ids, reward, done, initial, last_action)
+        if self.n_steps == 0:  # reset's observations keep the layout
+            return obs
+        frame = obs["frame"][:, :1] if self.drift == "shape" else obs["frame"].double()
+        return DictTensor({**dict(obs.items()), "frame": frame})
+
+
+class DriftAgent(RL_Agent):
+    """Leaves the layout of its first (probe) call from call ``at`` on: ``"extra"`` adds an output key, ``"drop"``
+    drops one, ``"column"`` returns actions ``[B, 1]``, ``"float"`` float actions, ``"rows"`` one action row too
+    many, ``"state"`` a wider recurrent state."""
+
+    def __init__(self, kind, at=2):
+        self.kind, self.at, self.calls = kind, at, 0
+
+    def initial_state(self, agent_info, B):
+        return DictTensor({"h": torch.zeros(B, 3)})
+
+    def __call__(self, state, observation, agent_info, history=None):
+        self.calls += 1
+        B = observation.n_elems()
+        out = {"action": torch.zeros(B, dtype=torch.long), "value": torch.zeros(B)}
+        h = torch.zeros(B, 3)
+        if self.calls >= self.at:
+            if self.kind == "extra":
+                out["extra"] = torch.ones(B)
+            elif self.kind == "drop":
+                del out["value"]
+            elif self.kind == "column":
+                out["action"] = torch.zeros(B, 1, dtype=torch.long)
+            elif self.kind == "float":
+                out["action"] = torch.full((B,), 0.7)
+            elif self.kind == "rows":
+                out = {k: torch.cat([v, v[:1]]) for k, v in out.items()}
+            elif self.kind == "state":
+                h = torch.zeros(B, 4)
+        return DictTensor(out), DictTensor({"h": h})
+
+
+class InterruptingAgent(RL_Agent):
+    """Raises ``KeyboardInterrupt`` (a Ctrl-C landing in the forward) or ``SystemExit`` at call ``at``, once."""
+
+    def __init__(self, at=5, exc="KeyboardInterrupt"):
+        self.at, self.calls, self.exc = at, 0, exc
+
+    def __call__(self, state, observation, agent_info, history=None):
+        self.calls += 1
+        if self.calls == self.at:
+            raise {"KeyboardInterrupt": KeyboardInterrupt, "SystemExit": SystemExit}[self.exc]()
+        return DictTensor({"action": torch.zeros(observation.n_elems(), dtype=torch.long)}), state
+
+
+class SlowAgent(ConstantAgent):
+    """A ConstantAgent that sleeps ``delay`` seconds per call (a long, healthy acquisition)."""
+
+    def __init__(self, delay=0.2):
+        self.delay = delay
+
+    def __call__(self, state, observation, agent_info, history=None):
+        time.sleep(self.delay)
+        return super().__call__(state, observation, agent_info, history)

@@ -19,7 +19,14 @@ from rlstruct import DictTensor, Trajectories
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
 from rlstruct.batchers._buffer import copy_batch_major, empty_output
 from rlstruct.envs import GymEnv, GymEnvInf, JaxVecEnv, TorchVecEnv, VecEnv, make_env
-from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatchSizeError, DeviceMismatchError, SeedError
+from rlstruct.errors import (
+    BatcherStateError,
+    BatcherWorkerError,
+    BatchSizeError,
+    ConfigError,
+    DeviceMismatchError,
+    SeedError,
+)
 from tests.conftest import device_params
 from tests.fakes import (
     ConstantAgent,
@@ -383,9 +390,10 @@ def test_misuse_raises_batcher_state_error():
 
 
 def test_bad_constructor_arguments():
-    with pytest.raises(BatcherStateError, match="one seed per worker"):
+    # A wrong number of seeds is a bad argument (ConfigError, a ValueError), not a call-order error.
+    with pytest.raises(ConfigError, match="one seed per worker"):
         RL_Batcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0])
-    with pytest.raises(BatcherStateError, match="one seed per worker"):
+    with pytest.raises(ConfigError, match="one seed per worker"):
         RL_Batcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0, 1])
     with pytest.raises(DeviceMismatchError, match="env_info must be on the CPU"):
         RL_Batcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0],

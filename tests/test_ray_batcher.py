@@ -21,7 +21,9 @@ from rlstruct.errors import (
     BatcherStateError,
     BatcherWorkerError,
     BatchSizeError,
+    ConfigError,
     DeviceMismatchError,
+    DeviceUnavailableError,
     MissingDependencyError,
 )
 from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, pid_alive
@@ -105,14 +107,17 @@ def test_ray_not_initialised_is_named(monkeypatch):
 def test_bad_constructor_arguments():
     with pytest.raises(ValueError, match="n_actors must be an int >= 1, got 0"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [], n_actors=0)
-    with pytest.raises(BatcherStateError, match=r"one seed per worker of every actor.*= 4, got 2"):
+    with pytest.raises(ConfigError, match=r"one seed per worker of every actor.*= 4, got 2"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0, 1], n_actors=2)
-    with pytest.raises(BatcherStateError, match="agent_seeds must hold one seed per worker of every actor"):
+    with pytest.raises(ConfigError, match="agent_seeds must hold one seed per worker of every actor"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0, 1], agent_seeds=[0], n_actors=2)
     with pytest.raises(ValueError, match="num_cpus must be > 0"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], num_cpus=0)
     with pytest.raises(ValueError, match="num_gpus must be >= 0"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], num_gpus=-1)
+    if torch.cuda.device_count() < 8:
+        with pytest.raises(DeviceUnavailableError, match="device='cuda:7' does not exist on this machine"):
+            RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], device="cuda:7")
     with pytest.raises(ValueError, match=r"placement_strategy must be one of \['SPREAD', 'PACK'"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], placement_strategy="spread")
     with pytest.raises(ValueError, match="max_restarts must be an int >= -1"):

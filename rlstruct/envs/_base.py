@@ -82,6 +82,8 @@ class VecEnv(abc.ABC):
             EnvStateError: the env does not auto-reset.
             DeviceMismatchError: the destinations are not on the env's device.
             KeyError: a destination lacks a key of the observations.
+            SpaceError: an observation of :meth:`step` does not have its destination's per-row shape and dtype.
+            BatchSizeError: an observation of :meth:`step` does not have its destination's rows.
             Whatever :meth:`step` raises.
         """
         if not self.autoreset:
@@ -102,7 +104,23 @@ class VecEnv(abc.ABC):
             if missing:
                 raise KeyError(f"step_into's {what} lacks the observation keys {missing}; give every key of step()'s")
             for k in keys:
-                out[k].copy_(obs[k])
+                src, dst = obs[k], out[k]
+                # copy_ would broadcast a [B, 1] into [B, 2] or cast float64 to float32 without a word: the
+                # destinations have the layout of reset's observations, and step must return the same.
+                if src.shape != dst.shape or src.dtype != dst.dtype:
+                    name = type(self).__name__
+                    if src.dim() == 0 or src.shape[0] != dst.shape[0]:
+                        raise BatchSizeError(
+                            f"{name}.step returned observation key {k!r} with shape {tuple(src.shape)}, but "
+                            f"step_into's {what} holds {dst.shape[0]} rows; return one row per env"
+                        )
+                    raise SpaceError(
+                        f"{name}.step returned observation key {k!r} with rows of shape {tuple(src.shape[1:])} and "
+                        f"dtype {src.dtype}, but step_into's {what} holds rows of shape {tuple(dst.shape[1:])} and "
+                        f"dtype {dst.dtype} (the layout of reset's observations); return the same per-row shapes and "
+                        "dtypes from reset and step"
+                    )
+                dst.copy_(src)
 
     def writes_in_place(self) -> bool:
         """Whether :meth:`step_into` writes the observations where they go (cheaper than :meth:`step` and a copy),
