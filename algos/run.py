@@ -474,19 +474,18 @@ class Run:
         self.start = time.perf_counter() if start is None else start
         self.logdir = Path(config.logdir or f"runs/{algo}-{config.env}-{config.seed}")
         self.logdir.mkdir(parents=True, exist_ok=True)
-        earlier = sorted(p.name for p in self.logdir.glob("events.out.tfevents.*"))
+        earlier = len(list(self.logdir.glob("events.out.tfevents.*")))
         if earlier:
             log.warning("%s already holds %d TensorBoard event file(s) of earlier runs, which TensorBoard will show "
                         "beside this one's (progress.csv, the checkpoint and the summary are replaced); pass a new "
-                        "--logdir to keep runs apart", self.logdir, len(earlier))
+                        "--logdir to keep runs apart", self.logdir, earlier)
         self.env_steps = 0
         self.iteration = 0
         self.history: list[dict[str, float]] = []
         self.last_eval: float | None = None
         self.reached_target = False
-        #: set by a Ctrl-C (SIGINT) or a SIGTERM during :func:`training_run`: the loop stops at its next check
-        self.interrupted = False
-        #: the name of that signal
+        #: the signal (``"SIGINT"``: a Ctrl-C, or ``"SIGTERM"``) that interrupted the run during
+        #: :func:`training_run`, else ``None``: the loop stops at its next check
         self.stop_signal: str | None = None
         self._pending: list[dict[str, Any]] = []
         self._csv_file = open(self.logdir / self.CSV_NAME, "w", newline="")
@@ -516,6 +515,11 @@ class Run:
             return None
         return tqdm(total=self.config.max_env_steps, unit="step", unit_scale=True, file=sys.stderr,
                     dynamic_ncols=True, mininterval=0.5, desc=f"{self.algo} {self.config.env}")
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether a signal interrupted the run (see :attr:`stop_signal`)."""
+        return self.stop_signal is not None
 
     # ------------------------------------------------------------------ budget
     def elapsed(self) -> float:
@@ -654,7 +658,7 @@ def training_run(
     in reverse order, whether training returned or raised.
 
     In the main thread, a first Ctrl-C (SIGINT) or SIGTERM (what ``timeout``, SLURM and ``docker stop`` send)
-    during the run does not raise: it sets ``run.interrupted``, so that the loop (``while not
+    during the run does not raise: it sets ``run.stop_signal`` (``run.interrupted``), so that the loop (``while not
     run.should_stop()``) ends after the iteration under way and :func:`finish_training` writes the checkpoint,
     the curve and the summary of what was reached, skipping the final evaluation. A second one raises:
     ``KeyboardInterrupt`` for SIGINT, ``SystemExit(143)`` for SIGTERM. The batchers' worker processes ignore
@@ -694,7 +698,6 @@ def _stop_on_signals(run: Run) -> Iterator[None]:
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
             raise SystemExit(128 + signum)
-        run.interrupted = True
         run.stop_signal = signal.Signals(signum).name
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}

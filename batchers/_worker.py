@@ -561,10 +561,6 @@ class ProcessWorker:
             raise reply.failure.error()
         return reply.value
 
-    def close(self, grace: float = 5.0) -> list[BaseException]:
-        """Closes this worker alone (see :func:`close_workers`); returns the errors met."""
-        return close_workers([self], grace)
-
     # The steps of close_workers, which runs each over every worker against one deadline.
     def request_close(self) -> None:
         """Sends the close order; it is queued behind the acquisition the worker may be running."""
@@ -722,9 +718,6 @@ class LocalWorker:
         if reply.failure is not None:
             raise reply.failure.error(" (in process)") from cause
         return reply.value
-
-    def close(self, grace: float = 5.0) -> list[BaseException]:
-        return close_workers([self], grace)
 
     # close_workers' steps: only wait_stopped has work to do in process.
     def request_close(self) -> None:
