@@ -4,9 +4,12 @@ Two measurements, each over the fast path (``--learner-device cuda --batcher-dev
 --compile-update --overlap``; the training batcher in process, sharing the learner's weights):
 
 * **solve**: A2C and PPO on CartPole-v1 until an evaluation reaches 475 (gymnasium's threshold), one fresh
-  process per seed (``python -m rlstruct.algos.<algo> ...``, so that every run pays its own compilation), with
-  their default settings and an env-step budget (``SOLVE_STEPS``: the learning rate anneals over env steps, the
-  same on every device; the time limit only stops a run that does not get there). From
+  process per seed (``python -m rlstruct.algos.<algo> ...``, so that every run pays its own compilation), in two
+  configurations (``SOLVE_CONFIGS``): ``default``, the algorithms' default settings (32 envs), and ``wide``, 2,048
+  envs x 16 steps an iteration (``benchmarks/learning.py``'s ``*_CARTPOLE_WIDE``: about 11 A2C and 18 PPO
+  iterations to 475, where the defaults take about 226 and 25, and on a GPU an iteration costs about the same
+  at 32 or 2,048 envs). Each has an env-step budget (the learning rate anneals over env steps, the same on every
+  device; the time limit only stops a run that does not get there). From
   the run's ``progress.csv``: **warm-up** is the wall clock at the end of iteration 2 (setup, the first
   acquisition, the update's compilation on the first update, the acquisition's CUDA-graph capture on the second),
   **training** the wall clock of the first evaluation at or above the target minus the warm-up, of which
@@ -45,14 +48,19 @@ from pathlib import Path
 
 import torch
 from _common import print_table
+from learning import A2C_CARTPOLE_WIDE, PPO_CARTPOLE_WIDE
 
 TARGET = 475.0
 FAST_FLAGS = ["--learner-device", "cuda", "--batcher-device", "cuda", "--evaluation-device", "cuda",
               "--cuda-graph", "--compile-update", "--overlap"]
 WARMUP_ITERATIONS = 2
-# The solve runs' env-step budgets. With a step budget the learning rate anneals over env steps; over the default
-# time limit it would anneal by the clock, so a device's warm-up and speed would change what the run learns.
-SOLVE_STEPS = {"a2c": 500_000, "ppo": 500_000}
+# The solve runs' settings, each with an env-step budget. With a step budget the learning rate anneals over env
+# steps; over the default time limit it would anneal by the clock, so a device's warm-up and speed would change
+# what the run learns.
+SOLVE_CONFIGS = {
+    "default": {"a2c": ["--max-env-steps", "500000"], "ppo": ["--max-env-steps", "500000"]},
+    "wide": {"a2c": A2C_CARTPOLE_WIDE, "ppo": PPO_CARTPOLE_WIDE},
+}
 
 
 def _rows(logdir: Path) -> list[dict[str, float]]:
@@ -65,22 +73,22 @@ def _warmup(rows: list[dict[str, float]]) -> float:
     return done[0]["wall_time_s"] if done else math.nan
 
 
-def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: float,
+def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: float, config: str = "default",
           physics_dtype: str = "float64", extra: Sequence[str] = ()) -> dict[str, float]:
-    """One run of ``algo`` on CartPole-v1 until an evaluation reaches the target, in a fresh process (``extra``:
-    more flags of ``rlstruct train``)."""
+    """One run of ``algo`` on CartPole-v1 until an evaluation reaches the target, in a fresh process, in one of
+    ``SOLVE_CONFIGS`` (``extra``: more flags of ``rlstruct train``)."""
     with tempfile.TemporaryDirectory() as tmp:
         flags = FAST_FLAGS if gpu else ["--overlap"] + (["--compile-update"] if compile_update else [])
         cmd = [sys.executable, "-m", f"rlstruct.algos.{algo}", "--seed", str(seed), "--logdir", tmp, "--no-progress",
                "--no-tensorboard", "--target-return", str(TARGET), "--time-limit", str(time_limit),
-               "--physics-dtype", physics_dtype, "--max-env-steps", str(SOLVE_STEPS[algo]), *flags, *extra]
+               "--physics-dtype", physics_dtype, *SOLVE_CONFIGS[config][algo], *flags, *extra]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:  # say why, and go on with the other runs
             print(f"{algo} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
-            return {"algo": algo, "seed": seed, "warmup_s": math.nan, "train_s": math.nan, "eval_s": math.nan,
-                    "reached": False, "iterations": 0, "env_steps": 0, "process_s": wall,
+            return {"algo": algo, "config": config, "seed": seed, "warmup_s": math.nan, "train_s": math.nan,
+                    "eval_s": math.nan, "reached": False, "iterations": 0, "env_steps": 0, "process_s": wall,
                     "error": proc.stderr[-3000:]}
         rows = _rows(Path(tmp))
     warm = _warmup(rows)
@@ -90,7 +98,7 @@ def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: 
     # The time training waited on its (in-process) evaluations, a part of the training time.
     eval_s = sum(r["eval/blocked_s"] for r in rows if "eval/blocked_s" in r and warm < r["wall_time_s"] <= end)
     last = reached[0] if reached else rows[-1]
-    run = {"algo": algo, "seed": seed, "warmup_s": warm, "train_s": at - warm, "eval_s": eval_s,
+    run = {"algo": algo, "config": config, "seed": seed, "warmup_s": warm, "train_s": at - warm, "eval_s": eval_s,
            "reached": bool(reached), "iterations": last["iteration"], "env_steps": last["env_steps"],
            "process_s": wall}
     print(json.dumps(run), flush=True)  # one line a run, so that a run cut short still shows the finished ones
@@ -142,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the torch CartPole's physics precision")
     parser.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "medium"],
                         help="the runs' float32 matmul precision (high: TF32 on the GPU)")
+    parser.add_argument("--solve-configs", nargs="+", default=list(SOLVE_CONFIGS), choices=list(SOLVE_CONFIGS),
+                        help="the solve runs' settings: the algorithms' defaults and/or the wide batches")
     parser.add_argument("--solve-args", default="",
                         help="more flags for the solve runs' `rlstruct train`, e.g. '--n-envs 256 --max-env-steps 5e5'")
     parser.add_argument("--skip-solve", action="store_true")
@@ -166,27 +176,28 @@ def main(argv: list[str] | None = None) -> int:
     if not ns.skip_solve:
         runs = []
         for a in ns.algos:
-            for s in seeds:
-                runs.append(solve(a, s, gpu, compile_update=compile_update, time_limit=time_limit,
-                                  physics_dtype=ns.physics_dtype,
-                                  extra=["--matmul-precision", ns.matmul_precision, *shlex.split(ns.solve_args)]))
-                if "error" in runs[-1]:  # the other seeds would fail the same way
-                    break
+            for c in ns.solve_configs:
+                for s in seeds:
+                    runs.append(solve(a, s, gpu, compile_update=compile_update, time_limit=time_limit, config=c,
+                                      physics_dtype=ns.physics_dtype,
+                                      extra=["--matmul-precision", ns.matmul_precision, *shlex.split(ns.solve_args)]))
+                    if "error" in runs[-1]:  # the other seeds would fail the same way
+                        break
         out["solve"] = runs
         rows = []
-        for a in ns.algos:
-            mine = [r for r in runs if r["algo"] == a]
+        for a, c in [(a, c) for a in ns.algos for c in ns.solve_configs]:
+            mine = [r for r in runs if r["algo"] == a and r["config"] == c]
             ok = [r for r in mine if r["reached"]]
             def med(k: str, fmt: str = ".1f") -> str:
                 return format(statistics.median(r[k] for r in ok), fmt) if ok else "-"
 
-            rows.append([a, f"{len(ok)}/{len(mine)}", med("warmup_s"), med("train_s", ".2f"), med("eval_s", ".2f"),
+            rows.append([a, c, f"{len(ok)}/{len(mine)}", med("warmup_s"), med("train_s", ".2f"), med("eval_s", ".2f"),
                          med("iterations", ".0f"), med("env_steps", ",.0f"),
                          f"{statistics.median(r['warmup_s'] for r in mine):.1f}"])
         print(f"\nCartPole-v1 to an evaluation >= {TARGET:g} ({device}, seeds {seeds}; medians over the runs that "
               "reached it):")
-        print_table(["algo", "reached", "warm-up s", "training s", "of which evaluating s", "iterations", "env steps",
-                     "warm-up s (all runs)"], rows)
+        print_table(["algo", "config", "reached", "warm-up s", "training s", "of which evaluating s", "iterations",
+                     "env steps", "warm-up s (all runs)"], rows)
 
     if not ns.skip_throughput:
         tp = [throughput(a, 2 ** k, device, compile_update=compile_update, iterations=iterations,

@@ -68,6 +68,15 @@ PPO_PENDULUM = ["--gamma", "0.9", "--lr", "2e-3", "--n-envs", "16", "--n-steps",
 # A2C on Pendulum: the same discount; 16 envs x 8 steps at lr 5e-3 (many small updates; 32 x 8 and 16 x 32 stayed
 # near random within 100k steps).
 A2C_PENDULUM = ["--gamma", "0.9", "--n-envs", "16", "--n-steps", "8", "--lr", "5e-3", "--eval-every", "200"]
+# CartPole-v1 in few iterations (issue 20's time to solve on a GPU, where an iteration costs about the same at 32 or
+# 2,048 envs): 2,048 envs x 16 steps an iteration, collected while the learner trains on the previous batch (as on
+# the GPU fast path: A2C's lr 0.02 is for this; without --overlap it is too large, and 0.01 is the better choice),
+# the learning rate annealed over 300 (A2C) or 100 (PPO) iterations, an evaluation every 2; budgets of 20 (A2C:
+# 655k steps) and 30 (PPO: 983k steps) iterations. The same flags are gpu_training.py's "wide" solve runs.
+A2C_CARTPOLE_WIDE = ["--n-envs", "2048", "--n-steps", "16", "--lr", "0.02", "--overlap",
+                     "--max-env-steps", str(2048 * 16 * 300), "--eval-every", "2"]
+PPO_CARTPOLE_WIDE = ["--n-envs", "2048", "--n-steps", "16", "--lr", "0.02", "--n-epochs", "2", "--n-minibatches", "2",
+                     "--overlap", "--max-env-steps", str(2048 * 16 * 100), "--eval-every", "2"]
 # MinAtar Breakout: a return the CNN policy reaches on two CPU cores in minutes (a random policy scores about 0.5).
 MINATAR_BREAKOUT = 5.0
 SUITES = [
@@ -85,6 +94,10 @@ SUITES = [
     Suite("dqn-dueling-cartpole-torch", "dqn", "CartPole-v1", CARTPOLE, "50k steps", ["--dueling", "--max-env-steps",
                                                                                       "50000", "--time-limit", "600"]),
     Suite("ppo-cartpole-torch", "ppo", "CartPole-v1", CARTPOLE, "15 s", ["--time-limit", "15"]),
+    Suite("a2c-cartpole-wide-torch", "a2c", "CartPole-v1", CARTPOLE, "655k steps",
+          ["--time-limit", "120", *A2C_CARTPOLE_WIDE]),
+    Suite("ppo-cartpole-wide-torch", "ppo", "CartPole-v1", CARTPOLE, "983k steps",
+          ["--time-limit", "120", *PPO_CARTPOLE_WIDE]),
     # The same task stepped by gymnax (JAX), through the JaxVecEnv adapter (issue 19).
     Suite("ppo-cartpole-gymnax", "ppo", "CartPole-v1", CARTPOLE, "15 s", ["--time-limit", "15"], "gymnax"),
     Suite("ppo-pendulum-torch", "ppo", "Pendulum-v1", PENDULUM, "100k steps",

@@ -127,6 +127,16 @@ def test_ppo_learns_cartpole(tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_ppo_solves_cartpole_in_a_few_wide_iterations(tmp_path):
+    """The GPU solve runs' settings (benchmarks/learning.py's ``ppo-cartpole-wide-torch``): 2,048 envs x 16 steps
+    an iteration, overlapped, 2 epochs x 2 minibatches at lr 0.02 annealed over 100 iterations."""
+    cfg = PPOConfig(**_common(tmp_path, n_envs=2048, n_steps=16, lr=0.02, n_epochs=2, n_minibatches=2, overlap=True,
+                              max_env_steps=2048 * 16 * 100, eval_every=2, target_return=475.0, seed=0))
+    result = ppo.train(cfg)
+    assert result.reached_target and result.iterations <= 45, (result.iterations, _trained_evals(result))
+
+
+@pytest.mark.timeout(300)
 def test_ppo_learns_cartpole_stepped_by_gymnax(tmp_path):
     """The same task through the JAX adapter. gymnax draws its own initial states, so the run differs from the
     torch one: seeds 0-3 reach 164, 319, 486 and 344 (best), ending at 154 to 486; random scores about 22."""
