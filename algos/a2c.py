@@ -53,6 +53,7 @@ from rlstruct.algos.run import (
 from rlstruct.algos.update import (
     FastPathConfig,
     UpdateStep,
+    autocast_dtype,
     clip_groups,
     start_pipeline,
     validate_fast_path,
@@ -244,7 +245,8 @@ def train(config: A2CConfig) -> TrainResult:
         create_agent = create_recurrent_agent if config.recurrent else create_policy_agent
         batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
                                            autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False},
-                                           cuda_graph=config.cuda_graph, zero_copy=config.overlap)
+                                           cuda_graph=config.cuda_graph, zero_copy=config.overlap,
+                                           agent_kwargs={"autocast": autocast_dtype(config)})
 
         model.to(learner)
         loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
@@ -263,7 +265,7 @@ def train(config: A2CConfig) -> TrainResult:
         else:
             loss_fn = functools.partial(a2c_batch_loss, model, config)
         update = UpdateStep(loss_fn, optimizer, clip_groups(model), max_grad_norm=config.max_grad_norm,
-                            device=learner, compile=config.compile_update)
+                            device=learner, compile=config.compile_update, autocast=autocast_dtype(config))
         pipe = start_pipeline(stack, batcher, model, config, overlap=config.overlap)
         evaluator.launch(cpu_state_dict(model), 0, 0)
         while not run.should_stop():

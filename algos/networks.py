@@ -21,6 +21,7 @@ What a :class:`PolicyAgent` writes into the trajectories (``action/*``):
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,8 @@ if TYPE_CHECKING:  # run imports networks: the spec's module is needed for annot
 
 __all__ = [
     "actor_critic_outputs",
+    "autocast_context",
+    "critic_values",
     "mlp",
     "Categorical",
     "DiagGaussian",
@@ -71,6 +74,22 @@ def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, *, out_gain: f
     return nn.Sequential(*layers)
 
 
+def autocast_context(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """``torch.autocast`` on ``device`` in ``dtype``, or a context that does nothing for ``dtype=None``.
+
+    Without autocast's cache of cast weights: a CUDA-graph capture cannot use a cast made before it (the replays
+    would read a cast of the weights of that time).
+
+    >>> with autocast_context(torch.device("cpu"), torch.bfloat16):
+    ...     torch.ones(2, 3) @ torch.ones(3, 1)
+    tensor([[3.],
+            [3.]], dtype=torch.bfloat16)
+    """
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype, cache_enabled=False)
+
+
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
@@ -81,7 +100,8 @@ class Categorical:
     """A categorical distribution over the last axis of ``logits``.
 
     Args:
-        logits: ``float [..., A]`` unnormalised log-probabilities.
+        logits: ``float [..., A]`` unnormalised log-probabilities (of a network's forward under ``torch.autocast``
+            too: the distribution computes in float32).
 
     >>> d = Categorical(torch.tensor([[0.0, math.log(3.0)]]))
     >>> d.log_prob(torch.tensor([1])).exp(), d.mode()
@@ -89,8 +109,8 @@ class Categorical:
     """
 
     def __init__(self, logits: torch.Tensor):
-        self.logits = logits
-        self.log_probs = torch.log_softmax(logits, -1)
+        self.logits = logits.float()
+        self.log_probs = torch.log_softmax(self.logits, -1)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         """``log p(a)`` of ``actions int64 [...]``: ``float [...]``."""
@@ -118,7 +138,8 @@ class DiagGaussian:
     """A Gaussian with a diagonal covariance over the last axis (``D`` independent action dimensions).
 
     Args:
-        mean: ``float [..., D]``.
+        mean: ``float [..., D]`` (of a network's forward under ``torch.autocast`` too: the distribution computes in
+            float32).
         log_std: ``float [D]`` (state-independent) or ``[..., D]``.
 
     >>> d = DiagGaussian(torch.zeros(2, 1), torch.zeros(1))
@@ -127,8 +148,8 @@ class DiagGaussian:
     """
 
     def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
-        self.mean = mean
-        self.log_std = log_std.expand_as(mean)
+        self.mean = mean.float()
+        self.log_std = log_std.expand_as(self.mean)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         """``log p(a)`` of ``actions float [..., D]``, summed over ``D``: ``float [...]``."""
@@ -190,8 +211,8 @@ class ActorCritic(nn.Module):
         return DiagGaussian(out, self.log_std) if self.continuous else Categorical(out)
 
     def value(self, frame: torch.Tensor) -> torch.Tensor:
-        """State values ``[N]``."""
-        return self.critic(frame.float()).squeeze(-1)
+        """State values ``float32 [N]`` (also under ``torch.autocast``)."""
+        return self.critic(frame.float()).squeeze(-1).float()
 
     def policy_parameters(self) -> Iterator[nn.Parameter]:
         """The parameters of the policy: the actor MLP, and ``log_std`` for a Gaussian."""
@@ -233,8 +254,8 @@ class EncoderActorCritic(nn.Module):
         return Categorical(self.policy_head(self.encoder(frame)))
 
     def value(self, frame: torch.Tensor) -> torch.Tensor:
-        """State values ``[N]``."""
-        return self.value_head(self.encoder(frame)).squeeze(-1)
+        """State values ``float32 [N]`` (also under ``torch.autocast``)."""
+        return self.value_head(self.encoder(frame)).squeeze(-1).float()
 
 
 def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int]) -> ActorCritic | EncoderActorCritic:
@@ -277,11 +298,15 @@ class NetworkAgent(RL_Agent):
     Args:
         model: the network, on ``device``.
         device: where observations come from and actions go.
+        autocast: the dtype the policy agents (:class:`PolicyAgent`, the recurrent one) run their forward in, under
+            ``torch.autocast`` (``None``: the weights' own; see :func:`autocast_context`); the distributions and
+            what they return stay float32.
     """
 
-    def __init__(self, model: nn.Module, device: DeviceLike):
+    def __init__(self, model: nn.Module, device: DeviceLike, *, autocast: torch.dtype | None = None):
         self.model = model
         self.device = as_device(device)
+        self.autocast = autocast
         self.generator = torch.Generator(device=self.device)
         self._infos: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -327,13 +352,14 @@ class PolicyAgent(NetworkAgent):
         device: where observations come from and actions go.
         action_low: lower bounds of a continuous action, ``D`` values (``None``: no clipping).
         action_high: upper bounds of a continuous action, ``D`` values (``None``: no clipping).
+        autocast: see :class:`NetworkAgent`.
     """
 
     model: ActorCritic
 
     def __init__(self, model: ActorCritic, device: DeviceLike, *, action_low: Sequence[float] | None = None,
-                 action_high: Sequence[float] | None = None):
-        super().__init__(model, device)
+                 action_high: Sequence[float] | None = None, autocast: torch.dtype | None = None):
+        super().__init__(model, device, autocast=autocast)
         self._low = None if action_low is None else torch.tensor(action_low, dtype=torch.float32, device=self.device)
         self._high = None if action_high is None else torch.tensor(action_high, dtype=torch.float32,
                                                                    device=self.device)
@@ -346,7 +372,8 @@ class PolicyAgent(NetworkAgent):
     def __call__(self, state, observation, agent_info, history=None):
         """``action`` (``int64 [N]``, or ``float32 [N, D]`` within the bounds), ``raw`` (continuous only) and
         ``log_prob float32 [N]``."""
-        dist = self.model.policy(observation["frame"])
+        with autocast_context(self.device, self.autocast):
+            dist = self.model.policy(observation["frame"])
         action = dist.sample(self.generator)
         stochastic = self._stochastic(agent_info)
         if stochastic is not None:
@@ -391,27 +418,45 @@ def actor_critic_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torc
     return {k: v.unflatten(0, (B, T)) for k, v in out.items()}
 
 
+def critic_values(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``V(frame)`` and ``V(next_frame)`` of an actor-critic over rows ``[N, *obs]``: one forward of the critic over
+    both together, and none of the policy (PPO's advantages need no more: its old log-probabilities come with the
+    batch).
+
+    Returns:
+        ``(value, next_value)``, each ``float32 [N]``.
+
+    >>> v, nv = critic_values(ActorCritic(4, 2, (8,)), torch.zeros(3, 4), torch.ones(3, 4))
+    >>> v.shape, nv.shape
+    (torch.Size([3]), torch.Size([3]))
+    """
+    values = model.value(torch.cat([frame, next_frame]))
+    n = frame.shape[0]
+    return values[:n], values[n:]
+
+
 def _step_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor,
                   actions: torch.Tensor) -> dict[str, torch.Tensor]:
     # One forward of the critic over frame and next_frame together, one of the policy; rows [N].
-    n = frame.shape[0]
-    values = model.value(torch.cat([frame, next_frame]))
+    value, next_value = critic_values(model, frame, next_frame)
     dist = model.policy(frame)
-    return {"log_prob": dist.log_prob(actions), "entropy": dist.entropy(), "value": values[:n],
-            "next_value": values[n:]}
+    return {"log_prob": dist.log_prob(actions), "entropy": dist.entropy(), "value": value, "next_value": next_value}
 
 
 def create_policy_agent(
-    spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False
+    spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False,
+    autocast: torch.dtype | None = None,
 ) -> RL_Agent:
     """Builds a batcher's :class:`PolicyAgent` for ``spec``'s env on ``device`` (module level, so it pickles).
 
     Its weights are random until the first ``batcher.update``; continuous actions are clipped to the spec's
-    bounds. With ``check_device`` it is wrapped in :class:`~rlstruct.agents.RL_Agent_CheckDevice`.
+    bounds; its forward runs under ``autocast`` (see :class:`NetworkAgent`). With ``check_device`` it is wrapped in
+    :class:`~rlstruct.agents.RL_Agent_CheckDevice`.
     """
     model = build_actor_critic(spec, hidden_sizes).to(device)
     model.requires_grad_(False)
-    agent: RL_Agent = PolicyAgent(model, device, action_low=spec.action_low, action_high=spec.action_high)
+    agent: RL_Agent = PolicyAgent(model, device, action_low=spec.action_low, action_high=spec.action_high,
+                                  autocast=autocast)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
 
 

@@ -43,6 +43,7 @@ from rlstruct.algos.networks import (
     build_actor_critic,
     cpu_state_dict,
     create_policy_agent,
+    critic_values,
     make_adam,
     normalize_masked,
     policy_actions,
@@ -66,7 +67,14 @@ from rlstruct.algos.run import (
     training_run,
     validate_run_config,
 )
-from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, start_pipeline, validate_fast_path
+from rlstruct.algos.update import (
+    FastPathConfig,
+    UpdateStep,
+    autocast_dtype,
+    clip_groups,
+    start_pipeline,
+    validate_fast_path,
+)
 from rlstruct.devices import as_device
 from rlstruct.structures import TemporalDictTensor, Trajectories
 
@@ -285,7 +293,8 @@ def train(config: PPOConfig) -> TrainResult:
         batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
                                            autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False},
                                            cuda_graph=config.cuda_graph,
-                                           zero_copy=config.overlap and config.n_processes == 0)
+                                           zero_copy=config.overlap and config.n_processes == 0,
+                                           agent_kwargs={"autocast": autocast_dtype(config)})
 
         model.to(learner)
         loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
@@ -304,7 +313,8 @@ def train(config: PPOConfig) -> TrainResult:
         else:
             loss_fn = functools.partial(ppo_minibatch_loss, model, config)
         update = UpdateStep(loss_fn, optimizer, clip_groups(model, per_network=False),
-                            max_grad_norm=config.max_grad_norm, device=learner, compile=config.compile_update)
+                            max_grad_norm=config.max_grad_norm, device=learner, compile=config.compile_update,
+                            autocast=autocast_dtype(config))
         # With overlap, the next collection runs (in the workers, or on its own stream) while we learn.
         pipe = start_pipeline(stack, batcher, model, config, overlap=config.overlap)
         evaluator.launch(cpu_state_dict(model), 0, 0)
@@ -316,17 +326,23 @@ def train(config: PPOConfig) -> TrainResult:
             with torch.no_grad():
                 if config.check_devices:
                     check_on_device(model, learner, "the learner's model")
-                out = replay_learner(checked_agent if config.check_devices else loss_agent, model, traj,
-                                     recurrent=config.recurrent, checked=config.check_devices)
-                advantages = gae_advantages(rewards * config.reward_scale, out["value"], out["next_value"],
+                if config.recurrent or config.check_devices:  # the window replayed (memory), or checked step by step
+                    out = replay_learner(checked_agent if config.check_devices else loss_agent, model, traj,
+                                         recurrent=config.recurrent, checked=config.check_devices)
+                    values, next_values = out["value"], out["next_value"]
+                else:  # the critic alone: the old log-probabilities are the batch's own
+                    frame, next_frame = tt["observation/frame"], tt["_observation/frame"]
+                    values, next_values = (v.unflatten(0, frame.shape[:2]) for v in
+                                           critic_values(model, frame.flatten(0, 1), next_frame.flatten(0, 1)))
+                advantages = gae_advantages(rewards * config.reward_scale, values, next_values,
                                             tt["_observation/terminated"], done, config.gamma, config.gae_lambda)
             if config.anneal_lr:
                 optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
             if config.recurrent:
                 # Minibatches of envs (rows of the window): (traj, old_log_prob, advantage, old_value, return, mask).
-                data = (traj, tt["action/log_prob"], advantages, out["value"], advantages + out["value"], tt.mask())
+                data = (traj, tt["action/log_prob"], advantages, values, advantages + values, tt.mask())
             else:
-                data = _flat_steps(tt, advantages, out["value"])
+                data = _flat_steps(tt, advantages, values)
             stats = _learn(update, data, config, shuffle)
             pipe.updated()
 

@@ -25,7 +25,7 @@ from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
 from rlstruct.algos.encoders import make_encoder
-from rlstruct.algos.networks import Categorical, NetworkAgent
+from rlstruct.algos.networks import Categorical, NetworkAgent, autocast_context
 from rlstruct.devices import DeviceLike
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
@@ -92,8 +92,8 @@ class RecurrentActorCritic(nn.Module):
         return self.core(self.encoder(frame), (h, c))
 
     def heads(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(logits [N, n_actions], value [N])`` of the core's output ``h [N, core_size]``."""
-        return self.policy_head(h), self.value_head(h).squeeze(-1)
+        """``(logits [N, n_actions], value float32 [N])`` of the core's output ``h [N, core_size]``."""
+        return self.policy_head(h), self.value_head(h).squeeze(-1).float()
 
 
 class RecurrentPolicyAgent(NetworkAgent):
@@ -129,8 +129,11 @@ class RecurrentPolicyAgent(NetworkAgent):
 
     def __call__(self, state, observation, agent_info, history=None):
         """One step: ``({"action", "log_prob"}, {"h", "c"})`` for ``B`` running envs."""
-        h, c = self.model.core_step(observation["frame"], state["h"], state["c"], observation["initial_state"])
-        dist = Categorical(self.model.heads(h)[0])
+        with autocast_context(self.device, self.autocast):
+            h, c = self.model.core_step(observation["frame"], state["h"], state["c"], observation["initial_state"])
+            logits = self.model.heads(h)[0]
+        h, c = h.float(), c.float()  # the memory the buffer holds stays float32 under autocast
+        dist = Categorical(logits)
         action = dist.sample(self.generator)
         if "stochastic" in agent_info:
             action = torch.where(self._on_device(agent_info["stochastic"]), action, dist.mode())
@@ -204,14 +207,16 @@ def recurrent_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int]) -> Recurr
 
 
 def create_recurrent_agent(
-    spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False
+    spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False,
+    autocast: torch.dtype | None = None,
 ) -> RL_Agent:
     """Builds a batcher's :class:`RecurrentPolicyAgent` for ``spec``'s env on ``device`` (module level, so it
-    pickles). Its weights are random until the first ``batcher.update``; with ``check_device`` it is wrapped in
+    pickles). Its weights are random until the first ``batcher.update``; its forward runs under ``autocast``
+    (see :class:`~rlstruct.algos.networks.NetworkAgent`); with ``check_device`` it is wrapped in
     :class:`~rlstruct.agents.RL_Agent_CheckDevice`."""
     model = recurrent_actor_critic(spec, hidden_sizes).to(device)
     model.requires_grad_(False)
-    agent: RL_Agent = RecurrentPolicyAgent(model, device)
+    agent: RL_Agent = RecurrentPolicyAgent(model, device, autocast=autocast)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
 
 

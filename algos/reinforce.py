@@ -43,7 +43,14 @@ from rlstruct.algos.run import (
     training_run,
     validate_run_config,
 )
-from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, validate_fast_path, weight_sync_mode
+from rlstruct.algos.update import (
+    FastPathConfig,
+    UpdateStep,
+    autocast_dtype,
+    clip_groups,
+    validate_fast_path,
+    weight_sync_mode,
+)
 from rlstruct.batchers import WeightSync
 from rlstruct.devices import as_device
 
@@ -228,17 +235,21 @@ def train(config: ReinforceConfig) -> TrainResult:
         # n_timesteps = the time limit: one execute runs every env's episode to its end.
         batcher, evaluator = open_batchers(stack, config, spec, create_policy_agent,
                                            n_timesteps=spec.max_episode_steps, autoreset=False,
-                                           explore={"stochastic": True}, greedy={"stochastic": False})
+                                           explore={"stochastic": True}, greedy={"stochastic": False},
+                                           agent_kwargs={"autocast": autocast_dtype(config)})
 
         model.to(learner)
         loss_agent = PolicyAgent(model, learner)
         checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
         optimizer = make_adam(model, config.lr, learner)
-        # One update step (loss, backward, clipping, optimizer step): compiled (with the forward inside, over
-        # episodes of changing lengths), or eager on the outputs of the forward that also gives the bootstrap values.
-        if config.compile_update:
+        # One update step (loss, backward, clipping, optimizer step): compiled or under autocast with the forward
+        # inside (over episodes of changing lengths), or eager on the outputs of the forward that also gives the
+        # bootstrap values.
+        forward_in_update = config.compile_update or autocast_dtype(config) is not None
+        if forward_in_update:
             update = UpdateStep(functools.partial(reinforce_batch_loss, model, config), optimizer, clip_groups(model),
-                                max_grad_norm=config.max_grad_norm, device=learner, compile=True, dynamic=True)
+                                max_grad_norm=config.max_grad_norm, device=learner, compile=config.compile_update,
+                                dynamic=True, autocast=autocast_dtype(config))
         else:
             loss_fn = functools.partial(reinforce_loss, baseline_coef=config.baseline_coef,
                                         entropy_coef=config.entropy_coef,
@@ -258,7 +269,7 @@ def train(config: ReinforceConfig) -> TrainResult:
             if config.check_devices:
                 check_on_device(model, learner, "the learner's model")
                 out = replay_agent(checked_agent, traj)
-            elif config.compile_update:  # the returns' bootstrap values; the compiled loss runs the forward
+            elif forward_in_update:  # the returns' bootstrap values; the update runs the forward
                 with torch.no_grad():
                     nxt = traj.trajectories["_observation/frame"]
                     out = {"next_value": model.value(nxt.flatten(0, 1)).unflatten(0, nxt.shape[:2])}
@@ -268,7 +279,7 @@ def train(config: ReinforceConfig) -> TrainResult:
             with torch.no_grad():
                 returns = reinforce_returns(tt["_observation/reward"], out["next_value"], tt["_observation/terminated"],
                                             tt.lengths, config.gamma, bootstrap_truncated=config.bootstrap_truncated)
-            if config.compile_update:
+            if forward_in_update:
                 stats = update(tt["observation/frame"], policy_actions(tt), returns, tt.mask())
             else:
                 stats = update(out["log_prob"], out["entropy"], out["value"], returns, tt.mask())

@@ -745,6 +745,7 @@ def open_batchers(
     greedy: dict[str, bool | float],
     cuda_graph: bool = False,
     zero_copy: bool = False,
+    agent_kwargs: dict[str, Any] | None = None,
 ) -> tuple[RL_Batcher, Evaluator]:
     """The training batcher and the :class:`Evaluator` of a run, both closed by ``stack``.
 
@@ -766,6 +767,8 @@ def open_batchers(
         cuda_graph: the training batcher's ``cuda_graph`` (see :class:`RL_Batcher`), and the evaluation batcher's
             where it runs on a GPU.
         zero_copy: the training batcher's ``zero_copy`` (its double buffer, to overlap collection and learning).
+        agent_kwargs: more keyword arguments of ``create_agent`` for the training batcher's agent only (e.g. its
+            ``autocast``); the evaluation's agent gets the shared ones.
 
     Returns:
         ``(batcher, evaluator)``.
@@ -773,7 +776,7 @@ def open_batchers(
     agent_args, env_args = worker_args(config, spec)
     n_workers = max(config.n_processes, 1)
     batcher = RL_Batcher(
-        n_timesteps, create_agent, {**agent_args, "device": config.batcher_device},
+        n_timesteps, create_agent, {**agent_args, **(agent_kwargs or {}), "device": config.batcher_device},
         create_env, {**env_args, "n_envs": config.n_envs, "autoreset": autoreset, "device": config.batcher_device},
         config.n_processes, worker_seeds(config.seed, n_workers, 0),
         agent_info=DictTensor({k: torch.tensor([v]) for k, v in explore.items()}),

@@ -4,16 +4,20 @@
 loss compiled by ``torch.compile`` (``mode="reduce-overhead"``, i.e. CUDA graphs, on CUDA; the default mode on
 the CPU); the backward runs through the compiled graph (AOTAutograd) and the optimizer is the fused Adam of
 :func:`~rlstruct.algos.networks.make_adam`. Uncompiled it runs the same function eagerly, which is what the
-compiled update is tested against.
+compiled update is tested against. With ``autocast`` its forward and loss run under :func:`torch.autocast`
+(bfloat16 products and activations, half the memory traffic of float32; the weights, their gradients and the
+optimizer stay float32).
 
 :class:`FastPathConfig` holds the flags of the fast path (``--compile-update``, ``--cuda-graph``,
-``--share-weights``); :func:`validate_fast_path` rejects the combinations that cannot work.
+``--share-weights``, ``--autocast``); :func:`validate_fast_path` rejects the values and combinations that cannot
+work.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Sequence
 
@@ -21,16 +25,18 @@ import torch
 from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
-from rlstruct.algos.networks import ActorCritic
+from rlstruct.algos.networks import ActorCritic, autocast_context
 from rlstruct.algos.run import RunConfig
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import ConfigError
 
 __all__ = [
+    "AUTOCAST_DTYPES",
     "FastPathConfig",
     "validate_fast_path",
     "weight_sync_mode",
+    "autocast_dtype",
     "start_pipeline",
     "UpdateStep",
     "clip_groups",
@@ -39,6 +45,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+#: the values of ``FastPathConfig.autocast``: the dtype the update's forward and loss compute in (``None``: float32)
+AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {"none": None, "bfloat16": torch.bfloat16}
 
 
 @dataclasses.dataclass
@@ -53,11 +62,16 @@ class FastPathConfig(RunConfig):
         share_weights: with n_processes=0 and batcher_device == learner_device, the training batcher's agent reads
             the learner's weights on the device (shared, or copied in place when collection overlaps learning)
             instead of a CPU copy after every update.
+        autocast: none, or bfloat16: the update's forward and loss, and the training batcher's policy, under
+            torch.autocast (bfloat16 matrix products and activations: half the memory traffic of the passes over
+            large batches; other bits than float32). The weights, their gradients, the optimizer, the targets
+            (returns, advantages) and the distributions' log-probabilities stay float32; evaluations run in float32.
     """
 
     compile_update: bool = False
     cuda_graph: bool = False
     share_weights: bool = True
+    autocast: str = "none"
 
 
 def validate_fast_path(config: FastPathConfig, algo: str, *, recurrent: bool = False,
@@ -71,9 +85,15 @@ def validate_fast_path(config: FastPathConfig, algo: str, *, recurrent: bool = F
         episodic: whether the training batcher's envs are episodic (no ``cuda_graph`` then).
 
     Raises:
-        ConfigError: ``compile_update`` with ``recurrent`` or ``check_devices``; ``cuda_graph`` with a
-            non-CUDA ``batcher_device`` or episodic envs.
+        ConfigError: ``compile_update`` with ``recurrent`` or ``check_devices``; ``autocast`` with
+            ``check_devices``; ``cuda_graph`` with a non-CUDA ``batcher_device`` or episodic envs.
+        ValueError: ``autocast`` is not one of :data:`AUTOCAST_DTYPES`.
     """
+    if config.autocast not in AUTOCAST_DTYPES:
+        raise ValueError(
+            f"autocast must be one of {list(AUTOCAST_DTYPES)}, got {config.autocast!r}; pass --autocast bfloat16 for "
+            "the learner's forward in bfloat16, or leave the default (none: float32)"
+        )
     if config.compile_update and recurrent:
         raise ConfigError(
             f"{algo}: compile_update=True does not support recurrent=True (a window is replayed step by step through "
@@ -83,6 +103,11 @@ def validate_fast_path(config: FastPathConfig, algo: str, *, recurrent: bool = F
         raise ConfigError(
             f"{algo}: compile_update=True does not support check_devices=True (the checked replay runs step by step "
             "for debugging); drop --compile-update or --check-devices"
+        )
+    if config.autocast != "none" and config.check_devices:
+        raise ConfigError(
+            f"{algo}: autocast={config.autocast!r} does not support check_devices=True (the checked replay runs step "
+            "by step, in float32, for debugging); drop --autocast or --check-devices"
         )
     if config.cuda_graph and as_device(config.batcher_device).type != "cuda":
         raise ConfigError(
@@ -94,6 +119,15 @@ def validate_fast_path(config: FastPathConfig, algo: str, *, recurrent: bool = F
             f"{algo}: cuda_graph=True needs auto-reset envs (a captured loop cannot stop early), got {algo}'s "
             "episodic training batcher; drop --cuda-graph"
         )
+
+
+def autocast_dtype(config: FastPathConfig) -> torch.dtype | None:
+    """The dtype of ``config.autocast`` (``None``: no autocast).
+
+    >>> autocast_dtype(FastPathConfig()), autocast_dtype(FastPathConfig(autocast="bfloat16"))
+    (None, torch.bfloat16)
+    """
+    return AUTOCAST_DTYPES[config.autocast]
 
 
 def weight_sync_mode(config: FastPathConfig, *, overlap: bool = False) -> str:
@@ -150,6 +184,9 @@ class UpdateStep:
     of the graphs' memory, which the next replay overwrites), on the CPU in the default mode. Inputs of changing
     shapes (REINFORCE's episode lengths) need ``dynamic=True``, else every new shape compiles again. The
     backward, the clipping (``clip_grad_norm_``, foreach, no host sync) and the fused optimizer step run eagerly.
+    With ``autocast``, ``loss_fn`` runs under ``torch.autocast(device.type, dtype=autocast)`` (inside what is
+    compiled): its matrix products and their activations in that dtype, and through them the backward; the
+    loss, the statistics and the gradients of the float32 parameters come out in float32.
 
     Args:
         loss_fn: ``(*inputs) -> (loss, stats)``, the forward and the loss over tensors; ``stats`` are 0-d tensors.
@@ -160,6 +197,7 @@ class UpdateStep:
         compile: compile ``loss_fn``.
         dynamic: ``torch.compile``'s ``dynamic`` (``None``: decide on a shape change, ``True``: symbolic shapes).
         backend: ``torch.compile``'s backend (default inductor; ``"aot_eager"`` needs no C++ compiler).
+        autocast: the dtype of ``torch.autocast`` around ``loss_fn`` (``None``: none).
 
     >>> model = nn.Linear(2, 1)
     >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -180,6 +218,7 @@ class UpdateStep:
         compile: bool = False,
         dynamic: bool | None = None,
         backend: str = "inductor",
+        autocast: torch.dtype | None = None,
     ):
         self.device = as_device(device)
         self.optimizer = optimizer
@@ -187,6 +226,8 @@ class UpdateStep:
         self.max_grad_norm = float(max_grad_norm)
         self.compiled = bool(compile)
         self._graphs = self.compiled and self.device.type == "cuda" and backend == "inductor"
+        if autocast is not None:
+            loss_fn = functools.partial(_autocast, loss_fn, self.device, autocast)
         if self.compiled:
             mode = "reduce-overhead" if self._graphs else None
             self.loss_fn = torch.compile(loss_fn, mode=mode, dynamic=dynamic, backend=backend)
@@ -209,3 +250,11 @@ class UpdateStep:
                 stats[key] = clip_grad_norm_(params, self.max_grad_norm)
         self.optimizer.step()
         return stats
+
+
+def _autocast(loss_fn: LossFn, device: torch.device, dtype: torch.dtype,
+              *inputs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    # The backward runs outside the context (as torch recommends): it follows the forward's dtypes by itself.
+    with autocast_context(device, dtype):
+        loss, stats = loss_fn(*inputs)
+    return loss.float(), {k: v.float() for k, v in stats.items()}

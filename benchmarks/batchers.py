@@ -11,7 +11,11 @@ An MLP 4-64-64-2 policy samples actions; T = 128 steps per acquisition.
     ``cuda_graph=True`` (agent + env step + buffer writes of a whole acquisition replayed as one CUDA graph),
     and one GPU worker process (n_processes=1) with the graph at the largest N.
 
+With ``--policy-dtype bfloat16`` every loop's policy computes under ``torch.autocast`` in bfloat16 (the
+training batcher's policy of ``rlstruct train --autocast bfloat16``).
+
 Run: python benchmarks/batchers.py [--iters 5] [--rounds 3] [--device cpu] [--sync-timings] [--physics-dtype float32]
+     [--policy-dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from _common import batcher_steps_per_s
 from torch import nn
 
 from rlstruct import DictTensor, RL_Agent
+from rlstruct.algos.networks import autocast_context
 from rlstruct.batchers import RL_Batcher
 from rlstruct.envs import CartPole, GymEnvInf, make_env
 
@@ -36,15 +41,22 @@ def mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2))
 
 
+def sample(model: nn.Module, frame: torch.Tensor, autocast: torch.dtype | None) -> torch.Tensor:
+    """One action per row from the softmax of ``model(frame)``, the forward under ``autocast`` (``None``: none)."""
+    with autocast_context(frame.device, autocast):
+        logits = model(frame.float())
+    return torch.multinomial(torch.softmax(logits.float(), -1), 1).squeeze(1)
+
+
 class MLPAgent(RL_Agent):
     """Samples from the softmax of an MLP over ``frame``."""
 
-    def __init__(self, device: str = "cpu"):
+    def __init__(self, device: str = "cpu", autocast: torch.dtype | None = None):
         self.model = mlp().to(device)
+        self.autocast = autocast
 
     def __call__(self, state, observation, agent_info, history=None):
-        logits = self.model(observation["frame"])
-        action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(1)
+        action = sample(self.model, observation["frame"], self.autocast)
         return DictTensor._trusted({"action": action}), state
 
     def update(self, state_dict):
@@ -57,6 +69,7 @@ def gym_list_env(n_envs: int, seed: int):
 
 
 PHYSICS_DTYPE = torch.float64  # --physics-dtype
+POLICY_DTYPE: torch.dtype | None = None  # --policy-dtype (None: float32)
 
 
 def torch_env(n_envs: int, seed: int, device: str = "cpu", compile: bool = False, physics_dtype=None):
@@ -91,8 +104,7 @@ def _numpy_loop(env, n_envs: int, iters: int) -> float:
         if it == 1:
             t0 = time.perf_counter()
         for _ in range(T):
-            logits = model(torch.from_numpy(obs))
-            action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(1)
+            action = sample(model, torch.from_numpy(obs), POLICY_DTYPE)
             obs, *_ = env.step(action.numpy())
     env.close()
     return n_envs * T * iters / (time.perf_counter() - t0)
@@ -102,7 +114,7 @@ def _numpy_loop(env, n_envs: int, iters: int) -> float:
 def bench_hand_loop(n_envs: int, iters: int, device: str) -> float:
     """The same torch env and policy, stepped by a minimal loop that stores nothing."""
     env = torch_env(n_envs, 0, device)
-    agent = MLPAgent(device)
+    agent = MLPAgent(device, POLICY_DTYPE)
     obs, _ = env.reset()
     t0 = None
     for it in range(iters + 1):
@@ -131,7 +143,7 @@ def batcher_on(
     device: str, n: int, n_processes: int = 0, cuda_graph: bool = False, compile: bool = False, zero_copy: bool = False
 ) -> RL_Batcher:
     env_args = {"n_envs": n, "device": device, "compile": compile, "physics_dtype": PHYSICS_DTYPE}
-    return RL_Batcher(T, MLPAgent, {"device": device}, torch_env, env_args,
+    return RL_Batcher(T, MLPAgent, {"device": device, "autocast": POLICY_DTYPE}, torch_env, env_args,
                       n_processes, [0], device=device, cuda_graph=cuda_graph, sync_timings=SYNC_TIMINGS,
                       zero_copy=zero_copy)
 
@@ -148,18 +160,21 @@ def main(argv=None) -> None:
                    help="the torch CartPole's physics precision (parts b and c)")
     p.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "medium"],
                    help="the in-process policy's float32 matmuls (parts b and c; high: TF32 on the GPU)")
+    p.add_argument("--policy-dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="the policy's forward under torch.autocast in bfloat16 (every loop, every part)")
     args = p.parse_args(argv)
     torch.set_float32_matmul_precision(args.matmul_precision)
-    global SYNC_TIMINGS, PHYSICS_DTYPE
+    global SYNC_TIMINGS, PHYSICS_DTYPE, POLICY_DTYPE
     SYNC_TIMINGS = args.sync_timings
     PHYSICS_DTYPE = getattr(torch, args.physics_dtype)
+    POLICY_DTYPE = None if args.policy_dtype == "float32" else getattr(torch, args.policy_dtype)
     torch.set_num_threads(1)
     rows: list[tuple[str, str, float, str]] = []
 
     if not args.skip_processes:
         print("(a) 2 worker processes x 32 gymnasium CartPole-v1 vs one process, SyncVectorEnv(64)", flush=True)
         base = sps = 0.0
-        with RL_Batcher(T, MLPAgent, {}, gym_list_env, {"n_envs": 32}, 2, [0, 1]) as b:
+        with RL_Batcher(T, MLPAgent, {"autocast": POLICY_DTYPE}, gym_list_env, {"n_envs": 32}, 2, [0, 1]) as b:
             for _ in range(args.rounds):
                 base = max(base, bench_sync_vector_env(64, args.iters))
                 r_sps, r_tm = bench_batcher(b, args.iters)

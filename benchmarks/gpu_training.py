@@ -106,7 +106,8 @@ def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: 
 
 
 def throughput(algo: str, n_envs: int, device: str, *, compile_update: bool, iterations: int,
-               physics_dtype: str = "float64", matmul_precision: str = "highest") -> dict[str, float]:
+               physics_dtype: str = "float64", matmul_precision: str = "highest",
+               autocast: str = "none") -> dict[str, float]:
     """Env steps per second of ``algo``'s training loop (collection and learning) at ``n_envs`` envs."""
     from rlstruct.algos import a2c, ppo
 
@@ -118,7 +119,8 @@ def throughput(algo: str, n_envs: int, device: str, *, compile_update: bool, ite
                      cuda_graph=gpu, compile_update=compile_update, overlap=True, anneal_lr=False,
                      max_env_steps=n_envs * n_steps * (iterations + WARMUP_ITERATIONS), time_limit=3600.0,
                      eval_every=10 ** 9, n_evaluation_envs=4, stop_at_reward_threshold=False, progress=False,
-                     tensorboard=False, logdir=tmp, physics_dtype=physics_dtype, matmul_precision=matmul_precision)
+                     tensorboard=False, logdir=tmp, physics_dtype=physics_dtype, matmul_precision=matmul_precision,
+                     autocast=autocast)
         result = module.train(config)
     # Free this size's compiled update and its CUDA-graph memory pools before the next size (all seven sizes'
     # pools together do not fit in 80 GB).
@@ -150,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the torch CartPole's physics precision")
     parser.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "medium"],
                         help="the runs' float32 matmul precision (high: TF32 on the GPU)")
+    parser.add_argument("--autocast", default="none", choices=["none", "bfloat16"],
+                        help="the learner's forward and loss under torch.autocast (bfloat16: half the memory traffic)")
     parser.add_argument("--solve-configs", nargs="+", default=list(SOLVE_CONFIGS), choices=list(SOLVE_CONFIGS),
                         help="the solve runs' settings: the algorithms' defaults and/or the wide batches")
     parser.add_argument("--solve-args", default="",
@@ -167,11 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     compile_update = gpu or ns.compile
     machine = torch.cuda.get_device_name() if gpu else platform.processor() or platform.machine()
     print(f"device: {device} ({machine}), torch {torch.__version__}, compile_update={compile_update}, "
-          f"physics {ns.physics_dtype}, matmul precision {ns.matmul_precision}")
+          f"physics {ns.physics_dtype}, matmul precision {ns.matmul_precision}, autocast {ns.autocast}")
     if not gpu:
         print("no CUDA device: running the small CPU version; the GPU numbers (solve time on one GPU, throughput at "
               "2**14..2**20 envs) need a GPU machine")
-    out: dict[str, object] = {"device": device, "machine": machine, "torch": torch.__version__, "gpu": gpu}
+    out: dict[str, object] = {"device": device, "machine": machine, "torch": torch.__version__, "gpu": gpu,
+                              "matmul_precision": ns.matmul_precision, "autocast": ns.autocast}
 
     if not ns.skip_solve:
         runs = []
@@ -180,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                 for s in seeds:
                     runs.append(solve(a, s, gpu, compile_update=compile_update, time_limit=time_limit, config=c,
                                       physics_dtype=ns.physics_dtype,
-                                      extra=["--matmul-precision", ns.matmul_precision, *shlex.split(ns.solve_args)]))
+                                      extra=["--matmul-precision", ns.matmul_precision, "--autocast", ns.autocast,
+                                             *shlex.split(ns.solve_args)]))
                     if "error" in runs[-1]:  # the other seeds would fail the same way
                         break
         out["solve"] = runs
@@ -201,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if not ns.skip_throughput:
         tp = [throughput(a, 2 ** k, device, compile_update=compile_update, iterations=iterations,
-                         physics_dtype=ns.physics_dtype, matmul_precision=ns.matmul_precision)
+                         physics_dtype=ns.physics_dtype, matmul_precision=ns.matmul_precision,
+                         autocast=ns.autocast)
               for a in ns.algos for k in log2]
         out["throughput"] = tp
         print(f"\nTraining throughput, learner included ({device}, {iterations} timed iterations):")

@@ -11,12 +11,14 @@ from rlstruct.algos.networks import (
     DiagGaussian,
     EncoderActorCritic,
     PolicyAgent,
+    actor_critic_outputs,
     build_actor_critic,
     create_policy_agent,
+    critic_values,
     masked_policy_value_loss,
     policy_actions,
 )
-from rlstruct.algos.run import EnvSpec, create_env
+from rlstruct.algos.run import EnvSpec, create_env, describe_env
 from rlstruct.batchers import RL_Batcher
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor
@@ -179,3 +181,64 @@ def test_algorithms_train_on_a_gymnasium_mujoco_task(algo, tmp_path):
                        progress=False, tensorboard=False, time_limit=100.0)
     result = module.train(config)
     assert result.env_steps >= 300 and result.eval_return > 0
+
+
+@pytest.mark.parametrize("model, shape, dtype", [
+    (ActorCritic(4, 2, (8,)), (4,), torch.float32),
+    (EncoderActorCritic((10, 10, 4), 3, (16,), obs_dtype="bool"), (10, 10, 4), torch.bool),
+])
+def test_critic_values_are_the_values_of_the_full_outputs(model, shape, dtype):
+    """PPO's advantages take the critic's values alone: the same numbers as the full forward's, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    frame, next_frame = (torch.rand(3, 5, *shape, generator=g) > 0.5 for _ in range(2))
+    frame, next_frame = frame.to(dtype), next_frame.to(dtype)
+    full = actor_critic_outputs(model, frame, next_frame, torch.zeros(3, 5, dtype=torch.int64))
+    value, next_value = critic_values(model, frame.flatten(0, 1), next_frame.flatten(0, 1))
+    assert torch.equal(value.unflatten(0, (3, 5)), full["value"])
+    assert torch.equal(next_value.unflatten(0, (3, 5)), full["next_value"])
+
+
+def test_distributions_and_values_compute_in_float32_under_autocast():
+    """A bfloat16 forward (--autocast) still gives float32 log-probabilities, entropies and values."""
+    model = ActorCritic(4, 2, (8,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        dist, value = model.policy(torch.randn(6, 4)), model.value(torch.randn(6, 4))
+        assert model.actor(torch.randn(6, 4)).dtype == torch.bfloat16
+    assert dist.logits.dtype == dist.log_probs.dtype == value.dtype == torch.float32
+    assert dist.log_prob(torch.zeros(6, dtype=torch.int64)).dtype == dist.entropy().dtype == torch.float32
+    gauss = ActorCritic(3, None, (8,), action_dim=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        d = gauss.policy(torch.randn(6, 3))
+    assert d.mean.dtype == d.log_prob(torch.zeros(6, 2)).dtype == torch.float32
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_batcher_agents_under_autocast_sample_from_a_bfloat16_forward(recurrent):
+    """--autocast's training agent, in a worker process (the dtype pickles): its forward in bfloat16, what it
+    returns in float32 (the recurrent memory too: the buffer's layout is float32), the log-probabilities those of
+    the float32 forward within bfloat16 rounding."""
+    from rlstruct.algos.recurrent import create_recurrent_agent
+
+    env = "CartPoleNoVel-v1" if recurrent else "CartPole-v1"
+    spec = describe_env(env, "torch", None)
+    agent_args = {"spec": spec, "hidden_sizes": (16,), "autocast": torch.bfloat16}
+    create = create_recurrent_agent if recurrent else create_policy_agent
+    agent = create(**agent_args)
+    env_args = {"name": env, "n_envs": 4, "autoreset": True}
+    with RL_Batcher(8, create, agent_args, create_env, env_args, 1, [0], agent_seeds=[1]) as b:
+        b.update({k: v.clone() for k, v in agent.model.state_dict().items()})
+        b.reset()
+        b.execute()
+        traj, _ = b.get()
+    tt = traj.trajectories
+    assert tt["action/log_prob"].dtype == torch.float32
+    if recurrent:
+        assert traj.info["agent_state/h"].dtype == torch.float32
+        return
+    seen = []
+    agent.model.actor[0].register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    agent(None, DictTensor({"frame": tt["observation/frame"][:, 0]}), DictTensor({}))
+    assert seen == [torch.bfloat16]
+    full = agent.model.policy(tt["observation/frame"].flatten(0, 1)).log_prob(tt["action/action"].flatten(0, 1))
+    torch.testing.assert_close(tt["action/log_prob"].flatten(0, 1), full, rtol=2e-2, atol=2e-2)

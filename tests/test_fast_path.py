@@ -257,6 +257,9 @@ def test_overlap_in_process_runs_and_is_reproducible(tmp_path, module, cls):
     (ppo, ppo.PPOConfig, {"compile_update": True, "recurrent": True}, "does not support recurrent"),
     (a2c, a2c.A2CConfig, {"compile_update": True, "check_devices": True}, "does not support check_devices"),
     (reinforce, reinforce.ReinforceConfig, {"compile_update": True, "check_devices": True}, "check_devices"),
+    (a2c, a2c.A2CConfig, {"autocast": "bfloat16", "check_devices": True},
+     "autocast='bfloat16' does not support check_devices=True"),
+    (reinforce, reinforce.ReinforceConfig, {"autocast": "bfloat16", "check_devices": True}, "check_devices"),
     (a2c, a2c.A2CConfig, {"cuda_graph": True}, "needs a CUDA batcher_device"),
     (ppo, ppo.PPOConfig, {"cuda_graph": True}, "needs a CUDA batcher_device"),
 ])
@@ -280,7 +283,8 @@ def test_cli_has_the_fast_path_flags(capsys):
         with pytest.raises(SystemExit):
             main(["train", algo, "--help"])
         out = capsys.readouterr().out
-        for flag in ("--compile-update", "--cuda-graph", "--share-weights", "--learner-device", "--batcher-device"):
+        for flag in ("--compile-update", "--cuda-graph", "--share-weights", "--learner-device", "--batcher-device",
+                     "--autocast"):
             assert flag in out, (algo, flag)
 
 
@@ -356,6 +360,70 @@ def test_compiled_update_with_changing_shapes_aot_eager():
     _compare_updates("aot_eager", [_batch(T=5), _batch(T=9, seed=1), _batch(T=3, seed=2)], dynamic=True)
 
 
+def _a2c_like_sgd_step(model, *, autocast=None, compile=False, backend="aot_eager"):
+    """An A2C-like update with SGD: the weights move by lr x gradient, so two updates' weights differ as much as
+    their gradients do (Adam's first step, lr x sign(gradient), would flip with the sign of a tiny gradient)."""
+    def loss_fn(frame, next_frame, action, adv, mask):
+        out = actor_critic_outputs(model, frame, next_frame, action)
+        return a2c.a2c_loss(out["log_prob"], out["entropy"], out["value"], adv, mask, value_coef=0.5,
+                            entropy_coef=0.01, normalize_advantages=True)
+    return UpdateStep(loss_fn, torch.optim.SGD(model.parameters(), lr=0.1), clip_groups(model), max_grad_norm=0.0,
+                      device="cpu", autocast=autocast, compile=compile, backend=backend)
+
+
+def test_autocast_update_computes_in_bfloat16_and_stays_close_to_float32():
+    torch.manual_seed(0)
+    full = ActorCritic(4, 2, (64, 64))
+    half = copy.deepcopy(full)
+    dtypes = []
+    half.actor[0].register_forward_hook(lambda module, args, out: dtypes.append(out.dtype))
+    batch = _batch(B=16, T=8)
+    a = _a2c_like_sgd_step(full)(*batch)
+    b = _a2c_like_sgd_step(half, autocast=torch.bfloat16)(*batch)
+    assert dtypes == [torch.bfloat16]  # the forward's products ran in bfloat16
+    assert a.keys() == b.keys() and all(v.dtype == torch.float32 for v in b.values())
+    assert any(not torch.equal(a[k], b[k]) for k in a)  # other bits than float32 ...
+    for k in a:  # ... within bfloat16's rounding (8 bits of mantissa)
+        torch.testing.assert_close(b[k], a[k], rtol=3e-2, atol=3e-3)
+    for p, q in zip(full.parameters(), half.parameters()):
+        assert q.dtype == torch.float32 and (q.grad is None or q.grad.dtype == torch.float32)
+        torch.testing.assert_close(q, p, rtol=3e-2, atol=3e-3)
+
+
+@pytest.mark.timeout(300)
+def test_compiled_autocast_update_equals_eager_autocast_update_aot_eager():
+    torch.manual_seed(0)
+    eager_model = ActorCritic(4, 2, (16,))
+    compiled_model = copy.deepcopy(eager_model)
+    eager = _a2c_like_sgd_step(eager_model, autocast=torch.bfloat16)
+    compiled = _a2c_like_sgd_step(compiled_model, autocast=torch.bfloat16, compile=True)
+    for batch in (_batch(seed=0), _batch(seed=1)):
+        a, b = eager(*batch), compiled(*batch)
+        for k in a:
+            torch.testing.assert_close(b[k], a[k], rtol=1e-2, atol=1e-3)
+    for p, q in zip(eager_model.parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-2, atol=1e-3)
+
+
+def test_bad_autocast_is_a_value_error_naming_the_choices():
+    with pytest.raises(ValueError, match=r"autocast must be one of \['none', 'bfloat16'\], got 'float16'; pass"):
+        a2c.validate(a2c.A2CConfig(autocast="float16"))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("module, cls, steps, best", [
+    (a2c, a2c.A2CConfig, 25_000, 220.0),
+    (ppo, ppo.PPOConfig, 20_480, 150.0),
+    (reinforce, reinforce.ReinforceConfig, 20_000, 150.0),
+])
+def test_autocast_bfloat16_learns_cartpole(tmp_path, module, cls, steps, best):
+    """Seed 0 in bfloat16 (the update and the training agent) reaches 500 (A2C), 243 (PPO) and 261 (REINFORCE);
+    in float32 336, 220 and 234."""
+    result = module.train(cls(**_common(tmp_path, autocast="bfloat16", max_env_steps=steps, seed=0)))
+    evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
+    assert max(evals) >= best, evals
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_compiled_update_equals_eager_update_inductor():
@@ -427,11 +495,14 @@ def test_cuda_shared_weights_and_overlap_on_a_side_stream(tmp_path):
 
 @CUDA
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("autocast", ["none", "bfloat16"])
 @pytest.mark.parametrize("algo", ["a2c", "ppo"])
-def test_cuda_fast_path_trains(tmp_path, algo):
+def test_cuda_fast_path_trains(tmp_path, algo, autocast):
+    """Every fast-path flag at once; with --autocast, the captured acquisition runs the bfloat16 policy and the
+    compiled update its bfloat16 forward."""
     module, cls = {"a2c": (a2c, a2c.A2CConfig), "ppo": (ppo, ppo.PPOConfig)}[algo]
     cfg = dict(max_env_steps=4_096, n_envs=64, eval_every=4, hidden_sizes=(32,), learner_device="cuda",
-               batcher_device="cuda", cuda_graph=True, compile_update=True, overlap=True)
+               batcher_device="cuda", cuda_graph=True, compile_update=True, overlap=True, autocast=autocast)
     result = module.train(cls(**_common(tmp_path, **cfg)))
     losses = [v for r in result.history for k, v in r.items() if k.startswith("loss/")]
     assert losses and all(math.isfinite(x) for x in losses)
