@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
-#: the values of ``FastPathConfig.autocast``: the dtype the update's forward and loss compute in (``None``: float32)
+#: the values of ``FastPathConfig.autocast``: the dtype of the update's forward and loss and of the training agent's
+#: forward (``None``: float32)
 AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {"none": None, "bfloat16": torch.bfloat16}
 
 
