@@ -93,7 +93,7 @@ def validate_fast_path(config: FastPathConfig, algo: str, *, recurrent: bool = F
     if config.autocast not in AUTOCAST_DTYPES:
         raise ValueError(
             f"autocast must be one of {list(AUTOCAST_DTYPES)}, got {config.autocast!r}; pass --autocast bfloat16 for "
-            "the learner's forward in bfloat16, or leave the default (none: float32)"
+            "the update's and the training policy's forward in bfloat16, or leave the default (none: float32)"
         )
     if config.compile_update and recurrent:
         raise ConfigError(
