@@ -56,6 +56,7 @@ from rlstruct.algos.update import (
     autocast_dtype,
     clip_groups,
     start_pipeline,
+    training_agent_kwargs,
     validate_fast_path,
 )
 from rlstruct.devices import as_device
@@ -246,7 +247,7 @@ def train(config: A2CConfig) -> TrainResult:
         batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
                                            autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False},
                                            cuda_graph=config.cuda_graph, zero_copy=config.overlap,
-                                           agent_kwargs={"autocast": autocast_dtype(config)})
+                                           agent_kwargs=training_agent_kwargs(config))
 
         model.to(learner)
         loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)

@@ -122,9 +122,18 @@ class Categorical:
 
     def sample(self, generator: torch.Generator) -> torch.Tensor:
         """One draw per row from ``generator``: ``int64 [...]``."""
+        return self.sample_from(Categorical.noise(self.logits.shape, generator, self.logits.device))
+
+    @staticmethod
+    def noise(shape: Sequence[int], generator: torch.Generator, device: torch.device) -> torch.Tensor:
+        """The randomness of :meth:`sample` for logits of ``shape``: uniform ``float32`` in ``[0, 1)``."""
+        return torch.rand(tuple(shape), generator=generator, device=device, dtype=torch.float32)
+
+    def sample_from(self, noise: torch.Tensor) -> torch.Tensor:
+        """The draw that ``noise`` (from :meth:`noise`) makes: ``int64 [...]``; what :meth:`sample` returns for
+        the same generator state."""
         # Gumbel-max: one uniform draw per logit, no per-row branch, works on every device with a generator.
-        u = torch.rand(self.logits.shape, generator=generator, device=self.logits.device, dtype=self.logits.dtype)
-        return (self.logits - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(-1)
+        return (self.logits - torch.log(-torch.log(noise.clamp_min(1e-20)))).argmax(-1)
 
     def mode(self) -> torch.Tensor:
         """The most likely action: ``int64 [...]``."""
@@ -162,7 +171,16 @@ class DiagGaussian:
 
     def sample(self, generator: torch.Generator) -> torch.Tensor:
         """One draw per row from ``generator``: ``float [..., D]`` (unbounded: clip it for the env)."""
-        noise = torch.randn(self.mean.shape, generator=generator, device=self.mean.device, dtype=self.mean.dtype)
+        return self.sample_from(DiagGaussian.noise(self.mean.shape, generator, self.mean.device))
+
+    @staticmethod
+    def noise(shape: Sequence[int], generator: torch.Generator, device: torch.device) -> torch.Tensor:
+        """The randomness of :meth:`sample` for means of ``shape``: standard normal ``float32``."""
+        return torch.randn(tuple(shape), generator=generator, device=device, dtype=torch.float32)
+
+    def sample_from(self, noise: torch.Tensor) -> torch.Tensor:
+        """The draw that ``noise`` (from :meth:`noise`) makes: ``float [..., D]``; what :meth:`sample` returns for
+        the same generator state."""
         return self.mean + self.log_std.exp() * noise
 
     def mode(self) -> torch.Tensor:
@@ -200,6 +218,8 @@ class ActorCritic(nn.Module):
                  log_std_init: float = 0.0):
         super().__init__()
         self.continuous = n_actions is None
+        #: the policy's outputs per row: the logits of the ``n_actions``, or the Gaussian's ``action_dim`` means
+        self.policy_dim = action_dim if self.continuous else n_actions
         self.actor = mlp(obs_dim, hidden_sizes, action_dim if self.continuous else n_actions, out_gain=0.01)
         self.critic = mlp(obs_dim, hidden_sizes, 1, out_gain=1.0)
         if self.continuous:
@@ -246,6 +266,8 @@ class EncoderActorCritic(nn.Module):
                  obs_dtype: str = "uint8", obs_high: float | None = None):
         super().__init__()
         self.encoder = make_encoder(obs_shape, hidden_sizes, obs_dtype, obs_high)
+        #: the policy's outputs per row: the logits of the ``n_actions``
+        self.policy_dim = n_actions
         self.policy_head = _init(nn.Linear(self.encoder.out_dim, n_actions), 0.01)
         self.value_head = _init(nn.Linear(self.encoder.out_dim, 1), 1.0)
 
@@ -347,22 +369,32 @@ class PolicyAgent(NetworkAgent):
     and ``V(_observation/frame)``; :meth:`call_replay` computes the same for one step, for
     :func:`rlstruct.agents.replay_agent`.
 
+    A step draws its noise from the agent's generator first (:meth:`Categorical.noise`), then computes the rest
+    from it (:meth:`step`: the forward, the draw, the mode where not stochastic, the log-probability, the
+    clipping): with ``compile``, that function is compiled by ``torch.compile`` (its elementwise work fused;
+    a generator inside would split it), the same actions up to floating-point rounding.
+
     Args:
         model: the :class:`ActorCritic`, on ``device``.
         device: where observations come from and actions go.
         action_low: lower bounds of a continuous action, ``D`` values (``None``: no clipping).
         action_high: upper bounds of a continuous action, ``D`` values (``None``: no clipping).
         autocast: see :class:`NetworkAgent`.
+        compile: compile :meth:`step` (``torch.compile``, default mode; the first call compiles, and a new number
+            of rows compiles again until torch marks it dynamic).
     """
 
     model: ActorCritic
 
     def __init__(self, model: ActorCritic, device: DeviceLike, *, action_low: Sequence[float] | None = None,
-                 action_high: Sequence[float] | None = None, autocast: torch.dtype | None = None):
+                 action_high: Sequence[float] | None = None, autocast: torch.dtype | None = None,
+                 compile: bool = False):
         super().__init__(model, device, autocast=autocast)
         self._low = None if action_low is None else torch.tensor(action_low, dtype=torch.float32, device=self.device)
         self._high = None if action_high is None else torch.tensor(action_high, dtype=torch.float32,
                                                                    device=self.device)
+        self._noise = DiagGaussian.noise if model.continuous else Categorical.noise
+        self._step = torch.compile(self.step) if compile else self.step
 
     def _stochastic(self, agent_info: DictTensor) -> torch.Tensor | None:
         if "stochastic" not in agent_info:
@@ -372,10 +404,17 @@ class PolicyAgent(NetworkAgent):
     def __call__(self, state, observation, agent_info, history=None):
         """``action`` (``int64 [N]``, or ``float32 [N, D]`` within the bounds), ``raw`` (continuous only) and
         ``log_prob float32 [N]``."""
+        frame = observation["frame"]
+        noise = self._noise((frame.shape[0], self.model.policy_dim), self.generator, self.device)
+        return DictTensor(self._step(frame, noise, self._stochastic(agent_info))), state
+
+    def step(self, frame: torch.Tensor, noise: torch.Tensor,
+             stochastic: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """What :meth:`__call__` returns for frames ``[N, *obs]``, from its noise ``float32 [N, A or D]`` and
+        ``stochastic`` (``bool [N]``, or ``None``: every row samples); a function of its tensors only."""
         with autocast_context(self.device, self.autocast):
-            dist = self.model.policy(observation["frame"])
-        action = dist.sample(self.generator)
-        stochastic = self._stochastic(agent_info)
+            dist = self.model.policy(frame)
+        action = dist.sample_from(noise)
         if stochastic is not None:
             where = stochastic.unsqueeze(-1) if self.model.continuous else stochastic
             action = torch.where(where, action, dist.mode())
@@ -384,7 +423,7 @@ class PolicyAgent(NetworkAgent):
             out["raw"] = action
             if self._low is not None:
                 out["action"] = torch.maximum(torch.minimum(action, self._high), self._low)
-        return DictTensor(out), state
+        return out
 
     def call_replay(self, trajectories: Trajectories, t: int, state: DictTensor | None):
         """``log_prob [B]``, ``entropy [B]``, ``value [B]`` and ``next_value [B]`` of step ``t``."""
@@ -445,18 +484,18 @@ def _step_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tenso
 
 def create_policy_agent(
     spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False,
-    autocast: torch.dtype | None = None,
+    autocast: torch.dtype | None = None, compile: bool = False,
 ) -> RL_Agent:
     """Builds a batcher's :class:`PolicyAgent` for ``spec``'s env on ``device`` (module level, so it pickles).
 
     Its weights are random until the first ``batcher.update``; continuous actions are clipped to the spec's
-    bounds; its forward runs under ``autocast`` (see :class:`NetworkAgent`). With ``check_device`` it is wrapped in
-    :class:`~rlstruct.agents.RL_Agent_CheckDevice`.
+    bounds; its forward runs under ``autocast`` (see :class:`NetworkAgent`), its step compiled with ``compile``.
+    With ``check_device`` it is wrapped in :class:`~rlstruct.agents.RL_Agent_CheckDevice`.
     """
     model = build_actor_critic(spec, hidden_sizes).to(device)
     model.requires_grad_(False)
     agent: RL_Agent = PolicyAgent(model, device, action_low=spec.action_low, action_high=spec.action_high,
-                                  autocast=autocast)
+                                  autocast=autocast, compile=compile)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
 
 

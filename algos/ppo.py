@@ -73,6 +73,7 @@ from rlstruct.algos.update import (
     autocast_dtype,
     clip_groups,
     start_pipeline,
+    training_agent_kwargs,
     validate_fast_path,
 )
 from rlstruct.devices import as_device
@@ -294,7 +295,7 @@ def train(config: PPOConfig) -> TrainResult:
                                            autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False},
                                            cuda_graph=config.cuda_graph,
                                            zero_copy=config.overlap and config.n_processes == 0,
-                                           agent_kwargs={"autocast": autocast_dtype(config)})
+                                           agent_kwargs=training_agent_kwargs(config))
 
         model.to(learner)
         loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)

@@ -48,6 +48,7 @@ from rlstruct.algos.update import (
     UpdateStep,
     autocast_dtype,
     clip_groups,
+    training_agent_kwargs,
     validate_fast_path,
     weight_sync_mode,
 )
@@ -236,7 +237,7 @@ def train(config: ReinforceConfig) -> TrainResult:
         batcher, evaluator = open_batchers(stack, config, spec, create_policy_agent,
                                            n_timesteps=spec.max_episode_steps, autoreset=False,
                                            explore={"stochastic": True}, greedy={"stochastic": False},
-                                           agent_kwargs={"autocast": autocast_dtype(config)})
+                                           agent_kwargs=training_agent_kwargs(config))
 
         model.to(learner)
         loss_agent = PolicyAgent(model, learner)

@@ -37,6 +37,7 @@ __all__ = [
     "validate_fast_path",
     "weight_sync_mode",
     "autocast_dtype",
+    "training_agent_kwargs",
     "start_pipeline",
     "UpdateStep",
     "clip_groups",
@@ -63,6 +64,9 @@ class FastPathConfig(RunConfig):
         share_weights: with n_processes=0 and batcher_device == learner_device, the training batcher's agent reads
             the learner's weights on the device (shared, or copied in place when collection overlaps learning)
             instead of a CPU copy after every update.
+        compile_policy: compile the training batcher's policy step (forward, draw, log-probability) with
+            torch.compile, its elementwise work fused (the same actions up to floating-point rounding); the first
+            acquisition compiles. Not with recurrent.
         autocast: none, or bfloat16: the update's forward and loss, and the training batcher's policy, under
             torch.autocast (bfloat16 matrix products and activations: half the memory traffic of the passes over
             large batches; other bits than float32). The weights, their gradients, the optimizer, the targets
@@ -72,6 +76,7 @@ class FastPathConfig(RunConfig):
     compile_update: bool = False
     cuda_graph: bool = False
     share_weights: bool = True
+    compile_policy: bool = False
     autocast: str = "none"
 
 
@@ -86,14 +91,20 @@ def validate_fast_path(config: FastPathConfig, algo: str, *, recurrent: bool = F
         episodic: whether the training batcher's envs are episodic (no ``cuda_graph`` then).
 
     Raises:
-        ConfigError: ``compile_update`` with ``recurrent`` or ``check_devices``; ``autocast`` with
-            ``check_devices``; ``cuda_graph`` with a non-CUDA ``batcher_device`` or episodic envs.
+        ConfigError: ``compile_update`` with ``recurrent`` or ``check_devices``; ``compile_policy`` with
+            ``recurrent``; ``autocast`` with ``check_devices``; ``cuda_graph`` with a non-CUDA ``batcher_device``
+            or episodic envs.
         ValueError: ``autocast`` is not one of :data:`AUTOCAST_DTYPES`.
     """
     if config.autocast not in AUTOCAST_DTYPES:
         raise ValueError(
             f"autocast must be one of {list(AUTOCAST_DTYPES)}, got {config.autocast!r}; pass --autocast bfloat16 for "
             "the update's and the training policy's forward in bfloat16, or leave the default (none: float32)"
+        )
+    if config.compile_policy and recurrent:
+        raise ConfigError(
+            f"{algo}: compile_policy=True does not support recurrent=True (it compiles the feed-forward policy's "
+            "step); drop --compile-policy or --recurrent"
         )
     if config.compile_update and recurrent:
         raise ConfigError(
@@ -129,6 +140,20 @@ def autocast_dtype(config: FastPathConfig) -> torch.dtype | None:
     (None, torch.bfloat16)
     """
     return AUTOCAST_DTYPES[config.autocast]
+
+
+def training_agent_kwargs(config: FastPathConfig) -> dict[str, object]:
+    """The training batcher's agent's own keyword arguments (``open_batchers``'s ``agent_kwargs``): its
+    ``autocast``, and ``compile`` with ``compile_policy`` (the recurrent agent takes no ``compile``; validation
+    refuses the pair).
+
+    >>> training_agent_kwargs(FastPathConfig(compile_policy=True))
+    {'autocast': None, 'compile': True}
+    """
+    kwargs: dict[str, object] = {"autocast": autocast_dtype(config)}
+    if config.compile_policy:
+        kwargs["compile"] = True
+    return kwargs
 
 
 def weight_sync_mode(config: FastPathConfig, *, overlap: bool = False) -> str:

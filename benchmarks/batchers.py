@@ -12,10 +12,11 @@ An MLP 4-64-64-2 policy samples actions; T = 128 steps per acquisition.
     and one GPU worker process (n_processes=1) with the graph at the largest N.
 
 With ``--policy-dtype bfloat16`` every loop's policy computes under ``torch.autocast`` in bfloat16 (the
-training batcher's policy of ``rlstruct train --autocast bfloat16``).
+training batcher's policy of ``rlstruct train --autocast bfloat16``); with ``--compile-policy`` every loop's policy
+step (forward, softmax, draw) is compiled by ``torch.compile`` (``rlstruct train --compile-policy``).
 
 Run: python benchmarks/batchers.py [--iters 5] [--rounds 3] [--device cpu] [--sync-timings] [--physics-dtype float32]
-     [--policy-dtype bfloat16]
+     [--policy-dtype bfloat16] [--compile-policy]
 """
 
 from __future__ import annotations
@@ -48,15 +49,25 @@ def sample(model: nn.Module, frame: torch.Tensor, autocast: torch.dtype | None) 
     return torch.multinomial(torch.softmax(logits.float(), -1), 1).squeeze(1)
 
 
+COMPILE_POLICY = False  # --compile-policy
+
+
+def policy_step(model: nn.Module, autocast: torch.dtype | None, compile: bool):
+    """``frame -> action`` of ``model`` (see :func:`sample`), compiled with ``compile``."""
+    def step(frame: torch.Tensor) -> torch.Tensor:
+        return sample(model, frame, autocast)
+    return torch.compile(step) if compile else step
+
+
 class MLPAgent(RL_Agent):
     """Samples from the softmax of an MLP over ``frame``."""
 
-    def __init__(self, device: str = "cpu", autocast: torch.dtype | None = None):
+    def __init__(self, device: str = "cpu", autocast: torch.dtype | None = None, compile: bool = False):
         self.model = mlp().to(device)
-        self.autocast = autocast
+        self.step = policy_step(self.model, autocast, compile)
 
     def __call__(self, state, observation, agent_info, history=None):
-        action = sample(self.model, observation["frame"], self.autocast)
+        action = self.step(observation["frame"])
         return DictTensor._trusted({"action": action}), state
 
     def update(self, state_dict):
@@ -97,14 +108,14 @@ def bench_gym_vector(n_envs: int, iters: int) -> float:
 
 @torch.no_grad()
 def _numpy_loop(env, n_envs: int, iters: int) -> float:
-    model = mlp()
+    step = policy_step(mlp(), POLICY_DTYPE, COMPILE_POLICY)
     obs, _ = env.reset(seed=0)
     t0 = None
     for it in range(iters + 1):
         if it == 1:
             t0 = time.perf_counter()
         for _ in range(T):
-            action = sample(model, torch.from_numpy(obs), POLICY_DTYPE)
+            action = step(torch.from_numpy(obs))
             obs, *_ = env.step(action.numpy())
     env.close()
     return n_envs * T * iters / (time.perf_counter() - t0)
@@ -114,7 +125,7 @@ def _numpy_loop(env, n_envs: int, iters: int) -> float:
 def bench_hand_loop(n_envs: int, iters: int, device: str) -> float:
     """The same torch env and policy, stepped by a minimal loop that stores nothing."""
     env = torch_env(n_envs, 0, device)
-    agent = MLPAgent(device, POLICY_DTYPE)
+    agent = MLPAgent(device, POLICY_DTYPE, COMPILE_POLICY)
     obs, _ = env.reset()
     t0 = None
     for it in range(iters + 1):
@@ -143,7 +154,8 @@ def batcher_on(
     device: str, n: int, n_processes: int = 0, cuda_graph: bool = False, compile: bool = False, zero_copy: bool = False
 ) -> RL_Batcher:
     env_args = {"n_envs": n, "device": device, "compile": compile, "physics_dtype": PHYSICS_DTYPE}
-    return RL_Batcher(T, MLPAgent, {"device": device, "autocast": POLICY_DTYPE}, torch_env, env_args,
+    return RL_Batcher(T, MLPAgent, {"device": device, "autocast": POLICY_DTYPE, "compile": COMPILE_POLICY},
+                      torch_env, env_args,
                       n_processes, [0], device=device, cuda_graph=cuda_graph, sync_timings=SYNC_TIMINGS,
                       zero_copy=zero_copy)
 
@@ -162,19 +174,23 @@ def main(argv=None) -> None:
                    help="the in-process policy's float32 matmuls (parts b and c; high: TF32 on the GPU)")
     p.add_argument("--policy-dtype", default="float32", choices=["float32", "bfloat16"],
                    help="the policy's forward under torch.autocast in bfloat16 (every loop, every part)")
+    p.add_argument("--compile-policy", action="store_true",
+                   help="the policy's step compiled by torch.compile (every loop, every part)")
     args = p.parse_args(argv)
     torch.set_float32_matmul_precision(args.matmul_precision)
-    global SYNC_TIMINGS, PHYSICS_DTYPE, POLICY_DTYPE
+    global SYNC_TIMINGS, PHYSICS_DTYPE, POLICY_DTYPE, COMPILE_POLICY
     SYNC_TIMINGS = args.sync_timings
     PHYSICS_DTYPE = getattr(torch, args.physics_dtype)
     POLICY_DTYPE = None if args.policy_dtype == "float32" else getattr(torch, args.policy_dtype)
+    COMPILE_POLICY = args.compile_policy
     torch.set_num_threads(1)
     rows: list[tuple[str, str, float, str]] = []
 
     if not args.skip_processes:
         print("(a) 2 worker processes x 32 gymnasium CartPole-v1 vs one process, SyncVectorEnv(64)", flush=True)
         base = sps = 0.0
-        with RL_Batcher(T, MLPAgent, {"autocast": POLICY_DTYPE}, gym_list_env, {"n_envs": 32}, 2, [0, 1]) as b:
+        with RL_Batcher(T, MLPAgent, {"autocast": POLICY_DTYPE, "compile": COMPILE_POLICY}, gym_list_env,
+                        {"n_envs": 32}, 2, [0, 1]) as b:
             for _ in range(args.rounds):
                 base = max(base, bench_sync_vector_env(64, args.iters))
                 r_sps, r_tm = bench_batcher(b, args.iters)

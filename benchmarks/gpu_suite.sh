@@ -21,15 +21,17 @@ declare -A STEPS=(
   [throughput]="$PY benchmarks/gpu_training.py --skip-solve --iterations 20 --json DIR/throughput.json"
   [tf32]="$PY benchmarks/gpu_training.py --skip-solve --iterations 20 --log2-envs 18 20 --matmul-precision high --json DIR/tf32.json"
   [bf16]="$PY benchmarks/gpu_training.py --skip-solve --iterations 20 --log2-envs 18 20 --autocast bfloat16 --json DIR/bf16.json"
+  [bf16_compiled_policy]="$PY benchmarks/gpu_training.py --skip-solve --iterations 20 --log2-envs 18 20 --autocast bfloat16 --compile-policy --json DIR/bf16_compiled_policy.json"
   [collection]="$PY benchmarks/batchers.py --device cuda --skip-processes --sizes 1048576 --iters 5 --rounds 2"
   [collection_fast]="$PY benchmarks/batchers.py --device cuda --skip-processes --sizes 1048576 --iters 5 --rounds 2 --physics-dtype float32 --matmul-precision high"
   [collection_bf16]="$PY benchmarks/batchers.py --device cuda --skip-processes --sizes 1048576 --iters 5 --rounds 2 --physics-dtype float32 --policy-dtype bfloat16"
+  [collection_compiled]="$PY benchmarks/batchers.py --device cuda --skip-processes --sizes 1048576 --iters 5 --rounds 2 --physics-dtype float32 --policy-dtype bfloat16 --compile-policy"
   [envs]="$PY benchmarks/envs.py --device cuda --sizes 16384 262144 1048576 --float32"
   [ecosystem]="$PY benchmarks/ecosystem.py --gymnax-sizes 1024 16384 65536 --skip b d"
   [locomotion]="$PY benchmarks/locomotion.py --device cuda --mjx-sizes 1024 4096 16384 --torch-sizes 1024 4096"
   [cpu_scaling]="$PY benchmarks/cpu_scaling.py --workers 1 2 4 8 --rounds 1"
 )
-ORDER=(cuda_tests solve_a2c solve_ppo throughput tf32 bf16 collection collection_fast collection_bf16 envs ecosystem locomotion cpu_scaling)
+ORDER=(cuda_tests solve_a2c solve_ppo throughput tf32 bf16 bf16_compiled_policy collection collection_fast collection_bf16 collection_compiled envs ecosystem locomotion cpu_scaling)
 
 if [[ ${1:-} == --list || $# -eq 0 ]]; then
   for s in "${ORDER[@]}"; do printf '%-16s %s\n' "$s" "${STEPS[$s]}"; done

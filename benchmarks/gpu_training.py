@@ -107,7 +107,7 @@ def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: 
 
 def throughput(algo: str, n_envs: int, device: str, *, compile_update: bool, iterations: int,
                physics_dtype: str = "float64", matmul_precision: str = "highest",
-               autocast: str = "none") -> dict[str, float]:
+               autocast: str = "none", compile_policy: bool = False) -> dict[str, float]:
     """Env steps per second of ``algo``'s training loop (collection and learning) at ``n_envs`` envs."""
     from rlstruct.algos import a2c, ppo
 
@@ -120,7 +120,7 @@ def throughput(algo: str, n_envs: int, device: str, *, compile_update: bool, ite
                      max_env_steps=n_envs * n_steps * (iterations + WARMUP_ITERATIONS), time_limit=3600.0,
                      eval_every=10 ** 9, n_evaluation_envs=4, stop_at_reward_threshold=False, progress=False,
                      tensorboard=False, logdir=tmp, physics_dtype=physics_dtype, matmul_precision=matmul_precision,
-                     autocast=autocast)
+                     autocast=autocast, compile_policy=compile_policy)
         result = module.train(config)
     # Free this size's compiled update and its CUDA-graph memory pools before the next size (all seven sizes'
     # pools together do not fit in 80 GB).
@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "medium"],
                         help="the runs' float32 matmul precision (high: TF32 on the GPU)")
     parser.add_argument("--autocast", default="none", choices=["none", "bfloat16"],
-                        help="the learner's forward and loss under torch.autocast (bfloat16: half the memory traffic)")
+                        help="the update's and the training policy's forward in bfloat16 (rlstruct train --autocast)")
+    parser.add_argument("--compile-policy", action="store_true",
+                        help="compile the training batcher's policy step (rlstruct train --compile-policy)")
     parser.add_argument("--solve-configs", nargs="+", default=list(SOLVE_CONFIGS), choices=list(SOLVE_CONFIGS),
                         help="the solve runs' settings: the algorithms' defaults and/or the wide batches")
     parser.add_argument("--solve-args", default="",
@@ -171,12 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     compile_update = gpu or ns.compile
     machine = torch.cuda.get_device_name() if gpu else platform.processor() or platform.machine()
     print(f"device: {device} ({machine}), torch {torch.__version__}, compile_update={compile_update}, "
-          f"physics {ns.physics_dtype}, matmul precision {ns.matmul_precision}, autocast {ns.autocast}")
+          f"physics {ns.physics_dtype}, matmul precision {ns.matmul_precision}, autocast {ns.autocast}, "
+          f"compile_policy={ns.compile_policy}")
     if not gpu:
         print("no CUDA device: running the small CPU version; the GPU numbers (solve time on one GPU, throughput at "
               "2**14..2**20 envs) need a GPU machine")
     out: dict[str, object] = {"device": device, "machine": machine, "torch": torch.__version__, "gpu": gpu,
-                              "matmul_precision": ns.matmul_precision, "autocast": ns.autocast}
+                              "matmul_precision": ns.matmul_precision, "autocast": ns.autocast,
+                              "compile_policy": ns.compile_policy}
 
     if not ns.skip_solve:
         runs = []
@@ -186,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append(solve(a, s, gpu, compile_update=compile_update, time_limit=time_limit, config=c,
                                       physics_dtype=ns.physics_dtype,
                                       extra=["--matmul-precision", ns.matmul_precision, "--autocast", ns.autocast,
+                                             *(["--compile-policy"] if ns.compile_policy else []),
                                              *shlex.split(ns.solve_args)]))
                     if "error" in runs[-1]:  # the other seeds would fail the same way
                         break
@@ -208,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ns.skip_throughput:
         tp = [throughput(a, 2 ** k, device, compile_update=compile_update, iterations=iterations,
                          physics_dtype=ns.physics_dtype, matmul_precision=ns.matmul_precision,
-                         autocast=ns.autocast)
+                         autocast=ns.autocast, compile_policy=ns.compile_policy)
               for a in ns.algos for k in log2]
         out["throughput"] = tp
         print(f"\nTraining throughput, learner included ({device}, {iterations} timed iterations):")

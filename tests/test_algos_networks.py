@@ -215,14 +215,16 @@ def test_distributions_and_values_compute_in_float32_under_autocast():
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("recurrent", [False, True])
 def test_batcher_agents_under_autocast_sample_from_a_bfloat16_forward(recurrent):
-    """--autocast's training agent, in a worker process (the dtype pickles): its forward in bfloat16, what it
-    returns in float32 (the recurrent memory too: the buffer's layout is float32), the log-probabilities those of
-    the float32 forward within bfloat16 rounding."""
+    """--autocast's training agent (compiled too, feed-forward) in a worker process (the dtype pickles): its forward
+    in bfloat16, what it returns in float32 (the recurrent memory too: the buffer's layout is float32), the
+    log-probabilities those of the float32 forward within bfloat16 rounding."""
     from rlstruct.algos.recurrent import create_recurrent_agent
 
     env = "CartPoleNoVel-v1" if recurrent else "CartPole-v1"
     spec = describe_env(env, "torch", None)
     agent_args = {"spec": spec, "hidden_sizes": (16,), "autocast": torch.bfloat16}
+    if not recurrent:
+        agent_args["compile"] = True  # --compile-policy: compiled in the worker, at its first step
     create = create_recurrent_agent if recurrent else create_policy_agent
     agent = create(**agent_args)
     env_args = {"name": env, "n_envs": 4, "autoreset": True}
@@ -242,3 +244,31 @@ def test_batcher_agents_under_autocast_sample_from_a_bfloat16_forward(recurrent)
     assert seen == [torch.bfloat16]
     full = agent.model.policy(tt["observation/frame"].flatten(0, 1)).log_prob(tt["action/action"].flatten(0, 1))
     torch.testing.assert_close(tt["action/log_prob"].flatten(0, 1), full, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("continuous", [False, True])
+def test_compiled_policy_step_is_one_graph_with_the_eager_steps_actions(continuous):
+    """compile_policy: the step after the noise is one graph (no generator inside to split it), and it takes the
+    eager step's actions; the log-probabilities within float rounding."""
+    import torch._dynamo
+
+    spec = PENDULUM if continuous else describe_env("CartPole-v1", "torch", None)
+    eager = create_policy_agent(spec, (16, 16))
+    compiled = create_policy_agent(spec, (16, 16), compile=True)
+    compiled.model.load_state_dict(eager.model.state_dict())
+    g = torch.Generator().manual_seed(0)
+    frame = torch.randn(64, spec.obs_shape[0], generator=g)
+    stochastic = torch.arange(64) % 3 != 0  # greedy rows too
+    noise = eager._noise((64, eager.model.policy_dim), g, eager.device)
+    assert torch._dynamo.explain(eager.step)(frame, noise, stochastic).graph_break_count == 0
+    a, b = eager.step(frame, noise, stochastic), compiled._step(frame, noise, stochastic)
+    assert a.keys() == b.keys()
+    torch.testing.assert_close(b["action"], a["action"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(b["log_prob"], a["log_prob"], rtol=1e-5, atol=1e-5)
+    # Through __call__: the same generator state gives the same draws.
+    eager.seed(3)
+    compiled.seed(3)
+    obs, info = DictTensor({"frame": frame}), DictTensor({"stochastic": stochastic})
+    torch.testing.assert_close(compiled(None, obs, info)[0]["action"], eager(None, obs, info)[0]["action"],
+                               rtol=1e-5, atol=1e-5)

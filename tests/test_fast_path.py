@@ -260,6 +260,8 @@ def test_overlap_in_process_runs_and_is_reproducible(tmp_path, module, cls):
     (a2c, a2c.A2CConfig, {"autocast": "bfloat16", "check_devices": True},
      "autocast='bfloat16' does not support check_devices=True"),
     (reinforce, reinforce.ReinforceConfig, {"autocast": "bfloat16", "check_devices": True}, "check_devices"),
+    (ppo, ppo.PPOConfig, {"compile_policy": True, "recurrent": True},
+     "compile_policy=True does not support recurrent=True"),
     (a2c, a2c.A2CConfig, {"cuda_graph": True}, "needs a CUDA batcher_device"),
     (ppo, ppo.PPOConfig, {"cuda_graph": True}, "needs a CUDA batcher_device"),
 ])
@@ -284,7 +286,7 @@ def test_cli_has_the_fast_path_flags(capsys):
             main(["train", algo, "--help"])
         out = capsys.readouterr().out
         for flag in ("--compile-update", "--cuda-graph", "--share-weights", "--learner-device", "--batcher-device",
-                     "--autocast"):
+                     "--autocast", "--compile-policy"):
             assert flag in out, (algo, flag)
 
 
@@ -405,6 +407,24 @@ def test_compiled_autocast_update_equals_eager_autocast_update_aot_eager():
         torch.testing.assert_close(q, p, rtol=1e-2, atol=1e-3)
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("module, cls", [(a2c, a2c.A2CConfig), (ppo, ppo.PPOConfig)])
+def test_compile_policy_collects_what_the_eager_policy_collects(tmp_path, module, cls):
+    """--compile-policy: the same actions, so the same episodes; the losses within float rounding (the compiled
+    step's log-probabilities may differ in their last bits)."""
+    cfg = dict(max_env_steps=2_048, n_envs=16, eval_every=4, hidden_sizes=(16,), log_every=1)
+    eager = module.train(cls(**_common(tmp_path / "a", **cfg)))
+    compiled = module.train(cls(**_common(tmp_path / "b", compile_policy=True, **cfg)))
+    assert len(eager.history) == len(compiled.history) > 4
+    for a, b in zip(eager.history, compiled.history):
+        assert a.keys() == b.keys()
+        for k in a:
+            if k.startswith("train/") or k.startswith("eval/return") or k in ("iteration", "env_steps"):
+                assert repr(a[k]) == repr(b[k]), k  # repr: nan (no episode ended yet) equals nan
+            elif k not in ("wall_time_s", "eval/blocked_s"):
+                assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6, nan_ok=True), k
+
+
 def test_bad_autocast_is_a_value_error_naming_the_choices():
     with pytest.raises(ValueError, match=r"autocast must be one of \['none', 'bfloat16'\], got 'float16'; pass"):
         a2c.validate(a2c.A2CConfig(autocast="float16"))
@@ -495,14 +515,15 @@ def test_cuda_shared_weights_and_overlap_on_a_side_stream(tmp_path):
 
 @CUDA
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("autocast", ["none", "bfloat16"])
+@pytest.mark.parametrize("autocast, compile_policy", [("none", False), ("bfloat16", True)])
 @pytest.mark.parametrize("algo", ["a2c", "ppo"])
-def test_cuda_fast_path_trains(tmp_path, algo, autocast):
-    """Every fast-path flag at once; with --autocast, the captured acquisition runs the bfloat16 policy and the
-    compiled update its bfloat16 forward."""
+def test_cuda_fast_path_trains(tmp_path, algo, autocast, compile_policy):
+    """Every fast-path flag at once; with --autocast and --compile-policy, the captured acquisition runs the
+    compiled bfloat16 policy step and the compiled update its bfloat16 forward."""
     module, cls = {"a2c": (a2c, a2c.A2CConfig), "ppo": (ppo, ppo.PPOConfig)}[algo]
     cfg = dict(max_env_steps=4_096, n_envs=64, eval_every=4, hidden_sizes=(32,), learner_device="cuda",
-               batcher_device="cuda", cuda_graph=True, compile_update=True, overlap=True, autocast=autocast)
+               batcher_device="cuda", cuda_graph=True, compile_update=True, overlap=True, autocast=autocast,
+               compile_policy=compile_policy)
     result = module.train(cls(**_common(tmp_path, **cfg)))
     losses = [v for r in result.history for k, v in r.items() if k.startswith("loss/")]
     assert losses and all(math.isfinite(x) for x in losses)
