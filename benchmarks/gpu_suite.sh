@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU measurements of BENCHMARKS.md ("GPU end to end"), one named step each, every step's output kept in
-# DIR/<step>.log, so that a machine lent for a short while runs exactly what is missing, in a few calls.
+# DIR/<step>.log, so that a machine lent for a short while runs exactly what is missing, in a few calls. The
+# order is issue 20's priority: its solve, throughput (bfloat16) and collection (compiled bfloat16 policy) targets
+# first.
 #
 #   bash benchmarks/gpu_suite.sh DIR                # every step, in order
 #   bash benchmarks/gpu_suite.sh DIR solve_a2c tf32 # the steps named
@@ -31,7 +33,8 @@ declare -A STEPS=(
   [locomotion]="$PY benchmarks/locomotion.py --device cuda --mjx-sizes 1024 4096 16384 --torch-sizes 1024 4096"
   [cpu_scaling]="$PY benchmarks/cpu_scaling.py --workers 1 2 4 8 --rounds 1"
 )
-ORDER=(cuda_tests solve_a2c solve_ppo throughput tf32 bf16 bf16_compiled_policy collection collection_fast collection_bf16 collection_compiled envs ecosystem locomotion cpu_scaling)
+ORDER=(cuda_tests solve_a2c solve_ppo bf16 collection_compiled throughput tf32 bf16_compiled_policy collection_bf16
+       collection collection_fast envs ecosystem locomotion cpu_scaling)
 
 if [[ ${1:-} == --list || $# -eq 0 ]]; then
   for s in "${ORDER[@]}"; do printf '%-16s %s\n' "$s" "${STEPS[$s]}"; done
