@@ -193,6 +193,10 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
                        help="get() returns views of the batcher's buffer, not copies (RL_Batcher(zero_copy=True))")
         p.add_argument("--physics-dtype", default="float64", choices=["float64", "float32"],
                        help="the torch simulators' physics precision (default: float64)")
+        p.add_argument("--autocast", default="none", choices=["none", "bfloat16"],
+                       help="the loss's forward and the policy under torch.autocast (rlstruct train --autocast)")
+        p.add_argument("--compile-policy", action="store_true",
+                       help="compile the policy step with torch.compile (rlstruct train --compile-policy)")
         p.add_argument("--num-threads", type=int, default=None, help="torch threads of this process (default: torch's)")
         p.add_argument("--png", default="profile.png", help="bar chart to write (default: profile.png; '' for none)")
     ns = p.parse_args(argv)
@@ -210,7 +214,8 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
                 ns.env, n_envs=ns.n_envs, n_processes=ns.n_processes, n_timesteps=ns.n_timesteps,
                 iterations=ns.iterations, device=ns.device, learner_device=ns.learner_device,
                 backend=ns.backend, seed=ns.seed, sync=not ns.no_sync, cuda_graph=ns.cuda_graph,
-                zero_copy=ns.zero_copy, physics_dtype=ns.physics_dtype,
+                zero_copy=ns.zero_copy, physics_dtype=ns.physics_dtype, autocast=ns.autocast,
+                compile_policy=ns.compile_policy,
             )
         png = out.plot(ns.png) if ns.png else None
     except (ValueError, RLStructError) as e:

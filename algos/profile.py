@@ -22,9 +22,17 @@ import torch
 
 from rlstruct.agents import replay_agent_stateless
 from rlstruct.algos.a2c import A2CConfig, a2c_loss
-from rlstruct.algos.networks import PolicyAgent, build_actor_critic, cpu_state_dict, create_policy_agent, make_adam
+from rlstruct.algos.networks import (
+    PolicyAgent,
+    autocast_context,
+    build_actor_critic,
+    cpu_state_dict,
+    create_policy_agent,
+    make_adam,
+)
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.algos.run import check_physics_dtype, create_env, describe_env, seeded_model
+from rlstruct.algos.update import AUTOCAST_DTYPES
 from rlstruct.batchers import RL_Batcher
 from rlstruct.batchers.autotune import AutotuneResult, Measurement, autotune, available_gpu_bytes, host_rss
 from rlstruct.batchers.profile import LEARNER_PHASES, PhaseTimer, ProfileReport, split_collection
@@ -58,6 +66,8 @@ def profile_training(
     cuda_graph: bool = False,
     zero_copy: bool = False,
     physics_dtype: str = "float64",
+    autocast: str = "none",
+    compile_policy: bool = False,
 ) -> ProfileReport:
     """Runs ``iterations`` of collect → learn and reports where the time goes.
 
@@ -89,14 +99,19 @@ def profile_training(
         zero_copy: the batcher's ``zero_copy``: ``get`` returns views of its buffer, and ``gather`` shrinks to
             wrapping them (each iteration uses its trajectories before the next ``execute``).
         physics_dtype: ``"float64"`` or ``"float32"``: the torch simulators' physics precision.
+        autocast: ``"none"`` or ``"bfloat16"``: the loss's forward and the batcher's policy under
+            ``torch.autocast`` (``rlstruct train --autocast``).
+        compile_policy: compile the batcher's policy step (``rlstruct train --compile-policy``); the warm-up
+            iteration compiles it.
 
     Returns:
         A :class:`~rlstruct.batchers.profile.ProfileReport`.
 
     Raises:
         ValueError: ``iterations``, ``n_envs`` or ``n_timesteps`` below 1, ``env`` without discrete actions
-            or a flat observation, ``cuda_graph`` with a ``device`` other than CUDA, or a ``physics_dtype`` that
-            :func:`~rlstruct.algos.run.check_physics_dtype` refuses.
+            or a flat observation, ``cuda_graph`` with a ``device`` other than CUDA, a ``physics_dtype`` that
+            :func:`~rlstruct.algos.run.check_physics_dtype` refuses, or an ``autocast`` not in
+            :data:`~rlstruct.algos.update.AUTOCAST_DTYPES`.
         DeviceUnavailableError: a device this machine does not have.
 
     >>> report = profile_training("CartPole-v1", n_envs=8, n_timesteps=4, iterations=2)
@@ -109,9 +124,13 @@ def profile_training(
     if not isinstance(n_processes, int) or n_processes < 0:
         raise ValueError(f"n_processes must be an int >= 0 (0 runs in this process), got {n_processes!r}")
     check_physics_dtype(physics_dtype, env, backend)
+    if autocast not in AUTOCAST_DTYPES:
+        raise ValueError(f"autocast must be one of {list(AUTOCAST_DTYPES)}, got {autocast!r}; pass --autocast "
+                         "bfloat16, or leave the default (none: float32)")
+    dtype = AUTOCAST_DTYPES[autocast]
     dev = check_device_exists(device)
     ldev = dev if learner_device is None else check_device_exists(learner_device)
-    agent_args = _agent_args(env, backend, hidden, dev)
+    agent_args = {**_agent_args(env, backend, hidden, dev), "autocast": dtype, "compile": compile_policy}
     a2c = A2CConfig(gamma=gamma)
     n_workers = max(n_processes, 1)
     env_args = {"name": env, "n_envs": n_envs, "device": str(dev), "autoreset": True, "backend": backend,
@@ -134,7 +153,7 @@ def profile_training(
             traj, _ = batcher.get()
             with timer("to_learner"):
                 traj = traj.to(ldev)
-            with timer("loss"):
+            with timer("loss"), autocast_context(ldev, dtype):
                 out = replay_agent_stateless(learner, traj, "replay_batch")
                 tt = traj.trajectories
                 with torch.no_grad():
@@ -170,7 +189,8 @@ def profile_training(
     seconds["other"] = max(wall - sum(seconds.values()), 0.0)
     config = {"env": env, "n_envs": n_envs, "n_processes": n_processes, "n_timesteps": n_timesteps,
               "iterations": iterations, "device": str(dev), "learner_device": str(ldev), "backend": backend,
-              "hidden": hidden, "sync": sync, "cuda_graph": cuda_graph, "zero_copy": zero_copy}
+              "hidden": hidden, "sync": sync, "cuda_graph": cuda_graph, "zero_copy": zero_copy,
+              "physics_dtype": physics_dtype, "autocast": autocast, "compile_policy": compile_policy}
     return ProfileReport(seconds, wall, int(bt["env_steps"]), iterations, bt, config)
 
 

@@ -151,6 +151,8 @@ def test_profile_errors_are_named(monkeypatch, tmp_path):
         profile_training(iterations=0)
     with pytest.raises(ValueError, match="n_processes must be an int >= 0"):
         profile_training(n_processes=-1)
+    with pytest.raises(ValueError, match=r"autocast must be one of \['none', 'bfloat16'\], got 'fp16'; pass"):
+        profile_training(autocast="fp16")
     with pytest.raises(SpaceError, match="takes discrete actions, got env='Pendulum-v1'.*keep the default"):
         profile_training("Pendulum-v1")
     report = profile_training("CartPole-v1", n_envs=4, n_timesteps=2, iterations=1)
@@ -171,6 +173,10 @@ def test_profile_command(tmp_path, capsys):
     argv = ["profile", "--n-envs", "4", "--n-timesteps", "2", "--iterations", "2"]
     assert main([*argv, "--zero-copy", "--png", ""]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["config"]["zero_copy"] is True
+    assert main([*argv, "--autocast", "bfloat16", "--compile-policy", "--png", ""]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["config"]["autocast"] == "bfloat16" and result["config"]["compile_policy"] is True
+    assert result["seconds"]["agent_forward"] > 0 and result["seconds"]["loss"] > 0
     assert main(["profile", "--env", "Pendulum-v1", "--png", ""]) == 2
     assert "error: profile_training takes discrete actions, got env='Pendulum-v1'" in capsys.readouterr().err
     assert main(["profile", "--cuda-graph", "--png", ""]) == 2
