@@ -32,7 +32,7 @@ from rlstruct.algos.networks import (
 )
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.algos.run import check_physics_dtype, create_env, describe_env, seeded_model
-from rlstruct.algos.update import AUTOCAST_DTYPES
+from rlstruct.algos.update import check_autocast
 from rlstruct.batchers import RL_Batcher
 from rlstruct.batchers.autotune import AutotuneResult, Measurement, autotune, available_gpu_bytes, host_rss
 from rlstruct.batchers.profile import LEARNER_PHASES, PhaseTimer, ProfileReport, split_collection
@@ -124,10 +124,7 @@ def profile_training(
     if not isinstance(n_processes, int) or n_processes < 0:
         raise ValueError(f"n_processes must be an int >= 0 (0 runs in this process), got {n_processes!r}")
     check_physics_dtype(physics_dtype, env, backend)
-    if autocast not in AUTOCAST_DTYPES:
-        raise ValueError(f"autocast must be one of {list(AUTOCAST_DTYPES)}, got {autocast!r}; pass --autocast "
-                         "bfloat16, or leave the default (none: float32)")
-    dtype = AUTOCAST_DTYPES[autocast]
+    dtype = check_autocast(autocast)
     dev = check_device_exists(device)
     ldev = dev if learner_device is None else check_device_exists(learner_device)
     agent_args = {**_agent_args(env, backend, hidden, dev), "autocast": dtype, "compile": compile_policy}

@@ -37,6 +37,7 @@ __all__ = [
     "validate_fast_path",
     "weight_sync_mode",
     "autocast_dtype",
+    "check_autocast",
     "training_agent_kwargs",
     "start_pipeline",
     "UpdateStep",
@@ -96,11 +97,7 @@ def validate_fast_path(config: FastPathConfig, algo: str, *, recurrent: bool = F
             or episodic envs.
         ValueError: ``autocast`` is not one of :data:`AUTOCAST_DTYPES`.
     """
-    if config.autocast not in AUTOCAST_DTYPES:
-        raise ValueError(
-            f"autocast must be one of {list(AUTOCAST_DTYPES)}, got {config.autocast!r}; pass --autocast bfloat16 for "
-            "the update's and the training policy's forward in bfloat16, or leave the default (none: float32)"
-        )
+    check_autocast(config.autocast)
     if config.compile_policy and recurrent:
         raise ConfigError(
             f"{algo}: compile_policy=True does not support recurrent=True (it compiles the feed-forward policy's "
@@ -131,6 +128,23 @@ def validate_fast_path(config: FastPathConfig, algo: str, *, recurrent: bool = F
             f"{algo}: cuda_graph=True needs auto-reset envs (a captured loop cannot stop early), got {algo}'s "
             "episodic training batcher; drop --cuda-graph"
         )
+
+
+def check_autocast(autocast: str) -> torch.dtype | None:
+    """The dtype of an ``autocast`` setting (``None`` for ``"none"``), for every entry point that takes one.
+
+    Raises:
+        ValueError: ``autocast`` is not one of :data:`AUTOCAST_DTYPES`.
+
+    >>> check_autocast("bfloat16")
+    torch.bfloat16
+    """
+    if autocast not in AUTOCAST_DTYPES:
+        raise ValueError(
+            f"autocast must be one of {list(AUTOCAST_DTYPES)}, got {autocast!r}; pass --autocast bfloat16 for the "
+            "update's and the training policy's forward in bfloat16, or leave the default (none: float32)"
+        )
+    return AUTOCAST_DTYPES[autocast]
 
 
 def autocast_dtype(config: FastPathConfig) -> torch.dtype | None:
