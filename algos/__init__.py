@@ -4,6 +4,7 @@ What several algorithms share sits in modules named for what they hold: :mod:`rl
 (discounted returns, GAE, episode statistics), :mod:`rlstruct.algos.networks` (the MLP, the actor-critic
 and its policy agent), :mod:`rlstruct.algos.encoders` (the CNN for images, the MLP for flat frames),
 :mod:`rlstruct.algos.recurrent` (the LSTM actor-critic, its agent and the replay of a window),
+:mod:`rlstruct.algos.normalization` (running observation and reward normalisation of the actor-critic family),
 :mod:`rlstruct.algos.run` (the config base, the run's clock and logs, its batchers and result),
 :mod:`rlstruct.algos.replay` (the replay buffer of DQN and SAC), :mod:`rlstruct.algos.evaluation`
 and :mod:`rlstruct.algos.checkpoints`;

@@ -26,12 +26,14 @@ from rlstruct.algos.networks import (
     PolicyAgent,
     actor_critic_outputs,
     build_actor_critic,
+    check_normalizable,
     cpu_state_dict,
     create_policy_agent,
     make_adam,
     masked_policy_value_loss,
     policy_actions,
 )
+from rlstruct.algos.normalization import LearnerNormalization, NormalizationConfig
 from rlstruct.algos.recurrent import (
     RecurrentPolicyAgent,
     create_recurrent_agent,
@@ -68,8 +70,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class A2CConfig(FastPathConfig):
-    """A2C settings (the shared ones are documented in :class:`RunConfig` and :class:`FastPathConfig`).
+class A2CConfig(NormalizationConfig, FastPathConfig):
+    """A2C settings (the shared ones are documented in :class:`RunConfig`, :class:`FastPathConfig` and
+    :class:`NormalizationConfig`).
 
     Attributes:
         n_steps: steps of every env per update (the training batcher's n_timesteps).
@@ -121,6 +124,7 @@ def validate(config: A2CConfig) -> EnvSpec:
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
     if config.recurrent or spec.pixels:
         spec.require("recurrent A2C" if config.recurrent else "A2C on images", config.env, discrete=True)
+    check_normalizable(spec, config.normalize_observations)
     return spec
 
 
@@ -219,11 +223,12 @@ def _replay(agent, model: torch.nn.Module, config: A2CConfig, learner: torch.dev
     return replay_learner(agent, model, traj, recurrent=config.recurrent, checked=config.check_devices)
 
 
-def _replayed_loss(replay, config: A2CConfig, traj: Trajectories) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """:func:`a2c_batch_loss` over the outputs of ``replay(traj)``."""
+def _replayed_loss(replay, config: A2CConfig, traj: Trajectories,
+                   reward: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`a2c_batch_loss` over the outputs of ``replay(traj)``, with the rewards ``reward [B, T]``."""
     tt = traj.trajectories
-    return _loss_of_outputs(replay(traj), config, tt["_observation/reward"], tt["_observation/terminated"],
-                            tt["_observation/done"], tt.mask())
+    return _loss_of_outputs(replay(traj), config, reward, tt["_observation/terminated"], tt["_observation/done"],
+                            tt.mask())
 
 
 def train(config: A2CConfig) -> TrainResult:
@@ -238,22 +243,23 @@ def train(config: A2CConfig) -> TrainResult:
     spec = validate(config)
     learner = as_device(config.learner_device)
     with training_run("a2c", config, spec, start=start) as (run, stack):
-        if config.recurrent:
-            model = seeded_model(config.seed, recurrent_actor_critic, spec, config.hidden_sizes)
-        else:
-            model = seeded_model(config.seed, build_actor_critic, spec, config.hidden_sizes)
+        build = recurrent_actor_critic if config.recurrent else build_actor_critic
+        model_kwargs = {"normalize_observations": config.normalize_observations}
+        model = seeded_model(config.seed, functools.partial(build, **model_kwargs), spec, config.hidden_sizes)
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
         create_agent = create_recurrent_agent if config.recurrent else create_policy_agent
         batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
                                            autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False},
                                            cuda_graph=config.cuda_graph, zero_copy=config.overlap,
-                                           agent_kwargs=training_agent_kwargs(config))
+                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs)
 
         model.to(learner)
         loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
         checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
         optimizer = make_adam(model, config.lr, learner)
         B = batcher.n_elems()
+        normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards, n_rows=B,
+                                         gamma=config.gamma, device=learner)
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
 
@@ -274,12 +280,13 @@ def train(config: A2CConfig) -> TrainResult:
             traj = traj.to(learner)
             tt = traj.trajectories
             rewards, done = tt["_observation/reward"], tt["_observation/done"]
+            loss_rewards = normalize(tt)
             if config.anneal_lr:
                 optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
             if config.recurrent or config.check_devices:
-                stats = update(traj)
+                stats = update(traj, loss_rewards)
             else:
-                stats = update(tt["observation/frame"], tt["_observation/frame"], policy_actions(tt), rewards,
+                stats = update(tt["observation/frame"], tt["_observation/frame"], policy_actions(tt), loss_rewards,
                                tt["_observation/terminated"], done, tt.mask())
             pipe.updated()
 

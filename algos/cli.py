@@ -107,6 +107,8 @@ def evaluate_checkpoint(
     n_workers = max(n_processes, 1)
     per_worker = -(-episodes // n_workers)
     agent_args = {"spec": EnvSpec.from_dict(spec), "hidden_sizes": tuple(cfg["hidden_sizes"]), "device": device}
+    if cfg.get("normalize_observations"):  # the network has the normalizer whose statistics the checkpoint holds
+        agent_args["normalize_observations"] = True
     env_args = {"name": cfg["env"], "n_envs": per_worker, "backend": backend or cfg["backend"],
                 "max_episode_steps": spec["max_episode_steps"], "autoreset": False, "device": device}
     if max_steps is None or max_steps > spec["max_episode_steps"]:

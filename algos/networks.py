@@ -31,6 +31,7 @@ from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos.encoders import make_encoder
+from rlstruct.algos.normalization import ObservationNormalizer
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
@@ -49,6 +50,7 @@ __all__ = [
     "ActorCritic",
     "EncoderActorCritic",
     "build_actor_critic",
+    "check_normalizable",
     "NetworkAgent",
     "PolicyAgent",
     "create_policy_agent",
@@ -206,6 +208,9 @@ class ActorCritic(nn.Module):
         hidden_sizes: hidden widths of both MLPs.
         action_dim: size of a continuous action (ignored for discrete actions).
         log_std_init: initial log standard deviation of the Gaussian.
+        normalize_observations: both MLPs see the observations through an
+            :class:`~rlstruct.algos.normalization.ObservationNormalizer` (``self.normalizer``; ``None`` without),
+            whose statistics the learner updates.
 
     >>> m = ActorCritic(4, 2, (8,))
     >>> m.policy(torch.zeros(3, 4)).logits.shape, m.value(torch.zeros(3, 4)).shape
@@ -215,8 +220,9 @@ class ActorCritic(nn.Module):
     """
 
     def __init__(self, obs_dim: int, n_actions: int | None, hidden_sizes: Sequence[int], *, action_dim: int = 1,
-                 log_std_init: float = 0.0):
+                 log_std_init: float = 0.0, normalize_observations: bool = False):
         super().__init__()
+        self.normalizer = ObservationNormalizer((obs_dim,)) if normalize_observations else None
         self.continuous = n_actions is None
         #: the policy's outputs per row: the logits of the ``n_actions``, or the Gaussian's ``action_dim`` means
         self.policy_dim = action_dim if self.continuous else n_actions
@@ -227,12 +233,16 @@ class ActorCritic(nn.Module):
 
     def policy(self, frame: torch.Tensor) -> ActionDistribution:
         """The action distribution of observations ``[N, obs_dim]`` of any dtype (batch shape ``[N]``)."""
-        out = self.actor(frame.float())  # MuJoCo's observations are float64
+        out = self.actor(self._input(frame))
         return DiagGaussian(out, self.log_std) if self.continuous else Categorical(out)
 
     def value(self, frame: torch.Tensor) -> torch.Tensor:
         """State values ``float32 [N]`` (also under ``torch.autocast``)."""
-        return self.critic(frame.float()).squeeze(-1).float()
+        return self.critic(self._input(frame)).squeeze(-1).float()
+
+    def _input(self, frame: torch.Tensor) -> torch.Tensor:
+        # float32 for the MLPs (MuJoCo's observations are float64), normalised where the model normalises.
+        return frame.float() if self.normalizer is None else self.normalizer(frame)
 
     def policy_parameters(self) -> Iterator[nn.Parameter]:
         """The parameters of the policy: the actor MLP, and ``log_std`` for a Gaussian."""
@@ -280,15 +290,22 @@ class EncoderActorCritic(nn.Module):
         return self.value_head(self.encoder(frame)).squeeze(-1).float()
 
 
-def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int]) -> ActorCritic | EncoderActorCritic:
+def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int], *,
+                       normalize_observations: bool = False) -> ActorCritic | EncoderActorCritic:
     """The actor-critic for an env: an :class:`ActorCritic` (two MLPs) whose policy head follows ``spec``
     (discrete or continuous actions) for flat observations, an :class:`EncoderActorCritic` (a shared CNN, two
     heads) for images.
 
     The one place where the algorithms build their policy network from an env's description.
 
+    Args:
+        spec: the env's description.
+        hidden_sizes: the MLPs' widths.
+        normalize_observations: an :class:`ActorCritic` whose inputs are normalised (flat observations only).
+
     Raises:
-        SpaceError: the observation is an image and the actions are continuous.
+        SpaceError: the observation is an image and the actions are continuous, or ``normalize_observations``
+            with image observations.
 
     >>> from rlstruct.algos.run import EnvSpec
     >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
@@ -298,6 +315,7 @@ def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int]) -> ActorCriti
     'EncoderActorCritic'
     """
     if spec.pixels:
+        check_normalizable(spec, normalize_observations)
         if not spec.discrete:
             raise SpaceError(
                 f"build_actor_critic takes discrete actions with image observations, got spec.obs_shape="
@@ -307,8 +325,22 @@ def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int]) -> ActorCriti
         return EncoderActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes, obs_dtype=spec.obs_dtype,
                                   obs_high=spec.obs_high)
     if spec.discrete:
-        return ActorCritic(spec.obs_dim, spec.n_actions, hidden_sizes)
-    return ActorCritic(spec.obs_dim, None, hidden_sizes, action_dim=spec.action_dim)
+        return ActorCritic(spec.obs_dim, spec.n_actions, hidden_sizes, normalize_observations=normalize_observations)
+    return ActorCritic(spec.obs_dim, None, hidden_sizes, action_dim=spec.action_dim,
+                       normalize_observations=normalize_observations)
+
+
+def check_normalizable(spec: EnvSpec, normalize_observations: bool) -> None:
+    """Refuses ``normalize_observations`` for image observations (the CNN scales pixels itself).
+
+    Raises:
+        SpaceError: ``normalize_observations`` with image observations.
+    """
+    if normalize_observations and spec.pixels:
+        raise SpaceError(
+            f"normalize_observations takes flat observations, got image frames of shape {spec.obs_shape}; the CNN "
+            "encoder scales pixels itself: drop normalize_observations"
+        )
 
 
 class NetworkAgent(RL_Agent):
@@ -484,15 +516,16 @@ def _step_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tenso
 
 def create_policy_agent(
     spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False,
-    autocast: torch.dtype | None = None, compile: bool = False,
+    autocast: torch.dtype | None = None, compile: bool = False, normalize_observations: bool = False,
 ) -> RL_Agent:
     """Builds a batcher's :class:`PolicyAgent` for ``spec``'s env on ``device`` (module level, so it pickles).
 
-    Its weights are random until the first ``batcher.update``; continuous actions are clipped to the spec's
-    bounds; its forward runs under ``autocast`` (see :class:`NetworkAgent`), its step compiled with ``compile``.
-    With ``check_device`` it is wrapped in :class:`~rlstruct.agents.RL_Agent_CheckDevice`.
+    Its weights (and, with ``normalize_observations``, its observation statistics) are the initial ones until the
+    first ``batcher.update``; continuous actions are clipped to the spec's bounds; its forward runs under
+    ``autocast`` (see :class:`NetworkAgent`), its step compiled with ``compile``. With ``check_device`` it is
+    wrapped in :class:`~rlstruct.agents.RL_Agent_CheckDevice`.
     """
-    model = build_actor_critic(spec, hidden_sizes).to(device)
+    model = build_actor_critic(spec, hidden_sizes, normalize_observations=normalize_observations).to(device)
     model.requires_grad_(False)
     agent: RL_Agent = PolicyAgent(model, device, action_low=spec.action_low, action_high=spec.action_high,
                                   autocast=autocast, compile=compile)

@@ -41,6 +41,7 @@ from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
     PolicyAgent,
     build_actor_critic,
+    check_normalizable,
     cpu_state_dict,
     create_policy_agent,
     critic_values,
@@ -48,6 +49,7 @@ from rlstruct.algos.networks import (
     normalize_masked,
     policy_actions,
 )
+from rlstruct.algos.normalization import LearnerNormalization, NormalizationConfig
 from rlstruct.algos.recurrent import (
     RecurrentPolicyAgent,
     create_recurrent_agent,
@@ -85,9 +87,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class PPOConfig(FastPathConfig):
-    """PPO settings (the shared ones are documented in :class:`RunConfig` and :class:`FastPathConfig`); the defaults
-    suit CartPole-v1.
+class PPOConfig(NormalizationConfig, FastPathConfig):
+    """PPO settings (the shared ones are documented in :class:`RunConfig`, :class:`FastPathConfig` and
+    :class:`NormalizationConfig`); the defaults suit CartPole-v1.
 
     Attributes:
         n_steps: steps of every env per collection (the training batcher's n_timesteps).
@@ -165,6 +167,7 @@ def validate(config: PPOConfig) -> EnvSpec:
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
     if config.recurrent or spec.pixels:
         spec.require("recurrent PPO" if config.recurrent else "PPO on images", config.env, discrete=True)
+    check_normalizable(spec, config.normalize_observations)
     return spec
 
 
@@ -288,14 +291,15 @@ def train(config: PPOConfig) -> TrainResult:
     learner = as_device(config.learner_device)
     with training_run("ppo", config, spec, start=start) as (run, stack):
         build = recurrent_actor_critic if config.recurrent else build_actor_critic
-        model = seeded_model(config.seed, build, spec, config.hidden_sizes)
+        model_kwargs = {"normalize_observations": config.normalize_observations}
+        model = seeded_model(config.seed, functools.partial(build, **model_kwargs), spec, config.hidden_sizes)
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
         create_agent = create_recurrent_agent if config.recurrent else create_policy_agent
         batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
                                            autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False},
                                            cuda_graph=config.cuda_graph,
                                            zero_copy=config.overlap and config.n_processes == 0,
-                                           agent_kwargs=training_agent_kwargs(config))
+                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs)
 
         model.to(learner)
         loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
@@ -306,6 +310,8 @@ def train(config: PPOConfig) -> TrainResult:
         B = batcher.n_elems()
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
+        normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards, n_rows=B,
+                                         gamma=config.gamma, device=learner)
 
         # One update step (loss, backward, clipping, optimizer step), compiled with compile_update. A recurrent
         # minibatch is a set of envs' whole windows, replayed from their stored first state.
@@ -324,6 +330,7 @@ def train(config: PPOConfig) -> TrainResult:
             traj = traj.to(learner)
             tt = traj.trajectories
             rewards, done = tt["_observation/reward"], tt["_observation/done"]
+            loss_rewards = normalize(tt)  # before the values: they and the loss see the same statistics
             with torch.no_grad():
                 if config.check_devices:
                     check_on_device(model, learner, "the learner's model")
@@ -335,7 +342,7 @@ def train(config: PPOConfig) -> TrainResult:
                     frame, next_frame = tt["observation/frame"], tt["_observation/frame"]
                     values, next_values = (v.unflatten(0, frame.shape[:2]) for v in
                                            critic_values(model, frame.flatten(0, 1), next_frame.flatten(0, 1)))
-                advantages = gae_advantages(rewards * config.reward_scale, values, next_values,
+                advantages = gae_advantages(loss_rewards * config.reward_scale, values, next_values,
                                             tt["_observation/terminated"], done, config.gamma, config.gae_lambda)
             if config.anneal_lr:
                 optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())

@@ -25,7 +25,8 @@ from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
 from rlstruct.algos.encoders import make_encoder
-from rlstruct.algos.networks import Categorical, NetworkAgent, autocast_context
+from rlstruct.algos.networks import Categorical, NetworkAgent, autocast_context, check_normalizable
+from rlstruct.algos.normalization import ObservationNormalizer
 from rlstruct.devices import DeviceLike
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
@@ -51,6 +52,9 @@ class RecurrentActorCritic(nn.Module):
         hidden_sizes: the MLP encoder's widths; the last is also the core's size.
         obs_dtype: the env's frame dtype (``"uint8"`` pixels are divided by ``obs_high`` in the forward).
         obs_high: the largest value of ``uint8`` frames (``EnvSpec.obs_high``; default 255).
+        normalize_observations: the encoder sees the frames through an
+            :class:`~rlstruct.algos.normalization.ObservationNormalizer` (``self.normalizer``; ``None`` without;
+            flat frames only).
 
     >>> m = RecurrentActorCritic((2,), 2, (16,))
     >>> h, c = m.initial_state(3, "cpu")
@@ -60,8 +64,9 @@ class RecurrentActorCritic(nn.Module):
     """
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, hidden_sizes: Sequence[int], *,
-                 obs_dtype: str = "float32", obs_high: float | None = None):
+                 obs_dtype: str = "float32", obs_high: float | None = None, normalize_observations: bool = False):
         super().__init__()
+        self.normalizer = ObservationNormalizer(tuple(obs_shape)) if normalize_observations else None
         self.encoder = make_encoder(obs_shape, hidden_sizes, obs_dtype, obs_high)
         self.core_size = int(hidden_sizes[-1])
         self.core = nn.LSTMCell(self.encoder.out_dim, self.core_size)
@@ -89,6 +94,8 @@ class RecurrentActorCritic(nn.Module):
         ``frame [N, ...]``; returns the new ``(h, c)``, ``[N, core_size]`` each."""
         fresh = initial.unsqueeze(-1)
         h, c = h.masked_fill(fresh, 0.0), c.masked_fill(fresh, 0.0)
+        if self.normalizer is not None:
+            frame = self.normalizer(frame)
         return self.core(self.encoder(frame), (h, c))
 
     def heads(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,21 +207,27 @@ def replay_window(
     return TemporalDictTensor({**{k: out[k] for k in keys}, "next_value": next_value}, out.lengths)
 
 
-def recurrent_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int]) -> RecurrentActorCritic:
-    """The :class:`RecurrentActorCritic` for ``spec``'s env (its encoder chosen by the observation's shape)."""
+def recurrent_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int], *,
+                           normalize_observations: bool = False) -> RecurrentActorCritic:
+    """The :class:`RecurrentActorCritic` for ``spec``'s env (its encoder chosen by the observation's shape).
+
+    Raises:
+        SpaceError: ``normalize_observations`` with image observations.
+    """
+    check_normalizable(spec, normalize_observations)
     return RecurrentActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes, obs_dtype=spec.obs_dtype,
-                                obs_high=spec.obs_high)
+                                obs_high=spec.obs_high, normalize_observations=normalize_observations)
 
 
 def create_recurrent_agent(
     spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False,
-    autocast: torch.dtype | None = None,
+    autocast: torch.dtype | None = None, normalize_observations: bool = False,
 ) -> RL_Agent:
     """Builds a batcher's :class:`RecurrentPolicyAgent` for ``spec``'s env on ``device`` (module level, so it
     pickles). Its weights are random until the first ``batcher.update``; its forward runs under ``autocast``
     (see :class:`~rlstruct.algos.networks.NetworkAgent`); with ``check_device`` it is wrapped in
     :class:`~rlstruct.agents.RL_Agent_CheckDevice`."""
-    model = recurrent_actor_critic(spec, hidden_sizes).to(device)
+    model = recurrent_actor_critic(spec, hidden_sizes, normalize_observations=normalize_observations).to(device)
     model.requires_grad_(False)
     agent: RL_Agent = RecurrentPolicyAgent(model, device, autocast=autocast)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent

@@ -25,12 +25,14 @@ from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
     PolicyAgent,
     build_actor_critic,
+    check_normalizable,
     cpu_state_dict,
     create_policy_agent,
     make_adam,
     masked_policy_value_loss,
     policy_actions,
 )
+from rlstruct.algos.normalization import LearnerNormalization, NormalizationConfig
 from rlstruct.algos.returns import discounted_returns, episode_returns
 from rlstruct.algos.run import (
     EnvSpec,
@@ -61,8 +63,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class ReinforceConfig(FastPathConfig):
-    """REINFORCE settings (the shared ones are documented in :class:`RunConfig` and :class:`FastPathConfig`).
+class ReinforceConfig(NormalizationConfig, FastPathConfig):
+    """REINFORCE settings (the shared ones are documented in :class:`RunConfig`, :class:`FastPathConfig` and
+    :class:`NormalizationConfig`).
 
     With ``compile_update`` the loss is compiled with symbolic shapes (``dynamic=True``): a batch is as long as
     its longest episode, so its ``T`` changes from one update to the next.
@@ -102,6 +105,7 @@ def validate(config: ReinforceConfig) -> EnvSpec:
         raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
     spec.require("REINFORCE", config.env, pixels=False)
+    check_normalizable(spec, config.normalize_observations)
     return spec
 
 
@@ -232,17 +236,21 @@ def train(config: ReinforceConfig) -> TrainResult:
     spec = validate(config)
     learner = as_device(config.learner_device)
     with training_run("reinforce", config, spec, start=start) as (run, stack):
-        model = seeded_model(config.seed, build_actor_critic, spec, config.hidden_sizes)
+        model_kwargs = {"normalize_observations": config.normalize_observations}
+        model = seeded_model(config.seed, functools.partial(build_actor_critic, **model_kwargs), spec,
+                             config.hidden_sizes)
         # n_timesteps = the time limit: one execute runs every env's episode to its end.
         batcher, evaluator = open_batchers(stack, config, spec, create_policy_agent,
                                            n_timesteps=spec.max_episode_steps, autoreset=False,
                                            explore={"stochastic": True}, greedy={"stochastic": False},
-                                           agent_kwargs=training_agent_kwargs(config))
+                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs)
 
         model.to(learner)
         loss_agent = PolicyAgent(model, learner)
         checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
         optimizer = make_adam(model, config.lr, learner)
+        normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards,
+                                         n_rows=batcher.n_elems(), gamma=config.gamma, device=learner)
         # One update step (loss, backward, clipping, optimizer step): compiled or under autocast with the forward
         # inside (over episodes of changing lengths), or eager on the outputs of the forward that also gives the
         # bootstrap values.
@@ -267,6 +275,7 @@ def train(config: ReinforceConfig) -> TrainResult:
             traj, n_running = batcher.get()
             assert n_running == 0, "n_timesteps covers the time limit: every episode ends in one execute"
             traj = traj.to(learner)
+            loss_rewards = normalize(traj.trajectories)  # before the forward: it sees the same statistics
             if config.check_devices:
                 check_on_device(model, learner, "the learner's model")
                 out = replay_agent(checked_agent, traj)
@@ -278,7 +287,7 @@ def train(config: ReinforceConfig) -> TrainResult:
                 out = replay_agent_stateless(loss_agent, traj, "replay_batch")
             tt = traj.trajectories
             with torch.no_grad():
-                returns = reinforce_returns(tt["_observation/reward"], out["next_value"], tt["_observation/terminated"],
+                returns = reinforce_returns(loss_rewards, out["next_value"], tt["_observation/terminated"],
                                             tt.lengths, config.gamma, bootstrap_truncated=config.bootstrap_truncated)
             if forward_in_update:
                 stats = update(tt["observation/frame"], policy_actions(tt), returns, tt.mask())

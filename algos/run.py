@@ -746,6 +746,7 @@ def open_batchers(
     cuda_graph: bool = False,
     zero_copy: bool = False,
     agent_kwargs: dict[str, Any] | None = None,
+    model_kwargs: dict[str, Any] | None = None,
 ) -> tuple[RL_Batcher, Evaluator]:
     """The training batcher and the :class:`Evaluator` of a run, both closed by ``stack``.
 
@@ -769,11 +770,14 @@ def open_batchers(
         zero_copy: the training batcher's ``zero_copy`` (its double buffer, to overlap collection and learning).
         agent_kwargs: more keyword arguments of ``create_agent`` for the training batcher's agent only (e.g. its
             ``autocast``); the evaluation's agent gets the shared ones.
+        model_kwargs: more keyword arguments of ``create_agent`` for both batchers' agents: what their network is
+            built with (e.g. ``normalize_observations``).
 
     Returns:
         ``(batcher, evaluator)``.
     """
     agent_args, env_args = worker_args(config, spec)
+    agent_args.update(model_kwargs or {})
     n_workers = max(config.n_processes, 1)
     batcher = RL_Batcher(
         n_timesteps, create_agent, {**agent_args, **(agent_kwargs or {}), "device": config.batcher_device},

@@ -1,0 +1,218 @@
+"""Running normalisation of observations and rewards for the actor-critic algorithms (A2C, PPO, REINFORCE).
+
+Policy-gradient methods on tasks whose observations and rewards have no fixed scale (MuJoCo locomotion: joint
+velocities in the tens, rewards of a few units per step over 1,000-step episodes) learn poorly from the raw
+values; every reference implementation normalises both (Stable-Baselines3's ``VecNormalize``, CleanRL's
+``NormalizeObservation``/``NormalizeReward`` wrappers, Brax's PPO). Here:
+
+* :class:`ObservationNormalizer` is a module of the network (:class:`~rlstruct.algos.networks.ActorCritic`, the
+  recurrent one): its running mean and variance are buffers, so they travel with the weights to the batchers'
+  agents (every :class:`~rlstruct.batchers.WeightSync` mode, worker processes included), into checkpoints and
+  to ``rlstruct eval``. The learner updates them once per collection from the collection's observations, before
+  its update (as Brax's PPO does), in place and without a host sync; the agents normalise with the statistics
+  of the last push.
+* :class:`ReturnNormalizer` lives in the learner: it divides each collection's rewards by the running standard
+  deviation of the discounted return, carried across collections per env row (gymnasium's ``NormalizeReward``,
+  applied to the learner's copy instead of inside the env).
+
+Both are statistics of the data, not learned: no gradient flows through them. Observations reach them in any
+float dtype (MuJoCo's float64) and leave as float32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from rlstruct.devices import DeviceLike
+from rlstruct.structures import TemporalDictTensor
+
+__all__ = [
+    "NormalizationConfig",
+    "RunningMoments",
+    "ObservationNormalizer",
+    "ReturnNormalizer",
+    "OBSERVATION_CLIP",
+    "update_observation_statistics",
+    "LearnerNormalization",
+]
+
+#: the bound of normalised observations (Stable-Baselines3's and CleanRL's)
+OBSERVATION_CLIP = 10.0
+
+
+@dataclasses.dataclass
+class NormalizationConfig:
+    """The normalisation settings of the actor-critic algorithms (A2C, PPO, REINFORCE).
+
+    Attributes:
+        normalize_observations: standardise observations by their running mean and variance inside the network,
+            clipped to [-10, 10] (flat observations only; the statistics are buffers of the model: they reach the
+            batchers with the weights and are saved in the checkpoint).
+        normalize_rewards: divide rewards by the running standard deviation of their discounted return before
+            the loss (reward_scale still multiplies them after: use reward_scale 1 with it).
+    """
+
+    normalize_observations: bool = False
+    normalize_rewards: bool = False
+
+
+class RunningMoments(nn.Module):
+    """The running mean and (population) variance of a stream of batches of ``shape``-sized values.
+
+    Each :meth:`update` merges a batch's moments into the running ones (Chan et al.'s parallel formula), with a
+    mask selecting the rows that count; a batch of no valid row leaves them unchanged. Everything is tensor
+    arithmetic on the buffers' device, in place: no host sync, safe under CUDA-graph replay and shared weights.
+    ``count`` is float64 (exact up to 2^53 values); ``mean`` and ``var`` are float32, starting at 0 and 1.
+
+    Args:
+        shape: the shape of one value (``()`` for scalars).
+
+    >>> m = RunningMoments(())
+    >>> m.update(torch.tensor([1.0, 2.0, 3.0]))
+    >>> m.update(torch.tensor([4.0, 5.0, 100.0]), torch.tensor([1.0, 1.0, 0.0]))
+    >>> round(m.mean.item(), 4), round(m.var.item(), 4), int(m.count)
+    (3.0, 2.0, 5)
+    """
+
+    count: torch.Tensor
+    mean: torch.Tensor
+    var: torch.Tensor
+
+    def __init__(self, shape: Sequence[int]):
+        super().__init__()
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("mean", torch.zeros(tuple(shape)))
+        self.register_buffer("var", torch.ones(tuple(shape)))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        """Merges the rows of ``x [N, *shape]`` where ``mask`` (``float [N]``, 1 on rows that count; ``None``: all
+        of them) into the running moments."""
+        x = x.float()
+        n = x.shape[0]
+        if mask is None:
+            mask = torch.ones(n, device=x.device)
+        w = mask.float().reshape((n,) + (1,) * (x.ndim - 1))
+        n_batch = mask.float().sum()
+        batch_mean = (x * w).sum(0) / n_batch.clamp_min(1.0)
+        batch_var = ((x - batch_mean) ** 2 * w).sum(0) / n_batch.clamp_min(1.0)
+        total = self.count + n_batch.double()
+        frac = (n_batch.double() / total.clamp_min(1.0)).float()  # the batch's share of all values seen
+        delta = batch_mean - self.mean
+        self.var.copy_(self.var * (1.0 - frac) + batch_var * frac + delta**2 * frac * (1.0 - frac))
+        self.mean.add_(delta * frac)
+        self.count.copy_(total)
+
+
+class ObservationNormalizer(RunningMoments):
+    """``clip((x - mean) / sqrt(var + eps), -clip, clip)`` with the running moments of the observations seen.
+
+    Before any :meth:`~RunningMoments.update` it only clips (mean 0, variance 1).
+
+    Args:
+        shape: one observation's shape, e.g. ``(obs_dim,)``.
+        clip: the bound of the normalised values.
+        eps: added to the variance (a constant feature is mapped to 0, not to ``nan``).
+
+    Shapes: ``x: [..., *shape]`` of any float dtype -> ``float32 [..., *shape]``.
+
+    >>> norm = ObservationNormalizer((2,), clip=5.0)
+    >>> norm.update(torch.tensor([[0.0, 10.0], [2.0, 10.0]]))
+    >>> norm(torch.tensor([[3.0, 10.0]], dtype=torch.float64))
+    tensor([[2., 0.]])
+    """
+
+    def __init__(self, shape: Sequence[int], *, clip: float = OBSERVATION_CLIP, eps: float = 1e-8):
+        if not clip > 0:
+            raise ValueError(f"clip must be > 0, got {clip!r}; pass e.g. 10.0")
+        super().__init__(shape)
+        self.clip, self.eps = float(clip), float(eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The normalised, clipped ``x``."""
+        return ((x.float() - self.mean) * torch.rsqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
+
+    def extra_repr(self) -> str:
+        """The shape and the clip, in the module's repr."""
+        return f"shape={tuple(self.mean.shape)}, clip={self.clip}"
+
+
+class ReturnNormalizer:
+    """Divides rewards by the running standard deviation of the discounted return (not centred: the sign and the
+    zero of the rewards are kept), the return carried across collections per env row.
+
+    Call it on each collection of auto-reset rows (or of episodes that start at step 0 of their row, as
+    REINFORCE's): ``G_t = gamma * G_{t-1} + r_t``, reset to 0 after an episode's end; the running moments take
+    every valid ``G_t`` of the collection, then its rewards are divided by ``sqrt(var + eps)``.
+
+    Args:
+        n_rows: the rows of every collection (the training batcher's ``n_elems()``).
+        gamma: the discount of the returns.
+        device: where the collections are (the learner's device).
+        eps: added to the variance.
+
+    Shapes: ``rewards: float [B, T]``, ``done: bool [B, T]``, ``mask: float [B, T]`` -> ``float32 [B, T]``.
+
+    >>> norm = ReturnNormalizer(1, gamma=0.0, device="cpu")
+    >>> norm(torch.tensor([[1.0, 3.0]]), torch.zeros(1, 2, dtype=torch.bool), torch.ones(1, 2))
+    tensor([[1., 3.]])
+    """
+
+    def __init__(self, n_rows: int, *, gamma: float, device: DeviceLike, eps: float = 1e-8):
+        self.gamma, self.eps = float(gamma), float(eps)
+        self.moments = RunningMoments(()).to(device)
+        self.carry = torch.zeros(n_rows, device=device)
+
+    @torch.no_grad()
+    def __call__(self, rewards: torch.Tensor, done: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The scaled rewards, after the moments took the collection's returns."""
+        rewards = rewards.float()
+        ongoing = ~done.bool()
+        g, returns = self.carry, []
+        for t in range(rewards.shape[1]):  # T steps of [B] tensors: the recursion runs forward in time
+            g = g * self.gamma + rewards[:, t]
+            returns.append(g)
+            g = g * ongoing[:, t]
+        self.carry = g
+        self.moments.update(torch.stack(returns, 1).flatten(), mask.flatten())
+        return rewards * torch.rsqrt(self.moments.var + self.eps)
+
+
+def update_observation_statistics(model: nn.Module, trajectories: TemporalDictTensor) -> None:
+    """Merges the valid steps of a collection's ``observation/frame`` into the statistics of ``model.normalizer``
+    (a model without one is left alone): the learner's call once per collection, before its update."""
+    normalizer = getattr(model, "normalizer", None)
+    if normalizer is not None:
+        frame = trajectories["observation/frame"]
+        normalizer.update(frame.flatten(0, 1), trajectories.mask().flatten())
+
+
+class LearnerNormalization:
+    """What the learner does to each collection before its update: ``model.normalizer`` (if any) takes the
+    collection's observations (:func:`update_observation_statistics`), and the rewards for the loss come back
+    divided by the running standard deviation of the return (``normalize_rewards``, :class:`ReturnNormalizer`)
+    or as they are.
+
+    Args:
+        model: the learner's model.
+        normalize_rewards: scale the rewards.
+        n_rows: the rows of every collection.
+        gamma: the discount of the returns.
+        device: the learner's device.
+    """
+
+    def __init__(self, model: nn.Module, *, normalize_rewards: bool, n_rows: int, gamma: float, device: DeviceLike):
+        self.model = model
+        self.returns = ReturnNormalizer(n_rows, gamma=gamma, device=device) if normalize_rewards else None
+
+    def __call__(self, trajectories: TemporalDictTensor) -> torch.Tensor:
+        """The rewards ``float [B, T]`` for the loss, after updating the statistics with ``trajectories``."""
+        update_observation_statistics(self.model, trajectories)
+        rewards = trajectories["_observation/reward"]
+        if self.returns is None:
+            return rewards
+        return self.returns(rewards, trajectories["_observation/done"], trajectories.mask())
