@@ -10,7 +10,7 @@ TORCH_REQ := $(if $(shell command -v nvidia-smi 2>/dev/null),,-r requirements/cp
 
 $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q $(TORCH_REQ) -e '.[test,tensorboard,plot,progress,ray,fast,atari,minatar,jax,mujoco]'
+	$(PIP) install -q $(TORCH_REQ) -e '.[test,tensorboard,plot,progress,ray,fast,atari,minatar,jax,mujoco,brax]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -8,3 +8,6 @@ collect_ignore = [] if importlib.util.find_spec("numba") else ["rlstruct/envs/_j
 # The mujoco-torch env's example builds an env (the extra ``mujoco``).
 if not importlib.util.find_spec("mujoco_torch"):
     collect_ignore.append("rlstruct/envs/mujoco_torch_env.py")
+# The Brax env's example builds a Brax env (the extra ``brax``).
+if not importlib.util.find_spec("brax"):
+    collect_ignore.append("rlstruct/envs/brax_env.py")

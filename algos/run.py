@@ -71,7 +71,7 @@ class RunConfig:
         env: gymnasium id of the environment, e.g. CartPole-v1 or Acrobot-v1.
         backend: auto (torch where rlstruct simulates the id, ale for ALE/ ids, else gymnasium), torch (rlstruct's
             torch simulators), gymnasium, envpool, ale (ale-py's vector env), gymnax (JAX), mjx or mujoco_torch
-            (gymnasium's MuJoCo locomotion tasks on MJX or mujoco-torch).
+            (gymnasium's MuJoCo locomotion tasks on MJX or mujoco-torch), or brax (Brax's envs by name, e.g. ant).
         n_envs: environments per training worker (the batch is n_envs * max(n_processes, 1) envs).
         n_processes: training batcher worker processes (0 steps the envs in this process).
         max_episode_steps: episode time limit (truncation); None keeps the env's own.

@@ -11,8 +11,13 @@
     ``zero_copy=True`` (``get`` returns views of its buffer, as the direct loop hands over its stacked frames).
 (d) ale-py: one process whose AtariVectorEnv runs its own thread pool (2 threads), against two worker processes
     (``n_processes=2``) of N/2 envs with one thread each.
+(e) Brax (JAX on the CPU): the loop a Brax user writes, ``brax.envs.training.wrap(env, episode_length=1000)``
+    (Brax's vmap, time limit and auto-reset wrappers) and ``jax.jit`` of its ``step`` with random actions drawn in
+    JAX, against ``make_env(name, n, backend="brax", autoreset=True)`` stepped with random torch actions; then
+    ``RL_Batcher(n_processes=0)`` over the latter with a random agent, T steps per acquisition.
 
 Run: python benchmarks/ecosystem.py [--rounds 3] [--steps 200] [--gymnax-sizes 256 4096] [--ale-envs 8]
+     [--brax-env inverted_pendulum] [--brax-pipeline generalized] [--brax-sizes 64 1024]
 """
 
 from __future__ import annotations
@@ -41,6 +46,17 @@ class RandomAgent(RL_Agent):
     def __call__(self, state, observation, agent_info, history=None):
         n = observation["reward"].shape[0]
         return DictTensor._trusted({"action": torch.randint(0, self.n_actions, (n,))}), state
+
+
+class RandomBoxAgent(RL_Agent):
+    """Uniform random actions in ``[-1, 1)`` of ``action_dim`` values (Brax's action convention), one per row."""
+
+    def __init__(self, action_dim: int):
+        self.action_dim = action_dim
+
+    def __call__(self, state, observation, agent_info, history=None):
+        n = observation["reward"].shape[0]
+        return DictTensor._trusted({"action": torch.rand(n, self.action_dim) * 2 - 1}), state
 
 
 # ------------------------------------------------------------------------------------------------ gymnax
@@ -178,6 +194,71 @@ def ale_direct(n: int, iters: int, threads: int) -> float:
     return n * T * iters / dt
 
 
+# -------------------------------------------------------------------------------------------------- Brax
+@functools.lru_cache(maxsize=None)
+def brax_native_loop(name: str, n: int, pipeline: str | None):
+    """Brax's training wrappers around the env and the jitted step with its random actions (compiled once per size:
+    a Brax step compiles in seconds), and the initial ``(key, state)``."""
+    import jax
+    from brax import envs
+
+    env = envs.training.wrap(envs.get_environment(name, **brax_kwargs(pipeline)), episode_length=1000)
+    n_actions = env.action_size
+
+    @jax.jit
+    def step(key, state):
+        key, k_act = jax.random.split(key)
+        state = env.step(state, jax.random.uniform(k_act, (n, n_actions), minval=-1.0, maxval=1.0))
+        return key, state
+
+    key = jax.random.PRNGKey(0)
+    state = jax.jit(env.reset)(jax.random.split(key, n))
+    # Two untimed steps: the first compiles for the reset's state, the second for the step's own output (an env whose
+    # step returns weakly typed values, as Brax's do, is compiled again for them).
+    out = step(*step(key, state))
+    jax.block_until_ready(out)
+    return step, out
+
+
+def brax_kwargs(pipeline: str | None) -> dict:
+    return {} if pipeline is None else {"backend": pipeline}
+
+
+def brax_native(name: str, n: int, steps: int, pipeline: str | None, read_each_step: bool = False) -> float:
+    """Brax's own loop; ``read_each_step``: wait for each step's observation (as in gymnax_native)."""
+    import jax
+
+    step, out = brax_native_loop(name, n, pipeline)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        out = step(*out)
+        if read_each_step:
+            out[1].obs.block_until_ready()
+    jax.block_until_ready(out)
+    return n * steps / (time.perf_counter() - t0)
+
+
+def brax_rlstruct(name: str, n: int, steps: int, pipeline: str | None) -> float:
+    # Envs of one name, settings and size share their compiled step: only the first round compiles.
+    env = make_env(name, n, backend="brax", autoreset=True, backend_kwargs=brax_kwargs(pipeline))
+    gen = torch.Generator().manual_seed(0)
+    shape = (n,) + env.action_space.shape
+    env.reset()
+    env.step(DictTensor({"action": torch.zeros(shape)}))
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        (nxt, _), (obs, _) = env.step(DictTensor._trusted({"action": torch.rand(shape, generator=gen) * 2 - 1}))
+    obs["frame"].sum()  # the last outputs are there
+    return n * steps / (time.perf_counter() - t0)
+
+
+def brax_batcher(name: str, n: int, pipeline: str | None) -> RL_Batcher:
+    create_env = functools.partial(make_env, name, n, backend="brax", autoreset=True,
+                                   backend_kwargs=brax_kwargs(pipeline))
+    action_dim = create_env().action_space.shape[0]
+    return RL_Batcher(T, RandomBoxAgent, {"action_dim": action_dim}, create_env, {}, 0, [0])
+
+
 def batcher(name: str, n: int, backend: str, n_actions: int, n_processes: int = 0, zero_copy: bool = False,
             **backend_kwargs) -> RL_Batcher:
     create_env = functools.partial(make_env, name, n, backend=backend, autoreset=True,
@@ -194,7 +275,11 @@ def main(argv=None) -> None:
     p.add_argument("--gymnax-env", default="CartPole-v1")
     p.add_argument("--gymnax-sizes", type=int, nargs="*", default=[256, 4096])
     p.add_argument("--ale-envs", type=int, default=8)
-    p.add_argument("--skip", nargs="*", default=[], choices=["a", "b", "c", "d"])
+    p.add_argument("--brax-env", default="inverted_pendulum")
+    p.add_argument("--brax-pipeline", default=None,
+                   help="Brax's physics pipeline (generalized, positional, spring, mjx; default: the env's own)")
+    p.add_argument("--brax-sizes", type=int, nargs="*", default=[64, 1024])
+    p.add_argument("--skip", nargs="*", default=[], choices=["a", "b", "c", "d", "e"])
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     rows: list[tuple[str, str, float, str]] = []
@@ -246,6 +331,24 @@ def main(argv=None) -> None:
                                       lambda: batcher_steps_per_s(b2, args.iters))
         rows.append(("d", f"1 process, AtariVectorEnv({n}) 2 threads", one, ""))
         rows.append(("d", f"2 worker processes x AtariVectorEnv({n // 2}) 1 thread", two, f"{two / one:.2f}x"))
+
+    if "e" not in args.skip:
+        name, pipeline = args.brax_env, args.brax_pipeline
+        print(f"(e) Brax {name} ({pipeline or 'default'} pipeline): env only, then RL_Batcher", flush=True)
+        for size in args.brax_sizes:
+            with brax_batcher(name, size, pipeline) as b:
+                native, blocking, mine, sps = best_of_rounds(
+                    r, lambda: brax_native(name, size, args.steps, pipeline),
+                    lambda: brax_native(name, size, args.steps, pipeline, read_each_step=True),
+                    lambda: brax_rlstruct(name, size, args.steps, pipeline),
+                    lambda: batcher_steps_per_s(b, args.iters))
+            rows.append(("e", f"Brax wrap + jitted step N={size} (queued)", native, ""))
+            rows.append(("e", f"Brax wrap + jitted step N={size}, each obs read", blocking, ""))
+            rows.append(("e", f"make_env(backend='brax') N={size}", mine,
+                         f"{mine / native:.2f}x queued, {mine / blocking:.2f}x obs read; "
+                         f"+{1e6 * size * (1 / mine - 1 / blocking):.0f} us/step"))
+            rows.append(("e", f"RL_Batcher brax N={size}, T={T} (step_into)", sps,
+                         f"{sps / blocking:.2f}x native, obs read"))
 
     print_rows(rows)
 

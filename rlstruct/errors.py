@@ -8,9 +8,9 @@ keeps working in code written before rlstruct.
 Messages name the argument, what was expected, what was received, and the fix.
 
 One type per situation, whichever implementation raises it. For the envs (``GymEnv``, ``GymEnvInf``,
-``DeviceEnv``, the torch simulators, the JAX envs ``JaxVecEnv``/``GymnaxEnv``/``MjxEnv``, ``MujocoTorchEnv``,
-``make_env`` for every backend (torch, gymnasium, envpool, ale, gymnax, mjx, mujoco_torch), and the gymnasium
-bridge ``to_gymnasium``/``to_gymnasium_env``):
+``DeviceEnv``, the torch simulators, the JAX envs ``JaxVecEnv``/``GymnaxEnv``/``MjxEnv``/``BraxEnv``,
+``MujocoTorchEnv``, ``make_env`` for every backend (torch, gymnasium, envpool, ale, gymnax, mjx, mujoco_torch, brax),
+and the gymnasium bridge ``to_gymnasium``/``to_gymnasium_env``):
 
 ==========================================================  =========================
 situation                                                    type

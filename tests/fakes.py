@@ -340,3 +340,23 @@ class SlowAgent(ConstantAgent):
     def __call__(self, state, observation, agent_info, history=None):
         time.sleep(self.delay)
         return super().__call__(state, observation, agent_info, history)
+
+
+class UniformBoxAgent(RL_Agent):
+    """Stateless; float32 actions ``[B, action_dim]`` drawn uniformly in ``[-1, 1)`` from its own seeded generator
+    (a Box action space of Brax's convention)."""
+
+    def __init__(self, action_dim=1):
+        self.action_dim = action_dim
+        self.generator = torch.Generator()
+
+    def seed(self, seed):
+        self.generator.manual_seed(seed)
+
+    def __call__(self, state, observation, agent_info, history=None):
+        B = observation.n_elems()
+        action = torch.rand(B, self.action_dim, generator=self.generator) * 2 - 1
+        return DictTensor({"action": action.to(observation.device())}), state
+
+    def update(self, state_dict):
+        pass

@@ -2,8 +2,8 @@
 
 Each situation is one test parametrized over every env implementation: the gymnasium adapters (a list of
 envs and a vector env, episodic and auto-reset, NEXT_STEP vector envs auto-reset by the adapter), DeviceEnv, the
-torch simulators (auto-reset and episodic), ``make_env`` for each backend (ale and gymnax skip when their package
-is absent), the JAX adapter, and the gymnasium bridge (``to_gymnasium``, ``to_gymnasium_env``).
+torch simulators (auto-reset and episodic), ``make_env`` for each backend (ale, gymnax and brax skip when their
+package is absent), the JAX adapter, and the gymnasium bridge (``to_gymnasium``, ``to_gymnasium_env``).
 """
 
 from __future__ import annotations
@@ -67,6 +67,11 @@ def _gymnax(seed: int, **kwargs):
     return make_env("CartPole-v1", N, backend="gymnax", seed=seed, **kwargs)
 
 
+def _brax(seed: int, **kwargs):
+    pytest.importorskip("brax")
+    return make_env("fast", N, backend="brax", seed=seed, **kwargs)
+
+
 def _next_step_vector(seed: int):
     return GymEnvInf(fakes_gym.NextStepVectorEnv([gym.make("CartPole-v1") for _ in range(N)]), seed)
 
@@ -96,6 +101,8 @@ VEC_ENVS: dict[str, Callable[[int], object]] = {
     "make_env-ale-autoreset": lambda seed: _ale(seed, autoreset=True),
     "make_env-gymnax": _gymnax,
     "make_env-gymnax-autoreset": lambda seed: _gymnax(seed, autoreset=True),
+    "make_env-brax": _brax,
+    "make_env-brax-autoreset": lambda seed: _brax(seed, autoreset=True),
 }
 
 # The bridge, over an auto-reset simulator and over a gymnasium adapter.
@@ -190,6 +197,7 @@ EPISODIC: dict[str, Callable[[], object]] = {
     "make_env-envpool": lambda: _envpool_env(0, max_episode_steps=3),
     "make_env-ale": lambda: _ale(0, max_episode_steps=3),
     "make_env-gymnax": lambda: _gymnax(0, max_episode_steps=3),
+    "make_env-brax": lambda: _brax(0, max_episode_steps=3),
 }
 
 

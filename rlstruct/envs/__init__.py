@@ -1,12 +1,13 @@
-"""Environments: the VecEnv contract, gymnasium adapters, DeviceEnv, torch-native simulators, JAX (gymnax) envs and
-gymnasium's MuJoCo locomotion tasks on MJX and mujoco-torch.
+"""Environments: the VecEnv contract, gymnasium adapters, DeviceEnv, torch-native simulators, JAX (gymnax) envs,
+gymnasium's MuJoCo locomotion tasks on MJX and mujoco-torch, and Brax envs.
 
-The JAX and MuJoCo envs import jax and mujoco only when one is built, so importing this package never needs (or
-starts) them.
+The JAX, MuJoCo and Brax envs import jax, mujoco and brax only when one is built, so importing this package never
+needs (or starts) them.
 """
 
 from rlstruct.envs._base import StepResult, VecEnv
 from rlstruct.envs._torch_env import TorchVecEnv
+from rlstruct.envs.brax_env import BraxEnv
 from rlstruct.envs.bridge import to_gymnasium, to_gymnasium_env
 from rlstruct.envs.classic_control import Acrobot, CartPole, CartPoleNoVel, MountainCar, Pendulum
 from rlstruct.envs.device_env import DeviceEnv
@@ -33,6 +34,7 @@ __all__ = [
     "JaxVecEnv",
     "GymnaxEnv",
     "MjxEnv",
+    "BraxEnv",
     "MujocoTorchEnv",
     "make_env",
     "to_gymnasium",

@@ -28,7 +28,7 @@ TORCH_ENVS = {
     "MountainCar-v0": "MountainCar",
     "Pendulum-v1": "Pendulum",
 }
-BACKENDS = ("auto", "torch", "gymnasium", "envpool", "ale", "gymnax", "mjx", "mujoco_torch")
+BACKENDS = ("auto", "torch", "gymnasium", "envpool", "ale", "gymnax", "mjx", "mujoco_torch", "brax")
 
 
 def resolve_backend(name: str, backend: str) -> str:
@@ -89,6 +89,10 @@ def make_env(
       ``Hopper-v5``, ``Walker2d-v5``) stepped by MJX on the JAX device matching ``device``.
     * ``"mujoco_torch"``: :class:`~rlstruct.envs.MujocoTorchEnv`, the same tasks stepped by mujoco-torch (MJX
       ported to PyTorch, float64) on ``device``.
+    * ``"brax"``: :class:`~rlstruct.envs.BraxEnv`, a Brax env name (``inverted_pendulum``, ``ant``,
+      ``halfcheetah``, ...: ``brax.envs.get_environment(name, **backend_kwargs)``, e.g.
+      ``backend_kwargs={"backend": "positional"}`` for the physics pipeline) stepped by JAX on the device matching
+      ``device``; the time limit defaults to Brax's training default, 1000 steps.
 
     A module-level function of plain arguments, so it pickles: pass it (or a ``functools.partial`` of it)
     as a batcher's ``create_env``; each worker then calls it with its own ``seed``.
@@ -100,25 +104,26 @@ def make_env(
         seed: an int in ``[0, 2**31)``; per-env seeds are derived from it (see :func:`~rlstruct.seeding.env_seeds`).
         autoreset: reset finished envs inside ``step`` (``GymEnvInf`` semantics).
         backend: one of :data:`BACKENDS`: ``"torch"``, ``"gymnasium"``, ``"envpool"``, ``"ale"``, ``"gymnax"``,
-            ``"mjx"``, ``"mujoco_torch"``, or ``"auto"`` (see :func:`resolve_backend`).
+            ``"mjx"``, ``"mujoco_torch"``, ``"brax"``, or ``"auto"`` (see :func:`resolve_backend`).
         max_episode_steps: episode length limit (truncation); ``None`` keeps the id's default.
         backend_kwargs: extra keyword arguments for the backend's constructor: the torch simulator's class,
             ``gymnasium.make``/``make_vec``, ``envpool.make_gymnasium``, ale-py's ``AtariVectorEnv`` (e.g.
-            ``num_threads``, ``stack_num``, ``repeat_action_probability``), ``gymnax.make``, or the MuJoCo envs'
-            constructors.
+            ``num_threads``, ``stack_num``, ``repeat_action_probability``), ``gymnax.make``, the MuJoCo envs'
+            constructors, or ``brax.envs.get_environment`` (except ``observation_key``, which
+            :class:`~rlstruct.envs.BraxEnv` takes for dict observations).
 
     Returns:
         A VecEnv whose ``device`` is ``device``.
 
     Raises:
         SeedError: ``seed`` is not an int in ``[0, 2**31)`` (checked before any env is built, for every backend).
-        ValueError: an unknown backend, an id the backend does not know (torch, ale, gymnax, mjx, mujoco_torch),
-            ``n_envs < 1``.
+        ValueError: an unknown backend, an id the backend does not know (torch, ale, gymnax, mjx, mujoco_torch,
+            brax), ``n_envs < 1``.
         MissingDependencyError: the backend's package is not installed (envpool; ale-py for ``"ale"`` and
             ``ALE/`` ids: ``pip install 'rlstruct[atari]'``; jax and gymnax for ``"gymnax"``:
             ``pip install 'rlstruct[jax]'``; mujoco, mujoco-mjx, mujoco-torch for ``"mjx"`` and ``"mujoco_torch"``:
-            ``pip install 'rlstruct[mujoco]'``), or a gymnasium id needs one (gymnasium's
-            ``DependencyNotInstalled``, e.g. Box2D for ``LunarLander-v3``).
+            ``pip install 'rlstruct[mujoco]'``; brax and jax for ``"brax"``: ``pip install 'rlstruct[brax]'``), or
+            a gymnasium id needs one (gymnasium's ``DependencyNotInstalled``, e.g. Box2D for ``LunarLander-v3``).
 
     >>> env = make_env("CartPole-v1", 2, backend="gymnasium", seed=0)
     >>> obs, ids = env.reset()
@@ -151,6 +156,11 @@ def make_env(
 
         return MujocoTorchEnv(name, n_envs, seed=seed, device=dev, autoreset=autoreset,
                               max_episode_steps=max_episode_steps, **kwargs)
+    if backend == "brax":
+        from rlstruct.envs.brax_env import BraxEnv
+
+        return BraxEnv(name, n_envs, seed=seed, device=dev, autoreset=autoreset, max_episode_steps=max_episode_steps,
+                       **kwargs)
     if backend == "gymnasium":
         env: VecEnv = _gymnasium_env(name, n_envs, seed, autoreset, max_episode_steps, kwargs)
     elif backend == "ale":
