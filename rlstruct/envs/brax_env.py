@@ -205,6 +205,5 @@ class BraxEnv(JaxVecEnv):
             cache_key=cache_key,
         )
 
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.name!r}, n_envs={self._n}, autoreset={self.autoreset}, "
-                f"device={self.device})")
+    def _label(self) -> str:
+        return self.name

@@ -310,7 +310,13 @@ class JaxVecEnv(CallOrder, VecEnv):
         return self._n
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(n_envs={self._n}, autoreset={self.autoreset}, device={self.device})"
+        label = self._label()
+        head = "" if label is None else f"{label!r}, "
+        return f"{type(self).__name__}({head}n_envs={self._n}, autoreset={self.autoreset}, device={self.device})"
+
+    def _label(self) -> str | None:
+        """The env's name, first in the repr (``None``: none; the subclasses built from a name give it)."""
+        return None
 
     def _to_torch(self, x) -> torch.Tensor:
         """A JAX output as a torch tensor on the same memory: through DLPack on a GPU; on the CPU through numpy's
@@ -643,6 +649,5 @@ class GymnaxEnv(JaxVecEnv):
             cache_key=cache_key,
         )
 
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.gymnax_env.name!r}, n_envs={self._n}, autoreset={self.autoreset}, "
-                f"device={self.device})")
+    def _label(self) -> str:
+        return self.gymnax_env.name

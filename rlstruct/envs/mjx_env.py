@@ -129,6 +129,5 @@ class MjxEnv(JaxVecEnv):
             cache_key=("mjx", task.id, limit),
         )
 
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.task.id!r}, n_envs={self._n}, autoreset={self.autoreset}, "
-                f"device={self.device})")
+    def _label(self) -> str:
+        return self.task.id
