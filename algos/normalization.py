@@ -10,7 +10,9 @@ values; every reference implementation normalises both (Stable-Baselines3's ``Ve
   agents (every :class:`~rlstruct.batchers.WeightSync` mode, worker processes included), into checkpoints and
   to ``rlstruct eval``. The learner updates them once per collection from the collection's observations, before
   its update (as Brax's PPO does), in place and without a host sync; the agents normalise with the statistics
-  of the last push.
+  of the last push. (Updating them after the update instead, so that the collection is learned from with the
+  statistics it was collected with, as Stable-Baselines3's ``VecNormalize`` does, learned Pendulum-v1 more slowly
+  and Hopper-v5 no better: BENCHMARKS.md.)
 * :class:`ReturnNormalizer` lives in the learner: it divides each collection's rewards by the running standard
   deviation of the discounted return, carried across collections per env row (gymnasium's ``NormalizeReward``,
   applied to the learner's copy instead of inside the env).

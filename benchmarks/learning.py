@@ -18,8 +18,9 @@ within 100,000 env steps (A2C also 200,000); SAC on Pendulum-v1 -200 within 20,0
 head (``dqn-dueling-cartpole-torch``) against ``dqn-cartpole-torch`` on the same seeds; CartPoleNoVel-v1 475 within
 120 s, recurrent (``--recurrent``) and feed-forward PPO and A2C; MinAtar Breakout from pixels (PPO with the CNN) 5
 within 300 s. Issue 19: PPO on CartPole-v1 stepped by gymnax (475 within 15 s) and on Hopper-v5 stepped by MJX
-(1,000 within 200,000 env steps). Issue 20: A2C and PPO on CartPole-v1 in few, wide iterations (2,048 envs x 16
-steps, overlapped; the GPU solve runs' settings), 475 within 20 and 30 iterations.
+(1,000 within 200,000 env steps), and on gymnasium's Hopper-v5 with and without ``--normalize-observations
+--normalize-rewards`` (the same target and budget). Issue 20: A2C and PPO on CartPole-v1 in few, wide iterations
+(2,048 envs x 16 steps, overlapped; the GPU solve runs' settings), 475 within 20 and 30 iterations.
 ``benchmarks/sb3_reference.py`` runs Stable-Baselines3 on the same workloads.
 Each run's JSON line also has its process's CPU seconds (``process_cpu_s``). The table reports, per suite, how many
 seeds reached the target within budget, and the median and range over seeds. Stable-Baselines3 is compared only
@@ -79,6 +80,10 @@ A2C_CARTPOLE_WIDE = ["--n-envs", "2048", "--n-steps", "16", "--lr", "0.02", "--o
                      "--max-env-steps", str(2048 * 16 * 300), "--eval-every", "2"]
 PPO_CARTPOLE_WIDE = ["--n-envs", "2048", "--n-steps", "16", "--lr", "0.02", "--n-epochs", "2", "--n-minibatches", "2",
                      "--overlap", "--max-env-steps", str(2048 * 16 * 100), "--eval-every", "2"]
+# PPO on MuJoCo locomotion through gymnasium (CleanRL's ppo_continuous_action settings), 200k steps.
+PPO_MUJOCO = ["--n-envs", "8", "--n-steps", "256", "--n-epochs", "10", "--n-minibatches", "32", "--lr", "3e-4",
+              "--entropy-coef", "0", "--reward-scale", "1", "--max-env-steps", "200000", "--time-limit", "1800",
+              "--eval-every", "10", "--n-evaluation-envs", "8"]
 # MinAtar Breakout: a return the CNN policy reaches on two CPU cores in minutes (a random policy scores about 0.5).
 MINATAR_BREAKOUT = 5.0
 SUITES = [
@@ -122,6 +127,16 @@ SUITES = [
           ["--n-envs", "64", "--n-steps", "64", "--n-epochs", "10", "--n-minibatches", "16", "--lr", "3e-4",
            "--entropy-coef", "0", "--max-env-steps", "200000", "--time-limit", "1800", "--eval-every", "5",
            "--n-evaluation-envs", "8"], "mjx"),
+    # The same task on MuJoCo's C engine through gymnasium, with CleanRL's (and SB3's default) PPO settings: 2,048 steps
+    # per update (8 envs x 256), 10 epochs of 32 minibatches, lr 3e-4, no entropy bonus; with and without the running
+    # normalisation of observations and rewards (the reference implementations normalise both). About 2 minutes per
+    # seed on two CPU cores.
+    Suite("ppo-hopper-gymnasium", "ppo", "Hopper-v5", 1000.0, "200k steps",
+          [*PPO_MUJOCO, "--normalize-observations", "--normalize-rewards"], "gymnasium"),
+    Suite("ppo-hopper-raw-gymnasium", "ppo", "Hopper-v5", 1000.0, "200k steps", PPO_MUJOCO, "gymnasium"),
+    # Brax's inverted_pendulum (1 per step balanced, 1,000 steps) through the Brax backend, PPO's defaults.
+    Suite("ppo-inverted-pendulum-brax", "ppo", "inverted_pendulum", 1000.0, "100k steps",
+          ["--max-env-steps", "100000", "--time-limit", "600"], "brax"),
     # Pixels: MinAtar Breakout's 10x10x4 frames through the CNN (pip install minatar), 300 s of wall clock.
     Suite("ppo-minatar-breakout-gymnasium", "ppo", "MinAtar/Breakout-v1", MINATAR_BREAKOUT, "300 s",
           ["--time-limit", "300", "--n-envs", "32", "--n-steps", "64", "--n-minibatches", "4", "--lr", "5e-4",

@@ -42,7 +42,13 @@ ZOO: dict[tuple[str, str], tuple[dict[str, Any], int, int]] = {
     ("ppo", "Pendulum-v1"): ({"n_steps": 1024, "gae_lambda": 0.95, "gamma": 0.9, "n_epochs": 10, "ent_coef": 0.0,
                               "learning_rate": 1e-3, "clip_range": 0.2, "use_sde": True, "sde_sample_freq": 4},
                              4, 100_000),
+    # MuJoCo: SB3's PPO defaults (2048 steps, 10 epochs of 64-step minibatches, lr 3e-4, gamma 0.99, GAE 0.95,
+    # clip 0.2, no entropy bonus; CleanRL's ppo_continuous_action settings too) with VecNormalize (observations and
+    # rewards), as the zoo's MuJoCo entries normalise.
+    ("ppo", "Hopper-v5"): ({}, 1, 1_000_000),
 }
+#: the workloads whose envs SB3 wraps in VecNormalize (the evaluation then uses the training's observation statistics)
+NORMALIZE = {("ppo", "Hopper-v5")}
 
 
 def run_one(algo: str, env_id: str, seed: int, *, target: float | None, stop: bool, max_env_steps: int | None,
@@ -52,12 +58,18 @@ def run_one(algo: str, env_id: str, seed: int, *, target: float | None, stop: bo
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize
 
     kwargs, n_envs, zoo_steps = ZOO[(algo, env_id)]
     t0 = time.perf_counter()
     env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
-    eval_env = gym.make(env_id)
-    eval_env.reset(seed=10_000 + seed)
+    normalize = (algo, env_id) in NORMALIZE
+    if normalize:
+        env = VecNormalize(env)
+        eval_env = VecNormalize(make_vec_env(env_id, n_envs=1, seed=10_000 + seed), training=False, norm_reward=False)
+    else:
+        eval_env = gym.make(env_id)
+        eval_env.reset(seed=10_000 + seed)
     model = getattr(sb3, algo.upper())("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs)
     evals: list[dict[str, float]] = []
 
@@ -70,6 +82,8 @@ def run_one(algo: str, env_id: str, seed: int, *, target: float | None, stop: bo
             steps = self.num_timesteps
             if steps >= self.next_eval:
                 self.next_eval += eval_every
+                if normalize:
+                    eval_env.obs_rms = env.obs_rms.copy()
                 mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=eval_episodes, deterministic=True)
                 evals.append({"env_steps": steps, "wall_s": time.perf_counter() - t0, "return": float(mean)})
                 if stop and target is not None and mean >= target:
