@@ -544,7 +544,7 @@ def test_make_env_envpool_backend_autoreset_resets_the_finished_envs_by_id(monke
 
 
 def test_make_env_argument_errors():
-    backends = r"\['auto', 'torch', 'gymnasium', 'envpool', 'ale', 'gymnax', 'mjx', 'mujoco_torch'\]"
+    backends = r"\['auto', 'torch', 'gymnasium', 'envpool', 'ale', 'gymnax', 'mjx', 'mujoco_torch', 'brax'\]"
     with pytest.raises(ValueError, match=rf"backend must be one of {backends}, got 'jax'"):
         make_env("CartPole-v1", 2, backend="jax")
     with pytest.raises(ValueError, match="n_envs must be >= 1, got 0"):
