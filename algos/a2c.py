@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from rlstruct.agents import RL_Agent_CheckDevice
+from rlstruct.algos.checkpoints import load_resume, restore_optimizer
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
     ActorCritic,
@@ -106,6 +107,9 @@ class A2CConfig(NormalizationConfig, FastPathConfig):
     recurrent: bool = False
     overlap: bool = False
 
+    #: the settings a resumed run must share with its checkpoint, besides RunConfig's (see load_resume)
+    RESUME_FIELDS = ("recurrent", "normalize_observations", "normalize_rewards")
+
 
 def validate(config: A2CConfig) -> EnvSpec:
     """Checks the config before anything is built and describes its env (see :func:`validate_run_config`).
@@ -113,7 +117,10 @@ def validate(config: A2CConfig) -> EnvSpec:
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: continuous actions with image observations or with ``recurrent``.
-        ValueError: a setting is out of range.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
+            :attr:`A2CConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
     """
     validate_run_config(config)
     validate_fast_path(config, "A2C", recurrent=config.recurrent)
@@ -125,6 +132,7 @@ def validate(config: A2CConfig) -> EnvSpec:
     if config.recurrent or spec.pixels:
         spec.require("recurrent A2C" if config.recurrent else "A2C on images", config.env, discrete=True)
     check_normalizable(spec, config.normalize_observations)
+    load_resume("a2c", config, A2CConfig.RESUME_FIELDS)
     return spec
 
 
@@ -234,24 +242,32 @@ def _replayed_loss(replay, config: A2CConfig, traj: Trajectories,
 def train(config: A2CConfig) -> TrainResult:
     """Trains an actor-critic with A2C and returns the final evaluation and the run's history.
 
+    With ``resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
+
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: continuous actions with image observations or with ``recurrent``.
-        ValueError: a setting is out of range.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: ``resume`` cannot be continued with this config (see :func:`validate`).
     """
     start = time.perf_counter()
     spec = validate(config)
+    resume = load_resume("a2c", config, A2CConfig.RESUME_FIELDS)
     learner = as_device(config.learner_device)
-    with training_run("a2c", config, spec, start=start) as (run, stack):
+    with training_run("a2c", config, spec, start=start, resume=resume) as (run, stack):
         build = recurrent_actor_critic if config.recurrent else build_actor_critic
         model_kwargs = {"normalize_observations": config.normalize_observations}
         model = seeded_model(config.seed, functools.partial(build, **model_kwargs), spec, config.hidden_sizes)
+        if resume is not None:
+            model.load_state_dict(resume.model)
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
         create_agent = create_recurrent_agent if config.recurrent else create_policy_agent
         batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
                                            autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False},
                                            cuda_graph=config.cuda_graph, zero_copy=config.overlap,
-                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs)
+                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
+                                           seed=run.seed)
 
         model.to(learner)
         loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
@@ -260,6 +276,9 @@ def train(config: A2CConfig) -> TrainResult:
         B = batcher.n_elems()
         normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards, n_rows=B,
                                          gamma=config.gamma, device=learner)
+        if resume is not None:
+            restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
+            normalize.load_state_dict(resume.learner["normalization"])
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
 
@@ -274,7 +293,7 @@ def train(config: A2CConfig) -> TrainResult:
         update = UpdateStep(loss_fn, optimizer, clip_groups(model), max_grad_norm=config.max_grad_norm,
                             device=learner, compile=config.compile_update, autocast=autocast_dtype(config))
         pipe = start_pipeline(stack, batcher, model, config, overlap=config.overlap)
-        evaluator.launch(cpu_state_dict(model), 0, 0)
+        evaluator.launch(cpu_state_dict(model), run.iteration, run.env_steps)
         while not run.should_stop():
             traj = pipe.next()
             traj = traj.to(learner)
@@ -299,7 +318,8 @@ def train(config: A2CConfig) -> TrainResult:
             run.record(B * tt.temporal_size(), stats)
             run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
 
-        return finish_training(run, evaluator, model, spec, title="A2C")
+        return finish_training(run, evaluator, model, spec, title="A2C",
+                               learner={"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

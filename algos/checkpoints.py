@@ -1,4 +1,10 @@
-"""What a training run leaves behind: its checkpoint and its learning-curve plot."""
+"""What a training run leaves behind, its checkpoint and its learning-curve plot, and how a run resumes from it.
+
+A checkpoint holds the policy's weights (what ``rlstruct eval`` runs) and what the learner needs to continue
+(``iteration``, ``env_steps`` and ``learner``: the optimizers' state dicts and the algorithm's own state, e.g.
+DQN's target network); :func:`load_resume` reads it back for ``rlstruct train ALGO --resume RUN`` and checks
+that the new command builds the same networks on the same data.
+"""
 
 from __future__ import annotations
 
@@ -6,30 +12,47 @@ import dataclasses
 import logging
 import math
 import os
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from rlstruct.algos.networks import cpu_state_dict
+from rlstruct.envs.factory import resolve_backend
+from rlstruct.errors import ConfigError
 
 if TYPE_CHECKING:
     from rlstruct.algos.run import EnvSpec, RunConfig
 
-__all__ = ["CHECKPOINT_FORMAT", "save_checkpoint", "load_checkpoint", "plot_learning_curve"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "RESUME_FIELDS",
+    "save_checkpoint",
+    "load_checkpoint",
+    "Resume",
+    "load_resume",
+    "cpu_tree",
+    "restore_optimizer",
+    "plot_learning_curve",
+]
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "rlstruct-checkpoint-1"
 #: the checkpoint's file name in a run's log folder
 CHECKPOINT_NAME = "checkpoint.pt"
+#: the settings every algorithm's resumed run must share with its checkpoint: they shape the networks or the data
+RESUME_FIELDS = ("env", "backend", "max_episode_steps", "hidden_sizes")
 
 
 def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec: EnvSpec, model: nn.Module,
                     extra: dict[str, Any] | None = None) -> str:
-    """Writes ``{format, algo, config, env_spec, model, ...}`` of plain types and CPU tensors.
+    """Writes ``{format, algo, config, env_spec, model, **extra}`` of plain types and CPU tensors.
 
-    It loads with ``torch.load(path, weights_only=True)``.
+    It loads with ``torch.load(path, weights_only=True)``; ``extra``'s tensors are moved to the CPU
+    (:func:`cpu_tree`).
     """
     data = {
         "format": CHECKPOINT_FORMAT,
@@ -37,7 +60,7 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
         "config": config.to_dict(),
         "env_spec": dataclasses.asdict(spec),
         "model": cpu_state_dict(model),
-        **(extra or {}),
+        **cpu_tree(extra or {}),
     }
     torch.save(data, path)
     return str(path)
@@ -68,6 +91,121 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{str(path)!r} is not an rlstruct checkpoint (no format {CHECKPOINT_FORMAT!r})")
     return data
+
+
+def cpu_tree(tree: Any) -> Any:
+    """``tree`` (dicts, lists and tuples of plain values and tensors, e.g. an optimizer's state dict) with every
+    tensor detached and copied to the CPU.
+
+    >>> cpu_tree({"state": {0: {"step": torch.tensor(3.0)}}, "betas": (0.9, 0.999)})
+    {'state': {0: {'step': tensor(3.)}}, 'betas': (0.9, 0.999)}
+    """
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().to("cpu", copy=True)
+    if isinstance(tree, dict):
+        return {k: cpu_tree(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(cpu_tree(v) for v in tree)
+    return tree
+
+
+@dataclasses.dataclass
+class Resume:
+    """What a resumed run continues from: a checkpoint read by :func:`load_resume`.
+
+    Attributes:
+        path: the checkpoint file.
+        algo: the algorithm that wrote it.
+        config: its run's config, as plain types.
+        iteration: training iterations done (the resumed run's first is ``iteration + 1``).
+        env_steps: training env steps taken.
+        wall_time_s: seconds of wall clock the run had taken over all its sessions.
+        model: the policy's weights (the model the checkpoint's ``model`` holds).
+        learner: the algorithm's learner state: ``{"optimizer": ...}`` and what else its ``train`` keeps.
+    """
+
+    path: Path
+    algo: str
+    config: dict[str, Any]
+    iteration: int
+    env_steps: int
+    wall_time_s: float
+    model: dict[str, torch.Tensor]
+    learner: dict[str, Any]
+
+    @property
+    def folder(self) -> Path:
+        """The checkpoint's folder: the log folder of the run it continues."""
+        return self.path.parent
+
+
+def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = ()) -> Resume | None:
+    """Reads ``config.resume`` (a checkpoint or a run's log folder) and checks that ``config`` may continue it.
+
+    Args:
+        algo: the algorithm of the new run.
+        config: the new run's config.
+        fields: the settings of ``algo``'s config that must equal the checkpoint's, besides
+            :data:`RESUME_FIELDS` (e.g. ``("dueling",)`` for DQN).
+
+    Returns:
+        The checkpoint's content, or ``None`` when ``config.resume`` is ``None`` (a fresh run).
+
+    Raises:
+        FileNotFoundError: ``config.resume`` does not exist, or is a folder without a checkpoint.
+        ValueError: it is not an rlstruct checkpoint.
+        ConfigError: it was written by another algorithm or by a version of rlstruct that did not save the learner's
+            state, or a setting that shapes the networks or the data differs from the checkpoint's.
+    """
+    if config.resume is None:
+        return None
+    if not os.path.exists(config.resume):
+        raise FileNotFoundError(f"resume={config.resume!r} does not exist; pass the checkpoint.pt of an earlier run, "
+                                "or its log folder (the --logdir it was trained with)")
+    path = Path(config.resume)
+    if path.is_dir():
+        path = path / CHECKPOINT_NAME
+    data = load_checkpoint(config.resume)
+    if data["algo"] != algo:
+        raise ConfigError(f"resume={config.resume!r} holds a {data['algo']} run, got rlstruct train {algo}; resume "
+                          f"it with rlstruct train {data['algo']}, or start a new {algo} run without --resume")
+    if "learner" not in data or "iteration" not in data:
+        raise ConfigError(f"resume={config.resume!r} is a checkpoint without the learner's state (written before "
+                          "rlstruct saved it), got one that rlstruct eval can read but training cannot continue from; "
+                          "start a new run, e.g. from its weights in your own code")
+    saved = data["config"]
+    new = config.to_dict()
+    for name in (*RESUME_FIELDS, *fields):
+        before, now = saved.get(name), new[name]
+        if name == "backend":  # "auto" and the backend it picks are the same simulator
+            before, now = resolve_backend(saved["env"], before), resolve_backend(new["env"], now)
+        if before != now:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(
+                f"{name} must equal the checkpoint's to resume it ({name} shapes the networks or the data), got "
+                f"{name}={new[name]!r} and the checkpoint's {saved.get(name)!r} (resume={config.resume!r}); pass "
+                f"{flag} as the run was trained, or start a new run without --resume"
+            )
+    return Resume(path=path, algo=data["algo"], config=saved, iteration=int(data["iteration"]),
+                  env_steps=int(data["env_steps"]), wall_time_s=float(data.get("wall_time_s", 0.0)),
+                  model=data["model"], learner=data["learner"])
+
+
+def restore_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any], lr: float) -> None:
+    """Loads an optimizer's saved state (its steps and moments, onto its parameters' device) and sets every group's
+    learning rate to ``lr``: the new command's, which a schedule then rescales from the restored step count.
+
+    >>> p = torch.nn.Parameter(torch.ones(1))
+    >>> saved = torch.optim.Adam([p], lr=0.1)
+    >>> p.grad = torch.ones(1); saved.step()
+    >>> opt = torch.optim.Adam([p], lr=0.5)
+    >>> restore_optimizer(opt, cpu_tree(saved.state_dict()), 0.01)
+    >>> float(opt.state[p]["step"]), opt.param_groups[0]["lr"]
+    (1.0, 0.01)
+    """
+    optimizer.load_state_dict(state)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
 
 
 def plot_learning_curve(history: list[dict[str, float]], path: str | os.PathLike, title: str) -> str | None:

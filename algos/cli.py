@@ -321,9 +321,10 @@ def run_main(train: Callable[[Any], TrainResult], config_cls: type, validate: Ca
              argv: Sequence[str] | None, prog: str, description: str) -> int:
     """The body of every algorithm's ``main``: parse, validate, train, report.
 
-    A config error (an unknown env, a device this machine does not have, a value out of range) prints one
-    line to stderr and returns 2. The last line on stdout is a JSON object with ``eval_return``,
-    ``env_steps``, ``wall_time_s`` and ``logdir`` (also written to ``summary.json`` in the log folder).
+    A config error (an unknown env, a device this machine does not have, a value out of range, a ``--resume``
+    checkpoint that is missing or that the settings cannot continue) prints one line to stderr and returns 2.
+    The last line on stdout is a JSON object with ``eval_return``, ``env_steps``, ``wall_time_s`` and ``logdir``
+    (also written to ``summary.json`` in the log folder).
 
     Ctrl-C (SIGINT) stops training after the iteration under way (see
     :func:`~rlstruct.algos.run.training_run`): the checkpoint, the learning curve and the summary (with
@@ -337,7 +338,7 @@ def run_main(train: Callable[[Any], TrainResult], config_cls: type, validate: Ca
     try:
         config = config_from_args(config_cls, ns)
         validate(config)
-    except (ValueError, TypeError, RLStructError) as e:
+    except (ValueError, TypeError, RLStructError, FileNotFoundError) as e:
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     configure_logging()

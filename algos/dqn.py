@@ -9,6 +9,11 @@ transition; each observation stored once, see :meth:`~rlstruct.algos.replay.Repl
 episode ends, and targets bootstrap through time limits and not through terminations: a truncated
 transition bootstraps from ``Q(_observation/frame)`` (the terminal observation), a terminated one does not.
 
+A resumed run (``resume``) restores the Q network, the target network, Adam's state and the count of gradient
+steps (the hard target updates keep their cadence), and epsilon goes on decaying from the restored env-step
+count; the replay buffer is not in the checkpoint, so it refills for ``learning_starts`` env steps before the
+first gradient step of the new session.
+
 Run it with ``rlstruct train dqn --env CartPole-v1`` or ``python -m rlstruct.algos.dqn``.
 """
 
@@ -27,6 +32,7 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
+from rlstruct.algos.checkpoints import load_resume, restore_optimizer
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.encoders import CNNEncoder
 from rlstruct.algos.networks import NetworkAgent, cpu_state_dict, make_adam, mlp
@@ -113,6 +119,9 @@ class DQNConfig(RunConfig):
     max_grad_norm: float = 10.0
     dueling: bool = False
 
+    #: the settings a resumed run must share with its checkpoint, besides RunConfig's (see load_resume)
+    RESUME_FIELDS = ("dueling",)
+
 
 def validate(config: DQNConfig) -> EnvSpec:
     """Checks the config before anything is built and describes its env (see :func:`validate_run_config`).
@@ -120,7 +129,10 @@ def validate(config: DQNConfig) -> EnvSpec:
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: the env does not have discrete actions.
-        ValueError: a setting is out of range.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
+            :attr:`DQNConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
     """
     validate_run_config(config)
     positive = ("rollout_steps", "buffer_size", "batch_size", "n_step", "target_update_interval", "epsilon_decay_steps")
@@ -138,6 +150,7 @@ def validate(config: DQNConfig) -> EnvSpec:
         raise ValueError(f"loss must be 'huber' or 'mse', got {config.loss!r}")
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
     spec.require("DQN", config.env, discrete=True)
+    load_resume("dqn", config, DQNConfig.RESUME_FIELDS)
     return spec
 
 
@@ -496,33 +509,43 @@ def train(config: DQNConfig) -> TrainResult:
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: the env does not have discrete actions.
-        ValueError: a setting is out of range.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: ``resume`` cannot be continued with this config (see :func:`validate`).
     """
     start = time.perf_counter()
     spec = validate(config)
+    resume = load_resume("dqn", config, DQNConfig.RESUME_FIELDS)
     learner = as_device(config.learner_device)
-    with training_run("dqn", config, spec, start=start) as (run, stack):
+    with training_run("dqn", config, spec, start=start, resume=resume) as (run, stack):
         model = seeded_model(config.seed, functools.partial(q_network, dueling=config.dueling), spec,
                              config.hidden_sizes)
+        if resume is not None:
+            model.load_state_dict(resume.model)
         create_agent = functools.partial(create_q_agent, dueling=config.dueling)
         batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.rollout_steps,
                                            autoreset=True, explore={"epsilon": config.epsilon_start},
-                                           greedy={"epsilon": 0.0})
+                                           greedy={"epsilon": 0.0}, seed=run.seed)
 
         model.to(learner)
         target = copy.deepcopy(model).requires_grad_(False)
         optimizer = make_adam(model, config.lr, learner)
-        buffer = ReplayBuffer.for_spec(spec, config.buffer_size, learner, seed=config.seed)
+        buffer = ReplayBuffer.for_spec(spec, config.buffer_size, learner, seed=run.seed)
         B = batcher.n_elems()
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
         n_step = NStepWindow(config.gamma, config.n_step)
         n_updates = 0
+        if resume is not None:
+            target.load_state_dict(resume.learner["target"])
+            restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
+            n_updates = int(resume.learner["n_updates"])
+        first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
 
         weights = cpu_state_dict(model)
         batcher.update(weights)
         batcher.reset()
-        evaluator.launch(weights, 0, 0)
+        evaluator.launch(weights, run.iteration, run.env_steps)
         while not run.should_stop():
             epsilon = epsilon_at(run.env_steps, config.epsilon_start, config.epsilon_end, config.epsilon_decay_steps)
             batcher.execute(agent_info=DictTensor({"epsilon": torch.full((B,), epsilon)}))
@@ -536,7 +559,8 @@ def train(config: DQNConfig) -> TrainResult:
 
             stats: dict[str, Any] = {"epsilon": epsilon, "buffer_size": float(len(buffer))}
             steps_now = run.env_steps + B * tt.temporal_size()
-            if steps_now >= config.learning_starts and len(buffer) >= config.batch_size and config.gradient_steps:
+            learning = steps_now - first_step >= config.learning_starts and len(buffer) >= config.batch_size
+            if learning and config.gradient_steps:
                 for _ in range(config.gradient_steps):
                     batch = buffer.sample(config.batch_size)
                     q = model(batch["obs"])
@@ -569,7 +593,9 @@ def train(config: DQNConfig) -> TrainResult:
             run.record(B * tt.temporal_size(), stats)
             run.poll_evaluation(evaluator, lambda: weights)
 
-        return finish_training(run, evaluator, model, spec, title="DQN")
+        return finish_training(run, evaluator, model, spec, title="DQN",
+                               learner={"optimizer": optimizer.state_dict(), "target": target.state_dict(),
+                                        "n_updates": n_updates})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

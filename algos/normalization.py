@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from rlstruct.devices import DeviceLike
+from rlstruct.errors import ConfigError
 from rlstruct.structures import TemporalDictTensor
 
 __all__ = [
@@ -183,6 +184,16 @@ class ReturnNormalizer:
         self.moments.update(torch.stack(returns, 1).flatten(), mask.flatten())
         return rewards * torch.rsqrt(self.moments.var + self.eps)
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The running moments of the return (``count``, ``mean``, ``var``), what a resumed run restores."""
+        return self.moments.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restores the running moments of :meth:`state_dict`; the carried returns start at 0, since a resumed run's
+        envs start fresh episodes."""
+        self.moments.load_state_dict(state)
+        self.carry.zero_()
+
 
 def update_observation_statistics(model: nn.Module, trajectories: TemporalDictTensor) -> None:
     """Merges the valid steps of a collection's ``observation/frame`` into the statistics of ``model.normalizer``
@@ -218,3 +229,26 @@ class LearnerNormalization:
         if self.returns is None:
             return rewards
         return self.returns(rewards, trajectories["_observation/done"], trajectories.mask())
+
+    def state_dict(self) -> dict[str, dict[str, torch.Tensor]]:
+        """The learner-side statistics a resumed run restores: ``{"returns": ...}`` with ``normalize_rewards``
+        (:meth:`ReturnNormalizer.state_dict`), else ``{}`` (the observation statistics are the model's buffers).
+
+        >>> norm = LearnerNormalization(nn.Identity(), normalize_rewards=True, n_rows=1, gamma=0.9, device="cpu")
+        >>> sorted(norm.state_dict()["returns"])
+        ['count', 'mean', 'var']
+        """
+        return {} if self.returns is None else {"returns": self.returns.state_dict()}
+
+    def load_state_dict(self, state: dict[str, dict[str, torch.Tensor]]) -> None:
+        """Restores the statistics of :meth:`state_dict`.
+
+        Raises:
+            ConfigError: ``state`` holds return statistics and this learner has none, or the reverse.
+        """
+        if (self.returns is None) != ("returns" not in state):
+            have, got = ("no", "some") if self.returns is None else ("some", "no")
+            raise ConfigError(f"normalize_rewards must match the saved learner state: this learner keeps {have} return "
+                              f"statistics, got a state with {got}; resume with the run's --normalize-rewards setting")
+        if self.returns is not None:
+            self.returns.load_state_dict(state["returns"])

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent_CheckDevice
+from rlstruct.algos.checkpoints import load_resume, restore_optimizer
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
     PolicyAgent,
@@ -112,6 +113,9 @@ class PPOConfig(NormalizationConfig, FastPathConfig):
             collections; minibatches are sets of envs' whole windows, each replayed from its stored first state.
     """
 
+    #: the settings a resumed run must share with its checkpoint, besides RunConfig's (see load_resume)
+    RESUME_FIELDS = ("recurrent", "normalize_observations", "normalize_rewards")
+
     n_envs: int = 32
     time_limit: float = 60.0
     lr: float = 3e-3
@@ -140,7 +144,10 @@ def validate(config: PPOConfig) -> EnvSpec:
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: continuous actions with image observations or with ``recurrent``.
-        ValueError: a setting is out of range.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
+            :attr:`PPOConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
     """
     validate_run_config(config)
     validate_fast_path(config, "PPO", recurrent=config.recurrent)
@@ -168,6 +175,7 @@ def validate(config: PPOConfig) -> EnvSpec:
     if config.recurrent or spec.pixels:
         spec.require("recurrent PPO" if config.recurrent else "PPO on images", config.env, discrete=True)
     check_normalizable(spec, config.normalize_observations)
+    load_resume("ppo", config, PPOConfig.RESUME_FIELDS)
     return spec
 
 
@@ -281,37 +289,48 @@ def _loss_settings(config: PPOConfig) -> dict[str, Any]:
 def train(config: PPOConfig) -> TrainResult:
     """Trains an actor-critic with PPO and returns the final evaluation and the run's history.
 
+    With ``resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
+
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: continuous actions with image observations or with ``recurrent``.
-        ValueError: a setting is out of range.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: ``resume`` cannot be continued with this config (see :func:`validate`).
     """
     start = time.perf_counter()
     spec = validate(config)
+    resume = load_resume("ppo", config, PPOConfig.RESUME_FIELDS)
     learner = as_device(config.learner_device)
-    with training_run("ppo", config, spec, start=start) as (run, stack):
+    with training_run("ppo", config, spec, start=start, resume=resume) as (run, stack):
         build = recurrent_actor_critic if config.recurrent else build_actor_critic
         model_kwargs = {"normalize_observations": config.normalize_observations}
         model = seeded_model(config.seed, functools.partial(build, **model_kwargs), spec, config.hidden_sizes)
+        if resume is not None:
+            model.load_state_dict(resume.model)
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
         create_agent = create_recurrent_agent if config.recurrent else create_policy_agent
         batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
                                            autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False},
                                            cuda_graph=config.cuda_graph,
                                            zero_copy=config.overlap and config.n_processes == 0,
-                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs)
+                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
+                                           seed=run.seed)
 
         model.to(learner)
         loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
         checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
         optimizer = make_adam(model, config.lr, learner)
-        # The minibatches' order: seeded per run, on the learner's device, apart from the agents' generators.
-        shuffle = torch.Generator(device=learner).manual_seed(config.seed)
+        # The minibatches' order: seeded per session, on the learner's device, apart from the agents' generators.
+        shuffle = torch.Generator(device=learner).manual_seed(run.seed)
         B = batcher.n_elems()
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
         normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards, n_rows=B,
                                          gamma=config.gamma, device=learner)
+        if resume is not None:
+            restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
+            normalize.load_state_dict(resume.learner["normalization"])
 
         # One update step (loss, backward, clipping, optimizer step), compiled with compile_update. A recurrent
         # minibatch is a set of envs' whole windows, replayed from their stored first state.
@@ -324,7 +343,7 @@ def train(config: PPOConfig) -> TrainResult:
                             autocast=autocast_dtype(config))
         # With overlap, the next collection runs (in the workers, or on its own stream) while we learn.
         pipe = start_pipeline(stack, batcher, model, config, overlap=config.overlap)
-        evaluator.launch(cpu_state_dict(model), 0, 0)
+        evaluator.launch(cpu_state_dict(model), run.iteration, run.env_steps)
         while not run.should_stop():
             traj = pipe.next()
             traj = traj.to(learner)
@@ -364,7 +383,8 @@ def train(config: PPOConfig) -> TrainResult:
             run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
         pipe.close()  # the collection launched during the last update: close the batcher with nothing pending
 
-        return finish_training(run, evaluator, model, spec, title="PPO")
+        return finish_training(run, evaluator, model, spec, title="PPO",
+                               learner={"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()})
 
 
 def _flat_steps(tt: TemporalDictTensor, advantages: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:

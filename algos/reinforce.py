@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
+from rlstruct.algos.checkpoints import load_resume, restore_optimizer
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
     PolicyAgent,
@@ -90,6 +91,9 @@ class ReinforceConfig(NormalizationConfig, FastPathConfig):
     max_grad_norm: float = 1.0
     bootstrap_truncated: bool = True
 
+    #: the settings a resumed run must share with its checkpoint, besides RunConfig's (see load_resume)
+    RESUME_FIELDS = ("normalize_observations", "normalize_rewards")
+
 
 def validate(config: ReinforceConfig) -> EnvSpec:
     """Checks the config before anything is built and describes its env (see :func:`validate_run_config`).
@@ -97,7 +101,10 @@ def validate(config: ReinforceConfig) -> EnvSpec:
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: the env does not have flat observations.
-        ValueError: a setting is out of range.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
+            :attr:`ReinforceConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
     """
     validate_run_config(config)
     validate_fast_path(config, "REINFORCE", episodic=True)
@@ -106,6 +113,7 @@ def validate(config: ReinforceConfig) -> EnvSpec:
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
     spec.require("REINFORCE", config.env, pixels=False)
     check_normalizable(spec, config.normalize_observations)
+    load_resume("reinforce", config, ReinforceConfig.RESUME_FIELDS)
     return spec
 
 
@@ -227,23 +235,31 @@ def reinforce_batch_loss(
 def train(config: ReinforceConfig) -> TrainResult:
     """Trains a policy with REINFORCE and returns the final evaluation and the run's history.
 
+    With ``resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
+
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: the env does not have flat observations.
-        ValueError: a setting is out of range.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: ``resume`` cannot be continued with this config (see :func:`validate`).
     """
     start = time.perf_counter()
     spec = validate(config)
+    resume = load_resume("reinforce", config, ReinforceConfig.RESUME_FIELDS)
     learner = as_device(config.learner_device)
-    with training_run("reinforce", config, spec, start=start) as (run, stack):
+    with training_run("reinforce", config, spec, start=start, resume=resume) as (run, stack):
         model_kwargs = {"normalize_observations": config.normalize_observations}
         model = seeded_model(config.seed, functools.partial(build_actor_critic, **model_kwargs), spec,
                              config.hidden_sizes)
+        if resume is not None:
+            model.load_state_dict(resume.model)
         # n_timesteps = the time limit: one execute runs every env's episode to its end.
         batcher, evaluator = open_batchers(stack, config, spec, create_policy_agent,
                                            n_timesteps=spec.max_episode_steps, autoreset=False,
                                            explore={"stochastic": True}, greedy={"stochastic": False},
-                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs)
+                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
+                                           seed=run.seed)
 
         model.to(learner)
         loss_agent = PolicyAgent(model, learner)
@@ -251,6 +267,9 @@ def train(config: ReinforceConfig) -> TrainResult:
         optimizer = make_adam(model, config.lr, learner)
         normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards,
                                          n_rows=batcher.n_elems(), gamma=config.gamma, device=learner)
+        if resume is not None:
+            restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
+            normalize.load_state_dict(resume.learner["normalization"])
         # One update step (loss, backward, clipping, optimizer step): compiled or under autocast with the forward
         # inside (over episodes of changing lengths), or eager on the outputs of the forward that also gives the
         # bootstrap values.
@@ -268,7 +287,7 @@ def train(config: ReinforceConfig) -> TrainResult:
 
         sync = WeightSync(batcher, model, learner, weight_sync_mode(config))
         sync.push()
-        evaluator.launch(cpu_state_dict(model), 0, 0)
+        evaluator.launch(cpu_state_dict(model), run.iteration, run.env_steps)
         while not run.should_stop():
             batcher.reset()
             batcher.execute()
@@ -301,7 +320,8 @@ def train(config: ReinforceConfig) -> TrainResult:
             run.record(int(lengths.sum()), stats)
             run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
 
-        return finish_training(run, evaluator, model, spec, title="REINFORCE")
+        return finish_training(run, evaluator, model, spec, title="REINFORCE",
+                               learner={"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,9 @@
 and :func:`finish_training` are the frame of every ``train``: a :class:`Run` (clock, budget,
 ``progress.csv``, TensorBoard, progress bar), the training batcher and the
 :class:`~rlstruct.algos.evaluation.Evaluator`, then the final evaluation, the checkpoint and the
-:class:`TrainResult`.
+:class:`TrainResult`. A run given a :class:`~rlstruct.algos.checkpoints.Resume` (``--resume``) continues the
+counters, the log folder and ``progress.csv`` of the run that wrote it, with seeds of its own
+(:func:`session_seed`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import hashlib
 import inspect
 import json
 import logging
@@ -31,7 +34,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent
-from rlstruct.algos.checkpoints import CHECKPOINT_NAME, plot_learning_curve, save_checkpoint
+from rlstruct.algos.checkpoints import CHECKPOINT_NAME, Resume, plot_learning_curve, save_checkpoint
 from rlstruct.algos.evaluation import Evaluator
 from rlstruct.algos.networks import cpu_state_dict
 from rlstruct.batchers import RL_Batcher
@@ -48,6 +51,7 @@ __all__ = [
     "describe_env",
     "create_env",
     "worker_seeds",
+    "session_seed",
     "TrainResult",
     "Run",
     "check_on_device",
@@ -96,7 +100,8 @@ class RunConfig:
             every evaluation env, and longer episodes continue over several acquisitions (with evaluation worker
             processes, at least one per training iteration).
         eval_every: training iterations at least between two evaluation launches.
-        logdir: where progress.csv, TensorBoard events, the plot and the checkpoint go (None: runs/<algo>-<env>-<seed>).
+        logdir: where progress.csv, TensorBoard events, the plot and the checkpoint go (None: runs/<algo>-<env>-<seed>,
+            or with resume the resumed run's folder).
         log_every: iterations between two TensorBoard and progress-bar updates (the CSV gets every one).
         progress: show a tqdm progress bar on stderr.
         tensorboard: write TensorBoard event files into logdir.
@@ -108,6 +113,14 @@ class RunConfig:
             set_float32_matmul_precision for the run: highest (full float32), high (TF32 tensor cores on NVIDIA
             GPUs from Ampere on; other bits than float32), or medium (bfloat16 products where supported). Worker
             processes keep torch's default.
+        resume: a checkpoint.pt, or the log folder of a run, to continue training from: the weights, the optimizers'
+            state and the learner's (the replay buffer is not saved: DQN and SAC refill it for learning_starts env
+            steps before learning again); env_steps and the iteration count continue (max_env_steps counts the
+            total, and a learning-rate schedule over it goes on where it stopped; lr is this command's), time_limit
+            counts this process's clock (a schedule over it starts again), and progress.csv in logdir gets the new
+            rows after the earlier ones. The envs start fresh episodes with seeds drawn from seed and the iteration
+            resumed at. The settings that shape the networks or the data (env, backend, hidden_sizes, ...) must
+            equal the checkpoint's.
     """
 
     env: str = "CartPole-v1"
@@ -139,6 +152,7 @@ class RunConfig:
     torch_threads: int = 1
     batcher_timeout: float = 120.0
     matmul_precision: str = "highest"
+    resume: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain Python types (tuples become lists), for JSON and checkpoints."""
@@ -397,6 +411,20 @@ def worker_seeds(seed: int, n_workers: int, offset: int) -> list[int]:
     return [(seed * 10_000 + offset + k) % 2**31 for k in range(n_workers)]
 
 
+def session_seed(seed: int, iteration: int) -> int:
+    """The seed of a training session's envs, agents and learner generators: ``seed`` for a fresh run
+    (``iteration`` 0), else a hash of ``(seed, iteration)`` in ``[0, 214,748)`` (where :func:`worker_seeds` does not
+    wrap), so that a run resumed at ``iteration`` does not replay the episodes and samples of its first session.
+
+    >>> session_seed(7, 0), session_seed(7, 120) == session_seed(7, 120), session_seed(7, 120) != session_seed(7, 121)
+    (7, True, True)
+    """
+    if iteration == 0:
+        return seed
+    digest = hashlib.sha256(f"rlstruct-resume/{seed}/{iteration}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % 214_748
+
+
 @dataclasses.dataclass
 class TrainResult:
     """What :func:`train` returns.
@@ -460,28 +488,40 @@ class Run:
         config: the run's config.
         spec: the env's description (for its reward threshold).
         start: ``time.perf_counter()`` when the run started (default: now).
+        resume: the checkpoint the run continues (``None``: a fresh run). Its ``iteration``, ``env_steps`` and wall
+            time are the counters' starting values; the log folder defaults to the checkpoint's; the rows of
+            ``progress.csv`` of the checkpoint's folder up to its iteration come first in :attr:`history` and in
+            the new ``progress.csv``.
+
+    Attributes:
+        seed: the seed of this session's envs, agents and generators (:func:`session_seed`).
     """
 
     CSV_NAME = "progress.csv"
     SUMMARY_NAME = "summary.json"
 
-    def __init__(self, algo: str, config: RunConfig, spec: EnvSpec, *, start: float | None = None):
+    def __init__(self, algo: str, config: RunConfig, spec: EnvSpec, *, start: float | None = None,
+                 resume: Resume | None = None):
         self.algo = algo
         self.config = config
         self.target_return = config.target_return
         if self.target_return is None and config.stop_at_reward_threshold:
             self.target_return = spec.reward_threshold
         self.start = time.perf_counter() if start is None else start
-        self.logdir = Path(config.logdir or f"runs/{algo}-{config.env}-{config.seed}")
+        default = f"runs/{algo}-{config.env}-{config.seed}" if resume is None else resume.folder
+        self.logdir = Path(config.logdir or default)
         self.logdir.mkdir(parents=True, exist_ok=True)
         earlier = len(list(self.logdir.glob("events.out.tfevents.*")))
-        if earlier:
+        if earlier and resume is None:
             log.warning("%s already holds %d TensorBoard event file(s) of earlier runs, which TensorBoard will show "
                         "beside this one's (progress.csv, the checkpoint and the summary are replaced); pass a new "
                         "--logdir to keep runs apart", self.logdir, earlier)
-        self.env_steps = 0
-        self.iteration = 0
-        self.history: list[dict[str, float]] = []
+        self.env_steps = 0 if resume is None else resume.env_steps
+        self.iteration = 0 if resume is None else resume.iteration
+        self.seed = session_seed(config.seed, self.iteration)
+        #: the wall time of the earlier sessions of a resumed run: rows count ``wall_time_s`` over all of them
+        self.wall_offset = 0.0 if resume is None else resume.wall_time_s
+        self.history: list[dict[str, float]] = [] if resume is None else _earlier_rows(resume)
         self.last_eval: float | None = None
         self.reached_target = False
         #: the signal (``"SIGINT"``: a Ctrl-C, or ``"SIGTERM"``) that interrupted the run during
@@ -489,12 +529,14 @@ class Run:
         self.stop_signal: str | None = None
         self._pending: list[dict[str, Any]] = []
         self._csv_file = open(self.logdir / self.CSV_NAME, "w", newline="")
-        self._csv_fields: list[str] = []
+        self._csv_fields: list[str] = list(dict.fromkeys(k for r in self.history for k in r))
         self._csv: csv.DictWriter | None = None
         self._tb = self._open_tensorboard() if config.tensorboard else None
         self._bar = self._open_progress() if config.progress else None
-        self._bar_steps = 0
-        self._rate = (self.start, 0)
+        self._bar_steps = self.env_steps
+        self._rate = (self.start, self.env_steps)
+        if self.history:  # the earlier sessions' rows first (the file is rewritten: it may be this very one)
+            self._write([], tb_rows=[])
         with open(self.logdir / "config.json", "w") as f:
             json.dump({"algo": algo, **config.to_dict(), "env_spec": dataclasses.asdict(spec),
                        "effective_target_return": self.target_return}, f, indent=2)
@@ -513,8 +555,8 @@ class Run:
         except ImportError:
             log.warning("tqdm is not installed (pip install 'rlstruct[progress]'); no progress bar")
             return None
-        return tqdm(total=self.config.max_env_steps, unit="step", unit_scale=True, file=sys.stderr,
-                    dynamic_ncols=True, mininterval=0.5, desc=f"{self.algo} {self.config.env}")
+        return tqdm(total=self.config.max_env_steps, initial=self.env_steps, unit="step", unit_scale=True,
+                    file=sys.stderr, dynamic_ncols=True, mininterval=0.5, desc=f"{self.algo} {self.config.env}")
 
     @property
     def interrupted(self) -> bool:
@@ -523,8 +565,12 @@ class Run:
 
     # ------------------------------------------------------------------ budget
     def elapsed(self) -> float:
-        """Seconds since the run started."""
+        """Seconds since the run started (in this process: what ``time_limit`` bounds)."""
         return time.perf_counter() - self.start
+
+    def wall_time(self) -> float:
+        """Seconds of wall clock over every session of the run (a resumed run's earlier ones included)."""
+        return self.wall_offset + self.elapsed()
 
     def budget_used(self) -> float:
         """The fraction of the budget spent, in ``[0, 1]``: of ``max_env_steps`` when set, else of the time limit.
@@ -549,7 +595,7 @@ class Run:
         """Ends one training iteration of ``env_steps`` new env steps with its statistics."""
         self.iteration += 1
         self.env_steps += env_steps
-        row = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_time_s": self.elapsed(), **stats}
+        row = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_time_s": self.wall_time(), **stats}
         self._pending.append(row)
         if self.iteration % self.config.log_every == 0:
             self.flush()
@@ -562,7 +608,7 @@ class Run:
         trained = result.get("eval/launch_env_steps", 1.0) > 0
         if self.target_return is not None and trained and self.last_eval >= self.target_return:
             self.reached_target = True
-        row = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_time_s": self.elapsed(), **result}
+        row = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_time_s": self.wall_time(), **result}
         self._write([row], tb_rows=[row])
         log.info("iteration %d, %d env steps: evaluation return %.2f", self.iteration, self.env_steps, self.last_eval)
 
@@ -629,6 +675,29 @@ class Run:
             self._bar.close()
 
 
+def _earlier_rows(resume: Resume) -> list[dict[str, Any]]:
+    """The rows of ``progress.csv`` in the folder of ``resume``'s checkpoint up to its iteration (a copy of the
+    file may hold later ones), as numbers; none when the file is gone."""
+    path = resume.folder / Run.CSV_NAME
+    if not path.is_file():
+        log.warning("%s is missing: progress.csv of the resumed run starts at iteration %d", path, resume.iteration + 1)
+        return []
+    rows = []
+    with open(path, newline="") as f:
+        for raw in csv.DictReader(f):
+            row: dict[str, Any] = {}
+            for k, v in raw.items():
+                if v in ("", None):
+                    continue
+                try:
+                    row[k] = int(float(v)) if k in ("iteration", "env_steps") else float(v)
+                except ValueError:
+                    row[k] = v
+            if row.get("iteration", 0) <= resume.iteration:
+                rows.append(row)
+    return rows
+
+
 def check_on_device(structure: Trajectories | nn.Module, device: DeviceLike, what: str) -> None:
     """Raises :class:`DeviceMismatchError` when a tensor of ``structure`` is not on ``device``.
 
@@ -649,7 +718,7 @@ def check_on_device(structure: Trajectories | nn.Module, device: DeviceLike, wha
 
 @contextlib.contextmanager
 def training_run(
-    algo: str, config: RunConfig, spec: EnvSpec, *, start: float
+    algo: str, config: RunConfig, spec: EnvSpec, *, start: float, resume: Resume | None = None
 ) -> Iterator[tuple[Run, contextlib.ExitStack]]:
     """The frame of every ``train``: a :class:`Run`, and an exit stack that closes what the run opens.
 
@@ -670,6 +739,8 @@ def training_run(
         config: the validated config.
         spec: the env's description, from the algorithm's ``validate``.
         start: ``time.perf_counter()`` when ``train`` was called (validation counts in the wall time).
+        resume: the checkpoint the run continues, from :func:`~rlstruct.algos.checkpoints.load_resume` (``None``: a
+            fresh run); see :class:`Run`.
 
     Yields:
         ``(run, stack)``.
@@ -677,7 +748,7 @@ def training_run(
     threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
-    run = Run(algo, config, spec, start=start)
+    run = Run(algo, config, spec, start=start, resume=resume)
     with contextlib.ExitStack() as stack:
         stack.callback(torch.set_num_threads, threads)
         stack.callback(torch.set_float32_matmul_precision, precision)
@@ -747,14 +818,15 @@ def open_batchers(
     zero_copy: bool = False,
     agent_kwargs: dict[str, Any] | None = None,
     model_kwargs: dict[str, Any] | None = None,
+    seed: int | None = None,
 ) -> tuple[RL_Batcher, Evaluator]:
     """The training batcher and the :class:`Evaluator` of a run, both closed by ``stack``.
 
     Seeds are fixed per role (envs from offsets 0 and 1000, agents from 5000 and 6000) so that a run is
-    reproducible from ``config.seed`` alone; evaluation envs run one whole episode each (up to
-    ``config.evaluation_max_steps``), ``config.evaluation_chunk_steps`` steps per acquisition: episodic envs, or,
-    with ``cuda_graph`` and a CUDA ``evaluation_device``, auto-reset envs whose first episodes count, each
-    acquisition replayed as a CUDA graph.
+    reproducible from ``seed`` (``config.seed``, or the session's seed of a resumed run) alone; evaluation envs
+    run one whole episode each (up to ``config.evaluation_max_steps``), ``config.evaluation_chunk_steps`` steps per
+    acquisition: episodic envs, or, with ``cuda_graph`` and a CUDA ``evaluation_device``, auto-reset envs whose
+    first episodes count, each acquisition replayed as a CUDA graph.
 
     Args:
         stack: the run's exit stack (see :func:`training_run`).
@@ -772,19 +844,21 @@ def open_batchers(
             ``autocast``); the evaluation's agent gets the shared ones.
         model_kwargs: more keyword arguments of ``create_agent`` for both batchers' agents: what their network is
             built with (e.g. ``normalize_observations``).
+        seed: the seed of the envs and agents (``None``: ``config.seed``); pass ``run.seed``.
 
     Returns:
         ``(batcher, evaluator)``.
     """
     agent_args, env_args = worker_args(config, spec)
     agent_args.update(model_kwargs or {})
+    seed = config.seed if seed is None else seed
     n_workers = max(config.n_processes, 1)
     batcher = RL_Batcher(
         n_timesteps, create_agent, {**agent_args, **(agent_kwargs or {}), "device": config.batcher_device},
         create_env, {**env_args, "n_envs": config.n_envs, "autoreset": autoreset, "device": config.batcher_device},
-        config.n_processes, worker_seeds(config.seed, n_workers, 0),
+        config.n_processes, worker_seeds(seed, n_workers, 0),
         agent_info=DictTensor({k: torch.tensor([v]) for k, v in explore.items()}),
-        agent_seeds=worker_seeds(config.seed, n_workers, 5000), device=config.batcher_device,
+        agent_seeds=worker_seeds(seed, n_workers, 5000), device=config.batcher_device,
         cuda_graph=cuda_graph, zero_copy=zero_copy, timeout=config.batcher_timeout,
     )
     stack.callback(batcher.close)
@@ -801,9 +875,9 @@ def open_batchers(
         chunk, create_agent, {**agent_args, "device": config.evaluation_device},
         create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": eval_graph,
                      "device": config.evaluation_device},
-        config.n_evaluation_processes, worker_seeds(config.seed, n_eval_workers, 1000),
+        config.n_evaluation_processes, worker_seeds(seed, n_eval_workers, 1000),
         agent_info=DictTensor({k: torch.tensor([v]) for k, v in greedy.items()}),
-        agent_seeds=worker_seeds(config.seed, n_eval_workers, 6000), device=config.evaluation_device,
+        agent_seeds=worker_seeds(seed, n_eval_workers, 6000), device=config.evaluation_device,
         cuda_graph=eval_graph, timeout=config.batcher_timeout,
     )
     n_eval = eval_batcher.n_elems()
@@ -813,8 +887,13 @@ def open_batchers(
     return batcher, evaluator
 
 
-def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvSpec, *, title: str) -> TrainResult:
+def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvSpec, *, title: str,
+                    learner: dict[str, Any] | None = None) -> TrainResult:
     """The end of every ``train``: final evaluation, checkpoint, learning curve, ``summary.json`` and result.
+
+    The checkpoint holds ``model``'s weights, the counters (``iteration``, ``env_steps``, ``wall_time_s`` over every
+    session) and ``learner``, what a resumed run restores (see
+    :func:`~rlstruct.algos.checkpoints.load_resume`).
 
     Where an evaluation reached the target return, the weights it evaluated are the ones kept (not those of
     the iterations since they were sent); otherwise the final weights are evaluated again on fresh episodes.
@@ -827,6 +906,8 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
         model: the learner's model.
         spec: the env's description.
         title: the algorithm's name in the plot's title, e.g. ``"A2C"``.
+        learner: the learner's state at the end of training besides ``model``'s weights (``{"optimizer":
+            optimizer.state_dict(), ...}``: plain types and tensors, copied to the CPU).
     """
     config = run.config
     interrupted = run.interrupted
@@ -850,7 +931,9 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     wall = run.elapsed()
     run.close()
     checkpoint = save_checkpoint(run.logdir / CHECKPOINT_NAME, run.algo, config, spec, model,
-                                 {"env_steps": run.env_steps, "eval_return": eval_return, "interrupted": interrupted})
+                                 {"env_steps": run.env_steps, "iteration": run.iteration,
+                                  "wall_time_s": run.wall_offset + wall, "eval_return": eval_return,
+                                  "interrupted": interrupted, "learner": learner or {}})
     suffix = ", interrupted" if interrupted else ""
     plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
                                f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")

@@ -10,6 +10,11 @@ action (``agent_info["stochastic"]`` false). Transitions go into the
 not through terminations: a truncated transition bootstraps from the terminal observation
 ``_observation/frame``, a terminated one does not.
 
+A resumed run (``resume``) restores the actor, the critics, the target critics, the temperature and the three
+optimizers' state; the replay buffer is not in the checkpoint, so it refills for ``learning_starts`` env steps
+before the first gradient step of the new session, with the restored actor acting (the uniform actions are for a
+fresh run's first steps only).
+
 Run it with ``rlstruct train sac --env Pendulum-v1`` or ``python -m rlstruct.algos.sac``.
 """
 
@@ -27,6 +32,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
+from rlstruct.algos.checkpoints import load_resume, restore_optimizer
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import NetworkAgent, cpu_state_dict, make_adam
 from rlstruct.algos.replay import ReplayBuffer, steps_to_transitions
@@ -104,6 +110,9 @@ class SACConfig(RunConfig):
     init_temperature: float = 1.0
     target_entropy: float | None = None
 
+    #: the settings a resumed run must share with its checkpoint, besides RunConfig's (see load_resume)
+    RESUME_FIELDS = ()
+
 
 def validate(config: SACConfig) -> EnvSpec:
     """Checks the config before anything is built and describes its env (see :func:`validate_run_config`).
@@ -111,7 +120,10 @@ def validate(config: SACConfig) -> EnvSpec:
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: the env does not have continuous actions and flat observations.
-        ValueError: a setting is out of range.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
+            :attr:`SACConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
     """
     validate_run_config(config)
     for name in ("rollout_steps", "buffer_size", "batch_size"):
@@ -131,6 +143,7 @@ def validate(config: SACConfig) -> EnvSpec:
         raise ValueError(f"critic_lr must be > 0, got {config.critic_lr!r}")
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
     spec.require("SAC", config.env, discrete=False, pixels=False)
+    load_resume("sac", config, SACConfig.RESUME_FIELDS)
     return spec
 
 
@@ -439,25 +452,29 @@ def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
 def train(config: SACConfig) -> TrainResult:
     """Trains a squashed Gaussian policy with SAC and returns the final evaluation and the run's history.
 
-    The checkpoint holds the actor (what ``rlstruct eval`` runs).
+    The checkpoint holds the actor (what ``rlstruct eval`` runs) as its ``model``, and the critics, the target
+    critics, the temperature and the optimizers in its ``learner`` state.
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: the env does not have continuous actions and flat observations.
-        ValueError: a setting is out of range.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: ``resume`` cannot be continued with this config (see :func:`validate`).
     """
     start = time.perf_counter()
     spec = validate(config)
+    resume = load_resume("sac", config, SACConfig.RESUME_FIELDS)
     learner = as_device(config.learner_device)
     target_entropy = -float(spec.action_dim) if config.target_entropy is None else config.target_entropy
-    with training_run("sac", config, spec, start=start) as (run, stack):
+    with training_run("sac", config, spec, start=start, resume=resume) as (run, stack):
         actor = seeded_model(config.seed, SquashedGaussianActor, spec.obs_dim, spec.action_dim, config.hidden_sizes,
                              spec.action_low, spec.action_high)
         critic = seeded_model(config.seed + 1, TwinQNetwork, spec.obs_dim, spec.action_dim, config.hidden_sizes)
         # Batchers first, models to the learner device after: no CUDA in this process before workers spawn.
         batcher, evaluator = open_batchers(stack, config, spec, create_sac_agent, n_timesteps=config.rollout_steps,
                                            autoreset=True, explore={"stochastic": True, "random": True},
-                                           greedy={"stochastic": False, "random": False})
+                                           greedy={"stochastic": False, "random": False}, seed=run.seed)
 
         actor.to(learner)
         critic.to(learner)
@@ -466,9 +483,19 @@ def train(config: SACConfig) -> TrainResult:
         actor_opt = make_adam(actor, config.lr, learner)
         critic_opt = make_adam(critic, config.critic_lr, learner)
         alpha_opt = torch.optim.Adam([log_alpha], lr=config.lr)
-        buffer = ReplayBuffer.for_spec(spec, config.buffer_size, learner, seed=config.seed)
+        if resume is not None:
+            actor.load_state_dict(resume.model)
+            critic.load_state_dict(resume.learner["critic"])
+            target.load_state_dict(resume.learner["target_critic"])
+            with torch.no_grad():
+                log_alpha.copy_(resume.learner["log_alpha"])
+            restore_optimizer(actor_opt, resume.learner["actor_optimizer"], config.lr)
+            restore_optimizer(critic_opt, resume.learner["critic_optimizer"], config.critic_lr)
+            restore_optimizer(alpha_opt, resume.learner["alpha_optimizer"], config.lr)
+        first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
+        buffer = ReplayBuffer.for_spec(spec, config.buffer_size, learner, seed=run.seed)
         noise = torch.Generator(device=learner)
-        noise.manual_seed(config.seed)
+        noise.manual_seed(run.seed)
         B = batcher.n_elems()
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
@@ -509,9 +536,9 @@ def train(config: SACConfig) -> TrainResult:
         weights = cpu_state_dict(actor)
         batcher.update(weights)
         batcher.reset()
-        evaluator.launch(weights, 0, 0)
+        evaluator.launch(weights, run.iteration, run.env_steps)
         while not run.should_stop():
-            batcher.execute(agent_info=explore[run.env_steps < config.learning_starts])
+            batcher.execute(agent_info=explore[resume is None and run.env_steps < config.learning_starts])
             traj, _ = batcher.get()
             traj = traj.to(learner)
             if config.check_devices:
@@ -523,7 +550,7 @@ def train(config: SACConfig) -> TrainResult:
             buffer.push_steps(**one_step_steps(tt, config.gamma))
 
             stats: dict[str, Any] = {"buffer_size": float(len(buffer))}
-            if run.env_steps + n_new >= config.learning_starts:
+            if run.env_steps + n_new - first_step >= config.learning_starts:
                 owed += config.gradient_steps_per_env_step * n_new
                 n_steps, owed = int(owed), owed - int(owed)
                 for _ in range(n_steps):
@@ -541,7 +568,11 @@ def train(config: SACConfig) -> TrainResult:
             run.record(n_new, stats)
             run.poll_evaluation(evaluator, lambda: weights)
 
-        return finish_training(run, evaluator, actor, spec, title="SAC")
+        return finish_training(run, evaluator, actor, spec, title="SAC",
+                               learner={"critic": critic.state_dict(), "target_critic": target.state_dict(),
+                                        "log_alpha": log_alpha.detach(), "actor_optimizer": actor_opt.state_dict(),
+                                        "critic_optimizer": critic_opt.state_dict(),
+                                        "alpha_optimizer": alpha_opt.state_dict()})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
