@@ -33,6 +33,7 @@ __all__ = [
     "load_checkpoint",
     "Resume",
     "load_resume",
+    "check_resume_exists",
     "cpu_tree",
     "restore_optimizer",
     "plot_learning_curve",
@@ -159,9 +160,7 @@ def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = ()) -> Res
     """
     if config.resume is None:
         return None
-    if not os.path.exists(config.resume):
-        raise FileNotFoundError(f"resume={config.resume!r} does not exist; pass the checkpoint.pt of an earlier run, "
-                                "or its log folder (the --logdir it was trained with)")
+    check_resume_exists(config.resume)
     path = Path(config.resume)
     if path.is_dir():
         path = path / CHECKPOINT_NAME
@@ -189,6 +188,17 @@ def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = ()) -> Res
     return Resume(path=path, algo=data["algo"], config=saved, iteration=int(data["iteration"]),
                   env_steps=int(data["env_steps"]), wall_time_s=float(data.get("wall_time_s", 0.0)),
                   model=data["model"], learner=data["learner"])
+
+
+def check_resume_exists(resume: str) -> None:
+    """Raises a :class:`FileNotFoundError` naming ``resume`` when there is nothing at that path.
+
+    Raises:
+        FileNotFoundError: ``resume`` does not exist.
+    """
+    if not os.path.exists(resume):
+        raise FileNotFoundError(f"resume={resume!r} does not exist; pass the checkpoint.pt of an earlier run, "
+                                "or its log folder (the --logdir it was trained with)")
 
 
 def restore_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any], lr: float) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from rlstruct.algos.checkpoints import load_checkpoint
+from rlstruct.algos.checkpoints import check_resume_exists, load_checkpoint
 from rlstruct.algos.evaluation import run_episodes
 from rlstruct.algos.networks import create_policy_agent
 from rlstruct.algos.run import EnvSpec, Run, RunConfig, TrainResult, create_env
@@ -306,6 +306,23 @@ def build_parser(config_cls: type, prog: str, description: str = "") -> argparse
     return parser
 
 
+def resumed_defaults(config_cls: type, resume: str) -> dict[str, Any]:
+    """The settings of the run that ``resume`` (a checkpoint or a run's folder) continues, as the defaults of
+    ``config_cls``'s flags: ``rlstruct train ALGO --resume RUN`` takes the run's own settings, and a flag given
+    overrides its value (a larger ``--max-env-steps``, say).
+
+    Raises:
+        FileNotFoundError: ``resume`` does not exist, or is a folder without a checkpoint.
+        ValueError: it is not an rlstruct checkpoint.
+    """
+    check_resume_exists(resume)
+    saved = load_checkpoint(resume)["config"]
+    # logdir: a resumed run writes into the checkpoint's folder unless told otherwise (the saved path may be
+    # relative to another working directory).
+    names = {f.name for f in dataclasses.fields(config_cls)} - {"resume", "logdir"}
+    return {k: v for k, v in saved.items() if k in names}
+
+
 def config_from_args(config_cls: type, ns: argparse.Namespace):
     """Builds the config dataclass from parsed arguments (lists become tuples)."""
     values = {f.name: getattr(ns, f.name) for f in dataclasses.fields(config_cls)}
@@ -321,6 +338,7 @@ def run_main(train: Callable[[Any], TrainResult], config_cls: type, validate: Ca
              argv: Sequence[str] | None, prog: str, description: str) -> int:
     """The body of every algorithm's ``main``: parse, validate, train, report.
 
+    With ``--resume RUN``, the flags not given take the values of that run's config (:func:`resumed_defaults`).
     A config error (an unknown env, a device this machine does not have, a value out of range, a ``--resume``
     checkpoint that is missing or that the settings cannot continue) prints one line to stderr and returns 2.
     The last line on stdout is a JSON object with ``eval_return``, ``env_steps``, ``wall_time_s`` and ``logdir``
@@ -336,6 +354,9 @@ def run_main(train: Callable[[Any], TrainResult], config_cls: type, validate: Ca
     parser = build_parser(config_cls, prog, description)
     ns = parser.parse_args(argv)
     try:
+        if ns.resume is not None:
+            parser.set_defaults(**resumed_defaults(config_cls, ns.resume))
+            ns = parser.parse_args(argv)
         config = config_from_args(config_cls, ns)
         validate(config)
     except (ValueError, TypeError, RLStructError, FileNotFoundError) as e:

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -325,6 +326,24 @@ def test_a_resume_error_is_one_line_on_the_command_line(a2c_checkpoint, capsys):
         assert cli.main(args) == 2, args
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and needle in err, (args, err)
+
+
+def test_the_command_line_resumes_with_the_runs_own_settings(a2c_checkpoint, tmp_path, capsys):
+    """`rlstruct train a2c --resume RUN` alone: the flags not given take the run's values (its hidden_sizes, time
+    limit, normalisation... differ from the defaults, so taking the defaults would be a mismatch), the run's folder
+    is written into, and a flag given (the budget) overrides the run's."""
+    run = tmp_path / "run"
+    shutil.copytree(a2c_checkpoint, run)
+    before = torch.load(run / CHECKPOINT_NAME, weights_only=True)
+    assert cli.main(["train", "a2c", "--resume", str(run), "--max-env-steps", str(before["env_steps"] + 64)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["logdir"] == str(run) and summary["env_steps"] >= before["env_steps"] + 64
+    after = torch.load(run / CHECKPOINT_NAME, weights_only=True)
+    assert after["iteration"] > before["iteration"]
+    for name, value in before["config"].items():
+        if name not in ("resume", "max_env_steps", "logdir"):
+            assert after["config"][name] == value, name
+    assert after["config"]["max_env_steps"] == before["env_steps"] + 64
 
 
 def test_an_old_checkpoint_still_evaluates_but_cannot_resume(a2c_checkpoint, tmp_path):
