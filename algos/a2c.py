@@ -16,6 +16,7 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -279,6 +280,9 @@ def train(config: A2CConfig) -> TrainResult:
         if resume is not None:
             restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
             normalize.load_state_dict(resume.learner["normalization"])
+
+        def learner_state() -> dict[str, Any]:  # what the checkpoint keeps besides the weights (see --resume)
+            return {"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()}
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
 
@@ -317,9 +321,9 @@ def train(config: A2CConfig) -> TrainResult:
             stats["train/episode_length"] = len_sum / count
             run.record(B * tt.temporal_size(), stats)
             run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
+            run.poll_checkpoint(model, learner_state)
 
-        return finish_training(run, evaluator, model, spec, title="A2C",
-                               learner={"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()})
+        return finish_training(run, evaluator, model, spec, title="A2C", learner=learner_state())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

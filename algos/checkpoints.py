@@ -53,7 +53,8 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
     """Writes ``{format, algo, config, env_spec, model, **extra}`` of plain types and CPU tensors.
 
     It loads with ``torch.load(path, weights_only=True)``; ``extra``'s tensors are moved to the CPU
-    (:func:`cpu_tree`).
+    (:func:`cpu_tree`). The file is written beside ``path`` and renamed onto it: a process killed while writing
+    leaves the previous checkpoint whole.
     """
     data = {
         "format": CHECKPOINT_FORMAT,
@@ -63,7 +64,9 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
         "model": cpu_state_dict(model),
         **cpu_tree(extra or {}),
     }
-    torch.save(data, path)
+    partial = f"{path}.partial"
+    torch.save(data, partial)
+    os.replace(partial, path)
     return str(path)
 
 

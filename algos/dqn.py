@@ -540,6 +540,9 @@ def train(config: DQNConfig) -> TrainResult:
             target.load_state_dict(resume.learner["target"])
             restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
             n_updates = int(resume.learner["n_updates"])
+
+        def learner_state() -> dict[str, Any]:  # what the checkpoint keeps besides the weights (see --resume)
+            return {"optimizer": optimizer.state_dict(), "target": target.state_dict(), "n_updates": n_updates}
         first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
 
         weights = cpu_state_dict(model)
@@ -592,10 +595,9 @@ def train(config: DQNConfig) -> TrainResult:
             stats["train/episode_length"] = len_sum / count
             run.record(B * tt.temporal_size(), stats)
             run.poll_evaluation(evaluator, lambda: weights)
+            run.poll_checkpoint(model, learner_state)
 
-        return finish_training(run, evaluator, model, spec, title="DQN",
-                               learner={"optimizer": optimizer.state_dict(), "target": target.state_dict(),
-                                        "n_updates": n_updates})
+        return finish_training(run, evaluator, model, spec, title="DQN", learner=learner_state())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

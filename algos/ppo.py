@@ -332,6 +332,9 @@ def train(config: PPOConfig) -> TrainResult:
             restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
             normalize.load_state_dict(resume.learner["normalization"])
 
+        def learner_state() -> dict[str, Any]:  # what the checkpoint keeps besides the weights (see --resume)
+            return {"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()}
+
         # One update step (loss, backward, clipping, optimizer step), compiled with compile_update. A recurrent
         # minibatch is a set of envs' whole windows, replayed from their stored first state.
         if config.recurrent:
@@ -381,10 +384,10 @@ def train(config: PPOConfig) -> TrainResult:
             stats["train/episode_length"] = len_sum / count
             run.record(B * tt.temporal_size(), stats)
             run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
+            run.poll_checkpoint(model, learner_state)
         pipe.close()  # the collection launched during the last update: close the batcher with nothing pending
 
-        return finish_training(run, evaluator, model, spec, title="PPO",
-                               learner={"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()})
+        return finish_training(run, evaluator, model, spec, title="PPO", learner=learner_state())
 
 
 def _flat_steps(tt: TemporalDictTensor, advantages: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -16,6 +16,7 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -270,6 +271,9 @@ def train(config: ReinforceConfig) -> TrainResult:
         if resume is not None:
             restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
             normalize.load_state_dict(resume.learner["normalization"])
+
+        def learner_state() -> dict[str, Any]:  # what the checkpoint keeps besides the weights (see --resume)
+            return {"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()}
         # One update step (loss, backward, clipping, optimizer step): compiled or under autocast with the forward
         # inside (over episodes of changing lengths), or eager on the outputs of the forward that also gives the
         # bootstrap values.
@@ -319,9 +323,9 @@ def train(config: ReinforceConfig) -> TrainResult:
             stats["train/episode_length"] = lengths.float().mean()
             run.record(int(lengths.sum()), stats)
             run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
+            run.poll_checkpoint(model, learner_state)
 
-        return finish_training(run, evaluator, model, spec, title="REINFORCE",
-                               learner={"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()})
+        return finish_training(run, evaluator, model, spec, title="REINFORCE", learner=learner_state())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -121,6 +121,9 @@ class RunConfig:
             rows after the earlier ones. The envs start fresh episodes with seeds drawn from seed and the iteration
             resumed at. The settings that shape the networks or the data (env, backend, hidden_sizes, ...) must
             equal the checkpoint's.
+        checkpoint_every: also write the checkpoint every this many training iterations (0: only at the end and on
+            Ctrl-C or SIGTERM), so that a run killed outright (SIGKILL, a lost node) can be resumed from the last one;
+            each costs a host sync and a copy of the learner's state to the CPU.
     """
 
     env: str = "CartPole-v1"
@@ -153,6 +156,7 @@ class RunConfig:
     batcher_timeout: float = 120.0
     matmul_precision: str = "highest"
     resume: str | None = None
+    checkpoint_every: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain Python types (tuples become lists), for JSON and checkpoints."""
@@ -171,7 +175,7 @@ def validate_run_config(config: RunConfig) -> None:
     for name in ("n_envs", "n_evaluation_envs", "evaluation_chunk_steps", "eval_every", "log_every"):
         if getattr(config, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
-    for name in ("n_processes", "n_evaluation_processes", "torch_threads"):
+    for name in ("n_processes", "n_evaluation_processes", "torch_threads", "checkpoint_every"):
         if getattr(config, name) < 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(config, name)!r}")
     if not 0 <= config.seed < 2**31:
@@ -504,6 +508,7 @@ class Run:
                  resume: Resume | None = None):
         self.algo = algo
         self.config = config
+        self.spec = spec
         self.target_return = config.target_return
         if self.target_return is None and config.stop_at_reward_threshold:
             self.target_return = spec.reward_threshold
@@ -673,6 +678,21 @@ class Run:
             self._tb.close()
         if self._bar is not None:
             self._bar.close()
+
+
+    def poll_checkpoint(self, model: nn.Module, learner_state: Callable[[], dict[str, Any]]) -> None:
+        """Writes the checkpoint (``model``'s weights, the counters, ``learner_state()``) when the iteration just
+        recorded is a multiple of ``config.checkpoint_every``, with ``progress.csv`` written up to it first (a
+        resumed run reads its rows back). The file is replaced atomically: a kill during the write leaves the
+        previous checkpoint."""
+        every = self.config.checkpoint_every
+        if not every or self.iteration % every:
+            return
+        self.flush()
+        eval_return = math.nan if self.last_eval is None else self.last_eval
+        save_checkpoint(self.logdir / CHECKPOINT_NAME, self.algo, self.config, self.spec, model,
+                        {"env_steps": self.env_steps, "iteration": self.iteration, "wall_time_s": self.wall_time(),
+                         "eval_return": eval_return, "interrupted": False, "learner": learner_state()})
 
 
 def _earlier_rows(resume: Resume) -> list[dict[str, Any]]:

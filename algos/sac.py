@@ -492,6 +492,11 @@ def train(config: SACConfig) -> TrainResult:
             restore_optimizer(actor_opt, resume.learner["actor_optimizer"], config.lr)
             restore_optimizer(critic_opt, resume.learner["critic_optimizer"], config.critic_lr)
             restore_optimizer(alpha_opt, resume.learner["alpha_optimizer"], config.lr)
+
+        def learner_state() -> dict[str, Any]:  # what the checkpoint keeps besides the actor (see --resume)
+            return {"critic": critic.state_dict(), "target_critic": target.state_dict(),
+                    "log_alpha": log_alpha.detach(), "actor_optimizer": actor_opt.state_dict(),
+                    "critic_optimizer": critic_opt.state_dict(), "alpha_optimizer": alpha_opt.state_dict()}
         first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
         buffer = ReplayBuffer.for_spec(spec, config.buffer_size, learner, seed=run.seed)
         noise = torch.Generator(device=learner)
@@ -567,12 +572,9 @@ def train(config: SACConfig) -> TrainResult:
             stats["train/episode_length"] = len_sum / count
             run.record(n_new, stats)
             run.poll_evaluation(evaluator, lambda: weights)
+            run.poll_checkpoint(actor, learner_state)
 
-        return finish_training(run, evaluator, actor, spec, title="SAC",
-                               learner={"critic": critic.state_dict(), "target_critic": target.state_dict(),
-                                        "log_alpha": log_alpha.detach(), "actor_optimizer": actor_opt.state_dict(),
-                                        "critic_optimizer": critic_opt.state_dict(),
-                                        "alpha_optimizer": alpha_opt.state_dict()})
+        return finish_training(run, evaluator, actor, spec, title="SAC", learner=learner_state())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,8 @@ Every algorithm trains a few iterations, then a second ``train`` with ``resume``
 continues it: the counters, ``progress.csv``, the optimizers' state, the learning-rate schedule and the learner's
 own state (targets, temperature, return statistics) go on from the checkpoint. What the resumed session restores is
 read through a wrapper of ``restore_optimizer`` in the algorithm's module, called where ``train`` restores its
-optimizers, and compared with the checkpoint it resumed.
+optimizers, and compared with the checkpoint it resumed. ``checkpoint_every`` writes such checkpoints during the
+run: one taken mid-run (or left by a SIGKILL) resumes too.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ import pytest
 import torch
 
 from rlstruct.algos import a2c, cli, dqn, ppo, reinforce, sac
+from rlstruct.algos import checkpoints as checkpoints_module
+from rlstruct.algos import run as run_module
 from rlstruct.algos.checkpoints import CHECKPOINT_NAME, cpu_tree, load_resume
 from rlstruct.algos.cli import evaluate_checkpoint
 from rlstruct.algos.normalization import LearnerNormalization
-from rlstruct.algos.run import Run, session_seed, worker_seeds
+from rlstruct.algos.run import Run, describe_env, session_seed, worker_seeds
 from rlstruct.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
@@ -435,3 +438,88 @@ def test_ppo_trained_partway_then_resumed_learns_cartpole(tmp_path):
     second = ppo.train(ppo.PPOConfig(max_env_steps=50_000, target_return=400.0, resume=str(tmp_path), **common))
     evals = [(r["env_steps"], r["eval/return"]) for r in second.history if "eval/return" in r]
     assert second.reached_target and second.env_steps <= 50_000, evals
+
+
+# --------------------------------------------------------------------------- periodic checkpoints
+@pytest.mark.parametrize("algo", ["a2c", "ppo", "dqn", "sac"])
+def test_checkpoint_every_writes_resumable_checkpoints_during_the_run(tmp_path, monkeypatch, algo):
+    module, config, per_iteration, first_steps, _ = CASES[algo]
+    written, snapshot = [], tmp_path / "at-2"
+    save = run_module.save_checkpoint
+
+    def save_and_keep(path, *args, **kwargs):
+        out = save(path, *args, **kwargs)
+        data = torch.load(out, weights_only=True)
+        written.append((data["iteration"], sorted(data["learner"])))
+        if data["iteration"] == 2:  # what a run killed outright after iteration 2 leaves behind
+            shutil.copytree(os.path.dirname(out), snapshot)
+        return out
+
+    monkeypatch.setattr(run_module, "save_checkpoint", save_and_keep)
+    first = module.train(dataclasses.replace(config, logdir=str(tmp_path / "run"), max_env_steps=first_steps,
+                                             checkpoint_every=2))
+    periodic = [it for it, _ in written[:-1]]
+    assert periodic == list(range(2, first.iterations + 1, 2)) and written[-1][0] == first.iterations
+    assert all(keys == written[-1][1] for _, keys in written)  # the learner's whole state every time
+    assert [int(r["iteration"]) for r in csv_rows(snapshot) if r.get("train/episode_return", "") != ""] == [1, 2]
+    second = module.train(dataclasses.replace(config, max_env_steps=2 * per_iteration + 2 * per_iteration,
+                                              resume=str(snapshot)))
+    rows = [r for r in second.history if "train/episode_return" in r]
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4] and second.env_steps == 4 * per_iteration
+
+
+def test_a_bad_checkpoint_every_is_an_error():
+    with pytest.raises(ValueError, match="checkpoint_every must be >= 0, got -1"):
+        a2c.validate(dataclasses.replace(CASES["a2c"][1], checkpoint_every=-1))
+
+
+def test_a_checkpoint_is_replaced_whole(tmp_path, monkeypatch):
+    """The file is written beside the checkpoint and renamed onto it: a write that fails leaves the previous one."""
+    module, config, _, first_steps, _ = CASES["a2c"]
+    logdir = tmp_path / "run"
+    module.train(dataclasses.replace(config, logdir=str(logdir), max_env_steps=first_steps))
+    before = (logdir / CHECKPOINT_NAME).read_bytes()
+
+    def crash(obj, path):
+        with open(path, "wb") as f:
+            f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoints_module.save_checkpoint(logdir / CHECKPOINT_NAME, "a2c", config, describe_env("CartPole-v1", "torch",
+                                           50), torch.nn.Linear(1, 1))
+    assert (logdir / CHECKPOINT_NAME).read_bytes() == before
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_run_killed_outright_resumes_from_its_last_periodic_checkpoint(tmp_path):
+    logdir = tmp_path / "run"
+    command = [sys.executable, "-m", "rlstruct.algos.cli", "train", "a2c", "--n-envs", "4", "--hidden-sizes", "16",
+               "--max-env-steps", "100000000", "--time-limit", "600", "--checkpoint-every", "5",
+               "--n-evaluation-envs", "2", "--no-stop-at-reward-threshold", "--no-progress", "--logdir", str(logdir)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (logdir / CHECKPOINT_NAME).exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGKILL)  # no checkpoint at exit: only the periodic ones
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    saved = torch.load(logdir / CHECKPOINT_NAME, weights_only=True)
+    assert saved["iteration"] % 5 == 0 and saved["iteration"] >= 5
+    resumed = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "train", "a2c", "--resume", str(logdir),
+                              "--max-env-steps", str(saved["env_steps"] + 64)],
+                             capture_output=True, text=True, timeout=150)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert summary["env_steps"] >= saved["env_steps"] + 64
+    rows = [r for r in csv_rows(logdir) if r.get("train/episode_return", "") != ""]
+    assert [int(r["iteration"]) for r in rows] == list(range(1, summary["iterations"] + 1))
