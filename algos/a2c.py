@@ -16,12 +16,11 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
 from rlstruct.agents import RL_Agent_CheckDevice
-from rlstruct.algos.checkpoints import load_resume, restore_optimizer
+from rlstruct.algos.checkpoints import load_resume
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
     ActorCritic,
@@ -31,11 +30,10 @@ from rlstruct.algos.networks import (
     check_normalizable,
     cpu_state_dict,
     create_policy_agent,
-    make_adam,
     masked_policy_value_loss,
     policy_actions,
 )
-from rlstruct.algos.normalization import LearnerNormalization, NormalizationConfig
+from rlstruct.algos.normalization import NormalizationConfig
 from rlstruct.algos.recurrent import (
     RecurrentPolicyAgent,
     create_recurrent_agent,
@@ -57,6 +55,7 @@ from rlstruct.algos.run import (
 from rlstruct.algos.update import (
     FastPathConfig,
     UpdateStep,
+    actor_critic_learner,
     autocast_dtype,
     clip_groups,
     start_pipeline,
@@ -273,16 +272,9 @@ def train(config: A2CConfig) -> TrainResult:
         model.to(learner)
         loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
         checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
-        optimizer = make_adam(model, config.lr, learner)
         B = batcher.n_elems()
-        normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards, n_rows=B,
-                                         gamma=config.gamma, device=learner)
-        if resume is not None:
-            restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
-            normalize.load_state_dict(resume.learner["normalization"])
-
-        def learner_state() -> dict[str, Any]:  # what the checkpoint keeps besides the weights (see --resume)
-            return {"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()}
+        optimizer, normalize, learner_state = actor_critic_learner(model, config, n_rows=B, device=learner,
+                                                                   resume=resume)
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
 

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent_CheckDevice
-from rlstruct.algos.checkpoints import load_resume, restore_optimizer
+from rlstruct.algos.checkpoints import load_resume
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
     PolicyAgent,
@@ -46,11 +46,10 @@ from rlstruct.algos.networks import (
     cpu_state_dict,
     create_policy_agent,
     critic_values,
-    make_adam,
     normalize_masked,
     policy_actions,
 )
-from rlstruct.algos.normalization import LearnerNormalization, NormalizationConfig
+from rlstruct.algos.normalization import NormalizationConfig
 from rlstruct.algos.recurrent import (
     RecurrentPolicyAgent,
     create_recurrent_agent,
@@ -73,6 +72,7 @@ from rlstruct.algos.run import (
 from rlstruct.algos.update import (
     FastPathConfig,
     UpdateStep,
+    actor_critic_learner,
     autocast_dtype,
     clip_groups,
     start_pipeline,
@@ -320,20 +320,13 @@ def train(config: PPOConfig) -> TrainResult:
         model.to(learner)
         loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
         checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
-        optimizer = make_adam(model, config.lr, learner)
         # The minibatches' order: seeded per session, on the learner's device, apart from the agents' generators.
         shuffle = torch.Generator(device=learner).manual_seed(run.seed)
         B = batcher.n_elems()
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
-        normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards, n_rows=B,
-                                         gamma=config.gamma, device=learner)
-        if resume is not None:
-            restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
-            normalize.load_state_dict(resume.learner["normalization"])
-
-        def learner_state() -> dict[str, Any]:  # what the checkpoint keeps besides the weights (see --resume)
-            return {"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()}
+        optimizer, normalize, learner_state = actor_critic_learner(model, config, n_rows=B, device=learner,
+                                                                   resume=resume)
 
         # One update step (loss, backward, clipping, optimizer step), compiled with compile_update. A recurrent
         # minibatch is a set of envs' whole windows, replayed from their stored first state.

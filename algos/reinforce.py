@@ -16,13 +16,12 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
-from rlstruct.algos.checkpoints import load_resume, restore_optimizer
+from rlstruct.algos.checkpoints import load_resume
 from rlstruct.algos.cli import run_main
 from rlstruct.algos.networks import (
     PolicyAgent,
@@ -30,11 +29,10 @@ from rlstruct.algos.networks import (
     check_normalizable,
     cpu_state_dict,
     create_policy_agent,
-    make_adam,
     masked_policy_value_loss,
     policy_actions,
 )
-from rlstruct.algos.normalization import LearnerNormalization, NormalizationConfig
+from rlstruct.algos.normalization import NormalizationConfig
 from rlstruct.algos.returns import discounted_returns, episode_returns
 from rlstruct.algos.run import (
     EnvSpec,
@@ -50,6 +48,7 @@ from rlstruct.algos.run import (
 from rlstruct.algos.update import (
     FastPathConfig,
     UpdateStep,
+    actor_critic_learner,
     autocast_dtype,
     clip_groups,
     training_agent_kwargs,
@@ -265,15 +264,8 @@ def train(config: ReinforceConfig) -> TrainResult:
         model.to(learner)
         loss_agent = PolicyAgent(model, learner)
         checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
-        optimizer = make_adam(model, config.lr, learner)
-        normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards,
-                                         n_rows=batcher.n_elems(), gamma=config.gamma, device=learner)
-        if resume is not None:
-            restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
-            normalize.load_state_dict(resume.learner["normalization"])
-
-        def learner_state() -> dict[str, Any]:  # what the checkpoint keeps besides the weights (see --resume)
-            return {"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()}
+        optimizer, normalize, learner_state = actor_critic_learner(model, config, n_rows=batcher.n_elems(),
+                                                                   device=learner, resume=resume)
         # One update step (loss, backward, clipping, optimizer step): compiled or under autocast with the forward
         # inside (over episodes of changing lengths), or eager on the outputs of the forward that also gives the
         # bootstrap values.

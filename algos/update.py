@@ -20,12 +20,15 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
-from rlstruct.algos.networks import ActorCritic, autocast_context
+from rlstruct.algos.checkpoints import Resume, restore_optimizer
+from rlstruct.algos.networks import ActorCritic, autocast_context, make_adam
+from rlstruct.algos.normalization import LearnerNormalization
 from rlstruct.algos.run import RunConfig
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
@@ -39,6 +42,7 @@ __all__ = [
     "autocast_dtype",
     "check_autocast",
     "training_agent_kwargs",
+    "actor_critic_learner",
     "start_pipeline",
     "UpdateStep",
     "clip_groups",
@@ -182,6 +186,36 @@ def weight_sync_mode(config: FastPathConfig, *, overlap: bool = False) -> str:
     if not (config.share_weights and same_place):
         return "cpu"
     return "copy" if overlap else "auto"
+
+
+def actor_critic_learner(
+    model: nn.Module, config: FastPathConfig, *, n_rows: int, device: DeviceLike, resume: Resume | None
+) -> tuple[torch.optim.Adam, LearnerNormalization, Callable[[], dict[str, Any]]]:
+    """The learner's state of A2C, PPO and REINFORCE besides the model: its Adam, its
+    :class:`~rlstruct.algos.normalization.LearnerNormalization` (``config.normalize_rewards``, ``config.gamma``),
+    both restored from ``resume`` when given, and the function that returns them as a checkpoint keeps them.
+
+    Args:
+        model: the learner's model, on ``device``.
+        config: the run's config (a :class:`FastPathConfig` with the normalisation settings and ``gamma``).
+        n_rows: the rows of every collection.
+        device: the learner's device.
+        resume: the checkpoint the run continues (``None``: a fresh run).
+
+    Returns:
+        ``(optimizer, normalize, learner_state)``.
+    """
+    optimizer = make_adam(model, config.lr, device)
+    normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards, n_rows=n_rows,
+                                     gamma=config.gamma, device=device)
+    if resume is not None:
+        restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
+        normalize.load_state_dict(resume.learner["normalization"])
+
+    def learner_state() -> dict[str, Any]:
+        return {"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()}
+
+    return optimizer, normalize, learner_state
 
 
 def start_pipeline(stack: contextlib.ExitStack, batcher: RL_Batcher, model: nn.Module, config: FastPathConfig, *,

@@ -3,9 +3,9 @@
 Every algorithm trains a few iterations, then a second ``train`` with ``resume`` and a larger ``max_env_steps``
 continues it: the counters, ``progress.csv``, the optimizers' state, the learning-rate schedule and the learner's
 own state (targets, temperature, return statistics) go on from the checkpoint. What the resumed session restores is
-read through a wrapper of ``restore_optimizer`` in the algorithm's module, called where ``train`` restores its
-optimizers, and compared with the checkpoint it resumed. ``checkpoint_every`` writes such checkpoints during the
-run: one taken mid-run (or left by a SIGKILL) resumes too.
+read through a wrapper of ``restore_optimizer``, called where ``train`` restores its optimizers, and compared
+with the checkpoint it resumed. ``checkpoint_every`` writes such checkpoints during the run: one taken mid-run (or
+left by a SIGKILL) resumes too.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import torch
 from rlstruct.algos import a2c, cli, dqn, ppo, reinforce, sac
 from rlstruct.algos import checkpoints as checkpoints_module
 from rlstruct.algos import run as run_module
+from rlstruct.algos import update as update_module
 from rlstruct.algos.checkpoints import CHECKPOINT_NAME, cpu_tree, load_resume
 from rlstruct.algos.cli import evaluate_checkpoint
 from rlstruct.algos.normalization import LearnerNormalization
@@ -74,8 +75,10 @@ def assert_same_state(a, b, skip=("lr",)) -> None:
 
 
 def record_restores(monkeypatch, module) -> list[dict]:
-    """Wraps ``module.restore_optimizer``: each call appends the optimizer's state right after the restore."""
+    """Wraps ``restore_optimizer`` where ``module``'s ``train`` calls it (its own module, or for A2C, PPO and
+    REINFORCE ``update.actor_critic_learner``'s): each call appends the optimizer's state right after the restore."""
     restored: list[dict] = []
+    module = module if hasattr(module, "restore_optimizer") else update_module
     real = module.restore_optimizer
 
     def restore(optimizer, state, lr):
