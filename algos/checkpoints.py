@@ -181,11 +181,17 @@ def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = ()) -> Res
         before, now = saved.get(name), new[name]
         if name == "backend":  # "auto" and the backend it picks are the same simulator
             before, now = resolve_backend(saved["env"], before), resolve_backend(new["env"], now)
+        if name == "max_episode_steps":  # None is the env's own limit, which the checkpoint's spec holds
+            limit = data["env_spec"]["max_episode_steps"]
+            before, now = before or limit, now or limit
         if before != now:
             flag = "--" + name.replace("_", "-")
+            shown = repr(before)
+            if saved.get(name) != before:  # what the checkpoint's setting came to: the backend "auto" picked
+                shown += " (the env's own limit)" if name == "max_episode_steps" else f" (its {saved.get(name)!r})"
             raise ConfigError(
                 f"{name} must equal the checkpoint's to resume it ({name} shapes the networks or the data), got "
-                f"{name}={new[name]!r} and the checkpoint's {saved.get(name)!r} (resume={config.resume!r}); pass "
+                f"{name}={new[name]!r} and the checkpoint's {shown} (resume={config.resume!r}); pass "
                 f"{flag} as the run was trained, or start a new run without --resume"
             )
     return Resume(path=path, algo=data["algo"], config=saved, iteration=int(data["iteration"]),

@@ -272,7 +272,7 @@ def a2c_checkpoint(tmp_path_factory):
     ({"env": "Acrobot-v1"}, r"env must equal the checkpoint's .* got env='Acrobot-v1' and the checkpoint's "
                             r"'CartPole-v1'"),
     ({"backend": "gymnasium"}, r"backend must equal the checkpoint's .* got backend='gymnasium' and the "
-                               r"checkpoint's 'auto'"),
+                               r"checkpoint's 'torch' \(its 'auto'\)"),
     ({"max_episode_steps": 60}, r"max_episode_steps must equal the checkpoint's .* got max_episode_steps=60"),
     ({"normalize_rewards": False}, r"normalize_rewards must equal the checkpoint's .* got normalize_rewards=False "
                                    r"and the checkpoint's True"),
@@ -302,6 +302,21 @@ def test_another_algorithm_or_a_dueling_head_cannot_resume(a2c_checkpoint, tmp_p
     with pytest.raises(ConfigError, match=r"dueling must equal the checkpoint's .* got dueling=True and the "
                                           r"checkpoint's False"):
         dqn.train(dataclasses.replace(config, resume=str(tmp_path), dueling=True))
+
+
+def test_the_envs_own_time_limit_given_as_a_number_still_resumes(tmp_path):
+    """A run trained with the env's own limit (None: CartPole-v1's 500) resumes with --max-episode-steps 500, not
+    with another limit."""
+    _, config, per_iteration, first_steps, _ = CASES["a2c"]
+    config = dataclasses.replace(config, max_episode_steps=None)
+    logdir = tmp_path / "run"
+    a2c.train(dataclasses.replace(config, logdir=str(logdir), max_env_steps=first_steps))
+    with pytest.raises(ConfigError, match=r"max_episode_steps must equal the checkpoint's .* got "
+                                          r"max_episode_steps=400 and the checkpoint's 500 \(the env's own limit\)"):
+        a2c.validate(dataclasses.replace(config, max_episode_steps=400, resume=str(logdir)))
+    same = a2c.train(dataclasses.replace(config, max_episode_steps=500, resume=str(logdir),
+                                         max_env_steps=first_steps + per_iteration))
+    assert same.env_steps == first_steps + per_iteration
 
 
 def test_a_missing_or_foreign_resume_path_is_an_error(tmp_path):
