@@ -40,6 +40,15 @@ def _dry_run(target: str, venv: Path) -> list[str]:
     return out.stdout.splitlines()
 
 
+@pytest.mark.parametrize("name", ["README.md", "BENCHMARKS.md"])
+def test_relative_links_lead_to_files(name):
+    text = (ROOT / name).read_text()
+    targets = [t.split("#", 1)[0] for t in re.findall(r"\]\(([^)\s]+)\)", text) if "://" not in t]
+    assert targets, f"{name} links nothing"
+    missing = [t for t in targets if t and not (ROOT / t).exists()]
+    assert not missing, f"{name} links to files that do not exist: {missing}"
+
+
 def test_readme_gives_the_two_setup_commands():
     assert _setup_commands() == ["make demo", "make test"]
 
