@@ -40,6 +40,21 @@ def _dry_run(target: str, venv: Path) -> list[str]:
     return out.stdout.splitlines()
 
 
+# Pages of the documentation site whose python blocks are whole programs (the others show fragments: a signature,
+# a call order, a cluster's set-up).
+RUNNABLE_PAGES = ["docs/getting-started.md", "docs/concepts/structures.md", "docs/concepts/envs.md", "docs/scaling.md"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("page", RUNNABLE_PAGES)
+def test_documented_python_blocks_run(page):
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), flags=re.S)
+              if "ray.init" not in b]  # the RayBatcher block needs a cluster: tests/test_ray_batcher.py runs it
+    assert blocks, f"{page} has no python example"
+    for code in blocks:
+        exec(compile(code, page, "exec"), {"__name__": "docs_example"})
+
+
 @pytest.mark.parametrize("name", ["README.md", "BENCHMARKS.md"])
 def test_relative_links_lead_to_files(name):
     text = (ROOT / name).read_text()
