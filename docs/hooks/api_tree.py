@@ -9,10 +9,10 @@ The repository keeps ``rlstruct.agents``, ``rlstruct.batchers`` and ``rlstruct.a
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
-import tomllib
 from mkdocs.plugins import event_priority
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,8 +21,13 @@ TREE = ROOT / "build" / "docs-api"
 
 def _package_dirs() -> dict[str, str]:
     """``pyproject.toml``'s ``package-dir`` mapping: package name -> folder, relative to the repository."""
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)["tool"]["setuptools"]["package-dir"]
+    text = (ROOT / "pyproject.toml").read_text()
+    try:
+        import tomllib  # Python >= 3.11
+    except ModuleNotFoundError:  # 3.10: the one inline table this needs, read by pattern
+        table = re.search(r"^package-dir\s*=\s*\{(.*?)\}", text, flags=re.M | re.S).group(1)
+        return dict(re.findall(r'"([^"]+)"\s*=\s*"([^"]+)"', table))
+    return tomllib.loads(text)["tool"]["setuptools"]["package-dir"]
 
 
 def build_tree() -> Path:
