@@ -49,8 +49,9 @@ def render(script: Path) -> str:
                 chunks.append((None, "\n".join(lines[start - 1:first - 1]).strip()))
                 pending = []
             segment = "\n".join(lines[first - 1:node.end_lineno])
-            step = _STEP_TITLE.search(segment)
-            heading = step.group(1) if step else ("Running it" if isinstance(node, ast.If) else None)
+            # The step titles the block prints (an f-string's fields shown by name); a block may hold several steps.
+            steps = [re.sub(r"\{([^}]*)\}", r"\1", t) for t in _STEP_TITLE.findall(segment)]
+            heading = " / ".join(steps) if steps else ("Running it" if isinstance(node, ast.If) else None)
             chunks.append((heading, segment))
             start = node.end_lineno + 1
         else:
