@@ -43,7 +43,14 @@ from rlstruct.errors import MissingDependencyError, VideoError
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
 
-__all__ = ["VIDEO_SUFFIXES", "VideoResult", "record_policy_video", "record_checkpoint_video", "check_video_path"]
+__all__ = [
+    "VIDEO_SUFFIXES",
+    "VideoResult",
+    "record_policy_video",
+    "record_checkpoint_video",
+    "check_video_path",
+    "run_video_path",
+]
 
 #: the formats written, by the path's suffix
 VIDEO_SUFFIXES = (".mp4", ".gif")
@@ -201,7 +208,10 @@ def record_policy_video(
 
     The agent is the one the algorithm's evaluation builds (greedy: ``stochastic=False``, DQN's ``epsilon=0``) with
     ``model_state`` loaded. Episode ``k`` runs on env seed ``seed + k``. Each episode contributes its first frame
-    and one frame per step, up to ``max_steps`` steps (so at most ``max_steps + 1`` frames).
+    and one frame per step, up to ``max_steps`` steps (so at most ``max_steps + 1`` frames). It runs in the calling
+    process and leaves torch's global random state as it found it, so a training loop can call it between
+    iterations (``--video-every``) without changing the run: the loop passes its config, env spec and the CPU
+    ``state_dict`` it sends to its evaluation batcher, with :func:`run_video_path` as ``path``.
 
     Args:
         path: the video file; its suffix picks the format (:data:`VIDEO_SUFFIXES`). Parent folders are created.
@@ -224,8 +234,6 @@ def record_policy_video(
         MissingDependencyError: imageio, imageio-ffmpeg (``.mp4``) or pygame (classic control) is missing.
         ValueError: ``episodes < 1``, ``max_steps < 1`` or ``fps <= 0``.
     """
-    from rlstruct.algos.cli import _agent_of  # the CLI owns the map from an algorithm to its evaluation agent
-
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be an int >= 1, got {episodes!r}; pass e.g. episodes=1")
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
@@ -243,6 +251,17 @@ def record_policy_video(
     if resolved == "torch" and name not in TORCH_ENVS:
         raise VideoError(f"env {name!r} has no torch simulator to render; pass backend='gymnasium'")
     spec = env_spec if isinstance(env_spec, EnvSpec) else EnvSpec.from_dict(dict(env_spec))
+    # Building the agent initialises a network from torch's global generator: a video recorded during training must
+    # leave the run's random stream as it found it (the same seed gives the same run with and without videos).
+    with torch.random.fork_rng(devices=[]):
+        return _record(video_path, algo, config, spec, model_state, episodes, max_steps, seed, resolved, fps)
+
+
+def _record(video_path: Path, algo: str, config: Mapping[str, Any], spec: EnvSpec, model_state: Mapping[str, Any],
+            episodes: int, max_steps: int | None, seed: int, resolved: str, fps: float | None) -> VideoResult:
+    from rlstruct.algos.cli import _agent_of  # the CLI owns the map from an algorithm to its evaluation agent
+
+    name = config["env"]
     create_agent, agent_info = _agent_of(algo, dict(config))
     agent_args: dict[str, Any] = {"spec": spec, "hidden_sizes": tuple(config["hidden_sizes"]), "device": "cpu"}
     if config.get("normalize_observations"):
@@ -296,6 +315,16 @@ def record_policy_video(
         if writer is not None:
             writer.close()
     return VideoResult(str(video_path), frames, (int(shape[0]), int(shape[1])), tuple(returns), tuple(lengths), rate)
+
+
+def run_video_path(logdir: str | os.PathLike, env_steps: int, *, suffix: str = ".mp4") -> Path:
+    """Where a training run keeps the video recorded at ``env_steps``: ``logdir/videos/step_<env_steps>.<suffix>``
+    (zero-padded, so that the files sort in training order).
+
+    >>> run_video_path("runs/demo", 12800, suffix=".gif").as_posix()
+    'runs/demo/videos/step_000012800.gif'
+    """
+    return check_video_path(Path(logdir) / "videos" / f"step_{int(env_steps):09d}{suffix}", argument="suffix")
 
 
 def record_checkpoint_video(

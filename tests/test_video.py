@@ -17,7 +17,12 @@ from rlstruct.algos.a2c import A2CConfig  # noqa: E402
 from rlstruct.algos.dqn import DQNConfig  # noqa: E402
 from rlstruct.algos.networks import build_actor_critic  # noqa: E402
 from rlstruct.algos.run import describe_env  # noqa: E402
-from rlstruct.algos.video import VideoResult, check_video_path, record_policy_video  # noqa: E402
+from rlstruct.algos.video import (  # noqa: E402
+    VideoResult,
+    check_video_path,
+    record_policy_video,
+    run_video_path,
+)
 from rlstruct.errors import MissingDependencyError, VideoError  # noqa: E402
 
 
@@ -130,6 +135,24 @@ def test_a_dqn_policy_records_greedy(tmp_path):
     result = record_policy_video(tmp_path / "dqn.mp4", algo="dqn", config=config, env_spec=spec,
                                  model_state=model.state_dict(), max_steps=5)
     check_video(result, (400, 600), 1)
+
+
+@needs_pygame
+@pytest.mark.timeout(120)
+def test_a_training_loop_can_record_between_iterations_without_changing_its_random_stream(tmp_path):
+    import torch
+
+    args = policy("CartPole-v1", "torch")
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    path = run_video_path(tmp_path / "run", 12800, suffix=".gif")
+    assert path == tmp_path / "run" / "videos" / "step_000012800.gif"
+    result = record_policy_video(path, **args, max_steps=4)
+    assert torch.equal(torch.rand(3), expected), "recording a video moved torch's global generator"
+    assert path.is_file() and result.frames == result.lengths[0] + 1
+    with pytest.raises(VideoError, match=r"suffix must end in one of"):
+        run_video_path(tmp_path, 0, suffix=".avi")
 
 
 def test_an_unknown_suffix_is_a_video_error_naming_the_argument(tmp_path):
