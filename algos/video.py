@@ -10,6 +10,8 @@ Where the frames come from depends on the env's backend:
 * ``"ale"`` (ale-py's vector env, which has no ``render``): the agent's own view, the newest of its stacked
   grey 84x84 frames, as RGB.
 
+Frames smaller than 160 pixels on a side (ale-py's 84x84, MinAtar's 10x10 grid) are scaled up by a whole factor.
+
 Other backends (gymnax, mjx, mujoco_torch, brax, envpool) raise :class:`~rlstruct.errors.VideoError`; record
 their policies with ``backend="gymnasium"`` where gymnasium has the id.
 
@@ -58,6 +60,8 @@ VIDEO_SUFFIXES = (".mp4", ".gif")
 _RENDERING_BACKENDS = ("torch", "gymnasium", "ale")
 #: the gymnasium id whose renderer draws a torch simulator (CartPoleNoVel hides velocities, not the picture)
 _RENDER_ID = {"CartPoleNoVel-v1": "CartPole-v1"}
+#: frames whose shorter side is smaller are scaled up by a whole factor to reach it
+_MIN_SIDE = 160
 _INSTALL = "install it with `pip install 'rlstruct[video]'`"
 
 
@@ -146,7 +150,16 @@ def _render(env: gym.Env, name: str) -> np.ndarray:
     if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3:
         raise VideoError(f"env {name!r} must render rgb_array frames [H, W, 3], got "
                          f"{type(frame).__name__} {getattr(frame, 'shape', '')}")
-    return frame
+    if frame.dtype != np.uint8:  # MinAtar renders floats in [0, 1]
+        frame = (np.clip(frame, 0.0, 1.0) * 255).round().astype(np.uint8)
+    return _legible(frame)
+
+
+def _legible(frame: np.ndarray) -> np.ndarray:
+    """Frames as small as MinAtar's 10x10 grid or ale-py's 84x84 scaled up by whole pixels (nearest), so that a
+    player shows them sharp."""
+    scale = -(-_MIN_SIDE // min(frame.shape[:2]))
+    return frame.repeat(scale, axis=0).repeat(scale, axis=1) if scale > 1 else frame
 
 
 def _frame_source(name: str, backend: str, seed: int, max_episode_steps: int | None, physics_dtype: str):
@@ -177,7 +190,7 @@ def _frame_source(name: str, backend: str, seed: int, max_episode_steps: int | N
     def agent_view(observation: DictTensor) -> np.ndarray:
         grey = observation["frame"][0]
         grey = grey[-1] if grey.dim() == 3 else grey  # the newest of the stacked frames
-        return grey.numpy()[:, :, None].repeat(3, axis=2)
+        return _legible(grey.numpy()[:, :, None].repeat(3, axis=2))
 
     # ale-py steps 4 emulator frames per agent step at 60 frames a second.
     return env, agent_view, 15

@@ -110,7 +110,7 @@ def test_cartpole_gymnasium_backend_to_gif_two_episodes(tmp_path):
 @pytest.mark.timeout(120)
 def test_atari_pong_ale_backend_records_the_agents_view(tmp_path):
     result = record_policy_video(tmp_path / "pong.mp4", **policy("ALE/Pong-v5", "ale"), max_steps=10)
-    check_video(result, (84, 84), 1)
+    check_video(result, (168, 168), 1)  # ale-py's 84x84 scaled up twice
     assert result.lengths == (10,) and result.fps == 15
 
 
@@ -121,6 +121,17 @@ def test_atari_pong_gymnasium_backend_renders_rgb(tmp_path):
     result = record_policy_video(tmp_path / "pong.mp4", **policy("ALE/Pong-v5", "gymnasium"), max_steps=8)
     frames = check_video(result, (210, 160), 1)
     assert (frames[..., 0] != frames[..., 2]).any(), "gymnasium's Atari frames are in colour"
+
+
+@pytest.mark.skipif(not _has("minatar"), reason="MinAtar needs minatar: pip install 'rlstruct[minatar]'")
+@needs_ffmpeg
+@pytest.mark.timeout(120)
+def test_minatar_float_grids_become_legible_uint8_frames(tmp_path):
+    import rlstruct.envs  # noqa: F401  (registers the MinAtar ids)
+
+    result = record_policy_video(tmp_path / "breakout.mp4", **policy("MinAtar/Breakout-v1", "gymnasium"),
+                                 max_steps=6)
+    check_video(result, (160, 160), 1)  # the 10x10 grid, 16 pixels a cell
 
 
 @needs_pygame
