@@ -149,27 +149,26 @@ def _eval_command(argv: Sequence[str]) -> int:
     ns = parser.parse_args(argv)
     try:
         check_device_exists(ns.device, argument="device")
-        if ns.video is not None:
-            from rlstruct.algos.video import check_video_path
+        video = None
+        if ns.video is not None:  # first: an env that cannot render fails before the evaluation runs
+            from rlstruct.algos.video import check_video_path, record_checkpoint_video
 
-            check_video_path(ns.video, argument="--video")  # before the evaluation runs
+            check_video_path(ns.video, argument="--video")
             if ns.video_episodes < 1:
                 raise ValueError(f"--video-episodes must be >= 1, got {ns.video_episodes}; pass e.g. 1")
-        result = evaluate_checkpoint(ns.checkpoint, episodes=ns.episodes, device=ns.device, backend=ns.backend,
-                                     seed=ns.seed, n_processes=ns.n_processes, max_steps=ns.max_steps)
-        if ns.video is not None:
-            from rlstruct.algos.video import record_checkpoint_video
-
             video = record_checkpoint_video(ns.checkpoint, ns.video, episodes=ns.video_episodes,
                                             max_steps=ns.max_steps, seed=ns.seed, backend=ns.backend)
+        result = evaluate_checkpoint(ns.checkpoint, episodes=ns.episodes, device=ns.device, backend=ns.backend,
+                                     seed=ns.seed, n_processes=ns.n_processes, max_steps=ns.max_steps)
+        if video is not None:
             result["video"] = video.path
             result["video_frames"] = video.frames
     except (ValueError, RLStructError, FileNotFoundError) as e:
         print(f"rlstruct eval: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     print(f"mean return over {result['episodes']} episodes of {result['env']}: {result['eval_return']:.2f}")
-    if ns.video is not None:
-        print(f"video: {result['video']} ({result['video_frames']} frames)")
+    if video is not None:
+        print(f"video: {video.path} ({video.frames} frames)")
     print(json.dumps(result))
     return 0
 

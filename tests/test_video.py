@@ -233,3 +233,5 @@ def test_cli_eval_video_of_a_tiny_trained_run(tmp_path):
     assert "--video must end in one of ['.mp4', '.gif']" in bad.stderr
     bad = rlstruct("eval", str(run), "--video", str(video), "--video-episodes", "0")
     assert bad.returncode == 2 and "--video-episodes must be >= 1, got 0" in bad.stderr
+    bad = rlstruct("eval", str(run), "--video", str(video), "--backend", "gymnax")
+    assert bad.returncode == 2 and "backend must be one of ['torch', 'gymnasium', 'ale'] to render" in bad.stderr
