@@ -142,15 +142,33 @@ def _eval_command(argv: Sequence[str]) -> int:
                              "the episodes, and the mean, depend on the split")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="steps per episode at most (default: the env's time limit)")
+    parser.add_argument("--video", default=None, metavar="PATH",
+                        help="also record greedy episodes to PATH, .mp4 or .gif (pip install 'rlstruct[video]')")
+    parser.add_argument("--video-episodes", type=int, default=1, metavar="N",
+                        help="episodes in the video (default: 1), one env on the CPU, seeds --seed, --seed + 1, ...")
     ns = parser.parse_args(argv)
     try:
         check_device_exists(ns.device, argument="device")
+        video = None
+        if ns.video is not None:  # first: an env that cannot render fails before the evaluation runs
+            from rlstruct.algos.video import check_video_path, record_checkpoint_video
+
+            check_video_path(ns.video, argument="--video")
+            if ns.video_episodes < 1:
+                raise ValueError(f"--video-episodes must be >= 1, got {ns.video_episodes}; pass e.g. 1")
+            video = record_checkpoint_video(ns.checkpoint, ns.video, episodes=ns.video_episodes,
+                                            max_steps=ns.max_steps, seed=ns.seed, backend=ns.backend)
         result = evaluate_checkpoint(ns.checkpoint, episodes=ns.episodes, device=ns.device, backend=ns.backend,
                                      seed=ns.seed, n_processes=ns.n_processes, max_steps=ns.max_steps)
+        if video is not None:
+            result["video"] = video.path
+            result["video_frames"] = video.frames
     except (ValueError, RLStructError, FileNotFoundError) as e:
         print(f"rlstruct eval: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     print(f"mean return over {result['episodes']} episodes of {result['env']}: {result['eval_return']:.2f}")
+    if video is not None:
+        print(f"video: {video.path} ({video.frames} frames)")
     print(json.dumps(result))
     return 0
 

@@ -47,6 +47,7 @@ __all__ = [
     "BridgeError",
     "GraphCaptureError",
     "ConfigError",
+    "VideoError",
 ]
 
 
@@ -121,3 +122,8 @@ class GraphCaptureError(RLStructError, RuntimeError):
 class ConfigError(RLStructError, ValueError):
     """Settings that are valid one by one but cannot work together (e.g. ``compile_update`` with a recurrent
     policy, ``cuda_graph`` with a CPU batcher, weight sharing with worker processes)."""
+
+
+class VideoError(RLStructError, ValueError):
+    """A video cannot be recorded as asked: the env's backend has no ``rgb_array`` frames, or the video path's
+    suffix names a format rlstruct does not write (``.mp4`` and ``.gif`` are the ones it does)."""

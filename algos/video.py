@@ -1,0 +1,363 @@
+"""Videos of a policy: greedy episodes of one env on the CPU, written to ``.mp4`` or ``.gif`` through imageio.
+
+Where the frames come from depends on the env's backend:
+
+* ``"torch"`` (rlstruct's classic-control simulators): gymnasium's own renderer draws the simulator's state. A
+  gymnasium env of the same id (``render_mode="rgb_array"``) is given the torch env's physics row as its ``state``
+  before each ``render()``, so the picture is gymnasium's, the dynamics rlstruct's.
+* ``"gymnasium"`` (any id, ``ALE/...`` included): the env is made with ``render_mode="rgb_array"`` and renders
+  itself.
+* ``"ale"`` (ale-py's vector env, which has no ``render``): the agent's own view, the newest of its stacked
+  grey 84x84 frames, as RGB.
+
+Frames smaller than 160 pixels on a side (ale-py's 84x84, MinAtar's 10x10 grid) are scaled up by a whole factor.
+
+Other backends (gymnax, mjx, mujoco_torch, brax, envpool) raise :class:`~rlstruct.errors.VideoError`; record
+their policies with ``backend="gymnasium"`` where gymnasium has the id.
+
+gymnasium's classic-control renderer needs ``pygame`` and ``.mp4`` needs ffmpeg (the ``imageio-ffmpeg`` wheel ships
+it): ``pip install 'rlstruct[video]'``. ``.gif`` needs only imageio and pillow; pillow stores consecutive identical
+frames as one frame shown for their total time, so a GIF can decode to fewer frames than were written (the same
+playing time), where an ``.mp4`` decodes to every one.
+
+:func:`record_policy_video` works from what a training loop's evaluation holds (the algorithm's name, its config,
+the :class:`~rlstruct.algos.run.EnvSpec` and the CPU ``state_dict``); :func:`record_checkpoint_video` from a
+``checkpoint.pt`` (``rlstruct eval RUN --video PATH``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlstruct.algos.checkpoints import load_checkpoint
+from rlstruct.algos.run import EnvSpec, create_env
+from rlstruct.envs import GymEnv, make_env
+from rlstruct.envs.factory import TORCH_ENVS, resolve_backend
+from rlstruct.errors import MissingDependencyError, VideoError
+from rlstruct.seeding import check_seed
+from rlstruct.structures import DictTensor
+
+__all__ = [
+    "VIDEO_SUFFIXES",
+    "VideoResult",
+    "record_policy_video",
+    "record_checkpoint_video",
+    "check_video_path",
+    "run_video_path",
+]
+
+#: the formats written, by the path's suffix
+VIDEO_SUFFIXES = (".mp4", ".gif")
+#: backends whose envs give frames
+_RENDERING_BACKENDS = ("torch", "gymnasium", "ale")
+#: the gymnasium id whose renderer draws a torch simulator (CartPoleNoVel hides velocities, not the picture)
+_RENDER_ID = {"CartPoleNoVel-v1": "CartPole-v1"}
+#: frames whose shorter side is smaller are scaled up by a whole factor to reach it
+_MIN_SIDE = 160
+_INSTALL = "install it with `pip install 'rlstruct[video]'`"
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoResult:
+    """What :func:`record_policy_video` wrote.
+
+    Attributes:
+        path: the video file.
+        frames: frames written (each episode's first observation, then one per step).
+        frame_shape: ``(height, width)`` of every frame.
+        returns: each episode's undiscounted return (partial when cut at ``max_steps``).
+        lengths: each episode's steps.
+        fps: the frame rate written.
+    """
+
+    path: str
+    frames: int
+    frame_shape: tuple[int, int]
+    returns: tuple[float, ...]
+    lengths: tuple[int, ...]
+    fps: float
+
+
+def check_video_path(path: str | os.PathLike, *, argument: str = "path") -> Path:
+    """``path`` as a :class:`~pathlib.Path` when its suffix is one of :data:`VIDEO_SUFFIXES` and what that format
+    needs is installed; checked before anything is built.
+
+    Raises:
+        VideoError: another suffix.
+        MissingDependencyError: imageio (or, for ``.mp4``, imageio-ffmpeg) is not installed.
+
+    >>> check_video_path("runs/demo/episode.gif").suffix
+    '.gif'
+    """
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in VIDEO_SUFFIXES:
+        raise VideoError(f"{argument} must end in one of {list(VIDEO_SUFFIXES)}, got {str(path)!r}; "
+                         "name the file e.g. episode.mp4 (ffmpeg) or episode.gif (pillow)")
+    try:
+        import imageio  # noqa: F401
+    except ImportError as e:
+        raise MissingDependencyError(f"recording a video needs imageio; {_INSTALL}") from e
+    if suffix == ".mp4":
+        try:
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError as e:
+            raise MissingDependencyError(f"{argument} {str(path)!r}: .mp4 needs imageio-ffmpeg (it ships ffmpeg); "
+                                         f"{_INSTALL}, or write a .gif") from e
+    return p
+
+
+def _open_writer(path: Path, fps: float):
+    import imageio.v2 as iio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".gif":
+        # Pillow's GIF writer: duration per frame in milliseconds, loop forever.
+        return iio.get_writer(path, format="GIF", mode="I", duration=1000.0 / fps, loop=0)
+    # libx264 with yuv420p wants even sizes: every frame rendered here has them (a macro block of 16 would rescale
+    # CartPole's 600x400).
+    return iio.get_writer(path, format="FFMPEG", mode="I", fps=fps, macro_block_size=2)
+
+
+def _gym_renderer(render_id: str, max_episode_steps: int | None) -> gym.Env:
+    if render_id.startswith("ALE/"):
+        from rlstruct.envs.factory import _import_ale
+
+        gym.register_envs(_import_ale())
+    kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+    env = gym.make(render_id, render_mode="rgb_array", **kwargs)
+    if "rgb_array" not in env.metadata.get("render_modes", ()):
+        env.close()
+        raise VideoError(f"env {render_id!r} has no rgb_array render mode (it has "
+                         f"{list(env.metadata.get('render_modes', ()))}); a video needs rgb_array frames")
+    return env
+
+
+def _render(env: gym.Env, name: str) -> np.ndarray:
+    try:
+        frame = env.render()
+    except gym.error.DependencyNotInstalled as e:
+        raise MissingDependencyError(f"rendering {name!r} needs a package that is not installed "
+                                     f"({str(e).splitlines()[0]}); {_INSTALL}") from e
+    if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3:
+        raise VideoError(f"env {name!r} must render rgb_array frames [H, W, 3], got "
+                         f"{type(frame).__name__} {getattr(frame, 'shape', '')}")
+    if frame.dtype != np.uint8:  # MinAtar renders floats in [0, 1]
+        frame = (np.clip(frame, 0.0, 1.0) * 255).round().astype(np.uint8)
+    return _legible(frame)
+
+
+def _legible(frame: np.ndarray) -> np.ndarray:
+    """Frames as small as MinAtar's 10x10 grid or ale-py's 84x84 scaled up by whole pixels (nearest), so that a
+    player shows them sharp."""
+    scale = -(-_MIN_SIDE // min(frame.shape[:2]))
+    return frame.repeat(scale, axis=0).repeat(scale, axis=1) if scale > 1 else frame
+
+
+def _frame_source(name: str, backend: str, seed: int, max_episode_steps: int | None, physics_dtype: str):
+    """``(env, render, fps)``: one episodic env on the CPU and ``render(observation) -> uint8 [H, W, 3]``, called
+    after ``reset`` and after each ``step`` with the env's newest observation."""
+    if backend == "torch":
+        env = create_env(name, 1, seed=seed, backend="torch", max_episode_steps=max_episode_steps,
+                         physics_dtype=physics_dtype)
+        viewer = _gym_renderer(_RENDER_ID.get(name, name), None)
+        viewer.reset(seed=seed)
+        inner = viewer.unwrapped
+
+        def render(observation: DictTensor) -> np.ndarray:
+            state = env.get_state()
+            inner.state = state["physics"][0].to(torch.float64).numpy()
+            if hasattr(inner, "last_u"):  # Pendulum draws the torque it was given
+                inner.last_u = state["last_action"][0].to(torch.float64).numpy().reshape(-1)[0]
+            return _render(viewer, name)
+
+        env.close = _closing(env.close, viewer.close)
+        return env, render, viewer.metadata.get("render_fps", 30)
+    if backend == "gymnasium":
+        viewer = _gym_renderer(name, max_episode_steps)
+        env = GymEnv([viewer], seed)
+        return env, lambda observation: _render(viewer, name), viewer.metadata.get("render_fps", 30)
+    env = make_env(name, 1, seed=seed, backend="ale", max_episode_steps=max_episode_steps)
+
+    def agent_view(observation: DictTensor) -> np.ndarray:
+        grey = observation["frame"][0]
+        grey = grey[-1] if grey.dim() == 3 else grey  # the newest of the stacked frames
+        return _legible(grey.numpy()[:, :, None].repeat(3, axis=2))
+
+    # ale-py steps 4 emulator frames per agent step at 60 frames a second.
+    return env, agent_view, 15
+
+
+def _closing(*closers: Callable[[], None]) -> Callable[[], None]:
+    def close() -> None:
+        for c in closers:
+            c()
+
+    return close
+
+
+def record_policy_video(
+    path: str | os.PathLike,
+    *,
+    algo: str,
+    config: Mapping[str, Any],
+    env_spec: EnvSpec | Mapping[str, Any],
+    model_state: Mapping[str, Any],
+    episodes: int = 1,
+    max_steps: int | None = None,
+    seed: int = 0,
+    backend: str | None = None,
+    fps: float | None = None,
+) -> VideoResult:
+    """Records ``episodes`` greedy episodes of a policy, one env on the CPU, to ``path`` (``.mp4`` or ``.gif``).
+
+    The agent is the one the algorithm's evaluation builds (greedy: ``stochastic=False``, DQN's ``epsilon=0``) with
+    ``model_state`` loaded. Episode ``k`` runs on env seed ``seed + k``. Each episode contributes its first frame
+    and one frame per step, up to ``max_steps`` steps (so at most ``max_steps + 1`` frames). It runs in the calling
+    process and leaves torch's global random state as it found it, so a training loop can call it between
+    iterations (``--video-every``) without changing the run: the loop passes its config, env spec and the CPU
+    ``state_dict`` it sends to its evaluation batcher, with :func:`run_video_path` as ``path``.
+
+    Args:
+        path: the video file; its suffix picks the format (:data:`VIDEO_SUFFIXES`). Parent folders are created.
+        algo: the algorithm that trained the weights (``"a2c"``, ``"ppo"``, ``"dqn"``, ...).
+        config: the run's config as a dict (``dataclasses.asdict`` of the algorithm's config, or a checkpoint's
+            ``config``): ``env``, ``backend``, ``hidden_sizes`` and the network settings are read.
+        env_spec: the run's :class:`~rlstruct.algos.run.EnvSpec` (or its dict).
+        model_state: the policy's CPU ``state_dict``, as ``batcher.update`` sends it.
+        episodes: episodes to record (``>= 1``).
+        max_steps: steps per episode at most (``None``: the env's time limit).
+        seed: the first episode's env seed.
+        backend: env backend (default: the config's); see the module docstring for where frames come from.
+        fps: frames per second written (default: the env's ``render_fps``, 15 for ale-py's agent steps).
+
+    Returns:
+        A :class:`VideoResult`.
+
+    Raises:
+        VideoError: an unknown suffix, or a backend without frames.
+        MissingDependencyError: imageio, imageio-ffmpeg (``.mp4``) or pygame (classic control) is missing.
+        ValueError: ``episodes < 1``, ``max_steps < 1`` or ``fps <= 0``.
+    """
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes must be an int >= 1, got {episodes!r}; pass e.g. episodes=1")
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+        raise ValueError(f"max_steps must be an int >= 1 or None (the env's time limit), got {max_steps!r}")
+    if fps is not None and not fps > 0:
+        raise ValueError(f"fps must be > 0 or None (the env's render_fps), got {fps!r}")
+    seed = check_seed(seed)
+    video_path = check_video_path(path)
+    name = config["env"]
+    resolved = resolve_backend(name, backend or config.get("backend", "auto"))
+    if resolved not in _RENDERING_BACKENDS:
+        fix = ("pass backend='gymnasium'" if name in gym.registry else "record an env that gymnasium or ale-py has")
+        raise VideoError(f"backend must be one of {list(_RENDERING_BACKENDS)} to render frames, got {resolved!r} "
+                         f"for env {name!r}; {fix}")
+    if resolved == "torch" and name not in TORCH_ENVS:
+        raise VideoError(f"env {name!r} has no torch simulator to render; pass backend='gymnasium'")
+    spec = env_spec if isinstance(env_spec, EnvSpec) else EnvSpec.from_dict(dict(env_spec))
+    # Building the agent initialises a network from torch's global generator: a video recorded during training must
+    # leave the run's random stream as it found it (the same seed gives the same run with and without videos).
+    with torch.random.fork_rng(devices=[]):
+        return _record(video_path, algo, config, spec, model_state, episodes, max_steps, seed, resolved, fps)
+
+
+def _record(video_path: Path, algo: str, config: Mapping[str, Any], spec: EnvSpec, model_state: Mapping[str, Any],
+            episodes: int, max_steps: int | None, seed: int, resolved: str, fps: float | None) -> VideoResult:
+    from rlstruct.algos.cli import _agent_of  # the CLI owns the map from an algorithm to its evaluation agent
+
+    name = config["env"]
+    create_agent, agent_info = _agent_of(algo, dict(config))
+    agent_args: dict[str, Any] = {"spec": spec, "hidden_sizes": tuple(config["hidden_sizes"]), "device": "cpu"}
+    if config.get("normalize_observations"):
+        agent_args["normalize_observations"] = True
+    agent = create_agent(**agent_args)
+    agent.update(model_state)
+    limit = spec.max_episode_steps if max_steps is None else min(max_steps, spec.max_episode_steps)
+    physics_dtype = str(config.get("physics_dtype", "float64"))
+
+    returns: list[float] = []
+    lengths: list[int] = []
+    frames, shape, writer, rate = 0, None, None, 0.0
+
+    def write(frame: np.ndarray) -> None:
+        nonlocal frames, shape
+        if shape is None:
+            shape = frame.shape[:2]
+        elif frame.shape[:2] != shape:
+            raise VideoError(f"env {name!r} rendered frames of two sizes, {shape} then {frame.shape[:2]}")
+        writer.append_data(frame)
+        frames += 1
+
+    try:
+        with torch.no_grad():
+            for k in range(episodes):
+                env, render, env_fps = _frame_source(name, resolved, (seed + k) % 2**31, spec.max_episode_steps,
+                                                     physics_dtype)
+                try:
+                    if writer is None:
+                        rate = float(fps if fps is not None else env_fps)
+                        writer = _open_writer(video_path, rate)
+                    observation, _ = env.reset()
+                    state = agent.initial_state(agent_info, 1)
+                    write(render(observation))
+                    total = torch.zeros(())
+                    steps = 0
+                    while steps < limit:
+                        action, state = agent(state, observation, agent_info)
+                        (step_obs, _), (observation, running) = env.step(action)
+                        write(render(step_obs))
+                        total += step_obs["reward"].sum()
+                        steps += 1
+                        if running.numel() == 0:
+                            break
+                finally:
+                    env.close()
+                returns.append(float(total))
+                lengths.append(steps)
+    finally:
+        agent.close()
+        if writer is not None:
+            writer.close()
+    return VideoResult(str(video_path), frames, (int(shape[0]), int(shape[1])), tuple(returns), tuple(lengths), rate)
+
+
+def run_video_path(logdir: str | os.PathLike, env_steps: int, *, suffix: str = ".mp4") -> Path:
+    """Where a training run keeps the video recorded at ``env_steps``: ``logdir/videos/step_<env_steps>.<suffix>``
+    (zero-padded, so that the files sort in training order).
+
+    >>> run_video_path("runs/demo", 12800, suffix=".gif").as_posix()
+    'runs/demo/videos/step_000012800.gif'
+    """
+    return check_video_path(Path(logdir) / "videos" / f"step_{int(env_steps):09d}{suffix}", argument="suffix")
+
+
+def record_checkpoint_video(
+    checkpoint: str | os.PathLike,
+    path: str | os.PathLike,
+    *,
+    episodes: int = 1,
+    max_steps: int | None = None,
+    seed: int = 0,
+    backend: str | None = None,
+    fps: float | None = None,
+) -> VideoResult:
+    """:func:`record_policy_video` of a ``checkpoint.pt`` written by ``rlstruct train`` (or its run's folder).
+
+    Raises:
+        FileNotFoundError: no such checkpoint.
+        ValueError: the file is not an rlstruct checkpoint; the errors of :func:`record_policy_video`.
+    """
+    check_video_path(path)  # before reading the checkpoint
+    ckpt = load_checkpoint(checkpoint)
+    return record_policy_video(path, algo=ckpt["algo"], config=ckpt["config"], env_spec=ckpt["env_spec"],
+                               model_state=ckpt["model"], episodes=episodes, max_steps=max_steps, seed=seed,
+                               backend=backend, fps=fps)
