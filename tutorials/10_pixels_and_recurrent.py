@@ -12,8 +12,9 @@ Two kinds of observation need more than the MLP of the earlier tutorials:
   window from that stored state with ``replay_agent`` (``--recurrent`` on the command line).
 
 Run it with ``python tutorials/10_pixels_and_recurrent.py``. Size knob: the environment variable
-``RLSTRUCT_TUTORIAL_SCALE`` (float, default 1.0) scales the training budgets (env steps); the comparison of the
-recurrent and the feed-forward policy is asserted at the full size only.
+``RLSTRUCT_TUTORIAL_SCALE`` (float, default 1.0) scales the training budgets (env steps). The two learning claims
+(A2C learns from the frames, the LSTM beats the MLP) hold at the full size, where ``tests/test_tutorials.py`` checks
+them by calling the functions below; the tests' small run of the script checks everything else.
 """
 
 from __future__ import annotations
@@ -91,15 +92,16 @@ def frames_stay_uint8() -> None:
     print(f"   observation/frame {tuple(frame.shape)} {frame.dtype}: a quarter of the float32 memory")
 
 
-def learn_from_pixels() -> None:
+def learn_from_pixels(budget: int) -> float:
+    """A2C on TutorialDot-v0's frames for ``budget`` env steps; returns the final greedy evaluation return."""
     print("== 3. A2C learns from the frames with the CNN")
     with tempfile.TemporaryDirectory() as logdir:
         result = train(A2CConfig(env="TutorialDot-v0", backend="gymnasium", lr=1e-3, n_envs=16,
-                                 max_env_steps=max(2_000, int(16_000 * SCALE)), n_evaluation_envs=8,
+                                 max_env_steps=budget, n_evaluation_envs=8,
                                  logdir=logdir, progress=False, tensorboard=False))
     print(f"   greedy return {result.eval_return:.2f} of 16 (a random policy gets 8) after {result.env_steps} steps")
-    if SCALE >= 1:
-        assert result.eval_return >= 12
+    # 16k steps (scale 1) reach 12 or more: tests/test_tutorials.py checks it at that size.
+    return result.eval_return
 
 
 def a_pomdp() -> None:
@@ -135,9 +137,10 @@ def recurrent_state_in_the_batcher() -> None:
     print(f"   agent_state/h {tuple(traj.info['agent_state/h'].shape)}; replayed log-probs equal the batcher's")
 
 
-def recurrent_beats_feed_forward() -> None:
+def recurrent_beats_feed_forward(budget: int) -> dict[bool, float]:
+    """Recurrent and feed-forward A2C on CartPoleNoVel-v1 for ``budget`` env steps each; returns the best
+    evaluation return of each, by ``recurrent``."""
     print("== 6. Recurrent A2C against feed-forward A2C on CartPoleNoVel-v1, same budget")
-    budget = max(4_000, int(80_000 * SCALE))
     best = {}
     for recurrent in (False, True):
         with tempfile.TemporaryDirectory() as logdir:
@@ -147,17 +150,18 @@ def recurrent_beats_feed_forward() -> None:
         evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
         best[recurrent] = max(evals)
         print(f"   {'LSTM' if recurrent else 'MLP '}: best evaluation {best[recurrent]:.1f} in {budget} env steps")
-    if SCALE >= 1:
-        assert best[True] > 2 * best[False]
+    # At 80k steps (scale 1) the LSTM scores more than twice the MLP: tests/test_tutorials.py checks it at that
+    # size. In the tests' small runs (8k steps) the MLP, with fewer weights to fit, is still ahead.
+    return best
 
 
 def main() -> None:
     encoders()
     frames_stay_uint8()
-    learn_from_pixels()
+    learn_from_pixels(max(2_000, int(16_000 * SCALE)))
     a_pomdp()
     recurrent_state_in_the_batcher()
-    recurrent_beats_feed_forward()
+    recurrent_beats_feed_forward(max(4_000, int(80_000 * SCALE)))
     print("tutorial 10: all claims hold")
 
 
