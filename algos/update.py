@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
+from rlstruct._accel import accelerator_for
 from rlstruct.algos.checkpoints import Resume, restore_optimizer
 from rlstruct.algos.networks import ActorCritic, autocast_context, make_adam
 from rlstruct.algos.normalization import LearnerNormalization
@@ -299,23 +300,29 @@ class UpdateStep:
         self.groups = [(key, list(params)) for key, params in groups]
         self.max_grad_norm = float(max_grad_norm)
         self.compiled = bool(compile)
-        self._graphs = self.compiled and self.device.type == "cuda" and backend == "inductor"
+        # The compile mode comes from the device's accelerator (rlstruct._accel), resolved once: CUDA's picks
+        # reduce-overhead (CUDA graphs) for inductor; without one (the CPU) the default mode.
+        accel = accelerator_for(self.device) if self.compiled else None
+        mode = accel.compile_mode(backend) if accel is not None else None
+        self._graphs = accel if mode == "reduce-overhead" else None
         if autocast is not None:
             loss_fn = functools.partial(_autocast, loss_fn, self.device, autocast)
-        if self.compiled:
-            mode = "reduce-overhead" if self._graphs else None
-            self.loss_fn = torch.compile(loss_fn, mode=mode, dynamic=dynamic, backend=backend)
+        if accel is not None:
+            self.loss_fn = accel.compile(loss_fn, mode=mode, dynamic=dynamic, backend=backend)
+        elif self.compiled:
+            self.loss_fn = torch.compile(loss_fn, dynamic=dynamic, backend=backend)
         else:
             self.loss_fn = loss_fn
 
     def __call__(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         """Runs one update on ``inputs``; returns ``stats`` plus one gradient norm per clipped group (before
         clipping), all 0-d tensors on the device (no host sync)."""
-        if self._graphs:
+        graphs = self._graphs
+        if graphs is not None:
             # A new iteration of the CUDA graph trees: the previous replay's outputs may be overwritten from now on.
-            torch.compiler.cudagraph_mark_step_begin()
+            graphs.mark_step_begin()
         loss, stats = self.loss_fn(*inputs)
-        if self._graphs:
+        if graphs is not None:
             stats = {k: v.detach().clone() for k, v in stats.items()}
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

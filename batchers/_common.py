@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from rlstruct._accel import accelerator_for
 from rlstruct.batchers._buffer import Specs
 from rlstruct.errors import (
     BatcherStateError,
@@ -54,8 +55,9 @@ def check_cpu(d: DictTensor | None, name: str) -> DictTensor:
 
 def check_graph_placements(placements: list, unit: str, fix: str) -> None:
     """Raises ValueError, naming the first one, when ``cuda_graph=True`` meets a ``unit`` (worker, actor) whose
-    placement is not a CUDA device; ``fix`` says how to put them on a GPU."""
-    off_gpu = [k for k, p in enumerate(placements) if p.device.type != "cuda"]
+    placement is not a CUDA device (one without an accelerator, :func:`rlstruct._accel.accelerator_for`); ``fix``
+    says how to put them on a GPU."""
+    off_gpu = [k for k, p in enumerate(placements) if accelerator_for(p.device) is None]
     if off_gpu:
         raise ValueError(
             f"cuda_graph=True needs every {unit} on a CUDA device, but {unit} {off_gpu[0]} runs on "

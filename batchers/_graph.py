@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from rlstruct._accel import Accelerator, accelerator_for
 from rlstruct.agents import RL_Agent
 from rlstruct.batchers._buffer import foreach_copy
 from rlstruct.errors import GraphCaptureError
@@ -30,18 +31,22 @@ Loop = Callable[[DictTensor, DictTensor], DictTensor]
 class StepGraph:
     """The CUDA graph of one acquirer's full-row step loop, and the static tensors it reads.
 
+    Its streams, graph and synchronisation come from the accelerator of ``device``'s type
+    (:func:`rlstruct._accel.accelerator_for`, resolved here once): CUDA's, or a test's recording fake.
+
     Args:
         env: the VecEnv; its ``graph_state()`` must not be ``None``.
         agent: the agent (its own CUDA generators are registered with the graph).
         device: the CUDA device the loop runs on.
 
     Raises:
-        ValueError: ``device`` is not a CUDA device.
+        ValueError: ``device`` has no accelerator (it is not a CUDA device).
         GraphCaptureError: the env cannot be captured (``graph_state()`` is ``None`` or missing).
     """
 
     def __init__(self, env: Any, agent: RL_Agent, device: torch.device):
-        if device.type != "cuda":
+        accel = accelerator_for(device)
+        if accel is None:
             raise ValueError(
                 f"cuda_graph=True needs a CUDA device, this worker runs on {device}; "
                 "place it on a GPU or pass cuda_graph=False"
@@ -55,8 +60,9 @@ class StepGraph:
                 "cuda_graph=False"
             )
         self.env, self.agent, self.device = env, agent, device
+        self._accel: Accelerator = accel
         self.warm = False
-        self._graph: torch.cuda.CUDAGraph | None = None
+        self._graph: Any = None
         self._env_state: dict[str, torch.Tensor] | None = None
         self._agent_state: DictTensor | None = None
         self._agent_info: DictTensor | None = None
@@ -64,10 +70,11 @@ class StepGraph:
 
     def warm_up(self, run: Callable[[], Any]) -> Any:
         """``run()`` eagerly on a side stream, as capture wants its warm-up (lazy initialisations happen there)."""
-        main = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
+        accel = self._accel
+        main = accel.current_stream(self.device)
+        side = accel.new_stream(self.device)
         side.wait_stream(main)
-        with torch.cuda.stream(side):
+        with accel.use_stream(side):
             out = run()
         main.wait_stream(side)
         self.warm = True
@@ -78,14 +85,14 @@ class StepGraph:
         time, and replays it; returns the static agent state, which holds the state after the last step."""
         if self._agent_state is None:
             self._agent_state = DictTensor._trusted({k: v.clone() for k, v in state.items()})
-            pinned = {k: v.pin_memory() for k, v in agent_info.items()}
+            pinned = {k: self._accel.pin(v) for k, v in agent_info.items()}
             self._agent_info = DictTensor._trusted(pinned) if pinned else agent_info
             self._agent_info_source = agent_info
             self._env_state = {k: v.clone() for k, v in self.env.graph_state().items()}
         assert self._agent_info is not None and self._env_state is not None
         if agent_info is not self._agent_info_source:  # new agent_info, from reset or execute
             # The graph reads these pinned tensors: no replay may still be reading them while they change.
-            torch.cuda.synchronize(self.device)
+            self._accel.synchronize(self.device)
             load_into(self._agent_info, agent_info, "agent_info")
             self._agent_info_source = agent_info
         load_into(self._agent_state, state, "the agent state")
@@ -95,10 +102,10 @@ class StepGraph:
         self._graph.replay()
         return self._agent_state
 
-    def _capture(self, loop: Loop) -> torch.cuda.CUDAGraph:
+    def _capture(self, loop: Loop) -> Any:
         """Captures ``loop`` into one CUDA graph, ending with the copies that close it: the last agent state and env
         state back into the statics the first step reads."""
-        graph = torch.cuda.CUDAGraph()
+        graph = self._accel.new_graph()
         for name, gen in _cuda_generators(self.agent):
             # A replay draws from the generator's state at replay time, as the eager loop would.
             register = getattr(graph, "register_generator_state", None)
@@ -109,12 +116,15 @@ class StepGraph:
                     "(seeded by agent_seeds) or pass cuda_graph=False"
                 )
             register(gen)
-        assert self._agent_state is not None and self._agent_info is not None and self._env_state is not None
+        statics, info, env_state = self._agent_state, self._agent_info, self._env_state
+        assert statics is not None and info is not None and env_state is not None
+
+        def captured() -> None:
+            load_into(statics, loop(statics, info), "the agent state")
+            _copy_env_state(self.env, env_state)
+
         try:
-            with torch.cuda.graph(graph):
-                state = loop(self._agent_state, self._agent_info)
-                load_into(self._agent_state, state, "the agent state")
-                _copy_env_state(self.env, self._env_state)
+            self._accel.capture(graph, captured)
         except GraphCaptureError:
             raise
         except Exception as e:

@@ -9,14 +9,17 @@ before (the data of an update is one update stale, as in PPO's ``overlap``):
   one buffer) ``get`` copies batch ``k`` out before ``k + 1`` is launched. On CUDA the acquisition is queued on
   its own stream and ordered against the learner's stream by events, never by a host synchronisation; on the
   CPU it runs before ``next`` returns (sequential), with the same weights and results.
+
+The streams and events come from the accelerator of the batcher's device type (:mod:`rlstruct._accel`, resolved
+once in the constructor), so that a test's recording fake can check the ordering on the CPU.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-import torch
-
+from rlstruct._accel import accelerator_for
 from rlstruct.batchers.batcher import RL_Batcher
 from rlstruct.batchers.weights import WeightSync
 from rlstruct.errors import BatcherStateError, ConfigError
@@ -70,15 +73,16 @@ class Pipeline:
                 "overlap=True needs the batcher's agent to hold a copy of the weights (the learner writes its "
                 "own while the next acquisition reads them), got WeightSync mode='shared'; use mode='copy'"
             )
-        cuda = self._in_process and batcher.device.type == "cuda"
-        self._stream = torch.cuda.Stream(batcher.device) if cuda and self.overlap else None
+        accel = accelerator_for(batcher.device) if self._in_process and self.overlap else None
+        self._accel = accel
+        self._stream = accel.new_stream(batcher.device) if accel is not None else None
         self._pending = False
         self._started = False
         self._fresh = False
 
     @property
-    def stream(self) -> torch.cuda.Stream | None:
-        """The acquisitions' own CUDA stream (overlap in process on CUDA), else ``None``."""
+    def stream(self) -> Any:
+        """The acquisitions' own stream (a ``torch.cuda.Stream`` with overlap in process on CUDA), else ``None``."""
         return self._stream
 
     def start(self) -> None:
@@ -94,19 +98,20 @@ class Pipeline:
         # (but the first, right after start()).
         push = self.overlap and not self._fresh
         self._fresh = False
-        if self._stream is None:
+        accel = self._accel
+        if accel is None:
             if push:
                 self.weights.push()
             self.batcher.execute()
         else:
-            learner = torch.cuda.current_stream(self.batcher.device)
+            learner = accel.current_stream(self.batcher.device)
             # Everything the learner queued so far (its last update, its reads of the buffer this acquisition
             # overwrites) comes first on the device; the host does not wait.
             self._stream.wait_stream(learner)
-            with torch.cuda.stream(self._stream):
+            with accel.use_stream(self._stream):
                 if push:
                     self.weights.push()
-                copied = torch.cuda.Event()
+                copied = accel.new_event()
                 copied.record(self._stream)
                 self.batcher.execute()
             # The learner's next optimizer step must not write its weights before the copy has read them.
@@ -123,10 +128,10 @@ class Pipeline:
             raise BatcherStateError("Pipeline.next needs start() first, got next() before start(); call start()")
         if not self._pending:
             self._launch()
-        if self._stream is not None:
+        if self._accel is not None:
             # The learner (and get's copy out of the buffer, if any) reads this batch only once the acquisition's
             # writes are done: an event, not a host sync.
-            torch.cuda.current_stream(self.batcher.device).wait_stream(self._stream)
+            self._accel.current_stream(self.batcher.device).wait_stream(self._stream)
         traj, _ = self.batcher.get()
         self._pending = False
         if self.overlap:

@@ -1,11 +1,17 @@
-"""Every tutorial runs to the end, small, in its own process.
+"""Every tutorial runs to the end, small, in its own process; the learning claims that need the full size are
+checked at that size.
 
 Each ``tutorials/NN_*.py`` states its claims as asserts, so exit code 0 means they all held. The
-tutorials are collected by pattern: a new one is tested without touching this file.
+tutorials are collected by pattern: a new one is tested without touching this file. A tutorial that needs an
+optional extra (``EXTRAS``) is skipped, naming the extra, when its packages are not installed. A claim that only
+holds past the small run's budget (PPO on Pendulum at 100k steps, ...) is a learning test below: it
+calls the tutorial's own function at the full budget and asserts the claim the tutorial states.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -20,6 +26,33 @@ SCALE = "0.1"
 TIMEOUT_S = 100
 
 pytestmark = pytest.mark.timeout(TIMEOUT_S + 20)
+
+# The optional extras a tutorial needs: {tutorial stem: {extra: the modules it installs}}.
+EXTRAS: dict[str, dict[str, tuple[str, ...]]] = {
+    "11_simulators_from_the_ecosystem": {"atari": ("ale_py",), "jax": ("jax", "gymnax"),
+                                         "mujoco": ("mujoco", "mujoco_torch")},
+}
+
+
+def missing_extras(stem: str) -> list[str]:
+    """The extras of ``EXTRAS[stem]`` with a module that cannot be imported, each as ``extra (module)``."""
+    return [f"{extra} ({module})" for extra, modules in EXTRAS.get(stem, {}).items()
+            for module in modules if importlib.util.find_spec(module) is None]
+
+
+def skip_without_extras(stem: str) -> None:
+    missing = missing_extras(stem)
+    if missing:
+        pytest.skip(f"{stem} needs the extras {', '.join(missing)}: pip install 'rlstruct[{','.join(EXTRAS[stem])}]'")
+
+
+@functools.cache
+def tutorial(stem: str):
+    """The tutorial ``tutorials/{stem}.py`` imported as a module (its ``main`` does not run), at scale 1."""
+    spec = importlib.util.spec_from_file_location(f"tutorial_{stem}", ROOT / "tutorials" / f"{stem}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_tutorials_are_numbered_in_order():
@@ -38,6 +71,7 @@ def test_readme_links_every_tutorial_in_order():
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
 def test_tutorial_runs(path: Path):
+    skip_without_extras(path.stem)
     env = {**os.environ, "RLSTRUCT_TUTORIAL_SCALE": SCALE}
     env.pop("RLSTRUCT_CHECK_DEVICE", None)
     try:
@@ -55,3 +89,34 @@ def test_tutorial_runs(path: Path):
     output = f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0, f"{path.name} exited with {proc.returncode}\n{output}"
     assert "all claims hold" in proc.stdout
+
+
+def test_a_tutorial_with_a_missing_extra_is_skipped_naming_it(monkeypatch):
+    monkeypatch.setitem(EXTRAS, "11_simulators_from_the_ecosystem", {"jax": ("jax", "no_such_module_rlstruct")})
+    pattern = r"needs the extras jax \(no_such_module_rlstruct\).*rlstruct\[jax\]"
+    with pytest.raises(pytest.skip.Exception, match=pattern):
+        skip_without_extras("11_simulators_from_the_ecosystem")
+    assert missing_extras("01_data_structures") == []
+
+
+# The learning claims, at the tutorials' full size (scale 1). Budgets are env steps; each run takes about 15-60 s on
+# 2 CPU cores.
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_tutorial_09_ppo_learns_pendulum_in_100k_steps():
+    assert tutorial("09_ppo_continuous").train_ppo(100_000) > -300  # a random policy scores about -1200
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_tutorial_09_normalised_ppo_learns_pendulum_in_60k_steps():
+    assert tutorial("09_ppo_continuous").normalised_ppo(60_000) > -400
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_tutorial_11_ppo_learns_cartpole_on_gymnax_in_100k_steps():
+    skip_without_extras("11_simulators_from_the_ecosystem")
+    assert tutorial("11_simulators_from_the_ecosystem").train_on_gymnax(100_000) > 400

@@ -84,9 +84,9 @@ def the_clipped_surrogate() -> None:
     assert math.isclose(stats["ppo/clip_fraction"].item(), 2 / 3, rel_tol=1e-6)
 
 
-def train_ppo() -> None:
+def train_ppo(budget: int) -> float:
+    """PPO on Pendulum-v1 for ``budget`` env steps; returns the final greedy evaluation return."""
     print("== 4. Train PPO on Pendulum-v1")
-    budget = max(16_000, int(100_000 * SCALE))
     with tempfile.TemporaryDirectory() as logdir:
         config = PPOConfig(
             env="Pendulum-v1",
@@ -116,24 +116,26 @@ def train_ppo() -> None:
         print(f"   final: {result.eval_return:.1f} after {result.env_steps} env steps, {result.wall_time_s:.1f} s; "
               f"entropy {stds[0]['loss/entropy']:.2f} -> {stds[-1]['loss/entropy']:.2f}")
         assert result.env_steps == result.iterations * config.n_envs * config.n_steps >= budget
-        # A random policy scores about -1200. 100k steps (scale 1) take seeds 0-4 past -200.
-        if SCALE >= 1:
-            assert result.eval_return > -300, result.eval_return
+        # A random policy scores about -1200; 40k steps take seeds 0-2 to -637 .. -775, and 100k (scale 1) take
+        # seeds 0-4 past -200 (tests/test_tutorials.py checks the 100k run above -300).
+        assert result.eval_return > -1000, result.eval_return
         # The checkpoint holds the Gaussian's log_std and reloads for `rlstruct eval`.
         assert "log_std" in torch.load(result.checkpoint, weights_only=True)["model"]
         reloaded = evaluate_checkpoint(result.checkpoint, episodes=4)
         print(f"   rlstruct eval on the checkpoint: {reloaded['eval_return']:.1f}")
         assert reloaded["algo"] == "ppo" and -2000 < reloaded["eval_return"] <= 0
+        return result.eval_return
 
 
-def normalised_ppo() -> None:
+def normalised_ppo(budget: int) -> float:
+    """PPO with both normalisations on Pendulum-v1 for ``budget`` env steps; returns the final greedy evaluation
+    return."""
     print("== 5. Normalisation: observations and rewards on a learned scale, not a hand-picked one")
     # Above, gamma 0.9 and the default reward_scale of 0.1 keep Pendulum's values near 1. Tasks whose
     # observations and rewards have no known scale (MuJoCo's) are normalised instead, as every reference PPO does:
     # the network standardises its inputs by their running mean and variance (buffers of the model, so the
     # batchers' agents, the checkpoint and `rlstruct eval` use the learner's statistics), and the loss sees the
     # rewards divided by the running standard deviation of the discounted return.
-    budget = max(8_000, int(60_000 * SCALE))
     with tempfile.TemporaryDirectory() as logdir:
         config = PPOConfig(env="Pendulum-v1", backend="torch", n_envs=16, n_steps=250, n_epochs=10, n_minibatches=8,
                            gamma=0.9, lr=2e-3, max_env_steps=budget, time_limit=600.0, eval_every=4, seed=0,
@@ -147,17 +149,17 @@ def normalised_ppo() -> None:
         print(f"   {result.eval_return:.1f} after {result.env_steps} env steps; the observation statistics: "
               f"mean {stats['normalizer.mean'].numpy().round(2)}, var {stats['normalizer.var'].numpy().round(2)}")
         # Every training step went into the statistics once (cos, sin of the angle and the angular velocity).
-        assert int(stats["normalizer.count"]) == result.env_steps
-        # 60k steps (scale 1) take seeds 0-4 to -224 .. -312; a random policy scores about -1200.
-        if SCALE >= 1:
-            assert result.eval_return > -400, result.eval_return
+        assert int(stats["normalizer.count"]) == result.env_steps >= budget
+        # 60k steps (scale 1) take seeds 0-4 to -224 .. -312, a random policy scores about -1200: the learning is
+        # checked at that size by tests/test_tutorials.py (above -400); the small runs of the tests stay near random.
+        return result.eval_return
 
 
 def main() -> None:
     the_gaussian_policy()
     the_clipped_surrogate()
-    train_ppo()
-    normalised_ppo()
+    train_ppo(max(40_000, int(100_000 * SCALE)))
+    normalised_ppo(max(8_000, int(60_000 * SCALE)))
     print("tutorial 09: all claims hold")
 
 

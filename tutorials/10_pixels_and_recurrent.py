@@ -12,8 +12,9 @@ Two kinds of observation need more than the MLP of the earlier tutorials:
   window from that stored state with ``replay_agent`` (``--recurrent`` on the command line).
 
 Run it with ``python tutorials/10_pixels_and_recurrent.py``. Size knob: the environment variable
-``RLSTRUCT_TUTORIAL_SCALE`` (float, default 1.0) scales the training budgets (env steps); the comparison of the
-recurrent and the feed-forward policy is asserted at the full size only.
+``RLSTRUCT_TUTORIAL_SCALE`` (float, default 1.0) could only grow the training budgets (env steps) here: below 16k
+steps A2C does not learn from the frames yet and below 80k the LSTM does not beat the MLP, so the tests run the
+claims at those sizes.
 """
 
 from __future__ import annotations
@@ -91,15 +92,18 @@ def frames_stay_uint8() -> None:
     print(f"   observation/frame {tuple(frame.shape)} {frame.dtype}: a quarter of the float32 memory")
 
 
-def learn_from_pixels() -> None:
+def learn_from_pixels(budget: int) -> float:
+    """A2C on TutorialDot-v0's frames for ``budget`` env steps; returns the final greedy evaluation return."""
     print("== 3. A2C learns from the frames with the CNN")
     with tempfile.TemporaryDirectory() as logdir:
         result = train(A2CConfig(env="TutorialDot-v0", backend="gymnasium", lr=1e-3, n_envs=16,
-                                 max_env_steps=max(2_000, int(16_000 * SCALE)), n_evaluation_envs=8,
+                                 max_env_steps=budget, time_limit=600.0, n_evaluation_envs=8,
                                  logdir=logdir, progress=False, tensorboard=False))
     print(f"   greedy return {result.eval_return:.2f} of 16 (a random policy gets 8) after {result.env_steps} steps")
-    if SCALE >= 1:
-        assert result.eval_return >= 12
+    assert result.env_steps >= budget, f"stopped at {result.env_steps} of {budget} env steps"
+    # 16k steps take seeds 0-2 to 16.0, 15.6 and 15.6 (8k steps: 9.9, 8.5, 7.8, still near random).
+    assert result.eval_return >= 12, result.eval_return
+    return result.eval_return
 
 
 def a_pomdp() -> None:
@@ -135,29 +139,35 @@ def recurrent_state_in_the_batcher() -> None:
     print(f"   agent_state/h {tuple(traj.info['agent_state/h'].shape)}; replayed log-probs equal the batcher's")
 
 
-def recurrent_beats_feed_forward() -> None:
+def recurrent_beats_feed_forward(budget: int) -> dict[bool, float]:
+    """Recurrent and feed-forward A2C on CartPoleNoVel-v1 for ``budget`` env steps each; returns the best
+    evaluation return of each, by ``recurrent``."""
     print("== 6. Recurrent A2C against feed-forward A2C on CartPoleNoVel-v1, same budget")
-    budget = max(4_000, int(80_000 * SCALE))
     best = {}
     for recurrent in (False, True):
         with tempfile.TemporaryDirectory() as logdir:
+            # The budget is env steps, not A2C's default 20 s of wall clock (a loaded machine would cut it short).
             result = train(A2CConfig(env="CartPoleNoVel-v1", recurrent=recurrent, max_env_steps=budget, seed=0,
-                                     stop_at_reward_threshold=False, logdir=logdir, progress=False,
-                                     tensorboard=False))
+                                     time_limit=600.0, stop_at_reward_threshold=False, logdir=logdir,
+                                     progress=False, tensorboard=False))
+        assert result.env_steps >= budget, f"stopped at {result.env_steps} of {budget} env steps"
         evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
         best[recurrent] = max(evals)
         print(f"   {'LSTM' if recurrent else 'MLP '}: best evaluation {best[recurrent]:.1f} in {budget} env steps")
-    if SCALE >= 1:
-        assert best[True] > 2 * best[False]
+    # In 80k steps the LSTM's best is more than twice the MLP's (seeds 0-2: 500, 213 and 369 against 46, 48 and
+    # 46); in fewer, the MLP, with fewer weights to fit, is still ahead (at 30k: 46-50 against 26-39).
+    assert best[True] > 2 * best[False], best
+    return best
 
 
 def main() -> None:
     encoders()
     frames_stay_uint8()
-    learn_from_pixels()
+    # Budgets the size knob does not shrink: below them the claims do not hold (about 30 s on 2 CPU cores).
+    learn_from_pixels(max(16_000, int(16_000 * SCALE)))
     a_pomdp()
     recurrent_state_in_the_batcher()
-    recurrent_beats_feed_forward()
+    recurrent_beats_feed_forward(max(80_000, int(80_000 * SCALE)))
     print("tutorial 10: all claims hold")
 
 

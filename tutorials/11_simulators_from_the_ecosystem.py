@@ -111,9 +111,9 @@ def precision() -> None:
     assert err < 1e-5 and narrow.get_state()["physics"].dtype == torch.float32
 
 
-def train_on_gymnax() -> None:
+def train_on_gymnax(budget: int) -> float:
+    """PPO on gymnax's CartPole-v1 for at most ``budget`` env steps; returns the final greedy evaluation return."""
     print("== 6. PPO trains on any backend: CartPole-v1 stepped by gymnax")
-    budget = max(8_192, int(100_000 * SCALE))
     with tempfile.TemporaryDirectory() as logdir:
         config = PPOConfig(env="CartPole-v1", backend="gymnax", max_env_steps=budget, time_limit=600.0, seed=0,
                            logdir=logdir, progress=False, tensorboard=False)
@@ -122,8 +122,9 @@ def train_on_gymnax() -> None:
     print(f"   greedy evaluation return {result.eval_return:.1f} after {result.env_steps} env steps, "
           f"{result.wall_time_s:.1f} s")
     assert result.env_steps >= budget or result.reached_target  # the run stops at CartPole's 475
-    if SCALE >= 1:  # PPO's default settings reach 475 on CartPole in 33k-49k env steps (BENCHMARKS.md)
-        assert result.eval_return > 400, result.eval_return
+    # PPO's default settings reach 475 on CartPole in 33k-49k env steps (BENCHMARKS.md): tests/test_tutorials.py
+    # checks the 100k run (scale 1) above 400.
+    return result.eval_return
 
 
 def main() -> None:
@@ -131,7 +132,7 @@ def main() -> None:
     mujoco_locomotion()
     a_batcher_over_jax()
     precision()
-    train_on_gymnax()
+    train_on_gymnax(max(8_192, int(100_000 * SCALE)))
     print("tutorial 11: all claims hold")
 
 

@@ -1,0 +1,141 @@
+"""The one seam between rlstruct's GPU logic and the accelerator's primitives: streams, events, graphs, compile mode.
+
+The code that orders work on the device (the pipeline's streams and events, the captured acquisition's CUDA graph,
+the compiled update's CUDA graphs) takes those primitives from an :class:`Accelerator` resolved once, when the
+object is built, by :func:`accelerator_for` from the device's type: :data:`CUDA` on a CUDA device, ``None`` (no
+streams, no graphs: the plain sequential path) elsewhere. Nothing on the per-step path resolves it again.
+
+The indirection exists so that the ordering logic can run, and be checked, without a GPU: a test installs a
+recording fake for the CPU with :func:`installed` and drives the very same code; the fake checks what a GPU would
+only show as a rare race (which stream waited on which, whether a replay reads what was captured).
+
+>>> accelerator_for("cpu") is None, accelerator_for("cuda:0") is CUDA
+(True, True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import torch
+
+from rlstruct.devices import DeviceLike, as_device
+
+__all__ = ["Accelerator", "CudaAccelerator", "CUDA", "accelerator_for", "installed"]
+
+
+class Accelerator(Protocol):
+    """What the GPU logic asks of an accelerator. Streams and events follow ``torch.cuda.Stream``/``Event``:
+    ``stream.wait_stream(other)``, ``stream.wait_event(event)``, ``event.record(stream)``; a graph has
+    ``replay()`` (and, where the generators can be registered, ``register_generator_state(generator)``)."""
+
+    def current_stream(self, device: torch.device) -> Any:
+        """The stream work is queued on now (the learner's, outside any :meth:`use_stream`)."""
+
+    def new_stream(self, device: torch.device) -> Any:
+        """A fresh stream on ``device``."""
+
+    def use_stream(self, stream: Any) -> contextlib.AbstractContextManager[Any]:
+        """Queues the work of the ``with`` body on ``stream``."""
+
+    def new_event(self) -> Any:
+        """A fresh event (record it on a stream, wait for it on another)."""
+
+    def new_graph(self) -> Any:
+        """An empty graph, for :meth:`capture`."""
+
+    def capture(self, graph: Any, fn: Callable[[], Any]) -> None:
+        """Records ``fn``'s device work into ``graph``; ``graph.replay()`` then repeats it on the same tensors."""
+
+    def synchronize(self, device: torch.device) -> None:
+        """Blocks the host until everything queued on ``device`` is done."""
+
+    def pin(self, t: torch.Tensor) -> torch.Tensor:
+        """A page-locked host copy of ``t`` (a captured graph may read it by DMA)."""
+
+    def compile_mode(self, backend: str) -> str | None:
+        """The ``torch.compile`` mode of a compiled update with ``backend`` (``"reduce-overhead"``: CUDA graphs)."""
+
+    def compile(self, fn: Callable[..., Any], *, mode: str | None, dynamic: bool | None,
+                backend: str) -> Callable[..., Any]:
+        """``torch.compile(fn, mode=mode, dynamic=dynamic, backend=backend)``."""
+
+    def mark_step_begin(self) -> None:
+        """Starts a new iteration of the compiled graphs: the previous replay's outputs may be overwritten."""
+
+
+class CudaAccelerator:
+    """:class:`Accelerator` over ``torch.cuda``."""
+
+    def current_stream(self, device: torch.device) -> torch.cuda.Stream:
+        return torch.cuda.current_stream(device)
+
+    def new_stream(self, device: torch.device) -> torch.cuda.Stream:
+        return torch.cuda.Stream(device)
+
+    def use_stream(self, stream: torch.cuda.Stream) -> contextlib.AbstractContextManager[Any]:
+        return torch.cuda.stream(stream)
+
+    def new_event(self) -> torch.cuda.Event:
+        return torch.cuda.Event()
+
+    def new_graph(self) -> torch.cuda.CUDAGraph:
+        return torch.cuda.CUDAGraph()
+
+    def capture(self, graph: torch.cuda.CUDAGraph, fn: Callable[[], Any]) -> None:
+        with torch.cuda.graph(graph):
+            fn()
+
+    def synchronize(self, device: torch.device) -> None:
+        torch.cuda.synchronize(device)
+
+    def pin(self, t: torch.Tensor) -> torch.Tensor:
+        return t.pin_memory()
+
+    def compile_mode(self, backend: str) -> str | None:
+        # Only inductor turns the mode into CUDA graphs; another backend gets its default.
+        return "reduce-overhead" if backend == "inductor" else None
+
+    def compile(self, fn: Callable[..., Any], *, mode: str | None, dynamic: bool | None,
+                backend: str) -> Callable[..., Any]:
+        return torch.compile(fn, mode=mode, dynamic=dynamic, backend=backend)
+
+    def mark_step_begin(self) -> None:
+        torch.compiler.cudagraph_mark_step_begin()
+
+    def __repr__(self) -> str:
+        return "CudaAccelerator()"
+
+
+#: the accelerator of CUDA devices
+CUDA = CudaAccelerator()
+
+_BY_TYPE: dict[str, Accelerator] = {"cuda": CUDA}
+
+
+def accelerator_for(device: DeviceLike) -> Accelerator | None:
+    """The accelerator of ``device``'s type, or ``None`` where there is none (the sequential, uncaptured path).
+
+    Call it once, when building the object that uses it, never per step.
+    """
+    return _BY_TYPE.get(as_device(device).type)
+
+
+@contextlib.contextmanager
+def installed(device_type: str, accelerator: Accelerator | None) -> Iterator[Accelerator | None]:
+    """Within the ``with`` body, objects built for devices of ``device_type`` use ``accelerator`` (``None``: none);
+    the previous one is restored on exit. For tests: a recording fake on ``"cpu"`` drives the GPU logic."""
+    before = _BY_TYPE.get(device_type)
+    if accelerator is None:
+        _BY_TYPE.pop(device_type, None)
+    else:
+        _BY_TYPE[device_type] = accelerator
+    try:
+        yield accelerator
+    finally:
+        if before is None:
+            _BY_TYPE.pop(device_type, None)
+        else:
+            _BY_TYPE[device_type] = before

@@ -1,0 +1,260 @@
+"""The GPU logic on the CPU, through :mod:`rlstruct._accel`'s seam and the recording fake of ``tests/fakes_accel.py``:
+the pipeline's stream and event ordering, the captured acquisition's replay, the compiled update's graph outputs.
+The same code runs on CUDA in ``test_cuda_graph.py``, ``test_fast_path.py`` and ``test_device_placement.py``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from rlstruct import DictTensor, _accel
+from rlstruct.algos.update import UpdateStep, clip_groups
+from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
+from rlstruct.batchers import _graph as graph_module
+from rlstruct.envs import make_env
+from tests.fakes import SamplingAgent
+from tests.fakes_accel import RecordingAccelerator
+from tests.helpers import assert_same
+
+pytestmark = pytest.mark.timeout(120)
+
+N, T = 8, 6
+
+
+def cartpole(n_envs: int, seed: int):
+    return make_env("CartPole-v1", n_envs, device="cpu", seed=seed, autoreset=True)
+
+
+def temperature(value: float) -> DictTensor:
+    return DictTensor({"temperature": torch.full((N,), value)})
+
+
+def test_the_accelerator_is_chosen_by_device_type_and_a_fake_is_installed_for_a_while():
+    assert _accel.accelerator_for("cpu") is None
+    assert _accel.accelerator_for(torch.device("cuda", 1)) is _accel.CUDA
+    fake = RecordingAccelerator()
+    with _accel.installed("cpu", fake):
+        assert _accel.accelerator_for("cpu") is fake
+        with _accel.installed("cpu", None):
+            assert _accel.accelerator_for("cpu") is None
+        assert _accel.accelerator_for("cpu") is fake
+    assert _accel.accelerator_for("cpu") is None
+
+
+# --------------------------------------------------------------------------- the captured acquisition
+
+
+def run_schedule(cuda_graph: bool) -> list:
+    """Acquisitions around every change a captured loop must see: new weights, a reset, new agent_info."""
+    torch.manual_seed(0)
+    out = []
+    with RL_Batcher(T, SamplingAgent, {}, cartpole, {"n_envs": N}, 0, [5], agent_info=temperature(1.0),
+                    cuda_graph=cuda_graph) as b:
+        b.reset()
+
+        def acquire(times: int, agent_info=None) -> None:
+            for _ in range(times):
+                b.execute(agent_info)
+                agent_info = None
+                traj, n_running = b.get()
+                assert n_running == N
+                out.append(traj)
+
+        acquire(4)  # eager warm-up, captured and replayed, replayed, replayed
+        b.update({k: v + 0.25 for k, v in SamplingAgent().model.state_dict().items()})
+        acquire(2)
+        b.reset(agent_info=temperature(0.5))
+        acquire(2)
+        acquire(2, agent_info=temperature(2.0))
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_replaying_the_captured_acquisition_gives_the_eager_trajectories():
+    eager = run_schedule(cuda_graph=False)
+    fake = RecordingAccelerator()
+    with _accel.installed("cpu", fake):
+        captured = run_schedule(cuda_graph=True)
+    assert len(captured) == len(eager) == 10
+    for a, b in zip(eager, captured):
+        assert_same(a, b)
+    # One graph, captured once; the first acquisition ran eagerly (the warm-up), the nine others are replays.
+    (graph,) = fake.graphs
+    assert graph.replays == 9
+    # The warm-up ran on a side stream ordered after the learner's work, and the learner after it.
+    assert ("side1", "learner") in fake.waits and ("learner", "side1") in fake.waits
+    # The host waits only where the pinned agent_info changes under the graph (the reset's and execute's).
+    assert fake.syncs == 2
+
+
+@pytest.mark.timeout(60)
+def test_a_replay_that_does_not_load_the_statics_is_caught(monkeypatch):
+    """The comparison above can fail: replays that skip loading the agent state into the statics diverge."""
+    eager = run_schedule(cuda_graph=False)
+    monkeypatch.setattr(graph_module, "load_into", lambda static, d, what: None)
+    with _accel.installed("cpu", RecordingAccelerator()):
+        captured = run_schedule(cuda_graph=True)
+    with pytest.raises(AssertionError):
+        for a, b in zip(eager, captured):
+            assert_same(a, b)
+
+
+# --------------------------------------------------------------------------- the pipeline's ordering
+
+
+class Recorded:
+    """A pipeline over a CPU batcher whose calls are recorded as operations on the fake's current stream."""
+
+    def __init__(self, fake: RecordingAccelerator, b: RL_Batcher, sync: WeightSync):
+        self.fake = fake
+        self.n_acquire = self.n_get = self.n_push = 0
+        execute, get, push = b.execute, b.get, sync.push
+
+        def recorded_execute(*args, **kwargs):
+            fake.op(f"acquire {self.n_acquire}")  # writes batch n into the buffer
+            self.n_acquire += 1
+            return execute(*args, **kwargs)
+
+        def recorded_get():
+            fake.op(f"get {self.n_get}")  # reads (copies out of, or views) the buffer of batch n
+            self.n_get += 1
+            return get()
+
+        def recorded_push():
+            fake.op(f"push {self.n_push}")  # reads the learner's weights
+            self.n_push += 1
+            return push()
+
+        b.execute, b.get, sync.push = recorded_execute, recorded_get, recorded_push
+
+
+def run_pipeline(*, overlap: bool, zero_copy: bool, fake: RecordingAccelerator | None, n: int = 5):
+    """``n`` iterations of next / learn / updated; the learner's update ``k`` is recorded as ``learn k`` (it reads
+    batch ``k`` and writes the weights). Returns the batches and, with ``fake``, the recorder."""
+    torch.manual_seed(0)
+    model = SamplingAgent().model
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    out, rec = [], None
+    with RL_Batcher(T, SamplingAgent, {}, cartpole, {"n_envs": N}, 0, [5], agent_info=temperature(1.0),
+                    zero_copy=zero_copy) as b:
+        sync = WeightSync(b, model, "cpu", mode="copy")
+        pipe = Pipeline(b, sync, overlap=overlap)
+        if fake is not None:
+            rec = Recorded(fake, b, sync)
+        pipe.start()
+        for k in range(n):
+            traj = pipe.next()
+            out.append(traj.trajectories["action/logits"].clone())
+            if fake is not None:
+                fake.op(f"learn {k}")
+            loss = model(traj.trajectories["observation/frame"]).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            pipe.updated()
+        pipe.close()
+    return out, rec
+
+
+@pytest.mark.parametrize("zero_copy", [True, False], ids=["double-buffer", "copy-out"])
+def test_overlapped_acquisitions_are_ordered_by_events_not_by_the_host(zero_copy):
+    plain, _ = run_pipeline(overlap=True, zero_copy=zero_copy, fake=None)
+    fake = RecordingAccelerator()
+    with _accel.installed("cpu", fake):
+        seen, rec = run_pipeline(overlap=True, zero_copy=zero_copy, fake=fake)
+    for a, b in zip(plain, seen):
+        assert torch.equal(a, b)  # the seam does not change what is computed
+    op = fake.find
+    n = 5
+    assert fake.syncs == 0
+    # Push 0 is start()'s; acquisition j >= 1 pushes first (push j), on its own stream. Acquisition k + 2, the
+    # first launched after update k (with overlap the data is one update stale), reads update k's weights: its
+    # push is ordered after the update on the device ...
+    for k in range(n - 1):
+        push = op(f"push {k + 2}")
+        assert push.stream != "learner"
+        assert op(f"learn {k}").before(push), f"push {k + 2} may read the weights before update {k} wrote them"
+        assert push.before(op(f"acquire {k + 2}"))
+    # ... and update k does not write the weights before the push launched just before it has read them.
+    for k in range(n):
+        assert op(f"push {k + 1}").before(op(f"learn {k}"))
+    # The learner reads batch k (get, then the update) only after the acquisition wrote it ...
+    for k in range(n):
+        assert op(f"acquire {k}").before(op(f"get {k}"))
+        assert op(f"acquire {k}").before(op(f"learn {k}"))
+    # ... and no acquisition writes a buffer the learner may still be reading: with two buffers acquisition
+    # k + 2 reuses batch k's, with one buffer acquisition k + 1 overwrites what get k copied out.
+    reuse = 2 if zero_copy else 1
+    for k in range(n + 1 - reuse):
+        last_read = op(f"learn {k}") if zero_copy else op(f"get {k}")
+        assert last_read.before(op(f"acquire {k + reuse}"))
+    # The overlap is real: acquisition k + 1 and update k are not ordered either way.
+    for k in range(n - 1):
+        a, u = op(f"acquire {k + 1}"), op(f"learn {k}")
+        assert not a.before(u) and not u.before(a)
+    assert rec.n_acquire == n + 1 and rec.n_get == n + 1  # close() collected the last one
+
+
+def test_a_sequential_pipeline_uses_no_stream():
+    fake = RecordingAccelerator()
+    with _accel.installed("cpu", fake):
+        _, rec = run_pipeline(overlap=False, zero_copy=False, fake=fake, n=3)
+    assert fake.streams == [fake.default] and fake.waits == [] and fake.syncs == 0
+    # Sequential: acquisition k + 1 runs after update k's weights were pushed.
+    for k in range(2):
+        assert fake.find(f"learn {k}").before(fake.find(f"push {k + 1}"))
+        assert fake.find(f"push {k + 1}").before(fake.find(f"acquire {k + 1}"))
+
+
+# --------------------------------------------------------------------------- the compiled update
+
+
+def make_update(compile: bool):
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def loss_fn(x):
+        y = model(x)
+        loss = y.pow(2).mean()
+        return loss, {"loss": loss.detach(), "mean": y.mean().detach()}
+
+    return model, UpdateStep(loss_fn, opt, clip_groups(model), max_grad_norm=0.5, device="cpu", compile=compile)
+
+
+def test_the_compiled_update_in_graph_mode_marks_each_step_and_keeps_its_statistics():
+    fake = RecordingAccelerator()
+    x = torch.randn(3, 16, 3, generator=torch.Generator().manual_seed(1))
+    model_e, eager = make_update(compile=False)
+    with _accel.installed("cpu", fake):
+        model_g, graphed = make_update(compile=True)
+    assert fake.compiles == [("reduce-overhead", "inductor")]
+    first = graphed(x[0])
+    first_values = {k: v.clone() for k, v in first.items()}
+    stats_e = [eager(x[0])] + [eager(x[i]) for i in (1, 2)]
+    stats_g = [first] + [graphed(x[i]) for i in (1, 2)]
+    assert fake.step_marks == 3
+    # The statistics were cloned out of the graphs' memory: the later replays did not overwrite them.
+    assert all(torch.equal(first[k], first_values[k]) for k in first)
+    for se, sg in zip(stats_e, stats_g):
+        assert sorted(se) == sorted(sg) and all(torch.equal(se[k], sg[k]) for k in se)
+    for pe, pg in zip(model_e.parameters(), model_g.parameters()):
+        assert torch.equal(pe, pg)
+
+
+def test_the_fake_refuses_a_graph_replay_without_a_step_mark():
+    """What the test above relies on: a replay without ``mark_step_begin`` is an error, as in CUDA graph trees."""
+    fake = RecordingAccelerator()
+    f = fake.compile(lambda x: (x.sum(), {"s": x.sum()}), mode="reduce-overhead", dynamic=None, backend="inductor")
+    fake.mark_step_begin()
+    f(torch.ones(2))
+    with pytest.raises(AssertionError, match="mark_step_begin"):
+        f(torch.ones(2))
+
+
+def test_the_uncompiled_and_cpu_updates_do_not_touch_the_accelerator():
+    fake = RecordingAccelerator()
+    with _accel.installed("cpu", fake):
+        make_update(compile=False)[1](torch.ones(4, 3))
+    assert fake.compiles == [] and fake.step_marks == 0
