@@ -416,8 +416,9 @@ class RL_Batcher(BatcherBase):
             agent_seed=None if first[1] is None else restart_seed(first[1], n),
         )
         lines = str(cause).splitlines()
-        record = WorkerRestart(k, lines[0] if lines else type(cause).__name__, self._n_acquisitions, method,
-                               spec.seed, spec.agent_seed)
+        # The failure's advice to close the batcher is for a batcher that cannot restart: not part of the cause.
+        what = lines[0].split("; close the batcher")[0] if lines else type(cause).__name__
+        record = WorkerRestart(k, what, self._n_acquisitions, method, spec.seed, spec.agent_seed)
         log.warning("worker %d failed during %s() of acquisition %d (%s); replacing it (restart %d of %d, seed %d)",
                     k, method, record.acquisition, record.cause, len(self.restarts) + 1, self.restart_workers,
                     spec.seed)

@@ -136,7 +136,7 @@ def test_an_in_process_worker_is_rebuilt():
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("when", ["acquiring", "idle"])
+@pytest.mark.parametrize("when", ["acquiring", "idle", "polled"])
 def test_a_worker_killed_from_outside_is_replaced(when):
     env = {"n_envs": N_ENVS, "autoreset": True, "episode_lengths": (100,)}
     with RL_Batcher(T, SlowAgent, {"delay": 0.3}, CountingEnv, env, 2, [0, 1], restart_workers=2) as b:
@@ -150,8 +150,15 @@ def test_a_worker_killed_from_outside_is_replaced(when):
             b.execute()
             time.sleep(0.3)
             os.kill(pid, signal.SIGKILL)
-        traj, n = b.get()
+        if when == "polled":  # a non-blocking get() finds the worker dead, and the wait that follows replaces it
+            deadline = time.monotonic() + 60
+            while (got := b.get(blocking=False))[0] is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            traj, n = got
+        else:
+            traj, n = b.get()
         assert [r.worker_id for r in b.restarts] == [0] and "SIGKILL" in b.restarts[0].cause
+        assert "close the batcher" not in b.restarts[0].cause
         assert n == 4 and torch.equal(traj.trajectories.lengths, torch.full((4,), T))
         # Fresh episodes on the new worker's rows; worker 1's carry on from the reset.
         assert torch.equal(traj.trajectories["observation/frame"][:, 0, 1], torch.zeros(4))
