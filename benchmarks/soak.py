@@ -127,16 +127,20 @@ class Killer(threading.Thread):
         self.rng = np.random.default_rng(seed)
         self.stop = threading.Event()
         self.kills: list[tuple[float, int]] = []
+        self.killed: set[int] = set()
 
     def run(self) -> None:
         while not self.stop.wait(self.rng.exponential(self.mean_s)):
             pids = [r["pid"] for r in self.batcher.worker_reports()]
             pid = int(self.rng.choice(pids))
-            if not _running(pid):  # killed already, not replaced yet: a second kill would not be a second fault
+            # Killed already and not replaced yet (a killed process takes a while to die): a second kill would not
+            # be a second fault.
+            if pid in self.killed or not _running(pid):
                 continue
             try:
                 os.kill(pid, signal.SIGKILL)
                 self.kills.append((time.monotonic(), pid))
+                self.killed.add(pid)
             except ProcessLookupError:
                 pass
 
@@ -219,6 +223,9 @@ def main() -> None:
         "workers_rss_mb": {"first": samples[0][2], "peak": max(s[2] for s in samples), "last": samples[-1][2]},
         "before": before, "after": after, "rss_samples": samples,
     }
+    # Every kill must show up as one restart, whose cause names the killed pid.
+    causes = " ".join(r.cause for r in restarts)
+    result["kills_without_restart"] = [pid for _, pid in kills if f"(pid {pid})" not in causes]
     print(json.dumps({k: v for k, v in result.items() if k not in ("rss_samples", "before", "after")}, indent=1))
     for key in before:
         print(f"{key}: {len(before[key])} before, {len(after[key])} after",
