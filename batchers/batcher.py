@@ -430,7 +430,8 @@ class RL_Batcher(BatcherBase):
         errors = close_workers([self._workers[k]], grace)
         if errors:
             log.debug("closing failed worker %d: %s", k, errors)
-        # The new worker's own failures to start are final: a worker that cannot be rebuilt will not be soon.
+        # A BatcherWorkerError from here on (the new worker died or raised while starting) is one more failure of
+        # worker k: _replies restarts it again while restarts are left.
         w = self._workers[k] = self._Worker(spec, self.timeout)
         self._worker_specs[k] = spec
         ready = recv_all([w], self._start_timeout)[0]
