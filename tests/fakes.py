@@ -386,3 +386,13 @@ class FaultEnv(CountingEnv):
             if self.fault == "hang":
                 time.sleep(3600)
         return super().step(action)
+
+
+class FirstSeedsOnlyEnv(FaultEnv):
+    """A FaultEnv that cannot be built with a seed of ``max_seed`` or more (a restarted worker's seed, drawn from
+    ``[0, 2**31)``, almost surely is): a worker whose replacement fails while starting."""
+
+    def __init__(self, max_seed=100, **kwargs):
+        if kwargs.get("seed", 0) >= max_seed:
+            raise RuntimeError(f"FirstSeedsOnlyEnv cannot be built with seed {kwargs.get('seed')}")
+        super().__init__(**kwargs)

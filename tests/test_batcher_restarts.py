@@ -18,7 +18,7 @@ import torch
 from rlstruct.batchers import RL_Batcher
 from rlstruct.batchers.batcher import WorkerRestart, restart_seed
 from rlstruct.errors import BatcherWorkerError
-from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, FaultEnv, SlowAgent, pid_alive
+from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, FaultEnv, FirstSeedsOnlyEnv, SlowAgent, pid_alive
 
 T = 4
 N_ENVS = 2
@@ -114,6 +114,24 @@ def test_the_failure_after_the_last_restart_fails_the_batcher():
         with pytest.raises(BatcherWorkerError, match=r"restart_workers=1: every allowed restart has been used"):
             b.get()
         assert b.n_restarts == 1
+
+
+@pytest.mark.timeout(240)
+def test_a_replacement_that_fails_while_starting_uses_a_restart_too():
+    # Worker 1 raises at its 6th step; its replacements cannot even be built: each try is one restart, and the
+    # budget ends it instead of retrying forever.
+    b = RL_Batcher(T, ConstantAgent, {}, FirstSeedsOnlyEnv, _env("raise"), 2, [0, 1], restart_workers=2)
+    with b:
+        b.reset()
+        b.execute()
+        b.get()
+        b.execute()
+        every = r"(?s)cannot be built with seed .*restart_workers=2: every allowed"
+        with pytest.raises(BatcherWorkerError, match=every):
+            b.get()
+        assert [(r.worker_id, r.acquisition) for r in b.restarts] == [(1, 2), (1, 2)]
+        assert "FaultEnv failure injected" in b.restarts[0].cause and "cannot be built" in b.restarts[1].cause
+        assert b.restarts[0].seed != b.restarts[1].seed
 
 
 @pytest.mark.timeout(120)
