@@ -2,7 +2,7 @@
 
 from rlstruct.batchers._worker import WorkerPlacement
 from rlstruct.batchers.autotune import AutotuneResult, Measurement
-from rlstruct.batchers.batcher import RL_Batcher
+from rlstruct.batchers.batcher import RL_Batcher, WorkerRestart, restart_seed
 from rlstruct.batchers.pipeline import Pipeline
 from rlstruct.batchers.profile import PhaseTimer, ProfileReport
 
@@ -14,6 +14,8 @@ from rlstruct.batchers.weights import WeightSync
 __all__ = [
     "RL_Batcher",
     "WorkerPlacement",
+    "WorkerRestart",
+    "restart_seed",
     "RayBatcher",
     "PhaseTimer",
     "ProfileReport",

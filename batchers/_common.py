@@ -65,6 +65,15 @@ def check_graph_placements(placements: list, unit: str, fix: str) -> None:
         )
 
 
+def check_restart_workers(restart_workers: Any) -> None:
+    """Raises ValueError unless ``restart_workers`` is an int >= 0 (a bool is refused: True is not a count)."""
+    if isinstance(restart_workers, bool) or not isinstance(restart_workers, int) or restart_workers < 0:
+        raise ValueError(
+            f"restart_workers must be an int >= 0 (how many failed workers may be replaced; 0 fails at the first), "
+            f"got {restart_workers!r}; pass e.g. restart_workers=3"
+        )
+
+
 def repeat_first(d: DictTensor, n: int) -> DictTensor:
     """``n`` copies of the first row of ``d`` (``d`` itself when empty)."""
     if d.empty():
@@ -326,9 +335,3 @@ class BatcherBase:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass

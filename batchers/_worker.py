@@ -37,7 +37,7 @@ import torch.utils._pytree as pytree
 from rlstruct.batchers._acquire import Acquirer, build_acquirer
 from rlstruct.batchers._buffer import allocate_block
 from rlstruct.devices import DeviceLike, as_device
-from rlstruct.errors import BatcherWorkerError
+from rlstruct.errors import BatcherWorkerError, BatcherWorkerTimeout
 
 __all__ = [
     "CHECK_DEVICE_ENV",
@@ -55,6 +55,7 @@ __all__ = [
     "dump_weights",
     "load_weights",
     "recv_all",
+    "recv_each",
 ]
 
 CHECK_DEVICE_ENV = "RLSTRUCT_CHECK_DEVICE"
@@ -548,7 +549,7 @@ class ProcessWorker:
             if not self.process.is_alive() and not self.conn.poll(0):
                 self._raise_dead()
             if time.monotonic() > deadline:
-                raise BatcherWorkerError(
+                raise BatcherWorkerTimeout(
                     f"worker {self.worker_id} did not answer within {self.timeout:g} s; raise `timeout` if an "
                     "acquisition legitimately takes longer, or look for a hang in the env or agent",
                     worker_id=self.worker_id,
@@ -626,13 +627,14 @@ class ProcessWorker:
         self.conn.close()
 
 
-def close_workers(workers: list, grace: float) -> list[BaseException]:
+def close_workers(workers: list, grace: float, stop_grace: float | None = None) -> list[BaseException]:
     """Stops every worker; returns the errors met (to log: a close must not raise).
 
     The close order goes to every worker first, and they all get the same ``grace`` seconds to finish what they run
     and close their envs and agents (not ``grace`` each in turn). Those still running are sent :data:`STOP_SIGNAL`,
     which a worker turns into an exception so that it still closes its env and agent, and are killed if they have
-    not stopped ``grace`` seconds later. An in-process worker closes its env and agent when its turn comes.
+    not stopped ``stop_grace`` seconds later (default ``grace``). An in-process worker closes its env and agent when
+    its turn comes.
     """
     errors: list[BaseException] = []
     for w in workers:
@@ -650,7 +652,7 @@ def close_workers(workers: list, grace: float) -> list[BaseException]:
             f"agent); it was sent {STOP_SIGNAL.name}",
             worker_id=w.worker_id,
         ))
-    deadline = time.monotonic() + grace
+    deadline = time.monotonic() + (grace if stop_grace is None else stop_grace)
     for w in workers:
         w.finish(deadline)
     return errors
@@ -677,6 +679,39 @@ def recv_all(workers: list, timeout: float) -> list[Any]:
                 "acquisition legitimately takes longer, or look for a hang in the env or agent",
                 worker_id=w.worker_id,
             )
+        conns = [workers[i].conn for i in pending if hasattr(workers[i], "conn")]
+        if conns:
+            wait(conns, timeout=0.05)
+    return results
+
+
+def recv_each(workers: list, timeout: float) -> list[Any]:
+    """Waits for one reply from every worker, as :func:`recv_all`, but a worker's failure does not end the wait:
+    its entry is the :class:`BatcherWorkerError` (it raised, died, or did not answer within ``timeout``), the
+    others' are their values. For a batcher that restarts failed workers."""
+    from multiprocessing.connection import wait
+
+    results: list[Any] = [None] * len(workers)
+    pending = list(range(len(workers)))
+    deadline = time.monotonic() + timeout
+    while pending:
+        for i in list(pending):
+            try:
+                if not workers[i].poll():
+                    continue
+                results[i] = workers[i].recv()
+            except BatcherWorkerError as e:
+                results[i] = e
+            pending.remove(i)
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            for i in pending:
+                results[i] = BatcherWorkerTimeout(
+                    f"worker {workers[i].worker_id} did not answer within {timeout:g} s (hung in its env or agent)",
+                    worker_id=workers[i].worker_id,
+                )
+            break
         conns = [workers[i].conn for i in pending if hasattr(workers[i], "conn")]
         if conns:
             wait(conns, timeout=0.05)

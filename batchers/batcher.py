@@ -6,8 +6,10 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from rlstruct.batchers._acquire import PHASES
@@ -18,8 +20,10 @@ from rlstruct.batchers._common import (
     check_cpu,
     check_cpu_state_dict,
     check_graph_placements,
+    check_restart_workers,
     repeat_first,
 )
+from rlstruct.batchers._lifecycle import track, untrack
 from rlstruct.batchers._worker import (
     CHECK_DEVICE_ENV,
     Command,
@@ -31,17 +35,75 @@ from rlstruct.batchers._worker import (
     copy_weights,
     dump_weights,
     recv_all,
+    recv_each,
 )
 from rlstruct.devices import DeviceLike, as_device, check_device_exists
-from rlstruct.errors import BatcherStateError, BatcherWorkerError
+from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatcherWorkerTimeout
 from rlstruct.structures import DictTensor, Trajectories
 
-__all__ = ["RL_Batcher"]
+__all__ = ["RL_Batcher", "WorkerRestart", "restart_seed"]
 
 log = logging.getLogger(__name__)
 
 # Seconds close() gives the workers to finish a pending acquisition and close their envs and agents.
 _CLOSE_GRACE_S = 5.0
+# The same for a worker busy with an acquisition nobody will read (the batcher was garbage-collected or the
+# interpreter exits with an execute() pending) or a failed worker being replaced: a program's exit must not wait
+# on a long or hung acquisition. The stop signal then makes the worker close its env and agent.
+_ABANDON_GRACE_S = 1.0
+
+
+def restart_seed(seed: int, restart: int) -> int:
+    """The seed of a restarted worker: drawn from its first ``seed`` and its restart count (1, 2, ...), in
+    ``[0, 2**31)``, so that a run with the same seeds and the same faults restarts the same way, and no restart
+    replays the episodes its predecessor played.
+
+    >>> restart_seed(3, 1) == restart_seed(3, 1), restart_seed(3, 1) != restart_seed(3, 2)
+    (True, True)
+    """
+    state = np.random.SeedSequence([int(seed), int(restart)]).generate_state(1, dtype=np.uint32)
+    return int(state[0]) & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class WorkerRestart:
+    """One replacement of a failed worker, in :attr:`RL_Batcher.restarts`.
+
+    Attributes:
+        worker_id: the worker replaced (its rows keep their place).
+        cause: the first line of the failure (what it raised, how it died, or that it hung).
+        acquisition: how many ``execute`` calls the batcher had started when it failed (the failed one
+            included); 0 for a failure in the first ``reset`` or ``update``.
+        during: the call that saw the failure: ``"get"``, ``"reset"`` or ``"update"``.
+        seed: the env seed of the new worker (:func:`restart_seed` of the worker's first seed).
+        agent_seed: the agent seed of the new worker (``None`` when the batcher has no agent seeds).
+    """
+
+    worker_id: int
+    cause: str
+    acquisition: int
+    during: str
+    seed: int
+    agent_seed: int | None
+
+
+class _RestartsExhausted(Exception):
+    """Carries the error that ends a batcher out of its restart loop, past the handler of restart failures."""
+
+    def __init__(self, error: BatcherWorkerError, cause: BatcherWorkerError):
+        super().__init__(str(error))
+        self.error, self.cause = error, cause
+
+
+def _release_workers(workers: list, busy: list[bool]) -> None:
+    """Closes workers abandoned by their batcher (garbage collection or interpreter exit; see ``_lifecycle``);
+    ``busy[0]``: an acquisition is pending, whose result nobody will read."""
+    grace = _ABANDON_GRACE_S if busy[0] else _CLOSE_GRACE_S
+    errors = close_workers(workers, grace, stop_grace=_CLOSE_GRACE_S)
+    workers.clear()
+    if errors:
+        # Expected when an acquisition was under way (its worker was stopped): the ResourceWarning said the rest.
+        log.info("while closing the workers of an unclosed batcher: %s", errors)
 
 
 class RL_Batcher(BatcherBase):
@@ -101,6 +163,20 @@ class RL_Batcher(BatcherBase):
             buffer and the fresh memory it fills at every ``get`` (see BENCHMARKS.md). Applies where this process
             allocates the buffer on ``device`` (the in-process worker, or CPU worker processes with a CPU
             ``device``), without ``cuda_graph``, and when every env ran; otherwise ``get`` copies as usual.
+        restart_workers: how many times in all a failed worker may be replaced instead of failing the batcher
+            (0, the default: the first failure raises :class:`BatcherWorkerError`). A worker that raises in its
+            env or agent, dies (``os._exit``, a signal, the OOM killer) or does not answer within ``timeout``
+            (it is killed) is replaced by a fresh one built with the same ``create_env``/``create_agent``
+            arguments and the seeds :func:`restart_seed` draws from its first ones and its restart count; it gets
+            the weights of the last :meth:`update` and the last ``reset``'s ``env_info`` and latest
+            ``agent_info``, and is reset. A failure in ``get`` re-collects the worker's rows of that acquisition
+            in full, from fresh episodes (the rows the dead worker wrote are overwritten before ``get`` returns:
+            no step of a dead worker reaches the caller, and the batch keeps its shape). Each replacement is
+            logged as a warning and recorded in :attr:`restarts`; the failure after the last allowed one raises.
+
+    The batcher closes itself when it is garbage-collected or the interpreter exits while still open, with a
+    ``ResourceWarning`` naming where it was created (shown under ``-W always::ResourceWarning``): call
+    :meth:`close` or use ``with``.
 
     Raises:
         ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker.
@@ -149,8 +225,10 @@ class RL_Batcher(BatcherBase):
         sync_timings: bool = False,
         cuda_graph: bool = False,
         zero_copy: bool = False,
+        restart_workers: int = 0,
     ):
         self._workers: list = []
+        self._finalizer = None
         self._blocks: list[list[dict[str, torch.Tensor]]] = []
         self._whole: list[dict[str, torch.Tensor]] | None = None
         self._views = False
@@ -158,6 +236,7 @@ class RL_Batcher(BatcherBase):
         self._copy_done: torch.cuda.Event | None = None
         if not isinstance(n_processes, int) or n_processes < 0:
             raise ValueError(f"n_processes must be an int >= 0 (0 runs in this process), got {n_processes!r}")
+        check_restart_workers(restart_workers)
         n_workers = max(n_processes, 1)
         seeds = self._check_args(n_timesteps, timeout, seeds, agent_seeds, n_workers, "worker",
                                  "max(n_processes, 1)", "with n_processes=0 the one seed is the in-process env's")
@@ -184,7 +263,18 @@ class RL_Batcher(BatcherBase):
         # "Torch not compiled with CUDA enabled". Asks the driver for its device count only, no CUDA context.
         check_device_exists(self.device, argument="device")
         check_device = os.environ.get(CHECK_DEVICE_ENV, "") not in ("", "0")
-        Worker = ProcessWorker if n_processes >= 1 else LocalWorker
+        self._Worker = ProcessWorker if n_processes >= 1 else LocalWorker
+        self.restart_workers = restart_workers
+        self.restarts: list[WorkerRestart] = []
+        self._worker_specs: list[WorkerSpec] = []
+        self._first_seeds: list[tuple[int, int | None]] = []
+        self._weights: Any = None  # what the last update() sent, for a restarted worker
+        self._reset_parts: tuple[list[DictTensor], list[DictTensor]] | None = None
+        self._n_acquisitions = 0
+        # Tracked before any process starts: a constructor interrupted halfway still stops what it started.
+        what = f"RL_Batcher with {n_processes} worker processes" if n_processes else "RL_Batcher (in process)"
+        self._busy_box = [False]  # an acquisition pending, for the finalizer (which must not hold self)
+        self._finalizer = track(self, what, _release_workers, self._workers, self._busy_box)
         try:
             for k in range(n_workers):
                 spec = WorkerSpec(
@@ -192,7 +282,9 @@ class RL_Batcher(BatcherBase):
                     None if agent_seeds is None else agent_seeds[k], n_timesteps, placements[k],
                     check_device, sync_timings, bool(cuda_graph),
                 )
-                self._workers.append(Worker(spec, self.timeout))
+                self._worker_specs.append(spec)
+                self._first_seeds.append((spec.seed, spec.agent_seed))
+                self._workers.append(self._Worker(spec, self.timeout))
             ready = recv_all(self._workers, self._start_timeout)
             self._n_envs = [r["n_envs"] for r in ready]
             self._reports = [r["report"] for r in ready]
@@ -267,9 +359,118 @@ class RL_Batcher(BatcherBase):
         """Sends ``command`` to every worker (worker k with ``args_per_worker[k]``) and waits for every reply; on
         behalf of ``method``, which fails the batcher if anything escapes (see ``_exchange``)."""
         with self._exchange(method):
-            for w, args in zip(self._workers, args_per_worker):
+            self._send_all(command, args_per_worker)
+            return self._replies(method, command, args_per_worker)
+
+    def _send_all(self, command: Command, args_per_worker: Sequence[tuple]) -> None:
+        for w, args in zip(self._workers, args_per_worker):
+            try:
                 w.send(command, *args)
+            except BatcherWorkerError:
+                if self.restart_workers == 0:
+                    raise
+                # Dead since its last reply: waiting for this reply finds it dead and replaces it.
+
+    def _replies(self, method: str, command: Command, args_per_worker: Sequence[tuple]) -> list[Any]:
+        """Every worker's reply to ``command`` (sent already). Without ``restart_workers`` the first failure
+        raises; with it, a failed worker is replaced (:meth:`_restart`) and sent ``command`` again, until it
+        answers or no restart is left."""
+        if self.restart_workers == 0:
             return recv_all(self._workers, self.timeout)
+        replies = recv_each(self._workers, self.timeout)
+        for k, r in enumerate(replies):
+            while isinstance(r, BatcherWorkerError):
+                try:
+                    self._restart(k, r, method)
+                    # A restarted worker has the last weights and has been reset already: only an acquisition is
+                    # asked again.
+                    if command is Command.ACQUIRE:
+                        w = self._workers[k]
+                        w.send(command, *args_per_worker[k])
+                        r = w.recv()
+                    else:
+                        r = None
+                except _RestartsExhausted as e:
+                    raise e.error from e.cause
+                except BatcherWorkerError as e:  # the new worker failed too (while starting): one more restart
+                    r = e
+            replies[k] = r
+        return replies
+
+    def _restart(self, k: int, cause: BatcherWorkerError, method: str) -> None:
+        """Replaces worker ``k``, which failed with ``cause``, by a fresh one, ready for the batcher's next call:
+        its env and agent built from the same arguments with :func:`restart_seed` seeds, bound to the same rows of
+        the buffer, given the last weights and, once the batcher has been reset, reset with its rows of the last
+        ``env_info`` and latest ``agent_info``. Raises ``cause`` when no restart is left."""
+        if len(self.restarts) >= self.restart_workers:
+            raise _RestartsExhausted(BatcherWorkerError(
+                f"{cause}\n(restart_workers={self.restart_workers}: every allowed restart has been used: "
+                f"{[(r.worker_id, r.cause) for r in self.restarts]})",
+                worker_id=cause.worker_id, remote_traceback=cause.remote_traceback,
+            ), cause)
+        old_spec = self._worker_specs[k]
+        n = sum(r.worker_id == k for r in self.restarts) + 1
+        first = self._first_seeds[k]
+        spec = replace(
+            old_spec, seed=restart_seed(first[0], n),
+            agent_seed=None if first[1] is None else restart_seed(first[1], n),
+        )
+        lines = str(cause).splitlines()
+        # The failure's advice to close the batcher is for a batcher that cannot restart: not part of the cause.
+        what = lines[0].split("; close the batcher")[0] if lines else type(cause).__name__
+        record = WorkerRestart(k, what, self._n_acquisitions, method, spec.seed, spec.agent_seed)
+        log.warning("worker %d failed during %s() of acquisition %d (%s); replacing it (restart %d of %d, seed %d)",
+                    k, method, record.acquisition, record.cause, len(self.restarts) + 1, self.restart_workers,
+                    spec.seed)
+        # Counted before the new worker starts: one that fails while starting uses a restart too, so that a worker
+        # that can never be rebuilt exhausts the budget instead of being retried forever.
+        self.restarts.append(record)
+        # A hung worker is stopped soon, then killed; one that raised closes its env and agent as at close().
+        grace = _ABANDON_GRACE_S if isinstance(cause, BatcherWorkerTimeout) else _CLOSE_GRACE_S
+        errors = close_workers([self._workers[k]], grace)
+        if errors:
+            log.debug("closing failed worker %d: %s", k, errors)
+        # A BatcherWorkerError from here on (the new worker died or raised while starting) is one more failure of
+        # worker k: _replies restarts it again while restarts are left.
+        w = self._workers[k] = self._Worker(spec, self.timeout)
+        self._worker_specs[k] = spec
+        ready = recv_all([w], self._start_timeout)[0]
+        if ready["n_envs"] != self._n_envs[k]:
+            raise BatcherWorkerError(
+                f"restarted worker {k} built {ready['n_envs']} envs, its predecessor {self._n_envs[k]}; create_env "
+                "must build as many envs whatever the seed", worker_id=k,
+            )
+        n_envs = self._n_envs[k]
+        w.send(Command.PROBE, repeat_first(self._default_agent_info, n_envs),
+               repeat_first(self._default_env_info, n_envs))
+        if w.recv(self._start_timeout) != self._specs:
+            raise BatcherWorkerError(
+                f"restarted worker {k} produces other keys, shapes or dtypes than before; every worker must build the "
+                "same kind of env and agent whatever its seed", worker_id=k,
+            )
+        if self._whole is not None:
+            w.send(Command.BIND, [blocks[k] for blocks in self._blocks])
+        elif w.device.type == "cuda":
+            w.send(Command.BIND, None)
+        else:
+            w.send(Command.BIND, [self._blocks[0][k]])
+        got = w.recv(self._start_timeout)
+        if self._whole is None and w.device.type == "cuda":
+            self._blocks[0][k] = got
+        if self._weights is not None:
+            weights = self._weights if self.n_processes else copy_weights(self._weights, w.device)
+            w.send(Command.UPDATE, weights)
+            w.recv()
+        if self._reset_parts is not None:
+            ais, eis = self._reset_parts
+            w.send(Command.RESET, ais[k], eis[k])
+            w.recv()
+        self._reports[k] = ready["report"]
+
+    @property
+    def n_restarts(self) -> int:
+        """How many failed workers have been replaced (see ``restart_workers`` and :attr:`restarts`)."""
+        return len(self.restarts)
 
     # ----------------------------------------------------------------- API
     def n_elems(self) -> int:
@@ -293,7 +494,9 @@ class RL_Batcher(BatcherBase):
         """
         self._enter("reset")
         ai, ei = self._reset_rows(agent_info, env_info)
-        self._call_all("reset", Command.RESET, list(zip(self._split(ai), self._split(ei))))
+        ais, eis = self._split(ai), self._split(ei)
+        self._reset_parts = (ais, eis)  # before the call: a worker restarted during it is reset with them
+        self._call_all("reset", Command.RESET, list(zip(ais, eis)))
         self._to(Phase.READY)
 
     def execute(self, agent_info: DictTensor | None = None) -> None:
@@ -309,12 +512,16 @@ class RL_Batcher(BatcherBase):
         self._enter("execute")
         ai = self._check_rows(agent_info, "agent_info", "agent_info/") if agent_info is not None else None
         parts = self._split(ai) if ai is not None and not ai.empty() else [None] * len(self._workers)
+        if parts[0] is not None and self._reset_parts is not None:
+            self._reset_parts = (parts, self._reset_parts[1])  # the agent_info a restarted worker is reset with
         self._wait_for_gather()
+        self._n_acquisitions += 1
+        self._acquire_args = [(a, self._slot) for a in parts]
         # In process, send() runs the whole acquisition: an interrupt there leaves an env that took steps the
         # buffer never recorded, so it fails the batcher like an interrupted exchange with worker processes.
+        self._busy_box[0] = True
         with self._exchange("execute"):
-            for w, a in zip(self._workers, parts):
-                w.send(Command.ACQUIRE, a, self._slot)
+            self._send_all(Command.ACQUIRE, self._acquire_args)
         self._to(Phase.PENDING)
 
     def get(self, blocking: bool = True) -> tuple[Trajectories, int] | tuple[None, None]:
@@ -336,17 +543,28 @@ class RL_Batcher(BatcherBase):
         t0 = time.perf_counter()
         with self._exchange("get"):
             # Every worker is polled (a list, not all()): a dead worker is reported even while another is busy.
-            if not blocking and not all([w.poll() for w in self._workers]):
+            if not blocking and not all([self._polled(w) for w in self._workers]):
                 return None, None
-            replies = recv_all(self._workers, self.timeout)
+            replies = self._replies("get", Command.ACQUIRE, self._acquire_args)
         t1 = time.perf_counter()
         self._wait_s += t1 - t0
         self._worker_timings = [r["timings"] for r in replies]
         n_running = sum(r["n_running"] for r in replies)
+        self._busy_box[0] = False
         self._got(n_running)
         out = self._gather(replies)
         self._gather_s += time.perf_counter() - t1
         return out, n_running
+
+    def _polled(self, w: Any) -> bool:
+        """``w.poll()``; with ``restart_workers``, a dead worker counts as answered (the wait that follows replaces
+        it)."""
+        try:
+            return w.poll()
+        except BatcherWorkerError:
+            if self.restart_workers == 0:
+                raise
+            return True
 
     def _gather(self, replies: list[dict[str, Any]]) -> Trajectories:
         """The acquisition's rows, batch-major: worker 0's running rows, then worker 1's, and so on.
@@ -402,6 +620,8 @@ class RL_Batcher(BatcherBase):
             weights: Any = copy_weights(state_dict, self._workers[0].device)
         else:
             weights = dump_weights(state_dict)
+        if self.restart_workers:
+            self._weights = weights  # before the call: a worker restarted during it gets them
         self._call_all("update", Command.UPDATE, [(weights,)] * len(self._workers))
 
     @property
@@ -459,6 +679,7 @@ class RL_Batcher(BatcherBase):
         process) are logged, not raised.
         """
         failed = self._phase is Phase.FAILED
+        untrack(getattr(self, "_finalizer", None))
         if not self._closing():
             return
         errors: list[BaseException] = []

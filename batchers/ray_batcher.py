@@ -36,9 +36,17 @@ import torch
 
 from rlstruct.batchers._acquire import PHASES
 from rlstruct.batchers._buffer import TEMPORAL_PREFIXES, trajectories_from
-from rlstruct.batchers._common import BatcherBase, Phase, check_cpu, check_cpu_state_dict, check_graph_placements
+from rlstruct.batchers._common import (
+    BatcherBase,
+    Phase,
+    check_cpu,
+    check_cpu_state_dict,
+    check_graph_placements,
+    check_restart_workers,
+)
+from rlstruct.batchers._lifecycle import track, untrack
 from rlstruct.batchers._worker import WorkerPlacement
-from rlstruct.batchers.batcher import RL_Batcher
+from rlstruct.batchers.batcher import RL_Batcher, WorkerRestart, restart_seed
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, MissingDependencyError
 from rlstruct.structures import DictTensor, Trajectories
@@ -141,6 +149,7 @@ class _BatcherActor:
         self.actor_id = actor_id
         self.version = 0
         self.epoch = 0
+        self._kwargs = batcher_kwargs
         self.batcher = RL_Batcher(**batcher_kwargs)
         self.n_running = 0
 
@@ -176,6 +185,18 @@ class _BatcherActor:
         self.batcher.reset(agent_info, env_info)
         self.epoch = epoch
         self.n_running = self.batcher.n_elems()
+
+    def restore(self, restart: int, version: int, weights: Any, epoch: int, agent_info: DictTensor | None,
+                env_info: DictTensor | None) -> None:
+        """After Ray restarted this actor (its constructor ran again with its first seeds): rebuilds its
+        RL_Batcher with the seeds of its ``restart``-th restart (:func:`restart_seed`), then resets it."""
+        kw = self._kwargs
+        self.batcher.close()
+        self.batcher = RL_Batcher(**{
+            **kw, "seeds": [restart_seed(s, restart) for s in kw["seeds"]],
+            "agent_seeds": None if kw["agent_seeds"] is None else [restart_seed(s, restart) for s in kw["agent_seeds"]],
+        })
+        self.reset(version, weights, epoch, agent_info, env_info)
 
     def acquire(self, version: int, weights: Any, epoch: int, agent_info: DictTensor | None) -> dict[str, Any] | None:
         self._apply(version, weights)
@@ -225,6 +246,8 @@ class RayBatcher(BatcherBase):
     ``RL_Batcher(..., 2, [a, b])`` for the same agent seeds.
 
     Call ``ray.init()`` (a local cluster) or ``ray.init(address=...)`` (an existing one) first.
+    Like RL_Batcher, it closes itself (with a ``ResourceWarning``) when garbage-collected or at interpreter exit
+    while still open.
 
     The protocol and output are RL_Batcher's: ``reset`` → ``execute`` (returns at once) → ``get`` →
     ``(Trajectories, n_still_running)``, all on ``device``; ``update`` while nothing is pending. ``update``
@@ -258,8 +281,12 @@ class RayBatcher(BatcherBase):
             through a placement group of one bundle each, or ``None`` to let Ray choose.
         runtime_env: a Ray ``runtime_env`` for the actors (merged with the placements' variables).
         max_restarts: restarts Ray may make of a dead actor (-1: unlimited). With 0 a dead actor is a
-            :class:`BatcherWorkerError`; otherwise ``get`` restores it (latest weights, a reset with the last
-            ``agent_info``/``env_info``) and collects its rows again, from fresh episodes.
+            :class:`BatcherWorkerError`; otherwise ``get`` restores it (its RL_Batcher rebuilt with the seeds
+            :func:`~rlstruct.batchers.restart_seed` draws from its first ones and its restart count, the latest
+            weights, a reset with the last ``agent_info``/``env_info``) and collects its rows again, from fresh
+            episodes; each restore is logged as a warning and recorded in :attr:`restarts`.
+        restart_workers: passed to each actor's RL_Batcher: how many of its failed worker processes it may
+            replace (see :class:`RL_Batcher`), within the actor, without Ray restarting the actor.
         timeout: seconds any wait on an actor may last (and on a worker of an actor's RL_Batcher).
         start_timeout: seconds to place and start the actors, or to restore a restarted one (default
             ``max(timeout, 120)``).
@@ -307,9 +334,11 @@ class RayBatcher(BatcherBase):
         sync_timings: bool = False,
         cuda_graph: bool = False,
         zero_copy: bool = False,
+        restart_workers: int = 0,
     ):
         self._actors: list = []
         self._pg = None
+        self._finalizer = None
         self._refs: list = []  # the pending acquisition's, one per actor
         if not isinstance(n_actors, int) or n_actors < 1:
             raise ValueError(f"n_actors must be an int >= 1, got {n_actors!r}")
@@ -323,6 +352,10 @@ class RayBatcher(BatcherBase):
             n_timesteps, timeout, seeds, agent_seeds, n_actors * per_actor, "worker of every actor",
             "n_actors * max(n_processes, 1)", f"actor k takes seeds[k * {per_actor}:(k + 1) * {per_actor}]",
         )
+        check_restart_workers(restart_workers)
+        # Each actor's first env and agent seeds, from which the seeds of its restarts are drawn (for the record).
+        self._first_seeds = [(seeds[k * per_actor], None if agent_seeds is None else int(agent_seeds[k * per_actor]))
+                             for k in range(n_actors)]
         if num_cpus is None:
             num_cpus = float(per_actor)
         if not num_cpus > 0:
@@ -378,6 +411,13 @@ class RayBatcher(BatcherBase):
                 "RayBatcher needs a running Ray, got none; call ray.init() for a local cluster, or "
                 "ray.init(address='ray://<head>:10001') (or address='auto' on a cluster node) first"
             )
+        self.restart_workers = restart_workers
+        self.restarts: list[WorkerRestart] = []
+        self._n_acquisitions = 0
+        # What the finalizer closes if this batcher is collected, or the interpreter exits, while open: it must not
+        # hold self. Tracked after ray.init's own exit hook, so it runs before Ray shuts down.
+        self._held: dict[str, Any] = {"actors": self._actors, "pg": None, "busy": False}
+        self._finalizer = track(self, f"RayBatcher with {n_actors} actors", _release_actors, ray, self._held)
         try:
             self._start(
                 n_timesteps, create_agent, agent_args, create_env, env_args, seeds, agent_info, env_info,
@@ -415,6 +455,7 @@ class RayBatcher(BatcherBase):
 
             bundle = {"CPU": float(num_cpus), **({"GPU": float(num_gpus)} if num_gpus else {})}
             self._pg = placement_group([dict(bundle) for _ in range(self.n_actors)], strategy=placement_strategy)
+            self._held["pg"] = self._pg
             ready, _ = ray.wait([self._pg.ready()], timeout=self._start_timeout)
             if not ready:
                 raise BatcherWorkerError(
@@ -445,6 +486,7 @@ class RayBatcher(BatcherBase):
                 env_info=env_info, agent_seeds=None if agent_seeds is None else list(agent_seeds[w]),
                 device=placement.device, worker_placements=worker_placements, timeout=self.timeout,
                 sync_timings=sync_timings, cuda_graph=cuda_graph, zero_copy=zero_copy,
+                restart_workers=self.restart_workers,
             )
             self._actors.append(remote_cls.options(**options).remote(k, environ, placement.num_threads, kwargs))
         infos = self._wait_all([a.info.remote() for a in self._actors], self._start_timeout, "start")
@@ -585,8 +627,10 @@ class RayBatcher(BatcherBase):
         parts: list = self._split(ai) if ai is not None and not ai.empty() else [None] * self.n_actors
         if parts[0] is not None:
             self._exec_agent_info = parts
+        self._n_acquisitions += 1
         self._refs = [a.acquire.remote(*self._weights_for(k), self._epoch, p)
                       for k, (a, p) in enumerate(zip(self._actors, parts))]
+        self._held["busy"] = True
         self._to(Phase.PENDING)
 
     def get(self, blocking: bool = True) -> tuple[Trajectories, int] | tuple[None, None]:
@@ -624,6 +668,7 @@ class RayBatcher(BatcherBase):
                 self._actor_timings[k] = r["timings"]
                 self._n_running_per_actor[k] = r["n_running"]
         n_running = sum(self._n_running_per_actor)
+        self._held["busy"] = False
         self._got(n_running)
         out = _rebuild([None if r is None else r["wire"] for r in replies], self.device)
         self._gather_s += time.perf_counter() - t1
@@ -632,10 +677,15 @@ class RayBatcher(BatcherBase):
     def _recover(self, k: int, error: BaseException) -> dict[str, Any] | None:
         """Restores actor ``k`` after Ray restarted it, and collects its rows again."""
         self._restarts[k] += 1
-        log.warning("actor %d failed (%s: %s); restoring it (restart %d)", k, type(error).__name__,
-                    str(error).splitlines()[0] if str(error) else "", self._restarts[k])
-        if self.max_restarts != -1 and self._restarts[k] > self.max_restarts:
+        n = self._restarts[k]
+        cause = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        log.warning("actor %d failed during get() of acquisition %d (%s); restoring it (restart %d)", k,
+                    self._n_acquisitions, cause, n)
+        if self.max_restarts != -1 and n > self.max_restarts:
             raise self._error(k, error, "execute")
+        first = self._first_seeds[k]
+        self.restarts.append(WorkerRestart(k, cause, self._n_acquisitions, "get", restart_seed(first[0], n),
+                                           None if first[1] is None else restart_seed(first[1], n)))
         assert self._reset_args is not None
         ais, eis = self._reset_args
         ai = self._exec_agent_info[k] if self._exec_agent_info is not None else ais[k]
@@ -645,11 +695,11 @@ class RayBatcher(BatcherBase):
         self._actor_timings[k] = {}
         # A restarted actor holds the weights it was built with: send the latest ones whatever it was sent.
         self._sent_version[k] = self._version
-        restore = (self._version, self._weights_ref, self._epoch, ai, eis[k])
+        restore = (n, self._version, self._weights_ref, self._epoch, ai, eis[k])
         deadline = time.monotonic() + self._start_timeout
         while True:
             # While Ray restarts the actor, calls fail as "unavailable": retry them until it is back.
-            got = self._collect([actor.reset.remote(*restore)], self._start_timeout, f"the restart of actor {k}",
+            got = self._collect([actor.restore.remote(*restore)], self._start_timeout, f"the restart of actor {k}",
                                 recover=True, owners=[k])[0]
             if not isinstance(got, _Failed):
                 break
@@ -706,45 +756,63 @@ class RayBatcher(BatcherBase):
         initialised, restarts, and its RL_Batcher's ``worker_reports()`` under ``workers``."""
         return [{**r, "restarts": n} for r, n in zip(self._reports, self._restarts)]
 
+    @property
+    def n_restarts(self) -> int:
+        """How many dead actors have been restored (see ``max_restarts`` and :attr:`restarts`; the worker restarts
+        of each actor's RL_Batcher, ``restart_workers``, are its own)."""
+        return len(self.restarts)
+
     def close(self) -> None:
         """Closes every actor's RL_Batcher, kills the actors and removes the placement group; idempotent."""
         busy = self._busy()
+        untrack(getattr(self, "_finalizer", None))
         if not self._closing():
             return
-        actors, self._actors = self._actors, []
-        ray = getattr(self, "_ray", None)
-        try:
-            connected = ray is not None and ray.is_initialized()
-        except Exception:  # the interpreter is shutting down
-            connected = False
-        if not connected:
-            # Without a connection there is nothing to kill: Ray ends a job's actors when its driver disconnects.
-            self._pg = None
-            return
-        if actors:
-            # An actor busy in an acquisition (or hung) cannot run close() soon: do not wait long for it.
-            grace = 1.0 if busy else 5.0
-            try:
-                ray.wait([a.close.remote() for a in actors], num_returns=len(actors), timeout=grace)
-            except Exception as e:  # dead actors: they are killed below all the same
-                log.debug("errors while closing actors: %s", e)
-            for a in actors:
-                try:
-                    ray.kill(a, no_restart=True)
-                except Exception as e:
-                    log.warning("could not kill actor %s: %s", a, e)
-        if self._pg is not None:
-            from ray.util.placement_group import remove_placement_group
-
-            try:
-                remove_placement_group(self._pg)
-            except Exception as e:
-                log.warning("could not remove the placement group: %s", e)
-            self._pg = None
+        _close_actors(getattr(self, "_ray", None), self._actors, self._pg, busy)
+        self._actors = []
+        self._pg = None
         self._refs = []
 
     def __enter__(self) -> RayBatcher:
         return self
+
+
+def _close_actors(ray: Any, actors: list, pg: Any, busy: bool) -> None:
+    """Closes every actor's RL_Batcher (waiting less for ``busy`` ones), kills them and removes ``pg``."""
+    live = list(actors)
+    actors.clear()  # the batcher's own list, also the finalizer's: nothing is closed twice
+    try:
+        connected = ray is not None and ray.is_initialized()
+    except Exception:  # the interpreter is shutting down
+        connected = False
+    if not connected:
+        # Without a connection there is nothing to kill: Ray ends a job's actors when its driver disconnects.
+        return
+    if live:
+        # An actor busy in an acquisition (or hung) cannot run close() soon: do not wait long for it.
+        grace = 1.0 if busy else 5.0
+        try:
+            ray.wait([a.close.remote() for a in live], num_returns=len(live), timeout=grace)
+        except Exception as e:  # dead actors: they are killed below all the same
+            log.debug("errors while closing actors: %s", e)
+        for a in live:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception as e:
+                log.warning("could not kill actor %s: %s", a, e)
+    if pg is not None:
+        from ray.util.placement_group import remove_placement_group
+
+        try:
+            remove_placement_group(pg)
+        except Exception as e:
+            log.warning("could not remove the placement group: %s", e)
+
+
+def _release_actors(ray: Any, held: dict[str, Any]) -> None:
+    """Closes the actors of a RayBatcher its program did not close (see ``_lifecycle``)."""
+    _close_actors(ray, held["actors"], held["pg"], held["busy"])
+    held["pg"] = None
 
 
 def _temporal_size(wire: dict[str, Any]) -> int:

@@ -43,6 +43,7 @@ __all__ = [
     "EnvStateError",
     "BatcherWorkerError",
     "BatcherStateError",
+    "BatcherWorkerTimeout",
     "MissingDependencyError",
     "BridgeError",
     "GraphCaptureError",
@@ -100,6 +101,11 @@ class BatcherWorkerError(RLStructError, RuntimeError):
 
     def __reduce__(self):
         return (type(self), (self.args[0], self.worker_id, self.remote_traceback))
+
+
+class BatcherWorkerTimeout(BatcherWorkerError):
+    """A batcher worker did not answer within the batcher's ``timeout`` (hung in its env or agent, or an acquisition
+    longer than the timeout allows). A :class:`BatcherWorkerError`, so that code catching that keeps working."""
 
 
 class BatcherStateError(RLStructError, RuntimeError):

@@ -360,3 +360,39 @@ class UniformBoxAgent(RL_Agent):
 
     def update(self, state_dict):
         pass
+
+
+class FaultEnv(CountingEnv):
+    """A CountingEnv that fails at its ``at_step``-th step when its seed is ``fault_seed`` (``None``: any seed), as
+    ``fault`` says: ``"raise"`` a RuntimeError, ``"exit"`` the process at once (``os._exit(3)``, no reply),
+    ``"segfault"`` (reads address 0: SIGSEGV), or ``"hang"`` (sleeps an hour). A worker restarted with another seed
+    does not fail again (unless ``fault_seed`` is ``None``)."""
+
+    def __init__(self, fault="raise", at_step=6, fault_seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.fault = fault
+        self.at_step = at_step if fault_seed is None or fault_seed == self.seed else None
+
+    def step(self, action):
+        if self.at_step is not None and self.n_steps + 1 >= self.at_step:
+            if self.fault == "raise":
+                raise RuntimeError(f"FaultEnv failure injected at step {self.n_steps + 1}")
+            if self.fault == "exit":
+                os._exit(3)
+            if self.fault == "segfault":
+                import ctypes
+
+                ctypes.string_at(0)
+            if self.fault == "hang":
+                time.sleep(3600)
+        return super().step(action)
+
+
+class FirstSeedsOnlyEnv(FaultEnv):
+    """A FaultEnv that cannot be built with a seed of ``max_seed`` or more (a restarted worker's seed, drawn from
+    ``[0, 2**31)``, almost surely is): a worker whose replacement fails while starting."""
+
+    def __init__(self, max_seed=100, **kwargs):
+        if kwargs.get("seed", 0) >= max_seed:
+            raise RuntimeError(f"FirstSeedsOnlyEnv cannot be built with seed {kwargs.get('seed')}")
+        super().__init__(**kwargs)

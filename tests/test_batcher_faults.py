@@ -208,8 +208,10 @@ def test_workers_hung_in_close_share_one_deadline(tmp_path):
     b.reset()
     t = time.monotonic()
     b.close()
-    # One 2 s grace for both (not 2 s each in turn), then the stop signal ends both closes at once.
-    assert time.monotonic() - t < 3.5
+    # One 2 s grace for both, then the stop signal ends both closes at once. Graces in turn would take 4 s before
+    # any signal; what is allowed above the one grace is the workers' own exit (a torch interpreter's teardown,
+    # which took up to 1.6 s on a loaded 2-core machine).
+    assert time.monotonic() - t < 4.0
     assert sorted(_markers(marker)[1::2]) == sorted(str(p) for p in pids)
     assert _wait_gone(pids, 2)
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from rlstruct import DictTensor, TemporalDictTensor, Trajectories
-from rlstruct.batchers import RL_Batcher, WorkerPlacement
+from rlstruct.batchers import RL_Batcher, WorkerPlacement, restart_seed
 from rlstruct.batchers.ray_batcher import RayBatcher
 from rlstruct.errors import (
     BatcherStateError,
@@ -26,7 +26,7 @@ from rlstruct.errors import (
     DeviceUnavailableError,
     MissingDependencyError,
 )
-from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, pid_alive
+from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, FaultEnv, pid_alive
 from tests.helpers import AUTORESET, EPISODIC, assert_refused_while_pending, assert_same
 
 pytestmark = pytest.mark.timeout(120)
@@ -247,12 +247,47 @@ def test_restarted_actor_is_restored_with_the_latest_weights(shared, ray_cluster
     traj, n = b.get()  # actor 1 refuses the stale acquisition, is restored, then collects
     report = b.worker_reports()[1]
     assert report["restarts"] == 1 and report["pid"] != old
+    (r,) = b.restarts[-1:]
+    assert (r.worker_id, r.during, r.seed) == (1, "get", restart_seed(SEEDS[1], 1)) and b.n_restarts >= 1
+    # Its RL_Batcher was rebuilt with the restart's seed: its fresh episodes are not its first ones replayed.
+    frames = traj.trajectories["observation/frame"][2:, 0, 0]
+    assert torch.equal(frames, r.seed * 1000.0 + torch.arange(3, dtype=torch.float32))
     tr = traj.trajectories
     m = tr.mask().bool()
     assert torch.equal(tr["action/scaled"][m], 5 * tr["action/count"][m].float())
     # Actor 0 carried on with its 2 running envs; actor 1 started 3 fresh episodes.
     assert tr["observation/frame"][:, 0, 1].tolist() == [3, 3, 0, 0, 0]
     assert n == 3
+
+
+def test_an_unclosed_ray_batcher_is_closed_when_collected(ray_cluster):
+    import gc
+
+    b = RayBatcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 0, [0], num_cpus=0.5)
+    actor = b.actors[0]
+    b.reset()
+    b.execute()  # an acquisition under way
+    with pytest.warns(ResourceWarning, match=r"unclosed RayBatcher with 1 actors created at .*test_ray_batcher"):
+        del b
+        gc.collect()
+    with pytest.raises(ray_cluster.exceptions.RayActorError):
+        ray_cluster.get(actor.info.remote(), timeout=30)
+
+
+@pytest.mark.timeout(180)
+def test_an_actors_failed_worker_process_is_replaced_within_the_actor(ray_cluster):
+    env = {"n_envs": 2, "autoreset": True, "episode_lengths": (100,), "fault": "exit", "at_step": 3}
+    with RayBatcher(2, ConstantAgent, {}, FaultEnv, env, 1, [0], num_cpus=0.5, restart_workers=1) as b:
+        b.reset()
+        b.execute()
+        b.get()
+        b.execute()
+        second, _ = b.get()  # its worker exits at its 3rd step: replaced, its rows collected again
+        assert b.n_restarts == 0  # the actor itself did not die
+        frame = second.trajectories["observation/frame"]
+        # Fresh episodes of the new worker (of another seed), not the dead worker's steps 2 and 3.
+        assert torch.equal(frame[:, :, 1], torch.tensor([[0.0, 1.0]] * 2)) and (frame[:, :, 0] >= 1000).all()
+        assert second.trajectories.lengths.tolist() == [2, 2]
 
 
 @pytest.mark.parametrize("env_args", [EPISODIC, AUTORESET], ids=["episodic", "autoreset"])

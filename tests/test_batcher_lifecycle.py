@@ -1,0 +1,133 @@
+"""Batchers a program forgot to close: closed at interpreter exit and at garbage collection, with a
+ResourceWarning naming where they were created, no process left behind, and a prompt exit even with an
+acquisition under way.
+
+Each case runs a small script in a fresh interpreter (``-W always::ResourceWarning``), since what is checked is
+the interpreter's exit itself.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from rlstruct.batchers import RL_Batcher
+from rlstruct.batchers._lifecycle import creation_site
+from tests.fakes import ConstantAgent, CountingEnv, pid_alive
+
+REPO = Path(__file__).resolve().parents[1]
+AUTORESET = {"n_envs": 2, "autoreset": True, "episode_lengths": (100,)}
+
+# A script that builds batchers as ``case`` says, prints its workers' pids and the time it reaches its end, and
+# ends without close().
+SCRIPT = textwrap.dedent("""
+    import gc, os, sys, time
+    from rlstruct.batchers import RL_Batcher
+    from tests.fakes import ConstantAgent, CountingEnv, SlowAgent, pid_alive
+
+    ENV = {"n_envs": 2, "autoreset": True, "episode_lengths": (100,)}
+
+    def build(n_processes, pending):
+        agent, args = (SlowAgent, {"delay": 0.5}) if pending else (ConstantAgent, {})
+        b = RL_Batcher(4, agent, args, CountingEnv, ENV, n_processes, list(range(max(n_processes, 1))))
+        b.reset()
+        b.execute()
+        if not pending:
+            b.get()
+        return b
+
+    if __name__ == "__main__":
+        case = sys.argv[1]
+        if case == "gc":
+            b = build(2, pending=True)
+            pids = [r["pid"] for r in b.worker_reports()]
+            del b
+            gc.collect()
+            print("alive after del:", [p for p in pids if pid_alive(p)], flush=True)
+            pids = []
+        elif case == "two":  # rlstructures' PPO: a training batcher with processes and an evaluation one, unclosed
+            train, evaluation = build(2, pending=False), build(0, pending=True)
+            pids = [r["pid"] for r in train.worker_reports()]
+        else:
+            n, pending = {"idle": (2, False), "pending": (2, True), "local": (0, True)}[case]
+            b = build(n, pending)
+            pids = [r["pid"] for r in b.worker_reports()] if n else []
+        print("pids", *pids, flush=True)
+        print("end", time.time(), flush=True)
+""")
+
+
+def _run(tmp_path: Path, case: str) -> tuple[subprocess.CompletedProcess, list[int], float]:
+    script = tmp_path / "unclosed.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-W", "always::ResourceWarning", str(script), case], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=150)
+    exited = time.time()
+    lines = {ln.split()[0]: ln.split()[1:] for ln in out.stdout.splitlines() if ln.strip()}
+    assert "end" in lines, out.stdout + out.stderr
+    return out, [int(p) for p in lines["pids"]], exited - float(lines["end"][0])
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("case", ["idle", "pending", "local", "two"])
+def test_an_unclosed_batcher_is_closed_at_exit_with_a_resource_warning(tmp_path, case):
+    out, pids, exit_s = _run(tmp_path, case)
+    assert out.returncode == 0, out.stderr
+    assert exit_s < 10, f"the interpreter took {exit_s:.1f} s to exit"
+    assert all(not pid_alive(p) for p in pids), [p for p in pids if pid_alive(p)]
+    # The warning names the script's line that built the batcher; nothing leaked or was left for a tracker.
+    assert "ResourceWarning: unclosed RL_Batcher" in out.stderr, out.stderr
+    assert f"created at {tmp_path / 'unclosed.py'}:" in out.stderr
+    assert "leaked" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.count("ResourceWarning") == (2 if case == "two" else 1), out.stderr
+
+
+@pytest.mark.timeout(180)
+def test_a_batcher_dropped_mid_script_is_closed_at_once(tmp_path):
+    out, _, exit_s = _run(tmp_path, "gc")
+    assert out.returncode == 0, out.stderr
+    assert "alive after del: []" in out.stdout, out.stdout
+    assert "ResourceWarning: unclosed RL_Batcher with 2 worker processes" in out.stderr, out.stderr
+    assert exit_s < 10
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n_processes", [0, 1])
+def test_a_closed_batcher_warns_nothing_and_is_collected(n_processes):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        b = RL_Batcher(4, ConstantAgent, {}, CountingEnv, AUTORESET, n_processes, [0])
+        b.reset()
+        b.execute()
+        b.get()
+        b.close()
+        del b
+        import gc
+
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]
+
+
+@pytest.mark.timeout(60)
+def test_an_unclosed_in_process_batcher_warns_when_collected():
+    b = RL_Batcher(4, ConstantAgent, {}, CountingEnv, AUTORESET, 0, [0])
+    env = b._workers[0].acq.env
+    with pytest.warns(ResourceWarning, match=r"unclosed RL_Batcher \(in process\) created at .*test_batcher_lifecycle"):
+        del b
+        import gc
+
+        gc.collect()
+    assert env.closed
+
+
+def test_the_creation_site_is_the_callers_frame():
+    filename, lineno, function = creation_site()
+    assert filename == __file__ and function == "test_the_creation_site_is_the_callers_frame"
