@@ -27,9 +27,9 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.algos.checkpoints import Resume, restore_optimizer
+from rlstruct.algos.config import RunConfig
 from rlstruct.algos.networks import ActorCritic, autocast_context, make_adam
 from rlstruct.algos.normalization import LearnerNormalization
-from rlstruct.algos.run import RunConfig
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import ConfigError
@@ -77,6 +77,9 @@ class FastPathConfig(RunConfig):
             large batches; other bits than float32). The weights, their gradients, the optimizer, the targets
             (returns, advantages) and the distributions' log-probabilities stay float32; evaluations run in float32.
     """
+
+    #: the ``--help`` group of the fields declared here
+    HELP_GROUP = "fast path"
 
     compile_update: bool = False
     cuda_graph: bool = False

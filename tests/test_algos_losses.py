@@ -18,10 +18,10 @@ from rlstruct.algos.dqn import (
     n_step_returns,
     window_transitions,
 )
+from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.networks import Categorical, create_policy_agent
 from rlstruct.algos.reinforce import reinforce_loss, reinforce_returns
 from rlstruct.algos.returns import discounted_returns, episode_statistics, gae_advantages
-from rlstruct.algos.run import EnvSpec
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 

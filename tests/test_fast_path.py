@@ -15,6 +15,8 @@ import pytest
 import torch
 
 from rlstruct.algos import a2c, ppo, reinforce
+from rlstruct.algos.config import RunConfig, validate_run_config
+from rlstruct.algos.env_spec import create_env, describe_env
 from rlstruct.algos.networks import (
     ActorCritic,
     actor_critic_outputs,
@@ -22,7 +24,7 @@ from rlstruct.algos.networks import (
     create_policy_agent,
     make_adam,
 )
-from rlstruct.algos.run import RunConfig, create_env, describe_env, training_run, validate_run_config
+from rlstruct.algos.run import training_run
 from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, weight_sync_mode
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.errors import BatcherStateError, ConfigError
