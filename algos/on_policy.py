@@ -117,7 +117,7 @@ def _collector(setup: Setup, stack, batcher: RL_Batcher, model: nn.Module):
     config = setup.config
     if setup.algorithm.episodic:
         return _Episodes(batcher, WeightSync(batcher, model, setup.learner_device, weight_sync_mode(config)))
-    return start_pipeline(stack, batcher, model, config, overlap=config.overlap)
+    return start_pipeline(stack, batcher, model, config, device=setup.learner_device, overlap=config.overlap)
 
 
 def train_on_policy(setup: Setup) -> TrainResult:
