@@ -61,7 +61,8 @@ sys.settrace(tracer)
 threading.settrace(tracer)
 from rlstruct.algos.cli import main
 main(["train", "ppo", "--n-envs", "8", "--n-steps", "32", "--max-env-steps", "1024", "--no-progress",
-      "--no-tensorboard", "--seed", "0", "--logdir", sys.argv[2], "--eval-every", "2", "--n-evaluation-envs", "2"])
+      "--no-tensorboard", "--seed", "0", "--logdir", sys.argv[2], "--eval-every", "2", "--n-evaluation-envs", "2",
+      "--time-limit", "3600"])
 sys.settrace(None)
 print("TRACE" + __import__("json").dumps({"iteration": sorted(iteration_files), "all": sorted(files)}))
 """
