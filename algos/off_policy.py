@@ -9,9 +9,11 @@ how many gradient steps it owes, and one gradient step (its losses, optimizers a
 **A function, not a base class**, for the reasons :mod:`rlstruct.algos.on_policy` gives: the iteration reads top
 to bottom in one place, and an algorithm's learner is a plain object with the named methods of
 :class:`OffPolicyLearner` (a protocol: nothing to inherit). What every off-policy algorithm gets lands here once:
-the replay buffer and its refill after a resume, the evaluation, periodic checkpoints; a data-parallel learner
-would all-reduce inside :meth:`~OffPolicyLearner.gradient_step`'s optimizer steps (``register_step_pre_hook``), and
-only the leading process records, evaluates and checkpoints.
+the replay buffer and its refill after a resume, the evaluation, periodic checkpoints. A data-parallel learner
+would all-reduce the gradients of :meth:`~OffPolicyLearner.gradient_step`'s backward passes as they accumulate
+(``Tensor.register_post_accumulate_grad_hook`` on the networks' parameters, set up in
+:meth:`~OffPolicyLearner.start`), and only the logging process would run the loop's records, evaluations and
+checkpoints.
 """
 
 from __future__ import annotations
@@ -86,7 +88,11 @@ class OffPolicyAlgorithm(Algorithm):
         make_learner: ``(config, spec, resume) -> learner`` (:class:`OffPolicyLearner`), its networks on the CPU.
     """
 
-    make_learner: Callable[[RunConfig, EnvSpec, Resume | None], OffPolicyLearner] = None  # type: ignore[assignment]
+    make_learner: Callable[[RunConfig, EnvSpec, Resume | None], OffPolicyLearner] | None = None
+
+    def __post_init__(self) -> None:
+        if self.make_learner is None:  # a field with a default only because Algorithm's last fields have one
+            raise TypeError(f"OffPolicyAlgorithm {self.name!r} needs make_learner, got None; pass its learner's class")
 
 
 def train_off_policy(setup: Setup) -> TrainResult:

@@ -14,11 +14,13 @@ loss, learn step) with no override order to learn: there is no ``super()`` to ca
 or may not override, and every piece the loop calls is a named field. The capabilities every algorithm of the
 family gets land here, once: the collection mode (a pipeline of auto-reset envs, optionally overlapped with
 learning, or episodic acquisitions), observation and reward normalisation, resuming, periodic checkpoints. The
-ones still to come land in named places too: presets build the config before :func:`~rlstruct.algos.setup.prepare`;
-a restart of crashed workers wraps the collection (:func:`_collector`); data-parallel learners all-reduce the
-gradients where :class:`ActorCriticLearner` is built (the optimizer's step is the learn step's last act: a
-``register_step_pre_hook`` on :attr:`ActorCriticLearner.optimizer` runs after the backward and before the step),
-and only the process for which :attr:`ActorCriticLearner.leads` is true records, evaluates and checkpoints.
+ones still to come have one place each: presets build the config before :func:`~rlstruct.algos.setup.prepare`; a
+restart of crashed workers wraps the collection (:func:`_collector`); data-parallel learners all-reduce the
+gradients as they accumulate (``Tensor.register_post_accumulate_grad_hook`` on the parameters of
+:attr:`ActorCriticLearner.model`, during the backward and so before the clipping and the optimizer's step, as
+DDP does) where the :class:`ActorCriticLearner` is built, and the records, evaluations and checkpoints of
+:func:`train_on_policy` (``run.record``, ``run.poll_evaluation``, ``run.poll_checkpoint``, ``finish_training``)
+are the lines that only the logging process runs.
 """
 
 from __future__ import annotations
@@ -61,8 +63,6 @@ class ActorCriticLearner:
         optimizer: the model's Adam.
         device: the learner's device.
         seed: this session's seed (for the learn step's own generators).
-        leads: whether this process records, evaluates and checkpoints (every process but rank 0's of a
-            data-parallel run will not).
     """
 
     model: nn.Module
@@ -71,7 +71,6 @@ class ActorCriticLearner:
     optimizer: torch.optim.Optimizer
     device: torch.device
     seed: int
-    leads: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,8 +84,12 @@ class OnPolicyAlgorithm(Algorithm):
             every iteration) instead of ``config.n_steps`` steps of auto-reset envs.
     """
 
-    make_learn: Callable[[Any, ActorCriticLearner], LearnFn] = None  # type: ignore[assignment]
+    make_learn: Callable[[Any, ActorCriticLearner], LearnFn] | None = None
     episodic: bool = False
+
+    def __post_init__(self) -> None:
+        if self.make_learn is None:  # a field with a default only because Algorithm's last fields have one
+            raise TypeError(f"OnPolicyAlgorithm {self.name!r} needs make_learn, got None; pass its learn-step builder")
 
 
 class _Episodes:
