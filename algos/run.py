@@ -25,7 +25,7 @@ from torch import nn
 from rlstruct.agents import RL_Agent
 from rlstruct.algos.checkpoints import CHECKPOINT_NAME, Resume, plot_learning_curve, save_checkpoint
 from rlstruct.algos.config import RunConfig
-from rlstruct.algos.env_spec import EnvSpec, create_env
+from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.evaluation import Evaluator
 from rlstruct.algos.networks import cpu_state_dict
 from rlstruct.algos.record import Run, TrainResult
@@ -42,6 +42,10 @@ __all__ = [
     "worker_args",
     "open_batchers",
     "finish_training",
+    # re-exported from rlstruct.algos.env_spec, their home, for code written when they lived here
+    "EnvSpec",
+    "describe_env",
+    "create_env",
 ]
 
 log = logging.getLogger(__name__)

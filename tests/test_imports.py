@@ -146,3 +146,11 @@ def test_the_lazy_names_of_the_packages_resolve():
             assert getattr(package, name) is not None, (package.__name__, name)
         with pytest.raises(AttributeError, match="has no attribute 'nope'"):
             package.nope  # noqa: B018
+
+
+def test_the_env_description_is_still_importable_from_its_old_home():
+    """README and users' scripts import describe_env, create_env and EnvSpec from rlstruct.algos.run."""
+    from rlstruct.algos import env_spec, run
+
+    assert (run.describe_env, run.create_env, run.EnvSpec) == (env_spec.describe_env, env_spec.create_env,
+                                                               env_spec.EnvSpec)
