@@ -6,7 +6,8 @@ and its policy agent), :mod:`rlstruct.algos.encoders` (the CNN for images, the M
 :mod:`rlstruct.algos.recurrent` (the LSTM actor-critic, its agent and the replay of a window),
 :mod:`rlstruct.algos.normalization` (running observation and reward normalisation of the actor-critic family),
 :mod:`rlstruct.algos.update` (the learner's update step and the fast path's settings),
-:mod:`rlstruct.algos.replay` (the replay buffer of DQN and SAC), :mod:`rlstruct.algos.evaluation`
+:mod:`rlstruct.algos.replay` (the replay buffer of DQN and SAC), :mod:`rlstruct.algos.transitions` (the one-step
+and n-step transitions it is filled with), :mod:`rlstruct.algos.evaluation`
 and :mod:`rlstruct.algos.checkpoints`.
 
 A run is built from: :mod:`rlstruct.algos.config` (the settings every algorithm shares),
@@ -70,7 +71,7 @@ _LAZY = {
     "DQNConfig": ("rlstruct.algos.dqn", "DQNConfig"),
     "PPOConfig": ("rlstruct.algos.ppo", "PPOConfig"),
     "SACConfig": ("rlstruct.algos.sac", "SACConfig"),
-    "n_step_returns": ("rlstruct.algos.dqn", "n_step_returns"),
+    "n_step_returns": ("rlstruct.algos.transitions", "n_step_returns"),
     "double_dqn_targets": ("rlstruct.algos.dqn", "double_dqn_targets"),
     "profile_training": ("rlstruct.algos.profile", "profile_training"),
 }

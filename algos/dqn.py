@@ -14,7 +14,7 @@ steps (the hard target updates keep their cadence), and epsilon goes on decaying
 count; the replay buffer is not in the checkpoint, so it refills for ``learning_starts`` env steps before the
 first gradient step of the new session.
 
-The file reads top to bottom: the config, the Q networks and their agent, the n-step transitions, the loss, the
+The file reads top to bottom: the config, the Q networks and their agent, the double-DQN targets and loss, the
 learner (:class:`DQNLearner`: one gradient step and the target update), and a ``train`` that hands it to the
 off-policy loop (:mod:`rlstruct.algos.off_policy`).
 
@@ -43,9 +43,10 @@ from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.networks import NetworkAgent, make_adam, mlp
 from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
 from rlstruct.algos.record import TrainResult
-from rlstruct.algos.replay import ReplayBuffer, steps_to_transitions
+from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.run import seeded_model
 from rlstruct.algos.setup import Setup, prepare
+from rlstruct.algos.transitions import NStepWindow
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = [
@@ -55,10 +56,6 @@ __all__ = [
     "q_network",
     "dueling_q",
     "QAgent",
-    "NStepWindow",
-    "window_steps",
-    "window_transitions",
-    "n_step_returns",
     "double_dqn_targets",
     "create_q_agent",
     "dqn_loss",
@@ -298,54 +295,7 @@ def create_q_agent(
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
 
 
-# =============================================================================================== n-step transitions
-def n_step_returns(
-    rewards: torch.Tensor, done: torch.Tensor, terminated: torch.Tensor, gamma: float, n: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """n-step returns of every step that has ``n`` steps after it in the window, cut at episode ends.
-
-    For ``t`` in ``[0, M)``, ``M = L - n + 1``, the transition starting at ``t`` sums the rewards of
-    ``m = min(n, steps up to and including the episode's end)`` steps:
-    ``R_t = sum_{k<m} gamma^k r_{t+k}``; it ends at ``last_t = t + m - 1`` and its target is
-    ``R_t + discount_t * Q(_observation/frame at last_t, .)`` with
-    ``discount_t = gamma^m * (1 - terminated_{last_t})``: a truncated end bootstraps from the
-    terminal observation, a terminated one does not.
-
-    Args:
-        rewards: ``float [B, L]``.
-        done: ``bool [B, L]``.
-        terminated: ``bool [B, L]``.
-        gamma: discount factor.
-        n: steps per return (``1 <= n <= L``).
-
-    Returns:
-        ``(returns float [B, M], last int64 [B, M], discounts float [B, M])``.
-
-    Raises:
-        ValueError: ``n`` is not in ``[1, L]``.
-
-    >>> r = torch.ones(1, 3); truncated = torch.tensor([[False, True, False]])
-    >>> R, last, disc = n_step_returns(r, truncated, torch.zeros_like(truncated), 0.5, 2)
-    >>> R.tolist(), last.tolist(), disc.tolist()
-    ([[1.5, 1.0]], [[1, 1]], [[0.25, 0.5]])
-    """
-    B, L = rewards.shape
-    if not 1 <= n <= L:
-        raise ValueError(f"n must be in [1, L={L}] (the window length), got {n}")
-    M = L - n + 1
-    dev = rewards.device
-    base = torch.arange(M, device=dev).expand(B, M)
-    returns = torch.zeros(B, M, dtype=rewards.dtype, device=dev)
-    alive = torch.ones(B, M, dtype=torch.bool, device=dev)
-    steps = torch.zeros(B, M, dtype=torch.int64, device=dev)
-    term_end = torch.zeros(B, M, dtype=torch.bool, device=dev)
-    for k in range(n):
-        returns = returns + alive * (gamma**k) * rewards[:, k : k + M]
-        steps = torch.where(alive, k + 1, steps)
-        term_end = torch.where(alive, terminated[:, k : k + M].bool(), term_end)
-        alive = alive & ~done[:, k : k + M].bool()
-    discounts = torch.pow(torch.tensor(gamma, dtype=rewards.dtype, device=dev), steps) * (~term_end)
-    return returns, base + steps - 1, discounts
+# =============================================================================================== targets
 
 
 def double_dqn_targets(
@@ -372,77 +322,10 @@ def double_dqn_targets(
     return returns + discounts * next_q_target.gather(-1, a_star).squeeze(-1)
 
 
-def window_steps(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[str, torch.Tensor]:
-    """The n-step transitions of a window of consecutive steps of ``B`` auto-reset envs, as steps and the
-    transitions over them (:meth:`~rlstruct.algos.replay.ReplayBuffer.push_steps`'s arguments).
-
-    Args:
-        window: ``[B, L, ...]`` tensors ``observation/frame``, ``action/action``, ``_observation/reward``,
-            ``_observation/done``, ``_observation/terminated`` and ``_observation/frame``.
-        gamma: discount factor.
-        n: steps per return.
-
-    Returns:
-        The steps ``obs [B, L, *obs_shape]``, ``next_obs [B, L, *obs_shape]``, ``done bool [B, L]``, and the
-        transitions starting at the first ``M = L - n + 1`` steps: ``action [B, M]``, ``ret [B, M]``,
-        ``last int64 [B, M]`` (the step each ends at) and ``discount [B, M]`` (see :func:`n_step_returns`).
-    """
-    ret, last, discount = n_step_returns(window["_observation/reward"], window["_observation/done"],
-                                         window["_observation/terminated"], gamma, n)
-    return {"obs": window["observation/frame"], "next_obs": window["_observation/frame"],
-            "done": window["_observation/done"], "action": window["action/action"][:, : ret.shape[1]], "ret": ret,
-            "last": last, "discount": discount}
 
 
-def window_transitions(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[str, torch.Tensor]:
-    """The n-step transitions of a window of consecutive steps of ``B`` auto-reset envs, flattened (the arguments
-    are :func:`window_steps`'s).
-
-    Returns:
-        ``obs [N, *obs_shape]``, ``action [N]``, ``ret [N]``, ``next_obs [N, *obs_shape]``, ``discount [N]`` with
-        ``N = B * (L - n + 1)``: the transitions starting at the first ``L - n + 1`` steps.
-    """
-    return steps_to_transitions(window_steps(window, gamma, n))
 
 
-class NStepWindow:
-    """Turns consecutive acquisitions of auto-reset envs into n-step transitions.
-
-    The batcher carries every env across ``execute`` calls, so the steps of one row are consecutive from
-    one acquisition to the next: the last ``n - 1`` steps of a window are kept and put in front of the
-    next acquisition, where they complete their n-step returns. After ``k`` acquisitions of ``T`` steps,
-    ``B * (k * T - n + 1)`` transitions have come out, the same as from one window of ``k * T`` steps.
-
-    Args:
-        gamma: discount factor.
-        n: steps per return (at most the steps of the first acquisition).
-    """
-
-    KEYS = ("observation/frame", "action/action", "_observation/reward", "_observation/done",
-            "_observation/terminated", "_observation/frame")
-
-    def __init__(self, gamma: float, n: int):
-        self.gamma = gamma
-        self.n = n
-        self.carry: dict[str, torch.Tensor] | None = None
-
-    def __call__(self, trajectories: TemporalDictTensor) -> dict[str, torch.Tensor]:
-        """The transitions completed by this acquisition (``[B, T, ...]``, every row full), flattened."""
-        return steps_to_transitions(self.steps(trajectories))
-
-    def steps(self, trajectories: TemporalDictTensor) -> dict[str, torch.Tensor | int]:
-        """The transitions completed by this acquisition as :func:`window_steps` gives them, with ``carried``: the
-        steps of the window that the previous one held (:meth:`~rlstruct.algos.replay.ReplayBuffer.push_steps`'s
-        arguments)."""
-        if self.carry is None:
-            window = {k: trajectories[k] for k in self.KEYS}
-        else:
-            window = {k: torch.cat([self.carry[k], trajectories[k]], 1) for k in self.KEYS}
-        out: dict[str, torch.Tensor | int] = {**window_steps(window, self.gamma, self.n)}
-        out["carried"] = 0 if self.carry is None else self.n - 1
-        M = window["_observation/reward"].shape[1] - self.n + 1
-        self.carry = {k: v[:, M:] for k, v in window.items()}
-        return out
 
 
 # =============================================================================================== loss
@@ -547,7 +430,7 @@ class DQNLearner:
         return DictTensor({"epsilon": torch.full((self.n_rows,), epsilon)}), {"epsilon": epsilon}
 
     def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
-        """The n-step transitions this acquisition completes (:meth:`NStepWindow.steps`)."""
+        """The n-step transitions this acquisition completes (:meth:`~rlstruct.algos.transitions.NStepWindow.steps`)."""
         return self.n_step.steps(trajectories)
 
     def n_gradient_steps(self, n_new: int, buffered: int) -> int:

@@ -240,8 +240,9 @@ class ReplayBuffer:
         ``last[b, s]``: it is ``(obs[b, s], action[b, s], ret[b, s], next_obs[b, last[b, s]], discount[b, s])``,
         and the batches :meth:`sample` draws are bit for bit those of :meth:`push` of these transitions, flattened
         row-major (``N = B * M``). Successive calls continue the same envs: the first ``carried`` steps of a window
-        are the last ``carried`` steps of the previous window (as :class:`~rlstruct.algos.dqn.NStepWindow` carries
-        them), and its step ``carried`` follows the previous window's last step.
+        are the last ``carried`` steps of the previous window (as
+        :class:`~rlstruct.algos.transitions.NStepWindow` carries them), and its step ``carried`` follows the previous
+        window's last step.
 
         Each observation is one frame: ``obs[:, p + 1]`` is ``next_obs[:, p]`` where the episode goes on (the
         batcher's auto-reset contract), so only ``next_obs`` at episode ends (``done``) adds a frame. A window of

@@ -42,9 +42,10 @@ from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.networks import NetworkAgent, make_adam
 from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
 from rlstruct.algos.record import TrainResult
-from rlstruct.algos.replay import ReplayBuffer, steps_to_transitions
+from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.run import seeded_model
 from rlstruct.algos.setup import Setup, prepare
+from rlstruct.algos.transitions import one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = [
@@ -53,8 +54,6 @@ __all__ = [
     "TwinQNetwork",
     "SACAgent",
     "create_sac_agent",
-    "one_step_steps",
-    "one_step_transitions",
     "squashed_gaussian_log_prob",
     "soft_q_targets",
     "sac_critic_loss",
@@ -308,40 +307,8 @@ def create_sac_agent(
 
 
 # =============================================================================================== losses
-def one_step_steps(trajectories: TemporalDictTensor, gamma: float) -> dict[str, torch.Tensor]:
-    """The one-step transitions of an acquisition of auto-reset envs (every row full), as the steps and the
-    transitions over them (:meth:`ReplayBuffer.push_steps`'s arguments: each observation is stored once).
-
-    A transition's next observation is ``_observation/frame``, the observation the step reached *before* any
-    auto-reset (at a time limit, the truncated episode's last observation), and ``discount`` is ``gamma``, or 0
-    where the episode terminated: targets bootstrap through truncations and not through terminations.
-
-    Args:
-        trajectories: ``[B, T, ...]`` with ``observation/frame``, ``action/action``, ``_observation/reward``,
-            ``_observation/done``, ``_observation/terminated`` and ``_observation/frame``.
-        gamma: discount factor.
-
-    Returns:
-        ``obs [B, T, obs_dim]``, ``next_obs [B, T, obs_dim]``, ``done [B, T]``, ``action [B, T, action_dim]``,
-        ``ret [B, T]``, ``last [B, T]`` (``last[b, t] = t``) and ``discount [B, T]``.
-    """
-    tt = trajectories
-    reward = tt["_observation/reward"]
-    discount = gamma * (~tt["_observation/terminated"].bool()).to(reward.dtype)
-    B, T = reward.shape
-    last = torch.arange(T, device=reward.device).expand(B, T)
-    return {"obs": tt["observation/frame"], "next_obs": tt["_observation/frame"], "done": tt["_observation/done"],
-            "action": tt["action/action"], "ret": reward, "last": last, "discount": discount}
 
 
-def one_step_transitions(trajectories: TemporalDictTensor, gamma: float) -> dict[str, torch.Tensor]:
-    """The transitions of :func:`one_step_steps`, flattened, each with its own ``obs`` and ``next_obs``.
-
-    Returns:
-        ``obs [N, obs_dim]``, ``action [N, action_dim]``, ``ret [N]``, ``next_obs [N, obs_dim]``,
-        ``discount [N]`` with ``N = B * T``: :meth:`ReplayBuffer.push`'s arguments.
-    """
-    return steps_to_transitions(one_step_steps(trajectories, gamma))
 
 
 def soft_q_targets(
@@ -507,7 +474,7 @@ class SACLearner:
         return self._agent_info[self.resume is None and env_steps < self.config.learning_starts], {}
 
     def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
-        """The one-step transitions of the acquisition (:func:`one_step_steps`)."""
+        """The one-step transitions of the acquisition (:func:`~rlstruct.algos.transitions.one_step_steps`)."""
         return one_step_steps(trajectories, self.config.gamma)
 
     def n_gradient_steps(self, n_new: int, buffered: int) -> int:
