@@ -25,6 +25,7 @@ are the lines that only the logging process runs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
@@ -41,7 +42,7 @@ from rlstruct.algos.returns import episode_returns, episode_statistics
 from rlstruct.algos.run import check_on_device, finish_training, open_batchers, seeded_model, training_run
 from rlstruct.algos.setup import Algorithm, Setup
 from rlstruct.algos.update import actor_critic_learner, start_pipeline, training_agent_kwargs, weight_sync_mode
-from rlstruct.batchers import RL_Batcher, WeightSync
+from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.structures import Trajectories
 
 __all__ = ["LearnFn", "ActorCriticLearner", "OnPolicyAlgorithm", "train_on_policy"]
@@ -111,10 +112,11 @@ class _Episodes:
         self.sync.push()
 
     def close(self) -> None:
-        pass
+        """Nothing to collect: an episodic acquisition ends within :meth:`next`."""
 
 
-def _collector(setup: Setup, stack, batcher: RL_Batcher, model: nn.Module):
+def _collector(setup: Setup, stack: contextlib.ExitStack, batcher: RL_Batcher,
+               model: nn.Module) -> Pipeline | _Episodes:
     """The training batcher's acquisitions as the loop consumes them: a started
     :class:`~rlstruct.batchers.Pipeline` of auto-reset envs, or :class:`_Episodes`."""
     config = setup.config
