@@ -5,15 +5,24 @@ What several algorithms share sits in modules named for what they hold: :mod:`rl
 and its policy agent), :mod:`rlstruct.algos.encoders` (the CNN for images, the MLP for flat frames),
 :mod:`rlstruct.algos.recurrent` (the LSTM actor-critic, its agent and the replay of a window),
 :mod:`rlstruct.algos.normalization` (running observation and reward normalisation of the actor-critic family),
-:mod:`rlstruct.algos.run` (the config base, the run's clock and logs, its batchers and result),
-:mod:`rlstruct.algos.replay` (the replay buffer of DQN and SAC), :mod:`rlstruct.algos.evaluation`
-and :mod:`rlstruct.algos.checkpoints`;
-:mod:`rlstruct.algos.cli` parses the command line and :mod:`rlstruct.algos.profile` shows where the time
+:mod:`rlstruct.algos.update` (the learner's update step and the fast path's settings),
+:mod:`rlstruct.algos.replay` (the replay buffer of DQN and SAC), :mod:`rlstruct.algos.transitions` (the one-step
+and n-step transitions it is filled with), :mod:`rlstruct.algos.evaluation`
+and :mod:`rlstruct.algos.checkpoints`.
+
+A run is built from: :mod:`rlstruct.algos.config` (the settings every algorithm shares),
+:mod:`rlstruct.algos.env_spec` (what the networks need to know about an env), :mod:`rlstruct.algos.setup` (an
+algorithm's description and the one check of a run before anything is built), :mod:`rlstruct.algos.record`
+(the run's clock, budget and logs), :mod:`rlstruct.algos.run` (its batchers, signals and end), and the two loops,
+:mod:`rlstruct.algos.on_policy` (A2C, PPO, REINFORCE) and :mod:`rlstruct.algos.off_policy` (DQN, SAC).
+:mod:`rlstruct.algos.command` builds ``rlstruct train ALGO``'s grouped flags from the config dataclasses;
+:mod:`rlstruct.algos.cli` is the ``rlstruct`` command and :mod:`rlstruct.algos.profile` shows where the time
 of a collect + learn loop goes.
 
 Each of :mod:`rlstruct.algos.reinforce`, :mod:`rlstruct.algos.a2c`, :mod:`rlstruct.algos.dqn`,
 :mod:`rlstruct.algos.ppo` and :mod:`rlstruct.algos.sac` has the same anatomy: a config dataclass, the loss as a
-function of tensors, ``train(config) -> TrainResult`` and ``main(argv)`` (``rlstruct train <algo>`` or
+function of tensors, its learn step (on-policy) or learner (off-policy), ``ALGORITHM`` (what the loop and the
+command line need), ``train(config) -> TrainResult`` and ``main(argv)`` (``rlstruct train <algo>`` or
 ``python -m rlstruct.algos.<algo>``).
 
 The algorithm modules are imported on first use, so that ``python -m rlstruct.algos.a2c`` does not find
@@ -27,8 +36,9 @@ itself already imported by this package.
 import importlib
 from typing import Any
 
+from rlstruct.algos.config import RunConfig
+from rlstruct.algos.record import TrainResult
 from rlstruct.algos.returns import discounted_returns, gae_advantages
-from rlstruct.algos.run import RunConfig, TrainResult
 
 __all__ = [
     "reinforce",
@@ -61,7 +71,7 @@ _LAZY = {
     "DQNConfig": ("rlstruct.algos.dqn", "DQNConfig"),
     "PPOConfig": ("rlstruct.algos.ppo", "PPOConfig"),
     "SACConfig": ("rlstruct.algos.sac", "SACConfig"),
-    "n_step_returns": ("rlstruct.algos.dqn", "n_step_returns"),
+    "n_step_returns": ("rlstruct.algos.transitions", "n_step_returns"),
     "double_dqn_targets": ("rlstruct.algos.dqn", "double_dqn_targets"),
     "profile_training": ("rlstruct.algos.profile", "profile_training"),
 }

@@ -6,6 +6,9 @@ diagonal Gaussian for continuous ones (see :mod:`rlstruct.algos.networks`). Targ
 not through terminations: at a truncated step the target uses ``V(_observation/frame)`` (the terminal
 observation), at a terminated step nothing, and the GAE recursion is cut at every episode end.
 
+The file reads top to bottom: the config, the loss, the learn step (one gradient step per collection), and a
+``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos.on_policy`).
+
 Run it with ``rlstruct train a2c --env CartPole-v1`` (or ``--env Pendulum-v1``) or ``python -m rlstruct.algos.a2c``.
 """
 
@@ -14,61 +17,31 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import time
 from collections.abc import Sequence
 
 import torch
 
-from rlstruct.agents import RL_Agent_CheckDevice
-from rlstruct.algos.checkpoints import load_resume
-from rlstruct.algos.cli import run_main
+from rlstruct.algos.command import run_main
+from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.networks import (
     ActorCritic,
-    PolicyAgent,
     actor_critic_outputs,
-    build_actor_critic,
     check_normalizable,
-    cpu_state_dict,
-    create_policy_agent,
     masked_policy_value_loss,
     policy_actions,
 )
 from rlstruct.algos.normalization import NormalizationConfig
-from rlstruct.algos.recurrent import (
-    RecurrentPolicyAgent,
-    create_recurrent_agent,
-    recurrent_actor_critic,
-    replay_learner,
-)
-from rlstruct.algos.returns import episode_statistics, gae_advantages
-from rlstruct.algos.run import (
-    EnvSpec,
-    TrainResult,
-    check_on_device,
-    describe_env,
-    finish_training,
-    open_batchers,
-    seeded_model,
-    training_run,
-    validate_run_config,
-)
-from rlstruct.algos.update import (
-    FastPathConfig,
-    UpdateStep,
-    actor_critic_learner,
-    autocast_dtype,
-    clip_groups,
-    start_pipeline,
-    training_agent_kwargs,
-    validate_fast_path,
-)
-from rlstruct.devices import as_device
+from rlstruct.algos.on_policy import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
+from rlstruct.algos.record import TrainResult
+from rlstruct.algos.recurrent import replay_learner
+from rlstruct.algos.returns import gae_advantages
+from rlstruct.algos.setup import Setup, prepare
+from rlstruct.algos.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
 from rlstruct.structures import Trajectories
 
-__all__ = ["A2CConfig", "a2c_loss", "a2c_batch_loss", "train", "main"]
+__all__ = ["A2CConfig", "a2c_loss", "a2c_batch_loss", "learn_step", "ALGORITHM", "validate", "train", "main"]
 
 log = logging.getLogger(__name__)
-
 
 @dataclasses.dataclass
 class A2CConfig(NormalizationConfig, FastPathConfig):
@@ -111,29 +84,28 @@ class A2CConfig(NormalizationConfig, FastPathConfig):
     RESUME_FIELDS = ("recurrent", "normalize_observations", "normalize_rewards")
 
 
-def validate(config: A2CConfig) -> EnvSpec:
-    """Checks the config before anything is built and describes its env (see :func:`validate_run_config`).
+
+def check_config(config: A2CConfig) -> None:
+    """A2C's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
 
     Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: continuous actions with image observations or with ``recurrent``.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
-            :attr:`A2CConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
+        ValueError: a setting is out of range.
+        ConfigError: fast-path flags that cannot work together (see :func:`validate_fast_path`).
     """
-    validate_run_config(config)
     validate_fast_path(config, "A2C", recurrent=config.recurrent)
     if config.n_steps < 1:
         raise ValueError(f"n_steps must be >= 1, got {config.n_steps!r}")
     if not 0 <= config.gae_lambda <= 1 or not 0 <= config.gamma <= 1:
         raise ValueError(f"gamma and gae_lambda must lie in [0, 1], got {config.gamma!r} and {config.gae_lambda!r}")
-    spec = describe_env(config.env, config.backend, config.max_episode_steps)
+
+
+def check_env(config: A2CConfig, spec: EnvSpec) -> None:
+    """Raises :class:`~rlstruct.errors.SpaceError` for continuous actions with image observations or with
+    ``recurrent``, :class:`~rlstruct.errors.ConfigError` for ``normalize_observations`` of images."""
     if config.recurrent or spec.pixels:
         spec.require("recurrent A2C" if config.recurrent else "A2C on images", config.env, discrete=True)
     check_normalizable(spec, config.normalize_observations)
-    load_resume("a2c", config, A2CConfig.RESUME_FIELDS)
-    return spec
+
 
 
 def a2c_loss(
@@ -222,21 +194,54 @@ def _loss_of_outputs(out: dict[str, torch.Tensor], config: A2CConfig, reward: to
                     normalize_advantages=config.normalize_advantages)
 
 
-def _replay(agent, model: torch.nn.Module, config: A2CConfig, learner: torch.device,
-            traj: Trajectories) -> dict[str, torch.Tensor]:
-    """The learner's outputs over ``traj`` through its agent (:func:`replay_learner`), after checking the model's
-    device (``check_devices``)."""
-    if config.check_devices:
-        check_on_device(model, learner, "the learner's model")
-    return replay_learner(agent, model, traj, recurrent=config.recurrent, checked=config.check_devices)
-
-
-def _replayed_loss(replay, config: A2CConfig, traj: Trajectories,
+def _replayed_loss(agent, model: torch.nn.Module, config: A2CConfig, traj: Trajectories,
                    reward: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """:func:`a2c_batch_loss` over the outputs of ``replay(traj)``, with the rewards ``reward [B, T]``."""
+    """:func:`a2c_batch_loss` over the learner's outputs of ``traj`` through its agent (:func:`replay_learner`: a
+    recurrent window, or a device-checked replay), with the rewards ``reward [B, T]``."""
     tt = traj.trajectories
-    return _loss_of_outputs(replay(traj), config, reward, tt["_observation/terminated"], tt["_observation/done"],
-                            tt.mask())
+    out = replay_learner(agent, model, traj, recurrent=config.recurrent, checked=config.check_devices)
+    return _loss_of_outputs(out, config, reward, tt["_observation/terminated"], tt["_observation/done"], tt.mask())
+
+
+def learn_step(config: A2CConfig, learner: ActorCriticLearner) -> LearnFn:
+    """A2C's learn step: one update (loss, backward, clipping, optimizer step; compiled with ``compile_update``)
+    over the whole collection. A recurrent or device-checked run replays its agent over the trajectories; the
+    others compute from the tensors."""
+    model = learner.model
+    replayed = config.recurrent or config.check_devices
+    if replayed:
+        loss_fn = functools.partial(_replayed_loss, learner.checked_agent, model, config)
+    else:
+        loss_fn = functools.partial(a2c_batch_loss, model, config)
+    update = UpdateStep(loss_fn, learner.optimizer, clip_groups(model), max_grad_norm=config.max_grad_norm,
+                        device=learner.device, compile=config.compile_update, autocast=autocast_dtype(config))
+
+    def learn(traj: Trajectories, loss_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
+        if replayed:
+            return update(traj, loss_rewards)
+        tt = traj.trajectories
+        return update(tt["observation/frame"], tt["_observation/frame"], policy_actions(tt), loss_rewards,
+                      tt["_observation/terminated"], tt["_observation/done"], tt.mask())
+
+    return learn
+
+
+ALGORITHM = OnPolicyAlgorithm(name="a2c", title="A2C", config_cls=A2CConfig, description=__doc__.splitlines()[0],
+                              check_config=check_config, check_env=check_env, make_learn=learn_step)
+
+
+def validate(config: A2CConfig) -> Setup:
+    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
+
+    Raises:
+        DeviceUnavailableError: a device of the config does not exist here.
+        SpaceError: continuous actions with image observations or with ``recurrent``.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
+            :attr:`A2CConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
+    """
+    return prepare(ALGORITHM, config)
 
 
 def train(config: A2CConfig) -> TrainResult:
@@ -245,82 +250,14 @@ def train(config: A2CConfig) -> TrainResult:
     With ``resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
 
     Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: continuous actions with image observations or with ``recurrent``.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` cannot be continued with this config (see :func:`validate`).
+        The errors of :func:`validate`.
     """
-    start = time.perf_counter()
-    spec = validate(config)
-    resume = load_resume("a2c", config, A2CConfig.RESUME_FIELDS)
-    learner = as_device(config.learner_device)
-    with training_run("a2c", config, spec, start=start, resume=resume) as (run, stack):
-        build = recurrent_actor_critic if config.recurrent else build_actor_critic
-        model_kwargs = {"normalize_observations": config.normalize_observations}
-        model = seeded_model(config.seed, functools.partial(build, **model_kwargs), spec, config.hidden_sizes)
-        if resume is not None:
-            model.load_state_dict(resume.model)
-        # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
-        create_agent = create_recurrent_agent if config.recurrent else create_policy_agent
-        batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
-                                           autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False},
-                                           cuda_graph=config.cuda_graph, zero_copy=config.overlap,
-                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
-                                           seed=run.seed)
-
-        model.to(learner)
-        loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
-        checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
-        B = batcher.n_elems()
-        optimizer, normalize, learner_state = actor_critic_learner(model, config, n_rows=B, device=learner,
-                                                                   resume=resume)
-        carry_return = torch.zeros(B, device=learner)
-        carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
-
-        # One update step (loss, backward, clipping, optimizer step), compiled with compile_update. A recurrent
-        # or device-checked run replays its agent over the trajectories; the others compute from the tensors.
-        if config.recurrent or config.check_devices:
-            replay = functools.partial(_replay, checked_agent if config.check_devices else loss_agent, model, config,
-                                       learner)
-            loss_fn = functools.partial(_replayed_loss, replay, config)
-        else:
-            loss_fn = functools.partial(a2c_batch_loss, model, config)
-        update = UpdateStep(loss_fn, optimizer, clip_groups(model), max_grad_norm=config.max_grad_norm,
-                            device=learner, compile=config.compile_update, autocast=autocast_dtype(config))
-        pipe = start_pipeline(stack, batcher, model, config, overlap=config.overlap)
-        evaluator.launch(cpu_state_dict(model), run.iteration, run.env_steps)
-        while not run.should_stop():
-            traj = pipe.next()
-            traj = traj.to(learner)
-            tt = traj.trajectories
-            rewards, done = tt["_observation/reward"], tt["_observation/done"]
-            loss_rewards = normalize(tt)
-            if config.anneal_lr:
-                optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
-            if config.recurrent or config.check_devices:
-                stats = update(traj, loss_rewards)
-            else:
-                stats = update(tt["observation/frame"], tt["_observation/frame"], policy_actions(tt), loss_rewards,
-                               tt["_observation/terminated"], done, tt.mask())
-            pipe.updated()
-
-            ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
-                rewards, done, carry_return, carry_length
-            )
-            # nan (0 / 0) when no episode ended in this window.
-            stats["train/episode_return"] = ret_sum / count
-            stats["train/episode_length"] = len_sum / count
-            run.record(B * tt.temporal_size(), stats)
-            run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
-            run.poll_checkpoint(model, learner_state)
-
-        return finish_training(run, evaluator, model, spec, title="A2C", learner=learner_state())
+    return train_on_policy(validate(config))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``rlstruct train a2c [flags]``; the last stdout line is a JSON summary."""
-    return run_main(train, A2CConfig, validate, argv, "rlstruct train a2c", __doc__.splitlines()[0])
+    return run_main(ALGORITHM, train_on_policy, argv)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ from rlstruct.envs.factory import resolve_backend
 from rlstruct.errors import ConfigError
 
 if TYPE_CHECKING:
-    from rlstruct.algos.run import EnvSpec, RunConfig
+    from rlstruct.algos.config import RunConfig
+    from rlstruct.algos.env_spec import EnvSpec
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -143,7 +144,8 @@ class Resume:
         return self.path.parent
 
 
-def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = ()) -> Resume | None:
+def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = (), *,
+                checkpoint: dict[str, Any] | None = None) -> Resume | None:
     """Reads ``config.resume`` (a checkpoint or a run's log folder) and checks that ``config`` may continue it.
 
     Args:
@@ -151,6 +153,8 @@ def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = ()) -> Res
         config: the new run's config.
         fields: the settings of ``algo``'s config that must equal the checkpoint's, besides
             :data:`RESUME_FIELDS` (e.g. ``("dueling",)`` for DQN).
+        checkpoint: the content of ``config.resume`` (:func:`load_checkpoint`'s) when the caller has read it
+            already; ``None`` reads it here.
 
     Returns:
         The checkpoint's content, or ``None`` when ``config.resume`` is ``None`` (a fresh run).
@@ -167,7 +171,7 @@ def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = ()) -> Res
     path = Path(config.resume)
     if path.is_dir():
         path = path / CHECKPOINT_NAME
-    data = load_checkpoint(config.resume)
+    data = load_checkpoint(config.resume) if checkpoint is None else checkpoint
     if data["algo"] != algo:
         raise ConfigError(f"resume={config.resume!r} holds a {data['algo']} run, got rlstruct train {algo}; resume "
                           f"it with rlstruct train {data['algo']}, or start a new {algo} run without --resume")

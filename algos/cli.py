@@ -1,8 +1,8 @@
 """The ``rlstruct`` command: ``rlstruct train {reinforce,a2c,dqn,ppo,sac} [flags]``, ``rlstruct eval CHECKPOINT``,
-``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.algos.profile`), and the
-argument parser every algorithm's ``main`` builds from its config dataclass (:func:`run_main`).
+``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.algos.profile`).
 
-``rlstruct train ALGO --help`` lists every flag of the algorithm (one per field of its config dataclass).
+``rlstruct train ALGO`` imports the algorithm's module alone and runs its ``main`` (see
+:mod:`rlstruct.algos.command`); ``rlstruct train ALGO --help`` lists its flags in groups.
 Both commands print a JSON object as their last line on stdout; a bad setting (an unknown env, a device
 this machine does not have) prints one line to stderr and exits with status 2.
 """
@@ -10,32 +10,27 @@ this machine does not have) prints one line to stderr and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
-import gc
 import importlib
 import json
-import logging
-import re
-import signal
 import sys
-import typing
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from rlstruct.algos.checkpoints import check_resume_exists, load_checkpoint
+from rlstruct.algos.checkpoints import load_checkpoint
+from rlstruct.algos.command import configure_logging
+from rlstruct.algos.config import RunConfig
+from rlstruct.algos.env_spec import EnvSpec, create_env
 from rlstruct.algos.evaluation import run_episodes
 from rlstruct.algos.networks import create_policy_agent
-from rlstruct.algos.run import EnvSpec, Run, RunConfig, TrainResult, create_env
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
 from rlstruct.structures import DictTensor
 
-__all__ = ["ALGORITHMS", "main", "evaluate_checkpoint", "field_docs", "build_parser", "config_from_args", "run_main"]
+__all__ = ["ALGORITHMS", "main", "evaluate_checkpoint"]
 
 #: algorithm name -> module under rlstruct.algos
 ALGORITHMS = ("reinforce", "a2c", "dqn", "ppo", "sac")
@@ -245,165 +240,6 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
     if png is not None:
         print(f"wrote {png}")
     print(json.dumps({**out.to_dict(), "png": None if png is None else str(png)}))
-    return 0
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """The description of every field, read from the ``Attributes:`` sections of the docstrings along the MRO.
-
-    A description that wraps onto more-indented lines is joined into one line; a subclass's description of a
-    field replaces its base's.
-
-    >>> import dataclasses
-    >>> @dataclasses.dataclass
-    ... class Config:
-    ...     '''Settings.
-    ...
-    ...     Attributes:
-    ...         gamma: the discount factor, which wraps
-    ...             onto a second line.
-    ...         lr: Adam learning rate.
-    ...     '''
-    ...     gamma: float = 0.99
-    ...     lr: float = 1e-3
-    >>> field_docs(Config)
-    {'gamma': 'the discount factor, which wraps onto a second line.', 'lr': 'Adam learning rate.'}
-    """
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        section = re.split(r"\n[ \t]*Attributes:[ \t]*\n", klass.__doc__ or "", maxsplit=1)
-        if len(section) < 2:
-            continue
-        name, indent = None, None
-        for line in section[1].splitlines():
-            depth = len(line) - len(line.lstrip())
-            if not line.strip():
-                name = None
-                continue
-            if indent is None:
-                indent = depth
-            if depth < indent:
-                break  # the next section of the docstring
-            m = re.match(r"(\w+)(?: \(.*?\))?: (.*)$", line.strip())
-            if depth == indent and m:
-                name = m.group(1)
-                docs[name] = m.group(2).strip()
-            elif depth > indent and name is not None:
-                docs[name] += " " + line.strip()
-    return docs
-
-
-def _parse_optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        return None if text.lower() == "none" else kind(text)
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
-def build_parser(config_cls: type, prog: str, description: str = "") -> argparse.ArgumentParser:
-    """An argument parser with one ``--flag-name`` per config field (help from :func:`field_docs`)."""
-    parser = argparse.ArgumentParser(prog=prog, description=description,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    hints = typing.get_type_hints(config_cls)
-    docs = field_docs(config_cls)
-    for f in dataclasses.fields(config_cls):
-        flag = "--" + f.name.replace("_", "-")
-        hint = hints[f.name]
-        kwargs: dict[str, Any] = {"default": f.default, "help": docs.get(f.name, ""), "dest": f.name}
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if hint is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif typing.get_origin(hint) is tuple:
-            kwargs.update(nargs="+", type=args[0])
-        elif args and type(None) in typing.get_args(hint):
-            kwargs["type"] = _parse_optional(args[0])
-        else:
-            kwargs["type"] = hint
-        parser.add_argument(flag, **kwargs)
-    return parser
-
-
-def resumed_defaults(config_cls: type, resume: str) -> dict[str, Any]:
-    """The settings of the run that ``resume`` (a checkpoint or a run's folder) continues, as the defaults of
-    ``config_cls``'s flags: ``rlstruct train ALGO --resume RUN`` takes the run's own settings, and a flag given
-    overrides its value (a larger ``--max-env-steps``, say).
-
-    Raises:
-        FileNotFoundError: ``resume`` does not exist, or is a folder without a checkpoint.
-        ValueError: it is not an rlstruct checkpoint.
-    """
-    check_resume_exists(resume)
-    saved = load_checkpoint(resume)["config"]
-    # logdir: a resumed run writes into the checkpoint's folder unless told otherwise (the saved path may be
-    # relative to another working directory).
-    names = {f.name for f in dataclasses.fields(config_cls)} - {"resume", "logdir"}
-    return {k: v for k, v in saved.items() if k in names}
-
-
-def config_from_args(config_cls: type, ns: argparse.Namespace):
-    """Builds the config dataclass from parsed arguments (lists become tuples)."""
-    values = {f.name: getattr(ns, f.name) for f in dataclasses.fields(config_cls)}
-    return config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
-
-
-def configure_logging() -> None:
-    """Sends warnings of every ``rlstruct`` logger to stderr: the command line's choice, never a library's."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-
-
-def run_main(train: Callable[[Any], TrainResult], config_cls: type, validate: Callable[[Any], None],
-             argv: Sequence[str] | None, prog: str, description: str) -> int:
-    """The body of every algorithm's ``main``: parse, validate, train, report.
-
-    With ``--resume RUN``, the flags not given take the values of that run's config (:func:`resumed_defaults`).
-    A config error (an unknown env, a device this machine does not have, a value out of range, a ``--resume``
-    checkpoint that is missing or that the settings cannot continue) prints one line to stderr and returns 2.
-    The last line on stdout is a JSON object with ``eval_return``, ``env_steps``, ``wall_time_s`` and ``logdir``
-    (also written to ``summary.json`` in the log folder).
-
-    Ctrl-C (SIGINT) stops training after the iteration under way (see
-    :func:`~rlstruct.algos.run.training_run`): the checkpoint, the learning curve and the summary (with
-    ``"interrupted": true``) are written, one line goes to stderr, and the status is 130 (128 + SIGINT, as
-    for any command a terminal interrupts). A second Ctrl-C, or one before training starts, stops at once,
-    also with status 130 and one line. SIGTERM (``timeout``, SLURM, ``docker stop``) does the same, with
-    status 143 (128 + SIGTERM).
-    """
-    parser = build_parser(config_cls, prog, description)
-    ns = parser.parse_args(argv)
-    try:
-        if ns.resume is not None:
-            parser.set_defaults(**resumed_defaults(config_cls, ns.resume))
-            ns = parser.parse_args(argv)
-        config = config_from_args(config_cls, ns)
-        validate(config)
-    except (ValueError, TypeError, RLStructError, FileNotFoundError) as e:
-        print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
-    configure_logging()
-    try:
-        result = train(config)
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted: stopped without writing a checkpoint", file=sys.stderr)
-        return 130
-    # The command ends here. Once torch._dynamo is imported (the first Adam does), the interpreter's final
-    # garbage collections walk ~2000 modules for 1-2 s after the last line; frozen objects are skipped (they
-    # are still freed by reference counting), so an interrupted run exits within its two seconds.
-    gc.freeze()
-    if result.interrupted:
-        print(f"{prog}: interrupted after {result.env_steps} env steps ({result.wall_time_s:.1f} s): wrote "
-              f"{result.checkpoint}, the learning curve and {Path(result.logdir) / Run.SUMMARY_NAME}", file=sys.stderr)
-        print(json.dumps(result.summary()))
-        return 128 + signal.Signals[result.stop_signal or "SIGINT"]
-    if result.reached_target:
-        print(f"an evaluation reached the target return {result.target_return:g}: stopped and kept those weights")
-    print(f"final evaluation return {result.eval_return:.2f} after {result.env_steps} env steps "
-          f"in {result.wall_time_s:.1f} s")
-    print(f"logs: {Path(result.logdir) / Run.CSV_NAME} (TensorBoard: tensorboard --logdir {result.logdir})")
-    if result.plot:
-        print(f"learning curve: {result.plot}")
-    print(f"checkpoint: {result.checkpoint} (rlstruct eval {result.checkpoint})")
-    print(json.dumps(result.summary()))
     return 0
 
 

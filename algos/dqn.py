@@ -14,6 +14,10 @@ steps (the hard target updates keep their cadence), and epsilon goes on decaying
 count; the replay buffer is not in the checkpoint, so it refills for ``learning_starts`` env steps before the
 first gradient step of the new session.
 
+The file reads top to bottom: the config, the Q networks and their agent, the double-DQN targets and loss, the
+learner (:class:`DQNLearner`: one gradient step and the target update), and a ``train`` that hands it to the
+off-policy loop (:mod:`rlstruct.algos.off_policy`).
+
 Run it with ``rlstruct train dqn --env CartPole-v1`` or ``python -m rlstruct.algos.dqn``.
 """
 
@@ -23,7 +27,6 @@ import copy
 import dataclasses
 import functools
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,25 +35,18 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos.checkpoints import load_resume, restore_optimizer
-from rlstruct.algos.cli import run_main
+from rlstruct.algos.checkpoints import Resume, restore_optimizer
+from rlstruct.algos.command import run_main
+from rlstruct.algos.config import RunConfig
 from rlstruct.algos.encoders import CNNEncoder
-from rlstruct.algos.networks import NetworkAgent, cpu_state_dict, make_adam, mlp
-from rlstruct.algos.replay import ReplayBuffer, steps_to_transitions
-from rlstruct.algos.returns import episode_statistics
-from rlstruct.algos.run import (
-    EnvSpec,
-    RunConfig,
-    TrainResult,
-    check_on_device,
-    describe_env,
-    finish_training,
-    open_batchers,
-    seeded_model,
-    training_run,
-    validate_run_config,
-)
-from rlstruct.devices import as_device
+from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos.networks import NetworkAgent, make_adam, mlp
+from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
+from rlstruct.algos.record import TrainResult
+from rlstruct.algos.replay import ReplayBuffer
+from rlstruct.algos.run import seeded_model
+from rlstruct.algos.setup import Setup, prepare
+from rlstruct.algos.transitions import NStepWindow
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = [
@@ -60,14 +56,13 @@ __all__ = [
     "q_network",
     "dueling_q",
     "QAgent",
-    "NStepWindow",
-    "window_steps",
-    "window_transitions",
-    "n_step_returns",
     "double_dqn_targets",
     "create_q_agent",
     "dqn_loss",
     "epsilon_at",
+    "DQNLearner",
+    "ALGORITHM",
+    "validate",
     "train",
     "main",
 ]
@@ -123,18 +118,13 @@ class DQNConfig(RunConfig):
     RESUME_FIELDS = ("dueling",)
 
 
-def validate(config: DQNConfig) -> EnvSpec:
-    """Checks the config before anything is built and describes its env (see :func:`validate_run_config`).
+
+def check_config(config: DQNConfig) -> None:
+    """DQN's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
 
     Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have discrete actions.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
-            :attr:`DQNConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
+        ValueError: a setting is out of range.
     """
-    validate_run_config(config)
     positive = ("rollout_steps", "buffer_size", "batch_size", "n_step", "target_update_interval", "epsilon_decay_steps")
     for name in positive:
         if getattr(config, name) < 1:
@@ -148,10 +138,11 @@ def validate(config: DQNConfig) -> EnvSpec:
         raise ValueError(f"tau must lie in (0, 1], got {config.tau!r}")
     if config.loss not in ("huber", "mse"):
         raise ValueError(f"loss must be 'huber' or 'mse', got {config.loss!r}")
-    spec = describe_env(config.env, config.backend, config.max_episode_steps)
+
+
+def check_env(config: DQNConfig, spec: EnvSpec) -> None:
+    """Raises :class:`~rlstruct.errors.SpaceError` for continuous actions."""
     spec.require("DQN", config.env, discrete=True)
-    load_resume("dqn", config, DQNConfig.RESUME_FIELDS)
-    return spec
 
 
 # =============================================================================================== model and agent
@@ -256,7 +247,7 @@ class PixelQNetwork(nn.Module):
 def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = False) -> QNetwork | PixelQNetwork:
     """The Q-network for ``spec``'s env: :class:`PixelQNetwork` for images, :class:`QNetwork` (an MLP) otherwise.
 
-    >>> from rlstruct.algos.run import EnvSpec
+    >>> from rlstruct.algos.env_spec import EnvSpec
     >>> type(q_network(EnvSpec((10, 10, 4), "bool", 3, 1000), (64,))).__name__
     'PixelQNetwork'
     """
@@ -304,54 +295,7 @@ def create_q_agent(
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
 
 
-# =============================================================================================== n-step transitions
-def n_step_returns(
-    rewards: torch.Tensor, done: torch.Tensor, terminated: torch.Tensor, gamma: float, n: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """n-step returns of every step that has ``n`` steps after it in the window, cut at episode ends.
-
-    For ``t`` in ``[0, M)``, ``M = L - n + 1``, the transition starting at ``t`` sums the rewards of
-    ``m = min(n, steps up to and including the episode's end)`` steps:
-    ``R_t = sum_{k<m} gamma^k r_{t+k}``; it ends at ``last_t = t + m - 1`` and its target is
-    ``R_t + discount_t * Q(_observation/frame at last_t, .)`` with
-    ``discount_t = gamma^m * (1 - terminated_{last_t})``: a truncated end bootstraps from the
-    terminal observation, a terminated one does not.
-
-    Args:
-        rewards: ``float [B, L]``.
-        done: ``bool [B, L]``.
-        terminated: ``bool [B, L]``.
-        gamma: discount factor.
-        n: steps per return (``1 <= n <= L``).
-
-    Returns:
-        ``(returns float [B, M], last int64 [B, M], discounts float [B, M])``.
-
-    Raises:
-        ValueError: ``n`` is not in ``[1, L]``.
-
-    >>> r = torch.ones(1, 3); truncated = torch.tensor([[False, True, False]])
-    >>> R, last, disc = n_step_returns(r, truncated, torch.zeros_like(truncated), 0.5, 2)
-    >>> R.tolist(), last.tolist(), disc.tolist()
-    ([[1.5, 1.0]], [[1, 1]], [[0.25, 0.5]])
-    """
-    B, L = rewards.shape
-    if not 1 <= n <= L:
-        raise ValueError(f"n must be in [1, L={L}] (the window length), got {n}")
-    M = L - n + 1
-    dev = rewards.device
-    base = torch.arange(M, device=dev).expand(B, M)
-    returns = torch.zeros(B, M, dtype=rewards.dtype, device=dev)
-    alive = torch.ones(B, M, dtype=torch.bool, device=dev)
-    steps = torch.zeros(B, M, dtype=torch.int64, device=dev)
-    term_end = torch.zeros(B, M, dtype=torch.bool, device=dev)
-    for k in range(n):
-        returns = returns + alive * (gamma**k) * rewards[:, k : k + M]
-        steps = torch.where(alive, k + 1, steps)
-        term_end = torch.where(alive, terminated[:, k : k + M].bool(), term_end)
-        alive = alive & ~done[:, k : k + M].bool()
-    discounts = torch.pow(torch.tensor(gamma, dtype=rewards.dtype, device=dev), steps) * (~term_end)
-    return returns, base + steps - 1, discounts
+# =============================================================================================== targets
 
 
 def double_dqn_targets(
@@ -378,77 +322,10 @@ def double_dqn_targets(
     return returns + discounts * next_q_target.gather(-1, a_star).squeeze(-1)
 
 
-def window_steps(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[str, torch.Tensor]:
-    """The n-step transitions of a window of consecutive steps of ``B`` auto-reset envs, as steps and the
-    transitions over them (:meth:`~rlstruct.algos.replay.ReplayBuffer.push_steps`'s arguments).
-
-    Args:
-        window: ``[B, L, ...]`` tensors ``observation/frame``, ``action/action``, ``_observation/reward``,
-            ``_observation/done``, ``_observation/terminated`` and ``_observation/frame``.
-        gamma: discount factor.
-        n: steps per return.
-
-    Returns:
-        The steps ``obs [B, L, *obs_shape]``, ``next_obs [B, L, *obs_shape]``, ``done bool [B, L]``, and the
-        transitions starting at the first ``M = L - n + 1`` steps: ``action [B, M]``, ``ret [B, M]``,
-        ``last int64 [B, M]`` (the step each ends at) and ``discount [B, M]`` (see :func:`n_step_returns`).
-    """
-    ret, last, discount = n_step_returns(window["_observation/reward"], window["_observation/done"],
-                                         window["_observation/terminated"], gamma, n)
-    return {"obs": window["observation/frame"], "next_obs": window["_observation/frame"],
-            "done": window["_observation/done"], "action": window["action/action"][:, : ret.shape[1]], "ret": ret,
-            "last": last, "discount": discount}
 
 
-def window_transitions(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[str, torch.Tensor]:
-    """The n-step transitions of a window of consecutive steps of ``B`` auto-reset envs, flattened (the arguments
-    are :func:`window_steps`'s).
-
-    Returns:
-        ``obs [N, *obs_shape]``, ``action [N]``, ``ret [N]``, ``next_obs [N, *obs_shape]``, ``discount [N]`` with
-        ``N = B * (L - n + 1)``: the transitions starting at the first ``L - n + 1`` steps.
-    """
-    return steps_to_transitions(window_steps(window, gamma, n))
 
 
-class NStepWindow:
-    """Turns consecutive acquisitions of auto-reset envs into n-step transitions.
-
-    The batcher carries every env across ``execute`` calls, so the steps of one row are consecutive from
-    one acquisition to the next: the last ``n - 1`` steps of a window are kept and put in front of the
-    next acquisition, where they complete their n-step returns. After ``k`` acquisitions of ``T`` steps,
-    ``B * (k * T - n + 1)`` transitions have come out, the same as from one window of ``k * T`` steps.
-
-    Args:
-        gamma: discount factor.
-        n: steps per return (at most the steps of the first acquisition).
-    """
-
-    KEYS = ("observation/frame", "action/action", "_observation/reward", "_observation/done",
-            "_observation/terminated", "_observation/frame")
-
-    def __init__(self, gamma: float, n: int):
-        self.gamma = gamma
-        self.n = n
-        self.carry: dict[str, torch.Tensor] | None = None
-
-    def __call__(self, trajectories: TemporalDictTensor) -> dict[str, torch.Tensor]:
-        """The transitions completed by this acquisition (``[B, T, ...]``, every row full), flattened."""
-        return steps_to_transitions(self.steps(trajectories))
-
-    def steps(self, trajectories: TemporalDictTensor) -> dict[str, torch.Tensor | int]:
-        """The transitions completed by this acquisition as :func:`window_steps` gives them, with ``carried``: the
-        steps of the window that the previous one held (:meth:`~rlstruct.algos.replay.ReplayBuffer.push_steps`'s
-        arguments)."""
-        if self.carry is None:
-            window = {k: trajectories[k] for k in self.KEYS}
-        else:
-            window = {k: torch.cat([self.carry[k], trajectories[k]], 1) for k in self.KEYS}
-        out: dict[str, torch.Tensor | int] = {**window_steps(window, self.gamma, self.n)}
-        out["carried"] = 0 if self.carry is None else self.n - 1
-        M = window["_observation/reward"].shape[1] - self.n + 1
-        self.carry = {k: v[:, M:] for k, v in window.items()}
-        return out
 
 
 # =============================================================================================== loss
@@ -502,107 +379,123 @@ def epsilon_at(env_steps: int, start: float, end: float, decay_steps: int) -> fl
     return start + env_steps / decay_steps * (end - start)
 
 
-# =============================================================================================== training
-def train(config: DQNConfig) -> TrainResult:
-    """Trains a Q network with double DQN and returns the final evaluation and the run's history.
+# =============================================================================================== learner
+class DQNLearner:
+    """DQN's learner for the off-policy loop (:class:`~rlstruct.algos.off_policy.OffPolicyLearner`): the Q network
+    and its target, Adam, epsilon-greedy exploration, n-step transitions, and one gradient step of
+    :func:`dqn_loss` followed by the target update (Polyak with ``tau < 1``, else a hard copy every
+    ``target_update_interval`` steps).
+
+    A resumed run restores the Q network, the target network, Adam's state and the count of gradient steps (the
+    hard target updates keep their cadence); epsilon goes on decaying from the restored env-step count.
+
+    Args:
+        config: the run's settings.
+        spec: the env's description.
+        resume: the checkpoint the run continues (``None``: a fresh run).
+    """
+
+    def __init__(self, config: DQNConfig, spec: EnvSpec, resume: Resume | None):
+        self.config, self.resume = config, resume
+        self.policy = seeded_model(config.seed, functools.partial(q_network, dueling=config.dueling), spec,
+                                   config.hidden_sizes)
+        if resume is not None:
+            self.policy.load_state_dict(resume.model)
+        self.create_agent = functools.partial(create_q_agent, dueling=config.dueling)
+        self.explore = {"epsilon": config.epsilon_start}
+        self.greedy = {"epsilon": 0.0}
+        self.n_step = NStepWindow(config.gamma, config.n_step)
+        self.n_updates = 0
+
+    def start(self, device: torch.device, seed: int, n_rows: int) -> None:
+        """The Q network on ``device``, its target and Adam, restored from a resumed run."""
+        config = self.config
+        self.n_rows = n_rows
+        self.policy.to(device)
+        self.target = copy.deepcopy(self.policy).requires_grad_(False)
+        self.optimizer = make_adam(self.policy, config.lr, device)
+        if self.resume is not None:
+            self.target.load_state_dict(self.resume.learner["target"])
+            restore_optimizer(self.optimizer, self.resume.learner["optimizer"], config.lr)
+            self.n_updates = int(self.resume.learner["n_updates"])
+
+    def checked(self) -> dict[str, nn.Module]:
+        """The Q network, which ``check_devices`` checks."""
+        return {"the learner's model": self.policy}
+
+    def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
+        """The epsilon of ``env_steps`` (linear decay) for every env, and as a statistic."""
+        config = self.config
+        epsilon = epsilon_at(env_steps, config.epsilon_start, config.epsilon_end, config.epsilon_decay_steps)
+        return DictTensor({"epsilon": torch.full((self.n_rows,), epsilon)}), {"epsilon": epsilon}
+
+    def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
+        """The n-step transitions this acquisition completes (:meth:`~rlstruct.algos.transitions.NStepWindow.steps`)."""
+        return self.n_step.steps(trajectories)
+
+    def n_gradient_steps(self, n_new: int, buffered: int) -> int:
+        """``gradient_steps`` once the buffer holds a batch."""
+        return self.config.gradient_steps if buffered >= self.config.batch_size else 0
+
+    def gradient_step(self, buffer: ReplayBuffer) -> dict[str, Any]:
+        """One step of :func:`dqn_loss` on a sampled batch, then the target update."""
+        config, model, target = self.config, self.policy, self.target
+        batch = buffer.sample(config.batch_size)
+        q = model(batch["obs"])
+        with torch.no_grad():
+            next_q_online = model(batch["next_obs"])
+            next_q_target = target(batch["next_obs"])
+        loss, stats = dqn_loss(q, batch["action"], batch["ret"], batch["discount"], next_q_online, next_q_target,
+                               kind=config.loss)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.max_grad_norm > 0:
+            stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        self.optimizer.step()
+        self.n_updates += 1
+        with torch.no_grad():
+            if config.tau < 1:
+                torch._foreach_lerp_(list(target.parameters()), list(model.parameters()), config.tau)
+            elif self.n_updates % config.target_update_interval == 0:
+                target.load_state_dict(model.state_dict())
+        return stats
+
+    def state(self) -> dict[str, Any]:
+        """Adam's state, the target network and the count of gradient steps."""
+        return {"optimizer": self.optimizer.state_dict(), "target": self.target.state_dict(),
+                "n_updates": self.n_updates}
+
+
+ALGORITHM = OffPolicyAlgorithm(name="dqn", title="DQN", config_cls=DQNConfig, description=__doc__.splitlines()[0],
+                               check_config=check_config, check_env=check_env, make_learner=DQNLearner)
+
+
+def validate(config: DQNConfig) -> Setup:
+    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: the env does not have discrete actions.
         ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
         FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` cannot be continued with this config (see :func:`validate`).
+        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
+            :attr:`DQNConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
     """
-    start = time.perf_counter()
-    spec = validate(config)
-    resume = load_resume("dqn", config, DQNConfig.RESUME_FIELDS)
-    learner = as_device(config.learner_device)
-    with training_run("dqn", config, spec, start=start, resume=resume) as (run, stack):
-        model = seeded_model(config.seed, functools.partial(q_network, dueling=config.dueling), spec,
-                             config.hidden_sizes)
-        if resume is not None:
-            model.load_state_dict(resume.model)
-        create_agent = functools.partial(create_q_agent, dueling=config.dueling)
-        batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.rollout_steps,
-                                           autoreset=True, explore={"epsilon": config.epsilon_start},
-                                           greedy={"epsilon": 0.0}, seed=run.seed)
+    return prepare(ALGORITHM, config)
 
-        model.to(learner)
-        target = copy.deepcopy(model).requires_grad_(False)
-        optimizer = make_adam(model, config.lr, learner)
-        buffer = ReplayBuffer.for_spec(spec, config.buffer_size, learner, seed=run.seed)
-        B = batcher.n_elems()
-        carry_return = torch.zeros(B, device=learner)
-        carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
-        n_step = NStepWindow(config.gamma, config.n_step)
-        n_updates = 0
-        if resume is not None:
-            target.load_state_dict(resume.learner["target"])
-            restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
-            n_updates = int(resume.learner["n_updates"])
 
-        def learner_state() -> dict[str, Any]:  # what the checkpoint keeps besides the weights (see --resume)
-            return {"optimizer": optimizer.state_dict(), "target": target.state_dict(), "n_updates": n_updates}
-        first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
+def train(config: DQNConfig) -> TrainResult:
+    """Trains a Q network with double DQN and returns the final evaluation and the run's history.
 
-        weights = cpu_state_dict(model)
-        batcher.update(weights)
-        batcher.reset()
-        evaluator.launch(weights, run.iteration, run.env_steps)
-        while not run.should_stop():
-            epsilon = epsilon_at(run.env_steps, config.epsilon_start, config.epsilon_end, config.epsilon_decay_steps)
-            batcher.execute(agent_info=DictTensor({"epsilon": torch.full((B,), epsilon)}))
-            traj, _ = batcher.get()
-            traj = traj.to(learner)
-            if config.check_devices:
-                check_on_device(traj, learner, "the trajectories given to the learner")
-                check_on_device(model, learner, "the learner's model")
-            tt = traj.trajectories
-            buffer.push_steps(**n_step.steps(tt))
-
-            stats: dict[str, Any] = {"epsilon": epsilon, "buffer_size": float(len(buffer))}
-            steps_now = run.env_steps + B * tt.temporal_size()
-            learning = steps_now - first_step >= config.learning_starts and len(buffer) >= config.batch_size
-            if learning and config.gradient_steps:
-                for _ in range(config.gradient_steps):
-                    batch = buffer.sample(config.batch_size)
-                    q = model(batch["obs"])
-                    with torch.no_grad():
-                        next_q_online = model(batch["next_obs"])
-                        next_q_target = target(batch["next_obs"])
-                    loss, loss_stats = dqn_loss(q, batch["action"], batch["ret"], batch["discount"], next_q_online,
-                                                next_q_target, kind=config.loss)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    if config.max_grad_norm > 0:
-                        loss_stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                    optimizer.step()
-                    n_updates += 1
-                    with torch.no_grad():
-                        if config.tau < 1:
-                            torch._foreach_lerp_(list(target.parameters()), list(model.parameters()), config.tau)
-                        elif n_updates % config.target_update_interval == 0:
-                            target.load_state_dict(model.state_dict())
-                stats.update(loss_stats)
-                weights = cpu_state_dict(model)
-                batcher.update(weights)
-
-            ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
-                tt["_observation/reward"], tt["_observation/done"], carry_return, carry_length
-            )
-            # nan (0 / 0) when no episode ended in this window.
-            stats["train/episode_return"] = ret_sum / count
-            stats["train/episode_length"] = len_sum / count
-            run.record(B * tt.temporal_size(), stats)
-            run.poll_evaluation(evaluator, lambda: weights)
-            run.poll_checkpoint(model, learner_state)
-
-        return finish_training(run, evaluator, model, spec, title="DQN", learner=learner_state())
+    Raises:
+        The errors of :func:`validate`.
+    """
+    return train_off_policy(validate(config))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``rlstruct train dqn [flags]``; the last stdout line is a JSON summary."""
-    return run_main(train, DQNConfig, validate, argv, "rlstruct train dqn", __doc__.splitlines()[0])
+    return run_main(ALGORITHM, train_off_policy, argv)
 
 
 if __name__ == "__main__":

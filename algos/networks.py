@@ -2,7 +2,7 @@
 its agent and its loss.
 
 :func:`build_actor_critic` builds the network of REINFORCE, A2C, PPO and the profiler for an env's
-:class:`~rlstruct.algos.run.EnvSpec`: an :class:`ActorCritic` whose policy is a :class:`Categorical` over
+:class:`~rlstruct.algos.env_spec.EnvSpec`: an :class:`ActorCritic` whose policy is a :class:`Categorical` over
 discrete actions or a :class:`DiagGaussian` over continuous ones. Both distributions answer the same four
 questions (``log_prob``, ``entropy``, ``sample(generator)``, ``mode``), so every loss is written once for
 both kinds of action. :class:`PolicyAgent` runs the network in the batchers (sampling with its own
@@ -37,7 +37,7 @@ from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
 if TYPE_CHECKING:  # run imports networks: the spec's module is needed for annotations only
-    from rlstruct.algos.run import EnvSpec
+    from rlstruct.algos.env_spec import EnvSpec
 
 __all__ = [
     "actor_critic_outputs",
@@ -307,7 +307,7 @@ def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int], *,
         SpaceError: the observation is an image and the actions are continuous, or ``normalize_observations``
             with image observations.
 
-    >>> from rlstruct.algos.run import EnvSpec
+    >>> from rlstruct.algos.env_spec import EnvSpec
     >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
     >>> build_actor_critic(spec, (8,)).log_std.shape
     torch.Size([1])

@@ -59,6 +59,9 @@ class NormalizationConfig:
             the loss (reward_scale still multiplies them after: use reward_scale 1 with it).
     """
 
+    #: the ``--help`` group of the fields declared here
+    HELP_GROUP = "normalisation"
+
     normalize_observations: bool = False
     normalize_rewards: bool = False
 

@@ -21,6 +21,9 @@ The data of an update is then one update stale (collected with the weights befor
 the previous update); the ratio still uses the log-probabilities of the weights that acted, so the clip
 bounds the step from the behaviour policy. Off by default.
 
+The file reads top to bottom: the config, the loss, the learn step (epochs of shuffled minibatches), and a
+``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos.on_policy`).
+
 Run it with ``rlstruct train ppo --env CartPole-v1`` (or ``--env Pendulum-v1``) or ``python -m rlstruct.algos.ppo``.
 """
 
@@ -29,63 +32,27 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from rlstruct.agents import RL_Agent_CheckDevice
-from rlstruct.algos.checkpoints import load_resume
-from rlstruct.algos.cli import run_main
-from rlstruct.algos.networks import (
-    PolicyAgent,
-    build_actor_critic,
-    check_normalizable,
-    cpu_state_dict,
-    create_policy_agent,
-    critic_values,
-    normalize_masked,
-    policy_actions,
-)
+from rlstruct.algos.command import run_main
+from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos.networks import check_normalizable, critic_values, normalize_masked, policy_actions
 from rlstruct.algos.normalization import NormalizationConfig
-from rlstruct.algos.recurrent import (
-    RecurrentPolicyAgent,
-    create_recurrent_agent,
-    recurrent_actor_critic,
-    replay_learner,
-    replay_window,
-)
-from rlstruct.algos.returns import episode_statistics, gae_advantages
-from rlstruct.algos.run import (
-    EnvSpec,
-    TrainResult,
-    check_on_device,
-    describe_env,
-    finish_training,
-    open_batchers,
-    seeded_model,
-    training_run,
-    validate_run_config,
-)
-from rlstruct.algos.update import (
-    FastPathConfig,
-    UpdateStep,
-    actor_critic_learner,
-    autocast_dtype,
-    clip_groups,
-    start_pipeline,
-    training_agent_kwargs,
-    validate_fast_path,
-)
-from rlstruct.devices import as_device
+from rlstruct.algos.on_policy import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
+from rlstruct.algos.record import TrainResult
+from rlstruct.algos.recurrent import RecurrentPolicyAgent, replay_learner, replay_window
+from rlstruct.algos.returns import gae_advantages
+from rlstruct.algos.setup import Setup, prepare
+from rlstruct.algos.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
 from rlstruct.structures import TemporalDictTensor, Trajectories
 
-__all__ = ["PPOConfig", "ppo_loss", "ppo_minibatch_loss", "train", "main"]
+__all__ = ["PPOConfig", "ppo_loss", "ppo_minibatch_loss", "learn_step", "ALGORITHM", "validate", "train", "main"]
 
 log = logging.getLogger(__name__)
-
 
 @dataclasses.dataclass
 class PPOConfig(NormalizationConfig, FastPathConfig):
@@ -138,18 +105,13 @@ class PPOConfig(NormalizationConfig, FastPathConfig):
     recurrent: bool = False
 
 
-def validate(config: PPOConfig) -> EnvSpec:
-    """Checks the config before anything is built and describes its env (see :func:`validate_run_config`).
+def check_config(config: PPOConfig) -> None:
+    """PPO's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
 
     Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: continuous actions with image observations or with ``recurrent``.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
-            :attr:`PPOConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
+        ValueError: a setting is out of range.
+        ConfigError: fast-path flags that cannot work together (see :func:`validate_fast_path`).
     """
-    validate_run_config(config)
     validate_fast_path(config, "PPO", recurrent=config.recurrent)
     for name in ("n_steps", "n_epochs", "n_minibatches"):
         if getattr(config, name) < 1:
@@ -171,12 +133,14 @@ def validate(config: PPOConfig) -> EnvSpec:
         raise ValueError(f"n_minibatches must be <= the envs per collection with recurrent=True (a minibatch is a "
                          f"set of envs' windows: n_envs * max(n_processes, 1) = {envs}), got {config.n_minibatches}; "
                          "lower n_minibatches or raise n_envs")
-    spec = describe_env(config.env, config.backend, config.max_episode_steps)
+
+
+def check_env(config: PPOConfig, spec: EnvSpec) -> None:
+    """Raises :class:`~rlstruct.errors.SpaceError` for continuous actions with image observations or with
+    ``recurrent``, :class:`~rlstruct.errors.ConfigError` for ``normalize_observations`` of images."""
     if config.recurrent or spec.pixels:
         spec.require("recurrent PPO" if config.recurrent else "PPO on images", config.env, discrete=True)
     check_normalizable(spec, config.normalize_observations)
-    load_resume("ppo", config, PPOConfig.RESUME_FIELDS)
-    return spec
 
 
 def ppo_loss(
@@ -286,103 +250,6 @@ def _loss_settings(config: PPOConfig) -> dict[str, Any]:
             "entropy_coef": config.entropy_coef, "normalize_advantages": config.normalize_advantages}
 
 
-def train(config: PPOConfig) -> TrainResult:
-    """Trains an actor-critic with PPO and returns the final evaluation and the run's history.
-
-    With ``resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
-
-    Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: continuous actions with image observations or with ``recurrent``.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` cannot be continued with this config (see :func:`validate`).
-    """
-    start = time.perf_counter()
-    spec = validate(config)
-    resume = load_resume("ppo", config, PPOConfig.RESUME_FIELDS)
-    learner = as_device(config.learner_device)
-    with training_run("ppo", config, spec, start=start, resume=resume) as (run, stack):
-        build = recurrent_actor_critic if config.recurrent else build_actor_critic
-        model_kwargs = {"normalize_observations": config.normalize_observations}
-        model = seeded_model(config.seed, functools.partial(build, **model_kwargs), spec, config.hidden_sizes)
-        if resume is not None:
-            model.load_state_dict(resume.model)
-        # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
-        create_agent = create_recurrent_agent if config.recurrent else create_policy_agent
-        batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.n_steps,
-                                           autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False},
-                                           cuda_graph=config.cuda_graph,
-                                           zero_copy=config.overlap and config.n_processes == 0,
-                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
-                                           seed=run.seed)
-
-        model.to(learner)
-        loss_agent = RecurrentPolicyAgent(model, learner) if config.recurrent else PolicyAgent(model, learner)
-        checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
-        # The minibatches' order: seeded per session, on the learner's device, apart from the agents' generators.
-        shuffle = torch.Generator(device=learner).manual_seed(run.seed)
-        B = batcher.n_elems()
-        carry_return = torch.zeros(B, device=learner)
-        carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
-        optimizer, normalize, learner_state = actor_critic_learner(model, config, n_rows=B, device=learner,
-                                                                   resume=resume)
-
-        # One update step (loss, backward, clipping, optimizer step), compiled with compile_update. A recurrent
-        # minibatch is a set of envs' whole windows, replayed from their stored first state.
-        if config.recurrent:
-            loss_fn = functools.partial(_recurrent_minibatch_loss, model, loss_agent, config)
-        else:
-            loss_fn = functools.partial(ppo_minibatch_loss, model, config)
-        update = UpdateStep(loss_fn, optimizer, clip_groups(model, per_network=False),
-                            max_grad_norm=config.max_grad_norm, device=learner, compile=config.compile_update,
-                            autocast=autocast_dtype(config))
-        # With overlap, the next collection runs (in the workers, or on its own stream) while we learn.
-        pipe = start_pipeline(stack, batcher, model, config, overlap=config.overlap)
-        evaluator.launch(cpu_state_dict(model), run.iteration, run.env_steps)
-        while not run.should_stop():
-            traj = pipe.next()
-            traj = traj.to(learner)
-            tt = traj.trajectories
-            rewards, done = tt["_observation/reward"], tt["_observation/done"]
-            loss_rewards = normalize(tt)  # before the values: they and the loss see the same statistics
-            with torch.no_grad():
-                if config.check_devices:
-                    check_on_device(model, learner, "the learner's model")
-                if config.recurrent or config.check_devices:  # the window replayed (memory), or checked step by step
-                    out = replay_learner(checked_agent if config.check_devices else loss_agent, model, traj,
-                                         recurrent=config.recurrent, checked=config.check_devices)
-                    values, next_values = out["value"], out["next_value"]
-                else:  # the critic alone: the old log-probabilities are the batch's own
-                    frame, next_frame = tt["observation/frame"], tt["_observation/frame"]
-                    values, next_values = (v.unflatten(0, frame.shape[:2]) for v in
-                                           critic_values(model, frame.flatten(0, 1), next_frame.flatten(0, 1)))
-                advantages = gae_advantages(loss_rewards * config.reward_scale, values, next_values,
-                                            tt["_observation/terminated"], done, config.gamma, config.gae_lambda)
-            if config.anneal_lr:
-                optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
-            if config.recurrent:
-                # Minibatches of envs (rows of the window): (traj, old_log_prob, advantage, old_value, return, mask).
-                data = (traj, tt["action/log_prob"], advantages, values, advantages + values, tt.mask())
-            else:
-                data = _flat_steps(tt, advantages, values)
-            stats = _learn(update, data, config, shuffle)
-            pipe.updated()
-
-            ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
-                rewards, done, carry_return, carry_length
-            )
-            # nan (0 / 0) when no episode ended in this window.
-            stats["train/episode_return"] = ret_sum / count
-            stats["train/episode_length"] = len_sum / count
-            run.record(B * tt.temporal_size(), stats)
-            run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
-            run.poll_checkpoint(model, learner_state)
-        pipe.close()  # the collection launched during the last update: close the batcher with nothing pending
-
-        return finish_training(run, evaluator, model, spec, title="PPO", learner=learner_state())
-
-
 def _flat_steps(tt: TemporalDictTensor, advantages: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The collection's steps as flat ``[B*T, ...]`` tensors, in :func:`ppo_minibatch_loss`'s order (a minibatch is
     a set of rows of them): frame, action, old_log_prob, advantage, old_value, return, mask."""
@@ -435,9 +302,78 @@ def _recurrent_minibatch_loss(
                     **_loss_settings(config))
 
 
+def learn_step(config: PPOConfig, learner: ActorCriticLearner) -> LearnFn:
+    """PPO's learn step: the collection's values and GAE advantages, then ``n_epochs`` passes of ``n_minibatches``
+    shuffled minibatches, one update each (loss, backward, clipping, optimizer step; compiled with
+    ``compile_update``). A recurrent minibatch is a set of envs' whole windows, replayed from their stored first
+    state."""
+    model = learner.model
+    # The minibatches' order: seeded per session, on the learner's device, apart from the agents' generators.
+    shuffle = torch.Generator(device=learner.device).manual_seed(learner.seed)
+    if config.recurrent:
+        loss_fn = functools.partial(_recurrent_minibatch_loss, model, learner.agent, config)
+    else:
+        loss_fn = functools.partial(ppo_minibatch_loss, model, config)
+    update = UpdateStep(loss_fn, learner.optimizer, clip_groups(model, per_network=False),
+                        max_grad_norm=config.max_grad_norm, device=learner.device, compile=config.compile_update,
+                        autocast=autocast_dtype(config))
+
+    def learn(traj: Trajectories, loss_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
+        tt = traj.trajectories
+        with torch.no_grad():
+            if config.recurrent or config.check_devices:  # the window replayed (memory), or checked step by step
+                out = replay_learner(learner.checked_agent, model, traj, recurrent=config.recurrent,
+                                     checked=config.check_devices)
+                values, next_values = out["value"], out["next_value"]
+            else:  # the critic alone: the old log-probabilities are the batch's own
+                frame, next_frame = tt["observation/frame"], tt["_observation/frame"]
+                values, next_values = (v.unflatten(0, frame.shape[:2]) for v in
+                                       critic_values(model, frame.flatten(0, 1), next_frame.flatten(0, 1)))
+            advantages = gae_advantages(loss_rewards * config.reward_scale, values, next_values,
+                                        tt["_observation/terminated"], tt["_observation/done"], config.gamma,
+                                        config.gae_lambda)
+        if config.recurrent:
+            # Minibatches of envs (rows of the window): (traj, old_log_prob, advantage, old_value, return, mask).
+            data = (traj, tt["action/log_prob"], advantages, values, advantages + values, tt.mask())
+        else:
+            data = _flat_steps(tt, advantages, values)
+        return _learn(update, data, config, shuffle)
+
+    return learn
+
+
+ALGORITHM = OnPolicyAlgorithm(name="ppo", title="PPO", config_cls=PPOConfig, description=__doc__.splitlines()[0],
+                              check_config=check_config, check_env=check_env, make_learn=learn_step)
+
+
+def validate(config: PPOConfig) -> Setup:
+    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
+
+    Raises:
+        DeviceUnavailableError: a device of the config does not exist here.
+        SpaceError: continuous actions with image observations or with ``recurrent``.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
+            :attr:`PPOConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
+    """
+    return prepare(ALGORITHM, config)
+
+
+def train(config: PPOConfig) -> TrainResult:
+    """Trains an actor-critic with PPO and returns the final evaluation and the run's history.
+
+    With ``resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
+
+    Raises:
+        The errors of :func:`validate`.
+    """
+    return train_on_policy(validate(config))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``rlstruct train ppo [flags]``; the last stdout line is a JSON summary."""
-    return run_main(train, PPOConfig, validate, argv, "rlstruct train ppo", __doc__.splitlines()[0])
+    return run_main(ALGORITHM, train_on_policy, argv)
 
 
 if __name__ == "__main__":

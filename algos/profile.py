@@ -22,6 +22,8 @@ import torch
 
 from rlstruct.agents import replay_agent_stateless
 from rlstruct.algos.a2c import A2CConfig, a2c_loss
+from rlstruct.algos.config import check_physics_dtype
+from rlstruct.algos.env_spec import create_env, describe_env
 from rlstruct.algos.networks import (
     PolicyAgent,
     autocast_context,
@@ -31,7 +33,7 @@ from rlstruct.algos.networks import (
     make_adam,
 )
 from rlstruct.algos.returns import gae_advantages
-from rlstruct.algos.run import check_physics_dtype, create_env, describe_env, seeded_model
+from rlstruct.algos.run import seeded_model
 from rlstruct.algos.update import check_autocast
 from rlstruct.batchers import RL_Batcher
 from rlstruct.batchers.autotune import AutotuneResult, Measurement, autotune, available_gpu_bytes, host_rss
@@ -110,7 +112,7 @@ def profile_training(
     Raises:
         ValueError: ``iterations``, ``n_envs`` or ``n_timesteps`` below 1, ``env`` without discrete actions
             or a flat observation, ``cuda_graph`` with a ``device`` other than CUDA, a ``physics_dtype`` that
-            :func:`~rlstruct.algos.run.check_physics_dtype` refuses, or an ``autocast`` not in
+            :func:`~rlstruct.algos.config.check_physics_dtype` refuses, or an ``autocast`` not in
             :data:`~rlstruct.algos.update.AUTOCAST_DTYPES`.
         DeviceUnavailableError: a device this machine does not have.
 

@@ -6,6 +6,9 @@ end of each episode, and bootstrapped from the baseline ``V(_observation/frame)`
 truncated by its time limit rather than terminated. The policy is categorical for discrete actions and a
 diagonal Gaussian for continuous ones (see :mod:`rlstruct.algos.networks`).
 
+The file reads top to bottom: the config, the returns and the loss, the learn step (one gradient step over
+whole episodes), and a ``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos.on_policy`).
+
 Run it with ``rlstruct train reinforce --env CartPole-v1`` or ``python -m rlstruct.algos.reinforce``.
 """
 
@@ -14,54 +17,27 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import time
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from rlstruct.agents import RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
-from rlstruct.algos.checkpoints import load_resume
-from rlstruct.algos.cli import run_main
-from rlstruct.algos.networks import (
-    PolicyAgent,
-    build_actor_critic,
-    check_normalizable,
-    cpu_state_dict,
-    create_policy_agent,
-    masked_policy_value_loss,
-    policy_actions,
-)
+from rlstruct.agents import replay_agent, replay_agent_stateless
+from rlstruct.algos.command import run_main
+from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos.networks import check_normalizable, masked_policy_value_loss, policy_actions
 from rlstruct.algos.normalization import NormalizationConfig
-from rlstruct.algos.returns import discounted_returns, episode_returns
-from rlstruct.algos.run import (
-    EnvSpec,
-    TrainResult,
-    check_on_device,
-    describe_env,
-    finish_training,
-    open_batchers,
-    seeded_model,
-    training_run,
-    validate_run_config,
-)
-from rlstruct.algos.update import (
-    FastPathConfig,
-    UpdateStep,
-    actor_critic_learner,
-    autocast_dtype,
-    clip_groups,
-    training_agent_kwargs,
-    validate_fast_path,
-    weight_sync_mode,
-)
-from rlstruct.batchers import WeightSync
-from rlstruct.devices import as_device
+from rlstruct.algos.on_policy import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
+from rlstruct.algos.record import TrainResult
+from rlstruct.algos.returns import discounted_returns
+from rlstruct.algos.setup import Setup, prepare
+from rlstruct.algos.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
+from rlstruct.structures import Trajectories
 
-__all__ = ["ReinforceConfig", "reinforce_loss", "reinforce_batch_loss", "reinforce_returns", "train", "main"]
+__all__ = ["ReinforceConfig", "reinforce_loss", "reinforce_batch_loss", "reinforce_returns", "learn_step",
+           "ALGORITHM", "validate", "train", "main"]
 
 log = logging.getLogger(__name__)
-
 
 @dataclasses.dataclass
 class ReinforceConfig(NormalizationConfig, FastPathConfig):
@@ -95,26 +71,23 @@ class ReinforceConfig(NormalizationConfig, FastPathConfig):
     RESUME_FIELDS = ("normalize_observations", "normalize_rewards")
 
 
-def validate(config: ReinforceConfig) -> EnvSpec:
-    """Checks the config before anything is built and describes its env (see :func:`validate_run_config`).
+
+def check_config(config: ReinforceConfig) -> None:
+    """REINFORCE's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
 
     Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have flat observations.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
-            :attr:`ReinforceConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
+        ValueError: a setting is out of range.
+        ConfigError: fast-path flags that cannot work together (see :func:`validate_fast_path`).
     """
-    validate_run_config(config)
     validate_fast_path(config, "REINFORCE", episodic=True)
     if not 0 <= config.gamma <= 1:
         raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
-    spec = describe_env(config.env, config.backend, config.max_episode_steps)
+
+
+def check_env(config: ReinforceConfig, spec: EnvSpec) -> None:
+    """Raises :class:`~rlstruct.errors.SpaceError` for image observations."""
     spec.require("REINFORCE", config.env, pixels=False)
     check_normalizable(spec, config.normalize_observations)
-    load_resume("reinforce", config, ReinforceConfig.RESUME_FIELDS)
-    return spec
 
 
 def reinforce_returns(
@@ -232,97 +205,76 @@ def reinforce_batch_loss(
                           normalize_advantages=config.normalize_advantages)
 
 
-def train(config: ReinforceConfig) -> TrainResult:
-    """Trains a policy with REINFORCE and returns the final evaluation and the run's history.
+def learn_step(config: ReinforceConfig, learner: ActorCriticLearner) -> LearnFn:
+    """REINFORCE's learn step: the returns of the collection's whole episodes, then one update (loss, backward,
+    clipping, optimizer step). Compiled or under autocast, the update runs the forward (over episodes of changing
+    lengths, so with symbolic shapes); eager, it takes the outputs of the forward that also gives the bootstrap
+    values."""
+    model, device = learner.model, learner.device
+    forward_in_update = config.compile_update or autocast_dtype(config) is not None
+    if forward_in_update:
+        update = UpdateStep(functools.partial(reinforce_batch_loss, model, config), learner.optimizer,
+                            clip_groups(model), max_grad_norm=config.max_grad_norm, device=device,
+                            compile=config.compile_update, dynamic=True, autocast=autocast_dtype(config))
+    else:
+        loss_fn = functools.partial(reinforce_loss, baseline_coef=config.baseline_coef,
+                                    entropy_coef=config.entropy_coef, normalize_advantages=config.normalize_advantages)
+        update = UpdateStep(loss_fn, learner.optimizer, clip_groups(model), max_grad_norm=config.max_grad_norm,
+                            device=device)
 
-    With ``resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
+    def learn(traj: Trajectories, loss_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
+        if config.check_devices:
+            out = replay_agent(learner.checked_agent, traj)
+        elif forward_in_update:  # the returns' bootstrap values; the update runs the forward
+            with torch.no_grad():
+                nxt = traj.trajectories["_observation/frame"]
+                out = {"next_value": model.value(nxt.flatten(0, 1)).unflatten(0, nxt.shape[:2])}
+        else:
+            out = replay_agent_stateless(learner.agent, traj, "replay_batch")
+        tt = traj.trajectories
+        with torch.no_grad():
+            returns = reinforce_returns(loss_rewards, out["next_value"], tt["_observation/terminated"], tt.lengths,
+                                        config.gamma, bootstrap_truncated=config.bootstrap_truncated)
+        if forward_in_update:
+            return update(tt["observation/frame"], policy_actions(tt), returns, tt.mask())
+        return update(out["log_prob"], out["entropy"], out["value"], returns, tt.mask())
+
+    return learn
+
+
+ALGORITHM = OnPolicyAlgorithm(name="reinforce", title="REINFORCE", config_cls=ReinforceConfig,
+                              description=__doc__.splitlines()[0], check_config=check_config, check_env=check_env,
+                              make_learn=learn_step, episodic=True)
+
+
+def validate(config: ReinforceConfig) -> Setup:
+    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: the env does not have flat observations.
         ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
         FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` cannot be continued with this config (see :func:`validate`).
+        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
+            :attr:`ReinforceConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
     """
-    start = time.perf_counter()
-    spec = validate(config)
-    resume = load_resume("reinforce", config, ReinforceConfig.RESUME_FIELDS)
-    learner = as_device(config.learner_device)
-    with training_run("reinforce", config, spec, start=start, resume=resume) as (run, stack):
-        model_kwargs = {"normalize_observations": config.normalize_observations}
-        model = seeded_model(config.seed, functools.partial(build_actor_critic, **model_kwargs), spec,
-                             config.hidden_sizes)
-        if resume is not None:
-            model.load_state_dict(resume.model)
-        # n_timesteps = the time limit: one execute runs every env's episode to its end.
-        batcher, evaluator = open_batchers(stack, config, spec, create_policy_agent,
-                                           n_timesteps=spec.max_episode_steps, autoreset=False,
-                                           explore={"stochastic": True}, greedy={"stochastic": False},
-                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
-                                           seed=run.seed)
+    return prepare(ALGORITHM, config)
 
-        model.to(learner)
-        loss_agent = PolicyAgent(model, learner)
-        checked_agent = RL_Agent_CheckDevice(loss_agent, learner)
-        optimizer, normalize, learner_state = actor_critic_learner(model, config, n_rows=batcher.n_elems(),
-                                                                   device=learner, resume=resume)
-        # One update step (loss, backward, clipping, optimizer step): compiled or under autocast with the forward
-        # inside (over episodes of changing lengths), or eager on the outputs of the forward that also gives the
-        # bootstrap values.
-        forward_in_update = config.compile_update or autocast_dtype(config) is not None
-        if forward_in_update:
-            update = UpdateStep(functools.partial(reinforce_batch_loss, model, config), optimizer, clip_groups(model),
-                                max_grad_norm=config.max_grad_norm, device=learner, compile=config.compile_update,
-                                dynamic=True, autocast=autocast_dtype(config))
-        else:
-            loss_fn = functools.partial(reinforce_loss, baseline_coef=config.baseline_coef,
-                                        entropy_coef=config.entropy_coef,
-                                        normalize_advantages=config.normalize_advantages)
-            update = UpdateStep(loss_fn, optimizer, clip_groups(model), max_grad_norm=config.max_grad_norm,
-                                device=learner)
 
-        sync = WeightSync(batcher, model, learner, weight_sync_mode(config))
-        sync.push()
-        evaluator.launch(cpu_state_dict(model), run.iteration, run.env_steps)
-        while not run.should_stop():
-            batcher.reset()
-            batcher.execute()
-            traj, n_running = batcher.get()
-            assert n_running == 0, "n_timesteps covers the time limit: every episode ends in one execute"
-            traj = traj.to(learner)
-            loss_rewards = normalize(traj.trajectories)  # before the forward: it sees the same statistics
-            if config.check_devices:
-                check_on_device(model, learner, "the learner's model")
-                out = replay_agent(checked_agent, traj)
-            elif forward_in_update:  # the returns' bootstrap values; the update runs the forward
-                with torch.no_grad():
-                    nxt = traj.trajectories["_observation/frame"]
-                    out = {"next_value": model.value(nxt.flatten(0, 1)).unflatten(0, nxt.shape[:2])}
-            else:
-                out = replay_agent_stateless(loss_agent, traj, "replay_batch")
-            tt = traj.trajectories
-            with torch.no_grad():
-                returns = reinforce_returns(loss_rewards, out["next_value"], tt["_observation/terminated"],
-                                            tt.lengths, config.gamma, bootstrap_truncated=config.bootstrap_truncated)
-            if forward_in_update:
-                stats = update(tt["observation/frame"], policy_actions(tt), returns, tt.mask())
-            else:
-                stats = update(out["log_prob"], out["entropy"], out["value"], returns, tt.mask())
-            sync.push()
+def train(config: ReinforceConfig) -> TrainResult:
+    """Trains a policy with REINFORCE and returns the final evaluation and the run's history.
 
-            ep_returns, lengths = episode_returns(traj)
-            stats["train/episode_return"] = ep_returns.mean()
-            stats["train/episode_length"] = lengths.float().mean()
-            run.record(int(lengths.sum()), stats)
-            run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
-            run.poll_checkpoint(model, learner_state)
+    With ``resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
 
-        return finish_training(run, evaluator, model, spec, title="REINFORCE", learner=learner_state())
+    Raises:
+        The errors of :func:`validate`.
+    """
+    return train_on_policy(validate(config))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``rlstruct train reinforce [flags]``; the last stdout line is a JSON summary."""
-    return run_main(train, ReinforceConfig, validate, argv, "rlstruct train reinforce", __doc__.splitlines()[0])
+    return run_main(ALGORITHM, train_on_policy, argv)
 
 
 if __name__ == "__main__":

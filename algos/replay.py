@@ -26,7 +26,7 @@ import torch
 from rlstruct.devices import DeviceLike, as_device
 
 if TYPE_CHECKING:
-    from rlstruct.algos.run import EnvSpec
+    from rlstruct.algos.env_spec import EnvSpec
 
 __all__ = ["ReplayBuffer", "steps_to_transitions"]
 
@@ -124,7 +124,7 @@ class ReplayBuffer:
         """A buffer for the observations and actions of ``spec``'s env (its observation dtype; ``int64``
         actions when discrete, ``float32`` ones of ``spec.action_shape`` when continuous).
 
-        >>> from rlstruct.algos.run import EnvSpec
+        >>> from rlstruct.algos.env_spec import EnvSpec
         >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
         >>> buf = ReplayBuffer.for_spec(spec, 100, "cpu")
         >>> buf.frames.shape, buf.action.shape, buf.action.dtype
@@ -240,8 +240,9 @@ class ReplayBuffer:
         ``last[b, s]``: it is ``(obs[b, s], action[b, s], ret[b, s], next_obs[b, last[b, s]], discount[b, s])``,
         and the batches :meth:`sample` draws are bit for bit those of :meth:`push` of these transitions, flattened
         row-major (``N = B * M``). Successive calls continue the same envs: the first ``carried`` steps of a window
-        are the last ``carried`` steps of the previous window (as :class:`~rlstruct.algos.dqn.NStepWindow` carries
-        them), and its step ``carried`` follows the previous window's last step.
+        are the last ``carried`` steps of the previous window (as
+        :class:`~rlstruct.algos.transitions.NStepWindow` carries them), and its step ``carried`` follows the previous
+        window's last step.
 
         Each observation is one frame: ``obs[:, p + 1]`` is ``next_obs[:, p]`` where the episode goes on (the
         batcher's auto-reset contract), so only ``next_obs`` at episode ends (``done``) adds a frame. A window of

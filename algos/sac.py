@@ -15,6 +15,10 @@ optimizers' state; the replay buffer is not in the checkpoint, so it refills for
 before the first gradient step of the new session, with the restored actor acting (the uniform actions are for a
 fresh run's first steps only).
 
+The file reads top to bottom: the config, the networks and their agent, the losses, the learner
+(:class:`SACLearner`: one gradient step of the critics, the actor and the temperature), and a ``train`` that hands it
+to the off-policy loop (:mod:`rlstruct.algos.off_policy`).
+
 Run it with ``rlstruct train sac --env Pendulum-v1`` or ``python -m rlstruct.algos.sac``.
 """
 
@@ -24,7 +28,6 @@ import copy
 import dataclasses
 import logging
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,24 +35,17 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos.checkpoints import load_resume, restore_optimizer
-from rlstruct.algos.cli import run_main
-from rlstruct.algos.networks import NetworkAgent, cpu_state_dict, make_adam
-from rlstruct.algos.replay import ReplayBuffer, steps_to_transitions
-from rlstruct.algos.returns import episode_statistics
-from rlstruct.algos.run import (
-    EnvSpec,
-    RunConfig,
-    TrainResult,
-    check_on_device,
-    describe_env,
-    finish_training,
-    open_batchers,
-    seeded_model,
-    training_run,
-    validate_run_config,
-)
-from rlstruct.devices import as_device
+from rlstruct.algos.checkpoints import Resume, restore_optimizer
+from rlstruct.algos.command import run_main
+from rlstruct.algos.config import RunConfig
+from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos.networks import NetworkAgent, make_adam
+from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
+from rlstruct.algos.record import TrainResult
+from rlstruct.algos.replay import ReplayBuffer
+from rlstruct.algos.run import seeded_model
+from rlstruct.algos.setup import Setup, prepare
+from rlstruct.algos.transitions import one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = [
@@ -58,14 +54,15 @@ __all__ = [
     "TwinQNetwork",
     "SACAgent",
     "create_sac_agent",
-    "one_step_steps",
-    "one_step_transitions",
     "squashed_gaussian_log_prob",
     "soft_q_targets",
     "sac_critic_loss",
     "sac_actor_loss",
     "sac_temperature_loss",
     "polyak_update",
+    "SACLearner",
+    "ALGORITHM",
+    "validate",
     "train",
     "main",
 ]
@@ -114,18 +111,13 @@ class SACConfig(RunConfig):
     RESUME_FIELDS = ()
 
 
-def validate(config: SACConfig) -> EnvSpec:
-    """Checks the config before anything is built and describes its env (see :func:`validate_run_config`).
+
+def check_config(config: SACConfig) -> None:
+    """SAC's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
 
     Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have continuous actions and flat observations.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
-            :attr:`SACConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
+        ValueError: a setting is out of range.
     """
-    validate_run_config(config)
     for name in ("rollout_steps", "buffer_size", "batch_size"):
         if getattr(config, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
@@ -141,10 +133,11 @@ def validate(config: SACConfig) -> EnvSpec:
         raise ValueError(f"init_temperature must be > 0, got {config.init_temperature!r}")
     if not config.critic_lr > 0:
         raise ValueError(f"critic_lr must be > 0, got {config.critic_lr!r}")
-    spec = describe_env(config.env, config.backend, config.max_episode_steps)
+
+
+def check_env(config: SACConfig, spec: EnvSpec) -> None:
+    """Raises :class:`~rlstruct.errors.SpaceError` unless the env has continuous actions and flat observations."""
     spec.require("SAC", config.env, discrete=False, pixels=False)
-    load_resume("sac", config, SACConfig.RESUME_FIELDS)
-    return spec
 
 
 # =============================================================================================== networks
@@ -314,40 +307,8 @@ def create_sac_agent(
 
 
 # =============================================================================================== losses
-def one_step_steps(trajectories: TemporalDictTensor, gamma: float) -> dict[str, torch.Tensor]:
-    """The one-step transitions of an acquisition of auto-reset envs (every row full), as the steps and the
-    transitions over them (:meth:`ReplayBuffer.push_steps`'s arguments: each observation is stored once).
-
-    A transition's next observation is ``_observation/frame``, the observation the step reached *before* any
-    auto-reset (at a time limit, the truncated episode's last observation), and ``discount`` is ``gamma``, or 0
-    where the episode terminated: targets bootstrap through truncations and not through terminations.
-
-    Args:
-        trajectories: ``[B, T, ...]`` with ``observation/frame``, ``action/action``, ``_observation/reward``,
-            ``_observation/done``, ``_observation/terminated`` and ``_observation/frame``.
-        gamma: discount factor.
-
-    Returns:
-        ``obs [B, T, obs_dim]``, ``next_obs [B, T, obs_dim]``, ``done [B, T]``, ``action [B, T, action_dim]``,
-        ``ret [B, T]``, ``last [B, T]`` (``last[b, t] = t``) and ``discount [B, T]``.
-    """
-    tt = trajectories
-    reward = tt["_observation/reward"]
-    discount = gamma * (~tt["_observation/terminated"].bool()).to(reward.dtype)
-    B, T = reward.shape
-    last = torch.arange(T, device=reward.device).expand(B, T)
-    return {"obs": tt["observation/frame"], "next_obs": tt["_observation/frame"], "done": tt["_observation/done"],
-            "action": tt["action/action"], "ret": reward, "last": last, "discount": discount}
 
 
-def one_step_transitions(trajectories: TemporalDictTensor, gamma: float) -> dict[str, torch.Tensor]:
-    """The transitions of :func:`one_step_steps`, flattened, each with its own ``obs`` and ``next_obs``.
-
-    Returns:
-        ``obs [N, obs_dim]``, ``action [N, action_dim]``, ``ret [N]``, ``next_obs [N, obs_dim]``,
-        ``discount [N]`` with ``N = B * T``: :meth:`ReplayBuffer.push`'s arguments.
-    """
-    return steps_to_transitions(one_step_steps(trajectories, gamma))
 
 
 def soft_q_targets(
@@ -448,7 +409,138 @@ def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
         torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
 
 
-# =============================================================================================== training
+# =============================================================================================== learner
+class SACLearner:
+    """SAC's learner for the off-policy loop (:class:`~rlstruct.algos.off_policy.OffPolicyLearner`): the actor, the
+    twin critics and their Polyak-averaged targets, the temperature, their three Adams, and one gradient step
+    (the critics on the soft targets, the actor, the temperature, then the targets).
+
+    The actor acts uniformly at random for a fresh run's first ``learning_starts`` env steps; a resumed run restores
+    every network, the temperature and the optimizers, and lets the restored actor act while its buffer refills.
+    The gradient steps are ``gradient_steps_per_env_step`` per new env step, fractions carried over.
+
+    Args:
+        config: the run's settings.
+        spec: the env's description.
+        resume: the checkpoint the run continues (``None``: a fresh run).
+    """
+
+    create_agent = staticmethod(create_sac_agent)
+    explore = {"stochastic": True, "random": True}
+    greedy = {"stochastic": False, "random": False}
+
+    def __init__(self, config: SACConfig, spec: EnvSpec, resume: Resume | None):
+        self.config, self.resume = config, resume
+        self.action_dim = spec.action_dim
+        self.target_entropy = -float(spec.action_dim) if config.target_entropy is None else config.target_entropy
+        self.policy = seeded_model(config.seed, SquashedGaussianActor, spec.obs_dim, spec.action_dim,
+                                   config.hidden_sizes, spec.action_low, spec.action_high)
+        self.critic = seeded_model(config.seed + 1, TwinQNetwork, spec.obs_dim, spec.action_dim, config.hidden_sizes)
+        self.owed = 0.0  # gradient steps due but not yet taken (fractions of a step carry over)
+
+    def start(self, device: torch.device, seed: int, n_rows: int) -> None:
+        """The networks on ``device``, the targets, the temperature and the optimizers, restored from a resumed
+        run; the generator of the gradient steps' noise, seeded by ``seed``."""
+        config, resume = self.config, self.resume
+        self.device = device
+        self.policy.to(device)
+        self.critic.to(device)
+        self.target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.tensor(math.log(config.init_temperature), device=device, requires_grad=True)
+        self.actor_opt = make_adam(self.policy, config.lr, device)
+        self.critic_opt = make_adam(self.critic, config.critic_lr, device)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=config.lr)
+        if resume is not None:
+            self.policy.load_state_dict(resume.model)
+            self.critic.load_state_dict(resume.learner["critic"])
+            self.target.load_state_dict(resume.learner["target_critic"])
+            with torch.no_grad():
+                self.log_alpha.copy_(resume.learner["log_alpha"])
+            restore_optimizer(self.actor_opt, resume.learner["actor_optimizer"], config.lr)
+            restore_optimizer(self.critic_opt, resume.learner["critic_optimizer"], config.critic_lr)
+            restore_optimizer(self.alpha_opt, resume.learner["alpha_optimizer"], config.lr)
+        self.noise = torch.Generator(device=device)
+        self.noise.manual_seed(seed)
+        self._agent_info = {r: DictTensor({"stochastic": torch.ones(n_rows, dtype=torch.bool),
+                                           "random": torch.full((n_rows,), r, dtype=torch.bool)})
+                            for r in (True, False)}
+
+    def checked(self) -> dict[str, nn.Module]:
+        """The actor and the critics, which ``check_devices`` checks."""
+        return {"the learner's actor": self.policy, "the learner's critics": self.critic}
+
+    def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
+        """Uniform actions for a fresh run's first ``learning_starts`` env steps, the actor's samples after."""
+        return self._agent_info[self.resume is None and env_steps < self.config.learning_starts], {}
+
+    def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
+        """The one-step transitions of the acquisition (:func:`~rlstruct.algos.transitions.one_step_steps`)."""
+        return one_step_steps(trajectories, self.config.gamma)
+
+    def n_gradient_steps(self, n_new: int, buffered: int) -> int:
+        """``gradient_steps_per_env_step`` per new env step, the fraction of a step carried over."""
+        self.owed += self.config.gradient_steps_per_env_step * n_new
+        n_steps = int(self.owed)
+        self.owed -= n_steps
+        return n_steps
+
+    def gradient_step(self, buffer: ReplayBuffer) -> dict[str, Any]:
+        """One step of the critics, the actor and the temperature on a sampled batch, then the targets' update."""
+        config, actor, critic, device = self.config, self.policy, self.critic, self.device
+        batch = buffer.sample(config.batch_size)
+        obs, next_obs = batch["obs"], batch["next_obs"]
+        alpha = self.log_alpha.detach().exp()
+        with torch.no_grad():
+            eps = torch.randn(config.batch_size, self.action_dim, generator=self.noise, device=device)
+            next_action, next_log_prob = actor.sample(next_obs, eps)
+            targets = soft_q_targets(batch["ret"], batch["discount"], self.target(next_obs, next_action),
+                                     next_log_prob, alpha)
+        critic_loss, stats = sac_critic_loss(critic(obs, batch["action"]), targets)
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_opt.step()
+
+        eps = torch.randn(config.batch_size, self.action_dim, generator=self.noise, device=device)
+        action, log_prob = actor.sample(obs, eps)
+        critic.requires_grad_(False)  # the actor's loss differentiates through the critics' input only
+        actor_loss, actor_stats = sac_actor_loss(critic(obs, action), log_prob, alpha)
+        critic.requires_grad_(True)
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+
+        alpha_loss, alpha_stats = sac_temperature_loss(self.log_alpha, log_prob, self.target_entropy)
+        self.alpha_opt.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.alpha_opt.step()
+        polyak_update(self.target, critic, config.tau)
+        return {**stats, **actor_stats, **alpha_stats}
+
+    def state(self) -> dict[str, Any]:
+        """The critics, their targets, the temperature and the three optimizers' state."""
+        return {"critic": self.critic.state_dict(), "target_critic": self.target.state_dict(),
+                "log_alpha": self.log_alpha.detach(), "actor_optimizer": self.actor_opt.state_dict(),
+                "critic_optimizer": self.critic_opt.state_dict(), "alpha_optimizer": self.alpha_opt.state_dict()}
+
+
+ALGORITHM = OffPolicyAlgorithm(name="sac", title="SAC", config_cls=SACConfig, description=__doc__.splitlines()[0],
+                               check_config=check_config, check_env=check_env, make_learner=SACLearner)
+
+
+def validate(config: SACConfig) -> Setup:
+    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
+
+    Raises:
+        DeviceUnavailableError: a device of the config does not exist here.
+        SpaceError: the env does not have continuous actions and flat observations.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
+            :attr:`SACConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
+    """
+    return prepare(ALGORITHM, config)
+
+
 def train(config: SACConfig) -> TrainResult:
     """Trains a squashed Gaussian policy with SAC and returns the final evaluation and the run's history.
 
@@ -456,130 +548,14 @@ def train(config: SACConfig) -> TrainResult:
     critics, the temperature and the optimizers in its ``learner`` state.
 
     Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have continuous actions and flat observations.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` cannot be continued with this config (see :func:`validate`).
+        The errors of :func:`validate`.
     """
-    start = time.perf_counter()
-    spec = validate(config)
-    resume = load_resume("sac", config, SACConfig.RESUME_FIELDS)
-    learner = as_device(config.learner_device)
-    target_entropy = -float(spec.action_dim) if config.target_entropy is None else config.target_entropy
-    with training_run("sac", config, spec, start=start, resume=resume) as (run, stack):
-        actor = seeded_model(config.seed, SquashedGaussianActor, spec.obs_dim, spec.action_dim, config.hidden_sizes,
-                             spec.action_low, spec.action_high)
-        critic = seeded_model(config.seed + 1, TwinQNetwork, spec.obs_dim, spec.action_dim, config.hidden_sizes)
-        # Batchers first, models to the learner device after: no CUDA in this process before workers spawn.
-        batcher, evaluator = open_batchers(stack, config, spec, create_sac_agent, n_timesteps=config.rollout_steps,
-                                           autoreset=True, explore={"stochastic": True, "random": True},
-                                           greedy={"stochastic": False, "random": False}, seed=run.seed)
-
-        actor.to(learner)
-        critic.to(learner)
-        target = copy.deepcopy(critic).requires_grad_(False)
-        log_alpha = torch.tensor(math.log(config.init_temperature), device=learner, requires_grad=True)
-        actor_opt = make_adam(actor, config.lr, learner)
-        critic_opt = make_adam(critic, config.critic_lr, learner)
-        alpha_opt = torch.optim.Adam([log_alpha], lr=config.lr)
-        if resume is not None:
-            actor.load_state_dict(resume.model)
-            critic.load_state_dict(resume.learner["critic"])
-            target.load_state_dict(resume.learner["target_critic"])
-            with torch.no_grad():
-                log_alpha.copy_(resume.learner["log_alpha"])
-            restore_optimizer(actor_opt, resume.learner["actor_optimizer"], config.lr)
-            restore_optimizer(critic_opt, resume.learner["critic_optimizer"], config.critic_lr)
-            restore_optimizer(alpha_opt, resume.learner["alpha_optimizer"], config.lr)
-
-        def learner_state() -> dict[str, Any]:  # what the checkpoint keeps besides the actor (see --resume)
-            return {"critic": critic.state_dict(), "target_critic": target.state_dict(),
-                    "log_alpha": log_alpha.detach(), "actor_optimizer": actor_opt.state_dict(),
-                    "critic_optimizer": critic_opt.state_dict(), "alpha_optimizer": alpha_opt.state_dict()}
-        first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
-        buffer = ReplayBuffer.for_spec(spec, config.buffer_size, learner, seed=run.seed)
-        noise = torch.Generator(device=learner)
-        noise.manual_seed(run.seed)
-        B = batcher.n_elems()
-        carry_return = torch.zeros(B, device=learner)
-        carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
-        explore = {r: DictTensor({"stochastic": torch.ones(B, dtype=torch.bool),
-                                  "random": torch.full((B,), r, dtype=torch.bool)}) for r in (True, False)}
-        owed = 0.0  # gradient steps due but not yet taken (fractions of a step carry over)
-
-        def gradient_step() -> dict[str, torch.Tensor]:
-            batch = buffer.sample(config.batch_size)
-            obs, next_obs = batch["obs"], batch["next_obs"]
-            alpha = log_alpha.detach().exp()
-            with torch.no_grad():
-                eps = torch.randn(config.batch_size, spec.action_dim, generator=noise, device=learner)
-                next_action, next_log_prob = actor.sample(next_obs, eps)
-                targets = soft_q_targets(batch["ret"], batch["discount"], target(next_obs, next_action),
-                                         next_log_prob, alpha)
-            critic_loss, stats = sac_critic_loss(critic(obs, batch["action"]), targets)
-            critic_opt.zero_grad(set_to_none=True)
-            critic_loss.backward()
-            critic_opt.step()
-
-            eps = torch.randn(config.batch_size, spec.action_dim, generator=noise, device=learner)
-            action, log_prob = actor.sample(obs, eps)
-            critic.requires_grad_(False)  # the actor's loss differentiates through the critics' input only
-            actor_loss, actor_stats = sac_actor_loss(critic(obs, action), log_prob, alpha)
-            critic.requires_grad_(True)
-            actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            actor_opt.step()
-
-            alpha_loss, alpha_stats = sac_temperature_loss(log_alpha, log_prob, target_entropy)
-            alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            alpha_opt.step()
-            polyak_update(target, critic, config.tau)
-            return {**stats, **actor_stats, **alpha_stats}
-
-        weights = cpu_state_dict(actor)
-        batcher.update(weights)
-        batcher.reset()
-        evaluator.launch(weights, run.iteration, run.env_steps)
-        while not run.should_stop():
-            batcher.execute(agent_info=explore[resume is None and run.env_steps < config.learning_starts])
-            traj, _ = batcher.get()
-            traj = traj.to(learner)
-            if config.check_devices:
-                check_on_device(traj, learner, "the trajectories given to the learner")
-                check_on_device(actor, learner, "the learner's actor")
-                check_on_device(critic, learner, "the learner's critics")
-            tt = traj.trajectories
-            n_new = B * tt.temporal_size()
-            buffer.push_steps(**one_step_steps(tt, config.gamma))
-
-            stats: dict[str, Any] = {"buffer_size": float(len(buffer))}
-            if run.env_steps + n_new - first_step >= config.learning_starts:
-                owed += config.gradient_steps_per_env_step * n_new
-                n_steps, owed = int(owed), owed - int(owed)
-                for _ in range(n_steps):
-                    stats.update(gradient_step())
-                if n_steps:
-                    weights = cpu_state_dict(actor)
-                    batcher.update(weights)
-
-            ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
-                tt["_observation/reward"], tt["_observation/done"], carry_return, carry_length
-            )
-            # nan (0 / 0) when no episode ended in this window.
-            stats["train/episode_return"] = ret_sum / count
-            stats["train/episode_length"] = len_sum / count
-            run.record(n_new, stats)
-            run.poll_evaluation(evaluator, lambda: weights)
-            run.poll_checkpoint(actor, learner_state)
-
-        return finish_training(run, evaluator, actor, spec, title="SAC", learner=learner_state())
+    return train_off_policy(validate(config))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``rlstruct train sac [flags]``; the last stdout line is a JSON summary."""
-    return run_main(train, SACConfig, validate, argv, "rlstruct train sac", __doc__.splitlines()[0])
+    return run_main(ALGORITHM, train_off_policy, argv)
 
 
 if __name__ == "__main__":

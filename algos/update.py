@@ -28,9 +28,9 @@ from torch.nn.utils import clip_grad_norm_
 
 from rlstruct._accel import accelerator_for
 from rlstruct.algos.checkpoints import Resume, restore_optimizer
+from rlstruct.algos.config import RunConfig
 from rlstruct.algos.networks import ActorCritic, autocast_context, make_adam
 from rlstruct.algos.normalization import LearnerNormalization
-from rlstruct.algos.run import RunConfig
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import ConfigError
@@ -78,6 +78,9 @@ class FastPathConfig(RunConfig):
             large batches; other bits than float32). The weights, their gradients, the optimizer, the targets
             (returns, advantages) and the distributions' log-probabilities stay float32; evaluations run in float32.
     """
+
+    #: the ``--help`` group of the fields declared here
+    HELP_GROUP = "fast path"
 
     compile_update: bool = False
     cuda_graph: bool = False
@@ -175,18 +178,15 @@ def training_agent_kwargs(config: FastPathConfig) -> dict[str, object]:
     return kwargs
 
 
-def weight_sync_mode(config: FastPathConfig, *, overlap: bool = False) -> str:
-    """The :class:`~rlstruct.batchers.WeightSync` mode of a run: ``"cpu"`` unless ``share_weights`` and the
-    training batcher runs in process on the learner's device; then ``"copy"`` when collection overlaps learning
-    (the acquisition must see a snapshot), else ``"auto"`` (shared where the agent allows it).
+def weight_sync_mode(config: FastPathConfig) -> str:
+    """The :class:`~rlstruct.batchers.WeightSync` mode a run asks for: ``"auto"`` with ``share_weights`` (the weights
+    shared or copied on the device where the training batcher runs in process on the learner's device, which
+    :class:`~rlstruct.batchers.WeightSync` decides), else ``"cpu"``.
 
-    >>> weight_sync_mode(FastPathConfig()), weight_sync_mode(FastPathConfig(n_processes=2))
+    >>> weight_sync_mode(FastPathConfig()), weight_sync_mode(FastPathConfig(share_weights=False))
     ('auto', 'cpu')
     """
-    same_place = config.n_processes == 0 and as_device(config.batcher_device) == as_device(config.learner_device)
-    if not (config.share_weights and same_place):
-        return "cpu"
-    return "copy" if overlap else "auto"
+    return "auto" if config.share_weights else "cpu"
 
 
 def actor_critic_learner(
@@ -220,18 +220,20 @@ def actor_critic_learner(
 
 
 def start_pipeline(stack: contextlib.ExitStack, batcher: RL_Batcher, model: nn.Module, config: FastPathConfig, *,
-                   overlap: bool = False) -> Pipeline:
+                   device: torch.device, overlap: bool = False) -> Pipeline:
     """The training batcher's :class:`~rlstruct.batchers.Pipeline` for a run, started (initial weights sent, envs
     reset) and closed by ``stack`` before the batcher is.
 
     Args:
         stack: the run's exit stack, on which the batcher was pushed.
         batcher: the auto-reset training batcher.
-        model: the learner's model, on ``config.learner_device``.
-        config: the run's settings (devices, ``n_processes``, ``share_weights``).
-        overlap: collect the next batch while learning on this one.
+        model: the learner's model, on ``device``.
+        config: the run's settings (``share_weights``).
+        device: the learner's device (resolved).
+        overlap: collect the next batch while learning on this one (the batcher's agent then gets a snapshot of
+            the weights, never the learner's own tensors).
     """
-    sync = WeightSync(batcher, model, config.learner_device, weight_sync_mode(config, overlap=overlap))
+    sync = WeightSync(batcher, model, device, weight_sync_mode(config), snapshot=overlap)
     pipe = Pipeline(batcher, sync, overlap=overlap)
     stack.callback(pipe.close)
     pipe.start()

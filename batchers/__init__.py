@@ -1,13 +1,16 @@
-"""Batchers: collect trajectories from an agent and a vectorized environment."""
+"""Batchers: collect trajectories from an agent and a vectorized environment.
+
+The Ray batcher, the autotuner and the profile's report load on first use of one of their names, so that a
+training run loads the modules it uses (Ray itself is imported when a RayBatcher is built: extra
+``rlstruct[ray]``).
+"""
+
+import importlib
+from typing import Any
 
 from rlstruct.batchers._worker import WorkerPlacement
-from rlstruct.batchers.autotune import AutotuneResult, Measurement
 from rlstruct.batchers.batcher import RL_Batcher, WorkerRestart, restart_seed
 from rlstruct.batchers.pipeline import Pipeline
-from rlstruct.batchers.profile import PhaseTimer, ProfileReport
-
-# Imports without Ray: Ray itself is imported when a RayBatcher is built (extra `rlstruct[ray]`).
-from rlstruct.batchers.ray_batcher import RayBatcher
 from rlstruct.batchers.weights import WeightSync
 
 # The search itself is rlstruct.batchers.autotune.autotune: re-exporting it here would hide the module.
@@ -24,3 +27,22 @@ __all__ = [
     "Pipeline",
     "WeightSync",
 ]
+
+#: the names whose modules load on first use: name -> module
+_LAZY = {
+    "RayBatcher": "rlstruct.batchers.ray_batcher",
+    "PhaseTimer": "rlstruct.batchers.profile",
+    "ProfileReport": "rlstruct.batchers.profile",
+    "AutotuneResult": "rlstruct.batchers.autotune",
+    "Measurement": "rlstruct.batchers.autotune",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'rlstruct.batchers' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

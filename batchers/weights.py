@@ -48,7 +48,9 @@ class WeightSync:
       copy of the state dict instead.
     * ``"cpu"``: :meth:`push` sends ``batcher.update(cpu state dict)``, what worker processes need.
     * ``"auto"``: ``"shared"`` where the batcher is in process on the learner's device and its agent exposes a
-      matching ``model``, ``"copy"`` where only the placement matches, else ``"cpu"``.
+      matching ``model``, ``"copy"`` where only the placement matches (or where ``snapshot``), else ``"cpu"``.
+      This is the one place the "batcher in process on the learner's device" decision is made: a training
+      run asks for ``"auto"`` (or ``"cpu"``) and reads the outcome from :attr:`mode`.
 
     The evaluator is not this class's concern: evaluations are rare and keep taking CPU copies.
 
@@ -57,13 +59,15 @@ class WeightSync:
         model: the learner's model.
         learner_device: where ``model`` lives.
         mode: one of :data:`SYNC_MODES`.
+        snapshot: with ``"auto"``, copy rather than share where the placement matches: an acquisition that runs
+            while the learner updates (overlap) must see a snapshot of the weights.
 
     Raises:
         ConfigError: ``"shared"`` or ``"copy"`` asked for with worker processes or another device (or, for
             ``"shared"``, an agent without a matching ``model``).
 
     >>> from rlstruct.algos.networks import create_policy_agent, build_actor_critic
-    >>> from rlstruct.algos.run import create_env, describe_env
+    >>> from rlstruct.algos.env_spec import create_env, describe_env
     >>> spec = describe_env("CartPole-v1", "torch", None)
     >>> model = build_actor_critic(spec, (8,))
     >>> with RL_Batcher(4, create_policy_agent, {"spec": spec, "hidden_sizes": (8,)}, create_env,
@@ -74,7 +78,8 @@ class WeightSync:
     ('shared', True)
     """
 
-    def __init__(self, batcher: RL_Batcher, model: nn.Module, learner_device: DeviceLike, mode: str = "auto"):
+    def __init__(self, batcher: RL_Batcher, model: nn.Module, learner_device: DeviceLike, mode: str = "auto", *,
+                 snapshot: bool = False):
         if mode not in SYNC_MODES:
             raise ValueError(f"mode must be one of {list(SYNC_MODES)}, got {mode!r}")
         self.batcher = batcher
@@ -95,7 +100,7 @@ class WeightSync:
                 f"keys and shapes, got {type(self._agent).__name__}; use mode='copy' (or 'auto')"
             )
         if mode == "auto":
-            mode = "cpu" if not same_place else ("shared" if target is not None else "copy")
+            mode = "cpu" if not same_place else ("shared" if target is not None and not snapshot else "copy")
         self.mode = mode
         self._src: list[torch.Tensor] = []
         self._dst: list[torch.Tensor] = []

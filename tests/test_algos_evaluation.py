@@ -14,10 +14,12 @@ import time
 import pytest
 import torch
 
+from rlstruct.algos.config import RunConfig, validate_run_config
+from rlstruct.algos.env_spec import create_env, describe_env
 from rlstruct.algos.evaluation import EpisodeTally, Evaluator, run_episodes
 from rlstruct.algos.networks import build_actor_critic, cpu_state_dict, create_policy_agent
 from rlstruct.algos.returns import episode_returns
-from rlstruct.algos.run import RunConfig, create_env, describe_env, open_batchers, seeded_model, validate_run_config
+from rlstruct.algos.run import open_batchers, seeded_model
 from rlstruct.batchers import RL_Batcher
 from rlstruct.structures import DictTensor
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.networks import (
     ActorCritic,
     Categorical,
@@ -18,7 +19,6 @@ from rlstruct.algos.networks import (
     masked_policy_value_loss,
     policy_actions,
 )
-from rlstruct.algos.run import EnvSpec, create_env, describe_env
 from rlstruct.batchers import RL_Batcher
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor

@@ -9,13 +9,12 @@ import torch
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 from rlstruct.algos import sac
-from rlstruct.algos.run import EnvSpec
+from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.sac import (
     SACConfig,
     SquashedGaussianActor,
     TwinQNetwork,
     create_sac_agent,
-    one_step_transitions,
     polyak_update,
     sac_actor_loss,
     sac_critic_loss,
@@ -23,6 +22,7 @@ from rlstruct.algos.sac import (
     soft_q_targets,
     squashed_gaussian_log_prob,
 )
+from rlstruct.algos.transitions import one_step_transitions
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor, TemporalDictTensor
 

@@ -18,7 +18,7 @@ import torch
 
 pytest.importorskip("ale_py")
 
-from rlstruct.algos.run import describe_env  # noqa: E402
+from rlstruct.algos.env_spec import describe_env  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 # No --max-episode-steps: the episodes are capped by ALE (27,000 steps). The evaluations (an untrained greedy policy

@@ -20,11 +20,12 @@ import torch
 
 from rlstruct.algos import a2c, cli
 from rlstruct.algos.a2c import A2CConfig
-from rlstruct.algos.cli import build_parser, config_from_args, field_docs
+from rlstruct.algos.command import build_parser, config_from_args, field_docs, short_help
+from rlstruct.algos.config import RunConfig
 from rlstruct.algos.dqn import DQNConfig
 from rlstruct.algos.ppo import PPOConfig
 from rlstruct.algos.reinforce import ReinforceConfig
-from rlstruct.algos.run import RunConfig, worker_seeds
+from rlstruct.algos.run import worker_seeds
 from rlstruct.algos.sac import SACConfig
 
 CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, SACConfig, PPOConfig]
@@ -204,8 +205,9 @@ def test_every_config_field_has_a_doc_and_a_flag(config_cls):
     assert set(names) <= set(docs), set(names) - set(docs)
     parser = build_parser(config_cls, "prog")
     flags = {a.dest: a for a in parser._actions}
-    for name in names:
-        assert name in flags and docs[name] in flags[name].help
+    for name in names:  # --help shows the description's first clause, or its start
+        shown = flags[name].help.removesuffix(" ...")
+        assert name in flags and shown and short_help(docs[name]).startswith(shown)
     for name in ("env", "backend", "n_envs", "n_processes", "learner_device", "batcher_device", "evaluation_device",
                  "seed", "time_limit", "max_env_steps", "logdir", "progress"):
         assert name in names
@@ -228,7 +230,7 @@ class _WrappedConfig(A2CConfig):
     wide_field: float = 1.0
 
 
-def test_wrapped_field_descriptions_appear_whole_in_help(capsys):
+def test_wrapped_field_descriptions_are_read_whole_and_shown_shortened_in_help(capsys):
     docs = field_docs(_WrappedConfig)
     assert docs["gamma"] == ("the discount factor, a description long enough that it wraps onto the next line of "
                              "the docstring and then onto a third one, which --help must still show.")
@@ -237,8 +239,10 @@ def test_wrapped_field_descriptions_appear_whole_in_help(capsys):
     with pytest.raises(SystemExit):
         build_parser(_WrappedConfig, "prog").parse_args(["--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "which --help must still show. (default: 0.99)" in help_text
-    assert "--wide-field WIDE_FIELD a field with a type in parentheses, and a wrapped description." in help_text
+    assert "--gamma GAMMA the discount factor, a description long enough that it wraps onto the next line" in help_text
+    assert " ... (default: 0.99)" in help_text
+    assert "--wide-field WIDE_FIELD a field with a type in parentheses, and a wrapped description (default: 1.0)" \
+           in help_text
 
 
 def test_parsed_flags_build_the_config():
@@ -267,8 +271,8 @@ def test_only_the_command_line_configures_logging():
     root = Path(__file__).resolve().parents[1]
     calling = sorted(str(p.relative_to(root)) for d in ("rlstruct", "agents", "batchers", "algos")
                      for p in (root / d).rglob("*.py") if "basicConfig(" in p.read_text())
-    assert calling == ["algos/cli.py"]
-    assert (root / "algos/cli.py").read_text().count("basicConfig(") == 1
+    assert calling == ["algos/command.py"]  # the command line's own module
+    assert (root / "algos/command.py").read_text().count("basicConfig(") == 1
 
 
 # --------------------------------------------------------------------------- Ctrl-C
@@ -370,12 +374,42 @@ def test_an_interrupted_run_in_python_returns_what_it_reached(tmp_path, signum):
 @pytest.mark.timeout(120)
 def test_a_run_without_iterations_and_a_reused_logdir_are_warned_about(tmp_path, caplog):
     cfg = dict(progress=False, tensorboard=True, logdir=str(tmp_path), n_evaluation_envs=2, max_episode_steps=20)
-    with caplog.at_level(logging.WARNING, logger="rlstruct.algos.run"):
+    with caplog.at_level(logging.WARNING, logger="rlstruct.algos"):
         a2c.train(A2CConfig(time_limit=1e-6, **cfg))
     assert "no training iteration ran: the time limit (1e-06 s) was spent" in caplog.text
     assert "already holds" not in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="rlstruct.algos.run"):
+    with caplog.at_level(logging.WARNING, logger="rlstruct.algos"):
         result = a2c.train(A2CConfig(max_env_steps=64, **cfg))
     assert result.iterations > 0 and "no training iteration" not in caplog.text
     assert "already holds 1 TensorBoard event file(s) of earlier runs" in caplog.text
+
+
+@pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn", "sac", "ppo"])
+def test_train_help_is_grouped_and_each_entry_is_two_lines_at_most(algo, capsys):
+    from rlstruct.algos.command import HELP_POSITION
+
+    with pytest.raises(SystemExit):
+        cli.main(["train", algo, "--help"])
+    out = capsys.readouterr().out
+    title = {"reinforce": "REINFORCE"}.get(algo, algo.upper())
+    groups = ["environment:", "run:", "evaluation:", "checkpoints:", f"{title}'s own settings:"]
+    if algo in ("reinforce", "a2c", "ppo"):
+        groups += ["fast path:", "normalisation:"]
+    lines = out.splitlines()
+    assert [g for g in groups if g not in lines] == []
+    entries: list[list[str]] = []
+    for line in lines[lines.index("options:") + 1:]:
+        if line.startswith("  -"):
+            entries.append([line])
+        elif line.startswith(" " * HELP_POSITION) and entries:
+            entries[-1].append(line)
+        else:  # a group's title, a blank line or the epilog
+            entries.append([]) if entries and entries[-1] else None
+    entries = [e for e in entries if e]
+    assert len(entries) >= 40
+    for entry in entries:
+        first = entry[0]
+        help_on_first = len(first) > HELP_POSITION and first[HELP_POSITION - 2:HELP_POSITION] == "  "
+        assert help_on_first + len(entry) - 1 <= 2, entry
+        assert help_on_first or len(entry) > 1, entry  # every flag has a help text

@@ -15,6 +15,8 @@ import pytest
 import torch
 
 from rlstruct.algos import a2c, ppo, reinforce
+from rlstruct.algos.config import RunConfig, validate_run_config
+from rlstruct.algos.env_spec import create_env, describe_env
 from rlstruct.algos.networks import (
     ActorCritic,
     actor_critic_outputs,
@@ -22,7 +24,7 @@ from rlstruct.algos.networks import (
     create_policy_agent,
     make_adam,
 )
-from rlstruct.algos.run import RunConfig, create_env, describe_env, training_run, validate_run_config
+from rlstruct.algos.run import training_run
 from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, weight_sync_mode
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.errors import BatcherStateError, ConfigError
@@ -191,11 +193,16 @@ def test_pipeline_misuse_is_a_typed_error():
             Pipeline(b, WeightSync(b, model, "cpu", mode="shared"), overlap=True)
 
 
-def test_weight_sync_mode_of_a_config():
+def test_weight_sync_mode_of_a_config_and_its_outcome():
+    """A run asks for "auto" (or "cpu" without share_weights); WeightSync alone decides from the placement."""
     assert weight_sync_mode(FastPathConfig()) == "auto"
-    assert weight_sync_mode(FastPathConfig(), overlap=True) == "copy"
     assert weight_sync_mode(FastPathConfig(share_weights=False)) == "cpu"
-    assert weight_sync_mode(FastPathConfig(n_processes=1)) == "cpu"
+    model = build_actor_critic(SPEC, (8,))
+    with _batcher() as b:
+        assert WeightSync(b, model, "cpu", "auto").mode == "shared"
+        assert WeightSync(b, model, "cpu", "auto", snapshot=True).mode == "copy"  # an overlapped acquisition
+    with _batcher(n_processes=1) as b:
+        assert WeightSync(b, model, "cpu", "auto", snapshot=True).mode == "cpu"
 
 
 # ----------------------------------------------------------------------------------------------- algorithms

@@ -12,6 +12,7 @@ import torch
 from rlstruct import DictTensor, RL_Batcher
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent
 from rlstruct.algos import a2c, ppo
+from rlstruct.algos.env_spec import create_env, describe_env
 from rlstruct.algos.networks import cpu_state_dict
 from rlstruct.algos.recurrent import (
     RecurrentActorCritic,
@@ -19,7 +20,6 @@ from rlstruct.algos.recurrent import (
     create_recurrent_agent,
     replay_window,
 )
-from rlstruct.algos.run import create_env, describe_env
 from rlstruct.errors import SpaceError
 
 pytestmark = pytest.mark.timeout(120)

@@ -25,14 +25,18 @@ import time
 import pytest
 import torch
 
-from rlstruct.algos import a2c, cli, dqn, ppo, reinforce, sac
+from rlstruct.algos import a2c, cli, dqn, off_policy, on_policy, ppo, reinforce, sac
 from rlstruct.algos import checkpoints as checkpoints_module
+from rlstruct.algos import record as record_module
 from rlstruct.algos import run as run_module
+from rlstruct.algos import setup as algos_setup
 from rlstruct.algos import update as update_module
 from rlstruct.algos.checkpoints import CHECKPOINT_NAME, cpu_tree, load_resume
 from rlstruct.algos.cli import evaluate_checkpoint
+from rlstruct.algos.env_spec import describe_env
 from rlstruct.algos.normalization import LearnerNormalization
-from rlstruct.algos.run import Run, describe_env, session_seed, worker_seeds
+from rlstruct.algos.record import Run, session_seed
+from rlstruct.algos.run import worker_seeds
 from rlstruct.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
@@ -102,13 +106,14 @@ def train_then_resume(tmp_path, monkeypatch, algo: str):
     saved = torch.load(os.path.join(logdir, CHECKPOINT_NAME), weights_only=True)
     restored = record_restores(monkeypatch, module)
     seeds = []
-    real_open = module.open_batchers
+    loop = off_policy if algo in ("dqn", "sac") else on_policy  # the family's loop opens the batchers
+    real_open = loop.open_batchers
 
     def open_batchers(*args, **kwargs):
         seeds.append(kwargs["seed"])
         return real_open(*args, **kwargs)
 
-    monkeypatch.setattr(module, "open_batchers", open_batchers)
+    monkeypatch.setattr(loop, "open_batchers", open_batchers)
     # The log folder is the checkpoint's unless --logdir says otherwise.
     second = module.train(dataclasses.replace(config, max_env_steps=total_steps, resume=logdir, logdir=None))
     final = torch.load(os.path.join(logdir, CHECKPOINT_NAME), weights_only=True)
@@ -367,6 +372,22 @@ def test_the_command_line_resumes_with_the_runs_own_settings(a2c_checkpoint, tmp
     assert after["config"]["max_env_steps"] == before["env_steps"] + 64
 
 
+def test_a_resumed_command_reads_its_checkpoint_once_and_describes_its_env_once(a2c_checkpoint, tmp_path,
+                                                                                monkeypatch, capsys):
+    """The command line reads the checkpoint for the flags' defaults and hands it down: one read for the whole run
+    (the final checkpoint's write aside), and one env built to describe it."""
+    run = tmp_path / "run"
+    shutil.copytree(a2c_checkpoint, run)
+    steps = torch.load(run / CHECKPOINT_NAME, weights_only=True)["env_steps"]
+    loads, described = [], []
+    real_load, real_describe = torch.load, algos_setup.describe_env
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
+    monkeypatch.setattr(algos_setup, "describe_env", lambda *a: described.append(a) or real_describe(*a))
+    assert cli.main(["train", "a2c", "--resume", str(run), "--max-env-steps", str(steps + 32)]) == 0
+    assert [str(p) for p in loads] == [str(run / CHECKPOINT_NAME)] and len(described) == 1, (loads, described)
+    capsys.readouterr()
+
+
 def test_an_old_checkpoint_still_evaluates_but_cannot_resume(a2c_checkpoint, tmp_path):
     data = torch.load(a2c_checkpoint / CHECKPOINT_NAME, weights_only=True)
     old = {k: v for k, v in data.items() if k not in ("learner", "iteration", "wall_time_s")}
@@ -473,6 +494,8 @@ def test_checkpoint_every_writes_resumable_checkpoints_during_the_run(tmp_path, 
             shutil.copytree(os.path.dirname(out), snapshot)
         return out
 
+    # The periodic checkpoints (Run.poll_checkpoint) and the final one (finish_training).
+    monkeypatch.setattr(record_module, "save_checkpoint", save_and_keep)
     monkeypatch.setattr(run_module, "save_checkpoint", save_and_keep)
     first = module.train(dataclasses.replace(config, logdir=str(tmp_path / "run"), max_env_steps=first_steps,
                                              checkpoint_every=2))

@@ -27,9 +27,9 @@ import tempfile
 import torch
 
 from rlstruct.algos.cli import evaluate_checkpoint
+from rlstruct.algos.env_spec import describe_env
 from rlstruct.algos.networks import DiagGaussian, build_actor_critic, create_policy_agent
 from rlstruct.algos.ppo import PPOConfig, ppo_loss, train
-from rlstruct.algos.run import describe_env
 from rlstruct.structures import DictTensor
 
 SCALE = float(os.environ.get("RLSTRUCT_TUTORIAL_SCALE", "1.0"))

@@ -29,9 +29,9 @@ import torch
 from rlstruct import DictTensor, RL_Batcher
 from rlstruct.algos.a2c import A2CConfig, train
 from rlstruct.algos.encoders import CNNEncoder, MLPEncoder, make_encoder
+from rlstruct.algos.env_spec import create_env, describe_env
 from rlstruct.algos.networks import EncoderActorCritic, build_actor_critic, cpu_state_dict, create_policy_agent
 from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic, replay_window
-from rlstruct.algos.run import create_env, describe_env
 from rlstruct.envs import CartPole, CartPoleNoVel
 
 SCALE = float(os.environ.get("RLSTRUCT_TUTORIAL_SCALE", "1.0"))

@@ -28,9 +28,9 @@ import tempfile
 import torch
 
 from rlstruct import DictTensor
+from rlstruct.algos.env_spec import describe_env
 from rlstruct.algos.networks import create_policy_agent
 from rlstruct.algos.ppo import PPOConfig, train
-from rlstruct.algos.run import describe_env
 from rlstruct.batchers import RL_Batcher
 from rlstruct.envs import CartPole, make_env
 

@@ -2,20 +2,20 @@
 gymnasium's MuJoCo locomotion tasks on MJX and mujoco-torch, and Brax envs.
 
 The JAX, MuJoCo and Brax envs import jax, mujoco and brax only when one is built, so importing this package never
-needs (or starts) them.
+needs (or starts) them; their adapter modules, and the gymnasium bridge, are themselves imported on first use of
+one of their names (``rlstruct.envs.BraxEnv``, or ``make_env(..., backend="brax")``), so that a run loads the
+adapter of its own backend only.
 """
+
+import importlib
+from typing import Any
 
 from rlstruct.envs._base import StepResult, VecEnv
 from rlstruct.envs._torch_env import TorchVecEnv
-from rlstruct.envs.brax_env import BraxEnv
-from rlstruct.envs.bridge import to_gymnasium, to_gymnasium_env
 from rlstruct.envs.classic_control import Acrobot, CartPole, CartPoleNoVel, MountainCar, Pendulum
 from rlstruct.envs.device_env import DeviceEnv
 from rlstruct.envs.factory import make_env
 from rlstruct.envs.gym import GymEnv, GymEnvInf
-from rlstruct.envs.jax_env import GymnaxEnv, JaxVecEnv
-from rlstruct.envs.mjx_env import MjxEnv
-from rlstruct.envs.mujoco_torch_env import MujocoTorchEnv
 from rlstruct.envs.registration import CartPoleNoVelEnv, register_envs
 
 __all__ = [
@@ -40,5 +40,27 @@ __all__ = [
     "to_gymnasium",
     "to_gymnasium_env",
 ]
+
+#: the names whose modules load on first use: name -> module
+_LAZY = {
+    "JaxVecEnv": "rlstruct.envs.jax_env",
+    "GymnaxEnv": "rlstruct.envs.jax_env",
+    "MjxEnv": "rlstruct.envs.mjx_env",
+    "BraxEnv": "rlstruct.envs.brax_env",
+    "MujocoTorchEnv": "rlstruct.envs.mujoco_torch_env",
+    "to_gymnasium": "rlstruct.envs.bridge",
+    "to_gymnasium_env": "rlstruct.envs.bridge",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'rlstruct.envs' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 register_envs()

@@ -1,0 +1,251 @@
+"""``rlstruct train ALGO``: the argument parser every algorithm's command builds from its config dataclass, and the
+command's body (:func:`run_main`: parse, check once, train, report).
+
+``--help`` lists one flag per field of the config, in groups (the environment, the run, the evaluation, the
+checkpoints, the fast path, the normalisation, the algorithm's own), each with the first clause of the field's
+description; the full descriptions are the config dataclasses' docstrings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import logging
+import re
+import signal
+import sys
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlstruct.algos.checkpoints import check_resume_exists, load_checkpoint
+from rlstruct.algos.record import Run, TrainResult
+from rlstruct.algos.setup import Algorithm, Setup, prepare
+from rlstruct.errors import RLStructError
+
+__all__ = ["field_docs", "short_help", "help_groups", "build_parser", "resumed_defaults", "config_from_args",
+           "configure_logging", "run_main"]
+
+#: the width of ``--help`` and the characters of one flag's help at most (two lines, the default included)
+HELP_WIDTH, HELP_POSITION = 100, 32
+HELP_CHARS = 2 * (HELP_WIDTH - HELP_POSITION) - 12
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The description of every field, read from the ``Attributes:`` sections of the docstrings along the MRO.
+
+    A description that wraps onto more-indented lines is joined into one line; a subclass's description of a
+    field replaces its base's.
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     '''Settings.
+    ...
+    ...     Attributes:
+    ...         gamma: the discount factor, which wraps
+    ...             onto a second line.
+    ...         lr: Adam learning rate.
+    ...     '''
+    ...     gamma: float = 0.99
+    ...     lr: float = 1e-3
+    >>> field_docs(Config)
+    {'gamma': 'the discount factor, which wraps onto a second line.', 'lr': 'Adam learning rate.'}
+    """
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        section = re.split(r"\n[ \t]*Attributes:[ \t]*\n", klass.__doc__ or "", maxsplit=1)
+        if len(section) < 2:
+            continue
+        name, indent = None, None
+        for line in section[1].splitlines():
+            depth = len(line) - len(line.lstrip())
+            if not line.strip():
+                name = None
+                continue
+            if indent is None:
+                indent = depth
+            if depth < indent:
+                break  # the next section of the docstring
+            m = re.match(r"(\w+)(?: \(.*?\))?: (.*)$", line.strip())
+            if depth == indent and m:
+                name = m.group(1)
+                docs[name] = m.group(2).strip()
+            elif depth > indent and name is not None:
+                docs[name] += " " + line.strip()
+    return docs
+
+
+def _parse_optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        return None if text.lower() == "none" else kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+
+def short_help(doc: str, limit: int = HELP_CHARS) -> str:
+    """The first clause of a field's description (up to the first ``;``, ``:`` or sentence end outside
+    parentheses), shortened to ``limit`` characters: what ``--help`` shows of it.
+
+    >>> short_help("steps per update (the batcher's n_timesteps); more is slower.")
+    "steps per update (the batcher's n_timesteps)"
+    >>> short_help("a long one (with an aside that is long) and more words", limit=30)
+    'a long one and more words'
+    """
+    depth, end = 0, len(doc)
+    for i, ch in enumerate(doc):
+        depth += ch == "("
+        depth -= ch == ")"
+        sentence_end = ch == "." and (i + 1 == len(doc) or doc[i + 1] == " ") and doc[max(i - 3, 0):i] not in (
+            "e.g", "i.e", "etc")
+        if depth == 0 and (ch in ";:" or sentence_end):
+            end = i
+            break
+    text = doc[:end].strip()
+    if len(text) > limit:
+        text = re.sub(r"\s*\([^()]*(?:\([^()]*\)[^()]*)*\)", "", text)
+    if len(text) > limit:
+        text = text[: limit - 4].rsplit(" ", 1)[0] + " ..."
+    return text
+
+
+def help_groups(config_cls: type) -> dict[str, str]:
+    """The ``--help`` group of every field of ``config_cls``: the ``HELP_GROUPS`` (``{field: group}``) or
+    ``HELP_GROUP`` (every field it declares) of the first class along the MRO that declares it, else the
+    algorithm's own settings (``"algorithm"``)."""
+    groups: dict[str, str] = {}
+    for klass in reversed(config_cls.__mro__):
+        for name in vars(klass).get("__annotations__", {}):
+            if name in groups or name.isupper():
+                continue
+            by_field = vars(klass).get("HELP_GROUPS", {})
+            groups[name] = by_field.get(name) or vars(klass).get("HELP_GROUP") or "algorithm"
+    return groups
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=HELP_POSITION, width=HELP_WIDTH)
+
+
+def build_parser(config_cls: type, prog: str, description: str = "", *,
+                 algorithm_group: str = "the algorithm's settings") -> argparse.ArgumentParser:
+    """An argument parser with one ``--flag-name`` per config field, in the groups of :func:`help_groups` (the
+    algorithm's own under ``algorithm_group``), each with :func:`short_help` of its description."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=_Formatter,
+                                     usage="%(prog)s [-h] [--flag VALUE ...]",
+                                     epilog=f"The settings are described in full in help({config_cls.__module__}."
+                                            f"{config_cls.__qualname__}).")
+    hints = typing.get_type_hints(config_cls)
+    docs = field_docs(config_cls)
+    groups = help_groups(config_cls)
+    sections: dict[str, argparse._ArgumentGroup] = {}
+    for title in (*dict.fromkeys(g for g in groups.values() if g != "algorithm"), "algorithm"):
+        if title in groups.values():
+            sections[title] = parser.add_argument_group(algorithm_group if title == "algorithm" else title)
+    for f in dataclasses.fields(config_cls):
+        flag = "--" + f.name.replace("_", "-")
+        hint = hints[f.name]
+        # Two lines at most with the " (default: ...)" that the formatter appends.
+        limit = HELP_CHARS - len(f" (default: {f.default})")
+        kwargs: dict[str, Any] = {"default": f.default, "help": short_help(docs.get(f.name, ""), limit), "dest": f.name}
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if hint is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(hint) is tuple:
+            kwargs.update(nargs="+", type=args[0])
+        elif args and type(None) in typing.get_args(hint):
+            kwargs["type"] = _parse_optional(args[0])
+        else:
+            kwargs["type"] = hint
+        sections[groups[f.name]].add_argument(flag, **kwargs)
+    return parser
+
+
+def resumed_defaults(config_cls: type, checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The settings of the run that a checkpoint (:func:`~rlstruct.algos.checkpoints.load_checkpoint`'s content)
+    continues, as the defaults of ``config_cls``'s flags: ``rlstruct train ALGO --resume RUN`` takes the run's own
+    settings, and a flag given overrides its value (a larger ``--max-env-steps``, say)."""
+    saved = checkpoint["config"]
+    # logdir: a resumed run writes into the checkpoint's folder unless told otherwise (the saved path may be
+    # relative to another working directory).
+    names = {f.name for f in dataclasses.fields(config_cls)} - {"resume", "logdir"}
+    return {k: v for k, v in saved.items() if k in names}
+
+
+def config_from_args(config_cls: type, ns: argparse.Namespace):
+    """Builds the config dataclass from parsed arguments (lists become tuples)."""
+    values = {f.name: getattr(ns, f.name) for f in dataclasses.fields(config_cls)}
+    return config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+def configure_logging() -> None:
+    """Sends warnings of every ``rlstruct`` logger to stderr: the command line's choice, never a library's."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: Sequence[str] | None) -> int:
+    """The body of every algorithm's ``main``: parse, check once (:func:`~rlstruct.algos.setup.prepare`), train
+    (``loop``), report.
+
+    With ``--resume RUN``, the flags not given take the values of that run's config (:func:`resumed_defaults`);
+    the checkpoint is read once, for those defaults and for the run. A config error (an unknown env, a device this
+    machine does not have, a value out of range, a ``--resume`` checkpoint that is missing or that the settings
+    cannot continue) prints one line to stderr and returns 2. The last line on stdout is a JSON object with
+    ``eval_return``, ``env_steps``, ``wall_time_s`` and ``logdir`` (also written to ``summary.json`` in the log
+    folder).
+
+    Ctrl-C (SIGINT) stops training after the iteration under way (see
+    :func:`~rlstruct.algos.run.training_run`): the checkpoint, the learning curve and the summary (with
+    ``"interrupted": true``) are written, one line goes to stderr, and the status is 130 (128 + SIGINT, as
+    for any command a terminal interrupts). A second Ctrl-C, or one before training starts, stops at once,
+    also with status 130 and one line. SIGTERM (``timeout``, SLURM, ``docker stop``) does the same, with
+    status 143 (128 + SIGTERM).
+    """
+    prog = f"rlstruct train {algorithm.name}"
+    config_cls = algorithm.config_cls
+    parser = build_parser(config_cls, prog, algorithm.description,
+                          algorithm_group=f"{algorithm.title}'s own settings")
+    ns = parser.parse_args(argv)
+    try:
+        checkpoint = None
+        if ns.resume is not None:
+            check_resume_exists(ns.resume)
+            checkpoint = load_checkpoint(ns.resume)
+            parser.set_defaults(**resumed_defaults(config_cls, checkpoint))
+            ns = parser.parse_args(argv)
+        config = config_from_args(config_cls, ns)
+        setup = prepare(algorithm, config, checkpoint=checkpoint if ns.resume == config.resume else None)
+    except (ValueError, TypeError, RLStructError, FileNotFoundError) as e:
+        print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    configure_logging()
+    try:
+        result = loop(setup)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted: stopped without writing a checkpoint", file=sys.stderr)
+        return 130
+    # The command ends here. Once torch._dynamo is imported (the first Adam does), the interpreter's final
+    # garbage collections walk ~2000 modules for 1-2 s after the last line; frozen objects are skipped (they
+    # are still freed by reference counting), so an interrupted run exits within its two seconds.
+    gc.freeze()
+    if result.interrupted:
+        print(f"{prog}: interrupted after {result.env_steps} env steps ({result.wall_time_s:.1f} s): wrote "
+              f"{result.checkpoint}, the learning curve and {Path(result.logdir) / Run.SUMMARY_NAME}", file=sys.stderr)
+        print(json.dumps(result.summary()))
+        return 128 + signal.Signals[result.stop_signal or "SIGINT"]
+    if result.reached_target:
+        print(f"an evaluation reached the target return {result.target_return:g}: stopped and kept those weights")
+    print(f"final evaluation return {result.eval_return:.2f} after {result.env_steps} env steps "
+          f"in {result.wall_time_s:.1f} s")
+    print(f"logs: {Path(result.logdir) / Run.CSV_NAME} (TensorBoard: tensorboard --logdir {result.logdir})")
+    if result.plot:
+        print(f"learning curve: {result.plot}")
+    print(f"checkpoint: {result.checkpoint} (rlstruct eval {result.checkpoint})")
+    print(json.dumps(result.summary()))
+    return 0

@@ -1,0 +1,181 @@
+"""The settings every algorithm shares (:class:`RunConfig`, which each algorithm's config extends) and their checks.
+
+:func:`validate_run_config` checks them once, at the public boundary (the command line or ``train``), before
+anything is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from rlstruct.devices import check_device_exists
+from rlstruct.envs.factory import BACKENDS, resolve_backend
+
+__all__ = ["MATMUL_PRECISIONS", "RunConfig", "validate_run_config", "check_physics_dtype"]
+
+#: the values of ``RunConfig.matmul_precision`` (torch's ``set_float32_matmul_precision``)
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """Settings every algorithm shares: environment, devices, budget, evaluation and logging.
+
+    Attributes:
+        env: gymnasium id of the environment, e.g. CartPole-v1 or Acrobot-v1.
+        backend: auto (torch where rlstruct simulates the id, ale for ALE/ ids, else gymnasium), torch (rlstruct's
+            torch simulators), gymnasium, envpool, ale (ale-py's vector env), gymnax (JAX), mjx or mujoco_torch
+            (gymnasium's MuJoCo locomotion tasks on MJX or mujoco-torch), or brax (Brax's envs by name, e.g. ant).
+        n_envs: environments per training worker (the batch is n_envs * max(n_processes, 1) envs).
+        n_processes: training batcher worker processes (0 steps the envs in this process).
+        max_episode_steps: episode time limit (truncation); None keeps the env's own.
+        physics_dtype: float64 (gymnasium's doubles) or float32 (half the state traffic: throughput on a GPU), the
+            physics precision of rlstruct's torch simulators (the torch backend only).
+        learner_device: where the model, the loss and the optimizer (and a replay buffer) live.
+        batcher_device: where the training batcher's envs, agents and buffer live.
+        evaluation_device: where the evaluation batcher's envs, agent and buffer live.
+        seed: seeds the networks, the envs and the agents.
+        time_limit: stop training after this many seconds of wall clock (setup included); the evaluation under way
+            and the final one still run to their end (bound them with evaluation_max_steps, n_evaluation_envs).
+        max_env_steps: stop training after this many training env steps (None: no limit).
+        target_return: stop once an evaluation of trained weights reaches this mean return, and keep those weights.
+        stop_at_reward_threshold: without target_return, use the env's gymnasium reward_threshold (CartPole-v1: 475).
+        hidden_sizes: hidden layer widths of the networks.
+        lr: Adam learning rate.
+        n_evaluation_envs: episodes per evaluation (episodic envs of the evaluation batcher).
+        n_evaluation_processes: evaluation worker processes (0 evaluates in this process, pausing training).
+        evaluation_max_steps: steps per evaluation episode at most (None: the env's time limit); an episode cut
+            there counts its partial return.
+        evaluation_chunk_steps: steps per acquisition of the evaluation batcher: its buffer holds this many steps of
+            every evaluation env, and longer episodes continue over several acquisitions (with evaluation worker
+            processes, at least one per training iteration).
+        eval_every: training iterations at least between two evaluation launches.
+        logdir: where progress.csv, TensorBoard events, the plot and the checkpoint go (None: runs/<algo>-<env>-<seed>,
+            or with resume the resumed run's folder).
+        log_every: iterations between two TensorBoard and progress-bar updates (the CSV gets every one).
+        progress: show a tqdm progress bar on stderr.
+        tensorboard: write TensorBoard event files into logdir.
+        check_devices: wrap every agent in RL_Agent_CheckDevice and replay the learner's forward through it (slow).
+        torch_threads: torch intra-op threads of the learner process (0 keeps torch's default).
+        batcher_timeout: seconds a batcher waits for a worker's answer (one acquisition, a reset, the start) before
+            it fails the run; raise it for slow simulators or long acquisitions.
+        matmul_precision: float32 matrix products in this process (the learner and in-process batchers), torch's
+            set_float32_matmul_precision for the run: highest (full float32), high (TF32 tensor cores on NVIDIA
+            GPUs from Ampere on; other bits than float32), or medium (bfloat16 products where supported). Worker
+            processes keep torch's default.
+        resume: a checkpoint.pt, or the log folder of a run, to continue training from: the weights, the optimizers'
+            state and the learner's (the replay buffer is not saved: DQN and SAC refill it for learning_starts env
+            steps before learning again); env_steps and the iteration count continue (max_env_steps counts the
+            total, and a learning-rate schedule over it goes on where it stopped; lr is this command's), time_limit
+            counts this process's clock (a schedule over it starts again), and progress.csv in logdir gets the new
+            rows after the earlier ones. The envs start fresh episodes with seeds drawn from seed and the iteration
+            resumed at. The settings that shape the networks or the data (env, backend, hidden_sizes, ...) must
+            equal the checkpoint's.
+        checkpoint_every: also write the checkpoint every this many training iterations (0: only at the end and on
+            Ctrl-C or SIGTERM), so that a run killed outright (SIGKILL, a lost node) can be resumed from the last one;
+            each costs a host sync and a copy of the learner's state to the CPU.
+    """
+
+    env: str = "CartPole-v1"
+    backend: str = "auto"
+    n_envs: int = 16
+    n_processes: int = 0
+    max_episode_steps: int | None = None
+    physics_dtype: str = "float64"
+    learner_device: str = "cpu"
+    batcher_device: str = "cpu"
+    evaluation_device: str = "cpu"
+    seed: int = 0
+    time_limit: float = 60.0
+    max_env_steps: int | None = None
+    target_return: float | None = None
+    stop_at_reward_threshold: bool = True
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    lr: float = 1e-3
+    n_evaluation_envs: int = 16
+    n_evaluation_processes: int = 0
+    evaluation_max_steps: int | None = None
+    evaluation_chunk_steps: int = 256
+    eval_every: int = 50
+    logdir: str | None = None
+    log_every: int = 10
+    progress: bool = True
+    tensorboard: bool = True
+    check_devices: bool = False
+    torch_threads: int = 1
+    batcher_timeout: float = 120.0
+    matmul_precision: str = "highest"
+    resume: str | None = None
+    checkpoint_every: int = 0
+
+    #: the ``--help`` group of each field (see :func:`rlstruct.algos.command.help_groups`)
+    HELP_GROUPS = {
+        **dict.fromkeys(("env", "backend", "n_envs", "n_processes", "max_episode_steps", "physics_dtype"),
+                        "environment"),
+        **dict.fromkeys(("seed", "time_limit", "max_env_steps", "target_return", "stop_at_reward_threshold",
+                         "hidden_sizes", "lr", "learner_device", "batcher_device", "logdir", "log_every", "progress",
+                         "tensorboard", "check_devices", "torch_threads", "batcher_timeout", "matmul_precision"),
+                        "run"),
+        **dict.fromkeys(("evaluation_device", "n_evaluation_envs", "n_evaluation_processes", "evaluation_max_steps",
+                         "evaluation_chunk_steps", "eval_every"), "evaluation"),
+        **dict.fromkeys(("resume", "checkpoint_every"), "checkpoints"),
+    }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as plain Python types (tuples become lists), for JSON and checkpoints."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def validate_run_config(config: RunConfig) -> None:
+    """Checks the shared settings before anything is built.
+
+    Raises:
+        DeviceUnavailableError: a device does not exist here (the message names the devices that do).
+        ValueError: a setting is out of range.
+    """
+    if config.backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {config.backend!r}")
+    for name in ("n_envs", "n_evaluation_envs", "evaluation_chunk_steps", "eval_every", "log_every"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
+    for name in ("n_processes", "n_evaluation_processes", "torch_threads", "checkpoint_every"):
+        if getattr(config, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(config, name)!r}")
+    if not 0 <= config.seed < 2**31:
+        raise ValueError(f"seed must be an int in [0, 2**31), got {config.seed!r}; pass e.g. --seed 0")
+    if not config.lr > 0:
+        raise ValueError(f"lr must be > 0, got {config.lr!r}; pass e.g. --lr 3e-4")
+    check_physics_dtype(config.physics_dtype, config.env, config.backend)
+    if config.matmul_precision not in MATMUL_PRECISIONS:
+        raise ValueError(
+            f"matmul_precision must be one of {list(MATMUL_PRECISIONS)}, got {config.matmul_precision!r}; pass "
+            "--matmul-precision high for TF32 on a GPU, or leave the default (highest: full float32)"
+        )
+    for name in ("time_limit", "batcher_timeout"):
+        if not getattr(config, name) > 0:
+            raise ValueError(f"{name} must be > 0 seconds, got {getattr(config, name)!r}")
+    for name in ("max_env_steps", "evaluation_max_steps"):
+        if getattr(config, name) is not None and getattr(config, name) < 1:
+            raise ValueError(f"{name} must be >= 1 or None, got {getattr(config, name)!r}")
+    if not config.hidden_sizes or min(config.hidden_sizes) < 1:
+        raise ValueError(f"hidden_sizes must be one or more positive widths, got {config.hidden_sizes!r}")
+    for name in ("learner_device", "batcher_device", "evaluation_device"):
+        check_device_exists(getattr(config, name), argument=name)
+
+
+def check_physics_dtype(physics_dtype: str, env: str, backend: str) -> None:
+    """Checks a ``physics_dtype`` setting: ``"float64"``, or ``"float32"`` for an env on the torch backend.
+
+    Raises:
+        ValueError: another value, or float32 for an env another backend steps.
+    """
+    if physics_dtype not in ("float64", "float32"):
+        raise ValueError(f"physics_dtype must be 'float64' or 'float32', got {physics_dtype!r}")
+    resolved = resolve_backend(env, backend)
+    if physics_dtype != "float64" and resolved != "torch":
+        raise ValueError(
+            f"physics_dtype={physics_dtype!r} sets the precision of rlstruct's torch simulators, but env={env!r} "
+            f"runs on the {resolved!r} backend; pass --backend torch with a torch simulator, or leave physics_dtype "
+            "at 'float64'"
+        )

@@ -1,0 +1,211 @@
+"""What the learner knows about an env (:class:`EnvSpec`), read once from the env itself (:func:`describe_env`),
+and the batchers' env factory (:func:`create_env`).
+
+This module imports nothing else of :mod:`rlstruct.algos`, so that the networks, the replay buffer and the
+checkpoints can all import :class:`EnvSpec`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlstruct.envs import make_env
+from rlstruct.envs.factory import resolve_backend
+from rlstruct.errors import SpaceError
+
+__all__ = ["EnvSpec", "describe_env", "create_env"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """What the learner needs to know about an env to build its networks.
+
+    An env has discrete actions (``n_actions`` set, ``action_shape == ()``) or continuous ones (a 1-d Box:
+    ``n_actions`` is ``None`` and ``action_low``/``action_high`` hold its bounds); its observation ``frame``
+    is flat (``obs_shape == (obs_dim,)``) or an image (3 dimensions, e.g. ``(4, 84, 84)`` uint8).
+
+    Attributes:
+        obs_shape: shape of one observation ``frame``.
+        obs_dtype: its dtype's name, e.g. ``"float32"`` or ``"uint8"``.
+        n_actions: number of discrete actions, or ``None`` for continuous actions.
+        max_episode_steps: the episode time limit.
+        reward_threshold: gymnasium's "solved" return for the id (475 for CartPole-v1), or None.
+        action_shape: shape of one action (``()`` for discrete actions).
+        action_low: lower bounds of a continuous action, flat (``None`` for discrete actions).
+        action_high: upper bounds of a continuous action, flat (``None`` for discrete actions).
+        obs_high: the largest value of a ``uint8`` observation (its space's ``high``: 255 for Atari pixels, 1 for
+            0/1 planes), by which the encoders divide; ``None`` for other dtypes.
+
+    >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
+    >>> spec.obs_dim, spec.discrete, spec.action_dim, spec.pixels
+    (3, False, 1, False)
+    """
+
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    n_actions: int | None
+    max_episode_steps: int
+    reward_threshold: float | None = None
+    action_shape: tuple[int, ...] = ()
+    action_low: tuple[float, ...] | None = None
+    action_high: tuple[float, ...] | None = None
+    obs_high: float | None = None
+
+    @property
+    def obs_dim(self) -> int:
+        """The number of values in one observation ``frame``."""
+        return math.prod(self.obs_shape)
+
+    @property
+    def discrete(self) -> bool:
+        """Whether the actions are discrete."""
+        return self.n_actions is not None
+
+    @property
+    def action_dim(self) -> int:
+        """The number of values in one continuous action (1 for a discrete action)."""
+        return math.prod(self.action_shape)
+
+    @property
+    def pixels(self) -> bool:
+        """Whether the observation is an image (3 dimensions)."""
+        return len(self.obs_shape) == 3
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EnvSpec:
+        """The spec of ``dataclasses.asdict(spec)`` (as a checkpoint stores it; lists become tuples)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in fields})
+
+    def require(self, algo: str, env: str, *, discrete: bool | None = None, pixels: bool | None = None,
+                fix: str = "another algorithm") -> None:
+        """Raises :class:`~rlstruct.errors.SpaceError` when ``algo`` does not support this env's spaces.
+
+        Args:
+            algo: the algorithm's name, for the message.
+            env: the env's id, for the message.
+            discrete: ``True``/``False`` when ``algo`` takes only discrete/continuous actions (``None``: both).
+            pixels: ``False`` when ``algo`` takes only flat observations (``None``: both).
+            fix: what else the user may pick, for the message.
+        """
+        if discrete is not None and discrete != self.discrete:
+            want, got = ("discrete", "continuous") if discrete else ("continuous", "discrete")
+            raise SpaceError(
+                f"{algo} takes {want} actions, got env={env!r} with {got} actions (action_shape={self.action_shape}, "
+                f"n_actions={self.n_actions}); pick an env with {want} actions or {fix}"
+            )
+        if pixels is False and self.pixels:
+            raise SpaceError(
+                f"{algo} takes flat observations, got env={env!r} with image observations of shape {self.obs_shape}; "
+                f"pick an env with flat observations or {fix}"
+            )
+
+
+def describe_env(name: str, backend: str, max_episode_steps: int | None) -> EnvSpec:
+    """Builds one CPU env of ``name`` to read its spaces and time limit.
+
+    The time limit is ``max_episode_steps`` when given, else the env's own: the torch simulators' and gymnax's
+    ``max_episode_steps``, the id's registered ``max_episode_steps``, or, for Atari (the ``ale`` backend and
+    ``ALE/`` ids), the emulator's cap on frames per episode in agent steps (ale-py's
+    ``max_num_frames_per_episode // frameskip``: 108,000 frames, 27,000 steps for the v5 ids).
+
+    Raises:
+        SpaceError: the action space is neither Discrete nor a 1-d Box, or the observation is not a Box
+            of 1 (flat) or 3 (image) dimensions.
+        ValueError: the env has no time limit and ``max_episode_steps`` is ``None``.
+    """
+    backend = resolve_backend(name, backend)
+    env = make_env(name, 1, backend=backend, max_episode_steps=max_episode_steps)
+    try:
+        act, obs = env.action_space, env.observation_space
+        limit = max_episode_steps
+        if limit is None:
+            limit = getattr(env, "max_episode_steps", None)
+        if limit is None and backend != "torch":
+            limit = _registered_time_limit(name)
+        if limit is None and (backend == "ale" or name.startswith("ALE/")):
+            limit = _ale_time_limit(name, backend)
+    finally:
+        env.close()
+    if not isinstance(obs, gym.spaces.Box) or len(obs.shape) not in (1, 3):
+        raise SpaceError(
+            f"env={name!r} has observation space {obs}; the algorithms here take a Box of 1 (flat) or 3 (image) "
+            "dimensions: flatten the observation or pick another env"
+        )
+    if limit is None:
+        raise ValueError(f"max_episode_steps must be set for env={name!r}, which has no time limit of its own, got "
+                         "None; pass max_episode_steps (--max-episode-steps)")
+    try:
+        threshold = gym.spec(name).reward_threshold
+    except gym.error.Error:
+        threshold = None
+    threshold = None if threshold is None else float(threshold)
+    obs_high = float(np.max(obs.high)) if np.dtype(obs.dtype) == np.uint8 else None
+    common = {"obs_shape": tuple(int(d) for d in obs.shape), "obs_dtype": np.dtype(obs.dtype).name,
+              "obs_high": obs_high, "max_episode_steps": int(limit), "reward_threshold": threshold}
+    if isinstance(act, gym.spaces.Discrete):
+        if int(act.start) != 0:  # the policies pick actions in [0, n): start + k would never be sent
+            raise SpaceError(f"env={name!r} has action space {act}, whose actions start at {int(act.start)}; the "
+                             "algorithms here pick actions in [0, n): shift them with a gymnasium ActionWrapper")
+        return EnvSpec(n_actions=int(act.n), **common)
+    if isinstance(act, gym.spaces.Box) and len(act.shape) == 1:
+        if not (np.isfinite(act.low).all() and np.isfinite(act.high).all()):
+            raise SpaceError(f"env={name!r} has action space {act} with infinite bounds; the algorithms here need "
+                             "finite bounds (wrap the env with gymnasium's ClipAction and a bounded space)")
+        return EnvSpec(n_actions=None, action_shape=tuple(int(d) for d in act.shape),
+                       action_low=tuple(float(x) for x in act.low), action_high=tuple(float(x) for x in act.high),
+                       **common)
+    raise SpaceError(
+        f"env={name!r} has action space {act}; the algorithms here take Discrete or 1-d Box actions: "
+        "pick another env"
+    )
+
+
+def _registered_time_limit(name: str) -> int | None:
+    try:
+        return gym.spec(name).max_episode_steps
+    except gym.error.Error:
+        return None
+
+
+def _ale_time_limit(name: str, backend: str) -> int | None:
+    """The agent steps of ALE's cap on emulator frames per episode, as the env of ``name`` was built: the
+    registered id's arguments (gymnasium backend) or the defaults of ale-py's ``AtariVectorEnv`` (ale backend)."""
+    if backend == "ale":
+        from ale_py.vector_env import AtariVectorEnv
+
+        params = inspect.signature(AtariVectorEnv).parameters
+        frames, skip = params["max_num_frames_per_episode"].default, params["frameskip"].default
+    else:
+        kwargs = gym.spec(name).kwargs
+        frames, skip = kwargs.get("max_num_frames_per_episode"), kwargs.get("frameskip", 1)
+    if not isinstance(frames, int) or frames <= 0 or not isinstance(skip, int) or skip < 1:
+        return None  # no cap (0), or a stochastic frameskip (a range): no step count to derive
+    return frames // skip
+
+
+def create_env(
+    name: str,
+    n_envs: int,
+    *,
+    seed: int,
+    device: str = "cpu",
+    autoreset: bool = False,
+    backend: str = "torch",
+    max_episode_steps: int | None = None,
+    physics_dtype: str = "float64",
+):
+    """The batchers' ``create_env``: :func:`rlstruct.envs.make_env` with keyword arguments (pickles);
+    ``physics_dtype`` other than float64 goes to the torch simulators."""
+    extra = {} if physics_dtype == "float64" else {"backend_kwargs": {"physics_dtype": getattr(torch, physics_dtype)}}
+    return make_env(
+        name, n_envs, device=device, seed=seed, autoreset=autoreset, backend=backend,
+        max_episode_steps=max_episode_steps, **extra,
+    )

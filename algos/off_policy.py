@@ -1,0 +1,156 @@
+"""The off-policy loop, written once for DQN and SAC: collect, push into the replay buffer, take gradient steps,
+send the weights to the batchers, record, evaluate, checkpoint, stop.
+
+An algorithm hands the loop an :class:`OffPolicyAlgorithm` whose ``make_learner`` builds its
+:class:`OffPolicyLearner`: the networks (built on the CPU before the batchers' workers spawn, moved to the learner's
+device by :meth:`~OffPolicyLearner.start` after), how it explores, the transitions it keeps from an acquisition,
+how many gradient steps it owes, and one gradient step (its losses, optimizers and target updates).
+
+**A function, not a base class**, for the reasons :mod:`rlstruct.algos.on_policy` gives: the iteration reads top
+to bottom in one place, and an algorithm's learner is a plain object with the named methods of
+:class:`OffPolicyLearner` (a protocol: nothing to inherit). What every off-policy algorithm gets lands here once:
+the replay buffer and its refill after a resume, the evaluation, periodic checkpoints. A data-parallel learner
+would all-reduce the gradients of :meth:`~OffPolicyLearner.gradient_step`'s backward passes as they accumulate
+(``Tensor.register_post_accumulate_grad_hook`` on the networks' parameters, set up in
+:meth:`~OffPolicyLearner.start`), and only the logging process would run the loop's records, evaluations and
+checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from rlstruct.agents import RL_Agent
+from rlstruct.algos.checkpoints import Resume
+from rlstruct.algos.config import RunConfig
+from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos.networks import cpu_state_dict
+from rlstruct.algos.record import TrainResult
+from rlstruct.algos.replay import ReplayBuffer
+from rlstruct.algos.returns import episode_statistics
+from rlstruct.algos.run import check_on_device, finish_training, open_batchers, training_run
+from rlstruct.algos.setup import Algorithm, Setup
+from rlstruct.structures import DictTensor, TemporalDictTensor
+
+__all__ = ["OffPolicyLearner", "OffPolicyAlgorithm", "train_off_policy"]
+
+
+class OffPolicyLearner(Protocol):
+    """What the off-policy loop asks of an algorithm's learner.
+
+    Attributes:
+        policy: the network the batchers' agents run (and the checkpoint's ``model``).
+        create_agent: the batchers' agent factory (module level, so it pickles).
+        explore: the training ``agent_info``, one value per key (the batcher's example).
+        greedy: the evaluation ``agent_info``, one value per key.
+    """
+
+    policy: nn.Module
+    create_agent: Callable[..., RL_Agent]
+    explore: dict[str, bool | float]
+    greedy: dict[str, bool | float]
+
+    def start(self, device: torch.device, seed: int, n_rows: int) -> None:
+        """Moves the networks to the learner's ``device`` (after the batchers' workers spawned) and builds the
+        optimizers and generators (seeded by this session's ``seed``), restoring a resumed run's state."""
+
+    def checked(self) -> dict[str, nn.Module]:
+        """The networks that ``check_devices`` checks, by the name its message gives them."""
+
+    def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
+        """The training ``agent_info`` of the next acquisition (``[n_rows]`` per key) at ``env_steps``, and the
+        statistics it is recorded with (e.g. DQN's epsilon)."""
+
+    def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
+        """The arguments of :meth:`~rlstruct.algos.replay.ReplayBuffer.push_steps` for an acquisition."""
+
+    def n_gradient_steps(self, n_new: int, buffered: int) -> int:
+        """The gradient steps to take after ``n_new`` env steps, with ``buffered`` transitions in the buffer (once
+        this session has collected ``learning_starts`` steps)."""
+
+    def gradient_step(self, buffer: ReplayBuffer) -> dict[str, Any]:
+        """One gradient step on a batch sampled from ``buffer``; its statistics."""
+
+    def state(self) -> dict[str, Any]:
+        """What the checkpoint keeps besides the policy's weights (see ``--resume``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OffPolicyAlgorithm(Algorithm):
+    """An off-policy algorithm as :func:`train_off_policy` runs it (see :class:`Algorithm` for the other fields).
+
+    Attributes:
+        make_learner: ``(config, spec, resume) -> learner`` (:class:`OffPolicyLearner`), its networks on the CPU.
+    """
+
+    make_learner: Callable[[RunConfig, EnvSpec, Resume | None], OffPolicyLearner] | None = None
+
+    def __post_init__(self) -> None:
+        if self.make_learner is None:  # a field with a default only because Algorithm's last fields have one
+            raise TypeError(f"OffPolicyAlgorithm {self.name!r} needs make_learner, got None; pass its learner's class")
+
+
+def train_off_policy(setup: Setup) -> TrainResult:
+    """Trains ``setup.algorithm`` (an :class:`OffPolicyAlgorithm`) and returns the final evaluation and the run's
+    history.
+
+    A resumed run's replay buffer is not in the checkpoint: it refills for ``learning_starts`` env steps before the
+    first gradient step of the new session.
+    """
+    algo: OffPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
+    config, spec, resume, device = setup.config, setup.spec, setup.resume, setup.learner_device
+    with training_run(algo.name, config, spec, start=setup.start, resume=resume) as (run, stack):
+        learner = algo.make_learner(config, spec, resume)
+        # Batchers first, networks to the learner device after: no CUDA in this process before workers spawn.
+        batcher, evaluator = open_batchers(stack, config, spec, learner.create_agent, n_timesteps=config.rollout_steps,
+                                           autoreset=True, explore=learner.explore, greedy=learner.greedy,
+                                           seed=run.seed)
+        B = batcher.n_elems()
+        learner.start(device, run.seed, B)
+        buffer = ReplayBuffer.for_spec(spec, config.buffer_size, device, seed=run.seed)
+        carry_return = torch.zeros(B, device=device)
+        carry_length = torch.zeros(B, dtype=torch.int64, device=device)
+        first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
+
+        weights = cpu_state_dict(learner.policy)
+        batcher.update(weights)
+        batcher.reset()
+        evaluator.launch(weights, run.iteration, run.env_steps)
+        while not run.should_stop():
+            agent_info, stats = learner.agent_info(run.env_steps)
+            batcher.execute(agent_info=agent_info)
+            traj, _ = batcher.get()
+            traj = traj.to(device)
+            if config.check_devices:
+                check_on_device(traj, device, "the trajectories given to the learner")
+                for what, module in learner.checked().items():
+                    check_on_device(module, device, what)
+            tt = traj.trajectories
+            n_new = B * tt.temporal_size()
+            buffer.push_steps(**learner.transitions(tt))
+
+            stats["buffer_size"] = float(len(buffer))
+            filled = run.env_steps + n_new - first_step >= config.learning_starts
+            n_steps = learner.n_gradient_steps(n_new, len(buffer)) if filled else 0
+            for _ in range(n_steps):
+                stats.update(learner.gradient_step(buffer))
+            if n_steps:
+                weights = cpu_state_dict(learner.policy)
+                batcher.update(weights)
+
+            ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
+                tt["_observation/reward"], tt["_observation/done"], carry_return, carry_length
+            )
+            # nan (0 / 0) when no episode ended in this window.
+            stats["train/episode_return"] = ret_sum / count
+            stats["train/episode_length"] = len_sum / count
+            run.record(n_new, stats)
+            run.poll_evaluation(evaluator, lambda: weights)
+            run.poll_checkpoint(learner.policy, learner.state)
+
+        return finish_training(run, evaluator, learner.policy, spec, title=algo.title, learner=learner.state())

@@ -1,0 +1,336 @@
+"""The record of one training run: its clock and budget (:class:`Run`), its logs (``progress.csv``, TensorBoard,
+the progress bar, periodic checkpoints) and what ``train`` returns (:class:`TrainResult`).
+
+A run given a :class:`~rlstruct.algos.checkpoints.Resume` (``--resume``) continues the counters, the log folder and
+``progress.csv`` of the run that wrote it, with seeds of its own (:func:`session_seed`).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from rlstruct.algos.checkpoints import CHECKPOINT_NAME, Resume, save_checkpoint
+from rlstruct.algos.config import RunConfig
+from rlstruct.algos.env_spec import EnvSpec
+
+if TYPE_CHECKING:
+    from rlstruct.algos.evaluation import Evaluator
+
+__all__ = ["session_seed", "TrainResult", "Run"]
+
+log = logging.getLogger(__name__)
+
+def session_seed(seed: int, iteration: int) -> int:
+    """The seed of a training session's envs, agents and learner generators: ``seed`` for a fresh run
+    (``iteration`` 0), else a hash of ``(seed, iteration)`` in ``[0, 214,748)`` (where :func:`worker_seeds` does not
+    wrap), so that a run resumed at ``iteration`` does not replay the episodes and samples of its first session.
+
+    >>> session_seed(7, 0), session_seed(7, 120) == session_seed(7, 120), session_seed(7, 120) != session_seed(7, 121)
+    (7, True, True)
+    """
+    if iteration == 0:
+        return seed
+    digest = hashlib.sha256(f"rlstruct-resume/{seed}/{iteration}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % 214_748
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What :func:`train` returns.
+
+    Attributes:
+        eval_return: mean return of the final (blocking) evaluation of the final policy.
+        env_steps: training environment steps taken.
+        wall_time_s: seconds from the start of ``train`` to the end of the final evaluation.
+        history: one dict per training iteration (and per evaluation), as in ``progress.csv``.
+        logdir: where the logs, plot and checkpoint are.
+        iterations: training iterations done.
+        checkpoint: path of ``checkpoint.pt``.
+        plot: path of the learning-curve PNG (``None`` without matplotlib).
+        target_return: the return that stops training (``target_return`` or the env's threshold), or ``None``.
+        reached_target: whether an evaluation reached it (training then stopped, keeping those weights).
+        interrupted: whether a Ctrl-C (SIGINT) or a SIGTERM stopped training early; ``eval_return`` is then the
+            last evaluation's (nan if none finished): the final evaluation is skipped.
+        stop_signal: the signal that did (``"SIGINT"``, ``"SIGTERM"``), else ``None``.
+    """
+
+    eval_return: float
+    env_steps: int
+    wall_time_s: float
+    history: list[dict[str, float]]
+    logdir: str
+    iterations: int = 0
+    checkpoint: str | None = None
+    plot: str | None = None
+    target_return: float | None = None
+    reached_target: bool = False
+    interrupted: bool = False
+    stop_signal: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON-able fields (everything but the history)."""
+        return {
+            "eval_return": self.eval_return,
+            "env_steps": self.env_steps,
+            "wall_time_s": round(self.wall_time_s, 3),
+            "logdir": self.logdir,
+            "iterations": self.iterations,
+            "checkpoint": self.checkpoint,
+            "plot": self.plot,
+            "target_return": self.target_return,
+            "reached_target": self.reached_target,
+            "interrupted": self.interrupted,
+            "stop_signal": self.stop_signal,
+        }
+
+
+class Run:
+    """The clock, the budget, and the logs of one training run.
+
+    Rows are recorded once per iteration with statistics that may still be tensors on the learner device;
+    every ``log_every`` iterations (and at each evaluation) they are converted together, with one host
+    sync, and written to ``progress.csv`` (every row), TensorBoard (the last row of the window and every
+    evaluation) and the progress bar.
+
+    Args:
+        algo: the algorithm's name.
+        config: the run's config.
+        spec: the env's description (for its reward threshold).
+        start: ``time.perf_counter()`` when the run started (default: now).
+        resume: the checkpoint the run continues (``None``: a fresh run). Its ``iteration``, ``env_steps`` and wall
+            time are the counters' starting values; the log folder defaults to the checkpoint's; the rows of
+            ``progress.csv`` of the checkpoint's folder up to its iteration come first in :attr:`history` and in
+            the new ``progress.csv``.
+
+    Attributes:
+        seed: the seed of this session's envs, agents and generators (:func:`session_seed`).
+    """
+
+    CSV_NAME = "progress.csv"
+    SUMMARY_NAME = "summary.json"
+
+    def __init__(self, algo: str, config: RunConfig, spec: EnvSpec, *, start: float | None = None,
+                 resume: Resume | None = None):
+        self.algo = algo
+        self.config = config
+        self.spec = spec
+        self.target_return = config.target_return
+        if self.target_return is None and config.stop_at_reward_threshold:
+            self.target_return = spec.reward_threshold
+        self.start = time.perf_counter() if start is None else start
+        default = f"runs/{algo}-{config.env}-{config.seed}" if resume is None else resume.folder
+        self.logdir = Path(config.logdir or default)
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        earlier = len(list(self.logdir.glob("events.out.tfevents.*")))
+        if earlier and resume is None:
+            log.warning("%s already holds %d TensorBoard event file(s) of earlier runs, which TensorBoard will show "
+                        "beside this one's (progress.csv, the checkpoint and the summary are replaced); pass a new "
+                        "--logdir to keep runs apart", self.logdir, earlier)
+        self.env_steps = 0 if resume is None else resume.env_steps
+        self.iteration = 0 if resume is None else resume.iteration
+        self.seed = session_seed(config.seed, self.iteration)
+        #: the wall time of the earlier sessions of a resumed run: rows count ``wall_time_s`` over all of them
+        self.wall_offset = 0.0 if resume is None else resume.wall_time_s
+        self.history: list[dict[str, float]] = [] if resume is None else _earlier_rows(resume)
+        self.last_eval: float | None = None
+        self.reached_target = False
+        #: the signal (``"SIGINT"``: a Ctrl-C, or ``"SIGTERM"``) that interrupted the run during
+        #: :func:`training_run`, else ``None``: the loop stops at its next check
+        self.stop_signal: str | None = None
+        self._pending: list[dict[str, Any]] = []
+        self._csv_file = open(self.logdir / self.CSV_NAME, "w", newline="")
+        self._csv_fields: list[str] = list(dict.fromkeys(k for r in self.history for k in r))
+        self._csv: csv.DictWriter | None = None
+        self._tb = self._open_tensorboard() if config.tensorboard else None
+        self._bar = self._open_progress() if config.progress else None
+        self._bar_steps = self.env_steps
+        self._rate = (self.start, self.env_steps)
+        if self.history:  # the earlier sessions' rows first (the file is rewritten: it may be this very one)
+            self._write([], tb_rows=[])
+        with open(self.logdir / "config.json", "w") as f:
+            json.dump({"algo": algo, **config.to_dict(), "env_spec": dataclasses.asdict(spec),
+                       "effective_target_return": self.target_return}, f, indent=2)
+
+    def _open_tensorboard(self):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # tensorboard is an optional extra
+            log.warning("tensorboard is not installed (pip install 'rlstruct[tensorboard]'); not writing events")
+            return None
+        return SummaryWriter(str(self.logdir))
+
+    def _open_progress(self):
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            log.warning("tqdm is not installed (pip install 'rlstruct[progress]'); no progress bar")
+            return None
+        return tqdm(total=self.config.max_env_steps, initial=self.env_steps, unit="step", unit_scale=True,
+                    file=sys.stderr, dynamic_ncols=True, mininterval=0.5, desc=f"{self.algo} {self.config.env}")
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether a signal interrupted the run (see :attr:`stop_signal`)."""
+        return self.stop_signal is not None
+
+    # ------------------------------------------------------------------ budget
+    def elapsed(self) -> float:
+        """Seconds since the run started (in this process: what ``time_limit`` bounds)."""
+        return time.perf_counter() - self.start
+
+    def wall_time(self) -> float:
+        """Seconds of wall clock over every session of the run (a resumed run's earlier ones included)."""
+        return self.wall_offset + self.elapsed()
+
+    def budget_used(self) -> float:
+        """The fraction of the budget spent, in ``[0, 1]``: of ``max_env_steps`` when set, else of the time limit.
+
+        Env steps take precedence so that a run with a step budget does not depend on the machine's speed.
+        """
+        if self.config.max_env_steps is not None:
+            return min(self.env_steps / self.config.max_env_steps, 1.0)
+        return min(self.elapsed() / self.config.time_limit, 1.0)
+
+    def should_stop(self) -> bool:
+        """True once the time limit or the env-step budget is spent, an evaluation reached the target, or the
+        run was interrupted."""
+        if self.reached_target or self.interrupted:
+            return True
+        if self.config.max_env_steps is not None and self.env_steps >= self.config.max_env_steps:
+            return True
+        return self.elapsed() >= self.config.time_limit
+
+    # ------------------------------------------------------------------ rows
+    def record(self, env_steps: int, stats: dict[str, torch.Tensor | float]) -> None:
+        """Ends one training iteration of ``env_steps`` new env steps with its statistics."""
+        self.iteration += 1
+        self.env_steps += env_steps
+        row = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_time_s": self.wall_time(), **stats}
+        self._pending.append(row)
+        if self.iteration % self.config.log_every == 0:
+            self.flush()
+
+    def record_eval(self, result: dict[str, float]) -> None:
+        """Logs an evaluation result (its own row, at the current iteration)."""
+        self.flush()
+        self.last_eval = result["eval/return"]
+        # The untrained network's evaluation does not count: on CartPole a random network can balance by luck.
+        trained = result.get("eval/launch_env_steps", 1.0) > 0
+        if self.target_return is not None and trained and self.last_eval >= self.target_return:
+            self.reached_target = True
+        row = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_time_s": self.wall_time(), **result}
+        self._write([row], tb_rows=[row])
+        log.info("iteration %d, %d env steps: evaluation return %.2f", self.iteration, self.env_steps, self.last_eval)
+
+    def poll_evaluation(self, evaluator: Evaluator, weights: Callable[[], dict]) -> None:
+        """Logs the result of ``evaluator`` if one is ready (never waits); ``weights`` gives the CPU state dict
+        for the next evaluation."""
+        result = evaluator.poll(weights, self.iteration, self.env_steps)
+        if result is not None:
+            self.record_eval(result)
+
+    def flush(self) -> None:
+        """Converts the pending rows (one host sync) and writes them out."""
+        if not self._pending:
+            return
+        rows, self._pending = self._pending, []
+        tensors = [v for r in rows for v in r.values() if isinstance(v, torch.Tensor)]
+        if tensors:
+            values = iter(torch.stack([t.detach().float().reshape(()) for t in tensors]).tolist())
+            rows = [{k: next(values) if isinstance(v, torch.Tensor) else v for k, v in r.items()} for r in rows]
+        self._write(rows, tb_rows=rows[-1:])
+
+    def _write(self, rows: list[dict[str, Any]], tb_rows: list[dict[str, Any]]) -> None:
+        self.history.extend(rows)
+        new = [k for r in rows for k in r if k not in self._csv_fields]
+        if new or self._csv is None:
+            for k in new:
+                if k not in self._csv_fields:
+                    self._csv_fields.append(k)
+            # A new column (e.g. the first evaluation): rewrite the file with the wider header.
+            self._csv_file.seek(0)
+            self._csv_file.truncate()
+            self._csv = csv.DictWriter(self._csv_file, fieldnames=self._csv_fields, restval="")
+            self._csv.writeheader()
+            self._csv.writerows(self.history)
+        else:
+            self._csv.writerows(rows)
+        self._csv_file.flush()
+        if self._tb is not None:
+            for r in tb_rows:
+                step = int(r["env_steps"])
+                for k, v in r.items():
+                    if k not in ("iteration", "env_steps") and isinstance(v, (int, float)) and math.isfinite(v):
+                        self._tb.add_scalar(k, v, step)
+        if self._bar is not None and self.env_steps > self._bar_steps:
+            self._bar.update(self.env_steps - self._bar_steps)
+            self._bar_steps = self.env_steps
+            now = time.perf_counter()
+            sps = (self.env_steps - self._rate[1]) / max(now - self._rate[0], 1e-9)
+            self._rate = (now, self.env_steps)
+            post = {"it": self.iteration, "steps/s": f"{sps:,.0f}"}
+            if self.last_eval is not None:
+                post["eval"] = f"{self.last_eval:.1f}"
+            self._bar.set_postfix(post, refresh=False)
+
+    def close(self) -> None:
+        """Flushes and closes the CSV, TensorBoard and the progress bar; idempotent."""
+        if self._csv_file.closed:
+            return
+        self.flush()
+        self._csv_file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._bar is not None:
+            self._bar.close()
+
+
+    def poll_checkpoint(self, model: nn.Module, learner_state: Callable[[], dict[str, Any]]) -> None:
+        """Writes the checkpoint (``model``'s weights, the counters, ``learner_state()``) when the iteration just
+        recorded is a multiple of ``config.checkpoint_every``, with ``progress.csv`` written up to it first (a
+        resumed run reads its rows back). The file is replaced atomically: a kill during the write leaves the
+        previous checkpoint."""
+        every = self.config.checkpoint_every
+        if not every or self.iteration % every:
+            return
+        self.flush()
+        eval_return = math.nan if self.last_eval is None else self.last_eval
+        save_checkpoint(self.logdir / CHECKPOINT_NAME, self.algo, self.config, self.spec, model,
+                        {"env_steps": self.env_steps, "iteration": self.iteration, "wall_time_s": self.wall_time(),
+                         "eval_return": eval_return, "interrupted": False, "learner": learner_state()})
+
+
+def _earlier_rows(resume: Resume) -> list[dict[str, Any]]:
+    """The rows of ``progress.csv`` in the folder of ``resume``'s checkpoint up to its iteration (a copy of the
+    file may hold later ones), as numbers; none when the file is gone."""
+    path = resume.folder / Run.CSV_NAME
+    if not path.is_file():
+        log.warning("%s is missing: progress.csv of the resumed run starts at iteration %d", path, resume.iteration + 1)
+        return []
+    rows = []
+    with open(path, newline="") as f:
+        for raw in csv.DictReader(f):
+            row: dict[str, Any] = {}
+            for k, v in raw.items():
+                if v in ("", None):
+                    continue
+                try:
+                    row[k] = int(float(v)) if k in ("iteration", "env_steps") else float(v)
+                except ValueError:
+                    row[k] = v
+            if row.get("iteration", 0) <= resume.iteration:
+                rows.append(row)
+    return rows

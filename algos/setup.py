@@ -1,0 +1,99 @@
+"""What every algorithm is to the loops and the command line (:class:`Algorithm`), and the one check of a run's
+settings before anything is built (:func:`prepare`, which gives a :class:`Setup`).
+
+A run is checked once, at the public boundary: the shared settings, the algorithm's own, the env (described once,
+by building one CPU env) and, with ``resume``, the checkpoint (read once). The :class:`Setup` carries what that
+found (the env's :class:`~rlstruct.algos.env_spec.EnvSpec`, the checkpoint's content, the resolved learner device)
+down to the loop, which trusts it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from rlstruct.algos.checkpoints import Resume, load_resume
+from rlstruct.algos.config import RunConfig, validate_run_config
+from rlstruct.algos.env_spec import EnvSpec, describe_env
+from rlstruct.devices import as_device
+
+__all__ = ["Algorithm", "Setup", "prepare"]
+
+
+def _no_check(*args: Any) -> None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Algorithm:
+    """An algorithm as the loops and the command line see it: its name, its config, and its checks.
+
+    Attributes:
+        name: the command's name (``rlstruct train a2c``), also the log folder's and the checkpoint's.
+        title: the name in the learning curve's title, e.g. ``"A2C"``.
+        config_cls: its config dataclass (a :class:`~rlstruct.algos.config.RunConfig`), with ``RESUME_FIELDS``: the
+            settings a resumed run must share with its checkpoint besides the shared ones.
+        description: one line for ``--help``.
+        check_config: raises on the algorithm's own settings (after the shared ones are checked, before the env is
+            built): ``(config) -> None``.
+        check_env: raises when the algorithm cannot run on the env: ``(config, spec) -> None``.
+    """
+
+    name: str
+    title: str
+    config_cls: type
+    description: str
+    check_config: Callable[[Any], None] = _no_check
+    check_env: Callable[[Any, EnvSpec], None] = _no_check
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """A run's checked settings and what checking them found, handed to the loop.
+
+    Attributes:
+        algorithm: the algorithm.
+        config: its checked config.
+        spec: the env's description (from one CPU env).
+        resume: the checkpoint the run continues, read and checked (``None``: a fresh run).
+        learner_device: ``config.learner_device``, resolved.
+        start: ``time.perf_counter()`` when the run was asked for (the checks count in its wall time).
+    """
+
+    algorithm: Algorithm
+    config: RunConfig
+    spec: EnvSpec
+    resume: Resume | None
+    learner_device: torch.device
+    start: float
+
+
+def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, Any] | None = None) -> Setup:
+    """Checks ``config`` for ``algorithm`` before anything is built: the shared settings, the algorithm's own, the
+    env's spaces, and the checkpoint of ``config.resume``.
+
+    Args:
+        algorithm: the algorithm.
+        config: its config.
+        checkpoint: the content of ``config.resume`` when the caller has read it already (the command line reads
+            it for the flags' defaults), so that it is read once.
+
+    Raises:
+        DeviceUnavailableError: a device of the config does not exist here.
+        SpaceError: the algorithm cannot run on the env's spaces.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: settings that cannot work together, or a ``resume`` this config cannot continue (see
+            :func:`~rlstruct.algos.checkpoints.load_resume`).
+    """
+    start = time.perf_counter()
+    validate_run_config(config)
+    algorithm.check_config(config)
+    spec = describe_env(config.env, config.backend, config.max_episode_steps)
+    algorithm.check_env(config, spec)
+    resume = load_resume(algorithm.name, config, algorithm.config_cls.RESUME_FIELDS, checkpoint=checkpoint)
+    return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start)

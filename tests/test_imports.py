@@ -1,0 +1,156 @@
+"""The import graph of the library: no cycle among its modules, and importing an algorithm loads what it uses.
+
+The graph is read from the sources with ``ast``, every ``import`` counted wherever it stands: at the top, inside a
+function (a lazy import), under ``if TYPE_CHECKING:``. A module importing itself (an algorithm's ``__main__`` block
+does, so that spawned workers unpickle its functions under their real name) is not an edge; a package's
+``__init__`` is an edge only where it is imported by name.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: source folder -> the import package it installs as
+PACKAGES = {"rlstruct": "rlstruct", "agents": "rlstruct.agents", "batchers": "rlstruct.batchers",
+            "algos": "rlstruct.algos"}
+
+
+def project_modules() -> dict[str, Path]:
+    """Every module of the library by its dotted name."""
+    modules = {}
+    for folder, package in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join((package, *parts))] = path
+    return modules
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: the project's modules it imports}``, imports inside functions and under TYPE_CHECKING counted."""
+    modules = project_modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # a relative import
+                    anchor = name.split(".") if is_package else name.split(".")[:-1]
+                    anchor = anchor[: len(anchor) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                # "from package import submodule" imports the submodule; "from module import name" the module.
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                while target and target not in modules:  # "import rlstruct.envs.gym" names the module itself
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as ``[a, b, ..., a]``, or ``None``."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt):], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_graph_sees_lazy_and_type_checking_imports():
+    graph = import_graph()
+    assert "rlstruct.algos.env_spec" in graph["rlstruct.algos.networks"]  # under TYPE_CHECKING
+    assert "rlstruct.algos.profile" in graph["rlstruct.algos.cli"]  # inside a function
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_among_the_librarys_modules():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+_LOADED = """
+import json, sys
+import {module}
+print(json.dumps(sorted(m for m in sys.modules if m == "rlstruct" or m.startswith("rlstruct."))))
+"""
+
+#: the env backends' adapter modules, which only a run on that backend needs, and the tools a training run does not
+#: use (the gymnasium bridge, the Ray batcher, the autotuner, the profiler)
+UNUSED_BY_TRAINING = ("rlstruct.envs.jax_env", "rlstruct.envs.brax_env", "rlstruct.envs.mjx_env",
+                      "rlstruct.envs.mujoco_torch_env", "rlstruct.envs.bridge", "rlstruct.batchers.ray_batcher",
+                      "rlstruct.batchers.autotune", "rlstruct.batchers.profile", "rlstruct.algos.profile",
+                      "rlstruct.algos.cli")
+
+
+def _loaded(module: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", _LOADED.format(module=module)], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, check=True).stdout
+    return set(json.loads(out.splitlines()[-1]))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("algo", ["a2c", "ppo", "reinforce", "dqn", "sac"])
+def test_importing_an_algorithm_loads_its_own_modules_and_no_backend_adapter(algo):
+    loaded = _loaded(f"rlstruct.algos.{algo}")
+    others = {f"rlstruct.algos.{a}" for a in ("a2c", "ppo", "reinforce", "dqn", "sac")} - {f"rlstruct.algos.{algo}"}
+    assert not loaded & others, loaded & others
+    assert not loaded & set(UNUSED_BY_TRAINING), sorted(loaded & set(UNUSED_BY_TRAINING))
+    family = "rlstruct.algos.on_policy" if algo in ("a2c", "ppo", "reinforce") else "rlstruct.algos.off_policy"
+    assert family in loaded
+
+
+@pytest.mark.timeout(300)
+def test_a_backends_adapter_loads_when_that_backend_is_asked_for():
+    loaded = _loaded("rlstruct.envs")
+    assert not loaded & set(UNUSED_BY_TRAINING)
+    pytest.importorskip("gymnax")
+    loaded = _loaded("rlstruct.envs; rlstruct.envs.make_env('CartPole-v1', 1, backend='gymnax').close()")
+    assert "rlstruct.envs.jax_env" in loaded
+    assert not loaded & {"rlstruct.envs.brax_env", "rlstruct.envs.mjx_env", "rlstruct.envs.mujoco_torch_env"}
+
+
+def test_the_lazy_names_of_the_packages_resolve():
+    import rlstruct.batchers
+    import rlstruct.envs
+
+    for package in (rlstruct.envs, rlstruct.batchers):
+        for name in package.__all__:
+            assert getattr(package, name) is not None, (package.__name__, name)
+        with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+            package.nope  # noqa: B018
+
+
+def test_the_env_description_is_still_importable_from_its_old_home():
+    """README and users' scripts import describe_env, create_env and EnvSpec from rlstruct.algos.run."""
+    from rlstruct.algos import env_spec, run
+
+    assert (run.describe_env, run.create_env, run.EnvSpec) == (env_spec.describe_env, env_spec.create_env,
+                                                               env_spec.EnvSpec)
