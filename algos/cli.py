@@ -10,7 +10,6 @@ this machine does not have) prints one line to stderr and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import json
 import sys
@@ -24,39 +23,15 @@ from rlstruct.algos.command import configure_logging
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.env_spec import EnvSpec, create_env
 from rlstruct.algos.evaluation import run_episodes
-from rlstruct.algos.networks import create_policy_agent
+from rlstruct.algos.policy_of import ALGORITHMS, greedy_agent
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
-from rlstruct.structures import DictTensor
 
 __all__ = ["ALGORITHMS", "main", "evaluate_checkpoint"]
 
-#: algorithm name -> module under rlstruct.algos
-ALGORITHMS = ("reinforce", "a2c", "dqn", "ppo", "sac")
 #: the evaluation's steps per acquisition for checkpoints written before the setting existed
 EVALUATION_CHUNK_STEPS = RunConfig.evaluation_chunk_steps
-
-
-def _agent_of(algo: str, config: dict[str, Any]) -> tuple[Any, DictTensor]:
-    """The evaluation agent factory of ``algo`` (as its checkpoint's ``config`` built it) and its greedy
-    agent_info example."""
-    if config.get("recurrent"):
-        from rlstruct.algos.recurrent import create_recurrent_agent
-
-        return create_recurrent_agent, DictTensor({"stochastic": torch.zeros(1, dtype=torch.bool)})
-    if algo == "dqn":
-        from rlstruct.algos.dqn import create_q_agent
-
-        return (functools.partial(create_q_agent, dueling=bool(config.get("dueling", False))),
-                DictTensor({"epsilon": torch.zeros(1)}))
-    if algo == "sac":
-        from rlstruct.algos.sac import create_sac_agent
-
-        return create_sac_agent, DictTensor({"stochastic": torch.zeros(1, dtype=torch.bool)})
-    if algo in ("reinforce", "a2c", "ppo"):
-        return create_policy_agent, DictTensor({"stochastic": torch.zeros(1, dtype=torch.bool)})
-    raise ValueError(f"unknown algorithm {algo!r} in the checkpoint; expected one of {list(ALGORITHMS)}")
 
 
 def evaluate_checkpoint(
@@ -98,12 +73,9 @@ def evaluate_checkpoint(
         raise ValueError(f"max_steps must be >= 1 or None (the env's time limit), got {max_steps}")
     ckpt = load_checkpoint(path)
     cfg, spec = ckpt["config"], ckpt["env_spec"]
-    create_agent, agent_info = _agent_of(ckpt["algo"], cfg)
+    create_agent, agent_args, agent_info = greedy_agent(ckpt["algo"], cfg, EnvSpec.from_dict(spec), device)
     n_workers = max(n_processes, 1)
     per_worker = -(-episodes // n_workers)
-    agent_args = {"spec": EnvSpec.from_dict(spec), "hidden_sizes": tuple(cfg["hidden_sizes"]), "device": device}
-    if cfg.get("normalize_observations"):  # the network has the normalizer whose statistics the checkpoint holds
-        agent_args["normalize_observations"] = True
     env_args = {"name": cfg["env"], "n_envs": per_worker, "backend": backend or cfg["backend"],
                 "max_episode_steps": spec["max_episode_steps"], "autoreset": False, "device": device}
     if max_steps is None or max_steps > spec["max_episode_steps"]:

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from rlstruct.algos.checkpoints import load_checkpoint
+from rlstruct.algos.policy_of import greedy_agent
 from rlstruct.algos.run import EnvSpec, create_env
 from rlstruct.envs import GymEnv, make_env
 from rlstruct.envs.factory import TORCH_ENVS, resolve_backend
@@ -272,13 +273,8 @@ def record_policy_video(
 
 def _record(video_path: Path, algo: str, config: Mapping[str, Any], spec: EnvSpec, model_state: Mapping[str, Any],
             episodes: int, max_steps: int | None, seed: int, resolved: str, fps: float | None) -> VideoResult:
-    from rlstruct.algos.cli import _agent_of  # the CLI owns the map from an algorithm to its evaluation agent
-
     name = config["env"]
-    create_agent, agent_info = _agent_of(algo, dict(config))
-    agent_args: dict[str, Any] = {"spec": spec, "hidden_sizes": tuple(config["hidden_sizes"]), "device": "cpu"}
-    if config.get("normalize_observations"):
-        agent_args["normalize_observations"] = True
+    create_agent, agent_args, agent_info = greedy_agent(algo, config, spec)
     agent = create_agent(**agent_args)
     agent.update(model_state)
     limit = spec.max_episode_steps if max_steps is None else min(max_steps, spec.max_episode_steps)
