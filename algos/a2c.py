@@ -250,7 +250,9 @@ def train(config: A2CConfig) -> TrainResult:
     With ``resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
 
     Raises:
-        The errors of :func:`validate`.
+        ValueError: what :func:`validate` raises: a setting out of range, or one of its subclasses
+            (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``) for a device, the env's spaces or ``resume``.
+        FileNotFoundError: ``resume`` does not exist.
     """
     return train_on_policy(validate(config))
 

@@ -488,7 +488,9 @@ def train(config: DQNConfig) -> TrainResult:
     """Trains a Q network with double DQN and returns the final evaluation and the run's history.
 
     Raises:
-        The errors of :func:`validate`.
+        ValueError: what :func:`validate` raises: a setting out of range, or one of its subclasses
+            (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``) for a device, the env's spaces or ``resume``.
+        FileNotFoundError: ``resume`` does not exist.
     """
     return train_off_policy(validate(config))
 

@@ -548,7 +548,9 @@ def train(config: SACConfig) -> TrainResult:
     critics, the temperature and the optimizers in its ``learner`` state.
 
     Raises:
-        The errors of :func:`validate`.
+        ValueError: what :func:`validate` raises: a setting out of range, or one of its subclasses
+            (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``) for a device, the env's spaces or ``resume``.
+        FileNotFoundError: ``resume`` does not exist.
     """
     return train_off_policy(validate(config))
 
