@@ -32,6 +32,7 @@ __all__ = [
     "RESUME_FIELDS",
     "save_checkpoint",
     "load_checkpoint",
+    "load_state",
     "Resume",
     "load_resume",
     "check_resume_exists",
@@ -71,6 +72,12 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
     return str(path)
 
 
+#: what every checkpoint holds, and the type of each
+CHECKPOINT_KEYS = {"algo": str, "config": dict, "env_spec": dict, "model": dict}
+#: the settings of a checkpoint's config that evaluating it needs
+CONFIG_KEYS = ("env", "backend", "hidden_sizes")
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Reads a checkpoint written by :func:`save_checkpoint` (``weights_only=True``, onto the CPU).
 
@@ -95,7 +102,29 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
                          f"{type(e).__name__}); pass a checkpoint.pt written by rlstruct train") from e
     if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{str(path)!r} is not an rlstruct checkpoint (no format {CHECKPOINT_FORMAT!r})")
+    missing = [k for k, kind in CHECKPOINT_KEYS.items() if not isinstance(data.get(k), kind)]
+    missing += [f"config[{k!r}]" for k in CONFIG_KEYS if not missing and k not in data["config"]]
+    if missing:
+        raise ValueError(f"{str(path)!r} is a damaged rlstruct checkpoint: it lacks {', '.join(missing)}; pass a "
+                         "checkpoint.pt written whole by rlstruct train (the last periodic one, if the run was killed)")
     return data
+
+
+def load_state(module: torch.nn.Module | torch.optim.Optimizer, state: Any, what: str, path: str | os.PathLike) -> None:
+    """``module.load_state_dict(state)``, with a :class:`~rlstruct.errors.ConfigError` naming the checkpoint when
+    the state does not fit (missing or unexpected keys, other shapes: a damaged file, or one the settings of this run
+    do not describe).
+
+    Raises:
+        ConfigError: the state does not fit ``module``.
+    """
+    try:
+        module.load_state_dict(state)
+    except (RuntimeError, KeyError, ValueError, TypeError) as e:
+        first = str(e).strip().splitlines()
+        detail = " ".join(line.strip() for line in first[:3])[:300]
+        raise ConfigError(f"resume={str(path)!r}: {what} in the checkpoint does not fit this run's ({detail}); pass "
+                          "an undamaged checkpoint of the same settings, or start a new run without --resume") from e
 
 
 def cpu_tree(tree: Any) -> Any:

@@ -9,7 +9,6 @@ this machine does not have) prints one line to stderr and exits with status 2.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import sys
@@ -19,19 +18,36 @@ from typing import Any
 import torch
 
 from rlstruct.algos.checkpoints import load_checkpoint
-from rlstruct.algos.command import configure_logging
+from rlstruct.algos.command import OneLineParser, configure_logging
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.env_spec import EnvSpec, create_env
 from rlstruct.algos.evaluation import run_episodes
 from rlstruct.algos.policy_of import ALGORITHMS, greedy_agent
+from rlstruct.allocator import tune_allocator
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
+from rlstruct.seeding import check_seed
 
 __all__ = ["ALGORITHMS", "main", "evaluate_checkpoint"]
 
 #: the evaluation's steps per acquisition for checkpoints written before the setting existed
 EVALUATION_CHUNK_STEPS = RunConfig.evaluation_chunk_steps
+
+
+def check_model_fits(create_agent: Any, agent_args: dict[str, Any], model: dict[str, Any], path: str) -> None:
+    """Loads a checkpoint's ``model`` into its agent built on the CPU, before any worker starts.
+
+    Raises:
+        ValueError: the weights do not fit the network the checkpoint's config describes (missing or unexpected
+            keys, other shapes: a damaged file).
+    """
+    try:
+        create_agent(**{**agent_args, "device": "cpu"}).update(model)
+    except (RuntimeError, KeyError, TypeError) as e:
+        detail = " ".join(line.strip() for line in str(e).strip().splitlines()[:3])[:300]
+        raise ValueError(f"{str(path)!r} holds weights that do not fit the network its config describes ({detail}); "
+                         "pass an undamaged checkpoint.pt written by rlstruct train") from e
 
 
 def evaluate_checkpoint(
@@ -64,7 +80,7 @@ def evaluate_checkpoint(
 
     Raises:
         DeviceUnavailableError: ``device`` does not exist here.
-        ValueError: the file is not an rlstruct checkpoint, ``episodes < 1`` or ``max_steps < 1``.
+        ValueError: the file is not an rlstruct checkpoint, or a damaged one, ``episodes < 1`` or ``max_steps < 1``.
     """
     check_device_exists(device, argument="device")
     if episodes < 1:
@@ -74,6 +90,7 @@ def evaluate_checkpoint(
     ckpt = load_checkpoint(path)
     cfg, spec = ckpt["config"], ckpt["env_spec"]
     create_agent, agent_args, agent_info = greedy_agent(ckpt["algo"], cfg, EnvSpec.from_dict(spec), device)
+    check_model_fits(create_agent, agent_args, ckpt["model"], path)
     n_workers = max(n_processes, 1)
     per_worker = -(-episodes // n_workers)
     env_args = {"name": cfg["env"], "n_envs": per_worker, "backend": backend or cfg["backend"],
@@ -98,7 +115,7 @@ def evaluate_checkpoint(
 
 
 def _eval_command(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rlstruct eval", description="Evaluates a checkpoint's greedy policy.")
+    parser = OneLineParser(prog="rlstruct eval", description="Evaluates a checkpoint's greedy policy.")
     parser.add_argument("checkpoint", help="checkpoint.pt written by rlstruct train, or its run's log folder")
     parser.add_argument("--episodes", type=int, default=16, help="episodes to run (default: 16)")
     parser.add_argument("--device", default="cpu", help="device of the evaluation envs and agent (default: cpu)")
@@ -116,13 +133,17 @@ def _eval_command(argv: Sequence[str]) -> int:
     ns = parser.parse_args(argv)
     try:
         check_device_exists(ns.device, argument="device")
+        # Every number is checked before anything runs, also those of an option not used (a video's episodes).
+        for flag, value, least in (("--episodes", ns.episodes, 1), ("--video-episodes", ns.video_episodes, 1),
+                                   ("--n-processes", ns.n_processes, 0), ("--max-steps", ns.max_steps or 1, 1)):
+            if value < least:
+                raise ValueError(f"{flag} must be >= {least}, got {value}; pass e.g. {least or 2}")
+        check_seed(ns.seed, argument="--seed")
         video = None
         if ns.video is not None:  # first: an env that cannot render fails before the evaluation runs
             from rlstruct.algos.video import check_video_path, record_checkpoint_video
 
             check_video_path(ns.video, argument="--video")
-            if ns.video_episodes < 1:
-                raise ValueError(f"--video-episodes must be >= 1, got {ns.video_episodes}; pass e.g. 1")
             video = record_checkpoint_video(ns.checkpoint, ns.video, episodes=ns.video_episodes,
                                             max_steps=ns.max_steps, seed=ns.seed, backend=ns.backend)
         result = evaluate_checkpoint(ns.checkpoint, episodes=ns.episodes, device=ns.device, backend=ns.backend,
@@ -145,7 +166,7 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
     from rlstruct.algos import profile
 
     if command == "autotune":
-        p = argparse.ArgumentParser(prog="rlstruct autotune",
+        p = OneLineParser(prog="rlstruct autotune",
                                     description="Finds the env count per process and the process count with the "
                                                 "highest steps/s that fits in memory.")
         p.add_argument("--env", default="CartPole-v1", help="gymnasium id with discrete actions (default: CartPole-v1)")
@@ -162,7 +183,7 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
         p.add_argument("--num-threads", type=int, default=None, help="torch threads of this process (default: torch's)")
         p.add_argument("--png", default="autotune.png", help="plot to write (default: autotune.png; '' for none)")
     else:
-        p = argparse.ArgumentParser(prog="rlstruct profile",
+        p = OneLineParser(prog="rlstruct profile",
                                     description="Runs a short collect + learn loop and shows where the time goes.")
         p.add_argument("--env", default="CartPole-v1", help="gymnasium id with discrete actions (default: CartPole-v1)")
         p.add_argument("--n-envs", type=int, default=256, help="envs per worker (default: 256)")
@@ -217,6 +238,7 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlstruct`` console script."""
+    tune_allocator()
     argv = list(sys.argv[1:] if argv is None else argv)
     usage = ("usage: rlstruct train {reinforce,a2c,dqn,ppo,sac} [flags]   (rlstruct train ALGO --help lists them)\n"
              "       rlstruct eval CHECKPOINT [--episodes N] [--max-steps N]\n"

@@ -24,10 +24,10 @@ from typing import Any
 from rlstruct.algos.checkpoints import check_resume_exists, load_checkpoint
 from rlstruct.algos.record import Run, TrainResult
 from rlstruct.algos.setup import Algorithm, Setup, prepare
-from rlstruct.errors import RLStructError
+from rlstruct.errors import ConfigError, RLStructError
 
-__all__ = ["field_docs", "short_help", "help_groups", "build_parser", "resumed_defaults", "config_from_args",
-           "configure_logging", "run_main"]
+__all__ = ["OneLineParser", "field_docs", "short_help", "help_groups", "build_parser", "resumed_defaults",
+           "config_from_args", "configure_logging", "run_main"]
 
 #: the width of ``--help`` and the characters of one flag's help at most (two lines, the default included)
 HELP_WIDTH, HELP_POSITION = 100, 32
@@ -128,6 +128,15 @@ def help_groups(config_cls: type) -> dict[str, str]:
     return groups
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr and exit status 2 (argparse's own print the usage
+    first): ``prog: error: argument --lr: invalid float value: 'abc' (prog --help lists the flags)``."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        """Prints ``message`` on one line and exits with status 2."""
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
+
+
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
     def __init__(self, prog: str) -> None:
         super().__init__(prog, max_help_position=HELP_POSITION, width=HELP_WIDTH)
@@ -137,7 +146,7 @@ def build_parser(config_cls: type, prog: str, description: str = "", *,
                  algorithm_group: str = "the algorithm's settings") -> argparse.ArgumentParser:
     """An argument parser with one ``--flag-name`` per config field, in the groups of :func:`help_groups` (the
     algorithm's own under ``algorithm_group``), each with :func:`short_help` of its description."""
-    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=_Formatter,
+    parser = OneLineParser(prog=prog, description=description, formatter_class=_Formatter,
                                      usage="%(prog)s [-h] [--flag VALUE ...]",
                                      epilog=f"The settings are described in full in help({config_cls.__module__}."
                                             f"{config_cls.__qualname__}).")
@@ -230,6 +239,9 @@ def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: S
     except KeyboardInterrupt:
         print(f"{prog}: interrupted: stopped without writing a checkpoint", file=sys.stderr)
         return 130
+    except ConfigError as e:  # what only building the run can find: a checkpoint's tensors that do not fit
+        print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
     # The command ends here. Once torch._dynamo is imported (the first Adam does), the interpreter's final
     # garbage collections walk ~2000 modules for 1-2 s after the last line; frozen objects are skipped (they
     # are still freed by reference counting), so an interrupted run exits within its two seconds.

@@ -75,6 +75,9 @@ class RunConfig:
         checkpoint_every: also write the checkpoint every this many training iterations (0: only at the end and on
             Ctrl-C or SIGTERM), so that a run killed outright (SIGKILL, a lost node) can be resumed from the last one;
             each costs a host sync and a copy of the learner's state to the CPU.
+        restart_workers: replace a batcher worker process that dies, raises or hangs, this many times in all (0: the
+            first failure stops the run); its rows of the acquisition under way are collected again by the new
+            worker, so no step of a dead worker reaches the learner, and progress.csv gets a batcher/restarts column.
     """
 
     env: str = "CartPole-v1"
@@ -108,6 +111,7 @@ class RunConfig:
     matmul_precision: str = "highest"
     resume: str | None = None
     checkpoint_every: int = 0
+    restart_workers: int = 0
 
     #: the ``--help`` group of each field (see :func:`rlstruct.algos.command.help_groups`)
     HELP_GROUPS = {
@@ -115,7 +119,8 @@ class RunConfig:
                         "environment"),
         **dict.fromkeys(("seed", "time_limit", "max_env_steps", "target_return", "stop_at_reward_threshold",
                          "hidden_sizes", "lr", "learner_device", "batcher_device", "logdir", "log_every", "progress",
-                         "tensorboard", "check_devices", "torch_threads", "batcher_timeout", "matmul_precision"),
+                         "tensorboard", "check_devices", "torch_threads", "batcher_timeout", "matmul_precision",
+                         "restart_workers"),
                         "run"),
         **dict.fromkeys(("evaluation_device", "n_evaluation_envs", "n_evaluation_processes", "evaluation_max_steps",
                          "evaluation_chunk_steps", "eval_every"), "evaluation"),
@@ -139,7 +144,7 @@ def validate_run_config(config: RunConfig) -> None:
     for name in ("n_envs", "n_evaluation_envs", "evaluation_chunk_steps", "eval_every", "log_every"):
         if getattr(config, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
-    for name in ("n_processes", "n_evaluation_processes", "torch_threads", "checkpoint_every"):
+    for name in ("n_processes", "n_evaluation_processes", "torch_threads", "checkpoint_every", "restart_workers"):
         if getattr(config, name) < 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(config, name)!r}")
     if not 0 <= config.seed < 2**31:

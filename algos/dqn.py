@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos.checkpoints import Resume, restore_optimizer
+from rlstruct.algos.checkpoints import Resume, load_state, restore_optimizer
 from rlstruct.algos.command import run_main
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.encoders import CNNEncoder
@@ -400,7 +400,7 @@ class DQNLearner:
         self.policy = seeded_model(config.seed, functools.partial(q_network, dueling=config.dueling), spec,
                                    config.hidden_sizes)
         if resume is not None:
-            self.policy.load_state_dict(resume.model)
+            load_state(self.policy, resume.model, "the Q-network", resume.path)
         self.create_agent = functools.partial(create_q_agent, dueling=config.dueling)
         self.explore = {"epsilon": config.epsilon_start}
         self.greedy = {"epsilon": 0.0}

@@ -109,7 +109,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
         # Batchers first, networks to the learner device after: no CUDA in this process before workers spawn.
         batcher, evaluator = open_batchers(stack, config, spec, learner.create_agent, n_timesteps=config.rollout_steps,
                                            autoreset=True, explore=learner.explore, greedy=learner.greedy,
-                                           seed=run.seed)
+                                           seed=run.seed, run=run)
         B = batcher.n_elems()
         learner.start(device, run.seed, B)
         buffer = ReplayBuffer.for_spec(spec, config.buffer_size, device, seed=run.seed)

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
+from rlstruct.algos.checkpoints import load_state
 from rlstruct.algos.networks import PolicyAgent, build_actor_critic, cpu_state_dict, create_policy_agent
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic
@@ -139,7 +140,7 @@ def train_on_policy(setup: Setup) -> TrainResult:
         model_kwargs = {"normalize_observations": config.normalize_observations}
         model = seeded_model(config.seed, functools.partial(build, **model_kwargs), spec, config.hidden_sizes)
         if resume is not None:
-            model.load_state_dict(resume.model)
+            load_state(model, resume.model, "the model", resume.path)
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
         if algo.episodic:  # n_timesteps = the time limit: one execute runs every env's episode to its end
             steps: dict[str, Any] = {"n_timesteps": spec.max_episode_steps, "autoreset": False}
@@ -150,7 +151,7 @@ def train_on_policy(setup: Setup) -> TrainResult:
                                            create_recurrent_agent if recurrent else create_policy_agent,
                                            explore={"stochastic": True}, greedy={"stochastic": False},
                                            agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
-                                           seed=run.seed, **steps)
+                                           seed=run.seed, run=run, **steps)
 
         model.to(learner)
         agent = RecurrentPolicyAgent(model, learner) if recurrent else PolicyAgent(model, learner)

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,11 +26,12 @@ from torch import nn
 from rlstruct.algos.checkpoints import CHECKPOINT_NAME, Resume, save_checkpoint
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.errors import ConfigError
 
 if TYPE_CHECKING:
     from rlstruct.algos.evaluation import Evaluator
 
-__all__ = ["session_seed", "TrainResult", "Run"]
+__all__ = ["session_seed", "TrainResult", "run_logdir", "check_logdir", "Run"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +99,30 @@ class TrainResult:
         }
 
 
+def run_logdir(algo: str, config: RunConfig, resume: Resume | None) -> Path:
+    """The log folder of a run: ``config.logdir``, else the resumed run's folder, else
+    ``runs/<algo>-<env>-<seed>``."""
+    default = f"runs/{algo}-{config.env}-{config.seed}" if resume is None else resume.folder
+    return Path(config.logdir or default)
+
+
+def check_logdir(path: Path) -> None:
+    """Creates the log folder ``path`` (and its parents) and checks that a file can be written in it, so that a run
+    fails before it starts anything rather than at its first log line.
+
+    Raises:
+        ConfigError: the folder cannot be created (a missing or read-only parent, a file in the way) or written.
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise ConfigError(f"logdir must be a folder this process can create and write, got {str(path)!r} ({reason}); "
+                          "pass --logdir a writable folder") from None
+
+
 class Run:
     """The clock, the budget, and the logs of one training run.
 
@@ -131,8 +157,7 @@ class Run:
         if self.target_return is None and config.stop_at_reward_threshold:
             self.target_return = spec.reward_threshold
         self.start = time.perf_counter() if start is None else start
-        default = f"runs/{algo}-{config.env}-{config.seed}" if resume is None else resume.folder
-        self.logdir = Path(config.logdir or default)
+        self.logdir = run_logdir(algo, config, resume)
         self.logdir.mkdir(parents=True, exist_ok=True)
         earlier = len(list(self.logdir.glob("events.out.tfevents.*")))
         if earlier and resume is None:
@@ -145,6 +170,8 @@ class Run:
         #: the wall time of the earlier sessions of a resumed run: rows count ``wall_time_s`` over all of them
         self.wall_offset = 0.0 if resume is None else resume.wall_time_s
         self.history: list[dict[str, float]] = [] if resume is None else _earlier_rows(resume)
+        #: more columns of every training row: name -> what gives its value at the row's end
+        self.columns: dict[str, Callable[[], float]] = {}
         self.last_eval: float | None = None
         self.reached_target = False
         #: the signal (``"SIGINT"``: a Ctrl-C, or ``"SIGTERM"``) that interrupted the run during
@@ -218,7 +245,8 @@ class Run:
         """Ends one training iteration of ``env_steps`` new env steps with its statistics."""
         self.iteration += 1
         self.env_steps += env_steps
-        row = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_time_s": self.wall_time(), **stats}
+        row = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_time_s": self.wall_time(), **stats,
+               **{k: f() for k, f in self.columns.items()}}
         self._pending.append(row)
         if self.iteration % self.config.log_every == 0:
             self.flush()

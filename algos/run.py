@@ -182,6 +182,7 @@ def open_batchers(
     agent_kwargs: dict[str, Any] | None = None,
     model_kwargs: dict[str, Any] | None = None,
     seed: int | None = None,
+    run: Run | None = None,
 ) -> tuple[RL_Batcher, Evaluator]:
     """The training batcher and the :class:`Evaluator` of a run, both closed by ``stack``.
 
@@ -208,6 +209,8 @@ def open_batchers(
         model_kwargs: more keyword arguments of ``create_agent`` for both batchers' agents: what their network is
             built with (e.g. ``normalize_observations``).
         seed: the seed of the envs and agents (``None``: ``config.seed``); pass ``run.seed``.
+        run: the run whose ``progress.csv`` gets the batchers' restart count (``batcher/restarts``) when
+            ``config.restart_workers`` allows restarts.
 
     Returns:
         ``(batcher, evaluator)``.
@@ -223,6 +226,7 @@ def open_batchers(
         agent_info=DictTensor({k: torch.tensor([v]) for k, v in explore.items()}),
         agent_seeds=worker_seeds(seed, n_workers, 5000), device=config.batcher_device,
         cuda_graph=cuda_graph, zero_copy=zero_copy, timeout=config.batcher_timeout,
+        restart_workers=config.restart_workers,
     )
     stack.callback(batcher.close)
     n_eval_workers = max(config.n_evaluation_processes, 1)
@@ -241,12 +245,14 @@ def open_batchers(
         config.n_evaluation_processes, worker_seeds(seed, n_eval_workers, 1000),
         agent_info=DictTensor({k: torch.tensor([v]) for k, v in greedy.items()}),
         agent_seeds=worker_seeds(seed, n_eval_workers, 6000), device=config.evaluation_device,
-        cuda_graph=eval_graph, timeout=config.batcher_timeout,
+        cuda_graph=eval_graph, timeout=config.batcher_timeout, restart_workers=config.restart_workers,
     )
     n_eval = eval_batcher.n_elems()
     evaluator = Evaluator(eval_batcher, DictTensor({k: torch.full((n_eval,), v) for k, v in greedy.items()}),
                           config.eval_every, max_steps=eval_steps)
     stack.callback(evaluator.close)
+    if config.restart_workers and run is not None:
+        run.columns["batcher/restarts"] = lambda: batcher.n_restarts + eval_batcher.n_restarts
     return batcher, evaluator
 
 

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos.checkpoints import Resume, restore_optimizer
+from rlstruct.algos.checkpoints import Resume, load_state, restore_optimizer
 from rlstruct.algos.command import run_main
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.env_spec import EnvSpec
@@ -451,9 +451,9 @@ class SACLearner:
         self.critic_opt = make_adam(self.critic, config.critic_lr, device)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=config.lr)
         if resume is not None:
-            self.policy.load_state_dict(resume.model)
-            self.critic.load_state_dict(resume.learner["critic"])
-            self.target.load_state_dict(resume.learner["target_critic"])
+            load_state(self.policy, resume.model, "the actor", resume.path)
+            load_state(self.critic, resume.learner["critic"], "the critic", resume.path)
+            load_state(self.target, resume.learner["target_critic"], "the target critic", resume.path)
             with torch.no_grad():
                 self.log_alpha.copy_(resume.learner["log_alpha"])
             restore_optimizer(self.actor_opt, resume.learner["actor_optimizer"], config.lr)

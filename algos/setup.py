@@ -19,6 +19,7 @@ import torch
 from rlstruct.algos.checkpoints import Resume, load_resume
 from rlstruct.algos.config import RunConfig, validate_run_config
 from rlstruct.algos.env_spec import EnvSpec, describe_env
+from rlstruct.algos.record import check_logdir, run_logdir
 from rlstruct.devices import as_device
 
 __all__ = ["Algorithm", "Setup", "prepare"]
@@ -87,8 +88,8 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
         SpaceError: the algorithm cannot run on the env's spaces.
         ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
         FileNotFoundError: ``resume`` does not exist.
-        ConfigError: settings that cannot work together, or a ``resume`` this config cannot continue (see
-            :func:`~rlstruct.algos.checkpoints.load_resume`).
+        ConfigError: settings that cannot work together, a ``resume`` this config cannot continue (see
+            :func:`~rlstruct.algos.checkpoints.load_resume`), or a log folder that cannot be created or written.
     """
     start = time.perf_counter()
     validate_run_config(config)
@@ -96,4 +97,5 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
     algorithm.check_env(config, spec)
     resume = load_resume(algorithm.name, config, algorithm.config_cls.RESUME_FIELDS, checkpoint=checkpoint)
+    check_logdir(run_logdir(algorithm.name, config, resume))  # last: a run that fails a check creates no folder
     return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start)

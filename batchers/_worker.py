@@ -34,6 +34,7 @@ from typing import Any, NoReturn
 import torch
 import torch.utils._pytree as pytree
 
+from rlstruct.allocator import tune_allocator
 from rlstruct.batchers._acquire import Acquirer, build_acquirer
 from rlstruct.batchers._buffer import allocate_block
 from rlstruct.devices import DeviceLike, as_device
@@ -257,6 +258,7 @@ def _report(spec: WorkerSpec) -> dict[str, Any]:
 
 def _start(spec: WorkerSpec) -> tuple[Acquirer, dict[str, Any]]:
     """Builds the worker's acquirer; returns it and the ``ready`` reply's value (its env count, its report)."""
+    tune_allocator()  # the policy's multi-MiB intermediates come from the heap, whatever the process freed before
     acq = build_acquirer(
         spec.create_env, spec.env_args, spec.seed, spec.create_agent, spec.agent_args, spec.placement.device,
         agent_seed=spec.agent_seed, n_timesteps=spec.n_timesteps, check_device=spec.check_device,

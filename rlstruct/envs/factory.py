@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import operator
 import re
 from collections.abc import Mapping
@@ -202,10 +203,12 @@ def _gymnasium_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episo
         if others:  # another version of the id (Taxi-v3 is Taxi-v4 in gymnasium 1.x)
             raise ValueError(f"env {name!r} is not registered in gymnasium {gym.__version__}, which has "
                              f"{', '.join(others)}; pass one of those")
-        raise ValueError(
-            f"env must be a registered gymnasium id, got {name!r}; check the spelling, import the package that "
-            f"registers it, or pick one of rlstruct's torch simulators {list(TORCH_ENVS)}"
-        )
+        close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.6)
+        close += [k for k in gym.registry if k.lower() == name.lower() and k not in close]
+        fix = (f"did you mean {', '.join(repr(k) for k in close)}?" if close else
+               f"check the spelling, import the package that registers it, or pick one of rlstruct's torch "
+               f"simulators {list(TORCH_ENVS)}")
+        raise ValueError(f"env must be a registered gymnasium id, got {name!r}; {fix}")
     # ALE ids' vector entry point is ale-py's preprocessed AtariVectorEnv (other frames than gymnasium.make's):
     # backend="ale" builds that one.
     if not ale and gym.spec(name).vector_entry_point is not None:

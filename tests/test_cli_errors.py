@@ -1,0 +1,215 @@
+"""Every bad input of ``rlstruct train`` and ``rlstruct eval`` is one line on stderr and exit status 2, with nothing
+started (no worker process, no log folder) and no traceback; a crashed worker with ``--restart-workers`` is replaced
+and the run still learns."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlstruct.algos.cli import main
+
+RLSTRUCT = str(Path(sys.executable).with_name("rlstruct"))
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, list[str]]:
+    """``rlstruct ARGV`` in this process: its exit status and its stderr lines."""
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own exits
+        code = e.code
+    err = capsys.readouterr().err
+    return code, err.splitlines()
+
+
+def assert_one_line_error(code: int, lines: list[str], prog: str) -> None:
+    assert code == 2, lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{prog}: error: "), lines
+    assert "Traceback" not in lines[0]
+
+
+@pytest.fixture
+def no_new_processes():
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    yield
+    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert after <= before, f"processes left or started: {after - before}"
+
+
+@pytest.mark.parametrize(("flags", "match"), [
+    (["--logdir", "/proc/x"], "logdir must be a folder this process can create and write, got '/proc/x'"),
+    (["--env", "Cartpole-v1"], "did you mean 'CartPole-v1'"),
+    (["--env", "CartPol-v1"], "did you mean 'CartPole-v1'"),
+    (["--lr", "abc"], "argument --lr: invalid float value: 'abc'"),
+    (["--n-envs", "0"], "n_envs must be >= 1, got 0"),
+    (["--restart-workers", "-1"], "restart_workers must be >= 0, got -1"),
+    (["--no-such-flag", "1"], "unrecognized arguments: --no-such-flag 1"),
+])
+def test_a_bad_flag_is_one_line_and_status_2(flags, match, capsys, tmp_path, no_new_processes):
+    code, lines = run_cli(["train", "a2c", "--logdir", str(tmp_path / "run"), "--max-env-steps", "64", *flags],
+                          capsys)
+    assert_one_line_error(code, lines, "rlstruct train a2c")
+    assert match in lines[0]
+    if "--logdir" not in flags:
+        assert not (tmp_path / "run").exists(), "a run that fails its checks creates no log folder"
+
+
+def test_a_logdir_under_a_file_is_refused_before_anything_starts(tmp_path, capsys, no_new_processes):
+    (tmp_path / "file").write_text("")
+    code, lines = run_cli(["train", "ppo", "--logdir", str(tmp_path / "file" / "run"), "--n-processes", "2"], capsys)
+    assert_one_line_error(code, lines, "rlstruct train ppo")
+    assert "pass --logdir a writable folder" in lines[0]
+
+
+#: (flag, strategy of values the flag refuses) for the settings every algorithm shares, and A2C's own
+BAD_VALUES = {
+    "--n-envs": st.integers(max_value=0),
+    "--n-evaluation-envs": st.integers(max_value=0),
+    "--eval-every": st.integers(max_value=0),
+    "--log-every": st.integers(max_value=0),
+    "--evaluation-chunk-steps": st.integers(max_value=0),
+    "--max-env-steps": st.integers(max_value=0),
+    "--n-processes": st.integers(max_value=-1),
+    "--n-evaluation-processes": st.integers(max_value=-1),
+    "--checkpoint-every": st.integers(max_value=-1),
+    "--restart-workers": st.integers(max_value=-1),
+    "--seed": st.one_of(st.integers(max_value=-1), st.integers(min_value=2**31)),
+    "--lr": st.one_of(st.floats(max_value=0.0), st.just(float("nan"))),
+    "--time-limit": st.floats(max_value=0.0),
+    "--batcher-timeout": st.floats(max_value=0.0),
+    "--hidden-sizes": st.integers(max_value=0),
+    "--backend": st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12).filter(
+        lambda s: s not in ("auto", "torch", "gymnasium", "envpool", "ale", "gymnax", "mjx", "mujoco_torch", "brax")),
+    "--matmul-precision": st.sampled_from(["low", "float16", "HIGH", ""]),
+    "--physics-dtype": st.sampled_from(["float16", "double", "fp32"]),
+    "--learner-device": st.sampled_from(["cuda:7", "tpu", "gpu", "cpu:x", "mps:3"]),
+    "--n-steps": st.integers(max_value=0),
+    "--gamma": st.one_of(st.floats(max_value=-1e-6), st.floats(min_value=1.000001, allow_infinity=True)),
+    "--gae-lambda": st.one_of(st.floats(max_value=-1e-6), st.floats(min_value=1.000001)),
+}
+#: text no numeric flag parses
+NOT_A_NUMBER = st.text(alphabet="abcdefghijklmnopqrstuvwxyz-_ ", min_size=1, max_size=8).filter(
+    lambda s: s.strip() and s.strip().lower() not in ("inf", "nan", "infinity", "none") and not s.startswith("-"))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flag=st.sampled_from(sorted(BAD_VALUES)), data=st.data())
+def test_generated_bad_values_of_train_are_one_line_and_status_2(flag, data, capsys, tmp_path):
+    numeric = flag not in ("--backend", "--matmul-precision", "--physics-dtype", "--learner-device")
+    values = st.one_of(BAD_VALUES[flag].map(str), NOT_A_NUMBER) if numeric else BAD_VALUES[flag]
+    value = data.draw(values, label="value")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    logdir = tmp_path / f"run-{abs(hash((flag, value)))}"
+    code, lines = run_cli(["train", "a2c", "--logdir", str(logdir), f"{flag}={value}"], capsys)
+    assert_one_line_error(code, lines, "rlstruct train a2c")
+    assert not logdir.exists()
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("run")
+    proc = subprocess.run([RLSTRUCT, "train", "a2c", "--max-env-steps", "256", "--logdir", str(folder),
+                           "--no-progress", "--no-tensorboard"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return folder / "checkpoint.pt"
+
+
+def _damaged(checkpoint: Path, tmp_path: Path, how: str) -> Path:
+    data = torch.load(checkpoint, weights_only=True)
+    if how == "no config":
+        del data["config"]
+    elif how == "no model":
+        del data["model"]
+    elif how == "no env in its config":
+        data["config"] = {k: v for k, v in data["config"].items() if k != "env"}
+    elif how == "other shapes":
+        data["model"] = {k: v[..., :1] if v.ndim else v for k, v in data["model"].items()}
+    elif how == "a missing tensor":
+        data["model"] = dict(list(data["model"].items())[1:])
+    elif how == "another algorithm's model":
+        data["algo"] = "dqn"
+    path = tmp_path / "damaged.pt"
+    torch.save(data, path)
+    return path
+
+
+@pytest.mark.parametrize(("how", "match"), [
+    ("no config", "damaged rlstruct checkpoint: it lacks config"),
+    ("no model", "damaged rlstruct checkpoint: it lacks model"),
+    ("no env in its config", "lacks config['env']"),
+    ("other shapes", "holds weights that do not fit the network its config describes"),
+    ("a missing tensor", "holds weights that do not fit the network its config describes"),
+    ("another algorithm's model", "holds weights that do not fit the network its config describes"),
+])
+def test_eval_of_a_damaged_checkpoint_is_one_line_and_status_2(checkpoint, how, match, tmp_path, capsys,
+                                                                no_new_processes):
+    code, lines = run_cli(["eval", str(_damaged(checkpoint, tmp_path, how)), "--n-processes", "2"], capsys)
+    assert_one_line_error(code, lines, "rlstruct eval")
+    assert match in lines[0]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flag=st.sampled_from(["--episodes", "--max-steps", "--video-episodes", "--seed", "--n-processes"]),
+       value=st.one_of(st.integers(max_value=-1).map(str), NOT_A_NUMBER))
+def test_generated_bad_values_of_eval_are_one_line_and_status_2(checkpoint, flag, value, capsys):
+    code, lines = run_cli(["eval", str(checkpoint), f"{flag}={value}"], capsys)
+    assert_one_line_error(code, lines, "rlstruct eval")
+
+
+@pytest.mark.parametrize("how", ["other shapes", "a missing tensor"])
+def test_resuming_a_damaged_checkpoint_is_one_line_and_status_2(checkpoint, how, tmp_path, capsys):
+    damaged = _damaged(checkpoint, tmp_path, how)
+    code, lines = run_cli(["train", "a2c", "--resume", str(damaged), "--max-env-steps", "1024", "--no-progress",
+                           "--logdir", str(tmp_path / "resumed")], capsys)
+    assert_one_line_error(code, lines, "rlstruct train a2c")
+    assert "the model in the checkpoint does not fit this run's" in lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a2c_with_a_worker_sigkilled_mid_run_restarts_it_and_reaches_475(tmp_path):
+    """The issue's check: ``--restart-workers 3``, one training worker SIGKILLed from outside while the run learns,
+    and CartPole still reaches 475; progress.csv counts the restart."""
+    logdir = tmp_path / "run"
+    proc = subprocess.Popen([RLSTRUCT, "train", "a2c", "--env", "CartPole-v1", "--n-processes", "2", "--n-envs", "16",
+                             "--restart-workers", "3", "--max-env-steps", "500000", "--time-limit", "540",
+                             "--logdir", str(logdir), "--no-progress", "--no-tensorboard", "--seed", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = None
+    try:
+        deadline = time.monotonic() + 300
+        while killed is None and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            rows = (logdir / "progress.csv").read_text().count("\n") if (logdir / "progress.csv").exists() else 0
+            workers = [p for p in psutil.Process(proc.pid).children()
+                       if "multiprocessing" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(
+                           p.cmdline())]
+            if rows > 20 and workers:
+                killed = workers[0].pid
+                os.kill(killed, signal.SIGKILL)
+        out, err = proc.communicate(timeout=540)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert killed is not None, "the run ended before a worker could be killed"
+    assert proc.returncode == 0, err[-2000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["reached_target"], summary
+    with open(logdir / "progress.csv") as f:
+        restarts = [float(r["batcher/restarts"]) for r in csv.DictReader(f) if r.get("batcher/restarts")]
+    assert restarts[0] == 0 and restarts[-1] >= 1, restarts[-5:]
+    assert "restart" in err.lower()
