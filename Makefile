@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 # On a machine without an NVIDIA GPU, install the CPU build of torch (a bare `torch` is a multi-GB CUDA build).
 TORCH_REQ := $(if $(shell command -v nvidia-smi 2>/dev/null),,-r requirements/cpu.txt)
 
-.PHONY: demo test quick lint install bench clean
+.PHONY: demo test quick lint install bench clean docs docs-deps docs-check docs-screenshot
 
 $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,29 @@ bench: install
 	$(PY) benchmarks/envs.py
 	$(PY) benchmarks/batchers.py
 	$(PY) benchmarks/ray_batcher.py
+
+# The documentation site: sources in docs/ and mkdocs.yml, built into site/ with --strict (a broken link, a missing
+# reference or a docstring that does not render fails the build).
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
+	$(PIP) install -q -e '.[docs]'
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+# What tests/test_docs.py needs to run rather than skip: the docs extra and Debian's chromium (apt, as root or
+# through sudo). CI runs it before `make test`.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+docs-deps: $(VENV)/.docs-installed
+	command -v chromium >/dev/null || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium)
+
+# The site built and read as a reader would: headless Chromium opens the start page, an algorithm page and an API page.
+docs-check: docs-deps
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_docs.py
+
+# Retakes the start page's screenshot kept under docs/ for reviewers.
+docs-screenshot: docs-deps
+	RLSTRUCT_DOCS_SCREENSHOT=docs/assets/start-page.png $(PY) -m pytest -q -p no:cacheprovider tests/test_docs.py -k screenshot
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache build *.egg-info

@@ -354,19 +354,19 @@ def test_an_actor_whose_batcher_cannot_be_built_reports_the_constructors_error(r
     assert "create_agent(**agent_args)" in e.value.remote_traceback  # where it was raised, in the actor
 
 
-def test_the_readme_example_runs_on_a_local_cluster(ray_cluster):
-    """README's RayBatcher block, as written but for the cluster (this test's) and its sizes (this machine's)."""
+def test_the_documented_example_runs_on_a_local_cluster(ray_cluster):
+    """The scaling page's RayBatcher block as written, but for the cluster (the test's) and sizes (this machine's)."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = next(b for b in re.findall(r"```py\n(.*?)```", readme, flags=re.S) if "RayBatcher(" in b)
+    page = (Path(__file__).resolve().parents[1] / "docs" / "scaling.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", page, flags=re.S) if "RayBatcher(" in b)
     for old, new in [('ray.init(address="auto")', "pass"), ('"n_envs": 512', '"n_envs": 4'),
                      ("n_actors=4, seeds=list(range(4 * 8)), n_processes=8", "n_actors=1, seeds=[0], n_processes=0"),
                      ("(64, 64)", "(8,)")]:
         assert old in block, old
         block = block.replace(old, new)
     scope: dict = {}
-    exec(compile(block.replace("placement_strategy=", "num_cpus=0.5, placement_strategy="), "README.md", "exec"),
+    exec(compile(block.replace("placement_strategy=", "num_cpus=0.5, placement_strategy="), "docs/scaling.md", "exec"),
          scope)
     assert scope["trajectories"].trajectories["observation/frame"].shape == (4, 64, 4)

@@ -40,6 +40,30 @@ def _dry_run(target: str, venv: Path) -> list[str]:
     return out.stdout.splitlines()
 
 
+# Pages of the documentation site whose python blocks are whole programs (the others show fragments: a signature,
+# a call order, a cluster's set-up).
+RUNNABLE_PAGES = ["docs/getting-started.md", "docs/concepts/structures.md", "docs/concepts/envs.md", "docs/scaling.md"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("page", RUNNABLE_PAGES)
+def test_documented_python_blocks_run(page):
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), flags=re.S)
+              if "ray.init" not in b]  # the RayBatcher block needs a cluster: tests/test_ray_batcher.py runs it
+    assert blocks, f"{page} has no python example"
+    for code in blocks:
+        exec(compile(code, page, "exec"), {"__name__": "docs_example"})
+
+
+@pytest.mark.parametrize("name", ["README.md", "BENCHMARKS.md"])
+def test_relative_links_lead_to_files(name):
+    text = (ROOT / name).read_text()
+    targets = [t.split("#", 1)[0] for t in re.findall(r"\]\(([^)\s]+)\)", text) if "://" not in t]
+    assert targets, f"{name} links nothing"
+    missing = [t for t in targets if t and not (ROOT / t).exists()]
+    assert not missing, f"{name} links to files that do not exist: {missing}"
+
+
 def test_readme_gives_the_two_setup_commands():
     assert _setup_commands() == ["make demo", "make test"]
 

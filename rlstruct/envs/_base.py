@@ -84,7 +84,7 @@ class VecEnv(abc.ABC):
             KeyError: a destination lacks a key of the observations.
             SpaceError: an observation of :meth:`step` does not have its destination's per-row shape and dtype.
             BatchSizeError: an observation of :meth:`step` does not have its destination's rows.
-            Whatever :meth:`step` raises.
+            Exception: whatever :meth:`step` raises.
         """
         if not self.autoreset:
             raise EnvStateError(

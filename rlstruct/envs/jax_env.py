@@ -483,7 +483,7 @@ class JaxVecEnv(CallOrder, VecEnv):
             KeyError, DeviceMismatchError, SpaceError: a destination lacks a key, is not on the CPU, or has
                 another shape or dtype than the observations.
             EnvStateError: the env does not auto-reset, was never reset, or is closed.
-            Whatever :meth:`step` raises for the action.
+            Exception: whatever :meth:`step` raises for the action.
         """
         if not self.writes_in_place():
             return super().step_into(action, observation_next, observation_running)
