@@ -1,0 +1,227 @@
+"""Data-parallel learners on ``torch.distributed``: the rank's view of the world, its process group, its seeds and
+the averaging of its gradients.
+
+A run launched by ``torchrun`` finds ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``
+in its environment; a plain run finds none of them and is one rank of a world of one, with no process group, so
+that nothing it computes changes (:func:`world_from_environment`). Each rank collects with its own batchers and
+learns on its own share; the ranks average their gradients after every backward, so every rank's optimizer takes
+the same step and the models stay identical without any weight broadcast after the first one.
+
+Choices:
+
+* **``--n-envs`` is per rank** (as in CleanRL's ``ppo_atari_multigpu.py`` and for DDP users): K ranks of ``n``
+  envs collect ``K * n`` rows per iteration, the effective batch is K times one rank's, and the learning rate is
+  used as given (:func:`effective_batch` reports both).
+* **Gradients are averaged by one all-reduce per parameter tensor from a post-accumulate-grad hook**
+  (:func:`average_gradients`), not by wrapping the model in ``DistributedDataParallel``: the learn steps call the
+  model's submodules (policy head, value head, the normaliser) and replay it through an agent, which DDP's
+  ``forward`` wrapper does not see, and the hook is the one point between ``backward`` and the clipping and the
+  optimizer step that every learn step shares without editing each algorithm. The mean of the ranks' gradients
+  of a mean loss over equal shares is the gradient of the mean loss over the whole batch, so with full-batch
+  updates K ranks take the step one process takes on the K-times batch (tested to float tolerance). Autograd
+  runs the same graph in the same order on every rank, so the collectives are issued in the same order. DDP
+  buckets small tensors into few collectives; for the 64-64 and 256-256 MLPs (6 to 8 tensors) the per-tensor
+  latency is small beside the update, and bucketing is the step to take if a profile says otherwise.
+* **Advantage normalisation is per rank**: each rank normalises its own share (its mean and standard
+  deviation), as CleanRL's multi-GPU PPO does. It matches a single process only with normalisation off (the
+  equivalence tests turn it off).
+* **Seeds are disjoint across ranks**: rank ``r`` seeds its envs and sampling with ``seed + r * RANK_SEED_STRIDE``
+  (:func:`rank_seed`), while the model is initialised from the run's own seed on every rank (and broadcast from
+  rank 0 all the same, :func:`broadcast_parameters`, so that a model built differently cannot drift).
+* The process group uses ``gloo`` on the CPU and ``nccl`` when the learner is a CUDA device, whose index is
+  ``LOCAL_RANK`` (:func:`learner_device`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from collections.abc import Mapping
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from rlstruct.errors import ConfigError
+
+__all__ = [
+    "RANK_SEED_STRIDE",
+    "World",
+    "world_from_environment",
+    "learner_device",
+    "init_process_group",
+    "rank_seed",
+    "effective_batch",
+    "broadcast_parameters",
+    "average_gradients",
+    "all_ranks_stop",
+]
+
+#: the distance between two ranks' seeds: each rank's envs take ``n_envs`` consecutive seeds from its own, so a
+#: stride past any realistic ``n_envs`` keeps the ranks' env seeds disjoint
+RANK_SEED_STRIDE = 1_000_003
+
+
+@dataclasses.dataclass(frozen=True)
+class World:
+    """One rank's view of a data-parallel run.
+
+    Attributes:
+        rank: this process's rank, in ``[0, size)``.
+        size: the number of ranks (1 for a plain run).
+        local_rank: this process's rank on its node (its GPU index when there are GPUs).
+    """
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        """Whether there is more than one rank (and so a process group to use)."""
+        return self.size > 1
+
+    @property
+    def is_logger(self) -> bool:
+        """Whether this rank evaluates, records and checkpoints (rank 0 alone)."""
+        return self.rank == 0
+
+
+def _int_variable(env: Mapping[str, str], name: str) -> int:
+    raw = env[name]
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"environment variable {name} must be a non-negative integer, got {raw!r}; "
+                          f"launch with torchrun, which sets it, or unset it for a single-process run") from None
+
+
+def world_from_environment(env: Mapping[str, str] | None = None) -> World:
+    """Read this rank's world from torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``).
+
+    With no ``WORLD_SIZE`` (a plain run) the world is one rank and nothing else is read.
+
+    Args:
+        env: the environment to read; ``os.environ`` when ``None``.
+
+    Returns:
+        the :class:`World`.
+
+    Raises:
+        ConfigError: a variable is not an integer, ``RANK`` is missing or outside ``[0, WORLD_SIZE)``, or
+            ``WORLD_SIZE`` is below 1.
+
+    >>> world_from_environment({})
+    World(rank=0, size=1, local_rank=0)
+    >>> world_from_environment({"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}).is_logger
+    False
+    """
+    env = os.environ if env is None else env
+    if "WORLD_SIZE" not in env:
+        return World()
+    size = _int_variable(env, "WORLD_SIZE")
+    if size < 1:
+        raise ConfigError(f"environment variable WORLD_SIZE must be at least 1, got {size}; launch with torchrun")
+    if "RANK" not in env:
+        raise ConfigError(f"environment variable RANK must be set when WORLD_SIZE is ({size}), got nothing; "
+                          f"launch with torchrun, which sets both")
+    rank = _int_variable(env, "RANK")
+    if not 0 <= rank < size:
+        raise ConfigError(f"environment variable RANK must be in [0, {size}), got {rank}; launch with torchrun")
+    local_rank = _int_variable(env, "LOCAL_RANK") if "LOCAL_RANK" in env else rank
+    return World(rank=rank, size=size, local_rank=local_rank)
+
+
+def learner_device(world: World, *, cuda: bool | None = None) -> torch.device:
+    """The learner's device: ``cuda:LOCAL_RANK`` when there are GPUs, else the CPU.
+
+    Args:
+        world: this rank's world.
+        cuda: whether to use a GPU; ``torch.cuda.is_available()`` when ``None``.
+
+    >>> learner_device(World(rank=1, size=2, local_rank=1), cuda=False)
+    device(type='cpu')
+    """
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    return torch.device("cuda", world.local_rank) if cuda else torch.device("cpu")
+
+
+def init_process_group(world: World, device: torch.device, *, timeout_s: float = 300.0) -> None:
+    """Join the run's process group (``nccl`` for a CUDA learner, ``gloo`` otherwise); nothing for a world of one.
+
+    The rendezvous reads ``MASTER_ADDR`` and ``MASTER_PORT`` from the environment (torchrun sets them).
+    ``timeout_s`` bounds every collective, so that a rank that died makes the others fail instead of hanging.
+    """
+    if not world.distributed or dist.is_initialized():
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=world.rank, world_size=world.size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def rank_seed(seed: int, world: World) -> int:
+    """This rank's seed for its envs and sampling: the run's seed on rank 0 (a plain run is unchanged), offset by
+    ``rank * RANK_SEED_STRIDE`` elsewhere.
+
+    >>> rank_seed(7, World()), rank_seed(7, World(rank=2, size=4, local_rank=2))
+    (7, 2000013)
+    """
+    return seed + world.rank * RANK_SEED_STRIDE
+
+
+def effective_batch(rows_per_rank: int, steps_per_row: int, world: World) -> int:
+    """The env steps one update learns from, over all ranks (``--n-envs`` is per rank).
+
+    >>> effective_batch(8, 128, World(rank=0, size=2, local_rank=0))
+    2048
+    """
+    return rows_per_rank * steps_per_row * world.size
+
+
+def broadcast_parameters(module: nn.Module, world: World) -> None:
+    """Copy rank 0's parameters and buffers to every rank (in place); nothing for a world of one."""
+    if not world.distributed:
+        return
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+
+
+def average_gradients(module: nn.Module, world: World) -> list[torch.utils.hooks.RemovableHandle]:
+    """Average each parameter's gradient across the ranks as soon as the backward has accumulated it.
+
+    The hook all-reduces the sum (``gloo`` has no ``AVG``) and divides by the world size, in place, so that the
+    clipping and the optimizer step that follow see the mean gradient. Nothing is registered for a world of one.
+
+    Args:
+        module: the learner's model, identical on every rank.
+        world: this rank's world.
+
+    Returns:
+        the hooks' handles (``handle.remove()`` undoes them).
+    """
+    if not world.distributed:
+        return []
+    scale = 1.0 / world.size
+
+    def hook(parameter: torch.Tensor) -> None:
+        dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
+        parameter.grad.mul_(scale)
+
+    return [p.register_post_accumulate_grad_hook(hook) for p in module.parameters() if p.requires_grad]
+
+
+def all_ranks_stop(stop: bool | torch.Tensor, world: World) -> bool:
+    """Whether any rank wants to stop (time limit, target, step budget, a signal): one small all-reduce, so that
+    every rank leaves the loop at the same iteration and none waits in a collective for one that left.
+
+    >>> all_ranks_stop(True, World())
+    True
+    """
+    flag = torch.as_tensor(stop, dtype=torch.int32).reshape(1).cpu()
+    if world.distributed:
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag[0])
