@@ -67,7 +67,7 @@ docs: $(VENV)/.docs-installed
 # through sudo). CI runs it before `make test`.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 docs-deps: $(VENV)/.docs-installed
-	command -v chromium >/dev/null || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium)
+	command -v chromium >/dev/null || ($(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 # The site built and read as a reader would: headless Chromium opens the start page, an algorithm page and an API page.
 docs-check: docs-deps
