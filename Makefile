@@ -35,7 +35,7 @@ install: $(VENV)/.installed
 demo: $(VENV)/.demo-installed
 	$(VENV)/bin/rlstruct train a2c --env CartPole-v1 --logdir runs/demo
 
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider --doctest-modules rlstruct agents batchers algos tests
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider --durations=25 --doctest-modules rlstruct agents batchers algos tests
 
 test: install lint
 	$(PYTEST)
