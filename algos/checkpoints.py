@@ -33,6 +33,7 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "load_state",
+    "does_not_fit",
     "Resume",
     "load_resume",
     "check_resume_exists",
@@ -121,10 +122,20 @@ def load_state(module: torch.nn.Module | torch.optim.Optimizer, state: Any, what
     try:
         module.load_state_dict(state)
     except (RuntimeError, KeyError, ValueError, TypeError) as e:
-        first = str(e).strip().splitlines()
-        detail = " ".join(line.strip() for line in first[:3])[:300]
-        raise ConfigError(f"resume={str(path)!r}: {what} in the checkpoint does not fit this run's ({detail}); pass "
-                          "an undamaged checkpoint of the same settings, or start a new run without --resume") from e
+        fix = "pass an undamaged checkpoint of the same settings, or start a new run without --resume"
+        raise does_not_fit(f"resume={str(path)!r}: {what} in the checkpoint does not fit this run's", e, fix) from e
+
+
+def does_not_fit(situation: str, cause: Exception, fix: str) -> ConfigError:
+    """The one error for state that does not fit its module (``load_state_dict``'s missing or unexpected keys, other
+    shapes), wherever a checkpoint is loaded: ``situation``, the first lines of torch's message, then ``fix``.
+
+    >>> missing = RuntimeError("Missing key(s): pi.0.weight")
+    >>> print(does_not_fit("ck.pt holds weights that do not fit", missing, "pass another"))
+    ck.pt holds weights that do not fit (Missing key(s): pi.0.weight); pass another
+    """
+    detail = " ".join(line.strip() for line in str(cause).strip().splitlines()[:3])[:300]
+    return ConfigError(f"{situation} ({detail}); {fix}")
 
 
 def cpu_tree(tree: Any) -> Any:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from rlstruct.algos.checkpoints import load_checkpoint
+from rlstruct.algos.checkpoints import does_not_fit, load_checkpoint
 from rlstruct.algos.command import OneLineParser, configure_logging
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.env_spec import EnvSpec, create_env
@@ -39,15 +39,14 @@ def check_model_fits(create_agent: Any, agent_args: dict[str, Any], model: dict[
     """Loads a checkpoint's ``model`` into its agent built on the CPU, before any worker starts.
 
     Raises:
-        ValueError: the weights do not fit the network the checkpoint's config describes (missing or unexpected
+        ConfigError: the weights do not fit the network the checkpoint's config describes (missing or unexpected
             keys, other shapes: a damaged file).
     """
     try:
         create_agent(**{**agent_args, "device": "cpu"}).update(model)
     except (RuntimeError, KeyError, TypeError) as e:
-        detail = " ".join(line.strip() for line in str(e).strip().splitlines()[:3])[:300]
-        raise ValueError(f"{str(path)!r} holds weights that do not fit the network its config describes ({detail}); "
-                         "pass an undamaged checkpoint.pt written by rlstruct train") from e
+        raise does_not_fit(f"{str(path)!r} holds weights that do not fit the network its config describes", e,
+                           "pass an undamaged checkpoint.pt written by rlstruct train") from e
 
 
 def evaluate_checkpoint(
