@@ -5,9 +5,7 @@ training run loads the modules it uses (Ray itself is imported when a RayBatcher
 ``rlstruct[ray]``).
 """
 
-import importlib
-from typing import Any
-
+from rlstruct._lazy import lazy_names
 from rlstruct.batchers._worker import WorkerPlacement
 from rlstruct.batchers.batcher import RL_Batcher, WorkerRestart, restart_seed
 from rlstruct.batchers.pipeline import Pipeline
@@ -38,11 +36,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'rlstruct.batchers' has no attribute {name!r}")
-    return getattr(importlib.import_module(_LAZY[name]), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, __all__, globals())

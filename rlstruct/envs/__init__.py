@@ -7,9 +7,7 @@ one of their names (``rlstruct.envs.BraxEnv``, or ``make_env(..., backend="brax"
 adapter of its own backend only.
 """
 
-import importlib
-from typing import Any
-
+from rlstruct._lazy import lazy_names
 from rlstruct.envs._base import StepResult, VecEnv
 from rlstruct.envs._torch_env import TorchVecEnv
 from rlstruct.envs.classic_control import Acrobot, CartPole, CartPoleNoVel, MountainCar, Pendulum
@@ -53,14 +51,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'rlstruct.envs' has no attribute {name!r}")
-    return getattr(importlib.import_module(_LAZY[name]), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, __all__, globals())
 
 
 register_envs()

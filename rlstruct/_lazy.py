@@ -1,0 +1,34 @@
+"""Names of a package that load their module on first use (PEP 562), so that importing the package loads only what
+a run uses: one implementation for every package that re-exports optional or heavy modules."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+
+def lazy_names(package: str, lazy: dict[str, str], exported: Iterable[str],
+               namespace: dict[str, Any]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The module-level ``__getattr__`` and ``__dir__`` of ``package``: a name of ``lazy`` (name -> module) is
+    imported from its module when first read; ``dir()`` lists the loaded names and ``exported``.
+
+    >>> ns = {}
+    >>> getattr_, dir_ = lazy_names("pkg", {"sqrt": "math"}, ["sqrt"], ns)
+    >>> getattr_("sqrt")(4.0)
+    2.0
+    >>> getattr_("cbrt")
+    Traceback (most recent call last):
+    AttributeError: module 'pkg' has no attribute 'cbrt'
+    """
+    exported = tuple(exported)
+
+    def __getattr__(name: str) -> Any:
+        if name not in lazy:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(lazy[name]), name)
+
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *exported})
+
+    return __getattr__, __dir__
