@@ -242,7 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     usage = ("usage: rlstruct train {reinforce,a2c,dqn,ppo,sac} [flags]   (rlstruct train ALGO --help lists them)\n"
              "       rlstruct eval CHECKPOINT [--episodes N] [--max-steps N]\n"
              "       rlstruct autotune [--env ID] [--processes P ...]   (best envs per process and process count)\n"
-             "       rlstruct profile [--env ID] [--n-envs N]   (where the time of a collect + learn loop goes)")
+             "       rlstruct profile [--env ID] [--n-envs N]   (where the time of a collect + learn loop goes)\n"
+             "       rlstruct presets   (the tuned settings a run gets by naming its env)")
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         return 0 if argv else 2
@@ -266,6 +267,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "eval":
         configure_logging()
         return _eval_command(rest)
+    if command == "presets":
+        from rlstruct.algos.presets import list_presets
+
+        print(list_presets())
+        return 0
     if command in ("autotune", "profile"):
         configure_logging()
         return _batchers_command(command, rest)

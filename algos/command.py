@@ -17,17 +17,18 @@ import re
 import signal
 import sys
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rlstruct.algos.checkpoints import check_resume_exists, load_checkpoint
+from rlstruct.algos.presets import apply_preset, describe_preset, setting_sources
 from rlstruct.algos.record import Run, TrainResult
 from rlstruct.algos.setup import Algorithm, Setup, prepare
 from rlstruct.errors import ConfigError, RLStructError
 
 __all__ = ["OneLineParser", "field_docs", "short_help", "help_groups", "build_parser", "resumed_defaults",
-           "config_from_args", "configure_logging", "run_main"]
+           "config_from_args", "given_flags", "show_config", "configure_logging", "run_main"]
 
 #: the width of ``--help`` and the characters of one flag's help at most (two lines, the default included)
 HELP_WIDTH, HELP_POSITION = 100, 32
@@ -187,10 +188,55 @@ def resumed_defaults(config_cls: type, checkpoint: dict[str, Any]) -> dict[str, 
     return {k: v for k, v in saved.items() if k in names}
 
 
-def config_from_args(config_cls: type, ns: argparse.Namespace):
-    """Builds the config dataclass from parsed arguments (lists become tuples)."""
-    values = {f.name: getattr(ns, f.name) for f in dataclasses.fields(config_cls)}
+def config_from_args(config_cls: type, ns: argparse.Namespace, given: Iterable[str] | None = None):
+    """Builds the config dataclass from parsed arguments (lists become tuples), passing the fields of ``given``
+    only (None: every field), so that a preset fills the others (:func:`~rlstruct.algos.presets.apply_preset`)."""
+    names = [f.name for f in dataclasses.fields(config_cls)]
+    values = {k: getattr(ns, k) for k in names if given is None or k in given}
     return config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+_UNSET = object()
+
+
+def given_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> frozenset[str]:
+    """The config fields whose flags ``argv`` gives (abbreviated or not, ``--no-x`` included): ``argv`` parsed
+    again with every default replaced by a marker.
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     lr: float = 1e-3
+    ...     gamma: float = 0.99
+    ...     progress: bool = True
+    >>> sorted(given_flags(build_parser(Config, "prog"), ["--lr", "1e-3", "--no-progress"]))
+    ['lr', 'progress']
+    """
+    dests = {a.dest: a.default for a in parser._actions if a.dest != "help"}
+    parser.set_defaults(**dict.fromkeys(dests, _UNSET))
+    try:
+        ns = parser.parse_args(argv)
+    finally:
+        parser.set_defaults(**dests)
+    return frozenset(k for k, v in vars(ns).items() if v is not _UNSET)
+
+
+def show_config(config: Any, sources: dict[str, str]) -> str:
+    """The settings of a run, one per line: the flag, the value and where it came from.
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     lr: float = 1e-3
+    ...     n_envs: int = 16
+    >>> print(show_config(Config(lr=2e-3), {"lr": "preset x", "n_envs": "default"}))
+    --lr      0.002  preset x
+    --n-envs  16     default
+    """
+    rows = [("--" + f.name.replace("_", "-"), " ".join(map(str, v)) if isinstance(v := getattr(config, f.name), tuple)
+             else str(v), sources[f.name]) for f in dataclasses.fields(config)]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    return "\n".join(f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c}" for a, b, c in rows)
 
 
 def configure_logging() -> None:
@@ -220,15 +266,30 @@ def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: S
     config_cls = algorithm.config_cls
     parser = build_parser(config_cls, prog, algorithm.description,
                           algorithm_group=f"{algorithm.title}'s own settings")
+    parser.add_argument("--show-config", action="store_true",
+                        help="print every setting this run would use and where it came from (flag, resumed run, "
+                             "preset, default), then exit")
     ns = parser.parse_args(argv)
+    given = given_flags(parser, argv) - {"show_config"}
     try:
-        checkpoint = None
+        checkpoint, resumed = None, frozenset()
         if ns.resume is not None:
             check_resume_exists(ns.resume)
             checkpoint = load_checkpoint(ns.resume)
-            parser.set_defaults(**resumed_defaults(config_cls, checkpoint))
+            defaults = resumed_defaults(config_cls, checkpoint)
+            parser.set_defaults(**defaults)
             ns = parser.parse_args(argv)
-        config = config_from_args(config_cls, ns)
+            resumed = frozenset(defaults) - given
+        config = config_from_args(config_cls, ns, given | resumed)
+        if ns.show_config:
+            resolved, preset = apply_preset(algorithm.name, config)
+            sources = setting_sources(resolved, preset, given, "flag")
+            sources.update(dict.fromkeys(resumed, "resumed run"))
+            if "preset" not in given | resumed:
+                sources["preset"] = f"default ({config.preset})"
+            print(f"# {prog} --env {resolved.env}: {describe_preset(preset)}")
+            print(show_config(resolved, sources))
+            return 0
         setup = prepare(algorithm, config, checkpoint=checkpoint if ns.resume == config.resume else None)
     except (ValueError, TypeError, RLStructError, FileNotFoundError) as e:
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)

@@ -78,6 +78,9 @@ class RunConfig:
         restart_workers: replace a batcher worker process that dies, raises or hangs, this many times in all (0: the
             first failure stops the run); its rows of the acquisition under way are collected again by the new
             worker, so no step of a dead worker reaches the learner, and progress.csv gets a batcher/restarts column.
+        preset: the tuned settings applied to the fields not given (:mod:`rlstruct.algos.presets`): auto (the preset
+            of the algorithm and env, if there is one), none (the bare defaults), or a preset's name; a run records
+            the one it used (none when no preset applied).
     """
 
     env: str = "CartPole-v1"
@@ -112,6 +115,15 @@ class RunConfig:
     resume: str | None = None
     checkpoint_every: int = 0
     restart_workers: int = 0
+    preset: str = "auto"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> RunConfig:
+        """A config that remembers which fields its constructor was given: a preset fills the others
+        (:func:`rlstruct.algos.presets.given_fields`)."""
+        self = super().__new__(cls)
+        names = [f.name for f in dataclasses.fields(cls)]
+        self._given = frozenset(names[: len(args)]) | frozenset(kwargs)
+        return self
 
     #: the ``--help`` group of each field (see :func:`rlstruct.algos.command.help_groups`)
     HELP_GROUPS = {
@@ -120,7 +132,7 @@ class RunConfig:
         **dict.fromkeys(("seed", "time_limit", "max_env_steps", "target_return", "stop_at_reward_threshold",
                          "hidden_sizes", "lr", "learner_device", "batcher_device", "logdir", "log_every", "progress",
                          "tensorboard", "check_devices", "torch_threads", "batcher_timeout", "matmul_precision",
-                         "restart_workers"),
+                         "restart_workers", "preset"),
                         "run"),
         **dict.fromkeys(("evaluation_device", "n_evaluation_envs", "n_evaluation_processes", "evaluation_max_steps",
                          "evaluation_chunk_steps", "eval_every"), "evaluation"),

@@ -67,6 +67,7 @@ class TrainResult:
         interrupted: whether a Ctrl-C (SIGINT) or a SIGTERM stopped training early; ``eval_return`` is then the
             last evaluation's (nan if none finished): the final evaluation is skipped.
         stop_signal: the signal that did (``"SIGINT"``, ``"SIGTERM"``), else ``None``.
+        preset: the preset whose settings the run used (``"none"``: the bare defaults and the settings given).
     """
 
     eval_return: float
@@ -81,6 +82,7 @@ class TrainResult:
     reached_target: bool = False
     interrupted: bool = False
     stop_signal: str | None = None
+    preset: str = "none"
 
     def summary(self) -> dict[str, Any]:
         """The JSON-able fields (everything but the history)."""
@@ -96,6 +98,7 @@ class TrainResult:
             "reached_target": self.reached_target,
             "interrupted": self.interrupted,
             "stop_signal": self.stop_signal,
+            "preset": self.preset,
         }
 
 

@@ -19,6 +19,7 @@ import torch
 from rlstruct.algos.checkpoints import Resume, load_resume
 from rlstruct.algos.config import RunConfig, validate_run_config
 from rlstruct.algos.env_spec import EnvSpec, describe_env
+from rlstruct.algos.presets import apply_preset
 from rlstruct.algos.record import check_logdir, run_logdir
 from rlstruct.devices import as_device
 
@@ -58,7 +59,7 @@ class Setup:
 
     Attributes:
         algorithm: the algorithm.
-        config: its checked config.
+        config: its checked config, with its preset applied (every setting resolved, `preset` naming the one used).
         spec: the env's description (from one CPU env).
         resume: the checkpoint the run continues, read and checked (``None``: a fresh run).
         learner_device: ``config.learner_device``, resolved.
@@ -74,8 +75,9 @@ class Setup:
 
 
 def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, Any] | None = None) -> Setup:
-    """Checks ``config`` for ``algorithm`` before anything is built: the shared settings, the algorithm's own, the
-    env's spaces, and the checkpoint of ``config.resume``.
+    """Applies the preset of ``config`` (:func:`~rlstruct.algos.presets.apply_preset`: its settings fill the fields
+    not given) and checks the result for ``algorithm`` before anything is built: the shared settings, the
+    algorithm's own, the env's spaces, and the checkpoint of ``config.resume``.
 
     Args:
         algorithm: the algorithm.
@@ -88,10 +90,12 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
         SpaceError: the algorithm cannot run on the env's spaces.
         ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
         FileNotFoundError: ``resume`` does not exist.
-        ConfigError: settings that cannot work together, a ``resume`` this config cannot continue (see
+        ConfigError: an unknown ``preset`` or one of another algorithm or env, settings that cannot work together, a
+            ``resume`` this config cannot continue (see
             :func:`~rlstruct.algos.checkpoints.load_resume`), or a log folder that cannot be created or written.
     """
     start = time.perf_counter()
+    config, _ = apply_preset(algorithm.name, config)
     validate_run_config(config)
     algorithm.check_config(config)
     spec = describe_env(config.env, config.backend, config.max_episode_steps)

@@ -1,0 +1,223 @@
+"""Tuned settings per algorithm and environment, applied when a run names the env and does not give the setting.
+
+``rlstruct train ppo --env Pendulum-v1`` runs with the settings that the learning benchmarks prove for PPO on
+Pendulum-v1 (:data:`PRESETS`); a flag given on the command line, or a field given to the config in Python
+(``PPOConfig(env="Pendulum-v1", lr=1e-3)``), always wins; ``--preset none`` (``preset="none"``) runs the bare
+defaults. ``rlstruct train ALGO --env ID --show-config`` prints every setting a run would use and where it came
+from; ``rlstruct presets`` lists the table.
+
+**A Python table, not a data file.** Each entry is a few lines that a reader can check against the benchmark that
+proves it (``benchmark``: a suite of ``benchmarks/learning.py``), with the values in the config's own types, checked
+by the same code that checks a user's settings; importing it loads no torch, so ``rlstruct presets`` is instant. An
+entry matches an env id exactly or a family of ids (``fnmatch`` patterns such as ``"ALE/*"``); an exact id wins over
+a family. Where an algorithm does not learn an env within a sensible budget, the entry says so (``unsupported``)
+instead of shipping settings that do not work: the run keeps the bare defaults and a warning says which algorithm
+does learn it.
+
+**Which settings count as given.** In Python, the fields passed to the config's constructor (positionally or by
+keyword); ``dataclasses.replace`` passes every field, so a replaced config counts every field as given (resolve the
+preset first, with :func:`apply_preset`, or build a new config). On the command line, the flags given, and with
+``--resume`` the resumed run's settings (a resumed run keeps its preset's values, and records its name).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from rlstruct.errors import ConfigError
+
+__all__ = ["AUTO", "NONE", "Preset", "PRESETS", "find_preset", "preset_named", "given_fields", "apply_preset",
+           "describe_preset", "setting_sources", "list_presets"]
+
+log = logging.getLogger(__name__)
+
+#: ``preset="auto"``: the preset of the algorithm and env, if there is one (the default)
+AUTO = "auto"
+#: ``preset="none"``: the bare defaults
+NONE = "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """Settings for one algorithm on one env or family of envs.
+
+    Attributes:
+        name: what ``--preset`` takes and ``config.json`` records, e.g. ``"ppo-pendulum"``.
+        algo: the algorithm's command name (``"ppo"``).
+        envs: the env ids it is for, or ``fnmatch`` patterns of a family (``"ALE/*"``).
+        settings: config field -> value, in the field's type (``max_env_steps`` is the step budget it was tuned
+            for; schedules such as ``anneal_lr`` run over it).
+        target: the evaluation return it reaches within that budget in the learning benchmark (None: not proven).
+        source: where the values come from (a benchmark suite, a published configuration).
+        benchmark: the ``benchmarks/learning.py`` suite that proves it, if any.
+        unsupported: set when the algorithm does not learn the env within a sensible budget: why, and what does.
+            Such an entry applies no settings.
+    """
+
+    name: str
+    algo: str
+    envs: tuple[str, ...]
+    settings: Mapping[str, Any]
+    target: float | None
+    source: str
+    benchmark: str | None = None
+    unsupported: str | None = None
+
+    def matches(self, algo: str, env: str) -> bool:
+        """True if this preset is for ``algo`` on ``env`` (an exact id or a family pattern)."""
+        return algo == self.algo and any(fnmatch.fnmatchcase(env, pattern) for pattern in self.envs)
+
+    def exact(self, env: str) -> bool:
+        """True if ``env`` is one of the ids this preset names (not only a pattern it matches)."""
+        return env in self.envs
+
+
+# PPO on Pendulum: rl-baselines3-zoo's discount (0.9) and epochs (10); 16 envs x 250 steps, so 100k steps are 25
+# updates.
+_PPO_PENDULUM = {"gamma": 0.9, "lr": 2e-3, "n_envs": 16, "n_steps": 250, "n_epochs": 10, "n_minibatches": 8,
+                 "eval_every": 5, "max_env_steps": 100_000, "time_limit": 600.0}
+# PPO on MuJoCo locomotion (MuJoCo's C engine through gymnasium): CleanRL's ppo_continuous_action settings, which are
+# also Stable-Baselines3's PPO defaults: 2,048 steps per update, 10 epochs of 32 minibatches, lr 3e-4 annealed, no
+# entropy bonus, with running normalisation of observations and rewards.
+_PPO_MUJOCO = {"n_envs": 8, "n_steps": 256, "n_epochs": 10, "n_minibatches": 32, "lr": 3e-4, "entropy_coef": 0.0,
+               "reward_scale": 1.0, "normalize_observations": True, "normalize_rewards": True,
+               "max_env_steps": 300_000, "time_limit": 3600.0, "eval_every": 10, "n_evaluation_envs": 8}
+
+#: the presets, looked up by :func:`find_preset` (an exact id before a family, then the order here)
+PRESETS: tuple[Preset, ...] = (
+    Preset("ppo-pendulum", "ppo", ("Pendulum-v1",), _PPO_PENDULUM, -200.0,
+           "benchmarks/learning.py's PPO_PENDULUM (rl-baselines3-zoo's gamma and epochs)", "ppo-pendulum-torch"),
+    Preset("a2c-pendulum", "a2c", ("Pendulum-v1",), {}, None, "benchmarks/learning.py's a2c-pendulum suites",
+           "a2c-pendulum-200k-torch",
+           unsupported="A2C reaches -200 on Pendulum-v1 on 0 of 5 seeds within 200k env steps here (with or without "
+                       "normalisation); PPO (rlstruct train ppo --env Pendulum-v1) and SAC do"),
+    Preset("sac-pendulum", "sac", ("Pendulum-v1",), {"max_env_steps": 20_000, "time_limit": 1800.0}, -200.0,
+           "SAC's defaults (rl-baselines3-zoo's Pendulum settings, a 128-128 network)", "sac-pendulum-torch"),
+    Preset("dqn-cartpole", "dqn", ("CartPole-v1",), {"max_env_steps": 50_000, "time_limit": 600.0}, 475.0,
+           "DQN's defaults (rl-baselines3-zoo's CartPole settings)", "dqn-cartpole-torch"),
+    Preset("dqn-acrobot", "dqn", ("Acrobot-v1",), {"max_env_steps": 50_000, "time_limit": 600.0}, -100.0,
+           "DQN's defaults", "dqn-acrobot-torch"),
+    Preset("ppo-mujoco", "ppo", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
+                                 "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
+           _PPO_MUJOCO, 1000.0, "CleanRL's ppo_continuous_action (= SB3's PPO defaults), with both normalisations",
+           "ppo-hopper-gymnasium"),
+    Preset("ppo-minatar", "ppo", ("MinAtar/*",),
+           {"n_envs": 32, "n_steps": 64, "n_minibatches": 4, "lr": 5e-4, "entropy_coef": 0.01, "eval_every": 10,
+            "max_env_steps": 1_000_000, "time_limit": 1800.0}, 5.0,
+           "benchmarks/learning.py's MinAtar Breakout suite", "ppo-minatar-breakout-gymnasium"),
+)
+
+
+def find_preset(algo: str, env: str) -> Preset | None:
+    """The preset of ``algo`` on ``env``: one naming the id exactly, else the first whose family matches, else None.
+
+    >>> find_preset("ppo", "Pendulum-v1").name
+    'ppo-pendulum'
+    >>> find_preset("ppo", "MinAtar/Breakout-v1").name
+    'ppo-minatar'
+    >>> find_preset("ppo", "NoSuchEnv-v0") is None
+    True
+    """
+    found = [p for p in PRESETS if p.matches(algo, env)]
+    exact = [p for p in found if p.exact(env)]
+    return (exact or found or [None])[0]
+
+
+def preset_named(name: str, algo: str, env: str) -> Preset | None:
+    """The preset a ``preset`` setting asks for: ``"auto"`` (:func:`find_preset`), ``"none"`` (None) or a name.
+
+    Raises:
+        ConfigError: an unknown name, or a preset of another algorithm or env.
+    """
+    if name == NONE:
+        return None
+    if name == AUTO:
+        return find_preset(algo, env)
+    named = {p.name: p for p in PRESETS}
+    if name not in named:
+        for_algo = sorted(p.name for p in PRESETS if p.algo == algo)
+        raise ConfigError(f"preset must be 'auto', 'none' or one of {for_algo} for {algo}, got {name!r}; pass "
+                          "--preset auto (the default: the preset of the env, if any) or --preset none")
+    preset = named[name]
+    if not preset.matches(algo, env):
+        raise ConfigError(f"preset {name!r} is for {preset.algo} on {list(preset.envs)}, got {algo} on {env!r}; pass "
+                          "--preset auto (the env's own preset, if any), --preset none, or that preset's env")
+    return preset
+
+
+def given_fields(config: Any) -> frozenset[str]:
+    """The fields of a config that were given (to its constructor, or by the command line): the ones a preset
+    leaves alone."""
+    return getattr(config, "_given", frozenset(f.name for f in dataclasses.fields(config)))
+
+
+def apply_preset(algo: str, config: Any) -> tuple[Any, Preset | None]:
+    """``config`` with the settings of its preset in the fields not given, and that preset (None: none applies).
+
+    The returned config records the preset's name in ``preset`` (``"none"`` when none applied), counts every field
+    as given, and so resolves to itself again.
+
+    Raises:
+        ConfigError: ``config.preset`` names an unknown preset, or one of another algorithm or env; or a preset
+            setting that ``config`` does not have (a bug in the table).
+    """
+    preset = preset_named(config.preset, algo, config.env)
+    if preset is not None and preset.unsupported:
+        log.warning("%s on %s has no preset: %s", algo, config.env, preset.unsupported)
+        preset = None
+    changes: dict[str, Any] = {}
+    if preset is not None:
+        fields = {f.name for f in dataclasses.fields(config)}
+        unknown = sorted(set(preset.settings) - fields)
+        if unknown:
+            raise ConfigError(f"preset {preset.name!r} sets {unknown}, which {type(config).__name__} does not have; "
+                              "fix the entry in rlstruct.algos.presets.PRESETS")
+        given = given_fields(config)
+        changes = {k: v for k, v in preset.settings.items() if k not in given}
+    return dataclasses.replace(config, **changes, preset=preset.name if preset else NONE), preset
+
+
+def describe_preset(preset: Preset | None) -> str:
+    """One line on a run's preset: its name, what it is meant to reach within which budget, and its source.
+
+    >>> describe_preset(find_preset("ppo", "Pendulum-v1"))[:60]
+    'preset ppo-pendulum: tuned to reach -200 within 100,000 env '
+    >>> describe_preset(None)
+    'no preset: the defaults and the settings given'
+    """
+    if preset is None:
+        return "no preset: the defaults and the settings given"
+    budget = preset.settings.get("max_env_steps")
+    reach = f"tuned to reach {preset.target:g}" if preset.target is not None else "not proven yet"
+    within = f" within {budget:,} env steps" if budget else ""
+    return f"preset {preset.name}: {reach}{within} ({preset.source})"
+
+
+def setting_sources(config: Any, preset: Preset | None, given: frozenset[str],
+                    given_by: str = "given") -> dict[str, str]:
+    """Where each setting of a resolved run comes from: ``given_by`` (e.g. ``"flag"``) for the fields in ``given``,
+    ``"preset NAME"`` for the preset's, ``"default"`` for the rest."""
+    sources = {}
+    for f in dataclasses.fields(config):
+        if f.name in given:
+            sources[f.name] = given_by
+        elif preset is not None and f.name in preset.settings:
+            sources[f.name] = f"preset {preset.name}"
+        else:
+            sources[f.name] = "default"
+    return sources
+
+
+def list_presets() -> str:
+    """The table of presets, one per line: name, algorithm, envs, budget, target and source (``rlstruct presets``)."""
+    rows = [("name", "algo", "envs", "budget (env steps)", "target", "source")]
+    for p in PRESETS:
+        budget = p.settings.get("max_env_steps")
+        target = "not learned: " + p.unsupported if p.unsupported else ("-" if p.target is None else f"{p.target:g}")
+        rows.append((p.name, p.algo, ", ".join(p.envs), f"{budget:,}" if budget else "-", target, p.source))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r[:4], widths)), r[4], f"({r[5]})"]) for r in rows)

@@ -1,0 +1,150 @@
+"""Presets: tuned settings applied to the fields a run does not give, from Python and from the command line; what
+wins, what is recorded, what a resumed run keeps, and that every entry of the table fits its algorithm's config."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import pickle
+import typing
+
+import pytest
+
+from rlstruct.algos import a2c, dqn, ppo, reinforce, sac
+from rlstruct.algos.presets import PRESETS, apply_preset, find_preset, given_fields, list_presets
+from rlstruct.errors import ConfigError
+from tests.test_cli import last_json, rlstruct
+
+CONFIGS = {"a2c": a2c.A2CConfig, "dqn": dqn.DQNConfig, "ppo": ppo.PPOConfig, "reinforce": reinforce.ReinforceConfig,
+           "sac": sac.SACConfig}
+PENDULUM = find_preset("ppo", "Pendulum-v1")
+
+
+# --------------------------------------------------------------------------- the table
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
+def test_every_preset_sets_fields_of_its_algorithm_in_their_types(preset):
+    cls = CONFIGS[preset.algo]
+    hints = typing.get_type_hints(cls)
+    for name, value in preset.settings.items():
+        assert name in hints, f"{preset.name} sets {name!r}, which {cls.__name__} does not have"
+        kinds = tuple(a for a in typing.get_args(hints[name]) if a is not type(None)) or (hints[name],)
+        kinds = tuple(typing.get_origin(k) or k for k in kinds)
+        assert isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds), (preset.name, name)
+    assert preset.unsupported or preset.settings.get("max_env_steps"), f"{preset.name} gives no step budget"
+    assert find_preset(preset.algo, preset.envs[0]) is preset, "an earlier entry hides this one"
+
+
+def test_the_names_are_unique_and_the_listing_names_every_preset():
+    names = [p.name for p in PRESETS]
+    assert len(set(names)) == len(names)
+    listing = list_presets()
+    assert all(name in listing for name in names) and "not learned" in listing
+
+
+def test_an_exact_id_wins_over_a_family_and_unknown_envs_have_none():
+    assert find_preset("ppo", "MinAtar/Breakout-v1").name == "ppo-minatar"
+    assert find_preset("ppo", "Hopper-v5").name == "ppo-mujoco"
+    assert find_preset("ppo", "NoSuchEnv-v0") is None
+    assert find_preset("dqn", "Pendulum-v1") is None
+
+
+# --------------------------------------------------------------------------- Python
+def test_the_preset_fills_the_fields_not_given_and_a_given_one_wins():
+    config, preset = apply_preset("ppo", ppo.PPOConfig(env="Pendulum-v1", lr=1e-3, seed=3))
+    assert preset is PENDULUM and config.preset == "ppo-pendulum"
+    assert config.lr == 1e-3 and config.seed == 3  # given
+    assert (config.gamma, config.n_steps, config.max_env_steps) == (0.9, 250, 100_000)  # the preset's
+    assert config.clip_coef == ppo.PPOConfig.clip_coef  # neither: the default
+
+
+def test_a_given_value_equal_to_the_default_still_wins():
+    config, _ = apply_preset("ppo", ppo.PPOConfig(env="Pendulum-v1", gamma=ppo.PPOConfig.gamma))
+    assert config.gamma == ppo.PPOConfig.gamma != PENDULUM.settings["gamma"]
+
+
+def test_none_keeps_the_bare_defaults_and_a_resolved_config_resolves_to_itself():
+    bare, preset = apply_preset("ppo", ppo.PPOConfig(env="Pendulum-v1", preset="none"))
+    assert preset is None and bare.preset == "none" and bare.gamma == ppo.PPOConfig.gamma
+    resolved, _ = apply_preset("ppo", ppo.PPOConfig(env="Pendulum-v1"))
+    again, preset = apply_preset("ppo", resolved)
+    assert again == resolved and preset is PENDULUM
+    assert apply_preset("ppo", ppo.PPOConfig(env="CartPole-v1", preset="auto"))[0].preset in {
+        "none", getattr(find_preset("ppo", "CartPole-v1"), "name", None)}
+
+
+def test_given_fields_survive_pickling_and_replace_counts_every_field():
+    config = ppo.PPOConfig(env="Pendulum-v1", lr=1e-3)
+    assert given_fields(config) == {"env", "lr"}
+    assert given_fields(pickle.loads(pickle.dumps(config))) == {"env", "lr"}
+    assert given_fields(dataclasses.replace(config, seed=1)) == {f.name for f in dataclasses.fields(config)}
+
+
+@pytest.mark.parametrize("name, match", [
+    ("no-such-preset", r"preset must be 'auto', 'none' or one of \[.*'ppo-pendulum'.*\] for ppo, got 'no-such-preset'"),
+    ("ppo-pendulum", r"preset 'ppo-pendulum' is for ppo on \['Pendulum-v1'\], got ppo on 'CartPole-v1'"),
+    ("sac-pendulum", r"preset 'sac-pendulum' is for sac on \['Pendulum-v1'\], got ppo on 'CartPole-v1'"),
+])
+def test_a_preset_of_another_env_or_algorithm_or_an_unknown_one_is_a_config_error(name, match):
+    with pytest.raises(ConfigError, match=match):
+        ppo.validate(ppo.PPOConfig(env="CartPole-v1", preset=name))
+
+
+def test_an_unsupported_pair_keeps_the_defaults_and_says_what_learns_the_env(caplog):
+    with caplog.at_level(logging.WARNING, logger="rlstruct.algos.presets"):
+        setup = a2c.validate(a2c.A2CConfig(env="Pendulum-v1"))
+    assert setup.config.preset == "none" and setup.config.gamma == a2c.A2CConfig.gamma
+    assert "a2c on Pendulum-v1 has no preset" in caplog.text and "rlstruct train ppo --env Pendulum-v1" in caplog.text
+
+
+def test_validate_hands_the_loop_the_resolved_config():
+    setup = ppo.validate(ppo.PPOConfig(env="Pendulum-v1", lr=1e-3))
+    assert setup.config.preset == "ppo-pendulum" and setup.config.n_steps == 250 and setup.config.lr == 1e-3
+
+
+# --------------------------------------------------------------------------- the command line
+def test_show_config_prints_every_setting_and_where_it_came_from():
+    out = rlstruct("train", "ppo", "--env", "Pendulum-v1", "--lr", "1e-3", "--show-config")
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in out.stdout.splitlines() if line.startswith("--")}
+    assert rows["--env"] == ["Pendulum-v1", "flag"] and rows["--lr"] == ["0.001", "flag"]
+    assert rows["--gamma"] == ["0.9", "preset", "ppo-pendulum"]
+    assert rows["--n-steps"] == ["250", "preset", "ppo-pendulum"]
+    assert rows["--clip-coef"] == ["0.2", "default"]
+    assert rows["--preset"] == ["ppo-pendulum", "default", "(auto)"]
+    assert len(rows) == len(dataclasses.fields(ppo.PPOConfig))
+    assert out.stdout.startswith("# rlstruct train ppo --env Pendulum-v1: preset ppo-pendulum: tuned to reach -200")
+    bare = rlstruct("train", "ppo", "--env", "Pendulum-v1", "--preset", "none", "--show-config")
+    bare_rows = {line.split()[0]: line.split()[1:] for line in bare.stdout.splitlines() if line.startswith("--")}
+    assert bare_rows["--gamma"] == ["0.99", "default"] and bare_rows["--preset"] == ["none", "flag"]
+    assert "no preset: the defaults and the settings given" in bare.stdout
+
+
+def test_a_bad_preset_on_the_command_line_is_one_line_and_status_2():
+    out = rlstruct("train", "ppo", "--env", "CartPole-v1", "--preset", "ppo-pendulum", "--show-config")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "preset 'ppo-pendulum' is for ppo on ['Pendulum-v1']" in out.stderr and "--preset none" in out.stderr
+
+
+def test_presets_command_lists_the_table():
+    out = rlstruct("presets")
+    assert out.returncode == 0 and all(p.name in out.stdout for p in PRESETS)
+
+
+@pytest.mark.timeout(300)
+def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path):
+    logdir = tmp_path / "run"
+    common = ["--max-env-steps", "4000", "--n-evaluation-envs", "2", "--no-progress", "--no-tensorboard",
+              "--evaluation-max-steps", "50"]
+    first = rlstruct("train", "ppo", "--env", "Pendulum-v1", "--logdir", str(logdir), *common)
+    assert first.returncode == 0, first.stderr
+    assert last_json(first.stdout)["preset"] == "ppo-pendulum"
+    saved = json.loads((logdir / "config.json").read_text())
+    assert saved["preset"] == "ppo-pendulum" and saved["n_steps"] == 250 and saved["max_env_steps"] == 4000
+    shown = rlstruct("train", "ppo", "--resume", str(logdir), "--max-env-steps", "8000", "--show-config")
+    rows = {line.split()[0]: line.split()[1:] for line in shown.stdout.splitlines() if line.startswith("--")}
+    assert rows["--n-steps"] == ["250", "resumed", "run"] and rows["--max-env-steps"] == ["8000", "flag"]
+    assert rows["--preset"] == ["ppo-pendulum", "resumed", "run"]
+    second = rlstruct("train", "ppo", "--resume", str(logdir), "--max-env-steps", "8000", *common[2:])
+    assert second.returncode == 0, second.stderr
+    assert last_json(second.stdout)["preset"] == "ppo-pendulum" and last_json(second.stdout)["env_steps"] == 8000
