@@ -57,7 +57,8 @@ class A2CConfig(NormalizationConfig, FastPathConfig):
         max_grad_norm: clip the gradient norm of the actor and of the critic, each, to this (0: no clipping).
         normalize_advantages: standardise the advantages within each batch.
         reward_scale: multiply rewards by this in the loss (values then live near 1, which a few Adam steps reach).
-        anneal_lr: decay the learning rate linearly to 0 over max_env_steps when set, else over time_limit.
+        anneal_lr: decay the learning rate linearly to 0 over max_env_steps (the step budget: never over the wall
+            clock, so that a seed gives the same run on any machine; with no budget, an error).
         recurrent: an LSTM policy (rlstruct.algos.recurrent) whose memory the batcher carries between
             acquisitions; the loss replays each window from its stored first state (truncated BPTT over n_steps).
         overlap: collect the next batch while learning on this one (data one update stale); in process it uses the
@@ -65,7 +66,8 @@ class A2CConfig(NormalizationConfig, FastPathConfig):
     """
 
     n_envs: int = 32
-    time_limit: float = 20.0
+    time_limit: float = 600.0
+    max_env_steps: int | None = 500_000
     lr: float = 5e-3
     eval_every: int = 25
     n_steps: int = 8

@@ -11,6 +11,7 @@ from typing import Any
 
 from rlstruct.devices import check_device_exists
 from rlstruct.envs.factory import BACKENDS, resolve_backend
+from rlstruct.errors import ConfigError
 
 __all__ = ["MATMUL_PRECISIONS", "RunConfig", "validate_run_config", "check_physics_dtype"]
 
@@ -37,8 +38,10 @@ class RunConfig:
         evaluation_device: where the evaluation batcher's envs, agent and buffer live.
         seed: seeds the networks, the envs and the agents.
         time_limit: stop training after this many seconds of wall clock (setup included); the evaluation under way
-            and the final one still run to their end (bound them with evaluation_max_steps, n_evaluation_envs).
-        max_env_steps: stop training after this many training env steps (None: no limit).
+            and the final one still run to their end (bound them with evaluation_max_steps, n_evaluation_envs). It
+            only stops a run: no schedule reads the clock.
+        max_env_steps: the step budget: stop training after this many training env steps (None: no limit); the
+            schedules (a learning rate annealed to 0) run over it.
         target_return: stop once an evaluation of trained weights reaches this mean return, and keep those weights.
         stop_at_reward_threshold: without target_return, use the env's gymnasium reward_threshold (CartPole-v1: 475).
         hidden_sizes: hidden layer widths of the networks.
@@ -68,7 +71,7 @@ class RunConfig:
             state and the learner's (the replay buffer is not saved: DQN and SAC refill it for learning_starts env
             steps before learning again); env_steps and the iteration count continue (max_env_steps counts the
             total, and a learning-rate schedule over it goes on where it stopped; lr is this command's), time_limit
-            counts this process's clock (a schedule over it starts again), and progress.csv in logdir gets the new
+            counts this process's clock, and progress.csv in logdir gets the new
             rows after the earlier ones. The envs start fresh episodes with seeds drawn from seed and the iteration
             resumed at. The settings that shape the networks or the data (env, backend, hidden_sizes, ...) must
             equal the checkpoint's.
@@ -149,6 +152,7 @@ def validate_run_config(config: RunConfig) -> None:
 
     Raises:
         DeviceUnavailableError: a device does not exist here (the message names the devices that do).
+        ConfigError: anneal_lr without a step budget.
         ValueError: a setting is out of range.
     """
     if config.backend not in BACKENDS:
@@ -177,6 +181,11 @@ def validate_run_config(config: RunConfig) -> None:
             raise ValueError(f"{name} must be >= 1 or None, got {getattr(config, name)!r}")
     if not config.hidden_sizes or min(config.hidden_sizes) < 1:
         raise ValueError(f"hidden_sizes must be one or more positive widths, got {config.hidden_sizes!r}")
+    if getattr(config, "anneal_lr", False) and config.max_env_steps is None:
+        raise ConfigError(
+            "anneal_lr decays the learning rate over the step budget max_env_steps, got max_env_steps=None; pass "
+            "--max-env-steps N (e.g. 500000), or --no-anneal-lr for a constant learning rate"
+        )
     for name in ("learner_device", "batcher_device", "evaluation_device"):
         check_device_exists(getattr(config, name), argument=name)
 

@@ -12,7 +12,7 @@ uses ``V(_observation/frame)`` (the terminal observation), at a terminated step 
 is cut at every episode end. Advantages are standardised per minibatch; the value loss may be clipped
 around the collection's values; the gradient's global norm is clipped; an optional target KL stops the
 epochs of an update early (the approximate KL of CleanRL, ``mean((r - 1) - log r)``); the learning rate
-decays linearly over the env-step budget when ``max_env_steps`` is set, else over the time limit.
+decays linearly over the env-step budget ``max_env_steps`` (never over the wall clock).
 
 ``overlap``: the batcher collects the next ``n_steps`` while the learner runs its epochs: in its worker processes
 (``n_processes >= 1``), or in process through its ``zero_copy`` double buffer (on CUDA on a stream of its own; on
@@ -73,7 +73,8 @@ class PPOConfig(NormalizationConfig, FastPathConfig):
         target_kl: stop an update's epochs once the approximate KL of a pass exceeds this (None: never).
         normalize_advantages: standardise the advantages within each minibatch.
         reward_scale: multiply rewards by this in the loss (keeps the values near 1 where the rewards are large).
-        anneal_lr: decay the learning rate linearly to 0 over max_env_steps when set, else over time_limit.
+        anneal_lr: decay the learning rate linearly to 0 over max_env_steps (the step budget: never over the wall
+            clock, so that a seed gives the same run on any machine; with no budget, an error).
         overlap: collect the next batch while learning (data one update stale): in worker processes, or in process
             through the batcher's zero_copy double buffer (on CUDA, a stream of its own).
         recurrent: an LSTM policy (rlstruct.algos.recurrent) whose memory the batcher carries between
@@ -84,7 +85,8 @@ class PPOConfig(NormalizationConfig, FastPathConfig):
     RESUME_FIELDS = ("recurrent", "normalize_observations", "normalize_rewards")
 
     n_envs: int = 32
-    time_limit: float = 60.0
+    time_limit: float = 600.0
+    max_env_steps: int | None = 500_000
     lr: float = 3e-3
     eval_every: int = 8
     n_steps: int = 32

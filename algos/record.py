@@ -226,13 +226,14 @@ class Run:
         return self.wall_offset + self.elapsed()
 
     def budget_used(self) -> float:
-        """The fraction of the budget spent, in ``[0, 1]``: of ``max_env_steps`` when set, else of the time limit.
+        """The fraction of the step budget ``max_env_steps`` spent, in ``[0, 1]`` (0 without a budget).
 
-        Env steps take precedence so that a run with a step budget does not depend on the machine's speed.
+        Schedules run over env steps, never over the wall clock, so that the same seed and settings give the same
+        run on a loaded machine and an idle one (a schedule needs a budget: :func:`validate_run_config` checks it).
         """
-        if self.config.max_env_steps is not None:
-            return min(self.env_steps / self.config.max_env_steps, 1.0)
-        return min(self.elapsed() / self.config.time_limit, 1.0)
+        if self.config.max_env_steps is None:
+            return 0.0
+        return min(self.env_steps / self.config.max_env_steps, 1.0)
 
     def should_stop(self) -> bool:
         """True once the time limit or the env-step budget is spent, an evaluation reached the target, or the

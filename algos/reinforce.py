@@ -57,7 +57,8 @@ class ReinforceConfig(NormalizationConfig, FastPathConfig):
     """
 
     n_envs: int = 16
-    time_limit: float = 120.0
+    time_limit: float = 600.0
+    max_env_steps: int | None = 500_000
     lr: float = 3e-3
     eval_every: int = 5
     gamma: float = 0.99

@@ -59,7 +59,7 @@ class Setup:
 
     Attributes:
         algorithm: the algorithm.
-        config: its checked config, with its preset applied (every setting resolved, `preset` naming the one used).
+        config: its checked config, with its preset applied (every setting resolved, ``preset`` naming the one used).
         spec: the env's description (from one CPU env).
         resume: the checkpoint the run continues, read and checked (``None``: a fresh run).
         learner_device: ``config.learner_device``, resolved.

@@ -31,8 +31,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-#: flags every run shares: the step budget ends it, so the wall clock plays no part
-COMMON = ["--seed", "0", "--no-progress", "--no-tensorboard", "--time-limit", "900",
+#: flags every run shares: the step budget ends it, so the wall clock plays no part; the bare defaults (no preset), so
+#: that a preset's change does not read as a change of the code
+COMMON = ["--seed", "0", "--no-progress", "--no-tensorboard", "--time-limit", "900", "--preset", "none",
           "--no-stop-at-reward-threshold", "--n-evaluation-envs", "4", "--evaluation-max-steps", "200"]
 
 #: name -> (algorithm, flags). The resumed pair is special-cased: ``resume-second`` continues ``resume-first``.
