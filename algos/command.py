@@ -13,9 +13,11 @@ import dataclasses
 import gc
 import json
 import logging
+import os
 import re
 import signal
 import sys
+import time
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -28,7 +30,7 @@ from rlstruct.algos.setup import Algorithm, Setup, prepare
 from rlstruct.errors import ConfigError, RLStructError
 
 __all__ = ["OneLineParser", "field_docs", "short_help", "help_groups", "build_parser", "resumed_defaults",
-           "config_from_args", "given_flags", "show_config", "configure_logging", "run_main"]
+           "config_from_args", "given_flags", "show_config", "launched_at", "configure_logging", "run_main"]
 
 #: the width of ``--help`` and the characters of one flag's help at most (two lines, the default included)
 HELP_WIDTH, HELP_POSITION = 100, 32
@@ -239,6 +241,25 @@ def show_config(config: Any, sources: dict[str, str]) -> str:
     return "\n".join(f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c}" for a, b, c in rows)
 
 
+def launched_at() -> float:
+    """``time.perf_counter()``'s value at this process's start (Linux: from ``/proc``; elsewhere, now), so that a
+    command's wall time counts its interpreter start and imports.
+
+    >>> 0 <= time.perf_counter() - launched_at() < 3600
+    True
+    """
+    now = time.perf_counter()
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        age = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: the start, in ticks after boot
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - min(max(age, 0.0), 3600.0)
+
+
 def configure_logging() -> None:
     """Sends warnings of every ``rlstruct`` logger to stderr: the command line's choice, never a library's."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -262,6 +283,7 @@ def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: S
     also with status 130 and one line. SIGTERM (``timeout``, SLURM, ``docker stop``) does the same, with
     status 143 (128 + SIGTERM).
     """
+    launched = launched_at()
     prog = f"rlstruct train {algorithm.name}"
     config_cls = algorithm.config_cls
     parser = build_parser(config_cls, prog, algorithm.description,
@@ -290,7 +312,8 @@ def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: S
             print(f"# {prog} --env {resolved.env}: {describe_preset(preset)}")
             print(show_config(resolved, sources))
             return 0
-        setup = prepare(algorithm, config, checkpoint=checkpoint if ns.resume == config.resume else None)
+        setup = prepare(algorithm, config, checkpoint=checkpoint if ns.resume == config.resume else None,
+                        start=launched)
     except (ValueError, TypeError, RLStructError, FileNotFoundError) as e:
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -68,6 +68,10 @@ class TrainResult:
             last evaluation's (nan if none finished): the final evaluation is skipped.
         stop_signal: the signal that did (``"SIGINT"``, ``"SIGTERM"``), else ``None``.
         preset: the preset whose settings the run used (``"none"``: the bare defaults and the settings given).
+        startup_s: seconds from the launch (the process's start for ``rlstruct train``, the call for ``train``) to
+            the end of this session's first training iteration (None: none ended).
+        time_to_target_s: seconds from the launch to the end of the evaluation that reached the target (None: none
+            did in this session).
     """
 
     eval_return: float
@@ -83,6 +87,8 @@ class TrainResult:
     interrupted: bool = False
     stop_signal: str | None = None
     preset: str = "none"
+    startup_s: float | None = None
+    time_to_target_s: float | None = None
 
     def summary(self) -> dict[str, Any]:
         """The JSON-able fields (everything but the history)."""
@@ -99,6 +105,8 @@ class TrainResult:
             "interrupted": self.interrupted,
             "stop_signal": self.stop_signal,
             "preset": self.preset,
+            "startup_s": None if self.startup_s is None else round(self.startup_s, 3),
+            "time_to_target_s": None if self.time_to_target_s is None else round(self.time_to_target_s, 3),
         }
 
 
@@ -138,7 +146,8 @@ class Run:
         algo: the algorithm's name.
         config: the run's config.
         spec: the env's description (for its reward threshold).
-        start: ``time.perf_counter()`` when the run started (default: now).
+        start: ``time.perf_counter()`` when the run was launched (default: now): ``rlstruct train``'s process start,
+            or the call of ``train``.
         resume: the checkpoint the run continues (``None``: a fresh run). Its ``iteration``, ``env_steps`` and wall
             time are the counters' starting values; the log folder defaults to the checkpoint's; the rows of
             ``progress.csv`` of the checkpoint's folder up to its iteration come first in :attr:`history` and in
@@ -146,6 +155,8 @@ class Run:
 
     Attributes:
         seed: the seed of this session's envs, agents and generators (:func:`session_seed`).
+        startup_s: seconds from ``start`` to the end of this session's first training iteration (None before).
+        time_to_target_s: seconds from ``start`` to the end of the evaluation that reached the target (None before).
     """
 
     CSV_NAME = "progress.csv"
@@ -177,6 +188,8 @@ class Run:
         self.columns: dict[str, Callable[[], float]] = {}
         self.last_eval: float | None = None
         self.reached_target = False
+        self.startup_s: float | None = None
+        self.time_to_target_s: float | None = None
         #: the signal (``"SIGINT"``: a Ctrl-C, or ``"SIGTERM"``) that interrupted the run during
         #: :func:`training_run`, else ``None``: the loop stops at its next check
         self.stop_signal: str | None = None
@@ -249,6 +262,8 @@ class Run:
         """Ends one training iteration of ``env_steps`` new env steps with its statistics."""
         self.iteration += 1
         self.env_steps += env_steps
+        if self.startup_s is None:
+            self.startup_s = self.elapsed()
         row = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_time_s": self.wall_time(), **stats,
                **{k: f() for k, f in self.columns.items()}}
         self._pending.append(row)
@@ -263,6 +278,8 @@ class Run:
         trained = result.get("eval/launch_env_steps", 1.0) > 0
         if self.target_return is not None and trained and self.last_eval >= self.target_return:
             self.reached_target = True
+            if self.time_to_target_s is None:
+                self.time_to_target_s = self.elapsed()
         row = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_time_s": self.wall_time(), **result}
         self._write([row], tb_rows=[row])
         log.info("iteration %d, %d env steps: evaluation return %.2f", self.iteration, self.env_steps, self.last_eval)

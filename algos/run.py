@@ -308,7 +308,7 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
                                f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")
     result = TrainResult(eval_return, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
                          checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
-                         config.preset)
+                         config.preset, run.startup_s, run.time_to_target_s)
     with open(run.logdir / Run.SUMMARY_NAME, "w") as f:
         json.dump(result.summary(), f, indent=2)
     return result

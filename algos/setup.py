@@ -63,7 +63,8 @@ class Setup:
         spec: the env's description (from one CPU env).
         resume: the checkpoint the run continues, read and checked (``None``: a fresh run).
         learner_device: ``config.learner_device``, resolved.
-        start: ``time.perf_counter()`` when the run was asked for (the checks count in its wall time).
+        start: ``time.perf_counter()`` when the run was launched (the checks, and for ``rlstruct train`` the imports,
+            count in its wall time).
     """
 
     algorithm: Algorithm
@@ -74,7 +75,8 @@ class Setup:
     start: float
 
 
-def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, Any] | None = None) -> Setup:
+def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, Any] | None = None,
+            start: float | None = None) -> Setup:
     """Applies the preset of ``config`` (:func:`~rlstruct.algos.presets.apply_preset`: its settings fill the fields
     not given) and checks the result for ``algorithm`` before anything is built: the shared settings, the
     algorithm's own, the env's spaces, and the checkpoint of ``config.resume``.
@@ -84,6 +86,8 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
         config: its config.
         checkpoint: the content of ``config.resume`` when the caller has read it already (the command line reads
             it for the flags' defaults), so that it is read once.
+        start: ``time.perf_counter()`` at the run's launch (default: now); ``rlstruct train`` passes its process's
+            start (:func:`~rlstruct.algos.command.launched_at`), so that the wall time counts the imports.
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
@@ -94,7 +98,7 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
             ``resume`` this config cannot continue (see
             :func:`~rlstruct.algos.checkpoints.load_resume`), or a log folder that cannot be created or written.
     """
-    start = time.perf_counter()
+    start = time.perf_counter() if start is None else start
     config, _ = apply_preset(algorithm.name, config)
     validate_run_config(config)
     algorithm.check_config(config)

@@ -413,3 +413,30 @@ def test_train_help_is_grouped_and_each_entry_is_two_lines_at_most(algo, capsys)
         help_on_first = len(first) > HELP_POSITION and first[HELP_POSITION - 2:HELP_POSITION] == "  "
         assert help_on_first + len(entry) - 1 <= 2, entry
         assert help_on_first or len(entry) > 1, entry  # every flag has a help text
+
+
+def test_summary_times_the_launch_to_the_first_iteration_and_to_the_target(tmp_path):
+    # A low target, reached within a few thousand steps; the clock starts at the process's start (imports included).
+    out = rlstruct("train", "ppo", "--env", "CartPole-v1", "--target-return", "60", "--n-envs", "8", "--eval-every",
+                   "2", "--logdir", str(tmp_path / "reached"), *TINY)
+    assert out.returncode == 0, out.stderr
+    summary = last_json(out.stdout)
+    assert summary["reached_target"]
+    # torch's import alone takes longer than 0.3 s on any machine this runs on.
+    assert 0.3 < summary["startup_s"] < summary["time_to_target_s"] <= summary["wall_time_s"]
+    assert json.loads((tmp_path / "reached" / "summary.json").read_text())["time_to_target_s"] == summary[
+        "time_to_target_s"]
+    missed = rlstruct("train", "a2c", "--env", "CartPole-v1", "--max-env-steps", "400", "--logdir",
+                      str(tmp_path / "missed"), *TINY)
+    summary = last_json(missed.stdout)
+    assert not summary["reached_target"] and summary["time_to_target_s"] is None and summary["startup_s"] > 0
+
+
+def test_launched_at_is_the_process_start():
+    from rlstruct.algos.command import launched_at
+
+    code = ("import time; time.sleep(0.5); from rlstruct.algos.command import launched_at; import time as t; "
+            "print(t.perf_counter() - launched_at())")
+    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0.5 <= age < 60
+    assert time.perf_counter() - launched_at() > 0
