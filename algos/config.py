@@ -81,6 +81,9 @@ class RunConfig:
         restart_workers: replace a batcher worker process that dies, raises or hangs, this many times in all (0: the
             first failure stops the run); its rows of the acquisition under way are collected again by the new
             worker, so no step of a dead worker reaches the learner, and progress.csv gets a batcher/restarts column.
+        video_every: record one greedy episode into logdir/videos/ after every this many evaluations (mp4 with
+            imageio-ffmpeg, else gif), with the weights the loop holds when that evaluation ends, and one of the final
+            policy (0: no videos); the env's backend must render (torch, gymnasium, ale).
         preset: the tuned settings applied to the fields not given (:mod:`rlstruct.algos.presets`): auto (the preset
             of the algorithm and env, if there is one), none (the bare defaults), or a preset's name; a run records
             the one it used (none when no preset applied).
@@ -118,6 +121,7 @@ class RunConfig:
     resume: str | None = None
     checkpoint_every: int = 0
     restart_workers: int = 0
+    video_every: int = 0
     preset: str = "auto"
 
     def __new__(cls, *args: Any, **kwargs: Any) -> RunConfig:
@@ -138,7 +142,7 @@ class RunConfig:
                          "restart_workers", "preset"),
                         "run"),
         **dict.fromkeys(("evaluation_device", "n_evaluation_envs", "n_evaluation_processes", "evaluation_max_steps",
-                         "evaluation_chunk_steps", "eval_every"), "evaluation"),
+                         "evaluation_chunk_steps", "eval_every", "video_every"), "evaluation"),
         **dict.fromkeys(("resume", "checkpoint_every"), "checkpoints"),
     }
 

@@ -97,6 +97,8 @@ PRESETS: tuple[Preset, ...] = (
                        "normalisation); PPO (rlstruct train ppo --env Pendulum-v1) and SAC do"),
     Preset("sac-pendulum", "sac", ("Pendulum-v1",), {"max_env_steps": 20_000, "time_limit": 1800.0}, -200.0,
            "SAC's defaults (rl-baselines3-zoo's Pendulum settings, a 128-128 network)", "sac-pendulum-torch"),
+    Preset("ppo-acrobot", "ppo", ("Acrobot-v1",), {"max_env_steps": 100_000}, -100.0,
+           "PPO's defaults with a 100k step budget", "ppo-acrobot-torch"),
     Preset("dqn-cartpole", "dqn", ("CartPole-v1",), {"max_env_steps": 50_000, "time_limit": 600.0}, 475.0,
            "DQN's defaults (rl-baselines3-zoo's CartPole settings)", "dqn-cartpole-torch"),
     Preset("dqn-acrobot", "dqn", ("Acrobot-v1",), {"max_env_steps": 50_000, "time_limit": 600.0}, -100.0,

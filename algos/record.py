@@ -186,6 +186,11 @@ class Run:
         self.history: list[dict[str, float]] = [] if resume is None else _earlier_rows(resume)
         #: more columns of every training row: name -> what gives its value at the row's end
         self.columns: dict[str, Callable[[], float]] = {}
+        #: called after each evaluation is recorded, with ``(weights, env_steps)`` (``weights()``: the CPU state
+        #: dict the loop holds): e.g. the videos of ``--video-every``
+        self.evaluation_hooks: list[Callable[[Callable[[], dict], int], None]] = []
+        #: the run's videos (``--video-every``), set by :func:`~rlstruct.algos.run.open_batchers`; None without
+        self.videos: Any = None
         self.last_eval: float | None = None
         self.reached_target = False
         self.startup_s: float | None = None
@@ -290,6 +295,8 @@ class Run:
         result = evaluator.poll(weights, self.iteration, self.env_steps)
         if result is not None:
             self.record_eval(result)
+            for hook in self.evaluation_hooks:
+                hook(weights, self.env_steps)
 
     def flush(self) -> None:
         """Converts the pending rows (one host sync) and writes them out."""

@@ -29,6 +29,7 @@ from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.evaluation import Evaluator
 from rlstruct.algos.networks import cpu_state_dict
 from rlstruct.algos.record import Run, TrainResult
+from rlstruct.algos.recording import RunVideos
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import DeviceMismatchError
@@ -253,6 +254,11 @@ def open_batchers(
     stack.callback(evaluator.close)
     if config.restart_workers and run is not None:
         run.columns["batcher/restarts"] = lambda: batcher.n_restarts + eval_batcher.n_restarts
+    if config.video_every and run is not None:
+        run.videos = RunVideos(config.video_every, run.logdir, name=config.env, backend=config.backend, spec=spec,
+                               create_agent=create_agent, agent_args=agent_args, agent_info=greedy, seed=seed,
+                               physics_dtype=config.physics_dtype, max_steps=config.evaluation_max_steps)
+        run.evaluation_hooks.append(run.videos.after_evaluation)
     return batcher, evaluator
 
 
@@ -297,6 +303,8 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
             run.record_eval(previous)
         run.record_eval(final)
         eval_return = final["eval/return"]
+        if run.videos is not None:  # the policy kept: the one that reached the target, or the final one
+            run.videos.record(cpu_state_dict(model), run.env_steps)
     wall = run.elapsed()
     run.close()
     checkpoint = save_checkpoint(run.logdir / CHECKPOINT_NAME, run.algo, config, spec, model,

@@ -21,6 +21,7 @@ from rlstruct.algos.config import RunConfig, validate_run_config
 from rlstruct.algos.env_spec import EnvSpec, describe_env
 from rlstruct.algos.presets import apply_preset
 from rlstruct.algos.record import check_logdir, run_logdir
+from rlstruct.algos.recording import check_videos
 from rlstruct.devices import as_device
 
 __all__ = ["Algorithm", "Setup", "prepare"]
@@ -101,6 +102,7 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
     start = time.perf_counter() if start is None else start
     config, _ = apply_preset(algorithm.name, config)
     validate_run_config(config)
+    check_videos(config)
     algorithm.check_config(config)
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
     algorithm.check_env(config, spec)

@@ -27,24 +27,24 @@ the :class:`~rlstruct.algos.run.EnvSpec` and the CPU ``state_dict``); :func:`rec
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
-import gymnasium as gym
-import numpy as np
 import torch
 
 from rlstruct.algos.checkpoints import load_checkpoint
+from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.policy_of import greedy_agent
-from rlstruct.algos.run import EnvSpec, create_env
-from rlstruct.envs import GymEnv, make_env
-from rlstruct.envs.factory import TORCH_ENVS, resolve_backend
-from rlstruct.errors import MissingDependencyError, VideoError
+from rlstruct.algos.recording import (
+    VIDEO_SUFFIXES,
+    VideoResult,
+    check_renderable,
+    check_video_path,
+    record_agent_video,
+    run_video_path,
+)
 from rlstruct.seeding import check_seed
-from rlstruct.structures import DictTensor
 
 __all__ = [
     "VIDEO_SUFFIXES",
@@ -54,155 +54,6 @@ __all__ = [
     "check_video_path",
     "run_video_path",
 ]
-
-#: the formats written, by the path's suffix
-VIDEO_SUFFIXES = (".mp4", ".gif")
-#: backends whose envs give frames
-_RENDERING_BACKENDS = ("torch", "gymnasium", "ale")
-#: the gymnasium id whose renderer draws a torch simulator (CartPoleNoVel hides velocities, not the picture)
-_RENDER_ID = {"CartPoleNoVel-v1": "CartPole-v1"}
-#: frames whose shorter side is smaller are scaled up by a whole factor to reach it
-_MIN_SIDE = 160
-_INSTALL = "install it with `pip install 'rlstruct[video]'`"
-
-
-@dataclasses.dataclass(frozen=True)
-class VideoResult:
-    """What :func:`record_policy_video` wrote.
-
-    Attributes:
-        path: the video file.
-        frames: frames written (each episode's first observation, then one per step).
-        frame_shape: ``(height, width)`` of every frame.
-        returns: each episode's undiscounted return (partial when cut at ``max_steps``).
-        lengths: each episode's steps.
-        fps: the frame rate written.
-    """
-
-    path: str
-    frames: int
-    frame_shape: tuple[int, int]
-    returns: tuple[float, ...]
-    lengths: tuple[int, ...]
-    fps: float
-
-
-def check_video_path(path: str | os.PathLike, *, argument: str = "path") -> Path:
-    """``path`` as a :class:`~pathlib.Path` when its suffix is one of :data:`VIDEO_SUFFIXES` and what that format
-    needs is installed; checked before anything is built.
-
-    Raises:
-        VideoError: another suffix.
-        MissingDependencyError: imageio (or, for ``.mp4``, imageio-ffmpeg) is not installed.
-
-    >>> check_video_path("runs/demo/episode.gif").suffix
-    '.gif'
-    """
-    p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix not in VIDEO_SUFFIXES:
-        raise VideoError(f"{argument} must end in one of {list(VIDEO_SUFFIXES)}, got {str(path)!r}; "
-                         "name the file e.g. episode.mp4 (ffmpeg) or episode.gif (pillow)")
-    try:
-        import imageio  # noqa: F401
-    except ImportError as e:
-        raise MissingDependencyError(f"recording a video needs imageio; {_INSTALL}") from e
-    if suffix == ".mp4":
-        try:
-            import imageio_ffmpeg  # noqa: F401
-        except ImportError as e:
-            raise MissingDependencyError(f"{argument} {str(path)!r}: .mp4 needs imageio-ffmpeg (it ships ffmpeg); "
-                                         f"{_INSTALL}, or write a .gif") from e
-    return p
-
-
-def _open_writer(path: Path, fps: float):
-    import imageio.v2 as iio
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() == ".gif":
-        # Pillow's GIF writer: duration per frame in milliseconds, loop forever.
-        return iio.get_writer(path, format="GIF", mode="I", duration=1000.0 / fps, loop=0)
-    # libx264 with yuv420p wants even sizes: every frame rendered here has them (a macro block of 16 would rescale
-    # CartPole's 600x400).
-    return iio.get_writer(path, format="FFMPEG", mode="I", fps=fps, macro_block_size=2)
-
-
-def _gym_renderer(render_id: str, max_episode_steps: int | None) -> gym.Env:
-    if render_id.startswith("ALE/"):
-        from rlstruct.envs.factory import _import_ale
-
-        gym.register_envs(_import_ale())
-    kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-    env = gym.make(render_id, render_mode="rgb_array", **kwargs)
-    if "rgb_array" not in env.metadata.get("render_modes", ()):
-        env.close()
-        raise VideoError(f"env {render_id!r} has no rgb_array render mode (it has "
-                         f"{list(env.metadata.get('render_modes', ()))}); a video needs rgb_array frames")
-    return env
-
-
-def _render(env: gym.Env, name: str) -> np.ndarray:
-    try:
-        frame = env.render()
-    except gym.error.DependencyNotInstalled as e:
-        raise MissingDependencyError(f"rendering {name!r} needs a package that is not installed "
-                                     f"({str(e).splitlines()[0]}); {_INSTALL}") from e
-    if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3:
-        raise VideoError(f"env {name!r} must render rgb_array frames [H, W, 3], got "
-                         f"{type(frame).__name__} {getattr(frame, 'shape', '')}")
-    if frame.dtype != np.uint8:  # MinAtar renders floats in [0, 1]
-        frame = (np.clip(frame, 0.0, 1.0) * 255).round().astype(np.uint8)
-    return _legible(frame)
-
-
-def _legible(frame: np.ndarray) -> np.ndarray:
-    """Frames as small as MinAtar's 10x10 grid or ale-py's 84x84 scaled up by whole pixels (nearest), so that a
-    player shows them sharp."""
-    scale = -(-_MIN_SIDE // min(frame.shape[:2]))
-    return frame.repeat(scale, axis=0).repeat(scale, axis=1) if scale > 1 else frame
-
-
-def _frame_source(name: str, backend: str, seed: int, max_episode_steps: int | None, physics_dtype: str):
-    """``(env, render, fps)``: one episodic env on the CPU and ``render(observation) -> uint8 [H, W, 3]``, called
-    after ``reset`` and after each ``step`` with the env's newest observation."""
-    if backend == "torch":
-        env = create_env(name, 1, seed=seed, backend="torch", max_episode_steps=max_episode_steps,
-                         physics_dtype=physics_dtype)
-        viewer = _gym_renderer(_RENDER_ID.get(name, name), None)
-        viewer.reset(seed=seed)
-        inner = viewer.unwrapped
-
-        def render(observation: DictTensor) -> np.ndarray:
-            state = env.get_state()
-            inner.state = state["physics"][0].to(torch.float64).numpy()
-            if hasattr(inner, "last_u"):  # Pendulum draws the torque it was given
-                inner.last_u = state["last_action"][0].to(torch.float64).numpy().reshape(-1)[0]
-            return _render(viewer, name)
-
-        env.close = _closing(env.close, viewer.close)
-        return env, render, viewer.metadata.get("render_fps", 30)
-    if backend == "gymnasium":
-        viewer = _gym_renderer(name, max_episode_steps)
-        env = GymEnv([viewer], seed)
-        return env, lambda observation: _render(viewer, name), viewer.metadata.get("render_fps", 30)
-    env = make_env(name, 1, seed=seed, backend="ale", max_episode_steps=max_episode_steps)
-
-    def agent_view(observation: DictTensor) -> np.ndarray:
-        grey = observation["frame"][0]
-        grey = grey[-1] if grey.dim() == 3 else grey  # the newest of the stacked frames
-        return _legible(grey.numpy()[:, :, None].repeat(3, axis=2))
-
-    # ale-py steps 4 emulator frames per agent step at 60 frames a second.
-    return env, agent_view, 15
-
-
-def _closing(*closers: Callable[[], None]) -> Callable[[], None]:
-    def close() -> None:
-        for c in closers:
-            c()
-
-    return close
 
 
 def record_policy_video(
@@ -257,83 +108,17 @@ def record_policy_video(
     seed = check_seed(seed)
     video_path = check_video_path(path)
     name = config["env"]
-    resolved = resolve_backend(name, backend or config.get("backend", "auto"))
-    if resolved not in _RENDERING_BACKENDS:
-        fix = ("pass backend='gymnasium'" if name in gym.registry else "record an env that gymnasium or ale-py has")
-        raise VideoError(f"backend must be one of {list(_RENDERING_BACKENDS)} to render frames, got {resolved!r} "
-                         f"for env {name!r}; {fix}")
-    if resolved == "torch" and name not in TORCH_ENVS:
-        raise VideoError(f"env {name!r} has no torch simulator to render; pass backend='gymnasium'")
+    resolved = check_renderable(name, backend or config.get("backend", "auto"))
     spec = env_spec if isinstance(env_spec, EnvSpec) else EnvSpec.from_dict(dict(env_spec))
     # Building the agent initialises a network from torch's global generator: a video recorded during training must
     # leave the run's random stream as it found it (the same seed gives the same run with and without videos).
     with torch.random.fork_rng(devices=[]):
-        return _record(video_path, algo, config, spec, model_state, episodes, max_steps, seed, resolved, fps)
-
-
-def _record(video_path: Path, algo: str, config: Mapping[str, Any], spec: EnvSpec, model_state: Mapping[str, Any],
-            episodes: int, max_steps: int | None, seed: int, resolved: str, fps: float | None) -> VideoResult:
-    name = config["env"]
-    create_agent, agent_args, agent_info = greedy_agent(algo, config, spec)
-    agent = create_agent(**agent_args)
-    agent.update(model_state)
-    limit = spec.max_episode_steps if max_steps is None else min(max_steps, spec.max_episode_steps)
-    physics_dtype = str(config.get("physics_dtype", "float64"))
-
-    returns: list[float] = []
-    lengths: list[int] = []
-    frames, shape, writer, rate = 0, None, None, 0.0
-
-    def write(frame: np.ndarray) -> None:
-        nonlocal frames, shape
-        if shape is None:
-            shape = frame.shape[:2]
-        elif frame.shape[:2] != shape:
-            raise VideoError(f"env {name!r} rendered frames of two sizes, {shape} then {frame.shape[:2]}")
-        writer.append_data(frame)
-        frames += 1
-
-    try:
-        with torch.no_grad():
-            for k in range(episodes):
-                env, render, env_fps = _frame_source(name, resolved, (seed + k) % 2**31, spec.max_episode_steps,
-                                                     physics_dtype)
-                try:
-                    if writer is None:
-                        rate = float(fps if fps is not None else env_fps)
-                        writer = _open_writer(video_path, rate)
-                    observation, _ = env.reset()
-                    state = agent.initial_state(agent_info, 1)
-                    write(render(observation))
-                    total = torch.zeros(())
-                    steps = 0
-                    while steps < limit:
-                        action, state = agent(state, observation, agent_info)
-                        (step_obs, _), (observation, running) = env.step(action)
-                        write(render(step_obs))
-                        total += step_obs["reward"].sum()
-                        steps += 1
-                        if running.numel() == 0:
-                            break
-                finally:
-                    env.close()
-                returns.append(float(total))
-                lengths.append(steps)
-    finally:
-        agent.close()
-        if writer is not None:
-            writer.close()
-    return VideoResult(str(video_path), frames, (int(shape[0]), int(shape[1])), tuple(returns), tuple(lengths), rate)
-
-
-def run_video_path(logdir: str | os.PathLike, env_steps: int, *, suffix: str = ".mp4") -> Path:
-    """Where a training run keeps the video recorded at ``env_steps``: ``logdir/videos/step_<env_steps>.<suffix>``
-    (zero-padded, so that the files sort in training order).
-
-    >>> run_video_path("runs/demo", 12800, suffix=".gif").as_posix()
-    'runs/demo/videos/step_000012800.gif'
-    """
-    return check_video_path(Path(logdir) / "videos" / f"step_{int(env_steps):09d}{suffix}", argument="suffix")
+        create_agent, agent_args, agent_info = greedy_agent(algo, config, spec)
+        agent = create_agent(**agent_args)
+        agent.update(model_state)
+        return record_agent_video(video_path, name=name, backend=resolved, spec=spec, agent=agent,
+                                  agent_info=agent_info, episodes=episodes, max_steps=max_steps, seed=seed,
+                                  physics_dtype=str(config.get("physics_dtype", "float64")), fps=fps)
 
 
 def record_checkpoint_video(

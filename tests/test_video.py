@@ -235,3 +235,58 @@ def test_cli_eval_video_of_a_tiny_trained_run(tmp_path):
     assert bad.returncode == 2 and "--video-episodes must be >= 1, got 0" in bad.stderr
     bad = rlstruct("eval", str(run), "--video", str(video), "--backend", "gymnax")
     assert bad.returncode == 2 and "backend must be one of ['torch', 'gymnasium', 'ale'] to render" in bad.stderr
+
+
+# --------------------------------------------------------------------------- --video-every: videos during training
+def _rows(path) -> list[dict[str, str]]:
+    import csv
+
+    with open(path) as f:
+        return [{k: v for k, v in r.items() if k not in ("wall_time_s", "eval/blocked_s")} for r in csv.DictReader(f)]
+
+
+@needs_pygame
+@needs_ffmpeg
+@pytest.mark.timeout(180)
+def test_video_every_records_after_every_nth_evaluation_and_the_final_policy_without_changing_the_run(tmp_path):
+    flags = ["train", "ppo", "--env", "CartPole-v1", "--max-env-steps", "2048", "--n-envs", "8", "--n-steps", "32",
+             "--eval-every", "2", "--n-evaluation-envs", "2", "--evaluation-max-steps", "30", "--no-progress",
+             "--no-tensorboard", "--no-stop-at-reward-threshold", "--preset", "none"]
+    plain = rlstruct(*flags, "--logdir", str(tmp_path / "plain"))
+    filmed = rlstruct(*flags, "--logdir", str(tmp_path / "filmed"), "--video-every", "2")
+    assert plain.returncode == 0 and filmed.returncode == 0, filmed.stderr
+    rows = _rows(tmp_path / "filmed" / "progress.csv")
+    assert rows == _rows(tmp_path / "plain" / "progress.csv"), "the videos changed the run"
+    evaluations = [r for r in rows if r["eval/return"]]
+    videos = sorted((tmp_path / "filmed" / "videos").iterdir())
+    # every second evaluation (the untrained one counts), then the final policy's
+    assert len(videos) == len(evaluations[:-1]) // 2 + 1 and videos[-1].name == "step_000002048.mp4"
+    for video in videos:
+        frames = decoded(str(video))
+        assert frames.shape[1:] == (400, 600, 3) and 2 <= frames.shape[0] <= 31
+    assert not (tmp_path / "plain" / "videos").exists()
+
+
+@needs_ale
+@needs_ffmpeg
+@pytest.mark.timeout(180)
+def test_video_every_records_an_atari_dqn_run_from_the_agents_view(tmp_path):
+    out = rlstruct("train", "dqn", "--env", "ALE/Pong-v5", "--backend", "ale", "--max-env-steps", "256",
+                   "--n-envs", "2", "--learning-starts", "128", "--buffer-size", "512", "--batch-size", "16",
+                   "--eval-every", "50", "--n-evaluation-envs", "1", "--evaluation-max-steps", "12",
+                   "--no-progress", "--no-tensorboard", "--video-every", "1", "--logdir", str(tmp_path / "run"))
+    assert out.returncode == 0, out.stderr
+    videos = sorted((tmp_path / "run" / "videos").iterdir())
+    assert videos and all(decoded(str(v)).shape[1:] == (168, 168, 3) for v in videos)
+    assert 2 <= decoded(str(videos[-1])).shape[0] <= 13
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--video-every", "-1"], "video_every must be an int >= 0 (0: no videos), got -1"),
+    (["--backend", "gymnax", "--video-every", "1"],
+     "video_every=1: backend must be one of ['torch', 'gymnasium', 'ale'] to render frames, got 'gymnax'"),
+])
+def test_bad_video_every_is_one_line_before_training(tmp_path, flags, message):
+    out = rlstruct("train", "ppo", "--env", "CartPole-v1", "--logdir", str(tmp_path / "run"), *flags)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr, out.stderr
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,340 @@
+"""Writing a policy's episodes to a video: frames from the env's backend, an imageio writer, and the paths a run
+keeps its videos at. The policy-level entry points (a checkpoint, a trained config) are in
+:mod:`rlstruct.algos.video`; this module knows nothing of the algorithms, so that the training loop's
+``--video-every`` records with the agent its evaluation builds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlstruct.algos.env_spec import EnvSpec, create_env
+from rlstruct.envs import GymEnv, make_env
+from rlstruct.envs.factory import TORCH_ENVS, resolve_backend
+from rlstruct.errors import MissingDependencyError, VideoError
+from rlstruct.structures import DictTensor
+
+__all__ = ["VIDEO_SUFFIXES", "VideoResult", "RunVideos", "check_video_path", "check_renderable", "check_videos",
+           "record_agent_video",
+           "run_video_path", "video_suffix"]
+
+#: the formats written, by the path's suffix
+VIDEO_SUFFIXES = (".mp4", ".gif")
+#: backends whose envs give frames
+_RENDERING_BACKENDS = ("torch", "gymnasium", "ale")
+#: the gymnasium id whose renderer draws a torch simulator (CartPoleNoVel hides velocities, not the picture)
+_RENDER_ID = {"CartPoleNoVel-v1": "CartPole-v1"}
+#: frames whose shorter side is smaller are scaled up by a whole factor to reach it
+_MIN_SIDE = 160
+_INSTALL = "install it with `pip install 'rlstruct[video]'`"
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoResult:
+    """What :func:`record_policy_video` wrote.
+
+    Attributes:
+        path: the video file.
+        frames: frames written (each episode's first observation, then one per step).
+        frame_shape: ``(height, width)`` of every frame.
+        returns: each episode's undiscounted return (partial when cut at ``max_steps``).
+        lengths: each episode's steps.
+        fps: the frame rate written.
+    """
+
+    path: str
+    frames: int
+    frame_shape: tuple[int, int]
+    returns: tuple[float, ...]
+    lengths: tuple[int, ...]
+    fps: float
+
+
+def check_video_path(path: str | os.PathLike, *, argument: str = "path") -> Path:
+    """``path`` as a :class:`~pathlib.Path` when its suffix is one of :data:`VIDEO_SUFFIXES` and what that format
+    needs is installed; checked before anything is built.
+
+    Raises:
+        VideoError: another suffix.
+        MissingDependencyError: imageio (or, for ``.mp4``, imageio-ffmpeg) is not installed.
+
+    >>> check_video_path("runs/demo/episode.gif").suffix
+    '.gif'
+    """
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in VIDEO_SUFFIXES:
+        raise VideoError(f"{argument} must end in one of {list(VIDEO_SUFFIXES)}, got {str(path)!r}; "
+                         "name the file e.g. episode.mp4 (ffmpeg) or episode.gif (pillow)")
+    try:
+        import imageio  # noqa: F401
+    except ImportError as e:
+        raise MissingDependencyError(f"recording a video needs imageio; {_INSTALL}") from e
+    if suffix == ".mp4":
+        try:
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError as e:
+            raise MissingDependencyError(f"{argument} {str(path)!r}: .mp4 needs imageio-ffmpeg (it ships ffmpeg); "
+                                         f"{_INSTALL}, or write a .gif") from e
+    return p
+
+
+def _open_writer(path: Path, fps: float):
+    import imageio.v2 as iio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".gif":
+        # Pillow's GIF writer: duration per frame in milliseconds, loop forever.
+        return iio.get_writer(path, format="GIF", mode="I", duration=1000.0 / fps, loop=0)
+    # libx264 with yuv420p wants even sizes: every frame rendered here has them (a macro block of 16 would rescale
+    # CartPole's 600x400).
+    return iio.get_writer(path, format="FFMPEG", mode="I", fps=fps, macro_block_size=2)
+
+
+def _gym_renderer(render_id: str, max_episode_steps: int | None) -> gym.Env:
+    if render_id.startswith("ALE/"):
+        from rlstruct.envs.factory import _import_ale
+
+        gym.register_envs(_import_ale())
+    kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+    env = gym.make(render_id, render_mode="rgb_array", **kwargs)
+    if "rgb_array" not in env.metadata.get("render_modes", ()):
+        env.close()
+        raise VideoError(f"env {render_id!r} has no rgb_array render mode (it has "
+                         f"{list(env.metadata.get('render_modes', ()))}); a video needs rgb_array frames")
+    return env
+
+
+def _render(env: gym.Env, name: str) -> np.ndarray:
+    try:
+        frame = env.render()
+    except gym.error.DependencyNotInstalled as e:
+        raise MissingDependencyError(f"rendering {name!r} needs a package that is not installed "
+                                     f"({str(e).splitlines()[0]}); {_INSTALL}") from e
+    if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3:
+        raise VideoError(f"env {name!r} must render rgb_array frames [H, W, 3], got "
+                         f"{type(frame).__name__} {getattr(frame, 'shape', '')}")
+    if frame.dtype != np.uint8:  # MinAtar renders floats in [0, 1]
+        frame = (np.clip(frame, 0.0, 1.0) * 255).round().astype(np.uint8)
+    return _legible(frame)
+
+
+def _legible(frame: np.ndarray) -> np.ndarray:
+    """Frames as small as MinAtar's 10x10 grid or ale-py's 84x84 scaled up by whole pixels (nearest), so that a
+    player shows them sharp."""
+    scale = -(-_MIN_SIDE // min(frame.shape[:2]))
+    return frame.repeat(scale, axis=0).repeat(scale, axis=1) if scale > 1 else frame
+
+
+def _frame_source(name: str, backend: str, seed: int, max_episode_steps: int | None, physics_dtype: str):
+    """``(env, render, fps)``: one episodic env on the CPU and ``render(observation) -> uint8 [H, W, 3]``, called
+    after ``reset`` and after each ``step`` with the env's newest observation."""
+    if backend == "torch":
+        env = create_env(name, 1, seed=seed, backend="torch", max_episode_steps=max_episode_steps,
+                         physics_dtype=physics_dtype)
+        viewer = _gym_renderer(_RENDER_ID.get(name, name), None)
+        viewer.reset(seed=seed)
+        inner = viewer.unwrapped
+
+        def render(observation: DictTensor) -> np.ndarray:
+            state = env.get_state()
+            inner.state = state["physics"][0].to(torch.float64).numpy()
+            if hasattr(inner, "last_u"):  # Pendulum draws the torque it was given
+                inner.last_u = state["last_action"][0].to(torch.float64).numpy().reshape(-1)[0]
+            return _render(viewer, name)
+
+        env.close = _closing(env.close, viewer.close)
+        return env, render, viewer.metadata.get("render_fps", 30)
+    if backend == "gymnasium":
+        viewer = _gym_renderer(name, max_episode_steps)
+        env = GymEnv([viewer], seed)
+        return env, lambda observation: _render(viewer, name), viewer.metadata.get("render_fps", 30)
+    env = make_env(name, 1, seed=seed, backend="ale", max_episode_steps=max_episode_steps)
+
+    def agent_view(observation: DictTensor) -> np.ndarray:
+        grey = observation["frame"][0]
+        grey = grey[-1] if grey.dim() == 3 else grey  # the newest of the stacked frames
+        return _legible(grey.numpy()[:, :, None].repeat(3, axis=2))
+
+    # ale-py steps 4 emulator frames per agent step at 60 frames a second.
+    return env, agent_view, 15
+
+
+def _closing(*closers: Callable[[], None]) -> Callable[[], None]:
+    def close() -> None:
+        for c in closers:
+            c()
+
+    return close
+
+
+def check_renderable(name: str, backend: str) -> str:
+    """The backend that renders env ``name`` (``backend`` resolved), checked before anything is built.
+
+    Raises:
+        VideoError: a backend without frames, or ``torch`` for an id rlstruct does not simulate.
+    """
+    resolved = resolve_backend(name, backend)
+    if resolved not in _RENDERING_BACKENDS:
+        fix = ("pass backend='gymnasium'" if name in gym.registry else "record an env that gymnasium or ale-py has")
+        raise VideoError(f"backend must be one of {list(_RENDERING_BACKENDS)} to render frames, got {resolved!r} "
+                         f"for env {name!r}; {fix}")
+    if resolved == "torch" and name not in TORCH_ENVS:
+        raise VideoError(f"env {name!r} has no torch simulator to render; pass backend='gymnasium'")
+    return resolved
+
+
+def video_suffix() -> str:
+    """``".mp4"`` when imageio-ffmpeg is installed, else ``".gif"``: the format of a run's videos."""
+    try:
+        import imageio_ffmpeg  # noqa: F401
+    except ImportError:
+        return ".gif"
+    return ".mp4"
+
+
+def record_agent_video(video_path: Path, *, name: str, backend: str, spec: EnvSpec, agent: Any,
+                       agent_info: DictTensor, episodes: int = 1, max_steps: int | None = None, seed: int = 0,
+                       physics_dtype: str = "float64", fps: float | None = None) -> VideoResult:
+    """Records ``episodes`` episodes of ``agent`` (built and loaded, on the CPU; closed here) on env ``name`` stepped
+    by ``backend`` (one of the rendering backends, resolved), to ``video_path`` (checked by
+    :func:`check_video_path`). Episode ``k`` runs on env seed ``seed + k``; ``agent_info`` is one row.
+
+    Raises:
+        VideoError: frames of two sizes, or an env without ``rgb_array`` frames.
+        MissingDependencyError: what the renderer needs is not installed.
+    """
+    limit = spec.max_episode_steps if max_steps is None else min(max_steps, spec.max_episode_steps)
+
+    returns: list[float] = []
+    lengths: list[int] = []
+    frames, shape, writer, rate = 0, None, None, 0.0
+
+    def write(frame: np.ndarray) -> None:
+        nonlocal frames, shape
+        if shape is None:
+            shape = frame.shape[:2]
+        elif frame.shape[:2] != shape:
+            raise VideoError(f"env {name!r} rendered frames of two sizes, {shape} then {frame.shape[:2]}")
+        writer.append_data(frame)
+        frames += 1
+
+    try:
+        with torch.no_grad():
+            for k in range(episodes):
+                env, render, env_fps = _frame_source(name, backend, (seed + k) % 2**31, spec.max_episode_steps,
+                                                     physics_dtype)
+                try:
+                    if writer is None:
+                        rate = float(fps if fps is not None else env_fps)
+                        writer = _open_writer(video_path, rate)
+                    observation, _ = env.reset()
+                    state = agent.initial_state(agent_info, 1)
+                    write(render(observation))
+                    total = torch.zeros(())
+                    steps = 0
+                    while steps < limit:
+                        action, state = agent(state, observation, agent_info)
+                        (step_obs, _), (observation, running) = env.step(action)
+                        write(render(step_obs))
+                        total += step_obs["reward"].sum()
+                        steps += 1
+                        if running.numel() == 0:
+                            break
+                finally:
+                    env.close()
+                returns.append(float(total))
+                lengths.append(steps)
+    finally:
+        agent.close()
+        if writer is not None:
+            writer.close()
+    return VideoResult(str(video_path), frames, (int(shape[0]), int(shape[1])), tuple(returns), tuple(lengths), rate)
+
+
+def run_video_path(logdir: str | os.PathLike, env_steps: int, *, suffix: str = ".mp4") -> Path:
+    """Where a training run keeps the video recorded at ``env_steps``: ``logdir/videos/step_<env_steps>.<suffix>``
+    (zero-padded, so that the files sort in training order).
+
+    >>> run_video_path("runs/demo", 12800, suffix=".gif").as_posix()
+    'runs/demo/videos/step_000012800.gif'
+    """
+    return check_video_path(Path(logdir) / "videos" / f"step_{int(env_steps):09d}{suffix}", argument="suffix")
+
+
+def check_videos(config: Any) -> None:
+    """Checks a run's ``video_every`` before anything is built: ``>= 0``, and when set, an env whose backend renders
+    frames and imageio installed.
+
+    Raises:
+        ValueError: ``video_every < 0``.
+        VideoError: the env's backend gives no frames.
+        MissingDependencyError: imageio is not installed.
+    """
+    if isinstance(config.video_every, bool) or not isinstance(config.video_every, int) or config.video_every < 0:
+        raise ValueError(f"video_every must be an int >= 0 (0: no videos), got {config.video_every!r}; pass e.g. "
+                         "--video-every 5 for a video every 5 evaluations")
+    if config.video_every:
+        try:
+            check_renderable(config.env, config.backend)
+        except VideoError as e:
+            raise VideoError(f"video_every={config.video_every}: {e}; or pass --video-every 0") from e
+        check_video_path(f"video{video_suffix()}", argument="video_every's video")
+
+
+class RunVideos:
+    """The videos of a training run (``--video-every N``): one greedy episode after every ``N``-th evaluation, with
+    the weights the loop holds when its result arrives, and one of the final policy, into ``logdir/videos/``
+    (:func:`run_video_path`). Recorded in the training process, on the CPU, with the agent the evaluation batcher
+    builds; torch's global random state is left as it was, so a run with videos learns what it learns without.
+
+    Args:
+        every: evaluations between two videos.
+        logdir: the run's folder.
+        name: the env id.
+        backend: the run's backend (resolved here).
+        spec: the env's description.
+        create_agent: the evaluation's agent factory, ``agent_args`` its arguments (the device is set to the CPU).
+        agent_info: the evaluation's ``agent_info``, one value per key.
+        seed: the env seed of the episodes.
+        physics_dtype: the torch simulators' precision.
+        max_steps: steps per episode at most (the run's ``evaluation_max_steps``; None: the env's time limit).
+    """
+
+    def __init__(self, every: int, logdir: Path, *, name: str, backend: str, spec: EnvSpec, create_agent: Any,
+                 agent_args: dict[str, Any], agent_info: dict[str, Any], seed: int, physics_dtype: str = "float64",
+                 max_steps: int | None = None):
+        self.every, self.logdir, self.name, self.spec, self.seed = every, Path(logdir), name, spec, seed
+        self.backend = check_renderable(name, backend)
+        self.create_agent, self.agent_args = create_agent, {**agent_args, "device": "cpu"}
+        self.agent_info = DictTensor({k: torch.tensor([v]) for k, v in agent_info.items()})
+        self.physics_dtype, self.suffix, self.max_steps = physics_dtype, video_suffix(), max_steps
+        self.evaluations = 0
+        #: the videos written, in order
+        self.paths: list[Path] = []
+
+    def record(self, state_dict: Mapping[str, Any], env_steps: int) -> Path:
+        """Records one episode of the policy with ``state_dict`` at ``env_steps``; returns its path."""
+        path = run_video_path(self.logdir, env_steps, suffix=self.suffix)
+        with torch.random.fork_rng(devices=[]):
+            agent = self.create_agent(**self.agent_args)
+            agent.update(state_dict)
+            record_agent_video(path, name=self.name, backend=self.backend, spec=self.spec, agent=agent,
+                               agent_info=self.agent_info, seed=self.seed, physics_dtype=self.physics_dtype,
+                               max_steps=self.max_steps)
+        self.paths.append(path)
+        return path
+
+    def after_evaluation(self, state_dict: Callable[[], Mapping[str, Any]], env_steps: int) -> None:
+        """Counts an evaluation; records a video after every ``every``-th (``state_dict()`` gives the weights)."""
+        self.evaluations += 1
+        if self.evaluations % self.every == 0:
+            self.record(state_dict(), env_steps)
