@@ -1,0 +1,140 @@
+"""Every ``rlstruct ...`` command in the README and the documentation runs as written (at a reduced budget), in the
+order a reader meets them, and every return the text promises is covered by a learning test or benchmark suite.
+
+The commands run in one temporary folder (relative log folders such as ``runs/ppo`` land there, so that
+``rlstruct eval runs/ppo`` finds what the command before it trained). A training command gets flags appended that
+cap its budget (the last of a repeated flag wins, so they override the text's); nothing else is changed.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+#: appended to every ``rlstruct train``: a few hundred env steps, short evaluations, no bar, no events
+CAP = ["--max-env-steps", "256", "--time-limit", "120", "--no-progress", "--no-tensorboard", "--n-evaluation-envs",
+       "2", "--evaluation-max-steps", "20", "--eval-every", "1000"]
+#: and to the off-policy ones: learn within that budget
+CAP_REPLAY = ["--learning-starts", "64"]
+#: appended to ``rlstruct profile`` and ``rlstruct autotune``: a couple of short acquisitions
+CAP_PROFILE = ["--iterations", "2", "--n-timesteps", "8"]
+CAP_AUTOTUNE = ["--iters", "1", "--n-timesteps", "8"]
+#: placeholders that a reader replaces: such a line is a template, not a command
+PLACEHOLDER = re.compile(r"(?<![\w-])(ALGO|ID|RUN|DIR|CHECKPOINT|S|N|K|PATH)(?![\w-])|\.\.\.")
+#: (reason, test) for what this machine cannot run here: a GPU, or a JAX backend whose compile dominates
+SKIP = [
+    (re.compile(r"cuda"), "needs a CUDA GPU (tests marked cuda cover it)"),
+    (re.compile(r"--backend (mjx|brax)"), "a JAX backend compiles for minutes here; tests/test_mujoco.py and "
+                                          "tests/test_brax.py train through it"),
+    (re.compile(r"--compile-policy"), "torch.compile builds C++ kernels for minutes on a CPU; tests/test_fast_path.py "
+                                      "compiles the policy step"),
+]
+#: (algorithm, env) -> the learning test or benchmark suite that backs a return a page promises for it
+COVERED = {
+    ("ppo", "CartPole-v1"): "tests/test_algos_ppo.py",
+    ("a2c", "CartPole-v1"): "tests/test_algos_learning.py::test_a2c_learns_cartpole",
+    ("sac", "Pendulum-v1"): "tests/test_algos_sac.py::test_sac_learns_pendulum",
+    ("ppo", "inverted_pendulum"): "tests/test_brax.py::test_ppo_learns_brax_inverted_pendulum",
+}
+
+
+def documented_commands() -> list[tuple[str, str, str]]:
+    """``(page, command, comment)`` for every line of a fenced block that runs ``rlstruct``, in reading order."""
+    found = []
+    for page in PAGES:
+        for block in re.findall(r"```[\w-]*\n(.*?)```", page.read_text(), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                words = shlex.split(line, comments=True)
+                if words and words[0] in ("rlstruct", ".venv/bin/rlstruct"):
+                    comment = line.partition(" #")[2].strip()
+                    found.append((str(page.relative_to(ROOT)), shlex.join(words), comment))
+    return found
+
+
+COMMANDS = documented_commands()
+
+
+def test_the_pages_hold_commands_and_the_reader_order_trains_before_it_evaluates():
+    assert len(COMMANDS) >= 30
+    trained: set[str] = set()
+    for _, command, _ in COMMANDS:
+        argv = shlex.split(command)
+        if argv[1] == "train" and "--logdir" in argv:
+            trained.add(argv[argv.index("--logdir") + 1])
+        if argv[1] == "eval":
+            assert Path(argv[2]).parts[:2] in {Path(t).parts[:2] for t in trained}, f"{command} evaluates an " \
+                                                                                    "untrained run"
+
+
+def _promised_return(comment: str) -> bool:
+    """A comment that says what a run reaches: "-200 in 4k-6k env steps", "1,000 within ~30k", "reward threshold"."""
+    return bool(re.search(r"-?\d[\d,]* (in|within) ", comment)) or "reward threshold" in comment
+
+
+def test_every_promised_return_is_covered_by_a_learning_test_or_suite():
+    from benchmarks.learning import SUITES
+    from rlstruct.algos.presets import find_preset
+
+    for page, command, comment in COMMANDS:
+        argv = shlex.split(command)
+        if argv[1] != "train" or not _promised_return(comment):
+            continue
+        algo, env = argv[2], argv[argv.index("--env") + 1] if "--env" in argv else "CartPole-v1"
+        backed = COVERED.get((algo, env)) or next((s.name for s in SUITES if (s.algo, s.env) == (algo, env)), None)
+        preset = find_preset(algo, env)
+        assert backed or (preset and preset.benchmark), f"{page}: `{command}` promises {comment!r}, but no learning " \
+                                                        "test or suite covers it: add one to COVERED or to SUITES"
+        if backed and backed.startswith("tests/"):
+            file, _, name = backed.partition("::")
+            assert (ROOT / file).exists() and (not name or f"def {name}(" in (ROOT / file).read_text()), backed
+
+
+#: each distinct command once, where the reader first meets it
+DISTINCT = list({command: (page, command, comment) for page, command, comment in reversed(COMMANDS)}.values())[::-1]
+
+
+def _missing_extra(argv: list[str]) -> str | None:
+    wants = {"ALE/": "ale_py", "MinAtar/": "minatar", "Hopper": "mujoco", "HalfCheetah": "mujoco"}
+    for prefix, module in wants.items():
+        if any(a.startswith(prefix) for a in argv):
+            try:
+                __import__(module)
+            except ImportError:
+                return module
+    return None
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("reader")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("page, command", [(p, c) for p, c, _ in DISTINCT],
+                         ids=[f"{i:02d}-{' '.join(shlex.split(c)[1:4])}" for i, (_, c, _) in enumerate(DISTINCT)])
+def test_documented_command_runs_as_written(page, command, workdir, monkeypatch, capsys):
+    # Through the console script's own entry point, in this process (each command would spend two seconds importing
+    # torch in a fresh one); worker processes, signals and files are the command's as in a shell.
+    from rlstruct.algos import cli
+
+    for pattern, reason in SKIP:
+        if pattern.search(command):
+            pytest.skip(f"{page}: {reason}")
+    argv = shlex.split(command)
+    if missing := _missing_extra(argv):
+        pytest.skip(f"{page}: needs {missing}")
+    if argv[1] == "train" and "--show-config" not in argv:
+        argv += CAP + (CAP_REPLAY if argv[2] in ("dqn", "sac") else [])
+    if argv[1] == "eval":
+        argv += ["--max-steps", "20"]
+    argv += {"profile": CAP_PROFILE, "autotune": CAP_AUTOTUNE}.get(argv[1], [])
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    status = cli.main(argv[1:])
+    assert status == 0, f"{page}: `{command}` exited with {status}:\n{capsys.readouterr().err[-2000:]}"
