@@ -145,15 +145,18 @@ SUITES = [
 ]
 
 
-#: published or locally measured references beside each preset's row: preset name -> (figure, source)
+#: published or locally measured references beside each preset's row: preset name -> (figure, source, where rlstruct
+#: is ahead or behind at equal env steps)
 REFERENCES = {
-    "ppo-pendulum": ("SB3 PPO, rl-zoo settings: -198 at 100k env steps, 31 s (seed 0, this machine)",
-                     "issue 33's measurement, benchmarks/sb3_reference.py"),
-    "sac-pendulum": ("SB3 SAC, rl-zoo settings: -200 reached at 3,000 env steps (seed 0, this machine)",
-                     "benchmarks/sb3_sac_reference.py"),
-    "ppo-mujoco": ("SB3 PPO + VecNormalize, same settings, Hopper-v5: median 1,246 at 184k env steps, 5/5 past "
-                   "1,000 at 102k-143k", "docs/benchmarks/learning.md, benchmarks/sb3_reference.py"),
-    "dqn-cartpole": ("rl-zoo DQN CartPole-v1 (5e4 steps budget in its hyperparameters)", "rl-baselines3-zoo"),
+    "ppo-pendulum": ("SB3 PPO, rl-zoo settings: -198 at 100k env steps (seed 0)",
+                     "issue 33's side-by-side run on this machine (benchmarks/sb3_reference.py)",
+                     "ahead: -200 reached at 60k-80k env steps, where SB3 is at -198 after 100k"),
+    "sac-pendulum": ("SB3 SAC, rl-zoo settings: -200 reached at 3,000 env steps (seed 0)",
+                     "benchmarks/sb3_sac_reference.py on this machine",
+                     "behind: 4,000-5,600 env steps against 3,000 (a 128-128 network against the zoo's 256-256)"),
+    "ppo-mujoco": ("SB3 PPO + VecNormalize, the same settings, Hopper-v5: 5/5 past 1,000 at 102k-143k env steps, "
+                   "median 1,246 at 184k", "docs/benchmarks/learning.md (benchmarks/sb3_reference.py)",
+                   "behind in env steps to 1,000 (see the row); level in the final median there"),
 }
 
 
@@ -185,24 +188,26 @@ def presets_page(results: list[dict], command: str, machine: str) -> str:
              "times do.",
              "", "```", command, f"# {machine}", "```", "",
              "| preset | env | target | budget (env steps) | reached | env steps to target | launch to target (s) "
-             "| final return | reference |", "|:--|:--|--:|--:|--:|--:|--:|--:|:--|"]
+             "| final return | reference | rlstruct against it |", "|:--|:--|--:|--:|--:|--:|--:|--:|:--|:--|"]
     for p in PRESETS:
         rs = [r for r in results if r["suite"] == f"preset:{p.name}"]
-        ref = REFERENCES.get(p.name, ("-", ""))[0]
+        ref, _, against = REFERENCES.get(p.name, ("-", "", "-"))
+        envs = p.envs[0] + (f" (+{len(p.envs) - 1} more)" if len(p.envs) > 1 else "")
         if p.unsupported:
-            lines.append(f"| {p.name} | {', '.join(p.envs)} | - | - | not learned | - | - | - | {p.unsupported} |")
+            lines.append(f"| {p.name} | {envs} | - | - | not learned | - | - | - | - | {p.unsupported} |")
             continue
         if not rs:
-            lines.append(f"| {p.name} | {', '.join(p.envs)} | {p.target:g} | {p.settings['max_env_steps']:,} "
-                         "| not run yet | - | - | - | " + ref + " |")
+            lines.append(f"| {p.name} | {envs} | {p.target:g} | {p.settings['max_env_steps']:,} "
+                         f"| not run yet | - | - | - | {ref} | - |")
             continue
         ok = [r for r in rs if r["reached"] and r["reached_env_steps"] <= p.settings["max_env_steps"]]
         lines.append(
             f"| {p.name} | {rs[0]['env']} | {p.target:g} | {p.settings['max_env_steps']:,} | {len(ok)}/{len(rs)} "
             f"| {_median_range([r['reached_env_steps'] for r in ok], ',.0f')} "
             f"| {_median_range([r['time_to_target_s'] for r in ok if r.get('time_to_target_s')], '.1f')} "
-            f"| {_median_range([r['final_return'] for r in rs], '.1f')} | {ref} |")
-    lines += ["", "References: " + "; ".join(f"{k}: {v[1]}" for k, v in REFERENCES.items()) + ".", ""]
+            f"| {_median_range([r['final_return'] for r in rs], '.1f')} | {ref} | {against} |")
+    lines += ["", "References: " + "; ".join(f"{k}: {v[1]}" for k, v in REFERENCES.items()) + ".", "",
+              "Regenerate: `python benchmarks/learning.py --presets-page benchmarks/results/presets-*.json`.", ""]
     return "\n".join(lines)
 
 
@@ -236,7 +241,7 @@ def run_one(suite: Suite, seed: int, logdir: Path, stop: bool, extra: list[str])
         "env": suite.env,
         "seed": seed,
         "time_to_target_s": summary.get("time_to_target_s"),
-        "command": " ".join(cmd[1:]),
+        "command": " ".join(c for i, c in enumerate(cmd[1:]) if "--logdir" not in cmd[i:i + 2]),
         "reached": reached is not None,
         "reached_wall_s": float(reached["wall_time_s"]) if reached else None,
         "reached_env_steps": int(float(reached["eval/launch_env_steps"])) if reached else None,
@@ -343,7 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(sb3_note())
     if args.json:
-        command = "python benchmarks/learning.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        given = list(argv if argv is not None else sys.argv[1:])
+        if "--json" in given:  # where this machine kept the file is not part of the command
+            del given[given.index("--json"):given.index("--json") + 2]
+        command = "python benchmarks/learning.py " + " ".join(given)
         Path(args.json).write_text(json.dumps({"command": command, "machine": f"{machine}, load average at end "
                                                f"{load_average()}", "runs": results}, indent=1))
     return 0
