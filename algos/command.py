@@ -330,6 +330,8 @@ def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: S
     # garbage collections walk ~2000 modules for 1-2 s after the last line; frozen objects are skipped (they
     # are still freed by reference counting), so an interrupted run exits within its two seconds.
     gc.freeze()
+    if not setup.world.is_logger:  # a data-parallel rank other than 0: rank 0 reports the run
+        return 128 + signal.Signals[result.stop_signal].value if result.interrupted and result.stop_signal else 0
     if result.interrupted:
         print(f"{prog}: interrupted after {result.env_steps} env steps ({result.wall_time_s:.1f} s): wrote "
               f"{result.checkpoint}, the learning curve and {Path(result.logdir) / Run.SUMMARY_NAME}", file=sys.stderr)

@@ -56,7 +56,13 @@ __all__ = [
     "broadcast_parameters",
     "average_gradients",
     "all_ranks_stop",
+    "global_sum",
+    "check_data_parallel",
+    "models_agree",
 ]
+
+#: the algorithms whose loop learns data-parallel (the on-policy family); DQN's and SAC's loop is single-process
+DATA_PARALLEL_ALGORITHMS = ("a2c", "ppo", "reinforce")
 
 #: the distance between two ranks' seeds: each rank's envs take ``n_envs`` consecutive seeds from its own, so a
 #: stride past any realistic ``n_envs`` keeps the ranks' env seeds disjoint
@@ -225,3 +231,51 @@ def all_ranks_stop(stop: bool | torch.Tensor, world: World) -> bool:
     if world.distributed:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag[0])
+
+
+def global_sum(value: int, world: World) -> int:
+    """``value`` summed over the ranks (env steps of an iteration, whose count may differ by rank: whole episodes);
+    ``value`` for a world of one.
+
+    >>> global_sum(128, World())
+    128
+    """
+    if not world.distributed:
+        return value
+    total = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return int(total[0])
+
+
+def models_agree(module: nn.Module, world: World) -> bool:
+    """Whether every rank holds the same parameters (compared by a checksum of each tensor: one all-reduce of the
+    largest and one of the smallest); True for a world of one."""
+    if not world.distributed:
+        return True
+    with torch.no_grad():
+        sums = torch.stack([p.detach().double().sum() for p in module.parameters()]).cpu()
+    high, low = sums.clone(), sums.clone()
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    return bool(torch.equal(high, low))
+
+
+def check_data_parallel(algo: str, config: object, world: World) -> None:
+    """Checks that a run can learn data-parallel over ``world`` (launched by ``torchrun`` with ``WORLD_SIZE > 1``).
+
+    Raises:
+        ConfigError: an algorithm whose loop is not data-parallel yet (DQN, SAC), or a setting whose statistics would
+            differ by rank and are not merged yet (observation or reward normalisation), or PPO's ``target_kl`` (the
+            ranks would stop their epochs at different passes and wait on each other's gradients).
+    """
+    if algo not in DATA_PARALLEL_ALGORITHMS:
+        raise ConfigError(f"torchrun's WORLD_SIZE={world.size} asks for data-parallel learners, which {algo} does not "
+                          f"have yet (got algo {algo!r}; they are {list(DATA_PARALLEL_ALGORITHMS)}); run {algo} as one "
+                          "process, or train a2c, ppo or reinforce under torchrun")
+    for name in ("normalize_observations", "normalize_rewards"):
+        if getattr(config, name, False):
+            raise ConfigError(f"{name}=True under torchrun (WORLD_SIZE={world.size}): the running statistics are not "
+                              f"merged across ranks yet; drop --{name.replace('_', '-')} or run one process")
+    if getattr(config, "target_kl", None) is not None:
+        raise ConfigError(f"target_kl={config.target_kl} under torchrun (WORLD_SIZE={world.size}): ranks would stop "
+                          "their epochs at different passes; drop --target-kl or run one process")

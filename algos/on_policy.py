@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,15 @@ from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos.checkpoints import load_state
+from rlstruct.algos.distributed import (
+    all_ranks_stop,
+    average_gradients,
+    broadcast_parameters,
+    global_sum,
+    init_process_group,
+    models_agree,
+    rank_seed,
+)
 from rlstruct.algos.networks import PolicyAgent, build_actor_critic, cpu_state_dict, create_policy_agent
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic
@@ -133,9 +143,10 @@ def train_on_policy(setup: Setup) -> TrainResult:
     With ``setup.resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
     """
     algo: OnPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
-    config, spec, resume, learner = setup.config, setup.spec, setup.resume, setup.learner_device
+    config, spec, resume, learner, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
     recurrent = getattr(config, "recurrent", False)
-    with training_run(algo.name, config, spec, start=setup.start, resume=resume) as (run, stack):
+    logger = world.is_logger  # rank 0 of a data-parallel run, or a plain run
+    with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=logger) as (run, stack):
         build = recurrent_actor_critic if recurrent else build_actor_critic
         model_kwargs = {"normalize_observations": config.normalize_observations}
         model = seeded_model(config.seed, functools.partial(build, **model_kwargs), spec, config.hidden_sizes)
@@ -151,9 +162,14 @@ def train_on_policy(setup: Setup) -> TrainResult:
                                            create_recurrent_agent if recurrent else create_policy_agent,
                                            explore={"stochastic": True}, greedy={"stochastic": False},
                                            agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
-                                           seed=run.seed, run=run, **steps)
+                                           seed=rank_seed(run.seed, world), run=run, **steps)
 
         model.to(learner)
+        # Data-parallel ranks (torchrun): after the workers spawned; rank 0's weights everywhere, gradients averaged.
+        init_process_group(world, learner, timeout_s=config.batcher_timeout)
+        broadcast_parameters(model, world)
+        for handle in average_gradients(model, world):
+            stack.callback(handle.remove)
         agent = RecurrentPolicyAgent(model, learner) if recurrent else PolicyAgent(model, learner)
         B = batcher.n_elems()
         optimizer, normalize, learner_state = actor_critic_learner(model, config, n_rows=B, device=learner,
@@ -164,8 +180,9 @@ def train_on_policy(setup: Setup) -> TrainResult:
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
 
         collect = _collector(setup, stack, batcher, model)
-        evaluator.launch(cpu_state_dict(model), run.iteration, run.env_steps)
-        while not run.should_stop():
+        if world.is_logger:
+            evaluator.launch(cpu_state_dict(model), run.iteration, run.env_steps)
+        while not all_ranks_stop(run.should_stop(), world):
             traj = collect.next().to(learner)
             tt = traj.trajectories
             loss_rewards = normalize(tt)  # before any forward: the values and the loss see the same statistics
@@ -180,7 +197,7 @@ def train_on_policy(setup: Setup) -> TrainResult:
                 ep_returns, lengths = episode_returns(traj)
                 stats["train/episode_return"] = ep_returns.mean()
                 stats["train/episode_length"] = lengths.float().mean()
-                n_steps = int(lengths.sum())
+                n_steps = global_sum(int(lengths.sum()), world)
             else:
                 ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
                     tt["_observation/reward"], tt["_observation/done"], carry_return, carry_length
@@ -188,10 +205,18 @@ def train_on_policy(setup: Setup) -> TrainResult:
                 # nan (0 / 0) when no episode ended in this window.
                 stats["train/episode_return"] = ret_sum / count
                 stats["train/episode_length"] = len_sum / count
-                n_steps = B * tt.temporal_size()
+                n_steps = B * tt.temporal_size() * world.size  # env steps of all ranks: the budget is global
             run.record(n_steps, stats)
-            run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
-            run.poll_checkpoint(model, learner_state)
+            if world.is_logger:
+                run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
+                run.poll_checkpoint(model, learner_state)
         collect.close()  # an acquisition launched during the last update: close the batcher with nothing pending
 
-        return finish_training(run, evaluator, model, spec, title=algo.title, learner=learner_state())
+        if not models_agree(model, world):
+            raise RuntimeError("the ranks' models differ after training: a rank took another step (a bug: report it)")
+        if not world.is_logger:  # rank 0 evaluates, checkpoints and reports
+            run.close()
+            return TrainResult(math.nan, run.env_steps, run.elapsed(), run.history, str(run.logdir), run.iteration,
+                               interrupted=run.interrupted, stop_signal=run.stop_signal, world_size=world.size)
+        return finish_training(run, evaluator, model, spec, title=algo.title, learner=learner_state(),
+                               world_size=world.size)

@@ -72,6 +72,7 @@ class TrainResult:
             the end of this session's first training iteration (None: none ended).
         time_to_target_s: seconds from the launch to the end of the evaluation that reached the target (None: none
             did in this session).
+        world_size: the ranks that trained it (``torchrun``: data-parallel learners; 1 for a plain run).
     """
 
     eval_return: float
@@ -89,6 +90,7 @@ class TrainResult:
     preset: str = "none"
     startup_s: float | None = None
     time_to_target_s: float | None = None
+    world_size: int = 1
 
     def summary(self) -> dict[str, Any]:
         """The JSON-able fields (everything but the history)."""
@@ -107,6 +109,7 @@ class TrainResult:
             "preset": self.preset,
             "startup_s": None if self.startup_s is None else round(self.startup_s, 3),
             "time_to_target_s": None if self.time_to_target_s is None else round(self.time_to_target_s, 3),
+            "world_size": self.world_size,
         }
 
 
@@ -152,6 +155,8 @@ class Run:
             time are the counters' starting values; the log folder defaults to the checkpoint's; the rows of
             ``progress.csv`` of the checkpoint's folder up to its iteration come first in :attr:`history` and in
             the new ``progress.csv``.
+        logger: whether this process writes the run's files (``progress.csv``, TensorBoard, the bar,
+            ``config.json``): rank 0 of a data-parallel run does, the other ranks only count.
 
     Attributes:
         seed: the seed of this session's envs, agents and generators (:func:`session_seed`).
@@ -163,8 +168,10 @@ class Run:
     SUMMARY_NAME = "summary.json"
 
     def __init__(self, algo: str, config: RunConfig, spec: EnvSpec, *, start: float | None = None,
-                 resume: Resume | None = None):
+                 resume: Resume | None = None, logger: bool = True):
         self.algo = algo
+        #: whether this process writes the run's files (rank 0 of a data-parallel run; a plain run always)
+        self.logger = logger
         self.config = config
         self.spec = spec
         self.target_return = config.target_return
@@ -172,8 +179,9 @@ class Run:
             self.target_return = spec.reward_threshold
         self.start = time.perf_counter() if start is None else start
         self.logdir = run_logdir(algo, config, resume)
-        self.logdir.mkdir(parents=True, exist_ok=True)
-        earlier = len(list(self.logdir.glob("events.out.tfevents.*")))
+        if logger:
+            self.logdir.mkdir(parents=True, exist_ok=True)
+        earlier = len(list(self.logdir.glob("events.out.tfevents.*"))) if logger else 0
         if earlier and resume is None:
             log.warning("%s already holds %d TensorBoard event file(s) of earlier runs, which TensorBoard will show "
                         "beside this one's (progress.csv, the checkpoint and the summary are replaced); pass a new "
@@ -199,15 +207,17 @@ class Run:
         #: :func:`training_run`, else ``None``: the loop stops at its next check
         self.stop_signal: str | None = None
         self._pending: list[dict[str, Any]] = []
-        self._csv_file = open(self.logdir / self.CSV_NAME, "w", newline="")
+        self._csv_file = open(self.logdir / self.CSV_NAME, "w", newline="") if logger else None
         self._csv_fields: list[str] = list(dict.fromkeys(k for r in self.history for k in r))
         self._csv: csv.DictWriter | None = None
-        self._tb = self._open_tensorboard() if config.tensorboard else None
-        self._bar = self._open_progress() if config.progress else None
+        self._tb = self._open_tensorboard() if config.tensorboard and logger else None
+        self._bar = self._open_progress() if config.progress and logger else None
         self._bar_steps = self.env_steps
         self._rate = (self.start, self.env_steps)
-        if self.history:  # the earlier sessions' rows first (the file is rewritten: it may be this very one)
+        if self.history and logger:  # the earlier sessions' rows first (the file is rewritten: it may be this one)
             self._write([], tb_rows=[])
+        if not logger:
+            return
         with open(self.logdir / "config.json", "w") as f:
             json.dump({"algo": algo, **config.to_dict(), "env_spec": dataclasses.asdict(spec),
                        "effective_target_return": self.target_return}, f, indent=2)
@@ -311,6 +321,8 @@ class Run:
 
     def _write(self, rows: list[dict[str, Any]], tb_rows: list[dict[str, Any]]) -> None:
         self.history.extend(rows)
+        if self._csv_file is None:  # not the logging rank
+            return
         new = [k for r in rows for k in r if k not in self._csv_fields]
         if new or self._csv is None:
             for k in new:
@@ -344,7 +356,7 @@ class Run:
 
     def close(self) -> None:
         """Flushes and closes the CSV, TensorBoard and the progress bar; idempotent."""
-        if self._csv_file.closed:
+        if self._csv_file is None or self._csv_file.closed:
             return
         self.flush()
         self._csv_file.close()
@@ -360,7 +372,7 @@ class Run:
         resumed run reads its rows back). The file is replaced atomically: a kill during the write leaves the
         previous checkpoint."""
         every = self.config.checkpoint_every
-        if not every or self.iteration % every:
+        if not every or self.iteration % every or not self.logger:
             return
         self.flush()
         eval_return = math.nan if self.last_eval is None else self.last_eval

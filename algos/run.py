@@ -82,7 +82,7 @@ def check_on_device(structure: Trajectories | nn.Module, device: DeviceLike, wha
 
 @contextlib.contextmanager
 def training_run(
-    algo: str, config: RunConfig, spec: EnvSpec, *, start: float, resume: Resume | None = None
+    algo: str, config: RunConfig, spec: EnvSpec, *, start: float, resume: Resume | None = None, logger: bool = True
 ) -> Iterator[tuple[Run, contextlib.ExitStack]]:
     """The frame of every ``train``: a :class:`Run`, and an exit stack that closes what the run opens.
 
@@ -105,6 +105,7 @@ def training_run(
         start: ``time.perf_counter()`` when ``train`` was called (validation counts in the wall time).
         resume: the checkpoint the run continues, from :func:`~rlstruct.algos.checkpoints.load_resume` (``None``: a
             fresh run); see :class:`Run`.
+        logger: whether this process writes the run's files (see :class:`Run`).
 
     Yields:
         ``(run, stack)``.
@@ -112,7 +113,7 @@ def training_run(
     threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
-    run = Run(algo, config, spec, start=start, resume=resume)
+    run = Run(algo, config, spec, start=start, resume=resume, logger=logger)
     with contextlib.ExitStack() as stack:
         stack.callback(torch.set_num_threads, threads)
         stack.callback(torch.set_float32_matmul_precision, precision)
@@ -263,7 +264,7 @@ def open_batchers(
 
 
 def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvSpec, *, title: str,
-                    learner: dict[str, Any] | None = None) -> TrainResult:
+                    learner: dict[str, Any] | None = None, world_size: int = 1) -> TrainResult:
     """The end of every ``train``: final evaluation, checkpoint, learning curve, ``summary.json`` and result.
 
     The checkpoint holds ``model``'s weights, the counters (``iteration``, ``env_steps``, ``wall_time_s`` over every
@@ -283,6 +284,7 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
         title: the algorithm's name in the plot's title, e.g. ``"A2C"``.
         learner: the learner's state at the end of training besides ``model``'s weights (``{"optimizer":
             optimizer.state_dict(), ...}``: plain types and tensors, copied to the CPU).
+        world_size: the data-parallel ranks that trained ``model`` (recorded in ``summary.json``).
     """
     config = run.config
     interrupted = run.interrupted
@@ -316,7 +318,7 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
                                f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")
     result = TrainResult(eval_return, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
                          checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
-                         config.preset, run.startup_s, run.time_to_target_s)
+                         config.preset, run.startup_s, run.time_to_target_s, world_size)
     with open(run.logdir / Run.SUMMARY_NAME, "w") as f:
         json.dump(result.summary(), f, indent=2)
     return result

@@ -18,6 +18,7 @@ import torch
 
 from rlstruct.algos.checkpoints import Resume, load_resume
 from rlstruct.algos.config import RunConfig, validate_run_config
+from rlstruct.algos.distributed import World, check_data_parallel, world_from_environment
 from rlstruct.algos.env_spec import EnvSpec, describe_env
 from rlstruct.algos.presets import apply_preset
 from rlstruct.algos.record import check_logdir, run_logdir
@@ -66,6 +67,7 @@ class Setup:
         learner_device: ``config.learner_device``, resolved.
         start: ``time.perf_counter()`` when the run was launched (the checks, and for ``rlstruct train`` the imports,
             count in its wall time).
+        world: this process's rank in a data-parallel run (``torchrun``), or a world of one.
     """
 
     algorithm: Algorithm
@@ -74,6 +76,7 @@ class Setup:
     resume: Resume | None
     learner_device: torch.device
     start: float
+    world: World = World()
 
 
 def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, Any] | None = None,
@@ -107,5 +110,8 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
     spec = describe_env(config.env, config.backend, config.max_episode_steps)
     algorithm.check_env(config, spec)
     resume = load_resume(algorithm.name, config, algorithm.config_cls.RESUME_FIELDS, checkpoint=checkpoint)
+    world = world_from_environment()
+    if world.distributed:
+        check_data_parallel(algorithm.name, config, world)
     check_logdir(run_logdir(algorithm.name, config, resume))  # last: a run that fails a check creates no folder
-    return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start)
+    return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start, world)

@@ -3,7 +3,13 @@ over gloo on loopback, with ranks spawned by the test, against one process learn
 
 from __future__ import annotations
 
+import csv
+import json
+import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -133,3 +139,68 @@ def test_two_ranks_match_one_process_on_the_whole_batch():
         assert stop is True
         torch.testing.assert_close(params, _flat(single), rtol=1e-5, atol=1e-6)
     assert not torch.allclose(_flat(single), _flat(_model(seed=100)))  # the updates moved the model
+
+
+# --------------------------------------------------------------------------- the on-policy loop under torchrun
+def _torchrun(tmp_path, *args: str, timeout: float = 280) -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node 2 --no-python rlstruct ...`` with this interpreter's torchrun and rlstruct."""
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(_free_port()), "--no-python", "rlstruct", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_torchrun_ppo_two_ranks_reaches_475_and_rank_0_alone_reports(tmp_path):
+    out = _torchrun(tmp_path, "train", "ppo", "--env", "CartPole-v1", "--logdir", "run", "--no-progress",
+                    "--max-env-steps", "300000")
+    assert out.returncode == 0, out.stderr[-3000:]
+    summaries = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert len(summaries) == 1, out.stdout  # one report, rank 0's
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary == summaries[0] and summary["world_size"] == 2
+    assert summary["reached_target"] and summary["eval_return"] >= 475
+    rows = list(csv.DictReader(open(tmp_path / "run" / "progress.csv")))
+    steps = [int(r["env_steps"]) for r in rows if r["loss/policy"]]
+    # each iteration counts both ranks' env steps (--n-envs is per rank)
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    per_iteration = 2 * config["n_envs"] * config["n_steps"]
+    assert steps[:2] == [per_iteration, 2 * per_iteration] and steps[-1] == summary["env_steps"]
+
+
+def test_a_non_logging_rank_writes_no_file(tmp_path):
+    from rlstruct.algos.env_spec import describe_env
+    from rlstruct.algos.ppo import PPOConfig
+    from rlstruct.algos.record import Run
+
+    config = PPOConfig(logdir=str(tmp_path / "run"), tensorboard=True, progress=True)
+    run = Run("ppo", config, describe_env("CartPole-v1", "torch", None), logger=False)
+    run.record(64, {"loss": torch.tensor(1.0)})
+    run.flush()
+    run.close()
+    assert run.history and run.env_steps == 64 and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("algo, config, match", [
+    ("dqn", {}, r"torchrun's WORLD_SIZE=2 asks for data-parallel learners, which dqn does not have yet"),
+    ("ppo", {"normalize_observations": True}, r"normalize_observations=True under torchrun \(WORLD_SIZE=2\)"),
+    ("ppo", {"target_kl": 0.02}, r"target_kl=0.02 under torchrun \(WORLD_SIZE=2\): ranks would stop their epochs"),
+])
+def test_what_is_not_data_parallel_yet_is_refused_before_anything_starts(algo, config, match):
+    from types import SimpleNamespace
+
+    from rlstruct.algos.distributed import check_data_parallel
+
+    settings = SimpleNamespace(**{"normalize_observations": False, "normalize_rewards": False, "target_kl": None,
+                                  **config})
+    with pytest.raises(ConfigError, match=match):
+        check_data_parallel(algo, settings, World(rank=0, size=2, local_rank=0))
+    check_data_parallel("ppo", SimpleNamespace(normalize_observations=False, target_kl=None), World(0, 2, 0))
+
+
+def test_global_sum_and_models_agree_are_identities_for_one_rank():
+    from rlstruct.algos.distributed import global_sum, models_agree
+
+    assert global_sum(7, World()) == 7 and models_agree(nn.Linear(2, 2), World())
