@@ -167,6 +167,7 @@ class Resume:
         wall_time_s: seconds of wall clock the run had taken over all its sessions.
         model: the policy's weights (the model the checkpoint's ``model`` holds).
         learner: the algorithm's learner state: ``{"optimizer": ...}`` and what else its ``train`` keeps.
+        world_size: the data-parallel ranks that trained it (1: one process; older checkpoints say nothing: 1).
     """
 
     path: Path
@@ -177,6 +178,7 @@ class Resume:
     wall_time_s: float
     model: dict[str, torch.Tensor]
     learner: dict[str, Any]
+    world_size: int = 1
 
     @property
     def folder(self) -> Path:
@@ -240,7 +242,7 @@ def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = (), *,
             )
     return Resume(path=path, algo=data["algo"], config=saved, iteration=int(data["iteration"]),
                   env_steps=int(data["env_steps"]), wall_time_s=float(data.get("wall_time_s", 0.0)),
-                  model=data["model"], learner=data["learner"])
+                  model=data["model"], learner=data["learner"], world_size=int(data.get("world_size", 1)))
 
 
 def check_resume_exists(resume: str) -> None:

@@ -146,7 +146,8 @@ def train_on_policy(setup: Setup) -> TrainResult:
     config, spec, resume, learner, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
     recurrent = getattr(config, "recurrent", False)
     logger = world.is_logger  # rank 0 of a data-parallel run, or a plain run
-    with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=logger) as (run, stack):
+    with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=logger,
+                      world_size=world.size) as (run, stack):
         build = recurrent_actor_critic if recurrent else build_actor_critic
         model_kwargs = {"normalize_observations": config.normalize_observations}
         model = seeded_model(config.seed, functools.partial(build, **model_kwargs), spec, config.hidden_sizes)

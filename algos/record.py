@@ -157,6 +157,7 @@ class Run:
             the new ``progress.csv``.
         logger: whether this process writes the run's files (``progress.csv``, TensorBoard, the bar,
             ``config.json``): rank 0 of a data-parallel run does, the other ranks only count.
+        world_size: the data-parallel ranks of the run (1: one process).
 
     Attributes:
         seed: the seed of this session's envs, agents and generators (:func:`session_seed`).
@@ -168,10 +169,12 @@ class Run:
     SUMMARY_NAME = "summary.json"
 
     def __init__(self, algo: str, config: RunConfig, spec: EnvSpec, *, start: float | None = None,
-                 resume: Resume | None = None, logger: bool = True):
+                 resume: Resume | None = None, logger: bool = True, world_size: int = 1):
         self.algo = algo
         #: whether this process writes the run's files (rank 0 of a data-parallel run; a plain run always)
         self.logger = logger
+        #: the data-parallel ranks of the run (recorded in its checkpoints)
+        self.world_size = world_size
         self.config = config
         self.spec = spec
         self.target_return = config.target_return
@@ -378,7 +381,8 @@ class Run:
         eval_return = math.nan if self.last_eval is None else self.last_eval
         save_checkpoint(self.logdir / CHECKPOINT_NAME, self.algo, self.config, self.spec, model,
                         {"env_steps": self.env_steps, "iteration": self.iteration, "wall_time_s": self.wall_time(),
-                         "eval_return": eval_return, "interrupted": False, "learner": learner_state()})
+                         "eval_return": eval_return, "interrupted": False, "learner": learner_state(),
+                         "world_size": self.world_size})
 
 
 def _earlier_rows(resume: Resume) -> list[dict[str, Any]]:

@@ -82,7 +82,8 @@ def check_on_device(structure: Trajectories | nn.Module, device: DeviceLike, wha
 
 @contextlib.contextmanager
 def training_run(
-    algo: str, config: RunConfig, spec: EnvSpec, *, start: float, resume: Resume | None = None, logger: bool = True
+    algo: str, config: RunConfig, spec: EnvSpec, *, start: float, resume: Resume | None = None, logger: bool = True,
+    world_size: int = 1,
 ) -> Iterator[tuple[Run, contextlib.ExitStack]]:
     """The frame of every ``train``: a :class:`Run`, and an exit stack that closes what the run opens.
 
@@ -106,6 +107,7 @@ def training_run(
         resume: the checkpoint the run continues, from :func:`~rlstruct.algos.checkpoints.load_resume` (``None``: a
             fresh run); see :class:`Run`.
         logger: whether this process writes the run's files (see :class:`Run`).
+        world_size: the data-parallel ranks of the run.
 
     Yields:
         ``(run, stack)``.
@@ -113,7 +115,7 @@ def training_run(
     threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
-    run = Run(algo, config, spec, start=start, resume=resume, logger=logger)
+    run = Run(algo, config, spec, start=start, resume=resume, logger=logger, world_size=world_size)
     with contextlib.ExitStack() as stack:
         stack.callback(torch.set_num_threads, threads)
         stack.callback(torch.set_float32_matmul_precision, precision)
@@ -312,7 +314,7 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     checkpoint = save_checkpoint(run.logdir / CHECKPOINT_NAME, run.algo, config, spec, model,
                                  {"env_steps": run.env_steps, "iteration": run.iteration,
                                   "wall_time_s": run.wall_offset + wall, "eval_return": eval_return,
-                                  "interrupted": interrupted, "learner": learner or {}})
+                                  "interrupted": interrupted, "learner": learner or {}, "world_size": world_size})
     suffix = ", interrupted" if interrupted else ""
     plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
                                f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")

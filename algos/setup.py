@@ -24,6 +24,7 @@ from rlstruct.algos.presets import apply_preset
 from rlstruct.algos.record import check_logdir, run_logdir
 from rlstruct.algos.recording import check_videos
 from rlstruct.devices import as_device
+from rlstruct.errors import ConfigError
 
 __all__ = ["Algorithm", "Setup", "prepare"]
 
@@ -99,6 +100,7 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
         ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
         FileNotFoundError: ``resume`` does not exist.
         ConfigError: an unknown ``preset`` or one of another algorithm or env, settings that cannot work together, a
+            ``resume`` trained by another number of data-parallel ranks, a
             ``resume`` this config cannot continue (see
             :func:`~rlstruct.algos.checkpoints.load_resume`), or a log folder that cannot be created or written.
     """
@@ -113,5 +115,9 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
     world = world_from_environment()
     if world.distributed:
         check_data_parallel(algorithm.name, config, world)
+    if resume is not None and resume.world_size != world.size:
+        raise ConfigError(f"resume={config.resume!r} was trained by {resume.world_size} data-parallel rank(s), got "
+                          f"{world.size} (WORLD_SIZE); resume it with torchrun --nproc-per-node {resume.world_size} "
+                          "(over all nodes), or start a new run without --resume")
     check_logdir(run_logdir(algorithm.name, config, resume))  # last: a run that fails a check creates no folder
     return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start, world)

@@ -168,6 +168,12 @@ def test_torchrun_ppo_two_ranks_reaches_475_and_rank_0_alone_reports(tmp_path):
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     per_iteration = 2 * config["n_envs"] * config["n_steps"]
     assert steps[:2] == [per_iteration, 2 * per_iteration] and steps[-1] == summary["env_steps"]
+    # One process cannot continue what two ranks trained: one line, before anything starts.
+    resumed = subprocess.run([str(Path(sys.executable).with_name("rlstruct")), "train", "ppo", "--resume", "run"],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert resumed.returncode == 2 and resumed.stderr.count("\n") == 1, resumed.stderr
+    assert "was trained by 2 data-parallel rank(s), got 1 (WORLD_SIZE); resume it with torchrun --nproc-per-node 2" \
+        in resumed.stderr
 
 
 def test_a_non_logging_rank_writes_no_file(tmp_path):
