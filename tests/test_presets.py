@@ -148,3 +148,23 @@ def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path):
     second = rlstruct("train", "ppo", "--resume", str(logdir), "--max-env-steps", "8000", *common[2:])
     assert second.returncode == 0, second.stderr
     assert last_json(second.stdout)["preset"] == "ppo-pendulum" and last_json(second.stdout)["env_steps"] == 8000
+
+
+# --------------------------------------------------------------------------- learning, by naming the env
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_acrobot_preset_reaches_minus_100(tmp_path, seed):
+    # docs/benchmarks/presets.md: 5/5 seeds at 8k-16k env steps; here within 32k.
+    result = ppo.train(ppo.PPOConfig(env="Acrobot-v1", seed=seed, target_return=-100.0, max_env_steps=32_768,
+                                     logdir=str(tmp_path), progress=False, tensorboard=False))
+    assert result.preset == "ppo-acrobot" and result.reached_target, result.eval_return
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ppo_pendulum_preset_reaches_minus_200_within_its_budget(tmp_path):
+    # docs/benchmarks/presets.md: 5/5 seeds at 60k-80k env steps of the preset's 100k.
+    result = ppo.train(ppo.PPOConfig(env="Pendulum-v1", seed=0, target_return=-200.0, logdir=str(tmp_path),
+                                     progress=False, tensorboard=False))
+    assert result.preset == "ppo-pendulum" and result.reached_target and result.env_steps <= 100_000
