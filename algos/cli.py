@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -236,7 +237,20 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``rlstruct`` console script."""
+    """Entry point of the ``rlstruct`` console script.
+
+    A reader that closes the output early (``rlstruct presets | head``) ends the command quietly, as a Unix filter
+    does, not with a traceback.
+    """
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # Python's documented recipe: point stdout at devnull so that the interpreter's final flush does not fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, a shell's status for a writer whose reader left
+
+
+def _main(argv: Sequence[str] | None) -> int:
     tune_allocator()
     argv = list(sys.argv[1:] if argv is None else argv)
     usage = ("usage: rlstruct train {reinforce,a2c,dqn,ppo,sac} [flags]   (rlstruct train ALGO --help lists them)\n"

@@ -96,11 +96,17 @@ PRESETS: tuple[Preset, ...] = (
            unsupported="A2C reaches -200 on Pendulum-v1 on 0 of 5 seeds within 200k env steps here (with or without "
                        "normalisation); PPO (rlstruct train ppo --env Pendulum-v1) and SAC do"),
     Preset("sac-pendulum", "sac", ("Pendulum-v1",), {"max_env_steps": 20_000, "time_limit": 1800.0}, -200.0,
-           "SAC's defaults (rl-baselines3-zoo's Pendulum settings, a 128-128 network)", "sac-pendulum-torch"),
+           "SAC's defaults (a 128-128 network)", "sac-pendulum-torch"),
+    Preset("ppo-cartpole", "ppo", ("CartPole-v1",), {"max_env_steps": 500_000}, 475.0,
+           "PPO's defaults, which are tuned for CartPole-v1", "ppo-cartpole-torch"),
+    Preset("a2c-cartpole", "a2c", ("CartPole-v1",), {"max_env_steps": 500_000}, 475.0,
+           "A2C's defaults, which are tuned for CartPole-v1", "a2c-cartpole-torch"),
+    Preset("a2c-acrobot", "a2c", ("Acrobot-v1",), {"max_env_steps": 500_000}, -100.0,
+           "A2C's defaults", "a2c-acrobot-torch"),
     Preset("ppo-acrobot", "ppo", ("Acrobot-v1",), {"max_env_steps": 100_000}, -100.0,
            "PPO's defaults with a 100k step budget", "ppo-acrobot-torch"),
     Preset("dqn-cartpole", "dqn", ("CartPole-v1",), {"max_env_steps": 50_000, "time_limit": 600.0}, 475.0,
-           "DQN's defaults (rl-baselines3-zoo's CartPole settings)", "dqn-cartpole-torch"),
+           "DQN's defaults", "dqn-cartpole-torch"),
     Preset("dqn-acrobot", "dqn", ("Acrobot-v1",), {"max_env_steps": 50_000, "time_limit": 600.0}, -100.0,
            "DQN's defaults", "dqn-acrobot-torch"),
     Preset("ppo-mujoco", "ppo", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
@@ -220,6 +226,7 @@ def list_presets() -> str:
     for p in PRESETS:
         budget = p.settings.get("max_env_steps")
         target = "not learned: " + p.unsupported if p.unsupported else ("-" if p.target is None else f"{p.target:g}")
-        rows.append((p.name, p.algo, ", ".join(p.envs), f"{budget:,}" if budget else "-", target, p.source))
+        envs = p.envs[0] + (f" (+{len(p.envs) - 1} more)" if len(p.envs) > 1 else "")
+        rows.append((p.name, p.algo, envs, f"{budget:,}" if budget else "-", target, p.source))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r[:4], widths)), r[4], f"({r[5]})"]) for r in rows)

@@ -168,3 +168,13 @@ def test_ppo_pendulum_preset_reaches_minus_200_within_its_budget(tmp_path):
     result = ppo.train(ppo.PPOConfig(env="Pendulum-v1", seed=0, target_return=-200.0, logdir=str(tmp_path),
                                      progress=False, tensorboard=False))
     assert result.preset == "ppo-pendulum" and result.reached_target and result.env_steps <= 100_000
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("rlstruct")
+    out = subprocess.run(f"'{script}' presets | head -c 10", shell=True, capture_output=True, text=True, timeout=60)
+    assert out.stdout == "name      " and out.stderr == ""
