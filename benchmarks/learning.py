@@ -177,7 +177,7 @@ def preset_suites(names: list[str] | None = None) -> list[Suite]:
     return suites
 
 
-def presets_page(results: list[dict], command: str, machine: str) -> str:
+def presets_page(results: list[dict], sessions: list[tuple[str, str]]) -> str:
     """docs/benchmarks/presets.md, rendered from the runs' JSON (never typed by hand)."""
     from rlstruct.algos.presets import PRESETS
 
@@ -186,7 +186,7 @@ def presets_page(results: list[dict], command: str, machine: str) -> str:
              "`rlstruct train ALGO --env ID` with no other flag (the preset's settings and step budget), a fresh",
              "process per seed, stopping at the target. Env steps to the target do not depend on the machine; wall",
              "times do.",
-             "", "```", command, f"# {machine}", "```", "",
+             "", "```", *[line for command, machine in sessions for line in (command, f"# {machine}")], "```", "",
              "| preset | env | target | budget (env steps) | reached | env steps to target | launch to target (s) "
              "| final return | reference | rlstruct against it |", "|:--|:--|--:|--:|--:|--:|--:|--:|:--|:--|"]
     for p in PRESETS:
@@ -316,9 +316,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="render docs/benchmarks/presets.md from these --json files of --presets runs, and exit")
     args = parser.parse_args(argv)
     if args.presets_page:
-        results = [r for path in args.presets_page for r in json.loads(Path(path).read_text())["runs"]]
-        meta = json.loads(Path(args.presets_page[0]).read_text())
-        page = presets_page(results, meta["command"], meta["machine"])
+        files = [json.loads(Path(path).read_text()) for path in args.presets_page]
+        page = presets_page([r for f in files for r in f["runs"]], [(f["command"], f["machine"]) for f in files])
         Path(__file__).resolve().parents[1].joinpath("docs/benchmarks/presets.md").write_text(page)
         print(page)
         return 0

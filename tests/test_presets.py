@@ -178,3 +178,19 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
     script = Path(sys.executable).with_name("rlstruct")
     out = subprocess.run(f"'{script}' presets | head -c 10", shell=True, capture_output=True, text=True, timeout=60)
     assert out.stdout == "name      " and out.stderr == ""
+
+
+def test_the_presets_results_page_is_the_one_its_runs_generate():
+    import json
+    from pathlib import Path
+
+    from benchmarks.learning import presets_page
+
+    root = Path(__file__).resolve().parents[1]
+    files = [json.loads(p.read_text()) for p in sorted((root / "benchmarks" / "results").glob("presets-*.json"))]
+    page = presets_page([r for f in files for r in f["runs"]], [(f["command"], f["machine"]) for f in files])
+    assert (root / "docs" / "benchmarks" / "presets.md").read_text() == page, (
+        "docs/benchmarks/presets.md differs from what its runs give: regenerate it with "
+        "python benchmarks/learning.py --presets-page benchmarks/results/presets-*.json")
+    run = {r["suite"] for f in files for r in f["runs"]}
+    assert all(f"preset:{p.name}" in run for p in PRESETS if not p.unsupported), "a preset without its 5-seed runs"
