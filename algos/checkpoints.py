@@ -37,6 +37,7 @@ __all__ = [
     "Resume",
     "load_resume",
     "check_resume_exists",
+    "check_resume_algorithm",
     "cpu_tree",
     "restore_optimizer",
     "plot_learning_curve",
@@ -214,9 +215,7 @@ def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = (), *,
     if path.is_dir():
         path = path / CHECKPOINT_NAME
     data = load_checkpoint(config.resume) if checkpoint is None else checkpoint
-    if data["algo"] != algo:
-        raise ConfigError(f"resume={config.resume!r} holds a {data['algo']} run, got rlstruct train {algo}; resume "
-                          f"it with rlstruct train {data['algo']}, or start a new {algo} run without --resume")
+    check_resume_algorithm(algo, config.resume, data)
     if "learner" not in data or "iteration" not in data:
         raise ConfigError(f"resume={config.resume!r} is a checkpoint without the learner's state (written before "
                           "rlstruct saved it), got one that rlstruct eval can read but training cannot continue from; "
@@ -243,6 +242,18 @@ def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = (), *,
     return Resume(path=path, algo=data["algo"], config=saved, iteration=int(data["iteration"]),
                   env_steps=int(data["env_steps"]), wall_time_s=float(data.get("wall_time_s", 0.0)),
                   model=data["model"], learner=data["learner"], world_size=int(data.get("world_size", 1)))
+
+
+def check_resume_algorithm(algo: str, resume: str, checkpoint: dict[str, Any]) -> None:
+    """Checks that ``checkpoint`` (the content of ``resume``) holds a run of ``algo``: before its settings are read
+    as a resumed run's (its preset, its network) by another algorithm.
+
+    Raises:
+        ConfigError: another algorithm wrote it.
+    """
+    if checkpoint["algo"] != algo:
+        raise ConfigError(f"resume={resume!r} holds a {checkpoint['algo']} run, got rlstruct train {algo}; resume "
+                          f"it with rlstruct train {checkpoint['algo']}, or start a new {algo} run without --resume")
 
 
 def check_resume_exists(resume: str) -> None:

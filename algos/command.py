@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlstruct.algos.checkpoints import check_resume_exists, load_checkpoint
+from rlstruct.algos.checkpoints import check_resume_algorithm, check_resume_exists, load_checkpoint
 from rlstruct.algos.presets import apply_preset, describe_preset, setting_sources
 from rlstruct.algos.record import Run, TrainResult
 from rlstruct.algos.setup import Algorithm, Setup, prepare
@@ -283,7 +283,11 @@ def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: S
     also with status 130 and one line. SIGTERM (``timeout``, SLURM, ``docker stop``) does the same, with
     status 143 (128 + SIGTERM).
     """
-    launched = launched_at()
+    # The process's start when this command is the process's own command line (the console script, python -m), so
+    # that the wall clock counts the imports; called from Python (a test, a notebook), the call is the launch.
+    own = list(argv or []) == sys.argv[len(sys.argv) - len(argv):] if argv else argv is None or sys.argv[-1:] == [
+        algorithm.name]
+    launched = launched_at() if own else time.perf_counter()
     prog = f"rlstruct train {algorithm.name}"
     config_cls = algorithm.config_cls
     parser = build_parser(config_cls, prog, algorithm.description,
@@ -298,6 +302,7 @@ def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: S
         if ns.resume is not None:
             check_resume_exists(ns.resume)
             checkpoint = load_checkpoint(ns.resume)
+            check_resume_algorithm(algorithm.name, ns.resume, checkpoint)
             defaults = resumed_defaults(config_cls, checkpoint)
             parser.set_defaults(**defaults)
             ns = parser.parse_args(argv)

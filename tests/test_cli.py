@@ -440,3 +440,14 @@ def test_launched_at_is_the_process_start():
     age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert 0.5 <= age < 60
     assert time.perf_counter() - launched_at() > 0
+
+
+def test_a_command_called_from_python_is_timed_from_the_call_not_the_process_start(tmp_path, capsys):
+    from rlstruct.algos.command import launched_at
+
+    time.sleep(1.0)  # the process is older than the call by at least this much
+    age = time.perf_counter() - launched_at()
+    assert cli.main(["train", "a2c", "--env", "CartPole-v1", "--max-env-steps", "256", "--logdir", str(tmp_path),
+                     *TINY]) == 0
+    summary = last_json(capsys.readouterr().out)
+    assert summary["iterations"] >= 1 and summary["startup_s"] < age

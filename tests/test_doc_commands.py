@@ -8,6 +8,7 @@ cap its budget (the last of a repeated flag wins, so they override the text's); 
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -137,4 +138,8 @@ def test_documented_command_runs_as_written(page, command, workdir, monkeypatch,
     monkeypatch.chdir(workdir)
     monkeypatch.setenv("MPLBACKEND", "Agg")
     status = cli.main(argv[1:])
-    assert status == 0, f"{page}: `{command}` exited with {status}:\n{capsys.readouterr().err[-2000:]}"
+    out = capsys.readouterr()
+    assert status == 0, f"{page}: `{command}` exited with {status}:\n{out.err[-2000:]}"
+    if argv[1] == "train" and "--show-config" not in argv and "--resume" not in argv:
+        summary = json.loads(out.out.strip().splitlines()[-1])
+        assert summary["iterations"] >= 1 and summary["env_steps"] >= 1, f"{page}: `{command}` did not train"
