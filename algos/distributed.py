@@ -25,9 +25,15 @@ Choices:
 * **Advantage normalisation is per rank**: each rank normalises its own share (its mean and standard
   deviation), as CleanRL's multi-GPU PPO does. It matches a single process only with normalisation off (the
   equivalence tests turn it off).
-* **Seeds are disjoint across ranks**: rank ``r`` seeds its envs and sampling with ``seed + r * RANK_SEED_STRIDE``
-  (:func:`rank_seed`), while the model is initialised from the run's own seed on every rank (and broadcast from
-  rank 0 all the same, :func:`broadcast_parameters`, so that a model built differently cannot drift).
+* **Seeds are disjoint across ranks, and the ranks together are one process**: the workers of all ranks are
+  numbered in one sequence (rank ``r`` of ``n`` workers holds workers ``r * n`` to ``r * n + n - 1``) and each
+  worker's envs and sampling take that worker's seed (:func:`~rlstruct.algos.run.worker_seeds`), so that K ranks of
+  one worker each collect what one process of K workers collects, row for row. The model is initialised from the
+  run's own seed on every rank (and broadcast from rank 0 all the same, :func:`broadcast_parameters`, so that a
+  model built differently cannot drift).
+* **Normalisation statistics are merged**: the observation and return statistics take every rank's collection
+  (their batch count, sum and squared deviations summed over the ranks, :func:`sum_over_ranks`), so that every
+  rank's normaliser holds what one process's would on the whole batch and the models stay identical.
 * The process group uses ``gloo`` on the CPU and ``nccl`` when the learner is a CUDA device, whose index is
   ``LOCAL_RANK`` (:func:`learner_device`).
 """
@@ -37,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.distributed as dist
@@ -46,12 +52,11 @@ from torch import nn
 from rlstruct.errors import ConfigError
 
 __all__ = [
-    "RANK_SEED_STRIDE",
     "World",
     "world_from_environment",
     "learner_device",
     "init_process_group",
-    "rank_seed",
+    "sum_over_ranks",
     "effective_batch",
     "broadcast_parameters",
     "average_gradients",
@@ -64,9 +69,6 @@ __all__ = [
 #: the algorithms whose loop learns data-parallel (the on-policy family); DQN's and SAC's loop is single-process
 DATA_PARALLEL_ALGORITHMS = ("a2c", "ppo", "reinforce")
 
-#: the distance between two ranks' seeds: each rank's envs take ``n_envs`` consecutive seeds from its own, so a
-#: stride past any realistic ``n_envs`` keeps the ranks' env seeds disjoint
-RANK_SEED_STRIDE = 1_000_003
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,14 +170,21 @@ def init_process_group(world: World, device: torch.device, *, timeout_s: float =
                             timeout=datetime.timedelta(seconds=timeout_s))
 
 
-def rank_seed(seed: int, world: World) -> int:
-    """This rank's seed for its envs and sampling: the run's seed on rank 0 (a plain run is unchanged), offset by
-    ``rank * RANK_SEED_STRIDE`` elsewhere.
+def sum_over_ranks(world: World) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The function that sums a tensor over the ranks (in place, and returns it), for the statistics that every
+    rank must hold alike (:mod:`~rlstruct.algos.normalization`); ``None`` for a world of one (nothing to sum).
 
-    >>> rank_seed(7, World()), rank_seed(7, World(rank=2, size=4, local_rank=2))
-    (7, 2000013)
+    >>> sum_over_ranks(World()) is None
+    True
     """
-    return seed + world.rank * RANK_SEED_STRIDE
+    if not world.distributed:
+        return None
+
+    def total(tensor: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    return total
 
 
 def effective_batch(rows_per_rank: int, steps_per_row: int, world: World) -> int:
@@ -264,18 +273,13 @@ def check_data_parallel(algo: str, config: object, world: World) -> None:
     """Checks that a run can learn data-parallel over ``world`` (launched by ``torchrun`` with ``WORLD_SIZE > 1``).
 
     Raises:
-        ConfigError: an algorithm whose loop is not data-parallel yet (DQN, SAC), or a setting whose statistics would
-            differ by rank and are not merged yet (observation or reward normalisation), or PPO's ``target_kl`` (the
+        ConfigError: an algorithm whose loop is not data-parallel yet (DQN, SAC), or PPO's ``target_kl`` (the
             ranks would stop their epochs at different passes and wait on each other's gradients).
     """
     if algo not in DATA_PARALLEL_ALGORITHMS:
         raise ConfigError(f"torchrun's WORLD_SIZE={world.size} asks for data-parallel learners, which {algo} does not "
                           f"have yet (got algo {algo!r}; they are {list(DATA_PARALLEL_ALGORITHMS)}); run {algo} as one "
                           "process, or train a2c, ppo or reinforce under torchrun")
-    for name in ("normalize_observations", "normalize_rewards"):
-        if getattr(config, name, False):
-            raise ConfigError(f"{name}=True under torchrun (WORLD_SIZE={world.size}): the running statistics are not "
-                              f"merged across ranks yet; drop --{name.replace('_', '-')} or run one process")
     if getattr(config, "target_kl", None) is not None:
         raise ConfigError(f"target_kl={config.target_kl} under torchrun (WORLD_SIZE={world.size}): ranks would stop "
                           "their epochs at different passes; drop --target-kl or run one process")

@@ -24,7 +24,7 @@ float dtype (MuJoCo's float64) and leave as float32.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -34,6 +34,7 @@ from rlstruct.errors import ConfigError
 from rlstruct.structures import TemporalDictTensor
 
 __all__ = [
+    "SumOverRanks",
     "NormalizationConfig",
     "RunningMoments",
     "ObservationNormalizer",
@@ -45,6 +46,10 @@ __all__ = [
 
 #: the bound of normalised observations (Stable-Baselines3's and CleanRL's)
 OBSERVATION_CLIP = 10.0
+
+#: sums a tensor over the ranks of a data-parallel run, in place, and returns it
+#: (:func:`rlstruct.algos.distributed.sum_over_ranks`); ``None`` for one process
+SumOverRanks = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclasses.dataclass
@@ -70,7 +75,9 @@ class RunningMoments(nn.Module):
     """The running mean and (population) variance of a stream of batches of ``shape``-sized values.
 
     Each :meth:`update` merges a batch's moments into the running ones (Chan et al.'s parallel formula), with a
-    mask selecting the rows that count; a batch of no valid row leaves them unchanged. Everything is tensor
+    mask selecting the rows that count; a batch of no valid row leaves them unchanged. In a data-parallel run the
+    batch is every rank's share: its count, mean and variance are summed over the ranks before the merge, so every
+    rank keeps the statistics one process would keep on the whole batch. Everything is tensor
     arithmetic on the buffers' device, in place: no host sync, safe under CUDA-graph replay and shared weights.
     ``count`` is float64 (exact up to 2^53 values); ``mean`` and ``var`` are float32, starting at 0 and 1.
 
@@ -95,17 +102,26 @@ class RunningMoments(nn.Module):
         self.register_buffer("var", torch.ones(tuple(shape)))
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+    def update(self, x: torch.Tensor, mask: torch.Tensor | None = None, *,
+               sum_over_ranks: SumOverRanks | None = None) -> None:
         """Merges the rows of ``x [N, *shape]`` where ``mask`` (``float [N]``, 1 on rows that count; ``None``: all
-        of them) into the running moments."""
+        of them) into the running moments; with ``sum_over_ranks``, the rows of every rank (two all-reduces: the
+        count and sum, then the squared deviations from the global mean)."""
         x = x.float()
         n = x.shape[0]
         if mask is None:
             mask = torch.ones(n, device=x.device)
         w = mask.float().reshape((n,) + (1,) * (x.ndim - 1))
-        n_batch = mask.float().sum()
-        batch_mean = (x * w).sum(0) / n_batch.clamp_min(1.0)
-        batch_var = ((x - batch_mean) ** 2 * w).sum(0) / n_batch.clamp_min(1.0)
+        n_batch, total_x = mask.float().sum().reshape(1), (x * w).sum(0)
+        if sum_over_ranks is not None:
+            both = sum_over_ranks(torch.cat([n_batch, total_x.flatten()]))
+            n_batch, total_x = both[:1], both[1:].reshape(total_x.shape)
+        n_batch = n_batch.reshape(())
+        batch_mean = total_x / n_batch.clamp_min(1.0)
+        squares = ((x - batch_mean) ** 2 * w).sum(0)
+        if sum_over_ranks is not None:
+            squares = sum_over_ranks(squares)
+        batch_var = squares / n_batch.clamp_min(1.0)
         total = self.count + n_batch.double()
         frac = (n_batch.double() / total.clamp_min(1.0)).float()  # the batch's share of all values seen
         delta = batch_mean - self.mean
@@ -160,6 +176,7 @@ class ReturnNormalizer:
         gamma: the discount of the returns.
         device: where the collections are (the learner's device).
         eps: added to the variance.
+        sum_over_ranks: in a data-parallel run, the sum over the ranks: the moments take every rank's returns.
 
     Shapes: ``rewards: float [B, T]``, ``done: bool [B, T]``, ``mask: float [B, T]`` -> ``float32 [B, T]``.
 
@@ -168,8 +185,10 @@ class ReturnNormalizer:
     tensor([[1., 3.]])
     """
 
-    def __init__(self, n_rows: int, *, gamma: float, device: DeviceLike, eps: float = 1e-8):
+    def __init__(self, n_rows: int, *, gamma: float, device: DeviceLike, eps: float = 1e-8,
+                 sum_over_ranks: SumOverRanks | None = None):
         self.gamma, self.eps = float(gamma), float(eps)
+        self.sum_over_ranks = sum_over_ranks
         self.moments = RunningMoments(()).to(device)
         self.carry = torch.zeros(n_rows, device=device)
 
@@ -184,7 +203,7 @@ class ReturnNormalizer:
             returns.append(g)
             g = g * ongoing[:, t]
         self.carry = g
-        self.moments.update(torch.stack(returns, 1).flatten(), mask.flatten())
+        self.moments.update(torch.stack(returns, 1).flatten(), mask.flatten(), sum_over_ranks=self.sum_over_ranks)
         return rewards * torch.rsqrt(self.moments.var + self.eps)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -198,13 +217,15 @@ class ReturnNormalizer:
         self.carry.zero_()
 
 
-def update_observation_statistics(model: nn.Module, trajectories: TemporalDictTensor) -> None:
+def update_observation_statistics(model: nn.Module, trajectories: TemporalDictTensor, *,
+                                  sum_over_ranks: SumOverRanks | None = None) -> None:
     """Merges the valid steps of a collection's ``observation/frame`` into the statistics of ``model.normalizer``
-    (a model without one is left alone): the learner's call once per collection, before its update."""
+    (a model without one is left alone): the learner's call once per collection, before its update; with
+    ``sum_over_ranks``, every rank's collection."""
     normalizer = getattr(model, "normalizer", None)
     if normalizer is not None:
         frame = trajectories["observation/frame"]
-        normalizer.update(frame.flatten(0, 1), trajectories.mask().flatten())
+        normalizer.update(frame.flatten(0, 1), trajectories.mask().flatten(), sum_over_ranks=sum_over_ranks)
 
 
 class LearnerNormalization:
@@ -219,15 +240,19 @@ class LearnerNormalization:
         n_rows: the rows of every collection.
         gamma: the discount of the returns.
         device: the learner's device.
+        sum_over_ranks: in a data-parallel run, the sum over the ranks: both statistics take every rank's
+            collection, so that the ranks' models (whose buffers hold the observation statistics) stay identical.
     """
 
-    def __init__(self, model: nn.Module, *, normalize_rewards: bool, n_rows: int, gamma: float, device: DeviceLike):
-        self.model = model
-        self.returns = ReturnNormalizer(n_rows, gamma=gamma, device=device) if normalize_rewards else None
+    def __init__(self, model: nn.Module, *, normalize_rewards: bool, n_rows: int, gamma: float, device: DeviceLike,
+                 sum_over_ranks: SumOverRanks | None = None):
+        self.model, self.sum_over_ranks = model, sum_over_ranks
+        self.returns = (ReturnNormalizer(n_rows, gamma=gamma, device=device, sum_over_ranks=sum_over_ranks)
+                        if normalize_rewards else None)
 
     def __call__(self, trajectories: TemporalDictTensor) -> torch.Tensor:
         """The rewards ``float [B, T]`` for the loss, after updating the statistics with ``trajectories``."""
-        update_observation_statistics(self.model, trajectories)
+        update_observation_statistics(self.model, trajectories, sum_over_ranks=self.sum_over_ranks)
         rewards = trajectories["_observation/reward"]
         if self.returns is None:
             return rewards

@@ -44,7 +44,7 @@ from rlstruct.algos.distributed import (
     global_sum,
     init_process_group,
     models_agree,
-    rank_seed,
+    sum_over_ranks,
 )
 from rlstruct.algos.networks import PolicyAgent, build_actor_critic, cpu_state_dict, create_policy_agent
 from rlstruct.algos.record import TrainResult
@@ -163,7 +163,7 @@ def train_on_policy(setup: Setup) -> TrainResult:
                                            create_recurrent_agent if recurrent else create_policy_agent,
                                            explore={"stochastic": True}, greedy={"stochastic": False},
                                            agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
-                                           seed=rank_seed(run.seed, world), run=run, **steps)
+                                           seed=run.seed, rank=world.rank, run=run, **steps)
 
         model.to(learner)
         # Data-parallel ranks (torchrun): after the workers spawned; rank 0's weights everywhere, gradients averaged.
@@ -173,8 +173,8 @@ def train_on_policy(setup: Setup) -> TrainResult:
             stack.callback(handle.remove)
         agent = RecurrentPolicyAgent(model, learner) if recurrent else PolicyAgent(model, learner)
         B = batcher.n_elems()
-        optimizer, normalize, learner_state = actor_critic_learner(model, config, n_rows=B, device=learner,
-                                                                   resume=resume)
+        optimizer, normalize, learner_state = actor_critic_learner(
+            model, config, n_rows=B, device=learner, resume=resume, sum_over_ranks=sum_over_ranks(world))
         checked = RL_Agent_CheckDevice(agent, learner) if config.check_devices else agent
         learn = algo.make_learn(config, ActorCriticLearner(model, agent, checked, optimizer, learner, run.seed))
         carry_return = torch.zeros(B, device=learner)

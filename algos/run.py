@@ -32,7 +32,7 @@ from rlstruct.algos.record import Run, TrainResult
 from rlstruct.algos.recording import RunVideos
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import DeviceLike, as_device
-from rlstruct.errors import DeviceMismatchError
+from rlstruct.errors import ConfigError, DeviceMismatchError
 from rlstruct.structures import DictTensor, Trajectories
 
 __all__ = [
@@ -52,14 +52,22 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def worker_seeds(seed: int, n_workers: int, offset: int) -> list[int]:
+#: the workers a batcher role may have over all ranks: the distance between two roles' seed offsets
+MAX_WORKERS = 1000
+
+
+def worker_seeds(seed: int, n_workers: int, offset: int, first: int = 0) -> list[int]:
     """Distinct env/agent seeds per worker, per batcher (``offset`` tells batchers apart), in ``[0, 2**31)``.
 
-    >>> worker_seeds(3, 2, 1000), worker_seeds(2**31 - 1, 1, 0)
-    ([31000, 31001], [2147473648])
+    ``first`` is the global index of the first worker: in a data-parallel run, rank ``r`` of ``n_workers`` workers
+    takes ``first = r * n_workers``, so that K ranks of one worker each seed their envs and agents as one process
+    of K workers does (the ranks' collections together are that process's collection).
+
+    >>> worker_seeds(3, 2, 1000), worker_seeds(2**31 - 1, 1, 0), worker_seeds(3, 1, 0, first=1)
+    ([31000, 31001], [2147473648], [30001])
     """
     # Seeds below 214,748 keep their historical values; larger ones wrap into the envs' seed range.
-    return [(seed * 10_000 + offset + k) % 2**31 for k in range(n_workers)]
+    return [(seed * 10_000 + offset + first + k) % 2**31 for k in range(n_workers)]
 
 
 def check_on_device(structure: Trajectories | nn.Module, device: DeviceLike, what: str) -> None:
@@ -187,6 +195,7 @@ def open_batchers(
     model_kwargs: dict[str, Any] | None = None,
     seed: int | None = None,
     run: Run | None = None,
+    rank: int = 0,
 ) -> tuple[RL_Batcher, Evaluator]:
     """The training batcher and the :class:`Evaluator` of a run, both closed by ``stack``.
 
@@ -215,6 +224,8 @@ def open_batchers(
         seed: the seed of the envs and agents (``None``: ``config.seed``); pass ``run.seed``.
         run: the run whose ``progress.csv`` gets the batchers' restart count (``batcher/restarts``) when
             ``config.restart_workers`` allows restarts.
+        rank: this process's rank in a data-parallel run: its training workers are the ``rank``-th group of
+            ``max(n_processes, 1)`` in the run's numbering (:func:`worker_seeds`'s ``first``).
 
     Returns:
         ``(batcher, evaluator)``.
@@ -223,12 +234,16 @@ def open_batchers(
     agent_args.update(model_kwargs or {})
     seed = config.seed if seed is None else seed
     n_workers = max(config.n_processes, 1)
+    first = rank * n_workers
+    if first + n_workers > MAX_WORKERS:
+        raise ConfigError(f"n_processes must keep the training workers of all ranks within {MAX_WORKERS}, got "
+                          f"{n_workers} per rank on rank {rank}; use fewer worker processes per rank (more envs each)")
     batcher = RL_Batcher(
         n_timesteps, create_agent, {**agent_args, **(agent_kwargs or {}), "device": config.batcher_device},
         create_env, {**env_args, "n_envs": config.n_envs, "autoreset": autoreset, "device": config.batcher_device},
-        config.n_processes, worker_seeds(seed, n_workers, 0),
+        config.n_processes, worker_seeds(seed, n_workers, 0, first),
         agent_info=DictTensor({k: torch.tensor([v]) for k, v in explore.items()}),
-        agent_seeds=worker_seeds(seed, n_workers, 5000), device=config.batcher_device,
+        agent_seeds=worker_seeds(seed, n_workers, 5000, first), device=config.batcher_device,
         cuda_graph=cuda_graph, zero_copy=zero_copy, timeout=config.batcher_timeout,
         restart_workers=config.restart_workers,
     )

@@ -30,7 +30,7 @@ from rlstruct._accel import accelerator_for
 from rlstruct.algos.checkpoints import Resume, restore_optimizer
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.networks import ActorCritic, autocast_context, make_adam
-from rlstruct.algos.normalization import LearnerNormalization
+from rlstruct.algos.normalization import LearnerNormalization, SumOverRanks
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import ConfigError
@@ -190,7 +190,8 @@ def weight_sync_mode(config: FastPathConfig) -> str:
 
 
 def actor_critic_learner(
-    model: nn.Module, config: FastPathConfig, *, n_rows: int, device: DeviceLike, resume: Resume | None
+    model: nn.Module, config: FastPathConfig, *, n_rows: int, device: DeviceLike, resume: Resume | None,
+    sum_over_ranks: SumOverRanks | None = None,
 ) -> tuple[torch.optim.Adam, LearnerNormalization, Callable[[], dict[str, Any]]]:
     """The learner's state of A2C, PPO and REINFORCE besides the model: its Adam, its
     :class:`~rlstruct.algos.normalization.LearnerNormalization` (``config.normalize_rewards``, ``config.gamma``),
@@ -202,13 +203,14 @@ def actor_critic_learner(
         n_rows: the rows of every collection.
         device: the learner's device.
         resume: the checkpoint the run continues (``None``: a fresh run).
+        sum_over_ranks: in a data-parallel run, the sum over the ranks that merges the normalisation statistics.
 
     Returns:
         ``(optimizer, normalize, learner_state)``.
     """
     optimizer = make_adam(model, config.lr, device)
     normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards, n_rows=n_rows,
-                                     gamma=config.gamma, device=device)
+                                     gamma=config.gamma, device=device, sum_over_ranks=sum_over_ranks)
     if resume is not None:
         restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
         normalize.load_state_dict(resume.learner["normalization"])

@@ -23,7 +23,7 @@ from rlstruct.algos.distributed import (
     average_gradients,
     broadcast_parameters,
     effective_batch,
-    rank_seed,
+    sum_over_ranks,
     world_from_environment,
 )
 from rlstruct.errors import ConfigError
@@ -34,15 +34,20 @@ BATCH = 32
 
 def test_plain_run_is_one_rank():
     assert world_from_environment({}) == World(rank=0, size=1, local_rank=0)
-    assert rank_seed(5, World()) == 5
+    assert sum_over_ranks(World()) is None
     assert average_gradients(nn.Linear(2, 2), World()) == []
     assert effective_batch(4, 16, World()) == 64
 
 
-def test_disjoint_rank_seeds():
-    seeds = [rank_seed(0, World(rank=r, size=4, local_rank=r)) for r in range(4)]
-    ranges = [set(range(s, s + 4096)) for s in seeds]
-    assert all(not (a & b) for i, a in enumerate(ranges) for b in ranges[i + 1:])
+def test_ranks_number_their_workers_in_one_sequence():
+    """K ranks of n workers seed their workers as one process of K * n workers does, disjoint across ranks; a run
+    whose workers over all ranks would reach the evaluation's seeds is refused."""
+    from rlstruct.algos.run import MAX_WORKERS, worker_seeds
+
+    one_process = worker_seeds(7, 4, 0)
+    assert [s for rank in range(2) for s in worker_seeds(7, 2, 0, first=rank * 2)] == one_process
+    assert len(set(one_process)) == 4 and not set(one_process) & set(worker_seeds(7, 4, 1000))
+    assert worker_seeds(7, 1, 0, first=MAX_WORKERS - 1)[0] < worker_seeds(7, 1, 1000)[0]
 
 
 @pytest.mark.parametrize("env, match", [
@@ -191,7 +196,6 @@ def test_a_non_logging_rank_writes_no_file(tmp_path):
 
 @pytest.mark.parametrize("algo, config, match", [
     ("dqn", {}, r"torchrun's WORLD_SIZE=2 asks for data-parallel learners, which dqn does not have yet"),
-    ("ppo", {"normalize_observations": True}, r"normalize_observations=True under torchrun \(WORLD_SIZE=2\)"),
     ("ppo", {"target_kl": 0.02}, r"target_kl=0.02 under torchrun \(WORLD_SIZE=2\): ranks would stop their epochs"),
 ])
 def test_what_is_not_data_parallel_yet_is_refused_before_anything_starts(algo, config, match):
@@ -199,14 +203,55 @@ def test_what_is_not_data_parallel_yet_is_refused_before_anything_starts(algo, c
 
     from rlstruct.algos.distributed import check_data_parallel
 
-    settings = SimpleNamespace(**{"normalize_observations": False, "normalize_rewards": False, "target_kl": None,
-                                  **config})
+    settings = SimpleNamespace(**{"target_kl": None, **config})
     with pytest.raises(ConfigError, match=match):
         check_data_parallel(algo, settings, World(rank=0, size=2, local_rank=0))
-    check_data_parallel("ppo", SimpleNamespace(normalize_observations=False, target_kl=None), World(0, 2, 0))
+    check_data_parallel("ppo", SimpleNamespace(normalize_observations=True, target_kl=None), World(0, 2, 0))
 
 
 def test_global_sum_and_models_agree_are_identities_for_one_rank():
     from rlstruct.algos.distributed import global_sum, models_agree
 
     assert global_sum(7, World()) == 7 and models_agree(nn.Linear(2, 2), World())
+
+
+# --------------------------------------------------------------------------- 2 ranks of n envs = 1 process of 2n
+EQUIVALENT_RUNS = {
+    # full-batch A2C; advantage normalisation is per rank (CleanRL's choice), so it is off to compare
+    "a2c": ["a2c", "--n-steps", "16", "--max-env-steps", "640", "--no-normalize-advantages"],
+    # the merged observation and return statistics: every rank's normaliser is one process's on the whole batch
+    "a2c-normalised": ["a2c", "--n-steps", "16", "--max-env-steps", "640", "--no-normalize-advantages",
+                       "--normalize-observations", "--normalize-rewards"],
+    # PPO with one minibatch per epoch: every step of every epoch is a full-batch step
+    "ppo": ["ppo", "--n-steps", "16", "--max-env-steps", "640", "--no-normalize-advantages", "--n-minibatches", "1",
+            "--n-epochs", "3"],
+}
+
+
+def _model_of(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoint.pt", weights_only=True)["model"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", sorted(EQUIVALENT_RUNS))
+def test_two_ranks_of_n_envs_learn_what_one_process_of_2n_envs_learns(tmp_path, case):
+    """The whole loop, collection included: torchrun's 2 ranks of one worker of 4 envs each end with the parameters
+    that one process of 2 workers of 4 envs ends with, the same env seeds and sampling seeds on the same rows."""
+    algo, *flags = EQUIVALENT_RUNS[case]
+    common = ["train", algo, "--env", "CartPole-v1", "--preset", "none", "--n-envs", "4", "--eval-every", "1000",
+              "--n-evaluation-envs", "1", "--evaluation-max-steps", "20", "--no-progress", *flags]
+    ranks = _torchrun(tmp_path, *common, "--n-processes", "1", "--logdir", "ranks")
+    assert ranks.returncode == 0, ranks.stderr[-3000:]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([str(Path(sys.executable).with_name("rlstruct")), *common, "--n-processes", "2",
+                          "--logdir", "one"], capture_output=True, text=True, timeout=200, cwd=tmp_path, env=env)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two_ranks, one_process = _model_of(tmp_path / "ranks"), _model_of(tmp_path / "one")
+    assert two_ranks.keys() == one_process.keys()
+    for name in one_process:
+        torch.testing.assert_close(two_ranks[name], one_process[name], rtol=1e-4, atol=1e-5, msg=name)
+    initial = json.loads((tmp_path / "one" / "summary.json").read_text())
+    assert initial["env_steps"] == json.loads((tmp_path / "ranks" / "summary.json").read_text())["env_steps"] == 640
+    if case == "a2c-normalised":  # the statistics moved: they count every valid step of both ranks
+        assert int(one_process["normalizer.count"]) == int(two_ranks["normalizer.count"]) == 640
