@@ -57,6 +57,7 @@ __all__ = [
     "learner_device",
     "init_process_group",
     "sum_over_ranks",
+    "mean_over_ranks",
     "effective_batch",
     "broadcast_parameters",
     "average_gradients",
@@ -187,6 +188,21 @@ def sum_over_ranks(world: World) -> Callable[[torch.Tensor], torch.Tensor] | Non
     return total
 
 
+def mean_over_ranks(value: torch.Tensor, world: World) -> torch.Tensor:
+    """The mean of ``value`` (a tensor of the same shape on every rank) over the ranks, as a new tensor; ``value``
+    for a world of one. For the decisions every rank must take alike from its own share, e.g. PPO's early stop on
+    the approximate KL.
+
+    >>> mean_over_ranks(torch.tensor(0.5), World())
+    tensor(0.5000)
+    """
+    if not world.distributed:
+        return value
+    total = value.detach().clone()
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return total / world.size
+
+
 def effective_batch(rows_per_rank: int, steps_per_row: int, world: World) -> int:
     """The env steps one update learns from, over all ranks (``--n-envs`` is per rank).
 
@@ -273,13 +289,10 @@ def check_data_parallel(algo: str, config: object, world: World) -> None:
     """Checks that a run can learn data-parallel over ``world`` (launched by ``torchrun`` with ``WORLD_SIZE > 1``).
 
     Raises:
-        ConfigError: an algorithm whose loop is not data-parallel yet (DQN, SAC), or PPO's ``target_kl`` (the
-            ranks would stop their epochs at different passes and wait on each other's gradients).
+        ConfigError: an algorithm whose loop is not data-parallel yet.
     """
     if algo not in DATA_PARALLEL_ALGORITHMS:
         raise ConfigError(f"torchrun's WORLD_SIZE={world.size} asks for data-parallel learners, which {algo} does not "
                           f"have yet (got algo {algo!r}; they are {list(DATA_PARALLEL_ALGORITHMS)}); run {algo} as one "
                           "process, or train a2c, ppo or reinforce under torchrun")
-    if getattr(config, "target_kl", None) is not None:
-        raise ConfigError(f"target_kl={config.target_kl} under torchrun (WORLD_SIZE={world.size}): ranks would stop "
-                          "their epochs at different passes; drop --target-kl or run one process")
+

@@ -38,6 +38,7 @@ from torch import nn
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos.checkpoints import load_state
 from rlstruct.algos.distributed import (
+    World,
     all_ranks_stop,
     average_gradients,
     broadcast_parameters,
@@ -75,6 +76,8 @@ class ActorCriticLearner:
         optimizer: the model's Adam.
         device: the learner's device.
         seed: this session's seed (for the learn step's own generators).
+        world: this process's rank in a data-parallel run (the gradients are averaged already; a learn step asks it
+            only for a decision that every rank takes alike, e.g. PPO's early stop).
     """
 
     model: nn.Module
@@ -83,6 +86,7 @@ class ActorCriticLearner:
     optimizer: torch.optim.Optimizer
     device: torch.device
     seed: int
+    world: World = World()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,7 +180,7 @@ def train_on_policy(setup: Setup) -> TrainResult:
         optimizer, normalize, learner_state = actor_critic_learner(
             model, config, n_rows=B, device=learner, resume=resume, sum_over_ranks=sum_over_ranks(world))
         checked = RL_Agent_CheckDevice(agent, learner) if config.check_devices else agent
-        learn = algo.make_learn(config, ActorCriticLearner(model, agent, checked, optimizer, learner, run.seed))
+        learn = algo.make_learn(config, ActorCriticLearner(model, agent, checked, optimizer, learner, run.seed, world))
         carry_return = torch.zeros(B, device=learner)
         carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
 

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from rlstruct.algos.command import run_main
+from rlstruct.algos.distributed import World, mean_over_ranks
 from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.networks import check_normalizable, critic_values, normalize_masked, policy_actions
 from rlstruct.algos.normalization import NormalizationConfig
@@ -260,7 +261,8 @@ def _flat_steps(tt: TemporalDictTensor, advantages: torch.Tensor, values: torch.
     return tuple(v.flatten(0, 1) for v in steps)
 
 
-def _learn(update: UpdateStep, data: tuple, config: PPOConfig, shuffle: torch.Generator) -> dict[str, torch.Tensor]:
+def _learn(update: UpdateStep, data: tuple, config: PPOConfig, shuffle: torch.Generator,
+           world: World = World()) -> dict[str, torch.Tensor]:
     """``n_epochs`` passes of ``n_minibatches`` shuffled minibatches over ``data``; the mean of their statistics.
 
     ``data`` holds the inputs of ``update``'s loss, each indexed by a minibatch's rows: flat steps (feed-forward) or
@@ -278,8 +280,9 @@ def _learn(update: UpdateStep, data: tuple, config: PPOConfig, shuffle: torch.Ge
             mb = order[k * size:(k + 1) * size]
             rows.append(update(*(x.index(mb) if isinstance(x, Trajectories) else x[mb] for x in data)))
         epochs += 1
-        # One host sync per epoch, not per step: CleanRL's early stop on the last minibatch's approximate KL.
-        if config.target_kl is not None and float(rows[-1]["ppo/approx_kl"]) > config.target_kl:
+        # One host sync per epoch, not per step: CleanRL's early stop on the last minibatch's approximate KL (in a
+        # data-parallel run, its mean over the ranks: every rank stops at the same pass).
+        if config.target_kl is not None and float(mean_over_ranks(rows[-1]["ppo/approx_kl"], world)) > config.target_kl:
             break
     out = {key: torch.stack([r[key] for r in rows]).mean() for key in rows[0]}
     out["ppo/epochs"] = float(epochs)
@@ -339,7 +342,7 @@ def learn_step(config: PPOConfig, learner: ActorCriticLearner) -> LearnFn:
             data = (traj, tt["action/log_prob"], advantages, values, advantages + values, tt.mask())
         else:
             data = _flat_steps(tt, advantages, values)
-        return _learn(update, data, config, shuffle)
+        return _learn(update, data, config, shuffle, learner.world)
 
     return learn
 

@@ -196,17 +196,15 @@ def test_a_non_logging_rank_writes_no_file(tmp_path):
 
 @pytest.mark.parametrize("algo, config, match", [
     ("dqn", {}, r"torchrun's WORLD_SIZE=2 asks for data-parallel learners, which dqn does not have yet"),
-    ("ppo", {"target_kl": 0.02}, r"target_kl=0.02 under torchrun \(WORLD_SIZE=2\): ranks would stop their epochs"),
 ])
 def test_what_is_not_data_parallel_yet_is_refused_before_anything_starts(algo, config, match):
     from types import SimpleNamespace
 
     from rlstruct.algos.distributed import check_data_parallel
 
-    settings = SimpleNamespace(**{"target_kl": None, **config})
     with pytest.raises(ConfigError, match=match):
-        check_data_parallel(algo, settings, World(rank=0, size=2, local_rank=0))
-    check_data_parallel("ppo", SimpleNamespace(normalize_observations=True, target_kl=None), World(0, 2, 0))
+        check_data_parallel(algo, SimpleNamespace(**config), World(rank=0, size=2, local_rank=0))
+    check_data_parallel("ppo", SimpleNamespace(normalize_observations=True, target_kl=0.01), World(0, 2, 0))
 
 
 def test_global_sum_and_models_agree_are_identities_for_one_rank():
@@ -225,6 +223,9 @@ EQUIVALENT_RUNS = {
     # PPO with one minibatch per epoch: every step of every epoch is a full-batch step
     "ppo": ["ppo", "--n-steps", "16", "--max-env-steps", "640", "--no-normalize-advantages", "--n-minibatches", "1",
             "--n-epochs", "3"],
+    # the early stop on the approximate KL: its mean over the ranks is the whole batch's, so both stop alike
+    "ppo-target-kl": ["ppo", "--n-steps", "16", "--max-env-steps", "640", "--no-normalize-advantages",
+                      "--n-minibatches", "1", "--n-epochs", "8", "--lr", "3e-3", "--target-kl", "0.002"],
 }
 
 
@@ -255,3 +256,7 @@ def test_two_ranks_of_n_envs_learn_what_one_process_of_2n_envs_learns(tmp_path, 
     assert initial["env_steps"] == json.loads((tmp_path / "ranks" / "summary.json").read_text())["env_steps"] == 640
     if case == "a2c-normalised":  # the statistics moved: they count every valid step of both ranks
         assert int(one_process["normalizer.count"]) == int(two_ranks["normalizer.count"]) == 640
+    if case == "ppo-target-kl":  # the early stop fired, at the same pass on both sides
+        epochs = [[r["ppo/epochs"] for r in csv.DictReader(open(tmp_path / d / "progress.csv")) if r["ppo/epochs"]]
+                  for d in ("one", "ranks")]
+        assert epochs[0] == epochs[1] and any(float(e) < 8 for e in epochs[0]), epochs
