@@ -9,6 +9,11 @@ the same step and the models stay identical without any weight broadcast after t
 
 Choices:
 
+* **Every algorithm**: A2C, PPO and REINFORCE (one loop, :mod:`~rlstruct.algos.on_policy`) and DQN and SAC (one
+  loop, :mod:`~rlstruct.algos.off_policy`: a replay buffer per rank, filled by the rank's own batchers, and
+  ``--batch-size`` rows sampled from it per rank and gradient step, so the effective batch is K times one rank's).
+  The off-policy ranks take the same number of gradient steps (the fewest any rank can take,
+  :func:`fewest_over_ranks`), and their target networks, updated from identical networks, stay identical.
 * **``--n-envs`` is per rank** (as in CleanRL's ``ppo_atari_multigpu.py`` and for DDP users): K ranks of ``n``
   envs collect ``K * n`` rows per iteration, the effective batch is K times one rank's, and the learning rate is
   used as given (:func:`effective_batch` reports both).
@@ -43,8 +48,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -63,12 +69,11 @@ __all__ = [
     "average_gradients",
     "all_ranks_stop",
     "global_sum",
-    "check_data_parallel",
+    "fewest_over_ranks",
+    "learner_seed",
     "models_agree",
+    "check_models_agree",
 ]
-
-#: the algorithms whose loop learns data-parallel (the on-policy family); DQN's and SAC's loop is single-process
-DATA_PARALLEL_ALGORITHMS = ("a2c", "ppo", "reinforce")
 
 
 
@@ -212,23 +217,33 @@ def effective_batch(rows_per_rank: int, steps_per_row: int, world: World) -> int
     return rows_per_rank * steps_per_row * world.size
 
 
-def broadcast_parameters(module: nn.Module, world: World) -> None:
-    """Copy rank 0's parameters and buffers to every rank (in place); nothing for a world of one."""
+def _tensors(state: nn.Module | Iterable[torch.Tensor], *, buffers: bool = True) -> list[torch.Tensor]:
+    """A module's parameters (and buffers), or the tensors given."""
+    if isinstance(state, nn.Module):
+        return [*state.parameters(), *(state.buffers() if buffers else ())]
+    return list(state)
+
+
+def broadcast_parameters(state: nn.Module | Iterable[torch.Tensor], world: World) -> None:
+    """Copy rank 0's parameters and buffers (of a module, or the tensors given) to every rank, in place; nothing for
+    a world of one."""
     if not world.distributed:
         return
     with torch.no_grad():
-        for tensor in [*module.parameters(), *module.buffers()]:
+        for tensor in _tensors(state):
             dist.broadcast(tensor.data, src=0)
 
 
-def average_gradients(module: nn.Module, world: World) -> list[torch.utils.hooks.RemovableHandle]:
-    """Average each parameter's gradient across the ranks as soon as the backward has accumulated it.
+def average_gradients(state: nn.Module | Iterable[torch.Tensor],
+                      world: World) -> list[torch.utils.hooks.RemovableHandle]:
+    """Average each trained tensor's gradient across the ranks as soon as the backward has accumulated it.
 
     The hook all-reduces the sum (``gloo`` has no ``AVG``) and divides by the world size, in place, so that the
     clipping and the optimizer step that follow see the mean gradient. Nothing is registered for a world of one.
 
     Args:
-        module: the learner's model, identical on every rank.
+        state: the learner's model (its parameters that require a gradient), or the tensors it trains, identical
+            on every rank (those that do not require a gradient are skipped).
         world: this rank's world.
 
     Returns:
@@ -242,7 +257,7 @@ def average_gradients(module: nn.Module, world: World) -> list[torch.utils.hooks
         dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
         parameter.grad.mul_(scale)
 
-    return [p.register_post_accumulate_grad_hook(hook) for p in module.parameters() if p.requires_grad]
+    return [p.register_post_accumulate_grad_hook(hook) for p in _tensors(state, buffers=False) if p.requires_grad]
 
 
 def all_ranks_stop(stop: bool | torch.Tensor, world: World) -> bool:
@@ -272,27 +287,48 @@ def global_sum(value: int, world: World) -> int:
     return int(total[0])
 
 
-def models_agree(module: nn.Module, world: World) -> bool:
-    """Whether every rank holds the same parameters (compared by a checksum of each tensor: one all-reduce of the
-    largest and one of the smallest); True for a world of one."""
+def fewest_over_ranks(value: int, world: World) -> int:
+    """The smallest ``value`` over the ranks (e.g. the gradient steps every rank can take: each rank's replay
+    buffer fills at its own pace, and a step that one rank skipped would leave the others waiting in its
+    all-reduce); ``value`` for a world of one.
+
+    >>> fewest_over_ranks(3, World())
+    3
+    """
+    if not world.distributed:
+        return value
+    least = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(least, op=dist.ReduceOp.MIN)
+    return int(least[0])
+
+
+def learner_seed(seed: int, world: World) -> int:
+    """The seed of a rank's own draws in the learner (replay minibatches, SAC's noise), in ``[0, 2**31)``: ``seed``
+    on rank 0 (a plain run is unchanged), drawn from ``(seed, rank)`` elsewhere, so that the ranks sample apart.
+
+    >>> learner_seed(7, World()), learner_seed(7, World(rank=1, size=2, local_rank=1)) != 7
+    (7, True)
+    """
+    if world.rank == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, world.rank]).generate_state(1)[0]) % 2**31
+
+
+def models_agree(state: nn.Module | Iterable[torch.Tensor], world: World) -> bool:
+    """Whether every rank holds the same parameters (of a module, or the tensors given; compared by a checksum of
+    each tensor: one all-reduce of the largest and one of the smallest); True for a world of one."""
     if not world.distributed:
         return True
     with torch.no_grad():
-        sums = torch.stack([p.detach().double().sum() for p in module.parameters()]).cpu()
+        sums = torch.stack([p.detach().double().sum() for p in _tensors(state, buffers=False)]).cpu()
     high, low = sums.clone(), sums.clone()
     dist.all_reduce(high, op=dist.ReduceOp.MAX)
     dist.all_reduce(low, op=dist.ReduceOp.MIN)
     return bool(torch.equal(high, low))
 
 
-def check_data_parallel(algo: str, config: object, world: World) -> None:
-    """Checks that a run can learn data-parallel over ``world`` (launched by ``torchrun`` with ``WORLD_SIZE > 1``).
-
-    Raises:
-        ConfigError: an algorithm whose loop is not data-parallel yet.
-    """
-    if algo not in DATA_PARALLEL_ALGORITHMS:
-        raise ConfigError(f"torchrun's WORLD_SIZE={world.size} asks for data-parallel learners, which {algo} does not "
-                          f"have yet (got algo {algo!r}; they are {list(DATA_PARALLEL_ALGORITHMS)}); run {algo} as one "
-                          "process, or train a2c, ppo or reinforce under torchrun")
-
+def check_models_agree(state: nn.Module | Iterable[torch.Tensor], world: World) -> None:
+    """Raises ``RuntimeError`` when the ranks' parameters differ (:func:`models_agree`): the end-of-run check of a
+    data-parallel run, whose ranks must have taken the same steps."""
+    if not models_agree(state, world):
+        raise RuntimeError("the ranks' models differ after training: a rank took another step (a bug: report it)")

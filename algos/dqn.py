@@ -423,6 +423,10 @@ class DQNLearner:
         """The Q network, which ``check_devices`` checks."""
         return {"the learner's model": self.policy}
 
+    def tensors(self) -> list[torch.Tensor]:
+        """The Q network's and its target's parameters and buffers."""
+        return [*self.policy.parameters(), *self.policy.buffers(), *self.target.parameters(), *self.target.buffers()]
+
     def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
         """The epsilon of ``env_steps`` (linear decay) for every env, and as a statistic."""
         config = self.config

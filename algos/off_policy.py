@@ -9,10 +9,13 @@ how many gradient steps it owes, and one gradient step (its losses, optimizers a
 **A function, not a base class**, for the reasons :mod:`rlstruct.algos.on_policy` gives: the iteration reads top
 to bottom in one place, and an algorithm's learner is a plain object with the named methods of
 :class:`OffPolicyLearner` (a protocol: nothing to inherit). What every off-policy algorithm gets lands here once:
-the replay buffer and its refill after a resume, the evaluation, periodic checkpoints. A data-parallel learner
-would all-reduce the gradients of :meth:`~OffPolicyLearner.gradient_step`'s backward passes as they accumulate
-(``Tensor.register_post_accumulate_grad_hook`` on the networks' parameters, set up in
-:meth:`~OffPolicyLearner.start`), and only the logging process would run the loop's records, evaluations and
+the replay buffer and its refill after a resume, the evaluation, periodic checkpoints, data-parallel ranks.
+
+**Data-parallel** (``torchrun``, :mod:`rlstruct.algos.distributed`): each rank collects with its own batchers into
+its own replay buffer and samples its own minibatches (its own seed); the gradients of
+:meth:`~OffPolicyLearner.gradient_step`'s backward passes are averaged over the ranks as they accumulate (hooks on
+:meth:`~OffPolicyLearner.tensors`), every rank takes the fewest gradient steps any rank can take, and the env-step
+counts (budget, exploration schedule, ``learning_starts``) are global; rank 0 alone records, evaluates and
 checkpoints.
 """
 
@@ -28,6 +31,15 @@ from torch import nn
 from rlstruct.agents import RL_Agent
 from rlstruct.algos.checkpoints import Resume
 from rlstruct.algos.config import RunConfig
+from rlstruct.algos.distributed import (
+    all_ranks_stop,
+    average_gradients,
+    broadcast_parameters,
+    check_models_agree,
+    fewest_over_ranks,
+    init_process_group,
+    learner_seed,
+)
 from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.networks import cpu_state_dict
 from rlstruct.algos.record import TrainResult
@@ -61,6 +73,12 @@ class OffPolicyLearner(Protocol):
 
     def checked(self) -> dict[str, nn.Module]:
         """The networks that ``check_devices`` checks, by the name its message gives them."""
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor of the learner that the ranks of a data-parallel run hold alike, once :meth:`start` built
+        them: the networks' parameters and buffers, targets included, and any trained tensor outside a network
+        (SAC's log temperature). Rank 0's are broadcast at the start; those that require a gradient are the
+        trained ones, whose gradients are averaged."""
 
     def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
         """The training ``agent_info`` of the next acquisition (``[n_rows]`` per key) at ``env_steps``, and the
@@ -103,16 +121,23 @@ def train_off_policy(setup: Setup) -> TrainResult:
     first gradient step of the new session.
     """
     algo: OffPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
-    config, spec, resume, device = setup.config, setup.spec, setup.resume, setup.learner_device
-    with training_run(algo.name, config, spec, start=setup.start, resume=resume) as (run, stack):
+    config, spec, resume, device, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
+    with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=world.is_logger,
+                      world_size=world.size) as (run, stack):
         learner = algo.make_learner(config, spec, resume)
         # Batchers first, networks to the learner device after: no CUDA in this process before workers spawn.
         batcher, evaluator = open_batchers(stack, config, spec, learner.create_agent, n_timesteps=config.rollout_steps,
                                            autoreset=True, explore=learner.explore, greedy=learner.greedy,
-                                           seed=run.seed, run=run)
+                                           seed=run.seed, rank=world.rank, run=run)
         B = batcher.n_elems()
-        learner.start(device, run.seed, B)
-        buffer = ReplayBuffer.for_spec(spec, config.buffer_size, device, seed=run.seed)
+        seed = learner_seed(run.seed, world)
+        learner.start(device, seed, B)
+        # Data-parallel ranks (torchrun): after the workers spawned; rank 0's state everywhere, gradients averaged.
+        init_process_group(world, device, timeout_s=config.batcher_timeout)
+        broadcast_parameters(learner.tensors(), world)
+        for handle in average_gradients(learner.tensors(), world):
+            stack.callback(handle.remove)
+        buffer = ReplayBuffer.for_spec(spec, config.buffer_size, device, seed=seed)
         carry_return = torch.zeros(B, device=device)
         carry_length = torch.zeros(B, dtype=torch.int64, device=device)
         first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
@@ -120,8 +145,9 @@ def train_off_policy(setup: Setup) -> TrainResult:
         weights = cpu_state_dict(learner.policy)
         batcher.update(weights)
         batcher.reset()
-        evaluator.launch(weights, run.iteration, run.env_steps)
-        while not run.should_stop():
+        if world.is_logger:
+            evaluator.launch(weights, run.iteration, run.env_steps)
+        while not all_ranks_stop(run.should_stop(), world):
             agent_info, stats = learner.agent_info(run.env_steps)
             batcher.execute(agent_info=agent_info)
             traj, _ = batcher.get()
@@ -131,12 +157,12 @@ def train_off_policy(setup: Setup) -> TrainResult:
                 for what, module in learner.checked().items():
                     check_on_device(module, device, what)
             tt = traj.trajectories
-            n_new = B * tt.temporal_size()
+            n_new = B * tt.temporal_size()  # this rank's; every rank's together count in the budget
             buffer.push_steps(**learner.transitions(tt))
 
             stats["buffer_size"] = float(len(buffer))
-            filled = run.env_steps + n_new - first_step >= config.learning_starts
-            n_steps = learner.n_gradient_steps(n_new, len(buffer)) if filled else 0
+            filled = run.env_steps + n_new * world.size - first_step >= config.learning_starts
+            n_steps = fewest_over_ranks(learner.n_gradient_steps(n_new, len(buffer)) if filled else 0, world)
             for _ in range(n_steps):
                 stats.update(learner.gradient_step(buffer))
             if n_steps:
@@ -149,8 +175,10 @@ def train_off_policy(setup: Setup) -> TrainResult:
             # nan (0 / 0) when no episode ended in this window.
             stats["train/episode_return"] = ret_sum / count
             stats["train/episode_length"] = len_sum / count
-            run.record(n_new, stats)
-            run.poll_evaluation(evaluator, lambda: weights)
-            run.poll_checkpoint(learner.policy, learner.state)
+            run.record(n_new * world.size, stats)
+            if world.is_logger:
+                run.poll_evaluation(evaluator, lambda: weights)
+                run.poll_checkpoint(learner.policy, learner.state)
 
+        check_models_agree(learner.tensors(), world)
         return finish_training(run, evaluator, learner.policy, spec, title=algo.title, learner=learner.state())

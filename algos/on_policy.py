@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -42,9 +41,9 @@ from rlstruct.algos.distributed import (
     all_ranks_stop,
     average_gradients,
     broadcast_parameters,
+    check_models_agree,
     global_sum,
     init_process_group,
-    models_agree,
     sum_over_ranks,
 )
 from rlstruct.algos.networks import PolicyAgent, build_actor_critic, cpu_state_dict, create_policy_agent
@@ -217,11 +216,5 @@ def train_on_policy(setup: Setup) -> TrainResult:
                 run.poll_checkpoint(model, learner_state)
         collect.close()  # an acquisition launched during the last update: close the batcher with nothing pending
 
-        if not models_agree(model, world):
-            raise RuntimeError("the ranks' models differ after training: a rank took another step (a bug: report it)")
-        if not world.is_logger:  # rank 0 evaluates, checkpoints and reports
-            run.close()
-            return TrainResult(math.nan, run.env_steps, run.elapsed(), run.history, str(run.logdir), run.iteration,
-                               interrupted=run.interrupted, stop_signal=run.stop_signal, world_size=world.size)
-        return finish_training(run, evaluator, model, spec, title=algo.title, learner=learner_state(),
-                               world_size=world.size)
+        check_models_agree(model, world)
+        return finish_training(run, evaluator, model, spec, title=algo.title, learner=learner_state())

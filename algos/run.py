@@ -281,8 +281,11 @@ def open_batchers(
 
 
 def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvSpec, *, title: str,
-                    learner: dict[str, Any] | None = None, world_size: int = 1) -> TrainResult:
+                    learner: dict[str, Any] | None = None) -> TrainResult:
     """The end of every ``train``: final evaluation, checkpoint, learning curve, ``summary.json`` and result.
+
+    On a rank that does not log (ranks 1 and up of a data-parallel run), only the result: what the run counted,
+    and no evaluation (``eval_return`` nan); rank 0 evaluates, checkpoints and reports.
 
     The checkpoint holds ``model``'s weights, the counters (``iteration``, ``env_steps``, ``wall_time_s`` over every
     session) and ``learner``, what a resumed run restores (see
@@ -301,10 +304,13 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
         title: the algorithm's name in the plot's title, e.g. ``"A2C"``.
         learner: the learner's state at the end of training besides ``model``'s weights (``{"optimizer":
             optimizer.state_dict(), ...}``: plain types and tensors, copied to the CPU).
-        world_size: the data-parallel ranks that trained ``model`` (recorded in ``summary.json``).
     """
-    config = run.config
+    config, world_size = run.config, run.world_size
     interrupted = run.interrupted
+    if not run.logger:
+        run.close()
+        return TrainResult(math.nan, run.env_steps, run.elapsed(), run.history, str(run.logdir), run.iteration,
+                           interrupted=interrupted, stop_signal=run.stop_signal, world_size=world_size)
     if run.iteration == 0 and not interrupted:
         log.warning("no training iteration ran: the time limit (%g s) was spent before the first one (setup, "
                     "compilation, the first evaluation); what follows evaluates the untrained policy. Raise "

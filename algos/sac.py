@@ -469,6 +469,11 @@ class SACLearner:
         """The actor and the critics, which ``check_devices`` checks."""
         return {"the learner's actor": self.policy, "the learner's critics": self.critic}
 
+    def tensors(self) -> list[torch.Tensor]:
+        """The actor's, the critics' and the target critics' parameters and buffers, and the log temperature."""
+        networks = (self.policy, self.critic, self.target)
+        return [*(t for n in networks for t in (*n.parameters(), *n.buffers())), self.log_alpha]
+
     def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
         """Uniform actions for a fresh run's first ``learning_starts`` env steps, the actor's samples after."""
         return self._agent_info[self.resume is None and env_steps < self.config.learning_starts], {}
