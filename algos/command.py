@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from rlstruct.algos.checkpoints import check_resume_algorithm, check_resume_exists, load_checkpoint
+from rlstruct.algos.distributed import restart_resume
 from rlstruct.algos.presets import apply_preset, describe_preset, setting_sources
 from rlstruct.algos.record import Run, TrainResult
 from rlstruct.algos.setup import Algorithm, Setup, prepare
-from rlstruct.errors import ConfigError, RLStructError
+from rlstruct.errors import ConfigError, RankLostError, RLStructError
 
 __all__ = ["OneLineParser", "field_docs", "short_help", "help_groups", "build_parser", "resumed_defaults",
            "config_from_args", "given_flags", "show_config", "launched_at", "configure_logging", "run_main"]
@@ -281,7 +282,8 @@ def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: S
     ``"interrupted": true``) are written, one line goes to stderr, and the status is 130 (128 + SIGINT, as
     for any command a terminal interrupts). A second Ctrl-C, or one before training starts, stops at once,
     also with status 130 and one line. SIGTERM (``timeout``, SLURM, ``docker stop``) does the same, with
-    status 143 (128 + SIGTERM).
+    status 143 (128 + SIGTERM). In a data-parallel run (``torchrun``), a rank whose peer died or stopped answering
+    prints one line (:class:`~rlstruct.errors.RankLostError`) and returns 1.
     """
     # The process's start when this command is the process's own command line (the console script, python -m), so
     # that the wall clock counts the imports; called from Python (a test, a notebook), the call is the launch.
@@ -296,6 +298,13 @@ def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: S
                         help="print every setting this run would use and where it came from (flag, resumed run, "
                              "preset, default), then exit")
     ns = parser.parse_args(argv)
+    restarted = restart_resume(ns.resume, ns.logdir)
+    if restarted is not None:  # torchrun restarted the group: continue the run from its last checkpoint
+        argv = [*(sys.argv[1:] if argv is None else argv), "--resume", restarted]
+        ns = parser.parse_args(argv)
+        if os.environ.get("RANK", "0") == "0":
+            print(f"{prog}: torchrun restarted the ranks (restart {os.environ['TORCHELASTIC_RESTART_COUNT']}): "
+                  f"resuming {restarted}", file=sys.stderr)
     given = given_flags(parser, argv) - {"show_config"}
     try:
         checkpoint, resumed = None, frozenset()
@@ -331,6 +340,9 @@ def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: S
     except ConfigError as e:  # what only building the run can find: a checkpoint's tensors that do not fit
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
+    except RankLostError as e:  # a data-parallel run lost a rank: the others end, each with one line
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
     # The command ends here. Once torch._dynamo is imported (the first Adam does), the interpreter's final
     # garbage collections walk ~2000 modules for 1-2 s after the last line; frozen objects are skipped (they
     # are still freed by reference counting), so an interrupted run exits within its two seconds.

@@ -45,23 +45,28 @@ Choices:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from rlstruct.errors import ConfigError
+from rlstruct.algos.checkpoints import CHECKPOINT_NAME
+from rlstruct.errors import ConfigError, RankLostError
 
 __all__ = [
     "World",
     "world_from_environment",
+    "restart_resume",
     "learner_device",
     "init_process_group",
+    "collective",
     "sum_over_ranks",
     "mean_over_ranks",
     "effective_batch",
@@ -147,6 +152,46 @@ def world_from_environment(env: Mapping[str, str] | None = None) -> World:
     return World(rank=rank, size=size, local_rank=local_rank)
 
 
+def restart_resume(resume: str | None, logdir: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The run that a group restarted by ``torchrun --max-restarts N`` continues: ``logdir``, when torchrun says
+    this is a restart (``TORCHELASTIC_RESTART_COUNT`` above 0), no ``resume`` was given, and ``logdir`` holds a
+    checkpoint (rank 0's last periodic one, ``--checkpoint-every``); else ``None`` (a first launch, or nothing to
+    continue: the group starts over).
+
+    >>> restart_resume(None, "runs/x", {})  # a first launch
+    """
+    env = os.environ if env is None else env
+    restarts = env.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if resume is not None or logdir is None or not restarts.isdigit() or int(restarts) == 0:
+        return None
+    return logdir if (Path(logdir) / CHECKPOINT_NAME).is_file() else None
+
+
+@contextlib.contextmanager
+def collective(world: World, what: str) -> Iterator[None]:
+    """Turns the failure of a collective inside (``gloo``'s connection reset by a rank that died, a timeout) into
+    :class:`~rlstruct.errors.RankLostError`, naming this rank, the collective and the fix.
+
+    >>> with collective(World(rank=1, size=2, local_rank=1), "the stop vote"):
+    ...     raise RuntimeError("Connection reset by peer")
+    Traceback (most recent call last):
+    ...
+    rlstruct.errors.RankLostError: rank 1 of 2: the stop vote failed: another rank of the run died, left or did not \
+answer within the timeout (Connection reset by peer); see that rank's output for why it stopped, and restart the \
+run (torchrun --max-restarts N --logdir DIR resumes from its last checkpoint)
+    """
+    try:
+        yield
+    except RankLostError:
+        raise
+    except (RuntimeError, dist.DistError) as e:
+        cause = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise RankLostError(f"rank {world.rank} of {world.size}: {what} failed: another rank of the run died, left or "
+                            f"did not answer within the timeout ({cause}); see that rank's output for why it stopped, "
+                            "and restart the run (torchrun --max-restarts N --logdir DIR resumes from its last "
+                            "checkpoint)", world.rank, world.size) from e
+
+
 def learner_device(world: World, *, cuda: bool | None = None) -> torch.device:
     """The learner's device: ``cuda:LOCAL_RANK`` when there are GPUs, else the CPU.
 
@@ -161,19 +206,43 @@ def learner_device(world: World, *, cuda: bool | None = None) -> torch.device:
     return torch.device("cuda", world.local_rank) if cuda else torch.device("cpu")
 
 
-def init_process_group(world: World, device: torch.device, *, timeout_s: float = 300.0) -> None:
+def init_process_group(world: World, device: torch.device, *, timeout_s: float = 300.0,
+                       stack: contextlib.ExitStack | None = None) -> None:
     """Join the run's process group (``nccl`` for a CUDA learner, ``gloo`` otherwise); nothing for a world of one.
 
     The rendezvous reads ``MASTER_ADDR`` and ``MASTER_PORT`` from the environment (torchrun sets them).
-    ``timeout_s`` bounds every collective, so that a rank that died makes the others fail instead of hanging.
+    ``timeout_s`` bounds the rendezvous and every collective, so that a rank that died or hangs makes the others
+    fail (:class:`~rlstruct.errors.RankLostError`) instead of waiting. With ``stack``, the group is destroyed when
+    the stack closes.
     """
     if not world.distributed or dist.is_initialized():
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, rank=world.rank, world_size=world.size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    with collective(world, "joining the process group"):
+        dist.init_process_group(backend, store=_attempt_store(world, timeout), rank=world.rank,
+                                world_size=world.size, timeout=timeout)
+    if stack is not None:
+        stack.callback(dist.destroy_process_group)
+
+
+def _attempt_store(world: World, timeout: datetime.timedelta) -> dist.Store | None:
+    """Under torchrun, the rendezvous store with keys of this attempt only (``TORCHELASTIC_RESTART_COUNT``); None
+    (``env://``) otherwise.
+
+    torchrun's static rendezvous (``--master-port``) keeps one store across the restarts of ``--max-restarts``, and
+    ``env://`` reads it without a per-attempt prefix: a restarted rank can read a dead rank's address from the first
+    attempt and fail to connect. A prefix of the attempt keeps each group's keys apart.
+    """
+    attempt, env = os.environ.get("TORCHELASTIC_RESTART_COUNT"), os.environ
+    if attempt is None or "MASTER_ADDR" not in env or "MASTER_PORT" not in env:
+        return None
+    hosted_by_agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # else rank 0 hosts it
+    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), world.size,
+                          is_master=not hosted_by_agent and world.rank == 0, timeout=timeout)
+    return dist.PrefixStore(f"rlstruct/attempt_{attempt}", store)
 
 
 def sum_over_ranks(world: World) -> Callable[[torch.Tensor], torch.Tensor] | None:
@@ -187,7 +256,8 @@ def sum_over_ranks(world: World) -> Callable[[torch.Tensor], torch.Tensor] | Non
         return None
 
     def total(tensor: torch.Tensor) -> torch.Tensor:
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        with collective(world, "the sum of the normalisation statistics"):
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor
 
     return total
@@ -204,7 +274,8 @@ def mean_over_ranks(value: torch.Tensor, world: World) -> torch.Tensor:
     if not world.distributed:
         return value
     total = value.detach().clone()
-    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    with collective(world, "the mean over the ranks"):
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
     return total / world.size
 
 
@@ -229,7 +300,7 @@ def broadcast_parameters(state: nn.Module | Iterable[torch.Tensor], world: World
     a world of one."""
     if not world.distributed:
         return
-    with torch.no_grad():
+    with torch.no_grad(), collective(world, "the broadcast of rank 0's weights"):
         for tensor in _tensors(state):
             dist.broadcast(tensor.data, src=0)
 
@@ -254,7 +325,8 @@ def average_gradients(state: nn.Module | Iterable[torch.Tensor],
     scale = 1.0 / world.size
 
     def hook(parameter: torch.Tensor) -> None:
-        dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
+        with collective(world, "the average of the gradients"):
+            dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
         parameter.grad.mul_(scale)
 
     return [p.register_post_accumulate_grad_hook(hook) for p in _tensors(state, buffers=False) if p.requires_grad]
@@ -269,7 +341,8 @@ def all_ranks_stop(stop: bool | torch.Tensor, world: World) -> bool:
     """
     flag = torch.as_tensor(stop, dtype=torch.int32).reshape(1).cpu()
     if world.distributed:
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        with collective(world, "the stop vote"):
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag[0])
 
 
@@ -283,7 +356,8 @@ def global_sum(value: int, world: World) -> int:
     if not world.distributed:
         return value
     total = torch.tensor([value], dtype=torch.int64)
-    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    with collective(world, "the sum of the env steps"):
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
     return int(total[0])
 
 
@@ -298,7 +372,8 @@ def fewest_over_ranks(value: int, world: World) -> int:
     if not world.distributed:
         return value
     least = torch.tensor([value], dtype=torch.int64)
-    dist.all_reduce(least, op=dist.ReduceOp.MIN)
+    with collective(world, "the count of gradient steps"):
+        dist.all_reduce(least, op=dist.ReduceOp.MIN)
     return int(least[0])
 
 
@@ -322,8 +397,9 @@ def models_agree(state: nn.Module | Iterable[torch.Tensor], world: World) -> boo
     with torch.no_grad():
         sums = torch.stack([p.detach().double().sum() for p in _tensors(state, buffers=False)]).cpu()
     high, low = sums.clone(), sums.clone()
-    dist.all_reduce(high, op=dist.ReduceOp.MAX)
-    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    with collective(world, "the comparison of the ranks' models"):
+        dist.all_reduce(high, op=dist.ReduceOp.MAX)
+        dist.all_reduce(low, op=dist.ReduceOp.MIN)
     return bool(torch.equal(high, low))
 
 

@@ -133,7 +133,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
         seed = learner_seed(run.seed, world)
         learner.start(device, seed, B)
         # Data-parallel ranks (torchrun): after the workers spawned; rank 0's state everywhere, gradients averaged.
-        init_process_group(world, device, timeout_s=config.batcher_timeout)
+        init_process_group(world, device, timeout_s=config.batcher_timeout, stack=stack)
         broadcast_parameters(learner.tensors(), world)
         for handle in average_gradients(learner.tensors(), world):
             stack.callback(handle.remove)

@@ -170,7 +170,7 @@ def train_on_policy(setup: Setup) -> TrainResult:
 
         model.to(learner)
         # Data-parallel ranks (torchrun): after the workers spawned; rank 0's weights everywhere, gradients averaged.
-        init_process_group(world, learner, timeout_s=config.batcher_timeout)
+        init_process_group(world, learner, timeout_s=config.batcher_timeout, stack=stack)
         broadcast_parameters(model, world)
         for handle in average_gradients(model, world):
             stack.callback(handle.remove)

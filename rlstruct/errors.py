@@ -49,6 +49,7 @@ __all__ = [
     "GraphCaptureError",
     "ConfigError",
     "VideoError",
+    "RankLostError",
 ]
 
 
@@ -133,3 +134,21 @@ class ConfigError(RLStructError, ValueError):
 class VideoError(RLStructError, ValueError):
     """A video cannot be recorded as asked: the env's backend has no ``rgb_array`` frames, or the video path's
     suffix names a format rlstruct does not write (``.mp4`` and ``.gif`` are the ones it does)."""
+
+
+class RankLostError(RLStructError, RuntimeError):
+    """A collective of a data-parallel run (``torchrun``) failed on this rank: another rank died, left, or did not
+    answer within the run's timeout (``batcher_timeout``). Every surviving rank raises it instead of waiting for
+    the lost one; that rank's own output says why it stopped.
+
+    Attributes:
+        rank: this rank.
+        world_size: the ranks of the run.
+    """
+
+    def __init__(self, message: str, rank: int = -1, world_size: int = -1):
+        super().__init__(message)
+        self.rank, self.world_size = rank, world_size
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.rank, self.world_size))

@@ -6,9 +6,11 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -279,3 +281,108 @@ def test_two_ranks_of_n_envs_learn_what_one_process_of_2n_envs_learns(tmp_path, 
         epochs = [[r["ppo/epochs"] for r in csv.DictReader(open(tmp_path / d / "progress.csv")) if r["ppo/epochs"]]
                   for d in ("one", "ranks")]
         assert epochs[0] == epochs[1] and any(float(e) < 8 for e in epochs[0]), epochs
+
+
+# --------------------------------------------------------------------------- faults: a rank that dies or hangs
+def _descendants(pid: int) -> set[int]:
+    """The processes under ``pid`` (its batcher workers), from /proc."""
+    found, todo = set(), [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            try:
+                children = {int(c) for c in (task / "children").read_text().split()}
+            except OSError:
+                continue
+            todo.extend(children - found)
+            found |= children
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+LONG_RUN = ["train", "ppo", "--env", "CartPole-v1", "--preset", "none", "--no-stop-at-reward-threshold",
+            "--max-env-steps", "5000000", "--n-processes", "1", "--no-progress", "--no-tensorboard"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads the process tree from /proc (Linux)")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fault", ["dies", "hangs"])
+def test_a_rank_that_dies_or_hangs_ends_the_others_with_a_typed_error(tmp_path, fault):
+    """Two ranks launched as a scheduler would (RANK, WORLD_SIZE, MASTER_ADDR/PORT; no torchrun agent to kill the
+    rest): once training runs, rank 1 is SIGKILLed (dies) or SIGSTOPped (hangs). Rank 0 ends with status 1 and one
+    line naming RankLostError's situation, within the timeout (5 s here) and not in a hang; its batcher workers
+    are gone."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+           "WORLD_SIZE": "2"}
+    rlstruct = str(Path(sys.executable).with_name("rlstruct"))
+    ranks = [subprocess.Popen([rlstruct, *LONG_RUN, "--logdir", f"run{r}", "--batcher-timeout", "5"],
+                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    try:
+        progress = tmp_path / "run0" / "progress.csv"
+        deadline = time.monotonic() + 90
+        while not (progress.exists() and progress.read_text().count("\n") >= 3):  # the header and two iterations
+            assert time.monotonic() < deadline and ranks[0].poll() is None, ranks[0].stderr.read()[-2000:]
+            time.sleep(0.2)
+        workers = _descendants(ranks[0].pid)
+        assert workers, "rank 0 runs its batcher's worker process"
+        os.kill(ranks[1].pid, signal.SIGKILL if fault == "dies" else signal.SIGSTOP)
+        hit = time.monotonic()
+        _, err = ranks[0].communicate(timeout=60)
+        waited = time.monotonic() - hit
+    finally:
+        for p in ranks:
+            p.kill()
+            p.communicate()
+    assert ranks[0].returncode == 1, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("rlstruct train ppo: error: rank 0 of 2: ") and "another rank of the run died, left or " \
+        "did not answer within the timeout" in last and "torchrun --max-restarts N --logdir DIR" in last, err[-2000:]
+    assert "Traceback" not in err
+    assert waited < (20 if fault == "dies" else 35), waited  # a connection reset at once; a hang at the 5 s timeout
+    time.sleep(1)
+    assert not [w for w in workers if _alive(w)], "rank 0's workers outlived it"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads the process tree from /proc (Linux)")
+@pytest.mark.timeout(300)
+def test_torchrun_max_restarts_resumes_the_group_from_the_last_checkpoint(tmp_path):
+    """torchrun --max-restarts 1: rank 1 is killed once rank 0 wrote a periodic checkpoint; torchrun restarts both
+    ranks, which resume from --logdir's checkpoint (no --resume given) and finish the budget: one run, one
+    summary, the rows of the first attempt up to its checkpoint kept."""
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1"}
+    budget = 60 * 2 * 8 * 128  # 60 iterations of 2 ranks x 8 envs x 128 steps
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
+           "--master-port", str(_free_port()), "--no-python", "rlstruct", *LONG_RUN[:-6], "--max-env-steps",
+           str(budget), "--n-envs", "8", "--n-steps", "128", "--checkpoint-every", "5", "--eval-every", "1000",
+           "--logdir", "run", "--no-progress", "--no-tensorboard"]
+    launcher = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    try:
+        checkpoint = tmp_path / "run" / "checkpoint.pt"
+        deadline = time.monotonic() + 150
+        while not checkpoint.exists():
+            assert time.monotonic() < deadline and launcher.poll() is None, launcher.stderr.read()[-3000:]
+            time.sleep(0.2)
+        rank_1 = [p for p in _descendants(launcher.pid)
+                  if b"RANK=1\0" in Path(f"/proc/{p}/environ").read_bytes() and b"rlstruct" in
+                  Path(f"/proc/{p}/cmdline").read_bytes() and b"multiprocessing" not in
+                  Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(rank_1) == 1, rank_1
+        os.kill(rank_1[0], signal.SIGKILL)
+        out, err = launcher.communicate(timeout=240)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 0, err[-3000:]
+    assert "torchrun restarted the ranks (restart 1): resuming run" in err
+    summaries = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert len(summaries) == 1 and summaries[0]["world_size"] == 2 and summaries[0]["env_steps"] == budget
+    steps = [int(r["env_steps"]) for r in csv.DictReader(open(tmp_path / "run" / "progress.csv")) if r["loss/policy"]]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps) == 60, steps  # no iteration lost or twice
