@@ -42,8 +42,9 @@ Choices:
 * **Normalisation statistics are merged**: the observation and return statistics take every rank's collection
   (their batch count, sum and squared deviations summed over the ranks, :func:`sum_over_ranks`), so that every
   rank's normaliser holds what one process's would on the whole batch and the models stay identical.
-* The process group uses ``gloo`` on the CPU and ``nccl`` when the learner is a CUDA device, whose index is
-  ``LOCAL_RANK`` (:func:`learner_device`).
+* The process group uses ``gloo`` on the CPU and ``nccl`` when the learner is a CUDA device of its own
+  (``--learner-device cuda`` is ``cuda:LOCAL_RANK`` on each rank, :func:`rank_device`, and so are the batchers' and
+  the evaluation's ``cuda``); ranks that share a GPU (more ranks than GPUs on a node: MPS, MIG) use ``gloo``.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ __all__ = [
     "World",
     "world_from_environment",
     "restart_resume",
-    "learner_device",
+    "rank_device",
+    "process_group_backend",
     "init_process_group",
     "collective",
     "sum_over_ranks",
@@ -93,11 +95,13 @@ class World:
         rank: this process's rank, in ``[0, size)``.
         size: the number of ranks (1 for a plain run).
         local_rank: this process's rank on its node (its GPU index when there are GPUs).
+        local_size: the ranks on this node (torchrun's ``LOCAL_WORLD_SIZE``).
     """
 
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    local_size: int = 1
 
     @property
     def distributed(self) -> bool:
@@ -135,7 +139,7 @@ def world_from_environment(env: Mapping[str, str] | None = None) -> World:
             ``WORLD_SIZE`` is below 1.
 
     >>> world_from_environment({})
-    World(rank=0, size=1, local_rank=0)
+    World(rank=0, size=1, local_rank=0, local_size=1)
     >>> world_from_environment({"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}).is_logger
     False
     """
@@ -152,7 +156,8 @@ def world_from_environment(env: Mapping[str, str] | None = None) -> World:
     if not 0 <= rank < size:
         raise ConfigError(f"environment variable RANK must be in [0, {size}), got {rank}; launch with torchrun")
     local_rank = _int_variable(env, "LOCAL_RANK") if "LOCAL_RANK" in env else rank
-    return World(rank=rank, size=size, local_rank=local_rank)
+    local_size = _int_variable(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else size
+    return World(rank=rank, size=size, local_rank=local_rank, local_size=local_size)
 
 
 def restart_resume(resume: str | None, logdir: str | None, env: Mapping[str, str] | None = None) -> str | None:
@@ -195,23 +200,38 @@ run (torchrun --max-restarts N --logdir DIR resumes from its last checkpoint)
                             "checkpoint)", world.rank, world.size) from e
 
 
-def learner_device(world: World, *, cuda: bool | None = None) -> torch.device:
-    """The learner's device: ``cuda:LOCAL_RANK`` when there are GPUs, else the CPU.
+def rank_device(device: str, world: World, n_gpus: int) -> str:
+    """This rank's device for a device setting: ``"cuda"`` without an index becomes ``cuda:LOCAL_RANK`` (modulo the
+    node's ``n_gpus``, so that more ranks than GPUs share them: MPS, or MIG slices); an explicit index, the CPU, or
+    a world of one keep the setting as given.
 
-    Args:
-        world: this rank's world.
-        cuda: whether to use a GPU; ``torch.cuda.is_available()`` when ``None``.
-
-    >>> learner_device(World(rank=1, size=2, local_rank=1), cuda=False)
-    device(type='cpu')
+    >>> rank_device("cuda", World(rank=5, size=8, local_rank=1, local_size=4), n_gpus=2)
+    'cuda:1'
+    >>> rank_device("cuda", World(rank=3, size=4, local_rank=3, local_size=4), n_gpus=2)
+    'cuda:1'
+    >>> rank_device("cuda:0", World(1, 2, 1, 2), n_gpus=2), rank_device("cpu", World(), n_gpus=0)
+    ('cuda:0', 'cpu')
     """
-    cuda = torch.cuda.is_available() if cuda is None else cuda
-    return torch.device("cuda", world.local_rank) if cuda else torch.device("cpu")
+    if not world.distributed or device != "cuda" or n_gpus < 1:
+        return device
+    return f"cuda:{world.local_rank % n_gpus}"
+
+
+def process_group_backend(device: torch.device, world: World, n_gpus: int) -> str:
+    """``nccl`` when the learners are on GPUs, one rank per GPU; ``gloo`` on the CPU, and when ranks share a GPU
+    (NCCL refuses two ranks on one device; gloo all-reduces CUDA tensors through the host).
+
+    >>> process_group_backend(torch.device("cuda", 1), World(1, 2, 1, 2), n_gpus=2)
+    'nccl'
+    >>> process_group_backend(torch.device("cuda", 0), World(1, 4, 1, 4), n_gpus=1)
+    'gloo'
+    """
+    return "nccl" if device.type == "cuda" and world.local_size <= n_gpus else "gloo"
 
 
 def init_process_group(world: World, device: torch.device, *, timeout_s: float = 300.0,
                        stack: contextlib.ExitStack | None = None) -> None:
-    """Join the run's process group (``nccl`` for a CUDA learner, ``gloo`` otherwise); nothing for a world of one.
+    """Join the run's process group (:func:`process_group_backend`); nothing for a world of one.
 
     The rendezvous reads ``MASTER_ADDR`` and ``MASTER_PORT`` from the environment (torchrun sets them).
     ``timeout_s`` bounds the rendezvous and every collective, so that a rank that died or hangs makes the others
@@ -220,7 +240,7 @@ def init_process_group(world: World, device: torch.device, *, timeout_s: float =
     """
     if not world.distributed or dist.is_initialized():
         return
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = process_group_backend(device, world, torch.cuda.device_count() if device.type == "cuda" else 0)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     timeout = datetime.timedelta(seconds=timeout_s)

@@ -18,7 +18,7 @@ import torch
 
 from rlstruct.algos.checkpoints import Resume, load_resume
 from rlstruct.algos.config import RunConfig, validate_run_config
-from rlstruct.algos.distributed import World, world_from_environment
+from rlstruct.algos.distributed import World, rank_device, world_from_environment
 from rlstruct.algos.env_spec import EnvSpec, describe_env
 from rlstruct.algos.presets import apply_preset
 from rlstruct.algos.record import check_logdir, run_logdir
@@ -113,6 +113,11 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
     algorithm.check_env(config, spec)
     resume = load_resume(algorithm.name, config, algorithm.config_cls.RESUME_FIELDS, checkpoint=checkpoint)
     world = world_from_environment()
+    if world.distributed:  # "cuda" is this rank's GPU (cuda:LOCAL_RANK); counting GPUs initialises no CUDA context
+        n_gpus = torch.cuda.device_count()
+        devices = {name: rank_device(getattr(config, name), world, n_gpus)
+                   for name in ("learner_device", "batcher_device", "evaluation_device")}
+        config = dataclasses.replace(config, **devices)
     if resume is not None and resume.world_size != world.size:
         raise ConfigError(f"resume={config.resume!r} was trained by {resume.world_size} data-parallel rank(s), got "
                           f"{world.size} (WORLD_SIZE); resume it with torchrun --nproc-per-node {resume.world_size} "

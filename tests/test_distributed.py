@@ -35,7 +35,7 @@ BATCH = 32
 
 
 def test_plain_run_is_one_rank():
-    assert world_from_environment({}) == World(rank=0, size=1, local_rank=0)
+    assert world_from_environment({}) == World(rank=0, size=1, local_rank=0, local_size=1)
     assert sum_over_ranks(World()) is None
     assert average_gradients(nn.Linear(2, 2), World()) == []
     assert effective_batch(4, 16, World()) == 64
