@@ -7,11 +7,12 @@ anything is built.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from typing import Any
 
 from rlstruct.devices import check_device_exists
 from rlstruct.envs.factory import BACKENDS, resolve_backend
-from rlstruct.errors import ConfigError
+from rlstruct.errors import ConfigError, MissingDependencyError
 
 __all__ = ["MATMUL_PRECISIONS", "RunConfig", "validate_run_config", "check_physics_dtype"]
 
@@ -30,6 +31,12 @@ class RunConfig:
             (gymnasium's MuJoCo locomotion tasks on MJX or mujoco-torch), or brax (Brax's envs by name, e.g. ant).
         n_envs: environments per training worker (the batch is n_envs * max(n_processes, 1) envs).
         n_processes: training batcher worker processes (0 steps the envs in this process).
+        ray_actors: run the training batcher as this many Ray actors (rlstruct.batchers.RayBatcher), each hosting
+            n_processes workers of n_envs envs, its rows collected into this process (0: no Ray); the evaluation stays
+            here. The ray extra installs Ray.
+        ray_address: the Ray cluster the actors join: auto (the one ray start runs on this node) or ray://HOST:PORT;
+            None starts a local cluster for the run (under torchrun, start one with ray start --head and pass auto,
+            so that the ranks share it).
         max_episode_steps: episode time limit (truncation); None keeps the env's own.
         physics_dtype: float64 (gymnasium's doubles) or float32 (half the state traffic: throughput on a GPU), the
             physics precision of rlstruct's torch simulators (the torch backend only).
@@ -93,6 +100,8 @@ class RunConfig:
     backend: str = "auto"
     n_envs: int = 16
     n_processes: int = 0
+    ray_actors: int = 0
+    ray_address: str | None = None
     max_episode_steps: int | None = None
     physics_dtype: str = "float64"
     learner_device: str = "cpu"
@@ -134,8 +143,8 @@ class RunConfig:
 
     #: the ``--help`` group of each field (see :func:`rlstruct.algos.command.help_groups`)
     HELP_GROUPS = {
-        **dict.fromkeys(("env", "backend", "n_envs", "n_processes", "max_episode_steps", "physics_dtype"),
-                        "environment"),
+        **dict.fromkeys(("env", "backend", "n_envs", "n_processes", "ray_actors", "ray_address", "max_episode_steps",
+                         "physics_dtype"), "environment"),
         **dict.fromkeys(("seed", "time_limit", "max_env_steps", "target_return", "stop_at_reward_threshold",
                          "hidden_sizes", "lr", "learner_device", "batcher_device", "logdir", "log_every", "progress",
                          "tensorboard", "check_devices", "torch_threads", "batcher_timeout", "matmul_precision",
@@ -156,7 +165,8 @@ def validate_run_config(config: RunConfig) -> None:
 
     Raises:
         DeviceUnavailableError: a device does not exist here (the message names the devices that do).
-        ConfigError: anneal_lr without a step budget.
+        ConfigError: anneal_lr without a step budget; ray_address without ray_actors.
+        MissingDependencyError: ray_actors without Ray installed.
         ValueError: a setting is out of range.
     """
     if config.backend not in BACKENDS:
@@ -164,7 +174,8 @@ def validate_run_config(config: RunConfig) -> None:
     for name in ("n_envs", "n_evaluation_envs", "evaluation_chunk_steps", "eval_every", "log_every"):
         if getattr(config, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
-    for name in ("n_processes", "n_evaluation_processes", "torch_threads", "checkpoint_every", "restart_workers"):
+    for name in ("n_processes", "ray_actors", "n_evaluation_processes", "torch_threads", "checkpoint_every",
+                 "restart_workers"):
         if getattr(config, name) < 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(config, name)!r}")
     if not 0 <= config.seed < 2**31:
@@ -192,6 +203,12 @@ def validate_run_config(config: RunConfig) -> None:
         )
     for name in ("learner_device", "batcher_device", "evaluation_device"):
         check_device_exists(getattr(config, name), argument=name)
+    if config.ray_actors and importlib.util.find_spec("ray") is None:
+        raise MissingDependencyError(f"ray_actors={config.ray_actors} runs the training batcher on Ray, which is not "
+                                     "installed here; pip install 'rlstruct[ray]', or drop --ray-actors")
+    if config.ray_address is not None and not config.ray_actors:
+        raise ConfigError(f"ray_address={config.ray_address!r} names a Ray cluster for the training batcher's actors, "
+                          "got ray_actors=0; pass --ray-actors N too, or drop --ray-address")
 
 
 def check_physics_dtype(physics_dtype: str, env: str, backend: str) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -233,20 +234,27 @@ def open_batchers(
     agent_args, env_args = worker_args(config, spec)
     agent_args.update(model_kwargs or {})
     seed = config.seed if seed is None else seed
-    n_workers = max(config.n_processes, 1)
+    n_workers = max(config.n_processes, 1) * max(config.ray_actors, 1)  # of this rank, over its Ray actors
     first = rank * n_workers
     if first + n_workers > MAX_WORKERS:
         raise ConfigError(f"n_processes must keep the training workers of all ranks within {MAX_WORKERS}, got "
                           f"{n_workers} per rank on rank {rank}; use fewer worker processes per rank (more envs each)")
-    batcher = RL_Batcher(
+    train_args = (
         n_timesteps, create_agent, {**agent_args, **(agent_kwargs or {}), "device": config.batcher_device},
         create_env, {**env_args, "n_envs": config.n_envs, "autoreset": autoreset, "device": config.batcher_device},
         config.n_processes, worker_seeds(seed, n_workers, 0, first),
-        agent_info=DictTensor({k: torch.tensor([v]) for k, v in explore.items()}),
-        agent_seeds=worker_seeds(seed, n_workers, 5000, first), device=config.batcher_device,
-        cuda_graph=cuda_graph, zero_copy=zero_copy, timeout=config.batcher_timeout,
-        restart_workers=config.restart_workers,
     )
+    train_kwargs = {"agent_info": DictTensor({k: torch.tensor([v]) for k, v in explore.items()}),
+                    "agent_seeds": worker_seeds(seed, n_workers, 5000, first), "device": config.batcher_device,
+                    "cuda_graph": cuda_graph, "timeout": config.batcher_timeout,
+                    "restart_workers": config.restart_workers}
+    if config.ray_actors:  # actor k hosts workers k * n_processes...: the rows of one process's workers, in order
+        from rlstruct.batchers import RayBatcher
+
+        stack.enter_context(ray_session(config.ray_address))
+        batcher = RayBatcher(*train_args, **train_kwargs, n_actors=config.ray_actors)
+    else:
+        batcher = RL_Batcher(*train_args, **train_kwargs, zero_copy=zero_copy)
     stack.callback(batcher.close)
     n_eval_workers = max(config.n_evaluation_processes, 1)
     eval_steps = spec.max_episode_steps
@@ -278,6 +286,28 @@ def open_batchers(
                                physics_dtype=config.physics_dtype, max_steps=config.evaluation_max_steps)
         run.evaluation_hooks.append(run.videos.after_evaluation)
     return batcher, evaluator
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None) -> Iterator[None]:
+    """Ray for the training batcher's actors: the running session if this process has one, else a connection to
+    ``address`` (``"auto"``, ``"ray://HOST:PORT"``), else a local cluster on the loopback interface; a session it
+    started is shut down on exit."""
+    # Read once when Ray is imported: unset, a local cluster listens on every network interface.
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    if address is None:
+        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False, configure_logging=False)
+    else:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 
 def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvSpec, *, title: str,

@@ -85,7 +85,9 @@ class WeightSync:
         self.batcher = batcher
         self.model = model
         self.learner_device = as_device(learner_device)
-        same_place = batcher.n_processes == 0 and batcher.device == self.learner_device
+        # An RL_Batcher without worker processes runs its agent here; a RayBatcher's agents are in its actors.
+        in_process = isinstance(batcher, RL_Batcher) and batcher.n_processes == 0
+        same_place = in_process and batcher.device == self.learner_device
         if mode in ("shared", "copy") and not same_place:
             raise ConfigError(
                 f"weight sync mode={mode!r} needs an in-process batcher (n_processes=0) on the learner's device "

@@ -386,3 +386,45 @@ def test_torchrun_max_restarts_resumes_the_group_from_the_last_checkpoint(tmp_pa
     assert len(summaries) == 1 and summaries[0]["world_size"] == 2 and summaries[0]["env_steps"] == budget
     steps = [int(r["env_steps"]) for r in csv.DictReader(open(tmp_path / "run" / "progress.csv")) if r["loss/policy"]]
     assert steps == sorted(steps) and len(set(steps)) == len(steps) == 60, steps  # no iteration lost or twice
+
+
+# --------------------------------------------------------------------------- Ray collectors feeding the learners
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path):
+    """The training batcher as Ray actors: --ray-actors 2 (a local cluster the run starts), and torchrun's 2 ranks of
+    one actor each on a cluster started by `ray start --head` (--ray-address auto), end A2C with the parameters one
+    process of 2 worker processes ends with: the actors host the same workers, seeded alike, rows in the same
+    order."""
+    pytest.importorskip("ray")
+    rlstruct, ray_cli = (str(Path(sys.executable).with_name(n)) for n in ("rlstruct", "ray"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    algo, *flags = EQUIVALENT_RUNS["a2c"]
+    common = ["train", algo, "--env", "CartPole-v1", "--preset", "none", "--n-envs", "4", "--eval-every", "1000",
+              "--n-evaluation-envs", "1", "--evaluation-max-steps", "20", "--no-progress", *flags]
+    for name, extra in (("processes", ["--n-processes", "2"]), ("actors", ["--ray-actors", "2"])):
+        out = subprocess.run([rlstruct, *common, *extra, "--logdir", name], capture_output=True, text=True,
+                             timeout=200, cwd=tmp_path, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+    head = subprocess.run([ray_cli, "start", "--head", "--num-cpus", "2", "--node-ip-address", "127.0.0.1",
+                           "--include-dashboard", "false", "--disable-usage-stats"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    try:
+        assert head.returncode == 0, head.stderr[-2000:]
+        ranks = _torchrun(tmp_path, *common, "--ray-actors", "1", "--ray-address", "auto", "--logdir", "ranks")
+    finally:
+        subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120, env=env)
+    assert ranks.returncode == 0, ranks.stderr[-3000:]
+    processes = _model_of(tmp_path / "processes")
+    for name in ("actors", "ranks"):
+        other = _model_of(tmp_path / name)
+        for key in processes:
+            torch.testing.assert_close(other[key], processes[key], rtol=1e-4, atol=1e-5, msg=f"{name}: {key}")
+
+
+def test_ray_address_without_actors_is_refused():
+    from rlstruct.algos.a2c import A2CConfig, validate
+
+    with pytest.raises(ConfigError, match=r"ray_address='auto' names a Ray cluster .* got ray_actors=0; pass "
+                                          r"--ray-actors N too"):
+        validate(A2CConfig(ray_address="auto"))
