@@ -53,6 +53,7 @@ import contextlib
 import dataclasses
 import datetime
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -75,6 +76,7 @@ __all__ = [
     "sum_over_ranks",
     "mean_over_ranks",
     "effective_batch",
+    "announce",
     "broadcast_parameters",
     "average_gradients",
     "all_ranks_stop",
@@ -309,6 +311,18 @@ def effective_batch(rows_per_rank: int, steps_per_row: int, world: World) -> int
     2048
     """
     return rows_per_rank * steps_per_row * world.size
+
+
+def announce(world: World, what: str, per_rank: int, lr: float) -> None:
+    """Rank 0 of a data-parallel run says, on stderr, what one update learns from over all ranks (``what`` of
+    ``per_rank`` each: e.g. the env steps of a collection, a replay minibatch) and that the learning rate is used as
+    given; nothing in a world of one.
+
+    >>> announce(World(), "env steps per collection", 2048, 3e-4)
+    """
+    if world.distributed and world.is_logger:
+        print(f"data-parallel: {world.size} ranks x {per_rank:,} {what} = {per_rank * world.size:,} per update "
+              f"(the settings are per rank); gradients averaged over the ranks, lr {lr:g} as given", file=sys.stderr)
 
 
 def _tensors(state: nn.Module | Iterable[torch.Tensor], *, buffers: bool = True) -> list[torch.Tensor]:

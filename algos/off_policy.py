@@ -33,6 +33,7 @@ from rlstruct.algos.checkpoints import Resume
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.distributed import (
     all_ranks_stop,
+    announce,
     average_gradients,
     broadcast_parameters,
     check_models_agree,
@@ -137,6 +138,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
         broadcast_parameters(learner.tensors(), world)
         for handle in average_gradients(learner.tensors(), world):
             stack.callback(handle.remove)
+        announce(world, "transitions of a replay minibatch, from the rank's own buffer", config.batch_size, config.lr)
         buffer = ReplayBuffer.for_spec(spec, config.buffer_size, device, seed=seed)
         carry_return = torch.zeros(B, device=device)
         carry_length = torch.zeros(B, dtype=torch.int64, device=device)

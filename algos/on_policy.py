@@ -39,6 +39,7 @@ from rlstruct.algos.checkpoints import load_state
 from rlstruct.algos.distributed import (
     World,
     all_ranks_stop,
+    announce,
     average_gradients,
     broadcast_parameters,
     check_models_agree,
@@ -176,6 +177,8 @@ def train_on_policy(setup: Setup) -> TrainResult:
             stack.callback(handle.remove)
         agent = RecurrentPolicyAgent(model, learner) if recurrent else PolicyAgent(model, learner)
         B = batcher.n_elems()
+        announce(world, "envs of a collection" if algo.episodic else "env steps of a collection",
+                 B if algo.episodic else B * config.n_steps, config.lr)
         optimizer, normalize, learner_state = actor_critic_learner(
             model, config, n_rows=B, device=learner, resume=resume, sum_over_ranks=sum_over_ranks(world))
         checked = RL_Agent_CheckDevice(agent, learner) if config.check_devices else agent
