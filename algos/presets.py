@@ -87,6 +87,25 @@ _PPO_MUJOCO = {"n_envs": 8, "n_steps": 256, "n_epochs": 10, "n_minibatches": 32,
                "reward_scale": 1.0, "normalize_observations": True, "normalize_rewards": True,
                "max_env_steps": 300_000, "time_limit": 3600.0, "eval_every": 10, "n_evaluation_envs": 8}
 
+# DQN on MountainCar-v0: rl-baselines3-zoo's settings. The zoo trains 8 gradient steps every 16 steps of one env and
+# counts its target update (600) and exploration (20% of 120k to 0.07) in env steps: here 1 env x 16 steps an
+# iteration, a hard target update every 300 gradient steps, epsilon to 0.07 over 24k env steps.
+_DQN_MOUNTAINCAR = {"n_envs": 1, "rollout_steps": 16, "gradient_steps": 8, "lr": 4e-3, "batch_size": 128,
+                    "buffer_size": 10_000, "learning_starts": 1_000, "gamma": 0.98, "target_update_interval": 300,
+                    "epsilon_end": 0.07, "epsilon_decay_steps": 24_000, "hidden_sizes": (256, 256),
+                    "eval_every": 100, "max_env_steps": 150_000, "time_limit": 1200.0}
+# PPO and A2C on MountainCar-v0: rl-baselines3-zoo's settings, with both normalisations ("normalize: true"), no
+# entropy bonus and a constant learning rate, over its 1M steps. PPO: 16 envs x 16 steps, 4 epochs of 4 minibatches
+# (the zoo's batch of 64), lambda 0.98, lr 3e-4. A2C: Stable-Baselines3's A2C defaults (16 envs x 5 steps, lr 7e-4,
+# lambda 1, unnormalised advantages).
+_PPO_MOUNTAINCAR = {"n_envs": 16, "n_steps": 16, "n_epochs": 4, "n_minibatches": 4, "lr": 3e-4, "gae_lambda": 0.98,
+                    "entropy_coef": 0.0, "anneal_lr": False, "reward_scale": 1.0, "normalize_observations": True,
+                    "normalize_rewards": True, "eval_every": 100, "max_env_steps": 1_000_000, "time_limit": 1800.0}
+_A2C_MOUNTAINCAR = {"n_envs": 16, "n_steps": 5, "lr": 7e-4, "gae_lambda": 1.0, "entropy_coef": 0.0,
+                    "normalize_advantages": False, "anneal_lr": False, "reward_scale": 1.0,
+                    "normalize_observations": True, "normalize_rewards": True, "eval_every": 250,
+                    "max_env_steps": 1_000_000, "time_limit": 1800.0}
+
 #: the presets, looked up by :func:`find_preset` (an exact id before a family, then the order here)
 PRESETS: tuple[Preset, ...] = (
     Preset("ppo-pendulum", "ppo", ("Pendulum-v1",), _PPO_PENDULUM, -200.0,
@@ -109,6 +128,12 @@ PRESETS: tuple[Preset, ...] = (
            "DQN's defaults", "dqn-cartpole-torch"),
     Preset("dqn-acrobot", "dqn", ("Acrobot-v1",), {"max_env_steps": 50_000, "time_limit": 600.0}, -100.0,
            "DQN's defaults", "dqn-acrobot-torch"),
+    Preset("dqn-mountaincar", "dqn", ("MountainCar-v0",), _DQN_MOUNTAINCAR, -110.0,
+           "rl-baselines3-zoo's DQN MountainCar-v0 settings, over 150k env steps against its 120k"),
+    Preset("ppo-mountaincar", "ppo", ("MountainCar-v0",), _PPO_MOUNTAINCAR, -110.0,
+           "rl-baselines3-zoo's PPO MountainCar-v0 settings"),
+    Preset("a2c-mountaincar", "a2c", ("MountainCar-v0",), _A2C_MOUNTAINCAR, -120.0,
+           "rl-baselines3-zoo's A2C MountainCar-v0 settings"),
     Preset("ppo-mujoco", "ppo", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
                                  "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
            _PPO_MUJOCO, 1000.0, "CleanRL's ppo_continuous_action (= SB3's PPO defaults), with both normalisations",
