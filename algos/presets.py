@@ -114,6 +114,18 @@ _PPO_MOUNTAINCAR_CONTINUOUS = {"n_envs": 16, "n_steps": 64, "n_epochs": 10, "n_m
                                "value_coef": 0.19, "max_grad_norm": 5.0, "reward_scale": 1.0, "anneal_lr": False,
                                "normalize_observations": True, "normalize_rewards": True, "eval_every": 5,
                                "n_evaluation_envs": 8, "max_env_steps": 100_000, "time_limit": 1200.0}
+# PPO on LunarLander-v3 (pip install 'rlstruct[box2d]'): rl-baselines3-zoo's settings: 16 envs x 1,024 steps, 4 epochs
+# of minibatches of 64 (256 a batch), lambda 0.98, gamma 0.999, entropy 0.01, lr 3e-4 constant, unscaled rewards.
+_PPO_LUNARLANDER = {"n_envs": 16, "n_steps": 1024, "n_epochs": 4, "n_minibatches": 256, "lr": 3e-4, "gamma": 0.999,
+                    "gae_lambda": 0.98, "entropy_coef": 0.01, "reward_scale": 1.0, "anneal_lr": False,
+                    "eval_every": 2, "max_env_steps": 1_000_000, "time_limit": 3600.0}
+# DQN on LunarLander-v3: rl-baselines3-zoo's settings: one gradient step per env step (4 envs x 4 steps, 16 gradient
+# steps), lr 6.3e-4, batch 128, a 50k buffer filled from the first step, a hard target update every 250 env steps
+# (= gradient steps), epsilon to 0.1 over 12% of the zoo's 100k steps, a 256-256 network.
+_DQN_LUNARLANDER = {"n_envs": 4, "rollout_steps": 4, "gradient_steps": 16, "lr": 6.3e-4, "batch_size": 128,
+                    "buffer_size": 50_000, "learning_starts": 0, "gamma": 0.99, "target_update_interval": 250,
+                    "epsilon_end": 0.1, "epsilon_decay_steps": 12_000, "hidden_sizes": (256, 256),
+                    "eval_every": 250, "max_env_steps": 200_000, "time_limit": 3600.0}
 
 #: the presets, looked up by :func:`find_preset` (an exact id before a family, then the order here)
 PRESETS: tuple[Preset, ...] = (
@@ -151,6 +163,10 @@ PRESETS: tuple[Preset, ...] = (
                        "zoo's settings without its gSDE, which rlstruct does not have; also SAC's defaults with gamma "
                        "0.9999 and 10k random steps, 1 seed): no training episode reaches the flag and the policy "
                        "settles at 0; PPO (rlstruct train ppo --env MountainCarContinuous-v0) learns it"),
+    Preset("ppo-lunarlander", "ppo", ("LunarLander-v3",), _PPO_LUNARLANDER, 200.0,
+           "rl-baselines3-zoo's PPO LunarLander-v3 settings"),
+    Preset("dqn-lunarlander", "dqn", ("LunarLander-v3",), _DQN_LUNARLANDER, 200.0,
+           "rl-baselines3-zoo's DQN LunarLander-v3 settings"),
     Preset("ppo-mujoco", "ppo", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
                                  "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
            _PPO_MUJOCO, 1000.0, "CleanRL's ppo_continuous_action (= SB3's PPO defaults), with both normalisations",

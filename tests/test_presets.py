@@ -183,6 +183,17 @@ def test_ppo_mountaincar_preset_climbs_out_of_the_valley(tmp_path, seed):
     assert result.preset == "ppo-mountaincar" and result.reached_target, result.eval_return
 
 
+@pytest.mark.timeout(300)
+def test_the_lunarlander_presets_run_through_the_box2d_extra(tmp_path):
+    pytest.importorskip("Box2D", reason="the box2d extra is not installed: pip install 'rlstruct[box2d]'")
+    common = dict(env="LunarLander-v3", n_evaluation_envs=2, evaluation_max_steps=20, progress=False,
+                  tensorboard=False)
+    result = ppo.train(ppo.PPOConfig(max_env_steps=16_384, logdir=str(tmp_path / "ppo"), **common))
+    assert result.preset == "ppo-lunarlander" and result.env_steps == 16_384
+    result = dqn.train(dqn.DQNConfig(max_env_steps=512, logdir=str(tmp_path / "dqn"), **common))
+    assert result.preset == "dqn-lunarlander" and result.env_steps == 512
+
+
 def test_a_reader_that_leaves_early_ends_the_command_quietly():
     import subprocess
     import sys
