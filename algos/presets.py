@@ -126,7 +126,13 @@ _DQN_LUNARLANDER = {"n_envs": 4, "rollout_steps": 4, "gradient_steps": 16, "lr":
                     "buffer_size": 50_000, "learning_starts": 0, "gamma": 0.99, "target_update_interval": 250,
                     "epsilon_end": 0.1, "epsilon_decay_steps": 12_000, "hidden_sizes": (256, 256),
                     "eval_every": 250, "max_env_steps": 200_000, "time_limit": 3600.0}
-
+# DQN on MinAtar (pip install 'rlstruct[minatar]'): the MinAtar paper's DQN (Young and Tian 2019: a 100k buffer, 5k
+# steps before learning, epsilon to its end over 100k steps, lr 2.5e-4) with Adam, batches of 64 and a quarter of a
+# gradient step per env step (8 envs x 8 steps, 16 gradient steps), a hard target update every 500 gradient steps.
+_DQN_MINATAR = {"n_envs": 8, "rollout_steps": 8, "gradient_steps": 16, "batch_size": 64, "buffer_size": 100_000,
+                "learning_starts": 5_000, "target_update_interval": 500, "epsilon_end": 0.05,
+                "epsilon_decay_steps": 100_000, "lr": 2.5e-4, "eval_every": 100, "max_env_steps": 500_000,
+                "time_limit": 1800.0}
 #: the presets, looked up by :func:`find_preset` (an exact id before a family, then the order here)
 PRESETS: tuple[Preset, ...] = (
     Preset("ppo-pendulum", "ppo", ("Pendulum-v1",), _PPO_PENDULUM, -200.0,
@@ -167,6 +173,8 @@ PRESETS: tuple[Preset, ...] = (
            "rl-baselines3-zoo's PPO LunarLander-v3 settings"),
     Preset("dqn-lunarlander", "dqn", ("LunarLander-v3",), _DQN_LUNARLANDER, 200.0,
            "rl-baselines3-zoo's DQN LunarLander-v3 settings"),
+    Preset("dqn-minatar", "dqn", ("MinAtar/*",), _DQN_MINATAR, 5.0,
+           "the MinAtar paper's DQN settings, with Adam and fewer gradient steps", "dqn-minatar-breakout-gymnasium"),
     Preset("ppo-mujoco", "ppo", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
                                  "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
            _PPO_MUJOCO, 1000.0, "CleanRL's ppo_continuous_action (= SB3's PPO defaults), with both normalisations",
