@@ -133,6 +133,12 @@ _DQN_MINATAR = {"n_envs": 8, "rollout_steps": 8, "gradient_steps": 16, "batch_si
                 "learning_starts": 5_000, "target_update_interval": 500, "epsilon_end": 0.05,
                 "epsilon_decay_steps": 100_000, "lr": 2.5e-4, "eval_every": 100, "max_env_steps": 500_000,
                 "time_limit": 1800.0}
+# SAC on MuJoCo locomotion: CleanRL's sac_continuous_action settings (one env, a gradient step per env step, 256-256
+# networks, batch 256, actor lr 3e-4, critic lr 1e-3, 5k random steps first, tau 0.005, the temperature tuned).
+_SAC_MUJOCO = {"n_envs": 1, "rollout_steps": 8, "hidden_sizes": (256, 256), "batch_size": 256, "lr": 3e-4,
+               "critic_lr": 1e-3, "learning_starts": 5_000, "eval_every": 625, "n_evaluation_envs": 8,
+               "max_env_steps": 150_000, "time_limit": 3600.0}
+
 #: the presets, looked up by :func:`find_preset` (an exact id before a family, then the order here)
 PRESETS: tuple[Preset, ...] = (
     Preset("ppo-pendulum", "ppo", ("Pendulum-v1",), _PPO_PENDULUM, -200.0,
@@ -179,6 +185,9 @@ PRESETS: tuple[Preset, ...] = (
                                  "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
            _PPO_MUJOCO, 1000.0, "CleanRL's ppo_continuous_action (= SB3's PPO defaults), with both normalisations",
            "ppo-hopper-gymnasium"),
+    Preset("sac-mujoco", "sac", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
+                                 "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
+           _SAC_MUJOCO, 1000.0, "CleanRL's sac_continuous_action", "sac-hopper-gymnasium"),
     Preset("ppo-minatar", "ppo", ("MinAtar/*",),
            {"n_envs": 32, "n_steps": 64, "n_minibatches": 4, "lr": 5e-4, "entropy_coef": 0.01, "eval_every": 10,
             "max_env_steps": 1_000_000, "time_limit": 1800.0}, 5.0,

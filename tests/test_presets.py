@@ -48,6 +48,7 @@ def test_an_exact_id_wins_over_a_family_and_unknown_envs_have_none():
     assert find_preset("ppo", "MinAtar/Breakout-v1").name == "ppo-minatar"
     assert find_preset("dqn", "MinAtar/Breakout-v1").name == "dqn-minatar"
     assert find_preset("ppo", "Hopper-v5").name == "ppo-mujoco"
+    assert find_preset("sac", "Walker2d-v5").name == "sac-mujoco"
     assert find_preset("ppo", "NoSuchEnv-v0") is None
     assert find_preset("dqn", "Pendulum-v1") is None
 
