@@ -87,6 +87,58 @@ _PPO_MUJOCO = {"n_envs": 8, "n_steps": 256, "n_epochs": 10, "n_minibatches": 32,
                "reward_scale": 1.0, "normalize_observations": True, "normalize_rewards": True,
                "max_env_steps": 300_000, "time_limit": 3600.0, "eval_every": 10, "n_evaluation_envs": 8}
 
+# DQN on MountainCar-v0: rl-baselines3-zoo's settings. The zoo trains 8 gradient steps every 16 steps of one env and
+# counts its target update (600) and exploration (20% of 120k to 0.07) in env steps: here 1 env x 16 steps an
+# iteration, a hard target update every 300 gradient steps, epsilon to 0.07 over 24k env steps.
+_DQN_MOUNTAINCAR = {"n_envs": 1, "rollout_steps": 16, "gradient_steps": 8, "lr": 4e-3, "batch_size": 128,
+                    "buffer_size": 10_000, "learning_starts": 1_000, "gamma": 0.98, "target_update_interval": 300,
+                    "epsilon_end": 0.07, "epsilon_decay_steps": 24_000, "hidden_sizes": (256, 256),
+                    "eval_every": 100, "max_env_steps": 150_000, "time_limit": 1200.0}
+# PPO and A2C on MountainCar-v0: rl-baselines3-zoo's settings, with both normalisations ("normalize: true"), no
+# entropy bonus and a constant learning rate, over its 1M steps. PPO: 16 envs x 16 steps, 4 epochs of 4 minibatches
+# (the zoo's batch of 64), lambda 0.98, lr 3e-4. A2C: Stable-Baselines3's A2C defaults (16 envs x 5 steps, lr 7e-4,
+# lambda 1, unnormalised advantages).
+_PPO_MOUNTAINCAR = {"n_envs": 16, "n_steps": 16, "n_epochs": 4, "n_minibatches": 4, "lr": 3e-4, "gae_lambda": 0.98,
+                    "entropy_coef": 0.0, "anneal_lr": False, "reward_scale": 1.0, "normalize_observations": True,
+                    "normalize_rewards": True, "eval_every": 100, "max_env_steps": 1_000_000, "time_limit": 1800.0}
+_A2C_MOUNTAINCAR = {"n_envs": 16, "n_steps": 5, "lr": 7e-4, "gae_lambda": 1.0, "entropy_coef": 0.0,
+                    "normalize_advantages": False, "anneal_lr": False, "reward_scale": 1.0,
+                    "normalize_observations": True, "normalize_rewards": True, "eval_every": 250,
+                    "max_env_steps": 1_000_000, "time_limit": 1800.0}
+# PPO on MountainCarContinuous-v0: rl-baselines3-zoo's settings (gamma 0.9999, lambda 0.9, clip 0.1, lr 7.77e-5,
+# entropy 0.00429, value coefficient 0.19, gradient norm 5, both normalisations) without its gSDE, which rlstruct does
+# not have: the state-independent Gaussian (std 1 at the start, actions clipped to the bounds) explores enough to
+# find the flag; 16 envs x 64 steps, 10 epochs of 4 minibatches, lr 3e-4 (the zoo's is for one env).
+_PPO_MOUNTAINCAR_CONTINUOUS = {"n_envs": 16, "n_steps": 64, "n_epochs": 10, "n_minibatches": 4, "lr": 3e-4,
+                               "gamma": 0.9999, "gae_lambda": 0.9, "clip_coef": 0.1, "entropy_coef": 0.00429,
+                               "value_coef": 0.19, "max_grad_norm": 5.0, "reward_scale": 1.0, "anneal_lr": False,
+                               "normalize_observations": True, "normalize_rewards": True, "eval_every": 5,
+                               "n_evaluation_envs": 8, "max_env_steps": 100_000, "time_limit": 1200.0}
+# PPO on LunarLander-v3 (pip install 'rlstruct[box2d]'): rl-baselines3-zoo's settings: 16 envs x 1,024 steps, 4 epochs
+# of minibatches of 64 (256 a batch), lambda 0.98, gamma 0.999, entropy 0.01, lr 3e-4 constant, unscaled rewards.
+_PPO_LUNARLANDER = {"n_envs": 16, "n_steps": 1024, "n_epochs": 4, "n_minibatches": 256, "lr": 3e-4, "gamma": 0.999,
+                    "gae_lambda": 0.98, "entropy_coef": 0.01, "reward_scale": 1.0, "anneal_lr": False,
+                    "eval_every": 2, "max_env_steps": 1_000_000, "time_limit": 3600.0}
+# DQN on LunarLander-v3: rl-baselines3-zoo's settings: one gradient step per env step (4 envs x 4 steps, 16 gradient
+# steps), lr 6.3e-4, batch 128, a 50k buffer filled from the first step, a hard target update every 250 env steps
+# (= gradient steps), epsilon to 0.1 over 12% of the zoo's 100k steps, a 256-256 network.
+_DQN_LUNARLANDER = {"n_envs": 4, "rollout_steps": 4, "gradient_steps": 16, "lr": 6.3e-4, "batch_size": 128,
+                    "buffer_size": 50_000, "learning_starts": 0, "gamma": 0.99, "target_update_interval": 250,
+                    "epsilon_end": 0.1, "epsilon_decay_steps": 12_000, "hidden_sizes": (256, 256),
+                    "eval_every": 250, "max_env_steps": 200_000, "time_limit": 3600.0}
+# DQN on MinAtar (pip install 'rlstruct[minatar]'): the MinAtar paper's DQN (Young and Tian 2019: a 100k buffer, 5k
+# steps before learning, epsilon to its end over 100k steps, lr 2.5e-4) with Adam, batches of 64 and a quarter of a
+# gradient step per env step (8 envs x 8 steps, 16 gradient steps), a hard target update every 500 gradient steps.
+_DQN_MINATAR = {"n_envs": 8, "rollout_steps": 8, "gradient_steps": 16, "batch_size": 64, "buffer_size": 100_000,
+                "learning_starts": 5_000, "target_update_interval": 500, "epsilon_end": 0.05,
+                "epsilon_decay_steps": 100_000, "lr": 2.5e-4, "eval_every": 100, "max_env_steps": 500_000,
+                "time_limit": 1800.0}
+# SAC on MuJoCo locomotion: CleanRL's sac_continuous_action settings (one env, a gradient step per env step, 256-256
+# networks, batch 256, actor lr 3e-4, critic lr 1e-3, 5k random steps first, tau 0.005, the temperature tuned).
+_SAC_MUJOCO = {"n_envs": 1, "rollout_steps": 8, "hidden_sizes": (256, 256), "batch_size": 256, "lr": 3e-4,
+               "critic_lr": 1e-3, "learning_starts": 5_000, "eval_every": 625, "n_evaluation_envs": 8,
+               "max_env_steps": 150_000, "time_limit": 3600.0}
+
 #: the presets, looked up by :func:`find_preset` (an exact id before a family, then the order here)
 PRESETS: tuple[Preset, ...] = (
     Preset("ppo-pendulum", "ppo", ("Pendulum-v1",), _PPO_PENDULUM, -200.0,
@@ -109,10 +161,33 @@ PRESETS: tuple[Preset, ...] = (
            "DQN's defaults", "dqn-cartpole-torch"),
     Preset("dqn-acrobot", "dqn", ("Acrobot-v1",), {"max_env_steps": 50_000, "time_limit": 600.0}, -100.0,
            "DQN's defaults", "dqn-acrobot-torch"),
+    Preset("dqn-mountaincar", "dqn", ("MountainCar-v0",), _DQN_MOUNTAINCAR, -110.0,
+           "rl-baselines3-zoo's DQN MountainCar-v0 settings, over 150k env steps against its 120k"),
+    Preset("ppo-mountaincar", "ppo", ("MountainCar-v0",), _PPO_MOUNTAINCAR, -110.0,
+           "rl-baselines3-zoo's PPO MountainCar-v0 settings"),
+    Preset("a2c-mountaincar", "a2c", ("MountainCar-v0",), _A2C_MOUNTAINCAR, -120.0,
+           "rl-baselines3-zoo's A2C MountainCar-v0 settings"),
+    Preset("ppo-mountaincar-continuous", "ppo", ("MountainCarContinuous-v0",), _PPO_MOUNTAINCAR_CONTINUOUS, 90.0,
+           "rl-baselines3-zoo's PPO MountainCarContinuous-v0 settings without gSDE"),
+    Preset("sac-mountaincar-continuous", "sac", ("MountainCarContinuous-v0",), {}, None,
+           "rl-baselines3-zoo's SAC MountainCarContinuous-v0 settings without gSDE",
+           unsupported="SAC reaches 90 on MountainCarContinuous-v0 on 0 of 3 seeds within 50k env steps here (the "
+                       "zoo's settings without its gSDE, which rlstruct does not have; also SAC's defaults with gamma "
+                       "0.9999 and 10k random steps, 1 seed): no training episode reaches the flag and the policy "
+                       "settles at 0; PPO (rlstruct train ppo --env MountainCarContinuous-v0) learns it"),
+    Preset("ppo-lunarlander", "ppo", ("LunarLander-v3",), _PPO_LUNARLANDER, 200.0,
+           "rl-baselines3-zoo's PPO LunarLander-v3 settings"),
+    Preset("dqn-lunarlander", "dqn", ("LunarLander-v3",), _DQN_LUNARLANDER, 200.0,
+           "rl-baselines3-zoo's DQN LunarLander-v3 settings"),
+    Preset("dqn-minatar", "dqn", ("MinAtar/*",), _DQN_MINATAR, 5.0,
+           "the MinAtar paper's DQN settings, with Adam and fewer gradient steps", "dqn-minatar-breakout-gymnasium"),
     Preset("ppo-mujoco", "ppo", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
                                  "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
            _PPO_MUJOCO, 1000.0, "CleanRL's ppo_continuous_action (= SB3's PPO defaults), with both normalisations",
            "ppo-hopper-gymnasium"),
+    Preset("sac-mujoco", "sac", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
+                                 "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
+           _SAC_MUJOCO, 1000.0, "CleanRL's sac_continuous_action", "sac-hopper-gymnasium"),
     Preset("ppo-minatar", "ppo", ("MinAtar/*",),
            {"n_envs": 32, "n_steps": 64, "n_minibatches": 4, "lr": 5e-4, "entropy_coef": 0.01, "eval_every": 10,
             "max_env_steps": 1_000_000, "time_limit": 1800.0}, 5.0,

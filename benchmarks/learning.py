@@ -142,9 +142,16 @@ SUITES = [
     Suite("ppo-minatar-breakout-gymnasium", "ppo", "MinAtar/Breakout-v1", MINATAR_BREAKOUT, "300 s",
           ["--time-limit", "300", "--n-envs", "32", "--n-steps", "64", "--n-minibatches", "4", "--lr", "5e-4",
            "--entropy-coef", "0.01", "--eval-every", "10"], "gymnasium"),
+    # SAC on gymnasium's Hopper-v5 with its preset's settings (no flag: rlstruct.algos.presets' sac-mujoco).
+    Suite("sac-hopper-gymnasium", "sac", "Hopper-v5", 1000.0, "150k steps", [], "gymnasium"),
+    # The same task for DQN, with its preset's settings (no flag: rlstruct.algos.presets' dqn-minatar).
+    Suite("dqn-minatar-breakout-gymnasium", "dqn", "MinAtar/Breakout-v1", MINATAR_BREAKOUT, "500k steps", [],
+          "gymnasium"),
 ]
 
 
+#: rl-baselines3-zoo's published scores: the mean return of its final policy over about 150k evaluation steps
+ZOO = "rl-baselines3-zoo's benchmark.md (its final policy over about 150k evaluation steps)"
 #: published or locally measured references beside each preset's row: preset name -> (figure, source, where rlstruct
 #: is ahead or behind at equal env steps)
 REFERENCES = {
@@ -157,6 +164,35 @@ REFERENCES = {
     "ppo-mujoco": ("SB3 PPO + VecNormalize, the same settings, Hopper-v5: 5/5 past 1,000 at 102k-143k env steps, "
                    "median 1,246 at 184k", "docs/benchmarks/learning.md (benchmarks/sb3_reference.py)",
                    "behind in env steps to 1,000 (see the row); level in the final median there"),
+    "dqn-mountaincar": ("rl-zoo DQN, the same settings: -100.8 +/- 9.9 after 120k env steps",
+                        ZOO,
+                        "level: 5/5 seeds past -110 by 99k env steps, within the zoo's 120k; these runs stop at -110, "
+                        "so the zoo's final -100.8 is not measured here"),
+    "ppo-mountaincar": ("rl-zoo PPO, the same settings: -110.4 +/- 19.5 after 1M env steps",
+                        ZOO,
+                        "ahead: the zoo's 1M-step score (-110) reached by 5/5 seeds at 256k-589k env steps "
+                        "(a 16-episode evaluation; the kept policies re-evaluate at -107 to -116)"),
+    "a2c-mountaincar": ("rl-zoo A2C, the same settings: -111.3 +/- 24.1 after 1M env steps",
+                        ZOO,
+                        "behind: a 16-episode evaluation passes -120 at 40k-500k env steps, but the policy hovers at "
+                        "-120 to -140 (the final column re-evaluates the kept policy), where the zoo's final policy "
+                        "scores -111"),
+    "ppo-mountaincar-continuous": ("rl-zoo PPO with gSDE: 88.3 +/- 2.6 after 20k env steps",
+                                   ZOO,
+                                   "ahead: 5/5 seeds past 90 at 5k-15k env steps, without gSDE"),
+    "ppo-lunarlander": ("rl-zoo PPO, the same settings, LunarLander-v2: 242.1 +/- 31.8 after 1M env steps", ZOO,
+                        "not measured at equal steps: these runs stop at 200, which 5/5 seeds pass at 426k-623k env "
+                        "steps (the kept policies re-evaluate at 178-227); the zoo's 242 is after 1M"),
+    "dqn-lunarlander": ("rl-zoo DQN, the same settings, LunarLander-v2: 154.4 +/- 79.2 after 100k env steps", ZOO,
+                        "ahead: 5/5 seeds past 200 at 60k-100k env steps (the kept policies re-evaluate at 172-243), "
+                        "where the zoo's policy scores 154 after 100k"),
+    "dqn-minatar": ("rlstruct's ppo-minatar preset, the same target: 5/5 past 5 at 82k-123k env steps", "this page",
+                    "ahead of PPO in env steps: 5/5 past 5 at 70k-90k env steps (the kept policies re-evaluate at "
+                    "4.1-5.8)"),
+    "sac-mujoco": ("rl-zoo SAC, Hopper-v3: 2,325 +/- 1,130 after 1M env steps; rlstruct's ppo-mujoco preset: 5/5 "
+                   "past 1,000 at 164k-287k env steps", ZOO,
+                   "ahead of PPO in env steps: 3/3 seeds past 1,000 at 70k-100k env steps (3 seeds, not 5: "
+                   "about 10 minutes a seed on 2 CPUs); the zoo's 1M-step score is not measured here"),
 }
 
 
