@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from rlstruct.algos.networks import cpu_state_dict
+from rlstruct.algos.optim import OptimizerLike
 from rlstruct.envs.factory import resolve_backend
 from rlstruct.errors import ConfigError
 
@@ -112,7 +113,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-def load_state(module: torch.nn.Module | torch.optim.Optimizer, state: Any, what: str, path: str | os.PathLike) -> None:
+def load_state(module: torch.nn.Module | OptimizerLike, state: Any, what: str, path: str | os.PathLike) -> None:
     """``module.load_state_dict(state)``, with a :class:`~rlstruct.errors.ConfigError` naming the checkpoint when
     the state does not fit (missing or unexpected keys, other shapes: a damaged file, or one the settings of this run
     do not describe).
@@ -267,7 +268,7 @@ def check_resume_exists(resume: str) -> None:
                                 "or its log folder (the --logdir it was trained with)")
 
 
-def restore_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any], lr: float) -> None:
+def restore_optimizer(optimizer: OptimizerLike, state: dict[str, Any], lr: float) -> None:
     """Loads an optimizer's saved state (its steps and moments, onto its parameters' device) and sets every group's
     learning rate to ``lr``: the new command's, which a schedule then rescales from the restored step count.
 

@@ -48,6 +48,7 @@ from rlstruct.algos.distributed import (
     sum_over_ranks,
 )
 from rlstruct.algos.networks import PolicyAgent, build_actor_critic, cpu_state_dict, create_policy_agent
+from rlstruct.algos.optim import OptimizerLike
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic
 from rlstruct.algos.returns import episode_returns, episode_statistics
@@ -83,7 +84,7 @@ class ActorCriticLearner:
     model: nn.Module
     agent: RL_Agent
     checked_agent: RL_Agent
-    optimizer: torch.optim.Optimizer
+    optimizer: OptimizerLike
     device: torch.device
     seed: int
     world: World = World()

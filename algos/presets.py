@@ -76,6 +76,11 @@ class Preset:
         return env in self.envs
 
 
+# A2C on CartPole: its defaults (32 envs x 8 steps, no entropy bonus) reach 475 on 4 of 5 seeds within 500k env
+# steps, and collapse to ~55 on the fifth; 64 envs x 16 steps with an entropy bonus of 0.01 reach it on 10 of 10 seeds
+# (median 42k env steps), evaluated every 8 updates (16k env steps) so that a solved policy is seen soon.
+_A2C_CARTPOLE = {"n_envs": 64, "n_steps": 16, "entropy_coef": 0.01, "eval_every": 8, "max_env_steps": 500_000}
+
 # PPO on Pendulum: rl-baselines3-zoo's discount (0.9) and epochs (10); 16 envs x 250 steps, so 100k steps are 25
 # updates.
 _PPO_PENDULUM = {"gamma": 0.9, "lr": 2e-3, "n_envs": 16, "n_steps": 250, "n_epochs": 10, "n_minibatches": 8,
@@ -151,8 +156,8 @@ PRESETS: tuple[Preset, ...] = (
            "SAC's defaults (a 128-128 network)", "sac-pendulum-torch"),
     Preset("ppo-cartpole", "ppo", ("CartPole-v1",), {"max_env_steps": 500_000}, 475.0,
            "PPO's defaults, which are tuned for CartPole-v1", "ppo-cartpole-torch"),
-    Preset("a2c-cartpole", "a2c", ("CartPole-v1",), {"max_env_steps": 500_000}, 475.0,
-           "A2C's defaults, which are tuned for CartPole-v1", "a2c-cartpole-torch"),
+    Preset("a2c-cartpole", "a2c", ("CartPole-v1",), _A2C_CARTPOLE, 475.0,
+           "A2C's defaults with 64 envs x 16 steps and an entropy bonus", "a2c-cartpole-torch"),
     Preset("a2c-acrobot", "a2c", ("Acrobot-v1",), {"max_env_steps": 500_000}, -100.0,
            "A2C's defaults", "a2c-acrobot-torch"),
     Preset("ppo-acrobot", "ppo", ("Acrobot-v1",), {"max_env_steps": 100_000}, -100.0,

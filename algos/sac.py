@@ -41,6 +41,7 @@ from rlstruct.algos.config import RunConfig
 from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.networks import NetworkAgent, make_adam
 from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
+from rlstruct.algos.optim import Adam
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.run import seeded_model
@@ -449,7 +450,7 @@ class SACLearner:
         self.log_alpha = torch.tensor(math.log(config.init_temperature), device=device, requires_grad=True)
         self.actor_opt = make_adam(self.policy, config.lr, device)
         self.critic_opt = make_adam(self.critic, config.critic_lr, device)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=config.lr)
+        self.alpha_opt = Adam([self.log_alpha], lr=config.lr)
         if resume is not None:
             load_state(self.policy, resume.model, "the actor", resume.path)
             load_state(self.critic, resume.learner["critic"], "the critic", resume.path)

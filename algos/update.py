@@ -31,6 +31,7 @@ from rlstruct.algos.checkpoints import Resume, restore_optimizer
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.networks import ActorCritic, autocast_context, make_adam
 from rlstruct.algos.normalization import LearnerNormalization, SumOverRanks
+from rlstruct.algos.optim import Adam, OptimizerLike
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import ConfigError
@@ -192,7 +193,7 @@ def weight_sync_mode(config: FastPathConfig) -> str:
 def actor_critic_learner(
     model: nn.Module, config: FastPathConfig, *, n_rows: int, device: DeviceLike, resume: Resume | None,
     sum_over_ranks: SumOverRanks | None = None,
-) -> tuple[torch.optim.Adam, LearnerNormalization, Callable[[], dict[str, Any]]]:
+) -> tuple[Adam, LearnerNormalization, Callable[[], dict[str, Any]]]:
     """The learner's state of A2C, PPO and REINFORCE besides the model: its Adam, its
     :class:`~rlstruct.algos.normalization.LearnerNormalization` (``config.normalize_rewards``, ``config.gamma``),
     both restored from ``resume`` when given, and the function that returns them as a checkpoint keeps them.
@@ -289,7 +290,7 @@ class UpdateStep:
     def __init__(
         self,
         loss_fn: LossFn,
-        optimizer: torch.optim.Optimizer,
+        optimizer: OptimizerLike,
         groups: Sequence[tuple[str, Sequence[nn.Parameter]]],
         *,
         max_grad_norm: float,
