@@ -340,7 +340,8 @@ def test_ctrl_c_or_sigterm_stops_cleanly_saves_everything_and_leaves_no_process(
 def test_an_interrupted_run_in_python_returns_what_it_reached(tmp_path, signum):
     # A notebook's "interrupt kernel" sends SIGINT to the process, a job scheduler SIGTERM: train returns instead
     # of raising.
-    previous_term = signal.getsignal(signal.SIGTERM)
+    # What the process had (a shell without job control starts a background job with SIGINT ignored).
+    previous_int, previous_term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     cfg = A2CConfig(max_env_steps=10**8, time_limit=600, progress=False, tensorboard=False, logdir=str(tmp_path),
                     stop_at_reward_threshold=False, eval_every=5, n_evaluation_envs=2, max_episode_steps=50,
                     log_every=1)
@@ -367,7 +368,7 @@ def test_an_interrupted_run_in_python_returns_what_it_reached(tmp_path, signum):
     assert summary["interrupted"] is True and summary["stop_signal"] == signal.Signals(signum).name
     assert (tmp_path / "checkpoint.pt").exists()
     # the handlers were restored
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) == previous_int
     assert signal.getsignal(signal.SIGTERM) == previous_term
 
 
