@@ -154,6 +154,11 @@ def fmt_timings(t: dict) -> str:
     return " ".join(f"{k}={100 * t[k] / total:.0f}%" for k in keys if t[k] > 0 or k != "graph_replay")
 
 
+def timings_note(run: dict) -> str:
+    """A fresh-process run's ``timings()`` shares (nothing for the loops without a batcher)."""
+    return fmt_timings(run["timings"]) if "timings" in run else ""
+
+
 SYNC_TIMINGS = False  # --sync-timings: exact GPU phase shares, at one device sync per phase
 
 
@@ -246,8 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     configs = configurations(args)
     results = measure_or_rounds(__file__, configs, args, argv)
     if results is not None:
-        print_results(results, configs, "env_steps_per_s",
-                      note=lambda run: fmt_timings(run["timings"]) if "timings" in run else "")
+        print_results(results, configs, "env_steps_per_s", note=timings_note)
 
 
 if __name__ == "__main__":
