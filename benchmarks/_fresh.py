@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -136,7 +137,7 @@ def measure_or_rounds(script: str, configs: Mapping[str, Config], args: argparse
     if args.one is not None:
         print(json.dumps(configs[args.one].measure()), flush=True)
         return None
-    print(f"python benchmarks/{os.path.basename(script)} {' '.join(argv)}".rstrip())
+    print(f"python benchmarks/{os.path.basename(script)} {shlex.join(argv)}".rstrip())
     print(f"# {machine()}")
     print(f"# load average at the start: {load_average()}", flush=True)
     results = rotated_rounds(script, list(configs), args.rounds, forwarded(argv))
