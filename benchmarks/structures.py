@@ -19,7 +19,7 @@ recurrent agent state, under the prefixes the batcher uses.
 
 Usage::
 
-    python benchmarks/structures.py              # about three minutes (90 processes)
+    python benchmarks/structures.py              # about four minutes (135 fresh processes)
     python benchmarks/structures.py --clock wall  # on a quiet machine
 """
 
