@@ -6,18 +6,24 @@ interpreter, the order rotated from round to round (so that a drift of the machi
 configuration alike), and the report gives the median and the range over rounds.
 
 A script using it answers ``--one NAME`` by measuring that configuration alone and printing one JSON object as its last
-stdout line.
+stdout line. The simplest use: :func:`add_arguments` on the script's parser, a ``{name: Config}`` dict built from its
+parsed flags (the same in the parent and in every child), and :func:`measure_or_rounds`, which either measures
+``--one`` here or runs every configuration in fresh processes with the parent's own flags; :func:`print_results`
+prints the table.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -78,3 +84,96 @@ def machine() -> str:
     import torch
 
     return f"{cpu}, {os.cpu_count()} logical cores, Python {platform.python_version()}, torch {torch.__version__}"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration: what measures it (in a fresh process; returns a JSON-able dict) and the rows it is compared
+    with, as ``(label, name)`` pairs: the table gives ``median(this) / median(name)`` beside the label."""
+
+    measure: Callable[[], dict[str, Any]]
+    against: tuple[tuple[str, str], ...] = ()
+
+
+def add_arguments(parser: argparse.ArgumentParser, rounds: int = 3) -> None:
+    """Adds ``--rounds`` and the harness's hidden ``--one NAME`` to ``parser``."""
+    parser.add_argument("--rounds", type=int, default=rounds,
+                        help="rounds, each configuration in a fresh process per round, the order rotated")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+
+
+def forwarded(argv: Sequence[str], parent_only: Sequence[str] = ("--rounds",)) -> list[str]:
+    """The parent's flags to hand each fresh process: ``argv`` less the flags in ``parent_only`` and their values.
+
+    >>> forwarded(["--iters", "3", "--rounds", "2", "--sizes", "64", "--rounds=4"])
+    ['--iters', '3', '--sizes', '64']
+    """
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg.split("=", 1)[0] in parent_only:
+            skip = "=" not in arg
+        else:
+            out.append(arg)
+    return out
+
+
+def load_average() -> str:
+    """The 1, 5 and 15-minute load averages, as ``uptime`` prints them."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def measure_or_rounds(script: str, configs: Mapping[str, Config], args: argparse.Namespace,
+                      argv: Sequence[str] | None = None) -> dict[str, list[dict[str, Any]]] | None:
+    """With ``args.one``: measures that configuration in this process, prints its JSON and returns ``None``.
+
+    Otherwise prints the command, the machine and the load average, runs every configuration ``args.rounds`` times in
+    fresh processes (``python script --one NAME`` and the parent's flags, less ``--rounds``), prints the load average
+    at the end and returns each configuration's results in round order.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if args.one is not None:
+        print(json.dumps(configs[args.one].measure()), flush=True)
+        return None
+    print(f"python benchmarks/{os.path.basename(script)} {shlex.join(argv)}".rstrip())
+    print(f"# {machine()}")
+    print(f"# load average at the start: {load_average()}", flush=True)
+    results = rotated_rounds(script, list(configs), args.rounds, forwarded(argv))
+    print(f"# load average at the end: {load_average()}")
+    return results
+
+
+def ratio(num: Sequence[float], den: Sequence[float]) -> str:
+    """``median(num) / median(den)`` and, in brackets, the range of the same-round ratios ``num[r] / den[r]``.
+
+    >>> ratio([2.0, 4.0, 3.0], [1.0, 2.0, 2.0])
+    '1.50x [1.50, 2.00]'
+    """
+    rounds = [a / b for a, b in zip(num, den) if b]
+    if not rounds:
+        return "-"
+    return f"{statistics.median(num) / statistics.median(den):.2f}x [{min(rounds):.2f}, {max(rounds):.2f}]"
+
+
+def median_run(runs: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The run whose ``key`` is closest to the median of ``runs``' (to quote its other fields)."""
+    mid = statistics.median(r[key] for r in runs)
+    return min(runs, key=lambda r: abs(r[key] - mid))
+
+
+def print_results(results: Mapping[str, Sequence[dict[str, Any]]], configs: Mapping[str, Config], key: str,
+                  header: str = "env steps/s", *, fmt: str = "{:,.0f}",
+                  note: Callable[[dict[str, Any]], str] | None = None) -> None:
+    """Prints one row per configuration: ``key``'s median [min, max] over rounds, the ratios to the rows in its
+    ``against`` (median over median, [range of the same-round ratios]), and ``note`` of its median run."""
+    print(f"\n| configuration | {header}, median [min, max] | ratio (of medians) [same-round range] |"
+          + (" notes (median run) |" if note else ""))
+    print("|:--|--:|:--|" + (":--|" if note else ""))
+    for name, runs in results.items():
+        values = [r[key] for r in runs]
+        ratios = "; ".join(f"{ratio(values, [r[key] for r in results[base]])} {label}"
+                           for label, base in configs[name].against if base in results)
+        extra = f" {note(median_run(runs, key))} |" if note else ""
+        print(f"| {name} | {med_range(values, fmt)} | {ratios} |{extra}")

@@ -15,18 +15,25 @@ With ``--policy-dtype bfloat16`` every loop's policy computes under ``torch.auto
 training batcher's policy of ``rlstruct train --autocast bfloat16``); with ``--compile-policy`` every loop's policy
 step (forward, softmax, draw) is compiled by ``torch.compile`` (``rlstruct train --compile-policy``).
 
-Run: python benchmarks/batchers.py [--iters 5] [--rounds 3] [--device cpu] [--sync-timings] [--physics-dtype float32]
-     [--policy-dtype bfloat16] [--compile-policy]
+Every row runs in a fresh process (``benchmarks/_fresh.py``), ``--rounds`` times, the order rotated from round to
+round; the table gives the median and the range, and each ratio is of medians, with the range of the same-round
+ratios. The batchers call ``rlstruct.allocator.tune_allocator()`` in the process that runs their envs, as they do for
+every user; the hand-written and gymnasium loops run with glibc's defaults, as a user's own loop does.
+
+Run: python benchmarks/batchers.py [--iters 5] [--rounds 3] [--device cpu] [--sizes 1024 4096] [--skip-processes]
+     [--sync-timings] [--physics-dtype float32] [--policy-dtype bfloat16] [--compile-policy]
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import gymnasium as gym
 import torch
 from _common import batcher_steps_per_s
+from _fresh import Config, add_arguments, measure_or_rounds, print_results
 from torch import nn
 
 from rlstruct import DictTensor, RL_Agent
@@ -147,6 +154,11 @@ def fmt_timings(t: dict) -> str:
     return " ".join(f"{k}={100 * t[k] / total:.0f}%" for k in keys if t[k] > 0 or k != "graph_replay")
 
 
+def timings_note(run: dict) -> str:
+    """A fresh-process run's ``timings()`` shares (nothing for the loops without a batcher)."""
+    return fmt_timings(run["timings"]) if "timings" in run else ""
+
+
 SYNC_TIMINGS = False  # --sync-timings: exact GPU phase shares, at one device sync per phase
 
 
@@ -160,10 +172,61 @@ def batcher_on(
                       zero_copy=zero_copy)
 
 
-def main(argv=None) -> None:
+def measured(sps_and_timings: tuple[float, dict]) -> dict:
+    sps, timings = sps_and_timings
+    return {"env_steps_per_s": sps, "timings": timings}
+
+
+def configurations(args: argparse.Namespace) -> dict[str, Config]:
+    """Every row of the table, in order (the same in the parent and in each fresh process)."""
+    configs: dict[str, Config] = {}
+    iters, device = args.iters, args.device
+    if not args.skip_processes:
+        sync = "(a) gymnasium SyncVectorEnv(64), 1 process"
+
+        def two_workers() -> dict:
+            with RL_Batcher(T, MLPAgent, {"autocast": POLICY_DTYPE, "compile": COMPILE_POLICY}, gym_list_env,
+                            {"n_envs": 32}, 2, [0, 1]) as b:
+                return measured(bench_batcher(b, iters))
+
+        configs[sync] = Config(lambda: {"env_steps_per_s": bench_sync_vector_env(64, iters)})
+        configs["(a) RL_Batcher 2 procs x 32 envs"] = Config(two_workers, (("SyncVectorEnv(64)", sync),))
+
+    def batcher_row(n: int, **kwargs) -> Callable[[], dict]:
+        def measure() -> dict:
+            with batcher_on(device, n, **kwargs) as b:
+                return measured(bench_batcher(b, iters))
+        return measure
+
+    part = "(b)" if device == "cpu" else "(c)"
+    on_gpu = device != "cpu"
+    for n in args.sizes:
+        hand, gvec = f"{part} hand-written loop, torch CartPole N={n}", f"{part} gymnasium CartPoleVectorEnv N={n}"
+        eager = f"{part} RL_Batcher n_processes=0 N={n}"
+        configs[hand] = Config(lambda n=n: {"env_steps_per_s": bench_hand_loop(n, iters, device)})
+        if n <= 65536:  # gymnasium's numpy env on the host: beyond, minutes per row
+            configs[gvec] = Config(lambda n=n: {"env_steps_per_s": bench_gym_vector(n, iters)})
+        configs[eager] = Config(batcher_row(n), (("hand", hand), ("gymnasium", gvec)))
+        configs[f"{part} RL_Batcher n_processes=0 zero_copy N={n}"] = Config(
+            batcher_row(n, zero_copy=True), (("default get()", eager), ("hand", hand), ("gymnasium", gvec)))
+        if on_gpu:
+            configs[f"{part} RL_Batcher n_processes=0 cuda_graph N={n}"] = Config(
+                batcher_row(n, cuda_graph=True), (("eager batcher", eager), ("hand", hand)))
+    if on_gpu:
+        n = args.sizes[-1]
+        graph = f"{part} RL_Batcher n_processes=0 cuda_graph N={n}"
+        configs[f"{part} RL_Batcher n_processes=1 (GPU worker) cuda_graph N={n}"] = Config(
+            batcher_row(n, n_processes=1, cuda_graph=True), (("in-process graph", graph),))
+        # The env step fused by torch.compile, inside the graph (compiled once, in the first acquisition).
+        configs[f"{part} RL_Batcher n_processes=0 cuda_graph, env compile=True N={n}"] = Config(
+            batcher_row(n, cuda_graph=True, compile=True), (("eager-env graph", graph),))
+    return configs
+
+
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--iters", type=int, default=5, help="acquisitions of T=128 steps timed per row")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each loop is shown")
+    add_arguments(p)
     p.add_argument("--device", default="cpu", help="device for part (b)/(c)")
     p.add_argument("--sizes", type=int, nargs="*", default=None, help="env counts for part (b)")
     p.add_argument("--skip-processes", action="store_true", help="skip part (a), the worker-process comparison")
@@ -177,6 +240,7 @@ def main(argv=None) -> None:
     p.add_argument("--compile-policy", action="store_true",
                    help="the policy's step compiled by torch.compile (every loop, every part)")
     args = p.parse_args(argv)
+    args.sizes = args.sizes or ([1024, 4096, 16384] if args.device == "cpu" else [1024, 16384, 262144, 1 << 20])
     torch.set_float32_matmul_precision(args.matmul_precision)
     global SYNC_TIMINGS, PHYSICS_DTYPE, POLICY_DTYPE, COMPILE_POLICY
     SYNC_TIMINGS = args.sync_timings
@@ -184,69 +248,10 @@ def main(argv=None) -> None:
     POLICY_DTYPE = None if args.policy_dtype == "float32" else getattr(torch, args.policy_dtype)
     COMPILE_POLICY = args.compile_policy
     torch.set_num_threads(1)
-    rows: list[tuple[str, str, float, str]] = []
-
-    if not args.skip_processes:
-        print("(a) 2 worker processes x 32 gymnasium CartPole-v1 vs one process, SyncVectorEnv(64)", flush=True)
-        base = sps = 0.0
-        with RL_Batcher(T, MLPAgent, {"autocast": POLICY_DTYPE, "compile": COMPILE_POLICY}, gym_list_env,
-                        {"n_envs": 32}, 2, [0, 1]) as b:
-            for _ in range(args.rounds):
-                base = max(base, bench_sync_vector_env(64, args.iters))
-                r_sps, r_tm = bench_batcher(b, args.iters)
-                if r_sps > sps:
-                    sps, tm = r_sps, r_tm
-        rows.append(("a", "gymnasium SyncVectorEnv(64), 1 process", base, ""))
-        rows.append(("a", "RL_Batcher 2 procs x 32 envs", sps, f"{sps / base:.2f}x  " + fmt_timings(tm)))
-
-    sizes = args.sizes or ([1024, 4096, 16384] if args.device == "cpu" else [1024, 16384, 262144, 1 << 20])
-    part = "b" if args.device == "cpu" else "c"
-    print(f"({part}) n_processes=0, torch CartPole on {args.device}", flush=True)
-    on_gpu = args.device != "cpu"
-    for n in sizes:
-        # Interleaved rounds, best of each: the loops see the same machine load.
-        hand = gvec = sps = zsps = gsps = 0.0
-        for _ in range(args.rounds):
-            hand = max(hand, bench_hand_loop(n, args.iters, args.device))
-            gvec = max(gvec, bench_gym_vector(n, args.iters)) if n <= 65536 else float("nan")
-            with batcher_on(args.device, n) as b:
-                r_sps, r_tm = bench_batcher(b, args.iters)
-            if r_sps > sps:
-                sps, tm = r_sps, r_tm
-            with batcher_on(args.device, n, zero_copy=True) as b:
-                r_sps, r_tm = bench_batcher(b, args.iters)
-            if r_sps > zsps:
-                zsps, ztm = r_sps, r_tm
-            if on_gpu:
-                with batcher_on(args.device, n, cuda_graph=True) as b:
-                    r_sps, r_tm = bench_batcher(b, args.iters)
-                if r_sps > gsps:
-                    gsps, gtm = r_sps, r_tm
-        rows.append((part, f"hand-written loop, torch CartPole N={n}", hand, ""))
-        rows.append((part, f"gymnasium CartPoleVectorEnv N={n}", gvec, ""))
-        rows.append((part, f"RL_Batcher n_processes=0 N={n}", sps,
-                     f"{sps / hand:.2f}x hand, {sps / gvec:.2f}x gymnasium  " + fmt_timings(tm)))
-        rows.append((part, f"RL_Batcher n_processes=0 zero_copy N={n}", zsps,
-                     f"{zsps / hand:.2f}x hand, {zsps / gvec:.2f}x gymnasium  " + fmt_timings(ztm)))
-        if on_gpu:
-            rows.append((part, f"RL_Batcher n_processes=0 cuda_graph N={n}", gsps,
-                         f"{gsps / hand:.2f}x hand, {gsps / sps:.2f}x eager batcher  " + fmt_timings(gtm)))
-    if on_gpu:
-        n = sizes[-1]
-        with batcher_on(args.device, n, n_processes=1, cuda_graph=True) as b:
-            psps, ptm = max((bench_batcher(b, args.iters) for _ in range(args.rounds)), key=lambda r: r[0])
-        rows.append((part, f"RL_Batcher n_processes=1 (GPU worker) cuda_graph N={n}", psps,
-                     f"{psps / gsps:.2f}x in-process graph  " + fmt_timings(ptm)))
-        # The env step fused by torch.compile, inside the graph (compiled once, in the first acquisition).
-        with batcher_on(args.device, n, cuda_graph=True, compile=True) as b:
-            csps, ctm = max((bench_batcher(b, args.iters) for _ in range(args.rounds)), key=lambda r: r[0])
-        rows.append((part, f"RL_Batcher n_processes=0 cuda_graph, env compile=True N={n}", csps,
-                     f"{csps / gsps:.2f}x eager-env graph  " + fmt_timings(ctm)))
-
-    print("\n| part | configuration | env steps/s | ratio and timings() shares |")
-    print("|---|---|---:|---|")
-    for part, name, sps, note in rows:
-        print(f"| {part} | {name} | {sps:,.0f} | {note} |")
+    configs = configurations(args)
+    results = measure_or_rounds(__file__, configs, args, argv)
+    if results is not None:
+        print_results(results, configs, "env_steps_per_s", note=timings_note)
 
 
 if __name__ == "__main__":

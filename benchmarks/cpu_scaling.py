@@ -15,7 +15,10 @@ batcher against the independent processes at the same k (the batcher's own cost)
 ``timings()`` shares (the workers' agent, env and buffer phases, the parent's ``wait`` and ``gather``), which say
 where a loss goes.
 
-Run: python benchmarks/cpu_scaling.py [--workers 1 2 4 8] [--envs 32] [--iters 5] [--rounds 2]
+Every row runs in a fresh process (``benchmarks/_fresh.py``), ``--rounds`` times, the order rotated from round to
+round: medians and ranges, ratios of medians with the range of the same-round ratios.
+
+Run: python benchmarks/cpu_scaling.py [--workers 1 2 4 8] [--envs 32] [--iters 5] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ import time
 
 import gymnasium as gym
 import torch
-from _common import print_table
+from _fresh import Config, add_arguments, measure_or_rounds, print_results
 
-from batchers import MLPAgent, T, bench_batcher, fmt_timings, gym_list_env, mlp
+from batchers import MLPAgent, T, bench_batcher, gym_list_env, mlp, timings_note
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
 
 
@@ -76,47 +79,44 @@ def batcher(k: int, n_envs: int, pinned: bool) -> RL_Batcher:
                       worker_placements=placements)
 
 
+def configurations(args: argparse.Namespace) -> dict[str, Config]:
+    """Every row of the table, in order (the same in the parent and in each fresh process)."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count()))
+    configs: dict[str, Config] = {}
+    first = args.workers[0]
+
+    def run_batcher(k: int, pinned: bool) -> dict:
+        with batcher(k, args.envs, pinned) as b:
+            sps, tm = bench_batcher(b, args.iters)
+        return {"env_steps_per_s": sps, "timings": tm}
+
+    for k in args.workers:
+        can_pin = hasattr(os, "sched_setaffinity") and k + 1 <= len(cores) and cores == list(range(len(cores)))
+        ceiling = f"independent k={k}"
+        configs[ceiling] = Config(lambda k=k: {"env_steps_per_s": independent_processes(k, args.envs, args.iters)},
+                                  ((f"k={first}", f"independent k={first}"),) if k != first else ())
+        for kind, pinned in (("batcher", False), ("batcher pinned", True)):
+            if pinned and not can_pin:
+                continue
+            against = ((f"k={first}", f"{kind} k={first}"),) if k != first else ()
+            configs[f"{kind} k={k}"] = Config(lambda k=k, pinned=pinned: run_batcher(k, pinned),
+                                              against + (("independent", ceiling),))
+    return configs
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--envs", type=int, default=32, help="gymnasium CartPoles per worker")
     p.add_argument("--iters", type=int, default=5, help=f"acquisitions of T={T} steps timed per row")
-    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best of each is shown")
+    add_arguments(p)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count()))
-    print(f"# {len(cores)} usable cores, torch {torch.__version__}, gymnasium {gym.__version__}, "
-          f"{args.envs} envs per worker, T={T}", flush=True)
-    results: dict[tuple[str, int], tuple[float, str]] = {}
-    for k in args.workers:
-        can_pin = hasattr(os, "sched_setaffinity") and k + 1 <= len(cores) and cores == list(range(len(cores)))
-        best: dict[str, tuple[float, str]] = {}
-        for _ in range(args.rounds):
-            runs = {"independent": (independent_processes(k, args.envs, args.iters), "")}
-            for kind, pinned in (("batcher", False), ("batcher pinned", True)):
-                if pinned and not can_pin:
-                    continue
-                with batcher(k, args.envs, pinned) as b:
-                    sps, tm = bench_batcher(b, args.iters)
-                runs[kind] = (sps, fmt_timings(tm))
-            for kind, run in runs.items():
-                if run[0] > best.get(kind, (0.0, ""))[0]:
-                    best[kind] = run
-        for kind, run in best.items():
-            results[(kind, k)] = run
-        print(f"k={k}: " + "; ".join(f"{kind} {sps:,.0f} {shares}" for kind, (sps, shares) in best.items()),
-              flush=True)
-
-    rows = []
-    for (kind, k), (sps, shares) in results.items():
-        one = results.get((kind, args.workers[0]))
-        speedup = f"{sps / one[0] * args.workers[0]:.2f}" if one else ""
-        ceiling = results.get(("independent", k))
-        vs = f"{sps / ceiling[0]:.2f}x" if kind != "independent" and ceiling else ""
-        rows.append([kind, str(k), f"{sps:,.0f}", speedup, vs, shares])
-    print()
-    print_table(["loop", "k", "env steps/s", f"speed-up over k={args.workers[0]}", "vs independent",
-                 "timings() shares"], rows)
+    configs = configurations(args)
+    results = measure_or_rounds(__file__, configs, args, argv)
+    if results is not None:
+        print(f"# gymnasium {gym.__version__}, {args.envs} envs per worker, T={T}")
+        print_results(results, configs, "env_steps_per_s", note=timings_note)
 
 
 if __name__ == "__main__":

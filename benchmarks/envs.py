@@ -19,23 +19,25 @@ steps per second (``N * steps / seconds``). Rows:
   numpy ``CartPoleVectorEnv`` (next-step auto-reset).
 * ``envpool``: ``envpool.make("CartPole-v1", env_type="gymnasium", num_envs=N)``, when importable.
 
-The implementations are measured in turns, ``--repeats`` times, and the best run of each is kept,
-so that load from other processes on a shared machine penalises every row alike.
+Every (implementation, N) runs in a fresh process (``benchmarks/_fresh.py``), ``--rounds`` times, the order rotated
+from round to round, so that no ratio depends on what ran before in the process; within a process the best of
+``--repeats`` timed runs is kept. The table gives the median and the range over rounds, and each ratio to gymnasium
+is of medians, with the range of the same-round ratios.
 
 Usage::
 
     python benchmarks/envs.py                      # cuda when available, else cpu
-    python benchmarks/envs.py --device cpu --threads 1 --sizes 64 1024 16384 262144
+    python benchmarks/envs.py --device cpu --threads 1 --sizes 64 1024 16384 262144 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
-import sys
+import importlib.util
 
 import torch
-from _common import Runner, device_sync, numpy_runner, print_table, time_steps
+from _common import Runner, device_sync, numpy_runner, time_steps
+from _fresh import Config, add_arguments, measure_or_rounds, print_results
 
 from rlstruct.envs import CartPole
 from rlstruct.structures import DictTensor
@@ -83,6 +85,41 @@ def envpool_runner(n: int, warmup: int) -> Runner | None:
     return numpy_runner(env, n, warmup)
 
 
+def runner(name: str, n: int, device: str, warmup: int) -> Runner:
+    """The runner of implementation ``name`` (a row label of the table) over ``n`` envs."""
+    if name == "gymnasium":
+        return gym_runner(n, warmup)
+    if name == "envpool":
+        return envpool_runner(n, warmup)
+    return torch_runner(n, device, fused=name == "torch fused", warmup=warmup,
+                        force={"torch numpy": "numpy", "torch dense": "dense"}.get(name),
+                        physics_dtype=torch.float32 if name == "torch float32" else torch.float64)
+
+
+def configurations(args: argparse.Namespace) -> dict[str, Config]:
+    """Every (implementation, N), in order (the same in the parent and in each fresh process)."""
+    on_cpu = torch.device(args.device).type == "cpu"
+    names = ["torch eager"] + (["torch numpy"] if on_cpu else []) + ([] if args.no_fused else ["torch fused"])
+    names += (["torch dense"] if on_cpu and not args.no_dense else []) + (["torch float32"] if args.float32 else [])
+    if not args.no_gym:
+        names += ["gymnasium"] + (["envpool"] if importlib.util.find_spec("envpool") else [])
+
+    def measure(name: str, n: int) -> dict:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        step, sync = runner(name, n, args.device, warmup=10)
+        rate = max(n / time_steps(step, sync, args.min_seconds) for _ in range(args.repeats))
+        return {"env_steps_per_s": rate, "threads": torch.get_num_threads()}
+
+    configs = {}
+    for n in args.sizes:
+        gym = f"gymnasium N={n}"
+        for name in names:
+            against = (("gymnasium", gym),) if name in RATIOS and not args.no_gym else ()
+            configs[f"{name} N={n}"] = Config(lambda name=name, n=n: measure(name, n), against)
+    return configs
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 16384, 262144], help="numbers of envs N")
@@ -91,72 +128,24 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--min-seconds", type=float, default=0.3, help="minimum duration of one timed run")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per row, in turns; the best is kept")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per process; the best is kept")
+    add_arguments(parser)
     parser.add_argument("--no-fused", action="store_true", help="skip the compile=True row")
     parser.add_argument("--no-gym", action="store_true", help="skip gymnasium (and envpool)")
     parser.add_argument("--no-dense", action="store_true", help="skip the forced dense-draw row on the CPU")
     parser.add_argument("--float32", action="store_true", help="add the single-precision physics row")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    print(f"# {' '.join([sys.executable.rsplit('/', 1)[-1], *sys.argv])}")
-    print(
-        f"# torch {torch.__version__}, {platform.python_implementation()} {platform.python_version()}, "
-        f"{platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}, "
-        f"device {args.device}"
-    )
-    on_cpu = torch.device(args.device).type == "cpu"
+    configs = configurations(args)
+    if args.one is None and CartPole(1, device=args.device).kernel != "jit":  # the numpy kernels are the default
+        configs = {name: c for name, c in configs.items() if not name.startswith("torch numpy ")}
+    results = measure_or_rounds(__file__, configs, args, argv)
+    if results is None:
+        return
+    first = next(iter(results.values()))[0]
     kernel = CartPole(1, device=args.device).kernel
-    print(f"# default step kernel: {kernel}")
-    names = ["torch eager"] + (["torch numpy"] if kernel == "jit" else []) + ([] if args.no_fused else ["torch fused"])
-    if on_cpu and not args.no_dense:
-        names.append("torch dense")
-    if args.float32:
-        names.append("torch float32")
-    if not args.no_gym:
-        names.append("gymnasium")
-    header = ["N"] + [f"{n} steps/s" for n in names]
-    if "gymnasium" in names:
-        header += [f"{n} / gym" for n in names if n in RATIOS]
-    rows = []
-    envpool_seen = False
-    for n in args.sizes:
-        warmup = 10
-        runners: dict[str, Runner] = {
-            "torch eager": torch_runner(n, args.device, fused=False, warmup=warmup)
-        }
-        if not args.no_fused:
-            runners["torch fused"] = torch_runner(n, args.device, fused=True, warmup=warmup)
-        if "torch numpy" in names:
-            runners["torch numpy"] = torch_runner(n, args.device, fused=False, warmup=warmup, force="numpy")
-        if "torch dense" in names:
-            runners["torch dense"] = torch_runner(n, args.device, fused=False, warmup=warmup, force="dense")
-        if "torch float32" in names:
-            runners["torch float32"] = torch_runner(n, args.device, fused=False, warmup=warmup,
-                                                    physics_dtype=torch.float32)
-        if not args.no_gym:
-            runners["gymnasium"] = gym_runner(n, warmup)
-            pool = envpool_runner(n, warmup)
-            if pool is not None:
-                runners["envpool"] = pool
-                envpool_seen = True
-        best: dict[str, float] = {}
-        for _ in range(args.repeats):
-            for name, (step, sync) in runners.items():
-                rate = n / time_steps(step, sync, args.min_seconds)
-                best[name] = max(best.get(name, 0.0), rate)
-        row = [str(n)] + [f"{best[k]:.3g}" for k in names]
-        if "gymnasium" in best:
-            row += [f"{best[k] / best['gymnasium']:.2f}x" for k in names if k in RATIOS]
-        if envpool_seen:
-            row.append(f"{best['envpool']:.3g}" if "envpool" in best else "-")
-        rows.append(row)
-    if envpool_seen:
-        header.append("envpool steps/s")
-    print_table(header, rows)
-    if not envpool_seen and not args.no_gym:
-        print("# envpool: not installed")
+    print(f"# device {args.device}, torch threads {first['threads']}, default step kernel: {kernel}"
+          + ("" if args.no_gym or importlib.util.find_spec("envpool") else "; envpool: not installed"))
+    print_results(results, configs, "env_steps_per_s", fmt="{:.3g}")
 
 
 if __name__ == "__main__":

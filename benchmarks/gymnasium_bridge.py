@@ -12,25 +12,25 @@ Columns:
   numpy ``CartPoleVectorEnv`` (next-step auto-reset, no final observations in its infos).
 * ``rlstruct VecEnv``: the simulator stepped directly (``env.step(DictTensor)``), without the bridge.
 
-The implementations are measured in turns, ``--repeats`` times, and the best run of each is kept, so that
-load from other processes penalises every column alike.
+Every (implementation, N) runs in a fresh process (``benchmarks/_fresh.py``), ``--rounds`` times, the order rotated
+from round to round; within a process the best of ``--repeats`` timed runs is kept. The table gives the median and
+the range over rounds, and ratios of medians with the range of the same-round ratios.
 
 Usage::
 
     python benchmarks/gymnasium_bridge.py                       # cuda when available, else cpu
-    python benchmarks/gymnasium_bridge.py --device cpu --sizes 64 1024 16384
+    python benchmarks/gymnasium_bridge.py --device cpu --sizes 64 1024 16384 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
-import sys
 
 import gymnasium as gym
 import numpy as np
 import torch
-from _common import Runner, device_sync, print_table, time_steps
+from _common import Runner, device_sync, time_steps
+from _fresh import Config, add_arguments, measure_or_rounds, print_results
 
 from rlstruct.envs import CartPole, to_gymnasium
 from rlstruct.structures import DictTensor
@@ -84,6 +84,32 @@ def gym_runner(n: int, warmup: int) -> Runner:
     return step, lambda: None
 
 
+RUNNERS = {
+    "bridge torch": lambda n, device, warmup: bridge_runner(n, device, "torch", warmup),
+    "bridge numpy": lambda n, device, warmup: bridge_runner(n, device, "numpy", warmup),
+    "gymnasium": lambda n, device, warmup: gym_runner(n, warmup),
+    "rlstruct VecEnv": vecenv_runner,
+}
+
+
+def configurations(args: argparse.Namespace) -> dict[str, Config]:
+    """Every (implementation, N), in order (the same in the parent and in each fresh process)."""
+    def measure(name: str, n: int) -> dict:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        step, sync = RUNNERS[name](n, args.device, 10)
+        rate = max(n / time_steps(step, sync, args.min_seconds) for _ in range(args.repeats))
+        return {"env_steps_per_s": rate, "threads": torch.get_num_threads()}
+
+    configs = {}
+    for n in args.sizes:
+        against = {"bridge torch": (("gymnasium", f"gymnasium N={n}"), ("VecEnv", f"rlstruct VecEnv N={n}")),
+                   "bridge numpy": (("gymnasium", f"gymnasium N={n}"),)}
+        for name in RUNNERS:
+            configs[f"{name} N={n}"] = Config(lambda name=name, n=n: measure(name, n), against.get(name, ()))
+    return configs
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 16384], help="numbers of envs N")
@@ -92,43 +118,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--min-seconds", type=float, default=0.3, help="minimum duration of one timed run")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per cell, in turns; the best is kept")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per process; the best is kept")
+    add_arguments(parser)
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    print(f"# {' '.join([sys.executable.rsplit('/', 1)[-1], *sys.argv])}")
-    print(
-        f"# torch {torch.__version__}, gymnasium {gym.__version__}, numpy {np.__version__}, "
-        f"{platform.python_implementation()} {platform.python_version()}, "
-        f"{platform.processor() or platform.machine()}, "
-        f"torch threads {torch.get_num_threads()}, device {args.device}"
-    )
-    names = ["bridge torch", "bridge numpy", "gymnasium", "rlstruct VecEnv"]
-    header = ["N"] + [f"{k} steps/s" for k in names] + ["torch / gym", "numpy / gym", "bridge torch / VecEnv"]
-    rows = []
-    for n in args.sizes:
-        warmup = 10
-        runners = {
-            "bridge torch": bridge_runner(n, args.device, "torch", warmup),
-            "bridge numpy": bridge_runner(n, args.device, "numpy", warmup),
-            "gymnasium": gym_runner(n, warmup),
-            "rlstruct VecEnv": vecenv_runner(n, args.device, warmup),
-        }
-        best: dict[str, float] = {}
-        for _ in range(args.repeats):
-            for name, (step, sync) in runners.items():
-                best[name] = max(best.get(name, 0.0), n / time_steps(step, sync, args.min_seconds))
-        rows.append(
-            [str(n)]
-            + [f"{best[k]:.3g}" for k in names]
-            + [
-                f"{best['bridge torch'] / best['gymnasium']:.2f}x",
-                f"{best['bridge numpy'] / best['gymnasium']:.2f}x",
-                f"{best['bridge torch'] / best['rlstruct VecEnv']:.2f}",
-            ]
-        )
-    print_table(header, rows)
+    configs = configurations(args)
+    results = measure_or_rounds(__file__, configs, args, argv)
+    if results is not None:
+        threads = next(iter(results.values()))[0]["threads"]
+        print(f"# gymnasium {gym.__version__}, numpy {np.__version__}, torch threads {threads}, device {args.device}")
+        print_results(results, configs, "env_steps_per_s", fmt="{:.3g}")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,14 @@
 
 Each operation is timed three ways in the same run: rlstruct's structure, a plain ``dict[str, Tensor]``
 (plus a ``lengths`` tensor for the temporal case), and tensordict's ``TensorDict`` when tensordict is
-installed (it is optional). The three are interleaved, in rotating order, so that machine noise and
-allocator state hit them alike. The table reports the best of ``--repeats`` runs of about
-``--run-seconds`` each (or ``--number`` calls), in microseconds per call, and the ratio to the plain
-dict. The target for rlstruct is a ratio of at most 1.2. Timings use this process's CPU time by default
-(``--clock process``), which other jobs on a shared machine barely disturb; ``--clock wall`` measures
-elapsed time on a quiet machine.
+installed (it is optional). Each (operation, implementation) runs in a fresh process
+(``benchmarks/_fresh.py``), ``--rounds`` times, the order rotated from round to round, so that no
+implementation inherits the allocator state another left. Within a process the best of ``--repeats``
+runs of about ``--run-seconds`` each (or ``--number`` calls) is kept, in microseconds per call; the table
+gives the median and the range over rounds, and the ratio to the plain dict (of medians, with the range
+of the same-round ratios). The target for rlstruct is a ratio of at most 1.2. Timings use the process's
+CPU time by default (``--clock process``), which other jobs on a shared machine barely disturb;
+``--clock wall`` measures elapsed time on a quiet machine.
 
 Operations that cost a microsecond or two (``prepend_key``, ``truncate_key``, the no-op ``to``) only rename
 keys or return ``self``: there the ratio shows the fixed cost of building one Python object.
@@ -17,28 +19,23 @@ recurrent agent state, under the prefixes the batcher uses.
 
 Usage::
 
-    python benchmarks/structures.py              # about a minute
+    python benchmarks/structures.py              # about four minutes (135 fresh processes)
     python benchmarks/structures.py --clock wall  # on a quiet machine
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
+import importlib.util
+import statistics
 import time
 import timeit
 from collections.abc import Callable
 
 import torch
+from _fresh import Config, add_arguments, measure_or_rounds, med_range, ratio
 
 from rlstruct import DictTensor, TemporalDictTensor
-
-try:
-    from tensordict import TensorDict
-    from tensordict import pad as td_pad
-except ImportError:
-    TensorDict = None
-    td_pad = None
 
 TARGET = 1.2
 
@@ -143,14 +140,22 @@ def tdict_truncate(p, prefix):
 # ------------------------------------------------------------------------------------ tensordict references
 # A temporal batch for tensordict: (TensorDict of batch size [B, T], lengths [B]); key prefixes become
 # nesting, which is tensordict's idiomatic equivalent of prepend_key / truncate_key.
-def td_temporal_cat(ps):
+def td_temporal_cat(ps, pad):
     T = max(td.batch_size[1] for td, _ in ps)
-    tds = [td if td.batch_size[1] == T else td_pad(td, [0, 0, 0, T - td.batch_size[1]]) for td, _ in ps]
+    tds = [td if td.batch_size[1] == T else pad(td, [0, 0, 0, T - td.batch_size[1]]) for td, _ in ps]
     return torch.cat(tds, 0), torch.cat([lengths for _, lengths in ps])
 
 
-def build_cases(B: int, T: int) -> list[tuple[str, str, Callable, Callable, Callable | None]]:
-    """``(structure, op, rlstruct_fn, dict_fn, tensordict_fn)`` rows; each fn takes no argument."""
+def build_cases(B: int, T: int, tensordict: bool) -> list[tuple[str, str, Callable, Callable, Callable | None]]:
+    """``(structure, op, rlstruct_fn, dict_fn, tensordict_fn)`` rows; each fn takes no argument (``tensordict_fn``:
+    ``None`` unless ``tensordict``, which imports it)."""
+    if tensordict:
+        from tensordict import TensorDict
+        from tensordict import pad as td_pad
+
+    def _opt(fn: Callable) -> Callable | None:
+        return fn if tensordict else None
+
     cpu = "cpu"
     a, b = B // 8, B // 8 + B // 2
     idx = torch.randperm(B, generator=torch.Generator().manual_seed(1))[: B // 2]
@@ -164,7 +169,7 @@ def build_cases(B: int, T: int) -> list[tuple[str, str, Callable, Callable, Call
     bare = {k[len("observation/"):] if k.startswith("observation/") else k: v for k, v in dv.items()}
     bare_dt = DictTensor(bare)
     td = tds = bare_td = None
-    if TensorDict is not None:
+    if tensordict:
         td = TensorDict(dict(dv), batch_size=[B])
         tds = [TensorDict(dict(v), batch_size=[B]) for v in dvs]
         bare_td = TensorDict(dict(bare), batch_size=[B])
@@ -205,7 +210,7 @@ def build_cases(B: int, T: int) -> list[tuple[str, str, Callable, Callable, Call
     tbare_p = (tbare, lengths)
     ta, tb = T // 4, T // 4 + T // 2
     ttd = None
-    if TensorDict is not None:
+    if tensordict:
         ttd = (TensorDict(dict(tv), batch_size=[B, T]), lengths)
         ttds = [(TensorDict(dict(v), batch_size=[B, t]), ln) for (v, ln), t in zip(tps, short_T)]
         tbare_td = TensorDict(dict(tbare), batch_size=[B, T])
@@ -220,7 +225,7 @@ def build_cases(B: int, T: int) -> list[tuple[str, str, Callable, Callable, Call
          lambda: tdict_temporal_slice(tp, ta, tb),
          _opt(lambda: (ttd[0][:, ta:tb], (ttd[1] - ta).clamp(min=0, max=tb - ta)))),
         ("TemporalDictTensor", f"cat({len(short_T)}, padded)", lambda: TemporalDictTensor.cat(tdts),
-         lambda: tdict_cat(tps), _opt(lambda: td_temporal_cat(ttds))),
+         lambda: tdict_cat(tps), _opt(lambda: td_temporal_cat(ttds, td_pad))),
         ("TemporalDictTensor", "to('cpu') (no-op)", lambda: tdt.to(cpu), lambda: tdict_to(tp, cpu),
          _opt(lambda: (ttd[0].to(cpu), ttd[1].to(cpu)))),
         ("TemporalDictTensor", "to('cpu') + clone", lambda: tdt.to(cpu).clone(), lambda: tdict_copy(tp, cpu),
@@ -232,10 +237,6 @@ def build_cases(B: int, T: int) -> list[tuple[str, str, Callable, Callable, Call
          lambda: tdict_truncate(tp, "observation/"), _opt(lambda: (tnested_td["observation"], lengths))),
     ]
     return rows
-
-
-def _opt(fn: Callable) -> Callable | None:
-    return fn if TensorDict is not None else None
 
 
 CLOCKS = {"process": time.process_time, "wall": time.perf_counter}
@@ -251,9 +252,31 @@ def calls_for(fn: Callable, seconds: float, clock: Callable[[], float]) -> int:
     return max(10, int(seconds / max(t, 1e-9)))
 
 
+IMPLEMENTATIONS = ("rlstruct", "dict", "tensordict")
+
+
+def configurations(args: argparse.Namespace) -> dict[str, Config]:
+    """Every (operation, implementation), in order (the same in the parent and in each fresh process)."""
+    has_td = importlib.util.find_spec("tensordict") is not None
+    rows = [(structure, op) for structure, op, *_ in build_cases(args.batch, args.time, tensordict=False)
+            if args.only in f"{structure}.{op}"]
+
+    def measure(row: tuple[str, str], impl: int) -> dict:
+        torch.set_num_threads(args.threads)
+        clock = CLOCKS[args.clock]
+        cases = build_cases(args.batch, args.time, tensordict=impl == 2)
+        fn = next(c for c in cases if c[:2] == row)[2 + impl]
+        fn()  # warm up
+        number = args.number or calls_for(fn, args.run_seconds, clock)
+        return {"us": min(best_us(fn, number, clock) for _ in range(args.repeats)), "calls": number}
+
+    return {f"{structure}.{op} [{name}]": Config(lambda row=(structure, op), i=i: measure(row, i))
+            for structure, op in rows for i, name in enumerate(IMPLEMENTATIONS) if has_td or name != "tensordict"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=30, help="timing runs per operation; the best is kept")
+    parser.add_argument("--repeats", type=int, default=10, help="timing runs per process; the best is kept")
     parser.add_argument(
         "--number", type=int, default=None, help="calls per timing run (default: as many as take --run-seconds)"
     )
@@ -271,46 +294,33 @@ def main(argv: list[str] | None = None) -> int:
         help="process: this process's CPU time, which other load on a shared machine barely disturbs "
         "(meaningful with --threads 1); wall: elapsed time, for a quiet machine",
     )
+    add_arguments(parser)
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    clock = CLOCKS[args.clock]
-
-    rows = [r for r in build_cases(args.batch, args.time) if args.only in f"{r[0]}.{r[1]}"]
-    for _, _, *fns in rows:  # warm up
-        for fn in fns:
-            if fn is not None:
-                fn()
-
-    results = []
-    for structure, op, ours, plain, td in rows:
-        number = args.number or calls_for(plain, args.run_seconds, clock)  # the same count for all three
-        best = [float("inf")] * 3
-        fns = (ours, plain, td)
-        for r in range(args.repeats):
-            # Rotate who goes first: large allocations leave the allocator warmer for whoever follows.
-            for i in (r % 3, (r + 1) % 3, (r + 2) % 3):
-                if fns[i] is not None:
-                    best[i] = min(best[i], best_us(fns[i], number, clock))
-        results.append((structure, op, *best))
-
-    has_td = TensorDict is not None
+    configs = configurations(args)
+    results = measure_or_rounds(__file__, configs, args, argv)
+    if results is None:
+        return 0
+    has_td = any(name.endswith("[tensordict]") for name in results)
     print(
-        f"torch {torch.__version__}, {platform.python_implementation()} {platform.python_version()}, "
-        f"{args.threads} thread(s), {args.clock} clock, B={args.batch}, T={args.time}, best of {args.repeats} runs "
-        f"({'%d calls' % args.number if args.number else '~%g s' % args.run_seconds} each); "
+        f"# {args.threads} thread(s), {args.clock} clock, B={args.batch}, T={args.time}, best of {args.repeats} runs "
+        f"({'%d calls' % args.number if args.number else '~%g s' % args.run_seconds} each) per process; "
         f"tensordict {'installed' if has_td else 'not installed'}"
     )
-    header = "| structure | op | rlstruct (µs) | dict (µs) | tensordict (µs) | rlstruct / dict | tensordict / dict |"
-    print(header)
-    print("|" + "|".join("---" for _ in range(header.count("|") - 1)) + "|")
+    print("\n| structure | op | rlstruct (µs) | dict (µs) | tensordict (µs) | rlstruct / dict | tensordict / dict |")
+    print("|:--|:--|--:|--:|--:|:--|:--|")
     misses = []
-    for structure, op, ours, plain, td in results:
-        ratio = ours / plain
-        if ratio > TARGET:
-            misses.append(f"{structure}.{op}")
-        td_cells = (f"{td:.1f}", f"{td / plain:.2f}") if has_td else ("-", "-")
-        print(f"| {structure} | {op} | {ours:.1f} | {plain:.1f} | {td_cells[0]} | {ratio:.2f} | {td_cells[1]} |")
-    print(f"target rlstruct / dict <= {TARGET}: " + ("met" if not misses else "missed by " + ", ".join(misses)))
+    rows = dict.fromkeys(name.rsplit(" [", 1)[0] for name in results)
+    for row in rows:
+        us = {impl: [r["us"] for r in results.get(f"{row} [{impl}]", [])] for impl in IMPLEMENTATIONS}
+        if us["rlstruct"] and us["dict"] and statistics.median(us["rlstruct"]) / statistics.median(us["dict"]) > TARGET:
+            misses.append(row)
+        structure, op = row.split(".", 1)
+        cells = [med_range(us[impl], "{:.1f}") for impl in IMPLEMENTATIONS]
+        cells += [ratio(us["rlstruct"], us["dict"]) if us["rlstruct"] and us["dict"] else "-",
+                  ratio(us["tensordict"], us["dict"]) if us["tensordict"] and us["dict"] else "-"]
+        print(f"| {structure} | {op} | " + " | ".join(cells) + " |")
+    verdict = "met" if not misses else "missed by " + ", ".join(misses)
+    print(f"target rlstruct / dict <= {TARGET} (medians): {verdict}")
     return 0
 
 
