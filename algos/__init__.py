@@ -6,6 +6,8 @@ and its policy agent), :mod:`rlstruct.algos.encoders` (the CNN for images, the M
 :mod:`rlstruct.algos.recurrent` (the LSTM actor-critic, its agent and the replay of a window),
 :mod:`rlstruct.algos.normalization` (running observation and reward normalisation of the actor-critic family),
 :mod:`rlstruct.algos.update` (the learner's update step and the fast path's settings),
+:mod:`rlstruct.algos.optim` (the learners' Adam: ``torch.optim.Adam``'s update and state dict without the
+``torch._dynamo`` import of ``torch.optim``'s base class),
 :mod:`rlstruct.algos.replay` (the replay buffer of DQN and SAC), :mod:`rlstruct.algos.transitions` (the one-step
 and n-step transitions it is filled with), :mod:`rlstruct.algos.evaluation`
 and :mod:`rlstruct.algos.checkpoints`.

@@ -190,6 +190,7 @@ def test_an_env_writing_in_place_gives_what_step_gives(monkeypatch, agent, zero_
     """GymEnvInf over a list, and the torch CartPole's compiled kernel, write each step into the buffer
     (step_into); the same trajectories as the generic loop over step(), in process, in worker processes, and with
     zero_copy."""
+    monkeypatch.setenv("RLSTRUCT_JIT_AFTER", "0")  # the compiled kernel from the first step (workers inherit it)
     if cls is TorchVecEnv and not create_env(1, 0).writes_in_place():
         pytest.skip("numba is not installed: the torch CartPole does not write in place")
     check_in_place_gives_what_step_gives(monkeypatch, agent, zero_copy, create_env, cls)

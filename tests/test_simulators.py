@@ -31,6 +31,13 @@ SIMS = list(GYM_IDS)
 N_ORACLE = 10_000
 TOL = 1e-5
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
+
+
+@pytest.fixture(autouse=True)
+def compiled_steps_from_the_start(monkeypatch):
+    """The simulators here run their compiled kernels from the first step (numba installed), not after
+    rlstruct.envs._jit.jit_after() env steps: what these tests compare is the kernels."""
+    monkeypatch.setenv(_jit.JIT_AFTER_ENV_VAR, "0")
 needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed (pip install rlstruct[fast])")
 
 
@@ -401,6 +408,38 @@ def test_rlstruct_jit_0_selects_the_numpy_kernels(monkeypatch):
     assert CartPole(4).kernel == ("jit" if HAS_NUMBA else "numpy")
     assert Acrobot(4).kernel == "numpy"  # no compiled kernels for this simulator
     assert CartPole(4, compile=True).kernel == "compiled"
+
+
+@needs_numba
+@pytest.mark.parametrize("autoreset", [False, True], ids=["episodic", "autoreset"])
+def test_the_compiled_kernels_take_over_after_jit_after_env_steps_without_a_change_of_bits(autoreset, monkeypatch):
+    """By default a simulator starts on its numpy kernels (no numba load for a short run) and moves to the compiled
+    ones once it has stepped RLSTRUCT_JIT_AFTER env steps: the same trajectory as the numpy kernels throughout."""
+    monkeypatch.setenv(_jit.JIT_AFTER_ENV_VAR, "40")
+    env = CartPole(8, seed=3, autoreset=autoreset, max_episode_steps=30)
+    reference = force_numpy(CartPole(8, seed=3, autoreset=autoreset, max_episode_steps=30))
+    assert env.kernel == "numpy"
+    kinds = []
+    env.reset()
+    reference.reset()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(12):
+        n = env._ids.shape[0]
+        if n == 0:
+            break
+        action = DictTensor({"action": torch.randint(0, 2, (n,), generator=gen)})
+        for x, y in zip(env.step(action), reference.step(action), strict=True):
+            assert_identical(x[0], y[0])
+        kinds.append(env.kernel)
+    assert kinds[:4] == ["numpy"] * 4 and kinds[5:] == ["jit"] * (len(kinds) - 5)  # 8 rows a step: the 5th is 40
+    assert_identical(env.get_state(), reference.get_state())
+
+
+@pytest.mark.parametrize("value", ["-1", "soon"])
+def test_a_bad_rlstruct_jit_after_is_named(value, monkeypatch):
+    monkeypatch.setenv(_jit.JIT_AFTER_ENV_VAR, value)
+    with pytest.raises(ValueError, match=f"RLSTRUCT_JIT_AFTER must be an integer >= 0 .*got '{value}'; unset it"):
+        CartPole(4)
 
 
 def test_without_numba_the_numpy_kernels_run(monkeypatch):

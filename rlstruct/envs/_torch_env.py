@@ -30,7 +30,7 @@ from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs import _sim_kernels as kernels
 from rlstruct.envs._array_ops import NumpyOps, TorchOps
 from rlstruct.envs._base import HostDestinations, StepResult, VecEnv, action_rows, check_some_running, host_copy
-from rlstruct.envs._jit import jit_kernels
+from rlstruct.envs._jit import jit_after, jit_kernels, jit_wanted
 from rlstruct.envs._rng import MASK32, draw_table, env_keys, uniform_draws
 from rlstruct.envs._sim_kernels import SimState
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
@@ -175,13 +175,26 @@ class TorchVecEnv(VecEnv):
         # tensors and draw for every env then select (``"torch"``, dense: branch-free, no host sync).
         # compile=True fuses the torch kernels (``"compiled"``): the whole dense step off the CPU and for
         # small CPU batches, the physics only (with sparse draws) for large CPU batches.
+        # The compiled kernels wait for jit_after() env steps (see rlstruct.envs._jit): a short run never pays numba's
+        # load; _jit_in counts the env steps left (None: no move pending).
         on_cpu = dev.type == "cpu"
+        self._jit_in: int | None = None
         if compile:
             self._use_kernels("compiled", sparse=on_cpu and n_envs > _FUSED_DENSE_MAX_ENVS)
-        elif on_cpu and self._physics64 and self._jit_name is not None and jit_kernels() is not None:
-            self._use_kernels("jit")
+        elif on_cpu and self._physics64 and self._jit_name is not None and jit_wanted():
+            self._use_kernels("numpy")
+            self._jit_in = jit_after()
+            self._count_toward_jit(0)
         else:
             self._use_kernels("numpy" if on_cpu else "torch")
+
+    def _count_toward_jit(self, rows: int) -> None:
+        """Counts ``rows`` env steps toward the move to the compiled kernels, and makes it when they are due."""
+        self._jit_in -= rows
+        if self._jit_in <= 0:
+            self._jit_in = None
+            if jit_kernels() is not None:
+                self._use_kernels("jit")
 
     def _use_kernels(self, kind: str, *, sparse: bool = False) -> None:
         """Makes the steps run the kernels ``kind`` (one of :attr:`kernel`'s values); ``sparse`` (``"torch"`` and
@@ -403,6 +416,8 @@ class TorchVecEnv(VecEnv):
         n_rows = self._ids.shape[0]
         check_some_running(n_rows, self._n)
         a, a_host = self._check_action(action, n_rows)
+        if self._jit_in is not None:
+            self._count_toward_jit(n_rows)
         if self.autoreset:
             return self._step_autoreset(a, a_host)
         return self._step_episodic(a, a_host)
@@ -430,7 +445,7 @@ class TorchVecEnv(VecEnv):
         """:meth:`step`, writing both observations into the given tensors (see
         :meth:`VecEnv.step_into <rlstruct.envs.VecEnv.step_into>`): with the compiled CPU kernel, the kernel writes
         them; otherwise :meth:`step` runs and its observations are copied."""
-        if not self.writes_in_place():
+        if not self.writes_in_place():  # step (which counts toward the compiled kernels) and a copy
             return super().step_into(action, observation_next, observation_running)
         self._check_started("step_into")
         _, a_host = self._check_action(action, self._n)
