@@ -27,6 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def compiled_cpu_steps() -> None:
+    """Makes the torch simulators step with their compiled CPU kernels from the first step, in this process and the
+    ones it starts (a value already set wins): a throughput figure is the steady state, while a run moves to those
+    kernels only after ``RLSTRUCT_JIT_AFTER`` env steps (65,536 by default: see ``rlstruct.envs._jit``)."""
+    os.environ.setdefault("RLSTRUCT_JIT_AFTER", "0")
+
+
 def run_one(script: str, name: str, args: Sequence[str] = (), *, timeout: float = 900.0,
             env: dict[str, str] | None = None) -> dict[str, Any]:
     """Runs ``python script --one name *args`` in a fresh interpreter and returns the JSON of its last stdout line.

@@ -33,7 +33,7 @@ from collections.abc import Callable
 import gymnasium as gym
 import torch
 from _common import batcher_steps_per_s
-from _fresh import Config, add_arguments, measure_or_rounds, print_results
+from _fresh import Config, add_arguments, compiled_cpu_steps, measure_or_rounds, print_results
 from torch import nn
 
 from rlstruct import DictTensor, RL_Agent
@@ -224,6 +224,7 @@ def configurations(args: argparse.Namespace) -> dict[str, Config]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    compiled_cpu_steps()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--iters", type=int, default=5, help="acquisitions of T=128 steps timed per row")
     add_arguments(p)

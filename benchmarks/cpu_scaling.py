@@ -30,7 +30,7 @@ import time
 
 import gymnasium as gym
 import torch
-from _fresh import Config, add_arguments, measure_or_rounds, print_results
+from _fresh import Config, add_arguments, compiled_cpu_steps, measure_or_rounds, print_results
 
 from batchers import MLPAgent, T, bench_batcher, gym_list_env, mlp, timings_note
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
@@ -105,6 +105,7 @@ def configurations(args: argparse.Namespace) -> dict[str, Config]:
 
 
 def main(argv=None) -> None:
+    compiled_cpu_steps()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--envs", type=int, default=32, help="gymnasium CartPoles per worker")

@@ -37,7 +37,7 @@ import importlib.util
 
 import torch
 from _common import Runner, device_sync, numpy_runner, time_steps
-from _fresh import Config, add_arguments, measure_or_rounds, print_results
+from _fresh import Config, add_arguments, compiled_cpu_steps, measure_or_rounds, print_results
 
 from rlstruct.envs import CartPole
 from rlstruct.structures import DictTensor
@@ -121,6 +121,7 @@ def configurations(args: argparse.Namespace) -> dict[str, Config]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    compiled_cpu_steps()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 16384, 262144], help="numbers of envs N")
     parser.add_argument(
