@@ -403,12 +403,7 @@ def global_sum(value: int, world: World) -> int:
     >>> global_sum(128, World())
     128
     """
-    if not world.distributed:
-        return value
-    total = torch.tensor([value], dtype=torch.int64)
-    with collective(world, "the sum of the env steps"):
-        dist.all_reduce(total, op=dist.ReduceOp.SUM)
-    return int(total[0])
+    return _reduce_int(value, world, "SUM", "the sum of the env steps")
 
 
 def fewest_over_ranks(value: int, world: World) -> int:
@@ -419,12 +414,18 @@ def fewest_over_ranks(value: int, world: World) -> int:
     >>> fewest_over_ranks(3, World())
     3
     """
+    return _reduce_int(value, world, "MIN", "the count of gradient steps")
+
+
+def _reduce_int(value: int, world: World, op: str, what: str) -> int:
+    """``value`` reduced over the ranks by ``dist.ReduceOp.<op>`` (one int64 all-reduce named ``what`` in a lost
+    rank's error); ``value`` for a world of one."""
     if not world.distributed:
         return value
-    least = torch.tensor([value], dtype=torch.int64)
-    with collective(world, "the count of gradient steps"):
-        dist.all_reduce(least, op=dist.ReduceOp.MIN)
-    return int(least[0])
+    out = torch.tensor([value], dtype=torch.int64)
+    with collective(world, what):
+        dist.all_reduce(out, op=getattr(dist.ReduceOp, op))
+    return int(out[0])
 
 
 def learner_seed(seed: int, world: World) -> int:
