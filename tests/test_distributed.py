@@ -4,6 +4,7 @@ over gloo on loopback, with ranks spawned by the test, against one process learn
 from __future__ import annotations
 
 import csv
+import functools
 import importlib.util
 import json
 import os
@@ -29,6 +30,7 @@ from rlstruct.algos.distributed import (
     sum_over_ranks,
     world_from_environment,
 )
+from rlstruct.algos.update import UpdateStep
 from rlstruct.errors import ConfigError
 
 UPDATES = 4
@@ -77,22 +79,22 @@ def _model(seed: int) -> nn.Module:
     return nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 3))
 
 
-def _update(model, optimizer, obs, actions, advantages) -> None:
-    """An A2C step: policy-gradient surrogate plus value loss, means over the batch, clipped, Adam."""
+def _loss(model, obs, actions, advantages) -> tuple[torch.Tensor, dict]:
+    """An A2C loss: policy-gradient surrogate plus value loss, means over the batch."""
     out = model(obs)
     logp = torch.distributions.Categorical(logits=out[:, :2]).log_prob(actions)
     value = out[:, 2]
-    loss = -(logp * advantages).mean() + 0.5 * (value - advantages).pow(2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-    optimizer.step()
+    return -(logp * advantages).mean() + 0.5 * (value - advantages).pow(2).mean(), {}
 
 
-def _train(model, obs, actions, advantages, after_update=None) -> None:
+def _train(model, obs, actions, advantages, after_update=None, compiled=False) -> None:
+    """UPDATES clipped Adam steps through the learners' UpdateStep; ``compiled``: the loss compiled (aot_eager, no C++
+    compiler), its backward through AOTAutograd's graph, as ``--compile-update`` runs it."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    step = UpdateStep(functools.partial(_loss, model), optimizer, [("grad_norm", list(model.parameters()))],
+                      max_grad_norm=0.5, device="cpu", compile=compiled, backend="aot_eager")
     for k in range(UPDATES):
-        _update(model, optimizer, obs[k], actions[k], advantages[k])
+        step(obs[k], actions[k], advantages[k])
         if after_update is not None:
             after_update()
 
@@ -101,7 +103,7 @@ def _flat(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
-def _rank(rank: int, size: int, port: int, out: dict) -> None:
+def _rank(rank: int, size: int, port: int, out: dict, compiled: bool) -> None:
     torch.set_num_threads(1)
     world = World(rank=rank, size=size, local_rank=rank)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
@@ -118,7 +120,7 @@ def _rank(rank: int, size: int, port: int, out: dict) -> None:
             dist.all_gather(gathered, _flat(model))
             identical.append(all(torch.equal(gathered[0], g) for g in gathered))
 
-        _train(model, obs[:, share], actions[:, share], advantages[:, share], check)
+        _train(model, obs[:, share], actions[:, share], advantages[:, share], check, compiled)
         stop = all_ranks_stop(rank == size - 1, world)
         out[rank] = (_flat(model), identical, stop)
     finally:
@@ -131,13 +133,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.timeout(120)
-def test_two_ranks_match_one_process_on_the_whole_batch():
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled-update"])
+def test_two_ranks_match_one_process_on_the_whole_batch(compiled):
     """2 ranks of BATCH/2 rows each, gradients averaged, take the same Adam steps (after clipping) as 1 process of
-    BATCH rows; the ranks' models are identical after every update; a stop on one rank stops both."""
+    BATCH rows; the ranks' models are identical after every update; a stop on one rank stops both. With the loss
+    compiled (--compile-update), the averaging still happens in the backward, before the clipping."""
     with mp.Manager() as manager:
         out = manager.dict()
-        mp.spawn(_rank, args=(2, _free_port(), out), nprocs=2, join=True)
+        mp.spawn(_rank, args=(2, _free_port(), out, compiled), nprocs=2, join=True)
         results = dict(out)
     single = _model(seed=100)
     _train(single, *_data())
