@@ -35,8 +35,9 @@ CUDA = pytest.mark.cuda
 
 
 def _common(tmp_path, **kw):
+    """The bare algorithm (``preset="none"``): these tests compare mechanisms, with their own sizes and budgets."""
     return {"progress": False, "tensorboard": False, "logdir": str(tmp_path), "time_limit": 300.0,
-            "stop_at_reward_threshold": False, **kw}
+            "stop_at_reward_threshold": False, "preset": "none", **kw}
 
 
 def _rows(result) -> list[str]:

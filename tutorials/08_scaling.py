@@ -94,8 +94,8 @@ def env_count_sweep() -> None:
         shares = " ".join(f"{100 * timings[p] / measured:12.0f}%" for p in PHASES)
         print(f"   {n_envs:>6} {rates[n_envs]:>11,.0f}   {shares}")
     # Per-step costs that do not depend on the env count are paid once for all envs: with few envs
-    # they dominate, with many they vanish. The exact curve depends on the machine.
-    assert rates[sizes[-1]] > 3 * rates[sizes[0]], rates
+    # they dominate, with many they vanish. The exact curve depends on the machine and on what else
+    # runs on it, so the tutorial prints it and asserts nothing about speed.
     best = max(rates.values())
     enough = min(n for n, r in rates.items() if r >= 0.8 * best)
     print(f"   {enough} envs reach 80% of the best rate here; past that, more envs mostly add memory and latency")
