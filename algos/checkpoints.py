@@ -50,7 +50,7 @@ CHECKPOINT_FORMAT = "rlstruct-checkpoint-1"
 #: the checkpoint's file name in a run's log folder
 CHECKPOINT_NAME = "checkpoint.pt"
 #: the settings every algorithm's resumed run must share with its checkpoint: they shape the networks or the data
-RESUME_FIELDS = ("env", "backend", "max_episode_steps", "hidden_sizes")
+RESUME_FIELDS = ("env", "backend", "max_episode_steps", "hidden_sizes", "env_kwargs")
 
 
 def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec: EnvSpec, model: nn.Module,

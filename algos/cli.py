@@ -21,7 +21,7 @@ import torch
 from rlstruct.algos.checkpoints import does_not_fit, load_checkpoint
 from rlstruct.algos.command import OneLineParser, configure_logging
 from rlstruct.algos.config import RunConfig
-from rlstruct.algos.env_spec import EnvSpec, create_env
+from rlstruct.algos.env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos.evaluation import run_episodes
 from rlstruct.algos.policy_of import ALGORITHMS, greedy_agent
 from rlstruct.allocator import tune_allocator
@@ -69,7 +69,8 @@ def evaluate_checkpoint(
         path: a ``checkpoint.pt`` written by ``train``.
         episodes: episodes to run (one env each, per worker).
         device: where the evaluation envs and agent run.
-        backend: env backend (default: the training run's).
+        backend: env backend (default: the training run's); the run's evaluation env arguments
+            (``evaluation_env_kwargs``) apply on its own backend only.
         seed: env seed.
         n_processes: evaluation worker processes (0: this process).
         max_steps: steps per episode at most (``None``: the env's time limit); an episode cut there counts its
@@ -94,7 +95,8 @@ def evaluate_checkpoint(
     n_workers = max(n_processes, 1)
     per_worker = -(-episodes // n_workers)
     env_args = {"name": cfg["env"], "n_envs": per_worker, "backend": backend or cfg["backend"],
-                "max_episode_steps": spec["max_episode_steps"], "autoreset": False, "device": device}
+                "max_episode_steps": spec["max_episode_steps"], "autoreset": False, "device": device,
+                "env_kwargs": saved_evaluation_env_kwargs(cfg, backend)}
     if max_steps is None or max_steps > spec["max_episode_steps"]:
         max_steps = spec["max_episode_steps"]
     chunk = min(max_steps, cfg.get("evaluation_chunk_steps", EVALUATION_CHUNK_STEPS))

@@ -83,6 +83,31 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def parse_json_object(text: str) -> dict[str, Any] | None:
+    """A dict-valued flag's text: a JSON object, or ``none``.
+
+    >>> parse_json_object('{"episodic_life": true, "noop_max": 0}')
+    {'episodic_life': True, 'noop_max': 0}
+    >>> parse_json_object("episodic_life=true")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be a JSON object such as '{"episodic_life": true}' (quoted for the shell), or \
+none; got 'episodic_life=true' (Expecting value at character 0)
+    """
+    if text.lower() == "none":
+        return None
+    example = """'{"episodic_life": true}' (quoted for the shell), or none"""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"must be a JSON object such as {example}; got {text!r} ({e.msg} at "
+                                         f"character {e.pos})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object such as {example}; got {text!r}, a JSON "
+                                         f"{type(value).__name__}")
+    return value
+
+
 def _parse_optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         return None if text.lower() == "none" else kind(text)
@@ -172,6 +197,8 @@ def build_parser(config_cls: type, prog: str, description: str = "", *,
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(hint) is tuple:
             kwargs.update(nargs="+", type=args[0])
+        elif args and typing.get_origin(args[0]) is dict:
+            kwargs.update(type=parse_json_object, metavar="JSON")
         elif args and type(None) in typing.get_args(hint):
             kwargs["type"] = _parse_optional(args[0])
         else:
@@ -236,8 +263,13 @@ def show_config(config: Any, sources: dict[str, str]) -> str:
     --lr      0.002  preset x
     --n-envs  16     default
     """
-    rows = [("--" + f.name.replace("_", "-"), " ".join(map(str, v)) if isinstance(v := getattr(config, f.name), tuple)
-             else str(v), sources[f.name]) for f in dataclasses.fields(config)]
+    def shown(value: Any) -> str:
+        if isinstance(value, tuple):
+            return " ".join(map(str, value))
+        return json.dumps(value) if isinstance(value, dict) else str(value)
+
+    rows = [("--" + f.name.replace("_", "-"), shown(getattr(config, f.name)), sources[f.name])
+            for f in dataclasses.fields(config)]
     widths = [max(len(r[i]) for r in rows) for i in range(2)]
     return "\n".join(f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c}" for a, b, c in rows)
 

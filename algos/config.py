@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 from typing import Any
 
 from rlstruct.devices import check_device_exists
 from rlstruct.envs.factory import BACKENDS, resolve_backend
 from rlstruct.errors import ConfigError, MissingDependencyError
 
-__all__ = ["MATMUL_PRECISIONS", "RunConfig", "validate_run_config", "check_physics_dtype"]
+__all__ = ["MATMUL_PRECISIONS", "RunConfig", "validate_run_config", "check_env_kwargs", "check_physics_dtype"]
 
 #: the values of ``RunConfig.matmul_precision`` (torch's ``set_float32_matmul_precision``)
 MATMUL_PRECISIONS = ("highest", "high", "medium")
@@ -40,6 +41,9 @@ class RunConfig:
         max_episode_steps: episode time limit (truncation); None keeps the env's own.
         physics_dtype: float64 (gymnasium's doubles) or float32 (half the state traffic: throughput on a GPU), the
             physics precision of rlstruct's torch simulators (the torch backend only).
+        env_kwargs: keyword arguments of the backend's env constructor for the training envs, as a JSON object on the
+            command line: gymnasium.make's (e.g. {"continuous": true} for LunarLander-v3), ale-py AtariVectorEnv's
+            (e.g. {"episodic_life": true, "repeat_action_probability": 0.25}), envpool's, the torch simulators'.
         learner_device: where the model, the loss and the optimizer (and a replay buffer) live.
         batcher_device: where the training batcher's envs, agents and buffer live.
         evaluation_device: where the evaluation batcher's envs, agent and buffer live.
@@ -88,6 +92,9 @@ class RunConfig:
         restart_workers: replace a batcher worker process that dies, raises or hangs, this many times in all (0: the
             first failure stops the run); its rows of the acquisition under way are collected again by the new
             worker, so no step of a dead worker reaches the learner, and progress.csv gets a batcher/restarts column.
+        evaluation_env_kwargs: keyword arguments of the evaluation envs' constructor, over env_kwargs; None:
+            env_kwargs less what shapes training only, so that evaluations report the game's score (ale-py's
+            episodic_life and reward_clipping are off: evaluation episodes are whole games with unclipped rewards).
         video_every: record one greedy episode into logdir/videos/ after every this many evaluations (mp4 with
             imageio-ffmpeg, else gif), with the weights the loop holds when that evaluation ends, and one of the final
             policy (0: no videos); the env's backend must render (torch, gymnasium, ale).
@@ -104,6 +111,7 @@ class RunConfig:
     ray_address: str | None = None
     max_episode_steps: int | None = None
     physics_dtype: str = "float64"
+    env_kwargs: dict[str, Any] | None = None
     learner_device: str = "cpu"
     batcher_device: str = "cpu"
     evaluation_device: str = "cpu"
@@ -118,6 +126,7 @@ class RunConfig:
     n_evaluation_processes: int = 0
     evaluation_max_steps: int | None = None
     evaluation_chunk_steps: int = 256
+    evaluation_env_kwargs: dict[str, Any] | None = None
     eval_every: int = 50
     logdir: str | None = None
     log_every: int = 10
@@ -144,14 +153,15 @@ class RunConfig:
     #: the ``--help`` group of each field (see :func:`rlstruct.algos.command.help_groups`)
     HELP_GROUPS = {
         **dict.fromkeys(("env", "backend", "n_envs", "n_processes", "ray_actors", "ray_address", "max_episode_steps",
-                         "physics_dtype"), "environment"),
+                         "physics_dtype", "env_kwargs"), "environment"),
         **dict.fromkeys(("seed", "time_limit", "max_env_steps", "target_return", "stop_at_reward_threshold",
                          "hidden_sizes", "lr", "learner_device", "batcher_device", "logdir", "log_every", "progress",
                          "tensorboard", "check_devices", "torch_threads", "batcher_timeout", "matmul_precision",
                          "restart_workers", "preset"),
                         "run"),
         **dict.fromkeys(("evaluation_device", "n_evaluation_envs", "n_evaluation_processes", "evaluation_max_steps",
-                         "evaluation_chunk_steps", "eval_every", "video_every"), "evaluation"),
+                         "evaluation_chunk_steps", "evaluation_env_kwargs", "eval_every", "video_every"),
+                        "evaluation"),
         **dict.fromkeys(("resume", "checkpoint_every"), "checkpoints"),
     }
 
@@ -183,6 +193,8 @@ def validate_run_config(config: RunConfig) -> None:
     if not config.lr > 0:
         raise ValueError(f"lr must be > 0, got {config.lr!r}; pass e.g. --lr 3e-4")
     check_physics_dtype(config.physics_dtype, config.env, config.backend)
+    for name in ("env_kwargs", "evaluation_env_kwargs"):
+        check_env_kwargs(getattr(config, name), argument=name)
     if config.matmul_precision not in MATMUL_PRECISIONS:
         raise ValueError(
             f"matmul_precision must be one of {list(MATMUL_PRECISIONS)}, got {config.matmul_precision!r}; pass "
@@ -209,6 +221,31 @@ def validate_run_config(config: RunConfig) -> None:
     if config.ray_address is not None and not config.ray_actors:
         raise ConfigError(f"ray_address={config.ray_address!r} names a Ray cluster for the training batcher's actors, "
                           "got ray_actors=0; pass --ray-actors N too, or drop --ray-address")
+
+
+def check_env_kwargs(kwargs: Any, *, argument: str = "env_kwargs") -> None:
+    """Checks an ``env_kwargs`` setting: ``None``, or a dict of keyword arguments (str keys) whose values JSON
+    records (``config.json`` and the checkpoint keep them).
+
+    >>> check_env_kwargs({"episodic_life": True})
+    >>> check_env_kwargs(["episodic_life"])
+    Traceback (most recent call last):
+    ...
+    ValueError: env_kwargs must be a dict of keyword arguments or None, got list ['episodic_life']; pass e.g. \
+--env-kwargs '{"episodic_life": true}' (a JSON object), or env_kwargs={"episodic_life": True} in Python
+    """
+    fix = (f"pass e.g. --{argument.replace('_', '-')} '{{\"episodic_life\": true}}' (a JSON object), or "
+           f"{argument}={{\"episodic_life\": True}} in Python")
+    if kwargs is None:
+        return
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) and k.isidentifier() for k in kwargs):
+        raise ValueError(f"{argument} must be a dict of keyword arguments or None, got {type(kwargs).__name__} "
+                         f"{kwargs!r}; {fix}")
+    try:
+        json.dumps(kwargs, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{argument} must hold JSON values (numbers, strings, booleans, null, lists, objects: "
+                         f"config.json records them), got {kwargs!r} ({e}); {fix}") from None
 
 
 def check_physics_dtype(physics_dtype: str, env: str, backend: str) -> None:

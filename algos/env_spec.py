@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -20,7 +21,8 @@ from rlstruct.envs import make_env
 from rlstruct.envs.factory import resolve_backend
 from rlstruct.errors import SpaceError
 
-__all__ = ["EnvSpec", "describe_env", "create_env"]
+__all__ = ["EnvSpec", "describe_env", "create_env", "evaluation_env_kwargs", "saved_evaluation_env_kwargs",
+           "TRAINING_ONLY_ENV_KWARGS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,8 +110,10 @@ class EnvSpec:
             )
 
 
-def describe_env(name: str, backend: str, max_episode_steps: int | None) -> EnvSpec:
-    """Builds one CPU env of ``name`` to read its spaces and time limit.
+def describe_env(name: str, backend: str, max_episode_steps: int | None,
+                 env_kwargs: Mapping[str, Any] | None = None) -> EnvSpec:
+    """Builds one CPU env of ``name`` (with the backend's constructor arguments ``env_kwargs``) to read its spaces
+    and time limit.
 
     The time limit is ``max_episode_steps`` when given, else the env's own: the torch simulators' and gymnax's
     ``max_episode_steps``, the id's registered ``max_episode_steps``, or, for Atari (the ``ale`` backend and
@@ -119,10 +123,18 @@ def describe_env(name: str, backend: str, max_episode_steps: int | None) -> EnvS
     Raises:
         SpaceError: the action space is neither Discrete nor a 1-d Box, or the observation is not a Box
             of 1 (flat) or 3 (image) dimensions.
-        ValueError: the env has no time limit and ``max_episode_steps`` is ``None``.
+        ValueError: the env has no time limit and ``max_episode_steps`` is ``None``, or the constructor refuses an
+            argument of ``env_kwargs``.
     """
     backend = resolve_backend(name, backend)
-    env = make_env(name, 1, backend=backend, max_episode_steps=max_episode_steps)
+    try:
+        env = make_env(name, 1, backend=backend, max_episode_steps=max_episode_steps, backend_kwargs=env_kwargs)
+    except TypeError as e:
+        if not env_kwargs:
+            raise
+        raise ValueError(f"env_kwargs must be keyword arguments that the {backend} backend's constructor of {name!r} "
+                         f"takes, got {dict(env_kwargs)!r}, which it refuses ({e}); drop or rename the argument "
+                         "(see the constructor's documentation)") from e
     try:
         act, obs = env.action_space, env.observation_space
         limit = max_episode_steps
@@ -131,7 +143,7 @@ def describe_env(name: str, backend: str, max_episode_steps: int | None) -> EnvS
         if limit is None and backend != "torch":
             limit = _registered_time_limit(name)
         if limit is None and (backend == "ale" or name.startswith("ALE/")):
-            limit = _ale_time_limit(name, backend)
+            limit = _ale_time_limit(name, backend, env_kwargs or {})
     finally:
         env.close()
     if not isinstance(obs, gym.spaces.Box) or len(obs.shape) not in (1, 3):
@@ -175,17 +187,19 @@ def _registered_time_limit(name: str) -> int | None:
         return None
 
 
-def _ale_time_limit(name: str, backend: str) -> int | None:
-    """The agent steps of ALE's cap on emulator frames per episode, as the env of ``name`` was built: the
-    registered id's arguments (gymnasium backend) or the defaults of ale-py's ``AtariVectorEnv`` (ale backend)."""
+def _ale_time_limit(name: str, backend: str, env_kwargs: Mapping[str, Any]) -> int | None:
+    """The agent steps of ALE's cap on emulator frames per episode, as the env of ``name`` was built: ``env_kwargs``
+    over the registered id's arguments (gymnasium backend) or the defaults of ale-py's ``AtariVectorEnv`` (ale
+    backend)."""
     if backend == "ale":
         from ale_py.vector_env import AtariVectorEnv
 
         params = inspect.signature(AtariVectorEnv).parameters
-        frames, skip = params["max_num_frames_per_episode"].default, params["frameskip"].default
+        kwargs = {k: params[k].default for k in ("max_num_frames_per_episode", "frameskip")}
     else:
-        kwargs = gym.spec(name).kwargs
-        frames, skip = kwargs.get("max_num_frames_per_episode"), kwargs.get("frameskip", 1)
+        kwargs = {"frameskip": 1, **gym.spec(name).kwargs}
+    kwargs.update(env_kwargs)
+    frames, skip = kwargs.get("max_num_frames_per_episode"), kwargs.get("frameskip")
     if not isinstance(frames, int) or frames <= 0 or not isinstance(skip, int) or skip < 1:
         return None  # no cap (0), or a stochastic frameskip (a range): no step count to derive
     return frames // skip
@@ -201,11 +215,53 @@ def create_env(
     backend: str = "torch",
     max_episode_steps: int | None = None,
     physics_dtype: str = "float64",
+    env_kwargs: Mapping[str, Any] | None = None,
 ):
     """The batchers' ``create_env``: :func:`rlstruct.envs.make_env` with keyword arguments (pickles);
-    ``physics_dtype`` other than float64 goes to the torch simulators."""
-    extra = {} if physics_dtype == "float64" else {"backend_kwargs": {"physics_dtype": getattr(torch, physics_dtype)}}
+    ``env_kwargs`` go to the backend's constructor, and ``physics_dtype`` other than float64 to the torch
+    simulators."""
+    kwargs = dict(env_kwargs or {})
+    if physics_dtype != "float64":
+        kwargs["physics_dtype"] = getattr(torch, physics_dtype)
     return make_env(
         name, n_envs, device=device, seed=seed, autoreset=autoreset, backend=backend,
-        max_episode_steps=max_episode_steps, **extra,
+        max_episode_steps=max_episode_steps, backend_kwargs=kwargs or None,
     )
+
+
+#: per backend, the env arguments that shape training only, and their values in evaluation envs: an evaluation
+#: reports the game's score (ale-py clips rewards to [-1, 1] by default, and episodic_life ends an episode at
+#: each lost life)
+TRAINING_ONLY_ENV_KWARGS: dict[str, dict[str, Any]] = {"ale": {"reward_clipping": False, "episodic_life": False}}
+
+
+def evaluation_env_kwargs(name: str, backend: str, env_kwargs: Mapping[str, Any] | None,
+                          evaluation_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The constructor arguments of a run's evaluation envs: ``env_kwargs`` with the backend's training-only ones
+    (:data:`TRAINING_ONLY_ENV_KWARGS`) at their evaluation values, then ``evaluation_kwargs`` over them.
+
+    >>> evaluation_env_kwargs("ALE/Breakout-v5", "auto", {"episodic_life": True, "noop_max": 10}, None)
+    {'episodic_life': False, 'noop_max': 10, 'reward_clipping': False}
+    >>> evaluation_env_kwargs("ALE/Breakout-v5", "ale", None, {"reward_clipping": True})
+    {'reward_clipping': True, 'episodic_life': False}
+    >>> evaluation_env_kwargs("CartPole-v1", "gymnasium", {"sutton_barto_reward": True}, None)
+    {'sutton_barto_reward': True}
+    """
+    only = TRAINING_ONLY_ENV_KWARGS.get(resolve_backend(name, backend), {})
+    return {**(env_kwargs or {}), **only, **(evaluation_kwargs or {})}
+
+
+def saved_evaluation_env_kwargs(config: Mapping[str, Any], backend: str | None = None) -> dict[str, Any] | None:
+    """The evaluation envs' constructor arguments of a saved run (a checkpoint's ``config``), for its envs rebuilt
+    with ``backend`` (``None``: the run's own); ``None`` when ``backend`` is another simulator than the run's, whose
+    constructor the run's arguments were not written for (it builds its envs with its own defaults).
+
+    >>> saved_evaluation_env_kwargs({"env": "ALE/Pong-v5", "backend": "auto", "env_kwargs": {"noop_max": 0}})
+    {'noop_max': 0, 'reward_clipping': False, 'episodic_life': False}
+    >>> saved_evaluation_env_kwargs({"env": "ALE/Pong-v5", "backend": "auto"}, "gymnasium") is None
+    True
+    """
+    name, run_backend = config["env"], config.get("backend", "auto")
+    if backend is not None and resolve_backend(name, backend) != resolve_backend(name, run_backend):
+        return None
+    return evaluation_env_kwargs(name, run_backend, config.get("env_kwargs"), config.get("evaluation_env_kwargs"))

@@ -99,12 +99,15 @@ def _open_writer(path: Path, fps: float):
     return iio.get_writer(path, format="FFMPEG", mode="I", fps=fps, macro_block_size=2)
 
 
-def _gym_renderer(render_id: str, max_episode_steps: int | None) -> gym.Env:
+def _gym_renderer(render_id: str, max_episode_steps: int | None,
+                  env_kwargs: Mapping[str, Any] | None = None) -> gym.Env:
     if render_id.startswith("ALE/"):
         from rlstruct.envs.factory import _import_ale
 
         gym.register_envs(_import_ale())
-    kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+    kwargs = dict(env_kwargs or {})
+    if max_episode_steps is not None:
+        kwargs["max_episode_steps"] = max_episode_steps
     env = gym.make(render_id, render_mode="rgb_array", **kwargs)
     if "rgb_array" not in env.metadata.get("render_modes", ()):
         env.close()
@@ -134,12 +137,14 @@ def _legible(frame: np.ndarray) -> np.ndarray:
     return frame.repeat(scale, axis=0).repeat(scale, axis=1) if scale > 1 else frame
 
 
-def _frame_source(name: str, backend: str, seed: int, max_episode_steps: int | None, physics_dtype: str):
-    """``(env, render, fps)``: one episodic env on the CPU and ``render(observation) -> uint8 [H, W, 3]``, called
-    after ``reset`` and after each ``step`` with the env's newest observation."""
+def _frame_source(name: str, backend: str, seed: int, max_episode_steps: int | None, physics_dtype: str,
+                  env_kwargs: Mapping[str, Any] | None = None):
+    """``(env, render, fps)``: one episodic env on the CPU (built with the constructor arguments ``env_kwargs``) and
+    ``render(observation) -> uint8 [H, W, 3]``, called after ``reset`` and after each ``step`` with the env's newest
+    observation."""
     if backend == "torch":
         env = create_env(name, 1, seed=seed, backend="torch", max_episode_steps=max_episode_steps,
-                         physics_dtype=physics_dtype)
+                         physics_dtype=physics_dtype, env_kwargs=env_kwargs)
         viewer = _gym_renderer(_RENDER_ID.get(name, name), None)
         viewer.reset(seed=seed)
         inner = viewer.unwrapped
@@ -154,10 +159,10 @@ def _frame_source(name: str, backend: str, seed: int, max_episode_steps: int | N
         env.close = _closing(env.close, viewer.close)
         return env, render, viewer.metadata.get("render_fps", 30)
     if backend == "gymnasium":
-        viewer = _gym_renderer(name, max_episode_steps)
+        viewer = _gym_renderer(name, max_episode_steps, env_kwargs)
         env = GymEnv([viewer], seed)
         return env, lambda observation: _render(viewer, name), viewer.metadata.get("render_fps", 30)
-    env = make_env(name, 1, seed=seed, backend="ale", max_episode_steps=max_episode_steps)
+    env = make_env(name, 1, seed=seed, backend="ale", max_episode_steps=max_episode_steps, backend_kwargs=env_kwargs)
 
     def agent_view(observation: DictTensor) -> np.ndarray:
         grey = observation["frame"][0]
@@ -203,10 +208,12 @@ def video_suffix() -> str:
 
 def record_agent_video(video_path: Path, *, name: str, backend: str, spec: EnvSpec, agent: Any,
                        agent_info: DictTensor, episodes: int = 1, max_steps: int | None = None, seed: int = 0,
-                       physics_dtype: str = "float64", fps: float | None = None) -> VideoResult:
+                       physics_dtype: str = "float64", fps: float | None = None,
+                       env_kwargs: Mapping[str, Any] | None = None) -> VideoResult:
     """Records ``episodes`` episodes of ``agent`` (built and loaded, on the CPU; closed here) on env ``name`` stepped
     by ``backend`` (one of the rendering backends, resolved), to ``video_path`` (checked by
-    :func:`check_video_path`). Episode ``k`` runs on env seed ``seed + k``; ``agent_info`` is one row.
+    :func:`check_video_path`). Episode ``k`` runs on env seed ``seed + k``; ``agent_info`` is one row; ``env_kwargs``
+    are the env constructor's arguments (a run's evaluation envs').
 
     Raises:
         VideoError: frames of two sizes, or an env without ``rgb_array`` frames.
@@ -231,7 +238,7 @@ def record_agent_video(video_path: Path, *, name: str, backend: str, spec: EnvSp
         with torch.no_grad():
             for k in range(episodes):
                 env, render, env_fps = _frame_source(name, backend, (seed + k) % 2**31, spec.max_episode_steps,
-                                                     physics_dtype)
+                                                     physics_dtype, env_kwargs)
                 try:
                     if writer is None:
                         rate = float(fps if fps is not None else env_fps)
@@ -307,16 +314,18 @@ class RunVideos:
         seed: the env seed of the episodes.
         physics_dtype: the torch simulators' precision.
         max_steps: steps per episode at most (the run's ``evaluation_max_steps``; None: the env's time limit).
+        env_kwargs: the evaluation envs' constructor arguments.
     """
 
     def __init__(self, every: int, logdir: Path, *, name: str, backend: str, spec: EnvSpec, create_agent: Any,
                  agent_args: dict[str, Any], agent_info: dict[str, Any], seed: int, physics_dtype: str = "float64",
-                 max_steps: int | None = None):
+                 max_steps: int | None = None, env_kwargs: Mapping[str, Any] | None = None):
         self.every, self.logdir, self.name, self.spec, self.seed = every, Path(logdir), name, spec, seed
         self.backend = check_renderable(name, backend)
         self.create_agent, self.agent_args = create_agent, {**agent_args, "device": "cpu"}
         self.agent_info = DictTensor({k: torch.tensor([v]) for k, v in agent_info.items()})
         self.physics_dtype, self.suffix, self.max_steps = physics_dtype, video_suffix(), max_steps
+        self.env_kwargs = env_kwargs
         self.evaluations = 0
         #: the videos written, in order
         self.paths: list[Path] = []
@@ -329,7 +338,7 @@ class RunVideos:
             agent.update(state_dict)
             record_agent_video(path, name=self.name, backend=self.backend, spec=self.spec, agent=agent,
                                agent_info=self.agent_info, seed=self.seed, physics_dtype=self.physics_dtype,
-                               max_steps=self.max_steps)
+                               max_steps=self.max_steps, env_kwargs=self.env_kwargs)
         self.paths.append(path)
         return path
 

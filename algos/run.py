@@ -26,7 +26,7 @@ from torch import nn
 from rlstruct.agents import RL_Agent
 from rlstruct.algos.checkpoints import CHECKPOINT_NAME, Resume, plot_learning_curve, save_checkpoint
 from rlstruct.algos.config import RunConfig
-from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env
+from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos.evaluation import Evaluator
 from rlstruct.algos.networks import cpu_state_dict
 from rlstruct.algos.record import Run, TrainResult
@@ -170,13 +170,14 @@ def seeded_model(seed: int, factory: Callable[..., nn.Module], *args: Any) -> nn
 
 
 def worker_args(config: RunConfig, spec: EnvSpec) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The keyword arguments every batcher's agent and env factories share: ``(agent_args, env_args)``.
+    """The keyword arguments every batcher's agent and env factories share: ``(agent_args, env_args)``, the
+    env's those of the training envs (the evaluation's replace ``env_kwargs`` by :func:`evaluation_env_kwargs`).
 
     Each batcher adds its own ``device``, ``n_envs`` and ``autoreset``.
     """
     agent_args = {"spec": spec, "hidden_sizes": tuple(config.hidden_sizes), "check_device": config.check_devices}
     env_args = {"name": config.env, "backend": config.backend, "max_episode_steps": spec.max_episode_steps,
-                "physics_dtype": config.physics_dtype}
+                "physics_dtype": config.physics_dtype, "env_kwargs": config.env_kwargs}
     return agent_args, env_args
 
 
@@ -265,10 +266,12 @@ def open_batchers(
     # running set): with cuda_graph, the evaluation envs auto-reset and each chunk is one graph replay; the
     # Evaluator counts every env's first episode, the one the episodic envs would have run.
     eval_graph = cuda_graph and as_device(config.evaluation_device).type == "cuda"
+    eval_env_kwargs = evaluation_env_kwargs(config.env, config.backend, config.env_kwargs,
+                                            config.evaluation_env_kwargs)
     eval_batcher = RL_Batcher(
         chunk, create_agent, {**agent_args, "device": config.evaluation_device},
         create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": eval_graph,
-                     "device": config.evaluation_device},
+                     "device": config.evaluation_device, "env_kwargs": eval_env_kwargs},
         config.n_evaluation_processes, worker_seeds(seed, n_eval_workers, 1000),
         agent_info=DictTensor({k: torch.tensor([v]) for k, v in greedy.items()}),
         agent_seeds=worker_seeds(seed, n_eval_workers, 6000), device=config.evaluation_device,
@@ -283,7 +286,8 @@ def open_batchers(
     if config.video_every and run is not None:
         run.videos = RunVideos(config.video_every, run.logdir, name=config.env, backend=config.backend, spec=spec,
                                create_agent=create_agent, agent_args=agent_args, agent_info=greedy, seed=seed,
-                               physics_dtype=config.physics_dtype, max_steps=config.evaluation_max_steps)
+                               physics_dtype=config.physics_dtype, max_steps=config.evaluation_max_steps,
+                               env_kwargs=eval_env_kwargs)
         run.evaluation_hooks.append(run.videos.after_evaluation)
     return batcher, evaluator
 

@@ -109,7 +109,7 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
     validate_run_config(config)
     check_videos(config)
     algorithm.check_config(config)
-    spec = describe_env(config.env, config.backend, config.max_episode_steps)
+    spec = describe_env(config.env, config.backend, config.max_episode_steps, config.env_kwargs)
     algorithm.check_env(config, spec)
     resume = load_resume(algorithm.name, config, algorithm.config_cls.RESUME_FIELDS, checkpoint=checkpoint)
     world = world_from_environment()

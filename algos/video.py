@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from rlstruct.algos.checkpoints import load_checkpoint
-from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos.env_spec import EnvSpec, saved_evaluation_env_kwargs
 from rlstruct.algos.policy_of import greedy_agent
 from rlstruct.algos.recording import (
     VIDEO_SUFFIXES,
@@ -88,7 +88,8 @@ def record_policy_video(
         episodes: episodes to record (``>= 1``).
         max_steps: steps per episode at most (``None``: the env's time limit).
         seed: the first episode's env seed.
-        backend: env backend (default: the config's); see the module docstring for where frames come from.
+        backend: env backend (default: the config's); see the module docstring for where frames come from. The
+            run's evaluation env arguments (``evaluation_env_kwargs``) apply on its own backend only.
         fps: frames per second written (default: the env's ``render_fps``, 15 for ale-py's agent steps).
 
     Returns:
@@ -118,7 +119,8 @@ def record_policy_video(
         agent.update(model_state)
         return record_agent_video(video_path, name=name, backend=resolved, spec=spec, agent=agent,
                                   agent_info=agent_info, episodes=episodes, max_steps=max_steps, seed=seed,
-                                  physics_dtype=str(config.get("physics_dtype", "float64")), fps=fps)
+                                  physics_dtype=str(config.get("physics_dtype", "float64")), fps=fps,
+                                  env_kwargs=saved_evaluation_env_kwargs(config, backend))
 
 
 def record_checkpoint_video(

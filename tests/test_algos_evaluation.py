@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 
 import pytest
@@ -229,3 +230,33 @@ def test_open_batchers_gives_both_batchers_the_configs_timeout(tmp_path):
         assert batcher.timeout == ev.batcher.timeout == 900.0
     with pytest.raises(ValueError, match="batcher_timeout must be > 0 seconds, got 0"):
         validate_run_config(RunConfig(batcher_timeout=0))
+
+
+# --------------------------------------------------------------------------- the envs' constructor arguments
+@pytest.mark.timeout(120)
+def test_env_kwargs_reach_the_training_envs_and_the_evaluations_unless_these_have_their_own(tmp_path):
+    """gymnasium's CartPole-v1 with sutton_barto_reward scores 0 a step and -1 at the end: the returns say which envs
+    got the argument."""
+    from rlstruct.algos import a2c
+
+    common = dict(env="CartPole-v1", backend="gymnasium", n_envs=4, n_steps=16, max_env_steps=512, eval_every=4,
+                  n_evaluation_envs=2, progress=False, tensorboard=False, stop_at_reward_threshold=False,
+                  preset="none", env_kwargs={"sutton_barto_reward": True})
+    both = a2c.train(a2c.A2CConfig(**common, logdir=str(tmp_path / "a")))
+    train_returns = [r["train/episode_return"] for r in both.history
+                     if not math.isnan(r.get("train/episode_return", math.nan))]
+    evals = [r["eval/return"] for r in both.history if "eval/return" in r]
+    assert train_returns and all(-1 <= x <= 0 for x in train_returns), train_returns
+    assert evals and all(-1 <= x <= 0 for x in evals), evals
+    own = a2c.train(a2c.A2CConfig(**common, logdir=str(tmp_path / "b"),
+                                  evaluation_env_kwargs={"sutton_barto_reward": False}))
+    evals = [r["eval/return"] for r in own.history if "eval/return" in r]
+    assert evals and all(x >= 8 for x in evals), evals  # gymnasium's reward of 1 a step: no episode is shorter
+
+
+def test_env_kwargs_must_be_a_dict_of_json_values():
+    with pytest.raises(ValueError, match=r"env_kwargs must be a dict of keyword arguments or None, got str "
+                                         r"'episodic_life'; pass e.g. --env-kwargs"):
+        validate_run_config(RunConfig(env_kwargs="episodic_life"))
+    with pytest.raises(ValueError, match=r"evaluation_env_kwargs must hold JSON values .* got \{'x': nan\}"):
+        validate_run_config(RunConfig(evaluation_env_kwargs={"x": float("nan")}))

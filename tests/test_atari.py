@@ -57,6 +57,53 @@ def test_breakout_trains_from_frames_checkpoints_and_evaluates(algo, backend, fl
     assert result["algo"] == algo and result["episodes"] == 1
 
 
+def test_training_envs_take_env_kwargs_and_evaluations_report_the_games_score(tmp_path, monkeypatch):
+    """``--env-kwargs '{"episodic_life": true}'`` reaches the training envs; the evaluation envs (and the videos)
+    play whole games with unclipped rewards unless ``evaluation_env_kwargs`` says otherwise."""
+    from rlstruct.algos import env_spec, ppo, run
+
+    built = []
+
+    def recording_create_env(*args, **kwargs):
+        built.append((kwargs["n_envs"], kwargs["env_kwargs"]))
+        return env_spec.create_env(*args, **kwargs)
+
+    monkeypatch.setattr(run, "create_env", recording_create_env)
+    common = dict(env="ALE/Breakout-v5", n_envs=2, n_steps=8, max_env_steps=16, n_evaluation_envs=1,
+                  evaluation_max_steps=8, eval_every=100, progress=False, tensorboard=False, preset="none")
+    ppo.train(ppo.PPOConfig(**common, logdir=str(tmp_path / "a"), env_kwargs={"episodic_life": True, "noop_max": 5}))
+    assert built == [(2, {"episodic_life": True, "noop_max": 5}),
+                     (1, {"episodic_life": False, "noop_max": 5, "reward_clipping": False})]
+    saved = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert saved["env_kwargs"] == {"episodic_life": True, "noop_max": 5} and saved["evaluation_env_kwargs"] is None
+    built.clear()
+    ppo.train(ppo.PPOConfig(**common, logdir=str(tmp_path / "b"), evaluation_env_kwargs={"reward_clipping": True}))
+    assert built == [(2, None), (1, {"reward_clipping": True, "episodic_life": False})]
+
+
+def test_episodic_life_ends_an_episode_at_a_lost_life():
+    """What the preset-to-be of the field's Atari settings asks ale-py for: a NOOP policy in Breakout (which never
+    serves the ball after the first) loses one life within a few dozen steps; with episodic_life that ends the episode,
+    without it the episode runs to its cap."""
+    from rlstruct.algos.env_spec import create_env
+    from rlstruct.structures import DictTensor
+
+    lengths = {}
+    for life in (True, False):
+        env = create_env("ALE/Breakout-v5", 1, seed=0, backend="ale", max_episode_steps=300, autoreset=False,
+                         env_kwargs={"episodic_life": life})
+        env.reset()
+        steps = 0
+        while True:
+            (obs, _), _ = env.step(DictTensor({"action": torch.zeros(1, dtype=torch.int64)}))
+            steps += 1
+            if obs["done"][0] or steps > 400:
+                break
+        env.close()
+        lengths[life] = steps
+    assert lengths[True] < 100 and lengths[False] == 300, lengths
+
+
 @pytest.mark.parametrize("backend", ["ale", "gymnasium"])
 def test_the_time_limit_of_an_atari_id_is_ales_episode_cap(backend):
     import inspect

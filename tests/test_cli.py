@@ -144,12 +144,28 @@ def test_bad_commands_exit_2_with_one_line(capsys):
         (["train", "a2c", "--seed", "-1"], "seed must be an int in [0, 2**31), got -1; pass e.g. --seed 0"),
         (["train", "sac", "--lr", "-1"], "lr must be > 0, got -1.0"),
         (["train", "ppo", "--matmul-precision", "tf32"], "matmul_precision must be one of"),
+        (["train", "a2c", "--env-kwargs", '{"no_such_argument": 1}'],
+         "env_kwargs must be keyword arguments that the torch backend's constructor of 'CartPole-v1' takes, got "
+         "{'no_such_argument': 1}"),
         (["eval", str(Path(__file__).parent)], "is a folder without a checkpoint.pt"),
         (["eval", __file__], "is not an rlstruct checkpoint (torch.load cannot read it"),
     ]:
         assert cli.main(args) == 2, args
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and needle in err, (args, err)
+
+
+def test_a_dict_flag_takes_a_json_object(capsys):
+    for text, needle in [
+        ("episodic_life=true", "argument --env-kwargs: must be a JSON object such as '{\"episodic_life\": true}' "
+                               "(quoted for the shell), or none; got 'episodic_life=true' (Expecting value"),
+        ("[1]", "must be a JSON object such as '{\"episodic_life\": true}' (quoted for the shell), or none; got "
+                "'[1]', a JSON list"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            cli.main(["train", "ppo", "--env-kwargs", text])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
 
 
 def test_train_help_lists_the_algorithms(capsys):

@@ -122,6 +122,10 @@ def test_show_config_prints_every_setting_and_where_it_came_from():
     bare_rows = {line.split()[0]: line.split()[1:] for line in bare.stdout.splitlines() if line.startswith("--")}
     assert bare_rows["--gamma"] == ["0.99", "default"] and bare_rows["--preset"] == ["none", "flag"]
     assert "no preset: the defaults and the settings given" in bare.stdout
+    kwargs = rlstruct("train", "ppo", "--env", "CartPole-v1", "--env-kwargs", '{"sutton_barto_reward": true}',
+                      "--show-config")
+    row = next(ln for ln in kwargs.stdout.splitlines() if ln.startswith("--env-kwargs "))
+    assert row.split() == ["--env-kwargs", '{"sutton_barto_reward":', "true}", "flag"], row
 
 
 def test_a_bad_preset_on_the_command_line_is_one_line_and_status_2():

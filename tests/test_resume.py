@@ -283,6 +283,8 @@ def a2c_checkpoint(tmp_path_factory):
                                    r"and the checkpoint's True"),
     ({"normalize_observations": True}, r"normalize_observations must equal the checkpoint's"),
     ({"recurrent": True}, r"recurrent must equal the checkpoint's"),
+    ({"env_kwargs": {"compile": False}}, r"env_kwargs must equal the checkpoint's .* got env_kwargs=\{'compile': "
+                                         r"False\} and the checkpoint's None"),
 ])
 def test_a_setting_that_shapes_the_networks_or_the_data_must_match(a2c_checkpoint, change, match):
     config = dataclasses.replace(CASES["a2c"][1], resume=str(a2c_checkpoint), **change)
