@@ -43,7 +43,7 @@ class RunConfig:
             physics precision of rlstruct's torch simulators (the torch backend only).
         env_kwargs: keyword arguments of the backend's env constructor for the training envs, as a JSON object on the
             command line: gymnasium.make's (e.g. {"continuous": true} for LunarLander-v3), ale-py AtariVectorEnv's
-            (e.g. {"episodic_life": true, "repeat_action_probability": 0.25}), envpool's, the torch simulators'.
+            (e.g. {"life_loss_info": true, "repeat_action_probability": 0.25}), envpool's, the torch simulators'.
         learner_device: where the model, the loss and the optimizer (and a replay buffer) live.
         batcher_device: where the training batcher's envs, agents and buffer live.
         evaluation_device: where the evaluation batcher's envs, agent and buffer live.
@@ -94,7 +94,7 @@ class RunConfig:
             worker, so no step of a dead worker reaches the learner, and progress.csv gets a batcher/restarts column.
         evaluation_env_kwargs: keyword arguments of the evaluation envs' constructor, over env_kwargs; None:
             env_kwargs less what shapes training only, so that evaluations report the game's score (ale-py's
-            episodic_life and reward_clipping are off: evaluation episodes are whole games with unclipped rewards).
+            episodic_life, life_loss_info and reward_clipping are off: whole games with unclipped rewards).
         video_every: record one greedy episode into logdir/videos/ after every this many evaluations (mp4 with
             imageio-ffmpeg, else gif), with the weights the loop holds when that evaluation ends, and one of the final
             policy (0: no videos); the env's backend must render (torch, gymnasium, ale).

@@ -230,9 +230,10 @@ def create_env(
 
 
 #: per backend, the env arguments that shape training only, and their values in evaluation envs: an evaluation
-#: reports the game's score (ale-py clips rewards to [-1, 1] by default, and episodic_life ends an episode at
-#: each lost life)
-TRAINING_ONLY_ENV_KWARGS: dict[str, dict[str, Any]] = {"ale": {"reward_clipping": False, "episodic_life": False}}
+#: reports the game's score (ale-py clips rewards to [-1, 1] by default, and episodic_life and life_loss_info end an
+#: episode at each lost life)
+TRAINING_ONLY_ENV_KWARGS: dict[str, dict[str, Any]] = {
+    "ale": {"reward_clipping": False, "episodic_life": False, "life_loss_info": False}}
 
 
 def evaluation_env_kwargs(name: str, backend: str, env_kwargs: Mapping[str, Any] | None,
@@ -241,9 +242,9 @@ def evaluation_env_kwargs(name: str, backend: str, env_kwargs: Mapping[str, Any]
     (:data:`TRAINING_ONLY_ENV_KWARGS`) at their evaluation values, then ``evaluation_kwargs`` over them.
 
     >>> evaluation_env_kwargs("ALE/Breakout-v5", "auto", {"episodic_life": True, "noop_max": 10}, None)
-    {'episodic_life': False, 'noop_max': 10, 'reward_clipping': False}
+    {'episodic_life': False, 'noop_max': 10, 'reward_clipping': False, 'life_loss_info': False}
     >>> evaluation_env_kwargs("ALE/Breakout-v5", "ale", None, {"reward_clipping": True})
-    {'reward_clipping': True, 'episodic_life': False}
+    {'reward_clipping': True, 'episodic_life': False, 'life_loss_info': False}
     >>> evaluation_env_kwargs("CartPole-v1", "gymnasium", {"sutton_barto_reward": True}, None)
     {'sutton_barto_reward': True}
     """
@@ -257,7 +258,7 @@ def saved_evaluation_env_kwargs(config: Mapping[str, Any], backend: str | None =
     constructor the run's arguments were not written for (it builds its envs with its own defaults).
 
     >>> saved_evaluation_env_kwargs({"env": "ALE/Pong-v5", "backend": "auto", "env_kwargs": {"noop_max": 0}})
-    {'noop_max': 0, 'reward_clipping': False, 'episodic_life': False}
+    {'noop_max': 0, 'reward_clipping': False, 'episodic_life': False, 'life_loss_info': False}
     >>> saved_evaluation_env_kwargs({"env": "ALE/Pong-v5", "backend": "auto"}, "gymnasium") is None
     True
     """

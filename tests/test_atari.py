@@ -58,7 +58,7 @@ def test_breakout_trains_from_frames_checkpoints_and_evaluates(algo, backend, fl
 
 
 def test_training_envs_take_env_kwargs_and_evaluations_report_the_games_score(tmp_path, monkeypatch):
-    """``--env-kwargs '{"episodic_life": true}'`` reaches the training envs; the evaluation envs (and the videos)
+    """``--env-kwargs '{"life_loss_info": true}'`` reaches the training envs; the evaluation envs (and the videos)
     play whole games with unclipped rewards unless ``evaluation_env_kwargs`` says otherwise."""
     from rlstruct.algos import env_spec, ppo, run
 
@@ -71,37 +71,50 @@ def test_training_envs_take_env_kwargs_and_evaluations_report_the_games_score(tm
     monkeypatch.setattr(run, "create_env", recording_create_env)
     common = dict(env="ALE/Breakout-v5", n_envs=2, n_steps=8, max_env_steps=16, n_evaluation_envs=1,
                   evaluation_max_steps=8, eval_every=100, progress=False, tensorboard=False, preset="none")
-    ppo.train(ppo.PPOConfig(**common, logdir=str(tmp_path / "a"), env_kwargs={"episodic_life": True, "noop_max": 5}))
-    assert built == [(2, {"episodic_life": True, "noop_max": 5}),
-                     (1, {"episodic_life": False, "noop_max": 5, "reward_clipping": False})]
+    ppo.train(ppo.PPOConfig(**common, logdir=str(tmp_path / "a"), env_kwargs={"life_loss_info": True, "noop_max": 5}))
+    assert built == [(2, {"life_loss_info": True, "noop_max": 5}),
+                     (1, {"life_loss_info": False, "noop_max": 5, "reward_clipping": False, "episodic_life": False})]
     saved = json.loads((tmp_path / "a" / "config.json").read_text())
-    assert saved["env_kwargs"] == {"episodic_life": True, "noop_max": 5} and saved["evaluation_env_kwargs"] is None
+    assert saved["env_kwargs"] == {"life_loss_info": True, "noop_max": 5} and saved["evaluation_env_kwargs"] is None
     built.clear()
     ppo.train(ppo.PPOConfig(**common, logdir=str(tmp_path / "b"), evaluation_env_kwargs={"reward_clipping": True}))
-    assert built == [(2, None), (1, {"reward_clipping": True, "episodic_life": False})]
+    assert built == [(2, None), (1, {"reward_clipping": True, "episodic_life": False, "life_loss_info": False})]
 
 
-def test_episodic_life_ends_an_episode_at_a_lost_life():
-    """What the preset-to-be of the field's Atari settings asks ale-py for: a NOOP policy in Breakout (which never
-    serves the ball after the first) loses one life within a few dozen steps; with episodic_life that ends the episode,
-    without it the episode runs to its cap."""
+@pytest.mark.parametrize("env_kwargs, lives_at_the_ends", [
+    # Baselines' EpisodicLifeEnv: each lost life ends an episode and the game goes on, 4 lives left, then 3, ...;
+    # the last life ends the game, and the step's info is the new game's (5 lives).
+    ({"life_loss_info": True}, [4, 3, 2, 1, 5, 4]),
+    # ale-py's episodic_life: the reset after a lost life starts a new game, so every episode is a first life.
+    ({"episodic_life": True}, [4, 4, 4, 4, 4, 4]),
+])
+def test_a_lost_life_ends_the_training_episode(env_kwargs, lives_at_the_ends, monkeypatch):
+    """A policy that always presses FIRE serves the ball at once and loses a life every couple of dozen steps."""
+    from ale_py.vector_env import AtariVectorEnv
+
     from rlstruct.algos.env_spec import create_env
     from rlstruct.structures import DictTensor
 
-    lengths = {}
-    for life in (True, False):
-        env = create_env("ALE/Breakout-v5", 1, seed=0, backend="ale", max_episode_steps=300, autoreset=False,
-                         env_kwargs={"episodic_life": life})
-        env.reset()
-        steps = 0
-        while True:
-            (obs, _), _ = env.step(DictTensor({"action": torch.zeros(1, dtype=torch.int64)}))
-            steps += 1
-            if obs["done"][0] or steps > 400:
+    lives = []
+    step = AtariVectorEnv.step
+
+    def recording_step(self, actions):
+        out = step(self, actions)
+        lives.append(int(out[4]["lives"][0]))
+        return out
+
+    monkeypatch.setattr(AtariVectorEnv, "step", recording_step)
+    env = create_env("ALE/Breakout-v5", 1, seed=0, backend="ale", autoreset=True, env_kwargs=env_kwargs)
+    env.reset()
+    ends = []
+    for _ in range(400):
+        (obs, _), _ = env.step(DictTensor({"action": torch.ones(1, dtype=torch.int64)}))
+        if obs["done"][0]:
+            ends.append(lives[-1])
+            if len(ends) == len(lives_at_the_ends):
                 break
-        env.close()
-        lengths[life] = steps
-    assert lengths[True] < 100 and lengths[False] == 300, lengths
+    env.close()
+    assert ends == lives_at_the_ends
 
 
 @pytest.mark.parametrize("backend", ["ale", "gymnasium"])

@@ -83,6 +83,9 @@ def make_env(
       (each ``frameskip`` frames). Auto-reset as for envpool (``reset(options={"reset_mask": done})``); with
       ``autoreset=True`` ``step_into`` copies ale-py's arrays straight into a batcher's buffer. The env seeds
       of :func:`~rlstruct.seeding.env_seeds` go to ale-py one per env. Wrapped in DeviceEnv off the CPU.
+      ``backend_kwargs={"life_loss_info": True}`` with ``autoreset=True`` ends an episode at each lost life while
+      the game goes on (Baselines' ``EpisodicLifeEnv``: the envs then auto-reset in ale-py's SAME_STEP mode);
+      ale-py's ``episodic_life`` ends it too but starts a new game.
     * ``"gymnax"``: :class:`~rlstruct.envs.GymnaxEnv`, any gymnax id (``CartPole-v1``, ``Acrobot-v1``,
       ``Breakout-MinAtar``, ...) stepped by JAX on the device matching ``device`` (``cpu``, ``cuda:k``), handed
       to torch through DLPack (no DeviceEnv: the envs run where the observations are wanted).
@@ -271,6 +274,10 @@ def _ale_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode_ste
             raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
         # ale-py counts emulator frames; rlstruct counts agent steps of `frameskip` frames each.
         kwargs["max_num_frames_per_episode"] = max_episode_steps * int(kwargs.get("frameskip", 4))
+    if autoreset and kwargs.get("life_loss_info"):
+        # A lost life ends the episode and the game goes on (Baselines' EpisodicLifeEnv): ale-py does that in its
+        # own auto-reset (SAME_STEP here), whereas the adapter's reset of a finished env would start a new game.
+        kwargs.setdefault("autoreset_mode", "SameStep")
     vec = AtariVectorEnv(game, n_envs, **kwargs)
     try:
         return (GymEnvInf(vec, seed) if autoreset else GymEnv(vec, seed))
