@@ -191,8 +191,8 @@ REFERENCES = {
                     "4.1-5.8)"),
     "sac-mujoco": ("rl-zoo SAC, Hopper-v3: 2,325 +/- 1,130 after 1M env steps; rlstruct's ppo-mujoco preset: 5/5 "
                    "past 1,000 at 164k-287k env steps", ZOO,
-                   "ahead of PPO in env steps: 3/3 seeds past 1,000 at 70k-100k env steps (3 seeds, not 5: "
-                   "about 10 minutes a seed on 2 CPUs); the zoo's 1M-step score is not measured here"),
+                   "ahead of PPO in env steps: 5/5 seeds past 1,000 at 40k-100k env steps; the zoo's 1M-step score "
+                   "is not measured here"),
 }
 
 
