@@ -83,8 +83,8 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def parse_json_object(text: str) -> dict[str, Any] | None:
-    """A dict-valued flag's text: a JSON object, or ``none``.
+def parse_json_object(text: str) -> dict[str, Any]:
+    """A dict-valued flag's text: a JSON object (:func:`_parse_optional` takes ``none``).
 
     >>> parse_json_object('{"episodic_life": true, "noop_max": 0}')
     {'episodic_life': True, 'noop_max': 0}
@@ -94,8 +94,6 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
     argparse.ArgumentTypeError: must be a JSON object such as '{"episodic_life": true}' (quoted for the shell), or \
 none; got 'episodic_life=true' (Expecting value at character 0)
     """
-    if text.lower() == "none":
-        return None
     example = """'{"episodic_life": true}' (quoted for the shell), or none"""
     try:
         value = json.loads(text)
@@ -198,7 +196,7 @@ def build_parser(config_cls: type, prog: str, description: str = "", *,
         elif typing.get_origin(hint) is tuple:
             kwargs.update(nargs="+", type=args[0])
         elif args and typing.get_origin(args[0]) is dict:
-            kwargs.update(type=parse_json_object, metavar="JSON")
+            kwargs.update(type=_parse_optional(parse_json_object), metavar="JSON")
         elif args and type(None) in typing.get_args(hint):
             kwargs["type"] = _parse_optional(args[0])
         else:

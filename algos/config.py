@@ -234,10 +234,10 @@ def check_env_kwargs(kwargs: Any, *, argument: str = "env_kwargs") -> None:
     ValueError: env_kwargs must be a dict of keyword arguments or None, got list ['episodic_life']; pass e.g. \
 --env-kwargs '{"episodic_life": true}' (a JSON object), or env_kwargs={"episodic_life": True} in Python
     """
-    fix = (f"pass e.g. --{argument.replace('_', '-')} '{{\"episodic_life\": true}}' (a JSON object), or "
-           f"{argument}={{\"episodic_life\": True}} in Python")
     if kwargs is None:
         return
+    fix = (f"pass e.g. --{argument.replace('_', '-')} '{{\"episodic_life\": true}}' (a JSON object), or "
+           f"{argument}={{\"episodic_life\": True}} in Python")
     if not isinstance(kwargs, dict) or not all(isinstance(k, str) and k.isidentifier() for k in kwargs):
         raise ValueError(f"{argument} must be a dict of keyword arguments or None, got {type(kwargs).__name__} "
                          f"{kwargs!r}; {fix}")

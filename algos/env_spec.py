@@ -111,9 +111,9 @@ class EnvSpec:
 
 
 def describe_env(name: str, backend: str, max_episode_steps: int | None,
-                 env_kwargs: Mapping[str, Any] | None = None) -> EnvSpec:
-    """Builds one CPU env of ``name`` (with the backend's constructor arguments ``env_kwargs``) to read its spaces
-    and time limit.
+                 env_kwargs: Mapping[str, Any] | None = None, *, argument: str = "env_kwargs") -> EnvSpec:
+    """Builds one CPU env of ``name`` (with the backend's constructor arguments ``env_kwargs``, the setting named
+    ``argument`` in errors) to read its spaces and time limit.
 
     The time limit is ``max_episode_steps`` when given, else the env's own: the torch simulators' and gymnax's
     ``max_episode_steps``, the id's registered ``max_episode_steps``, or, for Atari (the ``ale`` backend and
@@ -132,7 +132,7 @@ def describe_env(name: str, backend: str, max_episode_steps: int | None,
     except TypeError as e:
         if not env_kwargs:
             raise
-        raise ValueError(f"env_kwargs must be keyword arguments that the {backend} backend's constructor of {name!r} "
+        raise ValueError(f"{argument} must be keyword arguments that the {backend} backend's constructor of {name!r} "
                          f"takes, got {dict(env_kwargs)!r}, which it refuses ({e}); drop or rename the argument "
                          "(see the constructor's documentation)") from e
     try:

@@ -19,7 +19,7 @@ import torch
 from rlstruct.algos.checkpoints import Resume, load_resume
 from rlstruct.algos.config import RunConfig, validate_run_config
 from rlstruct.algos.distributed import World, rank_device, world_from_environment
-from rlstruct.algos.env_spec import EnvSpec, describe_env
+from rlstruct.algos.env_spec import EnvSpec, describe_env, evaluation_env_kwargs
 from rlstruct.algos.presets import apply_preset
 from rlstruct.algos.record import check_logdir, run_logdir
 from rlstruct.algos.recording import check_videos
@@ -80,6 +80,26 @@ class Setup:
     world: World = World()
 
 
+def check_evaluation_envs(config: RunConfig, spec: EnvSpec) -> None:
+    """Builds one evaluation env of a run whose ``evaluation_env_kwargs`` are given: its constructor must take them,
+    and the policy trained on the training envs' spaces (``spec``) must fit its spaces.
+
+    Raises:
+        ValueError: the constructor refuses an argument of ``evaluation_env_kwargs``.
+        ConfigError: the evaluation env's observations or actions differ from the training envs'.
+    """
+    kwargs = evaluation_env_kwargs(config.env, config.backend, config.env_kwargs, config.evaluation_env_kwargs)
+    evaluated = describe_env(config.env, config.backend, config.max_episode_steps, kwargs,
+                             argument="evaluation_env_kwargs")
+    # The time limit and the solved return may differ: the evaluation runs to the training envs' limit.
+    same = dataclasses.replace(evaluated, max_episode_steps=spec.max_episode_steps,
+                               reward_threshold=spec.reward_threshold)
+    if same != spec:
+        raise ConfigError(f"evaluation_env_kwargs must leave the env's spaces as training has them, got "
+                          f"{config.evaluation_env_kwargs!r}, which gives {evaluated} against {spec}; drop the "
+                          "arguments that change the observations or the actions")
+
+
 def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, Any] | None = None,
             start: float | None = None) -> Setup:
     """Applies the preset of ``config`` (:func:`~rlstruct.algos.presets.apply_preset`: its settings fill the fields
@@ -111,6 +131,8 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
     algorithm.check_config(config)
     spec = describe_env(config.env, config.backend, config.max_episode_steps, config.env_kwargs)
     algorithm.check_env(config, spec)
+    if config.evaluation_env_kwargs is not None:
+        check_evaluation_envs(config, spec)
     resume = load_resume(algorithm.name, config, algorithm.config_cls.RESUME_FIELDS, checkpoint=checkpoint)
     world = world_from_environment()
     if world.distributed:  # "cuda" is this rank's GPU (cuda:LOCAL_RANK); counting GPUs initialises no CUDA context

@@ -260,3 +260,11 @@ def test_env_kwargs_must_be_a_dict_of_json_values():
         validate_run_config(RunConfig(env_kwargs="episodic_life"))
     with pytest.raises(ValueError, match=r"evaluation_env_kwargs must hold JSON values .* got \{'x': nan\}"):
         validate_run_config(RunConfig(evaluation_env_kwargs={"x": float("nan")}))
+
+
+def test_evaluation_env_kwargs_are_checked_before_anything_runs():
+    from rlstruct.algos import a2c
+
+    with pytest.raises(ValueError, match=r"evaluation_env_kwargs must be keyword arguments that the torch backend's "
+                                         r"constructor of 'CartPole-v1' takes, got \{'no_such_argument': 1\}"):
+        a2c.validate(a2c.A2CConfig(evaluation_env_kwargs={"no_such_argument": 1}, progress=False))

@@ -81,6 +81,15 @@ def test_training_envs_take_env_kwargs_and_evaluations_report_the_games_score(tm
     assert built == [(2, None), (1, {"reward_clipping": True, "episodic_life": False, "life_loss_info": False})]
 
 
+def test_evaluation_envs_must_keep_the_training_envs_spaces():
+    from rlstruct.algos import ppo
+    from rlstruct.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"evaluation_env_kwargs must leave the env's spaces as training has them, "
+                                          r"got \{'stack_num': 2\}, which gives .*obs_shape=\(2, 84, 84\)"):
+        ppo.validate(ppo.PPOConfig(env="ALE/Breakout-v5", evaluation_env_kwargs={"stack_num": 2}, preset="none"))
+
+
 @pytest.mark.parametrize("env_kwargs, lives_at_the_ends", [
     # Baselines' EpisodicLifeEnv: each lost life ends an episode and the game goes on, 4 lives left, then 3, ...;
     # the last life ends the game, and the step's info is the new game's (5 lives).
