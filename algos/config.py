@@ -15,10 +15,12 @@ from rlstruct.devices import check_device_exists
 from rlstruct.envs.factory import BACKENDS, resolve_backend
 from rlstruct.errors import ConfigError, MissingDependencyError
 
-__all__ = ["MATMUL_PRECISIONS", "RunConfig", "validate_run_config", "check_env_kwargs", "check_physics_dtype"]
+__all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "RunConfig", "validate_run_config", "check_env_kwargs", "check_physics_dtype"]
 
 #: the values of ``RunConfig.matmul_precision`` (torch's ``set_float32_matmul_precision``)
 MATMUL_PRECISIONS = ("highest", "high", "medium")
+#: ``evaluation_policy``'s values: the policy's mode (argmax), or its draws as in training at its end
+EVALUATION_POLICIES = ("greedy", "sample")
 
 
 @dataclasses.dataclass
@@ -92,6 +94,10 @@ class RunConfig:
         restart_workers: replace a batcher worker process that dies, raises or hangs, this many times in all (0: the
             first failure stops the run); its rows of the acquisition under way are collected again by the new
             worker, so no step of a dead worker reaches the learner, and progress.csv gets a batcher/restarts column.
+        evaluation_policy: how evaluation episodes act: greedy (the policy's mode, DQN's argmax) or sample (as in
+            training at its end: actor-critics and SAC draw from their distribution, DQN acts epsilon-greedy with
+            epsilon_end). Sample is Atari's protocol, where a greedy policy can stall (never pressing FIRE after a
+            lost life) and a whole game then runs to the 27,000-step cap; videos and rlstruct eval follow the run's.
         evaluation_env_kwargs: keyword arguments of the evaluation envs' constructor, over env_kwargs; None:
             env_kwargs less what shapes training only, so that evaluations report the game's score (ale-py's
             episodic_life, life_loss_info and reward_clipping are off: whole games with unclipped rewards).
@@ -127,6 +133,7 @@ class RunConfig:
     evaluation_max_steps: int | None = None
     evaluation_chunk_steps: int = 256
     evaluation_env_kwargs: dict[str, Any] | None = None
+    evaluation_policy: str = "greedy"
     eval_every: int = 50
     logdir: str | None = None
     log_every: int = 10
@@ -160,7 +167,8 @@ class RunConfig:
                          "restart_workers", "preset"),
                         "run"),
         **dict.fromkeys(("evaluation_device", "n_evaluation_envs", "n_evaluation_processes", "evaluation_max_steps",
-                         "evaluation_chunk_steps", "evaluation_env_kwargs", "eval_every", "video_every"),
+                         "evaluation_chunk_steps", "evaluation_env_kwargs", "evaluation_policy", "eval_every",
+                         "video_every"),
                         "evaluation"),
         **dict.fromkeys(("resume", "checkpoint_every"), "checkpoints"),
     }
@@ -195,6 +203,11 @@ def validate_run_config(config: RunConfig) -> None:
     check_physics_dtype(config.physics_dtype, config.env, config.backend)
     for name in ("env_kwargs", "evaluation_env_kwargs"):
         check_env_kwargs(getattr(config, name), argument=name)
+    if config.evaluation_policy not in EVALUATION_POLICIES:
+        raise ValueError(
+            f"evaluation_policy must be one of {list(EVALUATION_POLICIES)}, got {config.evaluation_policy!r}; pass "
+            "--evaluation-policy sample to evaluate the policy as it acts in training, or leave the default (greedy)"
+        )
     if config.matmul_precision not in MATMUL_PRECISIONS:
         raise ValueError(
             f"matmul_precision must be one of {list(MATMUL_PRECISIONS)}, got {config.matmul_precision!r}; pass "

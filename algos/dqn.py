@@ -403,7 +403,6 @@ class DQNLearner:
             load_state(self.policy, resume.model, "the Q-network", resume.path)
         self.create_agent = functools.partial(create_q_agent, dueling=config.dueling)
         self.explore = {"epsilon": config.epsilon_start}
-        self.greedy = {"epsilon": 0.0}
         self.n_step = NStepWindow(config.gamma, config.n_step)
         self.n_updates = 0
 

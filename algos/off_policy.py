@@ -43,6 +43,7 @@ from rlstruct.algos.distributed import (
 )
 from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.networks import cpu_state_dict
+from rlstruct.algos.policy_of import evaluation_info
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.returns import episode_statistics
@@ -59,14 +60,13 @@ class OffPolicyLearner(Protocol):
     Attributes:
         policy: the network the batchers' agents run (and the checkpoint's ``model``).
         create_agent: the batchers' agent factory (module level, so it pickles).
-        explore: the training ``agent_info``, one value per key (the batcher's example).
-        greedy: the evaluation ``agent_info``, one value per key.
+        explore: the training ``agent_info``, one value per key (the batcher's example); the evaluation's is
+            :func:`~rlstruct.algos.policy_of.evaluation_info`'s.
     """
 
     policy: nn.Module
     create_agent: Callable[..., RL_Agent]
     explore: dict[str, bool | float]
-    greedy: dict[str, bool | float]
 
     def start(self, device: torch.device, seed: int, n_rows: int) -> None:
         """Moves the networks to the learner's ``device`` (after the batchers' workers spawned) and builds the
@@ -128,7 +128,8 @@ def train_off_policy(setup: Setup) -> TrainResult:
         learner = algo.make_learner(config, spec, resume)
         # Batchers first, networks to the learner device after: no CUDA in this process before workers spawn.
         batcher, evaluator = open_batchers(stack, config, spec, learner.create_agent, n_timesteps=config.rollout_steps,
-                                           autoreset=True, explore=learner.explore, greedy=learner.greedy,
+                                           autoreset=True, explore=learner.explore,
+                                           greedy=evaluation_info(algo.name, config.to_dict()),
                                            seed=run.seed, rank=world.rank, run=run)
         B = batcher.n_elems()
         seed = learner_seed(run.seed, world)

@@ -49,6 +49,7 @@ from rlstruct.algos.distributed import (
 )
 from rlstruct.algos.networks import PolicyAgent, build_actor_critic, cpu_state_dict, create_policy_agent
 from rlstruct.algos.optim import OptimizerLike
+from rlstruct.algos.policy_of import evaluation_info
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic
 from rlstruct.algos.returns import episode_returns, episode_statistics
@@ -166,7 +167,8 @@ def train_on_policy(setup: Setup) -> TrainResult:
                      "zero_copy": config.overlap and config.n_processes == 0}
         batcher, evaluator = open_batchers(stack, config, spec,
                                            create_recurrent_agent if recurrent else create_policy_agent,
-                                           explore={"stochastic": True}, greedy={"stochastic": False},
+                                           explore={"stochastic": True},
+                                           greedy=evaluation_info(algo.name, config.to_dict()),
                                            agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
                                            seed=run.seed, rank=world.rank, run=run, **steps)
 

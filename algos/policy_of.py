@@ -18,16 +18,35 @@ from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.networks import create_policy_agent
 from rlstruct.structures import DictTensor
 
-__all__ = ["ALGORITHMS", "greedy_agent"]
+__all__ = ["ALGORITHMS", "evaluation_info", "greedy_agent"]
 
 #: the algorithms whose checkpoints rlstruct evaluates
 ALGORITHMS = ("reinforce", "a2c", "dqn", "ppo", "sac")
 
 
+def evaluation_info(algo: str, config: Mapping[str, Any]) -> dict[str, bool | float]:
+    """The ``agent_info`` (one value per key) of a run's evaluation episodes, by its ``evaluation_policy``.
+
+    ``greedy`` (the default, and a config that predates the setting): the policy's mode, DQN's argmax. ``sample``:
+    the policy as it acts at the end of training: actor-critics and SAC draw from their distribution (SAC without
+    its uniform warm-up draws), DQN acts epsilon-greedy with ``epsilon_end``.
+
+    >>> evaluation_info("ppo", {}), evaluation_info("dqn", {"evaluation_policy": "sample", "epsilon_end": 0.05})
+    ({'stochastic': False}, {'epsilon': 0.05})
+    """
+    sample = config.get("evaluation_policy", "greedy") == "sample"
+    if algo == "dqn":
+        return {"epsilon": float(config["epsilon_end"]) if sample else 0.0}
+    if algo == "sac":
+        return {"stochastic": sample, "random": False}
+    return {"stochastic": sample}
+
+
 def greedy_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec,
                  device: str = "cpu") -> tuple[Callable[..., Any], dict[str, Any], DictTensor]:
     """The agent factory of ``algo`` as its checkpoint's ``config`` built it, its keyword arguments for an env of
-    ``spec`` on ``device``, and its greedy ``agent_info`` (one row).
+    ``spec`` on ``device``, and its evaluation ``agent_info`` (one row; :func:`evaluation_info`: greedy unless the
+    run evaluated with ``evaluation_policy="sample"``).
 
     Raises:
         ValueError: ``algo`` is not one of :data:`ALGORITHMS`.
@@ -37,7 +56,6 @@ def greedy_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec,
     >>> create.__name__, kwargs["hidden_sizes"], list(info.keys())
     ('create_policy_agent', (8,), ['stochastic'])
     """
-    greedy = DictTensor({"stochastic": torch.zeros(1, dtype=torch.bool)})
     if config.get("recurrent"):
         from rlstruct.algos.recurrent import create_recurrent_agent
 
@@ -46,7 +64,6 @@ def greedy_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec,
         from rlstruct.algos.dqn import create_q_agent
 
         create = functools.partial(create_q_agent, dueling=bool(config.get("dueling", False)))
-        greedy = DictTensor({"epsilon": torch.zeros(1)})
     elif algo == "sac":
         from rlstruct.algos.sac import create_sac_agent
 
@@ -58,4 +75,5 @@ def greedy_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec,
     kwargs: dict[str, Any] = {"spec": spec, "hidden_sizes": tuple(config["hidden_sizes"]), "device": device}
     if config.get("normalize_observations"):  # the network has the normalizer whose statistics the checkpoint holds
         kwargs["normalize_observations"] = True
-    return create, kwargs, greedy
+    info = DictTensor({key: torch.tensor([value]) for key, value in evaluation_info(algo, config).items()})
+    return create, kwargs, info

@@ -144,6 +144,17 @@ _SAC_MUJOCO = {"n_envs": 1, "rollout_steps": 8, "hidden_sizes": (256, 256), "bat
                "critic_lr": 1e-3, "learning_starts": 5_000, "eval_every": 625, "n_evaluation_envs": 8,
                "max_env_steps": 150_000, "time_limit": 3600.0}
 
+# PPO on Atari (pip install 'rlstruct[atari]'): CleanRL's ppo_atari.py settings (8 envs x 128 steps, 4 epochs of 4
+# minibatches, lr 2.5e-4 annealed over 10M env steps = 40M frames, clip 0.1 on the policy and the value, entropy
+# 0.01) on ale-py's preprocessing (84x84 grey, 4 frames stacked, frameskip 4, noop starts, FIRE at reset, rewards
+# clipped to [-1, 1]), with a lost life ending a training episode as in Baselines' EpisodicLifeEnv. Evaluations play
+# whole games, unclipped, drawing actions from the policy as CleanRL's reported episodes do: a greedy policy can stall
+# (Breakout's never presses FIRE after a lost life) and its game then runs to ALE's 27,000-step cap.
+_PPO_ATARI = {"n_envs": 8, "n_steps": 128, "n_epochs": 4, "n_minibatches": 4, "lr": 2.5e-4, "clip_coef": 0.1,
+              "value_clip": 0.1, "entropy_coef": 0.01, "gae_lambda": 0.95, "max_grad_norm": 0.5, "reward_scale": 1.0,
+              "env_kwargs": {"life_loss_info": True}, "evaluation_policy": "sample", "eval_every": 10,
+              "max_env_steps": 10_000_000, "time_limit": 86_400.0}
+
 #: the presets, looked up by :func:`find_preset` (an exact id before a family, then the order here)
 PRESETS: tuple[Preset, ...] = (
     Preset("ppo-pendulum", "ppo", ("Pendulum-v1",), _PPO_PENDULUM, -200.0,
@@ -197,6 +208,7 @@ PRESETS: tuple[Preset, ...] = (
            {"n_envs": 32, "n_steps": 64, "n_minibatches": 4, "lr": 5e-4, "entropy_coef": 0.01, "eval_every": 10,
             "max_env_steps": 1_000_000, "time_limit": 1800.0}, 5.0,
            "benchmarks/learning.py's MinAtar Breakout suite", "ppo-minatar-breakout-gymnasium"),
+    Preset("ppo-atari", "ppo", ("ALE/*",), _PPO_ATARI, 5.0, "CleanRL's ppo_atari.py", "ppo-atari-breakout"),
 )
 
 

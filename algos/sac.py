@@ -428,7 +428,6 @@ class SACLearner:
 
     create_agent = staticmethod(create_sac_agent)
     explore = {"stochastic": True, "random": True}
-    greedy = {"stochastic": False, "random": False}
 
     def __init__(self, config: SACConfig, spec: EnvSpec, resume: Resume | None):
         self.config, self.resume = config, resume

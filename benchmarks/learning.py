@@ -147,6 +147,9 @@ SUITES = [
     # The same task for DQN, with its preset's settings (no flag: rlstruct.algos.presets' dqn-minatar).
     Suite("dqn-minatar-breakout-gymnasium", "dqn", "MinAtar/Breakout-v1", MINATAR_BREAKOUT, "500k steps", [],
           "gymnasium"),
+    # Atari Breakout through ale-py with PPO's preset (no flag: rlstruct.algos.presets' ppo-atari, CleanRL's settings):
+    # the whole-game score of the sampled policy, 5 (a uniformly random policy scores about 1.5).
+    Suite("ppo-atari-breakout", "ppo", "ALE/Breakout-v5", 5.0, "10000k steps", [], "ale"),
 ]
 
 
