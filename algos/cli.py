@@ -59,8 +59,9 @@ def evaluate_checkpoint(
     seed: int = 12345,
     n_processes: int = 0,
     max_steps: int | None = None,
+    policy: str | None = None,
 ) -> dict[str, Any]:
-    """Rebuilds the agent of a checkpoint and runs ``episodes`` greedy episodes.
+    """Rebuilds the agent of a checkpoint and runs ``episodes`` episodes of its evaluation policy.
 
     The episodes run in acquisitions of the training run's ``evaluation_chunk_steps`` steps (see
     :class:`~rlstruct.algos.evaluation.Evaluator`), up to the env's time limit.
@@ -75,13 +76,16 @@ def evaluate_checkpoint(
         n_processes: evaluation worker processes (0: this process).
         max_steps: steps per episode at most (``None``: the env's time limit); an episode cut there counts its
             partial return.
+        policy: ``"greedy"`` or ``"sample"`` (``None``: the run's ``evaluation_policy``; see
+            :func:`~rlstruct.algos.evaluation.evaluation_info`).
 
     Returns:
-        ``{"eval_return", "return_min", "return_max", "episodes", "env", "algo", "checkpoint"}``.
+        ``{"eval_return", "return_min", "return_max", "episodes", "policy", "env", "algo", "checkpoint"}``.
 
     Raises:
         DeviceUnavailableError: ``device`` does not exist here.
-        ValueError: the file is not an rlstruct checkpoint, or a damaged one, ``episodes < 1`` or ``max_steps < 1``.
+        ValueError: the file is not an rlstruct checkpoint, or a damaged one, ``episodes < 1``, ``max_steps < 1`` or
+            an unknown ``policy``.
     """
     check_device_exists(device, argument="device")
     if episodes < 1:
@@ -90,7 +94,8 @@ def evaluate_checkpoint(
         raise ValueError(f"max_steps must be >= 1 or None (the env's time limit), got {max_steps}")
     ckpt = load_checkpoint(path)
     cfg, spec = ckpt["config"], ckpt["env_spec"]
-    create_agent, agent_args, agent_info = greedy_agent(ckpt["algo"], cfg, EnvSpec.from_dict(spec), device)
+    create_agent, agent_args, agent_info = greedy_agent(ckpt["algo"], cfg, EnvSpec.from_dict(spec), device,
+                                                        policy=policy)
     check_model_fits(create_agent, agent_args, ckpt["model"], path)
     n_workers = max(n_processes, 1)
     per_worker = -(-episodes // n_workers)
@@ -110,6 +115,7 @@ def evaluate_checkpoint(
         "return_min": float(returns.min()),
         "return_max": float(returns.max()),
         "episodes": int(returns.shape[0]),
+        "policy": policy or cfg.get("evaluation_policy", "greedy"),
         "env": cfg["env"],
         "algo": ckpt["algo"],
         "checkpoint": str(path),
@@ -117,7 +123,7 @@ def evaluate_checkpoint(
 
 
 def _eval_command(argv: Sequence[str]) -> int:
-    parser = OneLineParser(prog="rlstruct eval", description="Evaluates a checkpoint's greedy policy.")
+    parser = OneLineParser(prog="rlstruct eval", description="Evaluates a checkpoint's policy.")
     parser.add_argument("checkpoint", help="checkpoint.pt written by rlstruct train, or its run's log folder")
     parser.add_argument("--episodes", type=int, default=16, help="episodes to run (default: 16)")
     parser.add_argument("--device", default="cpu", help="device of the evaluation envs and agent (default: cpu)")
@@ -128,8 +134,11 @@ def _eval_command(argv: Sequence[str]) -> int:
                              "the episodes, and the mean, depend on the split")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="steps per episode at most (default: the env's time limit)")
+    parser.add_argument("--policy", default=None, choices=("greedy", "sample"),
+                        help="greedy: the policy's mode; sample: its draws as in training (default: the run's "
+                             "--evaluation-policy)")
     parser.add_argument("--video", default=None, metavar="PATH",
-                        help="also record greedy episodes to PATH, .mp4 or .gif (pip install 'rlstruct[video]')")
+                        help="also record episodes to PATH, .mp4 or .gif (pip install 'rlstruct[video]')")
     parser.add_argument("--video-episodes", type=int, default=1, metavar="N",
                         help="episodes in the video (default: 1), one env on the CPU, seeds --seed, --seed + 1, ...")
     ns = parser.parse_args(argv)
@@ -147,16 +156,19 @@ def _eval_command(argv: Sequence[str]) -> int:
 
             check_video_path(ns.video, argument="--video")
             video = record_checkpoint_video(ns.checkpoint, ns.video, episodes=ns.video_episodes,
-                                            max_steps=ns.max_steps, seed=ns.seed, backend=ns.backend)
+                                            max_steps=ns.max_steps, seed=ns.seed, backend=ns.backend,
+                                            policy=ns.policy)
         result = evaluate_checkpoint(ns.checkpoint, episodes=ns.episodes, device=ns.device, backend=ns.backend,
-                                     seed=ns.seed, n_processes=ns.n_processes, max_steps=ns.max_steps)
+                                     seed=ns.seed, n_processes=ns.n_processes, max_steps=ns.max_steps,
+                                     policy=ns.policy)
         if video is not None:
             result["video"] = video.path
             result["video_frames"] = video.frames
     except (ValueError, RLStructError, FileNotFoundError) as e:
         print(f"rlstruct eval: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
-    print(f"mean return over {result['episodes']} episodes of {result['env']}: {result['eval_return']:.2f}")
+    print(f"mean return over {result['episodes']} {result['policy']} episodes of {result['env']}: "
+          f"{result['eval_return']:.2f}")
     if video is not None:
         print(f"video: {video.path} ({video.frames} frames)")
     print(json.dumps(result))

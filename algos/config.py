@@ -15,7 +15,8 @@ from rlstruct.devices import check_device_exists
 from rlstruct.envs.factory import BACKENDS, resolve_backend
 from rlstruct.errors import ConfigError, MissingDependencyError
 
-__all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "RunConfig", "validate_run_config", "check_env_kwargs", "check_physics_dtype"]
+__all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "RunConfig", "validate_run_config", "check_evaluation_policy",
+           "check_env_kwargs", "check_physics_dtype"]
 
 #: the values of ``RunConfig.matmul_precision`` (torch's ``set_float32_matmul_precision``)
 MATMUL_PRECISIONS = ("highest", "high", "medium")
@@ -101,7 +102,7 @@ class RunConfig:
         evaluation_env_kwargs: keyword arguments of the evaluation envs' constructor, over env_kwargs; None:
             env_kwargs less what shapes training only, so that evaluations report the game's score (ale-py's
             episodic_life, life_loss_info and reward_clipping are off: whole games with unclipped rewards).
-        video_every: record one greedy episode into logdir/videos/ after every this many evaluations (mp4 with
+        video_every: record one evaluation episode into logdir/videos/ after every this many evaluations (mp4 with
             imageio-ffmpeg, else gif), with the weights the loop holds when that evaluation ends, and one of the final
             policy (0: no videos); the env's backend must render (torch, gymnasium, ale).
         preset: the tuned settings applied to the fields not given (:mod:`rlstruct.algos.presets`): auto (the preset
@@ -203,11 +204,7 @@ def validate_run_config(config: RunConfig) -> None:
     check_physics_dtype(config.physics_dtype, config.env, config.backend)
     for name in ("env_kwargs", "evaluation_env_kwargs"):
         check_env_kwargs(getattr(config, name), argument=name)
-    if config.evaluation_policy not in EVALUATION_POLICIES:
-        raise ValueError(
-            f"evaluation_policy must be one of {list(EVALUATION_POLICIES)}, got {config.evaluation_policy!r}; pass "
-            "--evaluation-policy sample to evaluate the policy as it acts in training, or leave the default (greedy)"
-        )
+    check_evaluation_policy(config.evaluation_policy)
     if config.matmul_precision not in MATMUL_PRECISIONS:
         raise ValueError(
             f"matmul_precision must be one of {list(MATMUL_PRECISIONS)}, got {config.matmul_precision!r}; pass "
@@ -234,6 +231,23 @@ def validate_run_config(config: RunConfig) -> None:
     if config.ray_address is not None and not config.ray_actors:
         raise ConfigError(f"ray_address={config.ray_address!r} names a Ray cluster for the training batcher's actors, "
                           "got ray_actors=0; pass --ray-actors N too, or drop --ray-address")
+
+
+def check_evaluation_policy(policy: Any, *, argument: str = "evaluation_policy") -> str:
+    """Returns ``policy`` if it is one of :data:`EVALUATION_POLICIES`.
+
+    Raises:
+        ValueError: it is not; the message names ``argument``.
+
+    >>> check_evaluation_policy("sample")
+    'sample'
+    """
+    if policy not in EVALUATION_POLICIES:
+        raise ValueError(
+            f"{argument} must be one of {list(EVALUATION_POLICIES)}, got {policy!r}; pass sample to evaluate the "
+            "policy as it acts in training (Atari's protocol), or greedy for its mode"
+        )
+    return policy
 
 
 def check_env_kwargs(kwargs: Any, *, argument: str = "env_kwargs") -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -12,9 +13,27 @@ from rlstruct.batchers import RL_Batcher
 from rlstruct.errors import RLStructError
 from rlstruct.structures import DictTensor, Trajectories
 
-__all__ = ["EpisodeTally", "Evaluator", "run_episodes"]
+__all__ = ["EpisodeTally", "Evaluator", "evaluation_info", "run_episodes"]
 
 log = logging.getLogger(__name__)
+
+
+def evaluation_info(algo: str, config: Mapping[str, Any]) -> dict[str, bool | float]:
+    """The ``agent_info`` (one value per key) of a run's evaluation episodes, by its ``evaluation_policy``.
+
+    ``greedy`` (the default, and a config that predates the setting): the policy's mode, DQN's argmax. ``sample``:
+    the policy as it acts at the end of training: actor-critics and SAC draw from their distribution (SAC without
+    its uniform warm-up draws), DQN acts epsilon-greedy with ``epsilon_end``.
+
+    >>> evaluation_info("ppo", {}), evaluation_info("dqn", {"evaluation_policy": "sample", "epsilon_end": 0.05})
+    ({'stochastic': False}, {'epsilon': 0.05})
+    """
+    sample = config.get("evaluation_policy", "greedy") == "sample"
+    if algo == "dqn":
+        return {"epsilon": float(config["epsilon_end"]) if sample else 0.0}
+    if algo == "sac":
+        return {"stochastic": sample, "random": False}
+    return {"stochastic": sample}
 
 
 class EpisodeTally:

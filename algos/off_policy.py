@@ -42,8 +42,8 @@ from rlstruct.algos.distributed import (
     learner_seed,
 )
 from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos.evaluation import evaluation_info
 from rlstruct.algos.networks import cpu_state_dict
-from rlstruct.algos.policy_of import evaluation_info
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.returns import episode_statistics
@@ -61,7 +61,7 @@ class OffPolicyLearner(Protocol):
         policy: the network the batchers' agents run (and the checkpoint's ``model``).
         create_agent: the batchers' agent factory (module level, so it pickles).
         explore: the training ``agent_info``, one value per key (the batcher's example); the evaluation's is
-            :func:`~rlstruct.algos.policy_of.evaluation_info`'s.
+            :func:`~rlstruct.algos.evaluation.evaluation_info`'s.
     """
 
     policy: nn.Module

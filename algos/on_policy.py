@@ -47,9 +47,9 @@ from rlstruct.algos.distributed import (
     init_process_group,
     sum_over_ranks,
 )
+from rlstruct.algos.evaluation import evaluation_info
 from rlstruct.algos.networks import PolicyAgent, build_actor_critic, cpu_state_dict, create_policy_agent
 from rlstruct.algos.optim import OptimizerLike
-from rlstruct.algos.policy_of import evaluation_info
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic
 from rlstruct.algos.returns import episode_returns, episode_statistics

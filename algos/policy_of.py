@@ -14,42 +14,26 @@ from typing import Any
 
 import torch
 
+from rlstruct.algos.config import check_evaluation_policy
 from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos.evaluation import evaluation_info
 from rlstruct.algos.networks import create_policy_agent
 from rlstruct.structures import DictTensor
 
-__all__ = ["ALGORITHMS", "evaluation_info", "greedy_agent"]
+__all__ = ["ALGORITHMS", "greedy_agent"]
 
 #: the algorithms whose checkpoints rlstruct evaluates
 ALGORITHMS = ("reinforce", "a2c", "dqn", "ppo", "sac")
 
 
-def evaluation_info(algo: str, config: Mapping[str, Any]) -> dict[str, bool | float]:
-    """The ``agent_info`` (one value per key) of a run's evaluation episodes, by its ``evaluation_policy``.
-
-    ``greedy`` (the default, and a config that predates the setting): the policy's mode, DQN's argmax. ``sample``:
-    the policy as it acts at the end of training: actor-critics and SAC draw from their distribution (SAC without
-    its uniform warm-up draws), DQN acts epsilon-greedy with ``epsilon_end``.
-
-    >>> evaluation_info("ppo", {}), evaluation_info("dqn", {"evaluation_policy": "sample", "epsilon_end": 0.05})
-    ({'stochastic': False}, {'epsilon': 0.05})
-    """
-    sample = config.get("evaluation_policy", "greedy") == "sample"
-    if algo == "dqn":
-        return {"epsilon": float(config["epsilon_end"]) if sample else 0.0}
-    if algo == "sac":
-        return {"stochastic": sample, "random": False}
-    return {"stochastic": sample}
-
-
-def greedy_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec,
-                 device: str = "cpu") -> tuple[Callable[..., Any], dict[str, Any], DictTensor]:
+def greedy_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec, device: str = "cpu", *,
+                 policy: str | None = None) -> tuple[Callable[..., Any], dict[str, Any], DictTensor]:
     """The agent factory of ``algo`` as its checkpoint's ``config`` built it, its keyword arguments for an env of
     ``spec`` on ``device``, and its evaluation ``agent_info`` (one row; :func:`evaluation_info`: greedy unless the
-    run evaluated with ``evaluation_policy="sample"``).
+    run evaluated with ``evaluation_policy="sample"``, or ``policy`` when given).
 
     Raises:
-        ValueError: ``algo`` is not one of :data:`ALGORITHMS`.
+        ValueError: ``algo`` is not one of :data:`ALGORITHMS`, or ``policy`` is not greedy or sample.
 
     >>> spec = EnvSpec((4,), "float32", 2, 500)
     >>> create, kwargs, info = greedy_agent("ppo", {"hidden_sizes": [8]}, spec)
@@ -75,5 +59,7 @@ def greedy_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec,
     kwargs: dict[str, Any] = {"spec": spec, "hidden_sizes": tuple(config["hidden_sizes"]), "device": device}
     if config.get("normalize_observations"):  # the network has the normalizer whose statistics the checkpoint holds
         kwargs["normalize_observations"] = True
+    if policy is not None:
+        config = {**config, "evaluation_policy": check_evaluation_policy(policy, argument="policy")}
     info = DictTensor({key: torch.tensor([value]) for key, value in evaluation_info(algo, config).items()})
     return create, kwargs, info

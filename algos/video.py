@@ -68,12 +68,14 @@ def record_policy_video(
     seed: int = 0,
     backend: str | None = None,
     fps: float | None = None,
+    policy: str | None = None,
 ) -> VideoResult:
-    """Records ``episodes`` greedy episodes of a policy, one env on the CPU, to ``path`` (``.mp4`` or ``.gif``).
+    """Records ``episodes`` episodes of a policy, one env on the CPU, to ``path`` (``.mp4`` or ``.gif``).
 
-    The agent is the one the algorithm's evaluation builds (greedy: ``stochastic=False``, DQN's ``epsilon=0``) with
-    ``model_state`` loaded. Episode ``k`` runs on env seed ``seed + k``. Each episode contributes its first frame
-    and one frame per step, up to ``max_steps`` steps (so at most ``max_steps + 1`` frames). It runs in the calling
+    The agent is the one the algorithm's evaluation builds (greedy: ``stochastic=False``, DQN's ``epsilon=0``; or
+    as the run's ``evaluation_policy="sample"`` says) with ``model_state`` loaded. Episode ``k`` runs on env seed
+    ``seed + k``. Each episode contributes its first frame and one frame per step, up to ``max_steps`` steps (so at
+    most ``max_steps + 1`` frames). It runs in the calling
     process and leaves torch's global random state as it found it, so a training loop can call it between
     iterations (``--video-every``) without changing the run: the loop passes its config, env spec and the CPU
     ``state_dict`` it sends to its evaluation batcher, with :func:`run_video_path` as ``path``.
@@ -91,6 +93,7 @@ def record_policy_video(
         backend: env backend (default: the config's); see the module docstring for where frames come from. The
             run's evaluation env arguments (``evaluation_env_kwargs``) apply on its own backend only.
         fps: frames per second written (default: the env's ``render_fps``, 15 for ale-py's agent steps).
+        policy: ``"greedy"`` or ``"sample"`` (``None``: the run's ``evaluation_policy``).
 
     Returns:
         A :class:`VideoResult`.
@@ -114,7 +117,7 @@ def record_policy_video(
     # Building the agent initialises a network from torch's global generator: a video recorded during training must
     # leave the run's random stream as it found it (the same seed gives the same run with and without videos).
     with torch.random.fork_rng(devices=[]):
-        create_agent, agent_args, agent_info = greedy_agent(algo, config, spec)
+        create_agent, agent_args, agent_info = greedy_agent(algo, config, spec, policy=policy)
         agent = create_agent(**agent_args)
         agent.update(model_state)
         return record_agent_video(video_path, name=name, backend=resolved, spec=spec, agent=agent,
@@ -132,6 +135,7 @@ def record_checkpoint_video(
     seed: int = 0,
     backend: str | None = None,
     fps: float | None = None,
+    policy: str | None = None,
 ) -> VideoResult:
     """:func:`record_policy_video` of a ``checkpoint.pt`` written by ``rlstruct train`` (or its run's folder).
 
@@ -143,4 +147,4 @@ def record_checkpoint_video(
     ckpt = load_checkpoint(checkpoint)
     return record_policy_video(path, algo=ckpt["algo"], config=ckpt["config"], env_spec=ckpt["env_spec"],
                                model_state=ckpt["model"], episodes=episodes, max_steps=max_steps, seed=seed,
-                               backend=backend, fps=fps)
+                               backend=backend, fps=fps, policy=policy)

@@ -1,0 +1,140 @@
+"""``evaluation_policy``: evaluations, videos and ``rlstruct eval`` act greedily (the default) or as in training.
+
+One map (:func:`rlstruct.algos.evaluation.evaluation_info`) gives every algorithm's evaluation ``agent_info``; the
+loops, the videos and ``rlstruct eval`` take theirs from it. The agents are checked against what the policy says:
+a greedy agent takes the mode, a sampling one draws with the policy's probabilities.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rlstruct.algos import dqn, off_policy, on_policy, sac
+from rlstruct.algos.config import RunConfig, validate_run_config
+from rlstruct.algos.dqn import DQNConfig
+from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos.evaluation import evaluation_info
+from rlstruct.algos.policy_of import greedy_agent
+from rlstruct.algos.ppo import PPOConfig
+from rlstruct.algos.ppo import validate as validate_ppo
+from rlstruct.algos.sac import SACConfig
+from rlstruct.structures import DictTensor
+
+SPEC = EnvSpec((4,), "float32", 2, 500)
+
+
+@pytest.mark.parametrize(("algo", "config", "info"), [
+    ("ppo", {}, {"stochastic": False}),  # a config written before the setting existed: greedy
+    ("a2c", {"evaluation_policy": "sample"}, {"stochastic": True}),
+    ("reinforce", {"evaluation_policy": "greedy"}, {"stochastic": False}),
+    ("dqn", {"evaluation_policy": "greedy", "epsilon_end": 0.05}, {"epsilon": 0.0}),
+    ("dqn", {"evaluation_policy": "sample", "epsilon_end": 0.01}, {"epsilon": 0.01}),
+    ("sac", {"evaluation_policy": "sample"}, {"stochastic": True, "random": False}),
+    ("sac", {}, {"stochastic": False, "random": False}),
+])
+def test_each_algorithms_evaluation_info_follows_the_runs_policy(algo, config, info):
+    assert evaluation_info(algo, config) == info
+
+
+def test_an_unknown_policy_is_a_value_error_naming_the_setting_and_the_choices():
+    with pytest.raises(ValueError, match=r"evaluation_policy must be one of \['greedy', 'sample'\], got 'mode'"):
+        validate_run_config(RunConfig(evaluation_policy="mode"))
+    with pytest.raises(ValueError, match=r"policy must be one of \['greedy', 'sample'\], got 'best'"):
+        greedy_agent("ppo", {"hidden_sizes": [8]}, SPEC, policy="best")
+
+
+def _actions(policy: str | None, config: dict, n: int = 4000) -> torch.Tensor:
+    """The actions of an evaluation agent of ``config`` whose network scores both actions alike but for a small
+    bias towards action 1 (probabilities 0.4 / 0.6)."""
+    create, kwargs, info = greedy_agent("ppo", {"hidden_sizes": [8], **config}, SPEC, policy=policy)
+    agent = create(**kwargs)
+    state = {k: torch.zeros_like(v) for k, v in agent.model.state_dict().items()}
+    bias = [k for k in state if k.startswith("actor.") and k.endswith("bias") and state[k].shape == (2,)]
+    assert len(bias) == 1, sorted(state)
+    state[bias[0]] = torch.tensor([0.0, float(torch.log(torch.tensor(1.5)))])
+    agent.update(state)
+    agent.seed(0)
+    obs = DictTensor({"frame": torch.randn(n, 4)})
+    rows = DictTensor({k: v.expand(n) for k, v in info.items()})
+    return agent(None, obs, rows)[0]["action"]
+
+
+def test_a_greedy_evaluation_takes_the_mode_and_a_sampled_one_draws_with_the_policys_probabilities():
+    assert torch.equal(_actions(None, {}), torch.ones(4000, dtype=torch.int64))  # the run's default: greedy
+    sampled = _actions(None, {"evaluation_policy": "sample"})
+    assert abs(sampled.float().mean().item() - 0.6) < 0.03  # 4,000 draws: 4 standard deviations is 0.031
+    # rlstruct eval --policy overrides the run's choice, both ways
+    assert torch.equal(_actions("greedy", {"evaluation_policy": "sample"}), torch.ones(4000, dtype=torch.int64))
+    assert torch.equal(_actions("sample", {}), sampled)
+
+
+class _Opened(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("module", "config", "expected"), [
+    (on_policy, PPOConfig(env="CartPole-v1", evaluation_policy="sample", preset="none"), {"stochastic": True}),
+    (on_policy, PPOConfig(env="CartPole-v1", preset="none"), {"stochastic": False}),
+    (off_policy, DQNConfig(env="CartPole-v1", evaluation_policy="sample", epsilon_end=0.02), {"epsilon": 0.02}),
+    (off_policy, SACConfig(env="Pendulum-v1", evaluation_policy="sample"), {"stochastic": True, "random": False}),
+])
+def test_the_training_loops_hand_their_evaluator_the_runs_policy(module, config, expected, monkeypatch, tmp_path):
+    seen = {}
+
+    def opened(*args, greedy, **kwargs):
+        seen.update(greedy)
+        raise _Opened
+
+    monkeypatch.setattr(module, "open_batchers", opened)
+    config.logdir = str(tmp_path)
+    config.progress = config.tensorboard = False
+    validate = {PPOConfig: validate_ppo, DQNConfig: dqn.validate, SACConfig: sac.validate}[type(config)]
+    train = on_policy.train_on_policy if module is on_policy else off_policy.train_off_policy
+    with pytest.raises(_Opened):
+        train(validate(config))
+    assert seen == expected
+
+
+def test_the_atari_preset_evaluates_whole_games_of_the_sampled_policy():
+    config = validate_ppo(PPOConfig(env="ALE/Breakout-v5")).config if _has_ale() else None
+    if config is None:
+        pytest.skip("ale-py is not installed (pip install 'rlstruct[atari]')")
+    assert config.preset == "ppo-atari" and config.evaluation_policy == "sample"
+    assert config.env_kwargs == {"life_loss_info": True} and config.evaluation_env_kwargs is None
+    assert (config.n_envs, config.n_steps, config.n_epochs, config.n_minibatches) == (8, 128, 4, 4)
+    assert (config.clip_coef, config.value_clip, config.reward_scale, config.max_env_steps) == (0.1, 0.1, 1.0, 10**7)
+
+
+def _has_ale() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ale_py") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_rlstruct_eval_reports_the_policy_it_ran_and_refuses_an_unknown_one(tmp_path):
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", *args], capture_output=True, text=True,
+                              timeout=200)
+
+    out = cli("train", "ppo", "--env", "CartPole-v1", "--max-env-steps", "2048", "--evaluation-policy", "sample",
+              "--logdir", str(tmp_path), "--no-progress", "--no-tensorboard")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads((tmp_path / "config.json").read_text())["evaluation_policy"] == "sample"
+    runs = {}
+    for flags in ([], ["--policy", "greedy"], ["--policy", "sample"]):
+        out = cli("eval", str(tmp_path), "--episodes", "8", *flags)
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs[tuple(flags)] = json.loads(out.stdout.strip().splitlines()[-1])
+        assert f"{runs[tuple(flags)]['policy']} episodes of CartPole-v1" in out.stdout
+    assert runs[()]["policy"] == "sample" and runs[("--policy", "greedy")]["policy"] == "greedy"
+    assert runs[()] == runs[("--policy", "sample")]  # the run's own policy, with the same seed
+    bad = cli("eval", str(tmp_path), "--policy", "mode")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--policy" in bad.stderr and "'mode'" in bad.stderr
