@@ -158,6 +158,24 @@ ZOO = "rl-baselines3-zoo's benchmark.md (its final policy over about 150k evalua
 #: published or locally measured references beside each preset's row: preset name -> (figure, source, where rlstruct
 #: is ahead or behind at equal env steps)
 REFERENCES = {
+    "ppo-cartpole": ("rl-zoo PPO: 500.0 +/- 0.0 after 100k env steps", ZOO,
+                     "level: 5/5 seeds past 475 by 57k env steps, within the zoo's 100k (the kept policies re-evaluate "
+                     "at 493-500); these runs stop at 475, so the zoo's final 500 is not measured here"),
+    "a2c-cartpole": ("rl-zoo A2C: 500.0 +/- 0.0 after 500k env steps", ZOO,
+                     "level: 5/5 seeds past 475 by 164k env steps (median 25k), within the zoo's 500k (the kept "
+                     "policies re-evaluate at 499-500)"),
+    "a2c-acrobot": ("rl-zoo A2C: -83.4 +/- 17.2 after 500k env steps", ZOO,
+                    "ahead in env steps: 5/5 seeds past -100 by 12.8k env steps, where the kept policies re-evaluate "
+                    "at -84.6 (median), level with the zoo's -83.4 after 500k"),
+    "ppo-acrobot": ("rl-zoo PPO: -73.5 +/- 18.2 after 1M env steps", ZOO,
+                    "not measured at equal steps: 5/5 seeds past -100 by 16k env steps, where the kept policies "
+                    "re-evaluate at -81.2 (median), behind the zoo's -73.5 after 1M"),
+    "dqn-cartpole": ("rl-zoo DQN: 500.0 +/- 0.0 after 50k env steps", ZOO,
+                     "level: 5/5 seeds past 475 by 48k env steps, within the zoo's 50k, and the kept policies "
+                     "re-evaluate at 500"),
+    "dqn-acrobot": ("rl-zoo DQN: -76.6 +/- 11.8 after 100k env steps", ZOO,
+                    "behind in return, ahead in env steps: 5/5 seeds past -100 by 24k env steps, where the kept "
+                    "policies re-evaluate at -89.0 (median) against the zoo's -76.6 after 100k"),
     "ppo-pendulum": ("SB3 PPO, rl-zoo settings: -198 at 100k env steps (seed 0)",
                      "issue 33's side-by-side run on this machine (benchmarks/sb3_reference.py)",
                      "ahead: -200 reached at 60k-80k env steps, where SB3 is at -198 after 100k"),
@@ -192,6 +210,10 @@ REFERENCES = {
     "dqn-minatar": ("rlstruct's ppo-minatar preset, the same target: 5/5 past 5 at 82k-123k env steps", "this page",
                     "ahead of PPO in env steps: 5/5 past 5 at 70k-90k env steps (the kept policies re-evaluate at "
                     "4.1-5.8)"),
+    "ppo-atari": ("rl-zoo PPO, BreakoutNoFrameskip-v4 (these settings, but the clip range annealed and the value "
+                  "unclipped): 398.0 +/- 33.3 after 10M env steps (the sampled policy, as here)", ZOO,
+                  "not measured at equal steps: a CPU proof of learning, stopped at 5, far below the zoo's 10M-step "
+                  "score"),
     "sac-mujoco": ("rl-zoo SAC, Hopper-v3: 2,325 +/- 1,130 after 1M env steps; rlstruct's ppo-mujoco preset: 5/5 "
                    "past 1,000 at 164k-287k env steps", ZOO,
                    "ahead of PPO in env steps: 5/5 seeds past 1,000 at 40k-100k env steps; the zoo's 1M-step score "
