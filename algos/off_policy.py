@@ -129,7 +129,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
         # Batchers first, networks to the learner device after: no CUDA in this process before workers spawn.
         batcher, evaluator = open_batchers(stack, config, spec, learner.create_agent, n_timesteps=config.rollout_steps,
                                            autoreset=True, explore=learner.explore,
-                                           greedy=evaluation_info(algo.name, config.to_dict()),
+                                           evaluate=evaluation_info(algo.name, config.to_dict()),
                                            seed=run.seed, rank=world.rank, run=run)
         B = batcher.n_elems()
         seed = learner_seed(run.seed, world)

@@ -168,7 +168,7 @@ def train_on_policy(setup: Setup) -> TrainResult:
         batcher, evaluator = open_batchers(stack, config, spec,
                                            create_recurrent_agent if recurrent else create_policy_agent,
                                            explore={"stochastic": True},
-                                           greedy=evaluation_info(algo.name, config.to_dict()),
+                                           evaluate=evaluation_info(algo.name, config.to_dict()),
                                            agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
                                            seed=run.seed, rank=world.rank, run=run, **steps)
 

@@ -190,7 +190,7 @@ def open_batchers(
     n_timesteps: int,
     autoreset: bool,
     explore: dict[str, bool | float],
-    greedy: dict[str, bool | float],
+    evaluate: dict[str, bool | float],
     cuda_graph: bool = False,
     zero_copy: bool = False,
     agent_kwargs: dict[str, Any] | None = None,
@@ -215,7 +215,7 @@ def open_batchers(
         n_timesteps: steps of every training env per ``execute``.
         autoreset: whether the training envs auto-reset.
         explore: the training ``agent_info``, one value per key, e.g. ``{"stochastic": True}``.
-        greedy: the evaluation ``agent_info``, one value per key, e.g. ``{"epsilon": 0.0}``.
+        evaluate: the evaluation ``agent_info``, one value per key (:func:`~rlstruct.algos.evaluation.evaluation_info`).
         cuda_graph: the training batcher's ``cuda_graph`` (see :class:`RL_Batcher`), and the evaluation batcher's
             where it runs on a GPU.
         zero_copy: the training batcher's ``zero_copy`` (its double buffer, to overlap collection and learning).
@@ -273,19 +273,19 @@ def open_batchers(
         create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": eval_graph,
                      "device": config.evaluation_device, "env_kwargs": eval_env_kwargs},
         config.n_evaluation_processes, worker_seeds(seed, n_eval_workers, 1000),
-        agent_info=DictTensor({k: torch.tensor([v]) for k, v in greedy.items()}),
+        agent_info=DictTensor({k: torch.tensor([v]) for k, v in evaluate.items()}),
         agent_seeds=worker_seeds(seed, n_eval_workers, 6000), device=config.evaluation_device,
         cuda_graph=eval_graph, timeout=config.batcher_timeout, restart_workers=config.restart_workers,
     )
     n_eval = eval_batcher.n_elems()
-    evaluator = Evaluator(eval_batcher, DictTensor({k: torch.full((n_eval,), v) for k, v in greedy.items()}),
+    evaluator = Evaluator(eval_batcher, DictTensor({k: torch.full((n_eval,), v) for k, v in evaluate.items()}),
                           config.eval_every, max_steps=eval_steps)
     stack.callback(evaluator.close)
     if config.restart_workers and run is not None:
         run.columns["batcher/restarts"] = lambda: batcher.n_restarts + eval_batcher.n_restarts
     if config.video_every and run is not None:
         run.videos = RunVideos(config.video_every, run.logdir, name=config.env, backend=config.backend, spec=spec,
-                               create_agent=create_agent, agent_args=agent_args, agent_info=greedy, seed=seed,
+                               create_agent=create_agent, agent_args=agent_args, agent_info=evaluate, seed=seed,
                                physics_dtype=config.physics_dtype, max_steps=config.evaluation_max_steps,
                                env_kwargs=eval_env_kwargs)
         run.evaluation_hooks.append(run.videos.after_evaluation)

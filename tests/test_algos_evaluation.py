@@ -191,7 +191,7 @@ def _open_batchers(stack: contextlib.ExitStack, tmp_path, **settings):
     """The training batcher and the evaluator of a small CartPole run with ``settings``."""
     cfg = RunConfig(env=ENV, n_envs=2, n_evaluation_envs=2, logdir=str(tmp_path), **settings)
     return open_batchers(stack, cfg, describe_env(ENV, "torch", None), create_policy_agent, n_timesteps=4,
-                         autoreset=True, explore={"stochastic": True}, greedy={"stochastic": False})
+                         autoreset=True, explore={"stochastic": True}, evaluate={"stochastic": False})
 
 
 def test_open_batchers_bounds_the_evaluation_buffer_by_the_chunk(tmp_path):

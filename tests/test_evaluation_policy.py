@@ -86,8 +86,8 @@ class _Opened(Exception):
 def test_the_training_loops_hand_their_evaluator_the_runs_policy(module, config, expected, monkeypatch, tmp_path):
     seen = {}
 
-    def opened(*args, greedy, **kwargs):
-        seen.update(greedy)
+    def opened(*args, evaluate, **kwargs):
+        seen.update(evaluate)
         raise _Opened
 
     monkeypatch.setattr(module, "open_batchers", opened)
