@@ -396,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
     machine = (f"torch {torch.__version__}, CPython {platform.python_version()}, {platform.machine()}, "
                f"{os.cpu_count()} CPUs, load average at start {load_average()}")
     print(f"# {machine}")
+    given = list(argv if argv is not None else sys.argv[1:])
+    if "--json" in given:  # where this machine kept the file is not part of the command
+        del given[given.index("--json"):given.index("--json") + 2]
+    command = "python benchmarks/learning.py " + " ".join(given)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for s in suites:
@@ -403,17 +407,14 @@ def main(argv: list[str] | None = None) -> int:
                 r = run_one(s, seed, Path(tmp) / f"{s.name}-{seed}", args.stop, args.extra.split())
                 results.append(r)
                 print(json.dumps(r), flush=True)
+                if args.json:  # after every run: a benchmark stopped part way keeps the runs it finished
+                    Path(args.json).write_text(json.dumps({"command": command, "machine": f"{machine}, load "
+                                                           f"average at end {load_average()}", "runs": results},
+                                                          indent=1))
     print()
     print(table(suites, results))
     print()
     print(sb3_note())
-    if args.json:
-        given = list(argv if argv is not None else sys.argv[1:])
-        if "--json" in given:  # where this machine kept the file is not part of the command
-            del given[given.index("--json"):given.index("--json") + 2]
-        command = "python benchmarks/learning.py " + " ".join(given)
-        Path(args.json).write_text(json.dumps({"command": command, "machine": f"{machine}, load average at end "
-                                               f"{load_average()}", "runs": results}, indent=1))
     return 0
 
 
