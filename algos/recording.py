@@ -212,7 +212,8 @@ def record_agent_video(video_path: Path, *, name: str, backend: str, spec: EnvSp
                        env_kwargs: Mapping[str, Any] | None = None) -> VideoResult:
     """Records ``episodes`` episodes of ``agent`` (built and loaded, on the CPU; closed here) on env ``name`` stepped
     by ``backend`` (one of the rendering backends, resolved), to ``video_path`` (checked by
-    :func:`check_video_path`). Episode ``k`` runs on env seed ``seed + k``; ``agent_info`` is one row; ``env_kwargs``
+    :func:`check_video_path`). Episode ``k`` runs on env seed ``seed + k``, and the agent's draws are seeded by
+    ``seed``; ``agent_info`` is one row; ``env_kwargs``
     are the env constructor's arguments (a run's evaluation envs').
 
     Raises:
@@ -234,6 +235,7 @@ def record_agent_video(video_path: Path, *, name: str, backend: str, spec: EnvSp
         writer.append_data(frame)
         frames += 1
 
+    agent.seed(seed)  # a sampling policy's draws: the same for the same seed, like the env's
     try:
         with torch.no_grad():
             for k in range(episodes):

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 iio = pytest.importorskip("imageio.v3", reason="videos need imageio: pip install 'rlstruct[video]'")
 
@@ -290,3 +291,19 @@ def test_bad_video_every_is_one_line_before_training(tmp_path, flags, message):
     out = rlstruct("train", "ppo", "--env", "CartPole-v1", "--logdir", str(tmp_path / "run"), *flags)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr, out.stderr
     assert not (tmp_path / "run").exists()
+
+
+@needs_pygame
+@needs_ffmpeg
+@pytest.mark.timeout(180)
+def test_a_sampled_policy_records_its_draws_and_replays_them_with_the_same_seed(tmp_path):
+    """A policy whose network is all zeros: greedy, it pushes left every step (the first of two tied actions) and the
+    pole falls within about ten steps; sampled, it acts at random."""
+    args = policy("CartPole-v1", "torch")
+    args["model_state"] = {k: torch.zeros_like(v) for k, v in args["model_state"].items()}
+    greedy = [record_policy_video(tmp_path / f"g{s}.mp4", **args, seed=s).returns[0] for s in range(6)]
+    sampled = [record_policy_video(tmp_path / f"s{s}.mp4", **args, seed=s, policy="sample").returns[0]
+               for s in range(6)]
+    assert max(greedy) <= 12 and greedy != sampled
+    again = record_policy_video(tmp_path / "again.mp4", **args, seed=3, policy="sample")
+    assert again.returns[0] == sampled[3], "a sampled episode must replay with its seed"
