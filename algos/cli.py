@@ -23,7 +23,7 @@ from rlstruct.algos.command import OneLineParser, configure_logging
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos.evaluation import run_episodes
-from rlstruct.algos.policy_of import ALGORITHMS, greedy_agent
+from rlstruct.algos.policy_of import ALGORITHMS, evaluation_agent
 from rlstruct.allocator import tune_allocator
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
@@ -94,7 +94,7 @@ def evaluate_checkpoint(
         raise ValueError(f"max_steps must be >= 1 or None (the env's time limit), got {max_steps}")
     ckpt = load_checkpoint(path)
     cfg, spec = ckpt["config"], ckpt["env_spec"]
-    create_agent, agent_args, agent_info = greedy_agent(ckpt["algo"], cfg, EnvSpec.from_dict(spec), device,
+    create_agent, agent_args, agent_info = evaluation_agent(ckpt["algo"], cfg, EnvSpec.from_dict(spec), device,
                                                         policy=policy)
     check_model_fits(create_agent, agent_args, ckpt["model"], path)
     n_workers = max(n_processes, 1)

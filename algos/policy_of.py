@@ -1,4 +1,4 @@
-"""The greedy agent of a saved run: which agent an algorithm's checkpoint evaluates with, and its arguments.
+"""The evaluation agent of a saved run: which agent an algorithm's checkpoint evaluates with, and its arguments.
 
 ``rlstruct eval`` and the videos (:mod:`rlstruct.algos.video`) rebuild the policy of a checkpoint from its
 ``algo``, ``config`` and ``env_spec``; this module is the one map from those to the agent, so that both build it the
@@ -20,13 +20,13 @@ from rlstruct.algos.evaluation import evaluation_info
 from rlstruct.algos.networks import create_policy_agent
 from rlstruct.structures import DictTensor
 
-__all__ = ["ALGORITHMS", "greedy_agent"]
+__all__ = ["ALGORITHMS", "evaluation_agent"]
 
 #: the algorithms whose checkpoints rlstruct evaluates
 ALGORITHMS = ("reinforce", "a2c", "dqn", "ppo", "sac")
 
 
-def greedy_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec, device: str = "cpu", *,
+def evaluation_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec, device: str = "cpu", *,
                  policy: str | None = None) -> tuple[Callable[..., Any], dict[str, Any], DictTensor]:
     """The agent factory of ``algo`` as its checkpoint's ``config`` built it, its keyword arguments for an env of
     ``spec`` on ``device``, and its evaluation ``agent_info`` (one row; :func:`evaluation_info`: greedy unless the
@@ -36,7 +36,7 @@ def greedy_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec, device: st
         ValueError: ``algo`` is not one of :data:`ALGORITHMS`, or ``policy`` is not greedy or sample.
 
     >>> spec = EnvSpec((4,), "float32", 2, 500)
-    >>> create, kwargs, info = greedy_agent("ppo", {"hidden_sizes": [8]}, spec)
+    >>> create, kwargs, info = evaluation_agent("ppo", {"hidden_sizes": [8]}, spec)
     >>> create.__name__, kwargs["hidden_sizes"], list(info.keys())
     ('create_policy_agent', (8,), ['stochastic'])
     """

@@ -35,7 +35,7 @@ import torch
 
 from rlstruct.algos.checkpoints import load_checkpoint
 from rlstruct.algos.env_spec import EnvSpec, saved_evaluation_env_kwargs
-from rlstruct.algos.policy_of import greedy_agent
+from rlstruct.algos.policy_of import evaluation_agent
 from rlstruct.algos.recording import (
     VIDEO_SUFFIXES,
     VideoResult,
@@ -117,7 +117,7 @@ def record_policy_video(
     # Building the agent initialises a network from torch's global generator: a video recorded during training must
     # leave the run's random stream as it found it (the same seed gives the same run with and without videos).
     with torch.random.fork_rng(devices=[]):
-        create_agent, agent_args, agent_info = greedy_agent(algo, config, spec, policy=policy)
+        create_agent, agent_args, agent_info = evaluation_agent(algo, config, spec, policy=policy)
         agent = create_agent(**agent_args)
         agent.update(model_state)
         return record_agent_video(video_path, name=name, backend=resolved, spec=spec, agent=agent,

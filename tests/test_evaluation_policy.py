@@ -19,7 +19,7 @@ from rlstruct.algos.config import RunConfig, validate_run_config
 from rlstruct.algos.dqn import DQNConfig
 from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.evaluation import evaluation_info
-from rlstruct.algos.policy_of import greedy_agent
+from rlstruct.algos.policy_of import evaluation_agent
 from rlstruct.algos.ppo import PPOConfig
 from rlstruct.algos.ppo import validate as validate_ppo
 from rlstruct.algos.sac import SACConfig
@@ -45,13 +45,13 @@ def test_an_unknown_policy_is_a_value_error_naming_the_setting_and_the_choices()
     with pytest.raises(ValueError, match=r"evaluation_policy must be one of \['greedy', 'sample'\], got 'mode'"):
         validate_run_config(RunConfig(evaluation_policy="mode"))
     with pytest.raises(ValueError, match=r"policy must be one of \['greedy', 'sample'\], got 'best'"):
-        greedy_agent("ppo", {"hidden_sizes": [8]}, SPEC, policy="best")
+        evaluation_agent("ppo", {"hidden_sizes": [8]}, SPEC, policy="best")
 
 
 def _actions(policy: str | None, config: dict, n: int = 4000) -> torch.Tensor:
     """The actions of an evaluation agent of ``config`` whose network scores both actions alike but for a small
     bias towards action 1 (probabilities 0.4 / 0.6)."""
-    create, kwargs, info = greedy_agent("ppo", {"hidden_sizes": [8], **config}, SPEC, policy=policy)
+    create, kwargs, info = evaluation_agent("ppo", {"hidden_sizes": [8], **config}, SPEC, policy=policy)
     agent = create(**kwargs)
     state = {k: torch.zeros_like(v) for k, v in agent.model.state_dict().items()}
     bias = [k for k in state if k.startswith("actor.") and k.endswith("bias") and state[k].shape == (2,)]
