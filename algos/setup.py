@@ -10,6 +10,7 @@ down to the loop, which trusts it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +27,9 @@ from rlstruct.algos.recording import check_videos
 from rlstruct.devices import as_device
 from rlstruct.errors import ConfigError
 
-__all__ = ["Algorithm", "Setup", "prepare"]
+__all__ = ["Algorithm", "Setup", "prepare", "warn_stalling_evaluations"]
+
+log = logging.getLogger(__name__)
 
 
 def _no_check(*args: Any) -> None:
@@ -100,6 +103,16 @@ def check_evaluation_envs(config: RunConfig, spec: EnvSpec) -> None:
                           "arguments that change the observations or the actions")
 
 
+def warn_stalling_evaluations(config: RunConfig, spec: EnvSpec) -> None:
+    """Warns when a run evaluates the greedy policy on whole Atari games: a greedy policy that never presses FIRE
+    after a lost life (an untrained one, in Breakout) plays until ALE's cap, and each evaluation then takes minutes
+    (500 s on 2 CPUs, blocking training). The ``ppo-atari`` preset samples the policy instead."""
+    if config.env.startswith("ALE/") and config.evaluation_policy == "greedy" and config.evaluation_max_steps is None:
+        log.warning("%s: the evaluations play the greedy policy for up to %d steps a game, and one that never presses "
+                    "FIRE plays until that cap (minutes per evaluation); pass --evaluation-policy sample (Atari's "
+                    "protocol) or --evaluation-max-steps N", config.env, spec.max_episode_steps)
+
+
 def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, Any] | None = None,
             start: float | None = None) -> Setup:
     """Applies the preset of ``config`` (:func:`~rlstruct.algos.presets.apply_preset`: its settings fill the fields
@@ -131,6 +144,7 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
     algorithm.check_config(config)
     spec = describe_env(config.env, config.backend, config.max_episode_steps, config.env_kwargs)
     algorithm.check_env(config, spec)
+    warn_stalling_evaluations(config, spec)
     if config.evaluation_env_kwargs is not None:
         check_evaluation_envs(config, spec)
     resume = load_resume(algorithm.name, config, algorithm.config_cls.RESUME_FIELDS, checkpoint=checkpoint)

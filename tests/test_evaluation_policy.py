@@ -110,6 +110,22 @@ def test_the_atari_preset_evaluates_whole_games_of_the_sampled_policy():
     assert (config.clip_coef, config.value_clip, config.reward_scale, config.max_env_steps) == (0.1, 0.1, 1.0, 10**7)
 
 
+def test_a_greedy_evaluation_of_whole_atari_games_is_warned_about(caplog):
+    if not _has_ale():
+        pytest.skip("ale-py is not installed (pip install 'rlstruct[atari]')")
+    warned = "plays until that cap"
+    with caplog.at_level("WARNING", logger="rlstruct.algos.setup"):
+        validate_ppo(PPOConfig(env="ALE/Breakout-v5", preset="none"))
+    assert warned in caplog.text and "--evaluation-policy sample" in caplog.text and "27000 steps" in caplog.text
+    for quiet in (PPOConfig(env="ALE/Breakout-v5"), PPOConfig(env="ALE/Breakout-v5", preset="none",
+                                                              evaluation_max_steps=1000),
+                  PPOConfig(env="CartPole-v1", preset="none")):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="rlstruct.algos.setup"):
+            validate_ppo(quiet)
+        assert warned not in caplog.text, quiet
+
+
 def _has_ale() -> bool:
     import importlib.util
 
