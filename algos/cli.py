@@ -20,7 +20,7 @@ import torch
 
 from rlstruct.algos.checkpoints import does_not_fit, load_checkpoint
 from rlstruct.algos.command import OneLineParser, configure_logging
-from rlstruct.algos.config import RunConfig
+from rlstruct.algos.config import EVALUATION_POLICIES, RunConfig
 from rlstruct.algos.env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos.evaluation import run_episodes
 from rlstruct.algos.policy_of import ALGORITHMS, evaluation_agent
@@ -134,7 +134,7 @@ def _eval_command(argv: Sequence[str]) -> int:
                              "the episodes, and the mean, depend on the split")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="steps per episode at most (default: the env's time limit)")
-    parser.add_argument("--policy", default=None, choices=("greedy", "sample"),
+    parser.add_argument("--policy", default=None, choices=EVALUATION_POLICIES,
                         help="greedy: the policy's mode; sample: its draws as in training (default: the run's "
                              "--evaluation-policy)")
     parser.add_argument("--video", default=None, metavar="PATH",

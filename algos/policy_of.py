@@ -27,7 +27,7 @@ ALGORITHMS = ("reinforce", "a2c", "dqn", "ppo", "sac")
 
 
 def evaluation_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec, device: str = "cpu", *,
-                 policy: str | None = None) -> tuple[Callable[..., Any], dict[str, Any], DictTensor]:
+                     policy: str | None = None) -> tuple[Callable[..., Any], dict[str, Any], DictTensor]:
     """The agent factory of ``algo`` as its checkpoint's ``config`` built it, its keyword arguments for an env of
     ``spec`` on ``device``, and its evaluation ``agent_info`` (one row; :func:`evaluation_info`: greedy unless the
     run evaluated with ``evaluation_policy="sample"``, or ``policy`` when given).
