@@ -155,6 +155,17 @@ _PPO_ATARI = {"n_envs": 8, "n_steps": 128, "n_epochs": 4, "n_minibatches": 4, "l
               "env_kwargs": {"life_loss_info": True}, "evaluation_policy": "sample", "eval_every": 10,
               "max_env_steps": 10_000_000, "time_limit": 86_400.0}
 
+# DQN on Atari (pip install 'rlstruct[atari]'): CleanRL's dqn_atari.py (Adam at 1e-4, batch 32, one gradient step per 4
+# env steps, a target copy every 1,000 env steps, Huber loss) with Dopamine's schedule (20k env steps before the first
+# gradient step, epsilon from 1 to 0.01 over 250k env steps) and Rainbow's 3-step returns, on ale-py's preprocessing
+# and a lost life ending a training episode; a buffer of 100k transitions (2.8 GB; 1M would need 29 GB). Evaluations
+# play whole games, unclipped, epsilon-greedy at epsilon_end, Atari's protocol.
+_DQN_ATARI = {"n_envs": 8, "rollout_steps": 4, "gradient_steps": 8, "batch_size": 32, "buffer_size": 100_000,
+              "learning_starts": 20_000, "lr": 1e-4, "n_step": 3, "target_update_interval": 250,
+              "epsilon_end": 0.01, "epsilon_decay_steps": 250_000, "max_grad_norm": 10.0,
+              "env_kwargs": {"life_loss_info": True}, "evaluation_policy": "sample", "eval_every": 320,
+              "n_evaluation_envs": 8, "max_env_steps": 10_000_000, "time_limit": 86_400.0}
+
 #: the presets, looked up by :func:`find_preset` (an exact id before a family, then the order here)
 PRESETS: tuple[Preset, ...] = (
     Preset("ppo-pendulum", "ppo", ("Pendulum-v1",), _PPO_PENDULUM, -200.0,
@@ -209,6 +220,8 @@ PRESETS: tuple[Preset, ...] = (
             "max_env_steps": 1_000_000, "time_limit": 1800.0}, 5.0,
            "benchmarks/learning.py's MinAtar Breakout suite", "ppo-minatar-breakout-gymnasium"),
     Preset("ppo-atari", "ppo", ("ALE/*",), _PPO_ATARI, 5.0, "CleanRL's ppo_atari.py", "ppo-atari-breakout"),
+    Preset("dqn-atari", "dqn", ("ALE/*",), _DQN_ATARI, 5.0,
+           "CleanRL's dqn_atari.py with Dopamine's schedule and 3-step returns", "dqn-atari-breakout"),
 )
 
 

@@ -106,7 +106,7 @@ def check_evaluation_envs(config: RunConfig, spec: EnvSpec) -> None:
 def warn_stalling_evaluations(config: RunConfig, spec: EnvSpec) -> None:
     """Warns when a run evaluates the greedy policy on whole Atari games: a greedy policy that never presses FIRE
     after a lost life (an untrained one, in Breakout) plays until ALE's cap, and each evaluation then takes minutes
-    (500 s on 2 CPUs, blocking training). The ``ppo-atari`` preset samples the policy instead."""
+    (500 s on 2 CPUs, blocking training). The Atari presets (``ppo-atari``, ``dqn-atari``) sample the policy instead."""
     if config.env.startswith("ALE/") and config.evaluation_policy == "greedy" and config.evaluation_max_steps is None:
         log.warning("%s: the evaluations play the greedy policy for up to %d steps a game, and one that never presses "
                     "FIRE plays until that cap (minutes per evaluation); pass --evaluation-policy sample (Atari's "

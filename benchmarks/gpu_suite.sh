@@ -32,10 +32,9 @@ declare -A STEPS=(
   [ecosystem]="$PY benchmarks/ecosystem.py --gymnax-sizes 1024 16384 65536 --skip b d"
   [locomotion]="$PY benchmarks/locomotion.py --device cuda --mjx-sizes 1024 4096 16384 --torch-sizes 1024 4096"
   [cpu_scaling]="$PY benchmarks/cpu_scaling.py --workers 1 2 4 8 --rounds 1"
-  # Atari learning (issue 33): the ppo-atari preset's seeds with the learner on the GPU, and the curve of CleanRL's DQN
-  # settings (docs/algorithms/dqn.md) from which a dqn-atari preset's target and budget can be set.
+  # Atari learning (issue 33): the ppo-atari and dqn-atari presets' seeds with the learner on the GPU.
   [atari_ppo]="$PY benchmarks/learning.py --presets ppo-atari --seeds 0,1 --extra '--learner-device cuda --torch-threads 8' --json DIR/atari_ppo.json"
-  [atari_dqn]="$PY -m rlstruct.algos.dqn --env ALE/Breakout-v5 --env-kwargs '{\"life_loss_info\": true}' --n-envs 8 --rollout-steps 4 --gradient-steps 8 --batch-size 32 --buffer-size 100000 --learning-starts 80000 --lr 1e-4 --target-update-interval 250 --epsilon-end 0.01 --epsilon-decay-steps 1000000 --evaluation-policy sample --learner-device cuda --torch-threads 8 --max-env-steps 10000000 --time-limit 560 --no-progress --logdir DIR/atari_dqn"
+  [atari_dqn]="$PY benchmarks/learning.py --presets dqn-atari --seeds 0,1 --extra '--learner-device cuda --torch-threads 8' --json DIR/atari_dqn.json"
 )
 ORDER=(cuda_tests solve_a2c solve_ppo bf16 collection_compiled throughput tf32 bf16_compiled_policy collection_bf16
        collection collection_fast envs ecosystem locomotion cpu_scaling atari_ppo atari_dqn)

@@ -110,6 +110,17 @@ def test_the_atari_preset_evaluates_whole_games_of_the_sampled_policy():
     assert (config.clip_coef, config.value_clip, config.reward_scale, config.max_env_steps) == (0.1, 0.1, 1.0, 10**7)
 
 
+def test_dqns_atari_preset_evaluates_whole_games_epsilon_greedy():
+    if not _has_ale():
+        pytest.skip("ale-py is not installed (pip install 'rlstruct[atari]')")
+    config = dqn.validate(DQNConfig(env="ALE/Breakout-v5")).config
+    assert config.preset == "dqn-atari" and config.evaluation_policy == "sample" and config.epsilon_end == 0.01
+    assert config.env_kwargs == {"life_loss_info": True} and config.evaluation_env_kwargs is None
+    # one gradient step of 32 transitions per 4 env steps, as in CleanRL's dqn_atari.py
+    assert config.gradient_steps * 4 == config.n_envs * config.rollout_steps and config.batch_size == 32
+    assert (config.learning_starts, config.epsilon_decay_steps, config.n_step) == (20_000, 250_000, 3)
+
+
 def test_a_greedy_evaluation_of_whole_atari_games_is_warned_about(caplog):
     if not _has_ale():
         pytest.skip("ale-py is not installed (pip install 'rlstruct[atari]')")
