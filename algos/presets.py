@@ -184,6 +184,19 @@ PRESETS: tuple[Preset, ...] = (
            "A2C's defaults", "a2c-acrobot-torch"),
     Preset("ppo-acrobot", "ppo", ("Acrobot-v1",), {"max_env_steps": 100_000}, -100.0,
            "PPO's defaults with a 100k step budget", "ppo-acrobot-torch"),
+    Preset("reinforce-cartpole", "reinforce", ("CartPole-v1",), {"max_env_steps": 500_000}, 475.0,
+           "REINFORCE's defaults", "reinforce-cartpole-torch"),
+    Preset("reinforce-acrobot", "reinforce", ("Acrobot-v1",), {"max_env_steps": 1_000_000}, -100.0,
+           "REINFORCE's defaults with a 1M step budget", "reinforce-acrobot-torch"),
+    # CartPoleNoVel-v1 hides the velocities: a feed-forward policy stays near 45 (benchmarks/learning.py's
+    # *-cartpolenovel-torch suites) and the LSTM policy learns it, so the presets choose the LSTM (rl-zoo tunes
+    # RecurrentPPO for this env in its ppo_lstm.yml); --no-recurrent runs the feed-forward policy.
+    Preset("ppo-cartpolenovel", "ppo", ("CartPoleNoVel-v1",), {"recurrent": True, "max_env_steps": 500_000}, 475.0,
+           "PPO's defaults with the LSTM policy", "ppo-recurrent-cartpolenovel-torch"),
+    Preset("a2c-cartpolenovel", "a2c", ("CartPoleNoVel-v1",), {"recurrent": True, "max_env_steps": 500_000}, 475.0,
+           "A2C's defaults with the LSTM policy", "a2c-recurrent-cartpolenovel-torch"),
+    Preset("ppo-brax-inverted-pendulum", "ppo", ("inverted_pendulum",), {"max_env_steps": 100_000}, 1000.0,
+           "PPO's defaults with a 100k step budget", "ppo-inverted-pendulum-brax"),
     Preset("dqn-cartpole", "dqn", ("CartPole-v1",), {"max_env_steps": 50_000, "time_limit": 600.0}, 475.0,
            "DQN's defaults", "dqn-cartpole-torch"),
     Preset("dqn-acrobot", "dqn", ("Acrobot-v1",), {"max_env_steps": 50_000, "time_limit": 600.0}, -100.0,

@@ -117,10 +117,12 @@ SUITES = [
     # CartPole without its velocities: the LSTM policy against the feed-forward one, same budget (issue 18).
     Suite("ppo-recurrent-cartpolenovel-torch", "ppo", "CartPoleNoVel-v1", CARTPOLE, "120 s",
           ["--recurrent", "--time-limit", "120"]),
-    Suite("ppo-cartpolenovel-torch", "ppo", "CartPoleNoVel-v1", CARTPOLE, "120 s", ["--time-limit", "120"]),
+    Suite("ppo-cartpolenovel-torch", "ppo", "CartPoleNoVel-v1", CARTPOLE, "120 s",
+          ["--no-recurrent", "--time-limit", "120"]),
     Suite("a2c-recurrent-cartpolenovel-torch", "a2c", "CartPoleNoVel-v1", CARTPOLE, "120 s",
           ["--recurrent", "--time-limit", "120"]),
-    Suite("a2c-cartpolenovel-torch", "a2c", "CartPoleNoVel-v1", CARTPOLE, "120 s", ["--time-limit", "120"]),
+    Suite("a2c-cartpolenovel-torch", "a2c", "CartPoleNoVel-v1", CARTPOLE, "120 s",
+          ["--no-recurrent", "--time-limit", "120"]),
     # MuJoCo locomotion through MJX (issue 19): gymnasium's Hopper-v5 task stepped by MJX. The untrained policy's
     # evaluation scores about 230 (standing earns the healthy reward); CleanRL's PPO checkpoints score 1,476-2,504
     # after 1M steps. About 10 minutes per seed on two CPU cores (MJX is a GPU engine).
@@ -172,6 +174,19 @@ REFERENCES = {
     "ppo-acrobot": ("rl-zoo PPO: -73.5 +/- 18.2 after 1M env steps", ZOO,
                     "not measured at equal steps: 5/5 seeds past -100 by 16k env steps, where the kept policies "
                     "re-evaluate at -81.2 (median), behind the zoo's -73.5 after 1M"),
+    "reinforce-cartpole": ("rlstruct's ppo-cartpole preset: 5/5 past 475 at 33k-57k env steps", "this page",
+                           "level with PPO in env steps: 5/5 seeds past 475 at 27k-48k env steps (the kept policies "
+                           "re-evaluate at 496-499)"),
+    "reinforce-acrobot": ("rlstruct's a2c-acrobot preset: 5/5 past -100 at 6.4k-12.8k env steps", "this page",
+                          "behind A2C: 5/5 seeds past -100, but at 63k-749k env steps (median 140k): Monte-Carlo "
+                          "returns without a critic"),
+    "ppo-cartpolenovel": ("rl-zoo tunes RecurrentPPO for CartPoleNoVel-v1 over 100k env steps (no published score); "
+                          "the feed-forward policy: 0/5 seeds past 475 within 120 s, stuck near 45",
+                          "rl-baselines3-zoo's ppo_lstm.yml; docs/benchmarks/learning.md",
+                          "within the zoo's budget: 5/5 seeds past 475 at 41k-90k env steps"),
+    "a2c-cartpolenovel": ("the feed-forward A2C policy: 0/3 seeds past 475 within 120 s, stuck near 43",
+                          "docs/benchmarks/learning.md",
+                          "5/5 seeds past 475 at 90k-192k env steps, behind recurrent PPO's 41k-90k"),
     "dqn-cartpole": ("rl-zoo DQN: 500.0 +/- 0.0 after 50k env steps", ZOO,
                      "level: 5/5 seeds past 475 by 48k env steps, within the zoo's 50k, and the kept policies "
                      "re-evaluate at 500"),

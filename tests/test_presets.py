@@ -67,6 +67,15 @@ def test_a_given_value_equal_to_the_default_still_wins():
     assert config.gamma == ppo.PPOConfig.gamma != PENDULUM.settings["gamma"]
 
 
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_a_preset_chooses_the_lstm_where_the_observation_hides_the_state_and_a_given_false_wins(algo):
+    config, preset = apply_preset(algo, CONFIGS[algo](env="CartPoleNoVel-v1"))
+    assert preset.name == f"{algo}-cartpolenovel" and config.recurrent is True
+    config, _ = apply_preset(algo, CONFIGS[algo](env="CartPoleNoVel-v1", recurrent=False))
+    assert config.recurrent is False and config.preset == f"{algo}-cartpolenovel"
+    assert apply_preset(algo, CONFIGS[algo](env="CartPole-v1"))[0].recurrent is False
+
+
 def test_none_keeps_the_bare_defaults_and_a_resolved_config_resolves_to_itself():
     bare, preset = apply_preset("ppo", ppo.PPOConfig(env="Pendulum-v1", preset="none"))
     assert preset is None and bare.preset == "none" and bare.gamma == ppo.PPOConfig.gamma
