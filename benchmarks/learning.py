@@ -232,8 +232,8 @@ REFERENCES = {
                     "58 s, median)"),
     "ppo-brax-inverted-pendulum": ("the same PPO with its learning rate annealed over 400k env steps: 5/5 past "
                                    "1,000 at 25.6k-33.8k env steps", "docs/benchmarks/ecosystem.md",
-                                   "level: 5/5 past 1,000 at 24.6k-32.8k env steps, 16-18 s from launch (JAX compiling the "
-                                   "envs included)"),
+                                   "level: 5/5 past 1,000 at 24.6k-32.8k env steps, 16-18 s from launch (JAX "
+                                   "compiling the envs included)"),
     "ppo-atari": ("rl-zoo PPO, BreakoutNoFrameskip-v4 (these settings, but the clip range annealed and the value "
                   "unclipped): 398.0 +/- 33.3 after 10M env steps (the sampled policy, as here)", ZOO,
                   "not measured at equal steps: a CPU proof of learning, 5/5 seeds past 5 by 225k env steps (2% of "
