@@ -22,6 +22,7 @@ preset first, with :func:`apply_preset`, or build a new config). On the command 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import fnmatch
 import logging
@@ -144,27 +145,26 @@ _SAC_MUJOCO = {"n_envs": 1, "rollout_steps": 8, "hidden_sizes": (256, 256), "bat
                "critic_lr": 1e-3, "learning_starts": 5_000, "eval_every": 625, "n_evaluation_envs": 8,
                "max_env_steps": 150_000, "time_limit": 3600.0}
 
-# PPO on Atari (pip install 'rlstruct[atari]'): CleanRL's ppo_atari.py settings (8 envs x 128 steps, 4 epochs of 4
-# minibatches, lr 2.5e-4 annealed over 10M env steps = 40M frames, clip 0.1 on the policy and the value, entropy
-# 0.01) on ale-py's preprocessing (84x84 grey, 4 frames stacked, frameskip 4, noop starts, FIRE at reset, rewards
-# clipped to [-1, 1]), with a lost life ending a training episode as in Baselines' EpisodicLifeEnv. Evaluations play
-# whole games, unclipped, drawing actions from the policy as CleanRL's reported episodes do: a greedy policy can stall
-# (Breakout's never presses FIRE after a lost life) and its game then runs to ALE's 27,000-step cap.
+# Atari (pip install 'rlstruct[atari]'), for both algorithms: ale-py's preprocessing (84x84 grey, 4 frames stacked,
+# frameskip 4, noop starts, FIRE at reset, rewards clipped to [-1, 1]) with a lost life ending a training episode as
+# in Baselines' EpisodicLifeEnv, and CleanRL's 10M env steps (40M frames). Evaluations play whole games, unclipped,
+# acting as the policy does in training (Atari's protocol): a greedy policy can stall (Breakout's never presses FIRE
+# after a lost life) and its game then runs to ALE's 27,000-step cap.
+_ATARI = {"env_kwargs": {"life_loss_info": True}, "evaluation_policy": "sample", "max_env_steps": 10_000_000,
+          "time_limit": 86_400.0}
+# PPO: CleanRL's ppo_atari.py (8 envs x 128 steps, 4 epochs of 4 minibatches, lr 2.5e-4 annealed over the budget,
+# clip 0.1 on the policy and the value, entropy 0.01); its evaluations draw from the policy.
 _PPO_ATARI = {"n_envs": 8, "n_steps": 128, "n_epochs": 4, "n_minibatches": 4, "lr": 2.5e-4, "clip_coef": 0.1,
               "value_clip": 0.1, "entropy_coef": 0.01, "gae_lambda": 0.95, "max_grad_norm": 0.5, "reward_scale": 1.0,
-              "env_kwargs": {"life_loss_info": True}, "evaluation_policy": "sample", "eval_every": 10,
-              "max_env_steps": 10_000_000, "time_limit": 86_400.0}
-
-# DQN on Atari (pip install 'rlstruct[atari]'): CleanRL's dqn_atari.py (Adam at 1e-4, batch 32, one gradient step per 4
-# env steps, a target copy every 1,000 env steps, Huber loss) with Dopamine's schedule (20k env steps before the first
-# gradient step, epsilon from 1 to 0.01 over 250k env steps) and Rainbow's 3-step returns, on ale-py's preprocessing
-# and a lost life ending a training episode; a buffer of 100k transitions (2.8 GB; 1M would need 29 GB). Evaluations
-# play whole games, unclipped, epsilon-greedy at epsilon_end, Atari's protocol.
+              "eval_every": 10, **_ATARI}
+# DQN: CleanRL's dqn_atari.py (Adam at 1e-4, batch 32, one gradient step per 4 env steps, a target copy every 1,000
+# env steps, Huber loss) with Dopamine's schedule (20k env steps before the first gradient step, epsilon from 1 to
+# 0.01 over 250k env steps) and Rainbow's 3-step returns; a buffer of 100k transitions (2.8 GB; 1M would need 29 GB);
+# its evaluations are epsilon-greedy at epsilon_end, 8 games each.
 _DQN_ATARI = {"n_envs": 8, "rollout_steps": 4, "gradient_steps": 8, "batch_size": 32, "buffer_size": 100_000,
               "learning_starts": 20_000, "lr": 1e-4, "n_step": 3, "target_update_interval": 250,
-              "epsilon_end": 0.01, "epsilon_decay_steps": 250_000, "max_grad_norm": 10.0,
-              "env_kwargs": {"life_loss_info": True}, "evaluation_policy": "sample", "eval_every": 320,
-              "n_evaluation_envs": 8, "max_env_steps": 10_000_000, "time_limit": 86_400.0}
+              "epsilon_end": 0.01, "epsilon_decay_steps": 250_000, "max_grad_norm": 10.0, "eval_every": 320,
+              "n_evaluation_envs": 8, **_ATARI}
 
 #: the presets, looked up by :func:`find_preset` (an exact id before a family, then the order here)
 PRESETS: tuple[Preset, ...] = (
@@ -303,7 +303,8 @@ def apply_preset(algo: str, config: Any) -> tuple[Any, Preset | None]:
             raise ConfigError(f"preset {preset.name!r} sets {unknown}, which {type(config).__name__} does not have; "
                               "fix the entry in rlstruct.algos.presets.PRESETS")
         given = given_fields(config)
-        changes = {k: v for k, v in preset.settings.items() if k not in given}
+        # copies: a config's env_kwargs changed in place must not change the table (presets share _ATARI's dict)
+        changes = {k: copy.deepcopy(v) for k, v in preset.settings.items() if k not in given}
     return dataclasses.replace(config, **changes, preset=preset.name if preset else NONE), preset
 
 

@@ -67,6 +67,13 @@ def test_a_given_value_equal_to_the_default_still_wins():
     assert config.gamma == ppo.PPOConfig.gamma != PENDULUM.settings["gamma"]
 
 
+def test_a_config_that_changes_its_preset_env_kwargs_in_place_leaves_the_table_as_it_was():
+    config, preset = apply_preset("dqn", dqn.DQNConfig(env="ALE/Breakout-v5"))
+    config.env_kwargs["repeat_action_probability"] = 0.0
+    assert preset.settings["env_kwargs"] == {"life_loss_info": True}
+    assert find_preset("ppo", "ALE/Breakout-v5").settings["env_kwargs"] == {"life_loss_info": True}
+
+
 @pytest.mark.parametrize("algo", ["ppo", "a2c"])
 def test_a_preset_chooses_the_lstm_where_the_observation_hides_the_state_and_a_given_false_wins(algo):
     config, preset = apply_preset(algo, CONFIGS[algo](env="CartPoleNoVel-v1"))
