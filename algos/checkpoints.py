@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from rlstruct.algos.networks import cpu_state_dict
 from rlstruct.algos.optim import OptimizerLike
+from rlstruct.devices import cpu_state_dict, tree_copy
 from rlstruct.envs.factory import resolve_backend
 from rlstruct.errors import ConfigError
 
@@ -39,7 +39,6 @@ __all__ = [
     "load_resume",
     "check_resume_exists",
     "check_resume_algorithm",
-    "cpu_tree",
     "restore_optimizer",
     "plot_learning_curve",
 ]
@@ -58,8 +57,8 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
     """Writes ``{format, algo, config, env_spec, model, **extra}`` of plain types and CPU tensors.
 
     It loads with ``torch.load(path, weights_only=True)``; ``extra``'s tensors are moved to the CPU
-    (:func:`cpu_tree`). The file is written beside ``path`` and renamed onto it: a process killed while writing
-    leaves the previous checkpoint whole.
+    (:func:`~rlstruct.devices.tree_copy`). The file is written beside ``path`` and renamed onto it: a process
+    killed while writing leaves the previous checkpoint whole.
     """
     data = {
         "format": CHECKPOINT_FORMAT,
@@ -67,7 +66,7 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
         "config": config.to_dict(),
         "env_spec": dataclasses.asdict(spec),
         "model": cpu_state_dict(model),
-        **cpu_tree(extra or {}),
+        **tree_copy(extra or {}),
     }
     partial = f"{path}.partial"
     torch.save(data, partial)
@@ -138,22 +137,6 @@ def does_not_fit(situation: str, cause: Exception, fix: str) -> ConfigError:
     """
     detail = " ".join(line.strip() for line in str(cause).strip().splitlines()[:3])[:300]
     return ConfigError(f"{situation} ({detail}); {fix}")
-
-
-def cpu_tree(tree: Any) -> Any:
-    """``tree`` (dicts, lists and tuples of plain values and tensors, e.g. an optimizer's state dict) with every
-    tensor detached and copied to the CPU.
-
-    >>> cpu_tree({"state": {0: {"step": torch.tensor(3.0)}}, "betas": (0.9, 0.999)})
-    {'state': {0: {'step': tensor(3.)}}, 'betas': (0.9, 0.999)}
-    """
-    if isinstance(tree, torch.Tensor):
-        return tree.detach().to("cpu", copy=True)
-    if isinstance(tree, dict):
-        return {k: cpu_tree(v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(cpu_tree(v) for v in tree)
-    return tree
 
 
 @dataclasses.dataclass
@@ -276,7 +259,7 @@ def restore_optimizer(optimizer: OptimizerLike, state: dict[str, Any], lr: float
     >>> saved = torch.optim.Adam([p], lr=0.1)
     >>> p.grad = torch.ones(1); saved.step()
     >>> opt = torch.optim.Adam([p], lr=0.5)
-    >>> restore_optimizer(opt, cpu_tree(saved.state_dict()), 0.01)
+    >>> restore_optimizer(opt, tree_copy(saved.state_dict()), 0.01)
     >>> float(opt.state[p]["step"]), opt.param_groups[0]["lr"]
     (1.0, 0.01)
     """

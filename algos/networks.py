@@ -59,7 +59,6 @@ __all__ = [
     "masked_policy_value_loss",
     "normalize_masked",
     "make_adam",
-    "cpu_state_dict",
 ]
 
 
@@ -605,12 +604,3 @@ def make_adam(model: nn.Module, lr: float, device: DeviceLike) -> Adam:
     """
     fused = as_device(device).type in ("cpu", "cuda")
     return Adam(model.parameters(), lr=lr, fused=fused or None)
-
-
-def cpu_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """A copy of the model's weights on the CPU (what :meth:`RL_Batcher.update` takes).
-
-    Always a copy, also for a CPU model (where ``.cpu()`` would alias the live parameters): the
-    evaluator keeps the weights it evaluated while training goes on.
-    """
-    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}

@@ -43,12 +43,12 @@ from rlstruct.algos.distributed import (
 )
 from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.evaluation import evaluation_info
-from rlstruct.algos.networks import cpu_state_dict
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.returns import episode_statistics
 from rlstruct.algos.run import check_on_device, finish_training, open_batchers, training_run
 from rlstruct.algos.setup import Algorithm, Setup
+from rlstruct.devices import cpu_state_dict
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["OffPolicyLearner", "OffPolicyAlgorithm", "train_off_policy"]

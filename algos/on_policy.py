@@ -48,7 +48,7 @@ from rlstruct.algos.distributed import (
     sum_over_ranks,
 )
 from rlstruct.algos.evaluation import evaluation_info
-from rlstruct.algos.networks import PolicyAgent, build_actor_critic, cpu_state_dict, create_policy_agent
+from rlstruct.algos.networks import PolicyAgent, build_actor_critic, create_policy_agent
 from rlstruct.algos.optim import OptimizerLike
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic
@@ -57,6 +57,7 @@ from rlstruct.algos.run import check_on_device, finish_training, open_batchers, 
 from rlstruct.algos.setup import Algorithm, Setup
 from rlstruct.algos.update import actor_critic_learner, start_pipeline, training_agent_kwargs, weight_sync_mode
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
+from rlstruct.devices import cpu_state_dict
 from rlstruct.structures import Trajectories
 
 __all__ = ["LearnFn", "ActorCriticLearner", "OnPolicyAlgorithm", "train_on_policy"]

@@ -28,7 +28,6 @@ from rlstruct.algos.networks import (
     PolicyAgent,
     autocast_context,
     build_actor_critic,
-    cpu_state_dict,
     create_policy_agent,
     make_adam,
 )
@@ -38,7 +37,7 @@ from rlstruct.algos.update import check_autocast
 from rlstruct.batchers import RL_Batcher
 from rlstruct.batchers.autotune import AutotuneResult, Measurement, autotune, available_gpu_bytes, host_rss
 from rlstruct.batchers.profile import LEARNER_PHASES, PhaseTimer, ProfileReport, split_collection
-from rlstruct.devices import DeviceLike, check_device_exists
+from rlstruct.devices import DeviceLike, check_device_exists, cpu_state_dict
 
 __all__ = ["profile_training", "batcher_measure", "autotune_batcher"]
 

@@ -28,11 +28,10 @@ from rlstruct.algos.checkpoints import CHECKPOINT_NAME, Resume, plot_learning_cu
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos.evaluation import Evaluator
-from rlstruct.algos.networks import cpu_state_dict
 from rlstruct.algos.record import Run, TrainResult
 from rlstruct.algos.recording import RunVideos
 from rlstruct.batchers import RL_Batcher
-from rlstruct.devices import DeviceLike, as_device
+from rlstruct.devices import DeviceLike, as_device, cpu_state_dict
 from rlstruct.errors import ConfigError, DeviceMismatchError
 from rlstruct.structures import DictTensor, Trajectories
 

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import torch
-import torch.utils._pytree as pytree
 
 from rlstruct.allocator import tune_allocator
 from rlstruct.batchers._acquire import Acquirer, build_acquirer
@@ -52,7 +51,6 @@ __all__ = [
     "WorkerSpec",
     "WorkerTerminated",
     "close_workers",
-    "copy_weights",
     "dump_weights",
     "load_weights",
     "recv_all",
@@ -147,14 +145,6 @@ def dump_weights(state_dict: Any) -> bytes:
     buf = io.BytesIO()
     torch.save(state_dict, buf)
     return buf.getvalue()
-
-
-def copy_weights(state_dict: Any, device: torch.device) -> Any:
-    """A copy of a state dict on ``device``, for an in-process worker (no serialisation; no aliasing of the
-    learner's tensors, which it keeps updating in place)."""
-    return pytree.tree_map(
-        lambda x: x.detach().to(device, copy=True) if isinstance(x, torch.Tensor) else x, state_dict
-    )
 
 
 def load_weights(data: bytes, device: torch.device) -> Any:

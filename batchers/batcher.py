@@ -32,12 +32,11 @@ from rlstruct.batchers._worker import (
     WorkerPlacement,
     WorkerSpec,
     close_workers,
-    copy_weights,
     dump_weights,
     recv_all,
     recv_each,
 )
-from rlstruct.devices import DeviceLike, as_device, check_device_exists
+from rlstruct.devices import DeviceLike, as_device, check_device_exists, tree_copy
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatcherWorkerTimeout
 from rlstruct.structures import DictTensor, Trajectories
 
@@ -458,7 +457,7 @@ class RL_Batcher(BatcherBase):
         if self._whole is None and w.device.type == "cuda":
             self._blocks[0][k] = got
         if self._weights is not None:
-            weights = self._weights if self.n_processes else copy_weights(self._weights, w.device)
+            weights = self._weights if self.n_processes else tree_copy(self._weights, w.device)
             w.send(Command.UPDATE, weights)
             w.recv()
         if self._reset_parts is not None:
@@ -617,7 +616,7 @@ class RL_Batcher(BatcherBase):
         self._enter("update")
         check_cpu_state_dict(state_dict)
         if self.n_processes == 0:
-            weights: Any = copy_weights(state_dict, self._workers[0].device)
+            weights: Any = tree_copy(state_dict, self._workers[0].device)
         else:
             weights = dump_weights(state_dict)
         if self.restart_workers:

@@ -15,9 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlstruct.batchers._worker import copy_weights
 from rlstruct.batchers.batcher import RL_Batcher
-from rlstruct.devices import DeviceLike, as_device
+from rlstruct.devices import DeviceLike, as_device, cpu_state_dict, tree_copy
 from rlstruct.errors import ConfigError
 
 __all__ = ["WeightSync", "SYNC_MODES"]
@@ -26,10 +25,6 @@ log = logging.getLogger(__name__)
 
 #: the ways :class:`WeightSync` moves weights, and ``"auto"``
 SYNC_MODES = ("auto", "shared", "copy", "cpu")
-
-
-def _cpu_copy(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
 class WeightSync:
@@ -141,10 +136,10 @@ class WeightSync:
         if self.mode == "shared":
             return
         if self.mode == "cpu":
-            self.batcher.update(_cpu_copy(self.model))
+            self.batcher.update(cpu_state_dict(self.model))
             return
         with torch.no_grad():
             if self._dst:
                 torch._foreach_copy_(self._dst, self._src)
             else:
-                self._agent.update(copy_weights(self.model.state_dict(), self.batcher.device))
+                self._agent.update(tree_copy(self.model.state_dict(), self.batcher.device))

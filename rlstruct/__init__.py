@@ -14,7 +14,7 @@ name of ``from rlstructures import ...`` is here, and the submodules map as ``rl
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
-from rlstruct.devices import DeviceLike, as_device, same_device
+from rlstruct.devices import DeviceLike, as_device, cpu_state_dict, same_device, tree_copy
 from rlstruct.envs import DeviceEnv, GymEnv, GymEnvInf, VecEnv, make_env
 from rlstruct.errors import (
     BatcherStateError,
@@ -54,6 +54,8 @@ __all__ = [
     "DeviceLike",
     "as_device",
     "same_device",
+    "cpu_state_dict",
+    "tree_copy",
     "check_seed",
     "RLStructError",
     "DeviceMismatchError",

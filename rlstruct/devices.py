@@ -12,13 +12,23 @@ which is also what a worker pinned through ``CUDA_VISIBLE_DEVICES`` sees).
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Union
 
 import torch
+from torch import nn
+from torch.utils import _pytree as pytree
 
 from rlstruct.errors import DeviceUnavailableError
 
-__all__ = ["DeviceLike", "as_device", "same_device", "available_devices", "check_device_exists"]
+__all__ = [
+    "DeviceLike",
+    "as_device",
+    "same_device",
+    "available_devices",
+    "check_device_exists",
+    "tree_copy",
+    "cpu_state_dict",
+]
 
 DeviceLike = Union[str, int, torch.device]
 
@@ -111,3 +121,25 @@ def check_device_exists(device: DeviceLike, *, argument: str = "device") -> torc
             f"{argument}={str(d)!r} does not exist on this machine; available devices: {', '.join(existing)}"
         )
     return d
+
+
+def tree_copy(tree: Any, device: DeviceLike = "cpu") -> Any:
+    """``tree`` (dicts, lists and tuples of values and tensors) with every tensor detached and copied to ``device``.
+
+    Always a copy, also where a tensor is already on ``device`` (``.to`` would alias it): the copy keeps its values
+    while the original goes on being updated in place (a learner's weights, an optimizer's state).
+
+    >>> tree_copy({"state": {0: {"step": torch.tensor(3.0)}}, "betas": (0.9, 0.999)})
+    {'state': {0: {'step': tensor(3.)}}, 'betas': (0.9, 0.999)}
+    """
+    device = as_device(device)
+    return pytree.tree_map(lambda x: x.detach().to(device, copy=True) if isinstance(x, torch.Tensor) else x, tree)
+
+
+def cpu_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of ``model``'s weights on the CPU: what ``RL_Batcher.update`` and ``RL_Agent.update`` take.
+
+    >>> sorted(cpu_state_dict(torch.nn.Linear(2, 1)))
+    ['bias', 'weight']
+    """
+    return tree_copy(model.state_dict(), "cpu")

@@ -31,12 +31,13 @@ from rlstruct.algos import record as record_module
 from rlstruct.algos import run as run_module
 from rlstruct.algos import setup as algos_setup
 from rlstruct.algos import update as update_module
-from rlstruct.algos.checkpoints import CHECKPOINT_NAME, cpu_tree, load_resume
+from rlstruct.algos.checkpoints import CHECKPOINT_NAME, load_resume
 from rlstruct.algos.cli import evaluate_checkpoint
 from rlstruct.algos.env_spec import describe_env
 from rlstruct.algos.normalization import LearnerNormalization
 from rlstruct.algos.record import Run, session_seed
 from rlstruct.algos.run import worker_seeds
+from rlstruct.devices import tree_copy
 from rlstruct.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
@@ -88,7 +89,7 @@ def record_restores(monkeypatch, module) -> list[dict]:
     def restore(optimizer, state, lr):
         real(optimizer, state, lr)
         params = [p.detach().cpu().clone() for group in optimizer.param_groups for p in group["params"]]
-        restored.append({**cpu_tree(optimizer.state_dict()), "weights": params})
+        restored.append({**tree_copy(optimizer.state_dict()), "weights": params})
 
     monkeypatch.setattr(module, "restore_optimizer", restore)
     return restored
@@ -180,7 +181,7 @@ def test_the_return_statistics_are_restored(tmp_path, monkeypatch, algo):
 
     def load(self, state):
         real(self, state)
-        restored.append({"carry": self.returns.carry.clone(), **cpu_tree(self.state_dict()["returns"])})
+        restored.append({"carry": self.returns.carry.clone(), **tree_copy(self.state_dict()["returns"])})
 
     monkeypatch.setattr(LearnerNormalization, "load_state_dict", load)
     first, saved, _, second, final = train_then_resume(tmp_path, monkeypatch, algo)
