@@ -5,11 +5,10 @@ batchers and algorithms are the subpackages ``rlstruct.agents``, ``rlstruct.batc
 and ``rlstruct.algos``. The names users reach for first are re-exported here.
 
 Coming from rlstructures v0.2: rename ``rlstructures`` to ``rlstruct`` and ``gym`` to ``gymnasium``; every
-name of ``from rlstructures import ...`` is here, and the submodules map as ``rlstructures.core`` /
-``rlstructures.dicttensor`` -> ``rlstruct.structures``, ``rlstructures.env`` / ``rlstructures.env_wrappers``
--> ``rlstruct.envs``, ``rlstructures.rl_batchers`` -> ``rlstruct.batchers``, ``rlstructures.rl_batchers.agent``
--> ``rlstruct.agents``. Losses returned as ``DictTensor({"loss": x.mean(), ...})`` are records (see
-:mod:`rlstruct.structures`).
+name of ``from rlstructures import ...`` is here, and its programs' submodule paths (``rlstruct.core``,
+``rlstruct.dicttensor``, ``rlstruct.env``, ``rlstruct.env_wrappers``, ``rlstruct.rl_batchers``) re-export the
+names of ``rlstruct.structures``, ``rlstruct.envs`` and ``rlstruct.batchers`` they held. Losses returned as
+``DictTensor({"loss": x.mean(), ...})`` are records (see :mod:`rlstruct.structures`).
 """
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless

@@ -1,273 +1,223 @@
-"""Programs written for rlstructures v0.2 run on rlstruct with only their imports changed.
+"""Programs written for rlstructures v0.2 run on rlstruct with ``rlstructures`` renamed to ``rlstruct`` (and ``gym``
+to ``gymnasium``), nothing else changed.
 
-The rewrite is ``rlstructures`` -> ``rlstruct`` and ``gym`` -> ``gymnasium``, plus one module map for the
-submodules rlstructures programs import (:data:`MODULE_MAP`). Every public name of rlstructures' v0.2 API
-is imported here by its rewritten path, and a small program written the way rlstructures' own examples
-are (an ``RL_Agent``, an ``RL_Batcher`` over ``GymEnv``, REINFORCE returning its losses as a DictTensor of
-0-d tensors, logged and back-propagated) runs end to end.
+rlstructures' programs import the package and its submodules: ``rlstructures.core``, ``rlstructures.dicttensor``,
+``rlstructures.env``, ``rlstructures.env_wrappers``, ``rlstructures.rl_batchers``. Each of those paths exists in
+rlstruct as a small module re-exporting the same names (:data:`PATHS`). The programs of
+``tests/rlstructures_programs`` (REINFORCE, REINFORCE on devices, A2C-GAE, PPO, DQN, DIAYN), written the way
+rlstructures' example programs are, import rlstruct only through those paths, and run here at a tiny size: in
+this process, and with worker processes as rlstructures always ran them.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 
-import gymnasium as gym
 import pytest
 import torch
-from gymnasium.wrappers import TimeLimit
 
-from rlstruct import (
-    DictTensor,
-    RL_Agent,
-    RL_Agent_CheckDevice,
-    TemporalDictTensor,
-    Trajectories,
-    masked_tensor,
-    replay_agent,
-)
-from rlstruct.batchers import RL_Batcher
-from rlstruct.envs import DeviceEnv, GymEnv
+import rlstruct
+from tests.rlstructures_programs import a2c_gae, diayn, dqn, ppo, reinforce, reinforce_device
 
-# rlstructures module -> the rlstruct module holding the same names. rlstructures' ``logger`` and ``tools``
-# were aliases of its examples package (``rlalgos``: a tensorboard logger, ``weight_init``) and its
-# ``batchers``/``logging``/``Agent`` were the deprecated v0.1 API: none of them is part of the library.
-MODULE_MAP = {
-    "rlstructures": "rlstruct",
-    "rlstructures.core": "rlstruct.structures",
-    "rlstructures.dicttensor": "rlstruct.structures",
-    "rlstructures.env": "rlstruct.envs",
-    "rlstructures.env_wrappers": "rlstruct.envs",
-    "rlstructures.env_wrappers.gymenv": "rlstruct.envs",
-    "rlstructures.env_wrappers.devicewrapper": "rlstruct.envs",
-    "rlstructures.rl_batchers": "rlstruct.batchers",
-    "rlstructures.rl_batchers.batcher": "rlstruct.batchers",
-    "rlstructures.rl_batchers.agent": "rlstruct.agents",
-}
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAMS = ROOT / "tests" / "rlstructures_programs"
 
-# Every public name of each rlstructures module (its __init__ exports and what its example programs import).
-NAMES = {
+#: rlstructures' module paths that its programs import -> the public names each held (v0.2).
+PATHS = {
     "rlstructures": [
         "masked_tensor", "masked_dicttensor", "DictTensor", "TemporalDictTensor", "Trajectories", "RL_Agent",
         "RL_Agent_CheckDevice", "replay_agent_stateless", "replay_agent", "VecEnv", "RL_Batcher",
     ],
     "rlstructures.core": ["masked_tensor", "masked_dicttensor", "DictTensor", "TemporalDictTensor", "Trajectories"],
-    "rlstructures.dicttensor": ["masked_tensor", "masked_dicttensor", "DictTensor", "TemporalDictTensor"],
+    # rlstructures registered this name as an alias of rlstructures.core.
+    "rlstructures.dicttensor": ["masked_tensor", "masked_dicttensor", "DictTensor", "TemporalDictTensor",
+                                "Trajectories"],
     "rlstructures.env": ["VecEnv"],
     "rlstructures.env_wrappers": ["GymEnv", "GymEnvInf", "DeviceEnv"],
-    "rlstructures.env_wrappers.gymenv": ["GymEnv", "GymEnvInf"],
-    "rlstructures.env_wrappers.devicewrapper": ["DeviceEnv"],
     "rlstructures.rl_batchers": ["RL_Batcher"],
-    "rlstructures.rl_batchers.batcher": ["RL_Batcher"],
-    "rlstructures.rl_batchers.agent": ["RL_Agent", "RL_Agent_CheckDevice", "replay_agent", "replay_agent_stateless"],
 }
+#: where rlstruct defines each name (the one object every path hands out)
+HOMES = {"rlstruct.core": "rlstruct.structures", "rlstruct.dicttensor": "rlstruct.structures",
+         "rlstruct.env": "rlstruct.envs", "rlstruct.env_wrappers": "rlstruct.envs",
+         "rlstruct.rl_batchers": "rlstruct.batchers"}
 
-CASES = [(module, name) for module, names in NAMES.items() for name in names]
+
+def renamed(module: str) -> str:
+    return "rlstruct" + module.removeprefix("rlstructures")
+
+
+CASES = [(module, name) for module, names in PATHS.items() for name in names]
 
 
 @pytest.mark.parametrize("module, name", CASES, ids=[f"{m}.{n}" for m, n in CASES])
-def test_every_rlstructures_name_is_found_by_its_rewritten_path(module, name):
-    target = importlib.import_module(MODULE_MAP[module])
-    assert hasattr(target, name), f"{MODULE_MAP[module]} lacks {name} (rlstructures: from {module} import {name})"
-    # A re-export, not a copy: every path gives the one object.
-    top = importlib.import_module("rlstruct")
-    if hasattr(top, name):
-        assert getattr(target, name) is getattr(top, name)
+def test_every_rlstructures_name_imports_from_its_renamed_path(module, name):
+    target = importlib.import_module(renamed(module))
+    assert hasattr(target, name), f"from {renamed(module)} import {name} fails (rlstructures: from {module} ...)"
+    # A re-export, not a copy: every path hands out the one object.
+    assert getattr(target, name) is getattr(rlstruct, name)
+    home = HOMES.get(renamed(module))
+    if home is not None:
+        assert getattr(target, name) is getattr(importlib.import_module(home), name)
 
 
-def test_every_rewritten_module_is_in_the_map():
-    assert set(NAMES) == set(MODULE_MAP)
+@pytest.mark.parametrize("module", [m for m in PATHS if m != "rlstructures"])
+def test_each_path_module_exports_exactly_rlstructures_names_and_says_what_it_is(module):
+    target = importlib.import_module(renamed(module))
+    assert sorted(target.__all__) == sorted(PATHS[module])
+    doc = target.__doc__.strip()
+    assert "\n" not in doc and doc.startswith(f"rlstructures' ``{module}`` path"), doc
 
 
-# ------------------------------------------------------------------------ an rlstructures-style program
-# Written as rlstructures' REINFORCE example is: module-level create_env/create_agent, a stateless agent
-# sampling or taking the argmax by agent_info["stochastic"] with masked_tensor, replay_agent for the loss,
-# and the losses returned as a DictTensor of 0-d tensors that the loop logs and back-propagates. Its imports
-# are the module's: ``rlstructures`` -> ``rlstruct``, ``rlstructures.env_wrappers`` -> ``rlstruct.envs``,
-# ``rlstructures.rl_batchers`` -> ``rlstruct.batchers``, ``gym`` -> ``gymnasium``.
+def test_the_coming_from_rlstructures_page_names_every_path():
+    page = (ROOT / "docs" / "rlstructures.md").read_text()
+    for module in PATHS:
+        assert f"`{module}`" in page and f"`{renamed(module)}`" in page, module
 
 
-class ActionModel(torch.nn.Module):
-    def __init__(self, n_observations, n_actions, n_hidden):
-        super().__init__()
-        self.linear = torch.nn.Linear(n_observations, n_hidden)
-        self.linear2 = torch.nn.Linear(n_hidden, n_actions)
-
-    def forward(self, frame):
-        return torch.softmax(self.linear2(torch.tanh(self.linear(frame))), dim=-1)
+# ------------------------------------------------------------------------ the programs
 
 
-class BaselineModel(torch.nn.Module):
-    def __init__(self, n_observations, n_hidden):
-        super().__init__()
-        self.linear = torch.nn.Linear(n_observations, n_hidden)
-        self.linear2 = torch.nn.Linear(n_hidden, 1)
-
-    def forward(self, frame):
-        return self.linear2(torch.tanh(self.linear(frame)))
-
-
-class Model(torch.nn.Module):
-    def __init__(self, action_model, baseline_model):
-        super().__init__()
-        self.action_model = action_model
-        self.baseline_model = baseline_model
+def rlstruct_imports(path: Path) -> list[tuple[str, str]]:
+    """``(module, name)`` of every ``from rlstruct... import name`` in a program (``import rlstruct...`` as
+    ``(module, "")``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "rlstruct":
+            found += [(node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(a.name, "") for a in node.names if a.name.split(".")[0] == "rlstruct"]
+    return found
 
 
-class ReinforceAgent(RL_Agent):
-    def __init__(self, model=None, n_actions=None):
-        super().__init__()
-        self.model = model
-        self.n_actions = n_actions
-
-    def update(self, state_dict):
-        self.model.load_state_dict(state_dict)
-
-    def initial_state(self, agent_info, B):
-        return DictTensor({})
-
-    def __call__(self, state, observation, agent_info=None, history=None):
-        B = observation.n_elems()
-        action_proba = self.model.action_model(observation["frame"])
-        baseline = self.model.baseline_model(observation["frame"])
-        dist = torch.distributions.Categorical(action_proba)
-        action_sampled = dist.sample()
-        action_max = action_proba.max(1)[1]
-        smask = agent_info["stochastic"].float()
-        action = masked_tensor(action_max, action_sampled, smask)
-        new_state = DictTensor({})
-        agent_do = DictTensor({"action": action, "action_probabilities": action_proba, "baseline": baseline})
-        assert agent_do.n_elems() == B
-        return agent_do, new_state
+@pytest.mark.parametrize("program", sorted(p.name for p in PROGRAMS.glob("*.py") if p.name != "__init__.py"))
+def test_the_programs_reach_rlstruct_only_through_rlstructures_paths(program):
+    allowed = {renamed(module): set(names) for module, names in PATHS.items()}
+    for module, name in rlstruct_imports(PROGRAMS / program):
+        assert module in allowed, f"{program} imports {module}, which is not an rlstructures path renamed"
+        assert name in allowed[module], f"{program}: rlstructures' {module} had no {name}"
+    tree = ast.parse((PROGRAMS / program).read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not [m for m in imported if m.split(".")[0] in ("rlstructures", "rlalgos", "gym")], sorted(imported)
 
 
-def create_gym_env(env_name):
-    return gym.make(env_name)
+@pytest.fixture
+def one_thread():
+    """A learner in this process on one thread (the suite shares a small machine; workers set their own)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
-def create_env(n_envs, env_name=None, max_episode_steps=None, seed=None):
-    envs = []
-    for _ in range(n_envs):
-        e = create_gym_env(env_name)
-        e = TimeLimit(e, max_episode_steps=max_episode_steps)
-        envs.append(e)
-    return DeviceEnv(GymEnv(envs, seed), from_device="cpu", to_device="cpu")
+#: tiny sizes shared by every program: 4 envs of 30 steps at most, evaluations in this process
+SMALL = {"env_name": "CartPole-v1", "n_envs": 4, "max_episode_steps": 30, "n_evaluation_processes": 0,
+         "n_evaluation_envs": 4, "time_limit": 120}
+#: the training batcher's worker processes: none (in this process), or two (rlstructures' way)
+MODES = [pytest.param(0, id="in_process"), pytest.param(2, id="two_workers", marks=pytest.mark.slow)]
 
 
-def create_agent(model, n_actions=1):
-    return RL_Agent_CheckDevice(ReinforceAgent(model=model, n_actions=n_actions), "cpu")
+def assert_logged_every_iteration(logger, names, iterations):
+    for name in names:
+        assert [i for i, _ in logger.scalars[name]] == list(range(iterations)), name
+    assert logger.scalars["evaluation_reward"], "no evaluation finished"
+    assert all(v > 0 for v in logger.values("evaluation_reward"))
 
 
-class Logger:
-    """What the examples' TFLogger did with the losses: one Python float per name and iteration."""
-
-    def __init__(self):
-        self.scalars = {}
-
-    def add_scalar(self, name, value, iteration):
-        self.scalars.setdefault(name, []).append((iteration, value))
-
-
-class Reinforce:
-    def __init__(self, config, create_env, create_agent):
-        self.config = config
-        self._create_env = create_env
-        self._create_agent = create_agent
-        self.logger = Logger()
-
-    def run(self):
-        env = self._create_env(self.config["n_envs"], env_name=self.config["env_name"],
-                               max_episode_steps=self.config["max_episode_steps"], seed=0)
-        n_actions = env.action_space.n
-        n_observations = env.reset()[0]["frame"].size()[1]
-        del env
-        self.learning_model = Model(ActionModel(n_observations, n_actions, 16), BaselineModel(n_observations, 16))
-        self.agent = self._create_agent(n_actions=n_actions, model=self.learning_model)
-        self.train_batcher = RL_Batcher(
-            n_timesteps=self.config["max_episode_steps"],
-            create_agent=self._create_agent,
-            create_env=self._create_env,
-            env_args={
-                "n_envs": self.config["n_envs"],
-                "max_episode_steps": self.config["max_episode_steps"],
-                "env_name": self.config["env_name"],
-            },
-            agent_args={"n_actions": n_actions, "model": self.learning_model},
-            n_processes=self.config["n_processes"],
-            seeds=[self.config["env_seed"] + k * 10 for k in range(max(self.config["n_processes"], 1))],
-            agent_info=DictTensor({"stochastic": torch.tensor([True])}),
-            env_info=DictTensor({}),
-        )
-        self.optimizer = torch.optim.RMSprop(self.learning_model.parameters(), lr=self.config["lr"])
-        n_rows = self.config["n_envs"] * max(self.config["n_processes"], 1)
-        losses = []
-        for self.iteration in range(self.config["n_iterations"]):
-            self.train_batcher.update(self.learning_model.state_dict())
-            self.train_batcher.reset(agent_info=DictTensor({"stochastic": torch.tensor([True]).repeat(n_rows)}))
-            self.train_batcher.execute()
-            trajectories, n_env_running = self.train_batcher.get(blocking=True)
-            assert n_env_running == 0
-            self.optimizer.zero_grad()
-            dt = self.get_loss(trajectories)
-            for k in dt.keys():
-                self.logger.add_scalar(k, dt[k].item(), self.iteration)
-            floss = (
-                self.config["baseline_coef"] * dt["baseline_loss"]
-                - self.config["entropy_coef"] * dt["entropy_loss"]
-                - self.config["reinforce_coef"] * dt["reinforce_loss"]
-            )
-            floss.backward()
-            self.optimizer.step()
-            losses.append(dt.detach())
-        self.train_batcher.close()
-        return losses
-
-    def get_loss(self, trajectories):
-        assert isinstance(trajectories, Trajectories)
-        trajectories = trajectories.to("cpu")
-        info, trajectories = trajectories.info, trajectories.trajectories
-        assert isinstance(trajectories, TemporalDictTensor) and "agent_info/stochastic" in info.keys()
-        mask = trajectories.mask()
-        reward = trajectories["_observation/reward"] * mask
-        max_length = trajectories.lengths.max().item()
-        cumulated_reward = torch.zeros_like(reward)
-        cumulated_reward[:, max_length - 1] = reward[:, max_length - 1]
-        for t in range(max_length - 2, -1, -1):
-            cumulated_reward[:, t] = reward[:, t] + self.config["discount_factor"] * cumulated_reward[:, t + 1]
-        replayed = replay_agent(self.agent, Trajectories(info, trajectories))
-        action_probabilities = replayed["action_probabilities"]
-        baseline = replayed["baseline"].squeeze(-1)
-        action = trajectories["action/action"]
-        log_proba = torch.log(action_probabilities.gather(-1, action.unsqueeze(-1)).squeeze(-1))
-        reinforce_loss = (log_proba * (cumulated_reward - baseline).detach() * mask).sum(1) / mask.sum(1)
-        entropy = torch.distributions.Categorical(action_probabilities).entropy()
-        entropy_loss = (entropy * mask).sum(1) / mask.sum(1)
-        baseline_loss = ((baseline - cumulated_reward) ** 2 * mask).sum(1) / mask.sum(1)
-        avg_reward = cumulated_reward[:, 0].mean()
-        return DictTensor({
-            "avg_reward": avg_reward,
-            "reinforce_loss": reinforce_loss.mean(),
-            "entropy_loss": entropy_loss.mean(),
-            "baseline_loss": baseline_loss.mean(),
-        })
-
-
-@pytest.mark.timeout(120)
-def test_an_rlstructures_reinforce_program_runs_unchanged():
-    config = {
-        "env_name": "CartPole-v1", "n_envs": 4, "max_episode_steps": 20, "env_seed": 42, "n_processes": 0,
-        "lr": 0.01, "discount_factor": 0.9, "baseline_coef": 0.1, "entropy_coef": 0.01, "reinforce_coef": 1.0,
-        "n_iterations": 3,
-    }
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n_processes", MODES)
+def test_reinforce(n_processes, one_thread):
     torch.manual_seed(0)
-    algo = Reinforce(config, create_env, create_agent)
-    losses = algo.run()
-    assert len(losses) == 3 and all(loss.is_record() for loss in losses)
-    assert set(algo.logger.scalars) == {"avg_reward", "reinforce_loss", "entropy_loss", "baseline_loss"}
-    for name, values in algo.logger.scalars.items():
-        assert [i for i, _ in values] == [0, 1, 2] and all(isinstance(v, float) for _, v in values), name
-    # The losses are the ones back-propagated: replay_agent gave them a graph reaching every weight.
+    config = {**reinforce.CONFIG, **SMALL, "n_processes": n_processes, "n_iterations": 4}
+    algo = reinforce.Reinforce(config, reinforce.create_env, reinforce.create_agent)
+    logger = algo.run()
+    losses = ["loss/avg_reward", "loss/baseline_loss", "loss/reinforce_loss", "loss/entropy_loss"]
+    assert_logged_every_iteration(logger, losses, 4)
+    # The loss reached every weight through replay_agent's graph.
     assert all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in algo.learning_model.parameters())
-    entropy = [v for _, v in algo.logger.scalars["entropy_loss"]]
-    assert all(0.0 < h <= float(torch.log(torch.tensor(2.0))) + 1e-6 for h in entropy)
-    printed = repr(losses[0])
-    assert printed.startswith("DictTensor(record, device=cpu, {avg_reward: ")
+    assert all(0.0 < h <= float(torch.log(torch.tensor(2.0))) + 1e-6 for h in logger.values("loss/entropy_loss"))
+    # Complete episodes of at most 30 steps: 4 envs x max(n_processes, 1) episodes an iteration.
+    n_episodes = 4 * max(n_processes, 1)
+    steps = logger.values("n_interactions")
+    assert all(0 < b - a <= 30 * n_episodes for a, b in zip([0.0, *steps], steps))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n_processes", MODES)
+def test_reinforce_on_devices_on_the_cpu(n_processes, one_thread):
+    torch.manual_seed(0)
+    config = {**reinforce_device.CONFIG, **SMALL, "n_processes": n_processes, "n_iterations": 3,
+              "learner_device": "cpu", "batcher_device": "cpu", "evaluation_device": "cpu"}
+    algo = reinforce_device.ReinforceOnDevices(config, reinforce_device.create_env, reinforce_device.create_agent)
+    logger = algo.run()
+    assert_logged_every_iteration(logger, ["loss/reinforce_loss", "loss/baseline_loss"], 3)
+    assert isinstance(algo.agent, rlstruct.RL_Agent_CheckDevice)
+
+
+@pytest.mark.cuda
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("n_processes", [0, 1])
+def test_reinforce_on_devices_with_the_batcher_and_the_learner_on_the_gpu(n_processes, one_thread):
+    """The example's layout on one GPU: learner and training batcher on cuda:0, evaluations on the CPU."""
+    torch.manual_seed(0)
+    config = {**reinforce_device.CONFIG, **SMALL, "n_processes": n_processes, "n_iterations": 3,
+              "learner_device": "cuda:0", "batcher_device": "cuda:0", "evaluation_device": "cpu"}
+    algo = reinforce_device.ReinforceOnDevices(config, reinforce_device.create_env, reinforce_device.create_agent)
+    logger = algo.run()
+    assert_logged_every_iteration(logger, ["loss/reinforce_loss", "loss/baseline_loss"], 3)
+    assert all(p.device == torch.device("cuda:0") for p in algo.learning_model.parameters())
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n_processes", MODES)
+def test_a2c_gae(n_processes, one_thread):
+    torch.manual_seed(0)
+    config = {**a2c_gae.CONFIG, **SMALL, "n_processes": n_processes, "a2c_timesteps": 8, "n_windows": 4}
+    algo = a2c_gae.A2C(config, a2c_gae.create_train_env, a2c_gae.create_env, a2c_gae.create_agent)
+    logger = algo.run()
+    assert algo.windows == 4  # each window asserted full length, its state carried from the one before
+    assert_logged_every_iteration(logger, ["loss/critic_loss", "loss/a2c_loss", "loss/entropy_loss", "grad_norm"], 4)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n_processes", MODES)
+def test_ppo(n_processes, one_thread):
+    torch.manual_seed(0)
+    config = {**ppo.CONFIG, **SMALL, "n_processes": n_processes, "ppo_timesteps": 8, "n_windows": 3, "k_epochs": 2}
+    algo = ppo.PPO(config, ppo.create_train_env, ppo.create_env, ppo.create_agent)
+    logger = algo.run()
+    assert_logged_every_iteration(logger, ["loss/critic_loss", "loss/ppo_loss", "loss/entropy_loss"], 6)
+    # Each window's first pass replayed the recorded probabilities (the program asserts it below 1e-5).
+    assert [i for i, _ in logger.scalars["replay_difference"]] == [0, 2, 4]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n_processes", MODES)
+def test_dqn(n_processes, one_thread):
+    torch.manual_seed(0)
+    config = {**dqn.CONFIG, **SMALL, "n_processes": n_processes, "batch_timesteps": 4, "n_iterations": 5,
+              "epsilon_min_epoch": 4, "epsilon_greedy_max": 0.9, "epsilon_greedy_min": 0.1}
+    algo = dqn.DQN(config, dqn.create_train_env, dqn.create_env, dqn.create_agent)
+    logger = algo.run()
+    assert_logged_every_iteration(logger, ["epsilon", "q_loss", "stats/replay_buffer_size"], 5)
+    # execute(agent_info=...) changed epsilon at every acquisition (the program checks the rows it got back).
+    assert logger.values("epsilon") == pytest.approx([0.9, 0.7, 0.5, 0.3, 0.1])
+    per_window = 4 * max(n_processes, 1) * 4
+    assert logger.values("stats/replay_buffer_size") == [per_window * (k + 2) for k in range(5)]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n_processes", MODES)
+def test_diayn_skills_travel_in_agent_info(n_processes, one_thread):
+    torch.manual_seed(0)
+    config = {**diayn.CONFIG, **SMALL, "n_processes": n_processes, "n_iterations": 3, "n_policies": 3}
+    algo = diayn.DIAYN(config, diayn.create_env, diayn.create_agent)
+    logger = algo.run()
+    # get_loss checked, every iteration, that each trajectory's info carries the skill reset drew for its row.
+    assert set(algo.train_agent_info.keys()) == {"stochastic", "idx_policy"}
+    assert_logged_every_iteration(logger, ["loss/discriminator_loss", "loss/reinforce_loss"], 3)
+    assert all(p.grad is not None for p in algo.discriminator.parameters())
+    # The discriminator's reward is a probability among 3 skills, summed over at most 30 steps.
+    assert all(0 < r <= 30 for r in logger.values("evaluation_reward"))

@@ -1,0 +1,5 @@
+"""rlstructures' ``rlstructures.env`` path: the ``VecEnv`` contract of :mod:`rlstruct.envs`, under that name."""
+
+from rlstruct.envs import VecEnv
+
+__all__ = ["VecEnv"]
