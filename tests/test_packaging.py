@@ -130,7 +130,9 @@ def test_the_changelog_has_an_unreleased_section_and_the_current_version():
 def test_setuptools_is_told_every_package_of_the_source_tree():
     """A subpackage missing from ``packages`` is left out of the wheel: the slow tests below see it in the built
     wheel, this one sees it in the sources."""
-    assert sorted(PYPROJECT["tool"]["setuptools"]["packages"]) == sorted(package_folders())
+    listed, found = set(PYPROJECT["tool"]["setuptools"]["packages"]), set(package_folders())
+    assert listed == found, (f"add to pyproject's [tool.setuptools] packages: {sorted(found - listed)}; "
+                             f"listed without a folder: {sorted(listed - found)}")
 
 
 # ------------------------------------------------------------------------ `rlstruct --version`
@@ -260,12 +262,14 @@ def test_the_wheel_installed_in_a_clean_venv_trains_from_another_folder(dist, tm
              "print(json.dumps({'files': [m.__file__ for m in (rlstruct, rlstruct.algos, rlstruct.agents, "
              "rlstruct.batchers)], 'path': sys.path, 'version': rlstruct.__version__, "
              "'dist_version': importlib.metadata.version('rlstruct'), "
-             "'license': importlib.metadata.metadata('rlstruct')['License-Expression']}))")
+             "'license': importlib.metadata.metadata('rlstruct')['License-Expression'], "
+             "'editable_hooks': [m for m in sys.modules if '__editable__' in m]}))")
     out = run([str(python), "-c", probe], cwd=elsewhere, timeout=120)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout)
     assert all(Path(f).is_relative_to(site) for f in seen["files"]), seen["files"]
     assert seen["version"] == seen["dist_version"] == VERSION and seen["license"] == "MIT"
+    assert seen["editable_hooks"] == [], "the test environment's editable install was loaded"
     # The checkout is nowhere on sys.path: only the test environment's site-packages, which may live inside it.
     allowed = {Path(ours["purelib"]).resolve(), Path(ours["platlib"]).resolve()}
     for entry in seen["path"]:
