@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import shutil
@@ -14,11 +16,30 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 
+def _ten_lines() -> str:
+    """The python block of the README's "Ten lines" section."""
+    section = README.read_text().split("## Ten lines\n", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+
+
 def test_readme_python_blocks_run():
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert blocks, "README.md has no python example"
     for code in blocks:
+        if code != _ten_lines():  # run, and its output checked, by the test below
+            exec(compile(code, str(README), "exec"), {"__name__": "readme_example"})
+
+
+def test_the_ten_lines_are_ten_and_print_a_random_policys_mean_return():
+    code = _ten_lines()
+    assert len([line for line in code.splitlines() if line.strip()]) == 10, code
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
         exec(compile(code, str(README), "exec"), {"__name__": "readme_example"})
+    printed = re.fullmatch(r"tensor\(([\d.]+)\)\n", out.getvalue())
+    assert printed, out.getvalue()
+    # A random policy's CartPole episodes last about 22 steps (the return: 1 a step), where a policy that holds the
+    # pole reaches 500; a 64-step auto-reset window's reward sum would print 64 whatever the policy.
+    assert 10 < float(printed.group(1)) < 40, out.getvalue()
 
 
 def _setup_commands() -> list[str]:
