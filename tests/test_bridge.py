@@ -45,8 +45,8 @@ from rlstruct.envs import (
     to_gymnasium_env,
 )
 from rlstruct.envs.bridge import BridgeError, GymnasiumEnv, GymnasiumVectorEnv
-from rlstruct.envs.gym import env_seeds
 from rlstruct.errors import EnvStateError, SeedError, SpaceError
+from rlstruct.seeding import env_seeds
 from tests.conftest import device_params
 from tests.fakes_gym import DictImageEnv
 

@@ -147,8 +147,8 @@ def test_ale_autoreset_returns_the_terminal_and_the_fresh_frames_in_the_same_ste
 def test_ale_same_seed_same_frames_and_seeds_reach_ale_py():
     a, b, c = ale_env(seed=3, autoreset=True), ale_env(seed=3, autoreset=True), ale_env(seed=4, autoreset=True)
     seen = []
-    reset = a._vec.reset
-    a._vec.reset = lambda **kw: (seen.append(kw.get("seed")), reset(**kw))[1]
+    reset = a._adapter.vec.reset
+    a._adapter.vec.reset = lambda **kw: (seen.append(kw.get("seed")), reset(**kw))[1]
     frames = []
     for env in (a, b, c):
         obs, _ = env.reset()

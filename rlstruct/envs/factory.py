@@ -14,8 +14,9 @@ import torch
 
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs._base import VecEnv
+from rlstruct.envs._gym_adapters import autoreset_mode, resets_a_subset
 from rlstruct.envs.device_env import DeviceEnv
-from rlstruct.envs.gym import GymEnv, GymEnvInf, _autoreset_mode, resets_a_subset
+from rlstruct.envs.gym import GymEnv, GymEnvInf
 from rlstruct.errors import MissingDependencyError
 from rlstruct.seeding import check_seed, env_seeds
 
@@ -220,7 +221,7 @@ def _gymnasium_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episo
         except gym.error.Error:
             vec = None
         if vec is not None:
-            if not autoreset or _autoreset_mode(vec) == gym.vector.AutoresetMode.SAME_STEP or resets_a_subset(vec):
+            if not autoreset or autoreset_mode(vec) == gym.vector.AutoresetMode.SAME_STEP or resets_a_subset(vec):
                 return cls(vec, seed)
             vec.close()
     try:
