@@ -18,6 +18,7 @@ from rlstruct.envs._gym_arrays import (
     observation_fields,
     split,
     stack,
+    with_rows,
     write_flags,
 )
 from rlstruct.errors import SpaceError
@@ -133,12 +134,7 @@ class ListAdapter(GymAdapter):
             if len(reset_rows):
                 options = self.options
                 reset_obs = [envs[j].reset(options=options[running[j]])[0] for j in reset_rows.tolist()]
-                new = stack(self.fields, reset_obs)
-                fresh = {}
-                for k, arr in nxt.items():
-                    arr = arr.copy()
-                    arr[reset_rows] = new[k]
-                    fresh[k] = arr
+                fresh = with_rows(nxt, reset_rows, stack(self.fields, reset_obs))
         return nxt, reward, term, trunc, done, fresh
 
     def step_into(self, a_np: np.ndarray, nxt: dict[str, np.ndarray], run: dict[str, np.ndarray]) -> None:
@@ -259,23 +255,13 @@ class VectorAdapter(GymAdapter):
             reward, term, trunc = reward[running], term[running], trunc[running]
         done = term | trunc
         if self._reset_finished and done.any():
-            fresh = {}
-            for k, arr in self._reset_rows(done).items():
-                f = fields[k].copy()
-                f[done] = arr
-                fresh[k] = f
-            return fields, reward, term, trunc, done, fresh
+            return fields, reward, term, trunc, done, with_rows(fields, done, self._reset_rows(done))
         if not (self._same_step and done.any()):
             return fields, reward, term, trunc, done, None
         # SAME_STEP: the vector env already holds the reset observation; the terminal one is in the infos.
         rows = np.flatnonzero(done)
         final = stack(self.fields, list(infos["final_obs"][running[rows]]))
-        nxt = {}
-        for k, arr in fields.items():
-            arr = arr.copy()
-            arr[rows] = final[k]
-            nxt[k] = arr
-        return nxt, reward, term, trunc, done, fields
+        return with_rows(fields, rows, final), reward, term, trunc, done, fields
 
     def step_into(self, a_np: np.ndarray, nxt: dict[str, np.ndarray], run: dict[str, np.ndarray]) -> None:
         obs, reward, term, trunc, infos = self.vec.step(a_np)

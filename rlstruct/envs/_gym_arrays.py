@@ -16,7 +16,7 @@ from rlstruct.errors import BatchSizeError, DeviceMismatchError, SpaceError
 
 __all__ = [
     "RESERVED_KEYS", "Field", "ActionSpec", "observation_fields", "stack", "fill", "split", "write_flags",
-    "mark_restarted",
+    "mark_restarted", "with_rows",
 ]
 
 RESERVED_KEYS = ("reward", "done", "terminated", "truncated", "initial_state", "last_action")
@@ -194,3 +194,13 @@ def mark_restarted(run: dict[str, np.ndarray], rows: np.ndarray) -> None:
     """Gives the restarted ``rows`` of the running observation the reward and last action of a fresh episode."""
     run["reward"][rows] = 0.0
     run["last_action"][rows] = 0
+
+
+def with_rows(fields: dict[str, np.ndarray], rows: np.ndarray, new: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Copies of ``fields`` whose ``rows`` (indices or a bool mask) are ``new``'s."""
+    out = {}
+    for k, arr in fields.items():
+        arr = arr.copy()
+        arr[rows] = new[k]
+        out[k] = arr
+    return out

@@ -10,7 +10,6 @@ its transition and its observation, each a pure function of arrays written once 
 from __future__ import annotations
 
 import abc
-import functools
 from types import SimpleNamespace
 from typing import Any
 
@@ -38,6 +37,16 @@ _FUSED_DENSE_MAX_ENVS = 2048
 _PHYSICS_DTYPES = (torch.float64, torch.float32)
 
 
+class _ClassDefault:
+    """The default of ``max_episode_steps``: the simulator's :attr:`TorchVecEnv.default_max_episode_steps`."""
+
+    def __repr__(self) -> str:
+        return "default_max_episode_steps"
+
+
+DEFAULT_MAX_EPISODE_STEPS = _ClassDefault()
+
+
 class TorchVecEnv(CallOrder, VecEnv):
     """``n_envs`` copies of one system, stepped together by batched torch kernels on one device.
 
@@ -61,7 +70,8 @@ class TorchVecEnv(CallOrder, VecEnv):
             device.
         autoreset: ``True``: every env always runs and a finished env restarts inside ``step``;
             ``False`` (episodic): finished envs drop out until :meth:`reset`.
-        max_episode_steps: truncation horizon (gymnasium's ``TimeLimit``); ``None`` for none.
+        max_episode_steps: truncation horizon (gymnasium's ``TimeLimit``); ``None`` for none; by default the
+            simulator's :attr:`default_max_episode_steps`.
         compile: fuse the step with ``torch.compile`` (off by default; the first steps compile).
         physics_dtype: ``torch.float64`` (the default: gymnasium's doubles, the oracle tests' 1e-5 agreement and
             the same bits on every device) or ``torch.float32``: half the state's memory traffic and the GPU's
@@ -100,6 +110,8 @@ class TorchVecEnv(CallOrder, VecEnv):
     # the names of the class constants the kernels read, in their order.
     _jit_name: str | None = None
     _jit_params: tuple[str, ...] = ()
+    #: the truncation horizon when ``max_episode_steps`` is not given (gymnasium's for the same id)
+    default_max_episode_steps: int | None = None
 
     def __init__(
         self,
@@ -108,10 +120,12 @@ class TorchVecEnv(CallOrder, VecEnv):
         device: DeviceLike = "cpu",
         seed: int = 0,
         autoreset: bool = False,
-        max_episode_steps: int | None,
+        max_episode_steps: int | None | _ClassDefault = DEFAULT_MAX_EPISODE_STEPS,
         compile: bool = False,
         physics_dtype: torch.dtype = torch.float64,
     ):
+        if max_episode_steps is DEFAULT_MAX_EPISODE_STEPS:
+            max_episode_steps = self.default_max_episode_steps
         if isinstance(n_envs, bool) or not isinstance(n_envs, int) or n_envs < 1:
             raise ValueError(f"n_envs must be a positive int, got {n_envs!r}; pass e.g. n_envs=1024")
         if max_episode_steps is not None and (
@@ -152,11 +166,13 @@ class TorchVecEnv(CallOrder, VecEnv):
             rng_key=env_keys(self.seed, n_envs, dev),
             last_action=self._zero_actions(n_envs),
         )
-        # Numpy views of ``_state`` (CPU), kept while the state is that very value: ``(state, views)``.
-        self._host: tuple[SimState, SimState] | None = None
         self._ids = self._ids_all
         self._started = False
         self._closed = False
+        self._setup()
+        self._destinations = HostDestinations.of_frame(
+            self.observation_space.shape, np.float32, self.action_shape, self._discrete, n_envs
+        )
         # The host steppers' numpy views of the state, shared by every stepper the env moves through.
         self._host = HostViews()
         self._stepper: Stepper
@@ -227,6 +243,11 @@ class TorchVecEnv(CallOrder, VecEnv):
     # The hooks below are pure functions of arrays, written once against the array namespace ``xp``
     # (:mod:`rlstruct.envs._array_ops`: torch or numpy): Python operators and ``xp.<name>`` only, no Python
     # branch on values. Each returns freshly allocated arrays (the step writes into them).
+    @abc.abstractmethod
+    def _setup(self) -> None:
+        """Sets :attr:`action_space` and :attr:`observation_space` and registers the constant arrays of the hooks
+        (:meth:`_add_array`); called once by ``__init__``, before the first step."""
+
     @abc.abstractmethod
     def _initial_physics(self, xp: type, u: Any) -> Any:
         """Reset states ``[P, B]`` from uniform draws ``[D, B]`` in ``(low, high)`` (both in the physics dtype)."""
@@ -352,14 +373,6 @@ class TorchVecEnv(CallOrder, VecEnv):
         """True for an auto-reset env stepping with its compiled CPU kernel (``kernel == "jit"``): :meth:`step_into`
         then has the kernel write both observations straight into the destinations."""
         return self.autoreset and self._stepper.writes_in_place
-
-    @functools.cached_property
-    def _destinations(self) -> HostDestinations:
-        """What :meth:`step_into`'s destinations must be (made at its first call: subclasses set their spaces
-        after this class's ``__init__``)."""
-        return HostDestinations.of_frame(
-            self.observation_space.shape, np.float32, self.action_shape, self._discrete, self._n
-        )
 
     def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
         """:meth:`step`, writing both observations into the given tensors (see

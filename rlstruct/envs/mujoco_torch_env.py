@@ -217,20 +217,8 @@ class MujocoTorchEnv(CallOrder, VecEnv):
                 f"device={self.device})")
 
     def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
-        """Restarts every env with its next episode.
-
-        Args:
-            env_info: ``None`` or an empty DictTensor (the tasks take no per-env reset options).
-
-        Returns:
-            ``(observation [n_envs], arange(n_envs))`` with ``initial_state=True``, ``done=False``, ``reward=0``.
-
-        Raises:
-            BatchSizeError: ``env_info`` does not have ``n_envs`` rows.
-            DeviceMismatchError: ``env_info`` is not on the CPU.
-            ValueError: a non-empty ``env_info``.
-            EnvStateError: the env is closed.
-        """
+        """Restarts every env with its next episode (see :meth:`VecEnv.reset <rlstruct.envs.VecEnv.reset>`); the
+        tasks take no per-env options."""
         self._check_open()
         check_no_env_info(env_info, self._n, "a MuJoCo task", "pass None")
         n, dev = self._n, self.device
@@ -258,23 +246,8 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         return a.detach().to(torch.float32, copy=True)
 
     def step(self, action: DictTensor) -> StepResult:
-        """Steps the running envs with ``action["action"]`` (one row per running env, in ids order).
-
-        Args:
-            action: ``action``: float ``[B, nu]`` on :attr:`device` (cast to float32; MuJoCo clamps the controls
-                to the actuators' ranges, the control cost takes the action as given, as in gymnasium).
-
-        Returns:
-            ``((observation_next [B], ids [B]), (observation_running [B'], ids_running [B']))``
-            (see :class:`~rlstruct.envs.VecEnv`).
-
-        Raises:
-            TypeError: ``action`` is not a DictTensor.
-            SpaceError: ``action["action"]`` has the wrong shape or is not floating.
-            BatchSizeError: it does not have one row per running env.
-            DeviceMismatchError: it is not on :attr:`device`.
-            EnvStateError: ``reset`` was never called, the env is closed, or every episodic env has finished.
-        """
+        """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`): ``action``: floating
+        ``[B, nu]``."""
         self._check_steppable("step")
         ids = self._ids
         n_running = ids.shape[0]
