@@ -1,26 +1,9 @@
-"""The step kernels of the torch simulators: pure functions ``(state, action) -> (state, outputs)``.
-
-A simulator's whole mutable state is one :class:`SimState` value; a kernel reads the state and the action it is
-given and returns the next state and the step's outputs, touching nothing else (gymnax's split: a pure step over
-an explicit state, with the auto-reset around it). The ``system`` argument of every kernel is the simulator
-(a :class:`~rlstruct.envs.TorchVecEnv`), read for its constants and its pure hooks only (``_transition``,
-``_frame``, ``_initial_physics``, ``_arrays``, ``_draws``, ``_limit``, ``_discrete``, ``_jit_inputs``), never for
-state; the compiled kernels also take the :class:`CompiledKernels` they call.
-
-:func:`restart` starts every env's next episode (``reset``). Auto-reset kernels (every env always runs; a finished
-env restarts with a fresh draw):
-
-* :func:`autoreset_dense`: torch, draws for every env then ``torch.where`` (branch-free, no host sync: accelerators
-  and the fused step);
-* :func:`autoreset_sparse`: torch, draws for the finished envs only (its :func:`advance` may be a fused one);
-* :func:`autoreset_numpy` and :func:`autoreset_jit`: host kernels, on numpy arrays (the CPU steps);
-  :func:`autoreset_jit_into` writes the outputs into given arrays (a batcher's buffer).
-
-Episodic kernels (the given rows, no restart): :func:`episodic` (torch), :func:`episodic_numpy` and
-:func:`episodic_jit`. The env keeps the running set and hands the kernels the running rows.
-
-On the host (numpy, numba) the state's ``rng_key`` is ``uint32`` (what :func:`~rlstruct.envs._rng.uniform_draws`
-hashes in), and the host kernels return their outputs as CPU tensors sharing the arrays' memory.
+"""The step kernels of the torch simulators: pure functions ``(state, action) -> (state, outputs)`` over one
+:class:`SimState`, touching nothing else (gymnax's split). ``system`` (the simulator) is read for its constants and
+pure hooks only. :func:`restart` starts every env's next episode; the auto-reset kernels are
+:func:`autoreset_dense`/:func:`autoreset_sparse` (torch: fresh draws for every env, or for the finished ones),
+:func:`autoreset_numpy` and the compiled :func:`autoreset_jit`; the episodic ones :func:`episodic`,
+:func:`episodic_numpy` and :func:`episodic_jit`. On the host the state's ``rng_key`` is ``uint32``.
 
 >>> from rlstruct.envs import CartPole
 >>> env = CartPole(3, seed=0, autoreset=True)
@@ -206,8 +189,8 @@ def episodic(system: Any, state: SimState, action: Any, xp: type = TorchOps) -> 
 def autoreset_numpy(system: Any, state: SimState, action: np.ndarray) -> tuple[SimState, AutoresetOutputs]:
     """The CPU auto-reset step on numpy arrays: :func:`autoreset_sparse`'s bits.
 
-    Up to ``10**4`` envs a step costs its number of calls (about 1-2 µs each, numpy's or torch's), so the fresh
-    states are written in place into arrays of this step that no caller has seen yet.
+    Up to ``10**4`` envs a step costs its number of calls, not its arithmetic, so the fresh states are written in
+    place into arrays of this step that no caller has seen yet.
     """
     xp = NumpyOps
     phys_n, reward, terminated = system._transition(xp, state.physics, action)

@@ -1,18 +1,6 @@
-"""How a torch simulator runs its step kernels: four steppers behind one interface, and the numpy views of a CPU
-state that the host steppers share.
-
-Every stepper gives the same bits (up to the fused kernels' floating-point contractions); they differ in where
-and how the kernels of :mod:`rlstruct.envs._sim_kernels` run:
-
-* ``"jit"``: the CPU step in one compiled call (numba, :mod:`rlstruct.envs._jit_kernels`), which can also write
-  the observations straight into a batcher's buffer;
-* ``"numpy"``: the kernels on numpy views of the CPU state;
-* ``"torch"``: the kernels on torch tensors, with no host sync in the auto-reset step (accelerators);
-* ``"compiled"``: the torch kernels fused by ``torch.compile``.
-
-The host steppers (``jit``, ``numpy``) draw fresh initial states for the finished envs only; the torch ones draw
-for every env and select (dense), or for the finished ones only (sparse).
-"""
+"""How a torch simulator runs its step kernels: four steppers behind one interface (``jit``, ``numpy``, ``torch``,
+``compiled``; every one gives the same bits, up to the fused kernels' floating-point contractions), and the numpy
+views of a CPU state that the host steppers share."""
 
 from __future__ import annotations
 

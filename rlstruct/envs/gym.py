@@ -1,22 +1,6 @@
-"""VecEnv adapters over gymnasium 1.x environments: :class:`GymEnv` (episodic) and :class:`GymEnvInf` (auto-reset).
-
-Both wrap either a list of ``gymnasium.Env`` (stepped one by one in a Python loop, results stacked once
-per step) or one ``gymnasium.vector.VectorEnv`` (stepped with one call per step, no per-env loop), and
-expose the rlstruct :class:`~rlstruct.envs.VecEnv` contract on the CPU.
-
-Observation keys, in this order: the observation itself (``frame`` for an array space, one key per
-entry of a flat ``Dict`` space), then ``reward`` (float32 ``[B]``), ``done`` (bool ``[B]``,
-``terminated | truncated``), ``terminated``, ``truncated``, ``initial_state`` (bool ``[B]``) and
-``last_action``. Dtypes follow the spaces: a ``Box`` keeps its dtype (a uint8 image stays uint8),
-``Discrete`` becomes int64 ``[B]``, ``MultiDiscrete`` int64 ``[B, k]``.
-
-Seeding: env ``k`` of an adapter built with ``seed`` is reset with
-``numpy.random.SeedSequence(seed).spawn(n_envs)[k]`` turned into an int in ``[0, 2**31)``
-(:func:`~rlstruct.seeding.env_seeds`), so that
-the seeds differ across ``k`` and also across adapters built with consecutive seeds (batcher workers),
-which ``seed + k`` would not give. Only the first ``reset()`` after construction passes these seeds;
-later resets continue each env's RNG, as gymnasium does.
-"""
+"""gymnasium 1.x envs as rlstruct VecEnvs on the CPU: :class:`GymEnv` (episodic) and :class:`GymEnvInf`
+(auto-reset), over a list of ``gymnasium.Env`` or one ``gymnasium.vector.VectorEnv`` (the two adapters of
+:mod:`rlstruct.envs._gym_adapters`)."""
 
 from __future__ import annotations
 
@@ -70,6 +54,16 @@ class GymEnv(CallOrder, VecEnv):
       Since a finished env keeps running inside a vector env, the episodes after the first ``reset()``
       may start from other states than over a list (the env's RNG has moved on); with the same seed the
       first episode of each env is identical over a list and over a ``SyncVectorEnv``.
+
+    Observation keys, in this order: the observation itself (``frame`` for an array space, one key per entry of a
+    flat ``Dict`` space), then the keys of :class:`~rlstruct.envs.VecEnv`. Dtypes follow the spaces: a ``Box``
+    keeps its dtype (a uint8 image stays uint8), ``Discrete`` becomes int64 ``[B]``, ``MultiDiscrete`` int64
+    ``[B, k]``.
+
+    Seeding: the first ``reset()`` after construction resets env ``k`` with ``env_seeds(seed, n_envs)[k]``
+    (:func:`~rlstruct.seeding.env_seeds`: seeds that differ across ``k`` and across adapters built with
+    consecutive seeds, which ``seed + k`` would not give); later resets continue each env's RNG, as gymnasium
+    does.
 
     ``reset(env_info)``: row ``i`` of a non-empty ``env_info`` is passed to env ``i`` as
     ``env.reset(options={key: env_info[key][i].tolist(), ...})``. Over a list, auto-resets reuse env

@@ -1,28 +1,6 @@
-"""gymnasium's MuJoCo locomotion tasks stepped by mujoco-torch (MJX ported to PyTorch), as a torch VecEnv.
-
-The task (observation, reward, termination, reset noise, ``frame_skip``, time limit) is gymnasium's v5 task,
-written once in :mod:`rlstruct.envs._locomotion` and shared with the MJX backend. The physics is
-``torch.vmap(mujoco_torch.step)`` over one batched ``mujoco_torch.Data``, in float64 (mujoco-torch's default, the
-precision of MuJoCo's C engine), on any torch device.
-
-An env's state between steps is what ``mj_step`` reads of it: ``qpos``, ``qvel`` and the solver's warm start
-``qacc_warmstart`` (the controls are the action; the models have no activations, mocap bodies or applied forces);
-each step fills a fresh ``Data`` with them and computes every other field anew, as ``mj_step`` does. Every step is
-written over the whole batch: the auto-reset step draws fresh initial states for every env from the counter-based
-RNG of the torch simulators (:mod:`rlstruct.envs._rng`: env ``k``'s episode ``e`` depends on
-``(seed, k, e)`` only) and selects them with ``torch.where`` where an env finished, with no host sync of its own.
-mujoco-torch's constraint solver and its line searches iterate until every env has converged, which reads a flag on
-the host at every iteration (torch's ``while_loop`` tests its condition in Python): the step cannot be captured in a
-CUDA graph (:meth:`MujocoTorchEnv.graph_state` is ``None``). mujoco-torch's ``fixed_iterations=True`` removes those
-reads but then always runs the model's full iteration counts (``opt.iterations`` solver iterations, each with
-``opt.ls_iterations`` line-search steps), far slower than converging; a capturable variant would need smaller counts
-in the model, which is other physics than gymnasium's.
-
-torch 2.13's eager ``while_loop`` traces its body with dynamo, which fails on vmap's batched tensors; mujoco-torch
-calls it for its solver under ``torch.vmap``. Building an env therefore points mujoco-torch's solver at
-:func:`_eager_while_loop`, which calls the ``while_loop`` operator directly (what torch's own wrapper does under
-``torch.compile``), so that vmap's batching rule for the operator runs the loop.
-"""
+"""gymnasium's v5 MuJoCo locomotion tasks (:mod:`rlstruct.envs._locomotion`) stepped by mujoco-torch (MJX ported to
+PyTorch): :class:`MujocoTorchEnv`, a torch VecEnv on any device, whose auto-reset step draws from the torch
+simulators' counter-based RNG and selects with ``torch.where``, with no host sync of its own."""
 
 from __future__ import annotations
 
@@ -63,7 +41,8 @@ def _import_mujoco_torch() -> Any:
 
 
 def _eager_while_loop(cond_fn, body_fn, carried_inputs):
-    """``torch._higher_order_ops.while_loop`` without its eager-mode dynamo trace (see the module docstring)."""
+    """``torch._higher_order_ops.while_loop`` without its eager-mode dynamo trace, which fails on vmap's batched
+    tensors: the operator itself, so that vmap's batching rule for it runs mujoco-torch's solver loop."""
     import torch.utils._pytree as pytree
     from torch._higher_order_ops.while_loop import while_loop_op
 
