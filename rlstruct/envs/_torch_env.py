@@ -331,17 +331,12 @@ class TorchVecEnv(CallOrder, VecEnv):
         self._ids = self._ids_all
         self._started = True
         false = torch.zeros(self._n, dtype=torch.bool, device=self.device)
-        obs = DictTensor._trusted(
-            {
-                "frame": frame,
-                "reward": torch.zeros(self._n, dtype=torch.float32, device=self.device),
-                "done": false,
-                "terminated": false.clone(),
-                "truncated": false.clone(),
-                "initial_state": torch.ones(self._n, dtype=torch.bool, device=self.device),
-                "last_action": self._zero_actions(self._n),
-            }
-        )
+        obs = DictTensor._trusted({
+            "frame": frame, "reward": torch.zeros(self._n, dtype=torch.float32, device=self.device), "done": false,
+            "terminated": false.clone(), "truncated": false.clone(),
+            "initial_state": torch.ones(self._n, dtype=torch.bool, device=self.device),
+            "last_action": self._zero_actions(self._n),
+        })
         return obs, self._ids_all
 
     def step(self, action: DictTensor) -> StepResult:
@@ -392,44 +387,23 @@ class TorchVecEnv(CallOrder, VecEnv):
         false = out.false
         if false is None:
             false = torch.zeros((4,) + out.done.shape, dtype=torch.bool, device=self.device).unbind(0)
-        obs_next = DictTensor._trusted(
-            {
-                "frame": out.frame,
-                "reward": out.reward,
-                "done": out.done,
-                "terminated": out.terminated,
-                "truncated": out.truncated,
-                "initial_state": false[0],
-                "last_action": a,
-            }
-        )
-        obs_running = DictTensor._trusted(
-            {
-                "frame": out.frame_r,
-                "reward": out.reward_r,
-                "done": false[1],
-                "terminated": false[2],
-                "truncated": false[3],
-                "initial_state": out.initial_r,
-                "last_action": self._state.last_action,
-            }
-        )
+        obs_next = DictTensor._trusted({
+            "frame": out.frame, "reward": out.reward, "done": out.done, "terminated": out.terminated,
+            "truncated": out.truncated, "initial_state": false[0], "last_action": a,
+        })
+        obs_running = DictTensor._trusted({
+            "frame": out.frame_r, "reward": out.reward_r, "done": false[1], "terminated": false[2],
+            "truncated": false[3], "initial_state": out.initial_r, "last_action": self._state.last_action,
+        })
         ids = self._ids_all
         return (obs_next, ids), (obs_running, ids)
 
     def _episodic_result(self, out: kernels.EpisodicOutputs, ids: torch.Tensor, a: torch.Tensor) -> StepResult:
         done = out.done
-        obs_next = DictTensor._trusted(
-            {
-                "frame": out.frame,
-                "reward": out.reward,
-                "done": done,
-                "terminated": out.terminated,
-                "truncated": out.truncated,
-                "initial_state": torch.zeros_like(done),
-                "last_action": a,
-            }
-        )
+        obs_next = DictTensor._trusted({
+            "frame": out.frame, "reward": out.reward, "done": done, "terminated": out.terminated,
+            "truncated": out.truncated, "initial_state": torch.zeros_like(done), "last_action": a,
+        })
         # The one host sync of the episodic variant: the size of the running set.
         rows = torch.nonzero(~done).squeeze(1)
         ids_running = ids.index_select(0, rows)

@@ -18,8 +18,8 @@ import numpy as np
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._imports import import_jax
-from rlstruct.envs._locomotion import check_max_episode_steps, import_mujoco, locomotion_task
+from rlstruct.envs._imports import import_jax, import_mujoco
+from rlstruct.envs._locomotion import check_max_episode_steps, locomotion_task
 from rlstruct.envs.jax_env import JaxVecEnv, jax_device
 from rlstruct.errors import MissingDependencyError
 from rlstruct.seeding import check_seed
@@ -28,7 +28,7 @@ __all__ = ["MjxEnv"]
 
 
 def _import_mjx() -> Any:
-    """``mujoco.mjx`` (call :func:`~rlstruct.envs._locomotion.import_mujoco` first: its error names mujoco)."""
+    """``mujoco.mjx`` (call :func:`~rlstruct.envs._imports.import_mujoco` first: its error names mujoco)."""
     import_jax()
     try:
         # mujoco's mjx package prints "Failed to import warp: ..." on stdout when its optional MuJoCo Warp

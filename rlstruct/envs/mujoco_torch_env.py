@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import torch
@@ -14,47 +13,16 @@ from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs._base import CallOrder, StepResult, VecEnv, action_rows, check_no_env_info, check_some_running
-from rlstruct.envs._locomotion import check_max_episode_steps, import_mujoco, locomotion_task
+from rlstruct.envs._imports import import_mujoco, import_mujoco_torch
+from rlstruct.envs._locomotion import check_max_episode_steps, locomotion_task
 from rlstruct.envs._rng import draw_table, env_keys, uniform_draws
-from rlstruct.errors import BatchSizeError, MissingDependencyError, SpaceError
+from rlstruct.errors import BatchSizeError, SpaceError
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
 
 __all__ = ["MujocoTorchEnv"]
 
 _STATE_KEYS = ("qpos", "qvel", "qacc_warmstart", "elapsed_steps", "episode", "rng_key", "last_action", "running")
-
-
-def _import_mujoco_torch() -> Any:
-    import_mujoco("mujoco_torch")
-    try:
-        import mujoco_torch
-    except ImportError as e:
-        raise MissingDependencyError(
-            "backend='mujoco_torch' needs mujoco-torch (which imports with mujoco 3.4-3.6 only); install it with "
-            "`pip install 'rlstruct[mujoco]'`"
-        ) from e
-    from mujoco_torch._src import solver
-
-    solver._torch_while_loop = _eager_while_loop
-    return mujoco_torch
-
-
-def _eager_while_loop(cond_fn, body_fn, carried_inputs):
-    """``torch._higher_order_ops.while_loop`` without its eager-mode dynamo trace, which fails on vmap's batched
-    tensors: the operator itself, so that vmap's batching rule for it runs mujoco-torch's solver loop."""
-    import torch.utils._pytree as pytree
-    from torch._higher_order_ops.while_loop import while_loop_op
-
-    flat, spec = pytree.tree_flatten(tuple(carried_inputs))
-
-    def flat_cond(*args):
-        return cond_fn(*pytree.tree_unflatten(list(args), spec))
-
-    def flat_body(*args):
-        return tuple(pytree.tree_leaves(body_fn(*pytree.tree_unflatten(list(args), spec))))
-
-    return pytree.tree_unflatten(list(while_loop_op(flat_cond, flat_body, tuple(flat), ())), spec)
 
 
 def _rows(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -122,7 +90,7 @@ class MujocoTorchEnv(CallOrder, VecEnv):
             raise ValueError(f"n_envs must be a positive int, got {n_envs!r}; pass e.g. n_envs=64")
         task = locomotion_task(name, "mujoco_torch")
         self.max_episode_steps = check_max_episode_steps(max_episode_steps, task.max_episode_steps)
-        mujoco_torch = _import_mujoco_torch()
+        mujoco_torch = import_mujoco_torch()
         mujoco = import_mujoco("mujoco_torch")
         self.device = dev = check_device_exists(device)
         self.autoreset = bool(autoreset)
