@@ -10,8 +10,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from rlstruct.envs._actions import ActionSpec
 from rlstruct.envs._gym_arrays import (
-    ActionSpec,
     Field,
     fill,
     mark_restarted,

@@ -1,5 +1,5 @@
-"""The numpy side of the gymnasium adapters: observation fields of a space, the action check, and the conversions
-of per-env or batched observations into one array per field."""
+"""The numpy side of the gymnasium adapters: the observation fields of a space, and the conversions of per-env or
+batched observations into one array per field."""
 
 from __future__ import annotations
 
@@ -8,20 +8,16 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 from gymnasium import spaces
 
-from rlstruct.envs._base import host_copy
-from rlstruct.errors import BatchSizeError, DeviceMismatchError, SpaceError
+from rlstruct.errors import SpaceError
 
 __all__ = [
-    "RESERVED_KEYS", "Field", "ActionSpec", "observation_fields", "stack", "fill", "split", "write_flags",
+    "RESERVED_KEYS", "Field", "observation_fields", "stack", "fill", "split", "write_flags",
     "mark_restarted", "with_rows",
 ]
 
 RESERVED_KEYS = ("reward", "done", "terminated", "truncated", "initial_state", "last_action")
-_INT_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})
-_FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 
 class Field:
     """One observation key: where it comes from (``entry`` of a Dict space, or the whole observation)."""
@@ -67,63 +63,6 @@ def observation_fields(space: gym.Space) -> list[Field]:
             )
         fields.append(_leaf_field(sub, name, name))
     return fields
-
-
-class ActionSpec:
-    """What ``action["action"]`` must look like for an action space, and a valid dummy action."""
-
-    def __init__(self, space: gym.Space):
-        if isinstance(space, spaces.Discrete):
-            self.shape, self.np_dtype, self.integer = (), np.dtype(np.int64), True
-            dummy = np.asarray(space.start, dtype=np.int64)
-        elif isinstance(space, spaces.MultiDiscrete):
-            self.shape, self.np_dtype, self.integer = tuple(space.shape), np.dtype(np.int64), True
-            dummy = np.asarray(space.start, dtype=np.int64)
-        elif isinstance(space, spaces.Box):
-            self.shape, self.np_dtype = tuple(space.shape), np.dtype(space.dtype)
-            self.integer = not np.issubdtype(self.np_dtype, np.floating)
-            dummy = np.clip(np.zeros(self.shape), space.low, space.high).astype(self.np_dtype)
-        else:
-            raise SpaceError(
-                f"action_space must be Discrete, Box or MultiDiscrete, got {space}; "
-                "wrap the env with a gymnasium action wrapper that exposes one of these"
-            )
-        self.dtype = torch.from_numpy(np.zeros((), self.np_dtype)).dtype
-        self.dummy = dummy
-        kind = "an integer dtype" if self.integer else "a floating dtype"
-        self.expected = f"shape [B{''.join(', ' + str(s) for s in self.shape)}] and {kind} (cast to {self.dtype})"
-
-    def check(self, action: torch.Tensor, n_rows: int) -> tuple[torch.Tensor, np.ndarray]:
-        """Validates ``action`` (one row per running env); returns a copy in the canonical dtype, as a tensor
-        and as the array it views."""
-        if not isinstance(action, torch.Tensor):
-            raise SpaceError(f"action['action'] must be a torch.Tensor, got {type(action).__name__}")
-        if action.device.type != "cpu":
-            raise DeviceMismatchError(
-                f"action['action'] must be on cpu (the env's device), got {action.device}; "
-                "wrap the env in DeviceEnv(env, 'cpu', agent_device) to move actions"
-            )
-        shape = tuple(action.shape)  # read once: each tensor attribute is a call into torch
-        if len(shape) == 1 and self.shape == (1,):
-            # Like the torch simulators, a 1-d Box takes ``[B]`` as well as ``[B, 1]``.
-            shape = (shape[0], 1)
-        if len(shape) == 0 or shape[1:] != self.shape:
-            raise SpaceError(
-                f"action['action'] must have {self.expected}, got shape {list(shape)}; "
-                "give one action per running env with the action space's shape"
-            )
-        dtype = action.dtype
-        if dtype not in (_INT_DTYPES if self.integer else _FLOAT_DTYPES):
-            raise SpaceError(
-                f"action['action'] must have {self.expected}, got dtype {dtype}; convert it with .to({self.dtype})"
-            )
-        if shape[0] != n_rows:
-            raise BatchSizeError(
-                f"action['action'] must have one row per running env ({n_rows}), got {shape[0]}; "
-                "act on the observation_running returned by the last reset/step, in the order of its ids"
-            )
-        return host_copy(action, self.np_dtype, shape)
-
 
 
 def stack(fields: list[Field], observations: Sequence[Any]) -> dict[str, np.ndarray]:

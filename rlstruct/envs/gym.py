@@ -176,7 +176,7 @@ class GymEnv(CallOrder, VecEnv):
         self._check_steppable("step")
         running = self._running
         check_some_running(len(running), self._n)
-        a, a_np = self._action.check(action["action"], len(running))
+        a, a_np = self._action.host_copy(action["action"], len(running))
         ids = self._all_ids if len(running) == self._n else torch.from_numpy(running)
         nxt, reward, term, trunc, done_np, fresh = self._adapter.step(a_np, running)
         obs_next = self._assemble(nxt, reward, term, trunc, a, done_np)
@@ -215,7 +215,7 @@ class GymEnv(CallOrder, VecEnv):
         if not self.writes_in_place():
             return super().step_into(action, observation_next, observation_running)
         self._check_steppable("step_into")
-        _, a_np = self._action.check(action["action"], self._n)
+        _, a_np = self._action.host_copy(action["action"], self._n)
         nxt, run = self._dest(observation_next, "observation_next"), self._dest(observation_running,
                                                                                 "observation_running")
         self._adapter.step_into(a_np, nxt, run)

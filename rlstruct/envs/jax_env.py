@@ -15,6 +15,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
+from rlstruct.envs._actions import ActionSpec
 from rlstruct.envs._base import (
     CallOrder,
     HostDestinations,
@@ -25,8 +26,6 @@ from rlstruct.envs._base import (
 )
 from rlstruct.envs._imports import import_jax
 from rlstruct.errors import (
-    BatchSizeError,
-    DeviceMismatchError,
     DeviceUnavailableError,
     SpaceError,
 )
@@ -161,11 +160,9 @@ class JaxVecEnv(CallOrder, VecEnv):
         if isinstance(action_space, spaces.Discrete):
             if int(action_space.start) != 0:
                 raise SpaceError(f"a Discrete action_space must start at 0, got {action_space}; shift the actions")
-            self._action_shape: tuple[int, ...] = ()
-            self._integer_action, self._action_dtype, self._jax_action_dtype = True, torch.int64, torch.int32
+            self._jax_action_dtype = torch.int32
         elif isinstance(action_space, spaces.Box):
-            self._action_shape = tuple(action_space.shape)
-            self._integer_action, self._action_dtype, self._jax_action_dtype = False, torch.float32, torch.float32
+            self._jax_action_dtype = torch.float32
         else:
             raise SpaceError(
                 f"action_space must be Discrete or Box, got {action_space}; wrap the env so that it exposes one of "
@@ -173,6 +170,9 @@ class JaxVecEnv(CallOrder, VecEnv):
             )
         self.observation_space = observation_space
         self.action_space = action_space
+        self._action = ActionSpec(action_space, device=self.device, box_dtype=np.dtype(np.float32))
+        self._action_shape, self._action_dtype = self._action.shape, self._action.dtype
+        self._integer_action = self._action.integer
         self._jax = import_jax()
         self.jax_device = jax_device(self.device)
         if self.device.type == "cpu":
@@ -180,9 +180,6 @@ class JaxVecEnv(CallOrder, VecEnv):
         self._reset_fn, self._step_fn = reset_fn, step_fn
         self._frame_dtype = np.dtype(observation_space.dtype)
         self._all_ids = torch.arange(self._n, device=self.device)
-        kind = "an integer dtype" if self._integer_action else "a floating dtype"
-        shape = "".join(", " + str(s) for s in self._action_shape)
-        self._expected = f"shape [B{shape}] and {kind} (cast to {self._action_dtype})"
         self._keys = self._jax.device_put(self._initial_keys(), self.jax_device)
         self._state: Any = None
         self._running = None  # bool [n_envs] on the JAX device
@@ -313,34 +310,10 @@ class JaxVecEnv(CallOrder, VecEnv):
 
     def _check_action(self, action: DictTensor, n_rows: int) -> torch.Tensor:
         a = action["action"]
-        if not isinstance(a, torch.Tensor):
-            raise SpaceError(f"action['action'] must be a torch.Tensor, got {type(a).__name__}")
-        if a.device != self.device:
-            raise DeviceMismatchError(
-                f"action['action'] must be on {self.device} (the env's device), got {a.device}; move it with "
-                f".to({str(self.device)!r}) or wrap the env in DeviceEnv"
-            )
-        shape = tuple(a.shape)
-        if len(shape) == 1 and self._action_shape == (1,):
-            a, shape = a.unsqueeze(1), (shape[0], 1)
-        if len(shape) == 0 or shape[1:] != self._action_shape:
-            raise SpaceError(
-                f"action['action'] must have {self._expected}, got shape {list(shape)}; "
-                "give one action per running env with the action space's shape"
-            )
-        if a.dtype not in (_INT_DTYPES if self._integer_action else _FLOAT_DTYPES):
-            raise SpaceError(
-                f"action['action'] must have {self._expected}, got dtype {a.dtype}; "
-                f"convert it with .to({self._action_dtype})"
-            )
-        if shape[0] != n_rows:
-            raise BatchSizeError(
-                f"action['action'] must have one row per running env ({n_rows}), got {shape[0]}; "
-                "act on the observation_running returned by the last reset/step, in the order of its ids"
-            )
+        shape = self._action.check(a, n_rows)
         # A fresh contiguous tensor of last_action's dtype, never the agent's: it is the step's last_action, and
         # what JAX reads.
-        return a.detach().to(self._action_dtype, memory_format=torch.contiguous_format, copy=True)
+        return a.detach().reshape(shape).to(self._action_dtype, memory_format=torch.contiguous_format, copy=True)
 
     def step(self, action: DictTensor) -> StepResult:
         """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`): ``action``: int
