@@ -126,9 +126,9 @@ def torch_native(name: str, n: int, steps: int, device: str) -> float:
     import mujoco
     import mujoco_torch
 
-    from rlstruct.envs.mujoco_torch_env import _import_mujoco_torch
+    from rlstruct.envs._imports import import_mujoco_torch
 
-    _import_mujoco_torch()  # torch 2.13's eager while_loop under vmap (see rlstruct.envs.mujoco_torch_env)
+    import_mujoco_torch()  # points mujoco-torch's solver loop at one that runs under vmap
     task = locomotion_task(name, "mujoco_torch")
     m = mujoco.MjModel.from_xml_path(task.xml_path())
     mx = mujoco_torch.device_put(m).to(device)

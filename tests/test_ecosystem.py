@@ -147,8 +147,8 @@ def test_ale_autoreset_returns_the_terminal_and_the_fresh_frames_in_the_same_ste
 def test_ale_same_seed_same_frames_and_seeds_reach_ale_py():
     a, b, c = ale_env(seed=3, autoreset=True), ale_env(seed=3, autoreset=True), ale_env(seed=4, autoreset=True)
     seen = []
-    reset = a._vec.reset
-    a._vec.reset = lambda **kw: (seen.append(kw.get("seed")), reset(**kw))[1]
+    reset = a._adapter.vec.reset
+    a._adapter.vec.reset = lambda **kw: (seen.append(kw.get("seed")), reset(**kw))[1]
     frames = []
     for env in (a, b, c):
         obs, _ = env.reset()
@@ -264,7 +264,7 @@ def test_gymnax_minatar_frames_and_bool_observations_as_uint8():
 
     from gymnax.environments.spaces import Box
 
-    from rlstruct.envs.jax_env import _gymnasium_space
+    from rlstruct.envs.gymnax_env import _gymnasium_space
 
     space = Box(0, 1, (3,), jnp.bool_)
 
@@ -282,7 +282,7 @@ def test_gymnax_minatar_frames_and_bool_observations_as_uint8():
 def test_gymnax_env_info_device_spaces_and_missing_package(monkeypatch):
     pytest.importorskip("gymnax")
     from rlstruct.envs import JaxVecEnv
-    from rlstruct.envs.jax_env import _import_jax
+    from rlstruct.envs._imports import import_jax
 
     env = make_env("CartPole-v1", 2, backend="gymnax")
     with pytest.raises(ValueError, match=r"env_info must be empty for a JAX env"):
@@ -298,10 +298,10 @@ def test_gymnax_env_info_device_spaces_and_missing_package(monkeypatch):
         JaxVecEnv(None, None, gym.spaces.Box(0, 1, (2,)), gym.spaces.MultiBinary(3), 2)
     # JAX's GPU preallocation is turned off unless the user chose otherwise.
     monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
-    _import_jax()
+    import_jax()
     assert __import__("os").environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
-    _import_jax()
+    import_jax()
     assert __import__("os").environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
     monkeypatch.setitem(sys.modules, "gymnax", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'rlstruct\[jax\]'"):

@@ -42,7 +42,7 @@ __all__ = [
 #: the names whose modules load on first use: name -> module
 _LAZY = {
     "JaxVecEnv": "rlstruct.envs.jax_env",
-    "GymnaxEnv": "rlstruct.envs.jax_env",
+    "GymnaxEnv": "rlstruct.envs.gymnax_env",
     "MjxEnv": "rlstruct.envs.mjx_env",
     "BraxEnv": "rlstruct.envs.brax_env",
     "MujocoTorchEnv": "rlstruct.envs.mujoco_torch_env",

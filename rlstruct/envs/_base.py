@@ -59,11 +59,45 @@ class VecEnv(abc.ABC):
 
     @abc.abstractmethod
     def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
-        """Restarts every env; ``env_info`` (CPU, empty or ``n_envs`` rows) parametrises env ``i`` with row ``i``."""
+        """Restarts every env, all of them running again.
+
+        Args:
+            env_info: ``None``, an empty DictTensor, or ``n_envs`` rows on the CPU: row ``i`` parametrises env
+                ``i`` (an env whose reset takes no options refuses rows).
+
+        Returns:
+            ``(observation [n_envs], arange(n_envs))``: ``initial_state=True``, ``done``, ``terminated`` and
+            ``truncated`` false, ``reward=0``, ``last_action`` zeros.
+
+        Raises:
+            EnvStateError: the env is closed.
+            TypeError: ``env_info`` is not a DictTensor.
+            BatchSizeError: ``env_info`` is neither empty nor ``n_envs`` rows.
+            DeviceMismatchError: ``env_info`` is not on the CPU.
+            ValueError: rows the env cannot take (no per-env options, or options that must be equal).
+        """
 
     @abc.abstractmethod
     def step(self, action: DictTensor) -> StepResult:
-        """Steps the running envs with ``action["action"]`` (one row per running env)."""
+        """Steps the running envs with ``action["action"]``.
+
+        Args:
+            action: a DictTensor whose ``action`` holds one row per running env, in the order of the last returned
+                ids, on :attr:`device`, with the action space's per-row shape (``[B]`` also for a Box of shape
+                ``(1,)``) and a dtype of its kind (integer or floating, cast to ``last_action``'s); other keys are
+                ignored.
+
+        Returns:
+            ``((observation_next [B], ids [B]), (observation_running [B'], ids_running [B']))``: see the class
+            docstring. Auto-reset: ``B' = B = n_envs``. Episodic: ``ids_running = ids[~observation_next["done"]]``.
+
+        Raises:
+            EnvStateError: ``reset`` was never called, the env is closed, or every episodic env has finished.
+            TypeError: ``action`` is not a DictTensor. KeyError: it has no ``action``.
+            SpaceError: the action has the wrong per-row shape or dtype kind.
+            BatchSizeError: it does not have one row per running env.
+            DeviceMismatchError: it is not on :attr:`device`.
+        """
 
     def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
         """An auto-reset step that writes its two observations into the given tensors instead of returning them.

@@ -1,20 +1,10 @@
 """Whether the simulators' compiled CPU steps can run: numba installed, and not switched off.
 
-A compiled step does in one call what the numpy kernels do in about 90 (see BENCHMARKS.md): up to
-``10**4`` envs a CPU step costs its number of calls, not its arithmetic. The compiled kernels repeat
-the numpy kernels' operations in the same order on the same IEEE doubles, with the transcendental
-functions computed by torch outside them, so they give the same bits (``tests/test_simulators.py``):
-whether numba is installed changes the speed, never the trajectories.
-
-Set ``RLSTRUCT_JIT=0`` to run the numpy kernels even with numba installed (numba's own
-``NUMBA_DISABLE_JIT=1`` does the same, rather than run the kernels as Python loops).
-
-**When.** Importing numba and loading the kernels from its cache costs about 0.3 s per process (3.7 s the first
-time after an install, compiling), and a compiled step saves about 25 us per call at 32 envs: a short run (a test,
-an evaluation, CartPole solved in 30-60k env steps) never gets the load back. So a simulator starts on its numpy
-kernels and moves to the compiled ones once it has stepped :func:`jit_after` env steps (65,536 by default; set
-``RLSTRUCT_JIT_AFTER=N``, ``0`` for compiled kernels from the first step). The kernels give the same bits, so the
-move changes no trajectory.
+The compiled kernels repeat the numpy kernels' operations in the same order on the same IEEE doubles (the
+transcendental functions computed by torch outside them), so whether numba is installed changes the speed, never
+the trajectories. ``RLSTRUCT_JIT=0`` (or numba's ``NUMBA_DISABLE_JIT=1``) keeps the numpy kernels. Loading numba
+costs a short run more than it saves, so a simulator starts on its numpy kernels and moves to the compiled ones
+after :func:`jit_after` env steps (``RLSTRUCT_JIT_AFTER=N``; ``0``: from the first step).
 """
 
 from __future__ import annotations
@@ -69,7 +59,7 @@ def jit_after() -> int:
 def jit_kernels() -> ModuleType | None:
     """The module of compiled kernels, or ``None`` when numba is missing, disabled, or cannot compile here.
 
-    Imported on first use only (numba's import costs about 0.2 s), and once per process; ``RLSTRUCT_JIT``
+    Imported on first use only (numba's import is slow), and once per process; ``RLSTRUCT_JIT``
     is read at every call, so it applies to the envs built after it is set.
     """
     if os.environ.get(JIT_ENV_VAR, "1").strip().lower() in ("0", "false", "no", "off"):

@@ -9,7 +9,7 @@ The task's math is pure functions of arrays against an array namespace ``xp``, w
 or ``torch`` itself (the operations used, ``xp.concatenate(..., axis=-1)``, ``xp.clip``, ``xp.where``, Python
 operators and ``.all(-1)``/``.sum(-1)``, mean the same in both). Arrays carry any leading batch shape: a single
 env's ``qpos [nq]`` under ``jax.vmap``, or ``qpos [B, nq]`` in torch. The engines' shared construction checks
-(:func:`import_mujoco`, :func:`check_max_episode_steps`) are here too.
+(:func:`check_max_episode_steps`) is here too.
 
 >>> import torch
 >>> task = LOCOMOTION_TASKS["Hopper-v5"]
@@ -28,10 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from rlstruct.errors import MissingDependencyError
-
 __all__ = [
-    "LocomotionTask", "LOCOMOTION_TASKS", "locomotion_task", "gymnasium_asset", "import_mujoco",
+    "LocomotionTask", "LOCOMOTION_TASKS", "locomotion_task", "gymnasium_asset",
     "check_max_episode_steps",
 ]
 
@@ -180,18 +178,6 @@ def locomotion_task(name: str, backend: str) -> LocomotionTask:
             "(pass backend='gymnasium' for gymnasium's other MuJoCo envs)"
         )
     return task
-
-
-def import_mujoco(backend: str) -> Any:
-    """``mujoco``, or a :class:`MissingDependencyError` naming the extra that installs it."""
-    try:
-        import mujoco
-    except ImportError as e:
-        raise MissingDependencyError(
-            f"backend={backend!r} needs mujoco; install it with `pip install 'rlstruct[mujoco]'` (mujoco, mujoco-mjx, "
-            "mujoco-torch)"
-        ) from e
-    return mujoco
 
 
 def check_max_episode_steps(max_episode_steps: int | None, default: int) -> int:

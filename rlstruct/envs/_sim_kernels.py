@@ -1,25 +1,9 @@
-"""The step kernels of the torch simulators: pure functions ``(state, action) -> (state, outputs)``.
-
-A simulator's whole mutable state is one :class:`SimState` value; a kernel reads the state and the action it is
-given and returns the next state and the step's outputs, touching nothing else (gymnax's split: a pure step over
-an explicit state, with the auto-reset around it). The ``system`` argument of every kernel is the simulator
-(a :class:`~rlstruct.envs.TorchVecEnv`), read for its constants and its pure hooks only (``_transition``,
-``_frame``, ``_initial_physics``, ``_arrays``, ``_draws``, ``_limit``, ``_discrete``, ``_jit_*``), never for state.
-
-:func:`restart` starts every env's next episode (``reset``). Auto-reset kernels (every env always runs; a finished
-env restarts with a fresh draw):
-
-* :func:`autoreset_dense`: torch, draws for every env then ``torch.where`` (branch-free, no host sync: accelerators
-  and the fused step);
-* :func:`autoreset_sparse`: torch, draws for the finished envs only (its :func:`advance` may be a fused one);
-* :func:`autoreset_numpy` and :func:`autoreset_jit`: host kernels, on numpy arrays (the CPU steps);
-  :func:`autoreset_jit_into` writes the outputs into given arrays (a batcher's buffer).
-
-Episodic kernels (the given rows, no restart): :func:`episodic` (torch), :func:`episodic_numpy` and
-:func:`episodic_jit`. The env keeps the running set and hands the kernels the running rows.
-
-On the host (numpy, numba) the state's ``rng_key`` is ``uint32`` (what :func:`~rlstruct.envs._rng.uniform_draws`
-hashes in), and the host kernels return their outputs as CPU tensors sharing the arrays' memory.
+"""The step kernels of the torch simulators: pure functions ``(state, action) -> (state, outputs)`` over one
+:class:`SimState`, touching nothing else (gymnax's split). ``system`` (the simulator) is read for its constants and
+pure hooks only. :func:`restart` starts every env's next episode; the auto-reset kernels are
+:func:`autoreset_dense`/:func:`autoreset_sparse` (torch: fresh draws for every env, or for the finished ones),
+:func:`autoreset_numpy` and the compiled :func:`autoreset_jit`; the episodic ones :func:`episodic`,
+:func:`episodic_numpy` and :func:`episodic_jit`. On the host the state's ``rng_key`` is ``uint32``.
 
 >>> from rlstruct.envs import CartPole
 >>> env = CartPole(3, seed=0, autoreset=True)
@@ -34,6 +18,7 @@ hashes in), and the host kernels return their outputs as CPU tensors sharing the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -42,8 +27,9 @@ import torch
 from rlstruct.envs._array_ops import NumpyOps, TorchOps
 
 __all__ = [
-    "SimState", "AutoresetOutputs", "EpisodicOutputs", "restart", "advance", "autoreset_dense", "autoreset_sparse",
-    "autoreset_numpy", "autoreset_jit", "autoreset_jit_into", "episodic", "episodic_numpy", "episodic_jit",
+    "SimState", "CompiledKernels", "AutoresetOutputs", "EpisodicOutputs", "restart", "advance", "autoreset_dense",
+    "autoreset_sparse", "autoreset_numpy", "autoreset_jit", "autoreset_jit_into", "episodic", "episodic_numpy",
+    "episodic_jit",
 ]  # fmt: skip
 
 
@@ -64,6 +50,22 @@ class SimState(NamedTuple):
     episode: Any
     rng_key: Any
     last_action: Any
+
+
+class CompiledKernels(NamedTuple):
+    """A simulator's compiled CPU kernels (:mod:`rlstruct.envs._jit_kernels`) and the constant arrays they read.
+
+    Attributes:
+        autoreset: the compiled auto-reset step.
+        episodic: the compiled episodic step.
+        constants: ``float64 [C]``, the simulator's constants in the kernels' order.
+        draws: the reset draws' salt, scale and offset, flat (:func:`~rlstruct.envs._rng.draw_table`).
+    """
+
+    autoreset: Callable
+    episodic: Callable
+    constants: np.ndarray
+    draws: tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 class AutoresetOutputs(NamedTuple):
@@ -187,8 +189,8 @@ def episodic(system: Any, state: SimState, action: Any, xp: type = TorchOps) -> 
 def autoreset_numpy(system: Any, state: SimState, action: np.ndarray) -> tuple[SimState, AutoresetOutputs]:
     """The CPU auto-reset step on numpy arrays: :func:`autoreset_sparse`'s bits.
 
-    Up to ``10**4`` envs a step costs its number of calls (about 1-2 µs each, numpy's or torch's), so the fresh
-    states are written in place into arrays of this step that no caller has seen yet.
+    Up to ``10**4`` envs a step costs its number of calls, not its arithmetic, so the fresh states are written in
+    place into arrays of this step that no caller has seen yet.
     """
     xp = NumpyOps
     phys_n, reward, terminated = system._transition(xp, state.physics, action)
@@ -222,34 +224,42 @@ def episodic_numpy(system: Any, state: SimState, action: np.ndarray) -> tuple[Si
     return nxt, EpisodicOutputs(t(out.frame), t(out.reward), t(out.done), t(out.terminated), t(out.truncated))
 
 
-def autoreset_jit_into(system: Any, state: SimState, action: np.ndarray, *outputs: np.ndarray) -> SimState:
+def autoreset_jit_into(
+    system: Any, compiled: CompiledKernels, state: SimState, action: np.ndarray, *outputs: np.ndarray
+) -> SimState:
     """The CPU auto-reset step in one compiled call (:mod:`rlstruct.envs._jit_kernels`), writing the outputs into
     ``outputs`` (in the compiled kernel's order: frame, frame_r, reward, reward_r, done, terminated, truncated,
     initial_r, the initial_state of the reached observation, done_r, terminated_r, truncated_r, last_r); returns the
     next state (its ``last_action`` is ``last_r``)."""
     phys, elapsed, episode = state.physics, state.elapsed_steps, state.episode
     phys_r, elapsed_r, episode_r = np.empty_like(phys), np.empty_like(elapsed), np.empty_like(episode)
-    system._jit_autoreset(
-        phys, elapsed, episode, state.rng_key, action, *system._jit_inputs(phys), system._jit_constants,
-        system._limit, *system._jit_draws, phys_r, elapsed_r, episode_r, *outputs,
+    compiled.autoreset(
+        phys, elapsed, episode, state.rng_key, action, *system._jit_inputs(phys), compiled.constants,
+        system._limit, *compiled.draws, phys_r, elapsed_r, episode_r, *outputs,
     )  # fmt: skip
     return SimState(phys_r, elapsed_r, episode_r, state.rng_key, outputs[-1])
 
 
-def autoreset_jit(system: Any, state: SimState, action: np.ndarray) -> tuple[SimState, AutoresetOutputs]:
+def autoreset_jit(
+    system: Any, compiled: CompiledKernels, state: SimState, action: np.ndarray
+) -> tuple[SimState, AutoresetOutputs]:
     """:func:`autoreset_jit_into` into arrays allocated here: :func:`autoreset_numpy`'s bits in one call."""
     n = action.shape[0]
     frame = np.empty((n,) + system.observation_space.shape, dtype=np.float32)
     frame_r = np.empty_like(frame)
     reward, reward_r = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32)
     flags = np.empty((8, n), dtype=np.bool_)
-    nxt = autoreset_jit_into(system, state, action, frame, frame_r, reward, reward_r, *flags, np.empty_like(action))
+    nxt = autoreset_jit_into(
+        system, compiled, state, action, frame, frame_r, reward, reward_r, *flags, np.empty_like(action)
+    )
     t = torch.from_numpy
     f = t(flags).unbind(0)
     return nxt, AutoresetOutputs(t(frame), t(reward), f[0], f[1], f[2], t(frame_r), t(reward_r), f[3], f[4:])
 
 
-def episodic_jit(system: Any, state: SimState, action: np.ndarray) -> tuple[SimState, EpisodicOutputs]:
+def episodic_jit(
+    system: Any, compiled: CompiledKernels, state: SimState, action: np.ndarray
+) -> tuple[SimState, EpisodicOutputs]:
     """:func:`episodic` on numpy arrays in one compiled call."""
     phys, elapsed = state.physics, state.elapsed_steps
     n = action.shape[0]
@@ -257,8 +267,8 @@ def episodic_jit(system: Any, state: SimState, action: np.ndarray) -> tuple[SimS
     frame = np.empty((n,) + system.observation_space.shape, dtype=np.float32)
     reward = np.empty(n, dtype=np.float32)
     flags = np.empty((3, n), dtype=np.bool_)
-    system._jit_episodic(
-        phys, elapsed, action, *system._jit_inputs(phys), system._jit_constants, system._limit,
+    compiled.episodic(
+        phys, elapsed, action, *system._jit_inputs(phys), compiled.constants, system._limit,
         phys_n, elapsed_n, frame, reward, flags,
     )  # fmt: skip
     t = torch.from_numpy

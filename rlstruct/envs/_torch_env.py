@@ -1,25 +1,15 @@
-"""The shared base of the torch-native simulators: the env class, its kernel choice and its state I/O.
+"""The shared base of the torch-native simulators: :class:`TorchVecEnv`, its stepper and its state I/O.
 
-A :class:`TorchVecEnv` keeps every env's state in one :class:`~rlstruct.envs._sim_kernels.SimState` (a few
-tensors on one device) and steps all of them with the pure batched kernels of :mod:`rlstruct.envs._sim_kernels`,
-``(state, action) -> (state, outputs)``, so that ``10**5``-``10**6`` envs live on one GPU (or one CPU process)
-with no Python loop over envs. Subclasses only describe one system: its reset distribution, its transition and
-its observation, each a pure function of arrays written once against an array namespace ``xp``
-(:mod:`rlstruct.envs._array_ops`: torch tensors, or zero-copy numpy views of CPU tensors). A simulator may also
-have compiled CPU kernels (:mod:`rlstruct.envs._jit_kernels`, with numba installed: the whole step in one call),
-which repeat its numpy kernels operation for operation, to the same bits.
-
-State (all on :attr:`TorchVecEnv.device`, one column or row per env): ``physics`` ``float64 [P, n_envs]`` (or
-``float32`` with ``physics_dtype=torch.float32``)
-(:meth:`TorchVecEnv.get_state` exposes it transposed, ``[n_envs, P]``, in gymnasium's order), ``elapsed_steps``
-(gymnasium's ``TimeLimit`` counter), ``episode`` (with ``rng_key``, the whole RNG state: see
-:mod:`rlstruct.envs._rng`), ``last_action``; the env also keeps the set of running envs (episodic envs).
+A :class:`TorchVecEnv` keeps every env's state in one :class:`~rlstruct.envs._sim_kernels.SimState` (a few tensors
+on one device) and steps all of them with the pure batched kernels of :mod:`rlstruct.envs._sim_kernels`, run by one
+of the steppers of :mod:`rlstruct.envs._steppers`. Subclasses only describe one system: its reset distribution,
+its transition and its observation, each a pure function of arrays written once against an array namespace ``xp``
+(:mod:`rlstruct.envs._array_ops`).
 """
 
 from __future__ import annotations
 
 import abc
-import functools
 from types import SimpleNamespace
 from typing import Any
 
@@ -28,27 +18,36 @@ import torch
 
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs import _sim_kernels as kernels
-from rlstruct.envs._array_ops import NumpyOps, TorchOps
-from rlstruct.envs._base import HostDestinations, StepResult, VecEnv, action_rows, check_some_running, host_copy
+from rlstruct.envs._base import CallOrder, HostDestinations, StepResult, VecEnv, check_env_info, check_some_running
 from rlstruct.envs._jit import jit_after, jit_kernels, jit_wanted
-from rlstruct.envs._rng import MASK32, draw_table, env_keys, uniform_draws
+from rlstruct.envs._rng import draw_table, env_keys, uniform_draws
+from rlstruct.envs._sim_io import check_action, check_graph_state, read_state, state_dict
 from rlstruct.envs._sim_kernels import SimState
-from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
+from rlstruct.envs._steppers import KINDS, HostViews, Stepper, make_stepper
+from rlstruct.errors import EnvStateError
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
 
-__all__ = ["TorchVecEnv", "TorchOps", "NumpyOps"]
+__all__ = ["TorchVecEnv"]
 
-# With compile=True on the CPU, batches up to this size draw densely inside the fused step (measured
-# crossover on a 2-core AVX2 machine: see BENCHMARKS.md).
+# With compile=True on the CPU, batches up to this size draw fresh states for every env inside the fused step; larger
+# ones draw for the finished envs only, outside it.
 _FUSED_DENSE_MAX_ENVS = 2048
 
-_STATE_KEYS = ("physics", "elapsed_steps", "episode", "rng_key", "last_action", "running")
-_KERNELS = ("jit", "numpy", "torch", "compiled")
 _PHYSICS_DTYPES = (torch.float64, torch.float32)
 
 
-class TorchVecEnv(VecEnv):
+class _ClassDefault:
+    """The default of ``max_episode_steps``: the simulator's :attr:`TorchVecEnv.default_max_episode_steps`."""
+
+    def __repr__(self) -> str:
+        return "default_max_episode_steps"
+
+
+DEFAULT_MAX_EPISODE_STEPS = _ClassDefault()
+
+
+class TorchVecEnv(CallOrder, VecEnv):
     """``n_envs`` copies of one system, stepped together by batched torch kernels on one device.
 
     Subclasses set the class attributes below and implement :meth:`_initial_physics`,
@@ -71,7 +70,8 @@ class TorchVecEnv(VecEnv):
             device.
         autoreset: ``True``: every env always runs and a finished env restarts inside ``step``;
             ``False`` (episodic): finished envs drop out until :meth:`reset`.
-        max_episode_steps: truncation horizon (gymnasium's ``TimeLimit``); ``None`` for none.
+        max_episode_steps: truncation horizon (gymnasium's ``TimeLimit``); ``None`` for none; by default the
+            simulator's :attr:`default_max_episode_steps`.
         compile: fuse the step with ``torch.compile`` (off by default; the first steps compile).
         physics_dtype: ``torch.float64`` (the default: gymnasium's doubles, the oracle tests' 1e-5 agreement and
             the same bits on every device) or ``torch.float32``: half the state's memory traffic and the GPU's
@@ -110,6 +110,8 @@ class TorchVecEnv(VecEnv):
     # the names of the class constants the kernels read, in their order.
     _jit_name: str | None = None
     _jit_params: tuple[str, ...] = ()
+    #: the truncation horizon when ``max_episode_steps`` is not given (gymnasium's for the same id)
+    default_max_episode_steps: int | None = None
 
     def __init__(
         self,
@@ -118,10 +120,12 @@ class TorchVecEnv(VecEnv):
         device: DeviceLike = "cpu",
         seed: int = 0,
         autoreset: bool = False,
-        max_episode_steps: int | None,
+        max_episode_steps: int | None | _ClassDefault = DEFAULT_MAX_EPISODE_STEPS,
         compile: bool = False,
         physics_dtype: torch.dtype = torch.float64,
     ):
+        if max_episode_steps is DEFAULT_MAX_EPISODE_STEPS:
+            max_episode_steps = self.default_max_episode_steps
         if isinstance(n_envs, bool) or not isinstance(n_envs, int) or n_envs < 1:
             raise ValueError(f"n_envs must be a positive int, got {n_envs!r}; pass e.g. n_envs=1024")
         if max_episode_steps is not None and (
@@ -162,21 +166,18 @@ class TorchVecEnv(VecEnv):
             rng_key=env_keys(self.seed, n_envs, dev),
             last_action=self._zero_actions(n_envs),
         )
-        # Numpy views of ``_state`` (CPU), kept while the state is that very value: ``(state, views)``.
-        self._host: tuple[SimState, SimState] | None = None
         self._ids = self._ids_all
         self._started = False
         self._closed = False
-        # How a step runs, chosen once here; every way gives the same bits (up to the fused kernels'
-        # floating-point contractions). On the CPU: one compiled call per step where the simulator has
-        # compiled kernels and numba is installed (``"jit"``), else the kernels on numpy views of the state
-        # (``"numpy"``; numpy dispatches ~3x faster than torch: see BENCHMARKS.md); both draw fresh initial
-        # states for the finished envs only (no device to wait for). Elsewhere the kernels run on torch
-        # tensors and draw for every env then select (``"torch"``, dense: branch-free, no host sync).
-        # compile=True fuses the torch kernels (``"compiled"``): the whole dense step off the CPU and for
-        # small CPU batches, the physics only (with sparse draws) for large CPU batches.
-        # The compiled kernels wait for jit_after() env steps (see rlstruct.envs._jit): a short run never pays numba's
-        # load; _jit_in counts the env steps left (None: no move pending).
+        self._setup()
+        self._destinations = HostDestinations.of_frame(
+            self.observation_space.shape, np.float32, self.action_shape, self._discrete, n_envs
+        )
+        # The host steppers' numpy views of the state, shared by every stepper the env moves through.
+        self._host = HostViews()
+        self._stepper: Stepper
+        # The compiled CPU kernels wait for jit_after() env steps (a short run never pays numba's load); _jit_in
+        # counts the env steps left (None: no move pending).
         on_cpu = dev.type == "cpu"
         self._jit_in: int | None = None
         if compile:
@@ -188,6 +189,11 @@ class TorchVecEnv(VecEnv):
         else:
             self._use_kernels("numpy" if on_cpu else "torch")
 
+    @property
+    def kernel(self) -> str:
+        """How a step runs: ``"jit"``, ``"numpy"``, ``"torch"`` or ``"compiled"`` (see the class docstring)."""
+        return self._stepper.kind
+
     def _count_toward_jit(self, rows: int) -> None:
         """Counts ``rows`` env steps toward the move to the compiled kernels, and makes it when they are due."""
         self._jit_in -= rows
@@ -197,42 +203,17 @@ class TorchVecEnv(VecEnv):
                 self._use_kernels("jit")
 
     def _use_kernels(self, kind: str, *, sparse: bool = False) -> None:
-        """Makes the steps run the kernels ``kind`` (one of :attr:`kernel`'s values); ``sparse`` (``"torch"`` and
-        ``"compiled"``): draw fresh initial states for the finished envs only. Each kernel gets ``self`` as its
-        ``system`` (constants and pure hooks), the state and the action."""
-        if kind not in _KERNELS:
-            raise ValueError(f"kind must be one of {_KERNELS}, got {kind!r}")
-        self.kernel = kind
-        self._on_host = kind in ("jit", "numpy")
-        self._sparse_draws = sparse if kind in ("torch", "compiled") else True
-        if kind == "jit":
-            module = jit_kernels()
-            if module is None or self._jit_name is None or not self._physics64:
-                raise ValueError(
-                    f"{type(self).__name__} has no compiled kernels here (numba missing or disabled, or float32 "
-                    "physics)"
-                )
-            self._jit_autoreset = getattr(module, self._jit_name + "_autoreset")
-            self._jit_episodic = getattr(module, self._jit_name + "_episodic")
-            self._jit_constants = np.array([getattr(self, name) for name in self._jit_params], dtype=np.float64)
-            c = self._arrays_numpy
-            self._jit_draws = (c.draw_salt.ravel(), c.draw_scale.ravel(), c.draw_offset.ravel())
-            autoreset, episodic = kernels.autoreset_jit, kernels.episodic_jit
-        elif kind == "numpy":
-            autoreset, episodic = kernels.autoreset_numpy, kernels.episodic_numpy
-        elif kind == "torch":
-            autoreset = kernels.autoreset_sparse if sparse else kernels.autoreset_dense
-            episodic = kernels.episodic
-        else:
-            fuse = functools.partial(torch.compile, fullgraph=True, dynamic=False)
-            autoreset = (
-                functools.partial(kernels.autoreset_sparse, advance=fuse(kernels.advance))
-                if sparse
-                else fuse(kernels.autoreset_dense)
+        """Makes the steps run the stepper ``kind`` (one of :attr:`kernel`'s values); ``sparse`` (``"torch"`` and
+        ``"compiled"``): draw fresh initial states for the finished envs only."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        module = jit_kernels() if kind == "jit" else None
+        if kind == "jit" and (module is None or self._jit_name is None or not self._physics64):
+            raise ValueError(
+                f"{type(self).__name__} has no compiled kernels here (numba missing or disabled, or float32 physics)"
             )
-            episodic = torch.compile(kernels.episodic, fullgraph=True)
-        self._autoreset_kernel = functools.partial(autoreset, self)
-        self._episodic_kernel = functools.partial(episodic, self)
+        self._stepper = make_stepper(kind, self, self._host, sparse=sparse, jit_module=module)
+
 
     def _add_array(self, name: str, values: torch.Tensor, *, physics: bool = True) -> None:
         """Registers a constant array of the kernels, read as ``self._arrays(xp).<name>``; ``physics``: a floating
@@ -260,8 +241,13 @@ class TorchVecEnv(VecEnv):
 
     # ------------------------------------------------------------ subclass hooks
     # The hooks below are pure functions of arrays, written once against the array namespace ``xp``
-    # (:class:`TorchOps` or :class:`NumpyOps`): Python operators and ``xp.<name>`` only, no Python
+    # (:mod:`rlstruct.envs._array_ops`: torch or numpy): Python operators and ``xp.<name>`` only, no Python
     # branch on values. Each returns freshly allocated arrays (the step writes into them).
+    @abc.abstractmethod
+    def _setup(self) -> None:
+        """Sets :attr:`action_space` and :attr:`observation_space` and registers the constant arrays of the hooks
+        (:meth:`_add_array`); called once by ``__init__``, before the first step."""
+
     @abc.abstractmethod
     def _initial_physics(self, xp: type, u: Any) -> Any:
         """Reset states ``[P, B]`` from uniform draws ``[D, B]`` in ``(low, high)`` (both in the physics dtype)."""
@@ -326,120 +312,62 @@ class TorchVecEnv(VecEnv):
                 f"set_graph_state needs an auto-reset env (graph_state() is not None), {type(self).__name__} has "
                 "autoreset=False; build it with autoreset=True"
             )
-        current = self._state
-        if not isinstance(state, dict) or set(state) != set(SimState._fields):
-            got = sorted(state) if isinstance(state, dict) else type(state).__name__
-            raise SpaceError(
-                f"set_graph_state's state must be a dict with the keys {sorted(SimState._fields)}, got {got}; "
-                "pass tensors like those of graph_state()"
-            )
-        for name, old in zip(SimState._fields, current):
-            new = state[name]
-            if not isinstance(new, torch.Tensor) or new.shape != old.shape or new.dtype != old.dtype:
-                got = f"{new.dtype} {list(new.shape)}" if isinstance(new, torch.Tensor) else type(new).__name__
-                raise SpaceError(
-                    f"set_graph_state's state[{name!r}] must be {old.dtype} {list(old.shape)}, got {got}; pass "
-                    "tensors like those of graph_state()"
-                )
-            if new.device != old.device:
-                raise DeviceMismatchError(
-                    f"set_graph_state's state[{name!r}] must be on {old.device}, got {new.device}; pass tensors on "
-                    "the env's device"
-                )
+        check_graph_state(self._state, state)
         self._state = SimState(**state)
-        # The host kernels' views are made again from these tensors at the next step (the uint32 copy of the key
+        # The host steppers' views are made again from these tensors at the next step (the uint32 copy of the key
         # included): a state written into them before that step is the one it reads.
-        self._host = None
+        self._host.clear()
 
     def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
-        """Starts a new episode in every env.
+        """Starts a new episode in every env (see :meth:`VecEnv.reset <rlstruct.envs.VecEnv.reset>`).
 
-        Each call advances every env's episode counter, so a second ``reset`` draws new initial
-        states (as gymnasium's ``reset()`` without a seed does); rebuild the env for a replay.
-
-        Args:
-            env_info: ``None``, an empty DictTensor, or ``n_envs`` rows on the CPU (accepted for
-                the contract; these simulators have no per-env parameters).
-
-        Returns:
-            ``(observation [n_envs], ids)`` with ``ids = arange(n_envs)`` (int64, on :attr:`device`).
-
-        Raises:
-            EnvStateError: the env is closed.
-            TypeError: ``env_info`` is not a DictTensor.
-            BatchSizeError: ``env_info`` is neither empty nor ``n_envs`` rows.
-            DeviceMismatchError: ``env_info`` is not on the CPU.
+        Each call advances every env's episode counter, so a second ``reset`` draws new initial states (as
+        gymnasium's ``reset()`` without a seed does); rebuild the env for a replay. ``env_info`` is accepted for
+        the contract: these simulators have no per-env parameters.
         """
         self._check_open()
-        self._check_env_info(env_info)
+        check_env_info(env_info, self._n)
         self._state, frame = kernels.restart(self, self._state)
         self._ids = self._ids_all
         self._started = True
         false = torch.zeros(self._n, dtype=torch.bool, device=self.device)
-        obs = DictTensor._trusted(
-            {
-                "frame": frame,
-                "reward": torch.zeros(self._n, dtype=torch.float32, device=self.device),
-                "done": false,
-                "terminated": false.clone(),
-                "truncated": false.clone(),
-                "initial_state": torch.ones(self._n, dtype=torch.bool, device=self.device),
-                "last_action": self._zero_actions(self._n),
-            }
-        )
+        obs = DictTensor._trusted({
+            "frame": frame, "reward": torch.zeros(self._n, dtype=torch.float32, device=self.device), "done": false,
+            "terminated": false.clone(), "truncated": false.clone(),
+            "initial_state": torch.ones(self._n, dtype=torch.bool, device=self.device),
+            "last_action": self._zero_actions(self._n),
+        })
         return obs, self._ids_all
 
     def step(self, action: DictTensor) -> StepResult:
-        """Steps the running envs with ``action["action"]``, one row per running env.
-
-        Args:
-            action: a DictTensor whose ``"action"`` is ``[B]`` of any integer dtype (discrete
-                spaces; values are clamped into ``[0, n_actions)``) or floating ``[B, *action_shape]``
-                (``[B]`` is accepted for a one-dimensional Box), on :attr:`device`, rows in the
-                order of the last returned ids. Other keys are ignored.
-
-        Returns:
-            ``((observation_next [B'], ids [B']), (observation_running [B''], ids [B'']))``.
-            Auto-reset: ``B' = B'' = n_envs`` and both ids are ``arange(n_envs)``; a finished env's
-            row in ``observation_running`` is its fresh reset observation. Episodic:
-            ``ids_running = ids[~observation_next["done"]]`` and ``observation_running`` holds
-            those rows of ``observation_next``.
-
-        Raises:
-            EnvStateError: ``reset`` was never called, the env is closed, or every episodic env has finished.
-            KeyError: ``action`` has no ``"action"`` key.
-            BatchSizeError: not one row per running env.
-            SpaceError: wrong dtype or per-row shape.
-            DeviceMismatchError: the action is on another device.
+        """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`) with ``action["action"]``:
+        ``[B]`` of any integer dtype for a discrete space (values are clamped into ``[0, n_actions)``), or floating
+        ``[B, *action_shape]`` (``[B]`` is accepted for a one-dimensional Box), on :attr:`device`. Episodic:
+        ``observation_running`` holds the rows of ``observation_next`` that did not finish.
         """
-        self._check_started("step")
-        n_rows = self._ids.shape[0]
+        self._check_steppable("step")
+        ids = self._ids
+        n_rows = ids.shape[0]
         check_some_running(n_rows, self._n)
-        a, a_host = self._check_action(action, n_rows)
+        a, a_host = check_action(self, action, n_rows)
         if self._jit_in is not None:
             self._count_toward_jit(n_rows)
         if self.autoreset:
-            return self._step_autoreset(a, a_host)
-        return self._step_episodic(a, a_host)
+            self._state, out = self._stepper.autoreset(self._state, a, a_host)
+            return self._autoreset_result(out, a)
+        self._state, out = self._stepper.episodic(self._state, ids, a, a_host)
+        return self._episodic_result(out, ids, a)
 
     def close(self) -> None:
         """Ends the env: every later ``reset``, ``step`` or ``get_state`` raises :class:`EnvStateError`; idempotent."""
         self._closed = True
         self._started = False
-        self._host = None
+        self._host.clear()
 
     def writes_in_place(self) -> bool:
         """True for an auto-reset env stepping with its compiled CPU kernel (``kernel == "jit"``): :meth:`step_into`
         then has the kernel write both observations straight into the destinations."""
-        return self.autoreset and self.kernel == "jit"
-
-    @functools.cached_property
-    def _destinations(self) -> HostDestinations:
-        """What :meth:`step_into`'s destinations must be (made at its first call: subclasses set their spaces
-        after this class's ``__init__``)."""
-        return HostDestinations.of_frame(
-            self.observation_space.shape, np.float32, self.action_shape, self._discrete, self._n
-        )
+        return self.autoreset and self._stepper.writes_in_place
 
     def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
         """:meth:`step`, writing both observations into the given tensors (see
@@ -447,133 +375,41 @@ class TorchVecEnv(VecEnv):
         them; otherwise :meth:`step` runs and its observations are copied."""
         if not self.writes_in_place():  # step (which counts toward the compiled kernels) and a copy
             return super().step_into(action, observation_next, observation_running)
-        self._check_started("step_into")
-        _, a_host = self._check_action(action, self._n)
+        self._check_steppable("step_into")
+        _, a_host = check_action(self, action, self._n)
         nxt = self._destinations(observation_next, "observation_next")
         run = self._destinations(observation_running, "observation_running")
-        state = kernels.autoreset_jit_into(
-            self, self._host_state(), a_host, nxt["frame"], run["frame"], nxt["reward"], run["reward"], nxt["done"],
-            nxt["terminated"], nxt["truncated"], run["initial_state"], nxt["initial_state"], run["done"],
-            run["terminated"], run["truncated"], run["last_action"],
-        )  # fmt: skip
-        nxt["last_action"][...] = a_host
-        last = run["last_action"].copy()  # the env's own: the destination is overwritten later
-        self._adopt_host_state(
-            SimState(state.physics, state.elapsed_steps, state.episode, state.rng_key, last), torch.from_numpy(last)
-        )
+        self._state = self._stepper.step_into(self._state, a_host, nxt, run)
 
-    # ------------------------------------------------------------ the two step variants
-    def _step_autoreset(self, a: torch.Tensor, a_host: np.ndarray | None) -> StepResult:
-        if self._on_host:
-            state, out = self._autoreset_kernel(self._host_state(), a_host)
-            last_r = torch.from_numpy(state.last_action)
-            self._adopt_host_state(state, last_r)
-        else:
-            self._state, out = self._autoreset_kernel(self._state, a)
-            last_r = self._state.last_action
+    # ------------------------------------------------------------ the two step results
+    def _autoreset_result(self, out: kernels.AutoresetOutputs, a: torch.Tensor) -> StepResult:
         # One allocation for the four all-false flags; each row is a separate tensor to the caller.
         false = out.false
         if false is None:
             false = torch.zeros((4,) + out.done.shape, dtype=torch.bool, device=self.device).unbind(0)
-        obs_next = DictTensor._trusted(
-            {
-                "frame": out.frame,
-                "reward": out.reward,
-                "done": out.done,
-                "terminated": out.terminated,
-                "truncated": out.truncated,
-                "initial_state": false[0],
-                "last_action": a,
-            }
-        )
-        obs_running = DictTensor._trusted(
-            {
-                "frame": out.frame_r,
-                "reward": out.reward_r,
-                "done": false[1],
-                "terminated": false[2],
-                "truncated": false[3],
-                "initial_state": out.initial_r,
-                "last_action": last_r,
-            }
-        )
+        obs_next = DictTensor._trusted({
+            "frame": out.frame, "reward": out.reward, "done": out.done, "terminated": out.terminated,
+            "truncated": out.truncated, "initial_state": false[0], "last_action": a,
+        })
+        obs_running = DictTensor._trusted({
+            "frame": out.frame_r, "reward": out.reward_r, "done": false[1], "terminated": false[2],
+            "truncated": false[3], "initial_state": out.initial_r, "last_action": self._state.last_action,
+        })
         ids = self._ids_all
         return (obs_next, ids), (obs_running, ids)
 
-    def _step_episodic(self, a: torch.Tensor, a_host: np.ndarray | None) -> StepResult:
-        ids, state = self._ids, self._state
-        if ids.shape[0] == self._n:
-            if self._on_host:
-                nxt, out = self._episodic_kernel(self._host_state(), a_host)
-                self._adopt_host_state(nxt, a)
-            else:
-                self._state, out = self._episodic_kernel(state, a)
-        else:
-            if self._on_host:
-                nxt, out = self._episodic_kernel(self._host_rows(ids), a_host)
-                physics, elapsed = torch.from_numpy(nxt.physics), torch.from_numpy(nxt.elapsed_steps)
-            else:
-                nxt, out = self._episodic_kernel(_rows(state, ids), a)
-                physics, elapsed = nxt.physics, nxt.elapsed_steps
-            self._state = SimState(
-                state.physics.index_copy(1, ids, physics),
-                state.elapsed_steps.index_copy(0, ids, elapsed),
-                state.episode,
-                state.rng_key,
-                state.last_action.index_copy(0, ids, a),
-            )
+    def _episodic_result(self, out: kernels.EpisodicOutputs, ids: torch.Tensor, a: torch.Tensor) -> StepResult:
         done = out.done
-        obs_next = DictTensor._trusted(
-            {
-                "frame": out.frame,
-                "reward": out.reward,
-                "done": done,
-                "terminated": out.terminated,
-                "truncated": out.truncated,
-                "initial_state": torch.zeros_like(done),
-                "last_action": a,
-            }
-        )
+        obs_next = DictTensor._trusted({
+            "frame": out.frame, "reward": out.reward, "done": done, "terminated": out.terminated,
+            "truncated": out.truncated, "initial_state": torch.zeros_like(done), "last_action": a,
+        })
         # The one host sync of the episodic variant: the size of the running set.
         rows = torch.nonzero(~done).squeeze(1)
         ids_running = ids.index_select(0, rows)
         obs_running = obs_next.index(rows)
         self._ids = ids_running
         return (obs_next, ids), (obs_running, ids_running)
-
-    # ------------------------------------------------------------ host views of the state
-    def _host_state(self) -> SimState:
-        """Numpy views of the state (CPU), ``rng_key`` as a ``uint32`` copy: what the host kernels take. Kept
-        while the state is the same value (up to ``10**4`` envs a CPU step costs its number of calls)."""
-        host, state = self._host, self._state
-        if host is not None and host[0] is state:
-            return host[1]
-        if host is not None and host[0].rng_key is state.rng_key:
-            key = host[1].rng_key
-        else:
-            key = state.rng_key.numpy().astype(np.uint32)
-        views = SimState(
-            state.physics.numpy(), state.elapsed_steps.numpy(), state.episode.numpy(), key, state.last_action.numpy()
-        )
-        self._host = (state, views)
-        return views
-
-    def _adopt_host_state(self, views: SimState, last_action: torch.Tensor) -> None:
-        """Makes ``views``, the numpy state a host kernel returned for every env, the env's state (tensors sharing
-        its memory; ``last_action`` is already one). The fields the kernel passed through keep their tensors."""
-        state, host = self._host  # made by _host_state() for the kernel's call
-        t = torch.from_numpy
-        episode = state.episode if views.episode is host.episode else t(views.episode)
-        new = SimState(t(views.physics), t(views.elapsed_steps), episode, state.rng_key, last_action)
-        self._state, self._host = new, (new, views)
-
-    def _host_rows(self, ids: torch.Tensor) -> SimState:
-        """The host state's rows ``ids`` (copies), for an episodic step of the running envs."""
-        views, rows = self._host_state(), ids.numpy()
-        return SimState(
-            views.physics[:, rows], views.elapsed_steps[rows], views.episode[rows], views.rng_key[rows],
-            views.last_action[rows],
-        )  # fmt: skip
 
     # ----------------------------------------------------------- state I/O
     def get_state(self) -> DictTensor:
@@ -586,20 +422,8 @@ class TorchVecEnv(VecEnv):
         Raises:
             EnvStateError: ``reset`` was never called, or the env is closed.
         """
-        self._check_started("get_state")
-        state = self._state
-        running = torch.zeros(self._n, dtype=torch.bool, device=self.device)
-        running[self._ids] = True
-        return DictTensor._trusted(
-            {
-                "physics": state.physics.t().contiguous(),
-                "elapsed_steps": state.elapsed_steps.clone(),
-                "episode": state.episode.clone(),
-                "rng_key": state.rng_key.clone(),
-                "last_action": state.last_action.clone(),
-                "running": running,
-            }
-        )
+        self._check_steppable("get_state")
+        return state_dict(self._state, self._ids, self._n)
 
     def set_state(self, state: DictTensor) -> None:
         """Restores a state from :meth:`get_state`, possibly taken on another device or env.
@@ -616,134 +440,11 @@ class TorchVecEnv(VecEnv):
                 given a state where some env is not running.
             BatchSizeError: ``state`` does not have ``n_envs`` rows.
         """
-        if not isinstance(state, DictTensor):
-            raise TypeError(f"state must be a DictTensor from get_state(), got {type(state).__name__}")
-        missing = [k for k in _STATE_KEYS if k not in state]
-        if missing:
-            raise SpaceError(
-                f"state lacks keys {missing}; pass the DictTensor returned by get_state() "
-                f"(keys {list(_STATE_KEYS)})"
-            )
-        if state.n_elems() != self._n:
-            raise BatchSizeError(
-                f"state has {state.n_elems()} rows, this env has n_envs={self._n}; "
-                f"take the state from an env with {self._n} envs or slice it with state.slice(0, {self._n})"
-            )
-        p = len(self.physics_names)
-        expected = {
-            "physics": ((p,), "floating"),
-            "elapsed_steps": ((), "integer"),
-            "episode": ((), "integer"),
-            "rng_key": ((), "integer"),
-            "last_action": (((), "integer") if self._discrete else (self.action_shape, "floating")),
-            "running": ((), "bool"),
-        }
-        for k, (shape, kind) in expected.items():
-            v = state[k]
-            if tuple(v.shape[1:]) != shape or _dtype_kind(v.dtype) != kind:
-                raise SpaceError(
-                    f"state[{k!r}] must be {kind} [{self._n}{''.join(', ' + str(s) for s in shape)}], "
-                    f"got {v.dtype} {list(v.shape)}; pass the DictTensor returned by get_state()"
-                )
-        dev = self.device
-        running = state["running"].to(dev)
-        if self.autoreset and not bool(running.all()):
-            raise SpaceError(
-                "state['running'] has finished envs but this env auto-resets (every env always runs); "
-                "set it on an env built with autoreset=False, or mark every env running"
-            )
-        key = state["rng_key"].to(dev, torch.int64)
-        episode = state["episode"].to(dev, torch.int64)
-        if bool(((key < 0) | (key > MASK32)).any()) or bool((episode < 0).any()):
-            raise SpaceError(
-                "state['rng_key'] must be in [0, 2**32) and state['episode'] >= 0; "
-                "pass the DictTensor returned by get_state()"
-            )
-        self._state = SimState(
-            physics=state["physics"].detach().to(dev, self.physics_dtype).t().contiguous(),
-            elapsed_steps=state["elapsed_steps"].to(dev, torch.int64, copy=True),
-            episode=episode.clone(),
-            rng_key=key.clone(),
-            last_action=state["last_action"].detach().to(dev, self._state.last_action.dtype, copy=True),
-        )
+        self._state, running = read_state(self, state)
         self._ids = self._ids_all if bool(running.all()) else torch.nonzero(running).squeeze(1)
         self._started = True
 
-    # ------------------------------------------------------------ validation
     def _zero_actions(self, n: int) -> torch.Tensor:
         if self.n_actions is not None:
             return torch.zeros(n, dtype=torch.int64, device=self.device)
         return torch.zeros((n,) + self.action_shape, dtype=torch.float32, device=self.device)
-
-    def _check_env_info(self, env_info: DictTensor | None) -> None:
-        if env_info is None:
-            return
-        if not isinstance(env_info, DictTensor):
-            raise TypeError(f"env_info must be a DictTensor or None, got {type(env_info).__name__}")
-        if env_info.empty():
-            return
-        if env_info.n_elems() != self._n:
-            raise BatchSizeError(
-                f"env_info must be empty or have n_envs={self._n} rows, got {env_info.n_elems()}; "
-                "give one row per env"
-            )
-        if env_info.device().type != "cpu":
-            raise DeviceMismatchError(
-                f"env_info must be on cpu, got {env_info.device()}; build env_info on the CPU"
-            )
-
-    def _check_started(self, method: str) -> None:
-        if not self._started:
-            self._check_open()
-            raise EnvStateError(f"{type(self).__name__}.{method} called before reset(); call env.reset() first")
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise EnvStateError(f"{type(self).__name__} is closed; build a new one")
-
-    def _check_action(self, action: DictTensor, n_rows: int) -> tuple[torch.Tensor, np.ndarray | None]:
-        """``action["action"]`` checked and copied (so that the returned last_action never aliases the caller's
-        tensor): ``(tensor, array)``, the array a numpy view of the tensor on the CPU (what the host kernels
-        take), ``None`` elsewhere."""
-        a = action_rows(action, self.device, n_rows)
-        if self._discrete:
-            if a.dim() != 1 or _dtype_kind(a.dtype) != "integer":
-                raise SpaceError(
-                    f"action['action'] must be an integer tensor of shape [{n_rows}] for {self.action_space}, "
-                    f"got {a.dtype} {list(a.shape)}; pass e.g. torch.randint(0, {self.n_actions}, ({n_rows},))"
-                )
-            return self._copy_action(a, torch.int64, (n_rows,))
-        shape = (n_rows,) + self.action_shape
-        if _dtype_kind(a.dtype) != "floating" or (tuple(a.shape) != shape and not (a.dim() == 1 and shape[1:] == (1,))):
-            raise SpaceError(
-                f"action['action'] must be a floating tensor of shape {list(shape)} for {self.action_space}, "
-                f"got {a.dtype} {list(a.shape)}; pass e.g. torch.zeros({n_rows}, 1)"
-            )
-        return self._copy_action(a, torch.float32, shape)
-
-    def _copy_action(
-        self, a: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]
-    ) -> tuple[torch.Tensor, np.ndarray | None]:
-        if self.device.type != "cpu":
-            return a.detach().to(dtype, copy=True).view(shape), None
-        return host_copy(a, np.int64 if dtype == torch.int64 else np.float32, shape)
-
-
-
-def _rows(state: SimState, ids: torch.Tensor) -> SimState:
-    """The rows ``ids`` of every field of ``state`` (copies)."""
-    return SimState(
-        state.physics.index_select(1, ids), state.elapsed_steps.index_select(0, ids),
-        state.episode.index_select(0, ids), state.rng_key.index_select(0, ids), state.last_action.index_select(0, ids),
-    )  # fmt: skip
-
-
-def _dtype_kind(dtype: torch.dtype) -> str:
-    if dtype == torch.bool:
-        return "bool"
-    if dtype.is_floating_point:
-        return "floating"
-    if dtype.is_complex:
-        return "complex"
-    return "integer"
-

@@ -19,8 +19,9 @@ import numpy as np
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike
+from rlstruct.envs._imports import import_jax
 from rlstruct.envs._locomotion import check_max_episode_steps
-from rlstruct.envs.jax_env import JaxVecEnv, _import_jax
+from rlstruct.envs.jax_env import JaxVecEnv
 from rlstruct.errors import MissingDependencyError, SpaceError
 from rlstruct.seeding import check_seed
 
@@ -34,7 +35,7 @@ def _import_brax_envs() -> Any:
     """``brax.envs``, or a :class:`MissingDependencyError` naming the extra that installs brax (and jax)."""
     message = "backend='brax' needs brax and jax; install them with `pip install 'rlstruct[brax]'`"
     try:
-        _import_jax()
+        import_jax()
     except MissingDependencyError as e:
         raise MissingDependencyError(message) from e
     try:
@@ -179,7 +180,7 @@ class BraxEnv(JaxVecEnv):
                         f"action_size), got {type(env).__name__} without {attribute!r}"
                     )
             self.name = type(env).__name__
-        jax = _import_jax()
+        jax = import_jax()
         jnp = jax.numpy
         what = f"env {self.name!r}"
         abstract = jax.eval_shape(env.reset, jax.random.PRNGKey(0))

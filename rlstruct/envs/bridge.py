@@ -1,27 +1,6 @@
-"""rlstruct envs seen from gymnasium-based code (SB3, CleanRL, TorchRL): :func:`to_gymnasium`, :func:`to_gymnasium_env`.
-
-:func:`to_gymnasium` wraps an auto-reset rlstruct :class:`~rlstruct.envs.VecEnv` (a torch simulator such as
-:class:`~rlstruct.envs.CartPole`, or any other auto-reset VecEnv) as a ``gymnasium.vector.VectorEnv`` that
-implements gymnasium's ``SAME_STEP`` autoreset mode, which is what every auto-reset rlstruct env already
-does: when env ``i`` finishes, the observation returned for it is already the first one of its next
-episode, and the terminal observation is in ``infos["final_obs"][i]``, flagged by ``infos["_final_obs"][i]``.
-
-:func:`to_gymnasium_env` wraps a one-env VecEnv as a plain ``gymnasium.Env`` (numpy in, numpy out), which
-is what gymnasium's ``check_env`` and single-env code expect.
-
-Two outputs for the vector env:
-
-* ``output="torch"``: observations, rewards (``float32``), terminations and truncations are the simulator's
-  tensors, on its device, never copied to the host; actions are taken as tensors on that device. The infos
-  always hold ``final_obs`` (a batched tensor) and its masks, since deciding whether to include them would
-  read a tensor's value on the host.
-* ``output="numpy"``: a drop-in for CPU code, with the dtypes of gymnasium's ``SyncVectorEnv``: observations
-  of the space's dtype, ``float64`` rewards, ``bool`` terminations and truncations; the infos hold
-  ``final_obs`` exactly as gymnasium builds it (an object array of per-env observations, ``None`` for the
-  envs that did not finish), only on a step where some env finished.
-
-The reverse direction, gymnasium (or EnvPool) envs used as rlstruct envs, is :class:`~rlstruct.envs.GymEnv`.
-"""
+"""rlstruct envs seen from gymnasium-based code (SB3, CleanRL, TorchRL): :func:`to_gymnasium` (an auto-reset
+VecEnv as a gymnasium ``VectorEnv`` in ``SAME_STEP`` mode) and :func:`to_gymnasium_env` (a one-env VecEnv as a
+plain ``gymnasium.Env``). The reverse direction is :class:`~rlstruct.envs.GymEnv`."""
 
 from __future__ import annotations
 
@@ -138,10 +117,14 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
       ``True``. ``infos["final_info"]`` is ``{}`` (rlstruct envs have no per-env info), flagged by
       ``infos["_final_info"]``, as gymnasium's ``SyncVectorEnv`` does for envs that return empty infos.
 
-    Outputs: see :mod:`rlstruct.envs.bridge`. With ``output="torch"``, ``infos["final_obs"]`` is a tensor
-    ``[N, *obs_shape]`` whose rows are meaningful where ``infos["_final_obs"]`` (``bool [N]``, on the env's
-    device) is true, and these keys are present on every step. With ``output="numpy"`` they are present only
-    on steps where some env finished, as in gymnasium.
+    Outputs: with ``output="torch"``, observations, rewards (``float32``), terminations and truncations are the
+    env's tensors, on its device, never copied to the host, and actions are taken as tensors on that device;
+    ``infos["final_obs"]`` is a tensor ``[N, *obs_shape]`` whose rows are meaningful where ``infos["_final_obs"]``
+    (``bool [N]``, on the env's device) is true, present on every step (deciding otherwise would read a tensor on
+    the host). With ``output="numpy"``, a drop-in for CPU code with the dtypes of gymnasium's ``SyncVectorEnv``
+    (observations of the space's dtype, ``float64`` rewards, ``bool`` flags), ``infos["final_obs"]`` is built as
+    gymnasium builds it (an object array, ``None`` for the envs that did not finish), only on steps where some
+    env finished.
 
     Attributes:
         env: the wrapped rlstruct env.

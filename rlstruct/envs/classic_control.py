@@ -13,7 +13,8 @@ class             gymnasium id         actions   obs_dim     max_episode_steps
 :class:`Pendulum`     ``Pendulum-v1``      Box [1]   3           200
 ================  ===================  ========  ==========  ======================
 
-The physics runs in ``float64`` (as gymnasium's, which computes in Python or numpy doubles; ``float32`` on
+Every class takes the arguments of :class:`~rlstruct.envs.TorchVecEnv`, its ``max_episode_steps`` defaulting to
+the table's. The physics runs in ``float64`` (as gymnasium's, which computes in Python or numpy doubles; ``float32`` on
 request, for throughput) and the observation ``frame`` is ``float32``. The initial states follow gymnasium's
 uniform ranges, drawn from the counter-based RNG of :mod:`rlstruct.envs._rng` (so the numbers differ from
 gymnasium's for the same seed, but the distributions are the same).
@@ -27,7 +28,6 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlstruct.devices import DeviceLike
 from rlstruct.envs._array_ops import NumpyOps
 from rlstruct.envs._torch_env import TorchVecEnv
 
@@ -44,15 +44,6 @@ class CartPole(TorchVecEnv):
     Physics ``[x, x_dot, theta, theta_dot]`` (euler integration, ``tau = 0.02``); action ``0``
     pushes left, ``1`` pushes right; reward ``1`` every step including the terminating one;
     terminated when ``|x| > 2.4`` or ``|theta| > 12°``; initial state uniform in ``(-0.05, 0.05)``.
-
-    Args:
-        n_envs: number of envs.
-        device: where the envs live.
-        seed: env ``k`` replays the same episodes for the same ``seed``, whatever ``n_envs``.
-        autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
-        max_episode_steps: truncation horizon (``None`` for none).
-        compile: fuse the step with ``torch.compile``.
-        physics_dtype: ``torch.float64`` (gymnasium's doubles) or ``torch.float32`` (see :class:`TorchVecEnv`).
 
     Observation: ``frame`` ``float32 [B, 4]`` plus the keys of :class:`~rlstruct.envs.VecEnv`;
     ``last_action`` is ``int64 [B]``. On the CPU with numba installed (``rlstruct[fast]``) a step is one
@@ -91,21 +82,9 @@ class CartPole(TorchVecEnv):
     #: the physics rows ``[x, x_dot, theta, theta_dot]`` the frame shows, in order (a subclass may show fewer).
     OBSERVED = (0, 1, 2, 3)
 
-    def __init__(
-        self,
-        n_envs: int,
-        *,
-        device: DeviceLike = "cpu",
-        seed: int = 0,
-        autoreset: bool = False,
-        max_episode_steps: int | None = 500,
-        compile: bool = False,
-        physics_dtype: torch.dtype = torch.float64,
-    ):
-        super().__init__(
-            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile,
-            physics_dtype=physics_dtype,
-        )
+    default_max_episode_steps = 500
+
+    def _setup(self) -> None:
         bounds = (self.X_THRESHOLD * 2, np.inf, self.THETA_THRESHOLD_RADIANS * 2, np.inf)
         high = [bounds[i] for i in self.OBSERVED]
         self.action_space = spaces.Discrete(2)
@@ -151,15 +130,6 @@ class CartPoleNoVel(CartPole):
     ``[x, x_dot, theta, theta_dot]`` it keeps columns 0 and 2 of. A policy must infer the velocities from
     the history, so a feed-forward policy cannot balance the pole for long; a recurrent one can.
 
-    Args:
-        n_envs: number of envs.
-        device: where the envs live.
-        seed: env ``k`` replays the same episodes for the same ``seed``, whatever ``n_envs``.
-        autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
-        max_episode_steps: truncation horizon (``None`` for none).
-        compile: fuse the step with ``torch.compile``.
-        physics_dtype: ``torch.float64`` (gymnasium's doubles) or ``torch.float32`` (see :class:`TorchVecEnv`).
-
     >>> full, partial = CartPole(3, seed=0), CartPoleNoVel(3, seed=0)
     >>> torch.equal(partial.reset()[0]["frame"], full.reset()[0]["frame"][:, [0, 2]])
     True
@@ -180,15 +150,6 @@ class Acrobot(TorchVecEnv):
     to the joint between the links; reward ``-1`` per step and ``0`` on the terminating step;
     terminated when ``-cos(theta1) - cos(theta1 + theta2) > 1``; initial state uniform in
     ``(-0.1, 0.1)`` rounded to ``float32`` (as gymnasium's).
-
-    Args:
-        n_envs: number of envs.
-        device: where the envs live.
-        seed: env ``k`` replays the same episodes for the same ``seed``, whatever ``n_envs``.
-        autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
-        max_episode_steps: truncation horizon (``None`` for none).
-        compile: fuse the step with ``torch.compile``.
-        physics_dtype: ``torch.float64`` (gymnasium's doubles) or ``torch.float32`` (see :class:`TorchVecEnv`).
 
     Observation: ``frame`` ``float32 [B, 6]`` = ``[cos θ1, sin θ1, cos θ2, sin θ2, dθ1, dθ2]``;
     ``last_action`` is ``int64 [B]``.
@@ -217,21 +178,9 @@ class Acrobot(TorchVecEnv):
     MAX_VEL_2 = 9 * math.pi
     GRAVITY = 9.8
 
-    def __init__(
-        self,
-        n_envs: int,
-        *,
-        device: DeviceLike = "cpu",
-        seed: int = 0,
-        autoreset: bool = False,
-        max_episode_steps: int | None = 500,
-        compile: bool = False,
-        physics_dtype: torch.dtype = torch.float64,
-    ):
-        super().__init__(
-            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile,
-            physics_dtype=physics_dtype,
-        )
+    default_max_episode_steps = 500
+
+    def _setup(self) -> None:
         high = [1.0, 1.0, 1.0, 1.0, self.MAX_VEL_1, self.MAX_VEL_2]
         self.action_space = spaces.Discrete(3)
         self.observation_space = _f32_box([-h for h in high], high)
@@ -307,15 +256,6 @@ class MountainCar(TorchVecEnv):
     reward ``-1`` per step; terminated when ``position >= 0.5`` (and ``velocity >= 0``); initial
     position uniform in ``(-0.6, -0.4)``, velocity ``0``.
 
-    Args:
-        n_envs: number of envs.
-        device: where the envs live.
-        seed: env ``k`` replays the same episodes for the same ``seed``, whatever ``n_envs``.
-        autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
-        max_episode_steps: truncation horizon (``None`` for none).
-        compile: fuse the step with ``torch.compile``.
-        physics_dtype: ``torch.float64`` (gymnasium's doubles) or ``torch.float32`` (see :class:`TorchVecEnv`).
-
     Observation: ``frame`` ``float32 [B, 2]``; ``last_action`` is ``int64 [B]``.
 
     >>> env = MountainCar(4, seed=1)
@@ -337,21 +277,9 @@ class MountainCar(TorchVecEnv):
     FORCE = 0.001
     GRAVITY = 0.0025
 
-    def __init__(
-        self,
-        n_envs: int,
-        *,
-        device: DeviceLike = "cpu",
-        seed: int = 0,
-        autoreset: bool = False,
-        max_episode_steps: int | None = 200,
-        compile: bool = False,
-        physics_dtype: torch.dtype = torch.float64,
-    ):
-        super().__init__(
-            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile,
-            physics_dtype=physics_dtype,
-        )
+    default_max_episode_steps = 200
+
+    def _setup(self) -> None:
         self.action_space = spaces.Discrete(3)
         self.observation_space = _f32_box([self.MIN_POSITION, -self.MAX_SPEED], [self.MAX_POSITION, self.MAX_SPEED])
         self._add_array("unit_push", torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64))
@@ -381,15 +309,6 @@ class Pendulum(TorchVecEnv):
     ``-(normalize(theta)**2 + 0.1 * theta_dot**2 + 0.001 * torque**2)``; never terminates (episodes
     end by truncation); initial ``theta`` uniform in ``(-pi, pi)``, ``theta_dot`` in ``(-1, 1)``.
 
-    Args:
-        n_envs: number of envs.
-        device: where the envs live.
-        seed: env ``k`` replays the same episodes for the same ``seed``, whatever ``n_envs``.
-        autoreset: restart finished envs inside ``step`` (otherwise they drop out until ``reset``).
-        max_episode_steps: truncation horizon (``None`` for none).
-        compile: fuse the step with ``torch.compile``.
-        physics_dtype: ``torch.float64`` (gymnasium's doubles) or ``torch.float32`` (see :class:`TorchVecEnv`).
-
     Observation: ``frame`` ``float32 [B, 3]`` = ``[cos θ, sin θ, θ']``; ``last_action`` is
     ``float32 [B, 1]`` (the action as given, before clipping).
 
@@ -414,21 +333,9 @@ class Pendulum(TorchVecEnv):
     M = 1.0
     L = 1.0
 
-    def __init__(
-        self,
-        n_envs: int,
-        *,
-        device: DeviceLike = "cpu",
-        seed: int = 0,
-        autoreset: bool = False,
-        max_episode_steps: int | None = 200,
-        compile: bool = False,
-        physics_dtype: torch.dtype = torch.float64,
-    ):
-        super().__init__(
-            n_envs, device=device, seed=seed, autoreset=autoreset, max_episode_steps=max_episode_steps, compile=compile,
-            physics_dtype=physics_dtype,
-        )
+    default_max_episode_steps = 200
+
+    def _setup(self) -> None:
         self.action_space = spaces.Box(-self.MAX_TORQUE, self.MAX_TORQUE, shape=(1,), dtype=np.float32)
         self.observation_space = _f32_box([-1.0, -1.0, -self.MAX_SPEED], [1.0, 1.0, self.MAX_SPEED])
 

@@ -14,8 +14,10 @@ import torch
 
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs._base import VecEnv
+from rlstruct.envs._gym_adapters import autoreset_mode, resets_a_subset
+from rlstruct.envs._imports import import_ale
 from rlstruct.envs.device_env import DeviceEnv
-from rlstruct.envs.gym import GymEnv, GymEnvInf, _autoreset_mode, resets_a_subset
+from rlstruct.envs.gym import GymEnv, GymEnvInf
 from rlstruct.errors import MissingDependencyError
 from rlstruct.seeding import check_seed, env_seeds
 
@@ -146,7 +148,7 @@ def make_env(
     if backend == "torch":
         return _torch_env(name, n_envs, dev, seed, autoreset, max_episode_steps, kwargs)
     if backend == "gymnax":
-        from rlstruct.envs.jax_env import GymnaxEnv
+        from rlstruct.envs.gymnax_env import GymnaxEnv
 
         return GymnaxEnv(name, n_envs, seed=seed, device=dev, autoreset=autoreset,
                          max_episode_steps=max_episode_steps, **kwargs)
@@ -199,7 +201,7 @@ def _gymnasium_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episo
     kwargs = dict(extra) if max_episode_steps is None else {**extra, "max_episode_steps": max_episode_steps}
     ale = name.startswith("ALE/")
     if ale:
-        gym.register_envs(_import_ale())
+        gym.register_envs(import_ale())
     if name not in gym.registry:
         base = name.rsplit("-v", 1)[0]
         others = sorted(k for k in gym.registry if k.rsplit("-v", 1)[0] == base)
@@ -220,7 +222,7 @@ def _gymnasium_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episo
         except gym.error.Error:
             vec = None
         if vec is not None:
-            if not autoreset or _autoreset_mode(vec) == gym.vector.AutoresetMode.SAME_STEP or resets_a_subset(vec):
+            if not autoreset or autoreset_mode(vec) == gym.vector.AutoresetMode.SAME_STEP or resets_a_subset(vec):
                 return cls(vec, seed)
             vec.close()
     try:
@@ -230,17 +232,6 @@ def _gymnasium_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episo
             f"env {name!r} needs a package that is not installed: {str(e).splitlines()[0]}"
         ) from e
     return cls(envs, seed)
-
-
-def _import_ale():
-    try:
-        import ale_py
-    except ImportError as e:
-        raise MissingDependencyError(
-            "Atari envs need ale-py; install it with `pip install 'rlstruct[atari]'` (ale-py ships the ROMs), "
-            "or use another backend"
-        ) from e
-    return ale_py
 
 
 def ale_game(name: str) -> str:
@@ -257,7 +248,7 @@ def ale_game(name: str) -> str:
 
 def _ale_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode_steps,
              extra: dict[str, Any]) -> GymEnv:
-    ale_py = _import_ale()
+    ale_py = import_ale()
     from ale_py import roms
     from ale_py.vector_env import AtariVectorEnv
 

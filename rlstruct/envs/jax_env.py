@@ -1,28 +1,10 @@
-"""VecEnvs over pure JAX simulators (gymnax), stepped on a JAX device and handed to torch through DLPack.
-
-A JAX env is a pair of pure single-env functions over an explicit state (gymnax's split):
-``reset(key) -> (observation, state)`` and ``step(key, state, action) -> (observation, state, reward, terminated,
-truncated)``. :class:`JaxVecEnv` vmaps them over ``n_envs`` and jits the whole rlstruct step, the env step and the
-auto-reset select together, so that a step is one dispatch; observations, rewards and flags come back to torch
-on the same device without a copy: ``torch.from_dlpack`` on a GPU; on the CPU numpy's view of JAX's buffer, which
-costs a tenth of DLPack's Python per array. Actions go to JAX the same way on a GPU (``jax.dlpack.from_dlpack``);
-on the CPU the jitted call takes the action's numpy view directly, which is cheaper than DLPack's Python-level
-import.
-
-Memory: JAX preallocates most of a GPU's memory when its GPU backend starts, which would starve torch on a shared
-GPU. Unless the user already set it, rlstruct sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` before it first imports
-``jax`` (which it does only when a JAX env is built); set it yourself before importing jax if your code imports jax
-first.
-
-Dtypes: JAX computes in 32 bits (``jax_enable_x64`` off), so actions are handed over as int32 (Discrete) or float32
-(Box) and ``last_action`` comes back as int64 / float32, as for every rlstruct env. A bool observation (e.g.
-gymnax versions whose MinAtar frames are bool ``[10, 10, C]``) is handed over as uint8 (0/1) and its space says so.
-"""
+"""JAX envs as rlstruct VecEnvs: :class:`JaxVecEnv` vmaps and jits a pair of pure single-env functions (gymnax's
+split) and hands their outputs to torch on the same device without a copy; :func:`jax_device` maps a torch device
+to JAX's."""
 
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +15,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
+from rlstruct.envs._actions import ActionSpec
 from rlstruct.envs._base import (
     CallOrder,
     HostDestinations,
@@ -41,36 +24,20 @@ from rlstruct.envs._base import (
     check_no_env_info,
     check_some_running,
 )
+from rlstruct.envs._imports import import_jax
 from rlstruct.errors import (
-    BatchSizeError,
-    DeviceMismatchError,
     DeviceUnavailableError,
-    MissingDependencyError,
     SpaceError,
 )
 from rlstruct.seeding import check_seed, env_seeds
 from rlstruct.structures import DictTensor
 
-__all__ = ["JaxVecEnv", "GymnaxEnv", "jax_device"]
+__all__ = ["JaxVecEnv", "jax_device"]
 
-_NO_LIMIT = 2**31 - 1  # a step limit no episode reaches (gymnax's counters are int32)
 # (cache_key, autoreset, frame dtype) -> the jitted (reset, step) shared by envs built with that key.
 _COMPILED: dict[Any, tuple[Callable, Callable]] = {}
 _INT_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})
 _FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
-
-
-def _import_jax():
-    """``jax``, imported with GPU preallocation off unless the user chose otherwise (see the module docstring)."""
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    try:
-        import jax
-        import jax.dlpack  # noqa: F401  (a submodule jax does not always import)
-    except ImportError as e:
-        raise MissingDependencyError(
-            "JAX envs need jax; install them with `pip install 'rlstruct[jax]'` (jax and gymnax)"
-        ) from e
-    return jax
 
 
 def _quiet_readonly_views() -> None:
@@ -96,7 +63,7 @@ def jax_device(device: DeviceLike) -> Any:
     'cpu'
     """
     dev = check_device_exists(device)
-    jax = _import_jax()
+    jax = import_jax()
     if dev.type == "cpu":
         return jax.devices("cpu")[0]
     if dev.type != "cuda":
@@ -113,28 +80,6 @@ def jax_device(device: DeviceLike) -> Any:
         raise DeviceUnavailableError(f"device {dev} does not exist for JAX ({len(gpus)} GPUs); pass cuda:0..")
     return gpus[index]
 
-
-def _gymnasium_space(space: Any, what: str) -> gym.Space:
-    """A gymnax (or any duck-typed) Box/Discrete space as a gymnasium space; bool Boxes become uint8 ``{0, 1}``."""
-    kind = type(space).__name__
-    if kind == "Discrete" and what == "action_space":
-        return spaces.Discrete(int(space.n))
-    if kind == "Box":
-        shape = tuple(int(s) for s in space.shape)
-        dtype = np.dtype(space.dtype)
-        if dtype == np.bool_:
-            return spaces.Box(0, 1, shape, np.uint8)
-        low = np.broadcast_to(np.asarray(space.low, dtype=np.float64), shape)
-        high = np.broadcast_to(np.asarray(space.high, dtype=np.float64), shape)
-        if np.issubdtype(dtype, np.integer):
-            info = np.iinfo(dtype)
-            low, high = np.clip(low, info.min, info.max), np.clip(high, info.min, info.max)
-        return spaces.Box(low.astype(dtype), high.astype(dtype), shape, dtype)
-    allowed = "Discrete or Box" if what == "action_space" else "Box"
-    raise SpaceError(
-        f"{what} must be a {allowed} space, got {kind} ({space}); wrap the JAX env so that it exposes a {allowed} "
-        "space (flatten Dict/Tuple observations into one array)"
-    )
 
 
 class JaxVecEnv(CallOrder, VecEnv):
@@ -182,6 +127,10 @@ class JaxVecEnv(CallOrder, VecEnv):
     Shapes, for ``B`` rows: ``frame: [B, *observation_space.shape]``; ``reward: float32 [B]``;
     ``done, terminated, truncated, initial_state: bool [B]``; ``last_action: int64 [B]`` (Discrete) or
     ``float32 [B, *shape]`` (Box); ids ``int64 [B]``.
+
+    JAX computes in 32 bits (``jax_enable_x64`` off): actions are handed over as int32 (Discrete) or float32 (Box)
+    and ``last_action`` comes back as int64 / float32, as for every rlstruct env. A bool observation (e.g. gymnax
+    versions whose MinAtar frames are bool ``[10, 10, C]``) is handed over as uint8 (0/1), and its space says so.
     """
 
     def __init__(
@@ -211,11 +160,9 @@ class JaxVecEnv(CallOrder, VecEnv):
         if isinstance(action_space, spaces.Discrete):
             if int(action_space.start) != 0:
                 raise SpaceError(f"a Discrete action_space must start at 0, got {action_space}; shift the actions")
-            self._action_shape: tuple[int, ...] = ()
-            self._integer_action, self._action_dtype, self._jax_action_dtype = True, torch.int64, torch.int32
+            self._jax_action_dtype = torch.int32
         elif isinstance(action_space, spaces.Box):
-            self._action_shape = tuple(action_space.shape)
-            self._integer_action, self._action_dtype, self._jax_action_dtype = False, torch.float32, torch.float32
+            self._jax_action_dtype = torch.float32
         else:
             raise SpaceError(
                 f"action_space must be Discrete or Box, got {action_space}; wrap the env so that it exposes one of "
@@ -223,16 +170,16 @@ class JaxVecEnv(CallOrder, VecEnv):
             )
         self.observation_space = observation_space
         self.action_space = action_space
-        self._jax = _import_jax()
+        self._action = ActionSpec(action_space, device=self.device, box_dtype=np.dtype(np.float32))
+        self._action_shape, self._action_dtype = self._action.shape, self._action.dtype
+        self._integer_action = self._action.integer
+        self._jax = import_jax()
         self.jax_device = jax_device(self.device)
         if self.device.type == "cpu":
             _quiet_readonly_views()
         self._reset_fn, self._step_fn = reset_fn, step_fn
         self._frame_dtype = np.dtype(observation_space.dtype)
         self._all_ids = torch.arange(self._n, device=self.device)
-        kind = "an integer dtype" if self._integer_action else "a floating dtype"
-        shape = "".join(", " + str(s) for s in self._action_shape)
-        self._expected = f"shape [B{shape}] and {kind} (cast to {self._action_dtype})"
         self._keys = self._jax.device_put(self._initial_keys(), self.jax_device)
         self._state: Any = None
         self._running = None  # bool [n_envs] on the JAX device
@@ -320,8 +267,8 @@ class JaxVecEnv(CallOrder, VecEnv):
 
     def _to_torch(self, x) -> torch.Tensor:
         """A JAX output as a torch tensor on the same memory: through DLPack on a GPU; on the CPU through numpy's
-        zero-copy view (``np.asarray`` waits for the result and shares JAX's buffer), about 3 us against
-        ``torch.from_dlpack``'s 20-25 us of Python per array."""
+        zero-copy view (``np.asarray`` waits for the result and shares JAX's buffer), a fraction of
+        ``torch.from_dlpack``'s Python cost per array."""
         if self.device.type == "cpu":
             return torch.from_numpy(np.asarray(x))
         return torch.from_dlpack(x)
@@ -330,26 +277,14 @@ class JaxVecEnv(CallOrder, VecEnv):
         """The action (a fresh tensor of the env's, never written again) as the jitted step's argument: through
         DLPack on a GPU (as int32 for a Discrete space: JAX computes in 32 bits); on the CPU as the numpy view of
         the same memory, which the jitted call takes in C++ (narrowing int64 to int32 there) at a fraction of
-        ``jax.dlpack.from_dlpack``'s Python cost (tens of microseconds per step)."""
+        ``jax.dlpack.from_dlpack``'s Python cost."""
         if self.device.type == "cpu":
             return a.numpy()
         return self._jax.dlpack.from_dlpack(a.to(self._jax_action_dtype))
 
     def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
-        """Restarts every env (each with a key split from its own, so every reset starts new episodes).
-
-        Args:
-            env_info: ``None`` or an empty DictTensor (JAX envs take no per-env reset options).
-
-        Returns:
-            ``(observation [n_envs], arange(n_envs))`` with ``initial_state=True``, ``done=False``, ``reward=0``.
-
-        Raises:
-            BatchSizeError: ``env_info`` does not have ``n_envs`` rows.
-            DeviceMismatchError: ``env_info`` is not on the CPU.
-            ValueError: a non-empty ``env_info``.
-            EnvStateError: the env is closed.
-        """
+        """Restarts every env (see :meth:`VecEnv.reset <rlstruct.envs.VecEnv.reset>`), each with a key split from
+        its own, so every reset starts new episodes; JAX envs take no per-env options."""
         self._check_open()
         self._check_env_info(env_info)
         jnp = self._jax.numpy
@@ -375,52 +310,14 @@ class JaxVecEnv(CallOrder, VecEnv):
 
     def _check_action(self, action: DictTensor, n_rows: int) -> torch.Tensor:
         a = action["action"]
-        if not isinstance(a, torch.Tensor):
-            raise SpaceError(f"action['action'] must be a torch.Tensor, got {type(a).__name__}")
-        if a.device != self.device:
-            raise DeviceMismatchError(
-                f"action['action'] must be on {self.device} (the env's device), got {a.device}; move it with "
-                f".to({str(self.device)!r}) or wrap the env in DeviceEnv"
-            )
-        shape = tuple(a.shape)
-        if len(shape) == 1 and self._action_shape == (1,):
-            a, shape = a.unsqueeze(1), (shape[0], 1)
-        if len(shape) == 0 or shape[1:] != self._action_shape:
-            raise SpaceError(
-                f"action['action'] must have {self._expected}, got shape {list(shape)}; "
-                "give one action per running env with the action space's shape"
-            )
-        if a.dtype not in (_INT_DTYPES if self._integer_action else _FLOAT_DTYPES):
-            raise SpaceError(
-                f"action['action'] must have {self._expected}, got dtype {a.dtype}; "
-                f"convert it with .to({self._action_dtype})"
-            )
-        if shape[0] != n_rows:
-            raise BatchSizeError(
-                f"action['action'] must have one row per running env ({n_rows}), got {shape[0]}; "
-                "act on the observation_running returned by the last reset/step, in the order of its ids"
-            )
+        shape = self._action.check(a, n_rows)
         # A fresh contiguous tensor of last_action's dtype, never the agent's: it is the step's last_action, and
         # what JAX reads.
-        return a.detach().to(self._action_dtype, memory_format=torch.contiguous_format, copy=True)
+        return a.detach().reshape(shape).to(self._action_dtype, memory_format=torch.contiguous_format, copy=True)
 
     def step(self, action: DictTensor) -> StepResult:
-        """Steps the running envs with ``action["action"]`` (one row per running env, in ids order).
-
-        Args:
-            action: ``action``: int ``[B]`` (Discrete) or float ``[B, *shape]`` (Box; ``[B]`` for a Box of shape
-                ``(1,)``), on :attr:`device`.
-
-        Returns:
-            ``((observation_next [B], ids [B]), (observation_running [B'], ids_running [B']))``
-            (see :class:`~rlstruct.envs.VecEnv`).
-
-        Raises:
-            SpaceError: ``action["action"]`` has the wrong shape or dtype kind.
-            BatchSizeError: it does not have one row per running env.
-            DeviceMismatchError: it is not on :attr:`device`.
-            EnvStateError: ``reset`` was never called, the env is closed, or every episodic env has finished.
-        """
+        """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`): ``action``: int
+        ``[B]`` (Discrete) or float ``[B, *shape]`` (Box)."""
         self._check_steppable("step")
         ids = self._ids
         n_running = ids.shape[0]
@@ -429,7 +326,7 @@ class JaxVecEnv(CallOrder, VecEnv):
         to_jax, to_torch = self._to_jax, self._to_torch
         if self.autoreset:
             self._keys, self._state, frames, rewards, flags = self._jit_step(self._keys, self._state, to_jax(a))
-            # unbind: every row view in one call (indexing row by row costs a few microseconds a row).
+            # unbind: every row view in one call, cheaper than indexing row by row.
             frame, frame_running = to_torch(frames).unbind(0)
             reward, reward_running = to_torch(rewards).unbind(0)
             flags = to_torch(flags).unbind(0)
@@ -544,110 +441,3 @@ class JaxVecEnv(CallOrder, VecEnv):
         """Drops the env's JAX state (its device buffers); idempotent."""
         self._closed = True
         self._state = self._keys = self._running = None
-
-
-class GymnaxEnv(JaxVecEnv):
-    """``n_envs`` gymnax envs (``gymnax.make(name)``: ``CartPole-v1``, ``Acrobot-v1``, ``Breakout-MinAtar``, ...)
-    as a :class:`JaxVecEnv`.
-
-    ``terminated`` is the natural end of an episode and ``truncated`` gymnax's time limit
-    (``state.time >= params.max_steps_in_episode``); both may be set when an episode ends naturally at the limit,
-    as with gymnasium's ``TimeLimit``. gymnax >= 1.0 reports them apart (``step_env`` and ``is_truncated``);
-    gymnax 0.0.x folds the limit into ``done``, which is split here with the step counter in the env state and
-    ``is_terminal`` evaluated without the limit.
-
-    Args:
-        env: a gymnax id, or a gymnax ``Environment``.
-        n_envs: the number of envs.
-        params: the env's params (default: ``env.default_params``, or those ``gymnax.make`` returns).
-        seed: an int in ``[0, 2**31)``.
-        device: the torch device (JAX steps on the matching device).
-        autoreset: reset finished envs inside ``step``.
-        max_episode_steps: overrides ``params.max_steps_in_episode``.
-        **make_kwargs: passed to ``gymnax.make`` when ``env`` is an id.
-
-    Raises:
-        MissingDependencyError: gymnax (or jax) is not installed.
-        ValueError: an id gymnax does not know.
-        SpaceError: an unsupported observation or action space.
-
-    >>> env = GymnaxEnv("CartPole-v1", 3, seed=0, autoreset=True)
-    >>> obs, ids = env.reset()
-    >>> obs["frame"].shape, obs["frame"].dtype, ids.tolist()
-    (torch.Size([3, 4]), torch.float32, [0, 1, 2])
-    >>> (obs_next, _), (obs, ids) = env.step(DictTensor({"action": torch.ones(3, dtype=torch.int64)}))
-    >>> obs_next["reward"].tolist(), obs_next["last_action"].dtype
-    ([1.0, 1.0, 1.0], torch.int64)
-    """
-
-    def __init__(
-        self,
-        env: Any,
-        n_envs: int,
-        *,
-        params: Any = None,
-        seed: int = 0,
-        device: DeviceLike = "cpu",
-        autoreset: bool = False,
-        max_episode_steps: int | None = None,
-        **make_kwargs: Any,
-    ):
-        check_seed(seed)
-        jax = _import_jax()
-        try:
-            import gymnax
-        except ImportError as e:
-            raise MissingDependencyError(
-                "backend='gymnax' needs gymnax; install it with `pip install 'rlstruct[jax]'`"
-            ) from e
-        cache_key = None
-        if isinstance(env, str) and params is None:
-            cache_key = ("gymnax", env, max_episode_steps, tuple(sorted(make_kwargs.items())))
-            try:
-                hash(cache_key)
-            except TypeError:
-                cache_key = None
-        if isinstance(env, str):
-            if env not in gymnax.registered_envs:
-                raise ValueError(
-                    f"env must be a gymnax id, got {env!r}; gymnax knows {list(gymnax.registered_envs)}"
-                )
-            env, made_params = gymnax.make(env, **make_kwargs)
-            params = made_params if params is None else params
-        elif params is None:
-            params = env.default_params
-        if max_episode_steps is not None:
-            if max_episode_steps < 1:
-                raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
-            params = params.replace(max_steps_in_episode=int(max_episode_steps))
-        self.gymnax_env, self.params = env, params
-        observation_space = _gymnasium_space(env.observation_space(params), "observation_space")
-        action_space = _gymnasium_space(env.action_space(params), "action_space")
-
-        def reset_fn(key):
-            return env.reset_env(key, params)
-
-        if hasattr(env, "is_truncated"):
-            # gymnax >= 1.0: step_env's flag is the natural termination, the time limit is is_truncated.
-            def step_fn(key, state, action):
-                obs, state, reward, terminated, _ = env.step_env(key, state, action, params)
-                return obs, state, reward, terminated, env.is_truncated(state, params)
-        else:
-            # gymnax 0.0.x folds the time limit into done: the natural termination is is_terminal without the
-            # limit, the truncation the step counter against it (both may hold, as with gymnasium's TimeLimit).
-            unlimited = params.replace(max_steps_in_episode=_NO_LIMIT)
-
-            def step_fn(key, state, action):
-                obs, state, reward, done, _ = env.step_env(key, state, action, params)
-                if not hasattr(state, "time"):
-                    return obs, state, reward, done, jax.numpy.zeros_like(done)
-                natural = env.is_terminal(state, unlimited)
-                return obs, state, reward, done & natural, done & (state.time >= params.max_steps_in_episode)
-
-        super().__init__(
-            reset_fn, step_fn, observation_space, action_space, n_envs, seed=seed, device=device, autoreset=autoreset,
-            cache_key=cache_key,
-        )
-
-    def _label(self) -> str:
-        return self.gymnax_env.name

@@ -18,8 +18,9 @@ import numpy as np
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._locomotion import check_max_episode_steps, import_mujoco, locomotion_task
-from rlstruct.envs.jax_env import JaxVecEnv, _import_jax, jax_device
+from rlstruct.envs._imports import import_jax, import_mujoco
+from rlstruct.envs._locomotion import check_max_episode_steps, locomotion_task
+from rlstruct.envs.jax_env import JaxVecEnv, jax_device
 from rlstruct.errors import MissingDependencyError
 from rlstruct.seeding import check_seed
 
@@ -27,8 +28,8 @@ __all__ = ["MjxEnv"]
 
 
 def _import_mjx() -> Any:
-    """``mujoco.mjx`` (call :func:`~rlstruct.envs._locomotion.import_mujoco` first: its error names mujoco)."""
-    _import_jax()
+    """``mujoco.mjx`` (call :func:`~rlstruct.envs._imports.import_mujoco` first: its error names mujoco)."""
+    import_jax()
     try:
         # mujoco's mjx package prints "Failed to import warp: ..." on stdout when its optional MuJoCo Warp
         # back end is not installed; rlstruct does not use it, so the notice is kept off the user's output.
@@ -93,7 +94,7 @@ class MjxEnv(JaxVecEnv):
         limit = check_max_episode_steps(max_episode_steps, task.max_episode_steps)
         mujoco = import_mujoco("mjx")
         mjx = _import_mjx()
-        jax = _import_jax()
+        jax = import_jax()
         jnp = jax.numpy
         mj_model = mujoco.MjModel.from_xml_path(task.xml_path())
         model = mjx.put_model(mj_model, device=jax_device(check_device_exists(device)))

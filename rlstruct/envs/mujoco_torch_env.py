@@ -1,34 +1,11 @@
-"""gymnasium's MuJoCo locomotion tasks stepped by mujoco-torch (MJX ported to PyTorch), as a torch VecEnv.
-
-The task (observation, reward, termination, reset noise, ``frame_skip``, time limit) is gymnasium's v5 task,
-written once in :mod:`rlstruct.envs._locomotion` and shared with the MJX backend. The physics is
-``torch.vmap(mujoco_torch.step)`` over one batched ``mujoco_torch.Data``, in float64 (mujoco-torch's default, the
-precision of MuJoCo's C engine), on any torch device.
-
-An env's state between steps is what ``mj_step`` reads of it: ``qpos``, ``qvel`` and the solver's warm start
-``qacc_warmstart`` (the controls are the action; the models have no activations, mocap bodies or applied forces);
-each step fills a fresh ``Data`` with them and computes every other field anew, as ``mj_step`` does. Every step is
-written over the whole batch: the auto-reset step draws fresh initial states for every env from the counter-based
-RNG of the torch simulators (:mod:`rlstruct.envs._rng`: env ``k``'s episode ``e`` depends on
-``(seed, k, e)`` only) and selects them with ``torch.where`` where an env finished, with no host sync of its own.
-mujoco-torch's constraint solver and its line searches iterate until every env has converged, which reads a flag on
-the host at every iteration (torch's ``while_loop`` tests its condition in Python): the step cannot be captured in a
-CUDA graph (:meth:`MujocoTorchEnv.graph_state` is ``None``). mujoco-torch's ``fixed_iterations=True`` removes those
-reads but then always runs the model's full iteration counts (``opt.iterations`` solver iterations, each with
-``opt.ls_iterations`` line-search steps), far slower than converging; a capturable variant would need smaller counts
-in the model, which is other physics than gymnasium's.
-
-torch 2.13's eager ``while_loop`` traces its body with dynamo, which fails on vmap's batched tensors; mujoco-torch
-calls it for its solver under ``torch.vmap``. Building an env therefore points mujoco-torch's solver at
-:func:`_eager_while_loop`, which calls the ``while_loop`` operator directly (what torch's own wrapper does under
-``torch.compile``), so that vmap's batching rule for the operator runs the loop.
-"""
+"""gymnasium's v5 MuJoCo locomotion tasks (:mod:`rlstruct.envs._locomotion`) stepped by mujoco-torch (MJX ported to
+PyTorch): :class:`MujocoTorchEnv`, a torch VecEnv on any device, whose auto-reset step draws from the torch
+simulators' counter-based RNG and selects with ``torch.where``, with no host sync of its own."""
 
 from __future__ import annotations
 
 import math
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import torch
@@ -36,46 +13,16 @@ from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs._base import CallOrder, StepResult, VecEnv, action_rows, check_no_env_info, check_some_running
-from rlstruct.envs._locomotion import check_max_episode_steps, import_mujoco, locomotion_task
+from rlstruct.envs._imports import import_mujoco, import_mujoco_torch
+from rlstruct.envs._locomotion import check_max_episode_steps, locomotion_task
 from rlstruct.envs._rng import draw_table, env_keys, uniform_draws
-from rlstruct.errors import BatchSizeError, MissingDependencyError, SpaceError
+from rlstruct.errors import BatchSizeError, SpaceError
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
 
 __all__ = ["MujocoTorchEnv"]
 
 _STATE_KEYS = ("qpos", "qvel", "qacc_warmstart", "elapsed_steps", "episode", "rng_key", "last_action", "running")
-
-
-def _import_mujoco_torch() -> Any:
-    import_mujoco("mujoco_torch")
-    try:
-        import mujoco_torch
-    except ImportError as e:
-        raise MissingDependencyError(
-            "backend='mujoco_torch' needs mujoco-torch (which imports with mujoco 3.4-3.6 only); install it with "
-            "`pip install 'rlstruct[mujoco]'`"
-        ) from e
-    from mujoco_torch._src import solver
-
-    solver._torch_while_loop = _eager_while_loop
-    return mujoco_torch
-
-
-def _eager_while_loop(cond_fn, body_fn, carried_inputs):
-    """``torch._higher_order_ops.while_loop`` without its eager-mode dynamo trace (see the module docstring)."""
-    import torch.utils._pytree as pytree
-    from torch._higher_order_ops.while_loop import while_loop_op
-
-    flat, spec = pytree.tree_flatten(tuple(carried_inputs))
-
-    def flat_cond(*args):
-        return cond_fn(*pytree.tree_unflatten(list(args), spec))
-
-    def flat_body(*args):
-        return tuple(pytree.tree_leaves(body_fn(*pytree.tree_unflatten(list(args), spec))))
-
-    return pytree.tree_unflatten(list(while_loop_op(flat_cond, flat_body, tuple(flat), ())), spec)
 
 
 def _rows(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -143,7 +90,7 @@ class MujocoTorchEnv(CallOrder, VecEnv):
             raise ValueError(f"n_envs must be a positive int, got {n_envs!r}; pass e.g. n_envs=64")
         task = locomotion_task(name, "mujoco_torch")
         self.max_episode_steps = check_max_episode_steps(max_episode_steps, task.max_episode_steps)
-        mujoco_torch = _import_mujoco_torch()
+        mujoco_torch = import_mujoco_torch()
         mujoco = import_mujoco("mujoco_torch")
         self.device = dev = check_device_exists(device)
         self.autoreset = bool(autoreset)
@@ -217,20 +164,8 @@ class MujocoTorchEnv(CallOrder, VecEnv):
                 f"device={self.device})")
 
     def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
-        """Restarts every env with its next episode.
-
-        Args:
-            env_info: ``None`` or an empty DictTensor (the tasks take no per-env reset options).
-
-        Returns:
-            ``(observation [n_envs], arange(n_envs))`` with ``initial_state=True``, ``done=False``, ``reward=0``.
-
-        Raises:
-            BatchSizeError: ``env_info`` does not have ``n_envs`` rows.
-            DeviceMismatchError: ``env_info`` is not on the CPU.
-            ValueError: a non-empty ``env_info``.
-            EnvStateError: the env is closed.
-        """
+        """Restarts every env with its next episode (see :meth:`VecEnv.reset <rlstruct.envs.VecEnv.reset>`); the
+        tasks take no per-env options."""
         self._check_open()
         check_no_env_info(env_info, self._n, "a MuJoCo task", "pass None")
         n, dev = self._n, self.device
@@ -258,23 +193,8 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         return a.detach().to(torch.float32, copy=True)
 
     def step(self, action: DictTensor) -> StepResult:
-        """Steps the running envs with ``action["action"]`` (one row per running env, in ids order).
-
-        Args:
-            action: ``action``: float ``[B, nu]`` on :attr:`device` (cast to float32; MuJoCo clamps the controls
-                to the actuators' ranges, the control cost takes the action as given, as in gymnasium).
-
-        Returns:
-            ``((observation_next [B], ids [B]), (observation_running [B'], ids_running [B']))``
-            (see :class:`~rlstruct.envs.VecEnv`).
-
-        Raises:
-            TypeError: ``action`` is not a DictTensor.
-            SpaceError: ``action["action"]`` has the wrong shape or is not floating.
-            BatchSizeError: it does not have one row per running env.
-            DeviceMismatchError: it is not on :attr:`device`.
-            EnvStateError: ``reset`` was never called, the env is closed, or every episodic env has finished.
-        """
+        """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`): ``action``: floating
+        ``[B, nu]``."""
         self._check_steppable("step")
         ids = self._ids
         n_running = ids.shape[0]
