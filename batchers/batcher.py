@@ -6,10 +6,9 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlstruct.batchers._acquire import PHASES
@@ -24,6 +23,7 @@ from rlstruct.batchers._common import (
     repeat_first,
 )
 from rlstruct.batchers._lifecycle import track, untrack
+from rlstruct.batchers._restart import RestartPolicy, WorkerRestart
 from rlstruct.batchers._worker import (
     CHECK_DEVICE_ENV,
     Command,
@@ -40,7 +40,7 @@ from rlstruct.devices import DeviceLike, as_device, check_device_exists, tree_co
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatcherWorkerTimeout
 from rlstruct.structures import DictTensor, Trajectories
 
-__all__ = ["RL_Batcher", "WorkerRestart", "restart_seed"]
+__all__ = ["RL_Batcher"]
 
 log = logging.getLogger(__name__)
 
@@ -50,40 +50,6 @@ _CLOSE_GRACE_S = 5.0
 # interpreter exits with an execute() pending) or a failed worker being replaced: a program's exit must not wait
 # on a long or hung acquisition. The stop signal then makes the worker close its env and agent.
 _ABANDON_GRACE_S = 1.0
-
-
-def restart_seed(seed: int, restart: int) -> int:
-    """The seed of a restarted worker: drawn from its first ``seed`` and its restart count (1, 2, ...), in
-    ``[0, 2**31)``, so that a run with the same seeds and the same faults restarts the same way, and no restart
-    replays the episodes its predecessor played.
-
-    >>> restart_seed(3, 1) == restart_seed(3, 1), restart_seed(3, 1) != restart_seed(3, 2)
-    (True, True)
-    """
-    state = np.random.SeedSequence([int(seed), int(restart)]).generate_state(1, dtype=np.uint32)
-    return int(state[0]) & 0x7FFFFFFF
-
-
-@dataclass(frozen=True)
-class WorkerRestart:
-    """One replacement of a failed worker, in :attr:`RL_Batcher.restarts`.
-
-    Attributes:
-        worker_id: the worker replaced (its rows keep their place).
-        cause: the first line of the failure (what it raised, how it died, or that it hung).
-        acquisition: how many ``execute`` calls the batcher had started when it failed (the failed one
-            included); 0 for a failure in the first ``reset`` or ``update``.
-        during: the call that saw the failure: ``"get"``, ``"reset"`` or ``"update"``.
-        seed: the env seed of the new worker (:func:`restart_seed` of the worker's first seed).
-        agent_seed: the agent seed of the new worker (``None`` when the batcher has no agent seeds).
-    """
-
-    worker_id: int
-    cause: str
-    acquisition: int
-    during: str
-    seed: int
-    agent_seed: int | None
 
 
 class _RestartsExhausted(Exception):
@@ -162,16 +128,16 @@ class RL_Batcher(BatcherBase):
             buffer and the fresh memory it fills at every ``get`` (see BENCHMARKS.md). Applies where this process
             allocates the buffer on ``device`` (the in-process worker, or CPU worker processes with a CPU
             ``device``), without ``cuda_graph``, and when every env ran; otherwise ``get`` copies as usual.
-        restart_workers: how many times in all a failed worker may be replaced instead of failing the batcher
-            (0, the default: the first failure raises :class:`BatcherWorkerError`). A worker that raises in its
-            env or agent, dies (``os._exit``, a signal, the OOM killer) or does not answer within ``timeout``
-            (it is killed) is replaced by a fresh one built with the same ``create_env``/``create_agent``
-            arguments and the seeds :func:`restart_seed` draws from its first ones and its restart count; it gets
-            the weights of the last :meth:`update` and the last ``reset``'s ``env_info`` and latest
-            ``agent_info``, and is reset. A failure in ``get`` re-collects the worker's rows of that acquisition
-            in full, from fresh episodes (the rows the dead worker wrote are overwritten before ``get`` returns:
-            no step of a dead worker reaches the caller, and the batch keeps its shape). Each replacement is
-            logged as a warning and recorded in :attr:`restarts`; the failure after the last allowed one raises.
+        restart_workers: how many times in all a failed worker may be replaced instead of failing the batcher (0,
+            the default: the first failure raises :class:`BatcherWorkerError`). A worker that raises in its env or
+            agent, dies (``os._exit``, a signal, the OOM killer) or does not answer within ``timeout`` (it is
+            killed) is replaced by a fresh one built with the same ``create_env``/``create_agent`` arguments and the
+            seeds :func:`~rlstruct.batchers.restart_seed` draws from its first ones and its restart count; it gets
+            the weights of the last :meth:`update` and the last ``reset``'s ``env_info`` and latest ``agent_info``,
+            and is reset. A failure in ``get`` re-collects the worker's rows of that acquisition in full, from fresh
+            episodes (the rows the dead worker wrote are overwritten before ``get`` returns: no step of a dead
+            worker reaches the caller, and the batch keeps its shape). Each replacement is logged as a warning and
+            recorded in :attr:`restarts`; the failure after the last allowed one raises.
 
     The batcher closes itself when it is garbage-collected or the interpreter exits while still open, with a
     ``ResourceWarning`` naming where it was created (shown under ``-W always::ResourceWarning``): call
@@ -264,9 +230,11 @@ class RL_Batcher(BatcherBase):
         check_device = os.environ.get(CHECK_DEVICE_ENV, "") not in ("", "0")
         self._Worker = ProcessWorker if n_processes >= 1 else LocalWorker
         self.restart_workers = restart_workers
-        self.restarts: list[WorkerRestart] = []
+        self._restart_policy = RestartPolicy(
+            restart_workers, per_unit=False, unit="worker",
+            first_seeds=[(s, None if agent_seeds is None else agent_seeds[k]) for k, s in enumerate(seeds)],
+        )
         self._worker_specs: list[WorkerSpec] = []
-        self._first_seeds: list[tuple[int, int | None]] = []
         self._weights: Any = None  # what the last update() sent, for a restarted worker
         self._reset_parts: tuple[list[DictTensor], list[DictTensor]] | None = None
         self._n_acquisitions = 0
@@ -282,7 +250,6 @@ class RL_Batcher(BatcherBase):
                     check_device, sync_timings, bool(cuda_graph),
                 )
                 self._worker_specs.append(spec)
-                self._first_seeds.append((spec.seed, spec.agent_seed))
                 self._workers.append(self._Worker(spec, self.timeout))
             ready = recv_all(self._workers, self._start_timeout)
             self._n_envs = [r["n_envs"] for r in ready]
@@ -398,32 +365,18 @@ class RL_Batcher(BatcherBase):
 
     def _restart(self, k: int, cause: BatcherWorkerError, method: str) -> None:
         """Replaces worker ``k``, which failed with ``cause``, by a fresh one, ready for the batcher's next call:
-        its env and agent built from the same arguments with :func:`restart_seed` seeds, bound to the same rows of
-        the buffer, given the last weights and, once the batcher has been reset, reset with its rows of the last
-        ``env_info`` and latest ``agent_info``. Raises ``cause`` when no restart is left."""
-        if len(self.restarts) >= self.restart_workers:
+        its env and agent built from the same arguments with :func:`~rlstruct.batchers.restart_seed` seeds, bound
+        to the same rows of the buffer, given the last weights and, once the batcher has been reset, reset with its
+        rows of the last ``env_info`` and latest ``agent_info``. Raises ``cause`` when no restart is left."""
+        policy = self._restart_policy
+        if not policy.allows(k):
             raise _RestartsExhausted(BatcherWorkerError(
                 f"{cause}\n(restart_workers={self.restart_workers}: every allowed restart has been used: "
-                f"{[(r.worker_id, r.cause) for r in self.restarts]})",
+                f"{[(r.worker_id, r.cause) for r in policy.records]})",
                 worker_id=cause.worker_id, remote_traceback=cause.remote_traceback,
             ), cause)
-        old_spec = self._worker_specs[k]
-        n = sum(r.worker_id == k for r in self.restarts) + 1
-        first = self._first_seeds[k]
-        spec = replace(
-            old_spec, seed=restart_seed(first[0], n),
-            agent_seed=None if first[1] is None else restart_seed(first[1], n),
-        )
-        lines = str(cause).splitlines()
-        # The failure's advice to close the batcher is for a batcher that cannot restart: not part of the cause.
-        what = lines[0].split("; close the batcher")[0] if lines else type(cause).__name__
-        record = WorkerRestart(k, what, self._n_acquisitions, method, spec.seed, spec.agent_seed)
-        log.warning("worker %d failed during %s() of acquisition %d (%s); replacing it (restart %d of %d, seed %d)",
-                    k, method, record.acquisition, record.cause, len(self.restarts) + 1, self.restart_workers,
-                    spec.seed)
-        # Counted before the new worker starts: one that fails while starting uses a restart too, so that a worker
-        # that can never be rebuilt exhausts the budget instead of being retried forever.
-        self.restarts.append(record)
+        record = policy.admit(k, cause, self._n_acquisitions, method)
+        spec = replace(self._worker_specs[k], seed=record.seed, agent_seed=record.agent_seed)
         # A hung worker is stopped soon, then killed; one that raised closes its env and agent as at close().
         grace = _ABANDON_GRACE_S if isinstance(cause, BatcherWorkerTimeout) else _CLOSE_GRACE_S
         errors = close_workers([self._workers[k]], grace)
@@ -465,6 +418,11 @@ class RL_Batcher(BatcherBase):
             w.send(Command.RESET, ais[k], eis[k])
             w.recv()
         self._reports[k] = ready["report"]
+
+    @property
+    def restarts(self) -> list[WorkerRestart]:
+        """Every replacement of a failed worker, in order (see ``restart_workers``)."""
+        return self._restart_policy.records
 
     @property
     def n_restarts(self) -> int:

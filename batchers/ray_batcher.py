@@ -45,8 +45,9 @@ from rlstruct.batchers._common import (
     check_restart_workers,
 )
 from rlstruct.batchers._lifecycle import track, untrack
+from rlstruct.batchers._restart import RestartPolicy, WorkerRestart, restart_seeds
 from rlstruct.batchers._worker import WorkerPlacement
-from rlstruct.batchers.batcher import RL_Batcher, WorkerRestart, restart_seed
+from rlstruct.batchers.batcher import RL_Batcher
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, MissingDependencyError
 from rlstruct.structures import DictTensor, Trajectories
@@ -189,13 +190,12 @@ class _BatcherActor:
     def restore(self, restart: int, version: int, weights: Any, epoch: int, agent_info: DictTensor | None,
                 env_info: DictTensor | None) -> None:
         """After Ray restarted this actor (its constructor ran again with its first seeds): rebuilds its
-        RL_Batcher with the seeds of its ``restart``-th restart (:func:`restart_seed`), then resets it."""
+        RL_Batcher with the seeds of its ``restart``-th restart (:func:`~rlstruct.batchers.restart_seed`), then resets
+        it."""
         kw = self._kwargs
         self.batcher.close()
-        self.batcher = RL_Batcher(**{
-            **kw, "seeds": [restart_seed(s, restart) for s in kw["seeds"]],
-            "agent_seeds": None if kw["agent_seeds"] is None else [restart_seed(s, restart) for s in kw["agent_seeds"]],
-        })
+        self.batcher = RL_Batcher(**{**kw, "seeds": restart_seeds(kw["seeds"], restart),
+                                     "agent_seeds": restart_seeds(kw["agent_seeds"], restart)})
         self.reset(version, weights, epoch, agent_info, env_info)
 
     def acquire(self, version: int, weights: Any, epoch: int, agent_info: DictTensor | None) -> dict[str, Any] | None:
@@ -353,9 +353,6 @@ class RayBatcher(BatcherBase):
             "n_actors * max(n_processes, 1)", f"actor k takes seeds[k * {per_actor}:(k + 1) * {per_actor}]",
         )
         check_restart_workers(restart_workers)
-        # Each actor's first env and agent seeds, from which the seeds of its restarts are drawn (for the record).
-        self._first_seeds = [(seeds[k * per_actor], None if agent_seeds is None else int(agent_seeds[k * per_actor]))
-                             for k in range(n_actors)]
         if num_cpus is None:
             num_cpus = float(per_actor)
         if not num_cpus > 0:
@@ -412,7 +409,10 @@ class RayBatcher(BatcherBase):
                 "ray.init(address='ray://<head>:10001') (or address='auto' on a cluster node) first"
             )
         self.restart_workers = restart_workers
-        self.restarts: list[WorkerRestart] = []
+        # Each actor's first env and agent seeds, from which the seeds of its restarts are drawn (for the record).
+        first_seeds = [(seeds[k * per_actor], None if agent_seeds is None else int(agent_seeds[k * per_actor]))
+                       for k in range(n_actors)]
+        self._restart_policy = RestartPolicy(max_restarts, per_unit=True, first_seeds=first_seeds, unit="actor")
         self._n_acquisitions = 0
         # What the finalizer closes if this batcher is collected, or the interpreter exits, while open: it must not
         # hold self. Tracked after ray.init's own exit hook, so it runs before Ray shuts down.
@@ -436,7 +436,6 @@ class RayBatcher(BatcherBase):
         self._reset_args: tuple[list, list] | None = None
         self._exec_agent_info: list | None = None
         self._n_running_per_actor = [0] * n_actors
-        self._restarts = [0] * n_actors
         self._wait_s = 0.0
         self._gather_s = 0.0
         self._actor_timings: list[dict[str, float]] = [{} for _ in range(n_actors)]
@@ -676,16 +675,11 @@ class RayBatcher(BatcherBase):
 
     def _recover(self, k: int, error: BaseException) -> dict[str, Any] | None:
         """Restores actor ``k`` after Ray restarted it, and collects its rows again."""
-        self._restarts[k] += 1
-        n = self._restarts[k]
-        cause = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        log.warning("actor %d failed during get() of acquisition %d (%s); restoring it (restart %d)", k,
-                    self._n_acquisitions, cause, n)
-        if self.max_restarts != -1 and n > self.max_restarts:
+        policy = self._restart_policy
+        if not policy.allows(k):
             raise self._error(k, error, "execute")
-        first = self._first_seeds[k]
-        self.restarts.append(WorkerRestart(k, cause, self._n_acquisitions, "get", restart_seed(first[0], n),
-                                           None if first[1] is None else restart_seed(first[1], n)))
+        policy.admit(k, error, self._n_acquisitions, "get")
+        n = policy.count(k)
         assert self._reset_args is not None
         ais, eis = self._reset_args
         ai = self._exec_agent_info[k] if self._exec_agent_info is not None else ais[k]
@@ -754,7 +748,12 @@ class RayBatcher(BatcherBase):
     def worker_reports(self) -> list[dict[str, Any]]:
         """One report per actor: pid, node, the accelerators Ray assigned, CUDA variables, whether CUDA was
         initialised, restarts, and its RL_Batcher's ``worker_reports()`` under ``workers``."""
-        return [{**r, "restarts": n} for r, n in zip(self._reports, self._restarts)]
+        return [{**r, "restarts": self._restart_policy.count(k)} for k, r in enumerate(self._reports)]
+
+    @property
+    def restarts(self) -> list[WorkerRestart]:
+        """Every restore of a dead actor, in order (see ``max_restarts``)."""
+        return self._restart_policy.records
 
     @property
     def n_restarts(self) -> int:
