@@ -23,19 +23,12 @@ from rlstruct.batchers._common import (
     repeat_first,
 )
 from rlstruct.batchers._lifecycle import track, untrack
+from rlstruct.batchers._local import LocalWorker
+from rlstruct.batchers._parent import ProcessWorker, close_workers, recv_all, recv_each
+from rlstruct.batchers._placement import WorkerPlacement
+from rlstruct.batchers._protocol import CHECK_DEVICE_ENV, Command, WorkerSpec
 from rlstruct.batchers._restart import RestartPolicy, WorkerRestart
-from rlstruct.batchers._worker import (
-    CHECK_DEVICE_ENV,
-    Command,
-    LocalWorker,
-    ProcessWorker,
-    WorkerPlacement,
-    WorkerSpec,
-    close_workers,
-    dump_weights,
-    recv_all,
-    recv_each,
-)
+from rlstruct.batchers.weights import dump_weights
 from rlstruct.devices import DeviceLike, as_device, check_device_exists, tree_copy
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatcherWorkerTimeout
 from rlstruct.structures import DictTensor, Trajectories

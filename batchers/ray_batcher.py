@@ -45,8 +45,8 @@ from rlstruct.batchers._common import (
     check_restart_workers,
 )
 from rlstruct.batchers._lifecycle import track, untrack
+from rlstruct.batchers._placement import WorkerPlacement
 from rlstruct.batchers._restart import RestartPolicy, WorkerRestart, restart_seeds
-from rlstruct.batchers._worker import WorkerPlacement
 from rlstruct.batchers.batcher import RL_Batcher
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, MissingDependencyError
