@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlstruct.batchers._base import BatcherBase
 from rlstruct.devices import DeviceLike, as_device, cpu_state_dict, tree_copy
 from rlstruct.errors import ConfigError
 
@@ -70,7 +71,7 @@ class WeightSync:
     ('shared', True)
     """
 
-    def __init__(self, batcher: Any, model: nn.Module, learner_device: DeviceLike, mode: str = "auto", *,
+    def __init__(self, batcher: BatcherBase, model: nn.Module, learner_device: DeviceLike, mode: str = "auto", *,
                  snapshot: bool = False):
         if mode not in SYNC_MODES:
             raise ValueError(f"mode must be one of {list(SYNC_MODES)}, got {mode!r}")
