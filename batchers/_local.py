@@ -13,7 +13,8 @@ __all__ = ["LocalWorker"]
 
 
 class LocalWorker:
-    """The same interface as :class:`ProcessWorker`, run synchronously in the calling process."""
+    """The same interface as :class:`~rlstruct.batchers._parent.ProcessWorker`, run synchronously in the calling
+    process."""
 
     def __init__(self, spec: WorkerSpec, timeout: float):
         self.worker_id = spec.worker_id
