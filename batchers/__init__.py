@@ -6,8 +6,9 @@ training run loads the modules it uses (Ray itself is imported when a RayBatcher
 """
 
 from rlstruct._lazy import lazy_names
-from rlstruct.batchers._worker import WorkerPlacement
-from rlstruct.batchers.batcher import RL_Batcher, WorkerRestart, restart_seed
+from rlstruct.batchers._placement import WorkerPlacement
+from rlstruct.batchers._restart import WorkerRestart, restart_seed
+from rlstruct.batchers.batcher import RL_Batcher
 from rlstruct.batchers.pipeline import Pipeline
 from rlstruct.batchers.weights import WeightSync
 

@@ -1,28 +1,9 @@
 """The step loop shared by every batcher mode: one agent, one VecEnv, one block of buffer rows.
 
-The same :class:`Acquirer` runs inside a worker process or in the calling
-process. It writes into a preallocated block of the trajectory buffer (see
-:mod:`~rlstruct.batchers._buffer`), whose row ``i`` belongs to env ``i`` of its
-VecEnv. Per-step work is over whole batches: no Python loop over envs, no
-``.item()``, and no host–device sync unless envs finished during the step
-(episodic envs), which the env itself already paid for when it shrank its
-running set.
-
-What the agent and env hand over is checked against the buffer's layout (the
-probe's keys, per-row shapes and dtypes) before it is written, since a copy
-into the buffer would broadcast a ``[B, 1]`` into ``[B, 2]`` or cast a dtype
-silently: tensor metadata only, never their values. The agent's outputs are
-checked at every step, the env's observations at every step of the episodic
-loop and, in the auto-reset loop, by :meth:`~rlstruct.envs.VecEnv.step_into`
-(an env that writes in place writes into the buffer's own tensors, so it is
-trusted), the agent state whenever it is written.
-
-There are two loops. With an auto-reset env every row runs at every step, and
-the one loop calls ``env.step_into`` with views of the buffer: an env that
-writes in place fills the buffer itself, any other steps and copies (the
-:class:`~rlstruct.envs.VecEnv` default), and a CUDA graph captures that same
-loop (:mod:`~rlstruct.batchers._graph`). An episodic env shrinks its running
-set as episodes end: its loop steps and writes the surviving rows.
+:class:`Acquirer` runs in a worker process or in the calling process and writes its env's rows of the trajectory
+buffer (:mod:`~rlstruct.batchers._buffer`), checking what the agent and the env hand over against the buffer's
+layout. An auto-reset env runs every row at every step (one ``step_into`` loop, which a CUDA graph can capture);
+an episodic env shrinks its running set as episodes end.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""CUDA-graph capture of the step loop: ``n_timesteps`` steps of agent, env and buffer writes as one replay.
-
-A replay reads and writes the very tensors the capture saw (the *statics*). :class:`StepGraph` owns them: the
-agent state, a pinned host copy of ``agent_info``, and the env's state as the env hands it out through the
-:class:`~rlstruct.envs.VecEnv` contract: ``graph_state()`` (its state tensors by name, or ``None`` when its
-step cannot be captured) and ``set_graph_state(state)`` (makes those tensors its state, without a copy). The
-buffer and its observation views are static already (bound once). Before each replay the current values are
-copied into the statics wherever they are other tensors (after a ``reset``, or an env or agent that rebinds);
-the captured loop ends by copying its last state back into them, so consecutive replays chain.
+"""CUDA-graph capture of the step loop: ``n_timesteps`` steps of agent, env and buffer writes as one replay, and the
+static tensors the replay reads and writes (:class:`StepGraph`).
 """
 
 from __future__ import annotations
@@ -30,6 +23,13 @@ Loop = Callable[[DictTensor, DictTensor], DictTensor]
 
 class StepGraph:
     """The CUDA graph of one acquirer's full-row step loop, and the static tensors it reads.
+
+    A replay reads and writes the very tensors the capture saw (the *statics*): the agent state, a pinned host copy
+    of ``agent_info``, and the env's state as the env hands it out through the :class:`~rlstruct.envs.VecEnv`
+    contract (``graph_state()``, ``set_graph_state(state)``); the buffer and its observation views are static
+    already. Before each replay the current values are copied into the statics wherever they are other tensors
+    (after a ``reset``, or an env or agent that rebinds); the captured loop ends by copying its last state back into
+    them, so consecutive replays chain.
 
     Its streams, graph and synchronisation come from the accelerator of ``device``'s type
     (:func:`rlstruct._accel.accelerator_for`, resolved here once): CUDA's, or a test's recording fake.

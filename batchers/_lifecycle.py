@@ -1,25 +1,11 @@
-"""Closing batchers that their program forgot to close: at garbage collection and at interpreter exit.
-
-A batcher registers what it holds (its workers, its actors) with :func:`track`, which returns a
-:class:`weakref.finalize` holding those resources and never the batcher, so that the finalizer cannot keep
-it alive. When the batcher is collected, or the interpreter exits, while still open, the finalizer emits a
-:class:`ResourceWarning` naming where the batcher was created (Python's convention for unclosed files and
-sockets: silent by default, shown under ``-W always::ResourceWarning`` or ``python -X dev``) and releases the
-resources. An explicit ``close()`` detaches it first.
-
-At exit the order matters: ``multiprocessing`` registers its own ``atexit`` hook, which terminates daemon
-children with SIGTERM and then joins them. Batcher workers ignore SIGTERM (a scheduler sends it to the whole
-job; the parent owns shutdown), so that join would wait forever. ``atexit`` runs its hooks last registered,
-first run, and :func:`track` registers this module's hook when the first batcher is built, after
-``multiprocessing.util`` registered its own: every batcher is closed before ``multiprocessing`` joins its
-children. ``weakref.finalize``'s own exit hook is not used (``atexit=False``), since its place in that order
-depends on which library made the first finalizer of the process.
+"""Closing batchers that their program forgot to close, at garbage collection and at interpreter exit, with a
+:class:`ResourceWarning` naming where the batcher was created.
 """
 
 from __future__ import annotations
 
 import atexit
-import multiprocessing.util  # noqa: F401  (its atexit hook must be registered before ours: see above)
+import multiprocessing.util  # noqa: F401  (its atexit hook must be registered before ours: see track)
 import sys
 import threading
 import warnings
@@ -86,6 +72,10 @@ def track(obj: Any, what: str, release: Callable[..., Any], *args: Any) -> weakr
     f.atexit = False  # closed by _close_all_at_exit, before multiprocessing's own hook
     with _LOCK:
         if not _HOOKED:
+            # multiprocessing's own atexit hook terminates daemon children with SIGTERM and then joins them, but
+            # batcher workers ignore SIGTERM (a scheduler sends it to the whole job; the parent owns shutdown), so
+            # that join would wait forever. atexit runs the hook registered last first, and this one comes after
+            # multiprocessing.util's (imported above): every batcher is closed before multiprocessing joins.
             atexit.register(_close_all_at_exit)
             _HOOKED = True
         # Finalizers that ran or were detached are dropped here, so the set stays as small as the open batchers.

@@ -1,14 +1,5 @@
-"""How many envs per process, and how many processes (or GPU instances)? Answered by measurement.
-
-:func:`autotune` sweeps the env count per process by doubling (``min_envs``, ``2 * min_envs``, …,
-``max_envs``) for each process count, measuring steps/s and memory. A sweep stops at *saturation*, when
-doubling the envs buys less throughput per unit of extra memory than ``min_gain_per_memory``, and a
-configuration whose projected memory does not fit the available host (or GPU) memory is skipped without
-being built. The result holds the best configuration and the whole table.
-
-The measurement is injectable: ``measure(n_processes, n_envs) -> Measurement``. The one ``rlstruct autotune``
-uses, :func:`rlstruct.algos.profile.batcher_measure`, times an :class:`~rlstruct.batchers.RL_Batcher` of the
-algorithms' policy agent on a :func:`~rlstruct.envs.make_env` env.
+"""How many envs per process, and how many processes (or GPU instances)? Answered by measurement: :func:`autotune`
+sweeps the env count per process for each process count, measuring steps/s and memory, until it saturates.
 """
 
 from __future__ import annotations
@@ -23,7 +14,7 @@ from typing import Any
 import psutil
 import torch
 
-from rlstruct.batchers._common import pyplot, save_png
+from rlstruct._plot import pyplot, save_png
 from rlstruct.devices import DeviceLike, check_device_exists
 
 __all__ = ["Measurement", "TuneRow", "AutotuneResult", "autotune", "host_rss", "available_gpu_bytes"]
@@ -223,7 +214,8 @@ def autotune(
     * A measurement that raises (e.g. out of memory) is recorded as ``failed`` and stops the sweep.
 
     Args:
-        measure: ``measure(n_processes, n_envs) -> Measurement`` (e.g. :func:`rlstruct.algos.profile.batcher_measure`).
+        measure: ``measure(n_processes, n_envs) -> Measurement``, e.g. the time of an RL_Batcher of that size
+            (``rlstruct autotune`` measures one of the algorithms' policy agent).
         process_counts: process counts to sweep (0: the calling process).
         min_envs: first env count per process.
         max_envs: largest env count per process.

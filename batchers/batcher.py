@@ -6,41 +6,27 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlstruct.batchers._acquire import PHASES
+from rlstruct.batchers._args import BatcherArgs, check_cpu_state_dict
+from rlstruct.batchers._base import BatcherBase, Phase, repeat_first, same_specs
 from rlstruct.batchers._buffer import Part, Specs, allocate_block, gather, rows_of, trajectories_from, views_of
-from rlstruct.batchers._common import (
-    BatcherBase,
-    Phase,
-    check_cpu,
-    check_cpu_state_dict,
-    check_graph_placements,
-    check_restart_workers,
-    repeat_first,
-)
 from rlstruct.batchers._lifecycle import track, untrack
-from rlstruct.batchers._worker import (
-    CHECK_DEVICE_ENV,
-    Command,
-    LocalWorker,
-    ProcessWorker,
-    WorkerPlacement,
-    WorkerSpec,
-    close_workers,
-    dump_weights,
-    recv_all,
-    recv_each,
-)
-from rlstruct.devices import DeviceLike, as_device, check_device_exists, tree_copy
+from rlstruct.batchers._local import LocalWorker
+from rlstruct.batchers._parent import ProcessWorker, close_workers, recv_all, recv_each
+from rlstruct.batchers._placement import WorkerPlacement
+from rlstruct.batchers._protocol import CHECK_DEVICE_ENV, Command, WorkerSpec
+from rlstruct.batchers._restart import RestartPolicy
+from rlstruct.batchers.weights import dump_weights
+from rlstruct.devices import DeviceLike, tree_copy
 from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatcherWorkerTimeout
 from rlstruct.structures import DictTensor, Trajectories
 
-__all__ = ["RL_Batcher", "WorkerRestart", "restart_seed"]
+__all__ = ["RL_Batcher"]
 
 log = logging.getLogger(__name__)
 
@@ -50,40 +36,6 @@ _CLOSE_GRACE_S = 5.0
 # interpreter exits with an execute() pending) or a failed worker being replaced: a program's exit must not wait
 # on a long or hung acquisition. The stop signal then makes the worker close its env and agent.
 _ABANDON_GRACE_S = 1.0
-
-
-def restart_seed(seed: int, restart: int) -> int:
-    """The seed of a restarted worker: drawn from its first ``seed`` and its restart count (1, 2, ...), in
-    ``[0, 2**31)``, so that a run with the same seeds and the same faults restarts the same way, and no restart
-    replays the episodes its predecessor played.
-
-    >>> restart_seed(3, 1) == restart_seed(3, 1), restart_seed(3, 1) != restart_seed(3, 2)
-    (True, True)
-    """
-    state = np.random.SeedSequence([int(seed), int(restart)]).generate_state(1, dtype=np.uint32)
-    return int(state[0]) & 0x7FFFFFFF
-
-
-@dataclass(frozen=True)
-class WorkerRestart:
-    """One replacement of a failed worker, in :attr:`RL_Batcher.restarts`.
-
-    Attributes:
-        worker_id: the worker replaced (its rows keep their place).
-        cause: the first line of the failure (what it raised, how it died, or that it hung).
-        acquisition: how many ``execute`` calls the batcher had started when it failed (the failed one
-            included); 0 for a failure in the first ``reset`` or ``update``.
-        during: the call that saw the failure: ``"get"``, ``"reset"`` or ``"update"``.
-        seed: the env seed of the new worker (:func:`restart_seed` of the worker's first seed).
-        agent_seed: the agent seed of the new worker (``None`` when the batcher has no agent seeds).
-    """
-
-    worker_id: int
-    cause: str
-    acquisition: int
-    during: str
-    seed: int
-    agent_seed: int | None
 
 
 class _RestartsExhausted(Exception):
@@ -106,26 +58,16 @@ def _release_workers(workers: list, busy: list[bool]) -> None:
 
 
 class RL_Batcher(BatcherBase):
-    """Collects trajectories of an agent on vectorized environments, asynchronously.
+    """Collects trajectories of an agent on vectorized environments, in worker processes or in this process.
 
-    One step loop serves three ways to run:
-
-    * ``n_processes >= 1``: spawned worker processes, each with its own env and agent, writing into one
-      preallocated buffer (shared memory on the CPU; on a GPU worker, CUDA memory shared with the parent).
-      CPU workers start with ``CUDA_VISIBLE_DEVICES=""``.
-    * ``n_processes=1, device="cuda:k"``: one GPU worker stepping a torch simulator with a huge env count,
-      while the parent (the learner) computes elsewhere.
-    * ``n_processes=0``: the same loop in the calling process, for debugging or when no overlap is needed.
-
-    The protocol: ``reset`` → ``execute`` (returns at once) → ``get`` → ``(Trajectories, n_still_running)``;
-    ``update`` sends weights while nothing is pending. Env and agent state carry over between executes until
-    the next ``reset``. Every ``execute`` yields one trajectory per env running when it started, of at most
-    ``n_timesteps`` steps (fewer when an episodic env finishes: see ``lengths``).
-
-    Output schema: ``info`` holds ``agent_info/*``, ``env_info/*`` and ``agent_state/*`` (the state when the
-    acquisition started); ``trajectories`` holds ``observation/*`` (step t), ``action/*`` (every key the agent
-    returned at t) and ``_observation/*`` (step t+1, before any auto-reset). Rows are worker 0's running envs
-    in env order, then worker 1's, and so on; everything is on ``device``.
+    The call order is ``reset`` → ``execute`` (returns at once) → ``get`` → ``(Trajectories, n_still_running)``;
+    ``update`` sends weights while nothing is pending. Env and agent state carry over between executes until the
+    next ``reset``. Each ``execute`` yields one trajectory per env running when it started, of at most
+    ``n_timesteps`` steps, on ``device``: ``info`` holds ``agent_info/*``, ``env_info/*`` and ``agent_state/*`` (the
+    state when the acquisition started), ``trajectories`` holds ``observation/*`` (step t), ``action/*`` (every key
+    the agent returned at t) and ``_observation/*`` (step t+1, before any auto-reset); rows are worker 0's running
+    envs, then worker 1's, and so on. The docs' Batchers page describes the modes, CUDA graphs, ``zero_copy`` and
+    restarts at length.
 
     Args:
         n_timesteps: steps per acquisition (the ``T`` of the buffer).
@@ -133,62 +75,43 @@ class RL_Batcher(BatcherBase):
         agent_args: keyword arguments of ``create_agent``.
         create_env: ``create_env(**env_args, seed=seeds[k])`` builds worker k's VecEnv.
         env_args: keyword arguments of ``create_env`` (a ``seed`` key is overridden).
-        n_processes: worker processes; 0 runs in the calling process.
+        n_processes: spawned worker processes, writing into one shared buffer; 0 runs in the calling process.
         seeds: one env seed per worker (``max(n_processes, 1)`` of them).
         agent_info: example ``agent_info`` (CPU): its keys and row shapes size the buffer, and its first row
             repeated is the default of ``reset``. May be empty.
         env_info: example ``env_info`` (CPU), likewise.
         agent_seeds: one seed per worker for ``agent.seed`` (also seeds the worker's global torch RNG).
         device: where observations, agent state, actions and the output live.
-        worker_placements: one :class:`WorkerPlacement` per worker (device and process environment:
-            a GPU index, a MIG slice, MPS settings, or CPU only). Default: every worker on ``device``.
+        worker_placements: one :class:`WorkerPlacement` per worker (its device, a GPU index, a MIG slice, MPS
+            settings, its CPU cores). Default: every worker on ``device``.
         timeout: seconds any wait on a worker may last before it is reported as hung (at least 120 s while
             the workers start, since they import torch and build their envs).
         sync_timings: synchronize the device between phases so that :meth:`timings` is exact on a GPU.
         cuda_graph: replay each worker's whole step loop (agent, env step, buffer writes) as one CUDA graph,
-            captured at the second acquisition after construction (the first runs eagerly): one launch per
-            ``execute`` instead of hundreds per step. Needs every worker on a CUDA device and an auto-reset
-            torch simulator (an env with :meth:`~rlstruct.envs.VecEnv.graph_state`). Only device work is
-            replayed: host-side computation of the agent is frozen at capture; weights must be loaded in place
-            (``load_state_dict``, what :meth:`update` does); ``agent_info`` reaches the agent as pinned host
-            tensors updated in place (copy them with ``non_blocking=True``). See
-            :class:`~rlstruct.batchers._acquire.Acquirer`.
-        zero_copy: let ``get`` return views of the batcher's buffer instead of copies, and write the next
-            acquisition into a second buffer. A ``get``'s trajectories then stay valid until the acquisition of
-            the second ``execute`` after it overwrites them: learn on them while the next acquisition runs, and
-            ``clone()`` what you keep longer (a replay buffer's own storage copies anyway). Their temporal tensors
-            are ``[B, T, ...]`` views of time-major storage (``transpose(0, 1)`` of a contiguous
-            ``[T, B, ...]``): index them as usual, ``reshape`` rather than ``view``. Saves the copy out of the
-            buffer and the fresh memory it fills at every ``get`` (see BENCHMARKS.md). Applies where this process
-            allocates the buffer on ``device`` (the in-process worker, or CPU worker processes with a CPU
-            ``device``), without ``cuda_graph``, and when every env ran; otherwise ``get`` copies as usual.
-        restart_workers: how many times in all a failed worker may be replaced instead of failing the batcher
-            (0, the default: the first failure raises :class:`BatcherWorkerError`). A worker that raises in its
-            env or agent, dies (``os._exit``, a signal, the OOM killer) or does not answer within ``timeout``
-            (it is killed) is replaced by a fresh one built with the same ``create_env``/``create_agent``
-            arguments and the seeds :func:`restart_seed` draws from its first ones and its restart count; it gets
-            the weights of the last :meth:`update` and the last ``reset``'s ``env_info`` and latest
-            ``agent_info``, and is reset. A failure in ``get`` re-collects the worker's rows of that acquisition
-            in full, from fresh episodes (the rows the dead worker wrote are overwritten before ``get`` returns:
-            no step of a dead worker reaches the caller, and the batch keeps its shape). Each replacement is
-            logged as a warning and recorded in :attr:`restarts`; the failure after the last allowed one raises.
+            captured at the second acquisition. Needs every worker on a CUDA device and an auto-reset torch
+            simulator (an env with :meth:`~rlstruct.envs.VecEnv.graph_state`); only device work is replayed.
+        zero_copy: let ``get`` return views of a double buffer instead of copies, valid until the second
+            ``execute`` after it. Applies where this process allocates the buffer on ``device``, without
+            ``cuda_graph``, and when every env ran; otherwise ``get`` copies as usual.
+        restart_workers: how many times in all a failed worker (one that raised, died or hung) may be replaced by
+            a fresh one instead of failing the batcher (0: the first failure raises). The new worker gets the
+            :func:`~rlstruct.batchers.restart_seed` seeds, the last weights and a reset, and collects its rows of
+            the failed acquisition again; each replacement is recorded in :attr:`restarts`.
 
-    The batcher closes itself when it is garbage-collected or the interpreter exits while still open, with a
-    ``ResourceWarning`` naming where it was created (shown under ``-W always::ResourceWarning``): call
-    :meth:`close` or use ``with``.
+    It closes itself, with a ``ResourceWarning`` naming where it was created, when garbage-collected or at
+    interpreter exit while still open: call :meth:`close` or use ``with``.
 
     Raises:
         ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker.
         SeedError: a seed of ``seeds`` or ``agent_seeds`` is not an int in ``[0, 2**31)``.
         TypeError: ``n_timesteps`` not an int, ``timeout`` not a number, ``seeds`` not a sequence, or (with
             worker processes) ``create_env``, ``create_agent``, ``env_args`` or ``agent_args`` not picklable.
-        ValueError: ``n_timesteps < 1`` or ``timeout <= 0``.
+        ValueError: ``n_timesteps < 1``, ``timeout <= 0``, or ``cuda_graph=True`` with a worker off the GPU.
         DeviceUnavailableError: ``device`` does not exist on this machine.
         DeviceMismatchError: ``agent_info``/``env_info`` not on the CPU.
         BatchSizeError: ``agent_info``/``env_info`` with a 0-d tensor or no row.
         BatcherWorkerError: a worker failed to start, probe or allocate (with ``cuda_graph``: its env cannot be
             captured, or capturing failed).
-        ValueError: ``cuda_graph=True`` with a worker off the GPU.
 
     >>> from rlstruct import RL_Agent
     >>> from rlstruct.envs import CartPole
@@ -233,88 +156,59 @@ class RL_Batcher(BatcherBase):
         self._views = False
         self._slot = 0
         self._copy_done: torch.cuda.Event | None = None
-        if not isinstance(n_processes, int) or n_processes < 0:
-            raise ValueError(f"n_processes must be an int >= 0 (0 runs in this process), got {n_processes!r}")
-        check_restart_workers(restart_workers)
-        n_workers = max(n_processes, 1)
-        seeds = self._check_args(n_timesteps, timeout, seeds, agent_seeds, n_workers, "worker",
-                                 "max(n_processes, 1)", "with n_processes=0 the one seed is the in-process env's")
-        self.n_timesteps = n_timesteps
-        self.n_processes = n_processes
-        self.device = as_device(device)
-        self.cuda_graph = bool(cuda_graph)
-        self.timeout = float(timeout)
+        args = BatcherArgs.check(n_timesteps, create_agent, agent_args, create_env, env_args, n_processes, seeds,
+                                 agent_info, env_info, agent_seeds, device, worker_placements, timeout, sync_timings,
+                                 cuda_graph, zero_copy, restart_workers)
+        self._keep(args)
+        self.cuda_graph = args.cuda_graph
         # Starting a worker imports torch and builds its env: allow that more than one acquisition's timeout.
         self._start_timeout = max(self.timeout, 120.0)
-        agent_info = check_cpu(agent_info, "agent_info")
-        env_info = check_cpu(env_info, "env_info")
-        if worker_placements is None:
+        n_workers = max(n_processes, 1)
+        placements = args.worker_placements
+        if placements is None:
             placements = [WorkerPlacement(self.device) for _ in range(n_workers)]
-        else:
-            placements = list(worker_placements)
-            if len(placements) != n_workers:
-                raise ValueError(
-                    f"worker_placements must hold one WorkerPlacement per worker ({n_workers}), got {len(placements)}"
-                )
-        if cuda_graph:
-            check_graph_placements(placements, "worker", "pass device='cuda' (or GPU worker_placements)")
-        # Here rather than when a worker first touches it: a missing GPU otherwise surfaces as a worker's
-        # "Torch not compiled with CUDA enabled". Asks the driver for its device count only, no CUDA context.
-        check_device_exists(self.device, argument="device")
+        elif len(placements) != n_workers:
+            raise ValueError(
+                f"worker_placements must hold one WorkerPlacement per worker ({n_workers}), got {len(placements)}"
+            )
+        args.check_placements(placements, "worker", "pass device='cuda' (or GPU worker_placements)")
         check_device = os.environ.get(CHECK_DEVICE_ENV, "") not in ("", "0")
         self._Worker = ProcessWorker if n_processes >= 1 else LocalWorker
-        self.restart_workers = restart_workers
-        self.restarts: list[WorkerRestart] = []
-        self._worker_specs: list[WorkerSpec] = []
-        self._first_seeds: list[tuple[int, int | None]] = []
+        self._restart_policy = RestartPolicy(restart_workers, per_unit=False, first_seeds=args.first_seeds(n_workers),
+                                             unit="worker")
         self._weights: Any = None  # what the last update() sent, for a restarted worker
         self._reset_parts: tuple[list[DictTensor], list[DictTensor]] | None = None
-        self._n_acquisitions = 0
         # Tracked before any process starts: a constructor interrupted halfway still stops what it started.
         what = f"RL_Batcher with {n_processes} worker processes" if n_processes else "RL_Batcher (in process)"
         self._busy_box = [False]  # an acquisition pending, for the finalizer (which must not hold self)
         self._finalizer = track(self, what, _release_workers, self._workers, self._busy_box)
+        self._worker_specs = [
+            WorkerSpec(k, args.create_env, args.env_args, args.seeds[k], args.create_agent, args.agent_args,
+                       None if args.agent_seeds is None else args.agent_seeds[k], n_timesteps, placements[k],
+                       check_device, args.sync_timings, args.cuda_graph)
+            for k in range(n_workers)
+        ]
         try:
-            for k in range(n_workers):
-                spec = WorkerSpec(
-                    k, create_env, dict(env_args), seeds[k], create_agent, dict(agent_args),
-                    None if agent_seeds is None else agent_seeds[k], n_timesteps, placements[k],
-                    check_device, sync_timings, bool(cuda_graph),
-                )
-                self._worker_specs.append(spec)
-                self._first_seeds.append((spec.seed, spec.agent_seed))
+            for spec in self._worker_specs:
                 self._workers.append(self._Worker(spec, self.timeout))
             ready = recv_all(self._workers, self._start_timeout)
             self._n_envs = [r["n_envs"] for r in ready]
             self._reports = [r["report"] for r in ready]
             self._offsets = [sum(self._n_envs[:k]) for k in range(n_workers)]
-            self._specs = self._probe(agent_info, env_info)
-            self._bind(bool(zero_copy))
+            self._specs = self._probe(args.agent_info, args.env_info)
+            self._bind(args.zero_copy)
         except BaseException:
             self.close()
             raise
-        self._default_agent_info = agent_info
-        self._default_env_info = env_info
-        self._wait_s = 0.0
-        self._gather_s = 0.0
         self._worker_timings: list[dict[str, float]] = [{} for _ in self._workers]
-        self._timing_base: dict[str, float] = {}
 
     # ----------------------------------------------------------------- setup
     def _probe(self, agent_info: DictTensor, env_info: DictTensor) -> Specs:
         for w, n in zip(self._workers, self._n_envs):
             w.send(Command.PROBE, repeat_first(agent_info, n), repeat_first(env_info, n))
-        specs = recv_all(self._workers, self._start_timeout)
-        for k, s in enumerate(specs[1:], 1):
-            if s != specs[0]:
-                diff = sorted(set(s.items()) ^ set(specs[0].items()), key=str)
-                raise BatcherWorkerError(
-                    f"worker {k} produces other keys, shapes or dtypes than worker 0: {diff}; "
-                    "every worker must build the same kind of env and agent",
-                    worker_id=k,
-                )
-        log.debug("buffer specs: %s", specs[0])
-        return specs[0]
+        specs = same_specs(recv_all(self._workers, self._start_timeout), "worker")
+        log.debug("buffer specs: %s", specs)
+        return specs
 
     def _bind(self, zero_copy: bool) -> None:
         """Allocates the buffers and gives each worker its rows (``self._blocks[slot][k]``: worker k's).
@@ -398,32 +292,18 @@ class RL_Batcher(BatcherBase):
 
     def _restart(self, k: int, cause: BatcherWorkerError, method: str) -> None:
         """Replaces worker ``k``, which failed with ``cause``, by a fresh one, ready for the batcher's next call:
-        its env and agent built from the same arguments with :func:`restart_seed` seeds, bound to the same rows of
-        the buffer, given the last weights and, once the batcher has been reset, reset with its rows of the last
-        ``env_info`` and latest ``agent_info``. Raises ``cause`` when no restart is left."""
-        if len(self.restarts) >= self.restart_workers:
+        its env and agent built from the same arguments with :func:`~rlstruct.batchers.restart_seed` seeds, bound
+        to the same rows of the buffer, given the last weights and, once the batcher has been reset, reset with its
+        rows of the last ``env_info`` and latest ``agent_info``. Raises ``cause`` when no restart is left."""
+        policy = self._restart_policy
+        if not policy.allows(k):
             raise _RestartsExhausted(BatcherWorkerError(
                 f"{cause}\n(restart_workers={self.restart_workers}: every allowed restart has been used: "
-                f"{[(r.worker_id, r.cause) for r in self.restarts]})",
+                f"{[(r.worker_id, r.cause) for r in policy.records]})",
                 worker_id=cause.worker_id, remote_traceback=cause.remote_traceback,
             ), cause)
-        old_spec = self._worker_specs[k]
-        n = sum(r.worker_id == k for r in self.restarts) + 1
-        first = self._first_seeds[k]
-        spec = replace(
-            old_spec, seed=restart_seed(first[0], n),
-            agent_seed=None if first[1] is None else restart_seed(first[1], n),
-        )
-        lines = str(cause).splitlines()
-        # The failure's advice to close the batcher is for a batcher that cannot restart: not part of the cause.
-        what = lines[0].split("; close the batcher")[0] if lines else type(cause).__name__
-        record = WorkerRestart(k, what, self._n_acquisitions, method, spec.seed, spec.agent_seed)
-        log.warning("worker %d failed during %s() of acquisition %d (%s); replacing it (restart %d of %d, seed %d)",
-                    k, method, record.acquisition, record.cause, len(self.restarts) + 1, self.restart_workers,
-                    spec.seed)
-        # Counted before the new worker starts: one that fails while starting uses a restart too, so that a worker
-        # that can never be rebuilt exhausts the budget instead of being retried forever.
-        self.restarts.append(record)
+        record = policy.admit(k, cause, self._n_acquisitions, method)
+        spec = replace(self._worker_specs[k], seed=record.seed, agent_seed=record.agent_seed)
         # A hung worker is stopped soon, then killed; one that raised closes its env and agent as at close().
         grace = _ABANDON_GRACE_S if isinstance(cause, BatcherWorkerTimeout) else _CLOSE_GRACE_S
         errors = close_workers([self._workers[k]], grace)
@@ -466,16 +346,7 @@ class RL_Batcher(BatcherBase):
             w.recv()
         self._reports[k] = ready["report"]
 
-    @property
-    def n_restarts(self) -> int:
-        """How many failed workers have been replaced (see ``restart_workers`` and :attr:`restarts`)."""
-        return len(self.restarts)
-
     # ----------------------------------------------------------------- API
-    def n_elems(self) -> int:
-        """The total number of envs, ``sum over workers of n_envs``."""
-        return sum(self._n_envs)
-
     def reset(self, agent_info: DictTensor | None = None, env_info: DictTensor | None = None) -> None:
         """Restarts every env and forgets the carried agent state (blocking).
 
@@ -694,6 +565,3 @@ class RL_Batcher(BatcherBase):
         self._whole = None
         if errors:
             log.warning("errors while closing workers: %s", errors)
-
-    def __enter__(self) -> RL_Batcher:
-        return self

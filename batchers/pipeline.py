@@ -1,17 +1,5 @@
-"""The training batcher's acquisitions as a learner consumes them: one after the other, or overlapped with learning.
-
-Overlapped, acquisition ``k + 1`` runs while the learner trains on batch ``k``, with the weights of the update
-before (the data of an update is one update stale, as in PPO's ``overlap``):
-
-* worker processes (``n_processes >= 1``): the batcher's own asynchronous ``execute``;
-* in process (``n_processes=0``): with the batcher's ``zero_copy`` double buffer batch ``k`` stays valid while
-  ``k + 1`` is written into the other buffer; without it (e.g. with ``cuda_graph``, whose captured loop writes
-  one buffer) ``get`` copies batch ``k`` out before ``k + 1`` is launched. On CUDA the acquisition is queued on
-  its own stream and ordered against the learner's stream by events, never by a host synchronisation; on the
-  CPU it runs before ``next`` returns (sequential), with the same weights and results.
-
-The streams and events come from the accelerator of the batcher's device type (:mod:`rlstruct._accel`, resolved
-once in the constructor), so that a test's recording fake can check the ordering on the CPU.
+"""The training batcher's acquisitions as a learner consumes them: one after the other, or overlapped with
+learning (acquisition ``k + 1`` runs while the learner trains on batch ``k``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Where the time of a collect + learn loop goes: the phase timer and the report.
-
-:class:`PhaseTimer` times named phases of a learner (synchronizing a GPU only at phase boundaries, so the
-numbers are honest without slowing the phases themselves); :class:`ProfileReport` holds seconds per phase,
-the collection phases split out of :meth:`RL_Batcher.timings` by :func:`split_collection`, and draws them.
-The loop that fills one, with a learner, is :func:`rlstruct.algos.profile_training` (``rlstruct profile``).
+"""Where the time of a collect + learn loop goes: :class:`PhaseTimer` times a learner's phases, and
+:class:`ProfileReport` holds seconds per phase (the collection's split out of :meth:`RL_Batcher.timings` by
+:func:`split_collection`) and draws them.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rlstruct.batchers._common import pyplot, save_png
+from rlstruct._plot import pyplot, save_png
 from rlstruct.devices import DeviceLike, as_device
 
 __all__ = ["PhaseTimer", "ProfileReport", "split_collection", "WORKER_PHASES", "LEARNER_PHASES"]

@@ -1,25 +1,22 @@
-"""How a learner's weights reach its training batcher's agent: shared, copied on the device, or sent as a CPU copy.
-
-Every algorithm used to send ``cpu_state_dict(model)`` after each update: on a GPU learner that is a
-device-to-host copy and a synchronisation per iteration, followed by a host-to-device copy into the agent.
-When the batcher steps in this process (``n_processes=0``) on the learner's own device, none of that is
-needed: :class:`WeightSync` either lets the agent use the learner's tensors themselves (``"shared"``), or
-copies them into the agent's in place on the device (``"copy"``), with no host round trip.
+"""How a learner's weights reach a batcher's agents: shared or copied on the device when the batcher steps in this
+process (:class:`WeightSync`), or as a CPU state dict serialised once for its worker processes
+(:func:`dump_weights`, :func:`load_weights`).
 """
 
 from __future__ import annotations
 
+import io
 import logging
 from typing import Any
 
 import torch
 from torch import nn
 
-from rlstruct.batchers.batcher import RL_Batcher
+from rlstruct.batchers._base import BatcherBase
 from rlstruct.devices import DeviceLike, as_device, cpu_state_dict, tree_copy
 from rlstruct.errors import ConfigError
 
-__all__ = ["WeightSync", "SYNC_MODES"]
+__all__ = ["WeightSync", "SYNC_MODES", "dump_weights", "load_weights"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +58,7 @@ class WeightSync:
         ConfigError: ``"shared"`` or ``"copy"`` asked for with worker processes or another device (or, for
             ``"shared"``, an agent without a matching ``model``).
 
+    >>> from rlstruct.batchers import RL_Batcher
     >>> from rlstruct.algos.networks import create_policy_agent, build_actor_critic
     >>> from rlstruct.algos.env_spec import create_env, describe_env
     >>> spec = describe_env("CartPole-v1", "torch", None)
@@ -73,15 +71,16 @@ class WeightSync:
     ('shared', True)
     """
 
-    def __init__(self, batcher: RL_Batcher, model: nn.Module, learner_device: DeviceLike, mode: str = "auto", *,
+    def __init__(self, batcher: BatcherBase, model: nn.Module, learner_device: DeviceLike, mode: str = "auto", *,
                  snapshot: bool = False):
         if mode not in SYNC_MODES:
             raise ValueError(f"mode must be one of {list(SYNC_MODES)}, got {mode!r}")
         self.batcher = batcher
         self.model = model
         self.learner_device = as_device(learner_device)
-        # An RL_Batcher without worker processes runs its agent here; a RayBatcher's agents are in its actors.
-        in_process = isinstance(batcher, RL_Batcher) and batcher.n_processes == 0
+        # An RL_Batcher without worker processes runs its agent here (local_agent); a RayBatcher's agents are in
+        # its actors.
+        in_process = hasattr(batcher, "local_agent") and batcher.n_processes == 0
         same_place = in_process and batcher.device == self.learner_device
         if mode in ("shared", "copy") and not same_place:
             raise ConfigError(
@@ -143,3 +142,20 @@ class WeightSync:
                 torch._foreach_copy_(self._dst, self._src)
             else:
                 self._agent.update(tree_copy(self.model.state_dict(), self.batcher.device))
+
+
+def dump_weights(state_dict: Any) -> bytes:
+    """Serialises a CPU state dict once, for every worker process (:func:`load_weights` reads it there).
+
+    >>> load_weights(dump_weights({"w": torch.ones(2)}), torch.device("cpu"))
+    {'w': tensor([1., 1.])}
+    """
+    buf = io.BytesIO()
+    torch.save(state_dict, buf)
+    return buf.getvalue()
+
+
+def load_weights(data: bytes, device: torch.device) -> Any:
+    """The state dict :func:`dump_weights` serialised, loaded onto ``device``."""
+    # map_location onto the worker's own device: copying straight to cuda:k can allocate on cuda:0.
+    return torch.load(io.BytesIO(data), map_location=device, weights_only=True)

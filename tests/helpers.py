@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import pytest
 import torch
 
-from rlstruct import Trajectories
+from rlstruct import DictTensor, Trajectories
 from rlstruct.errors import BatcherStateError
 
-__all__ = ["AUTORESET", "EPISODIC", "assert_refused_while_pending", "assert_same"]
+__all__ = ["AUTORESET", "EPISODIC", "acquire_around_changes", "assert_refused_while_pending", "assert_same",
+           "get_when_ready"]
 
 EPISODIC = {"n_envs": 3, "episode_lengths": (2, 4, 7)}
 AUTORESET = {"n_envs": 3, "episode_lengths": (2, 4, 7), "autoreset": True}
@@ -34,3 +38,37 @@ def assert_refused_while_pending(b) -> None:
         b.reset()
     with pytest.raises(BatcherStateError, match="another execute"):
         b.execute()
+
+
+def get_when_ready(b, seconds: float = 60.0) -> tuple[Trajectories, int]:
+    """The pending acquisition of ``b``, polled with ``get(blocking=False)`` until it is ready (at most ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        traj, n = b.get(blocking=False)
+        if traj is not None:
+            return traj, n
+    raise AssertionError(f"the acquisition was not ready within {seconds:g} s")
+
+
+def acquire_around_changes(b, new_weights: Callable[[], dict], agent_info: Callable[[float], DictTensor]) -> list:
+    """Ten acquisitions of ``b`` around every change a captured step loop must see: four (eager, captured, replayed,
+    replayed), two after ``update(new_weights())``, two after a reset with ``agent_info(0.5)``, and two with
+    ``agent_info(2.0)`` given to the first ``execute``. Every env runs in each."""
+    out: list[Trajectories] = []
+
+    def acquire(times: int, info: DictTensor | None = None) -> None:
+        for _ in range(times):
+            b.execute(info)
+            info = None
+            traj, n_running = b.get()
+            assert n_running == b.n_elems()
+            out.append(traj)
+
+    b.reset()
+    acquire(4)
+    b.update(new_weights())
+    acquire(2)
+    b.reset(agent_info=agent_info(0.5))
+    acquire(2)
+    acquire(2, agent_info(2.0))
+    return out

@@ -23,7 +23,7 @@ import torch
 from rlstruct import DictTensor
 from rlstruct.batchers import RayBatcher, RL_Batcher
 from rlstruct.batchers import batcher as batcher_module
-from rlstruct.batchers._worker import STOP_SIGNAL
+from rlstruct.batchers._child import STOP_SIGNAL
 from rlstruct.errors import (
     BatcherStateError,
     BatcherWorkerError,

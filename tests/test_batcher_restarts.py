@@ -15,8 +15,7 @@ import time
 import pytest
 import torch
 
-from rlstruct.batchers import RL_Batcher
-from rlstruct.batchers.batcher import WorkerRestart, restart_seed
+from rlstruct.batchers import RL_Batcher, WorkerRestart, restart_seed
 from rlstruct.errors import BatcherWorkerError
 from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, FaultEnv, FirstSeedsOnlyEnv, SlowAgent, pid_alive
 
@@ -67,7 +66,7 @@ def _check_worker_rows(traj, rows: slice, seed: int, t0: int) -> None:
 def test_a_failed_worker_is_replaced_and_its_rows_collected_again(fault, caplog):
     b = _batcher(_env(fault), timeout=4.0 if fault == "hang" else 120.0)
     old_pid = b.worker_reports()[1]["pid"]
-    with b, caplog.at_level(logging.WARNING, logger="rlstruct.batchers.batcher"):
+    with b, caplog.at_level(logging.WARNING, logger="rlstruct.batchers"):
         first, second, third = _collect(b, 3)  # worker 1 fails at its 6th step: in the second acquisition
         assert b.n_restarts == 1
         (r,) = b.restarts

@@ -37,7 +37,7 @@ from tests.fakes import (
     SamplingAgent,
     pid_alive,
 )
-from tests.helpers import AUTORESET, EPISODIC, assert_refused_while_pending, assert_same
+from tests.helpers import AUTORESET, EPISODIC, assert_refused_while_pending, assert_same, get_when_ready
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -324,13 +324,8 @@ def test_get_non_blocking_and_async_overlap():
                     1, [0]) as b:
         b.reset()
         b.execute()
-        results = []
-        deadline = time.monotonic() + 60
-        while not results and time.monotonic() < deadline:
-            traj, n = b.get(blocking=False)
-            if traj is not None:
-                results.append((traj, n))
-        assert results and results[0][0].trajectories.full() and results[0][1] == 4
+        traj, n = get_when_ready(b)
+        assert traj.trajectories.full() and n == 4
 
 
 @pytest.mark.parametrize("zero_copy", [False, True])

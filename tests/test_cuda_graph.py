@@ -12,7 +12,7 @@ from rlstruct.batchers._graph import load_env_state, load_into
 from rlstruct.envs import CartPole, make_env
 from rlstruct.errors import BatcherWorkerError, GraphCaptureError
 from tests.fakes import CountingEnv, GeneratorAgent, GraphStateEnv, HistorySamplingAgent, SamplingAgent, SyncingAgent
-from tests.helpers import assert_same
+from tests.helpers import acquire_around_changes, assert_same
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,27 +30,12 @@ def temperature(value: float) -> DictTensor:
 def run_schedule(cuda_graph: bool, n_processes: int = 0) -> list:
     """Acquisitions around every change a graph must see: new weights, a reset, new agent_info."""
     torch.manual_seed(0)
-    out = []
     with RL_Batcher(T, SamplingAgent, {"device": "cuda"}, cartpole, {"n_envs": N, "device": "cuda"}, n_processes,
                     [5], agent_info=temperature(1.0), agent_seeds=[7] if n_processes else None, device="cuda",
                     cuda_graph=cuda_graph) as b:
-        b.reset()
-
-        def acquire(times: int, agent_info=None) -> None:
-            for _ in range(times):
-                b.execute(agent_info)
-                agent_info = None
-                traj, n_running = b.get()
-                assert n_running == N
-                out.append(traj)
-
-        acquire(4)  # eager, captured, replayed, replayed
-        weights = {k: v.cpu() + 0.25 for k, v in SamplingAgent().model.state_dict().items()}
-        b.update(weights)
-        acquire(2)
-        b.reset(agent_info=temperature(0.5))
-        acquire(2)
-        acquire(2, agent_info=temperature(2.0))
+        out = acquire_around_changes(
+            b, lambda: {k: v.cpu() + 0.25 for k, v in SamplingAgent().model.state_dict().items()}, temperature
+        )
         if cuda_graph:
             assert b.timings()["graph_replay"] > 0
     return out

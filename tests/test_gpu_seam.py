@@ -15,7 +15,7 @@ from rlstruct.batchers import _graph as graph_module
 from rlstruct.envs import make_env
 from tests.fakes import SamplingAgent
 from tests.fakes_accel import RecordingAccelerator
-from tests.helpers import assert_same
+from tests.helpers import acquire_around_changes, assert_same
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -48,26 +48,11 @@ def test_the_accelerator_is_chosen_by_device_type_and_a_fake_is_installed_for_a_
 def run_schedule(cuda_graph: bool) -> list:
     """Acquisitions around every change a captured loop must see: new weights, a reset, new agent_info."""
     torch.manual_seed(0)
-    out = []
     with RL_Batcher(T, SamplingAgent, {}, cartpole, {"n_envs": N}, 0, [5], agent_info=temperature(1.0),
                     cuda_graph=cuda_graph) as b:
-        b.reset()
-
-        def acquire(times: int, agent_info=None) -> None:
-            for _ in range(times):
-                b.execute(agent_info)
-                agent_info = None
-                traj, n_running = b.get()
-                assert n_running == N
-                out.append(traj)
-
-        acquire(4)  # eager warm-up, captured and replayed, replayed, replayed
-        b.update({k: v + 0.25 for k, v in SamplingAgent().model.state_dict().items()})
-        acquire(2)
-        b.reset(agent_info=temperature(0.5))
-        acquire(2)
-        acquire(2, agent_info=temperature(2.0))
-    return out
+        return acquire_around_changes(
+            b, lambda: {k: v + 0.25 for k, v in SamplingAgent().model.state_dict().items()}, temperature
+        )
 
 
 @pytest.mark.timeout(60)

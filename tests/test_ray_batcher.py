@@ -27,7 +27,7 @@ from rlstruct.errors import (
     MissingDependencyError,
 )
 from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, FaultEnv, pid_alive
-from tests.helpers import AUTORESET, EPISODIC, assert_refused_while_pending, assert_same
+from tests.helpers import AUTORESET, EPISODIC, assert_refused_while_pending, assert_same, get_when_ready
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -139,7 +139,7 @@ def test_bad_constructor_arguments():
 
 
 def test_rebuild_pads_time_and_skips_actors_without_rows():
-    from rlstruct.batchers.ray_batcher import _rebuild, _trajectories_to_wire
+    from rlstruct.batchers._wire import rebuild, trajectories_to_wire
 
     def traj(n, T, fill):
         return Trajectories(DictTensor({"agent_info/x": torch.full((n,), fill)}),
@@ -147,7 +147,7 @@ def test_rebuild_pads_time_and_skips_actors_without_rows():
                                                torch.full((n,), T)))
 
     a, b = traj(2, 3, 1.0), traj(1, 1, 2.0)
-    out = _rebuild([_trajectories_to_wire(a), None, _trajectories_to_wire(b)], torch.device("cpu"))
+    out = rebuild([trajectories_to_wire(a), None, trajectories_to_wire(b)], torch.device("cpu"))
     ref = Trajectories.cat([a, b])
     assert_same(out, ref)
     assert out.trajectories["observation/o"].dtype == torch.bfloat16
@@ -204,13 +204,7 @@ def test_contract_timings_and_misuse(shared):
     b.reset_timings()
     b.execute()
     assert_refused_while_pending(b)
-    results = []
-    deadline = time.monotonic() + 60
-    while not results and time.monotonic() < deadline:
-        traj, n = b.get(blocking=False)
-        if traj is not None:
-            results.append((traj, n))
-    traj, n = results[0]
+    traj, n = get_when_ready(b)
     assert n == 4 and traj.n_elems() == 6 and traj.trajectories.lengths.tolist() == [2, 3, 3, 2, 3, 3]
     assert traj.trajectories["observation/frame"][:, 0, 0].tolist() == [3000, 3001, 3002, 11000, 11001, 11002]
     assert set(traj.info.keys()) == {"agent_info/bonus", "env_info/level", "agent_state/count"}

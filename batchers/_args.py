@@ -1,0 +1,214 @@
+"""The arguments RL_Batcher and RayBatcher share, checked once: :class:`BatcherArgs` and the checks behind it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from rlstruct._accel import accelerator_for
+from rlstruct.batchers._placement import WorkerPlacement
+from rlstruct.devices import DeviceLike, as_device, check_device_exists
+from rlstruct.errors import BatchSizeError, ConfigError, DeviceMismatchError
+from rlstruct.seeding import check_seed
+from rlstruct.structures import DictTensor
+
+__all__ = ["BatcherArgs", "check_cpu", "check_cpu_state_dict"]
+
+
+def check_cpu(d: DictTensor | None, name: str) -> DictTensor:
+    """``d`` (or an empty DictTensor for ``None``), checked to be a DictTensor of rows (at least one, each tensor
+    with a batch dimension) on the CPU."""
+    if d is None:
+        return DictTensor({})
+    if not isinstance(d, DictTensor):
+        raise TypeError(f"{name} must be a DictTensor, got {type(d).__name__}; wrap it with DictTensor({{...}})")
+    dev = d.device()
+    if dev is not None and dev.type != "cpu":
+        raise DeviceMismatchError(f"{name} must be on the CPU, got {dev}; build {name} on the CPU (.to('cpu'))")
+    for k, v in d.items():
+        # A 0-d tensor has no row to repeat or split over the envs; 0 rows leave no example row for reset's default.
+        if v.dim() == 0:
+            raise BatchSizeError(
+                f"{name} must hold rows [B, ...], but key {k!r} is 0-d (shape ()); give it a batch dimension, "
+                f"e.g. {name}=DictTensor({{{k!r}: x.unsqueeze(0)}})"
+            )
+        if v.shape[0] == 0:
+            raise BatchSizeError(
+                f"{name} must hold at least one row, but key {k!r} has shape {tuple(v.shape)} (0 rows); pass one "
+                f"example row (shape (1, ...)), or an empty DictTensor for no {name}"
+            )
+    return d
+
+
+def check_cpu_state_dict(state_dict: Any) -> None:
+    """Raises DeviceMismatchError when a tensor of ``state_dict`` (given to ``update``) is not on the CPU."""
+    if isinstance(state_dict, dict):
+        for k, v in state_dict.items():
+            if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+                raise DeviceMismatchError(
+                    f"update() takes a CPU state dict, but {k!r} is on {v.device}; "
+                    "send {k: v.cpu() for k, v in model.state_dict().items()}"
+                )
+
+
+def _seed_list(seeds: object, name: str, n_seeds: int, per: str) -> list:
+    """``seeds`` as a list, or TypeError naming ``name`` when it is not a sequence of seeds."""
+    message = (
+        f"{name} must be a sequence of ints, one per {per} ({n_seeds}), got {type(seeds).__name__} {seeds!r}; "
+        f"pass e.g. {name}={list(range(n_seeds))!r}"
+    )
+    # A str is iterable too, but never a list of seeds.
+    if seeds is None or isinstance(seeds, (str, bytes)):
+        raise TypeError(message)
+    try:
+        return list(seeds)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(message) from None
+
+
+def _check_seeds(seeds: Any, agent_seeds: Any, n_seeds: int, per: str, count: str, hint: str) -> list[int]:
+    """``seeds`` as a list of ints, checked with ``agent_seeds`` to hold ``n_seeds`` seeds, one ``per`` unit
+    (``count`` says how their number is computed, ``hint`` how they are used)."""
+    seeds = _seed_list(seeds, "seeds", n_seeds, per)
+    if len(seeds) != n_seeds:
+        raise ConfigError(
+            f"seeds must hold one seed per {per}, {count} = {n_seeds}, got {len(seeds)} ({seeds!r}); {hint}"
+        )
+    if agent_seeds is not None:
+        agent_seeds = _seed_list(agent_seeds, "agent_seeds", n_seeds, per)
+        if len(agent_seeds) != n_seeds:
+            raise ConfigError(
+                f"agent_seeds must hold one seed per {per} ({n_seeds}), got {len(agent_seeds)}; or pass None"
+            )
+    for k, s in enumerate(seeds):
+        check_seed(s, argument=f"seeds[{k}]")
+    for k, s in enumerate(agent_seeds or []):
+        check_seed(s, argument=f"agent_seeds[{k}]")
+    return [int(s) for s in seeds]
+
+
+def _check_numbers(n_timesteps: Any, timeout: Any, restart_workers: Any) -> None:
+    # bool is an int subclass: True would pass as 1 and later fail far from here.
+    if isinstance(n_timesteps, bool) or not isinstance(n_timesteps, int):
+        raise TypeError(
+            f"n_timesteps must be an int >= 1, got {type(n_timesteps).__name__} {n_timesteps!r}; pass e.g. "
+            "n_timesteps=16"
+        )
+    if n_timesteps < 1:
+        raise ValueError(f"n_timesteps must be an int >= 1, got {n_timesteps!r}; pass e.g. n_timesteps=16")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(
+            f"timeout must be a number of seconds > 0, got {type(timeout).__name__} {timeout!r}; every wait on "
+            "a worker has a limit, so pass e.g. timeout=120 (math.inf to wait forever)"
+        )
+    if math.isnan(timeout) or timeout <= 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}; pass e.g. timeout=120")
+    if isinstance(restart_workers, bool) or not isinstance(restart_workers, int) or restart_workers < 0:
+        raise ValueError(
+            f"restart_workers must be an int >= 0 (how many failed workers may be replaced; 0 fails at the first), "
+            f"got {restart_workers!r}; pass e.g. restart_workers=3"
+        )
+
+
+@dataclass(frozen=True)
+class BatcherArgs:
+    """The arguments RL_Batcher and RayBatcher share, checked (see :class:`~rlstruct.batchers.RL_Batcher` for each).
+
+    An RL_Batcher is built from them; a RayBatcher gives each actor a copy with the actor's own seeds and device
+    (:meth:`for_actor`), from which the actor builds its RL_Batcher.
+    """
+
+    n_timesteps: int
+    create_agent: Callable[..., Any]
+    agent_args: dict
+    create_env: Callable[..., Any]
+    env_args: dict
+    n_processes: int
+    seeds: list[int]
+    agent_info: DictTensor
+    env_info: DictTensor
+    agent_seeds: list[int] | None
+    device: torch.device
+    worker_placements: list[WorkerPlacement] | None
+    timeout: float
+    sync_timings: bool
+    cuda_graph: bool
+    zero_copy: bool
+    restart_workers: int
+
+    @classmethod
+    def check(
+        cls, n_timesteps: int, create_agent: Callable[..., Any], agent_args: dict, create_env: Callable[..., Any],
+        env_args: dict, n_processes: int, seeds: Sequence[int], agent_info: DictTensor | None,
+        env_info: DictTensor | None, agent_seeds: Sequence[int] | None, device: DeviceLike,
+        worker_placements: Sequence[WorkerPlacement] | None, timeout: float, sync_timings: bool, cuda_graph: bool,
+        zero_copy: bool, restart_workers: int, *, n_actors: int | None = None,
+    ) -> BatcherArgs:
+        """The arguments, checked; ``n_actors``: the RayBatcher's actor count (``None`` for an RL_Batcher), which
+        sets how many seeds are expected and how messages put it.
+
+        Raises:
+            TypeError: ``n_timesteps`` not an int (a bool included), ``timeout`` not a number, ``seeds`` or
+                ``agent_seeds`` not a sequence, ``agent_info``/``env_info`` not a DictTensor.
+            ValueError: ``n_processes < 0``, ``n_timesteps < 1``, ``timeout <= 0`` or ``restart_workers < 0``.
+            ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker.
+            SeedError: a seed is not an int in ``[0, 2**31)``.
+            DeviceMismatchError: ``agent_info``/``env_info`` not on the CPU.
+            BatchSizeError: ``agent_info``/``env_info`` with a 0-d tensor or no row.
+        """
+        if not isinstance(n_processes, int) or n_processes < 0:
+            what = "0 runs in this process" if n_actors is None else "worker processes per actor; 0 runs in the actor"
+            raise ValueError(f"n_processes must be an int >= 0 ({what}), got {n_processes!r}")
+        _check_numbers(n_timesteps, timeout, restart_workers)
+        per_unit = max(n_processes, 1)
+        if n_actors is None:
+            seeds = _check_seeds(seeds, agent_seeds, per_unit, "worker", "max(n_processes, 1)",
+                                 "with n_processes=0 the one seed is the in-process env's")
+        else:
+            seeds = _check_seeds(seeds, agent_seeds, n_actors * per_unit, "worker of every actor",
+                                 "n_actors * max(n_processes, 1)",
+                                 f"actor k takes seeds[k * {per_unit}:(k + 1) * {per_unit}]")
+        return cls(
+            n_timesteps, create_agent, dict(agent_args), create_env, dict(env_args), n_processes, seeds,
+            check_cpu(agent_info, "agent_info"), check_cpu(env_info, "env_info"),
+            None if agent_seeds is None else list(agent_seeds), as_device(device),
+            None if worker_placements is None else list(worker_placements), float(timeout), bool(sync_timings),
+            bool(cuda_graph), bool(zero_copy), restart_workers,
+        )
+
+    def check_placements(self, placements: list[WorkerPlacement], unit: str, fix: str) -> None:
+        """Checks the ``placements`` of the units (workers, actors) against ``cuda_graph`` and ``device`` itself.
+
+        Raises:
+            ValueError: ``cuda_graph=True`` with a ``unit`` not on a CUDA device (``fix`` says how to put it on one).
+            DeviceUnavailableError: ``device`` does not exist on this machine.
+        """
+        if self.cuda_graph:
+            off_gpu = [k for k, p in enumerate(placements) if accelerator_for(p.device) is None]
+            if off_gpu:
+                raise ValueError(
+                    f"cuda_graph=True needs every {unit} on a CUDA device, but {unit} {off_gpu[0]} runs on "
+                    f"{placements[off_gpu[0]].device}; {fix}, or cuda_graph=False"
+                )
+        # Here rather than when a worker first touches it: a missing GPU otherwise surfaces as a worker's
+        # "Torch not compiled with CUDA enabled". Asks the driver for its device count only, no CUDA context.
+        check_device_exists(self.device, argument="device")
+
+    def first_seeds(self, n_units: int) -> list[tuple[int, int | None]]:
+        """The first ``(env seed, agent seed)`` of each of ``n_units`` units that share the seeds in order."""
+        per = len(self.seeds) // n_units
+        agent = self.agent_seeds
+        return [(self.seeds[k * per], None if agent is None else int(agent[k * per])) for k in range(n_units)]
+
+    def for_actor(self, k: int, n_actors: int, device: torch.device) -> dict[str, Any]:
+        """The keyword arguments of actor ``k``'s RL_Batcher: its slice of the seeds, on ``device``."""
+        per = len(self.seeds) // n_actors
+        w = slice(k * per, (k + 1) * per)
+        kwargs = {f.name: getattr(self, f.name) for f in fields(self)}
+        kwargs.update(seeds=self.seeds[w], agent_seeds=None if self.agent_seeds is None else self.agent_seeds[w],
+                      device=device)
+        return kwargs

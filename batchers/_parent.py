@@ -1,0 +1,345 @@
+"""The parent's side of worker processes: the handle of one, and the waits and the close over all of them.
+
+Every wait has a timeout and watches the processes, so that a worker that raises, dies or hangs becomes a
+:class:`~rlstruct.errors.BatcherWorkerError`, never a deadlock.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import torch
+
+from rlstruct.batchers._child import STOP_SIGNAL, worker_main
+from rlstruct.batchers._protocol import Command, Message, Reply, WorkerSpec
+from rlstruct.errors import BatcherWorkerError, BatcherWorkerTimeout
+
+__all__ = ["ProcessWorker", "close_workers", "recv_all", "recv_each"]
+
+
+def _check_picklable(spec: WorkerSpec) -> None:
+    """Raises TypeError, naming the argument (and the key of an ``*_args`` dict), when a part of ``spec`` the user
+    gave cannot be pickled: before any process starts, instead of a pickling traceback from ``start()``."""
+    for name in ("create_env", "create_agent"):
+        fn = getattr(spec, name)
+        try:
+            pickle.dumps(fn)
+        except Exception as e:
+            raise TypeError(
+                f"{name} must be picklable to reach a worker process (a function defined at module level, "
+                f"not a lambda or a local function), got {fn!r}; move it to a module, or use n_processes=0"
+            ) from e
+    for name in ("env_args", "agent_args"):
+        args = getattr(spec, name)
+        try:
+            pickle.dumps(args)
+        except Exception as e:
+            where = name
+            for k, v in args.items():
+                try:
+                    pickle.dumps(v)
+                except Exception:
+                    where = f"{name}[{k!r}] = {v!r}"
+                    break
+            raise TypeError(
+                f"{name} must be picklable to reach a worker process, but {where} is not ({type(e).__name__}: {e}); "
+                "pass plain values and build resources (locks, files, clients) inside create_env/create_agent, or "
+                "use n_processes=0"
+            ) from e
+
+
+_ENV_LOCK = threading.Lock()
+
+
+@contextmanager
+def _patched_environ(values: dict[str, str]) -> Iterator[None]:
+    # A spawned child copies os.environ when it starts: set its variables around start() only.
+    with _ENV_LOCK:
+        saved = {k: os.environ.get(k) for k in values}
+        os.environ.update(values)
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    # A child started while SIGINT is ignored starts ignoring it (the disposition survives exec, and Python
+    # then installs no KeyboardInterrupt handler): a Ctrl-C while it imports torch cannot kill it either.
+    # Only the main thread may change handlers; elsewhere the worker's own SIG_IGN covers all but its start.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+
+
+class ProcessWorker:
+    """Parent-side handle of one spawned worker process (it ignores SIGINT: the parent owns shutdown)."""
+
+    def __init__(self, spec: WorkerSpec, timeout: float):
+        self.worker_id = spec.worker_id
+        self.timeout = timeout
+        self.device = spec.placement.device
+        self._closed = False
+        self._buffered: Reply | None = None  # a reply poll() read from a dead worker's pipe
+        _check_picklable(spec)
+        ctx = torch.multiprocessing.get_context("spawn")
+        # PR_SET_PDEATHSIG fires when the *thread* that started the child exits: only a process's main thread lives
+        # as long as the process. Started from another thread, a worker does not die with its parent.
+        parent_pid = os.getpid() if threading.current_thread() is threading.main_thread() else None
+        self.conn, child_conn = ctx.Pipe(duplex=True)
+        try:
+            self.process = ctx.Process(target=worker_main, args=(spec, child_conn, parent_pid), daemon=True,
+                                       name=f"rlstruct-worker-{spec.worker_id}")
+            with _patched_environ(spec.placement.environment()), _sigint_ignored():
+                self.process.start()
+        except BaseException:
+            self.conn.close()  # no pipe left open when the start fails
+            raise
+        finally:
+            child_conn.close()
+
+    def send(self, command: Command, *args: Any) -> None:
+        try:
+            self.conn.send(Message(command, args))
+        except (BrokenPipeError, OSError) as e:
+            raise BatcherWorkerError(
+                f"worker {self.worker_id} is not reachable (exit code {self.process.exitcode}); close the batcher",
+                worker_id=self.worker_id,
+            ) from e
+
+    def poll(self) -> bool:
+        """True when a reply is waiting; raises if the process died without one."""
+        if self._buffered is not None:
+            return True
+        if self.process.is_alive():
+            return self.conn.poll(0)
+        # A dead worker's pipe polls readable whether a reply is waiting or only the end of the stream: read it.
+        # The failure it reported before it stopped says more than its death; a result does not make up for it
+        # (nothing more can be asked of it), so its death is reported at once, even while another worker is busy.
+        if self.conn.poll(0):
+            try:
+                self._buffered = self.conn.recv()
+            except (EOFError, OSError):
+                pass
+            if self._buffered is not None and self._buffered.failure is not None:
+                return True
+            self._buffered = None
+        self._raise_dead()
+
+    def _raise_dead(self) -> NoReturn:
+        self.process.join(1.0)  # its pipe is closed: the exit code follows at once
+        code = self.process.exitcode
+        if code is not None and code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+            why = "killed from outside, or by the kernel when memory ran out"
+        elif code:
+            how = f"exited with code {code}"
+            why = ("it failed before it could report, e.g. while importing: its stderr says why; a spawned worker "
+                   "imports your main script again, so guard the script's code with if __name__ == '__main__'")
+        else:
+            how, why = f"died (exit code {code})", "it stopped without answering"
+        raise BatcherWorkerError(
+            f"worker {self.worker_id} (pid {self.process.pid}) {how} without answering ({why}); close the batcher "
+            "and build a new one",
+            worker_id=self.worker_id,
+        )
+
+    def recv(self, timeout: float | None = None) -> Any:
+        """Waits for the next reply's value, at most ``timeout`` seconds, watching the process."""
+        if self._buffered is not None:
+            reply, self._buffered = self._buffered, None
+            if reply.failure is not None:
+                raise reply.failure.error()
+            return reply.value
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while not self.conn.poll(0.02):
+            if not self.process.is_alive() and not self.conn.poll(0):
+                self._raise_dead()
+            if time.monotonic() > deadline:
+                raise BatcherWorkerTimeout(
+                    f"worker {self.worker_id} did not answer within {self.timeout:g} s; raise `timeout` if an "
+                    "acquisition legitimately takes longer, or look for a hang in the env or agent",
+                    worker_id=self.worker_id,
+                )
+        try:
+            reply = self.conn.recv()
+        except (EOFError, OSError):
+            self._raise_dead()
+        if reply.failure is not None:
+            raise reply.failure.error()
+        return reply.value
+
+    # The steps of close_workers, which runs each over every worker against one deadline.
+    def request_close(self) -> None:
+        """Sends the close order; it is queued behind the acquisition the worker may be running."""
+        if self._closed or not self.process.is_alive():
+            return
+        try:
+            self.conn.send(Message(Command.CLOSE))
+        except (BrokenPipeError, OSError):
+            pass
+
+    def _drain(self, errors: list[BaseException]) -> bool:
+        """Reads the replies waiting (a pending acquisition's, then the final one); ``False`` once the pipe is
+        closed."""
+        try:
+            while self.conn.poll(0):
+                reply = self.conn.recv()
+                if reply.final and reply.failure is not None:
+                    errors.append(reply.failure.error(" (closing its env and agent)"))
+        except (EOFError, OSError):
+            return False
+        return True
+
+    def wait_stopped(self, deadline: float) -> list[BaseException]:
+        """Waits until the worker exits or ``deadline`` (``time.monotonic()``); returns what closing raised in it."""
+        from multiprocessing.connection import wait
+
+        errors: list[BaseException] = []
+        if self._closed:
+            return errors
+        open_ = True
+        while True:
+            if open_:
+                open_ = self._drain(errors)
+            if not self.process.is_alive():
+                if open_:
+                    self._drain(errors)  # the final reply may have come just before it exited
+                return errors
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return errors
+            wait([self.conn, self.process.sentinel] if open_ else [self.process.sentinel], timeout=min(left, 0.1))
+
+    def terminate(self) -> bool:
+        """Sends :data:`STOP_SIGNAL` (the worker closes its env and agent, then exits) if it still runs; whether it
+        did."""
+        if self._closed or not self.process.is_alive():
+            return False
+        try:
+            os.kill(self.process.pid, STOP_SIGNAL)
+        except ProcessLookupError:  # it exited since
+            return False
+        return True
+
+    def finish(self, deadline: float) -> None:
+        """Joins the worker until ``deadline``, kills it if it still runs, and closes the pipe."""
+        if self._closed:
+            return
+        self._closed = True
+        self.process.join(timeout=max(deadline - time.monotonic(), 0.0))
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+def close_workers(workers: list, grace: float, stop_grace: float | None = None) -> list[BaseException]:
+    """Stops every worker; returns the errors met (to log: a close must not raise).
+
+    The close order goes to every worker first, and they all get the same ``grace`` seconds to finish what they run
+    and close their envs and agents (not ``grace`` each in turn). Those still running are sent :data:`STOP_SIGNAL`,
+    which a worker turns into an exception so that it still closes its env and agent, and are killed if they have
+    not stopped ``stop_grace`` seconds later (default ``grace``). An in-process worker closes its env and agent when
+    its turn comes.
+    """
+    errors: list[BaseException] = []
+    for w in workers:
+        w.request_close()
+    deadline = time.monotonic() + grace
+    for w in workers:
+        try:
+            errors += w.wait_stopped(deadline)
+        except Exception as e:  # keep closing the others
+            errors.append(e)
+    late = [w for w in workers if w.terminate()]
+    for w in late:
+        errors.append(BatcherWorkerError(
+            f"worker {w.worker_id} had not stopped {grace:g} s after the close order (busy, or hung in its env or "
+            f"agent); it was sent {STOP_SIGNAL.name}",
+            worker_id=w.worker_id,
+        ))
+    deadline = time.monotonic() + (grace if stop_grace is None else stop_grace)
+    for w in workers:
+        w.finish(deadline)
+    return errors
+
+
+def recv_all(workers: list, timeout: float) -> list[Any]:
+    """Waits for one reply from every worker at once, so that a worker dying is seen while another hangs."""
+    from multiprocessing.connection import wait
+
+    results: list[Any] = [None] * len(workers)
+    pending = list(range(len(workers)))
+    deadline = time.monotonic() + timeout
+    while pending:
+        for i in list(pending):
+            if workers[i].poll():
+                results[i] = workers[i].recv()
+                pending.remove(i)
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            w = workers[pending[0]]
+            raise BatcherWorkerError(
+                f"worker {w.worker_id} did not answer within {timeout:g} s; raise `timeout` if an "
+                "acquisition legitimately takes longer, or look for a hang in the env or agent",
+                worker_id=w.worker_id,
+            )
+        conns = [workers[i].conn for i in pending if hasattr(workers[i], "conn")]
+        if conns:
+            wait(conns, timeout=0.05)
+    return results
+
+
+def recv_each(workers: list, timeout: float) -> list[Any]:
+    """Waits for one reply from every worker, as :func:`recv_all`, but a worker's failure does not end the wait:
+    its entry is the :class:`BatcherWorkerError` (it raised, died, or did not answer within ``timeout``), the
+    others' are their values. For a batcher that restarts failed workers."""
+    from multiprocessing.connection import wait
+
+    results: list[Any] = [None] * len(workers)
+    pending = list(range(len(workers)))
+    deadline = time.monotonic() + timeout
+    while pending:
+        for i in list(pending):
+            try:
+                if not workers[i].poll():
+                    continue
+                results[i] = workers[i].recv()
+            except BatcherWorkerError as e:
+                results[i] = e
+            pending.remove(i)
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            for i in pending:
+                results[i] = BatcherWorkerTimeout(
+                    f"worker {workers[i].worker_id} did not answer within {timeout:g} s (hung in its env or agent)",
+                    worker_id=workers[i].worker_id,
+                )
+            break
+        conns = [workers[i].conn for i in pending if hasattr(workers[i], "conn")]
+        if conns:
+            wait(conns, timeout=0.05)
+    return results
