@@ -27,8 +27,8 @@ Conventions, used by every structure here:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
+from typing import Any, Self
 
 import torch
 import torch.utils._pytree as pytree
@@ -191,21 +191,108 @@ def _as_index(idx: Index, first: torch.Tensor) -> slice | torch.Tensor:
     return idx
 
 
-class _NamedTensors:
-    """The read-only mapping interface of DictTensor and TemporalDictTensor over their ``variables``."""
+def _check_value(what: str, key: str, value: torch.Tensor, ref_key: str, ref: torch.Tensor, lead: int) -> None:
+    """Raises when ``value`` cannot join ``ref``'s structure under ``key`` (type, leading dims, device)."""
+    if lead == 1 and (value.dim() == 0) != (ref.dim() == 0):
+        expected = "a 0-d tensor (this DictTensor is a record)" if ref.dim() == 0 else "shape [B, ...]"
+        raise BatchSizeError(
+            f"value for {key!r} must have {expected}, got shape {tuple(value.shape)}; a DictTensor is "
+            "either a batch or a record of 0-d tensors"
+        )
+    if value.shape[:lead] != ref.shape[:lead]:
+        if lead == 1:
+            raise BatchSizeError(
+                f"value for {key!r} has {value.shape[0]} rows, the {what} has {ref.shape[0]} "
+                f"(key {ref_key!r}); give it {ref.shape[0]} rows"
+            )
+        raise BatchSizeError(
+            f"value for {key!r} must have leading shape {tuple(ref.shape[:lead])}, got {tuple(value.shape)}"
+        )
+    if value.device != ref.device:
+        raise DeviceMismatchError(
+            f"value for {key!r} is on {value.device}, the {what} is on {ref.device}; "
+            f"move it with .to({str(ref.device)!r})"
+        )
+
+
+def _pad_time(x: torch.Tensor, T: int) -> torch.Tensor:
+    """``x [B, T', ...]`` followed by zero steps up to ``T`` (``x`` itself when ``T' == T``)."""
+    if x.shape[1] == T:
+        return x
+    return torch.cat([x, x.new_zeros((x.shape[0], T - x.shape[1]) + x.shape[2:])], dim=1)
+
+
+def _cat_keys(what: str, elements: Sequence[_PerKey], T: int | None = None) -> dict[str, torch.Tensor]:
+    """Each key's tensors concatenated along the batch dimension (zero-padded in time to ``T`` when given).
+
+    Raises:
+        ValueError: the key sets differ, or a key's dtypes or trailing shapes differ.
+        DeviceMismatchError: a key's tensors are on different devices.
+    """
+    keys = elements[0].variables.keys()
+    n = len(keys)
+    # Same number of keys + every key of the first found in each (else KeyError) = same key sets.
+    if any(len(d.variables) != n for d in elements):
+        raise _key_mismatch(what, elements)
+    try:
+        per_key = {k: [d.variables[k] for d in elements] for k in keys}
+    except KeyError:
+        raise _key_mismatch(what, elements) from None
+    _check_same_dtypes(what, per_key)
+    try:
+        if T is None:
+            return {k: torch.cat(xs) for k, xs in per_key.items()}
+        return {k: torch.cat([_pad_time(x, T) for x in xs]) for k, xs in per_key.items()}
+    except RuntimeError as e:
+        raise _cat_failure(what, per_key, e, leading=1 if T is None else 2) from e
+
+
+class _PerKey:
+    """The operations that apply to every key's tensor, written once for DictTensor and TemporalDictTensor.
+
+    A subclass holds ``variables`` whose tensors share ``_lead`` leading dimensions (1: ``[B]``; 2: ``[B, T]``)
+    and builds its results through three hooks: ``_with_keys`` (the same rows under other keys),
+    ``_with_rows`` (the rows ``rows`` of every tensor) and ``_with_each`` (every tensor through ``fn``).
+    A TemporalDictTensor's ``lengths`` follow the rows and ``fn`` there; a DictTensor has nothing more.
+    """
 
     __slots__ = ()
     variables: dict[str, torch.Tensor]
+    _lead: int
 
-    def keys(self):
+    def _with_keys(self, variables: dict[str, torch.Tensor]) -> Self:
+        raise NotImplementedError
+
+    def _with_rows(self, variables: dict[str, torch.Tensor], rows: slice | torch.Tensor) -> Self:
+        raise NotImplementedError
+
+    def _with_each(self, variables: dict[str, torch.Tensor], fn: Callable[[torch.Tensor], torch.Tensor]) -> Self:
+        raise NotImplementedError
+
+    def n_elems(self) -> int:
+        raise NotImplementedError
+
+    def device(self) -> torch.device | None:
+        raise NotImplementedError
+
+    def _record_error(self, operation: str) -> BatchSizeError | None:
+        """The error of a batch operation asked of a record (0-d tensors, no rows); ``None`` otherwise."""
+        for v in self.variables.values():
+            if v.dim() == 0:
+                return _record_error(f"{type(self).__name__}.{operation}", self)
+            break
+        return None
+
+    # ---------------------------------------------------------------- mapping
+    def keys(self) -> KeysView[str]:
         """The keys, in insertion order."""
         return self.variables.keys()
 
-    def items(self):
+    def items(self) -> ItemsView[str, torch.Tensor]:
         """``(key, tensor)`` pairs, in insertion order."""
         return self.variables.items()
 
-    def values(self):
+    def values(self) -> ValuesView[torch.Tensor]:
         """The tensors, in insertion order."""
         return self.variables.values()
 
@@ -221,8 +308,142 @@ class _NamedTensors:
     def __iter__(self) -> Iterator[str]:
         return iter(self.variables)
 
+    def specs(self) -> dict[str, dict[str, Any]]:
+        """The shape after the leading dims and the dtype of each key: ``{key: {"size": Size, "dtype": dtype}}``.
 
-class DictTensor(_NamedTensors):
+        Raises:
+            BatchSizeError: the DictTensor is a record (it has no rows).
+        """
+        error = self._record_error("specs")
+        if error is not None:
+            raise error
+        lead = self._lead
+        return {k: {"size": v.shape[lead:], "dtype": v.dtype} for k, v in self.variables.items()}
+
+    # ------------------------------------------------------------- selecting
+    def get(self, keys: Iterable[str], *, clone: bool = False) -> Self:
+        """Only ``keys``, in that order; tensors shared, or cloned when ``clone`` (with a TemporalDictTensor's lengths).
+
+        Raises:
+            TypeError: ``keys`` is a str (pass a list of keys).
+            KeyError: a key is missing; the message lists the available keys.
+        """
+        if isinstance(keys, str):
+            raise TypeError(f"keys must be a list of keys, got the str {keys!r}; use get([{keys!r}])")
+        if clone:
+            return self._with_each({k: self[k].clone() for k in keys}, torch.Tensor.clone)
+        return self._with_keys({k: self[k] for k in keys})
+
+    def truncate_key(self, prefix: str) -> Self:
+        """Only the keys starting with ``prefix``, with the prefix removed (``"a/b/z"``, ``"a/"`` -> ``"b/z"``).
+
+        Raises:
+            KeyError: no key of a TemporalDictTensor starts with ``prefix`` (a DictTensor gives an empty one).
+        """
+        n = len(prefix)
+        variables = {k[n:]: v for k, v in self.variables.items() if k[:n] == prefix}
+        # A TemporalDictTensor holds T in its tensors, so it keeps at least one.
+        if not variables and self._lead == 2:
+            raise KeyError(f"no key starts with {prefix!r}; available keys: {_fmt_keys(self.variables)}")
+        return self._with_keys(variables)
+
+    def prepend_key(self, prefix: str) -> Self:
+        """Every key prefixed with ``prefix`` (tensors shared)."""
+        return self._with_keys({prefix + k: v for k, v in self.variables.items()})
+
+    def slice(self, index_from: int, index_to: int | None = None) -> Self:
+        """Rows ``[index_from:index_to]`` as views; ``slice(i)`` keeps the batch dim (one row).
+
+        Raises:
+            BatchSizeError: the DictTensor is a record.
+        """
+        if index_to is None:
+            return self.index(index_from)
+        rows = slice(index_from, index_to)
+        try:
+            return self._with_rows({k: v[rows] for k, v in self.variables.items()}, rows)
+        except IndexError as e:
+            raise self._record_error("slice") or e from None
+
+    def index(self, index: Index) -> Self:
+        """Rows selected by an int (one row, batch dim kept), a slice, a LongTensor or a bool mask.
+
+        Raises:
+            BatchSizeError: the DictTensor is a record, or a bool mask does not have ``B`` entries.
+            IndexError: an int is out of range.
+        """
+        variables = self.variables
+        if not variables:
+            return self._with_keys({})
+        try:
+            rows = _as_index(index, next(iter(variables.values())))
+            return self._with_rows({k: v[rows] for k, v in variables.items()}, rows)
+        except IndexError as e:
+            raise self._record_error("index") or e from None
+
+    def unfold(self) -> list[Self]:
+        """The ``B`` rows, each as a structure of one row."""
+        error = self._record_error("unfold")
+        if error is not None:
+            raise error
+        return [self.slice(i, i + 1) for i in range(self.n_elems())]
+
+    # ------------------------------------------------------------- building
+    def clone(self) -> Self:
+        """A deep copy (every tensor cloned, a TemporalDictTensor's lengths too)."""
+        return self._with_each({k: v.clone() for k, v in self.variables.items()}, torch.Tensor.clone)
+
+    def detach(self) -> Self:
+        """The same tensors detached from the autograd graph (views, no copy), e.g. losses to log."""
+        return self._with_keys({k: v.detach() for k, v in self.variables.items()})
+
+    def to(self, device: DeviceLike, *, non_blocking: bool = False) -> Self:
+        """The structure on ``device``; ``self`` (no copy) when it is already there."""
+        d = as_device(device)
+        current = self.device()
+        if current is None or current == d:
+            return self
+        return self._with_each(
+            {k: v.to(d, non_blocking=non_blocking) for k, v in self.variables.items()},
+            lambda x: x.to(d, non_blocking=non_blocking),
+        )
+
+    def set(self, key: str, value: torch.Tensor) -> None:
+        """Sets (or replaces) ``key`` in place; ``value`` has the leading dims (``[B]``, or ``[B, T]`` for a
+        TemporalDictTensor) and the device of the other keys. On an empty DictTensor this also sets B (a 0-d
+        ``value`` makes it a record).
+
+        Raises:
+            TypeError: ``value`` is not a tensor.
+            BatchSizeError: ``value`` has other leading dims, or is 0-d in a batch, or batched in a record.
+            DeviceMismatchError: ``value`` is on another device.
+        """
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"value for {key!r} must be a torch.Tensor, got {type(value).__name__}")
+        variables = self.variables
+        # The lengths pin a TemporalDictTensor's B and T, so its only key is checked against itself.
+        ref_key = next((k for k in variables if k != key), key if self._lead == 2 else None)
+        if ref_key is not None:
+            _check_value(type(self).__name__, key, value, ref_key, variables[ref_key], self._lead)
+        variables[key] = value
+
+    def copy_(self, source: Self, source_indexes: Index, destination_indexes: Index) -> None:
+        """In place: ``self[k][destination_indexes] = source[k][source_indexes]`` for every key of self.
+
+        Raises:
+            BatchSizeError: self or ``source`` is a record.
+        """
+        self._copy_keys(source, source_indexes, destination_indexes)
+
+    def _copy_keys(self, source: _PerKey, source_indexes: Index, into: Any) -> None:
+        try:
+            for k, v in self.variables.items():
+                v[into] = source[k][source_indexes]
+        except IndexError as e:
+            raise self._record_error("copy_") or source._record_error("copy_") or e from None
+
+
+class DictTensor(_PerKey):
     """A batch of named tensors: ``{key: Tensor[B, ...]}``, all on one device.
 
     Invariant: every tensor has at least one dimension, the same first size
@@ -253,6 +474,7 @@ class DictTensor(_NamedTensors):
     """
 
     __slots__ = ("variables",)
+    _lead = 1
 
     def __init__(self, variables: Mapping[str, torch.Tensor] | None = None):
         v = {} if variables is None else dict(variables)
@@ -265,6 +487,14 @@ class DictTensor(_NamedTensors):
         d = _object_new(cls)
         d.variables = variables
         return d
+
+    # A DictTensor has no state beside its tensors: every hook just wraps the new variables.
+    def _with_keys(self, variables: dict[str, torch.Tensor], *_: Any) -> DictTensor:
+        d = _object_new(DictTensor)
+        d.variables = variables
+        return d
+
+    _with_rows = _with_each = _with_keys
 
     # ---------------------------------------------------------------- reading
     def n_elems(self) -> int:
@@ -309,124 +539,7 @@ class DictTensor(_NamedTensors):
         fields = ", ".join(f"{k}: {tuple(v.shape)} {v.dtype}" for k, v in self.variables.items())
         return f"DictTensor(B={self.n_elems()}, device={self.device()}, {{{fields}}})"
 
-    def specs(self) -> dict[str, dict[str, Any]]:
-        """Per-row shape and dtype of each key: ``{key: {"size": Size, "dtype": dtype}}``.
-
-        Raises:
-            BatchSizeError: the DictTensor is a record (it has no rows).
-        """
-        if self.is_record():
-            raise _record_error("DictTensor.specs", self)
-        return {k: {"size": v.shape[1:], "dtype": v.dtype} for k, v in self.variables.items()}
-
-    # ------------------------------------------------------------- selecting
-    def get(self, keys: Iterable[str], *, clone: bool = False) -> DictTensor:
-        """A DictTensor with only ``keys`` (cloned when ``clone``).
-
-        Raises:
-            TypeError: ``keys`` is a str (pass a list of keys).
-            KeyError: a key is missing; the message lists the available keys.
-        """
-        if isinstance(keys, str):
-            raise TypeError(f"keys must be a list of keys, got the str {keys!r}; use get([{keys!r}])")
-        out = {}
-        for k in keys:
-            v = self[k]
-            out[k] = v.clone() if clone else v
-        return _dt(out)
-
-    def slice(self, index_from: int, index_to: int | None = None) -> DictTensor:
-        """Rows ``[index_from:index_to]`` as views; ``slice(i)`` keeps the batch dim (one row)."""
-        if index_to is None:
-            return self.index(index_from)
-        try:
-            return _dt({k: v[index_from:index_to] for k, v in self.variables.items()})
-        except IndexError:
-            if self.is_record():
-                raise _record_error("DictTensor.slice", self) from None
-            raise
-
-    def index(self, index: Index) -> DictTensor:
-        """Rows selected by an int (one row, batch dim kept), a slice, a LongTensor or a bool mask.
-
-        Raises:
-            BatchSizeError: the DictTensor is a record, or a bool mask does not have ``B`` entries.
-        """
-        variables = self.variables
-        if not variables:
-            return _dt({})
-        try:
-            idx = _as_index(index, next(iter(variables.values())))
-            return _dt({k: v[idx] for k, v in variables.items()})
-        except IndexError:
-            if self.is_record():
-                raise _record_error("DictTensor.index", self) from None
-            raise
-
-    def unfold(self) -> list[DictTensor]:
-        """The B rows, each as a DictTensor of one row."""
-        if self.is_record():
-            raise _record_error("DictTensor.unfold", self)
-        return [self.slice(i, i + 1) for i in range(self.n_elems())]
-
-    def truncate_key(self, prefix: str) -> DictTensor:
-        """Only the keys starting with ``prefix``, with the prefix removed (``"a/b/z"``, ``"a/"`` -> ``"b/z"``)."""
-        n = len(prefix)
-        return _dt({k[n:]: v for k, v in self.variables.items() if k[:n] == prefix})
-
-    def prepend_key(self, prefix: str) -> DictTensor:
-        """Every key prefixed with ``prefix`` (tensors shared)."""
-        return _dt({prefix + k: v for k, v in self.variables.items()})
-
     # ------------------------------------------------------------- building
-    def clone(self) -> DictTensor:
-        """A deep copy (every tensor cloned)."""
-        return _dt({k: v.clone() for k, v in self.variables.items()})
-
-    def detach(self) -> DictTensor:
-        """The same tensors detached from the autograd graph (views, no copy), e.g. losses to log."""
-        return _dt({k: v.detach() for k, v in self.variables.items()})
-
-    def to(self, device: DeviceLike, *, non_blocking: bool = False) -> DictTensor:
-        """The DictTensor on ``device``; ``self`` (no copy) when it is already there."""
-        d = as_device(device)
-        cur = self.device()
-        if cur is None or cur == d:
-            return self
-        return _dt({k: v.to(d, non_blocking=non_blocking) for k, v in self.variables.items()})
-
-    def set(self, key: str, value: torch.Tensor) -> None:
-        """Sets (or replaces) ``key`` in place; on an empty DictTensor this also sets B (a 0-d ``value`` makes
-        it a record).
-
-        Raises:
-            TypeError: ``value`` is not a tensor.
-            BatchSizeError: ``value`` has not ``B`` rows, or is 0-d in a batch, or batched in a record.
-            DeviceMismatchError: ``value`` is on another device.
-        """
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"value for {key!r} must be a torch.Tensor, got {type(value).__name__}")
-        others = [k for k in self.variables if k != key]
-        if others:
-            ref = self.variables[others[0]]
-            if (value.dim() == 0) != (ref.dim() == 0):
-                expected = "a 0-d tensor (this DictTensor is a record)" if ref.dim() == 0 else "shape [B, ...]"
-                raise BatchSizeError(
-                    f"value for {key!r} must have {expected}, got shape {tuple(value.shape)}; a DictTensor is "
-                    "either a batch or a record of 0-d tensors"
-                )
-            if value.dim() > 0 and value.shape[0] != ref.shape[0]:
-                raise BatchSizeError(
-                    f"value for {key!r} has {value.shape[0]} rows, the DictTensor has {ref.shape[0]} "
-                    f"(key {others[0]!r}); give it {ref.shape[0]} rows"
-                )
-            if value.device != ref.device:
-                raise DeviceMismatchError(
-                    f"value for {key!r} is on {value.device}, the DictTensor is on {ref.device}; "
-                    f"move it with .to({str(ref.device)!r})"
-                )
-        self.variables[key] = value
-
     def __add__(self, other: DictTensor) -> DictTensor:
         """The union of two DictTensors with disjoint keys (tensors shared)."""
         if not isinstance(other, DictTensor):
@@ -441,21 +554,6 @@ class DictTensor(_NamedTensors):
         merged = {**self.variables, **other.variables}
         _check_tensors(merged, "DictTensor", 1)
         return _dt(merged)
-
-    def copy_(self, source: DictTensor, source_indexes: Index, destination_indexes: Index) -> None:
-        """In place: ``self[k][destination_indexes] = source[k][source_indexes]`` for every key of self.
-
-        Raises:
-            BatchSizeError: ``self`` or ``source`` is a record.
-        """
-        try:
-            for k, v in self.variables.items():
-                v[destination_indexes] = source[k][source_indexes]
-        except IndexError:
-            for d in (self, source):
-                if d.is_record():
-                    raise _record_error("DictTensor.copy_", d) from None
-            raise
 
     @staticmethod
     def cat(dicts: Sequence[DictTensor]) -> DictTensor:
@@ -487,21 +585,7 @@ class DictTensor(_NamedTensors):
                 )
         if len(dicts) == 1:
             return dicts[0]
-        keys = dicts[0].variables.keys()
-        n = len(keys)
-        # Same number of keys + every key of the first found in each (else KeyError) = same key sets.
-        if any(len(d.variables) != n for d in dicts):
-            raise _key_mismatch("DictTensor.cat", dicts)
-        try:
-            per_key = {k: [d.variables[k] for d in dicts] for k in keys}
-        except KeyError:
-            raise _key_mismatch("DictTensor.cat", dicts) from None
-        _check_same_dtypes("DictTensor.cat", per_key)
-        try:
-            out = {k: torch.cat(v) for k, v in per_key.items()}
-        except RuntimeError as e:
-            raise _cat_failure("DictTensor.cat", per_key, e) from e
-        return _dt(out)
+        return _dt(_cat_keys("DictTensor.cat", dicts))
 
     # ----------------------------------------------------------- interop
     def to_tensordict(self):
@@ -547,8 +631,7 @@ def _import_tensordict():
         ) from e
     return TensorDict
 
-
-class TemporalDictTensor(_NamedTensors):
+class TemporalDictTensor(_PerKey):
     """A batch of ``B`` sequences of ``T`` steps: ``{key: Tensor[B, T, ...]}`` plus ``lengths: int64 [B]``.
 
     Row ``b`` holds ``lengths[b]`` valid steps; positions ``t >= lengths[b]`` are
@@ -571,6 +654,7 @@ class TemporalDictTensor(_NamedTensors):
     """
 
     __slots__ = ("variables", "lengths")
+    _lead = 2
 
     def __init__(self, variables: Mapping[str, torch.Tensor], lengths: torch.Tensor | None = None):
         v = dict(variables)
@@ -613,8 +697,16 @@ class TemporalDictTensor(_NamedTensors):
         t.lengths = lengths
         return t
 
-    def _first(self) -> torch.Tensor:
-        return next(iter(self.variables.values()))
+    def _with_keys(self, variables: dict[str, torch.Tensor]) -> TemporalDictTensor:
+        return _tdt(variables, self.lengths)
+
+    def _with_rows(self, variables: dict[str, torch.Tensor], rows: slice | torch.Tensor) -> TemporalDictTensor:
+        return _tdt(variables, self.lengths[rows])
+
+    def _with_each(
+        self, variables: dict[str, torch.Tensor], fn: Callable[[torch.Tensor], torch.Tensor]
+    ) -> TemporalDictTensor:
+        return _tdt(variables, fn(self.lengths))
 
     # ---------------------------------------------------------------- reading
     def n_elems(self) -> int:
@@ -623,7 +715,7 @@ class TemporalDictTensor(_NamedTensors):
 
     def temporal_size(self) -> int:
         """The time dimension ``T`` (the longest possible row)."""
-        return self._first().shape[1]
+        return next(iter(self.variables.values())).shape[1]
 
     def device(self) -> torch.device:
         """The device of the tensors and the lengths."""
@@ -632,10 +724,6 @@ class TemporalDictTensor(_NamedTensors):
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}: {tuple(v.shape)} {v.dtype}" for k, v in self.variables.items())
         return f"TemporalDictTensor(B={self.n_elems()}, T={self.temporal_size()}, device={self.device()}, {{{fields}}})"
-
-    def specs(self) -> dict[str, dict[str, Any]]:
-        """Per-step shape and dtype of each key: ``{key: {"size": Size, "dtype": dtype}}``."""
-        return {k: {"size": v.shape[2:], "dtype": v.dtype} for k, v in self.variables.items()}
 
     def mask(self) -> torch.Tensor:
         """``float32 [B, T]``: 1 where ``t < lengths[b]``, else 0."""
@@ -647,45 +735,6 @@ class TemporalDictTensor(_NamedTensors):
         return bool((self.lengths == self.temporal_size()).all())
 
     # ------------------------------------------------------------- selecting
-    def get(self, keys: Iterable[str]) -> TemporalDictTensor:
-        """Only ``keys`` (lengths shared)."""
-        if isinstance(keys, str):
-            raise TypeError(f"keys must be a list of keys, got the str {keys!r}; use get([{keys!r}])")
-        return _tdt({k: self[k] for k in keys}, self.lengths)
-
-    def truncate_key(self, prefix: str) -> TemporalDictTensor:
-        """Only the keys starting with ``prefix``, prefix removed.
-
-        Raises:
-            KeyError: no key starts with ``prefix``.
-        """
-        n = len(prefix)
-        v = {k[n:]: x for k, x in self.variables.items() if k[:n] == prefix}
-        if not v:
-            raise KeyError(f"no key starts with {prefix!r}; available keys: {_fmt_keys(self.variables)}")
-        return _tdt(v, self.lengths)
-
-    def prepend_key(self, prefix: str) -> TemporalDictTensor:
-        """Every key prefixed with ``prefix``."""
-        return _tdt({prefix + k: v for k, v in self.variables.items()}, self.lengths)
-
-    def slice(self, index_from: int, index_to: int | None = None) -> TemporalDictTensor:
-        """Rows ``[index_from:index_to]``; ``slice(i)`` keeps the batch dim (one row)."""
-        if index_to is None:
-            return self.index(index_from)
-        return _tdt(
-            {k: v[index_from:index_to] for k, v in self.variables.items()}, self.lengths[index_from:index_to]
-        )
-
-    def index(self, index: Index) -> TemporalDictTensor:
-        """Rows selected by an int (one row, batch dim kept), a slice, a LongTensor or a bool mask."""
-        idx = _as_index(index, self.lengths)
-        return _tdt({k: v[idx] for k, v in self.variables.items()}, self.lengths[idx])
-
-    def unfold(self) -> list[TemporalDictTensor]:
-        """The B rows, each as a TemporalDictTensor of one row."""
-        return [self.slice(i, i + 1) for i in range(self.n_elems())]
-
     def shorten(self) -> TemporalDictTensor:
         """The same rows with ``T`` cut to ``lengths.max()`` (views; one host sync)."""
         m = int(self.lengths.max()) if self.n_elems() > 0 else 0
@@ -728,31 +777,6 @@ class TemporalDictTensor(_NamedTensors):
         return _dt({k: v[rows, t] for k, v in self.variables.items()}), rows
 
     # ------------------------------------------------------------- building
-    def clone(self) -> TemporalDictTensor:
-        """A deep copy (every tensor and the lengths cloned)."""
-        return _tdt({k: v.clone() for k, v in self.variables.items()}, self.lengths.clone())
-
-    def to(self, device: DeviceLike, *, non_blocking: bool = False) -> TemporalDictTensor:
-        """The structure on ``device``; ``self`` (no copy) when it is already there."""
-        d = as_device(device)
-        if self.device() == d:
-            return self
-        return _tdt(
-            {k: v.to(d, non_blocking=non_blocking) for k, v in self.variables.items()},
-            self.lengths.to(d, non_blocking=non_blocking),
-        )
-
-    def set(self, key: str, value: torch.Tensor) -> None:
-        """Sets (or replaces) ``key`` in place; ``value`` must be ``[B, T, ...]`` on the same device."""
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"value for {key!r} must be a torch.Tensor, got {type(value).__name__}")
-        B, T = self.n_elems(), self.temporal_size()
-        if value.dim() < 2 or value.shape[:2] != (B, T):
-            raise BatchSizeError(f"value for {key!r} must have leading shape ({B}, {T}), got {tuple(value.shape)}")
-        if value.device != self.device():
-            raise DeviceMismatchError(f"value for {key!r} is on {value.device}, the structure is on {self.device()}")
-        self.variables[key] = value
-
     def expand(self, new_batch_size: int) -> TemporalDictTensor:
         """The same rows followed by zero rows of length 0 up to ``new_batch_size`` rows (dtypes kept).
 
@@ -779,8 +803,7 @@ class TemporalDictTensor(_NamedTensors):
         Ts, T = source.temporal_size(), self.temporal_size()
         if Ts > T:
             raise BatchSizeError(f"source has T={Ts} steps, more than this structure's T={T}; shorten() it first")
-        for k, v in self.variables.items():
-            v[destination_indexes, :Ts] = source[k][source_indexes]
+        self._copy_keys(source, source_indexes, (destination_indexes, slice(None, Ts)))
         self.lengths[destination_indexes] = source.lengths[source_indexes]
 
     @staticmethod
@@ -806,28 +829,8 @@ class TemporalDictTensor(_NamedTensors):
             raise ValueError("TemporalDictTensor.cat needs at least one element")
         if len(tdts) == 1:
             return tdts[0]
-        keys = tdts[0].variables.keys()
-        n = len(keys)
-        if any(len(d.variables) != n for d in tdts):
-            raise _key_mismatch("TemporalDictTensor.cat", tdts)
         T = max(d.temporal_size() for d in tdts)
-
-        def padded(x: torch.Tensor) -> torch.Tensor:
-            if x.shape[1] == T:
-                return x
-            return torch.cat([x, x.new_zeros((x.shape[0], T - x.shape[1]) + x.shape[2:])], dim=1)
-
-        try:
-            per_key = {k: [d.variables[k] for d in tdts] for k in keys}
-        except KeyError:
-            raise _key_mismatch("TemporalDictTensor.cat", tdts) from None
-        _check_same_dtypes("TemporalDictTensor.cat", per_key)
-        # Each input is consistent and padding equalises T, so the result needs no re-validation.
-        try:
-            v = {k: torch.cat([padded(x) for x in xs]) for k, xs in per_key.items()}
-        except RuntimeError as e:
-            raise _cat_failure("TemporalDictTensor.cat", per_key, e, leading=2) from e
-        return _tdt(v, torch.cat([d.lengths for d in tdts]))
+        return _tdt(_cat_keys("TemporalDictTensor.cat", tdts, T), torch.cat([d.lengths for d in tdts]))
 
 
 class Trajectories:
