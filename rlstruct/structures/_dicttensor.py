@@ -9,12 +9,12 @@ import torch
 
 from rlstruct.errors import BatchSizeError, MissingDependencyError
 from rlstruct.structures._checks import check_tensors, fmt_keys, record_error
-from rlstruct.structures._per_key import PerKey, cat_keys
+from rlstruct.structures._per_key import NamedTensors, cat_keys
 
 _object_new = object.__new__
 
 
-class DictTensor(PerKey):
+class DictTensor(NamedTensors):
     """A batch of named tensors: ``{key: Tensor[B, ...]}``, all on one device.
 
     Invariant: every tensor has at least one dimension, the same first size

@@ -22,7 +22,7 @@ from rlstruct.structures._checks import (
 )
 
 
-class PerKey:
+class NamedTensors:
     """Named tensors sharing ``_lead`` leading dimensions (1: ``[B, ...]``; 2: ``[B, T, ...]``), on one device.
 
     The mapping interface and every operation that applies to each key's tensor live here. A subclass
@@ -258,7 +258,7 @@ class PerKey:
         """
         self._copy_keys(source, source_indexes, destination_indexes)
 
-    def _copy_keys(self, source: PerKey, source_indexes: Index, into: Any) -> None:
+    def _copy_keys(self, source: NamedTensors, source_indexes: Index, into: Any) -> None:
         try:
             for k, v in self.variables.items():
                 v[into] = source[k][source_indexes]
@@ -277,7 +277,7 @@ def pad_time(x: torch.Tensor, T: int) -> torch.Tensor:
     return torch.cat([x, x.new_zeros((x.shape[0], T - x.shape[1]) + x.shape[2:])], dim=1)
 
 
-def cat_keys(what: str, elements: Sequence[PerKey], T: int | None = None) -> dict[str, torch.Tensor]:
+def cat_keys(what: str, elements: Sequence[NamedTensors], T: int | None = None) -> dict[str, torch.Tensor]:
     """Each key's tensors concatenated along the batch dimension, zero-padded in time to ``T`` when given.
 
     Raises:

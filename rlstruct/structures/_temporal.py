@@ -10,12 +10,12 @@ from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import BatchSizeError, DeviceMismatchError
 from rlstruct.structures._checks import Index, check_tensors, key_mismatch
 from rlstruct.structures._dicttensor import DictTensor, new_dicttensor
-from rlstruct.structures._per_key import PerKey, cat_keys
+from rlstruct.structures._per_key import NamedTensors, cat_keys
 
 _object_new = object.__new__
 
 
-class TemporalDictTensor(PerKey):
+class TemporalDictTensor(NamedTensors):
     """A batch of ``B`` sequences of ``T`` steps: ``{key: Tensor[B, T, ...]}`` plus ``lengths: int64 [B]``.
 
     Row ``b`` holds ``lengths[b]`` valid steps; positions ``t >= lengths[b]`` are
