@@ -26,7 +26,7 @@ class TemporalDictTensor(NamedTensors):
         lengths: ``int64 [B]`` on the tensors' device; ``None`` means every row is full (length ``T``).
 
     Raises:
-        ValueError: ``variables`` is empty.
+        ValueError: ``variables`` is empty, or a length (of CPU lengths) is outside ``[0, T]``.
         BatchSizeError: tensors do not share ``B`` and ``T``, or ``lengths`` is not ``[B]``.
         DeviceMismatchError: tensors, or ``lengths``, are on different devices.
         TypeError: ``lengths`` is not an integer tensor.
@@ -133,6 +133,12 @@ class TemporalDictTensor(NamedTensors):
 
         Raises:
             ValueError: a bound is negative (counting from the end is ambiguous with padded rows).
+
+        >>> t = TemporalDictTensor({"x": torch.arange(8).view(2, 4)}, torch.tensor([4, 2]))
+        >>> s = t.temporal_slice(1, 3)
+        >>> s["x"], s.lengths
+        (tensor([[1, 2],
+                [5, 6]]), tensor([2, 1]))
         """
         if index_from < 0 or index_to < 0:
             raise ValueError(
@@ -226,6 +232,11 @@ class Trajectories:
     Raises:
         BatchSizeError: ``info`` does not have ``B`` rows.
         DeviceMismatchError: ``info`` is on another device.
+
+    >>> steps = TemporalDictTensor({"reward": torch.ones(2, 3)}, torch.tensor([3, 1]))
+    >>> t = Trajectories(DictTensor({"env_id": torch.tensor([4, 7])}), steps)
+    >>> t.index(1).info["env_id"], t.index(1).trajectories.lengths
+    (tensor([7]), tensor([1]))
     """
 
     __slots__ = ("info", "trajectories")
@@ -288,7 +299,11 @@ class Trajectories:
 
     @staticmethod
     def cat(trajectories: Sequence[Trajectories]) -> Trajectories:
-        """Concatenates along the batch dimension (time zero-padded to the longest)."""
+        """Concatenates along the batch dimension (time zero-padded to the longest).
+
+        Raises:
+            ValueError: some infos have keys and others none, or as for :meth:`TemporalDictTensor.cat`.
+        """
         infos = [t.info for t in trajectories]
         if any(i.variables for i in infos) and not all(i.variables for i in infos):
             raise key_mismatch("Trajectories.cat (info)", [i.variables for i in infos])
