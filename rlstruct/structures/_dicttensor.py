@@ -14,6 +14,17 @@ from rlstruct.structures._per_key import NamedTensors, cat_keys
 _object_new = object.__new__
 
 
+def new_dicttensor(variables: dict[str, torch.Tensor]) -> DictTensor:
+    """A DictTensor over ``variables`` without validation, for results of operations that keep the invariants.
+
+    It skips the checks, so that the container costs about one Python object over a plain dict; also
+    ``DictTensor._trusted``, for the envs and batchers that build such results.
+    """
+    d = _object_new(DictTensor)
+    d.variables = variables
+    return d
+
+
 class DictTensor(NamedTensors):
     """A batch of named tensors: ``{key: Tensor[B, ...]}``, all on one device.
 
@@ -54,12 +65,7 @@ class DictTensor(NamedTensors):
         check_tensors(v, "DictTensor", 1)
         self.variables: dict[str, torch.Tensor] = v
 
-    @classmethod
-    def _trusted(cls, variables: dict[str, torch.Tensor]) -> DictTensor:
-        # For results of operations that preserve the invariants: no re-validation.
-        d = _object_new(cls)
-        d.variables = variables
-        return d
+    _trusted = staticmethod(new_dicttensor)
 
     # A DictTensor has nothing beside its tensors: every hook wraps the new variables as they are.
     def _with_keys(self, variables: dict[str, torch.Tensor], *_: Any) -> DictTensor:
@@ -190,17 +196,6 @@ class DictTensor(NamedTensors):
         _import_tensordict()
         flat = td.flatten_keys("/")
         return DictTensor({k: v for k, v in flat.items()})
-
-
-def new_dicttensor(variables: dict[str, torch.Tensor]) -> DictTensor:
-    """A DictTensor over ``variables`` without validation, for results of operations that keep the invariants.
-
-    It skips the checks and a classmethod call, so that the container costs about one Python object over a
-    plain dict.
-    """
-    d = _object_new(DictTensor)
-    d.variables = variables
-    return d
 
 
 def _import_tensordict() -> Any:

@@ -15,6 +15,15 @@ from rlstruct.structures._per_key import NamedTensors, cat_keys
 _object_new = object.__new__
 
 
+def new_temporal(variables: dict[str, torch.Tensor], lengths: torch.Tensor) -> TemporalDictTensor:
+    """A TemporalDictTensor without validation, for results of operations that keep the invariants (also
+    ``TemporalDictTensor._trusted``)."""
+    t = _object_new(TemporalDictTensor)
+    t.variables = variables
+    t.lengths = lengths
+    return t
+
+
 class TemporalDictTensor(NamedTensors):
     """A batch of ``B`` sequences of ``T`` steps: ``{key: Tensor[B, T, ...]}`` plus ``lengths: int64 [B]``.
 
@@ -74,12 +83,7 @@ class TemporalDictTensor(NamedTensors):
         self.variables: dict[str, torch.Tensor] = v
         self.lengths: torch.Tensor = lengths
 
-    @classmethod
-    def _trusted(cls, variables: dict[str, torch.Tensor], lengths: torch.Tensor) -> TemporalDictTensor:
-        t = _object_new(cls)
-        t.variables = variables
-        t.lengths = lengths
-        return t
+    _trusted = staticmethod(new_temporal)
 
     def _with_keys(self, variables: dict[str, torch.Tensor]) -> TemporalDictTensor:
         return new_temporal(variables, self.lengths)
@@ -311,11 +315,3 @@ class Trajectories:
             DictTensor.cat([t.info for t in trajectories]),
             TemporalDictTensor.cat([t.trajectories for t in trajectories]),
         )
-
-
-def new_temporal(variables: dict[str, torch.Tensor], lengths: torch.Tensor) -> TemporalDictTensor:
-    """A TemporalDictTensor without validation, for results of operations that keep the invariants."""
-    t = _object_new(TemporalDictTensor)
-    t.variables = variables
-    t.lengths = lengths
-    return t
