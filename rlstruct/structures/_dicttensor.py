@@ -68,7 +68,7 @@ class DictTensor(NamedTensors):
     _trusted = staticmethod(new_dicttensor)
 
     # A DictTensor has nothing beside its tensors: every hook wraps the new variables as they are.
-    def _with_keys(self, variables: dict[str, torch.Tensor], *_: Any) -> DictTensor:
+    def _with_keys(self, variables: dict[str, torch.Tensor], _: Any = None) -> DictTensor:
         d = _object_new(DictTensor)
         d.variables = variables
         return d

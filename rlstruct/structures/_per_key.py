@@ -115,9 +115,12 @@ class NamedTensors:
         """
         if isinstance(keys, str):
             raise TypeError(f"keys must be a list of keys, got the str {keys!r}; use get([{keys!r}])")
+        variables = {}
+        for k in keys:  # a loop, not a comprehension: cheaper for the few keys a get usually names
+            variables[k] = self[k]
         if clone:
-            return self._with_each({k: self[k].clone() for k in keys}, torch.Tensor.clone)
-        return self._with_keys({k: self[k] for k in keys})
+            return self._with_each({k: v.clone() for k, v in variables.items()}, torch.Tensor.clone)
+        return self._with_keys(variables)
 
     def truncate_key(self, prefix: str) -> Self:
         """Only the keys starting with ``prefix``, with the prefix removed (``"a/b/z"``, ``"a/"`` -> ``"b/z"``).
