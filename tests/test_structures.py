@@ -462,6 +462,36 @@ def test_temporal_clone_to_and_shorten(x):
 
 
 @PROPERTY
+@given(x=temporal(), data=st.data())
+def test_temporal_per_key_operations_are_the_dicttensor_ones_with_the_lengths_following_the_rows(x, data):
+    d = DictTensor(x.variables)
+    B = x.n_elems()
+    a = data.draw(st.integers(0, B))
+    b = data.draw(st.integers(a, B))
+    rows = torch.tensor(data.draw(st.lists(st.integers(0, max(B - 1, 0)), max_size=4 if B else 0)), dtype=torch.long)
+    keys = data.draw(st.lists(st.sampled_from(list(x.keys())), min_size=1, unique=True))
+    cases = [
+        (x.slice(a, b), d.slice(a, b), x.lengths[a:b]),
+        (x.index(rows), d.index(rows), x.lengths[rows]),
+        (x.get(keys), d.get(keys), x.lengths),
+        (x.get(keys, clone=True), d.get(keys, clone=True), x.lengths),
+        (x.prepend_key("p/"), d.prepend_key("p/"), x.lengths),
+        (x.prepend_key("p/").truncate_key("p/"), d, x.lengths),
+        (x.clone(), d.clone(), x.lengths),
+        (x.detach(), d.detach(), x.lengths),
+    ]
+    for got, expected, lengths in cases:
+        assert isinstance(got, TemporalDictTensor)
+        assert_tdt_equal(got, TemporalDictTensor(expected.variables, lengths))
+    assert x.get(keys).lengths is x.lengths and x.get(keys, clone=True).lengths is not x.lengths
+    assert [u.lengths.tolist() for u in x.unfold()] == [[n] for n in x.lengths.tolist()]
+    assert x.specs() == {k: {"size": v.shape[2:], "dtype": v.dtype} for k, v in x.items()}
+    on_meta = x.to(META)
+    assert on_meta.lengths.device == META and all(v.device == META for v in on_meta.values())
+    assert [v.shape for v in on_meta.values()] == [v.shape for v in x.values()]
+
+
+@PROPERTY
 @given(data=st.data())
 def test_temporal_copy_matches_a_python_loop(data):
     Ts, T = data.draw(st.integers(0, 3)), data.draw(st.integers(3, 4))
@@ -726,8 +756,12 @@ def test_error_set_wrong_size_device_or_type():
     t = TemporalDictTensor({"a": torch.zeros(2, 3)})
     with pytest.raises(BatchSizeError, match=r"leading shape \(2, 3\), got \(2, 4\)"):
         t.set("b", torch.zeros(2, 4))
-    with pytest.raises(DeviceMismatchError, match="value for 'b' is on meta"):
+    with pytest.raises(DeviceMismatchError, match=r"value for 'b' is on meta, the TemporalDictTensor is on cpu; "
+                       r"move it with .to\('cpu'\)"):
         t.set("b", torch.zeros(2, 3, device=META))
+    # The lengths pin B and T, so even the only key keeps its leading shape.
+    with pytest.raises(BatchSizeError, match=r"leading shape \(2, 3\), got \(2, 5\)"):
+        t.set("a", torch.zeros(2, 5))
 
 
 def test_error_index_arguments():
