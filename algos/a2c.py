@@ -7,7 +7,7 @@ not through terminations: at a truncated step the target uses ``V(_observation/f
 observation), at a terminated step nothing, and the GAE recursion is cut at every episode end.
 
 The file reads top to bottom: the config, the loss, the learn step (one gradient step per collection), and a
-``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos.on_policy`).
+``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos._train.loops`).
 
 Run it with ``rlstruct train a2c --env CartPole-v1`` (or ``--env Pendulum-v1``) or ``python -m rlstruct.algos.a2c``.
 """
@@ -21,8 +21,11 @@ from collections.abc import Sequence
 
 import torch
 
-from rlstruct.algos.command import run_main
-from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.log import TrainResult
+from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
+from rlstruct.algos._train.session import Setup, prepare
+from rlstruct.algos._train.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
 from rlstruct.algos.networks import (
     ActorCritic,
     actor_critic_outputs,
@@ -31,12 +34,8 @@ from rlstruct.algos.networks import (
     policy_actions,
 )
 from rlstruct.algos.normalization import NormalizationConfig
-from rlstruct.algos.on_policy import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
-from rlstruct.algos.record import TrainResult
 from rlstruct.algos.recurrent import replay_learner
 from rlstruct.algos.returns import gae_advantages
-from rlstruct.algos.setup import Setup, prepare
-from rlstruct.algos.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
 from rlstruct.structures import Trajectories
 
 __all__ = ["A2CConfig", "a2c_loss", "a2c_batch_loss", "learn_step", "ALGORITHM", "validate", "train", "main"]
@@ -88,7 +87,7 @@ class A2CConfig(NormalizationConfig, FastPathConfig):
 
 
 def check_config(config: A2CConfig) -> None:
-    """A2C's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
+    """A2C's own settings (the shared ones are :func:`~rlstruct.algos._train.config.validate_run_config`'s).
 
     Raises:
         ValueError: a setting is out of range.
@@ -233,7 +232,7 @@ ALGORITHM = OnPolicyAlgorithm(name="a2c", title="A2C", config_cls=A2CConfig, des
 
 
 def validate(config: A2CConfig) -> Setup:
-    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
+    """Checks the config before anything is built (see :func:`~rlstruct.algos._train.session.prepare`).
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
@@ -261,6 +260,8 @@ def train(config: A2CConfig) -> TrainResult:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``rlstruct train a2c [flags]``; the last stdout line is a JSON summary."""
+    from rlstruct.algos._train.train_command import run_main
+
     return run_main(ALGORITHM, train_on_policy, argv)
 
 

@@ -16,7 +16,7 @@ first gradient step of the new session.
 
 The file reads top to bottom: the config, the Q networks and their agent, the double-DQN targets and loss, the
 learner (:class:`DQNLearner`: one gradient step and the target update), and a ``train`` that hands it to the
-off-policy loop (:mod:`rlstruct.algos.off_policy`).
+off-policy loop (:mod:`rlstruct.algos._train.loops`).
 
 Run it with ``rlstruct train dqn --env CartPole-v1`` or ``python -m rlstruct.algos.dqn``.
 """
@@ -35,17 +35,15 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos.checkpoints import Resume, load_state, restore_optimizer
-from rlstruct.algos.command import run_main
-from rlstruct.algos.config import RunConfig
+from rlstruct.algos._train.checkpoints import Resume, load_state, restore_optimizer
+from rlstruct.algos._train.config import RunConfig
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.log import TrainResult
+from rlstruct.algos._train.loops import OffPolicyAlgorithm, train_off_policy
+from rlstruct.algos._train.session import Setup, prepare, seeded_model
 from rlstruct.algos.encoders import CNNEncoder
-from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.networks import NetworkAgent, make_adam, mlp
-from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
-from rlstruct.algos.record import TrainResult
 from rlstruct.algos.replay import ReplayBuffer
-from rlstruct.algos.run import seeded_model
-from rlstruct.algos.setup import Setup, prepare
 from rlstruct.algos.transitions import NStepWindow
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
@@ -120,7 +118,7 @@ class DQNConfig(RunConfig):
 
 
 def check_config(config: DQNConfig) -> None:
-    """DQN's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
+    """DQN's own settings (the shared ones are :func:`~rlstruct.algos._train.config.validate_run_config`'s).
 
     Raises:
         ValueError: a setting is out of range.
@@ -247,7 +245,7 @@ class PixelQNetwork(nn.Module):
 def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = False) -> QNetwork | PixelQNetwork:
     """The Q-network for ``spec``'s env: :class:`PixelQNetwork` for images, :class:`QNetwork` (an MLP) otherwise.
 
-    >>> from rlstruct.algos.env_spec import EnvSpec
+    >>> from rlstruct.algos._train.env_spec import EnvSpec
     >>> type(q_network(EnvSpec((10, 10, 4), "bool", 3, 1000), (64,))).__name__
     'PixelQNetwork'
     """
@@ -381,7 +379,7 @@ def epsilon_at(env_steps: int, start: float, end: float, decay_steps: int) -> fl
 
 # =============================================================================================== learner
 class DQNLearner:
-    """DQN's learner for the off-policy loop (:class:`~rlstruct.algos.off_policy.OffPolicyLearner`): the Q network
+    """DQN's learner for the off-policy loop (:class:`~rlstruct.algos._train.loops.OffPolicyLearner`): the Q network
     and its target, Adam, epsilon-greedy exploration, n-step transitions, and one gradient step of
     :func:`dqn_loss` followed by the target update (Polyak with ``tau < 1``, else a hard copy every
     ``target_update_interval`` steps).
@@ -474,7 +472,7 @@ ALGORITHM = OffPolicyAlgorithm(name="dqn", title="DQN", config_cls=DQNConfig, de
 
 
 def validate(config: DQNConfig) -> Setup:
-    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
+    """Checks the config before anything is built (see :func:`~rlstruct.algos._train.session.prepare`).
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
@@ -500,6 +498,8 @@ def train(config: DQNConfig) -> TrainResult:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``rlstruct train dqn [flags]``; the last stdout line is a JSON summary."""
+    from rlstruct.algos._train.train_command import run_main
+
     return run_main(ALGORITHM, train_off_policy, argv)
 
 

@@ -48,7 +48,7 @@ __all__ = [
 OBSERVATION_CLIP = 10.0
 
 #: sums a tensor over the ranks of a data-parallel run, in place, and returns it
-#: (:func:`rlstruct.algos.distributed.sum_over_ranks`); ``None`` for one process
+#: (:func:`rlstruct.algos._train.distributed.sum_over_ranks`); ``None`` for one process
 SumOverRanks = Callable[[torch.Tensor], torch.Tensor]
 
 

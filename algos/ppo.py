@@ -22,7 +22,7 @@ the previous update); the ratio still uses the log-probabilities of the weights 
 bounds the step from the behaviour policy. Off by default.
 
 The file reads top to bottom: the config, the loss, the learn step (epochs of shuffled minibatches), and a
-``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos.on_policy`).
+``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos._train.loops`).
 
 Run it with ``rlstruct train ppo --env CartPole-v1`` (or ``--env Pendulum-v1``) or ``python -m rlstruct.algos.ppo``.
 """
@@ -38,17 +38,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlstruct.algos.command import run_main
-from rlstruct.algos.distributed import World, mean_over_ranks
-from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos._train.distributed import World, mean_over_ranks
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.log import TrainResult
+from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
+from rlstruct.algos._train.session import Setup, prepare
+from rlstruct.algos._train.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
 from rlstruct.algos.networks import check_normalizable, critic_values, normalize_masked, policy_actions
 from rlstruct.algos.normalization import NormalizationConfig
-from rlstruct.algos.on_policy import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
-from rlstruct.algos.record import TrainResult
 from rlstruct.algos.recurrent import RecurrentPolicyAgent, replay_learner, replay_window
 from rlstruct.algos.returns import gae_advantages
-from rlstruct.algos.setup import Setup, prepare
-from rlstruct.algos.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
 from rlstruct.structures import TemporalDictTensor, Trajectories
 
 __all__ = ["PPOConfig", "ppo_loss", "ppo_minibatch_loss", "learn_step", "ALGORITHM", "validate", "train", "main"]
@@ -109,7 +108,7 @@ class PPOConfig(NormalizationConfig, FastPathConfig):
 
 
 def check_config(config: PPOConfig) -> None:
-    """PPO's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
+    """PPO's own settings (the shared ones are :func:`~rlstruct.algos._train.config.validate_run_config`'s).
 
     Raises:
         ValueError: a setting is out of range.
@@ -352,7 +351,7 @@ ALGORITHM = OnPolicyAlgorithm(name="ppo", title="PPO", config_cls=PPOConfig, des
 
 
 def validate(config: PPOConfig) -> Setup:
-    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
+    """Checks the config before anything is built (see :func:`~rlstruct.algos._train.session.prepare`).
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
@@ -380,6 +379,8 @@ def train(config: PPOConfig) -> TrainResult:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``rlstruct train ppo [flags]``; the last stdout line is a JSON summary."""
+    from rlstruct.algos._train.train_command import run_main
+
     return run_main(ALGORITHM, train_on_policy, argv)
 
 

@@ -7,7 +7,7 @@ truncated by its time limit rather than terminated. The policy is categorical fo
 diagonal Gaussian for continuous ones (see :mod:`rlstruct.algos.networks`).
 
 The file reads top to bottom: the config, the returns and the loss, the learn step (one gradient step over
-whole episodes), and a ``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos.on_policy`).
+whole episodes), and a ``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos._train.loops`).
 
 Run it with ``rlstruct train reinforce --env CartPole-v1`` or ``python -m rlstruct.algos.reinforce``.
 """
@@ -23,15 +23,14 @@ import torch
 from torch import nn
 
 from rlstruct.agents import replay_agent, replay_agent_stateless
-from rlstruct.algos.command import run_main
-from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.log import TrainResult
+from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
+from rlstruct.algos._train.session import Setup, prepare
+from rlstruct.algos._train.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
 from rlstruct.algos.networks import check_normalizable, masked_policy_value_loss, policy_actions
 from rlstruct.algos.normalization import NormalizationConfig
-from rlstruct.algos.on_policy import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
-from rlstruct.algos.record import TrainResult
 from rlstruct.algos.returns import discounted_returns
-from rlstruct.algos.setup import Setup, prepare
-from rlstruct.algos.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
 from rlstruct.structures import Trajectories
 
 __all__ = ["ReinforceConfig", "reinforce_loss", "reinforce_batch_loss", "reinforce_returns", "learn_step",
@@ -74,7 +73,7 @@ class ReinforceConfig(NormalizationConfig, FastPathConfig):
 
 
 def check_config(config: ReinforceConfig) -> None:
-    """REINFORCE's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
+    """REINFORCE's own settings (the shared ones are :func:`~rlstruct.algos._train.config.validate_run_config`'s).
 
     Raises:
         ValueError: a setting is out of range.
@@ -249,7 +248,7 @@ ALGORITHM = OnPolicyAlgorithm(name="reinforce", title="REINFORCE", config_cls=Re
 
 
 def validate(config: ReinforceConfig) -> Setup:
-    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
+    """Checks the config before anything is built (see :func:`~rlstruct.algos._train.session.prepare`).
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
@@ -277,6 +276,8 @@ def train(config: ReinforceConfig) -> TrainResult:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``rlstruct train reinforce [flags]``; the last stdout line is a JSON summary."""
+    from rlstruct.algos._train.train_command import run_main
+
     return run_main(ALGORITHM, train_on_policy, argv)
 
 

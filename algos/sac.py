@@ -17,7 +17,7 @@ fresh run's first steps only).
 
 The file reads top to bottom: the config, the networks and their agent, the losses, the learner
 (:class:`SACLearner`: one gradient step of the critics, the actor and the temperature), and a ``train`` that hands it
-to the off-policy loop (:mod:`rlstruct.algos.off_policy`).
+to the off-policy loop (:mod:`rlstruct.algos._train.loops`).
 
 Run it with ``rlstruct train sac --env Pendulum-v1`` or ``python -m rlstruct.algos.sac``.
 """
@@ -35,17 +35,15 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos.checkpoints import Resume, load_state, restore_optimizer
-from rlstruct.algos.command import run_main
-from rlstruct.algos.config import RunConfig
-from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos._train.checkpoints import Resume, load_state, restore_optimizer
+from rlstruct.algos._train.config import RunConfig
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.log import TrainResult
+from rlstruct.algos._train.loops import OffPolicyAlgorithm, train_off_policy
+from rlstruct.algos._train.optim import Adam
+from rlstruct.algos._train.session import Setup, prepare, seeded_model
 from rlstruct.algos.networks import NetworkAgent, make_adam
-from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
-from rlstruct.algos.optim import Adam
-from rlstruct.algos.record import TrainResult
 from rlstruct.algos.replay import ReplayBuffer
-from rlstruct.algos.run import seeded_model
-from rlstruct.algos.setup import Setup, prepare
 from rlstruct.algos.transitions import one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
@@ -114,7 +112,7 @@ class SACConfig(RunConfig):
 
 
 def check_config(config: SACConfig) -> None:
-    """SAC's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
+    """SAC's own settings (the shared ones are :func:`~rlstruct.algos._train.config.validate_run_config`'s).
 
     Raises:
         ValueError: a setting is out of range.
@@ -412,7 +410,7 @@ def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
 
 # =============================================================================================== learner
 class SACLearner:
-    """SAC's learner for the off-policy loop (:class:`~rlstruct.algos.off_policy.OffPolicyLearner`): the actor, the
+    """SAC's learner for the off-policy loop (:class:`~rlstruct.algos._train.loops.OffPolicyLearner`): the actor, the
     twin critics and their Polyak-averaged targets, the temperature, their three Adams, and one gradient step
     (the critics on the soft targets, the actor, the temperature, then the targets).
 
@@ -533,7 +531,7 @@ ALGORITHM = OffPolicyAlgorithm(name="sac", title="SAC", config_cls=SACConfig, de
 
 
 def validate(config: SACConfig) -> Setup:
-    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
+    """Checks the config before anything is built (see :func:`~rlstruct.algos._train.session.prepare`).
 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
@@ -562,6 +560,8 @@ def train(config: SACConfig) -> TrainResult:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``rlstruct train sac [flags]``; the last stdout line is a JSON summary."""
+    from rlstruct.algos._train.train_command import run_main
+
     return run_main(ALGORITHM, train_off_policy, argv)
 
 

@@ -9,7 +9,7 @@ import torch
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 from rlstruct.algos import sac
-from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos.sac import (
     SACConfig,
     SquashedGaussianActor,

@@ -19,13 +19,13 @@ import pytest
 import torch
 
 from rlstruct.algos import a2c, cli
+from rlstruct.algos._train.config import RunConfig
+from rlstruct.algos._train.flags import build_parser, config_from_args, field_docs, short_help
+from rlstruct.algos._train.session import worker_seeds
 from rlstruct.algos.a2c import A2CConfig
-from rlstruct.algos.command import build_parser, config_from_args, field_docs, short_help
-from rlstruct.algos.config import RunConfig
 from rlstruct.algos.dqn import DQNConfig
 from rlstruct.algos.ppo import PPOConfig
 from rlstruct.algos.reinforce import ReinforceConfig
-from rlstruct.algos.run import worker_seeds
 from rlstruct.algos.sac import SACConfig
 
 CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, SACConfig, PPOConfig]
@@ -287,8 +287,8 @@ def test_only_the_command_line_configures_logging():
     root = Path(__file__).resolve().parents[1]
     calling = sorted(str(p.relative_to(root)) for d in ("rlstruct", "agents", "batchers", "algos")
                      for p in (root / d).rglob("*.py") if "basicConfig(" in p.read_text())
-    assert calling == ["algos/command.py"]  # the command line's own module
-    assert (root / "algos/command.py").read_text().count("basicConfig(") == 1
+    assert calling == ["algos/_train/train_command.py"]  # the command line's own module
+    assert (root / "algos/_train/train_command.py").read_text().count("basicConfig(") == 1
 
 
 # --------------------------------------------------------------------------- Ctrl-C
@@ -404,7 +404,7 @@ def test_a_run_without_iterations_and_a_reused_logdir_are_warned_about(tmp_path,
 
 @pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn", "sac", "ppo"])
 def test_train_help_is_grouped_and_each_entry_is_two_lines_at_most(algo, capsys):
-    from rlstruct.algos.command import HELP_POSITION
+    from rlstruct.algos._train.flags import HELP_POSITION
 
     with pytest.raises(SystemExit):
         cli.main(["train", algo, "--help"])
@@ -450,17 +450,17 @@ def test_summary_times_the_launch_to_the_first_iteration_and_to_the_target(tmp_p
 
 
 def test_launched_at_is_the_process_start():
-    from rlstruct.algos.command import launched_at
+    from rlstruct.algos._train.train_command import launched_at
 
-    code = ("import time; time.sleep(0.5); from rlstruct.algos.command import launched_at; import time as t; "
-            "print(t.perf_counter() - launched_at())")
+    code = ("import time; time.sleep(0.5); from rlstruct.algos._train.train_command import launched_at; "
+            "import time as t; print(t.perf_counter() - launched_at())")
     age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert 0.5 <= age < 60
     assert time.perf_counter() - launched_at() > 0
 
 
 def test_a_command_called_from_python_is_timed_from_the_call_not_the_process_start(tmp_path, capsys):
-    from rlstruct.algos.command import launched_at
+    from rlstruct.algos._train.train_command import launched_at
 
     time.sleep(1.0)  # the process is older than the call by at least this much
     age = time.perf_counter() - launched_at()

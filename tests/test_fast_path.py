@@ -15,8 +15,10 @@ import pytest
 import torch
 
 from rlstruct.algos import a2c, ppo, reinforce
-from rlstruct.algos.config import RunConfig, validate_run_config
-from rlstruct.algos.env_spec import create_env, describe_env
+from rlstruct.algos._train.config import RunConfig, validate_run_config
+from rlstruct.algos._train.env_spec import create_env, describe_env
+from rlstruct.algos._train.session import training_run
+from rlstruct.algos._train.update import FastPathConfig, UpdateStep, clip_groups, weight_sync_mode
 from rlstruct.algos.networks import (
     ActorCritic,
     actor_critic_outputs,
@@ -24,8 +26,6 @@ from rlstruct.algos.networks import (
     create_policy_agent,
     make_adam,
 )
-from rlstruct.algos.run import training_run
-from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, weight_sync_mode
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.errors import BatcherStateError, ConfigError
 from rlstruct.structures import DictTensor

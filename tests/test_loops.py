@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rlstruct.algos import a2c, dqn, ppo, reinforce, sac
-from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
-from rlstruct.algos.on_policy import OnPolicyAlgorithm, train_on_policy
+from rlstruct.algos._train.loops import OffPolicyAlgorithm, OnPolicyAlgorithm, train_off_policy, train_on_policy
 
 
 def test_each_algorithm_describes_itself_to_its_familys_loop():

@@ -13,7 +13,7 @@ import typing
 import pytest
 
 from rlstruct.algos import a2c, dqn, ppo, reinforce, sac
-from rlstruct.algos.presets import PRESETS, apply_preset, find_preset, given_fields, list_presets
+from rlstruct.algos._train.presets import PRESETS, apply_preset, find_preset, given_fields, list_presets
 from rlstruct.errors import ConfigError
 from tests.test_cli import last_json, rlstruct
 
@@ -111,7 +111,7 @@ def test_a_preset_of_another_env_or_algorithm_or_an_unknown_one_is_a_config_erro
 
 
 def test_an_unsupported_pair_keeps_the_defaults_and_says_what_learns_the_env(caplog):
-    with caplog.at_level(logging.WARNING, logger="rlstruct.algos.presets"):
+    with caplog.at_level(logging.WARNING, logger="rlstruct.algos._train.presets"):
         setup = a2c.validate(a2c.A2CConfig(env="Pendulum-v1"))
     assert setup.config.preset == "none" and setup.config.gamma == a2c.A2CConfig.gamma
     assert "a2c on Pendulum-v1 has no preset" in caplog.text and "rlstruct train ppo --env Pendulum-v1" in caplog.text

@@ -12,7 +12,7 @@ import torch
 from rlstruct import DictTensor, RL_Batcher
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent
 from rlstruct.algos import a2c, ppo
-from rlstruct.algos.env_spec import create_env, describe_env
+from rlstruct.algos._train.env_spec import create_env, describe_env
 from rlstruct.algos.recurrent import (
     RecurrentActorCritic,
     RecurrentPolicyAgent,

@@ -25,18 +25,19 @@ import time
 import pytest
 import torch
 
-from rlstruct.algos import a2c, cli, dqn, off_policy, on_policy, ppo, reinforce, sac
-from rlstruct.algos import checkpoints as checkpoints_module
-from rlstruct.algos import record as record_module
-from rlstruct.algos import run as run_module
-from rlstruct.algos import setup as algos_setup
-from rlstruct.algos import update as update_module
-from rlstruct.algos.checkpoints import CHECKPOINT_NAME, load_resume
+from rlstruct.algos import a2c, cli, dqn, ppo, reinforce, sac
+from rlstruct.algos._train import checkpoints as checkpoints_module
+from rlstruct.algos._train import log as record_module
+from rlstruct.algos._train import loops
+from rlstruct.algos._train import session as algos_setup
+from rlstruct.algos._train import session as run_module
+from rlstruct.algos._train import update as update_module
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_resume
+from rlstruct.algos._train.env_spec import describe_env
+from rlstruct.algos._train.log import Run, session_seed
+from rlstruct.algos._train.session import worker_seeds
 from rlstruct.algos.cli import evaluate_checkpoint
-from rlstruct.algos.env_spec import describe_env
 from rlstruct.algos.normalization import LearnerNormalization
-from rlstruct.algos.record import Run, session_seed
-from rlstruct.algos.run import worker_seeds
 from rlstruct.devices import tree_copy
 from rlstruct.errors import ConfigError
 
@@ -107,7 +108,7 @@ def train_then_resume(tmp_path, monkeypatch, algo: str):
     saved = torch.load(os.path.join(logdir, CHECKPOINT_NAME), weights_only=True)
     restored = record_restores(monkeypatch, module)
     seeds = []
-    loop = off_policy if algo in ("dqn", "sac") else on_policy  # the family's loop opens the batchers
+    loop = loops  # the loop opens the batchers
     real_open = loop.open_batchers
 
     def open_batchers(*args, **kwargs):

@@ -1,26 +1,6 @@
-"""The on-policy loop, written once for A2C, PPO and REINFORCE: collect, normalise, learn, send the weights to the
-batchers, record, evaluate, checkpoint, stop.
-
-An algorithm hands the loop an :class:`OnPolicyAlgorithm`: its name, config and checks, whether it learns from
-whole episodes, and ``make_learn``, which builds its learn step from the learner's parts
-(:class:`ActorCriticLearner`: the model, the agent that replays it, the optimizer, the device). The learn step
-takes one collection (``Trajectories`` on the learner's device) and the rewards the loss sees (normalised when
-``normalize_rewards``) and returns the iteration's statistics: A2C takes one gradient step, PPO epochs of
-minibatches with its clipped loss, REINFORCE one step over whole episodes.
-
-**A function, not a base class.** The loop is one function over a frozen description of the algorithm's pieces,
-so that one iteration reads top to bottom in one place, and an algorithm file holds only what is its own (config,
-loss, learn step) with no override order to learn: there is no ``super()`` to call, no hook that a subclass may
-or may not override, and every piece the loop calls is a named field. The capabilities every algorithm of the
-family gets land here, once: the collection mode (a pipeline of auto-reset envs, optionally overlapped with
-learning, or episodic acquisitions), observation and reward normalisation, resuming, periodic checkpoints. The
-ones still to come have one place each: presets build the config before :func:`~rlstruct.algos.setup.prepare`; a
-restart of crashed workers wraps the collection (:func:`_collector`); data-parallel learners all-reduce the
-gradients as they accumulate (``Tensor.register_post_accumulate_grad_hook`` on the parameters of
-:attr:`ActorCriticLearner.model`, during the backward and so before the clipping and the optimizer's step, as
-DDP does) where the :class:`ActorCriticLearner` is built, and the records, evaluations and checkpoints of
-:func:`train_on_policy` (``run.record``, ``run.poll_evaluation``, ``run.poll_checkpoint``, ``finish_training``)
-are the lines that only the logging process runs.
+"""The two training loops: the on-policy one (A2C, PPO, REINFORCE: collect, normalise, learn) and the
+off-policy one (DQN, SAC: collect, push into a replay buffer, take gradient steps), with what every run does around
+them (send the weights to the batchers, record, evaluate, checkpoint, stop).
 """
 
 from __future__ import annotations
@@ -29,38 +9,52 @@ import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos.checkpoints import load_state
-from rlstruct.algos.distributed import (
+from rlstruct.algos._train.checkpoints import Resume, load_state
+from rlstruct.algos._train.config import RunConfig
+from rlstruct.algos._train.distributed import (
     World,
     all_ranks_stop,
     announce,
     average_gradients,
     broadcast_parameters,
     check_models_agree,
+    fewest_over_ranks,
     global_sum,
     init_process_group,
+    learner_seed,
     sum_over_ranks,
 )
-from rlstruct.algos.evaluation import evaluation_info
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.evaluation import evaluation_info
+from rlstruct.algos._train.log import TrainResult
+from rlstruct.algos._train.optim import OptimizerLike
+from rlstruct.algos._train.session import (
+    Algorithm,
+    Setup,
+    check_on_device,
+    finish_training,
+    open_batchers,
+    seeded_model,
+    training_run,
+)
+from rlstruct.algos._train.update import actor_critic_learner, start_pipeline, training_agent_kwargs, weight_sync_mode
 from rlstruct.algos.networks import PolicyAgent, build_actor_critic, create_policy_agent
-from rlstruct.algos.optim import OptimizerLike
-from rlstruct.algos.record import TrainResult
 from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic
+from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.returns import episode_returns, episode_statistics
-from rlstruct.algos.run import check_on_device, finish_training, open_batchers, seeded_model, training_run
-from rlstruct.algos.setup import Algorithm, Setup
-from rlstruct.algos.update import actor_critic_learner, start_pipeline, training_agent_kwargs, weight_sync_mode
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import cpu_state_dict
-from rlstruct.structures import Trajectories
+from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
-__all__ = ["LearnFn", "ActorCriticLearner", "OnPolicyAlgorithm", "train_on_policy"]
+__all__ = ["LearnFn", "ActorCriticLearner", "OnPolicyAlgorithm", "train_on_policy", "OffPolicyLearner",
+           "OffPolicyAlgorithm", "train_off_policy"]
+
 
 #: a learn step: ``(trajectories, loss_rewards [B, T]) -> statistics`` (0-d tensors or floats)
 LearnFn = Callable[[Trajectories, torch.Tensor], dict[str, Any]]
@@ -225,3 +219,136 @@ def train_on_policy(setup: Setup) -> TrainResult:
 
         check_models_agree(model, world)
         return finish_training(run, evaluator, model, spec, title=algo.title, learner=learner_state())
+
+
+class OffPolicyLearner(Protocol):
+    """What the off-policy loop asks of an algorithm's learner.
+
+    Attributes:
+        policy: the network the batchers' agents run (and the checkpoint's ``model``).
+        create_agent: the batchers' agent factory (module level, so it pickles).
+        explore: the training ``agent_info``, one value per key (the batcher's example); the evaluation's is
+            :func:`~rlstruct.algos._train.evaluation.evaluation_info`'s.
+    """
+
+    policy: nn.Module
+    create_agent: Callable[..., RL_Agent]
+    explore: dict[str, bool | float]
+
+    def start(self, device: torch.device, seed: int, n_rows: int) -> None:
+        """Moves the networks to the learner's ``device`` (after the batchers' workers spawned) and builds the
+        optimizers and generators (seeded by this session's ``seed``), restoring a resumed run's state."""
+
+    def checked(self) -> dict[str, nn.Module]:
+        """The networks that ``check_devices`` checks, by the name its message gives them."""
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor of the learner that the ranks of a data-parallel run hold alike, once :meth:`start` built
+        them: the networks' parameters and buffers, targets included, and any trained tensor outside a network
+        (SAC's log temperature). Rank 0's are broadcast at the start; those that require a gradient are the
+        trained ones, whose gradients are averaged."""
+
+    def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
+        """The training ``agent_info`` of the next acquisition (``[n_rows]`` per key) at ``env_steps``, and the
+        statistics it is recorded with (e.g. DQN's epsilon)."""
+
+    def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
+        """The arguments of :meth:`~rlstruct.algos.replay.ReplayBuffer.push_steps` for an acquisition."""
+
+    def n_gradient_steps(self, n_new: int, buffered: int) -> int:
+        """The gradient steps to take after ``n_new`` env steps, with ``buffered`` transitions in the buffer (once
+        this session has collected ``learning_starts`` steps)."""
+
+    def gradient_step(self, buffer: ReplayBuffer) -> dict[str, Any]:
+        """One gradient step on a batch sampled from ``buffer``; its statistics."""
+
+    def state(self) -> dict[str, Any]:
+        """What the checkpoint keeps besides the policy's weights (see ``--resume``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OffPolicyAlgorithm(Algorithm):
+    """An off-policy algorithm as :func:`train_off_policy` runs it (see :class:`Algorithm` for the other fields).
+
+    Attributes:
+        make_learner: ``(config, spec, resume) -> learner`` (:class:`OffPolicyLearner`), its networks on the CPU.
+    """
+
+    make_learner: Callable[[RunConfig, EnvSpec, Resume | None], OffPolicyLearner] | None = None
+
+    def __post_init__(self) -> None:
+        if self.make_learner is None:  # a field with a default only because Algorithm's last fields have one
+            raise TypeError(f"OffPolicyAlgorithm {self.name!r} needs make_learner, got None; pass its learner's class")
+
+
+def train_off_policy(setup: Setup) -> TrainResult:
+    """Trains ``setup.algorithm`` (an :class:`OffPolicyAlgorithm`) and returns the final evaluation and the run's
+    history.
+
+    A resumed run's replay buffer is not in the checkpoint: it refills for ``learning_starts`` env steps before the
+    first gradient step of the new session.
+    """
+    algo: OffPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
+    config, spec, resume, device, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
+    with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=world.is_logger,
+                      world_size=world.size) as (run, stack):
+        learner = algo.make_learner(config, spec, resume)
+        # Batchers first, networks to the learner device after: no CUDA in this process before workers spawn.
+        batcher, evaluator = open_batchers(stack, config, spec, learner.create_agent, n_timesteps=config.rollout_steps,
+                                           autoreset=True, explore=learner.explore,
+                                           evaluate=evaluation_info(algo.name, config.to_dict()),
+                                           seed=run.seed, rank=world.rank, run=run)
+        B = batcher.n_elems()
+        seed = learner_seed(run.seed, world)
+        learner.start(device, seed, B)
+        # Data-parallel ranks (torchrun): after the workers spawned; rank 0's state everywhere, gradients averaged.
+        init_process_group(world, device, timeout_s=config.batcher_timeout, stack=stack)
+        broadcast_parameters(learner.tensors(), world)
+        for handle in average_gradients(learner.tensors(), world):
+            stack.callback(handle.remove)
+        announce(world, "transitions of a replay minibatch, from the rank's own buffer", config.batch_size, config.lr)
+        buffer = ReplayBuffer.for_spec(spec, config.buffer_size, device, seed=seed)
+        carry_return = torch.zeros(B, device=device)
+        carry_length = torch.zeros(B, dtype=torch.int64, device=device)
+        first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
+
+        weights = cpu_state_dict(learner.policy)
+        batcher.update(weights)
+        batcher.reset()
+        if world.is_logger:
+            evaluator.launch(weights, run.iteration, run.env_steps)
+        while not all_ranks_stop(run.should_stop(), world):
+            agent_info, stats = learner.agent_info(run.env_steps)
+            batcher.execute(agent_info=agent_info)
+            traj, _ = batcher.get()
+            traj = traj.to(device)
+            if config.check_devices:
+                check_on_device(traj, device, "the trajectories given to the learner")
+                for what, module in learner.checked().items():
+                    check_on_device(module, device, what)
+            tt = traj.trajectories
+            n_new = B * tt.temporal_size()  # this rank's; every rank's together count in the budget
+            buffer.push_steps(**learner.transitions(tt))
+
+            stats["buffer_size"] = float(len(buffer))
+            filled = run.env_steps + n_new * world.size - first_step >= config.learning_starts
+            n_steps = fewest_over_ranks(learner.n_gradient_steps(n_new, len(buffer)) if filled else 0, world)
+            for _ in range(n_steps):
+                stats.update(learner.gradient_step(buffer))
+            if n_steps:
+                weights = cpu_state_dict(learner.policy)
+                batcher.update(weights)
+
+            ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
+                tt["_observation/reward"], tt["_observation/done"], carry_return, carry_length
+            )
+            # nan (0 / 0) when no episode ended in this window.
+            stats["train/episode_return"] = ret_sum / count
+            stats["train/episode_length"] = len_sum / count
+            run.record(n_new * world.size, stats)
+            if world.is_logger:
+                run.poll_evaluation(evaluator, lambda: weights)
+                run.poll_checkpoint(learner.policy, learner.state)
+
+        check_models_agree(learner.tensors(), world)
+        return finish_training(run, evaluator, learner.policy, spec, title=algo.title, learner=learner.state())

@@ -105,7 +105,7 @@ class RunConfig:
         video_every: record one evaluation episode into logdir/videos/ after every this many evaluations (mp4 with
             imageio-ffmpeg, else gif), with the weights the loop holds when that evaluation ends, and one of the final
             policy (0: no videos); the env's backend must render (torch, gymnasium, ale).
-        preset: the tuned settings applied to the fields not given (:mod:`rlstruct.algos.presets`): auto (the preset
+        preset: the tuned settings applied to the fields not given (rlstruct presets lists them): auto (the preset
             of the algorithm and env, if there is one), none (the bare defaults), or a preset's name; a run records
             the one it used (none when no preset applied).
     """
@@ -152,13 +152,13 @@ class RunConfig:
 
     def __new__(cls, *args: Any, **kwargs: Any) -> RunConfig:
         """A config that remembers which fields its constructor was given: a preset fills the others
-        (:func:`rlstruct.algos.presets.given_fields`)."""
+        (:func:`rlstruct.algos._train.presets.given_fields`)."""
         self = super().__new__(cls)
         names = [f.name for f in dataclasses.fields(cls)]
         self._given = frozenset(names[: len(args)]) | frozenset(kwargs)
         return self
 
-    #: the ``--help`` group of each field (see :func:`rlstruct.algos.command.help_groups`)
+    #: the ``--help`` group of each field (see :func:`rlstruct.algos._train.flags.help_groups`)
     HELP_GROUPS = {
         **dict.fromkeys(("env", "backend", "n_envs", "n_processes", "ray_actors", "ray_address", "max_episode_steps",
                          "physics_dtype", "env_kwargs"), "environment"),
