@@ -1,11 +1,12 @@
 """Algorithms on top of the batchers: REINFORCE, A2C, PPO, DQN and SAC, one module each, and the ``rlstruct`` command.
 
 Each algorithm module holds its config, its loss as a function of tensors, its learn step (or learner) and
-``ALGORITHM``, its description for the training loops and the command line. What several algorithms share sits in
-public modules named for what they hold: :mod:`~rlstruct.algos.returns`, :mod:`~rlstruct.algos.networks`,
-:mod:`~rlstruct.algos.encoders`, :mod:`~rlstruct.algos.recurrent`, :mod:`~rlstruct.algos.replay`,
-:mod:`~rlstruct.algos.transitions` and :mod:`~rlstruct.algos.normalization`. What runs a training job (flags, loops,
-logs, evaluation, checkpoints, presets, data-parallel ranks) is the private package ``rlstruct.algos._train``.
+``ALGORITHM``, its description for the training loops and the command line; ``train(config)`` trains the algorithm
+whose config it is. What several algorithms share sits in public modules named for what they hold:
+:mod:`~rlstruct.algos.returns`, :mod:`~rlstruct.algos.networks`, :mod:`~rlstruct.algos.encoders`,
+:mod:`~rlstruct.algos.recurrent`, :mod:`~rlstruct.algos.replay`, :mod:`~rlstruct.algos.transitions` and
+:mod:`~rlstruct.algos.normalization`. What runs a training job (flags, loops, logs, evaluation, checkpoints, presets,
+data-parallel ranks) is the private package ``rlstruct.algos._train``.
 
 The names below load their module on first use, so that ``python -m rlstruct.algos.a2c`` does not find itself
 already imported by this package.
@@ -16,9 +17,13 @@ already imported by this package.
 """
 
 from rlstruct._lazy import lazy_names
+from rlstruct.algos._train.registry import exports
 
 _LAZY = {
+    "train": "rlstruct.algos._train.registry",
     "RunConfig": "rlstruct.algos._train.config",
+    "OnPolicyConfig": "rlstruct.algos._train.config",
+    "OffPolicyConfig": "rlstruct.algos._train.config",
     "TrainResult": "rlstruct.algos._train.log",
     "EnvSpec": "rlstruct.algos._train.env_spec",
     "describe_env": "rlstruct.algos._train.env_spec",
@@ -27,12 +32,7 @@ _LAZY = {
     "discounted_returns": "rlstruct.algos.returns",
     "gae_advantages": "rlstruct.algos.returns",
     "n_step_returns": "rlstruct.algos.transitions",
-    "ReinforceConfig": "rlstruct.algos.reinforce",
-    "A2CConfig": "rlstruct.algos.a2c",
-    "PPOConfig": "rlstruct.algos.ppo",
-    "DQNConfig": "rlstruct.algos.dqn",
-    "SACConfig": "rlstruct.algos.sac",
-    "double_dqn_targets": "rlstruct.algos.dqn",
+    **exports(),
 }
 
 __all__ = list(_LAZY)

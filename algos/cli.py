@@ -1,4 +1,4 @@
-"""The ``rlstruct`` command: ``rlstruct train {reinforce,a2c,dqn,ppo,sac} [flags]``, ``rlstruct eval CHECKPOINT``,
+"""The ``rlstruct`` command: ``rlstruct train ALGO [flags]``, ``rlstruct eval CHECKPOINT``,
 ``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.algos._train.profile`).
 
 ``rlstruct train ALGO`` imports the algorithm's module alone and runs its ``main`` (see
@@ -9,7 +9,6 @@ this machine does not have) prints one line to stderr and exits with status 2.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
@@ -18,10 +17,11 @@ from collections.abc import Sequence
 import torch
 
 from rlstruct.algos._train.config import EVALUATION_POLICIES
-from rlstruct.algos._train.evaluation import ALGORITHMS, evaluate_checkpoint
+from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.flags import (
     OneLineParser,
 )
+from rlstruct.algos._train.registry import ALGORITHMS, algorithm
 from rlstruct.algos._train.train_command import configure_logging
 from rlstruct.allocator import tune_allocator
 from rlstruct.devices import check_device_exists
@@ -176,7 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     tune_allocator()
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = ("usage: rlstruct train {reinforce,a2c,dqn,ppo,sac} [flags]   (rlstruct train ALGO --help lists them)\n"
+    choices = "{" + ",".join(ALGORITHMS) + "}"
+    usage = (f"usage: rlstruct train {choices} [flags]   (rlstruct train ALGO --help lists them)\n"
              "       rlstruct eval CHECKPOINT [--episodes N] [--max-steps N]\n"
              "       rlstruct autotune [--env ID] [--processes P ...]   (best envs per process and process count)\n"
              "       rlstruct profile [--env ID] [--n-envs N]   (where the time of a collect + learn loop goes)\n"
@@ -187,7 +188,7 @@ def _main(argv: Sequence[str] | None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         if rest and rest[0] in ("-h", "--help"):
-            print("usage: rlstruct train {" + ",".join(ALGORITHMS) + "} [flags]\n\n"
+            print(f"usage: rlstruct train {choices} [flags]\n\n"
                   "Trains one algorithm; `rlstruct train ALGO --help` lists its flags.")
             return 0
         if not rest or rest[0] not in ALGORITHMS:
@@ -196,11 +197,11 @@ def _main(argv: Sequence[str] | None) -> int:
                   file=sys.stderr)
             return 2
         try:
-            module = importlib.import_module(f"rlstruct.algos.{rest[0]}")
+            description = algorithm(rest[0])
         except KeyboardInterrupt:  # while torch imports: nothing to save yet
             print("rlstruct train: interrupted", file=sys.stderr)
             return 130
-        return module.main(rest[1:])
+        return description.main(rest[1:])
     if command == "eval":
         configure_logging()
         return _eval_command(rest)

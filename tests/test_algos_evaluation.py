@@ -268,4 +268,4 @@ def test_evaluation_env_kwargs_are_checked_before_anything_runs():
 
     with pytest.raises(ValueError, match=r"evaluation_env_kwargs must be keyword arguments that the torch backend's "
                                          r"constructor of 'CartPole-v1' takes, got \{'no_such_argument': 1\}"):
-        a2c.validate(a2c.A2CConfig(evaluation_env_kwargs={"no_such_argument": 1}, progress=False))
+        a2c.ALGORITHM.validate(a2c.A2CConfig(evaluation_env_kwargs={"no_such_argument": 1}, progress=False))

@@ -88,7 +88,8 @@ def test_evaluation_envs_must_keep_the_training_envs_spaces():
 
     with pytest.raises(ConfigError, match=r"evaluation_env_kwargs must leave the env's spaces as training has them, "
                                           r"got \{'stack_num': 2\}, which gives .*obs_shape=\(2, 84, 84\)"):
-        ppo.validate(ppo.PPOConfig(env="ALE/Breakout-v5", evaluation_env_kwargs={"stack_num": 2}, preset="none"))
+        ppo.ALGORITHM.validate(ppo.PPOConfig(env="ALE/Breakout-v5", evaluation_env_kwargs={"stack_num": 2},
+                                             preset="none"))
 
 
 @pytest.mark.parametrize("env_kwargs, lives_at_the_ends", [

@@ -439,8 +439,8 @@ def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path
 
 
 def test_ray_address_without_actors_is_refused():
-    from rlstruct.algos.a2c import A2CConfig, validate
+    from rlstruct.algos.a2c import ALGORITHM, A2CConfig
 
     with pytest.raises(ConfigError, match=r"ray_address='auto' names a Ray cluster .* got ray_actors=0; pass "
                                           r"--ray-actors N too"):
-        validate(A2CConfig(ray_address="auto"))
+        ALGORITHM.validate(A2CConfig(ray_address="auto"))

@@ -29,7 +29,7 @@ SPEC = describe_env("CartPole-v1", "torch", None)
 
 def _common(tmp_path, **kw):
     return {"progress": False, "tensorboard": False, "logdir": str(tmp_path), "time_limit": 300.0,
-            "stop_at_reward_threshold": False, **kw}
+            "stop_at_reward_threshold": False, "preset": "none", **kw}
 
 
 # ----------------------------------------------------------------------------------------------- the statistics
@@ -117,7 +117,7 @@ def test_normalisation_of_images_is_a_space_error():
         recurrent_actor_critic(pixels, (8,), normalize_observations=True)
     pytest.importorskip("minatar")
     with pytest.raises(SpaceError, match="normalize_observations takes flat observations"):
-        ppo.validate(ppo.PPOConfig(env="MinAtar/Breakout-v1", normalize_observations=True))
+        ppo.ALGORITHM.validate(ppo.PPOConfig(env="MinAtar/Breakout-v1", normalize_observations=True))
 
 
 @pytest.mark.parametrize("mode", ["shared", "copy", "cpu"])

@@ -146,11 +146,11 @@ def test_recurrent_ppo_learns_cartpole_without_velocities(tmp_path):
 def test_recurrent_configs_are_checked():
     with pytest.raises(ValueError, match=r"n_minibatches must be <= the envs per collection with recurrent=True.*"
                                          r"= 4\), got 8"):
-        ppo.validate(ppo.PPOConfig(env=ENV, recurrent=True, n_envs=4, n_minibatches=8))
+        ppo.ALGORITHM.validate(ppo.PPOConfig(env=ENV, recurrent=True, n_envs=4, n_minibatches=8))
     with pytest.raises(SpaceError, match="recurrent PPO takes discrete actions, got env='Pendulum-v1'"):
-        ppo.validate(ppo.PPOConfig(env="Pendulum-v1", recurrent=True))
+        ppo.ALGORITHM.validate(ppo.PPOConfig(env="Pendulum-v1", recurrent=True))
     with pytest.raises(SpaceError, match="recurrent A2C takes discrete actions, got env='Pendulum-v1'"):
-        a2c.validate(a2c.A2CConfig(env="Pendulum-v1", recurrent=True))
+        a2c.ALGORITHM.validate(a2c.A2CConfig(env="Pendulum-v1", recurrent=True))
 
 
 @pytest.mark.slow

@@ -44,7 +44,8 @@ from rlstruct.errors import ConfigError
 pytestmark = pytest.mark.timeout(120)
 
 SMALL = {"hidden_sizes": (8,), "progress": False, "tensorboard": False, "n_evaluation_envs": 2, "eval_every": 3,
-         "max_episode_steps": 50, "log_every": 1, "stop_at_reward_threshold": False, "time_limit": 100.0}
+         "max_episode_steps": 50, "log_every": 1, "stop_at_reward_threshold": False, "time_limit": 100.0,
+         "preset": "none"}
 
 # (module, config, env steps per iteration, steps of the first session, steps of the two sessions)
 CASES = {
@@ -322,7 +323,7 @@ def test_the_envs_own_time_limit_given_as_a_number_still_resumes(tmp_path):
     a2c.train(dataclasses.replace(config, logdir=str(logdir), max_env_steps=first_steps))
     with pytest.raises(ConfigError, match=r"max_episode_steps must equal the checkpoint's .* got "
                                           r"max_episode_steps=400 and the checkpoint's 500 \(the env's own limit\)"):
-        a2c.validate(dataclasses.replace(config, max_episode_steps=400, resume=str(logdir)))
+        a2c.ALGORITHM.validate(dataclasses.replace(config, max_episode_steps=400, resume=str(logdir)))
     same = a2c.train(dataclasses.replace(config, max_episode_steps=500, resume=str(logdir),
                                          max_env_steps=first_steps + per_iteration))
     assert same.env_steps == first_steps + per_iteration
@@ -515,7 +516,7 @@ def test_checkpoint_every_writes_resumable_checkpoints_during_the_run(tmp_path, 
 
 def test_a_bad_checkpoint_every_is_an_error():
     with pytest.raises(ValueError, match="checkpoint_every must be >= 0, got -1"):
-        a2c.validate(dataclasses.replace(CASES["a2c"][1], checkpoint_every=-1))
+        a2c.ALGORITHM.validate(dataclasses.replace(CASES["a2c"][1], checkpoint_every=-1))
 
 
 def test_a_checkpoint_is_replaced_whole(tmp_path, monkeypatch):

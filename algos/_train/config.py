@@ -1,7 +1,8 @@
-"""The settings every algorithm shares (:class:`RunConfig`, which each algorithm's config extends) and their checks.
+"""The settings of a run, typed by family: :class:`RunConfig` (what every algorithm shares), :class:`OnPolicyConfig`
+and :class:`OffPolicyConfig` (what each training loop reads), which each algorithm's config extends.
 
-:func:`validate_run_config` checks them once, at the public boundary (the command line or ``train``), before
-anything is built.
+Every field is declared with :func:`setting`: its default, the one-line help ``--help`` shows and its ``--help``
+group sit beside it. The longer story of each setting is docs/concepts/settings.md.
 """
 
 from __future__ import annotations
@@ -9,174 +10,174 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-from typing import Any
+from typing import Any, ClassVar
 
-from rlstruct.devices import check_device_exists
+from rlstruct.devices import as_device, check_device_exists
 from rlstruct.envs.factory import BACKENDS, resolve_backend
 from rlstruct.errors import ConfigError, MissingDependencyError
 
-__all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "RunConfig", "validate_run_config", "check_evaluation_policy",
-           "check_env_kwargs", "check_physics_dtype"]
+__all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "AUTOCAST_VALUES", "setting", "RunConfig", "OnPolicyConfig",
+           "OffPolicyConfig", "check_at_least", "validate_run_config", "check_on_policy", "check_off_policy",
+           "check_evaluation_policy", "check_env_kwargs", "check_physics_dtype"]
 
 #: the values of ``RunConfig.matmul_precision`` (torch's ``set_float32_matmul_precision``)
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 #: ``evaluation_policy``'s values: the policy's mode (argmax), or its draws as in training at its end
 EVALUATION_POLICIES = ("greedy", "sample")
+#: ``OnPolicyConfig.autocast``'s values
+AUTOCAST_VALUES = ("none", "bfloat16")
+
+
+def setting(default: Any, help: str, *, group: str | None = None) -> Any:
+    """A config field: its ``default``, its ``--help`` text (plain, one clause) and its ``--help`` ``group``.
+
+    A field without a group is the algorithm's own, or, when it re-declares a base class's field with another
+    default, in that field's group.
+
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     lr: float = setting(1e-3, "Adam learning rate", group="run")
+    >>> dataclasses.fields(Config)[0].metadata["help"], Config().lr
+    ('Adam learning rate', 0.001)
+    """
+    return dataclasses.field(default=default, metadata={"help": help, "group": group})
 
 
 @dataclasses.dataclass
 class RunConfig:
-    """Settings every algorithm shares: environment, devices, budget, evaluation and logging.
+    """Settings every algorithm shares: environment, devices, budget, evaluation, logs and checkpoints."""
 
-    Attributes:
-        env: gymnasium id of the environment, e.g. CartPole-v1 or Acrobot-v1.
-        backend: auto (torch where rlstruct simulates the id, ale for ALE/ ids, else gymnasium), torch (rlstruct's
-            torch simulators), gymnasium, envpool, ale (ale-py's vector env), gymnax (JAX), mjx or mujoco_torch
-            (gymnasium's MuJoCo locomotion tasks on MJX or mujoco-torch), or brax (Brax's envs by name, e.g. ant).
-        n_envs: environments per training worker (the batch is n_envs * max(n_processes, 1) envs).
-        n_processes: training batcher worker processes (0 steps the envs in this process).
-        ray_actors: run the training batcher as this many Ray actors (rlstruct.batchers.RayBatcher), each hosting
-            n_processes workers of n_envs envs, its rows collected into this process (0: no Ray); the evaluation stays
-            here. The ray extra installs Ray.
-        ray_address: the Ray cluster the actors join: auto (the one ray start runs on this node) or ray://HOST:PORT;
-            None starts a local cluster for the run (under torchrun, start one with ray start --head and pass auto,
-            so that the ranks share it).
-        max_episode_steps: episode time limit (truncation); None keeps the env's own.
-        physics_dtype: float64 (gymnasium's doubles) or float32 (half the state traffic: throughput on a GPU), the
-            physics precision of rlstruct's torch simulators (the torch backend only).
-        env_kwargs: keyword arguments of the backend's env constructor for the training envs, as a JSON object on the
-            command line: gymnasium.make's (e.g. {"continuous": true} for LunarLander-v3), ale-py AtariVectorEnv's
-            (e.g. {"life_loss_info": true, "repeat_action_probability": 0.25}), envpool's, the torch simulators'.
-        learner_device: where the model, the loss and the optimizer (and a replay buffer) live.
-        batcher_device: where the training batcher's envs, agents and buffer live.
-        evaluation_device: where the evaluation batcher's envs, agent and buffer live.
-        seed: seeds the networks, the envs and the agents.
-        time_limit: stop training after this many seconds of wall clock (setup included); the evaluation under way
-            and the final one still run to their end (bound them with evaluation_max_steps, n_evaluation_envs). It
-            only stops a run: no schedule reads the clock.
-        max_env_steps: the step budget: stop training after this many training env steps (None: no limit); the
-            schedules (a learning rate annealed to 0) run over it.
-        target_return: stop once an evaluation of trained weights reaches this mean return, and keep those weights.
-        stop_at_reward_threshold: without target_return, use the env's gymnasium reward_threshold (CartPole-v1: 475).
-        hidden_sizes: hidden layer widths of the networks.
-        lr: Adam learning rate.
-        n_evaluation_envs: episodes per evaluation (episodic envs of the evaluation batcher).
-        n_evaluation_processes: evaluation worker processes (0 evaluates in this process, pausing training).
-        evaluation_max_steps: steps per evaluation episode at most (None: the env's time limit); an episode cut
-            there counts its partial return.
-        evaluation_chunk_steps: steps per acquisition of the evaluation batcher: its buffer holds this many steps of
-            every evaluation env, and longer episodes continue over several acquisitions (with evaluation worker
-            processes, at least one per training iteration).
-        eval_every: training iterations at least between two evaluation launches.
-        logdir: where progress.csv, TensorBoard events, the plot and the checkpoint go (None: runs/<algo>-<env>-<seed>,
-            or with resume the resumed run's folder).
-        log_every: iterations between two TensorBoard and progress-bar updates (the CSV gets every one).
-        progress: show a tqdm progress bar on stderr.
-        tensorboard: write TensorBoard event files into logdir.
-        check_devices: wrap every agent in RL_Agent_CheckDevice and replay the learner's forward through it (slow).
-        torch_threads: torch intra-op threads of the learner process (0 keeps torch's default).
-        batcher_timeout: seconds a batcher waits for a worker's answer (one acquisition, a reset, the start) before
-            it fails the run; raise it for slow simulators or long acquisitions.
-        matmul_precision: float32 matrix products in this process (the learner and in-process batchers), torch's
-            set_float32_matmul_precision for the run: highest (full float32), high (TF32 tensor cores on NVIDIA
-            GPUs from Ampere on; other bits than float32), or medium (bfloat16 products where supported). Worker
-            processes keep torch's default.
-        resume: a checkpoint.pt, or the log folder of a run, to continue training from: the weights, the optimizers'
-            state and the learner's (the replay buffer is not saved: DQN and SAC refill it for learning_starts env
-            steps before learning again); env_steps and the iteration count continue (max_env_steps counts the
-            total, and a learning-rate schedule over it goes on where it stopped; lr is this command's), time_limit
-            counts this process's clock, and progress.csv in logdir gets the new
-            rows after the earlier ones. The envs start fresh episodes with seeds drawn from seed and the iteration
-            resumed at. The settings that shape the networks or the data (env, backend, hidden_sizes, ...) must
-            equal the checkpoint's.
-        checkpoint_every: also write the checkpoint every this many training iterations (0: only at the end and on
-            Ctrl-C or SIGTERM), so that a run killed outright (SIGKILL, a lost node) can be resumed from the last one;
-            each costs a host sync and a copy of the learner's state to the CPU.
-        restart_workers: replace a batcher worker process that dies, raises or hangs, this many times in all (0: the
-            first failure stops the run); its rows of the acquisition under way are collected again by the new
-            worker, so no step of a dead worker reaches the learner, and progress.csv gets a batcher/restarts column.
-        evaluation_policy: how evaluation episodes act: greedy (the policy's mode, DQN's argmax) or sample (as in
-            training at its end: actor-critics and SAC draw from their distribution, DQN acts epsilon-greedy with
-            epsilon_end). Sample is Atari's protocol, where a greedy policy can stall (never pressing FIRE after a
-            lost life) and a whole game then runs to the 27,000-step cap; videos and rlstruct eval follow the run's.
-        evaluation_env_kwargs: keyword arguments of the evaluation envs' constructor, over env_kwargs; None:
-            env_kwargs less what shapes training only, so that evaluations report the game's score (ale-py's
-            episodic_life, life_loss_info and reward_clipping are off: whole games with unclipped rewards).
-        video_every: record one evaluation episode into logdir/videos/ after every this many evaluations (mp4 with
-            imageio-ffmpeg, else gif), with the weights the loop holds when that evaluation ends, and one of the final
-            policy (0: no videos); the env's backend must render (torch, gymnasium, ale).
-        preset: the tuned settings applied to the fields not given (rlstruct presets lists them): auto (the preset
-            of the algorithm and env, if there is one), none (the bare defaults), or a preset's name; a run records
-            the one it used (none when no preset applied).
-    """
+    env: str = setting("CartPole-v1", "gymnasium id of the environment, e.g. CartPole-v1 or Acrobot-v1",
+                       group="environment")
+    backend: str = setting("auto", "env backend: auto, torch, gymnasium, envpool, ale, gymnax, mjx, mujoco_torch or "
+                                   "brax", group="environment")
+    n_envs: int = setting(16, "environments per training worker", group="environment")
+    n_processes: int = setting(0, "training worker processes (0: the envs step in this process)",
+                               group="environment")
+    ray_actors: int = setting(0, "run the training batcher as this many Ray actors (0: no Ray)", group="environment")
+    ray_address: str | None = setting(None, "the Ray cluster the actors join: auto or ray://HOST:PORT (None: a "
+                                            "local one)", group="environment")
+    max_episode_steps: int | None = setting(None, "episode time limit (None: the env's own)", group="environment")
+    physics_dtype: str = setting("float64", "precision of the torch simulators' physics: float64 or float32",
+                                 group="environment")
+    env_kwargs: dict[str, Any] | None = setting(None, "keyword arguments of the training envs' constructor, a JSON "
+                                                      "object", group="environment")
+    learner_device: str = setting("cpu", "device of the model, the loss, the optimizer and a replay buffer",
+                                  group="run")
+    batcher_device: str = setting("cpu", "device of the training batcher's envs, agents and buffer", group="run")
+    evaluation_device: str = setting("cpu", "device of the evaluation batcher's envs, agent and buffer",
+                                     group="evaluation")
+    seed: int = setting(0, "seeds the networks, the envs and the agents", group="run")
+    time_limit: float = setting(60.0, "stop training after this many seconds of wall clock", group="run")
+    max_env_steps: int | None = setting(None, "the step budget: stop after this many env steps (None: no limit)",
+                                        group="run")
+    target_return: float | None = setting(None, "stop once an evaluation reaches this mean return", group="run")
+    stop_at_reward_threshold: bool = setting(True, "without target_return, stop at the env's reward_threshold",
+                                             group="run")
+    hidden_sizes: tuple[int, ...] = setting((64, 64), "hidden layer widths of the networks", group="run")
+    lr: float = setting(1e-3, "Adam learning rate", group="run")
+    n_evaluation_envs: int = setting(16, "episodes per evaluation", group="evaluation")
+    n_evaluation_processes: int = setting(0, "evaluation worker processes (0: evaluate in this process)",
+                                          group="evaluation")
+    evaluation_max_steps: int | None = setting(None, "steps per evaluation episode at most (None: the time limit)",
+                                               group="evaluation")
+    evaluation_chunk_steps: int = setting(256, "steps per acquisition of the evaluation batcher",
+                                          group="evaluation")
+    evaluation_env_kwargs: dict[str, Any] | None = setting(None, "the evaluation envs' keyword arguments, over "
+                                                                 "env_kwargs (a JSON object)", group="evaluation")
+    evaluation_policy: str = setting("greedy", "greedy (the policy's mode) or sample (as in training)",
+                                     group="evaluation")
+    eval_every: int = setting(50, "training iterations at least between two evaluations", group="evaluation")
+    logdir: str | None = setting(None, "folder of the logs, the plot and the checkpoint (None: runs/ALGO-ENV-SEED)",
+                                 group="run")
+    log_every: int = setting(10, "iterations between two TensorBoard and progress-bar updates", group="run")
+    progress: bool = setting(True, "show a progress bar on stderr", group="run")
+    tensorboard: bool = setting(True, "write TensorBoard event files into logdir", group="run")
+    check_devices: bool = setting(False, "check the device of every tensor an agent or the learner sees (slow)",
+                                  group="run")
+    torch_threads: int = setting(1, "torch threads of the learner process (0: torch's default)", group="run")
+    batcher_timeout: float = setting(120.0, "seconds a batcher waits for a worker before it fails the run",
+                                     group="run")
+    matmul_precision: str = setting("highest", "float32 matrix products: highest, high (TF32) or medium",
+                                    group="run")
+    resume: str | None = setting(None, "a checkpoint.pt, or a run's log folder, to continue training from",
+                                 group="checkpoints")
+    checkpoint_every: int = setting(0, "also write the checkpoint every this many iterations (0: at the end only)",
+                                    group="checkpoints")
+    restart_workers: int = setting(0, "replace a worker that dies or hangs, this many times in all", group="run")
+    video_every: int = setting(0, "record an evaluation episode after every this many evaluations (0: no videos)",
+                               group="evaluation")
+    preset: str = setting("auto", "tuned settings for the fields not given: auto, none, or a preset's name",
+                          group="run")
 
-    env: str = "CartPole-v1"
-    backend: str = "auto"
-    n_envs: int = 16
-    n_processes: int = 0
-    ray_actors: int = 0
-    ray_address: str | None = None
-    max_episode_steps: int | None = None
-    physics_dtype: str = "float64"
-    env_kwargs: dict[str, Any] | None = None
-    learner_device: str = "cpu"
-    batcher_device: str = "cpu"
-    evaluation_device: str = "cpu"
-    seed: int = 0
-    time_limit: float = 60.0
-    max_env_steps: int | None = None
-    target_return: float | None = None
-    stop_at_reward_threshold: bool = True
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    lr: float = 1e-3
-    n_evaluation_envs: int = 16
-    n_evaluation_processes: int = 0
-    evaluation_max_steps: int | None = None
-    evaluation_chunk_steps: int = 256
-    evaluation_env_kwargs: dict[str, Any] | None = None
-    evaluation_policy: str = "greedy"
-    eval_every: int = 50
-    logdir: str | None = None
-    log_every: int = 10
-    progress: bool = True
-    tensorboard: bool = True
-    check_devices: bool = False
-    torch_threads: int = 1
-    batcher_timeout: float = 120.0
-    matmul_precision: str = "highest"
-    resume: str | None = None
-    checkpoint_every: int = 0
-    restart_workers: int = 0
-    video_every: int = 0
-    preset: str = "auto"
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> RunConfig:
-        """A config that remembers which fields its constructor was given: a preset fills the others
-        (:func:`rlstruct.algos._train.presets.given_fields`)."""
-        self = super().__new__(cls)
-        names = [f.name for f in dataclasses.fields(cls)]
-        self._given = frozenset(names[: len(args)]) | frozenset(kwargs)
-        return self
-
-    #: the ``--help`` group of each field (see :func:`rlstruct.algos._train.flags.help_groups`)
-    HELP_GROUPS = {
-        **dict.fromkeys(("env", "backend", "n_envs", "n_processes", "ray_actors", "ray_address", "max_episode_steps",
-                         "physics_dtype", "env_kwargs"), "environment"),
-        **dict.fromkeys(("seed", "time_limit", "max_env_steps", "target_return", "stop_at_reward_threshold",
-                         "hidden_sizes", "lr", "learner_device", "batcher_device", "logdir", "log_every", "progress",
-                         "tensorboard", "check_devices", "torch_threads", "batcher_timeout", "matmul_precision",
-                         "restart_workers", "preset"),
-                        "run"),
-        **dict.fromkeys(("evaluation_device", "n_evaluation_envs", "n_evaluation_processes", "evaluation_max_steps",
-                         "evaluation_chunk_steps", "evaluation_env_kwargs", "evaluation_policy", "eval_every",
-                         "video_every"),
-                        "evaluation"),
-        **dict.fromkeys(("resume", "checkpoint_every"), "checkpoints"),
-    }
+    #: the settings a resumed run must share with its checkpoint besides the shared ones (see load_resume)
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain Python types (tuples become lists), for JSON and checkpoints."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+@dataclasses.dataclass
+class OnPolicyConfig(RunConfig):
+    """What the on-policy loop reads (A2C, PPO, REINFORCE): the collection, the schedule, the normalisation and the
+    fast path."""
+
+    n_envs: int = setting(32, "environments per training worker (on-policy: 32)")
+    time_limit: float = setting(600.0, "stop training after this many seconds of wall clock (on-policy: 600)")
+    max_env_steps: int | None = setting(500_000, "the step budget, over which anneal_lr decays (on-policy: 500k)")
+    lr: float = setting(3e-3, "Adam learning rate (on-policy: 3e-3)")
+    n_steps: int = setting(8, "steps of every env per collection (auto-reset envs)", group="on-policy")
+    gamma: float = setting(0.99, "discount factor", group="on-policy")
+    anneal_lr: bool = setting(True, "decay the learning rate linearly to 0 over max_env_steps", group="on-policy")
+    recurrent: bool = setting(False, "an LSTM policy whose memory the batcher carries between collections",
+                              group="on-policy")
+    overlap: bool = setting(False, "collect the next batch while learning on this one (data one update stale)",
+                            group="on-policy")
+    normalize_observations: bool = setting(False, "standardise observations by their running statistics",
+                                           group="normalisation")
+    normalize_rewards: bool = setting(False, "divide rewards by the running std of their discounted return",
+                                      group="normalisation")
+    compile_update: bool = setting(False, "compile the update's forward and loss with torch.compile",
+                                   group="fast path")
+    cuda_graph: bool = setting(False, "replay each acquisition as one CUDA graph (a CUDA batcher_device)",
+                               group="fast path")
+    share_weights: bool = setting(True, "the in-process batcher reads the learner's weights on its device",
+                                  group="fast path")
+    compile_policy: bool = setting(False, "compile the training batcher's policy step with torch.compile",
+                                   group="fast path")
+    autocast: str = setting("none", "none, or bfloat16: the update's and the policy's forward under autocast",
+                            group="fast path")
+
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("recurrent", "normalize_observations", "normalize_rewards")
+
+
+@dataclasses.dataclass
+class OffPolicyConfig(RunConfig):
+    """What the off-policy loop reads (DQN, SAC): the collection, the replay buffer and when learning starts."""
+
+    n_envs: int = setting(4, "environments per training worker (off-policy: 4)")
+    hidden_sizes: tuple[int, ...] = setting((128, 128), "hidden layer widths of the networks (off-policy: 128 128)")
+    eval_every: int = setting(25, "training iterations at least between two evaluations (off-policy: 25)")
+    rollout_steps: int = setting(16, "steps of every env per acquisition", group="off-policy")
+    buffer_size: int = setting(50_000, "transitions the replay buffer holds", group="off-policy")
+    batch_size: int = setting(64, "transitions per gradient step", group="off-policy")
+    learning_starts: int = setting(1_000, "env steps collected before the first gradient step", group="off-policy")
+    gamma: float = setting(0.99, "discount factor", group="off-policy")
+
+
+def check_at_least(config: Any, least: int, *names: str) -> None:
+    """Raises ``ValueError`` naming the first of ``names`` whose value in ``config`` is below ``least``.
+
+    >>> check_at_least(OnPolicyConfig(n_steps=0), 1, "n_envs", "n_steps")
+    Traceback (most recent call last):
+    ...
+    ValueError: n_steps must be >= 1, got 0
+    """
+    for name in names:
+        value = getattr(config, name)
+        if value < least:
+            raise ValueError(f"{name} must be >= {least}, got {value!r}")
 
 
 def validate_run_config(config: RunConfig) -> None:
@@ -184,19 +185,15 @@ def validate_run_config(config: RunConfig) -> None:
 
     Raises:
         DeviceUnavailableError: a device does not exist here (the message names the devices that do).
-        ConfigError: anneal_lr without a step budget; ray_address without ray_actors.
+        ConfigError: ray_address without ray_actors.
         MissingDependencyError: ray_actors without Ray installed.
         ValueError: a setting is out of range.
     """
     if config.backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {config.backend!r}")
-    for name in ("n_envs", "n_evaluation_envs", "evaluation_chunk_steps", "eval_every", "log_every"):
-        if getattr(config, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
-    for name in ("n_processes", "ray_actors", "n_evaluation_processes", "torch_threads", "checkpoint_every",
-                 "restart_workers"):
-        if getattr(config, name) < 0:
-            raise ValueError(f"{name} must be >= 0, got {getattr(config, name)!r}")
+    check_at_least(config, 1, "n_envs", "n_evaluation_envs", "evaluation_chunk_steps", "eval_every", "log_every")
+    check_at_least(config, 0, "n_processes", "ray_actors", "n_evaluation_processes", "torch_threads",
+                   "checkpoint_every", "restart_workers")
     if not 0 <= config.seed < 2**31:
         raise ValueError(f"seed must be an int in [0, 2**31), got {config.seed!r}; pass e.g. --seed 0")
     if not config.lr > 0:
@@ -218,11 +215,6 @@ def validate_run_config(config: RunConfig) -> None:
             raise ValueError(f"{name} must be >= 1 or None, got {getattr(config, name)!r}")
     if not config.hidden_sizes or min(config.hidden_sizes) < 1:
         raise ValueError(f"hidden_sizes must be one or more positive widths, got {config.hidden_sizes!r}")
-    if getattr(config, "anneal_lr", False) and config.max_env_steps is None:
-        raise ConfigError(
-            "anneal_lr decays the learning rate over the step budget max_env_steps, got max_env_steps=None; pass "
-            "--max-env-steps N (e.g. 500000), or --no-anneal-lr for a constant learning rate"
-        )
     for name in ("learner_device", "batcher_device", "evaluation_device"):
         check_device_exists(getattr(config, name), argument=name)
     if config.ray_actors and importlib.util.find_spec("ray") is None:
@@ -231,6 +223,65 @@ def validate_run_config(config: RunConfig) -> None:
     if config.ray_address is not None and not config.ray_actors:
         raise ConfigError(f"ray_address={config.ray_address!r} names a Ray cluster for the training batcher's actors, "
                           "got ray_actors=0; pass --ray-actors N too, or drop --ray-address")
+
+
+def check_on_policy(config: OnPolicyConfig, title: str, *, episodic: bool = False) -> None:
+    """Checks the on-policy family's settings: the step budget of ``anneal_lr``, the collection and the fast path.
+
+    Raises:
+        ConfigError: ``anneal_lr`` without a step budget; fast-path flags that cannot work together
+            (``compile_update`` or ``compile_policy`` with ``recurrent``; ``compile_update`` or ``autocast`` with
+            ``check_devices``; ``cuda_graph`` without a CUDA ``batcher_device``, or with episodic envs).
+        ValueError: a setting is out of range.
+    """
+    if config.autocast not in AUTOCAST_VALUES:
+        raise ValueError(
+            f"autocast must be one of {list(AUTOCAST_VALUES)}, got {config.autocast!r}; pass --autocast bfloat16 for "
+            "the update's and the training policy's forward in bfloat16, or leave the default (none: float32)"
+        )
+    for flag, other, why in (
+        ("compile_policy", "recurrent", "it compiles the feed-forward policy's step"),
+        ("compile_update", "recurrent", "a window is replayed step by step through the LSTM, with per-row resets"),
+        ("compile_update", "check_devices", "the checked replay runs step by step for debugging"),
+    ):
+        if getattr(config, flag) and getattr(config, other):
+            raise ConfigError(f"{title}: {flag}=True does not support {other}=True ({why}); drop "
+                              f"--{flag.replace('_', '-')} or --{other.replace('_', '-')}")
+    if config.autocast != "none" and config.check_devices:
+        raise ConfigError(
+            f"{title}: autocast={config.autocast!r} does not support check_devices=True (the checked replay runs step "
+            "by step, in float32, for debugging); drop --autocast or --check-devices"
+        )
+    if config.cuda_graph and as_device(config.batcher_device).type != "cuda":
+        raise ConfigError(
+            f"{title}: cuda_graph=True needs a CUDA batcher_device, got batcher_device={config.batcher_device!r}; "
+            "pass --batcher-device cuda or drop --cuda-graph"
+        )
+    if config.cuda_graph and episodic:
+        raise ConfigError(
+            f"{title}: cuda_graph=True needs auto-reset envs (a captured loop cannot stop early), got {title}'s "
+            "episodic training batcher; drop --cuda-graph"
+        )
+    check_at_least(config, 1, "n_steps")
+    if not 0 <= config.gamma <= 1:
+        raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
+    if config.anneal_lr and config.max_env_steps is None:
+        raise ConfigError(
+            "anneal_lr decays the learning rate over the step budget max_env_steps, got max_env_steps=None; pass "
+            "--max-env-steps N (e.g. 500000), or --no-anneal-lr for a constant learning rate"
+        )
+
+
+def check_off_policy(config: OffPolicyConfig) -> None:
+    """Checks the off-policy family's settings.
+
+    Raises:
+        ValueError: a setting is out of range.
+    """
+    check_at_least(config, 1, "rollout_steps", "buffer_size", "batch_size")
+    check_at_least(config, 0, "learning_starts")
+    if not 0 <= config.gamma <= 1:
+        raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
 
 
 def check_evaluation_policy(policy: Any, *, argument: str = "evaluation_policy") -> str:

@@ -4,8 +4,6 @@ episode per env in chunks of bounded memory, and the evaluation agent of a saved
 
 from __future__ import annotations
 
-import functools
-import importlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -14,35 +12,17 @@ from typing import Any
 import torch
 
 from rlstruct.algos._train.checkpoints import does_not_fit, load_checkpoint
-from rlstruct.algos._train.config import RunConfig, check_evaluation_policy
+from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
-from rlstruct.algos.networks import create_policy_agent
+from rlstruct.algos._train.registry import algorithm
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
 from rlstruct.structures import DictTensor, Trajectories
 
-__all__ = ["EpisodeTally", "Evaluator", "evaluation_info", "run_episodes", "ALGORITHMS", "evaluation_agent"]
+__all__ = ["EpisodeTally", "Evaluator", "run_episodes", "evaluation_agent", "agent_info_row", "evaluate_checkpoint"]
 
 log = logging.getLogger(__name__)
-
-
-def evaluation_info(algo: str, config: Mapping[str, Any]) -> dict[str, bool | float]:
-    """The ``agent_info`` (one value per key) of a run's evaluation episodes, by its ``evaluation_policy``.
-
-    ``greedy`` (the default, and a config that predates the setting): the policy's mode, DQN's argmax. ``sample``:
-    the policy as it acts at the end of training: actor-critics and SAC draw from their distribution (SAC without
-    its uniform warm-up draws), DQN acts epsilon-greedy with ``epsilon_end``.
-
-    >>> evaluation_info("ppo", {}), evaluation_info("dqn", {"evaluation_policy": "sample", "epsilon_end": 0.05})
-    ({'stochastic': False}, {'epsilon': 0.05})
-    """
-    sample = config.get("evaluation_policy", "greedy") == "sample"
-    if algo == "dqn":
-        return {"epsilon": float(config["epsilon_end"]) if sample else 0.0}
-    if algo == "sac":
-        return {"stochastic": sample, "random": False}
-    return {"stochastic": sample}
 
 
 class EpisodeTally:
@@ -291,48 +271,35 @@ class Evaluator:
             self.batcher.close()
 
 
-#: the algorithms whose checkpoints rlstruct evaluates
-ALGORITHMS = ("reinforce", "a2c", "dqn", "ppo", "sac")
-
-
 def evaluation_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec, device: str = "cpu", *,
                      policy: str | None = None) -> tuple[Callable[..., Any], dict[str, Any], DictTensor]:
-    """The agent factory of ``algo`` as its checkpoint's ``config`` built it, its keyword arguments for an env of
-    ``spec`` on ``device``, and its evaluation ``agent_info`` (one row; :func:`evaluation_info`: greedy unless the
-    run evaluated with ``evaluation_policy="sample"``, or ``policy`` when given).
+    """The evaluation agent of a saved run of ``algo`` (its checkpoint's ``config``): the agent factory, its keyword
+    arguments for an env of ``spec`` on ``device``, and its ``agent_info`` (one row; greedy unless ``policy``, or the
+    run's ``evaluation_policy``, is ``"sample"``).
 
     Raises:
-        ValueError: ``algo`` is not one of :data:`ALGORITHMS`, or ``policy`` is not greedy or sample.
+        ValueError: ``algo`` is no registered algorithm, or ``policy`` is not greedy or sample.
 
     >>> spec = EnvSpec((4,), "float32", 2, 500)
     >>> create, kwargs, info = evaluation_agent("ppo", {"hidden_sizes": [8]}, spec)
     >>> create.__name__, kwargs["hidden_sizes"], list(info.keys())
     ('create_policy_agent', (8,), ['stochastic'])
     """
-    if config.get("recurrent"):
-        from rlstruct.algos.recurrent import create_recurrent_agent
-
-        create: Callable[..., Any] = create_recurrent_agent
-    elif algo == "dqn":
-        dqn = importlib.import_module("rlstruct.algos.dqn")
-        create = functools.partial(dqn.create_q_agent, dueling=bool(config.get("dueling", False)))
-    elif algo == "sac":
-        create = importlib.import_module("rlstruct.algos.sac").create_sac_agent
-    elif algo in ("reinforce", "a2c", "ppo"):
-        create = create_policy_agent
-    else:
-        raise ValueError(f"unknown algorithm {algo!r} in the checkpoint; expected one of {list(ALGORITHMS)}")
+    description = algorithm(algo)
     kwargs: dict[str, Any] = {"spec": spec, "hidden_sizes": tuple(config["hidden_sizes"]), "device": device}
     if config.get("normalize_observations"):  # the network has the normalizer whose statistics the checkpoint holds
         kwargs["normalize_observations"] = True
-    if policy is not None:
-        config = {**config, "evaluation_policy": check_evaluation_policy(policy, argument="policy")}
-    info = DictTensor({key: torch.tensor([value]) for key, value in evaluation_info(algo, config).items()})
-    return create, kwargs, info
+    info = agent_info_row(description.evaluation_agent_info(config, policy))
+    return description.agent(config), kwargs, info
 
 
-#: the evaluation's steps per acquisition for checkpoints written before the setting existed
-EVALUATION_CHUNK_STEPS = RunConfig.evaluation_chunk_steps
+def agent_info_row(values: Mapping[str, bool | float]) -> DictTensor:
+    """An ``agent_info`` of one row from one value per key.
+
+    >>> agent_info_row({"stochastic": True, "epsilon": 0.05})["epsilon"]
+    tensor([0.0500])
+    """
+    return DictTensor({key: torch.tensor([value]) for key, value in values.items()})
 
 
 def check_model_fits(create_agent: Any, agent_args: dict[str, Any], model: dict[str, Any], path: str) -> None:
@@ -375,8 +342,7 @@ def evaluate_checkpoint(
         n_processes: evaluation worker processes (0: this process).
         max_steps: steps per episode at most (``None``: the env's time limit); an episode cut there counts its
             partial return.
-        policy: ``"greedy"`` or ``"sample"`` (``None``: the run's ``evaluation_policy``; see
-            :func:`~rlstruct.algos._train.evaluation.evaluation_info`).
+        policy: ``"greedy"`` or ``"sample"`` (``None``: the run's ``evaluation_policy``).
 
     Returns:
         ``{"eval_return", "return_min", "return_max", "episodes", "policy", "env", "algo", "checkpoint"}``.
@@ -403,7 +369,7 @@ def evaluate_checkpoint(
                 "env_kwargs": saved_evaluation_env_kwargs(cfg, backend)}
     if max_steps is None or max_steps > spec["max_episode_steps"]:
         max_steps = spec["max_episode_steps"]
-    chunk = min(max_steps, cfg.get("evaluation_chunk_steps", EVALUATION_CHUNK_STEPS))
+    chunk = min(max_steps, cfg.get("evaluation_chunk_steps", RunConfig.evaluation_chunk_steps))
     with RL_Batcher(chunk, create_agent, agent_args, create_env, env_args, n_processes,
                     [seed + k for k in range(n_workers)], agent_info=agent_info, device=device) as batcher:
         batcher.update(ckpt["model"])

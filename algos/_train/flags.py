@@ -1,72 +1,22 @@
-"""``rlstruct train ALGO``: the argument parser every algorithm's command builds from its config dataclass, and the
-command's body (:func:`run_main`: parse, check once, train, report).
-
-``--help`` lists one flag per field of the config, in groups (the environment, the run, the evaluation, the
-checkpoints, the fast path, the normalisation, the algorithm's own), each with the first clause of the field's
-description; the full descriptions are the config dataclasses' docstrings.
-"""
+"""The flags of ``rlstruct train ALGO``, built from the algorithm's config dataclass: one ``--flag`` per field, in
+the field's group, with the help written beside the field (:func:`~rlstruct.algos._train.config.setting`)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import re
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["OneLineParser", "field_docs", "short_help", "help_groups", "build_parser", "resumed_defaults",
+__all__ = ["OneLineParser", "GROUPS", "field_help", "build_parser", "resumed_defaults",
            "config_from_args", "given_flags", "show_config"]
 
 #: the width of ``--help`` and the characters of one flag's help at most (two lines, the default included)
 HELP_WIDTH, HELP_POSITION = 100, 32
-HELP_CHARS = 2 * (HELP_WIDTH - HELP_POSITION) - 12
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """The description of every field, read from the ``Attributes:`` sections of the docstrings along the MRO.
-
-    A description that wraps onto more-indented lines is joined into one line; a subclass's description of a
-    field replaces its base's.
-
-    >>> import dataclasses
-    >>> @dataclasses.dataclass
-    ... class Config:
-    ...     '''Settings.
-    ...
-    ...     Attributes:
-    ...         gamma: the discount factor, which wraps
-    ...             onto a second line.
-    ...         lr: Adam learning rate.
-    ...     '''
-    ...     gamma: float = 0.99
-    ...     lr: float = 1e-3
-    >>> field_docs(Config)
-    {'gamma': 'the discount factor, which wraps onto a second line.', 'lr': 'Adam learning rate.'}
-    """
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        section = re.split(r"\n[ \t]*Attributes:[ \t]*\n", klass.__doc__ or "", maxsplit=1)
-        if len(section) < 2:
-            continue
-        name, indent = None, None
-        for line in section[1].splitlines():
-            depth = len(line) - len(line.lstrip())
-            if not line.strip():
-                name = None
-                continue
-            if indent is None:
-                indent = depth
-            if depth < indent:
-                break  # the next section of the docstring
-            m = re.match(r"(\w+)(?: \(.*?\))?: (.*)$", line.strip())
-            if depth == indent and m:
-                name = m.group(1)
-                docs[name] = m.group(2).strip()
-            elif depth > indent and name is not None:
-                docs[name] += " " + line.strip()
-    return docs
+#: the order of the ``--help`` groups; the algorithm's own settings come last
+GROUPS = ("environment", "run", "evaluation", "checkpoints", "on-policy", "off-policy", "normalisation", "fast path")
 
 
 def parse_json_object(text: str) -> dict[str, Any]:
@@ -100,44 +50,25 @@ def _parse_optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
-def short_help(doc: str, limit: int = HELP_CHARS) -> str:
-    """The first clause of a field's description (up to the first ``;``, ``:`` or sentence end outside
-    parentheses), shortened to ``limit`` characters: what ``--help`` shows of it.
+def field_help(config_cls: type) -> dict[str, tuple[str, str]]:
+    """``{field: (help, group)}`` of a config dataclass, from each field's :func:`setting`. A field re-declared
+    without a group keeps the group of the base class's field; a field with none is the algorithm's own
+    (``"algorithm"``).
 
-    >>> short_help("steps per update (the batcher's n_timesteps); more is slower.")
-    "steps per update (the batcher's n_timesteps)"
-    >>> short_help("a long one (with an aside that is long) and more words", limit=30)
-    'a long one and more words'
+    >>> from rlstruct.algos._train.config import OnPolicyConfig
+    >>> field_help(OnPolicyConfig)["lr"]
+    ('Adam learning rate (on-policy: 3e-3)', 'run')
     """
-    depth, end = 0, len(doc)
-    for i, ch in enumerate(doc):
-        depth += ch == "("
-        depth -= ch == ")"
-        sentence_end = ch == "." and (i + 1 == len(doc) or doc[i + 1] == " ") and doc[max(i - 3, 0):i] not in (
-            "e.g", "i.e", "etc")
-        if depth == 0 and (ch in ";:" or sentence_end):
-            end = i
-            break
-    text = doc[:end].strip()
-    if len(text) > limit:
-        text = re.sub(r"\s*\([^()]*(?:\([^()]*\)[^()]*)*\)", "", text)
-    if len(text) > limit:
-        text = text[: limit - 4].rsplit(" ", 1)[0] + " ..."
-    return text
-
-
-def help_groups(config_cls: type) -> dict[str, str]:
-    """The ``--help`` group of every field of ``config_cls``: the ``HELP_GROUPS`` (``{field: group}``) or
-    ``HELP_GROUP`` (every field it declares) of the first class along the MRO that declares it, else the
-    algorithm's own settings (``"algorithm"``)."""
-    groups: dict[str, str] = {}
-    for klass in reversed(config_cls.__mro__):
-        for name in vars(klass).get("__annotations__", {}):
-            if name in groups or name.isupper():
-                continue
-            by_field = vars(klass).get("HELP_GROUPS", {})
-            groups[name] = by_field.get(name) or vars(klass).get("HELP_GROUP") or "algorithm"
-    return groups
+    out = {}
+    for f in dataclasses.fields(config_cls):
+        group = f.metadata.get("group")
+        for base in config_cls.__mro__[1:]:
+            if group is not None:
+                break
+            if dataclasses.is_dataclass(base):
+                group = next((g.metadata.get("group") for g in dataclasses.fields(base) if g.name == f.name), None)
+        out[f.name] = (f.metadata.get("help", ""), group or "algorithm")
+    return out
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -156,25 +87,20 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def build_parser(config_cls: type, prog: str, description: str = "", *,
                  algorithm_group: str = "the algorithm's settings") -> argparse.ArgumentParser:
-    """An argument parser with one ``--flag-name`` per config field, in the groups of :func:`help_groups` (the
-    algorithm's own under ``algorithm_group``), each with :func:`short_help` of its description."""
+    """An argument parser with one ``--flag-name`` per config field, grouped by :func:`field_help` (the algorithm's
+    own under ``algorithm_group``)."""
     parser = OneLineParser(prog=prog, description=description, formatter_class=_Formatter,
-                                     usage="%(prog)s [-h] [--flag VALUE ...]",
-                                     epilog=f"The settings are described in full in help({config_cls.__module__}."
-                                            f"{config_cls.__qualname__}).")
+                           usage="%(prog)s [-h] [--flag VALUE ...]",
+                           epilog="The documentation's settings page describes each setting in full.")
     hints = typing.get_type_hints(config_cls)
-    docs = field_docs(config_cls)
-    groups = help_groups(config_cls)
-    sections: dict[str, argparse._ArgumentGroup] = {}
-    for title in (*dict.fromkeys(g for g in groups.values() if g != "algorithm"), "algorithm"):
-        if title in groups.values():
-            sections[title] = parser.add_argument_group(algorithm_group if title == "algorithm" else title)
+    helps = field_help(config_cls)
+    used = {group for _, group in helps.values()}
+    sections = {title: parser.add_argument_group(algorithm_group if title == "algorithm" else title)
+                for title in (*GROUPS, "algorithm") if title in used}
     for f in dataclasses.fields(config_cls):
-        flag = "--" + f.name.replace("_", "-")
+        text, group = helps[f.name]
         hint = hints[f.name]
-        # Two lines at most with the " (default: ...)" that the formatter appends.
-        limit = HELP_CHARS - len(f" (default: {f.default})")
-        kwargs: dict[str, Any] = {"default": f.default, "help": short_help(docs.get(f.name, ""), limit), "dest": f.name}
+        kwargs: dict[str, Any] = {"default": f.default, "help": text, "dest": f.name}
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         if hint is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
@@ -186,7 +112,7 @@ def build_parser(config_cls: type, prog: str, description: str = "", *,
             kwargs["type"] = _parse_optional(args[0])
         else:
             kwargs["type"] = hint
-        sections[groups[f.name]].add_argument(flag, **kwargs)
+        sections[group].add_argument("--" + f.name.replace("_", "-"), **kwargs)
     return parser
 
 

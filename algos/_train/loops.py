@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import torch
@@ -16,7 +15,7 @@ from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos._train.checkpoints import Resume, load_state
-from rlstruct.algos._train.config import RunConfig
+from rlstruct.algos._train.config import OffPolicyConfig, OnPolicyConfig, check_off_policy, check_on_policy
 from rlstruct.algos._train.distributed import (
     World,
     all_ranks_stop,
@@ -31,7 +30,6 @@ from rlstruct.algos._train.distributed import (
     sum_over_ranks,
 )
 from rlstruct.algos._train.env_spec import EnvSpec
-from rlstruct.algos._train.evaluation import evaluation_info
 from rlstruct.algos._train.log import TrainResult
 from rlstruct.algos._train.optim import OptimizerLike
 from rlstruct.algos._train.session import (
@@ -52,8 +50,8 @@ from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import cpu_state_dict
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
-__all__ = ["LearnFn", "ActorCriticLearner", "OnPolicyAlgorithm", "train_on_policy", "OffPolicyLearner",
-           "OffPolicyAlgorithm", "train_off_policy"]
+__all__ = ["LearnFn", "ActorCriticLearner", "actor_critic_agent", "actor_critic_info", "OnPolicyAlgorithm",
+           "train_on_policy", "OffPolicyLearner", "OffPolicyAlgorithm", "train_off_policy"]
 
 
 #: a learn step: ``(trajectories, loss_rewards [B, T]) -> statistics`` (0-d tensors or floats)
@@ -86,23 +84,62 @@ class ActorCriticLearner:
     world: World = World()
 
 
-@dataclasses.dataclass(frozen=True)
+def actor_critic_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:
+    """The batchers' agent factory of an actor-critic run (its ``config`` as a dict): recurrent or not."""
+    return create_recurrent_agent if config.get("recurrent") else create_policy_agent
+
+
+def actor_critic_info(config: Mapping[str, Any], sample: bool) -> dict[str, bool | float]:
+    """An actor-critic's evaluation ``agent_info``: the policy's mode, or draws from it when ``sample``."""
+    return {"stochastic": sample}
+
+
+def actor_critic_explore(config: OnPolicyConfig) -> dict[str, bool | float]:
+    """An actor-critic's training ``agent_info``: draws from the policy."""
+    return {"stochastic": True}
+
+
+def actor_critic_model(config: OnPolicyConfig, spec: EnvSpec) -> nn.Module:
+    """The actor-critic of a run (on the CPU, its weights not yet seeded: the loop seeds them)."""
+    build = recurrent_actor_critic if config.recurrent else build_actor_critic
+    return build(spec, config.hidden_sizes, normalize_observations=config.normalize_observations)
+
+
+def actor_critic_learner_agent(model: nn.Module, device: torch.device, config: OnPolicyConfig) -> RL_Agent:
+    """The learner's agent over the actor-critic ``model``, to replay a collection."""
+    return RecurrentPolicyAgent(model, device) if config.recurrent else PolicyAgent(model, device)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class OnPolicyAlgorithm(Algorithm):
-    """An on-policy actor-critic algorithm as :func:`train_on_policy` runs it (see :class:`Algorithm` for the
-    other fields).
+    """An on-policy algorithm as :func:`train_on_policy` runs it (see :class:`Algorithm` for the other fields);
+    its evaluation agent is the actor-critic's unless it names another.
 
     Attributes:
         make_learn: ``(config, learner) -> learn step`` (:data:`LearnFn`).
         episodic: collect whole episodes (episodic envs, an acquisition as long as the time limit, the envs reset
             every iteration) instead of ``config.n_steps`` steps of auto-reset envs.
+        explore: ``(config) -> agent_info`` of the training batcher, one value per key.
+        build_model: ``(config, spec) -> model``, on the CPU; the batchers' agents (``agent``) build the same one
+            from ``hidden_sizes`` and ``normalize_observations``.
+        learner_agent: ``(model, device, config) -> agent`` that replays a collection on the learner.
     """
 
-    make_learn: Callable[[Any, ActorCriticLearner], LearnFn] | None = None
+    make_learn: Callable[[Any, ActorCriticLearner], LearnFn]
     episodic: bool = False
+    agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]] = actor_critic_agent
+    evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]] = actor_critic_info
+    explore: Callable[[Any], dict[str, bool | float]] = actor_critic_explore
+    build_model: Callable[[Any, EnvSpec], nn.Module] = actor_critic_model
+    learner_agent: Callable[[nn.Module, torch.device, Any], RL_Agent] = actor_critic_learner_agent
 
-    def __post_init__(self) -> None:
-        if self.make_learn is None:  # a field with a default only because Algorithm's last fields have one
-            raise TypeError(f"OnPolicyAlgorithm {self.name!r} needs make_learn, got None; pass its learn-step builder")
+    def check_family(self, config: OnPolicyConfig) -> None:
+        """The on-policy settings' checks (:func:`~.config.check_on_policy`)."""
+        check_on_policy(config, self.title, episodic=self.episodic)
+
+    def run(self, setup: Setup) -> TrainResult:
+        """:func:`train_on_policy`."""
+        return train_on_policy(setup)
 
 
 class _Episodes:
@@ -145,13 +182,11 @@ def train_on_policy(setup: Setup) -> TrainResult:
     """
     algo: OnPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
     config, spec, resume, learner, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
-    recurrent = getattr(config, "recurrent", False)
     logger = world.is_logger  # rank 0 of a data-parallel run, or a plain run
     with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=logger,
                       world_size=world.size) as (run, stack):
-        build = recurrent_actor_critic if recurrent else build_actor_critic
         model_kwargs = {"normalize_observations": config.normalize_observations}
-        model = seeded_model(config.seed, functools.partial(build, **model_kwargs), spec, config.hidden_sizes)
+        model = seeded_model(config.seed, algo.build_model, config, spec)
         if resume is not None:
             load_state(model, resume.model, "the model", resume.path)
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
@@ -160,10 +195,9 @@ def train_on_policy(setup: Setup) -> TrainResult:
         else:  # with overlap in process, the batcher's double buffer keeps batch k whole while k + 1 is written
             steps = {"n_timesteps": config.n_steps, "autoreset": True, "cuda_graph": config.cuda_graph,
                      "zero_copy": config.overlap and config.n_processes == 0}
-        batcher, evaluator = open_batchers(stack, config, spec,
-                                           create_recurrent_agent if recurrent else create_policy_agent,
-                                           explore={"stochastic": True},
-                                           evaluate=evaluation_info(algo.name, config.to_dict()),
+        batcher, evaluator = open_batchers(stack, config, spec, algo.agent(config.to_dict()),
+                                           explore=algo.explore(config),
+                                           evaluate=algo.evaluation_agent_info(config.to_dict()),
                                            agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
                                            seed=run.seed, rank=world.rank, run=run, **steps)
 
@@ -173,7 +207,7 @@ def train_on_policy(setup: Setup) -> TrainResult:
         broadcast_parameters(model, world)
         for handle in average_gradients(model, world):
             stack.callback(handle.remove)
-        agent = RecurrentPolicyAgent(model, learner) if recurrent else PolicyAgent(model, learner)
+        agent = algo.learner_agent(model, learner, config)
         B = batcher.n_elems()
         announce(world, "envs of a collection" if algo.episodic else "env steps of a collection",
                  B if algo.episodic else B * config.n_steps, config.lr)
@@ -191,7 +225,7 @@ def train_on_policy(setup: Setup) -> TrainResult:
             traj = collect.next().to(learner)
             tt = traj.trajectories
             loss_rewards = normalize(tt)  # before any forward: the values and the loss see the same statistics
-            if getattr(config, "anneal_lr", False):
+            if config.anneal_lr:
                 optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
             if config.check_devices:
                 check_on_device(model, learner, "the learner's model")
@@ -228,7 +262,7 @@ class OffPolicyLearner(Protocol):
         policy: the network the batchers' agents run (and the checkpoint's ``model``).
         create_agent: the batchers' agent factory (module level, so it pickles).
         explore: the training ``agent_info``, one value per key (the batcher's example); the evaluation's is
-            :func:`~rlstruct.algos._train.evaluation.evaluation_info`'s.
+            the algorithm's ``evaluation_info``.
     """
 
     policy: nn.Module
@@ -266,7 +300,7 @@ class OffPolicyLearner(Protocol):
         """What the checkpoint keeps besides the policy's weights (see ``--resume``)."""
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class OffPolicyAlgorithm(Algorithm):
     """An off-policy algorithm as :func:`train_off_policy` runs it (see :class:`Algorithm` for the other fields).
 
@@ -274,11 +308,15 @@ class OffPolicyAlgorithm(Algorithm):
         make_learner: ``(config, spec, resume) -> learner`` (:class:`OffPolicyLearner`), its networks on the CPU.
     """
 
-    make_learner: Callable[[RunConfig, EnvSpec, Resume | None], OffPolicyLearner] | None = None
+    make_learner: Callable[[OffPolicyConfig, EnvSpec, Resume | None], OffPolicyLearner]
 
-    def __post_init__(self) -> None:
-        if self.make_learner is None:  # a field with a default only because Algorithm's last fields have one
-            raise TypeError(f"OffPolicyAlgorithm {self.name!r} needs make_learner, got None; pass its learner's class")
+    def check_family(self, config: OffPolicyConfig) -> None:
+        """The off-policy settings' checks (:func:`~.config.check_off_policy`)."""
+        check_off_policy(config)
+
+    def run(self, setup: Setup) -> TrainResult:
+        """:func:`train_off_policy`."""
+        return train_off_policy(setup)
 
 
 def train_off_policy(setup: Setup) -> TrainResult:
@@ -296,7 +334,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
         # Batchers first, networks to the learner device after: no CUDA in this process before workers spawn.
         batcher, evaluator = open_batchers(stack, config, spec, learner.create_agent, n_timesteps=config.rollout_steps,
                                            autoreset=True, explore=learner.explore,
-                                           evaluate=evaluation_info(algo.name, config.to_dict()),
+                                           evaluate=algo.evaluation_agent_info(config.to_dict()),
                                            seed=run.seed, rank=world.rank, run=run)
         B = batcher.n_elems()
         seed = learner_seed(run.seed, world)

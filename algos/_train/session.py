@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -22,12 +22,13 @@ from torch import nn
 
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, load_resume, plot_learning_curve, save_checkpoint
-from rlstruct.algos._train.config import RunConfig, validate_run_config
+from rlstruct.algos._train.config import RunConfig, check_evaluation_policy, validate_run_config
 from rlstruct.algos._train.distributed import World, rank_device, world_from_environment
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
-from rlstruct.algos._train.evaluation import Evaluator
+from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
 from rlstruct.algos._train.log import Run, TrainResult, check_logdir, run_logdir
 from rlstruct.algos._train.presets import apply_preset
+from rlstruct.algos._train.train_command import run_main
 from rlstruct.algos._train.video import RunVideos, check_videos
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import DeviceLike, as_device, cpu_state_dict
@@ -44,18 +45,22 @@ def _no_check(*args: Any) -> None:
     return None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Algorithm:
-    """An algorithm as the loops and the command line see it: its name, its config, and its checks.
+    """An algorithm as the loops, the command line and the evaluation of a saved run see it. Each algorithm module
+    holds one, ``ALGORITHM``, and the registry (:mod:`~rlstruct.algos._train.registry`) names the modules.
 
     Attributes:
         name: the command's name (``rlstruct train a2c``), also the log folder's and the checkpoint's.
-        title: the name in the learning curve's title, e.g. ``"A2C"``.
-        config_cls: its config dataclass (a :class:`~.config.RunConfig`), with ``RESUME_FIELDS``: the
-            settings a resumed run must share with its checkpoint besides the shared ones.
+        title: the name in ``--help`` and in the learning curve's title, e.g. ``"A2C"``.
+        config_cls: its config dataclass (a :class:`~.config.RunConfig` of its family).
         description: one line for ``--help``.
-        check_config: raises on the algorithm's own settings (after the shared ones are checked, before the env is
-            built): ``(config) -> None``.
+        agent: ``(config as a dict) -> agent factory``: the agent that acts with the run's weights in its evaluations,
+            its videos, ``rlstruct eval`` (and the on-policy training batcher); a checkpoint's config rebuilds it.
+        evaluation_info: ``(saved config, sample) -> agent_info`` (one value per key) of that agent: greedy, or
+            acting as in training at its end when ``sample``.
+        check_config: raises on the algorithm's own settings (after the shared and the family's ones are checked,
+            before the env is built): ``(config) -> None``.
         check_env: raises when the algorithm cannot run on the env: ``(config, spec) -> None``.
     """
 
@@ -63,8 +68,43 @@ class Algorithm:
     title: str
     config_cls: type
     description: str
+    agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]]
+    evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]]
     check_config: Callable[[Any], None] = _no_check
     check_env: Callable[[Any, EnvSpec], None] = _no_check
+
+    def check_family(self, config: RunConfig) -> None:
+        """Raises on the settings of the algorithm's family (its loop's)."""
+
+    def run(self, setup: Setup) -> TrainResult:
+        """Trains from a checked :class:`Setup` (the family's loop)."""
+        raise NotImplementedError
+
+    def validate(self, config: RunConfig, **kwargs: Any) -> Setup:
+        """Checks ``config`` before anything is built: :func:`prepare` (its keyword arguments too)."""
+        return prepare(self, config, **kwargs)
+
+    def train(self, config: RunConfig) -> TrainResult:
+        """Trains with ``config`` and returns the final evaluation and the run's history.
+
+        With ``resume``, the weights, the optimizer's state and the learner's come from the checkpoint.
+
+        Raises:
+            ValueError: what :func:`prepare` raises: a setting out of range, or one of its subclasses
+                (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``) for a device, the env or ``resume``.
+            FileNotFoundError: ``resume`` does not exist.
+        """
+        return self.run(self.validate(config))
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """``rlstruct train NAME [flags]``; the last stdout line is a JSON summary."""
+        return run_main(self, argv)
+
+    def evaluation_agent_info(self, config: Mapping[str, Any], policy: str | None = None) -> dict[str, bool | float]:
+        """The ``agent_info`` of the evaluation agent of a run whose ``config`` (a dict) is given: by ``policy``
+        (``"greedy"`` or ``"sample"``), or by the run's ``evaluation_policy`` (greedy when it has none)."""
+        policy = config.get("evaluation_policy", "greedy") if policy is None else policy
+        return self.evaluation_info(config, check_evaluation_policy(policy, argument="policy") == "sample")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +161,8 @@ def warn_stalling_evaluations(config: RunConfig, spec: EnvSpec) -> None:
                     "protocol) or --evaluation-max-steps N", config.env, spec.max_episode_steps)
 
 
-def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, Any] | None = None,
-            start: float | None = None) -> Setup:
+def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | None = None,
+            checkpoint: dict[str, Any] | None = None, start: float | None = None) -> Setup:
     """Applies the preset of ``config`` (:func:`~.presets.apply_preset`: its settings fill the fields
     not given) and checks the result for ``algorithm`` before anything is built: the shared settings, the
     algorithm's own, the env's spaces, and the checkpoint of ``config.resume``.
@@ -130,6 +170,8 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
     Args:
         algorithm: the algorithm.
         config: its config.
+        given: the fields the caller gave, which a preset leaves alone (None: those that differ from the config
+            class's defaults).
         checkpoint: the content of ``config.resume`` when the caller has read it already (the command line reads
             it for the flags' defaults), so that it is read once.
         start: ``time.perf_counter()`` at the run's launch (default: now); ``rlstruct train`` passes its process's
@@ -146,8 +188,9 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, checkpoint: dict[str, An
             :func:`~rlstruct.algos._train.checkpoints.load_resume`), or a log folder that cannot be created or written.
     """
     start = time.perf_counter() if start is None else start
-    config, _ = apply_preset(algorithm.name, config)
+    config, _ = apply_preset(algorithm.name, config, given)
     validate_run_config(config)
+    algorithm.check_family(config)
     check_videos(config)
     algorithm.check_config(config)
     spec = describe_env(config.env, config.backend, config.max_episode_steps, config.env_kwargs)
@@ -362,7 +405,7 @@ def open_batchers(
         create_env, {**env_args, "n_envs": config.n_envs, "autoreset": autoreset, "device": config.batcher_device},
         config.n_processes, worker_seeds(seed, n_workers, 0, first),
     )
-    train_kwargs = {"agent_info": DictTensor({k: torch.tensor([v]) for k, v in explore.items()}),
+    train_kwargs = {"agent_info": agent_info_row(explore),
                     "agent_seeds": worker_seeds(seed, n_workers, 5000, first), "device": config.batcher_device,
                     "cuda_graph": cuda_graph, "timeout": config.batcher_timeout,
                     "restart_workers": config.restart_workers}
@@ -390,7 +433,7 @@ def open_batchers(
         create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": eval_graph,
                      "device": config.evaluation_device, "env_kwargs": eval_env_kwargs},
         config.n_evaluation_processes, worker_seeds(seed, n_eval_workers, 1000),
-        agent_info=DictTensor({k: torch.tensor([v]) for k, v in evaluate.items()}),
+        agent_info=agent_info_row(evaluate),
         agent_seeds=worker_seeds(seed, n_eval_workers, 6000), device=config.evaluation_device,
         cuda_graph=eval_graph, timeout=config.batcher_timeout, restart_workers=config.restart_workers,
     )

@@ -10,15 +10,15 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rlstruct.algos._train.checkpoints import check_resume_algorithm, check_resume_exists, load_checkpoint
 from rlstruct.algos._train.distributed import restart_resume
 from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
-from rlstruct.algos._train.log import Run, TrainResult
+from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.presets import apply_preset, describe_preset, setting_sources
-from rlstruct.algos._train.session import Algorithm, Setup, prepare
 from rlstruct.errors import ConfigError, RankLostError, RLStructError
 
 __all__ = ["launched_at", "configure_logging", "run_main"]
@@ -48,9 +48,9 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
-def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: Sequence[str] | None) -> int:
-    """The body of every algorithm's ``main``: parse, check once (:func:`~rlstruct.algos._train.session.prepare`), train
-    (``loop``), report.
+def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
+    """The body of every algorithm's ``main`` (``algorithm``: its :class:`~.session.Algorithm`): parse, check once
+    (``algorithm.validate``), train (``algorithm.run``), report.
 
     With ``--resume RUN``, the flags not given take the values of that run's config (:func:`resumed_defaults`);
     the checkpoint is read once, for those defaults and for the run. A config error (an unknown env, a device this
@@ -100,7 +100,7 @@ def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: S
             resumed = frozenset(defaults) - given
         config = config_from_args(config_cls, ns, given | resumed)
         if ns.show_config:
-            resolved, preset = apply_preset(algorithm.name, config)
+            resolved, preset = apply_preset(algorithm.name, config, given | resumed)
             sources = setting_sources(resolved, preset, given, "flag")
             sources.update(dict.fromkeys(resumed, "resumed run"))
             if "preset" not in given | resumed:
@@ -108,14 +108,14 @@ def run_main(algorithm: Algorithm, loop: Callable[[Setup], TrainResult], argv: S
             print(f"# {prog} --env {resolved.env}: {describe_preset(preset)}")
             print(show_config(resolved, sources))
             return 0
-        setup = prepare(algorithm, config, checkpoint=checkpoint if ns.resume == config.resume else None,
-                        start=launched)
+        setup = algorithm.validate(config, given=given | resumed, start=launched,
+                                   checkpoint=checkpoint if ns.resume == config.resume else None)
     except (ValueError, TypeError, RLStructError, FileNotFoundError) as e:
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     configure_logging()
     try:
-        result = loop(setup)
+        result = algorithm.run(setup)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted: stopped without writing a checkpoint", file=sys.stderr)
         return 130

@@ -16,7 +16,7 @@ import torch
 
 from rlstruct.algos._train.checkpoints import load_checkpoint
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
-from rlstruct.algos._train.evaluation import evaluation_agent
+from rlstruct.algos._train.evaluation import agent_info_row, evaluation_agent
 from rlstruct.envs import GymEnv, make_env
 from rlstruct.envs.factory import TORCH_ENVS, resolve_backend
 from rlstruct.errors import MissingDependencyError, VideoError
@@ -326,7 +326,7 @@ class RunVideos:
         self.every, self.logdir, self.name, self.spec, self.seed = every, Path(logdir), name, spec, seed
         self.backend = check_renderable(name, backend)
         self.create_agent, self.agent_args = create_agent, {**agent_args, "device": "cpu"}
-        self.agent_info = DictTensor({k: torch.tensor([v]) for k, v in agent_info.items()})
+        self.agent_info = agent_info_row(agent_info)
         self.physics_dtype, self.suffix, self.max_steps = physics_dtype, video_suffix(), max_steps
         self.env_kwargs = env_kwargs
         self.evaluations = 0
