@@ -1,24 +1,10 @@
 """Double DQN with a target network, epsilon-greedy exploration and uniform replay (Mnih et al. 2015;
-van Hasselt et al. 2016), with optional n-step returns.
+van Hasselt et al. 2016), with optional n-step returns and a dueling head (Wang et al. 2016).
 
-The training batcher steps auto-reset envs ``rollout_steps`` at a time; each ``execute`` gets the current
-epsilon as per-env ``agent_info``. Transitions go into the :class:`~rlstruct.algos.replay.ReplayBuffer`
-(preallocated circular tensors on the learner device, written with index tensors, no Python loop per
-transition; each observation stored once, see :meth:`~rlstruct.algos.replay.ReplayBuffer.push_steps`). With
-``dueling=True`` the Q network has a dueling head (Wang et al. 2016). n-step returns are cut at
-episode ends, and targets bootstrap through time limits and not through terminations: a truncated
-transition bootstraps from ``Q(_observation/frame)`` (the terminal observation), a terminated one does not.
-
-A resumed run (``resume``) restores the Q network, the target network, Adam's state and the count of gradient
-steps (the hard target updates keep their cadence), and epsilon goes on decaying from the restored env-step
-count; the replay buffer is not in the checkpoint, so it refills for ``learning_starts`` env steps before the
-first gradient step of the new session.
-
-The file reads top to bottom: the config, the Q networks and their agent, the double-DQN targets and loss, the
-learner (:class:`DQNLearner`: one gradient step and the target update), and a ``train`` that hands it to the
-off-policy loop (:mod:`rlstruct.algos._train.loops`).
-
-Run it with ``rlstruct train dqn --env CartPole-v1`` or ``python -m rlstruct.algos.dqn``.
+Targets bootstrap through time limits from the stored terminal observation and not through terminations. The file
+reads top to bottom: the config, the Q networks and their agent, the targets and the loss, the learner
+(:class:`DQNLearner`) and ``ALGORITHM``; docs/algorithms/dqn.md tells the rest. Run it with ``rlstruct train dqn``
+or ``python -m rlstruct.algos.dqn``.
 """
 
 from __future__ import annotations

@@ -1,30 +1,10 @@
 """PPO: proximal policy optimisation with a clipped surrogate objective and GAE(lambda) (Schulman et al. 2017).
 
-Each iteration the training batcher steps its auto-reset envs ``n_steps`` times (the envs and the agent carry
-over from one ``execute`` to the next), then the learner makes ``n_epochs`` passes over the collection in
-``n_minibatches`` shuffled minibatches (a seeded generator, so a run is reproducible). The policy is categorical
-for discrete actions and a diagonal Gaussian for continuous ones (see :mod:`rlstruct.algos.networks`):
-the surrogate's ratio compares the log-probabilities of the sampled (unclipped) actions under the current
-weights and under the weights that acted (``action/log_prob``, recorded by the batcher's agent).
-
-GAE bootstraps through time limits and not through terminations, as in A2C: at a truncated step the target
-uses ``V(_observation/frame)`` (the terminal observation), at a terminated step nothing, and the recursion
-is cut at every episode end. Advantages are standardised per minibatch; the value loss may be clipped
-around the collection's values; the gradient's global norm is clipped; an optional target KL stops the
-epochs of an update early (the approximate KL of CleanRL, ``mean((r - 1) - log r)``); the learning rate
-decays linearly over the env-step budget ``max_env_steps`` (never over the wall clock).
-
-``overlap``: the batcher collects the next ``n_steps`` while the learner runs its epochs: in its worker processes
-(``n_processes >= 1``), or in process through its ``zero_copy`` double buffer (on CUDA on a stream of its own; on
-the CPU the acquisition runs first, with the same results), see :class:`~rlstruct.batchers.Pipeline`.
-The data of an update is then one update stale (collected with the weights before
-the previous update); the ratio still uses the log-probabilities of the weights that acted, so the clip
-bounds the step from the behaviour policy. Off by default.
-
-The file reads top to bottom: the config, the loss, the learn step (epochs of shuffled minibatches), and a
-``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos._train.loops`).
-
-Run it with ``rlstruct train ppo --env CartPole-v1`` (or ``--env Pendulum-v1``) or ``python -m rlstruct.algos.ppo``.
+Each iteration collects ``n_steps`` steps of every auto-reset env, then makes ``n_epochs`` passes over the collection
+in ``n_minibatches`` shuffled minibatches (a seeded generator). GAE bootstraps through time limits from the stored
+terminal observation and not through terminations. The file reads top to bottom: the config, the loss, the learn
+step and ``ALGORITHM``; docs/algorithms/ppo.md tells the rest. Run it with ``rlstruct train ppo`` or
+``python -m rlstruct.algos.ppo``.
 """
 
 from __future__ import annotations

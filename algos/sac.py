@@ -1,25 +1,10 @@
 """Soft Actor-Critic (Haarnoja et al. 2018, "SAC: Algorithms and Applications"): a squashed Gaussian actor,
-twin Q critics with Polyak-averaged targets, and an automatically tuned entropy temperature.
+twin Q critics with Polyak-averaged targets, and an automatically tuned entropy temperature; continuous actions only.
 
-Continuous actions only. The training batcher steps auto-reset envs ``rollout_steps`` at a time with an
-actor agent that samples with its own generator; for the first ``learning_starts`` env steps it acts
-uniformly at random (``agent_info["random"]``), and the evaluation batcher takes the deterministic mean
-action (``agent_info["stochastic"]`` false). Transitions go into the
-:class:`~rlstruct.algos.replay.ReplayBuffer` on the learner device; after each acquisition the learner takes
-``gradient_steps_per_env_step`` gradient steps per new env step. Targets bootstrap through time limits and
-not through terminations: a truncated transition bootstraps from the terminal observation
-``_observation/frame``, a terminated one does not.
-
-A resumed run (``resume``) restores the actor, the critics, the target critics, the temperature and the three
-optimizers' state; the replay buffer is not in the checkpoint, so it refills for ``learning_starts`` env steps
-before the first gradient step of the new session, with the restored actor acting (the uniform actions are for a
-fresh run's first steps only).
-
-The file reads top to bottom: the config, the networks and their agent, the losses, the learner
-(:class:`SACLearner`: one gradient step of the critics, the actor and the temperature), and a ``train`` that hands it
-to the off-policy loop (:mod:`rlstruct.algos._train.loops`).
-
-Run it with ``rlstruct train sac --env Pendulum-v1`` or ``python -m rlstruct.algos.sac``.
+The first ``learning_starts`` env steps of a fresh run act uniformly at random; targets bootstrap through time limits
+from the stored terminal observation and not through terminations. The file reads top to bottom: the config, the
+networks and their agent, the losses, the learner (:class:`SACLearner`) and ``ALGORITHM``; docs/algorithms/sac.md
+tells the rest. Run it with ``rlstruct train sac --env Pendulum-v1`` or ``python -m rlstruct.algos.sac``.
 """
 
 from __future__ import annotations
