@@ -1,29 +1,10 @@
-"""Running normalisation of observations and rewards for the actor-critic algorithms (A2C, PPO, REINFORCE).
-
-Policy-gradient methods on tasks whose observations and rewards have no fixed scale (MuJoCo locomotion: joint
-velocities in the tens, rewards of a few units per step over 1,000-step episodes) learn poorly from the raw
-values; every reference implementation normalises both (Stable-Baselines3's ``VecNormalize``, CleanRL's
-``NormalizeObservation``/``NormalizeReward`` wrappers, Brax's PPO). Here:
-
-* :class:`ObservationNormalizer` is a module of the network (:class:`~rlstruct.algos.networks.ActorCritic`, the
-  recurrent one): its running mean and variance are buffers, so they travel with the weights to the batchers'
-  agents (every :class:`~rlstruct.batchers.WeightSync` mode, worker processes included), into checkpoints and
-  to ``rlstruct eval``. The learner updates them once per collection from the collection's observations, before
-  its update (as Brax's PPO does), in place and without a host sync; the agents normalise with the statistics
-  of the last push. (Updating them after the update instead, so that the collection is learned from with the
-  statistics it was collected with, as Stable-Baselines3's ``VecNormalize`` does, learned Pendulum-v1 more slowly
-  and Hopper-v5 no better: BENCHMARKS.md.)
-* :class:`ReturnNormalizer` lives in the learner: it divides each collection's rewards by the running standard
-  deviation of the discounted return, carried across collections per env row (gymnasium's ``NormalizeReward``,
-  applied to the learner's copy instead of inside the env).
-
-Both are statistics of the data, not learned: no gradient flows through them. Observations reach them in any
-float dtype (MuJoCo's float64) and leave as float32.
+"""Running normalisation of observations and rewards for the on-policy algorithms: :class:`ObservationNormalizer`,
+a module of the network whose statistics travel with the weights, and :class:`ReturnNormalizer`, which divides the
+learner's rewards by the running standard deviation of their discounted return. No gradient flows through either.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 
 import torch
@@ -34,41 +15,21 @@ from rlstruct.errors import ConfigError
 from rlstruct.structures import TemporalDictTensor
 
 __all__ = [
-    "SumOverRanks",
-    "NormalizationConfig",
-    "RunningMoments",
+    "OBSERVATION_CLIP",
+    "LearnerNormalization",
     "ObservationNormalizer",
     "ReturnNormalizer",
-    "OBSERVATION_CLIP",
+    "RunningMoments",
+    "SumOverRanks",
     "update_observation_statistics",
-    "LearnerNormalization",
 ]
 
 #: the bound of normalised observations (Stable-Baselines3's and CleanRL's)
 OBSERVATION_CLIP = 10.0
 
 #: sums a tensor over the ranks of a data-parallel run, in place, and returns it
-#: (:func:`rlstruct.algos.distributed.sum_over_ranks`); ``None`` for one process
+#: (:func:`rlstruct.algos._train.distributed.sum_over_ranks`); ``None`` for one process
 SumOverRanks = Callable[[torch.Tensor], torch.Tensor]
-
-
-@dataclasses.dataclass
-class NormalizationConfig:
-    """The normalisation settings of the actor-critic algorithms (A2C, PPO, REINFORCE).
-
-    Attributes:
-        normalize_observations: standardise observations by their running mean and variance inside the network,
-            clipped to [-10, 10] (flat observations only; the statistics are buffers of the model: they reach the
-            batchers with the weights and are saved in the checkpoint).
-        normalize_rewards: divide rewards by the running standard deviation of their discounted return before
-            the loss (reward_scale still multiplies them after: use reward_scale 1 with it).
-    """
-
-    #: the ``--help`` group of the fields declared here
-    HELP_GROUP = "normalisation"
-
-    normalize_observations: bool = False
-    normalize_rewards: bool = False
 
 
 class RunningMoments(nn.Module):

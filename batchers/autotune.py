@@ -214,8 +214,7 @@ def autotune(
     * A measurement that raises (e.g. out of memory) is recorded as ``failed`` and stops the sweep.
 
     Args:
-        measure: ``measure(n_processes, n_envs) -> Measurement``, e.g. the time of an RL_Batcher of that size
-            (``rlstruct autotune`` measures one of the algorithms' policy agent).
+        measure: ``measure(n_processes, n_envs) -> Measurement`` (e.g. the one ``rlstruct autotune`` uses).
         process_counts: process counts to sweep (0: the calling process).
         min_envs: first env count per process.
         max_envs: largest env count per process.

@@ -74,6 +74,7 @@ def train_a2c() -> None:
             logdir=logdir,
             progress=False,
             tensorboard=False,
+            preset="none",  # these settings as written: a field equal to its default would take the env's preset
         )
         # A config is a plain dataclass: print it, copy it with changes, store it with the run.
         print("   changed from the defaults:",

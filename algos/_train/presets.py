@@ -1,23 +1,9 @@
-"""Tuned settings per algorithm and environment, applied when a run names the env and does not give the setting.
+"""Tuned settings per algorithm and environment (:data:`PRESETS`), applied to the settings a run does not give.
 
 ``rlstruct train ppo --env Pendulum-v1`` runs with the settings that the learning benchmarks prove for PPO on
-Pendulum-v1 (:data:`PRESETS`); a flag given on the command line, or a field given to the config in Python
-(``PPOConfig(env="Pendulum-v1", lr=1e-3)``), always wins; ``--preset none`` (``preset="none"``) runs the bare
-defaults. ``rlstruct train ALGO --env ID --show-config`` prints every setting a run would use and where it came
-from; ``rlstruct presets`` lists the table.
-
-**A Python table, not a data file.** Each entry is a few lines that a reader can check against the benchmark that
-proves it (``benchmark``: a suite of ``benchmarks/learning.py``), with the values in the config's own types, checked
-by the same code that checks a user's settings; importing it loads no torch, so ``rlstruct presets`` is instant. An
-entry matches an env id exactly or a family of ids (``fnmatch`` patterns such as ``"ALE/*"``); an exact id wins over
-a family. Where an algorithm does not learn an env within a sensible budget, the entry says so (``unsupported``)
-instead of shipping settings that do not work: the run keeps the bare defaults and a warning says which algorithm
-does learn it.
-
-**Which settings count as given.** In Python, the fields passed to the config's constructor (positionally or by
-keyword); ``dataclasses.replace`` passes every field, so a replaced config counts every field as given (resolve the
-preset first, with :func:`apply_preset`, or build a new config). On the command line, the flags given, and with
-``--resume`` the resumed run's settings (a resumed run keeps its preset's values, and records its name).
+Pendulum-v1; a setting given always wins, and ``--preset none`` runs the bare defaults. On the command line the
+flags given (and with ``--resume`` the resumed run's settings) count as given; in Python, the fields whose value
+differs from the config's default, unless the caller names them (``ALGORITHM.validate(config, given=...)``).
 """
 
 from __future__ import annotations
@@ -31,8 +17,19 @@ from typing import Any
 
 from rlstruct.errors import ConfigError
 
-__all__ = ["AUTO", "NONE", "Preset", "PRESETS", "find_preset", "preset_named", "given_fields", "apply_preset",
-           "describe_preset", "setting_sources", "list_presets"]
+__all__ = [
+    "AUTO",
+    "NONE",
+    "PRESETS",
+    "Preset",
+    "apply_preset",
+    "describe_preset",
+    "find_preset",
+    "given_fields",
+    "list_presets",
+    "preset_named",
+    "setting_sources",
+]
 
 log = logging.getLogger(__name__)
 
@@ -276,16 +273,22 @@ def preset_named(name: str, algo: str, env: str) -> Preset | None:
 
 
 def given_fields(config: Any) -> frozenset[str]:
-    """The fields of a config that were given (to its constructor, or by the command line): the ones a preset
-    leaves alone."""
-    return getattr(config, "_given", frozenset(f.name for f in dataclasses.fields(config)))
+    """The fields of a config whose value differs from its class's default: those a preset leaves alone when the
+    caller does not say which fields it gave.
+
+    >>> from rlstruct.algos._train.config import RunConfig
+    >>> sorted(given_fields(RunConfig(env="Pendulum-v1", lr=3e-4, seed=0)))
+    ['env', 'lr']
+    """
+    return frozenset(f.name for f in dataclasses.fields(config) if getattr(config, f.name) != f.default)
 
 
-def apply_preset(algo: str, config: Any) -> tuple[Any, Preset | None]:
-    """``config`` with the settings of its preset in the fields not given, and that preset (None: none applies).
+def apply_preset(algo: str, config: Any, given: frozenset[str] | None = None) -> tuple[Any, Preset | None]:
+    """``config`` with the settings of its preset in the fields not ``given``, and that preset (None: none applies).
 
-    The returned config records the preset's name in ``preset`` (``"none"`` when none applied), counts every field
-    as given, and so resolves to itself again.
+    ``given`` (None: :func:`given_fields`) names the fields the caller set: the command line passes the flags given.
+    The returned config records the preset's name in ``preset`` (``"none"`` when none applied) and resolves to
+    itself again.
 
     Raises:
         ConfigError: ``config.preset`` names an unknown preset, or one of another algorithm or env; or a preset
@@ -301,8 +304,8 @@ def apply_preset(algo: str, config: Any) -> tuple[Any, Preset | None]:
         unknown = sorted(set(preset.settings) - fields)
         if unknown:
             raise ConfigError(f"preset {preset.name!r} sets {unknown}, which {type(config).__name__} does not have; "
-                              "fix the entry in rlstruct.algos.presets.PRESETS")
-        given = given_fields(config)
+                              "fix the entry in rlstruct.algos._train.presets.PRESETS")
+        given = given_fields(config) if given is None else given
         # copies: a config's env_kwargs changed in place must not change the table (presets share _ATARI's dict)
         changes = {k: copy.deepcopy(v) for k, v in preset.settings.items() if k not in given}
     return dataclasses.replace(config, **changes, preset=preset.name if preset else NONE), preset
