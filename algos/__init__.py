@@ -1,9 +1,11 @@
 """Algorithms on top of the batchers: REINFORCE, A2C, DQN, PPO and SAC, one file each, and the ``rlstruct`` command.
 
 What several algorithms share sits in modules named for what they hold: :mod:`rlstruct.algos.returns`
-(discounted returns, GAE, episode statistics), :mod:`rlstruct.algos.networks` (the MLP, the actor-critic
-and its policy agent), :mod:`rlstruct.algos.encoders` (the CNN for images, the MLP for flat frames),
-:mod:`rlstruct.algos.recurrent` (the LSTM actor-critic, its agent and the replay of a window),
+(discounted returns, GAE, episode statistics), :mod:`rlstruct.algos.distributions` (the policies' action
+distributions), :mod:`rlstruct.algos.networks` (the MLP and the actor-critics, feed-forward and LSTM),
+:mod:`rlstruct.algos.encoders` (the CNN for images, the MLP for flat frames), :mod:`rlstruct.algos.policies`
+(the batchers' agents and the learner's replay of their networks), :mod:`rlstruct.algos.losses` (the
+policy-gradient loss of REINFORCE and A2C),
 :mod:`rlstruct.algos.normalization` (running observation and reward normalisation of the actor-critic family),
 :mod:`rlstruct.algos.update` (the learner's update step and the fast path's settings),
 :mod:`rlstruct.algos.optim` (the learners' Adam: ``torch.optim.Adam``'s update and state dict without the

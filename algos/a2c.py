@@ -23,17 +23,12 @@ import torch
 
 from rlstruct.algos.command import run_main
 from rlstruct.algos.env_spec import EnvSpec
-from rlstruct.algos.networks import (
-    ActorCritic,
-    actor_critic_outputs,
-    check_normalizable,
-    masked_policy_value_loss,
-    policy_actions,
-)
+from rlstruct.algos.losses import masked_policy_value_loss
+from rlstruct.algos.networks import ActorCritic, check_normalizable
 from rlstruct.algos.normalization import NormalizationConfig
 from rlstruct.algos.on_policy import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
+from rlstruct.algos.policies import actor_critic_outputs, policy_actions, replay_learner
 from rlstruct.algos.record import TrainResult
-from rlstruct.algos.recurrent import replay_learner
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.algos.setup import Setup, prepare
 from rlstruct.algos.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
@@ -59,7 +54,7 @@ class A2CConfig(NormalizationConfig, FastPathConfig):
         reward_scale: multiply rewards by this in the loss (values then live near 1, which a few Adam steps reach).
         anneal_lr: decay the learning rate linearly to 0 over max_env_steps (the step budget: never over the wall
             clock, so that a seed gives the same run on any machine; with no budget, an error).
-        recurrent: an LSTM policy (rlstruct.algos.recurrent) whose memory the batcher carries between
+        recurrent: an LSTM policy (rlstruct.algos.networks) whose memory the batcher carries between
             acquisitions; the loss replays each window from its stored first state (truncated BPTT over n_steps).
         overlap: collect the next batch while learning on this one (data one update stale); in process it uses the
             batcher's zero_copy double buffer, on CUDA a stream of its own.
@@ -128,7 +123,7 @@ def a2c_loss(
 
     Args:
         log_probs: ``float [B, T]``, ``log pi(a|s)`` of the sampled actions (see
-            :func:`~rlstruct.algos.networks.policy_actions`), with gradient.
+            :func:`~rlstruct.algos.policies.policy_actions`), with gradient.
         entropy: ``float [B, T]``, the policy's entropy, with gradient.
         values: ``float [B, T]`` with gradient.
         advantages: ``float [B, T]`` (no gradient), from :func:`gae_advantages`.
@@ -140,7 +135,7 @@ def a2c_loss(
     Returns:
         ``(loss, stats)``: the scalar loss and detached 0-d statistics.
 
-    >>> from rlstruct.algos.networks import Categorical
+    >>> from rlstruct.algos.distributions import Categorical
     >>> dist = Categorical(torch.zeros(1, 2, 2, requires_grad=True))
     >>> loss, stats = a2c_loss(dist.log_prob(torch.zeros(1, 2, dtype=torch.long)), dist.entropy(), torch.zeros(1, 2),
     ...                        torch.ones(1, 2), torch.ones(1, 2), value_coef=1.0, entropy_coef=0.0,
@@ -175,7 +170,7 @@ def a2c_batch_loss(
         config: the run's settings (``gamma``, ``gae_lambda``, ``reward_scale`` and the loss's coefficients).
         frame: ``[B, T, *obs]``, ``observation/frame``.
         next_frame: ``[B, T, *obs]``, ``_observation/frame``.
-        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.networks.policy_actions`.
+        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.policies.policy_actions`.
         reward: ``float [B, T]``.
         terminated: ``bool [B, T]``.
         done: ``bool [B, T]``.

@@ -40,8 +40,9 @@ from rlstruct.algos.command import run_main
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.encoders import CNNEncoder
 from rlstruct.algos.env_spec import EnvSpec
-from rlstruct.algos.networks import NetworkAgent, make_adam, mlp
+from rlstruct.algos.networks import make_adam, mlp
 from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
+from rlstruct.algos.policies import NetworkAgent
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.run import seeded_model

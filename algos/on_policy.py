@@ -48,10 +48,10 @@ from rlstruct.algos.distributed import (
     sum_over_ranks,
 )
 from rlstruct.algos.evaluation import evaluation_info
-from rlstruct.algos.networks import PolicyAgent, build_actor_critic, create_policy_agent
+from rlstruct.algos.networks import build_actor_critic, recurrent_actor_critic
 from rlstruct.algos.optim import OptimizerLike
+from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
 from rlstruct.algos.record import TrainResult
-from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic
 from rlstruct.algos.returns import episode_returns, episode_statistics
 from rlstruct.algos.run import check_on_device, finish_training, open_batchers, seeded_model, training_run
 from rlstruct.algos.setup import Algorithm, Setup
@@ -72,8 +72,8 @@ class ActorCriticLearner:
 
     Attributes:
         model: the actor-critic (recurrent or not), on ``device``.
-        agent: the learner's agent over ``model`` (a :class:`~rlstruct.algos.networks.PolicyAgent` or a
-            :class:`~rlstruct.algos.recurrent.RecurrentPolicyAgent`), to replay a collection.
+        agent: the learner's agent over ``model`` (a :class:`~rlstruct.algos.policies.PolicyAgent` or a
+            :class:`~rlstruct.algos.policies.RecurrentPolicyAgent`), to replay a collection.
         checked_agent: ``agent`` in an :class:`~rlstruct.agents.RL_Agent_CheckDevice` with ``check_devices``,
             else ``agent``.
         optimizer: the model's Adam.

@@ -17,7 +17,7 @@ import torch
 from rlstruct.algos.config import check_evaluation_policy
 from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.evaluation import evaluation_info
-from rlstruct.algos.networks import create_policy_agent
+from rlstruct.algos.policies import create_policy_agent
 from rlstruct.structures import DictTensor
 
 __all__ = ["ALGORITHMS", "evaluation_agent"]
@@ -41,7 +41,7 @@ def evaluation_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec, device
     ('create_policy_agent', (8,), ['stochastic'])
     """
     if config.get("recurrent"):
-        from rlstruct.algos.recurrent import create_recurrent_agent
+        from rlstruct.algos.policies import create_recurrent_agent
 
         create: Callable[..., Any] = create_recurrent_agent
     elif algo == "dqn":

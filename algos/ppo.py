@@ -41,11 +41,12 @@ from torch import nn
 from rlstruct.algos.command import run_main
 from rlstruct.algos.distributed import World, mean_over_ranks
 from rlstruct.algos.env_spec import EnvSpec
-from rlstruct.algos.networks import check_normalizable, critic_values, normalize_masked, policy_actions
+from rlstruct.algos.losses import normalize_masked
+from rlstruct.algos.networks import check_normalizable
 from rlstruct.algos.normalization import NormalizationConfig
 from rlstruct.algos.on_policy import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
+from rlstruct.algos.policies import RecurrentPolicyAgent, critic_values, policy_actions, replay_learner, replay_window
 from rlstruct.algos.record import TrainResult
-from rlstruct.algos.recurrent import RecurrentPolicyAgent, replay_learner, replay_window
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.algos.setup import Setup, prepare
 from rlstruct.algos.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
@@ -78,7 +79,7 @@ class PPOConfig(NormalizationConfig, FastPathConfig):
             clock, so that a seed gives the same run on any machine; with no budget, an error).
         overlap: collect the next batch while learning (data one update stale): in worker processes, or in process
             through the batcher's zero_copy double buffer (on CUDA, a stream of its own).
-        recurrent: an LSTM policy (rlstruct.algos.recurrent) whose memory the batcher carries between
+        recurrent: an LSTM policy (rlstruct.algos.networks) whose memory the batcher carries between
             collections; minibatches are sets of envs' whole windows, each replayed from its stored first state.
     """
 
@@ -235,7 +236,7 @@ def ppo_minibatch_loss(
         model: the actor-critic (not recurrent).
         config: the run's settings (the loss's coefficients).
         frame: ``[M, *obs]``.
-        action: ``[M]`` or ``[M, D]``, see :func:`~rlstruct.algos.networks.policy_actions`.
+        action: ``[M]`` or ``[M, D]``, see :func:`~rlstruct.algos.policies.policy_actions`.
         old_log_prob: ``float [M]``, ``action/log_prob`` of the weights that acted.
         advantage: ``float [M]``.
         old_value: ``float [M]``, the values at the collection.

@@ -24,13 +24,8 @@ from rlstruct.agents import replay_agent_stateless
 from rlstruct.algos.a2c import A2CConfig, a2c_loss
 from rlstruct.algos.config import check_physics_dtype
 from rlstruct.algos.env_spec import create_env, describe_env
-from rlstruct.algos.networks import (
-    PolicyAgent,
-    autocast_context,
-    build_actor_critic,
-    create_policy_agent,
-    make_adam,
-)
+from rlstruct.algos.networks import autocast_context, build_actor_critic, make_adam
+from rlstruct.algos.policies import PolicyAgent, create_policy_agent
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.algos.run import seeded_model
 from rlstruct.algos.update import check_autocast

@@ -25,9 +25,11 @@ from torch import nn
 from rlstruct.agents import replay_agent, replay_agent_stateless
 from rlstruct.algos.command import run_main
 from rlstruct.algos.env_spec import EnvSpec
-from rlstruct.algos.networks import check_normalizable, masked_policy_value_loss, policy_actions
+from rlstruct.algos.losses import masked_policy_value_loss
+from rlstruct.algos.networks import check_normalizable
 from rlstruct.algos.normalization import NormalizationConfig
 from rlstruct.algos.on_policy import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
+from rlstruct.algos.policies import policy_actions
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.returns import discounted_returns
 from rlstruct.algos.setup import Setup, prepare
@@ -149,7 +151,7 @@ def reinforce_loss(
 
     Args:
         log_probs: ``float [B, T]``, ``log pi(a|s)`` of the sampled actions (see
-            :func:`~rlstruct.algos.networks.policy_actions`), with gradient.
+            :func:`~rlstruct.algos.policies.policy_actions`), with gradient.
         entropy: ``float [B, T]``, the policy's entropy, with gradient.
         values: ``float [B, T]``, the baseline ``b(s)``, with gradient.
         returns: ``float [B, T]`` (no gradient).
@@ -161,7 +163,7 @@ def reinforce_loss(
     Returns:
         ``(loss, stats)``: the scalar loss and detached 0-d statistics.
 
-    >>> from rlstruct.algos.networks import Categorical
+    >>> from rlstruct.algos.distributions import Categorical
     >>> dist = Categorical(torch.zeros(1, 2, 2, requires_grad=True))
     >>> loss, _ = reinforce_loss(dist.log_prob(torch.zeros(1, 2, dtype=torch.long)), dist.entropy(),
     ...                          torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), baseline_coef=1.0,
@@ -192,7 +194,7 @@ def reinforce_batch_loss(
         model: the actor-critic.
         config: the run's settings (the loss's coefficients).
         frame: ``[B, T, *obs]``, ``observation/frame``.
-        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.networks.policy_actions`.
+        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.policies.policy_actions`.
         returns: ``float [B, T]``, from :func:`reinforce_returns`.
         mask: ``float [B, T]``.
     """

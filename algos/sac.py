@@ -38,10 +38,12 @@ from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos.checkpoints import Resume, load_state, restore_optimizer
 from rlstruct.algos.command import run_main
 from rlstruct.algos.config import RunConfig
+from rlstruct.algos.distributions import squashed_gaussian_log_prob
 from rlstruct.algos.env_spec import EnvSpec
-from rlstruct.algos.networks import NetworkAgent, make_adam
+from rlstruct.algos.networks import make_adam, polyak_update
 from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
 from rlstruct.algos.optim import Adam
+from rlstruct.algos.policies import NetworkAgent
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.run import seeded_model
@@ -55,12 +57,10 @@ __all__ = [
     "TwinQNetwork",
     "SACAgent",
     "create_sac_agent",
-    "squashed_gaussian_log_prob",
     "soft_q_targets",
     "sac_critic_loss",
     "sac_actor_loss",
     "sac_temperature_loss",
-    "polyak_update",
     "SACLearner",
     "ALGORITHM",
     "validate",
@@ -147,33 +147,6 @@ def _relu_mlp(in_size: int, hidden_sizes: Sequence[int]) -> nn.Sequential:
     for a, b in zip([in_size, *hidden_sizes[:-1]], hidden_sizes):
         layers += [nn.Linear(a, b), nn.ReLU()]
     return nn.Sequential(*layers)
-
-
-def squashed_gaussian_log_prob(
-    pre_tanh: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor, scale: torch.Tensor
-) -> torch.Tensor:
-    """Log-density of ``a = tanh(u) * scale + bias`` with ``u ~ N(mean, exp(log_std))``, per row.
-
-    The change of variables (SAC paper, appendix C) subtracts ``log |da/du| = log scale + log(1 - tanh(u)^2)``
-    from the Gaussian's log-density, written ``2 * (log 2 - u - softplus(-2u))`` so that it stays finite where
-    ``tanh(u)`` rounds to 1.
-
-    Args:
-        pre_tanh: ``u``, ``float [N, D]``.
-        mean: ``float [N, D]``.
-        log_std: ``float [N, D]``.
-        scale: ``float [D]``, half the action range.
-
-    Returns:
-        ``float [N]``, summed over the ``D`` action dimensions.
-
-    >>> lp = squashed_gaussian_log_prob(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1))
-    >>> round(float(lp), 4)  # N(0, 1) at 0, and tanh has slope 1 there
-    -0.9189
-    """
-    gaussian = -0.5 * ((pre_tanh - mean) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
-    log_det = torch.log(scale) + 2.0 * (math.log(2.0) - pre_tanh - nn.functional.softplus(-2.0 * pre_tanh))
-    return (gaussian - log_det).sum(-1)
 
 
 class SquashedGaussianActor(nn.Module):
@@ -396,18 +369,6 @@ def sac_temperature_loss(
     """
     loss = -(log_alpha * (log_prob.detach() + target_entropy)).mean()
     return loss, {"loss/temperature": loss.detach(), "alpha": log_alpha.detach().exp()}
-
-
-def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """``target <- (1 - tau) * target + tau * source``, every parameter in place (one fused call).
-
-    >>> a, b = nn.Linear(1, 1, bias=False), nn.Linear(1, 1, bias=False)
-    >>> _ = a.weight.data.fill_(0.0), b.weight.data.fill_(1.0)
-    >>> polyak_update(a, b, 0.25); float(a.weight)
-    0.25
-    """
-    with torch.no_grad():
-        torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
 
 
 # =============================================================================================== learner

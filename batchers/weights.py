@@ -61,7 +61,8 @@ class WeightSync:
         ConfigError: ``"shared"`` or ``"copy"`` asked for with worker processes or another device (or, for
             ``"shared"``, an agent without a matching ``model``).
 
-    >>> from rlstruct.algos.networks import create_policy_agent, build_actor_critic
+    >>> from rlstruct.algos.networks import build_actor_critic
+    >>> from rlstruct.algos.policies import create_policy_agent
     >>> from rlstruct.algos.env_spec import create_env, describe_env
     >>> spec = describe_env("CartPole-v1", "torch", None)
     >>> model = build_actor_critic(spec, (8,))

@@ -18,7 +18,8 @@ import torch
 from rlstruct.algos.config import RunConfig, validate_run_config
 from rlstruct.algos.env_spec import create_env, describe_env
 from rlstruct.algos.evaluation import EpisodeTally, Evaluator, run_episodes
-from rlstruct.algos.networks import build_actor_critic, create_policy_agent
+from rlstruct.algos.networks import build_actor_critic
+from rlstruct.algos.policies import create_policy_agent
 from rlstruct.algos.returns import episode_returns
 from rlstruct.algos.run import open_batchers, seeded_model
 from rlstruct.batchers import RL_Batcher

@@ -9,18 +9,18 @@ import torch
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 from rlstruct.algos import sac
+from rlstruct.algos.distributions import squashed_gaussian_log_prob
 from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos.networks import polyak_update
 from rlstruct.algos.sac import (
     SACConfig,
     SquashedGaussianActor,
     TwinQNetwork,
     create_sac_agent,
-    polyak_update,
     sac_actor_loss,
     sac_critic_loss,
     sac_temperature_loss,
     soft_q_targets,
-    squashed_gaussian_log_prob,
 )
 from rlstruct.algos.transitions import one_step_transitions
 from rlstruct.errors import SpaceError

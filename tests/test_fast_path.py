@@ -17,13 +17,8 @@ import torch
 from rlstruct.algos import a2c, ppo, reinforce
 from rlstruct.algos.config import RunConfig, validate_run_config
 from rlstruct.algos.env_spec import create_env, describe_env
-from rlstruct.algos.networks import (
-    ActorCritic,
-    actor_critic_outputs,
-    build_actor_critic,
-    create_policy_agent,
-    make_adam,
-)
+from rlstruct.algos.networks import ActorCritic, build_actor_critic, make_adam
+from rlstruct.algos.policies import actor_critic_outputs, create_policy_agent
 from rlstruct.algos.run import training_run
 from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, weight_sync_mode
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync

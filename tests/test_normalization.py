@@ -16,9 +16,9 @@ from rlstruct.algos import a2c, ppo, reinforce
 from rlstruct.algos.checkpoints import load_checkpoint
 from rlstruct.algos.cli import evaluate_checkpoint
 from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env
-from rlstruct.algos.networks import ActorCritic, actor_critic_outputs, build_actor_critic, create_policy_agent
+from rlstruct.algos.networks import ActorCritic, build_actor_critic, recurrent_actor_critic
 from rlstruct.algos.normalization import ObservationNormalizer, ReturnNormalizer, RunningMoments
-from rlstruct.algos.recurrent import recurrent_actor_critic
+from rlstruct.algos.policies import actor_critic_outputs, create_policy_agent
 from rlstruct.algos.update import UpdateStep, clip_groups
 from rlstruct.batchers import RL_Batcher, WeightSync
 from rlstruct.errors import SpaceError
