@@ -1,7 +1,7 @@
 """Algorithms on top of the batchers: REINFORCE, A2C, DQN, PPO and SAC, one file each, and the ``rlstruct`` command.
 
 What several algorithms share sits in modules named for what they hold: :mod:`rlstruct.algos.returns`
-(discounted returns, GAE, episode statistics), :mod:`rlstruct.algos.distributions` (the policies' action
+(discounted and n-step returns, GAE, episode statistics), :mod:`rlstruct.algos.distributions` (the policies' action
 distributions), :mod:`rlstruct.algos.networks` (the MLP and the actor-critics, feed-forward and LSTM),
 :mod:`rlstruct.algos.encoders` (the CNN for images, the MLP for flat frames), :mod:`rlstruct.algos.policies`
 (the batchers' agents and the learner's replay of their networks), :mod:`rlstruct.algos.losses` (the
@@ -10,8 +10,8 @@ policy-gradient loss of REINFORCE and A2C),
 :mod:`rlstruct.algos.update` (the learner's update step and the fast path's settings),
 :mod:`rlstruct.algos.optim` (the learners' Adam: ``torch.optim.Adam``'s update and state dict without the
 ``torch._dynamo`` import of ``torch.optim``'s base class),
-:mod:`rlstruct.algos.replay` (the replay buffer of DQN and SAC), :mod:`rlstruct.algos.transitions` (the one-step
-and n-step transitions it is filled with), :mod:`rlstruct.algos.evaluation`
+:mod:`rlstruct.algos.replay` (the replay buffer of DQN and SAC, and the one-step and n-step transitions it is
+filled with), :mod:`rlstruct.algos.evaluation`
 and :mod:`rlstruct.algos.checkpoints`.
 
 A run is built from: :mod:`rlstruct.algos.config` (the settings every algorithm shares),
@@ -75,7 +75,7 @@ _LAZY = {
     "DQNConfig": ("rlstruct.algos.dqn", "DQNConfig"),
     "PPOConfig": ("rlstruct.algos.ppo", "PPOConfig"),
     "SACConfig": ("rlstruct.algos.sac", "SACConfig"),
-    "n_step_returns": ("rlstruct.algos.transitions", "n_step_returns"),
+    "n_step_returns": ("rlstruct.algos.returns", "n_step_returns"),
     "double_dqn_targets": ("rlstruct.algos.dqn", "double_dqn_targets"),
     "profile_training": ("rlstruct.algos.profile", "profile_training"),
 }

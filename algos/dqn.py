@@ -44,10 +44,9 @@ from rlstruct.algos.networks import make_adam, mlp
 from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
 from rlstruct.algos.policies import NetworkAgent
 from rlstruct.algos.record import TrainResult
-from rlstruct.algos.replay import ReplayBuffer
+from rlstruct.algos.replay import NStepWindow, ReplayBuffer
 from rlstruct.algos.run import seeded_model
 from rlstruct.algos.setup import Setup, prepare
-from rlstruct.algos.transitions import NStepWindow
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = [
@@ -434,7 +433,7 @@ class DQNLearner:
         return DictTensor({"epsilon": torch.full((self.n_rows,), epsilon)}), {"epsilon": epsilon}
 
     def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
-        """The n-step transitions this acquisition completes (:meth:`~rlstruct.algos.transitions.NStepWindow.steps`)."""
+        """The n-step transitions this acquisition completes (:meth:`~rlstruct.algos.replay.NStepWindow.steps`)."""
         return self.n_step.steps(trajectories)
 
     def n_gradient_steps(self, n_new: int, buffered: int) -> int:

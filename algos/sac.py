@@ -45,10 +45,9 @@ from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
 from rlstruct.algos.optim import Adam
 from rlstruct.algos.policies import NetworkAgent
 from rlstruct.algos.record import TrainResult
-from rlstruct.algos.replay import ReplayBuffer
+from rlstruct.algos.replay import ReplayBuffer, one_step_steps
 from rlstruct.algos.run import seeded_model
 from rlstruct.algos.setup import Setup, prepare
-from rlstruct.algos.transitions import one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = [
@@ -440,7 +439,7 @@ class SACLearner:
         return self._agent_info[self.resume is None and env_steps < self.config.learning_starts], {}
 
     def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
-        """The one-step transitions of the acquisition (:func:`~rlstruct.algos.transitions.one_step_steps`)."""
+        """The one-step transitions of the acquisition (:func:`~rlstruct.algos.replay.one_step_steps`)."""
         return one_step_steps(trajectories, self.config.gamma)
 
     def n_gradient_steps(self, n_new: int, buffered: int) -> int:

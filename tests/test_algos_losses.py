@@ -13,8 +13,8 @@ from rlstruct.algos.dqn import QNetwork, double_dqn_targets, dqn_loss, dueling_q
 from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.policies import create_policy_agent
 from rlstruct.algos.reinforce import reinforce_loss, reinforce_returns
-from rlstruct.algos.returns import discounted_returns, episode_statistics, gae_advantages
-from rlstruct.algos.transitions import NStepWindow, n_step_returns, window_transitions
+from rlstruct.algos.replay import NStepWindow, window_transitions
+from rlstruct.algos.returns import discounted_returns, episode_statistics, gae_advantages, n_step_returns
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 

@@ -12,6 +12,7 @@ from rlstruct.algos import sac
 from rlstruct.algos.distributions import squashed_gaussian_log_prob
 from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.networks import polyak_update
+from rlstruct.algos.replay import one_step_transitions
 from rlstruct.algos.sac import (
     SACConfig,
     SquashedGaussianActor,
@@ -22,7 +23,6 @@ from rlstruct.algos.sac import (
     sac_temperature_loss,
     soft_q_targets,
 )
-from rlstruct.algos.transitions import one_step_transitions
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
