@@ -40,7 +40,7 @@ from rlstruct.algos.command import run_main
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.encoders import CNNEncoder
 from rlstruct.algos.env_spec import EnvSpec
-from rlstruct.algos.networks import make_adam, mlp
+from rlstruct.algos.networks import make_adam, mlp, polyak_update
 from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
 from rlstruct.algos.policies import NetworkAgent
 from rlstruct.algos.record import TrainResult
@@ -456,11 +456,10 @@ class DQNLearner:
             stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
         self.optimizer.step()
         self.n_updates += 1
-        with torch.no_grad():
-            if config.tau < 1:
-                torch._foreach_lerp_(list(target.parameters()), list(model.parameters()), config.tau)
-            elif self.n_updates % config.target_update_interval == 0:
-                target.load_state_dict(model.state_dict())
+        if config.tau < 1:
+            polyak_update(target, model, config.tau)
+        elif self.n_updates % config.target_update_interval == 0:
+            target.load_state_dict(model.state_dict())
         return stats
 
     def state(self) -> dict[str, Any]:
