@@ -27,7 +27,7 @@ import copy
 import dataclasses
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -386,37 +386,40 @@ class DQNLearner:
     :func:`dqn_loss` followed by the target update (Polyak with ``tau < 1``, else a hard copy every
     ``target_update_interval`` steps).
 
-    A resumed run restores the Q network, the target network, Adam's state and the count of gradient steps (the
-    hard target updates keep their cadence); epsilon goes on decaying from the restored env-step count.
+    Built whole on ``device``. A resumed run restores the Q network, the target network, Adam's state and the count
+    of gradient steps (the hard target updates keep their cadence); epsilon goes on decaying from the restored
+    env-step count.
 
     Args:
         config: the run's settings.
         spec: the env's description.
         resume: the checkpoint the run continues (``None``: a fresh run).
+        device: the learner's device.
+        seed: this session's learner seed (DQN's minibatches come from the replay buffer's generator).
+        n_rows: the training batcher's envs, one epsilon each.
     """
 
-    def __init__(self, config: DQNConfig, spec: EnvSpec, resume: Resume | None):
-        self.config, self.resume = config, resume
+    def __init__(self, config: DQNConfig, spec: EnvSpec, resume: Resume | None, *, device: torch.device, seed: int,
+                 n_rows: int):
+        self.config, self.n_rows = config, n_rows
         self.policy = seeded_model(config.seed, functools.partial(q_network, dueling=config.dueling), spec,
                                    config.hidden_sizes)
         if resume is not None:
             load_state(self.policy, resume.model, "the Q-network", resume.path)
-        self.create_agent = functools.partial(create_q_agent, dueling=config.dueling)
-        self.explore = {"epsilon": config.epsilon_start}
-        self.n_step = NStepWindow(config.gamma, config.n_step)
-        self.n_updates = 0
-
-    def start(self, device: torch.device, seed: int, n_rows: int) -> None:
-        """The Q network on ``device``, its target and Adam, restored from a resumed run."""
-        config = self.config
-        self.n_rows = n_rows
         self.policy.to(device)
         self.target = copy.deepcopy(self.policy).requires_grad_(False)
         self.optimizer = make_adam(self.policy, config.lr, device)
-        if self.resume is not None:
-            self.target.load_state_dict(self.resume.learner["target"])
-            restore_optimizer(self.optimizer, self.resume.learner["optimizer"], config.lr)
-            self.n_updates = int(self.resume.learner["n_updates"])
+        self.n_step = NStepWindow(config.gamma, config.n_step)
+        self.n_updates = 0
+        if resume is not None:
+            self.target.load_state_dict(resume.learner["target"])
+            restore_optimizer(self.optimizer, resume.learner["optimizer"], config.lr)
+            self.n_updates = int(resume.learner["n_updates"])
+
+    @staticmethod
+    def batcher_agent(config: DQNConfig) -> tuple[Callable[..., RL_Agent], dict[str, bool | float]]:
+        """The batchers' agent factory (epsilon-greedy :class:`QAgent`) and the training ``agent_info``'s example."""
+        return functools.partial(create_q_agent, dueling=config.dueling), {"epsilon": config.epsilon_start}
 
     def checked(self) -> dict[str, nn.Module]:
         """The Q network, which ``check_devices`` checks."""

@@ -1,10 +1,10 @@
 """The off-policy loop, written once for DQN and SAC: collect, push into the replay buffer, take gradient steps,
 send the weights to the batchers, record, evaluate, checkpoint, stop.
 
-An algorithm hands the loop an :class:`OffPolicyAlgorithm` whose ``make_learner`` builds its
-:class:`OffPolicyLearner`: the networks (built on the CPU before the batchers' workers spawn, moved to the learner's
-device by :meth:`~OffPolicyLearner.start` after), how it explores, the transitions it keeps from an acquisition,
-how many gradient steps it owes, and one gradient step (its losses, optimizers and target updates).
+An algorithm hands the loop an :class:`OffPolicyAlgorithm` whose ``make_learner`` is its :class:`OffPolicyLearner`
+class, built whole on the learner's device once the batchers' workers run: the networks, how it explores, the
+transitions it keeps from an acquisition, how many gradient steps it owes, and one gradient step (its losses,
+optimizers and target updates).
 
 **A function, not a base class**, for the reasons :mod:`rlstruct.algos.on_policy` gives: the iteration reads top
 to bottom in one place, and an algorithm's learner is a plain object with the named methods of
@@ -29,7 +29,6 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent
-from rlstruct.algos.checkpoints import Resume
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.distributed import (
     all_ranks_stop,
@@ -41,7 +40,6 @@ from rlstruct.algos.distributed import (
     init_process_group,
     learner_seed,
 )
-from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.evaluation import evaluation_info
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.replay import ReplayBuffer
@@ -57,29 +55,28 @@ __all__ = ["OffPolicyLearner", "OffPolicyAlgorithm", "train_off_policy"]
 class OffPolicyLearner(Protocol):
     """What the off-policy loop asks of an algorithm's learner.
 
+    Built as ``learner_cls(config, spec, resume, device=..., seed=..., n_rows=...)`` after the batchers' workers
+    spawned: its networks, optimizers and generators on the learner's ``device`` (seeded by this session's ``seed``),
+    a resumed run's state restored, ``n_rows`` the training batcher's envs.
+
     Attributes:
         policy: the network the batchers' agents run (and the checkpoint's ``model``).
-        create_agent: the batchers' agent factory (module level, so it pickles).
-        explore: the training ``agent_info``, one value per key (the batcher's example); the evaluation's is
-            :func:`~rlstruct.algos.evaluation.evaluation_info`'s.
     """
 
     policy: nn.Module
-    create_agent: Callable[..., RL_Agent]
-    explore: dict[str, bool | float]
 
-    def start(self, device: torch.device, seed: int, n_rows: int) -> None:
-        """Moves the networks to the learner's ``device`` (after the batchers' workers spawned) and builds the
-        optimizers and generators (seeded by this session's ``seed``), restoring a resumed run's state."""
+    @staticmethod
+    def batcher_agent(config: RunConfig) -> tuple[Callable[..., RL_Agent], dict[str, bool | float]]:
+        """The batchers' agent factory (module level, so it pickles) and the training ``agent_info``, one value per
+        key (the batcher's example); the evaluation's is :func:`~rlstruct.algos.evaluation.evaluation_info`'s."""
 
     def checked(self) -> dict[str, nn.Module]:
         """The networks that ``check_devices`` checks, by the name its message gives them."""
 
     def tensors(self) -> list[torch.Tensor]:
-        """Every tensor of the learner that the ranks of a data-parallel run hold alike, once :meth:`start` built
-        them: the networks' parameters and buffers, targets included, and any trained tensor outside a network
-        (SAC's log temperature). Rank 0's are broadcast at the start; those that require a gradient are the
-        trained ones, whose gradients are averaged."""
+        """Every tensor of the learner that the ranks of a data-parallel run hold alike: the networks' parameters and
+        buffers, targets included, and any trained tensor outside a network (SAC's log temperature). Rank 0's are
+        broadcast at the start; those that require a gradient are the trained ones, whose gradients are averaged."""
 
     def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
         """The training ``agent_info`` of the next acquisition (``[n_rows]`` per key) at ``env_steps``, and the
@@ -104,10 +101,10 @@ class OffPolicyAlgorithm(Algorithm):
     """An off-policy algorithm as :func:`train_off_policy` runs it (see :class:`Algorithm` for the other fields).
 
     Attributes:
-        make_learner: ``(config, spec, resume) -> learner`` (:class:`OffPolicyLearner`), its networks on the CPU.
+        make_learner: the learner's class (:class:`OffPolicyLearner`).
     """
 
-    make_learner: Callable[[RunConfig, EnvSpec, Resume | None], OffPolicyLearner] | None = None
+    make_learner: type[OffPolicyLearner] | None = None
 
     def __post_init__(self) -> None:
         if self.make_learner is None:  # a field with a default only because Algorithm's last fields have one
@@ -125,15 +122,15 @@ def train_off_policy(setup: Setup) -> TrainResult:
     config, spec, resume, device, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
     with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=world.is_logger,
                       world_size=world.size) as (run, stack):
-        learner = algo.make_learner(config, spec, resume)
-        # Batchers first, networks to the learner device after: no CUDA in this process before workers spawn.
-        batcher, evaluator = open_batchers(stack, config, spec, learner.create_agent, n_timesteps=config.rollout_steps,
-                                           autoreset=True, explore=learner.explore,
+        create_agent, explore = algo.make_learner.batcher_agent(config)
+        # Batchers first, the learner on its device after: no CUDA in this process before workers spawn.
+        batcher, evaluator = open_batchers(stack, config, spec, create_agent, n_timesteps=config.rollout_steps,
+                                           autoreset=True, explore=explore,
                                            evaluate=evaluation_info(algo.name, config.to_dict()),
                                            seed=run.seed, rank=world.rank, run=run)
         B = batcher.n_elems()
         seed = learner_seed(run.seed, world)
-        learner.start(device, seed, B)
+        learner = algo.make_learner(config, spec, resume, device=device, seed=seed, n_rows=B)
         # Data-parallel ranks (torchrun): after the workers spawned; rank 0's state everywhere, gradients averaged.
         init_process_group(world, device, timeout_s=config.batcher_timeout, stack=stack)
         broadcast_parameters(learner.tensors(), world)

@@ -28,7 +28,7 @@ import copy
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -384,27 +384,20 @@ class SACLearner:
         config: the run's settings.
         spec: the env's description.
         resume: the checkpoint the run continues (``None``: a fresh run).
+        device: the learner's device.
+        seed: seeds the generator of the gradient steps' noise (this session's learner seed).
+        n_rows: the training batcher's envs.
     """
 
-    create_agent = staticmethod(create_sac_agent)
-    explore = {"stochastic": True, "random": True}
-
-    def __init__(self, config: SACConfig, spec: EnvSpec, resume: Resume | None):
-        self.config, self.resume = config, resume
+    def __init__(self, config: SACConfig, spec: EnvSpec, resume: Resume | None, *, device: torch.device, seed: int,
+                 n_rows: int):
+        self.config, self.device, self.fresh_run = config, device, resume is None
         self.action_dim = spec.action_dim
         self.target_entropy = -float(spec.action_dim) if config.target_entropy is None else config.target_entropy
         self.policy = seeded_model(config.seed, SquashedGaussianActor, spec.obs_dim, spec.action_dim,
-                                   config.hidden_sizes, spec.action_low, spec.action_high)
-        self.critic = seeded_model(config.seed + 1, TwinQNetwork, spec.obs_dim, spec.action_dim, config.hidden_sizes)
-        self.owed = 0.0  # gradient steps due but not yet taken (fractions of a step carry over)
-
-    def start(self, device: torch.device, seed: int, n_rows: int) -> None:
-        """The networks on ``device``, the targets, the temperature and the optimizers, restored from a resumed
-        run; the generator of the gradient steps' noise, seeded by ``seed``."""
-        config, resume = self.config, self.resume
-        self.device = device
-        self.policy.to(device)
-        self.critic.to(device)
+                                   config.hidden_sizes, spec.action_low, spec.action_high).to(device)
+        self.critic = seeded_model(config.seed + 1, TwinQNetwork, spec.obs_dim, spec.action_dim,
+                                   config.hidden_sizes).to(device)
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(config.init_temperature), device=device, requires_grad=True)
         self.actor_opt = make_adam(self.policy, config.lr, device)
@@ -424,6 +417,12 @@ class SACLearner:
         self._agent_info = {r: DictTensor({"stochastic": torch.ones(n_rows, dtype=torch.bool),
                                            "random": torch.full((n_rows,), r, dtype=torch.bool)})
                             for r in (True, False)}
+        self.owed = 0.0  # gradient steps due but not yet taken (fractions of a step carry over)
+
+    @staticmethod
+    def batcher_agent(config: SACConfig) -> tuple[Callable[..., RL_Agent], dict[str, bool | float]]:
+        """The batchers' agent factory (:class:`SACAgent`) and the training ``agent_info``'s example."""
+        return create_sac_agent, {"stochastic": True, "random": True}
 
     def checked(self) -> dict[str, nn.Module]:
         """The actor and the critics, which ``check_devices`` checks."""
@@ -436,7 +435,7 @@ class SACLearner:
 
     def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
         """Uniform actions for a fresh run's first ``learning_starts`` env steps, the actor's samples after."""
-        return self._agent_info[self.resume is None and env_steps < self.config.learning_starts], {}
+        return self._agent_info[self.fresh_run and env_steps < self.config.learning_starts], {}
 
     def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
         """The one-step transitions of the acquisition (:func:`~rlstruct.algos.replay.one_step_steps`)."""
