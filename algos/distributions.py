@@ -52,8 +52,7 @@ class Categorical:
         return torch.rand(tuple(shape), generator=generator, device=device, dtype=torch.float32)
 
     def sample_from(self, noise: torch.Tensor) -> torch.Tensor:
-        """The draw that ``noise`` (from :meth:`noise`) makes, ``int64 [...]``: :meth:`sample`'s for the same
-        generator state."""
+        """The draw that ``noise`` (from :meth:`noise`) makes: :meth:`sample`'s, ``int64 [...]``."""
         # Gumbel-max: one uniform draw per logit, no per-row branch, works on every device with a generator.
         return (self.logits - torch.log(-torch.log(noise.clamp_min(1e-20)))).argmax(-1)
 
@@ -98,8 +97,7 @@ class DiagGaussian:
         return torch.randn(tuple(shape), generator=generator, device=device, dtype=torch.float32)
 
     def sample_from(self, noise: torch.Tensor) -> torch.Tensor:
-        """The draw that ``noise`` (from :meth:`noise`) makes, ``float [..., D]``: :meth:`sample`'s for the same
-        generator state."""
+        """The draw that ``noise`` (from :meth:`noise`) makes: :meth:`sample`'s, ``float [..., D]``."""
         return self.mean + self.log_std.exp() * noise
 
     def mode(self) -> torch.Tensor:

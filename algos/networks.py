@@ -56,9 +56,6 @@ def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, *, out_gain: f
 def autocast_context(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
     """``torch.autocast`` on ``device`` in ``dtype``, or a context that does nothing for ``dtype=None``.
 
-    Without autocast's cache of cast weights: a CUDA-graph capture cannot use a cast made before it (the replays
-    would read a cast of the weights of that time).
-
     >>> with autocast_context(torch.device("cpu"), torch.bfloat16):
     ...     torch.ones(2, 3) @ torch.ones(3, 1)
     tensor([[3.],
@@ -66,6 +63,7 @@ def autocast_context(device: torch.device, dtype: torch.dtype | None) -> context
     """
     if dtype is None:
         return contextlib.nullcontext()
+    # No cache of cast weights: a CUDA-graph replay would read the cast made at capture time.
     return torch.autocast(device.type, dtype=dtype, cache_enabled=False)
 
 

@@ -178,29 +178,16 @@ class PolicyAgent(NetworkAgent):
 
 def actor_critic_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor,
                          action: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``log_prob``, ``entropy``, ``value`` and ``next_value``, each ``[B, T]``, of an actor-critic over a batch.
-
-    What :meth:`PolicyAgent.replay_batch` computes, from tensors (what a compiled loss takes): one forward of the
-    critic over ``frame`` and ``next_frame`` together, one of the policy.
-
-    Args:
-        model: an actor-critic (``policy(frame)`` and ``value(frame)``).
-        frame: ``[B, T, *obs]``, ``observation/frame``.
-        next_frame: ``[B, T, *obs]``, ``_observation/frame``.
-        action: ``[B, T]`` (discrete) or ``[B, T, D]`` (the sampled, unclipped action).
-    """
+    """``log_prob``, ``entropy``, ``value`` and ``next_value``, each ``[B, T]``, of an actor-critic over frames,
+    next frames and actions ``[B, T, ...]`` (:func:`policy_actions`): :meth:`PolicyAgent.replay_batch` on tensors."""
     B, T = frame.shape[:2]
     out = _step_outputs(model, frame.flatten(0, 1), next_frame.flatten(0, 1), action.flatten(0, 1))
     return {k: v.unflatten(0, (B, T)) for k, v in out.items()}
 
 
 def critic_values(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``V(frame)`` and ``V(next_frame)`` of an actor-critic over rows ``[N, *obs]``: one forward of the critic over
-    both together, and none of the policy (PPO's advantages need no more: its old log-probabilities come with the
-    batch).
-
-    Returns:
-        ``(value, next_value)``, each ``float32 [N]``.
+    """``(V(frame), V(next_frame))``, each ``float32 [N]``, of an actor-critic over rows ``[N, *obs]``: one forward
+    of the critic over both together, none of the policy.
 
     >>> v, nv = critic_values(ActorCritic(4, 2, (8,)), torch.zeros(3, 4), torch.ones(3, 4))
     >>> v.shape, nv.shape
@@ -300,23 +287,13 @@ class RecurrentPolicyAgent(NetworkAgent):
 def replay_window(
     agent: RL_Agent, model: RecurrentActorCritic, trajectories: Trajectories, *, bootstrap: bool = True
 ) -> TemporalDictTensor:
-    """Replays an acquisition window through the recurrent agent, with gradients: what the losses need.
-
-    Steps ``agent.call_replay`` through the ``T`` steps with :func:`~rlstruct.agents.replay_agent` (from
-    ``info["agent_state/*"]``, resetting where ``observation/initial_state``), then computes the values of the
-    next observations in one batched core step over the ``B * T`` rows, from each step's memory.
-
-    Args:
-        agent: a :class:`RecurrentPolicyAgent` over ``model`` (or it wrapped in ``RL_Agent_CheckDevice``).
-        model: its network (for the batched bootstrap step).
-        trajectories: ``B`` windows of ``T`` steps from a batcher, on the model's device.
-        bootstrap: also compute ``next_value`` (PPO's minibatches, whose targets are fixed, do without).
+    """Replays ``B`` windows of ``T`` steps through a :class:`RecurrentPolicyAgent` over ``model``, with gradients,
+    from the memory stored at the window's start (:func:`~rlstruct.agents.replay_agent`), resetting it where an
+    episode starts.
 
     Returns:
-        ``TemporalDictTensor [B, T]`` of ``log_prob`` (of the stored actions), ``entropy``, ``value`` and
-        ``next_value`` (``V(_observation/frame)`` after the step's memory: the terminal observation's value at an
-        episode's end; only with ``bootstrap``): the keys of :meth:`PolicyAgent.replay_batch`,
-        for the same losses.
+        ``TemporalDictTensor [B, T]``: the keys of :meth:`PolicyAgent.replay_batch`, ``next_value`` (one batched
+        core step from each step's memory) only with ``bootstrap``.
 
     >>> from rlstruct import RL_Batcher
     >>> from rlstruct.envs import CartPoleNoVel

@@ -362,23 +362,10 @@ _STEP_KEYS = ("observation/frame", "action/action", "_observation/reward", "_obs
 
 
 def window_steps(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[str, torch.Tensor]:
-    """The n-step transitions of a window of consecutive steps of ``B`` auto-reset envs, as steps and the
-    transitions over them (:meth:`ReplayBuffer.push_steps`'s arguments).
-
-    A transition's next observation is ``_observation/frame`` (the one a step reached before any auto-reset), and
-    its return is cut at the episode's end: targets bootstrap through time limits, not through terminations.
-
-    Args:
-        window: ``[B, L, ...]`` tensors ``observation/frame``, ``action/action``, ``_observation/reward``,
-            ``_observation/done``, ``_observation/terminated`` and ``_observation/frame``.
-        gamma: discount factor.
-        n: steps per return.
-
-    Returns:
-        The steps ``obs [B, L, *obs_shape]``, ``next_obs [B, L, *obs_shape]``, ``done bool [B, L]``, and the
-        transitions starting at the first ``M = L - n + 1`` steps: ``action [B, M]``, ``ret [B, M]``,
-        ``last int64 [B, M]`` (the step each ends at) and ``discount [B, M]`` (see
-        :func:`~rlstruct.algos.returns.n_step_returns`).
+    """The n-step transitions of a window ``[B, L, ...]`` of auto-reset envs (its ``observation/frame``,
+    ``action/action`` and ``_observation/{reward, done, terminated, frame}``) as :meth:`ReplayBuffer.push_steps`'s
+    arguments: its ``L`` steps, and the transitions starting at the first ``M = L - n + 1`` (``action``, ``ret``,
+    ``last``, ``discount``, ``[B, M]``; see :func:`~rlstruct.algos.returns.n_step_returns`).
     """
     ret, last, discount = n_step_returns(window["_observation/reward"], window["_observation/done"],
                                          window["_observation/terminated"], gamma, n)
@@ -388,13 +375,8 @@ def window_steps(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[
 
 
 def window_transitions(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[str, torch.Tensor]:
-    """The n-step transitions of a window of consecutive steps of ``B`` auto-reset envs, flattened (the arguments
-    are :func:`window_steps`'s).
-
-    Returns:
-        ``obs [N, *obs_shape]``, ``action [N]``, ``ret [N]``, ``next_obs [N, *obs_shape]``, ``discount [N]`` with
-        ``N = B * (L - n + 1)``: the transitions starting at the first ``L - n + 1`` steps.
-    """
+    """The transitions of :func:`window_steps`, flattened (:meth:`ReplayBuffer.push`'s arguments,
+    ``N = B * (L - n + 1)``)."""
     return steps_to_transitions(window_steps(window, gamma, n))
 
 

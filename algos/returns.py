@@ -1,11 +1,8 @@
-"""Returns and advantages: free functions on ``[B, T]`` tensors, shared by the algorithms.
+"""Returns and advantages: discounted, n-step and GAE, and episode statistics; free functions on ``[B, T]``
+tensors, written over whole batches (the only Python loops run over time).
 
-Written over whole batches (the only Python loops run over time), and tested against plain Python loops
-in ``tests/test_algos_losses.py``.
-
-Convention for the time axis: step ``t`` of a trajectory is the transition
-``observation/* (t) --action (t)--> _observation/* (t)``; the reward, ``done``, ``terminated`` and
-``truncated`` of that transition are the ``_observation/*`` ones.
+Step ``t`` of a trajectory is the transition ``observation/* (t) --action (t)--> _observation/* (t)``; its reward,
+``done``, ``terminated`` and ``truncated`` are the ``_observation/*`` ones.
 """
 
 from __future__ import annotations

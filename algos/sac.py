@@ -209,9 +209,6 @@ class SquashedGaussianActor(nn.Module):
 class TwinQNetwork(nn.Module):
     """``n_critics`` independent ReLU MLPs ``Q(s, a)``, evaluated together.
 
-    (One batched ``baddbmm`` per layer over stacked weights was tried: on the CPU it was 40% slower than
-    separate ``nn.Linear`` layers at width 256.)
-
     Args:
         obs_dim: observation size.
         action_dim: action size.
