@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from rlstruct.algos._train.optim import Adam
 from rlstruct.algos.distributions import ActionDistribution, Categorical, DiagGaussian
 from rlstruct.algos.encoders import init_orthogonal, make_encoder
 from rlstruct.algos.normalization import ObservationNormalizer
-from rlstruct.algos.optim import Adam
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import SpaceError
 
 if TYPE_CHECKING:  # the spec's module is needed for annotations only
-    from rlstruct.algos.env_spec import EnvSpec
+    from rlstruct.algos._train.env_spec import EnvSpec
 
 __all__ = [
     "mlp",
@@ -239,7 +239,7 @@ def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int], *,
         SpaceError: the observation is an image and the actions are continuous, or ``normalize_observations``
             with image observations.
 
-    >>> from rlstruct.algos.env_spec import EnvSpec
+    >>> from rlstruct.algos._train.env_spec import EnvSpec
     >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
     >>> build_actor_critic(spec, (8,)).log_std.shape
     torch.Size([1])
@@ -300,7 +300,7 @@ def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
 
 
 def make_adam(model: nn.Module, lr: float, device: DeviceLike) -> Adam:
-    """:class:`~rlstruct.algos.optim.Adam` over the model's parameters; the fused kernel where torch has one (CPU,
-    CUDA)."""
+    """:class:`~rlstruct.algos._train.optim.Adam` over the model's parameters; the fused kernel where torch has one
+    (CPU, CUDA)."""
     fused = as_device(device).type in ("cpu", "cuda")
     return Adam(model.parameters(), lr=lr, fused=fused or None)

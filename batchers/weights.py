@@ -63,7 +63,7 @@ class WeightSync:
 
     >>> from rlstruct.algos.networks import build_actor_critic
     >>> from rlstruct.algos.policies import create_policy_agent
-    >>> from rlstruct.algos.env_spec import create_env, describe_env
+    >>> from rlstruct.algos import create_env, describe_env
     >>> spec = describe_env("CartPole-v1", "torch", None)
     >>> model = build_actor_critic(spec, (8,))
     >>> with RL_Batcher(4, create_policy_agent, {"spec": spec, "hidden_sizes": (8,)}, create_env,

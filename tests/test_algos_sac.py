@@ -9,19 +9,19 @@ import torch
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 from rlstruct.algos import sac
-from rlstruct.algos.distributions import squashed_gaussian_log_prob
-from rlstruct.algos.env_spec import EnvSpec
-from rlstruct.algos.networks import polyak_update
+from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos.replay import one_step_transitions
 from rlstruct.algos.sac import (
     SACConfig,
     SquashedGaussianActor,
     TwinQNetwork,
     create_sac_agent,
+    polyak_update,
     sac_actor_loss,
     sac_critic_loss,
     sac_temperature_loss,
     soft_q_targets,
+    squashed_gaussian_log_prob,
 )
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor, TemporalDictTensor
@@ -179,7 +179,7 @@ def test_agent_samples_from_its_seed_takes_the_mean_when_not_stochastic_and_acts
 # --------------------------------------------------------------------------- config and spaces
 def test_sac_refuses_discrete_actions():
     with pytest.raises(SpaceError, match="SAC takes continuous actions, got env='CartPole-v1'"):
-        sac.validate(SACConfig(env="CartPole-v1"))
+        sac.ALGORITHM.validate(SACConfig(env="CartPole-v1"))
 
 
 @pytest.mark.parametrize(("field", "value", "match"), [
@@ -190,7 +190,7 @@ def test_sac_refuses_discrete_actions():
 ])
 def test_bad_settings_name_the_setting(field, value, match):
     with pytest.raises(ValueError, match=match):
-        sac.validate(SACConfig(**{field: value}))
+        sac.ALGORITHM.validate(SACConfig(**{field: value}))
 
 
 # --------------------------------------------------------------------------- learning

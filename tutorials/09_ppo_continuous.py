@@ -26,9 +26,9 @@ import tempfile
 
 import torch
 
+from rlstruct.algos import describe_env
 from rlstruct.algos.cli import evaluate_checkpoint
 from rlstruct.algos.distributions import DiagGaussian
-from rlstruct.algos.env_spec import describe_env
 from rlstruct.algos.networks import build_actor_critic
 from rlstruct.algos.policies import create_policy_agent
 from rlstruct.algos.ppo import PPOConfig, ppo_loss, train
