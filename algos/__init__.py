@@ -3,10 +3,10 @@
 Each algorithm module holds its config, its loss as a function of tensors, its learn step (or learner) and
 ``ALGORITHM``, its description for the training loops and the command line; ``train(config)`` trains the algorithm
 whose config it is. What several algorithms share sits in public modules named for what they hold:
-:mod:`~rlstruct.algos.returns`, :mod:`~rlstruct.algos.networks`, :mod:`~rlstruct.algos.encoders`,
-:mod:`~rlstruct.algos.recurrent`, :mod:`~rlstruct.algos.replay`, :mod:`~rlstruct.algos.transitions` and
-:mod:`~rlstruct.algos.normalization`. What runs a training job (flags, loops, logs, evaluation, checkpoints, presets,
-data-parallel ranks) is the private package ``rlstruct.algos._train``.
+:mod:`~rlstruct.algos.returns`, :mod:`~rlstruct.algos.distributions`, :mod:`~rlstruct.algos.encoders`,
+:mod:`~rlstruct.algos.networks`, :mod:`~rlstruct.algos.policies`, :mod:`~rlstruct.algos.losses`,
+:mod:`~rlstruct.algos.replay` and :mod:`~rlstruct.algos.normalization`. What runs a training job (flags, loops,
+logs, evaluation, checkpoints, presets, data-parallel ranks) is the private package ``rlstruct.algos._train``.
 
 The names below load their module on first use, so that ``python -m rlstruct.algos.a2c`` does not find itself
 already imported by this package.
@@ -31,7 +31,7 @@ _LAZY = {
     "profile_training": "rlstruct.algos._train.profile",
     "discounted_returns": "rlstruct.algos.returns",
     "gae_advantages": "rlstruct.algos.returns",
-    "n_step_returns": "rlstruct.algos.transitions",
+    "n_step_returns": "rlstruct.algos.returns",
     **exports(),
 }
 

@@ -25,14 +25,9 @@ from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups
-from rlstruct.algos.networks import (
-    ActorCritic,
-    actor_critic_outputs,
-    check_normalizable,
-    masked_policy_value_loss,
-    policy_actions,
-)
-from rlstruct.algos.recurrent import replay_learner
+from rlstruct.algos.losses import masked_policy_value_loss
+from rlstruct.algos.networks import ActorCritic, check_normalizable
+from rlstruct.algos.policies import actor_critic_outputs, policy_actions, replay_learner
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.structures import Trajectories
 
@@ -85,7 +80,7 @@ def a2c_loss(
     the policy term when ``normalize_advantages``. Every tensor is ``float [B, T]``; ``log_probs``, ``entropy`` and
     ``values`` carry the gradient. Returns the loss and detached 0-d statistics.
 
-    >>> from rlstruct.algos.networks import Categorical
+    >>> from rlstruct.algos.distributions import Categorical
     >>> dist = Categorical(torch.zeros(1, 2, 2, requires_grad=True))
     >>> loss, stats = a2c_loss(dist.log_prob(torch.zeros(1, 2, dtype=torch.long)), dist.entropy(), torch.zeros(1, 2),
     ...                        torch.ones(1, 2), torch.ones(1, 2), value_coef=1.0, entropy_coef=0.0,
@@ -119,7 +114,7 @@ def a2c_batch_loss(
         config: the run's settings (``gamma``, ``gae_lambda``, ``reward_scale`` and the loss's coefficients).
         frame: ``[B, T, *obs]``, ``observation/frame``.
         next_frame: ``[B, T, *obs]``, ``_observation/frame``.
-        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.networks.policy_actions`.
+        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.policies.policy_actions`.
         reward: ``float [B, T]``.
         terminated: ``bool [B, T]``.
         done: ``bool [B, T]``.

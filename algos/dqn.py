@@ -28,9 +28,9 @@ from rlstruct.algos._train.loops import OffPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos.encoders import CNNEncoder
-from rlstruct.algos.networks import NetworkAgent, make_adam, mlp
-from rlstruct.algos.replay import ReplayBuffer
-from rlstruct.algos.transitions import NStepWindow
+from rlstruct.algos.networks import make_adam, mlp, polyak_update
+from rlstruct.algos.policies import NetworkAgent
+from rlstruct.algos.replay import NStepWindow, ReplayBuffer
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["DQNConfig", "QNetwork", "PixelQNetwork", "q_network", "dueling_q", "QAgent", "double_dqn_targets",
@@ -312,37 +312,40 @@ class DQNLearner:
     :func:`dqn_loss` followed by the target update (Polyak with ``tau < 1``, else a hard copy every
     ``target_update_interval`` steps).
 
-    A resumed run restores the Q network, the target network, Adam's state and the count of gradient steps (the
-    hard target updates keep their cadence); epsilon goes on decaying from the restored env-step count.
+    Built whole on ``device``. A resumed run restores the Q network, the target network, Adam's state and the count
+    of gradient steps (the hard target updates keep their cadence); epsilon goes on decaying from the restored
+    env-step count.
 
     Args:
         config: the run's settings.
         spec: the env's description.
         resume: the checkpoint the run continues (``None``: a fresh run).
+        device: the learner's device.
+        seed: this session's learner seed (DQN's minibatches come from the replay buffer's generator).
+        n_rows: the training batcher's envs, one epsilon each.
     """
 
-    def __init__(self, config: DQNConfig, spec: EnvSpec, resume: Resume | None):
-        self.config, self.resume = config, resume
+    def __init__(self, config: DQNConfig, spec: EnvSpec, resume: Resume | None, *, device: torch.device, seed: int,
+                 n_rows: int):
+        self.config, self.n_rows = config, n_rows
         self.policy = seeded_model(config.seed, functools.partial(q_network, dueling=config.dueling), spec,
                                    config.hidden_sizes)
         if resume is not None:
             load_state(self.policy, resume.model, "the Q-network", resume.path)
-        self.create_agent = functools.partial(create_q_agent, dueling=config.dueling)
-        self.explore = {"epsilon": config.epsilon_start}
-        self.n_step = NStepWindow(config.gamma, config.n_step)
-        self.n_updates = 0
-
-    def start(self, device: torch.device, seed: int, n_rows: int) -> None:
-        """The Q network on ``device``, its target and Adam, restored from a resumed run."""
-        config = self.config
-        self.n_rows = n_rows
         self.policy.to(device)
         self.target = copy.deepcopy(self.policy).requires_grad_(False)
         self.optimizer = make_adam(self.policy, config.lr, device)
-        if self.resume is not None:
-            self.target.load_state_dict(self.resume.learner["target"])
-            restore_optimizer(self.optimizer, self.resume.learner["optimizer"], config.lr)
-            self.n_updates = int(self.resume.learner["n_updates"])
+        self.n_step = NStepWindow(config.gamma, config.n_step)
+        self.n_updates = 0
+        if resume is not None:
+            self.target.load_state_dict(resume.learner["target"])
+            restore_optimizer(self.optimizer, resume.learner["optimizer"], config.lr)
+            self.n_updates = int(resume.learner["n_updates"])
+
+    @staticmethod
+    def exploration(config: DQNConfig) -> dict[str, bool | float]:
+        """The training ``agent_info``'s example: the first epsilon."""
+        return {"epsilon": config.epsilon_start}
 
     def checked(self) -> dict[str, nn.Module]:
         """The Q network, which ``check_devices`` checks."""
@@ -359,7 +362,7 @@ class DQNLearner:
         return DictTensor({"epsilon": torch.full((self.n_rows,), epsilon)}), {"epsilon": epsilon}
 
     def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
-        """The n-step transitions this acquisition completes (:meth:`~rlstruct.algos.transitions.NStepWindow.steps`)."""
+        """The n-step transitions this acquisition completes (:meth:`~rlstruct.algos.replay.NStepWindow.steps`)."""
         return self.n_step.steps(trajectories)
 
     def n_gradient_steps(self, n_new: int, buffered: int) -> int:
@@ -382,11 +385,10 @@ class DQNLearner:
             stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
         self.optimizer.step()
         self.n_updates += 1
-        with torch.no_grad():
-            if config.tau < 1:
-                torch._foreach_lerp_(list(target.parameters()), list(model.parameters()), config.tau)
-            elif self.n_updates % config.target_update_interval == 0:
-                target.load_state_dict(model.state_dict())
+        if config.tau < 1:
+            polyak_update(target, model, config.tau)
+        elif self.n_updates % config.target_update_interval == 0:
+            target.load_state_dict(model.state_dict())
         return stats
 
     def state(self) -> dict[str, Any]:

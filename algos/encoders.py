@@ -1,21 +1,8 @@
-"""Observation encoders: the CNN for images and the MLP for flat observations, chosen from the observation's shape.
+"""Observation encoders and their initialisation: :class:`CNNEncoder` for images (Nature-DQN or MinAtar), and
+:class:`MLPEncoder` for flat frames, chosen by :func:`make_encoder` from the observation's shape.
 
-:func:`make_encoder` picks the network for an env's observation: an :class:`MLPEncoder` for a flat ``[F]``
-frame, a :class:`CNNEncoder` for an image (3 dimensions; channel-first ``[C, H, W]``, or channel-last
-``[H, W, C]`` detected by :func:`image_layout` and permuted inside the forward). The CNN is the Nature-DQN
-stack (Mnih et al. 2015: conv 32x8x8 stride 4, 64x4x4 stride 2, 64x3x3 stride 1, linear 512) for Atari-sized
-frames, and the MinAtar network (Young and Tian 2019: conv 16x3x3 stride 1, linear 128) for frames smaller
-than 36 pixels a side, where the Nature stack's strides do not fit.
-
-Frames travel as they come from the env (``uint8`` pixels, ``bool`` MinAtar planes) through the batcher's
-buffer and the replay buffer; the encoder turns them into floats inside its forward, on the device it runs on.
-Pixels of an env whose frames are ``uint8`` are divided by their space's ``high`` (255 for Atari, 1 for 0/1 planes)
-whatever dtype they reach the forward in (``uint8`` from the batcher, ``float32`` from
-:meth:`~rlstruct.algos.replay.ReplayBuffer.sample`): the scale is the env's, fixed when the encoder is built
-(``EnvSpec.obs_dtype`` and ``EnvSpec.obs_high``), not read from each batch.
-
-:class:`~rlstruct.algos.networks.EncoderActorCritic` (A2C, PPO) and the recurrent actor-critic of
-:mod:`rlstruct.algos.recurrent` put their heads on these encoders.
+Frames reach an encoder as the env gives them (``uint8`` pixels, ``bool`` planes) and become floats inside its
+forward, scaled by the env's ``obs_high`` (fixed when the encoder is built, not read from each batch).
 """
 
 from __future__ import annotations
@@ -29,6 +16,7 @@ from torch import nn
 from rlstruct.errors import SpaceError
 
 __all__ = [
+    "init_orthogonal",
     "image_layout",
     "pixel_scale",
     "MLPEncoder",
@@ -76,7 +64,8 @@ def _to_float(frame: torch.Tensor, scale: float) -> torch.Tensor:
     return x * scale if scale != 1.0 else x
 
 
-def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:
+def init_orthogonal(layer: nn.Module, gain: float) -> nn.Module:
+    """``layer`` (a linear or convolution layer) with orthogonal weights of ``gain`` and zero biases."""
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
     return layer
@@ -102,7 +91,7 @@ class MLPEncoder(nn.Module):
         sizes = [obs_dim, *hidden_sizes]
         layers: list[nn.Module] = []
         for a, b in zip(sizes[:-1], sizes[1:]):
-            layers += [_orthogonal(nn.Linear(a, b), math.sqrt(2)), nn.Tanh()]
+            layers += [init_orthogonal(nn.Linear(a, b), math.sqrt(2)), nn.Tanh()]
         self.net = nn.Sequential(*layers)
         self.out_dim = sizes[-1]
 
@@ -151,12 +140,12 @@ class CNNEncoder(nn.Module):
             self.out_dim = 128
         layers: list[nn.Module] = []
         for conv in convs:
-            layers += [_orthogonal(conv, relu_gain), nn.ReLU()]
+            layers += [init_orthogonal(conv, relu_gain), nn.ReLU()]
         layers.append(nn.Flatten())
         self.convs = nn.Sequential(*layers)
         with torch.no_grad():
             n_flat = self.convs(torch.zeros(1, c, h, w)).shape[1]
-        self.linear = nn.Sequential(_orthogonal(nn.Linear(n_flat, self.out_dim), relu_gain), nn.ReLU())
+        self.linear = nn.Sequential(init_orthogonal(nn.Linear(n_flat, self.out_dim), relu_gain), nn.ReLU())
 
     def forward(self, frame: torch.Tensor) -> torch.Tensor:
         """Features ``float [N, out_dim]`` of frames ``[N, C, H, W]`` (``[N, H, W, C]`` with ``channels_last``)."""

@@ -23,8 +23,9 @@ from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups
-from rlstruct.algos.networks import check_normalizable, critic_values, normalize_masked, policy_actions
-from rlstruct.algos.recurrent import RecurrentPolicyAgent, replay_learner, replay_window
+from rlstruct.algos.losses import normalize_masked
+from rlstruct.algos.networks import check_normalizable
+from rlstruct.algos.policies import RecurrentPolicyAgent, critic_values, policy_actions, replay_learner, replay_window
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.structures import TemporalDictTensor, Trajectories
 
@@ -170,7 +171,7 @@ def ppo_minibatch_loss(
         model: the actor-critic (not recurrent).
         config: the run's settings (the loss's coefficients).
         frame: ``[M, *obs]``.
-        action: ``[M]`` or ``[M, D]``, see :func:`~rlstruct.algos.networks.policy_actions`.
+        action: ``[M]`` or ``[M, D]``, see :func:`~rlstruct.algos.policies.policy_actions`.
         old_log_prob: ``float [M]``, ``action/log_prob`` of the weights that acted.
         advantage: ``float [M]``.
         old_value: ``float [M]``, the values at the collection.

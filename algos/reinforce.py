@@ -27,7 +27,9 @@ from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups
-from rlstruct.algos.networks import check_normalizable, masked_policy_value_loss, policy_actions
+from rlstruct.algos.losses import masked_policy_value_loss
+from rlstruct.algos.networks import check_normalizable
+from rlstruct.algos.policies import policy_actions
 from rlstruct.algos.returns import discounted_returns
 from rlstruct.errors import ConfigError
 from rlstruct.structures import Trajectories
@@ -134,7 +136,7 @@ def reinforce_loss(
     ``log_probs``, ``entropy`` and the baseline ``values`` carry the gradient. Returns the loss and detached 0-d
     statistics.
 
-    >>> from rlstruct.algos.networks import Categorical
+    >>> from rlstruct.algos.distributions import Categorical
     >>> dist = Categorical(torch.zeros(1, 2, 2, requires_grad=True))
     >>> loss, _ = reinforce_loss(dist.log_prob(torch.zeros(1, 2, dtype=torch.long)), dist.entropy(),
     ...                          torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), baseline_coef=1.0,
@@ -165,7 +167,7 @@ def reinforce_batch_loss(
         model: the actor-critic.
         config: the run's settings (the loss's coefficients).
         frame: ``[B, T, *obs]``, ``observation/frame``.
-        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.networks.policy_actions`.
+        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.policies.policy_actions`.
         returns: ``float [B, T]``, from :func:`reinforce_returns`.
         mask: ``float [B, T]``.
     """

@@ -1,17 +1,10 @@
-"""The replay buffer of the off-policy algorithms (DQN, SAC): uniform replay in preallocated circular tensors.
+"""The replay buffer of the off-policy algorithms (DQN, SAC), and the transitions an acquisition gives it.
 
-:class:`ReplayBuffer` keeps ``(obs, action, ret, next_obs, discount)`` transitions on the learner device,
-in the dtypes the batcher returns them: observations of any shape and dtype (image frames stay ``uint8``
-and become float only in :meth:`ReplayBuffer.sample`), discrete ``int64`` or continuous ``float32``
-actions. ``ret`` is the (n-step) reward and ``discount`` the factor of the bootstrap at ``next_obs``
-(``gamma^m``, or 0 where the episode terminated), so one buffer serves every off-policy target.
-
-Observations live apart from the transitions, in a ring of frames that each transition points into (``obs_id`` and
-``next_id``, global frame numbers). :meth:`ReplayBuffer.push_steps` takes the steps of auto-reset envs as the batcher
-gives them and stores every observation once: a step's observation is also the previous step's next observation,
-and only an episode's terminal observation (which the auto-reset replaced) is a frame of its own. Frames for 1M
-Atari transitions (``uint8 [4, 84, 84]``) take 28 GB instead of the 56 GB of an ``obs`` and a ``next_obs`` per
-transition.
+:class:`ReplayBuffer` keeps ``(obs, action, ret, next_obs, discount)`` transitions in preallocated circular tensors
+on the learner device; ``ret`` is the (n-step) reward and ``discount`` the factor of the bootstrap at ``next_obs``
+(``gamma^m``, or 0 where the episode terminated), so one buffer serves every off-policy target. Observations are
+frames of a ring of their own, each stored once (:meth:`ReplayBuffer.push_steps`). :func:`one_step_steps` and
+:class:`NStepWindow` cut an acquisition of auto-reset envs into one-step (SAC) and n-step (DQN) transitions.
 """
 
 from __future__ import annotations
@@ -23,12 +16,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from rlstruct.algos.returns import n_step_returns
 from rlstruct.devices import DeviceLike, as_device
+from rlstruct.structures import TemporalDictTensor
 
 if TYPE_CHECKING:
     from rlstruct.algos._train.env_spec import EnvSpec
 
-__all__ = ["ReplayBuffer", "steps_to_transitions"]
+__all__ = ["ReplayBuffer", "steps_to_transitions", "window_steps", "window_transitions", "one_step_steps",
+           "one_step_transitions", "NStepWindow"]
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +237,7 @@ class ReplayBuffer:
         and the batches :meth:`sample` draws are bit for bit those of :meth:`push` of these transitions, flattened
         row-major (``N = B * M``). Successive calls continue the same envs: the first ``carried`` steps of a window
         are the last ``carried`` steps of the previous window (as
-        :class:`~rlstruct.algos.transitions.NStepWindow` carries them), and its step ``carried`` follows the previous
+        :class:`NStepWindow` carries them), and its step ``carried`` follows the previous
         window's last step.
 
         Each observation is one frame: ``obs[:, p + 1]`` is ``next_obs[:, p]`` where the episode goes on (the
@@ -358,6 +354,77 @@ def steps_to_transitions(steps: dict[str, torch.Tensor]) -> dict[str, torch.Tens
         "next_obs": steps["next_obs"][rows, last].flatten(0, 1),  # [B, M, *obs_shape], any observation shape
         "discount": steps["discount"].flatten(),
     }
+
+
+#: the trajectory keys the transitions of an acquisition are built from
+_STEP_KEYS = ("observation/frame", "action/action", "_observation/reward", "_observation/done",
+              "_observation/terminated", "_observation/frame")
+
+
+def window_steps(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[str, torch.Tensor]:
+    """The n-step transitions of a window ``[B, L, ...]`` of auto-reset envs (its ``observation/frame``,
+    ``action/action`` and ``_observation/{reward, done, terminated, frame}``) as :meth:`ReplayBuffer.push_steps`'s
+    arguments: its ``L`` steps, and the transitions starting at the first ``M = L - n + 1`` (``action``, ``ret``,
+    ``last``, ``discount``, ``[B, M]``; see :func:`~rlstruct.algos.returns.n_step_returns`).
+    """
+    ret, last, discount = n_step_returns(window["_observation/reward"], window["_observation/done"],
+                                         window["_observation/terminated"], gamma, n)
+    return {"obs": window["observation/frame"], "next_obs": window["_observation/frame"],
+            "done": window["_observation/done"], "action": window["action/action"][:, : ret.shape[1]], "ret": ret,
+            "last": last, "discount": discount}
+
+
+def window_transitions(window: dict[str, torch.Tensor], gamma: float, n: int) -> dict[str, torch.Tensor]:
+    """The transitions of :func:`window_steps`, flattened (:meth:`ReplayBuffer.push`'s arguments,
+    ``N = B * (L - n + 1)``)."""
+    return steps_to_transitions(window_steps(window, gamma, n))
+
+
+def one_step_steps(trajectories: TemporalDictTensor, gamma: float) -> dict[str, torch.Tensor]:
+    """The one-step transitions of an acquisition of auto-reset envs (``[B, T, ...]``, every row full):
+    :func:`window_steps` with ``n = 1``, whose ``discount`` is ``gamma``, or 0 where the episode terminated."""
+    return window_steps(trajectories, gamma, 1)
+
+
+def one_step_transitions(trajectories: TemporalDictTensor, gamma: float) -> dict[str, torch.Tensor]:
+    """The transitions of :func:`one_step_steps`, flattened (:meth:`ReplayBuffer.push`'s arguments, ``N = B * T``)."""
+    return steps_to_transitions(one_step_steps(trajectories, gamma))
+
+
+class NStepWindow:
+    """Turns consecutive acquisitions of auto-reset envs into n-step transitions.
+
+    The batcher carries every env across ``execute`` calls, so the steps of one row are consecutive from
+    one acquisition to the next: the last ``n - 1`` steps of a window are kept and put in front of the
+    next acquisition, where they complete their n-step returns. After ``k`` acquisitions of ``T`` steps,
+    ``B * (k * T - n + 1)`` transitions have come out, the same as from one window of ``k * T`` steps.
+
+    Args:
+        gamma: discount factor.
+        n: steps per return (at most the steps of the first acquisition).
+    """
+
+    def __init__(self, gamma: float, n: int):
+        self.gamma = gamma
+        self.n = n
+        self.carry: dict[str, torch.Tensor] | None = None
+
+    def __call__(self, trajectories: TemporalDictTensor) -> dict[str, torch.Tensor]:
+        """The transitions completed by this acquisition (``[B, T, ...]``, every row full), flattened."""
+        return steps_to_transitions(self.steps(trajectories))
+
+    def steps(self, trajectories: TemporalDictTensor) -> dict[str, torch.Tensor | int]:
+        """The transitions completed by this acquisition as :func:`window_steps` gives them, with ``carried``: the
+        steps of the window that the previous one held (:meth:`ReplayBuffer.push_steps`'s arguments)."""
+        if self.carry is None:
+            window = {k: trajectories[k] for k in _STEP_KEYS}
+        else:
+            window = {k: torch.cat([self.carry[k], trajectories[k]], 1) for k in _STEP_KEYS}
+        out: dict[str, torch.Tensor | int] = {**window_steps(window, self.gamma, self.n)}
+        out["carried"] = 0 if self.carry is None else self.n - 1
+        M = window["_observation/reward"].shape[1] - self.n + 1
+        self.carry = {k: v[:, M:] for k, v in window.items()}
+        return out
 
 
 class _Streams:

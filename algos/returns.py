@@ -1,11 +1,8 @@
-"""Returns and advantages: free functions on ``[B, T]`` tensors, shared by the algorithms.
+"""Returns and advantages: discounted, n-step and GAE, and episode statistics; free functions on ``[B, T]``
+tensors, written over whole batches (the only Python loops run over time).
 
-Written over whole batches (the only Python loops run over time), and tested against plain Python loops
-in ``tests/test_algos_losses.py``.
-
-Convention for the time axis: step ``t`` of a trajectory is the transition
-``observation/* (t) --action (t)--> _observation/* (t)``; the reward, ``done``, ``terminated`` and
-``truncated`` of that transition are the ``_observation/*`` ones.
+Step ``t`` of a trajectory is the transition ``observation/* (t) --action (t)--> _observation/* (t)``; its reward,
+``done``, ``terminated`` and ``truncated`` are the ``_observation/*`` ones.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ import torch
 
 from rlstruct.structures import Trajectories
 
-__all__ = ["discounted_returns", "gae_advantages", "episode_statistics", "episode_returns"]
+__all__ = ["discounted_returns", "gae_advantages", "n_step_returns", "episode_statistics", "episode_returns"]
 
 
 def _as_float(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -98,6 +95,55 @@ def gae_advantages(
         a = deltas[:, t] + c * not_done[:, t] * a
         advantages[:, t] = a
     return advantages
+
+
+def n_step_returns(
+    rewards: torch.Tensor, done: torch.Tensor, terminated: torch.Tensor, gamma: float, n: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n-step returns of every step that has ``n`` steps after it in the window, cut at episode ends.
+
+    For ``t`` in ``[0, M)``, ``M = L - n + 1``, the transition starting at ``t`` sums the rewards of
+    ``m = min(n, steps up to and including the episode's end)`` steps:
+    ``R_t = sum_{k<m} gamma^k r_{t+k}``; it ends at ``last_t = t + m - 1`` and its target is
+    ``R_t + discount_t * Q(_observation/frame at last_t, .)`` with
+    ``discount_t = gamma^m * (1 - terminated_{last_t})``: a truncated end bootstraps from the
+    terminal observation, a terminated one does not.
+
+    Args:
+        rewards: ``float [B, L]``.
+        done: ``bool [B, L]``.
+        terminated: ``bool [B, L]``.
+        gamma: discount factor.
+        n: steps per return (``1 <= n <= L``).
+
+    Returns:
+        ``(returns float [B, M], last int64 [B, M], discounts float [B, M])``.
+
+    Raises:
+        ValueError: ``n`` is not in ``[1, L]``.
+
+    >>> r = torch.ones(1, 3); truncated = torch.tensor([[False, True, False]])
+    >>> R, last, disc = n_step_returns(r, truncated, torch.zeros_like(truncated), 0.5, 2)
+    >>> R.tolist(), last.tolist(), disc.tolist()
+    ([[1.5, 1.0]], [[1, 1]], [[0.25, 0.5]])
+    """
+    B, L = rewards.shape
+    if not 1 <= n <= L:
+        raise ValueError(f"n must be in [1, L={L}] (the window length), got {n}")
+    M = L - n + 1
+    dev = rewards.device
+    base = torch.arange(M, device=dev).expand(B, M)
+    returns = torch.zeros(B, M, dtype=rewards.dtype, device=dev)
+    alive = torch.ones(B, M, dtype=torch.bool, device=dev)
+    steps = torch.zeros(B, M, dtype=torch.int64, device=dev)
+    term_end = torch.zeros(B, M, dtype=torch.bool, device=dev)
+    for k in range(n):
+        returns = returns + alive * (gamma**k) * rewards[:, k : k + M]
+        steps = torch.where(alive, k + 1, steps)
+        term_end = torch.where(alive, terminated[:, k : k + M].bool(), term_end)
+        alive = alive & ~done[:, k : k + M].bool()
+    discounts = torch.pow(torch.tensor(gamma, dtype=rewards.dtype, device=dev), steps) * (~term_end)
+    return returns, base + steps - 1, discounts
 
 
 def episode_statistics(

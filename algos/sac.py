@@ -27,14 +27,14 @@ from rlstruct.algos._train.loops import OffPolicyAlgorithm
 from rlstruct.algos._train.optim import Adam
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.session import seeded_model
-from rlstruct.algos.networks import NetworkAgent, make_adam
-from rlstruct.algos.replay import ReplayBuffer
-from rlstruct.algos.transitions import one_step_steps
+from rlstruct.algos.distributions import squashed_gaussian_log_prob
+from rlstruct.algos.networks import make_adam, polyak_update
+from rlstruct.algos.policies import NetworkAgent
+from rlstruct.algos.replay import ReplayBuffer, one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
-__all__ = ["SACConfig", "SquashedGaussianActor", "TwinQNetwork", "SACAgent", "create_sac_agent",
-           "squashed_gaussian_log_prob", "soft_q_targets", "sac_critic_loss", "sac_actor_loss", "sac_temperature_loss",
-           "polyak_update", "SACLearner", "ALGORITHM", "train"]
+__all__ = ["SACConfig", "SquashedGaussianActor", "TwinQNetwork", "SACAgent", "create_sac_agent", "soft_q_targets",
+           "sac_critic_loss", "sac_actor_loss", "sac_temperature_loss", "SACLearner", "ALGORITHM", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -82,33 +82,6 @@ def _relu_mlp(in_size: int, hidden_sizes: Sequence[int]) -> nn.Sequential:
     for a, b in zip([in_size, *hidden_sizes[:-1]], hidden_sizes):
         layers += [nn.Linear(a, b), nn.ReLU()]
     return nn.Sequential(*layers)
-
-
-def squashed_gaussian_log_prob(
-    pre_tanh: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor, scale: torch.Tensor
-) -> torch.Tensor:
-    """Log-density of ``a = tanh(u) * scale + bias`` with ``u ~ N(mean, exp(log_std))``, per row.
-
-    The change of variables (SAC paper, appendix C) subtracts ``log |da/du| = log scale + log(1 - tanh(u)^2)``
-    from the Gaussian's log-density, written ``2 * (log 2 - u - softplus(-2u))`` so that it stays finite where
-    ``tanh(u)`` rounds to 1.
-
-    Args:
-        pre_tanh: ``u``, ``float [N, D]``.
-        mean: ``float [N, D]``.
-        log_std: ``float [N, D]``.
-        scale: ``float [D]``, half the action range.
-
-    Returns:
-        ``float [N]``, summed over the ``D`` action dimensions.
-
-    >>> lp = squashed_gaussian_log_prob(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1))
-    >>> round(float(lp), 4)  # N(0, 1) at 0, and tanh has slope 1 there
-    -0.9189
-    """
-    gaussian = -0.5 * ((pre_tanh - mean) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
-    log_det = torch.log(scale) + 2.0 * (math.log(2.0) - pre_tanh - nn.functional.softplus(-2.0 * pre_tanh))
-    return (gaussian - log_det).sum(-1)
 
 
 class SquashedGaussianActor(nn.Module):
@@ -171,9 +144,6 @@ class SquashedGaussianActor(nn.Module):
 
 class TwinQNetwork(nn.Module):
     """``n_critics`` independent ReLU MLPs ``Q(s, a)``, evaluated together.
-
-    (One batched ``baddbmm`` per layer over stacked weights was tried: on the CPU it was 40% slower than
-    separate ``nn.Linear`` layers at width 256.)
 
     Args:
         obs_dim: observation size.
@@ -331,18 +301,6 @@ def sac_temperature_loss(
     return loss, {"loss/temperature": loss.detach(), "alpha": log_alpha.detach().exp()}
 
 
-def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """``target <- (1 - tau) * target + tau * source``, every parameter in place (one fused call).
-
-    >>> a, b = nn.Linear(1, 1, bias=False), nn.Linear(1, 1, bias=False)
-    >>> _ = a.weight.data.fill_(0.0), b.weight.data.fill_(1.0)
-    >>> polyak_update(a, b, 0.25); float(a.weight)
-    0.25
-    """
-    with torch.no_grad():
-        torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
-
-
 # =============================================================================================== learner
 class SACLearner:
     """SAC's learner for the off-policy loop (:class:`~rlstruct.algos._train.loops.OffPolicyLearner`): the actor, the
@@ -357,27 +315,20 @@ class SACLearner:
         config: the run's settings.
         spec: the env's description.
         resume: the checkpoint the run continues (``None``: a fresh run).
+        device: the learner's device.
+        seed: seeds the generator of the gradient steps' noise (this session's learner seed).
+        n_rows: the training batcher's envs.
     """
 
-    create_agent = staticmethod(create_sac_agent)
-    explore = {"stochastic": True, "random": True}
-
-    def __init__(self, config: SACConfig, spec: EnvSpec, resume: Resume | None):
-        self.config, self.resume = config, resume
+    def __init__(self, config: SACConfig, spec: EnvSpec, resume: Resume | None, *, device: torch.device, seed: int,
+                 n_rows: int):
+        self.config, self.device, self.fresh_run = config, device, resume is None
         self.action_dim = spec.action_dim
         self.target_entropy = -float(spec.action_dim) if config.target_entropy is None else config.target_entropy
         self.policy = seeded_model(config.seed, SquashedGaussianActor, spec.obs_dim, spec.action_dim,
-                                   config.hidden_sizes, spec.action_low, spec.action_high)
-        self.critic = seeded_model(config.seed + 1, TwinQNetwork, spec.obs_dim, spec.action_dim, config.hidden_sizes)
-        self.owed = 0.0  # gradient steps due but not yet taken (fractions of a step carry over)
-
-    def start(self, device: torch.device, seed: int, n_rows: int) -> None:
-        """The networks on ``device``, the targets, the temperature and the optimizers, restored from a resumed
-        run; the generator of the gradient steps' noise, seeded by ``seed``."""
-        config, resume = self.config, self.resume
-        self.device = device
-        self.policy.to(device)
-        self.critic.to(device)
+                                   config.hidden_sizes, spec.action_low, spec.action_high).to(device)
+        self.critic = seeded_model(config.seed + 1, TwinQNetwork, spec.obs_dim, spec.action_dim,
+                                   config.hidden_sizes).to(device)
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(config.init_temperature), device=device, requires_grad=True)
         self.actor_opt = make_adam(self.policy, config.lr, device)
@@ -397,6 +348,12 @@ class SACLearner:
         self._agent_info = {r: DictTensor({"stochastic": torch.ones(n_rows, dtype=torch.bool),
                                            "random": torch.full((n_rows,), r, dtype=torch.bool)})
                             for r in (True, False)}
+        self.owed = 0.0  # gradient steps due but not yet taken (fractions of a step carry over)
+
+    @staticmethod
+    def exploration(config: SACConfig) -> dict[str, bool | float]:
+        """The training ``agent_info``'s example: samples of the policy, uniform actions while a fresh run starts."""
+        return {"stochastic": True, "random": True}
 
     def checked(self) -> dict[str, nn.Module]:
         """The actor and the critics, which ``check_devices`` checks."""
@@ -409,10 +366,10 @@ class SACLearner:
 
     def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
         """Uniform actions for a fresh run's first ``learning_starts`` env steps, the actor's samples after."""
-        return self._agent_info[self.resume is None and env_steps < self.config.learning_starts], {}
+        return self._agent_info[self.fresh_run and env_steps < self.config.learning_starts], {}
 
     def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
-        """The one-step transitions of the acquisition (:func:`~rlstruct.algos.transitions.one_step_steps`)."""
+        """The one-step transitions of the acquisition (:func:`~rlstruct.algos.replay.one_step_steps`)."""
         return one_step_steps(trajectories, self.config.gamma)
 
     def n_gradient_steps(self, n_new: int, buffered: int) -> int:

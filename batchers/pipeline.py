@@ -39,7 +39,8 @@ class Pipeline:
     Raises:
         ConfigError: ``overlap`` in process with shared weights.
 
-    >>> from rlstruct.algos.networks import create_policy_agent, build_actor_critic
+    >>> from rlstruct.algos.networks import build_actor_critic
+    >>> from rlstruct.algos.policies import create_policy_agent
     >>> from rlstruct.algos import create_env, describe_env
     >>> spec = describe_env("CartPole-v1", "torch", None)
     >>> model = build_actor_critic(spec, (8,))

@@ -59,7 +59,8 @@ class WeightSync:
             ``"shared"``, an agent without a matching ``model``).
 
     >>> from rlstruct.batchers import RL_Batcher
-    >>> from rlstruct.algos.networks import create_policy_agent, build_actor_critic
+    >>> from rlstruct.algos.networks import build_actor_critic
+    >>> from rlstruct.algos.policies import create_policy_agent
     >>> from rlstruct.algos import create_env, describe_env
     >>> spec = describe_env("CartPole-v1", "torch", None)
     >>> model = build_actor_critic(spec, (8,))

@@ -25,7 +25,8 @@ import torch  # noqa: E402
 
 from rlstruct.algos._train.env_spec import EnvSpec  # noqa: E402
 from rlstruct.algos._train.session import seeded_model  # noqa: E402
-from rlstruct.algos.networks import ActorCritic, create_policy_agent  # noqa: E402
+from rlstruct.algos.networks import ActorCritic  # noqa: E402
+from rlstruct.algos.policies import create_policy_agent  # noqa: E402
 from rlstruct.batchers import RayBatcher, RL_Batcher  # noqa: E402
 from rlstruct.devices import cpu_state_dict  # noqa: E402
 from rlstruct.envs import make_env  # noqa: E402

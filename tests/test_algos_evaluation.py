@@ -19,7 +19,8 @@ from rlstruct.algos._train.config import RunConfig, validate_run_config
 from rlstruct.algos._train.env_spec import create_env, describe_env
 from rlstruct.algos._train.evaluation import EpisodeTally, Evaluator, run_episodes
 from rlstruct.algos._train.session import open_batchers, seeded_model
-from rlstruct.algos.networks import build_actor_critic, create_policy_agent
+from rlstruct.algos.networks import build_actor_critic
+from rlstruct.algos.policies import create_policy_agent
 from rlstruct.algos.returns import episode_returns
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import cpu_state_dict

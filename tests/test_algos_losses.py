@@ -9,11 +9,12 @@ import torch
 
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos.a2c import a2c_loss
+from rlstruct.algos.distributions import Categorical
 from rlstruct.algos.dqn import QNetwork, double_dqn_targets, dqn_loss, dueling_q, epsilon_at
-from rlstruct.algos.networks import Categorical, create_policy_agent
+from rlstruct.algos.policies import create_policy_agent
 from rlstruct.algos.reinforce import reinforce_loss, reinforce_returns
-from rlstruct.algos.returns import discounted_returns, episode_statistics, gae_advantages
-from rlstruct.algos.transitions import NStepWindow, n_step_returns, window_transitions
+from rlstruct.algos.replay import NStepWindow, window_transitions
+from rlstruct.algos.returns import discounted_returns, episode_statistics, gae_advantages, n_step_returns
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 

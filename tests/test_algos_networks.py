@@ -6,17 +6,14 @@ import pytest
 import torch
 
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
-from rlstruct.algos.networks import (
-    ActorCritic,
-    Categorical,
-    DiagGaussian,
-    EncoderActorCritic,
+from rlstruct.algos.distributions import Categorical, DiagGaussian
+from rlstruct.algos.losses import masked_policy_value_loss
+from rlstruct.algos.networks import ActorCritic, EncoderActorCritic, build_actor_critic
+from rlstruct.algos.policies import (
     PolicyAgent,
     actor_critic_outputs,
-    build_actor_critic,
     create_policy_agent,
     critic_values,
-    masked_policy_value_loss,
     policy_actions,
 )
 from rlstruct.batchers import RL_Batcher
@@ -218,7 +215,7 @@ def test_batcher_agents_under_autocast_sample_from_a_bfloat16_forward(recurrent)
     """--autocast's training agent (compiled too, feed-forward) in a worker process (the dtype pickles): its forward
     in bfloat16, what it returns in float32 (the recurrent memory too: the buffer's layout is float32), the
     log-probabilities those of the float32 forward within bfloat16 rounding."""
-    from rlstruct.algos.recurrent import create_recurrent_agent
+    from rlstruct.algos.policies import create_recurrent_agent
 
     env = "CartPoleNoVel-v1" if recurrent else "CartPole-v1"
     spec = describe_env(env, "torch", None)

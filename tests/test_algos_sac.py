@@ -10,6 +10,7 @@ from torch.distributions import AffineTransform, Normal, TanhTransform, Transfor
 
 from rlstruct.algos import sac
 from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos.replay import one_step_transitions
 from rlstruct.algos.sac import (
     SACConfig,
     SquashedGaussianActor,
@@ -22,7 +23,6 @@ from rlstruct.algos.sac import (
     soft_q_targets,
     squashed_gaussian_log_prob,
 )
-from rlstruct.algos.transitions import one_step_transitions
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor, TemporalDictTensor
 

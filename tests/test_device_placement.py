@@ -16,7 +16,8 @@ from rlstruct import DictTensor, RL_Agent_CheckDevice
 from rlstruct.algos import a2c, dqn, reinforce
 from rlstruct.algos._train.env_spec import EnvSpec, create_env
 from rlstruct.algos._train.session import check_on_device
-from rlstruct.algos.networks import ActorCritic, PolicyAgent, create_policy_agent
+from rlstruct.algos.networks import ActorCritic
+from rlstruct.algos.policies import PolicyAgent, create_policy_agent
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import cpu_state_dict
 from rlstruct.errors import BatcherWorkerError, DeviceMismatchError

@@ -12,8 +12,8 @@ from rlstruct import RL_Batcher
 from rlstruct.algos import a2c
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.encoders import CNNEncoder, MLPEncoder, image_layout, make_encoder
-from rlstruct.algos.networks import ActorCritic, EncoderActorCritic, build_actor_critic, create_policy_agent
-from rlstruct.algos.recurrent import RecurrentActorCritic
+from rlstruct.algos.networks import ActorCritic, EncoderActorCritic, RecurrentActorCritic, build_actor_critic
+from rlstruct.algos.policies import create_policy_agent
 from rlstruct.errors import SpaceError
 from tests import fakes_pixels
 

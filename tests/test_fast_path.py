@@ -19,13 +19,8 @@ from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, validate_run
 from rlstruct.algos._train.env_spec import create_env, describe_env
 from rlstruct.algos._train.session import training_run
 from rlstruct.algos._train.update import UpdateStep, clip_groups, weight_sync_mode
-from rlstruct.algos.networks import (
-    ActorCritic,
-    actor_critic_outputs,
-    build_actor_critic,
-    create_policy_agent,
-    make_adam,
-)
+from rlstruct.algos.networks import ActorCritic, build_actor_critic, make_adam
+from rlstruct.algos.policies import actor_critic_outputs, create_policy_agent
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.errors import BatcherStateError, ConfigError
 from rlstruct.structures import DictTensor

@@ -12,7 +12,7 @@ import torch
 
 import rlstruct.algos._train.profile as profile_module
 from rlstruct.algos import profile_training
-from rlstruct.algos.networks import create_policy_agent
+from rlstruct.algos.policies import create_policy_agent
 from rlstruct.batchers import PhaseTimer
 from rlstruct.batchers.profile import LEARNER_PHASES, WORKER_PHASES, split_collection
 from rlstruct.errors import MissingDependencyError, SpaceError

@@ -23,7 +23,7 @@ import tempfile
 import torch
 
 from rlstruct.algos.a2c import A2CConfig, a2c_loss, train
-from rlstruct.algos.networks import Categorical
+from rlstruct.algos.distributions import Categorical
 
 SCALE = float(os.environ.get("RLSTRUCT_TUTORIAL_SCALE", "1.0"))
 

@@ -21,8 +21,7 @@ import tempfile
 import torch
 
 from rlstruct.algos.dqn import DQNConfig, dqn_loss, epsilon_at, train
-from rlstruct.algos.replay import ReplayBuffer
-from rlstruct.algos.transitions import NStepWindow, window_transitions
+from rlstruct.algos.replay import NStepWindow, ReplayBuffer, window_transitions
 
 SCALE = float(os.environ.get("RLSTRUCT_TUTORIAL_SCALE", "1.0"))
 

@@ -28,7 +28,9 @@ import torch
 
 from rlstruct.algos import describe_env
 from rlstruct.algos.cli import evaluate_checkpoint
-from rlstruct.algos.networks import DiagGaussian, build_actor_critic, create_policy_agent
+from rlstruct.algos.distributions import DiagGaussian
+from rlstruct.algos.networks import build_actor_critic
+from rlstruct.algos.policies import create_policy_agent
 from rlstruct.algos.ppo import PPOConfig, ppo_loss, train
 from rlstruct.structures import DictTensor
 

@@ -7,9 +7,10 @@ Two kinds of observation need more than the MLP of the earlier tutorials:
   are detected and permuted). Frames stay in the env's dtype (``uint8`` pixels) through the batcher's buffer and
   the replay buffer, and become floats only inside the network's forward, on the learner's device.
 * **partial observations**: on ``CartPoleNoVel-v1`` (CartPole without its velocities) a policy must remember.
-  ``rlstruct.algos.recurrent`` has an LSTM actor-critic whose memory is the agent state: the batcher carries it
-  from one ``execute`` to the next and stores it at the start of every acquisition; the learner replays each
-  window from that stored state with ``replay_agent`` (``--recurrent`` on the command line).
+  ``rlstruct.algos.networks`` has an LSTM actor-critic whose memory is the state of its agent (in
+  ``rlstruct.algos.policies``): the batcher carries it from one ``execute`` to the next and stores it at the start
+  of every acquisition; the learner replays each window from that stored state with ``replay_agent``
+  (``--recurrent`` on the command line).
 
 Run it with ``python tutorials/10_pixels_and_recurrent.py``. Size knob: the environment variable
 ``RLSTRUCT_TUTORIAL_SCALE`` (float, default 1.0) could only grow the training budgets (env steps) here: below 16k
@@ -30,8 +31,8 @@ from rlstruct import DictTensor, RL_Batcher, cpu_state_dict
 from rlstruct.algos import create_env, describe_env
 from rlstruct.algos.a2c import A2CConfig, train
 from rlstruct.algos.encoders import CNNEncoder, MLPEncoder, make_encoder
-from rlstruct.algos.networks import EncoderActorCritic, build_actor_critic, create_policy_agent
-from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic, replay_window
+from rlstruct.algos.networks import EncoderActorCritic, build_actor_critic, recurrent_actor_critic
+from rlstruct.algos.policies import RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent, replay_window
 from rlstruct.envs import CartPole, CartPoleNoVel
 
 SCALE = float(os.environ.get("RLSTRUCT_TUTORIAL_SCALE", "1.0"))

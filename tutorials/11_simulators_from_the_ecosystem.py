@@ -29,7 +29,7 @@ import torch
 
 from rlstruct import DictTensor
 from rlstruct.algos import describe_env
-from rlstruct.algos.networks import create_policy_agent
+from rlstruct.algos.policies import create_policy_agent
 from rlstruct.algos.ppo import PPOConfig, train
 from rlstruct.batchers import RL_Batcher
 from rlstruct.envs import CartPole, make_env

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos._train.checkpoints import Resume, load_state
+from rlstruct.algos._train.checkpoints import load_state
 from rlstruct.algos._train.config import OffPolicyConfig, OnPolicyConfig, RunConfig, check_off_policy, check_on_policy
 from rlstruct.algos._train.distributed import (
     World,
@@ -43,8 +43,8 @@ from rlstruct.algos._train.session import (
     training_run,
 )
 from rlstruct.algos._train.update import actor_critic_learner, start_pipeline, training_agent_kwargs, weight_sync_mode
-from rlstruct.algos.networks import PolicyAgent, build_actor_critic, create_policy_agent
-from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic
+from rlstruct.algos.networks import build_actor_critic, recurrent_actor_critic
+from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
 from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.returns import episode_returns, episode_statistics
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
@@ -74,8 +74,8 @@ class ActorCriticLearner:
 
     Attributes:
         model: the actor-critic (recurrent or not), on ``device``.
-        agent: the learner's agent over ``model`` (a :class:`~rlstruct.algos.networks.PolicyAgent` or a
-            :class:`~rlstruct.algos.recurrent.RecurrentPolicyAgent`), to replay a collection.
+        agent: the learner's agent over ``model`` (a :class:`~rlstruct.algos.policies.PolicyAgent` or a
+            :class:`~rlstruct.algos.policies.RecurrentPolicyAgent`), to replay a collection.
         checked_agent: ``agent`` in an :class:`~rlstruct.agents.RL_Agent_CheckDevice` with ``check_devices``,
             else ``agent``.
         optimizer: the model's Adam.
@@ -292,29 +292,29 @@ def train_on_policy(setup: Setup) -> TrainResult:
 class OffPolicyLearner(Protocol):
     """What the off-policy loop asks of an algorithm's learner.
 
+    Built as ``learner_cls(config, spec, resume, device=..., seed=..., n_rows=...)`` after the batchers' workers
+    spawned: its networks, optimizers and generators on the learner's ``device`` (seeded by this session's ``seed``),
+    a resumed run's state restored, ``n_rows`` the training batcher's envs. The batchers' agent is the algorithm's
+    ``agent``.
+
     Attributes:
         policy: the network the batchers' agents run (and the checkpoint's ``model``).
-        create_agent: the batchers' agent factory (module level, so it pickles).
-        explore: the training ``agent_info``, one value per key (the batcher's example); the evaluation's is
-            the algorithm's ``evaluation_info``.
     """
 
     policy: nn.Module
-    create_agent: Callable[..., RL_Agent]
-    explore: dict[str, bool | float]
 
-    def start(self, device: torch.device, seed: int, n_rows: int) -> None:
-        """Moves the networks to the learner's ``device`` (after the batchers' workers spawned) and builds the
-        optimizers and generators (seeded by this session's ``seed``), restoring a resumed run's state."""
+    @staticmethod
+    def exploration(config: OffPolicyConfig) -> dict[str, bool | float]:
+        """The training ``agent_info``, one value per key (the batcher's example); the evaluation's is the
+        algorithm's ``evaluation_info``."""
 
     def checked(self) -> dict[str, nn.Module]:
         """The networks that ``check_devices`` checks, by the name its message gives them."""
 
     def tensors(self) -> list[torch.Tensor]:
-        """Every tensor of the learner that the ranks of a data-parallel run hold alike, once :meth:`start` built
-        them: the networks' parameters and buffers, targets included, and any trained tensor outside a network
-        (SAC's log temperature). Rank 0's are broadcast at the start; those that require a gradient are the
-        trained ones, whose gradients are averaged."""
+        """Every tensor of the learner that the ranks of a data-parallel run hold alike: the networks' parameters and
+        buffers, targets included, and any trained tensor outside a network (SAC's log temperature). Rank 0's are
+        broadcast at the start; those that require a gradient are the trained ones, whose gradients are averaged."""
 
     def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
         """The training ``agent_info`` of the next acquisition (``[n_rows]`` per key) at ``env_steps``, and the
@@ -339,10 +339,10 @@ class OffPolicyAlgorithm(Algorithm):
     """An off-policy algorithm as :func:`train_off_policy` runs it (see :class:`Algorithm` for the other fields).
 
     Attributes:
-        make_learner: ``(config, spec, resume) -> learner`` (:class:`OffPolicyLearner`), its networks on the CPU.
+        make_learner: the learner's class (:class:`OffPolicyLearner`).
     """
 
-    make_learner: Callable[[OffPolicyConfig, EnvSpec, Resume | None], OffPolicyLearner]
+    make_learner: type[OffPolicyLearner]
 
     def check_family(self, config: OffPolicyConfig) -> None:
         """The off-policy settings' checks (:func:`~.config.check_off_policy`)."""
@@ -364,15 +364,15 @@ def train_off_policy(setup: Setup) -> TrainResult:
     config, spec, resume, device, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
     with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=world.is_logger,
                       world_size=world.size) as (run, stack):
-        learner = algo.make_learner(config, spec, resume)
-        # Batchers first, networks to the learner device after: no CUDA in this process before workers spawn.
-        batcher, evaluator = open_batchers(stack, config, spec, learner.create_agent, n_timesteps=config.rollout_steps,
-                                           autoreset=True, explore=learner.explore,
+        # Batchers first, the learner on its device after: no CUDA in this process before workers spawn.
+        batcher, evaluator = open_batchers(stack, config, spec, algo.agent(config.to_dict()),
+                                           n_timesteps=config.rollout_steps, autoreset=True,
+                                           explore=algo.make_learner.exploration(config),
                                            evaluate=algo.evaluation_agent_info(config.to_dict()),
                                            seed=run.seed, rank=world.rank, run=run)
         B = batcher.n_elems()
         seed = learner_seed(run.seed, world)
-        learner.start(device, seed, B)
+        learner = algo.make_learner(config, spec, resume, device=device, seed=seed, n_rows=B)
         _join_ranks(world, device, config, stack, learner.tensors())
         announce(world, "transitions of a replay minibatch, from the rank's own buffer", config.batch_size, config.lr)
         buffer = ReplayBuffer.for_spec(spec, config.buffer_size, device, seed=seed)

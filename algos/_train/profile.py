@@ -27,13 +27,8 @@ from rlstruct.algos._train.seeds import AGENT_SEEDS, ENV_SEEDS, worker_seeds
 from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos._train.update import check_autocast
 from rlstruct.algos.a2c import A2CConfig, a2c_loss
-from rlstruct.algos.networks import (
-    PolicyAgent,
-    autocast_context,
-    build_actor_critic,
-    create_policy_agent,
-    make_adam,
-)
+from rlstruct.algos.networks import autocast_context, build_actor_critic, make_adam
+from rlstruct.algos.policies import PolicyAgent, create_policy_agent
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.batchers import RL_Batcher
 from rlstruct.batchers.autotune import AutotuneResult, Measurement, autotune, available_gpu_bytes, host_rss

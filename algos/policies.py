@@ -1,0 +1,348 @@
+"""The agents the batchers run for the algorithms, and the learner's replay of their networks.
+
+:class:`NetworkAgent` is the base of every agent of ``rlstruct.algos`` (DQN's and SAC's too). :class:`PolicyAgent`
+runs an actor-critic of :mod:`rlstruct.algos.networks`, :class:`RecurrentPolicyAgent` the LSTM one, whose memory is
+the agent state the batcher carries (stored at each acquisition's start under ``info["agent_state/*"]``). What a
+policy agent writes under ``action/*``:
+
+* ``action/action``: what the env receives: ``int64 [B, T]``, or ``float32 [B, T, D]`` clipped to the env's bounds;
+* ``action/raw`` (continuous only): the unclipped sample, whose log-probability the losses take;
+* ``action/log_prob``: ``log pi(raw | s)`` under the weights that acted, ``float32 [B, T]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
+from rlstruct.algos.distributions import Categorical, DiagGaussian
+from rlstruct.algos.networks import (
+    ActorCritic,
+    RecurrentActorCritic,
+    autocast_context,
+    build_actor_critic,
+    recurrent_actor_critic,
+)
+from rlstruct.devices import DeviceLike, as_device
+from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
+
+if TYPE_CHECKING:
+    from rlstruct.algos._train.env_spec import EnvSpec
+
+__all__ = [
+    "NetworkAgent",
+    "PolicyAgent",
+    "RecurrentPolicyAgent",
+    "policy_actions",
+    "actor_critic_outputs",
+    "critic_values",
+    "replay_window",
+    "replay_learner",
+    "create_policy_agent",
+    "create_recurrent_agent",
+]
+
+
+class NetworkAgent(RL_Agent):
+    """The part every batcher agent of ``algos`` shares: one network on ``device`` and its own generator.
+
+    The generator is seeded by the batcher's ``agent_seeds``; :meth:`update` loads the learner's weights;
+    :meth:`_on_device` copies a per-env ``agent_info`` tensor to the device once per acquisition.
+
+    Args:
+        model: the network, on ``device``.
+        device: where observations come from and actions go.
+        autocast: the dtype the policy agents (:class:`PolicyAgent`, the recurrent one) run their forward in, under
+            ``torch.autocast`` (``None``: the weights' own; see :func:`~rlstruct.algos.networks.autocast_context`);
+            the distributions and what they return stay float32.
+    """
+
+    def __init__(self, model: nn.Module, device: DeviceLike, *, autocast: torch.dtype | None = None):
+        self.model = model
+        self.device = as_device(device)
+        self.autocast = autocast
+        self.generator = torch.Generator(device=self.device)
+        self._infos: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def seed(self, seed: int) -> None:
+        """Seeds the sampling generator (the batcher passes its ``agent_seeds``)."""
+        self.generator.manual_seed(seed)
+
+    def update(self, state_dict: Any) -> None:
+        """Loads the learner's weights."""
+        self.model.load_state_dict(state_dict)
+
+    def _on_device(self, info: torch.Tensor, key: str = "stochastic") -> torch.Tensor:
+        # The batcher hands the same CPU tensor at every step of an acquisition: copy it to the device once. A
+        # CUDA-graph capture records the copy instead (from the batcher's pinned static, so non_blocking), so that
+        # every replay reads that static's current values.
+        cached = self._infos.get(key)
+        capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if capturing or cached is None or cached[0] is not info:
+            cached = self._infos[key] = (info, info.to(self.device, non_blocking=True))
+        return cached[1]
+
+
+def policy_actions(trajectories: TemporalDictTensor) -> torch.Tensor:
+    """The actions the policy sampled, whose log-probability the losses take: ``action/raw`` where the
+    trajectories have it (continuous actions, before clipping), else ``action/action``."""
+    return trajectories["action/raw"] if "action/raw" in trajectories else trajectories["action/action"]
+
+
+class PolicyAgent(NetworkAgent):
+    """A stateless policy for the batchers (categorical or Gaussian), and the learner's replay of its network.
+
+    ``__call__`` samples an action where ``agent_info["stochastic"]`` is true (every row when the key is
+    missing) and takes the distribution's mode elsewhere (the most likely action, or the Gaussian's mean).
+    A continuous action is clipped to ``[action_low, action_high]`` for the env (``action``), and the sample
+    itself is kept as ``raw``; both come with ``log_prob``, the log-probability of the sample (see the
+    module's docstring). :meth:`replay_batch` recomputes, for a whole batch of trajectories at once (one
+    forward over ``B*T`` rows), ``log_prob`` of the sampled actions, ``entropy``, ``V(observation/frame)``
+    and ``V(_observation/frame)``; :meth:`call_replay` computes the same for one step, for
+    :func:`rlstruct.agents.replay_agent`.
+
+    A step draws its noise from the agent's generator first
+    (:meth:`~rlstruct.algos.distributions.Categorical.noise`), then computes the rest from it (:meth:`step`: the
+    forward, the draw, the mode where not stochastic, the log-probability, the clipping): with ``compile``, that
+    function is compiled by ``torch.compile`` (its elementwise work fused; a generator inside would split it), the
+    same actions up to floating-point rounding.
+
+    Args:
+        model: the :class:`~rlstruct.algos.networks.ActorCritic`, on ``device``.
+        device: where observations come from and actions go.
+        action_low: lower bounds of a continuous action, ``D`` values (``None``: no clipping).
+        action_high: upper bounds of a continuous action, ``D`` values (``None``: no clipping).
+        autocast: see :class:`NetworkAgent`.
+        compile: compile :meth:`step` (``torch.compile``, default mode; the first call compiles, and a new number
+            of rows compiles again until torch marks it dynamic).
+    """
+
+    model: ActorCritic
+
+    def __init__(self, model: ActorCritic, device: DeviceLike, *, action_low: Sequence[float] | None = None,
+                 action_high: Sequence[float] | None = None, autocast: torch.dtype | None = None,
+                 compile: bool = False):
+        super().__init__(model, device, autocast=autocast)
+        self._low = None if action_low is None else torch.tensor(action_low, dtype=torch.float32, device=self.device)
+        self._high = None if action_high is None else torch.tensor(action_high, dtype=torch.float32,
+                                                                   device=self.device)
+        self._noise = DiagGaussian.noise if model.continuous else Categorical.noise
+        self._step = torch.compile(self.step) if compile else self.step
+
+    def _stochastic(self, agent_info: DictTensor) -> torch.Tensor | None:
+        if "stochastic" not in agent_info:
+            return None
+        return self._on_device(agent_info["stochastic"])
+
+    def __call__(self, state, observation, agent_info, history=None):
+        """``action`` (``int64 [N]``, or ``float32 [N, D]`` within the bounds), ``raw`` (continuous only) and
+        ``log_prob float32 [N]``."""
+        frame = observation["frame"]
+        noise = self._noise((frame.shape[0], self.model.policy_dim), self.generator, self.device)
+        return DictTensor(self._step(frame, noise, self._stochastic(agent_info))), state
+
+    def step(self, frame: torch.Tensor, noise: torch.Tensor,
+             stochastic: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """What :meth:`__call__` returns for frames ``[N, *obs]``, from its noise ``float32 [N, A or D]`` and
+        ``stochastic`` (``bool [N]``, or ``None``: every row samples); a function of its tensors only."""
+        with autocast_context(self.device, self.autocast):
+            dist = self.model.policy(frame)
+        action = dist.sample_from(noise)
+        if stochastic is not None:
+            where = stochastic.unsqueeze(-1) if self.model.continuous else stochastic
+            action = torch.where(where, action, dist.mode())
+        out = {"action": action, "log_prob": dist.log_prob(action)}
+        if self.model.continuous:
+            out["raw"] = action
+            if self._low is not None:
+                out["action"] = torch.maximum(torch.minimum(action, self._high), self._low)
+        return out
+
+    def call_replay(self, trajectories: Trajectories, t: int, state: DictTensor | None):
+        """``log_prob [B]``, ``entropy [B]``, ``value [B]`` and ``next_value [B]`` of step ``t``."""
+        tt = trajectories.trajectories
+        out = _step_outputs(self.model, tt["observation/frame"][:, t], tt["_observation/frame"][:, t],
+                           policy_actions(tt)[:, t])
+        return DictTensor(out), DictTensor({})
+
+    def replay_batch(self, trajectories: Trajectories) -> TemporalDictTensor:
+        """``log_prob [B, T]``, ``entropy [B, T]``, ``value [B, T]`` and ``next_value [B, T]`` in one forward pass."""
+        tt = trajectories.trajectories
+        out = actor_critic_outputs(self.model, tt["observation/frame"], tt["_observation/frame"], policy_actions(tt))
+        return TemporalDictTensor(out, tt.lengths)
+
+
+def actor_critic_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor,
+                         action: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``log_prob``, ``entropy``, ``value`` and ``next_value``, each ``[B, T]``, of an actor-critic over frames,
+    next frames and actions ``[B, T, ...]`` (:func:`policy_actions`): :meth:`PolicyAgent.replay_batch` on tensors."""
+    B, T = frame.shape[:2]
+    out = _step_outputs(model, frame.flatten(0, 1), next_frame.flatten(0, 1), action.flatten(0, 1))
+    return {k: v.unflatten(0, (B, T)) for k, v in out.items()}
+
+
+def critic_values(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(V(frame), V(next_frame))``, each ``float32 [N]``, of an actor-critic over rows ``[N, *obs]``: one forward
+    of the critic over both together, none of the policy.
+
+    >>> v, nv = critic_values(ActorCritic(4, 2, (8,)), torch.zeros(3, 4), torch.ones(3, 4))
+    >>> v.shape, nv.shape
+    (torch.Size([3]), torch.Size([3]))
+    """
+    values = model.value(torch.cat([frame, next_frame]))
+    n = frame.shape[0]
+    return values[:n], values[n:]
+
+
+def _step_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor,
+                  actions: torch.Tensor) -> dict[str, torch.Tensor]:
+    # One forward of the critic over frame and next_frame together, one of the policy; rows [N].
+    value, next_value = critic_values(model, frame, next_frame)
+    dist = model.policy(frame)
+    return {"log_prob": dist.log_prob(actions), "entropy": dist.entropy(), "value": value, "next_value": next_value}
+
+
+def create_policy_agent(
+    spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False,
+    autocast: torch.dtype | None = None, compile: bool = False, normalize_observations: bool = False,
+) -> RL_Agent:
+    """Builds a batcher's :class:`PolicyAgent` for ``spec``'s env on ``device`` (module level, so it pickles).
+
+    Its weights (and, with ``normalize_observations``, its observation statistics) are the initial ones until the
+    first ``batcher.update``; continuous actions are clipped to the spec's bounds; its forward runs under
+    ``autocast`` (see :class:`NetworkAgent`), its step compiled with ``compile``. With ``check_device`` it is
+    wrapped in :class:`~rlstruct.agents.RL_Agent_CheckDevice`.
+    """
+    model = build_actor_critic(spec, hidden_sizes, normalize_observations=normalize_observations).to(device)
+    model.requires_grad_(False)
+    agent: RL_Agent = PolicyAgent(model, device, action_low=spec.action_low, action_high=spec.action_high,
+                                  autocast=autocast, compile=compile)
+    return RL_Agent_CheckDevice(agent, device) if check_device else agent
+
+
+class RecurrentPolicyAgent(NetworkAgent):
+    """The batchers' agent of a :class:`~rlstruct.algos.networks.RecurrentActorCritic`: its state is the core's
+    memory.
+
+    ``__call__`` resets the memory where ``observation["initial_state"]``, steps the core, and samples an
+    action (the most likely one where ``agent_info["stochastic"]`` is false); it returns ``action int64 [B]``
+    and ``log_prob float [B]`` (stored under ``action/*``, as :class:`PolicyAgent`'s),
+    and the state ``{"h", "c"}`` ``[B, core_size]``.
+    :meth:`call_replay` recomputes step ``t`` of stored trajectories with gradients, for
+    :func:`~rlstruct.agents.replay_agent`.
+
+    Args:
+        model: the network, on ``device``.
+        device: where observations come from and actions go.
+
+    >>> from rlstruct import RL_Batcher
+    >>> from rlstruct.envs import CartPoleNoVel
+    >>> agent_args = {"model": RecurrentActorCritic((2,), 2, (8,)), "device": "cpu"}
+    >>> with RL_Batcher(4, RecurrentPolicyAgent, agent_args, CartPoleNoVel, {"n_envs": 3, "autoreset": True},
+    ...                 0, [0]) as b:
+    ...     b.reset(); b.execute(); traj, _ = b.get()
+    >>> traj.info["agent_state/h"].shape, traj.trajectories["action/log_prob"].shape
+    (torch.Size([3, 8]), torch.Size([3, 4]))
+    """
+
+    model: RecurrentActorCritic
+
+    def initial_state(self, agent_info: DictTensor, B: int) -> DictTensor:
+        """Zero memory ``{"h", "c"}``, ``float32 [B, core_size]`` each, on the agent's device."""
+        h, c = self.model.initial_state(B, self.device)
+        return DictTensor({"h": h, "c": c})
+
+    def __call__(self, state, observation, agent_info, history=None):
+        """One step: ``({"action", "log_prob"}, {"h", "c"})`` for ``B`` running envs."""
+        with autocast_context(self.device, self.autocast):
+            h, c = self.model.core_step(observation["frame"], state["h"], state["c"], observation["initial_state"])
+            logits = self.model.heads(h)[0]
+        h, c = h.float(), c.float()  # the memory the buffer holds stays float32 under autocast
+        dist = Categorical(logits)
+        action = dist.sample(self.generator)
+        if "stochastic" in agent_info:
+            action = torch.where(self._on_device(agent_info["stochastic"]), action, dist.mode())
+        return DictTensor({"action": action, "log_prob": dist.log_prob(action)}), DictTensor({"h": h, "c": c})
+
+    def call_replay(self, trajectories: Trajectories, t: int, state: DictTensor | None):
+        """Step ``t`` with gradients: ``log_prob [B]`` of the stored action, ``entropy [B]``, ``value [B]`` and the
+        memory after the step ``h, c [B, core_size]``; the state at ``t == 0`` is the one stored at the window's
+        start."""
+        if state is None:
+            state = trajectories.info.truncate_key("agent_state/")
+        tt = trajectories.trajectories
+        h, c = self.model.core_step(tt["observation/frame"][:, t], state["h"], state["c"],
+                                    tt["observation/initial_state"][:, t])
+        logits, value = self.model.heads(h)
+        dist = Categorical(logits)
+        out = {"log_prob": dist.log_prob(tt["action/action"][:, t]), "entropy": dist.entropy(), "value": value,
+               "h": h, "c": c}
+        return DictTensor(out), DictTensor({"h": h, "c": c})
+
+
+def replay_window(
+    agent: RL_Agent, model: RecurrentActorCritic, trajectories: Trajectories, *, bootstrap: bool = True
+) -> TemporalDictTensor:
+    """Replays ``B`` windows of ``T`` steps through a :class:`RecurrentPolicyAgent` over ``model``, with gradients,
+    from the memory stored at the window's start (:func:`~rlstruct.agents.replay_agent`), resetting it where an
+    episode starts.
+
+    Returns:
+        ``TemporalDictTensor [B, T]``: the keys of :meth:`PolicyAgent.replay_batch`, ``next_value`` (one batched
+        core step from each step's memory) only with ``bootstrap``.
+
+    >>> from rlstruct import RL_Batcher
+    >>> from rlstruct.envs import CartPoleNoVel
+    >>> model = RecurrentActorCritic((2,), 2, (8,))
+    >>> with RL_Batcher(5, RecurrentPolicyAgent, {"model": model, "device": "cpu"}, CartPoleNoVel,
+    ...                 {"n_envs": 3, "autoreset": True}, 0, [0]) as b:
+    ...     b.reset(); b.execute(); traj, _ = b.get()
+    >>> out = replay_window(RecurrentPolicyAgent(model, "cpu"), model, traj)
+    >>> torch.equal(out["log_prob"], traj.trajectories["action/log_prob"]), out["next_value"].shape
+    (True, torch.Size([3, 5]))
+    """
+    out = replay_agent(agent, trajectories, "call_replay")
+    keys = ("log_prob", "entropy", "value")
+    if not bootstrap:
+        return TemporalDictTensor({k: out[k] for k in keys}, out.lengths)
+    tt = trajectories.trajectories
+    B, T = out["value"].shape
+    nxt = tt["_observation/frame"].flatten(0, 1)
+    # The next observation continues the same episode: no reset before it (it is the terminal one at an end).
+    keep = torch.zeros(B * T, dtype=torch.bool, device=nxt.device)
+    h, _ = model.core_step(nxt, out["h"].flatten(0, 1), out["c"].flatten(0, 1), keep)
+    next_value = model.heads(h)[1].unflatten(0, (B, T))
+    return TemporalDictTensor({**{k: out[k] for k in keys}, "next_value": next_value}, out.lengths)
+
+
+def create_recurrent_agent(
+    spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False,
+    autocast: torch.dtype | None = None, normalize_observations: bool = False,
+) -> RL_Agent:
+    """Builds a batcher's :class:`RecurrentPolicyAgent` for ``spec``'s env on ``device`` (module level, so it
+    pickles). Its weights are random until the first ``batcher.update``; its forward runs under ``autocast``
+    (see :class:`NetworkAgent`); with ``check_device`` it is wrapped in
+    :class:`~rlstruct.agents.RL_Agent_CheckDevice`."""
+    model = recurrent_actor_critic(spec, hidden_sizes, normalize_observations=normalize_observations).to(device)
+    model.requires_grad_(False)
+    agent: RL_Agent = RecurrentPolicyAgent(model, device, autocast=autocast)
+    return RL_Agent_CheckDevice(agent, device) if check_device else agent
+
+
+def replay_learner(agent: RL_Agent, model: nn.Module, trajectories: Trajectories, *, recurrent: bool,
+                   checked: bool):
+    """The learner's outputs over ``trajectories`` (``log_prob``, ``entropy``, ``value``, ``next_value``, each
+    ``[B, T]``), as A2C and PPO compute them: a recurrent model's window replayed from its stored first state
+    (:func:`replay_window`); step by step through ``replay_agent`` when ``agent`` is an
+    :class:`~rlstruct.agents.RL_Agent_CheckDevice` (``checked``), which checks every step's devices; else the
+    agent's one-forward ``replay_batch``.
+    """
+    if recurrent:
+        return replay_window(agent, model, trajectories)
+    if checked:
+        return replay_agent(agent, trajectories)
+    return replay_agent_stateless(agent, trajectories, "replay_batch")
