@@ -1,4 +1,5 @@
-"""Algorithms on top of the batchers: REINFORCE, A2C, DQN, PPO and SAC, one file each, and the ``rlstruct`` command.
+"""Algorithms on top of the batchers: REINFORCE, A2C, DQN, PPO, SAC and PQN, one file each, and the ``rlstruct``
+command.
 
 What several algorithms share sits in modules named for what they hold: :mod:`rlstruct.algos.returns`
 (discounted returns, GAE, episode statistics), :mod:`rlstruct.algos.networks` (the MLP, the actor-critic
@@ -16,16 +17,16 @@ A run is built from: :mod:`rlstruct.algos.config` (the settings every algorithm 
 :mod:`rlstruct.algos.env_spec` (what the networks need to know about an env), :mod:`rlstruct.algos.setup` (an
 algorithm's description and the one check of a run before anything is built), :mod:`rlstruct.algos.record`
 (the run's clock, budget and logs), :mod:`rlstruct.algos.run` (its batchers, signals and end), and the two loops,
-:mod:`rlstruct.algos.on_policy` (A2C, PPO, REINFORCE) and :mod:`rlstruct.algos.off_policy` (DQN, SAC).
+:mod:`rlstruct.algos.on_policy` (A2C, PPO, REINFORCE, PQN) and :mod:`rlstruct.algos.off_policy` (DQN, SAC).
 :mod:`rlstruct.algos.command` builds ``rlstruct train ALGO``'s grouped flags from the config dataclasses;
 :mod:`rlstruct.algos.cli` is the ``rlstruct`` command and :mod:`rlstruct.algos.profile` shows where the time
 of a collect + learn loop goes.
 
 Each of :mod:`rlstruct.algos.reinforce`, :mod:`rlstruct.algos.a2c`, :mod:`rlstruct.algos.dqn`,
-:mod:`rlstruct.algos.ppo` and :mod:`rlstruct.algos.sac` has the same anatomy: a config dataclass, the loss as a
-function of tensors, its learn step (on-policy) or learner (off-policy), ``ALGORITHM`` (what the loop and the
-command line need), ``train(config) -> TrainResult`` and ``main(argv)`` (``rlstruct train <algo>`` or
-``python -m rlstruct.algos.<algo>``).
+:mod:`rlstruct.algos.ppo`, :mod:`rlstruct.algos.sac` and :mod:`rlstruct.algos.pqn` has the same anatomy: a config
+dataclass, the loss as a function of tensors, its learn step (on-policy) or learner (off-policy), ``ALGORITHM`` (what
+the loop and the command line need), ``train(config) -> TrainResult`` and ``main(argv)`` (``rlstruct train <algo>``
+or ``python -m rlstruct.algos.<algo>``).
 
 The algorithm modules are imported on first use, so that ``python -m rlstruct.algos.a2c`` does not find
 itself already imported by this package.
@@ -48,6 +49,7 @@ __all__ = [
     "dqn",
     "ppo",
     "sac",
+    "pqn",
     "RunConfig",
     "TrainResult",
     "ReinforceConfig",
@@ -55,6 +57,7 @@ __all__ = [
     "DQNConfig",
     "PPOConfig",
     "SACConfig",
+    "PQNConfig",
     "discounted_returns",
     "gae_advantages",
     "n_step_returns",
@@ -68,11 +71,13 @@ _LAZY = {
     "dqn": ("rlstruct.algos.dqn", None),
     "ppo": ("rlstruct.algos.ppo", None),
     "sac": ("rlstruct.algos.sac", None),
+    "pqn": ("rlstruct.algos.pqn", None),
     "ReinforceConfig": ("rlstruct.algos.reinforce", "ReinforceConfig"),
     "A2CConfig": ("rlstruct.algos.a2c", "A2CConfig"),
     "DQNConfig": ("rlstruct.algos.dqn", "DQNConfig"),
     "PPOConfig": ("rlstruct.algos.ppo", "PPOConfig"),
     "SACConfig": ("rlstruct.algos.sac", "SACConfig"),
+    "PQNConfig": ("rlstruct.algos.pqn", "PQNConfig"),
     "n_step_returns": ("rlstruct.algos.transitions", "n_step_returns"),
     "double_dqn_targets": ("rlstruct.algos.dqn", "double_dqn_targets"),
     "profile_training": ("rlstruct.algos.profile", "profile_training"),

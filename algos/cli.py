@@ -1,4 +1,4 @@
-"""The ``rlstruct`` command: ``rlstruct train {reinforce,a2c,dqn,ppo,sac} [flags]``, ``rlstruct eval CHECKPOINT``,
+"""The ``rlstruct`` command: ``rlstruct train {reinforce,a2c,dqn,ppo,sac,pqn} [flags]``, ``rlstruct eval CHECKPOINT``,
 ``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.algos.profile`).
 
 ``rlstruct train ALGO`` imports the algorithm's module alone and runs its ``main`` (see
@@ -267,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     tune_allocator()
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = ("usage: rlstruct train {reinforce,a2c,dqn,ppo,sac} [flags]   (rlstruct train ALGO --help lists them)\n"
+    usage = ("usage: rlstruct train {reinforce,a2c,dqn,ppo,sac,pqn} [flags]   (rlstruct train ALGO --help lists them)\n"
              "       rlstruct eval CHECKPOINT [--episodes N] [--max-steps N]\n"
              "       rlstruct autotune [--env ID] [--processes P ...]   (best envs per process and process count)\n"
              "       rlstruct profile [--env ID] [--n-envs N]   (where the time of a collect + learn loop goes)\n"

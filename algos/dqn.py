@@ -40,7 +40,7 @@ from rlstruct.algos.command import run_main
 from rlstruct.algos.config import RunConfig
 from rlstruct.algos.encoders import CNNEncoder
 from rlstruct.algos.env_spec import EnvSpec
-from rlstruct.algos.networks import NetworkAgent, make_adam, mlp
+from rlstruct.algos.networks import NetworkAgent, autocast_context, make_adam, mlp
 from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
 from rlstruct.algos.record import TrainResult
 from rlstruct.algos.replay import ReplayBuffer
@@ -176,6 +176,8 @@ class QNetwork(nn.Module):
         n_actions: number of discrete actions.
         hidden_sizes: hidden layer widths.
         dueling: use the dueling head.
+        layer_norm: a LayerNorm after each hidden layer, before its activation (PQN's network; without ``dueling``).
+        activation: the hidden activation, ``"tanh"`` or ``"relu"`` (without ``dueling``).
 
     >>> QNetwork(4, 2, (8,))(torch.zeros(3, 4)).shape
     torch.Size([3, 2])
@@ -183,7 +185,8 @@ class QNetwork(nn.Module):
     torch.Size([3, 2])
     """
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: Sequence[int], *, dueling: bool = False):
+    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: Sequence[int], *, dueling: bool = False,
+                 layer_norm: bool = False, activation: str = "tanh"):
         super().__init__()
         self.dueling = dueling
         if dueling:
@@ -194,7 +197,7 @@ class QNetwork(nn.Module):
             self.value = mlp(width, (last,), 1)
             self.advantage = mlp(width, (last,), n_actions)
         else:
-            self.q = mlp(obs_dim, hidden_sizes, n_actions)
+            self.q = mlp(obs_dim, hidden_sizes, n_actions, layer_norm=layer_norm, activation=activation)
 
     def forward(self, frame: torch.Tensor) -> torch.Tensor:
         """Q-values ``[N, n_actions]`` of observations ``[N, obs_dim]`` of any dtype."""
@@ -244,8 +247,10 @@ class PixelQNetwork(nn.Module):
         return self.q(h)
 
 
-def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = False) -> QNetwork | PixelQNetwork:
-    """The Q-network for ``spec``'s env: :class:`PixelQNetwork` for images, :class:`QNetwork` (an MLP) otherwise.
+def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = False, layer_norm: bool = False,
+              activation: str = "tanh") -> QNetwork | PixelQNetwork:
+    """The Q-network for ``spec``'s env: :class:`PixelQNetwork` for images, :class:`QNetwork` (an MLP, with
+    ``layer_norm`` and ``activation``) otherwise.
 
     >>> from rlstruct.algos.env_spec import EnvSpec
     >>> type(q_network(EnvSpec((10, 10, 4), "bool", 3, 1000), (64,))).__name__
@@ -254,7 +259,8 @@ def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = Fal
     if spec.pixels:
         return PixelQNetwork(spec.obs_shape, spec.n_actions, obs_dtype=spec.obs_dtype, obs_high=spec.obs_high,
                              dueling=dueling)
-    return QNetwork(spec.obs_dim, spec.n_actions, hidden_sizes, dueling=dueling)
+    return QNetwork(spec.obs_dim, spec.n_actions, hidden_sizes, dueling=dueling, layer_norm=layer_norm,
+                    activation=activation)
 
 
 class QAgent(NetworkAgent):
@@ -272,7 +278,8 @@ class QAgent(NetworkAgent):
 
     def __call__(self, state, observation, agent_info, history=None):
         """``action int64 [N]``: uniform with probability ``epsilon``, else the argmax of the Q-values."""
-        q = self.model(observation["frame"])
+        with autocast_context(self.device, self.autocast):
+            q = self.model(observation["frame"])
         action = q.argmax(-1)
         if "epsilon" in agent_info:
             eps = self._on_device(agent_info["epsilon"], "epsilon")
@@ -285,13 +292,14 @@ class QAgent(NetworkAgent):
 
 def create_q_agent(
     spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False, *,
-    dueling: bool = False,
+    dueling: bool = False, layer_norm: bool = False, activation: str = "tanh", autocast: torch.dtype | None = None,
 ) -> RL_Agent:
     """Builds a batcher's :class:`QAgent` for ``spec``'s env on ``device`` (module level, so it pickles;
-    ``functools.partial(create_q_agent, dueling=True)`` too)."""
-    model = q_network(spec, hidden_sizes, dueling=dueling).to(device)
+    ``functools.partial(create_q_agent, dueling=True)`` too); the network's options are :func:`q_network`'s, its
+    forward runs under ``autocast`` (see :class:`~rlstruct.algos.networks.NetworkAgent`)."""
+    model = q_network(spec, hidden_sizes, dueling=dueling, layer_norm=layer_norm, activation=activation).to(device)
     model.requires_grad_(False)
-    agent: RL_Agent = QAgent(model, device)
+    agent: RL_Agent = QAgent(model, device, autocast=autocast)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
 
 

@@ -23,13 +23,13 @@ def evaluation_info(algo: str, config: Mapping[str, Any]) -> dict[str, bool | fl
 
     ``greedy`` (the default, and a config that predates the setting): the policy's mode, DQN's argmax. ``sample``:
     the policy as it acts at the end of training: actor-critics and SAC draw from their distribution (SAC without
-    its uniform warm-up draws), DQN acts epsilon-greedy with ``epsilon_end``.
+    its uniform warm-up draws), DQN and PQN act epsilon-greedy with ``epsilon_end``.
 
     >>> evaluation_info("ppo", {}), evaluation_info("dqn", {"evaluation_policy": "sample", "epsilon_end": 0.05})
     ({'stochastic': False}, {'epsilon': 0.05})
     """
     sample = config.get("evaluation_policy", "greedy") == "sample"
-    if algo == "dqn":
+    if algo in ("dqn", "pqn"):
         return {"epsilon": float(config["epsilon_end"]) if sample else 0.0}
     if algo == "sac":
         return {"stochastic": sample, "random": False}

@@ -62,16 +62,26 @@ __all__ = [
 ]
 
 
-def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, *, out_gain: float = 1.0) -> nn.Sequential:
-    """A tanh MLP with orthogonal initialisation (gain sqrt(2) inside, ``out_gain`` on the last layer).
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, *, out_gain: float = 1.0,
+        layer_norm: bool = False, activation: str = "tanh") -> nn.Sequential:
+    """An MLP with orthogonal initialisation (gain sqrt(2) inside, ``out_gain`` on the last layer).
+
+    Each hidden layer is ``Linear``, then ``LayerNorm`` with ``layer_norm`` (Ba et al. 2016; PQN's stabiliser), then
+    ``activation`` (``"tanh"`` or ``"relu"``).
 
     >>> mlp(4, (8,), 2)(torch.zeros(3, 4)).shape
     torch.Size([3, 2])
+    >>> [type(m).__name__ for m in mlp(4, (8,), 2, layer_norm=True, activation="relu")]
+    ['Linear', 'LayerNorm', 'ReLU', 'Linear']
     """
     layers: list[nn.Module] = []
     sizes = [in_size, *hidden_sizes]
     for a, b in zip(sizes[:-1], sizes[1:]):
-        layers += [_init(nn.Linear(a, b), math.sqrt(2)), nn.Tanh()]
+        layers += [_init(nn.Linear(a, b), math.sqrt(2)), *([nn.LayerNorm(b)] if layer_norm else []),
+                   _ACTIVATIONS[activation]()]
     layers.append(_init(nn.Linear(sizes[-1], out_size), out_gain))
     return nn.Sequential(*layers)
 
@@ -352,9 +362,9 @@ class NetworkAgent(RL_Agent):
     Args:
         model: the network, on ``device``.
         device: where observations come from and actions go.
-        autocast: the dtype the policy agents (:class:`PolicyAgent`, the recurrent one) run their forward in, under
-            ``torch.autocast`` (``None``: the weights' own; see :func:`autocast_context`); the distributions and
-            what they return stay float32.
+        autocast: the dtype the agents (:class:`PolicyAgent`, the recurrent one, the Q agent) run their forward in,
+            under ``torch.autocast`` (``None``: the weights' own; see :func:`autocast_context`); the distributions
+            and what they return stay float32.
     """
 
     def __init__(self, model: nn.Module, device: DeviceLike, *, autocast: torch.dtype | None = None):

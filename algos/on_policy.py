@@ -1,12 +1,14 @@
-"""The on-policy loop, written once for A2C, PPO and REINFORCE: collect, normalise, learn, send the weights to the
-batchers, record, evaluate, checkpoint, stop.
+"""The on-policy loop, written once for A2C, PPO, REINFORCE and PQN: collect, normalise, learn, send the weights to
+the batchers, record, evaluate, checkpoint, stop.
 
 An algorithm hands the loop an :class:`OnPolicyAlgorithm`: its name, config and checks, whether it learns from
-whole episodes, and ``make_learn``, which builds its learn step from the learner's parts
+whole episodes, its networks (:class:`PolicyNetworks`: the actor-critic, or PQN's Q-network) and the schedule of
+its exploration, and ``make_learn``, which builds its learn step from the learner's parts
 (:class:`ActorCriticLearner`: the model, the agent that replays it, the optimizer, the device). The learn step
 takes one collection (``Trajectories`` on the learner's device) and the rewards the loss sees (normalised when
 ``normalize_rewards``) and returns the iteration's statistics: A2C takes one gradient step, PPO epochs of
-minibatches with its clipped loss, REINFORCE one step over whole episodes.
+minibatches with its clipped loss, REINFORCE one step over whole episodes, PQN epochs of minibatches regressing
+on Q(lambda) targets.
 
 **A function, not a base class.** The loop is one function over a frozen description of the algorithm's pieces,
 so that one iteration reads top to bottom in one place, and an algorithm file holds only what is its own (config,
@@ -58,9 +60,10 @@ from rlstruct.algos.setup import Algorithm, Setup
 from rlstruct.algos.update import actor_critic_learner, start_pipeline, training_agent_kwargs, weight_sync_mode
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import cpu_state_dict
-from rlstruct.structures import Trajectories
+from rlstruct.structures import DictTensor, Trajectories
 
-__all__ = ["LearnFn", "ActorCriticLearner", "OnPolicyAlgorithm", "train_on_policy"]
+__all__ = ["LearnFn", "ActorCriticLearner", "PolicyNetworks", "actor_critic_networks", "OnPolicyAlgorithm",
+           "train_on_policy"]
 
 #: a learn step: ``(trajectories, loss_rewards [B, T]) -> statistics`` (0-d tensors or floats)
 LearnFn = Callable[[Trajectories, torch.Tensor], dict[str, Any]]
@@ -93,18 +96,51 @@ class ActorCriticLearner:
 
 
 @dataclasses.dataclass(frozen=True)
+class PolicyNetworks:
+    """The networks of an on-policy algorithm, as the loop builds them.
+
+    Attributes:
+        build: ``(spec, hidden_sizes, **model_kwargs) -> model``, the learner's model.
+        create_agent: the batchers' agent factory (module level, so it pickles).
+        agent: ``(model, device) -> agent``, the learner's agent over its model.
+        model_kwargs: what the model and every batcher's agent are built with.
+        explore: the training ``agent_info``, one value per key (the batcher's example).
+    """
+
+    build: Callable[..., nn.Module]
+    create_agent: Callable[..., RL_Agent]
+    agent: Callable[[nn.Module, torch.device], RL_Agent]
+    model_kwargs: dict[str, Any]
+    explore: dict[str, bool | float]
+
+
+def actor_critic_networks(config: Any) -> PolicyNetworks:
+    """The actor-critic of A2C, PPO and REINFORCE (the LSTM one with ``recurrent``), sampling its actions."""
+    model_kwargs = {"normalize_observations": config.normalize_observations}
+    if getattr(config, "recurrent", False):
+        return PolicyNetworks(recurrent_actor_critic, create_recurrent_agent, RecurrentPolicyAgent, model_kwargs,
+                              {"stochastic": True})
+    return PolicyNetworks(build_actor_critic, create_policy_agent, PolicyAgent, model_kwargs, {"stochastic": True})
+
+
+@dataclasses.dataclass(frozen=True)
 class OnPolicyAlgorithm(Algorithm):
-    """An on-policy actor-critic algorithm as :func:`train_on_policy` runs it (see :class:`Algorithm` for the
-    other fields).
+    """An on-policy algorithm as :func:`train_on_policy` runs it (see :class:`Algorithm` for the other fields).
 
     Attributes:
         make_learn: ``(config, learner) -> learn step`` (:data:`LearnFn`).
         episodic: collect whole episodes (episodic envs, an acquisition as long as the time limit, the envs reset
             every iteration) instead of ``config.n_steps`` steps of auto-reset envs.
+        networks: ``config -> PolicyNetworks`` (default: :func:`actor_critic_networks`).
+        schedule: ``(config, env_steps, n_rows) -> (agent_info, statistics)``: the ``agent_info`` (``n_rows`` rows,
+            CPU) of the next collection of auto-reset envs, and the statistics it is recorded with (e.g. PQN's
+            epsilon); ``None``: ``networks``' ``explore`` throughout.
     """
 
     make_learn: Callable[[Any, ActorCriticLearner], LearnFn] | None = None
     episodic: bool = False
+    networks: Callable[[Any], PolicyNetworks] = actor_critic_networks
+    schedule: Callable[[Any, int, int], tuple[DictTensor, dict[str, Any]]] | None = None
 
     def __post_init__(self) -> None:
         if self.make_learn is None:  # a field with a default only because Algorithm's last fields have one
@@ -119,8 +155,8 @@ class _Episodes:
         self.batcher, self.sync = batcher, sync
         sync.push()
 
-    def next(self) -> Trajectories:
-        self.batcher.reset()
+    def next(self, agent_info: DictTensor | None = None) -> Trajectories:
+        self.batcher.reset(agent_info=agent_info)
         self.batcher.execute()
         traj, n_running = self.batcher.get()
         assert n_running == 0, "n_timesteps covers the time limit: every episode ends in one execute"
@@ -151,13 +187,12 @@ def train_on_policy(setup: Setup) -> TrainResult:
     """
     algo: OnPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
     config, spec, resume, learner, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
-    recurrent = getattr(config, "recurrent", False)
+    networks = algo.networks(config)
     logger = world.is_logger  # rank 0 of a data-parallel run, or a plain run
     with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=logger,
                       world_size=world.size) as (run, stack):
-        build = recurrent_actor_critic if recurrent else build_actor_critic
-        model_kwargs = {"normalize_observations": config.normalize_observations}
-        model = seeded_model(config.seed, functools.partial(build, **model_kwargs), spec, config.hidden_sizes)
+        model_kwargs = networks.model_kwargs
+        model = seeded_model(config.seed, functools.partial(networks.build, **model_kwargs), spec, config.hidden_sizes)
         if resume is not None:
             load_state(model, resume.model, "the model", resume.path)
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
@@ -166,9 +201,7 @@ def train_on_policy(setup: Setup) -> TrainResult:
         else:  # with overlap in process, the batcher's double buffer keeps batch k whole while k + 1 is written
             steps = {"n_timesteps": config.n_steps, "autoreset": True, "cuda_graph": config.cuda_graph,
                      "zero_copy": config.overlap and config.n_processes == 0}
-        batcher, evaluator = open_batchers(stack, config, spec,
-                                           create_recurrent_agent if recurrent else create_policy_agent,
-                                           explore={"stochastic": True},
+        batcher, evaluator = open_batchers(stack, config, spec, networks.create_agent, explore=networks.explore,
                                            evaluate=evaluation_info(algo.name, config.to_dict()),
                                            agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
                                            seed=run.seed, rank=world.rank, run=run, **steps)
@@ -179,7 +212,7 @@ def train_on_policy(setup: Setup) -> TrainResult:
         broadcast_parameters(model, world)
         for handle in average_gradients(model, world):
             stack.callback(handle.remove)
-        agent = RecurrentPolicyAgent(model, learner) if recurrent else PolicyAgent(model, learner)
+        agent = networks.agent(model, learner)
         B = batcher.n_elems()
         announce(world, "envs of a collection" if algo.episodic else "env steps of a collection",
                  B if algo.episodic else B * config.n_steps, config.lr)
@@ -194,14 +227,15 @@ def train_on_policy(setup: Setup) -> TrainResult:
         if world.is_logger:
             evaluator.launch(cpu_state_dict(model), run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
-            traj = collect.next().to(learner)
+            agent_info, stats = algo.schedule(config, run.env_steps, B) if algo.schedule else (None, {})
+            traj = collect.next(agent_info).to(learner)
             tt = traj.trajectories
             loss_rewards = normalize(tt)  # before any forward: the values and the loss see the same statistics
             if getattr(config, "anneal_lr", False):
                 optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
             if config.check_devices:
                 check_on_device(model, learner, "the learner's model")
-            stats = learn(traj, loss_rewards)
+            stats.update(learn(traj, loss_rewards))
             collect.updated()
 
             if algo.episodic:

@@ -2,8 +2,8 @@
 
 ``rlstruct eval`` and the videos (:mod:`rlstruct.algos.video`) rebuild the policy of a checkpoint from its
 ``algo``, ``config`` and ``env_spec``; this module is the one map from those to the agent, so that both build it the
-same way (DQN's Q-network with or without the dueling head, SAC's squashed Gaussian, a recurrent policy, the
-actor-critics' policy, and the observation normaliser whose statistics the checkpoint holds).
+same way (DQN's Q-network with or without the dueling head, PQN's with its LayerNorm, SAC's squashed Gaussian, a
+recurrent policy, the actor-critics' policy, and the observation normaliser whose statistics the checkpoint holds).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rlstruct.structures import DictTensor
 __all__ = ["ALGORITHMS", "evaluation_agent"]
 
 #: the algorithms whose checkpoints rlstruct evaluates
-ALGORITHMS = ("reinforce", "a2c", "dqn", "ppo", "sac")
+ALGORITHMS = ("reinforce", "a2c", "dqn", "ppo", "sac", "pqn")
 
 
 def evaluation_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec, device: str = "cpu", *,
@@ -48,6 +48,10 @@ def evaluation_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec, device
         from rlstruct.algos.dqn import create_q_agent
 
         create = functools.partial(create_q_agent, dueling=bool(config.get("dueling", False)))
+    elif algo == "pqn":
+        from rlstruct.algos.dqn import create_q_agent
+        create = functools.partial(create_q_agent, layer_norm=bool(config["layer_norm"]),
+                                   activation=str(config["activation"]))
     elif algo == "sac":
         from rlstruct.algos.sac import create_sac_agent
 

@@ -48,7 +48,14 @@ from rlstruct.algos.record import TrainResult
 from rlstruct.algos.recurrent import RecurrentPolicyAgent, replay_learner, replay_window
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.algos.setup import Setup, prepare
-from rlstruct.algos.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
+from rlstruct.algos.update import (
+    FastPathConfig,
+    UpdateStep,
+    autocast_dtype,
+    clip_groups,
+    shuffled_minibatches,
+    validate_fast_path,
+)
 from rlstruct.structures import TemporalDictTensor, Trajectories
 
 __all__ = ["PPOConfig", "ppo_loss", "ppo_minibatch_loss", "learn_step", "ALGORITHM", "validate", "train", "main"]
@@ -269,15 +276,10 @@ def _learn(update: UpdateStep, data: tuple, config: PPOConfig, shuffle: torch.Ge
     whole env windows (recurrent, the first item a :class:`~rlstruct.structures.Trajectories`).
     """
     n = data[0].n_elems() if isinstance(data[0], Trajectories) else data[0].shape[0]
-    # Equal minibatches: when n_minibatches does not divide the collection, its last n % n_minibatches rows
-    # (a different few at each pass, since each pass reshuffles) sit that pass out.
-    size = n // config.n_minibatches
     rows: list[dict[str, torch.Tensor]] = []
     epochs = 0
     for _ in range(config.n_epochs):
-        order = torch.randperm(n, generator=shuffle, device=shuffle.device)
-        for k in range(config.n_minibatches):
-            mb = order[k * size:(k + 1) * size]
+        for mb in shuffled_minibatches(n, config.n_minibatches, shuffle):
             rows.append(update(*(x.index(mb) if isinstance(x, Trajectories) else x[mb] for x in data)))
         epochs += 1
         # One host sync per epoch, not per step: CleanRL's early stop on the last minibatch's approximate KL (in a
