@@ -74,9 +74,8 @@ class ActorCriticLearner:
     """The learner's parts that an on-policy learn step is built from.
 
     Attributes:
-        model: the actor-critic (recurrent or not), on ``device``.
-        agent: the learner's agent over ``model`` (a :class:`~rlstruct.algos.networks.PolicyAgent` or a
-            :class:`~rlstruct.algos.recurrent.RecurrentPolicyAgent`), to replay a collection.
+        model: the actor-critic (recurrent or not), or PQN's Q-network, on ``device``.
+        agent: the learner's agent over ``model`` (:attr:`PolicyNetworks.agent`'s), to replay a collection.
         checked_agent: ``agent`` in an :class:`~rlstruct.agents.RL_Agent_CheckDevice` with ``check_devices``,
             else ``agent``.
         optimizer: the model's Adam.
@@ -133,8 +132,8 @@ class OnPolicyAlgorithm(Algorithm):
             every iteration) instead of ``config.n_steps`` steps of auto-reset envs.
         networks: ``config -> PolicyNetworks`` (default: :func:`actor_critic_networks`).
         schedule: ``(config, env_steps, n_rows) -> (agent_info, statistics)``: the ``agent_info`` (``n_rows`` rows,
-            CPU) of the next collection of auto-reset envs, and the statistics it is recorded with (e.g. PQN's
-            epsilon); ``None``: ``networks``' ``explore`` throughout.
+            CPU) of the next collection, and the statistics it is recorded with (e.g. PQN's epsilon); ``None``:
+            ``networks``' ``explore`` throughout.
     """
 
     make_learn: Callable[[Any, ActorCriticLearner], LearnFn] | None = None
