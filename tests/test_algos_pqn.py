@@ -8,12 +8,14 @@ import pytest
 import torch
 
 from rlstruct.algos import pqn
-from rlstruct.algos.dqn import QNetwork
-from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos.dqn import QNetwork, create_q_agent, q_network
+from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.evaluation import evaluation_info
 from rlstruct.algos.policy_of import evaluation_agent
 from rlstruct.algos.pqn import PQNConfig, pqn_loss, q_lambda_targets
+from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.errors import ConfigError, SpaceError
+from rlstruct.structures import DictTensor
 from tests.test_algos_learning import RANDOM_POLICY_RETURN, _common, _trained_evals, assert_learned
 
 
@@ -108,6 +110,29 @@ def test_the_evaluation_agent_is_the_greedy_q_network_the_run_trained():
     assert [type(m).__name__ for m in agent.model.q][:3] == ["Linear", "LayerNorm", "ReLU"]
     assert info["epsilon"].tolist() == [0.0]
     assert evaluation_info("pqn", {**config, "evaluation_policy": "sample"}) == {"epsilon": config["epsilon_end"]}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("overlap", [False, True])
+def test_each_collection_acts_with_the_epsilon_the_pipeline_is_given(overlap):
+    spec = describe_env("CartPole-v1", "torch", None)
+    model = q_network(spec, (8,), layer_norm=True, activation="relu")
+    agent_args = {"spec": spec, "hidden_sizes": (8,), "layer_norm": True, "activation": "relu"}
+    env_args = {"name": "CartPole-v1", "n_envs": 64, "autoreset": True}
+    with RL_Batcher(8, create_q_agent, agent_args, create_env, env_args, 0, [0], agent_info=DictTensor(
+            {"epsilon": torch.tensor([0.0])}), zero_copy=overlap) as batcher:
+        pipe = Pipeline(batcher, WeightSync(batcher, model, "cpu", mode="copy"), overlap=overlap)
+        pipe.start()
+        greedy = []  # the fraction of greedy actions of each collection, read before the buffer is reused
+        for epsilon in (0.0, 1.0, 1.0):
+            tt = pipe.next(DictTensor({"epsilon": torch.full((64,), epsilon)})).trajectories
+            argmax = model(tt["observation/frame"].flatten(0, 1)).argmax(-1)
+            greedy.append((tt["action/action"].flatten() == argmax).float().mean().item())
+        pipe.close()
+    # Overlapped, a collection was launched with the epsilon of the call before it.
+    acted = [0.0, 0.0, 1.0] if overlap else [0.0, 1.0, 1.0]
+    for fraction, epsilon in zip(greedy, acted):
+        assert fraction == 1.0 if epsilon == 0.0 else 0.3 < fraction < 0.7, (greedy, acted)
 
 
 @pytest.mark.timeout(300)
