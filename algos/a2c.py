@@ -7,7 +7,7 @@ not through terminations: at a truncated step the target uses ``V(_observation/f
 observation), at a terminated step nothing, and the GAE recursion is cut at every episode end.
 
 The file reads top to bottom: the config, the loss, the learn step (one gradient step per collection), and a
-``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos.on_policy`).
+``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos._train.loops`).
 
 Run it with ``rlstruct train a2c --env CartPole-v1`` (or ``--env Pendulum-v1``) or ``python -m rlstruct.algos.a2c``.
 """
@@ -17,12 +17,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Sequence
 
 import torch
 
-from rlstruct.algos.command import run_main
-from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos._train.config import OnPolicyConfig, setting
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
+from rlstruct.algos._train.registry import algorithm
+from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups
 from rlstruct.algos.networks import (
     ActorCritic,
     actor_critic_outputs,
@@ -30,75 +32,32 @@ from rlstruct.algos.networks import (
     masked_policy_value_loss,
     policy_actions,
 )
-from rlstruct.algos.normalization import NormalizationConfig
-from rlstruct.algos.on_policy import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
-from rlstruct.algos.record import TrainResult
 from rlstruct.algos.recurrent import replay_learner
 from rlstruct.algos.returns import gae_advantages
-from rlstruct.algos.setup import Setup, prepare
-from rlstruct.algos.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
 from rlstruct.structures import Trajectories
 
-__all__ = ["A2CConfig", "a2c_loss", "a2c_batch_loss", "learn_step", "ALGORITHM", "validate", "train", "main"]
+__all__ = ["A2CConfig", "a2c_loss", "a2c_batch_loss", "learn_step", "ALGORITHM", "train"]
 
 log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
-class A2CConfig(NormalizationConfig, FastPathConfig):
-    """A2C settings (the shared ones are documented in :class:`RunConfig`, :class:`FastPathConfig` and
-    :class:`NormalizationConfig`).
+class A2CConfig(OnPolicyConfig):
+    """A2C's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s)."""
 
-    Attributes:
-        n_steps: steps of every env per update (the training batcher's n_timesteps).
-        gamma: discount factor.
-        gae_lambda: GAE lambda (1: n-step Monte-Carlo advantages, 0: one-step TD errors).
-        value_coef: weight of the value loss.
-        entropy_coef: weight of the entropy bonus.
-        max_grad_norm: clip the gradient norm of the actor and of the critic, each, to this (0: no clipping).
-        normalize_advantages: standardise the advantages within each batch.
-        reward_scale: multiply rewards by this in the loss (values then live near 1, which a few Adam steps reach).
-        anneal_lr: decay the learning rate linearly to 0 over max_env_steps (the step budget: never over the wall
-            clock, so that a seed gives the same run on any machine; with no budget, an error).
-        recurrent: an LSTM policy (rlstruct.algos.recurrent) whose memory the batcher carries between
-            acquisitions; the loss replays each window from its stored first state (truncated BPTT over n_steps).
-        overlap: collect the next batch while learning on this one (data one update stale); in process it uses the
-            batcher's zero_copy double buffer, on CUDA a stream of its own.
-    """
-
-    n_envs: int = 32
-    time_limit: float = 600.0
-    max_env_steps: int | None = 500_000
-    lr: float = 5e-3
-    eval_every: int = 25
-    n_steps: int = 8
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    value_coef: float = 0.5
-    entropy_coef: float = 0.0
-    max_grad_norm: float = 0.5
-    normalize_advantages: bool = True
-    reward_scale: float = 0.1
-    anneal_lr: bool = True
-    recurrent: bool = False
-    overlap: bool = False
-
-    #: the settings a resumed run must share with its checkpoint, besides RunConfig's (see load_resume)
-    RESUME_FIELDS = ("recurrent", "normalize_observations", "normalize_rewards")
-
+    lr: float = setting(5e-3, "Adam learning rate (A2C: 5e-3)")
+    eval_every: int = setting(25, "training iterations at least between two evaluations (A2C: 25)")
+    gae_lambda: float = setting(0.95, "GAE lambda (1: n-step Monte-Carlo advantages, 0: one-step TD errors)")
+    value_coef: float = setting(0.5, "weight of the value loss")
+    entropy_coef: float = setting(0.0, "weight of the entropy bonus")
+    max_grad_norm: float = setting(0.5, "clip the gradient norm of the actor and of the critic, each (0: no clipping)")
+    normalize_advantages: bool = setting(True, "standardise the advantages within each batch")
+    reward_scale: float = setting(0.1, "multiply rewards by this in the loss")
 
 
 def check_config(config: A2CConfig) -> None:
-    """A2C's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
-
-    Raises:
-        ValueError: a setting is out of range.
-        ConfigError: fast-path flags that cannot work together (see :func:`validate_fast_path`).
-    """
-    validate_fast_path(config, "A2C", recurrent=config.recurrent)
-    if config.n_steps < 1:
-        raise ValueError(f"n_steps must be >= 1, got {config.n_steps!r}")
-    if not 0 <= config.gae_lambda <= 1 or not 0 <= config.gamma <= 1:
-        raise ValueError(f"gamma and gae_lambda must lie in [0, 1], got {config.gamma!r} and {config.gae_lambda!r}")
+    """Raises ``ValueError`` for a ``gae_lambda`` outside [0, 1]."""
+    if not 0 <= config.gae_lambda <= 1:
+        raise ValueError(f"gae_lambda must lie in [0, 1], got {config.gae_lambda!r}")
 
 
 def check_env(config: A2CConfig, spec: EnvSpec) -> None:
@@ -107,7 +66,6 @@ def check_env(config: A2CConfig, spec: EnvSpec) -> None:
     if config.recurrent or spec.pixels:
         spec.require("recurrent A2C" if config.recurrent else "A2C on images", config.env, discrete=True)
     check_normalizable(spec, config.normalize_observations)
-
 
 
 def a2c_loss(
@@ -230,42 +188,7 @@ def learn_step(config: A2CConfig, learner: ActorCriticLearner) -> LearnFn:
 
 ALGORITHM = OnPolicyAlgorithm(name="a2c", title="A2C", config_cls=A2CConfig, description=__doc__.splitlines()[0],
                               check_config=check_config, check_env=check_env, make_learn=learn_step)
-
-
-def validate(config: A2CConfig) -> Setup:
-    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
-
-    Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: continuous actions with image observations or with ``recurrent``.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
-            :attr:`A2CConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
-    """
-    return prepare(ALGORITHM, config)
-
-
-def train(config: A2CConfig) -> TrainResult:
-    """Trains an actor-critic with A2C and returns the final evaluation and the run's history.
-
-    With ``resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
-
-    Raises:
-        ValueError: what :func:`validate` raises: a setting out of range, or one of its subclasses
-            (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``) for a device, the env's spaces or ``resume``.
-        FileNotFoundError: ``resume`` does not exist.
-    """
-    return train_on_policy(validate(config))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``rlstruct train a2c [flags]``; the last stdout line is a JSON summary."""
-    return run_main(ALGORITHM, train_on_policy, argv)
-
+train = ALGORITHM.train
 
 if __name__ == "__main__":
-    # Imported by name so that spawned workers unpickle this module's functions under their real name.
-    from rlstruct.algos.a2c import main as _main
-
-    raise SystemExit(_main())
+    raise SystemExit(algorithm("a2c").main())

@@ -1,125 +1,34 @@
-"""The ``rlstruct`` command: ``rlstruct train {reinforce,a2c,dqn,ppo,sac,pqn} [flags]``, ``rlstruct eval CHECKPOINT``,
-``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.algos.profile`).
+"""The ``rlstruct`` command: ``rlstruct train ALGO [flags]``, ``rlstruct eval CHECKPOINT``,
+``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.algos._train.profile`).
 
 ``rlstruct train ALGO`` imports the algorithm's module alone and runs its ``main`` (see
-:mod:`rlstruct.algos.command`); ``rlstruct train ALGO --help`` lists its flags in groups.
+:mod:`rlstruct.algos._train.flags`); ``rlstruct train ALGO --help`` lists its flags in groups.
 Both commands print a JSON object as their last line on stdout; a bad setting (an unknown env, a device
 this machine does not have) prints one line to stderr and exits with status 2.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
-from rlstruct.algos.checkpoints import does_not_fit, load_checkpoint
-from rlstruct.algos.command import OneLineParser, configure_logging
-from rlstruct.algos.config import EVALUATION_POLICIES, RunConfig
-from rlstruct.algos.env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
-from rlstruct.algos.evaluation import run_episodes
-from rlstruct.algos.policy_of import ALGORITHMS, evaluation_agent
+from rlstruct.algos._train.config import EVALUATION_POLICIES
+from rlstruct.algos._train.evaluation import evaluate_checkpoint
+from rlstruct.algos._train.flags import (
+    OneLineParser,
+)
+from rlstruct.algos._train.registry import ALGORITHMS, algorithm
+from rlstruct.algos._train.train_command import configure_logging
 from rlstruct.allocator import tune_allocator
-from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
 from rlstruct.seeding import check_seed
 
-__all__ = ["ALGORITHMS", "main", "evaluate_checkpoint"]
-
-#: the evaluation's steps per acquisition for checkpoints written before the setting existed
-EVALUATION_CHUNK_STEPS = RunConfig.evaluation_chunk_steps
-
-
-def check_model_fits(create_agent: Any, agent_args: dict[str, Any], model: dict[str, Any], path: str) -> None:
-    """Loads a checkpoint's ``model`` into its agent built on the CPU, before any worker starts.
-
-    Raises:
-        ConfigError: the weights do not fit the network the checkpoint's config describes (missing or unexpected
-            keys, other shapes: a damaged file).
-    """
-    try:
-        create_agent(**{**agent_args, "device": "cpu"}).update(model)
-    except (RuntimeError, KeyError, TypeError) as e:
-        raise does_not_fit(f"{str(path)!r} holds weights that do not fit the network its config describes", e,
-                           "pass an undamaged checkpoint.pt written by rlstruct train") from e
-
-
-def evaluate_checkpoint(
-    path: str,
-    *,
-    episodes: int = 16,
-    device: str = "cpu",
-    backend: str | None = None,
-    seed: int = 12345,
-    n_processes: int = 0,
-    max_steps: int | None = None,
-    policy: str | None = None,
-) -> dict[str, Any]:
-    """Rebuilds the agent of a checkpoint and runs ``episodes`` episodes of its evaluation policy.
-
-    The episodes run in acquisitions of the training run's ``evaluation_chunk_steps`` steps (see
-    :class:`~rlstruct.algos.evaluation.Evaluator`), up to the env's time limit.
-
-    Args:
-        path: a ``checkpoint.pt`` written by ``train``.
-        episodes: episodes to run (one env each, per worker).
-        device: where the evaluation envs and agent run.
-        backend: env backend (default: the training run's); the run's evaluation env arguments
-            (``evaluation_env_kwargs``) apply on its own backend only.
-        seed: env seed.
-        n_processes: evaluation worker processes (0: this process).
-        max_steps: steps per episode at most (``None``: the env's time limit); an episode cut there counts its
-            partial return.
-        policy: ``"greedy"`` or ``"sample"`` (``None``: the run's ``evaluation_policy``; see
-            :func:`~rlstruct.algos.evaluation.evaluation_info`).
-
-    Returns:
-        ``{"eval_return", "return_min", "return_max", "episodes", "policy", "env", "algo", "checkpoint"}``.
-
-    Raises:
-        DeviceUnavailableError: ``device`` does not exist here.
-        ValueError: the file is not an rlstruct checkpoint, or a damaged one, ``episodes < 1``, ``max_steps < 1`` or
-            an unknown ``policy``.
-    """
-    check_device_exists(device, argument="device")
-    if episodes < 1:
-        raise ValueError(f"episodes must be >= 1, got {episodes}")
-    if max_steps is not None and max_steps < 1:
-        raise ValueError(f"max_steps must be >= 1 or None (the env's time limit), got {max_steps}")
-    ckpt = load_checkpoint(path)
-    cfg, spec = ckpt["config"], ckpt["env_spec"]
-    create_agent, agent_args, agent_info = evaluation_agent(ckpt["algo"], cfg, EnvSpec.from_dict(spec), device,
-                                                        policy=policy)
-    check_model_fits(create_agent, agent_args, ckpt["model"], path)
-    n_workers = max(n_processes, 1)
-    per_worker = -(-episodes // n_workers)
-    env_args = {"name": cfg["env"], "n_envs": per_worker, "backend": backend or cfg["backend"],
-                "max_episode_steps": spec["max_episode_steps"], "autoreset": False, "device": device,
-                "env_kwargs": saved_evaluation_env_kwargs(cfg, backend)}
-    if max_steps is None or max_steps > spec["max_episode_steps"]:
-        max_steps = spec["max_episode_steps"]
-    chunk = min(max_steps, cfg.get("evaluation_chunk_steps", EVALUATION_CHUNK_STEPS))
-    with RL_Batcher(chunk, create_agent, agent_args, create_env, env_args, n_processes,
-                    [seed + k for k in range(n_workers)], agent_info=agent_info, device=device) as batcher:
-        batcher.update(ckpt["model"])
-        tally = run_episodes(batcher, max_steps)
-    returns = tally.returns[:episodes]
-    return {
-        "eval_return": float(returns.mean()),
-        "return_min": float(returns.min()),
-        "return_max": float(returns.max()),
-        "episodes": int(returns.shape[0]),
-        "policy": policy or cfg.get("evaluation_policy", "greedy"),
-        "env": cfg["env"],
-        "algo": ckpt["algo"],
-        "checkpoint": str(path),
-    }
+__all__ = ["main", "evaluate_checkpoint"]
 
 
 def _eval_command(argv: Sequence[str]) -> int:
@@ -152,7 +61,7 @@ def _eval_command(argv: Sequence[str]) -> int:
         check_seed(ns.seed, argument="--seed")
         video = None
         if ns.video is not None:  # first: an env that cannot render fails before the evaluation runs
-            from rlstruct.algos.video import check_video_path, record_checkpoint_video
+            from rlstruct.algos._train.video import check_video_path, record_checkpoint_video
 
             check_video_path(ns.video, argument="--video")
             video = record_checkpoint_video(ns.checkpoint, ns.video, episodes=ns.video_episodes,
@@ -177,7 +86,7 @@ def _eval_command(argv: Sequence[str]) -> int:
 
 def _batchers_command(command: str, argv: Sequence[str]) -> int:
     """``rlstruct autotune`` and ``rlstruct profile``: the table, the PNG, and a JSON line last."""
-    from rlstruct.algos import profile
+    from rlstruct.algos._train import profile
 
     if command == "autotune":
         p = OneLineParser(prog="rlstruct autotune",
@@ -267,7 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     tune_allocator()
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = ("usage: rlstruct train {reinforce,a2c,dqn,ppo,sac,pqn} [flags]   (rlstruct train ALGO --help lists them)\n"
+    choices = "{" + ",".join(ALGORITHMS) + "}"
+    usage = (f"usage: rlstruct train {choices} [flags]   (rlstruct train ALGO --help lists them)\n"
              "       rlstruct eval CHECKPOINT [--episodes N] [--max-steps N]\n"
              "       rlstruct autotune [--env ID] [--processes P ...]   (best envs per process and process count)\n"
              "       rlstruct profile [--env ID] [--n-envs N]   (where the time of a collect + learn loop goes)\n"
@@ -278,7 +188,7 @@ def _main(argv: Sequence[str] | None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         if rest and rest[0] in ("-h", "--help"):
-            print("usage: rlstruct train {" + ",".join(ALGORITHMS) + "} [flags]\n\n"
+            print(f"usage: rlstruct train {choices} [flags]\n\n"
                   "Trains one algorithm; `rlstruct train ALGO --help` lists its flags.")
             return 0
         if not rest or rest[0] not in ALGORITHMS:
@@ -287,16 +197,16 @@ def _main(argv: Sequence[str] | None) -> int:
                   file=sys.stderr)
             return 2
         try:
-            module = importlib.import_module(f"rlstruct.algos.{rest[0]}")
+            description = algorithm(rest[0])
         except KeyboardInterrupt:  # while torch imports: nothing to save yet
             print("rlstruct train: interrupted", file=sys.stderr)
             return 130
-        return module.main(rest[1:])
+        return description.main(rest[1:])
     if command == "eval":
         configure_logging()
         return _eval_command(rest)
     if command == "presets":
-        from rlstruct.algos.presets import list_presets
+        from rlstruct.algos._train.presets import list_presets
 
         print(list_presets())
         return 0

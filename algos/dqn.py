@@ -16,7 +16,7 @@ first gradient step of the new session.
 
 The file reads top to bottom: the config, the Q networks and their agent, the double-DQN targets and loss, the
 learner (:class:`DQNLearner`: one gradient step and the target update), and a ``train`` that hands it to the
-off-policy loop (:mod:`rlstruct.algos.off_policy`).
+off-policy loop (:mod:`rlstruct.algos._train.loops`).
 
 Run it with ``rlstruct train dqn --env CartPole-v1`` or ``python -m rlstruct.algos.dqn``.
 """
@@ -27,7 +27,7 @@ import copy
 import dataclasses
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -35,102 +35,48 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos.checkpoints import Resume, load_state, restore_optimizer
-from rlstruct.algos.command import run_main
-from rlstruct.algos.config import RunConfig
+from rlstruct.algos._train.checkpoints import Resume, load_state, restore_optimizer
+from rlstruct.algos._train.config import OffPolicyConfig, check_at_least, setting
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.loops import OffPolicyAlgorithm
+from rlstruct.algos._train.registry import algorithm
+from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos.encoders import CNNEncoder
-from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.networks import NetworkAgent, autocast_context, make_adam, mlp
-from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
-from rlstruct.algos.record import TrainResult
 from rlstruct.algos.replay import ReplayBuffer
-from rlstruct.algos.run import seeded_model
-from rlstruct.algos.setup import Setup, prepare
 from rlstruct.algos.transitions import NStepWindow
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
-__all__ = [
-    "DQNConfig",
-    "QNetwork",
-    "PixelQNetwork",
-    "q_network",
-    "dueling_q",
-    "QAgent",
-    "double_dqn_targets",
-    "create_q_agent",
-    "dqn_loss",
-    "epsilon_at",
-    "DQNLearner",
-    "ALGORITHM",
-    "validate",
-    "train",
-    "main",
-]
+__all__ = ["DQNConfig", "QNetwork", "PixelQNetwork", "q_network", "dueling_q", "QAgent", "double_dqn_targets",
+           "create_q_agent", "dqn_loss", "epsilon_at", "DQNLearner", "ALGORITHM", "train"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class DQNConfig(RunConfig):
-    """DQN settings (the shared ones are documented in :class:`RunConfig`).
+class DQNConfig(OffPolicyConfig):
+    """DQN's settings (each one's help is beside it; the family's are :class:`OffPolicyConfig`'s)."""
 
-    Attributes:
-        rollout_steps: steps of every env per batcher execute (the training batcher's n_timesteps).
-        buffer_size: replay buffer capacity in transitions.
-        batch_size: transitions per gradient step.
-        learning_starts: env steps collected before the first gradient step.
-        gradient_steps: gradient steps after each execute.
-        gamma: discount factor.
-        n_step: steps per return (1: one-step TD targets).
-        tau: target update rate (1: hard copy every target_update_interval gradient steps; < 1: Polyak every step).
-        target_update_interval: gradient steps between two hard target updates (ignored when tau < 1).
-        epsilon_start: exploration rate at the start.
-        epsilon_end: exploration rate after the decay.
-        epsilon_decay_steps: env steps of the linear decay from epsilon_start to epsilon_end.
-        loss: huber or mse.
-        max_grad_norm: clip the gradient's global norm to this (0: no clipping).
-        dueling: a dueling head (Q = V + A - mean(A): value and advantage streams over a shared trunk).
-    """
+    time_limit: float = setting(300.0, "stop training after this many seconds of wall clock (DQN: 300)")
+    max_env_steps: int | None = setting(50_000, "the step budget: stop after this many env steps (DQN: 50k)")
+    gradient_steps: int = setting(32, "gradient steps after each acquisition")
+    n_step: int = setting(1, "steps per return (1: one-step TD targets)")
+    tau: float = setting(1.0, "target update rate (1: hard copy every target_update_interval steps; < 1: Polyak)")
+    target_update_interval: int = setting(128, "gradient steps between two hard target updates")
+    epsilon_start: float = setting(1.0, "exploration rate at the start")
+    epsilon_end: float = setting(0.05, "exploration rate after the decay")
+    epsilon_decay_steps: int = setting(10_000, "env steps of the linear decay from epsilon_start to epsilon_end")
+    loss: str = setting("huber", "huber or mse")
+    max_grad_norm: float = setting(10.0, "clip the gradient's global norm to this (0: no clipping)")
+    dueling: bool = setting(False, "a dueling head: Q = V + A - mean(A)")
 
-    n_envs: int = 4
-    time_limit: float = 300.0
-    max_env_steps: int | None = 50_000
-    hidden_sizes: tuple[int, ...] = (128, 128)
-    lr: float = 1e-3
-    eval_every: int = 25
-    rollout_steps: int = 16
-    buffer_size: int = 50_000
-    batch_size: int = 64
-    learning_starts: int = 1_000
-    gradient_steps: int = 32
-    gamma: float = 0.99
-    n_step: int = 1
-    tau: float = 1.0
-    target_update_interval: int = 128
-    epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
-    epsilon_decay_steps: int = 10_000
-    loss: str = "huber"
-    max_grad_norm: float = 10.0
-    dueling: bool = False
-
-    #: the settings a resumed run must share with its checkpoint, besides RunConfig's (see load_resume)
     RESUME_FIELDS = ("dueling",)
 
 
-
 def check_config(config: DQNConfig) -> None:
-    """DQN's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
-
-    Raises:
-        ValueError: a setting is out of range.
-    """
-    positive = ("rollout_steps", "buffer_size", "batch_size", "n_step", "target_update_interval", "epsilon_decay_steps")
-    for name in positive:
-        if getattr(config, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
-    if config.gradient_steps < 0 or config.learning_starts < 0:
-        raise ValueError("gradient_steps and learning_starts must be >= 0")
+    """Raises ``ValueError`` for a setting of DQN's own out of range."""
+    check_at_least(config, 1, "n_step", "target_update_interval", "epsilon_decay_steps")
+    check_at_least(config, 0, "gradient_steps")
     if config.n_step > config.rollout_steps:
         raise ValueError(f"n_step must be <= rollout_steps (the first acquisition must hold one n-step return), "
                          f"got n_step={config.n_step}, rollout_steps={config.rollout_steps}")
@@ -252,7 +198,7 @@ def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = Fal
     """The Q-network for ``spec``'s env: :class:`PixelQNetwork` for images, :class:`QNetwork` (an MLP, with
     ``layer_norm`` and ``activation``) otherwise.
 
-    >>> from rlstruct.algos.env_spec import EnvSpec
+    >>> from rlstruct.algos._train.env_spec import EnvSpec
     >>> type(q_network(EnvSpec((10, 10, 4), "bool", 3, 1000), (64,))).__name__
     'PixelQNetwork'
     """
@@ -330,12 +276,6 @@ def double_dqn_targets(
     return returns + discounts * next_q_target.gather(-1, a_star).squeeze(-1)
 
 
-
-
-
-
-
-
 # =============================================================================================== loss
 def dqn_loss(
     q: torch.Tensor,
@@ -389,7 +329,7 @@ def epsilon_at(env_steps: int, start: float, end: float, decay_steps: int) -> fl
 
 # =============================================================================================== learner
 class DQNLearner:
-    """DQN's learner for the off-policy loop (:class:`~rlstruct.algos.off_policy.OffPolicyLearner`): the Q network
+    """DQN's learner for the off-policy loop (:class:`~rlstruct.algos._train.loops.OffPolicyLearner`): the Q network
     and its target, Adam, epsilon-greedy exploration, n-step transitions, and one gradient step of
     :func:`dqn_loss` followed by the target update (Polyak with ``tau < 1``, else a hard copy every
     ``target_update_interval`` steps).
@@ -477,42 +417,24 @@ class DQNLearner:
                 "n_updates": self.n_updates}
 
 
+def evaluation_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:
+    """The agent factory that evaluates a saved DQN run: the Q network of its ``dueling`` setting."""
+    return functools.partial(create_q_agent, dueling=bool(config.get("dueling", False)))
+
+
+def evaluation_info(config: Mapping[str, Any], sample: bool) -> dict[str, bool | float]:
+    """The evaluation ``agent_info`` of a DQN run: the argmax, or epsilon-greedy with ``epsilon_end`` when ``sample``.
+
+    >>> evaluation_info({"epsilon_end": 0.05}, True), evaluation_info({"epsilon_end": 0.05}, False)
+    ({'epsilon': 0.05}, {'epsilon': 0.0})
+    """
+    return {"epsilon": float(config["epsilon_end"]) if sample else 0.0}
+
+
 ALGORITHM = OffPolicyAlgorithm(name="dqn", title="DQN", config_cls=DQNConfig, description=__doc__.splitlines()[0],
-                               check_config=check_config, check_env=check_env, make_learner=DQNLearner)
-
-
-def validate(config: DQNConfig) -> Setup:
-    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
-
-    Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have discrete actions.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
-            :attr:`DQNConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
-    """
-    return prepare(ALGORITHM, config)
-
-
-def train(config: DQNConfig) -> TrainResult:
-    """Trains a Q network with double DQN and returns the final evaluation and the run's history.
-
-    Raises:
-        ValueError: what :func:`validate` raises: a setting out of range, or one of its subclasses
-            (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``) for a device, the env's spaces or ``resume``.
-        FileNotFoundError: ``resume`` does not exist.
-    """
-    return train_off_policy(validate(config))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``rlstruct train dqn [flags]``; the last stdout line is a JSON summary."""
-    return run_main(ALGORITHM, train_off_policy, argv)
-
+                               check_config=check_config, check_env=check_env, make_learner=DQNLearner,
+                               agent=evaluation_agent, evaluation_info=evaluation_info)
+train = ALGORITHM.train
 
 if __name__ == "__main__":
-    # Imported by name so that spawned workers unpickle this module's functions under their real name.
-    from rlstruct.algos.dqn import main as _main
-
-    raise SystemExit(_main())
+    raise SystemExit(algorithm("dqn").main())

@@ -2,7 +2,7 @@
 its agent and its loss.
 
 :func:`build_actor_critic` builds the network of REINFORCE, A2C, PPO and the profiler for an env's
-:class:`~rlstruct.algos.env_spec.EnvSpec`: an :class:`ActorCritic` whose policy is a :class:`Categorical` over
+:class:`~rlstruct.algos._train.env_spec.EnvSpec`: an :class:`ActorCritic` whose policy is a :class:`Categorical` over
 discrete actions or a :class:`DiagGaussian` over continuous ones. Both distributions answer the same four
 questions (``log_prob``, ``entropy``, ``sample(generator)``, ``mode``), so every loss is written once for
 both kinds of action. :class:`PolicyAgent` runs the network in the batchers (sampling with its own
@@ -30,15 +30,15 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
+from rlstruct.algos._train.optim import Adam
 from rlstruct.algos.encoders import make_encoder
 from rlstruct.algos.normalization import ObservationNormalizer
-from rlstruct.algos.optim import Adam
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
 if TYPE_CHECKING:  # run imports networks: the spec's module is needed for annotations only
-    from rlstruct.algos.env_spec import EnvSpec
+    from rlstruct.algos._train.env_spec import EnvSpec
 
 __all__ = [
     "actor_critic_outputs",
@@ -317,7 +317,7 @@ def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int], *,
         SpaceError: the observation is an image and the actions are continuous, or ``normalize_observations``
             with image observations.
 
-    >>> from rlstruct.algos.env_spec import EnvSpec
+    >>> from rlstruct.algos._train.env_spec import EnvSpec
     >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
     >>> build_actor_critic(spec, (8,)).log_std.shape
     torch.Size([1])
@@ -609,7 +609,7 @@ def normalize_masked(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> 
 def make_adam(model: nn.Module, lr: float, device: DeviceLike) -> Adam:
     """Adam over the model's parameters; the fused kernel where torch has one (CPU, CUDA).
 
-    :class:`~rlstruct.algos.optim.Adam`: ``torch.optim.Adam``'s update and state dict, without the import of
+    :class:`~rlstruct.algos._train.optim.Adam`: ``torch.optim.Adam``'s update and state dict, without the import of
     ``torch._dynamo`` that every ``torch.optim`` optimizer makes (about 1 s on a small CPU).
     """
     fused = as_device(device).type in ("cpu", "cuda")

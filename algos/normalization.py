@@ -23,7 +23,6 @@ float dtype (MuJoCo's float64) and leave as float32.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 
 import torch
@@ -35,7 +34,6 @@ from rlstruct.structures import TemporalDictTensor
 
 __all__ = [
     "SumOverRanks",
-    "NormalizationConfig",
     "RunningMoments",
     "ObservationNormalizer",
     "ReturnNormalizer",
@@ -48,27 +46,8 @@ __all__ = [
 OBSERVATION_CLIP = 10.0
 
 #: sums a tensor over the ranks of a data-parallel run, in place, and returns it
-#: (:func:`rlstruct.algos.distributed.sum_over_ranks`); ``None`` for one process
+#: (:func:`rlstruct.algos._train.distributed.sum_over_ranks`); ``None`` for one process
 SumOverRanks = Callable[[torch.Tensor], torch.Tensor]
-
-
-@dataclasses.dataclass
-class NormalizationConfig:
-    """The normalisation settings of the actor-critic algorithms (A2C, PPO, REINFORCE).
-
-    Attributes:
-        normalize_observations: standardise observations by their running mean and variance inside the network,
-            clipped to [-10, 10] (flat observations only; the statistics are buffers of the model: they reach the
-            batchers with the weights and are saved in the checkpoint).
-        normalize_rewards: divide rewards by the running standard deviation of their discounted return before
-            the loss (reward_scale still multiplies them after: use reward_scale 1 with it).
-    """
-
-    #: the ``--help`` group of the fields declared here
-    HELP_GROUP = "normalisation"
-
-    normalize_observations: bool = False
-    normalize_rewards: bool = False
 
 
 class RunningMoments(nn.Module):

@@ -22,7 +22,7 @@ the previous update); the ratio still uses the log-probabilities of the weights 
 bounds the step from the behaviour policy. Off by default.
 
 The file reads top to bottom: the config, the loss, the learn step (epochs of shuffled minibatches), and a
-``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos.on_policy`).
+``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos._train.loops`).
 
 Run it with ``rlstruct train ppo --env CartPole-v1`` (or ``--env Pendulum-v1``) or ``python -m rlstruct.algos.ppo``.
 """
@@ -32,106 +32,54 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from rlstruct.algos.command import run_main
-from rlstruct.algos.distributed import World, mean_over_ranks
-from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos._train.config import OnPolicyConfig, check_at_least, setting
+from rlstruct.algos._train.distributed import World, mean_over_ranks
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
+from rlstruct.algos._train.registry import algorithm
+from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups, shuffled_minibatches
 from rlstruct.algos.networks import check_normalizable, critic_values, normalize_masked, policy_actions
-from rlstruct.algos.normalization import NormalizationConfig
-from rlstruct.algos.on_policy import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
-from rlstruct.algos.record import TrainResult
 from rlstruct.algos.recurrent import RecurrentPolicyAgent, replay_learner, replay_window
 from rlstruct.algos.returns import gae_advantages
-from rlstruct.algos.setup import Setup, prepare
-from rlstruct.algos.update import (
-    FastPathConfig,
-    UpdateStep,
-    autocast_dtype,
-    clip_groups,
-    shuffled_minibatches,
-    validate_fast_path,
-)
 from rlstruct.structures import TemporalDictTensor, Trajectories
 
-__all__ = ["PPOConfig", "ppo_loss", "ppo_minibatch_loss", "learn_step", "ALGORITHM", "validate", "train", "main"]
+__all__ = ["PPOConfig", "ppo_loss", "ppo_minibatch_loss", "learn_step", "ALGORITHM", "train"]
 
 log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
-class PPOConfig(NormalizationConfig, FastPathConfig):
-    """PPO settings (the shared ones are documented in :class:`RunConfig`, :class:`FastPathConfig` and
-    :class:`NormalizationConfig`); the defaults suit CartPole-v1.
+class PPOConfig(OnPolicyConfig):
+    """PPO's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s)."""
 
-    Attributes:
-        n_steps: steps of every env per collection (the training batcher's n_timesteps).
-        n_epochs: passes over each collection.
-        n_minibatches: minibatches per pass (each of n_envs * n_steps / n_minibatches steps, shuffled).
-        gamma: discount factor.
-        gae_lambda: GAE lambda (1: Monte-Carlo advantages, 0: one-step TD errors).
-        clip_coef: the surrogate's clip range epsilon: the ratio counts within [1 - eps, 1 + eps].
-        value_clip: clip each value's change from the collection's value to +-value_clip (0: no value clipping).
-        value_coef: weight of the value loss.
-        entropy_coef: weight of the entropy bonus.
-        max_grad_norm: clip the global gradient norm to this (0: no clipping).
-        target_kl: stop an update's epochs once the approximate KL of a pass exceeds this (None: never).
-        normalize_advantages: standardise the advantages within each minibatch.
-        reward_scale: multiply rewards by this in the loss (keeps the values near 1 where the rewards are large).
-        anneal_lr: decay the learning rate linearly to 0 over max_env_steps (the step budget: never over the wall
-            clock, so that a seed gives the same run on any machine; with no budget, an error).
-        overlap: collect the next batch while learning (data one update stale): in worker processes, or in process
-            through the batcher's zero_copy double buffer (on CUDA, a stream of its own).
-        recurrent: an LSTM policy (rlstruct.algos.recurrent) whose memory the batcher carries between
-            collections; minibatches are sets of envs' whole windows, each replayed from its stored first state.
-    """
-
-    #: the settings a resumed run must share with its checkpoint, besides RunConfig's (see load_resume)
-    RESUME_FIELDS = ("recurrent", "normalize_observations", "normalize_rewards")
-
-    n_envs: int = 32
-    time_limit: float = 600.0
-    max_env_steps: int | None = 500_000
-    lr: float = 3e-3
-    eval_every: int = 8
-    n_steps: int = 32
-    n_epochs: int = 4
-    n_minibatches: int = 2
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_coef: float = 0.2
-    value_clip: float = 0.0
-    value_coef: float = 0.5
-    entropy_coef: float = 0.0
-    max_grad_norm: float = 0.5
-    target_kl: float | None = None
-    normalize_advantages: bool = True
-    reward_scale: float = 0.1
-    anneal_lr: bool = True
-    overlap: bool = False
-    recurrent: bool = False
+    eval_every: int = setting(8, "training iterations at least between two evaluations (PPO: 8)")
+    n_steps: int = setting(32, "steps of every env per collection (PPO: 32)")
+    n_epochs: int = setting(4, "passes over each collection")
+    n_minibatches: int = setting(2, "shuffled minibatches per pass")
+    gae_lambda: float = setting(0.95, "GAE lambda (1: Monte-Carlo advantages, 0: one-step TD errors)")
+    clip_coef: float = setting(0.2, "the surrogate's clip range: the ratio counts within [1 - eps, 1 + eps]")
+    value_clip: float = setting(0.0, "clip each value's change from the collection's to +-value_clip (0: none)")
+    value_coef: float = setting(0.5, "weight of the value loss")
+    entropy_coef: float = setting(0.0, "weight of the entropy bonus")
+    max_grad_norm: float = setting(0.5, "clip the global gradient norm to this (0: no clipping)")
+    target_kl: float | None = setting(None, "stop an update's epochs once a pass's approximate KL exceeds this")
+    normalize_advantages: bool = setting(True, "standardise the advantages within each minibatch")
+    reward_scale: float = setting(0.1, "multiply rewards by this in the loss")
 
 
 def check_config(config: PPOConfig) -> None:
-    """PPO's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
-
-    Raises:
-        ValueError: a setting is out of range.
-        ConfigError: fast-path flags that cannot work together (see :func:`validate_fast_path`).
-    """
-    validate_fast_path(config, "PPO", recurrent=config.recurrent)
-    for name in ("n_steps", "n_epochs", "n_minibatches"):
-        if getattr(config, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
+    """Raises ``ValueError`` for a setting of PPO's own out of range."""
+    check_at_least(config, 1, "n_epochs", "n_minibatches")
     batch = config.n_envs * max(config.n_processes, 1) * config.n_steps
     if config.n_minibatches > batch:
         raise ValueError(f"n_minibatches must be <= the steps per collection (n_envs * max(n_processes, 1) * n_steps "
                          f"= {batch}), got {config.n_minibatches}; lower n_minibatches or collect more steps")
-    if not 0 <= config.gae_lambda <= 1 or not 0 <= config.gamma <= 1:
-        raise ValueError(f"gamma and gae_lambda must lie in [0, 1], got {config.gamma!r} and {config.gae_lambda!r}")
+    if not 0 <= config.gae_lambda <= 1:
+        raise ValueError(f"gae_lambda must lie in [0, 1], got {config.gae_lambda!r}")
     if not config.clip_coef > 0:
         raise ValueError(f"clip_coef must be > 0, got {config.clip_coef!r}")
     if config.value_clip < 0:
@@ -351,42 +299,7 @@ def learn_step(config: PPOConfig, learner: ActorCriticLearner) -> LearnFn:
 
 ALGORITHM = OnPolicyAlgorithm(name="ppo", title="PPO", config_cls=PPOConfig, description=__doc__.splitlines()[0],
                               check_config=check_config, check_env=check_env, make_learn=learn_step)
-
-
-def validate(config: PPOConfig) -> Setup:
-    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
-
-    Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: continuous actions with image observations or with ``recurrent``.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
-            :attr:`PPOConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
-    """
-    return prepare(ALGORITHM, config)
-
-
-def train(config: PPOConfig) -> TrainResult:
-    """Trains an actor-critic with PPO and returns the final evaluation and the run's history.
-
-    With ``resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
-
-    Raises:
-        ValueError: what :func:`validate` raises: a setting out of range, or one of its subclasses
-            (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``) for a device, the env's spaces or ``resume``.
-        FileNotFoundError: ``resume`` does not exist.
-    """
-    return train_on_policy(validate(config))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``rlstruct train ppo [flags]``; the last stdout line is a JSON summary."""
-    return run_main(ALGORITHM, train_on_policy, argv)
-
+train = ALGORITHM.train
 
 if __name__ == "__main__":
-    # Imported by name so that spawned workers unpickle this module's functions under their real name.
-    from rlstruct.algos.ppo import main as _main
-
-    raise SystemExit(_main())
+    raise SystemExit(algorithm("ppo").main())

@@ -13,7 +13,7 @@ truncated step's bootstraps from ``max_a Q(_observation/frame)`` (the terminal o
 is cut at every episode end and at the collection's end.
 
 The file reads top to bottom: the config, the Q(lambda) targets and the loss, the learn step, the network and its
-exploration schedule, and a ``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos.on_policy`).
+exploration schedule, and ``ALGORITHM``, which hands them to the on-policy loop (:mod:`rlstruct.algos._train.loops`).
 
 Run it with ``rlstruct train pqn --env CartPole-v1`` or ``python -m rlstruct.algos.pqn``.
 """
@@ -22,99 +22,58 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from rlstruct.algos.command import run_main
-from rlstruct.algos.dqn import QAgent, create_q_agent, epsilon_at, q_network
-from rlstruct.algos.env_spec import EnvSpec
-from rlstruct.algos.normalization import NormalizationConfig
-from rlstruct.algos.on_policy import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, PolicyNetworks, train_on_policy
-from rlstruct.algos.record import TrainResult
-from rlstruct.algos.setup import Setup, prepare
-from rlstruct.algos.update import (
-    FastPathConfig,
-    UpdateStep,
-    autocast_dtype,
-    clip_groups,
-    shuffled_minibatches,
-    validate_fast_path,
-)
+from rlstruct.agents import RL_Agent
+from rlstruct.algos._train.config import OnPolicyConfig, check_at_least, setting
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
+from rlstruct.algos._train.registry import algorithm
+from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups, shuffled_minibatches
+from rlstruct.algos.dqn import QAgent, create_q_agent, epsilon_at, evaluation_info, q_network
 from rlstruct.errors import ConfigError
 from rlstruct.structures import DictTensor, Trajectories
 
-__all__ = ["PQNConfig", "q_lambda_targets", "pqn_loss", "learn_step", "ALGORITHM", "validate", "train", "main"]
+__all__ = ["PQNConfig", "q_lambda_targets", "pqn_loss", "learn_step", "ALGORITHM", "train"]
 
 
 @dataclasses.dataclass
-class PQNConfig(NormalizationConfig, FastPathConfig):
-    """PQN settings (the shared ones are documented in :class:`RunConfig`, :class:`FastPathConfig` and
-    :class:`NormalizationConfig`).
+class PQNConfig(OnPolicyConfig):
+    """PQN's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s)."""
 
-    Attributes:
-        n_steps: steps of every env per update (the training batcher's n_timesteps).
-        n_epochs: passes over each collection.
-        n_minibatches: minibatches per pass (each one gradient step).
-        gamma: discount factor.
-        q_lambda: lambda of the Q(lambda) targets (0: one-step Q-learning targets, 1: Monte-Carlo returns).
-        epsilon_start: exploration rate at the start.
-        epsilon_end: exploration rate after the decay.
-        epsilon_decay_fraction: fraction of max_env_steps over which epsilon decays linearly.
-        reward_scale: multiply rewards by this in the targets.
-        loss: mse (0.5 * squared TD error, the paper's) or huber.
-        max_grad_norm: clip the gradient's global norm to this (0: no clipping).
-        anneal_lr: decay the learning rate linearly to 0 over max_env_steps.
-        layer_norm: a LayerNorm after each hidden layer of the Q-network, before its activation.
-        activation: the Q-network's hidden activation, relu or tanh.
-        overlap: collect the next batch while learning on this one (data one update stale).
-    """
+    hidden_sizes: tuple[int, ...] = setting((128, 128), "hidden layer widths of the Q-network (PQN: 128 128)")
+    lr: float = setting(1e-3, "Adam learning rate (PQN: 1e-3)")
+    eval_every: int = setting(5, "training iterations at least between two evaluations (PQN: 5)")
+    n_steps: int = setting(32, "steps of every env per collection (PQN: 32)")
+    n_epochs: int = setting(4, "passes over each collection")
+    n_minibatches: int = setting(8, "shuffled minibatches per pass, each one gradient step")
+    q_lambda: float = setting(0.65, "lambda of the Q(lambda) targets (0: one-step Q-learning targets)")
+    epsilon_start: float = setting(1.0, "exploration rate at the start")
+    epsilon_end: float = setting(0.05, "exploration rate after the decay")
+    epsilon_decay_fraction: float = setting(0.2, "fraction of max_env_steps over which epsilon decays linearly")
+    reward_scale: float = setting(0.1, "multiply rewards by this in the targets")
+    loss: str = setting("mse", "mse (half the squared TD error, the paper's) or huber")
+    max_grad_norm: float = setting(10.0, "clip the global gradient norm to this (0: no clipping)")
+    layer_norm: bool = setting(True, "a LayerNorm after each hidden layer of the Q-network, before its activation")
+    activation: str = setting("relu", "the Q-network's hidden activation, relu or tanh")
 
-    n_envs: int = 32
-    time_limit: float = 600.0
-    max_env_steps: int | None = 500_000
-    hidden_sizes: tuple[int, ...] = (128, 128)
-    lr: float = 1e-3
-    eval_every: int = 5
-    n_steps: int = 32
-    n_epochs: int = 4
-    n_minibatches: int = 8
-    gamma: float = 0.99
-    q_lambda: float = 0.65
-    epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
-    epsilon_decay_fraction: float = 0.2
-    reward_scale: float = 0.1
-    loss: str = "mse"
-    max_grad_norm: float = 10.0
-    anneal_lr: bool = True
-    layer_norm: bool = True
-    activation: str = "relu"
-    overlap: bool = False
-
-    #: the settings a resumed run must share with its checkpoint, besides RunConfig's (see load_resume)
-    RESUME_FIELDS = ("layer_norm", "activation", "normalize_rewards")
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = (*OnPolicyConfig.RESUME_FIELDS, "layer_norm", "activation")
 
 
 def check_config(config: PQNConfig) -> None:
-    """PQN's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
-
-    Raises:
-        ValueError: a setting is out of range.
-        ConfigError: the epsilon schedule without a step budget, or a setting the Q-network does not take
-            (``normalize_observations``, ``compile_policy``), or fast-path flags that cannot work together.
-    """
-    validate_fast_path(config, "PQN")
-    for name in ("n_steps", "n_epochs", "n_minibatches"):
-        if getattr(config, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
+    """Raises ``ValueError`` for a setting of PQN's own out of range, :class:`~rlstruct.errors.ConfigError` for the
+    epsilon schedule without a step budget or a setting the Q-network does not take (``recurrent``,
+    ``normalize_observations``, ``compile_policy``)."""
+    check_at_least(config, 1, "n_epochs", "n_minibatches")
     batch = config.n_envs * max(config.n_processes, 1) * config.n_steps
     if config.n_minibatches > batch:
         raise ValueError(f"n_minibatches must be <= the steps per collection (n_envs * max(n_processes, 1) * n_steps "
                          f"= {batch}), got {config.n_minibatches}; lower n_minibatches or collect more steps")
-    for name in ("gamma", "q_lambda", "epsilon_start", "epsilon_end"):
+    for name in ("q_lambda", "epsilon_start", "epsilon_end"):
         if not 0 <= getattr(config, name) <= 1:
             raise ValueError(f"{name} must lie in [0, 1], got {getattr(config, name)!r}")
     if not 0 < config.epsilon_decay_fraction <= 1:
@@ -126,10 +85,11 @@ def check_config(config: PQNConfig) -> None:
     if config.max_env_steps is None:
         raise ConfigError("PQN decays epsilon over the step budget max_env_steps, got max_env_steps=None; pass "
                           "--max-env-steps N")
-    if config.normalize_observations or config.compile_policy:
-        raise ConfigError("PQN's Q-network has no observation normaliser and its agent is not compiled, got "
-                          f"normalize_observations={config.normalize_observations}, compile_policy="
-                          f"{config.compile_policy}; drop --normalize-observations and --compile-policy")
+    if config.recurrent or config.normalize_observations or config.compile_policy:
+        raise ConfigError("PQN's Q-network is feed-forward, has no observation normaliser and its agent is not "
+                          f"compiled, got recurrent={config.recurrent}, normalize_observations="
+                          f"{config.normalize_observations}, compile_policy={config.compile_policy}; drop "
+                          "--recurrent, --normalize-observations and --compile-policy")
 
 
 def check_env(config: PQNConfig, spec: EnvSpec) -> None:
@@ -246,12 +206,16 @@ def learn_step(config: PQNConfig, learner: ActorCriticLearner) -> LearnFn:
     return learn
 
 
-def q_networks(config: PQNConfig) -> PolicyNetworks:
-    """PQN's Q-network (:func:`~rlstruct.algos.dqn.q_network` with ``layer_norm`` and ``activation``) and its
-    epsilon-greedy agent."""
-    return PolicyNetworks(q_network, create_q_agent, QAgent,
-                          {"layer_norm": config.layer_norm, "activation": config.activation},
-                          {"epsilon": config.epsilon_start})
+def create_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:
+    """The batchers' agent factory of a PQN run (its ``config`` as a dict), for training and for evaluating its
+    weights: the epsilon-greedy :class:`~rlstruct.algos.dqn.QAgent` over its LayerNorm Q-network."""
+    return functools.partial(create_q_agent, layer_norm=bool(config["layer_norm"]),
+                             activation=str(config["activation"]))
+
+
+def build_model(config: PQNConfig, spec: EnvSpec) -> torch.nn.Module:
+    """The learner's Q-network (on the CPU; the loop seeds its weights)."""
+    return q_network(spec, config.hidden_sizes, layer_norm=config.layer_norm, activation=config.activation)
 
 
 def exploration(config: PQNConfig, env_steps: int, n_rows: int) -> tuple[DictTensor, dict[str, Any]]:
@@ -269,40 +233,11 @@ def exploration(config: PQNConfig, env_steps: int, n_rows: int) -> tuple[DictTen
 
 ALGORITHM = OnPolicyAlgorithm(name="pqn", title="PQN", config_cls=PQNConfig, description=__doc__.splitlines()[0],
                               check_config=check_config, check_env=check_env, make_learn=learn_step,
-                              networks=q_networks, schedule=exploration)
-
-
-def validate(config: PQNConfig) -> Setup:
-    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
-
-    Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have discrete actions and flat observations.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: see :func:`check_config`; or ``resume`` holds another algorithm's run, or one trained with
-            other :attr:`PQNConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
-    """
-    return prepare(ALGORITHM, config)
-
-
-def train(config: PQNConfig) -> TrainResult:
-    """Trains a Q-network with PQN and returns the final evaluation and the run's history.
-
-    Raises:
-        ValueError: what :func:`validate` raises.
-        FileNotFoundError: ``resume`` does not exist.
-    """
-    return train_on_policy(validate(config))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``rlstruct train pqn [flags]``; the last stdout line is a JSON summary."""
-    return run_main(ALGORITHM, train_on_policy, argv)
-
+                              agent=create_agent, evaluation_info=evaluation_info,
+                              explore=lambda config: {"epsilon": config.epsilon_start}, build_model=build_model,
+                              learner_agent=lambda model, device, config: QAgent(model, device),
+                              schedule=exploration)
+train = ALGORITHM.train
 
 if __name__ == "__main__":
-    # Imported by name so that spawned workers unpickle this module's functions under their real name.
-    from rlstruct.algos.pqn import main as _main
-
-    raise SystemExit(_main())
+    raise SystemExit(algorithm("pqn").main())

@@ -31,7 +31,7 @@ from rlstruct.devices import DeviceLike
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
 if TYPE_CHECKING:
-    from rlstruct.algos.env_spec import EnvSpec
+    from rlstruct.algos._train.env_spec import EnvSpec
 
 __all__ = [
     "RecurrentActorCritic",

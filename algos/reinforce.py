@@ -7,7 +7,7 @@ truncated by its time limit rather than terminated. The policy is categorical fo
 diagonal Gaussian for continuous ones (see :mod:`rlstruct.algos.networks`).
 
 The file reads top to bottom: the config, the returns and the loss, the learn step (one gradient step over
-whole episodes), and a ``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos.on_policy`).
+whole episodes), and a ``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos._train.loops`).
 
 Run it with ``rlstruct train reinforce --env CartPole-v1`` or ``python -m rlstruct.algos.reinforce``.
 """
@@ -17,72 +17,50 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from rlstruct.agents import replay_agent, replay_agent_stateless
-from rlstruct.algos.command import run_main
-from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos._train.config import OnPolicyConfig, setting
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
+from rlstruct.algos._train.registry import algorithm
+from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups
 from rlstruct.algos.networks import check_normalizable, masked_policy_value_loss, policy_actions
-from rlstruct.algos.normalization import NormalizationConfig
-from rlstruct.algos.on_policy import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, train_on_policy
-from rlstruct.algos.record import TrainResult
 from rlstruct.algos.returns import discounted_returns
-from rlstruct.algos.setup import Setup, prepare
-from rlstruct.algos.update import FastPathConfig, UpdateStep, autocast_dtype, clip_groups, validate_fast_path
+from rlstruct.errors import ConfigError
 from rlstruct.structures import Trajectories
 
-__all__ = ["ReinforceConfig", "reinforce_loss", "reinforce_batch_loss", "reinforce_returns", "learn_step",
-           "ALGORITHM", "validate", "train", "main"]
+__all__ = ["ReinforceConfig", "reinforce_loss", "reinforce_batch_loss", "reinforce_returns", "learn_step", "ALGORITHM",
+           "train"]
 
 log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
-class ReinforceConfig(NormalizationConfig, FastPathConfig):
-    """REINFORCE settings (the shared ones are documented in :class:`RunConfig`, :class:`FastPathConfig` and
-    :class:`NormalizationConfig`).
+class ReinforceConfig(OnPolicyConfig):
+    """REINFORCE's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s). It collects
+    whole episodes: ``n_steps`` does not apply, and ``recurrent`` and ``overlap`` are refused."""
 
-    With ``compile_update`` the loss is compiled with symbolic shapes (``dynamic=True``): a batch is as long as
-    its longest episode, so its ``T`` changes from one update to the next.
+    n_envs: int = setting(16, "environments per training worker (REINFORCE: 16)")
+    eval_every: int = setting(5, "training iterations at least between two evaluations (REINFORCE: 5)")
+    anneal_lr: bool = setting(False, "decay the learning rate linearly to 0 over max_env_steps (REINFORCE: off)")
+    baseline_coef: float = setting(0.5, "weight of the baseline's squared error")
+    entropy_coef: float = setting(0.01, "weight of the entropy bonus")
+    normalize_advantages: bool = setting(True, "standardise the advantages (returns minus baseline) in each batch")
+    max_grad_norm: float = setting(1.0, "clip the gradient norm of the actor and of the critic, each (0: none)")
+    bootstrap_truncated: bool = setting(True, "at a time limit, bootstrap the return from the final baseline")
 
-    Attributes:
-        gamma: discount factor.
-        baseline_coef: weight of the baseline's squared error.
-        entropy_coef: weight of the entropy bonus.
-        normalize_advantages: standardise the advantages (returns minus baseline) within each batch.
-        max_grad_norm: clip the gradient norm of the actor and of the critic, each, to this (0: no clipping).
-        bootstrap_truncated: at a time limit, bootstrap the return from the baseline of the final observation.
-    """
-
-    n_envs: int = 16
-    time_limit: float = 600.0
-    max_env_steps: int | None = 500_000
-    lr: float = 3e-3
-    eval_every: int = 5
-    gamma: float = 0.99
-    baseline_coef: float = 0.5
-    entropy_coef: float = 0.01
-    normalize_advantages: bool = True
-    max_grad_norm: float = 1.0
-    bootstrap_truncated: bool = True
-
-    #: the settings a resumed run must share with its checkpoint, besides RunConfig's (see load_resume)
     RESUME_FIELDS = ("normalize_observations", "normalize_rewards")
 
 
-
 def check_config(config: ReinforceConfig) -> None:
-    """REINFORCE's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
-
-    Raises:
-        ValueError: a setting is out of range.
-        ConfigError: fast-path flags that cannot work together (see :func:`validate_fast_path`).
-    """
-    validate_fast_path(config, "REINFORCE", episodic=True)
-    if not 0 <= config.gamma <= 1:
-        raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
+    """Raises :class:`~rlstruct.errors.ConfigError` for ``recurrent`` or ``overlap``, which a collection of whole
+    episodes does not take."""
+    for name in ("recurrent", "overlap"):
+        if getattr(config, name):
+            raise ConfigError(f"REINFORCE collects whole episodes with a feed-forward policy, got {name}=True; drop "
+                              f"--{name}, or train A2C or PPO")
 
 
 def check_env(config: ReinforceConfig, spec: EnvSpec) -> None:
@@ -246,42 +224,7 @@ def learn_step(config: ReinforceConfig, learner: ActorCriticLearner) -> LearnFn:
 ALGORITHM = OnPolicyAlgorithm(name="reinforce", title="REINFORCE", config_cls=ReinforceConfig,
                               description=__doc__.splitlines()[0], check_config=check_config, check_env=check_env,
                               make_learn=learn_step, episodic=True)
-
-
-def validate(config: ReinforceConfig) -> Setup:
-    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
-
-    Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have flat observations.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
-            :attr:`ReinforceConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
-    """
-    return prepare(ALGORITHM, config)
-
-
-def train(config: ReinforceConfig) -> TrainResult:
-    """Trains a policy with REINFORCE and returns the final evaluation and the run's history.
-
-    With ``resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
-
-    Raises:
-        ValueError: what :func:`validate` raises: a setting out of range, or one of its subclasses
-            (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``) for a device, the env's spaces or ``resume``.
-        FileNotFoundError: ``resume`` does not exist.
-    """
-    return train_on_policy(validate(config))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``rlstruct train reinforce [flags]``; the last stdout line is a JSON summary."""
-    return run_main(ALGORITHM, train_on_policy, argv)
-
+train = ALGORITHM.train
 
 if __name__ == "__main__":
-    # Imported by name so that spawned workers unpickle this module's functions under their real name.
-    from rlstruct.algos.reinforce import main as _main
-
-    raise SystemExit(_main())
+    raise SystemExit(algorithm("reinforce").main())

@@ -26,7 +26,7 @@ import torch
 from rlstruct.devices import DeviceLike, as_device
 
 if TYPE_CHECKING:
-    from rlstruct.algos.env_spec import EnvSpec
+    from rlstruct.algos._train.env_spec import EnvSpec
 
 __all__ = ["ReplayBuffer", "steps_to_transitions"]
 
@@ -124,7 +124,7 @@ class ReplayBuffer:
         """A buffer for the observations and actions of ``spec``'s env (its observation dtype; ``int64``
         actions when discrete, ``float32`` ones of ``spec.action_shape`` when continuous).
 
-        >>> from rlstruct.algos.env_spec import EnvSpec
+        >>> from rlstruct.algos._train.env_spec import EnvSpec
         >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
         >>> buf = ReplayBuffer.for_spec(spec, 100, "cpu")
         >>> buf.frames.shape, buf.action.shape, buf.action.dtype

@@ -17,7 +17,7 @@ fresh run's first steps only).
 
 The file reads top to bottom: the config, the networks and their agent, the losses, the learner
 (:class:`SACLearner`: one gradient step of the critics, the actor and the temperature), and a ``train`` that hands it
-to the off-policy loop (:mod:`rlstruct.algos.off_policy`).
+to the off-policy loop (:mod:`rlstruct.algos._train.loops`).
 
 Run it with ``rlstruct train sac --env Pendulum-v1`` or ``python -m rlstruct.algos.sac``.
 """
@@ -28,45 +28,28 @@ import copy
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos.checkpoints import Resume, load_state, restore_optimizer
-from rlstruct.algos.command import run_main
-from rlstruct.algos.config import RunConfig
-from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos._train.checkpoints import Resume, load_state, restore_optimizer
+from rlstruct.algos._train.config import OffPolicyConfig, setting
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.loops import OffPolicyAlgorithm
+from rlstruct.algos._train.optim import Adam
+from rlstruct.algos._train.registry import algorithm
+from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos.networks import NetworkAgent, make_adam
-from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
-from rlstruct.algos.optim import Adam
-from rlstruct.algos.record import TrainResult
 from rlstruct.algos.replay import ReplayBuffer
-from rlstruct.algos.run import seeded_model
-from rlstruct.algos.setup import Setup, prepare
 from rlstruct.algos.transitions import one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
-__all__ = [
-    "SACConfig",
-    "SquashedGaussianActor",
-    "TwinQNetwork",
-    "SACAgent",
-    "create_sac_agent",
-    "squashed_gaussian_log_prob",
-    "soft_q_targets",
-    "sac_critic_loss",
-    "sac_actor_loss",
-    "sac_temperature_loss",
-    "polyak_update",
-    "SACLearner",
-    "ALGORITHM",
-    "validate",
-    "train",
-    "main",
-]
+__all__ = ["SACConfig", "SquashedGaussianActor", "TwinQNetwork", "SACAgent", "create_sac_agent",
+           "squashed_gaussian_log_prob", "soft_q_targets", "sac_critic_loss", "sac_actor_loss", "sac_temperature_loss",
+           "polyak_update", "SACLearner", "ALGORITHM", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -74,62 +57,29 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
 @dataclasses.dataclass
-class SACConfig(RunConfig):
-    """SAC settings (the shared ones are documented in :class:`RunConfig`).
+class SACConfig(OffPolicyConfig):
+    """SAC's settings (each one's help is beside it; the family's are :class:`OffPolicyConfig`'s)."""
 
-    Attributes:
-        rollout_steps: steps of every env per batcher execute (the training batcher's n_timesteps).
-        buffer_size: replay buffer capacity in transitions.
-        batch_size: transitions per gradient step.
-        learning_starts: env steps of uniformly random actions before the policy acts and the first gradient step.
-        gradient_steps_per_env_step: gradient steps per new env step (the replay ratio; fractions accumulate).
-        gamma: discount factor.
-        tau: Polyak rate of the target critics (target <- (1 - tau) * target + tau * critic, every gradient step).
-        critic_lr: Adam learning rate of the critics (lr is the actor's and the temperature's).
-        init_temperature: the entropy temperature alpha at the start.
-        target_entropy: the policy entropy the temperature tunes towards (None: -action_dim).
-    """
-
-    env: str = "Pendulum-v1"
-    n_envs: int = 4
-    time_limit: float = 600.0
-    max_env_steps: int | None = 20_000
-    hidden_sizes: tuple[int, ...] = (128, 128)
-    lr: float = 1e-3
-    eval_every: int = 25
-    rollout_steps: int = 8
-    buffer_size: int = 1_000_000
-    batch_size: int = 256
-    learning_starts: int = 1_000
-    gradient_steps_per_env_step: float = 1.0
-    gamma: float = 0.99
-    tau: float = 0.005
-    critic_lr: float = 1e-3
-    init_temperature: float = 1.0
-    target_entropy: float | None = None
-
-    #: the settings a resumed run must share with its checkpoint, besides RunConfig's (see load_resume)
-    RESUME_FIELDS = ()
-
+    env: str = setting("Pendulum-v1", "gymnasium id of the environment (SAC: Pendulum-v1, continuous actions)")
+    time_limit: float = setting(600.0, "stop training after this many seconds of wall clock (SAC: 600)")
+    max_env_steps: int | None = setting(20_000, "the step budget: stop after this many env steps (SAC: 20k)")
+    rollout_steps: int = setting(8, "steps of every env per acquisition (SAC: 8)")
+    buffer_size: int = setting(1_000_000, "transitions the replay buffer holds (SAC: 1M)")
+    batch_size: int = setting(256, "transitions per gradient step (SAC: 256)")
+    learning_starts: int = setting(1_000, "env steps of uniformly random actions before the first gradient step")
+    gradient_steps_per_env_step: float = setting(1.0, "gradient steps per new env step (fractions accumulate)")
+    tau: float = setting(0.005, "Polyak rate of the target critics, every gradient step")
+    critic_lr: float = setting(1e-3, "Adam learning rate of the critics (lr: the actor's and the temperature's)")
+    init_temperature: float = setting(1.0, "the entropy temperature alpha at the start")
+    target_entropy: float | None = setting(None, "the entropy the temperature tunes towards (None: -action_dim)")
 
 
 def check_config(config: SACConfig) -> None:
-    """SAC's own settings (the shared ones are :func:`~rlstruct.algos.config.validate_run_config`'s).
-
-    Raises:
-        ValueError: a setting is out of range.
-    """
-    for name in ("rollout_steps", "buffer_size", "batch_size"):
-        if getattr(config, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
-    if config.learning_starts < 0:
-        raise ValueError(f"learning_starts must be >= 0, got {config.learning_starts!r}")
+    """Raises ``ValueError`` for a setting of SAC's own out of range."""
     if not config.gradient_steps_per_env_step >= 0:
         raise ValueError(f"gradient_steps_per_env_step must be >= 0, got {config.gradient_steps_per_env_step!r}")
     if not 0 < config.tau <= 1:
         raise ValueError(f"tau must lie in (0, 1], got {config.tau!r}")
-    if not 0 <= config.gamma <= 1:
-        raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
     if not config.init_temperature > 0:
         raise ValueError(f"init_temperature must be > 0, got {config.init_temperature!r}")
     if not config.critic_lr > 0:
@@ -310,8 +260,6 @@ def create_sac_agent(
 # =============================================================================================== losses
 
 
-
-
 def soft_q_targets(
     returns: torch.Tensor, discounts: torch.Tensor, next_q_target: torch.Tensor, next_log_prob: torch.Tensor,
     alpha: torch.Tensor | float,
@@ -412,7 +360,7 @@ def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
 
 # =============================================================================================== learner
 class SACLearner:
-    """SAC's learner for the off-policy loop (:class:`~rlstruct.algos.off_policy.OffPolicyLearner`): the actor, the
+    """SAC's learner for the off-policy loop (:class:`~rlstruct.algos._train.loops.OffPolicyLearner`): the actor, the
     twin critics and their Polyak-averaged targets, the temperature, their three Adams, and one gradient step
     (the critics on the soft targets, the actor, the temperature, then the targets).
 
@@ -528,45 +476,21 @@ class SACLearner:
                 "critic_optimizer": self.critic_opt.state_dict(), "alpha_optimizer": self.alpha_opt.state_dict()}
 
 
+def evaluation_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:
+    """The agent factory that evaluates a saved SAC run."""
+    return create_sac_agent
+
+
+def evaluation_info(config: Mapping[str, Any], sample: bool) -> dict[str, bool | float]:
+    """The evaluation ``agent_info`` of a SAC run: the squashed mean, or draws from the policy when ``sample`` (never
+    the uniform warm-up draws)."""
+    return {"stochastic": sample, "random": False}
+
+
 ALGORITHM = OffPolicyAlgorithm(name="sac", title="SAC", config_cls=SACConfig, description=__doc__.splitlines()[0],
-                               check_config=check_config, check_env=check_env, make_learner=SACLearner)
-
-
-def validate(config: SACConfig) -> Setup:
-    """Checks the config before anything is built (see :func:`~rlstruct.algos.setup.prepare`).
-
-    Raises:
-        DeviceUnavailableError: a device of the config does not exist here.
-        SpaceError: the env does not have continuous actions and flat observations.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
-        ConfigError: ``resume`` holds another algorithm's run, or one trained with other
-            :attr:`SACConfig.RESUME_FIELDS` or shared settings (see :func:`load_resume`).
-    """
-    return prepare(ALGORITHM, config)
-
-
-def train(config: SACConfig) -> TrainResult:
-    """Trains a squashed Gaussian policy with SAC and returns the final evaluation and the run's history.
-
-    The checkpoint holds the actor (what ``rlstruct eval`` runs) as its ``model``, and the critics, the target
-    critics, the temperature and the optimizers in its ``learner`` state.
-
-    Raises:
-        ValueError: what :func:`validate` raises: a setting out of range, or one of its subclasses
-            (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``) for a device, the env's spaces or ``resume``.
-        FileNotFoundError: ``resume`` does not exist.
-    """
-    return train_off_policy(validate(config))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``rlstruct train sac [flags]``; the last stdout line is a JSON summary."""
-    return run_main(ALGORITHM, train_off_policy, argv)
-
+                               check_config=check_config, check_env=check_env, make_learner=SACLearner,
+                               agent=evaluation_agent, evaluation_info=evaluation_info)
+train = ALGORITHM.train
 
 if __name__ == "__main__":
-    # Imported by name so that spawned workers unpickle this module's functions under their real name.
-    from rlstruct.algos.sac import main as _main
-
-    raise SystemExit(_main())
+    raise SystemExit(algorithm("sac").main())

@@ -7,7 +7,7 @@ configuration whose projected memory does not fit the available host (or GPU) me
 being built. The result holds the best configuration and the whole table.
 
 The measurement is injectable: ``measure(n_processes, n_envs) -> Measurement``. The one ``rlstruct autotune``
-uses, :func:`rlstruct.algos.profile.batcher_measure`, times an :class:`~rlstruct.batchers.RL_Batcher` of the
+uses, :func:`rlstruct.algos._train.profile.batcher_measure`, times an :class:`~rlstruct.batchers.RL_Batcher` of the
 algorithms' policy agent on a :func:`~rlstruct.envs.make_env` env.
 """
 
@@ -223,7 +223,7 @@ def autotune(
     * A measurement that raises (e.g. out of memory) is recorded as ``failed`` and stops the sweep.
 
     Args:
-        measure: ``measure(n_processes, n_envs) -> Measurement`` (e.g. :func:`rlstruct.algos.profile.batcher_measure`).
+        measure: ``measure(n_processes, n_envs) -> Measurement`` (e.g. the one ``rlstruct autotune`` uses).
         process_counts: process counts to sweep (0: the calling process).
         min_envs: first env count per process.
         max_envs: largest env count per process.

@@ -52,7 +52,7 @@ class Pipeline:
         ConfigError: ``overlap`` in process with shared weights.
 
     >>> from rlstruct.algos.networks import create_policy_agent, build_actor_critic
-    >>> from rlstruct.algos.env_spec import create_env, describe_env
+    >>> from rlstruct.algos import create_env, describe_env
     >>> spec = describe_env("CartPole-v1", "torch", None)
     >>> model = build_actor_critic(spec, (8,))
     >>> with RL_Batcher(4, create_policy_agent, {"spec": spec, "hidden_sizes": (8,)}, create_env,

@@ -32,10 +32,8 @@ import sys, threading
 from pathlib import Path
 root = Path(sys.argv[1]).resolve()
 files, iteration_files, state = set(), set(), {"marks": 0}
-import importlib, importlib.util
-# The run's record (its budget check opens every iteration) lives in algos/record.py (algos/run.py before).
-Run = next(importlib.import_module(m).Run for m in ("rlstruct.algos.record", "rlstruct.algos.run")
-           if importlib.util.find_spec(m) and hasattr(importlib.import_module(m), "Run"))
+# The run's record: its budget check opens every iteration.
+from rlstruct.algos._train.log import Run
 record = Run.should_stop
 
 def should_stop(self):
@@ -111,7 +109,8 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         traced = trace_ppo(tmp)
-    lines = {p.name: len(p.read_text().splitlines()) for p in (ROOT / "algos").glob("*.py")}
+    lines = {str(p.relative_to(ROOT / "algos")): len(p.read_text().splitlines())
+             for p in (ROOT / "algos").rglob("*.py")}
     largest = max(lines, key=lines.get)
     help_text = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "train", "ppo", "--help"],
                                capture_output=True, text=True, check=True, cwd=ROOT).stdout

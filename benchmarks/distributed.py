@@ -9,7 +9,7 @@ Two parts, every configuration in a fresh process (``benchmarks/_fresh.py``), th
   updates and evaluations included.
 * **All-reduce**: 2 ``gloo`` ranks on loopback; for the 64-64 MLP (CartPole), the 256-256 MLP (Hopper-v5's
   observation) and the Nature CNN (Atari 84x84x4), the forward and backward of a PPO-sized minibatch, against the
-  all-reduce of its gradients as one flattened buffer (what ``rlstruct.algos.distributed.average_gradients`` issues
+  all-reduce of its gradients as one flattened buffer (what ``average_gradients`` issues
   once per backward) and as one all-reduce per tensor (what it issued before, and DDP without buckets).
 
 Usage::
@@ -81,7 +81,7 @@ def _allreduce_rank(rank: int, port: int, name: str, out) -> None:
     import torch
     import torch.distributed as dist
 
-    from rlstruct.algos.env_spec import describe_env
+    from rlstruct.algos._train.env_spec import describe_env
     from rlstruct.algos.networks import build_actor_critic
 
     torch.set_num_threads(1)

@@ -23,9 +23,9 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import torch  # noqa: E402
 
-from rlstruct.algos.env_spec import EnvSpec  # noqa: E402
+from rlstruct.algos._train.env_spec import EnvSpec  # noqa: E402
+from rlstruct.algos._train.session import seeded_model  # noqa: E402
 from rlstruct.algos.networks import ActorCritic, create_policy_agent  # noqa: E402
-from rlstruct.algos.run import seeded_model  # noqa: E402
 from rlstruct.batchers import RayBatcher, RL_Batcher  # noqa: E402
 from rlstruct.devices import cpu_state_dict  # noqa: E402
 from rlstruct.envs import make_env  # noqa: E402

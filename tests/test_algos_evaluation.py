@@ -1,4 +1,4 @@
-"""The evaluation of training runs (rlstruct.algos.evaluation): episodes in acquisitions of bounded length.
+"""The evaluation of training runs (rlstruct.algos._train.evaluation): episodes in acquisitions of bounded length.
 
 The oracle is the evaluation as one acquisition of a whole episode per env (``n_timesteps`` = the time limit), the
 way the evaluator ran before it worked in chunks: chunked, the same weights and seeds give the same returns and
@@ -15,12 +15,12 @@ import time
 import pytest
 import torch
 
-from rlstruct.algos.config import RunConfig, validate_run_config
-from rlstruct.algos.env_spec import create_env, describe_env
-from rlstruct.algos.evaluation import EpisodeTally, Evaluator, run_episodes
+from rlstruct.algos._train.config import RunConfig, validate_run_config
+from rlstruct.algos._train.env_spec import create_env, describe_env
+from rlstruct.algos._train.evaluation import EpisodeTally, Evaluator, run_episodes
+from rlstruct.algos._train.session import open_batchers, seeded_model
 from rlstruct.algos.networks import build_actor_critic, create_policy_agent
 from rlstruct.algos.returns import episode_returns
-from rlstruct.algos.run import open_batchers, seeded_model
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import cpu_state_dict
 from rlstruct.structures import DictTensor
@@ -146,7 +146,7 @@ def test_the_evaluator_in_process_finishes_at_launch_and_reports_the_oracle(capl
         t0 = time.perf_counter()
         previous, final = ev.final(_weights(), 10, 0)  # fresh episodes: the envs' next resets
         assert previous is None and _without_time(final, at_most=time.perf_counter() - t0) == _summary(*second[:2])
-    with caplog.at_level(logging.WARNING, logger="rlstruct.algos.evaluation"):
+    with caplog.at_level(logging.WARNING, logger="rlstruct.algos._train.evaluation"):
         with contextlib.closing(Evaluator(_batcher(5), _agent_info(False), every=3, max_steps=6)) as ev:
             ev.final(_weights(), 0, 0)
     assert "did not finish within 6 steps; their returns are partial" in caplog.text
@@ -268,4 +268,4 @@ def test_evaluation_env_kwargs_are_checked_before_anything_runs():
 
     with pytest.raises(ValueError, match=r"evaluation_env_kwargs must be keyword arguments that the torch backend's "
                                          r"constructor of 'CartPole-v1' takes, got \{'no_such_argument': 1\}"):
-        a2c.validate(a2c.A2CConfig(evaluation_env_kwargs={"no_such_argument": 1}, progress=False))
+        a2c.ALGORITHM.validate(a2c.A2CConfig(evaluation_env_kwargs={"no_such_argument": 1}, progress=False))

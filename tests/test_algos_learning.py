@@ -14,8 +14,8 @@ import math
 import pytest
 
 from rlstruct.algos import a2c, dqn, pqn, reinforce
-from rlstruct.algos.env_spec import EnvSpec, describe_env
-from rlstruct.algos.record import Run
+from rlstruct.algos._train.env_spec import EnvSpec, describe_env
+from rlstruct.algos._train.log import Run
 from rlstruct.errors import SpaceError
 
 RANDOM_POLICY_RETURN = 22.0

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
+from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos.a2c import a2c_loss
 from rlstruct.algos.dqn import QNetwork, double_dqn_targets, dqn_loss, dueling_q, epsilon_at
-from rlstruct.algos.env_spec import EnvSpec
 from rlstruct.algos.networks import Categorical, create_policy_agent
 from rlstruct.algos.reinforce import reinforce_loss, reinforce_returns
 from rlstruct.algos.returns import discounted_returns, episode_statistics, gae_advantages

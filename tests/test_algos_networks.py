@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env
+from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.networks import (
     ActorCritic,
     Categorical,

@@ -115,7 +115,7 @@ def test_ppo_loss_of_an_all_zero_mask_is_zero_not_nan():
 ])
 def test_bad_settings_are_refused_before_anything_starts(change, match):
     with pytest.raises(ValueError, match=match):
-        ppo.validate(PPOConfig(**change))
+        ppo.ALGORITHM.validate(PPOConfig(**change))
 
 
 # --------------------------------------------------------------------------- learning

@@ -8,10 +8,9 @@ import pytest
 import torch
 
 from rlstruct.algos import pqn
+from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
+from rlstruct.algos._train.evaluation import evaluation_agent
 from rlstruct.algos.dqn import QNetwork, create_q_agent, q_network
-from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env
-from rlstruct.algos.evaluation import evaluation_info
-from rlstruct.algos.policy_of import evaluation_agent
 from rlstruct.algos.pqn import PQNConfig, pqn_loss, q_lambda_targets
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.errors import ConfigError, SpaceError
@@ -94,12 +93,13 @@ def test_the_q_network_has_a_layer_norm_before_each_hidden_activation():
     ({"loss": "l1"}, ValueError, "loss must be 'mse' or 'huber', got 'l1'"),
     ({"activation": "gelu"}, ValueError, "activation must be 'relu' or 'tanh', got 'gelu'"),
     ({"max_env_steps": None, "anneal_lr": False}, ConfigError, "PQN decays epsilon over the step budget"),
-    ({"normalize_observations": True}, ConfigError, "PQN's Q-network has no observation normaliser"),
+    ({"normalize_observations": True}, ConfigError, "PQN's Q-network is feed-forward, has no observation normaliser"),
+    ({"recurrent": True}, ConfigError, "got recurrent=True"),
     ({"env": "Pendulum-v1"}, SpaceError, "PQN takes discrete actions"),
 ])
 def test_bad_settings_are_refused_before_anything_starts(change, error, match):
     with pytest.raises(error, match=match):
-        pqn.validate(PQNConfig(**change))
+        pqn.ALGORITHM.validate(PQNConfig(**change))
 
 
 def test_the_evaluation_agent_is_the_greedy_q_network_the_run_trained():
@@ -109,7 +109,8 @@ def test_the_evaluation_agent_is_the_greedy_q_network_the_run_trained():
     agent = create(**kwargs)
     assert [type(m).__name__ for m in agent.model.q][:3] == ["Linear", "LayerNorm", "ReLU"]
     assert info["epsilon"].tolist() == [0.0]
-    assert evaluation_info("pqn", {**config, "evaluation_policy": "sample"}) == {"epsilon": config["epsilon_end"]}
+    _, _, sampled = evaluation_agent("pqn", {**config, "evaluation_policy": "sample"}, spec)
+    assert sampled["epsilon"].tolist() == [pytest.approx(config["epsilon_end"])]
 
 
 @pytest.mark.timeout(120)

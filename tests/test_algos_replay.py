@@ -13,8 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.dqn import create_q_agent
-from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.replay import ReplayBuffer, steps_to_transitions
 from rlstruct.algos.transitions import NStepWindow, one_step_steps, one_step_transitions
 from rlstruct.batchers import RL_Batcher

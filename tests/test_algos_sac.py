@@ -9,7 +9,7 @@ import torch
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 from rlstruct.algos import sac
-from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos.sac import (
     SACConfig,
     SquashedGaussianActor,
@@ -179,7 +179,7 @@ def test_agent_samples_from_its_seed_takes_the_mean_when_not_stochastic_and_acts
 # --------------------------------------------------------------------------- config and spaces
 def test_sac_refuses_discrete_actions():
     with pytest.raises(SpaceError, match="SAC takes continuous actions, got env='CartPole-v1'"):
-        sac.validate(SACConfig(env="CartPole-v1"))
+        sac.ALGORITHM.validate(SACConfig(env="CartPole-v1"))
 
 
 @pytest.mark.parametrize(("field", "value", "match"), [
@@ -190,7 +190,7 @@ def test_sac_refuses_discrete_actions():
 ])
 def test_bad_settings_name_the_setting(field, value, match):
     with pytest.raises(ValueError, match=match):
-        sac.validate(SACConfig(**{field: value}))
+        sac.ALGORITHM.validate(SACConfig(**{field: value}))
 
 
 # --------------------------------------------------------------------------- learning

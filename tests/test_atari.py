@@ -18,7 +18,7 @@ import torch
 
 pytest.importorskip("ale_py")
 
-from rlstruct.algos.env_spec import describe_env  # noqa: E402
+from rlstruct.algos._train.env_spec import describe_env  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 # No --max-episode-steps: the episodes are capped by ALE (27,000 steps). The evaluations (an untrained greedy policy
@@ -60,7 +60,8 @@ def test_breakout_trains_from_frames_checkpoints_and_evaluates(algo, backend, fl
 def test_training_envs_take_env_kwargs_and_evaluations_report_the_games_score(tmp_path, monkeypatch):
     """``--env-kwargs '{"life_loss_info": true}'`` reaches the training envs; the evaluation envs (and the videos)
     play whole games with unclipped rewards unless ``evaluation_env_kwargs`` says otherwise."""
-    from rlstruct.algos import env_spec, ppo, run
+    from rlstruct.algos import ppo
+    from rlstruct.algos._train import env_spec, session
 
     built = []
 
@@ -68,7 +69,7 @@ def test_training_envs_take_env_kwargs_and_evaluations_report_the_games_score(tm
         built.append((kwargs["n_envs"], kwargs["env_kwargs"]))
         return env_spec.create_env(*args, **kwargs)
 
-    monkeypatch.setattr(run, "create_env", recording_create_env)
+    monkeypatch.setattr(session, "create_env", recording_create_env)
     common = dict(env="ALE/Breakout-v5", n_envs=2, n_steps=8, max_env_steps=16, n_evaluation_envs=1,
                   evaluation_max_steps=8, eval_every=100, progress=False, tensorboard=False, preset="none")
     ppo.train(ppo.PPOConfig(**common, logdir=str(tmp_path / "a"), env_kwargs={"life_loss_info": True, "noop_max": 5}))
@@ -87,7 +88,8 @@ def test_evaluation_envs_must_keep_the_training_envs_spaces():
 
     with pytest.raises(ConfigError, match=r"evaluation_env_kwargs must leave the env's spaces as training has them, "
                                           r"got \{'stack_num': 2\}, which gives .*obs_shape=\(2, 84, 84\)"):
-        ppo.validate(ppo.PPOConfig(env="ALE/Breakout-v5", evaluation_env_kwargs={"stack_num": 2}, preset="none"))
+        ppo.ALGORITHM.validate(ppo.PPOConfig(env="ALE/Breakout-v5", evaluation_env_kwargs={"stack_num": 2},
+                                             preset="none"))
 
 
 @pytest.mark.parametrize("env_kwargs, lives_at_the_ends", [
@@ -101,7 +103,7 @@ def test_a_lost_life_ends_the_training_episode(env_kwargs, lives_at_the_ends, mo
     """A policy that always presses FIRE serves the ball at once and loses a life every couple of dozen steps."""
     from ale_py.vector_env import AtariVectorEnv
 
-    from rlstruct.algos.env_spec import create_env
+    from rlstruct.algos._train.env_spec import create_env
     from rlstruct.structures import DictTensor
 
     lives = []

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rlstruct.algos.profile import autotune_batcher, batcher_measure
+from rlstruct.algos._train.profile import autotune_batcher, batcher_measure
 from rlstruct.batchers import AutotuneResult, Measurement
 from rlstruct.batchers.autotune import autotune, host_rss
 

@@ -19,13 +19,13 @@ import pytest
 import torch
 
 from rlstruct.algos import a2c, cli
+from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, setting
+from rlstruct.algos._train.flags import build_parser, config_from_args, field_help
+from rlstruct.algos._train.session import worker_seeds
 from rlstruct.algos.a2c import A2CConfig
-from rlstruct.algos.command import build_parser, config_from_args, field_docs, short_help
-from rlstruct.algos.config import RunConfig
 from rlstruct.algos.dqn import DQNConfig
 from rlstruct.algos.ppo import PPOConfig
 from rlstruct.algos.reinforce import ReinforceConfig
-from rlstruct.algos.run import worker_seeds
 from rlstruct.algos.sac import SACConfig
 
 CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, SACConfig, PPOConfig]
@@ -215,50 +215,30 @@ def test_train_help_lists_the_flags(algo, capsys):
 
 # --------------------------------------------------------------------------- parser from the dataclasses
 @pytest.mark.parametrize("config_cls", CONFIGS)
-def test_every_config_field_has_a_doc_and_a_flag(config_cls):
-    docs = field_docs(config_cls)
-    names = [f.name for f in dataclasses.fields(config_cls)]
-    assert set(names) <= set(docs), set(names) - set(docs)
+def test_every_config_field_has_a_plain_help_beside_it_and_a_flag(config_cls):
+    helps = field_help(config_cls)
     parser = build_parser(config_cls, "prog")
     flags = {a.dest: a for a in parser._actions}
-    for name in names:  # --help shows the description's first clause, or its start
-        shown = flags[name].help.removesuffix(" ...")
-        assert name in flags and shown and short_help(docs[name]).startswith(shown)
+    for f in dataclasses.fields(config_cls):
+        text, group = helps[f.name]
+        assert text and flags[f.name].help == text, f.name
+        assert not any(mark in text for mark in (":mod:", ":func:", ":class:", "``", "...")), (f.name, text)
     for name in ("env", "backend", "n_envs", "n_processes", "learner_device", "batcher_device", "evaluation_device",
                  "seed", "time_limit", "max_env_steps", "logdir", "progress"):
-        assert name in names
+        assert helps[name][1] in ("environment", "run", "evaluation")
 
 
-@dataclasses.dataclass
-class _WrappedConfig(A2CConfig):
-    """Settings whose descriptions wrap.
+def test_a_field_an_algorithm_re_declares_keeps_its_group_and_says_so_in_its_own_help():
+    @dataclasses.dataclass
+    class Config(OnPolicyConfig):
+        lr: float = setting(1e-2, "Adam learning rate (this algorithm: 1e-2)")
+        wide_field: float = setting(1.0, "a setting of its own")
 
-    Attributes:
-        gamma: the discount factor, a description long enough that it wraps onto the next line of the
-            docstring and then onto a third one, which --help must still show.
-        wide_field (float): a field with a type in parentheses, and a wrapped
-            description.
-
-    Example:
-        not_a_field: a later section is not read as fields.
-    """
-
-    wide_field: float = 1.0
-
-
-def test_wrapped_field_descriptions_are_read_whole_and_shown_shortened_in_help(capsys):
-    docs = field_docs(_WrappedConfig)
-    assert docs["gamma"] == ("the discount factor, a description long enough that it wraps onto the next line of "
-                             "the docstring and then onto a third one, which --help must still show.")
-    assert docs["wide_field"] == "a field with a type in parentheses, and a wrapped description."
-    assert docs["n_steps"] == field_docs(A2CConfig)["n_steps"] and "not_a_field" not in docs
-    with pytest.raises(SystemExit):
-        build_parser(_WrappedConfig, "prog").parse_args(["--help"])
-    help_text = " ".join(capsys.readouterr().out.split())
-    assert "--gamma GAMMA the discount factor, a description long enough that it wraps onto the next line" in help_text
-    assert " ... (default: 0.99)" in help_text
-    assert "--wide-field WIDE_FIELD a field with a type in parentheses, and a wrapped description (default: 1.0)" \
-           in help_text
+    helps = field_help(Config)
+    assert helps["lr"] == ("Adam learning rate (this algorithm: 1e-2)", "run")
+    assert helps["wide_field"] == ("a setting of its own", "algorithm")
+    assert helps["n_steps"][1] == "on-policy" and helps["autocast"][1] == "fast path"
+    assert field_help(RunConfig)["lr"] == ("Adam learning rate", "run")
 
 
 def test_parsed_flags_build_the_config():
@@ -287,8 +267,8 @@ def test_only_the_command_line_configures_logging():
     root = Path(__file__).resolve().parents[1]
     calling = sorted(str(p.relative_to(root)) for d in ("rlstruct", "agents", "batchers", "algos")
                      for p in (root / d).rglob("*.py") if "basicConfig(" in p.read_text())
-    assert calling == ["algos/command.py"]  # the command line's own module
-    assert (root / "algos/command.py").read_text().count("basicConfig(") == 1
+    assert calling == ["algos/_train/train_command.py"]  # the command line's own module
+    assert (root / "algos/_train/train_command.py").read_text().count("basicConfig(") == 1
 
 
 # --------------------------------------------------------------------------- Ctrl-C
@@ -404,7 +384,7 @@ def test_a_run_without_iterations_and_a_reused_logdir_are_warned_about(tmp_path,
 
 @pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn", "sac", "ppo"])
 def test_train_help_is_grouped_and_each_entry_is_two_lines_at_most(algo, capsys):
-    from rlstruct.algos.command import HELP_POSITION
+    from rlstruct.algos._train.flags import HELP_POSITION
 
     with pytest.raises(SystemExit):
         cli.main(["train", algo, "--help"])
@@ -412,7 +392,9 @@ def test_train_help_is_grouped_and_each_entry_is_two_lines_at_most(algo, capsys)
     title = {"reinforce": "REINFORCE"}.get(algo, algo.upper())
     groups = ["environment:", "run:", "evaluation:", "checkpoints:", f"{title}'s own settings:"]
     if algo in ("reinforce", "a2c", "ppo"):
-        groups += ["fast path:", "normalisation:"]
+        groups += ["on-policy:", "fast path:", "normalisation:"]
+    else:
+        groups += ["off-policy:"]
     lines = out.splitlines()
     assert [g for g in groups if g not in lines] == []
     entries: list[list[str]] = []
@@ -450,17 +432,17 @@ def test_summary_times_the_launch_to_the_first_iteration_and_to_the_target(tmp_p
 
 
 def test_launched_at_is_the_process_start():
-    from rlstruct.algos.command import launched_at
+    from rlstruct.algos._train.train_command import launched_at
 
-    code = ("import time; time.sleep(0.5); from rlstruct.algos.command import launched_at; import time as t; "
-            "print(t.perf_counter() - launched_at())")
+    code = ("import time; time.sleep(0.5); from rlstruct.algos._train.train_command import launched_at; "
+            "import time as t; print(t.perf_counter() - launched_at())")
     age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert 0.5 <= age < 60
     assert time.perf_counter() - launched_at() > 0
 
 
 def test_a_command_called_from_python_is_timed_from_the_call_not_the_process_start(tmp_path, capsys):
-    from rlstruct.algos.command import launched_at
+    from rlstruct.algos._train.train_command import launched_at
 
     time.sleep(1.0)  # the process is older than the call by at least this much
     age = time.perf_counter() - launched_at()

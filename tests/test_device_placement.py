@@ -14,9 +14,9 @@ import torch
 import rlstruct.agents.check_device as check_device_module
 from rlstruct import DictTensor, RL_Agent_CheckDevice
 from rlstruct.algos import a2c, dqn, reinforce
-from rlstruct.algos.env_spec import EnvSpec, create_env
+from rlstruct.algos._train.env_spec import EnvSpec, create_env
+from rlstruct.algos._train.session import check_on_device
 from rlstruct.algos.networks import ActorCritic, PolicyAgent, create_policy_agent
-from rlstruct.algos.run import check_on_device
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import cpu_state_dict
 from rlstruct.errors import BatcherWorkerError, DeviceMismatchError

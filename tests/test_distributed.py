@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from rlstruct.algos.distributed import (
+from rlstruct.algos._train.distributed import (
     World,
     all_ranks_stop,
     average_gradients,
@@ -30,7 +30,7 @@ from rlstruct.algos.distributed import (
     sum_over_ranks,
     world_from_environment,
 )
-from rlstruct.algos.update import UpdateStep
+from rlstruct.algos._train.update import UpdateStep
 from rlstruct.errors import ConfigError
 
 UPDATES = 4
@@ -47,7 +47,7 @@ def test_plain_run_is_one_rank():
 def test_ranks_number_their_workers_in_one_sequence():
     """K ranks of n workers seed their workers as one process of K * n workers does, disjoint across ranks; a run
     whose workers over all ranks would reach the evaluation's seeds is refused."""
-    from rlstruct.algos.run import MAX_WORKERS, worker_seeds
+    from rlstruct.algos._train.session import MAX_WORKERS, worker_seeds
 
     one_process = worker_seeds(7, 4, 0)
     assert [s for rank in range(2) for s in worker_seeds(7, 2, 0, first=rank * 2)] == one_process
@@ -221,9 +221,9 @@ def test_torchrun_sac_two_ranks_train_alike_and_rank_0_alone_reports(tmp_path):
 
 
 def test_a_non_logging_rank_writes_no_file(tmp_path):
-    from rlstruct.algos.env_spec import describe_env
+    from rlstruct.algos._train.env_spec import describe_env
+    from rlstruct.algos._train.log import Run
     from rlstruct.algos.ppo import PPOConfig
-    from rlstruct.algos.record import Run
 
     config = PPOConfig(logdir=str(tmp_path / "run"), tensorboard=True, progress=True)
     run = Run("ppo", config, describe_env("CartPole-v1", "torch", None), logger=False)
@@ -234,7 +234,13 @@ def test_a_non_logging_rank_writes_no_file(tmp_path):
 
 
 def test_global_sum_and_models_agree_are_identities_for_one_rank():
-    from rlstruct.algos.distributed import fewest_over_ranks, global_sum, learner_seed, mean_over_ranks, models_agree
+    from rlstruct.algos._train.distributed import (
+        fewest_over_ranks,
+        global_sum,
+        learner_seed,
+        mean_over_ranks,
+        models_agree,
+    )
 
     assert global_sum(7, World()) == 7 and models_agree(nn.Linear(2, 2), World()) and fewest_over_ranks(3, World()) == 3
     assert learner_seed(5, World()) == 5 and mean_over_ranks(torch.tensor(2.0), World()) == 2.0
@@ -433,8 +439,8 @@ def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path
 
 
 def test_ray_address_without_actors_is_refused():
-    from rlstruct.algos.a2c import A2CConfig, validate
+    from rlstruct.algos.a2c import ALGORITHM, A2CConfig
 
     with pytest.raises(ConfigError, match=r"ray_address='auto' names a Ray cluster .* got ray_actors=0; pass "
                                           r"--ray-actors N too"):
-        validate(A2CConfig(ray_address="auto"))
+        ALGORITHM.validate(A2CConfig(ray_address="auto"))

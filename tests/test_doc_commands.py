@@ -79,7 +79,7 @@ def _promised_return(comment: str) -> bool:
 
 def test_every_promised_return_is_covered_by_a_learning_test_or_suite():
     from benchmarks.learning import SUITES
-    from rlstruct.algos.presets import find_preset
+    from rlstruct.algos._train.presets import find_preset
 
     for page, command, comment in COMMANDS:
         argv = shlex.split(command)

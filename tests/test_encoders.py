@@ -10,8 +10,8 @@ import torch
 
 from rlstruct import RL_Batcher
 from rlstruct.algos import a2c
+from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.encoders import CNNEncoder, MLPEncoder, image_layout, make_encoder
-from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.networks import ActorCritic, EncoderActorCritic, build_actor_critic, create_policy_agent
 from rlstruct.algos.recurrent import RecurrentActorCritic
 from rlstruct.errors import SpaceError

@@ -1,6 +1,6 @@
 """``evaluation_policy``: evaluations, videos and ``rlstruct eval`` act greedily (the default) or as in training.
 
-One map (:func:`rlstruct.algos.evaluation.evaluation_info`) gives every algorithm's evaluation ``agent_info``; the
+One map (``evaluation_info``) gives every algorithm's evaluation ``agent_info``; the
 loops, the videos and ``rlstruct eval`` take theirs from it. The agents are checked against what the policy says:
 a greedy agent takes the mode, a sampling one draws with the policy's probabilities.
 """
@@ -14,14 +14,15 @@ import sys
 import pytest
 import torch
 
-from rlstruct.algos import dqn, off_policy, on_policy, sac
-from rlstruct.algos.config import RunConfig, validate_run_config
+from rlstruct.algos import dqn, ppo, sac
+from rlstruct.algos._train import loops
+from rlstruct.algos._train.config import RunConfig, validate_run_config
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.evaluation import evaluation_agent
+from rlstruct.algos._train.loops import train_off_policy, train_on_policy
+from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos.dqn import DQNConfig
-from rlstruct.algos.env_spec import EnvSpec
-from rlstruct.algos.evaluation import evaluation_info
-from rlstruct.algos.policy_of import evaluation_agent
 from rlstruct.algos.ppo import PPOConfig
-from rlstruct.algos.ppo import validate as validate_ppo
 from rlstruct.algos.sac import SACConfig
 from rlstruct.structures import DictTensor
 
@@ -29,7 +30,7 @@ SPEC = EnvSpec((4,), "float32", 2, 500)
 
 
 @pytest.mark.parametrize(("algo", "config", "info"), [
-    ("ppo", {}, {"stochastic": False}),  # a config written before the setting existed: greedy
+    ("ppo", {}, {"stochastic": False}),  # a config without the setting: greedy
     ("a2c", {"evaluation_policy": "sample"}, {"stochastic": True}),
     ("reinforce", {"evaluation_policy": "greedy"}, {"stochastic": False}),
     ("dqn", {"evaluation_policy": "greedy", "epsilon_end": 0.05}, {"epsilon": 0.0}),
@@ -38,7 +39,7 @@ SPEC = EnvSpec((4,), "float32", 2, 500)
     ("sac", {}, {"stochastic": False, "random": False}),
 ])
 def test_each_algorithms_evaluation_info_follows_the_runs_policy(algo, config, info):
-    assert evaluation_info(algo, config) == info
+    assert algorithm(algo).evaluation_agent_info(config) == info
 
 
 def test_an_unknown_policy_is_a_value_error_naming_the_setting_and_the_choices():
@@ -77,31 +78,30 @@ class _Opened(Exception):
     pass
 
 
-@pytest.mark.parametrize(("module", "config", "expected"), [
-    (on_policy, PPOConfig(env="CartPole-v1", evaluation_policy="sample", preset="none"), {"stochastic": True}),
-    (on_policy, PPOConfig(env="CartPole-v1", preset="none"), {"stochastic": False}),
-    (off_policy, DQNConfig(env="CartPole-v1", evaluation_policy="sample", epsilon_end=0.02), {"epsilon": 0.02}),
-    (off_policy, SACConfig(env="Pendulum-v1", evaluation_policy="sample"), {"stochastic": True, "random": False}),
+@pytest.mark.parametrize(("train", "config", "expected"), [
+    (train_on_policy, PPOConfig(env="CartPole-v1", evaluation_policy="sample", preset="none"), {"stochastic": True}),
+    (train_on_policy, PPOConfig(env="CartPole-v1", preset="none"), {"stochastic": False}),
+    (train_off_policy, DQNConfig(env="CartPole-v1", evaluation_policy="sample", epsilon_end=0.02), {"epsilon": 0.02}),
+    (train_off_policy, SACConfig(env="Pendulum-v1", evaluation_policy="sample"), {"stochastic": True, "random": False}),
 ])
-def test_the_training_loops_hand_their_evaluator_the_runs_policy(module, config, expected, monkeypatch, tmp_path):
+def test_the_training_loops_hand_their_evaluator_the_runs_policy(train, config, expected, monkeypatch, tmp_path):
     seen = {}
 
     def opened(*args, evaluate, **kwargs):
         seen.update(evaluate)
         raise _Opened
 
-    monkeypatch.setattr(module, "open_batchers", opened)
+    monkeypatch.setattr(loops, "open_batchers", opened)
     config.logdir = str(tmp_path)
     config.progress = config.tensorboard = False
-    validate = {PPOConfig: validate_ppo, DQNConfig: dqn.validate, SACConfig: sac.validate}[type(config)]
-    train = on_policy.train_on_policy if module is on_policy else off_policy.train_off_policy
+    validate = {PPOConfig: ppo, DQNConfig: dqn, SACConfig: sac}[type(config)].ALGORITHM.validate
     with pytest.raises(_Opened):
         train(validate(config))
     assert seen == expected
 
 
 def test_the_atari_preset_evaluates_whole_games_of_the_sampled_policy():
-    config = validate_ppo(PPOConfig(env="ALE/Breakout-v5")).config if _has_ale() else None
+    config = ppo.ALGORITHM.validate(PPOConfig(env="ALE/Breakout-v5")).config if _has_ale() else None
     if config is None:
         pytest.skip("ale-py is not installed (pip install 'rlstruct[atari]')")
     assert config.preset == "ppo-atari" and config.evaluation_policy == "sample"
@@ -113,7 +113,7 @@ def test_the_atari_preset_evaluates_whole_games_of_the_sampled_policy():
 def test_dqns_atari_preset_evaluates_whole_games_epsilon_greedy():
     if not _has_ale():
         pytest.skip("ale-py is not installed (pip install 'rlstruct[atari]')")
-    config = dqn.validate(DQNConfig(env="ALE/Breakout-v5")).config
+    config = dqn.ALGORITHM.validate(DQNConfig(env="ALE/Breakout-v5")).config
     assert config.preset == "dqn-atari" and config.evaluation_policy == "sample" and config.epsilon_end == 0.01
     assert config.env_kwargs == {"life_loss_info": True} and config.evaluation_env_kwargs is None
     # one gradient step of 32 transitions per 4 env steps, as in CleanRL's dqn_atari.py
@@ -125,15 +125,15 @@ def test_a_greedy_evaluation_of_whole_atari_games_is_warned_about(caplog):
     if not _has_ale():
         pytest.skip("ale-py is not installed (pip install 'rlstruct[atari]')")
     warned = "plays until that cap"
-    with caplog.at_level("WARNING", logger="rlstruct.algos.setup"):
-        validate_ppo(PPOConfig(env="ALE/Breakout-v5", preset="none"))
+    with caplog.at_level("WARNING", logger="rlstruct.algos._train.session"):
+        ppo.ALGORITHM.validate(PPOConfig(env="ALE/Breakout-v5", preset="none"))
     assert warned in caplog.text and "--evaluation-policy sample" in caplog.text and "27000 steps" in caplog.text
     for quiet in (PPOConfig(env="ALE/Breakout-v5"), PPOConfig(env="ALE/Breakout-v5", preset="none",
                                                               evaluation_max_steps=1000),
                   PPOConfig(env="CartPole-v1", preset="none")):
         caplog.clear()
-        with caplog.at_level("WARNING", logger="rlstruct.algos.setup"):
-            validate_ppo(quiet)
+        with caplog.at_level("WARNING", logger="rlstruct.algos._train.session"):
+            ppo.ALGORITHM.validate(quiet)
         assert warned not in caplog.text, quiet
 
 

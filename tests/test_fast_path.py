@@ -15,8 +15,10 @@ import pytest
 import torch
 
 from rlstruct.algos import a2c, ppo, reinforce
-from rlstruct.algos.config import RunConfig, validate_run_config
-from rlstruct.algos.env_spec import create_env, describe_env
+from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, validate_run_config
+from rlstruct.algos._train.env_spec import create_env, describe_env
+from rlstruct.algos._train.session import training_run
+from rlstruct.algos._train.update import UpdateStep, clip_groups, weight_sync_mode
 from rlstruct.algos.networks import (
     ActorCritic,
     actor_critic_outputs,
@@ -24,8 +26,6 @@ from rlstruct.algos.networks import (
     create_policy_agent,
     make_adam,
 )
-from rlstruct.algos.run import training_run
-from rlstruct.algos.update import FastPathConfig, UpdateStep, clip_groups, weight_sync_mode
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.errors import BatcherStateError, ConfigError
 from rlstruct.structures import DictTensor
@@ -196,8 +196,8 @@ def test_pipeline_misuse_is_a_typed_error():
 
 def test_weight_sync_mode_of_a_config_and_its_outcome():
     """A run asks for "auto" (or "cpu" without share_weights); WeightSync alone decides from the placement."""
-    assert weight_sync_mode(FastPathConfig()) == "auto"
-    assert weight_sync_mode(FastPathConfig(share_weights=False)) == "cpu"
+    assert weight_sync_mode(OnPolicyConfig()) == "auto"
+    assert weight_sync_mode(OnPolicyConfig(share_weights=False)) == "cpu"
     model = build_actor_critic(SPEC, (8,))
     with _batcher() as b:
         assert WeightSync(b, model, "cpu", "auto").mode == "shared"
@@ -275,7 +275,7 @@ def test_overlap_in_process_runs_and_is_reproducible(tmp_path, module, cls):
 ])
 def test_flag_combinations_that_cannot_work_are_config_errors(module, cls, extra, match):
     with pytest.raises(ConfigError, match=match):
-        module.validate(cls(**extra))
+        module.ALGORITHM.validate(cls(**extra))
 
 
 def test_cli_rejects_a_bad_combination_in_one_line(capsys):
@@ -435,7 +435,7 @@ def test_compile_policy_collects_what_the_eager_policy_collects(tmp_path, module
 
 def test_bad_autocast_is_a_value_error_naming_the_choices():
     with pytest.raises(ValueError, match=r"autocast must be one of \['none', 'bfloat16'\], got 'float16'; pass"):
-        a2c.validate(a2c.A2CConfig(autocast="float16"))
+        a2c.ALGORITHM.validate(a2c.A2CConfig(autocast="float16"))
 
 
 @pytest.mark.timeout(300)

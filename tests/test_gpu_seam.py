@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from rlstruct import DictTensor, _accel
-from rlstruct.algos.update import UpdateStep, clip_groups
+from rlstruct.algos._train.update import UpdateStep, clip_groups
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.batchers import _graph as graph_module
 from rlstruct.envs import make_env

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce, sac
-from rlstruct.algos.off_policy import OffPolicyAlgorithm, train_off_policy
-from rlstruct.algos.on_policy import OnPolicyAlgorithm, train_on_policy
+from rlstruct.algos._train.loops import OffPolicyAlgorithm, OnPolicyAlgorithm, train_off_policy, train_on_policy
 
 
 def test_each_algorithm_describes_itself_to_its_familys_loop():
@@ -20,13 +19,23 @@ def test_each_algorithm_describes_itself_to_its_familys_loop():
 
 
 def test_a_description_without_its_learn_step_is_a_type_error():
-    with pytest.raises(TypeError, match="OnPolicyAlgorithm 'x' needs make_learn, got None"):
+    with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'make_learn'"):
         OnPolicyAlgorithm(name="x", title="X", config_cls=a2c.A2CConfig, description="")
-    with pytest.raises(TypeError, match="OffPolicyAlgorithm 'y' needs make_learner, got None"):
-        OffPolicyAlgorithm(name="y", title="Y", config_cls=dqn.DQNConfig, description="")
+    with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'make_learner'"):
+        OffPolicyAlgorithm(name="y", title="Y", config_cls=dqn.DQNConfig, description="", agent=print,
+                           evaluation_info=print)
+
+
+def test_the_registry_lists_every_algorithm_and_names_its_exports():
+    from rlstruct.algos._train.registry import ALGORITHMS, algorithm, exports
+
+    assert [algorithm(name).name for name in ALGORITHMS] == list(ALGORITHMS)
+    assert exports()["PPOConfig"] == "rlstruct.algos.ppo"
+    with pytest.raises(ValueError, match=r"unknown algorithm 'nope'; expected one of \['reinforce'"):
+        algorithm("nope")
 
 
 def test_validate_checks_once_and_hands_down_what_it_found():
-    setup = a2c.validate(a2c.A2CConfig(env="Pendulum-v1"))
+    setup = a2c.ALGORITHM.validate(a2c.A2CConfig(env="Pendulum-v1"))
     assert setup.algorithm is a2c.ALGORITHM and setup.resume is None
     assert setup.spec.action_shape == (1,) and str(setup.learner_device) == "cpu"

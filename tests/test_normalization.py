@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlstruct.algos import a2c, ppo, reinforce
-from rlstruct.algos.checkpoints import load_checkpoint
+from rlstruct.algos._train.checkpoints import load_checkpoint
+from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
+from rlstruct.algos._train.update import UpdateStep, clip_groups
 from rlstruct.algos.cli import evaluate_checkpoint
-from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.networks import ActorCritic, actor_critic_outputs, build_actor_critic, create_policy_agent
 from rlstruct.algos.normalization import ObservationNormalizer, ReturnNormalizer, RunningMoments
 from rlstruct.algos.recurrent import recurrent_actor_critic
-from rlstruct.algos.update import UpdateStep, clip_groups
 from rlstruct.batchers import RL_Batcher, WeightSync
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor
@@ -29,7 +29,7 @@ SPEC = describe_env("CartPole-v1", "torch", None)
 
 def _common(tmp_path, **kw):
     return {"progress": False, "tensorboard": False, "logdir": str(tmp_path), "time_limit": 300.0,
-            "stop_at_reward_threshold": False, **kw}
+            "stop_at_reward_threshold": False, "preset": "none", **kw}
 
 
 # ----------------------------------------------------------------------------------------------- the statistics
@@ -117,7 +117,7 @@ def test_normalisation_of_images_is_a_space_error():
         recurrent_actor_critic(pixels, (8,), normalize_observations=True)
     pytest.importorskip("minatar")
     with pytest.raises(SpaceError, match="normalize_observations takes flat observations"):
-        ppo.validate(ppo.PPOConfig(env="MinAtar/Breakout-v1", normalize_observations=True))
+        ppo.ALGORITHM.validate(ppo.PPOConfig(env="MinAtar/Breakout-v1", normalize_observations=True))
 
 
 @pytest.mark.parametrize("mode", ["shared", "copy", "cpu"])

@@ -13,7 +13,7 @@ import typing
 import pytest
 
 from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce, sac
-from rlstruct.algos.presets import PRESETS, apply_preset, find_preset, given_fields, list_presets
+from rlstruct.algos._train.presets import PRESETS, apply_preset, find_preset, given_fields, list_presets
 from rlstruct.errors import ConfigError
 from tests.test_cli import last_json, rlstruct
 
@@ -62,8 +62,10 @@ def test_the_preset_fills_the_fields_not_given_and_a_given_one_wins():
     assert config.clip_coef == ppo.PPOConfig.clip_coef  # neither: the default
 
 
-def test_a_given_value_equal_to_the_default_still_wins():
-    config, _ = apply_preset("ppo", ppo.PPOConfig(env="Pendulum-v1", gamma=ppo.PPOConfig.gamma))
+def test_a_value_equal_to_the_default_wins_when_the_caller_names_it_given():
+    config = ppo.PPOConfig(env="Pendulum-v1", gamma=ppo.PPOConfig.gamma)
+    assert apply_preset("ppo", config)[0].gamma == PENDULUM.settings["gamma"]  # not told: the default is not given
+    config, _ = apply_preset("ppo", config, frozenset({"env", "gamma"}))
     assert config.gamma == ppo.PPOConfig.gamma != PENDULUM.settings["gamma"]
 
 
@@ -78,7 +80,7 @@ def test_a_config_that_changes_its_preset_env_kwargs_in_place_leaves_the_table_a
 def test_a_preset_chooses_the_lstm_where_the_observation_hides_the_state_and_a_given_false_wins(algo):
     config, preset = apply_preset(algo, CONFIGS[algo](env="CartPoleNoVel-v1"))
     assert preset.name == f"{algo}-cartpolenovel" and config.recurrent is True
-    config, _ = apply_preset(algo, CONFIGS[algo](env="CartPoleNoVel-v1", recurrent=False))
+    config, _ = apply_preset(algo, CONFIGS[algo](env="CartPoleNoVel-v1", recurrent=False), {"env", "recurrent"})
     assert config.recurrent is False and config.preset == f"{algo}-cartpolenovel"
     assert apply_preset(algo, CONFIGS[algo](env="CartPole-v1"))[0].recurrent is False
 
@@ -93,11 +95,11 @@ def test_none_keeps_the_bare_defaults_and_a_resolved_config_resolves_to_itself()
         "none", getattr(find_preset("ppo", "CartPole-v1"), "name", None)}
 
 
-def test_given_fields_survive_pickling_and_replace_counts_every_field():
+def test_given_fields_are_those_off_their_default_and_survive_pickling_and_replace():
     config = ppo.PPOConfig(env="Pendulum-v1", lr=1e-3)
     assert given_fields(config) == {"env", "lr"}
     assert given_fields(pickle.loads(pickle.dumps(config))) == {"env", "lr"}
-    assert given_fields(dataclasses.replace(config, seed=1)) == {f.name for f in dataclasses.fields(config)}
+    assert given_fields(dataclasses.replace(config, seed=1)) == {"env", "lr", "seed"}
 
 
 @pytest.mark.parametrize("name, match", [
@@ -107,18 +109,18 @@ def test_given_fields_survive_pickling_and_replace_counts_every_field():
 ])
 def test_a_preset_of_another_env_or_algorithm_or_an_unknown_one_is_a_config_error(name, match):
     with pytest.raises(ConfigError, match=match):
-        ppo.validate(ppo.PPOConfig(env="CartPole-v1", preset=name))
+        ppo.ALGORITHM.validate(ppo.PPOConfig(env="CartPole-v1", preset=name))
 
 
 def test_an_unsupported_pair_keeps_the_defaults_and_says_what_learns_the_env(caplog):
-    with caplog.at_level(logging.WARNING, logger="rlstruct.algos.presets"):
-        setup = a2c.validate(a2c.A2CConfig(env="Pendulum-v1"))
+    with caplog.at_level(logging.WARNING, logger="rlstruct.algos._train.presets"):
+        setup = a2c.ALGORITHM.validate(a2c.A2CConfig(env="Pendulum-v1"))
     assert setup.config.preset == "none" and setup.config.gamma == a2c.A2CConfig.gamma
     assert "a2c on Pendulum-v1 has no preset" in caplog.text and "rlstruct train ppo --env Pendulum-v1" in caplog.text
 
 
 def test_validate_hands_the_loop_the_resolved_config():
-    setup = ppo.validate(ppo.PPOConfig(env="Pendulum-v1", lr=1e-3))
+    setup = ppo.ALGORITHM.validate(ppo.PPOConfig(env="Pendulum-v1", lr=1e-3))
     assert setup.config.preset == "ppo-pendulum" and setup.config.n_steps == 250 and setup.config.lr == 1e-3
 
 

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-import rlstruct.algos.profile as profile_module
+import rlstruct.algos._train.profile as profile_module
 from rlstruct.algos import profile_training
 from rlstruct.algos.networks import create_policy_agent
 from rlstruct.batchers import PhaseTimer

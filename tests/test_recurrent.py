@@ -12,7 +12,7 @@ import torch
 from rlstruct import DictTensor, RL_Batcher
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent
 from rlstruct.algos import a2c, ppo
-from rlstruct.algos.env_spec import create_env, describe_env
+from rlstruct.algos._train.env_spec import create_env, describe_env
 from rlstruct.algos.recurrent import (
     RecurrentActorCritic,
     RecurrentPolicyAgent,
@@ -146,11 +146,11 @@ def test_recurrent_ppo_learns_cartpole_without_velocities(tmp_path):
 def test_recurrent_configs_are_checked():
     with pytest.raises(ValueError, match=r"n_minibatches must be <= the envs per collection with recurrent=True.*"
                                          r"= 4\), got 8"):
-        ppo.validate(ppo.PPOConfig(env=ENV, recurrent=True, n_envs=4, n_minibatches=8))
+        ppo.ALGORITHM.validate(ppo.PPOConfig(env=ENV, recurrent=True, n_envs=4, n_minibatches=8))
     with pytest.raises(SpaceError, match="recurrent PPO takes discrete actions, got env='Pendulum-v1'"):
-        ppo.validate(ppo.PPOConfig(env="Pendulum-v1", recurrent=True))
+        ppo.ALGORITHM.validate(ppo.PPOConfig(env="Pendulum-v1", recurrent=True))
     with pytest.raises(SpaceError, match="recurrent A2C takes discrete actions, got env='Pendulum-v1'"):
-        a2c.validate(a2c.A2CConfig(env="Pendulum-v1", recurrent=True))
+        a2c.ALGORITHM.validate(a2c.A2CConfig(env="Pendulum-v1", recurrent=True))
 
 
 @pytest.mark.slow

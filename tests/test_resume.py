@@ -25,25 +25,27 @@ import time
 import pytest
 import torch
 
-from rlstruct.algos import a2c, cli, dqn, off_policy, on_policy, ppo, reinforce, sac
-from rlstruct.algos import checkpoints as checkpoints_module
-from rlstruct.algos import record as record_module
-from rlstruct.algos import run as run_module
-from rlstruct.algos import setup as algos_setup
-from rlstruct.algos import update as update_module
-from rlstruct.algos.checkpoints import CHECKPOINT_NAME, load_resume
+from rlstruct.algos import a2c, cli, dqn, ppo, reinforce, sac
+from rlstruct.algos._train import checkpoints as checkpoints_module
+from rlstruct.algos._train import log as record_module
+from rlstruct.algos._train import loops
+from rlstruct.algos._train import session as algos_setup
+from rlstruct.algos._train import session as run_module
+from rlstruct.algos._train import update as update_module
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_resume
+from rlstruct.algos._train.env_spec import describe_env
+from rlstruct.algos._train.log import Run, session_seed
+from rlstruct.algos._train.session import worker_seeds
 from rlstruct.algos.cli import evaluate_checkpoint
-from rlstruct.algos.env_spec import describe_env
 from rlstruct.algos.normalization import LearnerNormalization
-from rlstruct.algos.record import Run, session_seed
-from rlstruct.algos.run import worker_seeds
 from rlstruct.devices import tree_copy
 from rlstruct.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
 
 SMALL = {"hidden_sizes": (8,), "progress": False, "tensorboard": False, "n_evaluation_envs": 2, "eval_every": 3,
-         "max_episode_steps": 50, "log_every": 1, "stop_at_reward_threshold": False, "time_limit": 100.0}
+         "max_episode_steps": 50, "log_every": 1, "stop_at_reward_threshold": False, "time_limit": 100.0,
+         "preset": "none"}
 
 # (module, config, env steps per iteration, steps of the first session, steps of the two sessions)
 CASES = {
@@ -107,7 +109,7 @@ def train_then_resume(tmp_path, monkeypatch, algo: str):
     saved = torch.load(os.path.join(logdir, CHECKPOINT_NAME), weights_only=True)
     restored = record_restores(monkeypatch, module)
     seeds = []
-    loop = off_policy if algo in ("dqn", "sac") else on_policy  # the family's loop opens the batchers
+    loop = loops  # the loop opens the batchers
     real_open = loop.open_batchers
 
     def open_batchers(*args, **kwargs):
@@ -321,7 +323,7 @@ def test_the_envs_own_time_limit_given_as_a_number_still_resumes(tmp_path):
     a2c.train(dataclasses.replace(config, logdir=str(logdir), max_env_steps=first_steps))
     with pytest.raises(ConfigError, match=r"max_episode_steps must equal the checkpoint's .* got "
                                           r"max_episode_steps=400 and the checkpoint's 500 \(the env's own limit\)"):
-        a2c.validate(dataclasses.replace(config, max_episode_steps=400, resume=str(logdir)))
+        a2c.ALGORITHM.validate(dataclasses.replace(config, max_episode_steps=400, resume=str(logdir)))
     same = a2c.train(dataclasses.replace(config, max_episode_steps=500, resume=str(logdir),
                                          max_env_steps=first_steps + per_iteration))
     assert same.env_steps == first_steps + per_iteration
@@ -514,7 +516,7 @@ def test_checkpoint_every_writes_resumable_checkpoints_during_the_run(tmp_path, 
 
 def test_a_bad_checkpoint_every_is_an_error():
     with pytest.raises(ValueError, match="checkpoint_every must be >= 0, got -1"):
-        a2c.validate(dataclasses.replace(CASES["a2c"][1], checkpoint_every=-1))
+        a2c.ALGORITHM.validate(dataclasses.replace(CASES["a2c"][1], checkpoint_every=-1))
 
 
 def test_a_checkpoint_is_replaced_whole(tmp_path, monkeypatch):

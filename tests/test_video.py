@@ -1,4 +1,4 @@
-"""Videos of a policy (rlstruct.algos.video, ``rlstruct eval RUN --video PATH``): the file decodes back to the frames
+"""Videos of a policy (``rlstruct eval RUN --video PATH``): the file decodes back to the frames
 that were written, at the env's frame size, and shows motion."""
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ import torch
 
 iio = pytest.importorskip("imageio.v3", reason="videos need imageio: pip install 'rlstruct[video]'")
 
-from rlstruct.algos.a2c import A2CConfig  # noqa: E402
-from rlstruct.algos.dqn import DQNConfig  # noqa: E402
-from rlstruct.algos.networks import build_actor_critic  # noqa: E402
-from rlstruct.algos.run import describe_env  # noqa: E402
-from rlstruct.algos.video import (  # noqa: E402
+from rlstruct.algos._train.session import describe_env  # noqa: E402
+from rlstruct.algos._train.video import (  # noqa: E402
     VideoResult,
     check_video_path,
     record_policy_video,
     run_video_path,
 )
+from rlstruct.algos.a2c import A2CConfig  # noqa: E402
+from rlstruct.algos.dqn import DQNConfig  # noqa: E402
+from rlstruct.algos.networks import build_actor_critic  # noqa: E402
 from rlstruct.errors import MissingDependencyError, VideoError  # noqa: E402
 
 

@@ -26,8 +26,8 @@ import tempfile
 
 import torch
 
+from rlstruct.algos import describe_env
 from rlstruct.algos.cli import evaluate_checkpoint
-from rlstruct.algos.env_spec import describe_env
 from rlstruct.algos.networks import DiagGaussian, build_actor_critic, create_policy_agent
 from rlstruct.algos.ppo import PPOConfig, ppo_loss, train
 from rlstruct.structures import DictTensor

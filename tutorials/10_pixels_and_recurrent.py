@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from rlstruct import DictTensor, RL_Batcher, cpu_state_dict
+from rlstruct.algos import create_env, describe_env
 from rlstruct.algos.a2c import A2CConfig, train
 from rlstruct.algos.encoders import CNNEncoder, MLPEncoder, make_encoder
-from rlstruct.algos.env_spec import create_env, describe_env
 from rlstruct.algos.networks import EncoderActorCritic, build_actor_critic, create_policy_agent
 from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic, replay_window
 from rlstruct.envs import CartPole, CartPoleNoVel

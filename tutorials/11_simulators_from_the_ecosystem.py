@@ -28,7 +28,7 @@ import tempfile
 import torch
 
 from rlstruct import DictTensor
-from rlstruct.algos.env_spec import describe_env
+from rlstruct.algos import describe_env
 from rlstruct.algos.networks import create_policy_agent
 from rlstruct.algos.ppo import PPOConfig, train
 from rlstruct.batchers import RL_Batcher

@@ -1,4 +1,6 @@
-"""Asynchronous evaluation of a training run's weights, one episode per env, in chunks of bounded memory."""
+"""Evaluation of a policy: the asynchronous evaluation of a training run's weights (:class:`Evaluator`), one
+episode per env in chunks of bounded memory, and the evaluation agent of a saved run (:func:`evaluation_agent`).
+"""
 
 from __future__ import annotations
 
@@ -9,31 +11,18 @@ from typing import Any
 
 import torch
 
+from rlstruct.algos._train.checkpoints import does_not_fit, load_checkpoint
+from rlstruct.algos._train.config import RunConfig
+from rlstruct.algos._train.env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
+from rlstruct.algos._train.registry import algorithm
 from rlstruct.batchers import RL_Batcher
+from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
 from rlstruct.structures import DictTensor, Trajectories
 
-__all__ = ["EpisodeTally", "Evaluator", "evaluation_info", "run_episodes"]
+__all__ = ["EpisodeTally", "Evaluator", "run_episodes", "evaluation_agent", "agent_info_row", "evaluate_checkpoint"]
 
 log = logging.getLogger(__name__)
-
-
-def evaluation_info(algo: str, config: Mapping[str, Any]) -> dict[str, bool | float]:
-    """The ``agent_info`` (one value per key) of a run's evaluation episodes, by its ``evaluation_policy``.
-
-    ``greedy`` (the default, and a config that predates the setting): the policy's mode, DQN's argmax. ``sample``:
-    the policy as it acts at the end of training: actor-critics and SAC draw from their distribution (SAC without
-    its uniform warm-up draws), DQN and PQN act epsilon-greedy with ``epsilon_end``.
-
-    >>> evaluation_info("ppo", {}), evaluation_info("dqn", {"evaluation_policy": "sample", "epsilon_end": 0.05})
-    ({'stochastic': False}, {'epsilon': 0.05})
-    """
-    sample = config.get("evaluation_policy", "greedy") == "sample"
-    if algo in ("dqn", "pqn"):
-        return {"epsilon": float(config["epsilon_end"]) if sample else 0.0}
-    if algo == "sac":
-        return {"stochastic": sample, "random": False}
-    return {"stochastic": sample}
 
 
 class EpisodeTally:
@@ -47,7 +36,7 @@ class EpisodeTally:
 
     An auto-reset batcher's acquisitions hold every env's row, and its envs start new episodes after their first
     one ends: only each env's first episode counts (the steps up to its first ``done``), which is what the
-    episodic batcher gives from the same reset (a captured evaluation, see :func:`~rlstruct.algos.run.open_batchers`).
+    episodic batcher gives from the same reset (a captured evaluation, see :func:`~.session.open_batchers`).
 
     Args:
         n_envs: the batcher's ``n_elems()``.
@@ -280,3 +269,119 @@ class Evaluator:
             self._executing = False
             self.pending = False
             self.batcher.close()
+
+
+def evaluation_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec, device: str = "cpu", *,
+                     policy: str | None = None) -> tuple[Callable[..., Any], dict[str, Any], DictTensor]:
+    """The evaluation agent of a saved run of ``algo`` (its checkpoint's ``config``): the agent factory, its keyword
+    arguments for an env of ``spec`` on ``device``, and its ``agent_info`` (one row; greedy unless ``policy``, or the
+    run's ``evaluation_policy``, is ``"sample"``).
+
+    Raises:
+        ValueError: ``algo`` is no registered algorithm, or ``policy`` is not greedy or sample.
+
+    >>> spec = EnvSpec((4,), "float32", 2, 500)
+    >>> create, kwargs, info = evaluation_agent("ppo", {"hidden_sizes": [8]}, spec)
+    >>> create.__name__, kwargs["hidden_sizes"], list(info.keys())
+    ('create_policy_agent', (8,), ['stochastic'])
+    """
+    description = algorithm(algo)
+    kwargs: dict[str, Any] = {"spec": spec, "hidden_sizes": tuple(config["hidden_sizes"]), "device": device}
+    if config.get("normalize_observations"):  # the network has the normalizer whose statistics the checkpoint holds
+        kwargs["normalize_observations"] = True
+    info = agent_info_row(description.evaluation_agent_info(config, policy))
+    return description.agent(config), kwargs, info
+
+
+def agent_info_row(values: Mapping[str, bool | float]) -> DictTensor:
+    """An ``agent_info`` of one row from one value per key.
+
+    >>> agent_info_row({"stochastic": True, "epsilon": 0.05})["epsilon"]
+    tensor([0.0500])
+    """
+    return DictTensor({key: torch.tensor([value]) for key, value in values.items()})
+
+
+def check_model_fits(create_agent: Any, agent_args: dict[str, Any], model: dict[str, Any], path: str) -> None:
+    """Loads a checkpoint's ``model`` into its agent built on the CPU, before any worker starts.
+
+    Raises:
+        ConfigError: the weights do not fit the network the checkpoint's config describes (missing or unexpected
+            keys, other shapes: a damaged file).
+    """
+    try:
+        create_agent(**{**agent_args, "device": "cpu"}).update(model)
+    except (RuntimeError, KeyError, TypeError) as e:
+        raise does_not_fit(f"{str(path)!r} holds weights that do not fit the network its config describes", e,
+                           "pass an undamaged checkpoint.pt written by rlstruct train") from e
+
+
+def evaluate_checkpoint(
+    path: str,
+    *,
+    episodes: int = 16,
+    device: str = "cpu",
+    backend: str | None = None,
+    seed: int = 12345,
+    n_processes: int = 0,
+    max_steps: int | None = None,
+    policy: str | None = None,
+) -> dict[str, Any]:
+    """Rebuilds the agent of a checkpoint and runs ``episodes`` episodes of its evaluation policy.
+
+    The episodes run in acquisitions of the training run's ``evaluation_chunk_steps`` steps (see
+    :class:`~rlstruct.algos._train.evaluation.Evaluator`), up to the env's time limit.
+
+    Args:
+        path: a ``checkpoint.pt`` written by ``train``.
+        episodes: episodes to run (one env each, per worker).
+        device: where the evaluation envs and agent run.
+        backend: env backend (default: the training run's); the run's evaluation env arguments
+            (``evaluation_env_kwargs``) apply on its own backend only.
+        seed: env seed.
+        n_processes: evaluation worker processes (0: this process).
+        max_steps: steps per episode at most (``None``: the env's time limit); an episode cut there counts its
+            partial return.
+        policy: ``"greedy"`` or ``"sample"`` (``None``: the run's ``evaluation_policy``).
+
+    Returns:
+        ``{"eval_return", "return_min", "return_max", "episodes", "policy", "env", "algo", "checkpoint"}``.
+
+    Raises:
+        DeviceUnavailableError: ``device`` does not exist here.
+        ValueError: the file is not an rlstruct checkpoint, or a damaged one, ``episodes < 1``, ``max_steps < 1`` or
+            an unknown ``policy``.
+    """
+    check_device_exists(device, argument="device")
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1 or None (the env's time limit), got {max_steps}")
+    ckpt = load_checkpoint(path)
+    cfg, spec = ckpt["config"], ckpt["env_spec"]
+    create_agent, agent_args, agent_info = evaluation_agent(ckpt["algo"], cfg, EnvSpec.from_dict(spec), device,
+                                                        policy=policy)
+    check_model_fits(create_agent, agent_args, ckpt["model"], path)
+    n_workers = max(n_processes, 1)
+    per_worker = -(-episodes // n_workers)
+    env_args = {"name": cfg["env"], "n_envs": per_worker, "backend": backend or cfg["backend"],
+                "max_episode_steps": spec["max_episode_steps"], "autoreset": False, "device": device,
+                "env_kwargs": saved_evaluation_env_kwargs(cfg, backend)}
+    if max_steps is None or max_steps > spec["max_episode_steps"]:
+        max_steps = spec["max_episode_steps"]
+    chunk = min(max_steps, cfg.get("evaluation_chunk_steps", RunConfig.evaluation_chunk_steps))
+    with RL_Batcher(chunk, create_agent, agent_args, create_env, env_args, n_processes,
+                    [seed + k for k in range(n_workers)], agent_info=agent_info, device=device) as batcher:
+        batcher.update(ckpt["model"])
+        tally = run_episodes(batcher, max_steps)
+    returns = tally.returns[:episodes]
+    return {
+        "eval_return": float(returns.mean()),
+        "return_min": float(returns.min()),
+        "return_max": float(returns.max()),
+        "episodes": int(returns.shape[0]),
+        "policy": policy or cfg.get("evaluation_policy", "greedy"),
+        "env": cfg["env"],
+        "algo": ckpt["algo"],
+        "checkpoint": str(path),
+    }

@@ -1,7 +1,5 @@
-"""Writing a policy's episodes to a video: frames from the env's backend, an imageio writer, and the paths a run
-keeps its videos at. The policy-level entry points (a checkpoint, a trained config) are in
-:mod:`rlstruct.algos.video`; this module knows nothing of the algorithms, so that the training loop's
-``--video-every`` records with the agent its evaluation builds.
+"""Videos of a policy: one episode rendered while the agent acts (:func:`record_agent_video`), the videos a
+training run writes (:class:`RunVideos`), and those of a saved run (:func:`record_checkpoint_video`).
 """
 
 from __future__ import annotations
@@ -16,15 +14,18 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlstruct.algos.env_spec import EnvSpec, create_env
+from rlstruct.algos._train.checkpoints import load_checkpoint
+from rlstruct.algos._train.env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
+from rlstruct.algos._train.evaluation import agent_info_row, evaluation_agent
 from rlstruct.envs import GymEnv, make_env
 from rlstruct.envs.factory import TORCH_ENVS, resolve_backend
 from rlstruct.errors import MissingDependencyError, VideoError
+from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
 
 __all__ = ["VIDEO_SUFFIXES", "VideoResult", "RunVideos", "check_video_path", "check_renderable", "check_videos",
-           "record_agent_video",
-           "run_video_path", "video_suffix"]
+           "record_agent_video", "run_video_path", "video_suffix", "record_policy_video", "record_checkpoint_video"]
+
 
 #: the formats written, by the path's suffix
 VIDEO_SUFFIXES = (".mp4", ".gif")
@@ -325,7 +326,7 @@ class RunVideos:
         self.every, self.logdir, self.name, self.spec, self.seed = every, Path(logdir), name, spec, seed
         self.backend = check_renderable(name, backend)
         self.create_agent, self.agent_args = create_agent, {**agent_args, "device": "cpu"}
-        self.agent_info = DictTensor({k: torch.tensor([v]) for k, v in agent_info.items()})
+        self.agent_info = agent_info_row(agent_info)
         self.physics_dtype, self.suffix, self.max_steps = physics_dtype, video_suffix(), max_steps
         self.env_kwargs = env_kwargs
         self.evaluations = 0
@@ -349,3 +350,97 @@ class RunVideos:
         self.evaluations += 1
         if self.evaluations % self.every == 0:
             self.record(state_dict(), env_steps)
+
+
+def record_policy_video(
+    path: str | os.PathLike,
+    *,
+    algo: str,
+    config: Mapping[str, Any],
+    env_spec: EnvSpec | Mapping[str, Any],
+    model_state: Mapping[str, Any],
+    episodes: int = 1,
+    max_steps: int | None = None,
+    seed: int = 0,
+    backend: str | None = None,
+    fps: float | None = None,
+    policy: str | None = None,
+) -> VideoResult:
+    """Records ``episodes`` episodes of a policy, one env on the CPU, to ``path`` (``.mp4`` or ``.gif``).
+
+    The agent is the one the algorithm's evaluation builds (greedy: ``stochastic=False``, DQN's ``epsilon=0``; or
+    as the run's ``evaluation_policy="sample"`` says) with ``model_state`` loaded. Episode ``k`` runs on env seed
+    ``seed + k``. Each episode contributes its first frame and one frame per step, up to ``max_steps`` steps (so at
+    most ``max_steps + 1`` frames). It runs in the calling
+    process and leaves torch's global random state as it found it, so a training loop can call it between
+    iterations (``--video-every``) without changing the run: the loop passes its config, env spec and the CPU
+    ``state_dict`` it sends to its evaluation batcher, with :func:`run_video_path` as ``path``.
+
+    Args:
+        path: the video file; its suffix picks the format (:data:`VIDEO_SUFFIXES`). Parent folders are created.
+        algo: the algorithm that trained the weights (``"a2c"``, ``"ppo"``, ``"dqn"``, ...).
+        config: the run's config as a dict (``dataclasses.asdict`` of the algorithm's config, or a checkpoint's
+            ``config``): ``env``, ``backend``, ``hidden_sizes`` and the network settings are read.
+        env_spec: the run's :class:`~rlstruct.algos._train.session.EnvSpec` (or its dict).
+        model_state: the policy's CPU ``state_dict``, as ``batcher.update`` sends it.
+        episodes: episodes to record (``>= 1``).
+        max_steps: steps per episode at most (``None``: the env's time limit).
+        seed: the first episode's env seed.
+        backend: env backend (default: the config's); see the module docstring for where frames come from. The
+            run's evaluation env arguments (``evaluation_env_kwargs``) apply on its own backend only.
+        fps: frames per second written (default: the env's ``render_fps``, 15 for ale-py's agent steps).
+        policy: ``"greedy"`` or ``"sample"`` (``None``: the run's ``evaluation_policy``).
+
+    Returns:
+        A :class:`VideoResult`.
+
+    Raises:
+        VideoError: an unknown suffix, or a backend without frames.
+        MissingDependencyError: imageio, imageio-ffmpeg (``.mp4``) or pygame (classic control) is missing.
+        ValueError: ``episodes < 1``, ``max_steps < 1`` or ``fps <= 0``.
+    """
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes must be an int >= 1, got {episodes!r}; pass e.g. episodes=1")
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+        raise ValueError(f"max_steps must be an int >= 1 or None (the env's time limit), got {max_steps!r}")
+    if fps is not None and not fps > 0:
+        raise ValueError(f"fps must be > 0 or None (the env's render_fps), got {fps!r}")
+    seed = check_seed(seed)
+    video_path = check_video_path(path)
+    name = config["env"]
+    resolved = check_renderable(name, backend or config.get("backend", "auto"))
+    spec = env_spec if isinstance(env_spec, EnvSpec) else EnvSpec.from_dict(dict(env_spec))
+    # Building the agent initialises a network from torch's global generator: a video recorded during training must
+    # leave the run's random stream as it found it (the same seed gives the same run with and without videos).
+    with torch.random.fork_rng(devices=[]):
+        create_agent, agent_args, agent_info = evaluation_agent(algo, config, spec, policy=policy)
+        agent = create_agent(**agent_args)
+        agent.update(model_state)
+        return record_agent_video(video_path, name=name, backend=resolved, spec=spec, agent=agent,
+                                  agent_info=agent_info, episodes=episodes, max_steps=max_steps, seed=seed,
+                                  physics_dtype=str(config.get("physics_dtype", "float64")), fps=fps,
+                                  env_kwargs=saved_evaluation_env_kwargs(config, backend))
+
+
+def record_checkpoint_video(
+    checkpoint: str | os.PathLike,
+    path: str | os.PathLike,
+    *,
+    episodes: int = 1,
+    max_steps: int | None = None,
+    seed: int = 0,
+    backend: str | None = None,
+    fps: float | None = None,
+    policy: str | None = None,
+) -> VideoResult:
+    """:func:`record_policy_video` of a ``checkpoint.pt`` written by ``rlstruct train`` (or its run's folder).
+
+    Raises:
+        FileNotFoundError: no such checkpoint.
+        ValueError: the file is not an rlstruct checkpoint; the errors of :func:`record_policy_video`.
+    """
+    check_video_path(path)  # before reading the checkpoint
+    ckpt = load_checkpoint(checkpoint)
+    return record_policy_video(path, algo=ckpt["algo"], config=ckpt["config"], env_spec=ckpt["env_spec"],
+                               model_state=ckpt["model"], episodes=episodes, max_steps=max_steps, seed=seed,
+                               backend=backend, fps=fps, policy=policy)

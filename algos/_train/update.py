@@ -1,4 +1,5 @@
-"""The learner's fast path: a compiled update, and the settings of the GPU fast path shared by A2C, PPO and REINFORCE.
+"""The on-policy learner's update: one step (loss, backward, clipping, optimizer step), compiled or not, and what
+the on-policy loop builds around it from the family's settings (the learner's state, the collection pipeline).
 
 :class:`UpdateStep` runs one update (loss, backward, gradient clipping, optimizer step) with the forward and the
 loss compiled by ``torch.compile`` (``mode="reduce-overhead"``, i.e. CUDA graphs, on CUDA; the default mode on
@@ -7,16 +8,11 @@ the CPU); the backward runs through the compiled graph (AOTAutograd) and the opt
 compiled update is tested against. With ``autocast`` its forward and loss run under :func:`torch.autocast`
 (bfloat16 products and activations, half the memory traffic of float32; the weights, their gradients and the
 optimizer stay float32).
-
-:class:`FastPathConfig` holds the flags of the fast path (``--compile-update``, ``--cuda-graph``,
-``--share-weights``, ``--autocast``); :func:`validate_fast_path` rejects the values and combinations that cannot
-work.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -27,19 +23,16 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct._accel import accelerator_for
-from rlstruct.algos.checkpoints import Resume, restore_optimizer
-from rlstruct.algos.config import RunConfig
+from rlstruct.algos._train.checkpoints import Resume, restore_optimizer
+from rlstruct.algos._train.config import OnPolicyConfig
+from rlstruct.algos._train.optim import Adam, OptimizerLike
 from rlstruct.algos.networks import ActorCritic, autocast_context, make_adam
 from rlstruct.algos.normalization import LearnerNormalization, SumOverRanks
-from rlstruct.algos.optim import Adam, OptimizerLike
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
-from rlstruct.errors import ConfigError
 
 __all__ = [
     "AUTOCAST_DTYPES",
-    "FastPathConfig",
-    "validate_fast_path",
     "weight_sync_mode",
     "autocast_dtype",
     "check_autocast",
@@ -55,89 +48,9 @@ log = logging.getLogger(__name__)
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
-#: the values of ``FastPathConfig.autocast``: the dtype of the update's forward and loss and of the training agent's
+#: the values of ``OnPolicyConfig.autocast``: the dtype of the update's forward and loss and of the training agent's
 #: forward (``None``: float32)
 AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {"none": None, "bfloat16": torch.bfloat16}
-
-
-@dataclasses.dataclass
-class FastPathConfig(RunConfig):
-    """The shared settings plus those of the GPU fast path (see :class:`RunConfig` for the others).
-
-    Attributes:
-        compile_update: compile the learner's forward and loss with torch.compile (reduce-overhead mode, i.e. CUDA
-            graphs, on CUDA); backward through the compiled graph, fused Adam. Not with recurrent or check_devices.
-        cuda_graph: replay each acquisition of the training batcher as one CUDA graph (a CUDA batcher_device and an
-            auto-reset torch simulator).
-        share_weights: with n_processes=0 and batcher_device == learner_device, the training batcher's agent reads
-            the learner's weights on the device (shared, or copied in place when collection overlaps learning)
-            instead of a CPU copy after every update.
-        compile_policy: compile the training batcher's policy step (forward, draw, log-probability) with
-            torch.compile, its elementwise work fused (the same actions up to floating-point rounding); the first
-            acquisition compiles. Not with recurrent.
-        autocast: none, or bfloat16: the update's forward and loss, and the training batcher's policy, under
-            torch.autocast (bfloat16 matrix products and activations: half the memory traffic of the passes over
-            large batches; other bits than float32). The weights, their gradients, the optimizer, the targets
-            (returns, advantages) and the distributions' log-probabilities stay float32; evaluations run in float32.
-    """
-
-    #: the ``--help`` group of the fields declared here
-    HELP_GROUP = "fast path"
-
-    compile_update: bool = False
-    cuda_graph: bool = False
-    share_weights: bool = True
-    compile_policy: bool = False
-    autocast: str = "none"
-
-
-def validate_fast_path(config: FastPathConfig, algo: str, *, recurrent: bool = False,
-                       episodic: bool = False) -> None:
-    """Rejects fast-path flags that cannot work together (called by the algorithms' ``validate``).
-
-    Args:
-        config: the algorithm's config.
-        algo: its name, for the messages.
-        recurrent: whether the run uses a recurrent policy.
-        episodic: whether the training batcher's envs are episodic (no ``cuda_graph`` then).
-
-    Raises:
-        ConfigError: ``compile_update`` with ``recurrent`` or ``check_devices``; ``compile_policy`` with
-            ``recurrent``; ``autocast`` with ``check_devices``; ``cuda_graph`` with a non-CUDA ``batcher_device``
-            or episodic envs.
-        ValueError: ``autocast`` is not one of :data:`AUTOCAST_DTYPES`.
-    """
-    check_autocast(config.autocast)
-    if config.compile_policy and recurrent:
-        raise ConfigError(
-            f"{algo}: compile_policy=True does not support recurrent=True (it compiles the feed-forward policy's "
-            "step); drop --compile-policy or --recurrent"
-        )
-    if config.compile_update and recurrent:
-        raise ConfigError(
-            f"{algo}: compile_update=True does not support recurrent=True (a window is replayed step by step through "
-            "the LSTM, with per-row resets); drop --compile-update or --recurrent"
-        )
-    if config.compile_update and config.check_devices:
-        raise ConfigError(
-            f"{algo}: compile_update=True does not support check_devices=True (the checked replay runs step by step "
-            "for debugging); drop --compile-update or --check-devices"
-        )
-    if config.autocast != "none" and config.check_devices:
-        raise ConfigError(
-            f"{algo}: autocast={config.autocast!r} does not support check_devices=True (the checked replay runs step "
-            "by step, in float32, for debugging); drop --autocast or --check-devices"
-        )
-    if config.cuda_graph and as_device(config.batcher_device).type != "cuda":
-        raise ConfigError(
-            f"{algo}: cuda_graph=True needs a CUDA batcher_device, got batcher_device={config.batcher_device!r}; "
-            "pass --batcher-device cuda or drop --cuda-graph"
-        )
-    if config.cuda_graph and episodic:
-        raise ConfigError(
-            f"{algo}: cuda_graph=True needs auto-reset envs (a captured loop cannot stop early), got {algo}'s "
-            "episodic training batcher; drop --cuda-graph"
-        )
 
 
 def check_autocast(autocast: str) -> torch.dtype | None:
@@ -157,21 +70,21 @@ def check_autocast(autocast: str) -> torch.dtype | None:
     return AUTOCAST_DTYPES[autocast]
 
 
-def autocast_dtype(config: FastPathConfig) -> torch.dtype | None:
+def autocast_dtype(config: OnPolicyConfig) -> torch.dtype | None:
     """The dtype of ``config.autocast`` (``None``: no autocast).
 
-    >>> autocast_dtype(FastPathConfig()), autocast_dtype(FastPathConfig(autocast="bfloat16"))
+    >>> autocast_dtype(OnPolicyConfig()), autocast_dtype(OnPolicyConfig(autocast="bfloat16"))
     (None, torch.bfloat16)
     """
     return AUTOCAST_DTYPES[config.autocast]
 
 
-def training_agent_kwargs(config: FastPathConfig) -> dict[str, object]:
+def training_agent_kwargs(config: OnPolicyConfig) -> dict[str, object]:
     """The training batcher's agent's own keyword arguments (``open_batchers``'s ``agent_kwargs``): its
     ``autocast``, and ``compile`` with ``compile_policy`` (the recurrent agent takes no ``compile``; validation
     refuses the pair).
 
-    >>> training_agent_kwargs(FastPathConfig(compile_policy=True))
+    >>> training_agent_kwargs(OnPolicyConfig(compile_policy=True))
     {'autocast': None, 'compile': True}
     """
     kwargs: dict[str, object] = {"autocast": autocast_dtype(config)}
@@ -180,19 +93,19 @@ def training_agent_kwargs(config: FastPathConfig) -> dict[str, object]:
     return kwargs
 
 
-def weight_sync_mode(config: FastPathConfig) -> str:
+def weight_sync_mode(config: OnPolicyConfig) -> str:
     """The :class:`~rlstruct.batchers.WeightSync` mode a run asks for: ``"auto"`` with ``share_weights`` (the weights
     shared or copied on the device where the training batcher runs in process on the learner's device, which
     :class:`~rlstruct.batchers.WeightSync` decides), else ``"cpu"``.
 
-    >>> weight_sync_mode(FastPathConfig()), weight_sync_mode(FastPathConfig(share_weights=False))
+    >>> weight_sync_mode(OnPolicyConfig()), weight_sync_mode(OnPolicyConfig(share_weights=False))
     ('auto', 'cpu')
     """
     return "auto" if config.share_weights else "cpu"
 
 
 def actor_critic_learner(
-    model: nn.Module, config: FastPathConfig, *, n_rows: int, device: DeviceLike, resume: Resume | None,
+    model: nn.Module, config: OnPolicyConfig, *, n_rows: int, device: DeviceLike, resume: Resume | None,
     sum_over_ranks: SumOverRanks | None = None,
 ) -> tuple[Adam, LearnerNormalization, Callable[[], dict[str, Any]]]:
     """The learner's state of A2C, PPO and REINFORCE besides the model: its Adam, its
@@ -201,7 +114,7 @@ def actor_critic_learner(
 
     Args:
         model: the learner's model, on ``device``.
-        config: the run's config (a :class:`FastPathConfig` with the normalisation settings and ``gamma``).
+        config: the run's config (a :class:`OnPolicyConfig` with the normalisation settings and ``gamma``).
         n_rows: the rows of every collection.
         device: the learner's device.
         resume: the checkpoint the run continues (``None``: a fresh run).
@@ -223,7 +136,7 @@ def actor_critic_learner(
     return optimizer, normalize, learner_state
 
 
-def start_pipeline(stack: contextlib.ExitStack, batcher: RL_Batcher, model: nn.Module, config: FastPathConfig, *,
+def start_pipeline(stack: contextlib.ExitStack, batcher: RL_Batcher, model: nn.Module, config: OnPolicyConfig, *,
                    device: torch.device, overlap: bool = False) -> Pipeline:
     """The training batcher's :class:`~rlstruct.batchers.Pipeline` for a run, started (initial weights sent, envs
     reset) and closed by ``stack`` before the batcher is.

@@ -9,8 +9,8 @@ the same step and the models stay identical without any weight broadcast after t
 
 Choices:
 
-* **Every algorithm**: A2C, PPO and REINFORCE (one loop, :mod:`~rlstruct.algos.on_policy`) and DQN and SAC (one
-  loop, :mod:`~rlstruct.algos.off_policy`: a replay buffer per rank, filled by the rank's own batchers, and
+* **Every algorithm**: A2C, PPO and REINFORCE (one loop, :mod:`~rlstruct.algos._train.loops`) and DQN and SAC (one
+  loop, :mod:`~rlstruct.algos._train.loops`: a replay buffer per rank, filled by the rank's own batchers, and
   ``--batch-size`` rows sampled from it per rank and gradient step, so the effective batch is K times one rank's).
   The off-policy ranks take the same number of gradient steps (the fewest any rank can take,
   :func:`fewest_over_ranks`), and their target networks, updated from identical networks, stay identical.
@@ -35,7 +35,7 @@ Choices:
   equivalence tests turn it off).
 * **Seeds are disjoint across ranks, and the ranks together are one process**: the workers of all ranks are
   numbered in one sequence (rank ``r`` of ``n`` workers holds workers ``r * n`` to ``r * n + n - 1``) and each
-  worker's envs and sampling take that worker's seed (:func:`~rlstruct.algos.run.worker_seeds`), so that K ranks of
+  worker's envs and sampling take that worker's seed (:func:`~.session.worker_seeds`), so that K ranks of
   one worker each collect what one process of K workers collects, row for row. The model is initialised from the
   run's own seed on every rank (and broadcast from rank 0 all the same, :func:`broadcast_parameters`, so that a
   model built differently cannot drift).
@@ -62,7 +62,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rlstruct.algos.checkpoints import CHECKPOINT_NAME
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME
 from rlstruct.errors import ConfigError, RankLostError
 
 __all__ = [

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from rlstruct.algos.optim import OptimizerLike
+from rlstruct.algos._train.optim import OptimizerLike
 from rlstruct.devices import cpu_state_dict, tree_copy
 from rlstruct.envs.factory import resolve_backend
 from rlstruct.errors import ConfigError
 
 if TYPE_CHECKING:
-    from rlstruct.algos.config import RunConfig
-    from rlstruct.algos.env_spec import EnvSpec
+    from rlstruct.algos._train.config import RunConfig
+    from rlstruct.algos._train.env_spec import EnvSpec
 
 __all__ = [
     "CHECKPOINT_FORMAT",

@@ -21,9 +21,11 @@ from typing import Any
 import torch
 
 from rlstruct.agents import replay_agent_stateless
+from rlstruct.algos._train.config import check_physics_dtype
+from rlstruct.algos._train.env_spec import create_env, describe_env
+from rlstruct.algos._train.session import seeded_model
+from rlstruct.algos._train.update import check_autocast
 from rlstruct.algos.a2c import A2CConfig, a2c_loss
-from rlstruct.algos.config import check_physics_dtype
-from rlstruct.algos.env_spec import create_env, describe_env
 from rlstruct.algos.networks import (
     PolicyAgent,
     autocast_context,
@@ -32,8 +34,6 @@ from rlstruct.algos.networks import (
     make_adam,
 )
 from rlstruct.algos.returns import gae_advantages
-from rlstruct.algos.run import seeded_model
-from rlstruct.algos.update import check_autocast
 from rlstruct.batchers import RL_Batcher
 from rlstruct.batchers.autotune import AutotuneResult, Measurement, autotune, available_gpu_bytes, host_rss
 from rlstruct.batchers.profile import LEARNER_PHASES, PhaseTimer, ProfileReport, split_collection
@@ -111,8 +111,8 @@ def profile_training(
     Raises:
         ValueError: ``iterations``, ``n_envs`` or ``n_timesteps`` below 1, ``env`` without discrete actions
             or a flat observation, ``cuda_graph`` with a ``device`` other than CUDA, a ``physics_dtype`` that
-            :func:`~rlstruct.algos.config.check_physics_dtype` refuses, or an ``autocast`` not in
-            :data:`~rlstruct.algos.update.AUTOCAST_DTYPES`.
+            :func:`~rlstruct.algos._train.config.check_physics_dtype` refuses, or an ``autocast`` not in
+            :data:`~rlstruct.algos._train.update.AUTOCAST_DTYPES`.
         DeviceUnavailableError: a device this machine does not have.
 
     >>> report = profile_training("CartPole-v1", n_envs=8, n_timesteps=4, iterations=2)

@@ -14,10 +14,9 @@ a family. Where an algorithm does not learn an env within a sensible budget, the
 instead of shipping settings that do not work: the run keeps the bare defaults and a warning says which algorithm
 does learn it.
 
-**Which settings count as given.** In Python, the fields passed to the config's constructor (positionally or by
-keyword); ``dataclasses.replace`` passes every field, so a replaced config counts every field as given (resolve the
-preset first, with :func:`apply_preset`, or build a new config). On the command line, the flags given, and with
-``--resume`` the resumed run's settings (a resumed run keeps its preset's values, and records its name).
+**Which settings count as given.** On the command line, the flags given, and with ``--resume`` the resumed run's
+settings (a resumed run keeps its preset's values, and records its name). In Python, the fields whose value differs
+from the config class's default, unless the caller names them (``ALGORITHM.validate(config, given=...)``).
 """
 
 from __future__ import annotations
@@ -278,16 +277,22 @@ def preset_named(name: str, algo: str, env: str) -> Preset | None:
 
 
 def given_fields(config: Any) -> frozenset[str]:
-    """The fields of a config that were given (to its constructor, or by the command line): the ones a preset
-    leaves alone."""
-    return getattr(config, "_given", frozenset(f.name for f in dataclasses.fields(config)))
+    """The fields of a config whose value differs from its class's default: those a preset leaves alone when the
+    caller does not say which fields it gave.
+
+    >>> from rlstruct.algos._train.config import RunConfig
+    >>> sorted(given_fields(RunConfig(env="Pendulum-v1", lr=3e-4, seed=0)))
+    ['env', 'lr']
+    """
+    return frozenset(f.name for f in dataclasses.fields(config) if getattr(config, f.name) != f.default)
 
 
-def apply_preset(algo: str, config: Any) -> tuple[Any, Preset | None]:
-    """``config`` with the settings of its preset in the fields not given, and that preset (None: none applies).
+def apply_preset(algo: str, config: Any, given: frozenset[str] | None = None) -> tuple[Any, Preset | None]:
+    """``config`` with the settings of its preset in the fields not ``given``, and that preset (None: none applies).
 
-    The returned config records the preset's name in ``preset`` (``"none"`` when none applied), counts every field
-    as given, and so resolves to itself again.
+    ``given`` (None: :func:`given_fields`) names the fields the caller set: the command line passes the flags given.
+    The returned config records the preset's name in ``preset`` (``"none"`` when none applied) and resolves to
+    itself again.
 
     Raises:
         ConfigError: ``config.preset`` names an unknown preset, or one of another algorithm or env; or a preset
@@ -303,8 +308,8 @@ def apply_preset(algo: str, config: Any) -> tuple[Any, Preset | None]:
         unknown = sorted(set(preset.settings) - fields)
         if unknown:
             raise ConfigError(f"preset {preset.name!r} sets {unknown}, which {type(config).__name__} does not have; "
-                              "fix the entry in rlstruct.algos.presets.PRESETS")
-        given = given_fields(config)
+                              "fix the entry in rlstruct.algos._train.presets.PRESETS")
+        given = given_fields(config) if given is None else given
         # copies: a config's env_kwargs changed in place must not change the table (presets share _ATARI's dict)
         changes = {k: copy.deepcopy(v) for k, v in preset.settings.items() if k not in given}
     return dataclasses.replace(config, **changes, preset=preset.name if preset else NONE), preset

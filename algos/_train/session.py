@@ -1,55 +1,216 @@
-"""The frame of every ``train``: the run's context (:func:`training_run`), its batchers (:func:`open_batchers`), the
-seeds of their workers, and its end (:func:`finish_training`).
-
-:func:`training_run` opens a :class:`~rlstruct.algos.record.Run` (clock, budget, ``progress.csv``, TensorBoard,
-progress bar) with torch's thread and precision settings and the signal handlers of a clean stop;
-:func:`open_batchers` opens the training batcher and the :class:`~rlstruct.algos.evaluation.Evaluator`;
-:func:`finish_training` runs the final evaluation and writes the checkpoint, the curve and the
-:class:`~rlstruct.algos.record.TrainResult`.
+"""A training session: the one check of a run's settings before anything is built (:func:`prepare`, which
+gives a :class:`Setup`), the run's frame (:func:`training_run`: threads, precision, signals), its batchers
+(:func:`open_batchers`, seeded by :func:`worker_seeds`) and its end (:func:`finish_training`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent
-from rlstruct.algos.checkpoints import CHECKPOINT_NAME, Resume, plot_learning_curve, save_checkpoint
-from rlstruct.algos.config import RunConfig
-from rlstruct.algos.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
-from rlstruct.algos.evaluation import Evaluator
-from rlstruct.algos.record import Run, TrainResult
-from rlstruct.algos.recording import RunVideos
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, load_resume, plot_learning_curve, save_checkpoint
+from rlstruct.algos._train.config import RunConfig, check_evaluation_policy, validate_run_config
+from rlstruct.algos._train.distributed import World, rank_device, world_from_environment
+from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
+from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
+from rlstruct.algos._train.log import Run, TrainResult, check_logdir, run_logdir
+from rlstruct.algos._train.presets import apply_preset
+from rlstruct.algos._train.train_command import run_main
+from rlstruct.algos._train.video import RunVideos, check_videos
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import DeviceLike, as_device, cpu_state_dict
 from rlstruct.errors import ConfigError, DeviceMismatchError
 from rlstruct.structures import DictTensor, Trajectories
 
-__all__ = [
-    "worker_seeds",
-    "check_on_device",
-    "training_run",
-    "seeded_model",
-    "worker_args",
-    "open_batchers",
-    "finish_training",
-    # re-exported from rlstruct.algos.env_spec, their home, for code written when they lived here
-    "EnvSpec",
-    "describe_env",
-    "create_env",
-]
+__all__ = ["Algorithm", "Setup", "prepare", "warn_stalling_evaluations", "worker_seeds", "check_on_device",
+           "training_run", "seeded_model", "worker_args", "open_batchers", "finish_training"]
 
 log = logging.getLogger(__name__)
+
+
+def _no_check(*args: Any) -> None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Algorithm:
+    """An algorithm as the loops, the command line and the evaluation of a saved run see it. Each algorithm module
+    holds one, ``ALGORITHM``, and the registry (:mod:`~rlstruct.algos._train.registry`) names the modules.
+
+    Attributes:
+        name: the command's name (``rlstruct train a2c``), also the log folder's and the checkpoint's.
+        title: the name in ``--help`` and in the learning curve's title, e.g. ``"A2C"``.
+        config_cls: its config dataclass (a :class:`~.config.RunConfig` of its family).
+        description: one line for ``--help``.
+        agent: ``(config as a dict) -> agent factory``: the agent that acts with the run's weights in its evaluations,
+            its videos, ``rlstruct eval`` (and the on-policy training batcher); a checkpoint's config rebuilds it.
+        evaluation_info: ``(saved config, sample) -> agent_info`` (one value per key) of that agent: greedy, or
+            acting as in training at its end when ``sample``.
+        check_config: raises on the algorithm's own settings (after the shared and the family's ones are checked,
+            before the env is built): ``(config) -> None``.
+        check_env: raises when the algorithm cannot run on the env: ``(config, spec) -> None``.
+    """
+
+    name: str
+    title: str
+    config_cls: type
+    description: str
+    agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]]
+    evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]]
+    check_config: Callable[[Any], None] = _no_check
+    check_env: Callable[[Any, EnvSpec], None] = _no_check
+
+    def check_family(self, config: RunConfig) -> None:
+        """Raises on the settings of the algorithm's family (its loop's)."""
+
+    def run(self, setup: Setup) -> TrainResult:
+        """Trains from a checked :class:`Setup` (the family's loop)."""
+        raise NotImplementedError
+
+    def validate(self, config: RunConfig, **kwargs: Any) -> Setup:
+        """Checks ``config`` before anything is built: :func:`prepare` (its keyword arguments too)."""
+        return prepare(self, config, **kwargs)
+
+    def train(self, config: RunConfig) -> TrainResult:
+        """Trains with ``config`` and returns the final evaluation and the run's history.
+
+        With ``resume``, the weights, the optimizer's state and the learner's come from the checkpoint.
+
+        Raises:
+            ValueError: what :func:`prepare` raises: a setting out of range, or one of its subclasses
+                (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``) for a device, the env or ``resume``.
+            FileNotFoundError: ``resume`` does not exist.
+        """
+        return self.run(self.validate(config))
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """``rlstruct train NAME [flags]``; the last stdout line is a JSON summary."""
+        return run_main(self, argv)
+
+    def evaluation_agent_info(self, config: Mapping[str, Any], policy: str | None = None) -> dict[str, bool | float]:
+        """The ``agent_info`` of the evaluation agent of a run whose ``config`` (a dict) is given: by ``policy``
+        (``"greedy"`` or ``"sample"``), or by the run's ``evaluation_policy`` (greedy when it has none)."""
+        policy = config.get("evaluation_policy", "greedy") if policy is None else policy
+        return self.evaluation_info(config, check_evaluation_policy(policy, argument="policy") == "sample")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """A run's checked settings and what checking them found, handed to the loop.
+
+    Attributes:
+        algorithm: the algorithm.
+        config: its checked config, with its preset applied (every setting resolved, ``preset`` naming the one used).
+        spec: the env's description (from one CPU env).
+        resume: the checkpoint the run continues, read and checked (``None``: a fresh run).
+        learner_device: ``config.learner_device``, resolved.
+        start: ``time.perf_counter()`` when the run was launched (the checks, and for ``rlstruct train`` the imports,
+            count in its wall time).
+        world: this process's rank in a data-parallel run (``torchrun``), or a world of one.
+    """
+
+    algorithm: Algorithm
+    config: RunConfig
+    spec: EnvSpec
+    resume: Resume | None
+    learner_device: torch.device
+    start: float
+    world: World = World()
+
+
+def check_evaluation_envs(config: RunConfig, spec: EnvSpec) -> None:
+    """Builds one evaluation env of a run whose ``evaluation_env_kwargs`` are given: its constructor must take them,
+    and the policy trained on the training envs' spaces (``spec``) must fit its spaces.
+
+    Raises:
+        ValueError: the constructor refuses an argument of ``evaluation_env_kwargs``.
+        ConfigError: the evaluation env's observations or actions differ from the training envs'.
+    """
+    kwargs = evaluation_env_kwargs(config.env, config.backend, config.env_kwargs, config.evaluation_env_kwargs)
+    evaluated = describe_env(config.env, config.backend, config.max_episode_steps, kwargs,
+                             argument="evaluation_env_kwargs")
+    # The time limit and the solved return may differ: the evaluation runs to the training envs' limit.
+    same = dataclasses.replace(evaluated, max_episode_steps=spec.max_episode_steps,
+                               reward_threshold=spec.reward_threshold)
+    if same != spec:
+        raise ConfigError(f"evaluation_env_kwargs must leave the env's spaces as training has them, got "
+                          f"{config.evaluation_env_kwargs!r}, which gives {evaluated} against {spec}; drop the "
+                          "arguments that change the observations or the actions")
+
+
+def warn_stalling_evaluations(config: RunConfig, spec: EnvSpec) -> None:
+    """Warns when a run evaluates the greedy policy on whole Atari games: a greedy policy that never presses FIRE
+    after a lost life (an untrained one, in Breakout) plays until ALE's cap, and each evaluation then takes minutes
+    (500 s on 2 CPUs, blocking training). The Atari presets (``ppo-atari``, ``dqn-atari``) sample the policy instead."""
+    if config.env.startswith("ALE/") and config.evaluation_policy == "greedy" and config.evaluation_max_steps is None:
+        log.warning("%s: the evaluations play the greedy policy for up to %d steps a game, and one that never presses "
+                    "FIRE plays until that cap (minutes per evaluation); pass --evaluation-policy sample (Atari's "
+                    "protocol) or --evaluation-max-steps N", config.env, spec.max_episode_steps)
+
+
+def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | None = None,
+            checkpoint: dict[str, Any] | None = None, start: float | None = None) -> Setup:
+    """Applies the preset of ``config`` (:func:`~.presets.apply_preset`: its settings fill the fields
+    not given) and checks the result for ``algorithm`` before anything is built: the shared settings, the
+    algorithm's own, the env's spaces, and the checkpoint of ``config.resume``.
+
+    Args:
+        algorithm: the algorithm.
+        config: its config.
+        given: the fields the caller gave, which a preset leaves alone (None: those that differ from the config
+            class's defaults).
+        checkpoint: the content of ``config.resume`` when the caller has read it already (the command line reads
+            it for the flags' defaults), so that it is read once.
+        start: ``time.perf_counter()`` at the run's launch (default: now); ``rlstruct train`` passes its process's
+            start (:func:`~rlstruct.algos._train.flags.launched_at`), so that the wall time counts the imports.
+
+    Raises:
+        DeviceUnavailableError: a device of the config does not exist here.
+        SpaceError: the algorithm cannot run on the env's spaces.
+        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
+        FileNotFoundError: ``resume`` does not exist.
+        ConfigError: an unknown ``preset`` or one of another algorithm or env, settings that cannot work together, a
+            ``resume`` trained by another number of data-parallel ranks, a
+            ``resume`` this config cannot continue (see
+            :func:`~rlstruct.algos._train.checkpoints.load_resume`), or a log folder that cannot be created or written.
+    """
+    start = time.perf_counter() if start is None else start
+    config, _ = apply_preset(algorithm.name, config, given)
+    validate_run_config(config)
+    algorithm.check_family(config)
+    check_videos(config)
+    algorithm.check_config(config)
+    spec = describe_env(config.env, config.backend, config.max_episode_steps, config.env_kwargs)
+    algorithm.check_env(config, spec)
+    warn_stalling_evaluations(config, spec)
+    if config.evaluation_env_kwargs is not None:
+        check_evaluation_envs(config, spec)
+    resume = load_resume(algorithm.name, config, algorithm.config_cls.RESUME_FIELDS, checkpoint=checkpoint)
+    world = world_from_environment()
+    if world.distributed:  # "cuda" is this rank's GPU (cuda:LOCAL_RANK); counting GPUs initialises no CUDA context
+        n_gpus = torch.cuda.device_count()
+        devices = {name: rank_device(getattr(config, name), world, n_gpus)
+                   for name in ("learner_device", "batcher_device", "evaluation_device")}
+        config = dataclasses.replace(config, **devices)
+    if resume is not None and resume.world_size != world.size:
+        raise ConfigError(f"resume={config.resume!r} was trained by {resume.world_size} data-parallel rank(s), got "
+                          f"{world.size} (WORLD_SIZE); resume it with torchrun --nproc-per-node {resume.world_size} "
+                          "(over all nodes), or start a new run without --resume")
+    check_logdir(run_logdir(algorithm.name, config, resume))  # last: a run that fails a check creates no folder
+    return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start, world)
 
 
 #: the workers a batcher role may have over all ranks: the distance between two roles' seed offsets
@@ -112,7 +273,7 @@ def training_run(
         config: the validated config.
         spec: the env's description, from the algorithm's ``validate``.
         start: ``time.perf_counter()`` when ``train`` was called (validation counts in the wall time).
-        resume: the checkpoint the run continues, from :func:`~rlstruct.algos.checkpoints.load_resume` (``None``: a
+        resume: the checkpoint the run continues, from :func:`~.checkpoints.load_resume` (``None``: a
             fresh run); see :class:`Run`.
         logger: whether this process writes the run's files (see :class:`Run`).
         world_size: the data-parallel ranks of the run.
@@ -214,7 +375,7 @@ def open_batchers(
         n_timesteps: steps of every training env per ``execute``.
         autoreset: whether the training envs auto-reset.
         explore: the training ``agent_info``, one value per key, e.g. ``{"stochastic": True}``.
-        evaluate: the evaluation ``agent_info``, one value per key (:func:`~rlstruct.algos.evaluation.evaluation_info`).
+        evaluate: the evaluation ``agent_info``, one value per key (:func:`evaluation_info`).
         cuda_graph: the training batcher's ``cuda_graph`` (see :class:`RL_Batcher`), and the evaluation batcher's
             where it runs on a GPU.
         zero_copy: the training batcher's ``zero_copy`` (its double buffer, to overlap collection and learning).
@@ -244,7 +405,7 @@ def open_batchers(
         create_env, {**env_args, "n_envs": config.n_envs, "autoreset": autoreset, "device": config.batcher_device},
         config.n_processes, worker_seeds(seed, n_workers, 0, first),
     )
-    train_kwargs = {"agent_info": DictTensor({k: torch.tensor([v]) for k, v in explore.items()}),
+    train_kwargs = {"agent_info": agent_info_row(explore),
                     "agent_seeds": worker_seeds(seed, n_workers, 5000, first), "device": config.batcher_device,
                     "cuda_graph": cuda_graph, "timeout": config.batcher_timeout,
                     "restart_workers": config.restart_workers}
@@ -272,7 +433,7 @@ def open_batchers(
         create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": eval_graph,
                      "device": config.evaluation_device, "env_kwargs": eval_env_kwargs},
         config.n_evaluation_processes, worker_seeds(seed, n_eval_workers, 1000),
-        agent_info=DictTensor({k: torch.tensor([v]) for k, v in evaluate.items()}),
+        agent_info=agent_info_row(evaluate),
         agent_seeds=worker_seeds(seed, n_eval_workers, 6000), device=config.evaluation_device,
         cuda_graph=eval_graph, timeout=config.batcher_timeout, restart_workers=config.restart_workers,
     )
@@ -322,7 +483,7 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
 
     The checkpoint holds ``model``'s weights, the counters (``iteration``, ``env_steps``, ``wall_time_s`` over every
     session) and ``learner``, what a resumed run restores (see
-    :func:`~rlstruct.algos.checkpoints.load_resume`).
+    :func:`~rlstruct.algos._train.checkpoints.load_resume`).
 
     Where an evaluation reached the target return, the weights it evaluated are the ones kept (not those of
     the iterations since they were sent); otherwise the final weights are evaluated again on fresh episodes.

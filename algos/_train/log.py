@@ -1,7 +1,7 @@
 """The record of one training run: its clock and budget (:class:`Run`), its logs (``progress.csv``, TensorBoard,
 the progress bar, periodic checkpoints) and what ``train`` returns (:class:`TrainResult`).
 
-A run given a :class:`~rlstruct.algos.checkpoints.Resume` (``--resume``) continues the counters, the log folder and
+A run given a :class:`~.checkpoints.Resume` (``--resume``) continues the counters, the log folder and
 ``progress.csv`` of the run that wrote it, with seeds of its own (:func:`session_seed`).
 """
 
@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from rlstruct.algos.checkpoints import CHECKPOINT_NAME, Resume, save_checkpoint
-from rlstruct.algos.config import RunConfig
-from rlstruct.algos.env_spec import EnvSpec
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, save_checkpoint
+from rlstruct.algos._train.config import RunConfig
+from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.errors import ConfigError
 
 if TYPE_CHECKING:
-    from rlstruct.algos.evaluation import Evaluator
+    from rlstruct.algos._train.evaluation import Evaluator
 
 __all__ = ["session_seed", "TrainResult", "run_logdir", "check_logdir", "Run"]
 
@@ -200,7 +200,7 @@ class Run:
         #: called after each evaluation is recorded, with ``(weights, env_steps)`` (``weights()``: the CPU state
         #: dict the loop holds): e.g. the videos of ``--video-every``
         self.evaluation_hooks: list[Callable[[Callable[[], dict], int], None]] = []
-        #: the run's videos (``--video-every``), set by :func:`~rlstruct.algos.run.open_batchers`; None without
+        #: the run's videos (``--video-every``), set by :func:`~.session.open_batchers`; None without
         self.videos: Any = None
         self.last_eval: float | None = None
         self.reached_target = False

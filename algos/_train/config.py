@@ -1,0 +1,343 @@
+"""The settings of a run, typed by family: :class:`RunConfig` (what every algorithm shares), :class:`OnPolicyConfig`
+and :class:`OffPolicyConfig` (what each training loop reads), which each algorithm's config extends.
+
+Every field is declared with :func:`setting`: its default, the one-line help ``--help`` shows and its ``--help``
+group sit beside it. The longer story of each setting is docs/concepts/settings.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+from typing import Any, ClassVar
+
+from rlstruct.devices import as_device, check_device_exists
+from rlstruct.envs.factory import BACKENDS, resolve_backend
+from rlstruct.errors import ConfigError, MissingDependencyError
+
+__all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "AUTOCAST_VALUES", "setting", "RunConfig", "OnPolicyConfig",
+           "OffPolicyConfig", "check_at_least", "validate_run_config", "check_on_policy", "check_off_policy",
+           "check_evaluation_policy", "check_env_kwargs", "check_physics_dtype"]
+
+#: the values of ``RunConfig.matmul_precision`` (torch's ``set_float32_matmul_precision``)
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+#: ``evaluation_policy``'s values: the policy's mode (argmax), or its draws as in training at its end
+EVALUATION_POLICIES = ("greedy", "sample")
+#: ``OnPolicyConfig.autocast``'s values
+AUTOCAST_VALUES = ("none", "bfloat16")
+
+
+def setting(default: Any, help: str, *, group: str | None = None) -> Any:
+    """A config field: its ``default``, its ``--help`` text (plain, one clause) and its ``--help`` ``group``.
+
+    A field without a group is the algorithm's own, or, when it re-declares a base class's field with another
+    default, in that field's group.
+
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     lr: float = setting(1e-3, "Adam learning rate", group="run")
+    >>> dataclasses.fields(Config)[0].metadata["help"], Config().lr
+    ('Adam learning rate', 0.001)
+    """
+    return dataclasses.field(default=default, metadata={"help": help, "group": group})
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """Settings every algorithm shares: environment, devices, budget, evaluation, logs and checkpoints."""
+
+    env: str = setting("CartPole-v1", "gymnasium id of the environment, e.g. CartPole-v1 or Acrobot-v1",
+                       group="environment")
+    backend: str = setting("auto", "env backend: auto, torch, gymnasium, envpool, ale, gymnax, mjx, mujoco_torch or "
+                                   "brax", group="environment")
+    n_envs: int = setting(16, "environments per training worker", group="environment")
+    n_processes: int = setting(0, "training worker processes (0: the envs step in this process)",
+                               group="environment")
+    ray_actors: int = setting(0, "run the training batcher as this many Ray actors (0: no Ray)", group="environment")
+    ray_address: str | None = setting(None, "the Ray cluster the actors join: auto or ray://HOST:PORT (None: a "
+                                            "local one)", group="environment")
+    max_episode_steps: int | None = setting(None, "episode time limit (None: the env's own)", group="environment")
+    physics_dtype: str = setting("float64", "precision of the torch simulators' physics: float64 or float32",
+                                 group="environment")
+    env_kwargs: dict[str, Any] | None = setting(None, "keyword arguments of the training envs' constructor, a JSON "
+                                                      "object", group="environment")
+    learner_device: str = setting("cpu", "device of the model, the loss, the optimizer and a replay buffer",
+                                  group="run")
+    batcher_device: str = setting("cpu", "device of the training batcher's envs, agents and buffer", group="run")
+    evaluation_device: str = setting("cpu", "device of the evaluation batcher's envs, agent and buffer",
+                                     group="evaluation")
+    seed: int = setting(0, "seeds the networks, the envs and the agents", group="run")
+    time_limit: float = setting(60.0, "stop training after this many seconds of wall clock", group="run")
+    max_env_steps: int | None = setting(None, "the step budget: stop after this many env steps (None: no limit)",
+                                        group="run")
+    target_return: float | None = setting(None, "stop once an evaluation reaches this mean return", group="run")
+    stop_at_reward_threshold: bool = setting(True, "without target_return, stop at the env's reward_threshold",
+                                             group="run")
+    hidden_sizes: tuple[int, ...] = setting((64, 64), "hidden layer widths of the networks", group="run")
+    lr: float = setting(1e-3, "Adam learning rate", group="run")
+    n_evaluation_envs: int = setting(16, "episodes per evaluation", group="evaluation")
+    n_evaluation_processes: int = setting(0, "evaluation worker processes (0: evaluate in this process)",
+                                          group="evaluation")
+    evaluation_max_steps: int | None = setting(None, "steps per evaluation episode at most (None: the time limit)",
+                                               group="evaluation")
+    evaluation_chunk_steps: int = setting(256, "steps per acquisition of the evaluation batcher",
+                                          group="evaluation")
+    evaluation_env_kwargs: dict[str, Any] | None = setting(None, "the evaluation envs' keyword arguments, over "
+                                                                 "env_kwargs (a JSON object)", group="evaluation")
+    evaluation_policy: str = setting("greedy", "greedy (the policy's mode) or sample (as in training)",
+                                     group="evaluation")
+    eval_every: int = setting(50, "training iterations at least between two evaluations", group="evaluation")
+    logdir: str | None = setting(None, "folder of the logs, the plot and the checkpoint (None: runs/ALGO-ENV-SEED)",
+                                 group="run")
+    log_every: int = setting(10, "iterations between two TensorBoard and progress-bar updates", group="run")
+    progress: bool = setting(True, "show a progress bar on stderr", group="run")
+    tensorboard: bool = setting(True, "write TensorBoard event files into logdir", group="run")
+    check_devices: bool = setting(False, "check the device of every tensor an agent or the learner sees (slow)",
+                                  group="run")
+    torch_threads: int = setting(1, "torch threads of the learner process (0: torch's default)", group="run")
+    batcher_timeout: float = setting(120.0, "seconds a batcher waits for a worker before it fails the run",
+                                     group="run")
+    matmul_precision: str = setting("highest", "float32 matrix products: highest, high (TF32) or medium",
+                                    group="run")
+    resume: str | None = setting(None, "a checkpoint.pt, or a run's log folder, to continue training from",
+                                 group="checkpoints")
+    checkpoint_every: int = setting(0, "also write the checkpoint every this many iterations (0: at the end only)",
+                                    group="checkpoints")
+    restart_workers: int = setting(0, "replace a worker that dies or hangs, this many times in all", group="run")
+    video_every: int = setting(0, "record an evaluation episode after every this many evaluations (0: no videos)",
+                               group="evaluation")
+    preset: str = setting("auto", "tuned settings for the fields not given: auto, none, or a preset's name",
+                          group="run")
+
+    #: the settings a resumed run must share with its checkpoint besides the shared ones (see load_resume)
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as plain Python types (tuples become lists), for JSON and checkpoints."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+@dataclasses.dataclass
+class OnPolicyConfig(RunConfig):
+    """What the on-policy loop reads (A2C, PPO, REINFORCE): the collection, the schedule, the normalisation and the
+    fast path."""
+
+    n_envs: int = setting(32, "environments per training worker (on-policy: 32)")
+    time_limit: float = setting(600.0, "stop training after this many seconds of wall clock (on-policy: 600)")
+    max_env_steps: int | None = setting(500_000, "the step budget, over which anneal_lr decays (on-policy: 500k)")
+    lr: float = setting(3e-3, "Adam learning rate (on-policy: 3e-3)")
+    n_steps: int = setting(8, "steps of every env per collection (auto-reset envs)", group="on-policy")
+    gamma: float = setting(0.99, "discount factor", group="on-policy")
+    anneal_lr: bool = setting(True, "decay the learning rate linearly to 0 over max_env_steps", group="on-policy")
+    recurrent: bool = setting(False, "an LSTM policy whose memory the batcher carries between collections",
+                              group="on-policy")
+    overlap: bool = setting(False, "collect the next batch while learning on this one (data one update stale)",
+                            group="on-policy")
+    normalize_observations: bool = setting(False, "standardise observations by their running statistics",
+                                           group="normalisation")
+    normalize_rewards: bool = setting(False, "divide rewards by the running std of their discounted return",
+                                      group="normalisation")
+    compile_update: bool = setting(False, "compile the update's forward and loss with torch.compile",
+                                   group="fast path")
+    cuda_graph: bool = setting(False, "replay each acquisition as one CUDA graph (a CUDA batcher_device)",
+                               group="fast path")
+    share_weights: bool = setting(True, "the in-process batcher reads the learner's weights on its device",
+                                  group="fast path")
+    compile_policy: bool = setting(False, "compile the training batcher's policy step with torch.compile",
+                                   group="fast path")
+    autocast: str = setting("none", "none, or bfloat16: the update's and the policy's forward under autocast",
+                            group="fast path")
+
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("recurrent", "normalize_observations", "normalize_rewards")
+
+
+@dataclasses.dataclass
+class OffPolicyConfig(RunConfig):
+    """What the off-policy loop reads (DQN, SAC): the collection, the replay buffer and when learning starts."""
+
+    n_envs: int = setting(4, "environments per training worker (off-policy: 4)")
+    hidden_sizes: tuple[int, ...] = setting((128, 128), "hidden layer widths of the networks (off-policy: 128 128)")
+    eval_every: int = setting(25, "training iterations at least between two evaluations (off-policy: 25)")
+    rollout_steps: int = setting(16, "steps of every env per acquisition", group="off-policy")
+    buffer_size: int = setting(50_000, "transitions the replay buffer holds", group="off-policy")
+    batch_size: int = setting(64, "transitions per gradient step", group="off-policy")
+    learning_starts: int = setting(1_000, "env steps collected before the first gradient step", group="off-policy")
+    gamma: float = setting(0.99, "discount factor", group="off-policy")
+
+
+def check_at_least(config: Any, least: int, *names: str) -> None:
+    """Raises ``ValueError`` naming the first of ``names`` whose value in ``config`` is below ``least``.
+
+    >>> check_at_least(OnPolicyConfig(n_steps=0), 1, "n_envs", "n_steps")
+    Traceback (most recent call last):
+    ...
+    ValueError: n_steps must be >= 1, got 0
+    """
+    for name in names:
+        value = getattr(config, name)
+        if value < least:
+            raise ValueError(f"{name} must be >= {least}, got {value!r}")
+
+
+def validate_run_config(config: RunConfig) -> None:
+    """Checks the shared settings before anything is built.
+
+    Raises:
+        DeviceUnavailableError: a device does not exist here (the message names the devices that do).
+        ConfigError: ray_address without ray_actors.
+        MissingDependencyError: ray_actors without Ray installed.
+        ValueError: a setting is out of range.
+    """
+    if config.backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {config.backend!r}")
+    check_at_least(config, 1, "n_envs", "n_evaluation_envs", "evaluation_chunk_steps", "eval_every", "log_every")
+    check_at_least(config, 0, "n_processes", "ray_actors", "n_evaluation_processes", "torch_threads",
+                   "checkpoint_every", "restart_workers")
+    if not 0 <= config.seed < 2**31:
+        raise ValueError(f"seed must be an int in [0, 2**31), got {config.seed!r}; pass e.g. --seed 0")
+    if not config.lr > 0:
+        raise ValueError(f"lr must be > 0, got {config.lr!r}; pass e.g. --lr 3e-4")
+    check_physics_dtype(config.physics_dtype, config.env, config.backend)
+    for name in ("env_kwargs", "evaluation_env_kwargs"):
+        check_env_kwargs(getattr(config, name), argument=name)
+    check_evaluation_policy(config.evaluation_policy)
+    if config.matmul_precision not in MATMUL_PRECISIONS:
+        raise ValueError(
+            f"matmul_precision must be one of {list(MATMUL_PRECISIONS)}, got {config.matmul_precision!r}; pass "
+            "--matmul-precision high for TF32 on a GPU, or leave the default (highest: full float32)"
+        )
+    for name in ("time_limit", "batcher_timeout"):
+        if not getattr(config, name) > 0:
+            raise ValueError(f"{name} must be > 0 seconds, got {getattr(config, name)!r}")
+    for name in ("max_env_steps", "evaluation_max_steps"):
+        if getattr(config, name) is not None and getattr(config, name) < 1:
+            raise ValueError(f"{name} must be >= 1 or None, got {getattr(config, name)!r}")
+    if not config.hidden_sizes or min(config.hidden_sizes) < 1:
+        raise ValueError(f"hidden_sizes must be one or more positive widths, got {config.hidden_sizes!r}")
+    for name in ("learner_device", "batcher_device", "evaluation_device"):
+        check_device_exists(getattr(config, name), argument=name)
+    if config.ray_actors and importlib.util.find_spec("ray") is None:
+        raise MissingDependencyError(f"ray_actors={config.ray_actors} runs the training batcher on Ray, which is not "
+                                     "installed here; pip install 'rlstruct[ray]', or drop --ray-actors")
+    if config.ray_address is not None and not config.ray_actors:
+        raise ConfigError(f"ray_address={config.ray_address!r} names a Ray cluster for the training batcher's actors, "
+                          "got ray_actors=0; pass --ray-actors N too, or drop --ray-address")
+
+
+def check_on_policy(config: OnPolicyConfig, title: str, *, episodic: bool = False) -> None:
+    """Checks the on-policy family's settings: the step budget of ``anneal_lr``, the collection and the fast path.
+
+    Raises:
+        ConfigError: ``anneal_lr`` without a step budget; fast-path flags that cannot work together
+            (``compile_update`` or ``compile_policy`` with ``recurrent``; ``compile_update`` or ``autocast`` with
+            ``check_devices``; ``cuda_graph`` without a CUDA ``batcher_device``, or with episodic envs).
+        ValueError: a setting is out of range.
+    """
+    if config.autocast not in AUTOCAST_VALUES:
+        raise ValueError(
+            f"autocast must be one of {list(AUTOCAST_VALUES)}, got {config.autocast!r}; pass --autocast bfloat16 for "
+            "the update's and the training policy's forward in bfloat16, or leave the default (none: float32)"
+        )
+    for flag, other, why in (
+        ("compile_policy", "recurrent", "it compiles the feed-forward policy's step"),
+        ("compile_update", "recurrent", "a window is replayed step by step through the LSTM, with per-row resets"),
+        ("compile_update", "check_devices", "the checked replay runs step by step for debugging"),
+    ):
+        if getattr(config, flag) and getattr(config, other):
+            raise ConfigError(f"{title}: {flag}=True does not support {other}=True ({why}); drop "
+                              f"--{flag.replace('_', '-')} or --{other.replace('_', '-')}")
+    if config.autocast != "none" and config.check_devices:
+        raise ConfigError(
+            f"{title}: autocast={config.autocast!r} does not support check_devices=True (the checked replay runs step "
+            "by step, in float32, for debugging); drop --autocast or --check-devices"
+        )
+    if config.cuda_graph and as_device(config.batcher_device).type != "cuda":
+        raise ConfigError(
+            f"{title}: cuda_graph=True needs a CUDA batcher_device, got batcher_device={config.batcher_device!r}; "
+            "pass --batcher-device cuda or drop --cuda-graph"
+        )
+    if config.cuda_graph and episodic:
+        raise ConfigError(
+            f"{title}: cuda_graph=True needs auto-reset envs (a captured loop cannot stop early), got {title}'s "
+            "episodic training batcher; drop --cuda-graph"
+        )
+    check_at_least(config, 1, "n_steps")
+    if not 0 <= config.gamma <= 1:
+        raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
+    if config.anneal_lr and config.max_env_steps is None:
+        raise ConfigError(
+            "anneal_lr decays the learning rate over the step budget max_env_steps, got max_env_steps=None; pass "
+            "--max-env-steps N (e.g. 500000), or --no-anneal-lr for a constant learning rate"
+        )
+
+
+def check_off_policy(config: OffPolicyConfig) -> None:
+    """Checks the off-policy family's settings.
+
+    Raises:
+        ValueError: a setting is out of range.
+    """
+    check_at_least(config, 1, "rollout_steps", "buffer_size", "batch_size")
+    check_at_least(config, 0, "learning_starts")
+    if not 0 <= config.gamma <= 1:
+        raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
+
+
+def check_evaluation_policy(policy: Any, *, argument: str = "evaluation_policy") -> str:
+    """Returns ``policy`` if it is one of :data:`EVALUATION_POLICIES`.
+
+    Raises:
+        ValueError: it is not; the message names ``argument``.
+
+    >>> check_evaluation_policy("sample")
+    'sample'
+    """
+    if policy not in EVALUATION_POLICIES:
+        raise ValueError(
+            f"{argument} must be one of {list(EVALUATION_POLICIES)}, got {policy!r}; pass sample to evaluate the "
+            "policy as it acts in training (Atari's protocol), or greedy for its mode"
+        )
+    return policy
+
+
+def check_env_kwargs(kwargs: Any, *, argument: str = "env_kwargs") -> None:
+    """Checks an ``env_kwargs`` setting: ``None``, or a dict of keyword arguments (str keys) whose values JSON
+    records (``config.json`` and the checkpoint keep them).
+
+    >>> check_env_kwargs({"episodic_life": True})
+    >>> check_env_kwargs(["episodic_life"])
+    Traceback (most recent call last):
+    ...
+    ValueError: env_kwargs must be a dict of keyword arguments or None, got list ['episodic_life']; pass e.g. \
+--env-kwargs '{"episodic_life": true}' (a JSON object), or env_kwargs={"episodic_life": True} in Python
+    """
+    if kwargs is None:
+        return
+    fix = (f"pass e.g. --{argument.replace('_', '-')} '{{\"episodic_life\": true}}' (a JSON object), or "
+           f"{argument}={{\"episodic_life\": True}} in Python")
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) and k.isidentifier() for k in kwargs):
+        raise ValueError(f"{argument} must be a dict of keyword arguments or None, got {type(kwargs).__name__} "
+                         f"{kwargs!r}; {fix}")
+    try:
+        json.dumps(kwargs, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{argument} must hold JSON values (numbers, strings, booleans, null, lists, objects: "
+                         f"config.json records them), got {kwargs!r} ({e}); {fix}") from None
+
+
+def check_physics_dtype(physics_dtype: str, env: str, backend: str) -> None:
+    """Checks a ``physics_dtype`` setting: ``"float64"``, or ``"float32"`` for an env on the torch backend.
+
+    Raises:
+        ValueError: another value, or float32 for an env another backend steps.
+    """
+    if physics_dtype not in ("float64", "float32"):
+        raise ValueError(f"physics_dtype must be 'float64' or 'float32', got {physics_dtype!r}")
+    resolved = resolve_backend(env, backend)
+    if physics_dtype != "float64" and resolved != "torch":
+        raise ValueError(
+            f"physics_dtype={physics_dtype!r} sets the precision of rlstruct's torch simulators, but env={env!r} "
+            f"runs on the {resolved!r} backend; pass --backend torch with a torch simulator, or leave physics_dtype "
+            "at 'float64'"
+        )

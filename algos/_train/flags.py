@@ -1,0 +1,185 @@
+"""The flags of ``rlstruct train ALGO``, built from the algorithm's config dataclass: one ``--flag`` per field, in
+the field's group, with the help written beside the field (:func:`~rlstruct.algos._train.config.setting`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import typing
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+__all__ = ["OneLineParser", "GROUPS", "field_help", "build_parser", "resumed_defaults",
+           "config_from_args", "given_flags", "show_config"]
+
+#: the width of ``--help`` and the characters of one flag's help at most (two lines, the default included)
+HELP_WIDTH, HELP_POSITION = 100, 32
+#: the order of the ``--help`` groups; the algorithm's own settings come last
+GROUPS = ("environment", "run", "evaluation", "checkpoints", "on-policy", "off-policy", "normalisation", "fast path")
+
+
+def parse_json_object(text: str) -> dict[str, Any]:
+    """A dict-valued flag's text: a JSON object (:func:`_parse_optional` takes ``none``).
+
+    >>> parse_json_object('{"episodic_life": true, "noop_max": 0}')
+    {'episodic_life': True, 'noop_max': 0}
+    >>> parse_json_object("episodic_life=true")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be a JSON object such as '{"episodic_life": true}' (quoted for the shell), or \
+none; got 'episodic_life=true' (Expecting value at character 0)
+    """
+    example = """'{"episodic_life": true}' (quoted for the shell), or none"""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"must be a JSON object such as {example}; got {text!r} ({e.msg} at "
+                                         f"character {e.pos})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object such as {example}; got {text!r}, a JSON "
+                                         f"{type(value).__name__}")
+    return value
+
+
+def _parse_optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        return None if text.lower() == "none" else kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def field_help(config_cls: type) -> dict[str, tuple[str, str]]:
+    """``{field: (help, group)}`` of a config dataclass, from each field's :func:`setting`. A field re-declared
+    without a group keeps the group of the base class's field; a field with none is the algorithm's own
+    (``"algorithm"``).
+
+    >>> from rlstruct.algos._train.config import OnPolicyConfig
+    >>> field_help(OnPolicyConfig)["lr"]
+    ('Adam learning rate (on-policy: 3e-3)', 'run')
+    """
+    out = {}
+    for f in dataclasses.fields(config_cls):
+        group = f.metadata.get("group")
+        for base in config_cls.__mro__[1:]:
+            if group is not None:
+                break
+            if dataclasses.is_dataclass(base):
+                group = next((g.metadata.get("group") for g in dataclasses.fields(base) if g.name == f.name), None)
+        out[f.name] = (f.metadata.get("help", ""), group or "algorithm")
+    return out
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr and exit status 2 (argparse's own print the usage
+    first): ``prog: error: argument --lr: invalid float value: 'abc' (prog --help lists the flags)``."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        """Prints ``message`` on one line and exits with status 2."""
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=HELP_POSITION, width=HELP_WIDTH)
+
+
+def build_parser(config_cls: type, prog: str, description: str = "", *,
+                 algorithm_group: str = "the algorithm's settings") -> argparse.ArgumentParser:
+    """An argument parser with one ``--flag-name`` per config field, grouped by :func:`field_help` (the algorithm's
+    own under ``algorithm_group``)."""
+    parser = OneLineParser(prog=prog, description=description, formatter_class=_Formatter,
+                           usage="%(prog)s [-h] [--flag VALUE ...]",
+                           epilog="The documentation's settings page describes each setting in full.")
+    hints = typing.get_type_hints(config_cls)
+    helps = field_help(config_cls)
+    used = {group for _, group in helps.values()}
+    sections = {title: parser.add_argument_group(algorithm_group if title == "algorithm" else title)
+                for title in (*GROUPS, "algorithm") if title in used}
+    for f in dataclasses.fields(config_cls):
+        text, group = helps[f.name]
+        hint = hints[f.name]
+        kwargs: dict[str, Any] = {"default": f.default, "help": text, "dest": f.name}
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if hint is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(hint) is tuple:
+            kwargs.update(nargs="+", type=args[0])
+        elif args and typing.get_origin(args[0]) is dict:
+            kwargs.update(type=_parse_optional(parse_json_object), metavar="JSON")
+        elif args and type(None) in typing.get_args(hint):
+            kwargs["type"] = _parse_optional(args[0])
+        else:
+            kwargs["type"] = hint
+        sections[group].add_argument("--" + f.name.replace("_", "-"), **kwargs)
+    return parser
+
+
+def resumed_defaults(config_cls: type, checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The settings of the run that a checkpoint (:func:`~rlstruct.algos._train.checkpoints.load_checkpoint`'s content)
+    continues, as the defaults of ``config_cls``'s flags: ``rlstruct train ALGO --resume RUN`` takes the run's own
+    settings, and a flag given overrides its value (a larger ``--max-env-steps``, say)."""
+    saved = checkpoint["config"]
+    # logdir: a resumed run writes into the checkpoint's folder unless told otherwise (the saved path may be
+    # relative to another working directory).
+    names = {f.name for f in dataclasses.fields(config_cls)} - {"resume", "logdir"}
+    return {k: v for k, v in saved.items() if k in names}
+
+
+def config_from_args(config_cls: type, ns: argparse.Namespace, given: Iterable[str] | None = None):
+    """Builds the config dataclass from parsed arguments (lists become tuples), passing the fields of ``given``
+    only (None: every field), so that a preset fills the others (:func:`~.presets.apply_preset`)."""
+    names = [f.name for f in dataclasses.fields(config_cls)]
+    values = {k: getattr(ns, k) for k in names if given is None or k in given}
+    return config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+_UNSET = object()
+
+
+def given_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> frozenset[str]:
+    """The config fields whose flags ``argv`` gives (abbreviated or not, ``--no-x`` included): ``argv`` parsed
+    again with every default replaced by a marker.
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     lr: float = 1e-3
+    ...     gamma: float = 0.99
+    ...     progress: bool = True
+    >>> sorted(given_flags(build_parser(Config, "prog"), ["--lr", "1e-3", "--no-progress"]))
+    ['lr', 'progress']
+    """
+    dests = {a.dest: a.default for a in parser._actions if a.dest != "help"}
+    parser.set_defaults(**dict.fromkeys(dests, _UNSET))
+    try:
+        ns = parser.parse_args(argv)
+    finally:
+        parser.set_defaults(**dests)
+    return frozenset(k for k, v in vars(ns).items() if v is not _UNSET)
+
+
+def show_config(config: Any, sources: dict[str, str]) -> str:
+    """The settings of a run, one per line: the flag, the value and where it came from.
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     lr: float = 1e-3
+    ...     n_envs: int = 16
+    >>> print(show_config(Config(lr=2e-3), {"lr": "preset x", "n_envs": "default"}))
+    --lr      0.002  preset x
+    --n-envs  16     default
+    """
+    def shown(value: Any) -> str:
+        if isinstance(value, tuple):
+            return " ".join(map(str, value))
+        return json.dumps(value) if isinstance(value, dict) else str(value)
+
+    rows = [("--" + f.name.replace("_", "-"), shown(getattr(config, f.name)), sources[f.name])
+            for f in dataclasses.fields(config)]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    return "\n".join(f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c}" for a, b, c in rows)
+
+

@@ -1,0 +1,398 @@
+"""The two training loops: the on-policy one (A2C, PPO, REINFORCE, PQN: collect, normalise, learn) and the
+off-policy one (DQN, SAC: collect, push into a replay buffer, take gradient steps), with what every run does around
+them (send the weights to the batchers, record, evaluate, checkpoint, stop).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
+from rlstruct.algos._train.checkpoints import Resume, load_state
+from rlstruct.algos._train.config import OffPolicyConfig, OnPolicyConfig, check_off_policy, check_on_policy
+from rlstruct.algos._train.distributed import (
+    World,
+    all_ranks_stop,
+    announce,
+    average_gradients,
+    broadcast_parameters,
+    check_models_agree,
+    fewest_over_ranks,
+    global_sum,
+    init_process_group,
+    learner_seed,
+    sum_over_ranks,
+)
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.log import TrainResult
+from rlstruct.algos._train.optim import OptimizerLike
+from rlstruct.algos._train.session import (
+    Algorithm,
+    Setup,
+    check_on_device,
+    finish_training,
+    open_batchers,
+    seeded_model,
+    training_run,
+)
+from rlstruct.algos._train.update import actor_critic_learner, start_pipeline, training_agent_kwargs, weight_sync_mode
+from rlstruct.algos.networks import PolicyAgent, build_actor_critic, create_policy_agent
+from rlstruct.algos.recurrent import RecurrentPolicyAgent, create_recurrent_agent, recurrent_actor_critic
+from rlstruct.algos.replay import ReplayBuffer
+from rlstruct.algos.returns import episode_returns, episode_statistics
+from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
+from rlstruct.devices import cpu_state_dict
+from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
+
+__all__ = ["LearnFn", "ActorCriticLearner", "actor_critic_agent", "actor_critic_info", "OnPolicyAlgorithm",
+           "train_on_policy", "OffPolicyLearner", "OffPolicyAlgorithm", "train_off_policy"]
+
+
+#: a learn step: ``(trajectories, loss_rewards [B, T]) -> statistics`` (0-d tensors or floats)
+LearnFn = Callable[[Trajectories, torch.Tensor], dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorCriticLearner:
+    """The learner's parts that an on-policy learn step is built from.
+
+    Attributes:
+        model: the actor-critic (recurrent or not), on ``device``.
+        agent: the learner's agent over ``model`` (a :class:`~rlstruct.algos.networks.PolicyAgent` or a
+            :class:`~rlstruct.algos.recurrent.RecurrentPolicyAgent`), to replay a collection.
+        checked_agent: ``agent`` in an :class:`~rlstruct.agents.RL_Agent_CheckDevice` with ``check_devices``,
+            else ``agent``.
+        optimizer: the model's Adam.
+        device: the learner's device.
+        seed: this session's seed (for the learn step's own generators).
+        world: this process's rank in a data-parallel run (the gradients are averaged already; a learn step asks it
+            only for a decision that every rank takes alike, e.g. PPO's early stop).
+    """
+
+    model: nn.Module
+    agent: RL_Agent
+    checked_agent: RL_Agent
+    optimizer: OptimizerLike
+    device: torch.device
+    seed: int
+    world: World = World()
+
+
+def actor_critic_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:
+    """The batchers' agent factory of an actor-critic run (its ``config`` as a dict): recurrent or not."""
+    return create_recurrent_agent if config.get("recurrent") else create_policy_agent
+
+
+def actor_critic_info(config: Mapping[str, Any], sample: bool) -> dict[str, bool | float]:
+    """An actor-critic's evaluation ``agent_info``: the policy's mode, or draws from it when ``sample``."""
+    return {"stochastic": sample}
+
+
+def actor_critic_explore(config: OnPolicyConfig) -> dict[str, bool | float]:
+    """An actor-critic's training ``agent_info``: draws from the policy."""
+    return {"stochastic": True}
+
+
+def actor_critic_model(config: OnPolicyConfig, spec: EnvSpec) -> nn.Module:
+    """The actor-critic of a run (on the CPU, its weights not yet seeded: the loop seeds them)."""
+    build = recurrent_actor_critic if config.recurrent else build_actor_critic
+    return build(spec, config.hidden_sizes, normalize_observations=config.normalize_observations)
+
+
+def actor_critic_learner_agent(model: nn.Module, device: torch.device, config: OnPolicyConfig) -> RL_Agent:
+    """The learner's agent over the actor-critic ``model``, to replay a collection."""
+    return RecurrentPolicyAgent(model, device) if config.recurrent else PolicyAgent(model, device)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OnPolicyAlgorithm(Algorithm):
+    """An on-policy algorithm as :func:`train_on_policy` runs it (see :class:`Algorithm` for the other fields);
+    its evaluation agent is the actor-critic's unless it names another.
+
+    Attributes:
+        make_learn: ``(config, learner) -> learn step`` (:data:`LearnFn`).
+        episodic: collect whole episodes (episodic envs, an acquisition as long as the time limit, the envs reset
+            every iteration) instead of ``config.n_steps`` steps of auto-reset envs.
+        explore: ``(config) -> agent_info`` of the training batcher, one value per key.
+        build_model: ``(config, spec) -> model``, on the CPU; the batchers' agents (``agent``) build the same one
+            from ``hidden_sizes`` and ``normalize_observations``.
+        learner_agent: ``(model, device, config) -> agent`` that replays a collection on the learner.
+        schedule: ``(config, env_steps, n_rows) -> (agent_info, statistics)``: the training ``agent_info``
+            (``n_rows`` rows, CPU) of the next collection and the statistics it is recorded with (e.g. PQN's
+            epsilon); ``None``: ``explore``'s throughout.
+    """
+
+    make_learn: Callable[[Any, ActorCriticLearner], LearnFn]
+    episodic: bool = False
+    agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]] = actor_critic_agent
+    evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]] = actor_critic_info
+    explore: Callable[[Any], dict[str, bool | float]] = actor_critic_explore
+    build_model: Callable[[Any, EnvSpec], nn.Module] = actor_critic_model
+    learner_agent: Callable[[nn.Module, torch.device, Any], RL_Agent] = actor_critic_learner_agent
+    schedule: Callable[[Any, int, int], tuple[DictTensor, dict[str, Any]]] | None = None
+
+    def check_family(self, config: OnPolicyConfig) -> None:
+        """The on-policy settings' checks (:func:`~.config.check_on_policy`)."""
+        check_on_policy(config, self.title, episodic=self.episodic)
+
+    def run(self, setup: Setup) -> TrainResult:
+        """:func:`train_on_policy`."""
+        return train_on_policy(setup)
+
+
+class _Episodes:
+    """The collection of an episodic algorithm: every iteration resets the envs and runs each one episode to its
+    end; the weights go to the batcher after each update (:class:`~rlstruct.batchers.Pipeline`'s calls)."""
+
+    def __init__(self, batcher: RL_Batcher, sync: WeightSync):
+        self.batcher, self.sync = batcher, sync
+        sync.push()
+
+    def next(self, agent_info: DictTensor | None = None) -> Trajectories:
+        self.batcher.reset(agent_info=agent_info)
+        self.batcher.execute()
+        traj, n_running = self.batcher.get()
+        assert n_running == 0, "n_timesteps covers the time limit: every episode ends in one execute"
+        return traj
+
+    def updated(self) -> None:
+        self.sync.push()
+
+    def close(self) -> None:
+        """Nothing to collect: an episodic acquisition ends within :meth:`next`."""
+
+
+def _collector(setup: Setup, stack: contextlib.ExitStack, batcher: RL_Batcher,
+               model: nn.Module) -> Pipeline | _Episodes:
+    """The training batcher's acquisitions as the loop consumes them: a started
+    :class:`~rlstruct.batchers.Pipeline` of auto-reset envs, or :class:`_Episodes`."""
+    config = setup.config
+    if setup.algorithm.episodic:
+        return _Episodes(batcher, WeightSync(batcher, model, setup.learner_device, weight_sync_mode(config)))
+    return start_pipeline(stack, batcher, model, config, device=setup.learner_device, overlap=config.overlap)
+
+
+def train_on_policy(setup: Setup) -> TrainResult:
+    """Trains ``setup.algorithm`` (an :class:`OnPolicyAlgorithm`) and returns the final evaluation and the run's
+    history.
+
+    With ``setup.resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
+    """
+    algo: OnPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
+    config, spec, resume, learner, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
+    logger = world.is_logger  # rank 0 of a data-parallel run, or a plain run
+    with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=logger,
+                      world_size=world.size) as (run, stack):
+        # What the batchers' agents build besides the agent factory's own settings (none for a plain network).
+        model_kwargs = {"normalize_observations": True} if config.normalize_observations else {}
+        model = seeded_model(config.seed, algo.build_model, config, spec)
+        if resume is not None:
+            load_state(model, resume.model, "the model", resume.path)
+        # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
+        if algo.episodic:  # n_timesteps = the time limit: one execute runs every env's episode to its end
+            steps: dict[str, Any] = {"n_timesteps": spec.max_episode_steps, "autoreset": False}
+        else:  # with overlap in process, the batcher's double buffer keeps batch k whole while k + 1 is written
+            steps = {"n_timesteps": config.n_steps, "autoreset": True, "cuda_graph": config.cuda_graph,
+                     "zero_copy": config.overlap and config.n_processes == 0}
+        batcher, evaluator = open_batchers(stack, config, spec, algo.agent(config.to_dict()),
+                                           explore=algo.explore(config),
+                                           evaluate=algo.evaluation_agent_info(config.to_dict()),
+                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
+                                           seed=run.seed, rank=world.rank, run=run, **steps)
+
+        model.to(learner)
+        # Data-parallel ranks (torchrun): after the workers spawned; rank 0's weights everywhere, gradients averaged.
+        init_process_group(world, learner, timeout_s=config.batcher_timeout, stack=stack)
+        broadcast_parameters(model, world)
+        for handle in average_gradients(model, world):
+            stack.callback(handle.remove)
+        agent = algo.learner_agent(model, learner, config)
+        B = batcher.n_elems()
+        announce(world, "envs of a collection" if algo.episodic else "env steps of a collection",
+                 B if algo.episodic else B * config.n_steps, config.lr)
+        optimizer, normalize, learner_state = actor_critic_learner(
+            model, config, n_rows=B, device=learner, resume=resume, sum_over_ranks=sum_over_ranks(world))
+        checked = RL_Agent_CheckDevice(agent, learner) if config.check_devices else agent
+        learn = algo.make_learn(config, ActorCriticLearner(model, agent, checked, optimizer, learner, run.seed, world))
+        carry_return = torch.zeros(B, device=learner)
+        carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
+
+        collect = _collector(setup, stack, batcher, model)
+        if world.is_logger:
+            evaluator.launch(cpu_state_dict(model), run.iteration, run.env_steps)
+        while not all_ranks_stop(run.should_stop(), world):
+            agent_info, stats = algo.schedule(config, run.env_steps, B) if algo.schedule else (None, {})
+            traj = collect.next(agent_info).to(learner)
+            tt = traj.trajectories
+            loss_rewards = normalize(tt)  # before any forward: the values and the loss see the same statistics
+            if config.anneal_lr:
+                optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
+            if config.check_devices:
+                check_on_device(model, learner, "the learner's model")
+            stats.update(learn(traj, loss_rewards))
+            collect.updated()
+
+            if algo.episodic:
+                ep_returns, lengths = episode_returns(traj)
+                stats["train/episode_return"] = ep_returns.mean()
+                stats["train/episode_length"] = lengths.float().mean()
+                n_steps = global_sum(int(lengths.sum()), world)
+            else:
+                ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
+                    tt["_observation/reward"], tt["_observation/done"], carry_return, carry_length
+                )
+                # nan (0 / 0) when no episode ended in this window.
+                stats["train/episode_return"] = ret_sum / count
+                stats["train/episode_length"] = len_sum / count
+                n_steps = B * tt.temporal_size() * world.size  # env steps of all ranks: the budget is global
+            run.record(n_steps, stats)
+            if world.is_logger:
+                run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
+                run.poll_checkpoint(model, learner_state)
+        collect.close()  # an acquisition launched during the last update: close the batcher with nothing pending
+
+        check_models_agree(model, world)
+        return finish_training(run, evaluator, model, spec, title=algo.title, learner=learner_state())
+
+
+class OffPolicyLearner(Protocol):
+    """What the off-policy loop asks of an algorithm's learner.
+
+    Attributes:
+        policy: the network the batchers' agents run (and the checkpoint's ``model``).
+        create_agent: the batchers' agent factory (module level, so it pickles).
+        explore: the training ``agent_info``, one value per key (the batcher's example); the evaluation's is
+            the algorithm's ``evaluation_info``.
+    """
+
+    policy: nn.Module
+    create_agent: Callable[..., RL_Agent]
+    explore: dict[str, bool | float]
+
+    def start(self, device: torch.device, seed: int, n_rows: int) -> None:
+        """Moves the networks to the learner's ``device`` (after the batchers' workers spawned) and builds the
+        optimizers and generators (seeded by this session's ``seed``), restoring a resumed run's state."""
+
+    def checked(self) -> dict[str, nn.Module]:
+        """The networks that ``check_devices`` checks, by the name its message gives them."""
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor of the learner that the ranks of a data-parallel run hold alike, once :meth:`start` built
+        them: the networks' parameters and buffers, targets included, and any trained tensor outside a network
+        (SAC's log temperature). Rank 0's are broadcast at the start; those that require a gradient are the
+        trained ones, whose gradients are averaged."""
+
+    def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
+        """The training ``agent_info`` of the next acquisition (``[n_rows]`` per key) at ``env_steps``, and the
+        statistics it is recorded with (e.g. DQN's epsilon)."""
+
+    def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
+        """The arguments of :meth:`~rlstruct.algos.replay.ReplayBuffer.push_steps` for an acquisition."""
+
+    def n_gradient_steps(self, n_new: int, buffered: int) -> int:
+        """The gradient steps to take after ``n_new`` env steps, with ``buffered`` transitions in the buffer (once
+        this session has collected ``learning_starts`` steps)."""
+
+    def gradient_step(self, buffer: ReplayBuffer) -> dict[str, Any]:
+        """One gradient step on a batch sampled from ``buffer``; its statistics."""
+
+    def state(self) -> dict[str, Any]:
+        """What the checkpoint keeps besides the policy's weights (see ``--resume``)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OffPolicyAlgorithm(Algorithm):
+    """An off-policy algorithm as :func:`train_off_policy` runs it (see :class:`Algorithm` for the other fields).
+
+    Attributes:
+        make_learner: ``(config, spec, resume) -> learner`` (:class:`OffPolicyLearner`), its networks on the CPU.
+    """
+
+    make_learner: Callable[[OffPolicyConfig, EnvSpec, Resume | None], OffPolicyLearner]
+
+    def check_family(self, config: OffPolicyConfig) -> None:
+        """The off-policy settings' checks (:func:`~.config.check_off_policy`)."""
+        check_off_policy(config)
+
+    def run(self, setup: Setup) -> TrainResult:
+        """:func:`train_off_policy`."""
+        return train_off_policy(setup)
+
+
+def train_off_policy(setup: Setup) -> TrainResult:
+    """Trains ``setup.algorithm`` (an :class:`OffPolicyAlgorithm`) and returns the final evaluation and the run's
+    history.
+
+    A resumed run's replay buffer is not in the checkpoint: it refills for ``learning_starts`` env steps before the
+    first gradient step of the new session.
+    """
+    algo: OffPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
+    config, spec, resume, device, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
+    with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=world.is_logger,
+                      world_size=world.size) as (run, stack):
+        learner = algo.make_learner(config, spec, resume)
+        # Batchers first, networks to the learner device after: no CUDA in this process before workers spawn.
+        batcher, evaluator = open_batchers(stack, config, spec, learner.create_agent, n_timesteps=config.rollout_steps,
+                                           autoreset=True, explore=learner.explore,
+                                           evaluate=algo.evaluation_agent_info(config.to_dict()),
+                                           seed=run.seed, rank=world.rank, run=run)
+        B = batcher.n_elems()
+        seed = learner_seed(run.seed, world)
+        learner.start(device, seed, B)
+        # Data-parallel ranks (torchrun): after the workers spawned; rank 0's state everywhere, gradients averaged.
+        init_process_group(world, device, timeout_s=config.batcher_timeout, stack=stack)
+        broadcast_parameters(learner.tensors(), world)
+        for handle in average_gradients(learner.tensors(), world):
+            stack.callback(handle.remove)
+        announce(world, "transitions of a replay minibatch, from the rank's own buffer", config.batch_size, config.lr)
+        buffer = ReplayBuffer.for_spec(spec, config.buffer_size, device, seed=seed)
+        carry_return = torch.zeros(B, device=device)
+        carry_length = torch.zeros(B, dtype=torch.int64, device=device)
+        first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
+
+        weights = cpu_state_dict(learner.policy)
+        batcher.update(weights)
+        batcher.reset()
+        if world.is_logger:
+            evaluator.launch(weights, run.iteration, run.env_steps)
+        while not all_ranks_stop(run.should_stop(), world):
+            agent_info, stats = learner.agent_info(run.env_steps)
+            batcher.execute(agent_info=agent_info)
+            traj, _ = batcher.get()
+            traj = traj.to(device)
+            if config.check_devices:
+                check_on_device(traj, device, "the trajectories given to the learner")
+                for what, module in learner.checked().items():
+                    check_on_device(module, device, what)
+            tt = traj.trajectories
+            n_new = B * tt.temporal_size()  # this rank's; every rank's together count in the budget
+            buffer.push_steps(**learner.transitions(tt))
+
+            stats["buffer_size"] = float(len(buffer))
+            filled = run.env_steps + n_new * world.size - first_step >= config.learning_starts
+            n_steps = fewest_over_ranks(learner.n_gradient_steps(n_new, len(buffer)) if filled else 0, world)
+            for _ in range(n_steps):
+                stats.update(learner.gradient_step(buffer))
+            if n_steps:
+                weights = cpu_state_dict(learner.policy)
+                batcher.update(weights)
+
+            ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
+                tt["_observation/reward"], tt["_observation/done"], carry_return, carry_length
+            )
+            # nan (0 / 0) when no episode ended in this window.
+            stats["train/episode_return"] = ret_sum / count
+            stats["train/episode_length"] = len_sum / count
+            run.record(n_new * world.size, stats)
+            if world.is_logger:
+                run.poll_evaluation(evaluator, lambda: weights)
+                run.poll_checkpoint(learner.policy, learner.state)
+
+        check_models_agree(learner.tensors(), world)
+        return finish_training(run, evaluator, learner.policy, spec, title=algo.title, learner=learner.state())

@@ -1,0 +1,148 @@
+"""The body of ``rlstruct train ALGO`` (and ``python -m rlstruct.algos.ALGO``): parse the flags, check the run once,
+train, report."""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlstruct.algos._train.checkpoints import check_resume_algorithm, check_resume_exists, load_checkpoint
+from rlstruct.algos._train.distributed import restart_resume
+from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
+from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.presets import apply_preset, describe_preset, setting_sources
+from rlstruct.errors import ConfigError, RankLostError, RLStructError
+
+__all__ = ["launched_at", "configure_logging", "run_main"]
+
+
+def launched_at() -> float:
+    """``time.perf_counter()``'s value at this process's start (Linux: from ``/proc``; elsewhere, now), so that a
+    command's wall time counts its interpreter start and imports.
+
+    >>> 0 <= time.perf_counter() - launched_at() < 3600
+    True
+    """
+    now = time.perf_counter()
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        age = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: the start, in ticks after boot
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - min(max(age, 0.0), 3600.0)
+
+
+def configure_logging() -> None:
+    """Sends warnings of every ``rlstruct`` logger to stderr: the command line's choice, never a library's."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
+    """The body of every algorithm's ``main`` (``algorithm``: its :class:`~.session.Algorithm`): parse, check once
+    (``algorithm.validate``), train (``algorithm.run``), report.
+
+    With ``--resume RUN``, the flags not given take the values of that run's config (:func:`resumed_defaults`);
+    the checkpoint is read once, for those defaults and for the run. A config error (an unknown env, a device this
+    machine does not have, a value out of range, a ``--resume`` checkpoint that is missing or that the settings
+    cannot continue) prints one line to stderr and returns 2. The last line on stdout is a JSON object with
+    ``eval_return``, ``env_steps``, ``wall_time_s`` and ``logdir`` (also written to ``summary.json`` in the log
+    folder).
+
+    Ctrl-C (SIGINT) stops training after the iteration under way (see
+    :func:`~rlstruct.algos._train.session.training_run`): the checkpoint, the learning curve and the summary (with
+    ``"interrupted": true``) are written, one line goes to stderr, and the status is 130 (128 + SIGINT, as
+    for any command a terminal interrupts). A second Ctrl-C, or one before training starts, stops at once,
+    also with status 130 and one line. SIGTERM (``timeout``, SLURM, ``docker stop``) does the same, with
+    status 143 (128 + SIGTERM). In a data-parallel run (``torchrun``), a rank whose peer died or stopped answering
+    prints one line (:class:`~rlstruct.errors.RankLostError`) and returns 1.
+    """
+    # The process's start when this command is the process's own command line (the console script, python -m), so
+    # that the wall clock counts the imports; called from Python (a test, a notebook), the call is the launch.
+    own = list(argv or []) == sys.argv[len(sys.argv) - len(argv):] if argv else argv is None or sys.argv[-1:] == [
+        algorithm.name]
+    launched = launched_at() if own else time.perf_counter()
+    prog = f"rlstruct train {algorithm.name}"
+    config_cls = algorithm.config_cls
+    parser = build_parser(config_cls, prog, algorithm.description,
+                          algorithm_group=f"{algorithm.title}'s own settings")
+    parser.add_argument("--show-config", action="store_true",
+                        help="print every setting this run would use and where it came from (flag, resumed run, "
+                             "preset, default), then exit")
+    ns = parser.parse_args(argv)
+    restarted = restart_resume(ns.resume, ns.logdir)
+    if restarted is not None:  # torchrun restarted the group: continue the run from its last checkpoint
+        argv = [*(sys.argv[1:] if argv is None else argv), "--resume", restarted]
+        ns = parser.parse_args(argv)
+        if os.environ.get("RANK", "0") == "0":
+            print(f"{prog}: torchrun restarted the ranks (restart {os.environ['TORCHELASTIC_RESTART_COUNT']}): "
+                  f"resuming {restarted}", file=sys.stderr)
+    given = given_flags(parser, argv) - {"show_config"}
+    try:
+        checkpoint, resumed = None, frozenset()
+        if ns.resume is not None:
+            check_resume_exists(ns.resume)
+            checkpoint = load_checkpoint(ns.resume)
+            check_resume_algorithm(algorithm.name, ns.resume, checkpoint)
+            defaults = resumed_defaults(config_cls, checkpoint)
+            parser.set_defaults(**defaults)
+            ns = parser.parse_args(argv)
+            resumed = frozenset(defaults) - given
+        config = config_from_args(config_cls, ns, given | resumed)
+        if ns.show_config:
+            resolved, preset = apply_preset(algorithm.name, config, given | resumed)
+            sources = setting_sources(resolved, preset, given, "flag")
+            sources.update(dict.fromkeys(resumed, "resumed run"))
+            if "preset" not in given | resumed:
+                sources["preset"] = f"default ({config.preset})"
+            print(f"# {prog} --env {resolved.env}: {describe_preset(preset)}")
+            print(show_config(resolved, sources))
+            return 0
+        setup = algorithm.validate(config, given=given | resumed, start=launched,
+                                   checkpoint=checkpoint if ns.resume == config.resume else None)
+    except (ValueError, TypeError, RLStructError, FileNotFoundError) as e:
+        print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    configure_logging()
+    try:
+        result = algorithm.run(setup)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted: stopped without writing a checkpoint", file=sys.stderr)
+        return 130
+    except ConfigError as e:  # what only building the run can find: a checkpoint's tensors that do not fit
+        print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except RankLostError as e:  # a data-parallel run lost a rank: the others end, each with one line
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
+    # The command ends here. Once torch._dynamo is imported (the first Adam does), the interpreter's final
+    # garbage collections walk ~2000 modules for 1-2 s after the last line; frozen objects are skipped (they
+    # are still freed by reference counting), so an interrupted run exits within its two seconds.
+    gc.freeze()
+    if not setup.world.is_logger:  # a data-parallel rank other than 0: rank 0 reports the run
+        return 128 + signal.Signals[result.stop_signal].value if result.interrupted and result.stop_signal else 0
+    if result.interrupted:
+        print(f"{prog}: interrupted after {result.env_steps} env steps ({result.wall_time_s:.1f} s): wrote "
+              f"{result.checkpoint}, the learning curve and {Path(result.logdir) / Run.SUMMARY_NAME}", file=sys.stderr)
+        print(json.dumps(result.summary()))
+        return 128 + signal.Signals[result.stop_signal or "SIGINT"]
+    if result.reached_target:
+        print(f"an evaluation reached the target return {result.target_return:g}: stopped and kept those weights")
+    print(f"final evaluation return {result.eval_return:.2f} after {result.env_steps} env steps "
+          f"in {result.wall_time_s:.1f} s")
+    print(f"logs: {Path(result.logdir) / Run.CSV_NAME} (TensorBoard: tensorboard --logdir {result.logdir})")
+    if result.plot:
+        print(f"learning curve: {result.plot}")
+    print(f"checkpoint: {result.checkpoint} (rlstruct eval {result.checkpoint})")
+    print(json.dumps(result.summary()))
+    return 0
