@@ -36,7 +36,7 @@ from rlstruct.algos.recurrent import replay_learner
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.structures import Trajectories
 
-__all__ = ["A2CConfig", "a2c_loss", "a2c_batch_loss", "learn_step", "ALGORITHM", "train"]
+__all__ = ["ALGORITHM", "A2CConfig", "a2c_batch_loss", "a2c_loss", "learn_step", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -79,24 +79,11 @@ def a2c_loss(
     entropy_coef: float,
     normalize_advantages: bool,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The A2C loss over a batch of steps, averaged over the valid ones.
-
-    ``loss = -mean(log pi(a|s) * A) + value_coef * mean((V(s) - (A + V_old(s)))^2) / 2 - entropy_coef * mean(H)``,
-    where ``V_old`` is ``values`` without gradient (the critic regresses on the GAE targets).
-
-    Args:
-        log_probs: ``float [B, T]``, ``log pi(a|s)`` of the sampled actions (see
-            :func:`~rlstruct.algos.networks.policy_actions`), with gradient.
-        entropy: ``float [B, T]``, the policy's entropy, with gradient.
-        values: ``float [B, T]`` with gradient.
-        advantages: ``float [B, T]`` (no gradient), from :func:`gae_advantages`.
-        mask: ``float [B, T]``, 1 on valid steps.
-        value_coef: weight of the value loss.
-        entropy_coef: weight of the entropy bonus.
-        normalize_advantages: standardise the advantages over the valid steps for the policy term.
-
-    Returns:
-        ``(loss, stats)``: the scalar loss and detached 0-d statistics.
+    """The A2C loss, averaged over the valid steps (``mask`` 1):
+    ``-mean(log pi(a|s) * A) + value_coef * mean((V(s) - (A + V_old(s)))^2) / 2 - entropy_coef * mean(H)``, where
+    ``V_old`` is ``values`` without gradient (the critic regresses on the GAE targets) and ``A`` is standardised for
+    the policy term when ``normalize_advantages``. Every tensor is ``float [B, T]``; ``log_probs``, ``entropy`` and
+    ``values`` carry the gradient. Returns the loss and detached 0-d statistics.
 
     >>> from rlstruct.algos.networks import Categorical
     >>> dist = Categorical(torch.zeros(1, 2, 2, requires_grad=True))
@@ -106,7 +93,6 @@ def a2c_loss(
     >>> round(loss.item(), 4), round(stats["loss/value"].item(), 4)
     (1.1931, 0.5)
     """
-    # The critic regresses on the GAE targets A + V_old (V_old: the values without gradient).
     loss, terms = masked_policy_value_loss(
         log_probs, entropy, values, (advantages + values).detach(), advantages.detach(), mask,
         value_coef=value_coef, entropy_coef=entropy_coef, normalize_advantages=normalize_advantages,

@@ -18,9 +18,7 @@ import torch
 
 from rlstruct.algos._train.config import EVALUATION_POLICIES
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
-from rlstruct.algos._train.flags import (
-    OneLineParser,
-)
+from rlstruct.algos._train.flags import OneLineParser
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
 from rlstruct.algos._train.train_command import configure_logging
 from rlstruct.allocator import tune_allocator
@@ -28,7 +26,7 @@ from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
 from rlstruct.seeding import check_seed
 
-__all__ = ["main", "evaluate_checkpoint"]
+__all__ = ["evaluate_checkpoint", "main"]
 
 
 def _eval_command(argv: Sequence[str]) -> int:
@@ -39,8 +37,8 @@ def _eval_command(argv: Sequence[str]) -> int:
     parser.add_argument("--backend", default=None, help="env backend (default: the training run's)")
     parser.add_argument("--seed", type=int, default=12345, help="env seed (default: 12345)")
     parser.add_argument("--n-processes", type=int, default=0,
-                        help="evaluation worker processes (default: 0); worker k seeds its envs from --seed + k, so "
-                             "the episodes, and the mean, depend on the split")
+                        help="evaluation worker processes (default: 0); each seeds its envs and agent from --seed, "
+                             "so the episodes, and the mean, depend on the split")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="steps per episode at most (default: the env's time limit)")
     parser.add_argument("--policy", default=None, choices=EVALUATION_POLICIES,

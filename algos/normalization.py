@@ -1,24 +1,6 @@
-"""Running normalisation of observations and rewards for the actor-critic algorithms (A2C, PPO, REINFORCE).
-
-Policy-gradient methods on tasks whose observations and rewards have no fixed scale (MuJoCo locomotion: joint
-velocities in the tens, rewards of a few units per step over 1,000-step episodes) learn poorly from the raw
-values; every reference implementation normalises both (Stable-Baselines3's ``VecNormalize``, CleanRL's
-``NormalizeObservation``/``NormalizeReward`` wrappers, Brax's PPO). Here:
-
-* :class:`ObservationNormalizer` is a module of the network (:class:`~rlstruct.algos.networks.ActorCritic`, the
-  recurrent one): its running mean and variance are buffers, so they travel with the weights to the batchers'
-  agents (every :class:`~rlstruct.batchers.WeightSync` mode, worker processes included), into checkpoints and
-  to ``rlstruct eval``. The learner updates them once per collection from the collection's observations, before
-  its update (as Brax's PPO does), in place and without a host sync; the agents normalise with the statistics
-  of the last push. (Updating them after the update instead, so that the collection is learned from with the
-  statistics it was collected with, as Stable-Baselines3's ``VecNormalize`` does, learned Pendulum-v1 more slowly
-  and Hopper-v5 no better: BENCHMARKS.md.)
-* :class:`ReturnNormalizer` lives in the learner: it divides each collection's rewards by the running standard
-  deviation of the discounted return, carried across collections per env row (gymnasium's ``NormalizeReward``,
-  applied to the learner's copy instead of inside the env).
-
-Both are statistics of the data, not learned: no gradient flows through them. Observations reach them in any
-float dtype (MuJoCo's float64) and leave as float32.
+"""Running normalisation of observations and rewards for the on-policy algorithms: :class:`ObservationNormalizer`,
+a module of the network whose statistics travel with the weights, and :class:`ReturnNormalizer`, which divides the
+learner's rewards by the running standard deviation of their discounted return. No gradient flows through either.
 """
 
 from __future__ import annotations
@@ -33,13 +15,13 @@ from rlstruct.errors import ConfigError
 from rlstruct.structures import TemporalDictTensor
 
 __all__ = [
-    "SumOverRanks",
-    "RunningMoments",
+    "OBSERVATION_CLIP",
+    "LearnerNormalization",
     "ObservationNormalizer",
     "ReturnNormalizer",
-    "OBSERVATION_CLIP",
+    "RunningMoments",
+    "SumOverRanks",
     "update_observation_statistics",
-    "LearnerNormalization",
 ]
 
 #: the bound of normalised observations (Stable-Baselines3's and CleanRL's)

@@ -32,8 +32,15 @@ from rlstruct.algos.returns import discounted_returns
 from rlstruct.errors import ConfigError
 from rlstruct.structures import Trajectories
 
-__all__ = ["ReinforceConfig", "reinforce_loss", "reinforce_batch_loss", "reinforce_returns", "learn_step", "ALGORITHM",
-           "train"]
+__all__ = [
+    "ALGORITHM",
+    "ReinforceConfig",
+    "learn_step",
+    "reinforce_batch_loss",
+    "reinforce_loss",
+    "reinforce_returns",
+    "train",
+]
 
 log = logging.getLogger(__name__)
 
@@ -121,23 +128,11 @@ def reinforce_loss(
     entropy_coef: float,
     normalize_advantages: bool,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The REINFORCE loss with a baseline, averaged over the valid steps.
-
-    ``loss = -mean(log pi(a|s) * (G - b(s))) + baseline_coef * mean((b(s) - G)^2) / 2 - entropy_coef * mean(H)``.
-
-    Args:
-        log_probs: ``float [B, T]``, ``log pi(a|s)`` of the sampled actions (see
-            :func:`~rlstruct.algos.networks.policy_actions`), with gradient.
-        entropy: ``float [B, T]``, the policy's entropy, with gradient.
-        values: ``float [B, T]``, the baseline ``b(s)``, with gradient.
-        returns: ``float [B, T]`` (no gradient).
-        mask: ``float [B, T]``, 1 on valid steps.
-        baseline_coef: weight of the baseline loss.
-        entropy_coef: weight of the entropy bonus.
-        normalize_advantages: standardise ``G - b(s)`` over the valid steps for the policy term.
-
-    Returns:
-        ``(loss, stats)``: the scalar loss and detached 0-d statistics.
+    """The REINFORCE loss with a baseline, averaged over the valid steps (``mask`` 1):
+    ``-mean(log pi(a|s) * (G - b(s))) + baseline_coef * mean((b(s) - G)^2) / 2 - entropy_coef * mean(H)``, the
+    advantages ``G - b(s)`` standardised when ``normalize_advantages``. Every tensor is ``float [B, T]``;
+    ``log_probs``, ``entropy`` and the baseline ``values`` carry the gradient. Returns the loss and detached 0-d
+    statistics.
 
     >>> from rlstruct.algos.networks import Categorical
     >>> dist = Categorical(torch.zeros(1, 2, 2, requires_grad=True))

@@ -21,7 +21,7 @@ import torch
 from rlstruct.algos import a2c, cli
 from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, setting
 from rlstruct.algos._train.flags import build_parser, config_from_args, field_help
-from rlstruct.algos._train.session import worker_seeds
+from rlstruct.algos._train.seeds import worker_seeds
 from rlstruct.algos.a2c import A2CConfig
 from rlstruct.algos.dqn import DQNConfig
 from rlstruct.algos.ppo import PPOConfig

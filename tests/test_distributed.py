@@ -47,7 +47,7 @@ def test_plain_run_is_one_rank():
 def test_ranks_number_their_workers_in_one_sequence():
     """K ranks of n workers seed their workers as one process of K * n workers does, disjoint across ranks; a run
     whose workers over all ranks would reach the evaluation's seeds is refused."""
-    from rlstruct.algos._train.session import MAX_WORKERS, worker_seeds
+    from rlstruct.algos._train.seeds import MAX_WORKERS, worker_seeds
 
     one_process = worker_seeds(7, 4, 0)
     assert [s for rank in range(2) for s in worker_seeds(7, 2, 0, first=rank * 2)] == one_process

@@ -30,12 +30,11 @@ from rlstruct.algos._train import checkpoints as checkpoints_module
 from rlstruct.algos._train import log as record_module
 from rlstruct.algos._train import loops
 from rlstruct.algos._train import session as algos_setup
-from rlstruct.algos._train import session as run_module
 from rlstruct.algos._train import update as update_module
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_resume
 from rlstruct.algos._train.env_spec import describe_env
-from rlstruct.algos._train.log import Run, session_seed
-from rlstruct.algos._train.session import worker_seeds
+from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.seeds import session_seed, worker_seeds
 from rlstruct.algos.cli import evaluate_checkpoint
 from rlstruct.algos.normalization import LearnerNormalization
 from rlstruct.devices import tree_copy
@@ -489,7 +488,7 @@ def test_ppo_trained_partway_then_resumed_learns_cartpole(tmp_path):
 def test_checkpoint_every_writes_resumable_checkpoints_during_the_run(tmp_path, monkeypatch, algo):
     module, config, per_iteration, first_steps, _ = CASES[algo]
     written, snapshot = [], tmp_path / "at-2"
-    save = run_module.save_checkpoint
+    save = record_module.save_checkpoint
 
     def save_and_keep(path, *args, **kwargs):
         out = save(path, *args, **kwargs)
@@ -499,9 +498,8 @@ def test_checkpoint_every_writes_resumable_checkpoints_during_the_run(tmp_path, 
             shutil.copytree(os.path.dirname(out), snapshot)
         return out
 
-    # The periodic checkpoints (Run.poll_checkpoint) and the final one (finish_training).
+    # The periodic checkpoints and the final one: Run.save_checkpoint writes both.
     monkeypatch.setattr(record_module, "save_checkpoint", save_and_keep)
-    monkeypatch.setattr(run_module, "save_checkpoint", save_and_keep)
     first = module.train(dataclasses.replace(config, logdir=str(tmp_path / "run"), max_env_steps=first_steps,
                                              checkpoint_every=2))
     periodic = [it for it, _ in written[:-1]]

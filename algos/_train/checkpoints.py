@@ -31,16 +31,16 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKPOINT_FORMAT",
     "RESUME_FIELDS",
-    "save_checkpoint",
-    "load_checkpoint",
-    "load_state",
-    "does_not_fit",
     "Resume",
-    "load_resume",
-    "check_resume_exists",
     "check_resume_algorithm",
-    "restore_optimizer",
+    "check_resume_exists",
+    "does_not_fit",
+    "load_checkpoint",
+    "load_resume",
+    "load_state",
     "plot_learning_curve",
+    "restore_optimizer",
+    "save_checkpoint",
 ]
 
 log = logging.getLogger(__name__)
@@ -201,9 +201,9 @@ def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = (), *,
     data = load_checkpoint(config.resume) if checkpoint is None else checkpoint
     check_resume_algorithm(algo, config.resume, data)
     if "learner" not in data or "iteration" not in data:
-        raise ConfigError(f"resume={config.resume!r} is a checkpoint without the learner's state (written before "
-                          "rlstruct saved it), got one that rlstruct eval can read but training cannot continue from; "
-                          "start a new run, e.g. from its weights in your own code")
+        raise ConfigError(f"resume={config.resume!r} is a checkpoint without the learner's state (rlstruct eval can "
+                          "read it, training cannot continue from it); start a new run, e.g. from its weights in your "
+                          "own code")
     saved = data["config"]
     new = config.to_dict()
     for name in (*RESUME_FIELDS, *fields):

@@ -1,50 +1,6 @@
 """Data-parallel learners on ``torch.distributed``: the rank's view of the world, its process group, its seeds and
-the averaging of its gradients.
-
-A run launched by ``torchrun`` finds ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``
-in its environment; a plain run finds none of them and is one rank of a world of one, with no process group, so
-that nothing it computes changes (:func:`world_from_environment`). Each rank collects with its own batchers and
-learns on its own share; the ranks average their gradients after every backward, so every rank's optimizer takes
-the same step and the models stay identical without any weight broadcast after the first one.
-
-Choices:
-
-* **Every algorithm**: A2C, PPO and REINFORCE (one loop, :mod:`~rlstruct.algos._train.loops`) and DQN and SAC (one
-  loop, :mod:`~rlstruct.algos._train.loops`: a replay buffer per rank, filled by the rank's own batchers, and
-  ``--batch-size`` rows sampled from it per rank and gradient step, so the effective batch is K times one rank's).
-  The off-policy ranks take the same number of gradient steps (the fewest any rank can take,
-  :func:`fewest_over_ranks`), and their target networks, updated from identical networks, stay identical.
-* **``--n-envs`` is per rank** (as in CleanRL's ``ppo_atari_multigpu.py`` and for DDP users): K ranks of ``n``
-  envs collect ``K * n`` rows per iteration, the effective batch is K times one rank's, and the learning rate is
-  used as given (:func:`effective_batch` reports both).
-* **Gradients are averaged by one all-reduce per backward pass**, of every gradient that pass produced flattened
-  into one buffer (:func:`average_gradients`), not by wrapping the model in ``DistributedDataParallel``: the learn
-  steps call the model's submodules (policy head, value head, the normaliser) and replay it through an agent, which
-  DDP's ``forward`` wrapper does not see. A post-accumulate-grad hook on each trained tensor collects the gradients
-  as autograd produces them, and a callback at the end of the backward (autograd's ``queue_callback``, the point
-  DDP finalises its buckets at) all-reduces them at once: between ``backward`` and the clipping and the optimizer
-  step, the one point every learn step shares without editing each algorithm, and once per backward whatever
-  networks it reached (SAC's critic, actor and temperature passes each average their own). The mean of the ranks'
-  gradients of a mean loss over equal shares is the gradient of the mean loss over the whole batch, so with
-  full-batch updates K ranks take the step one process takes on the K-times batch (tested to float tolerance).
-  Autograd runs the same graph in the same order on every rank, so the buffers line up. One buffer against one
-  all-reduce per tensor (``benchmarks/distributed.py``, 2 gloo ranks on this 2-vCPU machine): 0.14 ms against
-  1.50 ms for the 64-64 MLP's 12 tensors, whose forward and backward take 0.9 ms.
-* **Advantage normalisation is per rank**: each rank normalises its own share (its mean and standard
-  deviation), as CleanRL's multi-GPU PPO does. It matches a single process only with normalisation off (the
-  equivalence tests turn it off).
-* **Seeds are disjoint across ranks, and the ranks together are one process**: the workers of all ranks are
-  numbered in one sequence (rank ``r`` of ``n`` workers holds workers ``r * n`` to ``r * n + n - 1``) and each
-  worker's envs and sampling take that worker's seed (:func:`~.session.worker_seeds`), so that K ranks of
-  one worker each collect what one process of K workers collects, row for row. The model is initialised from the
-  run's own seed on every rank (and broadcast from rank 0 all the same, :func:`broadcast_parameters`, so that a
-  model built differently cannot drift).
-* **Normalisation statistics are merged**: the observation and return statistics take every rank's collection
-  (their batch count, sum and squared deviations summed over the ranks, :func:`sum_over_ranks`), so that every
-  rank's normaliser holds what one process's would on the whole batch and the models stay identical.
-* The process group uses ``gloo`` on the CPU and ``nccl`` when the learner is a CUDA device of its own
-  (``--learner-device cuda`` is ``cuda:LOCAL_RANK`` on each rank, :func:`rank_device`, and so are the batchers' and
-  the evaluation's ``cuda``); ranks that share a GPU (more ranks than GPUs on a node: MPS, MIG) use ``gloo``.
+the averaging of its gradients (one all-reduce per backward pass). A plain run is one rank of a world of one, with
+no process group. The design is in docs/concepts/training.md.
 """
 
 from __future__ import annotations
@@ -67,24 +23,24 @@ from rlstruct.errors import ConfigError, RankLostError
 
 __all__ = [
     "World",
-    "world_from_environment",
-    "restart_resume",
-    "rank_device",
-    "process_group_backend",
-    "init_process_group",
-    "collective",
-    "sum_over_ranks",
-    "mean_over_ranks",
-    "effective_batch",
-    "announce",
-    "broadcast_parameters",
-    "average_gradients",
     "all_ranks_stop",
-    "global_sum",
-    "fewest_over_ranks",
-    "learner_seed",
-    "models_agree",
+    "announce",
+    "average_gradients",
+    "broadcast_parameters",
     "check_models_agree",
+    "collective",
+    "effective_batch",
+    "fewest_over_ranks",
+    "global_sum",
+    "init_process_group",
+    "learner_seed",
+    "mean_over_ranks",
+    "models_agree",
+    "process_group_backend",
+    "rank_device",
+    "restart_resume",
+    "sum_over_ranks",
+    "world_from_environment",
 ]
 
 

@@ -15,12 +15,13 @@ from rlstruct.algos._train.checkpoints import does_not_fit, load_checkpoint
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos._train.registry import algorithm
+from rlstruct.algos._train.seeds import EVALUATION_AGENT_SEEDS, EVALUATION_ENV_SEEDS, worker_seeds
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
 from rlstruct.structures import DictTensor, Trajectories
 
-__all__ = ["EpisodeTally", "Evaluator", "run_episodes", "evaluation_agent", "agent_info_row", "evaluate_checkpoint"]
+__all__ = ["EpisodeTally", "Evaluator", "agent_info_row", "evaluate_checkpoint", "evaluation_agent", "run_episodes"]
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ def run_episodes(batcher: RL_Batcher, max_steps: int, agent_info: DictTensor | N
 
 
 class Evaluator:
-    """Asynchronous evaluation with an episodic batcher (rlstructures' pattern §5.9(d)), in bounded memory.
+    """Asynchronous evaluation with an episodic batcher, in bounded memory.
 
     :meth:`poll` never blocks: it collects what the batcher has finished (``get(blocking=False)``) and then, at
     most every ``every`` iterations, sends the current weights (``update``), restarts the episodes (``reset``) and
@@ -338,7 +339,7 @@ def evaluate_checkpoint(
         device: where the evaluation envs and agent run.
         backend: env backend (default: the training run's); the run's evaluation env arguments
             (``evaluation_env_kwargs``) apply on its own backend only.
-        seed: env seed.
+        seed: the seed of the envs and agents, as a training run's evaluation takes it (:func:`worker_seeds`).
         n_processes: evaluation worker processes (0: this process).
         max_steps: steps per episode at most (``None``: the env's time limit); an episode cut there counts its
             partial return.
@@ -371,7 +372,8 @@ def evaluate_checkpoint(
         max_steps = spec["max_episode_steps"]
     chunk = min(max_steps, cfg.get("evaluation_chunk_steps", RunConfig.evaluation_chunk_steps))
     with RL_Batcher(chunk, create_agent, agent_args, create_env, env_args, n_processes,
-                    [seed + k for k in range(n_workers)], agent_info=agent_info, device=device) as batcher:
+                    worker_seeds(seed, n_workers, EVALUATION_ENV_SEEDS), agent_info=agent_info,
+                    agent_seeds=worker_seeds(seed, n_workers, EVALUATION_AGENT_SEEDS), device=device) as batcher:
         batcher.update(ckpt["model"])
         tally = run_episodes(batcher, max_steps)
     returns = tally.returns[:episodes]

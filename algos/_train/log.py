@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import hashlib
 import json
 import logging
 import math
@@ -26,27 +25,15 @@ from torch import nn
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, save_checkpoint
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.seeds import session_seed
 from rlstruct.errors import ConfigError
 
 if TYPE_CHECKING:
     from rlstruct.algos._train.evaluation import Evaluator
 
-__all__ = ["session_seed", "TrainResult", "run_logdir", "check_logdir", "Run"]
+__all__ = ["Run", "TrainResult", "check_logdir", "run_logdir"]
 
 log = logging.getLogger(__name__)
-
-def session_seed(seed: int, iteration: int) -> int:
-    """The seed of a training session's envs, agents and learner generators: ``seed`` for a fresh run
-    (``iteration`` 0), else a hash of ``(seed, iteration)`` in ``[0, 214,748)`` (where :func:`worker_seeds` does not
-    wrap), so that a run resumed at ``iteration`` does not replay the episodes and samples of its first session.
-
-    >>> session_seed(7, 0), session_seed(7, 120) == session_seed(7, 120), session_seed(7, 120) != session_seed(7, 121)
-    (7, True, True)
-    """
-    if iteration == 0:
-        return seed
-    digest = hashlib.sha256(f"rlstruct-resume/{seed}/{iteration}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") % 214_748
 
 
 @dataclasses.dataclass
@@ -378,11 +365,25 @@ class Run:
         if not every or self.iteration % every or not self.logger:
             return
         self.flush()
-        eval_return = math.nan if self.last_eval is None else self.last_eval
-        save_checkpoint(self.logdir / CHECKPOINT_NAME, self.algo, self.config, self.spec, model,
-                        {"env_steps": self.env_steps, "iteration": self.iteration, "wall_time_s": self.wall_time(),
-                         "eval_return": eval_return, "interrupted": False, "learner": learner_state(),
-                         "world_size": self.world_size})
+        self.save_checkpoint(model, learner_state(), eval_return=math.nan if self.last_eval is None else self.last_eval)
+
+    def save_checkpoint(self, model: nn.Module, learner: dict[str, Any], *, eval_return: float,
+                        interrupted: bool = False, wall_time_s: float | None = None) -> str:
+        """Writes ``checkpoint.pt`` into the log folder: ``model``'s weights, the counters and ``learner`` (what a
+        resumed run restores besides the weights); returns its path.
+
+        Args:
+            model: the policy's network.
+            learner: the learner's state (optimizers, normalisers, targets), on the CPU.
+            eval_return: the last evaluation's mean return (nan: none).
+            interrupted: whether a signal stopped the run.
+            wall_time_s: the run's wall time over every session (default: now).
+        """
+        return save_checkpoint(self.logdir / CHECKPOINT_NAME, self.algo, self.config, self.spec, model,
+                               {"env_steps": self.env_steps, "iteration": self.iteration,
+                                "wall_time_s": self.wall_time() if wall_time_s is None else wall_time_s,
+                                "eval_return": eval_return, "interrupted": interrupted, "learner": learner,
+                                "world_size": self.world_size})
 
 
 def _earlier_rows(resume: Resume) -> list[dict[str, Any]]:

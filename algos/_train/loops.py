@@ -15,7 +15,7 @@ from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos._train.checkpoints import Resume, load_state
-from rlstruct.algos._train.config import OffPolicyConfig, OnPolicyConfig, check_off_policy, check_on_policy
+from rlstruct.algos._train.config import OffPolicyConfig, OnPolicyConfig, RunConfig, check_off_policy, check_on_policy
 from rlstruct.algos._train.distributed import (
     World,
     all_ranks_stop,
@@ -30,7 +30,8 @@ from rlstruct.algos._train.distributed import (
     sum_over_ranks,
 )
 from rlstruct.algos._train.env_spec import EnvSpec
-from rlstruct.algos._train.log import TrainResult
+from rlstruct.algos._train.evaluation import Evaluator
+from rlstruct.algos._train.log import Run, TrainResult
 from rlstruct.algos._train.optim import OptimizerLike
 from rlstruct.algos._train.session import (
     Algorithm,
@@ -50,8 +51,17 @@ from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import cpu_state_dict
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
-__all__ = ["LearnFn", "ActorCriticLearner", "actor_critic_agent", "actor_critic_info", "OnPolicyAlgorithm",
-           "train_on_policy", "OffPolicyLearner", "OffPolicyAlgorithm", "train_off_policy"]
+__all__ = [
+    "ActorCriticLearner",
+    "LearnFn",
+    "OffPolicyAlgorithm",
+    "OffPolicyLearner",
+    "OnPolicyAlgorithm",
+    "actor_critic_agent",
+    "actor_critic_info",
+    "train_off_policy",
+    "train_on_policy",
+]
 
 
 #: a learn step: ``(trajectories, loss_rewards [B, T]) -> statistics`` (0-d tensors or floats)
@@ -82,6 +92,43 @@ class ActorCriticLearner:
     device: torch.device
     seed: int
     world: World = World()
+
+
+def _join_ranks(world: World, device: torch.device, config: RunConfig, stack: contextlib.ExitStack,
+                state: nn.Module | list[torch.Tensor]) -> None:
+    """Joins a data-parallel run's ranks (torchrun), after the batchers' workers spawned: rank 0's ``state``
+    everywhere, its gradients averaged over the ranks from then on."""
+    init_process_group(world, device, timeout_s=config.batcher_timeout, stack=stack)
+    broadcast_parameters(state, world)
+    for handle in average_gradients(state, world):
+        stack.callback(handle.remove)
+
+
+class _TrainingEpisodes:
+    """The mean return and length of the training episodes that end in each collection of auto-reset envs, whose
+    partial sums carry over from one collection to the next."""
+
+    def __init__(self, n_rows: int, device: torch.device):
+        self.returns = torch.zeros(n_rows, device=device)
+        self.lengths = torch.zeros(n_rows, dtype=torch.int64, device=device)
+
+    def add(self, tt: TemporalDictTensor, stats: dict[str, Any]) -> None:
+        """Adds a collection; its ``train/episode_return`` and ``train/episode_length`` go into ``stats`` (nan: no
+        episode ended in it)."""
+        ret_sum, len_sum, count, self.returns, self.lengths = episode_statistics(
+            tt["_observation/reward"], tt["_observation/done"], self.returns, self.lengths)
+        stats["train/episode_return"] = ret_sum / count
+        stats["train/episode_length"] = len_sum / count
+
+
+def _record(run: Run, world: World, evaluator: Evaluator, n_steps: int, stats: dict[str, Any],
+            weights: Callable[[], dict[str, torch.Tensor]], model: nn.Module,
+            learner_state: Callable[[], dict[str, Any]]) -> None:
+    """The end of every iteration: its record, and on the logging rank the evaluation's and the checkpoint's turn."""
+    run.record(n_steps, stats)
+    if world.is_logger:
+        run.poll_evaluation(evaluator, weights)
+        run.poll_checkpoint(model, learner_state)
 
 
 def actor_critic_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:
@@ -207,11 +254,7 @@ def train_on_policy(setup: Setup) -> TrainResult:
                                            seed=run.seed, rank=world.rank, run=run, **steps)
 
         model.to(learner)
-        # Data-parallel ranks (torchrun): after the workers spawned; rank 0's weights everywhere, gradients averaged.
-        init_process_group(world, learner, timeout_s=config.batcher_timeout, stack=stack)
-        broadcast_parameters(model, world)
-        for handle in average_gradients(model, world):
-            stack.callback(handle.remove)
+        _join_ranks(world, learner, config, stack, model)
         agent = algo.learner_agent(model, learner, config)
         B = batcher.n_elems()
         announce(world, "envs of a collection" if algo.episodic else "env steps of a collection",
@@ -220,8 +263,7 @@ def train_on_policy(setup: Setup) -> TrainResult:
             model, config, n_rows=B, device=learner, resume=resume, sum_over_ranks=sum_over_ranks(world))
         checked = RL_Agent_CheckDevice(agent, learner) if config.check_devices else agent
         learn = algo.make_learn(config, ActorCriticLearner(model, agent, checked, optimizer, learner, run.seed, world))
-        carry_return = torch.zeros(B, device=learner)
-        carry_length = torch.zeros(B, dtype=torch.int64, device=learner)
+        episodes = _TrainingEpisodes(B, learner)
 
         collect = _collector(setup, stack, batcher, model)
         if world.is_logger:
@@ -244,17 +286,9 @@ def train_on_policy(setup: Setup) -> TrainResult:
                 stats["train/episode_length"] = lengths.float().mean()
                 n_steps = global_sum(int(lengths.sum()), world)
             else:
-                ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
-                    tt["_observation/reward"], tt["_observation/done"], carry_return, carry_length
-                )
-                # nan (0 / 0) when no episode ended in this window.
-                stats["train/episode_return"] = ret_sum / count
-                stats["train/episode_length"] = len_sum / count
+                episodes.add(tt, stats)
                 n_steps = B * tt.temporal_size() * world.size  # env steps of all ranks: the budget is global
-            run.record(n_steps, stats)
-            if world.is_logger:
-                run.poll_evaluation(evaluator, lambda: cpu_state_dict(model))
-                run.poll_checkpoint(model, learner_state)
+            _record(run, world, evaluator, n_steps, stats, lambda: cpu_state_dict(model), model, learner_state)
         collect.close()  # an acquisition launched during the last update: close the batcher with nothing pending
 
         check_models_agree(model, world)
@@ -345,15 +379,10 @@ def train_off_policy(setup: Setup) -> TrainResult:
         B = batcher.n_elems()
         seed = learner_seed(run.seed, world)
         learner.start(device, seed, B)
-        # Data-parallel ranks (torchrun): after the workers spawned; rank 0's state everywhere, gradients averaged.
-        init_process_group(world, device, timeout_s=config.batcher_timeout, stack=stack)
-        broadcast_parameters(learner.tensors(), world)
-        for handle in average_gradients(learner.tensors(), world):
-            stack.callback(handle.remove)
+        _join_ranks(world, device, config, stack, learner.tensors())
         announce(world, "transitions of a replay minibatch, from the rank's own buffer", config.batch_size, config.lr)
         buffer = ReplayBuffer.for_spec(spec, config.buffer_size, device, seed=seed)
-        carry_return = torch.zeros(B, device=device)
-        carry_length = torch.zeros(B, dtype=torch.int64, device=device)
+        episodes = _TrainingEpisodes(B, device)
         first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
 
         weights = cpu_state_dict(learner.policy)
@@ -383,16 +412,8 @@ def train_off_policy(setup: Setup) -> TrainResult:
                 weights = cpu_state_dict(learner.policy)
                 batcher.update(weights)
 
-            ret_sum, len_sum, count, carry_return, carry_length = episode_statistics(
-                tt["_observation/reward"], tt["_observation/done"], carry_return, carry_length
-            )
-            # nan (0 / 0) when no episode ended in this window.
-            stats["train/episode_return"] = ret_sum / count
-            stats["train/episode_length"] = len_sum / count
-            run.record(n_new * world.size, stats)
-            if world.is_logger:
-                run.poll_evaluation(evaluator, lambda: weights)
-                run.poll_checkpoint(learner.policy, learner.state)
+            episodes.add(tt, stats)
+            _record(run, world, evaluator, n_new * world.size, stats, lambda: weights, learner.policy, learner.state)
 
         check_models_agree(learner.tensors(), world)
         return finish_training(run, evaluator, learner.policy, spec, title=algo.title, learner=learner.state())

@@ -1,18 +1,6 @@
-"""Adam for the learners: ``torch.optim.Adam``'s update, without the second of start-up its base class costs.
-
-Every ``torch.optim.Optimizer`` imports ``torch._dynamo`` when it is built (``add_param_group``) and again at its
-first ``step`` (``_use_grad_for_differentiable``): on a small CPU that import is 0.8-1.5 s, a third of the time a
-PPO run takes to solve CartPole-v1 from launch, and the learners never compile the optimizer. :class:`Adam` keeps the
-optimizer's state in ``torch.optim.Adam``'s layout and runs the step through torch's own functional Adam
-(``torch.optim.adam.adam``, the function ``torch.optim.Adam.step`` calls, fused kernel included), so:
-
-- its parameters after any number of steps are bitwise those of ``torch.optim.Adam`` with the same settings;
-- its ``state_dict`` is ``torch.optim.Adam``'s: a checkpoint written by either loads into the other;
-- ``param_groups[0]["lr"]`` sets the learning rate, as for a torch optimizer.
-
-It is not a ``torch.optim.Optimizer`` (that base class is where the import happens), so torch's learning-rate
-schedulers do not take it; a learner that wants one, or ``torch.compile`` over its step, builds ``torch.optim.Adam``
-(the checkpoint format is the same).
+"""Adam for the learners: ``torch.optim.Adam``'s update through torch's functional Adam, bitwise the same parameters
+and the same ``state_dict``, without the ``torch._dynamo`` import of ``torch.optim.Optimizer``
+(docs/concepts/training.md).
 
 >>> p = torch.nn.Parameter(torch.ones(2))
 >>> opt = Adam([p], lr=0.1)

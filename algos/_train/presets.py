@@ -1,22 +1,9 @@
-"""Tuned settings per algorithm and environment, applied when a run names the env and does not give the setting.
+"""Tuned settings per algorithm and environment (:data:`PRESETS`), applied to the settings a run does not give.
 
 ``rlstruct train ppo --env Pendulum-v1`` runs with the settings that the learning benchmarks prove for PPO on
-Pendulum-v1 (:data:`PRESETS`); a flag given on the command line, or a field given to the config in Python
-(``PPOConfig(env="Pendulum-v1", lr=1e-3)``), always wins; ``--preset none`` (``preset="none"``) runs the bare
-defaults. ``rlstruct train ALGO --env ID --show-config`` prints every setting a run would use and where it came
-from; ``rlstruct presets`` lists the table.
-
-**A Python table, not a data file.** Each entry is a few lines that a reader can check against the benchmark that
-proves it (``benchmark``: a suite of ``benchmarks/learning.py``), with the values in the config's own types, checked
-by the same code that checks a user's settings; importing it loads no torch, so ``rlstruct presets`` is instant. An
-entry matches an env id exactly or a family of ids (``fnmatch`` patterns such as ``"ALE/*"``); an exact id wins over
-a family. Where an algorithm does not learn an env within a sensible budget, the entry says so (``unsupported``)
-instead of shipping settings that do not work: the run keeps the bare defaults and a warning says which algorithm
-does learn it.
-
-**Which settings count as given.** On the command line, the flags given, and with ``--resume`` the resumed run's
-settings (a resumed run keeps its preset's values, and records its name). In Python, the fields whose value differs
-from the config class's default, unless the caller names them (``ALGORITHM.validate(config, given=...)``).
+Pendulum-v1; a setting given always wins, and ``--preset none`` runs the bare defaults. On the command line the
+flags given (and with ``--resume`` the resumed run's settings) count as given; in Python, the fields whose value
+differs from the config's default, unless the caller names them (``ALGORITHM.validate(config, given=...)``).
 """
 
 from __future__ import annotations
@@ -30,8 +17,19 @@ from typing import Any
 
 from rlstruct.errors import ConfigError
 
-__all__ = ["AUTO", "NONE", "Preset", "PRESETS", "find_preset", "preset_named", "given_fields", "apply_preset",
-           "describe_preset", "setting_sources", "list_presets"]
+__all__ = [
+    "AUTO",
+    "NONE",
+    "PRESETS",
+    "Preset",
+    "apply_preset",
+    "describe_preset",
+    "find_preset",
+    "given_fields",
+    "list_presets",
+    "preset_named",
+    "setting_sources",
+]
 
 log = logging.getLogger(__name__)
 

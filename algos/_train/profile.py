@@ -23,6 +23,7 @@ import torch
 from rlstruct.agents import replay_agent_stateless
 from rlstruct.algos._train.config import check_physics_dtype
 from rlstruct.algos._train.env_spec import create_env, describe_env
+from rlstruct.algos._train.seeds import AGENT_SEEDS, ENV_SEEDS, worker_seeds
 from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos._train.update import check_autocast
 from rlstruct.algos.a2c import A2CConfig, a2c_loss
@@ -139,7 +140,7 @@ def profile_training(
     optimizer = make_adam(model, lr, ldev)
     timer = PhaseTimer(ldev, sync=sync)
     with RL_Batcher(n_timesteps, create_policy_agent, agent_args, create_env, env_args, n_processes,
-                    [seed + k for k in range(n_workers)], agent_seeds=[seed + 1000 + k for k in range(n_workers)],
+                    worker_seeds(seed, n_workers, ENV_SEEDS), agent_seeds=worker_seeds(seed, n_workers, AGENT_SEEDS),
                     device=dev, sync_timings=sync, cuda_graph=cuda_graph, zero_copy=zero_copy) as batcher:
         batcher.update(cpu_state_dict(model))
         batcher.reset()

@@ -21,13 +21,21 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent
-from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, load_resume, plot_learning_curve, save_checkpoint
+from rlstruct.algos._train.checkpoints import Resume, load_resume, plot_learning_curve
 from rlstruct.algos._train.config import RunConfig, check_evaluation_policy, validate_run_config
 from rlstruct.algos._train.distributed import World, rank_device, world_from_environment
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
 from rlstruct.algos._train.log import Run, TrainResult, check_logdir, run_logdir
 from rlstruct.algos._train.presets import apply_preset
+from rlstruct.algos._train.seeds import (
+    AGENT_SEEDS,
+    ENV_SEEDS,
+    EVALUATION_AGENT_SEEDS,
+    EVALUATION_ENV_SEEDS,
+    MAX_WORKERS,
+    worker_seeds,
+)
 from rlstruct.algos._train.train_command import run_main
 from rlstruct.algos._train.video import RunVideos, check_videos
 from rlstruct.batchers import RL_Batcher
@@ -35,8 +43,18 @@ from rlstruct.devices import DeviceLike, as_device, cpu_state_dict
 from rlstruct.errors import ConfigError, DeviceMismatchError
 from rlstruct.structures import DictTensor, Trajectories
 
-__all__ = ["Algorithm", "Setup", "prepare", "warn_stalling_evaluations", "worker_seeds", "check_on_device",
-           "training_run", "seeded_model", "worker_args", "open_batchers", "finish_training"]
+__all__ = [
+    "Algorithm",
+    "Setup",
+    "check_on_device",
+    "finish_training",
+    "open_batchers",
+    "prepare",
+    "seeded_model",
+    "training_run",
+    "warn_stalling_evaluations",
+    "worker_args",
+]
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +171,8 @@ def check_evaluation_envs(config: RunConfig, spec: EnvSpec) -> None:
 
 def warn_stalling_evaluations(config: RunConfig, spec: EnvSpec) -> None:
     """Warns when a run evaluates the greedy policy on whole Atari games: a greedy policy that never presses FIRE
-    after a lost life (an untrained one, in Breakout) plays until ALE's cap, and each evaluation then takes minutes
-    (500 s on 2 CPUs, blocking training). The Atari presets (``ppo-atari``, ``dqn-atari``) sample the policy instead."""
+    after a lost life (an untrained one, in Breakout) plays until ALE's cap, and each evaluation then takes minutes,
+    blocking training. The Atari presets (``ppo-atari``, ``dqn-atari``) sample the policy instead."""
     if config.env.startswith("ALE/") and config.evaluation_policy == "greedy" and config.evaluation_max_steps is None:
         log.warning("%s: the evaluations play the greedy policy for up to %d steps a game, and one that never presses "
                     "FIRE plays until that cap (minutes per evaluation); pass --evaluation-policy sample (Atari's "
@@ -211,24 +229,6 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | 
                           "(over all nodes), or start a new run without --resume")
     check_logdir(run_logdir(algorithm.name, config, resume))  # last: a run that fails a check creates no folder
     return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start, world)
-
-
-#: the workers a batcher role may have over all ranks: the distance between two roles' seed offsets
-MAX_WORKERS = 1000
-
-
-def worker_seeds(seed: int, n_workers: int, offset: int, first: int = 0) -> list[int]:
-    """Distinct env/agent seeds per worker, per batcher (``offset`` tells batchers apart), in ``[0, 2**31)``.
-
-    ``first`` is the global index of the first worker: in a data-parallel run, rank ``r`` of ``n_workers`` workers
-    takes ``first = r * n_workers``, so that K ranks of one worker each seed their envs and agents as one process
-    of K workers does (the ranks' collections together are that process's collection).
-
-    >>> worker_seeds(3, 2, 1000), worker_seeds(2**31 - 1, 1, 0), worker_seeds(3, 1, 0, first=1)
-    ([31000, 31001], [2147473648], [30001])
-    """
-    # Seeds below 214,748 keep their historical values; larger ones wrap into the envs' seed range.
-    return [(seed * 10_000 + offset + first + k) % 2**31 for k in range(n_workers)]
 
 
 def check_on_device(structure: Trajectories | nn.Module, device: DeviceLike, what: str) -> None:
@@ -403,10 +403,10 @@ def open_batchers(
     train_args = (
         n_timesteps, create_agent, {**agent_args, **(agent_kwargs or {}), "device": config.batcher_device},
         create_env, {**env_args, "n_envs": config.n_envs, "autoreset": autoreset, "device": config.batcher_device},
-        config.n_processes, worker_seeds(seed, n_workers, 0, first),
+        config.n_processes, worker_seeds(seed, n_workers, ENV_SEEDS, first),
     )
     train_kwargs = {"agent_info": agent_info_row(explore),
-                    "agent_seeds": worker_seeds(seed, n_workers, 5000, first), "device": config.batcher_device,
+                    "agent_seeds": worker_seeds(seed, n_workers, AGENT_SEEDS, first), "device": config.batcher_device,
                     "cuda_graph": cuda_graph, "timeout": config.batcher_timeout,
                     "restart_workers": config.restart_workers}
     if config.ray_actors:  # actor k hosts workers k * n_processes...: the rows of one process's workers, in order
@@ -432,9 +432,9 @@ def open_batchers(
         chunk, create_agent, {**agent_args, "device": config.evaluation_device},
         create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": eval_graph,
                      "device": config.evaluation_device, "env_kwargs": eval_env_kwargs},
-        config.n_evaluation_processes, worker_seeds(seed, n_eval_workers, 1000),
+        config.n_evaluation_processes, worker_seeds(seed, n_eval_workers, EVALUATION_ENV_SEEDS),
         agent_info=agent_info_row(evaluate),
-        agent_seeds=worker_seeds(seed, n_eval_workers, 6000), device=config.evaluation_device,
+        agent_seeds=worker_seeds(seed, n_eval_workers, EVALUATION_AGENT_SEEDS), device=config.evaluation_device,
         cuda_graph=eval_graph, timeout=config.batcher_timeout, restart_workers=config.restart_workers,
     )
     n_eval = eval_batcher.n_elems()
@@ -444,10 +444,8 @@ def open_batchers(
     if config.restart_workers and run is not None:
         run.columns["batcher/restarts"] = lambda: batcher.n_restarts + eval_batcher.n_restarts
     if config.video_every and run is not None:
-        run.videos = RunVideos(config.video_every, run.logdir, name=config.env, backend=config.backend, spec=spec,
-                               create_agent=create_agent, agent_args=agent_args, agent_info=evaluate, seed=seed,
-                               physics_dtype=config.physics_dtype, max_steps=config.evaluation_max_steps,
-                               env_kwargs=eval_env_kwargs)
+        run.videos = RunVideos(config.video_every, run.logdir, algo=run.algo, config=config.to_dict(), spec=spec,
+                               seed=seed)
         run.evaluation_hooks.append(run.videos.after_evaluation)
     return batcher, evaluator
 
@@ -526,10 +524,8 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
             run.videos.record(cpu_state_dict(model), run.env_steps)
     wall = run.elapsed()
     run.close()
-    checkpoint = save_checkpoint(run.logdir / CHECKPOINT_NAME, run.algo, config, spec, model,
-                                 {"env_steps": run.env_steps, "iteration": run.iteration,
-                                  "wall_time_s": run.wall_offset + wall, "eval_return": eval_return,
-                                  "interrupted": interrupted, "learner": learner or {}, "world_size": world_size})
+    checkpoint = run.save_checkpoint(model, learner or {}, eval_return=eval_return, interrupted=interrupted,
+                                     wall_time_s=run.wall_offset + wall)
     suffix = ", interrupted" if interrupted else ""
     plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
                                f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")

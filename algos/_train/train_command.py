@@ -21,7 +21,7 @@ from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.presets import apply_preset, describe_preset, setting_sources
 from rlstruct.errors import ConfigError, RankLostError, RLStructError
 
-__all__ = ["launched_at", "configure_logging", "run_main"]
+__all__ = ["configure_logging", "launched_at", "run_main"]
 
 
 def launched_at() -> float:
@@ -125,9 +125,8 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
     except RankLostError as e:  # a data-parallel run lost a rank: the others end, each with one line
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
-    # The command ends here. Once torch._dynamo is imported (the first Adam does), the interpreter's final
-    # garbage collections walk ~2000 modules for 1-2 s after the last line; frozen objects are skipped (they
-    # are still freed by reference counting), so an interrupted run exits within its two seconds.
+    # The command ends here. Once torch._dynamo is imported, the interpreter's final garbage collections walk
+    # thousands of modules after the last line; frozen objects are skipped (reference counting still frees them).
     gc.freeze()
     if not setup.world.is_logger:  # a data-parallel rank other than 0: rank 0 reports the run
         return 128 + signal.Signals[result.stop_signal].value if result.interrupted and result.stop_signal else 0

@@ -16,15 +16,26 @@ import torch
 
 from rlstruct.algos._train.checkpoints import load_checkpoint
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
-from rlstruct.algos._train.evaluation import agent_info_row, evaluation_agent
+from rlstruct.algos._train.evaluation import evaluation_agent
 from rlstruct.envs import GymEnv, make_env
 from rlstruct.envs.factory import TORCH_ENVS, resolve_backend
 from rlstruct.errors import MissingDependencyError, VideoError
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
 
-__all__ = ["VIDEO_SUFFIXES", "VideoResult", "RunVideos", "check_video_path", "check_renderable", "check_videos",
-           "record_agent_video", "run_video_path", "video_suffix", "record_policy_video", "record_checkpoint_video"]
+__all__ = [
+    "VIDEO_SUFFIXES",
+    "RunVideos",
+    "VideoResult",
+    "check_renderable",
+    "check_video_path",
+    "check_videos",
+    "record_agent_video",
+    "record_checkpoint_video",
+    "record_policy_video",
+    "run_video_path",
+    "video_suffix",
+]
 
 
 #: the formats written, by the path's suffix
@@ -301,34 +312,24 @@ def check_videos(config: Any) -> None:
 
 
 class RunVideos:
-    """The videos of a training run (``--video-every N``): one greedy episode after every ``N``-th evaluation, with
-    the weights the loop holds when its result arrives, and one of the final policy, into ``logdir/videos/``
-    (:func:`run_video_path`). Recorded in the training process, on the CPU, with the agent the evaluation batcher
-    builds; torch's global random state is left as it was, so a run with videos learns what it learns without.
+    """The videos of a training run (``--video-every N``): one episode of the evaluation's policy after every
+    ``N``-th evaluation, with the weights the loop holds when its result arrives, and one of the final policy, into
+    ``logdir/videos/`` (:func:`run_video_path`), each by :func:`record_policy_video`.
 
     Args:
         every: evaluations between two videos.
         logdir: the run's folder.
-        name: the env id.
-        backend: the run's backend (resolved here).
+        algo: the algorithm's name.
+        config: the run's config as a dict.
         spec: the env's description.
-        create_agent: the evaluation's agent factory, ``agent_args`` its arguments (the device is set to the CPU).
-        agent_info: the evaluation's ``agent_info``, one value per key.
         seed: the env seed of the episodes.
-        physics_dtype: the torch simulators' precision.
-        max_steps: steps per episode at most (the run's ``evaluation_max_steps``; None: the env's time limit).
-        env_kwargs: the evaluation envs' constructor arguments.
     """
 
-    def __init__(self, every: int, logdir: Path, *, name: str, backend: str, spec: EnvSpec, create_agent: Any,
-                 agent_args: dict[str, Any], agent_info: dict[str, Any], seed: int, physics_dtype: str = "float64",
-                 max_steps: int | None = None, env_kwargs: Mapping[str, Any] | None = None):
-        self.every, self.logdir, self.name, self.spec, self.seed = every, Path(logdir), name, spec, seed
-        self.backend = check_renderable(name, backend)
-        self.create_agent, self.agent_args = create_agent, {**agent_args, "device": "cpu"}
-        self.agent_info = agent_info_row(agent_info)
-        self.physics_dtype, self.suffix, self.max_steps = physics_dtype, video_suffix(), max_steps
-        self.env_kwargs = env_kwargs
+    def __init__(self, every: int, logdir: Path, *, algo: str, config: Mapping[str, Any], spec: EnvSpec, seed: int):
+        check_renderable(config["env"], config["backend"])
+        self.every, self.logdir, self.algo, self.config, self.spec, self.seed = every, Path(logdir), algo, config, \
+            spec, seed
+        self.suffix = video_suffix()
         self.evaluations = 0
         #: the videos written, in order
         self.paths: list[Path] = []
@@ -336,12 +337,8 @@ class RunVideos:
     def record(self, state_dict: Mapping[str, Any], env_steps: int) -> Path:
         """Records one episode of the policy with ``state_dict`` at ``env_steps``; returns its path."""
         path = run_video_path(self.logdir, env_steps, suffix=self.suffix)
-        with torch.random.fork_rng(devices=[]):
-            agent = self.create_agent(**self.agent_args)
-            agent.update(state_dict)
-            record_agent_video(path, name=self.name, backend=self.backend, spec=self.spec, agent=agent,
-                               agent_info=self.agent_info, seed=self.seed, physics_dtype=self.physics_dtype,
-                               max_steps=self.max_steps, env_kwargs=self.env_kwargs)
+        record_policy_video(path, algo=self.algo, config=self.config, env_spec=self.spec, model_state=state_dict,
+                            max_steps=self.config.get("evaluation_max_steps"), seed=self.seed)
         self.paths.append(path)
         return path
 
@@ -381,7 +378,7 @@ def record_policy_video(
         algo: the algorithm that trained the weights (``"a2c"``, ``"ppo"``, ``"dqn"``, ...).
         config: the run's config as a dict (``dataclasses.asdict`` of the algorithm's config, or a checkpoint's
             ``config``): ``env``, ``backend``, ``hidden_sizes`` and the network settings are read.
-        env_spec: the run's :class:`~rlstruct.algos._train.session.EnvSpec` (or its dict).
+        env_spec: the run's :class:`~rlstruct.algos._train.env_spec.EnvSpec` (or its dict).
         model_state: the policy's CPU ``state_dict``, as ``batcher.update`` sends it.
         episodes: episodes to record (``>= 1``).
         max_steps: steps per episode at most (``None``: the env's time limit).

@@ -1,0 +1,48 @@
+"""The seeds of a run's workers and sessions: every batcher, ``rlstruct eval`` and ``rlstruct profile`` seed their
+workers with :func:`worker_seeds`; a resumed session takes :func:`session_seed`."""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = [
+    "AGENT_SEEDS",
+    "ENV_SEEDS",
+    "EVALUATION_AGENT_SEEDS",
+    "EVALUATION_ENV_SEEDS",
+    "MAX_WORKERS",
+    "session_seed",
+    "worker_seeds",
+]
+
+#: the seed offsets of the batchers' roles: training envs and agents, evaluation envs and agents
+ENV_SEEDS, EVALUATION_ENV_SEEDS, AGENT_SEEDS, EVALUATION_AGENT_SEEDS = 0, 1000, 5000, 6000
+#: the workers a batcher role may have over all ranks: the distance between two roles' seed offsets
+MAX_WORKERS = 1000
+
+
+def worker_seeds(seed: int, n_workers: int, offset: int, first: int = 0) -> list[int]:
+    """Distinct env/agent seeds per worker, per batcher (``offset`` tells batchers apart), in ``[0, 2**31)``.
+
+    ``first`` is the global index of the first worker: in a data-parallel run, rank ``r`` of ``n_workers`` workers
+    takes ``first = r * n_workers``, so that K ranks of one worker each seed their envs and agents as one process
+    of K workers does (the ranks' collections together are that process's collection).
+
+    >>> worker_seeds(3, 2, 1000), worker_seeds(2**31 - 1, 1, 0), worker_seeds(3, 1, 0, first=1)
+    ([31000, 31001], [2147473648], [30001])
+    """
+    return [(seed * 10_000 + offset + first + k) % 2**31 for k in range(n_workers)]
+
+
+def session_seed(seed: int, iteration: int) -> int:
+    """The seed of a training session's envs, agents and learner generators: ``seed`` for a fresh run
+    (``iteration`` 0), else a hash of ``(seed, iteration)`` in ``[0, 214,748)`` (where :func:`worker_seeds` does not
+    wrap), so that a run resumed at ``iteration`` does not replay the episodes and samples of its first session.
+
+    >>> session_seed(7, 0), session_seed(7, 120) == session_seed(7, 120), session_seed(7, 120) != session_seed(7, 121)
+    (7, True, True)
+    """
+    if iteration == 0:
+        return seed
+    digest = hashlib.sha256(f"rlstruct-resume/{seed}/{iteration}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % 214_748
