@@ -28,7 +28,7 @@ from rlstruct.algos._train.loops import OffPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos.encoders import CNNEncoder
-from rlstruct.algos.networks import make_adam, mlp, polyak_update
+from rlstruct.algos.networks import autocast_context, make_adam, mlp, polyak_update
 from rlstruct.algos.policies import NetworkAgent
 from rlstruct.algos.replay import NStepWindow, ReplayBuffer
 from rlstruct.structures import DictTensor, TemporalDictTensor
@@ -77,7 +77,6 @@ def check_env(config: DQNConfig, spec: EnvSpec) -> None:
     spec.require("DQN", config.env, discrete=True)
 
 
-# =============================================================================================== model and agent
 def dueling_q(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
     """The dueling aggregation (Wang et al. 2016, eq. 9): ``Q = V + A - mean_a(A)``.
 
@@ -108,6 +107,8 @@ class QNetwork(nn.Module):
         n_actions: number of discrete actions.
         hidden_sizes: hidden layer widths.
         dueling: use the dueling head.
+        layer_norm: a LayerNorm after each hidden layer, before its activation (PQN's network; without ``dueling``).
+        activation: the hidden activation, ``"tanh"`` or ``"relu"`` (without ``dueling``).
 
     >>> QNetwork(4, 2, (8,))(torch.zeros(3, 4)).shape
     torch.Size([3, 2])
@@ -115,7 +116,8 @@ class QNetwork(nn.Module):
     torch.Size([3, 2])
     """
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: Sequence[int], *, dueling: bool = False):
+    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: Sequence[int], *, dueling: bool = False,
+                 layer_norm: bool = False, activation: str = "tanh"):
         super().__init__()
         self.dueling = dueling
         if dueling:
@@ -126,7 +128,7 @@ class QNetwork(nn.Module):
             self.value = mlp(width, (last,), 1)
             self.advantage = mlp(width, (last,), n_actions)
         else:
-            self.q = mlp(obs_dim, hidden_sizes, n_actions)
+            self.q = mlp(obs_dim, hidden_sizes, n_actions, layer_norm=layer_norm, activation=activation)
 
     def forward(self, frame: torch.Tensor) -> torch.Tensor:
         """Q-values ``[N, n_actions]`` of observations ``[N, obs_dim]`` of any dtype."""
@@ -176,8 +178,10 @@ class PixelQNetwork(nn.Module):
         return self.q(h)
 
 
-def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = False) -> QNetwork | PixelQNetwork:
-    """The Q-network for ``spec``'s env: :class:`PixelQNetwork` for images, :class:`QNetwork` (an MLP) otherwise.
+def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = False, layer_norm: bool = False,
+              activation: str = "tanh") -> QNetwork | PixelQNetwork:
+    """The Q-network for ``spec``'s env: :class:`PixelQNetwork` for images, :class:`QNetwork` (an MLP, with
+    ``layer_norm`` and ``activation``) otherwise.
 
     >>> from rlstruct.algos._train.env_spec import EnvSpec
     >>> type(q_network(EnvSpec((10, 10, 4), "bool", 3, 1000), (64,))).__name__
@@ -186,7 +190,8 @@ def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = Fal
     if spec.pixels:
         return PixelQNetwork(spec.obs_shape, spec.n_actions, obs_dtype=spec.obs_dtype, obs_high=spec.obs_high,
                              dueling=dueling)
-    return QNetwork(spec.obs_dim, spec.n_actions, hidden_sizes, dueling=dueling)
+    return QNetwork(spec.obs_dim, spec.n_actions, hidden_sizes, dueling=dueling, layer_norm=layer_norm,
+                    activation=activation)
 
 
 class QAgent(NetworkAgent):
@@ -204,7 +209,8 @@ class QAgent(NetworkAgent):
 
     def __call__(self, state, observation, agent_info, history=None):
         """``action int64 [N]``: uniform with probability ``epsilon``, else the argmax of the Q-values."""
-        q = self.model(observation["frame"])
+        with autocast_context(self.device, self.autocast):
+            q = self.model(observation["frame"])
         action = q.argmax(-1)
         if "epsilon" in agent_info:
             eps = self._on_device(agent_info["epsilon"], "epsilon")
@@ -217,17 +223,15 @@ class QAgent(NetworkAgent):
 
 def create_q_agent(
     spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False, *,
-    dueling: bool = False,
+    dueling: bool = False, layer_norm: bool = False, activation: str = "tanh", autocast: torch.dtype | None = None,
 ) -> RL_Agent:
     """Builds a batcher's :class:`QAgent` for ``spec``'s env on ``device`` (module level, so it pickles;
-    ``functools.partial(create_q_agent, dueling=True)`` too)."""
-    model = q_network(spec, hidden_sizes, dueling=dueling).to(device)
+    ``functools.partial(create_q_agent, dueling=True)`` too); the network's options are :func:`q_network`'s, its
+    forward runs under ``autocast`` (see :class:`~rlstruct.algos.networks.NetworkAgent`)."""
+    model = q_network(spec, hidden_sizes, dueling=dueling, layer_norm=layer_norm, activation=activation).to(device)
     model.requires_grad_(False)
-    agent: RL_Agent = QAgent(model, device)
+    agent: RL_Agent = QAgent(model, device, autocast=autocast)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
-
-
-# =============================================================================================== targets
 
 
 def double_dqn_targets(
@@ -254,7 +258,6 @@ def double_dqn_targets(
     return returns + discounts * next_q_target.gather(-1, a_star).squeeze(-1)
 
 
-# =============================================================================================== loss
 def dqn_loss(
     q: torch.Tensor,
     actions: torch.Tensor,
@@ -305,7 +308,6 @@ def epsilon_at(env_steps: int, start: float, end: float, decay_steps: int) -> fl
     return start + env_steps / decay_steps * (end - start)
 
 
-# =============================================================================================== learner
 class DQNLearner:
     """DQN's learner for the off-policy loop (:class:`~rlstruct.algos._train.loops.OffPolicyLearner`): the Q network
     and its target, Adam, epsilon-greedy exploration, n-step transitions, and one gradient step of

@@ -39,16 +39,26 @@ __all__ = [
 ]
 
 
-def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, *, out_gain: float = 1.0) -> nn.Sequential:
-    """A tanh MLP with orthogonal initialisation (gain sqrt(2) inside, ``out_gain`` on the last layer).
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, *, out_gain: float = 1.0,
+        layer_norm: bool = False, activation: str = "tanh") -> nn.Sequential:
+    """An MLP with orthogonal initialisation (gain sqrt(2) inside, ``out_gain`` on the last layer).
+
+    Each hidden layer is ``Linear``, then ``LayerNorm`` with ``layer_norm`` (Ba et al. 2016; PQN's stabiliser), then
+    ``activation`` (``"tanh"`` or ``"relu"``).
 
     >>> mlp(4, (8,), 2)(torch.zeros(3, 4)).shape
     torch.Size([3, 2])
+    >>> [type(m).__name__ for m in mlp(4, (8,), 2, layer_norm=True, activation="relu")]
+    ['Linear', 'LayerNorm', 'ReLU', 'Linear']
     """
     layers: list[nn.Module] = []
     sizes = [in_size, *hidden_sizes]
     for a, b in zip(sizes[:-1], sizes[1:]):
-        layers += [init_orthogonal(nn.Linear(a, b), math.sqrt(2)), nn.Tanh()]
+        layers += [init_orthogonal(nn.Linear(a, b), math.sqrt(2)), *([nn.LayerNorm(b)] if layer_norm else []),
+                   _ACTIVATIONS[activation]()]
     layers.append(init_orthogonal(nn.Linear(sizes[-1], out_size), out_gain))
     return nn.Sequential(*layers)
 

@@ -22,7 +22,7 @@ from rlstruct.algos._train.distributed import World, mean_over_ranks
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
-from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups
+from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups, shuffled_minibatches
 from rlstruct.algos.losses import normalize_masked
 from rlstruct.algos.networks import check_normalizable
 from rlstruct.algos.policies import RecurrentPolicyAgent, critic_values, policy_actions, replay_learner, replay_window
@@ -205,15 +205,10 @@ def _learn(update: UpdateStep, data: tuple, config: PPOConfig, shuffle: torch.Ge
     whole env windows (recurrent, the first item a :class:`~rlstruct.structures.Trajectories`).
     """
     n = data[0].n_elems() if isinstance(data[0], Trajectories) else data[0].shape[0]
-    # Equal minibatches: when n_minibatches does not divide the collection, its last n % n_minibatches rows
-    # (a different few at each pass, since each pass reshuffles) sit that pass out.
-    size = n // config.n_minibatches
     rows: list[dict[str, torch.Tensor]] = []
     epochs = 0
     for _ in range(config.n_epochs):
-        order = torch.randperm(n, generator=shuffle, device=shuffle.device)
-        for k in range(config.n_minibatches):
-            mb = order[k * size:(k + 1) * size]
+        for mb in shuffled_minibatches(n, config.n_minibatches, shuffle):
             rows.append(update(*(x.index(mb) if isinstance(x, Trajectories) else x[mb] for x in data)))
         epochs += 1
         # One host sync per epoch, not per step: CleanRL's early stop on the last minibatch's approximate KL (in a

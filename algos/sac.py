@@ -76,7 +76,6 @@ def check_env(config: SACConfig, spec: EnvSpec) -> None:
     spec.require("SAC", config.env, discrete=False, pixels=False)
 
 
-# =============================================================================================== networks
 def _relu_mlp(in_size: int, hidden_sizes: Sequence[int]) -> nn.Sequential:
     layers: list[nn.Module] = []
     for a, b in zip([in_size, *hidden_sizes[:-1]], hidden_sizes):
@@ -168,7 +167,6 @@ class TwinQNetwork(nn.Module):
         return torch.stack([q(x).squeeze(-1) for q in self.critics])
 
 
-# =============================================================================================== agent
 class SACAgent(NetworkAgent):
     """The batchers' agent: samples from a :class:`SquashedGaussianActor` with its own generator.
 
@@ -210,9 +208,6 @@ def create_sac_agent(
     model.requires_grad_(False)
     agent: RL_Agent = SACAgent(model, device)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
-
-
-# =============================================================================================== losses
 
 
 def soft_q_targets(
@@ -301,7 +296,6 @@ def sac_temperature_loss(
     return loss, {"loss/temperature": loss.detach(), "alpha": log_alpha.detach().exp()}
 
 
-# =============================================================================================== learner
 class SACLearner:
     """SAC's learner for the off-policy loop (:class:`~rlstruct.algos._train.loops.OffPolicyLearner`): the actor, the
     twin critics and their Polyak-averaged targets, the temperature, their three Adams, and one gradient step

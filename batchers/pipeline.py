@@ -11,7 +11,7 @@ from rlstruct._accel import accelerator_for
 from rlstruct.batchers.batcher import RL_Batcher
 from rlstruct.batchers.weights import WeightSync
 from rlstruct.errors import BatcherStateError, ConfigError
-from rlstruct.structures import Trajectories
+from rlstruct.structures import DictTensor, Trajectories
 
 __all__ = ["Pipeline"]
 
@@ -81,8 +81,9 @@ class Pipeline:
         self._started = True
         self._fresh = True
 
-    def _launch(self) -> None:
-        """Pushes the current weights and starts the next acquisition (on the side stream on CUDA)."""
+    def _launch(self, agent_info: DictTensor | None) -> None:
+        """Pushes the current weights and starts the next acquisition (on the side stream on CUDA) with ``agent_info``
+        (``None``: the batcher's current one)."""
         # Sequential, start() and updated() have pushed the weights already; overlapped, the launch pushes them
         # (but the first, right after start()).
         push = self.overlap and not self._fresh
@@ -91,7 +92,7 @@ class Pipeline:
         if accel is None:
             if push:
                 self.weights.push()
-            self.batcher.execute()
+            self.batcher.execute(agent_info=agent_info)
         else:
             learner = accel.current_stream(self.batcher.device)
             # Everything the learner queued so far (its last update, its reads of the buffer this acquisition
@@ -102,13 +103,18 @@ class Pipeline:
                     self.weights.push()
                 copied = accel.new_event()
                 copied.record(self._stream)
-                self.batcher.execute()
+                self.batcher.execute(agent_info=agent_info)
             # The learner's next optimizer step must not write its weights before the copy has read them.
             learner.wait_event(copied)
         self._pending = True
 
-    def next(self) -> Trajectories:
+    def next(self, agent_info: DictTensor | None = None) -> Trajectories:
         """The next batch, ``[B, T]`` on the batcher's device (with ``overlap``, one update stale).
+
+        Args:
+            agent_info: CPU, ``n_elems()`` rows: the ``agent_info`` of the acquisitions launched from now on (e.g. an
+                exploration rate on a schedule); with ``overlap``, the batch returned was launched with the one before.
+                ``None``: the batcher's current one.
 
         Raises:
             BatcherStateError: :meth:`start` was not called.
@@ -116,7 +122,7 @@ class Pipeline:
         if not self._started:
             raise BatcherStateError("Pipeline.next needs start() first, got next() before start(); call start()")
         if not self._pending:
-            self._launch()
+            self._launch(agent_info)
         if self._accel is not None:
             # The learner (and get's copy out of the buffer, if any) reads this batch only once the acquisition's
             # writes are done: an event, not a host sync.
@@ -124,7 +130,7 @@ class Pipeline:
         traj, _ = self.batcher.get()
         self._pending = False
         if self.overlap:
-            self._launch()
+            self._launch(agent_info)
         return traj
 
     def updated(self) -> None:

@@ -5,7 +5,7 @@ bar, no TensorBoard and a generous ``--time-limit`` (the step budget ends every 
 machine's speed). Each run's ``progress.csv`` is stored with its wall-clock columns dropped; ``--compare DIR``
 runs them again and diffs every file against the stored set, value for value (bit for bit: the CSV's text).
 
-The list covers the five algorithms; feed-forward, recurrent, normalised and overlapped actor-critics; pixels
+The list covers the six algorithms; feed-forward, recurrent, normalised and overlapped actor-critics; pixels
 (MinAtar Breakout through DQN and A2C); worker processes (``--n-processes 2``); and a resumed run (trained with
 ``--checkpoint-every``, then continued with ``--resume`` to a larger budget).
 
@@ -62,6 +62,8 @@ RUNS: dict[str, tuple[str, list[str]]] = {
     "dqn-pixels": ("dqn", ["--env", "MinAtar/Breakout-v1", "--n-envs", "4", "--max-env-steps", "1024",
                            "--learning-starts", "256", "--gradient-steps", "2", "--batch-size", "32",
                            "--buffer-size", "2048", "--eval-every", "8", "--evaluation-max-steps", "50"]),
+    "pqn-ff": ("pqn", ["--n-envs", "8", "--n-steps", "16", "--n-minibatches", "4", "--max-env-steps", "3000",
+                       "--eval-every", "4"]),
     "sac-ff": ("sac", ["--n-envs", "4", "--max-env-steps", "1500", "--learning-starts", "400",
                        "--gradient-steps-per-env-step", "0.25", "--batch-size", "64", "--eval-every", "15"]),
     "resume-first": ("ppo", ["--n-envs", "8", "--n-steps", "32", "--max-env-steps", "1536", "--eval-every", "4",

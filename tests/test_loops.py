@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from rlstruct.algos import a2c, dqn, ppo, reinforce, sac
+from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce, sac
 from rlstruct.algos._train.loops import OffPolicyAlgorithm, OnPolicyAlgorithm, train_off_policy, train_on_policy
 
 
 def test_each_algorithm_describes_itself_to_its_familys_loop():
-    for module in (a2c, ppo, reinforce):
+    for module in (a2c, ppo, reinforce, pqn):
         assert isinstance(module.ALGORITHM, OnPolicyAlgorithm) and module.ALGORITHM.name == module.__name__[15:]
     for module in (dqn, sac):
         assert isinstance(module.ALGORITHM, OffPolicyAlgorithm) and module.ALGORITHM.name == module.__name__[15:]

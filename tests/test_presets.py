@@ -12,13 +12,13 @@ import typing
 
 import pytest
 
-from rlstruct.algos import a2c, dqn, ppo, reinforce, sac
+from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce, sac
 from rlstruct.algos._train.presets import PRESETS, apply_preset, find_preset, given_fields, list_presets
 from rlstruct.errors import ConfigError
 from tests.test_cli import last_json, rlstruct
 
 CONFIGS = {"a2c": a2c.A2CConfig, "dqn": dqn.DQNConfig, "ppo": ppo.PPOConfig, "reinforce": reinforce.ReinforceConfig,
-           "sac": sac.SACConfig}
+           "sac": sac.SACConfig, "pqn": pqn.PQNConfig}
 PENDULUM = find_preset("ppo", "Pendulum-v1")
 
 

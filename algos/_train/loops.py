@@ -1,4 +1,4 @@
-"""The two training loops: the on-policy one (A2C, PPO, REINFORCE: collect, normalise, learn) and the
+"""The two training loops: the on-policy one (A2C, PPO, REINFORCE, PQN: collect, normalise, learn) and the
 off-policy one (DQN, SAC: collect, push into a replay buffer, take gradient steps), with what every run does around
 them (send the weights to the batchers, record, evaluate, checkpoint, stop).
 """
@@ -170,6 +170,9 @@ class OnPolicyAlgorithm(Algorithm):
         build_model: ``(config, spec) -> model``, on the CPU; the batchers' agents (``agent``) build the same one
             from ``hidden_sizes`` and ``normalize_observations``.
         learner_agent: ``(model, device, config) -> agent`` that replays a collection on the learner.
+        schedule: ``(config, env_steps, n_rows) -> (agent_info, statistics)``: the training ``agent_info``
+            (``n_rows`` rows, CPU) of the next collection and the statistics it is recorded with (e.g. PQN's
+            epsilon); ``None``: ``explore``'s throughout.
     """
 
     make_learn: Callable[[Any, ActorCriticLearner], LearnFn]
@@ -179,6 +182,7 @@ class OnPolicyAlgorithm(Algorithm):
     explore: Callable[[Any], dict[str, bool | float]] = actor_critic_explore
     build_model: Callable[[Any, EnvSpec], nn.Module] = actor_critic_model
     learner_agent: Callable[[nn.Module, torch.device, Any], RL_Agent] = actor_critic_learner_agent
+    schedule: Callable[[Any, int, int], tuple[DictTensor, dict[str, Any]]] | None = None
 
     def check_family(self, config: OnPolicyConfig) -> None:
         """The on-policy settings' checks (:func:`~.config.check_on_policy`)."""
@@ -197,8 +201,8 @@ class _Episodes:
         self.batcher, self.sync = batcher, sync
         sync.push()
 
-    def next(self) -> Trajectories:
-        self.batcher.reset()
+    def next(self, agent_info: DictTensor | None = None) -> Trajectories:
+        self.batcher.reset(agent_info=agent_info)
         self.batcher.execute()
         traj, n_running = self.batcher.get()
         assert n_running == 0, "n_timesteps covers the time limit: every episode ends in one execute"
@@ -232,7 +236,8 @@ def train_on_policy(setup: Setup) -> TrainResult:
     logger = world.is_logger  # rank 0 of a data-parallel run, or a plain run
     with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=logger,
                       world_size=world.size) as (run, stack):
-        model_kwargs = {"normalize_observations": config.normalize_observations}
+        # What the batchers' agents build besides the agent factory's own settings (none for a plain network).
+        model_kwargs = {"normalize_observations": True} if config.normalize_observations else {}
         model = seeded_model(config.seed, algo.build_model, config, spec)
         if resume is not None:
             load_state(model, resume.model, "the model", resume.path)
@@ -264,14 +269,15 @@ def train_on_policy(setup: Setup) -> TrainResult:
         if world.is_logger:
             evaluator.launch(cpu_state_dict(model), run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
-            traj = collect.next().to(learner)
+            agent_info, stats = algo.schedule(config, run.env_steps, B) if algo.schedule else (None, {})
+            traj = collect.next(agent_info).to(learner)
             tt = traj.trajectories
             loss_rewards = normalize(tt)  # before any forward: the values and the loss see the same statistics
             if config.anneal_lr:
                 optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
             if config.check_devices:
                 check_on_device(model, learner, "the learner's model")
-            stats = learn(traj, loss_rewards)
+            stats.update(learn(traj, loss_rewards))
             collect.updated()
 
             if algo.episodic:

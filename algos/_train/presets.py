@@ -196,6 +196,8 @@ PRESETS: tuple[Preset, ...] = (
            "PPO's defaults with a 100k step budget", "ppo-inverted-pendulum-brax"),
     Preset("dqn-cartpole", "dqn", ("CartPole-v1",), {"max_env_steps": 50_000, "time_limit": 600.0}, 475.0,
            "DQN's defaults", "dqn-cartpole-torch"),
+    Preset("pqn-cartpole", "pqn", ("CartPole-v1",), {"max_env_steps": 200_000, "time_limit": 1800.0}, 475.0,
+           "PQN's defaults over 200k env steps (epsilon decays over the first 40k)", "pqn-cartpole-torch"),
     Preset("dqn-acrobot", "dqn", ("Acrobot-v1",), {"max_env_steps": 50_000, "time_limit": 600.0}, -100.0,
            "DQN's defaults", "dqn-acrobot-torch"),
     Preset("dqn-mountaincar", "dqn", ("MountainCar-v0",), _DQN_MOUNTAINCAR, -110.0,

@@ -19,6 +19,7 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "dqn": ("DQNConfig", "dqn_loss", "double_dqn_targets"),
     "ppo": ("PPOConfig", "ppo_loss"),
     "sac": ("SACConfig", "sac_actor_loss", "sac_critic_loss", "sac_temperature_loss"),
+    "pqn": ("PQNConfig", "pqn_loss", "q_lambda_targets"),
 }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -41,6 +41,7 @@ __all__ = [
     "start_pipeline",
     "UpdateStep",
     "clip_groups",
+    "shuffled_minibatches",
 ]
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,19 @@ def clip_groups(model: nn.Module, *, per_network: bool = True) -> list[tuple[str
         return [("grad_norm/actor", list(model.policy_parameters())),
                 ("grad_norm/critic", list(model.critic.parameters()))]
     return [("grad_norm", list(model.parameters()))]
+
+
+def shuffled_minibatches(n: int, n_minibatches: int, shuffle: torch.Generator) -> Iterator[torch.Tensor]:
+    """One pass over ``n`` rows in ``n_minibatches`` equal minibatches of shuffled row indices (``int64``, on the
+    generator's device). When ``n_minibatches`` does not divide ``n``, the last ``n % n_minibatches`` rows of the
+    shuffle (a different few at each pass) sit the pass out.
+
+    >>> [mb.tolist() for mb in shuffled_minibatches(5, 2, torch.Generator().manual_seed(0))]
+    [[4, 0], [1, 3]]
+    """
+    order = torch.randperm(n, generator=shuffle, device=shuffle.device)
+    size = n // n_minibatches
+    return (order[k * size:(k + 1) * size] for k in range(n_minibatches))
 
 
 class UpdateStep:
