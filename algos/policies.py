@@ -56,9 +56,9 @@ class NetworkAgent(RL_Agent):
     Args:
         model: the network, on ``device``.
         device: where observations come from and actions go.
-        autocast: the dtype the agents (:class:`PolicyAgent`, the recurrent one, the Q agent) run their forward in, under
-            ``torch.autocast`` (``None``: the weights' own; see :func:`~rlstruct.algos.networks.autocast_context`);
-            the distributions and what they return stay float32.
+        autocast: the dtype the agents (:class:`PolicyAgent`, the recurrent one, the Q agent) run their forward
+            in, under ``torch.autocast`` (``None``: the weights' own; see
+            :func:`~rlstruct.algos.networks.autocast_context`); the distributions and what they return stay float32.
     """
 
     def __init__(self, model: nn.Module, device: DeviceLike, *, autocast: torch.dtype | None = None):
