@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
+from rlstruct import __version__
 from rlstruct.algos._train.config import EVALUATION_POLICIES
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.flags import OneLineParser
@@ -174,12 +175,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     tune_allocator()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:
+        print(f"rlstruct {__version__}")
+        return 0
     choices = "{" + ",".join(ALGORITHMS) + "}"
     usage = (f"usage: rlstruct train {choices} [flags]   (rlstruct train ALGO --help lists them)\n"
              "       rlstruct eval CHECKPOINT [--episodes N] [--max-steps N]\n"
              "       rlstruct autotune [--env ID] [--processes P ...]   (best envs per process and process count)\n"
              "       rlstruct profile [--env ID] [--n-envs N]   (where the time of a collect + learn loop goes)\n"
-             "       rlstruct presets   (the tuned settings a run gets by naming its env)")
+             "       rlstruct presets   (the tuned settings a run gets by naming its env)\n"
+             "       rlstruct --version")
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         return 0 if argv else 2

@@ -138,9 +138,8 @@ def test_setuptools_is_told_every_package_of_the_source_tree():
 # ------------------------------------------------------------------------ `rlstruct --version`
 
 
-@pytest.mark.xfail(strict=True, reason="--version: the lines for algos/cli.py's _main are not applied yet")
 @pytest.mark.timeout(120)
-def test_version_flag_prints_the_package_version():  # VERSION-FLAG: drop the xfail marker once cli.py has them
+def test_version_flag_prints_the_package_version():
     out = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "--version"],
                          capture_output=True, text=True, timeout=110)
     assert (out.returncode, out.stdout, out.stderr) == (0, f"rlstruct {VERSION}\n", "")
