@@ -63,7 +63,7 @@ $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
 docs: $(VENV)/.docs-installed
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
-# What tests/test_docs.py needs to run rather than skip: the docs extra and Debian's chromium (apt, as root or
+# What tests/project/test_docs.py needs to run rather than skip: the docs extra and Debian's chromium (apt, as root or
 # through sudo). CI runs it before `make test`.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 docs-deps: $(VENV)/.docs-installed
@@ -71,11 +71,11 @@ docs-deps: $(VENV)/.docs-installed
 
 # The site built and read as a reader would: headless Chromium opens the start page, an algorithm page and an API page.
 docs-check: docs-deps
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_docs.py
+	$(PY) -m pytest -q -p no:cacheprovider tests/project/test_docs.py
 
 # Retakes the start page's screenshot kept under docs/ for reviewers.
 docs-screenshot: docs-deps
-	RLSTRUCT_DOCS_SCREENSHOT=docs/assets/start-page.png $(PY) -m pytest -q -p no:cacheprovider tests/test_docs.py -k screenshot
+	RLSTRUCT_DOCS_SCREENSHOT=docs/assets/start-page.png $(PY) -m pytest -q -p no:cacheprovider tests/project/test_docs.py -k screenshot
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache build *.egg-info

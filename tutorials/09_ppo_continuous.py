@@ -119,7 +119,7 @@ def train_ppo(budget: int) -> float:
               f"entropy {stds[0]['loss/entropy']:.2f} -> {stds[-1]['loss/entropy']:.2f}")
         assert result.env_steps == result.iterations * config.n_envs * config.n_steps >= budget
         # A random policy scores about -1200; 40k steps take seeds 0-2 to -637 .. -775, and 100k (scale 1) take
-        # seeds 0-4 past -200 (tests/test_tutorials.py checks the 100k run above -300).
+        # seeds 0-4 past -200 (tests/project/test_tutorials.py checks the 100k run above -300).
         assert result.eval_return > -1000, result.eval_return
         # The checkpoint holds the Gaussian's log_std and reloads for `rlstruct eval`.
         assert "log_std" in torch.load(result.checkpoint, weights_only=True)["model"]
@@ -153,7 +153,8 @@ def normalised_ppo(budget: int) -> float:
         # Every training step went into the statistics once (cos, sin of the angle and the angular velocity).
         assert int(stats["normalizer.count"]) == result.env_steps >= budget
         # 60k steps (scale 1) take seeds 0-4 to -224 .. -312, a random policy scores about -1200: the learning is
-        # checked at that size by tests/test_tutorials.py (above -400); the small runs of the tests stay near random.
+        # checked at that size by tests/project/test_tutorials.py (above -400); the small runs of the tests stay near
+        # random.
         return result.eval_return
 
 

@@ -122,7 +122,7 @@ def train_on_gymnax(budget: int) -> float:
     print(f"   greedy evaluation return {result.eval_return:.1f} after {result.env_steps} env steps, "
           f"{result.wall_time_s:.1f} s")
     assert result.env_steps >= budget or result.reached_target  # the run stops at CartPole's 475
-    # PPO's default settings reach 475 on CartPole in 33k-49k env steps (BENCHMARKS.md): tests/test_tutorials.py
+    # PPO's default settings reach 475 on CartPole in 33k-49k env steps (BENCHMARKS.md): tests/project/test_tutorials.py
     # checks the 100k run (scale 1) above 400.
     return result.eval_return
 

@@ -25,7 +25,7 @@ _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 
 # The RNG's one definition, compiled (its module constants become compile-time constants). numba's cache of the
 # kernels below is keyed on this file only: after an edit of _rng.py, touch this file so that they compile again
-# (tests/test_simulators.py compares both with the numpy kernels bit for bit).
+# (tests/envs/test_simulators.py compares both with the numpy kernels bit for bit).
 mix32 = _jit(_rng.mix32)
 counter = _jit(_rng.counter)
 

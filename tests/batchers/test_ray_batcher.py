@@ -388,7 +388,7 @@ def test_the_documented_example_runs_on_a_local_cluster(ray_cluster):
     import re
     from pathlib import Path
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "scaling.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "scaling.md").read_text()
     block = next(b for b in re.findall(r"```python\n(.*?)```", page, flags=re.S) if "RayBatcher(" in b)
     for old, new in [('ray.init(address="auto")', "pass"), ('"n_envs": 512', '"n_envs": 4'),
                      ("n_actors=4, seeds=list(range(4 * 8)), n_processes=8", "n_actors=1, seeds=[0], n_processes=0"),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # What `make install` installs: every extra that CI tests.
 EVERY_EXTRA = "-e '.[test,tensorboard,plot,progress,ray,fast,atari,minatar,box2d,jax,mujoco,brax,video]'"
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")

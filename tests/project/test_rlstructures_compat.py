@@ -4,7 +4,7 @@ to ``gymnasium``), nothing else changed.
 rlstructures' programs import the package and its submodules: ``rlstructures.core``, ``rlstructures.dicttensor``,
 ``rlstructures.env``, ``rlstructures.env_wrappers``, ``rlstructures.rl_batchers``. Each of those paths exists in
 rlstruct as a small module re-exporting the same names (:data:`PATHS`). The programs of
-``tests/rlstructures_programs`` (REINFORCE, REINFORCE on devices, A2C-GAE, PPO, DQN, DIAYN), written the way
+``tests/project/rlstructures_programs`` (REINFORCE, REINFORCE on devices, A2C-GAE, PPO, DQN, DIAYN), written the way
 rlstructures' example programs are, import rlstruct only through those paths, and run here at a tiny size: in
 this process, and with worker processes as rlstructures always ran them.
 """
@@ -19,10 +19,10 @@ import pytest
 import torch
 
 import rlstruct
-from tests.rlstructures_programs import a2c_gae, diayn, dqn, ppo, reinforce, reinforce_device
+from tests.project.rlstructures_programs import a2c_gae, diayn, dqn, ppo, reinforce, reinforce_device
 
-ROOT = Path(__file__).resolve().parents[1]
-PROGRAMS = ROOT / "tests" / "rlstructures_programs"
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = ROOT / "tests" / "project" / "rlstructures_programs"
 
 #: rlstructures' module paths that its programs import -> the public names each held (v0.2).
 PATHS = {

@@ -12,8 +12,8 @@ from gymnasium.wrappers import TimeLimit
 
 from rlstruct import RL_Agent_CheckDevice
 from rlstruct.env_wrappers import DeviceEnv, GymEnv
-from tests.rlstructures_programs.reinforce import CONFIG as REINFORCE_CONFIG
-from tests.rlstructures_programs.reinforce import Reinforce, ReinforceAgent
+from tests.project.rlstructures_programs.reinforce import CONFIG as REINFORCE_CONFIG
+from tests.project.rlstructures_programs.reinforce import Reinforce, ReinforceAgent
 
 
 def create_gym_env(env_name):

@@ -15,8 +15,8 @@ import torch
 from rlstruct.algos import a2c, ppo, reinforce
 from rlstruct.algos.cli import evaluate_checkpoint
 from rlstruct.algos.ppo import PPOConfig, ppo_loss
-from tests.test_algos_learning import _common, _trained_evals, assert_learned
-from tests.test_cli import last_json, rlstruct
+from tests.algos.test_cli import last_json, rlstruct
+from tests.algos.test_learning import _common, _trained_evals, assert_learned
 
 KW = {"clip_coef": 0.2, "value_clip": 0.0, "value_coef": 0.5, "entropy_coef": 0.01, "normalize_advantages": False}
 PENDULUM_PPO = {"env": "Pendulum-v1", "gamma": 0.9, "lr": 2e-3, "n_envs": 16, "n_steps": 250, "n_epochs": 10,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from rlstruct import DictTensor, replay_agent
-from tests.rlstructures_programs.a2c_gae import A2C, create_agent, create_env, create_train_env, get_gae
+from tests.project.rlstructures_programs.a2c_gae import A2C, create_agent, create_env, create_train_env, get_gae
 
 
 class PPO(A2C):

@@ -11,8 +11,8 @@ from gymnasium.wrappers import TimeLimit
 
 from rlstruct import DictTensor, RL_Agent, masked_tensor
 from rlstruct.env_wrappers import GymEnv
-from tests.rlstructures_programs.reinforce import CONFIG as REINFORCE_CONFIG
-from tests.rlstructures_programs.reinforce import Reinforce
+from tests.project.rlstructures_programs.reinforce import CONFIG as REINFORCE_CONFIG
+from tests.project.rlstructures_programs.reinforce import Reinforce
 
 
 class DIAYNActionModel(nn.Module):

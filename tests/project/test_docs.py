@@ -28,7 +28,7 @@ from urllib.parse import urljoin, urlparse
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("rlstruct", "rlstruct.envs", "rlstruct.agents", "rlstruct.batchers", "rlstruct.algos")
 # Where each package's reference lives in the built site.
 PAGES = {"rlstruct": "api/rlstruct/", "rlstruct.envs": "api/envs/", "rlstruct.agents": "api/agents/",

@@ -15,7 +15,7 @@ import pytest
 from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce, sac
 from rlstruct.algos._train.presets import PRESETS, apply_preset, find_preset, given_fields, list_presets
 from rlstruct.errors import ConfigError
-from tests.test_cli import last_json, rlstruct
+from tests.algos.test_cli import last_json, rlstruct
 
 CONFIGS = {"a2c": a2c.A2CConfig, "dqn": dqn.DQNConfig, "ppo": ppo.PPOConfig, "reinforce": reinforce.ReinforceConfig,
            "sac": sac.SACConfig, "pqn": pqn.PQNConfig}
@@ -234,7 +234,7 @@ def test_the_presets_results_page_is_the_one_its_runs_generate():
 
     from benchmarks.learning import presets_page
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     files = [json.loads(p.read_text()) for p in sorted((root / "benchmarks" / "results").glob("presets-*.json"))]
     page = presets_page([r for f in files for r in f["runs"]], [(f["command"], f["machine"]) for f in files])
     assert (root / "docs" / "benchmarks" / "presets.md").read_text() == page, (

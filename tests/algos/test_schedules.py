@@ -11,7 +11,7 @@ import pytest
 
 from rlstruct.algos import a2c, ppo
 from rlstruct.errors import ConfigError
-from tests.test_cli import rlstruct
+from tests.algos.test_cli import rlstruct
 
 #: the columns that measure time: the only ones that may differ between two runs of one seed
 WALL_COLUMNS = {"wall_time_s", "eval/blocked_s"}

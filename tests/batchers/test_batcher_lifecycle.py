@@ -22,7 +22,7 @@ from rlstruct.batchers import RL_Batcher
 from rlstruct.batchers._lifecycle import creation_site
 from tests.fakes import ConstantAgent, CountingEnv, pid_alive
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 AUTORESET = {"n_envs": 2, "autoreset": True, "episode_lengths": (100,)}
 
 # A script that builds batchers as ``case`` says, prints its workers' pids and the time it reaches its end, and

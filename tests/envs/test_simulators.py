@@ -3,7 +3,7 @@
 The oracle tests put 10,000 states drawn near and across the termination boundaries into one batched
 simulator (through ``set_state``) and into gymnasium's env (through ``env.unwrapped.state``), take one step
 from each with the same actions, and compare. The VecEnv contract itself (keys, dtypes, aliasing, ...) is
-checked for these envs by ``tests/test_env_contract.py``.
+checked for these envs by ``tests/envs/test_env_contract.py``.
 """
 
 from __future__ import annotations

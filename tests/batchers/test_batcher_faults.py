@@ -47,7 +47,7 @@ from tests.fakes import (
 
 AUTORESET = {"n_envs": 2, "autoreset": True, "episode_lengths": (100,)}
 EPISODIC = {"n_envs": 3, "autoreset": False, "episode_lengths": (9,)}
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _pids(b: RL_Batcher) -> list[int]:

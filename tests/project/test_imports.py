@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: source folder -> the import package it installs as
 PACKAGES = {"rlstruct": "rlstruct", "agents": "rlstruct.agents", "batchers": "rlstruct.batchers",
             "algos": "rlstruct.algos"}

@@ -16,7 +16,7 @@ from gymnasium.wrappers import TimeLimit
 from rlstruct import DictTensor, RL_Agent, Trajectories, masked_tensor, replay_agent
 from rlstruct.env_wrappers import GymEnv
 from rlstruct.rl_batchers import RL_Batcher
-from tests.rlstructures_programs.logger import Logger
+from tests.project.rlstructures_programs.logger import Logger
 
 
 class ActionModel(nn.Module):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9]*.py"))
 # The one size knob of every tutorial: small enough that the whole file stays well under two minutes.
 SCALE = "0.1"

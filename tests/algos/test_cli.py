@@ -259,12 +259,12 @@ def test_config_to_dict_is_plain():
 
 
 def test_console_script_is_declared():
-    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     assert 'rlstruct = "rlstruct.algos.cli:main"' in text
 
 
 def test_only_the_command_line_configures_logging():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     calling = sorted(str(p.relative_to(root)) for d in ("rlstruct", "agents", "batchers", "algos")
                      for p in (root / d).rglob("*.py") if "basicConfig(" in p.read_text())
     assert calling == ["algos/_train/train_command.py"]  # the command line's own module

@@ -15,11 +15,11 @@ import torch
 
 import rlstruct
 from rlstruct import DictTensor, RL_Agent
-from rlstruct.algos.config import RunConfig
+from rlstruct.algos import RunConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONCEPTS = ROOT / "docs" / "concepts"
-# The pages whose programs only a fresh interpreter can run (envs.md's run in-process: tests/test_readme.py).
+# The pages whose programs only a fresh interpreter can run (envs.md's run in-process: tests/project/test_readme.py).
 SCRIPT_PAGES = ["agents.md", "acquisition.md"]
 
 

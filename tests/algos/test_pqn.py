@@ -15,7 +15,7 @@ from rlstruct.algos.pqn import PQNConfig, pqn_loss, q_lambda_targets
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.errors import ConfigError, SpaceError
 from rlstruct.structures import DictTensor
-from tests.test_algos_learning import RANDOM_POLICY_RETURN, _common, _trained_evals, assert_learned
+from tests.algos.test_learning import RANDOM_POLICY_RETURN, _common, _trained_evals, assert_learned
 
 
 def _reference_targets(rewards, next_max_q, terminated, done, gamma, lam):

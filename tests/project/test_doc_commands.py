@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 #: appended to every ``rlstruct train``: a few hundred env steps, short evaluations, no bar, no events
 CAP = ["--max-env-steps", "256", "--time-limit", "120", "--no-progress", "--no-tensorboard", "--n-evaluation-envs",
@@ -30,17 +30,17 @@ PLACEHOLDER = re.compile(r"(?<![\w-])(ALGO|ID|RUN|DIR|CHECKPOINT|S|N|K|PATH)(?![
 #: (reason, test) for what this machine cannot run here: a GPU, or a JAX backend whose compile dominates
 SKIP = [
     (re.compile(r"cuda"), "needs a CUDA GPU (tests marked cuda cover it)"),
-    (re.compile(r"--backend (mjx|brax)"), "a JAX backend compiles for minutes here; tests/test_mujoco.py and "
-                                          "tests/test_brax.py train through it"),
-    (re.compile(r"--compile-policy"), "torch.compile builds C++ kernels for minutes on a CPU; tests/test_fast_path.py "
-                                      "compiles the policy step"),
+    (re.compile(r"--backend (mjx|brax)"), "a JAX backend compiles for minutes here; tests/envs/test_mujoco.py and "
+                                          "tests/envs/test_brax.py train through it"),
+    (re.compile(r"--compile-policy"), "torch.compile builds C++ kernels for minutes on a CPU; "
+                                      "tests/algos/test_fast_path.py compiles the policy step"),
 ]
 #: (algorithm, env) -> the learning test or benchmark suite that backs a return a page promises for it
 COVERED = {
-    ("ppo", "CartPole-v1"): "tests/test_algos_ppo.py",
-    ("a2c", "CartPole-v1"): "tests/test_algos_learning.py::test_a2c_learns_cartpole",
-    ("sac", "Pendulum-v1"): "tests/test_algos_sac.py::test_sac_learns_pendulum",
-    ("ppo", "inverted_pendulum"): "tests/test_brax.py::test_ppo_learns_brax_inverted_pendulum",
+    ("ppo", "CartPole-v1"): "tests/algos/test_ppo.py",
+    ("a2c", "CartPole-v1"): "tests/algos/test_learning.py::test_a2c_learns_cartpole",
+    ("sac", "Pendulum-v1"): "tests/algos/test_sac.py::test_sac_learns_pendulum",
+    ("ppo", "inverted_pendulum"): "tests/envs/test_brax.py::test_ppo_learns_brax_inverted_pendulum",
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
 
@@ -70,7 +70,8 @@ RUNNABLE_PAGES = ["docs/getting-started.md", "docs/concepts/structures.md", "doc
 @pytest.mark.parametrize("page", RUNNABLE_PAGES)
 def test_documented_python_blocks_run(page):
     blocks = [b for b in re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), flags=re.S)
-              if "ray.init" not in b]  # the RayBatcher block needs a cluster: tests/test_ray_batcher.py runs it
+              # the RayBatcher block needs a cluster: tests/batchers/test_ray_batcher.py runs it
+              if "ray.init" not in b]
     assert blocks, f"{page} has no python example"
     for code in blocks:
         exec(compile(code, page, "exec"), {"__name__": "docs_example"})

@@ -3,7 +3,7 @@
 Each file is what a user of rlstructures would have after renaming ``rlstructures`` to ``rlstruct`` (and ``gym`` to
 ``gymnasium``): REINFORCE, REINFORCE on devices, A2C with GAE, DQN, PPO and DIAYN, each with module-level
 ``create_env``/``create_agent`` (the batcher's worker processes unpickle them), an ``Experiment`` whose ``run``
-trains, and a ``__main__`` block with rlstructures' own settings. ``tests/test_rlstructures_compat.py`` runs them
-at a tiny size. What the examples took from their own package (``rlalgos``: the TensorBoard logger) is
-``logger.py`` here.
+trains, and a ``__main__`` block with rlstructures' own settings.
+``tests/project/test_rlstructures_compat.py`` runs them at a tiny size. What the examples took from their own
+package (``rlalgos``: the TensorBoard logger) is ``logger.py`` here.
 """

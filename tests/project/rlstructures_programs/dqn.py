@@ -15,7 +15,7 @@ from gymnasium.wrappers import TimeLimit
 from rlstruct import DictTensor, RL_Agent
 from rlstruct.env_wrappers import GymEnv, GymEnvInf
 from rlstruct.rl_batchers import RL_Batcher
-from tests.rlstructures_programs.logger import Logger
+from tests.project.rlstructures_programs.logger import Logger
 
 
 class QMLP(nn.Module):

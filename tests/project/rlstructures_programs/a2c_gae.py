@@ -17,7 +17,7 @@ from rlstruct import DictTensor, RL_Agent, replay_agent
 from rlstruct.dicttensor import masked_dicttensor, masked_tensor
 from rlstruct.env_wrappers import GymEnv, GymEnvInf
 from rlstruct.rl_batchers import RL_Batcher
-from tests.rlstructures_programs.logger import Logger
+from tests.project.rlstructures_programs.logger import Logger
 
 
 class ActionModel(nn.Module):
