@@ -1,4 +1,5 @@
-"""Algorithms on top of the batchers: REINFORCE, A2C, PPO, DQN and SAC, one module each, and the ``rlstruct`` command.
+"""Algorithms on top of the batchers: REINFORCE, A2C, PPO, DQN, SAC and PQN, one module each, and the ``rlstruct``
+command.
 
 Each algorithm module holds its config, its loss as a function of tensors, its learn step (or learner) and
 ``ALGORITHM``, its description for the training loops and the command line; ``train(config)`` trains the algorithm
