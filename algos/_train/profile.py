@@ -84,7 +84,8 @@ def profile_training(
     (``learn``), sends the weights to the batcher (``update_weights``) and records the iteration (``record``). The
     other settings are the algorithm's config defaults (no preset); the logs go to a temporary folder. One warm-up
     iteration runs first and is not counted (two with ``cuda_graph``: the first acquisition is eager, the second
-    captures), nor are the run's first and final evaluations (one episode of one step each).
+    captures), nor are the run's first and final evaluations (one episode each); there is no other evaluation and no
+    progress bar.
 
     Args:
         env: a gymnasium id the algorithm runs on (``CartPole-v1``, ``Acrobot-v1``).
@@ -138,7 +139,7 @@ def profile_training(
         "batcher_device": str(dev), "learner_device": str(ldev), "hidden_sizes": (hidden, hidden), "seed": seed,
         "cuda_graph": cuda_graph, "overlap": overlap, "physics_dtype": physics_dtype, "autocast": autocast,
         "compile_policy": compile_policy, "preset": "none", "time_limit": 1e9,
-        "n_evaluation_envs": 1, "evaluation_max_steps": 1, "eval_every": 2**31 - 1,
+        "n_evaluation_envs": 1, "eval_every": 2**31 - 1, "progress": False,
     }
     if lr is not None:
         settings["lr"] = lr
