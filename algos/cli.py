@@ -106,8 +106,11 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
         p.add_argument("--png", default="autotune.png", help="plot to write (default: autotune.png; '' for none)")
     else:
         p = OneLineParser(prog="rlstruct profile",
-                                    description="Runs a short collect + learn loop and shows where the time goes.")
-        p.add_argument("--env", default="CartPole-v1", help="gymnasium id with discrete actions (default: CartPole-v1)")
+                                    description="Runs a few iterations of the on-policy training loop and shows "
+                                                "where the time goes.")
+        p.add_argument("--algo", default="a2c", choices=profile.profiled_algorithms(),
+                       help="the on-policy algorithm to train (default: a2c)")
+        p.add_argument("--env", default="CartPole-v1", help="gymnasium id (default: CartPole-v1)")
         p.add_argument("--n-envs", type=int, default=256, help="envs per worker (default: 256)")
         p.add_argument("--n-processes", type=int, default=0, help="batcher worker processes, 0: this one (default: 0)")
         p.add_argument("--n-timesteps", type=int, default=32, help="steps per acquisition (default: 32)")
@@ -119,12 +122,12 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
         p.add_argument("--no-sync", action="store_true", help="do not synchronize the GPU at phase boundaries")
         p.add_argument("--cuda-graph", action="store_true",
                        help="replay each acquisition as one CUDA graph (a GPU --device; RL_Batcher(cuda_graph=True))")
-        p.add_argument("--zero-copy", action="store_true",
-                       help="get() returns views of the batcher's buffer, not copies (RL_Batcher(zero_copy=True))")
+        p.add_argument("--overlap", action="store_true",
+                       help="collect the next batch while learning on this one (rlstruct train --overlap)")
         p.add_argument("--physics-dtype", default="float64", choices=["float64", "float32"],
                        help="the torch simulators' physics precision (default: float64)")
         p.add_argument("--autocast", default="none", choices=["none", "bfloat16"],
-                       help="the loss's forward and the policy under torch.autocast (rlstruct train --autocast)")
+                       help="the learn step's forward and the policy under torch.autocast (rlstruct train --autocast)")
         p.add_argument("--compile-policy", action="store_true",
                        help="compile the policy step with torch.compile (rlstruct train --compile-policy)")
         p.add_argument("--num-threads", type=int, default=None, help="torch threads of this process (default: torch's)")
@@ -141,10 +144,10 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
             )
         else:
             out = profile.profile_training(
-                ns.env, n_envs=ns.n_envs, n_processes=ns.n_processes, n_timesteps=ns.n_timesteps,
+                ns.env, algo=ns.algo, n_envs=ns.n_envs, n_processes=ns.n_processes, n_timesteps=ns.n_timesteps,
                 iterations=ns.iterations, device=ns.device, learner_device=ns.learner_device,
                 backend=ns.backend, seed=ns.seed, sync=not ns.no_sync, cuda_graph=ns.cuda_graph,
-                zero_copy=ns.zero_copy, physics_dtype=ns.physics_dtype, autocast=ns.autocast,
+                overlap=ns.overlap, physics_dtype=ns.physics_dtype, autocast=ns.autocast,
                 compile_policy=ns.compile_policy,
             )
         png = out.plot(ns.png) if ns.png else None
@@ -182,7 +185,7 @@ def _main(argv: Sequence[str] | None) -> int:
     usage = (f"usage: rlstruct train {choices} [flags]   (rlstruct train ALGO --help lists them)\n"
              "       rlstruct eval CHECKPOINT [--episodes N] [--max-steps N]\n"
              "       rlstruct autotune [--env ID] [--processes P ...]   (best envs per process and process count)\n"
-             "       rlstruct profile [--env ID] [--n-envs N]   (where the time of a collect + learn loop goes)\n"
+             "       rlstruct profile [--algo A] [--env ID] [--n-envs N]   (where the time of the training loop goes)\n"
              "       rlstruct presets   (the tuned settings a run gets by naming its env)\n"
              "       rlstruct --version")
     if not argv or argv[0] in ("-h", "--help"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
@@ -50,6 +50,9 @@ from rlstruct.algos.returns import episode_returns, episode_statistics
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import cpu_state_dict
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
+
+if TYPE_CHECKING:  # the profiler stays out of a training run's imports
+    from rlstruct.batchers.profile import LoopTimer
 
 __all__ = [
     "ActorCriticLearner",
@@ -225,11 +228,18 @@ def _collector(setup: Setup, stack: contextlib.ExitStack, batcher: RL_Batcher,
     return start_pipeline(stack, batcher, model, config, device=setup.learner_device, overlap=config.overlap)
 
 
-def train_on_policy(setup: Setup) -> TrainResult:
+def _untimed(phase: str) -> contextlib.nullcontext[None]:
+    return contextlib.nullcontext()
+
+
+def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainResult:
     """Trains ``setup.algorithm`` (an :class:`OnPolicyAlgorithm`) and returns the final evaluation and the run's
     history.
 
     With ``setup.resume``, the weights, the optimizer's state and the return statistics come from the checkpoint.
+    With ``timer``, every iteration's phases (``collect``, then the
+    :data:`~rlstruct.batchers.profile.LEARNER_PHASES`) are timed and the training batcher times its own
+    (``rlstruct profile``); without, nothing is timed and nothing waits for a device.
     """
     algo: OnPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
     config, spec, resume, learner, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
@@ -251,7 +261,8 @@ def train_on_policy(setup: Setup) -> TrainResult:
                                            explore=algo.explore(config),
                                            evaluate=algo.evaluation_agent_info(config.to_dict()),
                                            agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
-                                           seed=run.seed, rank=world.rank, run=run, **steps)
+                                           seed=run.seed, rank=world.rank, run=run,
+                                           sync_timings=timer is not None and timer.sync, **steps)
 
         model.to(learner)
         _join_ranks(world, learner, config, stack, model)
@@ -266,19 +277,28 @@ def train_on_policy(setup: Setup) -> TrainResult:
         episodes = _TrainingEpisodes(B, learner)
 
         collect = _collector(setup, stack, batcher, model)
+        phase = _untimed if timer is None else timer
+        if timer is not None:
+            timer.watch(batcher)
         if world.is_logger:
             evaluator.launch(cpu_state_dict(model), run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
             agent_info, stats = algo.schedule(config, run.env_steps, B) if algo.schedule else (None, {})
-            traj = collect.next(agent_info).to(learner)
+            with phase("collect"):
+                traj = collect.next(agent_info)
+            with phase("to_learner"):
+                traj = traj.to(learner)
             tt = traj.trajectories
-            loss_rewards = normalize(tt)  # before any forward: the values and the loss see the same statistics
+            with phase("normalize"):
+                loss_rewards = normalize(tt)  # before any forward: the values and the loss see the same statistics
             if config.anneal_lr:
                 optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
             if config.check_devices:
                 check_on_device(model, learner, "the learner's model")
-            stats.update(learn(traj, loss_rewards))
-            collect.updated()
+            with phase("learn"):
+                stats.update(learn(traj, loss_rewards))
+            with phase("update_weights"):
+                collect.updated()
 
             if algo.episodic:
                 ep_returns, lengths = episode_returns(traj)
@@ -288,7 +308,8 @@ def train_on_policy(setup: Setup) -> TrainResult:
             else:
                 episodes.add(tt, stats)
                 n_steps = B * tt.temporal_size() * world.size  # env steps of all ranks: the budget is global
-            _record(run, world, evaluator, n_steps, stats, lambda: cpu_state_dict(model), model, learner_state)
+            with phase("record"):
+                _record(run, world, evaluator, n_steps, stats, lambda: cpu_state_dict(model), model, learner_state)
         collect.close()  # an acquisition launched during the last update: close the batcher with nothing pending
 
         check_models_agree(model, world)

@@ -1,11 +1,10 @@
-"""Where the time of a training loop goes, and how many envs and processes to run: measured with A2C's learner.
+"""Where the time of a training loop goes, and how many envs and processes to run.
 
-:func:`profile_training` runs a short collect → learn loop (the :class:`~rlstruct.algos.networks.ActorCritic`
-of the algorithms, trained by :func:`~rlstruct.algos.a2c.a2c_loss` on GAE advantages) and returns a
-:class:`~rlstruct.batchers.profile.ProfileReport`: seconds and shares of wall-clock time for env step, agent
-forward, buffer writes, host–device copies, waiting on workers, loss, backward, optimizer and weight
-updates. The collection phases come from :meth:`RL_Batcher.timings`; the learner phases from
-:class:`~rlstruct.batchers.profile.PhaseTimer`.
+:func:`profile_training` runs a few iterations of the on-policy training loop with a
+:class:`~rlstruct.batchers.profile.LoopTimer` and returns a :class:`~rlstruct.batchers.profile.ProfileReport`:
+seconds and shares of wall-clock time for env step, agent forward, buffer writes, host–device copies, waiting on
+workers, normalisation, the algorithm's learn step, weight updates and the iteration's record. The collection
+phases come from :meth:`RL_Batcher.timings`, the learner's from the timer.
 
 :func:`batcher_measure` is the measurement ``rlstruct autotune`` hands to
 :func:`rlstruct.batchers.autotune.autotune`: the steps/s and memory of an :class:`RL_Batcher` of the same
@@ -14,40 +13,49 @@ policy agent on a :func:`~rlstruct.envs.make_env` env.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from rlstruct.agents import replay_agent_stateless
-from rlstruct.algos._train.config import check_physics_dtype
 from rlstruct.algos._train.env_spec import create_env, describe_env
-from rlstruct.algos._train.seeds import AGENT_SEEDS, ENV_SEEDS, worker_seeds
+from rlstruct.algos._train.loops import OnPolicyAlgorithm, train_on_policy
+from rlstruct.algos._train.registry import ALGORITHMS, algorithm
 from rlstruct.algos._train.session import seeded_model
-from rlstruct.algos._train.update import check_autocast
-from rlstruct.algos.a2c import A2CConfig, a2c_loss
-from rlstruct.algos.networks import autocast_context, build_actor_critic, make_adam
-from rlstruct.algos.policies import PolicyAgent, create_policy_agent
-from rlstruct.algos.returns import gae_advantages
+from rlstruct.algos.networks import build_actor_critic
+from rlstruct.algos.policies import create_policy_agent
 from rlstruct.batchers import RL_Batcher
 from rlstruct.batchers.autotune import AutotuneResult, Measurement, autotune, available_gpu_bytes, host_rss
-from rlstruct.batchers.profile import LEARNER_PHASES, PhaseTimer, ProfileReport, split_collection
+from rlstruct.batchers.profile import LoopTimer, ProfileReport
 from rlstruct.devices import DeviceLike, check_device_exists, cpu_state_dict
 
-__all__ = ["profile_training", "batcher_measure", "autotune_batcher"]
+__all__ = ["profile_training", "profiled_algorithms", "batcher_measure", "autotune_batcher"]
 
 
 def _agent_args(env: str, backend: str, hidden: int, device: torch.device) -> dict[str, Any]:
     spec = describe_env(env, backend, None)
-    spec.require("profile_training", env, discrete=True, pixels=False,
-                 fix="keep the default CartPole-v1 (rlstruct profile runs a discrete-action MLP policy)")
+    spec.require("batcher_measure", env, discrete=True, pixels=False,
+                 fix="keep the default CartPole-v1 (rlstruct autotune runs a discrete-action MLP policy)")
     return {"spec": spec, "hidden_sizes": (hidden, hidden), "device": str(device)}
+
+
+def profiled_algorithms() -> list[str]:
+    """The algorithms :func:`profile_training` runs: the registry's on-policy ones that collect a fixed number of
+    steps per iteration (auto-reset envs).
+
+    >>> profiled_algorithms()
+    ['a2c', 'ppo', 'pqn']
+    """
+    return [name for name in ALGORITHMS
+            if isinstance(a := algorithm(name), OnPolicyAlgorithm) and not a.episodic]
 
 
 def profile_training(
     env: str = "CartPole-v1",
     *,
+    algo: str = "a2c",
     n_envs: int = 256,
     n_processes: int = 0,
     n_timesteps: int = 32,
@@ -56,47 +64,50 @@ def profile_training(
     learner_device: DeviceLike | None = None,
     backend: str = "torch",
     hidden: int = 64,
-    lr: float = 1e-3,
-    gamma: float = 0.99,
+    lr: float | None = None,
+    gamma: float | None = None,
     seed: int = 0,
     sync: bool = True,
     cuda_graph: bool = False,
-    zero_copy: bool = False,
+    overlap: bool = False,
     physics_dtype: str = "float64",
     autocast: str = "none",
     compile_policy: bool = False,
 ) -> ProfileReport:
-    """Runs ``iterations`` of collect → learn and reports where the time goes.
+    """Trains ``algo`` for ``iterations`` iterations of the on-policy loop (``rlstruct train``'s) and reports where
+    the time goes.
 
-    Each iteration: ``execute`` + ``get`` on an :class:`RL_Batcher` (``n_processes`` workers of ``n_envs``
-    auto-reset envs each on ``device``), the trajectories to ``learner_device`` (``to_learner``), A2C's loss
-    (the replay of the actor-critic over the batch, GAE advantages and :func:`~rlstruct.algos.a2c.a2c_loss`,
-    the other settings at :class:`~rlstruct.algos.a2c.A2CConfig`'s defaults: ``loss``), ``backward``, an Adam
-    step (``optimizer``), and ``update`` of the workers' weights (``update_weights``). One warm-up iteration
-    runs first and is not counted.
+    The run is :func:`~rlstruct.algos._train.loops.train_on_policy` with a
+    :class:`~rlstruct.batchers.profile.LoopTimer`: each iteration collects ``n_timesteps`` steps of ``n_processes``
+    workers of ``n_envs`` auto-reset envs on ``device`` (``collect``, split into the batcher's phases), moves them
+    to ``learner_device`` (``to_learner``), normalises them (``normalize``), runs the algorithm's learn step
+    (``learn``), sends the weights to the batcher (``update_weights``) and records the iteration (``record``). The
+    other settings are the algorithm's config defaults (no preset); the logs go to a temporary folder. One warm-up
+    iteration runs first and is not counted (two with ``cuda_graph``: the first acquisition is eager, the second
+    captures), nor are the run's first and final evaluations (one episode each); there is no other evaluation and no
+    progress bar.
 
     Args:
-        env: a gymnasium id with discrete actions and a flat observation (``CartPole-v1``, ``Acrobot-v1``).
+        env: a gymnasium id the algorithm runs on (``CartPole-v1``, ``Acrobot-v1``).
+        algo: the algorithm, one of :func:`profiled_algorithms`.
         n_envs: envs per worker.
         n_processes: batcher worker processes (0: this process).
-        n_timesteps: steps per acquisition.
+        n_timesteps: steps per acquisition (the config's ``n_steps``).
         iterations: profiled iterations.
         device: the batcher's device (envs, agent, output).
-        learner_device: where the loss runs (default ``device``).
+        learner_device: where the learn step runs (default ``device``).
         backend: env backend for :func:`~rlstruct.envs.make_env`.
-        hidden: width of the two hidden layers of the actor and of the critic.
-        lr: Adam learning rate.
-        gamma: discount.
+        hidden: width of the two hidden layers of the networks.
+        lr: Adam learning rate (``None``: the algorithm's default).
+        gamma: discount (``None``: the algorithm's default).
         seed: seeds the envs, the network and the sampling.
-        sync: synchronize a GPU at phase boundaries (the batcher's ``sync_timings`` and the
-            :class:`PhaseTimer`), so that the split is exact; off, GPU phases show up where the work is
-            waited for.
-        cuda_graph: the batcher's ``cuda_graph`` (a GPU ``device``): its steps then show as ``graph_replay``.
-            Two warm-up iterations run instead of one (the first acquisition is eager, the second captures).
-        zero_copy: the batcher's ``zero_copy``: ``get`` returns views of its buffer, and ``gather`` shrinks to
-            wrapping them (each iteration uses its trajectories before the next ``execute``).
+        sync: synchronize a GPU at phase boundaries (the batcher's ``sync_timings`` and the timer's), so that the
+            split is exact; off, GPU phases show up where the work is waited for.
+        cuda_graph: the config's ``cuda_graph`` (a GPU ``device``): the batcher's steps show as ``graph_replay``.
+        overlap: the config's ``overlap``: collect the next batch while learning on this one (in process, the
+            batcher's ``zero_copy`` double buffer).
         physics_dtype: ``"float64"`` or ``"float32"``: the torch simulators' physics precision.
-        autocast: ``"none"`` or ``"bfloat16"``: the loss's forward and the batcher's policy under
+        autocast: ``"none"`` or ``"bfloat16"``: the learn step's forward and the batcher's policy under
             ``torch.autocast`` (``rlstruct train --autocast``).
         compile_policy: compile the batcher's policy step (``rlstruct train --compile-policy``); the warm-up
             iteration compiles it.
@@ -105,87 +116,48 @@ def profile_training(
         A :class:`~rlstruct.batchers.profile.ProfileReport`.
 
     Raises:
-        ValueError: ``iterations``, ``n_envs`` or ``n_timesteps`` below 1, ``env`` without discrete actions
-            or a flat observation, ``cuda_graph`` with a ``device`` other than CUDA, a ``physics_dtype`` that
-            :func:`~rlstruct.algos._train.config.check_physics_dtype` refuses, or an ``autocast`` not in
-            :data:`~rlstruct.algos._train.update.AUTOCAST_DTYPES`.
+        ValueError: ``algo`` not one of :func:`profiled_algorithms`, ``iterations`` below 1, or a setting that the
+            algorithm's config refuses (``n_envs``, ``n_timesteps``, ``n_processes``, ``physics_dtype``,
+            ``autocast``, ``cuda_graph`` off CUDA, an env the algorithm cannot run on).
         DeviceUnavailableError: a device this machine does not have.
 
     >>> report = profile_training("CartPole-v1", n_envs=8, n_timesteps=4, iterations=2)
-    >>> list(report.seconds)[:5], report.env_steps
-    (['env_step', 'agent_forward', 'buffer_write', 'copy', 'graph_replay'], 64)
+    >>> list(report.seconds)[-6:], report.env_steps
+    (['to_learner', 'normalize', 'learn', 'update_weights', 'record', 'other'], 64)
     """
-    for name, value in (("iterations", iterations), ("n_envs", n_envs), ("n_timesteps", n_timesteps)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if not isinstance(n_processes, int) or n_processes < 0:
-        raise ValueError(f"n_processes must be an int >= 0 (0 runs in this process), got {n_processes!r}")
-    check_physics_dtype(physics_dtype, env, backend)
-    dtype = check_autocast(autocast)
+    if algo not in profiled_algorithms():
+        raise ValueError(f"algo must be one of {profiled_algorithms()}, got {algo!r}; profile an on-policy algorithm "
+                         "that collects a fixed number of steps per iteration")
+    if not isinstance(iterations, int) or iterations < 1:
+        raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
+    description = algorithm(algo)
     dev = check_device_exists(device)
     ldev = dev if learner_device is None else check_device_exists(learner_device)
-    agent_args = {**_agent_args(env, backend, hidden, dev), "autocast": dtype, "compile": compile_policy}
-    a2c = A2CConfig(gamma=gamma)
-    n_workers = max(n_processes, 1)
-    env_args = {"name": env, "n_envs": n_envs, "device": str(dev), "autoreset": True, "backend": backend,
-                "physics_dtype": physics_dtype}
-    model = seeded_model(seed, build_actor_critic, agent_args["spec"], agent_args["hidden_sizes"])
-    model.to(ldev)
-    learner = PolicyAgent(model, ldev)
-    optimizer = make_adam(model, lr, ldev)
-    timer = PhaseTimer(ldev, sync=sync)
-    with RL_Batcher(n_timesteps, create_policy_agent, agent_args, create_env, env_args, n_processes,
-                    worker_seeds(seed, n_workers, ENV_SEEDS), agent_seeds=worker_seeds(seed, n_workers, AGENT_SEEDS),
-                    device=dev, sync_timings=sync, cuda_graph=cuda_graph, zero_copy=zero_copy) as batcher:
-        batcher.update(cpu_state_dict(model))
-        batcher.reset()
-
-        def iteration() -> None:
-            t0 = time.perf_counter()
-            batcher.execute()  # in-process (n_processes=0), the whole acquisition runs here
-            timer.seconds["_execute"] = timer.seconds.get("_execute", 0.0) + time.perf_counter() - t0
-            traj, _ = batcher.get()
-            with timer("to_learner"):
-                traj = traj.to(ldev)
-            with timer("loss"), autocast_context(ldev, dtype):
-                out = replay_agent_stateless(learner, traj, "replay_batch")
-                tt = traj.trajectories
-                with torch.no_grad():
-                    advantages = gae_advantages(tt["_observation/reward"] * a2c.reward_scale, out["value"],
-                                                out["next_value"], tt["_observation/terminated"],
-                                                tt["_observation/done"], a2c.gamma, a2c.gae_lambda)
-                loss, _ = a2c_loss(out["log_prob"], out["entropy"], out["value"], advantages, tt.mask(),
-                                   value_coef=a2c.value_coef, entropy_coef=a2c.entropy_coef,
-                                   normalize_advantages=a2c.normalize_advantages)
-            with timer("backward"):
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-            with timer("optimizer"):
-                optimizer.step()
-            with timer("update_weights"):
-                batcher.update(cpu_state_dict(model))
-
-        for _ in range(2 if cuda_graph else 1):  # warm-up: allocator, lazy inits (and the graph's capture)
-            iteration()
-        batcher.reset_timings()
-        timer.reset()
-        if sync and dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        t0 = time.perf_counter()
-        for _ in range(iterations):
-            iteration()
-        wall = time.perf_counter() - t0
-        bt = batcher.timings()
-    seconds = split_collection(bt, timer.seconds.pop("_execute", 0.0) + bt["wait"], n_workers)
-    seconds["gather"] = bt["gather"]
-    for k in LEARNER_PHASES:
-        seconds[k] = timer.seconds.get(k, 0.0)
-    seconds["other"] = max(wall - sum(seconds.values()), 0.0)
-    config = {"env": env, "n_envs": n_envs, "n_processes": n_processes, "n_timesteps": n_timesteps,
-              "iterations": iterations, "device": str(dev), "learner_device": str(ldev), "backend": backend,
-              "hidden": hidden, "sync": sync, "cuda_graph": cuda_graph, "zero_copy": zero_copy,
-              "physics_dtype": physics_dtype, "autocast": autocast, "compile_policy": compile_policy}
-    return ProfileReport(seconds, wall, int(bt["env_steps"]), iterations, bt, config)
+    warmup = 2 if cuda_graph else 1  # allocator, lazy initialisations, compilation (and the graph's capture)
+    settings: dict[str, Any] = {
+        "env": env, "backend": backend, "n_envs": n_envs, "n_processes": n_processes, "n_steps": n_timesteps,
+        "batcher_device": str(dev), "learner_device": str(ldev), "hidden_sizes": (hidden, hidden), "seed": seed,
+        "cuda_graph": cuda_graph, "overlap": overlap, "physics_dtype": physics_dtype, "autocast": autocast,
+        "compile_policy": compile_policy, "preset": "none", "time_limit": 1e9,
+        "n_evaluation_envs": 1, "eval_every": 2**31 - 1, "progress": False,
+    }
+    if lr is not None:
+        settings["lr"] = lr
+    if gamma is not None:
+        settings["gamma"] = gamma
+    timer = LoopTimer(ldev, sync=sync, warmup=warmup)
+    n_workers = max(n_processes, 1) if isinstance(n_processes, int) else 1
+    counts = all(isinstance(v, int) and v >= 1 for v in (n_envs, n_timesteps))
+    per_iteration = n_envs * n_workers * n_timesteps if counts else 1  # else the config's check names the setting
+    with tempfile.TemporaryDirectory(prefix="rlstruct-profile-") as logdir:
+        config = description.config_cls(**settings, logdir=logdir, max_env_steps=(warmup + iterations) * per_iteration)
+        train_on_policy(description.validate(config), timer=timer)
+    report_config = {"algo": algo, "env": env, "n_envs": n_envs, "n_processes": n_processes,
+                     "n_timesteps": n_timesteps, "iterations": iterations, "device": str(dev),
+                     "learner_device": str(ldev), "backend": backend, "hidden": hidden, "sync": sync,
+                     "cuda_graph": cuda_graph, "overlap": overlap, "physics_dtype": physics_dtype,
+                     "autocast": autocast, "compile_policy": compile_policy}
+    return timer.report(n_workers, report_config)
 
 
 def batcher_measure(

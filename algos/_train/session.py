@@ -358,6 +358,7 @@ def open_batchers(
     seed: int | None = None,
     run: Run | None = None,
     rank: int = 0,
+    sync_timings: bool = False,
 ) -> tuple[RL_Batcher, Evaluator]:
     """The training batcher and the :class:`Evaluator` of a run, both closed by ``stack``.
 
@@ -388,6 +389,7 @@ def open_batchers(
             ``config.restart_workers`` allows restarts.
         rank: this process's rank in a data-parallel run: its training workers are the ``rank``-th group of
             ``max(n_processes, 1)`` in the run's numbering (:func:`worker_seeds`'s ``first``).
+        sync_timings: the training batcher's ``sync_timings`` (a profiled run's, so that a GPU's phases are exact).
 
     Returns:
         ``(batcher, evaluator)``.
@@ -415,7 +417,7 @@ def open_batchers(
         stack.enter_context(ray_session(config.ray_address))
         batcher = RayBatcher(*train_args, **train_kwargs, n_actors=config.ray_actors)
     else:
-        batcher = RL_Batcher(*train_args, **train_kwargs, zero_copy=zero_copy)
+        batcher = RL_Batcher(*train_args, **train_kwargs, zero_copy=zero_copy, sync_timings=sync_timings)
     stack.callback(batcher.close)
     n_eval_workers = max(config.n_evaluation_processes, 1)
     eval_steps = spec.max_episode_steps

@@ -10,12 +10,12 @@ import time
 import pytest
 import torch
 
-import rlstruct.algos._train.profile as profile_module
-from rlstruct.algos import profile_training
+import rlstruct.algos._train.loops as loops
+from rlstruct.algos import a2c, ppo, profile_training
 from rlstruct.algos.policies import create_policy_agent
 from rlstruct.batchers import PhaseTimer
-from rlstruct.batchers.profile import LEARNER_PHASES, WORKER_PHASES, split_collection
-from rlstruct.errors import MissingDependencyError, SpaceError
+from rlstruct.batchers.profile import COLLECT, LEARNER_PHASES, WORKER_PHASES, LoopTimer, split_collection
+from rlstruct.errors import MissingDependencyError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,6 +50,29 @@ def test_phase_timer_charges_a_phase_that_raises():
     assert timer.counts == {"loss": 1}
 
 
+def test_loop_timer_counts_the_iterations_after_the_warm_up():
+    class Batcher:
+        steps = 0.0
+
+        def timings(self):
+            return {"env_steps": self.steps, "gather": self.steps / 100}
+
+    batcher, timer = Batcher(), LoopTimer(warmup=2)
+    timer.watch(batcher)
+    for _ in range(5):
+        with timer(COLLECT):
+            batcher.steps += 10
+            time.sleep(0.001)
+        with timer("learn"):
+            pass
+    assert timer.iterations == 3 and timer.counts == {COLLECT: 3, "learn": 3}
+    assert timer.batcher_timings == {"env_steps": 30, "gather": 0.3}
+    report = timer.report(1, {"algo": "a2c"})
+    assert report.env_steps == 30 and report.iterations == 3 and report.config == {"algo": "a2c"}
+    assert report.seconds["gather"] == 0.3 and report.seconds["learn"] == timer.seconds["learn"]
+    assert report.wall_s == timer.span >= timer.seconds[COLLECT]
+
+
 def test_split_collection_scales_overlapping_workers_to_the_collection_time():
     t = {"env_step": 6.0, "agent_forward": 2.0, "buffer_write": 0.0, "copy": 0.0}
     out = split_collection(t, 2.0, 2)  # 4 s of work per worker, 2 s of driver time
@@ -69,28 +92,47 @@ def test_phase_timer_measures_a_known_sleep():
     assert timer.seconds["nothing"] < 0.01
 
 
-@pytest.mark.parametrize("zero_copy", [False, True])
+def _counting(monkeypatch, module, name):
+    """Replaces ``module.name`` by a wrapper that counts its calls."""
+    calls = []
+    original = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("n_processes", [0, 1])
-def test_profile_training_reports_every_phase_and_learns(n_processes, zero_copy, monkeypatch):
-    updates = []
-    original = profile_module.RL_Batcher.update
-    monkeypatch.setattr(profile_module.RL_Batcher, "update", lambda self, w: (updates.append(w), original(self, w))[1])
+def test_profile_training_times_the_training_loop(n_processes, overlap, monkeypatch):
+    """The profile is the on-policy loop's run: each iteration (the warm-up's too) goes through it and calls the
+    algorithm's own learn step once, and the env steps are its collections'."""
+    losses = _counting(monkeypatch, a2c, "a2c_loss")
+    iterations = _counting(monkeypatch, loops, "_record")
     report = profile_training("CartPole-v1", n_envs=8, n_processes=n_processes, n_timesteps=4, iterations=3,
-                              zero_copy=zero_copy)
-    assert report.config["zero_copy"] is zero_copy
+                              overlap=overlap)
+    assert report.config["overlap"] is overlap and report.config["algo"] == "a2c"
     assert list(report.seconds) == PHASES
-    assert report.env_steps == 3 * 8 * 4 and report.iterations == 3
+    assert len(losses) == len(iterations) == 1 + 3
+    assert report.env_steps == 3 * 8 * 4 == report.batcher_timings["env_steps"] and report.iterations == 3
     assert all(v >= 0 for v in report.seconds.values())
-    for k in ("agent_forward", "env_step", "loss", "backward", "optimizer", "update_weights"):
+    for k in ("agent_forward", "env_step", "to_learner", "normalize", "learn", "update_weights", "record"):
         assert report.seconds[k] > 0, k
     if n_processes:
         assert report.batcher_timings["wait"] > 0
-    # Learning happens: every iteration (and the warm-up) sends the workers new weights.
-    assert len(updates) == 1 + 1 + 3
-    for before, after in zip(updates, updates[1:]):
-        assert any(not torch.equal(before[k], after[k]) for k in before)
     text = report.table()
     assert all(k in text for k in PHASES) and "steps/s" in text
+
+
+def test_profile_training_runs_the_chosen_algorithm(monkeypatch):
+    losses = _counting(monkeypatch, ppo, "ppo_loss")
+    report = profile_training("CartPole-v1", algo="ppo", n_envs=8, n_timesteps=4, iterations=2)
+    config = ppo.PPOConfig()
+    assert len(losses) == (1 + 2) * config.n_epochs * config.n_minibatches
+    assert report.env_steps == 2 * 8 * 4 and report.config["algo"] == "ppo" and report.seconds["learn"] > 0
 
 
 def test_more_iterations_report_more_env_steps_and_time():
@@ -119,24 +161,24 @@ def _slow_policy_agent(*args, pause, **kwargs):
 
 
 def test_profile_training_charges_known_sleeps_to_their_phases(monkeypatch):
-    """A sleep in the agent shows as agent_forward, a sleep in the loss as loss, and nowhere else."""
+    """A sleep in the agent shows as agent_forward, a sleep in the loss as learn, and nowhere else."""
     # Sleeps long against scheduling noise on a loaded machine (a CI run beside other jobs once charged 0.6 s more
     # than its 0.3 s of sleeps to the agent): 0.75 s per phase in all.
     pause_step, pause_loss, iterations, T = 0.05, 0.25, 3, 5
-    monkeypatch.setattr(profile_module, "create_policy_agent", functools.partial(_slow_policy_agent, pause=pause_step))
-    a2c_loss = profile_module.a2c_loss
+    monkeypatch.setattr(loops, "create_policy_agent", functools.partial(_slow_policy_agent, pause=pause_step))
+    a2c_loss = a2c.a2c_loss
 
     def slow_loss(*args, **kwargs):
         time.sleep(pause_loss)
         return a2c_loss(*args, **kwargs)
 
-    monkeypatch.setattr(profile_module, "a2c_loss", slow_loss)
+    monkeypatch.setattr(a2c, "a2c_loss", slow_loss)
     report = profile_training("CartPole-v1", n_envs=4, n_timesteps=T, iterations=iterations)
     s = report.seconds
     slept_step, slept_loss = iterations * T * pause_step, iterations * pause_loss
     assert slept_step <= s["agent_forward"] < 2 * slept_step, s
-    assert slept_loss <= s["loss"] < 2 * slept_loss, s
-    for k in ("env_step", "buffer_write", "backward", "optimizer", "update_weights", "other"):
+    assert slept_loss <= s["learn"] < 2 * slept_loss, s
+    for k in ("env_step", "buffer_write", "to_learner", "normalize", "update_weights", "record", "other"):
         assert s[k] < 0.5 * min(slept_step, slept_loss), (k, s)
     assert report.wall_s >= slept_step + slept_loss
 
@@ -150,12 +192,14 @@ def test_profile_plot_writes_a_png(tmp_path):
 def test_profile_errors_are_named(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="iterations must be an int >= 1, got 0"):
         profile_training(iterations=0)
-    with pytest.raises(ValueError, match="n_processes must be an int >= 0"):
+    with pytest.raises(ValueError, match=r"algo must be one of \['a2c', 'ppo', 'pqn'\], got 'dqn'; profile"):
+        profile_training(algo="dqn")
+    with pytest.raises(ValueError, match="n_processes must be >= 0"):
         profile_training(n_processes=-1)
+    with pytest.raises(ValueError, match="n_envs must be >= 1"):
+        profile_training(n_envs=0)
     with pytest.raises(ValueError, match=r"autocast must be one of \['none', 'bfloat16'\], got 'fp16'; pass"):
         profile_training(autocast="fp16")
-    with pytest.raises(SpaceError, match="takes discrete actions, got env='Pendulum-v1'.*keep the default"):
-        profile_training("Pendulum-v1")
     report = profile_training("CartPole-v1", n_envs=4, n_timesteps=2, iterations=1)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'rlstruct\[plot\]'"):
@@ -172,17 +216,15 @@ def test_profile_command(tmp_path, capsys):
     assert set(result["seconds"]) == set(PHASES) and result["env_steps"] == 16 and result["png"] == str(png)
     assert any(line.startswith("env_step") for line in out) and png.exists()
     argv = ["profile", "--n-envs", "4", "--n-timesteps", "2", "--iterations", "2"]
-    assert main([*argv, "--zero-copy", "--png", ""]) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["config"]["zero_copy"] is True
+    assert main([*argv, "--overlap", "--algo", "ppo", "--png", ""]) == 0
+    config = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["config"]
+    assert config["overlap"] is True and config["algo"] == "ppo"
     assert main([*argv, "--autocast", "bfloat16", "--compile-policy", "--png", ""]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["config"]["autocast"] == "bfloat16" and result["config"]["compile_policy"] is True
-    assert result["seconds"]["agent_forward"] > 0 and result["seconds"]["loss"] > 0
-    assert main(["profile", "--env", "Pendulum-v1", "--png", ""]) == 2
-    assert "error: profile_training takes discrete actions, got env='Pendulum-v1'" in capsys.readouterr().err
-    assert main(["profile", "--cuda-graph", "--png", ""]) == 2
-    err = capsys.readouterr().err
-    assert "error: cuda_graph=True needs every worker on a CUDA device, but worker 0 runs on cpu" in err
+    assert result["seconds"]["agent_forward"] > 0 and result["seconds"]["learn"] > 0
+    assert main(["profile", "--n-envs", "0", "--png", ""]) == 2
+    assert "error: n_envs must be >= 1, got 0" in capsys.readouterr().err
 
 
 @pytest.mark.cuda
