@@ -79,9 +79,9 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
     With ``--resume RUN``, the flags not given take the values of that run's config (:func:`resumed_defaults`);
     the checkpoint is read once, for those defaults and for the run. A config error (an unknown env, a device this
     machine does not have, a value out of range, a ``--resume`` checkpoint that is missing or that the settings
-    cannot continue) prints one line to stderr and returns 2. The last line on stdout is a JSON object with
-    ``eval_return``, ``env_steps``, ``wall_time_s`` and ``logdir`` (also written to ``summary.json`` in the log
-    folder).
+    cannot continue) prints one line to stderr and returns 2. A line says why training stopped (:func:`stop_line`);
+    the last line on stdout is a JSON object with ``eval_return``, ``env_steps``, ``wall_time_s``, ``logdir`` and
+    ``stop_reason`` (also written to ``summary.json`` in the log folder).
 
     Ctrl-C (SIGINT) stops training after the iteration under way (see
     :func:`~rlstruct.algos._train.session.training_run`): the checkpoint, the learning curve and the summary (with
