@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import typing
 from collections.abc import Callable, Iterable, Sequence
@@ -73,10 +74,38 @@ def field_help(config_cls: type) -> dict[str, tuple[str, str]]:
 
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr and exit status 2 (argparse's own print the usage
-    first): ``prog: error: argument --lr: invalid float value: 'abc' (prog --help lists the flags)``."""
+    first): ``prog: error: argument --lr: invalid float value: 'abc' (prog --help lists the flags)``.
+
+    A flag is never matched by a prefix of its name (argparse's ``allow_abbrev``, off): ``--max-env 3000`` is an
+    error that names the flags it may mean, not a silent ``--max-env-steps 3000``, and a flag added later cannot
+    change what an old command line means.
+
+    >>> p = OneLineParser(prog="prog")
+    >>> _ = p.add_argument("--max-env-steps", type=int)
+    >>> p.unknown_flag_hint(["--max-env", "3000"])
+    '; did you mean --max-env-steps?'
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def unknown_flag_hint(self, arguments: Sequence[str]) -> str:
+        """``"; did you mean --flag?"`` for the first of ``arguments`` that is close to a flag of this parser (a
+        prefix of one, or a close spelling), else ``""``."""
+        flags = [o for o in self._option_string_actions if o.startswith("--")]
+        for argument in arguments:
+            if not argument.startswith("--"):
+                continue
+            name = argument.split("=", 1)[0]
+            close = [f for f in flags if f.startswith(name)] or difflib.get_close_matches(name, flags, n=3)
+            if close:
+                return f"; did you mean {' or '.join(close[:3])}?"
+        return ""
 
     def error(self, message: str) -> typing.NoReturn:
         """Prints ``message`` on one line and exits with status 2."""
+        if message.startswith("unrecognized arguments: "):
+            message += self.unknown_flag_hint(message.removeprefix("unrecognized arguments: ").split())
         self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
 
 

@@ -31,9 +31,12 @@ from rlstruct.errors import ConfigError
 if TYPE_CHECKING:
     from rlstruct.algos._train.evaluation import Evaluator
 
-__all__ = ["Run", "TrainResult", "check_logdir", "run_logdir"]
+__all__ = ["STOP_REASONS", "Run", "TrainResult", "check_logdir", "run_logdir"]
 
 log = logging.getLogger(__name__)
+
+#: why a run stops (:attr:`TrainResult.stop_reason`), checked in this order
+STOP_REASONS = ("signal", "target", "budget", "time_limit", "another_rank")
 
 
 @dataclasses.dataclass
@@ -54,6 +57,9 @@ class TrainResult:
         interrupted: whether a Ctrl-C (SIGINT) or a SIGTERM stopped training early; ``eval_return`` is then the
             last evaluation's (nan if none finished): the final evaluation is skipped.
         stop_signal: the signal that did (``"SIGINT"``, ``"SIGTERM"``), else ``None``.
+        stop_reason: why training stopped, one of :data:`STOP_REASONS`: ``"target"`` (an evaluation reached
+            ``target_return``), ``"budget"`` (``max_env_steps`` spent), ``"time_limit"`` (``time_limit`` seconds
+            spent), ``"signal"`` (``stop_signal``), ``"another_rank"`` (a data-parallel run's other rank stopped it).
         preset: the preset whose settings the run used (``"none"``: the bare defaults and the settings given).
         startup_s: seconds from the launch (the process's start for ``rlstruct train``, the call for ``train``) to
             the end of this session's first training iteration (None: none ended).
@@ -78,6 +84,7 @@ class TrainResult:
     startup_s: float | None = None
     time_to_target_s: float | None = None
     world_size: int = 1
+    stop_reason: str = "budget"
 
     def summary(self) -> dict[str, Any]:
         """The JSON-able fields (everything but the history)."""
@@ -97,6 +104,7 @@ class TrainResult:
             "startup_s": None if self.startup_s is None else round(self.startup_s, 3),
             "time_to_target_s": None if self.time_to_target_s is None else round(self.time_to_target_s, 3),
             "world_size": self.world_size,
+            "stop_reason": self.stop_reason,
         }
 
 
@@ -196,6 +204,8 @@ class Run:
         #: the signal (``"SIGINT"``: a Ctrl-C, or ``"SIGTERM"``) that interrupted the run during
         #: :func:`training_run`, else ``None``: the loop stops at its next check
         self.stop_signal: str | None = None
+        #: why :meth:`should_stop` last said to stop (one of :data:`STOP_REASONS`), else ``None``
+        self.stop_reason: str | None = None
         self._pending: list[dict[str, Any]] = []
         self._csv_file = open(self.logdir / self.CSV_NAME, "w", newline="") if logger else None
         self._csv_fields: list[str] = list(dict.fromkeys(k for r in self.history for k in r))
@@ -255,12 +265,18 @@ class Run:
 
     def should_stop(self) -> bool:
         """True once the time limit or the env-step budget is spent, an evaluation reached the target, or the
-        run was interrupted."""
-        if self.reached_target or self.interrupted:
-            return True
-        if self.config.max_env_steps is not None and self.env_steps >= self.config.max_env_steps:
-            return True
-        return self.elapsed() >= self.config.time_limit
+        run was interrupted; :attr:`stop_reason` says which."""
+        if self.interrupted:
+            self.stop_reason = "signal"
+        elif self.reached_target:
+            self.stop_reason = "target"
+        elif self.config.max_env_steps is not None and self.env_steps >= self.config.max_env_steps:
+            self.stop_reason = "budget"
+        elif self.elapsed() >= self.config.time_limit:
+            self.stop_reason = "time_limit"
+        else:
+            self.stop_reason = None
+        return self.stop_reason is not None
 
     # ------------------------------------------------------------------ rows
     def record(self, env_steps: int, stats: dict[str, torch.Tensor | float]) -> None:

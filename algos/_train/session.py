@@ -501,10 +501,14 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     """
     config, world_size = run.config, run.world_size
     interrupted = run.interrupted
+    # Decided before the final evaluation, which may reach the target after the budget stopped the run; a rank whose
+    # own check did not say stop was stopped by another's vote.
+    stop_reason = "signal" if interrupted else run.stop_reason or "another_rank"
     if not run.logger:
         run.close()
         return TrainResult(math.nan, run.env_steps, run.elapsed(), run.history, str(run.logdir), run.iteration,
-                           interrupted=interrupted, stop_signal=run.stop_signal, world_size=world_size)
+                           interrupted=interrupted, stop_signal=run.stop_signal, world_size=world_size,
+                           stop_reason=stop_reason)
     if run.iteration == 0 and not interrupted:
         log.warning("no training iteration ran: the time limit (%g s) was spent before the first one (setup, "
                     "compilation, the first evaluation); what follows evaluates the untrained policy. Raise "
@@ -533,7 +537,7 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
                                f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")
     result = TrainResult(eval_return, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
                          checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
-                         config.preset, run.startup_s, run.time_to_target_s, world_size)
+                         config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason)
     with open(run.logdir / Run.SUMMARY_NAME, "w") as f:
         json.dump(result.summary(), f, indent=2)
     return result

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from rlstruct.algos._train.checkpoints import check_resume_algorithm, check_resume_exists, load_checkpoint
+from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.distributed import restart_resume
 from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
-from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.log import Run, TrainResult
 from rlstruct.algos._train.presets import apply_preset, describe_preset, setting_sources
 from rlstruct.errors import ConfigError, RankLostError, RLStructError
 
-__all__ = ["configure_logging", "launched_at", "run_main"]
+__all__ = ["configure_logging", "launched_at", "run_main", "stop_line"]
 
 
 def launched_at() -> float:
@@ -43,6 +44,29 @@ def launched_at() -> float:
     return now - min(max(age, 0.0), 3600.0)
 
 
+def stop_line(result: TrainResult, config: RunConfig) -> str:
+    """The line of ``rlstruct train`` that says why ``result``'s run stopped (its ``stop_reason``).
+
+    >>> from rlstruct.algos.a2c import A2CConfig
+    >>> result = TrainResult(9.0, 24_576, 2.1, [], "runs/x", stop_reason="time_limit")
+    >>> stop_line(result, A2CConfig(time_limit=2, max_env_steps=500_000))
+    'stopped: time limit of 2 s reached at 24,576 of 500,000 env steps'
+    """
+    steps = f"{result.env_steps:,}"
+    of_budget = f"{steps} of {config.max_env_steps:,}" if config.max_env_steps is not None else steps
+    reason = result.stop_reason
+    if reason == "target":
+        return (f"stopped: an evaluation reached the target return {result.target_return:g} at {steps} env steps; "
+                "kept those weights")
+    if reason == "budget":
+        return f"stopped: the budget of {config.max_env_steps:,} env steps was spent ({steps} taken)"
+    if reason == "time_limit":
+        return f"stopped: time limit of {config.time_limit:g} s reached at {of_budget} env steps"
+    if reason == "signal":
+        return f"stopped: {result.stop_signal} received at {of_budget} env steps"
+    return f"stopped: another rank of the run stopped it at {of_budget} env steps"
+
+
 def configure_logging() -> None:
     """Sends warnings of every ``rlstruct`` logger to stderr: the command line's choice, never a library's."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -55,9 +79,9 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
     With ``--resume RUN``, the flags not given take the values of that run's config (:func:`resumed_defaults`);
     the checkpoint is read once, for those defaults and for the run. A config error (an unknown env, a device this
     machine does not have, a value out of range, a ``--resume`` checkpoint that is missing or that the settings
-    cannot continue) prints one line to stderr and returns 2. The last line on stdout is a JSON object with
-    ``eval_return``, ``env_steps``, ``wall_time_s`` and ``logdir`` (also written to ``summary.json`` in the log
-    folder).
+    cannot continue) prints one line to stderr and returns 2. A line says why training stopped (:func:`stop_line`);
+    the last line on stdout is a JSON object with ``eval_return``, ``env_steps``, ``wall_time_s``, ``logdir`` and
+    ``stop_reason`` (also written to ``summary.json`` in the log folder).
 
     Ctrl-C (SIGINT) stops training after the iteration under way (see
     :func:`~rlstruct.algos._train.session.training_run`): the checkpoint, the learning curve and the summary (with
@@ -133,13 +157,14 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
     if result.interrupted:
         print(f"{prog}: interrupted after {result.env_steps} env steps ({result.wall_time_s:.1f} s): wrote "
               f"{result.checkpoint}, the learning curve and {Path(result.logdir) / Run.SUMMARY_NAME}", file=sys.stderr)
+        print(stop_line(result, setup.config))
         print(json.dumps(result.summary()))
         return 128 + signal.Signals[result.stop_signal or "SIGINT"]
-    if result.reached_target:
-        print(f"an evaluation reached the target return {result.target_return:g}: stopped and kept those weights")
+    print(stop_line(result, setup.config))
     print(f"final evaluation return {result.eval_return:.2f} after {result.env_steps} env steps "
           f"in {result.wall_time_s:.1f} s")
-    print(f"logs: {Path(result.logdir) / Run.CSV_NAME} (TensorBoard: tensorboard --logdir {result.logdir})")
+    tensorboard = f" (TensorBoard: tensorboard --logdir {result.logdir})" if setup.config.tensorboard else ""
+    print(f"logs: {Path(result.logdir) / Run.CSV_NAME}{tensorboard}")
     if result.plot:
         print(f"learning curve: {result.plot}")
     print(f"checkpoint: {result.checkpoint} (rlstruct eval {result.checkpoint})")

@@ -322,6 +322,8 @@ def test_ctrl_c_or_sigterm_stops_cleanly_saves_everything_and_leaves_no_process(
     assert not alive, alive
     summary = json.loads((logdir / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["env_steps"] > 0
+    assert summary["stop_reason"] == "signal", "a run a signal stopped says so in summary.json"
+    assert f"stopped: {signal.Signals(signum).name} received at " in stdout
     assert last_json(stdout) == summary
     ckpt = torch.load(logdir / "checkpoint.pt", weights_only=True)
     assert ckpt["algo"] == "a2c" and ckpt["interrupted"] is True and ckpt["env_steps"] == summary["env_steps"]
@@ -362,6 +364,7 @@ def test_an_interrupted_run_in_python_returns_what_it_reached(tmp_path, signum):
     assert math.isfinite(result.eval_return)  # the evaluations that finished before the signal
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["stop_signal"] == signal.Signals(signum).name
+    assert result.stop_reason == summary["stop_reason"] == "signal", "a signal is the recorded stop reason"
     assert (tmp_path / "checkpoint.pt").exists()
     # the handlers were restored
     assert signal.getsignal(signal.SIGINT) == previous_int
@@ -421,6 +424,8 @@ def test_summary_times_the_launch_to_the_first_iteration_and_to_the_target(tmp_p
     assert out.returncode == 0, out.stderr
     summary = last_json(out.stdout)
     assert summary["reached_target"]
+    assert summary["stop_reason"] == "target", "a run that reached its target says so in summary.json"
+    assert "stopped: an evaluation reached the target return 60 at " in out.stdout
     # torch's import alone takes longer than 0.3 s on any machine this runs on.
     assert 0.3 < summary["startup_s"] < summary["time_to_target_s"] <= summary["wall_time_s"]
     assert json.loads((tmp_path / "reached" / "summary.json").read_text())["time_to_target_s"] == summary[
@@ -429,6 +434,20 @@ def test_summary_times_the_launch_to_the_first_iteration_and_to_the_target(tmp_p
                       str(tmp_path / "missed"), *TINY)
     summary = last_json(missed.stdout)
     assert not summary["reached_target"] and summary["time_to_target_s"] is None and summary["startup_s"] > 0
+    assert summary["stop_reason"] == "budget", "a run that spent --max-env-steps says so in summary.json"
+    assert json.loads((tmp_path / "missed" / "summary.json").read_text())["stop_reason"] == "budget"
+    assert "stopped: the budget of 400 env steps was spent" in missed.stdout
+
+
+def test_a_run_stopped_by_the_time_limit_says_so_and_no_tensorboard_hint_without_it(tmp_path, capsys):
+    assert cli.main(["train", "a2c", "--env", "CartPole-v1", "--max-env-steps", "100000000", "--time-limit", "0.5",
+                     "--no-stop-at-reward-threshold", "--no-tensorboard", "--logdir", str(tmp_path), *TINY]) == 0
+    out = capsys.readouterr().out
+    summary = last_json(out)
+    assert summary["stop_reason"] == "time_limit", "a run ended by --time-limit says so in summary.json"
+    assert json.loads((tmp_path / "summary.json").read_text())["stop_reason"] == "time_limit"
+    assert "stopped: time limit of 0.5 s reached at " in out and " of 100,000,000 env steps" in out
+    assert "TensorBoard" not in out, "--no-tensorboard prints no TensorBoard command"
 
 
 def test_launched_at_is_the_process_start():

@@ -67,6 +67,21 @@ def test_a_bad_flag_is_one_line_and_status_2(flags, match, capsys, tmp_path, no_
         assert not (tmp_path / "run").exists(), "a run that fails its checks creates no log folder"
 
 
+@pytest.mark.parametrize(("argv", "prog", "match"), [
+    (["train", "a2c", "--max-env", "3000"], "rlstruct train a2c",
+     "unrecognized arguments: --max-env 3000; did you mean --max-env-steps?"),
+    (["train", "a2c", "--max-env=3000"], "rlstruct train a2c", "did you mean --max-env-steps?"),
+    (["train", "ppo", "--lerning-rate", "1e-3"], "rlstruct train ppo", "unrecognized arguments: --lerning-rate"),
+    (["eval", "x.pt", "--episode", "3"], "rlstruct eval", "did you mean --episodes?"),
+])
+def test_a_prefix_of_a_flag_is_not_taken_for_it_and_the_error_names_the_flag(argv, prog, match, capsys, tmp_path,
+                                                                           no_new_processes):
+    code, lines = run_cli([*argv, *(["--logdir", str(tmp_path / "run")] if argv[0] == "train" else [])], capsys)
+    assert_one_line_error(code, lines, prog)
+    assert match in lines[0], "argparse's prefix matching is off and the close flag is suggested"
+    assert not (tmp_path / "run").exists(), "a command line with an unknown flag starts no run"
+
+
 def test_a_logdir_under_a_file_is_refused_before_anything_starts(tmp_path, capsys, no_new_processes):
     (tmp_path / "file").write_text("")
     code, lines = run_cli(["train", "ppo", "--logdir", str(tmp_path / "file" / "run"), "--n-processes", "2"], capsys)
