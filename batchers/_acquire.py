@@ -19,7 +19,8 @@ from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.batchers._buffer import TEMPORAL_PREFIXES, Specs, foreach_copy, specs_of
 from rlstruct.batchers._graph import StepGraph
 from rlstruct.devices import as_device
-from rlstruct.errors import BatchSizeError, DeviceMismatchError, GraphCaptureError, SpaceError
+from rlstruct.envs import VecEnv
+from rlstruct.errors import AgentOutputError, BatchSizeError, DeviceMismatchError, GraphCaptureError, SpaceError
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["Acquirer", "PHASES", "build_acquirer"]
@@ -49,6 +50,24 @@ class _SlotViews:
     nxt: list[DictTensor]
     actions: list[list[torch.Tensor]]
     writes: list[list[torch.Tensor]]
+
+
+def _outputs(returned: Any, agent: RL_Agent) -> tuple[DictTensor, DictTensor]:
+    """What the agent returned, checked to be ``(output, new_state)``, two DictTensors (at the probe call only)."""
+    name = type(getattr(agent, "agent", agent)).__name__  # the user's agent, under RL_Agent_CheckDevice
+    if isinstance(returned, tuple) and len(returned) == 2 and all(isinstance(x, DictTensor) for x in returned):
+        return returned
+    if isinstance(returned, tuple):
+        got = f"a tuple of {len(returned)} ({', '.join(type(x).__name__ for x in returned)})"
+    else:
+        got = f"a {type(returned).__name__}"
+    hint = (" (the state is missing)" if isinstance(returned, DictTensor)
+            else " (wrap it: DictTensor({'action': action}))" if isinstance(returned, torch.Tensor) else "")
+    raise AgentOutputError(
+        f"{name}.__call__ must return (output, new_state), two DictTensors, the output holding 'action', got "
+        f"{got}{hint}; return e.g. (DictTensor({{'action': action}}), new_state), with new_state=DictTensor({{}}) "
+        "for a stateless agent"
+    )
 
 
 class Acquirer:
@@ -127,7 +146,7 @@ class Acquirer:
             self._check_obs_device(obs, "reset")
             state = self.agent.initial_state(agent_info, self.n_envs)
             history = self._history_at(0, slice(None), obs) if self._needs_history else None
-            action, new_state = self.agent(state, obs, agent_info, history)
+            action, new_state = _outputs(self.agent(state, obs, agent_info, history), self.agent)
         if "action" not in action:
             raise KeyError(f"the agent output must hold the key 'action', got keys {list(action.keys())}")
         specs: Specs = {}
@@ -459,6 +478,16 @@ def build_acquirer(
     wrapped in :class:`~rlstruct.agents.RL_Agent_CheckDevice` with ``check_device``) and their acquirer; closes
     what it built when a later part fails."""
     env = create_env(**{**env_args, "seed": seed})
+    if not isinstance(env, VecEnv):
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+        raise TypeError(
+            f"create_env must build a VecEnv, got {type(env).__name__} from "
+            f"{getattr(create_env, '__name__', create_env)}; for a gymnasium id pass create_env=make_env, "
+            "env_args={'name': 'CartPole-v1', 'n_envs': 8, "
+            "'backend': 'gymnasium'}, or wrap the gymnasium envs in GymEnv([...])"
+        )
     try:
         agent = create_agent(**agent_args)
         if check_device:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 
 from rlstruct._accel import accelerator_for
+from rlstruct.agents import RL_Agent
 from rlstruct.batchers._placement import WorkerPlacement
 from rlstruct.devices import DeviceLike, as_device, check_device_exists
+from rlstruct.envs import VecEnv
 from rlstruct.errors import BatchSizeError, ConfigError, DeviceMismatchError
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
@@ -86,9 +88,58 @@ def _check_seeds(seeds: Any, agent_seeds: Any, n_seeds: int, per: str, count: st
             )
     for k, s in enumerate(seeds):
         check_seed(s, argument=f"seeds[{k}]")
+    first: dict[int, int] = {}
+    for k, s in enumerate(seeds):
+        if int(s) in first:
+            # Two workers on one seed see the same frames and take the same actions: half the compute is spent
+            # on copies, and the statistics count one run twice.
+            raise ConfigError(
+                f"seeds must be distinct, one per {per}, but seeds[{first[int(s)]}] and seeds[{k}] are both {s!r} "
+                f"(got {seeds!r}): those workers would step identical envs; pass distinct seeds, e.g. "
+                f"seeds={list(range(n_seeds))!r}"
+            )
+        first[int(s)] = k
     for k, s in enumerate(agent_seeds or []):
         check_seed(s, argument=f"agent_seeds[{k}]")
     return [int(s) for s in seeds]
+
+
+def _check_factories(create_agent: Any, agent_args: Any, create_env: Any, env_args: Any) -> None:
+    """Refuses what cannot build a worker's agent and env, before any worker starts."""
+    if isinstance(create_agent, RL_Agent) or not callable(create_agent):
+        raise TypeError(
+            "create_agent must be a class or function that builds the agent, called as create_agent(**agent_args) "
+            f"in each worker, got {_what(create_agent)}; pass the class, "
+            f"create_agent={_name(create_agent, 'MyAgent')}, and its arguments in agent_args={{...}}"
+        )
+    if isinstance(create_env, VecEnv) or not callable(create_env) or _is_gymnasium_env(create_env):
+        raise TypeError(
+            f"create_env must be a class or function that builds a VecEnv, called as "
+            f"create_env(**env_args, seed=...) in each worker, got {_what(create_env)}; pass the class, "
+            f"create_env={_name(create_env, 'MyEnv')}, and its arguments in env_args={{...}}, or for a gymnasium id "
+            "create_env=make_env, env_args={'name': 'CartPole-v1', 'n_envs': 8, 'backend': 'gymnasium'}"
+        )
+    for name, value in (("agent_args", agent_args), ("env_args", env_args)):
+        if not isinstance(value, Mapping):
+            raise TypeError(
+                f"{name} must be a dict of keyword arguments, got {_what(value)}; pass {name}={{}} for none"
+            )
+
+
+def _what(x: Any) -> str:
+    return f"{x!r}" if x is None else f"an instance of {type(x).__name__}"
+
+
+def _name(x: Any, default: str) -> str:
+    """The class to name instead of the instance ``x``: its own for an rlstruct agent or env, else ``default``."""
+    return type(x).__name__ if isinstance(x, (RL_Agent, VecEnv)) else default
+
+
+def _is_gymnasium_env(x: Any) -> bool:
+    """True for a gymnasium env (``gym.make(...)``, wrapped or not), told by its type's module without importing
+    gymnasium."""
+    return any(c.__module__.split(".")[0] == "gymnasium" and c.__name__ in ("Env", "VectorEnv")
+               for c in type(x).__mro__)
 
 
 def _check_numbers(n_timesteps: Any, timeout: Any, restart_workers: Any) -> None:
@@ -153,9 +204,11 @@ class BatcherArgs:
 
         Raises:
             TypeError: ``n_timesteps`` not an int (a bool included), ``timeout`` not a number, ``seeds`` or
-                ``agent_seeds`` not a sequence, ``agent_info``/``env_info`` not a DictTensor.
+                ``agent_seeds`` not a sequence, ``agent_info``/``env_info`` not a DictTensor, ``create_agent`` or
+                ``create_env`` not a class or function (an agent or env instance, a gymnasium env),
+                ``agent_args``/``env_args`` not a mapping.
             ValueError: ``n_processes < 0``, ``n_timesteps < 1``, ``timeout <= 0`` or ``restart_workers < 0``.
-            ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker.
+            ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker, or ``seeds`` repeats one.
             SeedError: a seed is not an int in ``[0, 2**31)``.
             DeviceMismatchError: ``agent_info``/``env_info`` not on the CPU.
             BatchSizeError: ``agent_info``/``env_info`` with a 0-d tensor or no row.
@@ -164,6 +217,7 @@ class BatcherArgs:
             what = "0 runs in this process" if n_actors is None else "worker processes per actor; 0 runs in the actor"
             raise ValueError(f"n_processes must be an int >= 0 ({what}), got {n_processes!r}")
         _check_numbers(n_timesteps, timeout, restart_workers)
+        _check_factories(create_agent, agent_args, create_env, env_args)
         per_unit = max(n_processes, 1)
         if n_actors is None:
             seeds = _check_seeds(seeds, agent_seeds, per_unit, "worker", "max(n_processes, 1)",

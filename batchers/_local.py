@@ -8,13 +8,20 @@ from typing import Any
 from rlstruct.batchers._acquire import Acquirer
 from rlstruct.batchers._child import serve, start_worker
 from rlstruct.batchers._protocol import Command, Failure, Message, Reply, WorkerSpec
+from rlstruct.errors import AgentOutputError
 
 __all__ = ["LocalWorker"]
 
 
+def _wrapped(worker_id: int, e: BaseException) -> Exception:
+    """The :class:`BatcherWorkerError` for ``e``, raised from it: its traceback (the user's frames) shows once."""
+    return Failure.of(worker_id, e).error(" (in process)", with_traceback=False)
+
+
 class LocalWorker:
     """The same interface as :class:`~rlstruct.batchers._parent.ProcessWorker`, run synchronously in the calling
-    process."""
+    process. A failure is a :class:`BatcherWorkerError` raised from the exception, whose traceback (the user's
+    frames) is shown once; an :class:`AgentOutputError` is raised as it is (it names the agent and the fix)."""
 
     def __init__(self, spec: WorkerSpec, timeout: float):
         self.worker_id = spec.worker_id
@@ -25,7 +32,7 @@ class LocalWorker:
         try:
             self.acq, ready = start_worker(spec)
         except Exception as e:
-            raise Failure.of(self.worker_id, e).error(" (in process)") from e
+            raise _wrapped(self.worker_id, e) from e
         ready["report"] = {"worker_id": spec.worker_id, "pid": os.getpid(), "device": str(self.device),
                            "in_process": True}
         self._reply = Reply(ready)
@@ -46,7 +53,9 @@ class LocalWorker:
         reply, cause, self._reply, self._cause = self._reply, self._cause, None, None
         assert reply is not None
         if reply.failure is not None:
-            raise reply.failure.error(" (in process)") from cause
+            if isinstance(cause, AgentOutputError):
+                raise cause
+            raise reply.failure.error(" (in process)", with_traceback=False) from cause
         return reply.value
 
     # close_workers' steps: only wait_stopped has work to do in process.

@@ -102,10 +102,14 @@ class RL_Batcher(BatcherBase):
     interpreter exit while still open: call :meth:`close` or use ``with``.
 
     Raises:
-        ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker.
+        ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker, or ``seeds`` repeats one.
         SeedError: a seed of ``seeds`` or ``agent_seeds`` is not an int in ``[0, 2**31)``.
-        TypeError: ``n_timesteps`` not an int, ``timeout`` not a number, ``seeds`` not a sequence, or (with
-            worker processes) ``create_env``, ``create_agent``, ``env_args`` or ``agent_args`` not picklable.
+        TypeError: ``n_timesteps`` not an int, ``timeout`` not a number, ``seeds`` not a sequence,
+            ``create_agent``/``create_env`` an instance (an agent, an env, ``gym.make(...)``) rather than a class
+            or function, ``agent_args``/``env_args`` not a dict, or (with worker processes) ``create_env``,
+            ``create_agent``, ``env_args`` or ``agent_args`` not picklable.
+        AgentOutputError: the agent's first call (the probe) returned something other than ``(output,
+            new_state)``, two DictTensors.
         ValueError: ``n_timesteps < 1``, ``timeout <= 0``, or ``cuda_graph=True`` with a worker off the GPU.
         DeviceUnavailableError: ``device`` does not exist on this machine.
         DeviceMismatchError: ``agent_info``/``env_info`` not on the CPU.

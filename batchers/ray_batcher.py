@@ -106,7 +106,10 @@ class RayBatcher(BatcherBase):
         BatcherStateError: Ray is not initialised.
         ValueError: an argument out of its range (as for RL_Batcher; ``num_cpus``, ``num_gpus``,
             ``placement_strategy``, ``max_restarts``, ``actor_placements`` of RayBatcher's own).
-        ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker of every actor.
+        TypeError: as for RL_Batcher (``create_agent``/``create_env`` an instance, ``agent_args``/``env_args`` not
+            a dict, ...).
+        ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker of every actor, or ``seeds``
+            repeats one.
         SeedError: a seed of ``seeds`` or ``agent_seeds`` is not an int in ``[0, 2**31)``.
         BatcherWorkerError: an actor failed to start (or could not be placed within the timeout).
     """

@@ -44,6 +44,7 @@ __all__ = [
     "BatcherWorkerError",
     "BatcherStateError",
     "BatcherWorkerTimeout",
+    "AgentOutputError",
     "MissingDependencyError",
     "BridgeError",
     "GraphCaptureError",
@@ -107,6 +108,12 @@ class BatcherWorkerError(RLStructError, RuntimeError):
 class BatcherWorkerTimeout(BatcherWorkerError):
     """A batcher worker did not answer within the batcher's ``timeout`` (hung in its env or agent, or an acquisition
     longer than the timeout allows). A :class:`BatcherWorkerError`, so that code catching that keeps working."""
+
+
+class AgentOutputError(RLStructError, TypeError):
+    """An agent's ``__call__`` returned something other than ``(output, new_state)``, two DictTensors (e.g. a bare
+    tensor, or the output without the state). Checked once, at the batcher's first call of the agent; a worker
+    process's check reaches the batcher as this type too."""
 
 
 class BatcherStateError(RLStructError, RuntimeError):
