@@ -26,6 +26,12 @@ not one action row per running env                           :class:`BatchSizeEr
 a tensor on the wrong device                                 :class:`DeviceMismatchError`
 ==========================================================  =========================
 
+For the batchers (``RL_Batcher``, ``RayBatcher``), checked at construction or at the start-up call of the agent:
+repeated ``seeds``, :class:`ConfigError`; an instance (not a class or function) as ``create_agent`` or
+``create_env``, or ``agent_args``/``env_args`` that are not dicts, ``TypeError``; an agent whose ``__call__`` does not
+return ``(output, state)``, :class:`AgentOutputError`; ``execute``/``get`` out of order, :class:`BatcherStateError`; a
+worker that fails, :class:`BatcherWorkerError`.
+
 A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
 batcher's call order only), and the bridge raises :class:`BridgeError` only for what gymnasium code asks
 that the rlstruct env cannot honour; everything else comes from the env it wraps, unchanged.
