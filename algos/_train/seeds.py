@@ -16,7 +16,10 @@ __all__ = [
 ]
 
 #: the seed offsets of the batchers' roles: training envs and agents, evaluation envs and agents
-ENV_SEEDS, EVALUATION_ENV_SEEDS, AGENT_SEEDS, EVALUATION_AGENT_SEEDS = 0, 1000, 5000, 6000
+ENV_SEEDS = 0
+EVALUATION_ENV_SEEDS = 1000
+AGENT_SEEDS = 5000
+EVALUATION_AGENT_SEEDS = 6000
 #: the workers a batcher role may have over all ranks: the distance between two roles' seed offsets
 MAX_WORKERS = 1000
 

@@ -71,8 +71,11 @@ class LazyExports(griffe.Extension):
         while modules:
             module = modules.pop()
             modules.extend(m for m in module.modules.values() if not m.is_alias)
-            exported = getattr(module, "exports", None) or []
-            names = [n if isinstance(n, str) else getattr(n, "name", str(n)) for n in exported]
+            exported = getattr(module, "exports", None)
+            if not exported and "__all__" in module.members:
+                # an __all__ computed at import time (``list(_LAZY)``) is not readable statically: take the live one
+                exported = list(getattr(importlib.import_module(module.path), "__all__", []))
+            names = [n if isinstance(n, str) else getattr(n, "name", str(n)) for n in exported or []]
             absent = [n for n in names if n not in module.members]
             if not absent:
                 continue
