@@ -55,6 +55,7 @@ __all__ = [
     "BridgeError",
     "GraphCaptureError",
     "ConfigError",
+    "CheckpointError",
     "VideoError",
     "RankLostError",
 ]
@@ -142,6 +143,11 @@ class GraphCaptureError(RLStructError, RuntimeError):
 class ConfigError(RLStructError, ValueError):
     """Settings that are valid one by one but cannot work together (e.g. ``compile_update`` with a recurrent
     policy, ``cuda_graph`` with a CPU batcher, weight sharing with worker processes)."""
+
+
+class CheckpointError(RLStructError, ValueError):
+    """A path given as a run or a checkpoint is not one: nothing is there, a folder without a ``checkpoint.pt``, a
+    file that is not an rlstruct checkpoint, or one whose weights do not fit its config."""
 
 
 class VideoError(RLStructError, ValueError):
