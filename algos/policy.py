@@ -125,7 +125,7 @@ class Policy:
 
     @torch.no_grad()
     def predict(self, observation: Any, deterministic: bool = True, *, state: DictTensor | None = None,
-                seed: int | None = None) -> Any:
+                episode_start: Any = None, seed: int | None = None) -> Any:
         """The action of ``observation``, of the kind and batching it comes in.
 
         Args:
@@ -134,6 +134,8 @@ class Policy:
             deterministic: greedy (the mode, the mean, the argmax), or acting as the run did at its end: a sample,
                 or epsilon-greedy at its final epsilon (DQN, PQN).
             state: a recurrent policy's memory from the previous call (``None``: fresh episodes); ``[N, ...]``.
+            episode_start: with ``state``, the rows whose episode starts at this observation (their memory is
+                reset), ``bool [N]`` or one bool, numpy or torch (``None``: none).
             seed: seeds the draws of this call and the next (``None``: the policy's generator goes on).
 
         Returns:
@@ -143,7 +145,7 @@ class Policy:
         Raises:
             SpaceError: an observation whose shape is neither the env's nor a batch of it, or of a dtype that does
                 not convert to the env's.
-            ValueError: ``state`` given to a stateless policy.
+            ValueError: ``state`` given to a stateless policy, or ``episode_start`` of another length than the batch.
         """
         numpy = not isinstance(observation, torch.Tensor)
         frame = self._frame(observation)
@@ -159,7 +161,15 @@ class Policy:
         fresh = state is None
         if fresh:
             state = self.agent.initial_state(info, n)
-        starts = torch.full((n,), fresh, dtype=torch.bool, device=self.device)
+        if fresh or episode_start is None:
+            starts = torch.full((n,), fresh, dtype=torch.bool, device=self.device)
+        else:
+            starts = torch.as_tensor(np.asarray(episode_start) if not isinstance(episode_start, torch.Tensor)
+                                     else episode_start).to(self.device, torch.bool).flatten()
+            if starts.shape[0] not in (1, n):
+                raise ValueError(f"episode_start must hold one bool per observation ({n}), got "
+                                 f"{starts.shape[0]} values; pass a bool [N] array, or one bool")
+            starts = starts.expand(n)
         out, state = self.agent(state, DictTensor({"frame": frames, "initial_state": starts}), info)
         action = out["action"] if batched else out["action"][0]
         if numpy:

@@ -32,6 +32,11 @@ repeated ``seeds``, :class:`ConfigError`; an instance (not a class or function) 
 return ``(output, state)``, :class:`AgentOutputError`; ``execute``/``get`` out of order, :class:`BatcherStateError`; a
 worker that fails, :class:`BatcherWorkerError`.
 
+For the algorithms' runs: a file that is not an rlstruct checkpoint, or a damaged one, :class:`CheckpointError`
+(``rlstruct.algos.load``, ``rlstruct eval``, ``--resume``); ``load`` raises it for a missing path too, where
+``rlstruct eval`` and ``--resume`` raise ``FileNotFoundError``; an observation given to ``Policy.predict`` that does
+not fit the env's, :class:`SpaceError`.
+
 A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
 batcher's call order only), and the bridge raises :class:`BridgeError` only for what gymnasium code asks
 that the rlstruct env cannot honour; everything else comes from the env it wraps, unchanged.

@@ -117,6 +117,12 @@ def test_a_recurrent_policy_takes_and_returns_its_state(runs):
     again, later = policy.predict(batch, state=batch_state)
     assert not torch.equal(later["h"], batch_state["h"])  # the memory moves on
     torch.testing.assert_close(state["h"][0], batch_state["h"][0])  # one or a batch: the same memory
+    _, restarted = policy.predict(batch, state=later, episode_start=np.array([False, True, False]))
+    _, continued = policy.predict(batch, state=later)
+    torch.testing.assert_close(restarted["h"][1], batch_state["h"][1])  # row 1 starts afresh
+    torch.testing.assert_close(restarted["h"][[0, 2]], continued["h"][[0, 2]])
+    with pytest.raises(ValueError, match=r"episode_start must hold one bool per observation \(3\), got 2 values"):
+        policy.predict(batch, state=later, episode_start=[True, False])
     env.close()
 
 
