@@ -6,7 +6,8 @@ Each algorithm module holds its config, its loss as a function of tensors, its l
 whose config it is. What several algorithms share sits in public modules named for what they hold:
 :mod:`~rlstruct.algos.returns`, :mod:`~rlstruct.algos.distributions`, :mod:`~rlstruct.algos.encoders`,
 :mod:`~rlstruct.algos.networks`, :mod:`~rlstruct.algos.policies`, :mod:`~rlstruct.algos.losses`,
-:mod:`~rlstruct.algos.replay` and :mod:`~rlstruct.algos.normalization`. What runs a training job (flags, loops,
+:mod:`~rlstruct.algos.replay` and :mod:`~rlstruct.algos.normalization`; ``load(run)`` reads a trained run back as a
+:class:`~rlstruct.algos.policy.Policy`. What runs a training job (flags, loops,
 logs, evaluation, checkpoints, presets, data-parallel ranks) is the private package ``rlstruct.algos._train``.
 
 The names below load their module on first use, so that ``python -m rlstruct.algos.a2c`` does not find itself
@@ -22,6 +23,8 @@ from rlstruct.algos._train.registry import exports
 
 _LAZY = {
     "train": "rlstruct.algos._train.registry",
+    "load": "rlstruct.algos.policy",
+    "Policy": "rlstruct.algos.policy",
     "RunConfig": "rlstruct.algos._train.config",
     "OnPolicyConfig": "rlstruct.algos._train.config",
     "OffPolicyConfig": "rlstruct.algos._train.config",

@@ -32,6 +32,11 @@ repeated ``seeds``, :class:`ConfigError`; an instance (not a class or function) 
 return ``(output, state)``, :class:`AgentOutputError`; ``execute``/``get`` out of order, :class:`BatcherStateError`; a
 worker that fails, :class:`BatcherWorkerError`.
 
+For the algorithms' runs: a file that is not an rlstruct checkpoint, or a damaged one, :class:`CheckpointError`
+(``rlstruct.algos.load``, ``rlstruct eval``, ``--resume``); ``load`` raises it for a missing path too, where
+``rlstruct eval`` and ``--resume`` raise ``FileNotFoundError``; an observation given to ``Policy.predict`` that does
+not fit the env's, :class:`SpaceError`.
+
 A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
 batcher's call order only), and the bridge raises :class:`BridgeError` only for what gymnasium code asks
 that the rlstruct env cannot honour; everything else comes from the env it wraps, unchanged.
@@ -55,6 +60,7 @@ __all__ = [
     "BridgeError",
     "GraphCaptureError",
     "ConfigError",
+    "CheckpointError",
     "VideoError",
     "RankLostError",
 ]
@@ -142,6 +148,11 @@ class GraphCaptureError(RLStructError, RuntimeError):
 class ConfigError(RLStructError, ValueError):
     """Settings that are valid one by one but cannot work together (e.g. ``compile_update`` with a recurrent
     policy, ``cuda_graph`` with a CPU batcher, weight sharing with worker processes)."""
+
+
+class CheckpointError(RLStructError, ValueError):
+    """A path given as a run or a checkpoint is not one: nothing is there, a folder without a ``checkpoint.pt``, a
+    file that is not an rlstruct checkpoint, or one whose weights do not fit its config."""
 
 
 class VideoError(RLStructError, ValueError):

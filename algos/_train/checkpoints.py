@@ -22,7 +22,7 @@ from torch import nn
 from rlstruct.algos._train.optim import OptimizerLike
 from rlstruct.devices import cpu_state_dict, tree_copy
 from rlstruct.envs.factory import resolve_backend
-from rlstruct.errors import ConfigError
+from rlstruct.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
     from rlstruct.algos._train.config import RunConfig
@@ -88,7 +88,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: no such file, or a folder without ``checkpoint.pt``.
-        ValueError: the file is not an rlstruct checkpoint.
+        CheckpointError: the file is not an rlstruct checkpoint, or a damaged one.
     """
     if os.path.isdir(path):
         folder, path = path, os.path.join(path, CHECKPOINT_NAME)
@@ -100,14 +100,14 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     except FileNotFoundError:
         raise
     except Exception as e:  # torch.load's errors for a file it cannot read vary (pickle, zip, unpickler)
-        raise ValueError(f"{str(path)!r} is not an rlstruct checkpoint (torch.load cannot read it: "
+        raise CheckpointError(f"{str(path)!r} is not an rlstruct checkpoint (torch.load cannot read it: "
                          f"{type(e).__name__}); pass a checkpoint.pt written by rlstruct train") from e
     if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{str(path)!r} is not an rlstruct checkpoint (no format {CHECKPOINT_FORMAT!r})")
+        raise CheckpointError(f"{str(path)!r} is not an rlstruct checkpoint (no format {CHECKPOINT_FORMAT!r})")
     missing = [k for k, kind in CHECKPOINT_KEYS.items() if not isinstance(data.get(k), kind)]
     missing += [f"config[{k!r}]" for k in CONFIG_KEYS if not missing and k not in data["config"]]
     if missing:
-        raise ValueError(f"{str(path)!r} is a damaged rlstruct checkpoint: it lacks {', '.join(missing)}; pass a "
+        raise CheckpointError(f"{str(path)!r} is a damaged rlstruct checkpoint: it lacks {', '.join(missing)}; pass a "
                          "checkpoint.pt written whole by rlstruct train (the last periodic one, if the run was killed)")
     return data
 
