@@ -218,10 +218,9 @@ class BatcherArgs:
 
         Raises:
             TypeError: ``n_timesteps`` not an int (a bool included), ``timeout`` or ``start_timeout`` not a
-                number, ``seeds`` or
-                ``agent_seeds`` not a sequence, ``agent_info``/``env_info`` not a DictTensor, ``create_agent`` or
-                ``create_env`` not a class or function (an agent or env instance, a gymnasium env),
-                ``agent_args``/``env_args`` not a mapping.
+                number, ``seeds`` or ``agent_seeds`` not a sequence, ``agent_info``/``env_info`` not a DictTensor,
+                ``create_agent`` or ``create_env`` not a class or function (an agent or env instance, a gymnasium
+                env), ``agent_args``/``env_args`` not a mapping.
             ValueError: ``n_processes < 0``, ``n_timesteps < 1``, ``timeout <= 0``, ``start_timeout <= 0`` or
                 ``restart_workers < 0``.
             ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker, or ``seeds`` repeats one.
