@@ -18,7 +18,10 @@ from rlstruct.errors import BatchSizeError, ConfigError, DeviceMismatchError
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
 
-__all__ = ["BatcherArgs", "check_cpu", "check_cpu_state_dict"]
+__all__ = ["DEFAULT_START_TIMEOUT", "BatcherArgs", "check_cpu", "check_cpu_state_dict"]
+
+#: seconds a batcher's start may last by default, at least: a worker process imports torch and builds its env.
+DEFAULT_START_TIMEOUT = 120.0
 
 
 def check_cpu(d: DictTensor | None, name: str) -> DictTensor:
@@ -142,7 +145,7 @@ def _is_gymnasium_env(x: Any) -> bool:
                for c in type(x).__mro__)
 
 
-def _check_numbers(n_timesteps: Any, timeout: Any, restart_workers: Any) -> None:
+def _check_numbers(n_timesteps: Any, timeout: Any, start_timeout: Any, restart_workers: Any) -> None:
     # bool is an int subclass: True would pass as 1 and later fail far from here.
     if isinstance(n_timesteps, bool) or not isinstance(n_timesteps, int):
         raise TypeError(
@@ -158,6 +161,15 @@ def _check_numbers(n_timesteps: Any, timeout: Any, restart_workers: Any) -> None
         )
     if math.isnan(timeout) or timeout <= 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}; pass e.g. timeout=120")
+    if start_timeout is not None:
+        if isinstance(start_timeout, bool) or not isinstance(start_timeout, (int, float)):
+            raise TypeError(
+                f"start_timeout must be a number of seconds > 0 or None, got {type(start_timeout).__name__} "
+                f"{start_timeout!r}; pass e.g. start_timeout=300, or None for max(timeout, {DEFAULT_START_TIMEOUT:g})"
+            )
+        if math.isnan(start_timeout) or start_timeout <= 0:
+            raise ValueError(f"start_timeout must be > 0 seconds or None, got {start_timeout!r}; pass e.g. "
+                             "start_timeout=300")
     if isinstance(restart_workers, bool) or not isinstance(restart_workers, int) or restart_workers < 0:
         raise ValueError(
             f"restart_workers must be an int >= 0 (how many failed workers may be replaced; 0 fails at the first), "
@@ -186,6 +198,7 @@ class BatcherArgs:
     device: torch.device
     worker_placements: list[WorkerPlacement] | None
     timeout: float
+    start_timeout: float
     sync_timings: bool
     cuda_graph: bool
     zero_copy: bool
@@ -197,17 +210,19 @@ class BatcherArgs:
         env_args: dict, n_processes: int, seeds: Sequence[int], agent_info: DictTensor | None,
         env_info: DictTensor | None, agent_seeds: Sequence[int] | None, device: DeviceLike,
         worker_placements: Sequence[WorkerPlacement] | None, timeout: float, sync_timings: bool, cuda_graph: bool,
-        zero_copy: bool, restart_workers: int, *, n_actors: int | None = None,
+        zero_copy: bool, restart_workers: int, *, start_timeout: float | None = None, n_actors: int | None = None,
     ) -> BatcherArgs:
         """The arguments, checked; ``n_actors``: the RayBatcher's actor count (``None`` for an RL_Batcher), which
-        sets how many seeds are expected and how messages put it.
+        sets how many seeds are expected and how messages put it. ``start_timeout=None`` becomes
+        ``max(timeout, DEFAULT_START_TIMEOUT)``.
 
         Raises:
-            TypeError: ``n_timesteps`` not an int (a bool included), ``timeout`` not a number, ``seeds`` or
-                ``agent_seeds`` not a sequence, ``agent_info``/``env_info`` not a DictTensor, ``create_agent`` or
-                ``create_env`` not a class or function (an agent or env instance, a gymnasium env),
-                ``agent_args``/``env_args`` not a mapping.
-            ValueError: ``n_processes < 0``, ``n_timesteps < 1``, ``timeout <= 0`` or ``restart_workers < 0``.
+            TypeError: ``n_timesteps`` not an int (a bool included), ``timeout`` or ``start_timeout`` not a
+                number, ``seeds`` or ``agent_seeds`` not a sequence, ``agent_info``/``env_info`` not a DictTensor,
+                ``create_agent`` or ``create_env`` not a class or function (an agent or env instance, a gymnasium
+                env), ``agent_args``/``env_args`` not a mapping.
+            ValueError: ``n_processes < 0``, ``n_timesteps < 1``, ``timeout <= 0``, ``start_timeout <= 0`` or
+                ``restart_workers < 0``.
             ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker, or ``seeds`` repeats one.
             SeedError: a seed is not an int in ``[0, 2**31)``.
             DeviceMismatchError: ``agent_info``/``env_info`` not on the CPU.
@@ -216,7 +231,7 @@ class BatcherArgs:
         if not isinstance(n_processes, int) or n_processes < 0:
             what = "0 runs in this process" if n_actors is None else "worker processes per actor; 0 runs in the actor"
             raise ValueError(f"n_processes must be an int >= 0 ({what}), got {n_processes!r}")
-        _check_numbers(n_timesteps, timeout, restart_workers)
+        _check_numbers(n_timesteps, timeout, start_timeout, restart_workers)
         _check_factories(create_agent, agent_args, create_env, env_args)
         per_unit = max(n_processes, 1)
         if n_actors is None:
@@ -230,7 +245,9 @@ class BatcherArgs:
             n_timesteps, create_agent, dict(agent_args), create_env, dict(env_args), n_processes, seeds,
             check_cpu(agent_info, "agent_info"), check_cpu(env_info, "env_info"),
             None if agent_seeds is None else list(agent_seeds), as_device(device),
-            None if worker_placements is None else list(worker_placements), float(timeout), bool(sync_timings),
+            None if worker_placements is None else list(worker_placements), float(timeout),
+            max(float(timeout), DEFAULT_START_TIMEOUT) if start_timeout is None else float(start_timeout),
+            bool(sync_timings),
             bool(cuda_graph), bool(zero_copy), restart_workers,
         )
 

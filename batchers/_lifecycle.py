@@ -1,25 +1,33 @@
 """Closing batchers that their program forgot to close, at garbage collection and at interpreter exit, with a
-:class:`ResourceWarning` naming where the batcher was created.
+:class:`ResourceWarning` naming where the batcher was created; and, at exit, reaping multiprocessing's resource
+tracker, so that no process of the program outlives it.
 """
 
 from __future__ import annotations
 
 import atexit
-import multiprocessing.util  # noqa: F401  (its atexit hook must be registered before ours: see track)
+import logging
+import multiprocessing.util
+import os
 import sys
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["creation_site", "track", "untrack"]
+__all__ = ["creation_site", "reap_resource_tracker", "track", "untrack"]
+
+log = logging.getLogger(__name__)
 
 _LIVE: set[weakref.finalize] = set()
 _LOCK = threading.Lock()
 _HOOKED = False
 # Frames of these modules are the batcher's own: the creation site is the first frame outside them.
 _INTERNAL = ("rlstruct.batchers", "contextlib")
+# Seconds the exit waits for the resource tracker to see its pipe close and exit.
+_TRACKER_GRACE_S = 5.0
 
 
 def creation_site() -> tuple[str, int, str]:
@@ -42,6 +50,47 @@ def _close_all_at_exit() -> None:
         live = list(_LIVE)
     for f in live:
         f()  # a finalizer runs once: those closed or collected already are no-ops
+    # multiprocessing's own exit (it terminates and joins its daemon children and runs its finalizers, which may
+    # still unregister resources with the tracker) runs now rather than after this hook: it runs once, so its own
+    # turn later is a no-op. Only then may the tracker be stopped.
+    multiprocessing.util._exit_function()
+    reap_resource_tracker(_TRACKER_GRACE_S)
+
+
+def reap_resource_tracker(grace: float) -> bool:
+    """Stops multiprocessing's resource tracker, if this process started one, and waits at most ``grace`` seconds
+    for it to exit; whether it is gone.
+
+    Starting a spawned worker starts the tracker, a child of this process that exits when its pipe closes, i.e. when
+    this process is gone: too late for anyone but init to wait for it, so it lingers as a zombie in the program's
+    process group. Closing its pipe and waiting here leaves nothing behind. Only for interpreter exit: a later
+    multiprocessing call would start a new tracker.
+    """
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    lock, fd, pid = (getattr(tracker, a, None) for a in ("_lock", "_fd", "_pid"))
+    if lock is None or fd is None or pid is None:
+        return True
+    with lock:
+        if tracker._fd is None:
+            return True
+        os.close(tracker._fd)  # the tracker reads its pipe until every writer has closed it, then exits
+        tracker._fd = tracker._pid = None
+        deadline = time.monotonic() + grace
+        while True:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # reaped already
+                return True
+            if done:
+                return True
+            if time.monotonic() > deadline:
+                # Another process still holds its pipe (a child that inherited it): it exits with that one.
+                log.info("multiprocessing's resource tracker (pid %d) had not exited %g s after this process closed "
+                         "its pipe", pid, grace)
+                return False
+            time.sleep(0.01)
 
 
 def _release(what: str, site: tuple[str, int, str], release: Callable[..., Any], args: tuple) -> None:
@@ -75,7 +124,8 @@ def track(obj: Any, what: str, release: Callable[..., Any], *args: Any) -> weakr
             # multiprocessing's own atexit hook terminates daemon children with SIGTERM and then joins them, but
             # batcher workers ignore SIGTERM (a scheduler sends it to the whole job; the parent owns shutdown), so
             # that join would wait forever. atexit runs the hook registered last first, and this one comes after
-            # multiprocessing.util's (imported above): every batcher is closed before multiprocessing joins.
+            # multiprocessing.util's (imported above): every batcher is closed before multiprocessing joins. It also
+            # runs when every batcher was closed, to reap the resource tracker their workers started.
             atexit.register(_close_all_at_exit)
             _HOOKED = True
         # Finalizers that ran or were detached are dropped here, so the set stays as small as the open batchers.

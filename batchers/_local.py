@@ -49,7 +49,7 @@ class LocalWorker:
     def poll(self) -> bool:
         return self._reply is not None
 
-    def recv(self, timeout: float | None = None) -> Any:
+    def recv(self, timeout: float | None = None, bound: str = "timeout") -> Any:
         reply, cause, self._reply, self._cause = self._reply, self._cause, None, None
         assert reply is not None
         if reply.failure is not None:

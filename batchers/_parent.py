@@ -164,23 +164,21 @@ class ProcessWorker:
             worker_id=self.worker_id,
         )
 
-    def recv(self, timeout: float | None = None) -> Any:
-        """Waits for the next reply's value, at most ``timeout`` seconds, watching the process."""
+    def recv(self, timeout: float | None = None, bound: str = "timeout") -> Any:
+        """Waits for the next reply's value, at most ``timeout`` seconds (the batcher's argument ``bound``; default
+        its ``timeout``), watching the process."""
         if self._buffered is not None:
             reply, self._buffered = self._buffered, None
             if reply.failure is not None:
                 raise reply.failure.error()
             return reply.value
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         while not self.conn.poll(0.02):
             if not self.process.is_alive() and not self.conn.poll(0):
                 self._raise_dead()
             if time.monotonic() > deadline:
-                raise BatcherWorkerTimeout(
-                    f"worker {self.worker_id} did not answer within {self.timeout:g} s; raise `timeout` if an "
-                    "acquisition legitimately takes longer, or look for a hang in the env or agent",
-                    worker_id=self.worker_id,
-                )
+                raise _timed_out(self.worker_id, timeout, bound)
         try:
             reply = self.conn.recv()
         except (EOFError, OSError):
@@ -285,8 +283,26 @@ def close_workers(workers: list, grace: float, stop_grace: float | None = None) 
     return errors
 
 
-def recv_all(workers: list, timeout: float) -> list[Any]:
-    """Waits for one reply from every worker at once, so that a worker dying is seen while another hangs."""
+# What each of the batcher's bounds on a wait covers, for the message of a worker that did not answer within it.
+_BOUNDS = {
+    "timeout": "an acquisition (or a reset, an update)",
+    "start_timeout": "a worker's start (spawning it, importing torch, building its env and agent, the agent's first "
+                     "call)",
+}
+
+
+def _timed_out(worker_id: int, timeout: float, bound: str) -> BatcherWorkerTimeout:
+    return BatcherWorkerTimeout(
+        f"worker {worker_id} did not answer within {timeout:g} s, the batcher's `{bound}`; raise `{bound}` if "
+        f"{_BOUNDS[bound]} legitimately takes longer, or look for a hang in the env or agent",
+        worker_id=worker_id,
+    )
+
+
+def recv_all(workers: list, timeout: float, bound: str = "timeout") -> list[Any]:
+    """Waits for one reply from every worker at once, so that a worker dying is seen while another hangs; at most
+    ``timeout`` seconds, the batcher's argument ``bound`` (``"timeout"`` or ``"start_timeout"``), which the error
+    names."""
     from multiprocessing.connection import wait
 
     results: list[Any] = [None] * len(workers)
@@ -300,12 +316,7 @@ def recv_all(workers: list, timeout: float) -> list[Any]:
         if not pending:
             break
         if time.monotonic() > deadline:
-            w = workers[pending[0]]
-            raise BatcherWorkerError(
-                f"worker {w.worker_id} did not answer within {timeout:g} s; raise `timeout` if an "
-                "acquisition legitimately takes longer, or look for a hang in the env or agent",
-                worker_id=w.worker_id,
-            )
+            raise _timed_out(workers[pending[0]].worker_id, timeout, bound)
         conns = [workers[i].conn for i in pending if hasattr(workers[i], "conn")]
         if conns:
             wait(conns, timeout=0.05)
@@ -334,10 +345,7 @@ def recv_each(workers: list, timeout: float) -> list[Any]:
             break
         if time.monotonic() > deadline:
             for i in pending:
-                results[i] = BatcherWorkerTimeout(
-                    f"worker {workers[i].worker_id} did not answer within {timeout:g} s (hung in its env or agent)",
-                    worker_id=workers[i].worker_id,
-                )
+                results[i] = _timed_out(workers[i].worker_id, timeout, "timeout")
             break
         conns = [workers[i].conn for i in pending if hasattr(workers[i], "conn")]
         if conns:

@@ -84,8 +84,9 @@ class RL_Batcher(BatcherBase):
         device: where observations, agent state, actions and the output live.
         worker_placements: one :class:`WorkerPlacement` per worker (its device, a GPU index, a MIG slice, MPS
             settings, its CPU cores). Default: every worker on ``device``.
-        timeout: seconds any wait on a worker may last before it is reported as hung (at least 120 s while
-            the workers start, since they import torch and build their envs).
+        timeout: seconds any wait on a worker may last before it is reported as hung, from the first ``reset`` on.
+        start_timeout: the same while the batcher starts (spawning the workers, which import torch, building their
+            envs and agents, and the agent's first call, which sizes the buffer); default ``max(timeout, 120)``.
         sync_timings: synchronize the device between phases so that :meth:`timings` is exact on a GPU.
         cuda_graph: replay each worker's whole step loop (agent, env step, buffer writes) as one CUDA graph,
             captured at the second acquisition. Needs every worker on a CUDA device and an auto-reset torch
@@ -104,18 +105,19 @@ class RL_Batcher(BatcherBase):
     Raises:
         ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker, or ``seeds`` repeats one.
         SeedError: a seed of ``seeds`` or ``agent_seeds`` is not an int in ``[0, 2**31)``.
-        TypeError: ``n_timesteps`` not an int, ``timeout`` not a number, ``seeds`` not a sequence,
+        TypeError: ``n_timesteps`` not an int, ``timeout``/``start_timeout`` not a number, ``seeds`` not a sequence,
             ``create_agent``/``create_env`` an instance (an agent, an env, ``gym.make(...)``) rather than a class
             or function, ``agent_args``/``env_args`` not a dict, or (with worker processes) ``create_env``,
             ``create_agent``, ``env_args`` or ``agent_args`` not picklable.
         AgentOutputError: the agent's first call (the probe) returned something other than ``(output,
             new_state)``, two DictTensors.
-        ValueError: ``n_timesteps < 1``, ``timeout <= 0``, or ``cuda_graph=True`` with a worker off the GPU.
+        ValueError: ``n_timesteps < 1``, ``timeout <= 0``, ``start_timeout <= 0``, or ``cuda_graph=True`` with a
+            worker off the GPU.
         DeviceUnavailableError: ``device`` does not exist on this machine.
         DeviceMismatchError: ``agent_info``/``env_info`` not on the CPU.
         BatchSizeError: ``agent_info``/``env_info`` with a 0-d tensor or no row.
         BatcherWorkerError: a worker failed to start, probe or allocate (with ``cuda_graph``: its env cannot be
-            captured, or capturing failed).
+            captured, or capturing failed), or did not start within ``start_timeout`` (a ``BatcherWorkerTimeout``).
 
     >>> from rlstruct import RL_Agent
     >>> from rlstruct.envs import CartPole
@@ -148,6 +150,7 @@ class RL_Batcher(BatcherBase):
         *,
         worker_placements: Sequence[WorkerPlacement] | None = None,
         timeout: float = 120.0,
+        start_timeout: float | None = None,
         sync_timings: bool = False,
         cuda_graph: bool = False,
         zero_copy: bool = False,
@@ -162,11 +165,10 @@ class RL_Batcher(BatcherBase):
         self._copy_done: torch.cuda.Event | None = None
         args = BatcherArgs.check(n_timesteps, create_agent, agent_args, create_env, env_args, n_processes, seeds,
                                  agent_info, env_info, agent_seeds, device, worker_placements, timeout, sync_timings,
-                                 cuda_graph, zero_copy, restart_workers)
+                                 cuda_graph, zero_copy, restart_workers, start_timeout=start_timeout)
         self._keep(args)
         self.cuda_graph = args.cuda_graph
-        # Starting a worker imports torch and builds its env: allow that more than one acquisition's timeout.
-        self._start_timeout = max(self.timeout, 120.0)
+        self._start_timeout = args.start_timeout
         n_workers = max(n_processes, 1)
         placements = args.worker_placements
         if placements is None:
@@ -195,7 +197,7 @@ class RL_Batcher(BatcherBase):
         try:
             for spec in self._worker_specs:
                 self._workers.append(self._Worker(spec, self.timeout))
-            ready = recv_all(self._workers, self._start_timeout)
+            ready = recv_all(self._workers, self._start_timeout, "start_timeout")
             self._n_envs = [r["n_envs"] for r in ready]
             self._reports = [r["report"] for r in ready]
             self._offsets = [sum(self._n_envs[:k]) for k in range(n_workers)]
@@ -210,7 +212,7 @@ class RL_Batcher(BatcherBase):
     def _probe(self, agent_info: DictTensor, env_info: DictTensor) -> Specs:
         for w, n in zip(self._workers, self._n_envs):
             w.send(Command.PROBE, repeat_first(agent_info, n), repeat_first(env_info, n))
-        specs = same_specs(recv_all(self._workers, self._start_timeout), "worker")
+        specs = same_specs(recv_all(self._workers, self._start_timeout, "start_timeout"), "worker")
         log.debug("buffer specs: %s", specs)
         return specs
 
@@ -236,7 +238,7 @@ class RL_Batcher(BatcherBase):
             ]
             for k, w in enumerate(self._workers):
                 w.send(Command.BIND, [blocks[k] for blocks in self._blocks])
-            recv_all(self._workers, self._start_timeout)
+            recv_all(self._workers, self._start_timeout, "start_timeout")
             return
         blocks: list[dict[str, torch.Tensor] | None] = []
         for w, n in zip(self._workers, self._n_envs):
@@ -247,7 +249,7 @@ class RL_Batcher(BatcherBase):
                 block = allocate_block(self._specs, n, T, w.device, shared=True)
                 w.send(Command.BIND, [block])
                 blocks.append(block)
-        for k, got in enumerate(recv_all(self._workers, self._start_timeout)):
+        for k, got in enumerate(recv_all(self._workers, self._start_timeout, "start_timeout")):
             if blocks[k] is None:
                 blocks[k] = got
         self._blocks = [blocks]  # type: ignore[list-item]
@@ -317,7 +319,7 @@ class RL_Batcher(BatcherBase):
         # worker k: _replies restarts it again while restarts are left.
         w = self._workers[k] = self._Worker(spec, self.timeout)
         self._worker_specs[k] = spec
-        ready = recv_all([w], self._start_timeout)[0]
+        ready = recv_all([w], self._start_timeout, "start_timeout")[0]
         if ready["n_envs"] != self._n_envs[k]:
             raise BatcherWorkerError(
                 f"restarted worker {k} built {ready['n_envs']} envs, its predecessor {self._n_envs[k]}; create_env "
@@ -326,7 +328,7 @@ class RL_Batcher(BatcherBase):
         n_envs = self._n_envs[k]
         w.send(Command.PROBE, repeat_first(self._default_agent_info, n_envs),
                repeat_first(self._default_env_info, n_envs))
-        if w.recv(self._start_timeout) != self._specs:
+        if w.recv(self._start_timeout, "start_timeout") != self._specs:
             raise BatcherWorkerError(
                 f"restarted worker {k} produces other keys, shapes or dtypes than before; every worker must build the "
                 "same kind of env and agent whatever its seed", worker_id=k,
@@ -337,7 +339,7 @@ class RL_Batcher(BatcherBase):
             w.send(Command.BIND, None)
         else:
             w.send(Command.BIND, [self._blocks[0][k]])
-        got = w.recv(self._start_timeout)
+        got = w.recv(self._start_timeout, "start_timeout")
         if self._whole is None and w.device.type == "cuda":
             self._blocks[0][k] = got
         if self._weights is not None:

@@ -94,8 +94,8 @@ class RayBatcher(BatcherBase):
         restart_workers: passed to each actor's RL_Batcher: how many of its failed worker processes it may
             replace (see :class:`RL_Batcher`), within the actor, without Ray restarting the actor.
         timeout: seconds any wait on an actor may last (and on a worker of an actor's RL_Batcher).
-        start_timeout: seconds to place and start the actors, or to restore a restarted one (default
-            ``max(timeout, 120)``).
+        start_timeout: seconds to place and start the actors (their RL_Batchers' start included, which this bounds
+            too), or to restore a restarted one (default ``max(timeout, 120)``).
         sync_timings: passed to each actor's RL_Batcher.
         cuda_graph: passed to each actor's RL_Batcher (every actor, and every worker of it, on a GPU): each
             worker replays its acquisitions as one CUDA graph.
@@ -156,7 +156,8 @@ class RayBatcher(BatcherBase):
             raise ValueError(f"n_actors must be an int >= 1, got {n_actors!r}")
         args = BatcherArgs.check(n_timesteps, create_agent, agent_args, create_env, env_args, n_processes, seeds,
                                  agent_info, env_info, agent_seeds, device, worker_placements, timeout, sync_timings,
-                                 cuda_graph, zero_copy, restart_workers, n_actors=n_actors)
+                                 cuda_graph, zero_copy, restart_workers, start_timeout=start_timeout,
+                                 n_actors=n_actors)
         if num_cpus is None:
             num_cpus = float(max(n_processes, 1))
         if actor_placements is None:
@@ -166,13 +167,13 @@ class RayBatcher(BatcherBase):
             placements = list(actor_placements)
         if num_gpus is None:
             num_gpus = 1 if any(p.device.type == "cuda" and p.visible_devices is None for p in placements) else 0
-        _check_ray_options(n_actors, placements, num_cpus, num_gpus, placement_strategy, max_restarts, start_timeout)
+        _check_ray_options(n_actors, placements, num_cpus, num_gpus, placement_strategy, max_restarts)
         args.check_placements(placements, "actor", "pass actor_device='cuda' (and num_gpus > 0)")
         self._keep(args)  # device: where get() returns, in this process
         self.n_actors = n_actors
         self.max_restarts = max_restarts
         # Starting an actor imports torch and builds its envs, and may wait for the cluster to free resources.
-        self._start_timeout = max(self.timeout, 120.0) if start_timeout is None else float(start_timeout)
+        self._start_timeout = args.start_timeout
 
         ray = self._ray = import_ray()
         if not ray.is_initialized():
@@ -500,7 +501,7 @@ class RayBatcher(BatcherBase):
 
 
 def _check_ray_options(n_actors: int, placements: list[WorkerPlacement], num_cpus: float, num_gpus: float,
-                       placement_strategy: str | None, max_restarts: int, start_timeout: float | None) -> None:
+                       placement_strategy: str | None, max_restarts: int) -> None:
     """Raises ValueError for a RayBatcher argument of its own (not RL_Batcher's) that Ray would refuse or that
     could not place the actors as asked."""
     if not num_cpus > 0:
@@ -513,8 +514,6 @@ def _check_ray_options(n_actors: int, placements: list[WorkerPlacement], num_cpu
         )
     if not isinstance(max_restarts, int) or max_restarts < -1:
         raise ValueError(f"max_restarts must be an int >= -1 (-1: unlimited), got {max_restarts!r}")
-    if start_timeout is not None and start_timeout <= 0:
-        raise ValueError(f"start_timeout must be > 0 seconds or None, got {start_timeout!r}")
     if len(placements) != n_actors:
         raise ValueError(
             f"actor_placements must hold one WorkerPlacement per actor ({n_actors}), got {len(placements)}"

@@ -342,6 +342,21 @@ class SlowAgent(ConstantAgent):
         return super().__call__(state, observation, agent_info, history)
 
 
+class HangingAgent(ConstantAgent):
+    """A ConstantAgent whose ``hang_at_call``-th call (1: the probe, at the batcher's start; 2: the first step of
+    the first acquisition) sleeps an hour."""
+
+    def __init__(self, hang_at_call=2):
+        self.hang_at_call = hang_at_call
+        self.calls = 0
+
+    def __call__(self, state, observation, agent_info, history=None):
+        self.calls += 1
+        if self.calls == self.hang_at_call:
+            time.sleep(3600)
+        return super().__call__(state, observation, agent_info, history)
+
+
 class UniformBoxAgent(RL_Agent):
     """Stateless; float32 actions ``[B, action_dim]`` drawn uniformly in ``[-1, 1)`` from its own seeded generator
     (a Box action space of Brax's convention)."""

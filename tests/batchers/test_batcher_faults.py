@@ -27,6 +27,7 @@ from rlstruct.batchers._child import STOP_SIGNAL
 from rlstruct.errors import (
     BatcherStateError,
     BatcherWorkerError,
+    BatcherWorkerTimeout,
     BatchSizeError,
     ConfigError,
     DeviceUnavailableError,
@@ -39,6 +40,7 @@ from tests.fakes import (
     CountingEnv,
     DriftAgent,
     DriftEnv,
+    HangingAgent,
     InterruptingAgent,
     MarkerCloseEnv,
     SlowAgent,
@@ -143,6 +145,41 @@ def test_a_non_blocking_get_reports_a_dead_worker_while_another_is_busy():
     b.close()  # worker 0 is still hung in env.step
     assert time.monotonic() - t < 5
     assert _wait_gone(pids, 5)
+
+
+# --------------------------------------------------------------------------- 2b. hangs: start_timeout, then timeout
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["env", "agent"])
+def test_a_hang_in_the_first_acquisition_is_reported_after_timeout_not_the_start_bound(where):
+    # The agent's first call (the probe) is part of the start; its second is the first acquisition's first step.
+    agent, agent_args, env_args = ((ConstantAgent, {}, {**AUTORESET, "hang_at_step": 1}) if where == "env" else
+                                   (HangingAgent, {"hang_at_call": 2}, AUTORESET))
+    b = RL_Batcher(3, agent, agent_args, CountingEnv, env_args, 1, [0], timeout=2)
+    try:
+        b.reset()
+        start = time.monotonic()
+        b.execute()
+        with pytest.raises(BatcherWorkerTimeout, match=r"worker 0 did not answer within 2 s, the batcher's "
+                                                       r"`timeout`; raise `timeout` if an acquisition"):
+            b.get()
+        assert time.monotonic() - start < 60  # the start's bound (120 s by default) does not apply
+    finally:
+        b.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_hang_while_the_batcher_starts_is_reported_naming_start_timeout():
+    # The agent hangs in its first call, the probe that sizes the buffer: within the start, bounded by start_timeout,
+    # not by the (shorter) timeout of the acquisitions.
+    before = set(mp.active_children())
+    start = time.monotonic()
+    with pytest.raises(BatcherWorkerTimeout, match=r"worker 0 did not answer within 20 s, the batcher's "
+                                                   r"`start_timeout`; raise `start_timeout` if a worker's start"):
+        RL_Batcher(3, HangingAgent, {"hang_at_call": 1}, CountingEnv, AUTORESET, 1, [0], timeout=2,
+                   start_timeout=20)
+    took = time.monotonic() - start
+    assert 20 <= took < 60, took
+    assert set(mp.active_children()) == before  # the hung worker was stopped
 
 
 # --------------------------------------------------------------------------- 3. close with work pending
@@ -349,6 +386,12 @@ def test_constructor_arguments_are_checked_before_anything_starts():
     for bad in (0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="timeout must be > 0 seconds"):
             make(timeout=bad)
+        with pytest.raises(ValueError, match=r"start_timeout must be > 0 seconds or None, got .*start_timeout=300"):
+            make(start_timeout=bad)
+    for bad in ("60", True):
+        with pytest.raises(TypeError, match=r"start_timeout must be a number of seconds > 0 or None, got "
+                                            r"(str '60'|bool True)"):
+            make(start_timeout=bad)
     with pytest.raises(TypeError, match="n_timesteps must be an int >= 1, got bool True"):
         make(n_timesteps=True)
     with pytest.raises(TypeError, match="n_timesteps must be an int >= 1, got float 3.0"):
@@ -379,6 +422,10 @@ def test_the_ray_batcher_shares_the_argument_checks():
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 2, [0, 1], n_actors=2)
     with pytest.raises(TypeError, match="timeout must be a number of seconds > 0, got NoneType None"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], timeout=None)
+    with pytest.raises(ValueError, match="start_timeout must be > 0 seconds or None, got 0"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], start_timeout=0)
+    with pytest.raises(TypeError, match="start_timeout must be a number of seconds > 0 or None, got str '5'"):
+        RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0], start_timeout="5")
     with pytest.raises(BatchSizeError, match="agent_info must hold at least one row, but key 'bonus'"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, EPISODIC, 0, [0],
                    agent_info=DictTensor({"bonus": torch.zeros(0)}))

@@ -60,16 +60,18 @@ SCRIPT = textwrap.dedent("""
             b = build(n, pending)
             pids = [r["pid"] for r in b.worker_reports()] if n else []
         print("pids", *pids, flush=True)
+        print("pgid", os.getpgrp(), flush=True)
         print("end", time.time(), flush=True)
 """)
 
 
-def _run(tmp_path: Path, case: str) -> tuple[subprocess.CompletedProcess, list[int], float]:
+def _run(tmp_path: Path, case: str, *, session: bool = False) -> tuple[subprocess.CompletedProcess, list[int], float]:
+    """Runs the script (``session``: as the leader of a new session, so that its process group holds its pid)."""
     script = tmp_path / "unclosed.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-W", "always::ResourceWarning", str(script), case], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=150)
+                         capture_output=True, text=True, timeout=150, start_new_session=session)
     exited = time.time()
     lines = {ln.split()[0]: ln.split()[1:] for ln in out.stdout.splitlines() if ln.strip()}
     assert "end" in lines, out.stdout + out.stderr
@@ -88,6 +90,44 @@ def test_an_unclosed_batcher_is_closed_at_exit_with_a_resource_warning(tmp_path,
     assert f"created at {tmp_path / 'unclosed.py'}:" in out.stderr
     assert "leaked" not in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.count("ResourceWarning") == (2 if case == "two" else 1), out.stderr
+
+
+def _process_group(pgid: int) -> list[tuple[int, str, str]]:
+    """``(pid, state, command)`` of every process in process group ``pgid``, read from /proc (zombies included)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+        except OSError:  # exited meanwhile
+            continue
+        # After "pid (comm) ": state, ppid, pgrp, ...; comm may hold spaces and parentheses.
+        state, _, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
+        if int(pgrp) == pgid:
+            found.append((int(entry), state, command))
+    return found
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process table from /proc")
+@pytest.mark.parametrize("case", ["idle", "pending"])
+def test_an_unclosed_batcher_leaves_no_process_behind_once_its_script_has_exited(tmp_path, case):
+    # Checked at once, not after a sleep: the script waits for its workers, and for the resource tracker that
+    # spawning them started, before its interpreter is gone (else init reaps them later, or never).
+    start = time.monotonic()
+    out, pids, exit_s = _run(tmp_path, case, session=True)
+    took = time.monotonic() - start
+    pgid = int(next(ln.split()[1] for ln in out.stdout.splitlines() if ln.startswith("pgid")))
+    left = _process_group(pgid)
+    assert out.returncode == 0, out.stderr
+    assert len(pids) == 2 and pgid not in pids
+    assert [p for p in pids if os.path.exists(f"/proc/{p}")] == [], "a worker outlived its script"
+    assert left == [], f"processes left in the script's process group: {left}"
+    assert exit_s < 30 and took < 120, (exit_s, took)
 
 
 @pytest.mark.timeout(180)
