@@ -128,6 +128,9 @@ class SweepPlan:
 def _print_trial(study: Any, trial: Any) -> None:
     state = trial.state.name.lower()
     value = f", eval return {trial.value:.2f}" if trial.value is not None else ""
+    if trial.intermediate_values and trial.state.name == "PRUNED":
+        step = max(trial.intermediate_values)
+        value = f" at {step}/{_STEPS_PER_BUDGET} of the budget, eval return {trial.intermediate_values[step]:.2f}"
     preset = f", preset {trial.user_attrs['preset']}" if "preset" in trial.user_attrs else ""
     params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
     print(f"trial {trial.number}: {state}{value} ({params}{preset})", flush=True)
@@ -244,11 +247,17 @@ def run_sweep(algo: str, env: str, *, trials: int, storage: str = DEFAULT_STORAG
     else:
         shares = [trials // n_jobs + (i < trials % n_jobs) for i in range(n_jobs)]
         context = multiprocessing.get_context("spawn")
-        workers = [context.Process(target=_work, args=(plan, n, i), daemon=True) for i, n in enumerate(shares) if n]
+        # Not daemons: a trial's run may start batcher worker processes of its own.
+        workers = [context.Process(target=_work, args=(plan, n, i)) for i, n in enumerate(shares) if n]
         for w in workers:
             w.start()
-        for w in workers:
-            w.join()
+        try:
+            for w in workers:
+                w.join()
+        except KeyboardInterrupt:  # the terminal's Ctrl-C reached the workers too: each ends its trial's run
+            for w in workers:
+                w.join(timeout=60)
+            raise
         failed = [w.exitcode for w in workers if w.exitcode != 0]
         if failed:
             raise RLStructError(f"{len(failed)} sweep worker process(es) failed (exit codes {failed}); their output "
