@@ -133,8 +133,9 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print the statistics as one JSON object only")
     parser.add_argument("--plot", default=None, metavar="FILE",
                         help="also draw the groups' performance profiles into FILE, a PNG (matplotlib)")
-    parser.add_argument("--confidence", type=float, default=0.95, help="confidence level (default: 0.95)")
-    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default: 2000)")
+    parser.add_argument("--confidence", type=float, default=0.95, metavar="LEVEL",
+                        help="confidence level (default: 0.95)")
+    parser.add_argument("--resamples", type=int, default=2000, metavar="N", help="bootstrap resamples (default: 2000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the resampling (default: 0)")
     ns = parser.parse_args(argv)
     try:

@@ -122,7 +122,8 @@ class SweepPlan:
         sampler = optuna.samplers.TPESampler(seed=self.seed + 1000 * worker + earlier)
         study = optuna.load_study(study_name=self.study_name, storage=self.storage, sampler=sampler,
                                   pruner=self.pruner)
-        study.optimize(self.objective, n_trials=n_trials, callbacks=[_print_trial])
+        # A drawn combination that a run refuses fails its trial (Optuna logs why); the sweep goes on.
+        study.optimize(self.objective, n_trials=n_trials, callbacks=[_print_trial], catch=(ValueError, RLStructError))
 
 
 def _print_trial(study: Any, trial: Any) -> None:
@@ -275,17 +276,20 @@ def sweep_main(argv: Sequence[str]) -> int:
                            description="Searches an algorithm's settings on an env with Optuna; flags after -- go "
                                        "to every trial's rlstruct train.")
     parser.add_argument("algo", choices=list(ALGORITHMS), help="the algorithm")
-    parser.add_argument("--env", required=True, help="gymnasium id of the env")
-    parser.add_argument("--trials", type=int, default=8, help="trials to add to the study (default: 8)")
-    parser.add_argument("--storage", default=DEFAULT_STORAGE,
+    parser.add_argument("--env", required=True, metavar="ID", help="gymnasium id of the env")
+    parser.add_argument("--trials", type=int, default=8, metavar="N", help="trials to add to the study (default: 8)")
+    parser.add_argument("--storage", default=DEFAULT_STORAGE, metavar="URL",
                         help=f"the study's database, an SQLAlchemy URL (default: {DEFAULT_STORAGE})")
-    parser.add_argument("--study-name", default=None, help="the study's name (default: ALGO-ENV)")
+    parser.add_argument("--study-name", default=None, metavar="NAME", help="the study's name (default: ALGO-ENV)")
     parser.add_argument("--space", default=None, metavar="FILE",
                         help="the search space, a JSON or YAML file (default: the algorithm's)")
-    parser.add_argument("--n-jobs", type=int, default=1, help="trials run side by side, one process each (default: 1)")
+    parser.add_argument("--n-jobs", type=int, default=1, metavar="N",
+                        help="trials run side by side, one process each (default: 1)")
     parser.add_argument("--pruner", default="median", choices=["median", "none"],
-                        help="prune trials whose evaluations fall below the median of earlier trials' (default)")
-    parser.add_argument("--logdir", default=None, help="folder of the trials' run folders (default: runs/sweeps/STUDY)")
+                        help="median: stop a trial whose evaluation falls below the earlier trials' median at "
+                             "the same step; none: never (default: median)")
+    parser.add_argument("--logdir", default=None, metavar="DIR",
+                        help="folder of the trials' run folders (default: runs/sweeps/STUDY)")
     parser.add_argument("--seed", type=int, default=0, help="every trial's seed, and the sampler's (default: 0)")
     ns = parser.parse_args(argv)
     try:

@@ -56,6 +56,10 @@ def test_compare_refuses_bad_groups_with_one_line(tmp_path, capsys):
     _runs(tmp_path / "a", [1.0])
     assert cli.main(["compare", str(tmp_path / "a"), f"a={tmp_path / 'a'}"]) == 2
     assert "labels must differ" in capsys.readouterr().err
+    assert cli.main(["compare", str(tmp_path / "a"), "--confidence", "95"]) == 2
+    assert "--confidence must lie in (0, 1), got 95.0" in capsys.readouterr().err
+    assert cli.main(["compare", str(tmp_path / "a"), "--resamples", "0"]) == 2
+    assert "--resamples must be >= 1, got 0" in capsys.readouterr().err
     _runs(tmp_path / "cut", [float("nan")])
     with pytest.raises(ConfigError, match="must have a finished evaluation"):
         load_group(str(tmp_path / "cut"))

@@ -9,6 +9,7 @@ from rlstruct.algos import cli  # noqa: E402
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm  # noqa: E402
 from rlstruct.algos._train.search_space import SEARCH_SPACES, check_space, covering, load_space  # noqa: E402
 from rlstruct.algos._train.sweep import run_sweep  # noqa: E402
+from rlstruct.errors import ConfigError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -78,8 +79,23 @@ def test_bad_sweeps_fail_with_one_line_before_any_trial(tmp_path, monkeypatch, c
     assert "names 'learning_rate', which PPOConfig does not have" in capsys.readouterr().err
     assert cli.main(["sweep", "ppo", "--env", "NoSuchEnv-v0", "--", *TINY]) == 2
     assert "NoSuchEnv-v0" in capsys.readouterr().err
-    assert cli.main(["sweep", "ppo", "--env", "CartPole-v1", "--space", "space.json", "--trials", "0"]) == 2
+    assert cli.main(["sweep", "ppo", "--env", "CartPole-v1", "--trials", "0"]) == 2
+    assert "trials and n_jobs must be >= 1, got 0 and 1" in capsys.readouterr().err
     with pytest.raises(ValueError, match="must be a JSON or YAML mapping"):
         (tmp_path / "bad.json").write_text("{")
         load_space(tmp_path / "bad.json", algorithm("ppo").config_cls)
     assert not (tmp_path / "runs").exists()
+
+
+def test_run_sweep_refuses_what_no_trial_could_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    storage = f"sqlite:///{tmp_path}/s.db"
+    with pytest.raises(ValueError, match="ALGO must be one of"):
+        run_sweep("ppo2", "CartPole-v1", trials=1, storage=storage)
+    with pytest.raises(ConfigError, match="reports evaluations at tenths of the step budget, got max_env_steps=None"):
+        run_sweep("ppo", "CartPole-v1", trials=1, storage=storage, flags=["--max-env-steps", "none", "--no-anneal-lr"])
+    with pytest.raises(ConfigError, match=r"the flags given fix every field of the search space \(\['lr'\]\)"):
+        run_sweep("ppo", "CartPole-v1", trials=1, storage=storage, space=LR_ONLY, flags=["--lr", "1e-3"])
+    with pytest.raises(ValueError, match="pruner must be one of"):
+        run_sweep("ppo", "CartPole-v1", trials=1, storage=storage, pruner="hyperband")
+    assert not (tmp_path / "s.db").exists()  # refused before the study was created
