@@ -1,5 +1,6 @@
-"""The hyperparameters ``rlstruct sweep`` searches, per algorithm (:data:`SEARCH_SPACES`, keyed by the registry's
-names), a space read from a JSON or YAML file (:func:`load_space`), and a trial's draw from one (:func:`suggest`).
+"""The search spaces of ``rlstruct sweep``: their check (:func:`check_space`; each algorithm module's
+``SEARCH_SPACE`` is its default), a space read from a JSON or YAML file (:func:`load_space`), and a trial's draw from
+one (:func:`suggest`).
 
 A space maps a config field to its range: ``{"low": 1e-4, "high": 1e-2, "log": true}`` (floats, or ints when both
 bounds are ints; an optional ``step``), or ``{"choices": [8, 16, 32]}`` (a choice may be a list, for a tuple field
@@ -14,33 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SEARCH_SPACES", "check_space", "covering", "load_space", "suggest", "trial_params"]
-
-_GAMMA = {"choices": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]}
-_LR = {"low": 1e-4, "high": 1e-2, "log": True}
-
-#: algorithm name -> the space its sweep searches by default (each range holds the algorithm's default)
-SEARCH_SPACES: dict[str, dict[str, dict[str, Any]]] = {
-    "reinforce": {"lr": _LR, "gamma": _GAMMA, "n_envs": {"choices": [8, 16, 32, 64]},
-                  "entropy_coef": {"low": 0.0, "high": 0.05}, "baseline_coef": {"low": 0.25, "high": 1.0}},
-    "a2c": {"lr": _LR, "gamma": _GAMMA, "n_steps": {"choices": [4, 8, 16, 32]},
-            "gae_lambda": {"low": 0.8, "high": 1.0}, "entropy_coef": {"low": 0.0, "high": 0.05},
-            "value_coef": {"low": 0.25, "high": 1.0}, "max_grad_norm": {"low": 0.3, "high": 5.0, "log": True}},
-    "ppo": {"lr": _LR, "gamma": _GAMMA, "n_steps": {"choices": [8, 16, 32, 64, 128, 256]},
-            "n_epochs": {"low": 1, "high": 10}, "n_minibatches": {"choices": [1, 2, 4, 8]},
-            "gae_lambda": {"low": 0.8, "high": 1.0}, "clip_coef": {"low": 0.1, "high": 0.3},
-            "entropy_coef": {"low": 0.0, "high": 0.05}},
-    "dqn": {"lr": _LR, "gamma": _GAMMA, "batch_size": {"choices": [32, 64, 128, 256]},
-            "gradient_steps": {"choices": [8, 16, 32, 64]}, "target_update_interval": {"choices": [64, 128, 256, 512]},
-            "epsilon_decay_steps": {"choices": [5_000, 10_000, 20_000]}, "n_step": {"choices": [1, 3, 5]}},
-    "sac": {"lr": {"low": 1e-4, "high": 3e-3, "log": True}, "critic_lr": {"low": 1e-4, "high": 3e-3, "log": True},
-            "gamma": _GAMMA, "tau": {"low": 0.001, "high": 0.02, "log": True},
-            "batch_size": {"choices": [64, 128, 256, 512]}},
-    "pqn": {"lr": _LR, "gamma": _GAMMA, "n_steps": {"choices": [16, 32, 64]},
-            "n_minibatches": {"choices": [4, 8, 16]}, "q_lambda": {"low": 0.3, "high": 0.95},
-            "epsilon_decay_fraction": {"low": 0.05, "high": 0.5}},
-}
-
+__all__ = ["check_space", "covering", "load_space", "suggest", "trial_params"]
 
 def check_space(space: Any, config_cls: type, *, source: str = "the search space") -> dict[str, dict[str, Any]]:
     """Returns ``space`` if every entry names a field of ``config_cls`` and holds a range or choices.

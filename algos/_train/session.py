@@ -80,6 +80,8 @@ class Algorithm:
         check_config: raises on the algorithm's own settings (after the shared and the family's ones are checked,
             before the env is built): ``(config) -> None``.
         check_env: raises when the algorithm cannot run on the env: ``(config, spec) -> None``.
+        search_space: what ``rlstruct sweep`` searches by default: field -> a range or choices (the format of
+            :mod:`~rlstruct.algos._train.search_space`).
     """
 
     name: str
@@ -90,6 +92,7 @@ class Algorithm:
     evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]]
     check_config: Callable[[Any], None] = _no_check
     check_env: Callable[[Any, EnvSpec], None] = _no_check
+    search_space: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     def check_family(self, config: RunConfig) -> None:
         """Raises on the settings of the algorithm's family (its loop's)."""

@@ -22,7 +22,7 @@ from typing import Any
 from rlstruct.algos._train.flags import OneLineParser, build_parser, config_from_args, given_flags
 from rlstruct.algos._train.presets import given_fields
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
-from rlstruct.algos._train.search_space import SEARCH_SPACES, covering, load_space, suggest, trial_params
+from rlstruct.algos._train.search_space import covering, load_space, suggest, trial_params
 from rlstruct.errors import ConfigError, MissingDependencyError, RLStructError
 
 __all__ = ["DEFAULT_STORAGE", "SweepPlan", "pasteable", "run_sweep", "sweep_main"]
@@ -191,7 +191,7 @@ def make_plan(algo: str, env: str, *, storage: str = DEFAULT_STORAGE, study_name
     if preset.max_env_steps is None:
         raise ConfigError(f"a sweep reports evaluations at tenths of the step budget, got max_env_steps=None for "
                           f"{algo} on {env}; pass -- --max-env-steps N")
-    space = dict(SEARCH_SPACES[algo] if space is None else space)
+    space = dict(algorithm(algo).search_space if space is None else space)
     searched = {k: v for k, v in space.items() if k not in given}  # a flag given fixes its field
     if not searched:
         raise ConfigError(f"the flags given fix every field of the search space ({sorted(space)}); drop one of them")
@@ -219,8 +219,8 @@ def run_sweep(algo: str, env: str, *, trials: int, storage: str = DEFAULT_STORAG
         trials: trials to add.
         storage: the study's database, an SQLAlchemy URL (default: ``sqlite:///runs/sweeps.db``).
         study_name: the study's name (default: ``ALGO-ENV``).
-        space: the search space (default: the algorithm's :data:`~.search_space.SEARCH_SPACES` entry); a field
-            that ``flags`` gives is not searched.
+        space: the search space (default: the algorithm module's ``SEARCH_SPACE``); a field that ``flags`` gives
+            is not searched.
         flags: ``rlstruct train`` flags of every trial, e.g. ``["--max-env-steps", "20000"]``.
         n_jobs: worker processes that run trials side by side (1: this process).
         logdir: the folder of the trials' run folders (default: ``runs/sweeps/STUDY``).

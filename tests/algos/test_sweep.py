@@ -7,7 +7,7 @@ optuna = pytest.importorskip("optuna", reason="rlstruct sweep needs Optuna: pip 
 
 from rlstruct.algos import cli  # noqa: E402
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm  # noqa: E402
-from rlstruct.algos._train.search_space import SEARCH_SPACES, check_space, covering, load_space  # noqa: E402
+from rlstruct.algos._train.search_space import check_space, covering, load_space  # noqa: E402
 from rlstruct.algos._train.sweep import run_sweep  # noqa: E402
 from rlstruct.errors import ConfigError  # noqa: E402
 
@@ -22,7 +22,7 @@ LR_ONLY = {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}
 @pytest.mark.parametrize("algo", list(ALGORITHMS))
 def test_every_algorithm_has_a_space_that_holds_its_defaults(algo):
     config_cls = algorithm(algo).config_cls
-    space = check_space(SEARCH_SPACES[algo], config_cls)
+    space = check_space(algorithm(algo).search_space, config_cls)
     assert covering(space, dataclasses.asdict(config_cls())) == space
 
 
