@@ -20,8 +20,8 @@ import numpy as np
 
 from rlstruct.errors import MissingDependencyError
 
-__all__ = ["AGGREGATES", "Interval", "aggregate_scores", "iqm", "performance_profile", "plot_performance_profiles",
-           "probability_of_improvement"]
+__all__ = ["AGGREGATES", "Interval", "aggregate_scores", "iqm", "performance_profile", "performance_profile_interval",
+           "plot_performance_profiles", "probability_of_improvement"]
 
 #: scores of one group of runs: a flat sequence (one task), or task name -> the scores of its runs
 Scores = Union[Sequence[float], Mapping[str, Sequence[float]]]
@@ -92,18 +92,25 @@ def _strata(scores: Scores) -> dict[str, np.ndarray]:
     return out
 
 
-def _bootstrap(samples: list[np.ndarray], statistic: Callable[..., Any], value: float, *, confidence: float,
-               n_resamples: int, seed: int) -> Interval:
-    """``value`` with the percentile interval of ``statistic`` over resamples of each sample on its own (the
-    strata); nan bounds when a sample has a single run (nothing to resample)."""
+def _percentile_bounds(samples: list[np.ndarray], statistic: Callable[..., Any], *, confidence: float,
+                       n_resamples: int, seed: int) -> tuple[Any, Any] | None:
+    """``(low, high)``: the percentile interval of ``statistic`` (a number or an array of them) over resamples of
+    each sample on its own (the strata); None when a sample has a single run (nothing to resample)."""
     from scipy.stats import bootstrap
 
     if min(len(s) for s in samples) < 2:
-        return Interval(value, math.nan, math.nan)
+        return None
     # Percentile intervals (rliable's default): BCa's jackknife is undefined when every run scores the same.
     result = bootstrap(samples, statistic, n_resamples=n_resamples, confidence_level=confidence, method="percentile",
                        vectorized=True, rng=np.random.default_rng(seed))
-    return Interval(value, float(result.confidence_interval.low), float(result.confidence_interval.high))
+    return result.confidence_interval.low, result.confidence_interval.high
+
+
+def _bootstrap(samples: list[np.ndarray], statistic: Callable[..., Any], value: float, *, confidence: float,
+               n_resamples: int, seed: int) -> Interval:
+    """``value`` with the interval of :func:`_percentile_bounds` (nan bounds where there is none)."""
+    bounds = _percentile_bounds(samples, statistic, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    return Interval(value, math.nan, math.nan) if bounds is None else Interval(value, *map(float, bounds))
 
 
 def aggregate_scores(scores: Scores, *, confidence: float = 0.95, n_resamples: int = 2000,
@@ -188,10 +195,33 @@ def performance_profile(scores: Scores, thresholds: Sequence[float]) -> np.ndarr
     return (pooled[None, :] > np.asarray(thresholds, dtype=np.float64)[:, None]).mean(axis=1)
 
 
+def performance_profile_interval(scores: Scores, thresholds: Sequence[float], *, confidence: float = 0.95,
+                                 n_resamples: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The pointwise stratified bootstrap interval of :func:`performance_profile`: ``(low, high)``, each
+    ``float64 [len(thresholds)]`` (nan where a task has a single run).
+
+    >>> low, high = performance_profile_interval([1.0, 2.0, 3.0, 4.0], [0.0, 2.5, 5.0])
+    >>> low.tolist(), high.tolist()
+    ([1.0, 0.0, 0.0], [1.0, 1.0, 0.0])
+    """
+    samples = list(_strata(scores).values())
+    at = np.asarray(thresholds, dtype=np.float64)
+
+    def statistic(*resampled: np.ndarray, axis: int = -1) -> np.ndarray:
+        pooled = np.moveaxis(np.concatenate(resampled, axis=axis), axis, -1)
+        # the thresholds first: scipy's layout for a statistic with several values
+        return np.moveaxis((pooled[..., None, :] > at[:, None]).mean(axis=-1), -1, 0)
+
+    bounds = _percentile_bounds(samples, statistic, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    if bounds is None:
+        return np.full(at.shape, math.nan), np.full(at.shape, math.nan)
+    return np.asarray(bounds[0], dtype=np.float64), np.asarray(bounds[1], dtype=np.float64)
+
+
 def plot_performance_profiles(groups: Mapping[str, Scores], path: str | Path, *, points: int = 101,
                               xlabel: str = "evaluation return") -> Path:
-    """Draws the performance profile of each group (one line each, over thresholds spanning every score) into a
-    PNG at ``path``; returns ``path``.
+    """Draws the performance profile of each group (one line each, over thresholds spanning every score, with its
+    95% interval of :func:`performance_profile_interval` shaded) into a PNG at ``path``; returns ``path``.
 
     Raises:
         MissingDependencyError: matplotlib is not installed.
@@ -211,7 +241,9 @@ def plot_performance_profiles(groups: Mapping[str, Scores], path: str | Path, *,
     fig, ax = plt.subplots(figsize=(6, 4))
     try:
         for name, scores in groups.items():
-            ax.step(thresholds, performance_profile(scores, thresholds), where="post", label=name)
+            (line,) = ax.step(thresholds, performance_profile(scores, thresholds), where="post", label=name)
+            low, high = performance_profile_interval(scores, thresholds)
+            ax.fill_between(thresholds, low, high, step="post", color=line.get_color(), alpha=0.2, linewidth=0)
         ax.set_xlabel(f"{xlabel} threshold")
         ax.set_ylabel("fraction of runs above it")
         ax.set_ylim(-0.02, 1.02)

@@ -10,6 +10,7 @@ from rlstruct.algos.statistics import (  # noqa: E402
     aggregate_scores,
     iqm,
     performance_profile,
+    performance_profile_interval,
     plot_performance_profiles,
     probability_of_improvement,
 )
@@ -85,3 +86,14 @@ def test_performance_profiles_and_their_plot(tmp_path):
     assert performance_profile({"a": [1.0, 3.0], "b": [5.0]}, [0.0, 2.0, 5.0]).tolist() == [1.0, 2 / 3, 0.0]
     path = plot_performance_profiles({"x": [1.0, 2.0], "y": [2.0, 3.0]}, tmp_path / "profile.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_profiles_interval_is_scipys_bootstrap_of_the_fraction_above_each_threshold():
+    scores = {"a": [1.0, 4.0, 6.0, 9.0], "b": [2.0, 3.0, 8.0]}
+    low, high = performance_profile_interval(scores, [0.0, 5.0, 10.0], n_resamples=300, seed=2)
+    ref = scipy_stats.bootstrap((np.array(scores["a"]), np.array(scores["b"])),
+                                lambda x, y, axis: (np.concatenate([x, y], axis) > 5.0).mean(axis),
+                                n_resamples=300, method="percentile", vectorized=True, rng=np.random.default_rng(2))
+    assert (low[1], high[1]) == pytest.approx(tuple(ref.confidence_interval))
+    assert low[0] == high[0] == 1.0 and low[2] == high[2] == 0.0
+    assert all(math.isnan(v) for v in performance_profile_interval([3.0], [1.0, 2.0])[0])
