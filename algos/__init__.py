@@ -7,8 +7,9 @@ whose config it is. What several algorithms share sits in public modules named f
 :mod:`~rlstruct.algos.returns`, :mod:`~rlstruct.algos.distributions`, :mod:`~rlstruct.algos.encoders`,
 :mod:`~rlstruct.algos.networks`, :mod:`~rlstruct.algos.policies`, :mod:`~rlstruct.algos.losses`,
 :mod:`~rlstruct.algos.replay` and :mod:`~rlstruct.algos.normalization`; ``load(run)`` reads a trained run back as a
-:class:`~rlstruct.algos.policy.Policy`. What runs a training job (flags, loops,
-logs, evaluation, checkpoints, presets, data-parallel ranks) is the private package ``rlstruct.algos._train``.
+:class:`~rlstruct.algos.policy.Policy`; :mod:`~rlstruct.algos.statistics` compares runs over seeds. What runs a
+training job (flags, loops, logs, evaluation, checkpoints, presets, data-parallel ranks) is the private package
+``rlstruct.algos._train``.
 
 The names below load their module on first use, so that ``python -m rlstruct.algos.a2c`` does not find itself
 already imported by this package.

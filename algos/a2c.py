@@ -49,6 +49,14 @@ class A2CConfig(OnPolicyConfig):
     reward_scale: float = setting(0.1, "multiply rewards by this in the loss")
 
 
+#: what ``rlstruct sweep a2c`` searches: field -> a range or choices, each holding the default
+SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
+                "gamma": {"choices": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]},
+                "n_steps": {"choices": [4, 8, 16, 32]}, "gae_lambda": {"low": 0.8, "high": 1.0},
+                "entropy_coef": {"low": 0.0, "high": 0.05}, "value_coef": {"low": 0.25, "high": 1.0},
+                "max_grad_norm": {"low": 0.3, "high": 5.0, "log": True}}
+
+
 def check_config(config: A2CConfig) -> None:
     """Raises ``ValueError`` for a ``gae_lambda`` outside [0, 1]."""
     if not 0 <= config.gae_lambda <= 1:
@@ -168,7 +176,8 @@ def learn_step(config: A2CConfig, learner: ActorCriticLearner) -> LearnFn:
 
 
 ALGORITHM = OnPolicyAlgorithm(name="a2c", title="A2C", config_cls=A2CConfig, description=__doc__.splitlines()[0],
-                              check_config=check_config, check_env=check_env, make_learn=learn_step)
+                              check_config=check_config, check_env=check_env, make_learn=learn_step,
+                              search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """The ``rlstruct`` command: ``rlstruct train ALGO [flags]``, ``rlstruct eval CHECKPOINT``,
-``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.algos._train.profile`).
+``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.algos._train.profile`),
+``rlstruct compare`` (:mod:`~rlstruct.algos._train.compare`) and ``rlstruct sweep``
+(:mod:`~rlstruct.algos._train.sweep`).
 
 ``rlstruct train ALGO`` imports the algorithm's module alone and runs its ``main`` (see
 :mod:`rlstruct.algos._train.flags`); ``rlstruct train ALGO --help`` lists its flags in groups.
@@ -187,6 +189,8 @@ def _main(argv: Sequence[str] | None) -> int:
              "       rlstruct autotune [--env ID] [--processes P ...]   (best envs per process and process count)\n"
              "       rlstruct profile [--algo A] [--env ID] [--n-envs N]   (where the time of the training loop goes)\n"
              "       rlstruct presets   (the tuned settings a run gets by naming its env)\n"
+             "       rlstruct compare GROUP... [--json] [--plot FILE]   (IQM and intervals over seeds)\n"
+             "       rlstruct sweep ALGO --env ID --trials N   (an Optuna search; pip install 'rlstruct[sweep]')\n"
              "       rlstruct --version")
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
@@ -216,6 +220,15 @@ def _main(argv: Sequence[str] | None) -> int:
 
         print(list_presets())
         return 0
+    if command == "compare":
+        from rlstruct.algos._train.compare import compare_main
+
+        return compare_main(rest)
+    if command == "sweep":
+        from rlstruct.algos._train.sweep import sweep_main
+
+        configure_logging()
+        return sweep_main(rest)
     if command in ("autotune", "profile"):
         configure_logging()
         return _batchers_command(command, rest)

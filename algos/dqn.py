@@ -59,6 +59,14 @@ class DQNConfig(OffPolicyConfig):
     RESUME_FIELDS = ("dueling",)
 
 
+#: what ``rlstruct sweep dqn`` searches: field -> a range or choices, each holding the default
+SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
+                "gamma": {"choices": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]},
+                "batch_size": {"choices": [32, 64, 128, 256]}, "gradient_steps": {"choices": [8, 16, 32, 64]},
+                "target_update_interval": {"choices": [64, 128, 256, 512]},
+                "epsilon_decay_steps": {"choices": [5_000, 10_000, 20_000]}, "n_step": {"choices": [1, 3, 5]}}
+
+
 def check_config(config: DQNConfig) -> None:
     """Raises ``ValueError`` for a setting of DQN's own out of range."""
     check_at_least(config, 1, "n_step", "target_update_interval", "epsilon_decay_steps")
@@ -415,7 +423,8 @@ def evaluation_info(config: Mapping[str, Any], sample: bool) -> dict[str, bool |
 
 ALGORITHM = OffPolicyAlgorithm(name="dqn", title="DQN", config_cls=DQNConfig, description=__doc__.splitlines()[0],
                                check_config=check_config, check_env=check_env, make_learner=DQNLearner,
-                               agent=evaluation_agent, evaluation_info=evaluation_info)
+                               agent=evaluation_agent, evaluation_info=evaluation_info,
+                               search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 
 if __name__ == "__main__":

@@ -52,6 +52,14 @@ class PPOConfig(OnPolicyConfig):
     reward_scale: float = setting(0.1, "multiply rewards by this in the loss")
 
 
+#: what ``rlstruct sweep ppo`` searches: field -> a range or choices, each holding the default
+SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
+                "gamma": {"choices": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]},
+                "n_steps": {"choices": [8, 16, 32, 64, 128, 256]}, "n_epochs": {"low": 1, "high": 10},
+                "n_minibatches": {"choices": [1, 2, 4, 8]}, "gae_lambda": {"low": 0.8, "high": 1.0},
+                "clip_coef": {"low": 0.1, "high": 0.3}, "entropy_coef": {"low": 0.0, "high": 0.05}}
+
+
 def check_config(config: PPOConfig) -> None:
     """Raises ``ValueError`` for a setting of PPO's own out of range."""
     check_at_least(config, 1, "n_epochs", "n_minibatches")
@@ -279,7 +287,8 @@ def learn_step(config: PPOConfig, learner: ActorCriticLearner) -> LearnFn:
 
 
 ALGORITHM = OnPolicyAlgorithm(name="ppo", title="PPO", config_cls=PPOConfig, description=__doc__.splitlines()[0],
-                              check_config=check_config, check_env=check_env, make_learn=learn_step)
+                              check_config=check_config, check_env=check_env, make_learn=learn_step,
+                              search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 
 if __name__ == "__main__":

@@ -64,6 +64,13 @@ class PQNConfig(OnPolicyConfig):
     RESUME_FIELDS: ClassVar[tuple[str, ...]] = (*OnPolicyConfig.RESUME_FIELDS, "layer_norm", "activation")
 
 
+#: what ``rlstruct sweep pqn`` searches: field -> a range or choices, each holding the default
+SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
+                "gamma": {"choices": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]},
+                "n_steps": {"choices": [16, 32, 64]}, "n_minibatches": {"choices": [4, 8, 16]},
+                "q_lambda": {"low": 0.3, "high": 0.95}, "epsilon_decay_fraction": {"low": 0.05, "high": 0.5}}
+
+
 def check_config(config: PQNConfig) -> None:
     """Raises ``ValueError`` for a setting of PQN's own out of range, :class:`~rlstruct.errors.ConfigError` for the
     epsilon schedule without a step budget or a setting the Q-network does not take (``recurrent``,
@@ -236,7 +243,8 @@ ALGORITHM = OnPolicyAlgorithm(name="pqn", title="PQN", config_cls=PQNConfig, des
                               agent=create_agent, evaluation_info=evaluation_info,
                               explore=lambda config: {"epsilon": config.epsilon_start}, build_model=build_model,
                               learner_agent=lambda model, device, config: QAgent(model, device),
-                              schedule=exploration)
+                              schedule=exploration,
+                              search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 
 if __name__ == "__main__":

@@ -63,6 +63,13 @@ class ReinforceConfig(OnPolicyConfig):
     RESUME_FIELDS = ("normalize_observations", "normalize_rewards")
 
 
+#: what ``rlstruct sweep reinforce`` searches: field -> a range or choices, each holding the default
+SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
+                "gamma": {"choices": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]},
+                "n_envs": {"choices": [8, 16, 32, 64]}, "entropy_coef": {"low": 0.0, "high": 0.05},
+                "baseline_coef": {"low": 0.25, "high": 1.0}}
+
+
 def check_config(config: ReinforceConfig) -> None:
     """Raises :class:`~rlstruct.errors.ConfigError` for ``recurrent`` or ``overlap``, which a collection of whole
     episodes does not take."""
@@ -220,7 +227,8 @@ def learn_step(config: ReinforceConfig, learner: ActorCriticLearner) -> LearnFn:
 
 ALGORITHM = OnPolicyAlgorithm(name="reinforce", title="REINFORCE", config_cls=ReinforceConfig,
                               description=__doc__.splitlines()[0], check_config=check_config, check_env=check_env,
-                              make_learn=learn_step, episodic=True)
+                              make_learn=learn_step, episodic=True,
+                              search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 
 if __name__ == "__main__":

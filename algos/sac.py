@@ -59,6 +59,13 @@ class SACConfig(OffPolicyConfig):
     target_entropy: float | None = setting(None, "the entropy the temperature tunes towards (None: -action_dim)")
 
 
+#: what ``rlstruct sweep sac`` searches: field -> a range or choices, each holding the default
+SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 3e-3, "log": True},
+                "critic_lr": {"low": 1e-4, "high": 3e-3, "log": True},
+                "gamma": {"choices": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]},
+                "tau": {"low": 0.001, "high": 0.02, "log": True}, "batch_size": {"choices": [64, 128, 256, 512]}}
+
+
 def check_config(config: SACConfig) -> None:
     """Raises ``ValueError`` for a setting of SAC's own out of range."""
     if not config.gradient_steps_per_env_step >= 0:
@@ -425,7 +432,8 @@ def evaluation_info(config: Mapping[str, Any], sample: bool) -> dict[str, bool |
 
 ALGORITHM = OffPolicyAlgorithm(name="sac", title="SAC", config_cls=SACConfig, description=__doc__.splitlines()[0],
                                check_config=check_config, check_env=check_env, make_learner=SACLearner,
-                               agent=evaluation_agent, evaluation_info=evaluation_info)
+                               agent=evaluation_agent, evaluation_info=evaluation_info,
+                               search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ within 300 s. Issue 19: PPO on CartPole-v1 stepped by gymnax (475 within 15 s) a
 CartPole-v1, 475 within 200,000 env steps (its preset's budget).
 ``benchmarks/sb3_reference.py`` runs Stable-Baselines3 on the same workloads.
 Each run's JSON line also has its process's CPU seconds (``process_cpu_s``). The table reports, per suite, how many
-seeds reached the target within budget, and the median and range over seeds. Stable-Baselines3 is compared only
+seeds reached the target within budget, and the median and range over seeds, with the final return's IQM and its 95%
+stratified bootstrap interval beside them (``rlstruct.algos.statistics``). Stable-Baselines3 is compared only
 when it is installed.
 
 Usage::
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import platform
 import resource
@@ -285,25 +287,30 @@ def presets_page(results: list[dict], sessions: list[tuple[str, str]]) -> str:
              "process per seed, stopping at the target. Env steps to the target do not depend on the machine; wall",
              "times do.",
              "", "```", *[line for command, machine in sessions for line in (command, f"# {machine}")], "```", "",
+             "The final return is given as the median and range over seeds, and as the interquartile mean (IQM)",
+             "with its 95% stratified bootstrap interval (`rlstruct.algos.statistics`, seeded; a single seed has",
+             "none).", "",
              "| preset | env | target | budget (env steps) | reached | env steps to target | launch to target (s) "
-             "| final return | reference | rlstruct against it |", "|:--|:--|--:|--:|--:|--:|--:|--:|:--|:--|"]
+             "| final return | final return IQM [95% CI] | reference | rlstruct against it |",
+             "|:--|:--|--:|--:|--:|--:|--:|--:|--:|:--|:--|"]
     for p in PRESETS:
         rs = [r for r in results if r["suite"] == f"preset:{p.name}"]
         ref, _, against = REFERENCES.get(p.name, ("-", "", "-"))
         envs = p.envs[0] + (f" (+{len(p.envs) - 1} more)" if len(p.envs) > 1 else "")
         if p.unsupported:
-            lines.append(f"| {p.name} | {envs} | - | - | not learned | - | - | - | - | {p.unsupported} |")
+            lines.append(f"| {p.name} | {envs} | - | - | not learned | - | - | - | - | - | {p.unsupported} |")
             continue
         if not rs:
             lines.append(f"| {p.name} | {envs} | {p.target:g} | {p.settings['max_env_steps']:,} "
-                         f"| not run yet | - | - | - | {ref} | - |")
+                         f"| not run yet | - | - | - | - | {ref} | - |")
             continue
         ok = [r for r in rs if r["reached"] and r["reached_env_steps"] <= p.settings["max_env_steps"]]
         lines.append(
             f"| {p.name} | {rs[0]['env']} | {p.target:g} | {p.settings['max_env_steps']:,} | {len(ok)}/{len(rs)} "
             f"| {_median_range([r['reached_env_steps'] for r in ok], ',.0f')} "
             f"| {_median_range([r['time_to_target_s'] for r in ok if r.get('time_to_target_s')], '.1f')} "
-            f"| {_median_range([r['final_return'] for r in rs], '.1f')} | {ref} | {against} |")
+            f"| {_median_range([r['final_return'] for r in rs], '.1f')} "
+            f"| {_iqm_interval([r['final_return'] for r in rs])} | {ref} | {against} |")
     lines += ["", "References: " + "; ".join(f"{k}: {v[1]}" for k, v in REFERENCES.items()) + ".", "",
               "Regenerate: `python benchmarks/learning.py --presets-page benchmarks/results/presets-*.json`.", ""]
     return "\n".join(lines)
@@ -366,9 +373,25 @@ def _median_range(xs: list[float], fmt: str) -> str:
     return f"{format(statistics.median(xs), fmt)} [{format(min(xs), fmt)}, {format(max(xs), fmt)}]"
 
 
+def _iqm_interval(xs: list[float], fmt: str = ".1f") -> str:
+    """The IQM over seeds with its 95% stratified bootstrap interval (rlstruct.algos.statistics, seeded)."""
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return "-"
+    from rlstruct.algos.statistics import aggregate_scores
+
+    try:
+        est = aggregate_scores(xs)["iqm"]
+    except ImportError:  # scipy
+        return "n/a (pip install 'rlstruct[stats]')"
+    if math.isnan(est.low):  # one seed: nothing to resample
+        return format(est.value, fmt)
+    return f"{format(est.value, fmt)} [{format(est.low, fmt)}, {format(est.high, fmt)}]"
+
+
 def table(suites: list[Suite], results: list[dict]) -> str:
-    rows = ["| suite | target | budget | reached | time to target (s) | env steps to target | final return |",
-            "|:--|--:|--:|--:|--:|--:|--:|"]
+    rows = ["| suite | target | budget | reached | time to target (s) | env steps to target | final return "
+            "| final return IQM [95% CI] |", "|:--|--:|--:|--:|--:|--:|--:|--:|"]
     for s in suites:
         rs = [r for r in results if r["suite"] == s.name]
         if not rs:
@@ -378,7 +401,8 @@ def table(suites: list[Suite], results: list[dict]) -> str:
             f"| {s.name} | {s.target:g} | {s.budget} | {len(ok)}/{len(rs)} "
             f"| {_median_range([r['reached_wall_s'] for r in ok], '.1f')} "
             f"| {_median_range([r['reached_env_steps'] for r in ok], ',.0f')} "
-            f"| {_median_range([r['final_return'] for r in rs], '.1f')} |"
+            f"| {_median_range([r['final_return'] for r in rs], '.1f')} "
+            f"| {_iqm_interval([r['final_return'] for r in rs])} |"
         )
     return "\n".join(rows)
 

@@ -195,6 +195,9 @@ class Run:
         #: called after each evaluation is recorded, with ``(weights, env_steps)`` (``weights()``: the CPU state
         #: dict the loop holds): e.g. the videos of ``--video-every``
         self.evaluation_hooks: list[Callable[[Callable[[], dict], int], None]] = []
+        #: called with each evaluation's row (``"eval/return"``, ``"eval/launch_env_steps"``, ...) as it arrives during
+        #: training (not the final one): a sweep's pruning; an exception it raises ends the run
+        self.evaluation_callbacks: list[Callable[[dict[str, float]], None]] = []
         #: the run's videos (``--video-every``), set by :func:`~.session.open_batchers`; None without
         self.videos: Any = None
         self.last_eval: float | None = None
@@ -313,6 +316,8 @@ class Run:
             self.record_eval(result)
             for hook in self.evaluation_hooks:
                 hook(weights, self.env_steps)
+            for callback in self.evaluation_callbacks:
+                callback(result)
 
     def flush(self) -> None:
         """Converts the pending rows (one host sync) and writes them out."""

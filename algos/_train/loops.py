@@ -245,7 +245,7 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
     config, spec, resume, learner, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
     logger = world.is_logger  # rank 0 of a data-parallel run, or a plain run
     with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=logger,
-                      world_size=world.size) as (run, stack):
+                      world_size=world.size, on_evaluation=setup.on_evaluation) as (run, stack):
         # What the batchers' agents build besides the agent factory's own settings (none for a plain network).
         model_kwargs = {"normalize_observations": True} if config.normalize_observations else {}
         model = seeded_model(config.seed, algo.build_model, config, spec)
@@ -390,7 +390,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
     algo: OffPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
     config, spec, resume, device, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
     with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=world.is_logger,
-                      world_size=world.size) as (run, stack):
+                      world_size=world.size, on_evaluation=setup.on_evaluation) as (run, stack):
         # Batchers first, the learner on its device after: no CUDA in this process before workers spawn.
         batcher, evaluator = open_batchers(stack, config, spec, algo.agent(config.to_dict()),
                                            n_timesteps=config.rollout_steps, autoreset=True,

@@ -80,6 +80,8 @@ class Algorithm:
         check_config: raises on the algorithm's own settings (after the shared and the family's ones are checked,
             before the env is built): ``(config) -> None``.
         check_env: raises when the algorithm cannot run on the env: ``(config, spec) -> None``.
+        search_space: what ``rlstruct sweep`` searches by default: field -> a range or choices (the format of
+            :mod:`~rlstruct.algos._train.search_space`).
     """
 
     name: str
@@ -90,6 +92,7 @@ class Algorithm:
     evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]]
     check_config: Callable[[Any], None] = _no_check
     check_env: Callable[[Any, EnvSpec], None] = _no_check
+    search_space: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     def check_family(self, config: RunConfig) -> None:
         """Raises on the settings of the algorithm's family (its loop's)."""
@@ -138,6 +141,8 @@ class Setup:
         start: ``time.perf_counter()`` when the run was launched (the checks, and for ``rlstruct train`` the imports,
             count in its wall time).
         world: this process's rank in a data-parallel run (``torchrun``), or a world of one.
+        on_evaluation: called with each evaluation's row as it arrives during training (see
+            :attr:`~.log.Run.evaluation_callbacks`); ``rlstruct sweep`` prunes a trial from there.
     """
 
     algorithm: Algorithm
@@ -147,6 +152,7 @@ class Setup:
     learner_device: torch.device
     start: float
     world: World = World()
+    on_evaluation: tuple[Callable[[dict[str, float]], None], ...] = ()
 
 
 def check_evaluation_envs(config: RunConfig, spec: EnvSpec) -> None:
@@ -252,7 +258,7 @@ def check_on_device(structure: Trajectories | nn.Module, device: DeviceLike, wha
 @contextlib.contextmanager
 def training_run(
     algo: str, config: RunConfig, spec: EnvSpec, *, start: float, resume: Resume | None = None, logger: bool = True,
-    world_size: int = 1,
+    world_size: int = 1, on_evaluation: Sequence[Callable[[dict[str, float]], None]] = (),
 ) -> Iterator[tuple[Run, contextlib.ExitStack]]:
     """The frame of every ``train``: a :class:`Run`, and an exit stack that closes what the run opens.
 
@@ -277,6 +283,7 @@ def training_run(
             fresh run); see :class:`Run`.
         logger: whether this process writes the run's files (see :class:`Run`).
         world_size: the data-parallel ranks of the run.
+        on_evaluation: the run's :attr:`~.log.Run.evaluation_callbacks`.
 
     Yields:
         ``(run, stack)``.
@@ -285,6 +292,7 @@ def training_run(
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     run = Run(algo, config, spec, start=start, resume=resume, logger=logger, world_size=world_size)
+    run.evaluation_callbacks.extend(on_evaluation)
     with contextlib.ExitStack() as stack:
         stack.callback(torch.set_num_threads, threads)
         stack.callback(torch.set_float32_matmul_precision, precision)

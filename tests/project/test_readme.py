@@ -63,7 +63,8 @@ def _dry_run(target: str, venv: Path) -> list[str]:
 
 # Pages of the documentation site whose python blocks are whole programs (the others show fragments: a signature,
 # a call order, a cluster's set-up).
-RUNNABLE_PAGES = ["docs/getting-started.md", "docs/concepts/structures.md", "docs/concepts/envs.md", "docs/scaling.md"]
+RUNNABLE_PAGES = ["docs/getting-started.md", "docs/concepts/structures.md", "docs/concepts/envs.md", "docs/scaling.md",
+                  "docs/statistics.md"]
 
 
 @pytest.mark.timeout(120)
