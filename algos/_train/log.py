@@ -224,8 +224,12 @@ class Run:
                   "effective_target_return": self.target_return}
         with open(self.logdir / "config.json", "w") as f:
             json.dump(params, f, indent=2)
-        self._trackers = open_trackers(config.track, self.logdir, params,
-                                       resumed_from=None if resume is None else resume.folder)
+        try:
+            self._trackers = open_trackers(config.track, self.logdir, params,
+                                           resumed_from=None if resume is None else resume.folder)
+        except BaseException:
+            self.close()
+            raise
 
     def _open_tensorboard(self):
         try:

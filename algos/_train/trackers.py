@@ -244,12 +244,17 @@ def open_trackers(text: str | None, logdir: Path, params: Mapping[str, Any], *,
     if resumed_from is not None and (resumed_from / TRACKERS_FILE).is_file():
         ids = json.loads((resumed_from / TRACKERS_FILE).read_text())
     trackers: list[Tracker] = []
-    for name in names:
-        cls = TRACKERS[name]
-        args = (logdir,) if cls is WandbTracker else ()
-        tracker = cls(logdir.name, ids.get(name), *args)
-        trackers.append(tracker)
-        ids[name] = tracker.run_id
-        tracker.log_params(params)
+    try:
+        for name in names:
+            cls = TRACKERS[name]
+            args = (logdir,) if cls is WandbTracker else ()
+            tracker = cls(logdir.name, ids.get(name), *args)
+            trackers.append(tracker)
+            ids[name] = tracker.run_id
+            tracker.log_params(params)
+    except BaseException:  # a library that refuses to start (W&B without a login): end the runs already started
+        for tracker in trackers:
+            tracker.close(failed=True)
+        raise
     (logdir / TRACKERS_FILE).write_text(json.dumps(ids, indent=2))
     return trackers

@@ -26,6 +26,16 @@ TINY = ppo.PPOConfig(n_envs=4, n_steps=8, n_epochs=1, n_minibatches=1, hidden_si
                      log_every=1, stop_at_reward_threshold=False, time_limit=100.0, preset="none")
 
 
+@pytest.fixture(autouse=True)
+def _libraries_stay_in_tmp_path(tmp_path, monkeypatch):
+    """No telemetry, and the libraries' caches and settings in the test's folder rather than the home folder."""
+    monkeypatch.setenv("DO_NOT_TRACK", "true")
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    for name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
+
+
 def _train_twice(tmp_path, track: str):
     """A run of 4 iterations, then the same run resumed to 8; returns both results."""
     logdir = str(tmp_path / "run")
@@ -94,6 +104,9 @@ def test_wandb_offline_records_rows_at_their_env_steps_and_a_resume_continues_th
     monkeypatch.setenv("WANDB_PROJECT", "rlstruct-tests")
     monkeypatch.setenv("WANDB_SILENT", "true")
     first, second = _train_twice(tmp_path, "wandb")
+    import wandb
+
+    wandb.teardown()  # W&B's service writes the run's file after finish() returns: wait for it to be done
     run_id = json.loads((tmp_path / "run" / TRACKERS_FILE).read_text())["wandb"]
     runs = sorted((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
     assert len(runs) == 2  # one folder per session, of the same run id
@@ -153,3 +166,21 @@ def test_only_the_logging_rank_opens_trackers(tmp_path, monkeypatch):
     run.close()
     run.end_trackers()
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "run" / TRACKERS_FILE).exists()
+
+
+def test_a_run_that_raises_ends_its_tracked_run_as_failed(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow", reason="needs the mlflow extra")
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("the learner failed")
+
+    monkeypatch.setattr(Run, "poll_checkpoint", fail)
+    with pytest.raises(RuntimeError, match="the learner failed"):
+        ppo.train(dataclasses.replace(TINY, track="mlflow", logdir=str(tmp_path / "run")))
+    run_id = json.loads((tmp_path / "run" / TRACKERS_FILE).read_text())["mlflow"]
+    assert MlflowClient(uri).get_run(run_id).info.status == "FAILED"
