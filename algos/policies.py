@@ -164,9 +164,12 @@ class PolicyAgent(NetworkAgent):
         out = {"action": action, "log_prob": dist.log_prob(action)}
         if self.model.continuous:
             out["raw"] = action
-            if self._low is not None:
-                out["action"] = torch.maximum(torch.minimum(action, self._high), self._low)
+            out["action"] = self._clip(action)
         return out
+
+    def _clip(self, action: torch.Tensor) -> torch.Tensor:
+        """A continuous action clipped to the bounds (as it is without them)."""
+        return action if self._low is None else torch.maximum(torch.minimum(action, self._high), self._low)
 
     def deterministic(self, frame: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor]:
         """``(action,)``: the distribution's mode, clipped to the bounds (see :meth:`NetworkAgent.deterministic`).
@@ -176,9 +179,7 @@ class PolicyAgent(NetworkAgent):
         torch.Size([5, 1])
         """
         action = self.model.policy(frame).mode()
-        if self.model.continuous and self._low is not None:
-            action = torch.maximum(torch.minimum(action, self._high), self._low)
-        return (action,)
+        return (self._clip(action) if self.model.continuous else action,)
 
     def call_replay(self, trajectories: Trajectories, t: int, state: DictTensor | None):
         """``log_prob [B]``, ``entropy [B]``, ``value [B]`` and ``next_value [B]`` of step ``t``."""

@@ -133,7 +133,10 @@ class Policy:
         """
         from rlstruct.algos._train.export import export_policy
 
-        return str(export_policy(self, output, format=format))
+        if self.device.type != "cpu":
+            raise ValueError(f"the policy must be loaded on the CPU to be exported, got device={str(self.device)!r}; "
+                             "load the run with load(run) (device='cpu')")
+        return str(export_policy(self.agent, self.spec, output, format=format, recurrent=self.recurrent))
 
     def initial_state(self, n: int = 1) -> DictTensor:
         """The state of ``n`` fresh episodes (empty for a stateless policy), on :attr:`device`."""

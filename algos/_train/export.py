@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos.policies import NetworkAgent
 from rlstruct.errors import MissingDependencyError
-
-if TYPE_CHECKING:
-    from rlstruct.algos.policy import Policy
 
 __all__ = ["EXPORT_FORMATS", "DeterministicPolicy", "export_policy", "export_format"]
 
@@ -36,7 +34,7 @@ class DeterministicPolicy(nn.Module):
         agent: the agent (a :class:`~rlstruct.algos.policy.Policy`'s ``agent``).
     """
 
-    def __init__(self, agent: nn.Module | object):
+    def __init__(self, agent: NetworkAgent):
         super().__init__()
         self.model = agent.model
         self._act = agent.deterministic
@@ -64,19 +62,22 @@ def export_format(output: str | os.PathLike, format: str | None) -> str:
     return format
 
 
-def export_policy(policy: Policy, output: str | os.PathLike, *, format: str | None = None) -> Path:
-    """Writes ``policy``'s deterministic policy (:class:`DeterministicPolicy`, on the CPU) to ``output``.
+def export_policy(agent: NetworkAgent, spec: EnvSpec, output: str | os.PathLike, *, format: str | None = None,
+                  recurrent: bool = False) -> Path:
+    """Writes ``agent``'s deterministic policy (:class:`DeterministicPolicy`) to ``output``.
 
     Args:
-        policy: a loaded run (:func:`~rlstruct.algos.policy.load`).
+        agent: a CPU agent holding the run's weights (a loaded :class:`~rlstruct.algos.policy.Policy`'s ``agent``).
+        spec: the env's description (the observation's shape and dtype).
         output: the file to write (its folder is created).
         format: ``"onnx"`` or ``"torchscript"`` (``None``: by ``output``'s suffix, :func:`export_format`).
+        recurrent: whether the agent's memory ``(h, c)`` goes in and out.
 
     Returns:
         ``output``.
 
     Raises:
-        ValueError: an unknown ``format``, or a policy loaded on another device than the CPU.
+        ValueError: an unknown ``format``.
         MissingDependencyError: ONNX without the ``export`` extra (onnx, onnxscript).
     """
     format = export_format(output, format)
@@ -87,17 +88,12 @@ def export_policy(policy: Policy, output: str | os.PathLike, *, format: str | No
         if missing:
             raise MissingDependencyError(f"format='onnx' needs {' and '.join(missing)}, which torch's ONNX exporter "
                                          "imports; pip install 'rlstruct[export]'")
-    if policy.device.type != "cpu":
-        raise ValueError(f"policy must be loaded on the CPU to be exported, got device={str(policy.device)!r}; "
-                         "load the run with load(run) (device='cpu')")
-    module = DeterministicPolicy(policy.agent).eval()
-    shape, dtype = policy.spec.obs_shape, getattr(torch, policy.spec.obs_dtype)
+    module = DeterministicPolicy(agent).eval()
     n = 2  # any batch: the batch dimension of the file is dynamic
-    inputs: tuple[torch.Tensor, ...] = (torch.zeros(n, *shape, dtype=dtype),)
+    inputs: tuple[torch.Tensor, ...] = (torch.zeros(n, *spec.obs_shape, dtype=getattr(torch, spec.obs_dtype)),)
     names = ["observation"]
-    if policy.recurrent:
-        state = policy.initial_state(n)
-        inputs += (state["h"], state["c"])
+    if recurrent:
+        inputs += agent.model.initial_state(n, "cpu")
         names += ["h", "c"]
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,9 +102,9 @@ def export_policy(policy: Policy, output: str | os.PathLike, *, format: str | No
             torch.jit.trace(module, inputs, check_trace=False).save(str(path))
         else:
             batch = torch.export.Dim("batch", min=1)
-            outputs = ["action", "h_next", "c_next"] if policy.recurrent else ["action"]
+            outputs = ["action", "h_next", "c_next"] if recurrent else ["action"]
             # torch.export reads the shapes by the forward's signature: the observation, then *state as one tuple.
-            dynamic = ({0: batch}, ({0: batch}, {0: batch})) if policy.recurrent else ({0: batch},)
+            dynamic = ({0: batch}, ({0: batch}, {0: batch})) if recurrent else ({0: batch},)
             torch.onnx.export(module, inputs, str(path), input_names=names, output_names=outputs,
                               dynamic_shapes=dynamic, dynamo=True, verbose=False)
     return path

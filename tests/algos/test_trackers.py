@@ -141,11 +141,12 @@ def test_trackio_records_rows_and_a_resume_continues_the_run(tmp_path):
         out = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "train", "ppo", *flags, *more],
                              capture_output=True, text=True, env=env, timeout=200, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-2000:]
-    code = ("import json, sys; from trackio.sqlite_storage import SQLiteStorage; logs = SQLiteStorage.get_logs("
-            "'rlstruct', sys.argv[1]); print(json.dumps([r['step'] for r in logs if 'loss/value' in r]))")
+    code = ("import json, sys; from trackio.sqlite_storage import SQLiteStorage as S; logs = S.get_logs('rlstruct', "
+            "sys.argv[1]); print(json.dumps([[r['step'] for r in logs if 'loss/value' in r], "
+            "S.get_run_config('rlstruct', sys.argv[1])['algo']]))")
     name = json.loads((tmp_path / "run" / TRACKERS_FILE).read_text())["trackio"]
     read = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, env=env, check=True)
-    assert json.loads(read.stdout.strip().splitlines()[-1]) == list(range(32, 257, 32))
+    assert json.loads(read.stdout.strip().splitlines()[-1]) == [list(range(32, 257, 32)), "ppo"]
 
 
 def test_an_unknown_or_missing_tracker_fails_before_the_run_starts(tmp_path, monkeypatch):
