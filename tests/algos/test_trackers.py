@@ -69,6 +69,7 @@ def test_mlflow_records_params_rows_summary_and_artifacts_and_a_resume_continues
     assert run.data.metrics["summary/env_steps"] == 32 * 8
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert {"checkpoint.pt", "summary.json"} <= artifacts
+    assert second.plot is None or "learning_curve.png" in artifacts
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
