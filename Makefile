@@ -13,7 +13,7 @@ INSTALL_TORCH := $(if $(filter cpu,$(TORCH_BUILD)),$(PIP) install -q --no-deps -
 # What `make demo` needs: the core, and what its run shows (learning curve, progress bar, TensorBoard events).
 DEMO_EXTRAS := plot,progress,tensorboard
 # What `make install` and `make test` install: every extra CI tests.
-EXTRAS := test,tensorboard,plot,progress,ray,fast,atari,minatar,box2d,jax,mujoco,brax,video,stats,sweep
+EXTRAS := test,tensorboard,plot,progress,ray,fast,atari,minatar,box2d,jax,mujoco,brax,video,stats,sweep,mlflow,wandb,trackio,export
 
 .PHONY: demo test quick lint install bench clean docs docs-deps docs-check docs-screenshot
 

@@ -1,4 +1,4 @@
-"""The ``rlstruct`` command: ``rlstruct train ALGO [flags]``, ``rlstruct eval CHECKPOINT``,
+"""The ``rlstruct`` command: ``rlstruct train ALGO [flags]``, ``rlstruct eval CHECKPOINT``, ``rlstruct export RUN``,
 ``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.algos._train.profile`),
 ``rlstruct compare`` (:mod:`~rlstruct.algos._train.compare`) and ``rlstruct sweep``
 (:mod:`~rlstruct.algos._train.sweep`).
@@ -82,6 +82,27 @@ def _eval_command(argv: Sequence[str]) -> int:
     if video is not None:
         print(f"video: {video.path} ({video.frames} frames)")
     print(json.dumps(result))
+    return 0
+
+
+def _export_command(argv: Sequence[str]) -> int:
+    from rlstruct.algos._train.export import EXPORT_FORMATS, export_format
+    from rlstruct.algos.policy import load
+
+    parser = OneLineParser(prog="rlstruct export",
+                           description="Writes a run's deterministic policy for onnxruntime or torch.jit.load.")
+    parser.add_argument("run", help="a run's log folder, or its checkpoint.pt")
+    parser.add_argument("--format", default=None, choices=list(EXPORT_FORMATS),
+                        help="onnx or torchscript (default: by --output's suffix, .onnx or not)")
+    parser.add_argument("--output", required=True, metavar="FILE", help="the file to write, e.g. policy.onnx")
+    ns = parser.parse_args(argv)
+    try:
+        path = load(ns.run).export(ns.output, format=ns.format)
+    except (ValueError, RLStructError, FileNotFoundError) as e:
+        print(f"rlstruct export: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    print(json.dumps({"run": ns.run, "format": export_format(ns.output, ns.format), "output": path}))
     return 0
 
 
@@ -188,6 +209,7 @@ def _main(argv: Sequence[str] | None) -> int:
              "       rlstruct eval CHECKPOINT [--episodes N] [--max-steps N]\n"
              "       rlstruct autotune [--env ID] [--processes P ...]   (best envs per process and process count)\n"
              "       rlstruct profile [--algo A] [--env ID] [--n-envs N]   (where the time of the training loop goes)\n"
+             "       rlstruct export RUN --output FILE [--format onnx|torchscript]   (the policy, for deployment)\n"
              "       rlstruct presets   (the tuned settings a run gets by naming its env)\n"
              "       rlstruct compare GROUP... [--json] [--plot FILE]   (IQM and intervals over seeds)\n"
              "       rlstruct sweep ALGO --env ID --trials N   (an Optuna search; pip install 'rlstruct[sweep]')\n"
@@ -215,6 +237,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if command == "eval":
         configure_logging()
         return _eval_command(rest)
+    if command == "export":
+        configure_logging()
+        return _export_command(rest)
     if command == "presets":
         from rlstruct.algos._train.presets import list_presets
 

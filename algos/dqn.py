@@ -228,6 +228,11 @@ class QAgent(NetworkAgent):
             action = torch.where(explore, random_action, action)
         return DictTensor({"action": action}), state
 
+    def deterministic(self, frame: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor]:
+        """``(action,)``: the argmax of the Q-values (see
+        :meth:`~rlstruct.algos.policies.NetworkAgent.deterministic`)."""
+        return (self.model(frame).argmax(-1),)
+
 
 def create_q_agent(
     spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False, *,

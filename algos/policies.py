@@ -76,6 +76,12 @@ class NetworkAgent(RL_Agent):
         """Loads the learner's weights."""
         self.model.load_state_dict(state_dict)
 
+    def deterministic(self, frame: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The greedy action of frames ``[N, *obs]`` (what the greedy ``agent_info`` acts), and a recurrent agent's
+        next memory from ``state``: a function of its tensors only, which :mod:`torch.export` and
+        :func:`torch.jit.trace` record (``rlstruct export``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no deterministic policy to export")
+
     def _on_device(self, info: torch.Tensor, key: str = "stochastic") -> torch.Tensor:
         # The batcher hands the same CPU tensor at every step of an acquisition: copy it to the device once. A
         # CUDA-graph capture records the copy instead (from the batcher's pinned static, so non_blocking), so that
@@ -158,9 +164,22 @@ class PolicyAgent(NetworkAgent):
         out = {"action": action, "log_prob": dist.log_prob(action)}
         if self.model.continuous:
             out["raw"] = action
-            if self._low is not None:
-                out["action"] = torch.maximum(torch.minimum(action, self._high), self._low)
+            out["action"] = self._clip(action)
         return out
+
+    def _clip(self, action: torch.Tensor) -> torch.Tensor:
+        """A continuous action clipped to the bounds (as it is without them)."""
+        return action if self._low is None else torch.maximum(torch.minimum(action, self._high), self._low)
+
+    def deterministic(self, frame: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor]:
+        """``(action,)``: the distribution's mode, clipped to the bounds (see :meth:`NetworkAgent.deterministic`).
+
+        >>> agent = PolicyAgent(ActorCritic(3, None, (8,), action_dim=1), "cpu", action_low=[-1.0], action_high=[1.0])
+        >>> agent.deterministic(torch.zeros(5, 3))[0].shape
+        torch.Size([5, 1])
+        """
+        action = self.model.policy(frame).mode()
+        return (self._clip(action) if self.model.continuous else action,)
 
     def call_replay(self, trajectories: Trajectories, t: int, state: DictTensor | None):
         """``log_prob [B]``, ``entropy [B]``, ``value [B]`` and ``next_value [B]`` of step ``t``."""
@@ -267,6 +286,13 @@ class RecurrentPolicyAgent(NetworkAgent):
         if "stochastic" in agent_info:
             action = torch.where(self._on_device(agent_info["stochastic"]), action, dist.mode())
         return DictTensor({"action": action, "log_prob": dist.log_prob(action)}), DictTensor({"h": h, "c": c})
+
+    def deterministic(self, frame: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``(action, h, c)``: the argmax action of one step from the memory ``state = (h, c)`` (zeros at an episode's
+        start), and the memory after it (see :meth:`NetworkAgent.deterministic`)."""
+        h, c = state
+        h, c = self.model.core_step(frame, h, c, torch.zeros(h.shape[:1], dtype=torch.bool, device=h.device))
+        return self.model.heads(h)[0].argmax(-1), h, c
 
     def call_replay(self, trajectories: Trajectories, t: int, state: DictTensor | None):
         """Step ``t`` with gradients: ``log_prob [B]`` of the stored action, ``entropy [B]``, ``value [B]`` and the

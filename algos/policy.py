@@ -119,6 +119,25 @@ class Policy:
                                    n_processes=n_processes, max_steps=max_steps,
                                    policy="greedy" if deterministic else "sample")
 
+    def export(self, output: str | os.PathLike, *, format: str | None = None) -> str:
+        """Writes the deterministic policy to ``output`` for onnxruntime (``format="onnx"``) or ``torch.jit.load``
+        (``"torchscript"``; ``None``: by the suffix, ``.onnx`` or not), with the observation normalisation inside
+        (see :mod:`~rlstruct.algos._train.export`); returns its path. What ``rlstruct export`` runs.
+
+        The file takes ``observation [N, *obs]`` in the env's dtype and returns ``action``; a recurrent policy's also
+        takes and returns its memory: ``(observation, h, c) -> (action, h, c)``, zeros at an episode's start.
+
+        Raises:
+            ValueError: an unknown ``format``, or a policy loaded on another device than the CPU.
+            MissingDependencyError: ONNX without the ``export`` extra.
+        """
+        from rlstruct.algos._train.export import export_policy
+
+        if self.device.type != "cpu":
+            raise ValueError(f"the policy must be loaded on the CPU to be exported, got device={str(self.device)!r}; "
+                             "load the run with load(run) (device='cpu')")
+        return str(export_policy(self.agent, self.spec, output, format=format, recurrent=self.recurrent))
+
     def initial_state(self, n: int = 1) -> DictTensor:
         """The state of ``n`` fresh episodes (empty for a stateless policy), on :attr:`device`."""
         return self.agent.initial_state(self.agent_info(n), n)

@@ -205,6 +205,10 @@ class SACAgent(NetworkAgent):
             action = torch.where(random, u * self.model.scale + self.model.bias, action)
         return DictTensor({"action": action}), state
 
+    def deterministic(self, frame: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor]:
+        """``(action,)``: the mean action (see :meth:`~rlstruct.algos.policies.NetworkAgent.deterministic`)."""
+        return (self.model.deterministic(frame),)
+
 
 def create_sac_agent(
     spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False

@@ -12,6 +12,7 @@ import importlib.util
 import json
 from typing import Any, ClassVar
 
+from rlstruct.algos._train.trackers import check_trackers
 from rlstruct.devices import as_device, check_device_exists
 from rlstruct.envs.factory import BACKENDS, resolve_backend
 from rlstruct.errors import ConfigError, MissingDependencyError
@@ -93,6 +94,8 @@ class RunConfig:
     log_every: int = setting(10, "iterations between two TensorBoard and progress-bar updates", group="run")
     progress: bool = setting(True, "show a progress bar on stderr", group="run")
     tensorboard: bool = setting(True, "write TensorBoard event files into logdir", group="run")
+    track: str | None = setting(None, "also log to experiment trackers: mlflow, wandb, trackio (comma-separated)",
+                                group="run")
     check_devices: bool = setting(False, "check the device of every tensor an agent or the learner sees (slow)",
                                   group="run")
     torch_threads: int = setting(1, "torch threads of the learner process (0: torch's default)", group="run")
@@ -186,7 +189,7 @@ def validate_run_config(config: RunConfig) -> None:
     Raises:
         DeviceUnavailableError: a device does not exist here (the message names the devices that do).
         ConfigError: ray_address without ray_actors.
-        MissingDependencyError: ray_actors without Ray installed.
+        MissingDependencyError: ray_actors without Ray installed, or a tracker of ``track`` without its library.
         ValueError: a setting is out of range.
     """
     if config.backend not in BACKENDS:
@@ -223,6 +226,7 @@ def validate_run_config(config: RunConfig) -> None:
     if config.ray_address is not None and not config.ray_actors:
         raise ConfigError(f"ray_address={config.ray_address!r} names a Ray cluster for the training batcher's actors, "
                           "got ray_actors=0; pass --ray-actors N too, or drop --ray-address")
+    check_trackers(config.track)
 
 
 def check_on_policy(config: OnPolicyConfig, title: str, *, episodic: bool = False) -> None:

@@ -26,6 +26,7 @@ from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, save_chec
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.seeds import session_seed
+from rlstruct.algos._train.trackers import Tracker, open_trackers
 from rlstruct.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -217,13 +218,21 @@ class Run:
         self._bar = self._open_progress() if config.progress and logger else None
         self._bar_steps = self.env_steps
         self._rate = (self.start, self.env_steps)
+        self._trackers: list[Tracker] = []
         if self.history and logger:  # the earlier sessions' rows first (the file is rewritten: it may be this one)
             self._write([], tb_rows=[])
         if not logger:
             return
+        params = {"algo": algo, **config.to_dict(), "env_spec": dataclasses.asdict(spec),
+                  "effective_target_return": self.target_return}
         with open(self.logdir / "config.json", "w") as f:
-            json.dump({"algo": algo, **config.to_dict(), "env_spec": dataclasses.asdict(spec),
-                       "effective_target_return": self.target_return}, f, indent=2)
+            json.dump(params, f, indent=2)
+        try:
+            self._trackers = open_trackers(config.track, self.logdir, params,
+                                           resumed_from=None if resume is None else resume.folder)
+        except BaseException:
+            self.close()
+            raise
 
     def _open_tensorboard(self):
         try:
@@ -348,6 +357,9 @@ class Run:
         else:
             self._csv.writerows(rows)
         self._csv_file.flush()
+        if rows:
+            for tracker in self._trackers:
+                tracker.log_rows(rows)
         if self._tb is not None:
             for r in tb_rows:
                 step = int(r["env_steps"])
@@ -376,6 +388,21 @@ class Run:
         if self._bar is not None:
             self._bar.close()
 
+    def report(self, summary: dict[str, Any], files: list[str | Path | None]) -> None:
+        """Sends the run's final ``summary`` and ``files`` (the checkpoint, the curve, the videos; ``None``: not
+        written) to its trackers (``--track``), then ends their tracked runs."""
+        for tracker in self._trackers:
+            tracker.log_summary(summary)
+            for path in files:
+                if path is not None:
+                    tracker.log_artifact(Path(path))
+        self.end_trackers()
+
+    def end_trackers(self, *, failed: bool = False) -> None:
+        """Ends the tracked runs of ``--track`` (as failed: training raised); idempotent."""
+        trackers, self._trackers = self._trackers, []
+        for tracker in trackers:
+            tracker.close(failed=failed)
 
     def poll_checkpoint(self, model: nn.Module, learner_state: Callable[[], dict[str, Any]]) -> None:
         """Writes the checkpoint (``model``'s weights, the counters, ``learner_state()``) when the iteration just

@@ -298,6 +298,7 @@ def training_run(
         stack.callback(torch.set_float32_matmul_precision, precision)
         torch.set_float32_matmul_precision(config.matmul_precision)
         stack.callback(run.close)
+        stack.push(lambda failed, *_: run.end_trackers(failed=failed is not None))
         stack.enter_context(_stop_on_signals(run))
         yield run, stack
 
@@ -548,4 +549,5 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
                          config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason)
     with open(run.logdir / Run.SUMMARY_NAME, "w") as f:
         json.dump(result.summary(), f, indent=2)
+    run.report(result.summary(), [checkpoint, plot, *(run.videos.paths if run.videos is not None else [])])
     return result

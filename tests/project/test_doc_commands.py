@@ -100,7 +100,8 @@ DISTINCT = list({command: (page, command, comment) for page, command, comment in
 
 
 def _missing_extra(argv: list[str]) -> str | None:
-    wants = {"ALE/": "ale_py", "MinAtar/": "minatar", "Hopper": "mujoco", "HalfCheetah": "mujoco"}
+    wants = {"ALE/": "ale_py", "MinAtar/": "minatar", "Hopper": "mujoco", "HalfCheetah": "mujoco", "mlflow": "mlflow",
+             "export": "onnxscript"}
     for prefix, module in wants.items():
         if any(a.startswith(prefix) for a in argv):
             try:

@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # What `make install` installs: every extra that CI tests.
-EVERY_EXTRA = "-e '.[test,tensorboard,plot,progress,ray,fast,atari,minatar,box2d,jax,mujoco,brax,video,stats,sweep]'"
+EVERY_EXTRA = ("-e '.[test,tensorboard,plot,progress,ray,fast,atari,minatar,box2d,jax,mujoco,brax,video,"
+               "stats,sweep,mlflow,wandb,trackio,export]'")
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 
 

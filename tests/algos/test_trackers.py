@@ -1,0 +1,188 @@
+"""``--track mlflow,wandb,trackio``: a tiny PPO run logs into each library for real, offline (an MLflow file store
+and an SQLite one, W&B in offline mode, trackio's local database), and what was logged is read back with the
+library's own client; a resumed run appends to the same tracked run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from rlstruct.algos import ppo
+from rlstruct.algos._train.env_spec import describe_env
+from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.trackers import TRACKERS_FILE, check_trackers
+from rlstruct.errors import MissingDependencyError
+
+pytestmark = pytest.mark.timeout(240)
+
+TINY = ppo.PPOConfig(n_envs=4, n_steps=8, n_epochs=1, n_minibatches=1, hidden_sizes=(8,), max_env_steps=32 * 4,
+                     progress=False, tensorboard=False, n_evaluation_envs=2, eval_every=2, max_episode_steps=30,
+                     log_every=1, stop_at_reward_threshold=False, time_limit=100.0, preset="none")
+
+
+@pytest.fixture(autouse=True)
+def _libraries_stay_in_tmp_path(tmp_path, monkeypatch):
+    """No telemetry, and the libraries' caches and settings in the test's folder rather than the home folder."""
+    monkeypatch.setenv("DO_NOT_TRACK", "true")
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    for name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
+
+
+def _train_twice(tmp_path, track: str):
+    """A run of 4 iterations, then the same run resumed to 8; returns both results."""
+    logdir = str(tmp_path / "run")
+    first = ppo.train(dataclasses.replace(TINY, track=track, logdir=logdir))
+    second = ppo.train(dataclasses.replace(TINY, track=track, logdir=logdir, resume=logdir, max_env_steps=32 * 8))
+    return first, second
+
+
+@pytest.mark.parametrize("store", ["file", "sqlite"])
+def test_mlflow_records_params_rows_summary_and_artifacts_and_a_resume_continues_the_run(tmp_path, monkeypatch,
+                                                                                        store):
+    pytest.importorskip("mlflow", reason="needs the mlflow extra")
+    from mlflow import MlflowClient
+
+    uri = (tmp_path / "mlruns").as_uri() if store == "file" else f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 asks for this opt-in to its file store
+    monkeypatch.chdir(tmp_path)  # an SQLite store keeps its artifacts in ./mlruns
+    first, second = _train_twice(tmp_path, "mlflow")
+    run_id = json.loads((tmp_path / "run" / TRACKERS_FILE).read_text())["mlflow"]
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "run"
+    assert run.data.params["algo"] == "ppo" and run.data.params["n_envs"] == "4"
+    history = client.get_metric_history(run_id, "eval/return")
+    steps = sorted({m.step for m in client.get_metric_history(run_id, "loss/value")})
+    # Both sessions' rows, each at its env-step count, in one run.
+    assert steps == [r["env_steps"] for r in second.history if "loss/value" in r]
+    assert steps[-1] == 32 * 8 and 32 * 4 in steps
+    assert [m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))][-1] == second.eval_return
+    assert run.data.metrics["summary/env_steps"] == 32 * 8
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"checkpoint.pt", "summary.json"} <= artifacts
+    assert second.plot is None or "learning_curve.png" in artifacts
+    assert len(client.search_runs([run.info.experiment_id])) == 1
+
+
+def _wandb_records(path):
+    """The records of a W&B ``.wandb`` file: W&B's header, then LevelDB's log format (32 KiB blocks of chunks,
+    each a 7-byte header: checksum, length, type: 1 full, 2 first, 3 middle, 4 last), each record a protobuf
+    ``Record`` of wandb's own schema."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    block, pos, pending, records = 32768, 7, b"", []
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 0:
+            break
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+    return records
+
+
+def test_wandb_offline_records_rows_at_their_env_steps_and_a_resume_continues_the_run(tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="needs the wandb extra")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_PROJECT", "rlstruct-tests")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    first, second = _train_twice(tmp_path, "wandb")
+    import wandb
+
+    wandb.teardown()  # W&B's service writes the run's file after finish() returns: wait for it to be done
+    run_id = json.loads((tmp_path / "run" / TRACKERS_FILE).read_text())["wandb"]
+    runs = sorted((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
+    assert len(runs) == 2  # one folder per session, of the same run id
+    steps, summary, config = [], {}, {}
+    for folder in runs:
+        for record in _wandb_records(folder / f"run-{run_id}.wandb"):
+            kind = record.WhichOneof("record_type")
+            if kind == "history":
+                items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
+                if "loss/value" in items:
+                    steps.append(items["_step"])
+            elif kind == "summary":
+                summary.update({i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                                for i in record.summary.update})
+            elif kind == "config":
+                config.update({i.key: json.loads(i.value_json) for i in record.config.update})
+    assert steps == [r["env_steps"] for r in second.history if "loss/value" in r]
+    assert summary["summary/env_steps"] == 32 * 8 and summary["summary/eval_return"] == second.eval_return
+    assert config["algo"] == "ppo"
+    assert (runs[-1] / "files" / "checkpoint.pt").is_file()
+
+
+def test_trackio_records_rows_and_a_resume_continues_the_run(tmp_path):
+    pytest.importorskip("trackio", reason="needs the trackio extra")
+    # The command line, in fresh processes: trackio reads TRACKIO_DIR when it is imported.
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio")}
+    flags = ["--env", "CartPole-v1", "--n-envs", "4", "--n-steps", "8", "--n-epochs", "1", "--n-minibatches", "1",
+             "--hidden-sizes", "8", "--no-progress", "--no-tensorboard", "--n-evaluation-envs", "2",
+             "--max-episode-steps", "30", "--log-every", "1", "--preset", "none", "--track", "trackio"]
+    logdir = str(tmp_path / "run")
+    for more in (["--logdir", logdir, "--max-env-steps", "128"], ["--resume", logdir, "--max-env-steps", "256"]):
+        out = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "train", "ppo", *flags, *more],
+                             capture_output=True, text=True, env=env, timeout=200, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-2000:]
+    code = ("import json, sys; from trackio.sqlite_storage import SQLiteStorage as S; logs = S.get_logs('rlstruct', "
+            "sys.argv[1]); print(json.dumps([[r['step'] for r in logs if 'loss/value' in r], "
+            "S.get_run_config('rlstruct', sys.argv[1])['algo']]))")
+    name = json.loads((tmp_path / "run" / TRACKERS_FILE).read_text())["trackio"]
+    read = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, env=env, check=True)
+    assert json.loads(read.stdout.strip().splitlines()[-1]) == [list(range(32, 257, 32)), "ppo"]
+
+
+def test_an_unknown_or_missing_tracker_fails_before_the_run_starts(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="track must name trackers among mlflow, wandb, trackio"):
+        ppo.train(dataclasses.replace(TINY, track="neptune", logdir=str(tmp_path / "run")))
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'rlstruct\[wandb\]'"):
+        check_trackers("wandb")
+
+
+def test_only_the_logging_rank_opens_trackers(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow", reason="needs the mlflow extra")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    config = dataclasses.replace(TINY, track="mlflow", logdir=str(tmp_path / "run"))
+    run = Run("ppo", config, describe_env("CartPole-v1", "auto", 30, None), logger=False, world_size=2)
+    run.record(32, {"loss/value": 1.0})
+    run.close()
+    run.end_trackers()
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "run" / TRACKERS_FILE).exists()
+
+
+def test_a_run_that_raises_ends_its_tracked_run_as_failed(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow", reason="needs the mlflow extra")
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("the learner failed")
+
+    monkeypatch.setattr(Run, "poll_checkpoint", fail)
+    with pytest.raises(RuntimeError, match="the learner failed"):
+        ppo.train(dataclasses.replace(TINY, track="mlflow", logdir=str(tmp_path / "run")))
+    run_id = json.loads((tmp_path / "run" / TRACKERS_FILE).read_text())["mlflow"]
+    assert MlflowClient(uri).get_run(run_id).info.status == "FAILED"
