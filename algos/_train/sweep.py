@@ -118,9 +118,10 @@ class SweepPlan:
         optuna = _optuna()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         # Seeded per worker and per call: a second call must not draw the first one's settings again.
-        earlier = len(optuna.load_study(study_name=self.study_name, storage=self.storage).trials)
+        storage = _open_storage(self.storage)
+        earlier = len(optuna.load_study(study_name=self.study_name, storage=storage).trials)
         sampler = optuna.samplers.TPESampler(seed=self.seed + 1000 * worker + earlier)
-        study = optuna.load_study(study_name=self.study_name, storage=self.storage, sampler=sampler,
+        study = optuna.load_study(study_name=self.study_name, storage=storage, sampler=sampler,
                                   pruner=self.pruner)
         # A drawn combination that a run refuses fails its trial (Optuna logs why); the sweep goes on.
         study.optimize(self.objective, n_trials=n_trials, callbacks=[_print_trial], catch=(ValueError, RLStructError))
@@ -167,11 +168,15 @@ def pasteable(algo: str, env: str, settings: Mapping[str, Any], *, source: str) 
     return shlex.join(words), f'Preset("{name}", "{algo}", ("{env}",), {{{values}}}, None, "{source}"),'
 
 
-def _sqlite_folder(storage: str) -> None:
-    """Creates the folder of a SQLite database file (SQLite creates the file, not its folder)."""
+def _open_storage(storage: str) -> Any:
+    """The study's storage: a SQLite URL gets its folder created (SQLite creates the file, not its folder) and waits
+    up to a minute for a lock another trial process holds, rather than SQLite's 5 s, which a loaded machine exceeds."""
     prefix = "sqlite:///"
-    if storage.startswith(prefix) and storage[len(prefix):] not in ("", ":memory:"):
+    if not storage.startswith(prefix):
+        return storage
+    if storage[len(prefix):] not in ("", ":memory:"):
         Path(storage[len(prefix):]).parent.mkdir(parents=True, exist_ok=True)
+    return _optuna().storages.RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": 60}})
 
 
 def make_plan(algo: str, env: str, *, storage: str = DEFAULT_STORAGE, study_name: str | None = None,
@@ -238,8 +243,7 @@ def run_sweep(algo: str, env: str, *, trials: int, storage: str = DEFAULT_STORAG
     plan, preset = make_plan(algo, env, storage=storage, study_name=study_name, space=space, flags=flags,
                              logdir=logdir, seed=seed, pruner=pruner)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per trial is printed instead
-    _sqlite_folder(storage)
-    study = optuna.create_study(study_name=plan.study_name, storage=storage, direction="maximize",
+    study = optuna.create_study(study_name=plan.study_name, storage=_open_storage(storage), direction="maximize",
                                 load_if_exists=True)
     if not study.trials:
         study.enqueue_trial(trial_params(preset.to_dict(), plan.space), user_attrs={"preset": preset.preset})
@@ -263,7 +267,7 @@ def run_sweep(algo: str, env: str, *, trials: int, storage: str = DEFAULT_STORAG
         if failed:
             raise RLStructError(f"{len(failed)} sweep worker process(es) failed (exit codes {failed}); their output "
                                 "above says why")
-    return optuna.load_study(study_name=plan.study_name, storage=storage)
+    return optuna.load_study(study_name=plan.study_name, storage=_open_storage(storage))
 
 
 def sweep_main(argv: Sequence[str]) -> int:
