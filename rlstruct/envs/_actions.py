@@ -92,6 +92,9 @@ class ActionSpec:
             self.values = "finite"
         accel = accelerator_for(device)
         self.deferred = DeferredActionCheck(self, accel) if accel is not None and self.values else None
+        # The per-step test on the host, ``a -> whether some value is out``: a single reduction where it can, called
+        # without the Python wrappers of ndarray.max and .sum, which cost more than the reduction itself.
+        self._host_bad = None if self.deferred is not None or self.values is None else self._host_test()
         kind = "an integer dtype" if self.integer else "a floating dtype"
         self.expected = f"shape [B{''.join(', ' + str(s) for s in self.shape)}] and {kind} (cast to {self.dtype})"
 
@@ -152,23 +155,27 @@ class ActionSpec:
         Raises:
             ActionRangeError: a Discrete/MultiDiscrete action out of range, or a NaN or infinite Box action.
         """
-        if self.values is None:
-            return
-        if self.deferred is not None:
-            self.deferred.record(action)
+        bad = self._host_bad
+        if bad is None:
+            if self.deferred is not None:
+                self.deferred.record(action)
             return
         a = action.numpy() if array is None else array
-        if a.size and self._any_bad(a):
+        if a.size and bad(a):
             raise self.error(a, ids)
 
-    def _any_bad(self, a: np.ndarray) -> bool:
+    def _host_test(self) -> Any:
+        """The host test of :meth:`check_values` for this space, on actions in the canonical dtype."""
         if self.values == "finite":
-            if a.dtype.itemsize < 8:  # one pass, no temporary: a float64 sum of finite float32s cannot overflow
-                return not np.isfinite(a.sum(dtype=np.float64))
-            return not np.isfinite(a).all()
-        if self._from_zero and a.dtype == np.int64:
-            return int(a.view(np.uint64).max()) > self.high
-        return bool(((a < self.low) | (a > self.high)).any())
+            if self.np_dtype.itemsize < 8:  # one pass, no temporary: a float64 sum of finite float32s cannot overflow
+                return lambda a: not np.isfinite(np.add.reduce(a, axis=None, dtype=np.float64))
+            return lambda a: not np.isfinite(a).all()
+        if self._from_zero:
+            # Negative int64s viewed as uint64 are larger than any valid action: one reduction.
+            high = np.uint64(self.high)
+            return lambda a: np.maximum.reduce(a.view(np.uint64), axis=None) > high
+        low, high = self.low, self.high
+        return lambda a: ((a < low) | (a > high)).any()
 
     def bad_rows(self, a: np.ndarray) -> np.ndarray:
         """The rows of ``a`` (``[B, *shape]``) with an action outside the space: bool ``[B]``."""
