@@ -128,6 +128,10 @@ class Acquirer:
         self._full_rows = bool(getattr(env, "autoreset", False))
         self.cuda_graph = bool(cuda_graph)
         self._graph = StepGraph(env, agent, self.device) if self.cuda_graph else None
+        # On an accelerator the env records its action checks on the device; they are read after each acquisition.
+        deferred = getattr(env, "deferred_action_check", None)
+        self._action_checks = deferred() if callable(deferred) else None
+        self._n_acquired = 0
         if self._graph is not None and not self._full_rows:
             raise GraphCaptureError(
                 f"cuda_graph=True needs an auto-reset env (every env running, fixed shapes), but {env!r} has "
@@ -248,12 +252,34 @@ class Acquirer:
         assert 0 <= slot < len(self._slots) and self._started
         self._slot = slot
         self.block = self._slots[slot].block
+        checks = self._action_checks
+        if checks is not None:  # the last acquisition's, if its read had to wait for the device
+            checks.raise_pending(wait=True)
+        self._n_acquired += 1
         with torch.no_grad():
             if not self._full_rows:
-                return self._acquire_episodic()
-            if self._graph is not None and not self._graph.warm:
-                return self._graph.warm_up(self._acquire_full)
-            return self._acquire_full()
+                out = self._acquire_episodic()
+            elif self._graph is not None and not self._graph.warm:
+                out = self._graph.warm_up(self._acquire_full)
+            else:
+                out = self._acquire_full()
+        if checks is not None:
+            # No host sync here (in process, the learner reads the buffer in stream order): a copy of the record,
+            # read now if the device is done with it, else by raise_action_errors or the next acquisition.
+            checks.snapshot(f" of acquisition {self._n_acquired}")
+            checks.raise_pending(wait=False)
+        return out
+
+    def raise_action_errors(self) -> None:
+        """Reads the env's deferred action checks of the last acquisition (on an accelerator), waiting for them:
+        free where the caller has just synchronised with the device.
+
+        Raises:
+            ActionRangeError: an action of that acquisition was outside the action space (the message names the
+                step).
+        """
+        if self._action_checks is not None:
+            self._action_checks.raise_pending(wait=True)
 
     def _tick(self) -> float:
         if self._sync:

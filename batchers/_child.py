@@ -76,6 +76,7 @@ def serve(acq: Acquirer, msg: Message, *, in_process: bool = False) -> Any:
         if acq.device.type == "cuda" and not in_process:
             # The parent reads the block through CUDA IPC once it has the reply: writes must be done.
             torch.cuda.synchronize(acq.device)
+            acq.raise_action_errors()  # done too: read without another sync
         return out
     if cmd is Command.UPDATE:
         (weights,) = args

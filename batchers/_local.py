@@ -8,7 +8,7 @@ from typing import Any
 from rlstruct.batchers._acquire import Acquirer
 from rlstruct.batchers._child import serve, start_worker
 from rlstruct.batchers._protocol import Command, Failure, Message, Reply, WorkerSpec
-from rlstruct.errors import AgentOutputError
+from rlstruct.errors import ActionRangeError, AgentOutputError
 
 __all__ = ["LocalWorker"]
 
@@ -21,7 +21,8 @@ def _wrapped(worker_id: int, e: BaseException) -> Exception:
 class LocalWorker:
     """The same interface as :class:`~rlstruct.batchers._parent.ProcessWorker`, run synchronously in the calling
     process. A failure is a :class:`BatcherWorkerError` raised from the exception, whose traceback (the user's
-    frames) is shown once; an :class:`AgentOutputError` is raised as it is (it names the agent and the fix)."""
+    frames) is shown once; an :class:`AgentOutputError` or :class:`ActionRangeError` is raised as it is (it names
+    the agent or the action, and the fix)."""
 
     def __init__(self, spec: WorkerSpec, timeout: float):
         self.worker_id = spec.worker_id
@@ -53,7 +54,7 @@ class LocalWorker:
         reply, cause, self._reply, self._cause = self._reply, self._cause, None, None
         assert reply is not None
         if reply.failure is not None:
-            if isinstance(cause, AgentOutputError):
+            if isinstance(cause, (AgentOutputError, ActionRangeError)):
                 raise cause
             raise reply.failure.error(" (in process)", with_traceback=False) from cause
         return reply.value

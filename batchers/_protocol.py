@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlstruct.batchers._placement import WorkerPlacement
-from rlstruct.errors import AgentOutputError, BatcherWorkerError
+from rlstruct.errors import ActionRangeError, AgentOutputError, BatcherWorkerError
 
 __all__ = ["CHECK_DEVICE_ENV", "Command", "Failure", "Message", "Reply", "WorkerSpec"]
 
@@ -73,12 +73,14 @@ class Failure:
         """The failure of ``e``, being handled now (its traceback is the current one)."""
         return cls(worker_id, type(e).__name__, str(e), traceback.format_exc())
 
-    def error(self, where: str = "", *, with_traceback: bool = True) -> BatcherWorkerError | AgentOutputError:
+    def error(self, where: str = "", *, with_traceback: bool = True) -> Exception:
         """The :class:`BatcherWorkerError` the parent raises for it; ``where`` follows the worker's id. An
-        :class:`AgentOutputError` stays one (its message says all, the traceback would only show the batcher)."""
+        :class:`AgentOutputError` or :class:`ActionRangeError` stays one (its message says all, the traceback would
+        only show the batcher)."""
         k = self.worker_id
-        if self.type_name == AgentOutputError.__name__:
-            return AgentOutputError(f"worker {k}{where}: {self.message}")
+        for kept in (AgentOutputError, ActionRangeError):
+            if self.type_name == kept.__name__:
+                return kept(f"worker {k}{where}: {self.message}")
         message = f": {self.message}" if self.message else ""  # KeyboardInterrupt has none
         shown = f"\n--- traceback in worker {k} ---\n{self.traceback}" if with_traceback else " (traceback above)"
         return BatcherWorkerError(

@@ -28,7 +28,8 @@ __all__ = ["Accelerator", "CudaAccelerator", "CUDA", "accelerator_for", "install
 
 class Accelerator(Protocol):
     """What the GPU logic asks of an accelerator. Streams and events follow ``torch.cuda.Stream``/``Event``:
-    ``stream.wait_stream(other)``, ``stream.wait_event(event)``, ``event.record(stream)``; a graph has
+    ``stream.wait_stream(other)``, ``stream.wait_event(event)``, ``event.record(stream)``, ``event.query()`` (done
+    yet?), ``event.synchronize()`` (wait for it on the host); a graph has
     ``replay()`` (and, where the generators can be registered, ``register_generator_state(generator)``)."""
 
     def current_stream(self, device: torch.device) -> Any:

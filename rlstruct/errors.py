@@ -22,6 +22,7 @@ situation                                                    type
 a seed that is not an int in ``[0, 2**31)``                  :class:`SeedError`
 an unsupported observation or action space                   :class:`SpaceError`
 an action that does not fit the action space (shape, dtype)  :class:`SpaceError`
+an action out of range, or a NaN or infinite Box action      :class:`ActionRangeError`
 not one action row per running env                           :class:`BatchSizeError`
 a tensor on the wrong device                                 :class:`DeviceMismatchError`
 ==========================================================  =========================
@@ -50,6 +51,7 @@ __all__ = [
     "DeviceUnavailableError",
     "BatchSizeError",
     "SpaceError",
+    "ActionRangeError",
     "SeedError",
     "EnvStateError",
     "BatcherWorkerError",
@@ -86,6 +88,16 @@ class BatchSizeError(RLStructError, ValueError):
 class SpaceError(RLStructError, ValueError):
     """An env's space is not supported (e.g. a Tuple observation space), or an action or observation does not fit
     the env's space (shape or dtype). Raised at construction or at ``step`` by every env implementation alike."""
+
+
+class ActionRangeError(SpaceError):
+    """An action's values are outside its env's action space: a Discrete or MultiDiscrete action out of range, or a
+    NaN or infinite Box action (finite Box actions go to the env as given, as gymnasium's own envs take them).
+
+    Every env checks its actions at ``step``: at once on the CPU; on an accelerator the check is recorded on the
+    device and read where the batcher synchronises anyway, the end of an acquisition, so the error names the step.
+    The message names the key, the valid range, the offending values and the env ids, and the fix.
+    """
 
 
 class SeedError(RLStructError, ValueError):

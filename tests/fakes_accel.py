@@ -69,6 +69,14 @@ class FakeEvent:
     def record(self, stream: FakeStream) -> None:
         self.clock, self.stream = dict(stream.clock), stream.name
 
+    def query(self) -> bool:
+        """Whether the work before the event is done: on the CPU, as soon as it is recorded."""
+        return self.clock is not None
+
+    def synchronize(self) -> None:
+        if self.clock is None:
+            raise AssertionError("the host waits on an event that was never recorded")
+
 
 class FakeGraph:
     """Records the captured callable; ``replay`` calls it (the same tensors, as a CUDA graph's kernels)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -10,6 +11,9 @@ import torch
 
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
 from rlstruct.structures import DictTensor
+
+if TYPE_CHECKING:
+    from rlstruct.envs._actions import DeferredActionCheck
 
 __all__ = [
     "VecEnv", "StepResult", "host_copy", "check_env_info", "check_no_env_info", "check_some_running", "action_rows",
@@ -95,6 +99,8 @@ class VecEnv(abc.ABC):
             EnvStateError: ``reset`` was never called, the env is closed, or every episodic env has finished.
             TypeError: ``action`` is not a DictTensor. KeyError: it has no ``action``.
             SpaceError: the action has the wrong per-row shape or dtype kind.
+            ActionRangeError: an action value is outside the action space (on an accelerator, raised later: see
+                :meth:`deferred_action_check`).
             BatchSizeError: it does not have one row per running env.
             DeviceMismatchError: it is not on :attr:`device`.
         """
@@ -186,6 +192,20 @@ class VecEnv(abc.ABC):
             f"set_graph_state needs an env whose step can be captured, {type(self).__name__}.graph_state() is None; "
             "check graph_state() before handing it a state"
         )
+
+    def deferred_action_check(self) -> DeferredActionCheck | None:
+        """Where the env's checks of its action values wait to be read, or ``None`` (the default) when every
+        ``step`` checks them at once.
+
+        Every env refuses an action outside its action space (a Discrete or MultiDiscrete action out of range, a
+        NaN or infinite Box action) with :class:`~rlstruct.errors.ActionRangeError`. On the CPU ``step`` raises it.
+        On an accelerator a host read at every step would stall the device, so the env records the check on the
+        device and returns a :class:`~rlstruct.envs._actions.DeferredActionCheck`: its ``check()`` reads the record
+        (one host sync) and raises for the steps since the last read. The batchers read it at the end of every
+        acquisition, where they synchronise anyway; a loop of one's own calls ``check()`` where it reads results
+        from the device.
+        """
+        return None
 
     def close(self) -> None:
         """Releases the envs' resources; idempotent."""

@@ -127,13 +127,17 @@ def check_graph_state(current: SimState, state: Any) -> None:
             )
 
 
-def check_action(system: Any, action: DictTensor, n_rows: int) -> tuple[torch.Tensor, np.ndarray | None]:
+def check_action(system: Any, action: DictTensor, n_rows: int, ids: torch.Tensor | None = None) -> tuple[
+        torch.Tensor, np.ndarray | None]:
     """``action["action"]`` checked and copied (so that the step's last_action never aliases the caller's
     tensor): ``(tensor, array)``, the array a numpy view of the tensor on the CPU (what the host kernels take),
-    ``None`` elsewhere.
+    ``None`` elsewhere. Its values are checked by the simulator's action spec (``ids``: the env of each row,
+    ``None``: every env in order).
 
     Raises:
-        SpaceError: wrong dtype or per-row shape. And whatever :func:`~rlstruct.envs._base.action_rows` raises.
+        SpaceError: wrong dtype or per-row shape. ActionRangeError: a value outside the action space (on the CPU;
+        recorded for a later read on an accelerator). And whatever :func:`~rlstruct.envs._base.action_rows`
+        raises.
     """
     a = action_rows(action, system.device, n_rows)
     if system._discrete:
@@ -142,14 +146,19 @@ def check_action(system: Any, action: DictTensor, n_rows: int) -> tuple[torch.Te
                 f"action['action'] must be an integer tensor of shape [{n_rows}] for {system.action_space}, "
                 f"got {a.dtype} {list(a.shape)}; pass e.g. torch.randint(0, {system.n_actions}, ({n_rows},))"
             )
-        return _copy_action(a, torch.int64, (n_rows,))
-    shape = (n_rows,) + system.action_shape
-    if _dtype_kind(a.dtype) != "floating" or (tuple(a.shape) != shape and not (a.dim() == 1 and shape[1:] == (1,))):
-        raise SpaceError(
-            f"action['action'] must be a floating tensor of shape {list(shape)} for {system.action_space}, "
-            f"got {a.dtype} {list(a.shape)}; pass e.g. torch.zeros({n_rows}, 1)"
-        )
-    return _copy_action(a, torch.float32, shape)
+        copied = _copy_action(a, torch.int64, (n_rows,))
+    else:
+        shape = (n_rows,) + system.action_shape
+        if _dtype_kind(a.dtype) != "floating" or (
+            tuple(a.shape) != shape and not (a.dim() == 1 and shape[1:] == (1,))
+        ):
+            raise SpaceError(
+                f"action['action'] must be a floating tensor of shape {list(shape)} for {system.action_space}, "
+                f"got {a.dtype} {list(a.shape)}; pass e.g. torch.zeros({n_rows}, 1)"
+            )
+        copied = _copy_action(a, torch.float32, shape)
+    system._action_spec.check_values(*copied, ids)
+    return copied
 
 
 def _copy_action(a: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> tuple[torch.Tensor, np.ndarray | None]:

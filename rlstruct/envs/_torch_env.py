@@ -18,6 +18,7 @@ import torch
 
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs import _sim_kernels as kernels
+from rlstruct.envs._actions import ActionSpec, DeferredActionCheck
 from rlstruct.envs._base import CallOrder, HostDestinations, StepResult, VecEnv, check_env_info, check_some_running
 from rlstruct.envs._jit import jit_after, jit_kernels, jit_wanted
 from rlstruct.envs._rng import draw_table, env_keys, uniform_draws
@@ -170,6 +171,7 @@ class TorchVecEnv(CallOrder, VecEnv):
         self._started = False
         self._closed = False
         self._setup()
+        self._action_spec = ActionSpec(self.action_space, device=dev)
         self._destinations = HostDestinations.of_frame(
             self.observation_space.shape, np.float32, self.action_shape, self._discrete, n_envs
         )
@@ -341,15 +343,19 @@ class TorchVecEnv(CallOrder, VecEnv):
 
     def step(self, action: DictTensor) -> StepResult:
         """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`) with ``action["action"]``:
-        ``[B]`` of any integer dtype for a discrete space (values are clamped into ``[0, n_actions)``), or floating
+        ``[B]`` of any integer dtype for a discrete space (values in ``[0, n_actions)``), or finite floating
         ``[B, *action_shape]`` (``[B]`` is accepted for a one-dimensional Box), on :attr:`device`. Episodic:
         ``observation_running`` holds the rows of ``observation_next`` that did not finish.
+
+        Raises:
+            ActionRangeError: an action out of range, or a NaN or infinite one (on the CPU; on an accelerator the
+                check is recorded for :meth:`deferred_action_check`).
         """
         self._check_steppable("step")
         ids = self._ids
         n_rows = ids.shape[0]
         check_some_running(n_rows, self._n)
-        a, a_host = check_action(self, action, n_rows)
+        a, a_host = check_action(self, action, n_rows, None if self.autoreset else ids)
         if self._jit_in is not None:
             self._count_toward_jit(n_rows)
         if self.autoreset:
@@ -357,6 +363,11 @@ class TorchVecEnv(CallOrder, VecEnv):
             return self._autoreset_result(out, a)
         self._state, out = self._stepper.episodic(self._state, ids, a, a_host)
         return self._episodic_result(out, ids, a)
+
+    def deferred_action_check(self) -> DeferredActionCheck | None:
+        """The record of the action checks on an accelerator (see :meth:`VecEnv.deferred_action_check
+        <rlstruct.envs.VecEnv.deferred_action_check>`); ``None`` on the CPU."""
+        return self._action_spec.deferred
 
     def close(self) -> None:
         """Ends the env: every later ``reset``, ``step`` or ``get_state`` raises :class:`EnvStateError`; idempotent."""

@@ -8,6 +8,7 @@ import gymnasium as gym
 import torch
 
 from rlstruct.devices import DeviceLike, check_device_exists
+from rlstruct.envs._actions import DeferredActionCheck
 from rlstruct.envs._base import StepResult, VecEnv
 from rlstruct.errors import DeviceMismatchError
 from rlstruct.structures import DictTensor
@@ -112,6 +113,10 @@ class DeviceEnv(VecEnv):
         o_run = o_next if obs_running is obs_next else obs_running.to(to)
         i_run = i_next if ids_running is ids else ids_running.to(to)
         return (o_next, i_next), (o_run, i_run)
+
+    def deferred_action_check(self) -> DeferredActionCheck | None:
+        """The inner env's (its actions are checked on ``from_device``)."""
+        return self.env.deferred_action_check()
 
     def close(self) -> None:
         """Closes the inner env (idempotent when the inner env's close is)."""

@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlstruct.envs._actions import DeferredActionCheck
 from rlstruct.envs._base import CallOrder, HostDestinations, StepResult, VecEnv, check_env_info, check_some_running
 from rlstruct.envs._gym_adapters import GymAdapter, ListAdapter, VectorAdapter, is_vector_env
 from rlstruct.envs._gym_arrays import RESERVED_KEYS
@@ -176,7 +177,7 @@ class GymEnv(CallOrder, VecEnv):
         self._check_steppable("step")
         running = self._running
         check_some_running(len(running), self._n)
-        a, a_np = self._action.host_copy(action["action"], len(running))
+        a, a_np = self._action.host_copy(action["action"], len(running), running)
         ids = self._all_ids if len(running) == self._n else torch.from_numpy(running)
         nxt, reward, term, trunc, done_np, fresh = self._adapter.step(a_np, running)
         obs_next = self._assemble(nxt, reward, term, trunc, a, done_np)
@@ -201,6 +202,11 @@ class GymEnv(CallOrder, VecEnv):
         v["initial_state"] = torch.from_numpy(done_np)
         v["last_action"] = torch.from_numpy(last_r)
         return (obs_next, ids), (DictTensor._trusted(v), ids)
+
+    def deferred_action_check(self) -> DeferredActionCheck | None:
+        """``None``: the actions are checked at every step, on the host (see :meth:`VecEnv.deferred_action_check
+        <rlstruct.envs.VecEnv.deferred_action_check>`); a test's accelerator installed for the CPU defers them."""
+        return self._action.deferred
 
     def writes_in_place(self) -> bool:
         """True with ``autoreset=True``: :meth:`step_into` writes each env's results (over a list) or the vector

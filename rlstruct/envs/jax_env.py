@@ -15,7 +15,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._actions import ActionSpec
+from rlstruct.envs._actions import ActionSpec, DeferredActionCheck
 from rlstruct.envs._base import (
     CallOrder,
     HostDestinations,
@@ -308,12 +308,19 @@ class JaxVecEnv(CallOrder, VecEnv):
     def _check_env_info(self, env_info: DictTensor | None) -> None:
         check_no_env_info(env_info, self._n, "a JAX env", "set per-env parameters in the JAX env's params instead")
 
-    def _check_action(self, action: DictTensor, n_rows: int) -> torch.Tensor:
+    def _check_action(self, action: DictTensor, n_rows: int, ids: torch.Tensor | None = None) -> torch.Tensor:
         a = action["action"]
         shape = self._action.check(a, n_rows)
         # A fresh contiguous tensor of last_action's dtype, never the agent's: it is the step's last_action, and
         # what JAX reads.
-        return a.detach().reshape(shape).to(self._action_dtype, memory_format=torch.contiguous_format, copy=True)
+        a = a.detach().reshape(shape).to(self._action_dtype, memory_format=torch.contiguous_format, copy=True)
+        self._action.check_values(a, ids=ids)
+        return a
+
+    def deferred_action_check(self) -> DeferredActionCheck | None:
+        """The record of the action checks on an accelerator (see :meth:`VecEnv.deferred_action_check
+        <rlstruct.envs.VecEnv.deferred_action_check>`); ``None`` on the CPU."""
+        return self._action.deferred
 
     def step(self, action: DictTensor) -> StepResult:
         """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`): ``action``: int
@@ -322,7 +329,7 @@ class JaxVecEnv(CallOrder, VecEnv):
         ids = self._ids
         n_running = ids.shape[0]
         check_some_running(n_running, self._n)
-        a = self._check_action(action, n_running)
+        a = self._check_action(action, n_running, None if self.autoreset else ids)
         to_jax, to_torch = self._to_jax, self._to_torch
         if self.autoreset:
             self._keys, self._state, frames, rewards, flags = self._jit_step(self._keys, self._state, to_jax(a))

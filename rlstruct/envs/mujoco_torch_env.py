@@ -12,6 +12,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
+from rlstruct.envs._actions import ActionSpec, DeferredActionCheck
 from rlstruct.envs._base import CallOrder, StepResult, VecEnv, action_rows, check_no_env_info, check_some_running
 from rlstruct.envs._imports import import_mujoco, import_mujoco_torch
 from rlstruct.envs._locomotion import check_max_episode_steps, locomotion_task
@@ -116,6 +117,7 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         self.observation_space = spaces.Box(-np.inf, np.inf, (self._nq - 1 + self._nv,), np.float32)
         low, high = m.actuator_ctrlrange.T.astype(np.float32)
         self.action_space = spaces.Box(low, high, (self._nu,), np.float32)
+        self._action_spec = ActionSpec(self.action_space, device=dev)
         self._ids_all = torch.arange(n, device=dev)
         self._ids = self._ids_all
         self._physical: tuple[torch.Tensor, ...] = ()  # (qpos [n, nq], qvel [n, nv], qacc_warmstart [n, nv])
@@ -182,15 +184,23 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         })
         return obs, self._ids_all
 
-    def _check_action(self, action: DictTensor, n_rows: int) -> torch.Tensor:
-        """``action["action"]`` checked, as a fresh float32 ``[n_rows, nu]`` tensor (never the caller's)."""
+    def _check_action(self, action: DictTensor, n_rows: int, ids: torch.Tensor | None) -> torch.Tensor:
+        """``action["action"]`` checked (shape, dtype, finite values), as a fresh float32 ``[n_rows, nu]`` tensor
+        (never the caller's); ``ids``: the env of each row (``None``: every env in order)."""
         a = action_rows(action, self.device, n_rows)
         if not a.dtype.is_floating_point or tuple(a.shape[1:]) != (self._nu,):
             raise SpaceError(
                 f"action['action'] must be a floating tensor of shape [{n_rows}, {self._nu}] for {self.action_space}, "
                 f"got {a.dtype} {list(a.shape)}; pass e.g. torch.zeros({n_rows}, {self._nu})"
             )
-        return a.detach().to(torch.float32, copy=True)
+        a = a.detach().to(torch.float32, copy=True)
+        self._action_spec.check_values(a, ids=ids)
+        return a
+
+    def deferred_action_check(self) -> DeferredActionCheck | None:
+        """The record of the action checks on an accelerator (see :meth:`VecEnv.deferred_action_check
+        <rlstruct.envs.VecEnv.deferred_action_check>`); ``None`` on the CPU."""
+        return self._action_spec.deferred
 
     def step(self, action: DictTensor) -> StepResult:
         """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`): ``action``: floating
@@ -199,7 +209,7 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         ids = self._ids
         n_running = ids.shape[0]
         check_some_running(n_running, self._n)
-        a = self._check_action(action, n_running)
+        a = self._check_action(action, n_running, None if self.autoreset else ids)
         if self.autoreset:
             return self._step_autoreset(a)
         return self._step_episodic(a, ids)

@@ -17,7 +17,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rlstruct import DictTensor
+from rlstruct import DictTensor, _accel
 from rlstruct.envs import (
     Acrobot,
     CartPole,
@@ -30,9 +30,10 @@ from rlstruct.envs import (
     to_gymnasium,
     to_gymnasium_env,
 )
-from rlstruct.errors import EnvStateError, SeedError, SpaceError
+from rlstruct.errors import ActionRangeError, EnvStateError, SeedError, SpaceError
 from rlstruct.seeding import MAX_SEED, env_seeds
 from tests import fakes_gym
+from tests.fakes_accel import RecordingAccelerator
 
 N = 2
 SIMS = {"CartPole": CartPole, "Acrobot": Acrobot, "MountainCar": MountainCar, "Pendulum": Pendulum}
@@ -325,3 +326,135 @@ def test_a_bridge_action_that_does_not_fit_the_space_is_a_space_error(make):
     env.reset()
     with pytest.raises(SpaceError, match=r"action(\['action'\])? must"):
         env.step(bridge_misfit_action(env))
+
+
+# ------------------------------------------------------------------------------------- action values
+def out_of_range_action(env) -> tuple[DictTensor, str]:
+    """An action outside the action space (a Discrete's row 0 above it and row 1 below, a Box's row 1 NaN), and what
+    the message must say of it: the space, the range, the values and the env ids."""
+    space, n = env.action_space, env.n_envs()
+    if isinstance(space, spaces.Discrete):
+        a = torch.tensor([space.n, -1])
+        match = (rf"action\['action'\] must be in Discrete\({space.n}\), the integers in \[0, {space.n - 1}\], "
+                 rf"got {space.n}, -1 at env ids 0, 1 \(2 of 2 rows\)")
+    else:
+        a = torch.zeros((n,) + tuple(space.shape))
+        a[1] = float("nan")
+        match = r"action\['action'\] must be in Box\(.*finite values.*got \[nan.* at env ids 1 \(1 of 2 rows\)"
+    return DictTensor({"action": a.to(env.device)}), match
+
+
+@pytest.mark.parametrize("make", VEC_ENVS.values(), ids=VEC_ENVS.keys())
+def test_an_action_outside_the_space_is_an_action_range_error(make):
+    env = make(0)
+    env.reset()
+    action, match = out_of_range_action(env)
+    with pytest.raises(ActionRangeError, match=match + r"; .*(never clamped|check the policy's outputs)"):
+        env.step(action)
+    assert env.deferred_action_check() is None  # checked at once on the CPU
+    env.step(valid_action(env))  # the refused step left the env as it was
+    env.close()
+
+
+EPISODIC_THREE: dict[str, Callable[[], object]] = {
+    **{name: (lambda cls: lambda: cls(3))(cls) for name, cls in SIMS.items()},
+    "GymEnv": lambda: GymEnv([gym.make("CartPole-v1") for _ in range(3)], 0),
+}
+
+
+@pytest.mark.parametrize("make", EPISODIC_THREE.values(), ids=EPISODIC_THREE.keys())
+def test_an_episodic_env_names_the_running_env_ids(make):
+    env = make()
+    env.reset()
+    if isinstance(env, GymEnv):
+        env._running = env._running[[0, 2]]  # env 1 has finished
+    else:
+        state = env.get_state()
+        state["running"][1] = False
+        env.set_state(state)
+    if isinstance(env.action_space, spaces.Discrete):
+        a = torch.tensor([0, env.action_space.n])
+    else:
+        a = torch.tensor([[0.0], [float("-inf")]])
+    with pytest.raises(ActionRangeError, match=r"at env ids 2 \(1 of 2 rows\)"):
+        env.step(DictTensor({"action": a}))
+
+
+@pytest.mark.parametrize(
+    "make, bad",
+    [(lambda: to_gymnasium(CartPole(N, autoreset=True), output="numpy"), np.array([0, 2])),
+     (lambda: to_gymnasium(CartPole(N, autoreset=True), output="torch"), torch.tensor([-1, 0])),
+     (lambda: to_gymnasium_env(CartPole(1)), 7),
+     (lambda: to_gymnasium_env(Pendulum(1, autoreset=True)), np.array([np.inf], np.float32))],
+    ids=["to_gymnasium-numpy", "to_gymnasium-torch", "to_gymnasium_env-CartPole", "to_gymnasium_env-Pendulum"],
+)
+def test_a_bridge_action_outside_the_space_is_an_action_range_error(make, bad):
+    env = make()
+    env.reset()
+    with pytest.raises(ActionRangeError, match=r"action\['action'\] must be in (Discrete\(2\)|Box).* got "):
+        env.step(bad)
+
+
+def test_a_multidiscrete_action_is_checked_element_by_element():
+    env = GymEnvInf([fakes_gym.SpaceEnv(spaces.Box(0, 1, (2,)), spaces.MultiDiscrete([3, 5], start=[1, 0]))
+                     for _ in range(2)], 0)
+    env.reset()
+    env.step(DictTensor({"action": torch.tensor([[1, 0], [3, 4]])}))
+    with pytest.raises(ActionRangeError, match=r"element k an integer in \[low\[k\], high\[k\]\] \(low \[1, 0\], "
+                                               r"high \[3, 4\]\), got \[0, 4\] at env ids 1 \(1 of 2 rows\)"):
+        env.step(DictTensor({"action": torch.tensor([[1, 0], [0, 4]])}))
+
+
+def _mujoco_torch(seed: int, **kwargs):
+    pytest.importorskip("mujoco_torch")
+    return make_env("Hopper-v5", N, backend="mujoco_torch", seed=seed, **kwargs)
+
+
+# Envs with a device of their own (an accelerator's, with the recording fake installed for the CPU).
+ON_DEVICE: dict[str, Callable[[], object]] = {
+    "CartPole": lambda: CartPole(N, autoreset=True),
+    "Pendulum": lambda: Pendulum(N, autoreset=True),
+    "DeviceEnv-Acrobot": lambda: DeviceEnv(Acrobot(N, autoreset=True), "cpu", "cpu"),
+    "make_env-gymnax": lambda: _gymnax(0, autoreset=True),
+}
+
+
+@pytest.mark.parametrize("make", ON_DEVICE.values(), ids=ON_DEVICE.keys())
+def test_on_an_accelerator_the_check_is_recorded_and_read_later_naming_the_step(make):
+    with _accel.installed("cpu", RecordingAccelerator()):
+        env = make()
+    record = env.deferred_action_check()
+    env.reset()
+    bad, match = out_of_range_action(env)
+    for t in range(4):
+        env.step(bad if t in (1, 3) else valid_action(env))  # recorded on the device: no host read, no error
+    n_bad = 2 if isinstance(env.action_space, spaces.Discrete) else 1
+    with pytest.raises(ActionRangeError, match=match + rf" at step 1, the first of {2 * n_bad} offending rows over 4 "
+                                                       r"steps \(of the last read\)"):
+        record.check(" (of the last read)")
+    record.check()  # the record was cleared
+    env.step(valid_action(env))
+    record.snapshot(" of acquisition 2")  # what a batcher does at the end of an acquisition, without a sync
+    record.raise_pending(wait=True)
+
+
+def test_mujoco_torch_defers_its_check_on_an_accelerator():
+    # Not stepped here: a NaN action makes its solver run every iteration, for seconds.
+    with _accel.installed("cpu", RecordingAccelerator()):
+        env = _mujoco_torch(0, autoreset=True)
+    assert env.deferred_action_check() is not None
+
+
+def test_a_deferred_check_of_a_step_of_fewer_rows_counts_them():
+    with _accel.installed("cpu", RecordingAccelerator()):
+        env = CartPole(3)
+    env.reset()
+    env.step(DictTensor({"action": torch.tensor([0, 0, 0])}))
+    state = env.get_state()
+    state["running"][1] = False
+    env.set_state(state)
+    env.step(DictTensor({"action": torch.tensor([1, 9])}))
+    with pytest.raises(ActionRangeError, match=r"must be in Discrete\(2\), the integers in \[0, 1\], got an "
+                                               r"offending row at step 1, the first of 1 offending rows over 2 steps "
+                                               r"\(the values"):
+        env.deferred_action_check().check()

@@ -18,7 +18,14 @@ import torch
 from rlstruct import DictTensor
 from rlstruct.envs import make_env
 from rlstruct.envs._locomotion import LOCOMOTION_TASKS, locomotion_task
-from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, MissingDependencyError, SpaceError
+from rlstruct.errors import (
+    ActionRangeError,
+    BatchSizeError,
+    DeviceMismatchError,
+    EnvStateError,
+    MissingDependencyError,
+    SpaceError,
+)
 from tests.fakes_gym import assert_same
 
 pytest.importorskip("mujoco")
@@ -306,6 +313,11 @@ def check_wrong_actions(env) -> None:
         env.step(DictTensor({"action": torch.zeros(n, nu, dtype=torch.int64)}))
     with pytest.raises(BatchSizeError, match="one row per running env"):
         env.step(act(torch.zeros(n - 1, nu)))
+    nan = torch.zeros(n, nu)
+    nan[1, 0] = float("nan")
+    with pytest.raises(ActionRangeError, match=r"action\['action'\] must be in Box\(.*finite values.*got \[nan, 0.0"
+                                               rf".* at env ids 1 \(1 of {n} rows\)"):
+        env.step(act(nan))
     with pytest.raises(DeviceMismatchError, match="must be on cpu"):
         env.step(DictTensor({"action": torch.zeros(n, nu, device="meta")}))
     with pytest.raises(ValueError, match="env_info must be empty"):
