@@ -88,8 +88,8 @@ class RunConfig:
     evaluation_policy: str = setting("greedy", "greedy (the policy's mode) or sample (as in training)",
                                      group="evaluation")
     eval_every: int = setting(50, "training iterations at least between two evaluations", group="evaluation")
-    logdir: str | None = setting(None, "folder of the logs, the plot and the checkpoint (None: runs/ALGO-ENV-SEED)",
-                                 group="run")
+    logdir: str | None = setting(None, "folder of the run's files (None: runs/ALGO-ENV-SEED); one "
+                                 "holding a run gives FOLDER-2, FOLDER-3 and so on", group="run")
     log_every: int = setting(10, "iterations between two TensorBoard and progress-bar updates", group="run")
     progress: bool = setting(True, "show a progress bar on stderr", group="run")
     tensorboard: bool = setting(True, "write TensorBoard event files into logdir", group="run")

@@ -23,10 +23,10 @@ from torch import nn
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._train.checkpoints import Resume, load_resume, plot_learning_curve
 from rlstruct.algos._train.config import RunConfig, check_evaluation_policy, validate_run_config
-from rlstruct.algos._train.distributed import World, rank_device, world_from_environment
+from rlstruct.algos._train.distributed import World, rank_device, torchrun_restarts, world_from_environment
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
-from rlstruct.algos._train.log import Run, TrainResult, check_logdir, run_logdir
+from rlstruct.algos._train.log import Run, TrainResult, check_logdir, claim_logdir, run_logdir
 from rlstruct.algos._train.presets import apply_preset
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,
@@ -203,7 +203,8 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | 
         ConfigError: an unknown ``preset`` or one of another algorithm or env, settings that cannot work together, a
             ``resume`` trained by another number of data-parallel ranks, a
             ``resume`` this config cannot continue (see
-            :func:`~rlstruct.algos._train.checkpoints.load_resume`), or a log folder that cannot be created or written.
+            :func:`~rlstruct.algos._train.checkpoints.load_resume`), a log folder that cannot be created or written,
+            or, in a ``torchrun`` launch, one that holds a run already (:func:`~.log.claim_logdir`).
     """
     start = time.perf_counter() if start is None else start
     config, _ = apply_preset(algorithm.name, config, given)
@@ -227,7 +228,14 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | 
         raise ConfigError(f"resume={config.resume!r} was trained by {resume.world_size} data-parallel rank(s), got "
                           f"{world.size} (WORLD_SIZE); resume it with torchrun --nproc-per-node {resume.world_size} "
                           "(over all nodes), or start a new run without --resume")
-    check_logdir(run_logdir(algorithm.name, config, resume))  # last: a run that fails a check creates no folder
+    # Last: a run that fails a check creates no folder. Rank 0 alone writes the run's files; a torchrun restart
+    # writes into the folder its first attempt claimed.
+    logdir, restarts = run_logdir(algorithm.name, config, resume), torchrun_restarts()
+    continued = resume is not None and logdir.resolve() == resume.folder.resolve()
+    if world.is_logger and not continued and not restarts:
+        config = dataclasses.replace(config, logdir=str(claim_logdir(logdir, numbered=restarts is None)))
+    else:
+        check_logdir(logdir)
     return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start, world)
 
 

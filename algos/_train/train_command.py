@@ -112,6 +112,7 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
             print(f"{prog}: torchrun restarted the ranks (restart {os.environ['TORCHELASTIC_RESTART_COUNT']}): "
                   f"resuming {restarted}", file=sys.stderr)
     given = given_flags(parser, argv) - {"show_config"}
+    configure_logging()  # before the checks: the numbered folder a used --logdir gives is announced by a warning
     try:
         checkpoint, resumed = None, frozenset()
         if ns.resume is not None:
@@ -137,7 +138,6 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
     except (ValueError, TypeError, RLStructError, FileNotFoundError) as e:
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
-    configure_logging()
     try:
         result = algorithm.run(setup)
     except KeyboardInterrupt:
