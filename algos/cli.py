@@ -72,7 +72,7 @@ def _eval_command(argv: Sequence[str]) -> int:
         if video is not None:
             result["video"] = video.path
             result["video_frames"] = video.frames
-    except (ValueError, RLStructError, FileNotFoundError) as e:
+    except (ValueError, RLStructError) as e:
         print(f"rlstruct eval: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     print(f"mean return over {result['episodes']} {result['policy']} episodes of {result['env']}: "

@@ -109,8 +109,8 @@ class Algorithm:
 
         Raises:
             ValueError: what :func:`prepare` raises: a setting out of range, or one of its subclasses
-                (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``) for a device, the env or ``resume``.
-            FileNotFoundError: ``resume`` does not exist.
+                (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``, ``CheckpointError``) for a device, the
+                env or ``resume``.
         """
         return self.run(self.validate(config))
 
@@ -198,8 +198,8 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: the algorithm cannot run on the env's spaces.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
+        ValueError: a setting is out of range.
+        CheckpointError: ``resume`` is missing, unreadable, or not an rlstruct checkpoint.
         ConfigError: an unknown ``preset`` or one of another algorithm or env, settings that cannot work together, a
             ``resume`` trained by another number of data-parallel ranks, a
             ``resume`` this config cannot continue (see

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlstruct.algos._train.checkpoints import check_resume_algorithm, check_resume_exists, load_checkpoint
+from rlstruct.algos._train.checkpoints import check_resume_algorithm, load_checkpoint
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.distributed import restart_resume
 from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
@@ -116,8 +116,7 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
     try:
         checkpoint, resumed = None, frozenset()
         if ns.resume is not None:
-            check_resume_exists(ns.resume)
-            checkpoint = load_checkpoint(ns.resume)
+            checkpoint = load_checkpoint(ns.resume, argument="resume")
             check_resume_algorithm(algorithm.name, ns.resume, checkpoint)
             defaults = resumed_defaults(config_cls, checkpoint)
             parser.set_defaults(**defaults)
@@ -135,7 +134,7 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
             return 0
         setup = algorithm.validate(config, given=given | resumed, start=launched,
                                    checkpoint=checkpoint if ns.resume == config.resume else None)
-    except (ValueError, TypeError, RLStructError, FileNotFoundError) as e:
+    except (ValueError, TypeError, RLStructError) as e:
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     try:

@@ -138,7 +138,7 @@ def test_bad_commands_exit_2_with_one_line(capsys):
         (["train", "a2c", "--backend", "gymnasium", "--physics-dtype", "float32"], "runs on the 'gymnasium' backend"),
         (["profile", "--physics-dtype", "float32", "--backend", "gymnasium", "--png", ""],
          "runs on the 'gymnasium' backend"),
-        (["eval", "/no/such/checkpoint.pt"], "No such file"),
+        (["eval", "/no/such/checkpoint.pt"], "checkpoint='/no/such/checkpoint.pt' does not exist; pass the"),
         (["eval", "x.pt", "--device", "cuda:7"], "device='cuda:7' does not exist"),
         (["eval", "x.pt", "--max-steps", "0"], "max_steps must be >= 1 or None (the env's time limit), got 0"),
         (["train", "ppo", "--evaluation-chunk-steps", "0"], "evaluation_chunk_steps must be >= 1, got 0"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rlstruct.algos import a2c, load
+from rlstruct.algos.a2c import A2CConfig
 from rlstruct.algos.cli import main
+from rlstruct.errors import CheckpointError
 
 RLSTRUCT = str(Path(sys.executable).with_name("rlstruct"))
 
@@ -183,6 +187,47 @@ def test_eval_of_a_damaged_checkpoint_is_one_line_and_status_2(checkpoint, how, 
 def test_generated_bad_values_of_eval_are_one_line_and_status_2(checkpoint, flag, value, capsys):
     code, lines = run_cli(["eval", str(checkpoint), f"{flag}={value}"], capsys)
     assert_one_line_error(code, lines, "rlstruct eval")
+
+
+def _no_checkpoint(tmp_path: Path, how: str, monkeypatch) -> Path:
+    path = tmp_path / ("nowhere" if how == "missing" else "checkpoint.pt")
+    if how == "a folder without one":
+        path = tmp_path / "folder"
+        path.mkdir()
+    elif how == "unreadable":  # the tests may run as root, whom file permissions do not stop
+        path.write_bytes(b"")
+
+        def refused(*args, **kwargs):
+            raise PermissionError(13, "Permission denied", str(path))
+
+        monkeypatch.setattr(torch, "load", refused)
+    elif how == "not a checkpoint":
+        path.write_text("notes")
+    return path
+
+
+@pytest.mark.parametrize(("how", "match"), [
+    ("missing", "does not exist; pass the checkpoint.pt of an earlier run, or its log folder"),
+    ("a folder without one", "is a folder without a checkpoint.pt; pass the checkpoint file"),
+    ("unreadable", "cannot be read (Permission denied); pass a checkpoint.pt this process may read"),
+    ("not a checkpoint", "is not an rlstruct checkpoint (torch.load cannot read it: "),
+])
+def test_a_missing_or_unreadable_checkpoint_is_one_checkpoint_error_everywhere(how, match, tmp_path, monkeypatch,
+                                                                              capsys, no_new_processes):
+    """``rlstruct.algos.load``, ``train(resume=...)``, ``rlstruct eval`` and ``rlstruct train --resume``: one type in
+    Python, one line and status 2 on the command line, each naming its argument, the path and the fix."""
+    path = _no_checkpoint(tmp_path, how, monkeypatch)
+    with pytest.raises(CheckpointError, match=re.escape(f"run_or_checkpoint={str(path)!r} {match}")):
+        load(path)
+    with pytest.raises(CheckpointError, match=re.escape(f"resume={str(path)!r} {match}")):
+        a2c.ALGORITHM.validate(A2CConfig(resume=str(path), logdir=str(tmp_path / "run")))
+    code, lines = run_cli(["eval", str(path)], capsys)
+    assert_one_line_error(code, lines, "rlstruct eval")
+    assert f"checkpoint={str(path)!r} {match}" in lines[0]
+    code, lines = run_cli(["train", "a2c", "--resume", str(path), "--logdir", str(tmp_path / "run")], capsys)
+    assert_one_line_error(code, lines, "rlstruct train a2c")
+    assert f"resume={str(path)!r} {match}" in lines[0]
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("how", ["other shapes", "a missing tensor"])

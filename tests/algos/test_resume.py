@@ -38,7 +38,7 @@ from rlstruct.algos._train.seeds import session_seed, worker_seeds
 from rlstruct.algos.cli import evaluate_checkpoint
 from rlstruct.algos.normalization import LearnerNormalization
 from rlstruct.devices import tree_copy
-from rlstruct.errors import ConfigError
+from rlstruct.errors import CheckpointError, ConfigError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -330,12 +330,12 @@ def test_the_envs_own_time_limit_given_as_a_number_still_resumes(tmp_path):
 
 def test_a_missing_or_foreign_resume_path_is_an_error(tmp_path):
     config = dataclasses.replace(CASES["a2c"][1], resume=str(tmp_path / "nope"))
-    with pytest.raises(FileNotFoundError, match=r"resume=.*nope' does not exist; pass the checkpoint.pt of an "
-                                                r"earlier run, or its log folder"):
+    with pytest.raises(CheckpointError, match=r"resume=.*nope' does not exist; pass the checkpoint.pt of an "
+                                              r"earlier run, or its log folder"):
         a2c.train(config)
-    with pytest.raises(FileNotFoundError, match="is a folder without a checkpoint.pt"):
+    with pytest.raises(CheckpointError, match="is a folder without a checkpoint.pt"):
         a2c.train(dataclasses.replace(config, resume=str(tmp_path)))
-    with pytest.raises(ValueError, match="is not an rlstruct checkpoint"):
+    with pytest.raises(CheckpointError, match="is not an rlstruct checkpoint"):
         a2c.train(dataclasses.replace(config, resume=__file__))
 
 
