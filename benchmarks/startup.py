@@ -64,7 +64,7 @@ def run(algo: str, seed: int) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--part", choices=["costs", "runs", "all"], default="all")
     p.add_argument("--rounds", type=int, default=3, help="rounds of the costs part (order rotated each round)")
     p.add_argument("--algos", default="ppo,a2c", help="algorithms of the runs part")

@@ -4,6 +4,7 @@ and the run still learns."""
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import os
@@ -21,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlstruct.algos import a2c, load
+from rlstruct.algos._train.flags import OneLineParser
 from rlstruct.algos.a2c import A2CConfig
 from rlstruct.algos.cli import main
 from rlstruct.errors import CheckpointError
@@ -84,6 +86,25 @@ def test_a_prefix_of_a_flag_is_not_taken_for_it_and_the_error_names_the_flag(arg
     assert_one_line_error(code, lines, prog)
     assert match in lines[0], "argparse's prefix matching is off and the close flag is suggested"
     assert not (tmp_path / "run").exists(), "a command line with an unknown flag starts no run"
+
+
+def test_every_argument_parser_of_the_project_turns_prefix_matching_off():
+    """The library's parsers are :class:`OneLineParser` (``allow_abbrev=False``); every other ``ArgumentParser`` the
+    repository builds (the benchmarks') passes ``allow_abbrev=False`` itself."""
+    root = Path(__file__).resolve().parents[2]
+    plain, library = [], 0
+    for folder in ("rlstruct", "agents", "batchers", "algos", "benchmarks", "tutorials"):
+        for path in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.Call):
+                    continue
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                library += name == "OneLineParser"
+                if name == "ArgumentParser" and not any(
+                        k.arg == "allow_abbrev" and getattr(k.value, "value", None) is False for k in node.keywords):
+                    plain.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert plain == [], "argparse's prefix matching is on in these parsers"
+    assert library >= 3 and OneLineParser(prog="x").allow_abbrev is False
 
 
 def test_a_logdir_under_a_file_is_refused_before_anything_starts(tmp_path, capsys, no_new_processes):
