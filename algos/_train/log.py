@@ -67,6 +67,8 @@ class TrainResult:
         time_to_target_s: seconds from the launch to the end of the evaluation that reached the target (None: none
             did in this session).
         world_size: the ranks that trained it (``torchrun``: data-parallel learners; 1 for a plain run).
+        preset_target: the return ``preset`` is tuned to reach within its budget (its learning benchmark's target,
+            as ``rlstruct presets`` lists it), or ``None``; a reference, not a stop: ``target_return`` is that.
     """
 
     eval_return: float
@@ -86,6 +88,7 @@ class TrainResult:
     time_to_target_s: float | None = None
     world_size: int = 1
     stop_reason: str = "budget"
+    preset_target: float | None = None
 
     def summary(self) -> dict[str, Any]:
         """The JSON-able fields (everything but the history)."""
@@ -106,6 +109,7 @@ class TrainResult:
             "time_to_target_s": None if self.time_to_target_s is None else round(self.time_to_target_s, 3),
             "world_size": self.world_size,
             "stop_reason": self.stop_reason,
+            "preset_target": self.preset_target,
         }
 
 

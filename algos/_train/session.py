@@ -27,7 +27,7 @@ from rlstruct.algos._train.distributed import World, rank_device, torchrun_resta
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
 from rlstruct.algos._train.log import Run, TrainResult, check_logdir, claim_logdir, run_logdir
-from rlstruct.algos._train.presets import apply_preset
+from rlstruct.algos._train.presets import apply_preset, preset_target
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,
     ENV_SEEDS,
@@ -545,7 +545,8 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
                                f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")
     result = TrainResult(eval_return, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
                          checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
-                         config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason)
+                         config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason,
+                         preset_target(config.preset))
     with open(run.logdir / Run.SUMMARY_NAME, "w") as f:
         json.dump(result.summary(), f, indent=2)
     return result

@@ -160,8 +160,11 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
         print(json.dumps(result.summary()))
         return 128 + signal.Signals[result.stop_signal or "SIGINT"]
     print(stop_line(result, setup.config))
+    reference = ""
+    if result.preset_target is not None and result.target_return is None:  # a reference the run did not stop at
+        reference = f" (preset {result.preset}'s target: {result.preset_target:g})"
     print(f"final evaluation return {result.eval_return:.2f} after {result.env_steps} env steps "
-          f"in {result.wall_time_s:.1f} s")
+          f"in {result.wall_time_s:.1f} s{reference}")
     tensorboard = f" (TensorBoard: tensorboard --logdir {result.logdir})" if setup.config.tensorboard else ""
     print(f"logs: {Path(result.logdir) / Run.CSV_NAME}{tensorboard}")
     if result.plot:
