@@ -98,6 +98,8 @@ class RunConfig:
     torch_threads: int = setting(1, "torch threads of the learner process (0: torch's default)", group="run")
     batcher_timeout: float = setting(120.0, "seconds a batcher waits for a worker before it fails the run",
                                      group="run")
+    start_timeout: float | None = setting(None, "seconds a batcher's start may take: workers spawned, envs and "
+                                                "agents built (None: max(batcher_timeout, 120))", group="run")
     matmul_precision: str = setting("highest", "float32 matrix products: highest, high (TF32) or medium",
                                     group="run")
     resume: str | None = setting(None, "a checkpoint.pt, or a run's log folder, to continue training from",
@@ -207,8 +209,8 @@ def validate_run_config(config: RunConfig) -> None:
             f"matmul_precision must be one of {list(MATMUL_PRECISIONS)}, got {config.matmul_precision!r}; pass "
             "--matmul-precision high for TF32 on a GPU, or leave the default (highest: full float32)"
         )
-    for name in ("time_limit", "batcher_timeout"):
-        if not getattr(config, name) > 0:
+    for name in ("time_limit", "batcher_timeout", "start_timeout"):
+        if getattr(config, name) is not None and not getattr(config, name) > 0:
             raise ValueError(f"{name} must be > 0 seconds, got {getattr(config, name)!r}")
     for name in ("max_env_steps", "evaluation_max_steps"):
         if getattr(config, name) is not None and getattr(config, name) < 1:

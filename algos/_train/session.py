@@ -417,7 +417,7 @@ def open_batchers(
     )
     train_kwargs = {"agent_info": agent_info_row(explore),
                     "agent_seeds": worker_seeds(seed, n_workers, AGENT_SEEDS, first), "device": config.batcher_device,
-                    "cuda_graph": cuda_graph, "timeout": config.batcher_timeout,
+                    "cuda_graph": cuda_graph, "timeout": config.batcher_timeout, "start_timeout": config.start_timeout,
                     "restart_workers": config.restart_workers}
     if config.ray_actors:  # actor k hosts workers k * n_processes...: the rows of one process's workers, in order
         from rlstruct.batchers import RayBatcher
@@ -445,7 +445,8 @@ def open_batchers(
         config.n_evaluation_processes, worker_seeds(seed, n_eval_workers, EVALUATION_ENV_SEEDS),
         agent_info=agent_info_row(evaluate),
         agent_seeds=worker_seeds(seed, n_eval_workers, EVALUATION_AGENT_SEEDS), device=config.evaluation_device,
-        cuda_graph=eval_graph, timeout=config.batcher_timeout, restart_workers=config.restart_workers,
+        cuda_graph=eval_graph, timeout=config.batcher_timeout, start_timeout=config.start_timeout,
+        restart_workers=config.restart_workers,
     )
     n_eval = eval_batcher.n_elems()
     evaluator = Evaluator(eval_batcher, DictTensor({k: torch.full((n_eval,), v) for k, v in evaluate.items()}),

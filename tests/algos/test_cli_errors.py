@@ -130,6 +130,7 @@ BAD_VALUES = {
     "--lr": st.one_of(st.floats(max_value=0.0), st.just(float("nan"))),
     "--time-limit": st.floats(max_value=0.0),
     "--batcher-timeout": st.floats(max_value=0.0),
+    "--start-timeout": st.floats(max_value=0.0),
     "--hidden-sizes": st.integers(max_value=0),
     "--backend": st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12).filter(
         lambda s: s not in ("auto", "torch", "gymnasium", "envpool", "ale", "gymnax", "mjx", "mujoco_torch", "brax")),
