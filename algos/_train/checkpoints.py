@@ -12,7 +12,6 @@ import dataclasses
 import logging
 import math
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKPOINT_FORMAT",
-    "RESUME_FIELDS",
     "Resume",
     "check_resume_algorithm",
     "does_not_fit",
@@ -47,8 +45,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT_FORMAT = "rlstruct-checkpoint-1"
 #: the checkpoint's file name in a run's log folder
 CHECKPOINT_NAME = "checkpoint.pt"
-#: the settings every algorithm's resumed run must share with its checkpoint: they shape the networks or the data
-RESUME_FIELDS = ("env", "backend", "max_episode_steps", "hidden_sizes", "env_kwargs")
 
 
 def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec: EnvSpec, model: nn.Module,
@@ -190,15 +186,13 @@ class Resume:
         return self.path.parent
 
 
-def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = (), *,
-                checkpoint: dict[str, Any] | None = None) -> Resume | None:
+def load_resume(algo: str, config: RunConfig, *, checkpoint: dict[str, Any] | None = None) -> Resume | None:
     """Reads ``config.resume`` (a checkpoint or a run's log folder) and checks that ``config`` may continue it.
 
     Args:
         algo: the algorithm of the new run.
-        config: the new run's config.
-        fields: the settings of ``algo``'s config that must equal the checkpoint's, besides
-            :data:`RESUME_FIELDS` (e.g. ``("dueling",)`` for DQN).
+        config: the new run's config; its class's ``RESUME_FIELDS`` are the settings that must equal the
+            checkpoint's (the shared ones, its family's and its algorithm's, e.g. DQN's ``dueling``).
         checkpoint: the content of ``config.resume`` (:func:`load_checkpoint`'s) when the caller has read it
             already; ``None`` reads it here.
 
@@ -223,7 +217,7 @@ def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = (), *,
                           "own code")
     saved = data["config"]
     new = config.to_dict()
-    for name in (*RESUME_FIELDS, *fields):
+    for name in type(config).RESUME_FIELDS:
         before, now = saved.get(name), new[name]
         if name == "backend":  # "auto" and the backend it picks are the same simulator
             before, now = resolve_backend(saved["env"], before), resolve_backend(new["env"], now)

@@ -112,8 +112,9 @@ class RunConfig:
     preset: str = setting("auto", "tuned settings for the fields not given: auto, none, or a preset's name",
                           group="run")
 
-    #: the settings a resumed run must share with its checkpoint besides the shared ones (see load_resume)
-    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ()
+    #: the settings a resumed run must share with its checkpoint, as they shape the networks or the data (see
+    #: load_resume); a family's or an algorithm's config adds its own to these
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("env", "backend", "max_episode_steps", "hidden_sizes", "env_kwargs")
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain Python types (tuples become lists), for JSON and checkpoints."""
@@ -151,7 +152,8 @@ class OnPolicyConfig(RunConfig):
     autocast: str = setting("none", "none, or bfloat16: the update's and the policy's forward under autocast",
                             group="fast path")
 
-    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("recurrent", "normalize_observations", "normalize_rewards")
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = (*RunConfig.RESUME_FIELDS, "recurrent", "normalize_observations",
+                                                "normalize_rewards")
 
 
 @dataclasses.dataclass

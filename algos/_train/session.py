@@ -217,7 +217,7 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | 
     warn_stalling_evaluations(config, spec)
     if config.evaluation_env_kwargs is not None:
         check_evaluation_envs(config, spec)
-    resume = load_resume(algorithm.name, config, algorithm.config_cls.RESUME_FIELDS, checkpoint=checkpoint)
+    resume = load_resume(algorithm.name, config, checkpoint=checkpoint)
     world = world_from_environment()
     if world.distributed:  # "cuda" is this rank's GPU (cuda:LOCAL_RANK); counting GPUs initialises no CUDA context
         n_gpus = torch.cuda.device_count()
