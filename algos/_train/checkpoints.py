@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from rlstruct.algos._train.optim import OptimizerLike
+from rlstruct.algos.optim import OptimizerLike
 from rlstruct.devices import cpu_state_dict, tree_copy
 from rlstruct.envs.factory import resolve_backend
 from rlstruct.errors import CheckpointError, ConfigError

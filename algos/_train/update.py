@@ -25,9 +25,9 @@ from torch.nn.utils import clip_grad_norm_
 from rlstruct._accel import accelerator_for
 from rlstruct.algos._train.checkpoints import Resume, restore_optimizer
 from rlstruct.algos._train.config import AUTOCAST_VALUES, OnPolicyConfig
-from rlstruct.algos._train.optim import Adam, OptimizerLike
 from rlstruct.algos.networks import ActorCritic, autocast_context, make_adam
 from rlstruct.algos.normalization import LearnerNormalization, SumOverRanks
+from rlstruct.algos.optim import Adam, OptimizerLike
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
 
