@@ -15,7 +15,7 @@ import torch
 from rlstruct.algos import a2c, ppo, reinforce
 from rlstruct.algos.cli import evaluate_checkpoint
 from rlstruct.algos.ppo import PPOConfig, ppo_loss
-from tests.algos.test_cli import last_json, rlstruct
+from tests.algos.test_cli import PLOT, TENSORBOARD, last_json, rlstruct
 from tests.algos.test_learning import _common, _trained_evals, assert_learned
 
 KW = {"clip_coef": 0.2, "value_clip": 0.0, "value_coef": 0.5, "entropy_coef": 0.01, "normalize_advantages": False}
@@ -199,7 +199,8 @@ def test_cli_trains_ppo_on_pendulum_and_eval_reads_its_checkpoint(tmp_path):
     assert out.returncode == 0, out.stderr
     summary = last_json(out.stdout)
     assert summary["env_steps"] >= 2000 and -2_000 < summary["eval_return"] < 0
-    assert (tmp_path / "learning_curve.png").exists() and list(tmp_path.glob("events.out.tfevents.*"))
+    assert (tmp_path / "learning_curve.png").exists() == PLOT
+    assert bool(list(tmp_path.glob("events.out.tfevents.*"))) == TENSORBOARD
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert ckpt["algo"] == "ppo" and "log_std" in ckpt["model"] and ckpt["config"]["value_clip"] == 0.5
     ev = rlstruct("eval", str(tmp_path / "checkpoint.pt"), "--episodes", "2")
