@@ -140,7 +140,7 @@ def test_ppo_solves_cartpole_in_a_few_wide_iterations(tmp_path):
 def test_ppo_learns_cartpole_stepped_by_gymnax(tmp_path):
     """The same task through the JAX adapter. gymnax draws its own initial states, so the run differs from the
     torch one: seeds 0-3 reach 164, 319, 486 and 344 (best), ending at 154 to 486; random scores about 22."""
-    pytest.importorskip("gymnax")
+    pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     result = ppo.train(PPOConfig(**_common(tmp_path, max_env_steps=20_480, seed=0, backend="gymnax")))
     assert_learned(result, best=130.0, final=90.0)
 
