@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from rlstruct import __version__
-from rlstruct.algos._train.config import EVALUATION_POLICIES
+from rlstruct.algos._train.config import AUTOCAST_VALUES, EVALUATION_POLICIES
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.flags import OneLineParser
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
@@ -74,7 +74,7 @@ def _eval_command(argv: Sequence[str]) -> int:
         if video is not None:
             result["video"] = video.path
             result["video_frames"] = video.frames
-    except (ValueError, RLStructError, FileNotFoundError) as e:
+    except (ValueError, RLStructError) as e:
         print(f"rlstruct eval: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     print(f"mean return over {result['episodes']} {result['policy']} episodes of {result['env']}: "
@@ -149,7 +149,7 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
                        help="collect the next batch while learning on this one (rlstruct train --overlap)")
         p.add_argument("--physics-dtype", default="float64", choices=["float64", "float32"],
                        help="the torch simulators' physics precision (default: float64)")
-        p.add_argument("--autocast", default="none", choices=["none", "bfloat16"],
+        p.add_argument("--autocast", default="none", choices=AUTOCAST_VALUES,
                        help="the learn step's forward and the policy under torch.autocast (rlstruct train --autocast)")
         p.add_argument("--compile-policy", action="store_true",
                        help="compile the policy step with torch.compile (rlstruct train --compile-policy)")

@@ -56,7 +56,7 @@ class DQNConfig(OffPolicyConfig):
     max_grad_norm: float = setting(10.0, "clip the gradient's global norm to this (0: no clipping)")
     dueling: bool = setting(False, "a dueling head: Q = V + A - mean(A)")
 
-    RESUME_FIELDS = ("dueling",)
+    RESUME_FIELDS = (*OffPolicyConfig.RESUME_FIELDS, "dueling")
 
 
 #: what ``rlstruct sweep dqn`` searches: field -> a range or choices, each holding the default

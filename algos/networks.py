@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from rlstruct.algos._train.optim import Adam
 from rlstruct.algos.distributions import ActionDistribution, Categorical, DiagGaussian
 from rlstruct.algos.encoders import init_orthogonal, make_encoder
 from rlstruct.algos.normalization import ObservationNormalizer
+from rlstruct.algos.optim import Adam
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import SpaceError
 
@@ -310,7 +310,7 @@ def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
 
 
 def make_adam(model: nn.Module, lr: float, device: DeviceLike) -> Adam:
-    """:class:`~rlstruct.algos._train.optim.Adam` over the model's parameters; the fused kernel where torch has one
+    """:class:`~rlstruct.algos.optim.Adam` over the model's parameters; the fused kernel where torch has one
     (CPU, CUDA)."""
     fused = as_device(device).type in ("cpu", "cuda")
     return Adam(model.parameters(), lr=lr, fused=fused or None)

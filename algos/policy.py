@@ -19,7 +19,7 @@ from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_checkpoint
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import check_model_fits, evaluate_checkpoint, evaluation_agent
 from rlstruct.devices import DeviceLike, as_device, check_device_exists
-from rlstruct.errors import CheckpointError, SpaceError
+from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor
 
 __all__ = ["Policy", "load"]
@@ -40,18 +40,12 @@ def load(run_or_checkpoint: str | os.PathLike, *, device: DeviceLike = "cpu") ->
     >>> load("no/such/run")
     Traceback (most recent call last):
     ...
-    rlstruct.errors.CheckpointError: run_or_checkpoint='no/such/run' does not exist; pass a run's folder (the \
---logdir it was trained with) or its checkpoint.pt
+    rlstruct.errors.CheckpointError: run_or_checkpoint='no/such/run' does not exist; pass the checkpoint.pt of an \
+earlier run, or its log folder (the --logdir it was trained with)
     """
     path = os.fspath(run_or_checkpoint)
-    if not os.path.exists(path):
-        raise CheckpointError(f"run_or_checkpoint={path!r} does not exist; pass a run's folder (the --logdir it was "
-                              f"trained with) or its {CHECKPOINT_NAME}")
     check_device_exists(device, argument="device")
-    try:
-        checkpoint = load_checkpoint(path)
-    except FileNotFoundError as e:  # a folder without a checkpoint
-        raise CheckpointError(f"run_or_checkpoint={path!r}: {e}") from e
+    checkpoint = load_checkpoint(path, argument="run_or_checkpoint")
     if os.path.isdir(path):
         path = os.path.join(path, CHECKPOINT_NAME)
     return Policy(checkpoint, path, device=device)
@@ -84,10 +78,7 @@ class Policy:
         self._weights = checkpoint["model"]
         self._create, self._args, greedy = evaluation_agent(self.algo, self.config, self.spec, str(self.device),
                                                             policy="greedy")
-        try:
-            check_model_fits(self._create, self._args, self._weights, path)
-        except ValueError as e:
-            raise CheckpointError(str(e)) from e
+        check_model_fits(self._create, self._args, self._weights, path)
         self._infos = {True: greedy, False: evaluation_agent(self.algo, self.config, self.spec, policy="sample")[2]}
         self.agent: RL_Agent = self._create(**self._args)
         self.agent.update(self._weights)

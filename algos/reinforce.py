@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import replay_agent, replay_agent_stateless
-from rlstruct.algos._train.config import OnPolicyConfig, setting
+from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, setting
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
@@ -60,7 +60,7 @@ class ReinforceConfig(OnPolicyConfig):
     max_grad_norm: float = setting(1.0, "clip the gradient norm of the actor and of the critic, each (0: none)")
     bootstrap_truncated: bool = setting(True, "at a time limit, bootstrap the return from the final baseline")
 
-    RESUME_FIELDS = ("normalize_observations", "normalize_rewards")
+    RESUME_FIELDS = (*RunConfig.RESUME_FIELDS, "normalize_observations", "normalize_rewards")
 
 
 #: what ``rlstruct sweep reinforce`` searches: field -> a range or choices, each holding the default

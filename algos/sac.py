@@ -24,11 +24,11 @@ from rlstruct.algos._train.checkpoints import Resume, load_state, restore_optimi
 from rlstruct.algos._train.config import OffPolicyConfig, setting
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import OffPolicyAlgorithm
-from rlstruct.algos._train.optim import Adam
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos.distributions import squashed_gaussian_log_prob
 from rlstruct.algos.networks import make_adam, polyak_update
+from rlstruct.algos.optim import Adam
 from rlstruct.algos.policies import NetworkAgent
 from rlstruct.algos.replay import ReplayBuffer, one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor

@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import tempfile
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--static", type=Path, metavar="DIR", help="the figures read from the files of the tree at DIR only")
     ns = p.parse_args(argv)
     if ns.static is not None:

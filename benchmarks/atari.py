@@ -76,7 +76,7 @@ def ale_rate(model, n_envs: int, steps: int, repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--envs", default="8,32", help="comma-separated env counts (default: 8,32)")
     parser.add_argument("--steps", type=int, default=64, help="steps per acquisition / timed round (default: 64)")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds, best kept (default: 3)")

@@ -225,7 +225,8 @@ def configurations(args: argparse.Namespace) -> dict[str, Config]:
 
 def main(argv: list[str] | None = None) -> None:
     compiled_cpu_steps()
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--iters", type=int, default=5, help="acquisitions of T=128 steps timed per row")
     add_arguments(p)
     p.add_argument("--device", default="cpu", help="device for part (b)/(c)")

@@ -106,7 +106,8 @@ def configurations(args: argparse.Namespace) -> dict[str, Config]:
 
 def main(argv=None) -> None:
     compiled_cpu_steps()
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--envs", type=int, default=32, help="gymnasium CartPoles per worker")
     p.add_argument("--iters", type=int, default=5, help=f"acquisitions of T={T} steps timed per row")

@@ -136,7 +136,7 @@ def one_allreduce(name: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--budget", type=int, default=131_072, help="env steps of each training run")
     parser.add_argument("--parts", default="training,allreduce")

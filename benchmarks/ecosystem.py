@@ -268,7 +268,8 @@ def batcher(name: str, n: int, backend: str, n_actions: int, n_processes: int = 
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each loop is shown")
     p.add_argument("--steps", type=int, default=200, help="steps timed per env-only row")
     p.add_argument("--iters", type=int, default=3, help=f"acquisitions of T={T} steps timed per batcher row")

@@ -121,7 +121,7 @@ def run_one(name: str, work: Path) -> tuple[str, str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--out", type=Path, help="store the runs' progress.csv (wall columns dropped) here")
     mode.add_argument("--compare", type=Path, help="run again and diff against the set stored here")

@@ -139,7 +139,7 @@ def throughput(algo: str, n_envs: int, device: str, *, compile_update: bool, ite
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--algos", nargs="+", default=["a2c", "ppo"], choices=["a2c", "ppo"])
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 0..4 on a GPU, 0 on the CPU")
     parser.add_argument("--log2-envs", nargs="+", type=int, default=None,

@@ -112,7 +112,7 @@ def configurations(args: argparse.Namespace) -> dict[str, Config]:
 
 def main(argv: list[str] | None = None) -> None:
     compiled_cpu_steps()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 16384], help="numbers of envs N")
     parser.add_argument(
         "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="device of the torch CartPole"

@@ -241,7 +241,8 @@ def batcher(name: str, n: int, backend: str, device: str) -> RL_Batcher:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--device", default="cpu")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best of each loop is shown")

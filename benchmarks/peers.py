@@ -402,7 +402,8 @@ def report_solve(results: dict[str, list[dict]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--part", choices=["collect", "solve", "all"], default="all")
     p.add_argument("--rounds", type=int, default=3, help="rounds of the collection part (order rotated each round)")
     p.add_argument("--iters", type=int, default=5, help="timed acquisitions of T=128 steps per collection run")

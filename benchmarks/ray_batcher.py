@@ -63,7 +63,8 @@ def time_pair(local, remote, iters: int) -> tuple[list[float], list[float]]:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--iters", type=int, default=20, help="timed collections per configuration")
     p.add_argument("--sizes", nargs="*", default=["16x8", "1024x64"], help="NxT: envs per actor/worker x steps")
     args = p.parse_args(argv)

@@ -108,7 +108,7 @@ def run_one(algo: str, env_id: str, seed: int, *, target: float | None, stop: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--algo", default="ppo", help="SB3 algorithm, lower case (default: ppo)")
     parser.add_argument("--env", default="CartPole-v1", help="gymnasium id (default: CartPole-v1)")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")

@@ -92,7 +92,7 @@ def run_sb3_sac(seed: int, *, total_timesteps: int = 20_000, eval_every: int = 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
     parser.add_argument("--steps", type=int, default=20_000, help="env steps per run (default: 20000)")
     parser.add_argument("--eval-every", type=int, default=1_000, help="env steps between evaluations (default: 1000)")

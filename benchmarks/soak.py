@@ -146,7 +146,7 @@ class Killer(threading.Thread):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=20.0)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--envs", type=int, default=64, help="envs per worker")

@@ -275,7 +275,7 @@ def configurations(args: argparse.Namespace) -> dict[str, Config]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=10, help="timing runs per process; the best is kept")
     parser.add_argument(
         "--number", type=int, default=None, help="calls per timing run (default: as many as take --run-seconds)"

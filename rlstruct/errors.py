@@ -33,10 +33,10 @@ repeated ``seeds``, :class:`ConfigError`; an instance (not a class or function) 
 return ``(output, state)``, :class:`AgentOutputError`; ``execute``/``get`` out of order, :class:`BatcherStateError`; a
 worker that fails, :class:`BatcherWorkerError`.
 
-For the algorithms' runs: a file that is not an rlstruct checkpoint, or a damaged one, :class:`CheckpointError`
-(``rlstruct.algos.load``, ``rlstruct eval``, ``--resume``); ``load`` raises it for a missing path too, where
-``rlstruct eval`` and ``--resume`` raise ``FileNotFoundError``; an observation given to ``Policy.predict`` that does
-not fit the env's, :class:`SpaceError`.
+For the algorithms' runs: a path that is no readable rlstruct checkpoint (nothing there, a folder without a
+``checkpoint.pt``, a file that cannot be read, is not a checkpoint or is a damaged one), :class:`CheckpointError`
+from ``rlstruct.algos.load``, ``rlstruct eval`` and ``--resume`` alike; an observation given to ``Policy.predict`` that
+does not fit the env's, :class:`SpaceError`.
 
 A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
 batcher's call order only), and the bridge raises :class:`BridgeError` only for what gymnasium code asks
@@ -164,7 +164,7 @@ class ConfigError(RLStructError, ValueError):
 
 class CheckpointError(RLStructError, ValueError):
     """A path given as a run or a checkpoint is not one: nothing is there, a folder without a ``checkpoint.pt``, a
-    file that is not an rlstruct checkpoint, or one whose weights do not fit its config."""
+    file that cannot be read or is not an rlstruct checkpoint, or one whose weights do not fit its config."""
 
 
 class VideoError(RLStructError, ValueError):

@@ -12,14 +12,13 @@ import dataclasses
 import logging
 import math
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from rlstruct.algos._train.optim import OptimizerLike
+from rlstruct.algos.optim import OptimizerLike
 from rlstruct.devices import cpu_state_dict, tree_copy
 from rlstruct.envs.factory import resolve_backend
 from rlstruct.errors import CheckpointError, ConfigError
@@ -30,10 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKPOINT_FORMAT",
-    "RESUME_FIELDS",
     "Resume",
     "check_resume_algorithm",
-    "check_resume_exists",
     "does_not_fit",
     "load_checkpoint",
     "load_resume",
@@ -48,8 +45,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT_FORMAT = "rlstruct-checkpoint-1"
 #: the checkpoint's file name in a run's log folder
 CHECKPOINT_NAME = "checkpoint.pt"
-#: the settings every algorithm's resumed run must share with its checkpoint: they shape the networks or the data
-RESUME_FIELDS = ("env", "backend", "max_episode_steps", "hidden_sizes", "env_kwargs")
 
 
 def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec: EnvSpec, model: nn.Module,
@@ -80,35 +75,52 @@ CHECKPOINT_KEYS = {"algo": str, "config": dict, "env_spec": dict, "model": dict}
 CONFIG_KEYS = ("env", "backend", "hidden_sizes")
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+def load_checkpoint(path: str | os.PathLike, *, argument: str = "path") -> dict[str, Any]:
     """Reads a checkpoint written by :func:`save_checkpoint` (``weights_only=True``, onto the CPU).
+
+    Every way a path can fail to be a checkpoint raises the one :class:`~rlstruct.errors.CheckpointError`, naming
+    ``argument`` and the path: ``rlstruct.algos.load``, ``rlstruct eval`` and ``--resume`` all read through here.
 
     Args:
         path: the checkpoint file, or a run's log folder (its ``checkpoint.pt``).
+        argument: the name of ``path`` in the caller's signature or command line, for the messages.
 
     Raises:
-        FileNotFoundError: no such file, or a folder without ``checkpoint.pt``.
-        CheckpointError: the file is not an rlstruct checkpoint, or a damaged one.
+        CheckpointError: nothing is at ``path``, a folder without ``checkpoint.pt``, a file this process cannot read,
+            one that is not an rlstruct checkpoint, or a damaged one.
+
+    >>> load_checkpoint("no/such/run", argument="resume")
+    Traceback (most recent call last):
+    ...
+    rlstruct.errors.CheckpointError: resume='no/such/run' does not exist; pass the checkpoint.pt of an earlier run, \
+or its log folder (the --logdir it was trained with)
     """
+    shown = f"{argument}={os.fspath(path)!r}"
+    if not os.path.exists(path):
+        raise CheckpointError(f"{shown} does not exist; pass the {CHECKPOINT_NAME} of an earlier run, or its log "
+                              "folder (the --logdir it was trained with)")
     if os.path.isdir(path):
-        folder, path = path, os.path.join(path, CHECKPOINT_NAME)
+        path = os.path.join(path, CHECKPOINT_NAME)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"{str(folder)!r} is a folder without a {CHECKPOINT_NAME}; pass the checkpoint "
-                                    "file that rlstruct train printed, or the log folder of a finished run")
+            raise CheckpointError(f"{shown} is a folder without a {CHECKPOINT_NAME}; pass the checkpoint file that "
+                                  "rlstruct train printed, or the log folder of a finished run")
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
+    except OSError as e:
+        raise CheckpointError(f"{shown} cannot be read ({e.strerror or type(e).__name__}); pass a {CHECKPOINT_NAME} "
+                              "this process may read") from e
     except Exception as e:  # torch.load's errors for a file it cannot read vary (pickle, zip, unpickler)
-        raise CheckpointError(f"{str(path)!r} is not an rlstruct checkpoint (torch.load cannot read it: "
-                         f"{type(e).__name__}); pass a checkpoint.pt written by rlstruct train") from e
+        raise CheckpointError(f"{shown} is not an rlstruct checkpoint (torch.load cannot read it: "
+                              f"{type(e).__name__}); pass a {CHECKPOINT_NAME} written by rlstruct train") from e
     if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{str(path)!r} is not an rlstruct checkpoint (no format {CHECKPOINT_FORMAT!r})")
+        raise CheckpointError(f"{shown} is not an rlstruct checkpoint (no format {CHECKPOINT_FORMAT!r}); pass a "
+                              f"{CHECKPOINT_NAME} written by rlstruct train")
     missing = [k for k, kind in CHECKPOINT_KEYS.items() if not isinstance(data.get(k), kind)]
     missing += [f"config[{k!r}]" for k in CONFIG_KEYS if not missing and k not in data["config"]]
     if missing:
-        raise CheckpointError(f"{str(path)!r} is a damaged rlstruct checkpoint: it lacks {', '.join(missing)}; pass a "
-                         "checkpoint.pt written whole by rlstruct train (the last periodic one, if the run was killed)")
+        raise CheckpointError(f"{shown} is a damaged rlstruct checkpoint: it lacks {', '.join(missing)}; pass a "
+                              f"{CHECKPOINT_NAME} written whole by rlstruct train (the last periodic one, if the run "
+                              "was killed)")
     return data
 
 
@@ -127,16 +139,19 @@ def load_state(module: torch.nn.Module | OptimizerLike, state: Any, what: str, p
         raise does_not_fit(f"resume={str(path)!r}: {what} in the checkpoint does not fit this run's", e, fix) from e
 
 
-def does_not_fit(situation: str, cause: Exception, fix: str) -> ConfigError:
-    """The one error for state that does not fit its module (``load_state_dict``'s missing or unexpected keys, other
-    shapes), wherever a checkpoint is loaded: ``situation``, the first lines of torch's message, then ``fix``.
+def does_not_fit(situation: str, cause: Exception, fix: str, *,
+                 error: type[ConfigError | CheckpointError] = ConfigError) -> ConfigError | CheckpointError:
+    """The message for state that does not fit its module (``load_state_dict``'s missing or unexpected keys, other
+    shapes), wherever a checkpoint is loaded: ``situation``, the first lines of torch's message, then ``fix``; as a
+    :class:`~rlstruct.errors.ConfigError` (this run's settings do not fit the checkpoint) or an ``error`` of the
+    caller's (:class:`~rlstruct.errors.CheckpointError`: a checkpoint that does not fit its own config).
 
     >>> missing = RuntimeError("Missing key(s): pi.0.weight")
     >>> print(does_not_fit("ck.pt holds weights that do not fit", missing, "pass another"))
     ck.pt holds weights that do not fit (Missing key(s): pi.0.weight); pass another
     """
     detail = " ".join(line.strip() for line in str(cause).strip().splitlines()[:3])[:300]
-    return ConfigError(f"{situation} ({detail}); {fix}")
+    return error(f"{situation} ({detail}); {fix}")
 
 
 @dataclasses.dataclass
@@ -171,15 +186,13 @@ class Resume:
         return self.path.parent
 
 
-def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = (), *,
-                checkpoint: dict[str, Any] | None = None) -> Resume | None:
+def load_resume(algo: str, config: RunConfig, *, checkpoint: dict[str, Any] | None = None) -> Resume | None:
     """Reads ``config.resume`` (a checkpoint or a run's log folder) and checks that ``config`` may continue it.
 
     Args:
         algo: the algorithm of the new run.
-        config: the new run's config.
-        fields: the settings of ``algo``'s config that must equal the checkpoint's, besides
-            :data:`RESUME_FIELDS` (e.g. ``("dueling",)`` for DQN).
+        config: the new run's config; its class's ``RESUME_FIELDS`` are the settings that must equal the
+            checkpoint's (the shared ones, its family's and its algorithm's, e.g. DQN's ``dueling``).
         checkpoint: the content of ``config.resume`` (:func:`load_checkpoint`'s) when the caller has read it
             already; ``None`` reads it here.
 
@@ -187,18 +200,16 @@ def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = (), *,
         The checkpoint's content, or ``None`` when ``config.resume`` is ``None`` (a fresh run).
 
     Raises:
-        FileNotFoundError: ``config.resume`` does not exist, or is a folder without a checkpoint.
-        ValueError: it is not an rlstruct checkpoint.
+        CheckpointError: ``config.resume`` is not a readable checkpoint (:func:`load_checkpoint`).
         ConfigError: it was written by another algorithm or by a version of rlstruct that did not save the learner's
             state, or a setting that shapes the networks or the data differs from the checkpoint's.
     """
     if config.resume is None:
         return None
-    check_resume_exists(config.resume)
+    data = load_checkpoint(config.resume, argument="resume") if checkpoint is None else checkpoint
     path = Path(config.resume)
     if path.is_dir():
         path = path / CHECKPOINT_NAME
-    data = load_checkpoint(config.resume) if checkpoint is None else checkpoint
     check_resume_algorithm(algo, config.resume, data)
     if "learner" not in data or "iteration" not in data:
         raise ConfigError(f"resume={config.resume!r} is a checkpoint without the learner's state (rlstruct eval can "
@@ -206,7 +217,7 @@ def load_resume(algo: str, config: RunConfig, fields: Sequence[str] = (), *,
                           "own code")
     saved = data["config"]
     new = config.to_dict()
-    for name in (*RESUME_FIELDS, *fields):
+    for name in type(config).RESUME_FIELDS:
         before, now = saved.get(name), new[name]
         if name == "backend":  # "auto" and the backend it picks are the same simulator
             before, now = resolve_backend(saved["env"], before), resolve_backend(new["env"], now)
@@ -238,17 +249,6 @@ def check_resume_algorithm(algo: str, resume: str, checkpoint: dict[str, Any]) -
     if checkpoint["algo"] != algo:
         raise ConfigError(f"resume={resume!r} holds a {checkpoint['algo']} run, got rlstruct train {algo}; resume "
                           f"it with rlstruct train {checkpoint['algo']}, or start a new {algo} run without --resume")
-
-
-def check_resume_exists(resume: str) -> None:
-    """Raises a :class:`FileNotFoundError` naming ``resume`` when there is nothing at that path.
-
-    Raises:
-        FileNotFoundError: ``resume`` does not exist.
-    """
-    if not os.path.exists(resume):
-        raise FileNotFoundError(f"resume={resume!r} does not exist; pass the checkpoint.pt of an earlier run, "
-                                "or its log folder (the --logdir it was trained with)")
 
 
 def restore_optimizer(optimizer: OptimizerLike, state: dict[str, Any], lr: float) -> None:

@@ -89,8 +89,8 @@ class RunConfig:
     evaluation_policy: str = setting("greedy", "greedy (the policy's mode) or sample (as in training)",
                                      group="evaluation")
     eval_every: int = setting(50, "training iterations at least between two evaluations", group="evaluation")
-    logdir: str | None = setting(None, "folder of the logs, the plot and the checkpoint (None: runs/ALGO-ENV-SEED)",
-                                 group="run")
+    logdir: str | None = setting(None, "folder of the run's files (None: runs/ALGO-ENV-SEED); one "
+                                 "holding a run gives FOLDER-2, FOLDER-3 and so on", group="run")
     log_every: int = setting(10, "iterations between two TensorBoard and progress-bar updates", group="run")
     progress: bool = setting(True, "show a progress bar on stderr", group="run")
     tensorboard: bool = setting(True, "write TensorBoard event files into logdir", group="run")
@@ -101,6 +101,8 @@ class RunConfig:
     torch_threads: int = setting(1, "torch threads of the learner process (0: torch's default)", group="run")
     batcher_timeout: float = setting(120.0, "seconds a batcher waits for a worker before it fails the run",
                                      group="run")
+    start_timeout: float | None = setting(None, "seconds a batcher's start may take: workers spawned, envs and "
+                                                "agents built (None: max(batcher_timeout, 120))", group="run")
     matmul_precision: str = setting("highest", "float32 matrix products: highest, high (TF32) or medium",
                                     group="run")
     resume: str | None = setting(None, "a checkpoint.pt, or a run's log folder, to continue training from",
@@ -113,8 +115,9 @@ class RunConfig:
     preset: str = setting("auto", "tuned settings for the fields not given: auto, none, or a preset's name",
                           group="run")
 
-    #: the settings a resumed run must share with its checkpoint besides the shared ones (see load_resume)
-    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ()
+    #: the settings a resumed run must share with its checkpoint, as they shape the networks or the data (see
+    #: load_resume); a family's or an algorithm's config adds its own to these
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("env", "backend", "max_episode_steps", "hidden_sizes", "env_kwargs")
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain Python types (tuples become lists), for JSON and checkpoints."""
@@ -152,7 +155,8 @@ class OnPolicyConfig(RunConfig):
     autocast: str = setting("none", "none, or bfloat16: the update's and the policy's forward under autocast",
                             group="fast path")
 
-    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("recurrent", "normalize_observations", "normalize_rewards")
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = (*RunConfig.RESUME_FIELDS, "recurrent", "normalize_observations",
+                                                "normalize_rewards")
 
 
 @dataclasses.dataclass
@@ -210,8 +214,8 @@ def validate_run_config(config: RunConfig) -> None:
             f"matmul_precision must be one of {list(MATMUL_PRECISIONS)}, got {config.matmul_precision!r}; pass "
             "--matmul-precision high for TF32 on a GPU, or leave the default (highest: full float32)"
         )
-    for name in ("time_limit", "batcher_timeout"):
-        if not getattr(config, name) > 0:
+    for name in ("time_limit", "batcher_timeout", "start_timeout"):
+        if getattr(config, name) is not None and not getattr(config, name) > 0:
             raise ValueError(f"{name} must be > 0 seconds, got {getattr(config, name)!r}")
     for name in ("max_env_steps", "evaluation_max_steps"):
         if getattr(config, name) is not None and getattr(config, name) < 1:

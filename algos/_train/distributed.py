@@ -40,6 +40,7 @@ __all__ = [
     "rank_device",
     "restart_resume",
     "sum_over_ranks",
+    "torchrun_restarts",
     "world_from_environment",
 ]
 
@@ -118,6 +119,18 @@ def world_from_environment(env: Mapping[str, str] | None = None) -> World:
     return World(rank=rank, size=size, local_rank=local_rank, local_size=local_size)
 
 
+def torchrun_restarts(env: Mapping[str, str] | None = None) -> int | None:
+    """How many times ``torchrun --max-restarts N`` restarted this process's group (0: its first attempt), or None
+    when torchrun did not launch it (``TORCHELASTIC_RESTART_COUNT`` unset).
+
+    >>> torchrun_restarts({}), torchrun_restarts({"TORCHELASTIC_RESTART_COUNT": "1"})
+    (None, 1)
+    """
+    env = os.environ if env is None else env
+    restarts = env.get("TORCHELASTIC_RESTART_COUNT")
+    return int(restarts) if restarts is not None and restarts.isdigit() else None
+
+
 def restart_resume(resume: str | None, logdir: str | None, env: Mapping[str, str] | None = None) -> str | None:
     """The run that a group restarted by ``torchrun --max-restarts N`` continues: ``logdir``, when torchrun says
     this is a restart (``TORCHELASTIC_RESTART_COUNT`` above 0), no ``resume`` was given, and ``logdir`` holds a
@@ -126,9 +139,7 @@ def restart_resume(resume: str | None, logdir: str | None, env: Mapping[str, str
 
     >>> restart_resume(None, "runs/x", {})  # a first launch
     """
-    env = os.environ if env is None else env
-    restarts = env.get("TORCHELASTIC_RESTART_COUNT", "0")
-    if resume is not None or logdir is None or not restarts.isdigit() or int(restarts) == 0:
+    if resume is not None or logdir is None or not torchrun_restarts(env):
         return None
     return logdir if (Path(logdir) / CHECKPOINT_NAME).is_file() else None
 

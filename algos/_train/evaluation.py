@@ -18,7 +18,7 @@ from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.seeds import EVALUATION_AGENT_SEEDS, EVALUATION_ENV_SEEDS, worker_seeds
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
-from rlstruct.errors import RLStructError
+from rlstruct.errors import CheckpointError, RLStructError
 from rlstruct.structures import DictTensor, Trajectories
 
 __all__ = ["EpisodeTally", "Evaluator", "agent_info_row", "evaluate_checkpoint", "evaluation_agent", "run_episodes"]
@@ -307,14 +307,14 @@ def check_model_fits(create_agent: Any, agent_args: dict[str, Any], model: dict[
     """Loads a checkpoint's ``model`` into its agent built on the CPU, before any worker starts.
 
     Raises:
-        ConfigError: the weights do not fit the network the checkpoint's config describes (missing or unexpected
+        CheckpointError: the weights do not fit the network the checkpoint's config describes (missing or unexpected
             keys, other shapes: a damaged file).
     """
     try:
         create_agent(**{**agent_args, "device": "cpu"}).update(model)
     except (RuntimeError, KeyError, TypeError) as e:
         raise does_not_fit(f"{str(path)!r} holds weights that do not fit the network its config describes", e,
-                           "pass an undamaged checkpoint.pt written by rlstruct train") from e
+                           "pass an undamaged checkpoint.pt written by rlstruct train", error=CheckpointError) from e
 
 
 def evaluate_checkpoint(
@@ -350,15 +350,15 @@ def evaluate_checkpoint(
 
     Raises:
         DeviceUnavailableError: ``device`` does not exist here.
-        ValueError: the file is not an rlstruct checkpoint, or a damaged one, ``episodes < 1``, ``max_steps < 1`` or
-            an unknown ``policy``.
+        CheckpointError: ``path`` is missing, unreadable, not an rlstruct checkpoint, or a damaged one.
+        ValueError: ``episodes < 1``, ``max_steps < 1`` or an unknown ``policy``.
     """
     check_device_exists(device, argument="device")
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"max_steps must be >= 1 or None (the env's time limit), got {max_steps}")
-    ckpt = load_checkpoint(path)
+    ckpt = load_checkpoint(path, argument="checkpoint")
     cfg, spec = ckpt["config"], ckpt["env_spec"]
     create_agent, agent_args, agent_info = evaluation_agent(ckpt["algo"], cfg, EnvSpec.from_dict(spec), device,
                                                         policy=policy)

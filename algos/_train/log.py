@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import sys
 import tempfile
 import time
@@ -32,7 +33,7 @@ from rlstruct.errors import ConfigError
 if TYPE_CHECKING:
     from rlstruct.algos._train.evaluation import Evaluator
 
-__all__ = ["STOP_REASONS", "Run", "TrainResult", "check_logdir", "run_logdir"]
+__all__ = ["STOP_REASONS", "Run", "TrainResult", "check_logdir", "claim_logdir", "earlier_run_files", "run_logdir"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class TrainResult:
         time_to_target_s: seconds from the launch to the end of the evaluation that reached the target (None: none
             did in this session).
         world_size: the ranks that trained it (``torchrun``: data-parallel learners; 1 for a plain run).
+        preset_target: the return ``preset`` is tuned to reach within its budget (its learning benchmark's target,
+            as ``rlstruct presets`` lists it), or ``None``; a reference, not a stop: ``target_return`` is that.
     """
 
     eval_return: float
@@ -86,6 +89,7 @@ class TrainResult:
     time_to_target_s: float | None = None
     world_size: int = 1
     stop_reason: str = "budget"
+    preset_target: float | None = None
 
     def summary(self) -> dict[str, Any]:
         """The JSON-able fields (everything but the history)."""
@@ -106,12 +110,13 @@ class TrainResult:
             "time_to_target_s": None if self.time_to_target_s is None else round(self.time_to_target_s, 3),
             "world_size": self.world_size,
             "stop_reason": self.stop_reason,
+            "preset_target": self.preset_target,
         }
 
 
 def run_logdir(algo: str, config: RunConfig, resume: Resume | None) -> Path:
-    """The log folder of a run: ``config.logdir``, else the resumed run's folder, else
-    ``runs/<algo>-<env>-<seed>``."""
+    """The log folder a run asks for: ``config.logdir``, else the resumed run's folder, else
+    ``runs/<algo>-<env>-<seed>`` (a new run writes there, or to a numbered folder beside it: :func:`claim_logdir`)."""
     default = f"runs/{algo}-{config.env}-{config.seed}" if resume is None else resume.folder
     return Path(config.logdir or default)
 
@@ -131,6 +136,65 @@ def check_logdir(path: Path) -> None:
         reason = e.strerror or type(e).__name__
         raise ConfigError(f"logdir must be a folder this process can create and write, got {str(path)!r} ({reason}); "
                           "pass --logdir a writable folder") from None
+
+
+def earlier_run_files(path: Path) -> list[str]:
+    """The files in ``path`` by which it holds a run already (its config, its log, its checkpoint, its summary or
+    TensorBoard events), sorted; none for a missing or empty folder.
+
+    >>> earlier_run_files(Path("no/such/folder"))
+    []
+    """
+    names = (CHECKPOINT_NAME, Run.CONFIG_NAME, Run.CSV_NAME, Run.SUMMARY_NAME)
+    found = [name for name in names if (path / name).exists()]
+    return sorted(found + [p.name for p in path.glob("events.out.tfevents.*")])
+
+
+def claim_logdir(path: Path, *, numbered: bool = True) -> Path:
+    """Creates and claims the log folder of a new run: ``path`` when it holds no run (:func:`earlier_run_files`),
+    else the first of ``path-2``, ``path-3``, ... that holds none, so that a run never replaces another's files.
+
+    A run's ``config.json`` is created exclusively to claim its folder: runs started at once into the same ``path``
+    (a sweep's) each get their own.
+
+    Args:
+        path: the log folder asked for.
+        numbered: whether a used ``path`` gives a numbered folder; False refuses it instead (a ``torchrun`` launch,
+            whose ranks and restarts find the run by its ``--logdir``).
+
+    Returns:
+        The folder claimed.
+
+    Raises:
+        ConfigError: a folder cannot be created or written (:func:`check_logdir`), or ``path`` holds a run and
+            ``numbered`` is False.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     first, second = claim_logdir(Path(tmp) / "run"), claim_logdir(Path(tmp) / "run")
+    ...     print(first.name, second.name)
+    run run-2
+    """
+    base = path.resolve() if path.name in ("", "..") else path  # ".", "..": number the folder's own name
+    candidate, n = path, 1
+    while True:
+        check_logdir(candidate)
+        found = earlier_run_files(candidate)
+        if found and not numbered:
+            raise ConfigError(f"logdir={str(path)!r} holds an earlier run ({', '.join(found[:3])}), which a new run "
+                              f"would replace; pass a new --logdir, or --resume {path} to continue that run")
+        try:
+            if not found:  # created exclusively: another run may claim the same folder between the check and here
+                os.close(os.open(candidate / Run.CONFIG_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                break
+        except FileExistsError:
+            pass
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    if candidate != path:
+        log.warning("%s holds an earlier run (%s): this run writes to %s (--resume %s continues that one)",
+                    path, ", ".join(earlier_run_files(path)[:3]), candidate, path)
+    return candidate
 
 
 class Run:
@@ -163,6 +227,7 @@ class Run:
 
     CSV_NAME = "progress.csv"
     SUMMARY_NAME = "summary.json"
+    CONFIG_NAME = "config.json"
 
     def __init__(self, algo: str, config: RunConfig, spec: EnvSpec, *, start: float | None = None,
                  resume: Resume | None = None, logger: bool = True, world_size: int = 1):
@@ -180,11 +245,6 @@ class Run:
         self.logdir = run_logdir(algo, config, resume)
         if logger:
             self.logdir.mkdir(parents=True, exist_ok=True)
-        earlier = len(list(self.logdir.glob("events.out.tfevents.*"))) if logger else 0
-        if earlier and resume is None:
-            log.warning("%s already holds %d TensorBoard event file(s) of earlier runs, which TensorBoard will show "
-                        "beside this one's (progress.csv, the checkpoint and the summary are replaced); pass a new "
-                        "--logdir to keep runs apart", self.logdir, earlier)
         self.env_steps = 0 if resume is None else resume.env_steps
         self.iteration = 0 if resume is None else resume.iteration
         self.seed = session_seed(config.seed, self.iteration)
@@ -225,7 +285,7 @@ class Run:
             return
         params = {"algo": algo, **config.to_dict(), "env_spec": dataclasses.asdict(spec),
                   "effective_target_return": self.target_return}
-        with open(self.logdir / "config.json", "w") as f:
+        with open(self.logdir / self.CONFIG_NAME, "w") as f:
             json.dump(params, f, indent=2)
         try:
             self._trackers = open_trackers(config.track, self.logdir, params,

@@ -32,7 +32,6 @@ from rlstruct.algos._train.distributed import (
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import Evaluator
 from rlstruct.algos._train.log import Run, TrainResult
-from rlstruct.algos._train.optim import OptimizerLike
 from rlstruct.algos._train.session import (
     Algorithm,
     Setup,
@@ -44,6 +43,7 @@ from rlstruct.algos._train.session import (
 )
 from rlstruct.algos._train.update import actor_critic_learner, start_pipeline, training_agent_kwargs, weight_sync_mode
 from rlstruct.algos.networks import build_actor_critic, recurrent_actor_critic
+from rlstruct.algos.optim import OptimizerLike
 from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
 from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.returns import episode_returns, episode_statistics

@@ -28,6 +28,7 @@ __all__ = [
     "given_fields",
     "list_presets",
     "preset_named",
+    "preset_target",
     "setting_sources",
 ]
 
@@ -274,6 +275,18 @@ def preset_named(name: str, algo: str, env: str) -> Preset | None:
     return preset
 
 
+def preset_target(name: str) -> float | None:
+    """The return the preset ``name`` is tuned to reach within its budget, its learning benchmark's target (what
+    ``rlstruct presets`` lists and a run's summary records as ``preset_target``); None for ``"none"`` or a preset
+    without one. A run stops at its own ``target_return`` only, never at this.
+
+    >>> preset_target("ppo-pendulum"), preset_target("a2c-pendulum"), preset_target("none")
+    (-200.0, None, None)
+    """
+    preset = next((p for p in PRESETS if p.name == name), None)
+    return None if preset is None or preset.unsupported else preset.target
+
+
 def given_fields(config: Any) -> frozenset[str]:
     """The fields of a config whose value differs from its class's default: those a preset leaves alone when the
     caller does not say which fields it gave.
@@ -345,7 +358,8 @@ def setting_sources(config: Any, preset: Preset | None, given: frozenset[str],
 
 
 def list_presets() -> str:
-    """The table of presets, one per line: name, algorithm, envs, budget, target and source (``rlstruct presets``)."""
+    """The table of presets, one per line: name, algorithm, envs, budget, target and source (``rlstruct presets``),
+    then a line on what the target is."""
     rows = [("name", "algo", "envs", "budget (env steps)", "target", "source")]
     for p in PRESETS:
         budget = p.settings.get("max_env_steps")
@@ -353,4 +367,7 @@ def list_presets() -> str:
         envs = p.envs[0] + (f" (+{len(p.envs) - 1} more)" if len(p.envs) > 1 else "")
         rows.append((p.name, p.algo, envs, f"{budget:,}" if budget else "-", target, p.source))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r[:4], widths)), r[4], f"({r[5]})"]) for r in rows)
+    table = "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r[:4], widths)), r[4], f"({r[5]})"]) for r in rows)
+    return (f"{table}\n\ntarget: the evaluation return the preset's learning benchmark reaches within the budget (over "
+            "5 seeds: docs/benchmarks/presets.md); a run records it as preset_target and stops at --target-return "
+            "or the env's reward threshold only")

@@ -23,11 +23,11 @@ from torch import nn
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._train.checkpoints import Resume, load_resume, plot_learning_curve
 from rlstruct.algos._train.config import RunConfig, check_evaluation_policy, validate_run_config
-from rlstruct.algos._train.distributed import World, rank_device, world_from_environment
+from rlstruct.algos._train.distributed import World, rank_device, torchrun_restarts, world_from_environment
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
-from rlstruct.algos._train.log import Run, TrainResult, check_logdir, run_logdir
-from rlstruct.algos._train.presets import apply_preset
+from rlstruct.algos._train.log import Run, TrainResult, check_logdir, claim_logdir, run_logdir
+from rlstruct.algos._train.presets import apply_preset, preset_target
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,
     ENV_SEEDS,
@@ -112,8 +112,8 @@ class Algorithm:
 
         Raises:
             ValueError: what :func:`prepare` raises: a setting out of range, or one of its subclasses
-                (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``) for a device, the env or ``resume``.
-            FileNotFoundError: ``resume`` does not exist.
+                (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``, ``CheckpointError``) for a device, the
+                env or ``resume``.
         """
         return self.run(self.validate(config))
 
@@ -204,12 +204,13 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | 
     Raises:
         DeviceUnavailableError: a device of the config does not exist here.
         SpaceError: the algorithm cannot run on the env's spaces.
-        ValueError: a setting is out of range, or ``resume`` is not an rlstruct checkpoint.
-        FileNotFoundError: ``resume`` does not exist.
+        ValueError: a setting is out of range.
+        CheckpointError: ``resume`` is missing, unreadable, or not an rlstruct checkpoint.
         ConfigError: an unknown ``preset`` or one of another algorithm or env, settings that cannot work together, a
             ``resume`` trained by another number of data-parallel ranks, a
             ``resume`` this config cannot continue (see
-            :func:`~rlstruct.algos._train.checkpoints.load_resume`), or a log folder that cannot be created or written.
+            :func:`~rlstruct.algos._train.checkpoints.load_resume`), a log folder that cannot be created or written,
+            or, in a ``torchrun`` launch, one that holds a run already (:func:`~.log.claim_logdir`).
     """
     start = time.perf_counter() if start is None else start
     config, _ = apply_preset(algorithm.name, config, given)
@@ -222,7 +223,7 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | 
     warn_stalling_evaluations(config, spec)
     if config.evaluation_env_kwargs is not None:
         check_evaluation_envs(config, spec)
-    resume = load_resume(algorithm.name, config, algorithm.config_cls.RESUME_FIELDS, checkpoint=checkpoint)
+    resume = load_resume(algorithm.name, config, checkpoint=checkpoint)
     world = world_from_environment()
     if world.distributed:  # "cuda" is this rank's GPU (cuda:LOCAL_RANK); counting GPUs initialises no CUDA context
         n_gpus = torch.cuda.device_count()
@@ -233,7 +234,14 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | 
         raise ConfigError(f"resume={config.resume!r} was trained by {resume.world_size} data-parallel rank(s), got "
                           f"{world.size} (WORLD_SIZE); resume it with torchrun --nproc-per-node {resume.world_size} "
                           "(over all nodes), or start a new run without --resume")
-    check_logdir(run_logdir(algorithm.name, config, resume))  # last: a run that fails a check creates no folder
+    # Last: a run that fails a check creates no folder. Rank 0 alone writes the run's files; a torchrun restart
+    # writes into the folder its first attempt claimed.
+    logdir, restarts = run_logdir(algorithm.name, config, resume), torchrun_restarts()
+    continued = resume is not None and logdir.resolve() == resume.folder.resolve()
+    if world.is_logger and not continued and not restarts:
+        config = dataclasses.replace(config, logdir=str(claim_logdir(logdir, numbered=restarts is None)))
+    else:
+        check_logdir(logdir)
     return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start, world)
 
 
@@ -418,7 +426,7 @@ def open_batchers(
     )
     train_kwargs = {"agent_info": agent_info_row(explore),
                     "agent_seeds": worker_seeds(seed, n_workers, AGENT_SEEDS, first), "device": config.batcher_device,
-                    "cuda_graph": cuda_graph, "timeout": config.batcher_timeout,
+                    "cuda_graph": cuda_graph, "timeout": config.batcher_timeout, "start_timeout": config.start_timeout,
                     "restart_workers": config.restart_workers}
     if config.ray_actors:  # actor k hosts workers k * n_processes...: the rows of one process's workers, in order
         from rlstruct.batchers import RayBatcher
@@ -446,7 +454,8 @@ def open_batchers(
         config.n_evaluation_processes, worker_seeds(seed, n_eval_workers, EVALUATION_ENV_SEEDS),
         agent_info=agent_info_row(evaluate),
         agent_seeds=worker_seeds(seed, n_eval_workers, EVALUATION_AGENT_SEEDS), device=config.evaluation_device,
-        cuda_graph=eval_graph, timeout=config.batcher_timeout, restart_workers=config.restart_workers,
+        cuda_graph=eval_graph, timeout=config.batcher_timeout, start_timeout=config.start_timeout,
+        restart_workers=config.restart_workers,
     )
     n_eval = eval_batcher.n_elems()
     evaluator = Evaluator(eval_batcher, DictTensor({k: torch.full((n_eval,), v) for k, v in evaluate.items()}),
@@ -546,7 +555,8 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
                                f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")
     result = TrainResult(eval_return, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
                          checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
-                         config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason)
+                         config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason,
+                         preset_target(config.preset))
     with open(run.logdir / Run.SUMMARY_NAME, "w") as f:
         json.dump(result.summary(), f, indent=2)
     run.report(result.summary(), [checkpoint, plot, *(run.videos.paths if run.videos is not None else [])])

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlstruct.algos._train.checkpoints import check_resume_algorithm, check_resume_exists, load_checkpoint
+from rlstruct.algos._train.checkpoints import check_resume_algorithm, load_checkpoint
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.distributed import restart_resume
 from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
@@ -112,11 +112,11 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
             print(f"{prog}: torchrun restarted the ranks (restart {os.environ['TORCHELASTIC_RESTART_COUNT']}): "
                   f"resuming {restarted}", file=sys.stderr)
     given = given_flags(parser, argv) - {"show_config"}
+    configure_logging()  # before the checks: the numbered folder a used --logdir gives is announced by a warning
     try:
         checkpoint, resumed = None, frozenset()
         if ns.resume is not None:
-            check_resume_exists(ns.resume)
-            checkpoint = load_checkpoint(ns.resume)
+            checkpoint = load_checkpoint(ns.resume, argument="resume")
             check_resume_algorithm(algorithm.name, ns.resume, checkpoint)
             defaults = resumed_defaults(config_cls, checkpoint)
             parser.set_defaults(**defaults)
@@ -134,10 +134,9 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
             return 0
         setup = algorithm.validate(config, given=given | resumed, start=launched,
                                    checkpoint=checkpoint if ns.resume == config.resume else None)
-    except (ValueError, TypeError, RLStructError, FileNotFoundError) as e:
+    except (ValueError, TypeError, RLStructError) as e:
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
-    configure_logging()
     try:
         result = algorithm.run(setup)
     except KeyboardInterrupt:
@@ -161,8 +160,11 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
         print(json.dumps(result.summary()))
         return 128 + signal.Signals[result.stop_signal or "SIGINT"]
     print(stop_line(result, setup.config))
+    reference = ""
+    if result.preset_target is not None and result.target_return is None:  # a reference the run did not stop at
+        reference = f" (preset {result.preset}'s target: {result.preset_target:g})"
     print(f"final evaluation return {result.eval_return:.2f} after {result.env_steps} env steps "
-          f"in {result.wall_time_s:.1f} s")
+          f"in {result.wall_time_s:.1f} s{reference}")
     tensorboard = f" (TensorBoard: tensorboard --logdir {result.logdir})" if setup.config.tensorboard else ""
     print(f"logs: {Path(result.logdir) / Run.CSV_NAME}{tensorboard}")
     if result.plot:

@@ -24,10 +24,10 @@ from torch.nn.utils import clip_grad_norm_
 
 from rlstruct._accel import accelerator_for
 from rlstruct.algos._train.checkpoints import Resume, restore_optimizer
-from rlstruct.algos._train.config import OnPolicyConfig
-from rlstruct.algos._train.optim import Adam, OptimizerLike
+from rlstruct.algos._train.config import AUTOCAST_VALUES, OnPolicyConfig
 from rlstruct.algos.networks import ActorCritic, autocast_context, make_adam
 from rlstruct.algos.normalization import LearnerNormalization, SumOverRanks
+from rlstruct.algos.optim import Adam, OptimizerLike
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
 
@@ -35,7 +35,6 @@ __all__ = [
     "AUTOCAST_DTYPES",
     "weight_sync_mode",
     "autocast_dtype",
-    "check_autocast",
     "training_agent_kwargs",
     "actor_critic_learner",
     "start_pipeline",
@@ -48,26 +47,12 @@ log = logging.getLogger(__name__)
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
-#: the values of ``OnPolicyConfig.autocast``: the dtype of the update's forward and loss and of the training agent's
-#: forward (``None``: float32)
-AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {"none": None, "bfloat16": torch.bfloat16}
-
-
-def check_autocast(autocast: str) -> torch.dtype | None:
-    """The dtype of an ``autocast`` setting (``None`` for ``"none"``), for every entry point that takes one.
-
-    Raises:
-        ValueError: ``autocast`` is not one of :data:`AUTOCAST_DTYPES`.
-
-    >>> check_autocast("bfloat16")
-    torch.bfloat16
-    """
-    if autocast not in AUTOCAST_DTYPES:
-        raise ValueError(
-            f"autocast must be one of {list(AUTOCAST_DTYPES)}, got {autocast!r}; pass --autocast bfloat16 for the "
-            "update's and the training policy's forward in bfloat16, or leave the default (none: float32)"
-        )
-    return AUTOCAST_DTYPES[autocast]
+#: the dtype of each value of ``OnPolicyConfig.autocast`` (:data:`~.config.AUTOCAST_VALUES`, checked by
+#: :func:`~.config.check_on_policy`): of the update's forward and loss and of the training agent's forward (``None``:
+#: float32)
+AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
+    name: None if name == "none" else getattr(torch, name) for name in AUTOCAST_VALUES
+}
 
 
 def autocast_dtype(config: OnPolicyConfig) -> torch.dtype | None:

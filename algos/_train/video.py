@@ -433,11 +433,11 @@ def record_checkpoint_video(
     """:func:`record_policy_video` of a ``checkpoint.pt`` written by ``rlstruct train`` (or its run's folder).
 
     Raises:
-        FileNotFoundError: no such checkpoint.
-        ValueError: the file is not an rlstruct checkpoint; the errors of :func:`record_policy_video`.
+        CheckpointError: ``checkpoint`` is missing, unreadable or not an rlstruct checkpoint.
+        ValueError: the errors of :func:`record_policy_video`.
     """
     check_video_path(path)  # before reading the checkpoint
-    ckpt = load_checkpoint(checkpoint)
+    ckpt = load_checkpoint(checkpoint, argument="checkpoint")
     return record_policy_video(path, algo=ckpt["algo"], config=ckpt["config"], env_spec=ckpt["env_spec"],
                                model_state=ckpt["model"], episodes=episodes, max_steps=max_steps, seed=seed,
                                backend=backend, fps=fps, policy=policy)

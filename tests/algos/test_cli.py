@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import importlib.util
 import json
 import logging
 import math
@@ -27,8 +28,12 @@ from rlstruct.algos.dqn import DQNConfig
 from rlstruct.algos.ppo import PPOConfig
 from rlstruct.algos.reinforce import ReinforceConfig
 from rlstruct.algos.sac import SACConfig
+from rlstruct.errors import ConfigError
 
 CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, SACConfig, PPOConfig]
+#: whether the plot and tensorboard extras are installed: a run writes its learning curve and its TensorBoard events
+#: with them, and warns without them
+PLOT, TENSORBOARD = (importlib.util.find_spec(m) is not None for m in ("matplotlib", "tensorboard"))
 
 
 def rlstruct(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
@@ -55,9 +60,9 @@ def test_train_writes_logs_plot_checkpoint_and_eval_reads_it(tmp_path):
     assert {"eval_return", "env_steps", "wall_time_s", "logdir"} <= set(summary)
     assert summary["env_steps"] >= 400 and summary["logdir"] == str(logdir)
     assert 0 < summary["eval_return"] <= 60
-    assert "learning curve:" in out.stdout and "checkpoint:" in out.stdout
-    assert (logdir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert list(logdir.glob("events.out.tfevents.*")), "no TensorBoard events"
+    assert ("learning curve:" in out.stdout) == PLOT and "checkpoint:" in out.stdout
+    assert not PLOT or (logdir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert bool(list(logdir.glob("events.out.tfevents.*"))) == TENSORBOARD, "TensorBoard events with its extra"
     rows = list(csv.DictReader(open(logdir / "progress.csv")))
     assert rows and {"iteration", "env_steps", "wall_time_s", "loss/policy", "eval/return"} <= set(rows[0])
     assert float(rows[-1]["eval/return"]) == pytest.approx(summary["eval_return"])
@@ -137,7 +142,7 @@ def test_bad_commands_exit_2_with_one_line(capsys):
         (["train", "a2c", "--backend", "gymnasium", "--physics-dtype", "float32"], "runs on the 'gymnasium' backend"),
         (["profile", "--physics-dtype", "float32", "--backend", "gymnasium", "--png", ""],
          "runs on the 'gymnasium' backend"),
-        (["eval", "/no/such/checkpoint.pt"], "No such file"),
+        (["eval", "/no/such/checkpoint.pt"], "checkpoint='/no/such/checkpoint.pt' does not exist; pass the"),
         (["eval", "x.pt", "--device", "cuda:7"], "device='cuda:7' does not exist"),
         (["eval", "x.pt", "--max-steps", "0"], "max_steps must be >= 1 or None (the env's time limit), got 0"),
         (["train", "ppo", "--evaluation-chunk-steps", "0"], "evaluation_chunk_steps must be >= 1, got 0"),
@@ -327,7 +332,7 @@ def test_ctrl_c_or_sigterm_stops_cleanly_saves_everything_and_leaves_no_process(
     assert last_json(stdout) == summary
     ckpt = torch.load(logdir / "checkpoint.pt", weights_only=True)
     assert ckpt["algo"] == "a2c" and ckpt["interrupted"] is True and ckpt["env_steps"] == summary["env_steps"]
-    assert (logdir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not PLOT or (logdir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = list(csv.DictReader(open(logdir / "progress.csv")))
     assert int(rows[-1]["env_steps"]) == summary["env_steps"]
     ev = rlstruct("eval", str(logdir / "checkpoint.pt"), "--episodes", "2")
@@ -372,17 +377,48 @@ def test_an_interrupted_run_in_python_returns_what_it_reached(tmp_path, signum):
 
 
 @pytest.mark.timeout(120)
-def test_a_run_without_iterations_and_a_reused_logdir_are_warned_about(tmp_path, caplog):
-    cfg = dict(progress=False, tensorboard=True, logdir=str(tmp_path), n_evaluation_envs=2, max_episode_steps=20)
+def test_a_run_without_iterations_is_warned_about_and_a_second_run_never_replaces_the_first(tmp_path, caplog):
+    logdir = tmp_path / "run"
+    cfg = dict(progress=False, tensorboard=True, logdir=str(logdir), n_evaluation_envs=2, max_episode_steps=20)
     with caplog.at_level(logging.WARNING, logger="rlstruct.algos"):
-        a2c.train(A2CConfig(time_limit=1e-6, **cfg))
+        first = a2c.train(A2CConfig(time_limit=1e-6, **cfg))
     assert "no training iteration ran: the time limit (1e-06 s) was spent" in caplog.text
-    assert "already holds" not in caplog.text
+    assert first.logdir == str(logdir) and "holds an earlier run" not in caplog.text
+    files = {p.name: p.read_bytes() for p in logdir.iterdir()}
+    assert {"config.json", "progress.csv", "checkpoint.pt", "summary.json"} <= set(files)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="rlstruct.algos"):
-        result = a2c.train(A2CConfig(max_env_steps=64, **cfg))
-    assert result.iterations > 0 and "no training iteration" not in caplog.text
-    assert "already holds 1 TensorBoard event file(s) of earlier runs" in caplog.text
+        second = a2c.train(A2CConfig(max_env_steps=64, **cfg))
+    assert second.iterations > 0 and "no training iteration" not in caplog.text
+    assert second.logdir == f"{logdir}-2" and second.checkpoint == f"{logdir}-2/checkpoint.pt"
+    assert f"{logdir} holds an earlier run (checkpoint.pt, config.json, " in caplog.text
+    assert f"this run writes to {logdir}-2 (--resume {logdir} continues that one)" in caplog.text
+    assert {p.name: p.read_bytes() for p in logdir.iterdir()} == files, "the first run's files are left alone"
+    assert json.loads((Path(second.logdir) / "config.json").read_text())["logdir"] == second.logdir
+
+
+def test_runs_started_into_one_logdir_each_claim_their_own_folder(tmp_path):
+    from rlstruct.algos._train.log import claim_logdir
+
+    assert claim_logdir(tmp_path) == tmp_path, "an empty folder is a new run's"
+    claimed = [claim_logdir(tmp_path / "sweep") for _ in range(3)]
+    assert claimed == [tmp_path / "sweep", tmp_path / "sweep-2", tmp_path / "sweep-3"]
+    (tmp_path / "sweep-2" / "config.json").unlink()
+    (tmp_path / "sweep-2" / "events.out.tfevents.1.host").write_bytes(b"")
+    assert claim_logdir(tmp_path / "sweep") == tmp_path / "sweep-4", "TensorBoard events are a run's too"
+    with pytest.raises(ConfigError, match=r"logdir='.*sweep' holds an earlier run \(config.json\), which a new run "
+                                          r"would replace; pass a new --logdir, or --resume .*sweep to continue"):
+        claim_logdir(tmp_path / "sweep", numbered=False)
+
+
+def test_a_torchrun_launch_refuses_a_used_logdir_and_its_restarts_reuse_their_own(tmp_path, monkeypatch, capsys):
+    (tmp_path / "config.json").write_text("{}")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    assert cli.main(["train", "a2c", "--logdir", str(tmp_path), "--max-env-steps", "64", "--no-progress"]) == 2
+    assert "holds an earlier run (config.json), which a new run would replace" in capsys.readouterr().err
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # a restart with no checkpoint to resume starts over
+    setup = a2c.ALGORITHM.validate(A2CConfig(logdir=str(tmp_path), max_env_steps=64))
+    assert setup.config.logdir == str(tmp_path)
 
 
 @pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn", "sac", "ppo"])

@@ -4,9 +4,11 @@ and the run still learns."""
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +21,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rlstruct.algos import a2c, load
+from rlstruct.algos._train.flags import OneLineParser
+from rlstruct.algos.a2c import A2CConfig
 from rlstruct.algos.cli import main
+from rlstruct.errors import CheckpointError
 
 RLSTRUCT = str(Path(sys.executable).with_name("rlstruct"))
 
@@ -82,6 +88,25 @@ def test_a_prefix_of_a_flag_is_not_taken_for_it_and_the_error_names_the_flag(arg
     assert not (tmp_path / "run").exists(), "a command line with an unknown flag starts no run"
 
 
+def test_every_argument_parser_of_the_project_turns_prefix_matching_off():
+    """The library's parsers are :class:`OneLineParser` (``allow_abbrev=False``); every other ``ArgumentParser`` the
+    repository builds (the benchmarks') passes ``allow_abbrev=False`` itself."""
+    root = Path(__file__).resolve().parents[2]
+    plain, library = [], 0
+    for folder in ("rlstruct", "agents", "batchers", "algos", "benchmarks", "tutorials"):
+        for path in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.Call):
+                    continue
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                library += name == "OneLineParser"
+                if name == "ArgumentParser" and not any(
+                        k.arg == "allow_abbrev" and getattr(k.value, "value", None) is False for k in node.keywords):
+                    plain.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert plain == [], "argparse's prefix matching is on in these parsers"
+    assert library >= 3 and OneLineParser(prog="x").allow_abbrev is False
+
+
 def test_a_logdir_under_a_file_is_refused_before_anything_starts(tmp_path, capsys, no_new_processes):
     (tmp_path / "file").write_text("")
     code, lines = run_cli(["train", "ppo", "--logdir", str(tmp_path / "file" / "run"), "--n-processes", "2"], capsys)
@@ -105,6 +130,7 @@ BAD_VALUES = {
     "--lr": st.one_of(st.floats(max_value=0.0), st.just(float("nan"))),
     "--time-limit": st.floats(max_value=0.0),
     "--batcher-timeout": st.floats(max_value=0.0),
+    "--start-timeout": st.floats(max_value=0.0),
     "--hidden-sizes": st.integers(max_value=0),
     "--backend": st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12).filter(
         lambda s: s not in ("auto", "torch", "gymnasium", "envpool", "ale", "gymnax", "mjx", "mujoco_torch", "brax")),
@@ -183,6 +209,47 @@ def test_eval_of_a_damaged_checkpoint_is_one_line_and_status_2(checkpoint, how, 
 def test_generated_bad_values_of_eval_are_one_line_and_status_2(checkpoint, flag, value, capsys):
     code, lines = run_cli(["eval", str(checkpoint), f"{flag}={value}"], capsys)
     assert_one_line_error(code, lines, "rlstruct eval")
+
+
+def _no_checkpoint(tmp_path: Path, how: str, monkeypatch) -> Path:
+    path = tmp_path / ("nowhere" if how == "missing" else "checkpoint.pt")
+    if how == "a folder without one":
+        path = tmp_path / "folder"
+        path.mkdir()
+    elif how == "unreadable":  # the tests may run as root, whom file permissions do not stop
+        path.write_bytes(b"")
+
+        def refused(*args, **kwargs):
+            raise PermissionError(13, "Permission denied", str(path))
+
+        monkeypatch.setattr(torch, "load", refused)
+    elif how == "not a checkpoint":
+        path.write_text("notes")
+    return path
+
+
+@pytest.mark.parametrize(("how", "match"), [
+    ("missing", "does not exist; pass the checkpoint.pt of an earlier run, or its log folder"),
+    ("a folder without one", "is a folder without a checkpoint.pt; pass the checkpoint file"),
+    ("unreadable", "cannot be read (Permission denied); pass a checkpoint.pt this process may read"),
+    ("not a checkpoint", "is not an rlstruct checkpoint (torch.load cannot read it: "),
+])
+def test_a_missing_or_unreadable_checkpoint_is_one_checkpoint_error_everywhere(how, match, tmp_path, monkeypatch,
+                                                                              capsys, no_new_processes):
+    """``rlstruct.algos.load``, ``train(resume=...)``, ``rlstruct eval`` and ``rlstruct train --resume``: one type in
+    Python, one line and status 2 on the command line, each naming its argument, the path and the fix."""
+    path = _no_checkpoint(tmp_path, how, monkeypatch)
+    with pytest.raises(CheckpointError, match=re.escape(f"run_or_checkpoint={str(path)!r} {match}")):
+        load(path)
+    with pytest.raises(CheckpointError, match=re.escape(f"resume={str(path)!r} {match}")):
+        a2c.ALGORITHM.validate(A2CConfig(resume=str(path), logdir=str(tmp_path / "run")))
+    code, lines = run_cli(["eval", str(path)], capsys)
+    assert_one_line_error(code, lines, "rlstruct eval")
+    assert f"checkpoint={str(path)!r} {match}" in lines[0]
+    code, lines = run_cli(["train", "a2c", "--resume", str(path), "--logdir", str(tmp_path / "run")], capsys)
+    assert_one_line_error(code, lines, "rlstruct train a2c")
+    assert f"resume={str(path)!r} {match}" in lines[0]
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("how", ["other shapes", "a missing tensor"])

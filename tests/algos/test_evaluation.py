@@ -234,6 +234,25 @@ def test_open_batchers_gives_both_batchers_the_configs_timeout(tmp_path):
         validate_run_config(RunConfig(batcher_timeout=0))
 
 
+@pytest.mark.timeout(120)
+def test_start_timeout_bounds_the_start_of_both_batchers_from_the_command_line(tmp_path, capsys):
+    """``--start-timeout``: a run whose workers cannot start in time fails naming the bound; a bad value is one line
+    and status 2; the flag shows where it came from."""
+    from rlstruct.algos import a2c, cli
+    from rlstruct.errors import BatcherWorkerTimeout
+
+    # Spawning a worker process takes far longer than a millisecond.
+    config = a2c.A2CConfig(n_processes=1, n_envs=2, start_timeout=1e-3, logdir=str(tmp_path / "run"), progress=False,
+                           tensorboard=False)
+    with pytest.raises(BatcherWorkerTimeout, match=r"within 0.001 s, the batcher's `start_timeout`; raise "):
+        a2c.train(config)
+    assert cli.main(["train", "a2c", "--start-timeout", "0", "--logdir", str(tmp_path / "bad")]) == 2
+    assert capsys.readouterr().err.strip() == "rlstruct train a2c: error: start_timeout must be > 0 seconds, got 0.0"
+    assert cli.main(["train", "a2c", "--start-timeout", "300", "--show-config"]) == 0
+    shown = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("--start-timeout ")]
+    assert shown == [["--start-timeout", "300.0", "flag"]]
+
+
 # --------------------------------------------------------------------------- the envs' constructor arguments
 @pytest.mark.timeout(120)
 def test_env_kwargs_reach_the_training_envs_and_the_evaluations_unless_these_have_their_own(tmp_path):

@@ -168,7 +168,7 @@ def test_every_flat_network_takes_float64_observations():
 @pytest.mark.parametrize("algo", ["a2c", "ppo", "sac"])
 def test_algorithms_train_on_a_gymnasium_mujoco_task(algo, tmp_path):
     """InvertedPendulum-v5 through gymnasium: float64 observations from the batcher to the loss."""
-    pytest.importorskip("mujoco")
+    pytest.importorskip("mujoco", reason="the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")
     import importlib
 
     module = importlib.import_module(f"rlstruct.algos.{algo}")

@@ -115,7 +115,7 @@ def test_normalisation_of_images_is_a_space_error():
         build_actor_critic(pixels, (8,), normalize_observations=True)
     with pytest.raises(SpaceError, match="normalize_observations takes flat observations"):
         recurrent_actor_critic(pixels, (8,), normalize_observations=True)
-    pytest.importorskip("minatar")
+    pytest.importorskip("minatar", reason="the minatar extra is not installed: pip install 'rlstruct[minatar]'")
     with pytest.raises(SpaceError, match="normalize_observations takes flat observations"):
         ppo.ALGORITHM.validate(ppo.PPOConfig(env="MinAtar/Breakout-v1", normalize_observations=True))
 

@@ -151,7 +151,8 @@ def test_the_agent_factory_feeds_a_batcher_with_the_runs_weights_and_evaluate_re
 
 # --------------------------------------------------------------------------- errors
 def test_a_path_that_is_no_run_is_a_checkpoint_error_naming_it(tmp_path):
-    with pytest.raises(CheckpointError, match=r"run_or_checkpoint='.*nowhere' does not exist; pass a run's folder"):
+    with pytest.raises(CheckpointError, match=r"run_or_checkpoint='.*nowhere' does not exist; pass the checkpoint.pt "
+                                              r"of an earlier run, or its log folder"):
         load(tmp_path / "nowhere")
     with pytest.raises(CheckpointError, match=r"is a folder without a checkpoint.pt; pass the checkpoint file"):
         load(tmp_path)

@@ -13,7 +13,14 @@ import typing
 import pytest
 
 from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce, sac
-from rlstruct.algos._train.presets import PRESETS, apply_preset, find_preset, given_fields, list_presets
+from rlstruct.algos._train.presets import (
+    PRESETS,
+    apply_preset,
+    find_preset,
+    given_fields,
+    list_presets,
+    preset_target,
+)
 from rlstruct.errors import ConfigError
 from tests.algos.test_cli import last_json, rlstruct
 
@@ -155,6 +162,11 @@ def test_a_bad_preset_on_the_command_line_is_one_line_and_status_2():
 def test_presets_command_lists_the_table():
     out = rlstruct("presets")
     assert out.returncode == 0 and all(p.name in out.stdout for p in PRESETS)
+    row = next(line.split() for line in out.stdout.splitlines() if line.startswith("ppo-pendulum "))
+    assert row[4] == str(preset_target("ppo-pendulum")).removesuffix(".0") == "-200", \
+        "the table's target is the one a run's summary records"
+    assert "target: the evaluation return the preset's learning benchmark reaches within the budget" in out.stdout
+    assert preset_target("none") is None and preset_target("a2c-pendulum") is None
 
 
 @pytest.mark.timeout(300)
@@ -164,7 +176,12 @@ def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path):
               "--evaluation-max-steps", "50"]
     first = rlstruct("train", "ppo", "--env", "Pendulum-v1", "--logdir", str(logdir), *common)
     assert first.returncode == 0, first.stderr
-    assert last_json(first.stdout)["preset"] == "ppo-pendulum"
+    summary = last_json(first.stdout)
+    assert summary["preset"] == "ppo-pendulum"
+    # Pendulum-v1 has no reward threshold: the run trains for its budget and reports the preset's target beside it.
+    assert summary["preset_target"] == -200.0 and summary["target_return"] is None
+    assert summary["stop_reason"] == "budget" and "(preset ppo-pendulum's target: -200)" in first.stdout
+    assert json.loads((logdir / "summary.json").read_text())["preset_target"] == -200.0
     saved = json.loads((logdir / "config.json").read_text())
     assert saved["preset"] == "ppo-pendulum" and saved["n_steps"] == 250 and saved["max_env_steps"] == 4000
     shown = rlstruct("train", "ppo", "--resume", str(logdir), "--max-env-steps", "8000", "--show-config")

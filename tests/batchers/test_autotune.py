@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -11,6 +12,10 @@ import pytest
 from rlstruct.algos._train.profile import autotune_batcher, batcher_measure
 from rlstruct.batchers import AutotuneResult, Measurement
 from rlstruct.batchers.autotune import autotune, host_rss
+from rlstruct.errors import MissingDependencyError
+
+#: whether the plot extra (matplotlib) is installed: without it, writing a PNG is a one-line error naming the extra
+PLOT = importlib.util.find_spec("matplotlib") is not None
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -98,7 +103,11 @@ def test_best_breaks_ties_on_memory_and_renders(tmp_path):
     assert text.splitlines()[1].startswith("*") and "best: n_processes=0, n_envs=128" in text
     d = json.loads(json.dumps(r.to_dict()))
     assert d["best"]["n_envs"] == 128 and len(d["rows"]) == 4
-    assert r.plot(tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+    if PLOT:
+        assert r.plot(tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+    else:
+        with pytest.raises(MissingDependencyError, match=r"pip install 'rlstruct\[plot\]'"):
+            r.plot(tmp_path / "a.png")
 
 
 def test_bad_arguments_are_named():
@@ -156,10 +165,14 @@ def test_autotune_command(tmp_path, capsys):
     png = tmp_path / "autotune.png"
     argv = ["autotune", "--processes", "0", "--min-envs", "8", "--max-envs", "16", "--n-timesteps", "2", "--iters", "1",
             "--min-gain", "0", "--png", str(png)]
+    if not PLOT:
+        assert main(argv) == 2 and "pip install 'rlstruct[plot]'" in capsys.readouterr().err
+        argv[-1] = ""
     assert main(argv) == 0
     out = capsys.readouterr().out.strip().splitlines()
     result = json.loads(out[-1])
-    assert [row["n_envs"] for row in result["rows"]] == [8, 16] and result["png"] == str(png) and png.exists()
+    assert [row["n_envs"] for row in result["rows"]] == [8, 16]
+    assert result["png"] == (str(png) if PLOT else None) and png.exists() == PLOT
     assert any(line.startswith("best: n_processes=0") for line in out)
     assert main(["autotune", "--min-envs", "0", "--png", ""]) == 2
     assert "rlstruct autotune: error: min_envs must be an int >= 1" in capsys.readouterr().err

@@ -199,7 +199,7 @@ def test_an_env_writing_in_place_gives_what_step_gives(monkeypatch, agent, zero_
 def test_a_jax_env_writing_in_place_gives_what_step_gives(monkeypatch):
     """The JAX envs on the CPU copy the jitted step's outputs into the buffer (step_into): as above, once (each
     worker compiles the step)."""
-    pytest.importorskip("gymnax")
+    pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     check_in_place_gives_what_step_gives(monkeypatch, SamplingAgent, True, gymnax_cartpoles, JaxVecEnv)
 
 

@@ -40,7 +40,7 @@ def import_ray():
     # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is read once when Ray is imported; unset, a local cluster listens on
     # every interface whatever _node_ip_address says.
     os.environ.update(RAY_ENV)
-    ray = pytest.importorskip("ray")
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'rlstruct[ray]'")
     from ray._private import ray_constants
 
     if ray_constants.ENABLE_RAY_CLUSTER:

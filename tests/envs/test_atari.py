@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-pytest.importorskip("ale_py")
+pytest.importorskip("ale_py", reason="the atari extra is not installed: pip install 'rlstruct[atari]'")
 
 from rlstruct.algos._train.env_spec import describe_env  # noqa: E402
 

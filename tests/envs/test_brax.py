@@ -24,8 +24,8 @@ from rlstruct.errors import EnvStateError, MissingDependencyError, SpaceError
 from tests.fakes import UniformBoxAgent
 from tests.fakes_gym import assert_same
 
-pytest.importorskip("brax")
-jax = pytest.importorskip("jax")
+pytest.importorskip("brax", reason="the brax extra is not installed: pip install 'rlstruct[brax]'")
+jax = pytest.importorskip("jax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
 jnp = jax.numpy
 
 pytestmark = [

@@ -417,7 +417,8 @@ def test_torch_output_reads_nothing_on_the_host(monkeypatch):
 @pytest.mark.filterwarnings("ignore:EnvPool seeds are fixed")  # GymEnv seeds the first reset; envpool at make
 @pytest.mark.filterwarnings("ignore:.*precision lowered by casting to float32")  # envpool's own spaces
 def test_envpool_through_gym_env():
-    envpool = pytest.importorskip("envpool")
+    envpool = pytest.importorskip("envpool",
+                                  reason="the envpool extra is not installed: pip install 'rlstruct[envpool]'")
     n = 6
     for env in (
         GymEnv(envpool.make_gymnasium("CartPole-v1", num_envs=n, seed=0), seed=0),

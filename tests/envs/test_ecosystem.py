@@ -120,7 +120,7 @@ def test_a_next_step_vector_env_that_cannot_reset_a_subset_is_refused_for_autore
 
 # ------------------------------------------------------------------------------------------------ ale-py
 def ale_env(n: int = 3, seed: int = 0, **kwargs):
-    pytest.importorskip("ale_py")
+    pytest.importorskip("ale_py", reason="the atari extra is not installed: pip install 'rlstruct[atari]'")
     kwargs.setdefault("backend_kwargs", {"num_threads": 1})
     return make_env("ALE/Breakout-v5", n, backend="ale", seed=seed, **kwargs)
 
@@ -172,7 +172,7 @@ def test_ale_episodic_envs_leave_the_running_set():
 
 
 def test_ale_names_and_missing_package(monkeypatch):
-    pytest.importorskip("ale_py")
+    pytest.importorskip("ale_py", reason="the atari extra is not installed: pip install 'rlstruct[atari]'")
     from rlstruct.envs.factory import ale_game
 
     assert [ale_game(n) for n in ("ALE/MsPacman-v5", "Pong", "space_invaders")] == ["ms_pacman", "pong",
@@ -189,7 +189,7 @@ def test_ale_names_and_missing_package(monkeypatch):
 
 # ------------------------------------------------------------------------------------------------- gymnax
 def test_gymnax_cartpole_agrees_with_the_torch_cartpole_from_the_same_state():
-    pytest.importorskip("gymnax")
+    pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     from rlstruct.envs import CartPole
 
     n, steps = 4, 25
@@ -225,7 +225,7 @@ def test_gymnax_cartpole_agrees_with_the_torch_cartpole_from_the_same_state():
 
 
 def test_gymnax_truncation_is_reported_apart_from_termination():
-    pytest.importorskip("gymnax")
+    pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     env = make_env("CartPole-v1", 2, backend="gymnax", seed=0, autoreset=True, max_episode_steps=5)
     env.reset()
     for t in range(5):  # alternate pushes: the pole stays up, the time limit ends the episode
@@ -242,7 +242,7 @@ def test_gymnax_truncation_is_reported_apart_from_termination():
 
 
 def test_gymnax_minatar_frames_and_bool_observations_as_uint8():
-    pytest.importorskip("gymnax")
+    pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     import jax.numpy as jnp
 
     from rlstruct.envs import JaxVecEnv
@@ -280,7 +280,7 @@ def test_gymnax_minatar_frames_and_bool_observations_as_uint8():
 
 
 def test_gymnax_env_info_device_spaces_and_missing_package(monkeypatch):
-    pytest.importorskip("gymnax")
+    pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     from rlstruct.envs import JaxVecEnv
     from rlstruct.envs._imports import import_jax
 
@@ -309,7 +309,7 @@ def test_gymnax_env_info_device_spaces_and_missing_package(monkeypatch):
 
 
 def test_gymnax_envs_of_one_kind_share_their_compiled_step():
-    pytest.importorskip("gymnax")
+    pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     a = make_env("CartPole-v1", 2, backend="gymnax", seed=0, autoreset=True, max_episode_steps=7)
     b = make_env("CartPole-v1", 2, backend="gymnax", seed=1, autoreset=True, max_episode_steps=7)
     c = make_env("CartPole-v1", 2, backend="gymnax", seed=1, autoreset=True, max_episode_steps=8)

@@ -90,10 +90,15 @@ def _fake_next_step(name: str, autoreset: bool, partial_rows: str) -> Case:
     return Case(f"next_step_{partial_rows}-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name)
 
 
+#: the extra that installs each backend's package (a name that is not here is its own extra's)
+BACKEND_EXTRAS = {"ale_py": "atari", "gymnax": "jax", "jax": "jax", "mujoco_torch": "mujoco", "mujoco.mjx": "mujoco"}
+
+
 def _backend(backend: str, package: str, name: str, autoreset: bool, has_state: bool = False, **kwargs) -> Case:
     """``make_env(name, ..., backend=backend)``, skipped when ``package`` is not installed."""
     def build(n, seed, device):
-        pytest.importorskip(package)
+        extra = BACKEND_EXTRAS.get(package, package)
+        pytest.importorskip(package, reason=f"the {extra} extra is not installed: pip install 'rlstruct[{extra}]'")
         return make_env(name, n, device=device, seed=seed, autoreset=autoreset, backend=backend,
                         max_episode_steps=MAX_STEPS[name], **kwargs)
 

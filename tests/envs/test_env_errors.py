@@ -59,17 +59,17 @@ def _envpool_env(seed: int, **kwargs):
 
 
 def _ale(seed: int, **kwargs):
-    pytest.importorskip("ale_py")
+    pytest.importorskip("ale_py", reason="the atari extra is not installed: pip install 'rlstruct[atari]'")
     return make_env("ALE/Breakout-v5", N, backend="ale", seed=seed, backend_kwargs={"num_threads": 1}, **kwargs)
 
 
 def _gymnax(seed: int, **kwargs):
-    pytest.importorskip("gymnax")
+    pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     return make_env("CartPole-v1", N, backend="gymnax", seed=seed, **kwargs)
 
 
 def _brax(seed: int, **kwargs):
-    pytest.importorskip("brax")
+    pytest.importorskip("brax", reason="the brax extra is not installed: pip install 'rlstruct[brax]'")
     return make_env("fast", N, backend="brax", seed=seed, **kwargs)
 
 
@@ -300,7 +300,7 @@ def test_an_unsupported_space_is_a_space_error(build, obs_space, act_space, matc
     ids=["tuple-observation", "multibinary-action"],
 )
 def test_an_unsupported_space_of_a_jax_env_is_a_space_error(obs_space, act_space, match):
-    pytest.importorskip("jax")
+    pytest.importorskip("jax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     from rlstruct.envs import JaxVecEnv
 
     with pytest.raises(SpaceError, match=match):

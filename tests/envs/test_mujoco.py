@@ -28,7 +28,7 @@ from rlstruct.errors import (
 )
 from tests.fakes_gym import assert_same
 
-pytest.importorskip("mujoco")
+pytest.importorskip("mujoco", reason="the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")
 
 pytestmark = pytest.mark.timeout(300)  # an MJX compile under a loaded CI machine
 
@@ -42,12 +42,12 @@ def act(a) -> DictTensor:
 
 
 def mjx_env(name: str, autoreset: bool, n: int = N, seed: int = 0, limit: int = LIMIT):
-    pytest.importorskip("mujoco.mjx")
+    pytest.importorskip("mujoco.mjx", reason="the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")
     return make_env(name, n, backend="mjx", seed=seed, autoreset=autoreset, max_episode_steps=limit)
 
 
 def torch_env(name: str, autoreset: bool, n: int = 2, seed: int = 0, limit: int = 3):
-    pytest.importorskip("mujoco_torch")
+    pytest.importorskip("mujoco_torch", reason="the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")
     return make_env(name, n, backend="mujoco_torch", seed=seed, autoreset=autoreset, max_episode_steps=limit)
 
 
@@ -373,7 +373,7 @@ def test_tasks_are_gymnasiums_v5_tasks():
 
 # ----------------------------------------------------------------------------------------------- the CLI
 def test_describe_env_gives_a_continuous_spec():
-    pytest.importorskip("mujoco.mjx")
+    pytest.importorskip("mujoco.mjx", reason="the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")
     from rlstruct.algos._train.env_spec import describe_env
 
     spec = describe_env("Hopper-v5", "mjx", None)
@@ -406,7 +406,7 @@ def test_mujoco_torch_on_cuda_and_no_cuda_graph():
     from rlstruct.errors import BatcherWorkerError
     from tests.fakes import ConstantAgent
 
-    pytest.importorskip("mujoco_torch")
+    pytest.importorskip("mujoco_torch", reason="the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")
     env = make_env("Hopper-v5", 2, backend="mujoco_torch", device="cuda:0", autoreset=True, max_episode_steps=2)
     obs, ids = env.reset()
     check_observation(obs, 2, 11, 3, "cuda:0")

@@ -434,6 +434,7 @@ def test_the_compiled_kernels_take_over_after_jit_after_env_steps_without_a_chan
     assert_identical(env.get_state(), reference.get_state())
 
 
+@needs_numba  # the setting is read where the compiled steps are built
 @pytest.mark.parametrize("value", ["-1", "soon"])
 def test_a_bad_rlstruct_jit_after_is_named(value, monkeypatch):
     monkeypatch.setenv(_jit.JIT_AFTER_ENV_VAR, value)

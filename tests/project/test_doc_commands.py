@@ -8,6 +8,7 @@ cap its budget (the last of a repeated flag wins, so they override the text's); 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
@@ -99,16 +100,29 @@ def test_every_promised_return_is_covered_by_a_learning_test_or_suite():
 DISTINCT = list({command: (page, command, comment) for page, command, comment in reversed(COMMANDS)}.values())[::-1]
 
 
+#: (a word a command holds, a module that command needs, the extra that installs it)
+NEEDS = [("ALE/", "ale_py", "atari"), ("MinAtar/", "minatar", "minatar"), ("Hopper", "mujoco", "mujoco"),
+         ("HalfCheetah", "mujoco", "mujoco"), ("LunarLander", "Box2D", "box2d"), ("--video", "imageio", "video"),
+         ("--video", "pygame", "video"), ("mlflow", "mlflow", "mlflow"), ("export", "onnxscript", "export"),
+         ("sweep", "optuna", "sweep"), ("compare", "scipy", "stats")]
+#: the log folder of each documented run whose training was skipped -> the extra it needs
+SKIPPED_RUNS: dict[str, str] = {}
+
+
 def _missing_extra(argv: list[str]) -> str | None:
-    wants = {"ALE/": "ale_py", "MinAtar/": "minatar", "Hopper": "mujoco", "HalfCheetah": "mujoco", "mlflow": "mlflow",
-             "export": "onnxscript"}
-    for prefix, module in wants.items():
-        if any(a.startswith(prefix) for a in argv):
-            try:
-                __import__(module)
-            except ImportError:
-                return module
-    return None
+    """The extra that a command needs and this install lacks (named as pip takes it), else None: a run's own extra,
+    the plot extra of profile's and autotune's default PNG, or the extra of the run an eval or a resume reads."""
+    needs = [(module, extra) for word, module, extra in NEEDS if any(a.startswith(word) for a in argv)]
+    if argv[1] in ("profile", "autotune") and "--png" not in argv:
+        needs.append(("matplotlib", "plot"))
+    for module, extra in needs:
+        if importlib.util.find_spec(module) is None:
+            if argv[1] == "train" and "--logdir" in argv:
+                SKIPPED_RUNS[argv[argv.index("--logdir") + 1]] = extra
+            return extra
+    reads = [argv[2]] if argv[1] == "eval" else [argv[argv.index("--resume") + 1]] if "--resume" in argv else []
+    return next((extra for run, extra in SKIPPED_RUNS.items() for path in reads
+                 if Path(path).parts[:2] == Path(run).parts[:2]), None)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +144,7 @@ def test_documented_command_runs_as_written(page, command, workdir, monkeypatch,
             pytest.skip(f"{page}: {reason}")
     argv = shlex.split(command)
     if missing := _missing_extra(argv):
-        pytest.skip(f"{page}: needs {missing}")
+        pytest.skip(f"{page}: needs the {missing} extra (pip install 'rlstruct[{missing}]')")
     if argv[1] == "train" and "--show-config" not in argv:
         argv += CAP + (CAP_REPLAY if argv[2] in ("dqn", "sac") else [])
     if argv[1] == "eval":

@@ -130,7 +130,7 @@ def test_importing_an_algorithm_loads_its_own_modules_and_no_backend_adapter(alg
 def test_a_backends_adapter_loads_when_that_backend_is_asked_for():
     loaded = _loaded("rlstruct.envs")
     assert not loaded & set(UNUSED_BY_TRAINING)
-    pytest.importorskip("gymnax")
+    pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     loaded = _loaded("rlstruct.envs; rlstruct.envs.make_env('CartPole-v1', 1, backend='gymnax').close()")
     assert {"rlstruct.envs.jax_env", "rlstruct.envs.gymnax_env"} <= loaded
     assert not loaded & {"rlstruct.envs.brax_env", "rlstruct.envs.mjx_env", "rlstruct.envs.mujoco_torch_env"}

@@ -2,7 +2,8 @@
 to ``gymnasium``), nothing else changed.
 
 rlstructures' programs import the package and its submodules: ``rlstructures.core``, ``rlstructures.dicttensor``,
-``rlstructures.env``, ``rlstructures.env_wrappers``, ``rlstructures.rl_batchers``. Each of those paths exists in
+``rlstructures.env``, ``rlstructures.env_wrappers``, ``rlstructures.rl_batchers``, ``rlstructures.logger`` and
+``rlstructures.tools``. Each of those paths exists in
 rlstruct as a small module re-exporting the same names (:data:`PATHS`). The programs of
 ``tests/project/rlstructures_programs`` (REINFORCE, REINFORCE on devices, A2C-GAE, PPO, DQN, DIAYN), written the way
 rlstructures' example programs are, import rlstruct only through those paths, and run here at a tiny size: in
@@ -12,7 +13,10 @@ this process, and with worker processes as rlstructures always ran them.
 from __future__ import annotations
 
 import ast
+import csv
 import importlib
+import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -37,11 +41,15 @@ PATHS = {
     "rlstructures.env": ["VecEnv"],
     "rlstructures.env_wrappers": ["GymEnv", "GymEnvInf", "DeviceEnv"],
     "rlstructures.rl_batchers": ["RL_Batcher"],
+    # rlstructures registered these names as aliases of its example package's rlalgos.logger and rlalgos.tools.
+    "rlstructures.logger": ["Logger", "TFLogger"],
+    "rlstructures.tools": ["weight_init"],
 }
 #: where rlstruct defines each name (the one object every path hands out)
 HOMES = {"rlstruct.core": "rlstruct.structures", "rlstruct.dicttensor": "rlstruct.structures",
          "rlstruct.env": "rlstruct.envs", "rlstruct.env_wrappers": "rlstruct.envs",
-         "rlstruct.rl_batchers": "rlstruct.batchers"}
+         "rlstruct.rl_batchers": "rlstruct.batchers", "rlstruct.logger": "rlstruct._scalar_logger",
+         "rlstruct.tools": "rlstruct._weight_init"}
 
 
 def renamed(module: str) -> str:
@@ -56,7 +64,8 @@ def test_every_rlstructures_name_imports_from_its_renamed_path(module, name):
     target = importlib.import_module(renamed(module))
     assert hasattr(target, name), f"from {renamed(module)} import {name} fails (rlstructures: from {module} ...)"
     # A re-export, not a copy: every path hands out the one object.
-    assert getattr(target, name) is getattr(rlstruct, name)
+    if name in rlstruct.__all__:
+        assert getattr(target, name) is getattr(rlstruct, name)
     home = HOMES.get(renamed(module))
     if home is not None:
         assert getattr(target, name) is getattr(importlib.import_module(home), name)
@@ -119,11 +128,16 @@ SMALL = {"env_name": "CartPole-v1", "n_envs": 4, "max_episode_steps": 30, "n_eva
 MODES = [pytest.param(0, id="in_process"), pytest.param(2, id="two_workers", marks=pytest.mark.slow)]
 
 
+def logged_at(logger, name: str) -> list[int]:
+    """The iterations at which ``logger`` (rlstruct.logger's) recorded ``name``."""
+    return [i for i, row in enumerate(logger.all_values) if name in row]
+
+
 def assert_logged_every_iteration(logger, names, iterations):
     for name in names:
-        assert [i for i, _ in logger.scalars[name]] == list(range(iterations)), name
-    assert logger.scalars["evaluation_reward"], "no evaluation finished"
-    assert all(v > 0 for v in logger.values("evaluation_reward"))
+        assert logged_at(logger, name) == list(range(iterations)), name
+    assert logger.get_scalars("evaluation_reward"), "no evaluation finished"
+    assert all(v > 0 for v in logger.get_scalars("evaluation_reward"))
 
 
 @pytest.mark.timeout(240)
@@ -137,10 +151,10 @@ def test_reinforce(n_processes, one_thread):
     assert_logged_every_iteration(logger, losses, 4)
     # The loss reached every weight through replay_agent's graph.
     assert all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in algo.learning_model.parameters())
-    assert all(0.0 < h <= float(torch.log(torch.tensor(2.0))) + 1e-6 for h in logger.values("loss/entropy_loss"))
+    assert all(0.0 < h <= float(torch.log(torch.tensor(2.0))) + 1e-6 for h in logger.get_scalars("loss/entropy_loss"))
     # Complete episodes of at most 30 steps: 4 envs x max(n_processes, 1) episodes an iteration.
     n_episodes = 4 * max(n_processes, 1)
-    steps = logger.values("n_interactions")
+    steps = logger.get_scalars("n_interactions")
     assert all(0 < b - a <= 30 * n_episodes for a, b in zip([0.0, *steps], steps))
 
 
@@ -172,25 +186,40 @@ def test_reinforce_on_devices_with_the_batcher_and_the_learner_on_the_gpu(n_proc
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("n_processes", MODES)
-def test_a2c_gae(n_processes, one_thread):
+def test_a2c_gae(n_processes, one_thread, tmp_path):
+    """rlstructures' A2C as written, its TFLogger and weight_init included: the logger keeps every iteration's
+    scalars, and writes them to ``db.csv`` (with the hyper-parameters), TensorBoard (with the extra) and ``done``."""
     torch.manual_seed(0)
-    config = {**a2c_gae.CONFIG, **SMALL, "n_processes": n_processes, "a2c_timesteps": 8, "n_windows": 4}
+    config = {**a2c_gae.CONFIG, **SMALL, "n_processes": n_processes, "a2c_timesteps": 8, "n_windows": 4,
+              "logdir": str(tmp_path / "a2c")}
     algo = a2c_gae.A2C(config, a2c_gae.create_train_env, a2c_gae.create_env, a2c_gae.create_agent)
     logger = algo.run()
     assert algo.windows == 4  # each window asserted full length, its state carried from the one before
-    assert_logged_every_iteration(logger, ["loss/critic_loss", "loss/a2c_loss", "loss/entropy_loss", "grad_norm"], 4)
+    for name in ["loss/critic_loss", "loss/a2c_loss", "loss/entropy_loss", "grad_norm"]:
+        assert logged_at(logger, name) == [0, 1, 2, 3], name
+    assert logger.get_scalars("evaluation_reward") and min(logger.get_scalars("evaluation_reward")) > 0
+    rows = list(csv.DictReader(open(tmp_path / "a2c" / "db.csv")))
+    assert [int(r["training_iteration"]) for r in rows] == [i for i, row in enumerate(logger.all_values) if row]
+    assert [float(r["loss/critic_loss"]) for r in rows if r["loss/critic_loss"]] == logger.get_scalars(
+        "loss/critic_loss")
+    assert {r["_hp_a2c_timesteps"] for r in rows} == {"8"}
+    assert json.loads((tmp_path / "a2c" / "params.json").read_text())["a2c_timesteps"] == 8
+    assert (tmp_path / "a2c" / "done").read_text() == "Done\n"
+    if importlib.util.find_spec("tensorboard") is not None:
+        assert list((tmp_path / "a2c").glob("events.out.tfevents.*"))
 
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("n_processes", MODES)
-def test_ppo(n_processes, one_thread):
+def test_ppo(n_processes, one_thread, tmp_path):
     torch.manual_seed(0)
-    config = {**ppo.CONFIG, **SMALL, "n_processes": n_processes, "ppo_timesteps": 8, "n_windows": 3, "k_epochs": 2}
+    config = {**ppo.CONFIG, **SMALL, "n_processes": n_processes, "ppo_timesteps": 8, "n_windows": 3, "k_epochs": 2,
+              "logdir": str(tmp_path)}
     algo = ppo.PPO(config, ppo.create_train_env, ppo.create_env, ppo.create_agent)
     logger = algo.run()
     assert_logged_every_iteration(logger, ["loss/critic_loss", "loss/ppo_loss", "loss/entropy_loss"], 6)
     # Each window's first pass replayed the recorded probabilities (the program asserts it below 1e-5).
-    assert [i for i, _ in logger.scalars["replay_difference"]] == [0, 2, 4]
+    assert logged_at(logger, "replay_difference") == [0, 2, 4]
 
 
 @pytest.mark.timeout(240)
@@ -203,9 +232,9 @@ def test_dqn(n_processes, one_thread):
     logger = algo.run()
     assert_logged_every_iteration(logger, ["epsilon", "q_loss", "stats/replay_buffer_size"], 5)
     # execute(agent_info=...) changed epsilon at every acquisition (the program checks the rows it got back).
-    assert logger.values("epsilon") == pytest.approx([0.9, 0.7, 0.5, 0.3, 0.1])
+    assert logger.get_scalars("epsilon") == pytest.approx([0.9, 0.7, 0.5, 0.3, 0.1])
     per_window = 4 * max(n_processes, 1) * 4
-    assert logger.values("stats/replay_buffer_size") == [per_window * (k + 2) for k in range(5)]
+    assert logger.get_scalars("stats/replay_buffer_size") == [per_window * (k + 2) for k in range(5)]
 
 
 @pytest.mark.timeout(240)
@@ -220,4 +249,4 @@ def test_diayn_skills_travel_in_agent_info(n_processes, one_thread):
     assert_logged_every_iteration(logger, ["loss/discriminator_loss", "loss/reinforce_loss"], 3)
     assert all(p.grad is not None for p in algo.discriminator.parameters())
     # The discriminator's reward is a probability among 3 skills, summed over at most 30 steps.
-    assert all(0 < r <= 30 for r in logger.values("evaluation_reward"))
+    assert all(0 < r <= 30 for r in logger.get_scalars("evaluation_reward"))

@@ -1,7 +1,8 @@
 """A2C with GAE and a recurrent policy, as rlstructures' example: windows of ``a2c_timesteps`` steps over auto-reset
 envs (GymEnvInf), the recurrent state carried from one window to the next by the batcher and reset by the agent
 where an episode starts (``masked_dicttensor`` on ``initial_state``), ``call_replay`` overridden to also give the
-critic of t and of t+1 (from ``_observation/``), deterministic evaluation over episodic envs."""
+critic of t and of t+1 (from ``_observation/``), deterministic evaluation over episodic envs; its model initialised
+by ``weight_init`` and its scalars written by ``TFLogger`` (``db.csv`` and TensorBoard in ``logdir``)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from gymnasium.wrappers import TimeLimit
 from rlstruct import DictTensor, RL_Agent, replay_agent
 from rlstruct.dicttensor import masked_dicttensor, masked_tensor
 from rlstruct.env_wrappers import GymEnv, GymEnvInf
+from rlstruct.logger import TFLogger
 from rlstruct.rl_batchers import RL_Batcher
-from tests.project.rlstructures_programs.logger import Logger
+from rlstruct.tools import weight_init
 
 
 class ActionModel(nn.Module):
@@ -132,7 +134,7 @@ class A2C:
 
     def __init__(self, config, create_train_env, create_env, create_agent):
         self.config = config
-        self.logger = Logger(log_dir=config.get("logdir"), hps=config)
+        self.logger = TFLogger(log_dir=self.config["logdir"], hps=self.config)
         self._create_train_env = create_train_env
         self._create_env = create_env
         self._create_agent = create_agent
@@ -143,7 +145,9 @@ class A2C:
 
     def _create_model(self):
         hidden = self.config["model/hidden_size"]
-        return Model(ActionModel(self.obs_dim, self.n_actions, hidden), CriticModel(self.obs_dim, hidden))
+        model = Model(ActionModel(self.obs_dim, self.n_actions, hidden), CriticModel(self.obs_dim, hidden))
+        model.apply(weight_init)
+        return model
 
     def _state_dict(self, model, device):
         return {k: v.to(device) for k, v in model.state_dict().items()}
@@ -208,6 +212,8 @@ class A2C:
         evaluation_trajectories, _ = self.evaluation_batcher.get()
         self._log_evaluation(evaluation_trajectories)
         self.evaluation_batcher.close()
+        self.logger.update_csv()  # to save as a CSV file in logdir
+        self.logger.close()
         return self.logger
 
     def learn(self, trajectories):

@@ -14,8 +14,8 @@ from gymnasium.wrappers import TimeLimit
 
 from rlstruct import DictTensor, RL_Agent
 from rlstruct.env_wrappers import GymEnv, GymEnvInf
+from rlstruct.logger import Logger
 from rlstruct.rl_batchers import RL_Batcher
-from tests.project.rlstructures_programs.logger import Logger
 
 
 class QMLP(nn.Module):
@@ -97,7 +97,7 @@ class ReplayBuffer:
 class DQN:
     def __init__(self, config, create_train_env, create_env, create_agent):
         self.config = config
-        self.logger = Logger(log_dir=config.get("logdir"), hps=config)
+        self.logger = Logger(**config)
         self._create_train_env = create_train_env
         self._create_env = create_env
         self._create_agent = create_agent

@@ -15,8 +15,8 @@ from gymnasium.wrappers import TimeLimit
 
 from rlstruct import DictTensor, RL_Agent, Trajectories, masked_tensor, replay_agent
 from rlstruct.env_wrappers import GymEnv
+from rlstruct.logger import Logger
 from rlstruct.rl_batchers import RL_Batcher
-from tests.project.rlstructures_programs.logger import Logger
 
 
 class ActionModel(nn.Module):
@@ -99,7 +99,7 @@ def discounted_returns(reward, mask, discount_factor):
 class Reinforce:
     def __init__(self, config, create_env, create_agent):
         self.config = config
-        self.logger = Logger(log_dir=config.get("logdir"), hps=config)
+        self.logger = Logger(**config)
         self._create_env = create_env
         self._create_agent = create_agent
 
