@@ -64,7 +64,7 @@ def measure(n: int, blocks: int, steps: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096], help="numbers of envs")
     parser.add_argument("--blocks", type=int, default=40, help="blocks of each kind, alternating")
     parser.add_argument("--steps", type=int, default=100, help="env steps per block")

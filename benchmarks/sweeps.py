@@ -45,7 +45,7 @@ def rlstruct(*args: str, cwd: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--trials", type=int, default=6, help="trials of the sweep (default: 6)")
     parser.add_argument("--sweep-steps", type=int, default=30_000, help="env steps per trial (default: 30000)")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds of each preset (default: 0,1,2,3,4)")
