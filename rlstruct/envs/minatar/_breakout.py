@@ -1,0 +1,115 @@
+"""MinAtar Breakout over batched tensors: :data:`GAME`.
+
+A paddle on the bottom row bounces a ball that travels along diagonals and breaks the three rows of bricks at the
+top (+1 a brick; a new wall when the ball reaches the bottom row with every brick gone); the episode ends when the
+ball reaches the bottom row beside the paddle. Draws: one per reset (minatar's ``randint(2)``, the ball's start:
+left going down-right, or right going down-left), none per step.
+
+State (``[B]`` unless said): ``ball_x``, ``ball_y``, ``ball_dir`` (``0`` up-left, ``1`` up-right, ``2``
+down-right, ``3`` down-left), ``pos`` (the paddle's column), ``last_x``, ``last_y`` (the ball's previous cell, the
+trail), ``strike`` (bool: the ball hit a brick at the previous step), ``bricks`` (``bool [B, 10, 10]``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlstruct.envs.minatar._grid import cell_index, frame
+
+__all__ = ["GAME", "Breakout"]
+
+# Per direction: the step in x and y, and the direction after each kind of bounce (minatar's lists).
+_DX = (-1, 1, 1, -1)
+_DY = (-1, -1, 1, 1)
+_FLIP_X = (1, 0, 3, 2)
+_FLIP_Y = (3, 2, 1, 0)
+_PADDLE_EDGE = (2, 3, 0, 1)
+_TABLES = (_DX, _DY, _FLIP_X, _FLIP_Y, _PADDLE_EDGE)
+
+
+class Breakout:
+    """The rules of MinAtar Breakout (see the module docstring); ``ramping`` has no effect (Breakout does not ramp).
+
+    >>> u = torch.tensor([[0.2], [0.7]], dtype=torch.float64)
+    >>> s = GAME.reset(u, True)
+    >>> s["ball_x"].tolist(), s["ball_dir"].tolist()
+    ([0, 9], [2, 3])
+    >>> s, reward, terminated = GAME.step(s, torch.tensor([3, 1]), u[:, :0], True)
+    >>> s["ball_x"].tolist(), s["ball_y"].tolist(), s["pos"].tolist(), GAME.observe(s).shape
+    ([1, 8], [4, 4], [5, 3], torch.Size([2, 10, 10, 4]))
+    """
+
+    name = "breakout"
+    channels = ("paddle", "ball", "trail", "brick")
+    n_step_draws = 0
+    n_reset_draws = 1
+
+    def reset(self, u: torch.Tensor, ramping: bool) -> dict[str, torch.Tensor]:
+        """The initial states of ``B`` envs from the draws ``u`` (``float64 [B, 1]``)."""
+        n, dev = u.shape[0], u.device
+        right = (u[:, 0] * 2).floor().to(torch.int64) == 1
+        ball_x = torch.where(right, 9, 0)
+        ball_y = torch.full((n,), 3, dtype=torch.int64, device=dev)
+        bricks = torch.zeros(n, 10, 10, dtype=torch.bool, device=dev)
+        bricks[:, 1:4] = True
+        return {
+            "ball_x": ball_x, "ball_y": ball_y, "ball_dir": torch.where(right, 3, 2),
+            "pos": torch.full((n,), 4, dtype=torch.int64, device=dev), "last_x": ball_x.clone(),
+            "last_y": ball_y.clone(), "strike": torch.zeros(n, dtype=torch.bool, device=dev), "bricks": bricks,
+        }
+
+    def step(
+        self, state: dict[str, torch.Tensor], action: torch.Tensor, u: torch.Tensor, ramping: bool
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """One step of every env with the full-set actions ``action`` (``int64 [B]``): ``(state, reward float32
+        [B], terminated bool [B])``."""
+        dx, dy, flip_x, flip_y, edge = (torch.tensor(t, device=action.device) for t in _TABLES)
+        pos = state["pos"]
+        pos = torch.where(action == 1, (pos - 1).clamp(min=0), pos)
+        pos = torch.where(action == 3, (pos + 1).clamp(max=9), pos)
+        ball_x, ball_y, d = state["ball_x"], state["ball_y"], state["ball_dir"]
+        new_x, new_y = ball_x + dx[d], ball_y + dy[d]
+        side = (new_x < 0) | (new_x > 9)
+        new_x = new_x.clamp(0, 9)
+        d = torch.where(side, flip_x[d], d)
+        top = new_y < 0
+        new_y = torch.where(top, 0, new_y)
+        d = torch.where(top, flip_y[d], d)
+        n = action.shape[0]
+        bricks = state["bricks"].reshape(n, 100)
+        # The clamp only guards the gather of an env past its end (a ball on the bottom row, episodic mode).
+        cell = cell_index(new_y.clamp(max=9), new_x).unsqueeze(1)
+        there = bricks.gather(1, cell).squeeze(1)
+        brick = ~top & there
+        broken = brick & ~state["strike"]
+        bricks = bricks.scatter(1, cell, (there & ~broken).unsqueeze(1))
+        new_y = torch.where(broken, ball_y, new_y)
+        d = torch.where(broken, flip_y[d], d)
+        bottom = ~top & ~brick & (new_y == 9)
+        refill = bottom & ~bricks.any(1)
+        wall = torch.zeros(100, dtype=torch.bool, device=action.device)
+        wall[10:40] = True
+        bricks = bricks | (refill.unsqueeze(1) & wall)
+        centre = bottom & (ball_x == pos)
+        corner = bottom & ~centre & (new_x == pos)
+        d = torch.where(centre, flip_y[d], torch.where(corner, edge[d], d))
+        new_y = torch.where(centre | corner, ball_y, new_y)
+        terminated = bottom & ~centre & ~corner
+        nxt = {
+            "ball_x": new_x, "ball_y": new_y, "ball_dir": d, "pos": pos, "last_x": ball_x, "last_y": ball_y,
+            "strike": brick, "bricks": bricks.view(n, 10, 10),
+        }
+        return nxt, broken.to(torch.float32), terminated
+
+    def observe(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The frames ``bool [B, 10, 10, 4]`` (minatar's ``state()``)."""
+        pos = state["pos"]
+        on = torch.ones(pos.shape[0], 1, dtype=torch.bool, device=pos.device)
+        return frame(4, [
+            (1, cell_index(state["ball_y"], state["ball_x"]).unsqueeze(1), on),
+            (0, (pos + 90).unsqueeze(1), on),
+            (2, cell_index(state["last_y"], state["last_x"]).unsqueeze(1), on),
+        ], planes=((3, state["bricks"]),))
+
+
+GAME = Breakout()
