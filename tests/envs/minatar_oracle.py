@@ -56,7 +56,8 @@ class FakeRandom:
 def check_against_reference(name: str, *, n_envs: int, n_steps: int, seed: int = 0, ramping: bool = True) -> dict:
     """Steps ``n_envs`` reference games and the torch game with the same actions (uniform over the six) and draws
     for ``n_steps`` steps, restarting finished games in both, and asserts the same frame, reward and termination at
-    every step. Returns counts (``episodes``, ``reward``) for the caller to check the run covered something."""
+    every step. Returns counts (``episodes``, ``reward``) and ``peak`` (the largest value each state tensor took) for
+    the caller to check the run covered something."""
     rules, _ = game(name)
     module = importlib.import_module(f"minatar.environments.{rules.name}")
     gen = torch.Generator().manual_seed(seed)
@@ -83,6 +84,7 @@ def check_against_reference(name: str, *, n_envs: int, n_steps: int, seed: int =
     state = reset_rows(np.arange(n_envs))
     compare(state, 0)
     episodes, total = 0, 0.0
+    peak = {k: v.max() for k, v in state.items()}
     for t in range(1, n_steps + 1):
         action = torch.randint(0, 6, (n_envs,), generator=gen)
         u = torch.rand(n_envs, rules.n_step_draws, generator=gen, dtype=torch.float64)
@@ -95,6 +97,7 @@ def check_against_reference(name: str, *, n_envs: int, n_steps: int, seed: int =
         np.testing.assert_array_equal(reward.numpy(), want_r, err_msg=f"{name}: rewards differ at step {t}")
         np.testing.assert_array_equal(terminated.numpy(), want_t, err_msg=f"{name}: terminations differ at step {t}")
         compare(state, t)
+        peak = {k: torch.maximum(v, state[k].max()) for k, v in peak.items()}
         total += float(want_r.sum())
         done = np.flatnonzero(want_t)
         if done.size:
@@ -103,7 +106,7 @@ def check_against_reference(name: str, *, n_envs: int, n_steps: int, seed: int =
             mask = torch.from_numpy(want_t)
             state = {k: torch.where(mask.view((-1,) + (1,) * (v.dim() - 1)), fresh[k], v) for k, v in state.items()}
             compare(state, t)
-    return {"episodes": episodes, "reward": total}
+    return {"episodes": episodes, "reward": total, "peak": {k: v.item() for k, v in peak.items()}}
 
 
 def reference_returns(gym_id: str, n_episodes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
