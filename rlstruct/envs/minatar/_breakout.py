@@ -18,13 +18,9 @@ from rlstruct.envs.minatar._grid import cell_index, frame
 
 __all__ = ["GAME", "Breakout"]
 
-# Per direction: the step in x and y, and the direction after each kind of bounce (minatar's lists).
-_DX = (-1, 1, 1, -1)
-_DY = (-1, -1, 1, 1)
-_FLIP_X = (1, 0, 3, 2)
-_FLIP_Y = (3, 2, 1, 0)
-_PADDLE_EDGE = (2, 3, 0, 1)
-_TABLES = (_DX, _DY, _FLIP_X, _FLIP_Y, _PADDLE_EDGE)
+# Directions 0-3 are up-left, up-right, down-right, down-left: a bounce off a side wall is ``d ^ 1`` (minatar's
+# [1, 0, 3, 2]), off the top, a brick or the paddle's middle ``3 - d`` ([3, 2, 1, 0]), off the paddle's edge
+# ``d ^ 2`` ([2, 3, 0, 1]). Arithmetic, not lookup tables: no constant tensor to keep per device.
 
 
 class Breakout:
@@ -63,18 +59,18 @@ class Breakout:
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
         """One step of every env with the full-set actions ``action`` (``int64 [B]``): ``(state, reward float32
         [B], terminated bool [B])``."""
-        dx, dy, flip_x, flip_y, edge = (torch.tensor(t, device=action.device) for t in _TABLES)
         pos = state["pos"]
         pos = torch.where(action == 1, (pos - 1).clamp(min=0), pos)
         pos = torch.where(action == 3, (pos + 1).clamp(max=9), pos)
         ball_x, ball_y, d = state["ball_x"], state["ball_y"], state["ball_dir"]
-        new_x, new_y = ball_x + dx[d], ball_y + dy[d]
+        new_x = ball_x + torch.where((d == 1) | (d == 2), 1, -1)
+        new_y = ball_y + torch.where(d <= 1, -1, 1)
         side = (new_x < 0) | (new_x > 9)
         new_x = new_x.clamp(0, 9)
-        d = torch.where(side, flip_x[d], d)
+        d = torch.where(side, d ^ 1, d)
         top = new_y < 0
         new_y = torch.where(top, 0, new_y)
-        d = torch.where(top, flip_y[d], d)
+        d = torch.where(top, 3 - d, d)
         n = action.shape[0]
         bricks = state["bricks"].reshape(n, 100)
         # The clamp only guards the gather of an env past its end (a ball on the bottom row, episodic mode).
@@ -84,7 +80,7 @@ class Breakout:
         broken = brick & ~state["strike"]
         bricks = bricks.scatter(1, cell, (there & ~broken).unsqueeze(1))
         new_y = torch.where(broken, ball_y, new_y)
-        d = torch.where(broken, flip_y[d], d)
+        d = torch.where(broken, 3 - d, d)
         bottom = ~top & ~brick & (new_y == 9)
         refill = bottom & ~bricks.any(1)
         wall = torch.zeros(100, dtype=torch.bool, device=action.device)
@@ -92,7 +88,7 @@ class Breakout:
         bricks = bricks | (refill.unsqueeze(1) & wall)
         centre = bottom & (ball_x == pos)
         corner = bottom & ~centre & (new_x == pos)
-        d = torch.where(centre, flip_y[d], torch.where(corner, edge[d], d))
+        d = torch.where(centre, 3 - d, torch.where(corner, d ^ 2, d))
         new_y = torch.where(centre | corner, ball_y, new_y)
         terminated = bottom & ~centre & ~corner
         nxt = {
