@@ -165,3 +165,18 @@ def _state_of(n: int, name: str = "Breakout") -> DictTensor:
     env = MinAtarEnv(name, n, autoreset=True)
     env.reset()
     return env.get_state()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dense_restart_is_the_sparse_one(name):
+    # The accelerators' step (every env draws a fresh state, capturable) gives the CPU's results.
+    from rlstruct.envs.minatar._env import autoreset_step, autoreset_step_sparse
+
+    env = MinAtarEnv(name, 16, autoreset=True, max_episode_steps=30)
+    env.reset()
+    dense = sparse = env.graph_state()
+    for a in _actions(env, 120):
+        dense, out_d = autoreset_step(env, dense, a)
+        sparse, out_s = autoreset_step_sparse(env, sparse, a)
+        assert out_d.keys() == out_s.keys() and all(torch.equal(out_d[k], out_s[k]) for k in out_d)
+        assert all(torch.equal(dense[k], sparse[k]) for k in dense)

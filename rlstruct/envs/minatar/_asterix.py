@@ -123,7 +123,7 @@ class Asterix:
         back = x - torch.where(right, 1, -1)
         here = cell_index(rows, x)
         return frame(4, [
-            (0, cell_index(state["player_y"], px).unsqueeze(1), torch.ones_like(alive[:, :1])),
+            (0, cell_index(state["player_y"], px).unsqueeze(1), None),
             (1, here, alive & ~gold), (3, here, alive & gold),
             (2, cell_index(rows, back), alive & (back >= 0) & (back <= 9)),
         ])

@@ -73,8 +73,7 @@ class Breakout:
         d = torch.where(top, 3 - d, d)
         n = action.shape[0]
         bricks = state["bricks"].reshape(n, 100)
-        # The clamp only guards the gather of an env past its end (a ball on the bottom row, episodic mode).
-        cell = cell_index(new_y.clamp(max=9), new_x).unsqueeze(1)
+        cell = cell_index(new_y, new_x).unsqueeze(1)
         there = bricks.gather(1, cell).squeeze(1)
         brick = ~top & there
         broken = brick & ~state["strike"]
@@ -99,12 +98,10 @@ class Breakout:
 
     def observe(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
         """The frames ``bool [B, 10, 10, 4]`` (minatar's ``state()``)."""
-        pos = state["pos"]
-        on = torch.ones(pos.shape[0], 1, dtype=torch.bool, device=pos.device)
         return frame(4, [
-            (1, cell_index(state["ball_y"], state["ball_x"]).unsqueeze(1), on),
-            (0, (pos + 90).unsqueeze(1), on),
-            (2, cell_index(state["last_y"], state["last_x"]).unsqueeze(1), on),
+            (0, (state["pos"] + 90).unsqueeze(1), None),
+            (1, cell_index(state["ball_y"], state["ball_x"]).unsqueeze(1), None),
+            (2, cell_index(state["last_y"], state["last_x"]).unsqueeze(1), None),
         ], planes=((3, state["bricks"]),))
 
 

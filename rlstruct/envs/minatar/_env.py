@@ -148,6 +148,22 @@ def autoreset_step(
     return nxt, out
 
 
+def autoreset_step_sparse(
+    env: _Settings, state: dict[str, torch.Tensor], action: torch.Tensor
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """:func:`autoreset_step` restarting the finished envs only (the same results): one host sync to find them, so
+    for the CPU, where it saves the fresh states of the envs that go on."""
+    nxt, out = advance(env, state, action)
+    rows = torch.nonzero(out["done"]).squeeze(1)
+    if rows.numel() == 0:
+        out["frame_r"] = out["frame"]
+        return nxt, out
+    fresh = restart(env, {k: v.index_select(0, rows) for k, v in nxt.items()}, nxt["episode"][rows] + 1)
+    nxt = {k: v.index_put((rows,), fresh[k]) for k, v in nxt.items()}
+    out["frame_r"] = out["frame"].index_put((rows,), env.game.observe(_game_part(fresh)))
+    return nxt, out
+
+
 class MinAtarEnv(CallOrder, VecEnv):
     """``n_envs`` copies of one MinAtar game (``MinAtar/<Game>-v1``), stepped together by torch on one device.
 
@@ -270,7 +286,8 @@ class MinAtarEnv(CallOrder, VecEnv):
         a, _ = check_action(self, action, n_rows)
         a = a.clamp(0, self.n_actions - 1)
         if self.autoreset:
-            self._state, out = autoreset_step(self, self._state, a)
+            step = autoreset_step if self.device.type != "cpu" else autoreset_step_sparse
+            self._state, out = step(self, self._state, a)
             false = torch.zeros((5, self._n), dtype=torch.bool, device=self.device).unbind(0)
             nxt = DictTensor._trusted({
                 "frame": out["frame"], "reward": out["reward"], "done": out["done"], "terminated": out["terminated"],
@@ -285,16 +302,13 @@ class MinAtarEnv(CallOrder, VecEnv):
         return self._episodic_step(ids, a)
 
     def _episodic_step(self, ids: torch.Tensor, a: torch.Tensor) -> StepResult:
-        # Every env steps (the finished ones with action 0) and the running ones keep their new state.
-        full = torch.zeros(self._n, dtype=torch.int64, device=self.device).index_copy_(0, ids, a)
-        running = torch.zeros(self._n, dtype=torch.bool, device=self.device).index_fill_(0, ids, True)
-        nxt, out = advance(self, self._state, full)
-        self._state = _where(running, nxt, self._state)
-        done = out["done"][ids]
+        # The running envs step; the finished ones keep their last state.
+        nxt, out = advance(self, {k: v.index_select(0, ids) for k, v in self._state.items()}, a)
+        self._state = {k: v.index_put((ids,), nxt[k]) for k, v in self._state.items()}
+        done = out["done"]
         obs_next = DictTensor._trusted({
-            "frame": out["frame"][ids], "reward": out["reward"][ids], "done": done,
-            "terminated": out["terminated"][ids], "truncated": out["truncated"][ids],
-            "initial_state": torch.zeros_like(done), "last_action": a,
+            "frame": out["frame"], "reward": out["reward"], "done": done, "terminated": out["terminated"],
+            "truncated": out["truncated"], "initial_state": torch.zeros_like(done), "last_action": a,
         })
         rows = torch.nonzero(~done).squeeze(1)
         self._ids = ids.index_select(0, rows)

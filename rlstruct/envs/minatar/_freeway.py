@@ -102,10 +102,10 @@ class Freeway:
         rows = torch.arange(1, _N_CARS + 1, device=pos.device).expand(n, _N_CARS)
         back = x - torch.where(speed > 0, 1, -1)
         back = torch.where(back < 0, 9, torch.where(back > 9, 0, back))
-        on = torch.ones(n, _N_CARS, dtype=torch.bool, device=pos.device)
         trail = cell_index(rows, back)
-        cells = [(0, cell_index(pos, torch.full_like(pos, 4)).unsqueeze(1), on[:, :1]), (1, cell_index(rows, x), on)]
-        cells += [(1 + s, trail, speed.abs() == s) for s in range(1, 6)]
+        # The trail's channel is speed1 ... speed5 for |speed| 1 ... 5 (a speed of 0 has none).
+        cells = [(0, (pos * 10 + 4).unsqueeze(1), None), (1, cell_index(rows, x), None),
+                 (1 + speed.abs(), trail, speed != 0)]
         return frame(len(self.channels), cells)
 
 

@@ -15,30 +15,30 @@ def cell_index(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def frame(
-    n_channels: int, cells: list[tuple[int, torch.Tensor, torch.Tensor]],
+    n_channels: int, cells: list[tuple[int | torch.Tensor, torch.Tensor, torch.Tensor | None]],
     planes: tuple[tuple[int, torch.Tensor], ...] = (),
 ) -> torch.Tensor:
-    """A frame ``bool [B, 10, 10, C]`` (contiguous) whose set cells are ``cells`` and ``planes``.
+    """A frame ``bool [B, 10, 10, C]`` whose set cells are ``cells`` and ``planes``.
 
     Args:
         n_channels: ``C``.
         cells: ``(channel, index, on)``: the flat cell indices ``int64 [B, K]`` (in ``[0, 100)`` where ``on``) of
-            channel ``channel`` set where ``on`` (``bool [B, K]``); an off entry writes nothing.
-        planes: ``(channel, plane)``: the whole channel ``channel`` is ``plane`` (``bool [B, 10, 10]``), written
-            before the cells.
+            channel ``channel`` (an int, or ``int64 [B, K]``: one per cell) set where ``on`` (``bool [B, K]``; an
+            off entry writes nothing; ``None``: every one is set). The first entry's ``on`` is ``None`` (the
+            player's cells): the off entries write there.
+        planes: ``(channel, plane)``: the whole channel ``channel`` is ``plane`` (``bool [B, 10, 10]``).
 
-    >>> f = frame(2, [(1, torch.tensor([[0, 99]]), torch.tensor([[True, False]]))])
-    >>> f.shape, f.sum().item(), bool(f[0, 0, 0, 1])
-    (torch.Size([1, 10, 10, 2]), 1, True)
+    >>> f = frame(2, [(0, torch.tensor([[5]]), None), (1, torch.tensor([[0, 99]]), torch.tensor([[True, False]]))])
+    >>> f.shape, f.sum().item(), bool(f[0, 0, 0, 1]), bool(f[0, 0, 5, 0])
+    (torch.Size([1, 10, 10, 2]), 2, True, True)
     """
-    first = cells[0][1]
+    c0, first, _ = cells[0]
     n = first.shape[0]
-    flat = torch.zeros(n, SIZE * SIZE * n_channels + 1, dtype=torch.bool, device=first.device)
-    dump = SIZE * SIZE * n_channels  # the off entries land in a last column, cut below
-    grid = flat[:, :dump].view(n, SIZE * SIZE, n_channels)
+    flat = torch.zeros(n, SIZE * SIZE, n_channels, dtype=torch.bool, device=first.device)
     for c, plane in planes:
-        grid[:, :, c] = plane.reshape(n, SIZE * SIZE)
-    idx = torch.cat([torch.where(on, index.clamp(0, SIZE * SIZE - 1) * n_channels + c, dump) for c, index, on in cells],
-                    dim=1)
-    flat.scatter_(1, idx, True)
-    return grid.reshape(n, SIZE, SIZE, n_channels).contiguous()
+        flat[:, :, c] = plane.reshape(n, SIZE * SIZE)
+    always = first * n_channels + c0
+    idx = torch.cat([always] + [index * n_channels + c if on is None else torch.where(on, index * n_channels + c,
+                                                                                       always[:, :1])
+                                for c, index, on in cells[1:]], dim=1)
+    return flat.view(n, -1).scatter_(1, idx, True).view(n, SIZE, SIZE, n_channels)
