@@ -81,7 +81,7 @@ def measure_torch(args) -> dict:
     _pin(args.cores)
     from rlstruct.envs import make_env
 
-    env = make_env(f"MinAtar/{args.game}-v1", args.envs, backend="torch", autoreset=True)
+    env = make_env(f"MinAtar/{args.game}-v1", args.envs, backend="torch", autoreset=True, device=args.device)
     return _torch_loop(env, args.envs, args.steps)
 
 
