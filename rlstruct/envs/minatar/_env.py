@@ -14,7 +14,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._base import CallOrder, StepResult, VecEnv, check_env_info, check_some_running
+from rlstruct.envs._base import CallOrder, StepResult, VecEnv, check_env_info, check_sizes, check_some_running
 from rlstruct.envs._rng import draw_table, env_keys, step_uniforms, uniform_draws
 from rlstruct.envs._sim_io import check_action
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
@@ -214,15 +214,7 @@ class MinAtarEnv(CallOrder, VecEnv):
         sticky_action_prob: float = STICKY_ACTION_PROB,
         ramping: bool = True,
     ):
-        if isinstance(n_envs, bool) or not isinstance(n_envs, int) or n_envs < 1:
-            raise ValueError(f"n_envs must be a positive int, got {n_envs!r}; pass e.g. n_envs=1024")
-        if max_episode_steps is not None and (
-            isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps < 1
-        ):
-            raise ValueError(
-                f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}; "
-                "pass None for no time limit"
-            )
+        check_sizes(n_envs, max_episode_steps)
         if not 0.0 <= float(sticky_action_prob) <= 1.0:
             raise ValueError(f"sticky_action_prob must be in [0, 1], got {sticky_action_prob!r}; minatar's is 0.1")
         self.game, minimal = game(name)
