@@ -103,7 +103,7 @@ class Asterix:
         if ramping:
             ramps = (spawn_speed > 1) | (move_speed > 1)
             bump = ramps & (ramp_timer < 0)
-            move_speed = move_speed - (bump & (move_speed > 1) & (ramp_index % 2 == 1)).to(torch.int64)
+            move_speed = move_speed - (bump & (move_speed > 1) & ((ramp_index & 1) == 1)).to(torch.int64)
             spawn_speed = spawn_speed - (bump & (spawn_speed > 1)).to(torch.int64)
             ramp_index = ramp_index + bump.to(torch.int64)
             ramp_timer = torch.where(bump, RAMP_INTERVAL, ramp_timer - ramps.to(torch.int64))
