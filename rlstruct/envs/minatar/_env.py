@@ -21,7 +21,8 @@ from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, 
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
 
-__all__ = ["Game", "MinAtarEnv", "GAMES", "game", "advance", "restart", "STICKY_ACTION_PROB"]
+__all__ = ["Game", "MinAtarEnv", "GAMES", "game", "advance", "autoreset_step", "autoreset_step_sparse", "restart",
+           "STICKY_ACTION_PROB"]
 
 #: The games with a torch simulator: gymnasium name (``MinAtar/<name>-v1``) -> (minatar's name, whose module is
 #: ``rlstruct.envs.minatar._<minatar name>``; the minimal action set, in minatar's letters and order).
@@ -34,8 +35,8 @@ GAMES = {
 STICKY_ACTION_PROB = 0.1
 #: The actions of every game, in minatar's order (an action's index is its full-set number).
 ACTION_MAP = ("n", "l", "u", "r", "d", "f")
-# The keys the env keeps beside the game's (whose keys get the prefix below).
-_OWN_KEYS = ("elapsed_steps", "episode", "rng_key", "last_action", "sticky_action")
+# The prefix of the game's keys in the env's state, beside the env's own ("elapsed_steps", "episode", "rng_key",
+# "last_action", "sticky_action").
 _GAME_PREFIX = "game/"
 
 
