@@ -35,9 +35,11 @@ declare -A STEPS=(
   # Atari learning (issue 33): the ppo-atari and dqn-atari presets' seeds with the learner on the GPU.
   [atari_ppo]="$PY benchmarks/learning.py --presets ppo-atari --seeds 0,1 --extra '--learner-device cuda --torch-threads 8' --json DIR/atari_ppo.json"
   [atari_dqn]="$PY benchmarks/learning.py --presets dqn-atari --seeds 0,1 --extra '--learner-device cuda --torch-threads 8' --json DIR/atari_dqn.json"
+  # MinAtar (issue 42): the torch games at 2^20 envs in the CUDA-graph batcher, beside gymnax on the same GPU.
+  [minatar]="for g in Breakout Asterix Freeway; do $PY benchmarks/minatar_speed.py --game \$g --device cuda --envs 65536 --rounds 1 --skip reference adapter; done"
 )
 ORDER=(cuda_tests solve_a2c solve_ppo bf16 collection_compiled throughput tf32 bf16_compiled_policy collection_bf16
-       collection collection_fast envs ecosystem locomotion cpu_scaling atari_ppo atari_dqn)
+       collection collection_fast envs ecosystem locomotion cpu_scaling atari_ppo atari_dqn minatar)
 
 if [[ ${1:-} == --list || $# -eq 0 ]]; then
   for s in "${ORDER[@]}"; do printf '%-16s %s\n' "$s" "${STEPS[$s]}"; done

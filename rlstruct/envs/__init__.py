@@ -1,5 +1,5 @@
-"""Environments: the VecEnv contract, gymnasium adapters, DeviceEnv, torch-native simulators, JAX (gymnax) envs,
-gymnasium's MuJoCo locomotion tasks on MJX and mujoco-torch, and Brax envs.
+"""Environments: the VecEnv contract, gymnasium adapters, DeviceEnv, torch-native simulators (classic control,
+MinAtar), JAX (gymnax) envs, gymnasium's MuJoCo locomotion tasks on MJX and mujoco-torch, and Brax envs.
 
 The JAX, MuJoCo and Brax envs import jax, mujoco and brax only when one is built, so importing this package never
 needs (or starts) them; their adapter modules, and the gymnasium bridge, are themselves imported on first use of
@@ -34,6 +34,7 @@ __all__ = [
     "MjxEnv",
     "BraxEnv",
     "MujocoTorchEnv",
+    "MinAtarEnv",
     "make_env",
     "to_gymnasium",
     "to_gymnasium_env",
@@ -46,6 +47,7 @@ _LAZY = {
     "MjxEnv": "rlstruct.envs.mjx_env",
     "BraxEnv": "rlstruct.envs.brax_env",
     "MujocoTorchEnv": "rlstruct.envs.mujoco_torch_env",
+    "MinAtarEnv": "rlstruct.envs.minatar",
     "to_gymnasium": "rlstruct.envs.bridge",
     "to_gymnasium_env": "rlstruct.envs.bridge",
 }

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "VecEnv", "StepResult", "host_copy", "check_env_info", "check_no_env_info", "check_some_running", "action_rows",
+    "check_sizes",
 ]
 
 # ((observation_next [B'], ids [B']), (observation_running [B''], ids [B'']))
@@ -285,6 +286,22 @@ def action_rows(action: DictTensor, device: torch.device, n_rows: int) -> torch.
             f"returned ids), got shape {list(a.shape)}"
         )
     return a
+
+
+def check_sizes(n_envs: int, max_episode_steps: int | None) -> None:
+    """Checks a simulator's ``n_envs`` (a positive int) and ``max_episode_steps`` (a positive int or ``None``).
+
+    Raises:
+        ValueError: either is out of range, or not an int (a bool is not one).
+    """
+    if isinstance(n_envs, bool) or not isinstance(n_envs, int) or n_envs < 1:
+        raise ValueError(f"n_envs must be a positive int, got {n_envs!r}; pass e.g. n_envs=1024")
+    if max_episode_steps is not None and (
+        isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps < 1
+    ):
+        raise ValueError(
+            f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}; pass None for no time limit"
+        )
 
 
 def check_some_running(n_running: int, n_envs: int) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["MASK32", "mix32", "counter", "env_keys", "draw_table", "uniform_draws"]
+__all__ = ["MASK32", "mix32", "counter", "env_keys", "draw_table", "uniform_draws", "step_uniforms"]
 
 MASK32 = 0xFFFFFFFF
 # Odd multipliers below 2**31: a value below 2**32 times one of them stays below 2**63.
@@ -34,6 +34,8 @@ EPISODE_STRIDE = 0x61C88647  # 2**32 - golden-ratio constant, below 2**31
 DRAW_STRIDE = 0x2C1B3C6D
 ENV_STRIDE = 0x5BD1E995 & 0x7FFFFFFF
 SEED_SALT = (0x3C6EF372, 0x1B873593)
+STEP_SALT = 0x7F4A7C15
+STEP_STRIDE = 0x68E31DA5 & 0x7FFFFFFF
 TWO_POW_M32 = 2.0**-32
 
 
@@ -133,3 +135,30 @@ def uniform_draws(key: Any, episode: Any, table: Any) -> Any:
         return h * table.draw_scale + table.draw_offset
     h = mix32(counter(key, episode, table.draw_salt))  # [B] and [D, 1]: [D, B]
     return h.to(torch.float64) * table.draw_scale + table.draw_offset
+
+
+def step_uniforms(key: torch.Tensor, episode: torch.Tensor, step: torch.Tensor, n_draws: int) -> torch.Tensor:
+    """Uniform draws ``float64 [B, n_draws]`` in ``(0, 1)`` for step ``step[b]`` of episode ``episode[b]`` of the env
+    with key ``key[b]``: draw ``d`` is ``mix32(mix32(s + step * STEP_STRIDE) + d * DRAW_STRIDE)``, ``s`` the
+    episode's stream (``mix32`` of :func:`counter` with the salt ``STEP_SALT``), all modulo ``2**32``.
+
+    So a step's draws depend on ``(key, episode, step, d)`` only (the simulators whose steps are random draw
+    them here; the reset draws are :func:`uniform_draws`'s, another stream).
+
+    Args:
+        key: ``int64 [B]`` in ``[0, 2**32)``.
+        episode: ``int64 [B]``, ``>= 0``.
+        step: ``int64 [B]``, ``>= 0``: the steps already taken in the episode.
+        n_draws: ``D >= 1``.
+
+    >>> key = env_keys(0, 4, torch.device("cpu"))
+    >>> zero = torch.zeros(4, dtype=torch.int64)
+    >>> u = step_uniforms(key, zero, zero, 3)
+    >>> u.shape, bool(((u > 0) & (u < 1)).all()), torch.equal(step_uniforms(key[2:], zero[2:], zero[2:], 3), u[2:])
+    (torch.Size([4, 3]), True, True)
+    """
+    stream = mix32(counter(key, episode, STEP_SALT))
+    s = mix32((stream + (step & MASK32) * STEP_STRIDE) & MASK32)
+    salts = torch.arange(n_draws, dtype=torch.int64, device=key.device) * DRAW_STRIDE & MASK32
+    h = mix32((s.unsqueeze(1) + salts) & MASK32)
+    return (h.to(torch.float64) + 0.5) * TWO_POW_M32

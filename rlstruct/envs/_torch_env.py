@@ -19,7 +19,15 @@ import torch
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs import _sim_kernels as kernels
 from rlstruct.envs._actions import ActionSpec, DeferredActionCheck
-from rlstruct.envs._base import CallOrder, HostDestinations, StepResult, VecEnv, check_env_info, check_some_running
+from rlstruct.envs._base import (
+    CallOrder,
+    HostDestinations,
+    StepResult,
+    VecEnv,
+    check_env_info,
+    check_sizes,
+    check_some_running,
+)
 from rlstruct.envs._jit import jit_after, jit_kernels, jit_wanted
 from rlstruct.envs._rng import draw_table, env_keys, uniform_draws
 from rlstruct.envs._sim_io import check_action, check_graph_state, read_state, state_dict
@@ -127,15 +135,7 @@ class TorchVecEnv(CallOrder, VecEnv):
     ):
         if max_episode_steps is DEFAULT_MAX_EPISODE_STEPS:
             max_episode_steps = self.default_max_episode_steps
-        if isinstance(n_envs, bool) or not isinstance(n_envs, int) or n_envs < 1:
-            raise ValueError(f"n_envs must be a positive int, got {n_envs!r}; pass e.g. n_envs=1024")
-        if max_episode_steps is not None and (
-            isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps < 1
-        ):
-            raise ValueError(
-                f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}; "
-                "pass None for no time limit"
-            )
+        check_sizes(n_envs, max_episode_steps)
         if physics_dtype not in _PHYSICS_DTYPES:
             raise ValueError(
                 f"physics_dtype must be torch.float64 or torch.float32, got {physics_dtype!r}; pass torch.float32 "

@@ -66,7 +66,9 @@ def make_env(
     Backends:
 
     * ``"torch"``: the torch simulators of :mod:`rlstruct.envs.classic_control` (``CartPole-v1``,
-      ``Acrobot-v1``, ``MountainCar-v0``, ``Pendulum-v1``), stepped as tensors on ``device``.
+      ``Acrobot-v1``, ``MountainCar-v0``, ``Pendulum-v1``) and the MinAtar games of :mod:`rlstruct.envs.minatar`
+      (``MinAtar/Breakout-v1``, ...; ``backend_kwargs`` ``sticky_action_prob``, ``ramping``), stepped as tensors
+      on ``device``.
     * ``"gymnasium"``: :class:`~rlstruct.envs.GymEnv` / :class:`~rlstruct.envs.GymEnvInf` over
       ``gymnasium.make_vec(name, n_envs, vectorization_mode="vector_entry_point")`` when the id has a
       vector entry point that fits (any for episodic envs, ``SAME_STEP`` auto-reset for ``autoreset=True``),
@@ -180,9 +182,18 @@ def make_env(
 
 def _torch_env(name: str, n_envs: int, device: torch.device, seed: int, autoreset: bool, max_episode_steps,
                extra: dict[str, Any]):
+    from rlstruct.envs.minatar import GAMES
+
+    minatar = re.fullmatch(r"MinAtar/(\w+)-v1", name)
+    if minatar is not None and minatar.group(1) in GAMES:
+        from rlstruct.envs.minatar import MinAtarEnv
+
+        if max_episode_steps is not None:
+            extra = {**extra, "max_episode_steps": max_episode_steps}
+        return MinAtarEnv(minatar.group(1), n_envs, device=device, seed=seed, autoreset=autoreset, **extra)
     if name not in TORCH_ENVS:
         raise ValueError(
-            f"the torch backend simulates {list(TORCH_ENVS)}, got {name!r}; "
+            f"the torch backend simulates {list(TORCH_ENVS) + [f'MinAtar/{g}-v1' for g in GAMES]}, got {name!r}; "
             "pass backend='gymnasium' to run any gymnasium id"
         )
     # Imported here so that the gymnasium backend works without (and before) the torch simulators.

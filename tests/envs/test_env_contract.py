@@ -30,7 +30,8 @@ from tests.fakes_gym import NextStepVectorEnv, assert_same, random_action
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 NEXT_STEP = gym.vector.AutoresetMode.NEXT_STEP
 # Short episodes keep the episodic runs (which go until every env is done) fast.
-MAX_STEPS = {"CartPole-v1": 60, "Pendulum-v1": 20, "Acrobot-v1": 20, "MountainCar-v0": 20, "ALE/Breakout-v5": 10}
+MAX_STEPS = {"CartPole-v1": 60, "Pendulum-v1": 20, "Acrobot-v1": 20, "MountainCar-v0": 20, "ALE/Breakout-v5": 10,
+             "MinAtar/Freeway-v1": 20}
 RESERVED = ["reward", "done", "terminated", "truncated", "initial_state", "last_action"]
 HAS_TORCH_SIMS = importlib.util.find_spec("rlstruct.envs.classic_control") is not None
 
@@ -141,6 +142,8 @@ def _cases() -> list[Case]:
         cases.append(_device_wrapped(_torch_sim("CartPole-v1", True)))
         for name, autoreset in (("CartPole-v1", True), ("Pendulum-v1", False)):
             cases.append(_torch_sim(name, autoreset, torch.float32))
+        for autoreset in (False, True):
+            cases.append(_backend("torch", "rlstruct", "MinAtar/Freeway-v1", autoreset, has_state=True))
     return cases
 
 

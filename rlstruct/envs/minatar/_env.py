@@ -1,0 +1,396 @@
+"""The batched MinAtar env around any game of this package: :class:`MinAtarEnv`, its pure step and its state I/O.
+
+A game (one module per game, its ``GAME`` constant) holds the rules: a pure reset and step over a flat dict of
+tensors, and the frame. The env adds what minatar's ``Environment`` and the gymnasium ids add around the game: the
+minimal action set, sticky actions, the time limit, the auto-reset and the counter-based draws.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+import torch
+from gymnasium import spaces
+
+from rlstruct.devices import DeviceLike, check_device_exists
+from rlstruct.envs._actions import ActionSpec, DeferredActionCheck
+from rlstruct.envs._base import CallOrder, StepResult, VecEnv, check_env_info, check_sizes, check_some_running
+from rlstruct.envs._rng import draw_table, env_keys, step_uniforms, uniform_draws
+from rlstruct.envs._sim_io import check_action
+from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
+from rlstruct.seeding import check_seed
+from rlstruct.structures import DictTensor
+
+__all__ = ["Game", "MinAtarEnv", "GAMES", "game", "advance", "autoreset_step", "autoreset_step_sparse", "restart",
+           "STICKY_ACTION_PROB"]
+
+#: The games with a torch simulator: gymnasium name (``MinAtar/<name>-v1``) -> (minatar's name, whose module is
+#: ``rlstruct.envs.minatar._<minatar name>``; the minimal action set, in minatar's letters and order).
+GAMES = {
+    "Asterix": ("asterix", "nlurd"),
+    "Breakout": ("breakout", "nlr"),
+    "Freeway": ("freeway", "nud"),
+}
+#: minatar's ``Environment`` default, which its gymnasium ids keep.
+STICKY_ACTION_PROB = 0.1
+#: The actions of every game, in minatar's order (an action's index is its full-set number).
+ACTION_MAP = ("n", "l", "u", "r", "d", "f")
+# The prefix of the game's keys in the env's state, beside the env's own ("elapsed_steps", "episode", "rng_key",
+# "last_action", "sticky_action").
+_GAME_PREFIX = "game/"
+
+
+class Game(Protocol):
+    """What a game module's ``GAME`` is: the rules of one minatar game over batched tensors.
+
+    A draw ``u`` in ``[0, 1)`` stands for the reference's random call at the same point: ``rand() -> u``,
+    ``choice(k items) -> items[floor(u * k)]``, ``randint(a, b) -> a + floor(u * (b - a))``. A step consumes
+    ``n_step_draws`` of them whether it uses them or not.
+    """
+
+    name: str
+    channels: tuple[str, ...]
+    n_step_draws: int
+    n_reset_draws: int
+
+    def reset(self, u: torch.Tensor, ramping: bool) -> dict[str, torch.Tensor]: ...
+
+    def step(
+        self, state: dict[str, torch.Tensor], action: torch.Tensor, u: torch.Tensor, ramping: bool
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]: ...
+
+    def observe(self, state: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+
+def game(name: str) -> tuple[Game, tuple[int, ...]]:
+    """The ``GAME`` of the gymnasium name ``name`` (``"Breakout"``) or minatar name (``"breakout"``), and its minimal
+    action set (full-set action numbers).
+
+    Raises:
+        ValueError: no torch simulator for ``name``.
+
+    >>> rules, actions = game("Breakout")
+    >>> rules.channels, actions
+    (('paddle', 'ball', 'trail', 'brick'), (0, 1, 3))
+    """
+    by_minatar_name = {v[0]: v for v in GAMES.values()}
+    entry = GAMES.get(name, by_minatar_name.get(name))
+    if entry is None:
+        raise ValueError(f"game must be one of {list(GAMES)}, got {name!r}; the torch MinAtar games are those")
+    minatar_name, letters = entry
+    rules = importlib.import_module(f"rlstruct.envs.minatar._{minatar_name}").GAME
+    return rules, tuple(ACTION_MAP.index(a) for a in letters)
+
+
+class _Settings(Protocol):
+    game: Game
+    ramping: bool
+    sticky_action_prob: float
+    _limit: int
+    _action_set: torch.Tensor
+    _reset_table: Any
+
+
+def restart(env: _Settings, state: dict[str, torch.Tensor], episode: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The initial states of episodes ``episode`` (``int64 [B]``) of the envs of ``state`` (its ``rng_key``): a new
+    state dict, the env's counters at zero."""
+    u = uniform_draws(state["rng_key"], episode, env._reset_table).t()
+    fresh = {_GAME_PREFIX + k: v for k, v in env.game.reset(u, env.ramping).items()}
+    zero = torch.zeros_like(episode)
+    fresh.update(elapsed_steps=zero, episode=episode, rng_key=state["rng_key"], last_action=zero, sticky_action=zero)
+    return fresh
+
+
+def _game_part(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    n = len(_GAME_PREFIX)
+    return {k[n:]: v for k, v in state.items() if k.startswith(_GAME_PREFIX)}
+
+
+def _where(mask: torch.Tensor, a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Per key, ``a`` where ``mask [B]`` else ``b``."""
+    return {k: torch.where(mask.view((-1,) + (1,) * (v.dim() - 1)), v, b[k]) for k, v in a.items()}
+
+
+def advance(
+    env: _Settings, state: dict[str, torch.Tensor], action: torch.Tensor
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One step of every env of ``state`` with the minimal-set actions ``action`` (``int64 [B]``): pure, no host
+    sync, no branch on a value.
+
+    Returns:
+        ``(state, out)``: the state reached (before any auto-reset) and ``frame``, ``reward``, ``terminated``,
+        ``truncated``, ``done`` of the step.
+    """
+    full = env._action_set[action]
+    u = step_uniforms(state["rng_key"], state["episode"], state["elapsed_steps"], 1 + env.game.n_step_draws)
+    # minatar's Environment.act: with probability sticky_action_prob the previous action is repeated.
+    played = torch.where(u[:, 0] < env.sticky_action_prob, state["sticky_action"], full)
+    g, reward, terminated = env.game.step(_game_part(state), played, u[:, 1:], env.ramping)
+    elapsed = state["elapsed_steps"] + 1
+    truncated = elapsed >= env._limit
+    nxt = {_GAME_PREFIX + k: v for k, v in g.items()}
+    nxt.update(elapsed_steps=elapsed, episode=state["episode"], rng_key=state["rng_key"], last_action=action,
+               sticky_action=played)
+    out = {"frame": env.game.observe(g), "reward": reward, "terminated": terminated, "truncated": truncated,
+           "done": terminated | truncated}
+    return nxt, out
+
+
+def autoreset_step(
+    env: _Settings, state: dict[str, torch.Tensor], action: torch.Tensor
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """:func:`advance`, then the finished envs restarted (their next episode): ``out`` gains ``frame_r``, the frame
+    the envs act on next. Pure and capturable: every env draws a fresh state, the finished ones take it."""
+    nxt, out = advance(env, state, action)
+    done = out["done"]
+    fresh = restart(env, nxt, nxt["episode"] + 1)
+    nxt = _where(done, fresh, nxt)
+    out["frame_r"] = env.game.observe(_game_part(nxt))
+    return nxt, out
+
+
+def autoreset_step_sparse(
+    env: _Settings, state: dict[str, torch.Tensor], action: torch.Tensor
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """:func:`autoreset_step` restarting the finished envs only (the same results): one host sync to find them, so
+    for the CPU, where it saves the fresh states of the envs that go on."""
+    nxt, out = advance(env, state, action)
+    rows = torch.nonzero(out["done"]).squeeze(1)
+    if rows.numel() == 0:
+        out["frame_r"] = out["frame"]
+        return nxt, out
+    fresh = restart(env, {k: v.index_select(0, rows) for k, v in nxt.items()}, nxt["episode"][rows] + 1)
+    nxt = {k: v.index_put((rows,), fresh[k]) for k, v in nxt.items()}
+    out["frame_r"] = out["frame"].index_put((rows,), env.game.observe(_game_part(fresh)))
+    return nxt, out
+
+
+class MinAtarEnv(CallOrder, VecEnv):
+    """``n_envs`` copies of one MinAtar game (``MinAtar/<Game>-v1``), stepped together by torch on one device.
+
+    The semantics of minatar 1.0.x through its gymnasium ids: the game's minimal action set (action ``i`` is the
+    set's ``i``-th full-set action), sticky actions (with probability ``sticky_action_prob`` the previous
+    full-set action is played instead: minatar's ``Environment.act``), difficulty ramping, a time limit of
+    ``max_episode_steps`` (truncation) and frames ``bool [B, 10, 10, C]`` in the reference's channel order. Every
+    random draw (the reset's, the sticky action's, the game's) is counter-based: env ``k``'s episodes depend on
+    ``(seed, k, episode)`` only, whatever ``n_envs``, the device or the other envs; each episode starts with the
+    previous action ``0`` (the reference carries it over from the previous episode).
+
+    Observations: ``frame`` ``bool [B, 10, 10, C]``, ``reward`` ``float32 [B]``, ``done``, ``terminated``,
+    ``truncated``, ``initial_state`` (``bool [B]``), ``last_action`` (``int64 [B]``, minimal-set).
+
+    Args:
+        name: the game, gymnasium's (``"Breakout"``) or minatar's (``"breakout"``) name (see :data:`GAMES`).
+        n_envs: number of envs (``>= 1``).
+        device: where the state, the observations and the ids live.
+        seed: an int in ``[0, 2**31)``.
+        autoreset: ``True``: a finished env restarts inside ``step``; ``False``: finished envs drop out until
+            :meth:`reset`.
+        max_episode_steps: truncation horizon; ``None`` for none (the ids' is 1000).
+        sticky_action_prob: in ``[0, 1]``.
+        ramping: difficulty ramping (the ids' default, ``True``).
+
+    Raises:
+        ValueError: an unknown game, ``n_envs``, ``max_episode_steps`` or ``sticky_action_prob`` out of range.
+        SeedError: ``seed`` is not an int in ``[0, 2**31)``.
+
+    >>> env = MinAtarEnv("Breakout", 2, seed=0, autoreset=True)
+    >>> obs, ids = env.reset()
+    >>> obs["frame"].shape, obs["frame"].dtype, env.action_space
+    (torch.Size([2, 10, 10, 4]), torch.bool, Discrete(3))
+    >>> (nxt, _), (run, _) = env.step(DictTensor({"action": torch.tensor([0, 2])}))
+    >>> nxt["reward"].tolist(), nxt["done"].tolist()
+    ([0.0, 0.0], [False, False])
+    """
+
+    def __init__(
+        self,
+        name: str,
+        n_envs: int,
+        *,
+        device: DeviceLike = "cpu",
+        seed: int = 0,
+        autoreset: bool = False,
+        max_episode_steps: int | None = 1000,
+        sticky_action_prob: float = STICKY_ACTION_PROB,
+        ramping: bool = True,
+    ):
+        check_sizes(n_envs, max_episode_steps)
+        if not 0.0 <= float(sticky_action_prob) <= 1.0:
+            raise ValueError(f"sticky_action_prob must be in [0, 1], got {sticky_action_prob!r}; minatar's is 0.1")
+        self.game, minimal = game(name)
+        self.seed = check_seed(seed)
+        self.device = check_device_exists(device)
+        self.autoreset = bool(autoreset)
+        self.max_episode_steps = max_episode_steps
+        self.sticky_action_prob = float(sticky_action_prob)
+        self.ramping = bool(ramping)
+        self._n = n_envs
+        self._limit = max_episode_steps if max_episode_steps is not None else 2**62
+        self._action_set = torch.tensor(minimal, dtype=torch.int64, device=self.device)
+        self.n_actions = len(minimal)
+        self._discrete = True
+        self.action_space = spaces.Discrete(self.n_actions)
+        self._action_spec = ActionSpec(self.action_space, device=self.device)
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(10, 10, len(self.game.channels)), dtype=bool)
+        table = draw_table((0.0,) * self.game.n_reset_draws, (1.0,) * self.game.n_reset_draws)
+        self._reset_table = type("DrawTable", (), {k: v.to(self.device) for k, v in table.items()})
+        self._ids_all = torch.arange(n_envs, dtype=torch.int64, device=self.device)
+        self._ids = self._ids_all
+        keys = env_keys(self.seed, n_envs, self.device)
+        self._state = restart(self, {"rng_key": keys}, torch.full((n_envs,), -1, dtype=torch.int64,
+                                                                   device=self.device))
+        self._started = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ contract
+    def n_envs(self) -> int:
+        """The number of environments."""
+        return self._n
+
+    def __repr__(self) -> str:
+        mode = "autoreset" if self.autoreset else "episodic"
+        return f"MinAtarEnv({self.game.name!r}, n_envs={self._n}, device={self.device}, seed={self.seed}, {mode})"
+
+    def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
+        """Starts every env's next episode (see :meth:`VecEnv.reset <rlstruct.envs.VecEnv.reset>`); ``env_info`` is
+        accepted for the contract (no per-env options)."""
+        self._check_open()
+        check_env_info(env_info, self._n)
+        self._state = restart(self, self._state, self._state["episode"] + 1)
+        self._ids = self._ids_all
+        self._started = True
+        false = torch.zeros(self._n, dtype=torch.bool, device=self.device)
+        obs = DictTensor._trusted({
+            "frame": self.game.observe(_game_part(self._state)),
+            "reward": torch.zeros(self._n, dtype=torch.float32, device=self.device), "done": false,
+            "terminated": false.clone(), "truncated": false.clone(),
+            "initial_state": torch.ones(self._n, dtype=torch.bool, device=self.device),
+            "last_action": torch.zeros(self._n, dtype=torch.int64, device=self.device),
+        })
+        return obs, self._ids_all
+
+    def step(self, action: DictTensor) -> StepResult:
+        """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`) with ``action["action"]``,
+        ``[B]`` of any integer dtype in ``[0, n_actions)`` (else ActionRangeError), on :attr:`device`."""
+        self._check_steppable("step")
+        ids = self._ids
+        n_rows = ids.shape[0]
+        check_some_running(n_rows, self._n)
+        a, _ = check_action(self, action, n_rows, None if self.autoreset else ids)
+        if self.autoreset:
+            step = autoreset_step if self.device.type != "cpu" else autoreset_step_sparse
+            self._state, out = step(self, self._state, a)
+            false = torch.zeros((5, self._n), dtype=torch.bool, device=self.device).unbind(0)
+            nxt = DictTensor._trusted({
+                "frame": out["frame"], "reward": out["reward"], "done": out["done"], "terminated": out["terminated"],
+                "truncated": out["truncated"], "initial_state": false[0], "last_action": a,
+            })
+            run = DictTensor._trusted({
+                "frame": out["frame_r"], "reward": torch.where(out["done"], 0.0, out["reward"]), "done": false[1],
+                "terminated": false[2], "truncated": false[3], "initial_state": out["done"].clone(),
+                "last_action": self._state["last_action"],
+            })
+            return (nxt, self._ids_all), (run, self._ids_all)
+        return self._episodic_step(ids, a)
+
+    def _episodic_step(self, ids: torch.Tensor, a: torch.Tensor) -> StepResult:
+        # The running envs step; the finished ones keep their last state.
+        nxt, out = advance(self, {k: v.index_select(0, ids) for k, v in self._state.items()}, a)
+        self._state = {k: v.index_put((ids,), nxt[k]) for k, v in self._state.items()}
+        done = out["done"]
+        obs_next = DictTensor._trusted({
+            "frame": out["frame"], "reward": out["reward"], "done": done, "terminated": out["terminated"],
+            "truncated": out["truncated"], "initial_state": torch.zeros_like(done), "last_action": a,
+        })
+        rows = torch.nonzero(~done).squeeze(1)
+        self._ids = ids.index_select(0, rows)
+        return (obs_next, ids), (obs_next.index(rows), self._ids)
+
+    def deferred_action_check(self) -> DeferredActionCheck | None:
+        """The record of the action checks on an accelerator (see :meth:`VecEnv.deferred_action_check
+        <rlstruct.envs.VecEnv.deferred_action_check>`); ``None`` on the CPU."""
+        return self._action_spec.deferred
+
+    def close(self) -> None:
+        """Ends the env: every later ``reset``, ``step`` or ``get_state`` raises :class:`EnvStateError`; idempotent."""
+        self._closed = True
+        self._started = False
+
+    # ----------------------------------------------------------------- state I/O
+    def graph_state(self) -> dict[str, torch.Tensor] | None:
+        """The env's state tensors by name (no copies) for an auto-reset env, ``None`` for an episodic one (see
+        :meth:`VecEnv.graph_state <rlstruct.envs.VecEnv.graph_state>`); a step rebinds the env to new tensors."""
+        return dict(self._state) if self.autoreset else None
+
+    def set_graph_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Makes the env's state the tensors ``state`` (no copy), with the keys, shapes, dtypes and device of
+        :meth:`graph_state`'s.
+
+        Raises:
+            EnvStateError: the env is episodic.
+            SpaceError: a key is missing or extra, or a tensor has another shape or dtype.
+            DeviceMismatchError: a tensor is on another device.
+        """
+        if not self.autoreset:
+            raise EnvStateError(
+                "set_graph_state needs an auto-reset env (graph_state() is not None), MinAtarEnv has "
+                "autoreset=False; build it with autoreset=True"
+            )
+        self._state = self._checked(state, copy=False)
+
+    def get_state(self) -> DictTensor:
+        """Everything needed to continue exactly, as a DictTensor of ``n_envs`` rows (copies): the game's tensors
+        (keys ``game/<name>``), ``elapsed_steps``, ``episode``, ``rng_key`` (the RNG state), ``last_action``,
+        ``sticky_action`` (the full-set action a sticky step repeats) and ``running`` (bool).
+
+        Raises:
+            EnvStateError: ``reset`` was never called, or the env is closed.
+        """
+        self._check_steppable("get_state")
+        running = torch.zeros(self._n, dtype=torch.bool, device=self.device).index_fill_(0, self._ids, True)
+        return DictTensor._trusted({**{k: v.clone() for k, v in self._state.items()}, "running": running})
+
+    def set_state(self, state: DictTensor) -> None:
+        """Restores a state of :meth:`get_state`, possibly taken on another device or env of the same game; the env
+        then continues exactly as the one it was taken from.
+
+        Raises:
+            TypeError: ``state`` is not a DictTensor.
+            SpaceError: a key is missing, or has another per-row shape or dtype; or an auto-reset env is given a
+                state where some env is not running.
+            BatchSizeError: ``state`` does not have ``n_envs`` rows.
+        """
+        if not isinstance(state, DictTensor):
+            raise TypeError(f"state must be a DictTensor from get_state(), got {type(state).__name__}")
+        if state.n_elems() != self._n:
+            raise BatchSizeError(
+                f"state has {state.n_elems()} rows, this env has n_envs={self._n}; take the state from an env with "
+                f"{self._n} envs or slice it with state.slice(0, {self._n})"
+            )
+        if "running" not in state:
+            raise SpaceError("state lacks the key 'running'; pass the DictTensor returned by get_state()")
+        running = state["running"].to(self.device)
+        if self.autoreset and not bool(running.all()):
+            raise SpaceError("an auto-reset env runs every env, got a state where some env is not running; "
+                             "take the state from an auto-reset env")
+        self._state = self._checked({k: v.to(self.device) for k, v in state.items() if k != "running"}, copy=True)
+        self._ids = self._ids_all if bool(running.all()) else torch.nonzero(running).squeeze(1)
+        self._started = True
+
+    def _checked(self, state: dict[str, torch.Tensor], *, copy: bool) -> dict[str, torch.Tensor]:
+        """``state`` checked against the env's own state (keys, per-row shapes, dtypes, device)."""
+        mine = self._state
+        if set(state) != set(mine):
+            raise SpaceError(
+                f"state must have the keys {sorted(mine)}, got {sorted(state)}; pass a state of this env's game"
+            )
+        for k, v in mine.items():
+            s = state[k]
+            if s.shape != v.shape or s.dtype != v.dtype:
+                raise SpaceError(f"state[{k!r}] must be {v.dtype} {list(v.shape)}, got {s.dtype} {list(s.shape)}")
+            if s.device != v.device:
+                raise DeviceMismatchError(f"state[{k!r}] is on {s.device}, the env on {v.device}; move it there")
+        return {k: state[k].clone() if copy else state[k] for k in mine}
+
