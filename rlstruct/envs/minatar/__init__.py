@@ -1,0 +1,1 @@
+"""MinAtar's games as batched torch simulators."""
