@@ -63,8 +63,11 @@ class FakeRandom:
 def _apply(overrides: Mapping[str, Any], ref: Any, state: dict[str, torch.Tensor], where: torch.Tensor) -> None:
     """Sets each override on the reference env and on the torch state's rows ``where``."""
     for name, value in overrides.items():
-        setattr(ref, name, np.array(value, dtype=np.asarray(getattr(ref, name)).dtype) if np.ndim(value) else value)
-        state[name][where] = torch.as_tensor(value).to(state[name].dtype).to(state[name].device)
+        ref_value, torch_value = value if isinstance(value, tuple) else (value, value)
+        if np.ndim(ref_value):
+            ref_value = np.array(ref_value, dtype=np.asarray(getattr(ref, name)).dtype)
+        setattr(ref, name, ref_value)
+        state[name][where] = torch.as_tensor(torch_value).to(state[name].dtype).to(state[name].device)
 
 
 def compare_rollouts(game: Any, env_class: type, *, n_envs: int, n_steps: int, actions: Sequence[int],
@@ -85,7 +88,8 @@ def compare_rollouts(game: Any, env_class: type, *, n_envs: int, n_steps: int, a
         ramping: the reference's ``ramping`` and the game's.
         seed: seeds the actions and the uniforms.
         overrides: attribute values set on both after every reset (a harder start, a nearly full bar, ...): the
-            reference's attribute name, which is also the torch state's key.
+            reference's attribute name, which is also the torch state's key, and one value for both, or a tuple
+            ``(reference value, torch value)`` where the representations differ.
         max_episode_steps: the time limit, if any.
         action_weights: the probability of each of ``actions`` (uniform if ``None``).
         check: called with ``(reference env, torch state, env index)`` after every step (e.g. capacity checks).

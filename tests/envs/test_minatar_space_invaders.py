@@ -19,13 +19,14 @@ from tests.envs.minatar_oracle import (
 
 space_invaders = pytest.importorskip("minatar.environments.space_invaders",
                                      reason="minatar is not installed (rlstruct[minatar])")
-from rlstruct.envs.minatar._space_invaders import GAME  # noqa: E402
+from rlstruct.envs.minatar._space_invaders import GAME, to_cells, to_rows  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
 MINIMAL_ACTIONS = [0, 1, 3, 5]
 _FEW_ALIENS = np.zeros((10, 10))
 _FEW_ALIENS[0, 3:5] = 1
+_FEW_ALIENS = (_FEW_ALIENS, to_rows(torch.from_numpy(_FEW_ALIENS)))
 SCENARIOS = {
     "reset": {"actions": MINIMAL_ACTIONS},
     "firing": {"actions": MINIMAL_ACTIONS, "action_weights": [1, 1, 1, 3]},
@@ -67,6 +68,12 @@ def test_step_leaves_its_input_alone_and_keeps_the_layout():
     assert all(torch.equal(before[k], v) for k, v in state.items())
     assert {k: (v.dtype, v.shape) for k, v in out.items()} == {k: (v.dtype, v.shape) for k, v in state.items()}
     assert reward.dtype == torch.float32 and terminated.dtype == torch.bool
+
+
+def test_row_masks_round_trip():
+    cells = torch.rand(5, 10, 10) < 0.5
+    assert torch.equal(to_cells(to_rows(cells)), cells)
+    assert to_rows(torch.eye(10))[:3].tolist() == [1, 2, 4]
 
 
 @pytest.mark.cuda

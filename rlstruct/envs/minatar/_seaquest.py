@@ -80,6 +80,15 @@ def _pick(mask: Tensor, key: Tensor, largest: bool) -> Tensor:
     return mask & _one_hot(index, mask.shape[-1])
 
 
+def _any_bullet(kill: Tensor) -> Tensor:
+    """``bool [n, K]``: ``kill [n, bullet, K]`` or-ed over the bullets (a reduction over a short middle dim is slow
+    on the CPU)."""
+    out = kill[:, 0]
+    for b in range(1, kill.shape[1]):
+        out = out | kill[:, b]
+    return out
+
+
 def _compact(state: dict[str, Tensor], group: str) -> None:
     """Moves ``group``'s live slots to the front, keeping their order (in place on the dict, not the tensors)."""
     _, ints, flags = _SLOTS[group]
@@ -214,7 +223,7 @@ class Seaquest:
                 & (s["bullet_y"][:, :, None] == s["enemy_y"][:, None]))
         kill = _pick(here, (s["enemy_sub"] * _SUB_RANK + s["enemy_birth"])[:, None], largest=False)
         hit = kill.any(2)
-        s["enemy_alive"] = s["enemy_alive"] & ~kill.any(1)
+        s["enemy_alive"] = s["enemy_alive"] & ~_any_bullet(kill)
         s["bullet_x"], s["bullet_alive"] = x, alive & ~hit
         return hit.sum(1, dtype=_INT)
 
@@ -264,7 +273,7 @@ class Seaquest:
                 & (s["bullet_y"][:, :, None] == s["enemy_y"][:, None]))
         kill = _pick(here, (is_sub * _SUB_RANK + s["enemy_birth"])[:, None], largest=True)
         hit = kill.any(2)
-        s["enemy_alive"], s["bullet_alive"] = alive & ~kill.any(1), s["bullet_alive"] & ~hit
+        s["enemy_alive"], s["bullet_alive"] = alive & ~_any_bullet(kill), s["bullet_alive"] & ~hit
         # The new enemy bullets: one grid per direction, cell y * 10 + x; those that do not fire write to a spare cell.
         n = alive.shape[0]
         cell = torch.where(shoots, s["enemy_lr"].to(_INT) * 100 + s["enemy_y"] * 10 + x, 200).long()
@@ -341,7 +350,7 @@ class Seaquest:
             put(trail, s[f"{group}_y"], 3, s[f"{group}_alive"] & (trail >= 0) & (trail <= 9))
         cells = torch.cat([c if c.dim() == 2 else c[:, None] for c in cells], 1).long()
         frame = torch.zeros(n, 100 * _C, dtype=torch.bool, device=dev).scatter_(1, cells, True).view(n, 10, 10, _C)
-        frame[..., 4] = s["enemy_bullets"].any(1)
+        frame[..., 4] = s["enemy_bullets"][:, 0] | s["enemy_bullets"][:, 1]
         columns = torch.arange(10, device=dev)
         oxygen = torch.div(s["oxygen"].clamp(min=0) * 10, MAX_OXYGEN, rounding_mode="floor")
         frame[:, 9, :, 7] = columns < oxygen[:, None]

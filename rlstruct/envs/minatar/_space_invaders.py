@@ -1,7 +1,8 @@
 """MinAtar's SpaceInvaders as a batched torch game: the ``GAME`` constant (reset, step and observe over ``n`` envs).
 
 The state is a flat dict of ``[n, ...]`` tensors under the reference's attribute names: the cannon's column
-``pos``, the aliens and both kinds of bullets as ``bool [n, 10, 10]`` maps (row, column), the aliens' direction
+``pos``; the aliens and both kinds of bullets as maps ``int32 [n, 10]``, one bit mask per row (bit ``c`` of row
+``r`` is cell ``(r, c)``, so a move is a shift of ten numbers, not of a hundred cells); the aliens' direction
 (``-1`` left, ``+1`` right) and the timers. The game draws no random numbers: ``n_step_draws`` and
 ``n_reset_draws`` are 0.
 
@@ -20,30 +21,50 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["GAME", "SpaceInvaders"]
+__all__ = ["GAME", "SpaceInvaders", "to_rows", "to_cells"]
 
 SHOT_COOL_DOWN = 5
 ENEMY_MOVE_INTERVAL = 12
 ENEMY_SHOT_INTERVAL = 10
 # A new wave never moves faster than this.
 FASTEST_MOVE_INTERVAL = 6
+# A wave fills rows 0-3, columns 2-7.
+WAVE_ROW = 0b0011111100
 
-# Integers are int32; maps and flags bool.
+# Integers are int32; flags bool.
 _INT = torch.int32
 CHANNELS = ("cannon", "alien", "alien_left", "alien_right", "friendly_bullet", "enemy_bullet")
 
 
+def to_rows(cells: Tensor) -> Tensor:
+    """``int32 [..., 10]`` row masks of the map ``cells`` (``[..., 10, 10]``, nonzero where set)."""
+    weights = 2 ** torch.arange(10, device=cells.device, dtype=_INT)
+    return ((cells != 0).to(_INT) * weights).sum(-1, dtype=_INT)
+
+
+def to_cells(rows: Tensor) -> Tensor:
+    """``bool [..., 10, 10]``: the cells of the row masks ``rows`` (``int32 [..., 10]``)."""
+    return (rows[..., None] >> torch.arange(10, device=rows.device, dtype=_INT)) & 1 != 0
+
+
+def _bit(rows: Tensor, column: Tensor) -> Tensor:
+    """``bool [n]``: bit ``column [n]`` of ``rows [n]``."""
+    return (rows >> column) & 1 != 0
+
+
+def _popcount(x: Tensor) -> Tensor:
+    """The set bits of each 10-bit ``int32`` (the classic parallel bit count)."""
+    x = x - ((x >> 1) & 0x155)
+    x = (x & 0x333) + ((x >> 2) & 0x333)
+    x = (x + (x >> 4)) & 0xF0F
+    return (x & 0xFF) + (x >> 8)
+
+
 def _wave(n: int, device: torch.device) -> Tensor:
-    """``bool [n, 10, 10]``: a fresh wave, rows 0-3 and columns 2-7."""
-    grid = torch.zeros(n, 10, 10, dtype=torch.bool, device=device)
-    grid[:, 0:4, 2:8] = True
-    return grid
-
-
-def _at(grid: Tensor, row: Tensor | int, col: Tensor) -> Tensor:
-    """``bool [n]``: ``grid[i, row_i, col_i]`` for each env ``i``."""
-    n = grid.shape[0]
-    return grid.reshape(n, 100).gather(1, (row * 10 + col).long().expand(n)[:, None])[:, 0]
+    """``int32 [n, 10]``: a fresh wave."""
+    rows = torch.zeros(n, 10, dtype=_INT, device=device)
+    rows[:, 0:4] = WAVE_ROW
+    return rows
 
 
 @dataclass(frozen=True)
@@ -70,7 +91,7 @@ class SpaceInvaders:
         def full(value: int) -> Tensor:
             return torch.full((n,), value, dtype=_INT, device=dev)
 
-        empty = torch.zeros(n, 10, 10, dtype=torch.bool, device=dev)
+        empty = torch.zeros(n, 10, dtype=_INT, device=dev)
         return {"pos": full(5), "f_bullet_map": empty, "e_bullet_map": empty.clone(), "alien_map": _wave(n, dev),
                 "alien_dir": full(-1), "enemy_move_interval": full(ENEMY_MOVE_INTERVAL),
                 "alien_move_timer": full(ENEMY_MOVE_INTERVAL), "alien_shot_timer": full(ENEMY_SHOT_INTERVAL),
@@ -91,61 +112,64 @@ class SpaceInvaders:
         """
         s = dict(state)
         n, dev = action.shape[0], action.device
-        columns = torch.arange(10, device=dev)
         fire = (action == 5) & (s["shot_timer"] == 0)
         pos = s["pos"]
-        friendly = s["f_bullet_map"].clone()
-        friendly[:, 9] |= fire[:, None] & (columns == pos[:, None])
+        shot = torch.where(fire, 1 << pos, 0)
         s["shot_timer"] = torch.where(fire, SHOT_COOL_DOWN, s["shot_timer"])
         pos = torch.where(action == 1, (pos - 1).clamp(min=0), torch.where(action == 3, (pos + 1).clamp(max=9), pos))
 
-        # Bullets move a row (friendly up, enemy down); those leaving the screen are dropped.
+        # Bullets move a row (friendly up, the new shot from row 9 to 8; enemy down); those leaving are dropped.
+        friendly, enemy = s["f_bullet_map"], s["e_bullet_map"]
         blank = torch.zeros_like(friendly[:, :1])
-        friendly = torch.cat([friendly[:, 1:], blank], 1)
-        enemy = torch.cat([blank, s["e_bullet_map"][:, :-1]], 1)
-        terminal = _at(enemy, 9, pos)
+        friendly = torch.cat([friendly[:, 1:9], (friendly[:, 9] | shot)[:, None], blank], 1)
+        enemy = torch.cat([blank, enemy[:, :9]], 1)
+        terminal = _bit(enemy[:, 9], pos)
 
         aliens, direction = s["alien_map"], s["alien_dir"]
-        terminal |= _at(aliens, 9, pos)
+        terminal |= _bit(aliens[:, 9], pos)
         moves = s["alien_move_timer"] == 0
-        count = aliens.sum((1, 2), dtype=_INT)
+        count = _popcount(aliens).sum(1, dtype=_INT)
         timer = torch.where(moves, torch.minimum(count, s["enemy_move_interval"]), s["alien_move_timer"])
-        at_edge = (aliens[:, :, 0].any(1) & (direction < 0)) | (aliens[:, :, 9].any(1) & (direction > 0))
+        at_edge = ((((aliens & 1) != 0).any(1) & (direction < 0))
+                   | (((aliens & (1 << 9)) != 0).any(1) & (direction > 0)))
         down = moves & at_edge
         sideways = moves & ~at_edge
-        terminal |= down & aliens[:, 9].any(1)
-        # np.roll wraps: a wave already on the bottom row comes back on top (the game is over by then).
-        shifted = torch.where((direction > 0)[:, None, None], aliens.roll(1, 2), aliens.roll(-1, 2))
-        aliens = torch.where(down[:, None, None], aliens.roll(1, 1),
-                             torch.where(sideways[:, None, None], shifted, aliens))
+        terminal |= down & (aliens[:, 9] != 0)
+        # np.roll wraps: a wave already on the bottom row comes back on top (the game is over by then). Sideways
+        # nothing wraps: a wave at the edge it moves to goes down instead.
+        shifted = torch.where((direction > 0)[:, None], aliens << 1, aliens >> 1)
+        aliens = torch.where(down[:, None], aliens.roll(1, 1), torch.where(sideways[:, None], shifted, aliens))
         s["alien_dir"] = torch.where(down, -direction, direction)
-        terminal |= moves & _at(aliens, 9, pos)
+        terminal |= moves & _bit(aliens[:, 9], pos)
 
         # The alien nearest the cannon fires: the nearest column holding one (the left one of two at the same
         # distance), its lowest alien.
         shoots = s["alien_shot_timer"] == 0
-        occupied = aliens.any(1)
+        columns = torch.arange(10, device=dev, dtype=_INT)
+        anywhere = aliens[:, 0]
+        for r in range(1, 10):
+            anywhere = anywhere | aliens[:, r]
+        occupied = (anywhere[:, None] >> columns) & 1 != 0
         distance = (columns - pos[:, None]).abs() * 10 + columns
-        column = torch.where(occupied, distance, 1000).argmin(1)
-        in_column = aliens.gather(2, column.view(n, 1, 1).expand(n, 10, 1))[:, :, 0]
-        row = torch.where(in_column, columns, -1).argmax(1)
-        target = (columns.view(1, 10, 1) == row.view(n, 1, 1)) & (columns.view(1, 1, 10) == column.view(n, 1, 1))
-        enemy = enemy | ((shoots & occupied.any(1)).view(n, 1, 1) & target)
+        column = torch.where(occupied, distance, 1000).argmin(1).to(_INT)
+        row = torch.where((aliens >> column[:, None]) & 1 != 0, columns, -1).argmax(1)
+        enemy = enemy | torch.where((columns == row[:, None]) & (shoots & (anywhere != 0))[:, None],
+                                    (1 << column)[:, None], 0)
 
         kill = aliens & friendly
-        reward = kill.sum((1, 2)).to(torch.float32)
+        reward = _popcount(kill).sum(1).to(torch.float32)
         aliens = aliens & ~kill
         friendly = friendly & ~kill
 
         s["shot_timer"] = s["shot_timer"] - (s["shot_timer"] > 0).to(_INT)
         s["alien_move_timer"] = timer - 1
         s["alien_shot_timer"] = torch.where(shoots, ENEMY_SHOT_INTERVAL, s["alien_shot_timer"]) - 1
-        cleared = ~aliens.any((1, 2))
+        cleared = (aliens == 0).all(1)
         if ramping:
             faster = cleared & (s["enemy_move_interval"] > FASTEST_MOVE_INTERVAL)
             s["enemy_move_interval"] = s["enemy_move_interval"] - faster.to(_INT)
             s["ramp_index"] = s["ramp_index"] + faster.to(_INT)
-        s["alien_map"] = aliens | (cleared[:, None, None] & _wave(n, dev))
+        s["alien_map"] = aliens | torch.where(cleared[:, None], _wave(n, dev), 0)
         s["pos"], s["f_bullet_map"], s["e_bullet_map"] = pos, friendly, enemy
         return s, reward, terminal
 
@@ -158,14 +182,18 @@ class SpaceInvaders:
         Returns:
             ``bool [n, 10, 10, 6]``, channels in :attr:`channels`' order.
         """
-        aliens, pos = state["alien_map"], state["pos"]
-        n = aliens.shape[0]
-        columns = torch.arange(10, device=pos.device)
-        cannon = torch.zeros_like(aliens)
-        cannon[:, 9] = columns == pos[:, None]
-        left = (state["alien_dir"] < 0).view(n, 1, 1)
-        return torch.stack([cannon, aliens, aliens & left, aliens & ~left, state["f_bullet_map"],
-                            state["e_bullet_map"]], -1)
+        pos = state["pos"]
+        n = pos.shape[0]
+        rows = torch.zeros(n, 10, dtype=_INT, device=pos.device)
+        rows[:, 9] = 1 << pos
+        left = state["alien_dir"][:, None] < 0
+        aliens = state["alien_map"]
+        planes = torch.stack([rows, aliens, torch.where(left, aliens, 0), torch.where(left, 0, aliens),
+                              state["f_bullet_map"], state["e_bullet_map"]], -1)
+        # Every 10-bit row's cells, looked up: [n, row, channel, column] -> [n, row, column, channel].
+        table = to_cells(torch.arange(1024, device=pos.device, dtype=_INT))
+        cells = table.index_select(0, planes.reshape(-1).long()).view(n, 10, len(CHANNELS), 10)
+        return cells.permute(0, 1, 3, 2).contiguous()
 
 
 GAME = SpaceInvaders()
