@@ -65,10 +65,17 @@ def _one_hot(index: Tensor, k: int) -> Tensor:
     return torch.arange(k, device=index.device) == index[..., None]
 
 
-def _first_free(alive: Tensor) -> Tensor:
-    """``bool [n, K]``: the first slot not alive (no slot where all are)."""
-    free = ~alive
-    return free & _one_hot(free.to(torch.uint8).argmax(1), alive.shape[1])
+def _append(state: dict[str, Tensor], group: str, where: Tensor, values: dict[str, Tensor]) -> None:
+    """Writes ``values`` (``[n]`` each, by field name) into the first free slot of ``group`` in the envs ``where``
+    (in place on the dict, not the tensors); the slot becomes alive. Every env has a free slot (the slot counts
+    are the most the reference holds)."""
+    free = ~state[f"{group}_alive"]
+    slot = free.to(torch.uint8).argmax(1, keepdim=True)
+    values = dict(values, alive=torch.ones_like(where))
+    for name, value in values.items():
+        old = state[f"{group}_{name}"]
+        kept = old.gather(1, slot)[:, 0]
+        state[f"{group}_{name}"] = old.scatter(1, slot, torch.where(where, value.to(old.dtype), kept)[:, None])
 
 
 def _pick(mask: Tensor, key: Tensor, largest: bool) -> Tensor:
@@ -175,29 +182,24 @@ class Seaquest:
         lr, is_sub, row = u[:, 0] < 0.5, u[:, 1] < 1 / 3, 1 + (u[:, 2] * 8).to(_INT)
         alive = s["enemy_alive"]
         blocked = (alive & (s["enemy_y"] == row[:, None]) & (s["enemy_lr"] != lr[:, None])).any(1)
-        new = _first_free(alive) & (spawn & ~blocked)[:, None]
-        for name, value in (("x", _edge_x(lr)), ("y", row), ("move", s["move_speed"]),
-                            ("shot", torch.full_like(row, ENEMY_SHOT_INTERVAL)), ("birth", s["n_spawned"]),
-                            ("alive", torch.ones_like(lr)), ("lr", lr), ("sub", is_sub)):
-            s[f"enemy_{name}"] = torch.where(new, value[:, None], s[f"enemy_{name}"])
-        s["n_spawned"] = s["n_spawned"] + new.any(1)
+        new = spawn & ~blocked
+        _append(s, "enemy", new, {"x": _edge_x(lr), "y": row, "move": s["move_speed"],
+                                  "shot": torch.full_like(row, ENEMY_SHOT_INTERVAL), "birth": s["n_spawned"],
+                                  "lr": lr, "sub": is_sub})
+        s["n_spawned"] = s["n_spawned"] + new
         s["e_spawn_timer"] = torch.where(spawn, s["e_spawn_speed"], s["e_spawn_timer"])
 
         du = torch.where(spawn[:, None], u[:, 3:5], u[:, 0:2])
         spawn = s["d_spawn_timer"] == 0
         lr, row = du[:, 0] < 0.5, 1 + (du[:, 1] * 8).to(_INT)
-        new = _first_free(s["diver_alive"]) & spawn[:, None]
-        for name, value in (("x", _edge_x(lr)), ("y", row), ("move", torch.full_like(row, DIVER_MOVE_INTERVAL)),
-                            ("alive", torch.ones_like(lr)), ("lr", lr)):
-            s[f"diver_{name}"] = torch.where(new, value[:, None], s[f"diver_{name}"])
+        _append(s, "diver", spawn, {"x": _edge_x(lr), "y": row, "move": torch.full_like(row, DIVER_MOVE_INTERVAL),
+                                    "lr": lr})
         s["d_spawn_timer"] = torch.where(spawn, DIVER_SPAWN_SPEED, s["d_spawn_timer"])
 
     def _act(self, s: dict[str, Tensor], action: Tensor) -> None:
         """Fires (when the gun is cool) or moves the sub; left and right also turn it."""
         fire = (action == 5) & (s["shot_timer"] == 0)
-        new = _first_free(s["bullet_alive"]) & fire[:, None]
-        for name, value in (("x", s["sub_x"]), ("y", s["sub_y"]), ("alive", fire), ("lr", s["sub_or"])):
-            s[f"bullet_{name}"] = torch.where(new, value[:, None], s[f"bullet_{name}"])
+        _append(s, "bullet", fire, {"x": s["sub_x"], "y": s["sub_y"], "lr": s["sub_or"]})
         s["shot_timer"] = torch.where(fire, SHOT_COOL_DOWN, s["shot_timer"])
         left, right = action == 1, action == 3
         s["sub_x"] = torch.where(left, (s["sub_x"] - 1).clamp(min=0),
@@ -221,7 +223,7 @@ class Seaquest:
         # [n, bullet, enemy]
         here = (alive[:, :, None] & s["enemy_alive"][:, None] & (x[:, :, None] == s["enemy_x"][:, None])
                 & (s["bullet_y"][:, :, None] == s["enemy_y"][:, None]))
-        kill = _pick(here, (s["enemy_sub"] * _SUB_RANK + s["enemy_birth"])[:, None], largest=False)
+        kill = _pick(here, (s["enemy_sub"].to(_INT) * _SUB_RANK + s["enemy_birth"])[:, None], largest=False)
         hit = kill.any(2)
         s["enemy_alive"] = s["enemy_alive"] & ~_any_bullet(kill)
         s["bullet_x"], s["bullet_alive"] = x, alive & ~hit
@@ -271,7 +273,7 @@ class Seaquest:
         # [n, bullet, enemy]
         here = (landed[:, None] & s["bullet_alive"][:, :, None] & (s["bullet_x"][:, :, None] == x[:, None])
                 & (s["bullet_y"][:, :, None] == s["enemy_y"][:, None]))
-        kill = _pick(here, (is_sub * _SUB_RANK + s["enemy_birth"])[:, None], largest=True)
+        kill = _pick(here, (is_sub.to(_INT) * _SUB_RANK + s["enemy_birth"])[:, None], largest=True)
         hit = kill.any(2)
         s["enemy_alive"], s["bullet_alive"] = alive & ~_any_bullet(kill), s["bullet_alive"] & ~hit
         # The new enemy bullets: one grid per direction, cell y * 10 + x; those that do not fire write to a spare cell.
