@@ -169,7 +169,8 @@ def measure_graph(args) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--game", default="Breakout", help="Breakout, Asterix, Freeway (gymnasium's spelling)")
+    parser.add_argument("--game", default="Breakout",
+                        help="Asterix, Breakout, Freeway, Seaquest or SpaceInvaders (gymnasium's spelling)")
     parser.add_argument("--envs", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--ref-envs", type=int, default=64)

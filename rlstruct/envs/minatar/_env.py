@@ -31,6 +31,8 @@ GAMES = {
     "Asterix": ("asterix", "nlurd"),
     "Breakout": ("breakout", "nlr"),
     "Freeway": ("freeway", "nud"),
+    "Seaquest": ("seaquest", "nlurdf"),
+    "SpaceInvaders": ("space_invaders", "nlrf"),
 }
 #: minatar's ``Environment`` default, which its gymnasium ids keep.
 STICKY_ACTION_PROB = 0.1
