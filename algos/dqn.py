@@ -143,9 +143,9 @@ class PixelQNetwork(nn.Module):
     """The Q-network of image observations: the CNN of :class:`~rlstruct.algos.encoders.CNNEncoder` (Nature-DQN
     for Atari frames, MinAtar's for small ones) and a linear head, or a dueling one.
 
-    Frames arrive as the env gives them (``uint8`` from the batcher, ``float32`` from
+    Frames arrive as the env gives them (``uint8`` from the batcher and from
     :meth:`~rlstruct.algos.replay.ReplayBuffer.sample`); the encoder scales ``uint8`` envs' pixels by 1/255
-    in either case.
+    whether they arrive as ``uint8`` or as floats.
 
     Args:
         obs_shape: one frame's shape (``[C, H, W]`` or ``[H, W, C]``).
