@@ -253,6 +253,32 @@ class StackedFrames:
         self.alloc.release(old)
 
 
+def default_obs_rows(capacity: int) -> int:
+    """The observations a buffer of ``capacity`` transitions holds at first: one per transition, the terminal ones
+    of episodes longer than 32 steps and those of a push or two."""
+    return capacity + capacity // 32 + 64
+
+
+def default_frame_rows(obs_rows: int, stack: int) -> int:
+    """The frames a :class:`StackedFrames` of ``obs_rows`` observations holds at first: one per observation, an
+    eighth more for the stacks of episode starts, and two stacks."""
+    return obs_rows + obs_rows // 8 + 2 * stack
+
+
+def store_nbytes(rows: int, obs_shape: tuple[int, ...], dtype: torch.dtype, frame_stack: bool) -> int:
+    """The bytes of a store of ``rows`` observations as first allocated (``frame_stack``: a :class:`StackedFrames`).
+
+    >>> store_nbytes(100, (4, 84, 84), torch.uint8, True) == StackedFrames(
+    ...     100, (4, 84, 84), torch.uint8, Allocator("cpu"), frame_rows=default_frame_rows(100, 4)).nbytes()
+    True
+    """
+    size = torch.empty((), dtype=dtype).element_size()
+    if not frame_stack:
+        return rows * math.prod(obs_shape) * size
+    stack = obs_shape[0]
+    return default_frame_rows(rows, stack) * math.prod(obs_shape[1:]) * size + rows * stack * 8
+
+
 def is_frame_stack(obs_shape: tuple[int, ...], dtype: torch.dtype) -> bool:
     """Whether observations of ``obs_shape`` and ``dtype`` are taken for stacked frames (``uint8 [S, H, W]``, a few
     frames of larger images, as the Atari preprocessing gives them).

@@ -1,5 +1,5 @@
 """Double DQN with a target network, epsilon-greedy exploration and uniform replay (Mnih et al. 2015;
-van Hasselt et al. 2016), with optional n-step returns and a dueling head (Wang et al. 2016).
+van Hasselt et al. 2016), with optional n-step returns, a dueling head (Wang et al. 2016) and prioritized replay.
 
 Targets bootstrap through time limits from the stored terminal observation and not through terminations. The file
 reads top to bottom: the config, the Q networks and their agent, the targets and the loss, the learner
@@ -267,8 +267,10 @@ def dqn_loss(
     next_q_target: torch.Tensor,
     *,
     kind: str = "huber",
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The double-DQN regression loss of ``Q(s, a)`` on :func:`double_dqn_targets`.
+    """The double-DQN regression loss of ``Q(s, a)`` on :func:`double_dqn_targets`; with ``weights`` (prioritized
+    replay's importance-sampling weights), the weighted mean of the per-transition losses.
 
     Args:
         q: ``float [N, A]``, online Q-values of the observations, with gradient.
@@ -278,9 +280,11 @@ def dqn_loss(
         next_q_online: ``float [N, A]``, online Q-values of the next observations (no gradient).
         next_q_target: ``float [N, A]``, target-network Q-values of the next observations (no gradient).
         kind: ``huber`` (smooth L1, delta 1) or ``mse``.
+        weights: ``float [N]`` or ``None`` (a plain mean).
 
     Returns:
-        ``(loss, stats)``.
+        ``(loss, stats)``; with ``weights``, ``stats["td_error"]`` is ``Q(s, a) - y``, ``float [N]`` (the new
+        priorities), to be taken out before the statistics are recorded.
 
     >>> loss, _ = dqn_loss(torch.tensor([[0.0, 1.0]]), torch.tensor([1]), torch.tensor([1.0]), torch.tensor([0.5]),
     ...                    torch.tensor([[0.0, 1.0]]), torch.tensor([[8.0, 2.0]]), kind="mse")
@@ -290,11 +294,12 @@ def dqn_loss(
     q_a = q.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
         targets = double_dqn_targets(returns, discounts, next_q_online, next_q_target)
-    if kind == "huber":
-        loss = nn.functional.smooth_l1_loss(q_a, targets)
-    else:
-        loss = nn.functional.mse_loss(q_a, targets)
-    return loss, {"loss/q": loss.detach(), "q_mean": q_a.detach().mean()}
+    regression = nn.functional.smooth_l1_loss if kind == "huber" else nn.functional.mse_loss
+    if weights is None:
+        loss = regression(q_a, targets)
+        return loss, {"loss/q": loss.detach(), "q_mean": q_a.detach().mean()}
+    loss = (weights * regression(q_a, targets, reduction="none")).mean()
+    return loss, {"loss/q": loss.detach(), "q_mean": q_a.detach().mean(), "td_error": (q_a - targets).detach()}
 
 
 def epsilon_at(env_steps: int, start: float, end: float, decay_steps: int) -> float:
@@ -380,7 +385,9 @@ class DQNLearner:
             next_q_online = model(batch["next_obs"])
             next_q_target = target(batch["next_obs"])
         loss, stats = dqn_loss(q, batch["action"], batch["ret"], batch["discount"], next_q_online, next_q_target,
-                               kind=config.loss)
+                               kind=config.loss, weights=batch.get("weight"))
+        if "index" in batch:  # prioritized replay: the TD errors are the sampled transitions' new priorities
+            buffer.update_priorities(batch["index"], stats.pop("td_error"))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.max_grad_norm > 0:

@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from rlstruct.algos._replay_storage import Allocator, StackedFrames, WholeObservations, is_frame_stack
+from rlstruct.algos._replay_priority import SumTree, importance_weights
+from rlstruct.algos._replay_storage import (
+    Allocator,
+    StackedFrames,
+    WholeObservations,
+    default_frame_rows,
+    default_obs_rows,
+    is_frame_stack,
+    store_nbytes,
+)
 from rlstruct.algos._replay_transitions import (
     NStepWindow,
     one_step_steps,
@@ -32,8 +41,8 @@ from rlstruct.devices import DeviceLike, as_device
 if TYPE_CHECKING:
     from rlstruct.algos._train.env_spec import EnvSpec
 
-__all__ = ["ReplayBuffer", "steps_to_transitions", "window_steps", "window_transitions", "one_step_steps",
-           "one_step_transitions", "NStepWindow"]
+__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "steps_to_transitions", "window_steps", "window_transitions",
+           "one_step_steps", "one_step_transitions", "NStepWindow"]
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +114,7 @@ class ReplayBuffer:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1 transition, got {capacity!r}")
         if obs_capacity is None:
-            obs_capacity = capacity + capacity // 32 + 64
+            obs_capacity = default_obs_rows(capacity)
         if obs_capacity < 1:
             raise ValueError(f"obs_capacity must be >= 1 observation or None, got {obs_capacity!r}")
         self.capacity = capacity
@@ -119,7 +128,7 @@ class ReplayBuffer:
         self.store: WholeObservations | StackedFrames
         if frame_stack:
             self.store = StackedFrames(obs_capacity, self.obs_shape, obs_dtype, self.alloc,
-                                       frame_rows=obs_capacity + obs_capacity // 8 + 2 * self.obs_shape[0])
+                                       frame_rows=default_frame_rows(obs_capacity, self.obs_shape[0]))
         else:
             self.store = WholeObservations(obs_capacity, self.obs_shape, obs_dtype, self.alloc)
         f32 = {"dtype": torch.float32, "device": self.device}
@@ -141,9 +150,10 @@ class ReplayBuffer:
         self._streams: _Streams | None = None
 
     @classmethod
-    def for_spec(cls, spec: EnvSpec, capacity: int, device: DeviceLike, *, seed: int = 0) -> ReplayBuffer:
+    def for_spec(cls, spec: EnvSpec, capacity: int, device: DeviceLike, *, seed: int = 0, **kwargs) -> ReplayBuffer:
         """A buffer for the observations and actions of ``spec``'s env (its observation dtype; ``int64``
-        actions when discrete, ``float32`` ones of ``spec.action_shape`` when continuous).
+        actions when discrete, ``float32`` ones of ``spec.action_shape`` when continuous); ``kwargs`` go to the
+        constructor (``storage``, ``folder``, a :class:`PrioritizedReplayBuffer`'s ``alpha`` and ``beta0``).
 
         >>> from rlstruct.algos._train.env_spec import EnvSpec
         >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
@@ -153,7 +163,24 @@ class ReplayBuffer:
         """
         action_dtype = torch.int64 if spec.discrete else torch.float32
         return cls(capacity, spec.obs_shape, device, obs_dtype=getattr(torch, spec.obs_dtype),
-                   action_shape=spec.action_shape, action_dtype=action_dtype, seed=seed)
+                   action_shape=spec.action_shape, action_dtype=action_dtype, seed=seed, **kwargs)
+
+    @classmethod
+    def planned_nbytes(cls, spec: EnvSpec, capacity: int) -> int:
+        """The bytes that :meth:`for_spec` allocates for ``capacity`` transitions of ``spec``'s env, computed
+        without allocating them.
+
+        >>> from rlstruct.algos._train.env_spec import EnvSpec
+        >>> spec = EnvSpec((4, 84, 84), "uint8", 6, 1000)
+        >>> ReplayBuffer.planned_nbytes(spec, 50) == ReplayBuffer.for_spec(spec, 50, "cpu").nbytes()
+        True
+        """
+        obs_dtype = getattr(torch, spec.obs_dtype)
+        action = (8 if spec.discrete else 4) * math.prod(spec.action_shape)
+        store = store_nbytes(default_obs_rows(capacity), spec.obs_shape, obs_dtype,
+                             is_frame_stack(spec.obs_shape, obs_dtype))
+        tree = 2 * (1 << max(0, (capacity - 1).bit_length())) * 16 if cls is PrioritizedReplayBuffer else 0
+        return store + tree + capacity * (8 + 8 + action + 4 + 4)
 
     def __len__(self) -> int:
         return self.size
@@ -209,8 +236,9 @@ class ReplayBuffer:
         return ids
 
     def _append(self, obs_id: torch.Tensor, action: torch.Tensor, ret: torch.Tensor, next_id: torch.Tensor,
-                discount: torch.Tensor) -> None:
-        """Appends ``N`` transitions whose frames are written (the newest ``capacity`` when ``N`` is larger)."""
+                discount: torch.Tensor) -> torch.Tensor:
+        """Appends ``N`` transitions whose observations are written (the newest ``capacity`` when ``N`` is larger);
+        returns the rows written."""
         n = obs_id.shape[0]
         self._n_pushed += n
         if n > self.capacity:  # only the newest fit
@@ -226,6 +254,7 @@ class ReplayBuffer:
         self.discount[idx] = discount.to(self.device, torch.float32)
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
+        return idx
 
     def push(self, obs: torch.Tensor, action: torch.Tensor, ret: torch.Tensor, next_obs: torch.Tensor,
              discount: torch.Tensor) -> None:
@@ -373,19 +402,103 @@ class ReplayBuffer:
         """``batch_size`` transitions drawn uniformly with replacement.
 
         Returns:
-            ``obs float [batch_size, *obs_shape]``, ``action [batch_size, *action_shape]`` (its stored dtype),
-            ``ret float [batch_size]``, ``next_obs float [batch_size, *obs_shape]``,
-            ``discount float [batch_size]``.
+            ``obs [batch_size, *obs_shape]`` and ``next_obs`` alike (the stored dtype), ``action [batch_size,
+            *action_shape]`` (its stored dtype), ``ret float [batch_size]``, ``discount float [batch_size]``.
 
         Raises:
             ValueError: the buffer is empty.
         """
+        self._check_not_empty()
+        return self._rows(torch.randint(self.size, (batch_size,), generator=self.generator, device=self.device))
+
+    def _check_not_empty(self) -> None:
         if self.size == 0:
             raise ValueError("the replay buffer is empty; push transitions before sampling")
-        idx = torch.randint(self.size, (batch_size,), generator=self.generator, device=self.device)
+
+    def _rows(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"obs": self.store.read(self.obs_id[idx]), "action": self.action[idx],
                 "ret": self.ret[idx], "next_obs": self.store.read(self.next_id[idx]),
                 "discount": self.discount[idx]}
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritized replay (Schaul et al. 2016): transition ``i`` is drawn with probability
+    ``P(i) = p_i / sum_j p_j``, ``p_i = (|delta_i| + eps)^alpha`` from its last TD error ``delta_i``, and weighted by
+    ``w_i = (N P(i))^-beta / max_j w_j`` in the loss; a new transition gets the largest priority so far.
+
+    The priorities sit in a :class:`~rlstruct.algos._replay_priority.SumTree` over tensors: a batch is drawn by
+    stratified masses (one per ``1/batch_size`` of the total, Schaul et al.'s appendix) and updated at once.
+
+    Args:
+        capacity: transitions kept.
+        obs_shape: shape of one observation.
+        device: where the tensors live.
+        alpha: how much the priorities shape the draws (0: uniform).
+        beta0: the importance-sampling exponent at the start; :meth:`anneal` takes it to 1.
+        eps: added to ``|delta|`` so that no transition stops being drawn.
+        **kwargs: :class:`ReplayBuffer`'s.
+
+    Raises:
+        ValueError: ``alpha < 0`` or ``beta0`` outside ``[0, 1]``, and :class:`ReplayBuffer`'s.
+
+    >>> buf = PrioritizedReplayBuffer(4, 1, "cpu", alpha=1.0, beta0=1.0)
+    >>> buf.push(torch.zeros(2, 1), torch.tensor([0, 1]), torch.zeros(2), torch.zeros(2, 1), torch.ones(2))
+    >>> buf.update_priorities(torch.tensor([0, 1]), torch.tensor([1.0, -3.0]))
+    >>> batch = buf.sample(4)  # one draw per quarter of the total: row 0 once, row 1 three times
+    >>> batch["index"].tolist(), [round(w, 3) for w in batch["weight"].tolist()]
+    ([0, 1, 1, 1], [1.0, 0.333, 0.333, 0.333])
+    """
+
+    def __init__(self, capacity: int, obs_shape: int | tuple[int, ...], device: DeviceLike, *, alpha: float = 0.6,
+                 beta0: float = 0.4, eps: float = 1e-6, **kwargs):
+        if alpha < 0 or not 0 <= beta0 <= 1:
+            raise ValueError(f"alpha must be >= 0 and beta0 in [0, 1], got alpha={alpha!r}, beta0={beta0!r}")
+        super().__init__(capacity, obs_shape, device, **kwargs)
+        self.alpha, self.beta0, self.beta, self.eps = alpha, beta0, beta0, eps
+        self.tree = SumTree(capacity, self.device)
+        self.max_priority = torch.ones((), dtype=torch.float64, device=self.device)
+
+    def nbytes(self) -> int:
+        """Bytes held by the buffer's tensors, the tree's included."""
+        return super().nbytes() + 2 * self.tree.sum.numel() * 8
+
+    def anneal(self, fraction: float) -> None:
+        """Sets ``beta`` to ``beta0 + (1 - beta0) * fraction`` (``fraction``: of the step budget spent)."""
+        self.beta = self.beta0 + (1.0 - self.beta0) * min(max(fraction, 0.0), 1.0)
+
+    def _append(self, obs_id: torch.Tensor, action: torch.Tensor, ret: torch.Tensor, next_id: torch.Tensor,
+                discount: torch.Tensor) -> torch.Tensor:
+        idx = super()._append(obs_id, action, ret, next_id, discount)
+        self.tree.update(idx, self.max_priority.expand(idx.shape[0]))
+        return idx
+
+    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """``batch_size`` transitions drawn in proportion to their priorities.
+
+        Returns:
+            :meth:`ReplayBuffer.sample`'s, with ``index int64 [batch_size]`` (the rows, for
+            :meth:`update_priorities`) and ``weight float [batch_size]`` (the importance-sampling weights at the
+            current ``beta``).
+
+        Raises:
+            ValueError: the buffer is empty.
+        """
+        self._check_not_empty()
+        f64 = {"dtype": torch.float64, "device": self.device}
+        u = torch.rand(batch_size, generator=self.generator, **f64)
+        idx = self.tree.find((torch.arange(batch_size, **f64) + u) / batch_size * self.tree.total)
+        idx = idx.clamp(max=self.size - 1)
+        batch = self._rows(idx)
+        batch["index"] = idx
+        batch["weight"] = importance_weights(self.tree.get(idx), self.tree.minimum, self.beta)
+        return batch
+
+    def update_priorities(self, index: torch.Tensor, td_error: torch.Tensor) -> None:
+        """Sets the priorities of rows ``index`` (``int64 [N]``, a sample's ``index``) from their TD errors
+        (``[N]``, any sign; no gradient is kept)."""
+        priority = (td_error.detach().abs().double() + self.eps).pow(self.alpha)
+        self.tree.update(index, priority)
+        self.max_priority = torch.maximum(self.max_priority, priority.max())
 
 
 class _Streams:

@@ -495,3 +495,41 @@ def test_atari_frames_stored_once_sample_the_observations_the_env_gave():
         _check_same_samples(new, ref)
     env.close()
     assert ends >= 2 and new.store.n_frames < 2 * 2 * 40
+
+
+# --------------------------------------------------------------------------- storage, and what a buffer needs
+def test_disk_storage_maps_files_that_close_removes(tmp_path):
+    spec = EnvSpec((4, 84, 84), "uint8", 4, 1000)
+    buf = ReplayBuffer.for_spec(spec, 64, "cpu", storage="disk", folder=tmp_path / "replay")
+    files = sorted(p.name for p in (tmp_path / "replay").iterdir())
+    assert files == ["frame-numbers-0.bin", "frames-1.bin"]
+    assert buf.store.frames.untyped_storage().filename == str(tmp_path / "replay" / "frames-1.bin")
+    data = _stacked_streams(2, 40, 4, 0.1, 0, "zeros")
+    data = {k: v.repeat_interleave(28, -1).repeat_interleave(28, -2) if k.endswith("frame") else v
+            for k, v in data.items()}  # 3x3 frames made 84x84
+    memory = ReplayBuffer.for_spec(spec, 64, "cpu")
+    windows = (NStepWindow(0.9, 3), NStepWindow(0.9, 3))
+    for i in range(4):
+        tt = TemporalDictTensor({key: v[:, i * 10:(i + 1) * 10] for key, v in data.items()})
+        buf.push_steps(**windows[0].steps(tt))
+        memory.push_steps(**windows[1].steps(tt))
+        a, b = buf.sample(16), memory.sample(16)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    buf.close()
+    buf.close()
+    assert not any((tmp_path / "replay").iterdir())
+    with pytest.raises(ValueError, match="storage must be one of"):
+        ReplayBuffer(4, 3, "cpu", storage="tape")
+
+
+def test_a_buffer_that_cannot_fit_is_refused_in_one_line_before_any_allocation(tmp_path):
+    from rlstruct.algos.dqn import DQNConfig, train
+    from rlstruct.errors import ConfigError
+
+    config = DQNConfig(env="CartPole-v1", buffer_size=10**13, logdir=str(tmp_path), progress=False,
+                       tensorboard=False)
+    with pytest.raises(ConfigError, match=r"^--buffer-size 10000000000000 needs [0-9.]+ GB for the replay buffer "
+                                          r"\(\d+ bytes per transition x 10000000000000 transitions\), this machine "
+                                          r"has [0-9.]+ GB available; pass a smaller --buffer-size \(at most \d+ "
+                                          r"fits\) or --replay-storage disk$"):
+        train(config)
