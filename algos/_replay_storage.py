@@ -120,7 +120,7 @@ class WholeObservations:
 
     def read(self, numbers: torch.Tensor) -> torch.Tensor:
         """The observations ``numbers`` (``int64 [N]``), ``[N, *obs_shape]`` in the stored dtype."""
-        return self.obs[numbers % self.rows]
+        return self.obs.index_select(0, numbers % self.rows)
 
     def grow(self, rows: int, live: torch.Tensor) -> None:
         """Grows the ring to ``rows``, keeping the observations ``live`` (``int64 [K]``)."""
@@ -243,7 +243,9 @@ class StackedFrames:
 
     def read(self, numbers: torch.Tensor) -> torch.Tensor:
         """The observations ``numbers`` (``int64 [N]``), ``[N, S, *frame_shape]`` in the stored dtype."""
-        return self.frames[self.table[numbers % self.rows] % self.frames.shape[0]]
+        # index_select over a flat index: a fraction of the cost of advanced indexing's gather
+        ids = self.table.index_select(0, numbers % self.rows).flatten() % self.frames.shape[0]
+        return self.frames.index_select(0, ids).view(numbers.shape[0], *self.obs_shape)
 
     def grow(self, rows: int, live: torch.Tensor) -> None:
         """Grows the table to ``rows``, keeping the observations ``live`` (``int64 [K]``)."""
