@@ -30,7 +30,7 @@ from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos.encoders import CNNEncoder
 from rlstruct.algos.networks import autocast_context, make_adam, mlp, polyak_update
 from rlstruct.algos.policies import NetworkAgent
-from rlstruct.algos.replay import NStepWindow, ReplayBuffer
+from rlstruct.algos.replay import NStepWindow, PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["DQNConfig", "QNetwork", "PixelQNetwork", "q_network", "dueling_q", "QAgent", "double_dqn_targets",
@@ -386,7 +386,7 @@ class DQNLearner:
             next_q_target = target(batch["next_obs"])
         loss, stats = dqn_loss(q, batch["action"], batch["ret"], batch["discount"], next_q_online, next_q_target,
                                kind=config.loss, weights=batch.get("weight"))
-        if "index" in batch:  # prioritized replay: the TD errors are the sampled transitions' new priorities
+        if isinstance(buffer, PrioritizedReplayBuffer):  # the TD errors are the sampled transitions' new priorities
             buffer.update_priorities(batch["index"], stats.pop("td_error"))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -30,7 +30,7 @@ from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos.distributions import squashed_gaussian_log_prob
 from rlstruct.algos.networks import make_adam, polyak_update
 from rlstruct.algos.policies import NetworkAgent
-from rlstruct.algos.replay import ReplayBuffer, one_step_steps
+from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["SACConfig", "SquashedGaussianActor", "TwinQNetwork", "SACAgent", "create_sac_agent", "soft_q_targets",
@@ -393,7 +393,7 @@ class SACLearner:
             targets = soft_q_targets(batch["ret"], batch["discount"], self.target(next_obs, next_action),
                                      next_log_prob, alpha)
         critic_loss, stats = sac_critic_loss(critic(obs, batch["action"]), targets, weights=batch.get("weight"))
-        if "index" in batch:  # prioritized replay: the TD errors are the sampled transitions' new priorities
+        if isinstance(buffer, PrioritizedReplayBuffer):  # the TD errors are the sampled transitions' new priorities
             buffer.update_priorities(batch["index"], stats.pop("td_error"))
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
