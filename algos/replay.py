@@ -258,7 +258,7 @@ class ReplayBuffer:
 
     def push(self, obs: torch.Tensor, action: torch.Tensor, ret: torch.Tensor, next_obs: torch.Tensor,
              discount: torch.Tensor) -> None:
-        """Appends ``N`` transitions (copied, cast to the buffer's dtypes), storing two frames for each.
+        """Appends ``N`` transitions (copied, cast to the buffer's dtypes), storing two observations for each.
 
         Args:
             obs: ``[N, *obs_shape]``.
@@ -275,7 +275,7 @@ class ReplayBuffer:
                     "next_obs": (n, *self.obs_shape), "discount": (n,)}
         given = {"obs": obs, "action": action, "ret": ret, "next_obs": next_obs, "discount": discount}
         self._check(given, expected, n, "build the buffer with the env's shapes (ReplayBuffer.for_spec)")
-        if n > self.capacity:  # only the newest fit: their frames alone are written
+        if n > self.capacity:  # only the newest fit: their observations alone are written
             keep = slice(n - self.capacity, None)
             obs, action, ret, next_obs, discount = obs[keep], action[keep], ret[keep], next_obs[keep], discount[keep]
             n = self.capacity
@@ -302,10 +302,10 @@ class ReplayBuffer:
         :class:`NStepWindow` carries them), and its step ``carried`` follows the previous
         window's last step.
 
-        Each observation is one frame: ``obs[:, p + 1]`` is ``next_obs[:, p]`` where the episode goes on (the
-        batcher's auto-reset contract), so only ``next_obs`` at episode ends (``done``) adds a frame. A window of
-        ``T`` new steps writes ``B * T`` frames and one per episode end, the first window one more per row. The
-        call reads the number of new frames on the host (one sync per call, none per step).
+        Each observation is stored once: ``obs[:, p + 1]`` is ``next_obs[:, p]`` where the episode goes on (the
+        batcher's auto-reset contract), so only ``next_obs`` at episode ends (``done``) adds one. A window of
+        ``T`` new steps writes ``B * T`` observations and one per episode end, the first window one more per row.
+        The call reads the number of new observations on the host (one sync per call, none per step).
 
         Args:
             obs: ``[B, L, *obs_shape]``, the window's ``observation/frame``.
@@ -502,9 +502,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
 
 class _Streams:
-    """What :meth:`ReplayBuffer.push_steps` keeps of a window for the next: the frame numbers of its steps'
-    observations (``x_id [B, L + 1]``, -1 where none was written) and terminal observations (``z_id [B, L]``),
-    the steps it carried, the first frame it wrote and the lowest frame its transitions point to."""
+    """What :meth:`ReplayBuffer.push_steps` keeps of a window for the next: the observation numbers of its steps
+    (``x_id [B, L + 1]``, -1 where none was written) and of its terminal observations (``z_id [B, L]``), the steps it
+    carried, the first observation it wrote and the lowest observation its transitions point to."""
 
     def __init__(self, x_id: torch.Tensor, z_id: torch.Tensor, carried: int, start: int, lowest: int):
         self.x_id, self.z_id, self.carried, self.start, self.lowest = x_id, z_id, carried, start, lowest

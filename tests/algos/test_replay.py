@@ -324,7 +324,7 @@ def test_each_observation_is_stored_once():
     assert len(buf) == B * (k * T - 2)
 
 
-def test_a_frame_ring_too_small_grows_and_says_so(caplog):
+def test_an_observation_ring_too_small_grows_and_says_so(caplog):
     data = _streams(2, 12, 0.5, 1, torch.float32)
     buf = ReplayBuffer(20, (2, 3), "cpu", obs_capacity=4)
     ref = ReferenceBuffer(20, (2, 3), seed=0, obs_dtype=torch.float32)
