@@ -52,7 +52,8 @@ class SumTree:
         self.sum[node] = priority.to(self.sum)
         self.min[node] = priority.to(self.sum)
         for _ in range(self.depth):
-            node = torch.unique(node // 2)
+            # A parent twice in `node` is written twice with the same sum: no need to deduplicate.
+            node = node // 2
             left, right = 2 * node, 2 * node + 1
             self.sum[node] = self.sum[left] + self.sum[right]
             self.min[node] = torch.minimum(self.min[left], self.min[right])
