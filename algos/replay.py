@@ -14,7 +14,7 @@ import collections
 import logging
 import math
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -150,7 +150,8 @@ class ReplayBuffer:
         self._streams: _Streams | None = None
 
     @classmethod
-    def for_spec(cls, spec: EnvSpec, capacity: int, device: DeviceLike, *, seed: int = 0, **kwargs) -> ReplayBuffer:
+    def for_spec(cls, spec: EnvSpec, capacity: int, device: DeviceLike, *, seed: int = 0,
+                 **kwargs: Any) -> ReplayBuffer:
         """A buffer for the observations and actions of ``spec``'s env (its observation dtype; ``int64``
         actions when discrete, ``float32`` ones of ``spec.action_shape`` when continuous); ``kwargs`` go to the
         constructor (``storage``, ``folder``, a :class:`PrioritizedReplayBuffer`'s ``alpha`` and ``beta0``).
@@ -450,7 +451,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     """
 
     def __init__(self, capacity: int, obs_shape: int | tuple[int, ...], device: DeviceLike, *, alpha: float = 0.6,
-                 beta0: float = 0.4, eps: float = 1e-6, **kwargs):
+                 beta0: float = 0.4, eps: float = 1e-6, **kwargs: Any):
         if alpha < 0 or not 0 <= beta0 <= 1:
             raise ValueError(f"alpha must be >= 0 and beta0 in [0, 1], got alpha={alpha!r}, beta0={beta0!r}")
         super().__init__(capacity, obs_shape, device, **kwargs)
