@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import pathlib
+import shutil
 import tempfile
 import weakref
 
@@ -22,14 +23,17 @@ log = logging.getLogger(__name__)
 STORAGES = ("memory", "disk")
 
 
-def _unlink(paths: list[pathlib.Path]) -> None:
+def _unlink(paths: list[pathlib.Path], own_folder: pathlib.Path | None) -> None:
     for path in paths:
         path.unlink(missing_ok=True)
+    if own_folder is not None:
+        shutil.rmtree(own_folder, ignore_errors=True)
 
 
 class Allocator:
-    """Allocates the buffer's tensors in memory, or, with ``storage="disk"``, as memory-mapped files in ``folder``
-    (a fresh temporary folder when ``None``), which :meth:`close` removes (also at garbage collection).
+    """Allocates the buffer's tensors in memory, or, with ``storage="disk"``, as memory-mapped files in
+    ``folder`` (a fresh temporary folder when ``None``), whose files :meth:`close` removes, with the folder when it
+    made it (also at garbage collection).
 
     Args:
         device: where the tensors live (``disk`` storage needs the CPU).
@@ -43,7 +47,10 @@ class Allocator:
     >>> t = alloc.zeros((2, 3), torch.uint8, "frames")
     >>> t.sum().item(), alloc.paths[0].name
     (0, 'frames-0.bin')
+    >>> folder = alloc.folder
     >>> alloc.close()
+    >>> folder.exists()
+    False
     """
 
     def __init__(self, device: torch.device | str, *, storage: str = "memory", folder: str | os.PathLike | None = None):
@@ -54,10 +61,11 @@ class Allocator:
             raise ValueError(f"disk storage maps files into the CPU's memory, got device {self.device}; keep the "
                              "buffer on the CPU or use storage='memory'")
         self.storage = storage
+        own = storage == "disk" and folder is None  # a temporary folder of its own, removed with the files
         self.folder = None if storage == "memory" else pathlib.Path(folder or tempfile.mkdtemp(prefix="replay-"))
         self.paths: list[pathlib.Path] = []
         self._count = 0
-        self._finalizer = weakref.finalize(self, _unlink, self.paths)
+        self._finalizer = weakref.finalize(self, _unlink, self.paths, self.folder if own else None)
 
     def zeros(self, shape: tuple[int, ...], dtype: torch.dtype, name: str) -> torch.Tensor:
         """A zeroed tensor of ``shape``; on disk, a file ``{name}-{k}.bin`` mapped into memory."""
