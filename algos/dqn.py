@@ -1,5 +1,5 @@
 """Double DQN with a target network, epsilon-greedy exploration and uniform replay (Mnih et al. 2015;
-van Hasselt et al. 2016), with optional n-step returns and a dueling head (Wang et al. 2016).
+van Hasselt et al. 2016), with optional n-step returns, a dueling head (Wang et al. 2016) and prioritized replay.
 
 Targets bootstrap through time limits from the stored terminal observation and not through terminations. The file
 reads top to bottom: the config, the Q networks and their agent, the targets and the loss, the learner
@@ -30,7 +30,7 @@ from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos.encoders import CNNEncoder
 from rlstruct.algos.networks import autocast_context, make_adam, mlp, polyak_update
 from rlstruct.algos.policies import NetworkAgent
-from rlstruct.algos.replay import NStepWindow, ReplayBuffer
+from rlstruct.algos.replay import NStepWindow, PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["DQNConfig", "QNetwork", "PixelQNetwork", "q_network", "dueling_q", "QAgent", "double_dqn_targets",
@@ -151,9 +151,9 @@ class PixelQNetwork(nn.Module):
     """The Q-network of image observations: the CNN of :class:`~rlstruct.algos.encoders.CNNEncoder` (Nature-DQN
     for Atari frames, MinAtar's for small ones) and a linear head, or a dueling one.
 
-    Frames arrive as the env gives them (``uint8`` from the batcher, ``float32`` from
+    Frames arrive as the env gives them (``uint8`` from the batcher and from
     :meth:`~rlstruct.algos.replay.ReplayBuffer.sample`); the encoder scales ``uint8`` envs' pixels by 1/255
-    in either case.
+    whether they arrive as ``uint8`` or as floats.
 
     Args:
         obs_shape: one frame's shape (``[C, H, W]`` or ``[H, W, C]``).
@@ -280,8 +280,10 @@ def dqn_loss(
     next_q_target: torch.Tensor,
     *,
     kind: str = "huber",
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The double-DQN regression loss of ``Q(s, a)`` on :func:`double_dqn_targets`.
+    """The double-DQN regression loss of ``Q(s, a)`` on :func:`double_dqn_targets`; with ``weights`` (prioritized
+    replay's importance-sampling weights), the weighted mean of the per-transition losses.
 
     Args:
         q: ``float [N, A]``, online Q-values of the observations, with gradient.
@@ -291,9 +293,11 @@ def dqn_loss(
         next_q_online: ``float [N, A]``, online Q-values of the next observations (no gradient).
         next_q_target: ``float [N, A]``, target-network Q-values of the next observations (no gradient).
         kind: ``huber`` (smooth L1, delta 1) or ``mse``.
+        weights: ``float [N]`` or ``None`` (a plain mean).
 
     Returns:
-        ``(loss, stats)``.
+        ``(loss, stats)``; with ``weights``, ``stats["td_error"]`` is ``Q(s, a) - y``, ``float [N]`` (the new
+        priorities), to be taken out before the statistics are recorded.
 
     >>> loss, _ = dqn_loss(torch.tensor([[0.0, 1.0]]), torch.tensor([1]), torch.tensor([1.0]), torch.tensor([0.5]),
     ...                    torch.tensor([[0.0, 1.0]]), torch.tensor([[8.0, 2.0]]), kind="mse")
@@ -303,11 +307,12 @@ def dqn_loss(
     q_a = q.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
         targets = double_dqn_targets(returns, discounts, next_q_online, next_q_target)
-    if kind == "huber":
-        loss = nn.functional.smooth_l1_loss(q_a, targets)
-    else:
-        loss = nn.functional.mse_loss(q_a, targets)
-    return loss, {"loss/q": loss.detach(), "q_mean": q_a.detach().mean()}
+    regression = nn.functional.smooth_l1_loss if kind == "huber" else nn.functional.mse_loss
+    if weights is None:
+        loss = regression(q_a, targets)
+        return loss, {"loss/q": loss.detach(), "q_mean": q_a.detach().mean()}
+    loss = (weights * regression(q_a, targets, reduction="none")).mean()
+    return loss, {"loss/q": loss.detach(), "q_mean": q_a.detach().mean(), "td_error": (q_a - targets).detach()}
 
 
 def epsilon_at(env_steps: int, start: float, end: float, decay_steps: int) -> float:
@@ -393,7 +398,9 @@ class DQNLearner:
             next_q_online = model(batch["next_obs"])
             next_q_target = target(batch["next_obs"])
         loss, stats = dqn_loss(q, batch["action"], batch["ret"], batch["discount"], next_q_online, next_q_target,
-                               kind=config.loss)
+                               kind=config.loss, weights=batch.get("weight"))
+        if isinstance(buffer, PrioritizedReplayBuffer):  # the TD errors are the sampled transitions' new priorities
+            buffer.update_priorities(batch["index"], stats.pop("td_error"))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.max_grad_norm > 0:

@@ -30,7 +30,7 @@ from rlstruct.algos.distributions import squashed_gaussian_log_prob
 from rlstruct.algos.networks import make_adam, polyak_update
 from rlstruct.algos.optim import Adam
 from rlstruct.algos.policies import NetworkAgent
-from rlstruct.algos.replay import ReplayBuffer, one_step_steps
+from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["SACConfig", "SquashedGaussianActor", "TwinQNetwork", "SACAgent", "create_sac_agent", "soft_q_targets",
@@ -244,22 +244,30 @@ def soft_q_targets(
     return returns + discounts * (next_q_target.min(0).values - alpha * next_log_prob)
 
 
-def sac_critic_loss(q: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The critics' regression on the soft targets: ``sum_k mean((Q_k(s, a) - y)^2) / 2``.
+def sac_critic_loss(q: torch.Tensor, targets: torch.Tensor, *, weights: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The critics' regression on the soft targets: ``sum_k mean((Q_k(s, a) - y)^2) / 2``; with ``weights``
+    (prioritized replay's importance-sampling weights) the means are weighted.
 
     Args:
         q: ``float [K, N]``, every critic's ``Q(s, a)`` with gradient.
         targets: ``float [N]``, from :func:`soft_q_targets` (no gradient).
+        weights: ``float [N]`` or ``None`` (plain means).
 
     Returns:
-        ``(loss, stats)``.
+        ``(loss, stats)``; with ``weights``, ``stats["td_error"]`` is the critics' mean ``|Q_k(s, a) - y|``,
+        ``float [N]`` (the new priorities), to be taken out before the statistics are recorded.
 
     >>> loss, _ = sac_critic_loss(torch.tensor([[1.0], [3.0]]), torch.tensor([2.0]))
     >>> float(loss)
     1.0
     """
-    loss = 0.5 * ((q - targets.detach()) ** 2).mean(-1).sum()
-    return loss, {"loss/critic": loss.detach(), "q_mean": q.detach().mean()}
+    if weights is None:
+        loss = 0.5 * ((q - targets.detach()) ** 2).mean(-1).sum()
+        return loss, {"loss/critic": loss.detach(), "q_mean": q.detach().mean()}
+    delta = q - targets.detach()
+    loss = 0.5 * (weights * delta**2).mean(-1).sum()
+    return loss, {"loss/critic": loss.detach(), "q_mean": q.detach().mean(), "td_error": delta.detach().abs().mean(0)}
 
 
 def sac_actor_loss(
@@ -395,7 +403,9 @@ class SACLearner:
             next_action, next_log_prob = actor.sample(next_obs, eps)
             targets = soft_q_targets(batch["ret"], batch["discount"], self.target(next_obs, next_action),
                                      next_log_prob, alpha)
-        critic_loss, stats = sac_critic_loss(critic(obs, batch["action"]), targets)
+        critic_loss, stats = sac_critic_loss(critic(obs, batch["action"]), targets, weights=batch.get("weight"))
+        if isinstance(buffer, PrioritizedReplayBuffer):  # the TD errors are the sampled transitions' new priorities
+            buffer.update_priorities(batch["index"], stats.pop("td_error"))
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_opt.step()

@@ -21,7 +21,8 @@ within 300 s. Issue 19: PPO on CartPole-v1 stepped by gymnax (475 within 15 s) a
 (1,000 within 200,000 env steps), and on gymnasium's Hopper-v5 with and without ``--normalize-observations
 --normalize-rewards`` (the same target and budget). Issue 20: A2C and PPO on CartPole-v1 in few, wide iterations
 (2,048 envs x 16 steps, overlapped; the GPU solve runs' settings), 475 within 20 and 30 iterations. Issue 40: PQN on
-CartPole-v1, 475 within 200,000 env steps (its preset's budget).
+CartPole-v1, 475 within 200,000 env steps (its preset's budget). Issue 45: DQN with prioritized replay
+(``dqn-per-cartpole-torch``) against ``dqn-cartpole-torch`` on the same seeds.
 ``benchmarks/sb3_reference.py`` runs Stable-Baselines3 on the same workloads.
 Each run's JSON line also has its process's CPU seconds (``process_cpu_s``). The table reports, per suite, how many
 seeds reached the target within budget, and the median and range over seeds, with the final return's IQM and its 95%
@@ -105,6 +106,8 @@ SUITES = [
                                                                              "--time-limit", "1800"]),
     Suite("dqn-dueling-cartpole-torch", "dqn", "CartPole-v1", CARTPOLE, "50k steps", ["--dueling", "--max-env-steps",
                                                                                       "50000", "--time-limit", "600"]),
+    Suite("dqn-per-cartpole-torch", "dqn", "CartPole-v1", CARTPOLE, "50k steps",
+          ["--prioritized-replay", "--max-env-steps", "50000", "--time-limit", "600"]),
     Suite("ppo-cartpole-torch", "ppo", "CartPole-v1", CARTPOLE, "15 s", ["--time-limit", "15"]),
     Suite("a2c-cartpole-wide-torch", "a2c", "CartPole-v1", CARTPOLE, "655k steps",
           ["--time-limit", "120", *A2C_CARTPOLE_WIDE]),

@@ -171,6 +171,14 @@ class OffPolicyConfig(RunConfig):
     batch_size: int = setting(64, "transitions per gradient step", group="off-policy")
     learning_starts: int = setting(1_000, "env steps collected before the first gradient step", group="off-policy")
     gamma: float = setting(0.99, "discount factor", group="off-policy")
+    replay_storage: str = setting("memory", "where the replay buffer lives: memory, or disk (memory-mapped files in "
+                                            "the log folder, for buffers beyond RAM)", group="off-policy")
+    prioritized_replay: bool = setting(False, "prioritized replay (Schaul et al. 2016, proportional to the TD "
+                                              "errors)", group="off-policy")
+    priority_alpha: float = setting(0.6, "prioritized replay: how much the priorities shape the draws (0: uniform)",
+                                    group="off-policy")
+    priority_beta0: float = setting(0.4, "prioritized replay: importance-sampling exponent at the start, annealed "
+                                         "to 1 over the step budget", group="off-policy")
 
 
 def check_at_least(config: Any, least: int, *names: str) -> None:
@@ -290,6 +298,11 @@ def check_off_policy(config: OffPolicyConfig) -> None:
     check_at_least(config, 0, "learning_starts")
     if not 0 <= config.gamma <= 1:
         raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
+    if config.replay_storage not in ("memory", "disk"):
+        raise ValueError(f"replay_storage must be 'memory' or 'disk', got {config.replay_storage!r}")
+    if config.priority_alpha < 0 or not 0 <= config.priority_beta0 <= 1:
+        raise ValueError(f"priority_alpha must be >= 0 and priority_beta0 in [0, 1], got "
+                         f"priority_alpha={config.priority_alpha!r}, priority_beta0={config.priority_beta0!r}")
 
 
 def check_evaluation_policy(policy: Any, *, argument: str = "evaluation_policy") -> str:

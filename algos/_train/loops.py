@@ -32,6 +32,7 @@ from rlstruct.algos._train.distributed import (
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import Evaluator
 from rlstruct.algos._train.log import Run, TrainResult
+from rlstruct.algos._train.replay_setup import check_replay_fits, make_replay_buffer
 from rlstruct.algos._train.session import (
     Algorithm,
     Setup,
@@ -45,7 +46,7 @@ from rlstruct.algos._train.update import actor_critic_learner, start_pipeline, t
 from rlstruct.algos.networks import build_actor_critic, recurrent_actor_critic
 from rlstruct.algos.optim import OptimizerLike
 from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
-from rlstruct.algos.replay import ReplayBuffer
+from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.algos.returns import episode_returns, episode_statistics
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import cpu_state_dict
@@ -385,10 +386,13 @@ def train_off_policy(setup: Setup) -> TrainResult:
     history.
 
     A resumed run's replay buffer is not in the checkpoint: it refills for ``learning_starts`` env steps before the
-    first gradient step of the new session.
+    first gradient step of the new session. A buffer kept in memory that needs more than the machine has available
+    is refused before anything starts (:func:`~.replay_setup.check_replay_fits`); a prioritized one anneals its
+    importance-sampling exponent over the step budget.
     """
     algo: OffPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
     config, spec, resume, device, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
+    check_replay_fits(config, spec, device)
     with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=world.is_logger,
                       world_size=world.size, on_evaluation=setup.on_evaluation) as (run, stack):
         # Batchers first, the learner on its device after: no CUDA in this process before workers spawn.
@@ -402,7 +406,8 @@ def train_off_policy(setup: Setup) -> TrainResult:
         learner = algo.make_learner(config, spec, resume, device=device, seed=seed, n_rows=B)
         _join_ranks(world, device, config, stack, learner.tensors())
         announce(world, "transitions of a replay minibatch, from the rank's own buffer", config.batch_size, config.lr)
-        buffer = ReplayBuffer.for_spec(spec, config.buffer_size, device, seed=seed)
+        buffer = make_replay_buffer(config, spec, device, seed=seed, folder=run.logdir, rank=world.rank)
+        stack.callback(buffer.close)
         episodes = _TrainingEpisodes(B, device)
         first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
 
@@ -427,6 +432,8 @@ def train_off_policy(setup: Setup) -> TrainResult:
             stats["buffer_size"] = float(len(buffer))
             filled = run.env_steps + n_new * world.size - first_step >= config.learning_starts
             n_steps = fewest_over_ranks(learner.n_gradient_steps(n_new, len(buffer)) if filled else 0, world)
+            if isinstance(buffer, PrioritizedReplayBuffer):
+                buffer.anneal(run.budget_used())
             for _ in range(n_steps):
                 stats.update(learner.gradient_step(buffer))
             if n_steps:

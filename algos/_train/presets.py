@@ -157,9 +157,9 @@ _PPO_ATARI = {"n_envs": 8, "n_steps": 128, "n_epochs": 4, "n_minibatches": 4, "l
               "eval_every": 10, **_ATARI}
 # DQN: CleanRL's dqn_atari.py (Adam at 1e-4, batch 32, one gradient step per 4 env steps, a target copy every 1,000
 # env steps, Huber loss) with Dopamine's schedule (20k env steps before the first gradient step, epsilon from 1 to
-# 0.01 over 250k env steps) and Rainbow's 3-step returns; a buffer of 100k transitions (2.8 GB; 1M would need 29 GB);
-# its evaluations are epsilon-greedy at epsilon_end, 8 games each.
-_DQN_ATARI = {"n_envs": 8, "rollout_steps": 4, "gradient_steps": 8, "batch_size": 32, "buffer_size": 100_000,
+# 0.01 over 250k env steps) and Rainbow's 3-step returns; Dopamine's buffer of 1M transitions (8.3 GB: each 84x84
+# frame stored once); its evaluations are epsilon-greedy at epsilon_end, 8 games each.
+_DQN_ATARI = {"n_envs": 8, "rollout_steps": 4, "gradient_steps": 8, "batch_size": 32, "buffer_size": 1_000_000,
               "learning_starts": 20_000, "lr": 1e-4, "n_step": 3, "target_update_interval": 250,
               "epsilon_end": 0.01, "epsilon_decay_steps": 250_000, "max_grad_norm": 10.0, "eval_every": 320,
               "n_evaluation_envs": 8, **_ATARI}

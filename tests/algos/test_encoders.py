@@ -64,7 +64,7 @@ def test_uint8_pixels_are_scaled_by_255_whatever_dtype_they_arrive_in():
     torch.manual_seed(0)
     unscaled = CNNEncoder((4, 10, 10), obs_dtype="float32")
     frames = torch.randint(0, 256, (5, 4, 10, 10), dtype=torch.uint8)
-    # uint8 from the batcher and float32 from ReplayBuffer.sample give the same features.
+    # uint8 frames and the same frames as floats give the same features.
     assert torch.equal(enc(frames), enc(frames.float()))
     assert torch.allclose(enc(frames), unscaled(frames.float() / 255), atol=1e-5)
     planes = torch.rand(5, 4, 10, 10) > 0.5

@@ -71,6 +71,15 @@ def test_dqn_learns_cartpole(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_dqn_with_prioritized_replay_learns_cartpole_within_the_uniform_budget(tmp_path):
+    cfg = dqn.DQNConfig(**_common(tmp_path, max_env_steps=12_000, epsilon_decay_steps=5_000, seed=0,
+                                  prioritized_replay=True))
+    result = dqn.train(cfg)
+    assert_learned(result, best=8 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_pqn_solves_cartpole_with_its_preset(tmp_path):
     """Naming CartPole-v1 runs the pqn-cartpole preset (200k env steps, epsilon over the first 40k); seed 0 passes

@@ -13,9 +13,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlstruct.algos._replay_storage import StackedFrames, WholeObservations
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.dqn import create_q_agent
-from rlstruct.algos.replay import NStepWindow, ReplayBuffer, one_step_steps, one_step_transitions, steps_to_transitions
+from rlstruct.algos.replay import (
+    NStepWindow,
+    ReplayBuffer,
+    one_step_steps,
+    one_step_transitions,
+    steps_to_transitions,
+    window_transitions,
+)
 from rlstruct.batchers import RL_Batcher
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
@@ -57,20 +65,19 @@ def test_sampling_is_reproducible_by_seed():
     assert draws(3) != draws(4)
 
 
-def test_uint8_frames_stay_uint8_in_the_buffer_and_sample_as_float():
-    buf = ReplayBuffer(8, (4, 6, 6), "cpu", obs_dtype=torch.uint8, seed=0, frame_capacity=16)
+def test_uint8_observations_stay_uint8_in_the_buffer_and_in_samples():
+    buf = ReplayBuffer(8, (4, 6, 6), "cpu", obs_dtype=torch.uint8, seed=0, obs_capacity=16)
     frames = torch.randint(0, 256, (3, 4, 6, 6), dtype=torch.uint8)
     buf.push(frames, torch.tensor([0, 1, 2]), torch.zeros(3), frames.flip(0), torch.ones(3))
-    assert buf.frames.dtype == torch.uint8
-    # 16 frames, two int64 frame numbers, an int64 action and two float32 per transition
-    assert buf.frames.element_size() == 1 and buf.nbytes() == 16 * 144 + 3 * 8 * 8 + 2 * 8 * 4
-    torch.testing.assert_close(buf.frames[:3], frames, rtol=0, atol=0)
+    assert buf.store.obs.dtype == torch.uint8
+    # 16 observations, two int64 observation numbers, an int64 action and two float32 per transition
+    assert buf.store.obs.element_size() == 1 and buf.nbytes() == 16 * 144 + 3 * 8 * 8 + 2 * 8 * 4
+    torch.testing.assert_close(buf.store.obs[0:6:2], frames, rtol=0, atol=0)  # obs, next_obs, obs, ...
     batch = buf.sample(10)
-    assert batch["obs"].dtype == batch["next_obs"].dtype == torch.float32
+    assert batch["obs"].dtype == batch["next_obs"].dtype == torch.uint8  # float only in the network's forward
     assert batch["obs"].shape == (10, 4, 6, 6)
-    torch.testing.assert_close(batch["obs"], frames[batch["action"]].float())
-    torch.testing.assert_close(batch["next_obs"], frames.flip(0)[batch["action"]].float())
-    assert batch["obs"].max() > 1  # not rescaled: the network divides by 255
+    torch.testing.assert_close(batch["obs"], frames[batch["action"]], rtol=0, atol=0)
+    torch.testing.assert_close(batch["next_obs"], frames.flip(0)[batch["action"]], rtol=0, atol=0)
 
 
 def test_continuous_actions_keep_their_shape_and_dtype():
@@ -89,7 +96,11 @@ def test_continuous_actions_keep_their_shape_and_dtype():
 def test_for_spec_of_a_discrete_image_env():
     spec = EnvSpec((4, 84, 84), "uint8", 6, 1000)
     buf = ReplayBuffer.for_spec(spec, 32, "cpu")
-    assert buf.frames.shape == (32 + 1 + 64, 4, 84, 84) and buf.frames.dtype == torch.uint8
+    rows = 32 + 1 + 64  # observations: one frame each, and 1/8 more and two stacks for the starts of episodes
+    assert buf.store.table.shape == (rows, 4) and buf.store.frames.shape == (rows + rows // 8 + 8, 84, 84)
+    assert buf.store.frames.dtype == torch.uint8
+    assert isinstance(ReplayBuffer.for_spec(EnvSpec((10, 10, 4), "bool", 6, 1000), 32, "cpu").store,
+                      WholeObservations)  # MinAtar's planes are no stack of frames
     buf = ReplayBuffer.for_spec(spec, 4, "cpu")
     assert buf.action.shape == (4,) and buf.action.dtype == torch.int64
 
@@ -105,8 +116,8 @@ def test_push_of_a_wrong_shape_names_the_field():
 def test_empty_buffer_and_bad_capacity_are_errors():
     with pytest.raises(ValueError, match="capacity must be >= 1 transition, got 0"):
         ReplayBuffer(0, 3, "cpu")
-    with pytest.raises(ValueError, match="frame_capacity must be >= 1 frame or None, got 0"):
-        ReplayBuffer(4, 3, "cpu", frame_capacity=0)
+    with pytest.raises(ValueError, match="obs_capacity must be >= 1 observation or None, got 0"):
+        ReplayBuffer(4, 3, "cpu", obs_capacity=0)
     with pytest.raises(ValueError, match="the replay buffer is empty"):
         ReplayBuffer(4, 3, "cpu").sample(2)
 
@@ -158,8 +169,8 @@ class ReferenceBuffer:
 
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
         idx = torch.randint(self.size, (batch_size,), generator=self.generator)
-        return {"obs": self.obs[idx].float(), "action": self.action[idx], "ret": self.ret[idx],
-                "next_obs": self.next_obs[idx].float(), "discount": self.discount[idx]}
+        return {"obs": self.obs[idx], "action": self.action[idx], "ret": self.ret[idx],
+                "next_obs": self.next_obs[idx], "discount": self.discount[idx]}
 
 
 def _streams(B: int, steps: int, p_end: float, seed: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -198,15 +209,15 @@ def _check_same_samples(new: ReplayBuffer, ref: ReferenceBuffer, batch_size: int
 @settings(max_examples=150, deadline=None)
 @given(
     B=st.integers(1, 3), T=st.integers(1, 5), n=st.integers(1, 3), k=st.integers(1, 7),
-    capacity=st.integers(1, 40), frame_capacity=st.one_of(st.none(), st.integers(1, 30)),
+    capacity=st.integers(1, 40), obs_capacity=st.one_of(st.none(), st.integers(1, 30)),
     p_end=st.sampled_from([0.0, 0.2, 0.6, 1.0]), seed=st.integers(0, 2**16), uint8=st.booleans(),
 )
-def test_push_steps_samples_what_one_obs_and_next_obs_per_transition_gave(B, T, n, k, capacity, frame_capacity,
+def test_push_steps_samples_what_one_obs_and_next_obs_per_transition_gave(B, T, n, k, capacity, obs_capacity,
                                                                            p_end, seed, uint8):
     n = min(n, T)  # NStepWindow's first window must hold one n-step return
     dtype = torch.uint8 if uint8 else torch.float32
     data = _streams(B, k * T, p_end, seed, dtype)
-    new = ReplayBuffer(capacity, (2, 3), "cpu", obs_dtype=dtype, seed=seed, frame_capacity=frame_capacity)
+    new = ReplayBuffer(capacity, (2, 3), "cpu", obs_dtype=dtype, seed=seed, obs_capacity=obs_capacity)
     ref = ReferenceBuffer(capacity, (2, 3), seed=seed, obs_dtype=dtype)
     windows = (NStepWindow(0.9, n), NStepWindow(0.9, n))
     for i in range(k):
@@ -236,17 +247,17 @@ def test_push_steps_of_sac_and_push_of_whole_transitions_sample_what_the_oracle_
 @settings(max_examples=300, deadline=None)
 @given(B=st.integers(1, 3), plan=st.lists(st.tuples(st.integers(0, 6), st.integers(1, 4), st.integers(0, 9),
                                                    st.booleans()), min_size=1, max_size=8),
-       capacity=st.integers(1, 30), frame_capacity=st.one_of(st.none(), st.integers(1, 20)),
+       capacity=st.integers(1, 30), obs_capacity=st.one_of(st.none(), st.integers(1, 20)),
        p_end=st.sampled_from([0.0, 0.3, 1.0]), seed=st.integers(0, 2**16))
 def test_windows_that_carry_any_number_of_steps_among_plain_pushes_sample_what_the_oracle_does(
-    B, plan, capacity, frame_capacity, p_end, seed
+    B, plan, capacity, obs_capacity, p_end, seed
 ):
     """Windows of T new steps after ``carried`` steps of the previous one (any number, up to all of them), with
     transitions over any prefix of the window and of any length up to 3 steps cut at episode ends; plain pushes of
     whole transitions in between."""
     g = torch.Generator().manual_seed(seed)
     data = _streams(B, sum(t for _, t, _, _ in plan), p_end, seed, torch.float32)
-    new = ReplayBuffer(capacity, (2, 3), "cpu", seed=seed, frame_capacity=frame_capacity)
+    new = ReplayBuffer(capacity, (2, 3), "cpu", seed=seed, obs_capacity=obs_capacity)
     ref = ReferenceBuffer(capacity, (2, 3), seed=seed, obs_dtype=torch.float32)
     end, previous = 0, 0
     for carried, T, m_draw, plain in plan:
@@ -281,7 +292,7 @@ def test_a_batchers_acquisitions_sample_what_the_oracle_does(backend):
     """The batcher's own steps (its auto-reset, time limits and terminations): ``observation/frame[t + 1]`` is
     ``_observation/frame[t]`` where the episode goes on, which is what storing each observation once relies on."""
     spec = describe_env("CartPole-v1", backend, 12)
-    new = ReplayBuffer(40, 4, "cpu", seed=5, frame_capacity=44)
+    new = ReplayBuffer(40, 4, "cpu", seed=5, obs_capacity=44)
     ref = ReferenceBuffer(40, (4,), seed=5, obs_dtype=torch.float32)
     windows = (NStepWindow(0.9, 3), NStepWindow(0.9, 3))
     with RL_Batcher(5, create_q_agent, {"spec": spec, "hidden_sizes": (8,)}, create_env,
@@ -304,18 +315,18 @@ def test_each_observation_is_stored_once():
     data = _streams(B, k * T, 0.0, 0, torch.float32)
     data["_observation/done"][:, 37] = True  # one episode end per env
     data["_observation/frame"][:, 37] = -1.0
-    buf = ReplayBuffer(B * k * T, (2, 3), "cpu", frame_capacity=B * k * T + 2 * B)
+    buf = ReplayBuffer(B * k * T, (2, 3), "cpu", obs_capacity=B * k * T + 2 * B)
     window = NStepWindow(0.9, 3)
     for i in range(k):
         buf.push_steps(**window.steps(TemporalDictTensor({key: v[:, i * T:(i + 1) * T] for key, v in data.items()})))
     # every step's observation, the observation after the last step, and one terminal observation per env
-    assert buf._n_frames == B * (k * T + 1) + B
+    assert buf._n_obs == B * (k * T + 1) + B
     assert len(buf) == B * (k * T - 2)
 
 
-def test_a_frame_ring_too_small_grows_and_says_so(caplog):
+def test_an_observation_ring_too_small_grows_and_says_so(caplog):
     data = _streams(2, 12, 0.5, 1, torch.float32)
-    buf = ReplayBuffer(20, (2, 3), "cpu", frame_capacity=4)
+    buf = ReplayBuffer(20, (2, 3), "cpu", obs_capacity=4)
     ref = ReferenceBuffer(20, (2, 3), seed=0, obs_dtype=torch.float32)
     with caplog.at_level(logging.INFO, logger="rlstruct.algos.replay"):
         for i in range(4):
@@ -323,7 +334,7 @@ def test_a_frame_ring_too_small_grows_and_says_so(caplog):
             buf.push_steps(**one_step_steps(tt, 0.9))
             ref.push(**one_step_transitions(tt, 0.9))
             _check_same_samples(buf, ref)
-    assert "frame ring grows from 4 to" in caplog.text and buf.frames.shape[0] > 4
+    assert "observation ring grows from 4 to" in caplog.text and buf.store.obs.shape[0] > 4
 
 
 def test_push_steps_errors_name_the_argument():
@@ -353,13 +364,172 @@ def test_steps_to_transitions_is_what_push_stores():
 
 
 def test_bytes_per_transition_of_atari_frames():
-    """One 4x84x84 uint8 frame per transition (and two frame numbers) instead of two frames: 1M transitions take
-    29.1 GB instead of 56.5 GB."""
-    frame = 4 * 84 * 84
-    before = 2 * frame + 8 + 4 + 4  # obs, next_obs, an int64 action, float32 ret and discount
-    per_transition = frame + 8 + 8 + 8 + 4 + 4  # the frame, obs_id, next_id, action, ret, discount
-    buf = ReplayBuffer(1024, (4, 84, 84), "cpu", obs_dtype=torch.uint8)
-    assert buf.nbytes() == (1024 + 1024 // 32 + 64) * frame + 1024 * (per_transition - frame)
-    capacity = 1_000_000  # its frame ring's margin: 1/32 of the transitions and 64 frames
-    after = ((capacity + capacity // 32 + 64) * frame + capacity * (per_transition - frame)) / capacity
-    assert (before, per_transition) == (56_464, 28_256) and round(after) == 29_140
+    """One 84x84 uint8 frame per transition (its stack is four frame numbers) instead of a whole 4x84x84 stack:
+    1M transitions take 8.3 GB instead of 29.1 GB."""
+    frame, stack = 84 * 84, 4
+    before = 4 * frame + 8 + 8 + 8 + 4 + 4  # a whole stack, obs_id, next_id, action, ret, discount
+    buf = ReplayBuffer(1024, (stack, 84, 84), "cpu", obs_dtype=torch.uint8)
+
+    def nbytes(capacity: int) -> int:
+        rows = capacity + capacity // 32 + 64  # observations, and frames: 1/8 more and two stacks for episode starts
+        return (rows + rows // 8 + 2 * stack) * frame + rows * stack * 8 + capacity * (8 + 8 + 8 + 4 + 4)
+
+    assert buf.nbytes() == nbytes(1024)
+    assert before == 28_256 and round(nbytes(1_000_000) / 1e9, 1) == 8.3
+
+
+# --------------------------------------------------------------------------- stacked frames, each frame once
+def _stacked_streams(B: int, steps: int, S: int, p_end: float, seed: int, reset: str) -> dict[str, torch.Tensor]:
+    """``steps`` steps of ``B`` auto-reset envs whose observations are stacks of the ``S`` last frames (``uint8
+    [S, 3, 3]``, random frames), stacked at a reset as ``reset`` says: ``"zeros"`` (ale-py's: zero frames before the
+    first), ``"repeat"`` (the first frame ``S`` times) or ``"carry"`` (the stack goes on, as after a lost life)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def frame() -> torch.Tensor:
+        return torch.randint(0, 256, (3, 3), generator=g, dtype=torch.uint8)
+
+    def fresh(previous: torch.Tensor | None) -> torch.Tensor:
+        first = frame()
+        if reset == "zeros":
+            return torch.cat([torch.zeros(S - 1, 3, 3, dtype=torch.uint8), first[None]])
+        if reset == "repeat":
+            return first.expand(S, 3, 3).clone()
+        return torch.cat([previous[1:], first[None]]) if previous is not None else first.expand(S, 3, 3).clone()
+
+    obs = torch.zeros(B, steps, S, 3, 3, dtype=torch.uint8)
+    nxt = torch.zeros_like(obs)
+    done = torch.rand(B, steps, generator=g) < p_end
+    for b in range(B):
+        stack = fresh(None)
+        for t in range(steps):
+            obs[b, t] = stack
+            nxt[b, t] = torch.cat([stack[1:], frame()[None]])
+            stack = fresh(nxt[b, t]) if done[b, t] else nxt[b, t]
+    return {"observation/frame": obs, "action/action": torch.randint(0, 4, (B, steps), generator=g),
+            "_observation/reward": torch.randn(B, steps, generator=g), "_observation/done": done,
+            "_observation/terminated": done & (torch.rand(B, steps, generator=g) < 0.5), "_observation/frame": nxt}
+
+
+@settings(max_examples=120, deadline=None)
+@given(B=st.integers(1, 3), T=st.integers(1, 5), n=st.integers(1, 3), k=st.integers(1, 6), S=st.integers(1, 4),
+       capacity=st.integers(1, 40), obs_capacity=st.one_of(st.none(), st.integers(1, 30)),
+       p_end=st.sampled_from([0.0, 0.2, 0.6, 1.0]), reset=st.sampled_from(["zeros", "repeat", "carry"]),
+       seed=st.integers(0, 2**16), plain=st.booleans())
+def test_stacked_frames_stored_once_sample_the_observations_the_env_gave(B, T, n, k, S, capacity, obs_capacity,
+                                                                         p_end, reset, seed, plain):
+    """Any stack, episode lengths, n-step windows and reset stacking: the samples are bit for bit those of the
+    buffer with whole observations, and no frame of an earlier episode enters a stack the env did not give."""
+    n = min(n, T)
+    data = _stacked_streams(B, k * T, S, p_end, seed, reset)
+    new = ReplayBuffer(capacity, (S, 3, 3), "cpu", obs_dtype=torch.uint8, seed=seed, obs_capacity=obs_capacity,
+                       frame_stack=True)
+    ref = ReferenceBuffer(capacity, (S, 3, 3), seed=seed, obs_dtype=torch.uint8)
+    windows = (NStepWindow(0.9, n), NStepWindow(0.9, n))
+    for i in range(k):
+        tt = TemporalDictTensor({key: v[:, i * T:(i + 1) * T] for key, v in data.items()})
+        new.push_steps(**windows[0].steps(tt))
+        ref.push(**windows[1](tt))
+        _check_same_samples(new, ref)
+        if plain:
+            extra = window_transitions({key: v[:, i * T:(i + 1) * T] for key, v in data.items()}, 0.9, 1)
+            new.push(**extra)
+            ref.push(**extra)
+            _check_same_samples(new, ref)
+
+
+def test_a_stack_that_goes_on_writes_one_frame_per_step():
+    B, T, k, S = 3, 8, 4, 4
+    data = _stacked_streams(B, k * T, S, 0.0, 0, "zeros")
+    data["_observation/done"][:, 9] = True  # one episode end per env, its next stack zeros and one frame
+    data = _stacked_streams_after_reset(data, 9)
+    buf = ReplayBuffer(B * k * T, (S, 3, 3), "cpu", obs_dtype=torch.uint8, frame_stack=True)
+    window = NStepWindow(0.9, 1)
+    for i in range(k):
+        buf.push_steps(**window.steps(TemporalDictTensor({key: v[:, i * T:(i + 1) * T] for key, v in data.items()})))
+    # every env: a first stack (S frames), one frame a step and a terminal one, a fresh stack after its episode end
+    assert buf.store.n_frames == B * (S + k * T + 1 + (S - 1))
+
+
+def _stacked_streams_after_reset(data: dict[str, torch.Tensor], t: int) -> dict[str, torch.Tensor]:
+    """``data`` with the stacks after step ``t`` rebuilt as ale-py stacks them at a reset (zeros before the first
+    frame), the frames that follow shifted in."""
+    obs, nxt = data["observation/frame"], data["_observation/frame"]
+    stack = torch.zeros_like(obs[:, t + 1])
+    stack[:, -1] = obs[:, t + 1, -1]
+    for u in range(t + 1, obs.shape[1]):
+        obs[:, u] = stack
+        nxt[:, u] = torch.cat([stack[:, 1:], nxt[:, u, -1:]], 1)
+        stack = nxt[:, u]
+    return data
+
+
+def test_atari_frames_stored_once_sample_the_observations_the_env_gave():
+    """ale-py's own stacks (zeros at a reset, episodes cut by a short time limit) and its auto-reset."""
+    pytest.importorskip("ale_py")
+    spec = describe_env("ALE/Breakout-v5", "ale", 15)
+    assert spec.obs_shape == (4, 84, 84)
+    new = ReplayBuffer(60, spec.obs_shape, "cpu", obs_dtype=torch.uint8, seed=5)
+    ref = ReferenceBuffer(60, spec.obs_shape, seed=5, obs_dtype=torch.uint8)
+    assert isinstance(new.store, StackedFrames)
+    windows = (NStepWindow(0.9, 3), NStepWindow(0.9, 3))
+    env = create_env("ALE/Breakout-v5", n_envs=2, backend="ale", autoreset=True, max_episode_steps=15, seed=0)
+    obs, _ = env.reset()
+    ends = 0
+    for _ in range(10):
+        steps = {k: [] for k in ("observation/frame", "action/action", "_observation/reward", "_observation/done",
+                                 "_observation/terminated", "_observation/frame")}
+        for _ in range(4):
+            action = torch.randint(0, 4, (2,))
+            steps["observation/frame"].append(obs["frame"])
+            steps["action/action"].append(action)
+            (after, _), (running, _) = env.step(DictTensor({"action": action}))
+            steps["_observation/reward"].append(after["reward"])
+            steps["_observation/done"].append(after["done"])
+            steps["_observation/terminated"].append(after["terminated"])
+            steps["_observation/frame"].append(after["frame"])
+            obs = running
+        tt = TemporalDictTensor({k: torch.stack(v, 1) for k, v in steps.items()})
+        ends += int(tt["_observation/done"].sum())
+        new.push_steps(**windows[0].steps(tt))
+        ref.push(**windows[1](tt))
+        _check_same_samples(new, ref)
+    env.close()
+    assert ends >= 2 and new.store.n_frames < 2 * 2 * 40
+
+
+# --------------------------------------------------------------------------- storage, and what a buffer needs
+def test_disk_storage_maps_files_that_close_removes(tmp_path):
+    spec = EnvSpec((4, 84, 84), "uint8", 4, 1000)
+    buf = ReplayBuffer.for_spec(spec, 64, "cpu", storage="disk", folder=tmp_path / "replay")
+    files = sorted(p.name for p in (tmp_path / "replay").iterdir())
+    assert files == ["frame-numbers-0.bin", "frames-1.bin"]
+    assert buf.store.frames.untyped_storage().filename == str(tmp_path / "replay" / "frames-1.bin")
+    data = _stacked_streams(2, 40, 4, 0.1, 0, "zeros")
+    data = {k: v.repeat_interleave(28, -1).repeat_interleave(28, -2) if k.endswith("frame") else v
+            for k, v in data.items()}  # 3x3 frames made 84x84
+    memory = ReplayBuffer.for_spec(spec, 64, "cpu")
+    windows = (NStepWindow(0.9, 3), NStepWindow(0.9, 3))
+    for i in range(4):
+        tt = TemporalDictTensor({key: v[:, i * 10:(i + 1) * 10] for key, v in data.items()})
+        buf.push_steps(**windows[0].steps(tt))
+        memory.push_steps(**windows[1].steps(tt))
+        a, b = buf.sample(16), memory.sample(16)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    buf.close()
+    buf.close()
+    assert not any((tmp_path / "replay").iterdir())
+    with pytest.raises(ValueError, match="storage must be one of"):
+        ReplayBuffer(4, 3, "cpu", storage="tape")
+
+
+def test_a_buffer_that_cannot_fit_is_refused_in_one_line_before_any_allocation(tmp_path):
+    from rlstruct.algos.dqn import DQNConfig, train
+    from rlstruct.errors import ConfigError
+
+    config = DQNConfig(env="CartPole-v1", buffer_size=10**13, logdir=str(tmp_path), progress=False,
+                       tensorboard=False)
+    with pytest.raises(ConfigError, match=r"^--buffer-size 10000000000000 needs [0-9.]+ GB for the replay buffer "
+                                          r"\(\d+ bytes per transition x 10000000000000 transitions\), this machine "
+                                          r"has [0-9.]+ GB available; pass a smaller --buffer-size \(at most \d+ "
+                                          r"fits\) or --replay-storage disk$"):
+        train(config)

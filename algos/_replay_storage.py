@@ -1,0 +1,317 @@
+"""Where the replay buffer keeps its observations: whole, or as stacked frames each stored once, in memory or in
+memory-mapped files; and what a buffer of a given size needs against what the machine has.
+
+An observation store holds observations by number (observation ``k`` at row ``k % rows``) and rebuilds them on
+:meth:`read`; the buffer above it numbers the observations and says which are still referenced.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import pathlib
+import shutil
+import tempfile
+import weakref
+
+import torch
+
+log = logging.getLogger(__name__)
+
+#: the choices of ``storage``: tensors in memory, or memory-mapped files on disk
+STORAGES = ("memory", "disk")
+
+
+def _unlink(paths: list[pathlib.Path], own_folder: pathlib.Path | None) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+    if own_folder is not None:
+        shutil.rmtree(own_folder, ignore_errors=True)
+
+
+class Allocator:
+    """Allocates the buffer's tensors in memory, or, with ``storage="disk"``, as memory-mapped files in
+    ``folder`` (a fresh temporary folder when ``None``), whose files :meth:`close` removes, with the folder when it
+    made it (also at garbage collection).
+
+    Args:
+        device: where the tensors live (``disk`` storage needs the CPU).
+        storage: ``"memory"`` or ``"disk"``.
+        folder: the files' folder (created if missing).
+
+    Raises:
+        ValueError: an unknown ``storage``, or ``disk`` off the CPU.
+
+    >>> alloc = Allocator("cpu", storage="disk")
+    >>> t = alloc.zeros((2, 3), torch.uint8, "frames")
+    >>> t.sum().item(), alloc.paths[0].name
+    (0, 'frames-0.bin')
+    >>> folder = alloc.folder
+    >>> alloc.close()
+    >>> folder.exists()
+    False
+    """
+
+    def __init__(self, device: torch.device | str, *, storage: str = "memory", folder: str | os.PathLike | None = None):
+        if storage not in STORAGES:
+            raise ValueError(f"storage must be one of {list(STORAGES)}, got {storage!r}")
+        self.device = torch.device(device)
+        if storage == "disk" and self.device.type != "cpu":
+            raise ValueError(f"disk storage maps files into the CPU's memory, got device {self.device}; keep the "
+                             "buffer on the CPU or use storage='memory'")
+        self.storage = storage
+        own = storage == "disk" and folder is None  # a temporary folder of its own, removed with the files
+        self.folder = None if storage == "memory" else pathlib.Path(folder or tempfile.mkdtemp(prefix="replay-"))
+        self.paths: list[pathlib.Path] = []
+        self._count = 0
+        self._finalizer = weakref.finalize(self, _unlink, self.paths, self.folder if own else None)
+
+    def zeros(self, shape: tuple[int, ...], dtype: torch.dtype, name: str) -> torch.Tensor:
+        """A zeroed tensor of ``shape``; on disk, a file ``{name}-{k}.bin`` mapped into memory."""
+        if self.folder is None:
+            return torch.zeros(shape, dtype=dtype, device=self.device)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"{name}-{self._count}.bin"
+        self._count += 1
+        path.unlink(missing_ok=True)
+        self.paths.append(path)
+        numel = math.prod(shape)
+        return torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape)
+
+    def release(self, tensor: torch.Tensor) -> None:
+        """Removes the file of a tensor replaced by a grown one (the mapping lives until the tensor is freed)."""
+        if self.folder is None:
+            return
+        filename = tensor.untyped_storage().filename
+        for path in list(self.paths):
+            if filename is not None and str(path) == filename:
+                path.unlink(missing_ok=True)
+                self.paths.remove(path)
+
+    def close(self) -> None:
+        """Removes the files (idempotent)."""
+        self._finalizer()
+
+
+class WholeObservations:
+    """Each observation stored whole: ``rows`` observations of ``obs_shape`` in one ring.
+
+    >>> store = WholeObservations(4, (2,), torch.float32, Allocator("cpu"))
+    >>> store.write(torch.tensor([0, 1]), torch.ones(2, 2), torch.tensor([-1, 0]), torch.zeros(2, 2), 0)
+    >>> store.read(torch.tensor([1])).tolist()
+    [[1.0, 1.0]]
+    """
+
+    def __init__(self, rows: int, obs_shape: tuple[int, ...], dtype: torch.dtype, alloc: Allocator):
+        self.obs_shape, self.alloc = obs_shape, alloc
+        self.obs = alloc.zeros((rows, *obs_shape), dtype, "observations")
+
+    @property
+    def rows(self) -> int:
+        """Observations the ring holds."""
+        return self.obs.shape[0]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The stored dtype."""
+        return self.obs.dtype
+
+    def nbytes(self) -> int:
+        """Bytes held."""
+        return self.obs.element_size() * self.obs.numel()
+
+    def write(self, numbers: torch.Tensor, obs: torch.Tensor, parent: torch.Tensor, parent_obs: torch.Tensor,
+              live_from: int) -> None:
+        """Writes observations ``numbers`` (``int64 [K]``, consecutive); the parents are ignored."""
+        self.obs[numbers % self.rows] = obs.to(self.obs.device, self.obs.dtype)
+
+    def read(self, numbers: torch.Tensor) -> torch.Tensor:
+        """The observations ``numbers`` (``int64 [N]``), ``[N, *obs_shape]`` in the stored dtype."""
+        return self.obs.index_select(0, numbers % self.rows)
+
+    def grow(self, rows: int, live: torch.Tensor) -> None:
+        """Grows the ring to ``rows``, keeping the observations ``live`` (``int64 [K]``)."""
+        old = self.obs
+        self.obs = self.alloc.zeros((rows, *self.obs_shape), old.dtype, "observations")
+        self.obs[live % rows] = old[live % old.shape[0]]
+        self.alloc.release(old)
+
+
+class StackedFrames:
+    """Observations that are stacks of ``S`` frames (``[S, *frame_shape]``, the stack on the first axis), each frame
+    stored once.
+
+    An observation is ``S`` numbers into a ring of frames (``table [rows, S]``). One whose first ``S - 1`` frames are
+    its parent's last ``S - 1`` (the env shifted its stack by one step) writes one frame; any other (the first of an
+    episode, whatever the env stacked at its reset) writes its ``S`` frames. :meth:`read` is therefore exactly what
+    was written, whatever the env's stacking does at a reset. The frames of one :meth:`write` are laid out in its
+    order, so that a chain of observations that each continue the one before has its frames consecutive.
+
+    Args:
+        rows: observations the table holds.
+        obs_shape: ``(S, *frame_shape)``.
+        dtype: the frames' dtype.
+        alloc: where the table and the frames live.
+        frame_rows: frames the ring holds at first (grown when the frames of the live observations would not fit).
+
+    >>> store = StackedFrames(8, (3, 2), torch.uint8, Allocator("cpu"), frame_rows=16)
+    >>> obs = torch.tensor([[[0, 0], [0, 0], [1, 1]], [[0, 0], [1, 1], [2, 2]]], dtype=torch.uint8)
+    >>> store.write(torch.tensor([0, 1]), obs, torch.tensor([-1, 0]), torch.roll(obs, 1, 0), 0)
+    >>> store.n_frames, torch.equal(store.read(torch.tensor([0, 1])), obs)
+    (4, True)
+    """
+
+    def __init__(self, rows: int, obs_shape: tuple[int, ...], dtype: torch.dtype, alloc: Allocator, *,
+                 frame_rows: int):
+        self.obs_shape, self.alloc = obs_shape, alloc
+        self.stack = obs_shape[0]
+        self.table = alloc.zeros((rows, self.stack), torch.int64, "frame-numbers")
+        self.frames = alloc.zeros((frame_rows, *obs_shape[1:]), dtype, "frames")
+        self.n_frames = 0  # frames written so far (the next frame's number)
+        self._floor = 0  # no live observation points to a frame below this number
+
+    @property
+    def rows(self) -> int:
+        """Observations the table holds."""
+        return self.table.shape[0]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The stored dtype."""
+        return self.frames.dtype
+
+    def nbytes(self) -> int:
+        """Bytes held."""
+        return sum(t.element_size() * t.numel() for t in (self.table, self.frames))
+
+    def write(self, numbers: torch.Tensor, obs: torch.Tensor, parent: torch.Tensor, parent_obs: torch.Tensor,
+              live_from: int) -> None:
+        """Writes observations ``numbers`` (``int64 [K]``, consecutive, in the order of their chains).
+
+        Args:
+            numbers: the observations' numbers.
+            obs: ``[K, S, *frame_shape]``.
+            parent: ``int64 [K]``, the number of the observation each one follows in its env (-1: none): an earlier
+                observation of this write must be the one just before it; an observation of an earlier write must
+                still be live.
+            parent_obs: ``[K, S, *frame_shape]``, the parents' observations (any value where there is none).
+            live_from: the lowest observation number still referenced.
+        """
+        dev, S, K = self.frames.device, self.stack, numbers.shape[0]
+        if K == 0:
+            return
+        obs = obs.to(dev, self.frames.dtype)
+        parent = parent.to(dev)
+        same = (obs[:, :-1] == parent_obs.to(dev, self.frames.dtype)[:, 1:]).flatten(1).all(1)
+        continues = (parent >= 0) & same
+        count = torch.where(continues, 1, S)  # frames each observation writes
+        last = self.n_frames + torch.cumsum(count, 0) - 1  # each one's newest frame
+        # A segment: a fresh observation (its own S frames) or one that continues an earlier write's, and the
+        # observations that continue it after.
+        starts = ~continues | (parent < numbers[0])
+        k = torch.arange(K, device=dev)
+        seg = torch.cummax(torch.where(starts, k, -1), 0).values
+        seg_first = last[seg] - count[seg] + 1
+        before = self.table[parent[seg].clamp(min=0) % self.rows]  # the frames of a segment's parent
+        back = torch.arange(S - 1, -1, -1, device=dev)  # slot i of a stack is `back[i]` frames before the newest
+        at = last[:, None] - back
+        inside = at >= seg_first[:, None]
+        behind = (S - 1 - (seg_first[:, None] - at - 1)).clamp(0, S - 1)
+        ids = torch.where(inside, at, before.gather(1, behind))
+        own = back < count[:, None]  # the frames this write adds: all S of a fresh one, the newest of the others
+        new_frames = int(last[-1]) + 1 - self.n_frames  # the write's one host read
+        self._reserve(new_frames, numbers, live_from)
+        self.frames[at[own] % self.frames.shape[0]] = obs[own]
+        self.table[numbers % self.rows] = ids
+        self.n_frames += new_frames
+
+    def _reserve(self, new_frames: int, numbers: torch.Tensor, live_from: int) -> None:
+        """Grows the frame ring when writing ``new_frames`` would overwrite a frame a live observation points to."""
+        rows = self.frames.shape[0]
+        if self.n_frames + new_frames - self._floor <= rows:
+            return
+        first = int(numbers[0])
+        if first > live_from:  # the floor only rises: no live observation is written with frames below it
+            live = torch.arange(live_from, first, device=self.table.device) % self.rows
+            self._floor = max(self._floor, int(self.table[live, 0].min()))
+        else:
+            self._floor = self.n_frames
+        needed = self.n_frames + new_frames - self._floor
+        if needed <= rows:
+            return
+        grown = max(needed, rows + rows // 8)
+        log.info("the replay buffer's frame ring grows from %d to %d frames to keep the frames of its observations",
+                 rows, grown)
+        old = self.frames
+        self.frames = self.alloc.zeros((grown, *old.shape[1:]), old.dtype, "frames")
+        kept = torch.arange(max(self._floor, self.n_frames - rows), self.n_frames, device=old.device)
+        self.frames[kept % grown] = old[kept % rows]
+        self.alloc.release(old)
+
+    def read(self, numbers: torch.Tensor) -> torch.Tensor:
+        """The observations ``numbers`` (``int64 [N]``), ``[N, S, *frame_shape]`` in the stored dtype."""
+        # index_select over a flat index: a fraction of the cost of advanced indexing's gather
+        ids = self.table.index_select(0, numbers % self.rows).flatten() % self.frames.shape[0]
+        return self.frames.index_select(0, ids).view(numbers.shape[0], *self.obs_shape)
+
+    def grow(self, rows: int, live: torch.Tensor) -> None:
+        """Grows the table to ``rows``, keeping the observations ``live`` (``int64 [K]``)."""
+        old = self.table
+        self.table = self.alloc.zeros((rows, self.stack), torch.int64, "frame-numbers")
+        self.table[live % rows] = old[live % old.shape[0]]
+        self.alloc.release(old)
+
+
+def default_obs_rows(capacity: int) -> int:
+    """The observations a buffer of ``capacity`` transitions holds at first: one per transition, the terminal ones
+    of episodes longer than 32 steps and those of a push or two."""
+    return capacity + capacity // 32 + 64
+
+
+def default_frame_rows(obs_rows: int, stack: int) -> int:
+    """The frames a :class:`StackedFrames` of ``obs_rows`` observations holds at first: one per observation, an
+    eighth more for the stacks of episode starts, and two stacks."""
+    return obs_rows + obs_rows // 8 + 2 * stack
+
+
+def store_nbytes(rows: int, obs_shape: tuple[int, ...], dtype: torch.dtype, frame_stack: bool) -> int:
+    """The bytes of a store of ``rows`` observations as first allocated (``frame_stack``: a :class:`StackedFrames`).
+
+    >>> store_nbytes(100, (4, 84, 84), torch.uint8, True) == StackedFrames(
+    ...     100, (4, 84, 84), torch.uint8, Allocator("cpu"), frame_rows=default_frame_rows(100, 4)).nbytes()
+    True
+    """
+    size = torch.empty((), dtype=dtype).element_size()
+    if not frame_stack:
+        return rows * math.prod(obs_shape) * size
+    stack = obs_shape[0]
+    return default_frame_rows(rows, stack) * math.prod(obs_shape[1:]) * size + rows * stack * 8
+
+
+def is_frame_stack(obs_shape: tuple[int, ...], dtype: torch.dtype) -> bool:
+    """Whether observations of ``obs_shape`` and ``dtype`` are taken for stacked frames (``uint8 [S, H, W]``, a few
+    frames of larger images, as the Atari preprocessing gives them).
+
+    >>> is_frame_stack((4, 84, 84), torch.uint8), is_frame_stack((10, 10, 4), torch.uint8)
+    (True, False)
+    """
+    return (dtype == torch.uint8 and len(obs_shape) == 3 and 1 < obs_shape[0] < min(obs_shape[1:])
+            and min(obs_shape[1:]) >= 16)
+
+
+def available_memory() -> int | None:
+    """The bytes the machine can give a new allocation (``MemAvailable`` of ``/proc/meminfo``, else psutil's),
+    or ``None`` where neither says."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return int(psutil.virtual_memory().available)
