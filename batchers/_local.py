@@ -7,8 +7,7 @@ from typing import Any
 
 from rlstruct.batchers._acquire import Acquirer
 from rlstruct.batchers._child import serve, start_worker
-from rlstruct.batchers._protocol import Command, Failure, Message, Reply, WorkerSpec
-from rlstruct.errors import ActionRangeError, AgentOutputError
+from rlstruct.batchers._protocol import KEPT_ERRORS, Command, Failure, Message, Reply, WorkerSpec
 
 __all__ = ["LocalWorker"]
 
@@ -54,7 +53,7 @@ class LocalWorker:
         reply, cause, self._reply, self._cause = self._reply, self._cause, None, None
         assert reply is not None
         if reply.failure is not None:
-            if isinstance(cause, (AgentOutputError, ActionRangeError)):
+            if isinstance(cause, KEPT_ERRORS):
                 raise cause
             raise reply.failure.error(" (in process)", with_traceback=False) from cause
         return reply.value

@@ -16,10 +16,14 @@ from typing import Any
 from rlstruct.batchers._placement import WorkerPlacement
 from rlstruct.errors import ActionRangeError, AgentOutputError, BatcherWorkerError
 
-__all__ = ["CHECK_DEVICE_ENV", "Command", "Failure", "Message", "Reply", "WorkerSpec"]
+__all__ = ["CHECK_DEVICE_ENV", "KEPT_ERRORS", "Command", "Failure", "Message", "Reply", "WorkerSpec"]
 
 #: set to a value other than "" or "0", it wraps every worker's agent in RL_Agent_CheckDevice
 CHECK_DEVICE_ENV = "RLSTRUCT_CHECK_DEVICE"
+
+#: The errors a worker's failure is raised as, not wrapped: their messages say all (the user's policy or env), and
+#: the traceback would only show the batcher.
+KEPT_ERRORS: tuple[type[Exception], ...] = (AgentOutputError, ActionRangeError)
 
 
 @dataclass
@@ -78,7 +82,7 @@ class Failure:
         :class:`AgentOutputError` or :class:`ActionRangeError` stays one (its message says all, the traceback would
         only show the batcher)."""
         k = self.worker_id
-        for kept in (AgentOutputError, ActionRangeError):
+        for kept in KEPT_ERRORS:
             if self.type_name == kept.__name__:
                 return kept(f"worker {k}{where}: {self.message}")
         message = f": {self.message}" if self.message else ""  # KeyboardInterrupt has none

@@ -16,6 +16,7 @@ from rlstruct.batchers._args import BatcherArgs, check_cpu_state_dict
 from rlstruct.batchers._base import BatcherBase, Phase, same_specs
 from rlstruct.batchers._lifecycle import track, untrack
 from rlstruct.batchers._placement import WorkerPlacement
+from rlstruct.batchers._protocol import KEPT_ERRORS
 from rlstruct.batchers._ray_actor import BatcherActor, StaleActorError, close_actors, import_ray, release_actors
 from rlstruct.batchers._restart import RestartPolicy
 from rlstruct.batchers._wire import rebuild, to_wire
@@ -246,7 +247,7 @@ class RayBatcher(BatcherBase):
         self._reports = [i["report"] for i in infos]
         self._specs = same_specs([i["specs"] for i in infos], "actor")
 
-    def _error(self, k: int, e: BaseException, what: str) -> BatcherWorkerError:
+    def _error(self, k: int, e: BaseException, what: str) -> Exception:
         ray = self._ray
         if isinstance(e, ray.exceptions.RayActorError) and getattr(e, "actor_init_failed", False):
             # The actor's constructor (this batcher's env or agent factory) raised: Ray's message holds the
@@ -267,6 +268,9 @@ class RayBatcher(BatcherBase):
             )
         if isinstance(e, ray.exceptions.RayTaskError):
             cause = getattr(e, "cause", None) or e
+            kept = next((t for t in KEPT_ERRORS if isinstance(cause, t)), None)
+            if kept is not None:
+                return kept(f"actor {k}: {cause}")
             tb = _ANSI.sub("", getattr(e, "traceback_str", None) or str(e))
             return BatcherWorkerError(
                 f"actor {k} raised {type(cause).__name__} during {what}: {cause}\n--- traceback in actor {k} ---\n{tb}",
@@ -319,7 +323,7 @@ class RayBatcher(BatcherBase):
     def _wait_all(self, refs: list, timeout: float, what: str) -> list[Any]:
         try:
             return self._collect(refs, timeout, what)
-        except BatcherWorkerError as e:
+        except (BatcherWorkerError, *KEPT_ERRORS) as e:
             self._fail(e)
             raise
 
@@ -394,7 +398,7 @@ class RayBatcher(BatcherBase):
             for k, r in enumerate(replies):
                 if isinstance(r, _Failed):
                     replies[k] = self._recover(k, r.error)
-        except BatcherWorkerError as e:
+        except (BatcherWorkerError, *KEPT_ERRORS) as e:
             self._fail(e)
             raise
         t1 = time.perf_counter()

@@ -17,7 +17,9 @@ import torch
 from rlstruct import DictTensor, TemporalDictTensor, Trajectories
 from rlstruct.batchers import RL_Batcher, WorkerPlacement, restart_seed
 from rlstruct.batchers.ray_batcher import RayBatcher
+from rlstruct.envs import CartPole
 from rlstruct.errors import (
+    ActionRangeError,
     BatcherStateError,
     BatcherWorkerError,
     BatchSizeError,
@@ -399,3 +401,17 @@ def test_the_documented_example_runs_on_a_local_cluster(ray_cluster):
     exec(compile(block.replace("placement_strategy=", "num_cpus=0.5, placement_strategy="), "docs/scaling.md", "exec"),
          scope)
     assert scope["trajectories"].trajectories["observation/frame"].shape == (4, 64, 4)
+
+
+def test_an_out_of_range_action_is_the_envs_action_range_error_naming_the_actor(ray_cluster):
+    from tests.batchers.test_batcher_action_range import BAD, GOOD, InfoActionAgent
+
+    with RayBatcher(3, InfoActionAgent, {}, CartPole, {"n_envs": 4, "autoreset": True}, 1, [0],
+                    agent_info=GOOD) as b:
+        b.reset()
+        b.execute(agent_info=BAD)
+        with pytest.raises(ActionRangeError, match=r"^actor 0: worker 0: action\['action'\] must be in Discrete\(2\), the "
+                                                   r"integers in \[0, 1\], got 2 at env ids 1"):
+            b.get()
+        with pytest.raises(BatcherStateError, match="failed"):
+            b.execute()
