@@ -197,8 +197,8 @@ def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = Fal
 class QAgent(NetworkAgent):
     """Epsilon-greedy over a :class:`QNetwork`; ``agent_info["epsilon"]`` (float, one per env) sets the rate.
 
-    Without the key the agent is greedy. Randomness comes from the agent's own generator (seeded by the
-    batcher's ``agent_seeds``).
+    Without the key the agent is greedy. Randomness comes from the agent's :attr:`~NetworkAgent.noise` (its
+    generator seeded by the batcher's ``agent_seeds``, or counter-based draws with a batcher's one seed).
 
     Args:
         model: the Q network, on ``device``.
@@ -215,9 +215,10 @@ class QAgent(NetworkAgent):
         if "epsilon" in agent_info:
             eps = self._on_device(agent_info["epsilon"], "epsilon")
             B, n_actions = q.shape
-            explore = torch.rand(B, generator=self.generator, device=self.device) < eps
-            random_action = torch.randint(n_actions, (B,), generator=self.generator, device=self.device)
+            explore = self.noise.uniform((B,)) < eps
+            random_action = self.noise.integers(n_actions, (B,), stream=1)
             action = torch.where(explore, random_action, action)
+            self.noise.advance()
         return DictTensor({"action": action}), state
 
 

@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
-from rlstruct.algos.distributions import Categorical, DiagGaussian
+from rlstruct.algos._noise import CounterNoise, GeneratorNoise, NoiseSource
+from rlstruct.algos.distributions import Categorical
 from rlstruct.algos.networks import (
     ActorCritic,
     RecurrentActorCritic,
@@ -48,10 +49,12 @@ __all__ = [
 
 
 class NetworkAgent(RL_Agent):
-    """The part every batcher agent of ``algos`` shares: one network on ``device`` and its own generator.
+    """The part every batcher agent of ``algos`` shares: one network on ``device`` and its source of randomness.
 
-    The generator is seeded by the batcher's ``agent_seeds``; :meth:`update` loads the learner's weights;
-    :meth:`_on_device` copies a per-env ``agent_info`` tensor to the device once per acquisition.
+    The agent draws from :attr:`noise`: its own generator, seeded by :meth:`seed` (a batcher's per-worker
+    ``agent_seeds``), or, once :meth:`seed_envs` is called (a batcher with one seed), counter-based draws keyed by
+    ``(seed, global env index, step)``, the same whatever process steps the env. :meth:`update` loads the learner's
+    weights; :meth:`_on_device` copies a per-env ``agent_info`` tensor to the device once per acquisition.
 
     Args:
         model: the network, on ``device``.
@@ -66,11 +69,18 @@ class NetworkAgent(RL_Agent):
         self.device = as_device(device)
         self.autocast = autocast
         self.generator = torch.Generator(device=self.device)
+        self.noise: NoiseSource = GeneratorNoise(self.generator)
         self._infos: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def seed(self, seed: int) -> None:
-        """Seeds the sampling generator (the batcher passes its ``agent_seeds``)."""
+        """Seeds the sampling generator (the batcher passes its ``agent_seeds``), and draws from it."""
         self.generator.manual_seed(seed)
+        self.noise = GeneratorNoise(self.generator)
+
+    def seed_envs(self, seed: int, env_index: int) -> None:
+        """Draws for row ``j`` at the agent's ``t``-th call from ``(seed, env_index + j, t)``
+        (:class:`~rlstruct.algos._noise.CounterNoise`)."""
+        self.noise = CounterNoise(seed, env_index, self.device)
 
     def update(self, state_dict: Any) -> None:
         """Loads the learner's weights."""
@@ -105,11 +115,10 @@ class PolicyAgent(NetworkAgent):
     and ``V(_observation/frame)``; :meth:`call_replay` computes the same for one step, for
     :func:`rlstruct.agents.replay_agent`.
 
-    A step draws its noise from the agent's generator first
-    (:meth:`~rlstruct.algos.distributions.Categorical.noise`), then computes the rest from it (:meth:`step`: the
-    forward, the draw, the mode where not stochastic, the log-probability, the clipping): with ``compile``, that
-    function is compiled by ``torch.compile`` (its elementwise work fused; a generator inside would split it), the
-    same actions up to floating-point rounding.
+    A step draws its noise from :attr:`~NetworkAgent.noise` first (uniform for a categorical, standard normal for
+    a Gaussian), then computes the rest from it (:meth:`step`: the forward, the draw, the mode where not
+    stochastic, the log-probability, the clipping): with ``compile``, that function is compiled by ``torch.compile``
+    (its elementwise work fused; a generator inside would split it), the same actions up to floating-point rounding.
 
     Args:
         model: the :class:`~rlstruct.algos.networks.ActorCritic`, on ``device``.
@@ -130,7 +139,6 @@ class PolicyAgent(NetworkAgent):
         self._low = None if action_low is None else torch.tensor(action_low, dtype=torch.float32, device=self.device)
         self._high = None if action_high is None else torch.tensor(action_high, dtype=torch.float32,
                                                                    device=self.device)
-        self._noise = DiagGaussian.noise if model.continuous else Categorical.noise
         self._step = torch.compile(self.step) if compile else self.step
 
     def _stochastic(self, agent_info: DictTensor) -> torch.Tensor | None:
@@ -142,7 +150,9 @@ class PolicyAgent(NetworkAgent):
         """``action`` (``int64 [N]``, or ``float32 [N, D]`` within the bounds), ``raw`` (continuous only) and
         ``log_prob float32 [N]``."""
         frame = observation["frame"]
-        noise = self._noise((frame.shape[0], self.model.policy_dim), self.generator, self.device)
+        shape = (frame.shape[0], self.model.policy_dim)
+        noise = self.noise.normal(shape) if self.model.continuous else self.noise.uniform(shape)
+        self.noise.advance()
         return DictTensor(self._step(frame, noise, self._stochastic(agent_info))), state
 
     def step(self, frame: torch.Tensor, noise: torch.Tensor,
@@ -263,7 +273,8 @@ class RecurrentPolicyAgent(NetworkAgent):
             logits = self.model.heads(h)[0]
         h, c = h.float(), c.float()  # the memory the buffer holds stays float32 under autocast
         dist = Categorical(logits)
-        action = dist.sample(self.generator)
+        action = dist.sample_from(self.noise.uniform(dist.logits.shape))
+        self.noise.advance()
         if "stochastic" in agent_info:
             action = torch.where(self._on_device(agent_info["stochastic"]), action, dist.mode())
         return DictTensor({"action": action, "log_prob": dist.log_prob(action)}), DictTensor({"h": h, "c": c})

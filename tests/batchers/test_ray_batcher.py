@@ -15,6 +15,8 @@ import pytest
 import torch
 
 from rlstruct import DictTensor, TemporalDictTensor, Trajectories
+from rlstruct.algos._train.env_spec import create_env
+from rlstruct.algos.policies import create_policy_agent
 from rlstruct.batchers import RL_Batcher, WorkerPlacement, restart_seed
 from rlstruct.batchers.ray_batcher import RayBatcher
 from rlstruct.errors import (
@@ -317,6 +319,20 @@ def test_an_actor_hosting_worker_processes_equals_rl_batcher_and_reports_their_e
             per_worker.append(run(b, 2, updates=(1,)))
     assert_same_runs(got, [(Trajectories.cat([a[0], b[0]]), a[1] + b[1]) for a, b in zip(*per_worker)])
     assert len(report["workers"]) == 2 and all(w["pid"] != report["pid"] for w in report["workers"])
+
+
+def test_two_actors_with_one_seed_collect_what_one_rl_batcher_of_all_the_envs_collects(ray_cluster):
+    """One seed: actor k steps the envs after actor k - 1's, and the algorithms' agents key their draws by env."""
+    from tests.batchers.test_same_run import STOCHASTIC, collect, policy_args
+
+    agent_args, weights = policy_args("torch")
+    env_args = {"name": "CartPole-v1", "n_envs": 2, "autoreset": True}
+    with RayBatcher(12, create_policy_agent, agent_args, create_env, env_args, 0, 7, n_actors=2, agent_seeds=11,
+                    agent_info=STOCHASTIC, num_cpus=0.5) as rb:
+        rb.update(weights)
+        got = [t for t, _ in run(rb, 2)]
+    for a, b in zip(collect(0, "torch"), got):
+        assert_same(a, b)
 
 
 def test_unplaceable_actors_are_reported_not_waited_for(ray_cluster):
