@@ -29,7 +29,7 @@ from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos.encoders import CNNEncoder
 from rlstruct.algos.networks import autocast_context, make_adam, mlp, polyak_update
-from rlstruct.algos.policies import NetworkAgent
+from rlstruct.algos.policies import NetworkAgent, row_invariant
 from rlstruct.algos.replay import NStepWindow, ReplayBuffer
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
@@ -210,7 +210,7 @@ class QAgent(NetworkAgent):
     def __call__(self, state, observation, agent_info, history=None):
         """``action int64 [N]``: uniform with probability ``epsilon``, else the argmax of the Q-values."""
         with autocast_context(self.device, self.autocast):
-            q = self.model(observation["frame"])
+            q = row_invariant(self.model, observation["frame"].shape[0], observation["frame"])
         action = q.argmax(-1)
         if "epsilon" in agent_info:
             eps = self._on_device(agent_info["epsilon"], "epsilon")

@@ -12,7 +12,7 @@ policy agent writes under ``action/*``:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from rlstruct.algos._train.env_spec import EnvSpec
 
 __all__ = [
+    "ROW_TILE",
+    "row_invariant",
     "NetworkAgent",
     "PolicyAgent",
     "RecurrentPolicyAgent",
@@ -46,6 +48,37 @@ __all__ = [
     "create_policy_agent",
     "create_recurrent_agent",
 ]
+
+
+#: the agents run their networks over a multiple of this many rows (zero rows appended)
+ROW_TILE = 16
+
+
+def row_invariant(fn: Callable[..., Any], n_rows: int, *tensors: torch.Tensor | None) -> Any:
+    """``fn(*tensors)`` over ``n_rows`` rows, computed on the rows padded with zeros to a multiple of :data:`ROW_TILE`
+    and cut back to ``n_rows``: outputs (a tensor, or a tuple or dict of them).
+
+    A matrix product's rows are not the same bits whatever the number of rows: the CPU kernels compute the last
+    rows of a tile in another order than full tiles. Padded, every row goes through full tiles, so that a row's
+    output depends on the row alone, and an env's actions and log-probabilities are the same bits whether its
+    process steps 2 envs or 64.
+
+    >>> lin = nn.Linear(8, 8)
+    >>> x = torch.randn(6, 8)
+    >>> torch.equal(row_invariant(lin, 6, x)[4:], row_invariant(lin, 2, x[4:]))
+    True
+    """
+    pad = -n_rows % ROW_TILE
+    if pad:
+        tensors = tuple(None if t is None else torch.cat([t, t.new_zeros((pad, *t.shape[1:]))]) for t in tensors)
+    out = fn(*tensors)
+    if not pad:
+        return out
+    if isinstance(out, dict):
+        return {k: v[:n_rows] for k, v in out.items()}
+    if isinstance(out, tuple):
+        return tuple(v[:n_rows] for v in out)
+    return out[:n_rows]
 
 
 class NetworkAgent(RL_Agent):
@@ -153,7 +186,8 @@ class PolicyAgent(NetworkAgent):
         shape = (frame.shape[0], self.model.policy_dim)
         noise = self.noise.normal(shape) if self.model.continuous else self.noise.uniform(shape)
         self.noise.advance()
-        return DictTensor(self._step(frame, noise, self._stochastic(agent_info))), state
+        out = row_invariant(self._step, frame.shape[0], frame, noise, self._stochastic(agent_info))
+        return DictTensor(out), state
 
     def step(self, frame: torch.Tensor, noise: torch.Tensor,
              stochastic: torch.Tensor | None) -> dict[str, torch.Tensor]:
@@ -269,8 +303,8 @@ class RecurrentPolicyAgent(NetworkAgent):
     def __call__(self, state, observation, agent_info, history=None):
         """One step: ``({"action", "log_prob"}, {"h", "c"})`` for ``B`` running envs."""
         with autocast_context(self.device, self.autocast):
-            h, c = self.model.core_step(observation["frame"], state["h"], state["c"], observation["initial_state"])
-            logits = self.model.heads(h)[0]
+            h, c, logits = row_invariant(self._core, observation["frame"].shape[0], observation["frame"], state["h"],
+                                         state["c"], observation["initial_state"])
         h, c = h.float(), c.float()  # the memory the buffer holds stays float32 under autocast
         dist = Categorical(logits)
         action = dist.sample_from(self.noise.uniform(dist.logits.shape))
@@ -278,6 +312,11 @@ class RecurrentPolicyAgent(NetworkAgent):
         if "stochastic" in agent_info:
             action = torch.where(self._on_device(agent_info["stochastic"]), action, dist.mode())
         return DictTensor({"action": action, "log_prob": dist.log_prob(action)}), DictTensor({"h": h, "c": c})
+
+    def _core(self, frame: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
+              initial_state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h, c = self.model.core_step(frame, h, c, initial_state)
+        return h, c, self.model.heads(h)[0]
 
     def call_replay(self, trajectories: Trajectories, t: int, state: DictTensor | None):
         """Step ``t`` with gradients: ``log_prob [B]`` of the stored action, ``entropy [B]``, ``value [B]`` and the

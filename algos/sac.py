@@ -29,7 +29,7 @@ from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos.distributions import squashed_gaussian_log_prob
 from rlstruct.algos.networks import make_adam, polyak_update
-from rlstruct.algos.policies import NetworkAgent
+from rlstruct.algos.policies import NetworkAgent, row_invariant
 from rlstruct.algos.replay import ReplayBuffer, one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
@@ -186,7 +186,7 @@ class SACAgent(NetworkAgent):
 
     def __call__(self, state, observation, agent_info, history=None):
         """``action float [N, action_dim]`` within the action bounds."""
-        mean, log_std = self.model(observation["frame"])
+        mean, log_std = row_invariant(self.model, observation["frame"].shape[0], observation["frame"])
         noise = self.noise.normal(mean.shape)
         action = self.model.squash(mean + log_std.exp() * noise)
         stochastic = self._flag(agent_info, "stochastic")
