@@ -14,14 +14,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstruct.envs._rng import EPISODE_STRIDE, MASK32, env_keys, mix32
+from rlstruct.envs._rng import EPISODE_STRIDE, MASK32, MIX_C1, MIX_C2, env_keys, mix32
 
 __all__ = ["CounterNoise", "GeneratorNoise", "NoiseSource"]
 
 # Set in the high half of the seed that env_keys hashes: the agent's keys are not the env keys of the same seed.
 _AGENT_SALT = 0x5EED_A6E7 << 32
 _COLUMN_STRIDE = 0x2C1B3C6D
-_TWO_POW_M24 = 2.0**-24
+_TWO_POW_M23 = 2.0**-23
 
 
 class GeneratorNoise:
@@ -47,9 +47,10 @@ class GeneratorNoise:
 
 
 class CounterNoise:
-    """Counter-based draws: column ``c`` of stream ``s`` for row ``j`` at step ``t`` is a hash of
-    ``(key_j, t, s, c)``, ``key_j`` the key of env ``env_index + j`` of ``seed``
-    (:func:`~rlstruct.envs._rng.env_keys`, salted apart from the envs' own keys).
+    """Counter-based draws: column ``c`` of stream ``s`` for row ``j`` at step ``t`` is
+    ``mix32(key_j + salt_(s, c) + t * EPISODE_STRIDE)`` (:func:`~rlstruct.envs._rng.mix32`, modulo ``2**32``, the
+    scheme of the torch simulators' own draws), ``key_j`` the key of env ``env_index + j`` of ``seed``
+    (:func:`~rlstruct.envs._rng.env_keys`, salted apart from the envs' keys) and ``salt_(s, c)`` a hash of ``(s, c)``.
 
     Integer operations, then exact float32 ones: uniform draws are the same bits on every device (the CPU hashes in
     ``uint32`` numpy arrays, other devices in ``int64`` tensors, as the torch simulators do); normal draws (Box-Muller's
@@ -71,35 +72,47 @@ class CounterNoise:
         self.env_index = env_index
         self.device = torch.device(device)
         self._numpy = self.device.type == "cpu"
-        self._keys: dict[int, Any] = {}
-        self._salts: dict[tuple[int, int], Any] = {}
+        # (rows, columns, stream) -> the counters at step 0 (key + salt), and on the CPU two uint32 arrays to hash in
+        self._counters: dict[tuple[int, int, int], tuple] = {}
         self._step: Any = 0 if self._numpy else torch.zeros((), dtype=torch.int64, device=self.device)
 
     def _bits(self, shape: Sequence[int], stream: int) -> Any:
-        """Hashes in ``[0, 2**32)`` of shape ``[B, *rest]``: a ``uint32`` array on the CPU, else ``int64``."""
+        """Hashes in ``[0, 2**32)`` of shape ``[B, *rest]``: on the CPU a ``uint32`` scratch array, overwritten by the
+        next call (read it at once), else an ``int64`` tensor."""
         B, rest = shape[0], tuple(shape[1:])
         n_columns = math.prod(rest)
-        keys, salts = self._keys.get(B), self._salts.get((n_columns, stream))
-        if keys is None:
+        cached = self._counters.get((B, n_columns, stream))
+        if cached is None:
             keys = env_keys(self.seed | _AGENT_SALT, B, self.device, first=self.env_index).view(B, 1)
-            keys = self._keys[B] = keys.numpy().astype(np.uint32) if self._numpy else keys
-        if salts is None:
             columns = torch.arange(n_columns, dtype=torch.int64) + (stream << 20)
-            salts = mix32((columns * _COLUMN_STRIDE + 1) & MASK32)
-            salts = self._salts[(n_columns, stream)] = (salts.numpy().astype(np.uint32) if self._numpy
-                                                        else salts.to(self.device))
+            counters = (keys + mix32((columns * _COLUMN_STRIDE + 1) & MASK32).to(self.device)) & MASK32
+            if self._numpy:  # the counters, the hash and a scratch for its shifts, allocated once
+                counters = counters.numpy().astype(np.uint32)
+                cached = (counters, np.empty_like(counters), np.empty_like(counters))
+            else:
+                cached = (counters,)
+            self._counters[(B, n_columns, stream)] = cached
         if self._numpy:
-            row = mix32(keys + np.uint32(self._step * EPISODE_STRIDE & MASK32), True)
-            return mix32(row ^ salts, True).reshape(B, *rest)
-        row = mix32((keys + (self._step & MASK32) * EPISODE_STRIDE) & MASK32)
-        return mix32(row ^ salts).view(B, *rest)
+            # uint32 wraps modulo 2**32: mix32 with its masks implicit, in place.
+            counters, x, scratch = cached
+            np.add(counters, np.uint32(self._step * EPISODE_STRIDE & MASK32), out=x)
+            for shift, multiplier in ((16, MIX_C1), (15, MIX_C2), (15, None)):
+                np.right_shift(x, shift, out=scratch)
+                x ^= scratch
+                if multiplier is not None:
+                    x *= multiplier
+            return x.reshape(B, *rest)
+        return mix32((cached[0] + (self._step & MASK32) * EPISODE_STRIDE) & MASK32).view(B, *rest)
 
     def uniform(self, shape: Sequence[int], stream: int = 0) -> torch.Tensor:
-        """Uniform ``float32`` in ``(0, 1)`` of ``shape`` ``[B, ...]``: 24 hashed bits, centred."""
-        bits = self._bits(shape, stream) >> 8
+        """Uniform ``float32`` in ``(0, 1)`` of ``shape`` ``[B, ...]``: 23 hashed bits, centred (exact in float32)."""
+        bits = self._bits(shape, stream) >> 9
         if self._numpy:
-            return torch.from_numpy((bits.astype(np.float32) + np.float32(0.5)) * np.float32(_TWO_POW_M24))
-        return (bits.to(torch.float32) + 0.5) * _TWO_POW_M24
+            u = bits.astype(np.float32)
+            u += np.float32(0.5)
+            u *= np.float32(_TWO_POW_M23)
+            return torch.from_numpy(u)
+        return (bits.to(torch.float32) + 0.5) * _TWO_POW_M23
 
     def normal(self, shape: Sequence[int], stream: int = 0) -> torch.Tensor:
         """Standard normal ``float32`` of ``shape`` ``[B, ...]`` (Box-Muller over two uniform streams of their own)."""
@@ -115,10 +128,7 @@ class CounterNoise:
 
     def advance(self) -> None:
         """The next step's draws."""
-        if self._numpy:
-            self._step += 1
-        else:
-            self._step += 1
+        self._step += 1
 
 
 #: what an agent draws from
