@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from rlstruct.seeding import env_seeds
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
 __all__ = ["RL_Agent", "replay_agent", "replay_agent_stateless"]
@@ -74,6 +75,16 @@ class RL_Agent:
 
     def seed(self, seed: int) -> None:
         """Seeds the agent's own randomness (called once per worker with ``agent_seeds[k]``)."""
+
+    def seed_envs(self, seed: int, env_index: int) -> None:
+        """Seeds the agent for envs ``env_index, env_index + 1, ...`` of a batcher whose one agent seed is ``seed``
+        (called once per worker, instead of :meth:`seed`, when the batcher is given one seed).
+
+        An agent whose draws for env ``i`` at step ``t`` depend on ``(seed, i, t)`` only (the algorithms' agents)
+        overrides it: its actions then do not depend on how the envs are split over processes. The default seeds
+        the agent's own randomness with a seed drawn from ``(seed, env_index)``, distinct per worker.
+        """
+        self.seed(env_seeds(seed, 1, env_index)[0])
 
     def require_history(self) -> bool:
         """True when :meth:`__call__` needs the steps of the current acquisition so far."""

@@ -103,6 +103,10 @@ class RL_Agent_CheckDevice(RL_Agent):
         """Forwarded to the wrapped agent (rlstructures' wrapper dropped it)."""
         self.agent.seed(seed)
 
+    def seed_envs(self, seed: int, env_index: int) -> None:
+        """Forwarded to the wrapped agent."""
+        self.agent.seed_envs(seed, env_index)
+
     def require_history(self) -> bool:
         """Forwarded to the wrapped agent."""
         return self.agent.require_history()

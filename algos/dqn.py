@@ -29,7 +29,7 @@ from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos.encoders import CNNEncoder
 from rlstruct.algos.networks import autocast_context, make_adam, mlp, polyak_update
-from rlstruct.algos.policies import NetworkAgent
+from rlstruct.algos.policies import NetworkAgent, row_invariant
 from rlstruct.algos.replay import NStepWindow, PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
@@ -205,8 +205,8 @@ def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = Fal
 class QAgent(NetworkAgent):
     """Epsilon-greedy over a :class:`QNetwork`; ``agent_info["epsilon"]`` (float, one per env) sets the rate.
 
-    Without the key the agent is greedy. Randomness comes from the agent's own generator (seeded by the
-    batcher's ``agent_seeds``).
+    Without the key the agent is greedy. Randomness comes from the agent's :attr:`~NetworkAgent.noise` (its
+    generator seeded by the batcher's ``agent_seeds``, or counter-based draws with a batcher's one seed).
 
     Args:
         model: the Q network, on ``device``.
@@ -218,14 +218,15 @@ class QAgent(NetworkAgent):
     def __call__(self, state, observation, agent_info, history=None):
         """``action int64 [N]``: uniform with probability ``epsilon``, else the argmax of the Q-values."""
         with autocast_context(self.device, self.autocast):
-            q = self.model(observation["frame"])
+            q = row_invariant(self.model, observation["frame"].shape[0], observation["frame"])
         action = q.argmax(-1)
         if "epsilon" in agent_info:
             eps = self._on_device(agent_info["epsilon"], "epsilon")
             B, n_actions = q.shape
-            explore = torch.rand(B, generator=self.generator, device=self.device) < eps
-            random_action = torch.randint(n_actions, (B,), generator=self.generator, device=self.device)
+            explore = self.noise.uniform((B,)) < eps
+            random_action = self.noise.integers(n_actions, (B,), stream=1)
             action = torch.where(explore, random_action, action)
+            self.noise.advance()
         return DictTensor({"action": action}), state
 
     def deterministic(self, frame: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor]:

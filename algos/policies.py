@@ -12,14 +12,15 @@ policy agent writes under ``action/*``:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
-from rlstruct.algos.distributions import Categorical, DiagGaussian
+from rlstruct.algos._noise import CounterNoise, GeneratorNoise, NoiseSource
+from rlstruct.algos.distributions import Categorical
 from rlstruct.algos.networks import (
     ActorCritic,
     RecurrentActorCritic,
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from rlstruct.algos._train.env_spec import EnvSpec
 
 __all__ = [
+    "ROW_TILE",
+    "row_invariant",
     "NetworkAgent",
     "PolicyAgent",
     "RecurrentPolicyAgent",
@@ -47,11 +50,44 @@ __all__ = [
 ]
 
 
-class NetworkAgent(RL_Agent):
-    """The part every batcher agent of ``algos`` shares: one network on ``device`` and its own generator.
+#: the agents run their networks over a multiple of this many rows (zero rows appended)
+ROW_TILE = 16
 
-    The generator is seeded by the batcher's ``agent_seeds``; :meth:`update` loads the learner's weights;
-    :meth:`_on_device` copies a per-env ``agent_info`` tensor to the device once per acquisition.
+
+def row_invariant(fn: Callable[..., Any], n_rows: int, *tensors: torch.Tensor | None) -> Any:
+    """``fn(*tensors)`` over ``n_rows`` rows, computed on the rows padded with zeros to a multiple of :data:`ROW_TILE`
+    and cut back to ``n_rows``: outputs (a tensor, or a tuple or dict of them).
+
+    A matrix product's rows are not the same bits whatever the number of rows: the CPU kernels compute the last
+    rows of a tile in another order than full tiles. Padded, every row goes through full tiles, so that a row's
+    output depends on the row alone, and an env's actions and log-probabilities are the same bits whether its
+    process steps 2 envs or 64.
+
+    >>> lin = nn.Linear(8, 8)
+    >>> x = torch.randn(6, 8)
+    >>> torch.equal(row_invariant(lin, 6, x)[4:], row_invariant(lin, 2, x[4:]))
+    True
+    """
+    pad = -n_rows % ROW_TILE
+    if pad:
+        tensors = tuple(None if t is None else torch.cat([t, t.new_zeros((pad, *t.shape[1:]))]) for t in tensors)
+    out = fn(*tensors)
+    if not pad:
+        return out
+    if isinstance(out, dict):
+        return {k: v[:n_rows] for k, v in out.items()}
+    if isinstance(out, tuple):
+        return tuple(v[:n_rows] for v in out)
+    return out[:n_rows]
+
+
+class NetworkAgent(RL_Agent):
+    """The part every batcher agent of ``algos`` shares: one network on ``device`` and its source of randomness.
+
+    The agent draws from :attr:`noise`: its own generator, seeded by :meth:`seed` (a batcher's per-worker
+    ``agent_seeds``), or, once :meth:`seed_envs` is called (a batcher with one seed), counter-based draws keyed by
+    ``(seed, global env index, step)``, the same whatever process steps the env. :meth:`update` loads the learner's
+    weights; :meth:`_on_device` copies a per-env ``agent_info`` tensor to the device once per acquisition.
 
     Args:
         model: the network, on ``device``.
@@ -66,11 +102,18 @@ class NetworkAgent(RL_Agent):
         self.device = as_device(device)
         self.autocast = autocast
         self.generator = torch.Generator(device=self.device)
+        self.noise: NoiseSource = GeneratorNoise(self.generator)
         self._infos: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def seed(self, seed: int) -> None:
-        """Seeds the sampling generator (the batcher passes its ``agent_seeds``)."""
+        """Seeds the sampling generator (the batcher passes its ``agent_seeds``), and draws from it."""
         self.generator.manual_seed(seed)
+        self.noise = GeneratorNoise(self.generator)
+
+    def seed_envs(self, seed: int, env_index: int) -> None:
+        """Draws for row ``j`` at the agent's ``t``-th call from ``(seed, env_index + j, t)``
+        (:class:`~rlstruct.algos._noise.CounterNoise`)."""
+        self.noise = CounterNoise(seed, env_index, self.device)
 
     def update(self, state_dict: Any) -> None:
         """Loads the learner's weights."""
@@ -111,11 +154,10 @@ class PolicyAgent(NetworkAgent):
     and ``V(_observation/frame)``; :meth:`call_replay` computes the same for one step, for
     :func:`rlstruct.agents.replay_agent`.
 
-    A step draws its noise from the agent's generator first
-    (:meth:`~rlstruct.algos.distributions.Categorical.noise`), then computes the rest from it (:meth:`step`: the
-    forward, the draw, the mode where not stochastic, the log-probability, the clipping): with ``compile``, that
-    function is compiled by ``torch.compile`` (its elementwise work fused; a generator inside would split it), the
-    same actions up to floating-point rounding.
+    A step draws its noise from :attr:`~NetworkAgent.noise` first (uniform for a categorical, standard normal for
+    a Gaussian), then computes the rest from it (:meth:`step`: the forward, the draw, the mode where not
+    stochastic, the log-probability, the clipping): with ``compile``, that function is compiled by ``torch.compile``
+    (its elementwise work fused; a generator inside would split it), the same actions up to floating-point rounding.
 
     Args:
         model: the :class:`~rlstruct.algos.networks.ActorCritic`, on ``device``.
@@ -136,7 +178,6 @@ class PolicyAgent(NetworkAgent):
         self._low = None if action_low is None else torch.tensor(action_low, dtype=torch.float32, device=self.device)
         self._high = None if action_high is None else torch.tensor(action_high, dtype=torch.float32,
                                                                    device=self.device)
-        self._noise = DiagGaussian.noise if model.continuous else Categorical.noise
         self._step = torch.compile(self.step) if compile else self.step
 
     def _stochastic(self, agent_info: DictTensor) -> torch.Tensor | None:
@@ -148,8 +189,11 @@ class PolicyAgent(NetworkAgent):
         """``action`` (``int64 [N]``, or ``float32 [N, D]`` within the bounds), ``raw`` (continuous only) and
         ``log_prob float32 [N]``."""
         frame = observation["frame"]
-        noise = self._noise((frame.shape[0], self.model.policy_dim), self.generator, self.device)
-        return DictTensor(self._step(frame, noise, self._stochastic(agent_info))), state
+        shape = (frame.shape[0], self.model.policy_dim)
+        noise = self.noise.normal(shape) if self.model.continuous else self.noise.uniform(shape)
+        self.noise.advance()
+        out = row_invariant(self._step, frame.shape[0], frame, noise, self._stochastic(agent_info))
+        return DictTensor(out), state
 
     def step(self, frame: torch.Tensor, noise: torch.Tensor,
              stochastic: torch.Tensor | None) -> dict[str, torch.Tensor]:
@@ -278,11 +322,12 @@ class RecurrentPolicyAgent(NetworkAgent):
     def __call__(self, state, observation, agent_info, history=None):
         """One step: ``({"action", "log_prob"}, {"h", "c"})`` for ``B`` running envs."""
         with autocast_context(self.device, self.autocast):
-            h, c = self.model.core_step(observation["frame"], state["h"], state["c"], observation["initial_state"])
-            logits = self.model.heads(h)[0]
+            h, c, logits = row_invariant(self._core, observation["frame"].shape[0], observation["frame"], state["h"],
+                                         state["c"], observation["initial_state"])
         h, c = h.float(), c.float()  # the memory the buffer holds stays float32 under autocast
         dist = Categorical(logits)
-        action = dist.sample(self.generator)
+        action = dist.sample_from(self.noise.uniform(dist.logits.shape))
+        self.noise.advance()
         if "stochastic" in agent_info:
             action = torch.where(self._on_device(agent_info["stochastic"]), action, dist.mode())
         return DictTensor({"action": action, "log_prob": dist.log_prob(action)}), DictTensor({"h": h, "c": c})
@@ -291,8 +336,19 @@ class RecurrentPolicyAgent(NetworkAgent):
         """``(action, h, c)``: the argmax action of one step from the memory ``state = (h, c)`` (zeros at an episode's
         start), and the memory after it (see :meth:`NetworkAgent.deterministic`)."""
         h, c = state
-        h, c = self.model.core_step(frame, h, c, torch.zeros(h.shape[:1], dtype=torch.bool, device=h.device))
-        return self.model.heads(h)[0].argmax(-1), h, c
+        h, c, logits = self._core(frame, h, c, torch.zeros(h.shape[:1], dtype=torch.bool, device=h.device))
+        return logits.argmax(-1), h, c
+
+    def seed_envs(self, seed: int, env_index: int) -> None:
+        """Seeds the agent's generator with ``seed + env_index`` (in process, ``seed``, as a batcher's one agent seed
+        always did): this agent does not take counter-based draws yet, so its draws depend on how the envs are split
+        over processes."""
+        self.seed((seed + env_index) % 2**31)
+
+    def _core(self, frame: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
+              initial_state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h, c = self.model.core_step(frame, h, c, initial_state)
+        return h, c, self.model.heads(h)[0]
 
     def call_replay(self, trajectories: Trajectories, t: int, state: DictTensor | None):
         """Step ``t`` with gradients: ``log_prob [B]`` of the stored action, ``entropy [B]``, ``value [B]`` and the

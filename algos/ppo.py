@@ -63,10 +63,10 @@ SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
 def check_config(config: PPOConfig) -> None:
     """Raises ``ValueError`` for a setting of PPO's own out of range."""
     check_at_least(config, 1, "n_epochs", "n_minibatches")
-    batch = config.n_envs * max(config.n_processes, 1) * config.n_steps
+    batch = config.n_envs * config.n_steps
     if config.n_minibatches > batch:
-        raise ValueError(f"n_minibatches must be <= the steps per collection (n_envs * max(n_processes, 1) * n_steps "
-                         f"= {batch}), got {config.n_minibatches}; lower n_minibatches or collect more steps")
+        raise ValueError(f"n_minibatches must be <= the steps per collection (n_envs * n_steps = {batch}), got "
+                         f"{config.n_minibatches}; lower n_minibatches or collect more steps")
     if not 0 <= config.gae_lambda <= 1:
         raise ValueError(f"gae_lambda must lie in [0, 1], got {config.gae_lambda!r}")
     if not config.clip_coef > 0:
@@ -75,10 +75,9 @@ def check_config(config: PPOConfig) -> None:
         raise ValueError(f"value_clip must be >= 0 (0: no value clipping), got {config.value_clip!r}")
     if config.target_kl is not None and not config.target_kl > 0:
         raise ValueError(f"target_kl must be > 0 or None, got {config.target_kl!r}")
-    envs = config.n_envs * max(config.n_processes, 1)
-    if config.recurrent and config.n_minibatches > envs:
+    if config.recurrent and config.n_minibatches > config.n_envs:
         raise ValueError(f"n_minibatches must be <= the envs per collection with recurrent=True (a minibatch is a "
-                         f"set of envs' windows: n_envs * max(n_processes, 1) = {envs}), got {config.n_minibatches}; "
+                         f"set of envs' windows: n_envs = {config.n_envs}), got {config.n_minibatches}; "
                          "lower n_minibatches or raise n_envs")
 
 

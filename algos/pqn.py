@@ -76,10 +76,10 @@ def check_config(config: PQNConfig) -> None:
     epsilon schedule without a step budget or a setting the Q-network does not take (``recurrent``,
     ``normalize_observations``, ``compile_policy``)."""
     check_at_least(config, 1, "n_epochs", "n_minibatches")
-    batch = config.n_envs * max(config.n_processes, 1) * config.n_steps
+    batch = config.n_envs * config.n_steps
     if config.n_minibatches > batch:
-        raise ValueError(f"n_minibatches must be <= the steps per collection (n_envs * max(n_processes, 1) * n_steps "
-                         f"= {batch}), got {config.n_minibatches}; lower n_minibatches or collect more steps")
+        raise ValueError(f"n_minibatches must be <= the steps per collection (n_envs * n_steps = {batch}), got "
+                         f"{config.n_minibatches}; lower n_minibatches or collect more steps")
     for name in ("q_lambda", "epsilon_start", "epsilon_end"):
         if not 0 <= getattr(config, name) <= 1:
             raise ValueError(f"{name} must lie in [0, 1], got {getattr(config, name)!r}")

@@ -29,7 +29,7 @@ from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos.distributions import squashed_gaussian_log_prob
 from rlstruct.algos.networks import make_adam, polyak_update
 from rlstruct.algos.optim import Adam
-from rlstruct.algos.policies import NetworkAgent
+from rlstruct.algos.policies import NetworkAgent, row_invariant
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
@@ -175,7 +175,7 @@ class TwinQNetwork(nn.Module):
 
 
 class SACAgent(NetworkAgent):
-    """The batchers' agent: samples from a :class:`SquashedGaussianActor` with its own generator.
+    """The batchers' agent: samples from a :class:`SquashedGaussianActor` with its :attr:`~NetworkAgent.noise`.
 
     Per env, ``agent_info["stochastic"]`` (bool) false takes the mean action (the evaluation), and
     ``agent_info["random"]`` (bool) true takes an action uniform in the bounds (the first
@@ -193,16 +193,17 @@ class SACAgent(NetworkAgent):
 
     def __call__(self, state, observation, agent_info, history=None):
         """``action float [N, action_dim]`` within the action bounds."""
-        mean, log_std = self.model(observation["frame"])
-        noise = torch.randn(mean.shape, generator=self.generator, device=self.device)
+        mean, log_std = row_invariant(self.model, observation["frame"].shape[0], observation["frame"])
+        noise = self.noise.normal(mean.shape)
         action = self.model.squash(mean + log_std.exp() * noise)
         stochastic = self._flag(agent_info, "stochastic")
         if stochastic is not None:
             action = torch.where(stochastic, action, self.model.squash(mean))
         random = self._flag(agent_info, "random")
         if random is not None:
-            u = torch.rand(mean.shape, generator=self.generator, device=self.device) * 2 - 1
+            u = self.noise.uniform(mean.shape, stream=1) * 2 - 1
             action = torch.where(random, u * self.model.scale + self.model.bias, action)
+        self.noise.advance()
         return DictTensor({"action": action}), state
 
     def deterministic(self, frame: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor]:

@@ -82,6 +82,8 @@ class Acquirer:
         n_timesteps: steps per acquisition.
         device: where env observations, agent state and the buffer block live.
         agent_seed: passed to ``agent.seed`` after the probe call, when given.
+        env_index: the global index of the env's first row when the batcher has one seed: ``agent_seed`` goes to
+            ``agent.seed_envs(agent_seed, env_index)`` instead (``None``: one seed per worker).
         sync_timings: synchronize the device at phase boundaries so that timings are exact on a GPU
             (costs one sync per phase; off by default).
         cuda_graph: replay the whole step loop (agent, env step and buffer writes, ``n_timesteps`` steps) as
@@ -106,11 +108,13 @@ class Acquirer:
         device: torch.device,
         *,
         agent_seed: int | None = None,
+        env_index: int | None = None,
         sync_timings: bool = False,
         cuda_graph: bool = False,
     ):
         self.env = env
         self.agent_seed = agent_seed
+        self.env_index = env_index
         self.agent = agent
         self.n_timesteps = n_timesteps
         self.device = as_device(device)
@@ -162,7 +166,9 @@ class Acquirer:
         specs.update(specs_of(new_state, "agent_state/"))
         self.specs = specs
         # Seeded after the probe call, so that the agent's own generator starts fresh for the first acquisition.
-        if self.agent_seed is not None:
+        if self.agent_seed is not None and self.env_index is not None:
+            self.agent.seed_envs(self.agent_seed, self.env_index)
+        elif self.agent_seed is not None:
             self.agent.seed(self.agent_seed)
         return specs
 
@@ -495,15 +501,20 @@ def build_acquirer(
     device: torch.device,
     *,
     agent_seed: int | None = None,
+    env_index: int | None = None,
     n_timesteps: int,
     check_device: bool = False,
     sync_timings: bool = False,
     cuda_graph: bool = False,
 ) -> Acquirer:
-    """Builds a worker's env (``create_env(**env_args, seed=seed)``) and agent (``create_agent(**agent_args)``,
+    """Builds a worker's env (``create_env(**env_args, seed=seed)``, and ``env_index=env_index`` unless it is
+    ``None``) and agent (``create_agent(**agent_args)``,
     wrapped in :class:`~rlstruct.agents.RL_Agent_CheckDevice` with ``check_device``) and their acquirer; closes
     what it built when a later part fails."""
-    env = create_env(**{**env_args, "seed": seed})
+    env_kwargs = {**env_args, "seed": seed}
+    if env_index is not None:
+        env_kwargs["env_index"] = env_index
+    env = create_env(**env_kwargs)
     if not isinstance(env, VecEnv):
         close = getattr(env, "close", None)
         if callable(close):
@@ -522,8 +533,8 @@ def build_acquirer(
         env.close()
         raise
     try:
-        return Acquirer(env, agent, n_timesteps, device, agent_seed=agent_seed, sync_timings=sync_timings,
-                        cuda_graph=cuda_graph)  # fmt: skip
+        return Acquirer(env, agent, n_timesteps, device, agent_seed=agent_seed, env_index=env_index,
+                        sync_timings=sync_timings, cuda_graph=cuda_graph)
     except BaseException:
         env.close()
         agent.close()

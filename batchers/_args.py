@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
 import torch
 
 from rlstruct._accel import accelerator_for
@@ -15,7 +16,7 @@ from rlstruct.batchers._placement import WorkerPlacement
 from rlstruct.devices import DeviceLike, as_device, check_device_exists
 from rlstruct.envs import VecEnv
 from rlstruct.errors import BatchSizeError, ConfigError, DeviceMismatchError
-from rlstruct.seeding import check_seed
+from rlstruct.seeding import check_env_index, check_seed
 from rlstruct.structures import DictTensor
 
 __all__ = ["DEFAULT_START_TIMEOUT", "BatcherArgs", "check_cpu", "check_cpu_state_dict"]
@@ -105,6 +106,27 @@ def _check_seeds(seeds: Any, agent_seeds: Any, n_seeds: int, per: str, count: st
     for k, s in enumerate(agent_seeds or []):
         check_seed(s, argument=f"agent_seeds[{k}]")
     return [int(s) for s in seeds]
+
+
+def _one_seed(seeds: Any, agent_seeds: Any, env_args: Mapping[str, Any]) -> tuple[int, int | None, int]:
+    """The batcher's one seed, its one agent seed (or ``None``) and the envs per worker (``env_args["n_envs"]``)
+    when ``seeds`` is one int: every worker seeds its envs by their global index."""
+    seed = check_seed(seeds, argument="seeds")
+    if agent_seeds is not None:
+        if isinstance(agent_seeds, bool) or not isinstance(agent_seeds, (int, np.integer)):
+            raise TypeError(
+                f"agent_seeds must be one int (or None) when seeds is one int, got {type(agent_seeds).__name__} "
+                f"{agent_seeds!r}; pass e.g. seeds=0, agent_seeds=1"
+            )
+        agent_seeds = check_seed(agent_seeds, argument="agent_seeds")
+    n_envs = env_args.get("n_envs")
+    if isinstance(n_envs, bool) or not isinstance(n_envs, int) or n_envs < 1:
+        raise ConfigError(
+            f"with one seed (seeds={seed}) env_args must hold 'n_envs', the envs of each worker, an int >= 1, got "
+            f"{n_envs!r}: worker k's envs are the envs k * n_envs, ... of the batcher; add it, or pass one seed per "
+            "worker"
+        )
+    return seed, agent_seeds, n_envs
 
 
 def _check_factories(create_agent: Any, agent_args: Any, create_env: Any, env_args: Any) -> None:
@@ -203,6 +225,11 @@ class BatcherArgs:
     cuda_graph: bool
     zero_copy: bool
     restart_workers: int
+    #: the batcher's one seed (``seeds`` given as an int), ``None`` for one seed per worker
+    seed: int | None = None
+    #: with one seed: the envs of each worker, and the global index of the batcher's first env
+    envs_per_worker: int = 0
+    env_index: int = 0
 
     @classmethod
     def check(
@@ -211,10 +238,12 @@ class BatcherArgs:
         env_info: DictTensor | None, agent_seeds: Sequence[int] | None, device: DeviceLike,
         worker_placements: Sequence[WorkerPlacement] | None, timeout: float, sync_timings: bool, cuda_graph: bool,
         zero_copy: bool, restart_workers: int, *, start_timeout: float | None = None, n_actors: int | None = None,
+        env_index: int = 0,
     ) -> BatcherArgs:
         """The arguments, checked; ``n_actors``: the RayBatcher's actor count (``None`` for an RL_Batcher), which
         sets how many seeds are expected and how messages put it. ``start_timeout=None`` becomes
-        ``max(timeout, DEFAULT_START_TIMEOUT)``.
+        ``max(timeout, DEFAULT_START_TIMEOUT)``. ``seeds`` one int (and ``agent_seeds`` one int or ``None``): every
+        worker gets these seeds and the global index of its first env, ``env_index + k * env_args["n_envs"]``.
 
         Raises:
             TypeError: ``n_timesteps`` not an int (a bool included), ``timeout`` or ``start_timeout`` not a
@@ -223,7 +252,8 @@ class BatcherArgs:
                 env), ``agent_args``/``env_args`` not a mapping.
             ValueError: ``n_processes < 0``, ``n_timesteps < 1``, ``timeout <= 0``, ``start_timeout <= 0`` or
                 ``restart_workers < 0``.
-            ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker, or ``seeds`` repeats one.
+            ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker, or ``seeds`` repeats one;
+                ``seeds`` one int and ``env_args`` without an int ``n_envs``.
             SeedError: a seed is not an int in ``[0, 2**31)``.
             DeviceMismatchError: ``agent_info``/``env_info`` not on the CPU.
             BatchSizeError: ``agent_info``/``env_info`` with a 0-d tensor or no row.
@@ -234,7 +264,14 @@ class BatcherArgs:
         _check_numbers(n_timesteps, timeout, start_timeout, restart_workers)
         _check_factories(create_agent, agent_args, create_env, env_args)
         per_unit = max(n_processes, 1)
-        if n_actors is None:
+        env_index = check_env_index(env_index)
+        one_seed, envs_per_worker = None, 0
+        if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+            one_seed, agent_seed, envs_per_worker = _one_seed(seeds, agent_seeds, env_args)
+            n_units = per_unit * (n_actors or 1)
+            seeds = [one_seed] * n_units
+            agent_seeds = None if agent_seed is None else [agent_seed] * n_units
+        elif n_actors is None:
             seeds = _check_seeds(seeds, agent_seeds, per_unit, "worker", "max(n_processes, 1)",
                                  "with n_processes=0 the one seed is the in-process env's")
         else:
@@ -248,7 +285,7 @@ class BatcherArgs:
             None if worker_placements is None else list(worker_placements), float(timeout),
             max(float(timeout), DEFAULT_START_TIMEOUT) if start_timeout is None else float(start_timeout),
             bool(sync_timings),
-            bool(cuda_graph), bool(zero_copy), restart_workers,
+            bool(cuda_graph), bool(zero_copy), restart_workers, one_seed, envs_per_worker, env_index,
         )
 
     def check_placements(self, placements: list[WorkerPlacement], unit: str, fix: str) -> None:
@@ -269,6 +306,10 @@ class BatcherArgs:
         # "Torch not compiled with CUDA enabled". Asks the driver for its device count only, no CUDA context.
         check_device_exists(self.device, argument="device")
 
+    def worker_env_index(self, k: int) -> int | None:
+        """The global index of worker ``k``'s first env with one seed, ``None`` with one seed per worker."""
+        return None if self.seed is None else self.env_index + k * self.envs_per_worker
+
     def first_seeds(self, n_units: int) -> list[tuple[int, int | None]]:
         """The first ``(env seed, agent seed)`` of each of ``n_units`` units that share the seeds in order."""
         per = len(self.seeds) // n_units
@@ -280,6 +321,12 @@ class BatcherArgs:
         per = len(self.seeds) // n_actors
         w = slice(k * per, (k + 1) * per)
         kwargs = {f.name: getattr(self, f.name) for f in fields(self)}
-        kwargs.update(seeds=self.seeds[w], agent_seeds=None if self.agent_seeds is None else self.agent_seeds[w],
-                      device=device)
+        if self.seed is None:
+            kwargs.update(seeds=self.seeds[w], agent_seeds=None if self.agent_seeds is None else self.agent_seeds[w])
+        else:
+            kwargs.update(seeds=self.seed, agent_seeds=None if self.agent_seeds is None else self.agent_seeds[0],
+                          env_index=self.env_index + k * per * self.envs_per_worker)
+        kwargs.update(device=device)
+        for name in ("seed", "envs_per_worker"):
+            del kwargs[name]
         return kwargs

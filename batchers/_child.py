@@ -21,6 +21,7 @@ from rlstruct.batchers._acquire import Acquirer, build_acquirer
 from rlstruct.batchers._buffer import allocate_block
 from rlstruct.batchers._protocol import Command, Failure, Message, Reply, WorkerSpec
 from rlstruct.batchers.weights import load_weights
+from rlstruct.seeding import env_seeds
 
 __all__ = ["STOP_SIGNAL", "WorkerTerminated", "serve", "start_worker", "worker_main"]
 
@@ -49,8 +50,8 @@ def start_worker(spec: WorkerSpec) -> tuple[Acquirer, dict[str, Any]]:
     tune_allocator()  # the policy's multi-MiB intermediates come from the heap, whatever the process freed before
     acq = build_acquirer(
         spec.create_env, spec.env_args, spec.seed, spec.create_agent, spec.agent_args, spec.placement.device,
-        agent_seed=spec.agent_seed, n_timesteps=spec.n_timesteps, check_device=spec.check_device,
-        sync_timings=spec.sync_timings, cuda_graph=spec.cuda_graph,
+        agent_seed=spec.agent_seed, env_index=spec.env_index, n_timesteps=spec.n_timesteps,
+        check_device=spec.check_device, sync_timings=spec.sync_timings, cuda_graph=spec.cuda_graph,
     )
     return acq, {"n_envs": acq.n_envs, "report": _report(spec)}
 
@@ -156,7 +157,9 @@ def _serve_forever(spec: WorkerSpec, conn) -> None:
         if threads is None:
             threads = 1 if spec.placement.device.type == "cpu" else torch.get_num_threads()
         torch.set_num_threads(threads)
-        torch.manual_seed(spec.agent_seed if spec.agent_seed is not None else spec.seed)
+        seed = spec.agent_seed if spec.agent_seed is not None else spec.seed
+        # With one seed for every worker, the global RNG still differs per worker, as with one seed each.
+        torch.manual_seed(seed if spec.env_index is None else env_seeds(seed, 1, spec.env_index)[0])
         acq, ready = start_worker(spec)
         conn.send(Reply(ready))
         while True:

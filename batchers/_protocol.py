@@ -42,6 +42,8 @@ class WorkerSpec:
     check_device: bool
     sync_timings: bool
     cuda_graph: bool = False
+    #: the global index of the worker's first env (the batcher has one seed), or ``None`` (one seed per worker)
+    env_index: int | None = None
 
 
 class Command(enum.Enum):

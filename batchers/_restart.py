@@ -28,13 +28,17 @@ def restart_seed(seed: int, restart: int) -> int:
     return int(state[0]) & 0x7FFFFFFF
 
 
-def restart_seeds(seeds: Sequence[int] | None, restart: int) -> list[int] | None:
-    """:func:`restart_seed` of each of ``seeds`` (``None`` stays ``None``).
+def restart_seeds(seeds: Sequence[int] | int | None, restart: int) -> list[int] | int | None:
+    """:func:`restart_seed` of each of ``seeds``, or of a batcher's one seed (``None`` stays ``None``).
 
     >>> restart_seeds([3, 4], 1) == [restart_seed(3, 1), restart_seed(4, 1)], restart_seeds(None, 1)
     (True, None)
+    >>> restart_seeds(3, 1) == restart_seed(3, 1)
+    True
     """
-    return None if seeds is None else [restart_seed(s, restart) for s in seeds]
+    if seeds is None or isinstance(seeds, int):
+        return None if seeds is None else restart_seed(seeds, restart)
+    return [restart_seed(s, restart) for s in seeds]
 
 
 @dataclass(frozen=True)

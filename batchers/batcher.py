@@ -23,7 +23,7 @@ from rlstruct.batchers._protocol import CHECK_DEVICE_ENV, Command, WorkerSpec
 from rlstruct.batchers._restart import RestartPolicy
 from rlstruct.batchers.weights import dump_weights
 from rlstruct.devices import DeviceLike, tree_copy
-from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatcherWorkerTimeout
+from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatcherWorkerTimeout, ConfigError
 from rlstruct.structures import DictTensor, Trajectories
 
 __all__ = ["RL_Batcher"]
@@ -73,14 +73,21 @@ class RL_Batcher(BatcherBase):
         n_timesteps: steps per acquisition (the ``T`` of the buffer).
         create_agent: ``create_agent(**agent_args)`` builds a worker's agent (picklable with processes).
         agent_args: keyword arguments of ``create_agent``.
-        create_env: ``create_env(**env_args, seed=seeds[k])`` builds worker k's VecEnv.
-        env_args: keyword arguments of ``create_env`` (a ``seed`` key is overridden).
+        create_env: ``create_env(**env_args, seed=seeds[k])`` builds worker k's VecEnv; with one seed,
+            ``create_env(**env_args, seed=seeds, env_index=i)``, ``i`` the global index of the worker's first env
+            (:func:`~rlstruct.envs.make_env` and the simulators take it).
+        env_args: keyword arguments of ``create_env`` (a ``seed`` key is overridden): each worker's, so that a
+            worker's ``n_envs`` is its own envs (as in rlstructures).
         n_processes: spawned worker processes, writing into one shared buffer; 0 runs in the calling process.
-        seeds: one env seed per worker (``max(n_processes, 1)`` of them).
+        seeds: one env seed per worker (``max(n_processes, 1)`` of them), each worker's envs seeded apart; or one
+            int, the batcher's seed: worker ``k`` steps envs ``env_index + k * n_envs, ...`` of that seed (``n_envs``
+            from ``env_args``), so that env ``i``'s episodes and the agent's draws for it do not depend on which
+            process steps it: the same trajectories in process and over any number of workers.
         agent_info: example ``agent_info`` (CPU): its keys and row shapes size the buffer, and its first row
             repeated is the default of ``reset``. May be empty.
         env_info: example ``env_info`` (CPU), likewise.
-        agent_seeds: one seed per worker for ``agent.seed`` (also seeds the worker's global torch RNG).
+        agent_seeds: one seed per worker for ``agent.seed`` (also seeds the worker's global torch RNG); with one
+            seed in ``seeds``, one int for every worker's ``agent.seed_envs(agent_seeds, i)``, ``i`` as above.
         device: where observations, agent state, actions and the output live.
         worker_placements: one :class:`WorkerPlacement` per worker (its device, a GPU index, a MIG slice, MPS
             settings, its CPU cores). Default: every worker on ``device``.
@@ -98,12 +105,15 @@ class RL_Batcher(BatcherBase):
             a fresh one instead of failing the batcher (0: the first failure raises). The new worker gets the
             :func:`~rlstruct.batchers.restart_seed` seeds, the last weights and a reset, and collects its rows of
             the failed acquisition again; each replacement is recorded in :attr:`restarts`.
+        env_index: with one seed, the global index of this batcher's first env, for a batcher that steps part of a
+            larger set of envs (a Ray actor's, a data-parallel rank's); ``0`` otherwise.
 
     It closes itself, with a ``ResourceWarning`` naming where it was created, when garbage-collected or at
     interpreter exit while still open: call :meth:`close` or use ``with``.
 
     Raises:
-        ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker, or ``seeds`` repeats one.
+        ConfigError: ``seeds`` or ``agent_seeds`` does not hold one seed per worker, or ``seeds`` repeats one; one
+            seed with ``env_args`` that has no int ``n_envs``.
         SeedError: a seed of ``seeds`` or ``agent_seeds`` is not an int in ``[0, 2**31)``.
         TypeError: ``n_timesteps`` not an int, ``timeout``/``start_timeout`` not a number, ``seeds`` not a sequence,
             ``create_agent``/``create_env`` an instance (an agent, an env, ``gym.make(...)``) rather than a class
@@ -142,7 +152,7 @@ class RL_Batcher(BatcherBase):
         create_env: Callable[..., Any],
         env_args: dict,
         n_processes: int,
-        seeds: Sequence[int],
+        seeds: Sequence[int] | int,
         agent_info: DictTensor | None = None,
         env_info: DictTensor | None = None,
         agent_seeds: Sequence[int] | None = None,
@@ -155,6 +165,7 @@ class RL_Batcher(BatcherBase):
         cuda_graph: bool = False,
         zero_copy: bool = False,
         restart_workers: int = 0,
+        env_index: int = 0,
     ):
         self._workers: list = []
         self._finalizer = None
@@ -165,7 +176,8 @@ class RL_Batcher(BatcherBase):
         self._copy_done: torch.cuda.Event | None = None
         args = BatcherArgs.check(n_timesteps, create_agent, agent_args, create_env, env_args, n_processes, seeds,
                                  agent_info, env_info, agent_seeds, device, worker_placements, timeout, sync_timings,
-                                 cuda_graph, zero_copy, restart_workers, start_timeout=start_timeout)
+                                 cuda_graph, zero_copy, restart_workers, start_timeout=start_timeout,
+                                 env_index=env_index)
         self._keep(args)
         self.cuda_graph = args.cuda_graph
         self._start_timeout = args.start_timeout
@@ -191,7 +203,7 @@ class RL_Batcher(BatcherBase):
         self._worker_specs = [
             WorkerSpec(k, args.create_env, args.env_args, args.seeds[k], args.create_agent, args.agent_args,
                        None if args.agent_seeds is None else args.agent_seeds[k], n_timesteps, placements[k],
-                       check_device, args.sync_timings, args.cuda_graph)
+                       check_device, args.sync_timings, args.cuda_graph, args.worker_env_index(k))
             for k in range(n_workers)
         ]
         try:
@@ -199,6 +211,13 @@ class RL_Batcher(BatcherBase):
                 self._workers.append(self._Worker(spec, self.timeout))
             ready = recv_all(self._workers, self._start_timeout, "start_timeout")
             self._n_envs = [r["n_envs"] for r in ready]
+            if args.seed is not None and any(n != args.envs_per_worker for n in self._n_envs):
+                k = next(k for k, n in enumerate(self._n_envs) if n != args.envs_per_worker)
+                raise ConfigError(
+                    f"with one seed, worker {k}'s create_env must build env_args['n_envs'] = {args.envs_per_worker} "
+                    f"envs (its first env's global index counts on it), got {self._n_envs[k]}; build n_envs envs, or "
+                    "pass one seed per worker"
+                )
             self._reports = [r["report"] for r in ready]
             self._offsets = [sum(self._n_envs[:k]) for k in range(n_workers)]
             self._specs = self._probe(args.agent_info, args.env_info)

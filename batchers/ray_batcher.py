@@ -69,10 +69,11 @@ class RayBatcher(BatcherBase):
         env_args: keyword arguments of ``create_env``.
         n_processes: worker processes of each actor's RL_Batcher (0: the actor's own process).
         seeds: one env seed per worker of every actor, ``n_actors * max(n_processes, 1)`` of them, actor 0's
-            first.
+            first; or one int, the batcher's seed, as for RL_Batcher: actor ``k`` steps the envs that follow actor
+            ``k - 1``'s, the same trajectories as one RL_Batcher of all the workers.
         agent_info: example ``agent_info`` (CPU), as for RL_Batcher.
         env_info: example ``env_info`` (CPU), as for RL_Batcher.
-        agent_seeds: one agent seed per worker of every actor, or ``None``.
+        agent_seeds: one agent seed per worker of every actor, or ``None``; one int with one seed.
         device: where the driver returns the trajectories.
         n_actors: Ray actors (one per node or per GPU, typically).
         actor_device: the device of each actor's RL_Batcher, as the actor sees it (``"cuda:0"`` is the first
@@ -127,7 +128,7 @@ class RayBatcher(BatcherBase):
         create_env: Callable[..., Any],
         env_args: dict,
         n_processes: int,
-        seeds: Sequence[int],
+        seeds: Sequence[int] | int,
         agent_info: DictTensor | None = None,
         env_info: DictTensor | None = None,
         agent_seeds: Sequence[int] | None = None,

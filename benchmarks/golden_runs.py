@@ -43,7 +43,7 @@ RUNS: dict[str, tuple[str, list[str]]] = {
     "a2c-normalized": ("a2c", ["--env", "Pendulum-v1", "--n-envs", "8", "--max-env-steps", "3000", "--eval-every",
                                "15", "--normalize-observations", "--normalize-rewards"]),
     "a2c-overlap": ("a2c", ["--n-envs", "8", "--max-env-steps", "3000", "--eval-every", "15", "--overlap"]),
-    "a2c-processes": ("a2c", ["--n-envs", "4", "--n-processes", "2", "--max-env-steps", "2000", "--eval-every",
+    "a2c-processes": ("a2c", ["--n-envs", "8", "--n-processes", "2", "--max-env-steps", "2000", "--eval-every",
                               "15"]),
     "a2c-pixels": ("a2c", ["--env", "MinAtar/Breakout-v1", "--n-envs", "4", "--max-env-steps", "512",
                            "--eval-every", "8", "--evaluation-max-steps", "50"]),

@@ -19,7 +19,7 @@ from rlstruct.errors import ConfigError, MissingDependencyError
 
 __all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "AUTOCAST_VALUES", "setting", "RunConfig", "OnPolicyConfig",
            "OffPolicyConfig", "check_at_least", "validate_run_config", "check_on_policy", "check_off_policy",
-           "check_evaluation_policy", "check_env_kwargs", "check_physics_dtype"]
+           "check_evaluation_policy", "check_env_kwargs", "check_physics_dtype", "training_workers"]
 
 #: the values of ``RunConfig.matmul_precision`` (torch's ``set_float32_matmul_precision``)
 MATMUL_PRECISIONS = ("highest", "high", "medium")
@@ -52,7 +52,8 @@ class RunConfig:
                        group="environment")
     backend: str = setting("auto", "env backend: auto, torch, gymnasium, envpool, ale, gymnax, mjx, mujoco_torch or "
                                    "brax", group="environment")
-    n_envs: int = setting(16, "environments per training worker", group="environment")
+    n_envs: int = setting(16, "training environments in all, split evenly over the worker processes",
+                          group="environment")
     n_processes: int = setting(0, "training worker processes (0: the envs step in this process)",
                                group="environment")
     ray_actors: int = setting(0, "run the training batcher as this many Ray actors (0: no Ray)", group="environment")
@@ -129,7 +130,7 @@ class OnPolicyConfig(RunConfig):
     """What the on-policy loop reads (A2C, PPO, REINFORCE): the collection, the schedule, the normalisation and the
     fast path."""
 
-    n_envs: int = setting(32, "environments per training worker (on-policy: 32)")
+    n_envs: int = setting(32, "training environments in all, split evenly over the workers (on-policy: 32)")
     time_limit: float = setting(600.0, "stop training after this many seconds of wall clock (on-policy: 600)")
     max_env_steps: int | None = setting(500_000, "the step budget, over which anneal_lr decays (on-policy: 500k)")
     lr: float = setting(3e-3, "Adam learning rate (on-policy: 3e-3)")
@@ -163,7 +164,7 @@ class OnPolicyConfig(RunConfig):
 class OffPolicyConfig(RunConfig):
     """What the off-policy loop reads (DQN, SAC): the collection, the replay buffer and when learning starts."""
 
-    n_envs: int = setting(4, "environments per training worker (off-policy: 4)")
+    n_envs: int = setting(4, "training environments in all, split evenly over the workers (off-policy: 4)")
     hidden_sizes: tuple[int, ...] = setting((128, 128), "hidden layer widths of the networks (off-policy: 128 128)")
     eval_every: int = setting(25, "training iterations at least between two evaluations (off-policy: 25)")
     rollout_steps: int = setting(16, "steps of every env per acquisition", group="off-policy")
@@ -195,12 +196,22 @@ def check_at_least(config: Any, least: int, *names: str) -> None:
             raise ValueError(f"{name} must be >= {least}, got {value!r}")
 
 
+def training_workers(config: RunConfig) -> int:
+    """The training batcher's workers, over which its ``n_envs`` envs are split: ``max(n_processes, 1)`` per Ray
+    actor.
+
+    >>> training_workers(RunConfig(n_processes=2, ray_actors=3)), training_workers(RunConfig())
+    (6, 1)
+    """
+    return max(config.n_processes, 1) * max(config.ray_actors, 1)
+
+
 def validate_run_config(config: RunConfig) -> None:
     """Checks the shared settings before anything is built.
 
     Raises:
         DeviceUnavailableError: a device does not exist here (the message names the devices that do).
-        ConfigError: ray_address without ray_actors.
+        ConfigError: ray_address without ray_actors, or n_envs not a multiple of the training workers.
         MissingDependencyError: ray_actors without Ray installed, or a tracker of ``track`` without its library.
         ValueError: a setting is out of range.
     """
@@ -209,6 +220,13 @@ def validate_run_config(config: RunConfig) -> None:
     check_at_least(config, 1, "n_envs", "n_evaluation_envs", "evaluation_chunk_steps", "eval_every", "log_every")
     check_at_least(config, 0, "n_processes", "ray_actors", "n_evaluation_processes", "torch_threads",
                    "checkpoint_every", "restart_workers")
+    workers = training_workers(config)
+    if config.n_envs % workers:
+        raise ConfigError(
+            f"n_envs is the training envs in all, split evenly over the {workers} training workers (max(n_processes, "
+            f"1) * max(ray_actors, 1)), got --n-envs {config.n_envs}; pass a multiple of {workers}, e.g. --n-envs "
+            f"{workers * max(config.n_envs // workers, 1)}"
+        )
     if not 0 <= config.seed < 2**31:
         raise ValueError(f"seed must be an int in [0, 2**31), got {config.seed!r}; pass e.g. --seed 0")
     if not config.lr > 0:

@@ -210,6 +210,7 @@ def create_env(
     n_envs: int,
     *,
     seed: int,
+    env_index: int = 0,
     device: str = "cpu",
     autoreset: bool = False,
     backend: str = "torch",
@@ -224,7 +225,7 @@ def create_env(
     if physics_dtype != "float64":
         kwargs["physics_dtype"] = getattr(torch, physics_dtype)
     return make_env(
-        name, n_envs, device=device, seed=seed, autoreset=autoreset, backend=backend,
+        name, n_envs, device=device, seed=seed, env_index=env_index, autoreset=autoreset, backend=backend,
         max_episode_steps=max_episode_steps, backend_kwargs=kwargs or None,
     )
 

@@ -1,5 +1,6 @@
-"""The seeds of a run's workers and sessions: every batcher, ``rlstruct eval`` and ``rlstruct profile`` seed their
-workers with :func:`worker_seeds`; a resumed session takes :func:`session_seed`."""
+"""The seeds of a run's batchers and sessions: a training batcher takes one seed per role (:func:`role_seed`: its
+envs are seeded by their global index, whatever process steps them), the evaluation's, ``rlstruct eval``'s and
+``rlstruct profile``'s batchers one per worker (:func:`worker_seeds`); a resumed session takes :func:`session_seed`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ __all__ = [
     "EVALUATION_AGENT_SEEDS",
     "EVALUATION_ENV_SEEDS",
     "MAX_WORKERS",
+    "role_seed",
     "session_seed",
     "worker_seeds",
 ]
@@ -20,21 +22,27 @@ ENV_SEEDS = 0
 EVALUATION_ENV_SEEDS = 1000
 AGENT_SEEDS = 5000
 EVALUATION_AGENT_SEEDS = 6000
-#: the workers a batcher role may have over all ranks: the distance between two roles' seed offsets
+#: the workers a batcher role with one seed per worker may have: the distance between two roles' seed offsets
 MAX_WORKERS = 1000
 
 
-def worker_seeds(seed: int, n_workers: int, offset: int, first: int = 0) -> list[int]:
+def worker_seeds(seed: int, n_workers: int, offset: int) -> list[int]:
     """Distinct env/agent seeds per worker, per batcher (``offset`` tells batchers apart), in ``[0, 2**31)``.
 
-    ``first`` is the global index of the first worker: in a data-parallel run, rank ``r`` of ``n_workers`` workers
-    takes ``first = r * n_workers``, so that K ranks of one worker each seed their envs and agents as one process
-    of K workers does (the ranks' collections together are that process's collection).
-
-    >>> worker_seeds(3, 2, 1000), worker_seeds(2**31 - 1, 1, 0), worker_seeds(3, 1, 0, first=1)
-    ([31000, 31001], [2147473648], [30001])
+    >>> worker_seeds(3, 2, 1000), worker_seeds(2**31 - 1, 1, 0)
+    ([31000, 31001], [2147473648])
     """
-    return [(seed * 10_000 + offset + first + k) % 2**31 for k in range(n_workers)]
+    return [(seed * 10_000 + offset + k) % 2**31 for k in range(n_workers)]
+
+
+def role_seed(seed: int, offset: int) -> int:
+    """The one seed of a batcher role (``offset``) whose envs are seeded by their global index: the first of
+    :func:`worker_seeds`, so that a run in one process keeps the env seed it had with one seed per worker.
+
+    >>> role_seed(3, AGENT_SEEDS) == worker_seeds(3, 1, AGENT_SEEDS)[0]
+    True
+    """
+    return worker_seeds(seed, 1, offset)[0]
 
 
 def session_seed(seed: int, iteration: int) -> int:

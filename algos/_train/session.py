@@ -1,6 +1,6 @@
 """A training session: the one check of a run's settings before anything is built (:func:`prepare`, which
 gives a :class:`Setup`), the run's frame (:func:`training_run`: threads, precision, signals), its batchers
-(:func:`open_batchers`, seeded by :func:`worker_seeds`) and its end (:func:`finish_training`).
+(:func:`open_batchers`, the training batcher's envs seeded by their global index) and its end (:func:`finish_training`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from torch import nn
 
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._train.checkpoints import Resume, load_resume, plot_learning_curve
-from rlstruct.algos._train.config import RunConfig, check_evaluation_policy, validate_run_config
+from rlstruct.algos._train.config import RunConfig, check_evaluation_policy, training_workers, validate_run_config
 from rlstruct.algos._train.distributed import World, rank_device, torchrun_restarts, world_from_environment
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
@@ -33,7 +33,7 @@ from rlstruct.algos._train.seeds import (
     ENV_SEEDS,
     EVALUATION_AGENT_SEEDS,
     EVALUATION_ENV_SEEDS,
-    MAX_WORKERS,
+    role_seed,
     worker_seeds,
 )
 from rlstruct.algos._train.train_command import run_main
@@ -380,7 +380,10 @@ def open_batchers(
     """The training batcher and the :class:`Evaluator` of a run, both closed by ``stack``.
 
     Seeds are fixed per role (envs from offsets 0 and 1000, agents from 5000 and 6000) so that a run is
-    reproducible from ``seed`` (``config.seed``, or the session's seed of a resumed run) alone; evaluation envs
+    reproducible from ``seed`` (``config.seed``, or the session's seed of a resumed run) alone. The training batcher
+    has one env seed and one agent seed: its ``config.n_envs`` envs are split evenly over its workers (and Ray
+    actors), env ``i`` seeded by its global index ``rank * n_envs + i`` and the agent's draws for it keyed by
+    ``(seed, i, step)``, so that the run is the same whatever the number of processes collecting; evaluation envs
     run one whole episode each (up to ``config.evaluation_max_steps``), ``config.evaluation_chunk_steps`` steps per
     acquisition: episodic envs, or, with ``cuda_graph`` and a CUDA ``evaluation_device``, auto-reset envs whose
     first episodes count, each acquisition replayed as a CUDA graph.
@@ -404,8 +407,8 @@ def open_batchers(
         seed: the seed of the envs and agents (``None``: ``config.seed``); pass ``run.seed``.
         run: the run whose ``progress.csv`` gets the batchers' restart count (``batcher/restarts``) when
             ``config.restart_workers`` allows restarts.
-        rank: this process's rank in a data-parallel run: its training workers are the ``rank``-th group of
-            ``max(n_processes, 1)`` in the run's numbering (:func:`worker_seeds`'s ``first``).
+        rank: this process's rank in a data-parallel run: its training envs are the ``rank``-th group of
+            ``config.n_envs`` in the run's numbering.
         sync_timings: the training batcher's ``sync_timings`` (a profiled run's, so that a GPU's phases are exact).
 
     Returns:
@@ -414,20 +417,16 @@ def open_batchers(
     agent_args, env_args = worker_args(config, spec)
     agent_args.update(model_kwargs or {})
     seed = config.seed if seed is None else seed
-    n_workers = max(config.n_processes, 1) * max(config.ray_actors, 1)  # of this rank, over its Ray actors
-    first = rank * n_workers
-    if first + n_workers > MAX_WORKERS:
-        raise ConfigError(f"n_processes must keep the training workers of all ranks within {MAX_WORKERS}, got "
-                          f"{n_workers} per rank on rank {rank}; use fewer worker processes per rank (more envs each)")
+    per_worker = config.n_envs // training_workers(config)
     train_args = (
         n_timesteps, create_agent, {**agent_args, **(agent_kwargs or {}), "device": config.batcher_device},
-        create_env, {**env_args, "n_envs": config.n_envs, "autoreset": autoreset, "device": config.batcher_device},
-        config.n_processes, worker_seeds(seed, n_workers, ENV_SEEDS, first),
+        create_env, {**env_args, "n_envs": per_worker, "autoreset": autoreset, "device": config.batcher_device},
+        config.n_processes, role_seed(seed, ENV_SEEDS),
     )
-    train_kwargs = {"agent_info": agent_info_row(explore),
-                    "agent_seeds": worker_seeds(seed, n_workers, AGENT_SEEDS, first), "device": config.batcher_device,
-                    "cuda_graph": cuda_graph, "timeout": config.batcher_timeout, "start_timeout": config.start_timeout,
-                    "restart_workers": config.restart_workers}
+    train_kwargs = {"agent_info": agent_info_row(explore), "agent_seeds": role_seed(seed, AGENT_SEEDS),
+                    "device": config.batcher_device, "cuda_graph": cuda_graph, "timeout": config.batcher_timeout,
+                    "start_timeout": config.start_timeout, "restart_workers": config.restart_workers,
+                    "env_index": rank * config.n_envs}
     if config.ray_actors:  # actor k hosts workers k * n_processes...: the rows of one process's workers, in order
         from rlstruct.batchers import RayBatcher
 

@@ -75,17 +75,20 @@ def counter(key: Any, episode: Any, salt: Any, wrap32: bool = False) -> Any:
     return ((episode & MASK32) * EPISODE_STRIDE + key + salt) & MASK32
 
 
-def env_keys(seed: int, n_envs: int, device: torch.device) -> torch.Tensor:
-    """``int64 [n_envs]`` in ``[0, 2**32)``: the RNG key of env ``k`` depends on ``(seed, k)`` only.
+def env_keys(seed: int, n_envs: int, device: torch.device, first: int = 0) -> torch.Tensor:
+    """``int64 [n_envs]`` in ``[0, 2**32)``: the RNG keys of envs ``first, ..., first + n_envs - 1``, the key of env
+    ``k`` depending on ``(seed, k)`` only.
 
-    >>> bool((env_keys(0, 8, torch.device("cpu"))[:4] == env_keys(0, 4, torch.device("cpu"))).all())
-    True
+    >>> cpu = torch.device("cpu")
+    >>> bool((env_keys(0, 8, cpu)[:4] == env_keys(0, 4, cpu)).all()), torch.equal(env_keys(0, 8, cpu)[4:],
+    ...                                                                          env_keys(0, 4, cpu, first=4))
+    (True, True)
     """
     seed64 = seed & 0xFFFFFFFFFFFFFFFF
     halves = torch.tensor([seed64 & MASK32, seed64 >> 32], dtype=torch.int64)
     halves = mix32(halves ^ torch.tensor(SEED_SALT, dtype=torch.int64))
     base = mix32(halves[:1] ^ mix32(halves[1:] + 1))
-    k = torch.arange(n_envs, dtype=torch.int64)
+    k = torch.arange(first, first + n_envs, dtype=torch.int64)
     keys = mix32(mix32((base + (k & MASK32) * ENV_STRIDE) & MASK32) ^ (k >> 32))
     return keys.to(device)
 

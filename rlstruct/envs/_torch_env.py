@@ -34,7 +34,7 @@ from rlstruct.envs._sim_io import check_action, check_graph_state, read_state, s
 from rlstruct.envs._sim_kernels import SimState
 from rlstruct.envs._steppers import KINDS, HostViews, Stepper, make_stepper
 from rlstruct.errors import EnvStateError
-from rlstruct.seeding import check_seed
+from rlstruct.seeding import check_env_index, check_seed
 from rlstruct.structures import DictTensor
 
 __all__ = ["TorchVecEnv"]
@@ -77,6 +77,8 @@ class TorchVecEnv(CallOrder, VecEnv):
         device: where the state, the observations and the ids live.
         seed: an int in ``[0, 2**31)``; env ``k`` of ``seed`` replays the same episodes whatever ``n_envs`` and
             device.
+        env_index: the global index of this env's first row: row ``j`` is env ``env_index + j`` of ``seed``, so
+            that envs split over processes replay the episodes of the same envs in one process.
         autoreset: ``True``: every env always runs and a finished env restarts inside ``step``;
             ``False`` (episodic): finished envs drop out until :meth:`reset`.
         max_episode_steps: truncation horizon (gymnasium's ``TimeLimit``); ``None`` for none; by default the
@@ -96,7 +98,7 @@ class TorchVecEnv(CallOrder, VecEnv):
             (``compile=True``). The CPU kernels give the same bits.
 
     Raises:
-        ValueError: ``n_envs`` or ``max_episode_steps`` is not a positive int.
+        ValueError: ``n_envs`` or ``max_episode_steps`` is not a positive int, or ``env_index`` a negative one.
         SeedError: ``seed`` is not an int in ``[0, 2**31)``.
         DeviceUnavailableError: ``device`` does not exist on this machine.
 
@@ -128,6 +130,7 @@ class TorchVecEnv(CallOrder, VecEnv):
         *,
         device: DeviceLike = "cpu",
         seed: int = 0,
+        env_index: int = 0,
         autoreset: bool = False,
         max_episode_steps: int | None | _ClassDefault = DEFAULT_MAX_EPISODE_STEPS,
         compile: bool = False,
@@ -164,7 +167,7 @@ class TorchVecEnv(CallOrder, VecEnv):
             physics=torch.zeros(len(self.physics_names), n_envs, dtype=physics_dtype, device=dev),
             elapsed_steps=torch.zeros(n_envs, dtype=torch.int64, device=dev),
             episode=torch.full((n_envs,), -1, dtype=torch.int64, device=dev),
-            rng_key=env_keys(self.seed, n_envs, dev),
+            rng_key=env_keys(self.seed, n_envs, dev, first=check_env_index(env_index)),
             last_action=self._zero_actions(n_envs),
         )
         self._ids = self._ids_all

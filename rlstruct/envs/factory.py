@@ -19,7 +19,7 @@ from rlstruct.envs._imports import import_ale
 from rlstruct.envs.device_env import DeviceEnv
 from rlstruct.envs.gym import GymEnv, GymEnvInf
 from rlstruct.errors import MissingDependencyError
-from rlstruct.seeding import check_seed, env_seeds
+from rlstruct.seeding import check_env_index, check_seed, env_seeds
 
 __all__ = ["make_env", "resolve_backend", "TORCH_ENVS", "BACKENDS", "ale_game"]
 
@@ -56,6 +56,7 @@ def make_env(
     *,
     device: DeviceLike = "cpu",
     seed: int = 0,
+    env_index: int = 0,
     autoreset: bool = False,
     backend: str = "torch",
     max_episode_steps: int | None = None,
@@ -103,13 +104,18 @@ def make_env(
       ``device``; the time limit defaults to Brax's training default, 1000 steps.
 
     A module-level function of plain arguments, so it pickles: pass it (or a ``functools.partial`` of it)
-    as a batcher's ``create_env``; each worker then calls it with its own ``seed``.
+    as a batcher's ``create_env``; each worker then calls it with its own ``seed``, or, given a batcher's one seed,
+    with that seed and its first env's global ``env_index``.
 
     Args:
         name: a gymnasium id, e.g. ``"CartPole-v1"``.
         n_envs: number of envs (>= 1).
         device: where observations are returned.
         seed: an int in ``[0, 2**31)``; per-env seeds are derived from it (see :func:`~rlstruct.seeding.env_seeds`).
+        env_index: the global index of the first env: env ``k`` is env ``env_index + k`` of ``seed`` (the torch
+            simulators' keys, the gymnasium, ale and envpool envs' seeds), so that envs split over processes
+            replay the episodes of the same envs in one process. The JAX and MuJoCo backends seed their envs from
+            one key: they take a seed drawn from ``(seed, env_index)`` instead.
         autoreset: reset finished envs inside ``step`` (``GymEnvInf`` semantics).
         backend: one of :data:`BACKENDS`: ``"torch"``, ``"gymnasium"``, ``"envpool"``, ``"ale"``, ``"gymnax"``,
             ``"mjx"``, ``"mujoco_torch"``, ``"brax"``, or ``"auto"`` (see :func:`resolve_backend`).
@@ -126,7 +132,7 @@ def make_env(
     Raises:
         SeedError: ``seed`` is not an int in ``[0, 2**31)`` (checked before any env is built, for every backend).
         ValueError: an unknown backend, an id the backend does not know (torch, ale, gymnax, mjx, mujoco_torch,
-            brax), ``n_envs < 1``.
+            brax), ``n_envs < 1``, ``env_index < 0``.
         MissingDependencyError: the backend's package is not installed (envpool; ale-py for ``"ale"`` and
             ``ALE/`` ids: ``pip install 'rlstruct[atari]'``; jax and gymnax for ``"gymnax"``:
             ``pip install 'rlstruct[jax]'``; mujoco, mujoco-mjx, mujoco-torch for ``"mjx"`` and ``"mujoco_torch"``:
@@ -145,10 +151,18 @@ def make_env(
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")
     seed = check_seed(seed)
+    env_index = check_env_index(env_index)
     dev = check_device_exists(device)
     kwargs = dict(backend_kwargs or {})
     if backend == "torch":
-        return _torch_env(name, n_envs, dev, seed, autoreset, max_episode_steps, kwargs)
+        return _torch_env(name, n_envs, dev, seed, autoreset, max_episode_steps, {**kwargs, "env_index": env_index})
+    if backend in ("gymnasium", "ale", "envpool"):
+        build = {"gymnasium": _gymnasium_env, "ale": _ale_env, "envpool": _envpool_env}[backend]
+        env: VecEnv = build(name, n_envs, seed, env_index, autoreset, max_episode_steps, kwargs)
+        return env if dev.type == "cpu" else DeviceEnv(env, "cpu", dev)
+    if env_index:
+        # One key seeds all of these envs: envs split over processes are other envs than in one process.
+        seed = env_seeds(seed, 1, env_index)[0]
     if backend == "gymnax":
         from rlstruct.envs.gymnax_env import GymnaxEnv
 
@@ -164,20 +178,10 @@ def make_env(
 
         return MujocoTorchEnv(name, n_envs, seed=seed, device=dev, autoreset=autoreset,
                               max_episode_steps=max_episode_steps, **kwargs)
-    if backend == "brax":
-        from rlstruct.envs.brax_env import BraxEnv
+    from rlstruct.envs.brax_env import BraxEnv
 
-        return BraxEnv(name, n_envs, seed=seed, device=dev, autoreset=autoreset, max_episode_steps=max_episode_steps,
-                       **kwargs)
-    if backend == "gymnasium":
-        env: VecEnv = _gymnasium_env(name, n_envs, seed, autoreset, max_episode_steps, kwargs)
-    elif backend == "ale":
-        env = _ale_env(name, n_envs, seed, autoreset, max_episode_steps, kwargs)
-    else:
-        env = _envpool_env(name, n_envs, seed, autoreset, max_episode_steps, kwargs)
-    if dev.type != "cpu":
-        env = DeviceEnv(env, "cpu", dev)
-    return env
+    return BraxEnv(name, n_envs, seed=seed, device=dev, autoreset=autoreset, max_episode_steps=max_episode_steps,
+                   **kwargs)
 
 
 def _torch_env(name: str, n_envs: int, device: torch.device, seed: int, autoreset: bool, max_episode_steps,
@@ -206,7 +210,7 @@ def _torch_env(name: str, n_envs: int, device: torch.device, seed: int, autorese
     return cls(n_envs, **kwargs)
 
 
-def _gymnasium_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode_steps,
+def _gymnasium_env(name: str, n_envs: int, seed: int, env_index: int, autoreset: bool, max_episode_steps,
                    extra: dict[str, Any]) -> GymEnv:
     cls = GymEnvInf if autoreset else GymEnv
     kwargs = dict(extra) if max_episode_steps is None else {**extra, "max_episode_steps": max_episode_steps}
@@ -234,7 +238,7 @@ def _gymnasium_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episo
             vec = None
         if vec is not None:
             if not autoreset or autoreset_mode(vec) == gym.vector.AutoresetMode.SAME_STEP or resets_a_subset(vec):
-                return cls(vec, seed)
+                return cls(vec, seed, env_index=env_index)
             vec.close()
     try:
         envs = [gym.make(name, **kwargs) for _ in range(n_envs)]
@@ -242,7 +246,7 @@ def _gymnasium_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episo
         raise MissingDependencyError(
             f"env {name!r} needs a package that is not installed: {str(e).splitlines()[0]}"
         ) from e
-    return cls(envs, seed)
+    return cls(envs, seed, env_index=env_index)
 
 
 def ale_game(name: str) -> str:
@@ -257,7 +261,7 @@ def ale_game(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", base).lower()
 
 
-def _ale_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode_steps,
+def _ale_env(name: str, n_envs: int, seed: int, env_index: int, autoreset: bool, max_episode_steps,
              extra: dict[str, Any]) -> GymEnv:
     ale_py = import_ale()
     from ale_py import roms
@@ -282,13 +286,13 @@ def _ale_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode_ste
         kwargs.setdefault("autoreset_mode", "SameStep")
     vec = AtariVectorEnv(game, n_envs, **kwargs)
     try:
-        return (GymEnvInf(vec, seed) if autoreset else GymEnv(vec, seed))
+        return GymEnvInf(vec, seed, env_index=env_index) if autoreset else GymEnv(vec, seed, env_index=env_index)
     except BaseException:
         vec.close()
         raise
 
 
-def _envpool_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode_steps,
+def _envpool_env(name: str, n_envs: int, seed: int, env_index: int, autoreset: bool, max_episode_steps,
                  extra: dict[str, Any]) -> GymEnv:
     try:
         import envpool
@@ -297,12 +301,13 @@ def _envpool_env(name: str, n_envs: int, seed: int, autoreset: bool, max_episode
             "backend='envpool' needs envpool; install it with `pip install envpool`, "
             "or use backend='gymnasium' or backend='torch'"
         ) from e
-    # envpool seeds its envs from one int (a C int), derived by the rule of every other backend.
-    kwargs: dict[str, Any] = {**extra, "num_envs": n_envs, "seed": env_seeds(seed, 1)[0]}
+    # envpool seeds env k with its one int seed + k (a C int): the base drawn by the rule of every other backend, then
+    # shifted by the first env's global index.
+    kwargs: dict[str, Any] = {**extra, "num_envs": n_envs, "seed": (env_seeds(seed, 1)[0] + env_index) % 2**31}
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
     vec = _EnvPoolVector(envpool.make_gymnasium(name, **kwargs))
-    return GymEnvInf(vec, seed) if autoreset else GymEnv(vec, seed)
+    return GymEnvInf(vec, seed, env_index=env_index) if autoreset else GymEnv(vec, seed, env_index=env_index)
 
 
 class _EnvPoolVector:

@@ -15,7 +15,7 @@ from rlstruct.envs._actions import DeferredActionCheck
 from rlstruct.envs._base import CallOrder, HostDestinations, StepResult, VecEnv, check_env_info, check_some_running
 from rlstruct.envs._gym_adapters import GymAdapter, ListAdapter, VectorAdapter, is_vector_env
 from rlstruct.envs._gym_arrays import RESERVED_KEYS
-from rlstruct.seeding import check_seed, env_seeds
+from rlstruct.seeding import check_env_index, check_seed, env_seeds
 from rlstruct.structures import DictTensor
 
 __all__ = ["GymEnv", "GymEnvInf"]
@@ -61,7 +61,7 @@ class GymEnv(CallOrder, VecEnv):
     keeps its dtype (a uint8 image stays uint8), ``Discrete`` becomes int64 ``[B]``, ``MultiDiscrete`` int64
     ``[B, k]``.
 
-    Seeding: the first ``reset()`` after construction resets env ``k`` with ``env_seeds(seed, n_envs)[k]``
+    Seeding: the first ``reset()`` after construction resets env ``k`` with ``env_seeds(seed, n_envs, env_index)[k]``
     (:func:`~rlstruct.seeding.env_seeds`: seeds that differ across ``k`` and across adapters built with
     consecutive seeds, which ``seed + k`` would not give); later resets continue each env's RNG, as gymnasium
     does.
@@ -77,6 +77,8 @@ class GymEnv(CallOrder, VecEnv):
             ``AsyncVectorEnv`` gets the per-env list, ale-py's ``AtariVectorEnv`` the same as an array, any other
             vector env the first of them).
         autoreset: reset finished envs inside ``step``.
+        env_index: the global index of the first env: env ``k`` is seeded as env ``env_index + k`` of ``seed``, so
+            that envs split over processes are seeded as the same envs in one process.
 
     Attributes:
         device: ``cpu``.
@@ -88,7 +90,7 @@ class GymEnv(CallOrder, VecEnv):
     Raises:
         TypeError: ``envs`` is neither a list of envs nor a vector env.
         SeedError: ``seed`` is not an int in ``[0, 2**31)``.
-        ValueError: ``envs`` is empty, or the vector env's autoreset mode does not fit.
+        ValueError: ``envs`` is empty, the vector env's autoreset mode does not fit, or ``env_index < 0``.
         SpaceError: unsupported or mismatching spaces, or a Dict key that collides with a reserved key.
 
     Shapes, for ``B`` rows: observation keys ``[B, *space.shape]``; ``reward: float32 [B]``;
@@ -108,9 +110,11 @@ class GymEnv(CallOrder, VecEnv):
     tensor([1., 1., 1.])
     """
 
-    def __init__(self, envs: Sequence[gym.Env] | gym.vector.VectorEnv, seed: int, *, autoreset: bool = False):
+    def __init__(self, envs: Sequence[gym.Env] | gym.vector.VectorEnv, seed: int, *, autoreset: bool = False,
+                 env_index: int = 0):
         self._seeds_pending = True
         self._seed = check_seed(seed)
+        self._env_index = check_env_index(env_index)
         self.autoreset = bool(autoreset)
         self.device = _CPU
         self._closed = False
@@ -151,7 +155,7 @@ class GymEnv(CallOrder, VecEnv):
         """
         self._check_open()
         options = self._options_from(env_info)
-        seeds = env_seeds(self._seed, self._n) if self._seeds_pending else None
+        seeds = env_seeds(self._seed, self._n, self._env_index) if self._seeds_pending else None
         fields = self._adapter.reset(seeds, options)
         self._seeds_pending = False
         self._running = np.arange(self._n)
@@ -263,6 +267,7 @@ class GymEnvInf(GymEnv):
         envs: a list of ``gymnasium.Env``, or a ``gymnasium.vector.VectorEnv`` with
             ``autoreset_mode=SAME_STEP``, or ``NEXT_STEP`` if it resets a subset of its envs (see :class:`GymEnv`).
         seed: an int in ``[0, 2**31)`` (see :func:`~rlstruct.seeding.env_seeds`).
+        env_index: the global index of the first env (see :class:`GymEnv`).
 
     >>> import gymnasium as gym
     >>> env = GymEnvInf([gym.make("CartPole-v1") for _ in range(2)], seed=0)
@@ -273,6 +278,6 @@ class GymEnvInf(GymEnv):
     (tensor([0, 1]), True)
     """
 
-    def __init__(self, envs: Sequence[gym.Env] | gym.vector.VectorEnv, seed: int):
-        super().__init__(envs, seed, autoreset=True)
+    def __init__(self, envs: Sequence[gym.Env] | gym.vector.VectorEnv, seed: int, *, env_index: int = 0):
+        super().__init__(envs, seed, autoreset=True, env_index=env_index)
 

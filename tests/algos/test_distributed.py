@@ -44,15 +44,20 @@ def test_plain_run_is_one_rank():
     assert effective_batch(4, 16, World()) == 64
 
 
-def test_ranks_number_their_workers_in_one_sequence():
-    """K ranks of n workers seed their workers as one process of K * n workers does, disjoint across ranks; a run
-    whose workers over all ranks would reach the evaluation's seeds is refused."""
-    from rlstruct.algos._train.seeds import MAX_WORKERS, worker_seeds
+def test_every_rank_takes_the_runs_one_seed_per_role_and_the_roles_differ():
+    """A training batcher has one env seed and one agent seed, the same on every rank (rank r steps the envs
+    r * n_envs, ... of it), apart from the evaluation's per-worker seeds."""
+    from rlstruct.algos._train.seeds import (
+        AGENT_SEEDS,
+        ENV_SEEDS,
+        EVALUATION_ENV_SEEDS,
+        MAX_WORKERS,
+        role_seed,
+        worker_seeds,
+    )
 
-    one_process = worker_seeds(7, 4, 0)
-    assert [s for rank in range(2) for s in worker_seeds(7, 2, 0, first=rank * 2)] == one_process
-    assert len(set(one_process)) == 4 and not set(one_process) & set(worker_seeds(7, 4, 1000))
-    assert worker_seeds(7, 1, 0, first=MAX_WORKERS - 1)[0] < worker_seeds(7, 1, 1000)[0]
+    assert role_seed(7, ENV_SEEDS) != role_seed(7, AGENT_SEEDS)
+    assert role_seed(7, ENV_SEEDS) not in worker_seeds(7, MAX_WORKERS, EVALUATION_ENV_SEEDS)
 
 
 @pytest.mark.parametrize("env, match", [
@@ -273,15 +278,17 @@ def _model_of(run_dir: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("case", sorted(EQUIVALENT_RUNS))
 def test_two_ranks_of_n_envs_learn_what_one_process_of_2n_envs_learns(tmp_path, case):
     """The whole loop, collection included: torchrun's 2 ranks of one worker of 4 envs each end with the parameters
-    that one process of 2 workers of 4 envs ends with, the same env seeds and sampling seeds on the same rows."""
+    that one process of 2 workers of 4 envs each ends with: the same envs (seeded by their global index) and the
+    same draws on the same rows."""
     algo, *flags = EQUIVALENT_RUNS[case]
-    common = ["train", algo, "--env", "CartPole-v1", "--preset", "none", "--n-envs", "4", "--eval-every", "1000",
+    common = ["train", algo, "--env", "CartPole-v1", "--preset", "none", "--eval-every", "1000",
               "--n-evaluation-envs", "1", "--evaluation-max-steps", "20", "--no-progress", *flags]
-    ranks = _torchrun(tmp_path, *common, "--n-processes", "1", "--logdir", "ranks")
+    ranks = _torchrun(tmp_path, *common, "--n-envs", "4", "--n-processes", "1", "--logdir", "ranks")
     assert ranks.returncode == 0, ranks.stderr[-3000:]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([str(Path(sys.executable).with_name("rlstruct")), *common, "--n-processes", "2",
-                          "--logdir", "one"], capture_output=True, text=True, timeout=200, cwd=tmp_path, env=env)
+    one = subprocess.run([str(Path(sys.executable).with_name("rlstruct")), *common, "--n-envs", "8",
+                          "--n-processes", "2", "--logdir", "one"],
+                         capture_output=True, text=True, timeout=200, cwd=tmp_path, env=env)
     assert one.returncode == 0, one.stderr[-3000:]
     two_ranks, one_process = _model_of(tmp_path / "ranks"), _model_of(tmp_path / "one")
     assert two_ranks.keys() == one_process.keys()

@@ -15,6 +15,8 @@ import pytest
 import torch
 
 from rlstruct import DictTensor, TemporalDictTensor, Trajectories
+from rlstruct.algos._train.env_spec import create_env
+from rlstruct.algos.policies import create_policy_agent
 from rlstruct.batchers import RL_Batcher, WorkerPlacement, restart_seed
 from rlstruct.batchers.ray_batcher import RayBatcher
 from rlstruct.envs import CartPole
@@ -321,6 +323,20 @@ def test_an_actor_hosting_worker_processes_equals_rl_batcher_and_reports_their_e
     assert len(report["workers"]) == 2 and all(w["pid"] != report["pid"] for w in report["workers"])
 
 
+def test_two_actors_with_one_seed_collect_what_one_rl_batcher_of_all_the_envs_collects(ray_cluster):
+    """One seed: actor k steps the envs after actor k - 1's, and the algorithms' agents key their draws by env."""
+    from tests.batchers.test_same_run import STOCHASTIC, collect, policy_args
+
+    agent_args, weights = policy_args("torch")
+    env_args = {"name": "CartPole-v1", "n_envs": 2, "autoreset": True}
+    with RayBatcher(12, create_policy_agent, agent_args, create_env, env_args, 0, 7, n_actors=2, agent_seeds=11,
+                    agent_info=STOCHASTIC, num_cpus=0.5) as rb:
+        rb.update(weights)
+        got = [t for t, _ in run(rb, 2)]
+    for a, b in zip(collect(0, "torch"), got):
+        assert_same(a, b)
+
+
 def test_unplaceable_actors_are_reported_not_waited_for(ray_cluster):
     with pytest.raises(BatcherWorkerError, match=r"could not be placed within 2 s.*lower num_cpus/num_gpus"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 0, [0, 1], n_actors=2, num_gpus=1,
@@ -410,8 +426,8 @@ def test_an_out_of_range_action_is_the_envs_action_range_error_naming_the_actor(
                     agent_info=GOOD) as b:
         b.reset()
         b.execute(agent_info=BAD)
-        with pytest.raises(ActionRangeError, match=r"^actor 0: worker 0: action\['action'\] must be in Discrete\(2\), the "
-                                                   r"integers in \[0, 1\], got 2 at env ids 1"):
+        with pytest.raises(ActionRangeError, match=r"^actor 0: worker 0: action\['action'\] must be in "
+                                                   r"Discrete\(2\), the integers in \[0, 1\], got 2 at env ids 1"):
             b.get()
         with pytest.raises(BatcherStateError, match="failed"):
             b.execute()

@@ -507,3 +507,19 @@ def test_last_action_does_not_alias_the_agent_tensor(case, device):
     before = obs_next["last_action"].clone()
     action["action"].add_(1)
     assert torch.equal(obs_next["last_action"], before)
+
+
+@pytest.mark.parametrize("backend", ["torch", "gymnasium"])
+def test_env_index_makes_part_of_the_envs_the_same_envs_as_in_the_whole(backend):
+    """Envs 2 and 3 of a seed, built as the first two of an env with env_index=2, replay the episodes (auto-resets
+    included) of envs 2 and 3 of the env of all four."""
+    whole = make_env("CartPole-v1", 4, seed=5, backend=backend, autoreset=True, max_episode_steps=6)
+    part = make_env("CartPole-v1", 2, seed=5, backend=backend, autoreset=True, max_episode_steps=6, env_index=2)
+    (obs_w, _), (obs_p, _) = whole.reset(), part.reset()
+    assert torch.equal(obs_w["frame"][2:], obs_p["frame"])
+    for _ in range(8):
+        (_, _), (obs_w, _) = whole.step(DictTensor({"action": torch.ones(4, dtype=torch.int64)}))
+        (_, _), (obs_p, _) = part.step(DictTensor({"action": torch.ones(2, dtype=torch.int64)}))
+        assert torch.equal(obs_w["frame"][2:], obs_p["frame"])
+    with pytest.raises(ValueError, match=r"env_index must be an int >= 0 \(the global index of the first env\)"):
+        make_env("CartPole-v1", 2, backend=backend, env_index=-1)
