@@ -60,6 +60,12 @@ def test_env_k_plays_the_same_episodes_whatever_n_envs(name):
     small.reset(), big.reset()
     acts = _actions(big, 300)
     _same(_run(small, [a[:3] for a in acts]), _run(big, acts), slice(0, 3))
+    # The envs split over processes (env_index: the global index of the first row) replay the same envs' episodes.
+    tail = make_env(f"MinAtar/{name}-v1", 5, backend="torch", seed=5, env_index=3, autoreset=True)
+    whole = MinAtarEnv(name, 8, seed=5, autoreset=True)
+    tail.reset(), whole.reset()
+    for x, y in zip(_run(tail, [a[3:] for a in acts]), _run(whole, acts), strict=True):
+        assert all(torch.equal(x[k], y[k][3:]) for k in x.keys())
 
 
 @pytest.mark.parametrize("device", device_params())

@@ -19,7 +19,7 @@ from rlstruct.envs._base import CallOrder, StepResult, VecEnv, check_env_info, c
 from rlstruct.envs._rng import draw_table, env_keys, step_uniforms, uniform_draws
 from rlstruct.envs._sim_io import check_action
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
-from rlstruct.seeding import check_seed
+from rlstruct.seeding import check_env_index, check_seed
 from rlstruct.structures import DictTensor
 
 __all__ = ["Game", "MinAtarEnv", "GAMES", "game", "advance", "autoreset_step", "autoreset_step_sparse", "restart",
@@ -187,6 +187,8 @@ class MinAtarEnv(CallOrder, VecEnv):
         n_envs: number of envs (``>= 1``).
         device: where the state, the observations and the ids live.
         seed: an int in ``[0, 2**31)``.
+        env_index: the global index of this env's first row: row ``j`` is env ``env_index + j`` of ``seed``, so
+            that envs split over processes replay the episodes of the same envs in one process.
         autoreset: ``True``: a finished env restarts inside ``step``; ``False``: finished envs drop out until
             :meth:`reset`.
         max_episode_steps: truncation horizon; ``None`` for none (the ids' is 1000).
@@ -213,6 +215,7 @@ class MinAtarEnv(CallOrder, VecEnv):
         *,
         device: DeviceLike = "cpu",
         seed: int = 0,
+        env_index: int = 0,
         autoreset: bool = False,
         max_episode_steps: int | None = 1000,
         sticky_action_prob: float = STICKY_ACTION_PROB,
@@ -240,7 +243,7 @@ class MinAtarEnv(CallOrder, VecEnv):
         self._reset_table = type("DrawTable", (), {k: v.to(self.device) for k, v in table.items()})
         self._ids_all = torch.arange(n_envs, dtype=torch.int64, device=self.device)
         self._ids = self._ids_all
-        keys = env_keys(self.seed, n_envs, self.device)
+        keys = env_keys(self.seed, n_envs, self.device, first=check_env_index(env_index))
         self._state = restart(self, {"rng_key": keys}, torch.full((n_envs,), -1, dtype=torch.int64,
                                                                    device=self.device))
         self._started = False
