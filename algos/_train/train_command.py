@@ -20,7 +20,7 @@ from rlstruct.algos._train.distributed import restart_resume
 from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
 from rlstruct.algos._train.log import Run, TrainResult
 from rlstruct.algos._train.presets import apply_preset, describe_preset, setting_sources
-from rlstruct.errors import ConfigError, RankLostError, RLStructError
+from rlstruct.errors import BatcherWorkerTimeout, ConfigError, RankLostError, RLStructError
 
 __all__ = ["configure_logging", "launched_at", "run_main", "stop_line"]
 
@@ -147,6 +147,9 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
         return 2
     except RankLostError as e:  # a data-parallel run lost a rank: the others end, each with one line
         print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
+    except BatcherWorkerTimeout as e:  # a hung (or slow to start) worker: no traceback would say more than this
+        print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
     # The command ends here. Once torch._dynamo is imported, the interpreter's final garbage collections walk
     # thousands of modules after the last line; frozen objects are skipped (reference counting still frees them).

@@ -246,6 +246,11 @@ def test_start_timeout_bounds_the_start_of_both_batchers_from_the_command_line(t
                            tensorboard=False)
     with pytest.raises(BatcherWorkerTimeout, match=r"within 0.001 s, the batcher's `start_timeout`; raise "):
         a2c.train(config)
+    # The command line says it in one line (status 1: the run failed, its settings were fine).
+    assert cli.main(["train", "a2c", "--n-processes", "1", "--n-envs", "2", "--start-timeout", "0.001", "--logdir",
+                     str(tmp_path / "cli"), "--no-progress", "--no-tensorboard"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rlstruct train a2c: error: worker 0 did not answer within 0.001 s")
     assert cli.main(["train", "a2c", "--start-timeout", "0", "--logdir", str(tmp_path / "bad")]) == 2
     assert capsys.readouterr().err.strip() == "rlstruct train a2c: error: start_timeout must be > 0 seconds, got 0.0"
     assert cli.main(["train", "a2c", "--start-timeout", "300", "--show-config"]) == 0
