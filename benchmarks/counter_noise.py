@@ -53,7 +53,7 @@ def measure(env: str, n_processes: int, counter: bool, n_envs: int, n_timesteps:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--envs", nargs="+", default=["CartPole-v1", "Pendulum-v1"])
     p.add_argument("--processes", nargs="+", type=int, default=[0, 2])
     p.add_argument("--n-envs", type=int, default=64, help="envs in all, split over the workers")

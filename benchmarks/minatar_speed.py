@@ -168,7 +168,7 @@ def measure_graph(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--game", default="Breakout",
                         help="Asterix, Breakout, Freeway, Seaquest or SpaceInvaders (gymnasium's spelling)")
     parser.add_argument("--envs", type=int, default=4096)

@@ -108,7 +108,7 @@ def measure_fill(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)  # as a learner beside env workers runs; on a shared machine, spinning threads cost more
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--part", choices=("all", "sample", "fill"), default="all")
     parser.add_argument("--capacity", type=int, default=50_000, help="transitions of the sample part's buffers")
     parser.add_argument("--iters", type=int, default=2_000, help="batches of 32 timed")
