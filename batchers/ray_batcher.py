@@ -102,6 +102,9 @@ class RayBatcher(BatcherBase):
         cuda_graph: passed to each actor's RL_Batcher (every actor, and every worker of it, on a GPU): each
             worker replays its acquisitions as one CUDA graph.
         zero_copy: passed to each actor's RL_Batcher (its result is copied into the object store anyway).
+        env_index: with one seed, the global index of the first env of this batcher's first actor (actor ``k``'s
+            RL_Batcher starts after the envs of the actors before it), for a batcher that steps part of a larger set
+            of envs (a data-parallel rank's); ``0`` otherwise.
 
     Raises:
         MissingDependencyError: Ray is not installed.
@@ -149,6 +152,7 @@ class RayBatcher(BatcherBase):
         cuda_graph: bool = False,
         zero_copy: bool = False,
         restart_workers: int = 0,
+        env_index: int = 0,
     ):
         self._actors: list = []
         self._pg = None
@@ -159,7 +163,7 @@ class RayBatcher(BatcherBase):
         args = BatcherArgs.check(n_timesteps, create_agent, agent_args, create_env, env_args, n_processes, seeds,
                                  agent_info, env_info, agent_seeds, device, worker_placements, timeout, sync_timings,
                                  cuda_graph, zero_copy, restart_workers, start_timeout=start_timeout,
-                                 n_actors=n_actors)
+                                 n_actors=n_actors, env_index=env_index)
         if num_cpus is None:
             num_cpus = float(max(n_processes, 1))
         if actor_placements is None:

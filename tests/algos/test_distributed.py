@@ -434,7 +434,9 @@ def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path
                           capture_output=True, text=True, timeout=120, env=env)
     try:
         assert head.returncode == 0, head.stderr[-2000:]
-        ranks = _torchrun(tmp_path, *common, "--ray-actors", "1", "--ray-address", "auto", "--logdir", "ranks")
+        # --n-envs is per rank (the run's total over its worker processes or actors): 2 ranks of 2 envs each.
+        per_rank = [("2" if previous == "--n-envs" else a) for previous, a in zip(["", *common], common)]
+        ranks = _torchrun(tmp_path, *per_rank, "--ray-actors", "1", "--ray-address", "auto", "--logdir", "ranks")
     finally:
         subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120, env=env)
     assert ranks.returncode == 0, ranks.stderr[-3000:]
