@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rlstruct.algos._noise import GeneratorNoise
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.distributions import Categorical, DiagGaussian
 from rlstruct.algos.losses import masked_policy_value_loss
@@ -257,7 +258,9 @@ def test_compiled_policy_step_is_one_graph_with_the_eager_steps_actions(continuo
     g = torch.Generator().manual_seed(0)
     frame = torch.randn(64, spec.obs_shape[0], generator=g)
     stochastic = torch.arange(64) % 3 != 0  # greedy rows too
-    noise = eager._noise((64, eager.model.policy_dim), g, eager.device)
+    draws = GeneratorNoise(g)
+    shape = (64, eager.model.policy_dim)
+    noise = draws.normal(shape) if continuous else draws.uniform(shape)  # what __call__ hands the step
     assert torch._dynamo.explain(eager.step)(frame, noise, stochastic).graph_break_count == 0
     a, b = eager.step(frame, noise, stochastic), compiled._step(frame, noise, stochastic)
     assert a.keys() == b.keys()
