@@ -104,7 +104,8 @@ def _cfg(tmp_path, **kw):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("env", ["LitSide-v0", "LitSideHWC-v0"])
 def test_a2c_learns_from_pixels_with_the_cnn(env, tmp_path):
-    result = a2c.train(_cfg(tmp_path, env=env, max_env_steps=16_000, n_envs=16, lr=1e-3))
+    # Seeds 0-5 reach 15.9-16 (of 16) at 24k env steps; at 16k seed 0 was still at 11.4.
+    result = a2c.train(_cfg(tmp_path, env=env, max_env_steps=24_000, n_envs=16, lr=1e-3))
     random_return = fakes_pixels.EPISODE_STEPS / 2
     assert result.eval_return >= 1.5 * random_return, result.eval_return
 

@@ -40,8 +40,9 @@ def assert_learned(result, best: float, final: float) -> None:
 
 @pytest.mark.timeout(300)
 def test_a2c_learns_cartpole(tmp_path):
-    """With what naming CartPole-v1 runs (the a2c-cartpole preset: 64 envs x 16 steps); seed 0 reaches 500."""
-    result = a2c.train(a2c.A2CConfig(**_common(tmp_path, max_env_steps=60_000, seed=0)))
+    """With what naming CartPole-v1 runs (the a2c-cartpole preset: 64 envs x 16 steps); seed 0 reaches 500 within
+    100k env steps (at 60k, 3 of seeds 0-7 had not yet passed 220)."""
+    result = a2c.train(a2c.A2CConfig(**_common(tmp_path, max_env_steps=100_000, seed=0)))
     assert result.preset == "a2c-cartpole"
     assert_learned(result, best=10 * RANDOM_POLICY_RETURN, final=1.5 * RANDOM_POLICY_RETURN)
 
