@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -108,9 +109,10 @@ def _check_seeds(seeds: Any, agent_seeds: Any, n_seeds: int, per: str, count: st
     return [int(s) for s in seeds]
 
 
-def _one_seed(seeds: Any, agent_seeds: Any, env_args: Mapping[str, Any]) -> tuple[int, int | None, int]:
+def _one_seed(seeds: Any, agent_seeds: Any, create_env: Callable[..., Any],
+              env_args: Mapping[str, Any]) -> tuple[int, int | None, int]:
     """The batcher's one seed, its one agent seed (or ``None``) and the envs per worker (``env_args["n_envs"]``)
-    when ``seeds`` is one int: every worker seeds its envs by their global index."""
+    when ``seeds`` is one int: every worker seeds its envs by their global index, which ``create_env`` must take."""
     seed = check_seed(seeds, argument="seeds")
     if agent_seeds is not None:
         if isinstance(agent_seeds, bool) or not isinstance(agent_seeds, (int, np.integer)):
@@ -126,7 +128,24 @@ def _one_seed(seeds: Any, agent_seeds: Any, env_args: Mapping[str, Any]) -> tupl
             f"{n_envs!r}: worker k's envs are the envs k * n_envs, ... of the batcher; add it, or pass one seed per "
             "worker"
         )
+    if not _takes(create_env, "env_index"):
+        name = getattr(create_env, "__qualname__", "create_env")
+        raise TypeError(
+            f"with one seed (seeds={seed}) each worker calls create_env(**env_args, seed=..., env_index=i), i the "
+            f"global index of its first env, but {name} takes no env_index; add an env_index=0 parameter (env k is "
+            "env env_index + k of the seed), or pass one seed per worker, seeds=[s0, s1, ...]"
+        )
     return seed, agent_seeds, n_envs
+
+
+def _takes(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` (a function or a class) takes the keyword ``name`` (or any keyword); ``True`` when its signature
+    cannot be read."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def _check_factories(create_agent: Any, agent_args: Any, create_env: Any, env_args: Any) -> None:
@@ -267,7 +286,7 @@ class BatcherArgs:
         env_index = check_env_index(env_index)
         one_seed, envs_per_worker = None, 0
         if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-            one_seed, agent_seed, envs_per_worker = _one_seed(seeds, agent_seeds, env_args)
+            one_seed, agent_seed, envs_per_worker = _one_seed(seeds, agent_seeds, create_env, env_args)
             n_units = per_unit * (n_actors or 1)
             seeds = [one_seed] * n_units
             agent_seeds = None if agent_seed is None else [agent_seed] * n_units

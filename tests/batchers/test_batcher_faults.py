@@ -374,8 +374,9 @@ def test_constructor_arguments_are_checked_before_anything_starts():
 
     with pytest.raises(ConfigError, match=r"agent_seeds must hold one seed per worker \(1\), got 2"):
         make(agent_seeds=[1, 2])
-    with pytest.raises(TypeError, match=r"seeds must be a sequence of ints, one per worker \(1\), got int 0; "
-                                        r"pass e.g. seeds=\[0\]"):
+    with pytest.raises(TypeError, match=r"with one seed \(seeds=0\) each worker calls create_env\(\*\*env_args, "
+                                        r"seed=\.\.\., env_index=i\).*CountingEnv takes no env_index; add an "
+                                        r"env_index=0 parameter .* or pass one seed per worker"):
         make(seeds=0)
     with pytest.raises(TypeError, match="seeds must be a sequence of ints.*got NoneType None"):
         make(seeds=None)
