@@ -161,16 +161,17 @@ class PixelQNetwork(nn.Module):
         obs_dtype: the env's frame dtype.
         obs_high: the largest value of ``uint8`` frames (``EnvSpec.obs_high``; default 255).
         dueling: use the dueling head.
+        layer_norm: a LayerNorm before each ReLU of the CNN (PQN's network).
 
     >>> PixelQNetwork((4, 84, 84), 4, obs_dtype="uint8")(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape
     torch.Size([2, 4])
     """
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, *, obs_dtype: str = "uint8",
-                 obs_high: float | None = None, dueling: bool = False):
+                 obs_high: float | None = None, dueling: bool = False, layer_norm: bool = False):
         super().__init__()
         self.dueling = dueling
-        self.encoder = CNNEncoder(obs_shape, obs_dtype=obs_dtype, obs_high=obs_high)
+        self.encoder = CNNEncoder(obs_shape, obs_dtype=obs_dtype, obs_high=obs_high, layer_norm=layer_norm)
         width = self.encoder.out_dim
         if dueling:
             self.value = mlp(width, (), 1)
@@ -188,8 +189,8 @@ class PixelQNetwork(nn.Module):
 
 def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = False, layer_norm: bool = False,
               activation: str = "tanh") -> QNetwork | PixelQNetwork:
-    """The Q-network for ``spec``'s env: :class:`PixelQNetwork` for images, :class:`QNetwork` (an MLP, with
-    ``layer_norm`` and ``activation``) otherwise.
+    """The Q-network for ``spec``'s env: :class:`PixelQNetwork` (with ``layer_norm``) for images, :class:`QNetwork`
+    (an MLP, with ``layer_norm`` and ``activation``) otherwise.
 
     >>> from rlstruct.algos._train.env_spec import EnvSpec
     >>> type(q_network(EnvSpec((10, 10, 4), "bool", 3, 1000), (64,))).__name__
@@ -197,7 +198,7 @@ def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = Fal
     """
     if spec.pixels:
         return PixelQNetwork(spec.obs_shape, spec.n_actions, obs_dtype=spec.obs_dtype, obs_high=spec.obs_high,
-                             dueling=dueling)
+                             dueling=dueling, layer_norm=layer_norm)
     return QNetwork(spec.obs_dim, spec.n_actions, hidden_sizes, dueling=dueling, layer_norm=layer_norm,
                     activation=activation)
 

@@ -106,13 +106,15 @@ class CNNEncoder(nn.Module):
     Frames at least :data:`NATURE_MIN_SIZE` pixels a side get the Nature-DQN stack (conv 32x8x8 s4,
     64x4x4 s2, 64x3x3 s1, linear 512); smaller ones (MinAtar's 10x10) the MinAtar network (conv 16x3x3 s1,
     linear 128). Frames become float inside the forward, on the encoder's device, divided by ``obs_high`` (255)
-    when the env's are ``uint8``, whether they arrive as ``uint8`` or already as floats.
+    when the env's are ``uint8``, whether they arrive as ``uint8`` or already as floats. With ``layer_norm`` each
+    layer's output is normalised before its ReLU (over a conv's whole ``[C, H, W]`` map), as in PQN's CNN.
 
     Args:
         obs_shape: the shape of one frame, as the env gives it.
         obs_dtype: the env's frame dtype, e.g. ``"uint8"`` (Atari) or ``"bool"`` (MinAtar).
         obs_high: the largest value of ``uint8`` frames (default 255).
         channels_last: whether the channels are the last dimension (default: :func:`image_layout`).
+        layer_norm: a LayerNorm before each ReLU (PQN's stabiliser).
 
     >>> enc = CNNEncoder((4, 84, 84))
     >>> enc(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape, enc.out_dim
@@ -122,7 +124,7 @@ class CNNEncoder(nn.Module):
     """
 
     def __init__(self, obs_shape: Sequence[int], *, obs_dtype: str = "uint8", obs_high: float | None = None,
-                 channels_last: bool | None = None):
+                 channels_last: bool | None = None, layer_norm: bool = False):
         super().__init__()
         self.scale = pixel_scale(obs_dtype, obs_high)
         if channels_last is None:
@@ -140,12 +142,15 @@ class CNNEncoder(nn.Module):
             self.out_dim = 128
         layers: list[nn.Module] = []
         for conv in convs:
-            layers += [init_orthogonal(conv, relu_gain), nn.ReLU()]
+            # GroupNorm with one group is a LayerNorm over the conv's whole [C, H, W] output.
+            norm = [nn.GroupNorm(1, conv.out_channels)] if layer_norm else []
+            layers += [init_orthogonal(conv, relu_gain), *norm, nn.ReLU()]
         layers.append(nn.Flatten())
         self.convs = nn.Sequential(*layers)
         with torch.no_grad():
             n_flat = self.convs(torch.zeros(1, c, h, w)).shape[1]
-        self.linear = nn.Sequential(init_orthogonal(nn.Linear(n_flat, self.out_dim), relu_gain), nn.ReLU())
+        norm = [nn.LayerNorm(self.out_dim)] if layer_norm else []
+        self.linear = nn.Sequential(init_orthogonal(nn.Linear(n_flat, self.out_dim), relu_gain), *norm, nn.ReLU())
 
     def forward(self, frame: torch.Tensor) -> torch.Tensor:
         """Features ``float [N, out_dim]`` of frames ``[N, C, H, W]`` (``[N, H, W, C]`` with ``channels_last``)."""

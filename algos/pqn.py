@@ -6,7 +6,8 @@ The training batcher steps auto-reset envs ``n_steps`` at a time with an epsilon
 linearly over the first ``epsilon_decay_fraction`` of the step budget); the learner computes Q(lambda) targets
 backwards over the collection with the network that collected it, then takes ``n_epochs`` passes of
 ``n_minibatches`` shuffled minibatches of gradient steps on the regression of ``Q(s_t, a_t)`` on those targets. The
-LayerNorm of the Q-network is what keeps this off-policy TD regression without a target network stable.
+LayerNorm of the Q-network (of its MLP, or of its CNN on image frames) is what keeps this off-policy TD regression
+without a target network stable.
 
 Targets bootstrap through time limits and not through terminations: a terminated step's target is its reward, a
 truncated step's bootstraps from ``max_a Q(_observation/frame)`` (the terminal observation), and the lambda-trace
@@ -100,8 +101,8 @@ def check_config(config: PQNConfig) -> None:
 
 
 def check_env(config: PQNConfig, spec: EnvSpec) -> None:
-    """Raises :class:`~rlstruct.errors.SpaceError` for continuous actions or image observations."""
-    spec.require("PQN", config.env, discrete=True, pixels=False, fix="DQN")
+    """Raises :class:`~rlstruct.errors.SpaceError` for continuous actions."""
+    spec.require("PQN", config.env, discrete=True, fix="DQN")
 
 
 def q_lambda_targets(

@@ -152,6 +152,8 @@ SUITES = [
     Suite("ppo-minatar-breakout-gymnasium", "ppo", "MinAtar/Breakout-v1", MINATAR_BREAKOUT, "300 s",
           ["--time-limit", "300", "--n-envs", "32", "--n-steps", "64", "--n-minibatches", "4", "--lr", "5e-4",
            "--entropy-coef", "0.01", "--eval-every", "10"], "gymnasium"),
+    # PQN on the torch MinAtar Breakout with its preset's settings (no flag: the pqn-minatar preset).
+    Suite("pqn-minatar-breakout-torch", "pqn", "MinAtar/Breakout-v1", MINATAR_BREAKOUT, "300k steps", [], "torch"),
     # SAC on gymnasium's Hopper-v5 with its preset's settings (no flag: rlstruct.algos._train.presets' sac-mujoco).
     Suite("sac-hopper-gymnasium", "sac", "Hopper-v5", 1000.0, "150k steps", [], "gymnasium"),
     # The same task for DQN, with its preset's settings (no flag: rlstruct.algos._train.presets' dqn-minatar).
@@ -242,6 +244,10 @@ REFERENCES = {
     "ppo-minatar": ("rlstruct's dqn-minatar preset, the same target: 5/5 past 5 at 70k-90k env steps", "this page",
                     "behind DQN in env steps: 5/5 past 5 at 82k-123k env steps, ahead in wall clock (20 s against "
                     "58 s, median)"),
+    "pqn-minatar": ("rlstruct's ppo-minatar and dqn-minatar presets, the same target: 5/5 past 5 at 82k-123k and "
+                    "70k-90k env steps", "this page",
+                    "behind both in env steps: 5/5 past 5 at 102k-143k env steps on the torch games (the kept "
+                    "policies re-evaluate at 5.4-5.8), without a replay buffer or a target network"),
     "ppo-brax-inverted-pendulum": ("the same PPO with its learning rate annealed over 400k env steps: 5/5 past "
                                    "1,000 at 25.6k-33.8k env steps", "docs/benchmarks/ecosystem.md",
                                    "level: 5/5 past 1,000 at 24.6k-32.8k env steps, 16-18 s from launch (JAX "

@@ -12,6 +12,10 @@ Two kinds of observation need more than the MLP of the earlier tutorials:
   of every acquisition; the learner replays each window from that stored state with ``replay_agent``
   (``--recurrent`` on the command line).
 
+The last section feeds the CNN from rlstruct's torch MinAtar games, which step as tensors on the batcher's device
+(a GPU when there is one), while the learner keeps the network on its own device; the command line does the same
+with ``rlstruct train ppo --env MinAtar/Breakout-v1 --backend torch --batcher-device cuda --learner-device cpu``.
+
 Run it with ``python tutorials/10_pixels_and_recurrent.py``. Size knob: the environment variable
 ``RLSTRUCT_TUTORIAL_SCALE`` (float, default 1.0) could only grow the training budgets (env steps) here: below 16k
 steps A2C does not learn from the frames yet and below 80k the LSTM does not beat the MLP, so the tests run the
@@ -162,6 +166,34 @@ def recurrent_beats_feed_forward(budget: int) -> dict[bool, float]:
     return best
 
 
+def torch_minatar_on_two_devices() -> None:
+    print("== 7. Torch MinAtar: the batcher steps the games on its device, the CNN learns on another")
+    # With a GPU the games and the acting CNN run on it and the learner's copy stays on the CPU; without, both are
+    # the CPU and the same code runs.
+    batcher_device = "cuda" if torch.cuda.is_available() else "cpu"
+    learner_device = "cpu"
+    spec = describe_env("MinAtar/Breakout-v1", "torch", None)
+    torch.manual_seed(0)
+    model = build_actor_critic(spec, (64,)).to(learner_device)
+    env_args = {"name": "MinAtar/Breakout-v1", "n_envs": 8, "autoreset": True, "backend": "torch",
+                "device": batcher_device}
+    with RL_Batcher(16, create_policy_agent, {"spec": spec, "hidden_sizes": (64,), "device": batcher_device},
+                    create_env, env_args, 0, [0], device=batcher_device,
+                    agent_info=DictTensor({"stochastic": torch.tensor([True])})) as b:
+        b.update(cpu_state_dict(model))
+        b.reset()
+        b.execute()
+        traj, _ = b.get()
+    frame = traj.trajectories["observation/frame"]
+    # The game's bool planes, [envs, steps, 10, 10, 4], on the batcher's device ...
+    assert frame.dtype == torch.bool and frame.shape == (8, 16, 10, 10, 4) and frame.device.type == batcher_device
+    # ... cross to the learner at one boundary and become floats only inside its CNN's forward.
+    traj = traj.to(learner_device)
+    logits = model.policy(traj.trajectories["observation/frame"].flatten(0, 1)).logits
+    assert logits.shape == (8 * 16, spec.n_actions) and logits.device.type == learner_device
+    print(f"   {tuple(frame.shape)} {frame.dtype} frames from {batcher_device}, the CNN's policy on {learner_device}")
+
+
 def main() -> None:
     encoders()
     frames_stay_uint8()
@@ -170,6 +202,7 @@ def main() -> None:
     a_pomdp()
     recurrent_state_in_the_batcher()
     recurrent_beats_feed_forward(max(80_000, int(80_000 * SCALE)))
+    torch_minatar_on_two_devices()
     print("tutorial 10: all claims hold")
 
 

@@ -137,6 +137,12 @@ _DQN_MINATAR = {"n_envs": 8, "rollout_steps": 8, "gradient_steps": 16, "batch_si
                 "learning_starts": 5_000, "target_update_interval": 500, "epsilon_end": 0.05,
                 "epsilon_decay_steps": 100_000, "lr": 2.5e-4, "eval_every": 100, "max_env_steps": 500_000,
                 "time_limit": 1800.0}
+# PQN on MinAtar: the shape of PQN's MinAtar runs (Gallici et al. 2025: 128 envs x 32 steps, Q(lambda) targets with
+# lambda 0.65, a LayerNorm CNN, no replay buffer or target network) over this CPU's budget: 2 epochs of 32 minibatches,
+# lr 3e-4, unscaled rewards, epsilon to 0.01 over the first 20% of 300k env steps.
+_PQN_MINATAR = {"n_envs": 128, "n_steps": 32, "n_epochs": 2, "n_minibatches": 32, "lr": 3e-4, "reward_scale": 1.0,
+                "epsilon_end": 0.01, "epsilon_decay_fraction": 0.2, "eval_every": 5, "max_env_steps": 300_000,
+                "time_limit": 1800.0}
 # SAC on MuJoCo locomotion: CleanRL's sac_continuous_action settings (one env, a gradient step per env step, 256-256
 # networks, batch 256, actor lr 3e-4, critic lr 1e-3, 5k random steps first, tau 0.005, the temperature tuned).
 _SAC_MUJOCO = {"n_envs": 1, "rollout_steps": 8, "hidden_sizes": (256, 256), "batch_size": 256, "lr": 3e-4,
@@ -228,6 +234,9 @@ PRESETS: tuple[Preset, ...] = (
     Preset("sac-mujoco", "sac", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
                                  "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
            _SAC_MUJOCO, 1000.0, "CleanRL's sac_continuous_action", "sac-hopper-gymnasium"),
+    Preset("pqn-minatar", "pqn", ("MinAtar/*",), _PQN_MINATAR, 5.0,
+           "PQN's MinAtar settings (128 envs x 32 steps, lambda 0.65, LayerNorm) over 300k env steps",
+           "pqn-minatar-breakout-torch"),
     Preset("ppo-minatar", "ppo", ("MinAtar/*",),
            {"n_envs": 32, "n_steps": 64, "n_minibatches": 4, "lr": 5e-4, "entropy_coef": 0.01, "eval_every": 10,
             "max_env_steps": 1_000_000, "time_limit": 1800.0}, 5.0,

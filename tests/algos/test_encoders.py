@@ -118,3 +118,26 @@ def test_a2c_runs_on_minatar_breakout_frames(tmp_path):
     result = a2c.train(_cfg(tmp_path, env="MinAtar/Breakout-v1", max_env_steps=1024, n_envs=8, n_evaluation_envs=2,
                             max_episode_steps=100))
     assert result.env_steps >= 1024 and result.checkpoint
+
+
+def test_cnn_layer_norm_normalises_each_layer_before_its_relu():
+    plain = CNNEncoder((10, 10, 4), obs_dtype="bool")
+    normed = CNNEncoder((10, 10, 4), obs_dtype="bool", layer_norm=True)
+    kinds = [type(m).__name__ for m in [*normed.convs, *normed.linear]]
+    assert kinds == ["Conv2d", "GroupNorm", "ReLU", "Flatten", "Linear", "LayerNorm", "ReLU"]
+    assert not any(isinstance(m, (torch.nn.GroupNorm, torch.nn.LayerNorm)) for m in [*plain.convs, *plain.linear])
+    frames = torch.rand(5, 10, 10, 4) < 0.3
+    assert normed(frames).shape == plain(frames).shape == (5, 128)
+
+
+def test_pqn_trains_its_layer_norm_cnn_on_torch_minatar_frames(tmp_path):
+    from rlstruct.algos import pqn
+    from rlstruct.algos.dqn import PixelQNetwork
+
+    cfg = pqn.PQNConfig(env="MinAtar/Breakout-v1", backend="torch", max_env_steps=1024, n_envs=16, n_steps=32,
+                        n_evaluation_envs=2, progress=False, tensorboard=False, logdir=str(tmp_path), preset="none")
+    spec = describe_env("MinAtar/Breakout-v1", "torch", None)
+    model = pqn.build_model(cfg, spec)
+    assert isinstance(model, PixelQNetwork) and any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
+    result = pqn.train(cfg)
+    assert result.env_steps >= 1024 and result.checkpoint
