@@ -10,8 +10,8 @@ __all__ = ["SumTree", "importance_weights"]
 
 
 class SumTree:
-    """``capacity`` non-negative priorities in the leaves of a complete binary tree whose nodes hold the sum and the
-    minimum of their leaves; :meth:`find` maps a mass in ``[0, total)`` to the leaf whose prefix sum reaches it.
+    """``capacity`` non-negative priorities in the leaves of a complete binary tree whose nodes hold the sum of their
+    leaves; :meth:`find` maps a mass in ``[0, total)`` to the leaf whose prefix sum reaches it.
 
     Float64 nodes, so that sums over a million leaves keep the precision of each one.
 
@@ -21,25 +21,19 @@ class SumTree:
 
     >>> tree = SumTree(3, "cpu")
     >>> tree.update(torch.tensor([0, 1, 2]), torch.tensor([1.0, 2.0, 1.0]))
-    >>> float(tree.total), float(tree.minimum), tree.find(torch.tensor([0.5, 1.5, 2.9, 3.5])).tolist()
-    (4.0, 1.0, [0, 1, 1, 2])
+    >>> float(tree.total), tree.find(torch.tensor([0.5, 1.5, 2.9, 3.5])).tolist()
+    (4.0, [0, 1, 1, 2])
     """
 
     def __init__(self, capacity: int, device: torch.device | str):
         self.leaves = 1 << max(0, (capacity - 1).bit_length())
         self.depth = self.leaves.bit_length() - 1
         self.sum = torch.zeros(2 * self.leaves, dtype=torch.float64, device=device)
-        self.min = torch.full((2 * self.leaves,), torch.inf, dtype=torch.float64, device=device)
 
     @property
     def total(self) -> torch.Tensor:
         """The sum of the priorities, 0-d."""
         return self.sum[1]
-
-    @property
-    def minimum(self) -> torch.Tensor:
-        """The smallest priority set, 0-d (``inf`` before any)."""
-        return self.min[1]
 
     def update(self, index: torch.Tensor, priority: torch.Tensor) -> None:
         """Sets the priorities of leaves ``index`` (``int64 [N]``; a repeated index takes one of its values).
@@ -50,13 +44,11 @@ class SumTree:
         """
         node = index.to(self.sum.device) + self.leaves
         self.sum[node] = priority.to(self.sum)
-        self.min[node] = priority.to(self.sum)
         for _ in range(self.depth):
             # A parent twice in `node` is written twice with the same sum: no need to deduplicate.
             node = node // 2
             left, right = 2 * node, 2 * node + 1
             self.sum[node] = self.sum[left] + self.sum[right]
-            self.min[node] = torch.minimum(self.min[left], self.min[right])
 
     def get(self, index: torch.Tensor) -> torch.Tensor:
         """The priorities of leaves ``index``, ``float64 [N]``."""
@@ -75,11 +67,14 @@ class SumTree:
         return node - self.leaves
 
 
-def importance_weights(priority: torch.Tensor, minimum: torch.Tensor, beta: float) -> torch.Tensor:
-    """Schaul et al.'s importance-sampling weights ``w_i = (N P(i))^-beta / max_j w_j`` with ``P(i) = p_i / sum p``,
-    which reduce to ``(p_i / min_j p_j)^-beta``: 1 for the least likely transition, less for the others.
+def importance_weights(priority: torch.Tensor, beta: float) -> torch.Tensor:
+    """Schaul et al.'s importance-sampling weights ``w_i = (N P(i))^-beta / max_j w_j`` of a sampled batch
+    (``priority [B]``), with ``P(i) = p_i / sum p`` and the maximum over the batch, which reduces them to
+    ``(p_i / min_batch p)^-beta``: 1 for the batch's least likely transition, less for the others, ``float [B]``.
 
-    >>> importance_weights(torch.tensor([1.0, 4.0]), torch.tensor(1.0), 0.5).tolist()
-    [1.0, 0.5]
+    >>> importance_weights(torch.tensor([4.0, 1.0, 2.0]), 0.5).tolist()
+    [0.5, 1.0, 0.7071067690849304]
     """
-    return (priority / minimum).pow(-beta).float()
+    # Over the batch, not the buffer: the buffer's least likely transition sits at the floor eps^alpha, and dividing
+    # by its weight would shrink every update by (eps^alpha / p_i)^beta (docs/algorithms/dqn.md).
+    return (priority / priority.min()).pow(-beta).float()

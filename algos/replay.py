@@ -180,7 +180,7 @@ class ReplayBuffer:
         action = (8 if spec.discrete else 4) * math.prod(spec.action_shape)
         store = store_nbytes(default_obs_rows(capacity), spec.obs_shape, obs_dtype,
                              is_frame_stack(spec.obs_shape, obs_dtype))
-        tree = 2 * (1 << max(0, (capacity - 1).bit_length())) * 16 if cls is PrioritizedReplayBuffer else 0
+        tree = 2 * (1 << max(0, (capacity - 1).bit_length())) * 8 if cls is PrioritizedReplayBuffer else 0
         return store + tree + capacity * (8 + 8 + action + 4 + 4)
 
     def __len__(self) -> int:
@@ -425,7 +425,8 @@ class ReplayBuffer:
 class PrioritizedReplayBuffer(ReplayBuffer):
     """Proportional prioritized replay (Schaul et al. 2016): transition ``i`` is drawn with probability
     ``P(i) = p_i / sum_j p_j``, ``p_i = (|delta_i| + eps)^alpha`` from its last TD error ``delta_i``, and weighted by
-    ``w_i = (N P(i))^-beta / max_j w_j`` in the loss; a new transition gets the largest priority so far.
+    ``w_i = (N P(i))^-beta / max_j w_j`` in the loss (``j`` over the sampled batch); a new transition gets the largest
+    priority so far.
 
     The priorities sit in a :class:`~rlstruct.algos._replay_priority.SumTree` over tensors: a batch is drawn by
     stratified masses (one per ``1/batch_size`` of the total, Schaul et al.'s appendix) and updated at once.
@@ -461,7 +462,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def nbytes(self) -> int:
         """Bytes held by the buffer's tensors, the tree's included."""
-        return super().nbytes() + 2 * self.tree.sum.numel() * 8
+        return super().nbytes() + self.tree.sum.numel() * 8
 
     def anneal(self, fraction: float) -> None:
         """Sets ``beta`` to ``beta0 + (1 - beta0) * fraction`` (``fraction``: of the step budget spent)."""
@@ -491,7 +492,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         idx = idx.clamp(max=self.size - 1)
         batch = self._rows(idx)
         batch["index"] = idx
-        batch["weight"] = importance_weights(self.tree.get(idx), self.tree.minimum, self.beta)
+        batch["weight"] = importance_weights(self.tree.get(idx), self.beta)
         return batch
 
     def update_priorities(self, index: torch.Tensor, td_error: torch.Tensor) -> None:

@@ -1,5 +1,6 @@
 """Prioritized replay (rlstruct.algos.replay.PrioritizedReplayBuffer and its sum tree), tested against a reference:
-the draws follow the priorities, the weights are Schaul et al.'s formula, and DQN and SAC train with it."""
+the draws follow the priorities, the weights are Schaul et al.'s formula (normalised over the batch), and DQN
+and SAC train with it."""
 
 from __future__ import annotations
 
@@ -29,7 +30,6 @@ def test_the_sum_tree_sums_and_finds_like_a_prefix_sum():
         tree = SumTree(capacity, "cpu")
         tree.update(torch.arange(capacity), p)
         assert math.isclose(float(tree.total), float(p.sum()), rel_tol=1e-12)
-        assert float(tree.minimum) == float(p.min())
         mass = torch.rand(500, generator=g, dtype=torch.float64) * p.sum()
         reference = torch.searchsorted(torch.cumsum(p, 0), mass, right=True).clamp(max=capacity - 1)
         found = tree.find(mass)
@@ -62,10 +62,22 @@ def test_weights_are_schauls_formula():
         p = td.double().pow(0.6)
         prob = p / p.sum()
         w = (n * prob).pow(-beta)
-        expected = (w / w.max())[batch["index"]].float()
+        expected = (w[batch["index"]] / w[batch["index"]].max()).float()
         assert buf.beta == pytest.approx(beta)
         torch.testing.assert_close(batch["weight"], expected)
         assert torch.equal(batch["action"], batch["index"])  # the rows the weights are for
+
+
+def test_a_transition_of_td_error_zero_leaves_the_other_weights_at_one():
+    """The weights are normalised over the batch: a transition at the priority floor eps^alpha (TD error 0, which a
+    fitted network keeps somewhere in its buffer) does not shrink the updates of the batches it is not in."""
+    buf = PrioritizedReplayBuffer(64, 1, "cpu", alpha=0.6, beta0=1.0, seed=0)
+    ids = torch.arange(64)
+    buf.push(ids.float()[:, None], ids, ids.float(), ids.float()[:, None], torch.ones(64))
+    buf.update_priorities(ids, (ids > 0).float())
+    batch = buf.sample(32)
+    assert not bool((batch["index"] == 0).any())
+    assert torch.equal(batch["weight"], torch.ones(32))
 
 
 def test_new_transitions_get_the_largest_priority_so_far():
