@@ -16,10 +16,9 @@ import torch
 from gymnasium import spaces
 
 from rlstruct._accel import Accelerator, accelerator_for
-from rlstruct.envs._base import host_copy
 from rlstruct.errors import ActionRangeError, BatchSizeError, DeviceMismatchError, SpaceError
 
-__all__ = ["ActionSpec", "DeferredActionCheck"]
+__all__ = ["ActionSpec", "DeferredActionCheck", "host_copy"]
 
 # Offending values and env ids an ActionRangeError lists.
 _SHOWN = 5
@@ -216,6 +215,25 @@ class ActionSpec:
             f"action['action'] must be in {self.describe()}, got {values}{more} at env ids {shown_ids}{more} "
             f"({n_bad} of {len(a)} rows){where}; {fix}"
         )
+
+
+def host_copy(a: torch.Tensor, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[torch.Tensor, np.ndarray]:
+    """A copy of the CPU tensor ``a`` as ``dtype [shape]``: ``(tensor, array)`` sharing one fresh buffer.
+
+    The copy and the cast are one numpy call: inside an env step, after the env's own numpy (or gymnasium)
+    work, a torch ``copy_`` costs several times more. The env keeps the copy (as ``last_action``), so it
+    never aliases a tensor the caller may reuse.
+    """
+    if a.requires_grad:
+        a = a.detach()
+    try:
+        buf = np.array(a.numpy(), dtype=dtype)
+        if buf.shape != shape:
+            buf = buf.reshape(shape)
+    except (TypeError, RuntimeError):  # dtypes numpy lacks (bfloat16), negative-bit views
+        buf = np.empty(shape, dtype=dtype)
+        torch.from_numpy(buf).copy_(a.reshape(shape))
+    return torch.from_numpy(buf), buf
 
 
 def _on_host(t: torch.Tensor) -> torch.Tensor:

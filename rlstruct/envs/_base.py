@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rlstruct.envs._actions import DeferredActionCheck
 
 __all__ = [
-    "VecEnv", "StepResult", "host_copy", "check_env_info", "check_no_env_info", "check_some_running", "action_rows",
+    "VecEnv", "StepResult", "check_env_info", "check_no_env_info", "check_some_running", "action_rows",
     "check_sizes",
 ]
 
@@ -394,22 +394,3 @@ class HostDestinations:
             self._cache.clear()
         self._cache[id(d)] = (d, arrays)
         return arrays
-
-
-def host_copy(a: torch.Tensor, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[torch.Tensor, np.ndarray]:
-    """A copy of the CPU tensor ``a`` as ``dtype [shape]``: ``(tensor, array)`` sharing one fresh buffer.
-
-    The copy and the cast are one numpy call: inside an env step, after the env's own numpy (or gymnasium)
-    work, a torch ``copy_`` costs several times more. The env keeps the copy (as ``last_action``), so it
-    never aliases a tensor the caller may reuse.
-    """
-    if a.requires_grad:
-        a = a.detach()
-    try:
-        buf = np.array(a.numpy(), dtype=dtype)
-        if buf.shape != shape:
-            buf = buf.reshape(shape)
-    except (TypeError, RuntimeError):  # dtypes numpy lacks (bfloat16), negative-bit views
-        buf = np.empty(shape, dtype=dtype)
-        torch.from_numpy(buf).copy_(a.reshape(shape))
-    return torch.from_numpy(buf), buf

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstruct.envs._base import action_rows, host_copy
+from rlstruct.envs._actions import host_copy
+from rlstruct.envs._base import action_rows
 from rlstruct.envs._rng import MASK32
 from rlstruct.envs._sim_kernels import SimState
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, SpaceError
