@@ -398,7 +398,7 @@ def test_torch_output_reads_nothing_on_the_host(monkeypatch):
         # The simulators' CPU step and its action copy view CPU tensors through numpy (zero-copy, no device
         # involved); anywhere else, and in the bridge above all, .numpy() would be a host read on an accelerator.
         caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
-        host_modules = ("envs/_torch_env.py", "envs/_steppers.py", "envs/_sim_io.py", "envs/_base.py")
+        host_modules = ("envs/_torch_env.py", "envs/_steppers.py", "envs/_sim_io.py", "envs/_actions.py")
         if self.device.type != "cpu" or not caller.endswith(host_modules):
             forbidden()
         return numpy_view(self, *args, **kwargs)
