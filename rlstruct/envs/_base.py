@@ -13,7 +13,7 @@ from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, 
 from rlstruct.structures import DictTensor
 
 if TYPE_CHECKING:
-    from rlstruct.envs._actions import DeferredActionCheck
+    from rlstruct.envs._actions import ActionSpec, DeferredActionCheck
 
 __all__ = [
     "VecEnv", "StepResult", "check_env_info", "check_no_env_info", "check_some_running", "action_rows",
@@ -57,6 +57,8 @@ class VecEnv(abc.ABC):
     autoreset: bool
     action_space: gym.Space
     observation_space: gym.Space
+    #: the check of the actions' values, for the envs that check through one (see :meth:`deferred_action_check`)
+    _action_spec: ActionSpec | None = None
 
     @abc.abstractmethod
     def n_envs(self) -> int:
@@ -205,8 +207,11 @@ class VecEnv(abc.ABC):
         (one host sync) and raises for the steps since the last read. The batchers read it at the end of every
         acquisition, where they synchronise anyway; a loop of one's own calls ``check()`` where it reads results
         from the device.
+
+        The envs that check through an :class:`~rlstruct.envs._actions.ActionSpec` keep it as ``_action_spec``;
+        its ``deferred`` record is the answer.
         """
-        return None
+        return None if self._action_spec is None else self._action_spec.deferred
 
     def close(self) -> None:
         """Releases the envs' resources; idempotent."""

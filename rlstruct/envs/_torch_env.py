@@ -18,7 +18,7 @@ import torch
 
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs import _sim_kernels as kernels
-from rlstruct.envs._actions import ActionSpec, DeferredActionCheck
+from rlstruct.envs._actions import ActionSpec
 from rlstruct.envs._base import (
     CallOrder,
     HostDestinations,
@@ -367,10 +367,6 @@ class TorchVecEnv(CallOrder, VecEnv):
         self._state, out = self._stepper.episodic(self._state, ids, a, a_host)
         return self._episodic_result(out, ids, a)
 
-    def deferred_action_check(self) -> DeferredActionCheck | None:
-        """The record of the action checks on an accelerator (see :meth:`VecEnv.deferred_action_check
-        <rlstruct.envs.VecEnv.deferred_action_check>`); ``None`` on the CPU."""
-        return self._action_spec.deferred
 
     def close(self) -> None:
         """Ends the env: every later ``reset``, ``step`` or ``get_state`` raises :class:`EnvStateError`; idempotent."""

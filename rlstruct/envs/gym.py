@@ -11,7 +11,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlstruct.envs._actions import DeferredActionCheck
 from rlstruct.envs._base import CallOrder, HostDestinations, StepResult, VecEnv, check_env_info, check_some_running
 from rlstruct.envs._gym_adapters import GymAdapter, ListAdapter, VectorAdapter, is_vector_env
 from rlstruct.envs._gym_arrays import RESERVED_KEYS
@@ -131,12 +130,12 @@ class GymEnv(CallOrder, VecEnv):
             )
         adapter = self._adapter
         self.action_space, self.observation_space = adapter.action_space, adapter.observation_space
-        self._n, self._fields, self._action = adapter.n, adapter.fields, adapter.action
+        self._n, self._fields, self._action_spec = adapter.n, adapter.fields, adapter.action
         self._all_ids = torch.arange(self._n)
         self._running = np.arange(self._n)
         specs = {f.key: (f.shape, f.dtype) for f in self._fields}
         specs.update({k: ((), np.dtype(np.float32 if k == "reward" else bool)) for k in RESERVED_KEYS[:-1]})
-        specs["last_action"] = (self._action.shape, self._action.np_dtype)
+        specs["last_action"] = (self._action_spec.shape, self._action_spec.np_dtype)
         self._dest = HostDestinations(specs, self._n)
 
     def n_envs(self) -> int:
@@ -181,7 +180,7 @@ class GymEnv(CallOrder, VecEnv):
         self._check_steppable("step")
         running = self._running
         check_some_running(len(running), self._n)
-        a, a_np = self._action.host_copy(action["action"], len(running), running)
+        a, a_np = self._action_spec.host_copy(action["action"], len(running), running)
         ids = self._all_ids if len(running) == self._n else torch.from_numpy(running)
         nxt, reward, term, trunc, done_np, fresh = self._adapter.step(a_np, running)
         obs_next = self._assemble(nxt, reward, term, trunc, a, done_np)
@@ -207,10 +206,6 @@ class GymEnv(CallOrder, VecEnv):
         v["last_action"] = torch.from_numpy(last_r)
         return (obs_next, ids), (DictTensor._trusted(v), ids)
 
-    def deferred_action_check(self) -> DeferredActionCheck | None:
-        """``None``: the actions are checked at every step, on the host (see :meth:`VecEnv.deferred_action_check
-        <rlstruct.envs.VecEnv.deferred_action_check>`); a test's accelerator installed for the CPU defers them."""
-        return self._action.deferred
 
     def writes_in_place(self) -> bool:
         """True with ``autoreset=True``: :meth:`step_into` writes each env's results (over a list) or the vector
@@ -225,14 +220,14 @@ class GymEnv(CallOrder, VecEnv):
         if not self.writes_in_place():
             return super().step_into(action, observation_next, observation_running)
         self._check_steppable("step_into")
-        _, a_np = self._action.host_copy(action["action"], self._n)
+        _, a_np = self._action_spec.host_copy(action["action"], self._n)
         nxt, run = self._dest(observation_next, "observation_next"), self._dest(observation_running,
                                                                                 "observation_running")
         self._adapter.step_into(a_np, nxt, run)
 
     def _no_step(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, torch.Tensor]:
         """Reward, terminated, truncated and last_action of ``n`` rows that took no step."""
-        last_action = torch.zeros((n,) + self._action.shape, dtype=self._action.dtype)
+        last_action = torch.zeros((n,) + self._action_spec.shape, dtype=self._action_spec.dtype)
         return np.zeros(n, np.float32), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), last_action
 
     def _assemble(

@@ -15,7 +15,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._actions import ActionSpec, DeferredActionCheck
+from rlstruct.envs._actions import ActionSpec
 from rlstruct.envs._base import (
     CallOrder,
     HostDestinations,
@@ -170,9 +170,9 @@ class JaxVecEnv(CallOrder, VecEnv):
             )
         self.observation_space = observation_space
         self.action_space = action_space
-        self._action = ActionSpec(action_space, device=self.device, box_dtype=np.dtype(np.float32))
-        self._action_shape, self._action_dtype = self._action.shape, self._action.dtype
-        self._integer_action = self._action.integer
+        self._action_spec = ActionSpec(action_space, device=self.device, box_dtype=np.dtype(np.float32))
+        self._action_shape, self._action_dtype = self._action_spec.shape, self._action_spec.dtype
+        self._integer_action = self._action_spec.integer
         self._jax = import_jax()
         self.jax_device = jax_device(self.device)
         if self.device.type == "cpu":
@@ -310,17 +310,13 @@ class JaxVecEnv(CallOrder, VecEnv):
 
     def _check_action(self, action: DictTensor, n_rows: int, ids: torch.Tensor | None = None) -> torch.Tensor:
         a = action["action"]
-        shape = self._action.check(a, n_rows)
+        shape = self._action_spec.check(a, n_rows)
         # A fresh contiguous tensor of last_action's dtype, never the agent's: it is the step's last_action, and
         # what JAX reads.
         a = a.detach().reshape(shape).to(self._action_dtype, memory_format=torch.contiguous_format, copy=True)
-        self._action.check_values(a, ids=ids)
+        self._action_spec.check_values(a, ids=ids)
         return a
 
-    def deferred_action_check(self) -> DeferredActionCheck | None:
-        """The record of the action checks on an accelerator (see :meth:`VecEnv.deferred_action_check
-        <rlstruct.envs.VecEnv.deferred_action_check>`); ``None`` on the CPU."""
-        return self._action.deferred
 
     def step(self, action: DictTensor) -> StepResult:
         """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`): ``action``: int

@@ -12,7 +12,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._actions import ActionSpec, DeferredActionCheck
+from rlstruct.envs._actions import ActionSpec
 from rlstruct.envs._base import CallOrder, StepResult, VecEnv, action_rows, check_no_env_info, check_some_running
 from rlstruct.envs._imports import import_mujoco, import_mujoco_torch
 from rlstruct.envs._locomotion import check_max_episode_steps, locomotion_task
@@ -197,10 +197,6 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         self._action_spec.check_values(a, ids=ids)
         return a
 
-    def deferred_action_check(self) -> DeferredActionCheck | None:
-        """The record of the action checks on an accelerator (see :meth:`VecEnv.deferred_action_check
-        <rlstruct.envs.VecEnv.deferred_action_check>`); ``None`` on the CPU."""
-        return self._action_spec.deferred
 
     def step(self, action: DictTensor) -> StepResult:
         """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`): ``action``: floating

@@ -14,7 +14,7 @@ import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
-from rlstruct.envs._actions import ActionSpec, DeferredActionCheck
+from rlstruct.envs._actions import ActionSpec
 from rlstruct.envs._base import CallOrder, StepResult, VecEnv, check_env_info, check_sizes, check_some_running
 from rlstruct.envs._rng import draw_table, env_keys, step_uniforms, uniform_draws
 from rlstruct.envs._sim_io import check_action
@@ -313,10 +313,6 @@ class MinAtarEnv(CallOrder, VecEnv):
         self._ids = ids.index_select(0, rows)
         return (obs_next, ids), (obs_next.index(rows), self._ids)
 
-    def deferred_action_check(self) -> DeferredActionCheck | None:
-        """The record of the action checks on an accelerator (see :meth:`VecEnv.deferred_action_check
-        <rlstruct.envs.VecEnv.deferred_action_check>`); ``None`` on the CPU."""
-        return self._action_spec.deferred
 
     def close(self) -> None:
         """Ends the env: every later ``reset``, ``step`` or ``get_state`` raises :class:`EnvStateError`; idempotent."""
