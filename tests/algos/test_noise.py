@@ -100,3 +100,24 @@ def test_rows_are_the_envs_and_repeat_within_a_step():
         assert torch.equal(whole.uniform((10, 3)), whole.uniform((10, 3)))
         whole.advance()
         part.advance()
+
+
+def test_draws_served_from_blocks_are_each_steps_own():
+    """On the CPU a draw asked for at consecutive steps comes from blocks of steps: whatever steps it is asked at
+    (runs of steps, gaps, a new row count, a draw too large for a block), it is that step's draw, as the per-step
+    tensor hash computes it."""
+    asked = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, *range(40, 150)}
+    kinds = [("uniform", (6, 2), 0), ("normal", (6, 1), 3), ("integers", (6,), 1), ("uniform", (5,), 0)]
+    served, alone = CounterNoise(4, 1, CPU), tensor_hash(CounterNoise(4, 1, CPU))
+    for t in range(150):
+        if t in asked:
+            for kind, shape, stream in kinds[: 3 if t % 7 else 4]:
+                if kind == "integers":
+                    want, got = alone.integers(9, shape, stream), served.integers(9, shape, stream)
+                else:
+                    want, got = getattr(alone, kind)(shape, stream), getattr(served, kind)(shape, stream)
+                assert torch.equal(got, want), (t, kind)
+        if t in (0, 41, 100):
+            assert torch.equal(served.uniform((70_000,), 5), alone.uniform((70_000,), 5))
+        served.advance()
+        alone.advance()
