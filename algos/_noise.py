@@ -132,6 +132,7 @@ class CounterNoise:
     def _served(self, kind: str, shape: Sequence[int], stream: int, high: int = 0) -> torch.Tensor:
         """On the CPU: this step's draws, from the block that holds them (a new one, twice as long, when the last
         block of the same draw has run out, or one step when the draw is new or skipped steps)."""
+        shape = tuple(shape)
         key = (kind, shape, stream, high)
         block = self._blocks.get(key)
         if block is not None:
@@ -142,7 +143,7 @@ class CounterNoise:
         else:
             n_steps = 1
         n_steps = min(n_steps, max(1, _BLOCK_ELEMENTS // max(1, math.prod(shape))))
-        draws = self._block(kind, tuple(shape), stream, high, self._step, n_steps).unbind(0)
+        draws = self._block(kind, shape, stream, high, self._step, n_steps).unbind(0)
         self._blocks[key] = [self._step, draws, min(2 * n_steps, BLOCK_STEPS)]
         return draws[0]
 

@@ -97,7 +97,7 @@ def test_rows_are_the_envs_and_repeat_within_a_step():
         assert torch.equal(whole.uniform((10, 3))[6:], part.uniform((4, 3)))
         assert torch.equal(whole.integers(7, (10,), stream=1)[6:9], part.integers(7, (3,), stream=1))
         assert torch.equal(whole.normal((8, 2))[6:], part.normal((2, 2)))
-        assert torch.equal(whole.uniform((10, 3)), whole.uniform((10, 3)))
+        assert torch.equal(whole.uniform([10, 3]), whole.uniform((10, 3)))  # a list or a tuple of sizes
         whole.advance()
         part.advance()
 
