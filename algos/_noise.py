@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstruct.envs._rng import EPISODE_STRIDE, MASK32, MIX_C1, MIX_C2, env_keys, mix32
+from rlstruct.envs._rng import EPISODE_STRIDE, MASK32, env_keys, mix32
 
 __all__ = ["CounterNoise", "GeneratorNoise", "NoiseSource"]
 
@@ -22,6 +22,10 @@ __all__ = ["CounterNoise", "GeneratorNoise", "NoiseSource"]
 _AGENT_SALT = 0x5EED_A6E7 << 32
 _COLUMN_STRIDE = 0x2C1B3C6D
 _TWO_POW_M23 = 2.0**-23
+#: the most steps of one draw the CPU computes at once
+BLOCK_STEPS = 64
+# and the most draws in a block (memory)
+_BLOCK_ELEMENTS = 1 << 16
 
 
 class GeneratorNoise:
@@ -59,6 +63,11 @@ class CounterNoise:
     envs ``env_index, ..., env_index + B - 1`` (every env of an auto-reset batcher's worker; an episodic batcher's
     shrinking running set draws as its first rows).
 
+    On the CPU a draw asked for at consecutive steps is computed for a block of steps at once (a step only adds
+    ``t * EPISODE_STRIDE`` to the counters), the block growing up to :data:`BLOCK_STEPS` steps, and served a step at a
+    time: the same bits as one step's draws, in a few array operations per block instead of per step. What a draw
+    returns is then a view of that block: read it, do not write into it.
+
     >>> a = CounterNoise(7, 0, torch.device("cpu"))
     >>> b = CounterNoise(7, 2, torch.device("cpu"))
     >>> torch.equal(a.uniform((4, 3))[2:], b.uniform((2, 3))), bool((a.uniform((4, 3)) > 0).all())
@@ -72,63 +81,98 @@ class CounterNoise:
         self.env_index = env_index
         self.device = torch.device(device)
         self._numpy = self.device.type == "cpu"
-        # (rows, columns, stream) -> the counters at step 0 (key + salt), and on the CPU two uint32 arrays to hash in
-        self._counters: dict[tuple[int, int, int], tuple] = {}
+        # (rows, columns, stream) -> the counters at step 0 (key + salt): uint32 [rows * columns] on the CPU
+        self._counters: dict[tuple[int, int, int], Any] = {}
+        # on the CPU, (kind, shape, stream, high) -> [first step, the steps' draws, steps in the next block]
+        self._blocks: dict[tuple, list] = {}
         self._step: Any = 0 if self._numpy else torch.zeros((), dtype=torch.int64, device=self.device)
 
-    def _bits(self, shape: Sequence[int], stream: int) -> Any:
-        """Hashes in ``[0, 2**32)`` of shape ``[B, *rest]``: on the CPU a ``uint32`` scratch array, overwritten by the
-        next call (read it at once), else an ``int64`` tensor."""
-        B, rest = shape[0], tuple(shape[1:])
-        n_columns = math.prod(rest)
+    def _counters_of(self, B: int, n_columns: int, stream: int) -> Any:
         cached = self._counters.get((B, n_columns, stream))
         if cached is None:
             keys = env_keys(self.seed | _AGENT_SALT, B, self.device, first=self.env_index).view(B, 1)
             columns = torch.arange(n_columns, dtype=torch.int64) + (stream << 20)
-            counters = (keys + mix32((columns * _COLUMN_STRIDE + 1) & MASK32).to(self.device)) & MASK32
-            if self._numpy:  # the counters, the hash and a scratch for its shifts, allocated once
-                counters = counters.numpy().astype(np.uint32)
-                cached = (counters, np.empty_like(counters), np.empty_like(counters))
-            else:
-                cached = (counters,)
+            cached = (keys + mix32((columns * _COLUMN_STRIDE + 1) & MASK32).to(self.device)) & MASK32
+            if self._numpy:
+                cached = cached.numpy().astype(np.uint32).reshape(-1)
             self._counters[(B, n_columns, stream)] = cached
-        if self._numpy:
-            # uint32 wraps modulo 2**32: mix32 with its masks implicit, in place.
-            counters, x, scratch = cached
-            np.add(counters, np.uint32(self._step * EPISODE_STRIDE & MASK32), out=x)
-            for shift, multiplier in ((16, MIX_C1), (15, MIX_C2), (15, None)):
-                np.right_shift(x, shift, out=scratch)
-                x ^= scratch
-                if multiplier is not None:
-                    x *= multiplier
-            return x.reshape(B, *rest)
-        return mix32((cached[0] + (self._step & MASK32) * EPISODE_STRIDE) & MASK32).view(B, *rest)
+        return cached
+
+    def _bits(self, shape: Sequence[int], stream: int) -> torch.Tensor:
+        """Off the CPU: hashes in ``[0, 2**32)``, ``int64`` of shape ``[B, *rest]``."""
+        counters = self._counters_of(shape[0], math.prod(shape[1:]), stream)
+        return mix32((counters + (self._step & MASK32) * EPISODE_STRIDE) & MASK32).view(*shape)
+
+    def _block_bits(self, shape: Sequence[int], stream: int, start: int, n_steps: int) -> np.ndarray:
+        """On the CPU: hashes in ``[0, 2**32)``, ``uint32 [n_steps, B * prod(rest)]``, of steps ``start, ...``."""
+        counters = self._counters_of(shape[0], math.prod(shape[1:]), stream)
+        # uint64 products wrap modulo 2**64, so their low 32 bits are the step offsets modulo 2**32.
+        steps = (np.arange(start, start + n_steps, dtype=np.uint64) * np.uint64(EPISODE_STRIDE)).astype(np.uint32)
+        # uint32 wraps modulo 2**32: mix32 with its masks implicit.
+        return mix32(counters + steps[:, None], True)
+
+    def _block_uniform(self, shape: Sequence[int], stream: int, start: int, n_steps: int) -> torch.Tensor:
+        u = (self._block_bits(shape, stream, start, n_steps) >> 9).astype(np.float32)
+        u += np.float32(0.5)
+        u *= np.float32(_TWO_POW_M23)
+        return torch.from_numpy(u).view(n_steps, *shape)
+
+    def _block(self, kind: str, shape: Sequence[int], stream: int, high: int, start: int,
+               n_steps: int) -> torch.Tensor:
+        """``[n_steps, *shape]``: the draws of steps ``start, ...``."""
+        if kind == "uniform":
+            return self._block_uniform(shape, stream, start, n_steps)
+        if kind == "normal":
+            u1 = self._block_uniform(shape, stream | 1 << 10, start, n_steps)
+            u2 = self._block_uniform(shape, stream | 2 << 10, start, n_steps)
+            return _box_muller(u1, u2)
+        bits = self._block_bits(shape, stream, start, n_steps).astype(np.uint64)
+        return torch.from_numpy(((bits * np.uint64(high)) >> np.uint64(32)).astype(np.int64)).view(n_steps, *shape)
+
+    def _served(self, kind: str, shape: Sequence[int], stream: int, high: int = 0) -> torch.Tensor:
+        """On the CPU: this step's draws, from the block that holds them (a new one, twice as long, when the last
+        block of the same draw has run out, or one step when the draw is new or skipped steps)."""
+        shape = tuple(shape)
+        key = (kind, shape, stream, high)
+        block = self._blocks.get(key)
+        if block is not None:
+            k = self._step - block[0]
+            if 0 <= k < len(block[1]):
+                return block[1][k]
+            n_steps = block[2] if k == len(block[1]) else 1
+        else:
+            n_steps = 1
+        n_steps = min(n_steps, max(1, _BLOCK_ELEMENTS // max(1, math.prod(shape))))
+        draws = self._block(kind, shape, stream, high, self._step, n_steps).unbind(0)
+        self._blocks[key] = [self._step, draws, min(2 * n_steps, BLOCK_STEPS)]
+        return draws[0]
 
     def uniform(self, shape: Sequence[int], stream: int = 0) -> torch.Tensor:
         """Uniform ``float32`` in ``(0, 1)`` of ``shape`` ``[B, ...]``: 23 hashed bits, centred (exact in float32)."""
-        bits = self._bits(shape, stream) >> 9
         if self._numpy:
-            u = bits.astype(np.float32)
-            u += np.float32(0.5)
-            u *= np.float32(_TWO_POW_M23)
-            return torch.from_numpy(u)
-        return (bits.to(torch.float32) + 0.5) * _TWO_POW_M23
+            return self._served("uniform", shape, stream)
+        return ((self._bits(shape, stream) >> 9).to(torch.float32) + 0.5) * _TWO_POW_M23
 
     def normal(self, shape: Sequence[int], stream: int = 0) -> torch.Tensor:
         """Standard normal ``float32`` of ``shape`` ``[B, ...]`` (Box-Muller over two uniform streams of their own)."""
-        u1, u2 = self.uniform(shape, stream | 1 << 10), self.uniform(shape, stream | 2 << 10)
-        return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos((2.0 * math.pi) * u2)
+        if self._numpy:
+            return self._served("normal", shape, stream)
+        return _box_muller(self.uniform(shape, stream | 1 << 10), self.uniform(shape, stream | 2 << 10))
 
     def integers(self, high: int, shape: Sequence[int], stream: int = 0) -> torch.Tensor:
         """Uniform ``int64`` in ``[0, high)`` of ``shape`` ``[B, ...]``."""
-        bits = self._bits(shape, stream)
         if self._numpy:
-            return torch.from_numpy(((bits.astype(np.uint64) * np.uint64(high)) >> np.uint64(32)).astype(np.int64))
-        return (bits * high) >> 32
+            return self._served("integers", shape, stream, high)
+        return (self._bits(shape, stream) * high) >> 32
 
     def advance(self) -> None:
         """The next step's draws."""
         self._step += 1
+
+
+def _box_muller(u1: torch.Tensor, u2: torch.Tensor) -> torch.Tensor:
+    # Elementwise, each element computed alike wherever it lies in the tensor: a block's draws are a step's draws.
+    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos((2.0 * math.pi) * u2)
 
 
 #: what an agent draws from

@@ -339,12 +339,6 @@ class RecurrentPolicyAgent(NetworkAgent):
         h, c, logits = self._core(frame, h, c, torch.zeros(h.shape[:1], dtype=torch.bool, device=h.device))
         return logits.argmax(-1), h, c
 
-    def seed_envs(self, seed: int, env_index: int) -> None:
-        """Seeds the agent's generator with ``seed + env_index`` (in process, ``seed``, as a batcher's one agent seed
-        always did): this agent does not take counter-based draws yet, so its draws depend on how the envs are split
-        over processes."""
-        self.seed((seed + env_index) % 2**31)
-
     def _core(self, frame: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
               initial_state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         h, c = self.model.core_step(frame, h, c, initial_state)

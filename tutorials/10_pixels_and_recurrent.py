@@ -18,8 +18,8 @@ with ``rlstruct train ppo --env MinAtar/Breakout-v1 --backend torch --batcher-de
 
 Run it with ``python tutorials/10_pixels_and_recurrent.py``. Size knob: the environment variable
 ``RLSTRUCT_TUTORIAL_SCALE`` (float, default 1.0) could only grow the training budgets (env steps) here: below 16k
-steps A2C does not learn from the frames yet and below 80k the LSTM does not beat the MLP, so the tests run the
-claims at those sizes.
+steps A2C does not learn from the frames yet and below 120k the LSTM does not reliably beat the MLP, so the tests run
+the claims at those sizes.
 """
 
 from __future__ import annotations
@@ -160,8 +160,10 @@ def recurrent_beats_feed_forward(budget: int) -> dict[bool, float]:
         evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
         best[recurrent] = max(evals)
         print(f"   {'LSTM' if recurrent else 'MLP '}: best evaluation {best[recurrent]:.1f} in {budget} env steps")
-    # In 80k steps the LSTM's best is more than twice the MLP's (seeds 0-2: 500, 213 and 369 against 46, 48 and
-    # 46); in fewer, the MLP, with fewer weights to fit, is still ahead (at 30k: 46-50 against 26-39).
+    # In 120k steps the LSTM's best is more than twice the MLP's (seeds 0-3: 291, 360, 101 and 500 against 47, 47, 46
+    # and 44). Without an entropy bonus the policy first collapses towards one action, and when it escapes depends on
+    # the seed: in 80k steps the LSTM reaches 100 on 4 of seeds 0-11; in fewer, the MLP, with fewer weights to
+    # fit, is still ahead (at 30k: 46-50 against 26-39).
     assert best[True] > 2 * best[False], best
     return best
 
@@ -197,11 +199,11 @@ def torch_minatar_on_two_devices() -> None:
 def main() -> None:
     encoders()
     frames_stay_uint8()
-    # Budgets the size knob does not shrink: below them the claims do not hold (about 30 s on 2 CPU cores).
+    # Budgets the size knob does not shrink: below them the claims do not hold (about 40 s on 2 CPU cores).
     learn_from_pixels(max(16_000, int(16_000 * SCALE)))
     a_pomdp()
     recurrent_state_in_the_batcher()
-    recurrent_beats_feed_forward(max(80_000, int(80_000 * SCALE)))
+    recurrent_beats_feed_forward(max(120_000, int(120_000 * SCALE)))
     torch_minatar_on_two_devices()
     print("tutorial 10: all claims hold")
 

@@ -122,7 +122,9 @@ def _a2c(tmp_path, **kw):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_recurrent_a2c_learns_cartpole_without_velocities(tmp_path):
-    result = a2c.train(_a2c(tmp_path, max_env_steps=80_000, seed=0, stop_at_reward_threshold=False))
+    # Seeds 0-3 reach 291, 360, 101 and 500 in 120k steps; in 80k 8 of seeds 0-11 stay below 100 (the policy
+    # first collapses towards one action, and when it escapes depends on the seed).
+    result = a2c.train(_a2c(tmp_path, max_env_steps=120_000, seed=0, stop_at_reward_threshold=False))
     evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
     # A feed-forward policy stays below 100 on this POMDP (BENCHMARKS.md); the LSTM goes well beyond.
     assert max(evals) >= 150, evals

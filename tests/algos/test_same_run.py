@@ -1,6 +1,6 @@
 """One seed, one run, whatever the number of processes: ``rlstruct train`` writes the same ``progress.csv`` (its
 wall-clock columns aside) in process and over worker processes, for the on-policy and the off-policy loop, on a
-torch simulator and a gymnasium env, and for a preset."""
+torch simulator and a gymnasium env, for the Gaussian and the recurrent policy, and for a preset."""
 
 from __future__ import annotations
 
@@ -45,6 +45,24 @@ def test_a_run_is_the_same_in_process_and_over_worker_processes(tmp_path, algo, 
     modes = ("1", "2") if (algo, backend) == ("ppo", "torch") else ("2",)
     for n in modes:
         assert progress(tmp_path, f"workers-{n}", algo, *flags, "--n-processes", n) == alone, n
+
+
+def test_a_recurrent_run_is_the_same_in_process_and_over_two_workers(tmp_path):
+    """The LSTM policy (``--recurrent``) on CartPoleNoVel: its draws and its memory do not depend on the split."""
+    flags = [*COMMON, "--env", "CartPoleNoVel-v1", "--recurrent", "--n-steps", "16", "--n-minibatches", "2",
+             "--n-epochs", "2", "--max-env-steps", "192", "--eval-every", "2"]
+    alone = progress(tmp_path, "alone", "ppo", *flags)
+    assert len(alone) > 3 and any(row[alone[0].index("eval/return")] for row in alone[1:])
+    assert progress(tmp_path, "workers", "ppo", *flags, "--n-processes", "2") == alone
+
+
+def test_a_gaussian_policys_run_is_the_same_in_process_and_over_two_workers(tmp_path):
+    """PPO on Pendulum: the Gaussian's normal draws (Box-Muller over two hashed streams) do not depend on the split."""
+    flags = [*COMMON, "--env", "Pendulum-v1", "--n-steps", "16", "--n-minibatches", "2", "--n-epochs", "2",
+             "--max-env-steps", "192", "--eval-every", "2"]
+    alone = progress(tmp_path, "alone", "ppo", *flags)
+    assert len(alone) > 3 and any(row[alone[0].index("eval/return")] for row in alone[1:])
+    assert progress(tmp_path, "workers", "ppo", *flags, "--n-processes", "2") == alone
 
 
 def test_a_presets_run_is_the_same_in_process_and_with_two_workers(tmp_path):

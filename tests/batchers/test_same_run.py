@@ -10,7 +10,7 @@ import torch
 from rlstruct import DictTensor, RL_Batcher
 from rlstruct.algos._train.env_spec import create_env, describe_env
 from rlstruct.algos.networks import build_actor_critic
-from rlstruct.algos.policies import create_policy_agent
+from rlstruct.algos.policies import create_policy_agent, create_recurrent_agent
 from rlstruct.errors import ConfigError
 from tests.fakes import ConstantAgent, CountingEnv
 from tests.helpers import assert_same
@@ -53,6 +53,31 @@ def test_one_seed_gives_the_same_trajectories_in_process_and_over_workers(backen
     for n_processes in (4,) if backend == "torch" else (2,):  # one and two: test_batchers.py, tests/algos
         for a, b in zip(alone, collect(n_processes, backend)):
             assert_same(a, b)
+
+
+def test_the_recurrent_agent_collects_the_same_trajectories_in_process_and_over_workers():
+    """The LSTM agent's draws are keyed by global env index too; its memory, carried from one acquisition to the next
+    and stored at each one's start, is the same bits whatever process steps the env."""
+    spec = describe_env("CartPoleNoVel-v1", "torch", None)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        weights = create_recurrent_agent(spec, (8,)).model.state_dict()
+    runs = []
+    for n_processes in (0, 2):
+        env_args = {"name": "CartPoleNoVel-v1", "n_envs": N_ENVS // max(n_processes, 1), "autoreset": True}
+        with RL_Batcher(12, create_recurrent_agent, {"spec": spec, "hidden_sizes": (8,)}, create_env, env_args,
+                        n_processes, 7, agent_seeds=11, agent_info=STOCHASTIC) as b:
+            b.update(weights)
+            b.reset()
+            runs.append([])
+            for _ in range(2):
+                b.execute()
+                runs[-1].append(b.get()[0])
+    alone, workers = runs
+    assert bool(alone[1].trajectories["observation/initial_state"][:, 1:].any())  # episodes restart the memory
+    assert bool(alone[1].info["agent_state/h"].abs().sum() > 0)
+    for a, b in zip(alone, workers):
+        assert_same(a, b)
 
 
 def test_another_seed_gives_other_actions():
