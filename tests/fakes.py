@@ -411,3 +411,37 @@ class FirstSeedsOnlyEnv(FaultEnv):
         if kwargs.get("seed", 0) >= max_seed:
             raise RuntimeError(f"FirstSeedsOnlyEnv cannot be built with seed {kwargs.get('seed')}")
         super().__init__(**kwargs)
+
+
+class SlowWrapper(RL_Agent):
+    """The agent ``create(**args)``, sleeping ``delay`` seconds before each step: an acquisition long enough to be
+    killed in the middle of, whose steps are the wrapped agent's."""
+
+    def __init__(self, create, args, delay=0.05):
+        self.agent = create(**args)
+        self.delay = delay
+
+    def initial_state(self, agent_info, B):
+        return self.agent.initial_state(agent_info, B)
+
+    def __call__(self, state, observation, agent_info, history=None):
+        time.sleep(self.delay)
+        return self.agent(state, observation, agent_info, history)
+
+    def update(self, state_dict):
+        self.agent.update(state_dict)
+
+    def seed(self, seed):
+        self.agent.seed(seed)
+
+    def seed_envs(self, seed, env_index):
+        self.agent.seed_envs(seed, env_index)
+
+    def noise_state(self):
+        return self.agent.noise_state()
+
+    def set_noise_state(self, state):
+        self.agent.set_noise_state(state)
+
+    def close(self):
+        self.agent.close()
