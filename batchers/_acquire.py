@@ -292,7 +292,9 @@ class Acquirer:
             checks.snapshot(f" of acquisition {self.n_acquired}")
             checks.raise_pending(wait=False)
         if self.carry is not None and boundary is not None:
+            t0 = self._tick()
             self.carry.write(self, boundary)
+            self.timings["copy"] += self._tick() - t0
         return out
 
     def raise_action_errors(self) -> None:

@@ -2,9 +2,9 @@
 the replacement of a failed worker restores it and collects the failed acquisition again, the same steps bit for bit.
 
 The carried state: the env's (``get_state``), the observation the next step starts from, the running set, the agent
-state, the agent's :meth:`~rlstruct.agents.RL_Agent.noise_state` and torch's global CPU generator. It is kept in two
-slots written in turn, each stamped last with the boundary it holds, so that a worker killed while writing one leaves
-the other whole.
+state, the agent's :meth:`~rlstruct.agents.RL_Agent.noise_state` and, in a worker process, torch's global CPU
+generator. It is kept in two slots written in turn, each stamped last with the boundary it holds, so that a worker
+killed while writing one leaves the other whole.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ __all__ = ["Carry", "allocate_carry", "carry_layout", "holds"]
 _HEADER = "header"
 
 
-def carry_layout(acq: Acquirer) -> Specs | None:
+def carry_layout(acq: Acquirer, *, rng: bool = True) -> Specs | None:
     """The per-row layout of what ``acq`` carries (``env/*``, ``observation/*``, ``agent_state/*``, ``running``) and
-    of its whole-worker parts (``rng``, ``noise``: their full shapes), or ``None`` when it cannot be kept: the env has
-    no ``get_state`` returning a DictTensor (a gymnasium adapter, a JAX env). Call it after the probe."""
+    of its whole-worker parts (``rng``, torch's global generator, unless ``rng`` is false; ``noise``: their full
+    shapes), or ``None`` when it cannot be kept: the env has no ``get_state`` returning a DictTensor (a gymnasium
+    adapter, a JAX env). Call it after the probe."""
     get_state = getattr(acq.env, "get_state", None)
     if not callable(get_state) or not callable(getattr(acq.env, "set_state", None)):
         return None
@@ -38,8 +39,9 @@ def carry_layout(acq: Acquirer) -> Specs | None:
     layout = specs_of(state, "env/")
     layout.update({k: v for k, v in acq.specs.items() if k.startswith(("observation/", "agent_state/"))})
     layout["running"] = ((), torch.bool)
-    rng = torch.get_rng_state()
-    layout["rng"] = (tuple(rng.shape), rng.dtype)
+    if rng:
+        state = torch.get_rng_state()
+        layout["rng"] = (tuple(state.shape), state.dtype)
     noise = acq.agent.noise_state()
     if noise is not None:
         layout["noise"] = (tuple(noise.shape), noise.dtype)
@@ -99,8 +101,9 @@ class Carry:
         if noise is not None:
             dst.append(slot["noise"])
             src.append(noise)
-        dst.append(slot["rng"])
-        src.append(torch.get_rng_state())
+        if "rng" in slot:
+            dst.append(slot["rng"])
+            src.append(torch.get_rng_state())
         foreach_copy(dst, [s.cpu() for s in src])
         slot["running"].zero_().index_fill_(0, ids.cpu(), True)
         header[1] = acq.state is not None
@@ -118,7 +121,8 @@ class Carry:
         acq.observation = _rows(slot, "observation/", n, device)
         acq.state = _rows(slot, "agent_state/", n, device) if bool(slot[_HEADER][1]) else None
         acq.n_acquired = int(slot[_HEADER][2])
-        torch.set_rng_state(slot["rng"].clone())
+        if "rng" in slot:
+            torch.set_rng_state(slot["rng"].clone())
         if "noise" in slot:
             acq.agent.set_noise_state(slot["noise"].clone())
 

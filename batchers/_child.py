@@ -87,7 +87,8 @@ def serve(acq: Acquirer, msg: Message, *, in_process: bool = False) -> Any:
     if cmd is Command.CARRY:
         (slots,) = args
         if slots is None:
-            return carry_layout(acq)
+            # In process torch's global generator is the caller's too: it is not the worker's to restore.
+            return carry_layout(acq, rng=not in_process)
         acq.carry = Carry(slots)
         return None
     if cmd is Command.RESTORE:

@@ -451,13 +451,13 @@ class RL_Batcher(WorkerReplacement, BatcherBase):
     def timings(self) -> dict[str, float]:
         """Seconds spent per phase since the last :meth:`reset_timings`, and step counts.
 
-        ``agent_forward``, ``env_step``, ``buffer_write`` and ``copy`` (agent/env info to the buffer) are
-        measured in the workers and summed over them; ``wait`` is the parent's time blocked in ``get``
-        and ``gather`` its time copying the result out of the buffer. ``steps`` counts loop iterations,
-        ``env_steps`` env transitions; with ``cuda_graph``, ``graph_replay`` holds the replayed steps' agent,
-        env and buffer-write phases together. With an env that writes in place (``VecEnv.writes_in_place()``), its
-        writes into the buffer count as ``env_step`` and ``buffer_write`` holds the actions' alone. On a GPU the
-        phases are exact only with ``sync_timings=True``.
+        ``agent_forward``, ``env_step``, ``buffer_write`` and ``copy`` (agent/env info to the buffer, and the state
+        kept for ``restart_workers``) are measured in the workers and summed over them; ``wait`` is the parent's
+        time blocked in ``get`` and ``gather`` its time copying the result out of the buffer. ``steps`` counts loop
+        iterations, ``env_steps`` env transitions; with ``cuda_graph``, ``graph_replay`` holds the replayed steps'
+        agent, env and buffer-write phases together. With an env that writes in place
+        (``VecEnv.writes_in_place()``), its writes into the buffer count as ``env_step`` and ``buffer_write`` holds
+        the actions' alone. On a GPU the phases are exact only with ``sync_timings=True``.
         """
         total: dict[str, float] = {p: 0.0 for p in (*PHASES, "graph_replay", "steps", "env_steps")}
         for wt in self._worker_timings:

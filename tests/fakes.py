@@ -415,16 +415,26 @@ class FirstSeedsOnlyEnv(FaultEnv):
 
 class SlowWrapper(RL_Agent):
     """The agent ``create(**args)``, sleeping ``delay`` seconds before each step: an acquisition long enough to be
-    killed in the middle of, whose steps are the wrapped agent's."""
+    killed in the middle of, whose steps are the wrapped agent's. With ``raise_at_call``, its call of that number (1:
+    the probe) raises RuntimeError, once in the process (``SlowWrapper.raised`` says whether it did): a fault that the
+    exact replacement of an in-process worker does not meet again."""
 
-    def __init__(self, create, args, delay=0.05):
+    raised = False
+
+    def __init__(self, create, args, delay=0.05, raise_at_call=None):
         self.agent = create(**args)
         self.delay = delay
+        self.raise_at_call = raise_at_call
+        self.calls = 0
 
     def initial_state(self, agent_info, B):
         return self.agent.initial_state(agent_info, B)
 
     def __call__(self, state, observation, agent_info, history=None):
+        self.calls += 1
+        if self.calls == self.raise_at_call and not SlowWrapper.raised:
+            SlowWrapper.raised = True
+            raise RuntimeError("SlowWrapper failure injected")
         time.sleep(self.delay)
         return self.agent(state, observation, agent_info, history)
 
