@@ -65,13 +65,13 @@ class WorkerReplacement:
     _default_agent_info: Any
     _default_env_info: Any
     _n_acquisitions: int
+    _boundary: int
     timeout: float
     restart_workers: int
     n_processes: int
 
     def _start_carries(self, one_seed: bool) -> None:
         """Allocates each worker's kept state, where it can be kept (``restart_workers`` and one seed)."""
-        self._boundary = 0
         self._carries: list[list[dict[str, torch.Tensor]] | None] = [None] * len(self._workers)
         self._carry_layouts: list[Any] = [None] * len(self._workers)
         if not (self.restart_workers and one_seed):

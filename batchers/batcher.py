@@ -182,6 +182,7 @@ class RL_Batcher(WorkerReplacement, BatcherBase):
         self._restart_policy = RestartPolicy(restart_workers, per_unit=False, first_seeds=args.first_seeds(n_workers),
                                              unit="worker")
         self._weights: Any = None  # what the last update() sent, for a restarted worker
+        self._boundary = 0  # resets and acquisitions started: the boundary each worker's kept state is stamped with
         self._reset_parts: tuple[list[DictTensor], list[DictTensor]] | None = None
         # Tracked before any process starts: a constructor interrupted halfway still stops what it started.
         what = f"RL_Batcher with {n_processes} worker processes" if n_processes else "RL_Batcher (in process)"
