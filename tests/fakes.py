@@ -415,17 +415,20 @@ class FirstSeedsOnlyEnv(FaultEnv):
 
 class SlowWrapper(RL_Agent):
     """The agent ``create(**args)``, sleeping ``delay`` seconds before each step: an acquisition long enough to be
-    killed in the middle of, whose steps are the wrapped agent's. With ``raise_at_call``, its call of that number (1:
-    the probe) raises RuntimeError, once in the process (``SlowWrapper.raised`` says whether it did): a fault that the
-    exact replacement of an in-process worker does not meet again."""
+    killed in the middle of, whose steps are the wrapped agent's. With ``raise_at_call`` (``raise_at_update``), its
+    call (update) of that number (1: the probe, the first update) raises RuntimeError, once in the process
+    (``SlowWrapper.raised`` says whether it did): a fault that the exact replacement of an in-process worker does not
+    meet again."""
 
     raised = False
 
-    def __init__(self, create, args, delay=0.05, raise_at_call=None):
+    def __init__(self, create, args, delay=0.05, raise_at_call=None, raise_at_update=None):
         self.agent = create(**args)
         self.delay = delay
         self.raise_at_call = raise_at_call
+        self.raise_at_update = raise_at_update
         self.calls = 0
+        self.updates = 0
 
     def initial_state(self, agent_info, B):
         return self.agent.initial_state(agent_info, B)
@@ -439,6 +442,10 @@ class SlowWrapper(RL_Agent):
         return self.agent(state, observation, agent_info, history)
 
     def update(self, state_dict):
+        self.updates += 1
+        if self.updates == self.raise_at_update and not SlowWrapper.raised:
+            SlowWrapper.raised = True
+            raise RuntimeError("SlowWrapper failure injected")
         self.agent.update(state_dict)
 
     def seed(self, seed):

@@ -63,30 +63,36 @@ def test_a_worker_killed_mid_acquisition_changes_nothing(env, recurrent):
         assert_same(a, b)
 
 
-def test_an_episodic_batcher_in_process_is_replaced_exactly():
-    """Episodic envs (the running set shrinks as episodes end) in process: the agent raises once in the second
-    acquisition, and the replacement collects what the unbroken batcher collects."""
+@pytest.mark.parametrize(("autoreset", "fault", "during"), [(False, "raise_at_call", "get"),
+                                                        (True, "raise_at_update", "update")])
+def test_a_worker_in_process_is_replaced_exactly(autoreset, fault, during):
+    """In process, the agent raises once: in the second acquisition of episodic envs (the running set shrinks as
+    episodes end), or in the update after the first acquisition. The replacement collects what the unbroken batcher
+    collects."""
     spec = describe_env("CartPole-v1", "torch", None)
     weights = build_actor_critic(spec, (8,)).state_dict()
-    env_args = {"name": "CartPole-v1", "n_envs": N_ENVS, "autoreset": False}
+    env_args = {"name": "CartPole-v1", "n_envs": N_ENVS, "autoreset": autoreset}
     runs = []
-    for raise_at_call in (None, 1 + T + 5):
+    for at in (None, 1 + T + 5 if fault == "raise_at_call" else 2):
         SlowWrapper.raised = False
         agent_args = {"create": create_policy_agent, "args": {"spec": spec, "hidden_sizes": (8,)}, "delay": 0.0,
-                      "raise_at_call": raise_at_call}
+                      fault: at}
         with RL_Batcher(T, SlowWrapper, agent_args, create_env, env_args, 0, 7, agent_seeds=11,
                         agent_info=STOCHASTIC, restart_workers=1) as b:
             b.update(weights)
             b.reset()
             out, n = [], N_ENVS
-            while n > 0:
+            while n > 0 and len(out) < 4:
                 b.execute()
                 traj, n = b.get()
                 out.append(traj)
-            runs.append((out, [(r.acquisition, r.exact) for r in b.restarts]))
+                b.update(weights)
+            runs.append((out, [(r.during, r.exact) for r in b.restarts]))
     (alone, none), (replaced, restarts) = runs
-    assert none == [] and restarts == [(2, True)]
-    assert len(alone) == len(replaced) >= 3 and alone[-1].n_elems() < N_ENVS  # envs finished on the way
+    assert none == [] and restarts == [(during, True)]
+    assert len(alone) == len(replaced) >= 3
+    if not autoreset:
+        assert alone[-1].n_elems() < N_ENVS  # envs finished on the way
     for a, b in zip(alone, replaced):
         assert_same(a, b)
 
