@@ -1,4 +1,5 @@
-"""Assertions and arguments shared by the batcher test modules (importable, so no test module imports another)."""
+"""Assertions, arguments and fault injections shared by the test modules (importable: no test module imports
+another)."""
 
 from __future__ import annotations
 
