@@ -84,13 +84,24 @@ def sigkill_a_worker(proc: subprocess.Popen, progress_csv: Path, after_rows: int
     than ``after_rows`` lines; returns the pid killed, or ``None`` when the run ended first or ``within_s`` passed."""
     import psutil
 
+    def command(p: psutil.Process) -> str:
+        try:
+            return " ".join(p.cmdline())
+        except psutil.Error:  # a child that exited since it was listed
+            return ""
+
     deadline = time.monotonic() + within_s
     while proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
         rows = progress_csv.read_text().count("\n") if progress_csv.exists() else 0
-        workers = [p for p in psutil.Process(proc.pid).children()
-                   if "multiprocessing" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(p.cmdline())]
-        if rows > after_rows and workers:
+        if rows <= after_rows:
+            continue
+        try:
+            children = psutil.Process(proc.pid).children()
+        except psutil.Error:  # the run ended since
+            continue
+        workers = [p for p in children if "multiprocessing" in command(p) and "resource_tracker" not in command(p)]
+        if workers:
             os.kill(workers[0].pid, signal.SIGKILL)
             return workers[0].pid
     return None
