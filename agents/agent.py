@@ -86,6 +86,19 @@ class RL_Agent:
         """
         self.seed(env_seeds(seed, 1, env_index)[0])
 
+    def noise_state(self) -> torch.Tensor | None:
+        """Where the agent's own randomness stands (a tensor of the same shape and dtype at every call), or ``None``
+        when it has none of its own: it draws from torch's global generator, or nothing.
+
+        A batcher with ``restart_workers`` keeps it at every acquisition's end and gives it to a failed worker's
+        replacement's :meth:`set_noise_state`, so that the replacement draws what the failed agent would have. An
+        agent that draws from a generator of its own overrides both; the default suits the others.
+        """
+        return None
+
+    def set_noise_state(self, state: torch.Tensor) -> None:
+        """Takes back a :meth:`noise_state` (a CPU copy): the agent then draws as the one it was read from."""
+
     def require_history(self) -> bool:
         """True when :meth:`__call__` needs the steps of the current acquisition so far."""
         return False

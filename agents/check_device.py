@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from rlstruct.agents.agent import RL_Agent
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import DeviceMismatchError
@@ -106,6 +108,14 @@ class RL_Agent_CheckDevice(RL_Agent):
     def seed_envs(self, seed: int, env_index: int) -> None:
         """Forwarded to the wrapped agent."""
         self.agent.seed_envs(seed, env_index)
+
+    def noise_state(self) -> torch.Tensor | None:
+        """Forwarded to the wrapped agent."""
+        return self.agent.noise_state()
+
+    def set_noise_state(self, state: torch.Tensor) -> None:
+        """Forwarded to the wrapped agent."""
+        self.agent.set_noise_state(state)
 
     def require_history(self) -> bool:
         """Forwarded to the wrapped agent."""

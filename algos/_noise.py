@@ -49,6 +49,14 @@ class GeneratorNoise:
     def advance(self) -> None:
         """Nothing: the generator moves on as it draws."""
 
+    def get_state(self) -> torch.Tensor:
+        """The generator's state (``uint8``)."""
+        return self.generator.get_state()
+
+    def set_state(self, state: torch.Tensor) -> None:
+        """Takes back a :meth:`get_state`."""
+        self.generator.set_state(state)
+
 
 class CounterNoise:
     """Counter-based draws: column ``c`` of stream ``s`` for row ``j`` at step ``t`` is
@@ -168,6 +176,22 @@ class CounterNoise:
     def advance(self) -> None:
         """The next step's draws."""
         self._step += 1
+
+    def get_state(self) -> torch.Tensor:
+        """The step count, ``int64 [1]`` (on the device off the CPU).
+
+        >>> a = CounterNoise(7, 0, torch.device("cpu")); a.advance(); b = CounterNoise(7, 0, torch.device("cpu"))
+        >>> b.set_state(a.get_state()); torch.equal(a.uniform((2, 3)), b.uniform((2, 3)))
+        True
+        """
+        return torch.as_tensor(self._step, dtype=torch.int64).reshape(1)
+
+    def set_state(self, state: torch.Tensor) -> None:
+        """Takes back a :meth:`get_state`; off the CPU in place, so that a captured CUDA graph reads it."""
+        if self._numpy:
+            self._step = int(state.reshape(()))
+        else:
+            self._step.copy_(state.reshape(()))
 
 
 def _box_muller(u1: torch.Tensor, u2: torch.Tensor) -> torch.Tensor:

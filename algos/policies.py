@@ -119,6 +119,14 @@ class NetworkAgent(RL_Agent):
         """Loads the learner's weights."""
         self.model.load_state_dict(state_dict)
 
+    def noise_state(self) -> torch.Tensor:
+        """Where :attr:`noise` stands: the counter-based draws' step, or the generator's state."""
+        return self.noise.get_state()
+
+    def set_noise_state(self, state: torch.Tensor) -> None:
+        """Takes back a :meth:`noise_state`."""
+        self.noise.set_state(state)
+
     def deterministic(self, frame: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The greedy action of frames ``[N, *obs]`` (what the greedy ``agent_info`` acts), and a recurrent agent's
         next memory from ``state``: a function of its tensors only, which :mod:`torch.export` and

@@ -17,6 +17,7 @@ import torch
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.batchers._buffer import TEMPORAL_PREFIXES, Specs, foreach_copy, specs_of
+from rlstruct.batchers._carry import Carry
 from rlstruct.batchers._graph import StepGraph
 from rlstruct.devices import as_device
 from rlstruct.envs import VecEnv
@@ -135,7 +136,8 @@ class Acquirer:
         # On an accelerator the env records its action checks on the device; they are read after each acquisition.
         deferred = getattr(env, "deferred_action_check", None)
         self._action_checks = deferred() if callable(deferred) else None
-        self._n_acquired = 0
+        self.n_acquired = 0
+        self.carry: Carry | None = None  # with restart_workers: where each boundary's state is kept
         if self._graph is not None and not self._full_rows:
             raise GraphCaptureError(
                 f"cuda_graph=True needs an auto-reset env (every env running, fixed shapes), but {env!r} has "
@@ -230,11 +232,10 @@ class Acquirer:
                 )
 
     # ----------------------------------------------------------------- protocol
-    def reset(self, agent_info: DictTensor, env_info: DictTensor) -> None:
-        """Restarts every env and forgets the carried agent state."""
-        self.agent_info = agent_info
-        self.env_info = env_info
-        self._env_info_dev = env_info.to(self.device)
+    def reset(self, agent_info: DictTensor, env_info: DictTensor, boundary: int | None = None) -> None:
+        """Restarts every env and forgets the carried agent state; keeps the state as ``boundary`` (the batcher's
+        count of resets and acquisitions) where :attr:`carry` is set."""
+        self._set_infos(agent_info, env_info)
         with torch.no_grad():
             obs, ids = self.env.reset(env_info)
         self._check_obs_device(obs, "reset")
@@ -244,10 +245,26 @@ class Acquirer:
         self.ids_cpu = torch.arange(self.n_envs)
         self.state: DictTensor | None = None
         self._started = True
+        if self.carry is not None and boundary is not None:
+            self.carry.write(self, boundary)
 
-    def acquire(self, agent_info: DictTensor | None = None, slot: int = 0) -> dict[str, Any]:
+    def restore(self, agent_info: DictTensor, env_info: DictTensor, boundary: int) -> None:
+        """Takes the state :attr:`carry` kept at ``boundary`` (a failed predecessor's), with these infos."""
+        assert self.carry is not None
+        self._set_infos(agent_info, env_info)
+        self.carry.restore(self, boundary)
+        self._started = True
+
+    def _set_infos(self, agent_info: DictTensor, env_info: DictTensor) -> None:
+        self.agent_info = agent_info
+        self.env_info = env_info
+        self._env_info_dev = env_info.to(self.device)
+
+    def acquire(
+        self, agent_info: DictTensor | None = None, slot: int = 0, boundary: int | None = None
+    ) -> dict[str, Any]:
         """Runs one acquisition into block ``slot`` (see :meth:`bind`), with ``agent_info`` (one row per env)
-        from now on when it is given.
+        from now on when it is given; keeps the state after it as ``boundary`` where :attr:`carry` is set.
 
         Returns:
             ``{"n_start": envs running at the start, "n_running": envs still running, "steps": steps taken,
@@ -261,7 +278,7 @@ class Acquirer:
         checks = self._action_checks
         if checks is not None:  # the last acquisition's, if its read had to wait for the device
             checks.raise_pending(wait=True)
-        self._n_acquired += 1
+        self.n_acquired += 1
         with torch.no_grad():
             if not self._full_rows:
                 out = self._acquire_episodic()
@@ -272,8 +289,12 @@ class Acquirer:
         if checks is not None:
             # No host sync here (in process, the learner reads the buffer in stream order): a copy of the record,
             # read now if the device is done with it, else by raise_action_errors or the next acquisition.
-            checks.snapshot(f" of acquisition {self._n_acquired}")
+            checks.snapshot(f" of acquisition {self.n_acquired}")
             checks.raise_pending(wait=False)
+        if self.carry is not None and boundary is not None:
+            t0 = self._tick()
+            self.carry.write(self, boundary)
+            self.timings["copy"] += self._tick() - t0
         return out
 
     def raise_action_errors(self) -> None:

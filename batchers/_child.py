@@ -19,6 +19,7 @@ import torch
 from rlstruct.allocator import tune_allocator
 from rlstruct.batchers._acquire import Acquirer, build_acquirer
 from rlstruct.batchers._buffer import allocate_block
+from rlstruct.batchers._carry import Carry, carry_layout
 from rlstruct.batchers._protocol import Command, Failure, Message, Reply, WorkerSpec
 from rlstruct.batchers.weights import load_weights
 from rlstruct.seeding import env_seeds
@@ -82,6 +83,16 @@ def serve(acq: Acquirer, msg: Message, *, in_process: bool = False) -> Any:
     if cmd is Command.UPDATE:
         (weights,) = args
         acq.agent.update(load_weights(weights, acq.device) if isinstance(weights, bytes) else weights)
+        return None
+    if cmd is Command.CARRY:
+        (slots,) = args
+        if slots is None:
+            # In process torch's global generator is the caller's too: it is not the worker's to restore.
+            return carry_layout(acq, rng=not in_process)
+        acq.carry = Carry(slots)
+        return None
+    if cmd is Command.RESTORE:
+        acq.restore(*args)
         return None
     raise ValueError(f"unknown command {cmd!r}")
 

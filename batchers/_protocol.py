@@ -51,9 +51,11 @@ class Command(enum.Enum):
 
     PROBE = "probe"  # (agent_info, env_info) -> Specs
     BIND = "bind"  # (blocks or None: allocate here and share) -> the block allocated, or None
-    RESET = "reset"  # (agent_info, env_info) -> None
-    ACQUIRE = "acquire"  # (agent_info or None, slot) -> the acquisition's summary
+    RESET = "reset"  # (agent_info, env_info, boundary) -> None
+    ACQUIRE = "acquire"  # (agent_info or None, slot, boundary) -> the acquisition's summary
     UPDATE = "update"  # (weights: serialised bytes, or a state dict on the worker's device) -> None
+    CARRY = "carry"  # (None) -> the layout of the carried state, or None; (slots) -> None: keep it there
+    RESTORE = "restore"  # (agent_info, env_info, boundary) -> None: take the state kept at boundary
     CLOSE = "close"  # () -> no reply expected
 
 

@@ -51,8 +51,12 @@ class WorkerRestart:
         acquisition: how many ``execute`` calls the batcher had started when it failed (the failed one
             included); 0 for a failure in the first ``reset`` or ``update``.
         during: the call that saw the failure: ``"get"``, ``"reset"`` or ``"update"``.
-        seed: the env seed of the new worker (:func:`restart_seed` of the worker's first seed).
-        agent_seed: the agent seed of the new worker (``None`` when the batcher has no agent seeds).
+        seed: the env seed of the new worker: its predecessor's when ``exact``, else :func:`restart_seed` of the
+            worker's first seed.
+        agent_seed: the agent seed of the new worker, likewise (``None`` when the batcher has no agent seeds).
+        exact: whether the new worker took its predecessor's seeds and state as of the start of the failed call, so
+            that it collects the same steps as if nothing had failed; ``False`` where that cannot be (one seed per
+            worker, an env without ``get_state``, a Ray actor): its envs then start new episodes.
     """
 
     worker_id: int
@@ -61,6 +65,7 @@ class WorkerRestart:
     during: str
     seed: int
     agent_seed: int | None
+    exact: bool = False
 
 
 def describe(error: BaseException) -> str:
@@ -114,20 +119,27 @@ class RestartPolicy:
         used = self.count(k) if self.per_unit else len(self.records)
         return used < self.budget
 
-    def admit(self, k: int, error: BaseException, acquisition: int, during: str) -> WorkerRestart:
+    def admit(self, k: int, error: BaseException, acquisition: int, during: str, *,
+              keep: tuple[int, int | None] | None = None) -> WorkerRestart:
         """Records and logs the replacement of unit ``k``, which failed with ``error`` during ``during()`` of
-        ``execute`` number ``acquisition``; returns the record, whose seeds the replacement takes.
+        ``execute`` number ``acquisition``; returns the record, whose seeds the replacement takes: ``keep``, the
+        failed unit's ``(env seed, agent seed)``, for an exact replacement, else :func:`restart_seed` ones.
 
         It is counted before the replacement starts: one that fails while starting uses the budget too, so that a
         unit that can never be rebuilt exhausts it instead of being retried forever.
         """
         n = self.count(k) + 1
-        seed, agent_seed = self.first_seeds[k]
-        record = WorkerRestart(k, describe(error), acquisition, during, restart_seed(seed, n),
-                               None if agent_seed is None else restart_seed(agent_seed, n))
+        if keep is not None:
+            record = WorkerRestart(k, describe(error), acquisition, during, keep[0], keep[1], exact=True)
+            how = "exact: the same seeds and state, the same steps"
+        else:
+            seed, agent_seed = self.first_seeds[k]
+            record = WorkerRestart(k, describe(error), acquisition, during, restart_seed(seed, n),
+                                   None if agent_seed is None else restart_seed(agent_seed, n))
+            how = f"not exact: seed {record.seed}, its envs start new episodes"
         self.records.append(record)
         used = n if self.per_unit else len(self.records)
-        log.warning("%s %d failed during %s() of acquisition %d (%s); replacing it (restart %d of %s, seed %d)",
+        log.warning("%s %d failed during %s() of acquisition %d (%s); replacing it (restart %d of %s, %s)",
                     self.unit, k, during, acquisition, record.cause, used,
-                    "unlimited" if self.budget == -1 else self.budget, record.seed)
+                    "unlimited" if self.budget == -1 else self.budget, how)
         return record

@@ -6,7 +6,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -17,47 +16,32 @@ from rlstruct.batchers._base import BatcherBase, Phase, repeat_first, same_specs
 from rlstruct.batchers._buffer import Part, Specs, allocate_block, gather, rows_of, trajectories_from, views_of
 from rlstruct.batchers._lifecycle import track, untrack
 from rlstruct.batchers._local import LocalWorker
-from rlstruct.batchers._parent import ProcessWorker, close_workers, recv_all, recv_each
+from rlstruct.batchers._parent import ProcessWorker, close_workers, recv_all
 from rlstruct.batchers._placement import WorkerPlacement
 from rlstruct.batchers._protocol import CHECK_DEVICE_ENV, Command, WorkerSpec
+from rlstruct.batchers._replace import ABANDON_GRACE_S, CLOSE_GRACE_S, WorkerReplacement
 from rlstruct.batchers._restart import RestartPolicy
 from rlstruct.batchers.weights import dump_weights
 from rlstruct.devices import DeviceLike, tree_copy
-from rlstruct.errors import BatcherStateError, BatcherWorkerError, BatcherWorkerTimeout, ConfigError
+from rlstruct.errors import BatcherStateError, BatcherWorkerError, ConfigError
 from rlstruct.structures import DictTensor, Trajectories
 
 __all__ = ["RL_Batcher"]
 
 log = logging.getLogger(__name__)
 
-# Seconds close() gives the workers to finish a pending acquisition and close their envs and agents.
-_CLOSE_GRACE_S = 5.0
-# The same for a worker busy with an acquisition nobody will read (the batcher was garbage-collected or the
-# interpreter exits with an execute() pending) or a failed worker being replaced: a program's exit must not wait
-# on a long or hung acquisition. The stop signal then makes the worker close its env and agent.
-_ABANDON_GRACE_S = 1.0
-
-
-class _RestartsExhausted(Exception):
-    """Carries the error that ends a batcher out of its restart loop, past the handler of restart failures."""
-
-    def __init__(self, error: BatcherWorkerError, cause: BatcherWorkerError):
-        super().__init__(str(error))
-        self.error, self.cause = error, cause
-
-
 def _release_workers(workers: list, busy: list[bool]) -> None:
     """Closes workers abandoned by their batcher (garbage collection or interpreter exit; see ``_lifecycle``);
     ``busy[0]``: an acquisition is pending, whose result nobody will read."""
-    grace = _ABANDON_GRACE_S if busy[0] else _CLOSE_GRACE_S
-    errors = close_workers(workers, grace, stop_grace=_CLOSE_GRACE_S)
+    grace = ABANDON_GRACE_S if busy[0] else CLOSE_GRACE_S
+    errors = close_workers(workers, grace, stop_grace=CLOSE_GRACE_S)
     workers.clear()
     if errors:
         # Expected when an acquisition was under way (its worker was stopped): the ResourceWarning said the rest.
         log.info("while closing the workers of an unclosed batcher: %s", errors)
 
 
-class RL_Batcher(BatcherBase):
+class RL_Batcher(WorkerReplacement, BatcherBase):
     """Collects trajectories of an agent on vectorized environments, in worker processes or in this process.
 
     The call order is ``reset`` → ``execute`` (returns at once) → ``get`` → ``(Trajectories, n_still_running)``;
@@ -102,9 +86,12 @@ class RL_Batcher(BatcherBase):
             ``execute`` after it. Applies where this process allocates the buffer on ``device``, without
             ``cuda_graph``, and when every env ran; otherwise ``get`` copies as usual.
         restart_workers: how many times in all a failed worker (one that raised, died or hung) may be replaced by
-            a fresh one instead of failing the batcher (0: the first failure raises). The new worker gets the
-            :func:`~rlstruct.batchers.restart_seed` seeds, the last weights and a reset, and collects its rows of
-            the failed acquisition again; each replacement is recorded in :attr:`restarts`.
+            a fresh one instead of failing the batcher (0: the first failure raises). With one seed and envs with
+            ``get_state`` (the torch simulators), each worker keeps its state at every call's end in memory this
+            process owns, and the new worker takes the same seeds and that state: it collects the same steps as if
+            nothing had failed. Otherwise it gets :func:`~rlstruct.batchers.restart_seed` seeds and a reset. Either
+            way it gets the last weights and collects its rows of the failed acquisition again; each replacement
+            is recorded in :attr:`restarts`.
         env_index: with one seed, the global index of this batcher's first env, for a batcher that steps part of a
             larger set of envs (a Ray actor's, a data-parallel rank's); ``0`` otherwise.
 
@@ -195,6 +182,7 @@ class RL_Batcher(BatcherBase):
         self._restart_policy = RestartPolicy(restart_workers, per_unit=False, first_seeds=args.first_seeds(n_workers),
                                              unit="worker")
         self._weights: Any = None  # what the last update() sent, for a restarted worker
+        self._boundary = 0  # resets and acquisitions started: the boundary each worker's kept state is stamped with
         self._reset_parts: tuple[list[DictTensor], list[DictTensor]] | None = None
         # Tracked before any process starts: a constructor interrupted halfway still stops what it started.
         what = f"RL_Batcher with {n_processes} worker processes" if n_processes else "RL_Batcher (in process)"
@@ -222,6 +210,7 @@ class RL_Batcher(BatcherBase):
             self._offsets = [sum(self._n_envs[:k]) for k in range(n_workers)]
             self._specs = self._probe(args.agent_info, args.env_info)
             self._bind(args.zero_copy)
+            self._start_carries(args.seed is not None)
         except BaseException:
             self.close()
             raise
@@ -289,88 +278,6 @@ class RL_Batcher(BatcherBase):
                     raise
                 # Dead since its last reply: waiting for this reply finds it dead and replaces it.
 
-    def _replies(self, method: str, command: Command, args_per_worker: Sequence[tuple]) -> list[Any]:
-        """Every worker's reply to ``command`` (sent already). Without ``restart_workers`` the first failure
-        raises; with it, a failed worker is replaced (:meth:`_restart`) and sent ``command`` again, until it
-        answers or no restart is left."""
-        if self.restart_workers == 0:
-            return recv_all(self._workers, self.timeout)
-        replies = recv_each(self._workers, self.timeout)
-        for k, r in enumerate(replies):
-            while isinstance(r, BatcherWorkerError):
-                try:
-                    self._restart(k, r, method)
-                    # A restarted worker has the last weights and has been reset already: only an acquisition is
-                    # asked again.
-                    if command is Command.ACQUIRE:
-                        w = self._workers[k]
-                        w.send(command, *args_per_worker[k])
-                        r = w.recv()
-                    else:
-                        r = None
-                except _RestartsExhausted as e:
-                    raise e.error from e.cause
-                except BatcherWorkerError as e:  # the new worker failed too (while starting): one more restart
-                    r = e
-            replies[k] = r
-        return replies
-
-    def _restart(self, k: int, cause: BatcherWorkerError, method: str) -> None:
-        """Replaces worker ``k``, which failed with ``cause``, by a fresh one, ready for the batcher's next call:
-        its env and agent built from the same arguments with :func:`~rlstruct.batchers.restart_seed` seeds, bound
-        to the same rows of the buffer, given the last weights and, once the batcher has been reset, reset with its
-        rows of the last ``env_info`` and latest ``agent_info``. Raises ``cause`` when no restart is left."""
-        policy = self._restart_policy
-        if not policy.allows(k):
-            raise _RestartsExhausted(BatcherWorkerError(
-                f"{cause}\n(restart_workers={self.restart_workers}: every allowed restart has been used: "
-                f"{[(r.worker_id, r.cause) for r in policy.records]})",
-                worker_id=cause.worker_id, remote_traceback=cause.remote_traceback,
-            ), cause)
-        record = policy.admit(k, cause, self._n_acquisitions, method)
-        spec = replace(self._worker_specs[k], seed=record.seed, agent_seed=record.agent_seed)
-        # A hung worker is stopped soon, then killed; one that raised closes its env and agent as at close().
-        grace = _ABANDON_GRACE_S if isinstance(cause, BatcherWorkerTimeout) else _CLOSE_GRACE_S
-        errors = close_workers([self._workers[k]], grace)
-        if errors:
-            log.debug("closing failed worker %d: %s", k, errors)
-        # A BatcherWorkerError from here on (the new worker died or raised while starting) is one more failure of
-        # worker k: _replies restarts it again while restarts are left.
-        w = self._workers[k] = self._Worker(spec, self.timeout)
-        self._worker_specs[k] = spec
-        ready = recv_all([w], self._start_timeout, "start_timeout")[0]
-        if ready["n_envs"] != self._n_envs[k]:
-            raise BatcherWorkerError(
-                f"restarted worker {k} built {ready['n_envs']} envs, its predecessor {self._n_envs[k]}; create_env "
-                "must build as many envs whatever the seed", worker_id=k,
-            )
-        n_envs = self._n_envs[k]
-        w.send(Command.PROBE, repeat_first(self._default_agent_info, n_envs),
-               repeat_first(self._default_env_info, n_envs))
-        if w.recv(self._start_timeout, "start_timeout") != self._specs:
-            raise BatcherWorkerError(
-                f"restarted worker {k} produces other keys, shapes or dtypes than before; every worker must build the "
-                "same kind of env and agent whatever its seed", worker_id=k,
-            )
-        if self._whole is not None:
-            w.send(Command.BIND, [blocks[k] for blocks in self._blocks])
-        elif w.device.type == "cuda":
-            w.send(Command.BIND, None)
-        else:
-            w.send(Command.BIND, [self._blocks[0][k]])
-        got = w.recv(self._start_timeout, "start_timeout")
-        if self._whole is None and w.device.type == "cuda":
-            self._blocks[0][k] = got
-        if self._weights is not None:
-            weights = self._weights if self.n_processes else tree_copy(self._weights, w.device)
-            w.send(Command.UPDATE, weights)
-            w.recv()
-        if self._reset_parts is not None:
-            ais, eis = self._reset_parts
-            w.send(Command.RESET, ais[k], eis[k])
-            w.recv()
-        self._reports[k] = ready["report"]
-
     # ----------------------------------------------------------------- API
     def reset(self, agent_info: DictTensor | None = None, env_info: DictTensor | None = None) -> None:
         """Restarts every env and forgets the carried agent state (blocking).
@@ -391,7 +298,8 @@ class RL_Batcher(BatcherBase):
         ai, ei = self._reset_rows(agent_info, env_info)
         ais, eis = self._split(ai), self._split(ei)
         self._reset_parts = (ais, eis)  # before the call: a worker restarted during it is reset with them
-        self._call_all("reset", Command.RESET, list(zip(ais, eis)))
+        self._boundary += 1
+        self._call_all("reset", Command.RESET, [(a, e, self._boundary) for a, e in zip(ais, eis)])
         self._to(Phase.READY)
 
     def execute(self, agent_info: DictTensor | None = None) -> None:
@@ -411,7 +319,8 @@ class RL_Batcher(BatcherBase):
             self._reset_parts = (parts, self._reset_parts[1])  # the agent_info a restarted worker is reset with
         self._wait_for_gather()
         self._n_acquisitions += 1
-        self._acquire_args = [(a, self._slot) for a in parts]
+        self._boundary += 1
+        self._acquire_args = [(a, self._slot, self._boundary) for a in parts]
         # In process, send() runs the whole acquisition: an interrupt there leaves an env that took steps the
         # buffer never recorded, so it fails the batcher like an interrupted exchange with worker processes.
         self._busy_box[0] = True
@@ -543,13 +452,13 @@ class RL_Batcher(BatcherBase):
     def timings(self) -> dict[str, float]:
         """Seconds spent per phase since the last :meth:`reset_timings`, and step counts.
 
-        ``agent_forward``, ``env_step``, ``buffer_write`` and ``copy`` (agent/env info to the buffer) are
-        measured in the workers and summed over them; ``wait`` is the parent's time blocked in ``get``
-        and ``gather`` its time copying the result out of the buffer. ``steps`` counts loop iterations,
-        ``env_steps`` env transitions; with ``cuda_graph``, ``graph_replay`` holds the replayed steps' agent,
-        env and buffer-write phases together. With an env that writes in place (``VecEnv.writes_in_place()``), its
-        writes into the buffer count as ``env_step`` and ``buffer_write`` holds the actions' alone. On a GPU the
-        phases are exact only with ``sync_timings=True``.
+        ``agent_forward``, ``env_step``, ``buffer_write`` and ``copy`` (agent/env info to the buffer, and the state
+        kept for ``restart_workers``) are measured in the workers and summed over them; ``wait`` is the parent's
+        time blocked in ``get`` and ``gather`` its time copying the result out of the buffer. ``steps`` counts loop
+        iterations, ``env_steps`` env transitions; with ``cuda_graph``, ``graph_replay`` holds the replayed steps'
+        agent, env and buffer-write phases together. With an env that writes in place
+        (``VecEnv.writes_in_place()``), its writes into the buffer count as ``env_step`` and ``buffer_write`` holds
+        the actions' alone. On a GPU the phases are exact only with ``sync_timings=True``.
         """
         total: dict[str, float] = {p: 0.0 for p in (*PHASES, "graph_replay", "steps", "env_steps")}
         for wt in self._worker_timings:
@@ -583,7 +492,7 @@ class RL_Batcher(BatcherBase):
         except Exception as e:
             errors.append(e)
         # getattr: close() also runs from __del__ on a batcher whose constructor raised before setting timeout.
-        grace = 1.0 if failed else min(getattr(self, "timeout", _CLOSE_GRACE_S), _CLOSE_GRACE_S)
+        grace = 1.0 if failed else min(getattr(self, "timeout", CLOSE_GRACE_S), CLOSE_GRACE_S)
         errors += close_workers(self._workers, grace)
         self._workers = []
         self._blocks = []

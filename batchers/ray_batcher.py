@@ -92,9 +92,11 @@ class RayBatcher(BatcherBase):
             :class:`BatcherWorkerError`; otherwise ``get`` restores it (its RL_Batcher rebuilt with the seeds
             :func:`~rlstruct.batchers.restart_seed` draws from its first ones and its restart count, the latest
             weights, a reset with the last ``agent_info``/``env_info``) and collects its rows again, from fresh
-            episodes; each restore is logged as a warning and recorded in :attr:`restarts`.
+            episodes (never exactly: the actor's state would have to be kept at the driver); each restore is logged
+            as a warning and recorded in :attr:`restarts`.
         restart_workers: passed to each actor's RL_Batcher: how many of its failed worker processes it may
-            replace (see :class:`RL_Batcher`), within the actor, without Ray restarting the actor.
+            replace (see :class:`RL_Batcher`; exactly with one seed and envs with state), within the actor, without
+            Ray restarting the actor.
         timeout: seconds any wait on an actor may last (and on a worker of an actor's RL_Batcher).
         start_timeout: seconds to place and start the actors (their RL_Batchers' start included, which this bounds
             too), or to restore a restarted one (default ``max(timeout, 120)``).

@@ -411,3 +411,54 @@ class FirstSeedsOnlyEnv(FaultEnv):
         if kwargs.get("seed", 0) >= max_seed:
             raise RuntimeError(f"FirstSeedsOnlyEnv cannot be built with seed {kwargs.get('seed')}")
         super().__init__(**kwargs)
+
+
+class SlowWrapper(RL_Agent):
+    """The agent ``create(**args)``, sleeping ``delay`` seconds before each step: an acquisition long enough to be
+    killed in the middle of, whose steps are the wrapped agent's. With ``raise_at_call`` (``raise_at_update``), its
+    call (update) of that number (1: the probe, the first update) raises RuntimeError, once in the process
+    (``SlowWrapper.raised`` says whether it did): a fault that the exact replacement of an in-process worker does not
+    meet again."""
+
+    raised = False
+
+    def __init__(self, create, args, delay=0.05, raise_at_call=None, raise_at_update=None):
+        self.agent = create(**args)
+        self.delay = delay
+        self.raise_at_call = raise_at_call
+        self.raise_at_update = raise_at_update
+        self.calls = 0
+        self.updates = 0
+
+    def initial_state(self, agent_info, B):
+        return self.agent.initial_state(agent_info, B)
+
+    def __call__(self, state, observation, agent_info, history=None):
+        self.calls += 1
+        if self.calls == self.raise_at_call and not SlowWrapper.raised:
+            SlowWrapper.raised = True
+            raise RuntimeError("SlowWrapper failure injected")
+        time.sleep(self.delay)
+        return self.agent(state, observation, agent_info, history)
+
+    def update(self, state_dict):
+        self.updates += 1
+        if self.updates == self.raise_at_update and not SlowWrapper.raised:
+            SlowWrapper.raised = True
+            raise RuntimeError("SlowWrapper failure injected")
+        self.agent.update(state_dict)
+
+    def seed(self, seed):
+        self.agent.seed(seed)
+
+    def seed_envs(self, seed, env_index):
+        self.agent.seed_envs(seed, env_index)
+
+    def noise_state(self):
+        return self.agent.noise_state()
+
+    def set_noise_state(self, state):
+        self.agent.set_noise_state(state)
+
+    def close(self):
+        self.agent.close()

@@ -1,9 +1,14 @@
-"""Assertions and arguments shared by the batcher test modules (importable, so no test module imports another)."""
+"""Assertions, arguments and fault injections shared by the test modules (importable: no test module imports
+another)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +17,7 @@ from rlstruct import DictTensor, Trajectories
 from rlstruct.errors import BatcherStateError
 
 __all__ = ["AUTORESET", "EPISODIC", "acquire_around_changes", "assert_refused_while_pending", "assert_same",
-           "get_when_ready"]
+           "get_when_ready", "sigkill_a_worker"]
 
 EPISODIC = {"n_envs": 3, "episode_lengths": (2, 4, 7)}
 AUTORESET = {"n_envs": 3, "episode_lengths": (2, 4, 7), "autoreset": True}
@@ -72,3 +77,31 @@ def acquire_around_changes(b, new_weights: Callable[[], dict], agent_info: Calla
     acquire(2)
     acquire(2, agent_info(2.0))
     return out
+
+
+def sigkill_a_worker(proc: subprocess.Popen, progress_csv: Path, after_rows: int, within_s: float = 300) -> int | None:
+    """SIGKILLs one batcher worker process of ``proc`` (an ``rlstruct train`` run) once its ``progress_csv`` has more
+    than ``after_rows`` lines; returns the pid killed, or ``None`` when the run ended first or ``within_s`` passed."""
+    import psutil
+
+    def command(p: psutil.Process) -> str:
+        try:
+            return " ".join(p.cmdline())
+        except psutil.Error:  # a child that exited since it was listed
+            return ""
+
+    deadline = time.monotonic() + within_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        rows = progress_csv.read_text().count("\n") if progress_csv.exists() else 0
+        if rows <= after_rows:
+            continue
+        try:
+            children = psutil.Process(proc.pid).children()
+        except psutil.Error:  # the run ended since
+            continue
+        workers = [p for p in children if "multiprocessing" in command(p) and "resource_tracker" not in command(p)]
+        if workers:
+            os.kill(workers[0].pid, signal.SIGKILL)
+            return workers[0].pid
+    return None

@@ -7,12 +7,9 @@ from __future__ import annotations
 import ast
 import csv
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -26,6 +23,7 @@ from rlstruct.algos._train.flags import OneLineParser
 from rlstruct.algos.a2c import A2CConfig
 from rlstruct.algos.cli import main
 from rlstruct.errors import CheckpointError
+from tests.helpers import sigkill_a_worker
 
 RLSTRUCT = str(Path(sys.executable).with_name("rlstruct"))
 
@@ -271,18 +269,8 @@ def test_a2c_with_a_worker_sigkilled_mid_run_restarts_it_and_reaches_475(tmp_pat
                              "--restart-workers", "3", "--max-env-steps", "500000", "--time-limit", "540",
                              "--logdir", str(logdir), "--no-progress", "--no-tensorboard", "--seed", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    killed = None
     try:
-        deadline = time.monotonic() + 300
-        while killed is None and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-            rows = (logdir / "progress.csv").read_text().count("\n") if (logdir / "progress.csv").exists() else 0
-            workers = [p for p in psutil.Process(proc.pid).children()
-                       if "multiprocessing" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(
-                           p.cmdline())]
-            if rows > 20 and workers:
-                killed = workers[0].pid
-                os.kill(killed, signal.SIGKILL)
+        killed = sigkill_a_worker(proc, logdir / "progress.csv", after_rows=20)
         out, err = proc.communicate(timeout=540)
     finally:
         if proc.poll() is None:

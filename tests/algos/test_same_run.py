@@ -4,14 +4,19 @@ torch simulator and a gymnasium env, for the Gaussian and the recurrent policy, 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rlstruct.algos import cli
 from rlstruct.errors import ConfigError
+from tests.helpers import sigkill_a_worker
 
 pytestmark = [pytest.mark.timeout(300)]
+
+RLSTRUCT = str(Path(sys.executable).with_name("rlstruct"))
 
 COMMON = ["--env", "CartPole-v1", "--seed", "3", "--no-progress", "--no-tensorboard", "--preset", "none",
           "--n-envs", "4", "--n-evaluation-envs", "2", "--evaluation-max-steps", "40"]
@@ -31,6 +36,7 @@ def without_wall_clock(path: Path) -> list[list[str]]:
 
 
 def progress(tmp_path: Path, name: str, algo: str, *flags: str) -> list[list[str]]:
+    """``rlstruct train ALGO FLAGS`` in this process: its progress.csv without the wall-clock columns."""
     logdir = tmp_path / name
     assert cli.main(["train", algo, *flags, "--logdir", str(logdir)]) == 0
     return without_wall_clock(logdir / "progress.csv")
@@ -79,3 +85,29 @@ def test_n_envs_is_the_total_and_must_split_evenly_over_the_workers():
                                           r"workers .*got --n-envs 4; pass a multiple of 3, e.g. --n-envs 3"):
         validate_run_config(RunConfig(n_envs=4, n_processes=3))
     validate_run_config(RunConfig(n_envs=6, n_processes=3))
+
+
+@pytest.mark.slow
+def test_a_worker_sigkilled_mid_run_changes_nothing(tmp_path):
+    """``--restart-workers``: a training worker SIGKILLed while the run goes on is replaced exactly, and the run writes
+    the progress.csv of the same command run in process (wall-clock columns and the restart count aside)."""
+    flags = ["a2c", "--env", "CartPole-v1", "--preset", "a2c-cartpole", "--seed", "1", "--max-env-steps", "65536",
+             "--no-progress", "--no-tensorboard", "--eval-every", "16", "--n-evaluation-envs", "2",
+             "--restart-workers", "3"]
+    alone = progress(tmp_path, "alone", *flags)
+    logdir = tmp_path / "killed"
+    proc = subprocess.Popen([RLSTRUCT, "train", *flags, "--n-processes", "2", "--logdir", str(logdir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        killed = sigkill_a_worker(proc, logdir / "progress.csv", after_rows=3)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert killed is not None, "the run ended before a worker could be killed"
+    assert proc.returncode == 0, err[-2000:]
+    assert "exact: the same seeds and state" in err
+    rows = without_wall_clock(logdir / "progress.csv")
+    restarts = rows[0].index("batcher/restarts")
+    assert [r[restarts] for r in rows[1:] if r[restarts]][-1] == "1"
+    assert [r[:restarts] + r[restarts + 1:] for r in rows] == [r[:restarts] + r[restarts + 1:] for r in alone]

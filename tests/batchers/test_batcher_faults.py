@@ -22,7 +22,7 @@ import torch
 
 from rlstruct import DictTensor
 from rlstruct.batchers import RayBatcher, RL_Batcher
-from rlstruct.batchers import batcher as batcher_module
+from rlstruct.batchers import _replace as replace_module
 from rlstruct.batchers._child import STOP_SIGNAL
 from rlstruct.errors import (
     BatcherStateError,
@@ -73,14 +73,14 @@ def _markers(path: Path) -> list[str]:
 def _interrupting_recv_all(monkeypatch, exc: type[BaseException], after: float = 0.2) -> None:
     """Makes the batcher's wait for replies raise ``exc`` after ``after`` s, as a Ctrl-C landing while it waits:
     the workers have the request, its replies stay unread."""
-    real = batcher_module.recv_all
+    real = replace_module.recv_all
 
     def interrupted(workers, timeout):
         time.sleep(after)
-        monkeypatch.setattr(batcher_module, "recv_all", real)
+        monkeypatch.setattr(replace_module, "recv_all", real)
         raise exc()
 
-    monkeypatch.setattr(batcher_module, "recv_all", interrupted)
+    monkeypatch.setattr(replace_module, "recv_all", interrupted)
 
 
 @pytest.mark.timeout(60)
