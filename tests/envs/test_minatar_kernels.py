@@ -1,0 +1,120 @@
+"""The MinAtar games' compiled kernels (``rlstruct.envs.minatar._jit_<game>``) against their torch games, env by env:
+from the states of torch rollouts (random actions and draws, ramping on and off, finished rows reset, some rows from
+harder starts), each kernel's ``step`` on row ``i`` of numpy copies gives the torch step's next state (every key, bit
+for bit), reward and termination; ``reset`` and ``observe`` give ``GAME.reset``'s and ``GAME.observe``'s rows."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+from rlstruct.envs.minatar._env import GAMES, game
+
+pytest.importorskip("numba", reason="numba is not installed (rlstruct[fast])")
+
+pytestmark = pytest.mark.timeout(300)
+
+N_ENVS = 64
+N_STEPS = 200
+# Harder starts (the oracle tests' scenarios), each on its share of the rows, the rest from GAME.reset: a
+# Seaquest sub that surfaces with no diver without dying (so the difficulty ramps), a crowded sea, six divers in
+# reach; a SpaceInvaders wave of two aliens (new waves, faster).
+_FEW_ALIENS = [0b11000, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+STARTS = {
+    "seaquest": [{"diver_count": -20}, {"e_spawn_speed": 1, "e_spawn_timer": 1, "move_speed": 2, "diver_count": -20},
+                 {"diver_count": 4, "e_spawn_speed": 5, "move_speed": 4, "ramp_index": 1}],
+    "space_invaders": [{"alien_map": _FEW_ALIENS, "alien_move_timer": 2, "enemy_move_interval": 7}],
+}
+
+
+def _kernel_names() -> list[str]:
+    return [minatar for minatar, _ in GAMES.values()]
+
+
+def _kernels(name: str):
+    module = f"rlstruct.envs.minatar._jit_{name}"
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"no compiled kernels for {name} ({module} does not exist)")
+    return importlib.import_module(module)
+
+
+def _reset(rules, name: str, n: int, ramping: bool, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """``GAME.reset`` of ``n`` rows, row ``i`` from start ``i % (1 + len(STARTS[name]))`` (0: the reset state)."""
+    state = rules.reset(torch.rand(n, rules.n_reset_draws, dtype=torch.float64, generator=gen), ramping)
+    starts = STARTS.get(name, [])
+    for j, overrides in enumerate(starts):
+        rows = torch.arange(n) % (1 + len(starts)) == j + 1
+        for key, value in overrides.items():
+            state[key][rows] = torch.as_tensor(value, dtype=state[key].dtype)
+    return state
+
+
+def _arrays(state: dict[str, torch.Tensor], keys: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+    return tuple(state[k].numpy().copy() for k in keys)
+
+
+def _assert_rows_equal(got: tuple[np.ndarray, ...], want: dict[str, torch.Tensor], keys: tuple[str, ...],
+                       what: str) -> None:
+    for key, array in zip(keys, got):
+        expected = want[key].numpy()
+        assert array.dtype == expected.dtype, f"{what}: {key} dtype"
+        bad = np.flatnonzero((array != expected).reshape(len(array), -1).any(1))
+        assert bad.size == 0, f"{what}: {key} differs in rows {bad.tolist()[:8]}"
+
+
+@pytest.mark.parametrize("ramping", [True, False], ids=["ramping", "no_ramping"])
+@pytest.mark.parametrize("name", _kernel_names())
+def test_kernels_match_the_torch_game(name, ramping):
+    jit = _kernels(name)
+    rules, _ = game(name)
+    gen = torch.Generator().manual_seed(7)
+    state = _reset(rules, name, N_ENVS, ramping, gen)
+    assert jit.STATE_KEYS == tuple(state)
+    keys = jit.STATE_KEYS
+    frames = np.empty((N_ENVS, 10, 10, len(rules.channels)), dtype=bool)
+    rewards, flags = np.empty(N_ENVS, dtype=np.float32), np.empty(N_ENVS, dtype=bool)
+    episodes, total = 0, 0.0
+    for t in range(N_STEPS):
+        action = torch.randint(0, 6, (N_ENVS,), generator=gen)
+        u = torch.rand(N_ENVS, rules.n_step_draws, dtype=torch.float64, generator=gen)
+        arrays, u_np, action_np = _arrays(state, keys), u.numpy(), action.numpy()
+        state, reward, terminated = rules.step(state, action, u, ramping)
+        frames[:] = True  # observe clears the frame first
+        for i in range(N_ENVS):
+            rewards[i], flags[i] = jit.step(arrays, i, action_np[i], u_np[i], ramping)
+            jit.observe(arrays, i, frames[i])
+        np.testing.assert_array_equal(rewards, reward.numpy(), err_msg=f"{name} step {t}: rewards")
+        np.testing.assert_array_equal(flags, terminated.numpy(), err_msg=f"{name} step {t}: terminations")
+        bad = np.flatnonzero((frames != rules.observe(state).numpy()).reshape(N_ENVS, -1).any(1))
+        assert bad.size == 0, f"{name} step {t}: frames differ in rows {bad.tolist()[:8]}"
+        _assert_rows_equal(arrays, state, keys, f"{name} step {t}")
+        total += float(reward.sum())
+        if terminated.any():
+            episodes += int(terminated.sum())
+            fresh = _reset(rules, name, N_ENVS, ramping, gen)
+            mask = terminated.view(-1, 1)
+            state = {k: torch.where(mask.view((-1,) + (1,) * (v.dim() - 1)), fresh[k], v) for k, v in state.items()}
+    assert episodes >= 10 and total > 0
+
+
+@pytest.mark.parametrize("name", _kernel_names())
+def test_reset_matches_the_torch_game(name):
+    jit = _kernels(name)
+    rules, _ = game(name)
+    gen = torch.Generator().manual_seed(3)
+    u = torch.rand(16, rules.n_reset_draws, dtype=torch.float64, generator=gen)
+    want = rules.reset(u, True)
+    # Rows that held another state first: a rollout's.
+    state = rules.reset(torch.rand(16, rules.n_reset_draws, dtype=torch.float64, generator=gen), True)
+    for _ in range(30):
+        action = torch.randint(0, 6, (16,), generator=gen)
+        draws = torch.rand(16, rules.n_step_draws, dtype=torch.float64, generator=gen)
+        state, _, _ = rules.step(state, action, draws, True)
+    arrays = _arrays(state, jit.STATE_KEYS)
+    for i in range(16):
+        jit.reset(arrays, i, u[i].numpy(), True)
+    _assert_rows_equal(arrays, want, jit.STATE_KEYS, f"{name} reset")
