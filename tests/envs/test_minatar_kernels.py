@@ -20,14 +20,17 @@ pytestmark = pytest.mark.timeout(300)
 
 N_ENVS = 64
 N_STEPS = 200
-# Harder starts (the oracle tests' scenarios), each on its share of the rows, the rest from GAME.reset: a
-# Seaquest sub that surfaces with no diver without dying (so the difficulty ramps), a crowded sea, six divers in
-# reach; a SpaceInvaders wave of two aliens (new waves, faster).
-_FEW_ALIENS = [0b11000, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+# Harder starts (after the oracle tests' scenarios), each on its share of the rows, the rest from GAME.reset: a
+# Seaquest sub that surfaces with no diver without dying (so the difficulty ramps), a crowded sea, six divers
+# aboard (the oxygen bonus); a SpaceInvaders wave of two aliens (new waves, faster, and the fastest), and two
+# aliens at the bottom-left corner about to move (down, and round to the top).
+_FEW_ALIENS = [0b11000] + [0] * 9
 STARTS = {
     "seaquest": [{"diver_count": -20}, {"e_spawn_speed": 1, "e_spawn_timer": 1, "move_speed": 2, "diver_count": -20},
-                 {"diver_count": 4, "e_spawn_speed": 5, "move_speed": 4, "ramp_index": 1}],
-    "space_invaders": [{"alien_map": _FEW_ALIENS, "alien_move_timer": 2, "enemy_move_interval": 7}],
+                 {"diver_count": 6, "e_spawn_speed": 5, "move_speed": 4, "ramp_index": 1}],
+    "space_invaders": [{"alien_map": _FEW_ALIENS, "alien_move_timer": 2, "enemy_move_interval": 7},
+                       {"alien_map": _FEW_ALIENS, "enemy_move_interval": 6},
+                       {"alien_map": [0] * 9 + [0b11], "alien_move_timer": 0}],
 }
 
 
@@ -118,3 +121,42 @@ def test_reset_matches_the_torch_game(name):
     for i in range(16):
         jit.reset(arrays, i, u[i].numpy(), True)
     _assert_rows_equal(arrays, want, jit.STATE_KEYS, f"{name} reset")
+
+
+def _seaquest_crowded_cells() -> dict[str, torch.Tensor]:
+    """Two Seaquest envs, env 0 with what random play seldom reaches: a fish and a sub moving into a bullet's cell
+    in one step (the sub dies), a bullet moving into a cell holding a fish and a sub (the fish dies), and two
+    divers boarding together with room for one (the newer boards)."""
+    from rlstruct.envs.minatar._seaquest import GAME
+
+    state = GAME.reset(torch.zeros(2, 0, dtype=torch.float64), True)
+
+    def put(group: str, slot: int, **values: int) -> None:
+        for key, value in dict(values, alive=True).items():
+            state[f"{group}_{key}"][0, slot] = value
+
+    state["sub_x"][0], state["sub_y"][0], state["surface"][0], state["diver_count"][0] = 5, 3, False, 5
+    put("bullet", 0, x=4, y=5, lr=True)
+    put("bullet", 1, x=7, y=6, lr=False)
+    put("enemy", 0, x=4, y=5, lr=True, sub=True, move=0, shot=4, birth=2)
+    put("enemy", 1, x=4, y=5, lr=True, sub=False, move=0, shot=4, birth=3)
+    put("enemy", 2, x=6, y=6, lr=False, sub=True, move=3, shot=4, birth=1)
+    put("enemy", 3, x=6, y=6, lr=False, sub=False, move=3, shot=4, birth=5)
+    put("diver", 0, x=5, y=3, lr=True, move=2)
+    put("diver", 1, x=5, y=3, lr=False, move=2)
+    return state
+
+
+def test_seaquest_kernel_on_crowded_cells():
+    jit = _kernels("seaquest")
+    from rlstruct.envs.minatar._seaquest import GAME
+
+    state = _seaquest_crowded_cells()
+    arrays = _arrays(state, jit.STATE_KEYS)
+    u = torch.full((2, GAME.n_step_draws), 0.5, dtype=torch.float64)
+    nxt, reward, terminated = GAME.step(state, torch.zeros(2, dtype=torch.int64), u, True)
+    assert reward.tolist() == [2.0, 0.0] and nxt["diver_count"].tolist() == [6, 0]
+    assert nxt["enemy_alive"][0, :4].tolist() == [False, True, True, False]
+    for i in range(2):
+        assert jit.step(arrays, i, 0, u[i].numpy(), True) == (reward[i].item(), terminated[i].item())
+    _assert_rows_equal(arrays, nxt, jit.STATE_KEYS, "seaquest crowded cells")
