@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import numba
 
-from rlstruct.envs.minatar._space_invaders import (
-    ENEMY_MOVE_INTERVAL,
-    ENEMY_SHOT_INTERVAL,
-    FASTEST_MOVE_INTERVAL,
-    SHOT_COOL_DOWN,
-    WAVE_ROW,
-)
+from rlstruct.envs.minatar import _space_invaders as rules
 
 __all__ = ["STATE_KEYS", "reset", "step", "observe"]
 
 STATE_KEYS = ("pos", "f_bullet_map", "e_bullet_map", "alien_map", "alien_dir", "enemy_move_interval",
               "alien_move_timer", "alien_shot_timer", "ramp_index", "shot_timer")
+
+(POS, F_BULLET_MAP, E_BULLET_MAP, ALIEN_MAP, ALIEN_DIR, ENEMY_MOVE_INTERVAL, ALIEN_MOVE_TIMER, ALIEN_SHOT_TIMER,
+ RAMP_INDEX, SHOT_TIMER) = range(len(STATE_KEYS))
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 
@@ -45,73 +42,71 @@ def _popcount(x):
 @_jit
 def reset(s, i, u, ramping):
     """Row ``i`` of the state tuple ``s``: the cannon in column 5 under a full wave moving left (``u``: no draws)."""
-    pos, f_bullet_map, e_bullet_map, alien_map, alien_dir, enemy_move_interval, alien_move_timer, \
-        alien_shot_timer, ramp_index, shot_timer = s
-    pos[i] = 5
+    s[POS][i] = 5
     for r in range(10):
-        f_bullet_map[i, r] = 0
-        e_bullet_map[i, r] = 0
-        alien_map[i, r] = WAVE_ROW if r < 4 else 0
-    alien_dir[i] = -1
-    enemy_move_interval[i] = ENEMY_MOVE_INTERVAL
-    alien_move_timer[i] = ENEMY_MOVE_INTERVAL
-    alien_shot_timer[i] = ENEMY_SHOT_INTERVAL
-    ramp_index[i] = 0
-    shot_timer[i] = 0
+        s[F_BULLET_MAP][i, r] = 0
+        s[E_BULLET_MAP][i, r] = 0
+        s[ALIEN_MAP][i, r] = rules.WAVE_ROW if r < 4 else 0
+    s[ALIEN_DIR][i] = -1
+    s[ENEMY_MOVE_INTERVAL][i] = rules.ENEMY_MOVE_INTERVAL
+    s[ALIEN_MOVE_TIMER][i] = rules.ENEMY_MOVE_INTERVAL
+    s[ALIEN_SHOT_TIMER][i] = rules.ENEMY_SHOT_INTERVAL
+    s[RAMP_INDEX][i] = 0
+    s[SHOT_TIMER][i] = 0
 
 
 @_jit
 def step(s, i, action, u, ramping):
     """Env ``i`` of ``s`` one step on, in place (``action`` in the full set; ``u``: no draws): ``(reward,
     terminated)``."""
-    pos_a, friendly, enemy, aliens, alien_dir, enemy_move_interval, alien_move_timer, alien_shot_timer, \
-        ramp_index, shot_timer = s
-    pos = pos_a[i]
+    pos = s[POS][i]
     shot = 0
-    if action == 5 and shot_timer[i] == 0:
+    if action == 5 and s[SHOT_TIMER][i] == 0:
         shot = 1 << pos
-        shot_timer[i] = SHOT_COOL_DOWN
+        s[SHOT_TIMER][i] = rules.SHOT_COOL_DOWN
     if action == 1:
         pos = max(pos - 1, 0)
     elif action == 3:
         pos = min(pos + 1, 9)
+    s[POS][i] = pos
 
     # Friendly bullets move up a row (the new shot enters row 8), enemy bullets down; those leaving are dropped.
     for r in range(9):
-        friendly[i, r] = friendly[i, r + 1]
-    friendly[i, 8] |= shot
-    friendly[i, 9] = 0
+        s[F_BULLET_MAP][i, r] = s[F_BULLET_MAP][i, r + 1]
+    s[F_BULLET_MAP][i, 8] |= shot
+    s[F_BULLET_MAP][i, 9] = 0
     for r in range(9, 0, -1):
-        enemy[i, r] = enemy[i, r - 1]
-    enemy[i, 0] = 0
-    terminal = (enemy[i, 9] >> pos) & 1 != 0
+        s[E_BULLET_MAP][i, r] = s[E_BULLET_MAP][i, r - 1]
+    s[E_BULLET_MAP][i, 0] = 0
+    terminal = (s[E_BULLET_MAP][i, 9] >> pos) & 1 != 0
 
-    terminal |= (aliens[i, 9] >> pos) & 1 != 0
-    direction = alien_dir[i]
-    moves = alien_move_timer[i] == 0
+    terminal |= (s[ALIEN_MAP][i, 9] >> pos) & 1 != 0
+    direction = s[ALIEN_DIR][i]
+    moves = s[ALIEN_MOVE_TIMER][i] == 0
     count = 0
     anywhere = 0
     for r in range(10):
-        count += _popcount(aliens[i, r])
-        anywhere |= aliens[i, r]
-    timer = min(count, enemy_move_interval[i]) if moves else alien_move_timer[i]
+        count += _popcount(s[ALIEN_MAP][i, r])
+        anywhere |= s[ALIEN_MAP][i, r]
+    timer = min(count, s[ENEMY_MOVE_INTERVAL][i]) if moves else s[ALIEN_MOVE_TIMER][i]
     if moves:
         if (anywhere & 1 != 0 and direction < 0) or (anywhere & (1 << 9) != 0 and direction > 0):
-            terminal |= aliens[i, 9] != 0
+            terminal |= s[ALIEN_MAP][i, 9] != 0
             # np.roll's wrap: the bottom row comes back on top.
-            last = aliens[i, 9]
+            last = s[ALIEN_MAP][i, 9]
             for r in range(9, 0, -1):
-                aliens[i, r] = aliens[i, r - 1]
-            aliens[i, 0] = last
-            alien_dir[i] = -direction
+                s[ALIEN_MAP][i, r] = s[ALIEN_MAP][i, r - 1]
+            s[ALIEN_MAP][i, 0] = last
+            s[ALIEN_DIR][i] = -direction
         else:
             for r in range(10):
-                aliens[i, r] = aliens[i, r] << 1 if direction > 0 else aliens[i, r] >> 1
+                row = s[ALIEN_MAP][i, r]
+                s[ALIEN_MAP][i, r] = row << 1 if direction > 0 else row >> 1
             anywhere = anywhere << 1 if direction > 0 else anywhere >> 1
-        terminal |= (aliens[i, 9] >> pos) & 1 != 0
+        terminal |= (s[ALIEN_MAP][i, 9] >> pos) & 1 != 0
 
     # The alien nearest the cannon fires: the nearest occupied column (the left one of a tie), its lowest alien.
-    shoots = alien_shot_timer[i] == 0
+    shoots = s[ALIEN_SHOT_TIMER][i] == 0
     if shoots and anywhere != 0:
         column, best = 0, 1000
         for c in range(10):
@@ -121,49 +116,44 @@ def step(s, i, action, u, ramping):
                     column, best = c, distance
         row = 0
         for r in range(10):
-            if (aliens[i, r] >> column) & 1 != 0:
+            if (s[ALIEN_MAP][i, r] >> column) & 1 != 0:
                 row = r
-        enemy[i, row] |= 1 << column
+        s[E_BULLET_MAP][i, row] |= 1 << column
 
     reward = 0
     cleared = True
     for r in range(10):
-        kill = aliens[i, r] & friendly[i, r]
+        kill = s[ALIEN_MAP][i, r] & s[F_BULLET_MAP][i, r]
         reward += _popcount(kill)
-        aliens[i, r] &= ~kill
-        friendly[i, r] &= ~kill
-        cleared &= aliens[i, r] == 0
+        s[ALIEN_MAP][i, r] &= ~kill
+        s[F_BULLET_MAP][i, r] &= ~kill
+        cleared &= s[ALIEN_MAP][i, r] == 0
 
-    if shot_timer[i] > 0:
-        shot_timer[i] -= 1
-    alien_move_timer[i] = timer - 1
-    alien_shot_timer[i] = (ENEMY_SHOT_INTERVAL if shoots else alien_shot_timer[i]) - 1
+    if s[SHOT_TIMER][i] > 0:
+        s[SHOT_TIMER][i] -= 1
+    s[ALIEN_MOVE_TIMER][i] = timer - 1
+    s[ALIEN_SHOT_TIMER][i] = (rules.ENEMY_SHOT_INTERVAL if shoots else s[ALIEN_SHOT_TIMER][i]) - 1
     if cleared:
-        if ramping and enemy_move_interval[i] > FASTEST_MOVE_INTERVAL:
-            enemy_move_interval[i] -= 1
-            ramp_index[i] += 1
+        if ramping and s[ENEMY_MOVE_INTERVAL][i] > rules.FASTEST_MOVE_INTERVAL:
+            s[ENEMY_MOVE_INTERVAL][i] -= 1
+            s[RAMP_INDEX][i] += 1
         for r in range(4):
-            aliens[i, r] = WAVE_ROW
-    pos_a[i] = pos
+            s[ALIEN_MAP][i, r] = rules.WAVE_ROW
     return float(reward), terminal
-
-
-@_jit
-def _put_row(frame, r, bits, channel):
-    for c in range(10):
-        if (bits >> c) & 1 != 0:
-            frame[r, c, channel] = True
 
 
 @_jit
 def observe(s, i, frame):
     """Env ``i``'s frame into ``frame`` (``bool [10, 10, 6]``), cleared first."""
-    pos, friendly, enemy, aliens, alien_dir = s[0], s[1], s[2], s[3], s[4]
-    frame[:] = False
-    frame[9, pos[i], 0] = True
-    moving = 2 if alien_dir[i] < 0 else 3
+    moving = 2 if s[ALIEN_DIR][i] < 0 else 3
     for r in range(10):
-        _put_row(frame, r, aliens[i, r], 1)
-        _put_row(frame, r, aliens[i, r], moving)
-        _put_row(frame, r, friendly[i, r], 4)
-        _put_row(frame, r, enemy[i, r], 5)
+        aliens, friendly, enemy = s[ALIEN_MAP][i, r], s[F_BULLET_MAP][i, r], s[E_BULLET_MAP][i, r]
+        for c in range(10):
+            alien = (aliens >> c) & 1 != 0
+            frame[r, c, 0] = False
+            frame[r, c, 1] = alien
+            frame[r, c, 2] = alien and moving == 2
+            frame[r, c, 3] = alien and moving == 3
+            frame[r, c, 4] = (friendly >> c) & 1 != 0
+            frame[r, c, 5] = (enemy >> c) & 1 != 0
+    frame[9, s[POS][i], 0] = True
