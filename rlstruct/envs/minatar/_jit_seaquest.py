@@ -3,9 +3,11 @@
 ``reset``, ``step`` and ``observe`` repeat the torch game's operations on row ``i`` of the state's arrays (its
 tensors' ``.numpy()``, in :data:`STATE_KEYS` order), in place, with the same results, dead slots included (their
 timers run on, the bullets' and divers' are moved to the back the same stable way): the torch game is the definition,
-these are its CPU fast path. The arrays are read as ``s[ENEMY_X]`` (constant indices) and never bound to names or
-passed to other functions, which keeps numba from counting references to them at every use. Imported only when numba
-is wanted.
+these are its CPU fast path. Imported only when numba is wanted.
+
+The step is written so that numba counts no references to the state's arrays (which would cost as much as the step):
+one function, the arrays read as ``s[ENEMY_X]`` (constant indices), never bound to names or passed on; a value a
+branch changes is read into a local before it and written back after it; the last statements run on every path.
 
 >>> import numpy as np, torch
 >>> from rlstruct.envs.minatar._seaquest import GAME
@@ -84,14 +86,14 @@ def step(s, i, action, u, ramping):
     """Env ``i`` of ``s`` one step on, in place (``action`` in the full set, ``u``: its 5 draws): ``(reward,
     terminated)``.
 
-    The torch game's parts in its order, in one function: a call that passes the state tuple on counts references
-    to each of its arrays, which costs more than the step itself.
+    The torch game's parts in its order (the timers last: nothing after them in the torch step reads them).
     """
     # An enemy spawns (unless its row holds one going the other way) and a diver, each when its timer is 0.
+    u0, u1, u2, u3, u4 = u[0], u[1], u[2], u[3], u[4]
     spawn = s[E_SPAWN_TIMER][i] == 0
     if spawn:
-        lr = u[0] < 0.5
-        row = 1 + int(u[2] * 8)
+        lr = u0 < 0.5
+        row = 1 + int(u2 * 8)
         blocked = False
         e = -1
         for j in range(MAX_ENEMIES):
@@ -108,36 +110,36 @@ def step(s, i, action, u, ramping):
             s[ENEMY_BIRTH][i, e] = s[N_SPAWNED][i]
             s[ENEMY_ALIVE][i, e] = True
             s[ENEMY_LR][i, e] = lr
-            s[ENEMY_SUB][i, e] = u[1] < 1 / 3
+            s[ENEMY_SUB][i, e] = u1 < 1 / 3
             s[N_SPAWNED][i] += 1
         s[E_SPAWN_TIMER][i] = s[E_SPAWN_SPEED][i]
     if s[D_SPAWN_TIMER][i] == 0:
-        lr = (u[3] if spawn else u[0]) < 0.5
+        lr = (u3 if spawn else u0) < 0.5
         d = 0 if not s[DIVER_ALIVE][i, 0] else 1 if not s[DIVER_ALIVE][i, 1] else 0
         s[DIVER_X][i, d] = 0 if lr else 9
-        s[DIVER_Y][i, d] = 1 + int((u[4] if spawn else u[1]) * 8)
+        s[DIVER_Y][i, d] = 1 + int((u4 if spawn else u1) * 8)
         s[DIVER_MOVE][i, d] = DIVER_MOVE_INTERVAL
         s[DIVER_ALIVE][i, d] = True
         s[DIVER_LR][i, d] = lr
         s[D_SPAWN_TIMER][i] = DIVER_SPAWN_SPEED
     # The sub fires (when the gun is cool) or moves; left and right also turn it.
-    if action == 5 and s[SHOT_TIMER][i] == 0:
+    sub_x, sub_y, sub_or, shot_timer = s[SUB_X][i], s[SUB_Y][i], s[SUB_OR][i], s[SHOT_TIMER][i]
+    if action == 5 and shot_timer == 0:
         b = 0 if not s[BULLET_ALIVE][i, 0] else 1 if not s[BULLET_ALIVE][i, 1] else 0
-        s[BULLET_X][i, b] = s[SUB_X][i]
-        s[BULLET_Y][i, b] = s[SUB_Y][i]
+        s[BULLET_X][i, b] = sub_x
+        s[BULLET_Y][i, b] = sub_y
         s[BULLET_ALIVE][i, b] = True
-        s[BULLET_LR][i, b] = s[SUB_OR][i]
-        s[SHOT_TIMER][i] = SHOT_COOL_DOWN
+        s[BULLET_LR][i, b] = sub_or
+        shot_timer = SHOT_COOL_DOWN
     if action == 1:
-        s[SUB_X][i] = max(s[SUB_X][i] - 1, 0)
-        s[SUB_OR][i] = False
+        sub_x, sub_or = max(sub_x - 1, 0), False
     elif action == 3:
-        s[SUB_X][i] = min(s[SUB_X][i] + 1, 9)
-        s[SUB_OR][i] = True
+        sub_x, sub_or = min(sub_x + 1, 9), True
     elif action == 2:
-        s[SUB_Y][i] = max(s[SUB_Y][i] - 1, 0)
+        sub_y = max(sub_y - 1, 0)
     elif action == 4:
-        s[SUB_Y][i] = min(s[SUB_Y][i] + 1, 8)
+        sub_y = min(sub_y + 1, 8)
+    s[SUB_X][i], s[SUB_Y][i], s[SUB_OR][i] = sub_x, sub_y, sub_or
     # The friendly bullets move; each kills the oldest fish in its new cell, else the oldest sub (of the enemies
     # alive before any of them).
     reward, killed = 0, 0
@@ -211,12 +213,10 @@ def step(s, i, action, u, ramping):
     killed = 0
     if landed != 0:
         for b in range(MAX_BULLETS):
-            if not s[BULLET_ALIVE][i, b]:
-                continue
             best, best_key = -1, -1
-            bx, by = s[BULLET_X][i, b], s[BULLET_Y][i, b]
+            alive, bx, by = s[BULLET_ALIVE][i, b], s[BULLET_X][i, b], s[BULLET_Y][i, b]
             for e in range(MAX_ENEMIES):
-                if (landed >> e) & 1 and s[ENEMY_X][i, e] == bx and s[ENEMY_Y][i, e] == by:
+                if alive and (landed >> e) & 1 and s[ENEMY_X][i, e] == bx and s[ENEMY_Y][i, e] == by:
                     key = _SUB_RANK * s[ENEMY_SUB][i, e] + s[ENEMY_BIRTH][i, e]
                     if key > best_key:
                         best, best_key = e, key
@@ -241,34 +241,30 @@ def step(s, i, action, u, ramping):
     terminal = player_hit or hit or s[ENEMY_BULLETS][i, 0, sub_y, sub_x] or s[ENEMY_BULLETS][i, 1, sub_y, sub_x]
     # Timers, oxygen and surfacing (the oxygen bonus with 6 divers, the difficulty ramp); out of oxygen, or
     # surfacing with no diver, ends the game.
-    if s[E_SPAWN_TIMER][i] > 0:
-        s[E_SPAWN_TIMER][i] -= 1
-    if s[D_SPAWN_TIMER][i] > 0:
-        s[D_SPAWN_TIMER][i] -= 1
-    if s[SHOT_TIMER][i] > 0:
-        s[SHOT_TIMER][i] -= 1
-    oxygen, count = s[OXYGEN][i], s[DIVER_COUNT][i]
+    oxygen, count, surface, ramp_index = s[OXYGEN][i], s[DIVER_COUNT][i], s[SURFACE][i], s[RAMP_INDEX][i]
+    spawn_speed, speed = s[E_SPAWN_SPEED][i], s[MOVE_SPEED][i]
     terminal |= oxygen <= 0
-    if s[SUB_Y][i] > 0:
-        s[OXYGEN][i] = oxygen - 1
-        s[SURFACE][i] = False
-    elif not s[SURFACE][i]:
+    if sub_y > 0:
+        oxygen -= 1
+        surface = False
+    elif not surface:
         if count == 0:
             terminal = True
         else:
             if count == MAX_DIVERS_HELD:
                 reward += oxygen * 10 // MAX_OXYGEN
                 count = 0
-            s[DIVER_COUNT][i] = count - 1
-            s[OXYGEN][i] = MAX_OXYGEN
-            s[SURFACE][i] = True
-            spawn_speed, speed = s[E_SPAWN_SPEED][i], s[MOVE_SPEED][i]
+            count -= 1
+            oxygen = MAX_OXYGEN
+            surface = True
             if ramping and (spawn_speed > 1 or speed > 2):
-                if speed > 2 and s[RAMP_INDEX][i] % 2 == 1:
-                    s[MOVE_SPEED][i] = speed - 1
+                if speed > 2 and ramp_index % 2 == 1:
+                    speed -= 1
                 if spawn_speed > 1:
-                    s[E_SPAWN_SPEED][i] = spawn_speed - 1
-                s[RAMP_INDEX][i] += 1
+                    spawn_speed -= 1
+                ramp_index += 1
+    s[OXYGEN][i], s[DIVER_COUNT][i], s[SURFACE][i], s[RAMP_INDEX][i] = oxygen, count, surface, ramp_index
+    s[E_SPAWN_SPEED][i], s[MOVE_SPEED][i] = spawn_speed, speed
     # The live bullets and divers move to the front of their slots, in order (the dead ones after them, in order).
     if s[BULLET_ALIVE][i, 1] and not s[BULLET_ALIVE][i, 0]:
         s[BULLET_X][i, 0], s[BULLET_X][i, 1] = s[BULLET_X][i, 1], s[BULLET_X][i, 0]
@@ -281,6 +277,10 @@ def step(s, i, action, u, ramping):
         s[DIVER_MOVE][i, 0], s[DIVER_MOVE][i, 1] = s[DIVER_MOVE][i, 1], s[DIVER_MOVE][i, 0]
         s[DIVER_LR][i, 0], s[DIVER_LR][i, 1] = s[DIVER_LR][i, 1], s[DIVER_LR][i, 0]
         s[DIVER_ALIVE][i, 0], s[DIVER_ALIVE][i, 1] = True, False
+    # The timers run down (last: nothing above reads them).
+    s[E_SPAWN_TIMER][i] -= s[E_SPAWN_TIMER][i] > 0
+    s[D_SPAWN_TIMER][i] -= s[D_SPAWN_TIMER][i] > 0
+    s[SHOT_TIMER][i] = shot_timer - (shot_timer > 0)
     return float(reward), terminal
 
 
