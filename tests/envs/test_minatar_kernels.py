@@ -101,7 +101,8 @@ def test_kernels_match_the_torch_game(name, ramping):
             fresh = _reset(rules, name, N_ENVS, ramping, gen)
             mask = terminated.view(-1, 1)
             state = {k: torch.where(mask.view((-1,) + (1,) * (v.dim() - 1)), fresh[k], v) for k, v in state.items()}
-    assert episodes >= 10 and total > 0
+    # Freeway's episodes end at the time limit only, which the games leave to the env.
+    assert total > 0 and (episodes >= 10 or name == "freeway")
 
 
 @pytest.mark.parametrize("name", _kernel_names())
@@ -116,7 +117,9 @@ def test_reset_matches_the_torch_game(name):
     for _ in range(30):
         action = torch.randint(0, 6, (16,), generator=gen)
         draws = torch.rand(16, rules.n_step_draws, dtype=torch.float64, generator=gen)
-        state, _, _ = rules.step(state, action, draws, True)
+        nxt, _, terminated = rules.step(state, action, draws, True)
+        # A finished row keeps its last state (a step from a terminal state is not defined).
+        state = {k: torch.where(terminated.view((-1,) + (1,) * (v.dim() - 1)), state[k], v) for k, v in nxt.items()}
     arrays = _arrays(state, jit.STATE_KEYS)
     for i in range(16):
         jit.reset(arrays, i, u[i].numpy(), True)
