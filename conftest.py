@@ -5,6 +5,7 @@ import importlib.util
 # The compiled kernels import numba at module level (the extra ``fast``); without it the simulators run their
 # numpy kernels, and the module is never imported.
 collect_ignore = [] if importlib.util.find_spec("numba") else ["rlstruct/envs/_jit_kernels.py"]
+collect_ignore_glob = [] if importlib.util.find_spec("numba") else ["rlstruct/envs/minatar/_jit_*.py"]
 # The mujoco-torch env's example builds an env (the extra ``mujoco``).
 if not importlib.util.find_spec("mujoco_torch"):
     collect_ignore.append("rlstruct/envs/mujoco_torch_env.py")

@@ -1,0 +1,93 @@
+"""MinAtar Breakout for one env at a time (numba): :mod:`._breakout`'s rules over row ``i`` of the state arrays, for
+the compiled CPU step (:mod:`._jit_driver`); the same bits as :data:`._breakout.GAME`."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = ["STATE_KEYS", "reset", "step", "observe"]
+
+_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+
+STATE_KEYS = ("ball_x", "ball_y", "ball_dir", "pos", "last_x", "last_y", "strike", "bricks")
+
+
+@_jit
+def reset(s, i, u, ramping):
+    """Row ``i`` of the state ``s`` (:data:`STATE_KEYS`' arrays): a new game from the draw ``u[0]``."""
+    ball_x, ball_y, ball_dir, pos, last_x, last_y, strike, bricks = s
+    right = np.int64(np.floor(u[0] * 2.0)) == 1
+    x = 9 if right else 0
+    ball_x[i] = x
+    ball_y[i] = 3
+    ball_dir[i] = 3 if right else 2
+    pos[i] = 4
+    last_x[i] = x
+    last_y[i] = 3
+    strike[i] = False
+    for y in range(10):
+        for c in range(10):
+            bricks[i, y, c] = 1 <= y <= 3
+
+
+@_jit
+def step(s, i, action, u, ramping):
+    """Row ``i`` of ``s`` after the full-set action ``action``: ``(reward, terminated)``."""
+    ball_x, ball_y, ball_dir, pos, last_x, last_y, strike, bricks = s
+    p = pos[i]
+    if action == 1:
+        p = max(p - 1, 0)
+    elif action == 3:
+        p = min(p + 1, 9)
+    x, y, d = ball_x[i], ball_y[i], ball_dir[i]
+    nx = x + (1 if d == 1 or d == 2 else -1)
+    ny = y + (-1 if d <= 1 else 1)
+    if nx < 0 or nx > 9:
+        nx = min(max(nx, 0), 9)
+        d = d ^ 1
+    top = ny < 0
+    if top:
+        ny = 0
+        d = 3 - d
+    brick = not top and bricks[i, ny, nx]
+    broken = brick and not strike[i]
+    if broken:
+        bricks[i, ny, nx] = False
+        ny = y
+        d = 3 - d
+    terminated = False
+    if not top and not brick and ny == 9:
+        if not bricks[i].any():
+            for row in range(1, 4):
+                for c in range(10):
+                    bricks[i, row, c] = True
+        if x == p:
+            d = 3 - d
+            ny = y
+        elif nx == p:
+            d = d ^ 2
+            ny = y
+        else:
+            terminated = True
+    ball_x[i] = nx
+    ball_y[i] = ny
+    ball_dir[i] = d
+    pos[i] = p
+    last_x[i] = x
+    last_y[i] = y
+    strike[i] = brick
+    return 1.0 if broken else 0.0, terminated
+
+
+@_jit
+def observe(s, i, frame):
+    """Row ``i``'s frame into ``frame`` (``bool [10, 10, 4]``), cleared first."""
+    ball_x, ball_y, ball_dir, pos, last_x, last_y, strike, bricks = s
+    frame[:] = False
+    frame[9, pos[i], 0] = True
+    frame[ball_y[i], ball_x[i], 1] = True
+    frame[last_y[i], last_x[i], 2] = True
+    for y in range(10):
+        for c in range(10):
+            frame[y, c, 3] = bricks[i, y, c]
