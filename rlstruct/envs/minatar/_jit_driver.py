@@ -53,23 +53,42 @@ def game_tag(minatar_name: str) -> np.ndarray:
     return np.empty(0, dtype=[(f"{minatar_name}@{digest.hexdigest()[:16]}", np.int8)])
 
 
-def _game_call(game, function, args):
-    """``<game's kernel module>.<function>(*args)`` in compiled code (``game``: :func:`game_tag`'s, ``function`` a
-    literal)."""
+def _game_reset(game, s, i, u, ramping):
+    """``reset`` of the game of ``game`` (:func:`game_tag`'s), in compiled code."""
     raise NotImplementedError("compiled code only")
 
 
-@overload(_game_call)
-def _overload_game_call(game, function, args):
-    if not isinstance(function, numba.types.StringLiteral):
-        return None
-    (name,) = game.dtype.fields
-    target = getattr(game_module(name.split("@")[0]), function.literal_value)
+def _game_step(game, s, i, action, u, ramping):
+    """``step`` of the game of ``game``, in compiled code."""
+    raise NotImplementedError("compiled code only")
 
-    def call(game, function, args):
-        return target(*args)
 
-    return call
+def _game_observe(game, s, i, frame):
+    """``observe`` of the game of ``game``, in compiled code."""
+    raise NotImplementedError("compiled code only")
+
+
+def _function_of(game, name: str):
+    (key,) = game.dtype.fields
+    return getattr(game_module(key.split("@")[0]), name)
+
+
+@overload(_game_reset, inline="always")
+def _overload_reset(game, s, i, u, ramping):
+    target = _function_of(game, "reset")
+    return lambda game, s, i, u, ramping: target(s, i, u, ramping)
+
+
+@overload(_game_step, inline="always")
+def _overload_step(game, s, i, action, u, ramping):
+    target = _function_of(game, "step")
+    return lambda game, s, i, action, u, ramping: target(s, i, action, u, ramping)
+
+
+@overload(_game_observe, inline="always")
+def _overload_observe(game, s, i, frame):
+    target = _function_of(game, "observe")
+    return lambda game, s, i, frame: target(s, i, frame)
 
 
 @_jit
@@ -110,6 +129,9 @@ def autoreset(
     """
     u = np.empty(n_step_draws)
     u_reset = np.empty(salt.shape[0])
+    # The frames as rows of bytes: a row copy over them is a tight loop (a copy between [10, 10, C] views is not).
+    n_envs, size = frame.shape[0], frame.shape[1] * frame.shape[2] * frame.shape[3]
+    flat, flat_r = frame.reshape((n_envs, size)), frame_r.reshape((n_envs, size))
     for i in range(action.shape[0]):
         a = action[i]
         s = _step_stream(key[i], episode[i], elapsed[i])
@@ -117,11 +139,11 @@ def autoreset(
         played = sticky_action[i] if _step_draw(s, 0) < sticky_prob else action_set[a]
         for d in range(n_step_draws):
             u[d] = _step_draw(s, d + 1)
-        r, ended = _game_call(game, "step", (g, i, played, u, ramping))
+        r, ended = _game_step(game, g, i, played, u, ramping)
         steps = elapsed[i] + 1
         cut = steps >= limit
         finished = ended or cut
-        _game_call(game, "observe", (g, i, frame[i]))
+        _game_observe(game, g, i, frame[i])
         reward[i] = r
         done[i] = finished
         terminated[i] = ended
@@ -136,8 +158,8 @@ def autoreset(
             e = episode[i] + 1
             for d in range(u_reset.shape[0]):
                 u_reset[d] = _draw(key[i], e, salt[d], scale[d], offset[d])
-            _game_call(game, "reset", (g, i, u_reset, ramping))
-            _game_call(game, "observe", (g, i, frame_r[i]))
+            _game_reset(game, g, i, u_reset, ramping)
+            _game_observe(game, g, i, frame_r[i])
             episode[i] = e
             elapsed[i] = 0
             last_action[i] = 0
@@ -145,7 +167,8 @@ def autoreset(
             reward_r[i] = 0.0
             last_r[i] = 0
         else:
-            frame_r[i] = frame[i]
+            for j in range(size):
+                flat_r[i, j] = flat[i, j]
             elapsed[i] = steps
             last_action[i] = a
             sticky_action[i] = played
