@@ -7,7 +7,9 @@ rewards, dones) for ``--steps`` steps of ``--envs`` envs, and reports env steps 
 
 * ``rlstruct torch``: ``make_env("MinAtar/<Game>-v1", N, backend="torch", autoreset=True)`` stepped with
   ``torch.randint`` actions, each step's frame (``bool``), reward and done copied into a preallocated
-  ``[T, N, ...]`` buffer.
+  ``[T, N, ...]`` buffer: what a CPU user gets, the compiled CPU step (``kernel`` "jit": numba installed, the
+  game has a kernel module) from the first step.
+* ``rlstruct torch, eager``: the same with ``RLSTRUCT_JIT=0``: the torch step, op by op (``kernel`` "torch").
 * ``gymnax``: gymnax's own ``<Game>-MinAtar`` (``jax.jit`` of a ``lax.scan`` over ``jax.vmap`` of ``env.step``,
   its auto-reset, actions drawn in JAX); the scan stacks the observations (``float32``) as its storage. The first
   call (compilation) is not timed.
@@ -32,7 +34,7 @@ import os
 import time
 
 import numpy as np
-from _fresh import Config, add_arguments, measure_or_rounds, print_results
+from _fresh import Config, add_arguments, compiled_cpu_steps, measure_or_rounds, print_results
 
 REF = "reference (minatar via gymnasium SyncVectorEnv)"
 
@@ -74,11 +76,13 @@ def _torch_loop(env, n: int, steps: int) -> dict:
     run(steps)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
-    return {"env_steps_per_s": n * steps / (time.perf_counter() - start)}
+    return {"env_steps_per_s": n * steps / (time.perf_counter() - start), "kernel": getattr(env, "kernel", "")}
 
 
-def measure_torch(args) -> dict:
+def measure_torch(args, eager: bool = False) -> dict:
     _pin(args.cores)
+    if eager:
+        os.environ["RLSTRUCT_JIT"] = "0"
     from rlstruct.envs import make_env
 
     env = make_env(f"MinAtar/{args.game}-v1", args.envs, backend="torch", autoreset=True, device=args.device)
@@ -180,13 +184,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpu-envs", type=int, default=2**20)
     parser.add_argument("--gpu-steps", type=int, default=16)
     parser.add_argument("--iters", type=int, default=5, help="acquisitions timed in the CUDA-graph row")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["torch", "gymnax", "adapter", "reference"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["torch", "eager", "gymnax", "adapter", "reference"])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    torch_row = f"rlstruct torch {args.game} N={args.envs}"
+    compiled_cpu_steps()
+    eager_row = f"rlstruct torch, eager {args.game} N={args.envs}"
     rows = {
-        "torch": (torch_row, Config(lambda: measure_torch(args), (("gymnax", f"gymnax N={args.envs}"),
-                                                                 ("reference", REF)))),
+        "torch": (f"rlstruct torch {args.game} N={args.envs}", Config(
+            lambda: measure_torch(args), (("gymnax", f"gymnax N={args.envs}"), ("reference", REF),
+                                          ("eager", eager_row)))),
+        "eager": (eager_row, Config(lambda: measure_torch(args, eager=True), (("gymnax", f"gymnax N={args.envs}"),
+                                                                              ("reference", REF)))),
         "gymnax": (f"gymnax N={args.envs}", Config(lambda: measure_gymnax(args))),
         "adapter": (f"rlstruct gymnax adapter N={args.envs}",
                     Config(lambda: measure_adapter(args), (("gymnax", f"gymnax N={args.envs}"),))),
@@ -198,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
             lambda: measure_graph(args))
     results = measure_or_rounds(__file__, configs, args, argv)
     if results is not None:
-        print_results(results, configs, "env_steps_per_s")
+        print_results(results, configs, "env_steps_per_s", note=lambda r: r.get("kernel", ""))
 
 
 if __name__ == "__main__":
