@@ -7,8 +7,9 @@ rewards, dones) for ``--steps`` steps of ``--envs`` envs, and reports env steps 
 
 * ``rlstruct torch``: ``make_env("MinAtar/<Game>-v1", N, backend="torch", autoreset=True)`` stepped with
   ``torch.randint`` actions, each step's frame (``bool``), reward and done copied into a preallocated
-  ``[T, N, ...]`` buffer: what a CPU user gets, the compiled CPU step (``kernel`` "jit": numba installed, the
-  game has a kernel module) from the first step.
+  ``[T, N, ...]`` buffer (zero-filled beforehand: its pages exist, as a reused buffer's do): what a CPU user
+  gets, the compiled CPU step (``kernel`` "jit": numba installed, the game has a kernel module) from the first
+  step.
 * ``rlstruct torch, eager``: the same with ``RLSTRUCT_JIT=0``: the torch step, op by op (``kernel`` "torch").
 * ``gymnax``: gymnax's own ``<Game>-MinAtar`` (``jax.jit`` of a ``lax.scan`` over ``jax.vmap`` of ``env.step``,
   its auto-reset, actions drawn in JAX); the scan stacks the observations (``float32``) as its storage. The first
@@ -58,9 +59,11 @@ def _torch_loop(env, n: int, steps: int) -> dict:
 
     obs, _ = env.reset()
     dev = env.device
-    frames = torch.empty((steps,) + tuple(obs["frame"].shape), dtype=obs["frame"].dtype, device=dev)
-    rewards = torch.empty(steps, n, device=dev)
-    dones = torch.empty(steps, n, dtype=torch.bool, device=dev)
+    # Zero-filled, so that its pages exist before the timing: a learner's buffer is written again at every
+    # acquisition, and the first writes into fresh memory (page faults) would cost more than the step itself.
+    frames = torch.zeros((steps,) + tuple(obs["frame"].shape), dtype=obs["frame"].dtype, device=dev)
+    rewards = torch.zeros(steps, n, device=dev)
+    dones = torch.zeros(steps, n, dtype=torch.bool, device=dev)
     n_actions = env.action_space.n
 
     def run(t_steps: int) -> None:
