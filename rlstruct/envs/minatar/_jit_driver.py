@@ -3,27 +3,28 @@
 :func:`autoreset` is :func:`~rlstruct.envs.minatar._env.autoreset_step` env by env: the sticky-action and game
 draws of :func:`~rlstruct.envs._rng.step_uniforms`, the game's step, the time limit, the restart of a finished env
 with the reset draws of :func:`~rlstruct.envs._rng.uniform_draws`, and both frames. The game's rules come from its
-kernel module ``_jit_<minatar name>`` (``STATE_KEYS``, ``reset``, ``step``, ``observe`` over one env's row), reached
-through the type of an argument that names the game (:func:`game_tag`), so that numba compiles (and caches) one loop
-per game with its functions inlined. Imported through :func:`rlstruct.envs._jit.jit_module` only.
+kernel module ``_jit_<minatar name>`` (``STATE_KEYS``, ``reset``, ``step``, ``observe`` over one env's row): each
+game has its own copy of the loop, whose globals are its functions, so that numba compiles (and caches) one loop per
+game with those functions inlined. Imported through :func:`rlstruct.envs._jit.jit_module` only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import types
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import numba
 import numpy as np
 import torch
-from numba.extending import overload
 
 from rlstruct.envs import _jit_kernels, _rng
 from rlstruct.envs._jit_kernels import _draw, counter, mix32
 
-__all__ = ["CompiledStep", "autoreset", "game_module", "game_tag"]
+__all__ = ["CompiledStep", "autoreset", "game_module"]
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 _MASK32 = _rng.MASK32
@@ -38,57 +39,19 @@ def game_module(minatar_name: str) -> ModuleType:
     return importlib.import_module(f"rlstruct.envs.minatar._jit_{minatar_name}")
 
 
-def game_tag(minatar_name: str) -> np.ndarray:
-    """The argument of :func:`autoreset` that selects the game ``minatar_name``: an empty array whose record dtype's
-    one field is named ``<minatar name>@<digest>``, the digest of the sources compiled into the game's loop besides
-    this module's (the game's kernels, the RNG).
-
-    A type, not a string literal: a call then dispatches as any other (a literal is retyped at every call). numba
-    checks a cached loop against this file only; with the digest in the loop's signature, an edit of those sources
-    compiles a new one.
-    """
-    digest = hashlib.sha1()
-    for module in (game_module(minatar_name), _rng, _jit_kernels):
-        digest.update(Path(module.__file__).read_bytes())
-    return np.empty(0, dtype=[(f"{minatar_name}@{digest.hexdigest()[:16]}", np.int8)])
+def _reset(s, i, u, ramping):
+    """The game's ``reset``: bound, in each game's copy of :func:`_autoreset`, to its kernel module's."""
+    raise NotImplementedError("a game's loop calls its own reset")
 
 
-def _game_reset(game, s, i, u, ramping):
-    """``reset`` of the game of ``game`` (:func:`game_tag`'s), in compiled code."""
-    raise NotImplementedError("compiled code only")
+def _step(s, i, action, u, ramping):
+    """The game's ``step`` (likewise)."""
+    raise NotImplementedError("a game's loop calls its own step")
 
 
-def _game_step(game, s, i, action, u, ramping):
-    """``step`` of the game of ``game``, in compiled code."""
-    raise NotImplementedError("compiled code only")
-
-
-def _game_observe(game, s, i, frame):
-    """``observe`` of the game of ``game``, in compiled code."""
-    raise NotImplementedError("compiled code only")
-
-
-def _function_of(game, name: str):
-    (key,) = game.dtype.fields
-    return getattr(game_module(key.split("@")[0]), name)
-
-
-@overload(_game_reset, inline="always")
-def _overload_reset(game, s, i, u, ramping):
-    target = _function_of(game, "reset")
-    return lambda game, s, i, u, ramping: target(s, i, u, ramping)
-
-
-@overload(_game_step, inline="always")
-def _overload_step(game, s, i, action, u, ramping):
-    target = _function_of(game, "step")
-    return lambda game, s, i, action, u, ramping: target(s, i, action, u, ramping)
-
-
-@overload(_game_observe, inline="always")
-def _overload_observe(game, s, i, frame):
-    target = _function_of(game, "observe")
-    return lambda game, s, i, frame: target(s, i, frame)
+def _observe(s, i, frame):
+    """The game's ``observe`` (likewise)."""
+    raise NotImplementedError("a game's loop calls its own observe")
 
 
 @_jit
@@ -105,17 +68,16 @@ def _step_draw(s, d):
     return (np.float64(h) + 0.5) * _TWO_POW_M32
 
 
-@_jit
-def autoreset(
-    game, g, elapsed, episode, key, last_action, sticky_action, action_set, action, sticky_prob, ramping, limit,
+def _autoreset(
+    g, elapsed, episode, key, last_action, sticky_action, action_set, action, sticky_prob, ramping, limit,
     n_step_draws, salt, scale, offset,
     frame, reward, done, terminated, truncated, initial, last,
     frame_r, reward_r, done_r, terminated_r, truncated_r, initial_r, last_r,
 ):  # fmt: skip
-    """The auto-reset step of every env, in place on the state.
+    """The auto-reset step of every env, in place on the state (the loop of :func:`autoreset`, whose copy for a game
+    calls that game's functions).
 
     Args:
-        game: :func:`game_tag`'s array (its type selects the game's functions, compiled into the loop).
         g: the game's state arrays ``[B, ...]`` in its ``STATE_KEYS`` order, and ``elapsed``, ``episode``, ``key``,
             ``last_action`` (minimal set), ``sticky_action`` (full set): ``int64 [B]``, the env's own; all become
             the state after the step and the restarts.
@@ -139,11 +101,11 @@ def autoreset(
         played = sticky_action[i] if _step_draw(s, 0) < sticky_prob else action_set[a]
         for d in range(n_step_draws):
             u[d] = _step_draw(s, d + 1)
-        r, ended = _game_step(game, g, i, played, u, ramping)
+        r, ended = _step(g, i, played, u, ramping)
         steps = elapsed[i] + 1
         cut = steps >= limit
         finished = ended or cut
-        _game_observe(game, g, i, frame[i])
+        _observe(g, i, frame[i])
         reward[i] = r
         done[i] = finished
         terminated[i] = ended
@@ -158,8 +120,8 @@ def autoreset(
             e = episode[i] + 1
             for d in range(u_reset.shape[0]):
                 u_reset[d] = _draw(key[i], e, salt[d], scale[d], offset[d])
-            _game_reset(game, g, i, u_reset, ramping)
-            _game_observe(game, g, i, frame_r[i])
+            _reset(g, i, u_reset, ramping)
+            _observe(g, i, frame_r[i])
             episode[i] = e
             elapsed[i] = 0
             last_action[i] = 0
@@ -176,6 +138,29 @@ def autoreset(
             last_r[i] = a
 
 
+def autoreset(minatar_name: str) -> Callable:
+    """The compiled auto-reset step of the game ``minatar_name`` (:func:`_autoreset` calling that game's kernel
+    module's functions, which numba inlines), compiled once per process (and cached on disk).
+
+    Each game's loop is a copy of :func:`_autoreset` whose globals name the game's functions, under a name that holds
+    a digest of the sources compiled into it besides this module (the game's kernels, the RNG): numba checks a
+    cached function against its own file only, so an edit of those sources compiles a new one.
+    """
+    loop = _LOOPS.get(minatar_name)
+    if loop is None:
+        module = game_module(minatar_name)
+        digest = hashlib.sha1()
+        for source in (module, _rng, _jit_kernels):
+            digest.update(Path(source.__file__).read_bytes())
+        scope = {**_autoreset.__globals__, "_reset": module.reset, "_step": module.step, "_observe": module.observe}
+        fn = types.FunctionType(_autoreset.__code__, scope, "autoreset")
+        fn.__qualname__ = f"autoreset_{minatar_name}_{digest.hexdigest()[:16]}"
+        fn.__doc__ = _autoreset.__doc__
+        loop = _LOOPS[minatar_name] = _jit(fn)
+    return loop
+
+
+_LOOPS: dict[str, Callable] = {}
 _OBSERVATION = ("frame", "reward", "done", "terminated", "truncated", "initial_state", "last_action")
 _ENV_KEYS = ("elapsed_steps", "episode", "rng_key", "last_action", "sticky_action")
 
@@ -190,7 +175,7 @@ class CompiledStep:
     """
 
     def __init__(self, env, game_keys: tuple[str, ...]):
-        self.game = game_tag(env.game.name)
+        self.loop = autoreset(env.game.name)
         self.keys = tuple(game_keys)
         self.action_set = env._action_set.numpy()
         table = env._reset_table
@@ -211,7 +196,7 @@ class CompiledStep:
         """Steps ``state`` (the env's own contiguous CPU tensors, changed in place) with the minimal-set actions
         ``action`` (``int64 [B]``), writing the two observations into the arrays ``nxt`` and ``run`` (keys
         ``frame``, ``reward``, ``done``, ``terminated``, ``truncated``, ``initial_state``, ``last_action``)."""
-        autoreset(
-            self.game, *self._arrays(state), self.action_set, action, *self.settings, self.n_step_draws, *self.table,
+        self.loop(
+            *self._arrays(state), self.action_set, action, *self.settings, self.n_step_draws, *self.table,
             *(nxt[k] for k in _OBSERVATION), *(run[k] for k in _OBSERVATION),
         )  # fmt: skip
