@@ -1,5 +1,13 @@
 """MinAtar Asterix for one env at a time (numba): :mod:`._asterix`'s rules over row ``i`` of the state arrays, for the
-compiled CPU step (:mod:`._jit_driver`); the same bits as :data:`._asterix.GAME`."""
+compiled CPU step (:mod:`._jit_driver`); the same bits as :data:`._asterix.GAME`.
+
+>>> import numpy as np, torch
+>>> from rlstruct.envs.minatar._asterix import GAME
+>>> state = GAME.reset(torch.zeros(2, 0, dtype=torch.float64), True)
+>>> s = tuple(state[k].numpy() for k in STATE_KEYS)
+>>> step(s, 1, 2, np.array([0.9, 0.9, 0.99]), True), state["player_y"].tolist(), state["spawn_timer"].tolist()
+((0.0, False), [5, 4], [10, 9])
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,13 @@
 """MinAtar Breakout for one env at a time (numba): :mod:`._breakout`'s rules over row ``i`` of the state arrays, for
-the compiled CPU step (:mod:`._jit_driver`); the same bits as :data:`._breakout.GAME`."""
+the compiled CPU step (:mod:`._jit_driver`); the same bits as :data:`._breakout.GAME`.
+
+>>> import numpy as np, torch
+>>> from rlstruct.envs.minatar._breakout import GAME
+>>> state = GAME.reset(torch.tensor([[0.2], [0.7]], dtype=torch.float64), True)
+>>> s = tuple(state[k].numpy() for k in STATE_KEYS)
+>>> step(s, 0, 3, np.zeros(0), True), state["ball_x"].tolist(), state["pos"].tolist()
+((0.0, False), [1, 9], [5, 4])
+"""
 
 from __future__ import annotations
 

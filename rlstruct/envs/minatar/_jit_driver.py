@@ -15,7 +15,6 @@ import importlib
 import types
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import numba
 import numpy as np
@@ -32,9 +31,10 @@ _STEP_SALT = _rng.STEP_SALT
 _STEP_STRIDE = _rng.STEP_STRIDE
 _DRAW_STRIDE = _rng.DRAW_STRIDE
 _TWO_POW_M32 = _rng.TWO_POW_M32
+_LOOPS: dict[str, Callable] = {}  # minatar name -> its compiled loop
 
 
-def game_module(minatar_name: str) -> ModuleType:
+def game_module(minatar_name: str) -> types.ModuleType:
     """The kernel module of the game ``minatar_name`` (``"breakout"``)."""
     return importlib.import_module(f"rlstruct.envs.minatar._jit_{minatar_name}")
 
@@ -160,7 +160,6 @@ def autoreset(minatar_name: str) -> Callable:
     return loop
 
 
-_LOOPS: dict[str, Callable] = {}
 _OBSERVATION = ("frame", "reward", "done", "terminated", "truncated", "initial_state", "last_action")
 _ENV_KEYS = ("elapsed_steps", "episode", "rng_key", "last_action", "sticky_action")
 

@@ -1,5 +1,14 @@
 """MinAtar Freeway for one env at a time (numba): :mod:`._freeway`'s rules over row ``i`` of the state arrays, for the
-compiled CPU step (:mod:`._jit_driver`); the same bits as :data:`._freeway.GAME`."""
+compiled CPU step (:mod:`._jit_driver`); the same bits as :data:`._freeway.GAME`.
+
+>>> import numpy as np, torch
+>>> from rlstruct.envs.minatar._freeway import GAME
+>>> u = np.full(16, 0.9)
+>>> state = GAME.reset(torch.from_numpy(u).expand(2, 16), True)
+>>> s = tuple(state[k].numpy() for k in STATE_KEYS)
+>>> step(s, 1, 2, u, True), state["car_timer"][1].tolist(), state["pos"].tolist()
+((0.0, False), [4, 4, 4, 4, 4, 4, 4, 4], [9, 9])
+"""
 
 from __future__ import annotations
 
