@@ -110,3 +110,27 @@ def test_rlstruct_jit_0_or_an_episodic_env_keeps_the_torch_step(monkeypatch):
     assert MinAtarEnv(name, 2, autoreset=False).kernel == "torch"
     monkeypatch.setenv(_jit.JIT_ENV_VAR, "0")
     assert MinAtarEnv(name, 2, autoreset=True).kernel == "torch"
+
+
+def test_the_batcher_collects_the_same_trajectories_through_the_compiled_step(monkeypatch):
+    """RL_Batcher calls step_into, which the compiled step writes into the batcher's buffer."""
+    from rlstruct import RL_Batcher
+    from rlstruct.envs import make_env
+    from tests.fakes import CounterAgent
+    from tests.helpers import assert_same
+
+    name = COMPILED[0] if COMPILED else pytest.skip("no game has a compiled step")
+    env_args = {"name": f"MinAtar/{name}-v1", "n_envs": 4, "backend": "torch", "autoreset": True,
+                "max_episode_steps": 6}
+    runs = []
+    for jit in ("1", "0"):
+        monkeypatch.setenv(_jit.JIT_ENV_VAR, jit)
+        with RL_Batcher(5, CounterAgent, {}, make_env, env_args, 0, 3, agent_seeds=5) as b:
+            b.reset()
+            runs.append([])
+            for _ in range(3):
+                b.execute()
+                runs[-1].append(b.get()[0])
+    assert bool(runs[0][-1].trajectories["_observation/done"].any())
+    for a, b in zip(*runs, strict=True):
+        assert_same(a, b)
