@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+
 import pytest
 import torch
 
@@ -12,8 +15,8 @@ from rlstruct.envs import _jit
 from rlstruct.envs.minatar import GAMES, MinAtarEnv
 from rlstruct.envs.minatar._env import has_kernels
 
-pytest.importorskip("numba", reason="numba is not installed (pip install rlstruct[fast]): no compiled step")
-
+needs_numba = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
+                                 reason="numba is not installed (pip install rlstruct[fast]): no compiled step")
 COMPILED = [name for name, (minatar_name, _) in GAMES.items() if has_kernels(minatar_name)]
 # Short enough that some episodes are truncated (a random Breakout player misses the ball within some 20 steps),
 # long enough that some score (a Freeway crossing takes 27 steps at least).
@@ -50,6 +53,7 @@ def _same(x: DictTensor, y: DictTensor) -> None:
         assert x[k].dtype == y[k].dtype and torch.equal(x[k], y[k]), k
 
 
+@needs_numba
 @pytest.mark.parametrize("name", COMPILED)
 def test_the_compiled_step_is_the_torch_step(name, monkeypatch):
     """Bit for bit, over episodes that end by termination and by truncation, with sticky actions (one in three)."""
@@ -72,6 +76,7 @@ def test_the_compiled_step_is_the_torch_step(name, monkeypatch):
     assert seen[2] and (seen[1] or seen[0]), seen
 
 
+@needs_numba
 @pytest.mark.parametrize("name", COMPILED[:1])
 def test_the_move_after_jit_after_env_steps_continues_the_trajectory(name, monkeypatch):
     monkeypatch.setenv(_jit.JIT_AFTER_ENV_VAR, "40")
@@ -87,6 +92,7 @@ def test_the_move_after_jit_after_env_steps_continues_the_trajectory(name, monke
     _same(compiled.get_state(), eager.get_state())
 
 
+@needs_numba
 @pytest.mark.parametrize("name", COMPILED[:1])
 def test_step_into_writes_the_step_and_graph_state_tensors_stay(name, monkeypatch):
     compiled, eager = _pair(name, monkeypatch, n_envs=6, seed=2, max_episode_steps=5)
@@ -104,6 +110,7 @@ def test_step_into_writes_the_step_and_graph_state_tensors_stay(name, monkeypatc
     _same(compiled.get_state(), eager.get_state())
 
 
+@needs_numba
 def test_rlstruct_jit_0_or_an_episodic_env_keeps_the_torch_step(monkeypatch):
     name = COMPILED[0] if COMPILED else pytest.skip("no game has a compiled step")
     assert MinAtarEnv(name, 2, autoreset=True).kernel == "jit"
@@ -112,6 +119,7 @@ def test_rlstruct_jit_0_or_an_episodic_env_keeps_the_torch_step(monkeypatch):
     assert MinAtarEnv(name, 2, autoreset=True).kernel == "torch"
 
 
+@needs_numba
 def test_the_batcher_collects_the_same_trajectories_through_the_compiled_step(monkeypatch):
     """RL_Batcher calls step_into, which the compiled step writes into the batcher's buffer."""
     from rlstruct import RL_Batcher
@@ -134,3 +142,12 @@ def test_the_batcher_collects_the_same_trajectories_through_the_compiled_step(mo
     assert bool(runs[0][-1].trajectories["_observation/done"].any())
     for a, b in zip(*runs, strict=True):
         assert_same(a, b)
+
+
+def test_without_numba_the_torch_step_runs(monkeypatch):
+    monkeypatch.setattr(_jit, "_loaded", {})
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
+    env = MinAtarEnv("Breakout", 3, autoreset=True)
+    env.reset()
+    env.step(DictTensor({"action": torch.zeros(3, dtype=torch.int64)}))
+    assert env.kernel == "torch" and not env.writes_in_place()
