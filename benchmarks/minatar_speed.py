@@ -7,7 +7,13 @@ rewards, dones) for ``--steps`` steps of ``--envs`` envs, and reports env steps 
 
 * ``rlstruct torch``: ``make_env("MinAtar/<Game>-v1", N, backend="torch", autoreset=True)`` stepped with
   ``torch.randint`` actions, each step's frame (``bool``), reward and done copied into a preallocated
-  ``[T, N, ...]`` buffer.
+  ``[T, N, ...]`` buffer (zero-filled beforehand: its pages exist, as a reused buffer's do): what a CPU user
+  gets, the compiled CPU step (``kernel`` "jit": numba installed, the game has a kernel module) from the first
+  step.
+* ``rlstruct torch, eager``: the same with ``RLSTRUCT_JIT=0``: the torch step, op by op (``kernel`` "torch").
+* ``rlstruct torch step_into``: the env as ``RL_Batcher`` drives it, ``env.step_into(action, next_t, running_t+1)``
+  into rows of zero-filled ``[T + 1, N, ...]`` buffers of every observation key (with the compiled step the
+  kernel writes there; no observation tensors, no copies).
 * ``gymnax``: gymnax's own ``<Game>-MinAtar`` (``jax.jit`` of a ``lax.scan`` over ``jax.vmap`` of ``env.step``,
   its auto-reset, actions drawn in JAX); the scan stacks the observations (``float32``) as its storage. The first
   call (compilation) is not timed.
@@ -32,7 +38,7 @@ import os
 import time
 
 import numpy as np
-from _fresh import Config, add_arguments, measure_or_rounds, print_results
+from _fresh import Config, add_arguments, compiled_cpu_steps, measure_or_rounds, print_results
 
 REF = "reference (minatar via gymnasium SyncVectorEnv)"
 
@@ -56,9 +62,11 @@ def _torch_loop(env, n: int, steps: int) -> dict:
 
     obs, _ = env.reset()
     dev = env.device
-    frames = torch.empty((steps,) + tuple(obs["frame"].shape), dtype=obs["frame"].dtype, device=dev)
-    rewards = torch.empty(steps, n, device=dev)
-    dones = torch.empty(steps, n, dtype=torch.bool, device=dev)
+    # Zero-filled, so that its pages exist before the timing: a learner's buffer is written again at every
+    # acquisition, and the first writes into fresh memory (page faults) would cost more than the step itself.
+    frames = torch.zeros((steps,) + tuple(obs["frame"].shape), dtype=obs["frame"].dtype, device=dev)
+    rewards = torch.zeros(steps, n, device=dev)
+    dones = torch.zeros(steps, n, dtype=torch.bool, device=dev)
     n_actions = env.action_space.n
 
     def run(t_steps: int) -> None:
@@ -74,15 +82,46 @@ def _torch_loop(env, n: int, steps: int) -> dict:
     run(steps)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
-    return {"env_steps_per_s": n * steps / (time.perf_counter() - start)}
+    return {"env_steps_per_s": n * steps / (time.perf_counter() - start), "kernel": getattr(env, "kernel", "")}
 
 
-def measure_torch(args) -> dict:
+def measure_torch(args, eager: bool = False) -> dict:
     _pin(args.cores)
+    if eager:
+        os.environ["RLSTRUCT_JIT"] = "0"
     from rlstruct.envs import make_env
 
     env = make_env(f"MinAtar/{args.game}-v1", args.envs, backend="torch", autoreset=True, device=args.device)
     return _torch_loop(env, args.envs, args.steps)
+
+
+def measure_step_into(args) -> dict:
+    _pin(args.cores)
+    import torch
+
+    from rlstruct import DictTensor
+    from rlstruct.envs import make_env
+
+    n, steps = args.envs, args.steps
+    env = make_env(f"MinAtar/{args.game}-v1", n, backend="torch", autoreset=True, device=args.device)
+    obs, _ = env.reset()
+    views = []
+    for _ in range(2):
+        buf = {k: torch.zeros((steps + 1,) + tuple(obs[k].shape), dtype=obs[k].dtype, device=env.device)
+               for k in obs.keys()}
+        views.append([DictTensor({k: v[t] for k, v in buf.items()}) for t in range(steps + 1)])
+    nxt, running = views
+    n_actions = env.action_space.n
+
+    def run(t_steps: int) -> None:
+        for t in range(t_steps):
+            a = torch.randint(0, n_actions, (n,), device=env.device)
+            env.step_into(DictTensor({"action": a}), nxt[t], running[t + 1])
+
+    run(3)
+    start = time.perf_counter()
+    run(steps)
+    return {"env_steps_per_s": n * steps / (time.perf_counter() - start), "kernel": env.kernel}
 
 
 def measure_adapter(args) -> dict:
@@ -180,13 +219,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpu-envs", type=int, default=2**20)
     parser.add_argument("--gpu-steps", type=int, default=16)
     parser.add_argument("--iters", type=int, default=5, help="acquisitions timed in the CUDA-graph row")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["torch", "gymnax", "adapter", "reference"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["torch", "eager", "into", "gymnax",
+                                                                   "adapter", "reference"])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    torch_row = f"rlstruct torch {args.game} N={args.envs}"
+    compiled_cpu_steps()
+    eager_row = f"rlstruct torch, eager {args.game} N={args.envs}"
     rows = {
-        "torch": (torch_row, Config(lambda: measure_torch(args), (("gymnax", f"gymnax N={args.envs}"),
-                                                                 ("reference", REF)))),
+        "torch": (f"rlstruct torch {args.game} N={args.envs}", Config(
+            lambda: measure_torch(args), (("gymnax", f"gymnax N={args.envs}"), ("reference", REF),
+                                          ("eager", eager_row)))),
+        "eager": (eager_row, Config(lambda: measure_torch(args, eager=True), (("gymnax", f"gymnax N={args.envs}"),
+                                                                              ("reference", REF)))),
+        "into": (f"rlstruct torch step_into {args.game} N={args.envs}", Config(
+            lambda: measure_step_into(args), (("gymnax", f"gymnax N={args.envs}"), ("reference", REF)))),
         "gymnax": (f"gymnax N={args.envs}", Config(lambda: measure_gymnax(args))),
         "adapter": (f"rlstruct gymnax adapter N={args.envs}",
                     Config(lambda: measure_adapter(args), (("gymnax", f"gymnax N={args.envs}"),))),
@@ -198,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
             lambda: measure_graph(args))
     results = measure_or_rounds(__file__, configs, args, argv)
     if results is not None:
-        print_results(results, configs, "env_steps_per_s")
+        print_results(results, configs, "env_steps_per_s", note=lambda r: r.get("kernel", ""))
 
 
 if __name__ == "__main__":

@@ -9,18 +9,21 @@ after :func:`jit_after` env steps (``RLSTRUCT_JIT_AFTER=N``; ``0``: from the fir
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import logging
 import os
 import sys
 from types import ModuleType
 
-__all__ = ["jit_kernels", "jit_wanted", "jit_after", "JIT_ENV_VAR", "JIT_AFTER_ENV_VAR", "JIT_AFTER_DEFAULT"]
+__all__ = ["jit_kernels", "jit_module", "jit_wanted", "jit_after", "JIT_ENV_VAR", "JIT_AFTER_ENV_VAR",
+           "JIT_AFTER_DEFAULT"]
 
 JIT_ENV_VAR = "RLSTRUCT_JIT"
 JIT_AFTER_ENV_VAR = "RLSTRUCT_JIT_AFTER"
 #: env steps (rows) a simulator steps on its numpy kernels before it loads the compiled ones
 JIT_AFTER_DEFAULT = 65_536
+_KERNELS = "rlstruct.envs._jit_kernels"
 _log = logging.getLogger(__name__)
 _loaded: dict[str, ModuleType | None] = {}
 
@@ -29,7 +32,7 @@ def jit_wanted() -> bool:
     """True unless ``RLSTRUCT_JIT`` switches the compiled steps off or numba is not installed (imports nothing)."""
     if os.environ.get(JIT_ENV_VAR, "1").strip().lower() in ("0", "false", "no", "off"):
         return False
-    if _loaded.get("kernels", True) is None:  # tried, and unusable here
+    if _loaded.get(_KERNELS, True) is None:  # tried, and unusable here
         return False
     if "numba" in sys.modules:
         return sys.modules["numba"] is not None
@@ -57,28 +60,35 @@ def jit_after() -> int:
 
 
 def jit_kernels() -> ModuleType | None:
-    """The module of compiled kernels, or ``None`` when numba is missing, disabled, or cannot compile here.
+    """The module of compiled kernels (:mod:`rlstruct.envs._jit_kernels`), or ``None`` when numba is missing,
+    disabled, or cannot compile here (see :func:`jit_module`)."""
+    return jit_module(_KERNELS)
+
+
+def jit_module(name: str) -> ModuleType | None:
+    """The module of compiled kernels ``name`` (one that imports numba), or ``None`` when numba is missing,
+    disabled, or cannot compile here.
 
     Imported on first use only (numba's import is slow), and once per process; ``RLSTRUCT_JIT``
     is read at every call, so it applies to the envs built after it is set.
     """
     if os.environ.get(JIT_ENV_VAR, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
-    if "kernels" not in _loaded:
-        _loaded["kernels"] = _import_kernels()
-    return _loaded["kernels"]
+    if name not in _loaded:
+        _loaded[name] = _import_kernels(name)
+    return _loaded[name]
 
 
-def _import_kernels() -> ModuleType | None:
+def _import_kernels(name: str) -> ModuleType | None:
     try:
         import numba
 
         if numba.config.DISABLE_JIT:
             return None
-        from rlstruct.envs import _jit_kernels
+        module = importlib.import_module(name)
     except ImportError:
         return None
     except Exception as e:  # numba present but unusable here (e.g. no writable cache location)
-        _log.warning("compiled CPU steps unavailable, using the numpy kernels: %s: %s", type(e).__name__, e)
+        _log.warning("compiled CPU steps unavailable, using the uncompiled ones: %s: %s", type(e).__name__, e)
         return None
-    return _jit_kernels
+    return module

@@ -8,22 +8,33 @@ minimal action set, sticky actions, the time limit, the auto-reset and the count
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs._actions import ActionSpec
-from rlstruct.envs._base import CallOrder, StepResult, VecEnv, check_env_info, check_sizes, check_some_running
+from rlstruct.envs._base import (
+    CallOrder,
+    HostDestinations,
+    StepResult,
+    VecEnv,
+    check_env_info,
+    check_sizes,
+    check_some_running,
+)
+from rlstruct.envs._jit import jit_after, jit_module, jit_wanted
 from rlstruct.envs._rng import draw_table, env_keys, step_uniforms, uniform_draws
 from rlstruct.envs._sim_io import check_action
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
 from rlstruct.seeding import check_env_index, check_seed
 from rlstruct.structures import DictTensor
 
-__all__ = ["Game", "MinAtarEnv", "GAMES", "game", "advance", "autoreset_step", "autoreset_step_sparse", "restart",
-           "STICKY_ACTION_PROB"]
+__all__ = ["Game", "MinAtarEnv", "GAMES", "game", "has_kernels", "advance", "autoreset_step",
+           "autoreset_step_sparse", "restart", "STICKY_ACTION_PROB"]
 
 #: The games with a torch simulator: gymnasium name (``MinAtar/<name>-v1``) -> (minatar's name, whose module is
 #: ``rlstruct.envs.minatar._<minatar name>``; the minimal action set, in minatar's letters and order).
@@ -38,6 +49,7 @@ GAMES = {
 STICKY_ACTION_PROB = 0.1
 #: The actions of every game, in minatar's order (an action's index is its full-set number).
 ACTION_MAP = ("n", "l", "u", "r", "d", "f")
+_DRIVER = "rlstruct.envs.minatar._jit_driver"
 # The prefix of the game's keys in the env's state, beside the env's own ("elapsed_steps", "episode", "rng_key",
 # "last_action", "sticky_action").
 _GAME_PREFIX = "game/"
@@ -63,6 +75,11 @@ class Game(Protocol):
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]: ...
 
     def observe(self, state: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+
+def has_kernels(name: str) -> bool:
+    """Whether the game of minatar name ``name`` has a compiled CPU step (its kernel module; imports nothing)."""
+    return importlib.util.find_spec(f"rlstruct.envs.minatar._jit_{name}") is not None
 
 
 def game(name: str) -> tuple[Game, tuple[int, ...]]:
@@ -182,6 +199,12 @@ class MinAtarEnv(CallOrder, VecEnv):
     Observations: ``frame`` ``bool [B, 10, 10, C]``, ``reward`` ``float32 [B]``, ``done``, ``terminated``,
     ``truncated``, ``initial_state`` (``bool [B]``), ``last_action`` (``int64 [B]``, minimal-set).
 
+    On the CPU an auto-reset env moves to a compiled step (numba installed, the extra ``fast``) after
+    :func:`~rlstruct.envs._jit.jit_after` env steps: one call per step, the same bits as the torch step (frames,
+    rewards, flags, and the state after any number of steps); ``RLSTRUCT_JIT=0`` keeps the torch step. It writes
+    the state in place (tensors nobody else was handed: after :meth:`graph_state`, the next step rebinds the env to
+    new ones) and :meth:`step_into` writes the observations straight into a batcher's buffer.
+
     Args:
         name: the game, gymnasium's (``"Breakout"``) or minatar's (``"breakout"``) name (see :data:`GAMES`).
         n_envs: number of envs (``>= 1``).
@@ -194,6 +217,9 @@ class MinAtarEnv(CallOrder, VecEnv):
         max_episode_steps: truncation horizon; ``None`` for none (the ids' is 1000).
         sticky_action_prob: in ``[0, 1]``.
         ramping: difficulty ramping (the ids' default, ``True``).
+
+    Attributes:
+        kernel: how a step runs: ``"jit"`` (the compiled CPU step) or ``"torch"``.
 
     Raises:
         ValueError: an unknown game, ``n_envs``, ``max_episode_steps`` or ``sticky_action_prob`` out of range.
@@ -248,6 +274,32 @@ class MinAtarEnv(CallOrder, VecEnv):
                                                                    device=self.device))
         self._started = False
         self._closed = False
+        self._destinations = HostDestinations.of_frame(self.observation_space.shape, np.bool_, (), True, n_envs)
+        # The compiled step waits for jit_after() env steps (a short run never pays numba's load); _jit_in counts
+        # the env steps left (None: no move pending). _own is the state dict whose tensors nobody else was handed,
+        # the one the compiled step may write into.
+        self._compiled: Any = None
+        self._own: dict[str, torch.Tensor] | None = None
+        self._jit_in: int | None = None
+        if self.device.type == "cpu" and self.autoreset and jit_wanted() and has_kernels(self.game.name):
+            self._jit_in = jit_after()
+            self._count_toward_jit(0)
+
+    @property
+    def kernel(self) -> str:
+        """How a step runs: ``"jit"`` or ``"torch"`` (see the class docstring)."""
+        return "torch" if self._compiled is None else "jit"
+
+    def _count_toward_jit(self, rows: int) -> None:
+        """Counts ``rows`` env steps toward the move to the compiled step, and makes it when they are due."""
+        self._jit_in -= rows
+        if self._jit_in > 0:
+            return
+        self._jit_in = None
+        driver = jit_module(_DRIVER)
+        if driver is not None and jit_module(f"rlstruct.envs.minatar._jit_{self.game.name}") is not None:
+            keys = driver.game_module(self.game.name).STATE_KEYS
+            self._compiled = driver.CompiledStep(self, tuple(_GAME_PREFIX + k for k in keys))
 
     # ------------------------------------------------------------------ contract
     def n_envs(self) -> int:
@@ -283,7 +335,11 @@ class MinAtarEnv(CallOrder, VecEnv):
         ids = self._ids
         n_rows = ids.shape[0]
         check_some_running(n_rows, self._n)
-        a, _ = check_action(self, action, n_rows, None if self.autoreset else ids)
+        a, a_host = check_action(self, action, n_rows, None if self.autoreset else ids)
+        if self._jit_in is not None:
+            self._count_toward_jit(n_rows)
+        if self._compiled is not None:
+            return self._compiled_step(a_host)
         if self.autoreset:
             step = autoreset_step if self.device.type != "cpu" else autoreset_step_sparse
             self._state, out = step(self, self._state, a)
@@ -299,6 +355,41 @@ class MinAtarEnv(CallOrder, VecEnv):
             })
             return (nxt, self._ids_all), (run, self._ids_all)
         return self._episodic_step(ids, a)
+
+    def _compiled_step(self, a_host: np.ndarray) -> StepResult:
+        n = self._n
+        frames = torch.empty((2, n) + self.observation_space.shape, dtype=torch.bool)
+        rewards = torch.empty((2, n), dtype=torch.float32)
+        flags = torch.empty((8, n), dtype=torch.bool)
+        last = torch.empty((2, n), dtype=torch.int64)
+        nxt, run = ({"frame": frames[j], "reward": rewards[j], "done": flags[4 * j], "terminated": flags[4 * j + 1],
+                     "truncated": flags[4 * j + 2], "initial_state": flags[4 * j + 3], "last_action": last[j]}
+                    for j in range(2))  # fmt: skip
+        self._step_in_place(a_host, {k: v.numpy() for k, v in nxt.items()}, {k: v.numpy() for k, v in run.items()})
+        return (DictTensor._trusted(nxt), self._ids_all), (DictTensor._trusted(run), self._ids_all)
+
+    def _step_in_place(self, a_host: np.ndarray, nxt: dict[str, np.ndarray], run: dict[str, np.ndarray]) -> None:
+        """The compiled step of every env: the state in place, the observations into the arrays ``nxt``, ``run``."""
+        if self._state is not self._own:  # tensors someone else may hold: step on copies
+            self._state = self._own = {k: v.clone(memory_format=torch.contiguous_format) for k, v in
+                                       self._state.items()}
+        self._compiled(self._state, a_host, nxt, run)
+
+    def writes_in_place(self) -> bool:
+        """True for an auto-reset env on its compiled CPU step (``kernel == "jit"``): :meth:`step_into` then has it
+        write both observations straight into the destinations."""
+        return self._compiled is not None
+
+    def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
+        """:meth:`step`, writing both observations into the given tensors (see
+        :meth:`VecEnv.step_into <rlstruct.envs.VecEnv.step_into>`): with the compiled step, it writes them;
+        otherwise :meth:`step` runs and its observations are copied."""
+        if not self.writes_in_place():
+            return super().step_into(action, observation_next, observation_running)
+        self._check_steppable("step_into")
+        _, a_host = check_action(self, action, self._n)
+        nxt = self._destinations(observation_next, "observation_next")
+        self._step_in_place(a_host, nxt, self._destinations(observation_running, "observation_running"))
 
     def _episodic_step(self, ids: torch.Tensor, a: torch.Tensor) -> StepResult:
         # The running envs step; the finished ones keep their last state.
@@ -323,7 +414,10 @@ class MinAtarEnv(CallOrder, VecEnv):
     def graph_state(self) -> dict[str, torch.Tensor] | None:
         """The env's state tensors by name (no copies) for an auto-reset env, ``None`` for an episodic one (see
         :meth:`VecEnv.graph_state <rlstruct.envs.VecEnv.graph_state>`); a step rebinds the env to new tensors."""
-        return dict(self._state) if self.autoreset else None
+        if not self.autoreset:
+            return None
+        self._own = None  # the next step rebinds the env to new tensors
+        return dict(self._state)
 
     def set_graph_state(self, state: dict[str, torch.Tensor]) -> None:
         """Makes the env's state the tensors ``state`` (no copy), with the keys, shapes, dtypes and device of
