@@ -154,11 +154,20 @@ SUITES = [
            "--entropy-coef", "0.01", "--eval-every", "10"], "gymnasium"),
     # PQN on the torch MinAtar Breakout with its preset's settings (no flag: the pqn-minatar preset).
     Suite("pqn-minatar-breakout-torch", "pqn", "MinAtar/Breakout-v1", MINATAR_BREAKOUT, "300k steps", [], "torch"),
+    # The same preset on the reference game (minatar through gymnasium): the side-by-side of docs/benchmarks/minatar.md.
+    Suite("pqn-minatar-breakout-gymnasium", "pqn", "MinAtar/Breakout-v1", MINATAR_BREAKOUT, "300k steps", [],
+          "gymnasium"),
+    # PPO's preset (no flag: ppo-minatar) on the torch game.
+    Suite("ppo-minatar-breakout-torch", "ppo", "MinAtar/Breakout-v1", MINATAR_BREAKOUT, "1000k steps", [], "torch"),
     # SAC on gymnasium's Hopper-v5 with its preset's settings (no flag: rlstruct.algos._train.presets' sac-mujoco).
     Suite("sac-hopper-gymnasium", "sac", "Hopper-v5", 1000.0, "150k steps", [], "gymnasium"),
     # The same task for DQN, with its preset's settings (no flag: rlstruct.algos._train.presets' dqn-minatar).
     Suite("dqn-minatar-breakout-gymnasium", "dqn", "MinAtar/Breakout-v1", MINATAR_BREAKOUT, "500k steps", [],
           "gymnasium"),
+    Suite("dqn-minatar-breakout-torch", "dqn", "MinAtar/Breakout-v1", MINATAR_BREAKOUT, "500k steps", [], "torch"),
+    # The same preset with a prioritized replay buffer (Schaul et al. 2016's proportional variant).
+    Suite("dqn-per-minatar-breakout-torch", "dqn", "MinAtar/Breakout-v1", MINATAR_BREAKOUT, "500k steps",
+          ["--prioritized-replay"], "torch"),
     # Atari Breakout through ale-py with PPO's preset (no flag: the ppo-atari preset, CleanRL's settings):
     # the whole-game score of the sampled policy, 5 (the untrained policy scores 0.7 to 1.5).
     Suite("ppo-atari-breakout", "ppo", "ALE/Breakout-v5", 5.0, "10000k steps", [], "ale"),
@@ -238,16 +247,17 @@ REFERENCES = {
     "dqn-lunarlander": ("rl-zoo DQN, the same settings, LunarLander-v2: 154.4 +/- 79.2 after 100k env steps", ZOO,
                         "ahead: 5/5 seeds past 200 at 60k-100k env steps (the kept policies re-evaluate at 172-243), "
                         "where the zoo's policy scores 154 after 100k"),
-    "dqn-minatar": ("rlstruct's ppo-minatar preset, the same target: 5/5 past 5 at 82k-123k env steps", "this page",
-                    "ahead of PPO in env steps: 5/5 past 5 at 70k-90k env steps (the kept policies re-evaluate at "
-                    "4.1-5.8)"),
-    "ppo-minatar": ("rlstruct's dqn-minatar preset, the same target: 5/5 past 5 at 70k-90k env steps", "this page",
-                    "behind DQN in env steps: 5/5 past 5 at 82k-123k env steps, ahead in wall clock (20 s against "
-                    "58 s, median)"),
-    "pqn-minatar": ("rlstruct's ppo-minatar and dqn-minatar presets, the same target: 5/5 past 5 at 82k-123k and "
-                    "70k-90k env steps", "this page",
-                    "behind both in env steps: 5/5 past 5 at 102k-143k env steps on the torch games (the kept "
-                    "policies re-evaluate at 5.4-5.8), without a replay buffer or a target network"),
+    "dqn-minatar": ("rlstruct's ppo-minatar preset, the same target: 5/5 past 5 at 82k-143k env steps", "this page",
+                    "ahead of PPO in env steps: 5/5 past 5 at 64k-90k env steps on the torch game (the kept policies "
+                    "re-evaluate at 4.1-5.9), behind it in CPU time (82 s of process CPU against 30 s, median)"),
+    "ppo-minatar": ("rlstruct's dqn-minatar preset, the same target: 5/5 past 5 at 64k-90k env steps", "this page",
+                    "behind DQN in env steps: 5/5 past 5 at 82k-143k env steps on the torch game, ahead in CPU time "
+                    "(30 s of process CPU against 82 s, median)"),
+    "pqn-minatar": ("rlstruct's ppo-minatar and dqn-minatar presets, the same target: 5/5 past 5 at 82k-143k and "
+                    "64k-90k env steps", "this page",
+                    "behind both in env steps: 5/5 past 5 at 102k-143k env steps on the torch game (the kept "
+                    "policies re-evaluate at 5.4-5.8), without a replay buffer or a target network; the cheapest in "
+                    "CPU time (16 s of process CPU, median)"),
     "ppo-brax-inverted-pendulum": ("the same PPO with its learning rate annealed over 400k env steps: 5/5 past "
                                    "1,000 at 25.6k-33.8k env steps", "docs/benchmarks/ecosystem.md",
                                    "level: 5/5 past 1,000 at 24.6k-32.8k env steps, 16-18 s from launch (JAX "
@@ -302,8 +312,13 @@ def presets_page(results: list[dict], sessions: list[tuple[str, str]]) -> str:
              "| preset | env | target | budget (env steps) | reached | env steps to target | launch to target (s) "
              "| final return | final return IQM [95% CI] | reference | rlstruct against it |",
              "|:--|:--|--:|--:|--:|--:|--:|--:|--:|:--|:--|"]
+    by_name = {s.name: s for s in SUITES}
     for p in PRESETS:
-        rs = [r for r in results if r["suite"] == f"preset:{p.name}"]
+        # A preset's row holds its runs on the backend of its benchmark suite (a preset that moved to another
+        # backend keeps its older runs in their JSON, out of its row).
+        backend = by_name[p.benchmark].backend if p.benchmark in by_name else None
+        rs = [r for r in results if r["suite"] == f"preset:{p.name}"
+              and (backend is None or f" --backend {backend} " in f"{r['command']} ")]
         ref, _, against = REFERENCES.get(p.name, ("-", "", "-"))
         envs = p.envs[0] + (f" (+{len(p.envs) - 1} more)" if len(p.envs) > 1 else "")
         if p.unsupported:
@@ -347,7 +362,8 @@ def run_one(suite: Suite, seed: int, logdir: Path, stop: bool, extra: list[str])
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
     summary = json.loads(out.stdout.strip().splitlines()[-1])
-    evals = [r for r in csv.DictReader(open(logdir / "progress.csv")) if r.get("eval/return")]
+    rows = list(csv.DictReader(open(logdir / "progress.csv")))
+    evals = [r for r in rows if r.get("eval/return")]
     reached = next((r for r in evals if float(r["eval/return"]) >= suite.target
                     and float(r["eval/launch_env_steps"]) > 0), None)
     return {
@@ -364,9 +380,23 @@ def run_one(suite: Suite, seed: int, logdir: Path, stop: bool, extra: list[str])
         "wall_time_s": summary["wall_time_s"],
         "process_s": round(process_s, 1),
         "process_cpu_s": round(process_cpu_s, 1),
+        "wall_s_at_env_steps": _wall_at_marks(rows),
         "load_before": load_before,
         "load_after": load_average(),
     }
+
+
+def _wall_at_marks(rows: list[dict], every: int = 25_000) -> dict[str, float]:
+    """The run's wall clock at the first row past each multiple of ``every`` env steps: two runs of one setting on
+    different backends compare at the same env steps even when one stops earlier."""
+    marks: dict[str, float] = {}
+    for r in rows:
+        if not r.get("env_steps") or not r.get("wall_time_s"):
+            continue
+        mark = int(float(r["env_steps"])) // every * every
+        if mark and str(mark) not in marks:
+            marks[str(mark)] = round(float(r["wall_time_s"]), 2)
+    return marks
 
 
 def _children_cpu_s() -> float:

@@ -194,12 +194,16 @@ def _closing(*closers: Callable[[], None]) -> Callable[[], None]:
 
 
 def check_renderable(name: str, backend: str) -> str:
-    """The backend that renders env ``name`` (``backend`` resolved), checked before anything is built.
+    """The backend that renders env ``name`` (``backend`` resolved), checked before anything is built. ``"auto"``
+    renders the MinAtar games, which its torch simulators step without drawing, through their reference game (the
+    same rules and frames, minatar's palette).
 
     Raises:
         VideoError: a backend without frames, or ``torch`` for an id rlstruct does not simulate.
     """
     resolved = resolve_backend(name, backend)
+    if backend == "auto" and resolved == "torch" and name not in TORCH_ENVS:
+        resolved = "gymnasium"
     if resolved not in _RENDERING_BACKENDS:
         fix = ("pass backend='gymnasium'" if name in gym.registry else "record an env that gymnasium or ale-py has")
         raise VideoError(f"backend must be one of {list(_RENDERING_BACKENDS)} to render frames, got {resolved!r} "

@@ -36,18 +36,27 @@ BACKENDS = ("auto", "torch", "gymnasium", "envpool", "ale", "gymnax", "mjx", "mu
 
 def resolve_backend(name: str, backend: str) -> str:
     """``backend``, with ``"auto"`` resolved for the id ``name``: the torch simulator where rlstruct has one
-    (:data:`TORCH_ENVS`), ale-py's native vector env for ``ALE/`` ids, else gymnasium.
+    (:data:`TORCH_ENVS` and the five ``MinAtar/<Game>-v1`` games), ale-py's native vector env for ``ALE/`` ids, else
+    gymnasium.
 
-    >>> [resolve_backend(n, "auto") for n in ("CartPole-v1", "ALE/Pong-v5", "MinAtar/Breakout-v1")]
-    ['torch', 'ale', 'gymnasium']
-    >>> resolve_backend("CartPole-v1", "gymnasium")
+    >>> [resolve_backend(n, "auto") for n in ("CartPole-v1", "ALE/Pong-v5", "MinAtar/Breakout-v1", "Taxi-v3")]
+    ['torch', 'ale', 'torch', 'gymnasium']
+    >>> resolve_backend("MinAtar/Breakout-v1", "gymnasium")
     'gymnasium'
     """
     if backend != "auto":
         return backend
-    if name in TORCH_ENVS:
+    if name in TORCH_ENVS or _minatar_game(name) is not None:
         return "torch"
     return "ale" if name.startswith("ALE/") else "gymnasium"
+
+
+def _minatar_game(name: str) -> str | None:
+    """The game of a ``MinAtar/<Game>-v1`` id that the torch backend simulates, else None."""
+    from rlstruct.envs.minatar import GAMES
+
+    found = re.fullmatch(r"MinAtar/(\w+)-v1", name)
+    return found.group(1) if found is not None and found.group(1) in GAMES else None
 
 
 def make_env(
@@ -186,15 +195,13 @@ def make_env(
 
 def _torch_env(name: str, n_envs: int, device: torch.device, seed: int, autoreset: bool, max_episode_steps,
                extra: dict[str, Any]):
-    from rlstruct.envs.minatar import GAMES
+    from rlstruct.envs.minatar import GAMES, MinAtarEnv
 
-    minatar = re.fullmatch(r"MinAtar/(\w+)-v1", name)
-    if minatar is not None and minatar.group(1) in GAMES:
-        from rlstruct.envs.minatar import MinAtarEnv
-
+    game = _minatar_game(name)
+    if game is not None:
         if max_episode_steps is not None:
             extra = {**extra, "max_episode_steps": max_episode_steps}
-        return MinAtarEnv(minatar.group(1), n_envs, device=device, seed=seed, autoreset=autoreset, **extra)
+        return MinAtarEnv(game, n_envs, device=device, seed=seed, autoreset=autoreset, **extra)
     if name not in TORCH_ENVS:
         raise ValueError(
             f"the torch backend simulates {list(TORCH_ENVS) + [f'MinAtar/{g}-v1' for g in GAMES]}, got {name!r}; "

@@ -127,11 +127,11 @@ def test_atari_pong_gymnasium_backend_renders_rgb(tmp_path):
 @pytest.mark.skipif(not _has("minatar"), reason="MinAtar needs minatar: pip install 'rlstruct[minatar]'")
 @needs_ffmpeg
 @pytest.mark.timeout(120)
-def test_minatar_float_grids_become_legible_uint8_frames(tmp_path):
+@pytest.mark.parametrize("backend", ["gymnasium", "auto"])  # auto trains on the torch game, drawn by the reference
+def test_minatar_float_grids_become_legible_uint8_frames(tmp_path, backend):
     import rlstruct.envs  # noqa: F401  (registers the MinAtar ids)
 
-    result = record_policy_video(tmp_path / "breakout.mp4", **policy("MinAtar/Breakout-v1", "gymnasium"),
-                                 max_steps=6)
+    result = record_policy_video(tmp_path / "breakout.mp4", **policy("MinAtar/Breakout-v1", backend), max_steps=6)
     check_video(result, (160, 160), 1)  # the 10x10 grid, 16 pixels a cell
 
 
