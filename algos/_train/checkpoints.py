@@ -38,6 +38,7 @@ __all__ = [
     "plot_learning_curve",
     "restore_optimizer",
     "save_checkpoint",
+    "stepped_backend",
 ]
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
         "format": CHECKPOINT_FORMAT,
         "algo": algo,
         "config": config.to_dict(),
+        # The simulator the run stepped: what its "auto" came to, which a later release may resolve otherwise.
+        "backend": resolve_backend(config.env, config.backend),
         "env_spec": dataclasses.asdict(spec),
         "model": cpu_state_dict(model),
         **tree_copy(extra or {}),
@@ -220,7 +223,7 @@ def load_resume(algo: str, config: RunConfig, *, checkpoint: dict[str, Any] | No
     for name in type(config).RESUME_FIELDS:
         before, now = saved.get(name), new[name]
         if name == "backend":  # "auto" and the backend it picks are the same simulator
-            before, now = resolve_backend(saved["env"], before), resolve_backend(new["env"], now)
+            before, now = stepped_backend(data), resolve_backend(new["env"], now)
         if name == "max_episode_steps":  # None is the env's own limit, which the checkpoint's spec holds
             limit = data["env_spec"]["max_episode_steps"]
             before, now = before or limit, now or limit
@@ -237,6 +240,23 @@ def load_resume(algo: str, config: RunConfig, *, checkpoint: dict[str, Any] | No
     return Resume(path=path, algo=data["algo"], config=saved, iteration=int(data["iteration"]),
                   env_steps=int(data["env_steps"]), wall_time_s=float(data.get("wall_time_s", 0.0)),
                   model=data["model"], learner=data["learner"], world_size=int(data.get("world_size", 1)))
+
+
+def stepped_backend(checkpoint: dict[str, Any]) -> str:
+    """The backend the run of ``checkpoint`` stepped: the one it recorded, else what its ``"auto"`` came to when it
+    ran (checkpoints written before the record: ``MinAtar/`` ids were minatar's own games through gymnasium then).
+
+    >>> stepped_backend({"config": {"env": "MinAtar/Breakout-v1", "backend": "auto"}})
+    'gymnasium'
+    >>> stepped_backend({"config": {"env": "MinAtar/Breakout-v1", "backend": "auto"}, "backend": "torch"})
+    'torch'
+    """
+    if "backend" in checkpoint:
+        return checkpoint["backend"]
+    env, backend = checkpoint["config"]["env"], checkpoint["config"].get("backend", "auto")
+    if backend == "auto" and env.startswith("MinAtar/"):
+        return "gymnasium"
+    return resolve_backend(env, backend)
 
 
 def check_resume_algorithm(algo: str, resume: str, checkpoint: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from rlstruct.algos._train.checkpoints import does_not_fit, load_checkpoint
+from rlstruct.algos._train.checkpoints import does_not_fit, load_checkpoint, stepped_backend
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos._train.registry import algorithm
@@ -365,7 +365,7 @@ def evaluate_checkpoint(
     check_model_fits(create_agent, agent_args, ckpt["model"], path)
     n_workers = max(n_processes, 1)
     per_worker = -(-episodes // n_workers)
-    env_args = {"name": cfg["env"], "n_envs": per_worker, "backend": backend or cfg["backend"],
+    env_args = {"name": cfg["env"], "n_envs": per_worker, "backend": backend or stepped_backend(ckpt),
                 "max_episode_steps": spec["max_episode_steps"], "autoreset": False, "device": device,
                 "env_kwargs": saved_evaluation_env_kwargs(cfg, backend)}
     if max_steps is None or max_steps > spec["max_episode_steps"]:

@@ -301,6 +301,24 @@ def test_what_may_differ_on_resume(a2c_checkpoint):
     assert load_resume("a2c", config).iteration > 0
 
 
+def test_a_checkpoint_records_the_backend_its_auto_stepped(a2c_checkpoint, tmp_path):
+    """"auto" may pick another simulator in a later release (MinAtar ids moved from minatar's games to the torch
+    ones): a checkpoint records the backend it stepped, and one written before that record, of an "auto" MinAtar
+    run, resumes on minatar's games only, not silently on the torch ones."""
+    data = torch.load(a2c_checkpoint / CHECKPOINT_NAME, weights_only=True)
+    assert data["backend"] == "torch" and data["config"]["backend"] == "auto"
+    del data["backend"]
+    data["config"]["env"] = "MinAtar/Breakout-v1"
+    old = tmp_path / "old"
+    old.mkdir()
+    torch.save(data, old / CHECKPOINT_NAME)
+    config = dataclasses.replace(CASES["a2c"][1], env="MinAtar/Breakout-v1", backend="auto", resume=str(old))
+    with pytest.raises(ConfigError, match=r"backend must equal the checkpoint's .* got backend='auto' and the "
+                                          r"checkpoint's 'gymnasium' \(its 'auto'\)"):
+        load_resume("a2c", config)
+    assert load_resume("a2c", dataclasses.replace(config, backend="gymnasium")).iteration > 0
+
+
 def test_another_algorithm_or_a_dueling_head_cannot_resume(a2c_checkpoint, tmp_path):
     config = dataclasses.replace(CASES["ppo"][1], resume=str(a2c_checkpoint))
     with pytest.raises(ConfigError, match=r"holds a a2c run, got rlstruct train ppo; resume it with rlstruct train "
