@@ -167,6 +167,8 @@ SUITES = [
 ]
 
 
+#: the presets page's marker for runs taken before the agents drew from counter-based noise
+BEFORE_COUNTER_DRAWS = "before the counter-based draws"
 #: rl-baselines3-zoo's published scores: the mean return of its final policy over about 150k evaluation steps
 ZOO = "rl-baselines3-zoo's benchmark.md (its final policy over about 150k evaluation steps)"
 #: published or locally measured references beside each preset's row: preset name -> (figure, source, where rlstruct
@@ -174,21 +176,21 @@ ZOO = "rl-baselines3-zoo's benchmark.md (its final policy over about 150k evalua
 REFERENCES = {
     "ppo-cartpole": ("rl-zoo PPO: 500.0 +/- 0.0 after 100k env steps", ZOO,
                      "level: 5/5 seeds past 475 by 57k env steps, within the zoo's 100k (the kept policies re-evaluate "
-                     "at 493-500); these runs stop at 475, so the zoo's final 500 is not measured here"),
+                     "at 500); these runs stop at 475, so the zoo's final 500 is not measured here"),
     "a2c-cartpole": ("rl-zoo A2C: 500.0 +/- 0.0 after 500k env steps", ZOO,
-                     "level: 5/5 seeds past 475 by 164k env steps (median 25k), within the zoo's 500k (the kept "
-                     "policies re-evaluate at 499-500)"),
+                     "level: 5/5 seeds past 475 by 139k env steps (median 57k), within the zoo's 500k (the kept "
+                     "policies re-evaluate at 483-500)"),
     "a2c-acrobot": ("rl-zoo A2C: -83.4 +/- 17.2 after 500k env steps", ZOO,
-                    "ahead in env steps: 5/5 seeds past -100 by 12.8k env steps, where the kept policies re-evaluate "
-                    "at -84.6 (median), level with the zoo's -83.4 after 500k"),
+                    "ahead in env steps: 5/5 seeds past -100 at 6.4k env steps, where the kept policies re-evaluate "
+                    "at -82.3 (median; -75.7 to -105.3), level with the zoo's -83.4 after 500k"),
     "ppo-acrobot": ("rl-zoo PPO: -73.5 +/- 18.2 after 1M env steps", ZOO,
                     "not measured at equal steps: 5/5 seeds past -100 by 16k env steps, where the kept policies "
-                    "re-evaluate at -81.2 (median), behind the zoo's -73.5 after 1M"),
+                    "re-evaluate at -82.2 (median), behind the zoo's -73.5 after 1M"),
     "reinforce-cartpole": ("rlstruct's ppo-cartpole preset: 5/5 past 475 at 33k-57k env steps", "this page",
-                           "level with PPO in env steps: 5/5 seeds past 475 at 27k-48k env steps (the kept policies "
-                           "re-evaluate at 496-499)"),
-    "reinforce-acrobot": ("rlstruct's a2c-acrobot preset: 5/5 past -100 at 6.4k-12.8k env steps", "this page",
-                          "behind A2C: 5/5 seeds past -100, but at 63k-749k env steps (median 140k): Monte-Carlo "
+                           "level with PPO in env steps: 5/5 seeds past 475 at 25k-51k env steps (the kept policies "
+                           "re-evaluate at 484-500)"),
+    "reinforce-acrobot": ("rlstruct's a2c-acrobot preset: 5/5 past -100 at 6.4k env steps", "this page",
+                          "behind A2C: 5/5 seeds past -100, but at 84k-499k env steps (median 157k): Monte-Carlo "
                           "returns without a critic"),
     "ppo-cartpolenovel": ("rl-zoo tunes RecurrentPPO for CartPoleNoVel-v1 over 100k env steps (no published score); "
                           "the feed-forward policy: 0/5 seeds past 475 within 120 s, stuck near 45",
@@ -198,15 +200,14 @@ REFERENCES = {
                           "docs/benchmarks/learning.md",
                           "5/5 seeds past 475 at 90k-192k env steps, behind recurrent PPO's 41k-90k"),
     "dqn-cartpole": ("rl-zoo DQN: 500.0 +/- 0.0 after 50k env steps", ZOO,
-                     "level: 5/5 seeds past 475 by 48k env steps, within the zoo's 50k, and the kept policies "
-                     "re-evaluate at 500"),
-    "pqn-cartpole": ("rlstruct's dqn-cartpole preset: 5/5 past 475 at 24k-48k env steps (a replay buffer and a target "
-                     "network); ppo-cartpole: 5/5 at 33k-57k", "this page",
-                     "behind both in env steps: 5/5 seeds past 475 at 36k-67k env steps (median 61k), and the kept "
-                     "policies re-evaluate at 500"),
+                     "behind: 4/5 seeds past 475 within the zoo's 50k, by 42k env steps (seed 4 ends at 124)"),
+    "pqn-cartpole": ("rlstruct's dqn-cartpole preset: 5/5 past 475 at 21k-56k env steps, median 38k (a replay buffer "
+                     "and a target network); ppo-cartpole: 5/5 at 33k-57k, median 41k", "this page",
+                     "level with both in env steps: 5/5 seeds past 475 at 15k-61k env steps (median 31k), and the "
+                     "kept policies re-evaluate at 493-500"),
     "dqn-acrobot": ("rl-zoo DQN: -76.6 +/- 11.8 after 100k env steps", ZOO,
-                    "behind in return, ahead in env steps: 5/5 seeds past -100 by 24k env steps, where the kept "
-                    "policies re-evaluate at -89.0 (median) against the zoo's -76.6 after 100k"),
+                    "behind in return, ahead in env steps: 5/5 seeds past -100 by 26k env steps, where the kept "
+                    "policies re-evaluate at -95.4 (median; seed 2's at -215) against the zoo's -76.6 after 100k"),
     "ppo-pendulum": ("SB3 PPO, rl-zoo settings: -198 at 100k env steps (seed 0)",
                      "issue 33's side-by-side run on this machine (benchmarks/sb3_reference.py)",
                      "ahead: -200 reached at 60k-80k env steps, where SB3 is at -198 after 100k"),
@@ -231,7 +232,8 @@ REFERENCES = {
                         "scores -111"),
     "ppo-mountaincar-continuous": ("rl-zoo PPO with gSDE: 88.3 +/- 2.6 after 20k env steps",
                                    ZOO,
-                                   "ahead: 5/5 seeds past 90 at 5k-15k env steps, without gSDE"),
+                                   "ahead: 5/5 seeds past 90 at 5k-15k env steps, without gSDE (the kept policies "
+                                   "re-evaluate at 74-98)"),
     "ppo-lunarlander": ("rl-zoo PPO, the same settings, LunarLander-v2: 242.1 +/- 31.8 after 1M env steps", ZOO,
                         "not measured at equal steps: these runs stop at 200, which 5/5 seeds pass at 426k-623k env "
                         "steps (the kept policies re-evaluate at 178-227); the zoo's 242 is after 1M"),
@@ -286,9 +288,13 @@ def preset_suites(names: list[str] | None = None) -> list[Suite]:
     return suites
 
 
-def presets_page(results: list[dict], sessions: list[tuple[str, str]]) -> str:
-    """docs/benchmarks/presets.md, rendered from the runs' JSON (never typed by hand)."""
+def presets_page(files: list[dict]) -> str:
+    """docs/benchmarks/presets.md, rendered from the runs' JSON files (never typed by hand); a file's runs carry its
+    commit and day."""
     from rlstruct.algos._train.presets import PRESETS
+
+    results = [{**r, "commit": f.get("commit"), "date": f.get("date")} for f in files for r in f["runs"]]
+    sessions = [(f["command"], f["machine"]) for f in files]
 
     lines = ["# Presets: what naming the env gets you", "",
              "Generated by `benchmarks/learning.py --presets-page` from the JSON of the runs below; every run is",
@@ -299,19 +305,22 @@ def presets_page(results: list[dict], sessions: list[tuple[str, str]]) -> str:
              "The final return is given as the median and range over seeds, and as the interquartile mean (IQM)",
              "with its 95% stratified bootstrap interval (`rlstruct.algos.statistics`, seeded; a single seed has",
              "none).", "",
+             "The agents draw their actions (sampling, epsilon-greedy) from counter-based noise keyed by seed, env and",
+             "step; the last column gives the day and commit of a row's runs, and marks the rows whose runs were",
+             f"taken before that ({BEFORE_COUNTER_DRAWS}): their figures are not today's draws.", "",
              "| preset | env | target | budget (env steps) | reached | env steps to target | launch to target (s) "
-             "| final return | final return IQM [95% CI] | reference | rlstruct against it |",
-             "|:--|:--|--:|--:|--:|--:|--:|--:|--:|:--|:--|"]
+             "| final return | final return IQM [95% CI] | reference | rlstruct against it | runs taken |",
+             "|:--|:--|--:|--:|--:|--:|--:|--:|--:|:--|:--|:--|"]
     for p in PRESETS:
         rs = [r for r in results if r["suite"] == f"preset:{p.name}"]
         ref, _, against = REFERENCES.get(p.name, ("-", "", "-"))
         envs = p.envs[0] + (f" (+{len(p.envs) - 1} more)" if len(p.envs) > 1 else "")
         if p.unsupported:
-            lines.append(f"| {p.name} | {envs} | - | - | not learned | - | - | - | - | - | {p.unsupported} |")
+            lines.append(f"| {p.name} | {envs} | - | - | not learned | - | - | - | - | - | {p.unsupported} | - |")
             continue
         if not rs:
             lines.append(f"| {p.name} | {envs} | {p.target:g} | {p.settings['max_env_steps']:,} "
-                         f"| not run yet | - | - | - | - | {ref} | - |")
+                         f"| not run yet | - | - | - | - | {ref} | - | - |")
             continue
         ok = [r for r in rs if r["reached"] and r["reached_env_steps"] <= p.settings["max_env_steps"]]
         lines.append(
@@ -319,10 +328,18 @@ def presets_page(results: list[dict], sessions: list[tuple[str, str]]) -> str:
             f"| {_median_range([r['reached_env_steps'] for r in ok], ',.0f')} "
             f"| {_median_range([r['time_to_target_s'] for r in ok if r.get('time_to_target_s')], '.1f')} "
             f"| {_median_range([r['final_return'] for r in rs], '.1f')} "
-            f"| {_iqm_interval([r['final_return'] for r in rs])} | {ref} | {against} |")
+            f"| {_iqm_interval([r['final_return'] for r in rs])} | {ref} | {against} | {_taken(rs)} |")
     lines += ["", "References: " + "; ".join(f"{k}: {v[1]}" for k, v in REFERENCES.items()) + ".", "",
               "Regenerate: `python benchmarks/learning.py --presets-page benchmarks/results/presets-*.json`.", ""]
     return "\n".join(lines)
+
+
+def _taken(runs: list[dict]) -> str:
+    """When a row's runs were taken: the day and commit a results file records, or the marker for the files written
+    before the script recorded them (all of which predate the counter-based draws)."""
+    if any(not r.get("commit") for r in runs):
+        return BEFORE_COUNTER_DRAWS
+    return ", ".join(f"{date} ({commit})" for date, commit in sorted({(r["date"], r["commit"]) for r in runs}))
 
 
 def load_average() -> str:
@@ -330,6 +347,15 @@ def load_average() -> str:
         return " ".join(f"{x:.1f}" for x in os.getloadavg())
     except OSError:
         return "n/a"
+
+
+def source_version() -> dict:
+    """The commit the runs were taken at and the day (UTC): the presets page tells current rows from older ones by
+    them."""
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent)
+    return {"commit": out.stdout.strip() if out.returncode == 0 else None,
+            "date": time.strftime("%Y-%m-%d", time.gmtime())}
 
 
 def run_one(suite: Suite, seed: int, logdir: Path, stop: bool, extra: list[str]) -> dict:
@@ -448,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.presets_page:
         files = [json.loads(Path(path).read_text()) for path in args.presets_page]
-        page = presets_page([r for f in files for r in f["runs"]], [(f["command"], f["machine"]) for f in files])
+        page = presets_page(files)
         Path(__file__).resolve().parents[1].joinpath("docs/benchmarks/presets.md").write_text(page)
         print(page)
         return 0
@@ -470,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--json" in given:  # where this machine kept the file is not part of the command
         del given[given.index("--json"):given.index("--json") + 2]
     command = "python benchmarks/learning.py " + " ".join(given)
+    run_at = source_version()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for s in suites:
@@ -479,8 +506,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(r), flush=True)
                 if args.json:  # after every run: a benchmark stopped part way keeps the runs it finished
                     Path(args.json).write_text(json.dumps({"command": command, "machine": f"{machine}, load "
-                                                           f"average at end {load_average()}", "runs": results},
-                                                          indent=1))
+                                                           f"average at end {load_average()}", **run_at,
+                                                           "runs": results}, indent=1))
     print()
     print(table(suites, results))
     print()
