@@ -200,7 +200,8 @@ REFERENCES = {
                           "docs/benchmarks/learning.md",
                           "5/5 seeds past 475 at 90k-192k env steps, behind recurrent PPO's 41k-90k"),
     "dqn-cartpole": ("rl-zoo DQN: 500.0 +/- 0.0 after 50k env steps", ZOO,
-                     "behind: 4/5 seeds past 475 within the zoo's 50k, by 42k env steps (seed 4 ends at 124)"),
+                     "behind: 5/5 seeds past 475 by 56k env steps (median 38k), 4/5 within the zoo's 50k (seed 4 "
+                     "passes at 56k, hence the 100k budget); the kept policies re-evaluate at 485-500"),
     "pqn-cartpole": ("rlstruct's dqn-cartpole preset: 5/5 past 475 at 21k-56k env steps, median 38k (a replay buffer "
                      "and a target network); ppo-cartpole: 5/5 at 33k-57k, median 41k", "this page",
                      "level with both in env steps: 5/5 seeds past 475 at 15k-61k env steps (median 31k), and the "
@@ -223,13 +224,13 @@ REFERENCES = {
                         "so the zoo's final -100.8 is not measured here"),
     "ppo-mountaincar": ("rl-zoo PPO, the same settings: -110.4 +/- 19.5 after 1M env steps",
                         ZOO,
-                        "ahead: the zoo's 1M-step score (-110) reached by 5/5 seeds at 256k-589k env steps "
-                        "(a 16-episode evaluation; the kept policies re-evaluate at -107 to -116)"),
+                        "ahead in env steps, level in return: a 16-episode evaluation passes the zoo's 1M-step score "
+                        "(-110) on 5/5 seeds at 102k-461k env steps, where the kept policies re-evaluate at -108 to "
+                        "-130 (median -112)"),
     "a2c-mountaincar": ("rl-zoo A2C, the same settings: -111.3 +/- 24.1 after 1M env steps",
                         ZOO,
-                        "behind: a 16-episode evaluation passes -120 at 40k-500k env steps, but the policy hovers at "
-                        "-120 to -140 (the final column re-evaluates the kept policy), where the zoo's final policy "
-                        "scores -111"),
+                        "behind: a 16-episode evaluation passes -120 at 60k-500k env steps (median 140k), and the "
+                        "kept policies re-evaluate at -117 to -133, where the zoo's final policy scores -111"),
     "ppo-mountaincar-continuous": ("rl-zoo PPO with gSDE: 88.3 +/- 2.6 after 20k env steps",
                                    ZOO,
                                    "ahead: 5/5 seeds past 90 at 5k-15k env steps, without gSDE (the kept policies "
