@@ -307,8 +307,9 @@ def presets_page(files: list[dict]) -> str:
              "with its 95% stratified bootstrap interval (`rlstruct.algos.statistics`, seeded; a single seed has",
              "none).", "",
              "The agents draw their actions (sampling, epsilon-greedy) from counter-based noise keyed by seed, env and",
-             "step; the last column gives the day and commit of a row's runs, and marks the rows whose runs were",
-             f"taken before that ({BEFORE_COUNTER_DRAWS}): their figures are not today's draws.", "",
+             "step. The last column gives the day and commit of a row's runs, or says",
+             f"\"{BEFORE_COUNTER_DRAWS}\" for runs taken earlier: those figures come from draws the code no longer",
+             "makes.", "",
              "| preset | env | target | budget (env steps) | reached | env steps to target | launch to target (s) "
              "| final return | final return IQM [95% CI] | reference | rlstruct against it | runs taken |",
              "|:--|:--|--:|--:|--:|--:|--:|--:|--:|:--|:--|:--|"]
