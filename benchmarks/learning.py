@@ -220,8 +220,8 @@ REFERENCES = {
                    "behind in env steps to 1,000 (see the row); level in the final median there"),
     "dqn-mountaincar": ("rl-zoo DQN, the same settings: -100.8 +/- 9.9 after 120k env steps",
                         ZOO,
-                        "level: 5/5 seeds past -110 by 99k env steps, within the zoo's 120k; these runs stop at -110, "
-                        "so the zoo's final -100.8 is not measured here"),
+                        "level on 4/5 seeds: 5/5 past -110 by 130k env steps (median 91k), 4/5 within the zoo's 120k "
+                        "(seed 0 at 130k); these runs stop at -110, so the zoo's final -100.8 is not measured here"),
     "ppo-mountaincar": ("rl-zoo PPO, the same settings: -110.4 +/- 19.5 after 1M env steps",
                         ZOO,
                         "ahead in env steps, level in return: a 16-episode evaluation passes the zoo's 1M-step score "
