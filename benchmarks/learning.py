@@ -236,8 +236,8 @@ REFERENCES = {
                                    "ahead: 5/5 seeds past 90 at 5k-15k env steps, without gSDE (the kept policies "
                                    "re-evaluate at 74-98)"),
     "ppo-lunarlander": ("rl-zoo PPO, the same settings, LunarLander-v2: 242.1 +/- 31.8 after 1M env steps", ZOO,
-                        "not measured at equal steps: these runs stop at 200, which 5/5 seeds pass at 426k-623k env "
-                        "steps (the kept policies re-evaluate at 178-227); the zoo's 242 is after 1M"),
+                        "not measured at equal steps: these runs stop at 200, which 5/5 seeds pass at 393k-655k env "
+                        "steps (the kept policies re-evaluate at 131-213); the zoo's 242 is after 1M"),
     "dqn-lunarlander": ("rl-zoo DQN, the same settings, LunarLander-v2: 154.4 +/- 79.2 after 100k env steps", ZOO,
                         "ahead: 5/5 seeds past 200 at 60k-100k env steps (the kept policies re-evaluate at 172-243), "
                         "where the zoo's policy scores 154 after 100k"),
