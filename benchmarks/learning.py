@@ -176,6 +176,8 @@ SUITES = [
 ]
 
 
+#: the presets page's marker for runs taken before the agents drew from counter-based noise
+BEFORE_COUNTER_DRAWS = "before the counter-based draws"
 #: rl-baselines3-zoo's published scores: the mean return of its final policy over about 150k evaluation steps
 ZOO = "rl-baselines3-zoo's benchmark.md (its final policy over about 150k evaluation steps)"
 #: published or locally measured references beside each preset's row: preset name -> (figure, source, where rlstruct
@@ -183,21 +185,21 @@ ZOO = "rl-baselines3-zoo's benchmark.md (its final policy over about 150k evalua
 REFERENCES = {
     "ppo-cartpole": ("rl-zoo PPO: 500.0 +/- 0.0 after 100k env steps", ZOO,
                      "level: 5/5 seeds past 475 by 57k env steps, within the zoo's 100k (the kept policies re-evaluate "
-                     "at 493-500); these runs stop at 475, so the zoo's final 500 is not measured here"),
+                     "at 500); these runs stop at 475, so the zoo's final 500 is not measured here"),
     "a2c-cartpole": ("rl-zoo A2C: 500.0 +/- 0.0 after 500k env steps", ZOO,
-                     "level: 5/5 seeds past 475 by 164k env steps (median 25k), within the zoo's 500k (the kept "
-                     "policies re-evaluate at 499-500)"),
+                     "level: 5/5 seeds past 475 by 139k env steps (median 57k), within the zoo's 500k (the kept "
+                     "policies re-evaluate at 483-500)"),
     "a2c-acrobot": ("rl-zoo A2C: -83.4 +/- 17.2 after 500k env steps", ZOO,
-                    "ahead in env steps: 5/5 seeds past -100 by 12.8k env steps, where the kept policies re-evaluate "
-                    "at -84.6 (median), level with the zoo's -83.4 after 500k"),
+                    "ahead in env steps: 5/5 seeds past -100 at 6.4k env steps, where the kept policies re-evaluate "
+                    "at -82.3 (median; -75.7 to -105.3), level with the zoo's -83.4 after 500k"),
     "ppo-acrobot": ("rl-zoo PPO: -73.5 +/- 18.2 after 1M env steps", ZOO,
                     "not measured at equal steps: 5/5 seeds past -100 by 16k env steps, where the kept policies "
-                    "re-evaluate at -81.2 (median), behind the zoo's -73.5 after 1M"),
+                    "re-evaluate at -82.2 (median), behind the zoo's -73.5 after 1M"),
     "reinforce-cartpole": ("rlstruct's ppo-cartpole preset: 5/5 past 475 at 33k-57k env steps", "this page",
-                           "level with PPO in env steps: 5/5 seeds past 475 at 27k-48k env steps (the kept policies "
-                           "re-evaluate at 496-499)"),
-    "reinforce-acrobot": ("rlstruct's a2c-acrobot preset: 5/5 past -100 at 6.4k-12.8k env steps", "this page",
-                          "behind A2C: 5/5 seeds past -100, but at 63k-749k env steps (median 140k): Monte-Carlo "
+                           "level with PPO in env steps: 5/5 seeds past 475 at 25k-51k env steps (the kept policies "
+                           "re-evaluate at 484-500)"),
+    "reinforce-acrobot": ("rlstruct's a2c-acrobot preset: 5/5 past -100 at 6.4k env steps", "this page",
+                          "behind A2C: 5/5 seeds past -100, but at 84k-499k env steps (median 157k): Monte-Carlo "
                           "returns without a critic"),
     "ppo-cartpolenovel": ("rl-zoo tunes RecurrentPPO for CartPoleNoVel-v1 over 100k env steps (no published score); "
                           "the feed-forward policy: 0/5 seeds past 475 within 120 s, stuck near 45",
@@ -207,15 +209,15 @@ REFERENCES = {
                           "docs/benchmarks/learning.md",
                           "5/5 seeds past 475 at 90k-192k env steps, behind recurrent PPO's 41k-90k"),
     "dqn-cartpole": ("rl-zoo DQN: 500.0 +/- 0.0 after 50k env steps", ZOO,
-                     "level: 5/5 seeds past 475 by 48k env steps, within the zoo's 50k, and the kept policies "
-                     "re-evaluate at 500"),
-    "pqn-cartpole": ("rlstruct's dqn-cartpole preset: 5/5 past 475 at 24k-48k env steps (a replay buffer and a target "
-                     "network); ppo-cartpole: 5/5 at 33k-57k", "this page",
-                     "behind both in env steps: 5/5 seeds past 475 at 36k-67k env steps (median 61k), and the kept "
-                     "policies re-evaluate at 500"),
+                     "behind: 5/5 seeds past 475 by 56k env steps (median 38k), 4/5 within the zoo's 50k (seed 4 "
+                     "passes at 56k, hence the 100k budget); the kept policies re-evaluate at 485-500"),
+    "pqn-cartpole": ("rlstruct's dqn-cartpole preset: 5/5 past 475 at 21k-56k env steps, median 38k (a replay buffer "
+                     "and a target network); ppo-cartpole: 5/5 at 33k-57k, median 41k", "this page",
+                     "level with both in env steps: 5/5 seeds past 475 at 15k-61k env steps (median 31k), and the "
+                     "kept policies re-evaluate at 493-500"),
     "dqn-acrobot": ("rl-zoo DQN: -76.6 +/- 11.8 after 100k env steps", ZOO,
-                    "behind in return, ahead in env steps: 5/5 seeds past -100 by 24k env steps, where the kept "
-                    "policies re-evaluate at -89.0 (median) against the zoo's -76.6 after 100k"),
+                    "behind in return, ahead in env steps: 5/5 seeds past -100 by 26k env steps, where the kept "
+                    "policies re-evaluate at -95.4 (median; seed 2's at -215) against the zoo's -76.6 after 100k"),
     "ppo-pendulum": ("SB3 PPO, rl-zoo settings: -198 at 100k env steps (seed 0)",
                      "issue 33's side-by-side run on this machine (benchmarks/sb3_reference.py)",
                      "ahead: -200 reached at 60k-80k env steps, where SB3 is at -198 after 100k"),
@@ -227,23 +229,24 @@ REFERENCES = {
                    "behind in env steps to 1,000 (see the row); level in the final median there"),
     "dqn-mountaincar": ("rl-zoo DQN, the same settings: -100.8 +/- 9.9 after 120k env steps",
                         ZOO,
-                        "level: 5/5 seeds past -110 by 99k env steps, within the zoo's 120k; these runs stop at -110, "
-                        "so the zoo's final -100.8 is not measured here"),
+                        "level on 4/5 seeds: 5/5 past -110 by 130k env steps (median 91k), 4/5 within the zoo's 120k "
+                        "(seed 0 at 130k); these runs stop at -110, so the zoo's final -100.8 is not measured here"),
     "ppo-mountaincar": ("rl-zoo PPO, the same settings: -110.4 +/- 19.5 after 1M env steps",
                         ZOO,
-                        "ahead: the zoo's 1M-step score (-110) reached by 5/5 seeds at 256k-589k env steps "
-                        "(a 16-episode evaluation; the kept policies re-evaluate at -107 to -116)"),
+                        "ahead in env steps, level in return: a 16-episode evaluation passes the zoo's 1M-step score "
+                        "(-110) on 5/5 seeds at 102k-461k env steps, where the kept policies re-evaluate at -108 to "
+                        "-130 (median -112)"),
     "a2c-mountaincar": ("rl-zoo A2C, the same settings: -111.3 +/- 24.1 after 1M env steps",
                         ZOO,
-                        "behind: a 16-episode evaluation passes -120 at 40k-500k env steps, but the policy hovers at "
-                        "-120 to -140 (the final column re-evaluates the kept policy), where the zoo's final policy "
-                        "scores -111"),
+                        "behind: a 16-episode evaluation passes -120 at 60k-500k env steps (median 140k), and the "
+                        "kept policies re-evaluate at -117 to -133, where the zoo's final policy scores -111"),
     "ppo-mountaincar-continuous": ("rl-zoo PPO with gSDE: 88.3 +/- 2.6 after 20k env steps",
                                    ZOO,
-                                   "ahead: 5/5 seeds past 90 at 5k-15k env steps, without gSDE"),
+                                   "ahead: 5/5 seeds past 90 at 5k-15k env steps, without gSDE (the kept policies "
+                                   "re-evaluate at 74-98)"),
     "ppo-lunarlander": ("rl-zoo PPO, the same settings, LunarLander-v2: 242.1 +/- 31.8 after 1M env steps", ZOO,
-                        "not measured at equal steps: these runs stop at 200, which 5/5 seeds pass at 426k-623k env "
-                        "steps (the kept policies re-evaluate at 178-227); the zoo's 242 is after 1M"),
+                        "not measured at equal steps: these runs stop at 200, which 5/5 seeds pass at 393k-655k env "
+                        "steps (the kept policies re-evaluate at 131-213); the zoo's 242 is after 1M"),
     "dqn-lunarlander": ("rl-zoo DQN, the same settings, LunarLander-v2: 154.4 +/- 79.2 after 100k env steps", ZOO,
                         "ahead: 5/5 seeds past 200 at 60k-100k env steps (the kept policies re-evaluate at 172-243), "
                         "where the zoo's policy scores 154 after 100k"),
@@ -296,9 +299,13 @@ def preset_suites(names: list[str] | None = None) -> list[Suite]:
     return suites
 
 
-def presets_page(results: list[dict], sessions: list[tuple[str, str]]) -> str:
-    """docs/benchmarks/presets.md, rendered from the runs' JSON (never typed by hand)."""
+def presets_page(files: list[dict]) -> str:
+    """docs/benchmarks/presets.md, rendered from the runs' JSON files (never typed by hand); a file's runs carry its
+    commit and day."""
     from rlstruct.algos._train.presets import PRESETS
+
+    results = [{**r, "commit": f.get("commit"), "date": f.get("date")} for f in files for r in f["runs"]]
+    sessions = [(f["command"], f["machine"]) for f in files]
 
     lines = ["# Presets: what naming the env gets you", "",
              "Generated by `benchmarks/learning.py --presets-page` from the JSON of the runs below; every run is",
@@ -309,9 +316,13 @@ def presets_page(results: list[dict], sessions: list[tuple[str, str]]) -> str:
              "The final return is given as the median and range over seeds, and as the interquartile mean (IQM)",
              "with its 95% stratified bootstrap interval (`rlstruct.algos.statistics`, seeded; a single seed has",
              "none).", "",
+             "The agents draw their actions (sampling, epsilon-greedy) from counter-based noise keyed by seed, env and",
+             "step. The last column gives the day and commit of a row's runs, or says",
+             f"\"{BEFORE_COUNTER_DRAWS}\" for runs taken earlier: those figures come from draws the code no longer",
+             "makes.", "",
              "| preset | env | target | budget (env steps) | reached | env steps to target | launch to target (s) "
-             "| final return | final return IQM [95% CI] | reference | rlstruct against it |",
-             "|:--|:--|--:|--:|--:|--:|--:|--:|--:|:--|:--|"]
+             "| final return | final return IQM [95% CI] | reference | rlstruct against it | runs taken |",
+             "|:--|:--|--:|--:|--:|--:|--:|--:|--:|:--|:--|:--|"]
     by_name = {s.name: s for s in SUITES}
     for p in PRESETS:
         # A preset's row holds its runs on the backend of its benchmark suite (a preset that moved to another
@@ -322,11 +333,11 @@ def presets_page(results: list[dict], sessions: list[tuple[str, str]]) -> str:
         ref, _, against = REFERENCES.get(p.name, ("-", "", "-"))
         envs = p.envs[0] + (f" (+{len(p.envs) - 1} more)" if len(p.envs) > 1 else "")
         if p.unsupported:
-            lines.append(f"| {p.name} | {envs} | - | - | not learned | - | - | - | - | - | {p.unsupported} |")
+            lines.append(f"| {p.name} | {envs} | - | - | not learned | - | - | - | - | - | {p.unsupported} | - |")
             continue
         if not rs:
             lines.append(f"| {p.name} | {envs} | {p.target:g} | {p.settings['max_env_steps']:,} "
-                         f"| not run yet | - | - | - | - | {ref} | - |")
+                         f"| not run yet | - | - | - | - | {ref} | - | - |")
             continue
         ok = [r for r in rs if r["reached"] and r["reached_env_steps"] <= p.settings["max_env_steps"]]
         lines.append(
@@ -334,10 +345,18 @@ def presets_page(results: list[dict], sessions: list[tuple[str, str]]) -> str:
             f"| {_median_range([r['reached_env_steps'] for r in ok], ',.0f')} "
             f"| {_median_range([r['time_to_target_s'] for r in ok if r.get('time_to_target_s')], '.1f')} "
             f"| {_median_range([r['final_return'] for r in rs], '.1f')} "
-            f"| {_iqm_interval([r['final_return'] for r in rs])} | {ref} | {against} |")
+            f"| {_iqm_interval([r['final_return'] for r in rs])} | {ref} | {against} | {_taken(rs)} |")
     lines += ["", "References: " + "; ".join(f"{k}: {v[1]}" for k, v in REFERENCES.items()) + ".", "",
               "Regenerate: `python benchmarks/learning.py --presets-page benchmarks/results/presets-*.json`.", ""]
     return "\n".join(lines)
+
+
+def _taken(runs: list[dict]) -> str:
+    """When a row's runs were taken: the day and commit a results file records, or the marker for the files written
+    before the script recorded them (all of which predate the counter-based draws)."""
+    if any(not r.get("commit") for r in runs):
+        return BEFORE_COUNTER_DRAWS
+    return ", ".join(f"{date} ({commit})" for date, commit in sorted({(r["date"], r["commit"]) for r in runs}))
 
 
 def load_average() -> str:
@@ -345,6 +364,15 @@ def load_average() -> str:
         return " ".join(f"{x:.1f}" for x in os.getloadavg())
     except OSError:
         return "n/a"
+
+
+def source_version() -> dict:
+    """The commit the runs were taken at and the day (UTC): the presets page tells current rows from older ones by
+    them."""
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent)
+    return {"commit": out.stdout.strip() if out.returncode == 0 else None,
+            "date": time.strftime("%Y-%m-%d", time.gmtime())}
 
 
 def run_one(suite: Suite, seed: int, logdir: Path, stop: bool, extra: list[str]) -> dict:
@@ -478,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.presets_page:
         files = [json.loads(Path(path).read_text()) for path in args.presets_page]
-        page = presets_page([r for f in files for r in f["runs"]], [(f["command"], f["machine"]) for f in files])
+        page = presets_page(files)
         Path(__file__).resolve().parents[1].joinpath("docs/benchmarks/presets.md").write_text(page)
         print(page)
         return 0
@@ -500,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--json" in given:  # where this machine kept the file is not part of the command
         del given[given.index("--json"):given.index("--json") + 2]
     command = "python benchmarks/learning.py " + " ".join(given)
+    run_at = source_version()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for s in suites:
@@ -509,8 +538,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(r), flush=True)
                 if args.json:  # after every run: a benchmark stopped part way keeps the runs it finished
                     Path(args.json).write_text(json.dumps({"command": command, "machine": f"{machine}, load "
-                                                           f"average at end {load_average()}", "runs": results},
-                                                          indent=1))
+                                                           f"average at end {load_average()}", **run_at,
+                                                           "runs": results}, indent=1))
     print()
     print(table(suites, results))
     print()

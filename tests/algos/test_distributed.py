@@ -200,8 +200,8 @@ def test_torchrun_ppo_two_ranks_reaches_475_and_rank_0_alone_reports(tmp_path):
 @pytest.mark.timeout(300)
 def test_torchrun_dqn_two_ranks_reaches_475_with_a_replay_buffer_per_rank(tmp_path):
     """The dqn-cartpole preset as 2 ranks (a buffer each, gradients averaged) reaches 475 (seed 0: at 64,128 env
-    steps, in 85 s on a loaded machine; within the preset's own 50k, seeds 0-2 ended at 130, 411 and 194, so the
-    test gives it 100k), one report with world_size 2; the ranks' networks (targets included) agree at the end."""
+    steps, in 85 s on a loaded machine; within 50k, seeds 0-2 ended at 130, 411 and 194, and the preset's budget is
+    100k), one report with world_size 2; the ranks' networks (targets included) agree at the end."""
     out = _torchrun(tmp_path, "train", "dqn", "--env", "CartPole-v1", "--logdir", "run", "--no-progress",
                     "--max-env-steps", "100000")
     assert out.returncode == 0, out.stderr[-3000:]

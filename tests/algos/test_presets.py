@@ -254,7 +254,7 @@ def test_the_presets_results_page_is_the_one_its_runs_generate():
     pytest.importorskip("scipy.stats", reason="the page's IQM intervals need scipy: pip install 'rlstruct[stats]'")
     root = Path(__file__).resolve().parents[2]
     files = [json.loads(p.read_text()) for p in sorted((root / "benchmarks" / "results").glob("presets-*.json"))]
-    page = presets_page([r for f in files for r in f["runs"]], [(f["command"], f["machine"]) for f in files])
+    page = presets_page(files)
     assert (root / "docs" / "benchmarks" / "presets.md").read_text() == page, (
         "docs/benchmarks/presets.md differs from what its runs give: regenerate it with "
         "python benchmarks/learning.py --presets-page benchmarks/results/presets-*.json")
