@@ -102,6 +102,23 @@ class Config:
     against: tuple[tuple[str, str], ...] = ()
 
 
+def paired_configs(envs: Sequence[str], processes: Sequence[int], labels: tuple[str, str], against: str,
+                   measure: Callable[[str, int, bool], dict[str, Any]]) -> dict[str, Config]:
+    """An A/B table: ``"{env} {in process | K workers} {label}"`` for every env, process count (0: in process) and
+    the two ``labels``; ``measure(env, n_processes, second)`` measures one, and each second configuration is compared
+    with its first under the label ``against``."""
+    configs = {}
+    for env in envs:
+        for n_processes in processes:
+            where = "in process" if n_processes == 0 else f"{n_processes} workers"
+            for second, label in enumerate(labels):
+                configs[f"{env} {where} {label}"] = Config(
+                    lambda env=env, n_processes=n_processes, second=bool(second): measure(env, n_processes, second),
+                    against=((against, f"{env} {where} {labels[0]}"),) if second else (),
+                )
+    return configs
+
+
 def add_arguments(parser: argparse.ArgumentParser, rounds: int = 3) -> None:
     """Adds ``--rounds`` and the harness's hidden ``--one NAME`` to ``parser``."""
     parser.add_argument("--rounds", type=int, default=rounds,

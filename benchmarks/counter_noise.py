@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from _fresh import Config, add_arguments, compiled_cpu_steps, measure_or_rounds, print_results
+from _fresh import add_arguments, compiled_cpu_steps, measure_or_rounds, paired_configs, print_results
 
 
 def measure(env: str, n_processes: int, counter: bool, n_envs: int, n_timesteps: int, seconds: float) -> dict:
@@ -62,18 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     add_arguments(p)
     args = p.parse_args(argv)
     compiled_cpu_steps()
-    configs = {}
-    for env in args.envs:
-        for n_processes in args.processes:
-            where = "in process" if n_processes == 0 else f"{n_processes} workers"
-            base = f"{env} {where} generator"
-            for counter in (False, True):
-                name = f"{env} {where} {'counter' if counter else 'generator'}"
-                configs[name] = Config(
-                    lambda env=env, n_processes=n_processes, counter=counter: measure(
-                        env, n_processes, counter, args.n_envs, args.n_timesteps, args.seconds),
-                    against=(("of the generator's", base),) if counter else (),
-                )
+    configs = paired_configs(args.envs, args.processes, ("generator", "counter"), "of the generator's",
+                             lambda env, n_processes, counter: measure(env, n_processes, counter, args.n_envs,
+                                                                      args.n_timesteps, args.seconds))
     results = measure_or_rounds(__file__, configs, args, argv)
     if results is not None:
         print_results(results, configs, "env_steps_per_s")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from _fresh import Config, add_arguments, compiled_cpu_steps, measure_or_rounds, print_results
+from _fresh import add_arguments, compiled_cpu_steps, measure_or_rounds, paired_configs, print_results
 
 
 def measure(env: str, n_processes: int, restarts: int, n_envs: int, n_timesteps: int, seconds: float) -> dict:
@@ -63,18 +63,9 @@ def main(argv: list[str] | None = None) -> None:
     add_arguments(p)
     args = p.parse_args(argv)
     compiled_cpu_steps()
-    configs = {}
-    for env in args.envs:
-        for n_processes in args.processes:
-            where = "in process" if n_processes == 0 else f"{n_processes} workers"
-            base = f"{env} {where} restart_workers=0"
-            for restarts in (0, 1):
-                name = f"{env} {where} restart_workers={restarts}"
-                configs[name] = Config(
-                    lambda env=env, n_processes=n_processes, restarts=restarts: measure(
-                        env, n_processes, restarts, args.n_envs, args.n_timesteps, args.seconds),
-                    against=(("of nothing kept", base),) if restarts else (),
-                )
+    configs = paired_configs(args.envs, args.processes, ("restart_workers=0", "restart_workers=1"), "of nothing kept",
+                             lambda env, n_processes, kept: measure(env, n_processes, int(kept), args.n_envs,
+                                                                   args.n_timesteps, args.seconds))
     results = measure_or_rounds(__file__, configs, args, argv)
     if results is not None:
         print_results(results, configs, "env_steps_per_s",
