@@ -204,10 +204,10 @@ REFERENCES = {
     "ppo-cartpolenovel": ("rl-zoo tunes RecurrentPPO for CartPoleNoVel-v1 over 100k env steps (no published score); "
                           "the feed-forward policy: 0/5 seeds past 475 within 120 s, stuck near 45",
                           "rl-baselines3-zoo's ppo_lstm.yml; docs/benchmarks/learning.md",
-                          "within the zoo's budget: 5/5 seeds past 475 at 41k-90k env steps"),
+                          "within the zoo's budget: 5/5 seeds past 475 at 41k-66k env steps"),
     "a2c-cartpolenovel": ("the feed-forward A2C policy: 0/3 seeds past 475 within 120 s, stuck near 43",
                           "docs/benchmarks/learning.md",
-                          "5/5 seeds past 475 at 90k-192k env steps, behind recurrent PPO's 41k-90k"),
+                          "5/5 seeds past 475 at 96k-237k env steps, behind recurrent PPO's 41k-66k"),
     "dqn-cartpole": ("rl-zoo DQN: 500.0 +/- 0.0 after 50k env steps", ZOO,
                      "behind: 5/5 seeds past 475 by 56k env steps (median 38k), 4/5 within the zoo's 50k (seed 4 "
                      "passes at 56k, hence the 100k budget); the kept policies re-evaluate at 485-500"),
