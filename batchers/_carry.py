@@ -9,23 +9,34 @@ killed while writing one leaves the other whole.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
 from rlstruct.batchers._buffer import Specs, foreach_copy, specs_of
 from rlstruct.structures import DictTensor
 
-if TYPE_CHECKING:
-    from rlstruct.batchers._acquire import Acquirer
+__all__ = ["Carried", "Carry", "allocate_carry", "carry_layout", "holds"]
 
-__all__ = ["Carry", "allocate_carry", "carry_layout", "holds"]
+class Carried(Protocol):
+    """What a worker's acquisition loop (``rlstruct.batchers._acquire.Acquirer``) shows of the state it carries."""
+
+    env: Any
+    agent: Any
+    specs: Specs
+    device: torch.device
+    ids: torch.Tensor
+    ids_cpu: torch.Tensor
+    observation: DictTensor
+    state: DictTensor | None
+    n_acquired: int
+
 
 # header: [the boundary the slot holds (-1: none), whether an agent state is carried, acquisitions run]
 _HEADER = "header"
 
 
-def carry_layout(acq: Acquirer, *, rng: bool = True) -> Specs | None:
+def carry_layout(acq: Carried, *, rng: bool = True) -> Specs | None:
     """The per-row layout of what ``acq`` carries (``env/*``, ``observation/*``, ``agent_state/*``, ``running``) and
     of its whole-worker parts (``rng``, torch's global generator, unless ``rng`` is false; ``noise``: their full
     shapes), or ``None`` when it cannot be kept: the env has no ``get_state`` returning a DictTensor (a gymnasium
@@ -78,7 +89,7 @@ class Carry:
     def __init__(self, slots: list[dict[str, torch.Tensor]]):
         self.slots = slots
 
-    def write(self, acq: Acquirer, boundary: int) -> None:
+    def write(self, acq: Carried, boundary: int) -> None:
         """Keeps ``acq``'s state as of the end of the call numbered ``boundary`` (a reset or an acquisition)."""
         slot = self.slots[boundary % 2]
         header = slot[_HEADER]
@@ -110,7 +121,7 @@ class Carry:
         header[2] = acq.n_acquired
         header[0] = boundary
 
-    def restore(self, acq: Acquirer, boundary: int) -> None:
+    def restore(self, acq: Carried, boundary: int) -> None:
         """Puts ``acq`` back in the state kept at ``boundary`` (its ``agent_info`` and ``env_info`` set already)."""
         slot = self.slots[boundary % 2]
         device = acq.device

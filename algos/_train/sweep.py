@@ -15,6 +15,7 @@ import math
 import multiprocessing
 import shlex
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -119,12 +120,23 @@ class SweepPlan:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         # Seeded per worker and per call: a second call must not draw the first one's settings again.
         storage = _open_storage(self.storage)
+        if worker:
+            _wait_for_enqueued(optuna.load_study(study_name=self.study_name, storage=storage))
         earlier = len(optuna.load_study(study_name=self.study_name, storage=storage).trials)
         sampler = optuna.samplers.TPESampler(seed=self.seed + 1000 * worker + earlier)
         study = optuna.load_study(study_name=self.study_name, storage=storage, sampler=sampler,
                                   pruner=self.pruner)
         # A drawn combination that a run refuses fails its trial (Optuna logs why); the sweep goes on.
         study.optimize(self.objective, n_trials=n_trials, callbacks=[_print_trial], catch=(ValueError, RLStructError))
+
+
+def _wait_for_enqueued(study: Any, timeout: float = 60.0) -> None:
+    """Waits until worker 0 has taken the study's enqueued trials (the preset's): on SQLite two processes asking at
+    once can both take the same waiting trial and run it twice, one trial short of the sweep."""
+    waiting = _optuna().trial.TrialState.WAITING
+    deadline = time.monotonic() + timeout
+    while study.get_trials(deepcopy=False, states=(waiting,)) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _print_trial(study: Any, trial: Any) -> None:
