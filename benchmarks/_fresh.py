@@ -22,6 +22,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,23 @@ class Config:
 
     measure: Callable[[], dict[str, Any]]
     against: tuple[tuple[str, str], ...] = ()
+
+
+def timed_acquisitions(batcher: Any, seconds: float, warm_up: int = 3, before: Callable[[], Any] | None = None
+                       ) -> tuple[int, float]:
+    """``(acquisitions, seconds)``: ``batcher``'s ``execute``/``get`` pairs run back to back for about ``seconds``,
+    after ``warm_up`` untimed ones (allocations, the compiled CPU kernels) and ``before()``, if given."""
+    for _ in range(warm_up):
+        batcher.execute()
+        batcher.get()
+    if before is not None:
+        before()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        batcher.execute()
+        batcher.get()
+        n += 1
+    return n, time.perf_counter() - t0
 
 
 def paired_configs(envs: Sequence[str], processes: Sequence[int], labels: tuple[str, str], against: str,

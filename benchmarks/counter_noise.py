@@ -16,9 +16,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import time
 
-from _fresh import add_arguments, compiled_cpu_steps, measure_or_rounds, paired_configs, print_results
+from _fresh import (
+    add_arguments,
+    compiled_cpu_steps,
+    measure_or_rounds,
+    paired_configs,
+    print_results,
+    timed_acquisitions,
+)
 
 
 def measure(env: str, n_processes: int, counter: bool, n_envs: int, n_timesteps: int, seconds: float) -> dict:
@@ -40,15 +46,7 @@ def measure(env: str, n_processes: int, counter: bool, n_envs: int, n_timesteps:
                     agent_info=DictTensor({"stochastic": torch.tensor([True])})) as b:
         b.update(build_actor_critic(spec, (64, 64)).state_dict())
         b.reset()
-        for _ in range(3):  # warm-up: allocations, the compiled CPU kernels
-            b.execute()
-            b.get()
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            b.execute()
-            b.get()
-            n += 1
-        dt = time.perf_counter() - t0
+        n, dt = timed_acquisitions(b, seconds)
     return {"env_steps_per_s": n * n_envs * n_timesteps / dt, "acquisitions": n}
 
 

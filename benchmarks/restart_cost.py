@@ -17,9 +17,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import time
 
-from _fresh import add_arguments, compiled_cpu_steps, measure_or_rounds, paired_configs, print_results
+from _fresh import (
+    add_arguments,
+    compiled_cpu_steps,
+    measure_or_rounds,
+    paired_configs,
+    print_results,
+    timed_acquisitions,
+)
 
 
 def measure(env: str, n_processes: int, restarts: int, n_envs: int, n_timesteps: int, seconds: float) -> dict:
@@ -38,16 +44,7 @@ def measure(env: str, n_processes: int, restarts: int, n_envs: int, n_timesteps:
                     restart_workers=restarts) as b:
         b.update(build_actor_critic(spec, (64, 64)).state_dict())
         b.reset()
-        for _ in range(3):  # warm-up: allocations, the compiled CPU kernels
-            b.execute()
-            b.get()
-        b.reset_timings()
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            b.execute()
-            b.get()
-            n += 1
-        dt = time.perf_counter() - t0
+        n, dt = timed_acquisitions(b, seconds, before=b.reset_timings)
         copy_s = b.timings()["copy"]
     return {"env_steps_per_s": n * n_envs * n_timesteps / dt, "acquisitions": n, "acquisition_ms": 1000 * dt / n,
             "copy_ms": 1000 * copy_s / n}
