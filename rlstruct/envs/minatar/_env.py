@@ -404,7 +404,6 @@ class MinAtarEnv(CallOrder, VecEnv):
         self._ids = ids.index_select(0, rows)
         return (obs_next, ids), (obs_next.index(rows), self._ids)
 
-
     def close(self) -> None:
         """Ends the env: every later ``reset``, ``step`` or ``get_state`` raises :class:`EnvStateError`; idempotent."""
         self._closed = True
