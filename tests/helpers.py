@@ -105,3 +105,18 @@ def sigkill_a_worker(proc: subprocess.Popen, progress_csv: Path, after_rows: int
             os.kill(workers[0].pid, signal.SIGKILL)
             return workers[0].pid
     return None
+
+
+def train_with_a_worker_killed(command: list[str], logdir: Path, after_rows: int,
+                               timeout: float) -> tuple[int | None, subprocess.CompletedProcess]:
+    """Runs ``command`` (an ``rlstruct train`` writing to ``logdir``), SIGKILLs one of its batcher workers once its
+    progress.csv has more than ``after_rows`` lines (:func:`sigkill_a_worker`), and waits for it: the pid killed
+    (``None``: the run ended first) and the finished run (its return code, stdout and stderr)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        killed = sigkill_a_worker(proc, logdir / "progress.csv", after_rows=after_rows)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return killed, subprocess.CompletedProcess(command, proc.returncode, out, err)

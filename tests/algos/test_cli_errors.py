@@ -23,7 +23,7 @@ from rlstruct.algos._train.flags import OneLineParser
 from rlstruct.algos.a2c import A2CConfig
 from rlstruct.algos.cli import main
 from rlstruct.errors import CheckpointError
-from tests.helpers import sigkill_a_worker
+from tests.helpers import train_with_a_worker_killed
 
 RLSTRUCT = str(Path(sys.executable).with_name("rlstruct"))
 
@@ -265,18 +265,13 @@ def test_a2c_with_a_worker_sigkilled_mid_run_restarts_it_and_reaches_475(tmp_pat
     """The issue's check: ``--restart-workers 3``, one training worker SIGKILLed from outside while the run learns,
     and CartPole still reaches 475; progress.csv counts the restart."""
     logdir = tmp_path / "run"
-    proc = subprocess.Popen([RLSTRUCT, "train", "a2c", "--env", "CartPole-v1", "--n-processes", "2", "--n-envs", "16",
-                             "--restart-workers", "3", "--max-env-steps", "500000", "--time-limit", "540",
-                             "--logdir", str(logdir), "--no-progress", "--no-tensorboard", "--seed", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        killed = sigkill_a_worker(proc, logdir / "progress.csv", after_rows=20)
-        out, err = proc.communicate(timeout=540)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    killed, run = train_with_a_worker_killed(
+        [RLSTRUCT, "train", "a2c", "--env", "CartPole-v1", "--n-processes", "2", "--n-envs", "16", "--restart-workers",
+         "3", "--max-env-steps", "500000", "--time-limit", "540", "--logdir", str(logdir), "--no-progress",
+         "--no-tensorboard", "--seed", "1"], logdir, after_rows=20, timeout=540)
+    out, err = run.stdout, run.stderr
     assert killed is not None, "the run ended before a worker could be killed"
-    assert proc.returncode == 0, err[-2000:]
+    assert run.returncode == 0, err[-2000:]
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["reached_target"], summary
     with open(logdir / "progress.csv") as f:

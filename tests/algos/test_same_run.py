@@ -4,7 +4,6 @@ torch simulator and a gymnasium env, for the Gaussian and the recurrent policy, 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 
 from rlstruct.algos import cli
 from rlstruct.errors import ConfigError
-from tests.helpers import sigkill_a_worker
+from tests.helpers import train_with_a_worker_killed
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -96,16 +95,11 @@ def test_a_worker_sigkilled_mid_run_changes_nothing(tmp_path):
              "--restart-workers", "3"]
     alone = progress(tmp_path, "alone", *flags)
     logdir = tmp_path / "killed"
-    proc = subprocess.Popen([RLSTRUCT, "train", *flags, "--n-processes", "2", "--logdir", str(logdir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        killed = sigkill_a_worker(proc, logdir / "progress.csv", after_rows=3)
-        _, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    killed, run = train_with_a_worker_killed([RLSTRUCT, "train", *flags, "--n-processes", "2", "--logdir", str(logdir)],
+                                             logdir, after_rows=3, timeout=240)
+    err = run.stderr
     assert killed is not None, "the run ended before a worker could be killed"
-    assert proc.returncode == 0, err[-2000:]
+    assert run.returncode == 0, err[-2000:]
     assert "exact: the same seeds and state" in err
     rows = without_wall_clock(logdir / "progress.csv")
     restarts = rows[0].index("batcher/restarts")
