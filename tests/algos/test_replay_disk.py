@@ -128,3 +128,20 @@ def test_a_folder_a_running_process_owns_is_refused_and_left_alone(tmp_path):
                                           r"or stop that process$"):
         ReplayBuffer.for_spec(ATARI, 64, "cpu", storage="disk", folder=folder)
     assert _bin_files(folder) == ["frames-0.bin"]
+
+
+def test_a_full_disk_when_the_buffer_grows_during_the_run_is_the_same_clear_error(tmp_path, monkeypatch):
+    import torch
+
+    buf = ReplayBuffer(8, 3, "cpu", obs_capacity=4, storage="disk", folder=tmp_path / "replay")
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_replay_storage.os, "posix_fallocate", full)
+    with pytest.raises(DiskSpaceError, match=r"^the replay buffer needs .* more on disk for .*observations-1\.bin"):
+        for _ in range(4):  # 2 observations per transition: the ring of 4 must grow to keep them
+            buf.push(torch.zeros(2, 3), torch.zeros(2, dtype=torch.int64), torch.ones(2), torch.zeros(2, 3),
+                     torch.ones(2))
+    buf.close()
+    assert _bin_files(tmp_path / "replay") == []
