@@ -3,37 +3,178 @@ memory-mapped files; and what a buffer of a given size needs against what the ma
 
 An observation store holds observations by number (observation ``k`` at row ``k % rows``) and rebuilds them on
 :meth:`read`; the buffer above it numbers the observations and says which are still referenced.
+
+On disk, every file's blocks are reserved when it is made (``posix_fallocate``), so that a full disk is an error at
+that moment rather than a SIGBUS at a later page write; a folder of files holds an owner file naming the process
+that made them, so that the files of a process that died without removing them (SIGKILL) are reclaimed by the next
+buffer that looks there (:func:`reclaim_stale`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
 import logging
 import math
 import os
 import pathlib
 import shutil
+import socket
 import tempfile
 import weakref
+from collections.abc import Iterable
 
 import torch
+
+from rlstruct.errors import ConfigError, DiskSpaceError
 
 log = logging.getLogger(__name__)
 
 #: the choices of ``storage``: tensors in memory, or memory-mapped files on disk
 STORAGES = ("memory", "disk")
+#: the file of a folder of replay files that names the process owning them: ``{"host": ..., "pid": ..., "start": ...}``
+OWNER_FILE = "owner.json"
+#: the prefix of the temporary folders of buffers given no folder
+TEMP_PREFIX = "replay-"
+_GB = 1e9
 
 
-def _unlink(paths: list[pathlib.Path], own_folder: pathlib.Path | None) -> None:
+def _process_start(pid: int) -> int | None:
+    """The start time of process ``pid`` (clock ticks since boot, ``/proc/PID/stat``), or ``None`` where the system
+    does not say: with the pid, it names one process, not a later one given the same pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _owner_record() -> dict:
+    """This process's owner file."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
+
+
+def _owner_alive(owner: dict) -> bool:
+    """Whether the process an owner file names may be running: the same process (same pid, same start time), or
+    one of another machine (a folder shared over the network), which this one cannot see."""
+    if owner.get("host") != socket.gethostname():
+        return True
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    start = owner.get("start")
+    return start is None or _process_start(pid) in (None, start)
+
+
+def _read_owner(folder: pathlib.Path) -> dict | None:
+    try:
+        owner = json.loads((folder / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else {}
+
+
+def reclaim_stale(folders: Iterable[pathlib.Path]) -> int:
+    """Removes the replay files of ``folders`` whose owner process is no longer running (killed before it could
+    remove them); logs one line with the bytes reclaimed when there were any.
+
+    A folder without an owner file is left as it is; a temporary folder of a buffer (``replay-*``) is removed whole.
+
+    Returns:
+        the bytes of the files removed.
+    """
+    reclaimed, removed = 0, []
+    for folder in folders:
+        owner = _read_owner(folder)
+        if owner is None or _owner_alive(owner):
+            continue
+        files = [p for p in folder.glob("*.bin") if p.is_file()]
+        for path in files:
+            with contextlib.suppress(OSError):  # removed by someone else meanwhile
+                reclaimed += path.stat().st_blocks * 512
+                path.unlink()
+        (folder / OWNER_FILE).unlink(missing_ok=True)
+        if folder.name.startswith(TEMP_PREFIX) and folder.parent == pathlib.Path(tempfile.gettempdir()):
+            shutil.rmtree(folder, ignore_errors=True)
+        removed.append(str(folder))
+    if reclaimed:
+        log.info("reclaimed %.2f GB of replay files that killed runs left in %s", reclaimed / _GB, ", ".join(removed))
+    return reclaimed
+
+
+def stale_candidates(folder: pathlib.Path | None) -> list[pathlib.Path]:
+    """The folders where a buffer with files in ``folder`` (``None``: a temporary folder) looks for what killed
+    runs left: ``folder``, the replay folders of the run folders beside its run folder (``runs/*/replay*``: a rerun
+    of a killed run writes to ``DIR-2``), and the temporary folders of buffers given no folder."""
+    found = []
+    if folder is not None:
+        found += [folder, *(p.parent for p in folder.parent.parent.glob(f"*/replay*/{OWNER_FILE}"))]
+    found += [p.parent for p in pathlib.Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*/{OWNER_FILE}")]
+    return list(dict.fromkeys(found))
+
+
+def free_bytes(folder: pathlib.Path) -> int:
+    """The bytes free for this process on the disk of ``folder`` (of its nearest existing parent)."""
+    path = folder.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def _reserve(path: pathlib.Path, nbytes: int) -> None:
+    """Makes ``path`` a file of ``nbytes`` zero bytes whose blocks the disk has given (so that a write through a
+    memory map of it cannot fail for space).
+
+    Raises:
+        DiskSpaceError: the disk has not the room.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, nbytes)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            # A file system without fallocate (glibc emulates it on most): the zeros written take the blocks.
+            chunk = bytes(1 << 24)
+            for start in range(0, nbytes, len(chunk)):
+                os.pwrite(fd, chunk[:min(len(chunk), nbytes - start)], start)
+    except OSError as e:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskSpaceError(
+                f"the replay buffer needs {nbytes / _GB:.2f} GB more on disk for {path} ({nbytes} bytes), the disk "
+                f"has {free_bytes(path.parent) / _GB:.2f} GB free; free disk space, pass a smaller --buffer-size, or "
+                "--replay-storage memory") from None
+        raise
+    os.close(fd)
+
+
+def _unlink(paths: list[pathlib.Path], folder: pathlib.Path | None, own_folder: bool) -> None:
     for path in paths:
         path.unlink(missing_ok=True)
-    if own_folder is not None:
-        shutil.rmtree(own_folder, ignore_errors=True)
+    if folder is not None:
+        (folder / OWNER_FILE).unlink(missing_ok=True)
+        if own_folder:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class Allocator:
     """Allocates the buffer's tensors in memory, or, with ``storage="disk"``, as memory-mapped files in
     ``folder`` (a fresh temporary folder when ``None``), whose files :meth:`close` removes, with the folder when it
     made it (also at garbage collection).
+
+    On disk, each file's blocks are reserved as it is made, and the folder holds an owner file (:data:`OWNER_FILE`)
+    naming this process; the files a killed owner left there, or in the other places of :func:`stale_candidates`,
+    are removed first (:func:`reclaim_stale`).
 
     Args:
         device: where the tensors live (``disk`` storage needs the CPU).
@@ -42,6 +183,8 @@ class Allocator:
 
     Raises:
         ValueError: an unknown ``storage``, or ``disk`` off the CPU.
+        ConfigError: ``folder`` holds the replay files of another process that is running.
+        DiskSpaceError: (from :meth:`zeros`) the disk has not the room for a file.
 
     >>> alloc = Allocator("cpu", storage="disk")
     >>> t = alloc.zeros((2, 3), torch.uint8, "frames")
@@ -62,21 +205,35 @@ class Allocator:
                              "buffer on the CPU or use storage='memory'")
         self.storage = storage
         own = storage == "disk" and folder is None  # a temporary folder of its own, removed with the files
-        self.folder = None if storage == "memory" else pathlib.Path(folder or tempfile.mkdtemp(prefix="replay-"))
+        self.folder = None if storage == "memory" else pathlib.Path(folder or tempfile.mkdtemp(prefix=TEMP_PREFIX))
         self.paths: list[pathlib.Path] = []
         self._count = 0
-        self._finalizer = weakref.finalize(self, _unlink, self.paths, self.folder if own else None)
+        if self.folder is not None:
+            self._claim(self.folder, None if own else self.folder)
+        self._finalizer = weakref.finalize(self, _unlink, self.paths, self.folder, own)
+
+    @staticmethod
+    def _claim(folder: pathlib.Path, given: pathlib.Path | None) -> None:
+        """Reclaims what killed owners left, then writes this process's owner file into ``folder`` (``given``: the
+        folder the caller named, ``None`` for a temporary one)."""
+        owner = _read_owner(folder)
+        if owner is not None and owner.get("pid") != os.getpid() and _owner_alive(owner):
+            raise ConfigError(f"replay folder {str(folder)!r} holds the replay files of process "
+                                    f"{owner.get('pid')}, which is running; give this buffer another folder (another "
+                                    "--logdir), or stop that process")
+        reclaim_stale(stale_candidates(given))
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / OWNER_FILE).write_text(json.dumps(_owner_record()))
 
     def zeros(self, shape: tuple[int, ...], dtype: torch.dtype, name: str) -> torch.Tensor:
         """A zeroed tensor of ``shape``; on disk, a file ``{name}-{k}.bin`` mapped into memory."""
         if self.folder is None:
             return torch.zeros(shape, dtype=dtype, device=self.device)
-        self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{name}-{self._count}.bin"
         self._count += 1
-        path.unlink(missing_ok=True)
-        self.paths.append(path)
         numel = math.prod(shape)
+        _reserve(path, numel * torch.empty((), dtype=dtype).element_size())
+        self.paths.append(path)
         return torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape)
 
     def release(self, tensor: torch.Tensor) -> None:

@@ -176,12 +176,24 @@ class ReplayBuffer:
         >>> ReplayBuffer.planned_nbytes(spec, 50) == ReplayBuffer.for_spec(spec, 50, "cpu").nbytes()
         True
         """
-        obs_dtype = getattr(torch, spec.obs_dtype)
         action = (8 if spec.discrete else 4) * math.prod(spec.action_shape)
-        store = store_nbytes(default_obs_rows(capacity), spec.obs_shape, obs_dtype,
-                             is_frame_stack(spec.obs_shape, obs_dtype))
+        store = cls.planned_disk_nbytes(spec, capacity)
         tree = 2 * (1 << max(0, (capacity - 1).bit_length())) * 8 if cls is PrioritizedReplayBuffer else 0
         return store + tree + capacity * (8 + 8 + action + 4 + 4)
+
+    @classmethod
+    def planned_disk_nbytes(cls, spec: EnvSpec, capacity: int) -> int:
+        """The bytes of the files that :meth:`for_spec` with ``storage="disk"`` makes for ``capacity`` transitions
+        of ``spec``'s env (the observations; the rest stays in memory), computed without making them.
+
+        >>> from rlstruct.algos._train.env_spec import EnvSpec
+        >>> spec = EnvSpec((4, 84, 84), "uint8", 6, 1000)
+        >>> ReplayBuffer.planned_disk_nbytes(spec, 50) == ReplayBuffer.for_spec(spec, 50, "cpu").store.nbytes()
+        True
+        """
+        obs_dtype = getattr(torch, spec.obs_dtype)
+        return store_nbytes(default_obs_rows(capacity), spec.obs_shape, obs_dtype,
+                            is_frame_stack(spec.obs_shape, obs_dtype))
 
     def __len__(self) -> int:
         return self.size

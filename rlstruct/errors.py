@@ -36,7 +36,8 @@ worker that fails, :class:`BatcherWorkerError`.
 For the algorithms' runs: a path that is no readable rlstruct checkpoint (nothing there, a folder without a
 ``checkpoint.pt``, a file that cannot be read, is not a checkpoint or is a damaged one), :class:`CheckpointError`
 from ``rlstruct.algos.load``, ``rlstruct eval`` and ``--resume`` alike; an observation given to ``Policy.predict`` that
-does not fit the env's, :class:`SpaceError`.
+does not fit the env's, :class:`SpaceError`; a disk-backed replay buffer (``--replay-storage disk``)
+that the disk has not the room for, at setup or when its files grow, :class:`DiskSpaceError`.
 
 A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
 batcher's call order only), and the bridge raises :class:`BridgeError` only for what gymnasium code asks
@@ -62,6 +63,7 @@ __all__ = [
     "BridgeError",
     "GraphCaptureError",
     "ConfigError",
+    "DiskSpaceError",
     "CheckpointError",
     "VideoError",
     "RankLostError",
@@ -160,6 +162,12 @@ class GraphCaptureError(RLStructError, RuntimeError):
 class ConfigError(RLStructError, ValueError):
     """Settings that are valid one by one but cannot work together (e.g. ``compile_update`` with a recurrent
     policy, ``cuda_graph`` with a CPU batcher, weight sharing with worker processes)."""
+
+
+class DiskSpaceError(ConfigError, OSError):
+    """The disk has not the room that the settings need (the files of a disk-backed replay buffer), found when the
+    run is set up or when a file is made: a :class:`ConfigError` (the settings cannot work on this disk) and an
+    ``OSError``."""
 
 
 class CheckpointError(RLStructError, ValueError):

@@ -31,8 +31,8 @@ from rlstruct.algos._train.distributed import (
 )
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import Evaluator
-from rlstruct.algos._train.log import Run, TrainResult
-from rlstruct.algos._train.replay_setup import check_replay_fits, make_replay_buffer
+from rlstruct.algos._train.log import Run, TrainResult, run_logdir
+from rlstruct.algos._train.replay_setup import check_replay_fits, make_replay_buffer, replay_folder
 from rlstruct.algos._train.session import (
     Algorithm,
     Setup,
@@ -387,12 +387,12 @@ def train_off_policy(setup: Setup) -> TrainResult:
 
     A resumed run's replay buffer is not in the checkpoint: it refills for ``learning_starts`` env steps before the
     first gradient step of the new session. A buffer kept in memory that needs more than the machine has available
-    is refused before anything starts (:func:`~.replay_setup.check_replay_fits`); a prioritized one anneals its
-    importance-sampling exponent over the step budget.
+    is refused before anything starts (:func:`~.replay_setup.check_replay_fits`), as is one on disk that needs more
+    than the disk has free; a prioritized one anneals its importance-sampling exponent over the step budget.
     """
     algo: OffPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
     config, spec, resume, device, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
-    check_replay_fits(config, spec, device)
+    check_replay_fits(config, spec, device, folder=replay_folder(run_logdir(algo.name, config, resume), world.rank))
     with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=world.is_logger,
                       world_size=world.size, on_evaluation=setup.on_evaluation) as (run, stack):
         # Batchers first, the learner on its device after: no CUDA in this process before workers spawn.

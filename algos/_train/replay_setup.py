@@ -1,5 +1,5 @@
-"""The replay buffer of an off-policy run: its settings turned into a buffer, and a buffer that cannot fit in memory
-refused before anything starts.
+"""The replay buffer of an off-policy run: its settings turned into a buffer, and a buffer that cannot fit in memory,
+or on its disk, refused before anything starts.
 """
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import pathlib
 
 import torch
 
-from rlstruct.algos._replay_storage import available_memory
+from rlstruct.algos._replay_storage import available_memory, free_bytes, reclaim_stale, stale_candidates
 from rlstruct.algos._train.config import OffPolicyConfig
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
-from rlstruct.errors import ConfigError
+from rlstruct.errors import ConfigError, DiskSpaceError
 
-__all__ = ["check_replay_fits", "make_replay_buffer"]
+__all__ = ["check_replay_fits", "make_replay_buffer", "replay_folder"]
 
 _GB = 1e9
 
@@ -23,11 +23,20 @@ def _buffer_class(config: OffPolicyConfig) -> type[ReplayBuffer]:
     return PrioritizedReplayBuffer if config.prioritized_replay else ReplayBuffer
 
 
+def replay_folder(logdir: pathlib.Path, rank: int = 0) -> pathlib.Path:
+    """The folder of a disk-backed replay buffer's files: ``replay`` in the run folder, one per data-parallel rank."""
+    return logdir / ("replay" if rank == 0 else f"replay-rank{rank}")
+
+
 def check_replay_fits(config: OffPolicyConfig, spec: EnvSpec, device: torch.device,
-                      available: int | None = None) -> None:
+                      available: int | None = None, *, folder: pathlib.Path | None = None) -> None:
     """Raises :class:`~rlstruct.errors.ConfigError` when the replay buffer of ``config`` kept in the CPU's memory
     needs more than the machine has available (``available`` bytes; ``None``: :func:`available_memory`), in one line:
     what it needs, what there is, and the fix. Nothing is allocated.
+
+    A disk-backed buffer (``replay_storage="disk"``) with files in ``folder`` first reclaims what killed runs left
+    (:func:`~rlstruct.algos._replay_storage.reclaim_stale`), then raises
+    :class:`~rlstruct.errors.DiskSpaceError` when its files need more than the disk there has free.
 
     >>> spec = EnvSpec((4, 84, 84), "uint8", 4, 1000)  # Atari's stacked frames, each frame stored once
     >>> check_replay_fits(OffPolicyConfig(buffer_size=10**6), spec, torch.device("cpu"), available=4 * 10**9)
@@ -37,6 +46,8 @@ def check_replay_fits(config: OffPolicyConfig, spec: EnvSpec, device: torch.devi
 x 1000000 transitions), this machine has 4.0 GB available; pass a smaller --buffer-size (at most 484752 fits) or \
 --replay-storage disk
     """
+    if config.replay_storage == "disk" and folder is not None:
+        _check_disk_fits(config, spec, folder)
     if config.replay_storage != "memory" or device.type != "cpu":
         return
     available = available_memory() if available is None else available
@@ -55,13 +66,28 @@ x 1000000 transitions), this machine has 4.0 GB available; pass a smaller --buff
     )
 
 
+def _check_disk_fits(config: OffPolicyConfig, spec: EnvSpec, folder: pathlib.Path) -> None:
+    reclaim_stale(stale_candidates(folder))
+    needed = _buffer_class(config).planned_disk_nbytes(spec, config.buffer_size)
+    free = free_bytes(folder)
+    if needed <= free:
+        return
+    per = needed / config.buffer_size
+    raise DiskSpaceError(
+        f"--buffer-size {config.buffer_size} with --replay-storage disk needs {needed / _GB:.1f} GB of disk for the "
+        f"replay buffer's files ({per:.0f} bytes per transition x {config.buffer_size} transitions, {needed} bytes), "
+        f"the disk of {str(folder)!r} has {free / _GB:.1f} GB free ({free} bytes); pass a smaller --buffer-size (at "
+        f"most {int(free / per)} fits), free disk space, or a --logdir on a larger disk"
+    )
+
+
 def make_replay_buffer(config: OffPolicyConfig, spec: EnvSpec, device: torch.device, *, seed: int,
                        folder: pathlib.Path, rank: int = 0) -> ReplayBuffer:
     """The run's replay buffer: prioritized or uniform, in memory or in files under ``folder/replay`` (one folder
     per rank of a data-parallel run)."""
     kwargs: dict = {"storage": config.replay_storage}
     if config.replay_storage == "disk":
-        kwargs["folder"] = folder / ("replay" if rank == 0 else f"replay-rank{rank}")
+        kwargs["folder"] = replay_folder(folder, rank)
     if config.prioritized_replay:
         kwargs.update(alpha=config.priority_alpha, beta0=config.priority_beta0)
     return _buffer_class(config).for_spec(spec, config.buffer_size, device, seed=seed, **kwargs)

@@ -4,23 +4,28 @@ for a resumed run, continues the tracked runs whose ids the run folder holds (``
 
 Each library reads its own settings from its own environment variables (``MLFLOW_TRACKING_URI``,
 ``MLFLOW_EXPERIMENT_NAME``, ``WANDB_MODE``, ``WANDB_PROJECT``, ``WANDB_DIR``, ``TRACKIO_DIR``, ...); the tracked
-run's name is the log folder's.
+run's name is the log folder's. Trackers are best effort (:class:`BestEffort`): a tracker that fails, at its start
+or later, is one warning and is dropped; training and the run folder's record go on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
 import math
+import os
 import time
-from collections.abc import Mapping, Sequence
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rlstruct.errors import MissingDependencyError
+from rlstruct.errors import ConfigError, MissingDependencyError
 
-__all__ = ["TRACKERS", "TRACKERS_FILE", "Tracker", "check_trackers", "open_trackers", "parse_trackers"]
+__all__ = ["TRACKERS", "TRACKERS_FILE", "BestEffort", "Tracker", "check_trackers", "open_trackers",
+           "parse_trackers"]
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +33,11 @@ log = logging.getLogger(__name__)
 TRACKERS_FILE = "trackers.json"
 #: trackio's project (it has no setting of its own for one)
 TRACKIO_PROJECT = "rlstruct"
+#: MLflow's HTTP settings while a tracker calls it, where the environment does not set them: a server that refuses
+#: or does not answer fails a call within seconds (3 tries of at most 5 s, 1 s and 2 s apart) rather than after
+#: MLflow's own 7 retries of up to 120 s each, minutes during which no training step runs
+MLFLOW_HTTP_BOUNDS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                      "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 
 
 def _scalars(row: Mapping[str, Any], *, skip: tuple[str, ...] = ("env_steps",)) -> dict[str, float]:
@@ -86,44 +96,78 @@ class MLflowTracker(Tracker):
         import mlflow
 
         self._mlflow = mlflow
-        self._client = mlflow.MlflowClient()
-        # Beside a run the caller has open, this one is its child; either way it is written to by its id.
-        active = mlflow.start_run(run_id=run_id, run_name=None if run_id else run_name,
-                                  nested=mlflow.active_run() is not None)
+        with _bounded_http():
+            self._client = mlflow.MlflowClient()
+            # Beside a run the caller has open, this one is its child; either way it is written to by its id.
+            active = mlflow.start_run(run_id=run_id, run_name=None if run_id else run_name,
+                                      nested=mlflow.active_run() is not None)
         self.run_id = active.info.run_id
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
-        # A resumed run keeps the values of its first session: MLflow refuses to change a parameter.
-        known = self._client.get_run(self.run_id).data.params
-        new = [Param(k, v if isinstance(v, str) else json.dumps(v)) for k, v in params.items() if k not in known]
-        for i in range(0, len(new), 100):  # MLflow's limit per batch
-            self._client.log_batch(self.run_id, params=new[i:i + 100])
+        with _bounded_http():
+            # A resumed run keeps the values of its first session: MLflow refuses to change a parameter.
+            known = self._client.get_run(self.run_id).data.params
+            new = [Param(k, v if isinstance(v, str) else json.dumps(v)) for k, v in params.items() if k not in known]
+            for i in range(0, len(new), 100):  # MLflow's limit per batch
+                self._client.log_batch(self.run_id, params=new[i:i + 100])
 
     def log_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         metrics = [Metric(k, v, now, int(r["env_steps"])) for r in rows for k, v in _scalars(r).items()]
-        for i in range(0, len(metrics), 1000):
-            self._client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
+        with _bounded_http():
+            for i in range(0, len(metrics), 1000):
+                self._client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
 
     def log_summary(self, summary: Mapping[str, Any]) -> None:
         scalars = {f"summary/{k}": v for k, v in _scalars(summary, skip=()).items()}
         self.log_rows([{**scalars, "env_steps": summary["env_steps"]}])
-        self._client.log_dict(self.run_id, dict(summary), "summary.json")
+        with _bounded_http():
+            self._client.log_dict(self.run_id, dict(summary), "summary.json")
 
     def log_artifact(self, path: Path) -> None:
-        self._client.log_artifact(self.run_id, str(path))
+        with _bounded_http():
+            self._client.log_artifact(self.run_id, str(path))
 
     def close(self, *, failed: bool = False) -> None:
         status = "FAILED" if failed else "FINISHED"
         active = self._mlflow.active_run()
+        with _bounded_http():
+            if active is not None and active.info.run_id == self.run_id:
+                self._mlflow.end_run(status)
+            else:
+                self._client.set_terminated(self.run_id, status)
+
+    def drop(self) -> None:
+        """Takes this run off MLflow's stack of active runs without calling the store (which just failed), so that
+        a later ``mlflow.start_run`` of the process does not nest under it."""
+        active = self._mlflow.active_run()
         if active is not None and active.info.run_id == self.run_id:
-            self._mlflow.end_run(status)
-        else:
-            self._client.set_terminated(self.run_id, status)
+            with contextlib.suppress(Exception):
+                from mlflow.tracking.fluent import _active_run_stack
+
+                _active_run_stack.get().pop()
+
+
+@contextlib.contextmanager
+def _bounded_http() -> Iterator[None]:
+    """MLflow's HTTP settings bounded (:data:`MLFLOW_HTTP_BOUNDS`, where the environment sets none) for the calls
+    inside, and urllib3's line per retry kept quiet: a failure is the one warning of :class:`BestEffort`. MLflow
+    reads these variables at each request, so they hold for these calls only."""
+    added = {k: v for k, v in MLFLOW_HTTP_BOUNDS.items() if k not in os.environ}
+    os.environ.update(added)
+    pool_log = logging.getLogger("urllib3.connectionpool")
+    level = pool_log.level
+    pool_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        pool_log.setLevel(level)
+        for k in added:
+            os.environ.pop(k, None)
 
 
 class WandbTracker(Tracker):
@@ -188,6 +232,70 @@ class TrackioTracker(Tracker):
         self._run.finish()
 
 
+class BestEffort(Tracker):
+    """A tracker whose failures do not reach the run: the first exception one of its calls raises is one warning
+    (the tracker, the call, the error), and the tracker is dropped: every later call does nothing. Training, and
+    the run folder's own record (``progress.csv``, ``summary.json``, the checkpoint), go on without it.
+
+    Args:
+        tracker: the tracker to call.
+
+    >>> class Failing(Tracker):
+    ...     name, module, run_id = "mlflow", "mlflow", "r1"
+    ...     def log_rows(self, rows):
+    ...         raise ConnectionError("the server went away")
+    >>> tracker = BestEffort(Failing())
+    >>> tracker.log_rows([{"env_steps": 64, "loss": 0.5}])
+    >>> tracker.dropped, tracker.log_rows([{"env_steps": 128}])
+    (True, None)
+    """
+
+    def __init__(self, tracker: Tracker):
+        self.tracker = tracker
+        self.name, self.module, self.run_id = tracker.name, tracker.module, tracker.run_id
+        #: whether a call failed (every later one does nothing)
+        self.dropped = False
+
+    def _call(self, what: str, *args: Any, **kwargs: Any) -> None:
+        if self.dropped:
+            return
+        try:
+            getattr(self.tracker, what)(*args, **kwargs)
+        except Exception as e:  # any library error, network or store: the run must not depend on the tracker
+            self.dropped = True
+            log.warning("%s; the run goes on without it", _failure(self.name, what, e))
+            drop = getattr(self.tracker, "drop", None)
+            if drop is not None:
+                drop()
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        self._call("log_params", params)
+
+    def log_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._call("log_rows", rows)
+
+    def log_summary(self, summary: Mapping[str, Any]) -> None:
+        self._call("log_summary", summary)
+
+    def log_artifact(self, path: Path) -> None:
+        self._call("log_artifact", path)
+
+    def close(self, *, failed: bool = False) -> None:
+        self._call("close", failed=failed)
+
+
+def _failure(name: str, what: str, error: BaseException) -> str:
+    """One line: which tracker failed, in which call, with what.
+
+    >>> _failure("mlflow", "log_rows", ConnectionError("refused\\nmore"))
+    'track=mlflow failed in log_rows (ConnectionError: refused) and is dropped'
+    """
+    message = (str(error).strip().splitlines() or [""])[0]
+    if len(message) > 300:
+        message = message[:300] + "..."
+    return f"track={name} failed in {what} ({type(error).__name__}: {message}) and is dropped"
+
+
 #: ``--track``'s names -> their tracker
 TRACKERS: dict[str, type[Tracker]] = {t.name: t for t in (MLflowTracker, WandbTracker, TrackioTracker)}
 
@@ -214,21 +322,44 @@ def parse_trackers(text: str | None) -> tuple[str, ...]:
 
 
 def check_trackers(text: str | None) -> None:
-    """Checks ``--track`` before the run starts: known names whose library is installed.
+    """Checks ``--track`` before the run starts: known names whose library is installed, and an MLflow store that
+    MLflow will open.
 
     Raises:
         ValueError: an unknown name.
         MissingDependencyError: a tracker's library is not installed (the message names its extra).
+        ConfigError: MLflow's tracking URI is a local file store, which MLflow 3 refuses without
+            ``MLFLOW_ALLOW_FILE_STORE=true``.
     """
     for name in parse_trackers(text):
         if importlib.util.find_spec(TRACKERS[name].module) is None:
             raise MissingDependencyError(f"track={name!r} needs the {TRACKERS[name].module} library, which is not "
                                          f"installed; pip install 'rlstruct[{name}]'")
+        if name == "mlflow":
+            _check_mlflow_store()
+
+
+def _check_mlflow_store() -> None:
+    """Refuses MLflow's local file store where the installed MLflow refuses it (it answers with a long traceback
+    once the run has started)."""
+    from mlflow import environment_variables, get_tracking_uri
+
+    allow = getattr(environment_variables, "MLFLOW_ALLOW_FILE_STORE", None)
+    if allow is None or allow.get():  # an MLflow without the opt-in, or the opt-in given
+        return
+    uri = get_tracking_uri()
+    if urllib.parse.urlparse(uri).scheme in ("", "file"):
+        raise ConfigError(f"track='mlflow' needs a database store, got MLFLOW_TRACKING_URI={uri!r}, a file store "
+                          "that MLflow 3 no longer opens; set MLFLOW_TRACKING_URI=sqlite:///mlflow.db (or "
+                          "MLFLOW_ALLOW_FILE_STORE=true to keep the file store)")
 
 
 def open_trackers(text: str | None, logdir: Path, params: Mapping[str, Any], *,
                   resumed_from: Path | None = None) -> list[Tracker]:
     """Starts the trackers of ``--track`` for the run logging into ``logdir`` and records its settings in them.
+
+    Every tracker is best effort (:class:`BestEffort`): one that fails to start is one warning and is left out, the
+    others and the run go on.
 
     Args:
         text: ``--track``'s value.
@@ -236,6 +367,9 @@ def open_trackers(text: str | None, logdir: Path, params: Mapping[str, Any], *,
         params: the run's settings (``config.json``'s content).
         resumed_from: the folder of the run a resumed run continues: the tracked runs its ``trackers.json`` names
             are continued, the others started.
+
+    Returns:
+        the trackers that started, each a :class:`BestEffort`.
     """
     names = parse_trackers(text)
     if not names:
@@ -248,13 +382,19 @@ def open_trackers(text: str | None, logdir: Path, params: Mapping[str, Any], *,
         for name in names:
             cls = TRACKERS[name]
             args = (logdir,) if cls is WandbTracker else ()
-            tracker = cls(logdir.name, ids.get(name), *args)
-            trackers.append(tracker)
-            ids[name] = tracker.run_id
+            try:
+                tracker = BestEffort(cls(logdir.name, ids.get(name), *args))
+            except Exception as e:  # an unreachable server, a refused login: the run goes on untracked there
+                log.warning("%s; the run goes on without it", _failure(name, "its start", e))
+                continue
             tracker.log_params(params)
-    except BaseException:  # a library that refuses to start (W&B without a login): end the runs already started
+            if not tracker.dropped:
+                trackers.append(tracker)
+                ids[name] = tracker.run_id
+    except BaseException:  # an interrupt while starting: end the tracked runs already started
         for tracker in trackers:
             tracker.close(failed=True)
         raise
-    (logdir / TRACKERS_FILE).write_text(json.dumps(ids, indent=2))
+    if trackers:
+        (logdir / TRACKERS_FILE).write_text(json.dumps(ids, indent=2))
     return trackers

@@ -502,7 +502,7 @@ def test_disk_storage_maps_files_that_close_removes(tmp_path):
     spec = EnvSpec((4, 84, 84), "uint8", 4, 1000)
     buf = ReplayBuffer.for_spec(spec, 64, "cpu", storage="disk", folder=tmp_path / "replay")
     files = sorted(p.name for p in (tmp_path / "replay").iterdir())
-    assert files == ["frame-numbers-0.bin", "frames-1.bin"]
+    assert files == ["frame-numbers-0.bin", "frames-1.bin", "owner.json"]
     assert buf.store.frames.untyped_storage().filename == str(tmp_path / "replay" / "frames-1.bin")
     data = _stacked_streams(2, 40, 4, 0.1, 0, "zeros")
     data = {k: v.repeat_interleave(28, -1).repeat_interleave(28, -2) if k.endswith("frame") else v

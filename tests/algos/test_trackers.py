@@ -6,18 +6,29 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
+import socket
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
 from rlstruct.algos import ppo
 from rlstruct.algos._train.env_spec import describe_env
 from rlstruct.algos._train.log import Run
-from rlstruct.algos._train.trackers import TRACKERS_FILE, check_trackers
-from rlstruct.errors import MissingDependencyError
+from rlstruct.algos._train.trackers import (
+    MLFLOW_HTTP_BOUNDS,
+    TRACKERS,
+    TRACKERS_FILE,
+    Tracker,
+    _bounded_http,
+    check_trackers,
+    open_trackers,
+)
+from rlstruct.errors import ConfigError, MissingDependencyError
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -186,3 +197,123 @@ def test_a_run_that_raises_ends_its_tracked_run_as_failed(tmp_path, monkeypatch)
         ppo.train(dataclasses.replace(TINY, track="mlflow", logdir=str(tmp_path / "run")))
     run_id = json.loads((tmp_path / "run" / TRACKERS_FILE).read_text())["mlflow"]
     assert MlflowClient(uri).get_run(run_id).info.status == "FAILED"
+
+
+# Trackers are best effort: a tracker that fails is one warning and is dropped; training and the run folder go on.
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "rlstruct.algos._train.trackers" and r.levelno >= logging.WARNING]
+
+
+def _free_port() -> int:
+    """A port on 127.0.0.1 that nobody listens on (bound by the system, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_mlflow_server_is_one_warning_and_the_run_trains_to_its_end(tmp_path, monkeypatch, caplog):
+    pytest.importorskip("mlflow", reason="needs the mlflow extra")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_free_port()}")
+    caplog.set_level(logging.WARNING)
+    start = time.monotonic()
+    result = ppo.train(dataclasses.replace(TINY, track="mlflow", logdir=str(tmp_path / "run")))
+    # MLflow's own retries of a refused connection take minutes; bounded, a few seconds (any load allowed for).
+    assert time.monotonic() - start < 90
+    assert result.env_steps == TINY.max_env_steps and (tmp_path / "run" / "checkpoint.pt").is_file()
+    [warning] = _warnings(caplog)
+    assert warning.startswith("track=mlflow failed in its start (MlflowException: ") and "127.0.0.1" in warning
+    assert not (tmp_path / "run" / TRACKERS_FILE).exists()
+    assert not any(r.name.startswith("urllib3") for r in caplog.records)  # no line per retry
+
+
+def test_an_mlflow_server_that_never_answers_is_given_up_within_its_timeout(tmp_path, monkeypatch, caplog):
+    pytest.importorskip("mlflow", reason="needs the mlflow extra")
+    with socket.socket() as server:  # accepts connections (the kernel's backlog) and never answers
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{server.getsockname()[1]}")
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")  # the user's own setting is kept
+        caplog.set_level(logging.WARNING)
+        start = time.monotonic()
+        assert open_trackers("mlflow", tmp_path, {"algo": "ppo"}) == []
+        assert time.monotonic() - start < 60  # 3 tries of 1 s, 3 s of backoff; unbounded: 8 tries, minutes apart
+    [warning] = _warnings(caplog)
+    assert warning.startswith("track=mlflow failed in its start") and "timed out" in warning.lower()
+
+
+def test_mlflow_calls_bound_http_where_the_environment_does_not(monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    with _bounded_http():
+        assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "30"
+        assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == MLFLOW_HTTP_BOUNDS["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ and os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "30"
+
+
+class _FailingTracker(Tracker):
+    """A tracker whose store fails at the chosen call (``fail_at``: a method name, or ``"start"``)."""
+
+    module = "json"
+    fail_at = "log_rows"
+    calls: list[str] = []
+
+    def __init__(self, run_name, run_id, *args):
+        if self.fail_at == "start":
+            raise ConnectionError("the store refused the connection")
+        self.run_id = "fake-1"
+
+    def _called(self, what):
+        type(self).calls.append(what)
+        if what == self.fail_at and type(self).calls.count(what) == 2:  # the second call: mid-run
+            raise OSError("the store's disk is full")
+
+    def log_params(self, params):
+        self._called("log_params")
+
+    def log_rows(self, rows):
+        self._called("log_rows")
+
+    def log_summary(self, summary):
+        self._called("log_summary")
+
+    def log_artifact(self, path):
+        self._called("log_artifact")
+
+    def close(self, *, failed=False):
+        self._called("close")
+
+
+@pytest.mark.parametrize("name", ["mlflow", "wandb", "trackio"])
+@pytest.mark.parametrize("fail_at", ["start", "log_rows", "log_artifact"])
+def test_a_tracker_that_fails_at_start_or_mid_run_is_dropped_and_the_run_keeps_its_weights(tmp_path, monkeypatch,
+                                                                                          caplog, name, fail_at):
+    fake = type("Fake", (_FailingTracker,), {"name": name, "fail_at": fail_at, "calls": []})
+    monkeypatch.setitem(TRACKERS, name, fake)
+    caplog.set_level(logging.WARNING)
+    result = ppo.train(dataclasses.replace(TINY, track=name, logdir=str(tmp_path / "run")))
+    assert result.env_steps == TINY.max_env_steps
+    assert {"checkpoint.pt", "summary.json", "progress.csv"} <= {p.name for p in (tmp_path / "run").iterdir()}
+    assert len([r for r in result.history if "loss/value" in r]) == 4
+    [warning] = _warnings(caplog)
+    if fail_at == "start":
+        assert warning == (f"track={name} failed in its start (ConnectionError: the store refused the connection) "
+                           "and is dropped; the run goes on without it")
+        assert fake.calls == []
+    else:
+        assert warning == (f"track={name} failed in {fail_at} (OSError: the store's disk is full) and is dropped; "
+                           "the run goes on without it")
+        assert fake.calls[-1] == fail_at and fake.calls.count(fail_at) == 2  # nothing called once it failed
+
+
+def test_mlflow_file_store_is_refused_before_the_run_in_one_line_naming_sqlite(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow", reason="needs the mlflow extra")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    with pytest.raises(ConfigError, match=r"^track='mlflow' needs a database store, got MLFLOW_TRACKING_URI='file:"
+                                          r".*', a file store that MLflow 3 no longer opens; set "
+                                          r"MLFLOW_TRACKING_URI=sqlite:///mlflow\.db \(or "
+                                          r"MLFLOW_ALLOW_FILE_STORE=true to keep the file store\)$"):
+        ppo.train(dataclasses.replace(TINY, track="mlflow", logdir=str(tmp_path / "run")))
+    assert not (tmp_path / "run").exists()
