@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlstruct.algos import a2c, load
+from rlstruct.algos._train.checkpoints import content_digest
 from rlstruct.algos._train.flags import OneLineParser
 from rlstruct.algos.a2c import A2CConfig
 from rlstruct.algos.cli import main
@@ -181,6 +182,7 @@ def _damaged(checkpoint: Path, tmp_path: Path, how: str) -> Path:
         data["model"] = dict(list(data["model"].items())[1:])
     elif how == "another algorithm's model":
         data["algo"] = "dqn"
+    data["digest"] = content_digest(data)  # written whole, by code that left it inconsistent
     path = tmp_path / "damaged.pt"
     torch.save(data, path)
     return path
