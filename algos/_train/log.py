@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import logging
 import math
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, save_checkpoint
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, save_checkpoint, sync_folder
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.seeds import session_seed
@@ -33,7 +34,8 @@ from rlstruct.errors import ConfigError
 if TYPE_CHECKING:
     from rlstruct.algos._train.evaluation import Evaluator
 
-__all__ = ["STOP_REASONS", "Run", "TrainResult", "check_logdir", "claim_logdir", "earlier_run_files", "run_logdir"]
+__all__ = ["STOP_REASONS", "Run", "TrainResult", "check_logdir", "claim_logdir", "earlier_run_files", "run_logdir",
+           "write_whole"]
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,26 @@ class TrainResult:
             "stop_reason": self.stop_reason,
             "preset_target": self.preset_target,
         }
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` whole or not at all: into a temporary file beside it, flushed to the disk, renamed
+    onto ``path`` (``os.replace``), the folder flushed after: a kill (or a power loss) at any moment leaves either
+    the previous file or the new one, complete.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     write_whole(Path(tmp) / "a.json", "{}")
+    ...     print(sorted(os.listdir(tmp)), (Path(tmp) / "a.json").read_text())
+    ['a.json'] {}
+    """
+    partial = path.with_name(f"{path.name}.partial")
+    with open(partial, "w", newline="") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+    sync_folder(path.parent)
 
 
 def run_logdir(algo: str, config: RunConfig, resume: Resume | None) -> Path:
@@ -250,7 +272,8 @@ class Run:
         self.seed = session_seed(config.seed, self.iteration)
         #: the wall time of the earlier sessions of a resumed run: rows count ``wall_time_s`` over all of them
         self.wall_offset = 0.0 if resume is None else resume.wall_time_s
-        self.history: list[dict[str, float]] = [] if resume is None else _earlier_rows(resume)
+        earlier, header = ([], None) if resume is None else _earlier_rows(resume)
+        self.history: list[dict[str, float]] = earlier
         #: more columns of every training row: name -> what gives its value at the row's end
         self.columns: dict[str, Callable[[], float]] = {}
         #: called after each evaluation is recorded, with ``(weights, env_steps)`` (``weights()``: the CPU state
@@ -271,16 +294,24 @@ class Run:
         #: why :meth:`should_stop` last said to stop (one of :data:`STOP_REASONS`), else ``None``
         self.stop_reason: str | None = None
         self._pending: list[dict[str, Any]] = []
-        self._csv_file = open(self.logdir / self.CSV_NAME, "w", newline="") if logger else None
-        self._csv_fields: list[str] = list(dict.fromkeys(k for r in self.history for k in r))
+        #: the columns of progress.csv's header (none before the file has one)
+        self._csv_fields: list[str] = []
+        self._csv_file: io.TextIOBase | None = None
         self._csv: csv.DictWriter | None = None
+        if logger:
+            # The file grows by appends; it is rewritten (whole, through a file swapped in) only when it must drop
+            # rows: those past the resumed checkpoint, or those of another folder's run.
+            continued = resume is not None and resume.folder.resolve() == self.logdir.resolve()
+            if continued and header is not None:
+                self._open_csv(header)
+            else:
+                self._csv_fields = list(dict.fromkeys(k for r in self.history for k in r))
+                self._rewrite_csv()
         self._tb = self._open_tensorboard() if config.tensorboard and logger else None
         self._bar = self._open_progress() if config.progress and logger else None
         self._bar_steps = self.env_steps
         self._rate = (self.start, self.env_steps)
         self._trackers: list[Tracker] = []
-        if self.history and logger:  # the earlier sessions' rows first (the file is rewritten: it may be this one)
-            self._write([], tb_rows=[])
         if not logger:
             return
         params = {"algo": algo, **config.to_dict(), "env_spec": dataclasses.asdict(spec),
@@ -293,6 +324,34 @@ class Run:
         except BaseException:
             self.close()
             raise
+
+    def _open_csv(self, fields: list[str]) -> None:
+        """Opens ``progress.csv`` for appending rows of the columns ``fields`` (its header's)."""
+        if self._csv_file is not None:
+            self._csv_file.close()
+        self._csv_fields = fields
+        self._csv_file = open(self.logdir / self.CSV_NAME, "a", newline="")
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=fields, restval="")
+
+    def _rewrite_csv(self) -> None:
+        """Replaces ``progress.csv`` whole (:func:`write_whole`) by the header of ``_csv_fields`` and every row of the
+        history (no header while there are no columns), then appends to it."""
+        text = io.StringIO(newline="")
+        if self._csv_fields:
+            writer = csv.DictWriter(text, fieldnames=self._csv_fields, restval="")
+            writer.writeheader()
+            writer.writerows(self.history)
+        if self._csv_file is not None:
+            self._csv_file.close()
+        write_whole(self.logdir / self.CSV_NAME, text.getvalue())
+        self._open_csv(self._csv_fields)
+
+    def sync(self) -> None:
+        """Flushes the rows written so far to the disk (``fsync``): at each checkpoint, so that the rows up to it
+        outlast a power loss as the checkpoint does."""
+        if self._csv_file is not None and not self._csv_file.closed:
+            self._csv_file.flush()
+            os.fsync(self._csv_file.fileno())
 
     def _open_tensorboard(self):
         try:
@@ -403,17 +462,14 @@ class Run:
         self.history.extend(rows)
         if self._csv_file is None:  # not the logging rank
             return
-        new = [k for r in rows for k in r if k not in self._csv_fields]
-        if new or self._csv is None:
-            for k in new:
-                if k not in self._csv_fields:
-                    self._csv_fields.append(k)
-            # A new column (e.g. the first evaluation): rewrite the file with the wider header.
-            self._csv_file.seek(0)
-            self._csv_file.truncate()
-            self._csv = csv.DictWriter(self._csv_file, fieldnames=self._csv_fields, restval="")
+        new = list(dict.fromkeys(k for r in rows for k in r if k not in self._csv_fields))
+        if new and self._csv_fields:  # a new column (e.g. the first evaluation's): the file with the wider header
+            self._csv_fields = self._csv_fields + new
+            self._rewrite_csv()
+        elif new:  # the first rows of an empty file
+            self._open_csv(new)
             self._csv.writeheader()
-            self._csv.writerows(self.history)
+            self._csv.writerows(rows)
         else:
             self._csv.writerows(rows)
         self._csv_file.flush()
@@ -438,10 +494,11 @@ class Run:
             self._bar.set_postfix(post, refresh=False)
 
     def close(self) -> None:
-        """Flushes and closes the CSV, TensorBoard and the progress bar; idempotent."""
+        """Flushes (to the disk) and closes the CSV, TensorBoard and the progress bar; idempotent."""
         if self._csv_file is None or self._csv_file.closed:
             return
         self.flush()
+        self.sync()
         self._csv_file.close()
         if self._tb is not None:
             self._tb.close()
@@ -466,13 +523,14 @@ class Run:
 
     def poll_checkpoint(self, model: nn.Module, learner_state: Callable[[], dict[str, Any]]) -> None:
         """Writes the checkpoint (``model``'s weights, the counters, ``learner_state()``) when the iteration just
-        recorded is a multiple of ``config.checkpoint_every``, with ``progress.csv`` written up to it first (a
-        resumed run reads its rows back). The file is replaced atomically: a kill during the write leaves the
-        previous checkpoint."""
+        recorded is a multiple of ``config.checkpoint_every``, with ``progress.csv`` written up to it first and flushed
+        to the disk (a resumed run reads its rows back). The file is replaced atomically: a kill during the write
+        leaves the previous checkpoint."""
         every = self.config.checkpoint_every
         if not every or self.iteration % every or not self.logger:
             return
         self.flush()
+        self.sync()
         self.save_checkpoint(model, learner_state(), eval_return=math.nan if self.last_eval is None else self.last_eval)
 
     def save_checkpoint(self, model: nn.Module, learner: dict[str, Any], *, eval_return: float,
@@ -494,24 +552,36 @@ class Run:
                                 "world_size": self.world_size})
 
 
-def _earlier_rows(resume: Resume) -> list[dict[str, Any]]:
+def _earlier_rows(resume: Resume) -> tuple[list[dict[str, Any]], list[str] | None]:
     """The rows of ``progress.csv`` in the folder of ``resume``'s checkpoint up to its iteration (a copy of the
-    file may hold later ones), as numbers; none when the file is gone."""
+    file, or a run killed after its checkpoint, may hold later ones), as numbers; none when the file is gone.
+
+    Returns:
+        ``(rows, header)``: ``header``, the file's columns, when it holds those rows and nothing else (no later row,
+        no line cut by a kill), so that the resumed run may append to it; else ``None``.
+    """
     path = resume.folder / Run.CSV_NAME
     if not path.is_file():
         log.warning("%s is missing: progress.csv of the resumed run starts at iteration %d", path, resume.iteration + 1)
-        return []
-    rows = []
+        return [], None
     with open(path, newline="") as f:
-        for raw in csv.DictReader(f):
-            row: dict[str, Any] = {}
-            for k, v in raw.items():
-                if v in ("", None):
-                    continue
-                try:
-                    row[k] = int(float(v)) if k in ("iteration", "env_steps") else float(v)
-                except ValueError:
-                    row[k] = v
-            if row.get("iteration", 0) <= resume.iteration:
-                rows.append(row)
-    return rows
+        text = f.read()
+    whole = text.endswith("\n")
+    if not whole:  # a line cut by a kill while it was written: the rows before it are whole
+        text = text[:text.rfind("\n") + 1]
+    rows = []
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    for raw in reader:
+        row: dict[str, Any] = {}
+        for k, v in raw.items():
+            if k is None or v in ("", None):
+                continue
+            try:
+                row[k] = int(float(v)) if k in ("iteration", "env_steps") else float(v)
+            except ValueError:
+                row[k] = v
+        if row.get("iteration", 0) <= resume.iteration:
+            rows.append(row)
+        else:
+            whole = False
+    return rows, list(reader.fieldnames) if whole and reader.fieldnames else None

@@ -26,7 +26,7 @@ from rlstruct.algos._train.config import RunConfig, check_evaluation_policy, tra
 from rlstruct.algos._train.distributed import World, rank_device, torchrun_restarts, world_from_environment
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
-from rlstruct.algos._train.log import Run, TrainResult, check_logdir, claim_logdir, run_logdir
+from rlstruct.algos._train.log import Run, TrainResult, check_logdir, claim_logdir, run_logdir, write_whole
 from rlstruct.algos._train.presets import apply_preset, preset_target
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,
@@ -495,6 +495,9 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
                     learner: dict[str, Any] | None = None) -> TrainResult:
     """The end of every ``train``: final evaluation, checkpoint, learning curve, ``summary.json`` and result.
 
+    ``progress.csv``, the checkpoint and ``summary.json`` reach the disk in that order (each flushed with ``fsync``,
+    the last two written whole through a file renamed onto them): the record outlasts a kill or a power loss.
+
     On a rank that does not log (ranks 1 and up of a data-parallel run), only the result: what the run counted,
     and no evaluation (``eval_return`` nan); rank 0 evaluates, checkpoints and reports.
 
@@ -556,7 +559,6 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
                          checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
                          config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason,
                          preset_target(config.preset))
-    with open(run.logdir / Run.SUMMARY_NAME, "w") as f:
-        json.dump(result.summary(), f, indent=2)
+    write_whole(run.logdir / Run.SUMMARY_NAME, json.dumps(result.summary(), indent=2))
     run.report(result.summary(), [checkpoint, plot, *(run.videos.paths if run.videos is not None else [])])
     return result

@@ -12,6 +12,8 @@ import csv
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -43,6 +45,16 @@ def trained(tmp_path_factory):
     return logdir
 
 
+def training_rows(logdir) -> list[dict]:
+    return [r for r in csv_rows(logdir) if r.get("eval/return", "") == ""]
+
+
+def copy_run(source, target) -> None:
+    target.mkdir()
+    for name in (CHECKPOINT_NAME, Run.CSV_NAME, Run.SUMMARY_NAME, Run.CONFIG_NAME):
+        (target / name).write_bytes((source / name).read_bytes())
+
+
 def flip_a_weight_byte(checkpoint) -> None:
     """Flips one byte in the middle of the checkpoint's largest tensor (the zip stores it uncompressed)."""
     with zipfile.ZipFile(checkpoint) as z:
@@ -67,11 +79,8 @@ def test_the_digest_covers_every_value_of_the_checkpoint(trained):
 
 def test_a_checkpoint_damaged_on_disk_is_refused_by_every_load(trained, tmp_path, capsys):
     damaged = tmp_path / "damaged"
-    damaged.mkdir()
+    copy_run(trained, damaged)
     path = damaged / CHECKPOINT_NAME
-    path.write_bytes((trained / CHECKPOINT_NAME).read_bytes())
-    for name in (Run.CSV_NAME, Run.SUMMARY_NAME, Run.CONFIG_NAME):
-        (damaged / name).write_bytes((trained / name).read_bytes())
     flip_a_weight_byte(path)
     torch.load(path, weights_only=True)  # torch reads it without a word: the zip's CRCs are not checked
     damaged_file = rf"='{path}' is damaged: its content does not match the digest written with it"
@@ -98,3 +107,69 @@ def test_a_checkpoint_written_before_digests_still_loads(trained, tmp_path):
     torch.save(data, tmp_path / CHECKPOINT_NAME)
     assert load_checkpoint(tmp_path / CHECKPOINT_NAME)["iteration"] == data["iteration"]
     assert json.loads((trained / Run.SUMMARY_NAME).read_text())["iterations"] == data["iteration"]
+
+
+# --------------------------------------------------------------------------- progress.csv
+#: a resumed ``rlstruct train`` that SIGKILLs itself at a chosen moment of writing progress.csv: ``writerows`` (the
+#: first rows written: those of the rewrite that drops the rows past the checkpoint) or ``replace`` (the swap)
+KILLED_AT = """
+import csv, os, signal, sys
+moment, argv = sys.argv[1], sys.argv[2:]
+if moment == "writerows":
+    real_writerows = csv.DictWriter.writerows
+    def writerows(self, rows):
+        rows = list(rows)
+        if rows:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_writerows(self, rows)
+    csv.DictWriter.writerows = writerows
+else:
+    real_replace = os.replace
+    def replace(src, dst):
+        if str(dst).endswith("progress.csv"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_replace(src, dst)
+    os.replace = replace
+from rlstruct.algos import cli
+sys.exit(cli.main(argv))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["writerows", "replace"])
+def test_a_kill_while_progress_is_rewritten_loses_no_row(trained, tmp_path, moment):
+    logdir = tmp_path / "run"
+    copy_run(trained, logdir)
+    before = training_rows(logdir)
+    with open(logdir / Run.CSV_NAME, "a") as f:  # a row past the checkpoint, as a run killed after it leaves
+        f.write(",".join(["5"] + [""] * (len(before[0]) - 1)) + "\r\n")
+    killed = subprocess.run([sys.executable, "-c", KILLED_AT, moment, "train", "a2c", "--resume", str(logdir),
+                             "--max-env-steps", str(32 * 8)], capture_output=True, text=True, timeout=100)
+    assert killed.returncode == -9, killed.stderr
+    assert training_rows(logdir)[:4] == before
+    second = a2c.train(dataclasses.replace(CONFIG, resume=str(logdir), logdir=None, max_env_steps=32 * 8))
+    rows = training_rows(logdir)
+    assert [int(r["iteration"]) for r in rows] == list(range(1, second.iterations + 1)) and second.iterations == 8
+    assert rows[:4] == [{**r, **{k: "" for k in rows[0].keys() - r.keys()}} for r in before]
+    assert not os.path.exists(logdir / f"{Run.CSV_NAME}.partial")
+
+
+def test_a_resumed_run_appends_to_its_progress_and_a_new_column_swaps_a_whole_file(trained, tmp_path,
+                                                                                   monkeypatch):
+    logdir = tmp_path / "run"
+    copy_run(trained, logdir)
+    before = (logdir / Run.CSV_NAME).read_bytes()
+    inode = os.stat(logdir / Run.CSV_NAME).st_ino
+    swapped = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (swapped.append(os.path.basename(dst)),
+                                                         real_replace(src, dst))[1])
+    a2c.train(dataclasses.replace(CONFIG, resume=str(logdir), logdir=None, max_env_steps=32 * 6))
+    assert (logdir / Run.CSV_NAME).read_bytes().startswith(before)
+    assert os.stat(logdir / Run.CSV_NAME).st_ino == inode and Run.CSV_NAME not in swapped
+    assert {CHECKPOINT_NAME, Run.SUMMARY_NAME} <= set(swapped)
+    swapped.clear()
+    fresh = tmp_path / "fresh"  # the first evaluation's columns come after the first rows: one swap, whole
+    a2c.train(dataclasses.replace(CONFIG, logdir=str(fresh)))
+    assert Run.CSV_NAME in swapped
+    assert [int(r["iteration"]) for r in training_rows(fresh)] == [1, 2, 3, 4]
