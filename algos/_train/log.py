@@ -7,6 +7,7 @@ A run given a :class:`~.checkpoints.Resume` (``--resume``) continues the counter
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -14,10 +15,11 @@ import json
 import logging
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +36,8 @@ from rlstruct.errors import ConfigError
 if TYPE_CHECKING:
     from rlstruct.algos._train.evaluation import Evaluator
 
-__all__ = ["STOP_REASONS", "Run", "TrainResult", "check_logdir", "claim_logdir", "earlier_run_files", "run_logdir",
-           "write_whole"]
+__all__ = ["STOP_REASONS", "FolderClaim", "Run", "TrainResult", "check_logdir", "claim_logdir", "claim_run_folder",
+           "earlier_run_files", "given_back_unless_trained", "run_logdir", "write_whole"]
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +187,7 @@ def claim_logdir(path: Path, *, numbered: bool = True) -> Path:
             whose ranks and restarts find the run by its ``--logdir``).
 
     Returns:
-        The folder claimed.
+        The folder claimed (:func:`claim_run_folder` also says what claiming it created).
 
     Raises:
         ConfigError: a folder cannot be created or written (:func:`check_logdir`), or ``path`` holds a run and
@@ -197,9 +199,16 @@ def claim_logdir(path: Path, *, numbered: bool = True) -> Path:
     ...     print(first.name, second.name)
     run run-2
     """
+    return claim_run_folder(path, numbered=numbered).path
+
+
+def claim_run_folder(path: Path, *, numbered: bool = True, first_iteration: int = 1) -> FolderClaim:
+    """:func:`claim_logdir`, returning what the claim created (:class:`FolderClaim`): a start refused before its
+    first training iteration (``first_iteration``: a resumed run's is its checkpoint's next) gives it back."""
     base = path.resolve() if path.name in ("", "..") else path  # ".", "..": number the folder's own name
     candidate, n = path, 1
     while True:
+        missing = [p for p in (*reversed(candidate.parents), candidate) if not p.exists()]
         check_logdir(candidate)
         found = earlier_run_files(candidate)
         if found and not numbered:
@@ -207,6 +216,7 @@ def claim_logdir(path: Path, *, numbered: bool = True) -> Path:
                               f"would replace; pass a new --logdir, or --resume {path} to continue that run")
         try:
             if not found:  # created exclusively: another run may claim the same folder between the check and here
+                earlier = frozenset(os.listdir(candidate))
                 os.close(os.open(candidate / Run.CONFIG_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
                 break
         except FileExistsError:
@@ -216,7 +226,70 @@ def claim_logdir(path: Path, *, numbered: bool = True) -> Path:
     if candidate != path:
         log.warning("%s holds an earlier run (%s): this run writes to %s (--resume %s continues that one)",
                     path, ", ".join(earlier_run_files(path)[:3]), candidate, path)
-    return candidate
+    return FolderClaim(candidate, missing, earlier, first_iteration)
+
+
+@dataclasses.dataclass(frozen=True)
+class FolderClaim:
+    """A log folder claimed by a new run (:func:`claim_run_folder`), and what claiming it created.
+
+    Attributes:
+        path: the folder.
+        created: the folders the claim created, outermost first (``path`` last, unless it existed).
+        earlier: the names in ``path`` before the claim (none when the claim created it).
+        first_iteration: the run's first training iteration (1; a resumed run's checkpoint's next).
+    """
+
+    path: Path
+    created: list[Path]
+    earlier: frozenset[str]
+    first_iteration: int = 1
+
+    def trained(self) -> bool:
+        """Whether ``progress.csv`` holds a row of a training iteration of this run (rows are written out when the
+        run closes, also when it raised)."""
+        try:
+            with open(self.path / Run.CSV_NAME, newline="") as f:
+                return any(float(row.get("iteration") or 0) >= self.first_iteration for row in csv.DictReader(f))
+        except (OSError, ValueError):
+            return False
+
+    def release(self) -> bool:
+        """Removes what the claim and the run created, unless the run trained (:meth:`trained`): the folder when
+        the claim created it (and the parents it created, when nothing else went there since), else the names it
+        did not hold before; so that the corrected command gets the same folder. Returns whether it did."""
+        if self.trained() or not self.path.is_dir():
+            return False
+        if self.created and self.created[-1] == self.path:
+            shutil.rmtree(self.path, ignore_errors=True)
+        else:
+            for name in set(os.listdir(self.path)) - self.earlier:
+                item = self.path / name
+                if item.is_dir() and not item.is_symlink():
+                    shutil.rmtree(item, ignore_errors=True)
+                else:
+                    item.unlink(missing_ok=True)
+        for folder in reversed(self.created[:-1] if self.created[-1:] == [self.path] else self.created):
+            try:
+                folder.rmdir()
+            except OSError:  # something else is in it: a sibling run's folder
+                break
+        log.info("%s: the run stopped before its first training iteration; removed what it had written", self.path)
+        return True
+
+
+@contextlib.contextmanager
+def given_back_unless_trained(claim: FolderClaim | None) -> Iterator[None]:
+    """Runs the body (a run's training); if it raises before the run's first training iteration (a setting that
+    only building the run refuses, a tracker or a worker that fails to start, a Ctrl-C), gives back the log folder
+    ``claim`` claimed (:meth:`FolderClaim.release`; ``None``: the run claimed none), so that the corrected command
+    writes to the same folder."""
+    try:
+        yield
+    except BaseException:
+        if claim is not None:
+            claim.release()
+        raise
 
 
 class Run:

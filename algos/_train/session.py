@@ -26,7 +26,16 @@ from rlstruct.algos._train.config import RunConfig, check_evaluation_policy, tra
 from rlstruct.algos._train.distributed import World, rank_device, torchrun_restarts, world_from_environment
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
-from rlstruct.algos._train.log import Run, TrainResult, check_logdir, claim_logdir, run_logdir, write_whole
+from rlstruct.algos._train.log import (
+    FolderClaim,
+    Run,
+    TrainResult,
+    check_logdir,
+    claim_run_folder,
+    given_back_unless_trained,
+    run_logdir,
+    write_whole,
+)
 from rlstruct.algos._train.presets import apply_preset, preset_target
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,
@@ -115,7 +124,9 @@ class Algorithm:
                 (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``, ``CheckpointError``) for a device, the
                 env or ``resume``.
         """
-        return self.run(self.validate(config))
+        setup = self.validate(config)
+        with given_back_unless_trained(setup.claim):
+            return self.run(setup)
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         """``rlstruct train NAME [flags]``; the last stdout line is a JSON summary."""
@@ -143,6 +154,9 @@ class Setup:
         world: this process's rank in a data-parallel run (``torchrun``), or a world of one.
         on_evaluation: called with each evaluation's row as it arrives during training (see
             :attr:`~.log.Run.evaluation_callbacks`); ``rlstruct sweep`` prunes a trial from there.
+        claim: the log folder this start claimed and what claiming it created (``None``: a resumed run continuing
+            in its own folder, a rank that does not log, a ``torchrun`` restart), given back by
+            :func:`~.log.given_back_unless_trained` when the run raises before its first training iteration.
     """
 
     algorithm: Algorithm
@@ -153,6 +167,7 @@ class Setup:
     start: float
     world: World = World()
     on_evaluation: tuple[Callable[[dict[str, float]], None], ...] = ()
+    claim: FolderClaim | None = None
 
 
 def check_evaluation_envs(config: RunConfig, spec: EnvSpec) -> None:
@@ -238,11 +253,14 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | 
     # writes into the folder its first attempt claimed.
     logdir, restarts = run_logdir(algorithm.name, config, resume), torchrun_restarts()
     continued = resume is not None and logdir.resolve() == resume.folder.resolve()
+    claim = None
     if world.is_logger and not continued and not restarts:
-        config = dataclasses.replace(config, logdir=str(claim_logdir(logdir, numbered=restarts is None)))
+        claim = claim_run_folder(logdir, numbered=restarts is None,
+                                 first_iteration=1 if resume is None else resume.iteration + 1)
+        config = dataclasses.replace(config, logdir=str(claim.path))
     else:
         check_logdir(logdir)
-    return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start, world)
+    return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start, world, claim=claim)
 
 
 def check_on_device(structure: Trajectories | nn.Module, device: DeviceLike, what: str) -> None:

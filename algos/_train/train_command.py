@@ -18,7 +18,7 @@ from rlstruct.algos._train.checkpoints import check_resume_algorithm, load_check
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.distributed import restart_resume
 from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
-from rlstruct.algos._train.log import Run, TrainResult
+from rlstruct.algos._train.log import Run, TrainResult, given_back_unless_trained
 from rlstruct.algos._train.presets import apply_preset, describe_preset, setting_sources
 from rlstruct.errors import BatcherWorkerTimeout, ConfigError, RankLostError, RLStructError
 
@@ -138,7 +138,8 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     try:
-        result = algorithm.run(setup)
+        with given_back_unless_trained(setup.claim):
+            result = algorithm.run(setup)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted: stopped without writing a checkpoint", file=sys.stderr)
         return 130

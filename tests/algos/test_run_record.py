@@ -173,3 +173,58 @@ def test_a_resumed_run_appends_to_its_progress_and_a_new_column_swaps_a_whole_fi
     a2c.train(dataclasses.replace(CONFIG, logdir=str(fresh)))
     assert Run.CSV_NAME in swapped
     assert [int(r["iteration"]) for r in training_rows(fresh)] == [1, 2, 3, 4]
+
+
+# --------------------------------------------------------------------------- a start refused before training
+DQN_FLAGS = ["train", "dqn", "--env", "CartPole-v1", "--preset", "none", "--n-envs", "4", "--rollout-steps", "4",
+             "--learning-starts", "32", "--batch-size", "16", "--hidden-sizes", "8", "--max-env-steps", "64",
+             "--n-evaluation-envs", "2", "--max-episode-steps", "50", "--no-stop-at-reward-threshold",
+             "--no-progress", "--no-tensorboard"]
+
+
+def test_a_config_refused_at_setup_leaves_no_folder_and_the_corrected_command_gets_it(tmp_path, capsys):
+    logdir = tmp_path / "runs" / "dqn"
+    assert cli.main([*DQN_FLAGS, "--buffer-size", str(10**13), "--logdir", str(logdir)]) == 2
+    assert "--buffer-size 10000000000000 needs" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+    assert cli.main([*DQN_FLAGS, "--buffer-size", "1000", "--logdir", str(logdir)]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out.splitlines()[-1])["logdir"] == str(logdir) and "holds an earlier run" not in out.err
+    assert not (tmp_path / "runs" / "dqn-2").exists()
+
+
+def test_a_tracker_failing_at_start_leaves_the_folder_as_it_was(tmp_path, monkeypatch, trained):
+    from rlstruct.algos._train import log as record_module
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("tracking server at 127.0.0.1:9 refused the connection")
+
+    existing = tmp_path / "mine"  # a folder the user made, with a file of their own: both stay
+    existing.mkdir()
+    (existing / "notes.txt").write_text("keep me")
+    with monkeypatch.context() as patch:
+        patch.setattr(record_module, "open_trackers", unreachable)
+        for logdir in (tmp_path / "new", existing):
+            with pytest.raises(ConnectionError, match="refused"):
+                a2c.train(dataclasses.replace(CONFIG, logdir=str(logdir)))
+        before = {p.name: p.read_bytes() for p in trained.iterdir()}
+        with pytest.raises(ConnectionError, match="refused"):  # a resumed run, into a folder of its own
+            a2c.train(dataclasses.replace(CONFIG, resume=str(trained), logdir=str(tmp_path / "resumed"),
+                                          max_env_steps=32 * 8))
+    assert not (tmp_path / "new").exists() and os.listdir(existing) == ["notes.txt"]
+    assert not (tmp_path / "resumed").exists() and {p.name: p.read_bytes() for p in trained.iterdir()} == before
+    assert a2c.train(dataclasses.replace(CONFIG, logdir=str(existing))).logdir == str(existing)
+
+
+def test_a_run_that_trained_keeps_its_folder_when_it_fails(tmp_path, monkeypatch, trained):
+    def fail_after_an_iteration(run, *args):
+        raise RuntimeError("the learner failed")
+
+    monkeypatch.setattr(Run, "poll_checkpoint", fail_after_an_iteration)
+    with pytest.raises(RuntimeError, match="the learner failed"):
+        a2c.train(dataclasses.replace(CONFIG, logdir=str(tmp_path / "run")))
+    assert [int(r["iteration"]) for r in training_rows(tmp_path / "run")] == [1]
+    with pytest.raises(RuntimeError, match="the learner failed"):  # a resumed run: a row past its checkpoint's
+        a2c.train(dataclasses.replace(CONFIG, resume=str(trained), logdir=str(tmp_path / "resumed"),
+                                      max_env_steps=32 * 8))
+    assert [int(r["iteration"]) for r in training_rows(tmp_path / "resumed")] == [1, 2, 3, 4, 5]
