@@ -7,7 +7,6 @@ A run given a :class:`~.checkpoints.Resume` (``--resume``) continues the counter
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import io
@@ -15,20 +14,20 @@ import json
 import logging
 import math
 import os
-import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, save_checkpoint, sync_folder
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, save_checkpoint
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.run_folder import CONFIG_NAME, CSV_NAME, SUMMARY_NAME, FolderClaim, write_whole
 from rlstruct.algos._train.seeds import session_seed
 from rlstruct.algos._train.trackers import Tracker, open_trackers
 from rlstruct.errors import ConfigError
@@ -36,8 +35,8 @@ from rlstruct.errors import ConfigError
 if TYPE_CHECKING:
     from rlstruct.algos._train.evaluation import Evaluator
 
-__all__ = ["STOP_REASONS", "FolderClaim", "Run", "TrainResult", "check_logdir", "claim_logdir", "claim_run_folder",
-           "earlier_run_files", "given_back_unless_trained", "run_logdir", "write_whole"]
+__all__ = ["STOP_REASONS", "Run", "TrainResult", "check_logdir", "claim_logdir", "claim_run_folder",
+           "earlier_run_files", "run_logdir"]
 
 log = logging.getLogger(__name__)
 
@@ -118,26 +117,6 @@ class TrainResult:
         }
 
 
-def write_whole(path: Path, text: str) -> None:
-    """Writes ``text`` to ``path`` whole or not at all: into a temporary file beside it, flushed to the disk, renamed
-    onto ``path`` (``os.replace``), the folder flushed after: a kill (or a power loss) at any moment leaves either
-    the previous file or the new one, complete.
-
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     write_whole(Path(tmp) / "a.json", "{}")
-    ...     print(sorted(os.listdir(tmp)), (Path(tmp) / "a.json").read_text())
-    ['a.json'] {}
-    """
-    partial = path.with_name(f"{path.name}.partial")
-    with open(partial, "w", newline="") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(partial, path)
-    sync_folder(path.parent)
-
-
 def run_logdir(algo: str, config: RunConfig, resume: Resume | None) -> Path:
     """The log folder a run asks for: ``config.logdir``, else the resumed run's folder, else
     ``runs/<algo>-<env>-<seed>`` (a new run writes there, or to a numbered folder beside it: :func:`claim_logdir`)."""
@@ -203,8 +182,9 @@ def claim_logdir(path: Path, *, numbered: bool = True) -> Path:
 
 
 def claim_run_folder(path: Path, *, numbered: bool = True, first_iteration: int = 1) -> FolderClaim:
-    """:func:`claim_logdir`, returning what the claim created (:class:`FolderClaim`): a start refused before its
-    first training iteration (``first_iteration``: a resumed run's is its checkpoint's next) gives it back."""
+    """:func:`claim_logdir`, returning what the claim created (:class:`~.run_folder.FolderClaim`): a start refused
+    before its first training iteration (``first_iteration``: a resumed run's is its checkpoint's next) gives it
+    back."""
     base = path.resolve() if path.name in ("", "..") else path  # ".", "..": number the folder's own name
     candidate, n = path, 1
     while True:
@@ -227,69 +207,6 @@ def claim_run_folder(path: Path, *, numbered: bool = True, first_iteration: int 
         log.warning("%s holds an earlier run (%s): this run writes to %s (--resume %s continues that one)",
                     path, ", ".join(earlier_run_files(path)[:3]), candidate, path)
     return FolderClaim(candidate, missing, earlier, first_iteration)
-
-
-@dataclasses.dataclass(frozen=True)
-class FolderClaim:
-    """A log folder claimed by a new run (:func:`claim_run_folder`), and what claiming it created.
-
-    Attributes:
-        path: the folder.
-        created: the folders the claim created, outermost first (``path`` last, unless it existed).
-        earlier: the names in ``path`` before the claim (none when the claim created it).
-        first_iteration: the run's first training iteration (1; a resumed run's checkpoint's next).
-    """
-
-    path: Path
-    created: list[Path]
-    earlier: frozenset[str]
-    first_iteration: int = 1
-
-    def trained(self) -> bool:
-        """Whether ``progress.csv`` holds a row of a training iteration of this run (rows are written out when the
-        run closes, also when it raised)."""
-        try:
-            with open(self.path / Run.CSV_NAME, newline="") as f:
-                return any(float(row.get("iteration") or 0) >= self.first_iteration for row in csv.DictReader(f))
-        except (OSError, ValueError):
-            return False
-
-    def release(self) -> bool:
-        """Removes what the claim and the run created, unless the run trained (:meth:`trained`): the folder when
-        the claim created it (and the parents it created, when nothing else went there since), else the names it
-        did not hold before; so that the corrected command gets the same folder. Returns whether it did."""
-        if self.trained() or not self.path.is_dir():
-            return False
-        if self.created and self.created[-1] == self.path:
-            shutil.rmtree(self.path, ignore_errors=True)
-        else:
-            for name in set(os.listdir(self.path)) - self.earlier:
-                item = self.path / name
-                if item.is_dir() and not item.is_symlink():
-                    shutil.rmtree(item, ignore_errors=True)
-                else:
-                    item.unlink(missing_ok=True)
-        for folder in reversed(self.created[:-1] if self.created[-1:] == [self.path] else self.created):
-            try:
-                folder.rmdir()
-            except OSError:  # something else is in it: a sibling run's folder
-                break
-        log.info("%s: the run stopped before its first training iteration; removed what it had written", self.path)
-        return True
-
-
-@contextlib.contextmanager
-def given_back_unless_trained(claim: FolderClaim | None) -> Iterator[None]:
-    """Runs the body (a run's training); if it raises before the run's first training iteration (a setting that
-    only building the run refuses, a tracker or a worker that fails to start, a Ctrl-C), gives back the log folder
-    ``claim`` claimed (:meth:`FolderClaim.release`; ``None``: the run claimed none), so that the corrected command
-    writes to the same folder."""
-    try:
-        yield
-    except BaseException:
-        if claim is not None:
-            claim.release()
-        raise
 
 
 class Run:
@@ -320,9 +237,9 @@ class Run:
         time_to_target_s: seconds from ``start`` to the end of the evaluation that reached the target (None before).
     """
 
-    CSV_NAME = "progress.csv"
-    SUMMARY_NAME = "summary.json"
-    CONFIG_NAME = "config.json"
+    CSV_NAME = CSV_NAME
+    SUMMARY_NAME = SUMMARY_NAME
+    CONFIG_NAME = CONFIG_NAME
 
     def __init__(self, algo: str, config: RunConfig, spec: EnvSpec, *, start: float | None = None,
                  resume: Resume | None = None, logger: bool = True, world_size: int = 1):
@@ -407,8 +324,8 @@ class Run:
         self._csv = csv.DictWriter(self._csv_file, fieldnames=fields, restval="")
 
     def _rewrite_csv(self) -> None:
-        """Replaces ``progress.csv`` whole (:func:`write_whole`) by the header of ``_csv_fields`` and every row of the
-        history (no header while there are no columns), then appends to it."""
+        """Replaces ``progress.csv`` whole (:func:`~.run_folder.write_whole`) by the header of ``_csv_fields`` and
+        every row of the history (no header while there are no columns), then appends to it."""
         text = io.StringIO(newline="")
         if self._csv_fields:
             writer = csv.DictWriter(text, fieldnames=self._csv_fields, restval="")

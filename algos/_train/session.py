@@ -26,17 +26,9 @@ from rlstruct.algos._train.config import RunConfig, check_evaluation_policy, tra
 from rlstruct.algos._train.distributed import World, rank_device, torchrun_restarts, world_from_environment
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
-from rlstruct.algos._train.log import (
-    FolderClaim,
-    Run,
-    TrainResult,
-    check_logdir,
-    claim_run_folder,
-    given_back_unless_trained,
-    run_logdir,
-    write_whole,
-)
+from rlstruct.algos._train.log import Run, TrainResult, check_logdir, claim_run_folder, run_logdir
 from rlstruct.algos._train.presets import apply_preset, preset_target
+from rlstruct.algos._train.run_folder import FolderClaim, given_back_unless_trained, write_whole
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,
     ENV_SEEDS,
@@ -156,7 +148,7 @@ class Setup:
             :attr:`~.log.Run.evaluation_callbacks`); ``rlstruct sweep`` prunes a trial from there.
         claim: the log folder this start claimed and what claiming it created (``None``: a resumed run continuing
             in its own folder, a rank that does not log, a ``torchrun`` restart), given back by
-            :func:`~.log.given_back_unless_trained` when the run raises before its first training iteration.
+            :func:`~.run_folder.given_back_unless_trained` when the run raises before its first training iteration.
     """
 
     algorithm: Algorithm
