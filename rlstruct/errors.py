@@ -63,6 +63,7 @@ __all__ = [
     "GraphCaptureError",
     "ConfigError",
     "CheckpointError",
+    "RunFinishedError",
     "VideoError",
     "RankLostError",
 ]
@@ -165,6 +166,12 @@ class ConfigError(RLStructError, ValueError):
 class CheckpointError(RLStructError, ValueError):
     """A path given as a run or a checkpoint is not one: nothing is there, a folder without a ``checkpoint.pt``, a
     file that cannot be read or is not an rlstruct checkpoint, or one whose weights do not fit its config."""
+
+
+class RunFinishedError(ConfigError):
+    """``--resume`` names a run that finished (its budget spent, its target reached, its time limit reached) and
+    the new settings give it nothing more to do: resuming it would only change its record. ``rlstruct train``
+    answers it with one line and exit status 0, leaving the run as it is."""
 
 
 class VideoError(RLStructError, ValueError):

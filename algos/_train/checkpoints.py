@@ -262,6 +262,8 @@ class Resume:
         model: the policy's weights (the model the checkpoint's ``model`` holds).
         learner: the algorithm's learner state: ``{"optimizer": ...}`` and what else its ``train`` keeps.
         world_size: the data-parallel ranks that trained it (1: one process; older checkpoints say nothing: 1).
+        stop_reason: why the run stopped, in a run's final checkpoint (see :data:`~.log.STOP_REASONS`); ``None`` in
+            a periodic one, and in those written before it was recorded.
     """
 
     path: Path
@@ -273,6 +275,7 @@ class Resume:
     model: dict[str, torch.Tensor]
     learner: dict[str, Any]
     world_size: int = 1
+    stop_reason: str | None = None
 
     @property
     def folder(self) -> Path:
@@ -330,7 +333,8 @@ def load_resume(algo: str, config: RunConfig, *, checkpoint: dict[str, Any] | No
             )
     return Resume(path=path, algo=data["algo"], config=saved, iteration=int(data["iteration"]),
                   env_steps=int(data["env_steps"]), wall_time_s=float(data.get("wall_time_s", 0.0)),
-                  model=data["model"], learner=data["learner"], world_size=int(data.get("world_size", 1)))
+                  model=data["model"], learner=data["learner"], world_size=int(data.get("world_size", 1)),
+                  stop_reason=data.get("stop_reason"))
 
 
 def stepped_backend(checkpoint: dict[str, Any]) -> str:

@@ -524,7 +524,8 @@ class Run:
         self.save_checkpoint(model, learner_state(), eval_return=math.nan if self.last_eval is None else self.last_eval)
 
     def save_checkpoint(self, model: nn.Module, learner: dict[str, Any], *, eval_return: float,
-                        interrupted: bool = False, wall_time_s: float | None = None) -> str:
+                        interrupted: bool = False, wall_time_s: float | None = None,
+                        stop_reason: str | None = None) -> str:
         """Writes ``checkpoint.pt`` into the log folder: ``model``'s weights, the counters and ``learner`` (what a
         resumed run restores besides the weights); returns its path.
 
@@ -534,12 +535,14 @@ class Run:
             eval_return: the last evaluation's mean return (nan: none).
             interrupted: whether a signal stopped the run.
             wall_time_s: the run's wall time over every session (default: now).
+            stop_reason: why the run stopped (its final checkpoint; ``None``: a periodic one): ``--resume`` of a
+                finished run is refused (:func:`~.run_folder.check_unfinished`).
         """
         return save_checkpoint(self.logdir / CHECKPOINT_NAME, self.algo, self.config, self.spec, model,
                                {"env_steps": self.env_steps, "iteration": self.iteration,
                                 "wall_time_s": self.wall_time() if wall_time_s is None else wall_time_s,
                                 "eval_return": eval_return, "interrupted": interrupted, "learner": learner,
-                                "world_size": self.world_size})
+                                "world_size": self.world_size, "stop_reason": stop_reason})
 
 
 def _earlier_rows(resume: Resume) -> tuple[list[dict[str, Any]], list[str] | None]:

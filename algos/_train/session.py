@@ -28,7 +28,7 @@ from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, ev
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
 from rlstruct.algos._train.log import Run, TrainResult, check_logdir, claim_run_folder, run_logdir
 from rlstruct.algos._train.presets import apply_preset, preset_target
-from rlstruct.algos._train.run_folder import FolderClaim, given_back_unless_trained, write_whole
+from rlstruct.algos._train.run_folder import FolderClaim, check_unfinished, given_back_unless_trained, write_whole
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,
     ENV_SEEDS,
@@ -213,6 +213,8 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | 
         SpaceError: the algorithm cannot run on the env's spaces.
         ValueError: a setting is out of range.
         CheckpointError: ``resume`` is missing, unreadable, or not an rlstruct checkpoint.
+        RunFinishedError: ``resume`` is a finished run that these settings give nothing more to do
+            (:func:`~.run_folder.check_unfinished`).
         ConfigError: an unknown ``preset`` or one of another algorithm or env, settings that cannot work together, a
             ``resume`` trained by another number of data-parallel ranks, a
             ``resume`` this config cannot continue (see
@@ -241,6 +243,8 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | 
         raise ConfigError(f"resume={config.resume!r} was trained by {resume.world_size} data-parallel rank(s), got "
                           f"{world.size} (WORLD_SIZE); resume it with torchrun --nproc-per-node {resume.world_size} "
                           "(over all nodes), or start a new run without --resume")
+    if resume is not None:
+        check_unfinished(resume, config, spec)
     # Last: a run that fails a check creates no folder. Rank 0 alone writes the run's files; a torchrun restart
     # writes into the folder its first attempt claimed.
     logdir, restarts = run_logdir(algorithm.name, config, resume), torchrun_restarts()
@@ -561,7 +565,7 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     wall = run.elapsed()
     run.close()
     checkpoint = run.save_checkpoint(model, learner or {}, eval_return=eval_return, interrupted=interrupted,
-                                     wall_time_s=run.wall_offset + wall)
+                                     wall_time_s=run.wall_offset + wall, stop_reason=stop_reason)
     suffix = ", interrupted" if interrupted else ""
     plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
                                f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")

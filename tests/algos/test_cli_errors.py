@@ -255,7 +255,7 @@ def test_a_missing_or_unreadable_checkpoint_is_one_checkpoint_error_everywhere(h
 @pytest.mark.parametrize("how", ["other shapes", "a missing tensor"])
 def test_resuming_a_damaged_checkpoint_is_one_line_and_status_2(checkpoint, how, tmp_path, capsys):
     damaged = _damaged(checkpoint, tmp_path, how)
-    code, lines = run_cli(["train", "a2c", "--resume", str(damaged), "--max-env-steps", "1024", "--no-progress",
+    code, lines = run_cli(["train", "a2c", "--resume", str(damaged), "--max-env-steps", "4096", "--no-progress",
                            "--logdir", str(tmp_path / "resumed")], capsys)
     assert_one_line_error(code, lines, "rlstruct train a2c")
     assert "the model in the checkpoint does not fit this run's" in lines[0]

@@ -23,7 +23,7 @@ from rlstruct.algos import a2c, cli, load
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, content_digest, load_checkpoint
 from rlstruct.algos._train.log import Run
 from rlstruct.algos.cli import evaluate_checkpoint
-from rlstruct.errors import CheckpointError
+from rlstruct.errors import CheckpointError, RunFinishedError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -228,3 +228,69 @@ def test_a_run_that_trained_keeps_its_folder_when_it_fails(tmp_path, monkeypatch
         a2c.train(dataclasses.replace(CONFIG, resume=str(trained), logdir=str(tmp_path / "resumed"),
                                       max_env_steps=32 * 8))
     assert [int(r["iteration"]) for r in training_rows(tmp_path / "resumed")] == [1, 2, 3, 4, 5]
+
+
+# --------------------------------------------------------------------------- --resume of a finished run
+def record_bytes(logdir) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(logdir.iterdir())}
+
+
+def test_resuming_a_finished_run_changes_nothing_and_says_so(trained, tmp_path, capsys):
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    before = record_bytes(run)
+    assert cli.main(["train", "a2c", "--resume", str(run)]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "is a finished run (its budget of 128 env steps was spent, at 128 env steps): " \
+        "nothing to do, the run is left as it is; to train it further, pass a --max-env-steps above 128" in err
+    assert json.loads(out.splitlines()[-1]) == json.loads(before[Run.SUMMARY_NAME])
+    assert record_bytes(run) == before
+    with pytest.raises(RunFinishedError, match="its budget of 128 env steps was spent"):
+        a2c.train(dataclasses.replace(CONFIG, resume=str(run), logdir=str(tmp_path / "elsewhere")))
+    assert record_bytes(run) == before and not (tmp_path / "elsewhere").exists()
+    a2c.ALGORITHM.validate(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 5))  # more to do
+
+
+def test_a_run_that_reached_its_target_resumes_only_towards_a_higher_one(tmp_path):
+    run = tmp_path / "run"
+    result = a2c.train(dataclasses.replace(CONFIG, logdir=str(run), target_return=5.0, max_env_steps=32 * 50))
+    assert result.stop_reason == "target"
+    before = record_bytes(run)
+    with pytest.raises(RunFinishedError, match=r"an evaluation reached its target return 5, .* pass a higher "
+                                               r"--target-return \(or --no-stop-at-reward-threshold\)"):
+        a2c.train(dataclasses.replace(CONFIG, resume=str(run), target_return=5.0, max_env_steps=32 * 50))
+    assert record_bytes(run) == before
+    a2c.ALGORITHM.validate(dataclasses.replace(CONFIG, resume=str(run), target_return=9.0, max_env_steps=32 * 50))
+
+
+@pytest.mark.parametrize("reason, resumes", [("time_limit", False), ("signal", True), ("diverged", True),
+                                             (None, True)])
+def test_which_stops_a_resume_continues(trained, tmp_path, reason, resumes):
+    """A run stopped by its time limit continues with a new --time-limit only; an interrupted, diverged or killed
+    one (a periodic checkpoint: no stop reason, no summary of its iteration) continues as it is."""
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    data = torch.load(run / CHECKPOINT_NAME, weights_only=True)
+    data["stop_reason"] = reason
+    data["digest"] = content_digest(data)
+    torch.save(data, run / CHECKPOINT_NAME)
+    if reason is None:
+        (run / Run.SUMMARY_NAME).unlink()
+    config = dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 8)
+    if resumes:
+        a2c.ALGORITHM.validate(config)
+    else:
+        with pytest.raises(RunFinishedError, match=r"it reached its time limit of 100 s, .* pass --time-limit "
+                                                   r"SECONDS for this session"):
+            a2c.ALGORITHM.validate(config)
+        a2c.ALGORITHM.validate(dataclasses.replace(config, time_limit=200.0))
+
+
+def test_a_checkpoint_written_before_stop_reasons_were_recorded_is_judged_by_its_summary(trained, tmp_path):
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    data = torch.load(run / CHECKPOINT_NAME, weights_only=True)
+    del data["stop_reason"], data["digest"]
+    torch.save(data, run / CHECKPOINT_NAME)
+    with pytest.raises(RunFinishedError, match="its budget of 128 env steps was spent"):
+        a2c.ALGORITHM.validate(dataclasses.replace(CONFIG, resume=str(run)))
