@@ -577,4 +577,7 @@ def _earlier_rows(resume: Resume) -> tuple[list[dict[str, Any]], list[str] | Non
             rows.append(row)
         else:
             whole = False
+    if resume.iteration and not any(r.get("iteration") == resume.iteration for r in rows):
+        log.warning("%s holds no row of iteration %d, the checkpoint's: progress.csv of the resumed run lacks rows "
+                    "before iteration %d", path, resume.iteration, resume.iteration + 1)
     return rows, list(reader.fieldnames) if whole and reader.fieldnames else None

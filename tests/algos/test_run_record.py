@@ -294,3 +294,19 @@ def test_a_checkpoint_written_before_stop_reasons_were_recorded_is_judged_by_its
     torch.save(data, run / CHECKPOINT_NAME)
     with pytest.raises(RunFinishedError, match="its budget of 128 env steps was spent"):
         a2c.ALGORITHM.validate(dataclasses.replace(CONFIG, resume=str(run)))
+
+
+def test_a_line_cut_by_a_kill_is_dropped_and_missing_rows_are_warned_about(trained, tmp_path, caplog):
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    before = training_rows(run)
+    with open(run / Run.CSV_NAME, "a") as f:  # a kill while appending row 5: its iteration cut to "5" or even "1"
+        f.write("1")
+    a2c.train(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 6))
+    rows = training_rows(run)
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4, 5, 6] and rows[:4] == before
+    empty = tmp_path / "empty"
+    copy_run(trained, empty)
+    (empty / Run.CSV_NAME).write_text("")
+    a2c.train(dataclasses.replace(CONFIG, resume=str(empty), max_env_steps=32 * 5))
+    assert "holds no row of iteration 4, the checkpoint's" in caplog.text
