@@ -310,3 +310,23 @@ def test_a_line_cut_by_a_kill_is_dropped_and_missing_rows_are_warned_about(train
     (empty / Run.CSV_NAME).write_text("")
     a2c.train(dataclasses.replace(CONFIG, resume=str(empty), max_env_steps=32 * 5))
     assert "holds no row of iteration 4, the checkpoint's" in caplog.text
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names the synced files through /proc")
+def test_each_checkpoint_flushes_the_rows_the_checkpoint_the_summary_and_the_folder_to_the_disk(tmp_path,
+                                                                                              monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    run = tmp_path / "run"
+    a2c.train(dataclasses.replace(CONFIG, logdir=str(run), checkpoint_every=2))
+    checkpoints = [i for i, name in enumerate(synced) if name == f"{CHECKPOINT_NAME}.partial"]
+    assert len(checkpoints) == 3  # iterations 2 and 4, and the final one
+    for i in checkpoints:
+        assert synced[i - 1] == Run.CSV_NAME and synced[i + 1] == "run", synced
+    assert synced[-2:] == [f"{Run.SUMMARY_NAME}.partial", "run"], synced
