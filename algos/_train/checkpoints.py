@@ -13,6 +13,7 @@ import hashlib
 import logging
 import math
 import os
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -161,6 +162,16 @@ def check_digest(data: dict[str, Any], shown: str) -> None:
                               "from another checkpoint")
 
 
+def _failed_crc(path: str | os.PathLike) -> str | None:
+    """The first entry of the zip file at ``path`` (what ``torch.save`` writes) whose bytes do not match their CRC;
+    ``None`` when all do, or when it is no zip file."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.testzip()
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError):
+        return None
+
+
 #: what every checkpoint holds, and the type of each
 CHECKPOINT_KEYS = {"algo": str, "config": dict, "env_spec": dict, "model": dict}
 #: the settings of a checkpoint's config that evaluating it needs
@@ -203,6 +214,11 @@ or its log folder (the --logdir it was trained with)
         raise CheckpointError(f"{shown} cannot be read ({e.strerror or type(e).__name__}); pass a {CHECKPOINT_NAME} "
                               "this process may read") from e
     except Exception as e:  # torch.load's errors for a file it cannot read vary (pickle, zip, unpickler)
+        damaged = _failed_crc(path)
+        if damaged is not None:
+            raise CheckpointError(f"{argument}={os.fspath(path)!r} is damaged: its entry {damaged} does not match its "
+                                  "CRC (the file changed on disk or in a copy after it was written); restore it from "
+                                  "a copy, or resume from another checkpoint") from e
         raise CheckpointError(f"{shown} is not an rlstruct checkpoint (torch.load cannot read it: "
                               f"{type(e).__name__}); pass a {CHECKPOINT_NAME} written by rlstruct train") from e
     if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:

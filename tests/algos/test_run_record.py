@@ -55,10 +55,11 @@ def copy_run(source, target) -> None:
         (target / name).write_bytes((source / name).read_bytes())
 
 
-def flip_a_weight_byte(checkpoint) -> None:
-    """Flips one byte in the middle of the checkpoint's largest tensor (the zip stores it uncompressed)."""
+def flip_a_weight_byte(checkpoint, entry: str = "/data/") -> None:
+    """Flips one byte in the middle of the checkpoint's largest tensor, or of its largest entry whose name holds
+    ``entry`` (the zip stores them uncompressed)."""
     with zipfile.ZipFile(checkpoint) as z:
-        info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+        info = max((i for i in z.infolist() if entry in i.filename), key=lambda i: i.file_size)
     with open(checkpoint, "r+b") as f:
         f.seek(info.header_offset + 26)
         name_len, extra_len = int.from_bytes(f.read(2), "little"), int.from_bytes(f.read(2), "little")
@@ -99,6 +100,15 @@ def test_a_checkpoint_damaged_on_disk_is_refused_by_every_load(trained, tmp_path
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and str(path) in err and "is damaged" in err, (argv, err)
     assert not (tmp_path / "p.pt").exists()
+
+
+def test_a_checkpoint_whose_pickle_is_damaged_is_named_damaged(trained, tmp_path):
+    path = tmp_path / CHECKPOINT_NAME
+    path.write_bytes((trained / CHECKPOINT_NAME).read_bytes())
+    flip_a_weight_byte(path, entry="data.pkl")
+    with pytest.raises(CheckpointError, match=rf"path='{path}' is damaged: its (entry \S+data.pkl does not match its "
+                                              r"CRC|content does not match the digest)"):
+        load_checkpoint(path)
 
 
 def test_a_checkpoint_written_before_digests_still_loads(trained, tmp_path):
