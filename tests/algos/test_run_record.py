@@ -203,17 +203,17 @@ def test_a_config_refused_at_setup_leaves_no_folder_and_the_corrected_command_ge
     assert not (tmp_path / "runs" / "dqn-2").exists()
 
 
-def test_a_tracker_failing_at_start_leaves_the_folder_as_it_was(tmp_path, monkeypatch, trained):
-    from rlstruct.algos._train import log as record_module
+def test_a_start_failing_before_training_leaves_the_folder_as_it_was(tmp_path, monkeypatch, trained):
+    from rlstruct.algos._train import loops
 
     def unreachable(*args, **kwargs):
-        raise ConnectionError("tracking server at 127.0.0.1:9 refused the connection")
+        raise ConnectionError("the batcher's workers did not start: 127.0.0.1:9 refused the connection")
 
     existing = tmp_path / "mine"  # a folder the user made, with a file of their own: both stay
     existing.mkdir()
     (existing / "notes.txt").write_text("keep me")
     with monkeypatch.context() as patch:
-        patch.setattr(record_module, "open_trackers", unreachable)
+        patch.setattr(loops, "open_batchers", unreachable)
         for logdir in (tmp_path / "new", existing):
             with pytest.raises(ConnectionError, match="refused"):
                 a2c.train(dataclasses.replace(CONFIG, logdir=str(logdir)))
