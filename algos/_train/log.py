@@ -215,7 +215,8 @@ class Run:
     Rows are recorded once per iteration with statistics that may still be tensors on the learner device;
     every ``log_every`` iterations (and at each evaluation) they are converted together, with one host
     sync, and written to ``progress.csv`` (every row), TensorBoard (the last row of the window and every
-    evaluation) and the progress bar.
+    evaluation) and the progress bar. ``progress.csv`` grows by appends; it is rewritten only through a whole file
+    swapped in (:func:`~.run_folder.write_whole`): for a new column, or to drop the rows past a resumed checkpoint.
 
     Args:
         algo: the algorithm's name.
