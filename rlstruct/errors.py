@@ -65,6 +65,7 @@ __all__ = [
     "ConfigError",
     "DiskSpaceError",
     "CheckpointError",
+    "RunFinishedError",
     "VideoError",
     "RankLostError",
 ]
@@ -173,6 +174,12 @@ class DiskSpaceError(ConfigError, OSError):
 class CheckpointError(RLStructError, ValueError):
     """A path given as a run or a checkpoint is not one: nothing is there, a folder without a ``checkpoint.pt``, a
     file that cannot be read or is not an rlstruct checkpoint, or one whose weights do not fit its config."""
+
+
+class RunFinishedError(ConfigError):
+    """``--resume`` names a run that finished (its budget spent, its target reached, its time limit reached) and
+    the new settings give it nothing more to do: resuming it would only change its record. ``rlstruct train``
+    answers it with one line and exit status 0, leaving the run as it is."""
 
 
 class VideoError(RLStructError, ValueError):

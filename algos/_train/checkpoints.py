@@ -9,9 +9,11 @@ that the new command builds the same networks on the same data.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import math
 import os
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +32,9 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKPOINT_FORMAT",
     "Resume",
+    "check_digest",
     "check_resume_algorithm",
+    "content_digest",
     "does_not_fit",
     "load_checkpoint",
     "load_resume",
@@ -39,6 +43,7 @@ __all__ = [
     "restore_optimizer",
     "save_checkpoint",
     "stepped_backend",
+    "sync_folder",
 ]
 
 log = logging.getLogger(__name__)
@@ -50,11 +55,13 @@ CHECKPOINT_NAME = "checkpoint.pt"
 
 def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec: EnvSpec, model: nn.Module,
                     extra: dict[str, Any] | None = None) -> str:
-    """Writes ``{format, algo, config, env_spec, model, **extra}`` of plain types and CPU tensors.
+    """Writes ``{format, algo, config, env_spec, model, **extra, digest}`` of plain types and CPU tensors.
 
     It loads with ``torch.load(path, weights_only=True)``; ``extra``'s tensors are moved to the CPU
-    (:func:`~rlstruct.devices.tree_copy`). The file is written beside ``path`` and renamed onto it: a process
-    killed while writing leaves the previous checkpoint whole.
+    (:func:`~rlstruct.devices.tree_copy`); ``digest`` is :func:`content_digest` of the rest, which
+    :func:`load_checkpoint` checks. The file is written beside ``path``, flushed to the disk and renamed onto it, and
+    the folder is flushed after the rename: a process killed (or a machine that loses power) while writing leaves the
+    previous checkpoint whole.
     """
     data = {
         "format": CHECKPOINT_FORMAT,
@@ -66,10 +73,103 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
         "model": cpu_state_dict(model),
         **tree_copy(extra or {}),
     }
+    data[DIGEST_KEY] = content_digest(data)
     partial = f"{path}.partial"
     torch.save(data, partial)
+    sync_file(partial)
     os.replace(partial, path)
+    sync_folder(os.path.dirname(os.path.abspath(path)))
     return str(path)
+
+
+def sync_file(path: str | os.PathLike) -> None:
+    """Flushes the file at ``path`` from the page cache to the disk (``fsync``)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_folder(path: str | os.PathLike) -> None:
+    """Flushes the folder ``path``'s entries to the disk (``fsync``), so that the files renamed into it survive a
+    power loss; a no-op where folders cannot be opened (Windows)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a folder; the files themselves are synced
+        pass
+    finally:
+        os.close(fd)
+
+
+#: the key of a checkpoint's digest (:func:`content_digest`), the last one written
+DIGEST_KEY = "digest"
+
+
+def content_digest(data: Any) -> str:
+    """The ``"sha256:..."`` digest of a checkpoint's content: its keys and plain values in order, and each tensor's
+    dtype, shape and bytes (``data``'s ``digest`` key aside).
+
+    It is taken over the content rather than the file's bytes, so that it is written inside the file that
+    ``torch.load(weights_only=True)`` reads, and every change to what a load returns (a weight, a counter, a key)
+    changes it: ``torch.load`` does not check the zip's CRCs, so a flipped bit in a weight loads silently.
+
+    >>> a = content_digest({"w": torch.zeros(2), "n": 1})
+    >>> a == content_digest({"w": torch.zeros(2), "n": 1}), a == content_digest({"w": torch.ones(2), "n": 1})
+    (True, False)
+    """
+    h = hashlib.sha256()
+
+    def walk(x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous().reshape(-1)
+            h.update(f"T{t.dtype}{tuple(x.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        elif isinstance(x, dict):
+            h.update(f"D{len(x)}".encode())
+            for k, v in x.items():
+                walk(k)
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            h.update(f"{type(x).__name__[0]}{len(x)}".encode())
+            for v in x:
+                walk(v)
+        else:  # str, int, float (repr round-trips), bool, None
+            h.update(f"{type(x).__name__}:{x!r};".encode())
+
+    walk({k: v for k, v in data.items() if k != DIGEST_KEY})
+    return f"sha256:{h.hexdigest()}"
+
+
+def check_digest(data: dict[str, Any], shown: str) -> None:
+    """Checks a loaded checkpoint's content against the digest written with it (:func:`content_digest`);
+    ``shown`` names the file in the message. A checkpoint written before digests were (no ``digest``) passes.
+
+    Raises:
+        CheckpointError: the content differs from the digest: the file changed after it was written.
+    """
+    expected = data.get(DIGEST_KEY)
+    if expected is None:
+        log.debug("%s has no digest (written by an earlier rlstruct): its content is not checked", shown)
+        return
+    if content_digest(data) != expected:
+        raise CheckpointError(f"{shown} is damaged: its content does not match the digest written with it (the file "
+                              "changed on disk or in a copy after it was written); restore it from a copy, or resume "
+                              "from another checkpoint")
+
+
+def _failed_crc(path: str | os.PathLike) -> str | None:
+    """The first entry of the zip file at ``path`` (what ``torch.save`` writes) whose bytes do not match their CRC;
+    ``None`` when all do, or when it is no zip file."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.testzip()
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError):
+        return None
 
 
 #: what every checkpoint holds, and the type of each
@@ -90,7 +190,8 @@ def load_checkpoint(path: str | os.PathLike, *, argument: str = "path") -> dict[
 
     Raises:
         CheckpointError: nothing is at ``path``, a folder without ``checkpoint.pt``, a file this process cannot read,
-            one that is not an rlstruct checkpoint, or a damaged one.
+            one that is not an rlstruct checkpoint, or a damaged one (its content differs from its digest, or it lacks
+            what every checkpoint holds).
 
     >>> load_checkpoint("no/such/run", argument="resume")
     Traceback (most recent call last):
@@ -113,11 +214,17 @@ or its log folder (the --logdir it was trained with)
         raise CheckpointError(f"{shown} cannot be read ({e.strerror or type(e).__name__}); pass a {CHECKPOINT_NAME} "
                               "this process may read") from e
     except Exception as e:  # torch.load's errors for a file it cannot read vary (pickle, zip, unpickler)
+        damaged = _failed_crc(path)
+        if damaged is not None:
+            raise CheckpointError(f"{argument}={os.fspath(path)!r} is damaged: its entry {damaged} does not match its "
+                                  "CRC (the file changed on disk or in a copy after it was written); restore it from "
+                                  "a copy, or resume from another checkpoint") from e
         raise CheckpointError(f"{shown} is not an rlstruct checkpoint (torch.load cannot read it: "
                               f"{type(e).__name__}); pass a {CHECKPOINT_NAME} written by rlstruct train") from e
     if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{shown} is not an rlstruct checkpoint (no format {CHECKPOINT_FORMAT!r}); pass a "
                               f"{CHECKPOINT_NAME} written by rlstruct train")
+    check_digest(data, f"{argument}={os.fspath(path)!r}")
     missing = [k for k, kind in CHECKPOINT_KEYS.items() if not isinstance(data.get(k), kind)]
     missing += [f"config[{k!r}]" for k in CONFIG_KEYS if not missing and k not in data["config"]]
     if missing:
@@ -171,6 +278,8 @@ class Resume:
         model: the policy's weights (the model the checkpoint's ``model`` holds).
         learner: the algorithm's learner state: ``{"optimizer": ...}`` and what else its ``train`` keeps.
         world_size: the data-parallel ranks that trained it (1: one process; older checkpoints say nothing: 1).
+        stop_reason: why the run stopped, in a run's final checkpoint (see :data:`~.log.STOP_REASONS`); ``None`` in
+            a periodic one, and in those written before it was recorded.
     """
 
     path: Path
@@ -182,6 +291,7 @@ class Resume:
     model: dict[str, torch.Tensor]
     learner: dict[str, Any]
     world_size: int = 1
+    stop_reason: str | None = None
 
     @property
     def folder(self) -> Path:
@@ -239,7 +349,8 @@ def load_resume(algo: str, config: RunConfig, *, checkpoint: dict[str, Any] | No
             )
     return Resume(path=path, algo=data["algo"], config=saved, iteration=int(data["iteration"]),
                   env_steps=int(data["env_steps"]), wall_time_s=float(data.get("wall_time_s", 0.0)),
-                  model=data["model"], learner=data["learner"], world_size=int(data.get("world_size", 1)))
+                  model=data["model"], learner=data["learner"], world_size=int(data.get("world_size", 1)),
+                  stop_reason=data.get("stop_reason"))
 
 
 def stepped_backend(checkpoint: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import logging
 import math
@@ -26,6 +27,7 @@ from torch import nn
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, save_checkpoint
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.run_folder import CONFIG_NAME, CSV_NAME, SUMMARY_NAME, FolderClaim, write_whole
 from rlstruct.algos._train.seeds import session_seed
 from rlstruct.algos._train.trackers import Tracker, open_trackers
 from rlstruct.errors import ConfigError
@@ -33,7 +35,8 @@ from rlstruct.errors import ConfigError
 if TYPE_CHECKING:
     from rlstruct.algos._train.evaluation import Evaluator
 
-__all__ = ["STOP_REASONS", "Run", "TrainResult", "check_logdir", "claim_logdir", "earlier_run_files", "run_logdir"]
+__all__ = ["STOP_REASONS", "Run", "TrainResult", "check_logdir", "claim_logdir", "claim_run_folder",
+           "earlier_run_files", "run_logdir"]
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +166,7 @@ def claim_logdir(path: Path, *, numbered: bool = True) -> Path:
             whose ranks and restarts find the run by its ``--logdir``).
 
     Returns:
-        The folder claimed.
+        The folder claimed (:func:`claim_run_folder` also says what claiming it created).
 
     Raises:
         ConfigError: a folder cannot be created or written (:func:`check_logdir`), or ``path`` holds a run and
@@ -175,9 +178,17 @@ def claim_logdir(path: Path, *, numbered: bool = True) -> Path:
     ...     print(first.name, second.name)
     run run-2
     """
+    return claim_run_folder(path, numbered=numbered).path
+
+
+def claim_run_folder(path: Path, *, numbered: bool = True, first_iteration: int = 1) -> FolderClaim:
+    """:func:`claim_logdir`, returning what the claim created (:class:`~.run_folder.FolderClaim`): a start refused
+    before its first training iteration (``first_iteration``: a resumed run's is its checkpoint's next) gives it
+    back."""
     base = path.resolve() if path.name in ("", "..") else path  # ".", "..": number the folder's own name
     candidate, n = path, 1
     while True:
+        missing = [p for p in (*reversed(candidate.parents), candidate) if not p.exists()]
         check_logdir(candidate)
         found = earlier_run_files(candidate)
         if found and not numbered:
@@ -185,6 +196,7 @@ def claim_logdir(path: Path, *, numbered: bool = True) -> Path:
                               f"would replace; pass a new --logdir, or --resume {path} to continue that run")
         try:
             if not found:  # created exclusively: another run may claim the same folder between the check and here
+                earlier = frozenset(os.listdir(candidate))
                 os.close(os.open(candidate / Run.CONFIG_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
                 break
         except FileExistsError:
@@ -194,7 +206,7 @@ def claim_logdir(path: Path, *, numbered: bool = True) -> Path:
     if candidate != path:
         log.warning("%s holds an earlier run (%s): this run writes to %s (--resume %s continues that one)",
                     path, ", ".join(earlier_run_files(path)[:3]), candidate, path)
-    return candidate
+    return FolderClaim(candidate, missing, earlier, first_iteration)
 
 
 class Run:
@@ -203,7 +215,8 @@ class Run:
     Rows are recorded once per iteration with statistics that may still be tensors on the learner device;
     every ``log_every`` iterations (and at each evaluation) they are converted together, with one host
     sync, and written to ``progress.csv`` (every row), TensorBoard (the last row of the window and every
-    evaluation) and the progress bar.
+    evaluation) and the progress bar. ``progress.csv`` grows by appends; it is rewritten only through a whole file
+    swapped in (:func:`~.run_folder.write_whole`): for a new column, or to drop the rows past a resumed checkpoint.
 
     Args:
         algo: the algorithm's name.
@@ -225,9 +238,9 @@ class Run:
         time_to_target_s: seconds from ``start`` to the end of the evaluation that reached the target (None before).
     """
 
-    CSV_NAME = "progress.csv"
-    SUMMARY_NAME = "summary.json"
-    CONFIG_NAME = "config.json"
+    CSV_NAME = CSV_NAME
+    SUMMARY_NAME = SUMMARY_NAME
+    CONFIG_NAME = CONFIG_NAME
 
     def __init__(self, algo: str, config: RunConfig, spec: EnvSpec, *, start: float | None = None,
                  resume: Resume | None = None, logger: bool = True, world_size: int = 1):
@@ -250,7 +263,8 @@ class Run:
         self.seed = session_seed(config.seed, self.iteration)
         #: the wall time of the earlier sessions of a resumed run: rows count ``wall_time_s`` over all of them
         self.wall_offset = 0.0 if resume is None else resume.wall_time_s
-        self.history: list[dict[str, float]] = [] if resume is None else _earlier_rows(resume)
+        earlier, header = ([], None) if resume is None else _earlier_rows(resume)
+        self.history: list[dict[str, float]] = earlier
         #: more columns of every training row: name -> what gives its value at the row's end
         self.columns: dict[str, Callable[[], float]] = {}
         #: called after each evaluation is recorded, with ``(weights, env_steps)`` (``weights()``: the CPU state
@@ -271,16 +285,24 @@ class Run:
         #: why :meth:`should_stop` last said to stop (one of :data:`STOP_REASONS`), else ``None``
         self.stop_reason: str | None = None
         self._pending: list[dict[str, Any]] = []
-        self._csv_file = open(self.logdir / self.CSV_NAME, "w", newline="") if logger else None
-        self._csv_fields: list[str] = list(dict.fromkeys(k for r in self.history for k in r))
+        #: the columns of progress.csv's header (none before the file has one)
+        self._csv_fields: list[str] = []
+        self._csv_file: io.TextIOBase | None = None
         self._csv: csv.DictWriter | None = None
+        if logger:
+            # The file grows by appends; it is rewritten (whole, through a file swapped in) only when it must drop
+            # rows: those past the resumed checkpoint, or those of another folder's run.
+            continued = resume is not None and resume.folder.resolve() == self.logdir.resolve()
+            if continued and header is not None:
+                self._open_csv(header)
+            else:
+                self._csv_fields = list(dict.fromkeys(k for r in self.history for k in r))
+                self._rewrite_csv()
         self._tb = self._open_tensorboard() if config.tensorboard and logger else None
         self._bar = self._open_progress() if config.progress and logger else None
         self._bar_steps = self.env_steps
         self._rate = (self.start, self.env_steps)
         self._trackers: list[Tracker] = []
-        if self.history and logger:  # the earlier sessions' rows first (the file is rewritten: it may be this one)
-            self._write([], tb_rows=[])
         if not logger:
             return
         params = {"algo": algo, **config.to_dict(), "env_spec": dataclasses.asdict(spec),
@@ -293,6 +315,34 @@ class Run:
         except BaseException:
             self.close()
             raise
+
+    def _open_csv(self, fields: list[str]) -> None:
+        """Opens ``progress.csv`` for appending rows of the columns ``fields`` (its header's)."""
+        if self._csv_file is not None:
+            self._csv_file.close()
+        self._csv_fields = fields
+        self._csv_file = open(self.logdir / self.CSV_NAME, "a", newline="")
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=fields, restval="")
+
+    def _rewrite_csv(self) -> None:
+        """Replaces ``progress.csv`` whole (:func:`~.run_folder.write_whole`) by the header of ``_csv_fields`` and
+        every row of the history (no header while there are no columns), then appends to it."""
+        text = io.StringIO(newline="")
+        if self._csv_fields:
+            writer = csv.DictWriter(text, fieldnames=self._csv_fields, restval="")
+            writer.writeheader()
+            writer.writerows(self.history)
+        if self._csv_file is not None:
+            self._csv_file.close()
+        write_whole(self.logdir / self.CSV_NAME, text.getvalue())
+        self._open_csv(self._csv_fields)
+
+    def sync(self) -> None:
+        """Flushes the rows written so far to the disk (``fsync``): at each checkpoint, so that the rows up to it
+        outlast a power loss as the checkpoint does."""
+        if self._csv_file is not None and not self._csv_file.closed:
+            self._csv_file.flush()
+            os.fsync(self._csv_file.fileno())
 
     def _open_tensorboard(self):
         try:
@@ -403,17 +453,14 @@ class Run:
         self.history.extend(rows)
         if self._csv_file is None:  # not the logging rank
             return
-        new = [k for r in rows for k in r if k not in self._csv_fields]
-        if new or self._csv is None:
-            for k in new:
-                if k not in self._csv_fields:
-                    self._csv_fields.append(k)
-            # A new column (e.g. the first evaluation): rewrite the file with the wider header.
-            self._csv_file.seek(0)
-            self._csv_file.truncate()
-            self._csv = csv.DictWriter(self._csv_file, fieldnames=self._csv_fields, restval="")
+        new = list(dict.fromkeys(k for r in rows for k in r if k not in self._csv_fields))
+        if new and self._csv_fields:  # a new column (e.g. the first evaluation's): the file with the wider header
+            self._csv_fields = self._csv_fields + new
+            self._rewrite_csv()
+        elif new:  # the first rows of an empty file
+            self._open_csv(new)
             self._csv.writeheader()
-            self._csv.writerows(self.history)
+            self._csv.writerows(rows)
         else:
             self._csv.writerows(rows)
         self._csv_file.flush()
@@ -438,10 +485,11 @@ class Run:
             self._bar.set_postfix(post, refresh=False)
 
     def close(self) -> None:
-        """Flushes and closes the CSV, TensorBoard and the progress bar; idempotent."""
+        """Flushes (to the disk) and closes the CSV, TensorBoard and the progress bar; idempotent."""
         if self._csv_file is None or self._csv_file.closed:
             return
         self.flush()
+        self.sync()
         self._csv_file.close()
         if self._tb is not None:
             self._tb.close()
@@ -466,17 +514,19 @@ class Run:
 
     def poll_checkpoint(self, model: nn.Module, learner_state: Callable[[], dict[str, Any]]) -> None:
         """Writes the checkpoint (``model``'s weights, the counters, ``learner_state()``) when the iteration just
-        recorded is a multiple of ``config.checkpoint_every``, with ``progress.csv`` written up to it first (a
-        resumed run reads its rows back). The file is replaced atomically: a kill during the write leaves the
-        previous checkpoint."""
+        recorded is a multiple of ``config.checkpoint_every``, with ``progress.csv`` written up to it first and flushed
+        to the disk (a resumed run reads its rows back). The file is replaced atomically: a kill during the write
+        leaves the previous checkpoint."""
         every = self.config.checkpoint_every
         if not every or self.iteration % every or not self.logger:
             return
         self.flush()
+        self.sync()
         self.save_checkpoint(model, learner_state(), eval_return=math.nan if self.last_eval is None else self.last_eval)
 
     def save_checkpoint(self, model: nn.Module, learner: dict[str, Any], *, eval_return: float,
-                        interrupted: bool = False, wall_time_s: float | None = None) -> str:
+                        interrupted: bool = False, wall_time_s: float | None = None,
+                        stop_reason: str | None = None) -> str:
         """Writes ``checkpoint.pt`` into the log folder: ``model``'s weights, the counters and ``learner`` (what a
         resumed run restores besides the weights); returns its path.
 
@@ -486,32 +536,49 @@ class Run:
             eval_return: the last evaluation's mean return (nan: none).
             interrupted: whether a signal stopped the run.
             wall_time_s: the run's wall time over every session (default: now).
+            stop_reason: why the run stopped (its final checkpoint; ``None``: a periodic one): ``--resume`` of a
+                finished run is refused (:func:`~.run_folder.check_unfinished`).
         """
         return save_checkpoint(self.logdir / CHECKPOINT_NAME, self.algo, self.config, self.spec, model,
                                {"env_steps": self.env_steps, "iteration": self.iteration,
                                 "wall_time_s": self.wall_time() if wall_time_s is None else wall_time_s,
                                 "eval_return": eval_return, "interrupted": interrupted, "learner": learner,
-                                "world_size": self.world_size})
+                                "world_size": self.world_size, "stop_reason": stop_reason})
 
 
-def _earlier_rows(resume: Resume) -> list[dict[str, Any]]:
+def _earlier_rows(resume: Resume) -> tuple[list[dict[str, Any]], list[str] | None]:
     """The rows of ``progress.csv`` in the folder of ``resume``'s checkpoint up to its iteration (a copy of the
-    file may hold later ones), as numbers; none when the file is gone."""
+    file, or a run killed after its checkpoint, may hold later ones), as numbers; none when the file is gone.
+
+    Returns:
+        ``(rows, header)``: ``header``, the file's columns, when it holds those rows and nothing else (no later row,
+        no line cut by a kill), so that the resumed run may append to it; else ``None``.
+    """
     path = resume.folder / Run.CSV_NAME
     if not path.is_file():
         log.warning("%s is missing: progress.csv of the resumed run starts at iteration %d", path, resume.iteration + 1)
-        return []
-    rows = []
+        return [], None
     with open(path, newline="") as f:
-        for raw in csv.DictReader(f):
-            row: dict[str, Any] = {}
-            for k, v in raw.items():
-                if v in ("", None):
-                    continue
-                try:
-                    row[k] = int(float(v)) if k in ("iteration", "env_steps") else float(v)
-                except ValueError:
-                    row[k] = v
-            if row.get("iteration", 0) <= resume.iteration:
-                rows.append(row)
-    return rows
+        text = f.read()
+    whole = text.endswith("\n")
+    if not whole:  # a line cut by a kill while it was written: the rows before it are whole
+        text = text[:text.rfind("\n") + 1]
+    rows = []
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    for raw in reader:
+        row: dict[str, Any] = {}
+        for k, v in raw.items():
+            if k is None or v in ("", None):
+                continue
+            try:
+                row[k] = int(float(v)) if k in ("iteration", "env_steps") else float(v)
+            except ValueError:
+                row[k] = v
+        if row.get("iteration", 0) <= resume.iteration:
+            rows.append(row)
+        else:
+            whole = False
+    if resume.iteration and not any(r.get("iteration") == resume.iteration for r in rows):
+        log.warning("%s holds no row of iteration %d, the checkpoint's: progress.csv of the resumed run lacks rows "
+                    "before iteration %d", path, resume.iteration, resume.iteration + 1)
+    return rows, list(reader.fieldnames) if whole and reader.fieldnames else None

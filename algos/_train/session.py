@@ -26,8 +26,9 @@ from rlstruct.algos._train.config import RunConfig, check_evaluation_policy, tra
 from rlstruct.algos._train.distributed import World, rank_device, torchrun_restarts, world_from_environment
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
-from rlstruct.algos._train.log import Run, TrainResult, check_logdir, claim_logdir, run_logdir
+from rlstruct.algos._train.log import Run, TrainResult, check_logdir, claim_run_folder, run_logdir
 from rlstruct.algos._train.presets import apply_preset, preset_target
+from rlstruct.algos._train.run_folder import FolderClaim, check_unfinished, given_back_unless_trained, write_whole
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,
     ENV_SEEDS,
@@ -115,7 +116,9 @@ class Algorithm:
                 (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``, ``CheckpointError``) for a device, the
                 env or ``resume``.
         """
-        return self.run(self.validate(config))
+        setup = self.validate(config)
+        with given_back_unless_trained(setup.claim):
+            return self.run(setup)
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         """``rlstruct train NAME [flags]``; the last stdout line is a JSON summary."""
@@ -143,6 +146,9 @@ class Setup:
         world: this process's rank in a data-parallel run (``torchrun``), or a world of one.
         on_evaluation: called with each evaluation's row as it arrives during training (see
             :attr:`~.log.Run.evaluation_callbacks`); ``rlstruct sweep`` prunes a trial from there.
+        claim: the log folder this start claimed and what claiming it created (``None``: a resumed run continuing
+            in its own folder, a rank that does not log, a ``torchrun`` restart), given back by
+            :func:`~.run_folder.given_back_unless_trained` when the run raises before its first training iteration.
     """
 
     algorithm: Algorithm
@@ -153,6 +159,7 @@ class Setup:
     start: float
     world: World = World()
     on_evaluation: tuple[Callable[[dict[str, float]], None], ...] = ()
+    claim: FolderClaim | None = None
 
 
 def check_evaluation_envs(config: RunConfig, spec: EnvSpec) -> None:
@@ -206,6 +213,8 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | 
         SpaceError: the algorithm cannot run on the env's spaces.
         ValueError: a setting is out of range.
         CheckpointError: ``resume`` is missing, unreadable, or not an rlstruct checkpoint.
+        RunFinishedError: ``resume`` is a finished run that these settings give nothing more to do
+            (:func:`~.run_folder.check_unfinished`).
         ConfigError: an unknown ``preset`` or one of another algorithm or env, settings that cannot work together, a
             ``resume`` trained by another number of data-parallel ranks, a
             ``resume`` this config cannot continue (see
@@ -234,15 +243,20 @@ def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | 
         raise ConfigError(f"resume={config.resume!r} was trained by {resume.world_size} data-parallel rank(s), got "
                           f"{world.size} (WORLD_SIZE); resume it with torchrun --nproc-per-node {resume.world_size} "
                           "(over all nodes), or start a new run without --resume")
+    if resume is not None:
+        check_unfinished(resume, config, spec)
     # Last: a run that fails a check creates no folder. Rank 0 alone writes the run's files; a torchrun restart
     # writes into the folder its first attempt claimed.
     logdir, restarts = run_logdir(algorithm.name, config, resume), torchrun_restarts()
     continued = resume is not None and logdir.resolve() == resume.folder.resolve()
+    claim = None
     if world.is_logger and not continued and not restarts:
-        config = dataclasses.replace(config, logdir=str(claim_logdir(logdir, numbered=restarts is None)))
+        claim = claim_run_folder(logdir, numbered=restarts is None,
+                                 first_iteration=1 if resume is None else resume.iteration + 1)
+        config = dataclasses.replace(config, logdir=str(claim.path))
     else:
         check_logdir(logdir)
-    return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start, world)
+    return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start, world, claim=claim)
 
 
 def check_on_device(structure: Trajectories | nn.Module, device: DeviceLike, what: str) -> None:
@@ -495,6 +509,9 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
                     learner: dict[str, Any] | None = None) -> TrainResult:
     """The end of every ``train``: final evaluation, checkpoint, learning curve, ``summary.json`` and result.
 
+    ``progress.csv``, the checkpoint and ``summary.json`` reach the disk in that order (each flushed with ``fsync``,
+    the last two written whole through a file renamed onto them): the record outlasts a kill or a power loss.
+
     On a rank that does not log (ranks 1 and up of a data-parallel run), only the result: what the run counted,
     and no evaluation (``eval_return`` nan); rank 0 evaluates, checkpoints and reports.
 
@@ -548,7 +565,7 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     wall = run.elapsed()
     run.close()
     checkpoint = run.save_checkpoint(model, learner or {}, eval_return=eval_return, interrupted=interrupted,
-                                     wall_time_s=run.wall_offset + wall)
+                                     wall_time_s=run.wall_offset + wall, stop_reason=stop_reason)
     suffix = ", interrupted" if interrupted else ""
     plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
                                f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")
@@ -556,7 +573,6 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
                          checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
                          config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason,
                          preset_target(config.preset))
-    with open(run.logdir / Run.SUMMARY_NAME, "w") as f:
-        json.dump(result.summary(), f, indent=2)
+    write_whole(run.logdir / Run.SUMMARY_NAME, json.dumps(result.summary(), indent=2))
     run.report(result.summary(), [checkpoint, plot, *(run.videos.paths if run.videos is not None else [])])
     return result

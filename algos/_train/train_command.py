@@ -20,7 +20,8 @@ from rlstruct.algos._train.distributed import restart_resume
 from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
 from rlstruct.algos._train.log import Run, TrainResult
 from rlstruct.algos._train.presets import apply_preset, describe_preset, setting_sources
-from rlstruct.errors import BatcherWorkerTimeout, ConfigError, RankLostError, RLStructError
+from rlstruct.algos._train.run_folder import given_back_unless_trained
+from rlstruct.errors import BatcherWorkerTimeout, ConfigError, RankLostError, RLStructError, RunFinishedError
 
 __all__ = ["configure_logging", "launched_at", "run_main", "stop_line"]
 
@@ -67,6 +68,16 @@ def stop_line(result: TrainResult, config: RunConfig) -> str:
     return f"stopped: another rank of the run stopped it at {of_budget} env steps"
 
 
+def _finished_summary(resume: str) -> str | None:
+    """The ``summary.json`` of the run at ``resume`` (a checkpoint or its folder) on one line, or ``None`` when it has
+    none that reads as JSON."""
+    folder = Path(resume) if Path(resume).is_dir() else Path(resume).parent
+    try:
+        return json.dumps(json.loads((folder / Run.SUMMARY_NAME).read_text()))
+    except (OSError, ValueError):
+        return None
+
+
 def configure_logging() -> None:
     """Sends warnings of every ``rlstruct`` logger to stderr: the command line's choice, never a library's."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -79,7 +90,9 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
     With ``--resume RUN``, the flags not given take the values of that run's config (:func:`resumed_defaults`);
     the checkpoint is read once, for those defaults and for the run. A config error (an unknown env, a device this
     machine does not have, a value out of range, a ``--resume`` checkpoint that is missing or that the settings
-    cannot continue) prints one line to stderr and returns 2. A line says why training stopped (:func:`stop_line`);
+    cannot continue) prints one line to stderr and returns 2. ``--resume`` of a run that finished, with settings that
+    give it nothing more to do (:class:`~rlstruct.errors.RunFinishedError`), changes nothing: one line to stderr, its
+    ``summary.json`` as the last stdout line, status 0. A line says why training stopped (:func:`stop_line`);
     the last line on stdout is a JSON object with ``eval_return``, ``env_steps``, ``wall_time_s``, ``logdir`` and
     ``stop_reason`` (also written to ``summary.json`` in the log folder).
 
@@ -134,11 +147,18 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
             return 0
         setup = algorithm.validate(config, given=given | resumed, start=launched,
                                    checkpoint=checkpoint if ns.resume == config.resume else None)
+    except RunFinishedError as e:  # nothing to do: a job that resumes its run until done ends as the run did
+        print(f"{prog}: {e}", file=sys.stderr)
+        summary = _finished_summary(config.resume)
+        if summary is not None:
+            print(summary)
+        return 0
     except (ValueError, TypeError, RLStructError) as e:
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     try:
-        result = algorithm.run(setup)
+        with given_back_unless_trained(setup.claim):
+            result = algorithm.run(setup)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted: stopped without writing a checkpoint", file=sys.stderr)
         return 130

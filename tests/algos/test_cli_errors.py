@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlstruct.algos import a2c, load
+from rlstruct.algos._train.checkpoints import content_digest
 from rlstruct.algos._train.flags import OneLineParser
 from rlstruct.algos.a2c import A2CConfig
 from rlstruct.algos.cli import main
@@ -181,6 +182,7 @@ def _damaged(checkpoint: Path, tmp_path: Path, how: str) -> Path:
         data["model"] = dict(list(data["model"].items())[1:])
     elif how == "another algorithm's model":
         data["algo"] = "dqn"
+    data["digest"] = content_digest(data)  # written whole, by code that left it inconsistent
     path = tmp_path / "damaged.pt"
     torch.save(data, path)
     return path
@@ -253,7 +255,7 @@ def test_a_missing_or_unreadable_checkpoint_is_one_checkpoint_error_everywhere(h
 @pytest.mark.parametrize("how", ["other shapes", "a missing tensor"])
 def test_resuming_a_damaged_checkpoint_is_one_line_and_status_2(checkpoint, how, tmp_path, capsys):
     damaged = _damaged(checkpoint, tmp_path, how)
-    code, lines = run_cli(["train", "a2c", "--resume", str(damaged), "--max-env-steps", "1024", "--no-progress",
+    code, lines = run_cli(["train", "a2c", "--resume", str(damaged), "--max-env-steps", "4096", "--no-progress",
                            "--logdir", str(tmp_path / "resumed")], capsys)
     assert_one_line_error(code, lines, "rlstruct train a2c")
     assert "the model in the checkpoint does not fit this run's" in lines[0]

@@ -10,6 +10,7 @@ import torch
 
 from rlstruct import RL_Batcher
 from rlstruct.algos import a2c, dqn, load, ppo, pqn, sac
+from rlstruct.algos._train.checkpoints import content_digest
 from rlstruct.algos._train.env_spec import create_env
 from rlstruct.errors import CheckpointError, SpaceError
 from tests.algos.test_learning import _common
@@ -164,6 +165,7 @@ def test_a_path_that_is_no_run_is_a_checkpoint_error_naming_it(tmp_path):
 def test_weights_that_do_not_fit_are_a_checkpoint_error(runs, tmp_path):
     data = torch.load(f"{runs['ppo']}/checkpoint.pt", weights_only=True)
     data["model"] = {k: v[:1] if v.dim() else v for k, v in data["model"].items()}
+    data["digest"] = content_digest(data)  # written whole, by code whose weights do not fit its config
     torch.save(data, tmp_path / "checkpoint.pt")
     with pytest.raises(CheckpointError, match="holds weights that do not fit the network its config describes"):
         load(tmp_path)

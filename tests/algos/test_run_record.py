@@ -1,0 +1,342 @@
+"""A run's folder as a durable record: ``progress.csv`` grows by appends and is rewritten only through a file swapped
+in whole, a checkpoint carries a digest of its content that every load checks, ``--resume`` of a finished run changes
+nothing, and a start refused before training leaves no folder claimed.
+
+Each fault is injected at a chosen moment (a kill inside the rewrite, a byte flipped in the checkpoint's weights),
+never by timing.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import torch
+
+from rlstruct.algos import a2c, cli, load
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, content_digest, load_checkpoint
+from rlstruct.algos._train.log import Run
+from rlstruct.algos.cli import evaluate_checkpoint
+from rlstruct.errors import CheckpointError, RunFinishedError
+
+pytestmark = pytest.mark.timeout(120)
+
+CONFIG = a2c.A2CConfig(n_envs=4, n_steps=8, hidden_sizes=(8,), progress=False, tensorboard=False,
+                       n_evaluation_envs=2, eval_every=3, max_episode_steps=50, log_every=1,
+                       stop_at_reward_threshold=False, time_limit=100.0, preset="none", max_env_steps=32 * 4)
+
+
+def csv_rows(logdir) -> list[dict]:
+    with open(os.path.join(logdir, Run.CSV_NAME), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A finished a2c run's folder (4 iterations)."""
+    logdir = tmp_path_factory.mktemp("a2c") / "run"
+    a2c.train(dataclasses.replace(CONFIG, logdir=str(logdir)))
+    return logdir
+
+
+def training_rows(logdir) -> list[dict]:
+    return [r for r in csv_rows(logdir) if r.get("eval/return", "") == ""]
+
+
+def copy_run(source, target) -> None:
+    target.mkdir()
+    for name in (CHECKPOINT_NAME, Run.CSV_NAME, Run.SUMMARY_NAME, Run.CONFIG_NAME):
+        (target / name).write_bytes((source / name).read_bytes())
+
+
+def flip_a_weight_byte(checkpoint, entry: str = "/data/") -> None:
+    """Flips one byte in the middle of the checkpoint's largest tensor, or of its largest entry whose name holds
+    ``entry`` (the zip stores them uncompressed)."""
+    with zipfile.ZipFile(checkpoint) as z:
+        info = max((i for i in z.infolist() if entry in i.filename), key=lambda i: i.file_size)
+    with open(checkpoint, "r+b") as f:
+        f.seek(info.header_offset + 26)
+        name_len, extra_len = int.from_bytes(f.read(2), "little"), int.from_bytes(f.read(2), "little")
+        at = info.header_offset + 30 + name_len + extra_len + info.file_size // 2
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
+# --------------------------------------------------------------------------- checkpoint digests
+def test_the_digest_covers_every_value_of_the_checkpoint(trained):
+    data = torch.load(trained / CHECKPOINT_NAME, weights_only=True)
+    assert data["digest"] == content_digest(data)
+    data["iteration"] += 1
+    assert data["digest"] != content_digest(data)
+
+
+def test_a_checkpoint_damaged_on_disk_is_refused_by_every_load(trained, tmp_path, capsys):
+    damaged = tmp_path / "damaged"
+    copy_run(trained, damaged)
+    path = damaged / CHECKPOINT_NAME
+    flip_a_weight_byte(path)
+    torch.load(path, weights_only=True)  # torch reads it without a word: the zip's CRCs are not checked
+    damaged_file = rf"='{path}' is damaged: its content does not match the digest written with it"
+    with pytest.raises(CheckpointError, match=damaged_file):
+        load_checkpoint(damaged, argument="checkpoint")
+    with pytest.raises(CheckpointError, match=damaged_file):
+        evaluate_checkpoint(str(path), episodes=1)
+    with pytest.raises(CheckpointError, match=damaged_file):
+        load(damaged)
+    with pytest.raises(CheckpointError, match=damaged_file):
+        a2c.train(dataclasses.replace(CONFIG, resume=str(damaged), max_env_steps=32 * 8))
+    for argv in (["eval", str(path)], ["export", str(damaged), "--output", str(tmp_path / "p.pt")],
+                 ["train", "a2c", "--resume", str(damaged), "--max-env-steps", "512"]):
+        capsys.readouterr()
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(path) in err and "is damaged" in err, (argv, err)
+    assert not (tmp_path / "p.pt").exists()
+
+
+def test_a_checkpoint_whose_pickle_is_damaged_is_named_damaged(trained, tmp_path):
+    path = tmp_path / CHECKPOINT_NAME
+    path.write_bytes((trained / CHECKPOINT_NAME).read_bytes())
+    flip_a_weight_byte(path, entry="data.pkl")
+    with pytest.raises(CheckpointError, match=rf"path='{path}' is damaged: its (entry \S+data.pkl does not match its "
+                                              r"CRC|content does not match the digest)"):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_written_before_digests_still_loads(trained, tmp_path):
+    data = torch.load(trained / CHECKPOINT_NAME, weights_only=True)
+    del data["digest"]
+    torch.save(data, tmp_path / CHECKPOINT_NAME)
+    assert load_checkpoint(tmp_path / CHECKPOINT_NAME)["iteration"] == data["iteration"]
+    assert json.loads((trained / Run.SUMMARY_NAME).read_text())["iterations"] == data["iteration"]
+
+
+# --------------------------------------------------------------------------- progress.csv
+#: a resumed ``rlstruct train`` that SIGKILLs itself at a chosen moment of writing progress.csv: ``writerows`` (the
+#: first rows written: those of the rewrite that drops the rows past the checkpoint) or ``replace`` (the swap)
+KILLED_AT = """
+import csv, os, signal, sys
+moment, argv = sys.argv[1], sys.argv[2:]
+if moment == "writerows":
+    real_writerows = csv.DictWriter.writerows
+    def writerows(self, rows):
+        rows = list(rows)
+        if rows:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_writerows(self, rows)
+    csv.DictWriter.writerows = writerows
+else:
+    real_replace = os.replace
+    def replace(src, dst):
+        if str(dst).endswith("progress.csv"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_replace(src, dst)
+    os.replace = replace
+from rlstruct.algos import cli
+sys.exit(cli.main(argv))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["writerows", "replace"])
+def test_a_kill_while_progress_is_rewritten_loses_no_row(trained, tmp_path, moment):
+    logdir = tmp_path / "run"
+    copy_run(trained, logdir)
+    before = training_rows(logdir)
+    with open(logdir / Run.CSV_NAME, "a") as f:  # a row past the checkpoint, as a run killed after it leaves
+        f.write(",".join(["5"] + [""] * (len(before[0]) - 1)) + "\r\n")
+    killed = subprocess.run([sys.executable, "-c", KILLED_AT, moment, "train", "a2c", "--resume", str(logdir),
+                             "--max-env-steps", str(32 * 8)], capture_output=True, text=True, timeout=100)
+    assert killed.returncode == -9, killed.stderr
+    assert training_rows(logdir)[:4] == before
+    second = a2c.train(dataclasses.replace(CONFIG, resume=str(logdir), logdir=None, max_env_steps=32 * 8))
+    rows = training_rows(logdir)
+    assert [int(r["iteration"]) for r in rows] == list(range(1, second.iterations + 1)) and second.iterations == 8
+    assert rows[:4] == [{**r, **{k: "" for k in rows[0].keys() - r.keys()}} for r in before]
+    assert not os.path.exists(logdir / f"{Run.CSV_NAME}.partial")
+
+
+def test_a_resumed_run_appends_to_its_progress_and_a_new_column_swaps_a_whole_file(trained, tmp_path,
+                                                                                   monkeypatch):
+    logdir = tmp_path / "run"
+    copy_run(trained, logdir)
+    before = (logdir / Run.CSV_NAME).read_bytes()
+    inode = os.stat(logdir / Run.CSV_NAME).st_ino
+    swapped = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (swapped.append(os.path.basename(dst)),
+                                                         real_replace(src, dst))[1])
+    a2c.train(dataclasses.replace(CONFIG, resume=str(logdir), logdir=None, max_env_steps=32 * 6))
+    assert (logdir / Run.CSV_NAME).read_bytes().startswith(before)
+    assert os.stat(logdir / Run.CSV_NAME).st_ino == inode and Run.CSV_NAME not in swapped
+    assert {CHECKPOINT_NAME, Run.SUMMARY_NAME} <= set(swapped)
+    swapped.clear()
+    fresh = tmp_path / "fresh"  # the first evaluation's columns come after the first rows: one swap, whole
+    a2c.train(dataclasses.replace(CONFIG, logdir=str(fresh)))
+    assert Run.CSV_NAME in swapped
+    assert [int(r["iteration"]) for r in training_rows(fresh)] == [1, 2, 3, 4]
+
+
+# --------------------------------------------------------------------------- a start refused before training
+DQN_FLAGS = ["train", "dqn", "--env", "CartPole-v1", "--preset", "none", "--n-envs", "4", "--rollout-steps", "4",
+             "--learning-starts", "32", "--batch-size", "16", "--hidden-sizes", "8", "--max-env-steps", "64",
+             "--n-evaluation-envs", "2", "--max-episode-steps", "50", "--no-stop-at-reward-threshold",
+             "--no-progress", "--no-tensorboard"]
+
+
+def test_a_config_refused_at_setup_leaves_no_folder_and_the_corrected_command_gets_it(tmp_path, capsys):
+    logdir = tmp_path / "runs" / "dqn"
+    assert cli.main([*DQN_FLAGS, "--buffer-size", str(10**13), "--logdir", str(logdir)]) == 2
+    assert "--buffer-size 10000000000000 needs" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+    assert cli.main([*DQN_FLAGS, "--buffer-size", "1000", "--logdir", str(logdir)]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out.splitlines()[-1])["logdir"] == str(logdir) and "holds an earlier run" not in out.err
+    assert not (tmp_path / "runs" / "dqn-2").exists()
+
+
+def test_a_start_failing_before_training_leaves_the_folder_as_it_was(tmp_path, monkeypatch, trained):
+    from rlstruct.algos._train import loops
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("the batcher's workers did not start: 127.0.0.1:9 refused the connection")
+
+    existing = tmp_path / "mine"  # a folder the user made, with a file of their own: both stay
+    existing.mkdir()
+    (existing / "notes.txt").write_text("keep me")
+    with monkeypatch.context() as patch:
+        patch.setattr(loops, "open_batchers", unreachable)
+        for logdir in (tmp_path / "new", existing):
+            with pytest.raises(ConnectionError, match="refused"):
+                a2c.train(dataclasses.replace(CONFIG, logdir=str(logdir)))
+        before = {p.name: p.read_bytes() for p in trained.iterdir()}
+        with pytest.raises(ConnectionError, match="refused"):  # a resumed run, into a folder of its own
+            a2c.train(dataclasses.replace(CONFIG, resume=str(trained), logdir=str(tmp_path / "resumed"),
+                                          max_env_steps=32 * 8))
+    assert not (tmp_path / "new").exists() and os.listdir(existing) == ["notes.txt"]
+    assert not (tmp_path / "resumed").exists() and {p.name: p.read_bytes() for p in trained.iterdir()} == before
+    assert a2c.train(dataclasses.replace(CONFIG, logdir=str(existing))).logdir == str(existing)
+
+
+def test_a_run_that_trained_keeps_its_folder_when_it_fails(tmp_path, monkeypatch, trained):
+    def fail_after_an_iteration(run, *args):
+        raise RuntimeError("the learner failed")
+
+    monkeypatch.setattr(Run, "poll_checkpoint", fail_after_an_iteration)
+    with pytest.raises(RuntimeError, match="the learner failed"):
+        a2c.train(dataclasses.replace(CONFIG, logdir=str(tmp_path / "run")))
+    assert [int(r["iteration"]) for r in training_rows(tmp_path / "run")] == [1]
+    with pytest.raises(RuntimeError, match="the learner failed"):  # a resumed run: a row past its checkpoint's
+        a2c.train(dataclasses.replace(CONFIG, resume=str(trained), logdir=str(tmp_path / "resumed"),
+                                      max_env_steps=32 * 8))
+    assert [int(r["iteration"]) for r in training_rows(tmp_path / "resumed")] == [1, 2, 3, 4, 5]
+
+
+# --------------------------------------------------------------------------- --resume of a finished run
+def record_bytes(logdir) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(logdir.iterdir())}
+
+
+def test_resuming_a_finished_run_changes_nothing_and_says_so(trained, tmp_path, capsys):
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    before = record_bytes(run)
+    assert cli.main(["train", "a2c", "--resume", str(run)]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "is a finished run (its budget of 128 env steps was spent, at 128 env steps): " \
+        "nothing to do, the run is left as it is; to train it further, pass a --max-env-steps above 128" in err
+    assert json.loads(out.splitlines()[-1]) == json.loads(before[Run.SUMMARY_NAME])
+    assert record_bytes(run) == before
+    with pytest.raises(RunFinishedError, match="its budget of 128 env steps was spent"):
+        a2c.train(dataclasses.replace(CONFIG, resume=str(run), logdir=str(tmp_path / "elsewhere")))
+    assert record_bytes(run) == before and not (tmp_path / "elsewhere").exists()
+    a2c.ALGORITHM.validate(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 5))  # more to do
+
+
+def test_a_run_that_reached_its_target_resumes_only_towards_a_higher_one(tmp_path):
+    run = tmp_path / "run"
+    result = a2c.train(dataclasses.replace(CONFIG, logdir=str(run), target_return=5.0, max_env_steps=32 * 50))
+    assert result.stop_reason == "target"
+    before = record_bytes(run)
+    with pytest.raises(RunFinishedError, match=r"an evaluation reached its target return 5, .* pass a higher "
+                                               r"--target-return \(or --no-stop-at-reward-threshold\)"):
+        a2c.train(dataclasses.replace(CONFIG, resume=str(run), target_return=5.0, max_env_steps=32 * 50))
+    assert record_bytes(run) == before
+    a2c.ALGORITHM.validate(dataclasses.replace(CONFIG, resume=str(run), target_return=9.0, max_env_steps=32 * 50))
+
+
+@pytest.mark.parametrize("reason, resumes", [("time_limit", False), ("signal", True), ("diverged", True),
+                                             (None, True)])
+def test_which_stops_a_resume_continues(trained, tmp_path, reason, resumes):
+    """A run stopped by its time limit continues with a new --time-limit only; an interrupted, diverged or killed
+    one (a periodic checkpoint: no stop reason, no summary of its iteration) continues as it is."""
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    data = torch.load(run / CHECKPOINT_NAME, weights_only=True)
+    data["stop_reason"] = reason
+    data["digest"] = content_digest(data)
+    torch.save(data, run / CHECKPOINT_NAME)
+    if reason is None:
+        (run / Run.SUMMARY_NAME).unlink()
+    config = dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 8)
+    if resumes:
+        a2c.ALGORITHM.validate(config)
+    else:
+        with pytest.raises(RunFinishedError, match=r"it reached its time limit of 100 s, .* pass --time-limit "
+                                                   r"SECONDS for this session"):
+            a2c.ALGORITHM.validate(config)
+        a2c.ALGORITHM.validate(dataclasses.replace(config, time_limit=200.0))
+
+
+def test_a_checkpoint_written_before_stop_reasons_were_recorded_is_judged_by_its_summary(trained, tmp_path):
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    data = torch.load(run / CHECKPOINT_NAME, weights_only=True)
+    del data["stop_reason"], data["digest"]
+    torch.save(data, run / CHECKPOINT_NAME)
+    with pytest.raises(RunFinishedError, match="its budget of 128 env steps was spent"):
+        a2c.ALGORITHM.validate(dataclasses.replace(CONFIG, resume=str(run)))
+
+
+def test_a_line_cut_by_a_kill_is_dropped_and_missing_rows_are_warned_about(trained, tmp_path, caplog):
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    before = training_rows(run)
+    with open(run / Run.CSV_NAME, "a") as f:  # a kill while appending row 5: its iteration cut to "5" or even "1"
+        f.write("1")
+    a2c.train(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 6))
+    rows = training_rows(run)
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4, 5, 6] and rows[:4] == before
+    empty = tmp_path / "empty"
+    copy_run(trained, empty)
+    (empty / Run.CSV_NAME).write_text("")
+    a2c.train(dataclasses.replace(CONFIG, resume=str(empty), max_env_steps=32 * 5))
+    assert "holds no row of iteration 4, the checkpoint's" in caplog.text
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names the synced files through /proc")
+def test_each_checkpoint_flushes_the_rows_the_checkpoint_the_summary_and_the_folder_to_the_disk(tmp_path,
+                                                                                              monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    run = tmp_path / "run"
+    a2c.train(dataclasses.replace(CONFIG, logdir=str(run), checkpoint_every=2))
+    checkpoints = [i for i, name in enumerate(synced) if name == f"{CHECKPOINT_NAME}.partial"]
+    assert len(checkpoints) == 3  # iterations 2 and 4, and the final one
+    for i in checkpoints:
+        assert synced[i - 1] == Run.CSV_NAME and synced[i + 1] == "run", synced
+    assert synced[-2:] == [f"{Run.SUMMARY_NAME}.partial", "run"], synced
