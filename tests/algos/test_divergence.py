@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
+import sys
 import typing
 
 import numpy as np
@@ -132,7 +134,6 @@ def _assert_diverged(result, logdir, *, first_possible: int) -> None:
     load(logdir)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("algo", list(CASES))
 def test_nan_weights_stop_the_run_as_diverged_and_keep_the_earlier_checkpoint(algo, tmp_path, nan_weights):
     module, config = CASES[algo]
@@ -160,6 +161,24 @@ def test_the_command_line_says_so_and_exits_1(tmp_path, nan_weights, capsys, cap
     warning = [r.getMessage() for r in caplog.records if "diverged" in r.getMessage()]  # stderr's one line
     assert len(warning) == 1 and f"kept: {logdir / CHECKPOINT_NAME}" in warning[0], warning
     assert torch.load(logdir / CHECKPOINT_NAME, weights_only=True)["iteration"] == FAULT - 1
+
+
+@pytest.mark.slow
+def test_a_huge_finite_learning_rate_diverges_in_its_own_process(tmp_path):
+    # No injection: --lr 1e30 is finite, so it is accepted, and its first update blows the value loss up.
+    logdir = tmp_path / "run"
+    out = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "train", "a2c", "--lr", "1e30", "--logdir",
+                          str(logdir), "--no-progress", "--no-tensorboard", "--preset", "none", "--n-envs", "4",
+                          "--max-env-steps", "2000", "--hidden-sizes", "8", "--n-evaluation-envs", "2",
+                          "--max-episode-steps", "50"], capture_output=True, text=True, timeout=150)
+    assert out.returncode == 1, out.stderr
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["stop_reason"] == "diverged" and math.isnan(summary["eval_return"])
+    assert summary["diverged"]["quantity"].startswith("loss/") and summary["checkpoint"] is None
+    assert summary["iterations"] <= summary["diverged"]["iteration"] + 10  # found within --log-every iterations
+    assert [line for line in out.stdout.splitlines() if "diverged" in line][0].startswith("stopped: the run diverged")
+    assert len([line for line in out.stderr.splitlines() if "diverged" in line]) == 1, out.stderr
+    assert not (logdir / CHECKPOINT_NAME).exists()
 
 
 def test_weights_that_turn_nan_in_the_last_iteration_are_not_checkpointed(tmp_path, nan_weights):
