@@ -162,6 +162,10 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
     gc.freeze()
     if not setup.world.is_logger:  # a data-parallel rank other than 0: rank 0 reports the run
         return 128 + signal.Signals[result.stop_signal].value if result.interrupted and result.stop_signal else 0
+    if result.stop_reason == "diverged":  # the library's warning said what diverged and which checkpoint is kept
+        print(stop_line(result, setup.config))
+        print(json.dumps(result.summary()))
+        return 1
     if result.interrupted:
         print(f"{prog}: interrupted after {result.env_steps} env steps ({result.wall_time_s:.1f} s): wrote "
               f"{result.checkpoint}, the learning curve and {Path(result.logdir) / Run.SUMMARY_NAME}", file=sys.stderr)
@@ -169,9 +173,6 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
         print(json.dumps(result.summary()))
         return 128 + signal.Signals[result.stop_signal or "SIGINT"]
     print(stop_line(result, setup.config))
-    if result.stop_reason == "diverged":  # the library's warning said what diverged and which checkpoint is kept
-        print(json.dumps(result.summary()))
-        return 1
     reference = ""
     if result.preset_target is not None and result.target_return is None:  # a reference the run did not stop at
         reference = f" (preset {result.preset}'s target: {result.preset_target:g})"
