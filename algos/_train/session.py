@@ -512,6 +512,8 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     the iterations since they were sent); otherwise the final weights are evaluated again on fresh episodes.
     An interrupted run (``run.interrupted``) skips that final evaluation: it keeps an evaluation that has
     already finished, if any, and its result's ``eval_return`` is the last evaluation's (nan if none).
+    A run found diverged (``run.diverged``: checked first, with the rows since the last check and the weights) ends
+    by :func:`~.divergence.finish_diverged` instead: no final evaluation, no checkpoint of its weights.
 
     Args:
         run: the run, still open (this closes it).
@@ -569,4 +571,3 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
         json.dump(result.summary(), f, indent=2)
     run.report(result.summary(), [checkpoint, plot, *(run.videos.paths if run.videos is not None else [])])
     return result
-
