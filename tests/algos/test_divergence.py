@@ -22,6 +22,8 @@ import torch
 from rlstruct.algos import a2c, cli, dqn, load, ppo, pqn, reinforce, sac
 from rlstruct.algos._train import loops
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME
+from rlstruct.algos._train.config import RunConfig
+from rlstruct.algos._train.env_spec import describe_env
 from rlstruct.algos._train.finite import DivergenceGuard, non_finite
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
@@ -233,6 +235,36 @@ def test_the_guard_reports_the_first_non_finite_statistic():
     flags = {k: float(v) for k, v in weights.weight_flags().items()}
     weights.scan([{"iteration": 3, "loss/q": 1.0}], flags, 3)
     assert weights.found == {"quantity": "weights/bias", "iteration": 3, "value": "nan or inf"}
+
+
+def test_the_guard_adds_no_host_sync_between_the_runs_conversions(tmp_path, monkeypatch):
+    # The statistics and the weights' finiteness are converted together, once every log_every iterations.
+    config = RunConfig(logdir=str(tmp_path), progress=False, tensorboard=False, log_every=5)
+    run = Run("a2c", config, describe_env(config.env, config.backend, None, None))
+    model = torch.nn.Linear(4, 2)
+    run.guard.watch(model.state_dict)
+    syncs: list[str] = []
+    for name in ("tolist", "item", "__bool__", "__float__"):
+        real = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _real=real, _name=name):
+            syncs.append(_name)
+            return _real(self, *args)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    for i in range(10):
+        run.record(8, {"loss/policy": torch.tensor(float(i)), "grad_norm": torch.tensor(1.0)})
+    monkeypatch.undo()
+    assert syncs == ["tolist", "tolist"]
+    assert run.diverged is None and len(run.history) == 10
+    with torch.no_grad():
+        model.weight[0, 0] = math.nan
+    run.record(8, {"loss/policy": torch.tensor(0.0)})
+    assert run.diverged is None, "found at the next conversion, not before"
+    run.flush()
+    assert run.diverged == {"quantity": "weights/weight", "iteration": 11, "value": "nan or inf"}
+    assert run.should_stop() and run.stop_reason == "diverged"
+    run.close()
 
 
 # --------------------------------------------------------------------------- checkpoints holding NaN
