@@ -44,9 +44,10 @@ def finish_diverged(run: Run, *, title: str) -> TrainResult:
     kept = run.logdir / CHECKPOINT_NAME
     checkpoint = str(kept) if run.logger and kept.is_file() else None
     result = TrainResult(math.nan, run.env_steps, run.elapsed(), run.history, str(run.logdir), run.iteration,
-                         checkpoint, None, run.target_return, False, run.interrupted, run.stop_signal,
-                         run.config.preset, run.startup_s, None, run.world_size, "diverged",
-                         preset_target(run.config.preset), found)
+                         checkpoint=checkpoint, target_return=run.target_return, interrupted=run.interrupted,
+                         stop_signal=run.stop_signal, preset=run.config.preset, startup_s=run.startup_s,
+                         world_size=run.world_size, stop_reason="diverged",
+                         preset_target=preset_target(run.config.preset), diverged=found)
     if not run.logger:
         return result
     error = f"; then {found['error']}" if "error" in found else ""
