@@ -153,8 +153,8 @@ class Policy:
             ``[N, ...]`` for a batch; a recurrent policy returns ``(action, state)``.
 
         Raises:
-            SpaceError: an observation whose shape is neither the env's nor a batch of it, or of a dtype that does
-                not convert to the env's.
+            SpaceError: an observation whose shape is neither the env's nor a batch of it, of a dtype that does
+                not convert to the env's, or holding NaN or infinite values.
             ValueError: ``state`` given to a stateless policy, or ``episode_start`` of another length than the batch.
         """
         numpy = not isinstance(observation, torch.Tensor)
@@ -205,7 +205,14 @@ class Policy:
         if not fits:
             raise SpaceError(f"observation must have dtype {dtype} for {self.config['env']}, got "
                              f"{str(frame.dtype).removeprefix('torch.')}; pass the env's observation as it comes")
-        return frame.to(want)
+        frame = frame.to(want)
+        # A network maps NaN to some action without a word (an argmax of NaN is 0): refuse it here, where it is seen.
+        finite = torch.isfinite(frame)
+        if not bool(finite.all()):
+            raise SpaceError(f"observation must hold finite values, got {int((~finite).sum())} NaN or infinite "
+                             f"value(s) of {frame.numel()}; pass the env's observation (a NaN or an infinity comes "
+                             "from the code that built it: a wrapper, a normalisation, a division)")
+        return frame
 
 
 def _loaded_agent(create_agent: Callable[..., RL_Agent], agent_args: dict[str, Any],

@@ -34,10 +34,11 @@ return ``(output, state)``, :class:`AgentOutputError`; ``execute``/``get`` out o
 worker that fails, :class:`BatcherWorkerError`.
 
 For the algorithms' runs: a path that is no readable rlstruct checkpoint (nothing there, a folder without a
-``checkpoint.pt``, a file that cannot be read, is not a checkpoint or is a damaged one), :class:`CheckpointError`
-from ``rlstruct.algos.load``, ``rlstruct eval`` and ``--resume`` alike; an observation given to ``Policy.predict`` that
-does not fit the env's, :class:`SpaceError`; a disk-backed replay buffer (``--replay-storage disk``)
-that the disk has not the room for, at setup or when its files grow, :class:`DiskSpaceError`.
+``checkpoint.pt``, a file that cannot be read, is not a checkpoint, is a damaged one or holds NaN or infinite weights),
+:class:`CheckpointError` from ``rlstruct.algos.load``, ``rlstruct eval``, ``rlstruct export`` and ``--resume`` alike;
+an observation given to ``Policy.predict`` that does not fit the env's or holds NaN or infinite values,
+:class:`SpaceError`; a disk-backed replay buffer (``--replay-storage disk``) that the disk has not the room for, at
+setup or when its files grow, :class:`DiskSpaceError`.
 
 A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
 batcher's call order only), and the bridge raises :class:`BridgeError` only for what gymnasium code asks
@@ -173,7 +174,8 @@ class DiskSpaceError(ConfigError, OSError):
 
 class CheckpointError(RLStructError, ValueError):
     """A path given as a run or a checkpoint is not one: nothing is there, a folder without a ``checkpoint.pt``, a
-    file that cannot be read or is not an rlstruct checkpoint, or one whose weights do not fit its config."""
+    file that cannot be read or is not an rlstruct checkpoint, or one whose weights do not fit its config or hold NaN
+    or infinite values (a run that diverged)."""
 
 
 class RunFinishedError(ConfigError):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from rlstruct.algos._train.finite import check_finite_checkpoint
 from rlstruct.algos.optim import OptimizerLike
 from rlstruct.devices import cpu_state_dict, tree_copy
 from rlstruct.envs.factory import resolve_backend
@@ -190,8 +191,9 @@ def load_checkpoint(path: str | os.PathLike, *, argument: str = "path") -> dict[
 
     Raises:
         CheckpointError: nothing is at ``path``, a folder without ``checkpoint.pt``, a file this process cannot read,
-            one that is not an rlstruct checkpoint, or a damaged one (its content differs from its digest, or it lacks
-            what every checkpoint holds).
+            one that is not an rlstruct checkpoint, a damaged one (its content differs from its digest, or it lacks
+            what every checkpoint holds), or one whose weights hold NaN or infinite values
+            (:func:`~.finite.check_finite_checkpoint`).
 
     >>> load_checkpoint("no/such/run", argument="resume")
     Traceback (most recent call last):
@@ -231,6 +233,7 @@ or its log folder (the --logdir it was trained with)
         raise CheckpointError(f"{shown} is a damaged rlstruct checkpoint: it lacks {', '.join(missing)}; pass a "
                               f"{CHECKPOINT_NAME} written whole by rlstruct train (the last periodic one, if the run "
                               "was killed)")
+    check_finite_checkpoint(data, shown)
     return data
 
 
@@ -313,7 +316,8 @@ def load_resume(algo: str, config: RunConfig, *, checkpoint: dict[str, Any] | No
         The checkpoint's content, or ``None`` when ``config.resume`` is ``None`` (a fresh run).
 
     Raises:
-        CheckpointError: ``config.resume`` is not a readable checkpoint (:func:`load_checkpoint`).
+        CheckpointError: ``config.resume`` is not a readable checkpoint (:func:`load_checkpoint`), or its learner's
+            state holds NaN or infinite values.
         ConfigError: it was written by another algorithm or by a version of rlstruct that did not save the learner's
             state, or a setting that shapes the networks or the data differs from the checkpoint's.
     """
@@ -328,6 +332,7 @@ def load_resume(algo: str, config: RunConfig, *, checkpoint: dict[str, Any] | No
         raise ConfigError(f"resume={config.resume!r} is a checkpoint without the learner's state (rlstruct eval can "
                           "read it, training cannot continue from it); start a new run, e.g. from its weights in your "
                           "own code")
+    check_finite_checkpoint(data, f"resume={config.resume!r}", keys=("learner",))
     saved = data["config"]
     new = config.to_dict()
     for name in type(config).RESUME_FIELDS:

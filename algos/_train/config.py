@@ -12,6 +12,7 @@ import importlib.util
 import json
 from typing import Any, ClassVar
 
+from rlstruct.algos._train.finite import check_finite_settings
 from rlstruct.algos._train.trackers import check_trackers
 from rlstruct.devices import as_device, check_device_exists
 from rlstruct.envs.factory import BACKENDS, resolve_backend
@@ -213,8 +214,9 @@ def validate_run_config(config: RunConfig) -> None:
         DeviceUnavailableError: a device does not exist here (the message names the devices that do).
         ConfigError: ray_address without ray_actors, or n_envs not a multiple of the training workers.
         MissingDependencyError: ray_actors without Ray installed, or a tracker of ``track`` without its library.
-        ValueError: a setting is out of range.
+        ValueError: a setting is out of range, or a float setting (of any family or algorithm) is NaN or infinite.
     """
+    check_finite_settings(config)
     if config.backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {config.backend!r}")
     check_at_least(config, 1, "n_envs", "n_evaluation_envs", "evaluation_chunk_steps", "eval_every", "log_every")

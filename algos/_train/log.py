@@ -27,6 +27,7 @@ from torch import nn
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, save_checkpoint
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.finite import DivergenceGuard
 from rlstruct.algos._train.run_folder import CONFIG_NAME, CSV_NAME, SUMMARY_NAME, FolderClaim, write_whole
 from rlstruct.algos._train.seeds import session_seed
 from rlstruct.algos._train.trackers import Tracker, open_trackers
@@ -41,7 +42,7 @@ __all__ = ["STOP_REASONS", "Run", "TrainResult", "check_logdir", "claim_logdir",
 log = logging.getLogger(__name__)
 
 #: why a run stops (:attr:`TrainResult.stop_reason`), checked in this order
-STOP_REASONS = ("signal", "target", "budget", "time_limit", "another_rank")
+STOP_REASONS = ("diverged", "signal", "target", "budget", "time_limit", "another_rank")
 
 
 @dataclasses.dataclass
@@ -62,7 +63,8 @@ class TrainResult:
         interrupted: whether a Ctrl-C (SIGINT) or a SIGTERM stopped training early; ``eval_return`` is then the
             last evaluation's (nan if none finished): the final evaluation is skipped.
         stop_signal: the signal that did (``"SIGINT"``, ``"SIGTERM"``), else ``None``.
-        stop_reason: why training stopped, one of :data:`STOP_REASONS`: ``"target"`` (an evaluation reached
+        stop_reason: why training stopped, one of :data:`STOP_REASONS`: ``"diverged"`` (a loss, a gradient norm or
+            a weight turned NaN or infinite: ``diverged`` says which), ``"target"`` (an evaluation reached
             ``target_return``), ``"budget"`` (``max_env_steps`` spent), ``"time_limit"`` (``time_limit`` seconds
             spent), ``"signal"`` (``stop_signal``), ``"another_rank"`` (a data-parallel run's other rank stopped it).
         preset: the preset whose settings the run used (``"none"``: the bare defaults and the settings given).
@@ -73,6 +75,9 @@ class TrainResult:
         world_size: the ranks that trained it (``torchrun``: data-parallel learners; 1 for a plain run).
         preset_target: the return ``preset`` is tuned to reach within its budget (its learning benchmark's target,
             as ``rlstruct presets`` lists it), or ``None``; a reference, not a stop: ``target_return`` is that.
+        diverged: for a run that diverged, ``{"quantity", "iteration", "value"}`` of the first non-finite value
+            found (:class:`~.finite.DivergenceGuard`); its ``eval_return`` is nan (no evaluation of it counts),
+            ``reached_target`` False, and ``checkpoint`` the one written before the divergence, if any.
     """
 
     eval_return: float
@@ -93,6 +98,7 @@ class TrainResult:
     world_size: int = 1
     stop_reason: str = "budget"
     preset_target: float | None = None
+    diverged: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         """The JSON-able fields (everything but the history)."""
@@ -114,6 +120,7 @@ class TrainResult:
             "world_size": self.world_size,
             "stop_reason": self.stop_reason,
             "preset_target": self.preset_target,
+            "diverged": self.diverged,
         }
 
 
@@ -284,6 +291,8 @@ class Run:
         self.stop_signal: str | None = None
         #: why :meth:`should_stop` last said to stop (one of :data:`STOP_REASONS`), else ``None``
         self.stop_reason: str | None = None
+        #: finds a non-finite loss, gradient norm or weight in what :meth:`flush` converts (see :attr:`diverged`)
+        self.guard = DivergenceGuard()
         self._pending: list[dict[str, Any]] = []
         #: the columns of progress.csv's header (none before the file has one)
         self._csv_fields: list[str] = []
@@ -362,6 +371,12 @@ class Run:
                     file=sys.stderr, dynamic_ncols=True, mininterval=0.5, desc=f"{self.algo} {self.config.env}")
 
     @property
+    def diverged(self) -> dict[str, Any] | None:
+        """The first non-finite training statistic or weight found (``{"quantity", "iteration", "value"}``), else
+        ``None``: checked at every :meth:`flush`, so at most ``log_every`` iterations after it happened."""
+        return self.guard.found
+
+    @property
     def interrupted(self) -> bool:
         """Whether a signal interrupted the run (see :attr:`stop_signal`)."""
         return self.stop_signal is not None
@@ -387,8 +402,10 @@ class Run:
 
     def should_stop(self) -> bool:
         """True once the time limit or the env-step budget is spent, an evaluation reached the target, or the
-        run was interrupted; :attr:`stop_reason` says which."""
-        if self.interrupted:
+        run was interrupted or diverged; :attr:`stop_reason` says which."""
+        if self.diverged is not None:
+            self.stop_reason = "diverged"
+        elif self.interrupted:
             self.stop_reason = "signal"
         elif self.reached_target:
             self.stop_reason = "target"
@@ -417,8 +434,9 @@ class Run:
         """Logs an evaluation result (its own row, at the current iteration)."""
         self.flush()
         self.last_eval = result["eval/return"]
-        # The untrained network's evaluation does not count: on CartPole a random network can balance by luck.
-        trained = result.get("eval/launch_env_steps", 1.0) > 0
+        # The untrained network's evaluation does not count: on CartPole a random network can balance by luck. Nor
+        # does one of a run that diverged (the flush above checked it).
+        trained = result.get("eval/launch_env_steps", 1.0) > 0 and self.diverged is None
         if self.target_return is not None and trained and self.last_eval >= self.target_return:
             self.reached_target = True
             if self.time_to_target_s is None:
@@ -439,15 +457,21 @@ class Run:
                 callback(result)
 
     def flush(self) -> None:
-        """Converts the pending rows (one host sync) and writes them out."""
-        if not self._pending:
+        """Converts the pending rows and the watched weights' finiteness (one host sync), checks them
+        (:attr:`diverged`) and writes the rows out."""
+        flags = self.guard.weight_flags()
+        if not self._pending and not flags:
             return
         rows, self._pending = self._pending, []
-        tensors = [v for r in rows for v in r.values() if isinstance(v, torch.Tensor)]
+        tensors = [v for r in rows for v in r.values() if isinstance(v, torch.Tensor)] + list(flags.values())
+        finite: dict[str, float] = {}
         if tensors:
             values = iter(torch.stack([t.detach().float().reshape(()) for t in tensors]).tolist())
             rows = [{k: next(values) if isinstance(v, torch.Tensor) else v for k, v in r.items()} for r in rows]
-        self._write(rows, tb_rows=rows[-1:])
+            finite = {k: next(values) for k in flags}
+        self.guard.scan(rows, finite, self.iteration)
+        if rows:
+            self._write(rows, tb_rows=rows[-1:])
 
     def _write(self, rows: list[dict[str, Any]], tb_rows: list[dict[str, Any]]) -> None:
         self.history.extend(rows)
@@ -521,6 +545,8 @@ class Run:
         if not every or self.iteration % every or not self.logger:
             return
         self.flush()
+        if self.diverged is not None:  # never a checkpoint of non-finite weights: the previous one stays
+            return
         self.sync()
         self.save_checkpoint(model, learner_state(), eval_return=math.nan if self.last_eval is None else self.last_eval)
 

@@ -29,6 +29,7 @@ from rlstruct.algos._train.distributed import (
     learner_seed,
     sum_over_ranks,
 )
+from rlstruct.algos._train.divergence import finish_diverged
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import Evaluator
 from rlstruct.algos._train.log import Run, TrainResult, run_logdir
@@ -266,6 +267,7 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
                                            sync_timings=timer is not None and timer.sync, **steps)
 
         model.to(learner)
+        run.guard.watch(model.state_dict)
         _join_ranks(world, learner, config, stack, model)
         agent = algo.learner_agent(model, learner, config)
         B = batcher.n_elems()
@@ -315,6 +317,7 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
 
         check_models_agree(model, world)
         return finish_training(run, evaluator, model, spec, title=algo.title, learner=learner_state())
+    return finish_diverged(run, title=algo.title)  # the loop raised, and the divergence found explains it
 
 
 class OffPolicyLearner(Protocol):
@@ -404,6 +407,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
         B = batcher.n_elems()
         seed = learner_seed(run.seed, world)
         learner = algo.make_learner(config, spec, resume, device=device, seed=seed, n_rows=B)
+        run.guard.watch(learner.policy.state_dict)
         _join_ranks(world, device, config, stack, learner.tensors())
         announce(world, "transitions of a replay minibatch, from the rank's own buffer", config.batch_size, config.lr)
         buffer = make_replay_buffer(config, spec, device, seed=seed, folder=run.logdir, rank=world.rank)
@@ -445,3 +449,4 @@ def train_off_policy(setup: Setup) -> TrainResult:
 
         check_models_agree(learner.tensors(), world)
         return finish_training(run, evaluator, learner.policy, spec, title=algo.title, learner=learner.state())
+    return finish_diverged(run, title=algo.title)  # the loop raised, and the divergence found explains it

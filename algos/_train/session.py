@@ -24,6 +24,7 @@ from rlstruct.agents import RL_Agent
 from rlstruct.algos._train.checkpoints import Resume, load_resume, plot_learning_curve
 from rlstruct.algos._train.config import RunConfig, check_evaluation_policy, training_workers, validate_run_config
 from rlstruct.algos._train.distributed import World, rank_device, torchrun_restarts, world_from_environment
+from rlstruct.algos._train.divergence import explained_by_divergence, finish_diverged
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
 from rlstruct.algos._train.log import Run, TrainResult, check_logdir, claim_run_folder, run_logdir
@@ -296,6 +297,10 @@ def training_run(
     SIGINT (a terminal sends it to the whole process group): closing them is this process's job, done by the
     stack. The previous handlers are restored on exit.
 
+    An exception of the loop is suppressed when the run turns out to have diverged (:attr:`~.log.Run.diverged`,
+    checked as the run closes; e.g. the envs refusing the NaN actions of diverged weights): the loop's code after
+    the ``with`` block then ends the run (:func:`finish_diverged`).
+
     Args:
         algo: the algorithm's name (the run's log folder and checkpoint say it).
         config: the validated config.
@@ -316,6 +321,7 @@ def training_run(
     run = Run(algo, config, spec, start=start, resume=resume, logger=logger, world_size=world_size)
     run.evaluation_callbacks.extend(on_evaluation)
     with contextlib.ExitStack() as stack:
+        stack.push(explained_by_divergence(run))  # last out: after run.close has checked the last rows
         stack.callback(torch.set_num_threads, threads)
         stack.callback(torch.set_float32_matmul_precision, precision)
         torch.set_float32_matmul_precision(config.matmul_precision)
@@ -523,6 +529,8 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     the iterations since they were sent); otherwise the final weights are evaluated again on fresh episodes.
     An interrupted run (``run.interrupted``) skips that final evaluation: it keeps an evaluation that has
     already finished, if any, and its result's ``eval_return`` is the last evaluation's (nan if none).
+    A run found diverged (``run.diverged``: checked first, with the rows since the last check and the weights) ends
+    by :func:`~.divergence.finish_diverged` instead: no final evaluation, no checkpoint of its weights.
 
     Args:
         run: the run, still open (this closes it).
@@ -533,6 +541,9 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
         learner: the learner's state at the end of training besides ``model``'s weights (``{"optimizer":
             optimizer.state_dict(), ...}``: plain types and tensors, copied to the CPU).
     """
+    run.flush()  # the rows since the last check, and the weights: a run that diverged ends here
+    if run.diverged is not None:
+        return finish_diverged(run, title=title)
     config, world_size = run.config, run.world_size
     interrupted = run.interrupted
     # Decided before the final evaluation, which may reach the target after the budget stopped the run; a rank whose

@@ -56,6 +56,10 @@ def stop_line(result: TrainResult, config: RunConfig) -> str:
     steps = f"{result.env_steps:,}"
     of_budget = f"{steps} of {config.max_env_steps:,}" if config.max_env_steps is not None else steps
     reason = result.stop_reason
+    if reason == "diverged" and result.diverged is not None:
+        found = result.diverged
+        return (f"stopped: the run diverged, {found['quantity']} was {found['value']} at iteration "
+                f"{found['iteration']} ({steps} env steps taken); no evaluation of it counts")
     if reason == "target":
         return (f"stopped: an evaluation reached the target return {result.target_return:g} at {steps} env steps; "
                 "kept those weights")
@@ -102,7 +106,9 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
     for any command a terminal interrupts). A second Ctrl-C, or one before training starts, stops at once,
     also with status 130 and one line. SIGTERM (``timeout``, SLURM, ``docker stop``) does the same, with
     status 143 (128 + SIGTERM). In a data-parallel run (``torchrun``), a rank whose peer died or stopped answering
-    prints one line (:class:`~rlstruct.errors.RankLostError`) and returns 1.
+    prints one line (:class:`~rlstruct.errors.RankLostError`) and returns 1. A run that diverged (a loss, a gradient
+    norm or a weight turned NaN or infinite: ``stop_reason`` ``"diverged"``) prints its stop line and the summary,
+    without a final evaluation, and returns 1.
     """
     # The process's start when this command is the process's own command line (the console script, python -m), so
     # that the wall clock counts the imports; called from Python (a test, a notebook), the call is the launch.
@@ -176,6 +182,10 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
     gc.freeze()
     if not setup.world.is_logger:  # a data-parallel rank other than 0: rank 0 reports the run
         return 128 + signal.Signals[result.stop_signal].value if result.interrupted and result.stop_signal else 0
+    if result.stop_reason == "diverged":  # the library's warning said what diverged and which checkpoint is kept
+        print(stop_line(result, setup.config))
+        print(json.dumps(result.summary()))
+        return 1
     if result.interrupted:
         print(f"{prog}: interrupted after {result.env_steps} env steps ({result.wall_time_s:.1f} s): wrote "
               f"{result.checkpoint}, the learning curve and {Path(result.logdir) / Run.SUMMARY_NAME}", file=sys.stderr)
