@@ -391,18 +391,19 @@ def run_one(suite: Suite, seed: int, logdir: Path, stop: bool, extra: list[str])
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     rows = list(csv.DictReader(open(logdir / "progress.csv")))
-    evals = [r for r in rows if r.get("eval/return")]
-    reached = next((r for r in evals if float(r["eval/return"]) >= suite.target
-                    and float(r["eval/launch_env_steps"]) > 0), None)
+    # Reached: what the run reports (a confirmed stop at the target, or a final evaluation at or above it), at the
+    # env steps of the weights it reports on.
+    reached = summary.get("reached_target", False)
+    reached_wall_s = summary.get("time_to_target_s") or summary["wall_time_s"]
     return {
         "suite": suite.name,
         "env": suite.env,
         "seed": seed,
         "time_to_target_s": summary.get("time_to_target_s"),
         "command": " ".join(c for i, c in enumerate(cmd[1:]) if "--logdir" not in cmd[i:i + 2]),
-        "reached": reached is not None,
-        "reached_wall_s": float(reached["wall_time_s"]) if reached else None,
-        "reached_env_steps": int(float(reached["eval/launch_env_steps"])) if reached else None,
+        "reached": reached,
+        "reached_wall_s": reached_wall_s if reached else None,
+        "reached_env_steps": summary.get("eval_env_steps") if reached else None,
         "final_return": summary["eval_return"],
         "env_steps": summary["env_steps"],
         "wall_time_s": summary["wall_time_s"],
