@@ -178,6 +178,10 @@ SUITES = [
 
 #: the presets page's marker for runs taken before the agents drew from counter-based noise
 BEFORE_COUNTER_DRAWS = "before the counter-based draws"
+#: what a results file written since runs stop on a confirmed evaluation records as its "stopping_rule"
+CONFIRMED_STOP = "confirmed"
+#: the mark of a row's runs taken before: they stopped at the first evaluation past the target, unconfirmed
+FIRST_EVALUATION_STOP = "stopped at the first evaluation past the target"
 #: rl-baselines3-zoo's published scores: the mean return of its final policy over about 150k evaluation steps
 ZOO = "rl-baselines3-zoo's benchmark.md (its final policy over about 150k evaluation steps)"
 #: published or locally measured references beside each preset's row: preset name -> (figure, source, where rlstruct
@@ -304,7 +308,8 @@ def presets_page(files: list[dict]) -> str:
     commit and day."""
     from rlstruct.algos._train.presets import PRESETS
 
-    results = [{**r, "commit": f.get("commit"), "date": f.get("date")} for f in files for r in f["runs"]]
+    results = [{**r, "commit": f.get("commit"), "date": f.get("date"), "stopping_rule": f.get("stopping_rule")}
+               for f in files for r in f["runs"]]
     sessions = [(f["command"], f["machine"]) for f in files]
 
     lines = ["# Presets: what naming the env gets you", "",
@@ -320,6 +325,14 @@ def presets_page(files: list[dict]) -> str:
              "step. The last column gives the day and commit of a row's runs, or says",
              f"\"{BEFORE_COUNTER_DRAWS}\" for runs taken earlier: those figures come from draws the code no longer",
              "makes.", "",
+             "A run stops at its target when an evaluation of trained weights reaches it and a confirmation of the",
+             "same weights on fresh episodes does too; the final return is then the confirmation's, and the env",
+             "steps to the target are those at which the confirmed weights were taken",
+             "([what a run's numbers mean](../concepts/run-numbers.md)). A row marked",
+             f"\"{FIRST_EVALUATION_STOP}\" holds runs taken before that rule: they stopped at the first evaluation",
+             "past the target, unconfirmed, and their final return is a later evaluation of the kept weights, which",
+             "can fall below the target; under the rule such a run goes on training, so that row's env steps can",
+             "only grow when it is taken again.", "",
              "| preset | env | target | budget (env steps) | reached | env steps to target | launch to target (s) "
              "| final return | final return IQM [95% CI] | reference | rlstruct against it | runs taken |",
              "|:--|:--|--:|--:|--:|--:|--:|--:|--:|:--|:--|:--|"]
@@ -330,6 +343,8 @@ def presets_page(files: list[dict]) -> str:
         backend = by_name[p.benchmark].backend if p.benchmark in by_name else None
         rs = [r for r in results if r["suite"] == f"preset:{p.name}"
               and (backend is None or f" --backend {backend} " in f"{r['command']} ")]
+        confirmed = [r for r in rs if r["stopping_rule"] == CONFIRMED_STOP]
+        rs = confirmed or rs  # runs under the confirmed stop replace a preset's earlier ones
         ref, _, against = REFERENCES.get(p.name, ("-", "", "-"))
         envs = p.envs[0] + (f" (+{len(p.envs) - 1} more)" if len(p.envs) > 1 else "")
         if p.unsupported:
@@ -355,8 +370,10 @@ def _taken(runs: list[dict]) -> str:
     """When a row's runs were taken: the day and commit a results file records, or the marker for the files written
     before the script recorded them (all of which predate the counter-based draws)."""
     if any(not r.get("commit") for r in runs):
-        return BEFORE_COUNTER_DRAWS
-    return ", ".join(f"{date} ({commit})" for date, commit in sorted({(r["date"], r["commit"]) for r in runs}))
+        return f"{BEFORE_COUNTER_DRAWS}, {FIRST_EVALUATION_STOP}"
+    taken = ", ".join(f"{date} ({commit})" for date, commit in sorted({(r["date"], r["commit"]) for r in runs}))
+    confirmed = all(r.get("stopping_rule") == CONFIRMED_STOP for r in runs)
+    return taken if confirmed else f"{taken}, {FIRST_EVALUATION_STOP}"
 
 
 def load_average() -> str:
@@ -540,7 +557,8 @@ def main(argv: list[str] | None = None) -> int:
                 if args.json:  # after every run: a benchmark stopped part way keeps the runs it finished
                     Path(args.json).write_text(json.dumps({"command": command, "machine": f"{machine}, load "
                                                            f"average at end {load_average()}", **run_at,
-                                                           "runs": results}, indent=1))
+                                                           "stopping_rule": CONFIRMED_STOP, "runs": results},
+                                                          indent=1))
     print()
     print(table(suites, results))
     print()
