@@ -337,3 +337,24 @@ def test_evaluations_are_the_same_idle_and_beside_a_cpu_burner(tmp_path, n_evalu
         loaded = _evaluation_rows(tmp_path, "loaded", n_evaluation_processes)
     assert [row[0] for row in idle] == [32.0 * k for k in range(31)] + [960.0]  # every iteration's, then the final
     assert loaded == idle
+
+
+def test_a_launch_due_while_one_is_pending_is_queued_and_a_confirmation_goes_first():
+    weights = _weights()
+    with contextlib.closing(Evaluator(_batcher(50), _agent_info(False), every=3, max_steps=500)) as ev:
+        ev.schedule(lambda: weights, 0, 0)
+        assert ev.pending and ev.queued == 0
+        ev.schedule(lambda: weights, 2, 64)  # not due
+        ev.schedule(lambda: weights, 3, 96)  # due while the first is not collected: queued, not skipped
+        assert ev.queued == 1
+        ev.confirm(weights, 3, 0)
+        first = ev.collect()
+        ev.schedule(lambda: weights, 4, 128)  # starts the next queued: the confirmation
+        confirmation = ev.collect()
+        ev.schedule(lambda: weights, 5, 160)
+        rest = ev.drain()
+        launched = [(r["eval/launch_env_steps"], r["eval/confirmation"]) for r in (first, confirmation, *rest)]
+        assert launched == [(0.0, 0.0), (0.0, 1.0), (96.0, 0.0)]
+        assert not ev.pending and ev.queued == 0 and ev.evaluated_weights is weights
+    with _batcher(4) as b, pytest.raises(ValueError, match="max_queued must be >= 1 evaluation, got 0"):
+        Evaluator(b, _agent_info(False), every=1, max_queued=0)
