@@ -188,17 +188,18 @@ ZOO = "rl-baselines3-zoo's benchmark.md (its final policy over about 150k evalua
 #: is ahead or behind at equal env steps)
 REFERENCES = {
     "ppo-cartpole": ("rl-zoo PPO: 500.0 +/- 0.0 after 100k env steps", ZOO,
-                     "level: 5/5 seeds past 475 by 57k env steps, within the zoo's 100k (the kept policies re-evaluate "
-                     "at 500); these runs stop at 475, so the zoo's final 500 is not measured here"),
+                     "level: 5/5 seeds past 475 by 57k env steps, within the zoo's 100k (confirmed at 500); these "
+                     "runs stop at 475, so the zoo's final 500 is not measured here"),
     "a2c-cartpole": ("rl-zoo A2C: 500.0 +/- 0.0 after 500k env steps", ZOO,
-                     "level: 5/5 seeds past 475 by 139k env steps (median 57k), within the zoo's 500k (the kept "
-                     "policies re-evaluate at 483-500)"),
+                     "level: 5/5 seeds past 475 by 139k env steps (median 57k), within the zoo's 500k (confirmed at "
+                     "483-500)"),
     "a2c-acrobot": ("rl-zoo A2C: -83.4 +/- 17.2 after 500k env steps", ZOO,
-                    "ahead in env steps: 5/5 seeds past -100 at 6.4k env steps, where the kept policies re-evaluate "
-                    "at -82.3 (median; -75.7 to -105.3), level with the zoo's -83.4 after 500k"),
+                    "ahead in env steps: 5/5 seeds past -100 at 6.4k-12.8k env steps (seed 4's candidate at 6.4k "
+                    "failed its confirmation, -105.3), confirmed at -81.9 (median; -75.7 to -83.5), level with the "
+                    "zoo's -83.4 after 500k"),
     "ppo-acrobot": ("rl-zoo PPO: -73.5 +/- 18.2 after 1M env steps", ZOO,
-                    "not measured at equal steps: 5/5 seeds past -100 by 16k env steps, where the kept policies "
-                    "re-evaluate at -82.2 (median), behind the zoo's -73.5 after 1M"),
+                    "not measured at equal steps: 5/5 seeds past -100 by 16k env steps, confirmed at -82.2 "
+                    "(median), behind the zoo's -73.5 after 1M"),
     "reinforce-cartpole": ("rlstruct's ppo-cartpole preset: 5/5 past 475 at 33k-57k env steps", "this page",
                            "level with PPO in env steps: 5/5 seeds past 475 at 25k-51k env steps (the kept policies "
                            "re-evaluate at 484-500)"),
@@ -224,7 +225,8 @@ REFERENCES = {
                     "policies re-evaluate at -95.4 (median; seed 2's at -215) against the zoo's -76.6 after 100k"),
     "ppo-pendulum": ("SB3 PPO, rl-zoo settings: -198 at 100k env steps (seed 0)",
                      "issue 33's side-by-side run on this machine (benchmarks/sb3_reference.py)",
-                     "ahead: -200 reached at 60k-80k env steps, where SB3 is at -198 after 100k"),
+                     "ahead: -200 confirmed at 60k env steps on 4/5 seeds, where SB3 is at -198 after 100k; seed "
+                     "1's candidate at 80k failed its confirmation (-242.8) and its final policy scores -173 at 100k"),
     "sac-pendulum": ("SB3 SAC, rl-zoo settings: -200 reached at 3,000 env steps (seed 0)",
                      "benchmarks/sb3_sac_reference.py on this machine",
                      "behind: 4,000-5,600 env steps against 3,000 (a 128-128 network against the zoo's 256-256)"),
@@ -246,8 +248,9 @@ REFERENCES = {
                         "kept policies re-evaluate at -117 to -133, where the zoo's final policy scores -111"),
     "ppo-mountaincar-continuous": ("rl-zoo PPO with gSDE: 88.3 +/- 2.6 after 20k env steps",
                                    ZOO,
-                                   "ahead: 5/5 seeds past 90 at 5k-15k env steps, without gSDE (the kept policies "
-                                   "re-evaluate at 74-98)"),
+                                   "ahead: 5/5 seeds past 90 at 10k-15k env steps, without gSDE (confirmed at "
+                                   "98-99; the candidates of seeds 0 and 4 at 10k and 5k failed their "
+                                   "confirmations, 86.3 and 73.8)"),
     "ppo-lunarlander": ("rl-zoo PPO, the same settings, LunarLander-v2: 242.1 +/- 31.8 after 1M env steps", ZOO,
                         "not measured at equal steps: these runs stop at 200, which 5/5 seeds pass at 393k-655k env "
                         "steps (the kept policies re-evaluate at 131-213); the zoo's 242 is after 1M"),
