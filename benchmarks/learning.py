@@ -178,23 +178,28 @@ SUITES = [
 
 #: the presets page's marker for runs taken before the agents drew from counter-based noise
 BEFORE_COUNTER_DRAWS = "before the counter-based draws"
+#: what a results file written since runs stop on a confirmed evaluation records as its "stopping_rule"
+CONFIRMED_STOP = "confirmed"
+#: the mark of a row's runs taken before: they stopped at the first evaluation past the target, unconfirmed
+FIRST_EVALUATION_STOP = "stopped at the first evaluation past the target"
 #: rl-baselines3-zoo's published scores: the mean return of its final policy over about 150k evaluation steps
 ZOO = "rl-baselines3-zoo's benchmark.md (its final policy over about 150k evaluation steps)"
 #: published or locally measured references beside each preset's row: preset name -> (figure, source, where rlstruct
 #: is ahead or behind at equal env steps)
 REFERENCES = {
     "ppo-cartpole": ("rl-zoo PPO: 500.0 +/- 0.0 after 100k env steps", ZOO,
-                     "level: 5/5 seeds past 475 by 57k env steps, within the zoo's 100k (the kept policies re-evaluate "
-                     "at 500); these runs stop at 475, so the zoo's final 500 is not measured here"),
+                     "level: 5/5 seeds past 475 by 57k env steps, within the zoo's 100k (confirmed at 500); these "
+                     "runs stop at 475, so the zoo's final 500 is not measured here"),
     "a2c-cartpole": ("rl-zoo A2C: 500.0 +/- 0.0 after 500k env steps", ZOO,
-                     "level: 5/5 seeds past 475 by 139k env steps (median 57k), within the zoo's 500k (the kept "
-                     "policies re-evaluate at 483-500)"),
+                     "level: 5/5 seeds past 475 by 139k env steps (median 57k), within the zoo's 500k (confirmed at "
+                     "483-500)"),
     "a2c-acrobot": ("rl-zoo A2C: -83.4 +/- 17.2 after 500k env steps", ZOO,
-                    "ahead in env steps: 5/5 seeds past -100 at 6.4k env steps, where the kept policies re-evaluate "
-                    "at -82.3 (median; -75.7 to -105.3), level with the zoo's -83.4 after 500k"),
+                    "ahead in env steps: 5/5 seeds past -100 at 6.4k-12.8k env steps (seed 4's candidate at 6.4k "
+                    "failed its confirmation, -105.3), confirmed at -81.9 (median; -75.7 to -83.5), level with the "
+                    "zoo's -83.4 after 500k"),
     "ppo-acrobot": ("rl-zoo PPO: -73.5 +/- 18.2 after 1M env steps", ZOO,
-                    "not measured at equal steps: 5/5 seeds past -100 by 16k env steps, where the kept policies "
-                    "re-evaluate at -82.2 (median), behind the zoo's -73.5 after 1M"),
+                    "not measured at equal steps: 5/5 seeds past -100 by 16k env steps, confirmed at -82.2 "
+                    "(median), behind the zoo's -73.5 after 1M"),
     "reinforce-cartpole": ("rlstruct's ppo-cartpole preset: 5/5 past 475 at 33k-57k env steps", "this page",
                            "level with PPO in env steps: 5/5 seeds past 475 at 25k-51k env steps (the kept policies "
                            "re-evaluate at 484-500)"),
@@ -220,7 +225,8 @@ REFERENCES = {
                     "policies re-evaluate at -95.4 (median; seed 2's at -215) against the zoo's -76.6 after 100k"),
     "ppo-pendulum": ("SB3 PPO, rl-zoo settings: -198 at 100k env steps (seed 0)",
                      "issue 33's side-by-side run on this machine (benchmarks/sb3_reference.py)",
-                     "ahead: -200 reached at 60k-80k env steps, where SB3 is at -198 after 100k"),
+                     "ahead: -200 confirmed at 60k env steps on 4/5 seeds, where SB3 is at -198 after 100k; seed "
+                     "1's candidate at 80k failed its confirmation (-242.8) and its final policy scores -173 at 100k"),
     "sac-pendulum": ("SB3 SAC, rl-zoo settings: -200 reached at 3,000 env steps (seed 0)",
                      "benchmarks/sb3_sac_reference.py on this machine",
                      "behind: 4,000-5,600 env steps against 3,000 (a 128-128 network against the zoo's 256-256)"),
@@ -242,8 +248,9 @@ REFERENCES = {
                         "kept policies re-evaluate at -117 to -133, where the zoo's final policy scores -111"),
     "ppo-mountaincar-continuous": ("rl-zoo PPO with gSDE: 88.3 +/- 2.6 after 20k env steps",
                                    ZOO,
-                                   "ahead: 5/5 seeds past 90 at 5k-15k env steps, without gSDE (the kept policies "
-                                   "re-evaluate at 74-98)"),
+                                   "ahead: 5/5 seeds past 90 at 10k-15k env steps, without gSDE (confirmed at "
+                                   "98-99; the candidates of seeds 0 and 4 at 10k and 5k failed their "
+                                   "confirmations, 86.3 and 73.8)"),
     "ppo-lunarlander": ("rl-zoo PPO, the same settings, LunarLander-v2: 242.1 +/- 31.8 after 1M env steps", ZOO,
                         "not measured at equal steps: these runs stop at 200, which 5/5 seeds pass at 393k-655k env "
                         "steps (the kept policies re-evaluate at 131-213); the zoo's 242 is after 1M"),
@@ -304,7 +311,8 @@ def presets_page(files: list[dict]) -> str:
     commit and day."""
     from rlstruct.algos._train.presets import PRESETS
 
-    results = [{**r, "commit": f.get("commit"), "date": f.get("date")} for f in files for r in f["runs"]]
+    results = [{**r, "commit": f.get("commit"), "date": f.get("date"), "stopping_rule": f.get("stopping_rule")}
+               for f in files for r in f["runs"]]
     sessions = [(f["command"], f["machine"]) for f in files]
 
     lines = ["# Presets: what naming the env gets you", "",
@@ -320,6 +328,14 @@ def presets_page(files: list[dict]) -> str:
              "step. The last column gives the day and commit of a row's runs, or says",
              f"\"{BEFORE_COUNTER_DRAWS}\" for runs taken earlier: those figures come from draws the code no longer",
              "makes.", "",
+             "A run stops at its target when an evaluation of trained weights reaches it and a confirmation of the",
+             "same weights on fresh episodes does too; the final return is then the confirmation's, and the env",
+             "steps to the target are those at which the confirmed weights were taken",
+             "([what a run's numbers mean](../concepts/run-numbers.md)). A row marked",
+             f"\"{FIRST_EVALUATION_STOP}\" holds runs taken before that rule: they stopped at the first evaluation",
+             "past the target, unconfirmed, and their final return is a later evaluation of the kept weights, which",
+             "can fall below the target; under the rule such a run goes on training, so that row's env steps can",
+             "only grow when it is taken again.", "",
              "| preset | env | target | budget (env steps) | reached | env steps to target | launch to target (s) "
              "| final return | final return IQM [95% CI] | reference | rlstruct against it | runs taken |",
              "|:--|:--|--:|--:|--:|--:|--:|--:|--:|:--|:--|:--|"]
@@ -330,6 +346,8 @@ def presets_page(files: list[dict]) -> str:
         backend = by_name[p.benchmark].backend if p.benchmark in by_name else None
         rs = [r for r in results if r["suite"] == f"preset:{p.name}"
               and (backend is None or f" --backend {backend} " in f"{r['command']} ")]
+        confirmed = [r for r in rs if r["stopping_rule"] == CONFIRMED_STOP]
+        rs = confirmed or rs  # runs under the confirmed stop replace a preset's earlier ones
         ref, _, against = REFERENCES.get(p.name, ("-", "", "-"))
         envs = p.envs[0] + (f" (+{len(p.envs) - 1} more)" if len(p.envs) > 1 else "")
         if p.unsupported:
@@ -355,8 +373,10 @@ def _taken(runs: list[dict]) -> str:
     """When a row's runs were taken: the day and commit a results file records, or the marker for the files written
     before the script recorded them (all of which predate the counter-based draws)."""
     if any(not r.get("commit") for r in runs):
-        return BEFORE_COUNTER_DRAWS
-    return ", ".join(f"{date} ({commit})" for date, commit in sorted({(r["date"], r["commit"]) for r in runs}))
+        return f"{BEFORE_COUNTER_DRAWS}, {FIRST_EVALUATION_STOP}"
+    taken = ", ".join(f"{date} ({commit})" for date, commit in sorted({(r["date"], r["commit"]) for r in runs}))
+    confirmed = all(r.get("stopping_rule") == CONFIRMED_STOP for r in runs)
+    return taken if confirmed else f"{taken}, {FIRST_EVALUATION_STOP}"
 
 
 def load_average() -> str:
@@ -391,18 +411,19 @@ def run_one(suite: Suite, seed: int, logdir: Path, stop: bool, extra: list[str])
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     rows = list(csv.DictReader(open(logdir / "progress.csv")))
-    evals = [r for r in rows if r.get("eval/return")]
-    reached = next((r for r in evals if float(r["eval/return"]) >= suite.target
-                    and float(r["eval/launch_env_steps"]) > 0), None)
+    # Reached: what the run reports (a confirmed stop at the target, or a final evaluation at or above it), at the
+    # env steps of the weights it reports on.
+    reached = summary.get("reached_target", False)
+    reached_wall_s = summary.get("time_to_target_s") or summary["wall_time_s"]
     return {
         "suite": suite.name,
         "env": suite.env,
         "seed": seed,
         "time_to_target_s": summary.get("time_to_target_s"),
         "command": " ".join(c for i, c in enumerate(cmd[1:]) if "--logdir" not in cmd[i:i + 2]),
-        "reached": reached is not None,
-        "reached_wall_s": float(reached["wall_time_s"]) if reached else None,
-        "reached_env_steps": int(float(reached["eval/launch_env_steps"])) if reached else None,
+        "reached": reached,
+        "reached_wall_s": reached_wall_s if reached else None,
+        "reached_env_steps": summary.get("eval_env_steps") if reached else None,
         "final_return": summary["eval_return"],
         "env_steps": summary["env_steps"],
         "wall_time_s": summary["wall_time_s"],
@@ -539,7 +560,8 @@ def main(argv: list[str] | None = None) -> int:
                 if args.json:  # after every run: a benchmark stopped part way keeps the runs it finished
                     Path(args.json).write_text(json.dumps({"command": command, "machine": f"{machine}, load "
                                                            f"average at end {load_average()}", **run_at,
-                                                           "runs": results}, indent=1))
+                                                           "stopping_rule": CONFIRMED_STOP, "runs": results},
+                                                          indent=1))
     print()
     print(table(suites, results))
     print()

@@ -100,6 +100,7 @@ def train_ppo(budget: int) -> float:
             gamma=0.9,  # Pendulum's rewards are dense: a short horizon learns faster (rl-zoo's choice)
             lr=2e-3,
             max_env_steps=budget,  # the learning rate decays to 0 over the budget
+            stop_at_reward_threshold=False,  # the whole budget: the preset's target (-200) would stop the run there
             time_limit=600.0,
             eval_every=5,
             seed=0,
@@ -109,7 +110,7 @@ def train_ppo(budget: int) -> float:
         )
         # The same run from a shell (every config field is a flag): rlstruct eval reloads its checkpoint.
         print(f"   rlstruct train ppo --env Pendulum-v1 --n-envs 16 --n-steps 250 --n-epochs 10 --n-minibatches 8 "
-              f"--gamma 0.9 --lr 2e-3 --max-env-steps {budget}")
+              f"--gamma 0.9 --lr 2e-3 --max-env-steps {budget} --no-stop-at-reward-threshold")
         result = train(config)
         evaluations = [(int(r["env_steps"]), r["eval/return"]) for r in result.history if "eval/return" in r]
         for steps, ret in evaluations:
@@ -140,11 +141,12 @@ def normalised_ppo(budget: int) -> float:
     # rewards divided by the running standard deviation of the discounted return.
     with tempfile.TemporaryDirectory() as logdir:
         config = PPOConfig(env="Pendulum-v1", backend="torch", n_envs=16, n_steps=250, n_epochs=10, n_minibatches=8,
-                           gamma=0.9, lr=2e-3, max_env_steps=budget, time_limit=600.0, eval_every=4, seed=0,
+                           gamma=0.9, lr=2e-3, max_env_steps=budget, stop_at_reward_threshold=False,
+                           time_limit=600.0, eval_every=4, seed=0,
                            logdir=logdir, progress=False, tensorboard=False,
                            normalize_observations=True, normalize_rewards=True, reward_scale=1.0)
         print(f"   rlstruct train ppo --env Pendulum-v1 ... --normalize-observations --normalize-rewards "
-              f"--reward-scale 1 --max-env-steps {budget}")
+              f"--reward-scale 1 --max-env-steps {budget} --no-stop-at-reward-threshold")
         result = train(config)
         stats = {k: v for k, v in torch.load(result.checkpoint, weights_only=True)["model"].items()
                  if k.startswith("normalizer.")}

@@ -74,9 +74,10 @@ class RunConfig:
     time_limit: float = setting(60.0, "stop training after this many seconds of wall clock", group="run")
     max_env_steps: int | None = setting(None, "the step budget: stop after this many env steps (None: no limit)",
                                         group="run")
-    target_return: float | None = setting(None, "stop once an evaluation reaches this mean return", group="run")
-    stop_at_reward_threshold: bool = setting(True, "without target_return, stop at the env's reward_threshold",
-                                             group="run")
+    target_return: float | None = setting(None, "stop once an evaluation and its confirmation on fresh episodes "
+                                          "reach this mean return", group="run")
+    stop_at_reward_threshold: bool = setting(True, "without target_return, stop at the preset's target, else the "
+                                             "env's reward_threshold (false: spend the budget)", group="run")
     hidden_sizes: tuple[int, ...] = setting((64, 64), "hidden layer widths of the networks", group="run")
     lr: float = setting(1e-3, "Adam learning rate", group="run")
     n_evaluation_envs: int = setting(16, "episodes per evaluation", group="evaluation")
@@ -90,7 +91,7 @@ class RunConfig:
                                                                  "env_kwargs (a JSON object)", group="evaluation")
     evaluation_policy: str = setting("greedy", "greedy (the policy's mode) or sample (as in training)",
                                      group="evaluation")
-    eval_every: int = setting(50, "training iterations at least between two evaluations", group="evaluation")
+    eval_every: int = setting(50, "training iterations between two evaluations", group="evaluation")
     logdir: str | None = setting(None, "folder of the run's files (None: runs/ALGO-ENV-SEED); one "
                                  "holding a run gives FOLDER-2, FOLDER-3 and so on", group="run")
     log_every: int = setting(10, "iterations between two TensorBoard and progress-bar updates", group="run")
@@ -167,7 +168,7 @@ class OffPolicyConfig(RunConfig):
 
     n_envs: int = setting(4, "training environments in all, split evenly over the workers (off-policy: 4)")
     hidden_sizes: tuple[int, ...] = setting((128, 128), "hidden layer widths of the networks (off-policy: 128 128)")
-    eval_every: int = setting(25, "training iterations at least between two evaluations (off-policy: 25)")
+    eval_every: int = setting(25, "training iterations between two evaluations (off-policy: 25)")
     rollout_steps: int = setting(16, "steps of every env per acquisition", group="off-policy")
     buffer_size: int = setting(50_000, "transitions the replay buffer holds", group="off-policy")
     batch_size: int = setting(64, "transitions per gradient step", group="off-policy")

@@ -4,6 +4,8 @@ episode per env in chunks of bounded memory, and the evaluation agent of a saved
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +26,17 @@ from rlstruct.structures import DictTensor, Trajectories
 __all__ = ["EpisodeTally", "Evaluator", "agent_info_row", "evaluate_checkpoint", "evaluation_agent", "run_episodes"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Launch:
+    """An evaluation to run: the weights, the iteration and env steps at which they were taken, and whether it
+    confirms an earlier evaluation of the same weights."""
+
+    weights: dict[str, torch.Tensor]
+    iteration: int
+    env_steps: int
+    confirmation: bool
 
 
 class EpisodeTally:
@@ -119,55 +132,72 @@ def run_episodes(batcher: RL_Batcher, max_steps: int, agent_info: DictTensor | N
 
 
 class Evaluator:
-    """Asynchronous evaluation with an episodic batcher, in bounded memory.
+    """Asynchronous evaluation with an episodic batcher, in bounded memory, on a schedule that does not depend on time.
 
-    :meth:`poll` never blocks: it collects what the batcher has finished (``get(blocking=False)``) and then, at
-    most every ``every`` iterations, sends the current weights (``update``), restarts the episodes (``reset``) and
-    launches the next evaluation (``execute``). An evaluation runs one episode per env, ``batcher.n_timesteps``
-    steps per acquisition: each acquisition's rewards and lengths are added to per-env sums
-    (:class:`EpisodeTally`) and the next acquisition continues the same episodes, until every episode has ended
-    or ``max_steps`` steps were taken. The batcher's buffer thus holds ``n_timesteps`` steps whatever the
-    episodes' length (Atari's 27,000 steps of frames would not fit), and the result is the one a single
-    acquisition of ``max_steps`` steps gives.
+    An evaluation runs one episode per env, ``batcher.n_timesteps`` steps per acquisition: each acquisition's rewards
+    and lengths are added to per-env sums (:class:`EpisodeTally`) and the next acquisition continues the same
+    episodes, until every episode has ended or ``max_steps`` steps were taken. The batcher's buffer thus holds
+    ``n_timesteps`` steps whatever the episodes' length (Atari's 27,000 steps of frames would not fit), and the result
+    is the one a single acquisition of ``max_steps`` steps gives.
 
-    With worker processes the evaluation runs while training goes on: each :meth:`poll` collects the acquisitions
+    Evaluations are due every ``every`` iterations (:meth:`schedule`): a due evaluation is queued with its weights and
+    its launch step, and the queue runs in order, one evaluation at a time, a confirmation (:meth:`confirm`) going
+    first. Which evaluations run, in which order, and so which episodes each one gets (the evaluation envs' streams
+    go on from one evaluation to the next) depend on the iterations only, never on how fast the evaluation runs: the
+    same seed gives the same evaluations on an idle machine and a loaded one, in process and with worker processes.
+
+    With worker processes the evaluation runs while training goes on: each :meth:`collect` collects the acquisitions
     that finished and launches the next, so an evaluation advances by at least one acquisition per poll (a larger
-    ``n_timesteps`` takes fewer polls and more memory). In process (``n_processes=0``), ``execute`` runs the
-    acquisition before it returns, so :meth:`launch` runs the whole evaluation. :meth:`final` evaluates the final
-    weights, blocking.
+    ``n_timesteps`` takes fewer polls and more memory). When more than ``max_queued`` evaluations wait, the next
+    :meth:`schedule` waits for the one under way (the queue holds a copy of the weights per evaluation). In process
+    (``n_processes=0``), ``execute`` runs the acquisition before it returns, so :meth:`launch` runs the whole
+    evaluation. :meth:`final` evaluates the final weights, blocking.
 
     Args:
         batcher: an episodic batcher (``autoreset=False``), or an auto-reset one, whose envs' first episodes count
             (what a CUDA-graph batcher needs: its loop cannot stop early).
         agent_info: the evaluation's agent_info (CPU, one row per env), e.g. ``stochastic=False``.
-        every: iterations at least between two launches.
+        every: iterations between two scheduled evaluations.
         max_steps: steps per episode at most (the env's time limit); ``None``: ``batcher.n_timesteps`` (one
             acquisition per evaluation).
+        max_queued: evaluations that may wait behind the one under way.
 
     Raises:
-        ValueError: ``max_steps < 1``.
+        ValueError: ``max_steps < 1`` or ``max_queued < 1``.
     """
 
-    def __init__(self, batcher: RL_Batcher, agent_info: DictTensor, every: int, *, max_steps: int | None = None):
+    def __init__(self, batcher: RL_Batcher, agent_info: DictTensor, every: int, *, max_steps: int | None = None,
+                 max_queued: int = 4):
         if max_steps is not None and max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 step or None (one acquisition), got {max_steps!r}")
+        if max_queued < 1:
+            raise ValueError(f"max_queued must be >= 1 evaluation, got {max_queued!r}")
         self.batcher = batcher
         self.agent_info = agent_info
         self.every = every
         self.max_steps = batcher.n_timesteps if max_steps is None else max_steps
+        self.max_queued = max_queued
         #: an evaluation is under way or finished and not yet collected
         self.pending = False
+        #: the iteration of the last evaluation scheduled (queued or launched)
         self.last_launch: int | None = None
-        self._launch_steps = 0
-        self._launch_weights: dict[str, torch.Tensor] | None = None
+        self._queue: collections.deque[_Launch] = collections.deque()
+        self._current: _Launch | None = None
         self._tally: EpisodeTally | None = None
         self._executing = False  # an execute awaits its get
         self._blocked = 0.0  # seconds the caller spent in this evaluation's calls so far
         #: the weights of the last evaluation collected (what its result is about)
         self.evaluated_weights: dict[str, torch.Tensor] | None = None
 
-    def launch(self, weights: dict[str, torch.Tensor], iteration: int, env_steps: int) -> None:
-        """Sends ``weights`` and starts an evaluation of ``batcher.n_elems()`` episodes."""
+    @property
+    def queued(self) -> int:
+        """Evaluations waiting behind the one under way."""
+        return len(self._queue)
+
+    def launch(self, weights: dict[str, torch.Tensor], iteration: int, env_steps: int, *,
+               confirmation: bool = False) -> None:
+        """Sends ``weights`` and starts an evaluation of ``batcher.n_elems()`` episodes now (none may be pending)."""
+        assert not self.pending, "one evaluation at a time: queue it (schedule, confirm)"
         t0 = time.perf_counter()
         self._blocked = 0.0
         self.batcher.update(weights)
@@ -176,10 +206,36 @@ class Evaluator:
         self.batcher.execute()
         self._executing = True
         self.pending = True
-        self.last_launch = iteration
-        self._launch_steps = env_steps
-        self._launch_weights = weights
+        if not confirmation:
+            self.last_launch = iteration
+        self._current = _Launch(weights, iteration, env_steps, confirmation)
         self._advance(blocking=False, since=t0)
+
+    def schedule(self, weights: Callable[[], dict[str, torch.Tensor]], iteration: int, env_steps: int) -> None:
+        """Queues an evaluation of ``weights()`` when one is due at ``iteration``, and starts the next queued one
+        when none is under way.
+
+        Args:
+            weights: called only when an evaluation is due (so that the CPU copy is made only then).
+            iteration: the current training iteration.
+            env_steps: the current training env steps (the evaluation's launch step).
+        """
+        if self.last_launch is None or iteration - self.last_launch >= self.every:
+            self._queue.append(_Launch(weights(), iteration, env_steps, False))
+            self.last_launch = iteration
+        if self.pending and len(self._queue) > self.max_queued:  # bounded memory: wait (the results do not change)
+            self._advance(blocking=True)
+        self._start_next()
+
+    def confirm(self, weights: dict[str, torch.Tensor], iteration: int, env_steps: int) -> None:
+        """Queues a confirmation of ``weights`` (those of an evaluation collected, launched at ``env_steps``) ahead
+        of every other queued evaluation: the next evaluation that starts, on fresh episodes."""
+        self._queue.appendleft(_Launch(weights, iteration, env_steps, True))
+
+    def _start_next(self) -> None:
+        if not self.pending and self._queue:
+            nxt = self._queue.popleft()
+            self.launch(nxt.weights, nxt.iteration, nxt.env_steps, confirmation=nxt.confirmation)
 
     def _advance(self, blocking: bool, *, since: float | None = None) -> bool:
         """Collects the acquisitions that are ready, launching the next while episodes run on; returns whether the
@@ -203,20 +259,15 @@ class Evaluator:
     def poll(
         self, weights: Callable[[], dict[str, torch.Tensor]], iteration: int, env_steps: int
     ) -> dict[str, float] | None:
-        """Collects a finished evaluation (or ``None``) and launches the next one when it is time.
+        """Collects a finished evaluation (or ``None``), then :meth:`schedule`.
 
         Args:
-            weights: called only when a launch happens (so that the CPU copy is made only then).
+            weights: called only when an evaluation is due (so that the CPU copy is made only then).
             iteration: the current training iteration.
             env_steps: the current training env steps.
         """
-        result = None
-        if self.pending:
-            if not self._advance(blocking=False):
-                return None
-            result = self._summarise()
-        if self.last_launch is None or iteration - self.last_launch >= self.every:
-            self.launch(weights(), iteration, env_steps)
+        result = self.collect()
+        self.schedule(weights, iteration, env_steps)
         return result
 
     def collect(self) -> dict[str, float] | None:
@@ -225,25 +276,34 @@ class Evaluator:
             return None
         return self._summarise()
 
-    def final(self, weights: dict[str, torch.Tensor], iteration: int, env_steps: int) -> tuple[dict | None, dict]:
-        """Waits for a pending evaluation, then evaluates ``weights`` again (blocking, fresh episodes).
+    def drain(self) -> list[dict[str, float]]:
+        """Waits for the evaluation under way and runs every queued one (blocking); their results, in order."""
+        results = []
+        while self.pending or self._queue:
+            self._start_next()
+            self._advance(blocking=True)
+            results.append(self._summarise())
+        return results
+
+    def final(self, weights: dict[str, torch.Tensor], iteration: int, env_steps: int) -> tuple[list[dict], dict]:
+        """Runs the pending and queued evaluations (:meth:`drain`), then evaluates ``weights`` (blocking, fresh
+        episodes).
 
         Returns:
-            ``(the pending evaluation's result or None, the final result)``.
+            ``(the pending and queued evaluations' results, the final result)``.
         """
-        previous = None
-        if self.pending:
-            self._advance(blocking=True)
-            previous = self._summarise()
+        previous = self.drain()
         self.launch(weights, iteration, env_steps)
         self._advance(blocking=True)
         return previous, self._summarise()
 
     def _summarise(self) -> dict[str, float]:
         assert self._tally is not None and self._tally.finished
+        assert self._current is not None
         tally, self._tally = self._tally, None
+        launch, self._current = self._current, None
         self.pending = False
-        self.evaluated_weights = self._launch_weights
+        self.evaluated_weights = launch.weights
         n_running = int(tally.running.sum())
         if n_running:
             log.warning("%d evaluation episodes did not finish within %d steps; their returns are partial",
@@ -255,7 +315,8 @@ class Evaluator:
             "eval/return_max": float(returns.max()),
             "eval/length": float(lengths.float().mean()),
             "eval/episodes": float(returns.shape[0]),
-            "eval/launch_env_steps": float(self._launch_steps),
+            "eval/launch_env_steps": float(launch.env_steps),
+            "eval/confirmation": float(launch.confirmation),
             "eval/blocked_s": self._blocked,
         }
 
@@ -269,6 +330,7 @@ class Evaluator:
         finally:
             self._executing = False
             self.pending = False
+            self._queue.clear()
             self.batcher.close()
 
 

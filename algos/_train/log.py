@@ -28,6 +28,7 @@ from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, save_chec
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.finite import DivergenceGuard
+from rlstruct.algos._train.presets import preset_stop_target
 from rlstruct.algos._train.run_folder import CONFIG_NAME, CSV_NAME, SUMMARY_NAME, FolderClaim, write_whole
 from rlstruct.algos._train.seeds import session_seed
 from rlstruct.algos._train.trackers import Tracker, open_trackers
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from rlstruct.algos._train.evaluation import Evaluator
 
 __all__ = ["STOP_REASONS", "Run", "TrainResult", "check_logdir", "claim_logdir", "claim_run_folder",
-           "earlier_run_files", "run_logdir"]
+           "earlier_run_files", "reaches", "run_logdir", "run_target"]
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,9 @@ class TrainResult:
     """What :func:`train` returns.
 
     Attributes:
-        eval_return: mean return of the final (blocking) evaluation of the final policy.
+        eval_return: the mean return the run reports: of the confirmation that stopped it at its target (the
+            weights kept are the ones it evaluated), else of the final (blocking) evaluation of the final policy, or,
+            for an interrupted run, of the last evaluation that finished (nan if none).
         env_steps: training environment steps taken.
         wall_time_s: seconds from the start of ``train`` to the end of the final evaluation.
         history: one dict per training iteration (and per evaluation), as in ``progress.csv``.
@@ -58,23 +61,29 @@ class TrainResult:
         iterations: training iterations done.
         checkpoint: path of ``checkpoint.pt``.
         plot: path of the learning-curve PNG (``None`` without matplotlib).
-        target_return: the return that stops training (``target_return`` or the env's threshold), or ``None``.
-        reached_target: whether an evaluation reached it (training then stopped, keeping those weights).
+        target_return: the return that stops training (``target_return``, else the preset's target, else the env's
+            threshold: :func:`run_target`), or ``None``.
+        reached_target: exactly ``eval_return >= target_return`` (False without a target or a number): computed
+            from those two, whatever value is passed.
+        eval_env_steps: the env steps at which the weights that ``eval_return`` is about were taken for their
+            evaluation (``env_steps`` for a final evaluation; earlier for a target's confirmation or an interrupted
+            run's last evaluation); None without a number.
         interrupted: whether a Ctrl-C (SIGINT) or a SIGTERM stopped training early; ``eval_return`` is then the
             last evaluation's (nan if none finished): the final evaluation is skipped.
         stop_signal: the signal that did (``"SIGINT"``, ``"SIGTERM"``), else ``None``.
         stop_reason: why training stopped, one of :data:`STOP_REASONS`: ``"diverged"`` (a loss, a gradient norm or
             a weight turned NaN or infinite: ``diverged`` says which), ``"target"`` (an evaluation reached
-            ``target_return``), ``"budget"`` (``max_env_steps`` spent), ``"time_limit"`` (``time_limit`` seconds
-            spent), ``"signal"`` (``stop_signal``), ``"another_rank"`` (a data-parallel run's other rank stopped it).
+            ``target_return`` and its confirmation on fresh episodes did too), ``"budget"`` (``max_env_steps``
+            spent), ``"time_limit"`` (``time_limit`` seconds spent), ``"signal"`` (``stop_signal``),
+            ``"another_rank"`` (a data-parallel run's other rank stopped it).
         preset: the preset whose settings the run used (``"none"``: the bare defaults and the settings given).
         startup_s: seconds from the launch (the process's start for ``rlstruct train``, the call for ``train``) to
             the end of this session's first training iteration (None: none ended).
-        time_to_target_s: seconds from the launch to the end of the evaluation that reached the target (None: none
-            did in this session).
+        time_to_target_s: seconds from the launch to the end of the confirmation that stopped the run at its target
+            (None: none did in this session).
         world_size: the ranks that trained it (``torchrun``: data-parallel learners; 1 for a plain run).
         preset_target: the return ``preset`` is tuned to reach within its budget (its learning benchmark's target,
-            as ``rlstruct presets`` lists it), or ``None``; a reference, not a stop: ``target_return`` is that.
+            as ``rlstruct presets`` lists it), or ``None``; the run stops at it when it is ``target_return``.
         diverged: for a run that diverged, ``{"quantity", "iteration", "value"}`` of the first non-finite value
             found (:class:`~.finite.DivergenceGuard`); its ``eval_return`` is nan (no evaluation of it counts),
             ``reached_target`` False, and ``checkpoint`` the one written before the divergence, if any.
@@ -99,11 +108,16 @@ class TrainResult:
     stop_reason: str = "budget"
     preset_target: float | None = None
     diverged: dict[str, Any] | None = None
+    eval_env_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        self.reached_target = reaches(self.eval_return, self.target_return)
 
     def summary(self) -> dict[str, Any]:
         """The JSON-able fields (everything but the history)."""
         return {
             "eval_return": self.eval_return,
+            "eval_env_steps": self.eval_env_steps,
             "env_steps": self.env_steps,
             "wall_time_s": round(self.wall_time_s, 3),
             "logdir": self.logdir,
@@ -122,6 +136,35 @@ class TrainResult:
             "preset_target": self.preset_target,
             "diverged": self.diverged,
         }
+
+
+def reaches(value: float | None, target: float | None) -> bool:
+    """Whether a mean return ``value`` is at or above ``target`` (False when either is missing or nan).
+
+    >>> reaches(475.0, 475.0), reaches(474.9, 475.0), reaches(float("nan"), 475.0), reaches(500.0, None)
+    (True, False, False, False)
+    """
+    return value is not None and target is not None and not math.isnan(value) and value >= target
+
+
+def run_target(config: RunConfig, spec: EnvSpec) -> float | None:
+    """The return at which a run stops: ``config.target_return`` when set; else, with ``stop_at_reward_threshold``
+    (the default), the target of the run's preset on this env (:func:`~.presets.preset_stop_target`), else the env's
+    ``reward_threshold``; else ``None`` (the run spends its budget).
+
+    >>> from rlstruct.algos._train.config import RunConfig
+    >>> spec = EnvSpec((4,), "float32", 2, 500, reward_threshold=475.0)
+    >>> run_target(RunConfig(target_return=100.0), spec), run_target(RunConfig(), spec)
+    (100.0, 475.0)
+    >>> run_target(RunConfig(stop_at_reward_threshold=False), spec) is None
+    True
+    """
+    if config.target_return is not None:
+        return config.target_return
+    if not config.stop_at_reward_threshold:
+        return None
+    preset = preset_stop_target(config.preset, config.env)
+    return preset if preset is not None else spec.reward_threshold
 
 
 def run_logdir(algo: str, config: RunConfig, resume: Resume | None) -> Path:
@@ -258,9 +301,7 @@ class Run:
         self.world_size = world_size
         self.config = config
         self.spec = spec
-        self.target_return = config.target_return
-        if self.target_return is None and config.stop_at_reward_threshold:
-            self.target_return = spec.reward_threshold
+        self.target_return = run_target(config, spec)
         self.start = time.perf_counter() if start is None else start
         self.logdir = run_logdir(algo, config, resume)
         if logger:
@@ -283,7 +324,13 @@ class Run:
         #: the run's videos (``--video-every``), set by :func:`~.session.open_batchers`; None without
         self.videos: Any = None
         self.last_eval: float | None = None
+        #: the env steps at which the weights of :attr:`last_eval` were taken for their evaluation
+        self.last_eval_env_steps: int | None = None
+        #: whether a confirmation cleared the target (the run then stops, keeping :attr:`kept_weights`)
         self.reached_target = False
+        #: the weights whose confirmation cleared the target, and the env steps at which they were taken
+        self.kept_weights: dict[str, torch.Tensor] | None = None
+        self.kept_env_steps: int | None = None
         self.startup_s: float | None = None
         self.time_to_target_s: float | None = None
         #: the signal (``"SIGINT"``: a Ctrl-C, or ``"SIGTERM"``) that interrupted the run during
@@ -401,8 +448,8 @@ class Run:
         return min(self.env_steps / self.config.max_env_steps, 1.0)
 
     def should_stop(self) -> bool:
-        """True once the time limit or the env-step budget is spent, an evaluation reached the target, or the
-        run was interrupted or diverged; :attr:`stop_reason` says which."""
+        """True once the time limit or the env-step budget is spent, a confirmed evaluation reached the target, or
+        the run was interrupted or diverged; :attr:`stop_reason` says which."""
         if self.diverged is not None:
             self.stop_reason = "diverged"
         elif self.interrupted:
@@ -430,31 +477,50 @@ class Run:
         if self.iteration % self.config.log_every == 0:
             self.flush()
 
-    def record_eval(self, result: dict[str, float]) -> None:
-        """Logs an evaluation result (its own row, at the current iteration)."""
+    def record_eval(self, result: dict[str, float], evaluator: Evaluator | None = None) -> None:
+        """Logs an evaluation result (its own row, at the current iteration) and applies the stopping rule.
+
+        Given the ``evaluator`` that gave it, during training: a periodic evaluation of trained weights whose mean
+        reaches the target is a candidate, and ``evaluator`` evaluates the same weights again on fresh episodes
+        next (:meth:`~.evaluation.Evaluator.confirm`); a confirmation whose mean reaches the target stops the run,
+        which keeps those weights (:attr:`reached_target`, :attr:`kept_weights`), and one below lets it go on.
+        """
         self.flush()
         self.last_eval = result["eval/return"]
+        launched = int(result.get("eval/launch_env_steps", self.env_steps))
+        self.last_eval_env_steps = launched
+        confirmation = bool(result.get("eval/confirmation", 0.0))
         # The untrained network's evaluation does not count: on CartPole a random network can balance by luck. Nor
         # does one of a run that diverged (the flush above checked it).
-        trained = result.get("eval/launch_env_steps", 1.0) > 0 and self.diverged is None
-        if self.target_return is not None and trained and self.last_eval >= self.target_return:
-            self.reached_target = True
-            if self.time_to_target_s is None:
-                self.time_to_target_s = self.elapsed()
+        if (evaluator is not None and launched > 0 and self.diverged is None
+                and reaches(self.last_eval, self.target_return)):
+            assert evaluator.evaluated_weights is not None
+            if confirmation:
+                self.reached_target = True
+                self.kept_weights, self.kept_env_steps = evaluator.evaluated_weights, launched
+                if self.time_to_target_s is None:
+                    self.time_to_target_s = self.elapsed()
+            else:
+                evaluator.confirm(evaluator.evaluated_weights, self.iteration, launched)
         row = {"iteration": self.iteration, "env_steps": self.env_steps, "wall_time_s": self.wall_time(), **result}
         self._write([row], tb_rows=[row])
-        log.info("iteration %d, %d env steps: evaluation return %.2f", self.iteration, self.env_steps, self.last_eval)
+        what = "confirmation of the evaluation" if confirmation else "evaluation"
+        log.info("iteration %d, %d env steps: %s launched at %d env steps: return %.2f", self.iteration,
+                 self.env_steps, what, launched, self.last_eval)
 
     def poll_evaluation(self, evaluator: Evaluator, weights: Callable[[], dict]) -> None:
-        """Logs the result of ``evaluator`` if one is ready (never waits); ``weights`` gives the CPU state dict
-        for the next evaluation."""
-        result = evaluator.poll(weights, self.iteration, self.env_steps)
+        """Logs the result of ``evaluator`` if one is ready (never waits), then schedules the evaluations due
+        (none once the run reached its target); ``weights`` gives the CPU state dict for the next evaluation."""
+        result = evaluator.collect()
         if result is not None:
-            self.record_eval(result)
-            for hook in self.evaluation_hooks:
-                hook(weights, self.env_steps)
-            for callback in self.evaluation_callbacks:
-                callback(result)
+            self.record_eval(result, evaluator)
+            if not result.get("eval/confirmation"):  # a confirmation repeats a launch step already reported
+                for hook in self.evaluation_hooks:
+                    hook(weights, self.env_steps)
+                for callback in self.evaluation_callbacks:
+                    callback(result)
+        if not self.reached_target:
+            evaluator.schedule(weights, self.iteration, self.env_steps)
 
     def flush(self) -> None:
         """Converts the pending rows and the watched weights' finiteness (one host sync), checks them

@@ -284,7 +284,7 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
         if timer is not None:
             timer.watch(batcher)
         if world.is_logger:
-            evaluator.launch(cpu_state_dict(model), run.iteration, run.env_steps)
+            evaluator.schedule(lambda: cpu_state_dict(model), run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
             agent_info, stats = algo.schedule(config, run.env_steps, B) if algo.schedule else (None, {})
             with phase("collect"):
@@ -419,7 +419,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
         batcher.update(weights)
         batcher.reset()
         if world.is_logger:
-            evaluator.launch(weights, run.iteration, run.env_steps)
+            evaluator.schedule(lambda: weights, run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
             agent_info, stats = learner.agent_info(run.env_steps)
             batcher.execute(agent_info=agent_info)

@@ -28,6 +28,7 @@ __all__ = [
     "given_fields",
     "list_presets",
     "preset_named",
+    "preset_stop_target",
     "preset_target",
     "setting_sources",
 ]
@@ -50,11 +51,14 @@ class Preset:
         envs: the env ids it is for, or ``fnmatch`` patterns of a family (``"ALE/*"``).
         settings: config field -> value, in the field's type (``max_env_steps`` is the step budget it was tuned
             for; schedules such as ``anneal_lr`` run over it).
-        target: the evaluation return it reaches within that budget in the learning benchmark (None: not proven).
+        target: the evaluation return it reaches within that budget in the learning benchmark (None: not proven);
+            a run on ``target_env`` stops there (:func:`preset_stop_target`).
         source: where the values come from (a benchmark suite, a published configuration).
         benchmark: the ``benchmarks/learning.py`` suite that proves it, if any.
         unsupported: set when the algorithm does not learn the env within a sensible budget: why, and what does.
             Such an entry applies no settings.
+        target_env: the env the target was measured on (``None``: the first of ``envs``); on the family's other
+            envs the target means nothing (5 is Breakout's, not Pong's), and the preset sets no stop.
     """
 
     name: str
@@ -65,6 +69,7 @@ class Preset:
     source: str
     benchmark: str | None = None
     unsupported: str | None = None
+    target_env: str | None = None
 
     def matches(self, algo: str, env: str) -> bool:
         """True if this preset is for ``algo`` on ``env`` (an exact id or a family pattern)."""
@@ -228,7 +233,8 @@ PRESETS: tuple[Preset, ...] = (
     Preset("dqn-lunarlander", "dqn", ("LunarLander-v3",), _DQN_LUNARLANDER, 200.0,
            "rl-baselines3-zoo's DQN LunarLander-v3 settings"),
     Preset("dqn-minatar", "dqn", ("MinAtar/*",), _DQN_MINATAR, 5.0,
-           "the MinAtar paper's DQN settings, with Adam and fewer gradient steps", "dqn-minatar-breakout-torch"),
+           "the MinAtar paper's DQN settings, with Adam and fewer gradient steps", "dqn-minatar-breakout-torch",
+           target_env="MinAtar/Breakout-v1"),
     Preset("ppo-mujoco", "ppo", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
                                  "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
            _PPO_MUJOCO, 1000.0, "CleanRL's ppo_continuous_action (= SB3's PPO defaults), with both normalisations",
@@ -238,14 +244,17 @@ PRESETS: tuple[Preset, ...] = (
            _SAC_MUJOCO, 1000.0, "CleanRL's sac_continuous_action", "sac-hopper-gymnasium"),
     Preset("pqn-minatar", "pqn", ("MinAtar/*",), _PQN_MINATAR, 5.0,
            "PQN's MinAtar settings (128 envs x 32 steps, lambda 0.65, LayerNorm) over 300k env steps",
-           "pqn-minatar-breakout-torch"),
+           "pqn-minatar-breakout-torch", target_env="MinAtar/Breakout-v1"),
     Preset("ppo-minatar", "ppo", ("MinAtar/*",),
            {"n_envs": 32, "n_steps": 64, "n_minibatches": 4, "lr": 5e-4, "entropy_coef": 0.01, "eval_every": 10,
             "max_env_steps": 1_000_000, "time_limit": 1800.0}, 5.0,
-           "benchmarks/learning.py's MinAtar Breakout suite", "ppo-minatar-breakout-torch"),
-    Preset("ppo-atari", "ppo", ("ALE/*",), _PPO_ATARI, 5.0, "CleanRL's ppo_atari.py", "ppo-atari-breakout"),
+           "benchmarks/learning.py's MinAtar Breakout suite", "ppo-minatar-breakout-torch",
+           target_env="MinAtar/Breakout-v1"),
+    Preset("ppo-atari", "ppo", ("ALE/*",), _PPO_ATARI, 5.0, "CleanRL's ppo_atari.py", "ppo-atari-breakout",
+           target_env="ALE/Breakout-v5"),
     Preset("dqn-atari", "dqn", ("ALE/*",), _DQN_ATARI, 5.0,
-           "CleanRL's dqn_atari.py with Dopamine's schedule and 3-step returns", "dqn-atari-breakout"),
+           "CleanRL's dqn_atari.py with Dopamine's schedule and 3-step returns", "dqn-atari-breakout",
+           target_env="ALE/Breakout-v5"),
 )
 
 
@@ -289,13 +298,28 @@ def preset_named(name: str, algo: str, env: str) -> Preset | None:
 def preset_target(name: str) -> float | None:
     """The return the preset ``name`` is tuned to reach within its budget, its learning benchmark's target (what
     ``rlstruct presets`` lists and a run's summary records as ``preset_target``); None for ``"none"`` or a preset
-    without one. A run stops at its own ``target_return`` only, never at this.
+    without one. A run of it stops there on the env it was measured on (:func:`preset_stop_target`).
 
     >>> preset_target("ppo-pendulum"), preset_target("a2c-pendulum"), preset_target("none")
     (-200.0, None, None)
     """
     preset = next((p for p in PRESETS if p.name == name), None)
     return None if preset is None or preset.unsupported else preset.target
+
+
+def preset_stop_target(name: str, env: str) -> float | None:
+    """The return at which a run of the preset ``name`` on ``env`` stops (unless ``target_return`` says otherwise):
+    the preset's target on the env it was measured on, else None.
+
+    >>> preset_stop_target("ppo-minatar", "MinAtar/Breakout-v1"), preset_stop_target("ppo-minatar", "MinAtar/Pong")
+    (5.0, None)
+    >>> preset_stop_target("a2c-cartpole", "CartPole-v1"), preset_stop_target("none", "CartPole-v1")
+    (475.0, None)
+    """
+    preset = next((p for p in PRESETS if p.name == name), None)
+    if preset is None or preset.unsupported or preset.target is None:
+        return None
+    return preset.target if env == (preset.target_env or preset.envs[0]) else None
 
 
 def given_fields(config: Any) -> frozenset[str]:
@@ -380,5 +404,6 @@ def list_presets() -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     table = "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r[:4], widths)), r[4], f"({r[5]})"]) for r in rows)
     return (f"{table}\n\ntarget: the evaluation return the preset's learning benchmark reaches within the budget (over "
-            "5 seeds: docs/benchmarks/presets.md); a run records it as preset_target and stops at --target-return "
-            "or the env's reward threshold only")
+            "5 seeds: docs/benchmarks/presets.md); a run records it as preset_target and, on the env it was measured "
+            "on, stops there once a confirmed evaluation reaches it (--target-return sets another, "
+            "--no-stop-at-reward-threshold none)")

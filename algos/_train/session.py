@@ -525,10 +525,14 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     session) and ``learner``, what a resumed run restores (see
     :func:`~rlstruct.algos._train.checkpoints.load_resume`).
 
-    Where an evaluation reached the target return, the weights it evaluated are the ones kept (not those of
-    the iterations since they were sent); otherwise the final weights are evaluated again on fresh episodes.
-    An interrupted run (``run.interrupted``) skips that final evaluation: it keeps an evaluation that has
-    already finished, if any, and its result's ``eval_return`` is the last evaluation's (nan if none).
+    A run stopped at its target (a confirmation cleared it: see :meth:`~.log.Run.record_eval`) keeps the weights
+    that were confirmed (not those of the iterations since) and reports the confirmation's return: no further
+    evaluation runs that could disagree. Otherwise the evaluations due are run (the queue of
+    :class:`~.evaluation.Evaluator`) and the final weights are evaluated again on fresh episodes, whose return is
+    reported. An interrupted run (``run.interrupted``) skips those: it keeps an evaluation that has already
+    finished, if any, and its result's ``eval_return`` is the last evaluation's (nan if none). In every case
+    ``reached_target`` is ``eval_return >= target_return``, and ``eval_env_steps`` says at which env steps the
+    weights reported on were taken.
     A run found diverged (``run.diverged``: checked first, with the rows since the last check and the weights) ends
     by :func:`~.divergence.finish_diverged` instead: no final evaluation, no checkpoint of its weights.
 
@@ -546,8 +550,7 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
         return finish_diverged(run, title=title)
     config, world_size = run.config, run.world_size
     interrupted = run.interrupted
-    # Decided before the final evaluation, which may reach the target after the budget stopped the run; a rank whose
-    # own check did not say stop was stopped by another's vote.
+    # A rank whose own check did not say stop was stopped by another's vote.
     stop_reason = "signal" if interrupted else run.stop_reason or "another_rank"
     if not run.logger:
         run.close()
@@ -558,21 +561,24 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
         log.warning("no training iteration ran: the time limit (%g s) was spent before the first one (setup, "
                     "compilation, the first evaluation); what follows evaluates the untrained policy. Raise "
                     "--time-limit", config.time_limit)
-    if run.reached_target:
-        model.load_state_dict(evaluator.evaluated_weights)
     if interrupted:
         finished = evaluator.collect()
         if finished is not None:
             run.record_eval(finished)
         eval_return = math.nan if run.last_eval is None else run.last_eval
+        eval_env_steps = run.last_eval_env_steps
+    elif stop_reason == "target":
+        assert run.kept_weights is not None and run.last_eval is not None
+        model.load_state_dict(run.kept_weights)
+        eval_return, eval_env_steps = run.last_eval, run.kept_env_steps
     else:
         previous, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
-        if previous is not None:
-            run.record_eval(previous)
+        for result in previous:
+            run.record_eval(result)
         run.record_eval(final)
-        eval_return = final["eval/return"]
-        if run.videos is not None:  # the policy kept: the one that reached the target, or the final one
-            run.videos.record(cpu_state_dict(model), run.env_steps)
+        eval_return, eval_env_steps = final["eval/return"], run.env_steps
+    if run.videos is not None and not interrupted:  # the policy kept: the one confirmed at the target, or the final one
+        run.videos.record(cpu_state_dict(model), run.env_steps)
     wall = run.elapsed()
     run.close()
     checkpoint = run.save_checkpoint(model, learner or {}, eval_return=eval_return, interrupted=interrupted,
@@ -583,7 +589,7 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     result = TrainResult(eval_return, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
                          checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
                          config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason,
-                         preset_target(config.preset))
+                         preset_target(config.preset), eval_env_steps=eval_env_steps)
     write_whole(run.logdir / Run.SUMMARY_NAME, json.dumps(result.summary(), indent=2))
     run.report(result.summary(), [checkpoint, plot, *(run.videos.paths if run.videos is not None else [])])
     return result

@@ -23,7 +23,7 @@ from rlstruct.algos._train.presets import apply_preset, describe_preset, setting
 from rlstruct.algos._train.run_folder import given_back_unless_trained
 from rlstruct.errors import BatcherWorkerTimeout, ConfigError, RankLostError, RLStructError, RunFinishedError
 
-__all__ = ["configure_logging", "launched_at", "run_main", "stop_line"]
+__all__ = ["configure_logging", "launched_at", "result_line", "run_main", "stop_line"]
 
 
 def launched_at() -> float:
@@ -61,8 +61,9 @@ def stop_line(result: TrainResult, config: RunConfig) -> str:
         return (f"stopped: the run diverged, {found['quantity']} was {found['value']} at iteration "
                 f"{found['iteration']} ({steps} env steps taken); no evaluation of it counts")
     if reason == "target":
-        return (f"stopped: an evaluation reached the target return {result.target_return:g} at {steps} env steps; "
-                "kept those weights")
+        return (f"stopped: the weights taken at {result.eval_env_steps:,} env steps reached the target return "
+                f"{result.target_return:g} in an evaluation and in its confirmation on {config.n_evaluation_envs} "
+                f"fresh episodes; kept those weights ({steps} env steps trained)")
     if reason == "budget":
         return f"stopped: the budget of {config.max_env_steps:,} env steps was spent ({steps} taken)"
     if reason == "time_limit":
@@ -80,6 +81,32 @@ def _finished_summary(resume: str) -> str | None:
         return json.dumps(json.loads((folder / Run.SUMMARY_NAME).read_text()))
     except (OSError, ValueError):
         return None
+
+
+def result_line(result: TrainResult) -> str:
+    """The line of ``rlstruct train`` that gives the return it reports, which weights it is about, and where it
+    stands against the run's target.
+
+    >>> done = TrainResult(480.5, 300_000, 61.0, [], "runs/x", target_return=475.0, stop_reason="target",
+    ...                    eval_env_steps=294_912)
+    >>> result_line(done).split(" after ")[0]
+    'evaluation return 480.50 (the confirmation of the weights taken at 294,912 env steps)'
+    >>> result_line(done).split(": ")[1]
+    'at or above the target 475'
+    >>> print(result_line(TrainResult(435.06, 500_000, 90.0, [], "runs/x", target_return=475.0)))
+    final evaluation return 435.06 after 500,000 env steps in 90.0 s: below the target 475
+    """
+    if result.stop_reason == "target":
+        head = (f"evaluation return {result.eval_return:.2f} (the confirmation of the weights taken at "
+                f"{result.eval_env_steps:,} env steps)")
+    else:
+        head = f"final evaluation return {result.eval_return:.2f}"
+    line = f"{head} after {result.env_steps:,} env steps in {result.wall_time_s:.1f} s"
+    if result.target_return is not None:
+        line += f": {'at or above' if result.reached_target else 'below'} the target {result.target_return:g}"
+    if result.preset_target is not None and result.preset_target != result.target_return:
+        line += f" (preset {result.preset}'s target: {result.preset_target:g})"
+    return line
 
 
 def configure_logging() -> None:
@@ -193,11 +220,7 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
         print(json.dumps(result.summary()))
         return 128 + signal.Signals[result.stop_signal or "SIGINT"]
     print(stop_line(result, setup.config))
-    reference = ""
-    if result.preset_target is not None and result.target_return is None:  # a reference the run did not stop at
-        reference = f" (preset {result.preset}'s target: {result.preset_target:g})"
-    print(f"final evaluation return {result.eval_return:.2f} after {result.env_steps} env steps "
-          f"in {result.wall_time_s:.1f} s{reference}")
+    print(result_line(result))
     tensorboard = f" (TensorBoard: tensorboard --logdir {result.logdir})" if setup.config.tensorboard else ""
     print(f"logs: {Path(result.logdir) / Run.CSV_NAME}{tensorboard}")
     if result.plot:

@@ -459,9 +459,16 @@ def test_summary_times_the_launch_to_the_first_iteration_and_to_the_target(tmp_p
                    "2", "--logdir", str(tmp_path / "reached"), *TINY)
     assert out.returncode == 0, out.stderr
     summary = last_json(out.stdout)
-    assert summary["reached_target"]
+    assert summary["reached_target"] and summary["eval_return"] >= 60
     assert summary["stop_reason"] == "target", "a run that reached its target says so in summary.json"
-    assert "stopped: an evaluation reached the target return 60 at " in out.stdout
+    # One story: the stop line, the return line and the summary name the same weights and the same number.
+    at = f"{summary['eval_env_steps']:,}"
+    assert 0 < summary["eval_env_steps"] <= summary["env_steps"]
+    assert (f"stopped: the weights taken at {at} env steps reached the target return 60 in an evaluation and in its "
+            "confirmation on ") in out.stdout
+    assert (f"evaluation return {summary['eval_return']:.2f} (the confirmation of the weights taken at {at} env "
+            f"steps) after {summary['env_steps']:,} env steps") in out.stdout
+    assert ": at or above the target 60" in out.stdout
     # torch's import alone takes longer than 0.3 s on any machine this runs on.
     assert 0.3 < summary["startup_s"] < summary["time_to_target_s"] <= summary["wall_time_s"]
     assert json.loads((tmp_path / "reached" / "summary.json").read_text())["time_to_target_s"] == summary[
@@ -473,6 +480,9 @@ def test_summary_times_the_launch_to_the_first_iteration_and_to_the_target(tmp_p
     assert summary["stop_reason"] == "budget", "a run that spent --max-env-steps says so in summary.json"
     assert json.loads((tmp_path / "missed" / "summary.json").read_text())["stop_reason"] == "budget"
     assert "stopped: the budget of 400 env steps was spent" in missed.stdout
+    assert summary["eval_env_steps"] == summary["env_steps"] and summary["target_return"] == 475.0
+    assert f"final evaluation return {summary['eval_return']:.2f} after " in missed.stdout
+    assert ": below the target 475" in missed.stdout
 
 
 def test_a_run_stopped_by_the_time_limit_says_so_and_no_tensorboard_hint_without_it(tmp_path, capsys):

@@ -119,7 +119,7 @@ def test_cuda_captured_evaluation_equals_the_episodic_one(chunk):
 def _summary(returns: torch.Tensor, lengths: torch.Tensor) -> dict[str, float]:
     return {"eval/return": float(returns.mean()), "eval/return_min": float(returns.min()),
             "eval/return_max": float(returns.max()), "eval/length": float(lengths.float().mean()),
-            "eval/episodes": float(N_ENVS), "eval/launch_env_steps": 0.0}
+            "eval/episodes": float(N_ENVS), "eval/launch_env_steps": 0.0, "eval/confirmation": 0.0}
 
 
 def _without_time(result: dict[str, float] | None, *, at_most: float) -> dict[str, float] | None:
@@ -146,7 +146,7 @@ def test_the_evaluator_in_process_finishes_at_launch_and_reports_the_oracle(capl
         assert not ev.pending and ev.collect() is None
         t0 = time.perf_counter()
         previous, final = ev.final(_weights(), 10, 0)  # fresh episodes: the envs' next resets
-        assert previous is None and _without_time(final, at_most=time.perf_counter() - t0) == _summary(*second[:2])
+        assert previous == [] and _without_time(final, at_most=time.perf_counter() - t0) == _summary(*second[:2])
     with caplog.at_level(logging.WARNING, logger="rlstruct.algos._train.evaluation"):
         with contextlib.closing(Evaluator(_batcher(5), _agent_info(False), every=3, max_steps=6)) as ev:
             ev.final(_weights(), 0, 0)
@@ -174,7 +174,7 @@ def test_the_evaluator_with_workers_polls_without_blocking_and_reports_the_oracl
         assert polls > 1  # the acquisitions ran while this process went on
         t0 = time.perf_counter()
         previous, final = ev.final(weights, 2, 0)
-        assert previous is None and _without_time(final, at_most=time.perf_counter() - t0) == _summary(*second[:2])
+        assert previous == [] and _without_time(final, at_most=time.perf_counter() - t0) == _summary(*second[:2])
         ev.launch(weights, 3, 0)  # closing with an acquisition under way collects it first
 
 
@@ -294,3 +294,67 @@ def test_evaluation_env_kwargs_are_checked_before_anything_runs():
     with pytest.raises(ValueError, match=r"evaluation_env_kwargs must be keyword arguments that the torch backend's "
                                          r"constructor of 'CartPole-v1' takes, got \{'no_such_argument': 1\}"):
         a2c.ALGORITHM.validate(a2c.A2CConfig(evaluation_env_kwargs={"no_such_argument": 1}, progress=False))
+
+
+@contextlib.contextmanager
+def _cpu_burner(n: int = 2):
+    """``n`` processes spinning on the CPU for the duration of the block."""
+    import subprocess
+    import sys
+
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _evaluation_rows(tmp_path, name: str, n_evaluation_processes: int) -> list[tuple[float, ...]]:
+    """The evaluation rows of a small A2C run on CartPole: (launch step, confirmation, return, length)."""
+    from rlstruct.algos import a2c
+
+    # One evaluation due every iteration, each taking several acquisitions of 8 steps: with worker processes an
+    # evaluation spans several iterations, so a schedule that followed the evaluations' speed would launch others.
+    config = a2c.A2CConfig(env=ENV, n_envs=4, n_steps=8, max_env_steps=4 * 8 * 30, eval_every=1, n_evaluation_envs=3,
+                           evaluation_chunk_steps=8, n_evaluation_processes=n_evaluation_processes, preset="none",
+                           stop_at_reward_threshold=False, time_limit=600.0, logdir=str(tmp_path / name),
+                           progress=False, tensorboard=False)
+    result = a2c.train(config)
+    keys = ("eval/launch_env_steps", "eval/confirmation", "eval/return", "eval/length")
+    return [tuple(row.get(k, 0.0) for k in keys) for row in result.history if "eval/return" in row]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("n_evaluation_processes", [0, 1])
+def test_evaluations_are_the_same_idle_and_beside_a_cpu_burner(tmp_path, n_evaluation_processes):
+    """Each evaluation is a function of the weights, the seed and its launch step: the same rows (launch steps and
+    returns) on an idle machine and on one whose cores another process keeps busy, in process and with a worker."""
+    idle = _evaluation_rows(tmp_path, "idle", n_evaluation_processes)
+    with _cpu_burner():
+        loaded = _evaluation_rows(tmp_path, "loaded", n_evaluation_processes)
+    assert [row[0] for row in idle] == [32.0 * k for k in range(31)] + [960.0]  # every iteration's, then the final
+    assert loaded == idle
+
+
+def test_a_launch_due_while_one_is_pending_is_queued_and_a_confirmation_goes_first():
+    weights = _weights()
+    with contextlib.closing(Evaluator(_batcher(50), _agent_info(False), every=3, max_steps=500)) as ev:
+        ev.schedule(lambda: weights, 0, 0)
+        assert ev.pending and ev.queued == 0
+        ev.schedule(lambda: weights, 2, 64)  # not due
+        ev.schedule(lambda: weights, 3, 96)  # due while the first is not collected: queued, not skipped
+        assert ev.queued == 1
+        ev.confirm(weights, 3, 0)
+        first = ev.collect()
+        ev.schedule(lambda: weights, 4, 128)  # starts the next queued: the confirmation
+        confirmation = ev.collect()
+        ev.schedule(lambda: weights, 5, 160)
+        rest = ev.drain()
+        launched = [(r["eval/launch_env_steps"], r["eval/confirmation"]) for r in (first, confirmation, *rest)]
+        assert launched == [(0.0, 0.0), (0.0, 1.0), (96.0, 0.0)]
+        assert not ev.pending and ev.queued == 0 and ev.evaluated_weights is weights
+    with _batcher(4) as b, pytest.raises(ValueError, match="max_queued must be >= 1 evaluation, got 0"):
+        Evaluator(b, _agent_info(False), every=1, max_queued=0)

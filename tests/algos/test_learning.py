@@ -16,7 +16,7 @@ import pytest
 
 from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce
 from rlstruct.algos._train.env_spec import EnvSpec, describe_env
-from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.log import Run, TrainResult
 from rlstruct.errors import SpaceError
 
 RANDOM_POLICY_RETURN = 22.0
@@ -143,23 +143,62 @@ def test_target_return_stops_early_and_keeps_the_weights_that_reached_it(tmp_pat
                                   anneal_lr=False))
     result = a2c.train(cfg)
     evals = [r for r in result.history if "eval/return" in r]
-    reached = [r for r in evals if r["eval/launch_env_steps"] > 0 and r["eval/return"] >= 30.0]
-    assert reached and result.env_steps < 50_000
-    # The final evaluation replays the kept weights on fresh episodes (same policy, other initial states).
-    assert result.eval_return > 0.5 * reached[0]["eval/return"]
+    assert result.stop_reason == "target" and result.reached_target and result.env_steps < 50_000
+    # The run stopped on a confirmation: the same weights (those of a periodic evaluation that reached the target)
+    # evaluated again on fresh episodes, whose return is the one reported; no evaluation comes after it.
+    confirmation, candidate = evals[-1], evals[-2]
+    assert confirmation["eval/confirmation"] == 1.0 and candidate["eval/confirmation"] == 0.0
+    assert confirmation["eval/launch_env_steps"] == candidate["eval/launch_env_steps"] == result.eval_env_steps > 0
+    assert candidate["eval/return"] >= 30.0 and result.eval_return == confirmation["eval/return"] >= 30.0
 
 
-def test_default_target_is_the_env_reward_threshold(tmp_path):
+@pytest.mark.parametrize(("eval_return", "target", "reached"), [
+    (435.06, 475.0, False), (475.0, 475.0, True), (500.0, 475.0, True), (math.nan, 475.0, False),
+    (500.0, None, False), (-150.0, -200.0, True), (-250.0, -200.0, False)])
+def test_reached_target_holds_exactly_when_the_reported_return_clears_the_target(eval_return, target, reached):
+    """The invariant: whatever a caller passes, ``reached_target`` is ``eval_return >= target_return``."""
+    for claimed in (True, False):
+        result = TrainResult(eval_return, 100, 1.0, [], "runs/x", target_return=target, reached_target=claimed,
+                             eval_env_steps=100)
+        assert result.reached_target is reached and result.summary()["reached_target"] is reached
+        assert result.summary()["eval_env_steps"] == 100
+
+
+class _Evaluations:
+    """What :meth:`Run.record_eval` asks of the evaluator that gave a result: its weights, and a confirmation."""
+
+    def __init__(self):
+        self.evaluated_weights = {"w": 1}
+        self.confirmations: list[int] = []
+
+    def confirm(self, weights, iteration: int, env_steps: int) -> None:
+        self.confirmations.append(env_steps)
+
+
+def _result(mean: float, launched: float, confirmation: bool = False) -> dict[str, float]:
+    return {"eval/return": mean, "eval/launch_env_steps": launched, "eval/confirmation": float(confirmation)}
+
+
+def test_default_target_is_the_env_reward_threshold_and_a_confirmation_stops_the_run(tmp_path):
     spec = describe_env("CartPole-v1", "torch", None)
     assert spec == EnvSpec((4,), "float32", 2, 500, 475.0)
-    cfg = a2c.A2CConfig(**_common(tmp_path))
+    cfg = a2c.A2CConfig(**_common(tmp_path), preset="none")
     runs = [Run("a2c", cfg, spec), Run("a2c", dataclasses.replace(cfg, target_return=100.0), spec),
             Run("a2c", dataclasses.replace(cfg, stop_at_reward_threshold=False), spec)]
     assert [r.target_return for r in runs] == [475.0, 100.0, None]
-    runs[0].record_eval({"eval/return": 500.0, "eval/launch_env_steps": 0.0})
-    assert not runs[0].reached_target and not runs[0].should_stop(), "the untrained network's evaluation does not count"
-    runs[0].record_eval({"eval/return": 480.0, "eval/launch_env_steps": 256.0})
-    assert runs[0].reached_target and runs[0].should_stop()
+    run, ev = runs[0], _Evaluations()
+    run.record_eval(_result(500.0, 0.0), ev)
+    assert not ev.confirmations and not run.should_stop(), "the untrained network's evaluation does not count"
+    run.record_eval(_result(480.0, 256.0), ev)
+    assert ev.confirmations == [256] and not run.should_stop(), "a candidate is confirmed before the run stops"
+    run.record_eval(_result(470.0, 256.0, confirmation=True), ev)
+    assert not run.reached_target and not run.should_stop(), "a confirmation below the target lets the run go on"
+    run.record_eval(_result(490.0, 512.0), ev)
+    run.record_eval(_result(476.0, 512.0, confirmation=True), ev)
+    assert ev.confirmations == [256, 512] and run.should_stop() and run.stop_reason == "target"
+    assert (run.kept_weights, run.kept_env_steps, run.last_eval) == ({"w": 1}, 512, 476.0)
+    rows = [r for r in run.history if "eval/return" in r]
+    assert [r["eval/confirmation"] for r in rows] == [0.0, 0.0, 1.0, 0.0, 1.0]
     for r in runs:
         r.close()
 

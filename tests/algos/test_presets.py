@@ -13,12 +13,15 @@ import typing
 import pytest
 
 from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce, sac
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.log import run_target
 from rlstruct.algos._train.presets import (
     PRESETS,
     apply_preset,
     find_preset,
     given_fields,
     list_presets,
+    preset_stop_target,
     preset_target,
 )
 from rlstruct.errors import ConfigError
@@ -169,6 +172,30 @@ def test_presets_command_lists_the_table():
     assert preset_target("none") is None and preset_target("a2c-pendulum") is None
 
 
+@pytest.mark.parametrize("preset", [p for p in PRESETS if p.target is not None and not p.unsupported],
+                         ids=lambda p: p.name)
+def test_every_preset_that_names_a_target_stops_at_it_on_the_env_it_was_measured_on(preset):
+    """A run of a preset stops at its target (MinAtar's and Atari's included), unless ``target_return`` names another
+    or ``stop_at_reward_threshold`` is off; on a family's other envs the target (Breakout's) sets no stop."""
+    env = preset.target_env or preset.envs[0]
+    spec = EnvSpec((4,), "float32", 2, 500, reward_threshold=123.0)  # an env threshold the preset's target overrides
+    config = CONFIGS[preset.algo](env=env, preset=preset.name)
+    assert preset_stop_target(preset.name, env) == preset.target == run_target(config, spec)
+    assert run_target(dataclasses.replace(config, target_return=7.0), spec) == 7.0
+    assert run_target(dataclasses.replace(config, stop_at_reward_threshold=False), spec) is None
+    assert run_target(dataclasses.replace(config, preset="none"), spec) == 123.0
+    if "*" in preset.envs[0]:
+        other = preset.envs[0].replace("*", "Pong-v1")
+        assert preset_stop_target(preset.name, other) is None
+        assert run_target(dataclasses.replace(config, env=other), spec) == 123.0
+
+
+def test_the_family_presets_name_the_env_of_their_target():
+    assert {p.name: p.target_env for p in PRESETS if any("*" in e for e in p.envs)} == {
+        "dqn-minatar": "MinAtar/Breakout-v1", "pqn-minatar": "MinAtar/Breakout-v1",
+        "ppo-minatar": "MinAtar/Breakout-v1", "ppo-atari": "ALE/Breakout-v5", "dqn-atari": "ALE/Breakout-v5"}
+
+
 @pytest.mark.timeout(300)
 def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path):
     logdir = tmp_path / "run"
@@ -178,9 +205,10 @@ def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path):
     assert first.returncode == 0, first.stderr
     summary = last_json(first.stdout)
     assert summary["preset"] == "ppo-pendulum"
-    # Pendulum-v1 has no reward threshold: the run trains for its budget and reports the preset's target beside it.
-    assert summary["preset_target"] == -200.0 and summary["target_return"] is None
-    assert summary["stop_reason"] == "budget" and "(preset ppo-pendulum's target: -200)" in first.stdout
+    # Pendulum-v1 has no reward threshold: the preset's target is the run's, which 4,000 env steps do not reach.
+    assert summary["preset_target"] == -200.0 and summary["target_return"] == -200.0
+    assert summary["stop_reason"] == "budget" and not summary["reached_target"]
+    assert ": below the target -200" in first.stdout and "preset ppo-pendulum's target" not in first.stdout
     assert json.loads((logdir / "summary.json").read_text())["preset_target"] == -200.0
     saved = json.loads((logdir / "config.json").read_text())
     assert saved["preset"] == "ppo-pendulum" and saved["n_steps"] == 250 and saved["max_env_steps"] == 4000
