@@ -35,7 +35,8 @@ worker that fails, :class:`BatcherWorkerError`.
 
 For the algorithms' runs: a path that is no readable rlstruct checkpoint (nothing there, a folder without a
 ``checkpoint.pt``, a file that cannot be read, is not a checkpoint or is a damaged one), :class:`CheckpointError`
-from ``rlstruct.algos.load``, ``rlstruct eval`` and ``--resume`` alike; an observation given to ``Policy.predict`` that
+from ``rlstruct.algos.load``, ``rlstruct eval`` and ``--resume`` alike; a run's ``summary.json`` that ``rlstruct
+compare`` cannot read as a result, :class:`RunRecordError`; an observation given to ``Policy.predict`` that
 does not fit the env's, :class:`SpaceError`.
 
 A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
@@ -65,6 +66,7 @@ __all__ = [
     "CheckpointError",
     "VideoError",
     "RankLostError",
+    "RunRecordError",
 ]
 
 
@@ -188,3 +190,8 @@ class RankLostError(RLStructError, RuntimeError):
 
     def __reduce__(self):
         return (type(self), (self.args[0], self.rank, self.world_size))
+
+
+class RunRecordError(RLStructError, ValueError):
+    """A run folder's record cannot be read as a result: its ``summary.json`` (or ``config.json``) is not a JSON
+    object, or a finished run's ``eval_return`` is missing, not a number or not finite. The message names the file."""
