@@ -5,22 +5,36 @@ its evaluations as they arrive, trials run side by side in worker processes, and
 Optuna compares trials at the same step; a trial reports each evaluation of trained weights at the tenth of the step
 budget in which it was launched (step 0 to 10), so that trials that collect in batches of other sizes meet at the
 same steps.
+
+Several processes may share a study: trial N draws its settings from a sampler seeded by ``(seed, N)``, so that they
+draw different trials while one sweep stays reproducible; a trial whose process died is failed at the next call.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import json
 import math
 import multiprocessing
+import os
 import shlex
+import signal
+import socket
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlstruct.algos._train.flags import OneLineParser, build_parser, config_from_args, given_flags
+from rlstruct.algos._train.log import check_logdir
 from rlstruct.algos._train.presets import given_fields
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
 from rlstruct.algos._train.search_space import covering, load_space, suggest, trial_params
@@ -34,6 +48,12 @@ DEFAULT_STORAGE = "sqlite:///runs/sweeps.db"
 _RUN_LOCAL = ("env", "seed", "logdir", "progress", "tensorboard", "preset", "resume")
 #: the tenths of the step budget at which a trial reports its evaluations
 _STEPS_PER_BUDGET = 10
+#: seconds between a running trial's heartbeats, and without one after which another process fails the trial (a
+#: trial process on another machine that died; on this machine a dead process is seen at once): generous, since a
+#: heartbeat waits for the database's lock like any write
+_HEARTBEAT_S, _GRACE_S = 20, 300
+#: the storage's answer to "what is the fix" for a URL it cannot use
+_URL_FIX = "pass an SQLAlchemy URL, e.g. sqlite:///runs/sweeps.db (a file) or postgresql://user@host/db"
 
 
 def _optuna() -> Any:
@@ -88,6 +108,8 @@ class SweepPlan:
         base, given = self.base()
         params = suggest(trial, self.space)
         config = dataclasses.replace(base, **params, logdir=str(Path(self.logdir) / f"trial-{trial.number}"))
+        # Who runs the trial: a later call on this machine fails it at once if that process is gone.
+        trial.set_user_attr("process", {"host": socket.gethostname(), "pid": os.getpid()})
         setup = description.validate(config, given=given | set(params) | {"logdir"})
         budget = setup.config.max_env_steps
         reported: set[int] = set()
@@ -107,27 +129,63 @@ class SweepPlan:
         chosen = given_fields(setup.config) | set(params)
         settings = {k: v for k, v in setup.config.to_dict().items() if k in chosen and k not in _RUN_LOCAL}
         trial.set_user_attr("settings", settings)
-        trial.set_user_attr("logdir", config.logdir)
+        trial.set_user_attr("logdir", setup.config.logdir)
         result = description.run(dataclasses.replace(setup, on_evaluation=(report,)))
         if result.interrupted:
             raise KeyboardInterrupt
         trial.set_user_attr("env_steps", result.env_steps)
+        trial.set_user_attr("stop_reason", result.stop_reason)
+        if result.stop_reason == "diverged":  # not a score: Optuna fails a trial whose objective is nan
+            return math.nan
         return result.eval_return
 
-    def optimize(self, n_trials: int, worker: int = 0) -> None:
-        """Runs ``n_trials`` trials of the study, one after another, printing a line after each."""
+    def optimize(self, n_trials: int, *, wait_for_enqueued: bool = False) -> None:
+        """Runs ``n_trials`` trials of the study, one after another, printing a line after each; first waits until
+        another process has taken the study's enqueued trials (the preset's) when ``wait_for_enqueued``."""
         optuna = _optuna()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        # Seeded per worker and per call: a second call must not draw the first one's settings again.
         storage = _open_storage(self.storage)
-        if worker:
+        if wait_for_enqueued:
             _wait_for_enqueued(optuna.load_study(study_name=self.study_name, storage=storage))
-        earlier = len(optuna.load_study(study_name=self.study_name, storage=storage).trials)
-        sampler = optuna.samplers.TPESampler(seed=self.seed + 1000 * worker + earlier)
-        study = optuna.load_study(study_name=self.study_name, storage=storage, sampler=sampler,
+        study = optuna.load_study(study_name=self.study_name, storage=storage, sampler=_trial_seeded_sampler(self.seed),
                                   pruner=self.pruner)
         # A drawn combination that a run refuses fails its trial (Optuna logs why); the sweep goes on.
         study.optimize(self.objective, n_trials=n_trials, callbacks=[_print_trial], catch=(ValueError, RLStructError))
+
+
+def _trial_seeded_sampler(seed: int) -> Any:
+    """Optuna's TPE sampler, drawing trial N's settings from a generator seeded by ``(seed, N)``.
+
+    Trial numbers are unique in a study, so that processes sharing a study (``--n-jobs``, or sweeps started side by
+    side) draw different settings, and a second call draws new ones; a sweep run alone is reproducible given its seed.
+    """
+    optuna = _optuna()
+
+    class TrialSeededSampler(optuna.samplers.BaseSampler):
+        def __init__(self) -> None:
+            self._tpe = optuna.samplers.TPESampler(seed=seed)
+
+        def before_trial(self, study: Any, trial: Any) -> None:
+            entropy = np.random.SeedSequence([seed, trial.number]).generate_state(1)[0]
+            self._tpe = optuna.samplers.TPESampler(seed=int(entropy))
+            self._tpe.before_trial(study, trial)
+
+        def infer_relative_search_space(self, study: Any, trial: Any) -> Any:
+            return self._tpe.infer_relative_search_space(study, trial)
+
+        def sample_relative(self, study: Any, trial: Any, search_space: Any) -> Any:
+            return self._tpe.sample_relative(study, trial, search_space)
+
+        def sample_independent(self, study: Any, trial: Any, name: str, distribution: Any) -> Any:
+            return self._tpe.sample_independent(study, trial, name, distribution)
+
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            self._tpe.after_trial(study, trial, state, values)
+
+        def reseed_rng(self) -> None:
+            self._tpe.reseed_rng()
+
+    return TrialSeededSampler()
 
 
 def _wait_for_enqueued(study: Any, timeout: float = 60.0) -> None:
@@ -141,6 +199,8 @@ def _wait_for_enqueued(study: Any, timeout: float = 60.0) -> None:
 
 def _print_trial(study: Any, trial: Any) -> None:
     state = trial.state.name.lower()
+    if trial.user_attrs.get("stop_reason") == "diverged":
+        state += " (diverged)"
     value = f", eval return {trial.value:.2f}" if trial.value is not None else ""
     if trial.intermediate_values and trial.state.name == "PRUNED":
         step = max(trial.intermediate_values)
@@ -150,8 +210,35 @@ def _print_trial(study: Any, trial: Any) -> None:
     print(f"trial {trial.number}: {state}{value} ({params}{preset})", flush=True)
 
 
-def _work(plan: SweepPlan, n_trials: int, worker: int) -> None:
-    plan.optimize(n_trials, worker)
+def _work(plan: SweepPlan, n_trials: int, parent: int, wait_for_enqueued: bool) -> None:
+    """A worker process's body: ``n_trials`` trials (see :meth:`SweepPlan.optimize`); it ends with the sweep process
+    ``parent``."""
+    _die_with(parent)
+    try:
+        plan.optimize(n_trials, wait_for_enqueued=wait_for_enqueued)
+    except KeyboardInterrupt:  # the parent's Ctrl-C, or its death: the trial's run has ended and said so
+        sys.exit(130)
+
+
+def _die_with(parent: int) -> None:
+    """Sends this process SIGTERM when the process ``parent`` dies (a SIGKILL included), which ends a trial's run as
+    a Ctrl-C would (its workers closed, its folder marked interrupted).
+
+    Linux asks the kernel (``PR_SET_PDEATHSIG``: it fires when the thread that started this process ends, which is
+    the sweep's calling thread); elsewhere a thread watches the parent's pid.
+    """
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    else:
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=watch, name="rlstruct-sweep-parent-watch", daemon=True).start()
+    if os.getppid() != parent:  # the parent died before the request above
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _flag(name: str, value: Any) -> list[str]:
@@ -180,15 +267,133 @@ def pasteable(algo: str, env: str, settings: Mapping[str, Any], *, source: str) 
     return shlex.join(words), f'Preset("{name}", "{algo}", ("{env}",), {{{values}}}, None, "{source}"),'
 
 
+def check_storage(storage: str) -> None:
+    """Checks that ``storage`` is an SQLAlchemy URL of a database SQLAlchemy knows, its driver installed (a bare path
+    and a misspelt scheme are the usual slips), before anything is created.
+
+    Raises:
+        ConfigError: it is not.
+        MissingDependencyError: its driver is not installed.
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        url = make_url(storage)
+    except ArgumentError:
+        raise ConfigError(f"storage must be an SQLAlchemy URL, got {storage!r}; {_URL_FIX}") from None
+    try:
+        url.get_dialect()
+    except NoSuchModuleError:
+        raise ConfigError(f"storage names the database {url.drivername!r}, which SQLAlchemy does not know, got "
+                          f"{storage!r}; {_URL_FIX}") from None
+    try:
+        url.get_dialect().import_dbapi()
+    except ImportError as e:
+        raise MissingDependencyError(f"storage {storage!r} needs the database driver {e.name or url.drivername!r}, "
+                                     f"which is not installed; install it, or {_URL_FIX}") from None
+    if url.get_backend_name() == "sqlite" and (url.host or url.username or url.port):
+        raise ConfigError(f"storage must be sqlite:/// then the file's path (three slashes before a relative path, "
+                          f"four before an absolute one), got {storage!r}; {_URL_FIX}")
+
+
+def _sqlite_file(storage: str) -> Path | None:
+    """The database file of a SQLite URL (None: another database, or SQLite in memory)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(storage)
+    return Path(url.database) if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
+        else None
+
+
 def _open_storage(storage: str) -> Any:
-    """The study's storage: a SQLite URL gets its folder created (SQLite creates the file, not its folder) and waits
-    up to a minute for a lock another trial process holds, rather than SQLite's 5 s, which a loaded machine exceeds."""
-    prefix = "sqlite:///"
-    if not storage.startswith(prefix):
-        return storage
-    if storage[len(prefix):] not in ("", ":memory:"):
-        Path(storage[len(prefix):]).parent.mkdir(parents=True, exist_ok=True)
-    return _optuna().storages.RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": 60}})
+    """The study's storage, with heartbeats: a trial whose process stops beating for ``_GRACE_S`` is failed. A SQLite
+    file gets its folder created (SQLite creates the file, not its folder) and waits up to a minute for a lock another
+    trial process holds, rather than SQLite's 5 s, which a loaded machine exceeds.
+
+    Raises:
+        ConfigError: the database cannot be opened (one line, the database's own reason).
+    """
+    from sqlalchemy.exc import SQLAlchemyError
+
+    optuna = _optuna()
+    file = _sqlite_file(storage)
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+    engine_kwargs = {"connect_args": {"timeout": 60}} if file is not None else {}
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():  # Optuna calls its heartbeats experimental
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(storage, engine_kwargs=engine_kwargs,
+                                                  heartbeat_interval=_HEARTBEAT_S, grace_period=_GRACE_S)
+        except SQLAlchemyError as e:
+            # Processes that create the same new database at once race to create its tables (the loser sees them
+            # exist, or the version row taken); by the next attempt they are there.
+            if attempt == 2:
+                reason = str(getattr(e, "orig", None) or e).splitlines()[0]
+                raise ConfigError(f"storage {storage!r} cannot be opened ({reason}); check the URL and that the "
+                                  f"database is reachable and writable, or {_URL_FIX}") from None
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def _creating(storage: str) -> Iterator[None]:
+    """Holds an exclusive lock on a SQLite database's folder (none for other databases, which create their tables in
+    transactions), so that sweeps started at once create its tables, the study and the preset's trial once."""
+    file = _sqlite_file(storage)
+    try:
+        import fcntl
+    except ImportError:  # Windows: the retries of _open_storage alone
+        fcntl = None
+    if file is None or fcntl is None:
+        yield
+        return
+    file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(file.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def fail_dead_trials(study: Any) -> list[Any]:
+    """Fails the running trials whose process is gone and returns them: on this machine, those whose process has
+    ended; elsewhere, those without a heartbeat for ``_GRACE_S`` (Optuna's stale trials)."""
+    optuna = _optuna()
+    running = optuna.trial.TrialState.RUNNING
+    host = socket.gethostname()
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(running,)):
+        process = trial.user_attrs.get("process") or {}
+        if process.get("host") == host and not _alive(int(process.get("pid", 0))):
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                if study._storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL):
+                    failed.append(trial.number)
+    before = {t.number for t in study.get_trials(deepcopy=False, states=(running,))}
+    with warnings.catch_warnings():  # Optuna calls its heartbeats experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    failed += sorted(before - {t.number for t in study.get_trials(deepcopy=False, states=(running,))})
+    return [study.trials[n] for n in failed]
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process ``pid`` runs on this machine (a zombie, ended but not yet reaped, does not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def make_plan(algo: str, env: str, *, storage: str = DEFAULT_STORAGE, study_name: str | None = None,
@@ -199,12 +404,16 @@ def make_plan(algo: str, env: str, *, storage: str = DEFAULT_STORAGE, study_name
     optuna = _optuna()
     if algo not in ALGORITHMS:
         raise ValueError(f"ALGO must be one of {list(ALGORITHMS)}, got {algo!r}")
+    check_storage(storage)
     study_name = study_name or f"{algo}-{env.replace('/', '-')}"
     plan = SweepPlan(algo, env, {}, tuple(flags), storage, study_name, logdir or f"runs/sweeps/{study_name}", seed,
                      pruner)
     base, given = plan.base()
-    # The preset's run, checked as every trial will be (the env, the flags); the folder is the sweep's.
-    preset = algorithm(algo).validate(dataclasses.replace(base, logdir=plan.logdir), given=given | {"logdir"}).config
+    # The preset's run, checked as every trial will be (the env, the flags), in a folder of its own: checking claims
+    # the folder it is given, and the sweep's folder holds the trials' folders, not a run.
+    with tempfile.TemporaryDirectory(prefix="rlstruct-sweep-") as scratch:
+        preset = algorithm(algo).validate(dataclasses.replace(base, logdir=str(Path(scratch) / "preset")),
+                                          given=given | {"logdir"}).config
     if preset.max_env_steps is None:
         raise ConfigError(f"a sweep reports evaluations at tenths of the step budget, got max_env_steps=None for "
                           f"{algo} on {env}; pass -- --max-env-steps N")
@@ -255,17 +464,26 @@ def run_sweep(algo: str, env: str, *, trials: int, storage: str = DEFAULT_STORAG
     plan, preset = make_plan(algo, env, storage=storage, study_name=study_name, space=space, flags=flags,
                              logdir=logdir, seed=seed, pruner=pruner)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per trial is printed instead
-    study = optuna.create_study(study_name=plan.study_name, storage=_open_storage(storage), direction="maximize",
-                                load_if_exists=True)
-    if not study.trials:
-        study.enqueue_trial(trial_params(preset.to_dict(), plan.space), user_attrs={"preset": preset.preset})
+    with _creating(storage):
+        study = optuna.create_study(study_name=plan.study_name, storage=_open_storage(storage), direction="maximize",
+                                    load_if_exists=True)
+        enqueued = not study.trials
+        if enqueued:
+            study.enqueue_trial(trial_params(preset.to_dict(), plan.space), user_attrs={"preset": preset.preset})
+    check_logdir(Path(plan.logdir))
+    for trial in fail_dead_trials(study):
+        process = trial.user_attrs.get("process", {})
+        print(f"trial {trial.number}: failed, its process ({process.get('pid')} on {process.get('host')}) ended "
+              "before it did", flush=True)
     if n_jobs == 1:
-        plan.optimize(trials)
+        plan.optimize(trials, wait_for_enqueued=not enqueued)
     else:
         shares = [trials // n_jobs + (i < trials % n_jobs) for i in range(n_jobs)]
         context = multiprocessing.get_context("spawn")
-        # Not daemons: a trial's run may start batcher worker processes of its own.
-        workers = [context.Process(target=_work, args=(plan, n, i)) for i, n in enumerate(shares) if n]
+        # Not daemons: a trial's run may start batcher worker processes of its own. Worker 0 takes the preset's trial
+        # this call enqueued; the others wait until it has (two SQLite clients could both take it).
+        workers = [context.Process(target=_work, args=(plan, n, os.getpid(), bool(i) or not enqueued))
+                   for i, n in enumerate(shares) if n]
         for w in workers:
             w.start()
         try:
@@ -326,8 +544,10 @@ def sweep_main(argv: Sequence[str]) -> int:
 def _report(algo: str, env: str, study: Any, storage: str) -> int:
     states = [t.state.name.lower() for t in study.trials]
     done = [t for t in study.trials if t.value is not None and math.isfinite(t.value)]
+    # Every trial is counted: running (in another process, or one whose process on another machine died less than
+    # the grace period ago) and waiting trials too.
     out: dict[str, Any] = {"study": study.study_name, "storage": storage, "trials": len(states),
-                           **{s: states.count(s) for s in ("complete", "pruned", "fail")}}
+                           **{s: states.count(s) for s in ("complete", "pruned", "fail", "running", "waiting")}}
     if done:
         best = study.best_trial
         settings = best.user_attrs.get("settings", {})
