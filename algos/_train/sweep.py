@@ -12,33 +12,35 @@ draw different trials while one sweep stays reproducible; a trial whose process 
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
 import json
 import math
 import multiprocessing
 import os
 import shlex
-import signal
 import socket
 import sys
 import tempfile
-import threading
-import time
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from rlstruct.algos._train.flags import OneLineParser, build_parser, config_from_args, given_flags
 from rlstruct.algos._train.log import check_logdir
 from rlstruct.algos._train.presets import given_fields
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
 from rlstruct.algos._train.search_space import covering, load_space, suggest, trial_params
-from rlstruct.errors import ConfigError, MissingDependencyError, RLStructError
+from rlstruct.algos._train.sweep_study import (
+    check_storage,
+    creating,
+    die_with,
+    fail_dead_trials,
+    open_storage,
+    require_optuna,
+    trial_seeded_sampler,
+    wait_for_enqueued_taken,
+)
+from rlstruct.errors import ConfigError, RLStructError
 
 __all__ = ["DEFAULT_STORAGE", "SweepPlan", "pasteable", "run_sweep", "sweep_main"]
 
@@ -48,21 +50,6 @@ DEFAULT_STORAGE = "sqlite:///runs/sweeps.db"
 _RUN_LOCAL = ("env", "seed", "logdir", "progress", "tensorboard", "preset", "resume")
 #: the tenths of the step budget at which a trial reports its evaluations
 _STEPS_PER_BUDGET = 10
-#: seconds between a running trial's heartbeats, and without one after which another process fails the trial (a
-#: trial process on another machine that died; on this machine a dead process is seen at once): generous, since a
-#: heartbeat waits for the database's lock like any write
-_HEARTBEAT_S, _GRACE_S = 20, 300
-#: the storage's answer to "what is the fix" for a URL it cannot use
-_URL_FIX = "pass an SQLAlchemy URL, e.g. sqlite:///runs/sweeps.db (a file) or postgresql://user@host/db"
-
-
-def _optuna() -> Any:
-    try:
-        import optuna
-    except ImportError:
-        raise MissingDependencyError("rlstruct sweep runs on Optuna, which is not installed here; pip install "
-                                     "'rlstruct[sweep]'") from None
-    return optuna
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +90,7 @@ class SweepPlan:
     def objective(self, trial: Any) -> float:
         """Trains the trial's settings in ``trial-NUMBER``; returns the final evaluation return (that of the kept
         weights when an evaluation reached the target), reporting the evaluations on the way."""
-        optuna = _optuna()
+        optuna = require_optuna()
         description = algorithm(self.algo)
         base, given = self.base()
         params = suggest(trial, self.space)
@@ -142,59 +129,15 @@ class SweepPlan:
     def optimize(self, n_trials: int, *, wait_for_enqueued: bool = False) -> None:
         """Runs ``n_trials`` trials of the study, one after another, printing a line after each; first waits until
         another process has taken the study's enqueued trials (the preset's) when ``wait_for_enqueued``."""
-        optuna = _optuna()
+        optuna = require_optuna()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        storage = _open_storage(self.storage)
+        storage = open_storage(self.storage)
         if wait_for_enqueued:
-            _wait_for_enqueued(optuna.load_study(study_name=self.study_name, storage=storage))
-        study = optuna.load_study(study_name=self.study_name, storage=storage, sampler=_trial_seeded_sampler(self.seed),
+            wait_for_enqueued_taken(optuna.load_study(study_name=self.study_name, storage=storage))
+        study = optuna.load_study(study_name=self.study_name, storage=storage, sampler=trial_seeded_sampler(self.seed),
                                   pruner=self.pruner)
         # A drawn combination that a run refuses fails its trial (Optuna logs why); the sweep goes on.
         study.optimize(self.objective, n_trials=n_trials, callbacks=[_print_trial], catch=(ValueError, RLStructError))
-
-
-def _trial_seeded_sampler(seed: int) -> Any:
-    """Optuna's TPE sampler, drawing trial N's settings from a generator seeded by ``(seed, N)``.
-
-    Trial numbers are unique in a study, so that processes sharing a study (``--n-jobs``, or sweeps started side by
-    side) draw different settings, and a second call draws new ones; a sweep run alone is reproducible given its seed.
-    """
-    optuna = _optuna()
-
-    class TrialSeededSampler(optuna.samplers.BaseSampler):
-        def __init__(self) -> None:
-            self._tpe = optuna.samplers.TPESampler(seed=seed)
-
-        def before_trial(self, study: Any, trial: Any) -> None:
-            entropy = np.random.SeedSequence([seed, trial.number]).generate_state(1)[0]
-            self._tpe = optuna.samplers.TPESampler(seed=int(entropy))
-            self._tpe.before_trial(study, trial)
-
-        def infer_relative_search_space(self, study: Any, trial: Any) -> Any:
-            return self._tpe.infer_relative_search_space(study, trial)
-
-        def sample_relative(self, study: Any, trial: Any, search_space: Any) -> Any:
-            return self._tpe.sample_relative(study, trial, search_space)
-
-        def sample_independent(self, study: Any, trial: Any, name: str, distribution: Any) -> Any:
-            return self._tpe.sample_independent(study, trial, name, distribution)
-
-        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
-            self._tpe.after_trial(study, trial, state, values)
-
-        def reseed_rng(self) -> None:
-            self._tpe.reseed_rng()
-
-    return TrialSeededSampler()
-
-
-def _wait_for_enqueued(study: Any, timeout: float = 60.0) -> None:
-    """Waits until worker 0 has taken the study's enqueued trials (the preset's): on SQLite two processes asking at
-    once can both take the same waiting trial and run it twice, one trial short of the sweep."""
-    waiting = _optuna().trial.TrialState.WAITING
-    deadline = time.monotonic() + timeout
-    while study.get_trials(deepcopy=False, states=(waiting,)) and time.monotonic() < deadline:
-        time.sleep(0.1)
 
 
 def _print_trial(study: Any, trial: Any) -> None:
@@ -213,32 +156,11 @@ def _print_trial(study: Any, trial: Any) -> None:
 def _work(plan: SweepPlan, n_trials: int, parent: int, wait_for_enqueued: bool) -> None:
     """A worker process's body: ``n_trials`` trials (see :meth:`SweepPlan.optimize`); it ends with the sweep process
     ``parent``."""
-    _die_with(parent)
+    die_with(parent)
     try:
         plan.optimize(n_trials, wait_for_enqueued=wait_for_enqueued)
     except KeyboardInterrupt:  # the parent's Ctrl-C, or its death: the trial's run has ended and said so
         sys.exit(130)
-
-
-def _die_with(parent: int) -> None:
-    """Sends this process SIGTERM when the process ``parent`` dies (a SIGKILL included), which ends a trial's run as
-    a Ctrl-C would (its workers closed, its folder marked interrupted).
-
-    Linux asks the kernel (``PR_SET_PDEATHSIG``: it fires when the thread that started this process ends, which is
-    the sweep's calling thread); elsewhere a thread watches the parent's pid.
-    """
-    if sys.platform.startswith("linux"):
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    else:
-        def watch() -> None:
-            while os.getppid() == parent:
-                time.sleep(1.0)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-        threading.Thread(target=watch, name="rlstruct-sweep-parent-watch", daemon=True).start()
-    if os.getppid() != parent:  # the parent died before the request above
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _flag(name: str, value: Any) -> list[str]:
@@ -267,141 +189,12 @@ def pasteable(algo: str, env: str, settings: Mapping[str, Any], *, source: str) 
     return shlex.join(words), f'Preset("{name}", "{algo}", ("{env}",), {{{values}}}, None, "{source}"),'
 
 
-def check_storage(storage: str) -> None:
-    """Checks that ``storage`` is an SQLAlchemy URL of a database SQLAlchemy knows, its driver installed (a bare path
-    and a misspelt scheme are the usual slips), before anything is created.
-
-    Raises:
-        ConfigError: it is not.
-        MissingDependencyError: its driver is not installed.
-    """
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-
-    try:
-        url = make_url(storage)
-    except ArgumentError:
-        raise ConfigError(f"storage must be an SQLAlchemy URL, got {storage!r}; {_URL_FIX}") from None
-    try:
-        url.get_dialect()
-    except NoSuchModuleError:
-        raise ConfigError(f"storage names the database {url.drivername!r}, which SQLAlchemy does not know, got "
-                          f"{storage!r}; {_URL_FIX}") from None
-    try:
-        url.get_dialect().import_dbapi()
-    except ImportError as e:
-        raise MissingDependencyError(f"storage {storage!r} needs the database driver {e.name or url.drivername!r}, "
-                                     f"which is not installed; install it, or {_URL_FIX}") from None
-    if url.get_backend_name() == "sqlite" and (url.host or url.username or url.port):
-        raise ConfigError(f"storage must be sqlite:/// then the file's path (three slashes before a relative path, "
-                          f"four before an absolute one), got {storage!r}; {_URL_FIX}")
-
-
-def _sqlite_file(storage: str) -> Path | None:
-    """The database file of a SQLite URL (None: another database, or SQLite in memory)."""
-    from sqlalchemy.engine import make_url
-
-    url = make_url(storage)
-    return Path(url.database) if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
-        else None
-
-
-def _open_storage(storage: str) -> Any:
-    """The study's storage, with heartbeats: a trial whose process stops beating for ``_GRACE_S`` is failed. A SQLite
-    file gets its folder created (SQLite creates the file, not its folder) and waits up to a minute for a lock another
-    trial process holds, rather than SQLite's 5 s, which a loaded machine exceeds.
-
-    Raises:
-        ConfigError: the database cannot be opened (one line, the database's own reason).
-    """
-    from sqlalchemy.exc import SQLAlchemyError
-
-    optuna = _optuna()
-    file = _sqlite_file(storage)
-    if file is not None:
-        file.parent.mkdir(parents=True, exist_ok=True)
-    engine_kwargs = {"connect_args": {"timeout": 60}} if file is not None else {}
-    for attempt in range(3):
-        try:
-            with warnings.catch_warnings():  # Optuna calls its heartbeats experimental
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(storage, engine_kwargs=engine_kwargs,
-                                                  heartbeat_interval=_HEARTBEAT_S, grace_period=_GRACE_S)
-        except SQLAlchemyError as e:
-            # Processes that create the same new database at once race to create its tables (the loser sees them
-            # exist, or the version row taken); by the next attempt they are there.
-            if attempt == 2:
-                reason = str(getattr(e, "orig", None) or e).splitlines()[0]
-                raise ConfigError(f"storage {storage!r} cannot be opened ({reason}); check the URL and that the "
-                                  f"database is reachable and writable, or {_URL_FIX}") from None
-            time.sleep(0.2 * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
-@contextlib.contextmanager
-def _creating(storage: str) -> Iterator[None]:
-    """Holds an exclusive lock on a SQLite database's folder (none for other databases, which create their tables in
-    transactions), so that sweeps started at once create its tables, the study and the preset's trial once."""
-    file = _sqlite_file(storage)
-    try:
-        import fcntl
-    except ImportError:  # Windows: the retries of _open_storage alone
-        fcntl = None
-    if file is None or fcntl is None:
-        yield
-        return
-    file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(file.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def fail_dead_trials(study: Any) -> list[Any]:
-    """Fails the running trials whose process is gone and returns them: on this machine, those whose process has
-    ended; elsewhere, those without a heartbeat for ``_GRACE_S`` (Optuna's stale trials)."""
-    optuna = _optuna()
-    running = optuna.trial.TrialState.RUNNING
-    host = socket.gethostname()
-    failed = []
-    for trial in study.get_trials(deepcopy=False, states=(running,)):
-        process = trial.user_attrs.get("process") or {}
-        if process.get("host") == host and not _alive(int(process.get("pid", 0))):
-            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                if study._storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL):
-                    failed.append(trial.number)
-    before = {t.number for t in study.get_trials(deepcopy=False, states=(running,))}
-    with warnings.catch_warnings():  # Optuna calls its heartbeats experimental
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
-    failed += sorted(before - {t.number for t in study.get_trials(deepcopy=False, states=(running,))})
-    return [study.trials[n] for n in failed]
-
-
-def _alive(pid: int) -> bool:
-    """Whether the process ``pid`` runs on this machine (a zombie, ended but not yet reaped, does not)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def make_plan(algo: str, env: str, *, storage: str = DEFAULT_STORAGE, study_name: str | None = None,
               space: Mapping[str, Mapping[str, Any]] | None = None, flags: Sequence[str] = (),
               logdir: str | None = None, seed: int = 0, pruner: Any = "median") -> tuple[SweepPlan, Any]:
     """Checks a sweep's settings before any trial and returns its plan and the preset's settings
     (``(plan, preset config)``); see :func:`run_sweep`."""
-    optuna = _optuna()
+    optuna = require_optuna()
     if algo not in ALGORITHMS:
         raise ValueError(f"ALGO must be one of {list(ALGORITHMS)}, got {algo!r}")
     check_storage(storage)
@@ -458,14 +251,14 @@ def run_sweep(algo: str, env: str, *, trials: int, storage: str = DEFAULT_STORAG
         MissingDependencyError: Optuna is not installed.
         ValueError: a setting is out of range (or a ``ConfigError``: the run the flags give cannot start).
     """
-    optuna = _optuna()
+    optuna = require_optuna()
     if trials < 1 or n_jobs < 1:
         raise ValueError(f"trials and n_jobs must be >= 1, got {trials} and {n_jobs}")
     plan, preset = make_plan(algo, env, storage=storage, study_name=study_name, space=space, flags=flags,
                              logdir=logdir, seed=seed, pruner=pruner)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per trial is printed instead
-    with _creating(storage):
-        study = optuna.create_study(study_name=plan.study_name, storage=_open_storage(storage), direction="maximize",
+    with creating(storage):
+        study = optuna.create_study(study_name=plan.study_name, storage=open_storage(storage), direction="maximize",
                                     load_if_exists=True)
         enqueued = not study.trials
         if enqueued:
@@ -497,7 +290,7 @@ def run_sweep(algo: str, env: str, *, trials: int, storage: str = DEFAULT_STORAG
         if failed:
             raise RLStructError(f"{len(failed)} sweep worker process(es) failed (exit codes {failed}); their output "
                                 "above says why")
-    return optuna.load_study(study_name=plan.study_name, storage=_open_storage(storage))
+    return optuna.load_study(study_name=plan.study_name, storage=open_storage(storage))
 
 
 def sweep_main(argv: Sequence[str]) -> int:
