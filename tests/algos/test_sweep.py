@@ -11,6 +11,7 @@ import time
 import pytest
 
 optuna = pytest.importorskip("optuna", reason="rlstruct sweep needs Optuna: pip install 'rlstruct[sweep]'")
+import sqlalchemy.exc  # noqa: E402  (installed with Optuna)
 
 from rlstruct.algos import cli  # noqa: E402
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm  # noqa: E402
@@ -165,7 +166,8 @@ def _running(tmp_path, n, timeout=120.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if (tmp_path / "s.db").is_file():
-            with contextlib.suppress(KeyError, optuna.exceptions.OptunaError):
+            # the sweep may be creating the database's tables: this reader's own creation of them races it
+            with contextlib.suppress(KeyError, optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError):
                 storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db")
                 running = [t for t in optuna.load_study(study_name="s", storage=storage).trials
                            if t.state.name == "RUNNING" and "process" in t.user_attrs]
