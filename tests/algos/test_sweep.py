@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -162,19 +163,29 @@ def _sweep_command(tmp_path, *args):
 
 
 def _running(tmp_path, n, timeout=120.0):
-    """The pids of the processes running the study's trials, once ``n`` trials run."""
+    """Waits until ``n`` trials of the study run."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if (tmp_path / "s.db").is_file():
             # the sweep may be creating the database's tables: this reader's own creation of them races it
             with contextlib.suppress(KeyError, optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError):
                 storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db")
-                running = [t for t in optuna.load_study(study_name="s", storage=storage).trials
-                           if t.state.name == "RUNNING" and "process" in t.user_attrs]
-                if len(running) == n:
-                    return [t.user_attrs["process"]["pid"] for t in running]
+                trials = optuna.load_study(study_name="s", storage=storage).trials
+                if sum(t.state.name == "RUNNING" for t in trials) == n:
+                    return
         time.sleep(0.2)
     raise AssertionError(f"{n} trials did not start within {timeout} s")
+
+
+def _workers(pid):
+    """The pids of the worker processes that ``multiprocessing`` spawned from the process ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if parent == pid and b"spawn_main" in (stat.parent / "cmdline").read_bytes():
+                found.append(int(stat.parent.name))
+    return found
 
 
 @pytest.mark.slow
@@ -215,7 +226,7 @@ def test_a_killed_trial_is_failed_at_the_next_call_and_counted(tmp_path, capsys,
     proc = subprocess.Popen(_sweep_command(tmp_path, "--trials", "1", "--", *ENDLESS), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        assert _running(tmp_path, 1) == [proc.pid]
+        _running(tmp_path, 1)
     finally:
         proc.kill()
         proc.wait()
@@ -230,12 +241,15 @@ def test_a_killed_trial_is_failed_at_the_next_call_and_counted(tmp_path, capsys,
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker processes in /proc")
 def test_the_workers_of_a_killed_sweep_end(tmp_path):
     proc = subprocess.Popen(_sweep_command(tmp_path, "--trials", "2", "--n-jobs", "2", "--", *ENDLESS),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers = []
     try:
-        workers = _running(tmp_path, 2)
+        _running(tmp_path, 2)
+        workers = _workers(proc.pid)
+        assert len(workers) == 2
         proc.kill()
         proc.wait()
         deadline = time.monotonic() + 60
