@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 optuna = pytest.importorskip("optuna", reason="rlstruct sweep needs Optuna: pip install 'rlstruct[sweep]'")
-import sqlalchemy.exc  # noqa: E402  (installed with Optuna)
 
 from rlstruct.algos import cli  # noqa: E402
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm  # noqa: E402
@@ -163,18 +162,12 @@ def _sweep_command(tmp_path, *args):
 
 
 def _running(tmp_path, n, timeout=120.0):
-    """Waits until ``n`` trials of the study run."""
+    """Waits until trials 0 to ``n - 1`` train (their runs have written rows); the study is not read meanwhile, so
+    that this process does not race the sweep to create the database's tables."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (tmp_path / "s.db").is_file():
-            # the sweep may be creating the database's tables: this reader's own creation of them races it
-            with contextlib.suppress(KeyError, optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError):
-                storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db")
-                trials = optuna.load_study(study_name="s", storage=storage).trials
-                if sum(t.state.name == "RUNNING" for t in trials) == n:
-                    return
+    while not all((tmp_path / "trials" / f"trial-{i}" / "progress.csv").is_file() for i in range(n)):
+        assert time.monotonic() < deadline, f"{n} trials did not start within {timeout} s"
         time.sleep(0.2)
-    raise AssertionError(f"{n} trials did not start within {timeout} s")
 
 
 def _workers(pid):
