@@ -36,9 +36,10 @@ worker that fails, :class:`BatcherWorkerError`.
 For the algorithms' runs: a path that is no readable rlstruct checkpoint (nothing there, a folder without a
 ``checkpoint.pt``, a file that cannot be read, is not a checkpoint, is a damaged one or holds NaN or infinite weights),
 :class:`CheckpointError` from ``rlstruct.algos.load``, ``rlstruct eval``, ``rlstruct export`` and ``--resume`` alike;
-an observation given to ``Policy.predict`` that does not fit the env's or holds NaN or infinite values,
-:class:`SpaceError`; a disk-backed replay buffer (``--replay-storage disk``) that the disk has not the room for, at
-setup or when its files grow, :class:`DiskSpaceError`.
+a run's ``summary.json`` that ``rlstruct compare`` cannot read as a result, :class:`RunRecordError`; an observation
+given to ``Policy.predict`` that does not fit the env's or holds NaN or infinite values, :class:`SpaceError`; a
+disk-backed replay buffer (``--replay-storage disk``) that the disk has not the room for, at setup or when its files
+grow, :class:`DiskSpaceError`.
 
 A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
 batcher's call order only), and the bridge raises :class:`BridgeError` only for what gymnasium code asks
@@ -69,6 +70,7 @@ __all__ = [
     "RunFinishedError",
     "VideoError",
     "RankLostError",
+    "RunRecordError",
 ]
 
 
@@ -205,3 +207,8 @@ class RankLostError(RLStructError, RuntimeError):
 
     def __reduce__(self):
         return (type(self), (self.args[0], self.rank, self.world_size))
+
+
+class RunRecordError(RLStructError, ValueError):
+    """A run folder's record cannot be read as a result: its ``summary.json`` (or ``config.json``) is not a JSON
+    object, or a finished run's ``eval_return`` is missing, not a number or not finite. The message names the file."""

@@ -5,6 +5,9 @@ its evaluations as they arrive, trials run side by side in worker processes, and
 Optuna compares trials at the same step; a trial reports each evaluation of trained weights at the tenth of the step
 budget in which it was launched (step 0 to 10), so that trials that collect in batches of other sizes meet at the
 same steps.
+
+Several processes may share a study: trial N draws its settings from a sampler seeded by ``(seed, N)``, so that they
+draw different trials while one sweep stays reproducible; a trial whose process died is failed at the next call.
 """
 
 from __future__ import annotations
@@ -13,18 +16,31 @@ import dataclasses
 import json
 import math
 import multiprocessing
+import os
 import shlex
+import socket
 import sys
-import time
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from rlstruct.algos._train.flags import OneLineParser, build_parser, config_from_args, given_flags
+from rlstruct.algos._train.log import check_logdir
 from rlstruct.algos._train.presets import given_fields
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
 from rlstruct.algos._train.search_space import covering, load_space, suggest, trial_params
-from rlstruct.errors import ConfigError, MissingDependencyError, RLStructError
+from rlstruct.algos._train.sweep_study import (
+    check_storage,
+    creating,
+    die_with,
+    fail_dead_trials,
+    open_storage,
+    require_optuna,
+    trial_seeded_sampler,
+    wait_for_enqueued_taken,
+)
+from rlstruct.errors import ConfigError, RLStructError
 
 __all__ = ["DEFAULT_STORAGE", "SweepPlan", "pasteable", "run_sweep", "sweep_main"]
 
@@ -34,15 +50,6 @@ DEFAULT_STORAGE = "sqlite:///runs/sweeps.db"
 _RUN_LOCAL = ("env", "seed", "logdir", "progress", "tensorboard", "preset", "resume")
 #: the tenths of the step budget at which a trial reports its evaluations
 _STEPS_PER_BUDGET = 10
-
-
-def _optuna() -> Any:
-    try:
-        import optuna
-    except ImportError:
-        raise MissingDependencyError("rlstruct sweep runs on Optuna, which is not installed here; pip install "
-                                     "'rlstruct[sweep]'") from None
-    return optuna
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,11 +90,13 @@ class SweepPlan:
     def objective(self, trial: Any) -> float:
         """Trains the trial's settings in ``trial-NUMBER``; returns the final evaluation return (that of the kept
         weights when an evaluation reached the target), reporting the evaluations on the way."""
-        optuna = _optuna()
+        optuna = require_optuna()
         description = algorithm(self.algo)
         base, given = self.base()
         params = suggest(trial, self.space)
         config = dataclasses.replace(base, **params, logdir=str(Path(self.logdir) / f"trial-{trial.number}"))
+        # Who runs the trial: a later call on this machine fails it at once if that process is gone.
+        trial.set_user_attr("process", {"host": socket.gethostname(), "pid": os.getpid()})
         setup = description.validate(config, given=given | set(params) | {"logdir"})
         budget = setup.config.max_env_steps
         reported: set[int] = set()
@@ -107,40 +116,34 @@ class SweepPlan:
         chosen = given_fields(setup.config) | set(params)
         settings = {k: v for k, v in setup.config.to_dict().items() if k in chosen and k not in _RUN_LOCAL}
         trial.set_user_attr("settings", settings)
-        trial.set_user_attr("logdir", config.logdir)
+        trial.set_user_attr("logdir", setup.config.logdir)
         result = description.run(dataclasses.replace(setup, on_evaluation=(report,)))
         if result.interrupted:
             raise KeyboardInterrupt
         trial.set_user_attr("env_steps", result.env_steps)
+        trial.set_user_attr("stop_reason", result.stop_reason)
+        if result.stop_reason == "diverged":  # not a score: Optuna fails a trial whose objective is nan
+            return math.nan
         return result.eval_return
 
-    def optimize(self, n_trials: int, worker: int = 0) -> None:
-        """Runs ``n_trials`` trials of the study, one after another, printing a line after each."""
-        optuna = _optuna()
+    def optimize(self, n_trials: int, *, wait_for_enqueued: bool = False) -> None:
+        """Runs ``n_trials`` trials of the study, one after another, printing a line after each; first waits until
+        another process has taken the study's enqueued trials (the preset's) when ``wait_for_enqueued``."""
+        optuna = require_optuna()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        # Seeded per worker and per call: a second call must not draw the first one's settings again.
-        storage = _open_storage(self.storage)
-        if worker:
-            _wait_for_enqueued(optuna.load_study(study_name=self.study_name, storage=storage))
-        earlier = len(optuna.load_study(study_name=self.study_name, storage=storage).trials)
-        sampler = optuna.samplers.TPESampler(seed=self.seed + 1000 * worker + earlier)
-        study = optuna.load_study(study_name=self.study_name, storage=storage, sampler=sampler,
+        storage = open_storage(self.storage)
+        if wait_for_enqueued:
+            wait_for_enqueued_taken(optuna.load_study(study_name=self.study_name, storage=storage))
+        study = optuna.load_study(study_name=self.study_name, storage=storage, sampler=trial_seeded_sampler(self.seed),
                                   pruner=self.pruner)
         # A drawn combination that a run refuses fails its trial (Optuna logs why); the sweep goes on.
         study.optimize(self.objective, n_trials=n_trials, callbacks=[_print_trial], catch=(ValueError, RLStructError))
 
 
-def _wait_for_enqueued(study: Any, timeout: float = 60.0) -> None:
-    """Waits until worker 0 has taken the study's enqueued trials (the preset's): on SQLite two processes asking at
-    once can both take the same waiting trial and run it twice, one trial short of the sweep."""
-    waiting = _optuna().trial.TrialState.WAITING
-    deadline = time.monotonic() + timeout
-    while study.get_trials(deepcopy=False, states=(waiting,)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
 def _print_trial(study: Any, trial: Any) -> None:
     state = trial.state.name.lower()
+    if trial.user_attrs.get("stop_reason") == "diverged":
+        state += " (diverged)"
     value = f", eval return {trial.value:.2f}" if trial.value is not None else ""
     if trial.intermediate_values and trial.state.name == "PRUNED":
         step = max(trial.intermediate_values)
@@ -150,8 +153,14 @@ def _print_trial(study: Any, trial: Any) -> None:
     print(f"trial {trial.number}: {state}{value} ({params}{preset})", flush=True)
 
 
-def _work(plan: SweepPlan, n_trials: int, worker: int) -> None:
-    plan.optimize(n_trials, worker)
+def _work(plan: SweepPlan, n_trials: int, parent: int, wait_for_enqueued: bool) -> None:
+    """A worker process's body: ``n_trials`` trials (see :meth:`SweepPlan.optimize`); it ends with the sweep process
+    ``parent``."""
+    die_with(parent)
+    try:
+        plan.optimize(n_trials, wait_for_enqueued=wait_for_enqueued)
+    except KeyboardInterrupt:  # the parent's Ctrl-C, or its death: the trial's run has ended and said so
+        sys.exit(130)
 
 
 def _flag(name: str, value: Any) -> list[str]:
@@ -180,31 +189,24 @@ def pasteable(algo: str, env: str, settings: Mapping[str, Any], *, source: str) 
     return shlex.join(words), f'Preset("{name}", "{algo}", ("{env}",), {{{values}}}, None, "{source}"),'
 
 
-def _open_storage(storage: str) -> Any:
-    """The study's storage: a SQLite URL gets its folder created (SQLite creates the file, not its folder) and waits
-    up to a minute for a lock another trial process holds, rather than SQLite's 5 s, which a loaded machine exceeds."""
-    prefix = "sqlite:///"
-    if not storage.startswith(prefix):
-        return storage
-    if storage[len(prefix):] not in ("", ":memory:"):
-        Path(storage[len(prefix):]).parent.mkdir(parents=True, exist_ok=True)
-    return _optuna().storages.RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": 60}})
-
-
 def make_plan(algo: str, env: str, *, storage: str = DEFAULT_STORAGE, study_name: str | None = None,
               space: Mapping[str, Mapping[str, Any]] | None = None, flags: Sequence[str] = (),
               logdir: str | None = None, seed: int = 0, pruner: Any = "median") -> tuple[SweepPlan, Any]:
     """Checks a sweep's settings before any trial and returns its plan and the preset's settings
     (``(plan, preset config)``); see :func:`run_sweep`."""
-    optuna = _optuna()
+    optuna = require_optuna()
     if algo not in ALGORITHMS:
         raise ValueError(f"ALGO must be one of {list(ALGORITHMS)}, got {algo!r}")
+    check_storage(storage)
     study_name = study_name or f"{algo}-{env.replace('/', '-')}"
     plan = SweepPlan(algo, env, {}, tuple(flags), storage, study_name, logdir or f"runs/sweeps/{study_name}", seed,
                      pruner)
     base, given = plan.base()
-    # The preset's run, checked as every trial will be (the env, the flags); the folder is the sweep's.
-    preset = algorithm(algo).validate(dataclasses.replace(base, logdir=plan.logdir), given=given | {"logdir"}).config
+    # The preset's run, checked as every trial will be (the env, the flags), in a folder of its own: checking claims
+    # the folder it is given, and the sweep's folder holds the trials' folders, not a run.
+    with tempfile.TemporaryDirectory(prefix="rlstruct-sweep-") as scratch:
+        preset = algorithm(algo).validate(dataclasses.replace(base, logdir=str(Path(scratch) / "preset")),
+                                          given=given | {"logdir"}).config
     if preset.max_env_steps is None:
         raise ConfigError(f"a sweep reports evaluations at tenths of the step budget, got max_env_steps=None for "
                           f"{algo} on {env}; pass -- --max-env-steps N")
@@ -249,23 +251,32 @@ def run_sweep(algo: str, env: str, *, trials: int, storage: str = DEFAULT_STORAG
         MissingDependencyError: Optuna is not installed.
         ValueError: a setting is out of range (or a ``ConfigError``: the run the flags give cannot start).
     """
-    optuna = _optuna()
+    optuna = require_optuna()
     if trials < 1 or n_jobs < 1:
         raise ValueError(f"trials and n_jobs must be >= 1, got {trials} and {n_jobs}")
     plan, preset = make_plan(algo, env, storage=storage, study_name=study_name, space=space, flags=flags,
                              logdir=logdir, seed=seed, pruner=pruner)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per trial is printed instead
-    study = optuna.create_study(study_name=plan.study_name, storage=_open_storage(storage), direction="maximize",
-                                load_if_exists=True)
-    if not study.trials:
-        study.enqueue_trial(trial_params(preset.to_dict(), plan.space), user_attrs={"preset": preset.preset})
+    with creating(storage):
+        study = optuna.create_study(study_name=plan.study_name, storage=open_storage(storage), direction="maximize",
+                                    load_if_exists=True)
+        enqueued = not study.trials
+        if enqueued:
+            study.enqueue_trial(trial_params(preset.to_dict(), plan.space), user_attrs={"preset": preset.preset})
+    check_logdir(Path(plan.logdir))
+    for trial in fail_dead_trials(study):
+        process = trial.user_attrs.get("process", {})
+        print(f"trial {trial.number}: failed, its process ({process.get('pid')} on {process.get('host')}) ended "
+              "before it did", flush=True)
     if n_jobs == 1:
-        plan.optimize(trials)
+        plan.optimize(trials, wait_for_enqueued=not enqueued)
     else:
         shares = [trials // n_jobs + (i < trials % n_jobs) for i in range(n_jobs)]
         context = multiprocessing.get_context("spawn")
-        # Not daemons: a trial's run may start batcher worker processes of its own.
-        workers = [context.Process(target=_work, args=(plan, n, i)) for i, n in enumerate(shares) if n]
+        # Not daemons: a trial's run may start batcher worker processes of its own. Worker 0 takes the preset's trial
+        # this call enqueued; the others wait until it has (two SQLite clients could both take it).
+        workers = [context.Process(target=_work, args=(plan, n, os.getpid(), bool(i) or not enqueued))
+                   for i, n in enumerate(shares) if n]
         for w in workers:
             w.start()
         try:
@@ -279,7 +290,7 @@ def run_sweep(algo: str, env: str, *, trials: int, storage: str = DEFAULT_STORAG
         if failed:
             raise RLStructError(f"{len(failed)} sweep worker process(es) failed (exit codes {failed}); their output "
                                 "above says why")
-    return optuna.load_study(study_name=plan.study_name, storage=_open_storage(storage))
+    return optuna.load_study(study_name=plan.study_name, storage=open_storage(storage))
 
 
 def sweep_main(argv: Sequence[str]) -> int:
@@ -326,8 +337,10 @@ def sweep_main(argv: Sequence[str]) -> int:
 def _report(algo: str, env: str, study: Any, storage: str) -> int:
     states = [t.state.name.lower() for t in study.trials]
     done = [t for t in study.trials if t.value is not None and math.isfinite(t.value)]
+    # Every trial is counted: running (in another process, or one whose process on another machine died less than
+    # the grace period ago) and waiting trials too.
     out: dict[str, Any] = {"study": study.study_name, "storage": storage, "trials": len(states),
-                           **{s: states.count(s) for s in ("complete", "pruned", "fail")}}
+                           **{s: states.count(s) for s in ("complete", "pruned", "fail", "running", "waiting")}}
     if done:
         best = study.best_trial
         settings = best.user_attrs.get("settings", {})

@@ -1,5 +1,13 @@
+import contextlib
 import dataclasses
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +17,7 @@ from rlstruct.algos import cli  # noqa: E402
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm  # noqa: E402
 from rlstruct.algos._train.search_space import check_space, covering, load_space  # noqa: E402
 from rlstruct.algos._train.sweep import run_sweep  # noqa: E402
+from rlstruct.algos._train.sweep_study import alive, trial_seeded_sampler  # noqa: E402
 from rlstruct.errors import ConfigError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
@@ -26,7 +35,7 @@ def test_every_algorithm_has_a_space_that_holds_its_defaults(algo):
     assert covering(space, dataclasses.asdict(config_cls())) == space
 
 
-def test_the_preset_is_trial_0_and_a_second_call_adds_trials(tmp_path, capsys):
+def test_the_preset_is_trial_0_and_a_second_call_adds_trials(tmp_path, capsys, caplog):
     storage = f"sqlite:///{tmp_path}/db/sweeps.db"
     kwargs = {"storage": storage, "study_name": "s", "logdir": str(tmp_path / "trials"), "flags": TINY,
               "space": {**LR_ONLY, "gae_lambda": {"low": 0.8, "high": 1.0}}, "pruner": "none"}
@@ -43,6 +52,10 @@ def test_the_preset_is_trial_0_and_a_second_call_adds_trials(tmp_path, capsys):
     assert run_sweep("a2c", "CartPole-v1", trials=1, **kwargs).trials[2].state.name == "COMPLETE"
     assert len(optuna.load_study(study_name="s", storage=storage).trials) == 3
     assert "trial 2: complete" in capsys.readouterr().out
+    # the sweep's folder holds the trials' folders only; a second call warns of no other folder and makes none
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db", "trials"]
+    assert sorted(p.name for p in (tmp_path / "trials").iterdir()) == ["trial-0", "trial-1", "trial-2"]
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
 def test_trials_are_pruned_on_their_evaluations(tmp_path):
@@ -99,3 +112,148 @@ def test_run_sweep_refuses_what_no_trial_could_run(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="pruner must be one of"):
         run_sweep("ppo", "CartPole-v1", trials=1, storage=storage, pruner="hyperband")
     assert not (tmp_path / "s.db").exists()  # refused before the study was created
+
+
+def test_a_sweep_draws_by_trial_number_reproducibly():
+    def draws(seed, first=0):
+        study = optuna.create_study(sampler=trial_seeded_sampler(seed), direction="maximize")
+        for _ in range(first):  # trials another process took
+            study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL))
+        study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=4)
+        return {t.number: t.params["x"] for t in study.trials if t.params}
+
+    assert draws(0) == draws(0) != draws(1)  # a sweep is reproducible given its seed
+    assert set(draws(0).values()).isdisjoint(draws(0, first=4).values())  # other trial numbers draw other settings
+
+
+def test_a_diverged_trial_fails_instead_of_scoring(tmp_path, monkeypatch, capsys):
+    description = algorithm("a2c")
+    run = type(description).run
+    monkeypatch.setattr(type(description), "run",
+                        lambda self, setup: dataclasses.replace(run(self, setup), stop_reason="diverged"))
+    study = run_sweep("a2c", "CartPole-v1", trials=1, storage=f"sqlite:///{tmp_path}/s.db", space=LR_ONLY, flags=TINY,
+                      logdir=str(tmp_path / "trials"), pruner="none")
+    assert [t.state.name for t in study.trials] == ["FAIL"] and study.trials[0].user_attrs["stop_reason"] == "diverged"
+    assert "trial 0: fail (diverged)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("url, found", [
+    ("runs/sweeps.db", "storage must be an SQLAlchemy URL, got 'runs/sweeps.db'"),
+    ("sqlit:///runs/sweeps.db", "names the database 'sqlit', which SQLAlchemy does not know"),
+    ("sqlite://runs/sweeps.db", "three slashes before a relative path"),
+])
+def test_a_bad_storage_url_is_one_line_with_the_fix(tmp_path, monkeypatch, capsys, url, found):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sweep", "a2c", "--env", "CartPole-v1", "--storage", url, "--", *TINY]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and found in err[0] and "e.g. sqlite:///runs/sweeps.db" in err[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+#: a trial that runs until it is killed
+ENDLESS = [*TINY[:-2], "--time-limit", "600", "--max-env-steps", "100000000"]
+
+
+def _sweep_command(tmp_path, *args):
+    (tmp_path / "space.json").write_text(json.dumps(LR_ONLY))
+    return [sys.executable, "-m", "rlstruct.algos.cli", "sweep", "a2c", "--env", "CartPole-v1", "--storage",
+            f"sqlite:///{tmp_path}/s.db", "--study-name", "s", "--logdir", str(tmp_path / "trials"), "--space",
+            str(tmp_path / "space.json"), "--pruner", "none", *args]
+
+
+def _running(tmp_path, n, timeout=120.0):
+    """Waits until trials 0 to ``n - 1`` train (their runs have written rows); the study is not read meanwhile, so
+    that this process does not race the sweep to create the database's tables."""
+    deadline = time.monotonic() + timeout
+    while not all((tmp_path / "trials" / f"trial-{i}" / "progress.csv").is_file() for i in range(n)):
+        assert time.monotonic() < deadline, f"{n} trials did not start within {timeout} s"
+        time.sleep(0.2)
+
+
+def _workers(pid):
+    """The pids of the worker processes that ``multiprocessing`` spawned from the process ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if parent == pid and b"spawn_main" in (stat.parent / "cmdline").read_bytes():
+                found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.slow
+def test_two_sweeps_started_together_on_a_new_study_draw_distinct_trials(tmp_path):
+    # Each process imports everything, says so, then waits for the word: the two open the new database at once.
+    go = tmp_path / "go"
+    (tmp_path / "release.py").write_text(
+        "import pathlib, sys, time\n"
+        "from rlstruct.algos import cli\n"
+        "from rlstruct.algos._train import sweep  # noqa: F401\n"
+        "pathlib.Path(sys.argv[1]).touch()\n"
+        "while not pathlib.Path(sys.argv[2]).exists():\n"
+        "    time.sleep(0.01)\n"
+        "sys.exit(cli.main(sys.argv[3:]))\n")
+    command = _sweep_command(tmp_path, "--trials", "2", "--", *TINY)[3:]
+    procs = [subprocess.Popen([sys.executable, str(tmp_path / "release.py"), str(tmp_path / f"ready-{i}"), str(go),
+                               *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready-{i}").exists() for i in range(2)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        go.touch()
+        outs = [p.communicate(timeout=240) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
+    assert sum("preset" in t.user_attrs for t in trials) == 1  # the preset's trial, enqueued once and run once
+    assert len({t.params["lr"] for t in trials}) == 4
+    assert sorted(p.name for p in (tmp_path / "trials").iterdir()) == [f"trial-{n}" for n in range(4)]
+
+
+@pytest.mark.slow
+def test_a_killed_trial_is_failed_at_the_next_call_and_counted(tmp_path, capsys, caplog):
+    proc = subprocess.Popen(_sweep_command(tmp_path, "--trials", "1", "--", *ENDLESS), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        _running(tmp_path, 1)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert cli.main(_sweep_command(tmp_path, "--trials", "1", "--", *TINY)[3:]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == f"trial 0: failed, its process ({proc.pid} on {socket.gethostname()}) ended before it did"
+    report = json.loads(lines[-1])
+    assert report["trials"] == 2 and report["fail"] == 1 and report["complete"] == 1 and report["running"] == 0
+    # the second call writes its trial beside the first's, and warns of no other folder
+    assert sorted(p.name for p in (tmp_path / "trials").iterdir()) == ["trial-0", "trial-1"]
+    assert not [r for r in caplog.records if "holds an earlier run" in r.getMessage()]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker processes in /proc")
+def test_the_workers_of_a_killed_sweep_end(tmp_path):
+    proc = subprocess.Popen(_sweep_command(tmp_path, "--trials", "2", "--n-jobs", "2", "--", *ENDLESS),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers = []
+    try:
+        _running(tmp_path, 2)
+        workers = _workers(proc.pid)
+        assert len(workers) == 2
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 60
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in workers if alive(pid)]
+    finally:
+        proc.kill()
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    # each ended as a Ctrl-C would end it: its trial failed
+    trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
