@@ -479,3 +479,16 @@ class StartKillEnv(CountingEnv):
             with open(marker, "a") as f:
                 f.write(f"{os.getpid()}\n")
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class RaiseOnceEnv(CountingEnv):
+    """A CountingEnv whose first build in the process raises RuntimeError (``RaiseOnceEnv.raised`` says whether it
+    did): an in-process worker that fails while the batcher starts, once."""
+
+    raised = False
+
+    def __init__(self, **kwargs):
+        if not RaiseOnceEnv.raised:
+            RaiseOnceEnv.raised = True
+            raise RuntimeError("RaiseOnceEnv failure injected")
+        super().__init__(**kwargs)

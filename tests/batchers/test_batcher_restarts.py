@@ -23,6 +23,7 @@ from tests.fakes import (
     CountingEnv,
     FaultEnv,
     FirstSeedsOnlyEnv,
+    RaiseOnceEnv,
     SlowAgent,
     StartKillEnv,
     pid_alive,
@@ -212,6 +213,22 @@ def test_a_worker_killed_while_the_batcher_starts_is_replaced(tmp_path, caplog):
         _check_worker_rows(traj, slice(0, 2), 0, 0)
         _check_worker_rows(traj, slice(2, 4), 1, 0)
         assert b.n_restarts == 1
+
+
+@pytest.mark.parametrize("restarts", [0, 1])
+def test_an_in_process_worker_that_raises_while_the_batcher_starts_is_rebuilt(monkeypatch, restarts):
+    monkeypatch.setattr(RaiseOnceEnv, "raised", False)
+    env = {"n_envs": N_ENVS, "autoreset": True, "episode_lengths": (100,)}
+    if restarts == 0:
+        with pytest.raises(BatcherWorkerError, match=r"worker 0 \(in process\) raised RuntimeError: RaiseOnceEnv"):
+            RL_Batcher(T, ConstantAgent, {}, RaiseOnceEnv, env, 0, [0], restart_workers=0)
+        return
+    with RL_Batcher(T, ConstantAgent, {}, RaiseOnceEnv, env, 0, [0], restart_workers=restarts) as b:
+        (r,) = b.restarts
+        assert (r.worker_id, r.during, r.seed) == (0, "start", 0) and "RaiseOnceEnv failure injected" in r.cause
+        b.reset()
+        (traj,) = _collect(b, 1)
+        assert torch.equal(traj.trajectories.lengths, torch.full((N_ENVS,), T))
 
 
 @pytest.mark.slow
