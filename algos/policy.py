@@ -7,6 +7,7 @@ weights, its observation normalisation included.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,7 @@ import torch
 
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_checkpoint
+from rlstruct.algos._train.config import set_torch_threads
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import check_model_fits, evaluate_checkpoint, evaluation_agent
 from rlstruct.devices import DeviceLike, as_device, check_device_exists
@@ -25,17 +27,22 @@ from rlstruct.structures import DictTensor
 __all__ = ["Policy", "load"]
 
 
-def load(run_or_checkpoint: str | os.PathLike, *, device: DeviceLike = "cpu") -> Policy:
+def load(run_or_checkpoint: str | os.PathLike, *, device: DeviceLike = "cpu",
+         torch_threads: int | None = None) -> Policy:
     """The trained policy of a run: its log folder (``--logdir``) or its ``checkpoint.pt``.
 
     Args:
         run_or_checkpoint: a run's folder, or a checkpoint written by ``train``.
         device: where the policy's network runs.
+        torch_threads: torch's threads during each :meth:`~Policy.predict` call, the previous count restored after
+            it (0: torch's count as the process has it); ``None``: the run's ``torch_threads``, what ``rlstruct
+            train`` gave its learner (1 unless ``--torch-threads``).
 
     Raises:
         CheckpointError: there is nothing at the path, a folder without a ``checkpoint.pt``, a file that is not an
             rlstruct checkpoint, or one whose weights do not fit its config.
         DeviceUnavailableError: ``device`` does not exist here.
+        ValueError: ``torch_threads`` is not an int >= 0.
 
     >>> load("no/such/run")
     Traceback (most recent call last):
@@ -45,10 +52,29 @@ earlier run, or its log folder (the --logdir it was trained with)
     """
     path = os.fspath(run_or_checkpoint)
     check_device_exists(device, argument="device")
+    if torch_threads is not None and (not isinstance(torch_threads, int) or isinstance(torch_threads, bool)
+                                      or torch_threads < 0):
+        raise ValueError(f"torch_threads must be an int >= 0 or None (the run's), got {torch_threads!r}; pass e.g. 1")
     checkpoint = load_checkpoint(path, argument="run_or_checkpoint")
     if os.path.isdir(path):
         path = os.path.join(path, CHECKPOINT_NAME)
-    return Policy(checkpoint, path, device=device)
+    return Policy(checkpoint, path, device=device, torch_threads=torch_threads)
+
+
+def _at_policy_threads(predict: Callable[..., Any]) -> Callable[..., Any]:
+    """Runs ``predict`` with torch at the policy's :attr:`~Policy.torch_threads`, restoring the process's count after
+    it: a library call leaves the caller's setting as it found it (the switch costs microseconds, see
+    docs/benchmarks/predict.md)."""
+
+    @functools.wraps(predict)
+    def at_threads(self: Policy, *args: Any, **kwargs: Any) -> Any:
+        previous = set_torch_threads(self.torch_threads)
+        try:
+            return predict(self, *args, **kwargs)
+        finally:
+            set_torch_threads(previous)
+
+    return at_threads
 
 
 class Policy:
@@ -60,6 +86,10 @@ class Policy:
     ``predict(obs, state=state) -> (action, state)``, ``state=None`` starting fresh episodes; a stateless policy
     returns the action alone.
 
+    Each :meth:`predict` call runs with torch at :attr:`torch_threads` threads and restores the process's count
+    after it: one small network's forward pass is fastest on one thread, and torch's default (one thread a core)
+    spins threads that fight whatever else the machine runs.
+
     Attributes:
         algo: the algorithm that trained it, e.g. ``"ppo"``.
         config: the run's config, as plain types.
@@ -67,9 +97,12 @@ class Policy:
         path: the checkpoint file.
         device: where the network runs.
         recurrent: whether :meth:`predict` takes and returns a state.
+        torch_threads: torch's threads during :meth:`predict` (0: the process's count), by default the run's
+            ``torch_threads``.
     """
 
-    def __init__(self, checkpoint: dict[str, Any], path: str, *, device: DeviceLike = "cpu"):
+    def __init__(self, checkpoint: dict[str, Any], path: str, *, device: DeviceLike = "cpu",
+                 torch_threads: int | None = None):
         self.algo: str = checkpoint["algo"]
         self.config: dict[str, Any] = checkpoint["config"]
         self.spec = EnvSpec.from_dict(checkpoint["env_spec"])
@@ -83,6 +116,8 @@ class Policy:
         self.agent: RL_Agent = self._create(**self._args)
         self.agent.update(self._weights)
         self.recurrent = bool(self.config.get("recurrent", False))
+        self.torch_threads: int = (int(self.config.get("torch_threads", 1)) if torch_threads is None
+                                   else torch_threads)
 
     def __repr__(self) -> str:
         return f"Policy(algo={self.algo!r}, env={self.config['env']!r}, path={self.path!r}, device='{self.device}')"
@@ -133,6 +168,7 @@ class Policy:
         """The state of ``n`` fresh episodes (empty for a stateless policy), on :attr:`device`."""
         return self.agent.initial_state(self.agent_info(n), n)
 
+    @_at_policy_threads
     @torch.no_grad()
     def predict(self, observation: Any, deterministic: bool = True, *, state: DictTensor | None = None,
                 episode_start: Any = None, seed: int | None = None) -> Any:

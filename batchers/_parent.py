@@ -323,10 +323,10 @@ def recv_all(workers: list, timeout: float, bound: str = "timeout") -> list[Any]
     return results
 
 
-def recv_each(workers: list, timeout: float) -> list[Any]:
+def recv_each(workers: list, timeout: float, bound: str = "timeout") -> list[Any]:
     """Waits for one reply from every worker, as :func:`recv_all`, but a worker's failure does not end the wait:
-    its entry is the :class:`BatcherWorkerError` (it raised, died, or did not answer within ``timeout``), the
-    others' are their values. For a batcher that restarts failed workers."""
+    its entry is the :class:`BatcherWorkerError` (it raised, died, or did not answer within ``timeout``, the
+    batcher's argument ``bound``), the others' are their values. For a batcher that restarts failed workers."""
     from multiprocessing.connection import wait
 
     results: list[Any] = [None] * len(workers)
@@ -345,7 +345,7 @@ def recv_each(workers: list, timeout: float) -> list[Any]:
             break
         if time.monotonic() > deadline:
             for i in pending:
-                results[i] = _timed_out(workers[i].worker_id, timeout, "timeout")
+                results[i] = _timed_out(workers[i].worker_id, timeout, bound)
             break
         conns = [workers[i].conn for i in pending if hasattr(workers[i], "conn")]
         if conns:

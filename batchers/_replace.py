@@ -70,6 +70,71 @@ class WorkerReplacement:
     restart_workers: int
     n_processes: int
 
+    def _start_workers(self) -> list[dict[str, Any]]:
+        """Starts every worker (``_worker_specs``) and returns their first replies (``n_envs``, ``report``).
+
+        With ``restart_workers``, a worker that fails before it reports ready (it raised while building its env or
+        agent, died, or did not answer within ``start_timeout``) is replaced as one failing later is: the restart is
+        counted (``during="start"``) and logged, and the failure after the last allowed one raises. Nothing has been
+        collected yet, so the first replacement takes the same seeds (``exact``); one that fails at its start again
+        gets :func:`~rlstruct.batchers.restart_seed` seeds, as a seed that cannot be built would fail the same way.
+        """
+        for spec in self._worker_specs:
+            try:
+                self._workers.append(self._Worker(spec, self.timeout))
+            except BatcherWorkerError as e:  # an in-process worker builds its env and agent here
+                if self.restart_workers == 0:
+                    raise
+                self._workers.append(e)
+        if self.restart_workers == 0:
+            return recv_all(self._workers, self._start_timeout, "start_timeout")
+        try:
+            started = [k for k, w in enumerate(self._workers) if not isinstance(w, BatcherWorkerError)]
+            ready: list[Any] = list(self._workers)
+            for k, r in zip(started, recv_each([self._workers[k] for k in started], self._start_timeout,
+                                               "start_timeout")):
+                ready[k] = r
+            for k, r in enumerate(ready):
+                while isinstance(r, BatcherWorkerError):
+                    r = self._start_again(k, r)
+                ready[k] = r
+            return ready
+        finally:
+            # A worker that failed to start holds its place by its error until it is replaced: none is left to close.
+            self._workers[:] = [w for w in self._workers if not isinstance(w, BatcherWorkerError)]
+
+    def _start_again(self, k: int, cause: BatcherWorkerError) -> Any:
+        """Replaces worker ``k``, which failed with ``cause`` before it reported ready, by a new one; returns the new
+        one's first reply, or the :class:`BatcherWorkerError` of its own failure to start. Raises when no restart is
+        left."""
+        policy = self._restart_policy
+        if not policy.allows(k):
+            raise self._spent(cause) from cause
+        spec = self._worker_specs[k]
+        again = any(r.worker_id == k and r.during == "start" for r in policy.records)
+        record = policy.admit(k, cause, 0, "start", keep=None if again else (spec.seed, spec.agent_seed))
+        failed = self._workers[k]
+        if not isinstance(failed, BatcherWorkerError):
+            grace = ABANDON_GRACE_S if isinstance(cause, BatcherWorkerTimeout) else CLOSE_GRACE_S
+            errors = close_workers([failed], grace)
+            if errors:
+                log.debug("closing failed worker %d: %s", k, errors)
+        self._workers[k] = cause
+        spec = self._worker_specs[k] = replace(spec, seed=record.seed, agent_seed=record.agent_seed)
+        try:
+            w = self._workers[k] = self._Worker(spec, self.timeout)
+            return self._recv(w)
+        except BatcherWorkerError as e:
+            return e
+
+    def _spent(self, cause: BatcherWorkerError) -> BatcherWorkerError:
+        """The error that ends the batcher when ``cause`` finds every allowed restart used."""
+        return BatcherWorkerError(
+            f"{cause}\n(restart_workers={self.restart_workers}: every allowed restart has been used: "
+            f"{[(r.worker_id, r.cause) for r in self._restart_policy.records]})",
+            worker_id=cause.worker_id, remote_traceback=cause.remote_traceback,
+        )
+
     def _start_carries(self, one_seed: bool) -> None:
         """Allocates each worker's kept state, where it can be kept (``restart_workers`` and one seed)."""
         self._carries: list[list[dict[str, torch.Tensor]] | None] = [None] * len(self._workers)
@@ -136,11 +201,7 @@ class WorkerReplacement:
         the last ``env_info`` and latest ``agent_info``. Raises ``cause`` when no restart is left."""
         policy = self._restart_policy
         if not policy.allows(k):
-            raise _RestartsExhausted(BatcherWorkerError(
-                f"{cause}\n(restart_workers={self.restart_workers}: every allowed restart has been used: "
-                f"{[(r.worker_id, r.cause) for r in policy.records]})",
-                worker_id=cause.worker_id, remote_traceback=cause.remote_traceback,
-            ), cause)
+            raise _RestartsExhausted(self._spent(cause), cause)
         boundary = self._exact_boundary(k, method)
         spec = self._worker_specs[k]
         record = policy.admit(k, cause, self._n_acquisitions, method,

@@ -50,7 +50,8 @@ class WorkerRestart:
         cause: the first line of the failure (what it raised, how it died, or that it hung).
         acquisition: how many ``execute`` calls the batcher had started when it failed (the failed one
             included); 0 for a failure in the first ``reset`` or ``update``.
-        during: the call that saw the failure: ``"get"``, ``"reset"`` or ``"update"``.
+        during: the call that saw the failure: ``"get"``, ``"reset"`` or ``"update"``; ``"start"`` for a worker that
+            failed before it reported ready, while the batcher started.
         seed: the env seed of the new worker: its predecessor's when ``exact``, else :func:`restart_seed` of the
             worker's first seed.
         agent_seed: the agent seed of the new worker, likewise (``None`` when the batcher has no agent seeds).
@@ -139,7 +140,7 @@ class RestartPolicy:
             how = f"not exact: seed {record.seed}, its envs start new episodes"
         self.records.append(record)
         used = n if self.per_unit else len(self.records)
-        log.warning("%s %d failed during %s() of acquisition %d (%s); replacing it (restart %d of %s, %s)",
-                    self.unit, k, during, acquisition, record.cause, used,
-                    "unlimited" if self.budget == -1 else self.budget, how)
+        when = "while the batcher started" if during == "start" else f"during {during}() of acquisition {acquisition}"
+        log.warning("%s %d failed %s (%s); replacing it (restart %d of %s, %s)", self.unit, k, when, record.cause,
+                    used, "unlimited" if self.budget == -1 else self.budget, how)
         return record

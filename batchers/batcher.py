@@ -91,7 +91,8 @@ class RL_Batcher(WorkerReplacement, BatcherBase):
             process owns, and the new worker takes the same seeds and that state: it collects the same steps as if
             nothing had failed. Otherwise it gets :func:`~rlstruct.batchers.restart_seed` seeds and a reset. Either
             way it gets the last weights and collects its rows of the failed acquisition again; each replacement
-            is recorded in :attr:`restarts`.
+            is recorded in :attr:`restarts`. A worker that fails while the batcher starts is replaced too, with
+            the same seeds.
         env_index: with one seed, the global index of this batcher's first env, for a batcher that steps part of a
             larger set of envs (a Ray actor's, a data-parallel rank's); ``0`` otherwise.
 
@@ -195,9 +196,7 @@ class RL_Batcher(WorkerReplacement, BatcherBase):
             for k in range(n_workers)
         ]
         try:
-            for spec in self._worker_specs:
-                self._workers.append(self._Worker(spec, self.timeout))
-            ready = recv_all(self._workers, self._start_timeout, "start_timeout")
+            ready = self._start_workers()
             self._n_envs = [r["n_envs"] for r in ready]
             if args.seed is not None and any(n != args.envs_per_worker for n in self._n_envs):
                 k = next(k for k, n in enumerate(self._n_envs) if n != args.envs_per_worker)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import gymnasium as gym
@@ -462,3 +463,32 @@ class SlowWrapper(RL_Agent):
 
     def close(self):
         self.agent.close()
+
+
+class StartKillEnv(CountingEnv):
+    """A CountingEnv whose building SIGKILLs its own process (a worker killed while the batcher starts) when its
+    seed is ``kill_seed`` (``None``: any seed): on the first build only, or on every build with ``every_start``.
+    Each kill first appends a line to the file ``marker``, whose existence tells a later build that the first kill
+    happened. Only for worker processes."""
+
+    def __init__(self, marker, kill_seed=None, every_start=False, **kwargs):
+        super().__init__(**kwargs)
+        if kill_seed is not None and kill_seed != self.seed:
+            return
+        if every_start or not os.path.exists(marker):
+            with open(marker, "a") as f:
+                f.write(f"{os.getpid()}\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class RaiseOnceEnv(CountingEnv):
+    """A CountingEnv whose first build in the process raises RuntimeError (``RaiseOnceEnv.raised`` says whether it
+    did): an in-process worker that fails while the batcher starts, once."""
+
+    raised = False
+
+    def __init__(self, **kwargs):
+        if not RaiseOnceEnv.raised:
+            RaiseOnceEnv.raised = True
+            raise RuntimeError("RaiseOnceEnv failure injected")
+        super().__init__(**kwargs)

@@ -12,6 +12,8 @@ import importlib.util
 import json
 from typing import Any, ClassVar
 
+import torch
+
 from rlstruct.algos._train.finite import check_finite_settings
 from rlstruct.algos._train.trackers import check_trackers
 from rlstruct.devices import as_device, check_device_exists
@@ -20,7 +22,8 @@ from rlstruct.errors import ConfigError, MissingDependencyError
 
 __all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "AUTOCAST_VALUES", "setting", "RunConfig", "OnPolicyConfig",
            "OffPolicyConfig", "check_at_least", "validate_run_config", "check_on_policy", "check_off_policy",
-           "check_evaluation_policy", "check_env_kwargs", "check_physics_dtype", "training_workers"]
+           "check_evaluation_policy", "check_env_kwargs", "check_physics_dtype", "set_torch_threads",
+           "training_workers"]
 
 #: the values of ``RunConfig.matmul_precision`` (torch's ``set_float32_matmul_precision``)
 MATMUL_PRECISIONS = ("highest", "high", "medium")
@@ -206,6 +209,21 @@ def training_workers(config: RunConfig) -> int:
     (6, 1)
     """
     return max(config.n_processes, 1) * max(config.ray_actors, 1)
+
+
+def set_torch_threads(n: int) -> int:
+    """Sets torch's intra-op threads to ``n``, what a run's ``torch_threads`` means (0: torch's count is left as it
+    is); returns the count before, which ``set_torch_threads(previous)`` restores. A call that changes nothing costs
+    nothing.
+
+    >>> previous = set_torch_threads(1)
+    >>> torch.get_num_threads(), set_torch_threads(previous)
+    (1, 1)
+    """
+    previous = torch.get_num_threads()
+    if n and n != previous:
+        torch.set_num_threads(n)
+    return previous
 
 
 def validate_run_config(config: RunConfig) -> None:

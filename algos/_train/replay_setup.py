@@ -4,6 +4,7 @@ or on its disk, refused before anything starts.
 
 from __future__ import annotations
 
+import logging
 import pathlib
 
 import torch
@@ -14,9 +15,13 @@ from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.errors import ConfigError, DiskSpaceError
 
-__all__ = ["check_replay_fits", "make_replay_buffer", "replay_folder"]
+__all__ = ["LARGE_BUFFER_BYTES", "check_replay_fits", "make_replay_buffer", "replay_folder"]
+
+log = logging.getLogger(__name__)
 
 _GB = 1e9
+# A buffer of more bytes than this (in memory or on disk) takes seconds to allocate: the run says so before the wait.
+LARGE_BUFFER_BYTES = 10**9
 
 
 def _buffer_class(config: OffPolicyConfig) -> type[ReplayBuffer]:
@@ -88,6 +93,24 @@ def make_replay_buffer(config: OffPolicyConfig, spec: EnvSpec, device: torch.dev
     kwargs: dict = {"storage": config.replay_storage}
     if config.replay_storage == "disk":
         kwargs["folder"] = replay_folder(folder, rank)
+    _say_if_large(config, spec, device, kwargs.get("folder"))
     if config.prioritized_replay:
         kwargs.update(alpha=config.priority_alpha, beta0=config.priority_beta0)
     return _buffer_class(config).for_spec(spec, config.buffer_size, device, seed=seed, **kwargs)
+
+
+def _say_if_large(config: OffPolicyConfig, spec: EnvSpec, device: torch.device, folder: pathlib.Path | None) -> None:
+    """Logs one warning, before the allocation, when the buffer takes more than :data:`LARGE_BUFFER_BYTES` of memory
+    or of disk: how much, and where (the command line shows warnings; a run that seems stuck is filling pages)."""
+    cls = _buffer_class(config)
+    total = cls.planned_nbytes(spec, config.buffer_size)
+    disk = cls.planned_disk_nbytes(spec, config.buffer_size) if folder is not None else 0
+    memory = total - disk
+    if max(memory, disk) <= LARGE_BUFFER_BYTES:
+        return
+    where = "CPU memory" if device.type == "cpu" else f"memory of {device}"
+    parts = [f"{memory / _GB:.1f} GB of {where}"]
+    if folder is not None:
+        parts.append(f"{disk / _GB:.1f} GB of disk in {str(folder)!r}")
+    log.warning("the replay buffer of --buffer-size %d takes %s (%.0f bytes per transition); allocating it may take "
+                "a while", config.buffer_size, " and ".join(parts), total / config.buffer_size)

@@ -22,7 +22,13 @@ from torch import nn
 
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._train.checkpoints import Resume, load_resume, plot_learning_curve
-from rlstruct.algos._train.config import RunConfig, check_evaluation_policy, training_workers, validate_run_config
+from rlstruct.algos._train.config import (
+    RunConfig,
+    check_evaluation_policy,
+    set_torch_threads,
+    training_workers,
+    validate_run_config,
+)
 from rlstruct.algos._train.distributed import World, rank_device, torchrun_restarts, world_from_environment
 from rlstruct.algos._train.divergence import explained_by_divergence, finish_diverged
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
@@ -315,9 +321,8 @@ def training_run(
     Yields:
         ``(run, stack)``.
     """
-    threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
+    precision = torch.get_float32_matmul_precision()
+    threads = set_torch_threads(config.torch_threads)
     run = Run(algo, config, spec, start=start, resume=resume, logger=logger, world_size=world_size)
     run.evaluation_callbacks.extend(on_evaluation)
     with contextlib.ExitStack() as stack:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,9 @@ _RENDER_ID = {"CartPoleNoVel-v1": "CartPole-v1"}
 #: frames whose shorter side is smaller are scaled up by a whole factor to reach it
 _MIN_SIDE = 160
 _INSTALL = "install it with `pip install 'rlstruct[video]'`"
+#: gymnasium's notes on a renderer's frames that this module handles itself
+_HANDLED_RENDER_NOTES = (r".*No render fps was declared in the environment",
+                         r".*RGB-array rendering should return a numpy array with dtype uint8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +124,7 @@ def _gym_renderer(render_id: str, max_episode_steps: int | None,
     kwargs = dict(env_kwargs or {})
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
+    _headless_sdl()
     env = gym.make(render_id, render_mode="rgb_array", **kwargs)
     if "rgb_array" not in env.metadata.get("render_modes", ()):
         env.close()
@@ -128,9 +133,24 @@ def _gym_renderer(render_id: str, max_episode_steps: int | None,
     return env
 
 
+def _headless_sdl() -> None:
+    """Points SDL at its ``dummy`` video driver on a machine without a display (no ``DISPLAY``, ``WAYLAND_DISPLAY``
+    or ``SDL_VIDEODRIVER``). Gymnasium's classic-control renderers initialise pygame's display even for
+    ``rgb_array`` frames, drawn on an off-screen surface; there, SDL probes its X11 and Wayland drivers and prints
+    ``error: XDG_RUNTIME_DIR is invalid or not set`` from C before it falls back. No window could open on such a
+    machine anyway, so the variable stays set for the process."""
+    if not any(os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER")):
+        os.environ["SDL_VIDEODRIVER"] = "dummy"
+
+
 def _render(env: gym.Env, name: str) -> np.ndarray:
     try:
-        frame = env.render()
+        with warnings.catch_warnings():
+            # Gymnasium's env checker notes, at the first frame, what minatar's renderer leaves out; both are handled
+            # here: the frame rate is the caller's (30 by default) and float frames are converted below.
+            for note in _HANDLED_RENDER_NOTES:
+                warnings.filterwarnings("ignore", message=note, category=UserWarning)
+            frame = env.render()
     except gym.error.DependencyNotInstalled as e:
         raise MissingDependencyError(f"rendering {name!r} needs a package that is not installed "
                                      f"({str(e).splitlines()[0]}); {_INSTALL}") from e

@@ -72,6 +72,7 @@ def test_train_writes_logs_plot_checkpoint_and_eval_reads_it(tmp_path):
 
     ev = rlstruct("eval", str(logdir / "checkpoint.pt"), "--episodes", "3")
     assert ev.returncode == 0, ev.stderr
+    assert ev.stderr == ""  # the command's own output only: no torch or gymnasium warning
     result = last_json(ev.stdout)
     assert result["episodes"] == 3 and result["algo"] == "a2c" and 0 < result["eval_return"] <= 60
 

@@ -180,3 +180,43 @@ def test_weights_that_do_not_fit_are_a_checkpoint_error(runs, tmp_path):
 def test_an_observation_that_does_not_fit_is_a_space_error_naming_the_expected_shape(runs, observation, match):
     with pytest.raises(SpaceError, match=match):
         load(runs["ppo"]).predict(observation)
+
+
+# --------------------------------------------------------------------------- torch threads
+class _ThreadsSpy:
+    """The policy's agent, noting torch's thread count at each forward pass."""
+
+    def __init__(self, agent, seen: list[int]):
+        self.agent, self.seen = agent, seen
+
+    def __call__(self, *args):
+        self.seen.append(torch.get_num_threads())
+        return self.agent(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.agent, name)
+
+
+def test_predict_runs_at_the_runs_torch_threads_and_leaves_the_callers_count(tmp_path):
+    run = _run(tmp_path, "a2c", a2c, a2c.A2CConfig, max_env_steps=64, n_steps=16, torch_threads=2)
+    callers = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        seen: list[int] = []
+        for torch_threads, during in [(None, 2), (1, 1), (0, 3)]:  # the run's (what train used), given, the process's
+            policy = load(run, torch_threads=torch_threads)
+            policy.agent = _ThreadsSpy(policy.agent, seen)
+            policy.predict(np.zeros(4, np.float32))
+            assert seen[-1] == during and torch.get_num_threads() == 3
+        with pytest.raises(SpaceError):
+            load(run).predict(np.zeros(3, np.float32))
+        assert torch.get_num_threads() == 3  # restored after a call that raised too
+    finally:
+        torch.set_num_threads(callers)
+    assert load(run).torch_threads == 2
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_torch_threads_of_load_is_checked(bad):
+    with pytest.raises(ValueError, match=rf"torch_threads must be an int >= 0 or None \(the run's\), got {bad!r}; "):
+        load("no/such/run", torch_threads=bad)

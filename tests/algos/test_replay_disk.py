@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import textwrap
 from collections import namedtuple
 
 import pytest
+import torch
 
 from rlstruct.algos import _replay_storage
 from rlstruct.algos._replay_storage import OWNER_FILE, _process_start
@@ -145,3 +147,25 @@ def test_a_full_disk_when_the_buffer_grows_during_the_run_is_the_same_clear_erro
                      torch.ones(2))
     buf.close()
     assert _bin_files(tmp_path / "replay") == []
+
+
+@pytest.mark.parametrize("storage", ["memory", "disk"])
+def test_a_large_buffer_says_its_size_and_where_before_it_is_allocated(tmp_path, monkeypatch, caplog, storage):
+    from rlstruct.algos._train import replay_setup
+    from rlstruct.algos._train.config import OffPolicyConfig
+
+    spec = EnvSpec((4, 84, 84), "uint8", 4, 1000)
+    config = OffPolicyConfig(buffer_size=100_000, replay_storage=storage)
+    made = []
+    monkeypatch.setattr(ReplayBuffer, "for_spec", classmethod(lambda cls, *a, **kw: made.append(a) or "buffer"))
+    with caplog.at_level(logging.INFO, logger="rlstruct.algos"):
+        replay_setup.make_replay_buffer(config, spec, torch.device("cpu"), seed=0, folder=tmp_path)
+        assert caplog.records == [] and len(made) == 1  # under 1 GB: nothing to say
+        monkeypatch.setattr(replay_setup, "LARGE_BUFFER_BYTES", 10**6)
+        replay_setup.make_replay_buffer(config, spec, torch.device("cpu"), seed=0, folder=tmp_path)
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING  # the command line shows warnings
+    where = (r"0\.0 GB of CPU memory and 0\.[1-9] GB of disk in '.*replay'" if storage == "disk"
+             else r"0\.[1-9] GB of CPU memory")
+    assert re.fullmatch(rf"the replay buffer of --buffer-size 100000 takes {where} \(\d+ bytes per transition\); "
+                        r"allocating it may take a while", record.getMessage()), record.getMessage()

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -136,6 +137,27 @@ def test_minatar_float_grids_become_legible_uint8_frames(tmp_path, backend):
 
 
 @needs_pygame
+@pytest.mark.skipif(not _has("minatar"), reason="MinAtar needs minatar: pip install 'rlstruct[minatar]'")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("env, backend", [("CartPole-v1", "torch"), ("MinAtar/Breakout-v1", "gymnasium")])
+def test_recording_on_a_machine_without_display_prints_nothing(tmp_path, monkeypatch, capfd, env, backend):
+    """Neither SDL's note on a missing display (printed from C while gymnasium's renderer starts pygame) nor
+    gymnasium's notes on minatar's frames (no frame rate, float pixels), which the recorder handles, reach the
+    console."""
+    import rlstruct.envs  # noqa: F401  (registers the MinAtar ids)
+
+    for variable in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER"):
+        monkeypatch.setenv(variable, "")  # restored after the test, set or not
+        monkeypatch.delenv(variable)
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        record_policy_video(tmp_path / "episode.gif", **policy(env, backend), max_steps=3)
+    assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
+    assert capfd.readouterr().err == ""
+
+
+@needs_pygame
 @needs_ffmpeg
 @pytest.mark.timeout(120)
 def test_a_dqn_policy_records_greedy(tmp_path):
@@ -222,6 +244,7 @@ def test_cli_eval_video_of_a_tiny_trained_run(tmp_path):
     ev = rlstruct("eval", str(run), "--episodes", "2", "--max-steps", "20", "--video", str(video),
                   "--video-episodes", "2")
     assert ev.returncode == 0, ev.stderr
+    assert ev.stderr == ""  # the command's own output only: no torch or gymnasium warning, no SDL note
     result = json.loads(ev.stdout.splitlines()[-1])
     assert result["video"] == str(video) and f"video: {video} (" in ev.stdout
     assert 4 <= result["video_frames"] <= 2 * 21

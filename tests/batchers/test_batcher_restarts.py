@@ -17,7 +17,17 @@ import torch
 
 from rlstruct.batchers import RL_Batcher, WorkerRestart, restart_seed
 from rlstruct.errors import BatcherWorkerError
-from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, FaultEnv, FirstSeedsOnlyEnv, SlowAgent, pid_alive
+from tests.fakes import (
+    ConstantAgent,
+    CounterAgent,
+    CountingEnv,
+    FaultEnv,
+    FirstSeedsOnlyEnv,
+    RaiseOnceEnv,
+    SlowAgent,
+    StartKillEnv,
+    pid_alive,
+)
 
 T = 4
 N_ENVS = 2
@@ -182,6 +192,54 @@ def test_a_worker_killed_from_outside_is_replaced(when):
         b.execute()
         traj, _ = b.get()
         assert torch.equal(traj.trajectories["observation/frame"][:, 0, 1], torch.full((4,), float(T)))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_worker_killed_while_the_batcher_starts_is_replaced(tmp_path, caplog):
+    marker = tmp_path / "killed"
+    env = {"n_envs": N_ENVS, "autoreset": True, "episode_lengths": (100,), "marker": str(marker), "kill_seed": 1}
+    with caplog.at_level(logging.WARNING, logger="rlstruct.batchers"):
+        b = RL_Batcher(T, CounterAgent, {}, StartKillEnv, env, 2, [0, 1], agent_seeds=[10, 11], restart_workers=1)
+    with b:
+        assert len(marker.read_text().splitlines()) == 1  # worker 1 was killed once, while building its envs
+        (r,) = b.restarts
+        assert (r.worker_id, r.during, r.acquisition, r.exact, r.seed, r.agent_seed) == (1, "start", 0, True, 1, 11)
+        assert "SIGKILL" in r.cause and "worker 1 failed while the batcher started" in caplog.text
+        # Nothing was collected yet: the replacement takes the same seeds, and the run is the one without the fault.
+        b.reset()
+        b.update({"scale": torch.tensor([SCALE])})
+        (traj,) = _collect(b, 1)
+        _check_worker_rows(traj, slice(0, 2), 0, 0)
+        _check_worker_rows(traj, slice(2, 4), 1, 0)
+        assert b.n_restarts == 1
+
+
+@pytest.mark.parametrize("restarts", [0, 1])
+def test_an_in_process_worker_that_raises_while_the_batcher_starts_is_rebuilt(monkeypatch, restarts):
+    monkeypatch.setattr(RaiseOnceEnv, "raised", False)
+    env = {"n_envs": N_ENVS, "autoreset": True, "episode_lengths": (100,)}
+    if restarts == 0:
+        with pytest.raises(BatcherWorkerError, match=r"worker 0 \(in process\) raised RuntimeError: RaiseOnceEnv"):
+            RL_Batcher(T, ConstantAgent, {}, RaiseOnceEnv, env, 0, [0], restart_workers=0)
+        return
+    with RL_Batcher(T, ConstantAgent, {}, RaiseOnceEnv, env, 0, [0], restart_workers=restarts) as b:
+        (r,) = b.restarts
+        assert (r.worker_id, r.during, r.seed) == (0, "start", 0) and "RaiseOnceEnv failure injected" in r.cause
+        b.reset()
+        (traj,) = _collect(b, 1)
+        assert torch.equal(traj.trajectories.lengths, torch.full((N_ENVS,), T))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_worker_killed_at_every_start_fails_the_batcher_once_the_restarts_are_spent(tmp_path):
+    marker = tmp_path / "killed"
+    env = {"n_envs": N_ENVS, "marker": str(marker), "every_start": True}
+    every = r"(?s)worker 0 \(pid \d+\) was killed by SIGKILL.*restart_workers=2: every allowed restart has been used"
+    with pytest.raises(BatcherWorkerError, match=every):
+        RL_Batcher(T, ConstantAgent, {}, StartKillEnv, env, 1, [0], restart_workers=2)
+    assert len(marker.read_text().splitlines()) == 3  # the first start and two replacements
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
