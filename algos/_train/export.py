@@ -4,12 +4,17 @@
 The file maps ``observation`` (a batch ``[N, *obs]`` of the env's raw observations, in the env's dtype) to
 ``action`` (``int64 [N]``, or ``float32 [N, D]`` within the bounds); the run's observation normalisation is inside.
 A recurrent policy also takes its memory ``h``, ``c`` (``float32 [N, core]``, zeros at an episode's start) and
-returns the next one: ``(action, h, c)``.
+returns the next one: ``(action, h, c)``. An ONNX file is self-contained: its weights are inside it, not in a
+``.data`` file beside it (a policy is far below ONNX's 2 GB limit for that).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -105,6 +110,23 @@ def export_policy(agent: NetworkAgent, spec: EnvSpec, output: str | os.PathLike,
             outputs = ["action", "h_next", "c_next"] if recurrent else ["action"]
             # torch.export reads the shapes by the forward's signature: the observation, then *state as one tuple.
             dynamic = ({0: batch}, ({0: batch}, {0: batch})) if recurrent else ({0: batch},)
-            torch.onnx.export(module, inputs, str(path), input_names=names, output_names=outputs,
-                              dynamic_shapes=dynamic, dynamo=True, verbose=False)
+            with _quiet_exporter():
+                torch.onnx.export(module, inputs, str(path), input_names=names, output_names=outputs,
+                                  dynamic_shapes=dynamic, dynamo=True, external_data=False, verbose=False)
     return path
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Keeps torch's ONNX exporter's notes about itself off the console: the operators of torchvision it skips
+    (a policy uses none) and the deprecations inside torch's own tree handling. Errors still raise."""
+    exporter_log = logging.getLogger("torch.onnx")
+    level = exporter_log.level
+    exporter_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        exporter_log.setLevel(level)

@@ -93,8 +93,12 @@ def test_rlstruct_export_writes_the_file_and_a_json_line(runs, tmp_path, capsys)
     pytest.importorskip("onnxscript", reason="needs the export extra")
     output = tmp_path / "deploy" / "cartpole.onnx"
     assert cli.main(["export", runs["discrete"], "--output", str(output)]) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    out, err = capsys.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
     assert summary["format"] == "onnx" and output.is_file()
+    # One self-contained file (no weights in a .data file beside it), and no exporter notes on the console.
+    assert [p.name for p in output.parent.iterdir()] == ["cartpole.onnx"]
+    assert "Warning" not in err and "torchvision" not in err, err
     assert cli.main(["export", runs["discrete"], "--output", str(tmp_path / "p.onnx"), "--format", "torchscript"]) == 0
     assert torch.jit.load(str(tmp_path / "p.onnx"))(torch.zeros(3, 4)).shape == (3,)
 
