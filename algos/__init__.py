@@ -29,7 +29,7 @@ _LAZY = {
     "RunConfig": "rlstruct.algos._train.config",
     "OnPolicyConfig": "rlstruct.algos._train.config",
     "OffPolicyConfig": "rlstruct.algos._train.config",
-    "TrainResult": "rlstruct.algos._train.log",
+    "TrainResult": "rlstruct.algos._train.result",
     "EnvSpec": "rlstruct.algos._train.env_spec",
     "describe_env": "rlstruct.algos._train.env_spec",
     "create_env": "rlstruct.algos._train.env_spec",

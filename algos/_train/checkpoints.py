@@ -281,7 +281,7 @@ class Resume:
         model: the policy's weights (the model the checkpoint's ``model`` holds).
         learner: the algorithm's learner state: ``{"optimizer": ...}`` and what else its ``train`` keeps.
         world_size: the data-parallel ranks that trained it (1: one process; older checkpoints say nothing: 1).
-        stop_reason: why the run stopped, in a run's final checkpoint (see :data:`~.log.STOP_REASONS`); ``None`` in
+        stop_reason: why the run stopped, in a run's final checkpoint (see :data:`~.result.STOP_REASONS`); ``None`` in
             a periodic one, and in those written before it was recorded.
     """
 

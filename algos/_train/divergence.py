@@ -12,8 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, plot_learning_curve
-from rlstruct.algos._train.log import Run, TrainResult
+from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.presets import preset_target
+from rlstruct.algos._train.result import TrainResult
 
 __all__ = ["explained_by_divergence", "finish_diverged"]
 

@@ -28,7 +28,7 @@ from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, save_chec
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.finite import DivergenceGuard
-from rlstruct.algos._train.presets import preset_stop_target
+from rlstruct.algos._train.result import reaches, run_target
 from rlstruct.algos._train.run_folder import CONFIG_NAME, CSV_NAME, SUMMARY_NAME, FolderClaim, write_whole
 from rlstruct.algos._train.seeds import session_seed
 from rlstruct.algos._train.trackers import Tracker, open_trackers
@@ -37,135 +37,9 @@ from rlstruct.errors import ConfigError
 if TYPE_CHECKING:
     from rlstruct.algos._train.evaluation import Evaluator
 
-__all__ = ["STOP_REASONS", "Run", "TrainResult", "check_logdir", "claim_logdir", "claim_run_folder",
-           "earlier_run_files", "reaches", "run_logdir", "run_target"]
+__all__ = ["Run", "check_logdir", "claim_logdir", "claim_run_folder", "earlier_run_files", "run_logdir"]
 
 log = logging.getLogger(__name__)
-
-#: why a run stops (:attr:`TrainResult.stop_reason`), checked in this order
-STOP_REASONS = ("diverged", "signal", "target", "budget", "time_limit", "another_rank")
-
-
-@dataclasses.dataclass
-class TrainResult:
-    """What :func:`train` returns.
-
-    Attributes:
-        eval_return: the mean return the run reports: of the confirmation that stopped it at its target (the
-            weights kept are the ones it evaluated), else of the final (blocking) evaluation of the final policy, or,
-            for an interrupted run, of the last evaluation that finished (nan if none).
-        env_steps: training environment steps taken.
-        wall_time_s: seconds from the start of ``train`` to the end of the final evaluation.
-        history: one dict per training iteration (and per evaluation), as in ``progress.csv``.
-        logdir: where the logs, plot and checkpoint are.
-        iterations: training iterations done.
-        checkpoint: path of ``checkpoint.pt``.
-        plot: path of the learning-curve PNG (``None`` without matplotlib).
-        target_return: the return that stops training (``target_return``, else the preset's target, else the env's
-            threshold: :func:`run_target`), or ``None``.
-        reached_target: exactly ``eval_return >= target_return`` (False without a target or a number): computed
-            from those two, whatever value is passed.
-        eval_env_steps: the env steps at which the weights that ``eval_return`` is about were taken for their
-            evaluation (``env_steps`` for a final evaluation; earlier for a target's confirmation or an interrupted
-            run's last evaluation); None without a number.
-        interrupted: whether a Ctrl-C (SIGINT) or a SIGTERM stopped training early; ``eval_return`` is then the
-            last evaluation's (nan if none finished): the final evaluation is skipped.
-        stop_signal: the signal that did (``"SIGINT"``, ``"SIGTERM"``), else ``None``.
-        stop_reason: why training stopped, one of :data:`STOP_REASONS`: ``"diverged"`` (a loss, a gradient norm or
-            a weight turned NaN or infinite: ``diverged`` says which), ``"target"`` (an evaluation reached
-            ``target_return`` and its confirmation on fresh episodes did too), ``"budget"`` (``max_env_steps``
-            spent), ``"time_limit"`` (``time_limit`` seconds spent), ``"signal"`` (``stop_signal``),
-            ``"another_rank"`` (a data-parallel run's other rank stopped it).
-        preset: the preset whose settings the run used (``"none"``: the bare defaults and the settings given).
-        startup_s: seconds from the launch (the process's start for ``rlstruct train``, the call for ``train``) to
-            the end of this session's first training iteration (None: none ended).
-        time_to_target_s: seconds from the launch to the end of the confirmation that stopped the run at its target
-            (None: none did in this session).
-        world_size: the ranks that trained it (``torchrun``: data-parallel learners; 1 for a plain run).
-        preset_target: the return ``preset`` is tuned to reach within its budget (its learning benchmark's target,
-            as ``rlstruct presets`` lists it), or ``None``; the run stops at it when it is ``target_return``.
-        diverged: for a run that diverged, ``{"quantity", "iteration", "value"}`` of the first non-finite value
-            found (:class:`~.finite.DivergenceGuard`); its ``eval_return`` is nan (no evaluation of it counts),
-            ``reached_target`` False, and ``checkpoint`` the one written before the divergence, if any.
-    """
-
-    eval_return: float
-    env_steps: int
-    wall_time_s: float
-    history: list[dict[str, float]]
-    logdir: str
-    iterations: int = 0
-    checkpoint: str | None = None
-    plot: str | None = None
-    target_return: float | None = None
-    reached_target: bool = False
-    interrupted: bool = False
-    stop_signal: str | None = None
-    preset: str = "none"
-    startup_s: float | None = None
-    time_to_target_s: float | None = None
-    world_size: int = 1
-    stop_reason: str = "budget"
-    preset_target: float | None = None
-    diverged: dict[str, Any] | None = None
-    eval_env_steps: int | None = None
-
-    def __post_init__(self) -> None:
-        self.reached_target = reaches(self.eval_return, self.target_return)
-
-    def summary(self) -> dict[str, Any]:
-        """The JSON-able fields (everything but the history)."""
-        return {
-            "eval_return": self.eval_return,
-            "eval_env_steps": self.eval_env_steps,
-            "env_steps": self.env_steps,
-            "wall_time_s": round(self.wall_time_s, 3),
-            "logdir": self.logdir,
-            "iterations": self.iterations,
-            "checkpoint": self.checkpoint,
-            "plot": self.plot,
-            "target_return": self.target_return,
-            "reached_target": self.reached_target,
-            "interrupted": self.interrupted,
-            "stop_signal": self.stop_signal,
-            "preset": self.preset,
-            "startup_s": None if self.startup_s is None else round(self.startup_s, 3),
-            "time_to_target_s": None if self.time_to_target_s is None else round(self.time_to_target_s, 3),
-            "world_size": self.world_size,
-            "stop_reason": self.stop_reason,
-            "preset_target": self.preset_target,
-            "diverged": self.diverged,
-        }
-
-
-def reaches(value: float | None, target: float | None) -> bool:
-    """Whether a mean return ``value`` is at or above ``target`` (False when either is missing or nan).
-
-    >>> reaches(475.0, 475.0), reaches(474.9, 475.0), reaches(float("nan"), 475.0), reaches(500.0, None)
-    (True, False, False, False)
-    """
-    return value is not None and target is not None and not math.isnan(value) and value >= target
-
-
-def run_target(config: RunConfig, spec: EnvSpec) -> float | None:
-    """The return at which a run stops: ``config.target_return`` when set; else, with ``stop_at_reward_threshold``
-    (the default), the target of the run's preset on this env (:func:`~.presets.preset_stop_target`), else the env's
-    ``reward_threshold``; else ``None`` (the run spends its budget).
-
-    >>> from rlstruct.algos._train.config import RunConfig
-    >>> spec = EnvSpec((4,), "float32", 2, 500, reward_threshold=475.0)
-    >>> run_target(RunConfig(target_return=100.0), spec), run_target(RunConfig(), spec)
-    (100.0, 475.0)
-    >>> run_target(RunConfig(stop_at_reward_threshold=False), spec) is None
-    True
-    """
-    if config.target_return is not None:
-        return config.target_return
-    if not config.stop_at_reward_threshold:
-        return None
-    preset = preset_stop_target(config.preset, config.env)
-    return preset if preset is not None else spec.reward_threshold
-
 
 def run_logdir(algo: str, config: RunConfig, resume: Resume | None) -> Path:
     """The log folder a run asks for: ``config.logdir``, else the resumed run's folder, else
@@ -336,7 +210,7 @@ class Run:
         #: the signal (``"SIGINT"``: a Ctrl-C, or ``"SIGTERM"``) that interrupted the run during
         #: :func:`training_run`, else ``None``: the loop stops at its next check
         self.stop_signal: str | None = None
-        #: why :meth:`should_stop` last said to stop (one of :data:`STOP_REASONS`), else ``None``
+        #: why :meth:`should_stop` last said to stop (one of :data:`~.result.STOP_REASONS`), else ``None``
         self.stop_reason: str | None = None
         #: finds a non-finite loss, gradient norm or weight in what :meth:`flush` converts (see :attr:`diverged`)
         self.guard = DivergenceGuard()

@@ -32,8 +32,9 @@ from rlstruct.algos._train.distributed import (
 from rlstruct.algos._train.divergence import finish_diverged
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import Evaluator
-from rlstruct.algos._train.log import Run, TrainResult, run_logdir
+from rlstruct.algos._train.log import Run, run_logdir
 from rlstruct.algos._train.replay_setup import check_replay_fits, make_replay_buffer, replay_folder
+from rlstruct.algos._train.result import TrainResult
 from rlstruct.algos._train.session import (
     Algorithm,
     Setup,

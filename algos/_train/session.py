@@ -33,8 +33,9 @@ from rlstruct.algos._train.distributed import World, rank_device, torchrun_resta
 from rlstruct.algos._train.divergence import explained_by_divergence, finish_diverged
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
-from rlstruct.algos._train.log import Run, TrainResult, check_logdir, claim_run_folder, run_logdir
+from rlstruct.algos._train.log import Run, check_logdir, claim_run_folder, run_logdir
 from rlstruct.algos._train.presets import apply_preset, preset_target
+from rlstruct.algos._train.result import TrainResult
 from rlstruct.algos._train.run_folder import FolderClaim, check_unfinished, given_back_unless_trained, write_whole
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,

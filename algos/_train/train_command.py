@@ -18,8 +18,9 @@ from rlstruct.algos._train.checkpoints import check_resume_algorithm, load_check
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.distributed import restart_resume
 from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
-from rlstruct.algos._train.log import Run, TrainResult
+from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.presets import apply_preset, describe_preset, setting_sources
+from rlstruct.algos._train.result import TrainResult
 from rlstruct.algos._train.run_folder import given_back_unless_trained
 from rlstruct.errors import BatcherWorkerTimeout, ConfigError, RankLostError, RLStructError, RunFinishedError
 

@@ -16,7 +16,8 @@ import pytest
 
 from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce
 from rlstruct.algos._train.env_spec import EnvSpec, describe_env
-from rlstruct.algos._train.log import Run, TrainResult
+from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.result import TrainResult
 from rlstruct.errors import SpaceError
 
 RANDOM_POLICY_RETURN = 22.0

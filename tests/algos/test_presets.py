@@ -14,7 +14,6 @@ import pytest
 
 from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce, sac
 from rlstruct.algos._train.env_spec import EnvSpec
-from rlstruct.algos._train.log import run_target
 from rlstruct.algos._train.presets import (
     PRESETS,
     apply_preset,
@@ -24,6 +23,7 @@ from rlstruct.algos._train.presets import (
     preset_stop_target,
     preset_target,
 )
+from rlstruct.algos._train.result import run_target
 from rlstruct.errors import ConfigError
 from tests.algos.test_cli import last_json, rlstruct
 
