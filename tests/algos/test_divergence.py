@@ -21,7 +21,7 @@ import torch
 
 from rlstruct.algos import a2c, cli, dqn, load, ppo, pqn, reinforce, sac
 from rlstruct.algos._train import loops
-from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, content_digest
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.env_spec import describe_env
 from rlstruct.algos._train.finite import DivergenceGuard, non_finite
@@ -282,6 +282,7 @@ def nan_checkpoint(finite_run, tmp_path):
     data = torch.load(finite_run / CHECKPOINT_NAME, weights_only=True)
     name = next(iter(data["model"]))
     data["model"][name].view(-1)[0] = math.nan
+    data["digest"] = content_digest(data)  # written whole, by a run whose weights had turned NaN
     path = tmp_path / "nan.pt"
     torch.save(data, path)
     return path, name
@@ -319,6 +320,7 @@ def test_resume_refuses_a_nan_learner_state(finite_run, tmp_path):
     data = torch.load(finite_run / CHECKPOINT_NAME, weights_only=True)
     moments = next(iter(data["learner"]["optimizer"]["state"].values()))["exp_avg"]
     moments.view(-1)[0] = math.inf
+    data["digest"] = content_digest(data)
     path = tmp_path / "inf.pt"
     torch.save(data, path)
     load(path)  # the policy is finite: it evaluates
