@@ -27,6 +27,7 @@ from collections.abc import Iterable
 
 import torch
 
+from rlstruct._processes import process_alive
 from rlstruct.errors import ConfigError, DiskSpaceError
 
 log = logging.getLogger(__name__)
@@ -61,14 +62,8 @@ def _owner_alive(owner: dict) -> bool:
     if owner.get("host") != socket.gethostname():
         return True
     pid = owner.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
+    if not isinstance(pid, int) or not process_alive(pid):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        pass
     start = owner.get("start")
     return start is None or _process_start(pid) in (None, start)
 

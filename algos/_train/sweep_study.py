@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from rlstruct._processes import process_alive
 from rlstruct.errors import ConfigError, MissingDependencyError
 
-__all__ = ["alive", "check_storage", "creating", "die_with", "fail_dead_trials", "open_storage", "require_optuna",
+__all__ = ["check_storage", "creating", "die_with", "fail_dead_trials", "open_storage", "require_optuna",
            "trial_seeded_sampler", "wait_for_enqueued_taken"]
 
 #: seconds between a running trial's heartbeats, and without one after which another process fails the trial (a
@@ -240,7 +241,7 @@ def fail_dead_trials(study: Any) -> list[Any]:
     trials_before = study.get_trials(deepcopy=False, states=(running,))
     for trial in trials_before:
         process = trial.user_attrs.get("process") or {}
-        if process.get("host") == host and not alive(int(process.get("pid", 0))):
+        if process.get("host") == host and not process_alive(int(process.get("pid", 0))):
             study.tell(trial.number, state=fail, skip_if_finished=True)
     with warnings.catch_warnings():  # Optuna calls its heartbeats experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -249,17 +250,3 @@ def fail_dead_trials(study: Any) -> list[Any]:
     return [after[t.number] for t in trials_before if after[t.number].state == fail]
 
 
-def alive(pid: int) -> bool:
-    """Whether the process ``pid`` runs on this machine (a zombie, ended but not yet reaped, does not)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True

@@ -13,11 +13,12 @@ import pytest
 
 optuna = pytest.importorskip("optuna", reason="rlstruct sweep needs Optuna: pip install 'rlstruct[sweep]'")
 
+from rlstruct._processes import process_alive  # noqa: E402
 from rlstruct.algos import cli  # noqa: E402
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm  # noqa: E402
 from rlstruct.algos._train.search_space import check_space, covering, load_space  # noqa: E402
 from rlstruct.algos._train.sweep import run_sweep  # noqa: E402
-from rlstruct.algos._train.sweep_study import alive, trial_seeded_sampler  # noqa: E402
+from rlstruct.algos._train.sweep_study import trial_seeded_sampler  # noqa: E402
 from rlstruct.errors import ConfigError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
@@ -246,9 +247,9 @@ def test_the_workers_of_a_killed_sweep_end(tmp_path):
         proc.kill()
         proc.wait()
         deadline = time.monotonic() + 60
-        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        while any(process_alive(pid) for pid in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not [pid for pid in workers if alive(pid)]
+        assert not [pid for pid in workers if process_alive(pid)]
     finally:
         proc.kill()
         for pid in workers:
