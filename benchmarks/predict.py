@@ -94,7 +94,7 @@ def burners(n: int) -> list[subprocess.Popen]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--run", default=None, help="a run's folder (default: train a tiny A2C CartPole run)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per process")
