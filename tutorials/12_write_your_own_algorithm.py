@@ -1,4 +1,4 @@
-"""Tutorial 12: write your own algorithm — an A2C learner by hand over ``RL_Batcher``, then the same on pixels.
+"""Tutorial 12: write your own algorithm — an A2C learner by hand over RL_Batcher, then the same on pixels.
 
 ``rlstruct.algos`` gives you six trained-and-proven algorithms; this page is for the one you are inventing. It
 writes a complete advantage actor-critic in about sixty lines on the library's two building blocks alone: an
