@@ -1,11 +1,26 @@
-"""Shared fixtures: the devices every contract suite is parametrized over."""
+"""Shared fixtures and the suite's rules: the devices every contract suite is parametrized over, the Ray tests kept
+on one xdist worker, and the time guard.
+
+The time guard fails a test whose setup, call and teardown together take more than ``--max-test-seconds`` (30 by
+default; 0 turns it off) of CPU time, unless it is marked ``@pytest.mark.long(reason="...")``. CPU time is the
+pytest process's own plus that of the child processes it has waited for (batcher workers, ``rlstruct`` and
+``torchrun`` subprocesses): it is what a test costs the machine, and, unlike the wall clock, it does not grow when
+other work shares the CPUs, so the verdict does not depend on the load. A test that mostly waits is bounded by
+pytest-timeout instead.
+"""
 
 from __future__ import annotations
+
+import resource
+import time
 
 import pytest
 import torch
 
 DEVICES = ["cpu"] + (["cuda:0"] if torch.cuda.is_available() else [])
+
+#: the guard's default limit, in CPU seconds per test
+MAX_TEST_SECONDS = 30.0
 
 
 def device_params() -> list:
@@ -13,10 +28,58 @@ def device_params() -> list:
     return [pytest.param(d, marks=pytest.mark.cuda) if d.startswith("cuda") else d for d in DEVICES]
 
 
+def pytest_addoption(parser):
+    parser.addoption("--max-test-seconds", type=float, default=MAX_TEST_SECONDS,
+                     help="fail a test not marked `long` whose setup, call and teardown take more CPU seconds than "
+                          f"this (the process's and its waited-for children's; default {MAX_TEST_SECONDS:g}, 0: off)")
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        long = item.get_closest_marker("long")
+        if long is not None and not long.kwargs.get("reason"):
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.long needs reason='why this test may take more "
+                                    f"than {MAX_TEST_SECONDS:g} s'")
+    # One Ray cluster at a time on this machine: a second one would join the first (`ray start` writes the address
+    # that ray.init and --ray-address auto find), and `ray stop --force` ends every cluster. --dist loadgroup sends a
+    # group's tests to one worker.
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            if item.get_closest_marker("ray"):
+                item.add_marker(pytest.mark.xdist_group("ray"))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_STARTED = pytest.StashKey[tuple[float, float]]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_STARTED] = (_cpu_seconds(), time.perf_counter())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    limit = item.config.getoption("--max-test-seconds")
+    if not limit or _STARTED not in item.stash or item.get_closest_marker("long") or not report.passed:
+        return
+    cpu0, wall0 = item.stash[_STARTED]
+    cpu, wall = _cpu_seconds() - cpu0, time.perf_counter() - wall0
+    if cpu > limit:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {cpu:.1f} s of CPU time ({wall:.1f} s of wall clock) up to its "
+                           f"{report.when}, more than the {limit:g} s a test may take; make it cheaper, move the "
+                           f"proof to benchmarks/, or mark it @pytest.mark.long(reason='...')")
+        del item.stash[_STARTED]

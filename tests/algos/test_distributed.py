@@ -413,6 +413,7 @@ def test_torchrun_max_restarts_resumes_the_group_from_the_last_checkpoint(tmp_pa
 
 # --------------------------------------------------------------------------- Ray collectors feeding the learners
 @pytest.mark.slow
+@pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path):
     """The training batcher as Ray actors: --ray-actors 2 (a local cluster the run starts), and torchrun's 2 ranks of
