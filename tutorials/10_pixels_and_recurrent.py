@@ -138,10 +138,12 @@ def recurrent_state_in_the_batcher() -> None:
     assert traj.info["agent_state/h"].abs().sum() > 0
     # ... episodes of 10 steps restart inside windows of 16, where the agent zeroes its memory ...
     assert traj.trajectories["observation/initial_state"][:, 1:].any()
-    # ... and replaying the window from the stored state, through the same resets, gives the batcher's numbers.
+    # ... and replaying the window from the stored state, through the same resets, gives the batcher's numbers: to the
+    # last bit where the CPU's kernels round the batcher's row counts as they round the replay's, within float32
+    # rounding (a few ulps) everywhere.
     out = replay_window(RecurrentPolicyAgent(model, "cpu"), model, traj)
-    assert torch.equal(out["log_prob"], traj.trajectories["action/log_prob"])
-    print(f"   agent_state/h {tuple(traj.info['agent_state/h'].shape)}; replayed log-probs equal the batcher's")
+    torch.testing.assert_close(out["log_prob"], traj.trajectories["action/log_prob"], rtol=1e-5, atol=1e-6)
+    print(f"   agent_state/h {tuple(traj.info['agent_state/h'].shape)}; replayed log-probs match the batcher's")
 
 
 def recurrent_beats_feed_forward(budget: int) -> dict[bool, float]:
