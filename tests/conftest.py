@@ -11,11 +11,16 @@ pytest-timeout instead.
 
 from __future__ import annotations
 
+import os
 import resource
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 
 DEVICES = ["cpu"] + (["cuda:0"] if torch.cuda.is_available() else [])
 
@@ -26,6 +31,25 @@ MAX_TEST_SECONDS = 30.0
 def device_params() -> list:
     """``cpu``, plus ``cuda:0`` marked ``cuda`` when a GPU is present."""
     return [pytest.param(d, marks=pytest.mark.cuda) if d.startswith("cuda") else d for d in DEVICES]
+
+
+@pytest.fixture(scope="session")
+def tiny_cartpole_run(tmp_path_factory) -> Path:
+    """A tiny trained run (``rlstruct train a2c --env CartPole-v1``, 300 env steps, episodes of at most 60 steps), for
+    the tests that only read a run (eval, video, export, load). Trained once for the session: the xdist workers share
+    one folder, the first to take the lock trains and the others wait for it. Read it, never write into it."""
+    # Every xdist worker's basetemp is a folder of one per-session parent; without xdist, the session's own.
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    run = root / "tiny-cartpole-run"
+    with FileLock(str(root / "tiny-cartpole-run.lock")):
+        if not (run / "summary.json").exists():
+            out = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "train", "a2c", "--env", "CartPole-v1",
+                                  "--max-env-steps", "300", "--logdir", str(run), "--no-progress", "--n-envs", "4",
+                                  "--n-evaluation-envs", "2", "--max-episode-steps", "60", "--eval-every", "5"],
+                                 capture_output=True, text=True, timeout=240)
+            assert out.returncode == 0, out.stderr[-3000:]
+    return run
 
 
 def pytest_addoption(parser):
