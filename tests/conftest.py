@@ -58,12 +58,16 @@ def pytest_addoption(parser):
                           f"this (the process's and its waited-for children's; default {MAX_TEST_SECONDS:g}, 0: off)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects: a long test is a slow one, and `make quick` leaves it out
 def pytest_collection_modifyitems(config, items):
     for item in items:
         long = item.get_closest_marker("long")
-        if long is not None and not long.kwargs.get("reason"):
+        if long is None:
+            continue
+        if not long.kwargs.get("reason"):
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.long needs reason='why this test may take more "
                                     f"than {MAX_TEST_SECONDS:g} s'")
+        item.add_marker(pytest.mark.slow)
     # One Ray cluster at a time on this machine: a second one would join the first (`ray start` writes the address
     # that ray.init and --ray-address auto find), and `ray stop --force` ends every cluster. --dist loadgroup sends a
     # group's tests to one worker.

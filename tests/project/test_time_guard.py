@@ -1,5 +1,6 @@
 """The suite's time guard (tests/conftest.py): a test over the CPU-time limit fails unless marked ``long`` with a
-reason; waiting does not count; a ``long`` marker without a reason stops the session before any test runs.
+reason; waiting does not count; a ``long`` marker without a reason stops the session before any test runs; a ``long``
+test counts as ``slow`` (``make quick`` leaves it out).
 
 Each check runs pytest in a subprocess on a generated test file, with the suite's conftest as a plugin and a limit of
 0.5 CPU seconds; the tests that must exceed it spin until the process has used 1 CPU second, so the verdicts do not
@@ -64,17 +65,18 @@ INI = """[pytest]
 addopts = --strict-markers
 markers =
     long(reason): may take long
+    slow: slow
     ray: a Ray test
     cuda: needs a GPU
 """
 
 
-def run_pytest(folder: Path, source: str) -> subprocess.CompletedProcess:
+def run_pytest(folder: Path, source: str, *args: str) -> subprocess.CompletedProcess:
     (folder / "pytest.ini").write_text(INI)
     (folder / "test_generated.py").write_text(source)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
-                           "-p", "no:xdist", "--max-test-seconds", "0.5", "--junitxml", "report.xml", "-q",
+                           "-p", "no:xdist", "--max-test-seconds", "0.5", "--junitxml", "report.xml", "-q", *args,
                            "test_generated.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=100)
 
 
@@ -102,6 +104,13 @@ def test_a_test_over_the_limit_fails_unless_marked_long(tmp_path):
         got["test_with_a_slow_fixture"], got
     # A test that fails by itself keeps its own failure.
     assert "its own failure" in got["test_fails_by_itself"] and "CPU time" not in got["test_fails_by_itself"]
+
+
+@pytest.mark.timeout(110)
+def test_a_long_test_is_a_slow_one(tmp_path):
+    out = run_pytest(tmp_path, TESTS, "-m", "not slow", "-k", "marked_long or quick")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert outcomes(tmp_path / "report.xml") == {"test_quick": "passed"}
 
 
 @pytest.mark.timeout(110)
