@@ -127,15 +127,28 @@ def _a2c(tmp_path, **kw):
                          time_limit=300.0, **kw)
 
 
-@pytest.mark.slow
+#: A memoryless policy's ceiling on CartPoleNoVel-v1: feed-forward A2C's best evaluations were 44-47 in 120k env steps
+#: (seeds 0-3 and 47.1 again on seed 0, Intel Xeon; 45.7 on seed 0, AMD EPYC with AVX-512) and 45.5-50.1 in 30k-80k
+#: (seeds 0-2, docs/benchmarks/gpu-seam.md).
+FEED_FORWARD_BEST = 50.1
+
+
+@pytest.mark.long(reason="a learning proof: recurrent A2C needs 120k env steps before its best evaluation leaves the "
+                         "feed-forward policy's ceiling on every seed and CPU measured")
 @pytest.mark.timeout(300)
 def test_recurrent_a2c_learns_cartpole_without_velocities(tmp_path):
-    # Seeds 0-3 reach 291, 360, 101 and 500 in 120k steps; in 80k 8 of seeds 0-11 stay below 100 (the policy
-    # first collapses towards one action, and when it escapes depends on the seed).
+    """The LSTM's best evaluation in 120k env steps is well above what a memoryless policy reaches on this POMDP.
+
+    Without an entropy bonus the policy first collapses towards one action, and when it escapes depends on the seed
+    and on the last bits of the CPU's rounding, so one seed's best evaluation spreads widely. Measured (best
+    evaluation in 120k env steps): seed 0: 291 with 1 torch thread on an Intel Xeon, 85.5 on an AMD EPYC with
+    AVX-512, 82 with 2 torch threads after 96k env steps (a run cut short); seeds 1-3 (1 thread, Intel Xeon): 360,
+    101 and 500. Feed-forward A2C stays at 44-50 (``FEED_FORWARD_BEST``). The threshold, 1.2 times the best feed-forward
+    result measured (60.1), is 27% under the lowest LSTM result measured (82).
+    """
     result = a2c.train(_a2c(tmp_path, max_env_steps=120_000, seed=0, stop_at_reward_threshold=False))
     evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
-    # A feed-forward policy stays below 100 on this POMDP (BENCHMARKS.md); the LSTM goes well beyond.
-    assert max(evals) >= 150, evals
+    assert max(evals) >= 1.2 * FEED_FORWARD_BEST, evals
 
 
 @pytest.mark.slow
