@@ -60,6 +60,8 @@ def test_a2c_solves_cartpole_in_a_few_wide_iterations(tmp_path):
     assert result.reached_target and result.iterations <= 20, (result.iterations, _trained_evals(result))
 
 
+@pytest.mark.long(reason="a learning proof: 100k env steps of a CNN, 20-25 CPU seconds on a 2-core machine, "
+                         "near the limit on a slower CPU")
 @pytest.mark.timeout(300)
 def test_ppo_learns_torch_minatar_breakout_with_its_preset(tmp_path):
     """What naming MinAtar/Breakout-v1 with the torch backend runs (the ppo-minatar preset's CNN and settings) over
