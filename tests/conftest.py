@@ -58,6 +58,34 @@ def pytest_addoption(parser):
                           f"this (the process's and its waited-for children's; default {MAX_TEST_SECONDS:g}, 0: off)")
 
 
+def pytest_itemcollected(item):
+    # One Ray cluster at a time on this machine: a second one would join the first (`ray start` writes the address
+    # that ray.init and --ray-address auto find), and `ray stop --force` ends every cluster. --dist loadgroup sends a
+    # group's tests to one worker.
+    if item.get_closest_marker("ray") and item.config.pluginmanager.hasplugin("xdist"):
+        item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_xdist_groups(config, items):
+    """--dist loadgroup schedules by a ``@group`` suffix that pytest-xdist's worker appends to each grouped test's id;
+    pytest-xdist 3.8 writes it into an attribute that pytest 9.2 no longer reads (its ids became structured), and
+    every test then runs wherever it falls. This appends the suffix where xdist's did not take."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                         for m in item.iter_markers("xdist_group")})
+        if groups and "@" not in item.nodeid:
+            nodeid = f"{item.nodeid}@{'_'.join(groups)}"
+            if hasattr(item, "_id"):
+                from _pytest.nodeid import NodeId
+
+                item._id = NodeId.parse(nodeid)
+            else:
+                item._nodeid = nodeid
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects: a long test is a slow one, and `make quick` leaves it out
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -68,13 +96,6 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.long needs reason='why this test may take more "
                                     f"than {MAX_TEST_SECONDS:g} s'")
         item.add_marker(pytest.mark.slow)
-    # One Ray cluster at a time on this machine: a second one would join the first (`ray start` writes the address
-    # that ray.init and --ray-address auto find), and `ray stop --force` ends every cluster. --dist loadgroup sends a
-    # group's tests to one worker.
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            if item.get_closest_marker("ray"):
-                item.add_marker(pytest.mark.xdist_group("ray"))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
