@@ -75,6 +75,8 @@ def test_ppo_learns_torch_minatar_breakout_with_its_preset(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_reinforce_learns_cartpole(tmp_path):
+    """Seeds 0-9, 1 torch thread, 20k env steps: best evaluations 216-466, final 155-466; the thresholds (110 and 66)
+    are half the lowest of each or less."""
     result = reinforce.train(reinforce.ReinforceConfig(**_common(tmp_path, max_env_steps=20_000, seed=0)))
     assert_learned(result, best=5 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
 
@@ -82,9 +84,11 @@ def test_reinforce_learns_cartpole(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_dqn_learns_cartpole(tmp_path):
+    """Seeds 0-9, 1 torch thread, 12k env steps: best evaluations 187-392 (seed 0: 283), final 131-324; the
+    thresholds (132 and 66) are 29% and 50% under the lowest of each."""
     cfg = dqn.DQNConfig(**_common(tmp_path, max_env_steps=12_000, epsilon_decay_steps=5_000, seed=0))
     result = dqn.train(cfg)
-    assert_learned(result, best=8 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
+    assert_learned(result, best=6 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
 
 
 @pytest.mark.slow
@@ -93,7 +97,8 @@ def test_dqn_with_prioritized_replay_learns_cartpole_within_the_uniform_budget(t
     cfg = dqn.DQNConfig(**_common(tmp_path, max_env_steps=12_000, epsilon_decay_steps=5_000, seed=0,
                                   prioritized_replay=True))
     result = dqn.train(cfg)
-    assert_learned(result, best=8 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
+    # test_dqn_learns_cartpole's thresholds, set from uniform replay's seeds 0-9
+    assert_learned(result, best=6 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
 
 
 @pytest.mark.slow
