@@ -1,5 +1,5 @@
-"""Shared fixtures and the suite's rules: the devices every contract suite is parametrized over, the Ray tests kept
-on one xdist worker, and the time guard.
+"""Shared fixtures and the suite's rules: the devices every contract suite is parametrized over, one tiny trained run
+for the tests that only read a run, the Ray tests kept on one xdist worker, and the time guard.
 
 The time guard fails a test whose setup, call and teardown together take more than ``--max-test-seconds`` (30 by
 default; 0 turns it off) of CPU time, unless it is marked ``@pytest.mark.long(reason="...")``. CPU time is the
