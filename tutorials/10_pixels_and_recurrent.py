@@ -165,7 +165,7 @@ def recurrent_beats_feed_forward(budget: int) -> dict[bool, float]:
     # In 120k steps the LSTM's best is well above the MLP's (seeds 0-3: 291, 360, 101 and 500 against 47, 47, 46 and
     # 44; seeds 4-9: 494-500). Without an entropy bonus the policy first collapses towards one action, and when it
     # escapes depends on the seed and on the last bits of the CPU's rounding: seed 0 reaches 291 on one CPU and 85.5
-    # on another (against the MLP's 45.7), 82 with two torch threads. The claim, 1.25 times the MLP's best, leaves a
+    # on another (against the MLP's 45.7), 204 with two torch threads. The claim, 1.25 times the MLP's best, leaves a
     # margin under the lowest of these. In 80k steps the LSTM reaches 100 on 4 of seeds 0-11; in fewer, the MLP, with
     # fewer weights to fit, is still ahead (at 30k: 46-50 against 26-39).
     assert best[True] > 1.25 * best[False], best
