@@ -35,7 +35,12 @@ install: $(VENV)/.installed
 demo: $(VENV)/.demo-installed
 	$(VENV)/bin/rlstruct train a2c --env CartPole-v1 --logdir runs/demo
 
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider --durations=25 --doctest-modules rlstruct agents batchers algos tests
+# Two pytest workers (pytest-xdist), one per core of a 2-core machine: every test spawns or steps work of its own
+# (batcher workers, torchrun ranks), so more workers than cores only slows each test. `make test TEST_WORKERS=4` on a
+# larger machine. --dist loadgroup keeps the tests of one xdist_group (the Ray tests) on one worker.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=25 \
+	--doctest-modules rlstruct agents batchers algos tests
 
 test: install lint
 	$(PYTEST)

@@ -5,6 +5,11 @@ bar, no TensorBoard and a generous ``--time-limit`` (the step budget ends every 
 machine's speed). Each run's ``progress.csv`` is stored with its wall-clock columns dropped; ``--compare DIR``
 runs them again and diffs every file against the stored set, value for value (bit for bit: the CSV's text).
 
+A stored set holds only for the machine that wrote it: the same CPU model, torch build and thread count. Another CPU's
+kernels may round a sum differently (AVX-512 against AVX2 blocks a matrix product differently), and a learning run
+amplifies the last bit into different numbers from then on. Store the "before" set and compare the "after" runs on
+one machine; a set from another machine tells nothing about a change of the code.
+
 The list covers the six algorithms; feed-forward, recurrent, normalised and overlapped actor-critics; pixels
 (MinAtar Breakout through DQN and A2C); worker processes (``--n-processes 2``); and a resumed run (trained with
 ``--checkpoint-every``, then continued with ``--resume`` to a larger budget).

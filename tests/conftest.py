@@ -1,11 +1,31 @@
-"""Shared fixtures: the devices every contract suite is parametrized over."""
+"""Shared fixtures and the suite's rules: the devices every contract suite is parametrized over, one tiny trained run
+for the tests that only read a run, the Ray tests kept on one xdist worker, and the time guard.
+
+The time guard fails a test whose setup, call and teardown together take more than ``--max-test-seconds`` (30 by
+default; 0 turns it off) of CPU time, unless it is marked ``@pytest.mark.long(reason="...")``. CPU time is the
+pytest process's own plus that of the child processes it has waited for (batcher workers, ``rlstruct`` and
+``torchrun`` subprocesses): it is what a test costs the machine, and, unlike the wall clock, it does not grow when
+other work shares the CPUs, so the verdict does not depend on the load. A test that mostly waits is bounded by
+pytest-timeout instead.
+"""
 
 from __future__ import annotations
 
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 import torch
+from filelock import FileLock
 
 DEVICES = ["cpu"] + (["cuda:0"] if torch.cuda.is_available() else [])
+
+#: the guard's default limit, in CPU seconds per test
+MAX_TEST_SECONDS = 30.0
 
 
 def device_params() -> list:
@@ -13,10 +33,105 @@ def device_params() -> list:
     return [pytest.param(d, marks=pytest.mark.cuda) if d.startswith("cuda") else d for d in DEVICES]
 
 
+@pytest.fixture(scope="session")
+def tiny_cartpole_run(tmp_path_factory) -> Path:
+    """A tiny trained run (``rlstruct train a2c --env CartPole-v1``, 300 env steps, episodes of at most 60 steps), for
+    the tests that only read a run (eval, video, export, load). Trained once for the session: the xdist workers share
+    one folder, the first to take the lock trains and the others wait for it. Read it, never write into it."""
+    # Every xdist worker's basetemp is a folder of one per-session parent; without xdist, the session's own.
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    run = root / "tiny-cartpole-run"
+    with FileLock(str(root / "tiny-cartpole-run.lock")):
+        if not (run / "summary.json").exists():
+            out = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "train", "a2c", "--env", "CartPole-v1",
+                                  "--max-env-steps", "300", "--logdir", str(run), "--no-progress", "--n-envs", "4",
+                                  "--n-evaluation-envs", "2", "--max-episode-steps", "60", "--eval-every", "5"],
+                                 capture_output=True, text=True, timeout=240)
+            assert out.returncode == 0, out.stderr[-3000:]
+    return run
+
+
+def pytest_addoption(parser):
+    parser.addoption("--max-test-seconds", type=float, default=MAX_TEST_SECONDS,
+                     help="fail a test not marked `long` whose setup, call and teardown take more CPU seconds than "
+                          f"this (the process's and its waited-for children's; default {MAX_TEST_SECONDS:g}, 0: off)")
+
+
+def pytest_itemcollected(item):
+    # One Ray cluster at a time on this machine: a second one would join the first (`ray start` writes the address
+    # that ray.init and --ray-address auto find), and `ray stop --force` ends every cluster. --dist loadgroup sends a
+    # group's tests to one worker.
+    if item.get_closest_marker("ray") and item.config.pluginmanager.hasplugin("xdist"):
+        item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_xdist_groups(config, items):
+    """--dist loadgroup schedules by a ``@group`` suffix that pytest-xdist's worker appends to each grouped test's id;
+    pytest-xdist 3.8 writes it into an attribute that pytest 9.2 no longer reads (its ids became structured), and
+    every test then runs wherever it falls. This appends the suffix where xdist's did not take."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                         for m in item.iter_markers("xdist_group")})
+        if groups and "@" not in item.nodeid:
+            nodeid = f"{item.nodeid}@{'_'.join(groups)}"
+            if hasattr(item, "_id"):
+                from _pytest.nodeid import NodeId
+
+                item._id = NodeId.parse(nodeid)
+            else:
+                item._nodeid = nodeid
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects: a long test is a slow one, and `make quick` leaves it out
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        long = item.get_closest_marker("long")
+        if long is None:
+            continue
+        if not long.kwargs.get("reason"):
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.long needs reason='why this test may take more "
+                                    f"than {MAX_TEST_SECONDS:g} s'")
+        item.add_marker(pytest.mark.slow)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_STARTED = pytest.StashKey[tuple[float, float]]()
+_FLAGGED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_STARTED] = (_cpu_seconds(), time.perf_counter())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if _STARTED not in item.stash:
+        return
+    cpu0, wall0 = item.stash[_STARTED]
+    cpu, wall = _cpu_seconds() - cpu0, time.perf_counter() - wall0
+    if report.when == "teardown":  # the test's CPU seconds, in --junitxml's properties: where a suite's time goes
+        report.user_properties.append(("cpu_seconds", round(cpu, 2)))
+    limit = item.config.getoption("--max-test-seconds")
+    if limit and cpu > limit and report.passed and not item.get_closest_marker("long") and _FLAGGED not in item.stash:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {cpu:.1f} s of CPU time ({wall:.1f} s of wall clock) up to its "
+                           f"{report.when}, more than the {limit:g} s a test may take; make it cheaper, move the "
+                           f"proof to benchmarks/, or mark it @pytest.mark.long(reason='...')")
+        item.stash[_FLAGGED] = True

@@ -138,10 +138,12 @@ def recurrent_state_in_the_batcher() -> None:
     assert traj.info["agent_state/h"].abs().sum() > 0
     # ... episodes of 10 steps restart inside windows of 16, where the agent zeroes its memory ...
     assert traj.trajectories["observation/initial_state"][:, 1:].any()
-    # ... and replaying the window from the stored state, through the same resets, gives the batcher's numbers.
+    # ... and replaying the window from the stored state, through the same resets, gives the batcher's numbers: to the
+    # last bit where the CPU's kernels round the batcher's row counts as they round the replay's, within float32
+    # rounding (a few ulps) everywhere.
     out = replay_window(RecurrentPolicyAgent(model, "cpu"), model, traj)
-    assert torch.equal(out["log_prob"], traj.trajectories["action/log_prob"])
-    print(f"   agent_state/h {tuple(traj.info['agent_state/h'].shape)}; replayed log-probs equal the batcher's")
+    torch.testing.assert_close(out["log_prob"], traj.trajectories["action/log_prob"], rtol=1e-5, atol=1e-6)
+    print(f"   agent_state/h {tuple(traj.info['agent_state/h'].shape)}; replayed log-probs match the batcher's")
 
 
 def recurrent_beats_feed_forward(budget: int) -> dict[bool, float]:
@@ -160,11 +162,13 @@ def recurrent_beats_feed_forward(budget: int) -> dict[bool, float]:
         evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
         best[recurrent] = max(evals)
         print(f"   {'LSTM' if recurrent else 'MLP '}: best evaluation {best[recurrent]:.1f} in {budget} env steps")
-    # In 120k steps the LSTM's best is more than twice the MLP's (seeds 0-3: 291, 360, 101 and 500 against 47, 47, 46
-    # and 44). Without an entropy bonus the policy first collapses towards one action, and when it escapes depends on
-    # the seed: in 80k steps the LSTM reaches 100 on 4 of seeds 0-11; in fewer, the MLP, with fewer weights to
-    # fit, is still ahead (at 30k: 46-50 against 26-39).
-    assert best[True] > 2 * best[False], best
+    # In 120k steps the LSTM's best is well above the MLP's (seeds 0-3: 291, 360, 101 and 500 against 47, 47, 46 and
+    # 44; seeds 4-9: 494-500). Without an entropy bonus the policy first collapses towards one action, and when it
+    # escapes depends on the seed and on the last bits of the CPU's rounding: seed 0 reaches 291 on one CPU and 85.5
+    # on another (against the MLP's 45.7), 204 with two torch threads. The claim, 1.25 times the MLP's best, leaves a
+    # margin under the lowest of these. In 80k steps the LSTM reaches 100 on 4 of seeds 0-11; in fewer, the MLP, with
+    # fewer weights to fit, is still ahead (at 30k: 46-50 against 26-39).
+    assert best[True] > 1.25 * best[False], best
     return best
 
 

@@ -8,7 +8,6 @@ import ast
 import csv
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -159,13 +158,9 @@ def test_generated_bad_values_of_train_are_one_line_and_status_2(flag, data, cap
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("run")
-    proc = subprocess.run([RLSTRUCT, "train", "a2c", "--max-env-steps", "256", "--logdir", str(folder),
-                           "--no-progress", "--no-tensorboard"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return folder / "checkpoint.pt"
+@pytest.fixture
+def checkpoint(tiny_cartpole_run) -> Path:
+    return tiny_cartpole_run / "checkpoint.pt"
 
 
 def _damaged(checkpoint: Path, tmp_path: Path, how: str) -> Path:

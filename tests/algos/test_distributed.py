@@ -170,15 +170,19 @@ def _torchrun(tmp_path, *args: str, timeout: float = 280) -> subprocess.Complete
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_torchrun_ppo_two_ranks_reaches_475_and_rank_0_alone_reports(tmp_path):
+def test_torchrun_ppo_two_ranks_train_and_rank_0_alone_reports(tmp_path):
+    """PPO as 2 ranks for 4 iterations: one report (rank 0's) with world_size 2, every iteration counting both ranks'
+    env steps, rank 0 alone saying what an update learns from; one process cannot resume it. That two ranks learn
+    what one process of twice the envs learns is test_two_ranks_of_n_envs_learn_what_one_process_of_2n_envs_learns;
+    that they solve CartPole-v1 (475 within 300k env steps) is benchmarks/torchrun_learning.py's, whose results are on
+    the data-parallel benchmarks page."""
     out = _torchrun(tmp_path, "train", "ppo", "--env", "CartPole-v1", "--logdir", "run", "--no-progress",
-                    "--max-env-steps", "300000")
+                    "--max-env-steps", "8192", "--eval-every", "2", "--n-evaluation-envs", "2")
     assert out.returncode == 0, out.stderr[-3000:]
     summaries = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert len(summaries) == 1, out.stdout  # one report, rank 0's
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary == summaries[0] and summary["world_size"] == 2
-    assert summary["reached_target"] and summary["eval_return"] >= 475
+    assert summary == summaries[0] and summary["world_size"] == 2 and summary["env_steps"] == 8192
     rows = list(csv.DictReader(open(tmp_path / "run" / "progress.csv")))
     steps = [int(r["env_steps"]) for r in rows if r["loss/policy"]]
     # each iteration counts both ranks' env steps (--n-envs is per rank)
@@ -187,7 +191,7 @@ def test_torchrun_ppo_two_ranks_reaches_475_and_rank_0_alone_reports(tmp_path):
     assert out.stderr.count("data-parallel:") == 1 and (  # rank 0 alone says what an update learns from
         f"data-parallel: 2 ranks x {per_iteration // 2:,} env steps of a collection = {per_iteration:,} per update "
         f"(the settings are per rank); gradients averaged over the ranks, lr {config['lr']:g} as given") in out.stderr
-    assert steps[:2] == [per_iteration, 2 * per_iteration] and steps[-1] == summary["env_steps"]
+    assert steps == [per_iteration * (k + 1) for k in range(4)] and steps[-1] == summary["env_steps"]
     # One process cannot continue what two ranks trained: one line, before anything starts.
     resumed = subprocess.run([str(Path(sys.executable).with_name("rlstruct")), "train", "ppo", "--resume", "run"],
                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -198,19 +202,22 @@ def test_torchrun_ppo_two_ranks_reaches_475_and_rank_0_alone_reports(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_torchrun_dqn_two_ranks_reaches_475_with_a_replay_buffer_per_rank(tmp_path):
-    """The dqn-cartpole preset as 2 ranks (a buffer each, gradients averaged) reaches 475 (seed 0: at 64,128 env
-    steps, in 85 s on a loaded machine; within 50k, seeds 0-2 ended at 130, 411 and 194, and the preset's budget is
-    100k), one report with world_size 2; the ranks' networks (targets included) agree at the end."""
+def test_torchrun_dqn_two_ranks_train_with_a_replay_buffer_per_rank(tmp_path):
+    """The dqn-cartpole preset as 2 ranks (a buffer each, gradients averaged) for 2,048 env steps: one report with
+    world_size 2, both ranks' steps counted in the budget; the ranks' networks (targets included) agree at the end (a
+    difference raises). That they solve CartPole-v1 (475 within the preset's 100k env steps) is
+    benchmarks/torchrun_learning.py's, whose results are on the data-parallel benchmarks page."""
     out = _torchrun(tmp_path, "train", "dqn", "--env", "CartPole-v1", "--logdir", "run", "--no-progress",
-                    "--max-env-steps", "100000")
+                    "--max-env-steps", "2048", "--learning-starts", "512", "--n-evaluation-envs", "2")
     assert out.returncode == 0, out.stderr[-3000:]
     summaries = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert len(summaries) == 1 and summaries[0]["world_size"] == 2 and summaries[0]["preset"] == "dqn-cartpole"
-    assert summaries[0]["reached_target"] and summaries[0]["eval_return"] >= 475, summaries
+    assert summaries[0]["env_steps"] == 2048, summaries
     steps = [int(r["env_steps"]) for r in csv.DictReader(open(tmp_path / "run" / "progress.csv"))]
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert steps[0] == 2 * config["n_envs"] * config["rollout_steps"]  # both ranks' steps count in the budget
+    rows = [r for r in csv.DictReader(open(tmp_path / "run" / "progress.csv")) if r.get("loss/q")]
+    assert rows, "no gradient step was taken"
 
 
 @pytest.mark.timeout(200)
@@ -413,6 +420,7 @@ def test_torchrun_max_restarts_resumes_the_group_from_the_last_checkpoint(tmp_pa
 
 # --------------------------------------------------------------------------- Ray collectors feeding the learners
 @pytest.mark.slow
+@pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path):
     """The training batcher as Ray actors: --ray-actors 2 (a local cluster the run starts), and torchrun's 2 ranks of

@@ -61,6 +61,8 @@ def test_a2c_solves_cartpole_in_a_few_wide_iterations(tmp_path):
     assert result.reached_target and result.iterations <= 20, (result.iterations, _trained_evals(result))
 
 
+@pytest.mark.long(reason="a learning proof: 100k env steps of a CNN, 20-25 CPU seconds on a 2-core machine, "
+                         "near the limit on a slower CPU")
 @pytest.mark.timeout(300)
 def test_ppo_learns_torch_minatar_breakout_with_its_preset(tmp_path):
     """What naming MinAtar/Breakout-v1 with the torch backend runs (the ppo-minatar preset's CNN and settings) over
@@ -74,6 +76,9 @@ def test_ppo_learns_torch_minatar_breakout_with_its_preset(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_reinforce_learns_cartpole(tmp_path):
+    """Seeds 0-9, 1 torch thread, 20k env steps: best evaluations 216-466, final 155-466; the thresholds (110 and 66)
+    are half the lowest of each or less. With 2 torch threads seeds 0 and 1 gave the same numbers to the last digit
+    (the network is too small for torch to split its products over threads)."""
     result = reinforce.train(reinforce.ReinforceConfig(**_common(tmp_path, max_env_steps=20_000, seed=0)))
     assert_learned(result, best=5 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
 
@@ -81,9 +86,11 @@ def test_reinforce_learns_cartpole(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_dqn_learns_cartpole(tmp_path):
+    """Seeds 0-9, 1 torch thread, 12k env steps: best evaluations 187-392 (seed 0: 283), final 131-324; the
+    thresholds (132 and 66) are 29% and 50% under the lowest of each."""
     cfg = dqn.DQNConfig(**_common(tmp_path, max_env_steps=12_000, epsilon_decay_steps=5_000, seed=0))
     result = dqn.train(cfg)
-    assert_learned(result, best=8 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
+    assert_learned(result, best=6 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
 
 
 @pytest.mark.slow
@@ -92,7 +99,8 @@ def test_dqn_with_prioritized_replay_learns_cartpole_within_the_uniform_budget(t
     cfg = dqn.DQNConfig(**_common(tmp_path, max_env_steps=12_000, epsilon_decay_steps=5_000, seed=0,
                                   prioritized_replay=True))
     result = dqn.train(cfg)
-    assert_learned(result, best=8 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
+    # test_dqn_learns_cartpole's thresholds, set from uniform replay's seeds 0-9
+    assert_learned(result, best=6 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
 
 
 @pytest.mark.slow

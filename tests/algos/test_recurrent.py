@@ -30,7 +30,15 @@ def _batcher(spec, n_envs=6, n_timesteps=12, max_episode_steps=7, **kw):
                       agent_info=DictTensor({"stochastic": torch.tensor([True])}), agent_seeds=[4], **kw)
 
 
-def test_replaying_the_stored_windows_reproduces_the_batchers_outputs_exactly():
+# The batcher steps the LSTM one step at a time in its worker process; the replay runs the same steps in this
+# process, on other row counts and torch threads. Same arithmetic, but a CPU's kernels may block and vectorise a
+# matrix product differently for other shapes, so the sums round differently: equal to the last bit on some CPUs,
+# a few float32 ulps apart on others. A wrong stored state, a missed reset or a step off by one moves the log-probs by
+# far more than this tolerance (1e-2 and beyond).
+REPLAY_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
+
+
+def test_replaying_the_stored_windows_reproduces_the_batchers_outputs():
     spec = describe_env(ENV, "torch", None)
     torch.manual_seed(0)
     model = RecurrentActorCritic(spec.obs_shape, spec.n_actions, (16,))
@@ -46,12 +54,12 @@ def test_replaying_the_stored_windows_reproduces_the_batchers_outputs_exactly():
             # Episodes of 7 steps in windows of 12: the memory is reset in the middle of every window.
             assert tt["observation/initial_state"][:, 1:].any()
             out = replay_window(learner_agent, model, traj)
-            assert torch.equal(out["log_prob"], tt["action/log_prob"])
+            torch.testing.assert_close(out["log_prob"], tt["action/log_prob"], **REPLAY_TOLERANCE)
             full = replay_agent(learner_agent, traj)
             if previous_end is not None:
                 # The state stored at a window's start is the memory after the previous window's last step.
-                assert torch.equal(traj.info["agent_state/h"], previous_end[0])
-                assert torch.equal(traj.info["agent_state/c"], previous_end[1])
+                torch.testing.assert_close(traj.info["agent_state/h"], previous_end[0], **REPLAY_TOLERANCE)
+                torch.testing.assert_close(traj.info["agent_state/c"], previous_end[1], **REPLAY_TOLERANCE)
                 assert traj.info["agent_state/h"].abs().sum() > 0
             previous_end = (full["h"][:, -1], full["c"][:, -1])
 
@@ -119,15 +127,29 @@ def _a2c(tmp_path, **kw):
                          time_limit=300.0, **kw)
 
 
-@pytest.mark.slow
+#: A memoryless policy's ceiling on CartPoleNoVel-v1: feed-forward A2C's best evaluations were 44-47 in 120k env steps
+#: (seeds 0-3 and 47.1 again on seed 0, Intel Xeon; 45.7 on seed 0, AMD EPYC with AVX-512) and 45.5-50.1 in 30k-80k
+#: (seeds 0-2, docs/benchmarks/gpu-seam.md).
+FEED_FORWARD_BEST = 50.1
+
+
+@pytest.mark.long(reason="a learning proof: recurrent A2C needs 120k env steps before its best evaluation leaves the "
+                         "feed-forward policy's ceiling on every seed and CPU measured")
 @pytest.mark.timeout(300)
 def test_recurrent_a2c_learns_cartpole_without_velocities(tmp_path):
-    # Seeds 0-3 reach 291, 360, 101 and 500 in 120k steps; in 80k 8 of seeds 0-11 stay below 100 (the policy
-    # first collapses towards one action, and when it escapes depends on the seed).
+    """The LSTM's best evaluation in 120k env steps is well above what a memoryless policy reaches on this POMDP.
+
+    Without an entropy bonus the policy first collapses towards one action, and when it escapes depends on the seed
+    and on the last bits of the CPU's rounding, so one seed's best evaluation spreads widely. Measured (best
+    evaluation in 120k env steps): seeds 0-9 with 1 torch thread on an Intel Xeon: 291, 360, 101, 500, 497, 494, 500,
+    500, 500, 500; seeds 0-9 with 2 torch threads: 204, 500, 77, 500, 500, 283, 500, 411, 500, 500 (seed 0's
+    evaluations leave the 1-thread run's after 70k env steps); seed 0 on an AMD EPYC with AVX-512: 85.5. Feed-forward
+    A2C stays at 44-50 (``FEED_FORWARD_BEST``). The threshold, 1.2 times the best feed-forward result measured (60.1),
+    is 22% under the lowest LSTM result measured (77.2, seed 2 with 2 threads).
+    """
     result = a2c.train(_a2c(tmp_path, max_env_steps=120_000, seed=0, stop_at_reward_threshold=False))
     evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
-    # A feed-forward policy stays below 100 on this POMDP (BENCHMARKS.md); the LSTM goes well beyond.
-    assert max(evals) >= 150, evals
+    assert max(evals) >= 1.2 * FEED_FORWARD_BEST, evals
 
 
 @pytest.mark.slow

@@ -234,12 +234,8 @@ def rlstruct(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 @needs_pygame
 @pytest.mark.timeout(400)
-def test_cli_eval_video_of_a_tiny_trained_run(tmp_path):
-    run = tmp_path / "run"
-    out = rlstruct("train", "a2c", "--env", "CartPole-v1", "--max-env-steps", "300", "--logdir", str(run),
-                   "--no-progress", "--n-envs", "4", "--n-evaluation-envs", "2", "--max-episode-steps", "60",
-                   "--eval-every", "5")
-    assert out.returncode == 0, out.stderr
+def test_cli_eval_video_of_a_tiny_trained_run(tmp_path, tiny_cartpole_run):
+    run = tiny_cartpole_run
     video = tmp_path / "out.gif"
     ev = rlstruct("eval", str(run), "--episodes", "2", "--max-steps", "20", "--video", str(video),
                   "--video-episodes", "2")

@@ -33,7 +33,7 @@ from rlstruct.errors import (
 from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, FaultEnv, pid_alive
 from tests.helpers import AUTORESET, EPISODIC, assert_refused_while_pending, assert_same, get_when_ready
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.ray]
 
 # A cluster for this machine only: no dashboard, no usage report, no token file, loopback addresses.
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}

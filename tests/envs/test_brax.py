@@ -321,7 +321,8 @@ def test_describe_env_gives_a_continuous_spec():
     assert spec.action_low == (-1.0,) and spec.action_high == (1.0,) and spec.max_episode_steps == 1000
 
 
-@pytest.mark.slow
+@pytest.mark.long(reason="a learning proof through JAX: compiling the training and evaluation envs and 25k-34k "
+                         "env steps to the time limit take about 36 CPU seconds")
 @pytest.mark.timeout(600)
 def test_ppo_learns_brax_inverted_pendulum(tmp_path):
     """PPO's defaults through the Brax backend: seeds 0-4 first evaluate at 1000 (the time limit, balanced

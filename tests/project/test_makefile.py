@@ -85,3 +85,14 @@ def test_the_cpu_requirements_name_pytorchs_cpu_index_and_pin_torch():
              if ln.strip() and not ln.startswith("#")]
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
     assert any(ln.startswith("torch==") for ln in lines)
+
+
+@pytest.mark.timeout(60)
+def test_test_runs_two_xdist_workers_by_default_and_prints_the_slowest_tests(checkout):
+    stamp(checkout, ".installed", ".demo-installed")
+    pytest_line = next(ln for ln in dry_run(checkout, "test").splitlines() if " -m pytest " in ln)
+    assert " -n 2 --dist loadgroup --durations=25 " in pytest_line
+    more = next(ln for ln in dry_run(checkout, "quick", "TEST_WORKERS=4").splitlines() if " -m pytest " in ln)
+    assert " -n 4 --dist loadgroup " in more and more.endswith('-m "not slow"')
+    # the workers come from the test extra
+    assert '"pytest-xdist>=' in (ROOT / "pyproject.toml").read_text()

@@ -1,0 +1,121 @@
+"""The suite's time guard (tests/conftest.py): a test over the CPU-time limit fails unless marked ``long`` with a
+reason; waiting does not count; a ``long`` marker without a reason stops the session before any test runs; a ``long``
+test counts as ``slow`` (``make quick`` leaves it out).
+
+Each check runs pytest in a subprocess on a generated test file, with the suite's conftest as a plugin and a limit of
+0.5 CPU seconds; the tests that must exceed it spin until the process has used 1 CPU second, so the verdicts do not
+depend on the machine's speed or load.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TESTS = '''
+import time
+
+import pytest
+
+
+def spin(seconds):
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+
+
+def test_quick():
+    pass
+
+
+def test_spins():
+    spin(1.0)
+
+
+@pytest.mark.long(reason="spins on purpose")
+def test_spins_marked_long():
+    spin(1.0)
+
+
+def test_sleeps():
+    time.sleep(1.0)
+
+
+@pytest.fixture
+def slow_fixture():
+    spin(1.0)
+
+
+def test_with_a_slow_fixture(slow_fixture):
+    pass
+
+
+def test_fails_by_itself():
+    assert False, "its own failure"
+'''
+
+INI = """[pytest]
+addopts = --strict-markers
+markers =
+    long(reason): may take long
+    slow: slow
+    ray: a Ray test
+    cuda: needs a GPU
+"""
+
+
+def run_pytest(folder: Path, source: str, *args: str) -> subprocess.CompletedProcess:
+    (folder / "pytest.ini").write_text(INI)
+    (folder / "test_generated.py").write_text(source)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", "--max-test-seconds", "0.5", "--junitxml", "report.xml", "-q", *args,
+                           "test_generated.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=100)
+
+
+def outcomes(report: Path) -> dict[str, str]:
+    """``{test name: "passed" | "failed" | "error"}`` from a JUnit XML report, with each failure's message."""
+    found = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        found[case.get("name")] = "passed" if bad is None else f"{bad.tag}: {bad.get('message')} {bad.text}"
+    return found
+
+
+@pytest.mark.timeout(110)
+def test_a_test_over_the_limit_fails_unless_marked_long(tmp_path):
+    out = run_pytest(tmp_path, TESTS)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    got = outcomes(tmp_path / "report.xml")
+    assert got["test_quick"] == got["test_spins_marked_long"] == got["test_sleeps"] == "passed", got
+    assert got["test_spins"].startswith("failure"), got
+    assert "test_generated.py::test_spins took 1." in got["test_spins"]
+    assert "s of CPU time" in got["test_spins"] and "more than the 0.5 s a test may take" in got["test_spins"]
+    assert "@pytest.mark.long(reason='...')" in got["test_spins"]
+    # A fixture's time counts: the test fails at its setup, before its body runs.
+    assert got["test_with_a_slow_fixture"].startswith("error") and "up to its setup" in \
+        got["test_with_a_slow_fixture"], got
+    # A test that fails by itself keeps its own failure.
+    assert "its own failure" in got["test_fails_by_itself"] and "CPU time" not in got["test_fails_by_itself"]
+
+
+@pytest.mark.timeout(110)
+def test_a_long_test_is_a_slow_one(tmp_path):
+    out = run_pytest(tmp_path, TESTS, "-m", "not slow", "-k", "marked_long or quick")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert outcomes(tmp_path / "report.xml") == {"test_quick": "passed"}
+
+
+@pytest.mark.timeout(110)
+def test_a_long_marker_without_a_reason_stops_the_session(tmp_path):
+    out = run_pytest(tmp_path, "import pytest\n\n\n@pytest.mark.long\ndef test_x():\n    pass\n")
+    assert out.returncode == 4, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "test_generated.py::test_x: @pytest.mark.long needs reason='why this test may take more than 30 s'" \
+        in out.stderr
