@@ -209,4 +209,10 @@ def test_sac_learns_pendulum(tmp_path):
     assert result.eval_return >= -600.0, (result.eval_return, evals)
     losses = [v for r in result.history for k, v in r.items() if k.startswith("loss/")]
     assert losses and all(math.isfinite(x) for x in losses)
-    assert result.env_steps >= 5_000 and (tmp_path / "checkpoint.pt").exists()
+    # It spends its budget, or stops before it where an evaluation and its confirmation on fresh episodes reach the
+    # target (Pendulum-v1's -200, its preset's), reporting the confirmation.
+    if result.stop_reason == "target":
+        assert result.reached_target and result.eval_return >= -200.0, result.summary()
+    else:
+        assert result.env_steps >= 5_000, result.summary()
+    assert (tmp_path / "checkpoint.pt").exists()

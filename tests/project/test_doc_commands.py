@@ -51,8 +51,10 @@ def documented_commands() -> list[tuple[str, str, str]]:
     for page in PAGES:
         for block in re.findall(r"```[\w-]*\n(.*?)```", page.read_text(), re.S):
             for line in block.replace("\\\n", " ").splitlines():
+                if line.split(maxsplit=1)[:1] not in (["rlstruct"], [".venv/bin/rlstruct"]):
+                    continue  # output shown beside the commands is no shell line (an apostrophe in a message)
                 words = shlex.split(line, comments=True)
-                if words and words[0] in ("rlstruct", ".venv/bin/rlstruct"):
+                if words:
                     comment = line.partition(" #")[2].strip()
                     found.append((str(page.relative_to(ROOT)), shlex.join(words), comment))
     return found
