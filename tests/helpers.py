@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,29 @@ from rlstruct import DictTensor, Trajectories
 from rlstruct.errors import BatcherStateError
 
 __all__ = ["AUTORESET", "EPISODIC", "acquire_around_changes", "assert_refused_while_pending", "assert_same",
-           "get_when_ready", "sigkill_a_worker"]
+           "get_when_ready", "run_generated_suite", "sigkill_a_worker"]
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the ini of a generated suite: the suite's own markers, strictly
+GENERATED_INI = """[pytest]
+addopts = --strict-markers
+markers =
+    long(reason): may take long
+    slow: slow
+    ray: a Ray test
+    cuda: needs a GPU
+"""
+
+
+def run_generated_suite(folder: Path, source: str, *args: str, env: dict[str, str] | None = None,
+                        timeout: float = 100) -> subprocess.CompletedProcess:
+    """Runs pytest, with this suite's conftest as a plugin, on ``source`` written as ``folder/test_generated.py``
+    (beside :data:`GENERATED_INI`), in a subprocess; ``args`` go before the file, ``env`` adds to the environment."""
+    (folder / "pytest.ini").write_text(GENERATED_INI)
+    (folder / "test_generated.py").write_text(source)
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", *args,
+                           "test_generated.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
 
 EPISODIC = {"n_envs": 3, "episode_lengths": (2, 4, 7)}
 AUTORESET = {"n_envs": 3, "episode_lengths": (2, 4, 7), "autoreset": True}

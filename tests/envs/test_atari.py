@@ -40,7 +40,9 @@ def _cli(*args: str) -> dict:
     ("ppo", "auto", ["--n-steps", "32", "--max-env-steps", "256"]),
     ("dqn", "ale", ["--max-env-steps", "320", "--learning-starts", "128", "--buffer-size", "1000",
                     "--batch-size", "16", "--gradient-steps", "2"]),
-    ("a2c", "gymnasium", ["--max-env-steps", "128"]),
+    pytest.param("a2c", "gymnasium", ["--max-env-steps", "128"], marks=pytest.mark.long(
+        reason="gymnasium's Atari envs in worker processes, frame preprocessing in Python: 28-31 CPU seconds to "
+               "train, checkpoint and evaluate here")),
 ])
 def test_breakout_trains_from_frames_checkpoints_and_evaluates(algo, backend, flags, tmp_path):
     spec = describe_env("ALE/Breakout-v5", backend, None)

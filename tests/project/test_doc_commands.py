@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# The commands run in reading order in one folder (an eval reads the run a train wrote): one xdist worker runs them.
+pytestmark = pytest.mark.xdist_group("doc_commands")
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 #: appended to every ``rlstruct train``: a few hundred env steps, short evaluations, no bar, no events
 CAP = ["--max-env-steps", "256", "--time-limit", "120", "--no-progress", "--no-tensorboard", "--n-evaluation-envs",

@@ -9,20 +9,20 @@ depend on the machine's speed or load.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import run_generated_suite
 
 TESTS = '''
 import time
 
 import pytest
+
+from tests.helpers import run_generated_suite
 
 
 def spin(seconds):
@@ -61,23 +61,9 @@ def test_fails_by_itself():
     assert False, "its own failure"
 '''
 
-INI = """[pytest]
-addopts = --strict-markers
-markers =
-    long(reason): may take long
-    slow: slow
-    ray: a Ray test
-    cuda: needs a GPU
-"""
-
-
 def run_pytest(folder: Path, source: str, *args: str) -> subprocess.CompletedProcess:
-    (folder / "pytest.ini").write_text(INI)
-    (folder / "test_generated.py").write_text(source)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
-                           "-p", "no:xdist", "--max-test-seconds", "0.5", "--junitxml", "report.xml", "-q", *args,
-                           "test_generated.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=100)
+    return run_generated_suite(folder, source, "-p", "no:xdist", "--max-test-seconds", "0.5", "--junitxml",
+                               "report.xml", "-q", *args)
 
 
 def outcomes(report: Path) -> dict[str, str]:
