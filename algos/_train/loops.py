@@ -29,9 +29,9 @@ from rlstruct.algos._train.distributed import (
     learner_seed,
     sum_over_ranks,
 )
-from rlstruct.algos._train.divergence import finish_diverged
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import Evaluator
+from rlstruct.algos._train.finish import finish_diverged, finish_training
 from rlstruct.algos._train.log import Run, run_logdir
 from rlstruct.algos._train.replay_setup import check_replay_fits, make_replay_buffer, replay_folder
 from rlstruct.algos._train.result import TrainResult
@@ -39,7 +39,6 @@ from rlstruct.algos._train.session import (
     Algorithm,
     Setup,
     check_on_device,
-    finish_training,
     open_batchers,
     seeded_model,
     training_run,

@@ -1,15 +1,14 @@
 """A training session: the one check of a run's settings before anything is built (:func:`prepare`, which
 gives a :class:`Setup`), the run's frame (:func:`training_run`: threads, precision, signals), its batchers
-(:func:`open_batchers`, the training batcher's envs seeded by their global index) and its end (:func:`finish_training`).
+(:func:`open_batchers`, the training batcher's envs seeded by their global index) and the frame's
+exit (:mod:`~.finish` holds its end).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
-import math
 import os
 import signal
 import threading
@@ -21,7 +20,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent
-from rlstruct.algos._train.checkpoints import Resume, load_resume, plot_learning_curve
+from rlstruct.algos._train.checkpoints import Resume, load_resume
 from rlstruct.algos._train.config import (
     RunConfig,
     check_evaluation_policy,
@@ -30,13 +29,13 @@ from rlstruct.algos._train.config import (
     validate_run_config,
 )
 from rlstruct.algos._train.distributed import World, rank_device, torchrun_restarts, world_from_environment
-from rlstruct.algos._train.divergence import explained_by_divergence, finish_diverged
 from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
+from rlstruct.algos._train.finish import explained_by_divergence
 from rlstruct.algos._train.log import Run, check_logdir, claim_run_folder, run_logdir
-from rlstruct.algos._train.presets import apply_preset, preset_target
+from rlstruct.algos._train.presets import apply_preset
 from rlstruct.algos._train.result import TrainResult
-from rlstruct.algos._train.run_folder import FolderClaim, check_unfinished, given_back_unless_trained, write_whole
+from rlstruct.algos._train.run_folder import FolderClaim, check_unfinished, given_back_unless_trained
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,
     ENV_SEEDS,
@@ -48,7 +47,7 @@ from rlstruct.algos._train.seeds import (
 from rlstruct.algos._train.train_command import run_main
 from rlstruct.algos._train.video import RunVideos, check_videos
 from rlstruct.batchers import RL_Batcher
-from rlstruct.devices import DeviceLike, as_device, cpu_state_dict
+from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import ConfigError, DeviceMismatchError
 from rlstruct.structures import DictTensor, Trajectories
 
@@ -56,7 +55,6 @@ __all__ = [
     "Algorithm",
     "Setup",
     "check_on_device",
-    "finish_training",
     "open_batchers",
     "prepare",
     "seeded_model",
@@ -515,87 +513,3 @@ def ray_session(address: str | None) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
-
-
-def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvSpec, *, title: str,
-                    learner: dict[str, Any] | None = None) -> TrainResult:
-    """The end of every ``train``: final evaluation, checkpoint, learning curve, ``summary.json`` and result.
-
-    ``progress.csv``, the checkpoint and ``summary.json`` reach the disk in that order (each flushed with ``fsync``,
-    the last two written whole through a file renamed onto them): the record outlasts a kill or a power loss.
-
-    On a rank that does not log (ranks 1 and up of a data-parallel run), only the result: what the run counted,
-    and no evaluation (``eval_return`` nan); rank 0 evaluates, checkpoints and reports.
-
-    The checkpoint holds ``model``'s weights, the counters (``iteration``, ``env_steps``, ``wall_time_s`` over every
-    session) and ``learner``, what a resumed run restores (see
-    :func:`~rlstruct.algos._train.checkpoints.load_resume`).
-
-    A run stopped at its target (a confirmation cleared it: see :meth:`~.log.Run.record_eval`) keeps the weights
-    that were confirmed (not those of the iterations since) and reports the confirmation's return: no further
-    evaluation runs that could disagree. Otherwise the evaluations due are run (the queue of
-    :class:`~.evaluation.Evaluator`) and the final weights are evaluated again on fresh episodes, whose return is
-    reported. An interrupted run (``run.interrupted``) skips those: it keeps an evaluation that has already
-    finished, if any, and its result's ``eval_return`` is the last evaluation's (nan if none). In every case
-    ``reached_target`` is ``eval_return >= target_return``, and ``eval_env_steps`` says at which env steps the
-    weights reported on were taken.
-    A run found diverged (``run.diverged``: checked first, with the rows since the last check and the weights) ends
-    by :func:`~.divergence.finish_diverged` instead: no final evaluation, no checkpoint of its weights.
-
-    Args:
-        run: the run, still open (this closes it).
-        evaluator: the run's evaluator.
-        model: the learner's model.
-        spec: the env's description.
-        title: the algorithm's name in the plot's title, e.g. ``"A2C"``.
-        learner: the learner's state at the end of training besides ``model``'s weights (``{"optimizer":
-            optimizer.state_dict(), ...}``: plain types and tensors, copied to the CPU).
-    """
-    run.flush()  # the rows since the last check, and the weights: a run that diverged ends here
-    if run.diverged is not None:
-        return finish_diverged(run, title=title)
-    config, world_size = run.config, run.world_size
-    interrupted = run.interrupted
-    # A rank whose own check did not say stop was stopped by another's vote.
-    stop_reason = "signal" if interrupted else run.stop_reason or "another_rank"
-    if not run.logger:
-        run.close()
-        return TrainResult(math.nan, run.env_steps, run.elapsed(), run.history, str(run.logdir), run.iteration,
-                           interrupted=interrupted, stop_signal=run.stop_signal, world_size=world_size,
-                           stop_reason=stop_reason)
-    if run.iteration == 0 and not interrupted:
-        log.warning("no training iteration ran: the time limit (%g s) was spent before the first one (setup, "
-                    "compilation, the first evaluation); what follows evaluates the untrained policy. Raise "
-                    "--time-limit", config.time_limit)
-    if interrupted:
-        finished = evaluator.collect()
-        if finished is not None:
-            run.record_eval(finished)
-        eval_return = math.nan if run.last_eval is None else run.last_eval
-        eval_env_steps = run.last_eval_env_steps
-    elif stop_reason == "target":
-        assert run.kept_weights is not None and run.last_eval is not None
-        model.load_state_dict(run.kept_weights)
-        eval_return, eval_env_steps = run.last_eval, run.kept_env_steps
-    else:
-        previous, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
-        for result in previous:
-            run.record_eval(result)
-        run.record_eval(final)
-        eval_return, eval_env_steps = final["eval/return"], run.env_steps
-    if run.videos is not None and not interrupted:  # the policy kept: the one confirmed at the target, or the final one
-        run.videos.record(cpu_state_dict(model), run.env_steps)
-    wall = run.elapsed()
-    run.close()
-    checkpoint = run.save_checkpoint(model, learner or {}, eval_return=eval_return, interrupted=interrupted,
-                                     wall_time_s=run.wall_offset + wall, stop_reason=stop_reason)
-    suffix = ", interrupted" if interrupted else ""
-    plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
-                               f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")
-    result = TrainResult(eval_return, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
-                         checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
-                         config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason,
-                         preset_target(config.preset), eval_env_steps=eval_env_steps)
-    write_whole(run.logdir / Run.SUMMARY_NAME, json.dumps(result.summary(), indent=2))
-    run.report(result.summary(), [checkpoint, plot, *(run.videos.paths if run.videos is not None else [])])
-    return result

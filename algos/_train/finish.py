@@ -1,0 +1,156 @@
+"""How a training run ends: its final evaluation, checkpoint, learning curve and ``summary.json``
+(:func:`finish_training`), or, for a run that diverged, the same record without a final evaluation or a checkpoint
+of its weights (:func:`finish_diverged`), an error its divergence explains suppressed
+(:func:`explained_by_divergence`). What finds the divergence is :class:`~.finite.DivergenceGuard`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, plot_learning_curve
+from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._train.evaluation import Evaluator
+from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.presets import preset_target
+from rlstruct.algos._train.result import TrainResult
+from rlstruct.algos._train.run_folder import write_whole
+from rlstruct.devices import cpu_state_dict
+
+__all__ = ["explained_by_divergence", "finish_diverged", "finish_training"]
+
+log = logging.getLogger(__name__)
+
+
+def explained_by_divergence(run: Run) -> Callable[..., bool]:
+    """The exit function that suppresses an exception of a run found diverged, recording it beside what diverged."""
+
+    def exit_(kind: type[BaseException] | None, error: BaseException | None, traceback: Any) -> bool:
+        if not isinstance(error, Exception) or run.diverged is None:
+            return False
+        run.diverged["error"] = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+        return True
+
+    return exit_
+
+
+def finish_diverged(run: Run, *, title: str) -> TrainResult:
+    """The end of a run that diverged (``run.diverged``): no final evaluation (``eval_return`` nan,
+    ``reached_target`` False) and no checkpoint of its weights; the checkpoint in its log folder, written before the
+    divergence (``checkpoint_every``, or the one it resumed), is kept and named. The learning curve and
+    ``summary.json`` (``stop_reason`` ``"diverged"`` and what diverged) are written as for any run.
+    """
+    found = run.diverged
+    assert found is not None, "finish_diverged ends a run that diverged"
+    run.close()
+    kept = run.logdir / CHECKPOINT_NAME
+    checkpoint = str(kept) if run.logger and kept.is_file() else None
+    result = TrainResult(math.nan, run.env_steps, run.elapsed(), run.history, str(run.logdir), run.iteration,
+                         checkpoint=checkpoint, target_return=run.target_return, interrupted=run.interrupted,
+                         stop_signal=run.stop_signal, preset=run.config.preset, startup_s=run.startup_s,
+                         world_size=run.world_size, stop_reason="diverged",
+                         preset_target=preset_target(run.config.preset), diverged=found)
+    if not run.logger:
+        return result
+    error = f"; then {found['error']}" if "error" in found else ""
+    log.warning("the run diverged: %s was %s at iteration %d (found at iteration %d, %d env steps%s): no final "
+                "evaluation, no checkpoint of its weights (kept: %s); lower --lr or clip the gradients, and train "
+                "again", found["quantity"], found["value"], found["iteration"], run.iteration, run.env_steps, error,
+                checkpoint or "none")
+    result.plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
+                                      f"{title} on {run.config.env} ({run.config.backend}), seed {run.config.seed}, "
+                                      "diverged")
+    with open(run.logdir / Run.SUMMARY_NAME, "w") as f:
+        json.dump(result.summary(), f, indent=2)
+    run.report(result.summary(), [result.plot])
+    return result
+
+
+def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvSpec, *, title: str,
+                    learner: dict[str, Any] | None = None) -> TrainResult:
+    """The end of every ``train``: final evaluation, checkpoint, learning curve, ``summary.json`` and result.
+
+    ``progress.csv``, the checkpoint and ``summary.json`` reach the disk in that order (each flushed with ``fsync``,
+    the last two written whole through a file renamed onto them): the record outlasts a kill or a power loss.
+
+    On a rank that does not log (ranks 1 and up of a data-parallel run), only the result: what the run counted,
+    and no evaluation (``eval_return`` nan); rank 0 evaluates, checkpoints and reports.
+
+    The checkpoint holds ``model``'s weights, the counters (``iteration``, ``env_steps``, ``wall_time_s`` over every
+    session) and ``learner``, what a resumed run restores (see
+    :func:`~rlstruct.algos._train.checkpoints.load_resume`).
+
+    A run stopped at its target (a confirmation cleared it: see :meth:`~.log.Run.record_eval`) keeps the weights
+    that were confirmed (not those of the iterations since) and reports the confirmation's return: no further
+    evaluation runs that could disagree. Otherwise the evaluations due are run (the queue of
+    :class:`~.evaluation.Evaluator`) and the final weights are evaluated again on fresh episodes, whose return is
+    reported. An interrupted run (``run.interrupted``) skips those: it keeps an evaluation that has already
+    finished, if any, and its result's ``eval_return`` is the last evaluation's (nan if none). In every case
+    ``reached_target`` is ``eval_return >= target_return``, and ``eval_env_steps`` says at which env steps the
+    weights reported on were taken.
+    A run found diverged (``run.diverged``: checked first, with the rows since the last check and the weights) ends
+    by :func:`finish_diverged` instead: no final evaluation, no checkpoint of its weights.
+
+    Args:
+        run: the run, still open (this closes it).
+        evaluator: the run's evaluator.
+        model: the learner's model.
+        spec: the env's description.
+        title: the algorithm's name in the plot's title, e.g. ``"A2C"``.
+        learner: the learner's state at the end of training besides ``model``'s weights (``{"optimizer":
+            optimizer.state_dict(), ...}``: plain types and tensors, copied to the CPU).
+    """
+    run.flush()  # the rows since the last check, and the weights: a run that diverged ends here
+    if run.diverged is not None:
+        return finish_diverged(run, title=title)
+    config, world_size = run.config, run.world_size
+    interrupted = run.interrupted
+    # A rank whose own check did not say stop was stopped by another's vote.
+    stop_reason = "signal" if interrupted else run.stop_reason or "another_rank"
+    if not run.logger:
+        run.close()
+        return TrainResult(math.nan, run.env_steps, run.elapsed(), run.history, str(run.logdir), run.iteration,
+                           interrupted=interrupted, stop_signal=run.stop_signal, world_size=world_size,
+                           stop_reason=stop_reason)
+    if run.iteration == 0 and not interrupted:
+        log.warning("no training iteration ran: the time limit (%g s) was spent before the first one (setup, "
+                    "compilation, the first evaluation); what follows evaluates the untrained policy. Raise "
+                    "--time-limit", config.time_limit)
+    if interrupted:
+        finished = evaluator.collect()
+        if finished is not None:
+            run.record_eval(finished)
+        eval_return = math.nan if run.last_eval is None else run.last_eval
+        eval_env_steps = run.last_eval_env_steps
+    elif stop_reason == "target":
+        assert run.kept_weights is not None and run.last_eval is not None
+        model.load_state_dict(run.kept_weights)
+        eval_return, eval_env_steps = run.last_eval, run.kept_env_steps
+    else:
+        previous, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
+        for result in previous:
+            run.record_eval(result)
+        run.record_eval(final)
+        eval_return, eval_env_steps = final["eval/return"], run.env_steps
+    if run.videos is not None and not interrupted:  # the policy kept: the one confirmed at the target, or the final one
+        run.videos.record(cpu_state_dict(model), run.env_steps)
+    wall = run.elapsed()
+    run.close()
+    checkpoint = run.save_checkpoint(model, learner or {}, eval_return=eval_return, interrupted=interrupted,
+                                     wall_time_s=run.wall_offset + wall, stop_reason=stop_reason)
+    suffix = ", interrupted" if interrupted else ""
+    plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
+                               f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")
+    result = TrainResult(eval_return, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
+                         checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
+                         config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason,
+                         preset_target(config.preset), eval_env_steps=eval_env_steps)
+    write_whole(run.logdir / Run.SUMMARY_NAME, json.dumps(result.summary(), indent=2))
+    run.report(result.summary(), [checkpoint, plot, *(run.videos.paths if run.videos is not None else [])])
+    return result
