@@ -38,7 +38,10 @@ BROWSED = ("", "algorithms/ppo/", "api/batchers/")
 BUILD_TIMEOUT_S = 300
 CHROMIUM_TIMEOUT_S = 90
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(BUILD_TIMEOUT_S + 4 * CHROMIUM_TIMEOUT_S)]
+# One xdist worker builds the site, once: the build lays out the package's tree in the repository's build/docs-api,
+# which a second build at the same time would pull from under the first.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BUILD_TIMEOUT_S + 4 * CHROMIUM_TIMEOUT_S),
+              pytest.mark.xdist_group("docs")]
 
 for _module in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
     pytest.importorskip(_module, reason=f"the docs build needs {_module}: pip install -e '.[docs]' (make docs)")
