@@ -147,8 +147,8 @@ class Evaluator:
     same seed gives the same evaluations on an idle machine and a loaded one, in process and with worker processes.
 
     With worker processes the evaluation runs while training goes on: each :meth:`collect` collects the acquisitions
-    that finished and launches the next, so an evaluation advances by at least one acquisition per poll (a larger
-    ``n_timesteps`` takes fewer polls and more memory). When more than ``max_queued`` evaluations wait, the next
+    that finished and launches the next, so an evaluation advances by at least one acquisition per call (a larger
+    ``n_timesteps`` takes fewer calls and more memory). When more than ``max_queued`` evaluations wait, the next
     :meth:`schedule` waits for the one under way (the queue holds a copy of the weights per evaluation). In process
     (``n_processes=0``), ``execute`` runs the acquisition before it returns, so :meth:`launch` runs the whole
     evaluation. :meth:`final` evaluates the final weights, blocking.
@@ -255,20 +255,6 @@ class Evaluator:
             return True
         finally:
             self._blocked += time.perf_counter() - t0
-
-    def poll(
-        self, weights: Callable[[], dict[str, torch.Tensor]], iteration: int, env_steps: int
-    ) -> dict[str, float] | None:
-        """Collects a finished evaluation (or ``None``), then :meth:`schedule`.
-
-        Args:
-            weights: called only when an evaluation is due (so that the CPU copy is made only then).
-            iteration: the current training iteration.
-            env_steps: the current training env steps.
-        """
-        result = self.collect()
-        self.schedule(weights, iteration, env_steps)
-        return result
 
     def collect(self) -> dict[str, float] | None:
         """The result of a pending evaluation if it has finished (never waits, launches nothing), else ``None``."""

@@ -137,7 +137,7 @@ def test_the_evaluator_in_process_finishes_at_launch_and_reports_the_oracle(capl
     with contextlib.closing(Evaluator(_batcher(5), _agent_info(False), every=3, max_steps=500)) as ev:
         assert ev.batcher.n_timesteps == 5
         t0 = time.perf_counter()
-        assert ev.poll(_weights, 0, 0) is None  # launches; in process the evaluation runs inside the launch
+        ev.schedule(_weights, 0, 0)  # launches; in process the evaluation runs inside the launch
         launch_s = time.perf_counter() - t0
         # In process, the whole evaluation held the caller up: its time is the launch's (the collect adds ~0).
         result = ev.collect()
@@ -155,23 +155,22 @@ def test_the_evaluator_in_process_finishes_at_launch_and_reports_the_oracle(capl
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_the_evaluator_with_workers_polls_without_blocking_and_reports_the_oracle():
+def test_the_evaluator_with_workers_collects_without_blocking_and_reports_the_oracle():
     first, second = _one_acquisition(True, n_processes=2, evaluations=2)
     weights = _weights()
     with contextlib.closing(Evaluator(_batcher(3, n_processes=2), _agent_info(True), every=1, max_steps=500)) as ev:
         t0 = time.perf_counter()
         ev.launch(weights, 0, 0)
-        polls, result = 0, None
+        calls, result = 0, None
         while result is None:
-            # every=10**9 launches nothing more: a poll returns at once, with the result once every episode ended
-            ev.every = 10**9
-            result = ev.poll(lambda: weights, 1, 0)
-            polls += 1
+            # collect never waits: it returns the result once every episode ended
+            result = ev.collect()
+            calls += 1
             time.sleep(0.01)  # this process's own work, which the evaluation's time must not count
         wall = time.perf_counter() - t0
         # The caller was held up only by its own calls: launching and collecting, not the workers' acquisitions.
-        assert _without_time(result, at_most=wall - 0.01 * polls) == _summary(*first[:2])
-        assert polls > 1  # the acquisitions ran while this process went on
+        assert _without_time(result, at_most=wall - 0.01 * calls) == _summary(*first[:2])
+        assert calls > 1  # the acquisitions ran while this process went on
         t0 = time.perf_counter()
         previous, final = ev.final(weights, 2, 0)
         assert previous == [] and _without_time(final, at_most=time.perf_counter() - t0) == _summary(*second[:2])
