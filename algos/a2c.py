@@ -20,8 +20,8 @@ import logging
 
 import torch
 
+from rlstruct.algos import EnvSpec
 from rlstruct.algos._train.config import OnPolicyConfig, setting
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups

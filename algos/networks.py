@@ -22,8 +22,8 @@ from rlstruct.algos.optim import Adam
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import SpaceError
 
-if TYPE_CHECKING:  # the spec's module is needed for annotations only
-    from rlstruct.algos._train.env_spec import EnvSpec
+if TYPE_CHECKING:  # EnvSpec is needed for annotations only
+    from rlstruct.algos import EnvSpec
 
 __all__ = [
     "mlp",
@@ -249,7 +249,7 @@ def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int], *,
         SpaceError: the observation is an image and the actions are continuous, or ``normalize_observations``
             with image observations.
 
-    >>> from rlstruct.algos._train.env_spec import EnvSpec
+    >>> from rlstruct.algos import EnvSpec
     >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
     >>> build_actor_critic(spec, (8,)).log_std.shape
     torch.Size([1])

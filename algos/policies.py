@@ -32,7 +32,7 @@ from rlstruct.devices import DeviceLike, as_device
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
 if TYPE_CHECKING:
-    from rlstruct.algos._train.env_spec import EnvSpec
+    from rlstruct.algos import EnvSpec
 
 __all__ = [
     "ROW_TILE",

@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlstruct.algos import EnvSpec
 from rlstruct.algos._train.config import OnPolicyConfig, check_at_least, setting
 from rlstruct.algos._train.distributed import World, mean_over_ranks
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups, shuffled_minibatches

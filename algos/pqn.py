@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from rlstruct.agents import RL_Agent
+from rlstruct.algos import EnvSpec
 from rlstruct.algos._train.config import OnPolicyConfig, check_at_least, setting
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups, shuffled_minibatches

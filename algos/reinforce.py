@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from rlstruct.agents import replay_agent, replay_agent_stateless
+from rlstruct.algos import EnvSpec
 from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, setting
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups

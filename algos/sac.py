@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
+from rlstruct.algos import EnvSpec
 from rlstruct.algos._train.checkpoints import Resume, load_state, restore_optimizer
 from rlstruct.algos._train.config import OffPolicyConfig, setting
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import OffPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.session import seeded_model

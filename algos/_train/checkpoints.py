@@ -27,8 +27,8 @@ from rlstruct.envs.factory import resolve_backend
 from rlstruct.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
+    from rlstruct.algos._env_spec import EnvSpec
     from rlstruct.algos._train.config import RunConfig
-    from rlstruct.algos._train.env_spec import EnvSpec
 
 __all__ = [
     "CHECKPOINT_FORMAT",

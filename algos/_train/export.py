@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos.policies import NetworkAgent
 from rlstruct.errors import MissingDependencyError
 

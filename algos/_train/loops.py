@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
+from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._train.checkpoints import load_state
 from rlstruct.algos._train.config import OffPolicyConfig, OnPolicyConfig, RunConfig, check_off_policy, check_on_policy
 from rlstruct.algos._train.distributed import (
@@ -29,7 +30,6 @@ from rlstruct.algos._train.distributed import (
     learner_seed,
     sum_over_ranks,
 )
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import Evaluator
 from rlstruct.algos._train.finish import finish_diverged, finish_training
 from rlstruct.algos._train.log import Run, run_logdir

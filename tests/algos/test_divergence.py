@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlstruct.algos import a2c, cli, dqn, load, ppo, pqn, reinforce, sac
+from rlstruct.algos import a2c, cli, describe_env, dqn, load, ppo, pqn, reinforce, sac
 from rlstruct.algos._train import loops
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, content_digest
 from rlstruct.algos._train.config import RunConfig
-from rlstruct.algos._train.env_spec import describe_env
 from rlstruct.algos._train.finite import DivergenceGuard, non_finite
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm

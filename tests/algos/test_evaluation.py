@@ -15,8 +15,8 @@ import time
 import pytest
 import torch
 
+from rlstruct.algos import create_env, describe_env
 from rlstruct.algos._train.config import RunConfig, validate_run_config
-from rlstruct.algos._train.env_spec import create_env, describe_env
 from rlstruct.algos._train.evaluation import EpisodeTally, Evaluator, run_episodes
 from rlstruct.algos._train.session import open_batchers, seeded_model
 from rlstruct.algos.networks import build_actor_critic

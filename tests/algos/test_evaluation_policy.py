@@ -14,10 +14,9 @@ import sys
 import pytest
 import torch
 
-from rlstruct.algos import dqn, ppo, sac
+from rlstruct.algos import EnvSpec, dqn, ppo, sac
 from rlstruct.algos._train import loops
 from rlstruct.algos._train.config import RunConfig, validate_run_config
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import evaluation_agent
 from rlstruct.algos._train.loops import train_off_policy, train_on_policy
 from rlstruct.algos._train.registry import algorithm

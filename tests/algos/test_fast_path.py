@@ -14,9 +14,8 @@ import math
 import pytest
 import torch
 
-from rlstruct.algos import a2c, ppo, reinforce
+from rlstruct.algos import a2c, create_env, describe_env, ppo, reinforce
 from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, validate_run_config
-from rlstruct.algos._train.env_spec import create_env, describe_env
 from rlstruct.algos._train.session import training_run
 from rlstruct.algos._train.update import UpdateStep, clip_groups, weight_sync_mode
 from rlstruct.algos.networks import ActorCritic, build_actor_critic, make_adam

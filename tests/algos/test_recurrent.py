@@ -11,8 +11,7 @@ import torch
 
 from rlstruct import DictTensor, RL_Batcher
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent
-from rlstruct.algos import a2c, ppo
-from rlstruct.algos._train.env_spec import create_env, describe_env
+from rlstruct.algos import a2c, create_env, describe_env, ppo
 from rlstruct.algos.networks import RecurrentActorCritic
 from rlstruct.algos.policies import RecurrentPolicyAgent, create_recurrent_agent, replay_window
 from rlstruct.devices import cpu_state_dict

@@ -13,8 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlstruct.algos import EnvSpec, create_env, describe_env
 from rlstruct.algos._replay_storage import StackedFrames, WholeObservations
-from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.dqn import create_q_agent
 from rlstruct.algos.replay import (
     NStepWindow,

@@ -25,14 +25,13 @@ import time
 import pytest
 import torch
 
-from rlstruct.algos import a2c, cli, dqn, ppo, reinforce, sac
+from rlstruct.algos import a2c, cli, describe_env, dqn, ppo, reinforce, sac
 from rlstruct.algos._train import checkpoints as checkpoints_module
 from rlstruct.algos._train import log as record_module
 from rlstruct.algos._train import loops
 from rlstruct.algos._train import session as algos_setup
 from rlstruct.algos._train import update as update_module
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_resume
-from rlstruct.algos._train.env_spec import describe_env
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.seeds import session_seed, worker_seeds
 from rlstruct.algos.cli import evaluate_checkpoint

@@ -16,8 +16,7 @@ import time
 
 import pytest
 
-from rlstruct.algos import ppo
-from rlstruct.algos._train.env_spec import describe_env
+from rlstruct.algos import describe_env, ppo
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.trackers import (
     MLFLOW_HTTP_BOUNDS,

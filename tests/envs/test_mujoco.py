@@ -374,7 +374,7 @@ def test_tasks_are_gymnasiums_v5_tasks():
 # ----------------------------------------------------------------------------------------------- the CLI
 def test_describe_env_gives_a_continuous_spec():
     pytest.importorskip("mujoco.mjx", reason="the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")
-    from rlstruct.algos._train.env_spec import describe_env
+    from rlstruct.algos import describe_env
 
     spec = describe_env("Hopper-v5", "mjx", None)
     assert spec.n_actions is None and spec.action_shape == (3,) and spec.obs_shape == (11,)
