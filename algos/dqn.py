@@ -22,11 +22,17 @@ from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos import EnvSpec
-from rlstruct.algos._train.checkpoints import Resume, load_state, restore_optimizer
-from rlstruct.algos._train.config import OffPolicyConfig, check_at_least, setting
-from rlstruct.algos._train.loops import OffPolicyAlgorithm
-from rlstruct.algos._train.registry import algorithm
-from rlstruct.algos._train.session import seeded_model
+from rlstruct.algos._train import (
+    OffPolicyAlgorithm,
+    OffPolicyConfig,
+    Resume,
+    algorithm,
+    check_at_least,
+    load_state,
+    restore_optimizer,
+    seeded_model,
+    setting,
+)
 from rlstruct.algos.encoders import CNNEncoder
 from rlstruct.algos.networks import autocast_context, make_adam, mlp, polyak_update
 from rlstruct.algos.policies import NetworkAgent, row_invariant

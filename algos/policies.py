@@ -35,16 +35,11 @@ if TYPE_CHECKING:
     from rlstruct.algos import EnvSpec
 
 __all__ = [
-    "ROW_TILE",
     "row_invariant",
     "NetworkAgent",
     "PolicyAgent",
     "RecurrentPolicyAgent",
-    "policy_actions",
-    "actor_critic_outputs",
-    "critic_values",
     "replay_window",
-    "replay_learner",
     "create_policy_agent",
     "create_recurrent_agent",
 ]

@@ -15,6 +15,7 @@ from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos._env_spec import EnvSpec
+from rlstruct.algos._optim import OptimizerLike
 from rlstruct.algos._train.checkpoints import load_state
 from rlstruct.algos._train.config import OffPolicyConfig, OnPolicyConfig, RunConfig, check_off_policy, check_on_policy
 from rlstruct.algos._train.distributed import (
@@ -45,7 +46,6 @@ from rlstruct.algos._train.session import (
 )
 from rlstruct.algos._train.update import actor_critic_learner, start_pipeline, training_agent_kwargs, weight_sync_mode
 from rlstruct.algos.networks import build_actor_critic, recurrent_actor_critic
-from rlstruct.algos.optim import OptimizerLike
 from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.algos.returns import episode_returns, episode_statistics

@@ -146,7 +146,7 @@ def _has_ale() -> bool:
 @pytest.mark.timeout(240)
 def test_rlstruct_eval_reports_the_policy_it_ran_and_refuses_an_unknown_one(tmp_path):
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", *args], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "rlstruct.algos", *args], capture_output=True, text=True,
                               timeout=200)
 
     out = cli("train", "ppo", "--env", "CartPole-v1", "--max-env-steps", "2048", "--evaluation-policy", "sample",

@@ -273,7 +273,7 @@ def test_flag_combinations_that_cannot_work_are_config_errors(module, cls, extra
 
 
 def test_cli_rejects_a_bad_combination_in_one_line(capsys):
-    from rlstruct.algos.cli import main
+    from rlstruct.algos._train.cli import main
 
     assert main(["train", "a2c", "--compile-update", "--recurrent"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -281,7 +281,7 @@ def test_cli_rejects_a_bad_combination_in_one_line(capsys):
 
 
 def test_cli_has_the_fast_path_flags(capsys):
-    from rlstruct.algos.cli import main
+    from rlstruct.algos._train.cli import main
 
     for algo in ("a2c", "ppo", "reinforce"):
         with pytest.raises(SystemExit):

@@ -9,7 +9,7 @@ import torch
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 from rlstruct.algos import EnvSpec, sac
-from rlstruct.algos.replay import one_step_transitions
+from rlstruct.algos._replay_transitions import one_step_transitions
 from rlstruct.algos.sac import (
     SACConfig,
     SquashedGaussianActor,

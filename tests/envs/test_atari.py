@@ -29,7 +29,7 @@ SMALL = ["--n-envs", "4", "--n-evaluation-envs", "1", "--evaluation-max-steps", 
 
 
 def _cli(*args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", *args], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "rlstruct.algos", *args], capture_output=True, text=True,
                          timeout=280)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -29,7 +29,7 @@ from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
 from rlstruct.seeding import check_seed
 
-__all__ = ["evaluate_checkpoint", "main"]
+__all__ = ["main"]
 
 
 def _eval_command(argv: Sequence[str]) -> int:
