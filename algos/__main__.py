@@ -3,4 +3,5 @@ path."""
 
 from rlstruct.algos._train.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    raise SystemExit(main())
