@@ -8,7 +8,7 @@ whose config it is. What several algorithms share sits in public modules named f
 :mod:`~rlstruct.algos.networks` (with their Adam), :mod:`~rlstruct.algos.policies`,
 :mod:`~rlstruct.algos.losses` and :mod:`~rlstruct.algos.replay`; :class:`EnvSpec` is what the networks know of an env
 (:func:`describe_env` reads it, :func:`create_env` is the batchers' env factory); ``load(run)`` reads a trained run
-back as a :class:`~rlstruct.algos.policy.Policy`; :mod:`~rlstruct.algos.statistics` compares runs over seeds. What
+back as a :class:`Policy`; :mod:`~rlstruct.algos.statistics` compares runs over seeds. What
 runs a training job (flags, loops, logs, evaluation, checkpoints, presets, sweeps, data-parallel ranks, the
 ``rlstruct`` command) is a private package beneath them, which they import through its ``__init__``.
 
@@ -25,8 +25,8 @@ from rlstruct.algos._train.registry import exports
 
 _LAZY = {
     "train": "rlstruct.algos._train.registry",
-    "load": "rlstruct.algos.policy",
-    "Policy": "rlstruct.algos.policy",
+    "load": "rlstruct.algos._train.policy",
+    "Policy": "rlstruct.algos._train.policy",
     "RunConfig": "rlstruct.algos._train.config",
     "OnPolicyConfig": "rlstruct.algos._train.config",
     "OffPolicyConfig": "rlstruct.algos._train.config",

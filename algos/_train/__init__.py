@@ -2,8 +2,9 @@
 
 The algorithm modules and the other public modules of :mod:`rlstruct.algos` import the harness through this
 package only (``from rlstruct.algos._train import OnPolicyAlgorithm``); the modules beneath it (flags, loops,
-session, logs, evaluation, videos, checkpoints, presets, data-parallel ranks) import each other directly. Each name
-loads its module on first use, so that ``import rlstruct.algos`` loads none of the harness.
+session, logs, evaluation, videos, checkpoints, presets, sweeps, data-parallel ranks, the ``rlstruct`` command and
+the saved run's :class:`~rlstruct.algos.Policy`, which :mod:`rlstruct.algos` exports) import each other directly. Each
+name loads its module on first use, so that ``import rlstruct.algos`` loads none of the harness.
 
 An algorithm's config:
     ``RunConfig``, ``OnPolicyConfig``, ``OffPolicyConfig``: the settings every run, every on-policy run and every
@@ -26,12 +27,6 @@ An off-policy learner's state:
 
 Data-parallel ranks:
     ``World``: this process's rank among the run's; ``mean_over_ranks``: a statistic averaged over them.
-
-A saved run (:func:`rlstruct.algos.load`):
-    ``CHECKPOINT_NAME``, ``load_checkpoint``: a run's checkpoint file and its checked contents;
-    ``evaluation_agent``, ``check_model_fits``: the agent that acts with its weights; ``evaluate_checkpoint``: its
-    evaluation (``rlstruct eval``); ``export_policy``: its file for onnxruntime or TorchScript (``rlstruct export``);
-    ``set_torch_threads``: torch's thread count.
 """
 
 from rlstruct._lazy import lazy_names
@@ -57,13 +52,6 @@ _LAZY = {
     "restore_optimizer": "rlstruct.algos._train.checkpoints",
     "World": "rlstruct.algos._train.distributed",
     "mean_over_ranks": "rlstruct.algos._train.distributed",
-    "CHECKPOINT_NAME": "rlstruct.algos._train.checkpoints",
-    "load_checkpoint": "rlstruct.algos._train.checkpoints",
-    "evaluation_agent": "rlstruct.algos._train.evaluation",
-    "check_model_fits": "rlstruct.algos._train.evaluation",
-    "evaluate_checkpoint": "rlstruct.algos._train.evaluation",
-    "export_policy": "rlstruct.algos._train.export",
-    "set_torch_threads": "rlstruct.algos._train.config",
 }
 
 __all__ = list(_LAZY)

@@ -16,15 +16,10 @@ import numpy as np
 import torch
 
 from rlstruct.agents import RL_Agent
-from rlstruct.algos import EnvSpec
-from rlstruct.algos._train import (
-    CHECKPOINT_NAME,
-    check_model_fits,
-    evaluate_checkpoint,
-    evaluation_agent,
-    load_checkpoint,
-    set_torch_threads,
-)
+from rlstruct.algos._env_spec import EnvSpec
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_checkpoint
+from rlstruct.algos._train.config import set_torch_threads
+from rlstruct.algos._train.evaluation import check_model_fits, evaluate_checkpoint, evaluation_agent
 from rlstruct.devices import DeviceLike, as_device, check_device_exists
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor
@@ -162,7 +157,7 @@ class Policy:
             ValueError: an unknown ``format``, or a policy loaded on another device than the CPU.
             MissingDependencyError: ONNX without the ``export`` extra.
         """
-        from rlstruct.algos._train import export_policy
+        from rlstruct.algos._train.export import export_policy
 
         if self.device.type != "cpu":
             raise ValueError(f"the policy must be loaded on the CPU to be exported, got device={str(self.device)!r}; "
