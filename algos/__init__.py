@@ -5,11 +5,12 @@ Each algorithm module holds its config, its loss as a function of tensors, its l
 ``ALGORITHM``, its description for the training loops and the command line; ``train(config)`` trains the algorithm
 whose config it is. What several algorithms share sits in public modules named for what they hold:
 :mod:`~rlstruct.algos.returns`, :mod:`~rlstruct.algos.distributions`, :mod:`~rlstruct.algos.encoders`,
-:mod:`~rlstruct.algos.networks`, :mod:`~rlstruct.algos.policies`, :mod:`~rlstruct.algos.losses`,
-:mod:`~rlstruct.algos.replay` and :mod:`~rlstruct.algos.normalization`; ``load(run)`` reads a trained run back as a
-:class:`~rlstruct.algos.policy.Policy`; :mod:`~rlstruct.algos.statistics` compares runs over seeds. What runs a
-training job (flags, loops, logs, evaluation, checkpoints, presets, data-parallel ranks) is the private package
-``rlstruct.algos._train``.
+:mod:`~rlstruct.algos.networks` (with their Adam), :mod:`~rlstruct.algos.policies`,
+:mod:`~rlstruct.algos.losses` and :mod:`~rlstruct.algos.replay`; :class:`EnvSpec` is what the networks know of an env
+(:func:`describe_env` reads it, :func:`create_env` is the batchers' env factory); ``load(run)`` reads a trained run
+back as a :class:`Policy`; :mod:`~rlstruct.algos.statistics` compares runs over seeds. What
+runs a training job (flags, loops, logs, evaluation, checkpoints, presets, sweeps, data-parallel ranks, the
+``rlstruct`` command) is a private package beneath them, which they import through its ``__init__``.
 
 The names below load their module on first use, so that ``python -m rlstruct.algos.a2c`` does not find itself
 already imported by this package.
@@ -24,16 +25,19 @@ from rlstruct.algos._train.registry import exports
 
 _LAZY = {
     "train": "rlstruct.algos._train.registry",
-    "load": "rlstruct.algos.policy",
-    "Policy": "rlstruct.algos.policy",
+    "load": "rlstruct.algos._train.policy",
+    "Policy": "rlstruct.algos._train.policy",
     "RunConfig": "rlstruct.algos._train.config",
     "OnPolicyConfig": "rlstruct.algos._train.config",
     "OffPolicyConfig": "rlstruct.algos._train.config",
     "TrainResult": "rlstruct.algos._train.result",
-    "EnvSpec": "rlstruct.algos._train.env_spec",
-    "describe_env": "rlstruct.algos._train.env_spec",
-    "create_env": "rlstruct.algos._train.env_spec",
+    "EnvSpec": "rlstruct.algos._env_spec",
+    "describe_env": "rlstruct.algos._env_spec",
+    "create_env": "rlstruct.algos._env_spec",
     "profile_training": "rlstruct.algos._train.profile",
+    "run_sweep": "rlstruct.algos._train.sweep",
+    "PRESETS": "rlstruct.algos._train.presets",
+    "Preset": "rlstruct.algos._train.presets",
     "discounted_returns": "rlstruct.algos.returns",
     "gae_advantages": "rlstruct.algos.returns",
     "n_step_returns": "rlstruct.algos.returns",

@@ -20,11 +20,18 @@ import logging
 
 import torch
 
-from rlstruct.algos._train.config import OnPolicyConfig, setting
-from rlstruct.algos._train.env_spec import EnvSpec
-from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
-from rlstruct.algos._train.registry import algorithm
-from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups
+from rlstruct.algos import EnvSpec
+from rlstruct.algos._train import (
+    ActorCriticLearner,
+    LearnFn,
+    OnPolicyAlgorithm,
+    OnPolicyConfig,
+    UpdateStep,
+    algorithm,
+    autocast_dtype,
+    clip_groups,
+    setting,
+)
 from rlstruct.algos.losses import masked_policy_value_loss
 from rlstruct.algos.networks import ActorCritic, check_normalizable
 from rlstruct.algos.policies import actor_critic_outputs, policy_actions, replay_learner

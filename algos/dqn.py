@@ -21,12 +21,18 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos._train.checkpoints import Resume, load_state, restore_optimizer
-from rlstruct.algos._train.config import OffPolicyConfig, check_at_least, setting
-from rlstruct.algos._train.env_spec import EnvSpec
-from rlstruct.algos._train.loops import OffPolicyAlgorithm
-from rlstruct.algos._train.registry import algorithm
-from rlstruct.algos._train.session import seeded_model
+from rlstruct.algos import EnvSpec
+from rlstruct.algos._train import (
+    OffPolicyAlgorithm,
+    OffPolicyConfig,
+    Resume,
+    algorithm,
+    check_at_least,
+    load_state,
+    restore_optimizer,
+    seeded_model,
+    setting,
+)
 from rlstruct.algos.encoders import CNNEncoder
 from rlstruct.algos.networks import autocast_context, make_adam, mlp, polyak_update
 from rlstruct.algos.policies import NetworkAgent, row_invariant
@@ -192,7 +198,7 @@ def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = Fal
     """The Q-network for ``spec``'s env: :class:`PixelQNetwork` (with ``layer_norm``) for images, :class:`QNetwork`
     (an MLP, with ``layer_norm`` and ``activation``) otherwise.
 
-    >>> from rlstruct.algos._train.env_spec import EnvSpec
+    >>> from rlstruct.algos import EnvSpec
     >>> type(q_network(EnvSpec((10, 10, 4), "bool", 3, 1000), (64,))).__name__
     'PixelQNetwork'
     """

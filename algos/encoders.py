@@ -15,14 +15,7 @@ from torch import nn
 
 from rlstruct.errors import SpaceError
 
-__all__ = [
-    "init_orthogonal",
-    "image_layout",
-    "pixel_scale",
-    "MLPEncoder",
-    "CNNEncoder",
-    "make_encoder",
-]
+__all__ = ["MLPEncoder", "CNNEncoder", "make_encoder"]
 
 #: Frames smaller than this (pixels a side) get the MinAtar network instead of the Nature-DQN stack.
 NATURE_MIN_SIZE = 36

@@ -15,27 +15,24 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from rlstruct.algos._normalization import ObservationNormalizer
+from rlstruct.algos._optim import Adam
 from rlstruct.algos.distributions import ActionDistribution, Categorical, DiagGaussian
 from rlstruct.algos.encoders import init_orthogonal, make_encoder
-from rlstruct.algos.normalization import ObservationNormalizer
-from rlstruct.algos.optim import Adam
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import SpaceError
 
-if TYPE_CHECKING:  # the spec's module is needed for annotations only
-    from rlstruct.algos._train.env_spec import EnvSpec
+if TYPE_CHECKING:  # EnvSpec is needed for annotations only
+    from rlstruct.algos import EnvSpec
 
 __all__ = [
     "mlp",
-    "autocast_context",
+    "Adam",
     "ActorCritic",
     "EncoderActorCritic",
     "RecurrentActorCritic",
     "build_actor_critic",
     "recurrent_actor_critic",
-    "check_normalizable",
-    "polyak_update",
-    "make_adam",
 ]
 
 
@@ -92,7 +89,7 @@ class ActorCritic(nn.Module):
         action_dim: size of a continuous action (ignored for discrete actions).
         log_std_init: initial log standard deviation of the Gaussian.
         normalize_observations: both MLPs see the observations through an
-            :class:`~rlstruct.algos.normalization.ObservationNormalizer` (``self.normalizer``; ``None`` without),
+            ``ObservationNormalizer`` (``self.normalizer``; ``None`` without),
             whose statistics the learner updates.
 
     >>> m = ActorCritic(4, 2, (8,))
@@ -184,7 +181,7 @@ class RecurrentActorCritic(nn.Module):
         obs_dtype: the env's frame dtype (``"uint8"`` pixels are divided by ``obs_high`` in the forward).
         obs_high: the largest value of ``uint8`` frames (``EnvSpec.obs_high``; default 255).
         normalize_observations: the encoder sees the frames through an
-            :class:`~rlstruct.algos.normalization.ObservationNormalizer` (``self.normalizer``; ``None`` without;
+            ``ObservationNormalizer`` (``self.normalizer``; ``None`` without;
             flat frames only).
 
     >>> m = RecurrentActorCritic((2,), 2, (16,))
@@ -249,7 +246,7 @@ def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int], *,
         SpaceError: the observation is an image and the actions are continuous, or ``normalize_observations``
             with image observations.
 
-    >>> from rlstruct.algos._train.env_spec import EnvSpec
+    >>> from rlstruct.algos import EnvSpec
     >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
     >>> build_actor_critic(spec, (8,)).log_std.shape
     torch.Size([1])
@@ -310,7 +307,7 @@ def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
 
 
 def make_adam(model: nn.Module, lr: float, device: DeviceLike) -> Adam:
-    """:class:`~rlstruct.algos.optim.Adam` over the model's parameters; the fused kernel where torch has one
+    """:class:`~rlstruct.algos.networks.Adam` over the model's parameters; the fused kernel where torch has one
     (CPU, CUDA)."""
     fused = as_device(device).type in ("cpu", "cuda")
     return Adam(model.parameters(), lr=lr, fused=fused or None)

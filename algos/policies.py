@@ -32,19 +32,14 @@ from rlstruct.devices import DeviceLike, as_device
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
 if TYPE_CHECKING:
-    from rlstruct.algos._train.env_spec import EnvSpec
+    from rlstruct.algos import EnvSpec
 
 __all__ = [
-    "ROW_TILE",
     "row_invariant",
     "NetworkAgent",
     "PolicyAgent",
     "RecurrentPolicyAgent",
-    "policy_actions",
-    "actor_critic_outputs",
-    "critic_values",
     "replay_window",
-    "replay_learner",
     "create_policy_agent",
     "create_recurrent_agent",
 ]

@@ -17,12 +17,22 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlstruct.algos._train.config import OnPolicyConfig, check_at_least, setting
-from rlstruct.algos._train.distributed import World, mean_over_ranks
-from rlstruct.algos._train.env_spec import EnvSpec
-from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
-from rlstruct.algos._train.registry import algorithm
-from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups, shuffled_minibatches
+from rlstruct.algos import EnvSpec
+from rlstruct.algos._train import (
+    ActorCriticLearner,
+    LearnFn,
+    OnPolicyAlgorithm,
+    OnPolicyConfig,
+    UpdateStep,
+    World,
+    algorithm,
+    autocast_dtype,
+    check_at_least,
+    clip_groups,
+    mean_over_ranks,
+    setting,
+    shuffled_minibatches,
+)
 from rlstruct.algos.losses import normalize_masked
 from rlstruct.algos.networks import check_normalizable
 from rlstruct.algos.policies import RecurrentPolicyAgent, critic_values, policy_actions, replay_learner, replay_window

@@ -30,11 +30,20 @@ import torch
 import torch.nn.functional as F
 
 from rlstruct.agents import RL_Agent
-from rlstruct.algos._train.config import OnPolicyConfig, check_at_least, setting
-from rlstruct.algos._train.env_spec import EnvSpec
-from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
-from rlstruct.algos._train.registry import algorithm
-from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups, shuffled_minibatches
+from rlstruct.algos import EnvSpec
+from rlstruct.algos._train import (
+    ActorCriticLearner,
+    LearnFn,
+    OnPolicyAlgorithm,
+    OnPolicyConfig,
+    UpdateStep,
+    algorithm,
+    autocast_dtype,
+    check_at_least,
+    clip_groups,
+    setting,
+    shuffled_minibatches,
+)
 from rlstruct.algos.dqn import QAgent, create_q_agent, epsilon_at, evaluation_info, q_network
 from rlstruct.errors import ConfigError
 from rlstruct.structures import DictTensor, Trajectories

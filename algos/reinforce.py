@@ -22,11 +22,19 @@ import torch
 from torch import nn
 
 from rlstruct.agents import replay_agent, replay_agent_stateless
-from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, setting
-from rlstruct.algos._train.env_spec import EnvSpec
-from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
-from rlstruct.algos._train.registry import algorithm
-from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups
+from rlstruct.algos import EnvSpec
+from rlstruct.algos._train import (
+    ActorCriticLearner,
+    LearnFn,
+    OnPolicyAlgorithm,
+    OnPolicyConfig,
+    RunConfig,
+    UpdateStep,
+    algorithm,
+    autocast_dtype,
+    clip_groups,
+    setting,
+)
 from rlstruct.algos.losses import masked_policy_value_loss
 from rlstruct.algos.networks import check_normalizable
 from rlstruct.algos.policies import policy_actions

@@ -28,21 +28,13 @@ from rlstruct.algos._replay_storage import (
     is_frame_stack,
     store_nbytes,
 )
-from rlstruct.algos._replay_transitions import (
-    NStepWindow,
-    one_step_steps,
-    one_step_transitions,
-    steps_to_transitions,
-    window_steps,
-    window_transitions,
-)
+from rlstruct.algos._replay_transitions import NStepWindow, window_transitions
 from rlstruct.devices import DeviceLike, as_device
 
 if TYPE_CHECKING:
-    from rlstruct.algos._train.env_spec import EnvSpec
+    from rlstruct.algos import EnvSpec
 
-__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "steps_to_transitions", "window_steps", "window_transitions",
-           "one_step_steps", "one_step_transitions", "NStepWindow"]
+__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "window_transitions", "NStepWindow"]
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +148,7 @@ class ReplayBuffer:
         actions when discrete, ``float32`` ones of ``spec.action_shape`` when continuous); ``kwargs`` go to the
         constructor (``storage``, ``folder``, a :class:`PrioritizedReplayBuffer`'s ``alpha`` and ``beta0``).
 
-        >>> from rlstruct.algos._train.env_spec import EnvSpec
+        >>> from rlstruct.algos import EnvSpec
         >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
         >>> buf = ReplayBuffer.for_spec(spec, 100, "cpu")
         >>> buf.store.obs.shape, buf.action.shape, buf.action.dtype
@@ -171,7 +163,7 @@ class ReplayBuffer:
         """The bytes that :meth:`for_spec` allocates for ``capacity`` transitions of ``spec``'s env, computed
         without allocating them.
 
-        >>> from rlstruct.algos._train.env_spec import EnvSpec
+        >>> from rlstruct.algos import EnvSpec
         >>> spec = EnvSpec((4, 84, 84), "uint8", 6, 1000)
         >>> ReplayBuffer.planned_nbytes(spec, 50) == ReplayBuffer.for_spec(spec, 50, "cpu").nbytes()
         True
@@ -186,7 +178,7 @@ class ReplayBuffer:
         """The bytes of the files that :meth:`for_spec` with ``storage="disk"`` makes for ``capacity`` transitions
         of ``spec``'s env (the observations; the rest stays in memory), computed without making them.
 
-        >>> from rlstruct.algos._train.env_spec import EnvSpec
+        >>> from rlstruct.algos import EnvSpec
         >>> spec = EnvSpec((4, 84, 84), "uint8", 6, 1000)
         >>> ReplayBuffer.planned_disk_nbytes(spec, 50) == ReplayBuffer.for_spec(spec, 50, "cpu").store.nbytes()
         True

@@ -11,7 +11,7 @@ import torch
 
 from rlstruct.structures import Trajectories
 
-__all__ = ["discounted_returns", "gae_advantages", "n_step_returns", "episode_statistics", "episode_returns"]
+__all__ = ["discounted_returns", "gae_advantages", "n_step_returns", "episode_statistics"]
 
 
 def _as_float(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -20,17 +20,22 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos._train.checkpoints import Resume, load_state, restore_optimizer
-from rlstruct.algos._train.config import OffPolicyConfig, setting
-from rlstruct.algos._train.env_spec import EnvSpec
-from rlstruct.algos._train.loops import OffPolicyAlgorithm
-from rlstruct.algos._train.registry import algorithm
-from rlstruct.algos._train.session import seeded_model
+from rlstruct.algos import EnvSpec
+from rlstruct.algos._replay_transitions import one_step_steps
+from rlstruct.algos._train import (
+    OffPolicyAlgorithm,
+    OffPolicyConfig,
+    Resume,
+    algorithm,
+    load_state,
+    restore_optimizer,
+    seeded_model,
+    setting,
+)
 from rlstruct.algos.distributions import squashed_gaussian_log_prob
-from rlstruct.algos.networks import make_adam, polyak_update
-from rlstruct.algos.optim import Adam
+from rlstruct.algos.networks import Adam, make_adam, polyak_update
 from rlstruct.algos.policies import NetworkAgent, row_invariant
-from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, one_step_steps
+from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["SACConfig", "SquashedGaussianActor", "TwinQNetwork", "SACAgent", "create_sac_agent", "soft_q_targets",
@@ -383,7 +388,7 @@ class SACLearner:
         return self._agent_info[self.fresh_run and env_steps < self.config.learning_starts], {}
 
     def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
-        """The one-step transitions of the acquisition (:func:`~rlstruct.algos.replay.one_step_steps`)."""
+        """The one-step transitions of the acquisition (``one_step_steps``)."""
         return one_step_steps(trajectories, self.config.gamma)
 
     def n_gradient_steps(self, n_new: int, buffered: int) -> int:

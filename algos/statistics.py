@@ -20,8 +20,15 @@ import numpy as np
 
 from rlstruct.errors import MissingDependencyError
 
-__all__ = ["AGGREGATES", "Interval", "aggregate_scores", "iqm", "performance_profile", "performance_profile_interval",
-           "plot_performance_profiles", "probability_of_improvement"]
+__all__ = [
+    "Interval",
+    "aggregate_scores",
+    "iqm",
+    "performance_profile",
+    "performance_profile_interval",
+    "plot_performance_profiles",
+    "probability_of_improvement",
+]
 
 #: scores of one group of runs: a flat sequence (one task), or task name -> the scores of its runs
 Scores = Union[Sequence[float], Mapping[str, Sequence[float]]]

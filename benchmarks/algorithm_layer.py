@@ -71,7 +71,7 @@ def tracer(frame, event, arg):
 
 sys.settrace(tracer)
 threading.settrace(tracer)
-from rlstruct.algos.cli import main
+from rlstruct.algos._train.cli import main
 main(["train", "ppo", "--n-envs", "8", "--n-steps", "32", "--max-env-steps", "1024", "--no-progress",
       "--no-tensorboard", "--seed", "0", "--logdir", sys.argv[2], "--eval-every", "2", "--n-evaluation-envs", "2",
       "--time-limit", "3600"])
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = {str(p.relative_to(ROOT / "algos")): len(p.read_text().splitlines())
              for p in (ROOT / "algos").rglob("*.py")}
     largest = max(lines, key=lines.get)
-    help_text = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "train", "ppo", "--help"],
+    help_text = subprocess.run([sys.executable, "-m", "rlstruct.algos", "train", "ppo", "--help"],
                                capture_output=True, text=True, check=True, cwd=ROOT).stdout
     report = {
         "ppo_iteration_files": {"count": len(traced["iteration"]), "files": traced["iteration"]},

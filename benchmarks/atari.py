@@ -28,7 +28,7 @@ import torch
 from _common import print_table
 
 from rlstruct import DictTensor, RL_Batcher
-from rlstruct.algos._train.env_spec import create_env, describe_env
+from rlstruct.algos import create_env, describe_env
 from rlstruct.algos.policies import create_policy_agent
 
 GAME = "ALE/Breakout-v5"

@@ -81,7 +81,7 @@ def _allreduce_rank(rank: int, port: int, name: str, out) -> None:
     import torch
     import torch.distributed as dist
 
-    from rlstruct.algos._train.env_spec import describe_env
+    from rlstruct.algos import describe_env
     from rlstruct.algos.networks import build_actor_critic
 
     torch.set_num_threads(1)

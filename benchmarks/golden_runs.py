@@ -101,7 +101,7 @@ def strip_wall(text: str) -> str:
 
 def _train(algo: str, flags: list[str], logdir: Path, log_file: Path) -> None:
     script = Path(sys.executable).with_name("rlstruct")
-    entry = [str(script)] if script.is_file() else [sys.executable, "-m", "rlstruct.algos.cli"]
+    entry = [str(script)] if script.is_file() else [sys.executable, "-m", "rlstruct.algos"]
     cmd = [*entry, "train", algo, *COMMON, *flags, "--logdir", str(logdir)]
     with open(log_file, "w") as f:
         done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=1800)

@@ -83,7 +83,7 @@ def switch_cost(run: str, seconds: float) -> dict:
 
 def tiny_run(folder: str) -> str:
     """A 3,000-step A2C CartPole run's folder (what the measurement loads)."""
-    cmd = [sys.executable, "-m", "rlstruct.algos.cli", "train", "a2c", "--env", "CartPole-v1", "--max-env-steps",
+    cmd = [sys.executable, "-m", "rlstruct.algos", "train", "a2c", "--env", "CartPole-v1", "--max-env-steps",
            "3000", "--logdir", folder, "--no-progress"]
     subprocess.run(cmd, check=True, capture_output=True, timeout=900)
     return folder

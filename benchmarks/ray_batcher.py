@@ -23,7 +23,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import torch  # noqa: E402
 
-from rlstruct.algos._train.env_spec import EnvSpec  # noqa: E402
+from rlstruct.algos import EnvSpec  # noqa: E402
 from rlstruct.algos._train.session import seeded_model  # noqa: E402
 from rlstruct.algos.networks import ActorCritic  # noqa: E402
 from rlstruct.algos.policies import create_policy_agent  # noqa: E402

@@ -30,7 +30,7 @@ import time
 import torch
 from _fresh import Config, add_arguments, machine, measure_or_rounds, print_results, run_one
 
-from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos import EnvSpec
 from rlstruct.algos.replay import NStepWindow, ReplayBuffer
 from rlstruct.structures import TemporalDictTensor
 

@@ -32,7 +32,7 @@ def measure(env: str, n_processes: int, restarts: int, n_envs: int, n_timesteps:
     import torch
 
     from rlstruct import DictTensor, RL_Batcher
-    from rlstruct.algos._train.env_spec import create_env, describe_env
+    from rlstruct.algos import create_env, describe_env
     from rlstruct.algos.networks import build_actor_critic
     from rlstruct.algos.policies import create_policy_agent
 

@@ -4,7 +4,7 @@ Two parts:
 
 - ``costs``: the one-off costs a run meets, each timed alone in a fresh interpreter (rounds rotated): ``import torch``;
   importing PPO's module after torch; the ``torch._dynamo`` import that every ``torch.optim`` optimizer makes at its
-  construction and first step (rlstruct's :class:`~rlstruct.algos.optim.Adam` avoids it); numba's import and its
+  construction and first step (rlstruct's :class:`~rlstruct.algos.networks.Adam` avoids it); numba's import and its
   cached CartPole kernels, loaded at the first compiled step (deferred by ``RLSTRUCT_JIT_AFTER``, 65,536 env steps).
 - ``runs``: ``rlstruct train ALGO --env CartPole-v1 --seed S`` with no other flag, one fresh process per seed and
   algorithm, rotated: ``startup_s`` (launch to the end of the first training iteration), ``time_to_target_s``

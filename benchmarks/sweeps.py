@@ -37,7 +37,7 @@ def load_average() -> str:
 
 def rlstruct(*args: str, cwd: Path) -> str:
     """Runs ``rlstruct ARGS`` in a fresh process in ``cwd``; returns its stdout (raises with its stderr)."""
-    out = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", *args], cwd=cwd, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "rlstruct.algos", *args], cwd=cwd, capture_output=True,
                          text=True)
     if out.returncode != 0:
         raise RuntimeError(f"rlstruct {' '.join(args)} failed:\n{out.stderr[-3000:]}")

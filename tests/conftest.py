@@ -44,7 +44,7 @@ def tiny_cartpole_run(tmp_path_factory) -> Path:
     run = root / "tiny-cartpole-run"
     with FileLock(str(root / "tiny-cartpole-run.lock")):
         if not (run / "summary.json").exists():
-            out = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "train", "a2c", "--env", "CartPole-v1",
+            out = subprocess.run([sys.executable, "-m", "rlstruct.algos", "train", "a2c", "--env", "CartPole-v1",
                                   "--max-env-steps", "300", "--logdir", str(run), "--no-progress", "--n-envs", "4",
                                   "--n-evaluation-envs", "2", "--max-episode-steps", "60", "--eval-every", "5"],
                                  capture_output=True, text=True, timeout=240)

@@ -26,8 +26,7 @@ import tempfile
 
 import torch
 
-from rlstruct.algos import describe_env
-from rlstruct.algos.cli import evaluate_checkpoint
+from rlstruct.algos import describe_env, load
 from rlstruct.algos.distributions import DiagGaussian
 from rlstruct.algos.networks import build_actor_critic
 from rlstruct.algos.policies import create_policy_agent
@@ -124,7 +123,7 @@ def train_ppo(budget: int) -> float:
         assert result.eval_return > -1000, result.eval_return
         # The checkpoint holds the Gaussian's log_std and reloads for `rlstruct eval`.
         assert "log_std" in torch.load(result.checkpoint, weights_only=True)["model"]
-        reloaded = evaluate_checkpoint(result.checkpoint, episodes=4)
+        reloaded = load(result.checkpoint).evaluate(episodes=4)
         print(f"   rlstruct eval on the checkpoint: {reloaded['eval_return']:.1f}")
         assert reloaded["algo"] == "ppo" and -2000 < reloaded["eval_return"] <= 0
         return result.eval_return

@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from rlstruct.algos._optim import OptimizerLike
 from rlstruct.algos._train.finite import check_finite_checkpoint
-from rlstruct.algos.optim import OptimizerLike
 from rlstruct.devices import cpu_state_dict, tree_copy
 from rlstruct.envs.factory import resolve_backend
 from rlstruct.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
+    from rlstruct.algos._env_spec import EnvSpec
     from rlstruct.algos._train.config import RunConfig
-    from rlstruct.algos._train.env_spec import EnvSpec
 
 __all__ = [
     "CHECKPOINT_FORMAT",

@@ -239,7 +239,7 @@ def _attempt_store(world: World, timeout: datetime.timedelta) -> dist.Store | No
 
 def sum_over_ranks(world: World) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """The function that sums a tensor over the ranks (in place, and returns it), for the statistics that every
-    rank must hold alike (:mod:`~rlstruct.algos.normalization`); ``None`` for a world of one (nothing to sum).
+    rank must hold alike (:mod:`~rlstruct.algos._normalization`); ``None`` for a world of one (nothing to sum).
 
     >>> sum_over_ranks(World()) is None
     True

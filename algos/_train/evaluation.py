@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
+from rlstruct.algos._env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import does_not_fit, load_checkpoint, stepped_backend
 from rlstruct.algos._train.config import RunConfig
-from rlstruct.algos._train.env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.seeds import EVALUATION_AGENT_SEEDS, EVALUATION_ENV_SEEDS, worker_seeds
 from rlstruct.batchers import RL_Batcher

@@ -1,5 +1,5 @@
 """A saved run's deterministic policy as a file that runs without rlstruct (``rlstruct export``,
-:meth:`~rlstruct.algos.policy.Policy.export`): ONNX for onnxruntime, or TorchScript for ``torch.jit.load``.
+:meth:`~rlstruct.algos.Policy.export`): ONNX for onnxruntime, or TorchScript for ``torch.jit.load``.
 
 The file maps ``observation`` (a batch ``[N, *obs]`` of the env's raw observations, in the env's dtype) to
 ``action`` (``int64 [N]``, or ``float32 [N, D]`` within the bounds); the run's observation normalisation is inside.
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos.policies import NetworkAgent
 from rlstruct.errors import MissingDependencyError
 
@@ -36,7 +36,7 @@ class DeterministicPolicy(nn.Module):
     its weights and normalisation statistics are exported with it).
 
     Args:
-        agent: the agent (a :class:`~rlstruct.algos.policy.Policy`'s ``agent``).
+        agent: the agent (a :class:`~rlstruct.algos.Policy`'s ``agent``).
     """
 
     def __init__(self, agent: NetworkAgent):
@@ -72,7 +72,7 @@ def export_policy(agent: NetworkAgent, spec: EnvSpec, output: str | os.PathLike,
     """Writes ``agent``'s deterministic policy (:class:`DeterministicPolicy`) to ``output``.
 
     Args:
-        agent: a CPU agent holding the run's weights (a loaded :class:`~rlstruct.algos.policy.Policy`'s ``agent``).
+        agent: a CPU agent holding the run's weights (a loaded :class:`~rlstruct.algos.Policy`'s ``agent``).
         spec: the env's description (the observation's shape and dtype).
         output: the file to write (its folder is created).
         format: ``"onnx"`` or ``"torchscript"`` (``None``: by ``output``'s suffix, :func:`export_format`).

@@ -14,8 +14,8 @@ from typing import Any
 
 from torch import nn
 
+from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, plot_learning_curve
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import Evaluator
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.presets import preset_target

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, save_checkpoint
 from rlstruct.algos._train.config import RunConfig
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.finite import DivergenceGuard
 from rlstruct.algos._train.result import reaches, run_target
 from rlstruct.algos._train.run_folder import CONFIG_NAME, CSV_NAME, SUMMARY_NAME, FolderClaim, write_whole

@@ -14,6 +14,8 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
+from rlstruct.algos._env_spec import EnvSpec
+from rlstruct.algos._optim import OptimizerLike
 from rlstruct.algos._train.checkpoints import load_state
 from rlstruct.algos._train.config import OffPolicyConfig, OnPolicyConfig, RunConfig, check_off_policy, check_on_policy
 from rlstruct.algos._train.distributed import (
@@ -29,7 +31,6 @@ from rlstruct.algos._train.distributed import (
     learner_seed,
     sum_over_ranks,
 )
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import Evaluator
 from rlstruct.algos._train.finish import finish_diverged, finish_training
 from rlstruct.algos._train.log import Run, run_logdir
@@ -45,7 +46,6 @@ from rlstruct.algos._train.session import (
 )
 from rlstruct.algos._train.update import actor_critic_learner, start_pipeline, training_agent_kwargs, weight_sync_mode
 from rlstruct.algos.networks import build_actor_critic, recurrent_actor_critic
-from rlstruct.algos.optim import OptimizerLike
 from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.algos.returns import episode_returns, episode_statistics

@@ -354,7 +354,7 @@ def apply_preset(algo: str, config: Any, given: frozenset[str] | None = None) ->
         unknown = sorted(set(preset.settings) - fields)
         if unknown:
             raise ConfigError(f"preset {preset.name!r} sets {unknown}, which {type(config).__name__} does not have; "
-                              "fix the entry in rlstruct.algos._train.presets.PRESETS")
+                              "fix the entry in rlstruct.algos.PRESETS")
         given = given_fields(config) if given is None else given
         # copies: a config's env_kwargs changed in place must not change the table (presets share _ATARI's dict)
         changes = {k: copy.deepcopy(v) for k, v in preset.settings.items() if k not in given}

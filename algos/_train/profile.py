@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from rlstruct.algos._train.env_spec import create_env, describe_env
+from rlstruct.algos._env_spec import create_env, describe_env
 from rlstruct.algos._train.loops import OnPolicyAlgorithm, train_on_policy
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
 from rlstruct.algos._train.session import seeded_model

@@ -9,9 +9,9 @@ import pathlib
 
 import torch
 
+from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._replay_storage import available_memory, free_bytes, reclaim_stale, stale_candidates
 from rlstruct.algos._train.config import OffPolicyConfig
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.errors import ConfigError, DiskSpaceError
 

@@ -8,8 +8,8 @@ import dataclasses
 import math
 from typing import Any
 
+from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._train.config import RunConfig
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.presets import preset_stop_target
 
 __all__ = ["STOP_REASONS", "TrainResult", "reaches", "run_target"]

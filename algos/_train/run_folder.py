@@ -20,9 +20,9 @@ from rlstruct.algos._train.checkpoints import sync_folder
 from rlstruct.errors import RunFinishedError
 
 if TYPE_CHECKING:
+    from rlstruct.algos._env_spec import EnvSpec
     from rlstruct.algos._train.checkpoints import Resume
     from rlstruct.algos._train.config import RunConfig
-    from rlstruct.algos._train.env_spec import EnvSpec
 
 __all__ = ["CONFIG_NAME", "CSV_NAME", "FINISHED", "SUMMARY_NAME", "FolderClaim", "check_unfinished",
            "given_back_unless_trained", "write_whole"]

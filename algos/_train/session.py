@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent
+from rlstruct.algos._env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import Resume, load_resume
 from rlstruct.algos._train.config import (
     RunConfig,
@@ -29,7 +30,6 @@ from rlstruct.algos._train.config import (
     validate_run_config,
 )
 from rlstruct.algos._train.distributed import World, rank_device, torchrun_restarts, world_from_environment
-from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
 from rlstruct.algos._train.finish import explained_by_divergence
 from rlstruct.algos._train.log import Run, check_logdir, claim_run_folder, run_logdir

@@ -348,7 +348,7 @@ def _report(algo: str, env: str, study: Any, storage: str) -> int:
                                     source=f"rlstruct sweep: study {study.study_name}, trial {best.number}")
         print(f"best: trial {best.number}, eval return {best.value:.2f} ({best.user_attrs.get('logdir')})")
         print(command)
-        print("as a preset (rlstruct.algos._train.presets.PRESETS):")
+        print("as a preset (rlstruct.algos.PRESETS):")
         print(f"    {preset}")
         out.update(best_trial=best.number, best_value=best.value, best_params=best.params, best_settings=settings,
                    best_logdir=best.user_attrs.get("logdir"))

@@ -110,9 +110,21 @@ def result_line(result: TrainResult) -> str:
     return line
 
 
+class _PublicNames(logging.Formatter):
+    """Names a record by the public part of its logger's name: a warning of the harness's
+    ``rlstruct.algos._train.trackers`` reads ``rlstruct.algos``, the package a user imports."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        parts = record.name.split(".")
+        public = ".".join(parts[:next((i for i, part in enumerate(parts) if part.startswith("_")), len(parts))])
+        return super().format(logging.makeLogRecord({**record.__dict__, "name": public or record.name}))
+
+
 def configure_logging() -> None:
     """Sends warnings of every ``rlstruct`` logger to stderr: the command line's choice, never a library's."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_PublicNames("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
 
 
 def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:

@@ -23,11 +23,11 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct._accel import accelerator_for
+from rlstruct.algos._normalization import LearnerNormalization, SumOverRanks
+from rlstruct.algos._optim import Adam, OptimizerLike
 from rlstruct.algos._train.checkpoints import Resume, restore_optimizer
 from rlstruct.algos._train.config import AUTOCAST_VALUES, OnPolicyConfig
 from rlstruct.algos.networks import ActorCritic, autocast_context, make_adam
-from rlstruct.algos.normalization import LearnerNormalization, SumOverRanks
-from rlstruct.algos.optim import Adam, OptimizerLike
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
 
@@ -94,7 +94,7 @@ def actor_critic_learner(
     sum_over_ranks: SumOverRanks | None = None,
 ) -> tuple[Adam, LearnerNormalization, Callable[[], dict[str, Any]]]:
     """The learner's state of A2C, PPO and REINFORCE besides the model: its Adam, its
-    :class:`~rlstruct.algos.normalization.LearnerNormalization` (``config.normalize_rewards``, ``config.gamma``),
+    :class:`~rlstruct.algos._normalization.LearnerNormalization` (``config.normalize_rewards``, ``config.gamma``),
     both restored from ``resume`` when given, and the function that returns them as a checkpoint keeps them.
 
     Args:

@@ -15,8 +15,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlstruct.algos._env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import load_checkpoint
-from rlstruct.algos._train.env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos._train.evaluation import evaluation_agent
 from rlstruct.envs import GymEnv, make_env
 from rlstruct.envs.factory import TORCH_ENVS, resolve_backend
@@ -402,7 +402,7 @@ def record_policy_video(
         algo: the algorithm that trained the weights (``"a2c"``, ``"ppo"``, ``"dqn"``, ...).
         config: the run's config as a dict (``dataclasses.asdict`` of the algorithm's config, or a checkpoint's
             ``config``): ``env``, ``backend``, ``hidden_sizes`` and the network settings are read.
-        env_spec: the run's :class:`~rlstruct.algos._train.env_spec.EnvSpec` (or its dict).
+        env_spec: the run's :class:`~rlstruct.algos.EnvSpec` (or its dict).
         model_state: the policy's CPU ``state_dict``, as ``batcher.update`` sends it.
         episodes: episodes to record (``>= 1``).
         max_steps: steps per episode at most (``None``: the env's time limit).

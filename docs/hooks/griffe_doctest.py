@@ -77,13 +77,15 @@ class LazyExports(griffe.Extension):
                 exported = list(getattr(importlib.import_module(module.path), "__all__", []))
             names = [n if isinstance(n, str) else getattr(n, "name", str(n)) for n in exported or []]
             absent = [n for n in names if n not in module.members]
-            if not absent:
-                continue
+            if not absent or any(part.startswith("_") for part in module.path.split(".")):
+                continue  # a private package's names are not in the reference
             live = importlib.import_module(module.path)
             for name in absent:
                 obj = getattr(live, name)
                 if inspect.ismodule(obj):
                     target = obj.__name__
+                elif not hasattr(obj, "__qualname__"):  # a constant: in the module the package loads it from
+                    target = f"{live._LAZY[name]}.{name}"
                 else:
                     target = f"{obj.__module__}.{obj.__qualname__}"
                 module.set_member(name, griffe.Alias(name, target, parent=module))

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlstruct.algos import a2c, cli
+from rlstruct.algos import a2c
+from rlstruct.algos._train import cli
 from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, setting
 from rlstruct.algos._train.flags import build_parser, config_from_args, field_help
 from rlstruct.algos._train.seeds import worker_seeds
@@ -37,8 +38,8 @@ PLOT, TENSORBOARD = (importlib.util.find_spec(m) is not None for m in ("matplotl
 
 
 def rlstruct(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
-    """Runs the console script's code (``python -m rlstruct.algos.cli``) in a fresh process."""
-    return subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", *args], capture_output=True, text=True,
+    """Runs the console script's code (``python -m rlstruct.algos``) in a fresh process."""
+    return subprocess.run([sys.executable, "-m", "rlstruct.algos", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -266,7 +267,7 @@ def test_config_to_dict_is_plain():
 
 def test_console_script_is_declared():
     text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
-    assert 'rlstruct = "rlstruct.algos.cli:main"' in text
+    assert 'rlstruct = "rlstruct.algos._train.cli:main"' in text
 
 
 def test_only_the_command_line_configures_logging():
@@ -298,7 +299,7 @@ def test_ctrl_c_or_sigterm_stops_cleanly_saves_everything_and_leaves_no_process(
     # A new session, so that the SIGINT goes to the run's process group (as a terminal's Ctrl-C does) and
     # not to pytest's.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlstruct.algos.cli", "train", "a2c", "--n-processes", "2", "--n-envs", "8",
+        [sys.executable, "-m", "rlstruct.algos", "train", "a2c", "--n-processes", "2", "--n-envs", "8",
          "--max-env-steps", "100000000", "--time-limit", "600", "--log-every", "1", "--no-stop-at-reward-threshold",
          "--logdir", str(logdir), "--no-progress"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,

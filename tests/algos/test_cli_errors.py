@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from rlstruct.algos import a2c, load
 from rlstruct.algos._train.checkpoints import content_digest
+from rlstruct.algos._train.cli import main
 from rlstruct.algos._train.flags import OneLineParser
 from rlstruct.algos.a2c import A2CConfig
-from rlstruct.algos.cli import main
 from rlstruct.errors import CheckpointError
 from tests.helpers import train_with_a_worker_killed
 

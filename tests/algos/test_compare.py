@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("scipy.stats", reason="rlstruct compare needs scipy: pip install 'rlstruct[stats]'")
 
-from rlstruct.algos import cli  # noqa: E402
+from rlstruct.algos._train import cli  # noqa: E402
 from rlstruct.algos._train.compare import compare_groups, load_group  # noqa: E402
 from rlstruct.algos.statistics import iqm  # noqa: E402
 from rlstruct.errors import ConfigError, RunRecordError  # noqa: E402

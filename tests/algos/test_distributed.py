@@ -235,7 +235,7 @@ def test_torchrun_sac_two_ranks_train_alike_and_rank_0_alone_reports(tmp_path):
 
 
 def test_a_non_logging_rank_writes_no_file(tmp_path):
-    from rlstruct.algos._train.env_spec import describe_env
+    from rlstruct.algos import describe_env
     from rlstruct.algos._train.log import Run
     from rlstruct.algos.ppo import PPOConfig
 

@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlstruct.algos import a2c, cli, dqn, load, ppo, pqn, reinforce, sac
-from rlstruct.algos._train import loops
+from rlstruct.algos import a2c, describe_env, dqn, load, ppo, pqn, reinforce, sac
+from rlstruct.algos._train import cli, loops
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, content_digest
 from rlstruct.algos._train.config import RunConfig
-from rlstruct.algos._train.env_spec import describe_env
 from rlstruct.algos._train.finite import DivergenceGuard, non_finite
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
@@ -169,7 +168,7 @@ def test_the_command_line_says_so_and_exits_1(tmp_path, nan_weights, capsys, cap
 def test_a_huge_finite_learning_rate_diverges_in_its_own_process(tmp_path):
     # No injection: --lr 1e30 is finite, so it is accepted, and its first update blows the value loss up.
     logdir = tmp_path / "run"
-    out = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "train", "a2c", "--lr", "1e30", "--logdir",
+    out = subprocess.run([sys.executable, "-m", "rlstruct.algos", "train", "a2c", "--lr", "1e30", "--logdir",
                           str(logdir), "--no-progress", "--no-tensorboard", "--preset", "none", "--n-envs", "4",
                           "--max-env-steps", "2000", "--hidden-sizes", "8", "--n-evaluation-envs", "2",
                           "--max-episode-steps", "50"], capture_output=True, text=True, timeout=150)

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from rlstruct import RL_Batcher
-from rlstruct.algos import a2c
-from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
+from rlstruct.algos import EnvSpec, a2c, create_env, describe_env
 from rlstruct.algos.encoders import CNNEncoder, MLPEncoder, image_layout, make_encoder
 from rlstruct.algos.networks import ActorCritic, EncoderActorCritic, RecurrentActorCritic, build_actor_critic
 from rlstruct.algos.policies import create_policy_agent

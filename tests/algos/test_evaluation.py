@@ -15,8 +15,8 @@ import time
 import pytest
 import torch
 
+from rlstruct.algos import create_env, describe_env
 from rlstruct.algos._train.config import RunConfig, validate_run_config
-from rlstruct.algos._train.env_spec import create_env, describe_env
 from rlstruct.algos._train.evaluation import EpisodeTally, Evaluator, run_episodes
 from rlstruct.algos._train.session import open_batchers, seeded_model
 from rlstruct.algos.networks import build_actor_critic
@@ -237,7 +237,8 @@ def test_open_batchers_gives_both_batchers_the_configs_timeout(tmp_path):
 def test_start_timeout_bounds_the_start_of_both_batchers_from_the_command_line(tmp_path, capsys):
     """``--start-timeout``: a run whose workers cannot start in time fails naming the bound; a bad value is one line
     and status 2; the flag shows where it came from."""
-    from rlstruct.algos import a2c, cli
+    from rlstruct.algos import a2c
+    from rlstruct.algos._train import cli
     from rlstruct.errors import BatcherWorkerTimeout
 
     # Spawning a worker process takes far longer than a millisecond.

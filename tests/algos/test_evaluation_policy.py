@@ -14,10 +14,9 @@ import sys
 import pytest
 import torch
 
-from rlstruct.algos import dqn, ppo, sac
+from rlstruct.algos import EnvSpec, dqn, ppo, sac
 from rlstruct.algos._train import loops
 from rlstruct.algos._train.config import RunConfig, validate_run_config
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import evaluation_agent
 from rlstruct.algos._train.loops import train_off_policy, train_on_policy
 from rlstruct.algos._train.registry import algorithm
@@ -147,7 +146,7 @@ def _has_ale() -> bool:
 @pytest.mark.timeout(240)
 def test_rlstruct_eval_reports_the_policy_it_ran_and_refuses_an_unknown_one(tmp_path):
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", *args], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "rlstruct.algos", *args], capture_output=True, text=True,
                               timeout=200)
 
     out = cli("train", "ppo", "--env", "CartPole-v1", "--max-env-steps", "2048", "--evaluation-policy", "sample",

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlstruct.algos import cli, dqn, load, ppo, sac
+from rlstruct.algos import dqn, load, ppo, sac
+from rlstruct.algos._train import cli
 from rlstruct.errors import CheckpointError, MissingDependencyError
 from tests import fakes_pixels
 

@@ -14,9 +14,8 @@ import math
 import pytest
 import torch
 
-from rlstruct.algos import a2c, ppo, reinforce
+from rlstruct.algos import a2c, create_env, describe_env, ppo, reinforce
 from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, validate_run_config
-from rlstruct.algos._train.env_spec import create_env, describe_env
 from rlstruct.algos._train.session import training_run
 from rlstruct.algos._train.update import UpdateStep, clip_groups, weight_sync_mode
 from rlstruct.algos.networks import ActorCritic, build_actor_critic, make_adam
@@ -274,7 +273,7 @@ def test_flag_combinations_that_cannot_work_are_config_errors(module, cls, extra
 
 
 def test_cli_rejects_a_bad_combination_in_one_line(capsys):
-    from rlstruct.algos.cli import main
+    from rlstruct.algos._train.cli import main
 
     assert main(["train", "a2c", "--compile-update", "--recurrent"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -282,7 +281,7 @@ def test_cli_rejects_a_bad_combination_in_one_line(capsys):
 
 
 def test_cli_has_the_fast_path_flags(capsys):
-    from rlstruct.algos.cli import main
+    from rlstruct.algos._train.cli import main
 
     for algo in ("a2c", "ppo", "reinforce"):
         with pytest.raises(SystemExit):

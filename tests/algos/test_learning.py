@@ -14,8 +14,7 @@ import math
 
 import pytest
 
-from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce
-from rlstruct.algos._train.env_spec import EnvSpec, describe_env
+from rlstruct.algos import EnvSpec, a2c, describe_env, dqn, ppo, pqn, reinforce
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.result import TrainResult
 from rlstruct.errors import SpaceError

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos import EnvSpec
 from rlstruct.algos.a2c import a2c_loss
 from rlstruct.algos.distributions import Categorical
 from rlstruct.algos.dqn import QNetwork, double_dqn_targets, dqn_loss, dueling_q, epsilon_at

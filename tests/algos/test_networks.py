@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rlstruct.algos import EnvSpec, create_env, describe_env
 from rlstruct.algos._noise import GeneratorNoise
-from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
 from rlstruct.algos.distributions import Categorical, DiagGaussian
 from rlstruct.algos.losses import masked_policy_value_loss
 from rlstruct.algos.networks import ActorCritic, EncoderActorCritic, build_actor_critic

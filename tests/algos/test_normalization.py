@@ -12,13 +12,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlstruct.algos import a2c, ppo, reinforce
+from rlstruct.algos import EnvSpec, a2c, create_env, describe_env, ppo, reinforce
+from rlstruct.algos._normalization import ObservationNormalizer, ReturnNormalizer, RunningMoments
 from rlstruct.algos._train.checkpoints import load_checkpoint
-from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
+from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.update import UpdateStep, clip_groups
-from rlstruct.algos.cli import evaluate_checkpoint
 from rlstruct.algos.networks import ActorCritic, build_actor_critic, recurrent_actor_critic
-from rlstruct.algos.normalization import ObservationNormalizer, ReturnNormalizer, RunningMoments
 from rlstruct.algos.policies import actor_critic_outputs, create_policy_agent
 from rlstruct.batchers import RL_Batcher, WeightSync
 from rlstruct.errors import SpaceError

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlstruct.algos.optim import Adam
+from rlstruct.algos._optim import Adam
 
 
 def _model(seed: int) -> torch.nn.Module:

@@ -9,9 +9,8 @@ import pytest
 import torch
 
 from rlstruct import RL_Batcher
-from rlstruct.algos import a2c, dqn, load, ppo, pqn, sac
+from rlstruct.algos import a2c, create_env, dqn, load, ppo, pqn, sac
 from rlstruct.algos._train.checkpoints import content_digest
-from rlstruct.algos._train.env_spec import create_env
 from rlstruct.errors import CheckpointError, SpaceError
 from tests.algos.test_learning import _common
 

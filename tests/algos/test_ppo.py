@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rlstruct.algos import a2c, ppo, reinforce
-from rlstruct.algos.cli import evaluate_checkpoint
+from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos.ppo import PPOConfig, ppo_loss
 from tests.algos.test_cli import PLOT, TENSORBOARD, last_json, rlstruct
 from tests.algos.test_learning import _common, _trained_evals, assert_learned

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlstruct.algos import pqn
-from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
+from rlstruct.algos import EnvSpec, create_env, describe_env, pqn
 from rlstruct.algos._train.evaluation import evaluation_agent
 from rlstruct.algos.dqn import QNetwork, create_q_agent, q_network
 from rlstruct.algos.pqn import PQNConfig, pqn_loss, q_lambda_targets

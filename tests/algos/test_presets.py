@@ -12,8 +12,7 @@ import typing
 
 import pytest
 
-from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce, sac
-from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos import EnvSpec, a2c, dqn, ppo, pqn, reinforce, sac
 from rlstruct.algos._train.presets import (
     PRESETS,
     apply_preset,

@@ -215,7 +215,7 @@ def test_profile_errors_are_named(monkeypatch, tmp_path):
 
 
 def test_profile_command(tmp_path, capsys):
-    from rlstruct.algos.cli import main
+    from rlstruct.algos._train.cli import main
 
     png = tmp_path / "profile.png"
     if not PLOT:

@@ -11,8 +11,7 @@ import torch
 
 from rlstruct import DictTensor, RL_Batcher
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent
-from rlstruct.algos import a2c, ppo
-from rlstruct.algos._train.env_spec import create_env, describe_env
+from rlstruct.algos import a2c, create_env, describe_env, ppo
 from rlstruct.algos.networks import RecurrentActorCritic
 from rlstruct.algos.policies import RecurrentPolicyAgent, create_recurrent_agent, replay_window
 from rlstruct.devices import cpu_state_dict
@@ -178,14 +177,14 @@ def test_recurrent_configs_are_checked():
 @pytest.mark.parametrize("algo", ["a2c", "ppo"])
 def test_recurrent_training_from_the_command_line_checkpoints_and_eval_reloads_it(algo, tmp_path):
     logdir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "rlstruct.algos.cli", "train", algo, "--env", ENV, "--recurrent",
+    cmd = [sys.executable, "-m", "rlstruct.algos", "train", algo, "--env", ENV, "--recurrent",
            "--max-env-steps", "1000", "--n-envs", "4", "--n-evaluation-envs", "2", "--max-episode-steps", "50",
            "--no-progress", "--no-tensorboard", "--logdir", str(logdir)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
     assert out.returncode == 0, out.stderr
     ckpt = torch.load(logdir / "checkpoint.pt", weights_only=True)
     assert ckpt["config"]["recurrent"] is True and "core.weight_ih" in ckpt["model"]
-    ev = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "eval", str(logdir / "checkpoint.pt"),
+    ev = subprocess.run([sys.executable, "-m", "rlstruct.algos", "eval", str(logdir / "checkpoint.pt"),
                          "--episodes", "3"], capture_output=True, text=True, timeout=200)
     assert ev.returncode == 0, ev.stderr
     result = json.loads(ev.stdout.strip().splitlines()[-1])

@@ -13,17 +13,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlstruct.algos import EnvSpec, create_env, describe_env
 from rlstruct.algos._replay_storage import StackedFrames, WholeObservations
-from rlstruct.algos._train.env_spec import EnvSpec, create_env, describe_env
+from rlstruct.algos._replay_transitions import one_step_steps, one_step_transitions, steps_to_transitions
 from rlstruct.algos.dqn import create_q_agent
-from rlstruct.algos.replay import (
-    NStepWindow,
-    ReplayBuffer,
-    one_step_steps,
-    one_step_transitions,
-    steps_to_transitions,
-    window_transitions,
-)
+from rlstruct.algos.replay import NStepWindow, ReplayBuffer, window_transitions
 from rlstruct.batchers import RL_Batcher
 from rlstruct.structures import DictTensor, TemporalDictTensor
 

@@ -17,9 +17,8 @@ from collections import namedtuple
 import pytest
 import torch
 
-from rlstruct.algos import _replay_storage
+from rlstruct.algos import EnvSpec, _replay_storage
 from rlstruct.algos._replay_storage import OWNER_FILE, _process_start
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.errors import ConfigError, DiskSpaceError
 
@@ -81,7 +80,7 @@ def test_a_file_system_without_fallocate_gets_its_blocks_by_writing_zeros(tmp_pa
 
 _OWNER = """
 import sys, time
-from rlstruct.algos._train.env_spec import EnvSpec
+from rlstruct.algos import EnvSpec
 from rlstruct.algos.replay import ReplayBuffer
 buf = ReplayBuffer.for_spec(EnvSpec((4, 84, 84), "uint8", 4, 1000), 256, "cpu", storage="disk", folder=sys.argv[1])
 print("ready", flush=True)

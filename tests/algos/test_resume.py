@@ -25,18 +25,17 @@ import time
 import pytest
 import torch
 
-from rlstruct.algos import a2c, cli, dqn, ppo, reinforce, sac
+from rlstruct.algos import a2c, describe_env, dqn, ppo, reinforce, sac
+from rlstruct.algos._normalization import LearnerNormalization
 from rlstruct.algos._train import checkpoints as checkpoints_module
+from rlstruct.algos._train import cli, loops
 from rlstruct.algos._train import log as record_module
-from rlstruct.algos._train import loops
 from rlstruct.algos._train import session as algos_setup
 from rlstruct.algos._train import update as update_module
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_resume
-from rlstruct.algos._train.env_spec import describe_env
+from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.seeds import session_seed, worker_seeds
-from rlstruct.algos.cli import evaluate_checkpoint
-from rlstruct.algos.normalization import LearnerNormalization
 from rlstruct.devices import tree_copy
 from rlstruct.errors import CheckpointError, ConfigError
 
@@ -457,7 +456,7 @@ def test_a_run_stopped_by_sigterm_resumes(tmp_path, algo):
 def test_the_command_line_story_sigterm_then_resume(tmp_path):
     """The README's: a run killed by SIGTERM (SLURM's preemption), then the same command with --resume."""
     logdir = tmp_path / "run"
-    command = [sys.executable, "-m", "rlstruct.algos.cli", "train", "ppo", "--n-envs", "4", "--hidden-sizes", "16",
+    command = [sys.executable, "-m", "rlstruct.algos", "train", "ppo", "--n-envs", "4", "--hidden-sizes", "16",
                "--max-env-steps", "100000000", "--time-limit", "600", "--log-every", "1", "--eval-every", "5",
                "--n-evaluation-envs", "2", "--no-stop-at-reward-threshold", "--no-progress", "--logdir", str(logdir)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -558,7 +557,7 @@ def test_a_checkpoint_is_replaced_whole(tmp_path, monkeypatch):
 @pytest.mark.timeout(240)
 def test_a_run_killed_outright_resumes_from_its_last_periodic_checkpoint(tmp_path):
     logdir = tmp_path / "run"
-    command = [sys.executable, "-m", "rlstruct.algos.cli", "train", "a2c", "--n-envs", "4", "--hidden-sizes", "16",
+    command = [sys.executable, "-m", "rlstruct.algos", "train", "a2c", "--n-envs", "4", "--hidden-sizes", "16",
                "--max-env-steps", "100000000", "--time-limit", "600", "--checkpoint-every", "5",
                "--n-evaluation-envs", "2", "--no-stop-at-reward-threshold", "--no-progress", "--logdir", str(logdir)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -577,7 +576,7 @@ def test_a_run_killed_outright_resumes_from_its_last_periodic_checkpoint(tmp_pat
             proc.wait()
     saved = torch.load(logdir / CHECKPOINT_NAME, weights_only=True)
     assert saved["iteration"] % 5 == 0 and saved["iteration"] >= 5
-    resumed = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "train", "a2c", "--resume", str(logdir),
+    resumed = subprocess.run([sys.executable, "-m", "rlstruct.algos", "train", "a2c", "--resume", str(logdir),
                               "--max-env-steps", str(saved["env_steps"] + 64)],
                              capture_output=True, text=True, timeout=150)
     assert resumed.returncode == 0, resumed.stderr

@@ -19,10 +19,11 @@ import zipfile
 import pytest
 import torch
 
-from rlstruct.algos import a2c, cli, load
+from rlstruct.algos import a2c, load
+from rlstruct.algos._train import cli
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, content_digest, load_checkpoint
+from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.log import Run
-from rlstruct.algos.cli import evaluate_checkpoint
 from rlstruct.errors import CheckpointError, RunFinishedError
 
 pytestmark = pytest.mark.timeout(120)
@@ -140,7 +141,7 @@ else:
             os.kill(os.getpid(), signal.SIGKILL)
         return real_replace(src, dst)
     os.replace = replace
-from rlstruct.algos import cli
+from rlstruct.algos._train import cli
 sys.exit(cli.main(argv))
 """
 

@@ -8,9 +8,8 @@ import pytest
 import torch
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
-from rlstruct.algos import sac
-from rlstruct.algos._train.env_spec import EnvSpec
-from rlstruct.algos.replay import one_step_transitions
+from rlstruct.algos import EnvSpec, sac
+from rlstruct.algos._replay_transitions import one_step_transitions
 from rlstruct.algos.sac import (
     SACConfig,
     SquashedGaussianActor,

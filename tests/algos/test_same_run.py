@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlstruct.algos import cli
+from rlstruct.algos._train import cli
 from rlstruct.errors import ConfigError
 from tests.helpers import train_with_a_worker_killed
 

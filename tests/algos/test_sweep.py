@@ -14,7 +14,7 @@ import pytest
 optuna = pytest.importorskip("optuna", reason="rlstruct sweep needs Optuna: pip install 'rlstruct[sweep]'")
 
 from rlstruct._processes import process_alive  # noqa: E402
-from rlstruct.algos import cli  # noqa: E402
+from rlstruct.algos._train import cli  # noqa: E402
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm  # noqa: E402
 from rlstruct.algos._train.search_space import check_space, covering, load_space  # noqa: E402
 from rlstruct.algos._train.sweep import run_sweep  # noqa: E402
@@ -157,7 +157,7 @@ ENDLESS = [*TINY[:-2], "--time-limit", "600", "--max-env-steps", "100000000"]
 
 def _sweep_command(tmp_path, *args):
     (tmp_path / "space.json").write_text(json.dumps(LR_ONLY))
-    return [sys.executable, "-m", "rlstruct.algos.cli", "sweep", "a2c", "--env", "CartPole-v1", "--storage",
+    return [sys.executable, "-m", "rlstruct.algos", "sweep", "a2c", "--env", "CartPole-v1", "--storage",
             f"sqlite:///{tmp_path}/s.db", "--study-name", "s", "--logdir", str(tmp_path / "trials"), "--space",
             str(tmp_path / "space.json"), "--pruner", "none", *args]
 
@@ -188,7 +188,7 @@ def test_two_sweeps_started_together_on_a_new_study_draw_distinct_trials(tmp_pat
     go = tmp_path / "go"
     (tmp_path / "release.py").write_text(
         "import pathlib, sys, time\n"
-        "from rlstruct.algos import cli\n"
+        "from rlstruct.algos._train import cli\n"
         "from rlstruct.algos._train import sweep  # noqa: F401\n"
         "pathlib.Path(sys.argv[1]).touch()\n"
         "while not pathlib.Path(sys.argv[2]).exists():\n"

@@ -16,8 +16,7 @@ import time
 
 import pytest
 
-from rlstruct.algos import ppo
-from rlstruct.algos._train.env_spec import describe_env
+from rlstruct.algos import describe_env, ppo
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.trackers import (
     MLFLOW_HTTP_BOUNDS,
@@ -150,7 +149,7 @@ def test_trackio_records_rows_and_a_resume_continues_the_run(tmp_path):
              "--max-episode-steps", "30", "--log-every", "1", "--preset", "none", "--track", "trackio"]
     logdir = str(tmp_path / "run")
     for more in (["--logdir", logdir, "--max-env-steps", "128"], ["--resume", logdir, "--max-env-steps", "256"]):
-        out = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "train", "ppo", *flags, *more],
+        out = subprocess.run([sys.executable, "-m", "rlstruct.algos", "train", "ppo", *flags, *more],
                              capture_output=True, text=True, env=env, timeout=200, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-2000:]
     code = ("import json, sys; from trackio.sqlite_storage import SQLiteStorage as S; logs = S.get_logs('rlstruct', "

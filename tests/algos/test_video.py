@@ -227,7 +227,7 @@ def test_mp4_without_imageio_ffmpeg_names_the_extra(monkeypatch):
 
 
 def rlstruct(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "rlstruct.algos", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

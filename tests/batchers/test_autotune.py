@@ -160,7 +160,7 @@ def test_a_real_tiny_sweep_with_rl_batcher():
 
 
 def test_autotune_command(tmp_path, capsys):
-    from rlstruct.algos.cli import main
+    from rlstruct.algos._train.cli import main
 
     png = tmp_path / "autotune.png"
     argv = ["autotune", "--processes", "0", "--min-envs", "8", "--max-envs", "16", "--n-timesteps", "2", "--iters", "1",

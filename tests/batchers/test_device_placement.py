@@ -13,8 +13,7 @@ import torch
 
 import rlstruct.agents.check_device as check_device_module
 from rlstruct import DictTensor, RL_Agent_CheckDevice
-from rlstruct.algos import a2c, dqn, reinforce
-from rlstruct.algos._train.env_spec import EnvSpec, create_env
+from rlstruct.algos import EnvSpec, a2c, create_env, dqn, reinforce
 from rlstruct.algos._train.session import check_on_device
 from rlstruct.algos.networks import ActorCritic
 from rlstruct.algos.policies import PolicyAgent, create_policy_agent

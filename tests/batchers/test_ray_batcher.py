@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from rlstruct import DictTensor, TemporalDictTensor, Trajectories
-from rlstruct.algos._train.env_spec import create_env
+from rlstruct.algos import create_env
 from rlstruct.algos.policies import create_policy_agent
 from rlstruct.batchers import RL_Batcher, WorkerPlacement, restart_seed
 from rlstruct.batchers.ray_batcher import RayBatcher

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlstruct import DictTensor, RL_Batcher
-from rlstruct.algos._train.env_spec import create_env, describe_env
+from rlstruct.algos import create_env, describe_env
 from rlstruct.algos.networks import build_actor_critic
 from rlstruct.algos.policies import create_policy_agent, create_recurrent_agent
 from rlstruct.errors import ConfigError

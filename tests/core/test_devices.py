@@ -57,7 +57,7 @@ def test_as_device_rejects_unknown_names_with_a_typed_error(bad):
                                   ["train", "ppo", "--batcher-device", "cuda:x"],
                                   ["profile", "--device", "tpu"]])
 def test_the_cli_rejects_a_bad_device_string_in_one_line(argv, capsys):
-    from rlstruct.algos.cli import main
+    from rlstruct.algos._train.cli import main
 
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -18,7 +18,7 @@ import torch
 
 pytest.importorskip("ale_py", reason="the atari extra is not installed: pip install 'rlstruct[atari]'")
 
-from rlstruct.algos._train.env_spec import describe_env  # noqa: E402
+from rlstruct.algos import describe_env  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 # No --max-episode-steps: the episodes are capped by ALE (27,000 steps). The evaluations (an untrained greedy policy
@@ -29,7 +29,7 @@ SMALL = ["--n-envs", "4", "--n-evaluation-envs", "1", "--evaluation-max-steps", 
 
 
 def _cli(*args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", *args], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "rlstruct.algos", *args], capture_output=True, text=True,
                          timeout=280)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -105,7 +105,7 @@ def test_a_lost_life_ends_the_training_episode(env_kwargs, lives_at_the_ends, mo
     """A policy that always presses FIRE serves the ball at once and loses a life every couple of dozen steps."""
     from ale_py.vector_env import AtariVectorEnv
 
-    from rlstruct.algos._train.env_spec import create_env
+    from rlstruct.algos import create_env
     from rlstruct.structures import DictTensor
 
     lives = []

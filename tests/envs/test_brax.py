@@ -314,7 +314,7 @@ def test_a_batcher_worker_process_builds_brax_envs_with_make_env():
 
 
 def test_describe_env_gives_a_continuous_spec():
-    from rlstruct.algos._train.env_spec import describe_env
+    from rlstruct.algos import describe_env
 
     spec = describe_env("inverted_pendulum", "brax", None)
     assert spec.n_actions is None and spec.action_shape == (1,) and spec.obs_shape == (4,)

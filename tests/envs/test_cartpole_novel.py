@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlstruct import DictTensor
-from rlstruct.algos._train.env_spec import describe_env
+from rlstruct.algos import describe_env
 from rlstruct.envs import CartPole, CartPoleNoVel, make_env
 from tests.conftest import device_params
 

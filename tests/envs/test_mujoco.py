@@ -374,7 +374,7 @@ def test_tasks_are_gymnasiums_v5_tasks():
 # ----------------------------------------------------------------------------------------------- the CLI
 def test_describe_env_gives_a_continuous_spec():
     pytest.importorskip("mujoco.mjx", reason="the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")
-    from rlstruct.algos._train.env_spec import describe_env
+    from rlstruct.algos import describe_env
 
     spec = describe_env("Hopper-v5", "mjx", None)
     assert spec.n_actions is None and spec.action_shape == (3,) and spec.obs_shape == (11,)
@@ -385,7 +385,7 @@ def test_describe_env_gives_a_continuous_spec():
 @pytest.mark.timeout(600)
 def test_train_ppo_on_mjx_half_cheetah(cheetah_mjx, cheetah_mjx_episodic, tmp_path, capsys):
     """Two tiny PPO iterations through the CLI, on the module's compiled sizes (4 envs, limit 25)."""
-    from rlstruct.algos import cli
+    from rlstruct.algos._train import cli
 
     rc = cli.main(["train", "ppo", "--env", "HalfCheetah-v5", "--backend", "mjx", "--n-envs", str(N),
                    "--n-evaluation-envs", str(N), "--max-episode-steps", str(LIMIT), "--n-steps", "8",

@@ -3,7 +3,8 @@
 The graph is read from the sources with ``ast``, every ``import`` counted wherever it stands: at the top, inside a
 function (a lazy import), under ``if TYPE_CHECKING:``. A module importing itself (an algorithm's ``__main__`` block
 does, so that spawned workers unpickle its functions under their real name) is not an edge; a package's
-``__init__`` is an edge only where it is imported by name.
+``__init__`` is an edge only where it is imported by name, and a name it loads on first use (its ``_LAZY`` table) is an
+edge to the module that defines it.
 """
 
 from __future__ import annotations
@@ -34,9 +35,26 @@ def project_modules() -> dict[str, Path]:
     return modules
 
 
+def lazy_tables(modules: dict[str, Path]) -> dict[str, dict[str, str]]:
+    """``{package: {name: module}}`` of the packages whose names load their module on first use (their ``_LAZY``
+    table's literal entries), so that importing such a name is an edge to the module that defines it."""
+    tables: dict[str, dict[str, str]] = {}
+    for name, path in modules.items():
+        if path.name != "__init__.py":
+            continue
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                    and any(getattr(t, "id", None) == "_LAZY" for t in node.targets)):
+                tables[name] = {k.value: v.value for k, v in zip(node.value.keys, node.value.values, strict=True)
+                                if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+    return tables
+
+
 def import_graph() -> dict[str, set[str]]:
-    """``{module: the project's modules it imports}``, imports inside functions and under TYPE_CHECKING counted."""
+    """``{module: the project's modules it imports}``, imports inside functions and under TYPE_CHECKING counted; a
+    lazy name of a package counts as an import of its module."""
     modules = project_modules()
+    lazy = lazy_tables(modules)
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
@@ -51,7 +69,8 @@ def import_graph() -> dict[str, set[str]]:
                     anchor = anchor[: len(anchor) - (node.level - 1)]
                     base = ".".join([*anchor, base] if base else anchor)
                 # "from package import submodule" imports the submodule; "from module import name" the module.
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules
+                           else lazy.get(base, {}).get(a.name, base) for a in node.names]
             for target in targets:
                 while target and target not in modules:  # "import rlstruct.envs.gym" names the module itself
                     target = target.rpartition(".")[0]
@@ -85,8 +104,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_sees_lazy_and_type_checking_imports():
     graph = import_graph()
-    assert "rlstruct.algos._train.env_spec" in graph["rlstruct.algos.networks"]  # under TYPE_CHECKING
-    assert "rlstruct.algos._train.profile" in graph["rlstruct.algos.cli"]  # inside a function
+    assert "rlstruct.algos._env_spec" in graph["rlstruct.algos.networks"]  # under TYPE_CHECKING, a lazy name
+    assert "rlstruct.algos._train.profile" in graph["rlstruct.algos._train.cli"]  # inside a function
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
@@ -107,7 +126,7 @@ print(json.dumps(sorted(m for m in sys.modules if m == "rlstruct" or m.startswit
 UNUSED_BY_TRAINING = ("rlstruct.envs.jax_env", "rlstruct.envs.gymnax_env", "rlstruct.envs.brax_env",
                       "rlstruct.envs.mjx_env", "rlstruct.envs.mujoco_torch_env", "rlstruct.envs.bridge",
                       "rlstruct.batchers.ray_batcher", "rlstruct.batchers.autotune", "rlstruct.batchers.profile",
-                      "rlstruct.algos._train.profile", "rlstruct.algos.cli")
+                      "rlstruct.algos._train.profile", "rlstruct.algos._train.cli")
 
 
 def _loaded(module: str) -> set[str]:

@@ -140,7 +140,7 @@ def test_setuptools_is_told_every_package_of_the_source_tree():
 
 @pytest.mark.timeout(120)
 def test_version_flag_prints_the_package_version():
-    out = subprocess.run([sys.executable, "-m", "rlstruct.algos.cli", "--version"],
+    out = subprocess.run([sys.executable, "-m", "rlstruct.algos", "--version"],
                          capture_output=True, text=True, timeout=110)
     assert (out.returncode, out.stdout, out.stderr) == (0, f"rlstruct {VERSION}\n", "")
 
@@ -198,7 +198,7 @@ def test_the_wheel_holds_every_module_of_every_package_and_nothing_else(dist):
     assert f"{info}licenses/LICENSE" in names and f"{info}entry_points.txt" in names
     with zipfile.ZipFile(dist["wheel"]) as z:
         assert z.read(f"{info}licenses/LICENSE").decode() == (ROOT / "LICENSE").read_text()
-        assert "rlstruct = rlstruct.algos.cli:main" in z.read(f"{info}entry_points.txt").decode()
+        assert "rlstruct = rlstruct.algos._train.cli:main" in z.read(f"{info}entry_points.txt").decode()
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
 from rlstruct.seeding import check_seed
 
-__all__ = ["evaluate_checkpoint", "main"]
+__all__ = ["main"]
 
 
 def _eval_command(argv: Sequence[str]) -> int:
@@ -87,7 +87,7 @@ def _eval_command(argv: Sequence[str]) -> int:
 
 def _export_command(argv: Sequence[str]) -> int:
     from rlstruct.algos._train.export import EXPORT_FORMATS, export_format
-    from rlstruct.algos.policy import load
+    from rlstruct.algos._train.policy import load
 
     parser = OneLineParser(prog="rlstruct export",
                            description="Writes a run's deterministic policy for onnxruntime or torch.jit.load.")

@@ -1,8 +1,9 @@
 """What the learner knows about an env (:class:`EnvSpec`), read once from the env itself (:func:`describe_env`),
 and the batchers' env factory (:func:`create_env`).
 
-This module imports nothing else of :mod:`rlstruct.algos`, so that the networks, the replay buffer and the
-checkpoints can all import :class:`EnvSpec`.
+The three are public as ``rlstruct.algos.EnvSpec``, ``rlstruct.algos.describe_env`` and
+``rlstruct.algos.create_env``. This module imports nothing else of :mod:`rlstruct.algos`, so that the networks, the
+replay buffer and the harness's checkpoints can all import :class:`EnvSpec`.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from rlstruct.agents import RL_Agent
+from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_checkpoint
 from rlstruct.algos._train.config import set_torch_threads
-from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.evaluation import check_model_fits, evaluate_checkpoint, evaluation_agent
 from rlstruct.devices import DeviceLike, as_device, check_device_exists
 from rlstruct.errors import SpaceError
