@@ -20,7 +20,7 @@ import logging
 
 import torch
 
-from rlstruct.algos._train.config import OnPolicyConfig, setting
+from rlstruct.algos._train.config import OnPolicyConfig, RecurrentPart, RolloutPart, default, setting
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
@@ -36,11 +36,12 @@ __all__ = ["ALGORITHM", "A2CConfig", "a2c_batch_loss", "a2c_loss", "learn_step",
 log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
-class A2CConfig(OnPolicyConfig):
-    """A2C's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s)."""
+class A2CConfig(RolloutPart, RecurrentPart, OnPolicyConfig):
+    """A2C's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s, the collection's
+    :class:`RolloutPart`'s, the policy's :class:`RecurrentPart`'s)."""
 
-    lr: float = setting(5e-3, "Adam learning rate (A2C: 5e-3)")
-    eval_every: int = setting(25, "training iterations at least between two evaluations (A2C: 25)")
+    lr: float = default(5e-3)
+    eval_every: int = default(25)
     gae_lambda: float = setting(0.95, "GAE lambda (1: n-step Monte-Carlo advantages, 0: one-step TD errors)")
     value_coef: float = setting(0.5, "weight of the value loss")
     entropy_coef: float = setting(0.0, "weight of the entropy bonus")

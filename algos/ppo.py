@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlstruct.algos._train.config import OnPolicyConfig, check_at_least, setting
+from rlstruct.algos._train.config import OnPolicyConfig, RecurrentPart, RolloutPart, check_at_least, default, setting
 from rlstruct.algos._train.distributed import World, mean_over_ranks
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
@@ -34,11 +34,12 @@ __all__ = ["PPOConfig", "ppo_loss", "ppo_minibatch_loss", "learn_step", "ALGORIT
 log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
-class PPOConfig(OnPolicyConfig):
-    """PPO's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s)."""
+class PPOConfig(RolloutPart, RecurrentPart, OnPolicyConfig):
+    """PPO's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s, the collection's
+    :class:`RolloutPart`'s, the policy's :class:`RecurrentPart`'s)."""
 
-    eval_every: int = setting(8, "training iterations at least between two evaluations (PPO: 8)")
-    n_steps: int = setting(32, "steps of every env per collection (PPO: 32)")
+    eval_every: int = default(8)
+    n_steps: int = default(32)
     n_epochs: int = setting(4, "passes over each collection")
     n_minibatches: int = setting(2, "shuffled minibatches per pass")
     gae_lambda: float = setting(0.95, "GAE lambda (1: Monte-Carlo advantages, 0: one-step TD errors)")

@@ -30,12 +30,18 @@ import torch
 import torch.nn.functional as F
 
 from rlstruct.agents import RL_Agent
-from rlstruct.algos._train.config import OnPolicyConfig, check_at_least, setting
+from rlstruct.algos._qnet import QAgent, create_q_agent, epsilon_at, evaluation_info, q_network
+from rlstruct.algos._train.config import OnPolicyConfig, RolloutPart, check_at_least, default, setting
 from rlstruct.algos._train.env_spec import EnvSpec
-from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
+from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, OnPolicyModel
 from rlstruct.algos._train.registry import algorithm
-from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups, shuffled_minibatches
-from rlstruct.algos.dqn import QAgent, create_q_agent, epsilon_at, evaluation_info, q_network
+from rlstruct.algos._train.update import (
+    UpdateStep,
+    autocast_dtype,
+    clip_groups,
+    shuffled_minibatches,
+    training_agent_kwargs,
+)
 from rlstruct.errors import ConfigError
 from rlstruct.structures import DictTensor, Trajectories
 
@@ -43,13 +49,15 @@ __all__ = ["PQNConfig", "q_lambda_targets", "pqn_loss", "learn_step", "ALGORITHM
 
 
 @dataclasses.dataclass
-class PQNConfig(OnPolicyConfig):
-    """PQN's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s)."""
+class PQNConfig(RolloutPart, OnPolicyConfig):
+    """PQN's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s, the collection's
+    :class:`RolloutPart`'s). Its Q-network is no actor-critic: it has no observation normaliser, no recurrent or
+    compiled policy."""
 
-    hidden_sizes: tuple[int, ...] = setting((128, 128), "hidden layer widths of the Q-network (PQN: 128 128)")
-    lr: float = setting(1e-3, "Adam learning rate (PQN: 1e-3)")
-    eval_every: int = setting(5, "training iterations at least between two evaluations (PQN: 5)")
-    n_steps: int = setting(32, "steps of every env per collection (PQN: 32)")
+    hidden_sizes: tuple[int, ...] = default((128, 128))
+    lr: float = default(1e-3)
+    eval_every: int = default(5)
+    n_steps: int = default(32)
     n_epochs: int = setting(4, "passes over each collection")
     n_minibatches: int = setting(8, "shuffled minibatches per pass, each one gradient step")
     q_lambda: float = setting(0.65, "lambda of the Q(lambda) targets (0: one-step Q-learning targets)")
@@ -62,7 +70,7 @@ class PQNConfig(OnPolicyConfig):
     layer_norm: bool = setting(True, "a LayerNorm after each hidden layer of the Q-network, before its activation")
     activation: str = setting("relu", "the Q-network's hidden activation, relu or tanh")
 
-    RESUME_FIELDS: ClassVar[tuple[str, ...]] = (*OnPolicyConfig.RESUME_FIELDS, "layer_norm", "activation")
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("layer_norm", "activation")
 
 
 #: what ``rlstruct sweep pqn`` searches: field -> a range or choices, each holding the default
@@ -74,8 +82,7 @@ SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
 
 def check_config(config: PQNConfig) -> None:
     """Raises ``ValueError`` for a setting of PQN's own out of range, :class:`~rlstruct.errors.ConfigError` for the
-    epsilon schedule without a step budget or a setting the Q-network does not take (``recurrent``,
-    ``normalize_observations``, ``compile_policy``)."""
+    epsilon schedule without a step budget."""
     check_at_least(config, 1, "n_epochs", "n_minibatches")
     batch = config.n_envs * config.n_steps
     if config.n_minibatches > batch:
@@ -93,11 +100,6 @@ def check_config(config: PQNConfig) -> None:
     if config.max_env_steps is None:
         raise ConfigError("PQN decays epsilon over the step budget max_env_steps, got max_env_steps=None; pass "
                           "--max-env-steps N")
-    if config.recurrent or config.normalize_observations or config.compile_policy:
-        raise ConfigError("PQN's Q-network is feed-forward, has no observation normaliser and its agent is not "
-                          f"compiled, got recurrent={config.recurrent}, normalize_observations="
-                          f"{config.normalize_observations}, compile_policy={config.compile_policy}; drop "
-                          "--recurrent, --normalize-observations and --compile-policy")
 
 
 def check_env(config: PQNConfig, spec: EnvSpec) -> None:
@@ -239,13 +241,18 @@ def exploration(config: PQNConfig, env_steps: int, n_rows: int) -> tuple[DictTen
     return DictTensor({"epsilon": torch.full((n_rows,), epsilon)}), {"epsilon": epsilon}
 
 
+def _agent_kwargs(config: PQNConfig) -> tuple[dict[str, object], dict[str, object]]:
+    return training_agent_kwargs(config), {}
+
+
+#: PQN's model: the LayerNorm Q-network, run by epsilon-greedy agents (the first epsilon until ``exploration``'s)
+Q_NETWORK = OnPolicyModel(agent=create_agent, evaluation_info=evaluation_info,
+                          explore=lambda config: {"epsilon": config.epsilon_start}, build=build_model,
+                          learner_agent=lambda model, device, config: QAgent(model, device), agent_kwargs=_agent_kwargs)
+
 ALGORITHM = OnPolicyAlgorithm(name="pqn", title="PQN", config_cls=PQNConfig, description=__doc__.splitlines()[0],
-                              check_config=check_config, check_env=check_env, make_learn=learn_step,
-                              agent=create_agent, evaluation_info=evaluation_info,
-                              explore=lambda config: {"epsilon": config.epsilon_start}, build_model=build_model,
-                              learner_agent=lambda model, device, config: QAgent(model, device),
-                              schedule=exploration,
-                              search_space=SEARCH_SPACE)
+                              check_config=check_config, check_env=check_env, make_learn=learn_step, model=Q_NETWORK,
+                              schedule=exploration, search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from rlstruct.agents import replay_agent, replay_agent_stateless
-from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, setting
+from rlstruct.algos._train.config import ActorCriticPart, OnPolicyConfig, default, setting
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
@@ -31,7 +31,6 @@ from rlstruct.algos.losses import masked_policy_value_loss
 from rlstruct.algos.networks import check_normalizable
 from rlstruct.algos.policies import policy_actions
 from rlstruct.algos.returns import discounted_returns
-from rlstruct.errors import ConfigError
 from rlstruct.structures import Trajectories
 
 __all__ = [
@@ -47,20 +46,19 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
-class ReinforceConfig(OnPolicyConfig):
-    """REINFORCE's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s). It collects
-    whole episodes: ``n_steps`` does not apply, and ``recurrent`` and ``overlap`` are refused."""
+class ReinforceConfig(ActorCriticPart, OnPolicyConfig):
+    """REINFORCE's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s, the policy's
+    :class:`ActorCriticPart`'s). It collects whole episodes, so it has no collection part: no ``n_steps``, no
+    ``overlap``, no recurrent policy."""
 
-    n_envs: int = setting(16, "environments per training worker (REINFORCE: 16)")
-    eval_every: int = setting(5, "training iterations at least between two evaluations (REINFORCE: 5)")
-    anneal_lr: bool = setting(False, "decay the learning rate linearly to 0 over max_env_steps (REINFORCE: off)")
+    n_envs: int = default(16)
+    eval_every: int = default(5)
+    anneal_lr: bool = default(False)
     baseline_coef: float = setting(0.5, "weight of the baseline's squared error")
     entropy_coef: float = setting(0.01, "weight of the entropy bonus")
     normalize_advantages: bool = setting(True, "standardise the advantages (returns minus baseline) in each batch")
     max_grad_norm: float = setting(1.0, "clip the gradient norm of the actor and of the critic, each (0: none)")
     bootstrap_truncated: bool = setting(True, "at a time limit, bootstrap the return from the final baseline")
-
-    RESUME_FIELDS = (*RunConfig.RESUME_FIELDS, "normalize_observations", "normalize_rewards")
 
 
 #: what ``rlstruct sweep reinforce`` searches: field -> a range or choices, each holding the default
@@ -68,15 +66,6 @@ SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
                 "gamma": {"choices": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]},
                 "n_envs": {"choices": [8, 16, 32, 64]}, "entropy_coef": {"low": 0.0, "high": 0.05},
                 "baseline_coef": {"low": 0.25, "high": 1.0}}
-
-
-def check_config(config: ReinforceConfig) -> None:
-    """Raises :class:`~rlstruct.errors.ConfigError` for ``recurrent`` or ``overlap``, which a collection of whole
-    episodes does not take."""
-    for name in ("recurrent", "overlap"):
-        if getattr(config, name):
-            raise ConfigError(f"REINFORCE collects whole episodes with a feed-forward policy, got {name}=True; drop "
-                              f"--{name}, or train A2C or PPO")
 
 
 def check_env(config: ReinforceConfig, spec: EnvSpec) -> None:
@@ -226,8 +215,7 @@ def learn_step(config: ReinforceConfig, learner: ActorCriticLearner) -> LearnFn:
 
 
 ALGORITHM = OnPolicyAlgorithm(name="reinforce", title="REINFORCE", config_cls=ReinforceConfig,
-                              description=__doc__.splitlines()[0], check_config=check_config, check_env=check_env,
-                              make_learn=learn_step, episodic=True,
+                              description=__doc__.splitlines()[0], check_env=check_env, make_learn=learn_step,
                               search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 

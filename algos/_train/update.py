@@ -65,17 +65,13 @@ def autocast_dtype(config: OnPolicyConfig) -> torch.dtype | None:
 
 
 def training_agent_kwargs(config: OnPolicyConfig) -> dict[str, object]:
-    """The training batcher's agent's own keyword arguments (``open_batchers``'s ``agent_kwargs``): its
-    ``autocast``, and ``compile`` with ``compile_policy`` (the recurrent agent takes no ``compile``; validation
-    refuses the pair).
+    """The keyword arguments that every on-policy training agent takes (``open_batchers``'s ``agent_kwargs``): its
+    ``autocast``; a model part adds its own (the actor-critic's ``compile``).
 
-    >>> training_agent_kwargs(OnPolicyConfig(compile_policy=True))
-    {'autocast': None, 'compile': True}
+    >>> training_agent_kwargs(OnPolicyConfig(autocast="bfloat16"))
+    {'autocast': torch.bfloat16}
     """
-    kwargs: dict[str, object] = {"autocast": autocast_dtype(config)}
-    if config.compile_policy:
-        kwargs["compile"] = True
-    return kwargs
+    return {"autocast": autocast_dtype(config)}
 
 
 def weight_sync_mode(config: OnPolicyConfig) -> str:
