@@ -24,7 +24,7 @@ from rlstruct.algos._train.config import OnPolicyConfig, RecurrentPart, RolloutP
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
-from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups
+from rlstruct.algos._train.update import Batch, reads
 from rlstruct.algos.losses import masked_policy_value_loss
 from rlstruct.algos.networks import ActorCritic, check_normalizable
 from rlstruct.algos.policies import actor_critic_outputs, policy_actions, replay_learner
@@ -104,33 +104,21 @@ def a2c_loss(
     return loss, {"loss/policy": terms["policy"], "loss/value": terms["value"], "loss/entropy": terms["entropy"]}
 
 
-def a2c_batch_loss(
-    model: ActorCritic,
-    config: A2CConfig,
-    frame: torch.Tensor,
-    next_frame: torch.Tensor,
-    action: torch.Tensor,
-    reward: torch.Tensor,
-    terminated: torch.Tensor,
-    done: torch.Tensor,
-    mask: torch.Tensor,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The A2C loss of a batch from its tensors: the forward, GAE and :func:`a2c_loss` in one function (what
-    ``compile_update`` compiles; the same computation as the eager loop's).
+@reads("frame", "next_frame", "action", "reward", "terminated", "done", "mask")
+def a2c_batch_loss(model: ActorCritic, config: A2CConfig, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The A2C loss of a batch: the forward, GAE and :func:`a2c_loss` in one function (what ``compile_update``
+    compiles; the same computation as the eager loop's).
 
     Args:
         model: the actor-critic (not recurrent).
         config: the run's settings (``gamma``, ``gae_lambda``, ``reward_scale`` and the loss's coefficients).
-        frame: ``[B, T, *obs]``, ``observation/frame``.
-        next_frame: ``[B, T, *obs]``, ``_observation/frame``.
-        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.policies.policy_actions`.
-        reward: ``float [B, T]``.
-        terminated: ``bool [B, T]``.
-        done: ``bool [B, T]``.
-        mask: ``float [B, T]``.
+        batch: ``frame [B, T, *obs]`` (``observation/frame``); ``next_frame [B, T, *obs]``
+            (``_observation/frame``); ``action [B, T]`` or ``[B, T, D]`` (see
+            :func:`~rlstruct.algos.policies.policy_actions`); ``reward float [B, T]``; ``terminated bool [B, T]``;
+            ``done bool [B, T]``; ``mask float [B, T]``.
     """
-    out = actor_critic_outputs(model, frame, next_frame, action)
-    return _loss_of_outputs(out, config, reward, terminated, done, mask)
+    out = actor_critic_outputs(model, batch["frame"], batch["next_frame"], batch["action"])
+    return _loss_of_outputs(out, config, batch["reward"], batch["terminated"], batch["done"], batch["mask"])
 
 
 def _loss_of_outputs(out: dict[str, torch.Tensor], config: A2CConfig, reward: torch.Tensor, terminated: torch.Tensor,
@@ -144,13 +132,17 @@ def _loss_of_outputs(out: dict[str, torch.Tensor], config: A2CConfig, reward: to
                     normalize_advantages=config.normalize_advantages)
 
 
-def _replayed_loss(agent, model: torch.nn.Module, config: A2CConfig, traj: Trajectories,
-                   reward: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """:func:`a2c_batch_loss` over the learner's outputs of ``traj`` through its agent (:func:`replay_learner`: a
-    recurrent window, or a device-checked replay), with the rewards ``reward [B, T]``."""
+@reads("trajectories", "reward")
+def _replayed_loss(agent, model: torch.nn.Module, config: A2CConfig,
+                   batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`a2c_batch_loss` over the learner's outputs of ``batch["trajectories"]`` through its agent
+    (:func:`replay_learner`: a recurrent window, or a device-checked replay), with the rewards
+    ``batch["reward"] [B, T]``."""
+    traj = batch["trajectories"]
     tt = traj.trajectories
     out = replay_learner(agent, model, traj, recurrent=config.recurrent, checked=config.check_devices)
-    return _loss_of_outputs(out, config, reward, tt["_observation/terminated"], tt["_observation/done"], tt.mask())
+    return _loss_of_outputs(out, config, batch["reward"], tt["_observation/terminated"], tt["_observation/done"],
+                            tt.mask())
 
 
 def learn_step(config: A2CConfig, learner: ActorCriticLearner) -> LearnFn:
@@ -163,15 +155,15 @@ def learn_step(config: A2CConfig, learner: ActorCriticLearner) -> LearnFn:
         loss_fn = functools.partial(_replayed_loss, learner.checked_agent, model, config)
     else:
         loss_fn = functools.partial(a2c_batch_loss, model, config)
-    update = UpdateStep(loss_fn, learner.optimizer, clip_groups(model), max_grad_norm=config.max_grad_norm,
-                        device=learner.device, compile=config.compile_update, autocast=autocast_dtype(config))
+    update = learner.update_step(loss_fn, config, max_grad_norm=config.max_grad_norm)
 
     def learn(traj: Trajectories, loss_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
         if replayed:
-            return update(traj, loss_rewards)
+            return update({"trajectories": traj, "reward": loss_rewards})
         tt = traj.trajectories
-        return update(tt["observation/frame"], tt["_observation/frame"], policy_actions(tt), loss_rewards,
-                      tt["_observation/terminated"], tt["_observation/done"], tt.mask())
+        return update({"frame": tt["observation/frame"], "next_frame": tt["_observation/frame"],
+                       "action": policy_actions(tt), "reward": loss_rewards,
+                       "terminated": tt["_observation/terminated"], "done": tt["_observation/done"], "mask": tt.mask()})
 
     return learn
 

@@ -35,13 +35,7 @@ from rlstruct.algos._train.config import OnPolicyConfig, RolloutPart, check_at_l
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, OnPolicyModel
 from rlstruct.algos._train.registry import algorithm
-from rlstruct.algos._train.update import (
-    UpdateStep,
-    autocast_dtype,
-    clip_groups,
-    shuffled_minibatches,
-    training_agent_kwargs,
-)
+from rlstruct.algos._train.update import Batch, minibatch_epochs, reads, training_agent_kwargs
 from rlstruct.errors import ConfigError
 from rlstruct.structures import DictTensor, Trajectories
 
@@ -181,10 +175,11 @@ def pqn_loss(q: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor, *,
     return loss, {"loss/td": loss.detach(), "q/taken": taken.detach().mean()}
 
 
-def _minibatch_loss(model: torch.nn.Module, kind: str, frame: torch.Tensor, action: torch.Tensor,
-                    target: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """:func:`pqn_loss` of a minibatch of flat steps (what ``compile_update`` compiles)."""
-    return pqn_loss(model(frame), action, target, kind=kind)
+@reads("frame", "action", "target")
+def _minibatch_loss(model: torch.nn.Module, kind: str, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`pqn_loss` of a minibatch of ``M`` flat steps (what ``compile_update`` compiles): ``frame [M, *obs]``,
+    ``action int64 [M]``, ``target float [M]``."""
+    return pqn_loss(model(batch["frame"]), batch["action"], batch["target"], kind=kind)
 
 
 def learn_step(config: PQNConfig, learner: ActorCriticLearner) -> LearnFn:
@@ -194,9 +189,8 @@ def learn_step(config: PQNConfig, learner: ActorCriticLearner) -> LearnFn:
     model = learner.model
     # The minibatches' order: seeded per session, on the learner's device, apart from the agents' generators.
     shuffle = torch.Generator(device=learner.device).manual_seed(learner.seed)
-    update = UpdateStep(functools.partial(_minibatch_loss, model, config.loss), learner.optimizer, clip_groups(model),
-                        max_grad_norm=config.max_grad_norm, device=learner.device, compile=config.compile_update,
-                        autocast=autocast_dtype(config))
+    update = learner.update_step(functools.partial(_minibatch_loss, model, config.loss), config,
+                                 max_grad_norm=config.max_grad_norm)
 
     def learn(traj: Trajectories, loss_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
         tt = traj.trajectories
@@ -205,11 +199,10 @@ def learn_step(config: PQNConfig, learner: ActorCriticLearner) -> LearnFn:
             next_max_q = model(next_frame.flatten(0, 1)).float().amax(-1).unflatten(0, next_frame.shape[:2])
             targets = q_lambda_targets(loss_rewards * config.reward_scale, next_max_q, tt["_observation/terminated"],
                                        tt["_observation/done"], config.gamma, config.q_lambda)
-        data = (frame.flatten(0, 1), tt["action/action"].flatten(0, 1), targets.flatten(0, 1))
-        rows = [update(*(x[mb] for x in data))
-                for _ in range(config.n_epochs)
-                for mb in shuffled_minibatches(data[0].shape[0], config.n_minibatches, shuffle)]
-        stats = {key: torch.stack([r[key] for r in rows]).mean() for key in rows[0]}
+        batch = {"frame": frame.flatten(0, 1), "action": tt["action/action"].flatten(0, 1),
+                 "target": targets.flatten(0, 1)}
+        stats, _ = minibatch_epochs(update, batch, n_epochs=config.n_epochs, n_minibatches=config.n_minibatches,
+                                    shuffle=shuffle)
         stats["q/target"] = targets.mean()
         return stats
 

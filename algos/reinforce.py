@@ -26,7 +26,7 @@ from rlstruct.algos._train.config import ActorCriticPart, OnPolicyConfig, defaul
 from rlstruct.algos._train.env_spec import EnvSpec
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
 from rlstruct.algos._train.registry import algorithm
-from rlstruct.algos._train.update import UpdateStep, autocast_dtype, clip_groups
+from rlstruct.algos._train.update import Batch, autocast_dtype, reads
 from rlstruct.algos.losses import masked_policy_value_loss
 from rlstruct.algos.networks import check_normalizable
 from rlstruct.algos.policies import policy_actions
@@ -148,31 +148,35 @@ def reinforce_loss(
     return loss, {"loss/policy": terms["policy"], "loss/baseline": terms["value"], "loss/entropy": terms["entropy"]}
 
 
-def reinforce_batch_loss(
-    model: nn.Module,
-    config: ReinforceConfig,
-    frame: torch.Tensor,
-    action: torch.Tensor,
-    returns: torch.Tensor,
-    mask: torch.Tensor,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The REINFORCE loss of a batch from its tensors: the forward and :func:`reinforce_loss` in one function (what
+@reads("frame", "action", "returns", "mask")
+def reinforce_batch_loss(model: nn.Module, config: ReinforceConfig,
+                         batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The REINFORCE loss of a batch: the forward and :func:`reinforce_loss` in one function (what
     ``compile_update`` compiles, with symbolic ``T``; the returns are computed before, eagerly).
 
     Args:
         model: the actor-critic.
         config: the run's settings (the loss's coefficients).
-        frame: ``[B, T, *obs]``, ``observation/frame``.
-        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.policies.policy_actions`.
-        returns: ``float [B, T]``, from :func:`reinforce_returns`.
-        mask: ``float [B, T]``.
+        batch: ``frame [B, T, *obs]`` (``observation/frame``); ``action [B, T]`` or ``[B, T, D]`` (see
+            :func:`~rlstruct.algos.policies.policy_actions`); ``returns float [B, T]`` (from
+            :func:`reinforce_returns`); ``mask float [B, T]``.
     """
+    returns = batch["returns"]
     B, T = returns.shape
-    flat = frame.flatten(0, 1)
+    flat = batch["frame"].flatten(0, 1)
     dist = model.policy(flat)
     values = model.value(flat).unflatten(0, (B, T))
-    log_probs = dist.log_prob(action.flatten(0, 1)).unflatten(0, (B, T))
-    return reinforce_loss(log_probs, dist.entropy().unflatten(0, (B, T)), values, returns, mask,
+    log_probs = dist.log_prob(batch["action"].flatten(0, 1)).unflatten(0, (B, T))
+    return reinforce_loss(log_probs, dist.entropy().unflatten(0, (B, T)), values, returns, batch["mask"],
+                          baseline_coef=config.baseline_coef, entropy_coef=config.entropy_coef,
+                          normalize_advantages=config.normalize_advantages)
+
+
+@reads("log_prob", "entropy", "value", "returns", "mask")
+def _outputs_loss(config: ReinforceConfig, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`reinforce_loss` of the learner's outputs over a batch (``log_prob``, ``entropy``, ``value``, each
+    ``float [B, T]`` with gradient) and its ``returns`` and ``mask``."""
+    return reinforce_loss(batch["log_prob"], batch["entropy"], batch["value"], batch["returns"], batch["mask"],
                           baseline_coef=config.baseline_coef, entropy_coef=config.entropy_coef,
                           normalize_advantages=config.normalize_advantages)
 
@@ -182,17 +186,13 @@ def learn_step(config: ReinforceConfig, learner: ActorCriticLearner) -> LearnFn:
     clipping, optimizer step). Compiled or under autocast, the update runs the forward (over episodes of changing
     lengths, so with symbolic shapes); eager, it takes the outputs of the forward that also gives the bootstrap
     values."""
-    model, device = learner.model, learner.device
+    model = learner.model
     forward_in_update = config.compile_update or autocast_dtype(config) is not None
     if forward_in_update:
-        update = UpdateStep(functools.partial(reinforce_batch_loss, model, config), learner.optimizer,
-                            clip_groups(model), max_grad_norm=config.max_grad_norm, device=device,
-                            compile=config.compile_update, dynamic=True, autocast=autocast_dtype(config))
+        loss_fn = functools.partial(reinforce_batch_loss, model, config)
     else:
-        loss_fn = functools.partial(reinforce_loss, baseline_coef=config.baseline_coef,
-                                    entropy_coef=config.entropy_coef, normalize_advantages=config.normalize_advantages)
-        update = UpdateStep(loss_fn, learner.optimizer, clip_groups(model), max_grad_norm=config.max_grad_norm,
-                            device=device)
+        loss_fn = functools.partial(_outputs_loss, config)
+    update = learner.update_step(loss_fn, config, max_grad_norm=config.max_grad_norm, dynamic=True)
 
     def learn(traj: Trajectories, loss_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
         if config.check_devices:
@@ -208,8 +208,10 @@ def learn_step(config: ReinforceConfig, learner: ActorCriticLearner) -> LearnFn:
             returns = reinforce_returns(loss_rewards, out["next_value"], tt["_observation/terminated"], tt.lengths,
                                         config.gamma, bootstrap_truncated=config.bootstrap_truncated)
         if forward_in_update:
-            return update(tt["observation/frame"], policy_actions(tt), returns, tt.mask())
-        return update(out["log_prob"], out["entropy"], out["value"], returns, tt.mask())
+            return update({"frame": tt["observation/frame"], "action": policy_actions(tt), "returns": returns,
+                           "mask": tt.mask()})
+        return update({"log_prob": out["log_prob"], "entropy": out["entropy"], "value": out["value"],
+                       "returns": returns, "mask": tt.mask()})
 
     return learn
 

@@ -71,6 +71,7 @@ __all__ = [
     "VideoError",
     "RankLostError",
     "RunRecordError",
+    "BatchKeyError",
 ]
 
 
@@ -212,3 +213,23 @@ class RankLostError(RLStructError, RuntimeError):
 class RunRecordError(RLStructError, ValueError):
     """A run folder's record cannot be read as a result: its ``summary.json`` (or ``config.json``) is not a JSON
     object, or a finished run's ``eval_return`` is missing, not a number or not finite. The message names the file."""
+
+
+class BatchKeyError(RLStructError, KeyError):
+    """A loss was given a batch without a key it reads (the keys a loss declares with
+    ``rlstruct.algos._train.update.reads``, as TorchRL's losses declare their ``in_keys``). The message names the
+    missing key, the loss and the keys the batch holds.
+
+    Attributes:
+        key: the first missing key.
+    """
+
+    def __init__(self, message: str, key: str = ""):
+        super().__init__(message)
+        self.key = key
+
+    def __str__(self) -> str:  # KeyError's own shows the message as a repr, quotes and escapes included
+        return str(self.args[0])
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.key))

@@ -52,7 +52,16 @@ from rlstruct.algos._train.session import (
     seeded_model,
     training_run,
 )
-from rlstruct.algos._train.update import actor_critic_learner, start_pipeline, training_agent_kwargs, weight_sync_mode
+from rlstruct.algos._train.update import (
+    LossFn,
+    UpdateStep,
+    actor_critic_learner,
+    autocast_dtype,
+    clip_groups,
+    start_pipeline,
+    training_agent_kwargs,
+    weight_sync_mode,
+)
 from rlstruct.algos.networks import build_actor_critic, recurrent_actor_critic
 from rlstruct.algos.optim import OptimizerLike
 from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
@@ -106,6 +115,17 @@ class ActorCriticLearner:
     device: torch.device
     seed: int
     world: World = World()
+
+    def update_step(self, loss_fn: LossFn, config: OnPolicyConfig, *, max_grad_norm: float,
+                    per_network: bool = True, dynamic: bool | None = None) -> UpdateStep:
+        """The update of the model by ``loss_fn`` (its batch's keys declared with
+        :func:`~rlstruct.algos._train.update.reads`): compiled with ``config.compile_update``, under
+        ``config.autocast``, its gradient norm clipped to ``max_grad_norm`` per network (the actor's and the critic's,
+        see :func:`~rlstruct.algos._train.update.clip_groups`) or, without ``per_network``, over the whole model;
+        ``dynamic`` is ``torch.compile``'s (``True`` for batches whose length changes)."""
+        return UpdateStep(loss_fn, self.optimizer, clip_groups(self.model, per_network=per_network),
+                          max_grad_norm=max_grad_norm, device=self.device, compile=config.compile_update,
+                          dynamic=dynamic, autocast=autocast_dtype(config))
 
 
 def _join_ranks(world: World, device: torch.device, config: RunConfig, stack: contextlib.ExitStack,
