@@ -21,12 +21,11 @@ import logging
 import torch
 
 from rlstruct.algos._train.config import OnPolicyConfig, RecurrentPart, RolloutPart, default, setting
-from rlstruct.algos._train.env_spec import EnvSpec
-from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
+from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, check_actor_critic_env
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.update import Batch, reads
 from rlstruct.algos.losses import masked_policy_value_loss
-from rlstruct.algos.networks import ActorCritic, check_normalizable
+from rlstruct.algos.networks import ActorCritic
 from rlstruct.algos.policies import actor_critic_outputs, policy_actions, replay_learner
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.structures import Trajectories
@@ -62,14 +61,6 @@ def check_config(config: A2CConfig) -> None:
     """Raises ``ValueError`` for a ``gae_lambda`` outside [0, 1]."""
     if not 0 <= config.gae_lambda <= 1:
         raise ValueError(f"gae_lambda must lie in [0, 1], got {config.gae_lambda!r}")
-
-
-def check_env(config: A2CConfig, spec: EnvSpec) -> None:
-    """Raises :class:`~rlstruct.errors.SpaceError` for continuous actions with image observations or with
-    ``recurrent``, :class:`~rlstruct.errors.ConfigError` for ``normalize_observations`` of images."""
-    if config.recurrent or spec.pixels:
-        spec.require("recurrent A2C" if config.recurrent else "A2C on images", config.env, discrete=True)
-    check_normalizable(spec, config.normalize_observations)
 
 
 def a2c_loss(
@@ -169,8 +160,8 @@ def learn_step(config: A2CConfig, learner: ActorCriticLearner) -> LearnFn:
 
 
 ALGORITHM = OnPolicyAlgorithm(name="a2c", title="A2C", config_cls=A2CConfig, description=__doc__.splitlines()[0],
-                              check_config=check_config, check_env=check_env, make_learn=learn_step,
-                              search_space=SEARCH_SPACE)
+                              check_config=check_config, check_env=functools.partial(check_actor_critic_env, "A2C"),
+                              make_learn=learn_step, search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 
 if __name__ == "__main__":

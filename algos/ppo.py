@@ -19,12 +19,10 @@ from torch import nn
 
 from rlstruct.algos._train.config import OnPolicyConfig, RecurrentPart, RolloutPart, check_at_least, default, setting
 from rlstruct.algos._train.distributed import mean_over_ranks
-from rlstruct.algos._train.env_spec import EnvSpec
-from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm
+from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OnPolicyAlgorithm, check_actor_critic_env
 from rlstruct.algos._train.registry import algorithm
 from rlstruct.algos._train.update import Batch, minibatch_epochs, reads
 from rlstruct.algos.losses import normalize_masked
-from rlstruct.algos.networks import check_normalizable
 from rlstruct.algos.policies import RecurrentPolicyAgent, critic_values, policy_actions, replay_learner, replay_window
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.structures import TemporalDictTensor, Trajectories
@@ -80,14 +78,6 @@ def check_config(config: PPOConfig) -> None:
         raise ValueError(f"n_minibatches must be <= the envs per collection with recurrent=True (a minibatch is a "
                          f"set of envs' windows: n_envs = {config.n_envs}), got {config.n_minibatches}; "
                          "lower n_minibatches or raise n_envs")
-
-
-def check_env(config: PPOConfig, spec: EnvSpec) -> None:
-    """Raises :class:`~rlstruct.errors.SpaceError` for continuous actions with image observations or with
-    ``recurrent``, :class:`~rlstruct.errors.ConfigError` for ``normalize_observations`` of images."""
-    if config.recurrent or spec.pixels:
-        spec.require("recurrent PPO" if config.recurrent else "PPO on images", config.env, discrete=True)
-    check_normalizable(spec, config.normalize_observations)
 
 
 def ppo_loss(
@@ -252,8 +242,8 @@ def learn_step(config: PPOConfig, learner: ActorCriticLearner) -> LearnFn:
 
 
 ALGORITHM = OnPolicyAlgorithm(name="ppo", title="PPO", config_cls=PPOConfig, description=__doc__.splitlines()[0],
-                              check_config=check_config, check_env=check_env, make_learn=learn_step,
-                              search_space=SEARCH_SPACE)
+                              check_config=check_config, check_env=functools.partial(check_actor_critic_env, "PPO"),
+                              make_learn=learn_step, search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ from rlstruct.algos._train.update import (
     training_agent_kwargs,
     weight_sync_mode,
 )
-from rlstruct.algos.networks import build_actor_critic, recurrent_actor_critic
+from rlstruct.algos.networks import build_actor_critic, check_normalizable, recurrent_actor_critic
 from rlstruct.algos.optim import OptimizerLike
 from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
@@ -193,6 +193,15 @@ def actor_critic_model(config: ActorCriticPart, spec: EnvSpec) -> nn.Module:
 def actor_critic_learner_agent(model: nn.Module, device: torch.device, config: ActorCriticPart) -> RL_Agent:
     """The learner's agent over the actor-critic ``model``, to replay a collection."""
     return RecurrentPolicyAgent(model, device) if _recurrent(config) else PolicyAgent(model, device)
+
+
+def check_actor_critic_env(title: str, config: RecurrentPart, spec: EnvSpec) -> None:
+    """The envs an actor-critic of A2C's or PPO's takes (its ``check_env``, with ``title`` its name): raises
+    :class:`~rlstruct.errors.SpaceError` for continuous actions with image observations or with ``recurrent``,
+    :class:`~rlstruct.errors.ConfigError` for ``normalize_observations`` of images."""
+    if config.recurrent or spec.pixels:
+        spec.require(f"recurrent {title}" if config.recurrent else f"{title} on images", config.env, discrete=True)
+    check_normalizable(spec, config.normalize_observations)
 
 
 def actor_critic_kwargs(config: ActorCriticPart) -> tuple[dict[str, object], dict[str, object]]:
