@@ -39,7 +39,8 @@ For the algorithms' runs: a path that is no readable rlstruct checkpoint (nothin
 a run's ``summary.json`` that ``rlstruct compare`` cannot read as a result, :class:`RunRecordError`; an observation
 given to ``Policy.predict`` that does not fit the env's or holds NaN or infinite values, :class:`SpaceError`; a
 disk-backed replay buffer (``--replay-storage disk``) that the disk has not the room for, at setup or when its files
-grow, :class:`DiskSpaceError`.
+grow, :class:`DiskSpaceError`; a batch given to a learner's update without a key its loss reads,
+:class:`BatchKeyError`.
 
 A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
 batcher's call order only), and the bridge raises :class:`BridgeError` only for what gymnasium code asks
