@@ -20,20 +20,22 @@ import logging
 
 import torch
 
-from rlstruct.algos import EnvSpec
 from rlstruct.algos._train import (
     ActorCriticLearner,
+    Batch,
     LearnFn,
     OnPolicyAlgorithm,
     OnPolicyConfig,
-    UpdateStep,
+    RecurrentPart,
+    RolloutPart,
     algorithm,
-    autocast_dtype,
-    clip_groups,
+    check_actor_critic_env,
+    default,
+    reads,
     setting,
 )
 from rlstruct.algos.losses import masked_policy_value_loss
-from rlstruct.algos.networks import ActorCritic, check_normalizable
+from rlstruct.algos.networks import ActorCritic
 from rlstruct.algos.policies import actor_critic_outputs, policy_actions, replay_learner
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.structures import Trajectories
@@ -43,11 +45,12 @@ __all__ = ["ALGORITHM", "A2CConfig", "a2c_batch_loss", "a2c_loss", "learn_step",
 log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
-class A2CConfig(OnPolicyConfig):
-    """A2C's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s)."""
+class A2CConfig(RolloutPart, RecurrentPart, OnPolicyConfig):
+    """A2C's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s, the collection's
+    :class:`RolloutPart`'s, the policy's :class:`RecurrentPart`'s)."""
 
-    lr: float = setting(5e-3, "Adam learning rate (A2C: 5e-3)")
-    eval_every: int = setting(25, "training iterations at least between two evaluations (A2C: 25)")
+    lr: float = default(5e-3)
+    eval_every: int = default(25)
     gae_lambda: float = setting(0.95, "GAE lambda (1: n-step Monte-Carlo advantages, 0: one-step TD errors)")
     value_coef: float = setting(0.5, "weight of the value loss")
     entropy_coef: float = setting(0.0, "weight of the entropy bonus")
@@ -68,14 +71,6 @@ def check_config(config: A2CConfig) -> None:
     """Raises ``ValueError`` for a ``gae_lambda`` outside [0, 1]."""
     if not 0 <= config.gae_lambda <= 1:
         raise ValueError(f"gae_lambda must lie in [0, 1], got {config.gae_lambda!r}")
-
-
-def check_env(config: A2CConfig, spec: EnvSpec) -> None:
-    """Raises :class:`~rlstruct.errors.SpaceError` for continuous actions with image observations or with
-    ``recurrent``, :class:`~rlstruct.errors.ConfigError` for ``normalize_observations`` of images."""
-    if config.recurrent or spec.pixels:
-        spec.require("recurrent A2C" if config.recurrent else "A2C on images", config.env, discrete=True)
-    check_normalizable(spec, config.normalize_observations)
 
 
 def a2c_loss(
@@ -110,33 +105,21 @@ def a2c_loss(
     return loss, {"loss/policy": terms["policy"], "loss/value": terms["value"], "loss/entropy": terms["entropy"]}
 
 
-def a2c_batch_loss(
-    model: ActorCritic,
-    config: A2CConfig,
-    frame: torch.Tensor,
-    next_frame: torch.Tensor,
-    action: torch.Tensor,
-    reward: torch.Tensor,
-    terminated: torch.Tensor,
-    done: torch.Tensor,
-    mask: torch.Tensor,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The A2C loss of a batch from its tensors: the forward, GAE and :func:`a2c_loss` in one function (what
-    ``compile_update`` compiles; the same computation as the eager loop's).
+@reads("frame", "next_frame", "action", "reward", "terminated", "done", "mask")
+def a2c_batch_loss(model: ActorCritic, config: A2CConfig, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The A2C loss of a batch: the forward, GAE and :func:`a2c_loss` in one function (what ``compile_update``
+    compiles; the same computation as the eager loop's).
 
     Args:
         model: the actor-critic (not recurrent).
         config: the run's settings (``gamma``, ``gae_lambda``, ``reward_scale`` and the loss's coefficients).
-        frame: ``[B, T, *obs]``, ``observation/frame``.
-        next_frame: ``[B, T, *obs]``, ``_observation/frame``.
-        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.policies.policy_actions`.
-        reward: ``float [B, T]``.
-        terminated: ``bool [B, T]``.
-        done: ``bool [B, T]``.
-        mask: ``float [B, T]``.
+        batch: ``frame [B, T, *obs]`` (``observation/frame``); ``next_frame [B, T, *obs]``
+            (``_observation/frame``); ``action [B, T]`` or ``[B, T, D]`` (see
+            :func:`~rlstruct.algos.policies.policy_actions`); ``reward float [B, T]``; ``terminated bool [B, T]``;
+            ``done bool [B, T]``; ``mask float [B, T]``.
     """
-    out = actor_critic_outputs(model, frame, next_frame, action)
-    return _loss_of_outputs(out, config, reward, terminated, done, mask)
+    out = actor_critic_outputs(model, batch["frame"], batch["next_frame"], batch["action"])
+    return _loss_of_outputs(out, config, batch["reward"], batch["terminated"], batch["done"], batch["mask"])
 
 
 def _loss_of_outputs(out: dict[str, torch.Tensor], config: A2CConfig, reward: torch.Tensor, terminated: torch.Tensor,
@@ -150,13 +133,17 @@ def _loss_of_outputs(out: dict[str, torch.Tensor], config: A2CConfig, reward: to
                     normalize_advantages=config.normalize_advantages)
 
 
-def _replayed_loss(agent, model: torch.nn.Module, config: A2CConfig, traj: Trajectories,
-                   reward: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """:func:`a2c_batch_loss` over the learner's outputs of ``traj`` through its agent (:func:`replay_learner`: a
-    recurrent window, or a device-checked replay), with the rewards ``reward [B, T]``."""
+@reads("trajectories", "reward")
+def _replayed_loss(agent, model: torch.nn.Module, config: A2CConfig,
+                   batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`a2c_batch_loss` over the learner's outputs of ``batch["trajectories"]`` through its agent
+    (:func:`replay_learner`: a recurrent window, or a device-checked replay), with the rewards
+    ``batch["reward"] [B, T]``."""
+    traj = batch["trajectories"]
     tt = traj.trajectories
     out = replay_learner(agent, model, traj, recurrent=config.recurrent, checked=config.check_devices)
-    return _loss_of_outputs(out, config, reward, tt["_observation/terminated"], tt["_observation/done"], tt.mask())
+    return _loss_of_outputs(out, config, batch["reward"], tt["_observation/terminated"], tt["_observation/done"],
+                            tt.mask())
 
 
 def learn_step(config: A2CConfig, learner: ActorCriticLearner) -> LearnFn:
@@ -169,22 +156,22 @@ def learn_step(config: A2CConfig, learner: ActorCriticLearner) -> LearnFn:
         loss_fn = functools.partial(_replayed_loss, learner.checked_agent, model, config)
     else:
         loss_fn = functools.partial(a2c_batch_loss, model, config)
-    update = UpdateStep(loss_fn, learner.optimizer, clip_groups(model), max_grad_norm=config.max_grad_norm,
-                        device=learner.device, compile=config.compile_update, autocast=autocast_dtype(config))
+    update = learner.update_step(loss_fn, config, max_grad_norm=config.max_grad_norm)
 
     def learn(traj: Trajectories, loss_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
         if replayed:
-            return update(traj, loss_rewards)
+            return update({"trajectories": traj, "reward": loss_rewards})
         tt = traj.trajectories
-        return update(tt["observation/frame"], tt["_observation/frame"], policy_actions(tt), loss_rewards,
-                      tt["_observation/terminated"], tt["_observation/done"], tt.mask())
+        return update({"frame": tt["observation/frame"], "next_frame": tt["_observation/frame"],
+                       "action": policy_actions(tt), "reward": loss_rewards,
+                       "terminated": tt["_observation/terminated"], "done": tt["_observation/done"], "mask": tt.mask()})
 
     return learn
 
 
 ALGORITHM = OnPolicyAlgorithm(name="a2c", title="A2C", config_cls=A2CConfig, description=__doc__.splitlines()[0],
-                              check_config=check_config, check_env=check_env, make_learn=learn_step,
-                              search_space=SEARCH_SPACE)
+                              check_config=check_config, check_env=functools.partial(check_actor_critic_env, "A2C"),
+                              make_learn=learn_step, search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 
 if __name__ == "__main__":

@@ -17,24 +17,24 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlstruct.algos import EnvSpec
 from rlstruct.algos._train import (
     ActorCriticLearner,
+    Batch,
     LearnFn,
     OnPolicyAlgorithm,
     OnPolicyConfig,
-    UpdateStep,
-    World,
+    RecurrentPart,
+    RolloutPart,
     algorithm,
-    autocast_dtype,
+    check_actor_critic_env,
     check_at_least,
-    clip_groups,
+    default,
     mean_over_ranks,
+    minibatch_epochs,
+    reads,
     setting,
-    shuffled_minibatches,
 )
 from rlstruct.algos.losses import normalize_masked
-from rlstruct.algos.networks import check_normalizable
 from rlstruct.algos.policies import RecurrentPolicyAgent, critic_values, policy_actions, replay_learner, replay_window
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.structures import TemporalDictTensor, Trajectories
@@ -44,11 +44,12 @@ __all__ = ["PPOConfig", "ppo_loss", "ppo_minibatch_loss", "learn_step", "ALGORIT
 log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
-class PPOConfig(OnPolicyConfig):
-    """PPO's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s)."""
+class PPOConfig(RolloutPart, RecurrentPart, OnPolicyConfig):
+    """PPO's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s, the collection's
+    :class:`RolloutPart`'s, the policy's :class:`RecurrentPart`'s)."""
 
-    eval_every: int = setting(8, "training iterations at least between two evaluations (PPO: 8)")
-    n_steps: int = setting(32, "steps of every env per collection (PPO: 32)")
+    eval_every: int = default(8)
+    n_steps: int = default(32)
     n_epochs: int = setting(4, "passes over each collection")
     n_minibatches: int = setting(2, "shuffled minibatches per pass")
     gae_lambda: float = setting(0.95, "GAE lambda (1: Monte-Carlo advantages, 0: one-step TD errors)")
@@ -89,14 +90,6 @@ def check_config(config: PPOConfig) -> None:
         raise ValueError(f"n_minibatches must be <= the envs per collection with recurrent=True (a minibatch is a "
                          f"set of envs' windows: n_envs = {config.n_envs}), got {config.n_minibatches}; "
                          "lower n_minibatches or raise n_envs")
-
-
-def check_env(config: PPOConfig, spec: EnvSpec) -> None:
-    """Raises :class:`~rlstruct.errors.SpaceError` for continuous actions with image observations or with
-    ``recurrent``, :class:`~rlstruct.errors.ConfigError` for ``normalize_observations`` of images."""
-    if config.recurrent or spec.pixels:
-        spec.require("recurrent PPO" if config.recurrent else "PPO on images", config.env, discrete=True)
-    check_normalizable(spec, config.normalize_observations)
 
 
 def ppo_loss(
@@ -170,34 +163,24 @@ def ppo_loss(
                   "loss/entropy": mean_entropy.detach(), "ppo/approx_kl": approx_kl, "ppo/clip_fraction": clip_fraction}
 
 
-def ppo_minibatch_loss(
-    model: nn.Module,
-    config: PPOConfig,
-    frame: torch.Tensor,
-    action: torch.Tensor,
-    old_log_prob: torch.Tensor,
-    advantage: torch.Tensor,
-    old_value: torch.Tensor,
-    returns: torch.Tensor,
-    mask: torch.Tensor,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The PPO loss of a minibatch of ``M`` flat steps from its tensors: the forward and :func:`ppo_loss` in one
-    function (what ``compile_update`` compiles; the same computation as the eager loop's).
+@reads("frame", "action", "old_log_prob", "advantage", "old_value", "returns", "mask")
+def ppo_minibatch_loss(model: nn.Module, config: PPOConfig,
+                       batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The PPO loss of a minibatch of ``M`` flat steps: the forward and :func:`ppo_loss` in one function (what
+    ``compile_update`` compiles; the same computation as the eager loop's).
 
     Args:
         model: the actor-critic (not recurrent).
         config: the run's settings (the loss's coefficients).
-        frame: ``[M, *obs]``.
-        action: ``[M]`` or ``[M, D]``, see :func:`~rlstruct.algos.policies.policy_actions`.
-        old_log_prob: ``float [M]``, ``action/log_prob`` of the weights that acted.
-        advantage: ``float [M]``.
-        old_value: ``float [M]``, the values at the collection.
-        returns: ``float [M]``, ``advantage + old_value``.
-        mask: ``float [M]``.
+        batch: ``frame [M, *obs]``; ``action [M]`` or ``[M, D]`` (see
+            :func:`~rlstruct.algos.policies.policy_actions`); ``old_log_prob float [M]`` (``action/log_prob`` of the
+            weights that acted); ``advantage float [M]``; ``old_value float [M]`` (the values at the collection);
+            ``returns float [M]`` (``advantage + old_value``); ``mask float [M]``.
     """
-    dist = model.policy(frame)
-    return ppo_loss(dist.log_prob(action), old_log_prob, advantage, model.value(frame), old_value, returns,
-                    dist.entropy(), mask, **_loss_settings(config))
+    dist = model.policy(batch["frame"])
+    return ppo_loss(dist.log_prob(batch["action"]), batch["old_log_prob"], batch["advantage"],
+                    model.value(batch["frame"]), batch["old_value"], batch["returns"], dist.entropy(), batch["mask"],
+                    **_loss_settings(config))
 
 
 def _loss_settings(config: PPOConfig) -> dict[str, Any]:
@@ -206,53 +189,22 @@ def _loss_settings(config: PPOConfig) -> dict[str, Any]:
             "entropy_coef": config.entropy_coef, "normalize_advantages": config.normalize_advantages}
 
 
-def _flat_steps(tt: TemporalDictTensor, advantages: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The collection's steps as flat ``[B*T, ...]`` tensors, in :func:`ppo_minibatch_loss`'s order (a minibatch is
-    a set of rows of them): frame, action, old_log_prob, advantage, old_value, return, mask."""
-    steps = (tt["observation/frame"], policy_actions(tt), tt["action/log_prob"], advantages, values,
-             advantages + values, tt.mask())
-    return tuple(v.flatten(0, 1) for v in steps)
+def _flat_steps(tt: TemporalDictTensor, advantages: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The collection's steps as :func:`ppo_minibatch_loss`'s batch of flat ``[B*T, ...]`` tensors (a minibatch is a
+    set of rows of them)."""
+    steps = {"frame": tt["observation/frame"], "action": policy_actions(tt), "old_log_prob": tt["action/log_prob"],
+             "advantage": advantages, "old_value": values, "returns": advantages + values, "mask": tt.mask()}
+    return {key: v.flatten(0, 1) for key, v in steps.items()}
 
 
-def _learn(update: UpdateStep, data: tuple, config: PPOConfig, shuffle: torch.Generator,
-           world: World = World()) -> dict[str, torch.Tensor]:
-    """``n_epochs`` passes of ``n_minibatches`` shuffled minibatches over ``data``; the mean of their statistics.
-
-    ``data`` holds the inputs of ``update``'s loss, each indexed by a minibatch's rows: flat steps (feed-forward) or
-    whole env windows (recurrent, the first item a :class:`~rlstruct.structures.Trajectories`).
-    """
-    n = data[0].n_elems() if isinstance(data[0], Trajectories) else data[0].shape[0]
-    rows: list[dict[str, torch.Tensor]] = []
-    epochs = 0
-    for _ in range(config.n_epochs):
-        for mb in shuffled_minibatches(n, config.n_minibatches, shuffle):
-            rows.append(update(*(x.index(mb) if isinstance(x, Trajectories) else x[mb] for x in data)))
-        epochs += 1
-        # One host sync per epoch, not per step: CleanRL's early stop on the last minibatch's approximate KL (in a
-        # data-parallel run, its mean over the ranks: every rank stops at the same pass).
-        if config.target_kl is not None and float(mean_over_ranks(rows[-1]["ppo/approx_kl"], world)) > config.target_kl:
-            break
-    out = {key: torch.stack([r[key] for r in rows]).mean() for key in rows[0]}
-    out["ppo/epochs"] = float(epochs)
-    return out
-
-
-def _recurrent_minibatch_loss(
-    model: nn.Module,
-    agent: RecurrentPolicyAgent,
-    config: PPOConfig,
-    traj: Trajectories,
-    old_log_prob: torch.Tensor,
-    advantage: torch.Tensor,
-    old_value: torch.Tensor,
-    returns: torch.Tensor,
-    mask: torch.Tensor,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The PPO loss of ``b`` envs' whole windows ``[b, T]``, replayed from their stored first state (the memory
-    needs every earlier step of the window); the other tensors are ``[b, T]``."""
-    out = replay_window(agent, model, traj, bootstrap=False)
-    return ppo_loss(out["log_prob"], old_log_prob, advantage, out["value"], old_value, returns, out["entropy"], mask,
-                    **_loss_settings(config))
+@reads("trajectories", "old_log_prob", "advantage", "old_value", "returns", "mask")
+def _recurrent_minibatch_loss(model: nn.Module, agent: RecurrentPolicyAgent, config: PPOConfig,
+                              batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The PPO loss of ``b`` envs' whole windows ``[b, T]`` (``batch["trajectories"]``), replayed from their stored
+    first state (the memory needs every earlier step of the window); the other tensors are ``[b, T]``."""
+    out = replay_window(agent, model, batch["trajectories"], bootstrap=False)
+    return ppo_loss(out["log_prob"], batch["old_log_prob"], batch["advantage"], out["value"], batch["old_value"],
+                    batch["returns"], out["entropy"], batch["mask"], **_loss_settings(config))
 
 
 def learn_step(config: PPOConfig, learner: ActorCriticLearner) -> LearnFn:
@@ -267,9 +219,12 @@ def learn_step(config: PPOConfig, learner: ActorCriticLearner) -> LearnFn:
         loss_fn = functools.partial(_recurrent_minibatch_loss, model, learner.agent, config)
     else:
         loss_fn = functools.partial(ppo_minibatch_loss, model, config)
-    update = UpdateStep(loss_fn, learner.optimizer, clip_groups(model, per_network=False),
-                        max_grad_norm=config.max_grad_norm, device=learner.device, compile=config.compile_update,
-                        autocast=autocast_dtype(config))
+    update = learner.update_step(loss_fn, config, max_grad_norm=config.max_grad_norm, per_network=False)
+
+    def past_target_kl(stats: dict[str, torch.Tensor]) -> bool:
+        # One host sync per epoch, not per step: CleanRL's early stop on the last minibatch's approximate KL (in a
+        # data-parallel run, its mean over the ranks: every rank stops at the same pass).
+        return float(mean_over_ranks(stats["ppo/approx_kl"], learner.world)) > config.target_kl
 
     def learn(traj: Trajectories, loss_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
         tt = traj.trajectories
@@ -285,19 +240,22 @@ def learn_step(config: PPOConfig, learner: ActorCriticLearner) -> LearnFn:
             advantages = gae_advantages(loss_rewards * config.reward_scale, values, next_values,
                                         tt["_observation/terminated"], tt["_observation/done"], config.gamma,
                                         config.gae_lambda)
-        if config.recurrent:
-            # Minibatches of envs (rows of the window): (traj, old_log_prob, advantage, old_value, return, mask).
-            data = (traj, tt["action/log_prob"], advantages, values, advantages + values, tt.mask())
+        if config.recurrent:  # minibatches of envs: rows of the window
+            batch = {"trajectories": traj, "old_log_prob": tt["action/log_prob"], "advantage": advantages,
+                     "old_value": values, "returns": advantages + values, "mask": tt.mask()}
         else:
-            data = _flat_steps(tt, advantages, values)
-        return _learn(update, data, config, shuffle, learner.world)
+            batch = _flat_steps(tt, advantages, values)
+        stats, epochs = minibatch_epochs(update, batch, n_epochs=config.n_epochs, n_minibatches=config.n_minibatches,
+                                         shuffle=shuffle, stop=None if config.target_kl is None else past_target_kl)
+        stats["ppo/epochs"] = float(epochs)
+        return stats
 
     return learn
 
 
 ALGORITHM = OnPolicyAlgorithm(name="ppo", title="PPO", config_cls=PPOConfig, description=__doc__.splitlines()[0],
-                              check_config=check_config, check_env=check_env, make_learn=learn_step,
-                              search_space=SEARCH_SPACE)
+                              check_config=check_config, check_env=functools.partial(check_actor_critic_env, "PPO"),
+                              make_learn=learn_step, search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 
 if __name__ == "__main__":

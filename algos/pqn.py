@@ -31,20 +31,23 @@ import torch.nn.functional as F
 
 from rlstruct.agents import RL_Agent
 from rlstruct.algos import EnvSpec
+from rlstruct.algos._qnet import QAgent, create_q_agent, epsilon_at, evaluation_info, q_network
 from rlstruct.algos._train import (
     ActorCriticLearner,
+    Batch,
     LearnFn,
     OnPolicyAlgorithm,
     OnPolicyConfig,
-    UpdateStep,
+    OnPolicyModel,
+    RolloutPart,
     algorithm,
-    autocast_dtype,
     check_at_least,
-    clip_groups,
+    default,
+    minibatch_epochs,
+    reads,
     setting,
-    shuffled_minibatches,
+    training_agent_kwargs,
 )
-from rlstruct.algos.dqn import QAgent, create_q_agent, epsilon_at, evaluation_info, q_network
 from rlstruct.errors import ConfigError
 from rlstruct.structures import DictTensor, Trajectories
 
@@ -52,13 +55,15 @@ __all__ = ["PQNConfig", "q_lambda_targets", "pqn_loss", "learn_step", "ALGORITHM
 
 
 @dataclasses.dataclass
-class PQNConfig(OnPolicyConfig):
-    """PQN's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s)."""
+class PQNConfig(RolloutPart, OnPolicyConfig):
+    """PQN's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s, the collection's
+    :class:`RolloutPart`'s). Its Q-network is no actor-critic: it has no observation normaliser, no recurrent or
+    compiled policy."""
 
-    hidden_sizes: tuple[int, ...] = setting((128, 128), "hidden layer widths of the Q-network (PQN: 128 128)")
-    lr: float = setting(1e-3, "Adam learning rate (PQN: 1e-3)")
-    eval_every: int = setting(5, "training iterations at least between two evaluations (PQN: 5)")
-    n_steps: int = setting(32, "steps of every env per collection (PQN: 32)")
+    hidden_sizes: tuple[int, ...] = default((128, 128))
+    lr: float = default(1e-3)
+    eval_every: int = default(5)
+    n_steps: int = default(32)
     n_epochs: int = setting(4, "passes over each collection")
     n_minibatches: int = setting(8, "shuffled minibatches per pass, each one gradient step")
     q_lambda: float = setting(0.65, "lambda of the Q(lambda) targets (0: one-step Q-learning targets)")
@@ -71,7 +76,7 @@ class PQNConfig(OnPolicyConfig):
     layer_norm: bool = setting(True, "a LayerNorm after each hidden layer of the Q-network, before its activation")
     activation: str = setting("relu", "the Q-network's hidden activation, relu or tanh")
 
-    RESUME_FIELDS: ClassVar[tuple[str, ...]] = (*OnPolicyConfig.RESUME_FIELDS, "layer_norm", "activation")
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("layer_norm", "activation")
 
 
 #: what ``rlstruct sweep pqn`` searches: field -> a range or choices, each holding the default
@@ -83,8 +88,7 @@ SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
 
 def check_config(config: PQNConfig) -> None:
     """Raises ``ValueError`` for a setting of PQN's own out of range, :class:`~rlstruct.errors.ConfigError` for the
-    epsilon schedule without a step budget or a setting the Q-network does not take (``recurrent``,
-    ``normalize_observations``, ``compile_policy``)."""
+    epsilon schedule without a step budget."""
     check_at_least(config, 1, "n_epochs", "n_minibatches")
     batch = config.n_envs * config.n_steps
     if config.n_minibatches > batch:
@@ -102,11 +106,6 @@ def check_config(config: PQNConfig) -> None:
     if config.max_env_steps is None:
         raise ConfigError("PQN decays epsilon over the step budget max_env_steps, got max_env_steps=None; pass "
                           "--max-env-steps N")
-    if config.recurrent or config.normalize_observations or config.compile_policy:
-        raise ConfigError("PQN's Q-network is feed-forward, has no observation normaliser and its agent is not "
-                          f"compiled, got recurrent={config.recurrent}, normalize_observations="
-                          f"{config.normalize_observations}, compile_policy={config.compile_policy}; drop "
-                          "--recurrent, --normalize-observations and --compile-policy")
 
 
 def check_env(config: PQNConfig, spec: EnvSpec) -> None:
@@ -188,10 +187,11 @@ def pqn_loss(q: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor, *,
     return loss, {"loss/td": loss.detach(), "q/taken": taken.detach().mean()}
 
 
-def _minibatch_loss(model: torch.nn.Module, kind: str, frame: torch.Tensor, action: torch.Tensor,
-                    target: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """:func:`pqn_loss` of a minibatch of flat steps (what ``compile_update`` compiles)."""
-    return pqn_loss(model(frame), action, target, kind=kind)
+@reads("frame", "action", "target")
+def _minibatch_loss(model: torch.nn.Module, kind: str, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`pqn_loss` of a minibatch of ``M`` flat steps (what ``compile_update`` compiles): ``frame [M, *obs]``,
+    ``action int64 [M]``, ``target float [M]``."""
+    return pqn_loss(model(batch["frame"]), batch["action"], batch["target"], kind=kind)
 
 
 def learn_step(config: PQNConfig, learner: ActorCriticLearner) -> LearnFn:
@@ -201,9 +201,8 @@ def learn_step(config: PQNConfig, learner: ActorCriticLearner) -> LearnFn:
     model = learner.model
     # The minibatches' order: seeded per session, on the learner's device, apart from the agents' generators.
     shuffle = torch.Generator(device=learner.device).manual_seed(learner.seed)
-    update = UpdateStep(functools.partial(_minibatch_loss, model, config.loss), learner.optimizer, clip_groups(model),
-                        max_grad_norm=config.max_grad_norm, device=learner.device, compile=config.compile_update,
-                        autocast=autocast_dtype(config))
+    update = learner.update_step(functools.partial(_minibatch_loss, model, config.loss), config,
+                                 max_grad_norm=config.max_grad_norm)
 
     def learn(traj: Trajectories, loss_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
         tt = traj.trajectories
@@ -212,11 +211,10 @@ def learn_step(config: PQNConfig, learner: ActorCriticLearner) -> LearnFn:
             next_max_q = model(next_frame.flatten(0, 1)).float().amax(-1).unflatten(0, next_frame.shape[:2])
             targets = q_lambda_targets(loss_rewards * config.reward_scale, next_max_q, tt["_observation/terminated"],
                                        tt["_observation/done"], config.gamma, config.q_lambda)
-        data = (frame.flatten(0, 1), tt["action/action"].flatten(0, 1), targets.flatten(0, 1))
-        rows = [update(*(x[mb] for x in data))
-                for _ in range(config.n_epochs)
-                for mb in shuffled_minibatches(data[0].shape[0], config.n_minibatches, shuffle)]
-        stats = {key: torch.stack([r[key] for r in rows]).mean() for key in rows[0]}
+        batch = {"frame": frame.flatten(0, 1), "action": tt["action/action"].flatten(0, 1),
+                 "target": targets.flatten(0, 1)}
+        stats, _ = minibatch_epochs(update, batch, n_epochs=config.n_epochs, n_minibatches=config.n_minibatches,
+                                    shuffle=shuffle)
         stats["q/target"] = targets.mean()
         return stats
 
@@ -248,13 +246,18 @@ def exploration(config: PQNConfig, env_steps: int, n_rows: int) -> tuple[DictTen
     return DictTensor({"epsilon": torch.full((n_rows,), epsilon)}), {"epsilon": epsilon}
 
 
+def _agent_kwargs(config: PQNConfig) -> tuple[dict[str, object], dict[str, object]]:
+    return training_agent_kwargs(config), {}
+
+
+#: PQN's model: the LayerNorm Q-network, run by epsilon-greedy agents (the first epsilon until ``exploration``'s)
+Q_NETWORK = OnPolicyModel(agent=create_agent, evaluation_info=evaluation_info,
+                          explore=lambda config: {"epsilon": config.epsilon_start}, build=build_model,
+                          learner_agent=lambda model, device, config: QAgent(model, device), agent_kwargs=_agent_kwargs)
+
 ALGORITHM = OnPolicyAlgorithm(name="pqn", title="PQN", config_cls=PQNConfig, description=__doc__.splitlines()[0],
-                              check_config=check_config, check_env=check_env, make_learn=learn_step,
-                              agent=create_agent, evaluation_info=evaluation_info,
-                              explore=lambda config: {"epsilon": config.epsilon_start}, build_model=build_model,
-                              learner_agent=lambda model, device, config: QAgent(model, device),
-                              schedule=exploration,
-                              search_space=SEARCH_SPACE)
+                              check_config=check_config, check_env=check_env, make_learn=learn_step, model=Q_NETWORK,
+                              schedule=exploration, search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 
 if __name__ == "__main__":

@@ -25,21 +25,21 @@ from rlstruct.agents import replay_agent, replay_agent_stateless
 from rlstruct.algos import EnvSpec
 from rlstruct.algos._train import (
     ActorCriticLearner,
+    ActorCriticPart,
+    Batch,
     LearnFn,
     OnPolicyAlgorithm,
     OnPolicyConfig,
-    RunConfig,
-    UpdateStep,
     algorithm,
     autocast_dtype,
-    clip_groups,
+    default,
+    reads,
     setting,
 )
 from rlstruct.algos.losses import masked_policy_value_loss
 from rlstruct.algos.networks import check_normalizable
 from rlstruct.algos.policies import policy_actions
 from rlstruct.algos.returns import discounted_returns
-from rlstruct.errors import ConfigError
 from rlstruct.structures import Trajectories
 
 __all__ = [
@@ -55,20 +55,19 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
-class ReinforceConfig(OnPolicyConfig):
-    """REINFORCE's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s). It collects
-    whole episodes: ``n_steps`` does not apply, and ``recurrent`` and ``overlap`` are refused."""
+class ReinforceConfig(ActorCriticPart, OnPolicyConfig):
+    """REINFORCE's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s, the policy's
+    :class:`ActorCriticPart`'s). It collects whole episodes, so it has no collection part: no ``n_steps``, no
+    ``overlap``, no recurrent policy."""
 
-    n_envs: int = setting(16, "environments per training worker (REINFORCE: 16)")
-    eval_every: int = setting(5, "training iterations at least between two evaluations (REINFORCE: 5)")
-    anneal_lr: bool = setting(False, "decay the learning rate linearly to 0 over max_env_steps (REINFORCE: off)")
+    n_envs: int = default(16)
+    eval_every: int = default(5)
+    anneal_lr: bool = default(False)
     baseline_coef: float = setting(0.5, "weight of the baseline's squared error")
     entropy_coef: float = setting(0.01, "weight of the entropy bonus")
     normalize_advantages: bool = setting(True, "standardise the advantages (returns minus baseline) in each batch")
     max_grad_norm: float = setting(1.0, "clip the gradient norm of the actor and of the critic, each (0: none)")
     bootstrap_truncated: bool = setting(True, "at a time limit, bootstrap the return from the final baseline")
-
-    RESUME_FIELDS = (*RunConfig.RESUME_FIELDS, "normalize_observations", "normalize_rewards")
 
 
 #: what ``rlstruct sweep reinforce`` searches: field -> a range or choices, each holding the default
@@ -76,15 +75,6 @@ SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
                 "gamma": {"choices": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]},
                 "n_envs": {"choices": [8, 16, 32, 64]}, "entropy_coef": {"low": 0.0, "high": 0.05},
                 "baseline_coef": {"low": 0.25, "high": 1.0}}
-
-
-def check_config(config: ReinforceConfig) -> None:
-    """Raises :class:`~rlstruct.errors.ConfigError` for ``recurrent`` or ``overlap``, which a collection of whole
-    episodes does not take."""
-    for name in ("recurrent", "overlap"):
-        if getattr(config, name):
-            raise ConfigError(f"REINFORCE collects whole episodes with a feed-forward policy, got {name}=True; drop "
-                              f"--{name}, or train A2C or PPO")
 
 
 def check_env(config: ReinforceConfig, spec: EnvSpec) -> None:
@@ -167,31 +157,35 @@ def reinforce_loss(
     return loss, {"loss/policy": terms["policy"], "loss/baseline": terms["value"], "loss/entropy": terms["entropy"]}
 
 
-def reinforce_batch_loss(
-    model: nn.Module,
-    config: ReinforceConfig,
-    frame: torch.Tensor,
-    action: torch.Tensor,
-    returns: torch.Tensor,
-    mask: torch.Tensor,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The REINFORCE loss of a batch from its tensors: the forward and :func:`reinforce_loss` in one function (what
+@reads("frame", "action", "returns", "mask")
+def reinforce_batch_loss(model: nn.Module, config: ReinforceConfig,
+                         batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The REINFORCE loss of a batch: the forward and :func:`reinforce_loss` in one function (what
     ``compile_update`` compiles, with symbolic ``T``; the returns are computed before, eagerly).
 
     Args:
         model: the actor-critic.
         config: the run's settings (the loss's coefficients).
-        frame: ``[B, T, *obs]``, ``observation/frame``.
-        action: ``[B, T]`` or ``[B, T, D]``, see :func:`~rlstruct.algos.policies.policy_actions`.
-        returns: ``float [B, T]``, from :func:`reinforce_returns`.
-        mask: ``float [B, T]``.
+        batch: ``frame [B, T, *obs]`` (``observation/frame``); ``action [B, T]`` or ``[B, T, D]`` (see
+            :func:`~rlstruct.algos.policies.policy_actions`); ``returns float [B, T]`` (from
+            :func:`reinforce_returns`); ``mask float [B, T]``.
     """
+    returns = batch["returns"]
     B, T = returns.shape
-    flat = frame.flatten(0, 1)
+    flat = batch["frame"].flatten(0, 1)
     dist = model.policy(flat)
     values = model.value(flat).unflatten(0, (B, T))
-    log_probs = dist.log_prob(action.flatten(0, 1)).unflatten(0, (B, T))
-    return reinforce_loss(log_probs, dist.entropy().unflatten(0, (B, T)), values, returns, mask,
+    log_probs = dist.log_prob(batch["action"].flatten(0, 1)).unflatten(0, (B, T))
+    return reinforce_loss(log_probs, dist.entropy().unflatten(0, (B, T)), values, returns, batch["mask"],
+                          baseline_coef=config.baseline_coef, entropy_coef=config.entropy_coef,
+                          normalize_advantages=config.normalize_advantages)
+
+
+@reads("log_prob", "entropy", "value", "returns", "mask")
+def _outputs_loss(config: ReinforceConfig, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`reinforce_loss` of the learner's outputs over a batch (``log_prob``, ``entropy``, ``value``, each
+    ``float [B, T]`` with gradient) and its ``returns`` and ``mask``."""
+    return reinforce_loss(batch["log_prob"], batch["entropy"], batch["value"], batch["returns"], batch["mask"],
                           baseline_coef=config.baseline_coef, entropy_coef=config.entropy_coef,
                           normalize_advantages=config.normalize_advantages)
 
@@ -201,17 +195,13 @@ def learn_step(config: ReinforceConfig, learner: ActorCriticLearner) -> LearnFn:
     clipping, optimizer step). Compiled or under autocast, the update runs the forward (over episodes of changing
     lengths, so with symbolic shapes); eager, it takes the outputs of the forward that also gives the bootstrap
     values."""
-    model, device = learner.model, learner.device
+    model = learner.model
     forward_in_update = config.compile_update or autocast_dtype(config) is not None
     if forward_in_update:
-        update = UpdateStep(functools.partial(reinforce_batch_loss, model, config), learner.optimizer,
-                            clip_groups(model), max_grad_norm=config.max_grad_norm, device=device,
-                            compile=config.compile_update, dynamic=True, autocast=autocast_dtype(config))
+        loss_fn = functools.partial(reinforce_batch_loss, model, config)
     else:
-        loss_fn = functools.partial(reinforce_loss, baseline_coef=config.baseline_coef,
-                                    entropy_coef=config.entropy_coef, normalize_advantages=config.normalize_advantages)
-        update = UpdateStep(loss_fn, learner.optimizer, clip_groups(model), max_grad_norm=config.max_grad_norm,
-                            device=device)
+        loss_fn = functools.partial(_outputs_loss, config)
+    update = learner.update_step(loss_fn, config, max_grad_norm=config.max_grad_norm, dynamic=True)
 
     def learn(traj: Trajectories, loss_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
         if config.check_devices:
@@ -227,15 +217,16 @@ def learn_step(config: ReinforceConfig, learner: ActorCriticLearner) -> LearnFn:
             returns = reinforce_returns(loss_rewards, out["next_value"], tt["_observation/terminated"], tt.lengths,
                                         config.gamma, bootstrap_truncated=config.bootstrap_truncated)
         if forward_in_update:
-            return update(tt["observation/frame"], policy_actions(tt), returns, tt.mask())
-        return update(out["log_prob"], out["entropy"], out["value"], returns, tt.mask())
+            return update({"frame": tt["observation/frame"], "action": policy_actions(tt), "returns": returns,
+                           "mask": tt.mask()})
+        return update({"log_prob": out["log_prob"], "entropy": out["entropy"], "value": out["value"],
+                       "returns": returns, "mask": tt.mask()})
 
     return learn
 
 
 ALGORITHM = OnPolicyAlgorithm(name="reinforce", title="REINFORCE", config_cls=ReinforceConfig,
-                              description=__doc__.splitlines()[0], check_config=check_config, check_env=check_env,
-                              make_learn=learn_step, episodic=True,
+                              description=__doc__.splitlines()[0], check_env=check_env, make_learn=learn_step,
                               search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 

@@ -27,6 +27,7 @@ from rlstruct.algos._train import (
     OffPolicyConfig,
     Resume,
     algorithm,
+    default,
     load_state,
     restore_optimizer,
     seeded_model,
@@ -51,11 +52,11 @@ class SACConfig(OffPolicyConfig):
     """SAC's settings (each one's help is beside it; the family's are :class:`OffPolicyConfig`'s)."""
 
     env: str = setting("Pendulum-v1", "gymnasium id of the environment (SAC: Pendulum-v1, continuous actions)")
-    time_limit: float = setting(600.0, "stop training after this many seconds of wall clock (SAC: 600)")
-    max_env_steps: int | None = setting(20_000, "the step budget: stop after this many env steps (SAC: 20k)")
-    rollout_steps: int = setting(8, "steps of every env per acquisition (SAC: 8)")
-    buffer_size: int = setting(1_000_000, "transitions the replay buffer holds (SAC: 1M)")
-    batch_size: int = setting(256, "transitions per gradient step (SAC: 256)")
+    time_limit: float = default(600.0)
+    max_env_steps: int | None = default(20_000)
+    rollout_steps: int = default(8)
+    buffer_size: int = default(1_000_000)
+    batch_size: int = default(256)
     learning_starts: int = setting(1_000, "env steps of uniformly random actions before the first gradient step")
     gradient_steps_per_env_step: float = setting(1.0, "gradient steps per new env step (fractions accumulate)")
     tau: float = setting(0.005, "Polyak rate of the target critics, every gradient step")

@@ -39,7 +39,8 @@ For the algorithms' runs: a path that is no readable rlstruct checkpoint (nothin
 a run's ``summary.json`` that ``rlstruct compare`` cannot read as a result, :class:`RunRecordError`; an observation
 given to ``Policy.predict`` that does not fit the env's or holds NaN or infinite values, :class:`SpaceError`; a
 disk-backed replay buffer (``--replay-storage disk``) that the disk has not the room for, at setup or when its files
-grow, :class:`DiskSpaceError`.
+grow, :class:`DiskSpaceError`; a batch given to a learner's update without a key its loss reads,
+:class:`BatchKeyError`.
 
 A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
 batcher's call order only), and the bridge raises :class:`BridgeError` only for what gymnasium code asks
@@ -71,6 +72,7 @@ __all__ = [
     "VideoError",
     "RankLostError",
     "RunRecordError",
+    "BatchKeyError",
 ]
 
 
@@ -212,3 +214,23 @@ class RankLostError(RLStructError, RuntimeError):
 class RunRecordError(RLStructError, ValueError):
     """A run folder's record cannot be read as a result: its ``summary.json`` (or ``config.json``) is not a JSON
     object, or a finished run's ``eval_return`` is missing, not a number or not finite. The message names the file."""
+
+
+class BatchKeyError(RLStructError, KeyError):
+    """A loss was given a batch without a key it reads (the keys a loss declares with
+    ``rlstruct.algos._train.update.reads``, as TorchRL's losses declare their ``in_keys``). The message names the
+    missing key, the loss and the keys the batch holds.
+
+    Attributes:
+        key: the first missing key.
+    """
+
+    def __init__(self, message: str, key: str = ""):
+        super().__init__(message)
+        self.key = key
+
+    def __str__(self) -> str:  # KeyError's own shows the message as a repr, quotes and escapes included
+        return str(self.args[0])
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.key))

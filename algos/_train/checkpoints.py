@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from rlstruct.algos._optim import OptimizerLike
+from rlstruct.algos._train.config import resume_fields
 from rlstruct.algos._train.finite import check_finite_checkpoint
 from rlstruct.devices import cpu_state_dict, tree_copy
 from rlstruct.envs.factory import resolve_backend
@@ -307,8 +308,8 @@ def load_resume(algo: str, config: RunConfig, *, checkpoint: dict[str, Any] | No
 
     Args:
         algo: the algorithm of the new run.
-        config: the new run's config; its class's ``RESUME_FIELDS`` are the settings that must equal the
-            checkpoint's (the shared ones, its family's and its algorithm's, e.g. DQN's ``dueling``).
+        config: the new run's config; its class's :func:`~.config.resume_fields` are the settings that must equal
+            the checkpoint's (the shared ones, its family's and its algorithm's, e.g. DQN's ``dueling``).
         checkpoint: the content of ``config.resume`` (:func:`load_checkpoint`'s) when the caller has read it
             already; ``None`` reads it here.
 
@@ -335,7 +336,7 @@ def load_resume(algo: str, config: RunConfig, *, checkpoint: dict[str, Any] | No
     check_finite_checkpoint(data, f"resume={config.resume!r}", keys=("learner",))
     saved = data["config"]
     new = config.to_dict()
-    for name in type(config).RESUME_FIELDS:
+    for name in resume_fields(type(config)):
         before, now = saved.get(name), new[name]
         if name == "backend":  # "auto" and the backend it picks are the same simulator
             before, now = stepped_backend(data), resolve_backend(new["env"], now)

@@ -1,8 +1,12 @@
 """The settings of a run, typed by family: :class:`RunConfig` (what every algorithm shares), :class:`OnPolicyConfig`
-and :class:`OffPolicyConfig` (what each training loop reads), which each algorithm's config extends.
+and :class:`OffPolicyConfig` (what each training loop reads), which each algorithm's config extends. An on-policy
+algorithm's config is composed of the parts its loop reads besides: :class:`RolloutPart` (a collection of ``n_steps``
+steps of auto-reset envs), :class:`ActorCriticPart` (the actor-critic's policy) and :class:`RecurrentPart` (its LSTM);
+an algorithm takes only the parts it uses, so that it has no flag it must refuse.
 
 Every field is declared with :func:`setting`: its default, the one-line help ``--help`` shows and its ``--help``
-group sit beside it. The longer story of each setting is docs/concepts/settings.md.
+group sit beside it; a subclass changes a default with :func:`default`, which keeps the field's help and group. The
+longer story of each setting is docs/concepts/settings.md.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from rlstruct.devices import as_device, check_device_exists
 from rlstruct.envs.factory import BACKENDS, resolve_backend
 from rlstruct.errors import ConfigError, MissingDependencyError
 
-__all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "AUTOCAST_VALUES", "setting", "RunConfig", "OnPolicyConfig",
-           "OffPolicyConfig", "check_at_least", "validate_run_config", "check_on_policy", "check_off_policy",
+__all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "AUTOCAST_VALUES", "setting", "default", "RunConfig",
+           "OnPolicyConfig", "RolloutPart", "ActorCriticPart", "RecurrentPart", "OffPolicyConfig", "resume_fields",
+           "check_at_least", "validate_run_config", "check_on_policy", "check_off_policy",
            "check_evaluation_policy", "check_env_kwargs", "check_physics_dtype", "set_torch_threads",
            "training_workers"]
 
@@ -46,6 +51,20 @@ def setting(default: Any, help: str, *, group: str | None = None) -> Any:
     ('Adam learning rate', 0.001)
     """
     return dataclasses.field(default=default, metadata={"help": help, "group": group})
+
+
+def default(value: Any) -> Any:
+    """A field of a base class re-declared with another default ``value``; its help and group stay the base's
+    (``--help`` shows the new default beside the help).
+
+    >>> from rlstruct.algos._train.flags import field_help
+    >>> @dataclasses.dataclass
+    ... class Config(RunConfig):
+    ...     lr: float = default(3e-4)
+    >>> Config().lr, field_help(Config)["lr"]
+    (0.0003, ('Adam learning rate', 'run'))
+    """
+    return dataclasses.field(default=value, metadata={"help": None, "group": None})
 
 
 @dataclasses.dataclass
@@ -122,7 +141,7 @@ class RunConfig:
                           group="run")
 
     #: the settings a resumed run must share with its checkpoint, as they shape the networks or the data (see
-    #: load_resume); a family's or an algorithm's config adds its own to these
+    #: load_resume); a family, a part or an algorithm names its own, and resume_fields gathers them all
     RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("env", "backend", "max_episode_steps", "hidden_sizes", "env_kwargs")
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,46 +151,70 @@ class RunConfig:
 
 @dataclasses.dataclass
 class OnPolicyConfig(RunConfig):
-    """What the on-policy loop reads (A2C, PPO, REINFORCE): the collection, the schedule, the normalisation and the
-    fast path."""
+    """What the on-policy loop reads of every member (A2C, PPO, REINFORCE, PQN): the schedule, the return
+    normalisation and the update's fast path. A member's config adds the parts its collection and its policy read
+    (:class:`RolloutPart`, :class:`ActorCriticPart`, :class:`RecurrentPart`)."""
 
-    n_envs: int = setting(32, "training environments in all, split evenly over the workers (on-policy: 32)")
-    time_limit: float = setting(600.0, "stop training after this many seconds of wall clock (on-policy: 600)")
-    max_env_steps: int | None = setting(500_000, "the step budget, over which anneal_lr decays (on-policy: 500k)")
-    lr: float = setting(3e-3, "Adam learning rate (on-policy: 3e-3)")
-    n_steps: int = setting(8, "steps of every env per collection (auto-reset envs)", group="on-policy")
+    n_envs: int = default(32)
+    time_limit: float = default(600.0)
+    max_env_steps: int | None = setting(500_000, "the step budget, over which anneal_lr decays")
+    lr: float = default(3e-3)
     gamma: float = setting(0.99, "discount factor", group="on-policy")
     anneal_lr: bool = setting(True, "decay the learning rate linearly to 0 over max_env_steps", group="on-policy")
-    recurrent: bool = setting(False, "an LSTM policy whose memory the batcher carries between collections",
-                              group="on-policy")
-    overlap: bool = setting(False, "collect the next batch while learning on this one (data one update stale)",
-                            group="on-policy")
-    normalize_observations: bool = setting(False, "standardise observations by their running statistics",
-                                           group="normalisation")
     normalize_rewards: bool = setting(False, "divide rewards by the running std of their discounted return",
                                       group="normalisation")
     compile_update: bool = setting(False, "compile the update's forward and loss with torch.compile",
                                    group="fast path")
-    cuda_graph: bool = setting(False, "replay each acquisition as one CUDA graph (a CUDA batcher_device)",
-                               group="fast path")
     share_weights: bool = setting(True, "the in-process batcher reads the learner's weights on its device",
                                   group="fast path")
-    compile_policy: bool = setting(False, "compile the training batcher's policy step with torch.compile",
-                                   group="fast path")
     autocast: str = setting("none", "none, or bfloat16: the update's and the policy's forward under autocast",
                             group="fast path")
 
-    RESUME_FIELDS: ClassVar[tuple[str, ...]] = (*RunConfig.RESUME_FIELDS, "recurrent", "normalize_observations",
-                                                "normalize_rewards")
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("normalize_rewards",)
+
+
+@dataclasses.dataclass
+class RolloutPart:
+    """The collection of an on-policy algorithm that steps auto-reset envs ``n_steps`` at a time (A2C, PPO, PQN),
+    not whole episodes (REINFORCE)."""
+
+    n_steps: int = setting(8, "steps of every env per collection (auto-reset envs)", group="on-policy")
+    overlap: bool = setting(False, "collect the next batch while learning on this one (data one update stale)",
+                            group="on-policy")
+    cuda_graph: bool = setting(False, "replay each acquisition as one CUDA graph (a CUDA batcher_device)",
+                               group="fast path")
+
+
+@dataclasses.dataclass
+class ActorCriticPart:
+    """The policy of an actor-critic (A2C, PPO, REINFORCE): its observation normaliser and its compiled step."""
+
+    normalize_observations: bool = setting(False, "standardise observations by their running statistics",
+                                           group="normalisation")
+    compile_policy: bool = setting(False, "compile the training batcher's policy step with torch.compile",
+                                   group="fast path")
+
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("normalize_observations",)
+
+
+@dataclasses.dataclass
+class RecurrentPart(ActorCriticPart):
+    """An actor-critic whose policy may be an LSTM, its memory carried by the batcher from one collection to the
+    next (A2C, PPO)."""
+
+    recurrent: bool = setting(False, "an LSTM policy whose memory the batcher carries between collections",
+                              group="on-policy")
+
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("recurrent",)
 
 
 @dataclasses.dataclass
 class OffPolicyConfig(RunConfig):
     """What the off-policy loop reads (DQN, SAC): the collection, the replay buffer and when learning starts."""
 
-    n_envs: int = setting(4, "training environments in all, split evenly over the workers (off-policy: 4)")
-    hidden_sizes: tuple[int, ...] = setting((128, 128), "hidden layer widths of the networks (off-policy: 128 128)")
-    eval_every: int = setting(25, "training iterations between two evaluations (off-policy: 25)")
+    n_envs: int = default(4)
+    hidden_sizes: tuple[int, ...] = default((128, 128))
+    eval_every: int = default(25)
     rollout_steps: int = setting(16, "steps of every env per acquisition", group="off-policy")
     buffer_size: int = setting(50_000, "transitions the replay buffer holds", group="off-policy")
     batch_size: int = setting(64, "transitions per gradient step", group="off-policy")
@@ -187,13 +230,26 @@ class OffPolicyConfig(RunConfig):
                                          "to 1 over the step budget", group="off-policy")
 
 
+def resume_fields(config_cls: type) -> tuple[str, ...]:
+    """The settings a resumed run of ``config_cls`` must share with its checkpoint: the ``RESUME_FIELDS`` of every
+    class it is made of (its family's, its parts', its own), each once.
+
+    >>> resume_fields(OnPolicyConfig)
+    ('env', 'backend', 'max_episode_steps', 'hidden_sizes', 'env_kwargs', 'normalize_rewards')
+    """
+    names: dict[str, None] = {}
+    for klass in reversed(config_cls.__mro__):
+        names.update(dict.fromkeys(vars(klass).get("RESUME_FIELDS", ())))
+    return tuple(names)
+
+
 def check_at_least(config: Any, least: int, *names: str) -> None:
     """Raises ``ValueError`` naming the first of ``names`` whose value in ``config`` is below ``least``.
 
-    >>> check_at_least(OnPolicyConfig(n_steps=0), 1, "n_envs", "n_steps")
+    >>> check_at_least(OnPolicyConfig(n_envs=0), 1, "n_envs", "lr")
     Traceback (most recent call last):
     ...
-    ValueError: n_steps must be >= 1, got 0
+    ValueError: n_envs must be >= 1, got 0
     """
     for name in names:
         value = getattr(config, name)
@@ -280,13 +336,14 @@ def validate_run_config(config: RunConfig) -> None:
     check_trackers(config.track)
 
 
-def check_on_policy(config: OnPolicyConfig, title: str, *, episodic: bool = False) -> None:
-    """Checks the on-policy family's settings: the step budget of ``anneal_lr``, the collection and the fast path.
+def check_on_policy(config: OnPolicyConfig, title: str) -> None:
+    """Checks the on-policy family's settings: the step budget of ``anneal_lr`` and the fast path, then those of the
+    parts ``config`` is made of (its collection, its policy).
 
     Raises:
         ConfigError: ``anneal_lr`` without a step budget; fast-path flags that cannot work together
             (``compile_update`` or ``compile_policy`` with ``recurrent``; ``compile_update`` or ``autocast`` with
-            ``check_devices``; ``cuda_graph`` without a CUDA ``batcher_device``, or with episodic envs).
+            ``check_devices``; ``cuda_graph`` without a CUDA ``batcher_device``).
         ValueError: a setting is out of range.
     """
     if config.autocast not in AUTOCAST_VALUES:
@@ -294,11 +351,12 @@ def check_on_policy(config: OnPolicyConfig, title: str, *, episodic: bool = Fals
             f"autocast must be one of {list(AUTOCAST_VALUES)}, got {config.autocast!r}; pass --autocast bfloat16 for "
             "the update's and the training policy's forward in bfloat16, or leave the default (none: float32)"
         )
-    for flag, other, why in (
-        ("compile_policy", "recurrent", "it compiles the feed-forward policy's step"),
-        ("compile_update", "recurrent", "a window is replayed step by step through the LSTM, with per-row resets"),
-        ("compile_update", "check_devices", "the checked replay runs step by step for debugging"),
-    ):
+    pairs = [("compile_update", "check_devices", "the checked replay runs step by step for debugging")]
+    if isinstance(config, RecurrentPart):
+        pairs += [("compile_policy", "recurrent", "it compiles the feed-forward policy's step"),
+                  ("compile_update", "recurrent", "a window is replayed step by step through the LSTM, with per-row "
+                                                  "resets")]
+    for flag, other, why in pairs:
         if getattr(config, flag) and getattr(config, other):
             raise ConfigError(f"{title}: {flag}=True does not support {other}=True ({why}); drop "
                               f"--{flag.replace('_', '-')} or --{other.replace('_', '-')}")
@@ -307,17 +365,13 @@ def check_on_policy(config: OnPolicyConfig, title: str, *, episodic: bool = Fals
             f"{title}: autocast={config.autocast!r} does not support check_devices=True (the checked replay runs step "
             "by step, in float32, for debugging); drop --autocast or --check-devices"
         )
-    if config.cuda_graph and as_device(config.batcher_device).type != "cuda":
-        raise ConfigError(
-            f"{title}: cuda_graph=True needs a CUDA batcher_device, got batcher_device={config.batcher_device!r}; "
-            "pass --batcher-device cuda or drop --cuda-graph"
-        )
-    if config.cuda_graph and episodic:
-        raise ConfigError(
-            f"{title}: cuda_graph=True needs auto-reset envs (a captured loop cannot stop early), got {title}'s "
-            "episodic training batcher; drop --cuda-graph"
-        )
-    check_at_least(config, 1, "n_steps")
+    if isinstance(config, RolloutPart):
+        if config.cuda_graph and as_device(config.batcher_device).type != "cuda":
+            raise ConfigError(
+                f"{title}: cuda_graph=True needs a CUDA batcher_device, got batcher_device={config.batcher_device!r}; "
+                "pass --batcher-device cuda or drop --cuda-graph"
+            )
+        check_at_least(config, 1, "n_steps")
     if not 0 <= config.gamma <= 1:
         raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
     if config.anneal_lr and config.max_env_steps is None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from rlstruct.algos._train.flags import field_help
 from rlstruct.errors import CheckpointError
 
 __all__ = ["WATCHED", "DivergenceGuard", "check_finite_checkpoint", "check_finite_settings", "non_finite"]
@@ -37,11 +38,11 @@ def check_finite_settings(config: Any) -> None:
     ...
     ValueError: lr must be a finite number, got inf; pass a finite --lr (its default: 0.001)
     """
+    helps = field_help(type(config))
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
         if isinstance(value, float) and not math.isfinite(value):
-            hint = " or a large one, e.g. 1e9, for no practical limit" if "seconds" in field.metadata.get(
-                "help", "") else ""
+            hint = " or a large one, e.g. 1e9, for no practical limit" if "seconds" in helps[field.name][0] else ""
             raise ValueError(f"{field.name} must be a finite number, got {value!r}; pass a finite "
                              f"--{field.name.replace('_', '-')} (its default: {field.default!r}){hint}")
 

@@ -52,23 +52,21 @@ def _parse_optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def field_help(config_cls: type) -> dict[str, tuple[str, str]]:
-    """``{field: (help, group)}`` of a config dataclass, from each field's :func:`setting`. A field re-declared
-    without a group keeps the group of the base class's field; a field with none is the algorithm's own
-    (``"algorithm"``).
+    """``{field: (help, group)}`` of a config dataclass, from each field's :func:`setting`. A field re-declared with
+    :func:`~rlstruct.algos._train.config.default`, or without a group, keeps the help or the group of the base
+    class's field; a field with no group anywhere is the algorithm's own (``"algorithm"``).
 
     >>> from rlstruct.algos._train.config import OnPolicyConfig
     >>> field_help(OnPolicyConfig)["lr"]
-    ('Adam learning rate (on-policy: 3e-3)', 'run')
+    ('Adam learning rate', 'run')
     """
     out = {}
     for f in dataclasses.fields(config_cls):
-        group = f.metadata.get("group")
-        for base in config_cls.__mro__[1:]:
-            if group is not None:
-                break
-            if dataclasses.is_dataclass(base):
-                group = next((g.metadata.get("group") for g in dataclasses.fields(base) if g.name == f.name), None)
-        out[f.name] = (f.metadata.get("help", ""), group or "algorithm")
+        declared = [vars(base)["__dataclass_fields__"][f.name].metadata for base in config_cls.__mro__
+                    if f.name in vars(base).get("__dataclass_fields__", {})]
+        text = next((m["help"] for m in declared if m.get("help") is not None), "")
+        group = next((m["group"] for m in declared if m.get("group") is not None), None)
+        out[f.name] = (text, group or "algorithm")
     return out
 
 

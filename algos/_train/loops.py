@@ -17,7 +17,16 @@ from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._optim import OptimizerLike
 from rlstruct.algos._train.checkpoints import load_state
-from rlstruct.algos._train.config import OffPolicyConfig, OnPolicyConfig, RunConfig, check_off_policy, check_on_policy
+from rlstruct.algos._train.config import (
+    ActorCriticPart,
+    OffPolicyConfig,
+    OnPolicyConfig,
+    RecurrentPart,
+    RolloutPart,
+    RunConfig,
+    check_off_policy,
+    check_on_policy,
+)
 from rlstruct.algos._train.distributed import (
     World,
     all_ranks_stop,
@@ -44,8 +53,17 @@ from rlstruct.algos._train.session import (
     seeded_model,
     training_run,
 )
-from rlstruct.algos._train.update import actor_critic_learner, start_pipeline, training_agent_kwargs, weight_sync_mode
-from rlstruct.algos.networks import build_actor_critic, recurrent_actor_critic
+from rlstruct.algos._train.update import (
+    LossFn,
+    UpdateStep,
+    actor_critic_learner,
+    autocast_dtype,
+    clip_groups,
+    start_pipeline,
+    training_agent_kwargs,
+    weight_sync_mode,
+)
+from rlstruct.algos.networks import build_actor_critic, check_normalizable, recurrent_actor_critic
 from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.algos.returns import episode_returns, episode_statistics
@@ -97,6 +115,17 @@ class ActorCriticLearner:
     device: torch.device
     seed: int
     world: World = World()
+
+    def update_step(self, loss_fn: LossFn, config: OnPolicyConfig, *, max_grad_norm: float,
+                    per_network: bool = True, dynamic: bool | None = None) -> UpdateStep:
+        """The update of the model by ``loss_fn`` (its batch's keys declared with
+        :func:`~rlstruct.algos._train.update.reads`): compiled with ``config.compile_update``, under
+        ``config.autocast``, its gradient norm clipped to ``max_grad_norm`` per network (the actor's and the critic's,
+        see :func:`~rlstruct.algos._train.update.clip_groups`) or, without ``per_network``, over the whole model;
+        ``dynamic`` is ``torch.compile``'s (``True`` for batches whose length changes)."""
+        return UpdateStep(loss_fn, self.optimizer, clip_groups(self.model, per_network=per_network),
+                          max_grad_norm=max_grad_norm, device=self.device, compile=config.compile_update,
+                          dynamic=dynamic, autocast=autocast_dtype(config))
 
 
 def _join_ranks(world: World, device: torch.device, config: RunConfig, stack: contextlib.ExitStack,
@@ -151,47 +180,100 @@ def actor_critic_explore(config: OnPolicyConfig) -> dict[str, bool | float]:
     return {"stochastic": True}
 
 
-def actor_critic_model(config: OnPolicyConfig, spec: EnvSpec) -> nn.Module:
+def _recurrent(config: ActorCriticPart) -> bool:
+    return isinstance(config, RecurrentPart) and config.recurrent
+
+
+def actor_critic_model(config: ActorCriticPart, spec: EnvSpec) -> nn.Module:
     """The actor-critic of a run (on the CPU, its weights not yet seeded: the loop seeds them)."""
-    build = recurrent_actor_critic if config.recurrent else build_actor_critic
+    build = recurrent_actor_critic if _recurrent(config) else build_actor_critic
     return build(spec, config.hidden_sizes, normalize_observations=config.normalize_observations)
 
 
-def actor_critic_learner_agent(model: nn.Module, device: torch.device, config: OnPolicyConfig) -> RL_Agent:
+def actor_critic_learner_agent(model: nn.Module, device: torch.device, config: ActorCriticPart) -> RL_Agent:
     """The learner's agent over the actor-critic ``model``, to replay a collection."""
-    return RecurrentPolicyAgent(model, device) if config.recurrent else PolicyAgent(model, device)
+    return RecurrentPolicyAgent(model, device) if _recurrent(config) else PolicyAgent(model, device)
+
+
+def check_actor_critic_env(title: str, config: RecurrentPart, spec: EnvSpec) -> None:
+    """The envs an actor-critic of A2C's or PPO's takes (its ``check_env``, with ``title`` its name): raises
+    :class:`~rlstruct.errors.SpaceError` for continuous actions with image observations or with ``recurrent``,
+    :class:`~rlstruct.errors.ConfigError` for ``normalize_observations`` of images."""
+    if config.recurrent or spec.pixels:
+        spec.require(f"recurrent {title}" if config.recurrent else f"{title} on images", config.env, discrete=True)
+    check_normalizable(spec, config.normalize_observations)
+
+
+def actor_critic_kwargs(config: ActorCriticPart) -> tuple[dict[str, object], dict[str, object]]:
+    """The actor-critic agents' keyword arguments besides the config's: the training agent's own (its autocast, and
+    ``compile`` with ``compile_policy``) and both batchers' (the network's observation normaliser)."""
+    agent_kwargs = training_agent_kwargs(config)
+    if config.compile_policy:
+        agent_kwargs["compile"] = True
+    return agent_kwargs, {"normalize_observations": True} if config.normalize_observations else {}
+
+
+@dataclasses.dataclass(frozen=True)
+class OnPolicyModel:
+    """The model an on-policy algorithm learns and the agents that run it, as the loop builds them.
+
+    Attributes:
+        agent: ``(config as a dict) -> agent factory`` of the batchers (see :class:`Algorithm`).
+        evaluation_info: ``(config as a dict, sample) -> agent_info`` of the evaluation agent.
+        explore: ``(config) -> agent_info`` of the training batcher, one value per key.
+        build: ``(config, spec) -> model``, on the CPU; the batchers' agents (``agent``) build the same one.
+        learner_agent: ``(model, device, config) -> agent`` that replays a collection on the learner.
+        agent_kwargs: ``(config) -> (agent_kwargs, model_kwargs)`` of :func:`~.session.open_batchers`: the training
+            agent's own keyword arguments, and both batchers' agents'.
+    """
+
+    agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]]
+    evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]]
+    explore: Callable[[Any], dict[str, bool | float]]
+    build: Callable[[Any, EnvSpec], nn.Module]
+    learner_agent: Callable[[nn.Module, torch.device, Any], RL_Agent]
+    agent_kwargs: Callable[[Any], tuple[dict[str, object], dict[str, object]]]
+
+
+#: the actor-critic of A2C, PPO and REINFORCE (recurrent with ``recurrent``)
+ACTOR_CRITIC = OnPolicyModel(agent=actor_critic_agent, evaluation_info=actor_critic_info,
+                             explore=actor_critic_explore, build=actor_critic_model,
+                             learner_agent=actor_critic_learner_agent, agent_kwargs=actor_critic_kwargs)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OnPolicyAlgorithm(Algorithm):
-    """An on-policy algorithm as :func:`train_on_policy` runs it (see :class:`Algorithm` for the other fields);
-    its evaluation agent is the actor-critic's unless it names another.
+    """An on-policy algorithm as :func:`train_on_policy` runs it (see :class:`Algorithm` for the other fields). Its
+    batchers' and evaluation's agents are its ``model``'s; its collection is its config's: ``n_steps`` steps of
+    auto-reset envs for a config with a :class:`~.config.RolloutPart`, else whole episodes.
 
     Attributes:
         make_learn: ``(config, learner) -> learn step`` (:data:`LearnFn`).
-        episodic: collect whole episodes (episodic envs, an acquisition as long as the time limit, the envs reset
-            every iteration) instead of ``config.n_steps`` steps of auto-reset envs.
-        explore: ``(config) -> agent_info`` of the training batcher, one value per key.
-        build_model: ``(config, spec) -> model``, on the CPU; the batchers' agents (``agent``) build the same one
-            from ``hidden_sizes`` and ``normalize_observations``.
-        learner_agent: ``(model, device, config) -> agent`` that replays a collection on the learner.
+        model: the model and its agents (:data:`ACTOR_CRITIC` unless it names another).
         schedule: ``(config, env_steps, n_rows) -> (agent_info, statistics)``: the training ``agent_info``
             (``n_rows`` rows, CPU) of the next collection and the statistics it is recorded with (e.g. PQN's
-            epsilon); ``None``: ``explore``'s throughout.
+            epsilon); ``None``: ``model.explore``'s throughout.
     """
 
     make_learn: Callable[[Any, ActorCriticLearner], LearnFn]
-    episodic: bool = False
-    agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]] = actor_critic_agent
-    evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]] = actor_critic_info
-    explore: Callable[[Any], dict[str, bool | float]] = actor_critic_explore
-    build_model: Callable[[Any, EnvSpec], nn.Module] = actor_critic_model
-    learner_agent: Callable[[nn.Module, torch.device, Any], RL_Agent] = actor_critic_learner_agent
+    model: OnPolicyModel = ACTOR_CRITIC
+    agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]] = dataclasses.field(init=False)
+    evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]] = dataclasses.field(init=False)
     schedule: Callable[[Any, int, int], tuple[DictTensor, dict[str, Any]]] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "agent", self.model.agent)
+        object.__setattr__(self, "evaluation_info", self.model.evaluation_info)
+
+    @property
+    def episodic(self) -> bool:
+        """Whether it collects whole episodes (episodic envs, an acquisition as long as the time limit, the envs
+        reset every iteration): its config has no :class:`~.config.RolloutPart`."""
+        return not issubclass(self.config_cls, RolloutPart)
 
     def check_family(self, config: OnPolicyConfig) -> None:
         """The on-policy settings' checks (:func:`~.config.check_on_policy`)."""
-        check_on_policy(config, self.title, episodic=self.episodic)
+        check_on_policy(config, self.title)
 
     def run(self, setup: Setup) -> TrainResult:
         """:func:`train_on_policy`."""
@@ -249,8 +331,8 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
     with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=logger,
                       world_size=world.size, on_evaluation=setup.on_evaluation) as (run, stack):
         # What the batchers' agents build besides the agent factory's own settings (none for a plain network).
-        model_kwargs = {"normalize_observations": True} if config.normalize_observations else {}
-        model = seeded_model(config.seed, algo.build_model, config, spec)
+        agent_kwargs, model_kwargs = algo.model.agent_kwargs(config)
+        model = seeded_model(config.seed, algo.model.build, config, spec)
         if resume is not None:
             load_state(model, resume.model, "the model", resume.path)
         # Batchers first, model to the learner device after: no CUDA in this process before workers spawn.
@@ -260,16 +342,16 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
             steps = {"n_timesteps": config.n_steps, "autoreset": True, "cuda_graph": config.cuda_graph,
                      "zero_copy": config.overlap and config.n_processes == 0}
         batcher, evaluator = open_batchers(stack, config, spec, algo.agent(config.to_dict()),
-                                           explore=algo.explore(config),
+                                           explore=algo.model.explore(config),
                                            evaluate=algo.evaluation_agent_info(config.to_dict()),
-                                           agent_kwargs=training_agent_kwargs(config), model_kwargs=model_kwargs,
+                                           agent_kwargs=agent_kwargs, model_kwargs=model_kwargs,
                                            seed=run.seed, rank=world.rank, run=run,
                                            sync_timings=timer is not None and timer.sync, **steps)
 
         model.to(learner)
         run.guard.watch(model.state_dict)
         _join_ranks(world, learner, config, stack, model)
-        agent = algo.learner_agent(model, learner, config)
+        agent = algo.model.learner_agent(model, learner, config)
         B = batcher.n_elems()
         announce(world, "envs of a collection" if algo.episodic else "env steps of a collection",
                  B if algo.episodic else B * config.n_steps, config.lr)

@@ -8,6 +8,11 @@ the CPU); the backward runs through the compiled graph (AOTAutograd) and the opt
 compiled update is tested against. With ``autocast`` its forward and loss run under :func:`torch.autocast`
 (bfloat16 products and activations, half the memory traffic of float32; the weights, their gradients and the
 optimizer stay float32).
+
+A loss reads its batch by name: a batch is a dict of named tensors (or of a
+:class:`~rlstruct.structures.Trajectories`, for a loss that replays an agent), and each loss declares the keys it
+reads with :func:`reads`, which :class:`UpdateStep` checks before the loss runs (:class:`~rlstruct.errors.BatchKeyError`
+names a missing one). :func:`minibatch_epochs` runs epochs of shuffled minibatches of such a batch.
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -30,6 +35,8 @@ from rlstruct.algos._train.config import AUTOCAST_VALUES, OnPolicyConfig
 from rlstruct.algos.networks import ActorCritic, autocast_context, make_adam
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
+from rlstruct.errors import BatchKeyError
+from rlstruct.structures import Trajectories
 
 __all__ = [
     "AUTOCAST_DTYPES",
@@ -38,14 +45,54 @@ __all__ = [
     "training_agent_kwargs",
     "actor_critic_learner",
     "start_pipeline",
+    "Batch",
+    "reads",
+    "loss_keys",
     "UpdateStep",
     "clip_groups",
     "shuffled_minibatches",
+    "minibatch_epochs",
 ]
 
 log = logging.getLogger(__name__)
 
-LossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+#: a batch of named inputs of a loss: tensors whose first dimension is the batch's rows (or a
+#: :class:`~rlstruct.structures.Trajectories`, whose rows are its envs)
+Batch = Mapping[str, Any]
+#: a loss over a batch: ``(batch) -> (loss, stats)``, ``stats`` 0-d tensors
+LossFn = Callable[[Batch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def reads(*keys: str) -> Callable[[_F], _F]:
+    """Declares the keys of its batch that a loss reads (its ``in_keys``, as TorchRL's losses declare theirs); the
+    batch is the loss's last argument, so that ``functools.partial(loss, model, config)`` is a :data:`LossFn`.
+
+    >>> @reads("x", "y")
+    ... def loss(batch):
+    ...     return (batch["x"] - batch["y"]).pow(2).mean(), {}
+    >>> loss_keys(loss), loss_keys(functools.partial(loss))
+    (('x', 'y'), ('x', 'y'))
+    """
+    def declare(fn: _F) -> _F:
+        fn.in_keys = keys  # type: ignore[attr-defined]
+        return fn
+
+    return declare
+
+
+def loss_keys(loss_fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The keys ``loss_fn`` (a function or a ``functools.partial`` of one) declares with :func:`reads`.
+
+    Raises:
+        TypeError: it declares none.
+    """
+    fn = loss_fn.func if isinstance(loss_fn, functools.partial) else loss_fn
+    keys = getattr(fn, "in_keys", None)
+    if keys is None:
+        raise TypeError(f"loss_fn must declare the keys of the batch it reads, got {loss_fn!r} without them; "
+                        "decorate it with @reads('key', ...)")
+    return tuple(keys)
 
 #: the dtype of each value of ``OnPolicyConfig.autocast`` (:data:`~.config.AUTOCAST_VALUES`, checked by
 #: :func:`~.config.check_on_policy`): of the update's forward and loss and of the training agent's forward (``None``:
@@ -65,17 +112,13 @@ def autocast_dtype(config: OnPolicyConfig) -> torch.dtype | None:
 
 
 def training_agent_kwargs(config: OnPolicyConfig) -> dict[str, object]:
-    """The training batcher's agent's own keyword arguments (``open_batchers``'s ``agent_kwargs``): its
-    ``autocast``, and ``compile`` with ``compile_policy`` (the recurrent agent takes no ``compile``; validation
-    refuses the pair).
+    """The keyword arguments that every on-policy training agent takes (``open_batchers``'s ``agent_kwargs``): its
+    ``autocast``; a model part adds its own (the actor-critic's ``compile``).
 
-    >>> training_agent_kwargs(OnPolicyConfig(compile_policy=True))
-    {'autocast': None, 'compile': True}
+    >>> training_agent_kwargs(OnPolicyConfig(autocast="bfloat16"))
+    {'autocast': torch.bfloat16}
     """
-    kwargs: dict[str, object] = {"autocast": autocast_dtype(config)}
-    if config.compile_policy:
-        kwargs["compile"] = True
-    return kwargs
+    return {"autocast": autocast_dtype(config)}
 
 
 def weight_sync_mode(config: OnPolicyConfig) -> str:
@@ -168,8 +211,53 @@ def shuffled_minibatches(n: int, n_minibatches: int, shuffle: torch.Generator) -
     return (order[k * size:(k + 1) * size] for k in range(n_minibatches))
 
 
+def minibatch_epochs(
+    update: UpdateStep,
+    batch: Batch,
+    *,
+    n_epochs: int,
+    n_minibatches: int,
+    shuffle: torch.Generator,
+    stop: Callable[[dict[str, torch.Tensor]], bool] | None = None,
+) -> tuple[dict[str, torch.Tensor], int]:
+    """``n_epochs`` passes over ``batch``'s rows in ``n_minibatches`` shuffled minibatches
+    (:func:`shuffled_minibatches`), one ``update`` each.
+
+    Args:
+        update: the update of one minibatch.
+        batch: tensors with the same rows (flat steps ``[N, ...]``, or whole env windows ``[B, T, ...]`` beside a
+            :class:`~rlstruct.structures.Trajectories`, whose rows are its envs).
+        n_epochs: passes over the batch.
+        n_minibatches: minibatches per pass.
+        shuffle: the generator of the minibatches' order.
+        stop: ``(the last update's statistics) -> bool``, asked after each pass: ``True`` ends the passes early
+            (e.g. PPO's ``target_kl``; it may sync with the host, once per pass).
+
+    Returns:
+        ``(statistics, epochs)``: the mean of every update's statistics, and the passes made.
+
+    >>> w = torch.zeros(1, requires_grad=True)
+    >>> loss_fn = reads("x")(lambda batch: ((batch["x"] * w).sum(), {"rows": torch.tensor(len(batch["x"]) * 1.0)}))
+    >>> update = UpdateStep(loss_fn, torch.optim.SGD([w], lr=0.1), [], max_grad_norm=0.0, device="cpu")
+    >>> minibatch_epochs(update, {"x": torch.ones(6)}, n_epochs=2, n_minibatches=3,
+    ...                  shuffle=torch.Generator().manual_seed(0))
+    ({'rows': tensor(2.)}, 2)
+    """
+    first = next(iter(batch.values()))
+    n = first.n_elems() if isinstance(first, Trajectories) else first.shape[0]
+    rows: list[dict[str, torch.Tensor]] = []
+    epochs = 0
+    for _ in range(n_epochs):
+        for mb in shuffled_minibatches(n, n_minibatches, shuffle):
+            rows.append(update({k: v.index(mb) if isinstance(v, Trajectories) else v[mb] for k, v in batch.items()}))
+        epochs += 1
+        if stop is not None and stop(rows[-1]):
+            break
+    return {key: torch.stack([r[key] for r in rows]).mean() for key in rows[0]}, epochs
+
+
 class UpdateStep:
-    """One learner update: ``loss, stats = loss_fn(*inputs)``, backward, gradient clipping, optimizer step.
+    """One learner update: ``loss, stats = loss_fn(batch)``, backward, gradient clipping, optimizer step.
 
     With ``compile``, ``loss_fn`` (the forward and the loss) is compiled once by ``torch.compile``: on CUDA in
     ``mode="reduce-overhead"`` (its forward and backward replayed as CUDA graphs; the statistics are cloned out
@@ -181,7 +269,8 @@ class UpdateStep:
     loss, the statistics and the gradients of the float32 parameters come out in float32.
 
     Args:
-        loss_fn: ``(*inputs) -> (loss, stats)``, the forward and the loss over tensors; ``stats`` are 0-d tensors.
+        loss_fn: ``(batch) -> (loss, stats)``, the forward and the loss over a batch of named tensors, with the keys
+            it reads declared by :func:`reads`; ``stats`` are 0-d tensors.
         optimizer: the learner's optimizer.
         groups: parameter groups to clip, each with its statistic's key (see :func:`clip_groups`).
         max_grad_norm: the norm each group is clipped to (0: no clipping).
@@ -193,10 +282,14 @@ class UpdateStep:
 
     >>> model = nn.Linear(2, 1)
     >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    >>> step = UpdateStep(lambda x: (model(x).pow(2).mean(), {}), opt, clip_groups(model), max_grad_norm=1.0,
-    ...                   device="cpu")
-    >>> sorted(step(torch.ones(4, 2)))
+    >>> loss_fn = reads("x")(lambda batch: (model(batch["x"]).pow(2).mean(), {}))
+    >>> step = UpdateStep(loss_fn, opt, clip_groups(model), max_grad_norm=1.0, device="cpu")
+    >>> sorted(step({"x": torch.ones(4, 2)}))
     ['grad_norm']
+    >>> step({"y": torch.ones(4, 2)})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    rlstruct.errors.BatchKeyError: the loss <lambda> reads batch['x'], which the batch does not hold (it holds ['y'])...
     """
 
     def __init__(
@@ -213,6 +306,9 @@ class UpdateStep:
         autocast: torch.dtype | None = None,
     ):
         self.device = as_device(device)
+        self.in_keys = loss_keys(loss_fn)
+        self._name = getattr(loss_fn.func if isinstance(loss_fn, functools.partial) else loss_fn, "__name__",
+                             repr(loss_fn))
         self.optimizer = optimizer
         self.groups = [(key, list(params)) for key, params in groups]
         self.max_grad_norm = float(max_grad_norm)
@@ -231,14 +327,24 @@ class UpdateStep:
         else:
             self.loss_fn = loss_fn
 
-    def __call__(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Runs one update on ``inputs``; returns ``stats`` plus one gradient norm per clipped group (before
-        clipping), all 0-d tensors on the device (no host sync)."""
+    def __call__(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Runs one update on ``batch``; returns ``stats`` plus one gradient norm per clipped group (before
+        clipping), all 0-d tensors on the device (no host sync).
+
+        Raises:
+            BatchKeyError: ``batch`` lacks a key the loss reads.
+        """
+        for key in self.in_keys:
+            if key not in batch:
+                raise BatchKeyError(
+                    f"the loss {self._name} reads batch[{key!r}], which the batch does not hold (it holds "
+                    f"{sorted(batch)}); give the batch every key the loss declares with @reads: {list(self.in_keys)}",
+                    key)
         graphs = self._graphs
         if graphs is not None:
             # A new iteration of the CUDA graph trees: the previous replay's outputs may be overwritten from now on.
             graphs.mark_step_begin()
-        loss, stats = self.loss_fn(*inputs)
+        loss, stats = self.loss_fn(batch)
         if graphs is not None:
             stats = {k: v.detach().clone() for k, v in stats.items()}
         self.optimizer.zero_grad(set_to_none=True)
@@ -251,8 +357,8 @@ class UpdateStep:
 
 
 def _autocast(loss_fn: LossFn, device: torch.device, dtype: torch.dtype,
-              *inputs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+              batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     # The backward runs outside the context (as torch recommends): it follows the forward's dtypes by itself.
     with autocast_context(device, dtype):
-        loss, stats = loss_fn(*inputs)
+        loss, stats = loss_fn(batch)
     return loss.float(), {k: v.float() for k, v in stats.items()}

@@ -21,17 +21,26 @@ import torch
 
 from rlstruct.algos import a2c
 from rlstruct.algos._train import cli
-from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, setting
-from rlstruct.algos._train.flags import build_parser, config_from_args, field_help
+from rlstruct.algos._train.config import (
+    OnPolicyConfig,
+    RecurrentPart,
+    RolloutPart,
+    RunConfig,
+    default,
+    resume_fields,
+    setting,
+)
+from rlstruct.algos._train.flags import build_parser, config_from_args, field_help, resumed_defaults
 from rlstruct.algos._train.seeds import worker_seeds
 from rlstruct.algos.a2c import A2CConfig
 from rlstruct.algos.dqn import DQNConfig
 from rlstruct.algos.ppo import PPOConfig
+from rlstruct.algos.pqn import PQNConfig
 from rlstruct.algos.reinforce import ReinforceConfig
 from rlstruct.algos.sac import SACConfig
 from rlstruct.errors import ConfigError
 
-CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, SACConfig, PPOConfig]
+CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, SACConfig, PPOConfig, PQNConfig]
 #: whether the plot and tensorboard extras are installed: a run writes its learning curve and its TensorBoard events
 #: with them, and warns without them
 PLOT, TENSORBOARD = (importlib.util.find_spec(m) is not None for m in ("matplotlib", "tensorboard"))
@@ -244,8 +253,72 @@ def test_a_field_an_algorithm_re_declares_keeps_its_group_and_says_so_in_its_own
     helps = field_help(Config)
     assert helps["lr"] == ("Adam learning rate (this algorithm: 1e-2)", "run")
     assert helps["wide_field"] == ("a setting of its own", "algorithm")
-    assert helps["n_steps"][1] == "on-policy" and helps["autocast"][1] == "fast path"
+    assert helps["gamma"][1] == "on-policy" and helps["autocast"][1] == "fast path"
     assert field_help(RunConfig)["lr"] == ("Adam learning rate", "run")
+
+
+def test_a_default_changed_with_default_keeps_the_fields_help_and_group():
+    @dataclasses.dataclass
+    class Config(RolloutPart, OnPolicyConfig):
+        n_steps: int = default(64)
+        lr: float = default(1e-2)
+
+    helps, base = field_help(Config), field_help(RolloutPart)
+    assert Config().n_steps == 64 and Config().lr == 1e-2
+    assert helps["n_steps"] == base["n_steps"] == ("steps of every env per collection (auto-reset envs)", "on-policy")
+    assert helps["lr"] == ("Adam learning rate", "run")
+    assert "steps of every env per collection (auto-reset envs) (default: 64)" in " ".join(
+        build_parser(Config, "prog").format_help().split())
+
+
+def test_each_algorithm_takes_only_the_parts_its_loop_reads():
+    names = {cls: {f.name for f in dataclasses.fields(cls)} for cls in (ReinforceConfig, PQNConfig, A2CConfig)}
+    # REINFORCE collects whole episodes with a feed-forward actor-critic: no collection part, no LSTM
+    assert not {"n_steps", "overlap", "cuda_graph", "recurrent"} & names[ReinforceConfig]
+    assert {"normalize_observations", "compile_policy", "compile_update", "autocast"} <= names[ReinforceConfig]
+    # PQN's Q-network is no actor-critic: no observation normaliser, no LSTM, no compiled policy
+    assert not {"recurrent", "normalize_observations", "compile_policy"} & names[PQNConfig]
+    assert {"n_steps", "overlap", "cuda_graph", "compile_update"} <= names[PQNConfig]
+    assert {"n_steps", "overlap", "cuda_graph", "recurrent", "normalize_observations"} <= names[A2CConfig]
+    assert issubclass(PPOConfig, RolloutPart) and issubclass(PPOConfig, RecurrentPart)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n_steps'"):
+        ReinforceConfig(n_steps=8)
+
+
+@pytest.mark.parametrize("algo, flag", [("reinforce", "--n-steps"), ("reinforce", "--recurrent"),
+                                        ("reinforce", "--overlap"), ("pqn", "--recurrent"),
+                                        ("pqn", "--normalize-observations"), ("pqn", "--compile-policy")])
+def test_a_flag_an_algorithm_does_not_take_is_an_unknown_flag(algo, flag, capsys):
+    args = [flag, "4"] if flag == "--n-steps" else [flag]
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", algo, *args])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"rlstruct train {algo}: error: unrecognized arguments: {' '.join(args)}" in err
+    assert f"(rlstruct train {algo} --help lists the flags)" in err
+
+
+def test_n_envs_means_the_runs_envs_in_all_in_every_algorithms_help():
+    for config_cls in CONFIGS:
+        assert field_help(config_cls)["n_envs"][0] == field_help(RunConfig)["n_envs"][0], config_cls.__name__
+    assert "in all" in field_help(ReinforceConfig)["n_envs"][0]
+
+
+def test_the_settings_a_resumed_run_shares_come_from_its_family_its_parts_and_its_own():
+    assert resume_fields(ReinforceConfig) == (*RunConfig.RESUME_FIELDS, "normalize_rewards", "normalize_observations")
+    assert set(resume_fields(PPOConfig)) == {*RunConfig.RESUME_FIELDS, "normalize_rewards", "normalize_observations",
+                                             "recurrent"}
+    assert resume_fields(PQNConfig)[-2:] == ("layer_norm", "activation") and "recurrent" not in resume_fields(PQNConfig)
+    assert resume_fields(DQNConfig)[-1] == "dueling"
+
+
+def test_a_checkpoint_saved_with_the_settings_a_config_no_longer_has_still_resumes_its_settings():
+    # a REINFORCE run saved when its config still held the whole on-policy family's collection settings
+    saved = {**ReinforceConfig(lr=0.01).to_dict(), "n_steps": 8, "recurrent": False, "overlap": False,
+             "cuda_graph": False}
+    defaults = resumed_defaults(ReinforceConfig, {"config": saved})
+    assert defaults["lr"] == 0.01 and not {"n_steps", "recurrent", "overlap", "cuda_graph"} & set(defaults)
+    assert ReinforceConfig(**defaults).lr == 0.01
 
 
 def test_parsed_flags_build_the_config():

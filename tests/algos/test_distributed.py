@@ -30,7 +30,7 @@ from rlstruct.algos._train.distributed import (
     sum_over_ranks,
     world_from_environment,
 )
-from rlstruct.algos._train.update import UpdateStep
+from rlstruct.algos._train.update import UpdateStep, reads
 from rlstruct.errors import ConfigError
 
 UPDATES = 4
@@ -84,12 +84,13 @@ def _model(seed: int) -> nn.Module:
     return nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 3))
 
 
-def _loss(model, obs, actions, advantages) -> tuple[torch.Tensor, dict]:
+@reads("obs", "action", "advantage")
+def _loss(model, batch) -> tuple[torch.Tensor, dict]:
     """An A2C loss: policy-gradient surrogate plus value loss, means over the batch."""
-    out = model(obs)
-    logp = torch.distributions.Categorical(logits=out[:, :2]).log_prob(actions)
+    out = model(batch["obs"])
+    logp = torch.distributions.Categorical(logits=out[:, :2]).log_prob(batch["action"])
     value = out[:, 2]
-    return -(logp * advantages).mean() + 0.5 * (value - advantages).pow(2).mean(), {}
+    return -(logp * batch["advantage"]).mean() + 0.5 * (value - batch["advantage"]).pow(2).mean(), {}
 
 
 def _train(model, obs, actions, advantages, after_update=None, compiled=False) -> None:
@@ -99,7 +100,7 @@ def _train(model, obs, actions, advantages, after_update=None, compiled=False) -
     step = UpdateStep(functools.partial(_loss, model), optimizer, [("grad_norm", list(model.parameters()))],
                       max_grad_norm=0.5, device="cpu", compile=compiled, backend="aot_eager")
     for k in range(UPDATES):
-        step(obs[k], actions[k], advantages[k])
+        step({"obs": obs[k], "action": actions[k], "advantage": advantages[k]})
         if after_update is not None:
             after_update()
 

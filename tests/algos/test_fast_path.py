@@ -17,7 +17,7 @@ import torch
 from rlstruct.algos import a2c, create_env, describe_env, ppo, reinforce
 from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, validate_run_config
 from rlstruct.algos._train.session import training_run
-from rlstruct.algos._train.update import UpdateStep, clip_groups, weight_sync_mode
+from rlstruct.algos._train.update import UpdateStep, clip_groups, reads, weight_sync_mode
 from rlstruct.algos.networks import ActorCritic, build_actor_critic, make_adam
 from rlstruct.algos.policies import actor_critic_outputs, create_policy_agent
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
@@ -287,9 +287,11 @@ def test_cli_has_the_fast_path_flags(capsys):
         with pytest.raises(SystemExit):
             main(["train", algo, "--help"])
         out = capsys.readouterr().out
-        for flag in ("--compile-update", "--cuda-graph", "--share-weights", "--learner-device", "--batcher-device",
-                     "--autocast", "--compile-policy"):
+        for flag in ("--compile-update", "--share-weights", "--learner-device", "--batcher-device", "--autocast",
+                     "--compile-policy"):
             assert flag in out, (algo, flag)
+        # a captured loop cannot stop early: only the algorithms that collect from auto-reset envs take --cuda-graph
+        assert ("--cuda-graph" in out) == (algo != "reinforce"), algo
 
 
 def test_matmul_precision_is_set_for_the_run_and_restored_after(tmp_path):
@@ -321,19 +323,26 @@ def test_a2c_at_high_matmul_precision_is_reproducible_and_close_to_highest(tmp_p
 
 
 # ----------------------------------------------------------------------------------------------- compiled update
+def _a2c_like_loss(model):
+    """An A2C-like loss over a batch of :func:`_batch`'s keys."""
+    @reads("frame", "next_frame", "action", "advantage", "mask")
+    def loss_fn(batch):
+        out = actor_critic_outputs(model, batch["frame"], batch["next_frame"], batch["action"])
+        return a2c.a2c_loss(out["log_prob"], out["entropy"], out["value"], batch["advantage"], batch["mask"],
+                            value_coef=0.5, entropy_coef=0.01, normalize_advantages=True)
+    return loss_fn
+
+
 def _a2c_like_step(model, compile, backend="inductor", dynamic=None):
-    def loss_fn(frame, next_frame, action, adv, mask):
-        out = actor_critic_outputs(model, frame, next_frame, action)
-        return a2c.a2c_loss(out["log_prob"], out["entropy"], out["value"], adv, mask, value_coef=0.5,
-                            entropy_coef=0.01, normalize_advantages=True)
-    return UpdateStep(loss_fn, make_adam(model, 1e-2, "cpu"), clip_groups(model), max_grad_norm=0.5, device="cpu",
-                      compile=compile, backend=backend, dynamic=dynamic)
+    return UpdateStep(_a2c_like_loss(model), make_adam(model, 1e-2, "cpu"), clip_groups(model), max_grad_norm=0.5,
+                      device="cpu", compile=compile, backend=backend, dynamic=dynamic)
 
 
 def _batch(B=6, T=5, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(B, T, 4, generator=g), torch.randn(B, T, 4, generator=g),
-            torch.randint(0, 2, (B, T), generator=g), torch.randn(B, T, generator=g), torch.ones(B, T))
+    return {"frame": torch.randn(B, T, 4, generator=g), "next_frame": torch.randn(B, T, 4, generator=g),
+            "action": torch.randint(0, 2, (B, T), generator=g), "advantage": torch.randn(B, T, generator=g),
+            "mask": torch.ones(B, T)}
 
 
 def _compare_updates(backend, batches, dynamic=None):
@@ -343,7 +352,7 @@ def _compare_updates(backend, batches, dynamic=None):
     eager, compiled = _a2c_like_step(eager_model, False), _a2c_like_step(compiled_model, True, backend, dynamic)
     start = [p.detach().clone() for p in eager_model.parameters()]
     for batch in batches:
-        a, b = eager(*batch), compiled(*batch)
+        a, b = eager(batch), compiled(batch)
         assert a.keys() == b.keys()
         for k in a:
             torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
@@ -367,12 +376,8 @@ def test_compiled_update_with_changing_shapes_aot_eager():
 def _a2c_like_sgd_step(model, *, autocast=None, compile=False, backend="aot_eager"):
     """An A2C-like update with SGD: the weights move by lr x gradient, so two updates' weights differ as much as
     their gradients do (Adam's first step, lr x sign(gradient), would flip with the sign of a tiny gradient)."""
-    def loss_fn(frame, next_frame, action, adv, mask):
-        out = actor_critic_outputs(model, frame, next_frame, action)
-        return a2c.a2c_loss(out["log_prob"], out["entropy"], out["value"], adv, mask, value_coef=0.5,
-                            entropy_coef=0.01, normalize_advantages=True)
-    return UpdateStep(loss_fn, torch.optim.SGD(model.parameters(), lr=0.1), clip_groups(model), max_grad_norm=0.0,
-                      device="cpu", autocast=autocast, compile=compile, backend=backend)
+    return UpdateStep(_a2c_like_loss(model), torch.optim.SGD(model.parameters(), lr=0.1), clip_groups(model),
+                      max_grad_norm=0.0, device="cpu", autocast=autocast, compile=compile, backend=backend)
 
 
 def test_autocast_update_computes_in_bfloat16_and_stays_close_to_float32():
@@ -382,8 +387,8 @@ def test_autocast_update_computes_in_bfloat16_and_stays_close_to_float32():
     dtypes = []
     half.actor[0].register_forward_hook(lambda module, args, out: dtypes.append(out.dtype))
     batch = _batch(B=16, T=8)
-    a = _a2c_like_sgd_step(full)(*batch)
-    b = _a2c_like_sgd_step(half, autocast=torch.bfloat16)(*batch)
+    a = _a2c_like_sgd_step(full)(batch)
+    b = _a2c_like_sgd_step(half, autocast=torch.bfloat16)(batch)
     assert dtypes == [torch.bfloat16]  # the forward's products ran in bfloat16
     assert a.keys() == b.keys() and all(v.dtype == torch.float32 for v in b.values())
     assert any(not torch.equal(a[k], b[k]) for k in a)  # other bits than float32 ...
@@ -402,7 +407,7 @@ def test_compiled_autocast_update_equals_eager_autocast_update_aot_eager():
     eager = _a2c_like_sgd_step(eager_model, autocast=torch.bfloat16)
     compiled = _a2c_like_sgd_step(compiled_model, autocast=torch.bfloat16, compile=True)
     for batch in (_batch(seed=0), _batch(seed=1)):
-        a, b = eager(*batch), compiled(*batch)
+        a, b = eager(batch), compiled(batch)
         for k in a:
             torch.testing.assert_close(b[k], a[k], rtol=1e-2, atol=1e-3)
     for p, q in zip(eager_model.parameters(), compiled_model.parameters()):
@@ -540,17 +545,13 @@ def test_cuda_compiled_update_equals_eager_update():
     compiled_model = copy.deepcopy(eager_model)
 
     def step(model, compile):
-        def loss_fn(frame, next_frame, action, adv, mask):
-            out = actor_critic_outputs(model, frame, next_frame, action)
-            return a2c.a2c_loss(out["log_prob"], out["entropy"], out["value"], adv, mask, value_coef=0.5,
-                                entropy_coef=0.01, normalize_advantages=True)
-        return UpdateStep(loss_fn, make_adam(model, 1e-2, "cuda"), clip_groups(model), max_grad_norm=0.5,
+        return UpdateStep(_a2c_like_loss(model), make_adam(model, 1e-2, "cuda"), clip_groups(model), max_grad_norm=0.5,
                           device="cuda", compile=compile)
 
     eager, compiled = step(eager_model, False), step(compiled_model, True)
     for seed in range(3):
-        batch = [t.cuda() for t in _batch(seed=seed)]
-        a, b = eager(*batch), compiled(*batch)
+        batch = {key: t.cuda() for key, t in _batch(seed=seed).items()}
+        a, b = eager(batch), compiled(batch)
         for k in a:
             torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
     for p, q in zip(eager_model.parameters(), compiled_model.parameters()):

@@ -18,6 +18,21 @@ def test_each_algorithm_describes_itself_to_its_familys_loop():
     assert callable(train_on_policy) and callable(train_off_policy)
 
 
+def test_an_on_policy_algorithm_takes_its_agents_from_its_model_and_its_collection_from_its_config():
+    from rlstruct.algos._train.loops import ACTOR_CRITIC
+
+    for module in (a2c, ppo, reinforce):
+        assert module.ALGORITHM.model is ACTOR_CRITIC and module.ALGORITHM.agent is ACTOR_CRITIC.agent
+    # PQN names its Q-network once, instead of overriding each of the actor-critic's hooks
+    assert pqn.ALGORITHM.model is pqn.Q_NETWORK and pqn.ALGORITHM.agent is pqn.Q_NETWORK.agent
+    assert pqn.ALGORITHM.evaluation_info is pqn.Q_NETWORK.evaluation_info
+    assert pqn.ALGORITHM.evaluation_agent_info({"epsilon_end": 0.05}, "sample") == {"epsilon": 0.05}
+    with pytest.raises(TypeError, match="unexpected keyword argument 'agent'"):
+        OnPolicyAlgorithm(name="x", title="X", config_cls=a2c.A2CConfig, description="", make_learn=print, agent=print)
+    # episodic exactly when the config has no collection part
+    assert [m.ALGORITHM.episodic for m in (a2c, ppo, reinforce, pqn)] == [False, False, True, False]
+
+
 def test_a_description_without_its_learn_step_is_a_type_error():
     with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'make_learn'"):
         OnPolicyAlgorithm(name="x", title="X", config_cls=a2c.A2CConfig, description="")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -423,3 +424,80 @@ def test_policy_agent_samples_from_its_seed_and_is_greedy_where_asked():
     assert not torch.equal(first, a(None, obs, explore)[0]["action"])  # the generator moves on
     greedy = DictTensor({"stochastic": torch.zeros(256, dtype=torch.bool)})
     assert torch.equal(a(None, obs, greedy)[0]["action"], a.model.policy(obs["frame"]).logits.argmax(-1))
+
+
+# --------------------------------------------------------------------------- losses read their batch by name
+def _ppo_update(model):
+    from rlstruct.algos import ppo
+    from rlstruct.algos._train.update import UpdateStep, clip_groups
+
+    loss_fn = functools.partial(ppo.ppo_minibatch_loss, model, ppo.PPOConfig())
+    return UpdateStep(loss_fn, torch.optim.SGD(model.parameters(), lr=0.1), clip_groups(model), max_grad_norm=0.5,
+                      device="cpu")
+
+
+def _ppo_batch(M=6):
+    g = torch.Generator().manual_seed(0)
+    return {"frame": torch.randn(M, 4, generator=g), "action": torch.randint(0, 2, (M,), generator=g),
+            "old_log_prob": torch.full((M,), -0.7), "advantage": torch.randn(M, generator=g),
+            "old_value": torch.zeros(M), "returns": torch.randn(M, generator=g), "mask": torch.ones(M)}
+
+
+def test_each_loss_declares_the_keys_of_the_batch_it_reads():
+    from rlstruct.algos import a2c, ppo, reinforce
+    from rlstruct.algos._train.update import loss_keys
+
+    assert loss_keys(ppo.ppo_minibatch_loss) == ("frame", "action", "old_log_prob", "advantage", "old_value",
+                                                 "returns", "mask")
+    assert loss_keys(a2c.a2c_batch_loss) == ("frame", "next_frame", "action", "reward", "terminated", "done", "mask")
+    assert loss_keys(functools.partial(reinforce.reinforce_batch_loss, None, None)) == ("frame", "action", "returns",
+                                                                                       "mask")
+
+
+def test_a_loss_given_a_batch_without_a_key_it_reads_is_a_batch_key_error_naming_the_key():
+    from rlstruct.algos.networks import ActorCritic
+    from rlstruct.errors import BatchKeyError
+
+    update = _ppo_update(ActorCritic(4, 2, (8,)))
+    assert set(update(_ppo_batch())) >= {"loss/policy", "grad_norm/actor"}
+    batch = _ppo_batch()
+    del batch["advantage"]
+    with pytest.raises(BatchKeyError, match=r"the loss ppo_minibatch_loss reads batch\['advantage'\], which the "
+                                            r"batch does not hold \(it holds \['action', .*\]\); give the batch every "
+                                            r"key the loss declares with @reads") as e:
+        update(batch)
+    assert e.value.key == "advantage" and isinstance(e.value, KeyError)
+
+
+def test_a_loss_that_declares_no_keys_is_refused_when_its_update_is_built():
+    from rlstruct.algos._train.update import UpdateStep
+
+    with pytest.raises(TypeError, match=r"loss_fn must declare the keys of the batch it reads, .*; decorate it with "
+                                        r"@reads\('key', ...\)"):
+        UpdateStep(lambda batch: (batch["x"].sum(), {}), torch.optim.SGD([torch.zeros(1, requires_grad=True)]), [],
+                   max_grad_norm=0.0, device="cpu")
+
+
+def test_minibatch_epochs_passes_over_shuffled_rows_and_stops_when_told():
+    from rlstruct.algos._train.update import UpdateStep, minibatch_epochs, reads, shuffled_minibatches
+
+    seen = []
+
+    @reads("row")
+    def loss_fn(batch):
+        seen.append(batch["row"].tolist())
+        return (w * batch["row"]).sum(), {"first": batch["row"][0].float()}
+
+    w = torch.zeros(1, requires_grad=True)
+    update = UpdateStep(loss_fn, torch.optim.SGD([w], lr=0.1), [], max_grad_norm=0.0, device="cpu")
+    rows = torch.arange(8.0)
+    stats, epochs = minibatch_epochs(update, {"row": rows}, n_epochs=3, n_minibatches=2,
+                                     shuffle=torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(1)
+    expected = [rows[mb].tolist() for _ in range(3) for mb in shuffled_minibatches(8, 2, g)]
+    assert epochs == 3 and seen == expected
+    assert stats["first"] == pytest.approx(sum(r[0] for r in expected) / len(expected))
+    seen.clear()
+    _, epochs = minibatch_epochs(update, {"row": rows}, n_epochs=3, n_minibatches=2,
+                                 shuffle=torch.Generator().manual_seed(1), stop=lambda stats: True)
+    assert epochs == 1 and len(seen) == 2

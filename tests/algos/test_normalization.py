@@ -16,7 +16,7 @@ from rlstruct.algos import EnvSpec, a2c, create_env, describe_env, ppo, reinforc
 from rlstruct.algos._normalization import ObservationNormalizer, ReturnNormalizer, RunningMoments
 from rlstruct.algos._train.checkpoints import load_checkpoint
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
-from rlstruct.algos._train.update import UpdateStep, clip_groups
+from rlstruct.algos._train.update import UpdateStep, clip_groups, reads
 from rlstruct.algos.networks import ActorCritic, build_actor_critic, recurrent_actor_critic
 from rlstruct.algos.policies import actor_critic_outputs, create_policy_agent
 from rlstruct.batchers import RL_Batcher, WeightSync
@@ -136,10 +136,11 @@ def test_every_weight_sync_mode_gives_the_agent_the_learners_statistics(mode):
 
 
 def _update_step(model, compile):
-    def loss_fn(frame, next_frame, action, adv, mask):
-        out = actor_critic_outputs(model, frame, next_frame, action)
-        return a2c.a2c_loss(out["log_prob"], out["entropy"], out["value"], adv, mask, value_coef=0.5,
-                            entropy_coef=0.01, normalize_advantages=True)
+    @reads("frame", "next_frame", "action", "advantage", "mask")
+    def loss_fn(batch):
+        out = actor_critic_outputs(model, batch["frame"], batch["next_frame"], batch["action"])
+        return a2c.a2c_loss(out["log_prob"], out["entropy"], out["value"], batch["advantage"], batch["mask"],
+                            value_coef=0.5, entropy_coef=0.01, normalize_advantages=True)
     return UpdateStep(loss_fn, torch.optim.Adam(model.parameters(), lr=1e-2), clip_groups(model), max_grad_norm=0.5,
                       device="cpu", compile=compile, backend="aot_eager")
 
@@ -153,11 +154,11 @@ def test_compiled_update_reads_the_statistics_updated_between_calls():
     g = torch.Generator().manual_seed(0)
     for _ in range(3):
         frame = torch.randn(6, 5, 4, generator=g) * 4 + 2
-        batch = (frame, frame + 0.1, torch.randint(0, 2, (6, 5), generator=g), torch.randn(6, 5, generator=g),
-                 torch.ones(6, 5))
+        batch = {"frame": frame, "next_frame": frame + 0.1, "action": torch.randint(0, 2, (6, 5), generator=g),
+                 "advantage": torch.randn(6, 5, generator=g), "mask": torch.ones(6, 5)}
         for model in (eager_model, compiled_model):  # what the learner does before each update
             model.normalizer.update(frame.flatten(0, 1))
-        a, b = eager(*batch), compiled(*batch)
+        a, b = eager(batch), compiled(batch)
         for k in a:
             torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
     for p, q in zip(eager_model.parameters(), compiled_model.parameters()):

@@ -92,8 +92,6 @@ def test_the_q_network_has_a_layer_norm_before_each_hidden_activation():
     ({"loss": "l1"}, ValueError, "loss must be 'mse' or 'huber', got 'l1'"),
     ({"activation": "gelu"}, ValueError, "activation must be 'relu' or 'tanh', got 'gelu'"),
     ({"max_env_steps": None, "anneal_lr": False}, ConfigError, "PQN decays epsilon over the step budget"),
-    ({"normalize_observations": True}, ConfigError, "PQN's Q-network is feed-forward, has no observation normaliser"),
-    ({"recurrent": True}, ConfigError, "got recurrent=True"),
     ({"env": "Pendulum-v1"}, SpaceError, "PQN takes discrete actions"),
 ])
 def test_bad_settings_are_refused_before_anything_starts(change, error, match):

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from rlstruct import DictTensor, _accel
-from rlstruct.algos._train.update import UpdateStep, clip_groups
+from rlstruct.algos._train.update import UpdateStep, clip_groups, reads
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.batchers import _graph as graph_module
 from rlstruct.envs import make_env
@@ -200,8 +200,9 @@ def make_update(compile: bool):
     model = nn.Linear(3, 2)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
 
-    def loss_fn(x):
-        y = model(x)
+    @reads("x")
+    def loss_fn(batch):
+        y = model(batch["x"])
         loss = y.pow(2).mean()
         return loss, {"loss": loss.detach(), "mean": y.mean().detach()}
 
@@ -215,10 +216,10 @@ def test_the_compiled_update_in_graph_mode_marks_each_step_and_keeps_its_statist
     with _accel.installed("cpu", fake):
         model_g, graphed = make_update(compile=True)
     assert fake.compiles == [("reduce-overhead", "inductor")]
-    first = graphed(x[0])
+    first = graphed({"x": x[0]})
     first_values = {k: v.clone() for k, v in first.items()}
-    stats_e = [eager(x[0])] + [eager(x[i]) for i in (1, 2)]
-    stats_g = [first] + [graphed(x[i]) for i in (1, 2)]
+    stats_e = [eager({"x": x[i]}) for i in (0, 1, 2)]
+    stats_g = [first] + [graphed({"x": x[i]}) for i in (1, 2)]
     assert fake.step_marks == 3
     # The statistics were cloned out of the graphs' memory: the later replays did not overwrite them.
     assert all(torch.equal(first[k], first_values[k]) for k in first)
@@ -241,5 +242,5 @@ def test_the_fake_refuses_a_graph_replay_without_a_step_mark():
 def test_the_uncompiled_and_cpu_updates_do_not_touch_the_accelerator():
     fake = RecordingAccelerator()
     with _accel.installed("cpu", fake):
-        make_update(compile=False)[1](torch.ones(4, 3))
+        make_update(compile=False)[1]({"x": torch.ones(4, 3)})
     assert fake.compiles == [] and fake.step_marks == 0
