@@ -29,9 +29,9 @@ class SimEnv(CallOrder, VecEnv):
     Observations (``B`` rows, keys in this order): ``frame``, ``reward`` ``float32 [B]``, ``done`` ``bool [B]``
     (``terminated | truncated``), ``terminated``, ``truncated``, ``initial_state`` (``bool [B]``), ``last_action``.
 
-    A subclass calls :meth:`_init_harness` first in its ``__init__`` and implements :meth:`_checked_action`,
-    :meth:`_step_autoreset` and :meth:`_step_episodic`; one with a compiled CPU step also calls
-    :meth:`_start_jit_countdown` and implements :meth:`_move_to_jit`, :meth:`writes_in_place` and
+    A subclass calls :meth:`_init_harness` in its ``__init__``, before it builds its state, and implements
+    :meth:`_checked_action`, :meth:`_step_autoreset` and :meth:`_step_episodic`; one with a compiled CPU step also
+    calls :meth:`_start_jit_countdown` and implements :meth:`_move_to_jit`, :meth:`writes_in_place` and
     :meth:`_step_into`.
     """
 
