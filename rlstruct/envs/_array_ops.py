@@ -49,30 +49,16 @@ class TorchOps:
         """``table[clip(index, 0, len(table) - 1)]``: a per-action constant, the action clamped into range."""
         return table[index.clamp(0, table.shape[0] - 1)]
 
-    @staticmethod
-    def stack(rows: Any) -> torch.Tensor:
-        return torch.stack(tuple(rows))
-
-    @staticmethod
-    def concat(parts: Any) -> torch.Tensor:
-        return torch.cat(tuple(parts))
-
-    @staticmethod
-    def float64(x: torch.Tensor) -> torch.Tensor:
-        return x.to(torch.float64)
-
-    @staticmethod
-    def float32(x: torch.Tensor) -> torch.Tensor:
-        return x.to(torch.float32)
+    stack = staticmethod(lambda rows: torch.stack(tuple(rows)))
+    concat = staticmethod(lambda parts: torch.cat(tuple(parts)))
+    float64 = staticmethod(lambda x: x.to(torch.float64))
+    float32 = staticmethod(lambda x: x.to(torch.float32))
+    false = staticmethod(lambda like: torch.zeros(like.shape, dtype=torch.bool, device=like.device))
 
     @staticmethod
     def full_f32(like: torch.Tensor, value: float) -> torch.Tensor:
         """``float32 [B]`` filled with ``value``, ``B`` and the device those of ``like [B]``."""
         return torch.full(like.shape, value, dtype=torch.float32, device=like.device)
-
-    @staticmethod
-    def false(like: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(like.shape, dtype=torch.bool, device=like.device)
 
     @staticmethod
     def frame(rows: Any) -> torch.Tensor:
@@ -128,32 +114,18 @@ class NumpyOps:
             return np.minimum(x, high)
         return np.minimum(np.maximum(x, low), high)
 
-    @staticmethod
-    def stack(rows: Any) -> np.ndarray:
-        # np.array of a tuple of [B] arrays is np.stack's result, at a quarter of its call overhead.
-        return np.array(tuple(rows))
-
-    @staticmethod
-    def concat(parts: Any) -> np.ndarray:
-        return np.concatenate(tuple(parts))
-
-    @staticmethod
-    def float64(x: np.ndarray) -> np.ndarray:
-        return x.astype(np.float64)
-
-    @staticmethod
-    def float32(x: np.ndarray) -> np.ndarray:
-        return x.astype(np.float32)
+    # np.array of a tuple of [B] arrays is np.stack's result, at a quarter of its call overhead.
+    stack = staticmethod(lambda rows: np.array(tuple(rows)))
+    concat = staticmethod(lambda parts: np.concatenate(tuple(parts)))
+    float64 = staticmethod(lambda x: x.astype(np.float64))
+    float32 = staticmethod(lambda x: x.astype(np.float32))
+    false = staticmethod(lambda like: np.zeros(like.shape, dtype=np.bool_))
 
     @staticmethod
     def full_f32(like: np.ndarray, value: float) -> np.ndarray:
         out = np.empty(like.shape, dtype=np.float32)
         out.fill(value)
         return out
-
-    @staticmethod
-    def false(like: np.ndarray) -> np.ndarray:
-        return np.zeros(like.shape, dtype=np.bool_)
 
     @staticmethod
     def frame(rows: Any) -> np.ndarray:

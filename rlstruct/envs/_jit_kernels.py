@@ -19,9 +19,10 @@ import numpy as np
 
 from rlstruct.envs import _rng
 
-__all__ = ["cartpole_autoreset", "cartpole_episodic", "mix32", "counter"]
+__all__ = ["cartpole_autoreset", "cartpole_episodic", "mix32", "counter", "jit", "autoreset_flags"]
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+#: How every compiled kernel of the simulators is compiled: cached on disk, without the GIL, no bounds checks.
+jit = _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 
 # The RNG's one definition, compiled (its module constants become compile-time constants). numba's cache of the
 # kernels below is keyed on this file only: after an edit of _rng.py, touch this file so that they compile again
@@ -34,6 +35,23 @@ counter = _jit(_rng.counter)
 def _draw(key, episode, salt, scale, offset):
     """One uniform draw: :func:`._rng.uniform_draws` for one env and one variable."""
     return np.float64(mix32(counter(np.int64(key), episode, salt))) * scale + offset
+
+
+@_jit
+def autoreset_flags(i, ended, cut, done, terminated, truncated, initial, done_r, terminated_r, truncated_r, initial_r):
+    """Row ``i`` of an auto-reset step's flags (each ``bool [B]``) for an env whose episode ``ended`` (terminated)
+    or was ``cut`` (truncated): those of the observation reached, then those of the one the env acts on next (a
+    finished env restarts there). Returns whether it finished."""
+    finished = ended or cut
+    done[i] = finished
+    terminated[i] = ended
+    truncated[i] = cut
+    initial[i] = False
+    done_r[i] = False
+    terminated_r[i] = False
+    truncated_r[i] = False
+    initial_r[i] = finished
+    return finished
 
 
 @_jit
@@ -104,19 +122,10 @@ def cartpole_autoreset(
             c, phys[0, i], phys[1, i], phys[2, i], phys[3, i], sintheta[i], costheta[i], a
         )
         steps = elapsed[i] + 1
-        truncated = steps >= limit
-        done = terminated or truncated
         _put_frame(frame, i, x, x_dot, theta, theta_dot)
         reward[i] = 1.0
-        done_n[i] = done
-        terminated_n[i] = terminated
-        truncated_n[i] = truncated
-        initial_r[i] = done
-        initial_n[i] = False
-        done_r[i] = False
-        terminated_r[i] = False
-        truncated_r[i] = False
-        if done:
+        if autoreset_flags(i, terminated, steps >= limit, done_n, terminated_n, truncated_n, initial_n,
+                           done_r, terminated_r, truncated_r, initial_r):
             e = episode[i] + 1
             x = _draw(key[i], e, salt[0], scale[0], offset[0])
             x_dot = _draw(key[i], e, salt[1], scale[1], offset[1])

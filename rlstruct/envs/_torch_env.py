@@ -1,9 +1,10 @@
-"""The shared base of the torch-native simulators: :class:`TorchVecEnv`, its stepper and its state I/O.
+"""The base of the classic-control torch simulators: :class:`TorchVecEnv`, its stepper and its state I/O.
 
-A :class:`TorchVecEnv` keeps every env's state in one :class:`~rlstruct.envs._sim_kernels.SimState` (a few tensors
-on one device) and steps all of them with the pure batched kernels of :mod:`rlstruct.envs._sim_kernels`, run by one
-of the steppers of :mod:`rlstruct.envs._steppers`. Subclasses only describe one system: its reset distribution,
-its transition and its observation, each a pure function of arrays written once against an array namespace ``xp``
+A :class:`TorchVecEnv` (on the harness every torch simulator shares, :class:`~rlstruct.envs._sim_env.SimEnv`) keeps
+every env's state in one :class:`~rlstruct.envs._sim_kernels.SimState` (a few tensors on one device) and steps all
+of them with the pure batched kernels of :mod:`rlstruct.envs._sim_kernels`, run by one of the steppers of
+:mod:`rlstruct.envs._steppers`. Subclasses only describe one system: its reset distribution, its transition and its
+observation, each a pure function of arrays written once against an array namespace ``xp``
 (:mod:`rlstruct.envs._array_ops`).
 """
 
@@ -16,25 +17,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstruct.devices import DeviceLike, check_device_exists
+from rlstruct.devices import DeviceLike
 from rlstruct.envs import _sim_kernels as kernels
 from rlstruct.envs._actions import ActionSpec
 from rlstruct.envs._base import (
-    CallOrder,
     HostDestinations,
     StepResult,
-    VecEnv,
     check_env_info,
     check_sizes,
-    check_some_running,
 )
-from rlstruct.envs._jit import jit_after, jit_kernels, jit_wanted
-from rlstruct.envs._rng import draw_table, env_keys, uniform_draws
+from rlstruct.envs._jit import jit_kernels, jit_wanted
+from rlstruct.envs._rng import draw_table, uniform_draws
+from rlstruct.envs._sim_env import SimEnv
 from rlstruct.envs._sim_io import check_action, check_graph_state, read_state, state_dict
 from rlstruct.envs._sim_kernels import SimState
 from rlstruct.envs._steppers import KINDS, HostViews, Stepper, make_stepper
-from rlstruct.errors import EnvStateError
-from rlstruct.seeding import check_env_index, check_seed
 from rlstruct.structures import DictTensor
 
 __all__ = ["TorchVecEnv"]
@@ -56,7 +53,7 @@ class _ClassDefault:
 DEFAULT_MAX_EPISODE_STEPS = _ClassDefault()
 
 
-class TorchVecEnv(CallOrder, VecEnv):
+class TorchVecEnv(SimEnv):
     """``n_envs`` copies of one system, stepped together by batched torch kernels on one device.
 
     Subclasses set the class attributes below and implement :meth:`_initial_physics`,
@@ -146,16 +143,12 @@ class TorchVecEnv(CallOrder, VecEnv):
             )
         self.physics_dtype = physics_dtype
         self._physics64 = physics_dtype == torch.float64
-        self.seed = check_seed(seed)
-        self.device = check_device_exists(device)
-        self.autoreset = bool(autoreset)
+        keys = self._init_harness(n_envs, device=device, seed=seed, env_index=env_index, autoreset=autoreset)
         self.max_episode_steps = max_episode_steps
         self.compiled = bool(compile)
-        self._n = n_envs
         self._discrete = self.n_actions is not None
         dev = self.device
         self._limit = max_episode_steps if max_episode_steps is not None else 2**62
-        self._ids_all = torch.arange(n_envs, dtype=torch.int64, device=dev)
         self._arrays_torch = SimpleNamespace()
         self._arrays_numpy = SimpleNamespace()
         # The draws stay float64 (the same uniform values whatever the physics dtype, rounded by _draws).
@@ -167,12 +160,9 @@ class TorchVecEnv(CallOrder, VecEnv):
             physics=torch.zeros(len(self.physics_names), n_envs, dtype=physics_dtype, device=dev),
             elapsed_steps=torch.zeros(n_envs, dtype=torch.int64, device=dev),
             episode=torch.full((n_envs,), -1, dtype=torch.int64, device=dev),
-            rng_key=env_keys(self.seed, n_envs, dev, first=check_env_index(env_index)),
+            rng_key=keys,
             last_action=self._zero_actions(n_envs),
         )
-        self._ids = self._ids_all
-        self._started = False
-        self._closed = False
         self._setup()
         self._action_spec = ActionSpec(self.action_space, device=dev)
         self._destinations = HostDestinations.of_frame(
@@ -181,16 +171,12 @@ class TorchVecEnv(CallOrder, VecEnv):
         # The host steppers' numpy views of the state, shared by every stepper the env moves through.
         self._host = HostViews()
         self._stepper: Stepper
-        # The compiled CPU kernels wait for jit_after() env steps (a short run never pays numba's load); _jit_in
-        # counts the env steps left (None: no move pending).
         on_cpu = dev.type == "cpu"
-        self._jit_in: int | None = None
         if compile:
             self._use_kernels("compiled", sparse=on_cpu and n_envs > _FUSED_DENSE_MAX_ENVS)
         elif on_cpu and self._physics64 and self._jit_name is not None and jit_wanted():
             self._use_kernels("numpy")
-            self._jit_in = jit_after()
-            self._count_toward_jit(0)
+            self._start_jit_countdown()
         else:
             self._use_kernels("numpy" if on_cpu else "torch")
 
@@ -199,13 +185,9 @@ class TorchVecEnv(CallOrder, VecEnv):
         """How a step runs: ``"jit"``, ``"numpy"``, ``"torch"`` or ``"compiled"`` (see the class docstring)."""
         return self._stepper.kind
 
-    def _count_toward_jit(self, rows: int) -> None:
-        """Counts ``rows`` env steps toward the move to the compiled kernels, and makes it when they are due."""
-        self._jit_in -= rows
-        if self._jit_in <= 0:
-            self._jit_in = None
-            if jit_kernels() is not None:
-                self._use_kernels("jit")
+    def _move_to_jit(self) -> None:
+        if jit_kernels() is not None:
+            self._use_kernels("jit")
 
     def _use_kernels(self, kind: str, *, sparse: bool = False) -> None:
         """Makes the steps run the stepper ``kind`` (one of :attr:`kernel`'s values); ``sparse`` (``"torch"`` and
@@ -271,10 +253,6 @@ class TorchVecEnv(CallOrder, VecEnv):
         return ()
 
     # ------------------------------------------------------------------ contract
-    def n_envs(self) -> int:
-        """The number of environments."""
-        return self._n
-
     def __repr__(self) -> str:
         mode = "autoreset" if self.autoreset else "episodic"
         return f"{type(self).__name__}(n_envs={self._n}, device={self.device}, seed={self.seed}, {mode})"
@@ -296,27 +274,12 @@ class TorchVecEnv(CallOrder, VecEnv):
         >>> CartPole(2, autoreset=False).graph_state() is None
         True
         """
-        if not self.autoreset:
-            return None
+        return super().graph_state()
+
+    def _graph_state(self) -> dict[str, torch.Tensor]:
         return self._state._asdict()
 
-    def set_graph_state(self, state: dict[str, torch.Tensor]) -> None:
-        """Makes the env's state the tensors ``state`` (no copy: the next step reads them).
-
-        Args:
-            state: the keys of :meth:`graph_state`, each tensor with the shape, dtype and device of the one it
-                replaces.
-
-        Raises:
-            EnvStateError: the env is episodic (:meth:`graph_state` is ``None``).
-            SpaceError: a key is missing or extra, or a tensor has another shape or dtype.
-            DeviceMismatchError: a tensor is on another device.
-        """
-        if not self.autoreset:
-            raise EnvStateError(
-                f"set_graph_state needs an auto-reset env (graph_state() is not None), {type(self).__name__} has "
-                "autoreset=False; build it with autoreset=True"
-            )
+    def _set_graph_state(self, state: dict[str, torch.Tensor]) -> None:
         check_graph_state(self._state, state)
         self._state = SimState(**state)
         # The host steppers' views are made again from these tensors at the next step (the uint32 copy of the key
@@ -333,45 +296,24 @@ class TorchVecEnv(CallOrder, VecEnv):
         self._check_open()
         check_env_info(env_info, self._n)
         self._state, frame = kernels.restart(self, self._state)
-        self._ids = self._ids_all
-        self._started = True
-        false = torch.zeros(self._n, dtype=torch.bool, device=self.device)
-        obs = DictTensor._trusted({
-            "frame": frame, "reward": torch.zeros(self._n, dtype=torch.float32, device=self.device), "done": false,
-            "terminated": false.clone(), "truncated": false.clone(),
-            "initial_state": torch.ones(self._n, dtype=torch.bool, device=self.device),
-            "last_action": self._zero_actions(self._n),
-        })
-        return obs, self._ids_all
+        return self._reset_observation(frame, self._zero_actions(self._n))
 
-    def step(self, action: DictTensor) -> StepResult:
-        """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`) with ``action["action"]``:
-        ``[B]`` of any integer dtype for a discrete space (values in ``[0, n_actions)``), or finite floating
-        ``[B, *action_shape]`` (``[B]`` is accepted for a one-dimensional Box), on :attr:`device`. Episodic:
-        ``observation_running`` holds the rows of ``observation_next`` that did not finish.
+    def _checked_action(self, action: DictTensor, n_rows: int, ids: torch.Tensor | None
+                        ) -> tuple[torch.Tensor, np.ndarray | None]:
+        return check_action(self, action, n_rows, ids)
 
-        Raises:
-            ActionRangeError: an action out of range, or a NaN or infinite one (on the CPU; on an accelerator the
-                check is recorded for :meth:`deferred_action_check`).
-        """
-        self._check_steppable("step")
-        ids = self._ids
-        n_rows = ids.shape[0]
-        check_some_running(n_rows, self._n)
-        a, a_host = check_action(self, action, n_rows, None if self.autoreset else ids)
-        if self._jit_in is not None:
-            self._count_toward_jit(n_rows)
-        if self.autoreset:
-            self._state, out = self._stepper.autoreset(self._state, a, a_host)
-            return self._autoreset_result(out, a)
+    def _step_autoreset(self, a: torch.Tensor, a_host: np.ndarray | None) -> StepResult:
+        self._state, out = self._stepper.autoreset(self._state, a, a_host)
+        return self._autoreset_result(
+            a, out.frame, out.reward, out.terminated, out.truncated, out.frame_r, out.reward_r,
+            self._state.last_action, done=out.done, initial_r=out.initial_r, false=out.false,
+        )
+
+    def _step_episodic(self, ids: torch.Tensor, a: torch.Tensor, a_host: np.ndarray | None) -> StepResult:
         self._state, out = self._stepper.episodic(self._state, ids, a, a_host)
-        return self._episodic_result(out, ids, a)
+        return self._episodic_result(ids, a, out.frame, out.reward, out.terminated, out.truncated, done=out.done)
 
-
-    def close(self) -> None:
-        """Ends the env: every later ``reset``, ``step`` or ``get_state`` raises :class:`EnvStateError`; idempotent."""
-        self._closed = True
-        self._started = False
+    def _release(self) -> None:
         self._host.clear()
 
     def writes_in_place(self) -> bool:
@@ -379,47 +321,8 @@ class TorchVecEnv(CallOrder, VecEnv):
         then has the kernel write both observations straight into the destinations."""
         return self.autoreset and self._stepper.writes_in_place
 
-    def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
-        """:meth:`step`, writing both observations into the given tensors (see
-        :meth:`VecEnv.step_into <rlstruct.envs.VecEnv.step_into>`): with the compiled CPU kernel, the kernel writes
-        them; otherwise :meth:`step` runs and its observations are copied."""
-        if not self.writes_in_place():  # step (which counts toward the compiled kernels) and a copy
-            return super().step_into(action, observation_next, observation_running)
-        self._check_steppable("step_into")
-        _, a_host = check_action(self, action, self._n)
-        nxt = self._destinations(observation_next, "observation_next")
-        run = self._destinations(observation_running, "observation_running")
+    def _step_into(self, a_host: np.ndarray, nxt: dict, run: dict) -> None:
         self._state = self._stepper.step_into(self._state, a_host, nxt, run)
-
-    # ------------------------------------------------------------ the two step results
-    def _autoreset_result(self, out: kernels.AutoresetOutputs, a: torch.Tensor) -> StepResult:
-        # One allocation for the four all-false flags; each row is a separate tensor to the caller.
-        false = out.false
-        if false is None:
-            false = torch.zeros((4,) + out.done.shape, dtype=torch.bool, device=self.device).unbind(0)
-        obs_next = DictTensor._trusted({
-            "frame": out.frame, "reward": out.reward, "done": out.done, "terminated": out.terminated,
-            "truncated": out.truncated, "initial_state": false[0], "last_action": a,
-        })
-        obs_running = DictTensor._trusted({
-            "frame": out.frame_r, "reward": out.reward_r, "done": false[1], "terminated": false[2],
-            "truncated": false[3], "initial_state": out.initial_r, "last_action": self._state.last_action,
-        })
-        ids = self._ids_all
-        return (obs_next, ids), (obs_running, ids)
-
-    def _episodic_result(self, out: kernels.EpisodicOutputs, ids: torch.Tensor, a: torch.Tensor) -> StepResult:
-        done = out.done
-        obs_next = DictTensor._trusted({
-            "frame": out.frame, "reward": out.reward, "done": done, "terminated": out.terminated,
-            "truncated": out.truncated, "initial_state": torch.zeros_like(done), "last_action": a,
-        })
-        # The one host sync of the episodic variant: the size of the running set.
-        rows = torch.nonzero(~done).squeeze(1)
-        ids_running = ids.index_select(0, rows)
-        obs_running = obs_next.index(rows)
-        self._ids = ids_running
-        return (obs_next, ids), (obs_running, ids_running)
 
     # ----------------------------------------------------------- state I/O
     def get_state(self) -> DictTensor:
@@ -451,8 +354,7 @@ class TorchVecEnv(CallOrder, VecEnv):
             BatchSizeError: ``state`` does not have ``n_envs`` rows.
         """
         self._state, running = read_state(self, state)
-        self._ids = self._ids_all if bool(running.all()) else torch.nonzero(running).squeeze(1)
-        self._started = True
+        self._resume(running)
 
     def _zero_actions(self, n: int) -> torch.Tensor:
         if self.n_actions is not None:

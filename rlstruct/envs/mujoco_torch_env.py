@@ -11,12 +11,13 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlstruct.devices import DeviceLike, check_device_exists
+from rlstruct.devices import DeviceLike
 from rlstruct.envs._actions import ActionSpec
-from rlstruct.envs._base import CallOrder, StepResult, VecEnv, action_rows, check_no_env_info, check_some_running
+from rlstruct.envs._base import StepResult, action_rows, check_no_env_info, check_sizes
 from rlstruct.envs._imports import import_mujoco, import_mujoco_torch
 from rlstruct.envs._locomotion import check_max_episode_steps, locomotion_task
-from rlstruct.envs._rng import draw_table, env_keys, uniform_draws
+from rlstruct.envs._rng import draw_table, uniform_draws
+from rlstruct.envs._sim_env import SimEnv
 from rlstruct.errors import BatchSizeError, SpaceError
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
@@ -36,7 +37,7 @@ def _select(mask: torch.Tensor, a: tuple[torch.Tensor, ...], b: tuple[torch.Tens
     return tuple(torch.where(_rows(mask, u), u, v) for u, v in zip(a, b))
 
 
-class MujocoTorchEnv(CallOrder, VecEnv):
+class MujocoTorchEnv(SimEnv):
     """``n_envs`` of gymnasium's MuJoCo locomotion tasks (``HalfCheetah-v5``, ``Hopper-v5``, ``Walker2d-v5``)
     stepped by mujoco-torch on ``device``.
 
@@ -86,17 +87,15 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         autoreset: bool = False,
         max_episode_steps: int | None = None,
     ):
-        self.seed = check_seed(seed)
-        if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1:
-            raise ValueError(f"n_envs must be a positive int, got {n_envs!r}; pass e.g. n_envs=64")
+        check_seed(seed)
+        check_sizes(int(n_envs) if isinstance(n_envs, np.integer) else n_envs, None)
         task = locomotion_task(name, "mujoco_torch")
         self.max_episode_steps = check_max_episode_steps(max_episode_steps, task.max_episode_steps)
         mujoco_torch = import_mujoco_torch()
         mujoco = import_mujoco("mujoco_torch")
-        self.device = dev = check_device_exists(device)
-        self.autoreset = bool(autoreset)
+        self._key = self._init_harness(n_envs, device=device, seed=seed, env_index=0, autoreset=autoreset)
+        dev, n = self.device, self._n
         self.task = task
-        self._n = n = int(n_envs)
         self.mj_model = m = mujoco.MjModel.from_xml_path(task.xml_path())
         self._nq, self._nv, self._nu = m.nq, m.nv, m.nu
         self._dt = float(m.opt.timestep) * task.frame_skip
@@ -118,15 +117,10 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         low, high = m.actuator_ctrlrange.T.astype(np.float32)
         self.action_space = spaces.Box(low, high, (self._nu,), np.float32)
         self._action_spec = ActionSpec(self.action_space, device=dev)
-        self._ids_all = torch.arange(n, device=dev)
-        self._ids = self._ids_all
         self._physical: tuple[torch.Tensor, ...] = ()  # (qpos [n, nq], qvel [n, nv], qacc_warmstart [n, nv])
         self._elapsed = torch.zeros(n, dtype=torch.int64, device=dev)
         self._episode = torch.full((n,), -1, dtype=torch.int64, device=dev)
-        self._key = env_keys(self.seed, n, dev)
         self._last_action = torch.zeros((n, self._nu), device=dev)
-        self._started = False
-        self._closed = False
 
     # ---------------------------------------------------------------- pure pieces of the step
     def _fresh(self, episode: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
@@ -157,10 +151,6 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         return (data.qpos, data.qvel, data.qacc_warmstart), obs, reward.to(torch.float32), terminated
 
     # ---------------------------------------------------------------- VecEnv
-    def n_envs(self) -> int:
-        """The number of environments."""
-        return self._n
-
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.task.id!r}, n_envs={self._n}, autoreset={self.autoreset}, "
                 f"device={self.device})")
@@ -175,18 +165,11 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         self._physical, frame = self._fresh(self._episode)
         self._elapsed = torch.zeros(n, dtype=torch.int64, device=dev)
         self._last_action = torch.zeros((n, self._nu), device=dev)
-        self._ids = self._ids_all
-        self._started = True
-        flags = torch.zeros((4, n), dtype=torch.bool, device=dev)
-        obs = DictTensor._trusted({
-            "frame": frame, "reward": torch.zeros(n, device=dev), "done": flags[0], "terminated": flags[1],
-            "truncated": flags[2], "initial_state": ~flags[3], "last_action": self._last_action.clone(),
-        })
-        return obs, self._ids_all
+        return self._reset_observation(frame, self._last_action.clone())
 
-    def _check_action(self, action: DictTensor, n_rows: int, ids: torch.Tensor | None) -> torch.Tensor:
+    def _checked_action(self, action: DictTensor, n_rows: int, ids: torch.Tensor | None) -> tuple[torch.Tensor, None]:
         """``action["action"]`` checked (shape, dtype, finite values), as a fresh float32 ``[n_rows, nu]`` tensor
-        (never the caller's); ``ids``: the env of each row (``None``: every env in order)."""
+        (never the caller's), and no host view; ``ids``: the env of each row (``None``: every env in order)."""
         a = action_rows(action, self.device, n_rows)
         if not a.dtype.is_floating_point or tuple(a.shape[1:]) != (self._nu,):
             raise SpaceError(
@@ -195,22 +178,9 @@ class MujocoTorchEnv(CallOrder, VecEnv):
             )
         a = a.detach().to(torch.float32, copy=True)
         self._action_spec.check_values(a, ids=ids)
-        return a
+        return a, None
 
-
-    def step(self, action: DictTensor) -> StepResult:
-        """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`): ``action``: floating
-        ``[B, nu]``."""
-        self._check_steppable("step")
-        ids = self._ids
-        n_running = ids.shape[0]
-        check_some_running(n_running, self._n)
-        a = self._check_action(action, n_running, None if self.autoreset else ids)
-        if self.autoreset:
-            return self._step_autoreset(a)
-        return self._step_episodic(a, ids)
-
-    def _step_autoreset(self, a: torch.Tensor) -> StepResult:
+    def _step_autoreset(self, a: torch.Tensor, a_host: None) -> StepResult:
         physical, frame, reward, terminated = self._physics(self._physical, a)
         elapsed = self._elapsed + 1
         truncated = elapsed >= self.max_episode_steps
@@ -220,19 +190,12 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         self._physical = _select(done, fresh, physical)
         self._elapsed = torch.where(done, 0, elapsed)
         self._last_action = torch.where(_rows(done, a), 0.0, a)
-        false = torch.zeros((4, self._n), dtype=torch.bool, device=self.device)
-        nxt = DictTensor._trusted({
-            "frame": frame, "reward": reward, "done": done, "terminated": terminated, "truncated": truncated,
-            "initial_state": false[0], "last_action": a,
-        })
-        running = DictTensor._trusted({
-            "frame": torch.where(_rows(done, frame), frame_fresh, frame), "reward": torch.where(done, 0.0, reward),
-            "done": false[1], "terminated": false[2], "truncated": false[3], "initial_state": done,
-            "last_action": self._last_action,
-        })
-        return (nxt, self._ids_all), (running, self._ids_all)
+        return self._autoreset_result(
+            a, frame, reward, terminated, truncated, torch.where(_rows(done, frame), frame_fresh, frame),
+            torch.where(done, 0.0, reward), self._last_action, done=done, initial_r=done,
+        )
 
-    def _step_episodic(self, a: torch.Tensor, ids: torch.Tensor) -> StepResult:
+    def _step_episodic(self, ids: torch.Tensor, a: torch.Tensor, a_host: None) -> StepResult:
         n = self._n
         partial = ids.shape[0] < n
         if partial:
@@ -249,16 +212,10 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         else:
             self._last_action = a
         self._physical, self._elapsed = physical, elapsed
-        truncated = elapsed >= self.max_episode_steps
-        values = {"frame": frame, "reward": reward, "done": terminated | truncated, "terminated": terminated,
-                  "truncated": truncated, "initial_state": torch.zeros_like(terminated)}
+        values = (frame, reward, terminated, elapsed >= self.max_episode_steps)
         if partial:
-            values = {k: v.index_select(0, ids) for k, v in values.items()}
-        nxt = DictTensor._trusted({**values, "last_action": a})
-        # The one host sync of the episodic step: the size of the running set.
-        keep = (~nxt["done"]).nonzero().squeeze(1)
-        self._ids = ids.index_select(0, keep)
-        return (nxt, ids), (nxt.index(keep), self._ids)
+            values = tuple(v.index_select(0, ids) for v in values)
+        return self._episodic_result(ids, a, *values)
 
     # ---------------------------------------------------------------- state
     def get_state(self) -> DictTensor:
@@ -271,8 +228,7 @@ class MujocoTorchEnv(CallOrder, VecEnv):
             EnvStateError: ``reset`` was never called, or the env is closed.
         """
         self._check_steppable("get_state")
-        running = torch.zeros(self._n, dtype=torch.bool, device=self.device)
-        running[self._ids] = True
+        running = self._running()
         qpos, qvel, warm = self._physical
         return DictTensor._trusted({
             "qpos": qpos.clone(), "qvel": qvel.clone(), "qacc_warmstart": warm.clone(),
@@ -320,10 +276,7 @@ class MujocoTorchEnv(CallOrder, VecEnv):
         self._episode = state["episode"].to(dev, torch.int64, copy=True)
         self._key = state["rng_key"].to(dev, torch.int64, copy=True)
         self._last_action = state["last_action"].detach().to(dev, torch.float32, copy=True)
-        self._ids = running.nonzero().squeeze(1)
-        self._started = True
+        self._resume(running)
 
-    def close(self) -> None:
-        """Drops the envs' state; idempotent."""
-        self._closed = True
+    def _release(self) -> None:
         self._physical = ()

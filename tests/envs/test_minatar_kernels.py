@@ -1,4 +1,4 @@
-"""The MinAtar games' compiled kernels (``rlstruct.envs.minatar._jit_<game>``) against their torch games, env by env:
+"""The MinAtar games' compiled kernels (``rlstruct.envs.minatar._<game>.kernel``) against their torch games, env by env:
 from the states of torch rollouts (random actions and draws, ramping on and off, finished rows reset, some rows from
 harder starts), each kernel's ``step`` on row ``i`` of numpy copies gives the torch step's next state (every key, bit
 for bit), reward and termination; ``reset`` and ``observe`` give ``GAME.reset``'s and ``GAME.observe``'s rows."""
@@ -39,7 +39,7 @@ def _kernel_names() -> list[str]:
 
 
 def _kernels(name: str):
-    module = f"rlstruct.envs.minatar._jit_{name}"
+    module = f"rlstruct.envs.minatar._{name}.kernel"
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"no compiled kernels for {name} ({module} does not exist)")
     return importlib.import_module(module)
@@ -130,7 +130,7 @@ def _seaquest_crowded_cells() -> dict[str, torch.Tensor]:
     """Two Seaquest envs, env 0 with what random play seldom reaches: a fish and a sub moving into a bullet's cell
     in one step (the sub dies), a bullet moving into a cell holding a fish and a sub (the fish dies), and two
     divers boarding together with room for one (the newer boards)."""
-    from rlstruct.envs.minatar._seaquest import GAME
+    from rlstruct.envs.minatar._seaquest.rules import GAME
 
     state = GAME.reset(torch.zeros(2, 0, dtype=torch.float64), True)
 
@@ -152,7 +152,7 @@ def _seaquest_crowded_cells() -> dict[str, torch.Tensor]:
 
 def test_seaquest_kernel_on_crowded_cells():
     jit = _kernels("seaquest")
-    from rlstruct.envs.minatar._seaquest import GAME
+    from rlstruct.envs.minatar._seaquest.rules import GAME
 
     state = _seaquest_crowded_cells()
     arrays = _arrays(state, jit.STATE_KEYS)

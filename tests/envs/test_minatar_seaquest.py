@@ -19,7 +19,7 @@ from tests.envs.minatar_oracle import (
 )
 
 seaquest = pytest.importorskip("minatar.environments.seaquest", reason="minatar is not installed (rlstruct[minatar])")
-from rlstruct.envs.minatar._seaquest import GAME, MAX_BULLETS, MAX_DIVERS, MAX_ENEMIES  # noqa: E402
+from rlstruct.envs.minatar._seaquest.rules import GAME, MAX_BULLETS, MAX_DIVERS, MAX_ENEMIES  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 

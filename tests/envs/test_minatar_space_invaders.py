@@ -19,7 +19,7 @@ from tests.envs.minatar_oracle import (
 
 space_invaders = pytest.importorskip("minatar.environments.space_invaders",
                                      reason="minatar is not installed (rlstruct[minatar])")
-from rlstruct.envs.minatar._space_invaders import GAME, to_cells, to_rows  # noqa: E402
+from rlstruct.envs.minatar._space_invaders.rules import GAME, to_cells, to_rows  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 

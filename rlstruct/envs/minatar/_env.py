@@ -1,8 +1,8 @@
 """The batched MinAtar env around any game of this package: :class:`MinAtarEnv`, its pure step and its state I/O.
 
-A game (one module per game, its ``GAME`` constant) holds the rules: a pure reset and step over a flat dict of
-tensors, and the frame. The env adds what minatar's ``Environment`` and the gymnasium ids add around the game: the
-minimal action set, sticky actions, the time limit, the auto-reset and the counter-based draws.
+A game (one folder per game, its ``rules`` module's ``GAME``) holds the rules: a pure reset and step over a flat
+dict of tensors, and the frame. The env adds what minatar's ``Environment`` and the gymnasium ids add around the
+game: the minimal action set, sticky actions, the time limit, the auto-reset and the counter-based draws.
 """
 
 from __future__ import annotations
@@ -15,28 +15,20 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlstruct.devices import DeviceLike, check_device_exists
+from rlstruct.devices import DeviceLike
 from rlstruct.envs._actions import ActionSpec
-from rlstruct.envs._base import (
-    CallOrder,
-    HostDestinations,
-    StepResult,
-    VecEnv,
-    check_env_info,
-    check_sizes,
-    check_some_running,
-)
-from rlstruct.envs._jit import jit_after, jit_module, jit_wanted
-from rlstruct.envs._rng import draw_table, env_keys, step_uniforms, uniform_draws
+from rlstruct.envs._base import HostDestinations, StepResult, check_env_info, check_sizes
+from rlstruct.envs._jit import jit_module, jit_wanted
+from rlstruct.envs._rng import draw_table, step_uniforms, uniform_draws
+from rlstruct.envs._sim_env import SimEnv
 from rlstruct.envs._sim_io import check_action
-from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
-from rlstruct.seeding import check_env_index, check_seed
+from rlstruct.errors import BatchSizeError, DeviceMismatchError, SpaceError
 from rlstruct.structures import DictTensor
 
 __all__ = ["Game", "MinAtarEnv", "GAMES", "game", "has_kernels", "advance", "autoreset_step",
            "autoreset_step_sparse", "restart", "STICKY_ACTION_PROB"]
 
-#: The games with a torch simulator: gymnasium name (``MinAtar/<name>-v1``) -> (minatar's name, whose module is
+#: The games with a torch simulator: gymnasium name (``MinAtar/<name>-v1``) -> (minatar's name, whose folder is
 #: ``rlstruct.envs.minatar._<minatar name>``; the minimal action set, in minatar's letters and order).
 GAMES = {
     "Asterix": ("asterix", "nlurd"),
@@ -78,8 +70,9 @@ class Game(Protocol):
 
 
 def has_kernels(name: str) -> bool:
-    """Whether the game of minatar name ``name`` has a compiled CPU step (its kernel module; imports nothing)."""
-    return importlib.util.find_spec(f"rlstruct.envs.minatar._jit_{name}") is not None
+    """Whether the game of minatar name ``name`` has a compiled CPU step (its ``kernel`` module; imports only the
+    game's folder)."""
+    return importlib.util.find_spec(f"rlstruct.envs.minatar._{name}.kernel") is not None
 
 
 def game(name: str) -> tuple[Game, tuple[int, ...]]:
@@ -98,7 +91,7 @@ def game(name: str) -> tuple[Game, tuple[int, ...]]:
     if entry is None:
         raise ValueError(f"game must be one of {list(GAMES)}, got {name!r}; the torch MinAtar games are those")
     minatar_name, letters = entry
-    rules = importlib.import_module(f"rlstruct.envs.minatar._{minatar_name}").GAME
+    rules = importlib.import_module(f"rlstruct.envs.minatar._{minatar_name}.rules").GAME
     return rules, tuple(ACTION_MAP.index(a) for a in letters)
 
 
@@ -185,7 +178,7 @@ def autoreset_step_sparse(
     return nxt, out
 
 
-class MinAtarEnv(CallOrder, VecEnv):
+class MinAtarEnv(SimEnv):
     """``n_envs`` copies of one MinAtar game (``MinAtar/<Game>-v1``), stepped together by torch on one device.
 
     The semantics of minatar 1.0.x through its gymnasium ids: the game's minimal action set (action ``i`` is the
@@ -251,13 +244,10 @@ class MinAtarEnv(CallOrder, VecEnv):
         if not 0.0 <= float(sticky_action_prob) <= 1.0:
             raise ValueError(f"sticky_action_prob must be in [0, 1], got {sticky_action_prob!r}; minatar's is 0.1")
         self.game, minimal = game(name)
-        self.seed = check_seed(seed)
-        self.device = check_device_exists(device)
-        self.autoreset = bool(autoreset)
+        keys = self._init_harness(n_envs, device=device, seed=seed, env_index=env_index, autoreset=autoreset)
         self.max_episode_steps = max_episode_steps
         self.sticky_action_prob = float(sticky_action_prob)
         self.ramping = bool(ramping)
-        self._n = n_envs
         self._limit = max_episode_steps if max_episode_steps is not None else 2**62
         self._action_set = torch.tensor(minimal, dtype=torch.int64, device=self.device)
         self.n_actions = len(minimal)
@@ -267,45 +257,27 @@ class MinAtarEnv(CallOrder, VecEnv):
         self.observation_space = spaces.Box(0.0, 1.0, shape=(10, 10, len(self.game.channels)), dtype=bool)
         table = draw_table((0.0,) * self.game.n_reset_draws, (1.0,) * self.game.n_reset_draws)
         self._reset_table = type("DrawTable", (), {k: v.to(self.device) for k, v in table.items()})
-        self._ids_all = torch.arange(n_envs, dtype=torch.int64, device=self.device)
-        self._ids = self._ids_all
-        keys = env_keys(self.seed, n_envs, self.device, first=check_env_index(env_index))
         self._state = restart(self, {"rng_key": keys}, torch.full((n_envs,), -1, dtype=torch.int64,
                                                                    device=self.device))
-        self._started = False
-        self._closed = False
         self._destinations = HostDestinations.of_frame(self.observation_space.shape, np.bool_, (), True, n_envs)
-        # The compiled step waits for jit_after() env steps (a short run never pays numba's load); _jit_in counts
-        # the env steps left (None: no move pending). _own is the state dict whose tensors nobody else was handed,
-        # the one the compiled step may write into.
+        # _own is the state dict whose tensors nobody else was handed, the one the compiled step may write into.
         self._compiled: Any = None
         self._own: dict[str, torch.Tensor] | None = None
-        self._jit_in: int | None = None
         if self.device.type == "cpu" and self.autoreset and jit_wanted() and has_kernels(self.game.name):
-            self._jit_in = jit_after()
-            self._count_toward_jit(0)
+            self._start_jit_countdown()
 
     @property
     def kernel(self) -> str:
         """How a step runs: ``"jit"`` or ``"torch"`` (see the class docstring)."""
         return "torch" if self._compiled is None else "jit"
 
-    def _count_toward_jit(self, rows: int) -> None:
-        """Counts ``rows`` env steps toward the move to the compiled step, and makes it when they are due."""
-        self._jit_in -= rows
-        if self._jit_in > 0:
-            return
-        self._jit_in = None
+    def _move_to_jit(self) -> None:
         driver = jit_module(_DRIVER)
-        if driver is not None and jit_module(f"rlstruct.envs.minatar._jit_{self.game.name}") is not None:
+        if driver is not None and jit_module(f"rlstruct.envs.minatar._{self.game.name}.kernel") is not None:
             keys = driver.game_module(self.game.name).STATE_KEYS
             self._compiled = driver.CompiledStep(self, tuple(_GAME_PREFIX + k for k in keys))
 
     # ------------------------------------------------------------------ contract
-    def n_envs(self) -> int:
-        """The number of environments."""
-        return self._n
-
     def __repr__(self) -> str:
         mode = "autoreset" if self.autoreset else "episodic"
         return f"MinAtarEnv({self.game.name!r}, n_envs={self._n}, device={self.device}, seed={self.seed}, {mode})"
@@ -316,45 +288,22 @@ class MinAtarEnv(CallOrder, VecEnv):
         self._check_open()
         check_env_info(env_info, self._n)
         self._state = restart(self, self._state, self._state["episode"] + 1)
-        self._ids = self._ids_all
-        self._started = True
-        false = torch.zeros(self._n, dtype=torch.bool, device=self.device)
-        obs = DictTensor._trusted({
-            "frame": self.game.observe(_game_part(self._state)),
-            "reward": torch.zeros(self._n, dtype=torch.float32, device=self.device), "done": false,
-            "terminated": false.clone(), "truncated": false.clone(),
-            "initial_state": torch.ones(self._n, dtype=torch.bool, device=self.device),
-            "last_action": torch.zeros(self._n, dtype=torch.int64, device=self.device),
-        })
-        return obs, self._ids_all
+        last = torch.zeros(self._n, dtype=torch.int64, device=self.device)
+        return self._reset_observation(self.game.observe(_game_part(self._state)), last)
 
-    def step(self, action: DictTensor) -> StepResult:
-        """Steps the running envs (see :meth:`VecEnv.step <rlstruct.envs.VecEnv.step>`) with ``action["action"]``,
-        ``[B]`` of any integer dtype in ``[0, n_actions)`` (else ActionRangeError), on :attr:`device`."""
-        self._check_steppable("step")
-        ids = self._ids
-        n_rows = ids.shape[0]
-        check_some_running(n_rows, self._n)
-        a, a_host = check_action(self, action, n_rows, None if self.autoreset else ids)
-        if self._jit_in is not None:
-            self._count_toward_jit(n_rows)
+    def _checked_action(self, action: DictTensor, n_rows: int, ids: torch.Tensor | None
+                        ) -> tuple[torch.Tensor, np.ndarray | None]:
+        return check_action(self, action, n_rows, ids)
+
+    def _step_autoreset(self, a: torch.Tensor, a_host: np.ndarray | None) -> StepResult:
         if self._compiled is not None:
             return self._compiled_step(a_host)
-        if self.autoreset:
-            step = autoreset_step if self.device.type != "cpu" else autoreset_step_sparse
-            self._state, out = step(self, self._state, a)
-            false = torch.zeros((5, self._n), dtype=torch.bool, device=self.device).unbind(0)
-            nxt = DictTensor._trusted({
-                "frame": out["frame"], "reward": out["reward"], "done": out["done"], "terminated": out["terminated"],
-                "truncated": out["truncated"], "initial_state": false[0], "last_action": a,
-            })
-            run = DictTensor._trusted({
-                "frame": out["frame_r"], "reward": torch.where(out["done"], 0.0, out["reward"]), "done": false[1],
-                "terminated": false[2], "truncated": false[3], "initial_state": out["done"].clone(),
-                "last_action": self._state["last_action"],
-            })
-            return (nxt, self._ids_all), (run, self._ids_all)
-        return self._episodic_step(ids, a)
+        step = autoreset_step if self.device.type != "cpu" else autoreset_step_sparse
+        self._state, out = step(self, self._state, a)
+        return self._autoreset_result(
+            a, out["frame"], out["reward"], out["terminated"], out["truncated"], out["frame_r"],
+            torch.where(out["done"], 0.0, out["reward"]), self._state["last_action"], done=out["done"],
+        )
 
     def _compiled_step(self, a_host: np.ndarray) -> StepResult:
         n = self._n
@@ -365,10 +314,10 @@ class MinAtarEnv(CallOrder, VecEnv):
         nxt, run = ({"frame": frames[j], "reward": rewards[j], "done": flags[4 * j], "terminated": flags[4 * j + 1],
                      "truncated": flags[4 * j + 2], "initial_state": flags[4 * j + 3], "last_action": last[j]}
                     for j in range(2))  # fmt: skip
-        self._step_in_place(a_host, {k: v.numpy() for k, v in nxt.items()}, {k: v.numpy() for k, v in run.items()})
+        self._step_into(a_host, {k: v.numpy() for k, v in nxt.items()}, {k: v.numpy() for k, v in run.items()})
         return (DictTensor._trusted(nxt), self._ids_all), (DictTensor._trusted(run), self._ids_all)
 
-    def _step_in_place(self, a_host: np.ndarray, nxt: dict[str, np.ndarray], run: dict[str, np.ndarray]) -> None:
+    def _step_into(self, a_host: np.ndarray, nxt: dict[str, np.ndarray], run: dict[str, np.ndarray]) -> None:
         """The compiled step of every env: the state in place, the observations into the arrays ``nxt``, ``run``."""
         if self._state is not self._own:  # tensors someone else may hold: step on copies
             self._state = self._own = {k: v.clone(memory_format=torch.contiguous_format) for k, v in
@@ -380,58 +329,24 @@ class MinAtarEnv(CallOrder, VecEnv):
         write both observations straight into the destinations."""
         return self._compiled is not None
 
-    def step_into(self, action: DictTensor, observation_next: DictTensor, observation_running: DictTensor) -> None:
-        """:meth:`step`, writing both observations into the given tensors (see
-        :meth:`VecEnv.step_into <rlstruct.envs.VecEnv.step_into>`): with the compiled step, it writes them;
-        otherwise :meth:`step` runs and its observations are copied."""
-        if not self.writes_in_place():
-            return super().step_into(action, observation_next, observation_running)
-        self._check_steppable("step_into")
-        _, a_host = check_action(self, action, self._n)
-        nxt = self._destinations(observation_next, "observation_next")
-        self._step_in_place(a_host, nxt, self._destinations(observation_running, "observation_running"))
-
-    def _episodic_step(self, ids: torch.Tensor, a: torch.Tensor) -> StepResult:
+    def _step_episodic(self, ids: torch.Tensor, a: torch.Tensor, a_host: np.ndarray | None) -> StepResult:
         # The running envs step; the finished ones keep their last state.
         nxt, out = advance(self, {k: v.index_select(0, ids) for k, v in self._state.items()}, a)
         self._state = {k: v.index_put((ids,), nxt[k]) for k, v in self._state.items()}
-        done = out["done"]
-        obs_next = DictTensor._trusted({
-            "frame": out["frame"], "reward": out["reward"], "done": done, "terminated": out["terminated"],
-            "truncated": out["truncated"], "initial_state": torch.zeros_like(done), "last_action": a,
-        })
-        rows = torch.nonzero(~done).squeeze(1)
-        self._ids = ids.index_select(0, rows)
-        return (obs_next, ids), (obs_next.index(rows), self._ids)
-
-    def close(self) -> None:
-        """Ends the env: every later ``reset``, ``step`` or ``get_state`` raises :class:`EnvStateError`; idempotent."""
-        self._closed = True
-        self._started = False
+        return self._episodic_result(ids, a, out["frame"], out["reward"], out["terminated"], out["truncated"],
+                                     done=out["done"])
 
     # ----------------------------------------------------------------- state I/O
     def graph_state(self) -> dict[str, torch.Tensor] | None:
         """The env's state tensors by name (no copies) for an auto-reset env, ``None`` for an episodic one (see
         :meth:`VecEnv.graph_state <rlstruct.envs.VecEnv.graph_state>`); a step rebinds the env to new tensors."""
-        if not self.autoreset:
-            return None
+        return super().graph_state()
+
+    def _graph_state(self) -> dict[str, torch.Tensor]:
         self._own = None  # the next step rebinds the env to new tensors
         return dict(self._state)
 
-    def set_graph_state(self, state: dict[str, torch.Tensor]) -> None:
-        """Makes the env's state the tensors ``state`` (no copy), with the keys, shapes, dtypes and device of
-        :meth:`graph_state`'s.
-
-        Raises:
-            EnvStateError: the env is episodic.
-            SpaceError: a key is missing or extra, or a tensor has another shape or dtype.
-            DeviceMismatchError: a tensor is on another device.
-        """
-        if not self.autoreset:
-            raise EnvStateError(
-                "set_graph_state needs an auto-reset env (graph_state() is not None), MinAtarEnv has "
-                "autoreset=False; build it with autoreset=True"
-            )
+    def _set_graph_state(self, state: dict[str, torch.Tensor]) -> None:
         self._state = self._checked(state, copy=False)
 
     def get_state(self) -> DictTensor:
@@ -443,8 +358,7 @@ class MinAtarEnv(CallOrder, VecEnv):
             EnvStateError: ``reset`` was never called, or the env is closed.
         """
         self._check_steppable("get_state")
-        running = torch.zeros(self._n, dtype=torch.bool, device=self.device).index_fill_(0, self._ids, True)
-        return DictTensor._trusted({**{k: v.clone() for k, v in self._state.items()}, "running": running})
+        return DictTensor._trusted({**{k: v.clone() for k, v in self._state.items()}, "running": self._running()})
 
     def set_state(self, state: DictTensor) -> None:
         """Restores a state of :meth:`get_state`, possibly taken on another device or env of the same game; the env
@@ -470,8 +384,7 @@ class MinAtarEnv(CallOrder, VecEnv):
             raise SpaceError("an auto-reset env runs every env, got a state where some env is not running; "
                              "take the state from an auto-reset env")
         self._state = self._checked({k: v.to(self.device) for k, v in state.items() if k != "running"}, copy=True)
-        self._ids = self._ids_all if bool(running.all()) else torch.nonzero(running).squeeze(1)
-        self._started = True
+        self._resume(running)
 
     def _checked(self, state: dict[str, torch.Tensor], *, copy: bool) -> dict[str, torch.Tensor]:
         """``state`` checked against the env's own state (keys, per-row shapes, dtypes, device)."""

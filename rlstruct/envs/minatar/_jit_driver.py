@@ -3,7 +3,7 @@
 :func:`autoreset` is :func:`~rlstruct.envs.minatar._env.autoreset_step` env by env: the sticky-action and game
 draws of :func:`~rlstruct.envs._rng.step_uniforms`, the game's step, the time limit, the restart of a finished env
 with the reset draws of :func:`~rlstruct.envs._rng.uniform_draws`, and both frames. The game's rules come from its
-kernel module ``_jit_<minatar name>`` (``STATE_KEYS``, ``reset``, ``step``, ``observe`` over one env's row): each
+kernel module ``_<minatar name>.kernel`` (``STATE_KEYS``, ``reset``, ``step``, ``observe`` over one env's row): each
 game has its own copy of the loop, whose globals are its functions, so that numba compiles (and caches) one loop per
 game with those functions inlined. Imported through :func:`rlstruct.envs._jit.jit_module` only.
 """
@@ -16,16 +16,15 @@ import types
 from collections.abc import Callable
 from pathlib import Path
 
-import numba
 import numpy as np
 import torch
 
 from rlstruct.envs import _jit_kernels, _rng
-from rlstruct.envs._jit_kernels import _draw, counter, mix32
+from rlstruct.envs._jit_kernels import _draw, autoreset_flags, counter, jit, mix32
 
 __all__ = ["CompiledStep", "autoreset", "game_module"]
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+_jit = jit
 _MASK32 = _rng.MASK32
 _STEP_SALT = _rng.STEP_SALT
 _STEP_STRIDE = _rng.STEP_STRIDE
@@ -36,7 +35,7 @@ _LOOPS: dict[str, Callable] = {}  # minatar name -> its compiled loop
 
 def game_module(minatar_name: str) -> types.ModuleType:
     """The kernel module of the game ``minatar_name`` (``"breakout"``)."""
-    return importlib.import_module(f"rlstruct.envs.minatar._jit_{minatar_name}")
+    return importlib.import_module(f"rlstruct.envs.minatar._{minatar_name}.kernel")
 
 
 def _reset(s, i, u, ramping):
@@ -103,20 +102,11 @@ def _autoreset(
             u[d] = _step_draw(s, d + 1)
         r, ended = _step(g, i, played, u, ramping)
         steps = elapsed[i] + 1
-        cut = steps >= limit
-        finished = ended or cut
         _observe(g, i, frame[i])
         reward[i] = r
-        done[i] = finished
-        terminated[i] = ended
-        truncated[i] = cut
-        initial[i] = False
         last[i] = a
-        done_r[i] = False
-        terminated_r[i] = False
-        truncated_r[i] = False
-        initial_r[i] = finished
-        if finished:
+        if autoreset_flags(i, ended, steps >= limit, done, terminated, truncated, initial,
+                           done_r, terminated_r, truncated_r, initial_r):
             e = episode[i] + 1
             for d in range(u_reset.shape[0]):
                 u_reset[d] = _draw(key[i], e, salt[d], scale[d], offset[d])

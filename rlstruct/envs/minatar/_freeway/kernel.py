@@ -1,8 +1,8 @@
-"""MinAtar Freeway for one env at a time (numba): :mod:`._freeway`'s rules over row ``i`` of the state arrays, for the
-compiled CPU step (:mod:`._jit_driver`); the same bits as :data:`._freeway.GAME`.
+"""MinAtar Freeway for one env at a time (numba): :mod:`.rules`'s rules over row ``i`` of the state arrays, for the
+compiled CPU step (:mod:`rlstruct.envs.minatar._jit_driver`); the same bits as :data:`.rules.GAME`.
 
 >>> import numpy as np, torch
->>> from rlstruct.envs.minatar._freeway import GAME
+>>> from rlstruct.envs.minatar._freeway.rules import GAME
 >>> u = np.full(16, 0.9)
 >>> state = GAME.reset(torch.from_numpy(u).expand(2, 16), True)
 >>> s = tuple(state[k].numpy() for k in STATE_KEYS)
@@ -12,14 +12,14 @@ compiled CPU step (:mod:`._jit_driver`); the same bits as :data:`._freeway.GAME`
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from rlstruct.envs.minatar._freeway import PLAYER_SPEED, TIME_LIMIT
+from rlstruct.envs._jit_kernels import jit
+from rlstruct.envs.minatar._freeway.rules import PLAYER_SPEED, TIME_LIMIT
 
 __all__ = ["STATE_KEYS", "reset", "step", "observe"]
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+_jit = jit
 
 STATE_KEYS = ("pos", "move_timer", "terminate_timer", "car_x", "car_timer", "car_speed")
 _N_CARS = 8

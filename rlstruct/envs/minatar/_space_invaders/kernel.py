@@ -1,11 +1,11 @@
-"""SpaceInvaders' compiled CPU kernels (numba): :mod:`._space_invaders`' ``GAME`` for one env (row ``i``) at a time.
+"""SpaceInvaders' compiled CPU kernels (numba): :mod:`.rules`' ``GAME`` for one env (row ``i``) at a time.
 
 ``reset``, ``step`` and ``observe`` repeat the torch game's operations on row ``i`` of the state's arrays (its
 tensors' ``.numpy()``, in :data:`STATE_KEYS` order), in place, with the same integer results: the torch game is the
 definition, these are its CPU fast path. Imported only when numba is wanted.
 
 >>> import numpy as np, torch
->>> from rlstruct.envs.minatar._space_invaders import GAME
+>>> from rlstruct.envs.minatar._space_invaders.rules import GAME
 >>> state = GAME.reset(torch.zeros(2, 0, dtype=torch.float64), True)
 >>> s = tuple(state[k].numpy() for k in STATE_KEYS)
 >>> u = np.zeros(0)
@@ -15,9 +15,8 @@ definition, these are its CPU fast path. Imported only when numba is wanted.
 
 from __future__ import annotations
 
-import numba
-
-from rlstruct.envs.minatar import _space_invaders as rules
+from rlstruct.envs._jit_kernels import jit
+from rlstruct.envs.minatar._space_invaders import rules
 
 __all__ = ["STATE_KEYS", "reset", "step", "observe"]
 
@@ -27,7 +26,7 @@ STATE_KEYS = ("pos", "f_bullet_map", "e_bullet_map", "alien_map", "alien_dir", "
 (POS, F_BULLET_MAP, E_BULLET_MAP, ALIEN_MAP, ALIEN_DIR, ENEMY_MOVE_INTERVAL, ALIEN_MOVE_TIMER, ALIEN_SHOT_TIMER,
  RAMP_INDEX, SHOT_TIMER) = range(len(STATE_KEYS))
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+_jit = jit
 
 
 @_jit

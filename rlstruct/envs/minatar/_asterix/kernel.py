@@ -1,8 +1,8 @@
-"""MinAtar Asterix for one env at a time (numba): :mod:`._asterix`'s rules over row ``i`` of the state arrays, for the
-compiled CPU step (:mod:`._jit_driver`); the same bits as :data:`._asterix.GAME`.
+"""MinAtar Asterix for one env at a time (numba): :mod:`.rules`'s rules over row ``i`` of the state arrays, for the
+compiled CPU step (:mod:`rlstruct.envs.minatar._jit_driver`); the same bits as :data:`.rules.GAME`.
 
 >>> import numpy as np, torch
->>> from rlstruct.envs.minatar._asterix import GAME
+>>> from rlstruct.envs.minatar._asterix.rules import GAME
 >>> state = GAME.reset(torch.zeros(2, 0, dtype=torch.float64), True)
 >>> s = tuple(state[k].numpy() for k in STATE_KEYS)
 >>> step(s, 1, 2, np.array([0.9, 0.9, 0.99]), True), state["player_y"].tolist(), state["spawn_timer"].tolist()
@@ -11,14 +11,14 @@ compiled CPU step (:mod:`._jit_driver`); the same bits as :data:`._asterix.GAME`
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from rlstruct.envs.minatar._asterix import INIT_MOVE_INTERVAL, INIT_SPAWN_SPEED, RAMP_INTERVAL
+from rlstruct.envs._jit_kernels import jit
+from rlstruct.envs.minatar._asterix.rules import INIT_MOVE_INTERVAL, INIT_SPAWN_SPEED, RAMP_INTERVAL
 
 __all__ = ["STATE_KEYS", "reset", "step", "observe"]
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+_jit = jit
 
 STATE_KEYS = ("player_x", "player_y", "spawn_speed", "spawn_timer", "move_speed", "move_timer", "ramp_timer",
               "ramp_index", "alive", "x", "right", "gold")

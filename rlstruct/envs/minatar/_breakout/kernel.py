@@ -1,8 +1,8 @@
-"""MinAtar Breakout for one env at a time (numba): :mod:`._breakout`'s rules over row ``i`` of the state arrays, for
-the compiled CPU step (:mod:`._jit_driver`); the same bits as :data:`._breakout.GAME`.
+"""MinAtar Breakout for one env at a time (numba): :mod:`.rules`'s rules over row ``i`` of the state arrays, for
+the compiled CPU step (:mod:`rlstruct.envs.minatar._jit_driver`); the same bits as :data:`.rules.GAME`.
 
 >>> import numpy as np, torch
->>> from rlstruct.envs.minatar._breakout import GAME
+>>> from rlstruct.envs.minatar._breakout.rules import GAME
 >>> state = GAME.reset(torch.tensor([[0.2], [0.7]], dtype=torch.float64), True)
 >>> s = tuple(state[k].numpy() for k in STATE_KEYS)
 >>> step(s, 0, 3, np.zeros(0), True), state["ball_x"].tolist(), state["pos"].tolist()
@@ -11,12 +11,13 @@ the compiled CPU step (:mod:`._jit_driver`); the same bits as :data:`._breakout.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from rlstruct.envs._jit_kernels import jit
 
 __all__ = ["STATE_KEYS", "reset", "step", "observe"]
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+_jit = jit
 
 STATE_KEYS = ("ball_x", "ball_y", "ball_dir", "pos", "last_x", "last_y", "strike", "bricks")
 # The state's arrays are read through the tuple ``s`` by these constant indices, never bound to names: numba

@@ -1,4 +1,4 @@
-"""Seaquest's compiled CPU kernels (numba): :mod:`._seaquest`'s ``GAME`` for one env (row ``i``) at a time.
+"""Seaquest's compiled CPU kernels (numba): :mod:`.rules`'s ``GAME`` for one env (row ``i``) at a time.
 
 ``reset``, ``step`` and ``observe`` repeat the torch game's operations on row ``i`` of the state's arrays (its
 tensors' ``.numpy()``, in :data:`STATE_KEYS` order), in place, with the same results, dead slots included (their
@@ -10,7 +10,7 @@ one function, the arrays read as ``s[ENEMY_X]`` (constant indices), never bound 
 branch changes is read into a local before it and written back after it; the last statements run on every path.
 
 >>> import numpy as np, torch
->>> from rlstruct.envs.minatar._seaquest import GAME
+>>> from rlstruct.envs.minatar._seaquest.rules import GAME
 >>> state = GAME.reset(torch.zeros(2, 0, dtype=torch.float64), True)
 >>> s = tuple(state[k].numpy() for k in STATE_KEYS)
 >>> step(s, 0, 4, np.full(5, 0.5), True), int(state["sub_y"][0]), int(state["sub_y"][1])
@@ -19,9 +19,8 @@ branch changes is read into a local before it and written back after it; the las
 
 from __future__ import annotations
 
-import numba
-
-from rlstruct.envs.minatar._seaquest import (
+from rlstruct.envs._jit_kernels import jit
+from rlstruct.envs.minatar._seaquest.rules import (
     _SCALARS,
     _SUB_RANK,
     DIVER_MOVE_INTERVAL,
@@ -50,7 +49,7 @@ _NO_KEY = 2**31 - 1
 # Kills are bit masks of enemy slots; a group of two slots is compacted by one swap.
 assert MAX_ENEMIES <= 63 and MAX_BULLETS == MAX_DIVERS == 2
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+_jit = jit
 
 
 @_jit
