@@ -36,7 +36,7 @@ def test_a_killed_run_resumes_a_finished_one_is_skipped_and_the_table_reads_them
         proc.wait(timeout=60)
         proc.log.close()
     assert published.run_state(killed) == "resumable" and not (killed / "summary.json").exists()
-    page.write_text("# Published\n\nbefore\n\n<!-- published table: begin -->\nold\n<!-- published table: end -->\n\nafter\n")
+    page.write_text(f"# Published\n\nbefore\n\n{published.TABLE_BEGIN}\nold\n{published.TABLE_END}\n\nafter\n")
 
     args = ["--root", str(root), "--tasks", "breakout", "--seeds", "0,1", "--max-env-steps", str(STEPS)]
     assert published.main([*args, "--table", str(page)]) == 0
