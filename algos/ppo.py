@@ -185,8 +185,8 @@ def ppo_minibatch_loss(
         returns: ``float [M]``, ``advantage + old_value``.
         mask: ``float [M]``.
     """
-    dist = model.policy(frame)
-    return ppo_loss(dist.log_prob(action), old_log_prob, advantage, model.value(frame), old_value, returns,
+    dist, value = model.policy_value(frame)  # one pass of a shared encoder for both
+    return ppo_loss(dist.log_prob(action), old_log_prob, advantage, value, old_value, returns,
                     dist.entropy(), mask, **_loss_settings(config))
 
 
