@@ -98,10 +98,12 @@ def run_state(folder: Path) -> str:
 
 
 def checkpoint_every(preset: str) -> int:
-    """Iterations between two checkpoints: the preset's evaluation period, so that a kill loses at most that."""
+    """Iterations between two checkpoints: about 50k env steps of the preset's iterations, what a kill can lose."""
     from rlstruct.algos._train.presets import PRESETS
 
-    return int(next(p for p in PRESETS if p.name == preset).settings["eval_every"])
+    settings = next(p for p in PRESETS if p.name == preset).settings
+    per_iteration = settings["n_envs"] * settings.get("n_steps", settings.get("rollout_steps", 1))
+    return max(1, 50_000 // per_iteration)
 
 
 def train_command(root: Path, task: str, algo: str, seed: int, *, max_env_steps: int | None = None,

@@ -185,10 +185,13 @@ _DQN_ATARI = {"n_envs": 8, "rollout_steps": 4, "gradient_steps": 8, "batch_size"
 # for the whole budget (no target: the published figures are returns at the budget, and a run stopped at a target
 # would report the return of an earlier policy), evaluated 32 episodes at a time, not every few iterations.
 _PUBLISHED = {"stop_at_reward_threshold": False, "time_limit": 86_400.0}
-# MinAtar (Young and Tian 2019): 5M env steps of the torch games with minatar's sticky actions (0.1, the env's
-# default, stated so that config.json records it), as the MinAtar paper's curves.
+# MinAtar (Young and Tian 2019): 5M env steps of the torch games as the MinAtar paper's curves: minatar's sticky
+# actions (0.1, the env's default, stated so that config.json records it) and episodes as long as the games make them
+# (Freeway ends at 2,500 steps), which the gymnasium ids cut at 1,000 steps (40% of a Freeway game); 10,000 steps
+# bound an episode that never ends (a Breakout policy that never misses). An evaluation every ~200k env steps: 32
+# Freeway games are 80k steps of the policy.
 _MINATAR_5M = {**_PUBLISHED, "max_env_steps": 5_000_000, "env_kwargs": {"sticky_action_prob": 0.1},
-               "n_evaluation_envs": 32}
+               "max_episode_steps": 10_000, "n_evaluation_envs": 32}
 # MuJoCo v4 at 1M env steps: CleanRL's ppo_continuous_action settings (as ppo-mujoco), its learning rate annealed over
 # 1M env steps as CleanRL's is, evaluated every 25 updates (51k env steps).
 _PPO_MUJOCO_1M = {**_PPO_MUJOCO, **_PUBLISHED, "max_env_steps": 1_000_000, "eval_every": 25}
@@ -274,12 +277,12 @@ PRESETS: tuple[Preset, ...] = (
     Preset("dqn-atari", "dqn", ("ALE/*",), _DQN_ATARI, 5.0,
            "CleanRL's dqn_atari.py with Dopamine's schedule and 3-step returns", "dqn-atari-breakout",
            target_env="ALE/Breakout-v5"),
-    Preset("ppo-minatar-5m", "ppo", ("MinAtar/*",), {**_PPO_MINATAR, **_MINATAR_5M, "eval_every": 25}, None,
+    Preset("ppo-minatar-5m", "ppo", ("MinAtar/*",), {**_PPO_MINATAR, **_MINATAR_5M, "eval_every": 100}, None,
            "ppo-minatar's settings at the MinAtar paper's budget (5M env steps, sticky actions 0.1)", auto=False),
-    Preset("pqn-minatar-5m", "pqn", ("MinAtar/*",), {**_PQN_MINATAR, **_MINATAR_5M, "eval_every": 25}, None,
+    Preset("pqn-minatar-5m", "pqn", ("MinAtar/*",), {**_PQN_MINATAR, **_MINATAR_5M, "eval_every": 50}, None,
            "pqn-minatar's settings at the MinAtar paper's budget (epsilon to 0.01 over its first 1M env steps)",
            auto=False),
-    Preset("dqn-minatar-5m", "dqn", ("MinAtar/*",), {**_DQN_MINATAR, **_MINATAR_5M, "eval_every": 1_000}, None,
+    Preset("dqn-minatar-5m", "dqn", ("MinAtar/*",), {**_DQN_MINATAR, **_MINATAR_5M, "eval_every": 3_200}, None,
            "dqn-minatar's settings at the MinAtar paper's budget", auto=False),
     Preset("ppo-mujoco-1m", "ppo", MUJOCO_V4, _PPO_MUJOCO_1M, None,
            "CleanRL's ppo_continuous_action on the v4 envs at its 1M env steps", auto=False),
