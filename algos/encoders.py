@@ -156,9 +156,7 @@ class CNNEncoder(nn.Module):
         """Features ``float [N, out_dim]`` of frames ``[N, C, H, W]`` (``[N, H, W, C]`` with ``channels_last``)."""
         x = _to_float(frame, self.scale)
         if self.channels_last:
-            # A permuted view would make the convolutions run channels-last and the flatten copy their output: the
-            # copy here costs less (the same bits, forward and backward; docs/benchmarks/cpu-learner.md).
-            x = x.permute(0, 3, 1, 2).contiguous()
+            x = x.permute(0, 3, 1, 2)
         return self.linear(self.convs(x))
 
 

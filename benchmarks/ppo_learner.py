@@ -13,8 +13,7 @@ minibatches) on the torch ``MinAtar/Breakout-v1``, its compiled CPU step from th
   changes less than wall time; the table compares configurations by it.
 
 The configurations: ``eager`` (the preset as it is), ``two-pass`` (the loss's policy and value as two calls, each
-through the shared CNN, which ``EncoderActorCritic.policy_value`` makes one), ``strided`` (the CNN fed a permuted
-view of the ``[N, H, W, C]`` frames instead of an NCHW copy), ``compile`` (``--compile-update``:
+through the shared CNN, which ``EncoderActorCritic.policy_value`` makes one), ``compile`` (``--compile-update``:
 inductor on the CPU), ``bf16`` (``--autocast bfloat16``), ``mb2`` and ``mb8`` (2 or 8 minibatches a pass:
 minibatches of 1,024 or 256),
 and the microbenchmarks ``encoder as-is``/``encoder contiguous``/``encoder
@@ -45,7 +44,6 @@ ENV = "MinAtar/Breakout-v1"
 VARIANTS: dict[str, dict] = {
     "eager": {},
     "two-pass": {},
-    "strided": {},
     "compile": {"compile_update": True},
     "bf16": {"autocast": "bfloat16"},
     "mb2": {"n_minibatches": 2},
@@ -90,14 +88,6 @@ def measure_training(name: str, iterations: int, warmup: int) -> dict:
 
         # the loss's forward as two calls, each through the shared encoder: what policy_value saves
         EncoderActorCritic.policy_value = lambda self, frame: (self.policy(frame), self.value(frame))
-    if name == "strided":
-        from rlstruct.algos import encoders
-
-        def strided(self, frame):  # the frames seen as NCHW through a permuted view, not copied
-            x = encoders._to_float(frame, self.scale).permute(0, 3, 1, 2)
-            return self.linear(self.convs(x))
-
-        encoders.CNNEncoder.forward = strided
     threads = variant.get("torch_threads", 1)
     torch.set_num_threads(threads)
     description = algorithm("ppo")

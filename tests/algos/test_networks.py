@@ -312,22 +312,3 @@ def test_the_ppo_loss_through_one_encoder_pass_is_the_loss_and_gradients_of_two(
     torch.testing.assert_close(one, two, rtol=0, atol=0)
     for a, b in zip(one_grads, two_grads):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
-
-
-@pytest.mark.parametrize("n", [1, 32, 512])
-def test_the_cnn_gives_the_same_bits_for_channels_last_frames_as_for_channels_first(n):
-    """MinAtar's frames arrive [N, H, W, C]; the CNN makes them NCHW-contiguous before its convolutions, whose
-    features and gradients are then the bits that [N, C, H, W] frames give (the copy costs less than the
-    channels-last convolution and flatten it avoids: docs/benchmarks/cpu-learner.md)."""
-    from rlstruct.algos.encoders import CNNEncoder
-
-    torch.manual_seed(0)
-    last = CNNEncoder((10, 10, 4), obs_dtype="bool")
-    first = CNNEncoder((4, 10, 10), obs_dtype="bool", channels_last=False)
-    first.load_state_dict(last.state_dict())
-    frames = torch.rand(n, 10, 10, 4) < 0.3
-    out_last, out_first = last(frames), first(frames.permute(0, 3, 1, 2).contiguous())
-    assert torch.equal(out_last, out_first)
-    grads_last = torch.autograd.grad(out_last.square().sum(), list(last.parameters()))
-    grads_first = torch.autograd.grad(out_first.square().sum(), list(first.parameters()))
-    assert all(torch.equal(a, b) for a, b in zip(grads_last, grads_first))
