@@ -53,11 +53,12 @@ class Task:
     references: tuple[tuple[str, str], ...]
 
 
-_MINATAR_DQN = "MinAtar README's DQN curve (Young and Tian 2019): 5M frames, sticky actions 0.1, training returns"
-_MINATAR_AC = "MinAtar README's actor-critic(lambda) curve: same protocol"
-_GYMNAX = "gymnax's PPO (MLP, no sticky actions, 10M env steps)"
-_CLEANRL = ("CleanRL ppo_continuous_action, v4: mean of the last 100 training episodes at 1M env steps, 3 seeds")
-_ZOO = "rl-baselines3-zoo PPO (v3, tuned per env, normalised): deterministic evaluation, 1 run"
+# the references, by the short names the table gives them (the page's section on references gives their protocols)
+_MINATAR_DQN = "MinAtar paper's DQN"
+_MINATAR_AC = "its actor-critic(lambda)"
+_GYMNAX = "gymnax's PPO at 10M"
+_CLEANRL = "CleanRL"
+_ZOO = "rl-zoo"
 _MINATAR_ALGOS = {"ppo": "ppo-minatar-5m", "pqn": "pqn-minatar-5m", "dqn": "dqn-minatar-5m"}
 
 #: the tasks, in the table's order
@@ -69,7 +70,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("freeway", "MinAtar/Freeway-v1", _MINATAR_ALGOS,
          (("50", _MINATAR_DQN), ("47.5", _MINATAR_AC), ("58", _GYMNAX))),
     Task("seaquest", "MinAtar/Seaquest-v1", _MINATAR_ALGOS,
-         (("20 (on minatar <= 1.0.10, whose Seaquest had a bug)", _MINATAR_DQN), ("15.5", _MINATAR_AC))),
+         (("20 (minatar <= 1.0.10)", _MINATAR_DQN), ("15.5", _MINATAR_AC))),
     Task("spaceinvaders", "MinAtar/SpaceInvaders-v1", _MINATAR_ALGOS,
          (("43", _MINATAR_DQN), ("185", _MINATAR_AC), ("131", _GYMNAX))),
     Task("hopper", "Hopper-v4", {"ppo": "ppo-mujoco-1m"}, (("2,383", _CLEANRL), ("2,410", _ZOO))),
@@ -207,6 +208,16 @@ def training_return(folder: Path, episodes: int = 100) -> float | None:
     return total / count if count else None
 
 
+def last_env_steps(folder: Path) -> int:
+    """The env steps of the last row of a run's ``progress.csv`` (0 when it has none)."""
+    path = folder / "progress.csv"
+    if not path.is_file():
+        return 0
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    return int(float(rows[-1]["env_steps"])) if rows else 0
+
+
 def _fmt(x: float | None) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
@@ -224,7 +235,10 @@ def row_cells(root: Path, task: str, algo: str) -> list[str]:
     group = root / f"{algo}-{task}"
     stats = _compare(group) if group.is_dir() else None
     if stats is None:
-        return [t.env, f"{algo} (`--preset {preset.name}`)", budget, "0", f"not run yet: `{shown_command(task, algo)}`",
+        started = {f.name: last_env_steps(f) for f in sorted(group.glob("seed-*")) if f.is_dir()}
+        state = (f"not finished yet ({', '.join(f'{k} at {v:,} env steps' for k, v in started.items())}); resume: "
+                 if started else "not run yet: ")
+        return [t.env, f"{algo} (`--preset {preset.name}`)", budget, "0", f"{state}`{shown_command(task, algo)}`",
                 "-", "-", refs]
     iqm = stats["iqm"]
     low, high = iqm["low"], iqm["high"]
