@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks import published
 
-STEPS = 4096  # two PPO iterations of ppo-minatar-5m (32 envs x 64 steps)
+STEPS = 16_384  # two PPO iterations of ppo-minatar-5m (64 envs x 128 steps)
 
 
 def _wait_for(path, proc, timeout=120.0):
@@ -48,7 +48,7 @@ def test_a_killed_run_resumes_a_finished_one_is_skipped_and_the_table_reads_them
         assert summary["env_steps"] == STEPS and summary["stop_reason"] == "budget"
         assert published.run_state(folder) == "finished"
         rows = (folder / "progress.csv").read_text().splitlines()
-        assert rows[1].startswith("1,2048,"), "the resumed run's curve keeps the rows before the kill"
+        assert rows[1].startswith("1,8192,"), "the resumed run's curve keeps the rows before the kill"
     assert published.training_return(killed) is not None
 
     summaries = {s: (published.run_folder(root, "breakout", "ppo", s) / "summary.json").stat().st_mtime_ns
@@ -62,6 +62,6 @@ def test_a_killed_run_resumes_a_finished_one_is_skipped_and_the_table_reads_them
     assert text.startswith("# Published\n\nbefore\n\n<!-- published table: begin -->\n| env |") and "old" not in text
     assert text.endswith("<!-- published table: end -->\n\nafter\n")
     breakout = next(line for line in text.splitlines() if line.startswith("| MinAtar/Breakout-v1 | ppo"))
-    assert "| 5M (at 4,096) | 2 |" in breakout and "[" in breakout, "the IQM's interval over the 2 seeds"
+    assert "| 5M (at 16,384) | 2 |" in breakout and "[" in breakout, "the IQM's interval over the 2 seeds"
     hopper = next(line for line in text.splitlines() if line.startswith("| Hopper-v4 | ppo"))
     assert "not run yet: `python benchmarks/published.py --root runs/published --tasks hopper --algos ppo" in hopper
