@@ -218,6 +218,14 @@ def last_env_steps(folder: Path) -> int:
     return int(float(rows[-1]["env_steps"])) if rows else 0
 
 
+def _minutes(walls: list[float]) -> str:
+    """``"68 min"`` or ``"60-75 min"``: the runs' wall times."""
+    if not walls:
+        return "-"
+    low, high = round(min(walls) / 60), round(max(walls) / 60)
+    return f"{low} min" if low == high else f"{low}-{high} min"
+
+
 def _fmt(x: float | None) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
@@ -249,10 +257,11 @@ def row_cells(root: Path, task: str, algo: str) -> list[str]:
     walls = [s.get("wall_time_s") for s in summaries if isinstance(s.get("wall_time_s"), (int, float))]
     steps = {s.get("env_steps") for s in summaries}
     seeds = f"{len(folders)}" + (f" (+{stats['n_left_out']} running)" if stats["n_left_out"] else "")
-    note = "" if steps == {preset.settings["max_env_steps"]} else f" (at {', '.join(f'{s:,}' for s in sorted(steps))})"
+    short = sorted(s for s in steps if isinstance(s, int) and s < preset.settings["max_env_steps"])
+    note = f" (at {', '.join(f'{s:,}' for s in short)})" if short else ""
     return [t.env, f"{algo} (`--preset {preset.name}`)", budget + note, seeds, interval,
             _fmt(sum(trained) / len(trained)) if trained else "-",
-            f"{min(walls) / 60:.0f}-{max(walls) / 60:.0f} min" if walls else "-", refs]
+            _minutes(walls), refs]
 
 
 def table(root: Path) -> str:
