@@ -120,6 +120,10 @@ class ActorCritic(nn.Module):
         """State values ``float32 [N]`` (also under ``torch.autocast``)."""
         return self.critic(self._input(frame)).squeeze(-1).float()
 
+    def policy_value(self, frame: torch.Tensor) -> tuple[ActionDistribution, torch.Tensor]:
+        """``(policy(frame), value(frame))``: the two networks share nothing, so this is the two calls."""
+        return self.policy(frame), self.value(frame)
+
     def _input(self, frame: torch.Tensor) -> torch.Tensor:
         # float32 for the MLPs (MuJoCo's observations are float64), normalised where the model normalises.
         return frame.float() if self.normalizer is None else self.normalizer(frame)
@@ -168,6 +172,19 @@ class EncoderActorCritic(nn.Module):
     def value(self, frame: torch.Tensor) -> torch.Tensor:
         """State values ``float32 [N]`` (also under ``torch.autocast``)."""
         return self.value_head(self.encoder(frame)).squeeze(-1).float()
+
+    def policy_value(self, frame: torch.Tensor) -> tuple[Categorical, torch.Tensor]:
+        """``(policy(frame), value(frame))`` from one pass of the shared encoder: a loss that needs both (PPO's)
+        pays for the CNN's forward and backward once, not twice.
+
+        >>> m = EncoderActorCritic((10, 10, 4), 3, (64,), obs_dtype="bool")
+        >>> frames = torch.rand(5, 10, 10, 4) < 0.5
+        >>> dist, value = m.policy_value(frames)
+        >>> torch.equal(dist.logits, m.policy(frames).logits), torch.equal(value, m.value(frames))
+        (True, True)
+        """
+        features = self.encoder(frame)
+        return Categorical(self.policy_head(features)), self.value_head(features).squeeze(-1).float()
 
 
 class RecurrentActorCritic(nn.Module):

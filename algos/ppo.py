@@ -177,10 +177,9 @@ def ppo_minibatch_loss(model: nn.Module, config: PPOConfig,
             weights that acted); ``advantage float [M]``; ``old_value float [M]`` (the values at the collection);
             ``returns float [M]`` (``advantage + old_value``); ``mask float [M]``.
     """
-    dist = model.policy(batch["frame"])
-    return ppo_loss(dist.log_prob(batch["action"]), batch["old_log_prob"], batch["advantage"],
-                    model.value(batch["frame"]), batch["old_value"], batch["returns"], dist.entropy(), batch["mask"],
-                    **_loss_settings(config))
+    dist, value = model.policy_value(batch["frame"])  # one pass of a shared encoder for both
+    return ppo_loss(dist.log_prob(batch["action"]), batch["old_log_prob"], batch["advantage"], value,
+                    batch["old_value"], batch["returns"], dist.entropy(), batch["mask"], **_loss_settings(config))
 
 
 def _loss_settings(config: PPOConfig) -> dict[str, Any]:

@@ -341,6 +341,8 @@ def presets_page(files: list[dict]) -> str:
              "|:--|:--|--:|--:|--:|--:|--:|--:|--:|:--|:--|:--|"]
     by_name = {s.name: s for s in SUITES}
     for p in PRESETS:
+        if not p.auto:  # the published-budget presets have their page: benchmarks/published.py --table
+            continue
         # A preset's row holds its runs on the backend of its benchmark suite (a preset that moved to another
         # backend keeps its older runs in their JSON, out of its row).
         backend = by_name[p.benchmark].backend if p.benchmark in by_name else None

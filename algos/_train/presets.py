@@ -59,6 +59,8 @@ class Preset:
             Such an entry applies no settings.
         target_env: the env the target was measured on (``None``: the first of ``envs``); on the family's other
             envs the target means nothing (5 is Breakout's, not Pong's), and the preset sets no stop.
+        auto: whether ``preset="auto"`` may choose it; ``False`` for a published-budget preset, which runs only when
+            named (``--preset ppo-minatar-5m``): its budget takes hours, and it trains for the whole of it.
     """
 
     name: str
@@ -70,6 +72,7 @@ class Preset:
     benchmark: str | None = None
     unsupported: str | None = None
     target_env: str | None = None
+    auto: bool = True
 
     def matches(self, algo: str, env: str) -> bool:
         """True if this preset is for ``algo`` on ``env`` (an exact id or a family pattern)."""
@@ -148,6 +151,16 @@ _DQN_MINATAR = {"n_envs": 8, "rollout_steps": 8, "gradient_steps": 16, "batch_si
 _PQN_MINATAR = {"n_envs": 128, "n_steps": 32, "n_epochs": 2, "n_minibatches": 32, "lr": 3e-4, "reward_scale": 1.0,
                 "epsilon_end": 0.01, "epsilon_decay_fraction": 0.2, "eval_every": 5, "max_env_steps": 300_000,
                 "time_limit": 1800.0}
+# PPO on MinAtar: benchmarks/learning.py's MinAtar Breakout suite (32 envs x 64 steps, 4 epochs of 4 minibatches).
+_PPO_MINATAR = {"n_envs": 32, "n_steps": 64, "n_minibatches": 4, "lr": 5e-4, "entropy_coef": 0.01, "eval_every": 10,
+                "max_env_steps": 1_000_000, "time_limit": 1800.0}
+# PPO on MinAtar at the published budget: gymnax-blines' PPO settings for every MinAtar game (64 envs x 128 steps,
+# 4 epochs of 8 minibatches, lr 5e-4 constant, gamma 0.999, unscaled rewards) on the MinAtar paper's CNN. On Breakout
+# (seed 0) they evaluate at 9.3 after 1M env steps and 19.1 after 2M, where ppo-minatar's settings stay near 6
+# (docs/benchmarks/published.md).
+_PPO_MINATAR_GYMNAX = {"n_envs": 64, "n_steps": 128, "n_epochs": 4, "n_minibatches": 8, "lr": 5e-4, "anneal_lr": False,
+                       "gamma": 0.999, "gae_lambda": 0.95, "clip_coef": 0.2, "entropy_coef": 0.01, "value_coef": 0.5,
+                       "max_grad_norm": 0.5, "reward_scale": 1.0}
 # SAC on MuJoCo locomotion: CleanRL's sac_continuous_action settings (one env, a gradient step per env step, 256-256
 # networks, batch 256, actor lr 3e-4, critic lr 1e-3, 5k random steps first, tau 0.005, the temperature tuned).
 _SAC_MUJOCO = {"n_envs": 1, "rollout_steps": 8, "hidden_sizes": (256, 256), "batch_size": 256, "lr": 3e-4,
@@ -174,6 +187,24 @@ _DQN_ATARI = {"n_envs": 8, "rollout_steps": 4, "gradient_steps": 8, "batch_size"
               "learning_starts": 20_000, "lr": 1e-4, "n_step": 3, "target_update_interval": 250,
               "epsilon_end": 0.01, "epsilon_decay_steps": 250_000, "max_grad_norm": 10.0, "eval_every": 320,
               "n_evaluation_envs": 8, **_ATARI}
+
+# The published budgets (benchmarks/published.py, docs/benchmarks/published.md): each runs only when named and trains
+# for the whole budget (no target: the published figures are returns at the budget, and a run stopped at a target
+# would report the return of an earlier policy), evaluated 32 episodes at a time, not every few iterations.
+_PUBLISHED = {"stop_at_reward_threshold": False, "time_limit": 86_400.0}
+# MinAtar (Young and Tian 2019): 5M env steps of the torch games as the MinAtar paper's curves: minatar's sticky
+# actions (0.1, the env's default, stated so that config.json records it) and episodes as long as the games make them
+# (Freeway ends at 2,500 steps), which the gymnasium ids cut at 1,000 steps (40% of a Freeway game); 10,000 steps
+# bound an episode that never ends (a Breakout policy that never misses). An evaluation every ~200k env steps: 32
+# Freeway games are 80k steps of the policy.
+_MINATAR_5M = {**_PUBLISHED, "max_env_steps": 5_000_000, "env_kwargs": {"sticky_action_prob": 0.1},
+               "max_episode_steps": 10_000, "n_evaluation_envs": 32}
+# MuJoCo v4 at 1M env steps: CleanRL's ppo_continuous_action settings (as ppo-mujoco), its learning rate annealed over
+# 1M env steps as CleanRL's is, evaluated every 25 updates (51k env steps).
+_PPO_MUJOCO_1M = {**_PPO_MUJOCO, **_PUBLISHED, "max_env_steps": 1_000_000, "eval_every": 25}
+#: the published-budget presets' envs
+MINATAR_GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
+MUJOCO_V4 = ("Hopper-v4", "HalfCheetah-v4", "Walker2d-v4")
 
 #: the presets, looked up by :func:`find_preset` (an exact id before a family, then the order here)
 PRESETS: tuple[Preset, ...] = (
@@ -236,7 +267,7 @@ PRESETS: tuple[Preset, ...] = (
            "the MinAtar paper's DQN settings, with Adam and fewer gradient steps", "dqn-minatar-breakout-torch",
            target_env="MinAtar/Breakout-v1"),
     Preset("ppo-mujoco", "ppo", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
-                                 "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
+                                 "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5", *MUJOCO_V4),
            _PPO_MUJOCO, 1000.0, "CleanRL's ppo_continuous_action (= SB3's PPO defaults), with both normalisations",
            "ppo-hopper-gymnasium"),
     Preset("sac-mujoco", "sac", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
@@ -245,9 +276,7 @@ PRESETS: tuple[Preset, ...] = (
     Preset("pqn-minatar", "pqn", ("MinAtar/*",), _PQN_MINATAR, 5.0,
            "PQN's MinAtar settings (128 envs x 32 steps, lambda 0.65, LayerNorm) over 300k env steps",
            "pqn-minatar-breakout-torch", target_env="MinAtar/Breakout-v1"),
-    Preset("ppo-minatar", "ppo", ("MinAtar/*",),
-           {"n_envs": 32, "n_steps": 64, "n_minibatches": 4, "lr": 5e-4, "entropy_coef": 0.01, "eval_every": 10,
-            "max_env_steps": 1_000_000, "time_limit": 1800.0}, 5.0,
+    Preset("ppo-minatar", "ppo", ("MinAtar/*",), _PPO_MINATAR, 5.0,
            "benchmarks/learning.py's MinAtar Breakout suite", "ppo-minatar-breakout-torch",
            target_env="MinAtar/Breakout-v1"),
     Preset("ppo-atari", "ppo", ("ALE/*",), _PPO_ATARI, 5.0, "CleanRL's ppo_atari.py", "ppo-atari-breakout",
@@ -255,11 +284,22 @@ PRESETS: tuple[Preset, ...] = (
     Preset("dqn-atari", "dqn", ("ALE/*",), _DQN_ATARI, 5.0,
            "CleanRL's dqn_atari.py with Dopamine's schedule and 3-step returns", "dqn-atari-breakout",
            target_env="ALE/Breakout-v5"),
+    Preset("ppo-minatar-5m", "ppo", ("MinAtar/*",), {**_PPO_MINATAR_GYMNAX, **_MINATAR_5M, "eval_every": 25}, None,
+           "gymnax-blines' MinAtar PPO settings on the MinAtar CNN, at the MinAtar paper's budget (5M env steps, "
+           "sticky actions 0.1)", auto=False),
+    Preset("pqn-minatar-5m", "pqn", ("MinAtar/*",), {**_PQN_MINATAR, **_MINATAR_5M, "eval_every": 50}, None,
+           "pqn-minatar's settings at the MinAtar paper's budget (epsilon to 0.01 over its first 1M env steps)",
+           auto=False),
+    Preset("dqn-minatar-5m", "dqn", ("MinAtar/*",), {**_DQN_MINATAR, **_MINATAR_5M, "eval_every": 3_200}, None,
+           "dqn-minatar's settings at the MinAtar paper's budget", auto=False),
+    Preset("ppo-mujoco-1m", "ppo", MUJOCO_V4, _PPO_MUJOCO_1M, None,
+           "CleanRL's ppo_continuous_action on the v4 envs at its 1M env steps", auto=False),
 )
 
 
 def find_preset(algo: str, env: str) -> Preset | None:
-    """The preset of ``algo`` on ``env``: one naming the id exactly, else the first whose family matches, else None.
+    """The preset of ``algo`` on ``env``: one naming the id exactly, else the first whose family matches, else None;
+    a preset with ``auto=False`` is never chosen here, only by name.
 
     >>> find_preset("ppo", "Pendulum-v1").name
     'ppo-pendulum'
@@ -268,7 +308,7 @@ def find_preset(algo: str, env: str) -> Preset | None:
     >>> find_preset("ppo", "NoSuchEnv-v0") is None
     True
     """
-    found = [p for p in PRESETS if p.matches(algo, env)]
+    found = [p for p in PRESETS if p.auto and p.matches(algo, env)]
     exact = [p for p in found if p.exact(env)]
     return (exact or found or [None])[0]
 

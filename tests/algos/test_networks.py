@@ -272,3 +272,43 @@ def test_compiled_policy_step_is_one_graph_with_the_eager_steps_actions(continuo
     obs, info = DictTensor({"frame": frame}), DictTensor({"stochastic": stochastic})
     torch.testing.assert_close(compiled(None, obs, info)[0]["action"], eager(None, obs, info)[0]["action"],
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("model", [EncoderActorCritic((10, 10, 4), 3, (64,), obs_dtype="bool"),
+                                   ActorCritic(4, 2, (8,)), ActorCritic(3, None, (8,), action_dim=2)],
+                         ids=["cnn", "mlp", "gaussian"])
+def test_the_ppo_loss_through_one_encoder_pass_is_the_loss_and_gradients_of_two(model):
+    """PPO's minibatch loss takes the policy and the value from one pass of a shared encoder (policy_value): the
+    loss and every gradient are those of the two calls through it, within float32 rounding (the two heads' gradients
+    are summed at the features instead of at the encoder's weights)."""
+    from rlstruct.algos import ppo
+
+    torch.manual_seed(0)
+    n = 64
+    if isinstance(model, EncoderActorCritic):
+        frame, action = torch.rand(n, 10, 10, 4) < 0.3, torch.randint(0, 3, (n,))
+    else:
+        frame = torch.randn(n, model.actor[0].in_features)
+        action = torch.randint(0, 2, (n,)) if not model.continuous else torch.randn(n, 2)
+    with torch.no_grad():
+        old_log_prob = model.policy(frame).log_prob(action) + 0.1 * torch.randn(n)
+    batch = (frame, action, old_log_prob, torch.randn(n), torch.randn(n), torch.randn(n), torch.ones(n))
+    config = ppo.PPOConfig(entropy_coef=0.01, value_clip=0.2)
+
+    def loss_and_grads(loss_fn):
+        model.zero_grad()
+        loss, _ = loss_fn(model, config, *batch)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    one, one_grads = loss_and_grads(ppo.ppo_minibatch_loss)
+
+    def two_calls(model, config, frame, action, old_log_prob, advantage, old_value, returns, mask):
+        dist = model.policy(frame)
+        return ppo.ppo_loss(dist.log_prob(action), old_log_prob, advantage, model.value(frame), old_value, returns,
+                            dist.entropy(), mask, **ppo._loss_settings(config))
+
+    two, two_grads = loss_and_grads(two_calls)
+    torch.testing.assert_close(one, two, rtol=0, atol=0)
+    for a, b in zip(one_grads, two_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)

@@ -62,14 +62,14 @@ def test_breakout_trains_from_frames_checkpoints_and_evaluates(algo, backend, fl
 def test_training_envs_take_env_kwargs_and_evaluations_report_the_games_score(tmp_path, monkeypatch):
     """``--env-kwargs '{"life_loss_info": true}'`` reaches the training envs; the evaluation envs (and the videos)
     play whole games with unclipped rewards unless ``evaluation_env_kwargs`` says otherwise."""
-    from rlstruct.algos import ppo
-    from rlstruct.algos._train import env_spec, session
+    from rlstruct.algos import create_env, ppo
+    from rlstruct.algos._train import session
 
     built = []
 
     def recording_create_env(*args, **kwargs):
         built.append((kwargs["n_envs"], kwargs["env_kwargs"]))
-        return env_spec.create_env(*args, **kwargs)
+        return create_env(*args, **kwargs)
 
     monkeypatch.setattr(session, "create_env", recording_create_env)
     common = dict(env="ALE/Breakout-v5", n_envs=2, n_steps=8, max_env_steps=16, n_evaluation_envs=1,

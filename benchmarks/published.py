@@ -1,0 +1,326 @@
+"""Published results at published budgets: MinAtar (5M env steps) and MuJoCo v4 (1M env steps), run by rlstruct's
+published-budget presets as resumable runs, and the table of docs/benchmarks/published.md.
+
+Each (task, algorithm, seed) is one ``rlstruct train`` run in its own folder, ``ROOT/ALGO-TASK/seed-S``, which
+``rlstruct compare ROOT/ALGO-TASK`` reads. Running the script again goes on where it stopped: a finished run is
+skipped, a run with a checkpoint is resumed (``--resume``), a folder without one (killed before its first
+checkpoint) starts again. Each run uses one torch thread; ``--jobs 2`` runs two at once::
+
+    python benchmarks/published.py --root ../published-runs --tasks hopper,halfcheetah,walker2d --seeds 0
+    python benchmarks/published.py --root ../published-runs --tasks breakout --algos ppo,pqn --seeds 0,1,2 --jobs 2
+    python benchmarks/published.py --root ../published-runs --table docs/benchmarks/published.md
+
+``--table`` writes the page's table from what has finished: for each row ``rlstruct compare``'s IQM of the final
+evaluations with its 95% interval over seeds, the mean training return of the last episodes (what the references
+print), the published figures, the budget and the wall time on this machine; a row not yet run gives the command
+that runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One row group of the table: an env at its published budget and the figures published for it.
+
+    Attributes:
+        name: the short name ``--tasks`` takes (``"breakout"``).
+        env: the env id.
+        algos: algorithm -> the published-budget preset that runs it.
+        references: ``(figure, source and protocol)`` pairs, the figures the row stands beside.
+    """
+
+    name: str
+    env: str
+    algos: dict[str, str]
+    references: tuple[tuple[str, str], ...]
+
+
+# the references, by the short names the table gives them (the page's section on references gives their protocols)
+_MINATAR_DQN = "MinAtar paper's DQN"
+_MINATAR_AC = "its actor-critic(lambda)"
+_GYMNAX = "gymnax's PPO at 10M"
+_CLEANRL = "CleanRL"
+_ZOO = "rl-zoo"
+_MINATAR_ALGOS = {"ppo": "ppo-minatar-5m", "pqn": "pqn-minatar-5m", "dqn": "dqn-minatar-5m"}
+
+#: the tasks, in the table's order
+TASKS: dict[str, Task] = {t.name: t for t in (
+    Task("asterix", "MinAtar/Asterix-v1", _MINATAR_ALGOS,
+         (("17", _MINATAR_DQN), ("19", _MINATAR_AC), ("15", _GYMNAX))),
+    Task("breakout", "MinAtar/Breakout-v1", _MINATAR_ALGOS,
+         (("10", _MINATAR_DQN), ("17.5", _MINATAR_AC), ("28", _GYMNAX))),
+    Task("freeway", "MinAtar/Freeway-v1", _MINATAR_ALGOS,
+         (("50", _MINATAR_DQN), ("47.5", _MINATAR_AC), ("58", _GYMNAX))),
+    Task("seaquest", "MinAtar/Seaquest-v1", _MINATAR_ALGOS,
+         (("20 (minatar <= 1.0.10)", _MINATAR_DQN), ("15.5", _MINATAR_AC))),
+    Task("spaceinvaders", "MinAtar/SpaceInvaders-v1", _MINATAR_ALGOS,
+         (("43", _MINATAR_DQN), ("185", _MINATAR_AC), ("131", _GYMNAX))),
+    Task("hopper", "Hopper-v4", {"ppo": "ppo-mujoco-1m"}, (("2,383", _CLEANRL), ("2,410", _ZOO))),
+    Task("halfcheetah", "HalfCheetah-v4", {"ppo": "ppo-mujoco-1m"}, (("1,443", _CLEANRL), ("5,819", _ZOO))),
+    Task("walker2d", "Walker2d-v4", {"ppo": "ppo-mujoco-1m"}, (("2,288", _CLEANRL), ("3,479", _ZOO))),
+)}
+
+#: the table's rows, (task, algorithm), in order
+ROWS = [(t, a) for t in TASKS for a in ("ppo", "pqn", "dqn") if a in TASKS[t].algos]
+
+
+def run_folder(root: Path, task: str, algo: str, seed: int) -> Path:
+    """``ROOT/ALGO-TASK/seed-S``: one run; its parent is the group ``rlstruct compare`` reads."""
+    return root / f"{algo}-{task}" / f"seed-{seed}"
+
+
+def run_state(folder: Path) -> str:
+    """``"new"`` (no folder, or one a run left before its first checkpoint), ``"finished"`` (its summary says it ran
+    to its end) or ``"resumable"`` (a checkpoint to go on from)."""
+    summary = folder / "summary.json"
+    if summary.is_file():
+        record = json.loads(summary.read_text())
+        if record.get("stop_reason") not in (None, "signal", "diverged") and not record.get("interrupted"):
+            return "finished"
+    return "resumable" if (folder / "checkpoint.pt").is_file() else "new"
+
+
+def checkpoint_every(preset: str) -> int:
+    """Iterations between two checkpoints: about 50k env steps of the preset's iterations, what a kill can lose."""
+    from rlstruct.algos._train.presets import PRESETS
+
+    settings = next(p for p in PRESETS if p.name == preset).settings
+    per_iteration = settings["n_envs"] * settings.get("n_steps", settings.get("rollout_steps", 1))
+    return max(1, 50_000 // per_iteration)
+
+
+def train_command(root: Path, task: str, algo: str, seed: int, *, max_env_steps: int | None = None,
+                  every: int | None = None) -> list[str]:
+    """The ``rlstruct train`` arguments that start or resume one run (the state of its folder decides which);
+    ``every`` iterations between checkpoints (None: :func:`checkpoint_every`)."""
+    folder = run_folder(root, task, algo, seed)
+    preset = TASKS[task].algos[algo]
+    extra = ["--max-env-steps", str(max_env_steps)] if max_env_steps else []
+    common = ["--no-progress", "--no-tensorboard", "--torch-threads", "1",
+              "--checkpoint-every", str(every or checkpoint_every(preset)), *extra]
+    if run_state(folder) == "resumable":
+        return ["train", algo, "--resume", str(folder), *common]
+    return ["train", algo, "--env", TASKS[task].env, "--preset", preset, "--seed", str(seed), "--logdir", str(folder),
+            *common]
+
+
+def shown_command(task: str, algo: str, seeds: str = "0,1,2") -> str:
+    """The command a reader runs for a row."""
+    return f"python benchmarks/published.py --root runs/published --tasks {task} --algos {algo} --seeds {seeds}"
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # one thread per run: two runs share the 2 cores, and torch's pool would otherwise oversubscribe them
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
+    return env
+
+
+def start(root: Path, task: str, algo: str, seed: int, *, max_env_steps: int | None = None,
+          every: int | None = None) -> subprocess.Popen | None:
+    """Starts (or resumes) one run in its own process, its output in ``FOLDER.log``; None when it has finished."""
+    folder = run_folder(root, task, algo, seed)
+    state = run_state(folder)
+    if state == "finished":
+        print(f"{folder}: finished, skipped", flush=True)
+        return None
+    if state == "new" and folder.exists():
+        shutil.rmtree(folder)  # killed before its first checkpoint: nothing to go on from
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    args = train_command(root, task, algo, seed, max_env_steps=max_env_steps, every=every)
+    print(f"{folder}: {'resumed' if state == 'resumable' else 'started'}: rlstruct {' '.join(args)}", flush=True)
+    log = open(folder.parent / f"{folder.name}.log", "a")  # noqa: SIM115 (closed when the process ends)
+    proc = subprocess.Popen([sys.executable, "-m", "rlstruct.algos", *args], stdout=log, stderr=subprocess.STDOUT,
+                            env=_child_env())
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
+
+
+def run_all(root: Path, runs: list[tuple[str, str, int]], *, jobs: int = 1, max_env_steps: int | None = None,
+            every: int | None = None) -> int:
+    """Runs ``runs`` ((task, algo, seed)), ``jobs`` at a time; returns the number that failed."""
+    pending, active, failed = list(runs), [], 0
+    while pending or active:
+        while pending and len(active) < jobs:
+            task, algo, seed = pending.pop(0)
+            proc = start(root, task, algo, seed, max_env_steps=max_env_steps, every=every)
+            if proc is not None:
+                active.append((proc, run_folder(root, task, algo, seed)))
+        for proc, folder in list(active):
+            if proc.poll() is not None:
+                proc.log.close()
+                active.remove((proc, folder))
+                print(f"{folder}: exit status {proc.returncode}, {run_state(folder)}", flush=True)
+                failed += proc.returncode != 0
+        time.sleep(0.5)
+    return failed
+
+
+# --------------------------------------------------------------------------- the table
+def _compare(group: Path) -> dict | None:
+    """``rlstruct compare --json`` of one group's finished runs (None: none finished)."""
+    from rlstruct.algos._train.compare import compare_groups, load_group
+    from rlstruct.errors import ConfigError
+
+    try:
+        return compare_groups([load_group(str(group))], allow_missing=True)["groups"][group.name]
+    except (ConfigError, FileNotFoundError):
+        return None
+
+
+def training_return(folder: Path, episodes: int = 100) -> float | None:
+    """The mean return of about the last ``episodes`` training episodes, what the references report, from
+    ``progress.csv``: each row's ``train/episode_return`` (the mean over the episodes that ended in its iteration)
+    weighted by the episodes it holds (the env steps of its iteration over ``train/episode_length``), latest first."""
+    path = folder / "progress.csv"
+    if not path.is_file():
+        return None
+    with path.open() as f:
+        rows = [r for r in csv.DictReader(f) if r.get("train/episode_return") and r.get("train/episode_length")]
+    total, count = 0.0, 0.0
+    for row, before in reversed(list(zip(rows, [None, *rows[:-1]]))):
+        steps = float(row["env_steps"]) - (float(before["env_steps"]) if before else 0.0)
+        length, mean = float(row["train/episode_length"]), float(row["train/episode_return"])
+        if not (math.isfinite(length) and math.isfinite(mean)) or length <= 0 or steps <= 0:
+            continue
+        n = min(max(steps / length, 1.0), episodes - count)
+        total, count = total + n * mean, count + n
+        if count >= episodes:
+            break
+    return total / count if count else None
+
+
+def last_env_steps(folder: Path) -> int:
+    """The env steps of the last row of a run's ``progress.csv`` (0 when it has none)."""
+    path = folder / "progress.csv"
+    if not path.is_file():
+        return 0
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    return int(float(rows[-1]["env_steps"])) if rows else 0
+
+
+def _minutes(walls: list[float]) -> str:
+    """``"68 min"`` or ``"60-75 min"``: the runs' wall times."""
+    if not walls:
+        return "-"
+    low, high = round(min(walls) / 60), round(max(walls) / 60)
+    return f"{low} min" if low == high else f"{low}-{high} min"
+
+
+def _fmt(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}"
+
+
+def row_cells(root: Path, task: str, algo: str) -> list[str]:
+    """One table row: task, algorithm, budget, seeds finished, IQM [95% CI], training return, wall time, references."""
+    from rlstruct.algos._train.presets import PRESETS
+
+    t = TASKS[task]
+    preset = next(p for p in PRESETS if p.name == t.algos[algo])
+    budget = f"{preset.settings['max_env_steps'] / 1e6:g}M"
+    refs = "; ".join(f"{fig} ({src})" for fig, src in t.references)
+    group = root / f"{algo}-{task}"
+    stats = _compare(group) if group.is_dir() else None
+    if stats is None:
+        started = {f.name: last_env_steps(f) for f in sorted(group.glob("seed-*")) if f.is_dir()}
+        state = (f"not finished yet ({', '.join(f'{k} at {v:,} env steps' for k, v in started.items())}); resume: "
+                 if started else "not run yet: ")
+        return [t.env, f"{algo} (`--preset {preset.name}`)", budget, "0", f"{state}`{shown_command(task, algo)}`",
+                "-", "-", refs]
+    iqm = stats["iqm"]
+    low, high = iqm["low"], iqm["high"]
+    interval = f"{_fmt(iqm['value'])} [{_fmt(low)}, {_fmt(high)}]" if low is not None else _fmt(iqm["value"])
+    folders = [Path(r) for r in stats["runs"]]
+    trained = [x for x in (training_return(f) for f in folders) if x is not None]
+    summaries = [json.loads((f / "summary.json").read_text()) for f in folders]
+    walls = [s.get("wall_time_s") for s in summaries if isinstance(s.get("wall_time_s"), (int, float))]
+    steps = {s.get("env_steps") for s in summaries}
+    seeds = f"{len(folders)}" + (f" (+{stats['n_left_out']} running)" if stats["n_left_out"] else "")
+    short = sorted(s for s in steps if isinstance(s, int) and s < preset.settings["max_env_steps"])
+    note = f" (at {', '.join(f'{s:,}' for s in short)})" if short else ""
+    return [t.env, f"{algo} (`--preset {preset.name}`)", budget + note, seeds, interval,
+            _fmt(sum(trained) / len(trained)) if trained else "-",
+            _minutes(walls), refs]
+
+
+def table(root: Path) -> str:
+    """The markdown table of every row (:data:`ROWS`), from the run folders under ``root``."""
+    head = ["env", "algorithm (preset)", "budget", "seeds", "evaluation: IQM [95% CI]",
+            "training return (last 100 episodes, mean over seeds)", "wall time a run", "published"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":--"] * 3 + ["--:"] * 4 + [":--"]) + "|"]
+    lines += ["| " + " | ".join(row_cells(root, task, algo)) + " |" for task, algo in ROWS]
+    return "\n".join(lines)
+
+
+TABLE_BEGIN, TABLE_END = "<!-- published table: begin -->", "<!-- published table: end -->"
+
+
+def write_table(root: Path, page: Path) -> str:
+    """Replaces the text between the page's table markers by :func:`table` (the page is created when missing)."""
+    from rlstruct.algos._train.flags import OneLineParser  # noqa: F401 (imports the package before torch loads)
+
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    body = (f"{TABLE_BEGIN}\n{table(root)}\n\nTaken on {platform.machine()}, {os.cpu_count()} CPUs, one torch thread "
+            f"a run; load average when the table was written {load}.\n{TABLE_END}")
+    text = page.read_text() if page.is_file() else f"{TABLE_BEGIN}\n{TABLE_END}\n"
+    before, _, rest = text.partition(TABLE_BEGIN)
+    _, _, after = rest.partition(TABLE_END)
+    page.write_text(before + body + after)
+    return body
+
+
+def _names(value: str, known) -> list[str]:
+    names = [v for v in value.split(",") if v]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"published.py: error: unknown {unknown}; choose from {sorted(known)}")
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser.add_argument("--root", type=Path, required=True, help="folder of the run folders (ALGO-TASK/seed-S)")
+    parser.add_argument("--tasks", default="", help=f"comma-separated, of {', '.join(TASKS)}")
+    parser.add_argument("--algos", default="ppo", help="comma-separated, of ppo, pqn, dqn (MinAtar has all three)")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (one torch thread each)")
+    parser.add_argument("--max-env-steps", type=int, default=None, help="a smaller budget (tests)")
+    parser.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                        help="iterations between checkpoints (default: the preset's evaluation period)")
+    parser.add_argument("--table", type=Path, default=None, metavar="PAGE",
+                        help="write the table into PAGE between its markers (after the runs, if any)")
+    ns = parser.parse_args(argv)
+    tasks = _names(ns.tasks, TASKS)
+    algos = _names(ns.algos, {"ppo", "pqn", "dqn"})
+    seeds = [int(s) for s in ns.seeds.split(",") if s]
+    runs = [(t, a, s) for s in seeds for t in tasks for a in algos if a in TASKS[t].algos]
+    failed = run_all(ns.root, runs, jobs=ns.jobs, max_env_steps=ns.max_env_steps,
+                                  every=ns.checkpoint_every) if runs else 0
+    if ns.table is not None:
+        print(write_table(ns.root, ns.table))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

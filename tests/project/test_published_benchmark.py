@@ -1,0 +1,67 @@
+"""benchmarks/published.py at a tiny size: a killed run is resumed from its checkpoint, a finished run is skipped, and
+the table reads the finished runs through ``rlstruct compare``."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from benchmarks import published
+
+STEPS = 16_384  # two PPO iterations of ppo-minatar-5m (64 envs x 128 steps)
+
+
+def _wait_for(path, proc, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while not path.is_file():
+        assert proc.poll() is None, f"the run ended before writing {path}"
+        assert time.monotonic() < deadline, f"no {path} after {timeout} s"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_run_resumes_a_finished_one_is_skipped_and_the_table_reads_them(tmp_path, capsys):
+    pytest.importorskip("scipy.stats", reason="the table's IQM intervals need scipy: pip install 'rlstruct[stats]'")
+    root, page = tmp_path / "runs", tmp_path / "published.md"
+    killed = published.run_folder(root, "breakout", "ppo", 0)
+    # a run killed outright (SIGKILL: nothing written at exit) after its first periodic checkpoint
+    proc = published.start(root, "breakout", "ppo", 0, max_env_steps=1_000_000, every=1)
+    try:
+        _wait_for(killed / "checkpoint.pt", proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        proc.log.close()
+    assert published.run_state(killed) == "resumable" and not (killed / "summary.json").exists()
+    page.write_text(f"# Published\n\nbefore\n\n{published.TABLE_BEGIN}\nold\n{published.TABLE_END}\n\nafter\n")
+
+    args = ["--root", str(root), "--tasks", "breakout", "--seeds", "0,1", "--max-env-steps", str(STEPS)]
+    assert published.main([*args, "--table", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert f"{killed}: resumed" in out and f"{published.run_folder(root, 'breakout', 'ppo', 1)}: started" in out
+    for seed in (0, 1):
+        folder = published.run_folder(root, "breakout", "ppo", seed)
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["env_steps"] == STEPS and summary["stop_reason"] == "budget"
+        assert published.run_state(folder) == "finished"
+        rows = (folder / "progress.csv").read_text().splitlines()
+        assert rows[1].startswith("1,8192,"), "the resumed run's curve keeps the rows before the kill"
+    assert published.training_return(killed) is not None
+
+    summaries = {s: (published.run_folder(root, "breakout", "ppo", s) / "summary.json").stat().st_mtime_ns
+                 for s in (0, 1)}
+    assert published.main(args) == 0
+    assert capsys.readouterr().out.count("finished, skipped") == 2
+    assert summaries == {s: (published.run_folder(root, "breakout", "ppo", s) / "summary.json").stat().st_mtime_ns
+                         for s in (0, 1)}
+
+    text = page.read_text()
+    assert text.startswith("# Published\n\nbefore\n\n<!-- published table: begin -->\n| env |") and "old" not in text
+    assert text.endswith("<!-- published table: end -->\n\nafter\n")
+    breakout = next(line for line in text.splitlines() if line.startswith("| MinAtar/Breakout-v1 | ppo"))
+    assert "| 5M (at 16,384) | 2 |" in breakout and "[" in breakout, "the IQM's interval over the 2 seeds"
+    hopper = next(line for line in text.splitlines() if line.startswith("| Hopper-v4 | ppo"))
+    assert "not run yet: `python benchmarks/published.py --root runs/published --tasks hopper --algos ppo" in hopper
