@@ -3,13 +3,16 @@ another)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -18,7 +21,7 @@ from rlstruct import DictTensor, Trajectories
 from rlstruct.errors import BatcherStateError
 
 __all__ = ["AUTORESET", "EPISODIC", "acquire_around_changes", "assert_refused_while_pending", "assert_same",
-           "get_when_ready", "run_generated_suite", "sigkill_a_worker"]
+           "get_when_ready", "run_generated_suite", "sigkill_a_worker", "training_runs_with"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the ini of a generated suite: the suite's own markers, strictly
@@ -143,3 +146,38 @@ def train_with_a_worker_killed(command: list[str], logdir: Path, after_rows: int
         if proc.poll() is None:
             proc.kill()
     return killed, subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+@contextlib.contextmanager
+def training_runs_with(*, seed: int | None = None, torch_threads: int | None = None,
+                       results: list | None = None) -> Iterator[None]:
+    """Within it, every training run of this process (``a2c.train``, ``ppo.train``, a tutorial's ``train``...) runs
+    with ``seed`` and ``torch_threads`` in place of its config's (``None``: the config's own), and appends its
+    :class:`~rlstruct.algos._train.result.TrainResult` to ``results`` when given: how a learning test is run over
+    seeds and thread counts unchanged (``--torch-threads``, ``benchmarks/thresholds.py``)."""
+    from rlstruct.algos._train import loops, session
+
+    changes = {k: v for k, v in (("seed", seed), ("torch_threads", torch_threads)) if v is not None}
+    validate = session.Algorithm.validate
+    runs = {cls: cls.run for cls in (loops.OnPolicyAlgorithm, loops.OffPolicyAlgorithm)}
+
+    def validate_with(self, config, **kwargs: Any):  # every train() validates its config first
+        return validate(self, dataclasses.replace(config, **changes), **kwargs)
+
+    def recorded(run: Callable) -> Callable:
+        def run_and_record(self, setup):
+            result = run(self, setup)
+            if results is not None:
+                results.append(result)
+            return result
+        return run_and_record
+
+    session.Algorithm.validate = validate_with
+    for cls, run in runs.items():
+        cls.run = recorded(run)
+    try:
+        yield
+    finally:
+        session.Algorithm.validate = validate
+        for cls, run in runs.items():
+            cls.run = run
