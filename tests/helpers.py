@@ -21,7 +21,7 @@ from rlstruct import DictTensor, Trajectories
 from rlstruct.errors import BatcherStateError
 
 __all__ = ["AUTORESET", "EPISODIC", "acquire_around_changes", "assert_refused_while_pending", "assert_same",
-           "get_when_ready", "run_generated_suite", "sigkill_a_worker", "training_runs_with"]
+           "get_when_ready", "rlstruct_in_process", "run_generated_suite", "sigkill_a_worker", "training_runs_with"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the ini of a generated suite: the suite's own markers, strictly
@@ -44,6 +44,21 @@ def run_generated_suite(folder: Path, source: str, *args: str, env: dict[str, st
     env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", *args,
                            "test_generated.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+
+def rlstruct_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess:
+    """``rlstruct *args`` through the console script's entry point in this process: its status and what it printed.
+    For a command that prints and exits without training (``--show-config``, ``presets``, an argument refused):
+    a fresh process would spend two seconds importing torch to say it."""
+    from rlstruct.algos import cli
+
+    capsys.readouterr()
+    try:
+        status = cli.main(list(args))
+    except SystemExit as e:  # argparse's own exit
+        status = e.code if isinstance(e.code, int) else 1
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["rlstruct", *args], status, out.out, out.err)
+
 
 EPISODIC = {"n_envs": 3, "episode_lengths": (2, 4, 7)}
 AUTORESET = {"n_envs": 3, "episode_lengths": (2, 4, 7), "autoreset": True}
