@@ -103,11 +103,16 @@ def _uses_a_module_fixture(item) -> bool:
 
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
 def pytest_collection_modifyitems_xdist_groups(config, items):
-    """--dist loadgroup schedules by a ``@group`` suffix that pytest-xdist's worker appends to each grouped test's id;
+    """Under --dist loadgroup: the long tests first, and the group suffix.
+
+    --dist loadgroup schedules by a ``@group`` suffix that pytest-xdist's worker appends to each grouped test's id;
     pytest-xdist 3.8 writes it into an attribute that pytest 9.2 no longer reads (its ids became structured), and
     every test then runs wherever it falls. This appends the suffix where xdist's did not take."""
     if not getattr(config.option, "loadgroup", False):
         return
+    # The tests marked long first (bar those of a group, whose order is the group's): handed out last, one of them
+    # would keep a worker busy for a minute after the other one ran out of tests. The sort is stable.
+    items.sort(key=lambda item: not (item.get_closest_marker("long") and not item.get_closest_marker("xdist_group")))
     for item in items:
         groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                          for m in item.iter_markers("xdist_group")})
