@@ -10,6 +10,7 @@ Usage::
 
     python benchmarks/thresholds.py CHECK [--seeds 0-9] [--threads 1 2] [--json PATH]
     python benchmarks/thresholds.py --list
+    python benchmarks/thresholds.py --table   # every recorded check, as docs/benchmarks/learning-tests.md shows it
 
 ``--json`` defaults to ``benchmarks/results/thresholds-CHECK.json``, rewritten after each run (an interrupted
 measurement keeps what it measured). A check is a test's node id, written in :data:`CHECKS`; a parametrized test
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import inspect
 import json
 import math
 import os
@@ -41,7 +43,7 @@ from _fresh import load_average, machine  # noqa: E402
 @dataclasses.dataclass(frozen=True)
 class Check:
     """A learning test: its module and function, and the keyword arguments of the parametrization it runs with
-    (besides ``tmp_path``, which every learning test takes)."""
+    (besides ``tmp_path``, given to a test that takes it)."""
 
     module: str
     function: str
@@ -101,7 +103,8 @@ def run_check(name: str, seed: int, threads: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder, training_runs_with(seed=seed, torch_threads=threads,
                                                                      results=results):
         try:
-            test(tmp_path=Path(folder), **dict(check.kwargs))
+            given = {"tmp_path": Path(folder)} if "tmp_path" in inspect.signature(test).parameters else {}
+            test(**given, **dict(check.kwargs))
         except AssertionError as e:
             outcome, error = "failed", str(e).splitlines()[0][:300] if str(e) else "AssertionError"
         except pytest.skip.Exception as e:
@@ -156,6 +159,26 @@ def report(results: list[dict[str, Any]]) -> None:
         print(f"  seed {r['seed']} threads {r['threads']}: {r['outcome']} ({runs}) {r['error']}")
 
 
+def table(folder: Path) -> None:
+    """One row per recorded check and thread count (``folder/thresholds-*.json``), in :data:`CHECKS`' order."""
+    print("| check (test) | torch threads | seeds | passed | best evaluation min / median / max | "
+          "final evaluation min / median / max | env steps min / max |")
+    print("|:--|--:|--:|--:|--:|--:|--:|")
+    for name in CHECKS:
+        path = folder / f"thresholds-{name}.json"
+        if not path.exists():
+            continue
+        record = json.loads(path.read_text())
+        for threads in sorted({r["threads"] for r in record["results"]}):
+            rows = [r for r in record["results"] if r["threads"] == threads]
+            runs = [run for r in rows for run in r["runs"]]
+            steps = [run["env_steps"] for run in runs]
+            seeds = sorted(r["seed"] for r in rows)
+            print(f"| `{name}` | {threads} | {seeds[0]}-{seeds[-1]} | {sum(r['outcome'] == 'passed' for r in rows)}"
+                  f" of {len(rows)} | {spread([run['best'] for run in runs])} | "
+                  f"{spread([run['final'] for run in runs])} | {min(steps, default=0):,} / {max(steps, default=0):,} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("check", nargs="?", choices=sorted(CHECKS))
@@ -163,8 +186,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--list", action="store_true", help="list the checks and their tests")
+    parser.add_argument("--table", action="store_true", help="print every recorded check as one markdown table")
     parser.add_argument("--one", nargs=2, type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.table:
+        table(ROOT / "benchmarks" / "results")
+        return
     if args.list or args.check is None:
         for name, check in CHECKS.items():
             print(f"{name:24} {check.node_id}")

@@ -44,11 +44,14 @@ def assert_learned(result, best: float, final: float) -> None:
 
 @pytest.mark.timeout(300)
 def test_a2c_learns_cartpole(tmp_path):
-    """With what naming CartPole-v1 runs (the a2c-cartpole preset: 64 envs x 16 steps); seed 0 reaches 500 within
-    100k env steps (at 60k, 3 of seeds 0-7 had not yet passed 220)."""
+    """With what naming CartPole-v1 runs (the a2c-cartpole preset: 64 envs x 16 steps), 100k env steps or the
+    target. Seeds 0-9 (benchmarks/thresholds.py a2c-cartpole): with 1 torch thread best evaluations 232.8-500 (seven
+    reach 500, stopping at 18k-92k env steps), final 86.6-500; with 2 threads the same but seed 2 (497.3 and 497.3
+    against 493.2 and 481.4) and seed 1's final (130.4 against 95.0). The thresholds (154 and 33) are 34% and 62% under
+    the lowest of each (220 was 6% under)."""
     result = a2c.train(a2c.A2CConfig(**_common(tmp_path, max_env_steps=100_000, seed=0)))
     assert result.preset == "a2c-cartpole"
-    assert_learned(result, best=10 * RANDOM_POLICY_RETURN, final=1.5 * RANDOM_POLICY_RETURN)
+    assert_learned(result, best=7 * RANDOM_POLICY_RETURN, final=1.5 * RANDOM_POLICY_RETURN)
 
 
 @pytest.mark.timeout(300)
