@@ -112,7 +112,7 @@ def test_pqn_solves_cartpole_with_its_preset(tmp_path):
     """Naming CartPole-v1 runs the pqn-cartpole preset (200k env steps, epsilon over the first 40k), which stops at
     475. Seeds 0-9 (benchmarks/thresholds.py pqn-cartpole-preset) all reach it: with 1 torch thread at 17k-104k env
     steps (seed 0: 37,888), with 2 at 23k-130k (seed 0: 124,928). The bound is the preset's budget, 54% above the
-    latest; the 60k it was reached 14 of the 20 runs."""
+    latest; the 60k bound it had held on 14 of the 20 runs."""
     result = pqn.train(pqn.PQNConfig(**_common(tmp_path, time_limit=1800.0, seed=0)))
     assert result.preset == "pqn-cartpole"
     assert result.reached_target and result.env_steps <= 200_000, (result.env_steps, _trained_evals(result))
