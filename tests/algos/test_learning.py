@@ -42,6 +42,7 @@ def assert_learned(result, best: float, final: float) -> None:
     assert losses and all(math.isfinite(x) for x in losses)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a2c_learns_cartpole(tmp_path):
     """With what naming CartPole-v1 runs (the a2c-cartpole preset: 64 envs x 16 steps), 100k env steps or the
@@ -54,6 +55,7 @@ def test_a2c_learns_cartpole(tmp_path):
     assert_learned(result, best=7 * RANDOM_POLICY_RETURN, final=1.5 * RANDOM_POLICY_RETURN)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a2c_solves_cartpole_in_a_few_wide_iterations(tmp_path):
     """The GPU solve runs' settings (benchmarks/learning.py's ``a2c-cartpole-wide-torch``): 2,048 envs x 16 steps
@@ -77,6 +79,7 @@ def test_ppo_learns_torch_minatar_breakout_with_its_preset(tmp_path):
     assert_learned(result, best=6 * BREAKOUT_RANDOM_POLICY_RETURN, final=5 * BREAKOUT_RANDOM_POLICY_RETURN)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_reinforce_learns_cartpole(tmp_path):
     """Seeds 0-9, 1 torch thread, 20k env steps: best evaluations 216-466, final 155-466; the thresholds (110 and 66)

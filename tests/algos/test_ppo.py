@@ -115,6 +115,7 @@ def test_bad_settings_are_refused_before_anything_starts(change, match):
 
 
 # --------------------------------------------------------------------------- learning
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ppo_learns_cartpole(tmp_path):
     result = ppo.train(PPOConfig(**_common(tmp_path, max_env_steps=20_480, seed=0)))
@@ -122,6 +123,7 @@ def test_ppo_learns_cartpole(tmp_path):
     assert 0 < max(r["ppo/approx_kl"] for r in result.history if "ppo/approx_kl" in r) < 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ppo_solves_cartpole_in_a_few_wide_iterations(tmp_path):
     """The GPU solve runs' settings (benchmarks/learning.py's ``ppo-cartpole-wide-torch``): 2,048 envs x 16 steps
@@ -132,6 +134,7 @@ def test_ppo_solves_cartpole_in_a_few_wide_iterations(tmp_path):
     assert result.reached_target and result.iterations <= 45, (result.iterations, _trained_evals(result))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ppo_learns_cartpole_stepped_by_gymnax(tmp_path):
     """The same task through the JAX adapter. gymnax draws its own initial states, so the run differs from the

@@ -136,6 +136,7 @@ def test_each_collection_acts_with_the_epsilon_the_pipeline_is_given(overlap):
         assert fraction == 1.0 if epsilon == 0.0 else 0.3 < fraction < 0.7, (greedy, acted)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_pqn_learns_cartpole_and_a_run_is_reproducible(tmp_path):
     """Seeds 0-9, 16k env steps (benchmarks/thresholds.py pqn-cartpole): with 1 torch thread best evaluations
