@@ -144,9 +144,10 @@ def test_ppo_learns_cartpole_stepped_by_gymnax(tmp_path):
     assert_learned(result, best=130.0, final=90.0)
 
 
-# PPO on Pendulum-v1 (continuous actions) with these settings, which are the ppo-pendulum preset's: the preset's test
-# (tests/algos/test_presets.py) reaches -200 with them within 100k env steps, and tutorial 09's test
-# (tests/project/test_tutorials.py) ends its 100k above -300; a third run here would prove nothing they do not.
+# PPO on Pendulum-v1 (continuous actions): the ppo-pendulum preset's test (tests/algos/test_presets.py) runs its
+# settings (gamma 0.9, lr 2e-3, 16 envs x 250 steps, 10 epochs of 8 minibatches) towards -200 within 100k env steps,
+# and tutorial 09's test (tests/project/test_tutorials.py) runs them to 100k; a third run here would prove nothing
+# they do not.
 
 
 @pytest.mark.timeout(300)
