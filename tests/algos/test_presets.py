@@ -198,6 +198,7 @@ def test_the_family_presets_name_the_env_of_their_target():
         "ppo-minatar": "MinAtar/Breakout-v1", "ppo-atari": "ALE/Breakout-v5", "dqn-atari": "ALE/Breakout-v5"}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path, capsys):
     logdir = tmp_path / "run"
@@ -264,6 +265,7 @@ def test_ppo_mountaincar_preset_climbs_out_of_the_valley(tmp_path):
     assert result.preset == "ppo-mountaincar" and result.reached_target, result.eval_return
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_lunarlander_presets_run_through_the_box2d_extra(tmp_path):
     pytest.importorskip("Box2D", reason="the box2d extra is not installed: pip install 'rlstruct[box2d]'")

@@ -117,6 +117,7 @@ def test_atari_pong_ale_backend_records_the_agents_view(tmp_path):
     assert result.lengths == (10,) and result.fps == 15
 
 
+@pytest.mark.slow
 @needs_ale
 @needs_ffmpeg
 @pytest.mark.timeout(180)
@@ -266,6 +267,7 @@ def _rows(path) -> list[dict[str, str]]:
         return [{k: v for k, v in r.items() if k not in ("wall_time_s", "eval/blocked_s")} for r in csv.DictReader(f)]
 
 
+@pytest.mark.slow
 @needs_pygame
 @needs_ffmpeg
 @pytest.mark.timeout(180)
@@ -288,6 +290,7 @@ def test_video_every_records_after_every_nth_evaluation_and_the_final_policy_wit
     assert not (tmp_path / "plain" / "videos").exists()
 
 
+@pytest.mark.slow
 @needs_ale
 @needs_ffmpeg
 @pytest.mark.timeout(180)
@@ -313,6 +316,7 @@ def test_bad_video_every_is_one_line_before_training(tmp_path, flags, message, c
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 @needs_pygame
 @needs_ffmpeg
 @pytest.mark.timeout(180)
