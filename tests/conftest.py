@@ -1,5 +1,11 @@
 """Shared fixtures and the suite's rules: the devices every contract suite is parametrized over, one tiny trained run
-for the tests that only read a run, the Ray tests kept on one xdist worker, and the time guard.
+for the tests that only read a run, the Ray tests kept on one xdist worker (and the users of a module-scoped fixture on
+one worker each), the time guard, and ``--torch-threads``.
+
+A training run uses its config's ``torch_threads``: 1 unless a test sets it, whatever the machine's cores. The
+learning tests' thresholds are set from their distribution over seeds 0-9 with 1 and with 2 torch threads
+(``benchmarks/thresholds.py``, the numbers in each test's docstring), and ``pytest --torch-threads 2 -m slow`` runs
+them with 2.
 
 The time guard fails a test whose setup, call and teardown together take more than ``--max-test-seconds`` (30 by
 default; 0 turns it off) of CPU time, unless it is marked ``@pytest.mark.long(reason="...")``. CPU time is the
@@ -53,26 +59,60 @@ def tiny_cartpole_run(tmp_path_factory) -> Path:
 
 
 def pytest_addoption(parser):
+    parser.addoption("--torch-threads", type=int, default=None,
+                     help="run every training run of the tests (a2c.train, ppo.train, a tutorial's train...) with this "
+                          "many torch threads instead of its config's (1 unless a test sets it): the learning tests' "
+                          "thresholds hold with 1 and with 2 (benchmarks/thresholds.py measures them)")
     parser.addoption("--max-test-seconds", type=float, default=MAX_TEST_SECONDS,
                      help="fail a test not marked `long` whose setup, call and teardown take more CPU seconds than "
                           f"this (the process's and its waited-for children's; default {MAX_TEST_SECONDS:g}, 0: off)")
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_of_the_training_runs(request):
+    """``--torch-threads N``: the training runs a test starts in this process use N torch threads."""
+    threads = request.config.getoption("--torch-threads")
+    if threads is None:
+        yield
+        return
+    from tests.helpers import training_runs_with
+
+    with training_runs_with(torch_threads=threads):
+        yield
+
+
 def pytest_itemcollected(item):
+    if not item.config.pluginmanager.hasplugin("xdist"):
+        return
     # One Ray cluster at a time on this machine: a second one would join the first (`ray start` writes the address
     # that ray.init and --ray-address auto find), and `ray stop --force` ends every cluster. --dist loadgroup sends a
     # group's tests to one worker.
-    if item.get_closest_marker("ray") and item.config.pluginmanager.hasplugin("xdist"):
+    if item.get_closest_marker("ray"):
         item.add_marker(pytest.mark.xdist_group("ray"))
+    # A module-scoped fixture is built once per worker that runs a test using it: its users go to one worker, so
+    # that a compiled simulator, a built wheel or a trained run is made once, not once on each worker.
+    elif not item.get_closest_marker("xdist_group") and _uses_a_module_fixture(item):
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def _uses_a_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(d.scope == "module" for name in item.fixturenames
+                                    for d in info.name2fixturedefs.get(name, ()))
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
 def pytest_collection_modifyitems_xdist_groups(config, items):
-    """--dist loadgroup schedules by a ``@group`` suffix that pytest-xdist's worker appends to each grouped test's id;
+    """Under --dist loadgroup: the long tests first, and the group suffix.
+
+    --dist loadgroup schedules by a ``@group`` suffix that pytest-xdist's worker appends to each grouped test's id;
     pytest-xdist 3.8 writes it into an attribute that pytest 9.2 no longer reads (its ids became structured), and
     every test then runs wherever it falls. This appends the suffix where xdist's did not take."""
     if not getattr(config.option, "loadgroup", False):
         return
+    # The tests marked long first (bar those of a group, whose order is the group's): handed out last, one of them
+    # would keep a worker busy for a minute after the other one ran out of tests. The sort is stable.
+    items.sort(key=lambda item: not (item.get_closest_marker("long") and not item.get_closest_marker("xdist_group")))
     for item in items:
         groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                          for m in item.iter_markers("xdist_group")})

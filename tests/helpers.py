@@ -3,13 +3,16 @@ another)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -18,7 +21,7 @@ from rlstruct import DictTensor, Trajectories
 from rlstruct.errors import BatcherStateError
 
 __all__ = ["AUTORESET", "EPISODIC", "acquire_around_changes", "assert_refused_while_pending", "assert_same",
-           "get_when_ready", "run_generated_suite", "sigkill_a_worker"]
+           "get_when_ready", "rlstruct_in_process", "run_generated_suite", "sigkill_a_worker", "training_runs_with"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the ini of a generated suite: the suite's own markers, strictly
@@ -41,6 +44,21 @@ def run_generated_suite(folder: Path, source: str, *args: str, env: dict[str, st
     env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", *args,
                            "test_generated.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+
+def rlstruct_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess:
+    """``rlstruct *args`` through the console script's entry point in this process: its status and what it printed.
+    For a command that prints and exits without training (``--show-config``, ``presets``, an argument refused):
+    a fresh process would spend two seconds importing torch to say it."""
+    from rlstruct.algos import cli
+
+    capsys.readouterr()
+    try:
+        status = cli.main(list(args))
+    except SystemExit as e:  # argparse's own exit
+        status = e.code if isinstance(e.code, int) else 1
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["rlstruct", *args], status, out.out, out.err)
+
 
 EPISODIC = {"n_envs": 3, "episode_lengths": (2, 4, 7)}
 AUTORESET = {"n_envs": 3, "episode_lengths": (2, 4, 7), "autoreset": True}
@@ -143,3 +161,38 @@ def train_with_a_worker_killed(command: list[str], logdir: Path, after_rows: int
         if proc.poll() is None:
             proc.kill()
     return killed, subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+@contextlib.contextmanager
+def training_runs_with(*, seed: int | None = None, torch_threads: int | None = None,
+                       results: list | None = None) -> Iterator[None]:
+    """Within it, every training run of this process (``a2c.train``, ``ppo.train``, a tutorial's ``train``...) runs
+    with ``seed`` and ``torch_threads`` in place of its config's (``None``: the config's own), and appends its
+    :class:`~rlstruct.algos._train.result.TrainResult` to ``results`` when given: how a learning test is run over
+    seeds and thread counts unchanged (``--torch-threads``, ``benchmarks/thresholds.py``)."""
+    from rlstruct.algos._train import loops, session
+
+    changes = {k: v for k, v in (("seed", seed), ("torch_threads", torch_threads)) if v is not None}
+    validate = session.Algorithm.validate
+    runs = {cls: cls.run for cls in (loops.OnPolicyAlgorithm, loops.OffPolicyAlgorithm)}
+
+    def validate_with(self, config, **kwargs: Any):  # every train() validates its config first
+        return validate(self, dataclasses.replace(config, **changes), **kwargs)
+
+    def recorded(run: Callable) -> Callable:
+        def run_and_record(self, setup):
+            result = run(self, setup)
+            if results is not None:
+                results.append(result)
+            return result
+        return run_and_record
+
+    session.Algorithm.validate = validate_with
+    for cls, run in runs.items():
+        cls.run = recorded(run)
+    try:
+        yield
+    finally:
+        session.Algorithm.validate = validate
+        for cls, run in runs.items():
+            cls.run = run

@@ -39,6 +39,7 @@ from rlstruct.algos.pqn import PQNConfig
 from rlstruct.algos.reinforce import ReinforceConfig
 from rlstruct.algos.sac import SACConfig
 from rlstruct.errors import ConfigError
+from tests.helpers import rlstruct_in_process
 
 CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, SACConfig, PPOConfig, PQNConfig]
 #: whether the plot and tensorboard extras are installed: a run writes its learning curve and its TensorBoard events
@@ -133,10 +134,10 @@ def test_train_dqn_dueling_and_eval_rebuilds_the_dueling_network(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_a_device_that_does_not_exist_is_a_one_line_error():
+def test_a_device_that_does_not_exist_is_a_one_line_error(capsys):
     if torch.cuda.device_count() >= 2:
         pytest.skip("this machine has a cuda:1")
-    out = rlstruct("train", "a2c", "--learner-device", "cuda:1", "--no-progress")
+    out = rlstruct_in_process(capsys, "train", "a2c", "--learner-device", "cuda:1", "--no-progress")
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr

@@ -437,6 +437,7 @@ def test_bad_autocast_is_a_value_error_naming_the_choices():
         a2c.ALGORITHM.validate(a2c.A2CConfig(autocast="float16"))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("module, cls, steps, best, seed", [
     (a2c, a2c.A2CConfig, 25_000, 150.0, 1),

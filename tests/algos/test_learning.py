@@ -41,19 +41,26 @@ def assert_learned(result, best: float, final: float) -> None:
     assert losses and all(math.isfinite(x) for x in losses)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a2c_learns_cartpole(tmp_path):
-    """With what naming CartPole-v1 runs (the a2c-cartpole preset: 64 envs x 16 steps); seed 0 reaches 500 within
-    100k env steps (at 60k, 3 of seeds 0-7 had not yet passed 220)."""
+    """With what naming CartPole-v1 runs (the a2c-cartpole preset: 64 envs x 16 steps), 100k env steps or the
+    target. Seeds 0-9 (benchmarks/thresholds.py a2c-cartpole): with 1 torch thread best evaluations 232.8-500 (seven
+    reach 500, stopping at 18k-92k env steps), final 86.6-500; with 2 threads the same but seed 2 (497.3 and 497.3
+    against 493.2 and 481.4) and seed 1's final (130.4 against 95.0). The thresholds (154 and 33) are 34% and 62% under
+    the lowest of each (220 was 6% under)."""
     result = a2c.train(a2c.A2CConfig(**_common(tmp_path, max_env_steps=100_000, seed=0)))
     assert result.preset == "a2c-cartpole"
-    assert_learned(result, best=10 * RANDOM_POLICY_RETURN, final=1.5 * RANDOM_POLICY_RETURN)
+    assert_learned(result, best=7 * RANDOM_POLICY_RETURN, final=1.5 * RANDOM_POLICY_RETURN)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a2c_solves_cartpole_in_a_few_wide_iterations(tmp_path):
     """The GPU solve runs' settings (benchmarks/learning.py's ``a2c-cartpole-wide-torch``): 2,048 envs x 16 steps
-    an iteration, overlapped, lr 0.02 annealed over 300 iterations. Seeds 0-9 reached 475 at iteration 11."""
+    an iteration, overlapped, lr 0.02 annealed over 300 iterations. Seeds 0-9 (benchmarks/thresholds.py
+    a2c-cartpole-wide), with 1 torch thread and with 2 alike, stopped at the confirmed target after 12 iterations
+    (seeds 0 and 1: 14), confirmed at 494.5-500; the bound of 20 is 43% above the latest."""
     cfg = a2c.A2CConfig(**_common(tmp_path, n_envs=2048, n_steps=16, lr=0.02, overlap=True,
                                   max_env_steps=2048 * 16 * 300, eval_every=2, target_return=475.0, seed=0))
     result = a2c.train(cfg)
@@ -73,6 +80,7 @@ def test_ppo_learns_torch_minatar_breakout_with_its_preset(tmp_path):
     assert_learned(result, best=6 * BREAKOUT_RANDOM_POLICY_RETURN, final=5 * BREAKOUT_RANDOM_POLICY_RETURN)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_reinforce_learns_cartpole(tmp_path):
     """Seeds 0-9, 1 torch thread, 20k env steps: best evaluations 216-466, final 155-466; the thresholds (110 and 66)
@@ -105,11 +113,13 @@ def test_dqn_with_prioritized_replay_learns_cartpole_within_the_uniform_budget(t
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_pqn_solves_cartpole_with_its_preset(tmp_path):
-    """Naming CartPole-v1 runs the pqn-cartpole preset (200k env steps, epsilon over the first 40k); seed 0 passes
-    475 at 35,840 env steps (benchmarks/results/presets-pqn.json), so 60k is a margin, not a tuning."""
+    """Naming CartPole-v1 runs the pqn-cartpole preset (200k env steps, epsilon over the first 40k), which stops at
+    475. Seeds 0-9 (benchmarks/thresholds.py pqn-cartpole-preset) all reach it: with 1 torch thread at 17k-104k env
+    steps (seed 0: 37,888), with 2 at 23k-130k (seed 0: 124,928). The bound is the preset's budget, 54% above the
+    latest; the 60k bound it had held on 14 of the 20 runs."""
     result = pqn.train(pqn.PQNConfig(**_common(tmp_path, time_limit=1800.0, seed=0)))
     assert result.preset == "pqn-cartpole"
-    assert result.reached_target and result.env_steps <= 60_000, (result.env_steps, _trained_evals(result))
+    assert result.reached_target and result.env_steps <= 200_000, (result.env_steps, _trained_evals(result))
     assert result.eval_return >= 475.0
 
 

@@ -26,6 +26,7 @@ from rlstruct.algos._train.presets import (
 from rlstruct.algos._train.result import run_target
 from rlstruct.errors import ConfigError
 from tests.algos.test_cli import last_json, rlstruct
+from tests.helpers import rlstruct_in_process
 
 CONFIGS = {"a2c": a2c.A2CConfig, "dqn": dqn.DQNConfig, "ppo": ppo.PPOConfig, "reinforce": reinforce.ReinforceConfig,
            "sac": sac.SACConfig, "pqn": pqn.PQNConfig}
@@ -157,8 +158,8 @@ def test_validate_hands_the_loop_the_resolved_config():
 
 
 # --------------------------------------------------------------------------- the command line
-def test_show_config_prints_every_setting_and_where_it_came_from():
-    out = rlstruct("train", "ppo", "--env", "Pendulum-v1", "--lr", "1e-3", "--show-config")
+def test_show_config_prints_every_setting_and_where_it_came_from(capsys):
+    out = rlstruct_in_process(capsys, "train", "ppo", "--env", "Pendulum-v1", "--lr", "1e-3", "--show-config")
     assert out.returncode == 0, out.stderr
     rows = {line.split()[0]: line.split()[1:] for line in out.stdout.splitlines() if line.startswith("--")}
     assert rows["--env"] == ["Pendulum-v1", "flag"] and rows["--lr"] == ["0.001", "flag"]
@@ -168,24 +169,25 @@ def test_show_config_prints_every_setting_and_where_it_came_from():
     assert rows["--preset"] == ["ppo-pendulum", "default", "(auto)"]
     assert len(rows) == len(dataclasses.fields(ppo.PPOConfig))
     assert out.stdout.startswith("# rlstruct train ppo --env Pendulum-v1: preset ppo-pendulum: tuned to reach -200")
-    bare = rlstruct("train", "ppo", "--env", "Pendulum-v1", "--preset", "none", "--show-config")
+    bare = rlstruct_in_process(capsys, "train", "ppo", "--env", "Pendulum-v1", "--preset", "none", "--show-config")
     bare_rows = {line.split()[0]: line.split()[1:] for line in bare.stdout.splitlines() if line.startswith("--")}
     assert bare_rows["--gamma"] == ["0.99", "default"] and bare_rows["--preset"] == ["none", "flag"]
     assert "no preset: the defaults and the settings given" in bare.stdout
-    kwargs = rlstruct("train", "ppo", "--env", "CartPole-v1", "--env-kwargs", '{"sutton_barto_reward": true}',
-                      "--show-config")
+    kwargs = rlstruct_in_process(capsys, "train", "ppo", "--env", "CartPole-v1", "--env-kwargs",
+                                 '{"sutton_barto_reward": true}', "--show-config")
     row = next(ln for ln in kwargs.stdout.splitlines() if ln.startswith("--env-kwargs "))
     assert row.split() == ["--env-kwargs", '{"sutton_barto_reward":', "true}", "flag"], row
 
 
-def test_a_bad_preset_on_the_command_line_is_one_line_and_status_2():
-    out = rlstruct("train", "ppo", "--env", "CartPole-v1", "--preset", "ppo-pendulum", "--show-config")
+def test_a_bad_preset_on_the_command_line_is_one_line_and_status_2(capsys):
+    out = rlstruct_in_process(capsys, "train", "ppo", "--env", "CartPole-v1", "--preset", "ppo-pendulum",
+                              "--show-config")
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert "preset 'ppo-pendulum' is for ppo on ['Pendulum-v1']" in out.stderr and "--preset none" in out.stderr
 
 
-def test_presets_command_lists_the_table():
-    out = rlstruct("presets")
+def test_presets_command_lists_the_table(capsys):
+    out = rlstruct_in_process(capsys, "presets")
     assert out.returncode == 0 and all(p.name in out.stdout for p in PRESETS)
     row = next(line.split() for line in out.stdout.splitlines() if line.startswith("ppo-pendulum "))
     assert row[4] == str(preset_target("ppo-pendulum")).removesuffix(".0") == "-200", \
@@ -218,8 +220,9 @@ def test_the_family_presets_name_the_env_of_their_target():
         "ppo-minatar": "MinAtar/Breakout-v1", "ppo-atari": "ALE/Breakout-v5", "dqn-atari": "ALE/Breakout-v5"}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path):
+def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path, capsys):
     logdir = tmp_path / "run"
     common = ["--max-env-steps", "4000", "--n-evaluation-envs", "2", "--no-progress", "--no-tensorboard",
               "--evaluation-max-steps", "50"]
@@ -234,7 +237,8 @@ def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path):
     assert json.loads((logdir / "summary.json").read_text())["preset_target"] == -200.0
     saved = json.loads((logdir / "config.json").read_text())
     assert saved["preset"] == "ppo-pendulum" and saved["n_steps"] == 250 and saved["max_env_steps"] == 4000
-    shown = rlstruct("train", "ppo", "--resume", str(logdir), "--max-env-steps", "8000", "--show-config")
+    shown = rlstruct_in_process(capsys, "train", "ppo", "--resume", str(logdir), "--max-env-steps", "8000",
+                                "--show-config")
     rows = {line.split()[0]: line.split()[1:] for line in shown.stdout.splitlines() if line.startswith("--")}
     assert rows["--n-steps"] == ["250", "resumed", "run"] and rows["--max-env-steps"] == ["8000", "flag"]
     assert rows["--preset"] == ["ppo-pendulum", "resumed", "run"]
@@ -246,34 +250,44 @@ def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path):
 # --------------------------------------------------------------------------- learning, by naming the env
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_ppo_acrobot_preset_reaches_minus_100(tmp_path, seed):
-    # docs/benchmarks/presets.md: 5/5 seeds at 8k-16k env steps; here within 32k.
-    result = ppo.train(ppo.PPOConfig(env="Acrobot-v1", seed=seed, target_return=-100.0, max_env_steps=32_768,
+def test_ppo_acrobot_preset_reaches_minus_100(tmp_path):
+    """Seed 0 reaches -100 within 32k env steps. Seeds 0-9 (benchmarks/thresholds.py ppo-acrobot-preset) all did,
+    with 1 torch thread and with 2, at 10,240-18,432 env steps (seed 0: 18,432), confirmed at -74.7 to -98.5: the
+    budget is 78% above the latest. One seed here checks that the preset still learns; the spread over seeds is the
+    benchmark's (and docs/benchmarks/presets.md's, 5/5 seeds at 8k-16k)."""
+    result = ppo.train(ppo.PPOConfig(env="Acrobot-v1", seed=0, target_return=-100.0, max_env_steps=32_768,
                                      logdir=str(tmp_path), progress=False, tensorboard=False))
     assert result.preset == "ppo-acrobot" and result.reached_target, result.eval_return
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_ppo_pendulum_preset_reaches_minus_200_within_its_budget(tmp_path):
-    # docs/benchmarks/presets.md: 5/5 seeds at 60k-80k env steps of the preset's 100k.
+def test_ppo_pendulum_preset_nears_minus_200_within_its_budget(tmp_path):
+    """The ppo-pendulum preset's run (100k env steps, stopping at a confirmed -200). Seeds 0-9
+    (benchmarks/thresholds.py ppo-pendulum-preset) all reached -200, with 1 torch thread and with 2, 18 of the 20
+    runs at 68k-88k env steps and seed 1 only at the budget's end; best evaluations -192.4 to -129.6, reported
+    (confirmed or final) -199.6 to -159.5. Reaching -200 itself held with 0.4 to spare on the closest run, so the test
+    asks for a best evaluation of -250 and a reported -260 (30% under the lowest of each); that every seed reaches
+    -200 is the presets page's claim (docs/benchmarks/presets.md, 5/5 seeds) and this benchmark's."""
     result = ppo.train(ppo.PPOConfig(env="Pendulum-v1", seed=0, target_return=-200.0, logdir=str(tmp_path),
                                      progress=False, tensorboard=False))
-    assert result.preset == "ppo-pendulum" and result.reached_target and result.env_steps <= 100_000
+    evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
+    assert result.preset == "ppo-pendulum" and result.env_steps <= 100_000
+    assert max(evals) >= -250.0 and result.eval_return >= -260.0, (result.eval_return, evals)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_ppo_mountaincar_preset_climbs_out_of_the_valley(tmp_path, seed):
-    # docs/benchmarks/presets.md: 5/5 seeds past -110 at 256k-589k env steps; -140 (a random policy scores -200)
-    # comes at 25.6k-51.2k on seeds 0-4, here within 102k.
-    result = ppo.train(ppo.PPOConfig(env="MountainCar-v0", seed=seed, target_return=-140.0, max_env_steps=102_400,
+def test_ppo_mountaincar_preset_climbs_out_of_the_valley(tmp_path):
+    """docs/benchmarks/presets.md: 5/5 seeds past -110 at 256k-589k env steps; -140 (a random policy scores -200)
+    comes at 25.6k-51.2k on seeds 0-4, here within 102k on seed 0; benchmarks/thresholds.py's
+    ``ppo-mountaincar-preset`` runs it over seeds and torch threads."""
+    result = ppo.train(ppo.PPOConfig(env="MountainCar-v0", seed=0, target_return=-140.0, max_env_steps=102_400,
                                      logdir=str(tmp_path), progress=False, tensorboard=False))
     assert result.preset == "ppo-mountaincar" and result.reached_target, result.eval_return
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_lunarlander_presets_run_through_the_box2d_extra(tmp_path):
     pytest.importorskip("Box2D", reason="the box2d extra is not installed: pip install 'rlstruct[box2d]'")

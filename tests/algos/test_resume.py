@@ -487,6 +487,7 @@ def test_the_command_line_story_sigterm_then_resume(tmp_path):
     assert [int(r["iteration"]) for r in rows] == list(range(1, second["iterations"] + 1))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ppo_trained_partway_then_resumed_learns_cartpole(tmp_path):
     """PPO's defaults on CartPole-v1, 3,000 env steps (a return near 40), then resumed: it reaches 400 within 60,000

@@ -26,6 +26,7 @@ from rlstruct.algos.a2c import A2CConfig  # noqa: E402
 from rlstruct.algos.dqn import DQNConfig  # noqa: E402
 from rlstruct.algos.networks import build_actor_critic  # noqa: E402
 from rlstruct.errors import MissingDependencyError, VideoError  # noqa: E402
+from tests.helpers import rlstruct_in_process  # noqa: E402
 
 
 def _has(module: str) -> bool:
@@ -116,6 +117,7 @@ def test_atari_pong_ale_backend_records_the_agents_view(tmp_path):
     assert result.lengths == (10,) and result.fps == 15
 
 
+@pytest.mark.slow
 @needs_ale
 @needs_ffmpeg
 @pytest.mark.timeout(180)
@@ -234,7 +236,7 @@ def rlstruct(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 @needs_pygame
 @pytest.mark.timeout(400)
-def test_cli_eval_video_of_a_tiny_trained_run(tmp_path, tiny_cartpole_run):
+def test_cli_eval_video_of_a_tiny_trained_run(tmp_path, tiny_cartpole_run, capsys):
     run = tiny_cartpole_run
     video = tmp_path / "out.gif"
     ev = rlstruct("eval", str(run), "--episodes", "2", "--max-steps", "20", "--video", str(video),
@@ -248,12 +250,12 @@ def test_cli_eval_video_of_a_tiny_trained_run(tmp_path, tiny_cartpole_run):
     assert frames.shape[1:] == (400, 600, 3) and 2 <= frames.shape[0] <= result["video_frames"]
     assert (frames != frames[:1]).any(axis=(1, 2, 3)).any()
 
-    bad = rlstruct("eval", str(run), "--video", str(tmp_path / "out.avi"))
+    bad = rlstruct_in_process(capsys, "eval", str(run), "--video", str(tmp_path / "out.avi"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "--video must end in one of ['.mp4', '.gif']" in bad.stderr
-    bad = rlstruct("eval", str(run), "--video", str(video), "--video-episodes", "0")
+    bad = rlstruct_in_process(capsys, "eval", str(run), "--video", str(video), "--video-episodes", "0")
     assert bad.returncode == 2 and "--video-episodes must be >= 1, got 0" in bad.stderr
-    bad = rlstruct("eval", str(run), "--video", str(video), "--backend", "gymnax")
+    bad = rlstruct_in_process(capsys, "eval", str(run), "--video", str(video), "--backend", "gymnax")
     assert bad.returncode == 2 and "backend must be one of ['torch', 'gymnasium', 'ale'] to render" in bad.stderr
 
 
@@ -265,6 +267,7 @@ def _rows(path) -> list[dict[str, str]]:
         return [{k: v for k, v in r.items() if k not in ("wall_time_s", "eval/blocked_s")} for r in csv.DictReader(f)]
 
 
+@pytest.mark.slow
 @needs_pygame
 @needs_ffmpeg
 @pytest.mark.timeout(180)
@@ -287,6 +290,7 @@ def test_video_every_records_after_every_nth_evaluation_and_the_final_policy_wit
     assert not (tmp_path / "plain" / "videos").exists()
 
 
+@pytest.mark.slow
 @needs_ale
 @needs_ffmpeg
 @pytest.mark.timeout(180)
@@ -306,12 +310,13 @@ def test_video_every_records_an_atari_dqn_run_from_the_agents_view(tmp_path):
     (["--backend", "gymnax", "--video-every", "1"],
      "video_every=1: backend must be one of ['torch', 'gymnasium', 'ale'] to render frames, got 'gymnax'"),
 ])
-def test_bad_video_every_is_one_line_before_training(tmp_path, flags, message):
-    out = rlstruct("train", "ppo", "--env", "CartPole-v1", "--logdir", str(tmp_path / "run"), *flags)
+def test_bad_video_every_is_one_line_before_training(tmp_path, flags, message, capsys):
+    out = rlstruct_in_process(capsys, "train", "ppo", "--env", "CartPole-v1", "--logdir", str(tmp_path / "run"), *flags)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr, out.stderr
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 @needs_pygame
 @needs_ffmpeg
 @pytest.mark.timeout(180)

@@ -441,6 +441,7 @@ def test_envpool_through_gym_env():
 
 
 # ----------------------------------------------------------------------------- SB3 learns through the bridge
+@pytest.mark.slow
 def test_sb3_ppo_learns_on_bridged_cartpole():
     pytest.importorskip("stable_baselines3")
     from stable_baselines3 import PPO
