@@ -292,21 +292,22 @@ def test_the_ppo_loss_through_one_encoder_pass_is_the_loss_and_gradients_of_two(
         action = torch.randint(0, 2, (n,)) if not model.continuous else torch.randn(n, 2)
     with torch.no_grad():
         old_log_prob = model.policy(frame).log_prob(action) + 0.1 * torch.randn(n)
-    batch = (frame, action, old_log_prob, torch.randn(n), torch.randn(n), torch.randn(n), torch.ones(n))
+    batch = {"frame": frame, "action": action, "old_log_prob": old_log_prob, "advantage": torch.randn(n),
+             "old_value": torch.randn(n), "returns": torch.randn(n), "mask": torch.ones(n)}
     config = ppo.PPOConfig(entropy_coef=0.01, value_clip=0.2)
 
     def loss_and_grads(loss_fn):
         model.zero_grad()
-        loss, _ = loss_fn(model, config, *batch)
+        loss, _ = loss_fn(model, config, batch)
         loss.backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
     one, one_grads = loss_and_grads(ppo.ppo_minibatch_loss)
 
-    def two_calls(model, config, frame, action, old_log_prob, advantage, old_value, returns, mask):
-        dist = model.policy(frame)
-        return ppo.ppo_loss(dist.log_prob(action), old_log_prob, advantage, model.value(frame), old_value, returns,
-                            dist.entropy(), mask, **ppo._loss_settings(config))
+    def two_calls(model, config, b):
+        dist = model.policy(b["frame"])
+        return ppo.ppo_loss(dist.log_prob(b["action"]), b["old_log_prob"], b["advantage"], model.value(b["frame"]),
+                            b["old_value"], b["returns"], dist.entropy(), b["mask"], **ppo._loss_settings(config))
 
     two, two_grads = loss_and_grads(two_calls)
     torch.testing.assert_close(one, two, rtol=0, atol=0)
