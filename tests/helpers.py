@@ -49,7 +49,7 @@ def rlstruct_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> subpr
     """``rlstruct *args`` through the console script's entry point in this process: its status and what it printed.
     For a command that prints and exits without training (``--show-config``, ``presets``, an argument refused):
     a fresh process would spend two seconds importing torch to say it."""
-    from rlstruct.algos import cli
+    from rlstruct.algos._train import cli
 
     capsys.readouterr()
     try:

@@ -117,6 +117,8 @@ def test_mjx_half_cheetah_matches_gymnasium(cheetah_mjx):
 
 
 @pytest.mark.slow
+@pytest.mark.long(reason="the first test of the module's MJX Hopper: its JAX compile, 30-42 CPU s on a 2-core machine, "
+                         "counts here; the other tests reuse it")
 def test_mjx_hopper_matches_gymnasium_through_its_termination(hopper_mjx):
     """MJX's Hopper agrees with gymnasium's within 1e-3 and terminates at the same step (the hopper falls under
     a backward push within ~10 steps), then auto-resets."""

@@ -129,6 +129,15 @@ def _missing_extra(argv: list[str]) -> str | None:
                  if Path(path).parts[:2] == Path(run).parts[:2]), None)
 
 
+def _marks(command: str) -> list[pytest.MarkDecorator]:
+    """``long`` for the commands whose work is set by a time rather than a size: ``autotune`` measures every
+    configuration for a fixed time, with its worker processes busy throughout, so its CPU seconds grow with the
+    machine's speed and load (12-48 CPU s measured on one 2-core machine)."""
+    if shlex.split(command)[1:2] == ["autotune"]:
+        return [pytest.mark.long(reason="autotune measures each configuration for a fixed time (12-48 CPU s)")]
+    return []
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("reader")
@@ -136,7 +145,7 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("page, command", [(p, c) for p, c, _ in DISTINCT],
+@pytest.mark.parametrize("page, command", [pytest.param(p, c, marks=_marks(c)) for p, c, _ in DISTINCT],
                          ids=[f"{i:02d}-{' '.join(shlex.split(c)[1:4])}" for i, (_, c, _) in enumerate(DISTINCT)])
 def test_documented_command_runs_as_written(page, command, workdir, monkeypatch, capsys):
     # Through the console script's own entry point, in this process (each command would spend two seconds importing
