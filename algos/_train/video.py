@@ -9,7 +9,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +27,7 @@ from rlstruct.structures import DictTensor
 __all__ = [
     "VIDEO_SUFFIXES",
     "RunVideos",
+    "VideoOptions",
     "VideoResult",
     "check_renderable",
     "check_video_path",
@@ -373,6 +374,18 @@ class RunVideos:
             self.record(state_dict(), env_steps)
 
 
+class VideoOptions(TypedDict, total=False):
+    """The keywords of a video of a policy that :func:`record_policy_video` takes and the functions that record
+    through it pass on (each one's meaning and default are :func:`record_policy_video`'s)."""
+
+    episodes: int
+    max_steps: int | None
+    seed: int
+    backend: str | None
+    fps: float | None
+    policy: str | None
+
+
 def record_policy_video(
     path: str | os.PathLike,
     *,
@@ -443,18 +456,14 @@ def record_policy_video(
                                   env_kwargs=saved_evaluation_env_kwargs(config, backend))
 
 
-def record_checkpoint_video(
-    checkpoint: str | os.PathLike,
-    path: str | os.PathLike,
-    *,
-    episodes: int = 1,
-    max_steps: int | None = None,
-    seed: int = 0,
-    backend: str | None = None,
-    fps: float | None = None,
-    policy: str | None = None,
-) -> VideoResult:
+def record_checkpoint_video(checkpoint: str | os.PathLike, path: str | os.PathLike,
+                            **options: Unpack[VideoOptions]) -> VideoResult:
     """:func:`record_policy_video` of a ``checkpoint.pt`` written by ``rlstruct train`` (or its run's folder).
+
+    Args:
+        checkpoint: the checkpoint file, or its run's folder.
+        path: the video file, as for :func:`record_policy_video`.
+        **options: the keywords of :class:`VideoOptions`, with :func:`record_policy_video`'s defaults.
 
     Raises:
         CheckpointError: ``checkpoint`` is missing, unreadable or not an rlstruct checkpoint.
@@ -463,5 +472,4 @@ def record_checkpoint_video(
     check_video_path(path)  # before reading the checkpoint
     ckpt = load_checkpoint(checkpoint, argument="checkpoint")
     return record_policy_video(path, algo=ckpt["algo"], config=ckpt["config"], env_spec=ckpt["env_spec"],
-                               model_state=ckpt["model"], episodes=episodes, max_steps=max_steps, seed=seed,
-                               backend=backend, fps=fps, policy=policy)
+                               model_state=ckpt["model"], **options)
