@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 
 import torch
 
 from rlstruct.algos._train import (
     ActorCriticLearner,
+    AdvantagePart,
     Batch,
     LearnFn,
     OnPolicyAlgorithm,
@@ -42,21 +42,16 @@ from rlstruct.structures import Trajectories
 
 __all__ = ["ALGORITHM", "A2CConfig", "a2c_batch_loss", "a2c_loss", "learn_step", "train"]
 
-log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
-class A2CConfig(RolloutPart, RecurrentPart, OnPolicyConfig):
+class A2CConfig(AdvantagePart, RolloutPart, RecurrentPart, OnPolicyConfig):
     """A2C's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s, the collection's
-    :class:`RolloutPart`'s, the policy's :class:`RecurrentPart`'s)."""
+    :class:`RolloutPart`'s, the policy's :class:`RecurrentPart`'s, the advantages' and the loss weights'
+    :class:`AdvantagePart`'s)."""
 
     lr: float = default(5e-3)
     eval_every: int = default(25)
-    gae_lambda: float = setting(0.95, "GAE lambda (1: n-step Monte-Carlo advantages, 0: one-step TD errors)")
-    value_coef: float = setting(0.5, "weight of the value loss")
-    entropy_coef: float = setting(0.0, "weight of the entropy bonus")
     max_grad_norm: float = setting(0.5, "clip the gradient norm of the actor and of the critic, each (0: no clipping)")
-    normalize_advantages: bool = setting(True, "standardise the advantages within each batch")
-    reward_scale: float = setting(0.1, "multiply rewards by this in the loss")
 
 
 #: what ``rlstruct sweep a2c`` searches: field -> a range or choices, each holding the default
@@ -65,12 +60,6 @@ SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
                 "n_steps": {"choices": [4, 8, 16, 32]}, "gae_lambda": {"low": 0.8, "high": 1.0},
                 "entropy_coef": {"low": 0.0, "high": 0.05}, "value_coef": {"low": 0.25, "high": 1.0},
                 "max_grad_norm": {"low": 0.3, "high": 5.0, "log": True}}
-
-
-def check_config(config: A2CConfig) -> None:
-    """Raises ``ValueError`` for a ``gae_lambda`` outside [0, 1]."""
-    if not 0 <= config.gae_lambda <= 1:
-        raise ValueError(f"gae_lambda must lie in [0, 1], got {config.gae_lambda!r}")
 
 
 def a2c_loss(
@@ -170,7 +159,7 @@ def learn_step(config: A2CConfig, learner: ActorCriticLearner) -> LearnFn:
 
 
 ALGORITHM = OnPolicyAlgorithm(name="a2c", title="A2C", config_cls=A2CConfig, description=__doc__.splitlines()[0],
-                              check_config=check_config, check_env=functools.partial(check_actor_critic_env, "A2C"),
+                              check_env=functools.partial(check_actor_critic_env, "A2C"),
                               make_learn=learn_step, search_space=SEARCH_SPACE)
 train = ALGORITHM.train
 

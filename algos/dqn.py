@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,6 +38,8 @@ from rlstruct.algos._train import (
     Resume,
     algorithm,
     check_at_least,
+    check_choice,
+    check_fraction,
     default,
     load_state,
     restore_optimizer,
@@ -51,8 +52,6 @@ from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["DQNConfig", "QNetwork", "PixelQNetwork", "q_network", "dueling_q", "QAgent", "double_dqn_targets",
            "create_q_agent", "dqn_loss", "epsilon_at", "DQNLearner", "ALGORITHM", "train"]
-
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -90,10 +89,8 @@ def check_config(config: DQNConfig) -> None:
     if config.n_step > config.rollout_steps:
         raise ValueError(f"n_step must be <= rollout_steps (the first acquisition must hold one n-step return), "
                          f"got n_step={config.n_step}, rollout_steps={config.rollout_steps}")
-    if not 0 < config.tau <= 1:
-        raise ValueError(f"tau must lie in (0, 1], got {config.tau!r}")
-    if config.loss not in ("huber", "mse"):
-        raise ValueError(f"loss must be 'huber' or 'mse', got {config.loss!r}")
+    check_fraction(config, "tau", zero=False)
+    check_choice(config, "loss", ("huber", "mse"))
 
 
 def check_env(config: DQNConfig, spec: EnvSpec) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 from typing import Any
 
 import torch
@@ -19,15 +18,15 @@ from torch import nn
 
 from rlstruct.algos._train import (
     ActorCriticLearner,
+    AdvantagePart,
     Batch,
     LearnFn,
+    MinibatchPart,
     OnPolicyAlgorithm,
     OnPolicyConfig,
     RecurrentPart,
-    RolloutPart,
     algorithm,
     check_actor_critic_env,
-    check_at_least,
     default,
     mean_over_ranks,
     minibatch_epochs,
@@ -41,26 +40,19 @@ from rlstruct.structures import TemporalDictTensor, Trajectories
 
 __all__ = ["PPOConfig", "ppo_loss", "ppo_minibatch_loss", "learn_step", "ALGORITHM", "train"]
 
-log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
-class PPOConfig(RolloutPart, RecurrentPart, OnPolicyConfig):
-    """PPO's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s, the collection's
-    :class:`RolloutPart`'s, the policy's :class:`RecurrentPart`'s)."""
+class PPOConfig(AdvantagePart, MinibatchPart, RecurrentPart, OnPolicyConfig):
+    """PPO's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s, the collection's and
+    its minibatches' :class:`MinibatchPart`'s, the policy's :class:`RecurrentPart`'s, the advantages' and the loss
+    weights' :class:`AdvantagePart`'s)."""
 
     eval_every: int = default(8)
     n_steps: int = default(32)
-    n_epochs: int = setting(4, "passes over each collection")
-    n_minibatches: int = setting(2, "shuffled minibatches per pass")
-    gae_lambda: float = setting(0.95, "GAE lambda (1: Monte-Carlo advantages, 0: one-step TD errors)")
     clip_coef: float = setting(0.2, "the surrogate's clip range: the ratio counts within [1 - eps, 1 + eps]")
     value_clip: float = setting(0.0, "clip each value's change from the collection's to +-value_clip (0: none)")
-    value_coef: float = setting(0.5, "weight of the value loss")
-    entropy_coef: float = setting(0.0, "weight of the entropy bonus")
     max_grad_norm: float = setting(0.5, "clip the global gradient norm to this (0: no clipping)")
     target_kl: float | None = setting(None, "stop an update's epochs once a pass's approximate KL exceeds this")
-    normalize_advantages: bool = setting(True, "standardise the advantages within each minibatch")
-    reward_scale: float = setting(0.1, "multiply rewards by this in the loss")
 
 
 #: what ``rlstruct sweep ppo`` searches: field -> a range or choices, each holding the default
@@ -73,13 +65,6 @@ SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
 
 def check_config(config: PPOConfig) -> None:
     """Raises ``ValueError`` for a setting of PPO's own out of range."""
-    check_at_least(config, 1, "n_epochs", "n_minibatches")
-    batch = config.n_envs * config.n_steps
-    if config.n_minibatches > batch:
-        raise ValueError(f"n_minibatches must be <= the steps per collection (n_envs * n_steps = {batch}), got "
-                         f"{config.n_minibatches}; lower n_minibatches or collect more steps")
-    if not 0 <= config.gae_lambda <= 1:
-        raise ValueError(f"gae_lambda must lie in [0, 1], got {config.gae_lambda!r}")
     if not config.clip_coef > 0:
         raise ValueError(f"clip_coef must be > 0, got {config.clip_coef!r}")
     if config.value_clip < 0:

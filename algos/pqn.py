@@ -36,12 +36,13 @@ from rlstruct.algos._train import (
     ActorCriticLearner,
     Batch,
     LearnFn,
+    MinibatchPart,
     OnPolicyAlgorithm,
     OnPolicyConfig,
     OnPolicyModel,
-    RolloutPart,
     algorithm,
-    check_at_least,
+    check_choice,
+    check_fraction,
     default,
     minibatch_epochs,
     reads,
@@ -55,17 +56,16 @@ __all__ = ["PQNConfig", "q_lambda_targets", "pqn_loss", "learn_step", "ALGORITHM
 
 
 @dataclasses.dataclass
-class PQNConfig(RolloutPart, OnPolicyConfig):
-    """PQN's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s, the collection's
-    :class:`RolloutPart`'s). Its Q-network is no actor-critic: it has no observation normaliser, no recurrent or
-    compiled policy."""
+class PQNConfig(MinibatchPart, OnPolicyConfig):
+    """PQN's settings (each one's help is beside it; the family's are :class:`OnPolicyConfig`'s, the collection's and
+    its minibatches' :class:`MinibatchPart`'s). Its Q-network is no actor-critic: it has no observation normaliser,
+    no recurrent or compiled policy."""
 
     hidden_sizes: tuple[int, ...] = default((128, 128))
     lr: float = default(1e-3)
     eval_every: int = default(5)
     n_steps: int = default(32)
-    n_epochs: int = setting(4, "passes over each collection")
-    n_minibatches: int = setting(8, "shuffled minibatches per pass, each one gradient step")
+    n_minibatches: int = default(8)
     q_lambda: float = setting(0.65, "lambda of the Q(lambda) targets (0: one-step Q-learning targets)")
     epsilon_start: float = setting(1.0, "exploration rate at the start")
     epsilon_end: float = setting(0.05, "exploration rate after the decay")
@@ -89,20 +89,10 @@ SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
 def check_config(config: PQNConfig) -> None:
     """Raises ``ValueError`` for a setting of PQN's own out of range, :class:`~rlstruct.errors.ConfigError` for the
     epsilon schedule without a step budget."""
-    check_at_least(config, 1, "n_epochs", "n_minibatches")
-    batch = config.n_envs * config.n_steps
-    if config.n_minibatches > batch:
-        raise ValueError(f"n_minibatches must be <= the steps per collection (n_envs * n_steps = {batch}), got "
-                         f"{config.n_minibatches}; lower n_minibatches or collect more steps")
-    for name in ("q_lambda", "epsilon_start", "epsilon_end"):
-        if not 0 <= getattr(config, name) <= 1:
-            raise ValueError(f"{name} must lie in [0, 1], got {getattr(config, name)!r}")
-    if not 0 < config.epsilon_decay_fraction <= 1:
-        raise ValueError(f"epsilon_decay_fraction must lie in (0, 1], got {config.epsilon_decay_fraction!r}")
-    if config.loss not in ("mse", "huber"):
-        raise ValueError(f"loss must be 'mse' or 'huber', got {config.loss!r}")
-    if config.activation not in ("relu", "tanh"):
-        raise ValueError(f"activation must be 'relu' or 'tanh', got {config.activation!r}")
+    check_fraction(config, "q_lambda", "epsilon_start", "epsilon_end")
+    check_fraction(config, "epsilon_decay_fraction", zero=False)
+    check_choice(config, "loss", ("mse", "huber"))
+    check_choice(config, "activation", ("relu", "tanh"))
     if config.max_env_steps is None:
         raise ConfigError("PQN decays epsilon over the step budget max_env_steps, got max_env_steps=None; pass "
                           "--max-env-steps N")

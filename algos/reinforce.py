@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 
 import torch
 from torch import nn
@@ -52,7 +51,6 @@ __all__ = [
     "train",
 ]
 
-log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class ReinforceConfig(ActorCriticPart, OnPolicyConfig):

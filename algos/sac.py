@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -27,6 +26,7 @@ from rlstruct.algos._train import (
     OffPolicyConfig,
     Resume,
     algorithm,
+    check_fraction,
     default,
     load_state,
     restore_optimizer,
@@ -42,7 +42,6 @@ from rlstruct.structures import DictTensor, TemporalDictTensor
 __all__ = ["SACConfig", "SquashedGaussianActor", "TwinQNetwork", "SACAgent", "create_sac_agent", "soft_q_targets",
            "sac_critic_loss", "sac_actor_loss", "sac_temperature_loss", "SACLearner", "ALGORITHM", "train"]
 
-log = logging.getLogger(__name__)
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
@@ -76,8 +75,7 @@ def check_config(config: SACConfig) -> None:
     """Raises ``ValueError`` for a setting of SAC's own out of range."""
     if not config.gradient_steps_per_env_step >= 0:
         raise ValueError(f"gradient_steps_per_env_step must be >= 0, got {config.gradient_steps_per_env_step!r}")
-    if not 0 < config.tau <= 1:
-        raise ValueError(f"tau must lie in (0, 1], got {config.tau!r}")
+    check_fraction(config, "tau", zero=False)
     if not config.init_temperature > 0:
         raise ValueError(f"init_temperature must be > 0, got {config.init_temperature!r}")
     if not config.critic_lr > 0:

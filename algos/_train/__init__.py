@@ -8,10 +8,12 @@ name loads its module on first use, so that ``import rlstruct.algos`` loads none
 
 An algorithm's config:
     ``OnPolicyConfig``, ``OffPolicyConfig``: the settings every on-policy and every off-policy run takes, which an
-    algorithm's config extends; ``RolloutPart``, ``ActorCriticPart``, ``RecurrentPart``: the settings of the parts of
-    the on-policy loop an algorithm uses (fixed-length rollouts, an actor-critic policy, a recurrent one), which its
-    config adds; ``setting``: a field with its ``--help``; ``default``: a new default for an inherited field, keeping
-    its help; ``check_at_least``: the check that a few integer fields are at least a bound.
+    algorithm's config extends; ``RolloutPart``, ``MinibatchPart``, ``ActorCriticPart``, ``RecurrentPart``,
+    ``AdvantagePart``: the settings of the parts of the on-policy loop an algorithm uses (fixed-length rollouts,
+    epochs of minibatches over them, an actor-critic policy, a recurrent one, GAE advantages and the loss's weights),
+    which its config adds; ``setting``: a field with its ``--help``; ``default``: a new default for an inherited
+    field, keeping its help; ``check_at_least``, ``check_fraction``, ``check_choice``: the checks that a few fields
+    are at least a bound, lie in ``[0, 1]``, or are one of a few values.
 
 What an algorithm is:
     ``OnPolicyAlgorithm``, ``OffPolicyAlgorithm``: the description (``ALGORITHM``) an algorithm module gives its
@@ -39,11 +41,15 @@ _LAZY = {
     "OnPolicyConfig": "rlstruct.algos._train.config",
     "OffPolicyConfig": "rlstruct.algos._train.config",
     "RolloutPart": "rlstruct.algos._train.config",
+    "MinibatchPart": "rlstruct.algos._train.config",
     "ActorCriticPart": "rlstruct.algos._train.config",
     "RecurrentPart": "rlstruct.algos._train.config",
+    "AdvantagePart": "rlstruct.algos._train.config",
     "setting": "rlstruct.algos._train.config",
     "default": "rlstruct.algos._train.config",
     "check_at_least": "rlstruct.algos._train.config",
+    "check_fraction": "rlstruct.algos._train.config",
+    "check_choice": "rlstruct.algos._train.config",
     "OnPolicyAlgorithm": "rlstruct.algos._train.loops",
     "OffPolicyAlgorithm": "rlstruct.algos._train.loops",
     "OnPolicyModel": "rlstruct.algos._train.loops",

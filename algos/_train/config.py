@@ -1,8 +1,9 @@
 """The settings of a run, typed by family: :class:`RunConfig` (what every algorithm shares), :class:`OnPolicyConfig`
 and :class:`OffPolicyConfig` (what each training loop reads), which each algorithm's config extends. An on-policy
 algorithm's config is composed of the parts its loop reads besides: :class:`RolloutPart` (a collection of ``n_steps``
-steps of auto-reset envs), :class:`ActorCriticPart` (the actor-critic's policy) and :class:`RecurrentPart` (its LSTM);
-an algorithm takes only the parts it uses, so that it has no flag it must refuse.
+steps of auto-reset envs), :class:`MinibatchPart` (epochs of minibatches over it), :class:`ActorCriticPart` (the
+actor-critic's policy), :class:`RecurrentPart` (its LSTM) and :class:`AdvantagePart` (its GAE advantages and loss
+weights); an algorithm takes only the parts it uses, so that it has no flag it must refuse.
 
 Every field is declared with :func:`setting`: its default, the one-line help ``--help`` shows and its ``--help``
 group sit beside it; a subclass changes a default with :func:`default`, which keeps the field's help and group. The
@@ -25,10 +26,10 @@ from rlstruct.envs.factory import BACKENDS, resolve_backend
 from rlstruct.errors import ConfigError, MissingDependencyError
 
 __all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "AUTOCAST_VALUES", "setting", "default", "RunConfig",
-           "OnPolicyConfig", "RolloutPart", "ActorCriticPart", "RecurrentPart", "OffPolicyConfig", "resume_fields",
-           "check_at_least", "validate_run_config", "check_on_policy", "check_off_policy",
-           "check_evaluation_policy", "check_env_kwargs", "check_physics_dtype", "set_torch_threads",
-           "training_workers"]
+           "OnPolicyConfig", "RolloutPart", "MinibatchPart", "ActorCriticPart", "RecurrentPart", "AdvantagePart",
+           "OffPolicyConfig", "resume_fields", "check_at_least", "check_fraction", "check_choice",
+           "validate_run_config", "check_on_policy", "check_off_policy", "check_evaluation_policy", "check_env_kwargs",
+           "check_physics_dtype", "set_torch_threads", "training_workers"]
 
 #: the values of ``RunConfig.matmul_precision`` (torch's ``set_float32_matmul_precision``)
 MATMUL_PRECISIONS = ("highest", "high", "medium")
@@ -186,6 +187,15 @@ class RolloutPart:
 
 
 @dataclasses.dataclass
+class MinibatchPart(RolloutPart):
+    """A collection learned from in ``n_epochs`` passes of ``n_minibatches`` shuffled minibatches, each one gradient
+    step (PPO, PQN)."""
+
+    n_epochs: int = setting(4, "passes over each collection")
+    n_minibatches: int = setting(2, "shuffled minibatches per pass, each one gradient step")
+
+
+@dataclasses.dataclass
 class ActorCriticPart:
     """The policy of an actor-critic (A2C, PPO, REINFORCE): its observation normaliser and its compiled step."""
 
@@ -206,6 +216,17 @@ class RecurrentPart(ActorCriticPart):
                               group="on-policy")
 
     RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("recurrent",)
+
+
+@dataclasses.dataclass
+class AdvantagePart:
+    """The GAE(lambda) advantages of an actor-critic's collection and the weights of its loss (A2C, PPO)."""
+
+    gae_lambda: float = setting(0.95, "GAE lambda (1: Monte-Carlo advantages, 0: one-step TD errors)")
+    value_coef: float = setting(0.5, "weight of the value loss")
+    entropy_coef: float = setting(0.0, "weight of the entropy bonus")
+    normalize_advantages: bool = setting(True, "standardise the advantages within each batch the loss sees")
+    reward_scale: float = setting(0.1, "multiply rewards by this in the loss")
 
 
 @dataclasses.dataclass
@@ -255,6 +276,34 @@ def check_at_least(config: Any, least: int, *names: str) -> None:
         value = getattr(config, name)
         if value < least:
             raise ValueError(f"{name} must be >= {least}, got {value!r}")
+
+
+def check_fraction(config: Any, *names: str, zero: bool = True) -> None:
+    """Raises ``ValueError`` naming the first of ``names`` whose value in ``config`` lies outside ``[0, 1]`` (outside
+    ``(0, 1]`` when not ``zero``).
+
+    >>> check_fraction(OnPolicyConfig(gamma=0.0), "gamma", zero=False)
+    Traceback (most recent call last):
+    ...
+    ValueError: gamma must lie in (0, 1], got 0.0
+    """
+    for name in names:
+        value = getattr(config, name)
+        if not (0 <= value <= 1 if zero else 0 < value <= 1):
+            raise ValueError(f"{name} must lie in {'[' if zero else '('}0, 1], got {value!r}")
+
+
+def check_choice(config: Any, name: str, choices: tuple[str, ...]) -> None:
+    """Raises ``ValueError`` when the value of ``name`` in ``config`` is not one of ``choices``.
+
+    >>> check_choice(OffPolicyConfig(replay_storage="tape"), "replay_storage", ("memory", "disk"))
+    Traceback (most recent call last):
+    ...
+    ValueError: replay_storage must be 'memory' or 'disk', got 'tape'
+    """
+    value = getattr(config, name)
+    if value not in choices:
+        raise ValueError(f"{name} must be {' or '.join(map(repr, choices))}, got {value!r}")
 
 
 def training_workers(config: RunConfig) -> int:
@@ -372,8 +421,15 @@ def check_on_policy(config: OnPolicyConfig, title: str) -> None:
                 "pass --batcher-device cuda or drop --cuda-graph"
             )
         check_at_least(config, 1, "n_steps")
-    if not 0 <= config.gamma <= 1:
-        raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
+    if isinstance(config, MinibatchPart):
+        check_at_least(config, 1, "n_epochs", "n_minibatches")
+        batch = config.n_envs * config.n_steps
+        if config.n_minibatches > batch:
+            raise ValueError(f"n_minibatches must be <= the steps per collection (n_envs * n_steps = {batch}), got "
+                             f"{config.n_minibatches}; lower n_minibatches or collect more steps")
+    if isinstance(config, AdvantagePart):
+        check_fraction(config, "gae_lambda")
+    check_fraction(config, "gamma")
     if config.anneal_lr and config.max_env_steps is None:
         raise ConfigError(
             "anneal_lr decays the learning rate over the step budget max_env_steps, got max_env_steps=None; pass "
@@ -389,10 +445,8 @@ def check_off_policy(config: OffPolicyConfig) -> None:
     """
     check_at_least(config, 1, "rollout_steps", "buffer_size", "batch_size")
     check_at_least(config, 0, "learning_starts")
-    if not 0 <= config.gamma <= 1:
-        raise ValueError(f"gamma must lie in [0, 1], got {config.gamma!r}")
-    if config.replay_storage not in ("memory", "disk"):
-        raise ValueError(f"replay_storage must be 'memory' or 'disk', got {config.replay_storage!r}")
+    check_fraction(config, "gamma")
+    check_choice(config, "replay_storage", ("memory", "disk"))
     if config.priority_alpha < 0 or not 0 <= config.priority_beta0 <= 1:
         raise ValueError(f"priority_alpha must be >= 0 and priority_beta0 in [0, 1], got "
                          f"priority_alpha={config.priority_alpha!r}, priority_beta0={config.priority_beta0!r}")

@@ -33,6 +33,21 @@ def test_an_on_policy_algorithm_takes_its_agents_from_its_model_and_its_collecti
     assert [m.ALGORITHM.episodic for m in (a2c, ppo, reinforce, pqn)] == [False, False, True, False]
 
 
+@pytest.mark.parametrize("module,change,match", [
+    (a2c, {"gae_lambda": 1.5}, r"gae_lambda must lie in \[0, 1\], got 1.5"),
+    (ppo, {"gae_lambda": -0.1}, r"gae_lambda must lie in \[0, 1\], got -0.1"),
+    (ppo, {"n_epochs": 0}, "n_epochs must be >= 1, got 0"),
+    (pqn, {"gamma": 1.5}, r"gamma must lie in \[0, 1\], got 1.5"),
+    (dqn, {"tau": 0.0}, r"tau must lie in \(0, 1\], got 0.0"),
+    (dqn, {"loss": "l1"}, "loss must be 'huber' or 'mse', got 'l1'"),
+    (sac, {"replay_storage": "tape"}, "replay_storage must be 'memory' or 'disk', got 'tape'"),
+])
+def test_the_settings_of_a_part_or_a_family_are_checked_for_every_algorithm_made_of_it(module, change, match):
+    config_cls = module.ALGORITHM.config_cls
+    with pytest.raises(ValueError, match=match):
+        module.ALGORITHM.validate(config_cls(**change))
+
+
 def test_a_description_without_its_learn_step_is_a_type_error():
     with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'make_learn'"):
         OnPolicyAlgorithm(name="x", title="X", config_cls=a2c.A2CConfig, description="")
