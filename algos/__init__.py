@@ -20,27 +20,21 @@ already imported by this package.
 ('CartPole-v1', 'cpu')
 """
 
-from rlstruct._lazy import lazy_names
+from rlstruct._lazy import by_name, lazy_names
 from rlstruct.algos._train.registry import exports
 
 _LAZY = {
-    "train": "rlstruct.algos._train.registry",
-    "load": "rlstruct.algos._train.policy",
-    "Policy": "rlstruct.algos._train.policy",
-    "RunConfig": "rlstruct.algos._train.config",
-    "OnPolicyConfig": "rlstruct.algos._train.config",
-    "OffPolicyConfig": "rlstruct.algos._train.config",
-    "TrainResult": "rlstruct.algos._train.result",
-    "EnvSpec": "rlstruct.algos._env_spec",
-    "describe_env": "rlstruct.algos._env_spec",
-    "create_env": "rlstruct.algos._env_spec",
-    "profile_training": "rlstruct.algos._train.profile",
-    "run_sweep": "rlstruct.algos._train.sweep",
-    "PRESETS": "rlstruct.algos._train.presets",
-    "Preset": "rlstruct.algos._train.presets",
-    "discounted_returns": "rlstruct.algos.returns",
-    "gae_advantages": "rlstruct.algos.returns",
-    "n_step_returns": "rlstruct.algos.returns",
+    **by_name({
+        "rlstruct.algos._train.registry": ("train",),
+        "rlstruct.algos._train.policy": ("load", "Policy"),
+        "rlstruct.algos._train.config": ("RunConfig", "OnPolicyConfig", "OffPolicyConfig"),
+        "rlstruct.algos._train.result": ("TrainResult",),
+        "rlstruct.algos._env_spec": ("EnvSpec", "describe_env", "create_env"),
+        "rlstruct.algos._train.profile": ("profile_training",),
+        "rlstruct.algos._train.sweep": ("run_sweep",),
+        "rlstruct.algos._train.presets": ("PRESETS", "Preset"),
+        "rlstruct.algos.returns": ("discounted_returns", "gae_advantages", "n_step_returns"),
+    }),
     **exports(),
 }
 

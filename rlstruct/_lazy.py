@@ -4,8 +4,18 @@ a run uses: one implementation for every package that re-exports optional or hea
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+
+def by_name(modules: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """``{name: module}`` of ``modules`` (``{module: its names}``): the form :func:`lazy_names` takes, for a package
+    that writes each module once.
+
+    >>> by_name({"math": ("sqrt", "cbrt"), "cmath": ("phase",)})
+    {'sqrt': 'math', 'cbrt': 'math', 'phase': 'cmath'}
+    """
+    return {name: module for module, names in modules.items() for name in names}
 
 
 def lazy_names(package: str, lazy: dict[str, str], exported: Iterable[str],

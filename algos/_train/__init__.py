@@ -35,39 +35,20 @@ Data-parallel ranks:
     ``mean_over_ranks``: a statistic averaged over the run's ranks.
 """
 
-from rlstruct._lazy import lazy_names
+from rlstruct._lazy import by_name, lazy_names
 
-_LAZY = {
-    "OnPolicyConfig": "rlstruct.algos._train.config",
-    "OffPolicyConfig": "rlstruct.algos._train.config",
-    "RolloutPart": "rlstruct.algos._train.config",
-    "MinibatchPart": "rlstruct.algos._train.config",
-    "ActorCriticPart": "rlstruct.algos._train.config",
-    "RecurrentPart": "rlstruct.algos._train.config",
-    "AdvantagePart": "rlstruct.algos._train.config",
-    "setting": "rlstruct.algos._train.config",
-    "default": "rlstruct.algos._train.config",
-    "check_at_least": "rlstruct.algos._train.config",
-    "check_fraction": "rlstruct.algos._train.config",
-    "check_choice": "rlstruct.algos._train.config",
-    "OnPolicyAlgorithm": "rlstruct.algos._train.loops",
-    "OffPolicyAlgorithm": "rlstruct.algos._train.loops",
-    "OnPolicyModel": "rlstruct.algos._train.loops",
-    "ActorCriticLearner": "rlstruct.algos._train.loops",
-    "LearnFn": "rlstruct.algos._train.loops",
-    "check_actor_critic_env": "rlstruct.algos._train.loops",
-    "algorithm": "rlstruct.algos._train.registry",
-    "Batch": "rlstruct.algos._train.update",
-    "reads": "rlstruct.algos._train.update",
-    "minibatch_epochs": "rlstruct.algos._train.update",
-    "autocast_dtype": "rlstruct.algos._train.update",
-    "training_agent_kwargs": "rlstruct.algos._train.update",
-    "seeded_model": "rlstruct.algos._train.session",
-    "Resume": "rlstruct.algos._train.checkpoints",
-    "load_state": "rlstruct.algos._train.checkpoints",
-    "restore_optimizer": "rlstruct.algos._train.checkpoints",
-    "mean_over_ranks": "rlstruct.algos._train.distributed",
-}
+_LAZY = by_name({
+    "rlstruct.algos._train.config": ("OnPolicyConfig", "OffPolicyConfig", "RolloutPart", "MinibatchPart",
+                                     "ActorCriticPart", "RecurrentPart", "AdvantagePart", "setting", "default",
+                                     "check_at_least", "check_fraction", "check_choice"),
+    "rlstruct.algos._train.loops": ("OnPolicyAlgorithm", "OffPolicyAlgorithm", "OnPolicyModel", "ActorCriticLearner",
+                                    "LearnFn", "check_actor_critic_env"),
+    "rlstruct.algos._train.registry": ("algorithm",),
+    "rlstruct.algos._train.update": ("Batch", "reads", "minibatch_epochs", "autocast_dtype", "training_agent_kwargs"),
+    "rlstruct.algos._train.session": ("seeded_model",),
+    "rlstruct.algos._train.checkpoints": ("Resume", "load_state", "restore_optimizer"),
+    "rlstruct.algos._train.distributed": ("mean_over_ranks",),
+})
 
 __all__ = list(_LAZY)
 

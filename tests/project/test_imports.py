@@ -35,6 +35,27 @@ def project_modules() -> dict[str, Path]:
     return modules
 
 
+def _literal_entries(node: ast.expr) -> dict[str, str]:
+    """``{name: module}`` of a ``_LAZY`` table's literal entries: ``"name": "module"``, and the
+    ``by_name({"module": ("name", ...)})`` tables written in it or as it."""
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "by_name" and node.args:
+        grouped = node.args[0]
+        if not isinstance(grouped, ast.Dict):
+            return {}
+        return {n.value: k.value for k, v in zip(grouped.keys, grouped.values, strict=True)
+                if isinstance(k, ast.Constant) and isinstance(v, ast.Tuple)
+                for n in v.elts if isinstance(n, ast.Constant)}
+    if not isinstance(node, ast.Dict):
+        return {}
+    entries: dict[str, str] = {}
+    for k, v in zip(node.keys, node.values, strict=True):
+        if k is None:  # **by_name({...})
+            entries.update(_literal_entries(v))
+        elif isinstance(k, ast.Constant) and isinstance(v, ast.Constant):
+            entries[k.value] = v.value
+    return entries
+
+
 def lazy_tables(modules: dict[str, Path]) -> dict[str, dict[str, str]]:
     """``{package: {name: module}}`` of the packages whose names load their module on first use (their ``_LAZY``
     table's literal entries), so that importing such a name is an edge to the module that defines it."""
@@ -43,10 +64,8 @@ def lazy_tables(modules: dict[str, Path]) -> dict[str, dict[str, str]]:
         if path.name != "__init__.py":
             continue
         for node in ast.parse(path.read_text(), str(path)).body:
-            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
-                    and any(getattr(t, "id", None) == "_LAZY" for t in node.targets)):
-                tables[name] = {k.value: v.value for k, v in zip(node.value.keys, node.value.values, strict=True)
-                                if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_LAZY" for t in node.targets):
+                tables[name] = _literal_entries(node.value)
     return tables
 
 
