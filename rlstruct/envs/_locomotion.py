@@ -27,6 +27,7 @@ import os
 from typing import Any
 
 import numpy as np
+from gymnasium.spaces import Box
 
 __all__ = [
     "LocomotionTask", "LOCOMOTION_TASKS", "locomotion_task", "gymnasium_asset",
@@ -87,6 +88,14 @@ class LocomotionTask:
         if self.clip_qvel is not None:
             qvel = xp.clip(qvel, -self.clip_qvel, self.clip_qvel)
         return xp.concatenate([qpos[..., 1:], qvel], axis=-1)
+
+    def spaces(self, mj_model: Any) -> tuple[Box, Box]:
+        """The single-env ``(observation_space, action_space)`` of the task on ``mj_model`` (a ``mujoco.MjModel``):
+        the :meth:`observation`'s ``float32 [nq - 1 + nv]``, unbounded, and the actuators' control ranges,
+        ``float32 [nu]``."""
+        observation_space = Box(-np.inf, np.inf, (mj_model.nq - 1 + mj_model.nv,), np.float32)
+        low, high = mj_model.actuator_ctrlrange.T.astype(np.float32)
+        return observation_space, Box(low, high, (mj_model.nu,), np.float32)
 
     def healthy(self, xp: Any, qpos: Any, qvel: Any) -> Any:
         """Whether each state is healthy: bool ``[...]`` (always true for a task without health rules)."""

@@ -14,9 +14,6 @@ import contextlib
 import io
 from typing import Any
 
-import numpy as np
-from gymnasium import spaces
-
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs._imports import import_jax, import_mujoco
 from rlstruct.envs._locomotion import check_max_episode_steps, locomotion_task
@@ -121,10 +118,7 @@ class MjxEnv(JaxVecEnv):
             return obs, (data.qpos, data.qvel, data.qacc_warmstart, elapsed), reward, terminated, elapsed >= limit
 
         self.task, self.max_episode_steps, self.mj_model = task, limit, mj_model
-        obs_dim = nq - 1 + nv
-        observation_space = spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
-        low, high = mj_model.actuator_ctrlrange.T.astype(np.float32)
-        action_space = spaces.Box(low, high, (mj_model.nu,), np.float32)
+        observation_space, action_space = task.spaces(mj_model)
         super().__init__(
             reset_fn, step_fn, observation_space, action_space, n_envs, seed=seed, device=device, autoreset=autoreset,
             cache_key=("mjx", task.id, limit),

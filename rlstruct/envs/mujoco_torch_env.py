@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
-from gymnasium import spaces
 
 from rlstruct.devices import DeviceLike
 from rlstruct.envs._actions import ActionSpec
@@ -113,9 +112,7 @@ class MujocoTorchEnv(SimEnv):
         n_draws = self._nq + (2 if task.qvel_noise == "normal" else 1) * self._nv
         table = draw_table((0.0,) * n_draws, (1.0,) * n_draws)
         self._draws = SimpleNamespace(**{k: v.to(dev) for k, v in table.items()})
-        self.observation_space = spaces.Box(-np.inf, np.inf, (self._nq - 1 + self._nv,), np.float32)
-        low, high = m.actuator_ctrlrange.T.astype(np.float32)
-        self.action_space = spaces.Box(low, high, (self._nu,), np.float32)
+        self.observation_space, self.action_space = task.spaces(m)
         self._action_spec = ActionSpec(self.action_space, device=dev)
         self._physical: tuple[torch.Tensor, ...] = ()  # (qpos [n, nq], qvel [n, nv], qacc_warmstart [n, nv])
         self._elapsed = torch.zeros(n, dtype=torch.int64, device=dev)
