@@ -37,9 +37,6 @@ from rlstruct.algos._train import (
     OffPolicyConfig,
     Resume,
     algorithm,
-    check_at_least,
-    check_choice,
-    check_fraction,
     default,
     load_state,
     restore_optimizer,
@@ -60,14 +57,16 @@ class DQNConfig(OffPolicyConfig):
 
     time_limit: float = default(300.0)
     max_env_steps: int | None = default(50_000)
-    gradient_steps: int = setting(32, "gradient steps after each acquisition")
-    n_step: int = setting(1, "steps per return (1: one-step TD targets)")
-    tau: float = setting(1.0, "target update rate (1: hard copy every target_update_interval steps; < 1: Polyak)")
-    target_update_interval: int = setting(128, "gradient steps between two hard target updates")
-    epsilon_start: float = setting(1.0, "exploration rate at the start")
-    epsilon_end: float = setting(0.05, "exploration rate after the decay")
-    epsilon_decay_steps: int = setting(10_000, "env steps of the linear decay from epsilon_start to epsilon_end")
-    loss: str = setting("huber", "huber or mse")
+    gradient_steps: int = setting(32, "gradient steps after each acquisition", least=0)
+    n_step: int = setting(1, "steps per return (1: one-step TD targets)", least=1)
+    tau: float = setting(1.0, "target update rate (1: hard copy every target_update_interval steps; < 1: Polyak)",
+                         within="(0, 1]")
+    target_update_interval: int = setting(128, "gradient steps between two hard target updates", least=1)
+    epsilon_start: float = setting(1.0, "exploration rate at the start", within="[0, 1]")
+    epsilon_end: float = setting(0.05, "exploration rate after the decay", within="[0, 1]")
+    epsilon_decay_steps: int = setting(10_000, "env steps of the linear decay from epsilon_start to epsilon_end",
+                                       least=1)
+    loss: str = setting("huber", "huber or mse", choices=("huber", "mse"))
     max_grad_norm: float = setting(10.0, "clip the gradient's global norm to this (0: no clipping)")
     dueling: bool = setting(False, "a dueling head: Q = V + A - mean(A)")
 
@@ -84,13 +83,9 @@ SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
 
 def check_config(config: DQNConfig) -> None:
     """Raises ``ValueError`` for a setting of DQN's own out of range."""
-    check_at_least(config, 1, "n_step", "target_update_interval", "epsilon_decay_steps")
-    check_at_least(config, 0, "gradient_steps")
     if config.n_step > config.rollout_steps:
         raise ValueError(f"n_step must be <= rollout_steps (the first acquisition must hold one n-step return), "
                          f"got n_step={config.n_step}, rollout_steps={config.rollout_steps}")
-    check_fraction(config, "tau", zero=False)
-    check_choice(config, "loss", ("huber", "mse"))
 
 
 def check_env(config: DQNConfig, spec: EnvSpec) -> None:

@@ -41,8 +41,6 @@ from rlstruct.algos._train import (
     OnPolicyConfig,
     OnPolicyModel,
     algorithm,
-    check_choice,
-    check_fraction,
     default,
     minibatch_epochs,
     reads,
@@ -66,15 +64,17 @@ class PQNConfig(MinibatchPart, OnPolicyConfig):
     eval_every: int = default(5)
     n_steps: int = default(32)
     n_minibatches: int = default(8)
-    q_lambda: float = setting(0.65, "lambda of the Q(lambda) targets (0: one-step Q-learning targets)")
-    epsilon_start: float = setting(1.0, "exploration rate at the start")
-    epsilon_end: float = setting(0.05, "exploration rate after the decay")
-    epsilon_decay_fraction: float = setting(0.2, "fraction of max_env_steps over which epsilon decays linearly")
+    q_lambda: float = setting(0.65, "lambda of the Q(lambda) targets (0: one-step Q-learning targets)",
+                              within="[0, 1]")
+    epsilon_start: float = setting(1.0, "exploration rate at the start", within="[0, 1]")
+    epsilon_end: float = setting(0.05, "exploration rate after the decay", within="[0, 1]")
+    epsilon_decay_fraction: float = setting(0.2, "fraction of max_env_steps over which epsilon decays linearly",
+                                            within="(0, 1]")
     reward_scale: float = setting(0.1, "multiply rewards by this in the targets")
-    loss: str = setting("mse", "mse (half the squared TD error, the paper's) or huber")
+    loss: str = setting("mse", "mse (half the squared TD error, the paper's) or huber", choices=("mse", "huber"))
     max_grad_norm: float = setting(10.0, "clip the global gradient norm to this (0: no clipping)")
     layer_norm: bool = setting(True, "a LayerNorm after each hidden layer of the Q-network, before its activation")
-    activation: str = setting("relu", "the Q-network's hidden activation, relu or tanh")
+    activation: str = setting("relu", "the Q-network's hidden activation, relu or tanh", choices=("relu", "tanh"))
 
     RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("layer_norm", "activation")
 
@@ -87,12 +87,7 @@ SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
 
 
 def check_config(config: PQNConfig) -> None:
-    """Raises ``ValueError`` for a setting of PQN's own out of range, :class:`~rlstruct.errors.ConfigError` for the
-    epsilon schedule without a step budget."""
-    check_fraction(config, "q_lambda", "epsilon_start", "epsilon_end")
-    check_fraction(config, "epsilon_decay_fraction", zero=False)
-    check_choice(config, "loss", ("mse", "huber"))
-    check_choice(config, "activation", ("relu", "tanh"))
+    """Raises :class:`~rlstruct.errors.ConfigError` for the epsilon schedule without a step budget."""
     if config.max_env_steps is None:
         raise ConfigError("PQN decays epsilon over the step budget max_env_steps, got max_env_steps=None; pass "
                           "--max-env-steps N")

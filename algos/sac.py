@@ -26,7 +26,6 @@ from rlstruct.algos._train import (
     OffPolicyConfig,
     Resume,
     algorithm,
-    check_fraction,
     default,
     load_state,
     restore_optimizer,
@@ -57,8 +56,9 @@ class SACConfig(OffPolicyConfig):
     buffer_size: int = default(1_000_000)
     batch_size: int = default(256)
     learning_starts: int = setting(1_000, "env steps of uniformly random actions before the first gradient step")
-    gradient_steps_per_env_step: float = setting(1.0, "gradient steps per new env step (fractions accumulate)")
-    tau: float = setting(0.005, "Polyak rate of the target critics, every gradient step")
+    gradient_steps_per_env_step: float = setting(1.0, "gradient steps per new env step (fractions accumulate)",
+                                                 least=0)
+    tau: float = setting(0.005, "Polyak rate of the target critics, every gradient step", within="(0, 1]")
     critic_lr: float = setting(1e-3, "Adam learning rate of the critics (lr: the actor's and the temperature's)")
     init_temperature: float = setting(1.0, "the entropy temperature alpha at the start")
     target_entropy: float | None = setting(None, "the entropy the temperature tunes towards (None: -action_dim)")
@@ -73,9 +73,6 @@ SEARCH_SPACE = {"lr": {"low": 1e-4, "high": 3e-3, "log": True},
 
 def check_config(config: SACConfig) -> None:
     """Raises ``ValueError`` for a setting of SAC's own out of range."""
-    if not config.gradient_steps_per_env_step >= 0:
-        raise ValueError(f"gradient_steps_per_env_step must be >= 0, got {config.gradient_steps_per_env_step!r}")
-    check_fraction(config, "tau", zero=False)
     if not config.init_temperature > 0:
         raise ValueError(f"init_temperature must be > 0, got {config.init_temperature!r}")
     if not config.critic_lr > 0:

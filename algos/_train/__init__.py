@@ -12,8 +12,7 @@ An algorithm's config:
     ``AdvantagePart``: the settings of the parts of the on-policy loop an algorithm uses (fixed-length rollouts,
     epochs of minibatches over them, an actor-critic policy, a recurrent one, GAE advantages and the loss's weights),
     which its config adds; ``setting``: a field with its ``--help``; ``default``: a new default for an inherited
-    field, keeping its help; ``check_at_least``, ``check_fraction``, ``check_choice``: the checks that a few fields
-    are at least a bound, lie in ``[0, 1]``, or are one of a few values.
+    field, keeping its help (a setting declares the values it takes beside its help, checked before a run starts).
 
 What an algorithm is:
     ``OnPolicyAlgorithm``, ``OffPolicyAlgorithm``: the description (``ALGORITHM``) an algorithm module gives its
@@ -39,8 +38,7 @@ from rlstruct._lazy import by_name, lazy_names
 
 _LAZY = by_name({
     "rlstruct.algos._train.config": ("OnPolicyConfig", "OffPolicyConfig", "RolloutPart", "MinibatchPart",
-                                     "ActorCriticPart", "RecurrentPart", "AdvantagePart", "setting", "default",
-                                     "check_at_least", "check_fraction", "check_choice"),
+                                     "ActorCriticPart", "RecurrentPart", "AdvantagePart", "setting", "default"),
     "rlstruct.algos._train.loops": ("OnPolicyAlgorithm", "OffPolicyAlgorithm", "OnPolicyModel", "ActorCriticLearner",
                                     "LearnFn", "check_actor_critic_env"),
     "rlstruct.algos._train.registry": ("algorithm",),

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import torch
 
 from rlstruct.algos._train.finite import check_finite_settings
+from rlstruct.algos._train.flags import declared
 from rlstruct.algos._train.trackers import check_trackers
 from rlstruct.devices import as_device, check_device_exists
 from rlstruct.envs.factory import BACKENDS, resolve_backend
@@ -27,7 +28,7 @@ from rlstruct.errors import ConfigError, MissingDependencyError
 
 __all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "AUTOCAST_VALUES", "setting", "default", "RunConfig",
            "OnPolicyConfig", "RolloutPart", "MinibatchPart", "ActorCriticPart", "RecurrentPart", "AdvantagePart",
-           "OffPolicyConfig", "resume_fields", "check_at_least", "check_fraction", "check_choice",
+           "OffPolicyConfig", "resume_fields", "check_bounds",
            "validate_run_config", "check_on_policy", "check_off_policy", "check_evaluation_policy", "check_env_kwargs",
            "check_physics_dtype", "set_torch_threads", "training_workers"]
 
@@ -39,8 +40,11 @@ EVALUATION_POLICIES = ("greedy", "sample")
 AUTOCAST_VALUES = ("none", "bfloat16")
 
 
-def setting(default: Any, help: str, *, group: str | None = None) -> Any:
-    """A config field: its ``default``, its ``--help`` text (plain, one clause) and its ``--help`` ``group``.
+def setting(default: Any, help: str, *, group: str | None = None, least: float | None = None,
+            within: str | None = None, choices: tuple[str, ...] | None = None) -> Any:
+    """A config field: its ``default``, its ``--help`` text (plain, one clause), its ``--help`` ``group`` and the
+    values it takes, which :func:`check_bounds` checks before a run starts: at ``least`` a bound, ``within`` an
+    interval of ``[0, 1]`` (``"[0, 1]"``, or ``"(0, 1]"`` without 0), or one of ``choices``; ``None`` passes.
 
     A field without a group is the algorithm's own, or, when it re-declares a base class's field with another
     default, in that field's group.
@@ -51,7 +55,10 @@ def setting(default: Any, help: str, *, group: str | None = None) -> Any:
     >>> dataclasses.fields(Config)[0].metadata["help"], Config().lr
     ('Adam learning rate', 0.001)
     """
-    return dataclasses.field(default=default, metadata={"help": help, "group": group})
+    if within not in (None, "[0, 1]", "(0, 1]"):
+        raise ValueError(f"within must be '[0, 1]', '(0, 1]' or None, got {within!r}")
+    return dataclasses.field(default=default, metadata={"help": help, "group": group, "least": least,
+                                                        "within": within, "choices": choices})
 
 
 def default(value: Any) -> Any:
@@ -77,10 +84,11 @@ class RunConfig:
     backend: str = setting("auto", "env backend: auto, torch, gymnasium, envpool, ale, gymnax, mjx, mujoco_torch or "
                                    "brax", group="environment")
     n_envs: int = setting(16, "training environments in all, split evenly over the worker processes",
-                          group="environment")
+                          group="environment", least=1)
     n_processes: int = setting(0, "training worker processes (0: the envs step in this process)",
-                               group="environment")
-    ray_actors: int = setting(0, "run the training batcher as this many Ray actors (0: no Ray)", group="environment")
+                               group="environment", least=0)
+    ray_actors: int = setting(0, "run the training batcher as this many Ray actors (0: no Ray)", group="environment",
+                              least=0)
     ray_address: str | None = setting(None, "the Ray cluster the actors join: auto or ray://HOST:PORT (None: a "
                                             "local one)", group="environment")
     max_episode_steps: int | None = setting(None, "episode time limit (None: the env's own)", group="environment")
@@ -103,28 +111,28 @@ class RunConfig:
                                              "env's reward_threshold (false: spend the budget)", group="run")
     hidden_sizes: tuple[int, ...] = setting((64, 64), "hidden layer widths of the networks", group="run")
     lr: float = setting(1e-3, "Adam learning rate", group="run")
-    n_evaluation_envs: int = setting(16, "episodes per evaluation", group="evaluation")
+    n_evaluation_envs: int = setting(16, "episodes per evaluation", group="evaluation", least=1)
     n_evaluation_processes: int = setting(0, "evaluation worker processes (0: evaluate in this process)",
-                                          group="evaluation")
+                                          group="evaluation", least=0)
     evaluation_max_steps: int | None = setting(None, "steps per evaluation episode at most (None: the time limit)",
                                                group="evaluation")
     evaluation_chunk_steps: int = setting(256, "steps per acquisition of the evaluation batcher",
-                                          group="evaluation")
+                                          group="evaluation", least=1)
     evaluation_env_kwargs: dict[str, Any] | None = setting(None, "the evaluation envs' keyword arguments, over "
                                                                  "env_kwargs (a JSON object)", group="evaluation")
     evaluation_policy: str = setting("greedy", "greedy (the policy's mode) or sample (as in training)",
                                      group="evaluation")
-    eval_every: int = setting(50, "training iterations between two evaluations", group="evaluation")
+    eval_every: int = setting(50, "training iterations between two evaluations", group="evaluation", least=1)
     logdir: str | None = setting(None, "folder of the run's files (None: runs/ALGO-ENV-SEED); one "
                                  "holding a run gives FOLDER-2, FOLDER-3 and so on", group="run")
-    log_every: int = setting(10, "iterations between two TensorBoard and progress-bar updates", group="run")
+    log_every: int = setting(10, "iterations between two TensorBoard and progress-bar updates", group="run", least=1)
     progress: bool = setting(True, "show a progress bar on stderr", group="run")
     tensorboard: bool = setting(True, "write TensorBoard event files into logdir", group="run")
     track: str | None = setting(None, "also log to experiment trackers: mlflow, wandb, trackio (comma-separated)",
                                 group="run")
     check_devices: bool = setting(False, "check the device of every tensor an agent or the learner sees (slow)",
                                   group="run")
-    torch_threads: int = setting(1, "torch threads of the learner process (0: torch's default)", group="run")
+    torch_threads: int = setting(1, "torch threads of the learner process (0: torch's default)", group="run", least=0)
     batcher_timeout: float = setting(120.0, "seconds a batcher waits for a worker before it fails the run",
                                      group="run")
     start_timeout: float | None = setting(None, "seconds a batcher's start may take: workers spawned, envs and "
@@ -134,8 +142,9 @@ class RunConfig:
     resume: str | None = setting(None, "a checkpoint.pt, or a run's log folder, to continue training from",
                                  group="checkpoints")
     checkpoint_every: int = setting(0, "also write the checkpoint every this many iterations (0: at the end only)",
-                                    group="checkpoints")
-    restart_workers: int = setting(0, "replace a worker that dies or hangs, this many times in all", group="run")
+                                    group="checkpoints", least=0)
+    restart_workers: int = setting(0, "replace a worker that dies or hangs, this many times in all", group="run",
+                                   least=0)
     video_every: int = setting(0, "record an evaluation episode after every this many evaluations (0: no videos)",
                                group="evaluation")
     preset: str = setting("auto", "tuned settings for the fields not given: auto, none, or a preset's name",
@@ -160,7 +169,7 @@ class OnPolicyConfig(RunConfig):
     time_limit: float = default(600.0)
     max_env_steps: int | None = setting(500_000, "the step budget, over which anneal_lr decays")
     lr: float = default(3e-3)
-    gamma: float = setting(0.99, "discount factor", group="on-policy")
+    gamma: float = setting(0.99, "discount factor", group="on-policy", within="[0, 1]")
     anneal_lr: bool = setting(True, "decay the learning rate linearly to 0 over max_env_steps", group="on-policy")
     normalize_rewards: bool = setting(False, "divide rewards by the running std of their discounted return",
                                       group="normalisation")
@@ -179,7 +188,7 @@ class RolloutPart:
     """The collection of an on-policy algorithm that steps auto-reset envs ``n_steps`` at a time (A2C, PPO, PQN),
     not whole episodes (REINFORCE)."""
 
-    n_steps: int = setting(8, "steps of every env per collection (auto-reset envs)", group="on-policy")
+    n_steps: int = setting(8, "steps of every env per collection (auto-reset envs)", group="on-policy", least=1)
     overlap: bool = setting(False, "collect the next batch while learning on this one (data one update stale)",
                             group="on-policy")
     cuda_graph: bool = setting(False, "replay each acquisition as one CUDA graph (a CUDA batcher_device)",
@@ -191,8 +200,8 @@ class MinibatchPart(RolloutPart):
     """A collection learned from in ``n_epochs`` passes of ``n_minibatches`` shuffled minibatches, each one gradient
     step (PPO, PQN)."""
 
-    n_epochs: int = setting(4, "passes over each collection")
-    n_minibatches: int = setting(2, "shuffled minibatches per pass, each one gradient step")
+    n_epochs: int = setting(4, "passes over each collection", least=1)
+    n_minibatches: int = setting(2, "shuffled minibatches per pass, each one gradient step", least=1)
 
 
 @dataclasses.dataclass
@@ -222,7 +231,8 @@ class RecurrentPart(ActorCriticPart):
 class AdvantagePart:
     """The GAE(lambda) advantages of an actor-critic's collection and the weights of its loss (A2C, PPO)."""
 
-    gae_lambda: float = setting(0.95, "GAE lambda (1: Monte-Carlo advantages, 0: one-step TD errors)")
+    gae_lambda: float = setting(0.95, "GAE lambda (1: Monte-Carlo advantages, 0: one-step TD errors)",
+                                within="[0, 1]")
     value_coef: float = setting(0.5, "weight of the value loss")
     entropy_coef: float = setting(0.0, "weight of the entropy bonus")
     normalize_advantages: bool = setting(True, "standardise the advantages within each batch the loss sees")
@@ -236,13 +246,15 @@ class OffPolicyConfig(RunConfig):
     n_envs: int = default(4)
     hidden_sizes: tuple[int, ...] = default((128, 128))
     eval_every: int = default(25)
-    rollout_steps: int = setting(16, "steps of every env per acquisition", group="off-policy")
-    buffer_size: int = setting(50_000, "transitions the replay buffer holds", group="off-policy")
-    batch_size: int = setting(64, "transitions per gradient step", group="off-policy")
-    learning_starts: int = setting(1_000, "env steps collected before the first gradient step", group="off-policy")
-    gamma: float = setting(0.99, "discount factor", group="off-policy")
+    rollout_steps: int = setting(16, "steps of every env per acquisition", group="off-policy", least=1)
+    buffer_size: int = setting(50_000, "transitions the replay buffer holds", group="off-policy", least=1)
+    batch_size: int = setting(64, "transitions per gradient step", group="off-policy", least=1)
+    learning_starts: int = setting(1_000, "env steps collected before the first gradient step", group="off-policy",
+                                   least=0)
+    gamma: float = setting(0.99, "discount factor", group="off-policy", within="[0, 1]")
     replay_storage: str = setting("memory", "where the replay buffer lives: memory, or disk (memory-mapped files in "
-                                            "the log folder, for buffers beyond RAM)", group="off-policy")
+                                            "the log folder, for buffers beyond RAM)", group="off-policy",
+                                  choices=("memory", "disk"))
     prioritized_replay: bool = setting(False, "prioritized replay (Schaul et al. 2016, proportional to the TD "
                                               "errors)", group="off-policy")
     priority_alpha: float = setting(0.6, "prioritized replay: how much the priorities shape the draws (0: uniform)",
@@ -264,46 +276,32 @@ def resume_fields(config_cls: type) -> tuple[str, ...]:
     return tuple(names)
 
 
-def check_at_least(config: Any, least: int, *names: str) -> None:
-    """Raises ``ValueError`` naming the first of ``names`` whose value in ``config`` is below ``least``.
+def check_bounds(config: Any) -> None:
+    """Raises ``ValueError`` naming the first setting of ``config`` (a config dataclass) whose value breaks what its
+    :func:`setting` declares (``least``, ``within``, ``choices``; a field re-declared with :func:`default` keeps its
+    base's); a ``None`` value passes.
 
-    >>> check_at_least(OnPolicyConfig(n_envs=0), 1, "n_envs", "lr")
+    >>> check_bounds(OnPolicyConfig(n_envs=0))
     Traceback (most recent call last):
     ...
     ValueError: n_envs must be >= 1, got 0
-    """
-    for name in names:
-        value = getattr(config, name)
-        if value < least:
-            raise ValueError(f"{name} must be >= {least}, got {value!r}")
-
-
-def check_fraction(config: Any, *names: str, zero: bool = True) -> None:
-    """Raises ``ValueError`` naming the first of ``names`` whose value in ``config`` lies outside ``[0, 1]`` (outside
-    ``(0, 1]`` when not ``zero``).
-
-    >>> check_fraction(OnPolicyConfig(gamma=0.0), "gamma", zero=False)
-    Traceback (most recent call last):
-    ...
-    ValueError: gamma must lie in (0, 1], got 0.0
-    """
-    for name in names:
-        value = getattr(config, name)
-        if not (0 <= value <= 1 if zero else 0 < value <= 1):
-            raise ValueError(f"{name} must lie in {'[' if zero else '('}0, 1], got {value!r}")
-
-
-def check_choice(config: Any, name: str, choices: tuple[str, ...]) -> None:
-    """Raises ``ValueError`` when the value of ``name`` in ``config`` is not one of ``choices``.
-
-    >>> check_choice(OffPolicyConfig(replay_storage="tape"), "replay_storage", ("memory", "disk"))
+    >>> check_bounds(OffPolicyConfig(replay_storage="tape"))
     Traceback (most recent call last):
     ...
     ValueError: replay_storage must be 'memory' or 'disk', got 'tape'
     """
-    value = getattr(config, name)
-    if value not in choices:
-        raise ValueError(f"{name} must be {' or '.join(map(repr, choices))}, got {value!r}")
+    config_cls = type(config)
+    least, within, choices = (declared(config_cls, key) for key in ("least", "within", "choices"))
+    for f in dataclasses.fields(config):
+        name, value = f.name, getattr(config, f.name)
+        if value is None:
+            continue
+        if least[name] is not None and value < least[name]:
+            raise ValueError(f"{name} must be >= {least[name]}, got {value!r}")
+        if within[name] is not None and not (0 <= value <= 1 if within[name][0] == "[" else 0 < value <= 1):
+            raise ValueError(f"{name} must lie in {within[name]}, got {value!r}")
+        if choices[name] is not None and value not in choices[name]:
+            raise ValueError(f"{name} must be {' or '.join(map(repr, choices[name]))}, got {value!r}")
 
 
 def training_workers(config: RunConfig) -> int:
@@ -343,9 +341,7 @@ def validate_run_config(config: RunConfig) -> None:
     check_finite_settings(config)
     if config.backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {config.backend!r}")
-    check_at_least(config, 1, "n_envs", "n_evaluation_envs", "evaluation_chunk_steps", "eval_every", "log_every")
-    check_at_least(config, 0, "n_processes", "ray_actors", "n_evaluation_processes", "torch_threads",
-                   "checkpoint_every", "restart_workers")
+    check_bounds(config)
     workers = training_workers(config)
     if config.n_envs % workers:
         raise ConfigError(
@@ -420,16 +416,11 @@ def check_on_policy(config: OnPolicyConfig, title: str) -> None:
                 f"{title}: cuda_graph=True needs a CUDA batcher_device, got batcher_device={config.batcher_device!r}; "
                 "pass --batcher-device cuda or drop --cuda-graph"
             )
-        check_at_least(config, 1, "n_steps")
     if isinstance(config, MinibatchPart):
-        check_at_least(config, 1, "n_epochs", "n_minibatches")
         batch = config.n_envs * config.n_steps
         if config.n_minibatches > batch:
             raise ValueError(f"n_minibatches must be <= the steps per collection (n_envs * n_steps = {batch}), got "
                              f"{config.n_minibatches}; lower n_minibatches or collect more steps")
-    if isinstance(config, AdvantagePart):
-        check_fraction(config, "gae_lambda")
-    check_fraction(config, "gamma")
     if config.anneal_lr and config.max_env_steps is None:
         raise ConfigError(
             "anneal_lr decays the learning rate over the step budget max_env_steps, got max_env_steps=None; pass "
@@ -443,10 +434,6 @@ def check_off_policy(config: OffPolicyConfig) -> None:
     Raises:
         ValueError: a setting is out of range.
     """
-    check_at_least(config, 1, "rollout_steps", "buffer_size", "batch_size")
-    check_at_least(config, 0, "learning_starts")
-    check_fraction(config, "gamma")
-    check_choice(config, "replay_storage", ("memory", "disk"))
     if config.priority_alpha < 0 or not 0 <= config.priority_beta0 <= 1:
         raise ValueError(f"priority_alpha must be >= 0 and priority_beta0 in [0, 1], got "
                          f"priority_alpha={config.priority_alpha!r}, priority_beta0={config.priority_beta0!r}")

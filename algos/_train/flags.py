@@ -11,7 +11,7 @@ import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["OneLineParser", "GROUPS", "field_help", "build_parser", "resumed_defaults",
+__all__ = ["OneLineParser", "GROUPS", "declared", "field_help", "build_parser", "resumed_defaults",
            "config_from_args", "given_flags", "show_config"]
 
 #: the width of ``--help`` and the characters of one flag's help at most (two lines, the default included)
@@ -51,6 +51,23 @@ def _parse_optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
+def declared(config_cls: type, key: str) -> dict[str, Any]:
+    """``{field: value}`` of the metadata ``key`` of each field of a config dataclass, from the nearest class of its
+    MRO that declares the field with a value for ``key`` other than ``None`` (a field re-declared with
+    :func:`~rlstruct.algos._train.config.default` keeps its base's); ``None`` where no class does.
+
+    >>> from rlstruct.algos._train.config import OnPolicyConfig
+    >>> declared(OnPolicyConfig, "group")["gamma"], declared(OnPolicyConfig, "group")["lr"]
+    ('on-policy', 'run')
+    """
+    out = {}
+    for f in dataclasses.fields(config_cls):
+        values = [vars(base)["__dataclass_fields__"][f.name].metadata.get(key) for base in config_cls.__mro__
+                  if f.name in vars(base).get("__dataclass_fields__", {})]
+        out[f.name] = next((v for v in values if v is not None), None)
+    return out
+
+
 def field_help(config_cls: type) -> dict[str, tuple[str, str]]:
     """``{field: (help, group)}`` of a config dataclass, from each field's :func:`setting`. A field re-declared with
     :func:`~rlstruct.algos._train.config.default`, or without a group, keeps the help or the group of the base
@@ -60,14 +77,8 @@ def field_help(config_cls: type) -> dict[str, tuple[str, str]]:
     >>> field_help(OnPolicyConfig)["lr"]
     ('Adam learning rate', 'run')
     """
-    out = {}
-    for f in dataclasses.fields(config_cls):
-        declared = [vars(base)["__dataclass_fields__"][f.name].metadata for base in config_cls.__mro__
-                    if f.name in vars(base).get("__dataclass_fields__", {})]
-        text = next((m["help"] for m in declared if m.get("help") is not None), "")
-        group = next((m["group"] for m in declared if m.get("group") is not None), None)
-        out[f.name] = (text, group or "algorithm")
-    return out
+    helps, groups = declared(config_cls, "help"), declared(config_cls, "group")
+    return {name: (helps[name] or "", groups[name] or "algorithm") for name in helps}
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -41,11 +41,29 @@ def test_an_on_policy_algorithm_takes_its_agents_from_its_model_and_its_collecti
     (dqn, {"tau": 0.0}, r"tau must lie in \(0, 1\], got 0.0"),
     (dqn, {"loss": "l1"}, "loss must be 'huber' or 'mse', got 'l1'"),
     (sac, {"replay_storage": "tape"}, "replay_storage must be 'memory' or 'disk', got 'tape'"),
+    (dqn, {"epsilon_end": 1.5}, r"epsilon_end must lie in \[0, 1\], got 1.5"),
+    (a2c, {"n_evaluation_processes": -1}, "n_evaluation_processes must be >= 0, got -1"),
 ])
 def test_the_settings_of_a_part_or_a_family_are_checked_for_every_algorithm_made_of_it(module, change, match):
     config_cls = module.ALGORITHM.config_cls
     with pytest.raises(ValueError, match=match):
         module.ALGORITHM.validate(config_cls(**change))
+
+
+def test_a_setting_declares_the_values_it_takes_and_a_redeclared_default_keeps_them():
+    import dataclasses
+
+    from rlstruct.algos._train.config import check_bounds, default, setting
+
+    @dataclasses.dataclass
+    class Config(a2c.A2CConfig):
+        n_steps: int = default(4)
+
+    check_bounds(Config())
+    with pytest.raises(ValueError, match="n_steps must be >= 1, got 0"):
+        check_bounds(Config(n_steps=0))
+    with pytest.raises(ValueError, match=r"within must be '\[0, 1\]', '\(0, 1\]' or None, got '\[0, 2\]'"):
+        setting(0.5, "a weight", within="[0, 2]")
 
 
 def test_a_description_without_its_learn_step_is_a_type_error():
