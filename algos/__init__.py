@@ -3,7 +3,8 @@ command.
 
 Each algorithm module holds its config, its loss as a function of tensors, its learn step (or learner) and
 ``ALGORITHM``, its description for the training loops and the command line; ``train(config)`` trains the algorithm
-whose config it is. What several algorithms share sits in public modules named for what they hold:
+whose config it is, and ``validate(config)`` checks it (its preset applied) without training. What several
+algorithms share sits in public modules named for what they hold:
 :mod:`~rlstruct.algos.returns`, :mod:`~rlstruct.algos.distributions`, :mod:`~rlstruct.algos.encoders`,
 :mod:`~rlstruct.algos.networks` (with their Adam), :mod:`~rlstruct.algos.policies`,
 :mod:`~rlstruct.algos.losses` and :mod:`~rlstruct.algos.replay`; :class:`EnvSpec` is what the networks know of an env
@@ -25,7 +26,7 @@ from rlstruct.algos._train.registry import exports
 
 _LAZY = {
     **by_name({
-        "rlstruct.algos._train.registry": ("train",),
+        "rlstruct.algos._train.entry": ("train", "validate"),
         "rlstruct.algos._train.policy": ("load", "Policy"),
         "rlstruct.algos._train.config": ("RunConfig", "OnPolicyConfig", "OffPolicyConfig"),
         "rlstruct.algos._train.result": ("TrainResult",),

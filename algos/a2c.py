@@ -19,20 +19,21 @@ import functools
 
 import torch
 
+from rlstruct.algos import OnPolicyConfig
 from rlstruct.algos._train import (
+    ACTOR_CRITIC,
     ActorCriticLearner,
     AdvantagePart,
     Batch,
     LearnFn,
     OnPolicyAlgorithm,
-    OnPolicyConfig,
     RecurrentPart,
     RolloutPart,
-    algorithm,
-    check_actor_critic_env,
     default,
+    main,
     reads,
     setting,
+    trainer,
 )
 from rlstruct.algos.losses import masked_policy_value_loss
 from rlstruct.algos.networks import ActorCritic
@@ -159,9 +160,8 @@ def learn_step(config: A2CConfig, learner: ActorCriticLearner) -> LearnFn:
 
 
 ALGORITHM = OnPolicyAlgorithm(name="a2c", title="A2C", config_cls=A2CConfig, description=__doc__.splitlines()[0],
-                              check_env=functools.partial(check_actor_critic_env, "A2C"),
-                              make_learn=learn_step, search_space=SEARCH_SPACE)
-train = ALGORITHM.train
+                              model=ACTOR_CRITIC, make_learn=learn_step, search_space=SEARCH_SPACE)
+train = trainer(ALGORITHM)
 
 if __name__ == "__main__":
-    raise SystemExit(algorithm("a2c").main())
+    raise SystemExit(main("a2c"))

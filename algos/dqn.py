@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent
-from rlstruct.algos import EnvSpec
+from rlstruct.algos import EnvSpec, OffPolicyConfig
 from rlstruct.algos._qnet import (
     PixelQNetwork,
     QAgent,
@@ -34,14 +34,14 @@ from rlstruct.algos._qnet import (
 )
 from rlstruct.algos._train import (
     OffPolicyAlgorithm,
-    OffPolicyConfig,
     Resume,
-    algorithm,
     default,
     load_state,
+    main,
     restore_optimizer,
     seeded_model,
     setting,
+    trainer,
 )
 from rlstruct.algos.networks import make_adam, polyak_update
 from rlstruct.algos.replay import NStepWindow, PrioritizedReplayBuffer, ReplayBuffer
@@ -263,7 +263,7 @@ ALGORITHM = OffPolicyAlgorithm(name="dqn", title="DQN", config_cls=DQNConfig, de
                                check_config=check_config, check_env=check_env, make_learner=DQNLearner,
                                agent=evaluation_agent, evaluation_info=evaluation_info,
                                search_space=SEARCH_SPACE)
-train = ALGORITHM.train
+train = trainer(ALGORITHM)
 
 if __name__ == "__main__":
-    raise SystemExit(algorithm("dqn").main())
+    raise SystemExit(main("dqn"))

@@ -16,22 +16,23 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlstruct.algos import OnPolicyConfig
 from rlstruct.algos._train import (
+    ACTOR_CRITIC,
     ActorCriticLearner,
     AdvantagePart,
     Batch,
     LearnFn,
     MinibatchPart,
     OnPolicyAlgorithm,
-    OnPolicyConfig,
     RecurrentPart,
-    algorithm,
-    check_actor_critic_env,
     default,
+    main,
     mean_over_ranks,
     minibatch_epochs,
     reads,
     setting,
+    trainer,
 )
 from rlstruct.algos.losses import normalize_masked
 from rlstruct.algos.policies import RecurrentPolicyAgent, critic_values, policy_actions, replay_learner, replay_window
@@ -238,9 +239,9 @@ def learn_step(config: PPOConfig, learner: ActorCriticLearner) -> LearnFn:
 
 
 ALGORITHM = OnPolicyAlgorithm(name="ppo", title="PPO", config_cls=PPOConfig, description=__doc__.splitlines()[0],
-                              check_config=check_config, check_env=functools.partial(check_actor_critic_env, "PPO"),
-                              make_learn=learn_step, search_space=SEARCH_SPACE)
-train = ALGORITHM.train
+                              check_config=check_config, model=ACTOR_CRITIC, make_learn=learn_step,
+                              search_space=SEARCH_SPACE)
+train = trainer(ALGORITHM)
 
 if __name__ == "__main__":
-    raise SystemExit(algorithm("ppo").main())
+    raise SystemExit(main("ppo"))

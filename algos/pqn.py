@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from rlstruct.agents import RL_Agent
-from rlstruct.algos import EnvSpec
+from rlstruct.algos import EnvSpec, OnPolicyConfig
 from rlstruct.algos._qnet import QAgent, create_q_agent, epsilon_at, evaluation_info, q_network
 from rlstruct.algos._train import (
     ActorCriticLearner,
@@ -38,13 +38,13 @@ from rlstruct.algos._train import (
     LearnFn,
     MinibatchPart,
     OnPolicyAlgorithm,
-    OnPolicyConfig,
     OnPolicyModel,
-    algorithm,
     default,
+    main,
     minibatch_epochs,
     reads,
     setting,
+    trainer,
     training_agent_kwargs,
 )
 from rlstruct.errors import ConfigError
@@ -243,7 +243,7 @@ Q_NETWORK = OnPolicyModel(agent=create_agent, evaluation_info=evaluation_info,
 ALGORITHM = OnPolicyAlgorithm(name="pqn", title="PQN", config_cls=PQNConfig, description=__doc__.splitlines()[0],
                               check_config=check_config, check_env=check_env, make_learn=learn_step, model=Q_NETWORK,
                               schedule=exploration, search_space=SEARCH_SPACE)
-train = ALGORITHM.train
+train = trainer(ALGORITHM)
 
 if __name__ == "__main__":
-    raise SystemExit(algorithm("pqn").main())
+    raise SystemExit(main("pqn"))

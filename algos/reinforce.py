@@ -21,19 +21,19 @@ import torch
 from torch import nn
 
 from rlstruct.agents import replay_agent, replay_agent_stateless
-from rlstruct.algos import EnvSpec
+from rlstruct.algos import EnvSpec, OnPolicyConfig
 from rlstruct.algos._train import (
+    ACTOR_CRITIC,
     ActorCriticLearner,
     ActorCriticPart,
     Batch,
     LearnFn,
     OnPolicyAlgorithm,
-    OnPolicyConfig,
-    algorithm,
-    autocast_dtype,
     default,
+    main,
     reads,
     setting,
+    trainer,
 )
 from rlstruct.algos.losses import masked_policy_value_loss
 from rlstruct.algos.networks import check_normalizable
@@ -194,7 +194,7 @@ def learn_step(config: ReinforceConfig, learner: ActorCriticLearner) -> LearnFn:
     lengths, so with symbolic shapes); eager, it takes the outputs of the forward that also gives the bootstrap
     values."""
     model = learner.model
-    forward_in_update = config.compile_update or autocast_dtype(config) is not None
+    forward_in_update = config.compile_update or config.autocast != "none"
     if forward_in_update:
         loss_fn = functools.partial(reinforce_batch_loss, model, config)
     else:
@@ -224,9 +224,9 @@ def learn_step(config: ReinforceConfig, learner: ActorCriticLearner) -> LearnFn:
 
 
 ALGORITHM = OnPolicyAlgorithm(name="reinforce", title="REINFORCE", config_cls=ReinforceConfig,
-                              description=__doc__.splitlines()[0], check_env=check_env, make_learn=learn_step,
-                              search_space=SEARCH_SPACE)
-train = ALGORITHM.train
+                              description=__doc__.splitlines()[0], check_env=check_env, model=ACTOR_CRITIC,
+                              make_learn=learn_step, search_space=SEARCH_SPACE)
+train = trainer(ALGORITHM)
 
 if __name__ == "__main__":
-    raise SystemExit(algorithm("reinforce").main())
+    raise SystemExit(main("reinforce"))

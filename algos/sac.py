@@ -19,18 +19,18 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos import EnvSpec
+from rlstruct.algos import EnvSpec, OffPolicyConfig
 from rlstruct.algos._replay_transitions import one_step_steps
 from rlstruct.algos._train import (
     OffPolicyAlgorithm,
-    OffPolicyConfig,
     Resume,
-    algorithm,
     default,
     load_state,
+    main,
     restore_optimizer,
     seeded_model,
     setting,
+    trainer,
 )
 from rlstruct.algos.distributions import squashed_gaussian_log_prob
 from rlstruct.algos.networks import Adam, make_adam, polyak_update
@@ -450,7 +450,7 @@ ALGORITHM = OffPolicyAlgorithm(name="sac", title="SAC", config_cls=SACConfig, de
                                check_config=check_config, check_env=check_env, make_learner=SACLearner,
                                agent=evaluation_agent, evaluation_info=evaluation_info,
                                search_space=SEARCH_SPACE)
-train = ALGORITHM.train
+train = trainer(ALGORITHM)
 
 if __name__ == "__main__":
-    raise SystemExit(algorithm("sac").main())
+    raise SystemExit(main("sac"))

@@ -81,6 +81,7 @@ def measure_training(name: str, iterations: int, warmup: int) -> dict:
 
     from rlstruct.algos._train.loops import train_on_policy
     from rlstruct.algos._train.registry import algorithm
+    from rlstruct.algos._train.session import validate
 
     variant = VARIANTS[name]
     if name == "two-pass":
@@ -97,7 +98,7 @@ def measure_training(name: str, iterations: int, warmup: int) -> dict:
             env=ENV, preset="ppo-minatar", logdir=logdir, progress=False, tensorboard=False, time_limit=1e9,
             n_evaluation_envs=1, eval_every=2**31 - 1, evaluation_max_steps=10,
             max_env_steps=(warmup + iterations) * 2048, **variant)
-        setup = description.validate(config)
+        setup = validate(description, config)
         train_on_policy(setup, timer=timer)
     report = timer.report(1, {})
     seconds = report.seconds

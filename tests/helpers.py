@@ -170,29 +170,26 @@ def training_runs_with(*, seed: int | None = None, torch_threads: int | None = N
     with ``seed`` and ``torch_threads`` in place of its config's (``None``: the config's own), and appends its
     :class:`~rlstruct.algos._train.result.TrainResult` to ``results`` when given: how a learning test is run over
     seeds and thread counts unchanged (``--torch-threads``, ``benchmarks/thresholds.py``)."""
-    from rlstruct.algos._train import loops, session
+    from rlstruct.algos._train import loops, train_command
 
     changes = {k: v for k, v in (("seed", seed), ("torch_threads", torch_threads)) if v is not None}
-    validate = session.Algorithm.validate
-    runs = {cls: cls.run for cls in (loops.OnPolicyAlgorithm, loops.OffPolicyAlgorithm)}
+    validate, run = loops.validate, loops.run
 
-    def validate_with(self, config, **kwargs: Any):  # every train() validates its config first
-        return validate(self, dataclasses.replace(config, **changes), **kwargs)
+    def validate_with(algorithm, config, **kwargs: Any):  # every train() validates its config first
+        return validate(algorithm, dataclasses.replace(config, **changes), **kwargs)
 
-    def recorded(run: Callable) -> Callable:
-        def run_and_record(self, setup):
-            result = run(self, setup)
-            if results is not None:
-                results.append(result)
-            return result
-        return run_and_record
+    def run_and_record(setup):
+        result = run(setup)
+        if results is not None:
+            results.append(result)
+        return result
 
-    session.Algorithm.validate = validate_with
-    for cls, run in runs.items():
-        cls.run = recorded(run)
+    # the harness's two callers of validate and run: an algorithm's train, and the command line
+    modules = (loops, train_command)
+    for module in modules:
+        module.validate, module.run = validate_with, run_and_record
     try:
         yield
     finally:
-        session.Algorithm.validate = validate
-        for cls, run in runs.items():
-            cls.run = run
+        for module in modules:
+            module.validate, module.run = validate, run

@@ -24,6 +24,7 @@ from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.flags import OneLineParser
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
 from rlstruct.algos._train.train_command import configure_logging
+from rlstruct.algos._train.train_command import main as train_main
 from rlstruct.allocator import tune_allocator
 from rlstruct.devices import check_device_exists
 from rlstruct.errors import RLStructError
@@ -233,7 +234,7 @@ def _main(argv: Sequence[str] | None) -> int:
         except KeyboardInterrupt:  # while torch imports: nothing to save yet
             print("rlstruct train: interrupted", file=sys.stderr)
             return 130
-        return description.main(rest[1:])
+        return train_main(description, rest[1:])
     if command == "eval":
         configure_logging()
         return _eval_command(rest)

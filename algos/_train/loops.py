@@ -1,32 +1,24 @@
 """The two training loops: the on-policy one (A2C, PPO, REINFORCE, PQN: collect, normalise, learn) and the
 off-policy one (DQN, SAC: collect, push into a replay buffer, take gradient steps), with what every run does around
-them (send the weights to the batchers, record, evaluate, checkpoint, stop).
+them (send the weights to the batchers, record, evaluate, checkpoint, stop); :func:`run` runs a checked setup in its
+family's loop, :func:`train` checks and runs an algorithm's config, and :func:`trainer` is an algorithm module's
+``train``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._optim import OptimizerLike
 from rlstruct.algos._train.checkpoints import load_state
-from rlstruct.algos._train.config import (
-    ActorCriticPart,
-    OffPolicyConfig,
-    OnPolicyConfig,
-    RecurrentPart,
-    RolloutPart,
-    RunConfig,
-    check_off_policy,
-    check_on_policy,
-)
+from rlstruct.algos._train.config import OffPolicyConfig, OnPolicyConfig, RunConfig
 from rlstruct.algos._train.distributed import (
     World,
     all_ranks_stop,
@@ -43,15 +35,17 @@ from rlstruct.algos._train.distributed import (
 from rlstruct.algos._train.evaluation import Evaluator
 from rlstruct.algos._train.finish import finish_diverged, finish_training
 from rlstruct.algos._train.log import Run, run_logdir
+from rlstruct.algos._train.registry import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from rlstruct.algos._train.replay_setup import check_replay_fits, make_replay_buffer, replay_folder
 from rlstruct.algos._train.result import TrainResult
+from rlstruct.algos._train.run_folder import given_back_unless_trained
 from rlstruct.algos._train.session import (
-    Algorithm,
     Setup,
     check_on_device,
     open_batchers,
     seeded_model,
     training_run,
+    validate,
 )
 from rlstruct.algos._train.update import (
     LossFn,
@@ -60,11 +54,8 @@ from rlstruct.algos._train.update import (
     autocast_dtype,
     clip_groups,
     start_pipeline,
-    training_agent_kwargs,
     weight_sync_mode,
 )
-from rlstruct.algos.networks import build_actor_critic, check_normalizable, recurrent_actor_critic
-from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.algos.returns import episode_returns, episode_statistics
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
@@ -77,13 +68,12 @@ if TYPE_CHECKING:  # the profiler stays out of a training run's imports
 __all__ = [
     "ActorCriticLearner",
     "LearnFn",
-    "OffPolicyAlgorithm",
     "OffPolicyLearner",
-    "OnPolicyAlgorithm",
-    "actor_critic_agent",
-    "actor_critic_info",
+    "run",
+    "train",
     "train_off_policy",
     "train_on_policy",
+    "trainer",
 ]
 
 
@@ -163,121 +153,6 @@ def _record(run: Run, world: World, evaluator: Evaluator, n_steps: int, stats: d
     if world.is_logger:
         run.poll_evaluation(evaluator, weights)
         run.poll_checkpoint(model, learner_state)
-
-
-def actor_critic_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:
-    """The batchers' agent factory of an actor-critic run (its ``config`` as a dict): recurrent or not."""
-    return create_recurrent_agent if config.get("recurrent") else create_policy_agent
-
-
-def actor_critic_info(config: Mapping[str, Any], sample: bool) -> dict[str, bool | float]:
-    """An actor-critic's evaluation ``agent_info``: the policy's mode, or draws from it when ``sample``."""
-    return {"stochastic": sample}
-
-
-def actor_critic_explore(config: OnPolicyConfig) -> dict[str, bool | float]:
-    """An actor-critic's training ``agent_info``: draws from the policy."""
-    return {"stochastic": True}
-
-
-def _recurrent(config: ActorCriticPart) -> bool:
-    return isinstance(config, RecurrentPart) and config.recurrent
-
-
-def actor_critic_model(config: ActorCriticPart, spec: EnvSpec) -> nn.Module:
-    """The actor-critic of a run (on the CPU, its weights not yet seeded: the loop seeds them)."""
-    build = recurrent_actor_critic if _recurrent(config) else build_actor_critic
-    return build(spec, config.hidden_sizes, normalize_observations=config.normalize_observations)
-
-
-def actor_critic_learner_agent(model: nn.Module, device: torch.device, config: ActorCriticPart) -> RL_Agent:
-    """The learner's agent over the actor-critic ``model``, to replay a collection."""
-    return RecurrentPolicyAgent(model, device) if _recurrent(config) else PolicyAgent(model, device)
-
-
-def check_actor_critic_env(title: str, config: RecurrentPart, spec: EnvSpec) -> None:
-    """The envs an actor-critic of A2C's or PPO's takes (its ``check_env``, with ``title`` its name): raises
-    :class:`~rlstruct.errors.SpaceError` for continuous actions with image observations or with ``recurrent``,
-    :class:`~rlstruct.errors.ConfigError` for ``normalize_observations`` of images."""
-    if config.recurrent or spec.pixels:
-        spec.require(f"recurrent {title}" if config.recurrent else f"{title} on images", config.env, discrete=True)
-    check_normalizable(spec, config.normalize_observations)
-
-
-def actor_critic_kwargs(config: ActorCriticPart) -> tuple[dict[str, object], dict[str, object]]:
-    """The actor-critic agents' keyword arguments besides the config's: the training agent's own (its autocast, and
-    ``compile`` with ``compile_policy``) and both batchers' (the network's observation normaliser)."""
-    agent_kwargs = training_agent_kwargs(config)
-    if config.compile_policy:
-        agent_kwargs["compile"] = True
-    return agent_kwargs, {"normalize_observations": True} if config.normalize_observations else {}
-
-
-@dataclasses.dataclass(frozen=True)
-class OnPolicyModel:
-    """The model an on-policy algorithm learns and the agents that run it, as the loop builds them.
-
-    Attributes:
-        agent: ``(config as a dict) -> agent factory`` of the batchers (see :class:`Algorithm`).
-        evaluation_info: ``(config as a dict, sample) -> agent_info`` of the evaluation agent.
-        explore: ``(config) -> agent_info`` of the training batcher, one value per key.
-        build: ``(config, spec) -> model``, on the CPU; the batchers' agents (``agent``) build the same one.
-        learner_agent: ``(model, device, config) -> agent`` that replays a collection on the learner.
-        agent_kwargs: ``(config) -> (agent_kwargs, model_kwargs)`` of :func:`~.session.open_batchers`: the training
-            agent's own keyword arguments, and both batchers' agents'.
-    """
-
-    agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]]
-    evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]]
-    explore: Callable[[Any], dict[str, bool | float]]
-    build: Callable[[Any, EnvSpec], nn.Module]
-    learner_agent: Callable[[nn.Module, torch.device, Any], RL_Agent]
-    agent_kwargs: Callable[[Any], tuple[dict[str, object], dict[str, object]]]
-
-
-#: the actor-critic of A2C, PPO and REINFORCE (recurrent with ``recurrent``)
-ACTOR_CRITIC = OnPolicyModel(agent=actor_critic_agent, evaluation_info=actor_critic_info,
-                             explore=actor_critic_explore, build=actor_critic_model,
-                             learner_agent=actor_critic_learner_agent, agent_kwargs=actor_critic_kwargs)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class OnPolicyAlgorithm(Algorithm):
-    """An on-policy algorithm as :func:`train_on_policy` runs it (see :class:`Algorithm` for the other fields). Its
-    batchers' and evaluation's agents are its ``model``'s; its collection is its config's: ``n_steps`` steps of
-    auto-reset envs for a config with a :class:`~.config.RolloutPart`, else whole episodes.
-
-    Attributes:
-        make_learn: ``(config, learner) -> learn step`` (:data:`LearnFn`).
-        model: the model and its agents (:data:`ACTOR_CRITIC` unless it names another).
-        schedule: ``(config, env_steps, n_rows) -> (agent_info, statistics)``: the training ``agent_info``
-            (``n_rows`` rows, CPU) of the next collection and the statistics it is recorded with (e.g. PQN's
-            epsilon); ``None``: ``model.explore``'s throughout.
-    """
-
-    make_learn: Callable[[Any, ActorCriticLearner], LearnFn]
-    model: OnPolicyModel = ACTOR_CRITIC
-    agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]] = dataclasses.field(init=False)
-    evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]] = dataclasses.field(init=False)
-    schedule: Callable[[Any, int, int], tuple[DictTensor, dict[str, Any]]] | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "agent", self.model.agent)
-        object.__setattr__(self, "evaluation_info", self.model.evaluation_info)
-
-    @property
-    def episodic(self) -> bool:
-        """Whether it collects whole episodes (episodic envs, an acquisition as long as the time limit, the envs
-        reset every iteration): its config has no :class:`~.config.RolloutPart`."""
-        return not issubclass(self.config_cls, RolloutPart)
-
-    def check_family(self, config: OnPolicyConfig) -> None:
-        """The on-policy settings' checks (:func:`~.config.check_on_policy`)."""
-        check_on_policy(config, self.title)
-
-    def run(self, setup: Setup) -> TrainResult:
-        """:func:`train_on_policy`."""
-        return train_on_policy(setup)
 
 
 class _Episodes:
@@ -447,25 +322,6 @@ class OffPolicyLearner(Protocol):
         """What the checkpoint keeps besides the policy's weights (see ``--resume``)."""
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class OffPolicyAlgorithm(Algorithm):
-    """An off-policy algorithm as :func:`train_off_policy` runs it (see :class:`Algorithm` for the other fields).
-
-    Attributes:
-        make_learner: the learner's class (:class:`OffPolicyLearner`).
-    """
-
-    make_learner: type[OffPolicyLearner]
-
-    def check_family(self, config: OffPolicyConfig) -> None:
-        """The off-policy settings' checks (:func:`~.config.check_off_policy`)."""
-        check_off_policy(config)
-
-    def run(self, setup: Setup) -> TrainResult:
-        """:func:`train_off_policy`."""
-        return train_off_policy(setup)
-
-
 def train_off_policy(setup: Setup) -> TrainResult:
     """Trains ``setup.algorithm`` (an :class:`OffPolicyAlgorithm`) and returns the final evaluation and the run's
     history.
@@ -532,3 +388,46 @@ def train_off_policy(setup: Setup) -> TrainResult:
         check_models_agree(learner.tensors(), world)
         return finish_training(run, evaluator, learner.policy, spec, title=algo.title, learner=learner.state())
     return finish_diverged(run, title=algo.title)  # the loop raised, and the divergence found explains it
+
+
+def run(setup: Setup) -> TrainResult:
+    """Trains from a checked :class:`~.session.Setup` in its algorithm's family's loop."""
+    if isinstance(setup.algorithm, OnPolicyAlgorithm):
+        return train_on_policy(setup)
+    if isinstance(setup.algorithm, OffPolicyAlgorithm):
+        return train_off_policy(setup)
+    raise TypeError(f"setup.algorithm must be an OnPolicyAlgorithm or an OffPolicyAlgorithm, got "
+                    f"{type(setup.algorithm).__name__}; describe the algorithm with one of them")
+
+
+def train(algorithm: Algorithm, config: RunConfig) -> TrainResult:
+    """Trains ``algorithm`` with ``config`` and returns the final evaluation and the run's history.
+
+    With ``resume``, the weights, the optimizer's state and the learner's come from the checkpoint.
+
+    Raises:
+        ValueError: what :func:`~.session.validate` raises: a setting out of range, or one of its subclasses
+            (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``, ``CheckpointError``) for a device, the
+            env or ``resume``.
+    """
+    setup = validate(algorithm, config)
+    with given_back_unless_trained(setup.claim):
+        return run(setup)
+
+
+def trainer(algorithm: Algorithm) -> Callable[[Any], TrainResult]:
+    """The ``train(config)`` of ``algorithm``'s module: :func:`train` of ``algorithm``.
+
+    >>> from rlstruct.algos import ppo
+    >>> ppo.train.__name__, ppo.train.__module__, ppo.train.__doc__.split(":")[0]
+    ('train', 'rlstruct.algos.ppo', 'Trains PPO with ``config`` (a ``PPOConfig``) and returns its TrainResult')
+    """
+
+    def train_algorithm(config: Any) -> TrainResult:
+        return train(algorithm, config)
+
+    train_algorithm.__name__ = train_algorithm.__qualname__ = "train"
+    train_algorithm.__module__ = algorithm.config_cls.__module__
+    train_algorithm.__doc__ = (f"Trains {algorithm.title} with ``config`` (a ``{algorithm.config_cls.__name__}``) "
+                               "and returns its TrainResult: the harness's train of the module's ALGORITHM.")
+    return train_algorithm

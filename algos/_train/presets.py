@@ -3,7 +3,7 @@
 ``rlstruct train ppo --env Pendulum-v1`` runs with the settings that the learning benchmarks prove for PPO on
 Pendulum-v1; a setting given always wins, and ``--preset none`` runs the bare defaults. On the command line the
 flags given (and with ``--resume`` the resumed run's settings) count as given; in Python, the fields whose value
-differs from the config's default, unless the caller names them (``ALGORITHM.validate(config, given=...)``).
+differs from the config's default, unless the caller names them (``validate(ALGORITHM, config, given=...)``).
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from rlstruct.algos._env_spec import create_env, describe_env
-from rlstruct.algos._train.loops import OnPolicyAlgorithm, train_on_policy
-from rlstruct.algos._train.registry import ALGORITHMS, algorithm
-from rlstruct.algos._train.session import seeded_model
+from rlstruct.algos._train.loops import train_on_policy
+from rlstruct.algos._train.registry import ALGORITHMS, OnPolicyAlgorithm, algorithm
+from rlstruct.algos._train.session import seeded_model, validate
 from rlstruct.algos.networks import build_actor_critic
 from rlstruct.algos.policies import create_policy_agent
 from rlstruct.batchers import RL_Batcher
@@ -151,7 +151,7 @@ def profile_training(
     per_iteration = n_envs * n_workers * n_timesteps if counts else 1  # else the config's check names the setting
     with tempfile.TemporaryDirectory(prefix="rlstruct-profile-") as logdir:
         config = description.config_cls(**settings, logdir=logdir, max_env_steps=(warmup + iterations) * per_iteration)
-        train_on_policy(description.validate(config), timer=timer)
+        train_on_policy(validate(description, config), timer=timer)
     report_config = {"algo": algo, "env": env, "n_envs": n_envs, "n_processes": n_processes,
                      "n_timesteps": n_timesteps, "iterations": iterations, "device": str(dev),
                      "learner_device": str(ldev), "backend": backend, "hidden": hidden, "sync": sync,

@@ -1,15 +1,33 @@
-"""The list of algorithms. Each name is a module, ``rlstruct.algos.NAME``, whose ``ALGORITHM`` describes it; the
-command line's choices, ``rlstruct.algos``'s names, and the evaluation agent of a saved run all come from here.
+"""What an algorithm is, as data: its description (:class:`Algorithm`), its family's (:class:`OnPolicyAlgorithm`,
+with the :class:`OnPolicyModel` it learns, and :class:`OffPolicyAlgorithm`), and the registry that names the
+algorithms (:data:`ALGORITHMS`, :func:`algorithm`). The command line's choices, ``rlstruct.algos``'s names, and the
+evaluation agent of a saved run all come from here.
 
+A description runs nothing: the harness trains one (:func:`~.session.validate`, :func:`~.loops.run`,
+:func:`~.loops.train`, :func:`~.train_command.main` each take it), so that this module sits beneath the harness.
 Adding an algorithm is its module and one line in :data:`ALGORITHMS`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["ALGORITHMS", "algorithm", "exports", "train"]
+from rlstruct.algos._train.config import RolloutPart, check_evaluation_policy, check_off_policy, check_on_policy
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from rlstruct.agents import RL_Agent
+    from rlstruct.algos._env_spec import EnvSpec
+    from rlstruct.structures import DictTensor
+
+__all__ = ["ALGORITHMS", "Algorithm", "OffPolicyAlgorithm", "OnPolicyAlgorithm", "OnPolicyModel", "algorithm",
+           "exports"]
 
 #: each algorithm's name (``rlstruct train NAME``, the module ``rlstruct.algos.NAME``) and the names its module gives
 #: ``rlstruct.algos``
@@ -23,9 +41,132 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
 }
 
 
-def algorithm(name: str) -> Any:
-    """The description (``ALGORITHM``, a :class:`~.session.Algorithm`) of the algorithm ``name``, its module
-    imported on first use.
+def _no_check(*args: Any) -> None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Algorithm:
+    """An algorithm as the loops, the command line and the evaluation of a saved run see it. Each algorithm module
+    holds one, ``ALGORITHM``, and :data:`ALGORITHMS` names the modules.
+
+    Attributes:
+        name: the command's name (``rlstruct train a2c``), also the log folder's and the checkpoint's.
+        title: the name in ``--help`` and in the learning curve's title, e.g. ``"A2C"``.
+        config_cls: its config dataclass (a :class:`~.config.RunConfig` of its family).
+        description: one line for ``--help``.
+        agent: ``(config as a dict) -> agent factory``: the agent that acts with the run's weights in its evaluations,
+            its videos, ``rlstruct eval`` (and the on-policy training batcher); a checkpoint's config rebuilds it.
+        evaluation_info: ``(saved config, sample) -> agent_info`` (one value per key) of that agent: greedy, or
+            acting as in training at its end when ``sample``.
+        check_config: raises on the algorithm's own settings (after the shared and the family's ones are checked,
+            before the env is built): ``(config) -> None``.
+        check_env: raises when the algorithm cannot run on the env: ``(config, spec) -> None``.
+        search_space: what ``rlstruct sweep`` searches by default: field -> a range or choices (the format of
+            :mod:`~rlstruct.algos._train.search_space`).
+    """
+
+    name: str
+    title: str
+    config_cls: type
+    description: str
+    agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]]
+    evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]]
+    check_config: Callable[[Any], None] = _no_check
+    check_env: Callable[[Any, EnvSpec], None] = _no_check
+    search_space: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def check_family(self, config: Any) -> None:
+        """Raises on the settings of the algorithm's family (its loop's)."""
+
+    def evaluation_agent_info(self, config: Mapping[str, Any], policy: str | None = None) -> dict[str, bool | float]:
+        """The ``agent_info`` of the evaluation agent of a run whose ``config`` (a dict) is given: by ``policy``
+        (``"greedy"`` or ``"sample"``), or by the run's ``evaluation_policy`` (greedy when it has none)."""
+        policy = config.get("evaluation_policy", "greedy") if policy is None else policy
+        return self.evaluation_info(config, check_evaluation_policy(policy, argument="policy") == "sample")
+
+
+@dataclasses.dataclass(frozen=True)
+class OnPolicyModel:
+    """The model an on-policy algorithm learns and the agents that run it, as the loop builds them.
+
+    Attributes:
+        agent: ``(config as a dict) -> agent factory`` of the batchers (see :class:`Algorithm`).
+        evaluation_info: ``(config as a dict, sample) -> agent_info`` of the evaluation agent.
+        explore: ``(config) -> agent_info`` of the training batcher, one value per key.
+        build: ``(config, spec) -> model``, on the CPU; the batchers' agents (``agent``) build the same one.
+        learner_agent: ``(model, device, config) -> agent`` that replays a collection on the learner.
+        agent_kwargs: ``(config) -> (agent_kwargs, model_kwargs)`` of :func:`~.session.open_batchers`: the training
+            agent's own keyword arguments, and both batchers' agents'.
+        check_env: ``(title, config, spec) -> None``: raises when the model cannot run on the env; an algorithm's
+            ``check_env`` unless it gives its own.
+    """
+
+    agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]]
+    evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]]
+    explore: Callable[[Any], dict[str, bool | float]]
+    build: Callable[[Any, EnvSpec], nn.Module]
+    learner_agent: Callable[[nn.Module, torch.device, Any], RL_Agent]
+    agent_kwargs: Callable[[Any], tuple[dict[str, object], dict[str, object]]]
+    check_env: Callable[[str, Any, EnvSpec], None] = _no_check
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OnPolicyAlgorithm(Algorithm):
+    """An on-policy algorithm as :func:`~.loops.train_on_policy` runs it (see :class:`Algorithm` for the other
+    fields). Its batchers' and evaluation's agents are its ``model``'s, and so is its ``check_env`` unless it gives
+    its own; its collection is its config's: ``n_steps`` steps of auto-reset envs for a config with a
+    :class:`~.config.RolloutPart`, else whole episodes.
+
+    Attributes:
+        make_learn: ``(config, learner) -> learn step`` (:data:`~.loops.LearnFn`).
+        model: the model and its agents (:data:`~.actor_critic.ACTOR_CRITIC`, or another, e.g. PQN's Q-network).
+        schedule: ``(config, env_steps, n_rows) -> (agent_info, statistics)``: the training ``agent_info``
+            (``n_rows`` rows, CPU) of the next collection and the statistics it is recorded with (e.g. PQN's
+            epsilon); ``None``: ``model.explore``'s throughout.
+    """
+
+    make_learn: Callable[[Any, Any], Callable[..., dict[str, Any]]]
+    model: OnPolicyModel
+    agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]] = dataclasses.field(init=False)
+    evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]] = dataclasses.field(init=False)
+    schedule: Callable[[Any, int, int], tuple[DictTensor, dict[str, Any]]] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "agent", self.model.agent)
+        object.__setattr__(self, "evaluation_info", self.model.evaluation_info)
+        if self.check_env is _no_check:
+            object.__setattr__(self, "check_env", functools.partial(self.model.check_env, self.title))
+
+    @property
+    def episodic(self) -> bool:
+        """Whether it collects whole episodes (episodic envs, an acquisition as long as the time limit, the envs
+        reset every iteration): its config has no :class:`~.config.RolloutPart`."""
+        return not issubclass(self.config_cls, RolloutPart)
+
+    def check_family(self, config: Any) -> None:
+        """The on-policy settings' checks (:func:`~.config.check_on_policy`)."""
+        check_on_policy(config, self.title)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OffPolicyAlgorithm(Algorithm):
+    """An off-policy algorithm as :func:`~.loops.train_off_policy` runs it (see :class:`Algorithm` for the other
+    fields).
+
+    Attributes:
+        make_learner: the learner's class (an :class:`~.loops.OffPolicyLearner`).
+    """
+
+    make_learner: type
+
+    def check_family(self, config: Any) -> None:
+        """The off-policy settings' checks (:func:`~.config.check_off_policy`)."""
+        check_off_policy(config)
+
+
+def algorithm(name: str) -> Algorithm:
+    """The description (``ALGORITHM``) of the algorithm ``name``, its module imported on first use.
 
     Raises:
         ValueError: ``name`` is not one of :data:`ALGORITHMS`.
@@ -45,17 +186,3 @@ def exports() -> dict[str, str]:
     'rlstruct.algos.ppo'
     """
     return {export: f"rlstruct.algos.{name}" for name, names in ALGORITHMS.items() for export in names}
-
-
-def train(config: Any) -> Any:
-    """Trains the algorithm whose config ``config`` is (e.g. a ``PPOConfig``): its ``ALGORITHM.train(config)``.
-
-    Raises:
-        TypeError: ``config`` is no algorithm's config.
-    """
-    for name in ALGORITHMS:
-        description = algorithm(name)
-        if isinstance(config, description.config_cls):
-            return description.train(config)
-    raise TypeError(f"config must be an algorithm's config ({', '.join(exports())}), got {type(config).__name__}; "
-                    "build one, e.g. PPOConfig(env='CartPole-v1')")

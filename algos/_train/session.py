@@ -1,4 +1,4 @@
-"""A training session: the one check of a run's settings before anything is built (:func:`prepare`, which
+"""A training session: the one check of a run's settings before anything is built (:func:`validate`, which
 gives a :class:`Setup`), the run's frame (:func:`training_run`: threads, precision, signals), its batchers
 (:func:`open_batchers`, the training batcher's envs seeded by their global index) and the frame's
 exit (:mod:`~.finish` holds its end).
@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -24,7 +24,6 @@ from rlstruct.algos._env_spec import EnvSpec, create_env, describe_env, evaluati
 from rlstruct.algos._train.checkpoints import Resume, load_resume
 from rlstruct.algos._train.config import (
     RunConfig,
-    check_evaluation_policy,
     set_torch_threads,
     training_workers,
     validate_run_config,
@@ -34,8 +33,8 @@ from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
 from rlstruct.algos._train.finish import explained_by_divergence
 from rlstruct.algos._train.log import Run, check_logdir, claim_run_folder, run_logdir
 from rlstruct.algos._train.presets import apply_preset
-from rlstruct.algos._train.result import TrainResult
-from rlstruct.algos._train.run_folder import FolderClaim, check_unfinished, given_back_unless_trained
+from rlstruct.algos._train.registry import Algorithm
+from rlstruct.algos._train.run_folder import FolderClaim, check_unfinished
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,
     ENV_SEEDS,
@@ -44,7 +43,6 @@ from rlstruct.algos._train.seeds import (
     role_seed,
     worker_seeds,
 )
-from rlstruct.algos._train.train_command import run_main
 from rlstruct.algos._train.video import RunVideos, check_videos
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import DeviceLike, as_device
@@ -52,11 +50,10 @@ from rlstruct.errors import ConfigError, DeviceMismatchError
 from rlstruct.structures import DictTensor, Trajectories
 
 __all__ = [
-    "Algorithm",
     "Setup",
     "check_on_device",
     "open_batchers",
-    "prepare",
+    "validate",
     "seeded_model",
     "training_run",
     "warn_stalling_evaluations",
@@ -64,77 +61,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-def _no_check(*args: Any) -> None:
-    return None
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Algorithm:
-    """An algorithm as the loops, the command line and the evaluation of a saved run see it. Each algorithm module
-    holds one, ``ALGORITHM``, and the registry (:mod:`~rlstruct.algos._train.registry`) names the modules.
-
-    Attributes:
-        name: the command's name (``rlstruct train a2c``), also the log folder's and the checkpoint's.
-        title: the name in ``--help`` and in the learning curve's title, e.g. ``"A2C"``.
-        config_cls: its config dataclass (a :class:`~.config.RunConfig` of its family).
-        description: one line for ``--help``.
-        agent: ``(config as a dict) -> agent factory``: the agent that acts with the run's weights in its evaluations,
-            its videos, ``rlstruct eval`` (and the on-policy training batcher); a checkpoint's config rebuilds it.
-        evaluation_info: ``(saved config, sample) -> agent_info`` (one value per key) of that agent: greedy, or
-            acting as in training at its end when ``sample``.
-        check_config: raises on the algorithm's own settings (after the shared and the family's ones are checked,
-            before the env is built): ``(config) -> None``.
-        check_env: raises when the algorithm cannot run on the env: ``(config, spec) -> None``.
-        search_space: what ``rlstruct sweep`` searches by default: field -> a range or choices (the format of
-            :mod:`~rlstruct.algos._train.search_space`).
-    """
-
-    name: str
-    title: str
-    config_cls: type
-    description: str
-    agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]]
-    evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]]
-    check_config: Callable[[Any], None] = _no_check
-    check_env: Callable[[Any, EnvSpec], None] = _no_check
-    search_space: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
-
-    def check_family(self, config: RunConfig) -> None:
-        """Raises on the settings of the algorithm's family (its loop's)."""
-
-    def run(self, setup: Setup) -> TrainResult:
-        """Trains from a checked :class:`Setup` (the family's loop)."""
-        raise NotImplementedError
-
-    def validate(self, config: RunConfig, **kwargs: Any) -> Setup:
-        """Checks ``config`` before anything is built: :func:`prepare` (its keyword arguments too)."""
-        return prepare(self, config, **kwargs)
-
-    def train(self, config: RunConfig) -> TrainResult:
-        """Trains with ``config`` and returns the final evaluation and the run's history.
-
-        With ``resume``, the weights, the optimizer's state and the learner's come from the checkpoint.
-
-        Raises:
-            ValueError: what :func:`prepare` raises: a setting out of range, or one of its subclasses
-                (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``, ``CheckpointError``) for a device, the
-                env or ``resume``.
-        """
-        setup = self.validate(config)
-        with given_back_unless_trained(setup.claim):
-            return self.run(setup)
-
-    def main(self, argv: Sequence[str] | None = None) -> int:
-        """``rlstruct train NAME [flags]``; the last stdout line is a JSON summary."""
-        return run_main(self, argv)
-
-    def evaluation_agent_info(self, config: Mapping[str, Any], policy: str | None = None) -> dict[str, bool | float]:
-        """The ``agent_info`` of the evaluation agent of a run whose ``config`` (a dict) is given: by ``policy``
-        (``"greedy"`` or ``"sample"``), or by the run's ``evaluation_policy`` (greedy when it has none)."""
-        policy = config.get("evaluation_policy", "greedy") if policy is None else policy
-        return self.evaluation_info(config, check_evaluation_policy(policy, argument="policy") == "sample")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,7 +124,7 @@ def warn_stalling_evaluations(config: RunConfig, spec: EnvSpec) -> None:
                     "protocol) or --evaluation-max-steps N", config.env, spec.max_episode_steps)
 
 
-def prepare(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | None = None,
+def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | None = None,
             checkpoint: dict[str, Any] | None = None, start: float | None = None) -> Setup:
     """Applies the preset of ``config`` (:func:`~.presets.apply_preset`: its settings fill the fields
     not given) and checks the result for ``algorithm`` before anything is built: the shared settings, the

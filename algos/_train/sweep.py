@@ -27,9 +27,11 @@ from typing import Any
 
 from rlstruct.algos._train.flags import OneLineParser, build_parser, config_from_args, given_flags
 from rlstruct.algos._train.log import check_logdir
+from rlstruct.algos._train.loops import run
 from rlstruct.algos._train.presets import given_fields
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
 from rlstruct.algos._train.search_space import covering, load_space, suggest, trial_params
+from rlstruct.algos._train.session import validate
 from rlstruct.algos._train.sweep_study import (
     check_storage,
     creating,
@@ -97,7 +99,7 @@ class SweepPlan:
         config = dataclasses.replace(base, **params, logdir=str(Path(self.logdir) / f"trial-{trial.number}"))
         # Who runs the trial: a later call on this machine fails it at once if that process is gone.
         trial.set_user_attr("process", {"host": socket.gethostname(), "pid": os.getpid()})
-        setup = description.validate(config, given=given | set(params) | {"logdir"})
+        setup = validate(description, config, given=given | set(params) | {"logdir"})
         budget = setup.config.max_env_steps
         reported: set[int] = set()
 
@@ -117,7 +119,7 @@ class SweepPlan:
         settings = {k: v for k, v in setup.config.to_dict().items() if k in chosen and k not in _RUN_LOCAL}
         trial.set_user_attr("settings", settings)
         trial.set_user_attr("logdir", setup.config.logdir)
-        result = description.run(dataclasses.replace(setup, on_evaluation=(report,)))
+        result = run(dataclasses.replace(setup, on_evaluation=(report,)))
         if result.interrupted:
             raise KeyboardInterrupt
         trial.set_user_attr("env_steps", result.env_steps)
@@ -205,7 +207,7 @@ def make_plan(algo: str, env: str, *, storage: str = DEFAULT_STORAGE, study_name
     # The preset's run, checked as every trial will be (the env, the flags), in a folder of its own: checking claims
     # the folder it is given, and the sweep's folder holds the trials' folders, not a run.
     with tempfile.TemporaryDirectory(prefix="rlstruct-sweep-") as scratch:
-        preset = algorithm(algo).validate(dataclasses.replace(base, logdir=str(Path(scratch) / "preset")),
+        preset = validate(algorithm(algo), dataclasses.replace(base, logdir=str(Path(scratch) / "preset")),
                                           given=given | {"logdir"}).config
     if preset.max_env_steps is None:
         raise ConfigError(f"a sweep reports evaluations at tenths of the step budget, got max_env_steps=None for "

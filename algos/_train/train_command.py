@@ -12,19 +12,22 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rlstruct.algos._train.checkpoints import check_resume_algorithm, load_checkpoint
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.distributed import restart_resume
 from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
 from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.loops import run
 from rlstruct.algos._train.presets import apply_preset, describe_preset, setting_sources
+from rlstruct.algos._train.registry import Algorithm
+from rlstruct.algos._train.registry import algorithm as registered
 from rlstruct.algos._train.result import TrainResult
 from rlstruct.algos._train.run_folder import given_back_unless_trained
+from rlstruct.algos._train.session import validate
 from rlstruct.errors import BatcherWorkerTimeout, ConfigError, RankLostError, RLStructError, RunFinishedError
 
-__all__ = ["configure_logging", "launched_at", "result_line", "run_main", "stop_line"]
+__all__ = ["configure_logging", "launched_at", "main", "result_line", "stop_line"]
 
 
 def launched_at() -> float:
@@ -127,9 +130,10 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
 
 
-def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
-    """The body of every algorithm's ``main`` (``algorithm``: its :class:`~.session.Algorithm`): parse, check once
-    (``algorithm.validate``), train (``algorithm.run``), report.
+def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
+    """``rlstruct train NAME [flags]`` of ``algorithm`` (its description, or its name in the registry: what an
+    algorithm module run as ``__main__`` passes, the registry's module being the one its workers import): parse,
+    check once (:func:`~.session.validate`), train (:func:`~.loops.run`), report.
 
     With ``--resume RUN``, the flags not given take the values of that run's config (:func:`resumed_defaults`);
     the checkpoint is read once, for those defaults and for the run. A config error (an unknown env, a device this
@@ -150,6 +154,8 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
     norm or a weight turned NaN or infinite: ``stop_reason`` ``"diverged"``) prints its stop line and the summary,
     without a final evaluation, and returns 1.
     """
+    if isinstance(algorithm, str):
+        algorithm = registered(algorithm)
     # The process's start when this command is the process's own command line (the console script, python -m), so
     # that the wall clock counts the imports; called from Python (a test, a notebook), the call is the launch.
     own = list(argv or []) == sys.argv[len(sys.argv) - len(argv):] if argv else argv is None or sys.argv[-1:] == [
@@ -191,8 +197,8 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
             print(f"# {prog} --env {resolved.env}: {describe_preset(preset)}")
             print(show_config(resolved, sources))
             return 0
-        setup = algorithm.validate(config, given=given | resumed, start=launched,
-                                   checkpoint=checkpoint if ns.resume == config.resume else None)
+        setup = validate(algorithm, config, given=given | resumed, start=launched,
+                         checkpoint=checkpoint if ns.resume == config.resume else None)
     except RunFinishedError as e:  # nothing to do: a job that resumes its run until done ends as the run did
         print(f"{prog}: {e}", file=sys.stderr)
         summary = _finished_summary(config.resume)
@@ -204,7 +210,7 @@ def run_main(algorithm: Any, argv: Sequence[str] | None) -> int:
         return 2
     try:
         with given_back_unless_trained(setup.claim):
-            result = algorithm.run(setup)
+            result = run(setup)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted: stopped without writing a checkpoint", file=sys.stderr)
         return 130

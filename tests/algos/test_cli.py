@@ -32,6 +32,7 @@ from rlstruct.algos._train.config import (
 )
 from rlstruct.algos._train.flags import build_parser, config_from_args, field_help, resumed_defaults
 from rlstruct.algos._train.seeds import worker_seeds
+from rlstruct.algos._train.session import validate
 from rlstruct.algos.a2c import A2CConfig
 from rlstruct.algos.dqn import DQNConfig
 from rlstruct.algos.ppo import PPOConfig
@@ -493,7 +494,7 @@ def test_a_torchrun_launch_refuses_a_used_logdir_and_its_restarts_reuse_their_ow
     assert cli.main(["train", "a2c", "--logdir", str(tmp_path), "--max-env-steps", "64", "--no-progress"]) == 2
     assert "holds an earlier run (config.json), which a new run would replace" in capsys.readouterr().err
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # a restart with no checkpoint to resume starts over
-    setup = a2c.ALGORITHM.validate(A2CConfig(logdir=str(tmp_path), max_env_steps=64))
+    setup = validate(a2c.ALGORITHM, A2CConfig(logdir=str(tmp_path), max_env_steps=64))
     assert setup.config.logdir == str(tmp_path)
 
 

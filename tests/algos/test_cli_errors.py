@@ -21,6 +21,7 @@ from rlstruct.algos import a2c, load
 from rlstruct.algos._train.checkpoints import content_digest
 from rlstruct.algos._train.cli import main
 from rlstruct.algos._train.flags import OneLineParser
+from rlstruct.algos._train.session import validate
 from rlstruct.algos.a2c import A2CConfig
 from rlstruct.errors import CheckpointError
 from tests.helpers import train_with_a_worker_killed
@@ -237,7 +238,7 @@ def test_a_missing_or_unreadable_checkpoint_is_one_checkpoint_error_everywhere(h
     with pytest.raises(CheckpointError, match=re.escape(f"run_or_checkpoint={str(path)!r} {match}")):
         load(path)
     with pytest.raises(CheckpointError, match=re.escape(f"resume={str(path)!r} {match}")):
-        a2c.ALGORITHM.validate(A2CConfig(resume=str(path), logdir=str(tmp_path / "run")))
+        validate(a2c.ALGORITHM, A2CConfig(resume=str(path), logdir=str(tmp_path / "run")))
     code, lines = run_cli(["eval", str(path)], capsys)
     assert_one_line_error(code, lines, "rlstruct eval")
     assert f"checkpoint={str(path)!r} {match}" in lines[0]

@@ -30,6 +30,7 @@ from rlstruct.algos._train.distributed import (
     sum_over_ranks,
     world_from_environment,
 )
+from rlstruct.algos._train.session import validate
 from rlstruct.algos._train.update import UpdateStep, reads
 from rlstruct.errors import ConfigError
 
@@ -463,4 +464,4 @@ def test_ray_address_without_actors_is_refused():
 
     with pytest.raises(ConfigError, match=r"ray_address='auto' names a Ray cluster .* got ray_actors=0; pass "
                                           r"--ray-actors N too"):
-        ALGORITHM.validate(A2CConfig(ray_address="auto"))
+        validate(ALGORITHM, A2CConfig(ray_address="auto"))

@@ -26,6 +26,7 @@ from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.finite import DivergenceGuard, non_finite
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
+from rlstruct.algos._train.session import validate
 from rlstruct.errors import CheckpointError, SpaceError
 
 pytestmark = pytest.mark.timeout(120)
@@ -88,7 +89,7 @@ def test_a_non_finite_setting_is_refused_at_setup(name, field, value, tmp_path):
     config = dataclasses.replace(description.config_cls(), **{field: value}, logdir=str(tmp_path / "run"))
     with pytest.raises(ValueError, match=rf"^{field} must be a finite number, got {value!r}; pass a finite "
                                          rf"--{field.replace('_', '-')} \(its default: "):
-        description.validate(config)
+        validate(description, config)
     assert not (tmp_path / "run").exists()
 
 
@@ -112,7 +113,7 @@ def test_lr_inf_on_the_command_line_is_one_line_and_status_2(tmp_path, capsys):
 def test_a_time_limit_suggests_a_large_finite_number():
     with pytest.raises(ValueError, match=r"time_limit must be a finite number, got inf; .* or a large one, e\.g\. "
                                          r"1e9, for no practical limit"):
-        a2c.ALGORITHM.validate(a2c.A2CConfig(time_limit=math.inf))
+        validate(a2c.ALGORITHM, a2c.A2CConfig(time_limit=math.inf))
 
 
 # --------------------------------------------------------------------------- a run that diverges

@@ -18,7 +18,7 @@ import torch
 from rlstruct.algos import create_env, describe_env
 from rlstruct.algos._train.config import RunConfig, validate_run_config
 from rlstruct.algos._train.evaluation import EpisodeTally, Evaluator, run_episodes
-from rlstruct.algos._train.session import open_batchers, seeded_model
+from rlstruct.algos._train.session import open_batchers, seeded_model, validate
 from rlstruct.algos.networks import build_actor_critic
 from rlstruct.algos.policies import create_policy_agent
 from rlstruct.algos.returns import episode_returns
@@ -293,7 +293,7 @@ def test_evaluation_env_kwargs_are_checked_before_anything_runs():
 
     with pytest.raises(ValueError, match=r"evaluation_env_kwargs must be keyword arguments that the torch backend's "
                                          r"constructor of 'CartPole-v1' takes, got \{'no_such_argument': 1\}"):
-        a2c.ALGORITHM.validate(a2c.A2CConfig(evaluation_env_kwargs={"no_such_argument": 1}, progress=False))
+        validate(a2c.ALGORITHM, a2c.A2CConfig(evaluation_env_kwargs={"no_such_argument": 1}, progress=False))
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from rlstruct.algos._train.config import RunConfig, validate_run_config
 from rlstruct.algos._train.evaluation import evaluation_agent
 from rlstruct.algos._train.loops import train_off_policy, train_on_policy
 from rlstruct.algos._train.registry import algorithm
+from rlstruct.algos._train.session import validate
 from rlstruct.algos.dqn import DQNConfig
 from rlstruct.algos.ppo import PPOConfig
 from rlstruct.algos.sac import SACConfig
@@ -93,14 +94,14 @@ def test_the_training_loops_hand_their_evaluator_the_runs_policy(train, config, 
     monkeypatch.setattr(loops, "open_batchers", opened)
     config.logdir = str(tmp_path)
     config.progress = config.tensorboard = False
-    validate = {PPOConfig: ppo, DQNConfig: dqn, SACConfig: sac}[type(config)].ALGORITHM.validate
+    algorithm = {PPOConfig: ppo, DQNConfig: dqn, SACConfig: sac}[type(config)].ALGORITHM
     with pytest.raises(_Opened):
-        train(validate(config))
+        train(validate(algorithm, config))
     assert seen == expected
 
 
 def test_the_atari_preset_evaluates_whole_games_of_the_sampled_policy():
-    config = ppo.ALGORITHM.validate(PPOConfig(env="ALE/Breakout-v5")).config if _has_ale() else None
+    config = validate(ppo.ALGORITHM, PPOConfig(env="ALE/Breakout-v5")).config if _has_ale() else None
     if config is None:
         pytest.skip("ale-py is not installed (pip install 'rlstruct[atari]')")
     assert config.preset == "ppo-atari" and config.evaluation_policy == "sample"
@@ -112,7 +113,7 @@ def test_the_atari_preset_evaluates_whole_games_of_the_sampled_policy():
 def test_dqns_atari_preset_evaluates_whole_games_epsilon_greedy():
     if not _has_ale():
         pytest.skip("ale-py is not installed (pip install 'rlstruct[atari]')")
-    config = dqn.ALGORITHM.validate(DQNConfig(env="ALE/Breakout-v5")).config
+    config = validate(dqn.ALGORITHM, DQNConfig(env="ALE/Breakout-v5")).config
     assert config.preset == "dqn-atari" and config.evaluation_policy == "sample" and config.epsilon_end == 0.01
     assert config.env_kwargs == {"life_loss_info": True} and config.evaluation_env_kwargs is None
     # one gradient step of 32 transitions per 4 env steps, as in CleanRL's dqn_atari.py
@@ -125,14 +126,14 @@ def test_a_greedy_evaluation_of_whole_atari_games_is_warned_about(caplog):
         pytest.skip("ale-py is not installed (pip install 'rlstruct[atari]')")
     warned = "plays until that cap"
     with caplog.at_level("WARNING", logger="rlstruct.algos._train.session"):
-        ppo.ALGORITHM.validate(PPOConfig(env="ALE/Breakout-v5", preset="none"))
+        validate(ppo.ALGORITHM, PPOConfig(env="ALE/Breakout-v5", preset="none"))
     assert warned in caplog.text and "--evaluation-policy sample" in caplog.text and "27000 steps" in caplog.text
     for quiet in (PPOConfig(env="ALE/Breakout-v5"), PPOConfig(env="ALE/Breakout-v5", preset="none",
                                                               evaluation_max_steps=1000),
                   PPOConfig(env="CartPole-v1", preset="none")):
         caplog.clear()
         with caplog.at_level("WARNING", logger="rlstruct.algos._train.session"):
-            ppo.ALGORITHM.validate(quiet)
+            validate(ppo.ALGORITHM, quiet)
         assert warned not in caplog.text, quiet
 
 

@@ -16,7 +16,7 @@ import torch
 
 from rlstruct.algos import a2c, create_env, describe_env, ppo, reinforce
 from rlstruct.algos._train.config import OnPolicyConfig, RunConfig, validate_run_config
-from rlstruct.algos._train.session import training_run
+from rlstruct.algos._train.session import training_run, validate
 from rlstruct.algos._train.update import UpdateStep, clip_groups, reads, weight_sync_mode
 from rlstruct.algos.networks import ActorCritic, build_actor_critic, make_adam
 from rlstruct.algos.policies import actor_critic_outputs, create_policy_agent
@@ -269,7 +269,7 @@ def test_overlap_in_process_runs_and_is_reproducible(tmp_path, module, cls):
 ])
 def test_flag_combinations_that_cannot_work_are_config_errors(module, cls, extra, match):
     with pytest.raises(ConfigError, match=match):
-        module.ALGORITHM.validate(cls(**extra))
+        validate(module.ALGORITHM, cls(**extra))
 
 
 def test_cli_rejects_a_bad_combination_in_one_line(capsys):
@@ -434,7 +434,7 @@ def test_compile_policy_collects_what_the_eager_policy_collects(tmp_path, module
 
 def test_bad_autocast_is_a_value_error_naming_the_choices():
     with pytest.raises(ValueError, match=r"autocast must be one of \['none', 'bfloat16'\], got 'float16'; pass"):
-        a2c.ALGORITHM.validate(a2c.A2CConfig(autocast="float16"))
+        validate(a2c.ALGORITHM, a2c.A2CConfig(autocast="float16"))
 
 
 @pytest.mark.slow

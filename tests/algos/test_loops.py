@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce, sac
-from rlstruct.algos._train.loops import OffPolicyAlgorithm, OnPolicyAlgorithm, train_off_policy, train_on_policy
+from rlstruct.algos._train.loops import train_off_policy, train_on_policy
+from rlstruct.algos._train.registry import OffPolicyAlgorithm, OnPolicyAlgorithm
+from rlstruct.algos._train.session import validate
 
 
 def test_each_algorithm_describes_itself_to_its_familys_loop():
@@ -19,7 +21,7 @@ def test_each_algorithm_describes_itself_to_its_familys_loop():
 
 
 def test_an_on_policy_algorithm_takes_its_agents_from_its_model_and_its_collection_from_its_config():
-    from rlstruct.algos._train.loops import ACTOR_CRITIC
+    from rlstruct.algos._train.actor_critic import ACTOR_CRITIC
 
     for module in (a2c, ppo, reinforce):
         assert module.ALGORITHM.model is ACTOR_CRITIC and module.ALGORITHM.agent is ACTOR_CRITIC.agent
@@ -47,7 +49,7 @@ def test_an_on_policy_algorithm_takes_its_agents_from_its_model_and_its_collecti
 def test_the_settings_of_a_part_or_a_family_are_checked_for_every_algorithm_made_of_it(module, change, match):
     config_cls = module.ALGORITHM.config_cls
     with pytest.raises(ValueError, match=match):
-        module.ALGORITHM.validate(config_cls(**change))
+        validate(module.ALGORITHM, config_cls(**change))
 
 
 def test_a_setting_declares_the_values_it_takes_and_a_redeclared_default_keeps_them():
@@ -67,11 +69,50 @@ def test_a_setting_declares_the_values_it_takes_and_a_redeclared_default_keeps_t
 
 
 def test_a_description_without_its_learn_step_is_a_type_error():
+    from rlstruct.algos._train.actor_critic import ACTOR_CRITIC
+
     with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'make_learn'"):
-        OnPolicyAlgorithm(name="x", title="X", config_cls=a2c.A2CConfig, description="")
+        OnPolicyAlgorithm(name="x", title="X", config_cls=a2c.A2CConfig, description="", model=ACTOR_CRITIC)
     with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'make_learner'"):
         OffPolicyAlgorithm(name="y", title="Y", config_cls=dqn.DQNConfig, description="", agent=print,
                            evaluation_info=print)
+
+
+def test_a_description_is_data_that_the_harness_functions_take(capsys):
+    import functools
+
+    from rlstruct.algos._train import loops, train_command
+    from rlstruct.algos._train.actor_critic import check_actor_critic_env
+    from rlstruct.algos._train.session import Setup
+
+    # an actor-critic's envs are checked by its model unless the algorithm gives its own check (REINFORCE does)
+    check = a2c.ALGORITHM.check_env
+    assert isinstance(check, functools.partial) and check.func is check_actor_critic_env and check.args == ("A2C",)
+    assert reinforce.ALGORITHM.check_env is reinforce.check_env
+    assert not hasattr(a2c.ALGORITHM, "train") and not hasattr(a2c.ALGORITHM, "validate")
+    assert a2c.train.__name__ == "train" and a2c.train.__module__ == "rlstruct.algos.a2c"
+    assert train_command.main("a2c", ["--lr", "-1"]) == 2  # by its name in the registry, as `python -m` runs it
+    with pytest.raises(TypeError, match="setup.algorithm must be an OnPolicyAlgorithm or an OffPolicyAlgorithm, got "
+                                        "Algorithm"):
+        loops.run(Setup(_plain_description(), a2c.A2CConfig(), None, None, None, 0.0))
+    assert "rlstruct train a2c: error: lr must be > 0" in capsys.readouterr().err
+
+
+def test_the_public_train_and_validate_take_any_algorithms_config_and_refuse_another_object(tmp_path):
+    import rlstruct.algos
+
+    setup = rlstruct.algos.validate(ppo.PPOConfig(env="Pendulum-v1", logdir=str(tmp_path / "run")))
+    assert setup.algorithm is ppo.ALGORITHM and setup.config.preset == "ppo-pendulum"
+    for function in (rlstruct.algos.train, rlstruct.algos.validate):
+        with pytest.raises(TypeError, match=r"config must be an algorithm's config \(ReinforceConfig, .*got dict"):
+            function({"env": "CartPole-v1"})
+
+
+def _plain_description():
+    from rlstruct.algos._train.registry import Algorithm
+
+    return Algorithm(name="x", title="X", config_cls=a2c.A2CConfig, description="", agent=print,
+                     evaluation_info=print)
 
 
 def test_the_registry_lists_every_algorithm_and_names_its_exports():
@@ -84,6 +125,6 @@ def test_the_registry_lists_every_algorithm_and_names_its_exports():
 
 
 def test_validate_checks_once_and_hands_down_what_it_found():
-    setup = a2c.ALGORITHM.validate(a2c.A2CConfig(env="Pendulum-v1"))
+    setup = validate(a2c.ALGORITHM, a2c.A2CConfig(env="Pendulum-v1"))
     assert setup.algorithm is a2c.ALGORITHM and setup.resume is None
     assert setup.spec.action_shape == (1,) and str(setup.learner_device) == "cpu"

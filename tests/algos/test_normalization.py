@@ -17,6 +17,7 @@ from rlstruct.algos import EnvSpec, a2c, create_env, describe_env, ppo, reinforc
 from rlstruct.algos._normalization import ObservationNormalizer, ReturnNormalizer, RunningMoments
 from rlstruct.algos._train.checkpoints import load_checkpoint
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
+from rlstruct.algos._train.session import validate
 from rlstruct.algos._train.update import UpdateStep, clip_groups, reads
 from rlstruct.algos.networks import ActorCritic, build_actor_critic, recurrent_actor_critic
 from rlstruct.algos.policies import actor_critic_outputs, create_policy_agent
@@ -117,7 +118,7 @@ def test_normalisation_of_images_is_a_space_error():
         recurrent_actor_critic(pixels, (8,), normalize_observations=True)
     pytest.importorskip("minatar", reason="the minatar extra is not installed: pip install 'rlstruct[minatar]'")
     with pytest.raises(SpaceError, match="normalize_observations takes flat observations"):
-        ppo.ALGORITHM.validate(ppo.PPOConfig(env="MinAtar/Breakout-v1", normalize_observations=True))
+        validate(ppo.ALGORITHM, ppo.PPOConfig(env="MinAtar/Breakout-v1", normalize_observations=True))
 
 
 @pytest.mark.parametrize("mode", ["shared", "copy", "cpu"])

@@ -14,6 +14,7 @@ import torch
 
 from rlstruct.algos import a2c, ppo, reinforce
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
+from rlstruct.algos._train.session import validate
 from rlstruct.algos.ppo import PPOConfig, ppo_loss
 from tests.algos.test_cli import PLOT, TENSORBOARD, last_json, rlstruct
 from tests.algos.test_learning import _common, _trained_evals, assert_learned
@@ -111,7 +112,7 @@ def test_ppo_loss_of_an_all_zero_mask_is_zero_not_nan():
 ])
 def test_bad_settings_are_refused_before_anything_starts(change, match):
     with pytest.raises(ValueError, match=match):
-        ppo.ALGORITHM.validate(PPOConfig(**change))
+        validate(ppo.ALGORITHM, PPOConfig(**change))
 
 
 # --------------------------------------------------------------------------- learning

@@ -9,6 +9,7 @@ import torch
 
 from rlstruct.algos import EnvSpec, create_env, describe_env, pqn
 from rlstruct.algos._train.evaluation import evaluation_agent
+from rlstruct.algos._train.session import validate
 from rlstruct.algos.dqn import QNetwork, create_q_agent, q_network
 from rlstruct.algos.pqn import PQNConfig, pqn_loss, q_lambda_targets
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
@@ -96,7 +97,7 @@ def test_the_q_network_has_a_layer_norm_before_each_hidden_activation():
 ])
 def test_bad_settings_are_refused_before_anything_starts(change, error, match):
     with pytest.raises(error, match=match):
-        pqn.ALGORITHM.validate(PQNConfig(**change))
+        validate(pqn.ALGORITHM, PQNConfig(**change))
 
 
 def test_the_evaluation_agent_is_the_greedy_q_network_the_run_trained():

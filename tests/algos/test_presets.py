@@ -24,6 +24,7 @@ from rlstruct.algos._train.presets import (
     preset_target,
 )
 from rlstruct.algos._train.result import run_target
+from rlstruct.algos._train.session import validate
 from rlstruct.errors import ConfigError
 from tests.algos.test_cli import last_json, rlstruct
 from tests.helpers import rlstruct_in_process
@@ -142,18 +143,18 @@ def test_given_fields_are_those_off_their_default_and_survive_pickling_and_repla
 ])
 def test_a_preset_of_another_env_or_algorithm_or_an_unknown_one_is_a_config_error(name, match):
     with pytest.raises(ConfigError, match=match):
-        ppo.ALGORITHM.validate(ppo.PPOConfig(env="CartPole-v1", preset=name))
+        validate(ppo.ALGORITHM, ppo.PPOConfig(env="CartPole-v1", preset=name))
 
 
 def test_an_unsupported_pair_keeps_the_defaults_and_says_what_learns_the_env(caplog):
     with caplog.at_level(logging.WARNING, logger="rlstruct.algos._train.presets"):
-        setup = a2c.ALGORITHM.validate(a2c.A2CConfig(env="Pendulum-v1"))
+        setup = validate(a2c.ALGORITHM, a2c.A2CConfig(env="Pendulum-v1"))
     assert setup.config.preset == "none" and setup.config.gamma == a2c.A2CConfig.gamma
     assert "a2c on Pendulum-v1 has no preset" in caplog.text and "rlstruct train ppo --env Pendulum-v1" in caplog.text
 
 
 def test_validate_hands_the_loop_the_resolved_config():
-    setup = ppo.ALGORITHM.validate(ppo.PPOConfig(env="Pendulum-v1", lr=1e-3))
+    setup = validate(ppo.ALGORITHM, ppo.PPOConfig(env="Pendulum-v1", lr=1e-3))
     assert setup.config.preset == "ppo-pendulum" and setup.config.n_steps == 250 and setup.config.lr == 1e-3
 
 

@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+import rlstruct.algos._train.actor_critic as actor_critic
 import rlstruct.algos._train.loops as loops
 from rlstruct.algos import a2c, ppo, profile_training
 from rlstruct.algos.policies import create_policy_agent
@@ -169,7 +170,7 @@ def test_profile_training_charges_known_sleeps_to_their_phases(monkeypatch):
     # Sleeps long against scheduling noise on a loaded machine (a CI run beside other jobs once charged 0.6 s more
     # than its 0.3 s of sleeps to the agent): 0.75 s per phase in all.
     pause_step, pause_loss, iterations, T = 0.05, 0.25, 3, 5
-    monkeypatch.setattr(loops, "create_policy_agent", functools.partial(_slow_policy_agent, pause=pause_step))
+    monkeypatch.setattr(actor_critic, "create_policy_agent", functools.partial(_slow_policy_agent, pause=pause_step))
     a2c_loss = a2c.a2c_loss
 
     def slow_loss(*args, **kwargs):

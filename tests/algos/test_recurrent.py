@@ -12,6 +12,7 @@ import torch
 from rlstruct import DictTensor, RL_Batcher
 from rlstruct.agents import RL_Agent_CheckDevice, replay_agent
 from rlstruct.algos import a2c, create_env, describe_env, ppo
+from rlstruct.algos._train.session import validate
 from rlstruct.algos.networks import RecurrentActorCritic
 from rlstruct.algos.policies import RecurrentPolicyAgent, create_recurrent_agent, replay_window
 from rlstruct.devices import cpu_state_dict
@@ -167,11 +168,11 @@ def test_recurrent_ppo_learns_cartpole_without_velocities(tmp_path):
 def test_recurrent_configs_are_checked():
     with pytest.raises(ValueError, match=r"n_minibatches must be <= the envs per collection with recurrent=True.*"
                                          r"= 4\), got 8"):
-        ppo.ALGORITHM.validate(ppo.PPOConfig(env=ENV, recurrent=True, n_envs=4, n_minibatches=8))
+        validate(ppo.ALGORITHM, ppo.PPOConfig(env=ENV, recurrent=True, n_envs=4, n_minibatches=8))
     with pytest.raises(SpaceError, match="recurrent PPO takes discrete actions, got env='Pendulum-v1'"):
-        ppo.ALGORITHM.validate(ppo.PPOConfig(env="Pendulum-v1", recurrent=True))
+        validate(ppo.ALGORITHM, ppo.PPOConfig(env="Pendulum-v1", recurrent=True))
     with pytest.raises(SpaceError, match="recurrent A2C takes discrete actions, got env='Pendulum-v1'"):
-        a2c.ALGORITHM.validate(a2c.A2CConfig(env="Pendulum-v1", recurrent=True))
+        validate(a2c.ALGORITHM, a2c.A2CConfig(env="Pendulum-v1", recurrent=True))
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_resume
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.seeds import session_seed, worker_seeds
+from rlstruct.algos._train.session import validate
 from rlstruct.devices import tree_copy
 from rlstruct.errors import CheckpointError, ConfigError
 
@@ -339,7 +340,7 @@ def test_the_envs_own_time_limit_given_as_a_number_still_resumes(tmp_path):
     a2c.train(dataclasses.replace(config, logdir=str(logdir), max_env_steps=first_steps))
     with pytest.raises(ConfigError, match=r"max_episode_steps must equal the checkpoint's .* got "
                                           r"max_episode_steps=400 and the checkpoint's 500 \(the env's own limit\)"):
-        a2c.ALGORITHM.validate(dataclasses.replace(config, max_episode_steps=400, resume=str(logdir)))
+        validate(a2c.ALGORITHM, dataclasses.replace(config, max_episode_steps=400, resume=str(logdir)))
     same = a2c.train(dataclasses.replace(config, max_episode_steps=500, resume=str(logdir),
                                          max_env_steps=first_steps + per_iteration))
     assert same.env_steps == first_steps + per_iteration
@@ -532,7 +533,7 @@ def test_checkpoint_every_writes_resumable_checkpoints_during_the_run(tmp_path, 
 
 def test_a_bad_checkpoint_every_is_an_error():
     with pytest.raises(ValueError, match="checkpoint_every must be >= 0, got -1"):
-        a2c.ALGORITHM.validate(dataclasses.replace(CASES["a2c"][1], checkpoint_every=-1))
+        validate(a2c.ALGORITHM, dataclasses.replace(CASES["a2c"][1], checkpoint_every=-1))
 
 
 def test_a_checkpoint_is_replaced_whole(tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ from rlstruct.algos._train import cli
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, content_digest, load_checkpoint
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.session import validate
 from rlstruct.errors import CheckpointError, RunFinishedError
 
 pytestmark = pytest.mark.timeout(120)
@@ -259,7 +260,7 @@ def test_resuming_a_finished_run_changes_nothing_and_says_so(trained, tmp_path, 
     with pytest.raises(RunFinishedError, match="its budget of 128 env steps was spent"):
         a2c.train(dataclasses.replace(CONFIG, resume=str(run), logdir=str(tmp_path / "elsewhere")))
     assert record_bytes(run) == before and not (tmp_path / "elsewhere").exists()
-    a2c.ALGORITHM.validate(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 5))  # more to do
+    validate(a2c.ALGORITHM, dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 5))  # more to do
 
 
 def test_a_run_that_reached_its_target_resumes_only_towards_a_higher_one(tmp_path):
@@ -271,7 +272,7 @@ def test_a_run_that_reached_its_target_resumes_only_towards_a_higher_one(tmp_pat
                                                r"--target-return \(or --no-stop-at-reward-threshold\)"):
         a2c.train(dataclasses.replace(CONFIG, resume=str(run), target_return=5.0, max_env_steps=32 * 50))
     assert record_bytes(run) == before
-    a2c.ALGORITHM.validate(dataclasses.replace(CONFIG, resume=str(run), target_return=9.0, max_env_steps=32 * 50))
+    validate(a2c.ALGORITHM, dataclasses.replace(CONFIG, resume=str(run), target_return=9.0, max_env_steps=32 * 50))
 
 
 @pytest.mark.parametrize("reason, resumes", [("time_limit", False), ("signal", True), ("diverged", True),
@@ -289,12 +290,12 @@ def test_which_stops_a_resume_continues(trained, tmp_path, reason, resumes):
         (run / Run.SUMMARY_NAME).unlink()
     config = dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 8)
     if resumes:
-        a2c.ALGORITHM.validate(config)
+        validate(a2c.ALGORITHM, config)
     else:
         with pytest.raises(RunFinishedError, match=r"it reached its time limit of 100 s, .* pass --time-limit "
                                                    r"SECONDS for this session"):
-            a2c.ALGORITHM.validate(config)
-        a2c.ALGORITHM.validate(dataclasses.replace(config, time_limit=200.0))
+            validate(a2c.ALGORITHM, config)
+        validate(a2c.ALGORITHM, dataclasses.replace(config, time_limit=200.0))
 
 
 def test_a_checkpoint_written_before_stop_reasons_were_recorded_is_judged_by_its_summary(trained, tmp_path):
@@ -304,7 +305,7 @@ def test_a_checkpoint_written_before_stop_reasons_were_recorded_is_judged_by_its
     del data["stop_reason"], data["digest"]
     torch.save(data, run / CHECKPOINT_NAME)
     with pytest.raises(RunFinishedError, match="its budget of 128 env steps was spent"):
-        a2c.ALGORITHM.validate(dataclasses.replace(CONFIG, resume=str(run)))
+        validate(a2c.ALGORITHM, dataclasses.replace(CONFIG, resume=str(run)))
 
 
 def test_a_line_cut_by_a_kill_is_dropped_and_missing_rows_are_warned_about(trained, tmp_path, caplog):

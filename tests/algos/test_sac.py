@@ -10,6 +10,7 @@ from torch.distributions import AffineTransform, Normal, TanhTransform, Transfor
 
 from rlstruct.algos import EnvSpec, sac
 from rlstruct.algos._replay_transitions import one_step_transitions
+from rlstruct.algos._train.session import validate
 from rlstruct.algos.sac import (
     SACConfig,
     SquashedGaussianActor,
@@ -178,7 +179,7 @@ def test_agent_samples_from_its_seed_takes_the_mean_when_not_stochastic_and_acts
 # --------------------------------------------------------------------------- config and spaces
 def test_sac_refuses_discrete_actions():
     with pytest.raises(SpaceError, match="SAC takes continuous actions, got env='CartPole-v1'"):
-        sac.ALGORITHM.validate(SACConfig(env="CartPole-v1"))
+        validate(sac.ALGORITHM, SACConfig(env="CartPole-v1"))
 
 
 @pytest.mark.parametrize(("field", "value", "match"), [
@@ -189,7 +190,7 @@ def test_sac_refuses_discrete_actions():
 ])
 def test_bad_settings_name_the_setting(field, value, match):
     with pytest.raises(ValueError, match=match):
-        sac.ALGORITHM.validate(SACConfig(**{field: value}))
+        validate(sac.ALGORITHM, SACConfig(**{field: value}))
 
 
 # --------------------------------------------------------------------------- learning

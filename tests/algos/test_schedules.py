@@ -10,6 +10,7 @@ import time
 import pytest
 
 from rlstruct.algos import a2c, ppo
+from rlstruct.algos._train.session import validate
 from rlstruct.errors import ConfigError
 from tests.algos.test_cli import rlstruct
 
@@ -56,8 +57,8 @@ def test_the_same_seed_gives_the_same_rows_idle_and_under_load(algo, tmp_path):
 def test_annealing_without_a_step_budget_is_refused_and_a_constant_rate_needs_none(module, cls):
     with pytest.raises(ConfigError, match=r"anneal_lr decays the learning rate over the step budget max_env_steps, "
                                           r"got max_env_steps=None; pass --max-env-steps N .* or --no-anneal-lr"):
-        module.ALGORITHM.validate(cls(max_env_steps=None))
-    assert module.ALGORITHM.validate(cls(max_env_steps=None, anneal_lr=False)).config.max_env_steps is None
+        validate(module.ALGORITHM, cls(max_env_steps=None))
+    assert validate(module.ALGORITHM, cls(max_env_steps=None, anneal_lr=False)).config.max_env_steps is None
 
 
 @pytest.mark.parametrize("cls", [a2c.A2CConfig, ppo.PPOConfig])

@@ -128,10 +128,10 @@ def test_a_sweep_draws_by_trial_number_reproducibly():
 
 
 def test_a_diverged_trial_fails_instead_of_scoring(tmp_path, monkeypatch, capsys):
-    description = algorithm("a2c")
-    run = type(description).run
-    monkeypatch.setattr(type(description), "run",
-                        lambda self, setup: dataclasses.replace(run(self, setup), stop_reason="diverged"))
+    from rlstruct.algos._train import sweep
+
+    run = sweep.run
+    monkeypatch.setattr(sweep, "run", lambda setup: dataclasses.replace(run(setup), stop_reason="diverged"))
     study = run_sweep("a2c", "CartPole-v1", trials=1, storage=f"sqlite:///{tmp_path}/s.db", space=LR_ONLY, flags=TINY,
                       logdir=str(tmp_path / "trials"), pruner="none")
     assert [t.state.name for t in study.trials] == ["FAIL"] and study.trials[0].user_attrs["stop_reason"] == "diverged"

@@ -19,6 +19,7 @@ import torch
 pytest.importorskip("ale_py", reason="the atari extra is not installed: pip install 'rlstruct[atari]'")
 
 from rlstruct.algos import describe_env  # noqa: E402
+from rlstruct.algos._train.session import validate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 # No --max-episode-steps: the episodes are capped by ALE (27,000 steps). The evaluations (an untrained greedy policy
@@ -90,7 +91,7 @@ def test_evaluation_envs_must_keep_the_training_envs_spaces():
 
     with pytest.raises(ConfigError, match=r"evaluation_env_kwargs must leave the env's spaces as training has them, "
                                           r"got \{'stack_num': 2\}, which gives .*obs_shape=\(2, 84, 84\)"):
-        ppo.ALGORITHM.validate(ppo.PPOConfig(env="ALE/Breakout-v5", evaluation_env_kwargs={"stack_num": 2},
+        validate(ppo.ALGORITHM, ppo.PPOConfig(env="ALE/Breakout-v5", evaluation_env_kwargs={"stack_num": 2},
                                              preset="none"))
 
 

@@ -1,0 +1,78 @@
+"""The actor-critic an on-policy algorithm learns unless its description names another model (A2C, PPO, REINFORCE):
+its network, its agents, their ``agent_info`` and the envs it takes, gathered in :data:`ACTOR_CRITIC`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlstruct.agents import RL_Agent
+from rlstruct.algos._env_spec import EnvSpec
+from rlstruct.algos._train.config import ActorCriticPart, OnPolicyConfig, RecurrentPart
+from rlstruct.algos._train.registry import OnPolicyModel
+from rlstruct.algos._train.update import training_agent_kwargs
+from rlstruct.algos.networks import build_actor_critic, check_normalizable, recurrent_actor_critic
+from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
+
+__all__ = ["ACTOR_CRITIC", "actor_critic_agent", "actor_critic_info", "check_actor_critic_env"]
+
+
+def actor_critic_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:
+    """The batchers' agent factory of an actor-critic run (its ``config`` as a dict): recurrent or not."""
+    return create_recurrent_agent if config.get("recurrent") else create_policy_agent
+
+
+def actor_critic_info(config: Mapping[str, Any], sample: bool) -> dict[str, bool | float]:
+    """An actor-critic's evaluation ``agent_info``: the policy's mode, or draws from it when ``sample``."""
+    return {"stochastic": sample}
+
+
+def actor_critic_explore(config: OnPolicyConfig) -> dict[str, bool | float]:
+    """An actor-critic's training ``agent_info``: draws from the policy."""
+    return {"stochastic": True}
+
+
+def _recurrent(config: ActorCriticPart) -> bool:
+    return isinstance(config, RecurrentPart) and config.recurrent
+
+
+def actor_critic_model(config: ActorCriticPart, spec: EnvSpec) -> nn.Module:
+    """The actor-critic of a run (on the CPU, its weights not yet seeded: the loop seeds them)."""
+    build = recurrent_actor_critic if _recurrent(config) else build_actor_critic
+    return build(spec, config.hidden_sizes, normalize_observations=config.normalize_observations)
+
+
+def actor_critic_learner_agent(model: nn.Module, device: torch.device, config: ActorCriticPart) -> RL_Agent:
+    """The learner's agent over the actor-critic ``model``, to replay a collection."""
+    return RecurrentPolicyAgent(model, device) if _recurrent(config) else PolicyAgent(model, device)
+
+
+def check_actor_critic_env(title: str, config: RecurrentPart, spec: EnvSpec) -> None:
+    """The envs an actor-critic of A2C's or PPO's takes (its ``check_env``, with ``title`` its name): raises
+    :class:`~rlstruct.errors.SpaceError` for continuous actions with image observations or with ``recurrent``,
+    :class:`~rlstruct.errors.ConfigError` for ``normalize_observations`` of images."""
+    if config.recurrent or spec.pixels:
+        spec.require(f"recurrent {title}" if config.recurrent else f"{title} on images", config.env, discrete=True)
+    check_normalizable(spec, config.normalize_observations)
+
+
+def actor_critic_kwargs(config: ActorCriticPart) -> tuple[dict[str, object], dict[str, object]]:
+    """The actor-critic agents' keyword arguments besides the config's: the training agent's own (its autocast, and
+    ``compile`` with ``compile_policy``) and both batchers' (the network's observation normaliser)."""
+    agent_kwargs = training_agent_kwargs(config)
+    if config.compile_policy:
+        agent_kwargs["compile"] = True
+    return agent_kwargs, {"normalize_observations": True} if config.normalize_observations else {}
+
+
+#: the actor-critic of A2C, PPO and REINFORCE (recurrent with ``recurrent``)
+ACTOR_CRITIC = OnPolicyModel(agent=actor_critic_agent, evaluation_info=actor_critic_info,
+                             explore=actor_critic_explore, build=actor_critic_model,
+                             learner_agent=actor_critic_learner_agent, agent_kwargs=actor_critic_kwargs,
+                             check_env=check_actor_critic_env)
+
+
