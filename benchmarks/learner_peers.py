@@ -8,6 +8,8 @@ threads:
 
 * ``rlstruct``: ``rlstruct train ppo --preset ppo-minatar-5m`` on the torch ``MinAtar/Breakout-v1`` (the compiled
   CPU step from the first step), through the training loop and its loop timer, evaluation off;
+* ``rlstruct-nchw``: the same with the CNN encoder's maps flattened in (C, H, W) order, a copy of the
+  channels-last maps forward and backward (the encoder before it flattened large batches in memory order);
 * ``cleanrl``: ``benchmarks/_cleanrl_ppo.py``, a CleanRL-style single-file torch PPO on the same torch env;
 * ``rejax``: rejax's PPO (``pip install rejax``, a ``peers`` extra) on gymnax's ``Breakout-MinAtar``, the whole
   training one ``jax.jit``-compiled function, its actor and critic each the same CNN (rejax's PPO keeps the two
@@ -42,7 +44,7 @@ from benchmarks._fresh import Config, add_arguments, compiled_cpu_steps, measure
 ENV = "MinAtar/Breakout-v1"
 PRESET = "ppo-minatar-5m"
 BATCH = 64 * 128  # env steps an iteration under the preset
-PEERS = ("rlstruct", "cleanrl", "rejax")
+PEERS = ("rlstruct", "rlstruct-nchw", "cleanrl", "rejax")
 THREADS = (1, 2)
 
 
@@ -149,7 +151,22 @@ def measure_rejax(iterations: int, warmup: int, threads: int) -> dict:
             "warmup_s": compile_s}
 
 
-MEASURES = {"rlstruct": measure_rlstruct, "cleanrl": measure_cleanrl, "rejax": measure_rejax}
+def measure_rlstruct_nchw(iterations: int, warmup: int, threads: int) -> dict:
+    """``measure_rlstruct`` with the CNN encoder's maps always flattened in (C, H, W) order (a copy of the
+    channels-last maps, forward and backward), as the encoder did before it flattened large batches in memory
+    order."""
+    from rlstruct.algos.encoders import CNNEncoder, _to_float
+
+    def forward(self, frame):
+        x = _to_float(frame, self.scale)
+        return self.linear(self.convs(x.permute(0, 3, 1, 2) if self.channels_last else x))
+
+    CNNEncoder.forward = forward
+    return measure_rlstruct(iterations, warmup, threads)
+
+
+MEASURES = {"rlstruct": measure_rlstruct, "rlstruct-nchw": measure_rlstruct_nchw, "cleanrl": measure_cleanrl,
+            "rejax": measure_rejax}
 
 
 def configs(args: argparse.Namespace) -> dict[str, Config]:
