@@ -39,13 +39,11 @@ THREADS = (1, 2)
 
 
 def measure_rlstruct(steps: int, learning_starts: int, buffer: int, threads: int) -> dict:
-    """``rlstruct train dqn --preset dqn-atari`` over ``learning_starts + steps`` env steps."""
-    import torch
-
+    """``rlstruct train dqn --preset dqn-atari`` over ``learning_starts + steps`` env steps (``torch_threads``:
+    the run sets its threads)."""
     from rlstruct.algos._train.registry import algorithm
     from rlstruct.algos.dqn import DQNLearner
 
-    torch.set_num_threads(threads)
     marks: dict[str, float] = {}
     gradient_step = DQNLearner.gradient_step
 
@@ -60,7 +58,7 @@ def measure_rlstruct(steps: int, learning_starts: int, buffer: int, threads: int
         config = description.config_cls(
             env=GAME, preset="dqn-atari", logdir=logdir, progress=False, tensorboard=False, time_limit=1e9,
             n_evaluation_envs=1, eval_every=2**31 - 1, evaluation_max_steps=10, buffer_size=buffer,
-            learning_starts=learning_starts, max_env_steps=learning_starts + steps)
+            learning_starts=learning_starts, max_env_steps=learning_starts + steps, torch_threads=threads)
         description.train(config)
     wall = time.perf_counter() - marks["t0"]
     return {"steps_per_s": steps / wall, "cores": (time.process_time() - marks["c0"]) / wall}
