@@ -26,6 +26,7 @@ Usage::
 
     python benchmarks/learner_peers.py [--iterations 12] [--warmup 1] [--rounds 3] [--only rlstruct-1t,cleanrl-1t]
     python benchmarks/learner_peers.py --profile [--iterations 4]   # per-phase time of rlstruct's learner
+    python benchmarks/learner_peers.py --xla-probe   # XLA's CNN gradient alone and inside a lax.scan
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ def measure_rlstruct(iterations: int, warmup: int, threads: int, *, profile: str
     from rlstruct.algos._train.registry import algorithm
     from rlstruct.batchers.profile import COLLECT, LoopTimer
 
-    torch.set_num_threads(threads)
     t_start = time.perf_counter()
     marks: dict[str, float] = {}
 
@@ -72,7 +72,7 @@ def measure_rlstruct(iterations: int, warmup: int, threads: int, *, profile: str
     with tempfile.TemporaryDirectory(prefix="learner-peers-") as logdir:
         config = description.config_cls(
             env=ENV, preset=PRESET, logdir=logdir, progress=False, tensorboard=False, time_limit=1e9,
-            n_evaluation_envs=1, eval_every=2**31 - 1, evaluation_max_steps=10,
+            n_evaluation_envs=1, eval_every=2**31 - 1, evaluation_max_steps=10, torch_threads=threads,
             max_env_steps=(warmup + iterations) * BATCH)
         setup = description.validate(config)
         if profile is None:
@@ -165,6 +165,37 @@ def measure_rlstruct_nchw(iterations: int, warmup: int, threads: int) -> dict:
     return measure_rlstruct(iterations, warmup, threads)
 
 
+def xla_scan_probe(repeats: int = 3) -> None:
+    """Prints the MinAtar CNN's gradient (flax, 1,024 frames) as one jitted call and as each step of a jitted
+    ``lax.scan`` over 8 minibatches (rejax's update loop: scans over minibatches, epochs and iterations)."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+    from flax import linen as nn
+
+    class MinAtarCNN(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = nn.relu(nn.Conv(16, (3, 3), padding="VALID")(x))
+            return nn.relu(nn.Dense(128)(x.reshape((x.shape[0], -1)))).sum()
+
+    frames = (jax.random.uniform(jax.random.PRNGKey(0), (8, 1024, 10, 10, 4)) < 0.2).astype("float32")
+    model = MinAtarCNN()
+    params = model.init(jax.random.PRNGKey(0), frames[0])
+    grad = jax.grad(lambda p, x: model.apply(p, x))
+
+    def scanned(p, xs):  # a plain SGD step a minibatch: the scan carries the parameters
+        return jax.lax.scan(lambda p, x: (jax.tree.map(lambda a, g: a - 1e-3 * g, p, grad(p, x)), None), p, xs)[0]
+
+    for label, fn, arg, n in (("one jitted call", jax.jit(grad), frames[0], 1),
+                              ("a step of a jitted scan of 8", jax.jit(scanned), frames, 8)):
+        jax.block_until_ready(fn(params, arg))
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            jax.block_until_ready(fn(params, arg))
+        ms = (time.perf_counter() - t0) / (repeats * n) * 1e3
+        print(f"the CNN's gradient over 1,024 frames, {label}: {ms:.1f} ms")
+
+
 MEASURES = {"rlstruct": measure_rlstruct, "rlstruct-nchw": measure_rlstruct_nchw, "cleanrl": measure_cleanrl,
             "rejax": measure_rejax}
 
@@ -174,7 +205,7 @@ def configs(args: argparse.Namespace) -> dict[str, Config]:
     for threads in THREADS:
         for peer in PEERS:
             name = f"{peer}-{threads}t"
-            against = () if peer == "rlstruct" else (("rlstruct's rate over this", f"rlstruct-{threads}t"),)
+            against = () if peer == "rlstruct" else (("of rlstruct's", f"rlstruct-{threads}t"),)
             iterations = args.rejax_iterations if peer == "rejax" else args.iterations
             out[name] = Config(lambda p=peer, t=threads, n=iterations: MEASURES[p](n, args.warmup, t), against=against)
     if args.only:
@@ -204,6 +235,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed iterations first")
     parser.add_argument("--only", default="", help="comma-separated configuration names, e.g. rlstruct-1t,rejax-2t")
     parser.add_argument("--profile", action="store_true", help="profile rlstruct's run instead (cProfile)")
+    parser.add_argument("--xla-probe", action="store_true",
+                        help="time XLA's CNN gradient alone and inside a lax.scan instead (why rejax is slow here)")
     add_arguments(parser, rounds=3)
     args = parser.parse_args()
     compiled_cpu_steps()
@@ -211,11 +244,19 @@ def main() -> None:
     if args.profile:
         profile_rlstruct(args)
         return
+    if args.xla_probe:
+        xla_scan_probe()
+        return
     cfgs = configs(args)
     results = measure_or_rounds(__file__, cfgs, args)
     if results is not None:
         print_results(results, cfgs, "steps_per_s", "env steps/s incl. learning",
                       note=lambda r: f"{r['cores']:.2f} cores busy, start-up {r['warmup_s']:.1f} s")
+        # the same per second of the process's CPU: what the load changes less (one thread: one core at most)
+        for runs in results.values():
+            for r in runs:
+                r["steps_per_cpu_s"] = r["steps_per_s"] / r["cores"]
+        print_results(results, cfgs, "steps_per_cpu_s", "env steps per CPU second")
 
 
 if __name__ == "__main__":
