@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 
 import pytest
@@ -170,3 +171,16 @@ def test_a_large_batch_of_channels_last_frames_gets_the_features_and_gradients_o
     small = frames[:enc.out_dim]
     assert torch.equal(enc(small), reference(small)), "a batch of at most out_dim rows takes the registered chain"
     assert list(enc.state_dict()) == [k for k, _ in enc.named_parameters()], "the layers are registered once"
+
+
+def test_a_copied_encoder_computes_its_large_batches_with_its_own_weights():
+    # a target network is a deepcopy: its large-batch path must read the copy's layers, not the original's
+    enc = CNNEncoder((10, 10, 4), obs_dtype="bool")
+    copied = copy.deepcopy(enc)
+    with torch.no_grad():
+        for p in copied.parameters():
+            p.mul_(2.0)
+    frames = torch.rand(enc.out_dim + 1, 10, 10, 4) < 0.3
+    want = copied.linear(copied.convs(frames.permute(0, 3, 1, 2).float()))
+    torch.testing.assert_close(copied(frames), want, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(enc(frames), want)
