@@ -144,13 +144,30 @@ class CNNEncoder(nn.Module):
             n_flat = self.convs(torch.zeros(1, c, h, w)).shape[1]
         norm = [nn.LayerNorm(self.out_dim)] if layer_norm else []
         self.linear = nn.Sequential(init_orthogonal(nn.Linear(n_flat, self.out_dim), relu_gain), *norm, nn.ReLU())
+        # plain tuples (not registered twice): the layers before the flattening, and those after the first linear one
+        self._map_layers = tuple(self.convs)[:-1]
+        self._after_first = tuple(self.linear)[1:]
 
     def forward(self, frame: torch.Tensor) -> torch.Tensor:
         """Features ``float [N, out_dim]`` of frames ``[N, C, H, W]`` (``[N, H, W, C]`` with ``channels_last``)."""
         x = _to_float(frame, self.scale)
-        if self.channels_last:
-            x = x.permute(0, 3, 1, 2)
-        return self.linear(self.convs(x))
+        if not self.channels_last:
+            return self.linear(self.convs(x))
+        maps = x.permute(0, 3, 1, 2)
+        for layer in self._map_layers:
+            maps = layer(maps)
+        if maps.shape[0] <= self.out_dim:
+            return self.linear(self.convs[-1](maps))
+        # The convolutions keep the frames' channels-last memory layout, so flattening their maps in the (C, H, W)
+        # order of the first linear layer's columns copies them, forward and backward. For a batch larger than the
+        # layer's rows it is cheaper to flatten the maps in memory order (a view) and permute the weight's columns to
+        # that order: the same products, summed in another order.
+        first = self.linear[0]
+        weight = first.weight.unflatten(1, maps.shape[1:]).permute(0, 2, 3, 1).flatten(1)
+        out = nn.functional.linear(maps.permute(0, 2, 3, 1).flatten(1), weight, first.bias)
+        for layer in self._after_first:
+            out = layer(out)
+        return out
 
 
 def make_encoder(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 
 import pytest
@@ -140,3 +141,46 @@ def test_pqn_trains_its_layer_norm_cnn_on_torch_minatar_frames(tmp_path):
     assert isinstance(model, PixelQNetwork) and any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
     result = pqn.train(cfg)
     assert result.env_steps >= 1024 and result.checkpoint
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+@pytest.mark.parametrize("obs_shape", [(10, 10, 4), (84, 84, 4)])
+def test_a_large_batch_of_channels_last_frames_gets_the_features_and_gradients_of_the_nchw_flattening(obs_shape,
+                                                                                                     layer_norm):
+    # Above out_dim rows the encoder flattens the maps in memory order and permutes the first linear layer's weight
+    # instead; the reference is the module chain as registered (the maps flattened in (C, H, W) order).
+    torch.manual_seed(0)
+    atari = obs_shape[0] == 84
+    enc = CNNEncoder(obs_shape, obs_dtype="uint8" if atari else "bool", layer_norm=layer_norm)
+    n = enc.out_dim + 3
+    frames = (torch.rand(n, *obs_shape) * 255).to(torch.uint8) if atari else torch.rand(n, *obs_shape) < 0.3
+    scale = 1 / 255 if atari else 1.0
+
+    def reference(x):
+        return enc.linear(enc.convs(x.permute(0, 3, 1, 2).float() * scale))
+
+    params = list(enc.parameters())
+    got = enc(frames)
+    grads = torch.autograd.grad(got.square().sum(), params)
+    want = reference(frames)
+    want_grads = torch.autograd.grad(want.square().sum(), params)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(grads, want_grads):
+        # float32 sums of up to 3,136 products in another order: within a thousandth of the gradient's scale
+        torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-3 * float(w.abs().max()))
+    small = frames[:enc.out_dim]
+    assert torch.equal(enc(small), reference(small)), "a batch of at most out_dim rows takes the registered chain"
+    assert list(enc.state_dict()) == [k for k, _ in enc.named_parameters()], "the layers are registered once"
+
+
+def test_a_copied_encoder_computes_its_large_batches_with_its_own_weights():
+    # a target network is a deepcopy: its large-batch path must read the copy's layers, not the original's
+    enc = CNNEncoder((10, 10, 4), obs_dtype="bool")
+    copied = copy.deepcopy(enc)
+    with torch.no_grad():
+        for p in copied.parameters():
+            p.mul_(2.0)
+    frames = torch.rand(enc.out_dim + 1, 10, 10, 4) < 0.3
+    want = copied.linear(copied.convs(frames.permute(0, 3, 1, 2).float()))
+    torch.testing.assert_close(copied(frames), want, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(enc(frames), want)

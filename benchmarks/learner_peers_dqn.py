@@ -1,0 +1,180 @@
+"""DQN's CPU learner on Atari Breakout beside Stable-Baselines3's DQN: env steps/s, learning included.
+
+Both train on the same env, ale-py's ``AtariVectorEnv`` (Breakout, 8 envs, 84x84 grey, 4 frames stacked, frameskip
+4, a lost life ending a training episode) with the ``dqn-atari`` preset's settings (CleanRL's ``dqn_atari.py`` with
+3-step returns: the Nature CNN, Adam at 1e-4, batch 32, 8 gradient steps every 32 env steps, the target network
+copied every 1,000 env steps, Huber loss, gradient norm 10, epsilon from 1 to 0.01 over 250k env steps) at a small
+budget: ``--learning-starts`` env steps filling a buffer of ``--buffer`` transitions, then ``--steps`` env steps with
+learning, which the rate counts (from the first gradient step to the end):
+
+* ``rlstruct``: ``rlstruct train dqn --preset dqn-atari --env ALE/Breakout-v5`` (its replay buffer, its loop),
+  evaluation off;
+* ``sb3``: Stable-Baselines3's ``DQN("CnnPolicy")`` on the same ``AtariVectorEnv`` through a small ``VecEnv``
+  adapter (``train_freq=4`` vector steps, ``gradient_steps=8``, ``n_steps=3``, ``optimize_memory_usage=False``).
+
+Every configuration runs in a fresh process (``benchmarks/_fresh.py``), one torch thread and two.
+
+Usage::
+
+    python benchmarks/learner_peers_dqn.py [--steps 8000] [--learning-starts 2000] [--buffer 20000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._fresh import Config, add_arguments, measure_or_rounds, print_results  # noqa: E402
+
+GAME = "ALE/Breakout-v5"
+N_ENVS = 8
+PEERS = ("rlstruct", "sb3")
+THREADS = (1, 2)
+
+
+def measure_rlstruct(steps: int, learning_starts: int, buffer: int, threads: int) -> dict:
+    """``rlstruct train dqn --preset dqn-atari`` over ``learning_starts + steps`` env steps (``torch_threads``:
+    the run sets its threads)."""
+    from rlstruct.algos._train.loops import train_off_policy
+    from rlstruct.algos._train.registry import algorithm
+    from rlstruct.algos.dqn import DQNLearner
+
+    marks: dict[str, float] = {}
+    gradient_step = DQNLearner.gradient_step
+
+    def timed(self, replay):
+        if "t0" not in marks:
+            marks["t0"], marks["c0"] = time.perf_counter(), time.process_time()
+        return gradient_step(self, replay)
+
+    DQNLearner.gradient_step = timed
+    description = algorithm("dqn")
+    with tempfile.TemporaryDirectory(prefix="learner-peers-dqn-") as logdir:
+        config = description.config_cls(
+            env=GAME, preset="dqn-atari", logdir=logdir, progress=False, tensorboard=False, time_limit=1e9,
+            n_evaluation_envs=1, eval_every=2**31 - 1, evaluation_max_steps=10, buffer_size=buffer,
+            learning_starts=learning_starts, max_env_steps=learning_starts + steps, torch_threads=threads)
+        setup = description.validate(config)
+        # a preset fills the fields left at their defaults: a budget equal to a default would take the preset's
+        got = {k: getattr(setup.config, k) for k in ("learning_starts", "buffer_size", "torch_threads")}
+        if got != {"learning_starts": learning_starts, "buffer_size": buffer, "torch_threads": threads}:
+            raise ValueError(f"the run's settings are {got}; pass values other than DQN's defaults")
+        train_off_policy(setup)
+    wall = time.perf_counter() - marks["t0"]
+    return {"steps_per_s": steps / wall, "cores": (time.process_time() - marks["c0"]) / wall}
+
+
+def _sb3_vec_env():
+    """ale-py's ``AtariVectorEnv`` as a Stable-Baselines3 ``VecEnv`` (per-env info dicts, the terminal frame)."""
+    import numpy as np
+    from ale_py.vector_env import AtariVectorEnv
+    from stable_baselines3.common.vec_env import VecEnv
+
+    class AleVecEnv(VecEnv):
+        def __init__(self):
+            self.vec = AtariVectorEnv("breakout", N_ENVS, life_loss_info=True, autoreset_mode="SameStep")
+            super().__init__(N_ENVS, self.vec.single_observation_space, self.vec.single_action_space)
+
+        def reset(self):
+            obs, _ = self.vec.reset(seed=0)
+            return obs
+
+        def step_async(self, actions):
+            self._actions = np.asarray(actions)
+
+        def step_wait(self):
+            obs, reward, terminated, truncated, info = self.vec.step(self._actions)
+            done = terminated | truncated
+            infos = [{} for _ in range(N_ENVS)]
+            for i in np.flatnonzero(done):
+                infos[i]["terminal_observation"] = info["final_obs"][i]
+                infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+            return obs, reward.astype(np.float32), done, infos
+
+        def close(self):
+            self.vec.close()
+
+        def get_attr(self, attr_name, indices=None):
+            return [getattr(self, attr_name)] * N_ENVS
+
+        def set_attr(self, attr_name, value, indices=None):
+            setattr(self, attr_name, value)
+
+        def env_method(self, method_name, *args, indices=None, **kwargs):
+            return [None] * N_ENVS
+
+        def env_is_wrapped(self, wrapper_class, indices=None):
+            return [False] * N_ENVS
+
+    return AleVecEnv()
+
+
+def measure_sb3(steps: int, learning_starts: int, buffer: int, threads: int) -> dict:
+    """Stable-Baselines3's DQN with the same settings over ``learning_starts + steps`` env steps."""
+    import torch
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    torch.set_num_threads(threads)
+    marks: dict[str, float] = {}
+
+    class Mark(BaseCallback):
+        def _on_step(self) -> bool:
+            if "t0" not in marks and self.num_timesteps > learning_starts:
+                marks["t0"], marks["c0"] = time.perf_counter(), time.process_time()
+                marks["from"] = self.num_timesteps
+            return True
+
+    total = learning_starts + steps
+    model = DQN("CnnPolicy", _sb3_vec_env(), learning_rate=1e-4, buffer_size=buffer, learning_starts=learning_starts,
+                batch_size=32, gamma=0.99, train_freq=4, gradient_steps=8, n_steps=3, target_update_interval=1_000,
+                exploration_fraction=250_000 / total, exploration_initial_eps=1.0, exploration_final_eps=0.01,
+                max_grad_norm=10.0, optimize_memory_usage=False, replay_buffer_kwargs={"handle_timeout_termination":
+                                                                                      False},
+                device="cpu", seed=0)
+    model.learn(total, callback=Mark())
+    wall = time.perf_counter() - marks["t0"]
+    return {"steps_per_s": (model.num_timesteps - marks["from"]) / wall,
+            "cores": (time.process_time() - marks["c0"]) / wall}
+
+
+MEASURES = {"rlstruct": measure_rlstruct, "sb3": measure_sb3}
+
+
+def configs(args: argparse.Namespace) -> dict[str, Config]:
+    out = {}
+    for threads in THREADS:
+        for peer in PEERS:
+            against = () if peer == "rlstruct" else (("of rlstruct's", f"rlstruct-{threads}t"),)
+            out[f"{peer}-{threads}t"] = Config(
+                lambda p=peer, t=threads: MEASURES[p](args.steps, args.learning_starts, args.buffer, t),
+                against=against)
+    if args.only:
+        out = {k: v for k, v in out.items() if k in args.only.split(",")}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--steps", type=int, default=8_000, help="env steps with learning, timed")
+    parser.add_argument("--learning-starts", type=int, default=2_000, help="env steps filling the buffer first")
+    parser.add_argument("--buffer", type=int, default=20_000, help="replay buffer size (transitions)")
+    parser.add_argument("--only", default="", help="comma-separated configuration names, e.g. rlstruct-1t,sb3-1t")
+    add_arguments(parser, rounds=3)
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    cfgs = configs(args)
+    results = measure_or_rounds(__file__, cfgs, args)
+    if results is not None:
+        print_results(results, cfgs, "steps_per_s", "env steps/s incl. learning",
+                      note=lambda r: f"{r['cores']:.2f} cores busy")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""benchmarks/learner_peers.py at a tiny budget: each configuration runs in its own process and the table compares
+the peers with rlstruct."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "learner_peers.py"
+
+
+def _run(only: str, tmp_path: Path, *extra: str) -> str:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--rounds", "1", "--iterations", "1", "--warmup", "1",
+                           "--only", only, *extra], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_rlstruct_and_the_cleanrl_style_peer_report_their_rates_side_by_side(tmp_path):
+    out = _run("rlstruct-1t,cleanrl-1t", tmp_path)
+    rows: dict[str, str] = {}  # the first table's rows (the second gives the rates per CPU second)
+    for line in out.splitlines():
+        if line.startswith("| "):
+            rows.setdefault(line.split("|")[1].strip(), line)
+    assert set(rows) >= {"rlstruct-1t", "cleanrl-1t"}, out
+    assert "of rlstruct's" in rows["cleanrl-1t"] and "cores busy" in rows["rlstruct-1t"]
+    assert "load average at the start" in out and "load average at the end" in out
+
+
+@pytest.mark.long(reason="rejax's PPO with the CNN compiles for ~10 s and trains one 8,192-step iteration at a few "
+                         "hundred env steps/s on the CPU (XLA's convolution gradients inside its scans)")
+@pytest.mark.timeout(600)
+def test_rejax_reports_its_rate_and_its_compile_apart(tmp_path):
+    if importlib.util.find_spec("rejax") is None:
+        pytest.skip("rejax is not installed (pip install rejax==0.1.3, in the 'peers' extra)")
+    out = _run("rlstruct-1t,rejax-1t", tmp_path, "--rejax-iterations", "1")
+    row = next(line for line in out.splitlines() if line.startswith("| rejax-1t"))
+    assert "start-up" in row and "of rlstruct's" in row
