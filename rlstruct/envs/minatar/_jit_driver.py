@@ -21,6 +21,7 @@ import torch
 
 from rlstruct.envs import _jit_kernels, _rng
 from rlstruct.envs._jit_kernels import _draw, autoreset_flags, counter, jit, mix32
+from rlstruct.envs.minatar import _scalar
 
 __all__ = ["CompiledStep", "autoreset", "game_module"]
 
@@ -33,8 +34,12 @@ _TWO_POW_M32 = _rng.TWO_POW_M32
 _LOOPS: dict[str, Callable] = {}  # minatar name -> its compiled loop
 
 
-def game_module(minatar_name: str) -> types.ModuleType:
-    """The kernel module of the game ``minatar_name`` (``"breakout"``)."""
+def game_module(minatar_name: str) -> types.ModuleType | types.SimpleNamespace:
+    """The functions of the game ``minatar_name`` (``"breakout"``) for one env at a time: its rules compiled by
+    :func:`._scalar.kernels` where its ``rules`` module declares ``STATE_KEYS``, else its ``kernel`` module."""
+    rules = importlib.import_module(f"rlstruct.envs.minatar._{minatar_name}.rules")
+    if hasattr(rules, "STATE_KEYS"):
+        return _scalar.kernels(rules)
     return importlib.import_module(f"rlstruct.envs.minatar._{minatar_name}.kernel")
 
 
@@ -140,8 +145,9 @@ def autoreset(minatar_name: str) -> Callable:
     if loop is None:
         module = game_module(minatar_name)
         digest = hashlib.sha1()
-        for source in (module, _rng, _jit_kernels):
-            digest.update(Path(source.__file__).read_bytes())
+        sources = module.sources if hasattr(module, "sources") else (Path(module.__file__),)
+        for path in (*sources, Path(_rng.__file__), Path(_jit_kernels.__file__)):
+            digest.update(path.read_bytes())
         scope = {**_autoreset.__globals__, "_reset": module.reset, "_step": module.step, "_observe": module.observe}
         fn = types.FunctionType(_autoreset.__code__, scope, "autoreset")
         fn.__qualname__ = f"autoreset_{minatar_name}_{digest.hexdigest()[:16]}"

@@ -1,0 +1,173 @@
+"""The rules' vocabulary over batches of envs (torch), and :class:`RulesGame`, a game's rules as a :class:`Game`.
+
+A game's ``rules`` module writes its reset, step and frame once, branch-free, with the operations of this module
+(``where``, ``clamp``, ``cell``, ``put``, ...), which it imports: run as they are, its functions step ``B`` envs at
+once over ``[B]`` tensors (on any device, under ``torch.compile`` and CUDA graphs). The compiled CPU step runs the
+very same functions one env at a time: :mod:`._scalar` compiles copies of them with numba, their globals rebound
+to its operations of the same names over one env's numbers and rows. So every operation here has a twin there with
+the same meaning, and a rule is written in the style both can run:
+
+* a value is a number per env (``[B]`` here, a scalar there); a grid is a ``bool [B, 10, 10]`` here, one env's
+  ``[10, 10]`` row there, which :func:`put` and :func:`fill_rows_if_empty` write in place and return: the rules always
+  rebind the name (``grid = put(grid, ...)``) and never read the grid they passed in again;
+* no Python ``and``, ``or``, ``not`` or ``if`` on a value: ``&``, ``|``, ``~`` and :func:`where`;
+* a frame is built by :func:`frame` and :func:`mark`/:func:`plane` calls, then returned by the rules' ``observe``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+
+import torch
+
+from rlstruct.envs.minatar._grid import SIZE
+
+__all__ = ["where", "clamp", "fill", "draw", "floor_int", "to_float", "cell", "put", "any_cell", "fill_rows_if_empty",
+           "rows_grid", "frame", "mark", "plane", "RulesGame"]
+
+where = torch.where
+
+
+def clamp(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """``x`` clamped to ``[lo, hi]``."""
+    return x.clamp(lo, hi)
+
+
+def fill(u: torch.Tensor, value: int | bool) -> torch.Tensor:
+    """``value`` for every env of the draws ``u`` (``[B, D]``): ``int64 [B]`` (``bool [B]`` for a bool)."""
+    dtype = torch.bool if isinstance(value, bool) else torch.int64
+    return torch.full((u.shape[0],), value, dtype=dtype, device=u.device)
+
+
+def draw(u: torch.Tensor, k: int) -> torch.Tensor:
+    """Draw ``k`` of every env: ``u[:, k]``."""
+    return u[:, k]
+
+
+def floor_int(x: torch.Tensor) -> torch.Tensor:
+    """``floor(x)`` as ``int64``."""
+    return x.floor().to(torch.int64)
+
+
+def to_float(x: torch.Tensor) -> torch.Tensor:
+    """A reward: ``x`` as ``float32``."""
+    return x.to(torch.float32)
+
+
+def _flat_index(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return (y * SIZE + x).unsqueeze(1)
+
+
+def cell(grid: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The cell ``(y, x)`` (``int64 [B]`` each, in the grid) of each env's grid (``bool [B, 10, 10]``)."""
+    return grid.reshape(grid.shape[0], SIZE * SIZE).gather(1, _flat_index(y, x)).squeeze(1)
+
+
+def put(grid: torch.Tensor, y: torch.Tensor, x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """The grid with cell ``(y, x)`` of each env set to ``value`` (``bool [B]``)."""
+    n = grid.shape[0]
+    flat = grid.reshape(n, SIZE * SIZE).scatter(1, _flat_index(y, x), value.unsqueeze(1))
+    return flat.view(n, SIZE, SIZE)
+
+
+def any_cell(grid: torch.Tensor) -> torch.Tensor:
+    """Whether any cell of each env's grid is set: ``bool [B]``."""
+    return grid.reshape(grid.shape[0], SIZE * SIZE).any(1)
+
+
+def fill_rows_if_empty(grid: torch.Tensor, y0: int, y1: int, on: torch.Tensor) -> torch.Tensor:
+    """The grid with rows ``y0`` to ``y1 - 1`` set in the envs where ``on`` (``bool [B]``) and the grid is empty."""
+    on = on & ~any_cell(grid)
+    grid = grid.clone()
+    grid[:, y0:y1] |= on.view(-1, 1, 1)
+    return grid
+
+
+def rows_grid(storage: None, u: torch.Tensor, y0: int, y1: int) -> torch.Tensor:
+    """A new grid per env of the draws ``u``, rows ``y0`` to ``y1 - 1`` set (``storage``: the compiled step's row
+    to write into, ``None`` here)."""
+    grid = torch.zeros(u.shape[0], SIZE, SIZE, dtype=torch.bool, device=u.device)
+    grid[:, y0:y1] = True
+    return grid
+
+
+class _Frame:
+    """Frames being built: ``flat`` (``bool [B, 100, C]``), every write an ``index_fill_`` into it."""
+
+    def __init__(self, flat: torch.Tensor, base: torch.Tensor):
+        self.flat, self.base = flat, base
+
+
+def frame(storage: None, like: torch.Tensor, n_channels: int, c: int, y: torch.Tensor, x: torch.Tensor) -> _Frame:
+    """Frames of ``C = n_channels`` channels for the envs of ``like`` (``[B]``), cell ``(y, x)`` of channel ``c``
+    set (the player's), the others clear (``storage``: the compiled step's frame row, ``None`` here)."""
+    n = like.shape[0]
+    flat = torch.zeros(n, SIZE * SIZE, n_channels, dtype=torch.bool, device=like.device)
+    f = _Frame(flat, torch.arange(n, device=like.device) * (SIZE * SIZE * n_channels))
+    return mark(f, c, y, x)
+
+
+def mark(f: _Frame, c: int, y: torch.Tensor, x: torch.Tensor) -> _Frame:
+    """The frames with cell ``(y, x)`` (``int64 [B]``) of channel ``c`` set."""
+    index = f.base + (y * SIZE + x) * f.flat.shape[2] + c
+    f.flat.view(-1).index_fill_(0, index, True)
+    return f
+
+
+def plane(f: _Frame, c: int, grid: torch.Tensor) -> _Frame:
+    """The frames with channel ``c`` the grid ``grid`` (``bool [B, 10, 10]``)."""
+    f.flat[:, :, c] = grid.reshape(grid.shape[0], SIZE * SIZE)
+    return f
+
+
+class RulesGame:
+    """A game's ``rules`` module as a :class:`~rlstruct.envs.minatar._env.Game` over a dict of ``[B, ...]`` tensors.
+
+    The module declares ``NAME``, ``CHANNELS``, ``N_STEP_DRAWS``, ``N_RESET_DRAWS``, ``STATE_KEYS`` (its state, in
+    the order of its functions' arguments), ``GRIDS`` (those of them that are grids) and the functions
+
+    * ``reset(u, ramping, *grids) -> state``: the state (a tuple in ``STATE_KEYS`` order) from the reset draws,
+      ``grids`` the storage of the grids (``None`` here);
+    * ``step(*state, action, u, ramping) -> (state, reward, terminated)``;
+    * ``observe(*state, storage) -> frame``.
+
+    Args:
+        rules: the module.
+    """
+
+    def __init__(self, rules: ModuleType):
+        self.rules = rules
+        self.name: str = rules.NAME
+        self.channels: tuple[str, ...] = rules.CHANNELS
+        self.n_step_draws: int = rules.N_STEP_DRAWS
+        self.n_reset_draws: int = rules.N_RESET_DRAWS
+        self.keys: tuple[str, ...] = rules.STATE_KEYS
+        self._reset: Callable = rules.reset
+        self._step: Callable = rules.step
+        self._observe: Callable = rules.observe
+        self._no_grids = (None,) * len(rules.GRIDS)
+
+    def reset(self, u: torch.Tensor, ramping: bool) -> dict[str, torch.Tensor]:
+        """The initial states of ``B`` envs from the draws ``u`` (``float64 [B, n_reset_draws]``)."""
+        values = self._reset(u, ramping, *self._no_grids)
+        state: dict[str, torch.Tensor] = {}
+        seen: set[int] = set()
+        for k, v in zip(self.keys, values, strict=True):
+            # One tensor per key: the compiled step writes the state's tensors in place.
+            state[k] = v.clone() if id(v) in seen else v
+            seen.add(id(v))
+        return state
+
+    def step(
+        self, state: dict[str, torch.Tensor], action: torch.Tensor, u: torch.Tensor, ramping: bool
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """One step of every env with the full-set actions ``action`` (``int64 [B]``) and the draws ``u``
+        (``float64 [B, n_step_draws]``): ``(state, reward float32 [B], terminated bool [B])``."""
+        values, reward, terminated = self._step(*(state[k] for k in self.keys), action, u, ramping)
+        return dict(zip(self.keys, values, strict=True)), reward, terminated
+
+    def observe(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The frames ``bool [B, 10, 10, C]`` (minatar's ``state()``)."""
+        f = self._observe(*(state[k] for k in self.keys), None)
+        return f.flat.view(f.flat.shape[0], SIZE, SIZE, f.flat.shape[2])

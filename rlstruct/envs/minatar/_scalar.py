@@ -1,0 +1,175 @@
+"""The rules' vocabulary over one env (numba), and :func:`kernels`: a game's rules compiled for one env at a time.
+
+Each operation is the twin of :mod:`._batched`'s of the same name (see there for the style of the rules): values
+are one env's numbers, a grid or a frame is one env's row of the state's array, written in place and returned.
+:func:`kernels` compiles a copy of each function of a game's ``rules`` module whose globals name these operations
+instead, and the small functions that read and write one env's row of the state arrays around them (generated from
+the module's ``STATE_KEYS`` and ``GRIDS``): the game's functions for the compiled auto-reset step
+(:mod:`._jit_driver`). Imported through :func:`rlstruct.envs._jit.jit_module` only (it imports numba).
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import numba
+import numpy as np
+
+from rlstruct.envs.minatar._grid import SIZE
+
+__all__ = ["kernels", "OPERATIONS"]
+
+# Every function here and every copy of the rules is inlined into its caller in numba's own IR, down to the loop
+# of the compiled step: the rows (views) that pass between them then cost no reference counting and the loop
+# compiles as one function (called apart, the same rules ran at a quarter of the speed). The copies of the rules
+# are compiled into that loop (cached on disk with it), not cached apart.
+_jit = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+_rules_jit = numba.njit(nogil=True, boundscheck=False, inline="always")
+
+
+@_jit
+def where(c, a, b):
+    return a if c else b
+
+
+@_jit
+def clamp(x, lo, hi):
+    return min(max(x, lo), hi)
+
+
+@_jit
+def fill(u, value):
+    return value
+
+
+@_jit
+def draw(u, k):
+    return u[k]
+
+
+@_jit
+def floor_int(x):
+    return np.int64(np.floor(x))
+
+
+@_jit
+def to_float(x):
+    return np.float64(x)
+
+
+@_jit
+def cell(grid, y, x):
+    return grid[y, x]
+
+
+@_jit
+def put(grid, y, x, value):
+    grid[y, x] = value
+    return grid
+
+
+@_jit
+def any_cell(grid):
+    for y in range(SIZE):
+        for x in range(SIZE):
+            if grid[y, x]:
+                return True
+    return False
+
+
+@_jit
+def fill_rows_if_empty(grid, y0, y1, on):
+    if on and not any_cell(grid):
+        for y in range(y0, y1):
+            for x in range(SIZE):
+                grid[y, x] = True
+    return grid
+
+
+@_jit
+def rows_grid(storage, u, y0, y1):
+    for y in range(SIZE):
+        for x in range(SIZE):
+            storage[y, x] = y0 <= y < y1
+    return storage
+
+
+@_jit
+def frame(storage, like, n_channels, c, y, x):
+    storage[:] = False
+    storage[y, x, c] = True
+    return storage
+
+
+@_jit
+def mark(f, c, y, x):
+    f[y, x, c] = True
+    return f
+
+
+@_jit
+def plane(f, c, grid):
+    for y in range(SIZE):
+        for x in range(SIZE):
+            f[y, x, c] = grid[y, x]
+    return f
+
+
+#: The operations, by the names the rules call them.
+OPERATIONS = {
+    "where": where, "clamp": clamp, "fill": fill, "draw": draw, "floor_int": floor_int, "to_float": to_float,
+    "cell": cell, "put": put, "any_cell": any_cell, "fill_rows_if_empty": fill_rows_if_empty,
+    "rows_grid": rows_grid, "frame": frame, "mark": mark, "plane": plane,
+}
+
+# Row i of the state arrays s, read and written through s by constant indices (never bound to names: numba then
+# counts no references to them). A grid's row is passed as a view, which the rules write in place.
+_TEMPLATE = '''
+def reset(s, i, u, ramping):
+    v = _rules_reset(u, ramping, {grids})
+{store}
+
+def step(s, i, action, u, ramping):
+    v, reward, terminated = _rules_step({state}, action, u, ramping)
+{store}
+    return reward, terminated
+
+def observe(s, i, frame):
+    _rules_observe({state}, frame)
+'''
+_LOADED: dict[str, SimpleNamespace] = {}
+
+
+def kernels(rules: ModuleType) -> SimpleNamespace:
+    """The functions of the game whose ``rules`` module is given, for one env at a time (compiled once a process).
+
+    Returns:
+        ``STATE_KEYS`` (the module's) and ``reset(s, i, u, ramping)``, ``step(s, i, action, u, ramping) ->
+        (reward, terminated)``, ``observe(s, i, frame)`` over row ``i`` of the state arrays ``s`` (a tuple, in
+        ``STATE_KEYS`` order; written in place) and one env's frame ``frame`` (``bool [10, 10, C]``); ``sources``:
+        the files whose text is compiled into them.
+    """
+    loaded = _LOADED.get(rules.__name__)
+    if loaded is not None:
+        return loaded
+    scope = dict(vars(rules))
+    scope.update(OPERATIONS)
+    for name, value in vars(rules).items():
+        if isinstance(value, types.FunctionType) and value.__module__ == rules.__name__:
+            copy = types.FunctionType(value.__code__, scope, name, value.__defaults__)
+            copy.__qualname__ = f"{rules.NAME}_{name}"
+            scope[name] = _rules_jit(copy)
+    keys = rules.STATE_KEYS
+    state = ", ".join(f"s[{j}][i]" for j in range(len(keys)))
+    store = "\n".join(f"    s[{j}][i] = v[{j}]" for j, k in enumerate(keys) if k not in rules.GRIDS)
+    grids = ", ".join(f"s[{keys.index(k)}][i]" for k in rules.GRIDS)
+    text = _TEMPLATE.format(state=state, store=store, grids=grids)
+    glue = {"_rules_reset": scope["reset"], "_rules_step": scope["step"], "_rules_observe": scope["observe"]}
+    exec(compile(text, f"<{rules.NAME} state rows>", "exec"), glue)  # noqa: S102 - text built above from the keys
+    loaded = _LOADED[rules.__name__] = SimpleNamespace(
+        STATE_KEYS=keys, sources=(Path(rules.__file__), Path(__file__)),
+        **{name: _rules_jit(glue[name]) for name in ("reset", "step", "observe")},
+    )
+    return loaded
