@@ -7,11 +7,16 @@ very same functions one env at a time: :mod:`._scalar` compiles copies of them w
 to its operations of the same names over one env's numbers and rows. So every operation here has a twin there with
 the same meaning, and a rule is written in the style both can run:
 
-* a value is a number per env (``[B]`` here, a scalar there); a grid is a ``bool [B, 10, 10]`` here, one env's
-  ``[10, 10]`` row there, which :func:`put` and :func:`fill_rows_if_empty` write in place and return: the rules always
-  rebind the name (``grid = put(grid, ...)``) and never read the grid they passed in again;
-* no Python ``and``, ``or``, ``not`` or ``if`` on a value: ``&``, ``|``, ``~`` and :func:`where`;
-* a frame is built by :func:`frame` and :func:`mark`/:func:`plane` calls, then returned by the rules' ``observe``.
+* a value is a number per env (``[B]`` here, a scalar there); a row is one array per env: a grid (``bool [B, 10,
+  10]`` here, one env's ``[10, 10]`` there) or slots (``[B, K]`` here, ``[K]`` there), which :func:`put`,
+  :func:`fill_rows_if_empty` and :func:`each` write in place there and return: the rules always rebind the name
+  (``grid = put(grid, ...)``) and never read the row they passed in again;
+* work on slots goes through :func:`each` (and :func:`each_if`, :func:`each_mark`): a function of one slot's
+  values, which runs once over ``[B, K]`` tensors here and slot by slot there;
+* no Python ``and``, ``or``, ``not`` or ``if`` on a value: ``&``, ``|``, ``~`` and :func:`where` (Python's ``abs``
+  works on both);
+* a frame is built by :func:`frame` and :func:`mark` (:func:`mark_if`, :func:`plane`, :func:`each_mark`) calls,
+  then returned by the rules' ``observe``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import torch
 from rlstruct.envs.minatar._grid import SIZE
 
 __all__ = ["where", "clamp", "fill", "draw", "floor_int", "to_float", "cell", "put", "any_cell", "fill_rows_if_empty",
-           "rows_grid", "frame", "mark", "plane", "RulesGame"]
+           "rows_grid", "to_int", "sign", "draws", "zeros_row", "slot", "each", "each_if", "frame", "mark",
+           "mark_if", "each_mark", "plane", "RulesGame"]
 
 where = torch.where
 
@@ -92,11 +98,64 @@ def rows_grid(storage: None, u: torch.Tensor, y0: int, y1: int) -> torch.Tensor:
     return grid
 
 
+def to_int(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (``bool``) as ``int64``."""
+    return x.to(torch.int64)
+
+
+def sign(x: torch.Tensor) -> torch.Tensor:
+    """The sign of ``x`` (``-1``, ``0`` or ``1``) as ``int64``."""
+    return torch.sign(x).to(torch.int64)
+
+
+def draws(u: torch.Tensor, start: int, n: int) -> torch.Tensor:
+    """Draws ``start`` to ``start + n - 1`` of every env, one per slot: ``u[:, start:start + n]``."""
+    return u[:, start:start + n]
+
+
+def zeros_row(storage: None, u: torch.Tensor, n: int) -> torch.Tensor:
+    """Zeros in ``n`` slots per env of the draws ``u``: ``int64 [B, n]`` (``storage``: the compiled step's row to
+    write into, ``None`` here)."""
+    return torch.zeros(u.shape[0], n, dtype=torch.int64, device=u.device)
+
+
+def slot(row: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Slot ``k`` (``int64 [B]``) of each env's row (``[B, K]``)."""
+    return row.gather(1, k.unsqueeze(1)).squeeze(1)
+
+
+def _per_slot(value):
+    return value.unsqueeze(1) if isinstance(value, torch.Tensor) else value
+
+
+def each(fn: Callable, rows: tuple, inputs: tuple, values: tuple) -> tuple:
+    """``fn`` slot by slot: ``fn(*rows, *inputs, *values)`` returns the new ``rows``.
+
+    ``rows`` (``[B, K]`` each: the state's rows, which the compiled step writes in place; ``None`` where ``fn``
+    ignores them) and ``inputs`` (``[B, K]``, read only) are given slot by slot, the ``values`` (``[B]`` or
+    numbers) to every slot of their env. Here ``fn`` runs once over ``[B, K]`` tensors.
+    """
+    return fn(*rows, *inputs, *(_per_slot(v) for v in values))
+
+
+def each_if(on: torch.Tensor, fn: Callable, rows: tuple, inputs: tuple, values: tuple) -> tuple:
+    """:func:`each` in the envs where ``on`` (``bool [B]``); the rows of the others unchanged."""
+    new = each(fn, rows, inputs, values)
+    return tuple(torch.where(on.unsqueeze(1), a, b) for a, b in zip(new, rows, strict=True))
+
+
 class _Frame:
-    """Frames being built: ``flat`` (``bool [B, 100, C]``), every write an ``index_fill_`` into it."""
+    """Frames being built: ``flat`` (``bool [B, 100, C]``), every write an ``index_fill_`` into it at ``base``
+    (``[B, 1]``, each env's first element) plus a cell's offset; ``first`` (``[B, 1]``), the player's element, where
+    a masked write goes (it is set already)."""
 
     def __init__(self, flat: torch.Tensor, base: torch.Tensor):
-        self.flat, self.base = flat, base
+        self.flat, self.base, self.first = flat, base, base
+
+
+def _offset(f: _Frame, c, y, x) -> torch.Tensor:
+    n = f.flat.shape[0]
+    return f.base + ((y * SIZE + x) * f.flat.shape[2] + c).reshape(n, -1)
 
 
 def frame(storage: None, like: torch.Tensor, n_channels: int, c: int, y: torch.Tensor, x: torch.Tensor) -> _Frame:
@@ -104,15 +163,30 @@ def frame(storage: None, like: torch.Tensor, n_channels: int, c: int, y: torch.T
     set (the player's), the others clear (``storage``: the compiled step's frame row, ``None`` here)."""
     n = like.shape[0]
     flat = torch.zeros(n, SIZE * SIZE, n_channels, dtype=torch.bool, device=like.device)
-    f = _Frame(flat, torch.arange(n, device=like.device) * (SIZE * SIZE * n_channels))
-    return mark(f, c, y, x)
-
-
-def mark(f: _Frame, c: int, y: torch.Tensor, x: torch.Tensor) -> _Frame:
-    """The frames with cell ``(y, x)`` (``int64 [B]``) of channel ``c`` set."""
-    index = f.base + (y * SIZE + x) * f.flat.shape[2] + c
-    f.flat.view(-1).index_fill_(0, index, True)
+    f = _Frame(flat, torch.arange(n, device=like.device).unsqueeze(1) * (SIZE * SIZE * n_channels))
+    f.first = _offset(f, c, y, x)
+    flat.view(-1).index_fill_(0, f.first.reshape(-1), True)
     return f
+
+
+def mark(f: _Frame, c, y, x) -> _Frame:
+    """The frames with cell ``(y, x)`` of channel ``c`` set (``int64 [B]`` or numbers; ``[B, K]``: ``K`` cells)."""
+    f.flat.view(-1).index_fill_(0, _offset(f, c, y, x).reshape(-1), True)
+    return f
+
+
+def mark_if(f: _Frame, c, y, x, on: torch.Tensor) -> _Frame:
+    """:func:`mark` where ``on`` (the shape of the cells)."""
+    n = f.flat.shape[0]
+    index = torch.where(on.reshape(n, -1), _offset(f, c, y, x), f.first)
+    f.flat.view(-1).index_fill_(0, index.reshape(-1), True)
+    return f
+
+
+def each_mark(f: _Frame, fn: Callable, inputs: tuple) -> _Frame:
+    """``fn(f, k, *inputs)`` slot by slot (``k`` the slot, ``inputs`` ``[B, K]`` each): the frames it marks. Here
+    ``fn`` runs once, ``k`` the slots ``int64 [K]``."""
+    return fn(f, torch.arange(inputs[0].shape[1], device=inputs[0].device), *inputs)
 
 
 def plane(f: _Frame, c: int, grid: torch.Tensor) -> _Frame:
@@ -125,10 +199,11 @@ class RulesGame:
     """A game's ``rules`` module as a :class:`~rlstruct.envs.minatar._env.Game` over a dict of ``[B, ...]`` tensors.
 
     The module declares ``NAME``, ``CHANNELS``, ``N_STEP_DRAWS``, ``N_RESET_DRAWS``, ``STATE_KEYS`` (its state, in
-    the order of its functions' arguments), ``GRIDS`` (those of them that are grids) and the functions
+    the order of its functions' arguments), ``ROWS`` (those of them that are a row per env: grids ``[B, 10, 10]``
+    and slots ``[B, K]``, which the compiled step writes in place) and the functions
 
-    * ``reset(u, ramping, *grids) -> state``: the state (a tuple in ``STATE_KEYS`` order) from the reset draws,
-      ``grids`` the storage of the grids (``None`` here);
+    * ``reset(u, ramping, *rows) -> state``: the state (a tuple in ``STATE_KEYS`` order) from the reset draws,
+      ``rows`` the storage of the ``ROWS`` (``None`` here);
     * ``step(*state, action, u, ramping) -> (state, reward, terminated)``;
     * ``observe(*state, storage) -> frame``.
 
@@ -146,11 +221,11 @@ class RulesGame:
         self._reset: Callable = rules.reset
         self._step: Callable = rules.step
         self._observe: Callable = rules.observe
-        self._no_grids = (None,) * len(rules.GRIDS)
+        self._no_rows = (None,) * len(rules.ROWS)
 
     def reset(self, u: torch.Tensor, ramping: bool) -> dict[str, torch.Tensor]:
         """The initial states of ``B`` envs from the draws ``u`` (``float64 [B, n_reset_draws]``)."""
-        values = self._reset(u, ramping, *self._no_grids)
+        values = self._reset(u, ramping, *self._no_rows)
         state: dict[str, torch.Tensor] = {}
         seen: set[int] = set()
         for k, v in zip(self.keys, values, strict=True):

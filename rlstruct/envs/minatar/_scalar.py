@@ -4,7 +4,7 @@ Each operation is the twin of :mod:`._batched`'s of the same name (see there for
 are one env's numbers, a grid or a frame is one env's row of the state's array, written in place and returned.
 :func:`kernels` compiles a copy of each function of a game's ``rules`` module whose globals name these operations
 instead, and the small functions that read and write one env's row of the state arrays around them (generated from
-the module's ``STATE_KEYS`` and ``GRIDS``): the game's functions for the compiled auto-reset step
+the module's ``STATE_KEYS`` and ``ROWS``): the game's functions for the compiled auto-reset step
 (:mod:`._jit_driver`). Imported through :func:`rlstruct.envs._jit.jit_module` only (it imports numba).
 """
 
@@ -16,6 +16,7 @@ from types import ModuleType, SimpleNamespace
 
 import numba
 import numpy as np
+from numba.extending import overload
 
 from rlstruct.envs.minatar._grid import SIZE
 
@@ -117,18 +118,105 @@ def plane(f, c, grid):
     return f
 
 
+@_jit
+def to_int(x):
+    return np.int64(x)
+
+
+@_jit
+def sign(x):
+    return 1 if x > 0 else (-1 if x < 0 else 0)
+
+
+@_jit
+def draws(u, start, n):
+    return u[start:start + n]
+
+
+@_jit
+def zeros_row(storage, u, n):
+    storage[:] = 0
+    return storage
+
+
+@_jit
+def slot(row, k):
+    return row[k]
+
+
+@_jit
+def mark_if(f, c, y, x, on):
+    if on:
+        f[y, x, c] = True
+    return f
+
+
+def each(fn, rows, inputs, values):
+    """:func:`._batched.each`, slot by slot (compiled by numba from :func:`_each`)."""
+    raise NotImplementedError("compiled by numba only")
+
+
+def each_if(on, fn, rows, inputs, values):
+    """:func:`._batched.each_if`, slot by slot in the envs where ``on`` (compiled by numba from :func:`_each_if`)."""
+    raise NotImplementedError("compiled by numba only")
+
+
+def each_mark(f, fn, inputs):
+    """:func:`._batched.each_mark`, slot by slot (compiled by numba from :func:`_each_mark`)."""
+    raise NotImplementedError("compiled by numba only")
+
+
+def _slot_loop(guard: str, n_rows: int, n_inputs: int, n_values: int):
+    """The loop over the slots that calls ``fn`` with slot ``k`` of each row and input, and writes the rows: its
+    text depends on the number of each (a tuple's items are read by constant indices)."""
+    args = [f"rows[{j}][k]" for j in range(n_rows)] + [f"inputs[{j}][k]" for j in range(n_inputs)]
+    args += [f"values[{j}]" for j in range(n_values)]
+    first = "rows[0]" if n_rows else "inputs[0]"
+    writes = "".join(f"        rows[{j}][k] = o[{j}]\n" for j in range(n_rows))
+    text = (f"def impl({guard}fn, rows, inputs, values):\n"
+            + ("    if not on:\n        return rows\n" if guard else "")
+            + f"    for k in range({first}.shape[0]):\n        o = fn({', '.join(args)})\n{writes}    return rows\n")
+    scope: dict = {}
+    exec(compile(text, "<minatar slot loop>", "exec"), scope)  # noqa: S102 - text built above from counts
+    return scope["impl"]
+
+
+@overload(each, inline="always")
+def _each(fn, rows, inputs, values):
+    return _slot_loop("", len(rows), len(inputs), len(values))
+
+
+@overload(each_if, inline="always")
+def _each_if(on, fn, rows, inputs, values):
+    return _slot_loop("on, ", len(rows), len(inputs), len(values))
+
+
+@overload(each_mark, inline="always")
+def _each_mark(f, fn, inputs):
+    args = "".join(f", inputs[{j}][k]" for j in range(len(inputs)))
+    # The frame is written in place: fn's result, the same array, is not bound again (a name rebound in the loop
+    # of an inlined function makes numba warn).
+    text = (f"def impl(f, fn, inputs):\n    for k in range(inputs[0].shape[0]):\n        fn(f, k{args})\n"
+            "    return f\n")
+    scope: dict = {}
+    exec(compile(text, "<minatar slot marks>", "exec"), scope)  # noqa: S102 - text built above from a count
+    return scope["impl"]
+
+
 #: The operations, by the names the rules call them.
 OPERATIONS = {
     "where": where, "clamp": clamp, "fill": fill, "draw": draw, "floor_int": floor_int, "to_float": to_float,
     "cell": cell, "put": put, "any_cell": any_cell, "fill_rows_if_empty": fill_rows_if_empty,
-    "rows_grid": rows_grid, "frame": frame, "mark": mark, "plane": plane,
+    "rows_grid": rows_grid, "frame": frame, "mark": mark, "plane": plane, "to_int": to_int, "sign": sign,
+    "draws": draws, "zeros_row": zeros_row, "slot": slot, "mark_if": mark_if, "each": each, "each_if": each_if,
+    "each_mark": each_mark,
 }
 
 # Row i of the state arrays s, read and written through s by constant indices (never bound to names: numba then
 # counts no references to them). A grid's row is passed as a view, which the rules write in place.
 _TEMPLATE = '''
 def reset(s, i, u, ramping):
-    v = _rules_reset(u, ramping, {grids})
+    v = _rules_reset(u, ramping, {rows})
 {store}
 
 def step(s, i, action, u, ramping):
@@ -163,9 +251,9 @@ def kernels(rules: ModuleType) -> SimpleNamespace:
             scope[name] = _rules_jit(copy)
     keys = rules.STATE_KEYS
     state = ", ".join(f"s[{j}][i]" for j in range(len(keys)))
-    store = "\n".join(f"    s[{j}][i] = v[{j}]" for j, k in enumerate(keys) if k not in rules.GRIDS)
-    grids = ", ".join(f"s[{keys.index(k)}][i]" for k in rules.GRIDS)
-    text = _TEMPLATE.format(state=state, store=store, grids=grids)
+    store = "\n".join(f"    s[{j}][i] = v[{j}]" for j, k in enumerate(keys) if k not in rules.ROWS)
+    rows = ", ".join(f"s[{keys.index(k)}][i]" for k in rules.ROWS)
+    text = _TEMPLATE.format(state=state, store=store, rows=rows)
     glue = {"_rules_reset": scope["reset"], "_rules_step": scope["step"], "_rules_observe": scope["observe"]}
     exec(compile(text, f"<{rules.NAME} state rows>", "exec"), glue)  # noqa: S102 - text built above from the keys
     loaded = _LOADED[rules.__name__] = SimpleNamespace(

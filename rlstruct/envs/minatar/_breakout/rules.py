@@ -49,7 +49,7 @@ CHANNELS = ("paddle", "ball", "trail", "brick")
 N_STEP_DRAWS = 0
 N_RESET_DRAWS = 1
 STATE_KEYS = ("ball_x", "ball_y", "ball_dir", "pos", "last_x", "last_y", "strike", "bricks")
-GRIDS = ("bricks",)
+ROWS = ("bricks",)
 
 # Directions 0-3 are up-left, up-right, down-right, down-left: a bounce off a side wall is ``d ^ 1`` (minatar's
 # [1, 0, 3, 2]), off the top, a brick or the paddle's middle ``3 - d`` ([3, 2, 1, 0]), off the paddle's edge
