@@ -2,8 +2,9 @@
 
 :func:`autoreset` is :func:`~rlstruct.envs.minatar._env.autoreset_step` env by env: the sticky-action and game
 draws of :func:`~rlstruct.envs._rng.step_uniforms`, the game's step, the time limit, the restart of a finished env
-with the reset draws of :func:`~rlstruct.envs._rng.uniform_draws`, and both frames. The game's rules come from its
-kernel module ``_<minatar name>.kernel`` (``STATE_KEYS``, ``reset``, ``step``, ``observe`` over one env's row): each
+with the reset draws of :func:`~rlstruct.envs._rng.uniform_draws`, and both frames. The game's functions over one
+env's row (``STATE_KEYS``, ``reset``, ``step``, ``observe``) are its ``rules`` module's compiled by
+:func:`._scalar.kernels` (or, for a game whose rules are not written for both steps, its ``kernel`` module's): each
 game has its own copy of the loop, whose globals are its functions, so that numba compiles (and caches) one loop per
 game with those functions inlined. Imported through :func:`rlstruct.envs._jit.jit_module` only.
 """
@@ -134,12 +135,13 @@ def _autoreset(
 
 
 def autoreset(minatar_name: str) -> Callable:
-    """The compiled auto-reset step of the game ``minatar_name`` (:func:`_autoreset` calling that game's kernel
-    module's functions, which numba inlines), compiled once per process (and cached on disk).
+    """The compiled auto-reset step of the game ``minatar_name`` (:func:`_autoreset` calling the functions of
+    :func:`game_module`, which numba inlines), compiled once per process (and cached on disk).
 
     Each game's loop is a copy of :func:`_autoreset` whose globals name the game's functions, under a name that holds
-    a digest of the sources compiled into it besides this module (the game's kernels, the RNG): numba checks a
-    cached function against its own file only, so an edit of those sources compiles a new one.
+    a digest of the sources compiled into it besides this module (the game's rules and the scalar operations, or its
+    kernel module; the RNG): numba checks a cached function against its own file only, so an edit of those sources
+    compiles a new one.
     """
     loop = _LOOPS.get(minatar_name)
     if loop is None:

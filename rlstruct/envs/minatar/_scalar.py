@@ -237,18 +237,30 @@ def kernels(rules: ModuleType) -> SimpleNamespace:
         ``STATE_KEYS`` (the module's) and ``reset(s, i, u, ramping)``, ``step(s, i, action, u, ramping) ->
         (reward, terminated)``, ``observe(s, i, frame)`` over row ``i`` of the state arrays ``s`` (a tuple, in
         ``STATE_KEYS`` order; written in place) and one env's frame ``frame`` (``bool [10, 10, C]``); ``sources``:
-        the files whose text is compiled into them.
+        the files whose text is compiled into them; ``functions``: the compiled copy of each function of the module,
+        by name (each dispatcher's ``py_func`` runs the module function's own code).
+
+    >>> import numpy as np, torch
+    >>> from rlstruct.envs.minatar._breakout import rules
+    >>> game = kernels(rules)
+    >>> state = rules.GAME.reset(torch.tensor([[0.2], [0.7]], dtype=torch.float64), True)
+    >>> s = tuple(state[k].numpy() for k in game.STATE_KEYS)
+    >>> game.step(s, 0, 3, np.zeros(0), True), state["ball_x"].tolist(), state["pos"].tolist()
+    ((0.0, False), [1, 9], [5, 4])
+    >>> game.functions["step"].py_func.__code__ is rules.step.__code__
+    True
     """
     loaded = _LOADED.get(rules.__name__)
     if loaded is not None:
         return loaded
     scope = dict(vars(rules))
     scope.update(OPERATIONS)
+    functions = {}
     for name, value in vars(rules).items():
         if isinstance(value, types.FunctionType) and value.__module__ == rules.__name__:
             copy = types.FunctionType(value.__code__, scope, name, value.__defaults__)
             copy.__qualname__ = f"{rules.NAME}_{name}"
-            scope[name] = _rules_jit(copy)
+            scope[name] = functions[name] = _rules_jit(copy)
     keys = rules.STATE_KEYS
     state = ", ".join(f"s[{j}][i]" for j in range(len(keys)))
     store = "\n".join(f"    s[{j}][i] = v[{j}]" for j, k in enumerate(keys) if k not in rules.ROWS)
@@ -257,7 +269,7 @@ def kernels(rules: ModuleType) -> SimpleNamespace:
     glue = {"_rules_reset": scope["reset"], "_rules_step": scope["step"], "_rules_observe": scope["observe"]}
     exec(compile(text, f"<{rules.NAME} state rows>", "exec"), glue)  # noqa: S102 - text built above from the keys
     loaded = _LOADED[rules.__name__] = SimpleNamespace(
-        STATE_KEYS=keys, sources=(Path(rules.__file__), Path(__file__)),
+        STATE_KEYS=keys, sources=(Path(rules.__file__), Path(__file__)), functions=functions,
         **{name: _rules_jit(glue[name]) for name in ("reset", "step", "observe")},
     )
     return loaded
