@@ -29,7 +29,8 @@ import torch
 from rlstruct.envs.minatar._grid import SIZE
 
 __all__ = ["where", "clamp", "fill", "draw", "floor_int", "to_float", "cell", "put", "any_cell", "fill_rows_if_empty",
-           "rows_grid", "to_int", "sign", "draws", "zeros_row", "slot", "each", "each_if", "frame", "mark",
+           "rows_grid", "to_int", "sign", "draws", "full_row", "slot", "count", "nth", "each",
+           "each_if", "each_sum", "frame", "mark",
            "mark_if", "each_mark", "plane", "RulesGame"]
 
 where = torch.where
@@ -113,10 +114,11 @@ def draws(u: torch.Tensor, start: int, n: int) -> torch.Tensor:
     return u[:, start:start + n]
 
 
-def zeros_row(storage: None, u: torch.Tensor, n: int) -> torch.Tensor:
-    """Zeros in ``n`` slots per env of the draws ``u``: ``int64 [B, n]`` (``storage``: the compiled step's row to
-    write into, ``None`` here)."""
-    return torch.zeros(u.shape[0], n, dtype=torch.int64, device=u.device)
+def full_row(storage: None, u: torch.Tensor, n: int, value: int | bool) -> torch.Tensor:
+    """``value`` in ``n`` slots per env of the draws ``u``: ``int64 [B, n]`` (``bool`` for a bool; ``storage``: the
+    compiled step's row to write into, ``None`` here)."""
+    dtype = torch.bool if isinstance(value, bool) else torch.int64
+    return torch.full((u.shape[0], n), value, dtype=dtype, device=u.device)
 
 
 def slot(row: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -124,18 +126,40 @@ def slot(row: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return row.gather(1, k.unsqueeze(1)).squeeze(1)
 
 
+def count(row: torch.Tensor, value: int | bool) -> torch.Tensor:
+    """How many slots of each env's row (``[B, K]``) hold ``value``: ``int64 [B]``."""
+    return (row == value).sum(1)
+
+
+def nth(row: torch.Tensor, value: int | bool, rank: torch.Tensor) -> torch.Tensor:
+    """The slot of each env's row (``[B, K]``) that is the ``rank``-th (``int64 [B]``, from 0) to hold ``value``;
+    ``K`` where there is none."""
+    return ((row == value).cumsum(1) <= rank.unsqueeze(1)).sum(1)
+
+
 def _per_slot(value):
     return value.unsqueeze(1) if isinstance(value, torch.Tensor) else value
 
 
 def each(fn: Callable, rows: tuple, inputs: tuple, values: tuple) -> tuple:
-    """``fn`` slot by slot: ``fn(*rows, *inputs, *values)`` returns the new ``rows``.
+    """``fn`` slot by slot: ``fn(k, *rows, *inputs, *values)`` returns the new ``rows`` of slot ``k``.
 
     ``rows`` (``[B, K]`` each: the state's rows, which the compiled step writes in place; ``None`` where ``fn``
     ignores them) and ``inputs`` (``[B, K]``, read only) are given slot by slot, the ``values`` (``[B]`` or
-    numbers) to every slot of their env. Here ``fn`` runs once over ``[B, K]`` tensors.
+    numbers) to every slot of their env. Here ``fn`` runs once over ``[B, K]`` tensors, ``k`` the slots
+    ``int64 [K]``.
     """
-    return fn(*rows, *inputs, *(_per_slot(v) for v in values))
+    like = next(r for r in (*rows, *inputs) if r is not None)
+    k = torch.arange(like.shape[1], device=like.device)
+    return fn(k, *rows, *inputs, *(_per_slot(v) for v in values))
+
+
+def each_sum(fn: Callable, rows: tuple, inputs: tuple, values: tuple, n_sums: int) -> tuple[tuple, tuple]:
+    """:func:`each` whose ``fn`` also returns ``n_sums`` terms after the rows: ``(rows, sums)``, each sum the
+    total of its term over the slots (``int64 [B]``; a ``bool`` term counts its true slots)."""
+    out = each(fn, rows, inputs, values)
+    n = len(out) - n_sums
+    return out[:n], tuple(t.sum(1) for t in out[n:])
 
 
 def each_if(on: torch.Tensor, fn: Callable, rows: tuple, inputs: tuple, values: tuple) -> tuple:

@@ -134,14 +134,32 @@ def draws(u, start, n):
 
 
 @_jit
-def zeros_row(storage, u, n):
-    storage[:] = 0
+def full_row(storage, u, n, value):
+    storage[:] = value
     return storage
 
 
 @_jit
 def slot(row, k):
     return row[k]
+
+
+@_jit
+def count(row, value):
+    n = 0
+    for k in range(row.shape[0]):
+        n += row[k] == value
+    return n
+
+
+@_jit
+def nth(row, value, rank):
+    for k in range(row.shape[0]):
+        if row[k] == value:
+            if rank == 0:
+                return k
+            rank -= 1
+    return row.shape[0]
 
 
 @_jit
@@ -161,21 +179,34 @@ def each_if(on, fn, rows, inputs, values):
     raise NotImplementedError("compiled by numba only")
 
 
+def each_sum(fn, rows, inputs, values, n_sums):
+    """:func:`._batched.each_sum`, slot by slot (compiled by numba from :func:`_each_sum`)."""
+    raise NotImplementedError("compiled by numba only")
+
+
 def each_mark(f, fn, inputs):
     """:func:`._batched.each_mark`, slot by slot (compiled by numba from :func:`_each_mark`)."""
     raise NotImplementedError("compiled by numba only")
 
 
-def _slot_loop(guard: str, n_rows: int, n_inputs: int, n_values: int):
-    """The loop over the slots that calls ``fn`` with slot ``k`` of each row and input, and writes the rows: its
-    text depends on the number of each (a tuple's items are read by constant indices)."""
-    args = [f"rows[{j}][k]" for j in range(n_rows)] + [f"inputs[{j}][k]" for j in range(n_inputs)]
+def _slot_loop(n_rows: int, n_inputs: int, n_values: int, *, guard: bool = False, n_sums: int | None = None):
+    """The loop over the slots that calls ``fn`` with slot ``k`` and slot ``k`` of each row and input, writes the
+    rows (and adds up the sums): its text depends on the number of each (a tuple's items are read by constant
+    indices)."""
+    args = ["k"] + [f"rows[{j}][k]" for j in range(n_rows)] + [f"inputs[{j}][k]" for j in range(n_inputs)]
     args += [f"values[{j}]" for j in range(n_values)]
     first = "rows[0]" if n_rows else "inputs[0]"
-    writes = "".join(f"        rows[{j}][k] = o[{j}]\n" for j in range(n_rows))
-    text = (f"def impl({guard}fn, rows, inputs, values):\n"
-            + ("    if not on:\n        return rows\n" if guard else "")
-            + f"    for k in range({first}.shape[0]):\n        o = fn({', '.join(args)})\n{writes}    return rows\n")
+    body = "".join(f"        rows[{j}][k] = o[{j}]\n" for j in range(n_rows))
+    head = "def impl(on, fn, rows, inputs, values):\n    if not on:\n        return rows\n" if guard else (
+        "def impl(fn, rows, inputs, values, n_sums):\n" if n_sums is not None else
+        "def impl(fn, rows, inputs, values):\n")
+    result = "rows"
+    if n_sums is not None:
+        head += "".join(f"    t{m} = 0\n" for m in range(n_sums))
+        body += "".join(f"        t{m} += o[{n_rows + m}]\n" for m in range(n_sums))
+        result = f"rows, ({''.join(f't{m}, ' for m in range(n_sums))})"
+    loop = f"    for k in range({first}.shape[0]):\n        o = fn({', '.join(args)})\n"
+    text = f"{head}{loop}{body}    return {result}\n"
     scope: dict = {}
     exec(compile(text, "<minatar slot loop>", "exec"), scope)  # noqa: S102 - text built above from counts
     return scope["impl"]
@@ -183,12 +214,19 @@ def _slot_loop(guard: str, n_rows: int, n_inputs: int, n_values: int):
 
 @overload(each, inline="always")
 def _each(fn, rows, inputs, values):
-    return _slot_loop("", len(rows), len(inputs), len(values))
+    return _slot_loop(len(rows), len(inputs), len(values))
 
 
 @overload(each_if, inline="always")
 def _each_if(on, fn, rows, inputs, values):
-    return _slot_loop("on, ", len(rows), len(inputs), len(values))
+    return _slot_loop(len(rows), len(inputs), len(values), guard=True)
+
+
+@overload(each_sum, inline="always", prefer_literal=True)
+def _each_sum(fn, rows, inputs, values, n_sums):
+    if not isinstance(n_sums, numba.types.IntegerLiteral):
+        raise numba.core.errors.TypingError("each_sum's n_sums must be a constant int")
+    return _slot_loop(len(rows), len(inputs), len(values), n_sums=n_sums.literal_value)
 
 
 @overload(each_mark, inline="always")
@@ -208,8 +246,8 @@ OPERATIONS = {
     "where": where, "clamp": clamp, "fill": fill, "draw": draw, "floor_int": floor_int, "to_float": to_float,
     "cell": cell, "put": put, "any_cell": any_cell, "fill_rows_if_empty": fill_rows_if_empty,
     "rows_grid": rows_grid, "frame": frame, "mark": mark, "plane": plane, "to_int": to_int, "sign": sign,
-    "draws": draws, "zeros_row": zeros_row, "slot": slot, "mark_if": mark_if, "each": each, "each_if": each_if,
-    "each_mark": each_mark,
+    "draws": draws, "full_row": full_row, "slot": slot, "count": count, "nth": nth, "mark_if": mark_if,
+    "each": each, "each_if": each_if, "each_sum": each_sum, "each_mark": each_mark,
 }
 
 # Row i of the state arrays s, read and written through s by constant indices (never bound to names: numba then

@@ -38,6 +38,7 @@ from rlstruct.envs.minatar._batched import (
     fill,
     floor_int,
     frame,
+    full_row,
     mark,
     mark_if,
     sign,
@@ -45,7 +46,6 @@ from rlstruct.envs.minatar._batched import (
     to_float,
     to_int,
     where,
-    zeros_row,
 )
 
 __all__ = ["GAME"]
@@ -62,7 +62,7 @@ TIME_LIMIT = 2500
 N_CARS = 8
 
 
-def _new_car(timer, speed, u_speed, u_direction):
+def _new_car(k, timer, speed, u_speed, u_direction):
     """One car's ``(timer, speed)`` from minatar's ``_randomize_cars`` draws (its old ones ignored)."""
     speed = (1 + floor_int(u_speed * 5)) * sign(u_direction - 0.5)
     return abs(speed), speed
@@ -77,7 +77,7 @@ def _wrap(x):
     return where(x < 0, 9, where(x > 9, 0, x))
 
 
-def _move_car(x, timer, speed):
+def _move_car(k, x, timer, speed):
     """One car's ``(x, timer, speed)`` after a step."""
     moves = timer == 0
     new_timer = where(moves, abs(speed), timer - 1)
@@ -88,7 +88,7 @@ def _move_car(x, timer, speed):
 def reset(u, ramping, car_x, car_timer, car_speed):
     """A new game from the draws ``u`` (16): the state, in :data:`STATE_KEYS` order."""
     car_timer, car_speed = each(_new_car, (car_timer, car_speed), _car_draws(u), ())
-    return (fill(u, 9), fill(u, PLAYER_SPEED), fill(u, TIME_LIMIT), zeros_row(car_x, u, N_CARS), car_timer,
+    return (fill(u, 9), fill(u, PLAYER_SPEED), fill(u, TIME_LIMIT), full_row(car_x, u, N_CARS, 0), car_timer,
             car_speed)
 
 
