@@ -17,7 +17,7 @@ from rlstruct.envs.minatar import GAMES, _batched
 pytest.importorskip("numba", reason="numba is not installed (rlstruct[fast])")
 
 #: The games whose rules are written once, for both steps.
-ONE_TEXT = ("asterix", "breakout", "freeway")
+ONE_TEXT = ("asterix", "breakout", "freeway", "space_invaders")
 
 
 def _rules(name: str) -> types.ModuleType:

@@ -29,7 +29,8 @@ import torch
 from rlstruct.envs.minatar._grid import SIZE
 
 __all__ = ["where", "clamp", "fill", "draw", "floor_int", "to_float", "cell", "put", "any_cell", "fill_rows_if_empty",
-           "rows_grid", "to_int", "sign", "draws", "full_row", "slot", "count", "nth", "each",
+           "rows_grid", "to_int", "sign", "draws", "full_row", "slot", "count", "nth", "minimum", "or_slot",
+           "move_up", "move_down", "or_all", "nearest_bit", "last_with_bit", "bit_planes", "each",
            "each_if", "each_sum", "frame", "mark",
            "mark_if", "each_mark", "plane", "RulesGame"]
 
@@ -41,10 +42,19 @@ def clamp(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
     return x.clamp(lo, hi)
 
 
-def fill(u: torch.Tensor, value: int | bool) -> torch.Tensor:
-    """``value`` for every env of the draws ``u`` (``[B, D]``): ``int64 [B]`` (``bool [B]`` for a bool)."""
-    dtype = torch.bool if isinstance(value, bool) else torch.int64
-    return torch.full((u.shape[0],), value, dtype=dtype, device=u.device)
+def _dtype(value: int | bool, int32: bool) -> torch.dtype:
+    return torch.bool if isinstance(value, bool) else (torch.int32 if int32 else torch.int64)
+
+
+def fill(u: torch.Tensor, value: int | bool, int32: bool = False) -> torch.Tensor:
+    """``value`` for every env of the draws ``u`` (``[B, D]``): ``int64 [B]`` (``int32`` if ``int32``; ``bool``
+    for a bool)."""
+    return torch.full((u.shape[0],), value, dtype=_dtype(value, int32), device=u.device)
+
+
+def minimum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The smaller of ``a`` and ``b``."""
+    return torch.minimum(a, b)
 
 
 def draw(u: torch.Tensor, k: int) -> torch.Tensor:
@@ -114,16 +124,71 @@ def draws(u: torch.Tensor, start: int, n: int) -> torch.Tensor:
     return u[:, start:start + n]
 
 
-def full_row(storage: None, u: torch.Tensor, n: int, value: int | bool) -> torch.Tensor:
-    """``value`` in ``n`` slots per env of the draws ``u``: ``int64 [B, n]`` (``bool`` for a bool; ``storage``: the
-    compiled step's row to write into, ``None`` here)."""
-    dtype = torch.bool if isinstance(value, bool) else torch.int64
-    return torch.full((u.shape[0], n), value, dtype=dtype, device=u.device)
+def full_row(storage: None, u: torch.Tensor, n: int, value: int | bool, int32: bool = False) -> torch.Tensor:
+    """``value`` in ``n`` slots per env of the draws ``u``: ``int64 [B, n]`` (``int32`` if ``int32``; ``bool`` for a
+    bool; ``storage``: the compiled step's row to write into, ``None`` here)."""
+    return torch.full((u.shape[0], n), value, dtype=_dtype(value, int32), device=u.device)
 
 
-def slot(row: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Slot ``k`` (``int64 [B]``) of each env's row (``[B, K]``)."""
+def slot(row: torch.Tensor, k: torch.Tensor | int) -> torch.Tensor:
+    """Slot ``k`` (``int64 [B]``, or one slot for every env) of each env's row (``[B, K]``)."""
+    if isinstance(k, int):
+        return row[:, k]
     return row.gather(1, k.unsqueeze(1)).squeeze(1)
+
+
+def or_slot(row: torch.Tensor, k: torch.Tensor | int, value: torch.Tensor, on: torch.Tensor | bool) -> torch.Tensor:
+    """The row (``[B, K]``) with ``value`` (``[B]``) or-ed into slot ``k`` (``int64 [B]`` or an int) in the envs where
+    ``on`` (``bool [B]``, or ``True``)."""
+    slots = torch.arange(row.shape[1], device=row.device)
+    hit = slots == (k if isinstance(k, int) else k.unsqueeze(1))
+    if on is not True:
+        hit = hit & on.unsqueeze(1)
+    return row | torch.where(hit, value.unsqueeze(1), 0)
+
+
+def _entering(row: torch.Tensor, value: torch.Tensor | int) -> torch.Tensor:
+    if isinstance(value, int):
+        return torch.full_like(row[:, :1], value)
+    return value.unsqueeze(1)
+
+
+def move_up(row: torch.Tensor, entering: torch.Tensor | int, on: torch.Tensor | bool) -> torch.Tensor:
+    """The row (``[B, K]``) with every slot given the next one's value and the last one ``entering``, in the envs
+    where ``on`` (``bool [B]``, or ``True``)."""
+    moved = torch.cat([row[:, 1:], _entering(row, entering)], 1)
+    return moved if on is True else torch.where(on.unsqueeze(1), moved, row)
+
+
+def move_down(row: torch.Tensor, entering: torch.Tensor | int, on: torch.Tensor | bool) -> torch.Tensor:
+    """The row (``[B, K]``) with every slot given the previous one's value and the first one ``entering``, in the
+    envs where ``on`` (``bool [B]``, or ``True``)."""
+    moved = torch.cat([_entering(row, entering), row[:, :-1]], 1)
+    return moved if on is True else torch.where(on.unsqueeze(1), moved, row)
+
+
+def or_all(row: torch.Tensor) -> torch.Tensor:
+    """The bitwise or of each env's slots (``[B, K]`` integers): ``[B]``."""
+    out = row[:, 0]
+    for k in range(1, row.shape[1]):
+        out = out | row[:, k]
+    return out
+
+
+def nearest_bit(bits: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """The set bit of each env's 10-bit ``bits`` nearest to bit ``c`` (``[B]`` each), the lower one of a tie; ``0``
+    where none is set."""
+    columns = torch.arange(SIZE, device=bits.device, dtype=bits.dtype)
+    occupied = (bits.unsqueeze(1) >> columns) & 1 != 0
+    distance = (columns - c.unsqueeze(1)).abs() * SIZE + columns
+    return torch.where(occupied, distance, 1000).argmin(1).to(bits.dtype)
+
+
+def last_with_bit(row: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """The last slot of each env's row (``[B, K]`` integers) whose value has bit ``c`` (``[B]``) set; ``0`` where
+    none has."""
+    slots = torch.arange(row.shape[1], device=row.device, dtype=row.dtype)
+    return torch.where((row >> c.unsqueeze(1)) & 1 != 0, slots, -1).argmax(1)
 
 
 def count(row: torch.Tensor, value: int | bool) -> torch.Tensor:
@@ -159,7 +224,7 @@ def each_sum(fn: Callable, rows: tuple, inputs: tuple, values: tuple, n_sums: in
     total of its term over the slots (``int64 [B]``; a ``bool`` term counts its true slots)."""
     out = each(fn, rows, inputs, values)
     n = len(out) - n_sums
-    return out[:n], tuple(t.sum(1) for t in out[n:])
+    return out[:n], tuple(t.sum(1) if t.dtype == torch.bool else t.sum(1, dtype=t.dtype) for t in out[n:])
 
 
 def each_if(on: torch.Tensor, fn: Callable, rows: tuple, inputs: tuple, values: tuple) -> tuple:
@@ -175,6 +240,36 @@ class _Frame:
 
     def __init__(self, flat: torch.Tensor, base: torch.Tensor):
         self.flat, self.base, self.first = flat, base, base
+        # (channel, bits [B, 10], on) of bit_planes, written together by finish.
+        self.bit_rows: list[tuple[int, torch.Tensor, torch.Tensor | bool]] = []
+
+    def finish(self) -> torch.Tensor:
+        """The frames ``bool [B, 10, 10, C]``."""
+        n, n_channels = self.flat.shape[0], self.flat.shape[2]
+        grid = self.flat.view(n, SIZE, SIZE, n_channels)
+        if self.bit_rows:
+            # One lookup for every row of every plane: [B, row, plane] bits -> [B, row, column, plane] cells.
+            planes = torch.stack([b if on is True else torch.where(on, b, 0) for _, b, on in self.bit_rows], -1)
+            cells = _bit_cells(planes.device).index_select(0, planes.reshape(-1).long())
+            cells = cells.view(n, SIZE, len(self.bit_rows), SIZE).permute(0, 1, 3, 2)
+            channels = [c for c, _, _ in self.bit_rows]
+            if channels == list(range(channels[0], channels[0] + len(channels))):
+                grid[..., channels[0]:channels[0] + len(channels)] = cells  # a view: no index tensor
+            else:
+                grid[..., channels] = cells
+        return grid
+
+
+_BIT_CELLS: dict[torch.device, torch.Tensor] = {}
+
+
+def _bit_cells(device: torch.device) -> torch.Tensor:
+    """``bool [1024, 10]``: the cells of every 10-bit row."""
+    table = _BIT_CELLS.get(device)
+    if table is None:
+        rows = torch.arange(1024, device=device)
+        table = _BIT_CELLS[device] = (rows.unsqueeze(1) >> torch.arange(SIZE, device=device)) & 1 != 0
+    return table
 
 
 def _offset(f: _Frame, c, y, x) -> torch.Tensor:
@@ -207,10 +302,20 @@ def mark_if(f: _Frame, c, y, x, on: torch.Tensor) -> _Frame:
     return f
 
 
-def each_mark(f: _Frame, fn: Callable, inputs: tuple) -> _Frame:
-    """``fn(f, k, *inputs)`` slot by slot (``k`` the slot, ``inputs`` ``[B, K]`` each): the frames it marks. Here
-    ``fn`` runs once, ``k`` the slots ``int64 [K]``."""
-    return fn(f, torch.arange(inputs[0].shape[1], device=inputs[0].device), *inputs)
+def bit_planes(f: _Frame, c: int, y: torch.Tensor, maps: tuple, on: tuple) -> _Frame:
+    """The frames with row ``y`` of channels ``c``, ``c + 1``, ... the cells of ``maps`` (10-bit integers, bit ``x``
+    the cell of column ``x``) where ``on`` (one each: ``bool``, or ``True``), clear elsewhere. Here, called from
+    :func:`each_mark` over every row: ``y`` the rows in order, each map ``[B, 10]``; once a frame, after the
+    frame's :func:`mark` calls on other channels."""
+    f.bit_rows.extend((c + j, bits, o) for j, (bits, o) in enumerate(zip(maps, on, strict=True)))
+    return f
+
+
+def each_mark(f: _Frame, fn: Callable, inputs: tuple, values: tuple) -> _Frame:
+    """``fn(f, k, *inputs, *values)`` slot by slot (``k`` the slot, ``inputs`` ``[B, K]`` each, ``values`` ``[B]``
+    given to every slot): the frames it marks. Here ``fn`` runs once, ``k`` the slots ``int64 [K]``."""
+    k = torch.arange(inputs[0].shape[1], device=inputs[0].device)
+    return fn(f, k, *inputs, *(_per_slot(v) for v in values))
 
 
 def plane(f: _Frame, c: int, grid: torch.Tensor) -> _Frame:
@@ -268,5 +373,4 @@ class RulesGame:
 
     def observe(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
         """The frames ``bool [B, 10, 10, C]`` (minatar's ``state()``)."""
-        f = self._observe(*(state[k] for k in self.keys), None)
-        return f.flat.view(f.flat.shape[0], SIZE, SIZE, f.flat.shape[2])
+        return self._observe(*(state[k] for k in self.keys), None).finish()

@@ -45,7 +45,7 @@ def game_module(minatar_name: str) -> types.ModuleType | types.SimpleNamespace:
 
 
 def _reset(s, i, u, ramping):
-    """The game's ``reset``: bound, in each game's copy of :func:`_autoreset`, to its kernel module's."""
+    """The game's ``reset``: bound, in each game's copy of :func:`_autoreset`, to :func:`game_module`'s."""
     raise NotImplementedError("a game's loop calls its own reset")
 
 

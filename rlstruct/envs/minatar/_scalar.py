@@ -16,7 +16,8 @@ from types import ModuleType, SimpleNamespace
 
 import numba
 import numpy as np
-from numba.extending import overload
+from numba.core import types as nbtypes
+from numba.extending import intrinsic, overload
 
 from rlstruct.envs.minatar._grid import SIZE
 
@@ -30,9 +31,24 @@ _jit = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
 _rules_jit = numba.njit(nogil=True, boundscheck=False, inline="always")
 
 
+@intrinsic
+def _select(typingctx, c, a, b):
+    """``a if c else b`` as one LLVM ``select``: no branch in numba's IR (inlined into a slot loop, a branch there
+    makes numba's IR checks warn)."""
+    result = nbtypes.unliteral(typingctx.unify_types(nbtypes.unliteral(a), nbtypes.unliteral(b)))
+    if not isinstance(c, nbtypes.Boolean) or not isinstance(result, (nbtypes.Number, nbtypes.Boolean)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        cv, av, bv = args
+        return builder.select(cv, context.cast(builder, av, a, result), context.cast(builder, bv, b, result))
+
+    return result(c, a, b), codegen
+
+
 @_jit
 def where(c, a, b):
-    return a if c else b
+    return _select(c, a, b)
 
 
 @_jit
@@ -41,8 +57,13 @@ def clamp(x, lo, hi):
 
 
 @_jit
-def fill(u, value):
+def fill(u, value, int32=False):
     return value
+
+
+@_jit
+def minimum(a, b):
+    return min(a, b)
 
 
 @_jit
@@ -134,9 +155,64 @@ def draws(u, start, n):
 
 
 @_jit
-def full_row(storage, u, n, value):
+def full_row(storage, u, n, value, int32=False):
     storage[:] = value
     return storage
+
+
+@_jit
+def or_slot(row, k, value, on):
+    if on:
+        row[k] |= value
+    return row
+
+
+@_jit
+def move_up(row, entering, on):
+    if on:
+        for k in range(row.shape[0] - 1):
+            row[k] = row[k + 1]
+        row[row.shape[0] - 1] = entering
+    return row
+
+
+@_jit
+def move_down(row, entering, on):
+    if on:
+        for k in range(row.shape[0] - 1, 0, -1):
+            row[k] = row[k - 1]
+        row[0] = entering
+    return row
+
+
+@_jit
+def or_all(row):
+    out = row[0]
+    for k in range(1, row.shape[0]):
+        out |= row[k]
+    return out
+
+
+@_jit
+def nearest_bit(bits, c):
+    column, best = 0, 1000
+    for x in range(SIZE):
+        if (bits >> x) & 1 != 0:
+            distance = abs(x - c) * SIZE + x
+            if distance < best:
+                column, best = x, distance
+    return column
+
+
+@_jit
+def last_with_bit(row, c):
+    last = 0
+    for k in range(row.shape[0]):
+        if (row[k] >> c) & 1 != 0:
+            last = k
+    return last
+
+
 
 
 @_jit
@@ -184,15 +260,21 @@ def each_sum(fn, rows, inputs, values, n_sums):
     raise NotImplementedError("compiled by numba only")
 
 
-def each_mark(f, fn, inputs):
+def bit_planes(f, c, y, maps, on):
+    """:func:`._batched.bit_planes` for row ``y`` (compiled by numba from :func:`_bit_planes`)."""
+    raise NotImplementedError("compiled by numba only")
+
+
+def each_mark(f, fn, inputs, values):
     """:func:`._batched.each_mark`, slot by slot (compiled by numba from :func:`_each_mark`)."""
     raise NotImplementedError("compiled by numba only")
 
 
-def _slot_loop(n_rows: int, n_inputs: int, n_values: int, *, guard: bool = False, n_sums: int | None = None):
-    """The loop over the slots that calls ``fn`` with slot ``k`` and slot ``k`` of each row and input, writes the
-    rows (and adds up the sums): its text depends on the number of each (a tuple's items are read by constant
-    indices)."""
+def _slot_loop(fn, n_rows: int, n_inputs: int, n_values: int, *, guard: bool = False, n_sums: int | None = None):
+    """The loop over the slots that calls ``fn`` (numba's type of the function passed) with slot ``k`` and slot
+    ``k`` of each row and input, writes the rows (and adds up the sums): its text depends on the number of each (a
+    tuple's items are read by constant indices). It calls the function as a global, which numba inlines (called
+    through the argument, a row passed to it is reference-counted at every slot)."""
     args = ["k"] + [f"rows[{j}][k]" for j in range(n_rows)] + [f"inputs[{j}][k]" for j in range(n_inputs)]
     args += [f"values[{j}]" for j in range(n_values)]
     first = "rows[0]" if n_rows else "inputs[0]"
@@ -205,38 +287,49 @@ def _slot_loop(n_rows: int, n_inputs: int, n_values: int, *, guard: bool = False
         head += "".join(f"    t{m} = 0\n" for m in range(n_sums))
         body += "".join(f"        t{m} += o[{n_rows + m}]\n" for m in range(n_sums))
         result = f"rows, ({''.join(f't{m}, ' for m in range(n_sums))})"
-    loop = f"    for k in range({first}.shape[0]):\n        o = fn({', '.join(args)})\n"
+    loop = f"    for k in range({first}.shape[0]):\n        o = _fn({', '.join(args)})\n"
     text = f"{head}{loop}{body}    return {result}\n"
-    scope: dict = {}
+    scope: dict = {"_fn": fn.dispatcher}
     exec(compile(text, "<minatar slot loop>", "exec"), scope)  # noqa: S102 - text built above from counts
     return scope["impl"]
 
 
 @overload(each, inline="always")
 def _each(fn, rows, inputs, values):
-    return _slot_loop(len(rows), len(inputs), len(values))
+    return _slot_loop(fn, len(rows), len(inputs), len(values))
 
 
 @overload(each_if, inline="always")
 def _each_if(on, fn, rows, inputs, values):
-    return _slot_loop(len(rows), len(inputs), len(values), guard=True)
+    return _slot_loop(fn, len(rows), len(inputs), len(values), guard=True)
 
 
 @overload(each_sum, inline="always", prefer_literal=True)
 def _each_sum(fn, rows, inputs, values, n_sums):
-    if not isinstance(n_sums, numba.types.IntegerLiteral):
+    if not isinstance(n_sums, nbtypes.IntegerLiteral):
         raise numba.core.errors.TypingError("each_sum's n_sums must be a constant int")
-    return _slot_loop(len(rows), len(inputs), len(values), n_sums=n_sums.literal_value)
+    return _slot_loop(fn, len(rows), len(inputs), len(values), n_sums=n_sums.literal_value)
+
+
+@overload(bit_planes, inline="always")
+def _bit_planes(f, c, y, maps, on):
+    # Cell by cell, every plane's channel in turn: the frame's bytes in order.
+    body = "".join(f"        f[y, x, c + {j}] = on[{j}] & ((maps[{j}] >> x) & 1 != 0)\n" for j in range(len(maps)))
+    text = f"def impl(f, c, y, maps, on):\n    for x in range({SIZE}):\n{body}    return f\n"
+    scope: dict = {}
+    exec(compile(text, "<minatar bit planes>", "exec"), scope)  # noqa: S102 - text built above from a count
+    return scope["impl"]
 
 
 @overload(each_mark, inline="always")
-def _each_mark(f, fn, inputs):
+def _each_mark(f, fn, inputs, values):
     args = "".join(f", inputs[{j}][k]" for j in range(len(inputs)))
+    args += "".join(f", values[{j}]" for j in range(len(values)))
     # The frame is written in place: fn's result, the same array, is not bound again (a name rebound in the loop
     # of an inlined function makes numba warn).
-    text = (f"def impl(f, fn, inputs):\n    for k in range(inputs[0].shape[0]):\n        fn(f, k{args})\n"
+    text = (f"def impl(f, fn, inputs, values):\n    for k in range(inputs[0].shape[0]):\n        _fn(f, k{args})\n"
             "    return f\n")
-    scope: dict = {}
+    scope: dict = {"_fn": fn.dispatcher}
     exec(compile(text, "<minatar slot marks>", "exec"), scope)  # noqa: S102 - text built above from a count
     return scope["impl"]
 
@@ -247,7 +340,9 @@ OPERATIONS = {
     "cell": cell, "put": put, "any_cell": any_cell, "fill_rows_if_empty": fill_rows_if_empty,
     "rows_grid": rows_grid, "frame": frame, "mark": mark, "plane": plane, "to_int": to_int, "sign": sign,
     "draws": draws, "full_row": full_row, "slot": slot, "count": count, "nth": nth, "mark_if": mark_if,
-    "each": each, "each_if": each_if, "each_sum": each_sum, "each_mark": each_mark,
+    "each": each, "each_if": each_if, "each_sum": each_sum, "each_mark": each_mark, "minimum": minimum,
+    "or_slot": or_slot, "move_up": move_up, "move_down": move_down, "or_all": or_all, "nearest_bit": nearest_bit,
+    "last_with_bit": last_with_bit, "bit_planes": bit_planes,
 }
 
 # Row i of the state arrays s, read and written through s by constant indices (never bound to names: numba then

@@ -127,7 +127,7 @@ def observe(player_x, player_y, spawn_speed, spawn_timer, move_speed, move_timer
             right, gold, storage):
     """The frame (minatar's ``state()``), its channels :data:`CHANNELS`."""
     f = frame(storage, player_x, 4, 0, player_y, player_x)
-    return each_mark(f, _slot_cells, (alive, x, right, gold))
+    return each_mark(f, _slot_cells, (alive, x, right, gold), ())
 
 
 GAME = RulesGame(sys.modules[__name__])

@@ -125,7 +125,7 @@ def _car_cells(f, k, x, speed):
 def observe(pos, move_timer, terminate_timer, car_x, car_timer, car_speed, storage):
     """The frame (minatar's ``state()``), its channels :data:`CHANNELS`."""
     f = frame(storage, pos, 7, 0, pos, 4)
-    return each_mark(f, _car_cells, (car_x, car_speed))
+    return each_mark(f, _car_cells, (car_x, car_speed), ())
 
 
 GAME = RulesGame(sys.modules[__name__])
