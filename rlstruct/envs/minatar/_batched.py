@@ -96,9 +96,10 @@ def any_cell(grid: torch.Tensor) -> torch.Tensor:
 def fill_rows_if_empty(grid: torch.Tensor, y0: int, y1: int, on: torch.Tensor) -> torch.Tensor:
     """The grid with rows ``y0`` to ``y1 - 1`` set in the envs where ``on`` (``bool [B]``) and the grid is empty."""
     on = on & ~any_cell(grid)
-    grid = grid.clone()
-    grid[:, y0:y1] |= on.view(-1, 1, 1)
-    return grid
+    # A mask of the rows, not a write into a slice: inductor's vector code for that slice write does not compile.
+    rows = torch.arange(SIZE, device=grid.device)
+    wall = ((rows >= y0) & (rows < y1)).view(1, SIZE, 1)
+    return grid | (on.view(-1, 1, 1) & wall)
 
 
 def rows_grid(storage: None, u: torch.Tensor, y0: int, y1: int) -> torch.Tensor:
