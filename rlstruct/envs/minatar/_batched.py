@@ -8,15 +8,15 @@ to its operations of the same names over one env's numbers and rows. So every op
 the same meaning, and a rule is written in the style both can run:
 
 * a value is a number per env (``[B]`` here, a scalar there); a row is one array per env: a grid (``bool [B, 10,
-  10]`` here, one env's ``[10, 10]`` there) or slots (``[B, K]`` here, ``[K]`` there), which :func:`put`,
-  :func:`fill_rows_if_empty` and :func:`each` write in place there and return: the rules always rebind the name
-  (``grid = put(grid, ...)``) and never read the row they passed in again;
-* work on slots goes through :func:`each` (and :func:`each_if`, :func:`each_mark`): a function of one slot's
-  values, which runs once over ``[B, K]`` tensors here and slot by slot there;
+  10]`` here, one env's ``[10, 10]`` there) or slots (``[B, K]`` here, ``[K]`` there), which the operations that
+  return a row (:func:`put`, :func:`each`, :func:`move_up`, ...) write in place there: the rules always rebind the
+  name (``grid = put(grid, ...)``) and never read the row they passed in again;
+* work on slots goes through :func:`each` (and :func:`each_if`, :func:`each_sum`, :func:`each_mark`): a function
+  of the slot's index and values, which runs once over ``[B, K]`` tensors here and slot by slot there;
 * no Python ``and``, ``or``, ``not`` or ``if`` on a value: ``&``, ``|``, ``~`` and :func:`where` (Python's ``abs``
-  works on both);
-* a frame is built by :func:`frame` and :func:`mark` (:func:`mark_if`, :func:`plane`, :func:`each_mark`) calls,
-  then returned by the rules' ``observe``.
+  and the integer operators work on both); an ``if`` on a setting (``ramping``) is fine;
+* a frame is built by :func:`frame` and :func:`mark` (:func:`mark_if`, :func:`plane`, :func:`bit_planes`,
+  :func:`each_mark`) calls, then returned by the rules' ``observe``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The rules' vocabulary over one env (numba), and :func:`kernels`: a game's rules compiled for one env at a time.
 
 Each operation is the twin of :mod:`._batched`'s of the same name (see there for the style of the rules): values
-are one env's numbers, a grid or a frame is one env's row of the state's array, written in place and returned.
+are one env's numbers; a grid, a row of slots or a frame is one env's row of an array, written in place and
+returned; the operations over slots (``each`` ...) are loops that numba generates for each number of rows and inputs.
 :func:`kernels` compiles a copy of each function of a game's ``rules`` module whose globals name these operations
 instead, and the small functions that read and write one env's row of the state arrays around them (generated from
 the module's ``STATE_KEYS`` and ``ROWS``): the game's functions for the compiled auto-reset step
@@ -19,6 +20,7 @@ import numpy as np
 from numba.core import types as nbtypes
 from numba.extending import intrinsic, overload
 
+from rlstruct.envs.minatar import _grid
 from rlstruct.envs.minatar._grid import SIZE
 
 __all__ = ["kernels", "OPERATIONS"]
@@ -402,7 +404,7 @@ def kernels(rules: ModuleType) -> SimpleNamespace:
     glue = {"_rules_reset": scope["reset"], "_rules_step": scope["step"], "_rules_observe": scope["observe"]}
     exec(compile(text, f"<{rules.NAME} state rows>", "exec"), glue)  # noqa: S102 - text built above from the keys
     loaded = _LOADED[rules.__name__] = SimpleNamespace(
-        STATE_KEYS=keys, sources=(Path(rules.__file__), Path(__file__)), functions=functions,
+        STATE_KEYS=keys, sources=(Path(rules.__file__), Path(__file__), Path(_grid.__file__)), functions=functions,
         **{name: _rules_jit(glue[name]) for name in ("reset", "step", "observe")},
     )
     return loaded
