@@ -242,8 +242,10 @@ def nth(row, value, rank):
 
 @_jit
 def mark_if(f, c, y, x, on):
-    if on:
-        f[y, x, c] = True
+    # No branch (inlined into a slot loop, a branch costs the frame's reference counts at every slot): an off cell
+    # ors False into cell (0, 0) of channel 0.
+    y, x, c = _select(on, y, 0), _select(on, x, 0), _select(on, c, 0)
+    f[y, x, c] |= on
     return f
 
 
