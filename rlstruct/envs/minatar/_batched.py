@@ -203,6 +203,25 @@ def nth(row: torch.Tensor, value: int | bool, rank: torch.Tensor) -> torch.Tenso
     return ((row == value).cumsum(1) <= rank.unsqueeze(1)).sum(1)
 
 
+# Constant index tensors (the slots' indices, the cells of every bit row), built once per shape on the CPU; on
+# another device built at every call (one built while a CUDA graph is captured would hold what the graph's replay
+# writes, not its values).
+_CONSTANTS: dict[tuple, torch.Tensor] = {}
+
+
+def _constant(key: tuple, device: torch.device, build: Callable[[], torch.Tensor]) -> torch.Tensor:
+    if device.type != "cpu":
+        return build()
+    value = _CONSTANTS.get(key)
+    if value is None:
+        value = _CONSTANTS[key] = build()
+    return value
+
+
+def _slots(n: int, device: torch.device) -> torch.Tensor:
+    return _constant(("slots", n), device, lambda: torch.arange(n, device=device))
+
+
 def _per_slot(value):
     return value.unsqueeze(1) if isinstance(value, torch.Tensor) else value
 
@@ -216,8 +235,7 @@ def each(fn: Callable, rows: tuple, inputs: tuple, values: tuple) -> tuple:
     ``int64 [K]``.
     """
     like = next(r for r in (*rows, *inputs) if r is not None)
-    k = torch.arange(like.shape[1], device=like.device)
-    return fn(k, *rows, *inputs, *(_per_slot(v) for v in values))
+    return fn(_slots(like.shape[1], like.device), *rows, *inputs, *(_per_slot(v) for v in values))
 
 
 def each_sum(fn: Callable, rows: tuple, inputs: tuple, values: tuple, n_sums: int) -> tuple[tuple, tuple]:
@@ -261,16 +279,10 @@ class _Frame:
         return grid
 
 
-_BIT_CELLS: dict[torch.device, torch.Tensor] = {}
-
-
 def _bit_cells(device: torch.device) -> torch.Tensor:
     """``bool [1024, 10]``: the cells of every 10-bit row."""
-    table = _BIT_CELLS.get(device)
-    if table is None:
-        rows = torch.arange(1024, device=device)
-        table = _BIT_CELLS[device] = (rows.unsqueeze(1) >> torch.arange(SIZE, device=device)) & 1 != 0
-    return table
+    return _constant(("bit cells",), device, lambda: (torch.arange(1024, device=device).unsqueeze(1)
+                                                      >> torch.arange(SIZE, device=device)) & 1 != 0)
 
 
 def _offset(f: _Frame, c, y, x) -> torch.Tensor:
@@ -315,8 +327,7 @@ def bit_planes(f: _Frame, c: int, y: torch.Tensor, maps: tuple, on: tuple) -> _F
 def each_mark(f: _Frame, fn: Callable, inputs: tuple, values: tuple) -> _Frame:
     """``fn(f, k, *inputs, *values)`` slot by slot (``k`` the slot, ``inputs`` ``[B, K]`` each, ``values`` ``[B]``
     given to every slot): the frames it marks. Here ``fn`` runs once, ``k`` the slots ``int64 [K]``."""
-    k = torch.arange(inputs[0].shape[1], device=inputs[0].device)
-    return fn(f, k, *inputs, *(_per_slot(v) for v in values))
+    return fn(f, _slots(inputs[0].shape[1], inputs[0].device), *inputs, *(_per_slot(v) for v in values))
 
 
 def plane(f: _Frame, c: int, grid: torch.Tensor) -> _Frame:
