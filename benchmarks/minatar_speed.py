@@ -8,7 +8,7 @@ rewards, dones) for ``--steps`` steps of ``--envs`` envs, and reports env steps 
 * ``rlstruct torch``: ``make_env("MinAtar/<Game>-v1", N, backend="torch", autoreset=True)`` stepped with
   ``torch.randint`` actions, each step's frame (``bool``), reward and done copied into a preallocated
   ``[T, N, ...]`` buffer (zero-filled beforehand: its pages exist, as a reused buffer's do): what a CPU user
-  gets, the compiled CPU step (``kernel`` "jit": numba installed, the game has a kernel module) from the first
+  gets, the compiled CPU step (``kernel`` "jit": numba installed, the game has a compiled step) from the first
   step.
 * ``rlstruct torch, eager``: the same with ``RLSTRUCT_JIT=0``: the torch step, op by op (``kernel`` "torch").
 * ``rlstruct torch step_into``: the env as ``RL_Batcher`` drives it, ``env.step_into(action, next_t, running_t+1)``

@@ -1,4 +1,4 @@
-"""The compiled CPU step of the torch MinAtar games (numba): the torch step's bits for every game with a kernel module
+"""The compiled CPU step of the torch MinAtar games (numba): the torch step's bits for every game with a compiled step
 (frames, rewards, flags, the state), the move to it after ``RLSTRUCT_JIT_AFTER`` env steps, ``step_into`` and
 ``RLSTRUCT_JIT=0``."""
 

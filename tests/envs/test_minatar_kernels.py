@@ -1,18 +1,15 @@
-"""The MinAtar games' compiled kernels (``rlstruct.envs.minatar._<game>.kernel``) against their torch games, env by env:
+"""The MinAtar games' compiled kernels (``_jit_driver.game_module``) against their torch games, env by env:
 from the states of torch rollouts (random actions and draws, ramping on and off, finished rows reset, some rows from
 harder starts), each kernel's ``step`` on row ``i`` of numpy copies gives the torch step's next state (every key, bit
 for bit), reward and termination; ``reset`` and ``observe`` give ``GAME.reset``'s and ``GAME.observe``'s rows."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-
 import numpy as np
 import pytest
 import torch
 
-from rlstruct.envs.minatar._env import GAMES, game
+from rlstruct.envs.minatar._env import GAMES, game, has_kernels
 
 pytest.importorskip("numba", reason="numba is not installed (rlstruct[fast])")
 
@@ -39,10 +36,11 @@ def _kernel_names() -> list[str]:
 
 
 def _kernels(name: str):
-    module = f"rlstruct.envs.minatar._{name}.kernel"
-    if importlib.util.find_spec(module) is None:
-        pytest.skip(f"no compiled kernels for {name} ({module} does not exist)")
-    return importlib.import_module(module)
+    if not has_kernels(name):
+        pytest.skip(f"no compiled kernels for {name}")
+    from rlstruct.envs.minatar._jit_driver import game_module
+
+    return game_module(name)
 
 
 def _reset(rules, name: str, n: int, ramping: bool, gen: torch.Generator) -> dict[str, torch.Tensor]:

@@ -70,9 +70,12 @@ class Game(Protocol):
 
 
 def has_kernels(name: str) -> bool:
-    """Whether the game of minatar name ``name`` has a compiled CPU step (its ``kernel`` module; imports only the
-    game's folder)."""
-    return importlib.util.find_spec(f"rlstruct.envs.minatar._{name}.kernel") is not None
+    """Whether the game of minatar name ``name`` has a compiled CPU step: its ``rules`` module is written for both
+    steps (it declares ``STATE_KEYS``), or it has a ``kernel`` module (imports only the game's folder)."""
+    folder = f"rlstruct.envs.minatar._{name}"
+    if hasattr(importlib.import_module(f"{folder}.rules"), "STATE_KEYS"):
+        return True
+    return importlib.util.find_spec(f"{folder}.kernel") is not None
 
 
 def game(name: str) -> tuple[Game, tuple[int, ...]]:
@@ -273,7 +276,7 @@ class MinAtarEnv(SimEnv):
 
     def _move_to_jit(self) -> None:
         driver = jit_module(_DRIVER)
-        if driver is not None and jit_module(f"rlstruct.envs.minatar._{self.game.name}.kernel") is not None:
+        if driver is not None:
             keys = driver.game_module(self.game.name).STATE_KEYS
             self._compiled = driver.CompiledStep(self, tuple(_GAME_PREFIX + k for k in keys))
 

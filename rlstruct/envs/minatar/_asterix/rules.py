@@ -1,4 +1,5 @@
-"""MinAtar Asterix over batched tensors: :data:`GAME`.
+"""MinAtar Asterix, written once for both steps: :data:`GAME` (batched, torch) and, compiled from these very
+functions, the compiled CPU step's (:mod:`rlstruct.envs.minatar._scalar`).
 
 The player moves in the four directions over rows 1-8; enemies and gold spawn at either side, one per row at most
 (slot ``i`` is row ``i + 1``), and cross the screen. Picking up gold gives +1; touching an enemy ends the episode.
@@ -11,122 +12,122 @@ the slot (``randint(k)`` over the ``k`` free slots in order: the ``floor(k u)``-
 State (``[B]`` unless said): ``player_x``, ``player_y``, ``spawn_speed``, ``spawn_timer``, ``move_speed``,
 ``move_timer``, ``ramp_timer``, ``ramp_index``; per slot (``[B, 8]``) ``alive``, ``x``, ``right`` (moving right),
 ``gold``.
+
+>>> import torch
+>>> s = GAME.reset(torch.zeros(2, 0, dtype=torch.float64), True)
+>>> s["player_x"].tolist(), s["spawn_timer"].tolist()
+([5, 5], [10, 10])
+>>> u = torch.tensor([[0.1, 0.1, 0.0], [0.9, 0.9, 0.99]], dtype=torch.float64)
+>>> s, reward, terminated = GAME.step(s, torch.tensor([1, 2]), u, True)
+>>> s["player_x"].tolist(), s["player_y"].tolist(), GAME.observe(s).shape
+([4, 5], [5, 4], torch.Size([2, 10, 10, 4]))
 """
 
 from __future__ import annotations
 
-import torch
+import sys
 
-from rlstruct.envs.minatar._grid import cell_index, frame
+from rlstruct.envs.minatar._batched import (
+    RulesGame,
+    clamp,
+    count,
+    draw,
+    each_mark,
+    each_sum,
+    fill,
+    floor_int,
+    frame,
+    full_row,
+    mark_if,
+    nth,
+    to_float,
+    to_int,
+    where,
+)
 
-__all__ = ["GAME", "Asterix"]
+__all__ = ["GAME"]
+
+NAME = "asterix"
+CHANNELS = ("player", "enemy", "trail", "gold")
+N_STEP_DRAWS = 3
+N_RESET_DRAWS = 0
+STATE_KEYS = ("player_x", "player_y", "spawn_speed", "spawn_timer", "move_speed", "move_timer", "ramp_timer",
+              "ramp_index", "alive", "x", "right", "gold")
+ROWS = ("alive", "x", "right", "gold")
 
 RAMP_INTERVAL = 100
 INIT_SPAWN_SPEED = 10
 INIT_MOVE_INTERVAL = 5
-_N_SLOTS = 8
+N_SLOTS = 8
 
 
-class Asterix:
-    """The rules of MinAtar Asterix (see the module docstring).
-
-    >>> s = GAME.reset(torch.zeros(2, 0, dtype=torch.float64), True)
-    >>> s["player_x"].tolist(), s["spawn_timer"].tolist()
-    ([5, 5], [10, 10])
-    >>> u = torch.tensor([[0.1, 0.1, 0.0], [0.9, 0.9, 0.99]], dtype=torch.float64)
-    >>> s, reward, terminated = GAME.step(s, torch.tensor([1, 2]), u, True)
-    >>> s["player_x"].tolist(), s["player_y"].tolist(), GAME.observe(s).shape
-    ([4, 5], [5, 4], torch.Size([2, 10, 10, 4]))
-    """
-
-    name = "asterix"
-    channels = ("player", "enemy", "trail", "gold")
-    n_step_draws = 3
-    n_reset_draws = 0
-
-    def reset(self, u: torch.Tensor, ramping: bool) -> dict[str, torch.Tensor]:
-        """The initial states of ``B`` envs (``u``: ``float64 [B, 0]``, for the device and ``B``)."""
-        n, dev = u.shape[0], u.device
-
-        def full(v: int) -> torch.Tensor:
-            return torch.full((n,), v, dtype=torch.int64, device=dev)
-
-        no = torch.zeros(n, _N_SLOTS, dtype=torch.bool, device=dev)
-        return {
-            "player_x": full(5), "player_y": full(5), "spawn_speed": full(INIT_SPAWN_SPEED),
-            "spawn_timer": full(INIT_SPAWN_SPEED), "move_speed": full(INIT_MOVE_INTERVAL),
-            "move_timer": full(INIT_MOVE_INTERVAL), "ramp_timer": full(RAMP_INTERVAL), "ramp_index": full(0),
-            "alive": no, "x": torch.zeros(n, _N_SLOTS, dtype=torch.int64, device=dev), "right": no.clone(),
-            "gold": no.clone(),
-        }
-
-    def step(
-        self, state: dict[str, torch.Tensor], action: torch.Tensor, u: torch.Tensor, ramping: bool
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
-        """One step of every env with the full-set actions ``action`` (``int64 [B]``) and draws ``u``
-        (``float64 [B, 3]``): ``(state, reward float32 [B], terminated bool [B])``."""
-        alive, x, right, gold = state["alive"], state["x"], state["right"], state["gold"]
-        spawn_speed, spawn_timer = state["spawn_speed"], state["spawn_timer"]
-        # Spawn: the floor(k u)-th free slot, k the free slots.
-        spawn = spawn_timer == 0
-        free = ~alive
-        rank = (u[:, 2] * free.sum(1)).floor().to(torch.int64)
-        pick = free & (free.cumsum(1) == (rank + 1).unsqueeze(1)) & spawn.unsqueeze(1)
-        from_left = (u[:, 0] < 0.5).unsqueeze(1)
-        alive = alive | pick
-        x = torch.where(pick, torch.where(from_left, 0, 9), x)
-        right = torch.where(pick, from_left, right)
-        gold = torch.where(pick, (u[:, 1] < 1 / 3).unsqueeze(1), gold)
-        spawn_timer = torch.where(spawn, spawn_speed, spawn_timer)
-        # The player.
-        px, py = state["player_x"], state["player_y"]
-        px = torch.where(action == 1, (px - 1).clamp(min=0), torch.where(action == 3, (px + 1).clamp(max=9), px))
-        py = torch.where(action == 2, (py - 1).clamp(min=1), torch.where(action == 4, (py + 1).clamp(max=8), py))
-        rows = torch.arange(1, _N_SLOTS + 1, device=x.device)
-        on_row = (rows == py.unsqueeze(1))
-        # Contact before the entities move, then after (when they move this step).
-        touch = alive & on_row & (x == px.unsqueeze(1))
-        reward = (touch & gold).sum(1)
-        terminated = (touch & ~gold).any(1)
-        alive = alive & ~(touch & gold)
-        moves = state["move_timer"] == 0
-        move_timer = torch.where(moves, state["move_speed"], state["move_timer"])
-        x = torch.where(moves.unsqueeze(1) & alive, x + torch.where(right, 1, -1), x)
-        alive = alive & (x >= 0) & (x <= 9)
-        touch = moves.unsqueeze(1) & alive & on_row & (x == px.unsqueeze(1))
-        reward = reward + (touch & gold).sum(1)
-        terminated = terminated | (touch & ~gold).any(1)
-        alive = alive & ~(touch & gold)
-        spawn_timer = spawn_timer - 1
-        move_timer = move_timer - 1
-        move_speed, ramp_timer, ramp_index = state["move_speed"], state["ramp_timer"], state["ramp_index"]
-        if ramping:
-            ramps = (spawn_speed > 1) | (move_speed > 1)
-            bump = ramps & (ramp_timer < 0)
-            move_speed = move_speed - (bump & (move_speed > 1) & ((ramp_index & 1) == 1)).to(torch.int64)
-            spawn_speed = spawn_speed - (bump & (spawn_speed > 1)).to(torch.int64)
-            ramp_index = ramp_index + bump.to(torch.int64)
-            ramp_timer = torch.where(bump, RAMP_INTERVAL, ramp_timer - ramps.to(torch.int64))
-        nxt = {
-            "player_x": px, "player_y": py, "spawn_speed": spawn_speed, "spawn_timer": spawn_timer,
-            "move_speed": move_speed, "move_timer": move_timer, "ramp_timer": ramp_timer, "ramp_index": ramp_index,
-            "alive": alive, "x": x, "right": right, "gold": gold,
-        }
-        return nxt, reward.to(torch.float32), terminated
-
-    def observe(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The frames ``bool [B, 10, 10, 4]`` (minatar's ``state()``)."""
-        alive, x, right, gold = state["alive"], state["x"], state["right"], state["gold"]
-        px = state["player_x"]
-        n = px.shape[0]
-        rows = torch.arange(1, _N_SLOTS + 1, device=x.device).expand(n, _N_SLOTS)
-        back = x - torch.where(right, 1, -1)
-        here = cell_index(rows, x)
-        return frame(4, [
-            (0, cell_index(state["player_y"], px).unsqueeze(1), None),
-            (1, here, alive & ~gold), (3, here, alive & gold),
-            (2, cell_index(rows, back), alive & (back >= 0) & (back <= 9)),
-        ])
+def reset(u, ramping, alive, x, right, gold):
+    """A new game (``u`` holds no draws): the state, in :data:`STATE_KEYS` order."""
+    return (fill(u, 5), fill(u, 5), fill(u, INIT_SPAWN_SPEED), fill(u, INIT_SPAWN_SPEED), fill(u, INIT_MOVE_INTERVAL),
+            fill(u, INIT_MOVE_INTERVAL), fill(u, RAMP_INTERVAL), fill(u, 0), full_row(alive, u, N_SLOTS, False),
+            full_row(x, u, N_SLOTS, 0), full_row(right, u, N_SLOTS, False), full_row(gold, u, N_SLOTS, False))
 
 
-GAME = Asterix()
+def _slot_step(k, alive, x, right, gold, spawn_at, from_left, is_gold, row, col, moves):
+    """Slot ``k`` (row ``k + 1``) in a step: ``(alive, x, right, gold, picked, lost)``, ``picked`` the gold the
+    player picks up there, ``lost`` whether an enemy touches the player there."""
+    new = k == spawn_at
+    alive = alive | new
+    x = where(new, where(from_left, 0, 9), x)
+    right = where(new, from_left, right)
+    gold = where(new, is_gold, gold)
+    # Contact before the entity moves, then after (when it moves this step).
+    touch = alive & (k + 1 == row) & (x == col)
+    picked = touch & gold
+    lost = touch & ~gold
+    alive = alive & ~picked
+    x = where(moves & alive, x + where(right, 1, -1), x)
+    alive = alive & (x >= 0) & (x <= 9)
+    touch = moves & alive & (k + 1 == row) & (x == col)
+    alive = alive & ~(touch & gold)
+    return alive, x, right, gold, picked | (touch & gold), lost | (touch & ~gold)
+
+
+def step(player_x, player_y, spawn_speed, spawn_timer, move_speed, move_timer, ramp_timer, ramp_index, alive, x,
+         right, gold, action, u, ramping):
+    """One step with the full-set action ``action`` and the draws ``u`` (3): ``(state, reward, terminated)``."""
+    # Spawn: the floor(k u)-th free slot, k the free slots.
+    spawn = spawn_timer == 0
+    rank = floor_int(draw(u, 2) * count(alive, False))
+    spawn_at = where(spawn, nth(alive, False, rank), N_SLOTS)
+    spawn_timer = where(spawn, spawn_speed, spawn_timer)
+    px = where(action == 1, clamp(player_x - 1, 0, 9), where(action == 3, clamp(player_x + 1, 0, 9), player_x))
+    py = where(action == 2, clamp(player_y - 1, 1, 8), where(action == 4, clamp(player_y + 1, 1, 8), player_y))
+    moves = move_timer == 0
+    move_timer = where(moves, move_speed, move_timer)
+    (alive, x, right, gold), (reward, lost) = each_sum(
+        _slot_step, (alive, x, right, gold), (), (spawn_at, draw(u, 0) < 0.5, draw(u, 1) < 1 / 3, py, px, moves), 2)
+    spawn_timer = spawn_timer - 1
+    move_timer = move_timer - 1
+    if ramping:
+        ramps = (spawn_speed > 1) | (move_speed > 1)
+        bump = ramps & (ramp_timer < 0)
+        move_speed = move_speed - to_int(bump & (move_speed > 1) & ((ramp_index & 1) == 1))
+        spawn_speed = spawn_speed - to_int(bump & (spawn_speed > 1))
+        ramp_index = ramp_index + to_int(bump)
+        ramp_timer = where(bump, RAMP_INTERVAL, ramp_timer - to_int(ramps))
+    return ((px, py, spawn_speed, spawn_timer, move_speed, move_timer, ramp_timer, ramp_index, alive, x, right, gold),
+            to_float(reward), lost > 0)
+
+
+def _slot_cells(f, k, alive, x, right, gold):
+    """Slot ``k``'s entity (an enemy or gold) and its trail."""
+    f = mark_if(f, 1, k + 1, x, alive & ~gold)
+    f = mark_if(f, 3, k + 1, x, alive & gold)
+    back = x - where(right, 1, -1)
+    return mark_if(f, 2, k + 1, back, alive & (back >= 0) & (back <= 9))
+
+
+def observe(player_x, player_y, spawn_speed, spawn_timer, move_speed, move_timer, ramp_timer, ramp_index, alive, x,
+            right, gold, storage):
+    """The frame (minatar's ``state()``), its channels :data:`CHANNELS`."""
+    f = frame(storage, player_x, 4, 0, player_y, player_x)
+    return each_mark(f, _slot_cells, (alive, x, right, gold), ())
+
+
+GAME = RulesGame(sys.modules[__name__])
