@@ -122,9 +122,10 @@ def _on_stop_signal(signum: int, frame: Any) -> None:
     )
 
 
-def _die_with_parent(parent_pid: int) -> bool:
+def _die_with_parent(parent_pid: int, forked: bool) -> bool:
     """Asks the kernel for :data:`STOP_SIGNAL` when the parent dies (Linux; quietly nothing elsewhere); ``False``
-    when the parent is gone already."""
+    when the parent ``parent_pid`` is gone already. A worker ``forked`` from the fork server is that server's child:
+    the signal comes when the server exits, which it does when ``parent_pid`` does."""
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
@@ -132,7 +133,15 @@ def _die_with_parent(parent_pid: int) -> bool:
         except (OSError, AttributeError):
             pass
     # The parent may have died before prctl: then no signal will ever come, and this process was re-parented.
-    return os.getppid() == parent_pid
+    if not forked:
+        return os.getppid() == parent_pid
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a process of another user has the pid now
+        return False
+    return os.getppid() != 1
 
 
 def _send_quietly(conn, reply: Reply) -> None:
@@ -142,8 +151,26 @@ def _send_quietly(conn, reply: Reply) -> None:
         pass
 
 
-def worker_main(spec: WorkerSpec, conn, parent_pid: int | None = None) -> None:
-    """Entry point of a spawned worker process; ``parent_pid``: die with that parent (``None``: do not)."""
+def _leave_the_fork_server() -> None:
+    """Closes this worker's copy of the fork server's "alive" pipe: the server exits when every holder of the pipe
+    has, and so, without this, when the parent is killed while a worker hangs, neither would ever exit (the worker
+    waits for its parent-death signal, which comes when the server exits)."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        os.close(fd)
+        server._forkserver_alive_fd = None
+
+
+def worker_main(spec: WorkerSpec, conn, parent_pid: int | None = None, environ: dict[str, str] | None = None) -> None:
+    """Entry point of a worker process; ``parent_pid``: die with that parent (``None``: do not); ``environ``: the
+    environment of a worker forked from the fork server (``None``: spawned, it started with its own)."""
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
+        _leave_the_fork_server()
     # The parent owns shutdown: a Ctrl-C in a terminal reaches the whole process group, and a worker that
     # died of it mid-acquisition would turn a clean stop into a BatcherWorkerError and a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -151,7 +178,7 @@ def worker_main(spec: WorkerSpec, conn, parent_pid: int | None = None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # likewise a scheduler's SIGTERM to the job's processes
     signal.signal(STOP_SIGNAL, _on_stop_signal)
     try:
-        if parent_pid is not None and not _die_with_parent(parent_pid):
+        if parent_pid is not None and not _die_with_parent(parent_pid, forked=environ is not None):
             conn.close()
             return
         _serve_forever(spec, conn)

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["creation_site", "reap_resource_tracker", "track", "untrack"]
+__all__ = ["creation_site", "reap_fork_server", "reap_resource_tracker", "track", "untrack"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ def _close_all_at_exit() -> None:
     # still unregister resources with the tracker) runs now rather than after this hook: it runs once, so its own
     # turn later is a no-op. Only then may the tracker be stopped.
     multiprocessing.util._exit_function()
+    reap_fork_server(_TRACKER_GRACE_S)
     reap_resource_tracker(_TRACKER_GRACE_S)
 
 
@@ -61,22 +62,39 @@ def reap_resource_tracker(grace: float) -> bool:
     """Stops multiprocessing's resource tracker, if this process started one, and waits at most ``grace`` seconds
     for it to exit; whether it is gone.
 
-    Starting a spawned worker starts the tracker, a child of this process that exits when its pipe closes, i.e. when
-    this process is gone: too late for anyone but init to wait for it, so it lingers as a zombie in the program's
-    process group. Closing its pipe and waiting here leaves nothing behind. Only for interpreter exit: a later
+    Starting a worker starts the tracker, a child of this process that exits when its pipe closes, i.e. when this
+    process is gone: too late for anyone but init to wait for it, so it lingers as a zombie in the program's process
+    group. Closing its pipe and waiting here leaves nothing behind. Only for interpreter exit: a later
     multiprocessing call would start a new tracker.
     """
     from multiprocessing import resource_tracker
 
-    tracker = resource_tracker._resource_tracker
-    lock, fd, pid = (getattr(tracker, a, None) for a in ("_lock", "_fd", "_pid"))
+    return _close_and_wait(resource_tracker._resource_tracker, "_fd", "_pid", "_lock", "resource tracker", grace)
+
+
+def reap_fork_server(grace: float) -> bool:
+    """Stops the fork server the workers were forked from (:mod:`._parent`), if this process started one, and waits
+    at most ``grace`` seconds for it to exit; whether it is gone. The server exits when its "alive" pipe closes,
+    like the tracker (whose pipe it holds too: reaped first). Only for interpreter exit, after the workers stopped:
+    a worker dies with the server."""
+    from multiprocessing import forkserver
+
+    return _close_and_wait(forkserver._forkserver, "_forkserver_alive_fd", "_forkserver_pid", "_lock", "fork server",
+                           grace)
+
+
+def _close_and_wait(helper: Any, fd_name: str, pid_name: str, lock_name: str, what: str, grace: float) -> bool:
+    """Closes the pipe whose end of file stops multiprocessing's helper process ``helper`` (its attributes
+    ``fd_name``, ``pid_name``, ``lock_name``) and waits at most ``grace`` seconds for the process to exit."""
+    lock, fd, pid = (getattr(helper, a, None) for a in (lock_name, fd_name, pid_name))
     if lock is None or fd is None or pid is None:
         return True
     with lock:
-        if tracker._fd is None:
+        if getattr(helper, fd_name) is None:
             return True
-        os.close(tracker._fd)  # the tracker reads its pipe until every writer has closed it, then exits
-        tracker._fd = tracker._pid = None
+        os.close(fd)  # the helper reads its pipe until every writer has closed it, then exits
+        setattr(helper, fd_name, None)
+        setattr(helper, pid_name, None)
         deadline = time.monotonic() + grace
         while True:
             try:
@@ -87,8 +105,8 @@ def reap_resource_tracker(grace: float) -> bool:
                 return True
             if time.monotonic() > deadline:
                 # Another process still holds its pipe (a child that inherited it): it exits with that one.
-                log.info("multiprocessing's resource tracker (pid %d) had not exited %g s after this process closed "
-                         "its pipe", pid, grace)
+                log.info("multiprocessing's %s (pid %d) had not exited %g s after this process closed its pipe",
+                         what, pid, grace)
                 return False
             time.sleep(0.01)
 

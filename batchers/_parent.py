@@ -6,6 +6,7 @@ Every wait has a timeout and watches the processes, so that a worker that raises
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import pickle
 import signal
@@ -75,18 +76,60 @@ def _patched_environ(values: dict[str, str]) -> Iterator[None]:
 
 
 @contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    # A child started while SIGINT is ignored starts ignoring it (the disposition survives exec, and Python
-    # then installs no KeyboardInterrupt handler): a Ctrl-C while it imports torch cannot kill it either.
+def _signals_ignored(*signals: signal.Signals) -> Iterator[None]:
+    # A child started while a signal is ignored starts ignoring it (the disposition survives fork and exec, and
+    # Python then installs no KeyboardInterrupt handler): a Ctrl-C while it imports torch cannot kill it either.
     # Only the main thread may change handlers; elsewhere the worker's own SIG_IGN covers all but its start.
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = [(s, signal.signal(s, signal.SIG_IGN)) for s in signals]
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+        for s, handler in previous:
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+
+
+#: What the fork server imports once: a worker forked from it starts with torch and its own code in memory.
+_PRELOAD = ["rlstruct.batchers._child"]
+_SERVER_PID: list[int] = []  # the pid of the process that started the fork server, once it has
+#: ``spawn`` starts every worker as a fresh interpreter (the way of rlstruct before its fork server; a program that
+#: must not have a fork server, or a comparison); ``forkserver`` or unset: the default below.
+START_METHOD_ENV_VAR = "RLSTRUCT_START_METHOD"
+
+
+def _wanted_method() -> str:
+    raw = os.environ.get(START_METHOD_ENV_VAR, "").strip().lower()
+    if raw not in ("", "forkserver", "spawn"):
+        raise ValueError(f"{START_METHOD_ENV_VAR} must be 'forkserver' or 'spawn' (how batcher workers start), got "
+                         f"{raw!r}; unset it for the fork server where the platform has one")
+    return raw or "forkserver"
+
+
+def _start_method(spec: WorkerSpec) -> str:
+    """How a worker process starts: ``"forkserver"`` (forked from a server process that imported torch and the
+    worker's code once: a start costs milliseconds of CPU instead of the second and a half that importing torch
+    again costs a spawned one), or ``"spawn"``: where ``RLSTRUCT_START_METHOD`` asks for it, on a platform without
+    a fork server, for a placement with variables of its own (they must be in the environment before the
+    interpreter imports anything), and off the main thread until the main thread has started the server (the
+    server must ignore the Ctrl-C and the SIGTERM that reach the whole process group: a worker dies with it, and
+    the parent owns shutdown). Neither method initialises CUDA in the parent or in the server."""
+    if _wanted_method() == "spawn" or "forkserver" not in multiprocessing.get_all_start_methods() or \
+            spec.placement.env:
+        return "spawn"
+    if threading.current_thread() is threading.main_thread():
+        from multiprocessing import forkserver
+
+        with _signals_ignored(signal.SIGINT, signal.SIGTERM):
+            # Not the default ``__main__``: the server would run an unguarded script's top level itself and die of
+            # it, where a worker that imports the script (as a spawned one does) reports it, naming the guard.
+            multiprocessing.set_forkserver_preload(_PRELOAD)
+            forkserver.ensure_running()
+        if not _SERVER_PID or _SERVER_PID[0] != os.getpid():
+            _SERVER_PID[:] = [os.getpid()]
+        return "forkserver"
+    return "forkserver" if _SERVER_PID and _SERVER_PID[0] == os.getpid() else "spawn"
 
 
 class ProcessWorker:
@@ -99,15 +142,22 @@ class ProcessWorker:
         self._closed = False
         self._buffered: Reply | None = None  # a reply poll() read from a dead worker's pipe
         _check_picklable(spec)
-        ctx = torch.multiprocessing.get_context("spawn")
-        # PR_SET_PDEATHSIG fires when the *thread* that started the child exits: only a process's main thread lives
-        # as long as the process. Started from another thread, a worker does not die with its parent.
-        parent_pid = os.getpid() if threading.current_thread() is threading.main_thread() else None
+        self.start_method = _start_method(spec)
+        ctx = torch.multiprocessing.get_context(self.start_method)
+        forked = self.start_method == "forkserver"
+        # PR_SET_PDEATHSIG fires when the *thread* that started the child exits: the fork server's one thread, which
+        # ends when this process does, or this process's main thread. Spawned from another thread, a worker does not
+        # die with its parent.
+        main_thread = threading.current_thread() is threading.main_thread()
+        parent_pid = os.getpid() if forked or main_thread else None
+        # A forked worker takes the environment a spawned one would have started with (the server's is the one it
+        # was started in), before it reads any of it.
+        environ = {**os.environ, **spec.placement.environment()} if forked else None
         self.conn, child_conn = ctx.Pipe(duplex=True)
         try:
-            self.process = ctx.Process(target=worker_main, args=(spec, child_conn, parent_pid), daemon=True,
-                                       name=f"rlstruct-worker-{spec.worker_id}")
-            with _patched_environ(spec.placement.environment()), _sigint_ignored():
+            self.process = ctx.Process(target=worker_main, args=(spec, child_conn, parent_pid, environ),
+                                       daemon=True, name=f"rlstruct-worker-{spec.worker_id}")
+            with _patched_environ({} if forked else spec.placement.environment()), _signals_ignored(signal.SIGINT):
                 self.process.start()
         except BaseException:
             self.conn.close()  # no pipe left open when the start fails
@@ -154,7 +204,7 @@ class ProcessWorker:
             why = "killed from outside, or by the kernel when memory ran out"
         elif code:
             how = f"exited with code {code}"
-            why = ("it failed before it could report, e.g. while importing: its stderr says why; a spawned worker "
+            why = ("it failed before it could report, e.g. while importing: its stderr says why; a worker "
                    "imports your main script again, so guard the script's code with if __name__ == '__main__'")
         else:
             how, why = f"died (exit code {code})", "it stopped without answering"

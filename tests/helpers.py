@@ -139,9 +139,12 @@ def sigkill_a_worker(proc: subprocess.Popen, progress_csv: Path, after_rows: int
             continue
         try:
             children = psutil.Process(proc.pid).children()
+            # The workers: the fork server's children (a forked worker's command line is the server's), or
+            # spawned children of the run (a placement with variables of its own).
+            workers = [w for p in children if "forkserver" in command(p) for w in p.children()]
         except psutil.Error:  # the run ended since
             continue
-        workers = [p for p in children if "multiprocessing" in command(p) and "resource_tracker" not in command(p)]
+        workers += [p for p in children if "spawn_main" in command(p)]
         if workers:
             os.kill(workers[0].pid, signal.SIGKILL)
             return workers[0].pid

@@ -3,8 +3,8 @@ reason; waiting does not count; a ``long`` marker without a reason stops the ses
 test counts as ``slow`` (``make quick`` leaves it out).
 
 Each check runs pytest in a subprocess on a generated test file, with the suite's conftest as a plugin and a limit of
-0.5 CPU seconds; the tests that must exceed it spin until the process has used 1 CPU second, so the verdicts do not
-depend on the machine's speed or load.
+0.5 CPU seconds; the tests that must exceed it spin until the process (or a batcher's worker process) has used 1 CPU
+second, so the verdicts do not depend on the machine's speed or load.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import time
 
 import pytest
 
+from rlstruct.batchers import RL_Batcher
+from tests.fakes import ConstantAgent, CountingEnv
 from tests.helpers import run_generated_suite
 
 
@@ -59,6 +61,19 @@ def test_with_a_slow_fixture(slow_fixture):
 
 def test_fails_by_itself():
     assert False, "its own failure"
+
+
+class SpinningAgent(ConstantAgent):
+    def __call__(self, state, observation, agent_info, history=None):
+        spin(1.0)
+        return super().__call__(state, observation, agent_info, history)
+
+
+def test_spins_in_a_worker_process():
+    with RL_Batcher(1, SpinningAgent, {}, CountingEnv, {"n_envs": 1, "autoreset": True}, 1, [0]) as batcher:
+        batcher.reset()
+        batcher.execute()
+        batcher.get()
 '''
 
 def run_pytest(folder: Path, source: str, *args: str) -> subprocess.CompletedProcess:
@@ -88,6 +103,8 @@ def test_a_test_over_the_limit_fails_unless_marked_long(tmp_path):
     # A fixture's time counts: the test fails at its setup, before its body runs.
     assert got["test_with_a_slow_fixture"].startswith("error") and "up to its setup" in \
         got["test_with_a_slow_fixture"], got
+    # A worker's CPU time counts: the fork server's child, not the test process's, it is counted through the server.
+    assert "test_generated.py::test_spins_in_a_worker_process took" in got["test_spins_in_a_worker_process"], got
     # A test that fails by itself keeps its own failure.
     assert "its own failure" in got["test_fails_by_itself"] and "CPU time" not in got["test_fails_by_itself"]
 

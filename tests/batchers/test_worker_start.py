@@ -1,0 +1,105 @@
+"""How worker processes start: forked from a fork server that imported torch and the worker's code once, with the
+environment a spawned worker would have had; spawned where the server cannot serve (``RLSTRUCT_START_METHOD=spawn``,
+a placement with variables of its own, a thread before the server exists). What a worker computes does not depend
+on how it started.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from multiprocessing import forkserver
+
+import psutil
+import pytest
+import torch
+
+from rlstruct import DictTensor
+from rlstruct.batchers import RL_Batcher, WorkerPlacement
+from tests.fakes import ConstantAgent, CountingEnv
+
+AUTORESET = {"n_envs": 2, "autoreset": True, "episode_lengths": (5,)}
+MARK = "RLSTRUCT_TEST_WORKER_MARK"
+
+
+class EnvironAgent(ConstantAgent):
+    """Action 1 where the worker's environment holds :data:`MARK`, else 0: what the worker saw, in its output."""
+
+    def __call__(self, state, observation, agent_info, history=None):
+        B = observation.n_elems()
+        action = torch.full((B,), int(os.environ.get(MARK) == "1"), dtype=torch.long, device=observation.device())
+        return DictTensor({"action": action}), state
+
+
+def _acquire(batcher: RL_Batcher) -> torch.Tensor:
+    batcher.reset()
+    batcher.execute()
+    trajectories, _ = batcher.get()
+    return trajectories.trajectories["action/action"]
+
+
+def _methods(batcher: RL_Batcher) -> list[str]:
+    return [w.start_method for w in batcher._workers]
+
+
+@pytest.mark.timeout(120)
+def test_workers_are_forked_from_the_fork_server_and_compute_what_spawned_ones_do(monkeypatch):
+    with RL_Batcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 2, [0, 1]) as batcher:
+        forked = _acquire(batcher)
+        assert _methods(batcher) == ["forkserver", "forkserver"]
+        server = forkserver._forkserver._forkserver_pid
+        parents = {psutil.Process(r["pid"]).ppid() for r in batcher.worker_reports()}
+        assert parents == {server} and server != os.getpid()
+    monkeypatch.setenv("RLSTRUCT_START_METHOD", "spawn")
+    with RL_Batcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 2, [0, 1]) as batcher:
+        assert _methods(batcher) == ["spawn", "spawn"]
+        assert {psutil.Process(r["pid"]).ppid() for r in batcher.worker_reports()} == {os.getpid()}
+        assert torch.equal(_acquire(batcher), forked)
+
+
+@pytest.mark.timeout(120)
+def test_a_forked_worker_starts_with_the_parents_environment_of_the_moment(monkeypatch):
+    with RL_Batcher(3, EnvironAgent, {}, CountingEnv, AUTORESET, 1, [0]) as batcher:
+        assert not _acquire(batcher).any()  # the fork server is running from here on
+    monkeypatch.setenv(MARK, "1")  # set after the server started: a spawned worker would see it, so must this one
+    with RL_Batcher(3, EnvironAgent, {}, CountingEnv, AUTORESET, 1, [0]) as batcher:
+        assert _methods(batcher) == ["forkserver"]
+        assert _acquire(batcher).all()
+        assert batcher.worker_reports()[0]["environ"]["CUDA_VISIBLE_DEVICES"] == ""  # the placement's own
+
+
+@pytest.mark.timeout(120)
+def test_a_placement_with_variables_of_its_own_spawns_its_worker():
+    placement = WorkerPlacement("cpu", env={MARK: "1"})
+    with RL_Batcher(3, EnvironAgent, {}, CountingEnv, AUTORESET, 1, [0], worker_placements=[placement]) as batcher:
+        assert _methods(batcher) == ["spawn"]
+        assert _acquire(batcher).all()
+
+
+@pytest.mark.timeout(120)
+def test_an_unknown_start_method_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("RLSTRUCT_START_METHOD", "fork")
+    with pytest.raises(ValueError, match=r"RLSTRUCT_START_METHOD must be 'forkserver' or 'spawn' .*got 'fork'; "
+                                         r"unset it"):
+        RL_Batcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 1, [0])
+
+
+@pytest.mark.timeout(120)
+def test_a_batcher_built_off_the_main_thread_works_whether_or_not_the_server_runs():
+    built: list = []
+
+    def build():
+        with RL_Batcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 1, [0]) as batcher:
+            built.append((_methods(batcher), _acquire(batcher)))
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    thread.join(100)
+    with RL_Batcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 1, [0]) as batcher:
+        in_main = _acquire(batcher)
+    thread = threading.Thread(target=build)
+    thread.start()
+    thread.join(100)
+    # The first thread's batcher may find the server started by an earlier test of this process, or not.
+    assert built[0][0] in (["spawn"], ["forkserver"]) and built[1][0] == ["forkserver"]
+    assert all(torch.equal(actions, in_main) for _, actions in built)
