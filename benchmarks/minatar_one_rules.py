@@ -136,7 +136,8 @@ def measure(game: str, n: int, path: str, args) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--games", default="Breakout")
     parser.add_argument("--envs", default="64,1024")
     parser.add_argument("--paths", default="numba,torch")
