@@ -54,6 +54,7 @@ def measure_rlstruct(iterations: int, warmup: int, threads: int, *, profile: str
     steps/s over the last ``iterations``. With ``profile``, the learner's phases under cProfile, written there."""
     import torch
 
+    from rlstruct.algos import validate
     from rlstruct.algos._train.loops import train_on_policy
     from rlstruct.algos._train.registry import algorithm
     from rlstruct.batchers.profile import COLLECT, LoopTimer
@@ -74,7 +75,7 @@ def measure_rlstruct(iterations: int, warmup: int, threads: int, *, profile: str
             env=ENV, preset=PRESET, logdir=logdir, progress=False, tensorboard=False, time_limit=1e9,
             n_evaluation_envs=1, eval_every=2**31 - 1, evaluation_max_steps=10, torch_threads=threads,
             max_env_steps=(warmup + iterations) * BATCH)
-        setup = description.validate(config)
+        setup = validate(config)
         if profile is None:
             train_on_policy(setup, timer=timer)
         else:

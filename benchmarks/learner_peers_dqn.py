@@ -41,6 +41,7 @@ THREADS = (1, 2)
 def measure_rlstruct(steps: int, learning_starts: int, buffer: int, threads: int) -> dict:
     """``rlstruct train dqn --preset dqn-atari`` over ``learning_starts + steps`` env steps (``torch_threads``:
     the run sets its threads)."""
+    from rlstruct.algos import validate
     from rlstruct.algos._train.loops import train_off_policy
     from rlstruct.algos._train.registry import algorithm
     from rlstruct.algos.dqn import DQNLearner
@@ -60,7 +61,7 @@ def measure_rlstruct(steps: int, learning_starts: int, buffer: int, threads: int
             env=GAME, preset="dqn-atari", logdir=logdir, progress=False, tensorboard=False, time_limit=1e9,
             n_evaluation_envs=1, eval_every=2**31 - 1, evaluation_max_steps=10, buffer_size=buffer,
             learning_starts=learning_starts, max_env_steps=learning_starts + steps, torch_threads=threads)
-        setup = description.validate(config)
+        setup = validate(config)
         # a preset fills the fields left at their defaults: a budget equal to a default would take the preset's
         got = {k: getattr(setup.config, k) for k in ("learning_starts", "buffer_size", "torch_threads")}
         if got != {"learning_starts": learning_starts, "buffer_size": buffer, "torch_threads": threads}:

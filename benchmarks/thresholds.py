@@ -187,6 +187,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--list", action="store_true", help="list the checks and their tests")
     parser.add_argument("--table", action="store_true", help="print every recorded check as one markdown table")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the runs the check's record holds and run only the missing (seed, threads)")
     parser.add_argument("--one", nargs=2, type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.table:
@@ -204,6 +206,12 @@ def main() -> None:
               f"--threads {' '.join(map(str, args.threads))}"
     record: dict[str, Any] = {"command": command, "test": CHECKS[args.check].node_id, "machine": machine(),
                               "niceness": os.nice(0), "load_average_start": load_average(), "results": []}
+    if args.resume and path.exists():  # the runs already recorded stay; only the missing (seed, threads) run
+        earlier = json.loads(path.read_text())
+        if earlier["test"] == record["test"]:
+            record["results"] = [r for r in earlier["results"] if r["outcome"] != "error"]
+            record["command"] = f"{earlier['command']}; resumed: {command}"
+    done = {(r["seed"], r["threads"]) for r in record["results"]}
     print(command, f"\n# {record['machine']}; load average {record['load_average_start']}", flush=True)
     # Threads that wait for work sleep instead of spinning: on a busy 2-core machine two spinning torch threads took
     # 147 CPU seconds for a run that one thread did in 6 (PQN's CartPole test), while the wait policy changes where
@@ -211,6 +219,8 @@ def main() -> None:
     env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     for seed in args.seeds:
         for threads in args.threads:
+            if (seed, threads) in done:
+                continue
             cmd = [sys.executable, __file__, args.check, "--one", str(seed), str(threads)]
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
             lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]

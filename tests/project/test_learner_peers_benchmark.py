@@ -42,3 +42,16 @@ def test_rejax_reports_its_rate_and_its_compile_apart(tmp_path):
     out = _run("rlstruct-1t,rejax-1t", tmp_path, "--rejax-iterations", "1")
     row = next(line for line in out.splitlines() if line.startswith("| rejax-1t"))
     assert "start-up" in row and "of rlstruct's" in row
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_dqn_comparison_runs_rlstruct_and_stable_baselines3_at_a_tiny_budget(tmp_path):
+    pytest.importorskip("ale_py", reason="the atari extra is not installed: pip install 'rlstruct[atari]'")
+    script = SCRIPT.with_name("learner_peers_dqn.py")
+    proc = subprocess.run([sys.executable, str(script), "--only", "rlstruct-1t,sb3-1t", "--steps", "64",
+                           "--learning-starts", "128", "--buffer", "1000", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=280, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split("|")[1].strip() for line in proc.stdout.splitlines() if line.startswith("| ")}
+    assert {"rlstruct-1t", "sb3-1t"} <= rows, proc.stdout
