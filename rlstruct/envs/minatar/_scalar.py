@@ -177,6 +177,20 @@ def put_slot(row, k, value, on):
 
 
 @_jit
+def shift_cells(row, dx):
+    for y in range(SIZE):
+        if dx < 0:
+            for x in range(SIZE - 1):
+                row[y * SIZE + x] = row[y * SIZE + x + 1]
+            row[y * SIZE + SIZE - 1] = False
+        else:
+            for x in range(SIZE - 1, 0, -1):
+                row[y * SIZE + x] = row[y * SIZE + x - 1]
+            row[y * SIZE] = False
+    return row
+
+
+@_jit
 def move_up(row, entering, on):
     if on:
         for k in range(row.shape[0] - 1):
@@ -250,9 +264,8 @@ def nth(row, value, rank):
 @_jit
 def set_slot_if(row, k, on):
     """:func:`._batched.set_slot_if` for one env (``k``, ``on``: one slot)."""
-    # No branch (as mark_if): an off slot ors False into slot 0.
-    k = _select(on, k, 0)
-    row[k] |= on
+    # No branch (as mark_if): an off slot ors False into its own slot clamped into the row.
+    row[min(max(k, 0), row.shape[0] - 1)] |= on
     return row
 
 
@@ -267,9 +280,8 @@ def bar(f, c, y, lo, hi):
 @_jit
 def mark_if(f, c, y, x, on):
     # No branch (inlined into a slot loop, a branch costs the frame's reference counts at every slot): an off cell
-    # ors False into cell (0, 0) of channel 0.
-    y, x, c = _select(on, y, 0), _select(on, x, 0), _select(on, c, 0)
-    f[y, x, c] |= on
+    # ors False into its own cell clamped into the grid (into one cell for all, each write would wait on the last).
+    f[min(max(y, 0), SIZE - 1), min(max(x, 0), SIZE - 1), c] |= on
     return f
 
 
@@ -300,6 +312,12 @@ def each_max(fn, rows, inputs, values, n_terms):
 
 def plane_rows(f, c, rows):
     """:func:`._batched.plane_rows` for one env (compiled by numba from :func:`_plane_rows`)."""
+    raise NotImplementedError("compiled by numba only")
+
+
+def each_mark_if(on, f, fn, inputs, values):
+    """:func:`._batched.each_mark_if`: the loop of :func:`each_mark` when ``on`` (compiled by numba from
+    :func:`_each_mark_if`)."""
     raise NotImplementedError("compiled by numba only")
 
 
@@ -399,17 +417,27 @@ def _plane_rows(f, c, rows):
     return scope["impl"]
 
 
-@overload(each_mark, inline="always")
-def _each_mark(f, fn, inputs, values):
-    args = "".join(f", inputs[{j}][k]" for j in range(len(inputs)))
-    args += "".join(f", values[{j}]" for j in range(len(values)))
+def _mark_loop(fn, n_inputs: int, n_values: int, guard: bool):
+    args = "".join(f", inputs[{j}][k]" for j in range(n_inputs))
+    args += "".join(f", values[{j}]" for j in range(n_values))
+    head = "def impl(on, f, fn, inputs, values):\n    if not on:\n        return f\n" if guard else (
+        "def impl(f, fn, inputs, values):\n")
     # The frame is written in place: fn's result, the same array, is not bound again (a name rebound in the loop
     # of an inlined function makes numba warn).
-    text = (f"def impl(f, fn, inputs, values):\n    for k in range(inputs[0].shape[0]):\n        _fn(f, k{args})\n"
-            "    return f\n")
+    text = f"{head}    for k in range(inputs[0].shape[0]):\n        _fn(f, k{args})\n    return f\n"
     scope: dict = {"_fn": fn.dispatcher}
     exec(compile(text, "<minatar slot marks>", "exec"), scope)  # noqa: S102 - text built above from a count
     return scope["impl"]
+
+
+@overload(each_mark, inline="always")
+def _each_mark(f, fn, inputs, values):
+    return _mark_loop(fn, len(inputs), len(values), False)
+
+
+@overload(each_mark_if, inline="always")
+def _each_mark_if(on, f, fn, inputs, values):
+    return _mark_loop(fn, len(inputs), len(values), True)
 
 
 #: The operations, by the names the rules call them.
@@ -419,7 +447,7 @@ OPERATIONS = {
     "rows_grid": rows_grid, "frame": frame, "mark": mark, "plane": plane, "to_int": to_int, "sign": sign,
     "draws": draws, "full_row": full_row, "slot": slot, "count": count, "nth": nth, "mark_if": mark_if,
     "each": each, "each_if": each_if, "each_sum": each_sum, "each_mark": each_mark, "minimum": minimum,
-    "or_slot": or_slot, "put_slot": put_slot,
+    "or_slot": or_slot, "put_slot": put_slot, "shift_cells": shift_cells, "each_mark_if": each_mark_if,
     "move_up": move_up, "move_down": move_down, "or_all": or_all, "nearest_bit": nearest_bit,
     "last_with_bit": last_with_bit, "bit_planes": bit_planes, "each_min": each_min, "each_max": each_max,
     "set_slot_if": set_slot_if, "plane_rows": plane_rows, "bar": bar,
