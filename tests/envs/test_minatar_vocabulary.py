@@ -1,6 +1,6 @@
 """The rules' vocabulary: each operation of ``_batched`` (torch, over a batch) gives, env by env, what its twin of
-``_scalar`` (numba, one env) gives, on random inputs (the folds over slots, the writes of one slot, the frame's
-planes and bars)."""
+``_scalar`` (numba, one env) gives, on random inputs (the folds over slots, the write of one slot, the shift of a
+row of cells, the frame's planes and bars)."""
 
 from __future__ import annotations
 
@@ -34,10 +34,11 @@ def scalar():
             out[i, 0], out[i, 1], out[i, 2], out[i, 3] = lo0, lo1, hi0, hi1
 
     @numba.njit
-    def slots(flags, ints, k, value, on):
+    def slots(flags, k, on, left, right):
         for i in range(flags.shape[0]):
             _scalar.set_slot_if(flags[i], k[i], on[i])
-            _scalar.put_slot(ints[i], k[i], value[i], on[i])
+            _scalar.shift_cells(left[i], -1)
+            _scalar.shift_cells(right[i], 1)
 
     @numba.njit
     def planes(frames, left, right, lo, hi):
@@ -62,19 +63,21 @@ def test_each_min_and_each_max_fold_the_terms_over_the_slots(scalar):
     assert np.array_equal(out, want.numpy())
 
 
-def test_set_slot_if_and_put_slot_write_one_slot_where_on(scalar):
+def test_set_slot_if_sets_one_slot_where_on_and_shift_cells_moves_the_cells(scalar):
     gen = torch.Generator().manual_seed(1)
     flags = torch.rand(B, K, generator=gen) < 0.3
-    ints = torch.randint(0, 9, (B, K), generator=gen)
     k = torch.randint(0, K, (B,), generator=gen)
-    value = torch.randint(10, 20, (B,), generator=gen)
     on = torch.tensor([True, False] * (B // 2))
-    new_flags, new_ints = _batched.set_slot_if(flags, k, on), _batched.put_slot(ints, k, value, on)
-    hit = (torch.arange(K) == k.unsqueeze(1)) & on.unsqueeze(1)
-    assert torch.equal(new_flags, flags | hit) and torch.equal(new_ints, torch.where(hit, value.unsqueeze(1), ints))
-    flags_np, ints_np = flags.numpy().copy(), ints.numpy().copy()
-    scalar[1](flags_np, ints_np, k.numpy(), value.numpy(), on.numpy())
-    assert np.array_equal(flags_np, new_flags.numpy()) and np.array_equal(ints_np, new_ints.numpy())
+    left, right = (torch.rand(B, 100, generator=gen) < 0.3 for _ in range(2))
+    new_flags = _batched.set_slot_if(flags, k, on)
+    new_left, new_right = _batched.shift_cells(left, -1), _batched.shift_cells(right, 1)
+    assert torch.equal(new_flags, flags | ((torch.arange(K) == k.unsqueeze(1)) & on.unsqueeze(1)))
+    moved_left, moved_right = new_left.view(B, 10, 10), new_right.view(B, 10, 10)
+    assert torch.equal(moved_left[:, :, :9], left.view(B, 10, 10)[:, :, 1:]) and not moved_left[:, :, 9].any()
+    assert torch.equal(moved_right[:, :, 1:], right.view(B, 10, 10)[:, :, :9]) and not moved_right[:, :, 0].any()
+    arrays = [t.numpy().copy() for t in (flags, left, right)]
+    scalar[1](arrays[0], k.numpy(), on.numpy(), arrays[1], arrays[2])
+    assert all(np.array_equal(a, t.numpy()) for a, t in zip(arrays, (new_flags, new_left, new_right), strict=True))
 
 
 def test_set_slot_if_takes_several_slots_per_env():

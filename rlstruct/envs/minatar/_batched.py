@@ -30,7 +30,7 @@ from rlstruct.envs.minatar._grid import SIZE
 
 __all__ = ["where", "clamp", "fill", "draw", "floor_int", "to_float", "cell", "put", "any_cell", "fill_rows_if_empty",
            "rows_grid", "to_int", "sign", "draws", "full_row", "slot", "count", "nth", "minimum", "or_slot",
-           "move_up", "move_down", "or_all", "put_slot",
+           "move_up", "move_down", "or_all",
            "shift_cells", "each_mark_if", "nearest_bit", "last_with_bit", "bit_planes", "each",
            "each_if", "each_sum", "each_min", "each_max", "set_slot_if", "frame", "mark",
            "mark_if", "each_mark", "plane", "plane_rows", "bar", "RulesGame"]
@@ -147,13 +147,6 @@ def or_slot(row: torch.Tensor, k: torch.Tensor | int, value: torch.Tensor, on: t
     if on is not True:
         hit = hit & on.unsqueeze(1)
     return row | torch.where(hit, value.unsqueeze(1), 0)
-
-
-def put_slot(row: torch.Tensor, k: torch.Tensor, value, on: torch.Tensor) -> torch.Tensor:
-    """The row (``[B, K]``) with slot ``k`` (``int64 [B]``) set to ``value`` (``[B]``) in the envs where ``on``
-    (``bool [B]``)."""
-    hit = (_slots(row.shape[1], row.device) == k.unsqueeze(1)) & on.unsqueeze(1)
-    return torch.where(hit, value.unsqueeze(1), row)
 
 
 def shift_cells(row: torch.Tensor, dx: int) -> torch.Tensor:

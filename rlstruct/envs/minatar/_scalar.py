@@ -170,14 +170,8 @@ def or_slot(row, k, value, on):
 
 
 @_jit
-def put_slot(row, k, value, on):
-    if on:
-        row[k] = value
-    return row
-
-
-@_jit
 def shift_cells(row, dx):
+    """:func:`._batched.shift_cells` for one env."""
     for y in range(SIZE):
         if dx < 0:
             for x in range(SIZE - 1):
@@ -447,7 +441,7 @@ OPERATIONS = {
     "rows_grid": rows_grid, "frame": frame, "mark": mark, "plane": plane, "to_int": to_int, "sign": sign,
     "draws": draws, "full_row": full_row, "slot": slot, "count": count, "nth": nth, "mark_if": mark_if,
     "each": each, "each_if": each_if, "each_sum": each_sum, "each_mark": each_mark, "minimum": minimum,
-    "or_slot": or_slot, "put_slot": put_slot, "shift_cells": shift_cells, "each_mark_if": each_mark_if,
+    "or_slot": or_slot, "shift_cells": shift_cells, "each_mark_if": each_mark_if,
     "move_up": move_up, "move_down": move_down, "or_all": or_all, "nearest_bit": nearest_bit,
     "last_with_bit": last_with_bit, "bit_planes": bit_planes, "each_min": each_min, "each_max": each_max,
     "set_slot_if": set_slot_if, "plane_rows": plane_rows, "bar": bar,
