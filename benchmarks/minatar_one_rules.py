@@ -47,6 +47,8 @@ def _baseline_module(rev: str, game: str, part: str) -> types.ModuleType:
     folder per revision, so that numba's disk cache of it is reused from process to process)."""
     text = subprocess.run(["git", "show", f"{rev}:rlstruct/envs/minatar/_{game}/{part}.py"], cwd=ROOT,
                           capture_output=True, text=True, check=True).stdout
+    # A baseline kernel imports the baseline's rules (imported first), not this tree's.
+    text = text.replace(f"from rlstruct.envs.minatar._{game}.rules import", f"from baseline_{game}_rules import")
     folder = Path(tempfile.gettempdir()) / f"rlstruct-one-rules-{rev}"
     folder.mkdir(exist_ok=True)
     name = f"baseline_{game}_{part}"
@@ -97,32 +99,39 @@ def measure(game: str, n: int, path: str, args) -> dict:
     from rlstruct.envs.minatar import GAMES, MinAtarEnv
 
     minatar_name = GAMES[game][0]
-    env = MinAtarEnv(game, n, seed=0, autoreset=True)
-    obs, _ = env.reset()
+    # Each variant steps an env of its own: the baseline's env runs the baseline's game (and, for numba, its
+    # kernel's loop over its own state arrays), whose state layout may differ from this tree's.
+    envs = {"new": MinAtarEnv(game, n, seed=0, autoreset=True), "baseline": MinAtarEnv(game, n, seed=0, autoreset=True)}
+    base_rules = _baseline_module(args.baseline, minatar_name, "rules")
+    envs["baseline"].game = base_rules.GAME
+    obs = {name: env.reset()[0] for name, env in envs.items()}
     gen = torch.Generator().manual_seed(0)
-    actions = [torch.randint(0, env.action_space.n, (n,), generator=gen) for _ in range(16)]
+    actions = [torch.randint(0, envs["new"].action_space.n, (n,), generator=gen) for _ in range(16)]
     if path == "numba":
-        nxt, run = ({k: torch.zeros_like(v).numpy() for k, v in obs.items()} for _ in range(2))
-        env.step(DictTensor({"action": actions[0]}))  # loads and compiles (or reads numba's cache)
-        assert env.kernel == "jit"
-        loops = {"new": env._compiled.loop,
-                 "baseline": _baseline_loop(_baseline_module(args.baseline, minatar_name, "kernel"), minatar_name)}
+        from rlstruct.envs.minatar import _jit_driver
+
+        bufs = {name: tuple({k: torch.zeros_like(v).numpy() for k, v in obs[name].items()} for _ in range(2))
+                for name in envs}
+        kernel = _baseline_module(args.baseline, minatar_name, "kernel")
+        base = envs["baseline"]
+        base._compiled = _jit_driver.CompiledStep(base, tuple("game/" + k for k in kernel.STATE_KEYS))
+        base._compiled.loop = _baseline_loop(kernel, minatar_name)
+        for env in envs.values():
+            env.step(DictTensor({"action": actions[0]}))  # loads and compiles (or reads numba's cache)
+            assert env.kernel == "jit"
         host = [a.numpy() for a in actions]
 
         def variant(name):
+            env, (nxt, run) = envs[name], bufs[name]
+
             def one(a):
-                env._compiled.loop = loops[name]
                 env._step_into(a, nxt, run)
             return one, host
     else:
-        games = {"new": env.game, "baseline": _baseline_module(args.baseline, minatar_name, "rules").GAME}
         wrapped = [DictTensor({"action": a}) for a in actions]
 
         def variant(name):
-            def one(a):
-                env.game = games[name]
-                env.step(a)
-            return one, wrapped
+            return envs[name].step, wrapped
     rates: dict[str, list[float]] = {"new": [], "baseline": []}
     for name in rates:  # warm-up: compile (or load) both, allocate
         one, acts = variant(name)

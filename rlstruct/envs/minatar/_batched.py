@@ -30,9 +30,10 @@ from rlstruct.envs.minatar._grid import SIZE
 
 __all__ = ["where", "clamp", "fill", "draw", "floor_int", "to_float", "cell", "put", "any_cell", "fill_rows_if_empty",
            "rows_grid", "to_int", "sign", "draws", "full_row", "slot", "count", "nth", "minimum", "or_slot",
-           "move_up", "move_down", "or_all", "nearest_bit", "last_with_bit", "bit_planes", "each",
-           "each_if", "each_sum", "frame", "mark",
-           "mark_if", "each_mark", "plane", "RulesGame"]
+           "move_up", "move_down", "or_all",
+           "shift_cells", "each_mark_if", "nearest_bit", "last_with_bit", "bit_planes", "each",
+           "each_if", "each_sum", "each_min", "each_max", "set_slot_if", "frame", "mark",
+           "mark_if", "each_mark", "plane", "plane_rows", "bar", "RulesGame"]
 
 where = torch.where
 
@@ -148,6 +149,15 @@ def or_slot(row: torch.Tensor, k: torch.Tensor | int, value: torch.Tensor, on: t
     return row | torch.where(hit, value.unsqueeze(1), 0)
 
 
+def shift_cells(row: torch.Tensor, dx: int) -> torch.Tensor:
+    """The row of cells (``bool [B, 100]``, slot ``10 y + x`` the cell ``(y, x)``) moved ``dx`` (``1`` or ``-1``)
+    columns, the cells entering clear."""
+    grid = row.view(row.shape[0], SIZE, SIZE)
+    blank = torch.zeros_like(grid[:, :, :1])
+    moved = torch.cat([grid[:, :, 1:], blank], 2) if dx < 0 else torch.cat([blank, grid[:, :, :-1]], 2)
+    return moved.reshape(row.shape[0], SIZE * SIZE)
+
+
 def _entering(row: torch.Tensor, value: torch.Tensor | int) -> torch.Tensor:
     if isinstance(value, int):
         return torch.full_like(row[:, :1], value)
@@ -246,6 +256,32 @@ def each_sum(fn: Callable, rows: tuple, inputs: tuple, values: tuple, n_sums: in
     return out[:n], tuple(t.sum(1) if t.dtype == torch.bool else t.sum(1, dtype=t.dtype) for t in out[n:])
 
 
+def each_min(fn: Callable, rows: tuple, inputs: tuple, values: tuple, n_terms: int) -> tuple[tuple, tuple]:
+    """:func:`each` whose ``fn`` also returns ``n_terms`` integer terms after the rows: ``(rows, mins)``, each the
+    smallest of its term over the slots (``[B]``)."""
+    out = each(fn, rows, inputs, values)
+    n = len(out) - n_terms
+    # The largest of the negated terms: on the CPU torch's amin over int64 takes 14 times amax's time.
+    return out[:n], tuple(-(-t).amax(1) for t in out[n:])
+
+
+def each_max(fn: Callable, rows: tuple, inputs: tuple, values: tuple, n_terms: int) -> tuple[tuple, tuple]:
+    """:func:`each_min` with the largest of each term over the slots."""
+    out = each(fn, rows, inputs, values)
+    n = len(out) - n_terms
+    return out[:n], tuple(t.amax(1) for t in out[n:])
+
+
+def set_slot_if(row: torch.Tensor, k: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
+    """The row (``bool [B, K]``) with slot ``k`` set where ``on`` (``int64`` and ``bool``, ``[B]``, or ``[B, J]``:
+    ``J`` slots per env, as :func:`each_mark` gives them)."""
+    n = row.shape[1]
+    k, on = (k, on) if k.dim() == 2 else (k.unsqueeze(1), on.unsqueeze(1))
+    index = torch.where(on, k, n)
+    hit = torch.zeros(row.shape[0], n + 1, dtype=torch.bool, device=row.device).scatter_(1, index, True)
+    return row | hit[:, :n]
+
+
 def each_if(on: torch.Tensor, fn: Callable, rows: tuple, inputs: tuple, values: tuple) -> tuple:
     """:func:`each` in the envs where ``on`` (``bool [B]``); the rows of the others unchanged."""
     new = each(fn, rows, inputs, values)
@@ -330,9 +366,33 @@ def each_mark(f: _Frame, fn: Callable, inputs: tuple, values: tuple) -> _Frame:
     return fn(f, _slots(inputs[0].shape[1], inputs[0].device), *inputs, *(_per_slot(v) for v in values))
 
 
+def each_mark_if(on: torch.Tensor, f, fn: Callable, inputs: tuple, values: tuple):
+    """:func:`each_mark`, skipped in the envs where ``on`` (``bool [B]``) is false, where ``fn`` must mark nothing
+    (the compiled step skips its loop there; here ``fn`` runs for every env)."""
+    return each_mark(f, fn, inputs, values)
+
+
 def plane(f: _Frame, c: int, grid: torch.Tensor) -> _Frame:
     """The frames with channel ``c`` the grid ``grid`` (``bool [B, 10, 10]``)."""
     f.flat[:, :, c] = grid.reshape(grid.shape[0], SIZE * SIZE)
+    return f
+
+
+def plane_rows(f: _Frame, c: int, rows: tuple) -> _Frame:
+    """The frames with channel ``c`` the cells set in any of ``rows`` (``bool [B, 100]`` each, slot ``10 y + x`` the
+    cell ``(y, x)``)."""
+    cells = rows[0]
+    for row in rows[1:]:
+        cells = cells | row
+    f.flat[:, :, c] = cells
+    return f
+
+
+def bar(f: _Frame, c: int, y: int, lo, hi) -> _Frame:
+    """The frames with row ``y`` of channel ``c`` set at the columns ``lo <= x < hi`` (``int64 [B]`` or ints), clear
+    at the others."""
+    columns = _slots(SIZE, f.flat.device)
+    f.flat[:, y * SIZE:(y + 1) * SIZE, c] = (columns >= _per_slot(lo)) & (columns < _per_slot(hi))
     return f
 
 

@@ -8,7 +8,6 @@ game: the minimal action set, sticky actions, the time limit, the auto-reset and
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from typing import Any, Protocol
 
 import numpy as np
@@ -71,11 +70,8 @@ class Game(Protocol):
 
 def has_kernels(name: str) -> bool:
     """Whether the game of minatar name ``name`` has a compiled CPU step: its ``rules`` module is written for both
-    steps (it declares ``STATE_KEYS``), or it has a ``kernel`` module (imports only the game's folder)."""
-    folder = f"rlstruct.envs.minatar._{name}"
-    if hasattr(importlib.import_module(f"{folder}.rules"), "STATE_KEYS"):
-        return True
-    return importlib.util.find_spec(f"{folder}.kernel") is not None
+    steps (it declares ``STATE_KEYS``; imports only the game's folder)."""
+    return hasattr(importlib.import_module(f"rlstruct.envs.minatar._{name}.rules"), "STATE_KEYS")
 
 
 def game(name: str) -> tuple[Game, tuple[int, ...]]:

@@ -4,9 +4,9 @@
 draws of :func:`~rlstruct.envs._rng.step_uniforms`, the game's step, the time limit, the restart of a finished env
 with the reset draws of :func:`~rlstruct.envs._rng.uniform_draws`, and both frames. The game's functions over one
 env's row (``STATE_KEYS``, ``reset``, ``step``, ``observe``) are its ``rules`` module's compiled by
-:func:`._scalar.kernels` (or, for a game whose rules are not written for both steps, its ``kernel`` module's): each
-game has its own copy of the loop, whose globals are its functions, so that numba compiles (and caches) one loop per
-game with those functions inlined. Imported through :func:`rlstruct.envs._jit.jit_module` only.
+:func:`._scalar.kernels`: each game has its own copy of the loop, whose globals are its functions, so that numba
+compiles (and caches) one loop per game with those functions inlined. Imported through
+:func:`rlstruct.envs._jit.jit_module` only.
 """
 
 from __future__ import annotations
@@ -35,13 +35,10 @@ _TWO_POW_M32 = _rng.TWO_POW_M32
 _LOOPS: dict[str, Callable] = {}  # minatar name -> its compiled loop
 
 
-def game_module(minatar_name: str) -> types.ModuleType | types.SimpleNamespace:
-    """The functions of the game ``minatar_name`` (``"breakout"``) for one env at a time: its rules compiled by
-    :func:`._scalar.kernels` where its ``rules`` module declares ``STATE_KEYS``, else its ``kernel`` module."""
-    rules = importlib.import_module(f"rlstruct.envs.minatar._{minatar_name}.rules")
-    if hasattr(rules, "STATE_KEYS"):
-        return _scalar.kernels(rules)
-    return importlib.import_module(f"rlstruct.envs.minatar._{minatar_name}.kernel")
+def game_module(minatar_name: str) -> types.SimpleNamespace:
+    """The functions of the game ``minatar_name`` (``"breakout"``) for one env at a time: its ``rules`` module
+    compiled by :func:`._scalar.kernels`."""
+    return _scalar.kernels(importlib.import_module(f"rlstruct.envs.minatar._{minatar_name}.rules"))
 
 
 def _reset(s, i, u, ramping):
@@ -139,16 +136,15 @@ def autoreset(minatar_name: str) -> Callable:
     :func:`game_module`, which numba inlines), compiled once per process (and cached on disk).
 
     Each game's loop is a copy of :func:`_autoreset` whose globals name the game's functions, under a name that holds
-    a digest of the sources compiled into it besides this module (the game's rules and the scalar operations, or its
-    kernel module; the RNG): numba checks a cached function against its own file only, so an edit of those sources
+    a digest of the sources compiled into it besides this module (the game's rules and the scalar operations; the
+    RNG): numba checks a cached function against its own file only, so an edit of those sources
     compiles a new one.
     """
     loop = _LOOPS.get(minatar_name)
     if loop is None:
         module = game_module(minatar_name)
         digest = hashlib.sha1()
-        sources = module.sources if hasattr(module, "sources") else (Path(module.__file__),)
-        for path in (*sources, Path(_rng.__file__), Path(_jit_kernels.__file__)):
+        for path in (*module.sources, Path(_rng.__file__), Path(_jit_kernels.__file__)):
             digest.update(path.read_bytes())
         scope = {**_autoreset.__globals__, "_reset": module.reset, "_step": module.step, "_observe": module.observe}
         fn = types.FunctionType(_autoreset.__code__, scope, "autoreset")

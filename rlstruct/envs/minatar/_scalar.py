@@ -170,6 +170,21 @@ def or_slot(row, k, value, on):
 
 
 @_jit
+def shift_cells(row, dx):
+    """:func:`._batched.shift_cells` for one env."""
+    for y in range(SIZE):
+        if dx < 0:
+            for x in range(SIZE - 1):
+                row[y * SIZE + x] = row[y * SIZE + x + 1]
+            row[y * SIZE + SIZE - 1] = False
+        else:
+            for x in range(SIZE - 1, 0, -1):
+                row[y * SIZE + x] = row[y * SIZE + x - 1]
+            row[y * SIZE] = False
+    return row
+
+
+@_jit
 def move_up(row, entering, on):
     if on:
         for k in range(row.shape[0] - 1):
@@ -241,11 +256,26 @@ def nth(row, value, rank):
 
 
 @_jit
+def set_slot_if(row, k, on):
+    """:func:`._batched.set_slot_if` for one env (``k``, ``on``: one slot)."""
+    # No branch (as mark_if): an off slot ors False into its own slot clamped into the row.
+    row[min(max(k, 0), row.shape[0] - 1)] |= on
+    return row
+
+
+@_jit
+def bar(f, c, y, lo, hi):
+    """:func:`._batched.bar` for one env."""
+    for x in range(SIZE):
+        f[y, x, c] = (x >= lo) & (x < hi)
+    return f
+
+
+@_jit
 def mark_if(f, c, y, x, on):
     # No branch (inlined into a slot loop, a branch costs the frame's reference counts at every slot): an off cell
-    # ors False into cell (0, 0) of channel 0.
-    y, x, c = _select(on, y, 0), _select(on, x, 0), _select(on, c, 0)
-    f[y, x, c] |= on
+    # ors False into its own cell clamped into the grid (into one cell for all, each write would wait on the last).
+    f[min(max(y, 0), SIZE - 1), min(max(x, 0), SIZE - 1), c] |= on
     return f
 
 
@@ -264,6 +294,27 @@ def each_sum(fn, rows, inputs, values, n_sums):
     raise NotImplementedError("compiled by numba only")
 
 
+def each_min(fn, rows, inputs, values, n_terms):
+    """:func:`._batched.each_min`, slot by slot (compiled by numba from :func:`_each_min`)."""
+    raise NotImplementedError("compiled by numba only")
+
+
+def each_max(fn, rows, inputs, values, n_terms):
+    """:func:`._batched.each_max`, slot by slot (compiled by numba from :func:`_each_max`)."""
+    raise NotImplementedError("compiled by numba only")
+
+
+def plane_rows(f, c, rows):
+    """:func:`._batched.plane_rows` for one env (compiled by numba from :func:`_plane_rows`)."""
+    raise NotImplementedError("compiled by numba only")
+
+
+def each_mark_if(on, f, fn, inputs, values):
+    """:func:`._batched.each_mark_if`: the loop of :func:`each_mark` when ``on`` (compiled by numba from
+    :func:`_each_mark_if`)."""
+    raise NotImplementedError("compiled by numba only")
+
+
 def bit_planes(f, c, y, maps, on):
     """:func:`._batched.bit_planes` for row ``y`` (compiled by numba from :func:`_bit_planes`)."""
     raise NotImplementedError("compiled by numba only")
@@ -274,26 +325,34 @@ def each_mark(f, fn, inputs, values):
     raise NotImplementedError("compiled by numba only")
 
 
-def _slot_loop(fn, n_rows: int, n_inputs: int, n_values: int, *, guard: bool = False, n_sums: int | None = None):
+# How _slot_loop folds a term over the slots: its start, and its update from the slot's term o.
+_FOLDS = {"sum": ("0", "{t} + {o}"), "min": ("1 << 62", "_select({o} < {t}, {o}, {t})"),
+          "max": ("-(1 << 62)", "_select({o} > {t}, {o}, {t})")}
+
+
+def _slot_loop(fn, n_rows: int, n_inputs: int, n_values: int, *, guard: bool = False, n_sums: int | None = None,
+               fold: str = "sum"):
     """The loop over the slots that calls ``fn`` (numba's type of the function passed) with slot ``k`` and slot
-    ``k`` of each row and input, writes the rows (and adds up the sums): its text depends on the number of each (a
-    tuple's items are read by constant indices). It calls the function as a global, which numba inlines (called
-    through the argument, a row passed to it is reference-counted at every slot)."""
+    ``k`` of each row and input, writes the rows (and folds the terms: their sum, or their smallest or largest):
+    its text depends on the number of each (a tuple's items are read by constant indices). It calls the function
+    as a global, which numba inlines (called through the argument, a row passed to it is reference-counted at every
+    slot)."""
     args = ["k"] + [f"rows[{j}][k]" for j in range(n_rows)] + [f"inputs[{j}][k]" for j in range(n_inputs)]
     args += [f"values[{j}]" for j in range(n_values)]
     first = "rows[0]" if n_rows else "inputs[0]"
     body = "".join(f"        rows[{j}][k] = o[{j}]\n" for j in range(n_rows))
     head = "def impl(on, fn, rows, inputs, values):\n    if not on:\n        return rows\n" if guard else (
-        "def impl(fn, rows, inputs, values, n_sums):\n" if n_sums is not None else
+        f"def impl(fn, rows, inputs, values, {'n_sums' if fold == 'sum' else 'n_terms'}):\n" if n_sums is not None else
         "def impl(fn, rows, inputs, values):\n")
     result = "rows"
     if n_sums is not None:
-        head += "".join(f"    t{m} = 0\n" for m in range(n_sums))
-        body += "".join(f"        t{m} += o[{n_rows + m}]\n" for m in range(n_sums))
+        start, update = _FOLDS[fold]
+        head += "".join(f"    t{m} = {start}\n" for m in range(n_sums))
+        body += "".join(f"        t{m} = {update.format(t=f't{m}', o=f'o[{n_rows + m}]')}\n" for m in range(n_sums))
         result = f"rows, ({''.join(f't{m}, ' for m in range(n_sums))})"
     loop = f"    for k in range({first}.shape[0]):\n        o = _fn({', '.join(args)})\n"
     text = f"{head}{loop}{body}    return {result}\n"
-    scope: dict = {"_fn": fn.dispatcher}
+    scope: dict = {"_fn": fn.dispatcher, "_select": _select}
     exec(compile(text, "<minatar slot loop>", "exec"), scope)  # noqa: S102 - text built above from counts
     return scope["impl"]
 
@@ -315,6 +374,22 @@ def _each_sum(fn, rows, inputs, values, n_sums):
     return _slot_loop(fn, len(rows), len(inputs), len(values), n_sums=n_sums.literal_value)
 
 
+def _folded(fn, rows, inputs, values, n_terms, fold: str):
+    if not isinstance(n_terms, nbtypes.IntegerLiteral):
+        raise numba.core.errors.TypingError(f"each_{fold}'s n_terms must be a constant int")
+    return _slot_loop(fn, len(rows), len(inputs), len(values), n_sums=n_terms.literal_value, fold=fold)
+
+
+@overload(each_min, inline="always", prefer_literal=True)
+def _each_min(fn, rows, inputs, values, n_terms):
+    return _folded(fn, rows, inputs, values, n_terms, "min")
+
+
+@overload(each_max, inline="always", prefer_literal=True)
+def _each_max(fn, rows, inputs, values, n_terms):
+    return _folded(fn, rows, inputs, values, n_terms, "max")
+
+
 @overload(bit_planes, inline="always")
 def _bit_planes(f, c, y, maps, on):
     # Cell by cell, every plane's channel in turn: the frame's bytes in order.
@@ -325,17 +400,38 @@ def _bit_planes(f, c, y, maps, on):
     return scope["impl"]
 
 
-@overload(each_mark, inline="always")
-def _each_mark(f, fn, inputs, values):
-    args = "".join(f", inputs[{j}][k]" for j in range(len(inputs)))
-    args += "".join(f", values[{j}]" for j in range(len(values)))
+@overload(plane_rows, inline="always")
+def _plane_rows(f, c, rows):
+    # The rows or-ed by constant indices (a tuple indexed by a loop variable compiles to a switch).
+    cells = " | ".join(f"rows[{j}][y * {SIZE} + x]" for j in range(len(rows)))
+    text = f"def impl(f, c, rows):\n    for y in range({SIZE}):\n        for x in range({SIZE}):\n" \
+           f"            f[y, x, c] = {cells}\n    return f\n"
+    scope: dict = {}
+    exec(compile(text, "<minatar plane rows>", "exec"), scope)  # noqa: S102 - text built above from a count
+    return scope["impl"]
+
+
+def _mark_loop(fn, n_inputs: int, n_values: int, guard: bool):
+    args = "".join(f", inputs[{j}][k]" for j in range(n_inputs))
+    args += "".join(f", values[{j}]" for j in range(n_values))
+    head = "def impl(on, f, fn, inputs, values):\n    if not on:\n        return f\n" if guard else (
+        "def impl(f, fn, inputs, values):\n")
     # The frame is written in place: fn's result, the same array, is not bound again (a name rebound in the loop
     # of an inlined function makes numba warn).
-    text = (f"def impl(f, fn, inputs, values):\n    for k in range(inputs[0].shape[0]):\n        _fn(f, k{args})\n"
-            "    return f\n")
+    text = f"{head}    for k in range(inputs[0].shape[0]):\n        _fn(f, k{args})\n    return f\n"
     scope: dict = {"_fn": fn.dispatcher}
     exec(compile(text, "<minatar slot marks>", "exec"), scope)  # noqa: S102 - text built above from a count
     return scope["impl"]
+
+
+@overload(each_mark, inline="always")
+def _each_mark(f, fn, inputs, values):
+    return _mark_loop(fn, len(inputs), len(values), False)
+
+
+@overload(each_mark_if, inline="always")
+def _each_mark_if(on, f, fn, inputs, values):
+    return _mark_loop(fn, len(inputs), len(values), True)
 
 
 #: The operations, by the names the rules call them.
@@ -345,24 +441,28 @@ OPERATIONS = {
     "rows_grid": rows_grid, "frame": frame, "mark": mark, "plane": plane, "to_int": to_int, "sign": sign,
     "draws": draws, "full_row": full_row, "slot": slot, "count": count, "nth": nth, "mark_if": mark_if,
     "each": each, "each_if": each_if, "each_sum": each_sum, "each_mark": each_mark, "minimum": minimum,
-    "or_slot": or_slot, "move_up": move_up, "move_down": move_down, "or_all": or_all, "nearest_bit": nearest_bit,
-    "last_with_bit": last_with_bit, "bit_planes": bit_planes,
+    "or_slot": or_slot, "shift_cells": shift_cells, "each_mark_if": each_mark_if,
+    "move_up": move_up, "move_down": move_down, "or_all": or_all, "nearest_bit": nearest_bit,
+    "last_with_bit": last_with_bit, "bit_planes": bit_planes, "each_min": each_min, "each_max": each_max,
+    "set_slot_if": set_slot_if, "plane_rows": plane_rows, "bar": bar,
 }
 
 # Row i of the state arrays s, read and written through s by constant indices (never bound to names: numba then
-# counts no references to them). A grid's row is passed as a view, which the rules write in place.
+# counts no references to them). A grid's row is passed as a view, which the rules write in place. The last argument
+# is passed by name: Python calls a function with more than 30 positional arguments through a list (*args), which
+# numba cannot inline, and by name such a call is rewritten into a plain one.
 _TEMPLATE = '''
 def reset(s, i, u, ramping):
     v = _rules_reset(u, ramping, {rows})
 {store}
 
 def step(s, i, action, u, ramping):
-    v, reward, terminated = _rules_step({state}, action, u, ramping)
+    v, reward, terminated = _rules_step({state}, action, u, ramping=ramping)
 {store}
     return reward, terminated
 
 def observe(s, i, frame):
-    _rules_observe({state}, frame)
+    _rules_observe({state}, storage=frame)
 '''
 _LOADED: dict[str, SimpleNamespace] = {}
 

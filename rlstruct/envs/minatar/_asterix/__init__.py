@@ -1,3 +1,2 @@
-"""MinAtar Asterix, both forms of its rules side by side: :mod:`.rules` over batched tensors (the definition, every
-device) and :mod:`.kernel` over one env's row (numba, the compiled CPU step), kept equal bit for bit by
-``tests/envs/test_minatar_kernels.py``: a rule change edits both files of this folder."""
+"""MinAtar Asterix: :mod:`.rules`, its rules written once, run as they are by the torch step
+and compiled from the same functions for the compiled CPU step (:mod:`rlstruct.envs.minatar._scalar`)."""

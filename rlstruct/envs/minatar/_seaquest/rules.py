@@ -1,10 +1,12 @@
-"""MinAtar's Seaquest as a batched torch game: the ``GAME`` constant (reset, step and observe over ``n`` envs).
+"""MinAtar Seaquest, written once for both steps: :data:`GAME` (batched, torch) and, compiled from these very
+functions, the compiled CPU step's (:mod:`rlstruct.envs.minatar._scalar`).
 
-The state is a flat dict of ``[n, ...]`` tensors: the player's scalars under the reference's attribute names; the
-fish and enemy subs in ``MAX_ENEMIES`` slots (``enemy_*``) ordered by their spawn number; the friendly bullets and
-the divers in ``MAX_BULLETS`` and ``MAX_DIVERS`` slots (``bullet_*``, ``diver_*``), oldest first, the live ones a
-prefix; the enemy bullets as two ``[10, 10]`` grids, one per direction (they meet nothing but the player, so
-bullets sharing a cell act as one).
+The state is a flat dict of ``[n, ...]`` tensors: the player's numbers under the reference's attribute names; the
+fish and enemy subs in ``MAX_ENEMIES`` slots (``enemy_*``), a spawn taking the first free one; the friendly bullets
+and the divers in ``MAX_BULLETS`` and ``MAX_DIVERS`` slots (``bullet_*``, ``diver_*``), oldest first, the live ones
+a prefix; the enemy bullets as two rows of 100 cells (slot ``10 y + x``), one per direction (they meet nothing but
+the player, so bullets sharing a cell act as one). Integers are ``int64`` (the enemies' spawn numbers grow with the
+episode), flags ``bool``.
 
 Draws: a step reads 5 uniforms, in the reference's call order: when the enemy spawn timer is 0, ``u[:, 0:3]`` spawn
 an enemy (``rand() < 1/2``: moving right, ``rand() < 1/3``: a sub, ``randint(1, 9)``: the row); when the diver
@@ -22,12 +24,47 @@ without one. A reset reads none.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import sys
 
-import torch
-from torch import Tensor
+from rlstruct.envs.minatar._batched import (
+    RulesGame,
+    bar,
+    clamp,
+    draw,
+    each,
+    each_mark,
+    each_mark_if,
+    each_max,
+    each_min,
+    fill,
+    floor_int,
+    frame,
+    full_row,
+    mark,
+    mark_if,
+    minimum,
+    plane_rows,
+    set_slot_if,
+    shift_cells,
+    slot,
+    to_float,
+    to_int,
+    where,
+)
 
-__all__ = ["GAME", "Seaquest"]
+__all__ = ["GAME", "MAX_ENEMIES", "MAX_BULLETS", "MAX_DIVERS"]
+
+NAME = "seaquest"
+CHANNELS = ("sub_front", "sub_back", "friendly_bullet", "trail", "enemy_bullet", "enemy_fish", "enemy_sub",
+            "oxygen_guage", "diver_guage", "diver")
+N_STEP_DRAWS = 5
+N_RESET_DRAWS = 0
+_SCALARS = ("oxygen", "diver_count", "sub_x", "sub_y", "shot_timer", "e_spawn_speed", "e_spawn_timer",
+            "d_spawn_timer", "move_speed", "ramp_index", "n_spawned", "sub_or", "surface")
+ROWS = ("enemy_x", "enemy_y", "enemy_move", "enemy_shot", "enemy_birth", "enemy_alive", "enemy_lr", "enemy_sub",
+        "bullet_x", "bullet_y", "bullet_alive", "bullet_lr", "diver_x", "diver_y", "diver_move", "diver_alive",
+        "diver_lr", "enemy_bullets_left", "enemy_bullets_right")
+STATE_KEYS = _SCALARS + ROWS
 
 MAX_OXYGEN = 200
 INIT_SPAWN_SPEED = 20
@@ -40,324 +77,277 @@ MAX_DIVERS_HELD = 6
 # At most one enemy spawns a step. Born at move interval 2, an enemy lives at most 30 steps; born earlier, at
 # spawn intervals of 15 or more, at most 4 of those are still alive: 34 at most, rounded up.
 MAX_ENEMIES = 40
-# One shot every 5 steps, each gone within 9 steps.
+# One shot every 5 steps, each gone within 9 steps; one diver every 30 steps, each gone within 60 steps. The rules
+# read and write these two groups' slots one by one.
 MAX_BULLETS = 2
-# One diver every 30 steps, each gone within 60 steps.
 MAX_DIVERS = 2
-
-# Integers are int32 (the enemies' spawn numbers grow with the episode); flags are bool.
-_INT = torch.int32
-# An enemy's rank among those in one cell: subs after fish, then by spawn number.
+# An enemy's rank among those in one cell: subs after fish, then by spawn number (each enemy's its own).
 _SUB_RANK = 2**30
-CHANNELS = ("sub_front", "sub_back", "friendly_bullet", "trail", "enemy_bullet", "enemy_fish", "enemy_sub",
-            "oxygen_guage", "diver_guage", "diver")
-_C = len(CHANNELS)
-_SCALARS = {"oxygen": MAX_OXYGEN, "diver_count": 0, "sub_x": 5, "sub_y": 0, "shot_timer": 0,
-            "e_spawn_speed": INIT_SPAWN_SPEED, "e_spawn_timer": INIT_SPAWN_SPEED, "d_spawn_timer": DIVER_SPAWN_SPEED,
-            "move_speed": INIT_MOVE_INTERVAL, "ramp_index": 0, "n_spawned": 0}
-_SLOTS = {"enemy": (MAX_ENEMIES, ("x", "y", "move", "shot", "birth"), ("alive", "lr", "sub")),
-          "bullet": (MAX_BULLETS, ("x", "y"), ("alive", "lr")),
-          "diver": (MAX_DIVERS, ("x", "y", "move"), ("alive", "lr"))}
+_NO_KEY = 2**31 - 1
 
 
-def _one_hot(index: Tensor, k: int) -> Tensor:
-    """``bool [..., k]``: ``True`` at ``index [...]``."""
-    return torch.arange(k, device=index.device) == index[..., None]
+def reset(u, ramping, enemy_x, enemy_y, enemy_move, enemy_shot, enemy_birth, enemy_alive, enemy_lr, enemy_sub,
+          bullet_x, bullet_y, bullet_alive, bullet_lr, diver_x, diver_y, diver_move, diver_alive, diver_lr,
+          enemy_bullets_left, enemy_bullets_right):
+    """The sub at the surface, full oxygen, nothing else (``u`` holds no draws): the state, in :data:`STATE_KEYS`
+    order."""
+    return (fill(u, MAX_OXYGEN), fill(u, 0), fill(u, 5), fill(u, 0), fill(u, 0), fill(u, INIT_SPAWN_SPEED),
+            fill(u, INIT_SPAWN_SPEED), fill(u, DIVER_SPAWN_SPEED), fill(u, INIT_MOVE_INTERVAL), fill(u, 0),
+            fill(u, 0), fill(u, False), fill(u, True),
+            full_row(enemy_x, u, MAX_ENEMIES, 0), full_row(enemy_y, u, MAX_ENEMIES, 0),
+            full_row(enemy_move, u, MAX_ENEMIES, 0), full_row(enemy_shot, u, MAX_ENEMIES, 0),
+            full_row(enemy_birth, u, MAX_ENEMIES, 0), full_row(enemy_alive, u, MAX_ENEMIES, False),
+            full_row(enemy_lr, u, MAX_ENEMIES, False), full_row(enemy_sub, u, MAX_ENEMIES, False),
+            full_row(bullet_x, u, MAX_BULLETS, 0), full_row(bullet_y, u, MAX_BULLETS, 0),
+            full_row(bullet_alive, u, MAX_BULLETS, False), full_row(bullet_lr, u, MAX_BULLETS, False),
+            full_row(diver_x, u, MAX_DIVERS, 0), full_row(diver_y, u, MAX_DIVERS, 0),
+            full_row(diver_move, u, MAX_DIVERS, 0), full_row(diver_alive, u, MAX_DIVERS, False),
+            full_row(diver_lr, u, MAX_DIVERS, False), full_row(enemy_bullets_left, u, 100, False),
+            full_row(enemy_bullets_right, u, 100, False))
 
 
-def _append(state: dict[str, Tensor], group: str, where: Tensor, values: dict[str, Tensor]) -> None:
-    """Writes ``values`` (``[n]`` each, by field name) into the first free slot of ``group`` in the envs ``where``
-    (in place on the dict, not the tensors); the slot becomes alive. Every env has a free slot (the slot counts
-    are the most the reference holds)."""
-    free = ~state[f"{group}_alive"]
-    slot = free.to(torch.uint8).argmax(1, keepdim=True)
-    values = dict(values, alive=torch.ones_like(where))
-    for name, value in values.items():
-        old = state[f"{group}_{name}"]
-        kept = old.gather(1, slot)[:, 0]
-        state[f"{group}_{name}"] = old.scatter(1, slot, torch.where(where, value.to(old.dtype), kept)[:, None])
+def _step_x(lr):
+    """``+1`` moving right, ``-1`` moving left."""
+    return where(lr, 1, -1)
 
 
-def _pick(mask: Tensor, key: Tensor, largest: bool) -> Tensor:
-    """``bool [..., K]``: among ``mask``'s slots (last dim) the one with the largest ``key``, or the smallest."""
-    if largest:
-        index = torch.where(mask, key, -1).argmax(-1)
-    else:
-        index = torch.where(mask, key, torch.iinfo(key.dtype).max).argmin(-1)
-    return mask & _one_hot(index, mask.shape[-1])
+def _edge_x(lr):
+    """Where a spawn enters: column 0 moving right, 9 moving left."""
+    return where(lr, 0, 9)
 
 
-def _any_bullet(kill: Tensor) -> Tensor:
-    """``bool [n, K]``: ``kill [n, bullet, K]`` or-ed over the bullets (a reduction over a short middle dim is slow
-    on the CPU)."""
-    out = kill[:, 0]
-    for b in range(1, kill.shape[1]):
-        out = out | kill[:, b]
-    return out
+def _key(sub, birth):
+    return where(sub, _SUB_RANK, 0) + birth
 
 
-def _compact(state: dict[str, Tensor], group: str) -> None:
-    """Moves ``group``'s live slots to the front, keeping their order (in place on the dict, not the tensors)."""
-    _, ints, flags = _SLOTS[group]
-    order = torch.sort((~state[f"{group}_alive"]).to(torch.uint8), dim=1, stable=True).indices
-    for name in ints + flags:
-        state[f"{group}_{name}"] = state[f"{group}_{name}"].gather(1, order)
+def _survey(k, alive, x, y, lr, sub, birth, row, new_lr, c0, c1):
+    """Enemy ``k`` before the spawn: ``0`` if it is in ``row`` going the other way (no enemy spawns there), else
+    ``1``; ``k`` if its slot is free, else ``MAX_ENEMIES``; its rank key where each friendly bullet (in cell ``c0``,
+    ``c1``: ``10 y + x``, ``-1`` for none) meets it, else ``_NO_KEY``."""
+    key = _key(sub, birth)
+    cell = where(alive, y * 10 + x, -2)
+    return (where(alive & (y == row) & (lr != new_lr), 0, 1), where(alive, MAX_ENEMIES, k),
+            where(cell == c0, key, _NO_KEY), where(cell == c1, key, _NO_KEY))
 
 
-def _step_x(lr: Tensor) -> Tensor:
-    """``+1`` moving right, ``-1`` moving left (``int32``)."""
-    return lr.to(_INT) * 2 - 1
+def _move_enemy(k, x, y, move, shot, birth, alive, lr, sub, at, new_x, row, new_lr, is_sub, n_spawned, best0, best1,
+                live0, live1, sub_x, sub_y, move_speed):
+    """Enemy ``k`` after the spawn into slot ``at`` (none where ``at`` is ``-1``); it dies if a friendly bullet picked
+    it (a bullet picked its key, ``best0`` or ``best1``), moves, and its timers run: ``(x, y, move,
+    shot, birth, alive, lr, sub, player hit, whether it shoots, key where it moved into the cell of a bullet still
+    flying (``live0``, ``live1``; ``-1`` where not))``."""
+    new = k == at
+    x, y, move = where(new, new_x, x), where(new, row, y), where(new, move_speed, move)
+    shot, birth, alive = where(new, ENEMY_SHOT_INTERVAL, shot), where(new, n_spawned, birth), alive | new
+    lr, sub = where(new, new_lr, lr), where(new, is_sub, sub)
+    key = _key(sub, birth)
+    # A bullet's pick is the enemy of that key: each enemy's is its own (its spawn number).
+    alive = alive & (key != best0) & (key != best1)
+    hit = alive & (x == sub_x) & (y == sub_y)
+    moves = alive & (move == 0)
+    x = where(moves, x + _step_x(lr), x)
+    out = moves & ((x < 0) | (x > 9))
+    on_player = moves & ~out & (x == sub_x) & (y == sub_y)
+    shot = where(sub, where(shot == 0, ENEMY_SHOT_INTERVAL, shot - 1), shot)
+    move = where(moves, move_speed, move - 1)
+    alive = alive & ~out
+    landed = moves & ~out & ~on_player
+    cell = where(landed, y * 10 + x, -2)
+    first, second = where(cell == live0, key, -1), where(cell == live1, key, -1)
+    shoots = alive & sub & (shot == ENEMY_SHOT_INTERVAL)
+    return x, y, move, shot, birth, alive, lr, sub, to_int(hit | on_player), to_int(shoots), first, second
 
 
-def _edge_x(lr: Tensor) -> Tensor:
-    """Where a spawn enters: column 0 moving right, 9 moving left (``int32``)."""
-    return 9 - lr.to(_INT) * 9
+def _fire(f, k, alive, sub, shot, lr, y, x):
+    """Enemy ``k``'s shot into the enemy bullet rows ``f`` (left, right): a sub alive whose timer was 0 (it just
+    restarted)."""
+    shoots = alive & sub & (shot == ENEMY_SHOT_INTERVAL)
+    cell = y * 10 + x
+    return set_slot_if(f[0], cell, shoots & ~lr), set_slot_if(f[1], cell, shoots & lr)
 
 
-@dataclass(frozen=True)
-class Seaquest:
-    """The game's rules (see the module docstring for the state and the draws)."""
-
-    name: str = "seaquest"
-    channels: tuple[str, ...] = CHANNELS
-    n_step_draws: int = 5
-    n_reset_draws: int = 0
-
-    def reset(self, u: Tensor, ramping: bool) -> dict[str, Tensor]:
-        """The start state of ``u.shape[0]`` envs (the sub at the surface, full oxygen, nothing else).
-
-        Args:
-            u: ``float64 [n, 0]``, the reset's (no) draws; its device is the state's.
-            ramping: whether the difficulty ramps (the state is the same either way).
-
-        Returns:
-            The state dict, every tensor ``[n, ...]``.
-        """
-        n, dev = u.shape[0], u.device
-        state = {k: torch.full((n,), v, dtype=_INT, device=dev) for k, v in _SCALARS.items()}
-        state["sub_or"] = torch.zeros(n, dtype=torch.bool, device=dev)
-        state["surface"] = torch.ones(n, dtype=torch.bool, device=dev)
-        for group, (k, ints, flags) in _SLOTS.items():
-            for name in ints:
-                state[f"{group}_{name}"] = torch.zeros(n, k, dtype=_INT, device=dev)
-            for name in flags:
-                state[f"{group}_{name}"] = torch.zeros(n, k, dtype=torch.bool, device=dev)
-        state["enemy_bullets"] = torch.zeros(n, 2, 10, 10, dtype=torch.bool, device=dev)
-        return state
-
-    def step(self, state: dict[str, Tensor], action: Tensor, u: Tensor,
-             ramping: bool) -> tuple[dict[str, Tensor], Tensor, Tensor]:
-        """One step of every env, the reference's ``act`` in the same order of updates.
-
-        Args:
-            state: the state dict (not modified).
-            action: ``int64 [n]`` in the full action set (0 noop, 1 left, 2 up, 3 right, 4 down, 5 fire).
-            u: ``float64 [n, 5]``, the step's draws (module docstring).
-            ramping: whether surfacing speeds the enemies up.
-
-        Returns:
-            ``(state, reward float32 [n], terminated bool [n])``; a step from a terminal state is not defined.
-        """
-        s = dict(state)
-        n = action.shape[0]
-        reward = torch.zeros(n, dtype=_INT, device=action.device)
-        terminal = torch.zeros(n, dtype=torch.bool, device=action.device)
-        self._spawn(s, u)
-        self._act(s, action)
-        reward += self._move_bullets(s)
-        self._move_divers(s)
-        hit, player_hit = self._move_enemies(s)
-        reward += hit
-        terminal |= player_hit | self._move_enemy_bullets(s)
-        surfaced, drowned = self._breathe(s, ramping)
-        reward += surfaced
-        terminal |= drowned
-        _compact(s, "bullet")
-        _compact(s, "diver")
-        return s, reward.to(torch.float32), terminal
-
-    def _spawn(self, s: dict[str, Tensor], u: Tensor) -> None:
-        """An enemy (unless its row holds one going the other way) and a diver, each when its timer is 0."""
-        spawn = s["e_spawn_timer"] == 0
-        lr, is_sub, row = u[:, 0] < 0.5, u[:, 1] < 1 / 3, 1 + (u[:, 2] * 8).to(_INT)
-        alive = s["enemy_alive"]
-        blocked = (alive & (s["enemy_y"] == row[:, None]) & (s["enemy_lr"] != lr[:, None])).any(1)
-        new = spawn & ~blocked
-        _append(s, "enemy", new, {"x": _edge_x(lr), "y": row, "move": s["move_speed"],
-                                  "shot": torch.full_like(row, ENEMY_SHOT_INTERVAL), "birth": s["n_spawned"],
-                                  "lr": lr, "sub": is_sub})
-        s["n_spawned"] = s["n_spawned"] + new
-        s["e_spawn_timer"] = torch.where(spawn, s["e_spawn_speed"], s["e_spawn_timer"])
-
-        du = torch.where(spawn[:, None], u[:, 3:5], u[:, 0:2])
-        spawn = s["d_spawn_timer"] == 0
-        lr, row = du[:, 0] < 0.5, 1 + (du[:, 1] * 8).to(_INT)
-        _append(s, "diver", spawn, {"x": _edge_x(lr), "y": row, "move": torch.full_like(row, DIVER_MOVE_INTERVAL),
-                                    "lr": lr})
-        s["d_spawn_timer"] = torch.where(spawn, DIVER_SPAWN_SPEED, s["d_spawn_timer"])
-
-    def _act(self, s: dict[str, Tensor], action: Tensor) -> None:
-        """Fires (when the gun is cool) or moves the sub; left and right also turn it."""
-        fire = (action == 5) & (s["shot_timer"] == 0)
-        _append(s, "bullet", fire, {"x": s["sub_x"], "y": s["sub_y"], "lr": s["sub_or"]})
-        s["shot_timer"] = torch.where(fire, SHOT_COOL_DOWN, s["shot_timer"])
-        left, right = action == 1, action == 3
-        s["sub_x"] = torch.where(left, (s["sub_x"] - 1).clamp(min=0),
-                                 torch.where(right, (s["sub_x"] + 1).clamp(max=9), s["sub_x"]))
-        s["sub_or"] = torch.where(left, False, torch.where(right, True, s["sub_or"]))
-        s["sub_y"] = torch.where(action == 2, (s["sub_y"] - 1).clamp(min=0),
-                                 torch.where(action == 4, (s["sub_y"] + 1).clamp(max=8), s["sub_y"]))
-
-    def _move_bullets(self, s: dict[str, Tensor]) -> Tensor:
-        """Moves the friendly bullets; each kills the oldest fish in its new cell, else the oldest sub.
-
-        The reference moves them one at a time, newest first; two never share a cell (the sub is never faster
-        than its bullets), so here they move at once.
-
-        Returns:
-            ``int32 [n]``, the kills.
-        """
-        alive = s["bullet_alive"]
-        x = torch.where(alive, s["bullet_x"] + _step_x(s["bullet_lr"]), s["bullet_x"])
-        alive = alive & (x >= 0) & (x <= 9)
-        # [n, bullet, enemy]
-        here = (alive[:, :, None] & s["enemy_alive"][:, None] & (x[:, :, None] == s["enemy_x"][:, None])
-                & (s["bullet_y"][:, :, None] == s["enemy_y"][:, None]))
-        kill = _pick(here, (s["enemy_sub"].to(_INT) * _SUB_RANK + s["enemy_birth"])[:, None], largest=False)
-        hit = kill.any(2)
-        s["enemy_alive"] = s["enemy_alive"] & ~_any_bullet(kill)
-        s["bullet_x"], s["bullet_alive"] = x, alive & ~hit
-        return hit.sum(1, dtype=_INT)
-
-    def _move_divers(self, s: dict[str, Tensor]) -> None:
-        """Divers in the sub's cell (before or after their move) board it, newest first, while it holds fewer than 6."""
-        alive, moves = s["diver_alive"], s["diver_move"] == 0
-        sub_x, sub_y = s["sub_x"][:, None], s["sub_y"][:, None]
-        x = torch.where(moves, s["diver_x"] + _step_x(s["diver_lr"]), s["diver_x"])
-        inside = (x >= 0) & (x <= 9)
-        row = s["diver_y"] == sub_y
-        boards = alive & row & ((s["diver_x"] == sub_x) | (moves & inside & (x == sub_x)))
-        count, boarded = s["diver_count"], [None] * MAX_DIVERS
-        for d in reversed(range(MAX_DIVERS)):
-            boarded[d] = boards[:, d] & (count < MAX_DIVERS_HELD)
-            count = count + boarded[d]
-        s["diver_count"] = count
-        s["diver_alive"] = alive & inside & ~torch.stack(boarded, 1)
-        s["diver_x"] = x
-        s["diver_move"] = torch.where(moves, DIVER_MOVE_INTERVAL, s["diver_move"] - 1)
-
-    def _move_enemies(self, s: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """Moves the enemies, subs fire, and an enemy moving onto a friendly bullet dies with it.
-
-        The reference runs the subs, then the fish, newest first, each taking the oldest bullet in its cell; here
-        each bullet (no two share a cell) takes the newest sub moving into its cell, else the newest fish.
-
-        Returns:
-            ``(kills int32 [n], player hit bool [n])``.
-        """
-        alive, is_sub = s["enemy_alive"], s["enemy_sub"]
-        sub_x, sub_y = s["sub_x"][:, None], s["sub_y"][:, None]
-        player_hit = (alive & (s["enemy_x"] == sub_x) & (s["enemy_y"] == sub_y)).any(1)
-        moves = alive & (s["enemy_move"] == 0)
-        x = torch.where(moves, s["enemy_x"] + _step_x(s["enemy_lr"]), s["enemy_x"])
-        out = moves & ((x < 0) | (x > 9))
-        on_player = moves & ~out & (x == sub_x) & (s["enemy_y"] == sub_y)
-        player_hit = player_hit | on_player.any(1)
-        shoots = alive & is_sub & ~out & (s["enemy_shot"] == 0)
-        s["enemy_shot"] = torch.where(is_sub, torch.where(s["enemy_shot"] == 0, ENEMY_SHOT_INTERVAL,
-                                                          s["enemy_shot"] - 1), s["enemy_shot"])
-        s["enemy_move"] = torch.where(moves, s["move_speed"][:, None], s["enemy_move"] - 1)
-        s["enemy_x"] = x
-        alive = alive & ~out
-        landed = moves & ~out & ~on_player
-        # [n, bullet, enemy]
-        here = (landed[:, None] & s["bullet_alive"][:, :, None] & (s["bullet_x"][:, :, None] == x[:, None])
-                & (s["bullet_y"][:, :, None] == s["enemy_y"][:, None]))
-        kill = _pick(here, (is_sub.to(_INT) * _SUB_RANK + s["enemy_birth"])[:, None], largest=True)
-        hit = kill.any(2)
-        s["enemy_alive"], s["bullet_alive"] = alive & ~_any_bullet(kill), s["bullet_alive"] & ~hit
-        # The new enemy bullets: one grid per direction, cell y * 10 + x; those that do not fire write to a spare cell.
-        n = alive.shape[0]
-        cell = torch.where(shoots, s["enemy_lr"].to(_INT) * 100 + s["enemy_y"] * 10 + x, 200).long()
-        fired = torch.zeros(n, 201, dtype=torch.bool, device=alive.device).scatter_(1, cell, True)
-        s["enemy_bullets"] = s["enemy_bullets"] | fired[:, :200].reshape(n, 2, 10, 10)
-        return hit.sum(1, dtype=_INT), player_hit
-
-    def _move_enemy_bullets(self, s: dict[str, Tensor]) -> Tensor:
-        """Moves the enemy bullets a cell; returns ``bool [n]``: one is in the player's cell before or after."""
-        grids = s["enemy_bullets"]
-        n = grids.shape[0]
-        cell = (s["sub_y"] * 10 + s["sub_x"]).long()[:, None]
-        hit = (grids[:, 0] | grids[:, 1]).reshape(n, 100).gather(1, cell)[:, 0]
-        blank = torch.zeros_like(grids[:, 0, :, :1])
-        grids = torch.stack([torch.cat([grids[:, 0, :, 1:], blank], 2), torch.cat([blank, grids[:, 1, :, :-1]], 2)], 1)
-        s["enemy_bullets"] = grids
-        return hit | (grids[:, 0] | grids[:, 1]).reshape(n, 100).gather(1, cell)[:, 0]
-
-    def _breathe(self, s: dict[str, Tensor], ramping: bool) -> tuple[Tensor, Tensor]:
-        """Timers, oxygen and surfacing (with the difficulty ramp).
-
-        Returns:
-            ``(reward int32 [n], terminal bool [n])``: the oxygen bonus of a surfacing with 6 divers; out of
-            oxygen, or surfacing with none.
-        """
-        for name in ("e_spawn_timer", "d_spawn_timer", "shot_timer"):
-            s[name] = s[name] - (s[name] > 0).to(_INT)
-        oxygen, count = s["oxygen"], s["diver_count"]
-        terminal = oxygen <= 0
-        below = s["sub_y"] > 0
-        arrives = ~below & ~s["surface"]
-        terminal = terminal | (arrives & (count == 0))
-        surfaces = arrives & (count != 0)
-        full = surfaces & (count == MAX_DIVERS_HELD)
-        reward = torch.where(full, torch.div(oxygen * 10, MAX_OXYGEN, rounding_mode="floor"), 0)
-        s["diver_count"] = torch.where(surfaces, torch.where(full, 0, count) - 1, count)
-        s["oxygen"] = torch.where(below, oxygen - 1, torch.where(surfaces, MAX_OXYGEN, oxygen))
-        s["surface"] = torch.where(below, False, s["surface"] | surfaces)
-        if ramping:
-            spawn_speed, move_speed = s["e_spawn_speed"], s["move_speed"]
-            ramps = surfaces & ((spawn_speed > 1) | (move_speed > 2))
-            s["move_speed"] = move_speed - (ramps & (move_speed > 2) & (s["ramp_index"] % 2 == 1)).to(_INT)
-            s["e_spawn_speed"] = spawn_speed - (ramps & (spawn_speed > 1)).to(_INT)
-            s["ramp_index"] = s["ramp_index"] + ramps.to(_INT)
-        return reward, terminal
-
-    def observe(self, state: dict[str, Tensor]) -> Tensor:
-        """The reference's ``state()`` frame.
-
-        Args:
-            state: the state dict.
-
-        Returns:
-            ``bool [n, 10, 10, 10]``, channels in :attr:`channels`' order.
-        """
-        s = state
-        n = s["sub_x"].shape[0]
-        dev = s["sub_x"].device
-        cells, shows = [], []
-
-        def put(x: Tensor, y: Tensor, channel: Tensor | int, show: Tensor) -> None:
-            # Cells not shown go to (0, 0, enemy_bullet), which is overwritten below.
-            cells.append(torch.where(show, (y * 10 + x) * _C + channel, 4))
-            shows.append(show)
-
-        always = torch.ones_like(s["sub_or"])
-        put(s["sub_x"], s["sub_y"], 0, always)
-        put(s["sub_x"] - _step_x(s["sub_or"]), s["sub_y"], 1, always)
-        put(s["bullet_x"], s["bullet_y"], 2, s["bullet_alive"])
-        put(s["enemy_x"], s["enemy_y"], torch.where(s["enemy_sub"], 6, 5), s["enemy_alive"])
-        put(s["diver_x"], s["diver_y"], 9, s["diver_alive"])
-        for group in ("enemy", "diver"):
-            trail = s[f"{group}_x"] - _step_x(s[f"{group}_lr"])
-            put(trail, s[f"{group}_y"], 3, s[f"{group}_alive"] & (trail >= 0) & (trail <= 9))
-        cells = torch.cat([c if c.dim() == 2 else c[:, None] for c in cells], 1).long()
-        frame = torch.zeros(n, 100 * _C, dtype=torch.bool, device=dev).scatter_(1, cells, True).view(n, 10, 10, _C)
-        frame[..., 4] = s["enemy_bullets"][:, 0] | s["enemy_bullets"][:, 1]
-        columns = torch.arange(10, device=dev)
-        oxygen = torch.div(s["oxygen"].clamp(min=0) * 10, MAX_OXYGEN, rounding_mode="floor")
-        frame[:, 9, :, 7] = columns < oxygen[:, None]
-        frame[:, 9, :, 8] = (columns >= 9 - s["diver_count"][:, None]) & (columns < 9)
-        return frame
+def _die_landed(k, alive, sub, birth, best0, best1):
+    """Enemy ``k`` dies if a friendly bullet picked it after its move."""
+    key = _key(sub, birth)
+    return (alive & (key != best0) & (key != best1),)
 
 
-GAME = Seaquest()
+def _pair(k, x, y, alive, lr, x0, x1, y0, y1, alive0, alive1, lr0, lr1):
+    """Slot ``k`` of a two-slot group: the values given for slot 0 or slot 1."""
+    first = k == 0
+    return where(first, x0, x1), where(first, y0, y1), where(first, alive0, alive1), where(first, lr0, lr1)
+
+
+def _choose(k, value, value0, value1):
+    """Slot ``k`` of a two-slot row: ``value0`` or ``value1``."""
+    return (where(k == 0, value0, value1),)
+
+
+def _diver(x, y, move, alive, lr, sub_x, sub_y, count):
+    """A diver moves; in the sub's cell (before or after its move) it boards it while it holds fewer than 6:
+    ``(x, move, alive, count)``."""
+    moves = move == 0
+    new_x = where(moves, x + _step_x(lr), x)
+    inside = (new_x >= 0) & (new_x <= 9)
+    boards = alive & (y == sub_y) & ((x == sub_x) | (moves & inside & (new_x == sub_x))) & (count < MAX_DIVERS_HELD)
+    return new_x, where(moves, DIVER_MOVE_INTERVAL, move - 1), alive & inside & ~boards, count + to_int(boards)
+
+
+def step(oxygen, diver_count, sub_x, sub_y, shot_timer, e_spawn_speed, e_spawn_timer, d_spawn_timer, move_speed,
+         ramp_index, n_spawned, sub_or, surface, enemy_x, enemy_y, enemy_move, enemy_shot, enemy_birth, enemy_alive,
+         enemy_lr, enemy_sub, bullet_x, bullet_y, bullet_alive, bullet_lr, diver_x, diver_y, diver_move, diver_alive,
+         diver_lr, enemy_bullets_left, enemy_bullets_right, action, u, ramping):
+    """One step, the reference's ``act`` in the same order of updates (``action`` in the full set: 0 noop, 1 left,
+    2 up, 3 right, 4 down, 5 fire; ``u``: the 5 draws): ``(state, reward, terminated)``."""
+    # A diver spawns when its timer is 0 (into the first free slot; slot 0 when none is).
+    spawn = e_spawn_timer == 0
+    d_spawn = d_spawn_timer == 0
+    d_lr = where(spawn, draw(u, 3), draw(u, 0)) < 0.5
+    d_row = 1 + floor_int(where(spawn, draw(u, 4), draw(u, 1)) * 8)
+    d_spawn_timer = where(d_spawn, DIVER_SPAWN_SPEED, d_spawn_timer)
+    d0x, d1x, d0y, d1y = slot(diver_x, 0), slot(diver_x, 1), slot(diver_y, 0), slot(diver_y, 1)
+    d0m, d1m, d0, d1 = slot(diver_move, 0), slot(diver_move, 1), slot(diver_alive, 0), slot(diver_alive, 1)
+    d0lr, d1lr = slot(diver_lr, 0), slot(diver_lr, 1)
+    in_1 = d0 & ~d1
+    in_0, in_1 = d_spawn & ~in_1, d_spawn & in_1
+    d0x, d0y, d0m = where(in_0, _edge_x(d_lr), d0x), where(in_0, d_row, d0y), where(in_0, DIVER_MOVE_INTERVAL, d0m)
+    d0, d0lr = d0 | in_0, where(in_0, d_lr, d0lr)
+    d1x, d1y, d1m = where(in_1, _edge_x(d_lr), d1x), where(in_1, d_row, d1y), where(in_1, DIVER_MOVE_INTERVAL, d1m)
+    d1, d1lr = d1 | in_1, where(in_1, d_lr, d1lr)
+
+    # The sub fires (when the gun is cool) or moves; left and right also turn it. (Nothing here meets the enemies:
+    # their spawn, which comes first, is below.)
+    b0x, b1x, b0y, b1y = slot(bullet_x, 0), slot(bullet_x, 1), slot(bullet_y, 0), slot(bullet_y, 1)
+    b0, b1, b0lr, b1lr = slot(bullet_alive, 0), slot(bullet_alive, 1), slot(bullet_lr, 0), slot(bullet_lr, 1)
+    fire = (action == 5) & (shot_timer == 0)
+    in_1 = b0 & ~b1
+    in_0, in_1 = fire & ~in_1, fire & in_1
+    b0x, b0y, b0, b0lr = where(in_0, sub_x, b0x), where(in_0, sub_y, b0y), b0 | in_0, where(in_0, sub_or, b0lr)
+    b1x, b1y, b1, b1lr = where(in_1, sub_x, b1x), where(in_1, sub_y, b1y), b1 | in_1, where(in_1, sub_or, b1lr)
+    shot_timer = where(fire, SHOT_COOL_DOWN, shot_timer)
+    left, right = action == 1, action == 3
+    sub_x = where(left, clamp(sub_x - 1, 0, 9), where(right, clamp(sub_x + 1, 0, 9), sub_x))
+    sub_or = where(left, False, where(right, True, sub_or))
+    sub_y = where(action == 2, clamp(sub_y - 1, 0, 8), where(action == 4, clamp(sub_y + 1, 0, 8), sub_y))
+    # The friendly bullets move (never two in one cell).
+    b0x, b1x = where(b0, b0x + _step_x(b0lr), b0x), where(b1, b1x + _step_x(b1lr), b1x)
+    b0, b1 = b0 & (b0x >= 0) & (b0x <= 9), b1 & (b1x >= 0) & (b1x <= 9)
+
+    # An enemy spawns when its timer is 0, unless its row holds one going the other way, into the first free slot
+    # (slot 0 when none is). Then each friendly bullet picks the oldest fish in its new cell, else the oldest sub.
+    new_lr, is_sub, row = draw(u, 0) < 0.5, draw(u, 1) < 1 / 3, 1 + floor_int(draw(u, 2) * 8)
+    c0, c1 = where(b0, b0y * 10 + b0x, -1), where(b1, b1y * 10 + b1x, -1)
+    _, (open_row, free, best0, best1) = each_min(
+        _survey, (), (enemy_alive, enemy_x, enemy_y, enemy_lr, enemy_sub, enemy_birth),
+        (row, new_lr, c0, c1), 4)
+    new = spawn & (open_row == 1)
+    at = where(new, where(free == MAX_ENEMIES, 0, free), -1)
+    new_x, new_key = _edge_x(new_lr), _key(is_sub, n_spawned)
+    best0 = where(new & b0 & (new_x == b0x) & (row == b0y), minimum(best0, new_key), best0)
+    best1 = where(new & b1 & (new_x == b1x) & (row == b1y), minimum(best1, new_key), best1)
+    spawned = n_spawned
+    n_spawned = n_spawned + to_int(new)
+    e_spawn_timer = where(spawn, e_spawn_speed, e_spawn_timer)
+    hit0, hit1 = best0 != _NO_KEY, best1 != _NO_KEY
+    b0, b1 = b0 & ~hit0, b1 & ~hit1
+    reward = to_int(hit0) + to_int(hit1)
+    live0, live1 = where(hit0, -1, c0), where(hit1, -1, c1)
+
+    # Divers in the sub's cell (before or after their move) board it, newest first.
+    d1x, d1m, d1, count = _diver(d1x, d1y, d1m, d1, d1lr, sub_x, sub_y, diver_count)
+    d0x, d0m, d0, diver_count = _diver(d0x, d0y, d0m, d0, d0lr, sub_x, sub_y, count)
+
+    # The enemies move, subs fire, and an enemy moving onto a friendly bullet dies with it: each bullet takes the
+    # newest sub moving into its cell, else the newest fish.
+    (enemy_x, enemy_y, enemy_move, enemy_shot, enemy_birth, enemy_alive, enemy_lr, enemy_sub), (
+        player_hit, shoots, best0, best1) = each_max(
+        _move_enemy, (enemy_x, enemy_y, enemy_move, enemy_shot, enemy_birth, enemy_alive, enemy_lr, enemy_sub), (),
+        (at, new_x, row, new_lr, is_sub, spawned, best0, best1, live0, live1, sub_x, sub_y, move_speed),
+        4)
+    enemy_bullets_left, enemy_bullets_right = each_mark_if(
+        shoots > 0, (enemy_bullets_left, enemy_bullets_right), _fire,
+        (enemy_alive, enemy_sub, enemy_shot, enemy_lr, enemy_y, enemy_x), ())
+    hit0, hit1 = best0 >= 0, best1 >= 0
+    (enemy_alive,) = each(_die_landed, (enemy_alive,), (enemy_sub, enemy_birth), (best0, best1))
+    b0, b1 = b0 & ~hit0, b1 & ~hit1
+    reward = reward + to_int(hit0) + to_int(hit1)
+
+    # The enemy bullets move a cell (left ones left, right ones right): one in the player's cell before or after
+    # ends the game.
+    cell = sub_y * 10 + sub_x
+    terminal = (player_hit > 0) | slot(enemy_bullets_left, cell) | slot(enemy_bullets_right, cell)
+    enemy_bullets_left = shift_cells(enemy_bullets_left, -1)
+    enemy_bullets_right = shift_cells(enemy_bullets_right, 1)
+    terminal = terminal | slot(enemy_bullets_left, cell) | slot(enemy_bullets_right, cell)
+
+    # Timers, oxygen and surfacing (the oxygen bonus with 6 divers, the difficulty ramp); out of oxygen, or
+    # surfacing with no diver, ends the game.
+    e_spawn_timer = e_spawn_timer - to_int(e_spawn_timer > 0)
+    d_spawn_timer = d_spawn_timer - to_int(d_spawn_timer > 0)
+    shot_timer = shot_timer - to_int(shot_timer > 0)
+    terminal = terminal | (oxygen <= 0)
+    below = sub_y > 0
+    arrives = ~below & ~surface
+    terminal = terminal | (arrives & (diver_count == 0))
+    surfaces = arrives & (diver_count != 0)
+    full = surfaces & (diver_count == MAX_DIVERS_HELD)
+    reward = reward + where(full, oxygen * 10 // MAX_OXYGEN, 0)
+    diver_count = where(surfaces, where(full, 0, diver_count) - 1, diver_count)
+    oxygen = where(below, oxygen - 1, where(surfaces, MAX_OXYGEN, oxygen))
+    surface = where(below, False, surface | surfaces)
+    if ramping:
+        ramps = surfaces & ((e_spawn_speed > 1) | (move_speed > 2))
+        move_speed = move_speed - to_int(ramps & (move_speed > 2) & (ramp_index % 2 == 1))
+        e_spawn_speed = e_spawn_speed - to_int(ramps & (e_spawn_speed > 1))
+        ramp_index = ramp_index + to_int(ramps)
+
+    # The live bullets and divers move to the front of their slots, in order (the dead ones after them, in order).
+    swap = b1 & ~b0
+    (bullet_x, bullet_y, bullet_alive, bullet_lr) = each(
+        _pair, (bullet_x, bullet_y, bullet_alive, bullet_lr), (),
+        (where(swap, b1x, b0x), where(swap, b0x, b1x), where(swap, b1y, b0y), where(swap, b0y, b1y), b0 | b1, b0 & b1,
+         where(swap, b1lr, b0lr), where(swap, b0lr, b1lr)))
+    swap = d1 & ~d0
+    (diver_x, diver_y, diver_alive, diver_lr) = each(
+        _pair, (diver_x, diver_y, diver_alive, diver_lr), (),
+        (where(swap, d1x, d0x), where(swap, d0x, d1x), where(swap, d1y, d0y), where(swap, d0y, d1y), d0 | d1, d0 & d1,
+         where(swap, d1lr, d0lr), where(swap, d0lr, d1lr)))
+    (diver_move,) = each(_choose, (diver_move,), (), (where(swap, d1m, d0m), where(swap, d0m, d1m)))
+    return ((oxygen, diver_count, sub_x, sub_y, shot_timer, e_spawn_speed, e_spawn_timer, d_spawn_timer, move_speed,
+             ramp_index, n_spawned, sub_or, surface, enemy_x, enemy_y, enemy_move, enemy_shot, enemy_birth,
+             enemy_alive, enemy_lr, enemy_sub, bullet_x, bullet_y, bullet_alive, bullet_lr, diver_x, diver_y,
+             diver_move, diver_alive, diver_lr, enemy_bullets_left, enemy_bullets_right),
+            to_float(reward), terminal)
+
+
+def _slot_cells(f, k, alive, x, y, lr, c):
+    """A live slot's cell in channel ``c`` and its trail."""
+    f = mark_if(f, c, y, x, alive)
+    back = x - _step_x(lr)
+    return mark_if(f, 3, y, back, alive & (back >= 0) & (back <= 9))
+
+
+def _enemy_cells(f, k, alive, x, y, lr, sub):
+    return _slot_cells(f, k, alive, x, y, lr, where(sub, 6, 5))
+
+
+def _bullet_cells(f, k, alive, x, y):
+    return mark_if(f, 2, y, x, alive)
+
+
+def observe(oxygen, diver_count, sub_x, sub_y, shot_timer, e_spawn_speed, e_spawn_timer, d_spawn_timer, move_speed,
+            ramp_index, n_spawned, sub_or, surface, enemy_x, enemy_y, enemy_move, enemy_shot, enemy_birth,
+            enemy_alive, enemy_lr, enemy_sub, bullet_x, bullet_y, bullet_alive, bullet_lr, diver_x, diver_y,
+            diver_move, diver_alive, diver_lr, enemy_bullets_left, enemy_bullets_right, storage):
+    """The reference's ``state()`` frame, its channels :data:`CHANNELS`."""
+    f = frame(storage, sub_x, 10, 0, sub_y, sub_x)
+    f = mark(f, 1, sub_y, sub_x - _step_x(sub_or))
+    f = each_mark(f, _bullet_cells, (bullet_alive, bullet_x, bullet_y), ())
+    f = each_mark(f, _enemy_cells, (enemy_alive, enemy_x, enemy_y, enemy_lr, enemy_sub), ())
+    f = each_mark(f, _slot_cells, (diver_alive, diver_x, diver_y, diver_lr), (9,))
+    f = plane_rows(f, 4, (enemy_bullets_left, enemy_bullets_right))
+    f = bar(f, 7, 9, 0, clamp(oxygen, 0, 1 << 30) * 10 // MAX_OXYGEN)
+    return bar(f, 8, 9, 9 - diver_count, 9)
+
+
+GAME = RulesGame(sys.modules[__name__])
