@@ -198,15 +198,16 @@ def test_bad_settings_name_the_setting(field, value, match):
                          "a seed ends too close to the threshold")
 @pytest.mark.timeout(900)  # about 40 s on two idle cores; a safety net for a loaded machine
 def test_sac_learns_pendulum(tmp_path):
-    # A random policy scores about -1200 on Pendulum-v1; -200 is solved. The default config, in process, on an
-    # env-step budget: the same run as benchmarks/learning.py's sac-pendulum-torch seed 0 up to 5,000 steps,
-    # whose evaluation at 4,800 steps scored -157 (seeds 0-4 first reached -200 at 4,000-4,800 steps). With
-    # learning_starts 500 and 4,000 steps instead, seed 1 ended at -608: too close to a threshold.
+    # A random policy scores about -1200 on Pendulum-v1 (this run's first evaluations: -1190 to -1810); -200 is
+    # solved. The default config, in process, on an env-step budget of 5,000 steps. Seeds 0-9 with 1 and 2 torch
+    # threads (benchmarks/thresholds.py sac-pendulum): best evaluations -435.6 to -113.8, final -660.3 to -113.8
+    # (the two lowest both with one thread: seed 4's best, seed 6's final; with two threads those seeds gave -152.1
+    # and -428.8). The thresholds (-550 and -850) are 115 and 190 under the lowest of each, and far above random.
     cfg = SACConfig(max_env_steps=5_000, seed=0, progress=False, tensorboard=False, logdir=str(tmp_path))
     result = sac.train(cfg)
     evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
-    assert max(evals) >= -400.0, evals
-    assert result.eval_return >= -600.0, (result.eval_return, evals)
+    assert max(evals) >= -550.0, evals
+    assert result.eval_return >= -850.0, (result.eval_return, evals)
     losses = [v for r in result.history for k, v in r.items() if k.startswith("loss/")]
     assert losses and all(math.isfinite(x) for x in losses)
     # It spends its budget, or stops before it where an evaluation and its confirmation on fresh episodes reach the
