@@ -137,9 +137,7 @@ def _die_with_parent(parent_pid: int, forked: bool) -> bool:
         return os.getppid() == parent_pid
     try:
         os.kill(parent_pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a process of another user has the pid now
+    except (ProcessLookupError, PermissionError):  # gone (or its pid now another user's process)
         return False
     return os.getppid() != 1
 

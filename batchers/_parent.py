@@ -93,7 +93,7 @@ def _signals_ignored(*signals: signal.Signals) -> Iterator[None]:
 
 #: What the fork server imports once: a worker forked from it starts with torch and its own code in memory.
 _PRELOAD = ["rlstruct.batchers._child"]
-_SERVER_PID: list[int] = []  # the pid of the process that started the fork server, once it has
+_server_started_by: int | None = None  # the pid of the process that started the fork server (a fork of it did not)
 #: ``spawn`` starts every worker as a fresh interpreter (the way of rlstruct before its fork server; a program that
 #: must not have a fork server, or a comparison); ``forkserver`` or unset: the default below.
 START_METHOD_ENV_VAR = "RLSTRUCT_START_METHOD"
@@ -118,6 +118,7 @@ def _start_method(spec: WorkerSpec) -> str:
     if _wanted_method() == "spawn" or "forkserver" not in multiprocessing.get_all_start_methods() or \
             spec.placement.env:
         return "spawn"
+    global _server_started_by
     if threading.current_thread() is threading.main_thread():
         from multiprocessing import forkserver
 
@@ -126,10 +127,9 @@ def _start_method(spec: WorkerSpec) -> str:
             # it, where a worker that imports the script (as a spawned one does) reports it, naming the guard.
             multiprocessing.set_forkserver_preload(_PRELOAD)
             forkserver.ensure_running()
-        if not _SERVER_PID or _SERVER_PID[0] != os.getpid():
-            _SERVER_PID[:] = [os.getpid()]
+        _server_started_by = os.getpid()
         return "forkserver"
-    return "forkserver" if _SERVER_PID and _SERVER_PID[0] == os.getpid() else "spawn"
+    return "forkserver" if _server_started_by == os.getpid() else "spawn"
 
 
 class ProcessWorker:
