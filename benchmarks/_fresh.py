@@ -144,6 +144,16 @@ def add_arguments(parser: argparse.ArgumentParser, rounds: int = 3) -> None:
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
 
 
+def selected(configs: Mapping[str, Config], only: str) -> dict[str, Config]:
+    """The configurations named in ``only`` (comma-separated, a script's ``--only``); all of them when it is empty.
+
+    >>> list(selected({"a": Config(dict), "b": Config(dict), "c": Config(dict)}, "c,a"))
+    ['a', 'c']
+    """
+    names = set(only.split(",")) if only else None
+    return {k: v for k, v in configs.items() if names is None or k in names}
+
+
 def forwarded(argv: Sequence[str], parent_only: Sequence[str] = ("--rounds",)) -> list[str]:
     """The parent's flags to hand each fresh process: ``argv`` less the flags in ``parent_only`` and their values.
 

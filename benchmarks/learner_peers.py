@@ -40,7 +40,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._fresh import Config, add_arguments, compiled_cpu_steps, measure_or_rounds, print_results  # noqa: E402
+from benchmarks._fresh import (  # noqa: E402
+    Config,
+    add_arguments,
+    compiled_cpu_steps,
+    measure_or_rounds,
+    print_results,
+    selected,
+)
 
 ENV = "MinAtar/Breakout-v1"
 PRESET = "ppo-minatar-5m"
@@ -209,9 +216,7 @@ def configs(args: argparse.Namespace) -> dict[str, Config]:
             against = () if peer == "rlstruct" else (("of rlstruct's", f"rlstruct-{threads}t"),)
             iterations = args.rejax_iterations if peer == "rejax" else args.iterations
             out[name] = Config(lambda p=peer, t=threads, n=iterations: MEASURES[p](n, args.warmup, t), against=against)
-    if args.only:
-        out = {k: v for k, v in out.items() if k in args.only.split(",")}
-    return out
+    return selected(out, args.only)
 
 
 def profile_rlstruct(args: argparse.Namespace) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._fresh import Config, add_arguments, measure_or_rounds, print_results  # noqa: E402
+from benchmarks._fresh import Config, add_arguments, measure_or_rounds, print_results, selected  # noqa: E402
 
 GAME = "ALE/Breakout-v5"
 N_ENVS = 8
@@ -156,9 +156,7 @@ def configs(args: argparse.Namespace) -> dict[str, Config]:
             out[f"{peer}-{threads}t"] = Config(
                 lambda p=peer, t=threads: MEASURES[p](args.steps, args.learning_starts, args.buffer, t),
                 against=against)
-    if args.only:
-        out = {k: v for k, v in out.items() if k in args.only.split(",")}
-    return out
+    return selected(out, args.only)
 
 
 def main() -> None:

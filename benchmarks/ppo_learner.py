@@ -37,7 +37,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._fresh import Config, add_arguments, compiled_cpu_steps, measure_or_rounds, ratio  # noqa: E402
+from benchmarks._fresh import (  # noqa: E402
+    Config,
+    add_arguments,
+    compiled_cpu_steps,
+    measure_or_rounds,
+    ratio,
+    selected,
+)
 
 ENV = "MinAtar/Breakout-v1"
 #: config field -> value of each training configuration, over the ppo-minatar preset
@@ -185,9 +192,7 @@ def configs(args: argparse.Namespace) -> dict[str, Config]:
     for mode in ("no_grad", "inference_mode"):
         out[f"policy {mode}"] = Config(lambda m=mode: measure_policy(m),
                                        against=(() if mode == "no_grad" else (("against no_grad", "policy no_grad"),)))
-    if args.only:
-        out = {k: v for k, v in out.items() if k in args.only.split(",")}
-    return out
+    return selected(out, args.only)
 
 
 def main() -> None:
