@@ -353,8 +353,6 @@ def recv_all(workers: list, timeout: float, bound: str = "timeout") -> list[Any]
     """Waits for one reply from every worker at once, so that a worker dying is seen while another hangs; at most
     ``timeout`` seconds, the batcher's argument ``bound`` (``"timeout"`` or ``"start_timeout"``), which the error
     names."""
-    from multiprocessing.connection import wait
-
     results: list[Any] = [None] * len(workers)
     pending = list(range(len(workers)))
     deadline = time.monotonic() + timeout
@@ -367,9 +365,7 @@ def recv_all(workers: list, timeout: float, bound: str = "timeout") -> list[Any]
             break
         if time.monotonic() > deadline:
             raise _timed_out(workers[pending[0]].worker_id, timeout, bound)
-        conns = [workers[i].conn for i in pending if hasattr(workers[i], "conn")]
-        if conns:
-            wait(conns, timeout=0.05)
+        _wait_until(workers, pending, deadline)
     return results
 
 
@@ -377,8 +373,6 @@ def recv_each(workers: list, timeout: float, bound: str = "timeout") -> list[Any
     """Waits for one reply from every worker, as :func:`recv_all`, but a worker's failure does not end the wait:
     its entry is the :class:`BatcherWorkerError` (it raised, died, or did not answer within ``timeout``, the
     batcher's argument ``bound``), the others' are their values. For a batcher that restarts failed workers."""
-    from multiprocessing.connection import wait
-
     results: list[Any] = [None] * len(workers)
     pending = list(range(len(workers)))
     deadline = time.monotonic() + timeout
@@ -397,7 +391,15 @@ def recv_each(workers: list, timeout: float, bound: str = "timeout") -> list[Any
             for i in pending:
                 results[i] = _timed_out(workers[i].worker_id, timeout, bound)
             break
-        conns = [workers[i].conn for i in pending if hasattr(workers[i], "conn")]
-        if conns:
-            wait(conns, timeout=0.05)
+        _wait_until(workers, pending, deadline)
     return results
+
+
+def _wait_until(workers: list, pending: list[int], deadline: float) -> None:
+    """Sleeps until a pending worker's pipe is readable, at most 50 ms (in-process workers answer ``poll`` without
+    one) and never past ``deadline``: a reply later than the bound is a timeout, not one more wait's worth late."""
+    from multiprocessing.connection import wait
+
+    conns = [workers[i].conn for i in pending if hasattr(workers[i], "conn")]
+    if conns:
+        wait(conns, timeout=min(0.05, max(deadline - time.monotonic(), 0.0)))

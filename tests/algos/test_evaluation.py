@@ -109,11 +109,17 @@ def test_cuda_captured_evaluation_equals_the_episodic_one(chunk):
     with _batcher(500, device="cuda") as b:
         b.update(_weights())
         oracle = run_episodes(b, 500, _agent_info(False))
+    # The second evaluation's episodes go on from the first's streams (the auto-reset envs' episodes counted on
+    # through the chunks): the oracle of the captured replay is the same batcher uncaptured.
+    with _batcher(chunk, autoreset=True, device="cuda") as b:
+        b.update(_weights())
+        eager = [run_episodes(b, 500, _agent_info(False)) for _ in range(2)]
+    assert torch.equal(eager[0].returns, oracle.returns) and torch.equal(eager[0].lengths, oracle.lengths)
     with _batcher(chunk, autoreset=True, device="cuda", cuda_graph=True) as b:
         b.update(_weights())
-        for _ in range(2):  # eager, then captured and replayed after a reset
+        for expected in eager:  # eager, then captured and replayed after a reset
             tally = run_episodes(b, 500, _agent_info(False))
-            assert torch.equal(tally.returns, oracle.returns) and torch.equal(tally.lengths, oracle.lengths)
+            assert torch.equal(tally.returns, expected.returns) and torch.equal(tally.lengths, expected.lengths)
 
 
 def _summary(returns: torch.Tensor, lengths: torch.Tensor) -> dict[str, float]:

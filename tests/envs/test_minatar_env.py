@@ -37,7 +37,7 @@ def _same(a: list[DictTensor], b: list[DictTensor], rows: slice = slice(None)) -
 
 @pytest.mark.parametrize("device", device_params())
 @pytest.mark.parametrize("name", NAMES)
-def test_shapes_and_dtypes_are_the_gymnasium_backends(name, device):
+def test_shapes_and_dtypes_are_gymnasiums(name, device):
     env = make_env(f"MinAtar/{name}-v1", 4, backend="torch", device=device, autoreset=True)
     obs, ids = env.reset()
     channels = len(game(name)[0].channels)
@@ -49,6 +49,12 @@ def test_shapes_and_dtypes_are_the_gymnasium_backends(name, device):
         assert o["reward"].dtype == torch.float32 and o["last_action"].dtype == torch.int64
         assert {o[k].dtype for k in ("done", "terminated", "truncated", "initial_state")} == {torch.bool}
         assert o.device() == torch.device(device)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_spaces_are_the_gymnasium_backends(name):
+    pytest.importorskip("minatar", reason="the gymnasium backend is the minatar package (rlstruct[minatar])")
+    env = make_env(f"MinAtar/{name}-v1", 4, backend="torch")
     gym_env = make_env(f"MinAtar/{name}-v1", 1, backend="gymnasium")
     assert gym_env.observation_space.shape == env.observation_space.shape
     assert gym_env.action_space == env.action_space
