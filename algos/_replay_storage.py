@@ -25,6 +25,7 @@ import tempfile
 import weakref
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 
 from rlstruct._processes import process_alive
@@ -223,7 +224,7 @@ class Allocator:
     def zeros(self, shape: tuple[int, ...], dtype: torch.dtype, name: str) -> torch.Tensor:
         """A zeroed tensor of ``shape``; on disk, a file ``{name}-{k}.bin`` mapped into memory."""
         if self.folder is None:
-            return torch.zeros(shape, dtype=dtype, device=self.device)
+            return _zeros_in_memory(shape, dtype, self.device)
         path = self.folder / f"{name}-{self._count}.bin"
         self._count += 1
         numel = math.prod(shape)
@@ -467,3 +468,22 @@ def available_memory() -> int | None:
     except ImportError:
         return None
     return int(psutil.virtual_memory().available)
+
+
+def _zeros_in_memory(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``torch.zeros``; on the CPU, numpy's ``calloc`` pages, which the OS zeroes when first written: a buffer of a
+    million Atari transitions (8 GB) is there at once and takes memory as it fills, where ``torch.zeros`` writes
+    every byte first (11 s for 8 GB here). A dtype numpy lacks (bfloat16) falls back to ``torch.zeros``.
+
+    >>> t = _zeros_in_memory((2, 3), torch.uint8, torch.device("cpu"))
+    >>> t.dtype, bool((t == 0).all()), t.is_contiguous()
+    (torch.uint8, True, True)
+    """
+    if device.type == "cpu":
+        try:
+            np_dtype = torch.empty((), dtype=dtype).numpy().dtype
+        except TypeError:
+            np_dtype = None
+        if np_dtype is not None:
+            return torch.from_numpy(np.zeros(shape, dtype=np_dtype))
+    return torch.zeros(shape, dtype=dtype, device=device)

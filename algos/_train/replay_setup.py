@@ -20,7 +20,7 @@ __all__ = ["LARGE_BUFFER_BYTES", "check_replay_fits", "make_replay_buffer", "rep
 log = logging.getLogger(__name__)
 
 _GB = 1e9
-# A buffer of more bytes than this (in memory or on disk) takes seconds to allocate: the run says so before the wait.
+# A buffer of more bytes than this (in memory or on disk) once full: the run says how large before any env starts.
 LARGE_BUFFER_BYTES = 10**9
 
 
@@ -101,7 +101,7 @@ def make_replay_buffer(config: OffPolicyConfig, spec: EnvSpec, device: torch.dev
 
 def _say_if_large(config: OffPolicyConfig, spec: EnvSpec, device: torch.device, folder: pathlib.Path | None) -> None:
     """Logs one warning, before the allocation, when the buffer takes more than :data:`LARGE_BUFFER_BYTES` of memory
-    or of disk: how much, and where (the command line shows warnings; a run that seems stuck is filling pages)."""
+    or of disk once full: how much, and where (the command line shows warnings)."""
     cls = _buffer_class(config)
     total = cls.planned_nbytes(spec, config.buffer_size)
     disk = cls.planned_disk_nbytes(spec, config.buffer_size) if folder is not None else 0
@@ -112,5 +112,5 @@ def _say_if_large(config: OffPolicyConfig, spec: EnvSpec, device: torch.device, 
     parts = [f"{memory / _GB:.1f} GB of {where}"]
     if folder is not None:
         parts.append(f"{disk / _GB:.1f} GB of disk in {str(folder)!r}")
-    log.warning("the replay buffer of --buffer-size %d takes %s (%.0f bytes per transition); allocating it may take "
-                "a while", config.buffer_size, " and ".join(parts), total / config.buffer_size)
+    log.warning("the replay buffer of --buffer-size %d takes %s once full (%.0f bytes per transition)",
+                config.buffer_size, " and ".join(parts), total / config.buffer_size)

@@ -166,5 +166,5 @@ def test_a_large_buffer_says_its_size_and_where_before_it_is_allocated(tmp_path,
     assert record.levelno == logging.WARNING  # the command line shows warnings
     where = (r"0\.0 GB of CPU memory and 0\.[1-9] GB of disk in '.*replay'" if storage == "disk"
              else r"0\.[1-9] GB of CPU memory")
-    assert re.fullmatch(rf"the replay buffer of --buffer-size 100000 takes {where} \(\d+ bytes per transition\); "
-                        r"allocating it may take a while", record.getMessage()), record.getMessage()
+    assert re.fullmatch(rf"the replay buffer of --buffer-size 100000 takes {where} once full \(\d+ bytes per "
+                        r"transition\)", record.getMessage()), record.getMessage()
