@@ -33,6 +33,7 @@ from rlstruct.algos._train.distributed import (
 from rlstruct.algos._train.session import validate
 from rlstruct.algos._train.update import UpdateStep, reads
 from rlstruct.errors import ConfigError
+from tests.helpers import rlstruct_in_process
 
 UPDATES = 4
 BATCH = 32
@@ -287,19 +288,17 @@ def _model_of(run_dir: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", sorted(EQUIVALENT_RUNS))
-def test_two_ranks_of_n_envs_learn_what_one_process_of_2n_envs_learns(tmp_path, case):
+def test_two_ranks_of_n_envs_learn_what_one_process_of_2n_envs_learns(tmp_path, case, capsys):
     """The whole loop, collection included: torchrun's 2 ranks of one worker of 4 envs each end with the parameters
     that one process of 2 workers of 4 envs each ends with: the same envs (seeded by their global index) and the
-    same draws on the same rows."""
+    same draws on the same rows. The one process is this one (the command's entry point)."""
     algo, *flags = EQUIVALENT_RUNS[case]
     common = ["train", algo, "--env", "CartPole-v1", "--preset", "none", "--eval-every", "1000",
               "--n-evaluation-envs", "1", "--evaluation-max-steps", "20", "--no-progress", *flags]
     ranks = _torchrun(tmp_path, *common, "--n-envs", "4", "--n-processes", "1", "--logdir", "ranks")
     assert ranks.returncode == 0, ranks.stderr[-3000:]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([str(Path(sys.executable).with_name("rlstruct")), *common, "--n-envs", "8",
-                          "--n-processes", "2", "--logdir", "one"],
-                         capture_output=True, text=True, timeout=200, cwd=tmp_path, env=env)
+    one = rlstruct_in_process(capsys, *common, "--n-envs", "8", "--n-processes", "2", "--logdir",
+                              str(tmp_path / "one"))
     assert one.returncode == 0, one.stderr[-3000:]
     two_ranks, one_process = _model_of(tmp_path / "ranks"), _model_of(tmp_path / "one")
     assert two_ranks.keys() == one_process.keys()
@@ -424,7 +423,7 @@ def test_torchrun_max_restarts_resumes_the_group_from_the_last_checkpoint(tmp_pa
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path):
+def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path, capsys):
     """The training batcher as Ray actors: --ray-actors 2 (a local cluster the run starts), and torchrun's 2 ranks of
     one actor each on a cluster started by `ray start --head` (--ray-address auto), end A2C with the parameters one
     process of 2 worker processes ends with: the actors host the same workers, seeded alike, rows in the same
@@ -437,10 +436,12 @@ def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path
     algo, *flags = EQUIVALENT_RUNS["a2c"]
     common = ["train", algo, "--env", "CartPole-v1", "--preset", "none", "--n-envs", "4", "--eval-every", "1000",
               "--n-evaluation-envs", "1", "--evaluation-max-steps", "20", "--no-progress", *flags]
-    for name, extra in (("processes", ["--n-processes", "2"]), ("actors", ["--ray-actors", "2"])):
-        out = subprocess.run([rlstruct, *common, *extra, "--logdir", name], capture_output=True, text=True,
-                             timeout=200, cwd=tmp_path, env=env)
-        assert out.returncode == 0, out.stderr[-3000:]
+    # The worker processes' run in this process; the actors' in its own (its Ray cluster ends with it).
+    processes = rlstruct_in_process(capsys, *common, "--n-processes", "2", "--logdir", str(tmp_path / "processes"))
+    assert processes.returncode == 0, processes.stderr[-3000:]
+    out = subprocess.run([rlstruct, *common, "--ray-actors", "2", "--logdir", "actors"], capture_output=True,
+                         text=True, timeout=200, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
     head = subprocess.run([ray_cli, "start", "--head", "--num-cpus", "2", "--node-ip-address", "127.0.0.1",
                            "--include-dashboard", "false", "--disable-usage-stats"],
                           capture_output=True, text=True, timeout=120, env=env)

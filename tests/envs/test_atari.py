@@ -10,8 +10,6 @@ CNN permutes. A few hundred steps each: the pipeline runs, checkpoints, and ``rl
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -20,18 +18,20 @@ pytest.importorskip("ale_py", reason="the atari extra is not installed: pip inst
 
 from rlstruct.algos import describe_env  # noqa: E402
 from rlstruct.algos._train.session import validate
+from tests.helpers import rlstruct_in_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 # No --max-episode-steps: the episodes are capped by ALE (27,000 steps). The evaluations (an untrained greedy policy
 # may never press FIRE) are cut by the run's own option, and their buffer holds 32 steps: a whole episode of frames
 # would be 1.5 GB per env (observation and next observation).
-SMALL = ["--n-envs", "4", "--n-evaluation-envs", "1", "--evaluation-max-steps", "100", "--evaluation-chunk-steps", "32",
+SMALL = ["--n-envs", "4", "--n-evaluation-envs", "1", "--evaluation-max-steps", "40", "--evaluation-chunk-steps", "32",
          "--no-progress", "--no-tensorboard"]
 
 
-def _cli(*args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "rlstruct.algos", *args], capture_output=True, text=True,
-                         timeout=280)
+def _cli(capsys, *args: str) -> dict:
+    """``rlstruct *args`` through the entry point in this process (an interpreter fewer than a subprocess): the JSON
+    summary it prints last."""
+    out = rlstruct_in_process(capsys, *args)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -45,18 +45,19 @@ def _cli(*args: str) -> dict:
         reason="gymnasium's Atari envs in worker processes, frame preprocessing in Python: 28-31 CPU seconds to "
                "train, checkpoint and evaluate here")),
 ])
-def test_breakout_trains_from_frames_checkpoints_and_evaluates(algo, backend, flags, tmp_path):
+def test_breakout_trains_from_frames_checkpoints_and_evaluates(algo, backend, flags, tmp_path, capsys):
     spec = describe_env("ALE/Breakout-v5", backend, None)
     assert spec.pixels and spec.obs_dtype == "uint8"
     assert spec.obs_shape == ((210, 160, 3) if backend == "gymnasium" else (4, 84, 84))
     backend_flag = [] if backend == "auto" else ["--backend", backend]
-    summary = _cli("train", algo, "--env", "ALE/Breakout-v5", *backend_flag, "--logdir", str(tmp_path), *SMALL, *flags)
+    summary = _cli(capsys, "train", algo, "--env", "ALE/Breakout-v5", *backend_flag, "--logdir", str(tmp_path), *SMALL,
+                   *flags)
     assert summary["env_steps"] >= int(flags[flags.index("--max-env-steps") + 1])
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert ckpt["env_spec"]["max_episode_steps"] == 27_000 and ckpt["config"]["max_episode_steps"] is None
     assert any(k.startswith("encoder.convs") for k in ckpt["model"])
     assert ckpt["model"]["encoder.convs.0.weight"].shape[-2:] == (8, 8)  # Nature-DQN's first conv
-    result = _cli("eval", str(tmp_path / "checkpoint.pt"), "--episodes", "1", "--max-steps", "100")
+    result = _cli(capsys, "eval", str(tmp_path / "checkpoint.pt"), "--episodes", "1", "--max-steps", "40")
     assert result["algo"] == algo and result["episodes"] == 1
 
 
