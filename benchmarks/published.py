@@ -208,14 +208,30 @@ def training_return(folder: Path, episodes: int = 100) -> float | None:
     return total / count if count else None
 
 
-def last_env_steps(folder: Path) -> int:
-    """The env steps of the last row of a run's ``progress.csv`` (0 when it has none)."""
+def _last_row(folder: Path) -> dict[str, str] | None:
     path = folder / "progress.csv"
     if not path.is_file():
-        return 0
+        return None
     with path.open() as f:
         rows = list(csv.DictReader(f))
-    return int(float(rows[-1]["env_steps"])) if rows else 0
+    return rows[-1] if rows else None
+
+
+def last_env_steps(folder: Path) -> int:
+    """The env steps of the last row of a run's ``progress.csv`` (0 when it has none)."""
+    row = _last_row(folder)
+    return int(float(row["env_steps"])) if row else 0
+
+
+def run_wall_time(folder: Path, summary: dict) -> float | None:
+    """A finished run's wall time over all its sessions: ``summary.json``'s ``run_wall_time_s``, else (a summary
+    written before that field) the last ``progress.csv`` row's ``wall_time_s``, which counts every session; its
+    ``wall_time_s`` alone is the last session's."""
+    total = summary.get("run_wall_time_s")
+    if isinstance(total, (int, float)):
+        return float(total)
+    row = _last_row(folder)
+    return float(row["wall_time_s"]) if row and row.get("wall_time_s") else None
 
 
 def _minutes(walls: list[float]) -> str:
@@ -254,7 +270,7 @@ def row_cells(root: Path, task: str, algo: str) -> list[str]:
     folders = [Path(r) for r in stats["runs"]]
     trained = [x for x in (training_return(f) for f in folders) if x is not None]
     summaries = [json.loads((f / "summary.json").read_text()) for f in folders]
-    walls = [s.get("wall_time_s") for s in summaries if isinstance(s.get("wall_time_s"), (int, float))]
+    walls = [w for w in (run_wall_time(f, s) for f, s in zip(folders, summaries)) if w is not None]
     steps = {s.get("env_steps") for s in summaries}
     seeds = f"{len(folders)}" + (f" (+{stats['n_left_out']} running)" if stats["n_left_out"] else "")
     short = sorted(s for s in steps if isinstance(s, int) and s < preset.settings["max_env_steps"])

@@ -51,11 +51,13 @@ def finish_diverged(run: Run, *, title: str) -> TrainResult:
     run.close()
     kept = run.logdir / CHECKPOINT_NAME
     checkpoint = str(kept) if run.logger and kept.is_file() else None
-    result = TrainResult(math.nan, run.env_steps, run.elapsed(), run.history, str(run.logdir), run.iteration,
+    wall = run.elapsed()
+    result = TrainResult(math.nan, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
                          checkpoint=checkpoint, target_return=run.target_return, interrupted=run.interrupted,
                          stop_signal=run.stop_signal, preset=run.config.preset, startup_s=run.startup_s,
                          world_size=run.world_size, stop_reason="diverged",
-                         preset_target=preset_target(run.config.preset), diverged=found)
+                         preset_target=preset_target(run.config.preset), diverged=found,
+                         run_wall_time_s=run.wall_offset + wall)
     if not run.logger:
         return result
     error = f"; then {found['error']}" if "error" in found else ""
@@ -115,9 +117,10 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     stop_reason = "signal" if interrupted else run.stop_reason or "another_rank"
     if not run.logger:
         run.close()
-        return TrainResult(math.nan, run.env_steps, run.elapsed(), run.history, str(run.logdir), run.iteration,
+        wall = run.elapsed()
+        return TrainResult(math.nan, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
                            interrupted=interrupted, stop_signal=run.stop_signal, world_size=world_size,
-                           stop_reason=stop_reason)
+                           stop_reason=stop_reason, run_wall_time_s=run.wall_offset + wall)
     if run.iteration == 0 and not interrupted:
         log.warning("no training iteration ran: the time limit (%g s) was spent before the first one (setup, "
                     "compilation, the first evaluation); what follows evaluates the untrained policy. Raise "
@@ -150,7 +153,8 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     result = TrainResult(eval_return, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
                          checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
                          config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason,
-                         preset_target(config.preset), eval_env_steps=eval_env_steps)
+                         preset_target(config.preset), eval_env_steps=eval_env_steps,
+                         run_wall_time_s=run.wall_offset + wall)
     write_whole(run.logdir / Run.SUMMARY_NAME, json.dumps(result.summary(), indent=2))
     run.report(result.summary(), [checkpoint, plot, *(run.videos.paths if run.videos is not None else [])])
     return result

@@ -28,7 +28,7 @@ class TrainResult:
             weights kept are the ones it evaluated), else of the final (blocking) evaluation of the final policy, or,
             for an interrupted run, of the last evaluation that finished (nan if none).
         env_steps: training environment steps taken.
-        wall_time_s: seconds from the start of ``train`` to the end of the final evaluation.
+        wall_time_s: seconds from the start of ``train`` to the end of the final evaluation: this session's.
         history: one dict per training iteration (and per evaluation), as in ``progress.csv``.
         logdir: where the logs, plot and checkpoint are.
         iterations: training iterations done.
@@ -60,6 +60,9 @@ class TrainResult:
         diverged: for a run that diverged, ``{"quantity", "iteration", "value"}`` of the first non-finite value
             found (:class:`~.finite.DivergenceGuard`); its ``eval_return`` is nan (no evaluation of it counts),
             ``reached_target`` False, and ``checkpoint`` the one written before the divergence, if any.
+        run_wall_time_s: seconds of wall clock over every session of the run (the earlier sessions' as the
+            checkpoint it resumed counted them, plus this one's; ``progress.csv``'s ``wall_time_s`` counts alike);
+            ``wall_time_s`` for a run never resumed; ``None`` where not given.
     """
 
     eval_return: float
@@ -82,6 +85,7 @@ class TrainResult:
     preset_target: float | None = None
     diverged: dict[str, Any] | None = None
     eval_env_steps: int | None = None
+    run_wall_time_s: float | None = None
 
     def __post_init__(self) -> None:
         self.reached_target = reaches(self.eval_return, self.target_return)
@@ -93,6 +97,7 @@ class TrainResult:
             "eval_env_steps": self.eval_env_steps,
             "env_steps": self.env_steps,
             "wall_time_s": round(self.wall_time_s, 3),
+            "run_wall_time_s": None if self.run_wall_time_s is None else round(self.run_wall_time_s, 3),
             "logdir": self.logdir,
             "iterations": self.iterations,
             "checkpoint": self.checkpoint,

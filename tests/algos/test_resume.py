@@ -142,6 +142,12 @@ def test_a_resumed_run_continues_counters_logs_and_optimizer_state(tmp_path, mon
     assert steps == sorted(steps) and steps[first.iterations - 1] == first.env_steps and steps[-1] == second.env_steps
     walls = [float(r["wall_time_s"]) for r in rows]
     assert walls == sorted(walls)
+    # The summary's wall_time_s is this session's; run_wall_time_s counts both, as the rows and the checkpoint do.
+    with open(os.path.join(second.logdir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["run_wall_time_s"] == pytest.approx(final["wall_time_s"], abs=1e-3)
+    assert summary["run_wall_time_s"] == pytest.approx(saved["wall_time_s"] + summary["wall_time_s"], abs=2e-3)
+    assert summary["run_wall_time_s"] >= walls[-1] - 1e-3 and summary["wall_time_s"] < walls[-1]
     assert [h["iteration"] for h in second.history if "train/episode_return" in h] == list(
         range(1, second.iterations + 1))
 

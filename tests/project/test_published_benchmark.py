@@ -65,3 +65,12 @@ def test_a_killed_run_resumes_a_finished_one_is_skipped_and_the_table_reads_them
     assert "| 5M (at 16,384) | 2 |" in breakout and "[" in breakout, "the IQM's interval over the 2 seeds"
     hopper = next(line for line in text.splitlines() if line.startswith("| Hopper-v4 | ppo"))
     assert "not run yet: `python benchmarks/published.py --root runs/published --tasks hopper --algos ppo" in hopper
+
+
+def test_a_runs_wall_time_counts_every_session(tmp_path):
+    """The table's wall time of a resumed run: ``run_wall_time_s``, else (a summary written before that field) the last
+    row of ``progress.csv``, which counts every session; never the last session's ``wall_time_s`` alone."""
+    (tmp_path / "progress.csv").write_text("iteration,env_steps,wall_time_s\n1,8,600.5\n2,16,1265.9\n")
+    assert published.run_wall_time(tmp_path, {"wall_time_s": 15.8, "run_wall_time_s": 1267.3}) == 1267.3
+    assert published.run_wall_time(tmp_path, {"wall_time_s": 15.8}) == 1265.9
+    assert published.run_wall_time(tmp_path / "missing", {"wall_time_s": 15.8}) is None
