@@ -45,8 +45,8 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadg
 test: install lint
 	$(PYTEST)
 
-# The suite without the tests marked `slow` (learning runs, CLI end to end, long property runs): a quick check while
-# editing. CI runs `make test`.
+# The suite without the tests marked `slow` (learning runs, CLI end to end, fault injection, subprocesses): a quick
+# check while editing, about 3 minutes on 2 cores. CI runs `make test`.
 quick: install lint
 	$(PYTEST) -m "not slow"
 

@@ -12,7 +12,9 @@ default; 0 turns it off) of CPU time, unless it is marked ``@pytest.mark.long(re
 pytest process's own plus that of the child processes it has waited for (batcher workers, ``rlstruct`` and
 ``torchrun`` subprocesses): it is what a test costs the machine, and, unlike the wall clock, it does not grow when
 other work shares the CPUs, so the verdict does not depend on the load. A test that mostly waits is bounded by
-pytest-timeout instead.
+pytest-timeout instead. A test not marked ``slow`` (nor ``long``, which
+implies it) is held to ``--max-quick-seconds`` (8 by default): ``make quick`` runs those tests, and it stays the
+edit loop of a few minutes only while each is cheap.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ DEVICES = ["cpu"] + (["cuda:0"] if torch.cuda.is_available() else [])
 
 #: the guard's default limit, in CPU seconds per test
 MAX_TEST_SECONDS = 30.0
+#: the guard's default limit for a test not marked ``slow`` (``make quick`` runs those: about 3 minutes here)
+MAX_QUICK_SECONDS = 8.0
 _JAX_CACHE = pytest.StashKey[str]()
 
 
@@ -86,6 +90,9 @@ def pytest_addoption(parser):
     parser.addoption("--max-test-seconds", type=float, default=MAX_TEST_SECONDS,
                      help="fail a test not marked `long` whose setup, call and teardown take more CPU seconds than "
                           f"this (the process's and its waited-for children's; default {MAX_TEST_SECONDS:g}, 0: off)")
+    parser.addoption("--max-quick-seconds", type=float, default=MAX_QUICK_SECONDS,
+                     help="fail a test not marked `slow` (or `long`) whose setup, call and teardown take more CPU "
+                          f"seconds than this: `make quick` runs those (default {MAX_QUICK_SECONDS:g}, 0: off)")
 
 
 @pytest.fixture(autouse=True)
@@ -211,4 +218,11 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (f"{item.nodeid} took {cpu:.1f} s of CPU time ({wall:.1f} s of wall clock) up to its "
                            f"{report.when}, more than the {limit:g} s a test may take; make it cheaper, move the "
                            f"proof to benchmarks/, or mark it @pytest.mark.long(reason='...')")
+        item.stash[_FLAGGED] = True
+    quick = item.config.getoption("--max-quick-seconds")
+    if quick and cpu > quick and report.passed and not item.get_closest_marker("slow") and _FLAGGED not in item.stash:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {cpu:.1f} s of CPU time ({wall:.1f} s of wall clock) up to its "
+                           f"{report.when}, more than the {quick:g} s a test outside `slow` may take (`make quick` "
+                           "runs those); mark it @pytest.mark.slow, or make it cheaper")
         item.stash[_FLAGGED] = True

@@ -530,6 +530,7 @@ def test_train_help_is_grouped_and_each_entry_is_two_lines_at_most(algo, capsys)
         assert help_on_first or len(entry) > 1, entry  # every flag has a help text
 
 
+@pytest.mark.slow
 def test_summary_times_the_launch_to_the_first_iteration_and_to_the_target(tmp_path):
     # A low target, reached within a few thousand steps; the clock starts at the process's start (imports included).
     out = rlstruct("train", "ppo", "--env", "CartPole-v1", "--target-return", "60", "--n-envs", "8", "--eval-every",

@@ -143,6 +143,7 @@ def _free_port() -> int:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled-update"])
+@pytest.mark.slow
 def test_two_ranks_match_one_process_on_the_whole_batch(compiled):
     """2 ranks of BATCH/2 rows each, gradients averaged, take the same Adam steps (after clipping) as 1 process of
     BATCH rows; the ranks' models are identical after every update; a stop on one rank stops both. With the loss
@@ -224,6 +225,7 @@ def test_torchrun_dqn_two_ranks_train_with_a_replay_buffer_per_rank(tmp_path):
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.slow
 def test_torchrun_sac_two_ranks_train_alike_and_rank_0_alone_reports(tmp_path):
     """SAC as 2 ranks: the actor, the critics, their targets and the temperature stay identical (checked at the end
     of the run: a difference raises), and one summary.json says world_size 2."""
@@ -343,6 +345,7 @@ LONG_RUN = ["train", "ppo", "--env", "CartPole-v1", "--preset", "none", "--no-st
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads the process tree from /proc (Linux)")
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("fault", ["dies", "hangs"])
+@pytest.mark.slow
 def test_a_rank_that_dies_or_hangs_ends_the_others_with_a_typed_error(tmp_path, fault):
     """Two ranks launched as a scheduler would (RANK, WORLD_SIZE, MASTER_ADDR/PORT; no torchrun agent to kill the
     rest): once training runs, rank 1 is SIGKILLed (dies) or SIGSTOPped (hangs). Rank 0 ends with status 1 and one

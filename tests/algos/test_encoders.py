@@ -145,6 +145,7 @@ def test_pqn_trains_its_layer_norm_cnn_on_torch_minatar_frames(tmp_path):
 
 @pytest.mark.parametrize("layer_norm", [False, True])
 @pytest.mark.parametrize("obs_shape", [(10, 10, 4), (84, 84, 4)])
+@pytest.mark.slow
 def test_a_large_batch_of_channels_last_frames_gets_the_features_and_gradients_of_the_nchw_flattening(obs_shape,
                                                                                                      layer_norm):
     # Above out_dim rows the encoder flattens the maps in memory order and permutes the first linear layer's weight

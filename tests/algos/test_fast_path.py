@@ -414,6 +414,7 @@ def test_compiled_autocast_update_equals_eager_autocast_update_aot_eager():
         torch.testing.assert_close(q, p, rtol=1e-2, atol=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("module, cls", [(a2c, a2c.A2CConfig), (ppo, ppo.PPOConfig)])
 def test_compile_policy_collects_what_the_eager_policy_collects(tmp_path, module, cls):

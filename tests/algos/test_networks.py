@@ -210,6 +210,7 @@ def test_distributions_and_values_compute_in_float32_under_autocast():
     assert d.mean.dtype == d.log_prob(torch.zeros(6, 2)).dtype == torch.float32
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("recurrent", [False, True])
 def test_batcher_agents_under_autocast_sample_from_a_bfloat16_forward(recurrent):

@@ -175,6 +175,7 @@ def test_overlap_with_a_worker_process_learns_and_is_reproducible(tmp_path):
 # --------------------------------------------------------------------------- continuous actions everywhere
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("algo", ["reinforce", "a2c", "ppo"])
+@pytest.mark.slow
 def test_every_policy_gradient_algorithm_trains_pendulum_and_its_checkpoint_reloads(algo, tmp_path):
     module, cfg_cls = {"reinforce": (reinforce, reinforce.ReinforceConfig), "a2c": (a2c, a2c.A2CConfig),
                        "ppo": (ppo, PPOConfig)}[algo]

@@ -165,6 +165,7 @@ def _slow_policy_agent(*args, pause, **kwargs):
     return _SlowAgent(create_policy_agent(*args, **kwargs), pause)
 
 
+@pytest.mark.slow
 def test_profile_training_charges_known_sleeps_to_their_phases(monkeypatch):
     """A sleep in the agent shows as agent_forward, a sleep in the loss as learn, and nowhere else."""
     # Sleeps long against scheduling noise on a loaded machine (a CI run beside other jobs once charged 0.6 s more

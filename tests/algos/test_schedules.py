@@ -30,6 +30,7 @@ def _rows(path) -> list[dict[str, str]]:
 
 @pytest.mark.parametrize("algo", ["a2c", "ppo"])
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_rows_idle_and_under_load(algo, tmp_path):
     # No step budget given: the learning rate anneals over the bare defaults' (it annealed over the time limit once,
     # so that load changed every update); a low target ends both runs after a few thousand steps.

@@ -36,6 +36,7 @@ def test_every_algorithm_has_a_space_that_holds_its_defaults(algo):
     assert covering(space, dataclasses.asdict(config_cls())) == space
 
 
+@pytest.mark.slow
 def test_the_preset_is_trial_0_and_a_second_call_adds_trials(tmp_path, capsys, caplog):
     storage = f"sqlite:///{tmp_path}/db/sweeps.db"
     kwargs = {"storage": storage, "study_name": "s", "logdir": str(tmp_path / "trials"), "flags": TINY,
@@ -71,6 +72,7 @@ def test_trials_are_pruned_on_their_evaluations(tmp_path):
         assert (folder / "progress.csv").is_file() and not (folder / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_the_command_runs_parallel_trials_and_prints_a_preset_to_paste(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "space.yaml").write_text("lr:\n  low: 0.0001\n  high: 0.01\n  log: true\n")

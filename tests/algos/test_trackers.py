@@ -140,6 +140,7 @@ def test_wandb_offline_records_rows_at_their_env_steps_and_a_resume_continues_th
     assert (runs[-1] / "files" / "checkpoint.pt").is_file()
 
 
+@pytest.mark.slow
 def test_trackio_records_rows_and_a_resume_continues_the_run(tmp_path):
     pytest.importorskip("trackio", reason="needs the trackio extra")
     # The command line, in fresh processes: trackio reads TRACKIO_DIR when it is imported.
@@ -180,6 +181,7 @@ def test_only_the_logging_rank_opens_trackers(tmp_path, monkeypatch):
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "run" / TRACKERS_FILE).exists()
 
 
+@pytest.mark.slow
 def test_a_run_that_raises_ends_its_tracked_run_as_failed(tmp_path, monkeypatch):
     pytest.importorskip("mlflow", reason="needs the mlflow extra")
     from mlflow import MlflowClient
@@ -212,6 +214,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_an_unreachable_mlflow_server_is_one_warning_and_the_run_trains_to_its_end(tmp_path, monkeypatch, caplog):
     pytest.importorskip("mlflow", reason="needs the mlflow extra")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_free_port()}")
@@ -227,6 +230,7 @@ def test_an_unreachable_mlflow_server_is_one_warning_and_the_run_trains_to_its_e
     assert not any(r.name.startswith("urllib3") for r in caplog.records)  # no line per retry
 
 
+@pytest.mark.slow
 def test_an_mlflow_server_that_never_answers_is_given_up_within_its_timeout(tmp_path, monkeypatch, caplog):
     pytest.importorskip("mlflow", reason="needs the mlflow extra")
     with socket.socket() as server:  # accepts connections (the kernel's backlog) and never answers

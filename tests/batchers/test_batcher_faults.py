@@ -150,6 +150,7 @@ def test_a_non_blocking_get_reports_a_dead_worker_while_another_is_busy():
 # --------------------------------------------------------------------------- 2b. hangs: start_timeout, then timeout
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("where", ["env", "agent"])
+@pytest.mark.slow
 def test_a_hang_in_the_first_acquisition_is_reported_after_timeout_not_the_start_bound(where):
     # The agent's first call (the probe) is part of the start; its second is the first acquisition's first step.
     agent, agent_args, env_args = ((ConstantAgent, {}, {**AUTORESET, "hang_at_step": 1}) if where == "env" else
@@ -168,6 +169,7 @@ def test_a_hang_in_the_first_acquisition_is_reported_after_timeout_not_the_start
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_hang_while_the_batcher_starts_is_reported_naming_start_timeout():
     # The agent hangs in its first call, the probe that sizes the buffer: within the start, bounded by start_timeout,
     # not by the (shorter) timeout of the acquisitions.
@@ -237,6 +239,7 @@ def test_workers_ignore_a_sigterm_to_the_job_and_wait_for_their_parent(tmp_path)
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 def test_workers_hung_in_close_share_one_deadline(tmp_path):
     marker = tmp_path / "closed"
     env_args = {**AUTORESET, "marker": str(marker), "hang_in_close": True}

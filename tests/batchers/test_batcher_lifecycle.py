@@ -80,6 +80,7 @@ def _run(tmp_path: Path, case: str, *, session: bool = False) -> tuple[subproces
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("case", ["idle", "pending", "local", "two"])
+@pytest.mark.slow
 def test_an_unclosed_batcher_is_closed_at_exit_with_a_resource_warning(tmp_path, case):
     out, pids, exit_s = _run(tmp_path, case)
     assert out.returncode == 0, out.stderr
@@ -115,6 +116,7 @@ def _process_group(pgid: int) -> list[tuple[int, str, str]]:
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process table from /proc")
 @pytest.mark.parametrize("case", ["idle", "pending"])
+@pytest.mark.slow
 def test_an_unclosed_batcher_leaves_no_process_behind_once_its_script_has_exited(tmp_path, case):
     # Checked at once, not after a sleep: the script waits for its workers, and for the resource tracker that
     # spawning them started, before its interpreter is gone (else init reaps them later, or never).
@@ -131,6 +133,7 @@ def test_an_unclosed_batcher_leaves_no_process_behind_once_its_script_has_exited
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_a_batcher_dropped_mid_script_is_closed_at_once(tmp_path):
     out, _, exit_s = _run(tmp_path, "gc")
     assert out.returncode == 0, out.stderr

@@ -73,6 +73,7 @@ def _check_worker_rows(traj, rows: slice, seed: int, t0: int) -> None:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fault", ["raise", "exit", "segfault", "hang"])
+@pytest.mark.slow
 def test_a_failed_worker_is_replaced_and_its_rows_collected_again(fault, caplog):
     b = _batcher(_env(fault), timeout=4.0 if fault == "hang" else 120.0)
     old_pid = b.worker_reports()[1]["pid"]
@@ -164,6 +165,7 @@ def test_an_in_process_worker_is_rebuilt():
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("when", ["acquiring", "idle", "polled"])
+@pytest.mark.slow
 def test_a_worker_killed_from_outside_is_replaced(when):
     env = {"n_envs": N_ENVS, "autoreset": True, "episode_lengths": (100,)}
     with RL_Batcher(T, SlowAgent, {"delay": 0.3}, CountingEnv, env, 2, [0, 1], restart_workers=2) as b:

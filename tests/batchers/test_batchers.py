@@ -196,6 +196,7 @@ def test_an_env_writing_in_place_gives_what_step_gives(monkeypatch, agent, zero_
     check_in_place_gives_what_step_gives(monkeypatch, agent, zero_copy, create_env, cls)
 
 
+@pytest.mark.slow
 def test_a_jax_env_writing_in_place_gives_what_step_gives(monkeypatch):
     """The JAX envs on the CPU copy the jitted step's outputs into the buffer (step_into): as above, once (each
     worker compiles the step)."""
@@ -506,6 +507,7 @@ def test_killed_worker_is_detected_quickly():
     assert not any(pid_alive(p) for p in pids)
 
 
+@pytest.mark.slow
 def test_hung_worker_times_out():
     b = RL_Batcher(3, ConstantAgent, {}, CountingEnv, {**AUTORESET, "hang_at_step": 1}, 1, [0], timeout=2)
     pids = _children_of_batcher(b)

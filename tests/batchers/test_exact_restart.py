@@ -52,6 +52,7 @@ def _collect(env: str, backend: str, recurrent: bool, n_processes: int, kill: bo
 
 @pytest.mark.parametrize(("env", "recurrent"), [("CartPole-v1", False), ("MinAtar/Breakout-v1", False),
                                                 ("CartPoleNoVel-v1", True)])
+@pytest.mark.slow
 def test_a_worker_killed_mid_acquisition_changes_nothing(env, recurrent):
     # The recurrent agent's draws depend on the split (its generator is seeded per worker): its reference is an
     # unbroken run over as many workers; the others' is the same run in process.

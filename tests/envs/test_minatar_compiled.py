@@ -55,6 +55,7 @@ def _same(x: DictTensor, y: DictTensor) -> None:
 
 @needs_numba
 @pytest.mark.parametrize("name", COMPILED)
+@pytest.mark.slow
 def test_the_compiled_step_is_the_torch_step(name, monkeypatch):
     """Bit for bit, over episodes that end by termination and by truncation, with sticky actions (one in three)."""
     compiled, eager = _pair(name, monkeypatch, n_envs=12, seed=4, max_episode_steps=LIMITS.get(name, 32),

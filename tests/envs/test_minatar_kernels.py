@@ -69,6 +69,7 @@ def _assert_rows_equal(got: tuple[np.ndarray, ...], want: dict[str, torch.Tensor
 
 @pytest.mark.parametrize("ramping", [True, False], ids=["ramping", "no_ramping"])
 @pytest.mark.parametrize("name", _kernel_names())
+@pytest.mark.slow
 def test_kernels_match_the_torch_game(name, ramping):
     jit = _kernels(name)
     rules, _ = game(name)

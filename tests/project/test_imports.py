@@ -165,6 +165,7 @@ def test_importing_an_algorithm_loads_its_own_modules_and_no_backend_adapter(alg
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_a_backends_adapter_loads_when_that_backend_is_asked_for():
     loaded = _loaded("rlstruct.envs")
     assert not loaded & set(UNUSED_BY_TRAINING)

@@ -23,6 +23,7 @@ def _wait_for(path, proc, timeout=120.0):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_a_killed_run_resumes_a_finished_one_is_skipped_and_the_table_reads_them(tmp_path, capsys):
     pytest.importorskip("scipy.stats", reason="the table's IQM intervals need scipy: pip install 'rlstruct[stats]'")
     root, page = tmp_path / "runs", tmp_path / "published.md"

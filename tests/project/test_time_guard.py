@@ -1,6 +1,6 @@
 """The suite's time guard (tests/conftest.py): a test over the CPU-time limit fails unless marked ``long`` with a
-reason; waiting does not count; a ``long`` marker without a reason stops the session before any test runs; a ``long``
-test counts as ``slow`` (``make quick`` leaves it out).
+reason, and one over the quick limit unless marked ``slow``; waiting does not count; a ``long`` marker without a
+reason stops the session before any test runs; a ``long`` test counts as ``slow`` (``make quick`` leaves it out).
 
 Each check runs pytest in a subprocess on a generated test file, with the suite's conftest as a plugin and a limit of
 0.5 CPU seconds; the tests that must exceed it spin until the process (or a batcher's worker process) has used 1 CPU
@@ -69,6 +69,15 @@ class SpinningAgent(ConstantAgent):
         return super().__call__(state, observation, agent_info, history)
 
 
+def test_spins_a_little():
+    spin(0.4)
+
+
+@pytest.mark.slow
+def test_spins_a_little_marked_slow():
+    spin(0.4)
+
+
 def test_spins_in_a_worker_process():
     with RL_Batcher(1, SpinningAgent, {}, CountingEnv, {"n_envs": 1, "autoreset": True}, 1, [0]) as batcher:
         batcher.reset()
@@ -77,8 +86,8 @@ def test_spins_in_a_worker_process():
 '''
 
 def run_pytest(folder: Path, source: str, *args: str) -> subprocess.CompletedProcess:
-    return run_generated_suite(folder, source, "-p", "no:xdist", "--max-test-seconds", "0.5", "--junitxml",
-                               "report.xml", "-q", *args)
+    return run_generated_suite(folder, source, "-p", "no:xdist", "--max-test-seconds", "0.5", "--max-quick-seconds",
+                               "0.25", "--junitxml", "report.xml", "-q", *args)
 
 
 def outcomes(report: Path) -> dict[str, str]:
@@ -91,6 +100,7 @@ def outcomes(report: Path) -> dict[str, str]:
 
 
 @pytest.mark.timeout(110)
+@pytest.mark.slow
 def test_a_test_over_the_limit_fails_unless_marked_long(tmp_path):
     out = run_pytest(tmp_path, TESTS)
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
@@ -105,6 +115,10 @@ def test_a_test_over_the_limit_fails_unless_marked_long(tmp_path):
         got["test_with_a_slow_fixture"], got
     # A worker's CPU time counts: the fork server's child, not the test process's, it is counted through the server.
     assert "test_generated.py::test_spins_in_a_worker_process took" in got["test_spins_in_a_worker_process"], got
+    # A test outside `slow` is held to the quick limit (0.25 s here): `make quick` runs it.
+    assert got["test_spins_a_little"].startswith("failure") and "more than the 0.25 s a test outside `slow` may " \
+        "take" in got["test_spins_a_little"] and "@pytest.mark.slow" in got["test_spins_a_little"], got
+    assert got["test_spins_a_little_marked_slow"] == "passed", got
     # A test that fails by itself keeps its own failure.
     assert "its own failure" in got["test_fails_by_itself"] and "CPU time" not in got["test_fails_by_itself"]
 

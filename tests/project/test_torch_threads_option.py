@@ -26,6 +26,7 @@ def test_a_run(tmp_path):
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.slow
 def test_torch_threads_sets_every_training_runs_threads(tmp_path):
     # The config's torch_threads is 1 (its default): the run saved 2 only if the option gave it.
     out = run_generated_suite(tmp_path, TESTS, "-s", "-q", "--torch-threads", "2")

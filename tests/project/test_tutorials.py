@@ -80,6 +80,7 @@ LONG = {
 }
 
 
+@pytest.mark.slow  # each tutorial is a process of its own that trains: 3-14 s at the small size
 @pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.long(reason=LONG[p.stem]),
                                                          pytest.mark.timeout(LONG_TIMEOUT_S + 20)]
                                                if p.stem in LONG else []) for p in TUTORIALS],

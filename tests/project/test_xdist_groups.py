@@ -50,6 +50,7 @@ def test_ray_user(built):
 '''
 
 @pytest.mark.timeout(200)
+@pytest.mark.slow
 def test_the_ray_tests_share_one_worker_and_a_module_fixtures_users_another(tmp_path):
     pytest.importorskip("xdist", reason="needs the test extra's pytest-xdist")
     (tmp_path / "log").mkdir()
