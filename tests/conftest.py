@@ -156,6 +156,8 @@ def pytest_collection_modifyitems_xdist_groups(config, items):
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects: a long test is a slow one, and `make quick` leaves it out
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if item.get_closest_marker("ray"):  # a cluster's start, and actors that each import torch: seconds a test
+            item.add_marker(pytest.mark.slow)
         long = item.get_closest_marker("long")
         if long is None:
             continue

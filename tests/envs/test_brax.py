@@ -29,6 +29,7 @@ jax = pytest.importorskip("jax", reason="the jax extra is not installed: pip ins
 jnp = jax.numpy
 
 pytestmark = [
+    pytest.mark.slow,  # the fixtures compile Brax's step through XLA: 7-11 CPU s for the first test that uses one
     pytest.mark.timeout(300),  # a Brax compile under a loaded CI machine
     # Brax warns at every env built from a name that its own pipelines are no longer maintained.
     pytest.mark.filterwarnings("ignore:Brax System:UserWarning"),
