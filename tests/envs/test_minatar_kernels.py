@@ -13,7 +13,9 @@ from rlstruct.envs.minatar._env import GAMES, game, has_kernels
 
 pytest.importorskip("numba", reason="numba is not installed (rlstruct[fast])")
 
-pytestmark = pytest.mark.timeout(300)
+# slow: numba compiles each game's rules for these calls (not cached on disk: only the loops that inline them are), up
+# to 8 CPU s for Seaquest's step
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 N_ENVS = 64
 N_STEPS = 200
