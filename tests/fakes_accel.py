@@ -11,16 +11,30 @@ the sequential ones; only the recorded order tells whether the code would be cor
 A graph records the callable it captures (without running it) and calls it again on every ``replay``, over the same
 tensors: a CPU run with a captured acquisition gives the eager trajectories exactly when the replay reads the
 statics that the code loaded.
+
+A CUDA graph's replay reads and writes the addresses its capture saw, whatever the Python code has done since; the
+CPU replay runs the Python again and would silently follow a rebound attribute. So the first replay (standing for the
+capture) records, under a :class:`~torch.utils._python_dispatch.TorchDispatchMode`, every storage its ops touch that
+existed before it began (:class:`Touched`: the op, where it was called, the address), and every later replay checks,
+before it runs, that each is still alive at that address, and, while it runs, that it touches no storage from outside
+the capture that the capture did not: what would be a replay through freed memory (or through a stale tensor) on a
+GPU is an ``AssertionError`` here that names the op.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
+import os
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 
 def _merge(into: dict[str, int], other: dict[str, int]) -> None:
@@ -78,14 +92,105 @@ class FakeEvent:
             raise AssertionError("the host waits on an event that was never recorded")
 
 
+def _storage(t: torch.Tensor) -> torch.UntypedStorage | None:
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, a wrapper subclass)
+        return None
+
+
+def live_storages() -> dict[int, StorageWeakRef]:
+    """The storages of every tensor the garbage collector tracks, by ``_cdata``: what exists before a capture.
+
+    Weak references, which keep each storage's bookkeeping (not its memory) alive: a storage made later cannot take
+    the ``_cdata`` of one of these that dies meanwhile.
+    """
+    found = {}
+    for o in gc.get_objects():
+        if issubclass(type(o), torch.Tensor):  # type(), not isinstance: a lazy module's __class__ may warn
+            s = _storage(o)
+            if s is not None and s._cdata not in found:
+                found[s._cdata] = StorageWeakRef(s)
+    return found
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+def _caller() -> str:
+    """``file:line`` of the innermost frame outside torch and this module: the code that called the op."""
+    for frame in reversed(traceback.extract_stack()):
+        if not frame.filename.startswith(_TORCH_DIR) and frame.filename != __file__:
+            return f"{os.path.relpath(frame.filename)}:{frame.lineno} ({frame.name})"
+    return "?"
+
+
+@dataclasses.dataclass
+class Touched:
+    """A storage from outside a capture that one of its ops read or wrote, first seen at op ``op`` called at
+    ``where``, on a tensor described by ``what``, at address ``data_ptr``."""
+
+    ref: StorageWeakRef
+    data_ptr: int
+    op: str
+    where: str
+    what: str
+
+    def storage(self) -> torch.UntypedStorage | None:
+        """The storage, or ``None`` once it has been freed."""
+        if self.ref.expired():
+            return None
+        return torch.UntypedStorage._new_with_weak_ptr(self.ref.cdata)
+
+
+class StorageRecorder(TorchDispatchMode):
+    """Records the storages every op touches (arguments and results): those among ``before`` (storages that
+    existed when the recording began) in :attr:`outside`, the others in :attr:`inside`."""
+
+    def __init__(self, before: dict[int, StorageWeakRef]):
+        super().__init__()
+        self.before = before
+        self.outside: dict[int, Touched] = {}
+        self.inside: dict[int, StorageWeakRef] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves((args, kwargs, out)):
+            if isinstance(t, torch.Tensor):
+                self._see(t, func)
+        return out
+
+    def _see(self, t: torch.Tensor, func: Any) -> None:
+        s = _storage(t)
+        if s is None:
+            return
+        key = s._cdata
+        if key in self.outside or key in self.inside:
+            return
+        if key in self.before and not self.before[key].expired():
+            self.outside[key] = Touched(StorageWeakRef(s), s.data_ptr(), str(func), _caller(),
+                                        f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)}")
+        else:
+            self.inside[key] = StorageWeakRef(s)
+
+
 class FakeGraph:
-    """Records the captured callable; ``replay`` calls it (the same tensors, as a CUDA graph's kernels)."""
+    """Records the captured callable; ``replay`` calls it (the same tensors, as a CUDA graph's kernels), checking
+    that it touches the storages its capture touched, alive at the same addresses (see the module's docstring).
+
+    Attributes:
+        touched: the storages from outside the capture that the capture read or wrote (``None`` before the first
+            replay, which stands for the capture).
+        made: the storages the capture made (in a CUDA graph, its private pool's: they live as long as the graph).
+    """
 
     def __init__(self, accel: RecordingAccelerator):
         self.accel = accel
         self.fn: Callable[[], Any] | None = None
         self.generators: list[torch.Generator] = []
         self.replays = 0
+        self.touched: dict[int, Touched] | None = None
+        self.made: dict[int, StorageWeakRef] = {}
 
     def register_generator_state(self, generator: torch.Generator) -> None:
         self.generators.append(generator)
@@ -95,7 +200,48 @@ class FakeGraph:
             raise AssertionError("replay() of a graph that captured nothing")
         self.replays += 1
         self.accel.op("graph replay")
-        self.fn()
+        if self.touched is not None:
+            self._check_alive()
+        recorder = StorageRecorder(live_storages())
+        self.accel.capturing = True
+        try:
+            with recorder:
+                self.fn()
+        finally:
+            self.accel.capturing = False
+        if self.touched is None:
+            self.touched, self.made = recorder.outside, recorder.inside
+        else:
+            self._check_same(recorder)
+
+    def _check_alive(self) -> None:
+        assert self.touched is not None
+        for t in self.touched.values():
+            s = t.storage()
+            if s is None:
+                raise AssertionError(
+                    f"graph replay {self.replays}: the capture's {t.op} at {t.where} touched a {t.what} tensor that "
+                    "has been freed since: a CUDA graph's replay would read or write freed memory there; keep the "
+                    "tensor alive as long as the graph (copy new values into it in place, x.copy_(new), rather than "
+                    "rebinding it), or capture again"
+                )
+            if s.data_ptr() != t.data_ptr:
+                raise AssertionError(
+                    f"graph replay {self.replays}: the capture's {t.op} at {t.where} touched a {t.what} tensor whose "
+                    f"storage has moved since ({t.data_ptr:#x} -> {s.data_ptr():#x}, a resize_ or set_): a CUDA "
+                    "graph's replay would touch the old address; keep the storage in place, or capture again"
+                )
+
+    def _check_same(self, recorder: StorageRecorder) -> None:
+        assert self.touched is not None
+        for key, t in recorder.outside.items():
+            if key not in self.touched and key not in self.made:
+                raise AssertionError(
+                    f"graph replay {self.replays}: {t.op} at {t.where} touches a {t.what} tensor that the capture did "
+                    "not: the code hands the captured step a tensor it made or rebound since, but a CUDA graph's "
+                    "replay touches the captured one; update the captured tensor in place (x.copy_(new)), or capture "
+                    "again"
+                )
 
 
 class RecordingAccelerator:
@@ -108,6 +254,7 @@ class RecordingAccelerator:
         syncs: how many host synchronisations were asked for.
         compiles: ``(mode, backend)`` of every compile.
         step_marks: how many times a new iteration of the compiled graphs was marked.
+        capturing: whether a graph's captured function is running (its capture, or a replay standing for one).
     """
 
     def __init__(self) -> None:

@@ -42,6 +42,50 @@ def test_the_accelerator_is_chosen_by_device_type_and_a_fake_is_installed_for_a_
     assert _accel.accelerator_for("cpu") is None
 
 
+def test_torch_checks_a_graphs_inputs_where_the_environment_asks(monkeypatch, caplog):
+    monkeypatch.delenv(_accel.CHECK_GRAPH_INPUTS_ENV, raising=False)
+    assert _accel.capture_options() == {}
+    monkeypatch.setenv(_accel.CHECK_GRAPH_INPUTS_ENV, "0")
+    assert _accel.capture_options() == {}
+    monkeypatch.setenv(_accel.CHECK_GRAPH_INPUTS_ENV, "1")
+
+    class Newer:
+        def __init__(self, cuda_graph, pool=None, stream=None, check_input_liveness=False):
+            pass
+
+    class Older:
+        def __init__(self, cuda_graph, pool=None, stream=None):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "graph", Newer)
+    assert _accel.capture_options() == {"check_input_liveness": True}
+    monkeypatch.setattr(torch.cuda, "graph", Older)
+    assert _accel.capture_options() == {}
+    assert "cannot check a CUDA graph's inputs (torch 2.13 can)" in caplog.text
+
+
+def test_a_failed_cuda_capture_gives_the_thread_its_stream_back(monkeypatch):
+    """torch.cuda.graph's exit raises on a failed capture before it restores the stream it made current."""
+    current = ["learner"]
+
+    class FailingCapture:
+        def __init__(self, cuda_graph, **kwargs):
+            pass
+
+        def __enter__(self):
+            current[0] = "capture stream"
+
+        def __exit__(self, *exc):
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "graph", FailingCapture)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: current[0])
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda stream: current.__setitem__(0, stream))
+    with pytest.raises(RuntimeError, match="operation not permitted"):
+        _accel.CUDA.capture(object(), lambda: None)
+    assert current == ["learner"]
+
+
 # --------------------------------------------------------------------------- the captured acquisition
 
 
@@ -244,3 +288,70 @@ def test_the_uncompiled_and_cpu_updates_do_not_touch_the_accelerator():
     with _accel.installed("cpu", fake):
         make_update(compile=False)[1]({"x": torch.ones(4, 3)})
     assert fake.compiles == [] and fake.step_marks == 0
+
+
+# --------------------------------------------------------------------------- the fake's lifetime checks
+
+
+def test_the_fake_catches_a_replay_through_a_tensor_freed_since_its_capture():
+    """A step that rebinds its counter (``self.t = self.t + 1``) works eagerly, but a CUDA graph keeps reading the
+    tensor it captured, freed once rebound: the fake's next replay names the op that captured it."""
+    fake = RecordingAccelerator()
+
+    class Counter:
+        def __init__(self):
+            self.t = torch.zeros(())
+
+    counter, out = Counter(), torch.zeros(())
+
+    def step():
+        out.copy_(counter.t * 2)
+        counter.t = counter.t + 1
+
+    graph = fake.new_graph()
+    fake.capture(graph, step)
+    graph.replay()  # stands for the capture
+    with pytest.raises(AssertionError, match=r"replay 2: the capture's aten\.mul\.Tensor at .*test_gpu_seam\.py:\d+ "
+                                             r"\(step\) touched a float32 \[\] tensor that has been freed since"):
+        graph.replay()
+
+
+def test_the_fake_catches_a_replay_that_touches_a_tensor_its_capture_did_not():
+    """Rebound while the old tensor lives on (a reference elsewhere): the CPU replay would follow the new tensor,
+    a CUDA graph the old one."""
+    fake = RecordingAccelerator()
+    source, out = {"x": torch.ones(3)}, torch.zeros(3)
+    graph = fake.new_graph()
+    fake.capture(graph, lambda: out.copy_(source["x"] * 2))
+    graph.replay()
+    old = source["x"]
+    source["x"] = torch.full((3,), 5.0)
+    with pytest.raises(AssertionError, match=r"aten\.mul\.Tensor at .* touches a float32 \[3\] tensor that the "
+                                             r"capture did not"):
+        graph.replay()
+    assert old.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_the_fake_catches_a_captured_storage_that_moved():
+    fake = RecordingAccelerator()
+    x, out = torch.ones(3), torch.zeros(3)
+    graph = fake.new_graph()
+    fake.capture(graph, lambda: out.copy_(x[:3] + 1))
+    graph.replay()
+    x.resize_(1 << 16)  # a new allocation behind the same storage
+    with pytest.raises(AssertionError, match=r"storage has moved since \(0x[0-9a-f]+ -> 0x[0-9a-f]+"):
+        graph.replay()
+
+
+def test_the_fake_replays_in_place_updates_of_what_it_captured():
+    """What the checks above ask for: new values copied into the captured tensors; tensors the step makes (in a
+    CUDA graph, its private pool's) may be made anew at every replay."""
+    fake = RecordingAccelerator()
+    x, out = torch.ones(3), torch.zeros(3)
+    graph = fake.new_graph()
+    fake.capture(graph, lambda: out.copy_(torch.arange(3.0) + x))
+    for k in range(3):
+        x.copy_(torch.full((3,), float(k)))
+        graph.replay()
+        assert out.tolist() == [k, k + 1.0, k + 2.0]
+    assert set(graph.touched) == {x.untyped_storage()._cdata, out.untyped_storage()._cdata}
