@@ -16,6 +16,9 @@ only show as a rare race (which stream waited on which, whether a replay reads w
 from __future__ import annotations
 
 import contextlib
+import inspect
+import logging
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -23,7 +26,15 @@ import torch
 
 from rlstruct.devices import DeviceLike, as_device
 
-__all__ = ["Accelerator", "CudaAccelerator", "CUDA", "accelerator_for", "installed"]
+__all__ = ["Accelerator", "CudaAccelerator", "CUDA", "CHECK_GRAPH_INPUTS_ENV", "accelerator_for", "installed"]
+
+log = logging.getLogger(__name__)
+
+#: set (not ``0``) to have torch check at every replay of a CUDA graph captured here that each tensor the capture
+#: read from outside the graph is still alive (``torch.cuda.graph(check_input_liveness=True)``, torch 2.13 on): a
+#: replay through freed memory then raises, naming the tensor, instead of failing later as an unspecified launch
+#: failure; for debugging (each replay checks on the host)
+CHECK_GRAPH_INPUTS_ENV = "RLSTRUCT_CHECK_GRAPH_INPUTS"
 
 
 class Accelerator(Protocol):
@@ -86,8 +97,14 @@ class CudaAccelerator:
         return torch.cuda.CUDAGraph()
 
     def capture(self, graph: torch.cuda.CUDAGraph, fn: Callable[[], Any]) -> None:
-        with torch.cuda.graph(graph):
-            fn()
+        stream = torch.cuda.current_stream()
+        try:
+            with torch.cuda.graph(graph, **capture_options()):
+                fn()
+        finally:
+            # A capture that fails leaves torch.cuda.graph's capture stream current (its exit raises before it
+            # restores the stream): every later launch of this thread would go there.
+            torch.cuda.set_stream(stream)
 
     def synchronize(self, device: torch.device) -> None:
         torch.cuda.synchronize(device)
@@ -108,6 +125,18 @@ class CudaAccelerator:
 
     def __repr__(self) -> str:
         return "CudaAccelerator()"
+
+
+def capture_options() -> dict[str, Any]:
+    """The keyword arguments of ``torch.cuda.graph`` for a capture: ``check_input_liveness=True`` where
+    :data:`CHECK_GRAPH_INPUTS_ENV` asks for it and this torch has it (a warning where it does not)."""
+    if os.environ.get(CHECK_GRAPH_INPUTS_ENV, "") in ("", "0"):
+        return {}
+    if "check_input_liveness" not in inspect.signature(torch.cuda.graph).parameters:
+        log.warning("%s is set, but torch %s cannot check a CUDA graph's inputs (torch 2.13 can); capturing "
+                    "without the check", CHECK_GRAPH_INPUTS_ENV, torch.__version__)
+        return {}
+    return {"check_input_liveness": True}
 
 
 #: the accelerator of CUDA devices
