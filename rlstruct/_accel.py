@@ -41,7 +41,8 @@ class Accelerator(Protocol):
     """What the GPU logic asks of an accelerator. Streams and events follow ``torch.cuda.Stream``/``Event``:
     ``stream.wait_stream(other)``, ``stream.wait_event(event)``, ``event.record(stream)``, ``event.query()`` (done
     yet?), ``event.synchronize()`` (wait for it on the host); a graph has
-    ``replay()`` (and, where the generators can be registered, ``register_generator_state(generator)``)."""
+    ``replay()``, ``reset()`` (release it and its memory pool) and, where the generators can be registered,
+    ``register_generator_state(generator)``."""
 
     def current_stream(self, device: torch.device) -> Any:
         """The stream work is queued on now (the learner's, outside any :meth:`use_stream`)."""
@@ -76,6 +77,11 @@ class Accelerator(Protocol):
 
     def mark_step_begin(self) -> None:
         """Starts a new iteration of the compiled graphs: the previous replay's outputs may be overwritten."""
+
+    def clear_blas_workspaces(self) -> None:
+        """Drops the matrix library's cached workspaces (cuBLAS keeps one per stream, made at its first product
+        there, and a graph capturing a product bakes in the one cached then): a capture that follows makes its own,
+        in its graph's memory pool."""
 
 
 class CudaAccelerator:
@@ -122,6 +128,10 @@ class CudaAccelerator:
 
     def mark_step_begin(self) -> None:
         torch.compiler.cudagraph_mark_step_begin()
+
+    def clear_blas_workspaces(self) -> None:
+        # What torch's CUDA graph trees call before and after each of their warm-ups and recordings.
+        torch._C._cuda_clearCublasWorkspaces()
 
     def __repr__(self) -> str:
         return "CudaAccelerator()"

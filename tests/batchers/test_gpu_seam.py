@@ -355,3 +355,51 @@ def test_the_fake_replays_in_place_updates_of_what_it_captured():
         graph.replay()
         assert out.tolist() == [k, k + 1.0, k + 2.0]
     assert set(graph.touched) == {x.untyped_storage()._cdata, out.untyped_storage()._cdata}
+
+
+def test_the_fake_catches_a_graph_that_bakes_in_another_graphs_matrix_workspace():
+    """torch keeps one cuBLAS workspace per stream: a graph captured on the stream after another bakes in the
+    workspace made in the other's memory pool, freed memory once the other is released and the cache cleared."""
+    fake = RecordingAccelerator()
+    w, x = torch.randn(4, 4), torch.randn(2, 4)
+    out_a, out_b = torch.zeros(2, 4), torch.zeros(2, 4)
+    a, b = fake.new_graph(), fake.new_graph()
+    fake.capture(a, lambda: out_a.copy_(x @ w))
+    a.replay()
+    fake.capture(b, lambda: out_b.copy_(x @ w))
+    b.replay()
+    a.reset()
+    fake.clear_blas_workspaces()  # what the compiled update's CUDA graph trees do at their warm-up and recording
+    with pytest.raises(AssertionError, match=r"replay 2: the capture's aten\.mm\.default at .*test_gpu_seam\.py:\d+ "
+                                             r"\(<lambda>\) baked in the matrix library's workspace of stream "
+                                             r"'capture', made by an earlier graph's capture .* released"):
+        b.replay()
+
+
+def acquire_captured(b: RL_Batcher, n: int) -> None:
+    for _ in range(n):
+        b.execute()
+        b.get()
+
+
+def test_each_captured_acquisition_owns_its_matrix_workspace():
+    """Two captured batchers one after the other in a process (an evaluation's, then a training run's; or two runs),
+    the first closed, then the compiled update's graph trees clearing torch's cache of workspaces: the second's
+    replays write a workspace of their own, never one in the first's released pool."""
+    fake = RecordingAccelerator()
+    with _accel.installed("cpu", fake):
+        batchers = []
+        for _ in range(2):
+            b = RL_Batcher(T, SamplingAgent, {}, cartpole, {"n_envs": N}, 0, [5], agent_info=temperature(1.0),
+                           cuda_graph=True)
+            batchers.append(b)
+            b.reset()
+            acquire_captured(b, 3)  # the warm-up, the capture, a replay
+        batchers[0].close()
+        fake.clear_blas_workspaces()
+        acquire_captured(batchers[1], 2)
+        batchers[1].close()
+    first, second = fake.graphs
+    assert first.released and second.released  # close() releases the graph
+    for g in (first, second):
+        assert g.workspaces and all(ws.owner is g for ws in g.workspaces)
