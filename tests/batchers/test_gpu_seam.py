@@ -86,6 +86,13 @@ def test_a_failed_cuda_capture_gives_the_thread_its_stream_back(monkeypatch):
     assert current == ["learner"]
 
 
+def test_cuda_clears_the_cublas_workspaces_as_the_graph_trees_do(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: calls.append(1), raising=False)
+    _accel.CUDA.clear_blas_workspaces()
+    assert calls == [1]
+
+
 # --------------------------------------------------------------------------- the captured acquisition
 
 
