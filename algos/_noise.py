@@ -70,9 +70,8 @@ class CounterNoise:
     ``log`` and ``cos``) agree up to those functions' rounding. Off the CPU the step ``t`` is a device tensor
     advanced in place, so that a CUDA graph that captures the agent's calls replays the count; so it is on a CPU
     that has an accelerator (a test's recording fake, :func:`rlstruct._accel.installed`), whose graphs replay the
-    same code. Rows: ``B`` rows are
-    envs ``env_index, ..., env_index + B - 1`` (every env of an auto-reset batcher's worker; an episodic batcher's
-    shrinking running set draws as its first rows).
+    same code. Rows: ``B`` rows are envs ``env_index, ..., env_index + B - 1`` (every env of an auto-reset batcher's
+    worker; an episodic batcher's shrinking running set draws as its first rows).
 
     On the CPU a draw asked for at consecutive steps is computed for a block of steps at once (a step only adds
     ``t * EPISODE_STRIDE`` to the counters), the block growing up to :data:`BLOCK_STEPS` steps, and served a step at a

@@ -93,8 +93,7 @@ class TorchVecEnv(SimEnv):
         kernel: how a step runs: ``"jit"`` (CPU, one compiled call per step: numba installed and compiled
             kernels for this simulator), ``"numpy"`` (CPU, the kernels on numpy views of the state),
             ``"torch"`` (accelerators, and a CPU with a test's fake accelerator: torch kernels, no host sync in the
-            auto-reset step) or ``"compiled"``
-            (``compile=True``). The CPU kernels give the same bits.
+            auto-reset step) or ``"compiled"`` (``compile=True``). The CPU kernels give the same bits.
 
     Raises:
         ValueError: ``n_envs`` or ``max_episode_steps`` is not a positive int, or ``env_index`` a negative one.
