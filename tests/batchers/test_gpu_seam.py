@@ -93,6 +93,27 @@ def test_cuda_clears_the_cublas_workspaces_as_the_graph_trees_do(monkeypatch):
     assert calls == [1]
 
 
+def test_with_the_fake_the_cpu_takes_the_accelerators_paths_with_the_same_draws():
+    """What a CUDA graph captures, the fake replays: the torch simulators' torch kernels and the counter-based draws
+    counted on a tensor, with the CPU's own paths' results (the fake's trajectories are compared with eager ones)."""
+    from rlstruct.algos._noise import CounterNoise
+
+    host_env, host_noise = cartpole(N, 3), CounterNoise(7, 2, torch.device("cpu"))
+    with _accel.installed("cpu", RecordingAccelerator()):
+        env, noise = cartpole(N, 3), CounterNoise(7, 2, torch.device("cpu"))
+    assert host_env.kernel != "torch" and env.kernel == "torch"
+    assert isinstance(noise.get_state(), torch.Tensor) and noise._step.dim() == 0
+    host_obs, obs = host_env.reset()[0], env.reset()[0]
+    for t in range(20):
+        assert torch.equal(host_noise.uniform((N, 2)), noise.uniform((N, 2))), t
+        action = DictTensor({"action": (noise.uniform((N, 2))[:, 0] < 0.5).long()})
+        host_noise.advance()
+        noise.advance()
+        (host_obs, _), _ = host_env.step(action)
+        (obs, _), _ = env.step(action)
+        assert all(torch.equal(host_obs[k], obs[k]) for k in host_obs.keys()), t
+
+
 # --------------------------------------------------------------------------- the captured acquisition
 
 
@@ -272,6 +293,7 @@ def test_the_compiled_update_in_graph_mode_marks_each_step_and_keeps_its_statist
     stats_e = [eager({"x": x[i]}) for i in (0, 1, 2)]
     stats_g = [first] + [graphed({"x": x[i]}) for i in (1, 2)]
     assert fake.step_marks == 3
+    assert fake.blas_clears == 2  # the trees' warm-up and recording clear torch's cache of cuBLAS workspaces
     # The statistics were cloned out of the graphs' memory: the later replays did not overwrite them.
     assert all(torch.equal(first[k], first_values[k]) for k in first)
     for se, sg in zip(stats_e, stats_g):
