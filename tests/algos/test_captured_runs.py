@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from rlstruct import _accel
-from rlstruct.algos import a2c, ppo
+from rlstruct.algos import a2c, ppo, pqn
 from tests.fakes_accel import RecordingAccelerator
 
 pytestmark = pytest.mark.timeout(300)
@@ -27,7 +27,8 @@ def fast_config(cls, tmp_path, name: str, **kw):
                   "evaluation_device": "cpu", "cuda_graph": True, "compile_update": True, "overlap": True, **kw})
 
 
-@pytest.mark.parametrize("module, cls", [(a2c, a2c.A2CConfig), (ppo, ppo.PPOConfig)], ids=["a2c", "ppo"])
+@pytest.mark.parametrize("module, cls", [(a2c, a2c.A2CConfig), (ppo, ppo.PPOConfig), (pqn, pqn.PQNConfig)],
+                         ids=["a2c", "ppo", "pqn"])
 def test_two_captured_runs_in_one_process_replay_only_live_tensors(tmp_path, module, cls):
     fake = RecordingAccelerator()
     with _accel.installed("cpu", fake):
