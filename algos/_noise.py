@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlstruct._accel import accelerator_for
 from rlstruct.envs._rng import EPISODE_STRIDE, MASK32, env_keys, mix32
 
 __all__ = ["CounterNoise", "GeneratorNoise", "NoiseSource"]
@@ -67,9 +68,10 @@ class CounterNoise:
     Integer operations, then exact float32 ones: uniform draws are the same bits on every device (the CPU hashes in
     ``uint32`` numpy arrays, other devices in ``int64`` tensors, as the torch simulators do); normal draws (Box-Muller's
     ``log`` and ``cos``) agree up to those functions' rounding. Off the CPU the step ``t`` is a device tensor
-    advanced in place, so that a CUDA graph that captures the agent's calls replays the count. Rows: ``B`` rows are
-    envs ``env_index, ..., env_index + B - 1`` (every env of an auto-reset batcher's worker; an episodic batcher's
-    shrinking running set draws as its first rows).
+    advanced in place, so that a CUDA graph that captures the agent's calls replays the count; so it is on a CPU
+    that has an accelerator (a test's recording fake, :func:`rlstruct._accel.installed`), whose graphs replay the
+    same code. Rows: ``B`` rows are envs ``env_index, ..., env_index + B - 1`` (every env of an auto-reset batcher's
+    worker; an episodic batcher's shrinking running set draws as its first rows).
 
     On the CPU a draw asked for at consecutive steps is computed for a block of steps at once (a step only adds
     ``t * EPISODE_STRIDE`` to the counters), the block growing up to :data:`BLOCK_STEPS` steps, and served a step at a
@@ -88,7 +90,7 @@ class CounterNoise:
         self.seed = seed
         self.env_index = env_index
         self.device = torch.device(device)
-        self._numpy = self.device.type == "cpu"
+        self._numpy = self.device.type == "cpu" and accelerator_for(self.device) is None
         # (rows, columns, stream) -> the counters at step 0 (key + salt): uint32 [rows * columns] on the CPU
         self._counters: dict[tuple[int, int, int], Any] = {}
         # on the CPU, (kind, shape, stream, high) -> [first step, the steps' draws, steps in the next block]

@@ -123,6 +123,12 @@ class StepGraph:
             load_into(statics, loop(statics, info), "the agent state")
             _copy_env_state(self.env, env_state)
 
+        # cuBLAS keeps one workspace per stream (made at the stream's first matrix product) and a graph that captures
+        # a product bakes in the one kept then: every capture here runs on torch's one capture stream, so without
+        # this the graph would write, at every replay, a workspace made in an earlier graph's memory pool (shared
+        # with that graph; freed memory once it is released and the cache cleared, as the compiled update's graph
+        # trees clear it). Cleared before, the capture makes its own in its pool; cleared after, no other bakes it in.
+        self._accel.clear_blas_workspaces()
         try:
             self._accel.capture(graph, captured)
         except GraphCaptureError:
@@ -139,11 +145,15 @@ class StepGraph:
                 "must keep their shapes; fix the step or pass cuda_graph=False"
             ) from e
         finally:
+            self._accel.clear_blas_workspaces()
             self.env.set_graph_state(self._env_state)  # also when the capture failed half-way
         return graph
 
     def close(self) -> None:
-        self._graph = None
+        """Releases the graph and its memory pool now (not whenever the garbage collector gets to it)."""
+        graph, self._graph = self._graph, None
+        if graph is not None:
+            graph.reset()
 
 
 def _cuda_generators(agent: RL_Agent) -> list[tuple[str, torch.Generator]]:

@@ -17,6 +17,9 @@ PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 
 declare -A STEPS=(
+  # Two fast-path runs in one process, a fresh process per variant: which flag leaves what the second run's graphs
+  # touch (docs/benchmarks/gpu-end-to-end.md, "On an H200, with the counter-based draws").
+  [two_runs]="$PY benchmarks/gpu_two_runs.py; $PY benchmarks/gpu_two_runs.py --log2-envs 18 20 --autocast bfloat16 --only all no_compile_update no_cuda_graph"
   [cuda_tests]="$PY -m pytest -q -p no:cacheprovider -m cuda rlstruct agents batchers algos tests"
   [solve_a2c]="$PY benchmarks/gpu_training.py --algos a2c --skip-throughput --time-limit 45 --json DIR/solve_a2c.json"
   [solve_ppo]="$PY benchmarks/gpu_training.py --algos ppo --skip-throughput --time-limit 45 --json DIR/solve_ppo.json"
@@ -38,7 +41,7 @@ declare -A STEPS=(
   # MinAtar (issue 42): the torch games at 2^20 envs in the CUDA-graph batcher, beside gymnax on the same GPU.
   [minatar]="for g in Breakout Asterix Freeway; do $PY benchmarks/minatar_speed.py --game \$g --device cuda --envs 65536 --rounds 1 --skip reference adapter; done"
 )
-ORDER=(cuda_tests solve_a2c solve_ppo bf16 collection_compiled throughput tf32 bf16_compiled_policy collection_bf16
+ORDER=(two_runs cuda_tests solve_a2c solve_ppo bf16 collection_compiled throughput tf32 bf16_compiled_policy collection_bf16
        collection collection_fast envs ecosystem locomotion cpu_scaling atari_ppo atari_dqn minatar)
 
 if [[ ${1:-} == --list || $# -eq 0 ]]; then

@@ -16,6 +16,9 @@ only show as a rare race (which stream waited on which, whether a replay reads w
 from __future__ import annotations
 
 import contextlib
+import inspect
+import logging
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -23,14 +26,23 @@ import torch
 
 from rlstruct.devices import DeviceLike, as_device
 
-__all__ = ["Accelerator", "CudaAccelerator", "CUDA", "accelerator_for", "installed"]
+__all__ = ["Accelerator", "CudaAccelerator", "CUDA", "CHECK_GRAPH_INPUTS_ENV", "accelerator_for", "installed"]
+
+log = logging.getLogger(__name__)
+
+#: set (not ``0``) to have torch check at every replay of a CUDA graph captured here that each tensor the capture
+#: read from outside the graph is still alive (``torch.cuda.graph(check_input_liveness=True)``, torch 2.13 on): a
+#: replay through freed memory then raises, naming the tensor, instead of failing later as an unspecified launch
+#: failure; for debugging (each replay checks on the host)
+CHECK_GRAPH_INPUTS_ENV = "RLSTRUCT_CHECK_GRAPH_INPUTS"
 
 
 class Accelerator(Protocol):
     """What the GPU logic asks of an accelerator. Streams and events follow ``torch.cuda.Stream``/``Event``:
     ``stream.wait_stream(other)``, ``stream.wait_event(event)``, ``event.record(stream)``, ``event.query()`` (done
     yet?), ``event.synchronize()`` (wait for it on the host); a graph has
-    ``replay()`` (and, where the generators can be registered, ``register_generator_state(generator)``)."""
+    ``replay()``, ``reset()`` (release it and its memory pool) and, where the generators can be registered,
+    ``register_generator_state(generator)``."""
 
     def current_stream(self, device: torch.device) -> Any:
         """The stream work is queued on now (the learner's, outside any :meth:`use_stream`)."""
@@ -66,6 +78,11 @@ class Accelerator(Protocol):
     def mark_step_begin(self) -> None:
         """Starts a new iteration of the compiled graphs: the previous replay's outputs may be overwritten."""
 
+    def clear_blas_workspaces(self) -> None:
+        """Drops the matrix library's cached workspaces (cuBLAS keeps one per stream, made at its first product
+        there, and a graph capturing a product bakes in the one cached then): a capture that follows makes its own,
+        in its graph's memory pool."""
+
 
 class CudaAccelerator:
     """:class:`Accelerator` over ``torch.cuda``."""
@@ -86,8 +103,14 @@ class CudaAccelerator:
         return torch.cuda.CUDAGraph()
 
     def capture(self, graph: torch.cuda.CUDAGraph, fn: Callable[[], Any]) -> None:
-        with torch.cuda.graph(graph):
-            fn()
+        stream = torch.cuda.current_stream()
+        try:
+            with torch.cuda.graph(graph, **capture_options()):
+                fn()
+        finally:
+            # A capture that fails leaves torch.cuda.graph's capture stream current (its exit raises before it
+            # restores the stream): every later launch of this thread would go there.
+            torch.cuda.set_stream(stream)
 
     def synchronize(self, device: torch.device) -> None:
         torch.cuda.synchronize(device)
@@ -106,8 +129,24 @@ class CudaAccelerator:
     def mark_step_begin(self) -> None:
         torch.compiler.cudagraph_mark_step_begin()
 
+    def clear_blas_workspaces(self) -> None:
+        # What torch's CUDA graph trees call before and after each of their warm-ups and recordings.
+        torch._C._cuda_clearCublasWorkspaces()
+
     def __repr__(self) -> str:
         return "CudaAccelerator()"
+
+
+def capture_options() -> dict[str, Any]:
+    """The keyword arguments of ``torch.cuda.graph`` for a capture: ``check_input_liveness=True`` where
+    :data:`CHECK_GRAPH_INPUTS_ENV` asks for it and this torch has it (a warning where it does not)."""
+    if os.environ.get(CHECK_GRAPH_INPUTS_ENV, "") in ("", "0"):
+        return {}
+    if "check_input_liveness" not in inspect.signature(torch.cuda.graph).parameters:
+        log.warning("%s is set, but torch %s cannot check a CUDA graph's inputs (torch 2.13 can); capturing "
+                    "without the check", CHECK_GRAPH_INPUTS_ENV, torch.__version__)
+        return {}
+    return {"check_input_liveness": True}
 
 
 #: the accelerator of CUDA devices

@@ -11,16 +11,38 @@ the sequential ones; only the recorded order tells whether the code would be cor
 A graph records the callable it captures (without running it) and calls it again on every ``replay``, over the same
 tensors: a CPU run with a captured acquisition gives the eager trajectories exactly when the replay reads the
 statics that the code loaded.
+
+A CUDA graph's replay reads and writes the addresses its capture saw, whatever the Python code has done since; the
+CPU replay runs the Python again and would silently follow a rebound attribute. So the first replay (standing for the
+capture) records, under a :class:`~torch.utils._python_dispatch.TorchDispatchMode`, every storage its ops touch that
+existed before it began (:class:`Touched`: the op, where it was called, the address), and every later replay checks,
+before it runs, that each is still alive at that address, and, while it runs, that it touches no storage from outside
+the capture that the capture did not: what would be a replay through freed memory (or through a stale tensor) on a
+GPU is an ``AssertionError`` here that names the op.
+
+One buffer a CUDA graph touches is no tensor of the code's: the matrix library's workspace. torch keeps one cuBLAS
+workspace per stream, made at the stream's first matrix product (inside a capture: in that graph's memory pool) and
+held by a cache that torch's CUDA graph trees clear before and after each of their warm-ups and recordings; a graph
+that captures a product bakes in the workspace the cache holds then, whoever made it. The fake keeps that cache
+(:class:`BlasWorkspace`, for the captures' stream; its compiled functions clear it at their first two calls, as the
+trees do) and a replay raises when its capture baked in a workspace made by another graph's: shared by two graphs,
+and freed memory once that graph is released (:meth:`FakeGraph.reset`) and the cache cleared.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
+import os
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 
 def _merge(into: dict[str, int], other: dict[str, int]) -> None:
@@ -78,24 +100,209 @@ class FakeEvent:
             raise AssertionError("the host waits on an event that was never recorded")
 
 
+def _storage(t: torch.Tensor) -> torch.UntypedStorage | None:
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, a wrapper subclass)
+        return None
+
+
+def live_storages() -> dict[int, StorageWeakRef]:
+    """The storages of every tensor the garbage collector tracks, by ``_cdata``: what exists before a capture.
+
+    Weak references, which keep each storage's bookkeeping (not its memory) alive: a storage made later cannot take
+    the ``_cdata`` of one of these that dies meanwhile.
+    """
+    found = {}
+    for o in gc.get_objects():
+        if issubclass(type(o), torch.Tensor):  # type(), not isinstance: a lazy module's __class__ may warn
+            s = _storage(o)
+            if s is not None and s._cdata not in found:
+                found[s._cdata] = StorageWeakRef(s)
+    return found
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+def _caller() -> str:
+    """``file:line`` of the innermost frame outside torch and this module: the code that called the op."""
+    for frame in reversed(traceback.extract_stack()):
+        if not frame.filename.startswith(_TORCH_DIR) and frame.filename != __file__:
+            return f"{os.path.relpath(frame.filename)}:{frame.lineno} ({frame.name})"
+    return "?"
+
+
+@dataclasses.dataclass
+class Touched:
+    """A storage from outside a capture that one of its ops read or wrote, first seen at op ``op`` called at
+    ``where``, on a tensor described by ``what``, at address ``data_ptr``."""
+
+    ref: StorageWeakRef
+    data_ptr: int
+    op: str
+    where: str
+    what: str
+
+    def storage(self) -> torch.UntypedStorage | None:
+        """The storage, or ``None`` once it has been freed."""
+        if self.ref.expired():
+            return None
+        return torch.UntypedStorage._new_with_weak_ptr(self.ref.cdata)
+
+
+#: the ops whose CUDA kernels are cuBLAS's, which take the stream's workspace
+BLAS_OPS = frozenset({"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
+                      "aten.mv.default", "aten.addmv.default", "aten._addmm_activation.default"})
+
+#: the stream the captures run on (torch.cuda.graph's default capture stream, one for the process)
+CAPTURE_STREAM = "capture"
+
+
+@dataclasses.dataclass(eq=False)
+class BlasWorkspace:
+    """cuBLAS's workspace of one stream, as torch keeps it: made by the stream's first matrix product, in the memory
+    pool of the graph capturing then (``owner``), and held by torch's cache until the cache is cleared."""
+
+    stream: str
+    owner: FakeGraph
+
+
+class StorageRecorder(TorchDispatchMode):
+    """Records the storages every op touches (arguments and results): those among ``before`` (storages that
+    existed when the recording began) in :attr:`outside`, the others in :attr:`inside`; calls ``on_blas(op)`` after
+    each matrix product (:data:`BLAS_OPS`)."""
+
+    def __init__(self, before: dict[int, StorageWeakRef], on_blas: Callable[[Any], None] | None = None):
+        super().__init__()
+        self.before = before
+        self.on_blas = on_blas
+        self.outside: dict[int, Touched] = {}
+        self.inside: dict[int, StorageWeakRef] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves((args, kwargs, out)):
+            if isinstance(t, torch.Tensor):
+                self._see(t, func)
+        if self.on_blas is not None and str(func) in BLAS_OPS:
+            self.on_blas(func)
+        return out
+
+    def _see(self, t: torch.Tensor, func: Any) -> None:
+        s = _storage(t)
+        if s is None:
+            return
+        key = s._cdata
+        if key in self.outside or key in self.inside:
+            return
+        if key in self.before and not self.before[key].expired():
+            self.outside[key] = Touched(StorageWeakRef(s), s.data_ptr(), str(func), _caller(),
+                                        f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)}")
+        else:
+            self.inside[key] = StorageWeakRef(s)
+
+
 class FakeGraph:
-    """Records the captured callable; ``replay`` calls it (the same tensors, as a CUDA graph's kernels)."""
+    """Records the captured callable; ``replay`` calls it (the same tensors, as a CUDA graph's kernels), checking
+    that it touches the storages its capture touched, alive at the same addresses (see the module's docstring).
+
+    Attributes:
+        touched: the storages from outside the capture that the capture read or wrote (``None`` before the first
+            replay, which stands for the capture).
+        made: the storages the capture made (in a CUDA graph, its private pool's: they live as long as the graph).
+        workspaces: the matrix library's workspaces the capture baked in, each with the first op and call site.
+        released: :meth:`reset` was called (a CUDA graph's memory pool is then given back).
+    """
 
     def __init__(self, accel: RecordingAccelerator):
         self.accel = accel
         self.fn: Callable[[], Any] | None = None
         self.generators: list[torch.Generator] = []
         self.replays = 0
+        self.touched: dict[int, Touched] | None = None
+        self.made: dict[int, StorageWeakRef] = {}
+        self.workspaces: dict[BlasWorkspace, tuple[str, str]] = {}
+        self.released = False
 
     def register_generator_state(self, generator: torch.Generator) -> None:
         self.generators.append(generator)
 
+    def reset(self) -> None:
+        """Releases the graph (``torch.cuda.CUDAGraph.reset``): it cannot replay, and its memory pool is gone."""
+        self.released, self.fn = True, None
+
+    def _bake_workspace(self, func: Any) -> None:
+        """A matrix product in the capture: the cache's workspace of the capture stream, made here if it holds none."""
+        ws = self.accel.blas_workspaces.get(CAPTURE_STREAM)
+        if ws is None:
+            ws = self.accel.blas_workspaces[CAPTURE_STREAM] = BlasWorkspace(CAPTURE_STREAM, self)
+        self.workspaces.setdefault(ws, (str(func), _caller()))
+
     def replay(self) -> None:
         if self.fn is None:
-            raise AssertionError("replay() of a graph that captured nothing")
+            raise AssertionError("replay() of a graph that captured nothing" + " (released)" * self.released)
         self.replays += 1
         self.accel.op("graph replay")
-        self.fn()
+        if self.touched is not None:
+            self._check_alive()
+        capturing = self.touched is None
+        recorder = StorageRecorder(live_storages(), self._bake_workspace if capturing else None)
+        self.accel.capturing = True
+        try:
+            with recorder:
+                self.fn()
+        finally:
+            self.accel.capturing = False
+        if self.touched is None:
+            self.touched, self.made = recorder.outside, recorder.inside
+        else:
+            self._check_same(recorder)
+
+    def _check_alive(self) -> None:
+        assert self.touched is not None
+        held = list(self.accel.blas_workspaces.values())
+        for ws, (op, where) in self.workspaces.items():
+            if ws.owner is self:
+                continue
+            if ws.owner.released and not any(ws is h for h in held):
+                what = ("that graph has been released and torch's cache of workspaces cleared since: a CUDA graph's "
+                        "replay would write freed memory there")
+            else:
+                what = ("the two graphs share it: replays of theirs on two streams would write it at once, and once "
+                        "that graph is released and the cache cleared, into freed memory")
+            raise AssertionError(
+                f"graph replay {self.replays}: the capture's {op} at {where} baked in the matrix library's "
+                f"workspace of stream {ws.stream!r}, made by an earlier graph's capture in that graph's memory pool; "
+                f"{what}; clear the workspaces before a capture (the graph then makes its own, in its pool) and "
+                "after it"
+            )
+        for t in self.touched.values():
+            s = t.storage()
+            if s is None:
+                raise AssertionError(
+                    f"graph replay {self.replays}: the capture's {t.op} at {t.where} touched a {t.what} tensor that "
+                    "has been freed since: a CUDA graph's replay would read or write freed memory there; keep the "
+                    "tensor alive as long as the graph (copy new values into it in place, x.copy_(new), rather than "
+                    "rebinding it), or capture again"
+                )
+            if s.data_ptr() != t.data_ptr:
+                raise AssertionError(
+                    f"graph replay {self.replays}: the capture's {t.op} at {t.where} touched a {t.what} tensor whose "
+                    f"storage has moved since ({t.data_ptr:#x} -> {s.data_ptr():#x}, a resize_ or set_): a CUDA "
+                    "graph's replay would touch the old address; keep the storage in place, or capture again"
+                )
+
+    def _check_same(self, recorder: StorageRecorder) -> None:
+        assert self.touched is not None
+        for key, t in recorder.outside.items():
+            if key not in self.touched and key not in self.made:
+                raise AssertionError(
+                    f"graph replay {self.replays}: {t.op} at {t.where} touches a {t.what} tensor that the capture did "
+                    "not: the code hands the captured step a tensor it made or rebound since, but a CUDA graph's "
+                    "replay touches the captured one; update the captured tensor in place (x.copy_(new)), or capture "
+                    "again"
+                )
 
 
 class RecordingAccelerator:
@@ -108,6 +315,9 @@ class RecordingAccelerator:
         syncs: how many host synchronisations were asked for.
         compiles: ``(mode, backend)`` of every compile.
         step_marks: how many times a new iteration of the compiled graphs was marked.
+        blas_workspaces: torch's cache of the matrix library's workspaces, by stream (see the module's docstring).
+        blas_clears: how many times that cache was cleared.
+        capturing: whether a graph's captured function is running (its capture, or a replay standing for one).
     """
 
     def __init__(self) -> None:
@@ -121,6 +331,8 @@ class RecordingAccelerator:
         self.capturing = False
         self.compiles: list[tuple[str | None, str]] = []
         self.step_marks = 0
+        self.blas_workspaces: dict[str, BlasWorkspace] = {}
+        self.blas_clears = 0
 
     # --- the protocol
     def current_stream(self, device: torch.device) -> FakeStream:
@@ -175,6 +387,10 @@ class RecordingAccelerator:
     def mark_step_begin(self) -> None:
         self.step_marks += 1
 
+    def clear_blas_workspaces(self) -> None:
+        self.blas_clears += 1
+        self.blas_workspaces.clear()
+
     # --- the recording
     def op(self, label: str) -> Op:
         """Queues an operation named ``label`` on the current stream and returns it."""
@@ -192,17 +408,23 @@ class RecordingAccelerator:
 class GraphOutputs:
     """A compiled function as ``reduce-overhead`` runs it: its outputs live in graph memory that the next call
     overwrites, and a call not preceded by :meth:`RecordingAccelerator.mark_step_begin` while the previous outputs
-    may still be read is refused (CUDA graph trees raise then). The loss keeps its autograd graph."""
+    may still be read is refused (CUDA graph trees raise then). The loss keeps its autograd graph. Its first call
+    (the trees' warm-up) and its second (their recording) clear torch's cache of the matrix library's workspaces, as
+    the trees do."""
 
     def __init__(self, accel: RecordingAccelerator, fn: Callable[..., Any]):
         self.accel, self.fn = accel, fn
         self._marks = -1
         self._stats: dict[str, torch.Tensor] | None = None
+        self.calls = 0
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         if self._stats is not None and self.accel.step_marks == self._marks:
             raise AssertionError("a reduce-overhead replay without cudagraph_mark_step_begin() since the last one")
         self._marks = self.accel.step_marks
+        self.calls += 1
+        if self.calls <= 2:
+            self.accel.clear_blas_workspaces()
         loss, stats = self.fn(*inputs)
         if self._stats is None:
             self._stats = {k: torch.empty_like(v) for k, v in stats.items()}

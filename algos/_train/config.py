@@ -19,10 +19,11 @@ from typing import Any, ClassVar
 
 import torch
 
+from rlstruct._accel import accelerator_for
 from rlstruct.algos._train.finite import check_finite_settings
 from rlstruct.algos._train.flags import declared
 from rlstruct.algos._train.trackers import check_trackers
-from rlstruct.devices import as_device, check_device_exists
+from rlstruct.devices import check_device_exists
 from rlstruct.envs.factory import BACKENDS, resolve_backend
 from rlstruct.errors import ConfigError, MissingDependencyError
 
@@ -411,7 +412,8 @@ def check_on_policy(config: OnPolicyConfig, title: str) -> None:
             "by step, in float32, for debugging); drop --autocast or --check-devices"
         )
     if isinstance(config, RolloutPart):
-        if config.cuda_graph and as_device(config.batcher_device).type != "cuda":
+        # Asked of the seam (rlstruct._accel), so that a test's recording fake on the CPU drives a captured run.
+        if config.cuda_graph and accelerator_for(config.batcher_device) is None:
             raise ConfigError(
                 f"{title}: cuda_graph=True needs a CUDA batcher_device, got batcher_device={config.batcher_device!r}; "
                 "pass --batcher-device cuda or drop --cuda-graph"

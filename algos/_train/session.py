@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlstruct._accel import accelerator_for
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import Resume, load_resume
@@ -393,7 +394,7 @@ def open_batchers(
     # On a GPU, an episodic evaluation is hundreds of eager steps, each many small launches and a host sync (the
     # running set): with cuda_graph, the evaluation envs auto-reset and each chunk is one graph replay; the
     # Evaluator counts every env's first episode, the one the episodic envs would have run.
-    eval_graph = cuda_graph and as_device(config.evaluation_device).type == "cuda"
+    eval_graph = cuda_graph and accelerator_for(config.evaluation_device) is not None
     eval_env_kwargs = evaluation_env_kwargs(config.env, config.backend, config.env_kwargs,
                                             config.evaluation_env_kwargs)
     eval_batcher = RL_Batcher(

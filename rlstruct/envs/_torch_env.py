@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlstruct._accel import accelerator_for
 from rlstruct.devices import DeviceLike
 from rlstruct.envs import _sim_kernels as kernels
 from rlstruct.envs._actions import ActionSpec
@@ -91,8 +92,8 @@ class TorchVecEnv(SimEnv):
     Attributes:
         kernel: how a step runs: ``"jit"`` (CPU, one compiled call per step: numba installed and compiled
             kernels for this simulator), ``"numpy"`` (CPU, the kernels on numpy views of the state),
-            ``"torch"`` (accelerators: torch kernels, no host sync in the auto-reset step) or ``"compiled"``
-            (``compile=True``). The CPU kernels give the same bits.
+            ``"torch"`` (accelerators, and a CPU with a test's fake accelerator: torch kernels, no host sync in the
+            auto-reset step) or ``"compiled"`` (``compile=True``). The CPU kernels give the same bits.
 
     Raises:
         ValueError: ``n_envs`` or ``max_episode_steps`` is not a positive int, or ``env_index`` a negative one.
@@ -171,7 +172,9 @@ class TorchVecEnv(SimEnv):
         # The host steppers' numpy views of the state, shared by every stepper the env moves through.
         self._host = HostViews()
         self._stepper: Stepper
-        on_cpu = dev.type == "cpu"
+        # A CPU with an accelerator (a test's recording fake, rlstruct._accel.installed) steps as an accelerator
+        # does, so that the fake's graphs replay the torch kernels a CUDA graph captures.
+        on_cpu = dev.type == "cpu" and accelerator_for(dev) is None
         if compile:
             self._use_kernels("compiled", sparse=on_cpu and n_envs > _FUSED_DENSE_MAX_ENVS)
         elif on_cpu and self._physics64 and self._jit_name is not None and jit_wanted():

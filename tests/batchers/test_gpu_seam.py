@@ -42,6 +42,78 @@ def test_the_accelerator_is_chosen_by_device_type_and_a_fake_is_installed_for_a_
     assert _accel.accelerator_for("cpu") is None
 
 
+def test_torch_checks_a_graphs_inputs_where_the_environment_asks(monkeypatch, caplog):
+    monkeypatch.delenv(_accel.CHECK_GRAPH_INPUTS_ENV, raising=False)
+    assert _accel.capture_options() == {}
+    monkeypatch.setenv(_accel.CHECK_GRAPH_INPUTS_ENV, "0")
+    assert _accel.capture_options() == {}
+    monkeypatch.setenv(_accel.CHECK_GRAPH_INPUTS_ENV, "1")
+
+    class Newer:
+        def __init__(self, cuda_graph, pool=None, stream=None, check_input_liveness=False):
+            pass
+
+    class Older:
+        def __init__(self, cuda_graph, pool=None, stream=None):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "graph", Newer)
+    assert _accel.capture_options() == {"check_input_liveness": True}
+    monkeypatch.setattr(torch.cuda, "graph", Older)
+    assert _accel.capture_options() == {}
+    assert "cannot check a CUDA graph's inputs (torch 2.13 can)" in caplog.text
+
+
+def test_a_failed_cuda_capture_gives_the_thread_its_stream_back(monkeypatch):
+    """torch.cuda.graph's exit raises on a failed capture before it restores the stream it made current."""
+    current = ["learner"]
+
+    class FailingCapture:
+        def __init__(self, cuda_graph, **kwargs):
+            pass
+
+        def __enter__(self):
+            current[0] = "capture stream"
+
+        def __exit__(self, *exc):
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "graph", FailingCapture)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: current[0])
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda stream: current.__setitem__(0, stream))
+    with pytest.raises(RuntimeError, match="operation not permitted"):
+        _accel.CUDA.capture(object(), lambda: None)
+    assert current == ["learner"]
+
+
+def test_cuda_clears_the_cublas_workspaces_as_the_graph_trees_do(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: calls.append(1), raising=False)
+    _accel.CUDA.clear_blas_workspaces()
+    assert calls == [1]
+
+
+def test_with_the_fake_the_cpu_takes_the_accelerators_paths_with_the_same_draws():
+    """What a CUDA graph captures, the fake replays: the torch simulators' torch kernels and the counter-based draws
+    counted on a tensor, with the CPU's own paths' results (the fake's trajectories are compared with eager ones)."""
+    from rlstruct.algos._noise import CounterNoise
+
+    host_env, host_noise = cartpole(N, 3), CounterNoise(7, 2, torch.device("cpu"))
+    with _accel.installed("cpu", RecordingAccelerator()):
+        env, noise = cartpole(N, 3), CounterNoise(7, 2, torch.device("cpu"))
+    assert host_env.kernel != "torch" and env.kernel == "torch"
+    assert isinstance(noise.get_state(), torch.Tensor) and noise._step.dim() == 0
+    host_obs, obs = host_env.reset()[0], env.reset()[0]
+    for t in range(20):
+        assert torch.equal(host_noise.uniform((N, 2)), noise.uniform((N, 2))), t
+        action = DictTensor({"action": (noise.uniform((N, 2))[:, 0] < 0.5).long()})
+        host_noise.advance()
+        noise.advance()
+        (host_obs, _), _ = host_env.step(action)
+        (obs, _), _ = env.step(action)
+        assert all(torch.equal(host_obs[k], obs[k]) for k in host_obs.keys()), t
+
+
 # --------------------------------------------------------------------------- the captured acquisition
 
 
@@ -221,6 +293,7 @@ def test_the_compiled_update_in_graph_mode_marks_each_step_and_keeps_its_statist
     stats_e = [eager({"x": x[i]}) for i in (0, 1, 2)]
     stats_g = [first] + [graphed({"x": x[i]}) for i in (1, 2)]
     assert fake.step_marks == 3
+    assert fake.blas_clears == 2  # the trees' warm-up and recording clear torch's cache of cuBLAS workspaces
     # The statistics were cloned out of the graphs' memory: the later replays did not overwrite them.
     assert all(torch.equal(first[k], first_values[k]) for k in first)
     for se, sg in zip(stats_e, stats_g):
@@ -244,3 +317,118 @@ def test_the_uncompiled_and_cpu_updates_do_not_touch_the_accelerator():
     with _accel.installed("cpu", fake):
         make_update(compile=False)[1]({"x": torch.ones(4, 3)})
     assert fake.compiles == [] and fake.step_marks == 0
+
+
+# --------------------------------------------------------------------------- the fake's lifetime checks
+
+
+def test_the_fake_catches_a_replay_through_a_tensor_freed_since_its_capture():
+    """A step that rebinds its counter (``self.t = self.t + 1``) works eagerly, but a CUDA graph keeps reading the
+    tensor it captured, freed once rebound: the fake's next replay names the op that captured it."""
+    fake = RecordingAccelerator()
+
+    class Counter:
+        def __init__(self):
+            self.t = torch.zeros(())
+
+    counter, out = Counter(), torch.zeros(())
+
+    def step():
+        out.copy_(counter.t * 2)
+        counter.t = counter.t + 1
+
+    graph = fake.new_graph()
+    fake.capture(graph, step)
+    graph.replay()  # stands for the capture
+    with pytest.raises(AssertionError, match=r"replay 2: the capture's aten\.mul\.Tensor at .*test_gpu_seam\.py:\d+ "
+                                             r"\(step\) touched a float32 \[\] tensor that has been freed since"):
+        graph.replay()
+
+
+def test_the_fake_catches_a_replay_that_touches_a_tensor_its_capture_did_not():
+    """Rebound while the old tensor lives on (a reference elsewhere): the CPU replay would follow the new tensor,
+    a CUDA graph the old one."""
+    fake = RecordingAccelerator()
+    source, out = {"x": torch.ones(3)}, torch.zeros(3)
+    graph = fake.new_graph()
+    fake.capture(graph, lambda: out.copy_(source["x"] * 2))
+    graph.replay()
+    old = source["x"]
+    source["x"] = torch.full((3,), 5.0)
+    with pytest.raises(AssertionError, match=r"aten\.mul\.Tensor at .* touches a float32 \[3\] tensor that the "
+                                             r"capture did not"):
+        graph.replay()
+    assert old.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_the_fake_catches_a_captured_storage_that_moved():
+    fake = RecordingAccelerator()
+    x, out = torch.ones(3), torch.zeros(3)
+    graph = fake.new_graph()
+    fake.capture(graph, lambda: out.copy_(x[:3] + 1))
+    graph.replay()
+    x.resize_(1 << 16)  # a new allocation behind the same storage
+    with pytest.raises(AssertionError, match=r"storage has moved since \(0x[0-9a-f]+ -> 0x[0-9a-f]+"):
+        graph.replay()
+
+
+def test_the_fake_replays_in_place_updates_of_what_it_captured():
+    """What the checks above ask for: new values copied into the captured tensors; tensors the step makes (in a
+    CUDA graph, its private pool's) may be made anew at every replay."""
+    fake = RecordingAccelerator()
+    x, out = torch.ones(3), torch.zeros(3)
+    graph = fake.new_graph()
+    fake.capture(graph, lambda: out.copy_(torch.arange(3.0) + x))
+    for k in range(3):
+        x.copy_(torch.full((3,), float(k)))
+        graph.replay()
+        assert out.tolist() == [k, k + 1.0, k + 2.0]
+    assert set(graph.touched) == {x.untyped_storage()._cdata, out.untyped_storage()._cdata}
+
+
+def test_the_fake_catches_a_graph_that_bakes_in_another_graphs_matrix_workspace():
+    """torch keeps one cuBLAS workspace per stream: a graph captured on the stream after another bakes in the
+    workspace made in the other's memory pool, freed memory once the other is released and the cache cleared."""
+    fake = RecordingAccelerator()
+    w, x = torch.randn(4, 4), torch.randn(2, 4)
+    out_a, out_b = torch.zeros(2, 4), torch.zeros(2, 4)
+    a, b = fake.new_graph(), fake.new_graph()
+    fake.capture(a, lambda: out_a.copy_(x @ w))
+    a.replay()
+    fake.capture(b, lambda: out_b.copy_(x @ w))
+    b.replay()
+    a.reset()
+    fake.clear_blas_workspaces()  # what the compiled update's CUDA graph trees do at their warm-up and recording
+    with pytest.raises(AssertionError, match=r"replay 2: the capture's aten\.mm\.default at .*test_gpu_seam\.py:\d+ "
+                                             r"\(<lambda>\) baked in the matrix library's workspace of stream "
+                                             r"'capture', made by an earlier graph's capture .* released"):
+        b.replay()
+
+
+def acquire_captured(b: RL_Batcher, n: int) -> None:
+    for _ in range(n):
+        b.execute()
+        b.get()
+
+
+def test_each_captured_acquisition_owns_its_matrix_workspace():
+    """Two captured batchers one after the other in a process (an evaluation's, then a training run's; or two runs),
+    the first closed, then the compiled update's graph trees clearing torch's cache of workspaces: the second's
+    replays write a workspace of their own, never one in the first's released pool."""
+    fake = RecordingAccelerator()
+    with _accel.installed("cpu", fake):
+        batchers = []
+        for _ in range(2):
+            b = RL_Batcher(T, SamplingAgent, {}, cartpole, {"n_envs": N}, 0, [5], agent_info=temperature(1.0),
+                           cuda_graph=True)
+            batchers.append(b)
+            b.reset()
+            acquire_captured(b, 3)  # the warm-up, the capture, a replay
+        batchers[0].close()
+        fake.clear_blas_workspaces()
+        acquire_captured(batchers[1], 2)
+        batchers[1].close()
+    first, second = fake.graphs
+    assert first.released and second.released  # close() releases the graph
+    for g in (first, second):
+        assert g.workspaces and all(ws.owner is g for ws in g.workspaces)

@@ -1,0 +1,44 @@
+"""Whole training runs on the GPU fast path (captured acquisition and evaluation, overlap, the compiled update in
+graph mode), driven on the CPU through :mod:`rlstruct._accel`'s seam and the recording fake of
+``tests/fakes_accel.py``, whose graphs check at every replay that each tensor their capture touched is still alive
+at its address and writes a matrix workspace of its own: two runs in one process, the sequence after which a GPU
+replay once touched freed memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlstruct import _accel
+from rlstruct.algos import a2c, ppo, pqn
+from tests.fakes_accel import RecordingAccelerator
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def fast_config(cls, tmp_path, name: str, **kw):
+    """Every fast-path flag, on the CPU (the fake stands for the GPU), at a tiny budget: 8 iterations, the
+    training batcher captured at the first; one acquisition per evaluation (every 3 iterations), so that the
+    evaluation batcher is captured at the second evaluation, after the compiled update's first calls (as in a
+    throughput run, whose few evaluation envs end their episodes within one chunk)."""
+    return cls(**{"progress": False, "tensorboard": False, "logdir": str(tmp_path / name), "time_limit": 300.0,
+                  "stop_at_reward_threshold": False, "preset": "none", "n_envs": 8, "n_steps": 4, "hidden_sizes": (16,),
+                  "max_env_steps": 8 * 4 * 8, "eval_every": 3, "n_evaluation_envs": 4, "evaluation_max_steps": 4,
+                  "evaluation_chunk_steps": 4, "learner_device": "cpu", "batcher_device": "cpu",
+                  "evaluation_device": "cpu", "cuda_graph": True, "compile_update": True, "overlap": True, **kw})
+
+
+@pytest.mark.parametrize("module, cls", [(a2c, a2c.A2CConfig), (ppo, ppo.PPOConfig), (pqn, pqn.PQNConfig)],
+                         ids=["a2c", "ppo", "pqn"])
+def test_two_captured_runs_in_one_process_replay_only_live_tensors(tmp_path, module, cls):
+    fake = RecordingAccelerator()
+    with _accel.installed("cpu", fake):
+        for run in ("first", "second"):
+            result = module.train(fast_config(cls, tmp_path, run))
+            assert result.history, run
+    # Per run, the training batcher's graph and the evaluation batcher's, each replayed more than once (every
+    # replay after the first checked), each with a matrix workspace of its own, released at the end of its run; the
+    # update compiled in graph mode, one step mark per update.
+    assert len(fake.graphs) == 4
+    assert all(g.replays > 2 for g in fake.graphs), [g.replays for g in fake.graphs]
+    assert all(g.released and g.workspaces and all(ws.owner is g for ws in g.workspaces) for g in fake.graphs)
+    assert fake.compiles == [("reduce-overhead", "inductor")] * 2 and fake.step_marks > 0
