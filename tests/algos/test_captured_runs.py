@@ -12,7 +12,7 @@ from rlstruct import _accel
 from rlstruct.algos import a2c, ppo, pqn
 from tests.fakes_accel import RecordingAccelerator
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # two training runs a test: 4-5 s
 
 
 def fast_config(cls, tmp_path, name: str, **kw):
