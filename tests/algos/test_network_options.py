@@ -14,6 +14,7 @@ from torch import nn
 
 from rlstruct.algos import EnvSpec, a2c, load, ppo, reinforce
 from rlstruct.algos._train.actor_critic import actor_critic_agent, actor_critic_model
+from rlstruct.algos._train.checkpoints import DIGEST_KEY, content_digest
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.session import validate
 from rlstruct.algos.encoders import init_orthogonal
@@ -207,3 +208,22 @@ def test_a_saved_run_with_the_options_records_loads_evaluates_and_resumes_only_w
     resumed = dataclasses.replace(ppo.PPOConfig(env="Pendulum-v1", **TINY), resume=str(logdir), max_env_steps=64)
     with pytest.raises(ConfigError, match=re.escape("activation must equal the checkpoint's to resume it")):
         validate(ppo.ALGORITHM, resumed)
+
+
+@pytest.mark.timeout(120)
+def test_a_run_saved_before_the_options_evaluates_and_resumes_with_their_defaults(tmp_path):
+    logdir = tmp_path / "run"
+    ppo.train(ppo.PPOConfig(env="Pendulum-v1", logdir=str(logdir), **TINY))
+    path = logdir / "checkpoint.pt"
+    data = torch.load(path, weights_only=True)
+    for name in ("activation", "log_std_init", "ortho_init"):  # a config written before these settings existed
+        del data["config"][name]
+    data[DIGEST_KEY] = content_digest(data)
+    torch.save(data, path)
+
+    assert [type(m).__name__ for m in load(logdir).agent.model.actor] == ["Linear", "Tanh", "Linear"]
+    assert evaluate_checkpoint(str(path), episodes=2, max_steps=20)["episodes"] == 2
+    resumed = dataclasses.replace(ppo.PPOConfig(env="Pendulum-v1", **TINY), resume=str(logdir), max_env_steps=64)
+    assert validate(ppo.ALGORITHM, resumed).resume.env_steps == 32
+    with pytest.raises(ConfigError, match=re.escape("got activation='relu' and the checkpoint's 'tanh' (resume=")):
+        validate(ppo.ALGORITHM, dataclasses.replace(resumed, activation="relu"))
