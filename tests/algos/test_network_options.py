@@ -1,5 +1,6 @@
 """The actor-critic's network options (``activation``, ``log_std_init``, ``ortho_init``): their checks, that their
-defaults build the network built before they existed, what each one changes, and a saved run that uses them."""
+defaults build the network built before they existed, what each one changes, a saved run that uses them, and
+rl-baselines3-zoo's HalfCheetah preset, which needs them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rlstruct.algos import EnvSpec, a2c, load, ppo, reinforce
 from rlstruct.algos._train.actor_critic import actor_critic_agent, actor_critic_model
 from rlstruct.algos._train.checkpoints import DIGEST_KEY, content_digest
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
+from rlstruct.algos._train.presets import apply_preset
 from rlstruct.algos._train.session import validate
 from rlstruct.algos.encoders import init_orthogonal
 from rlstruct.algos.networks import build_actor_critic, check_network_options, mlp
@@ -227,3 +229,33 @@ def test_a_run_saved_before_the_options_evaluates_and_resumes_with_their_default
     assert validate(ppo.ALGORITHM, resumed).resume.env_steps == 32
     with pytest.raises(ConfigError, match=re.escape("got activation='relu' and the checkpoint's 'tanh' (resume=")):
         validate(ppo.ALGORITHM, dataclasses.replace(resumed, activation="relu"))
+
+
+# --------------------------------------------------------------------------- rl-baselines3-zoo's HalfCheetah
+def test_the_zoo_halfcheetah_preset_holds_the_zoos_settings_and_runs_only_when_named():
+    config, preset = apply_preset("ppo", ppo.PPOConfig(env="HalfCheetah-v4", preset="ppo-halfcheetah-zoo"))
+    assert preset.name == "ppo-halfcheetah-zoo" and not preset.auto and preset.target is None
+    zoo = {"n_envs": 1, "n_steps": 512, "n_epochs": 20, "lr": 2.0633e-05, "anneal_lr": False, "gamma": 0.98,
+           "gae_lambda": 0.92, "clip_coef": 0.1, "entropy_coef": 0.000401762, "max_grad_norm": 0.8,
+           "normalize_observations": True, "normalize_rewards": True, "hidden_sizes": (256, 256),
+           "activation": "relu", "log_std_init": -2.0, "ortho_init": False, "max_env_steps": 1_000_000,
+           "stop_at_reward_threshold": False, "evaluation_policy": "greedy", "normalize_advantages": True}
+    assert {k: getattr(config, k) for k in zoo} == zoo
+    assert config.n_envs * config.n_steps // config.n_minibatches == 64, "the zoo's batch_size"
+    # Stable-Baselines3's value loss is the squared error, rlstruct's half of it: the same gradient as vf_coef 0.58096
+    assert config.value_coef == pytest.approx(2 * 0.58096) and config.reward_scale == 1.0
+    assert apply_preset("ppo", ppo.PPOConfig(env="HalfCheetah-v4"))[1].name == "ppo-mujoco"
+    with pytest.raises(ConfigError, match="preset 'ppo-halfcheetah-zoo' is for ppo on"):
+        apply_preset("ppo", ppo.PPOConfig(env="Hopper-v4", preset="ppo-halfcheetah-zoo"))
+
+
+@pytest.mark.timeout(120)
+def test_the_zoo_halfcheetah_preset_validates_and_runs_on_halfcheetah_v4(tmp_path):
+    pytest.importorskip("mujoco", reason="the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")
+    config = ppo.PPOConfig(env="HalfCheetah-v4", preset="ppo-halfcheetah-zoo", max_env_steps=512, n_evaluation_envs=2,
+                           evaluation_max_steps=20, logdir=str(tmp_path / "run"), progress=False, tensorboard=False)
+    result = ppo.train(config)
+    assert result.env_steps == 512 and result.preset == "ppo-halfcheetah-zoo"
+    recorded = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (recorded["activation"], recorded["log_std_init"], recorded["ortho_init"]) == ("relu", -2.0, False)
+    assert load(tmp_path / "run").agent.model.actor[0].weight.shape == (256, 17)

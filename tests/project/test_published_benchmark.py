@@ -65,3 +65,13 @@ def test_a_killed_run_resumes_a_finished_one_is_skipped_and_the_table_reads_them
     assert "| 5M (at 16,384) | 2 |" in breakout and "[" in breakout, "the IQM's interval over the 2 seeds"
     hopper = next(line for line in text.splitlines() if line.startswith("| Hopper-v4 | ppo"))
     assert "not run yet: `python benchmarks/published.py --root runs/published --tasks hopper --algos ppo" in hopper
+
+
+def test_the_zoo_halfcheetah_task_runs_its_preset_and_its_row_stands_beside_the_zoos_figure(tmp_path):
+    args = published.train_command(tmp_path, "halfcheetah-zoo", "ppo", 0)
+    assert args[:2] == ["train", "ppo"] and args[args.index("--env") + 1] == "HalfCheetah-v4"
+    assert args[args.index("--preset") + 1] == "ppo-halfcheetah-zoo"
+    assert args[args.index("--checkpoint-every") + 1] == "97", "about 50k env steps of 1 env x 512 steps"
+    row = published.row_cells(tmp_path, "halfcheetah-zoo", "ppo")
+    assert row[:4] == ["HalfCheetah-v4", "ppo (`--preset ppo-halfcheetah-zoo`)", "1M", "0"]
+    assert row[-1] == "5,819 (rl-zoo)" and "--tasks halfcheetah-zoo --algos ppo" in row[4]
