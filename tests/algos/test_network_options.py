@@ -185,31 +185,63 @@ def test_the_command_line_takes_the_options_as_flags(capsys):
 
 
 # --------------------------------------------------------------------------- a saved run
-@pytest.mark.timeout(120)
-def test_a_saved_run_with_the_options_records_loads_evaluates_and_resumes_only_with_its_activation(tmp_path):
-    logdir = tmp_path / "run"
-    options = {"activation": "relu", "log_std_init": -1.5, "ortho_init": False}
-    ppo.train(ppo.PPOConfig(env="Pendulum-v1", logdir=str(logdir), **options, **TINY))
-    recorded = json.loads((logdir / "config.json").read_text())
-    assert {k: recorded[k] for k in options} == options
+OPTIONS = {"activation": "relu", "log_std_init": -1.5, "ortho_init": False}
 
-    policy = load(logdir)
+
+@pytest.fixture(scope="module")
+def relu_run(tmp_path_factory):
+    """A tiny PPO run on Pendulum-v1 with every option off its default."""
+    logdir = tmp_path_factory.mktemp("relu") / "run"
+    ppo.train(ppo.PPOConfig(env="Pendulum-v1", logdir=str(logdir), **OPTIONS, **TINY))
+    return logdir
+
+
+@pytest.mark.timeout(120)
+def test_a_saved_run_with_the_options_records_loads_evaluates_and_resumes_only_with_its_activation(relu_run):
+    recorded = json.loads((relu_run / "config.json").read_text())
+    assert {k: recorded[k] for k in OPTIONS} == OPTIONS
+
+    policy = load(relu_run)
     model = policy.agent.model
     assert [type(m).__name__ for m in model.actor] == ["Linear", "ReLU", "Linear"]
-    trained = torch.load(logdir / "checkpoint.pt", weights_only=True)["model"]
+    trained = torch.load(relu_run / "checkpoint.pt", weights_only=True)["model"]
     assert torch.equal(model.log_std, trained["log_std"]) and torch.equal(model.actor[0].weight,
                                                                           trained["actor.0.weight"])
     x = torch.randn(7, 3, generator=torch.Generator().manual_seed(0))
     w0, w1 = (layer for layer in model.actor if isinstance(layer, nn.Linear))
-    expected = w1(torch.relu(w0(x))).clamp(-2.0, 2.0).numpy()
-    torch.testing.assert_close(torch.as_tensor(policy.predict(x.numpy())), torch.as_tensor(expected))
+    expected = w1(torch.relu(w0(x))).clamp(-2.0, 2.0)
+    torch.testing.assert_close(torch.as_tensor(policy.predict(x.numpy())), expected)
 
-    result = evaluate_checkpoint(str(logdir / "checkpoint.pt"), episodes=2, max_steps=20)
+    result = evaluate_checkpoint(str(relu_run / "checkpoint.pt"), episodes=2, max_steps=20)
     assert result["episodes"] == 2 and math.isfinite(result["eval_return"])
 
-    resumed = dataclasses.replace(ppo.PPOConfig(env="Pendulum-v1", **TINY), resume=str(logdir), max_env_steps=64)
+    resumed = dataclasses.replace(ppo.PPOConfig(env="Pendulum-v1", **TINY), resume=str(relu_run), max_env_steps=64)
     with pytest.raises(ConfigError, match=re.escape("activation must equal the checkpoint's to resume it")):
         validate(ppo.ALGORITHM, resumed)
+
+
+@pytest.mark.timeout(120)
+def test_a_saved_run_with_the_options_exports_the_network_it_trained(relu_run, tmp_path):
+    policy = load(relu_run)
+    script = torch.jit.load(policy.export(tmp_path / "policy.pt"))
+    x = torch.randn(50, 3, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(script(x), torch.as_tensor(policy.predict(x.numpy())), rtol=0, atol=1e-6)
+
+
+@pytest.mark.timeout(120)
+def test_a_saved_run_with_the_options_records_a_video_of_its_network(relu_run, tmp_path):
+    pytest.importorskip("pygame", reason="gymnasium's classic-control frames need pygame: pip install "
+                                         "'rlstruct[video]'")
+    from rlstruct.algos._train.checkpoints import load_checkpoint
+    from rlstruct.algos._train.video import record_checkpoint_video, record_policy_video
+
+    result = record_checkpoint_video(relu_run, tmp_path / "episode.gif", max_steps=5, seed=0)
+    assert result.lengths == (5,) and result.frames == 6
+    saved = load_checkpoint(relu_run)
+    args = {"algo": "ppo", "env_spec": saved["env_spec"], "model_state": saved["model"], "max_steps": 5, "seed": 0}
+    relu = record_policy_video(tmp_path / "relu.gif", config=saved["config"], **args)
+    tanh = record_policy_video(tmp_path / "tanh.gif", config={**saved["config"], "activation": "tanh"}, **args)
+    assert result.returns == relu.returns != tanh.returns, "the video's policy is the saved network, relu and all"
 
 
 @pytest.mark.timeout(120)
