@@ -1,4 +1,4 @@
-"""The networks of the algorithms: the tanh MLP, the actor-critics (two MLPs, a shared encoder, an LSTM core) and
+"""The networks of the algorithms: the MLP, the actor-critics (two MLPs, a shared encoder, an LSTM core) and
 the builders that pick one for an env, the Polyak update of target networks, and the learners' Adam.
 
 An actor-critic's ``policy(frame)`` is a :class:`~rlstruct.algos.distributions.Categorical` over discrete actions
@@ -20,7 +20,7 @@ from rlstruct.algos._optim import Adam
 from rlstruct.algos.distributions import ActionDistribution, Categorical, DiagGaussian
 from rlstruct.algos.encoders import init_orthogonal, make_encoder
 from rlstruct.devices import DeviceLike, as_device
-from rlstruct.errors import SpaceError
+from rlstruct.errors import ConfigError, SpaceError
 
 if TYPE_CHECKING:  # EnvSpec is needed for annotations only
     from rlstruct.algos import EnvSpec
@@ -32,6 +32,7 @@ __all__ = [
     "EncoderActorCritic",
     "RecurrentActorCritic",
     "build_actor_critic",
+    "check_network_options",
     "recurrent_actor_critic",
 ]
 
@@ -40,23 +41,33 @@ _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
 def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, *, out_gain: float = 1.0,
-        layer_norm: bool = False, activation: str = "tanh") -> nn.Sequential:
-    """An MLP with orthogonal initialisation (gain sqrt(2) inside, ``out_gain`` on the last layer).
+        layer_norm: bool = False, activation: str = "tanh", ortho_init: bool = True) -> nn.Sequential:
+    """An MLP with orthogonal initialisation (gain sqrt(2) inside, ``out_gain`` on the last layer), or torch's
+    default initialisation of ``nn.Linear`` without ``ortho_init`` (``out_gain`` unused then).
 
     Each hidden layer is ``Linear``, then ``LayerNorm`` with ``layer_norm`` (Ba et al. 2016; PQN's stabiliser), then
     ``activation`` (``"tanh"`` or ``"relu"``).
+
+    Raises:
+        ValueError: ``activation`` is neither ``"tanh"`` nor ``"relu"``.
 
     >>> mlp(4, (8,), 2)(torch.zeros(3, 4)).shape
     torch.Size([3, 2])
     >>> [type(m).__name__ for m in mlp(4, (8,), 2, layer_norm=True, activation="relu")]
     ['Linear', 'LayerNorm', 'ReLU', 'Linear']
     """
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation must be one of {list(_ACTIVATIONS)}, got {activation!r}")
+
+    def init(layer: nn.Linear, gain: float) -> nn.Module:
+        return init_orthogonal(layer, gain) if ortho_init else layer
+
     layers: list[nn.Module] = []
     sizes = [in_size, *hidden_sizes]
     for a, b in zip(sizes[:-1], sizes[1:]):
-        layers += [init_orthogonal(nn.Linear(a, b), math.sqrt(2)), *([nn.LayerNorm(b)] if layer_norm else []),
+        layers += [init(nn.Linear(a, b), math.sqrt(2)), *([nn.LayerNorm(b)] if layer_norm else []),
                    _ACTIVATIONS[activation]()]
-    layers.append(init_orthogonal(nn.Linear(sizes[-1], out_size), out_gain))
+    layers.append(init(nn.Linear(sizes[-1], out_size), out_gain))
     return nn.Sequential(*layers)
 
 
@@ -91,6 +102,9 @@ class ActorCritic(nn.Module):
         normalize_observations: both MLPs see the observations through an
             ``ObservationNormalizer`` (``self.normalizer``; ``None`` without),
             whose statistics the learner updates.
+        activation: the MLPs' hidden activation, ``"tanh"`` or ``"relu"``.
+        ortho_init: orthogonal initial weights (gain sqrt(2) inside, 0.01 on the actor's outputs, 1 on the
+            critic's) and zero biases; ``False``: torch's default initialisation of ``nn.Linear``.
 
     >>> m = ActorCritic(4, 2, (8,))
     >>> m.policy(torch.zeros(3, 4)).logits.shape, m.value(torch.zeros(3, 4)).shape
@@ -100,14 +114,17 @@ class ActorCritic(nn.Module):
     """
 
     def __init__(self, obs_dim: int, n_actions: int | None, hidden_sizes: Sequence[int], *, action_dim: int = 1,
-                 log_std_init: float = 0.0, normalize_observations: bool = False):
+                 log_std_init: float = 0.0, normalize_observations: bool = False, activation: str = "tanh",
+                 ortho_init: bool = True):
         super().__init__()
         self.normalizer = ObservationNormalizer((obs_dim,)) if normalize_observations else None
         self.continuous = n_actions is None
         #: the policy's outputs per row: the logits of the ``n_actions``, or the Gaussian's ``action_dim`` means
         self.policy_dim = action_dim if self.continuous else n_actions
-        self.actor = mlp(obs_dim, hidden_sizes, action_dim if self.continuous else n_actions, out_gain=0.01)
-        self.critic = mlp(obs_dim, hidden_sizes, 1, out_gain=1.0)
+        options = {"activation": activation, "ortho_init": ortho_init}
+        self.actor = mlp(obs_dim, hidden_sizes, action_dim if self.continuous else n_actions, out_gain=0.01,
+                         **options)
+        self.critic = mlp(obs_dim, hidden_sizes, 1, out_gain=1.0, **options)
         if self.continuous:
             self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
 
@@ -246,8 +263,9 @@ class RecurrentActorCritic(nn.Module):
         return self.policy_head(h), self.value_head(h).squeeze(-1).float()
 
 
-def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int], *,
-                       normalize_observations: bool = False) -> ActorCritic | EncoderActorCritic:
+def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int], *, normalize_observations: bool = False,
+                       activation: str = "tanh", log_std_init: float = 0.0,
+                       ortho_init: bool = True) -> ActorCritic | EncoderActorCritic:
     """The actor-critic for an env: an :class:`ActorCritic` (two MLPs) whose policy head follows ``spec``
     (discrete or continuous actions) for flat observations, an :class:`EncoderActorCritic` (a shared CNN, two
     heads) for images.
@@ -258,18 +276,26 @@ def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int], *,
         spec: the env's description.
         hidden_sizes: the MLPs' widths.
         normalize_observations: an :class:`ActorCritic` whose inputs are normalised (flat observations only).
+        activation: the MLPs' hidden activation, ``"tanh"`` or ``"relu"`` (flat observations only).
+        log_std_init: the Gaussian policy's initial log standard deviation (continuous actions only).
+        ortho_init: orthogonal initial weights of the MLPs, else torch's default (flat observations only).
 
     Raises:
         SpaceError: the observation is an image and the actions are continuous, or ``normalize_observations``
             with image observations.
+        ConfigError: a network option that the env's network does not have (:func:`check_network_options`).
 
     >>> from rlstruct.algos import EnvSpec
     >>> spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
     >>> build_actor_critic(spec, (8,)).log_std.shape
     torch.Size([1])
+    >>> build_actor_critic(spec, (8,), activation="relu", log_std_init=-2.0).log_std
+    Parameter containing:
+    tensor([-2.], requires_grad=True)
     >>> type(build_actor_critic(EnvSpec((4, 84, 84), "uint8", 4, 1000), (8,))).__name__
     'EncoderActorCritic'
     """
+    check_network_options(spec, activation=activation, log_std_init=log_std_init, ortho_init=ortho_init)
     if spec.pixels:
         check_normalizable(spec, normalize_observations)
         if not spec.discrete:
@@ -280,10 +306,41 @@ def build_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int], *,
             )
         return EncoderActorCritic(spec.obs_shape, spec.n_actions, hidden_sizes, obs_dtype=spec.obs_dtype,
                                   obs_high=spec.obs_high)
+    options = {"normalize_observations": normalize_observations, "activation": activation, "ortho_init": ortho_init}
     if spec.discrete:
-        return ActorCritic(spec.obs_dim, spec.n_actions, hidden_sizes, normalize_observations=normalize_observations)
-    return ActorCritic(spec.obs_dim, None, hidden_sizes, action_dim=spec.action_dim,
-                       normalize_observations=normalize_observations)
+        return ActorCritic(spec.obs_dim, spec.n_actions, hidden_sizes, **options)
+    return ActorCritic(spec.obs_dim, None, hidden_sizes, action_dim=spec.action_dim, log_std_init=log_std_init,
+                       **options)
+
+
+def check_network_options(spec: EnvSpec, *, activation: str = "tanh", log_std_init: float = 0.0,
+                          ortho_init: bool = True, recurrent: bool = False) -> None:
+    """Refuses an actor-critic option that the env's network does not have: ``activation`` and ``ortho_init`` set
+    the MLPs of the feed-forward :class:`ActorCritic` (the CNN of image observations and the LSTM network have their
+    own), ``log_std_init`` the Gaussian policy of continuous actions. Their defaults pass everywhere.
+
+    Raises:
+        ConfigError: a non-default option for a network without it; the message names the option.
+
+    >>> from rlstruct.algos import EnvSpec
+    >>> check_network_options(EnvSpec((4,), "float32", 2, 500), log_std_init=-2.0)
+    Traceback (most recent call last):
+    ...
+    rlstruct.errors.ConfigError: log_std_init=-2.0 sets the initial log standard deviation of a Gaussian policy, got \
+an env with 2 discrete actions (a categorical policy, which has none); drop --log-std-init
+    """
+    if recurrent or spec.pixels:
+        network = ("the LSTM network (recurrent=True), whose encoder and core have their own" if recurrent else
+                   f"image observations of shape {spec.obs_shape}, whose CNN encoder has its own")
+        for name, value, default, flag in (("activation", activation, "tanh", "--activation"),
+                                           ("ortho_init", ortho_init, True, "--no-ortho-init")):
+            if value != default:
+                raise ConfigError(f"{name}={value!r} sets the feed-forward actor-critic's MLPs, got {network} "
+                                  f"{'activation' if name == 'activation' else 'initialisation'}; drop {flag}")
+    if log_std_init != 0.0 and spec.discrete:
+        raise ConfigError(f"log_std_init={log_std_init!r} sets the initial log standard deviation of a Gaussian "
+                          f"policy, got an env with {spec.n_actions} discrete actions (a categorical policy, which "
+                          "has none); drop --log-std-init")
 
 
 def check_normalizable(spec: EnvSpec, normalize_observations: bool) -> None:

@@ -275,15 +275,18 @@ def _step_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tenso
 def create_policy_agent(
     spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False,
     autocast: torch.dtype | None = None, compile: bool = False, normalize_observations: bool = False,
+    activation: str = "tanh", log_std_init: float = 0.0, ortho_init: bool = True,
 ) -> RL_Agent:
     """Builds a batcher's :class:`PolicyAgent` for ``spec``'s env on ``device`` (module level, so it pickles).
 
     Its weights (and, with ``normalize_observations``, its observation statistics) are the initial ones until the
     first ``batcher.update``; continuous actions are clipped to the spec's bounds; its forward runs under
     ``autocast`` (see :class:`NetworkAgent`), its step compiled with ``compile``. With ``check_device`` it is
-    wrapped in :class:`~rlstruct.agents.RL_Agent_CheckDevice`.
+    wrapped in :class:`~rlstruct.agents.RL_Agent_CheckDevice`. The network's options (``activation``,
+    ``log_std_init``, ``ortho_init``) are :func:`~rlstruct.algos.networks.build_actor_critic`'s.
     """
-    model = build_actor_critic(spec, hidden_sizes, normalize_observations=normalize_observations).to(device)
+    model = build_actor_critic(spec, hidden_sizes, normalize_observations=normalize_observations,
+                               activation=activation, log_std_init=log_std_init, ortho_init=ortho_init).to(device)
     model.requires_grad_(False)
     agent: RL_Agent = PolicyAgent(model, device, action_low=spec.action_low, action_high=spec.action_high,
                                   autocast=autocast, compile=compile)

@@ -1,5 +1,6 @@
-"""Published results at published budgets: MinAtar (5M env steps) and MuJoCo v4 (1M env steps), run by rlstruct's
-published-budget presets as resumable runs, and the table of docs/benchmarks/published.md.
+"""Published results at published budgets: MinAtar (5M env steps) and MuJoCo v4 (1M env steps; HalfCheetah also with
+rl-baselines3-zoo's settings, task ``halfcheetah-zoo``), run by rlstruct's published-budget presets as resumable runs,
+and the table of docs/benchmarks/published.md.
 
 Each (task, algorithm, seed) is one ``rlstruct train`` run in its own folder, ``ROOT/ALGO-TASK/seed-S``, which
 ``rlstruct compare ROOT/ALGO-TASK`` reads. Running the script again goes on where it stopped: a finished run is
@@ -75,6 +76,8 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          (("43", _MINATAR_DQN), ("185", _MINATAR_AC), ("131", _GYMNAX))),
     Task("hopper", "Hopper-v4", {"ppo": "ppo-mujoco-1m"}, (("2,383", _CLEANRL), ("2,410", _ZOO))),
     Task("halfcheetah", "HalfCheetah-v4", {"ppo": "ppo-mujoco-1m"}, (("1,443", _CLEANRL), ("5,819", _ZOO))),
+    # the zoo's own HalfCheetah settings (its figure is one run of them)
+    Task("halfcheetah-zoo", "HalfCheetah-v4", {"ppo": "ppo-halfcheetah-zoo"}, (("5,819", _ZOO),)),
     Task("walker2d", "Walker2d-v4", {"ppo": "ppo-mujoco-1m"}, (("2,288", _CLEANRL), ("3,479", _ZOO))),
 )}
 

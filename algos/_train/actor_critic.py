@@ -4,6 +4,7 @@ its network, its agents, their ``agent_info`` and the envs it takes, gathered in
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,15 +16,32 @@ from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._train.config import ActorCriticPart, OnPolicyConfig, RecurrentPart
 from rlstruct.algos._train.registry import OnPolicyModel
 from rlstruct.algos._train.update import training_agent_kwargs
-from rlstruct.algos.networks import build_actor_critic, check_normalizable, recurrent_actor_critic
+from rlstruct.algos.networks import (
+    build_actor_critic,
+    check_network_options,
+    check_normalizable,
+    recurrent_actor_critic,
+)
 from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
 
 __all__ = ["ACTOR_CRITIC", "actor_critic_agent", "actor_critic_info", "check_actor_critic_env"]
 
 
+#: the settings of :class:`ActorCriticPart` that shape the feed-forward network besides ``normalize_observations``
+NETWORK_OPTIONS = ("activation", "log_std_init", "ortho_init")
+
+
 def actor_critic_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:
-    """The batchers' agent factory of an actor-critic run (its ``config`` as a dict): recurrent or not."""
-    return create_recurrent_agent if config.get("recurrent") else create_policy_agent
+    """The batchers' agent factory of an actor-critic run (its ``config`` as a dict): recurrent, or feed-forward with
+    the run's network options bound (a saved config without one was trained with its default).
+
+    >>> actor_critic_agent({"activation": "relu"}).keywords
+    {'activation': 'relu', 'log_std_init': 0.0, 'ortho_init': True}
+    """
+    if config.get("recurrent"):
+        return create_recurrent_agent
+    return functools.partial(create_policy_agent,
+                             **{name: config.get(name, getattr(ActorCriticPart, name)) for name in NETWORK_OPTIONS})
 
 
 def actor_critic_info(config: Mapping[str, Any], sample: bool) -> dict[str, bool | float]:
@@ -42,8 +60,11 @@ def _recurrent(config: ActorCriticPart) -> bool:
 
 def actor_critic_model(config: ActorCriticPart, spec: EnvSpec) -> nn.Module:
     """The actor-critic of a run (on the CPU, its weights not yet seeded: the loop seeds them)."""
-    build = recurrent_actor_critic if _recurrent(config) else build_actor_critic
-    return build(spec, config.hidden_sizes, normalize_observations=config.normalize_observations)
+    if _recurrent(config):
+        return recurrent_actor_critic(spec, config.hidden_sizes, normalize_observations=config.normalize_observations)
+    return build_actor_critic(spec, config.hidden_sizes, normalize_observations=config.normalize_observations,
+                              activation=config.activation, log_std_init=config.log_std_init,
+                              ortho_init=config.ortho_init)
 
 
 def actor_critic_learner_agent(model: nn.Module, device: torch.device, config: ActorCriticPart) -> RL_Agent:
@@ -53,11 +74,14 @@ def actor_critic_learner_agent(model: nn.Module, device: torch.device, config: A
 
 def check_actor_critic_env(title: str, config: RecurrentPart, spec: EnvSpec) -> None:
     """The envs an actor-critic of A2C's or PPO's takes (its ``check_env``, with ``title`` its name): raises
-    :class:`~rlstruct.errors.SpaceError` for continuous actions with image observations or with ``recurrent``,
-    :class:`~rlstruct.errors.ConfigError` for ``normalize_observations`` of images."""
+    :class:`~rlstruct.errors.SpaceError` for continuous actions with image observations or with ``recurrent``, and
+    for ``normalize_observations`` of images; :class:`~rlstruct.errors.ConfigError` for a network option that the
+    env's network does not have (:func:`~rlstruct.algos.networks.check_network_options`)."""
     if config.recurrent or spec.pixels:
         spec.require(f"recurrent {title}" if config.recurrent else f"{title} on images", config.env, discrete=True)
     check_normalizable(spec, config.normalize_observations)
+    check_network_options(spec, activation=config.activation, log_std_init=config.log_std_init,
+                          ortho_init=config.ortho_init, recurrent=config.recurrent)
 
 
 def actor_critic_kwargs(config: ActorCriticPart) -> tuple[dict[str, object], dict[str, object]]:

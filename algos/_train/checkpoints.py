@@ -336,8 +336,10 @@ def load_resume(algo: str, config: RunConfig, *, checkpoint: dict[str, Any] | No
     check_finite_checkpoint(data, f"resume={config.resume!r}", keys=("learner",))
     saved = data["config"]
     new = config.to_dict()
+    # A setting the checkpoint's config lacks came after it was written: the run had its default's behaviour.
+    defaults = type(config)().to_dict()
     for name in resume_fields(type(config)):
-        before, now = saved.get(name), new[name]
+        before, now = saved.get(name, defaults[name]), new[name]
         if name == "backend":  # "auto" and the backend it picks are the same simulator
             before, now = stepped_backend(data), resolve_backend(new["env"], now)
         if name == "max_episode_steps":  # None is the env's own limit, which the checkpoint's spec holds
@@ -346,7 +348,7 @@ def load_resume(algo: str, config: RunConfig, *, checkpoint: dict[str, Any] | No
         if before != now:
             flag = "--" + name.replace("_", "-")
             shown = repr(before)
-            if saved.get(name) != before:  # what the checkpoint's setting came to: the backend "auto" picked
+            if saved.get(name, defaults[name]) != before:  # what the setting came to: the backend "auto" picked
                 shown += " (the env's own limit)" if name == "max_episode_steps" else f" (its {saved.get(name)!r})"
             raise ConfigError(
                 f"{name} must equal the checkpoint's to resume it ({name} shapes the networks or the data), got "

@@ -207,14 +207,21 @@ class MinibatchPart(RolloutPart):
 
 @dataclasses.dataclass
 class ActorCriticPart:
-    """The policy of an actor-critic (A2C, PPO, REINFORCE): its observation normaliser and its compiled step."""
+    """The policy of an actor-critic (A2C, PPO, REINFORCE): its network's options, its observation normaliser and
+    its compiled step."""
 
+    activation: str = setting("tanh", "hidden activation of the actor-critic's MLPs: tanh or relu", group="run",
+                              choices=("tanh", "relu"))
+    log_std_init: float = setting(0.0, "initial log standard deviation of a Gaussian policy (continuous actions)",
+                                  group="run")
+    ortho_init: bool = setting(True, "orthogonal initial weights of the MLPs (false: torch's default init)",
+                               group="run")
     normalize_observations: bool = setting(False, "standardise observations by their running statistics",
                                            group="normalisation")
     compile_policy: bool = setting(False, "compile the training batcher's policy step with torch.compile",
                                    group="fast path")
 
-    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("normalize_observations",)
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("activation", "normalize_observations")
 
 
 @dataclasses.dataclass

@@ -331,7 +331,7 @@ def evaluation_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec, device
 
     >>> spec = EnvSpec((4,), "float32", 2, 500)
     >>> create, kwargs, info = evaluation_agent("ppo", {"hidden_sizes": [8]}, spec)
-    >>> create.__name__, kwargs["hidden_sizes"], list(info.keys())
+    >>> create.func.__name__, kwargs["hidden_sizes"], list(info.keys())
     ('create_policy_agent', (8,), ['stochastic'])
     """
     description = algorithm(algo)

@@ -202,6 +202,19 @@ _MINATAR_5M = {**_PUBLISHED, "max_env_steps": 5_000_000, "env_kwargs": {"sticky_
 # MuJoCo v4 at 1M env steps: CleanRL's ppo_continuous_action settings (as ppo-mujoco), its learning rate annealed over
 # 1M env steps as CleanRL's is, evaluated every 25 updates (51k env steps).
 _PPO_MUJOCO_1M = {**_PPO_MUJOCO, **_PUBLISHED, "max_env_steps": 1_000_000, "eval_every": 25}
+# PPO on HalfCheetah at 1M env steps: rl-baselines3-zoo's HalfCheetah-v3 settings (its ppo.yml; tuned for one env,
+# both normalisations, deterministic evaluation): 1 env x 512 steps, 20 epochs of minibatches of 64, lr 2.0633e-5
+# constant, gamma 0.98, lambda 0.92, clip 0.1, entropy 0.000401762, gradient norm 0.8, separate 256-256 ReLU networks
+# with torch's default initialisation and an initial log standard deviation of -2. Stable-Baselines3's value loss is
+# the mean squared error where rlstruct's is half of it, so the zoo's vf_coef 0.58096 is a value_coef of 1.16192
+# here (the same gradient); the rewards enter the loss unscaled, as the zoo's do. Evaluated every 100 updates (51k env
+# steps), 8 episodes.
+_PPO_HALFCHEETAH_ZOO = {"n_envs": 1, "n_steps": 512, "n_epochs": 20, "n_minibatches": 8, "lr": 2.0633e-5,
+                        "anneal_lr": False, "gamma": 0.98, "gae_lambda": 0.92, "clip_coef": 0.1,
+                        "entropy_coef": 0.000401762, "value_coef": 2 * 0.58096, "max_grad_norm": 0.8,
+                        "reward_scale": 1.0, "normalize_observations": True, "normalize_rewards": True,
+                        "hidden_sizes": (256, 256), "activation": "relu", "log_std_init": -2.0, "ortho_init": False,
+                        **_PUBLISHED, "max_env_steps": 1_000_000, "eval_every": 100, "n_evaluation_envs": 8}
 #: the published-budget presets' envs
 MINATAR_GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 MUJOCO_V4 = ("Hopper-v4", "HalfCheetah-v4", "Walker2d-v4")
@@ -294,6 +307,8 @@ PRESETS: tuple[Preset, ...] = (
            "dqn-minatar's settings at the MinAtar paper's budget", auto=False),
     Preset("ppo-mujoco-1m", "ppo", MUJOCO_V4, _PPO_MUJOCO_1M, None,
            "CleanRL's ppo_continuous_action on the v4 envs at its 1M env steps", auto=False),
+    Preset("ppo-halfcheetah-zoo", "ppo", ("HalfCheetah-v4",), _PPO_HALFCHEETAH_ZOO, None,
+           "rl-baselines3-zoo's PPO HalfCheetah-v3 settings at its 1M env steps", auto=False),
 )
 
 

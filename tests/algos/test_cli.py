@@ -307,9 +307,10 @@ def test_n_envs_means_the_runs_envs_in_all_in_every_algorithms_help():
 
 
 def test_the_settings_a_resumed_run_shares_come_from_its_family_its_parts_and_its_own():
-    assert resume_fields(ReinforceConfig) == (*RunConfig.RESUME_FIELDS, "normalize_rewards", "normalize_observations")
-    assert set(resume_fields(PPOConfig)) == {*RunConfig.RESUME_FIELDS, "normalize_rewards", "normalize_observations",
-                                             "recurrent"}
+    assert resume_fields(ReinforceConfig) == (*RunConfig.RESUME_FIELDS, "normalize_rewards", "activation",
+                                              "normalize_observations")
+    assert set(resume_fields(PPOConfig)) == {*RunConfig.RESUME_FIELDS, "normalize_rewards", "activation",
+                                             "normalize_observations", "recurrent"}
     assert resume_fields(PQNConfig)[-2:] == ("layer_norm", "activation") and "recurrent" not in resume_fields(PQNConfig)
     assert resume_fields(DQNConfig)[-1] == "dueling"
 

@@ -75,3 +75,13 @@ def test_a_runs_wall_time_counts_every_session(tmp_path):
     assert published.run_wall_time(tmp_path, {"wall_time_s": 15.8, "run_wall_time_s": 1267.3}) == 1267.3
     assert published.run_wall_time(tmp_path, {"wall_time_s": 15.8}) == 1265.9
     assert published.run_wall_time(tmp_path / "missing", {"wall_time_s": 15.8}) is None
+
+
+def test_the_zoo_halfcheetah_task_runs_its_preset_and_its_row_stands_beside_the_zoos_figure(tmp_path):
+    args = published.train_command(tmp_path, "halfcheetah-zoo", "ppo", 0)
+    assert args[:2] == ["train", "ppo"] and args[args.index("--env") + 1] == "HalfCheetah-v4"
+    assert args[args.index("--preset") + 1] == "ppo-halfcheetah-zoo"
+    assert args[args.index("--checkpoint-every") + 1] == "97", "about 50k env steps of 1 env x 512 steps"
+    row = published.row_cells(tmp_path, "halfcheetah-zoo", "ppo")
+    assert row[:4] == ["HalfCheetah-v4", "ppo (`--preset ppo-halfcheetah-zoo`)", "1M", "0"]
+    assert row[-1] == "5,819 (rl-zoo)" and "--tasks halfcheetah-zoo --algos ppo" in row[4]
