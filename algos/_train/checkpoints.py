@@ -174,6 +174,16 @@ def _failed_crc(path: str | os.PathLike) -> str | None:
         return None
 
 
+def _check_crc(path: str | os.PathLike, argument: str, cause: BaseException | None = None) -> None:
+    """Raises :class:`~rlstruct.errors.CheckpointError` when an entry of the checkpoint's zip does not match its CRC
+    (``torch.load`` does not check them)."""
+    damaged = _failed_crc(path)
+    if damaged is not None:
+        raise CheckpointError(f"{argument}={os.fspath(path)!r} is damaged: its entry {damaged} does not match its CRC "
+                              "(the file changed on disk or in a copy after it was written); restore it from a copy, "
+                              "or resume from another checkpoint") from cause
+
+
 #: what every checkpoint holds, and the type of each
 CHECKPOINT_KEYS = {"algo": str, "config": dict, "env_spec": dict, "model": dict}
 #: the settings of a checkpoint's config that evaluating it needs
@@ -192,7 +202,8 @@ def load_checkpoint(path: str | os.PathLike, *, argument: str = "path") -> dict[
 
     Raises:
         CheckpointError: nothing is at ``path``, a folder without ``checkpoint.pt``, a file this process cannot read,
-            one that is not an rlstruct checkpoint, a damaged one (its content differs from its digest, or it lacks
+            one that is not an rlstruct checkpoint, a damaged one (its content differs from its digest, its bytes from
+            the zip's CRCs, or it lacks
             what every checkpoint holds), or one whose weights hold NaN or infinite values
             (:func:`~.finite.check_finite_checkpoint`).
 
@@ -217,17 +228,16 @@ or its log folder (the --logdir it was trained with)
         raise CheckpointError(f"{shown} cannot be read ({e.strerror or type(e).__name__}); pass a {CHECKPOINT_NAME} "
                               "this process may read") from e
     except Exception as e:  # torch.load's errors for a file it cannot read vary (pickle, zip, unpickler)
-        damaged = _failed_crc(path)
-        if damaged is not None:
-            raise CheckpointError(f"{argument}={os.fspath(path)!r} is damaged: its entry {damaged} does not match its "
-                                  "CRC (the file changed on disk or in a copy after it was written); restore it from "
-                                  "a copy, or resume from another checkpoint") from e
+        _check_crc(path, argument, e)
         raise CheckpointError(f"{shown} is not an rlstruct checkpoint (torch.load cannot read it: "
                               f"{type(e).__name__}); pass a {CHECKPOINT_NAME} written by rlstruct train") from e
     if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{shown} is not an rlstruct checkpoint (no format {CHECKPOINT_FORMAT!r}); pass a "
                               f"{CHECKPOINT_NAME} written by rlstruct train")
     check_digest(data, f"{argument}={os.fspath(path)!r}")
+    # A changed byte that leaves the content as it was (a pickle memo index no later entry reads) loads whole and
+    # matches the digest: the zip's CRCs still say the file changed.
+    _check_crc(path, argument)
     missing = [k for k, kind in CHECKPOINT_KEYS.items() if not isinstance(data.get(k), kind)]
     missing += [f"config[{k!r}]" for k in CONFIG_KEYS if not missing and k not in data["config"]]
     if missing:

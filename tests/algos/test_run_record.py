@@ -113,6 +113,28 @@ def test_a_checkpoint_whose_pickle_is_damaged_is_named_damaged(trained, tmp_path
         load_checkpoint(path)
 
 
+def test_a_changed_byte_that_leaves_the_content_as_it_was_is_still_named_damaged(trained, tmp_path):
+    """A pickle memo index that no later entry reads (``q\\x01``, BINPUT 1): the file loads whole and matches its
+    digest, but it is not the file that was written, which the zip's CRC says."""
+    path = tmp_path / CHECKPOINT_NAME
+    path.write_bytes((trained / CHECKPOINT_NAME).read_bytes())
+    with zipfile.ZipFile(path) as z:
+        info = next(i for i in z.infolist() if i.filename.endswith("data.pkl"))
+        at_in_pickle = z.read(info.filename).index(b"q\x01") + 1
+    with open(path, "r+b") as f:
+        f.seek(info.header_offset + 26)
+        name_len, extra_len = int.from_bytes(f.read(2), "little"), int.from_bytes(f.read(2), "little")
+        at = info.header_offset + 30 + name_len + extra_len + at_in_pickle
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0x40]))
+    assert torch.load(path, weights_only=True)["digest"] == content_digest(torch.load(path, weights_only=True))
+    with pytest.raises(CheckpointError, match=rf"path='{path}' is damaged: its entry \S+data.pkl does not match its "
+                                              r"CRC"):
+        load_checkpoint(path)
+
+
 def test_a_checkpoint_written_before_digests_still_loads(trained, tmp_path):
     data = torch.load(trained / CHECKPOINT_NAME, weights_only=True)
     del data["digest"]
