@@ -29,6 +29,7 @@ from rlstruct.algos._train import (
     Batch,
     LearnFn,
     OnPolicyAlgorithm,
+    check_actor_critic_network,
     default,
     main,
     reads,
@@ -36,7 +37,6 @@ from rlstruct.algos._train import (
     trainer,
 )
 from rlstruct.algos.losses import masked_policy_value_loss
-from rlstruct.algos.networks import check_network_options, check_normalizable
 from rlstruct.algos.policies import policy_actions
 from rlstruct.algos.returns import discounted_returns
 from rlstruct.structures import Trajectories
@@ -79,9 +79,7 @@ def check_env(config: ReinforceConfig, spec: EnvSpec) -> None:
     """Raises :class:`~rlstruct.errors.SpaceError` for image observations, :class:`~rlstruct.errors.ConfigError` for
     ``log_std_init`` with discrete actions."""
     spec.require("REINFORCE", config.env, pixels=False)
-    check_normalizable(spec, config.normalize_observations)
-    check_network_options(spec, activation=config.activation, log_std_init=config.log_std_init,
-                          ortho_init=config.ortho_init)
+    check_actor_critic_network(config, spec)
 
 
 def reinforce_returns(

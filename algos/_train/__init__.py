@@ -18,9 +18,11 @@ An algorithm's config (which extends :class:`~rlstruct.algos.OnPolicyConfig` or
 What an algorithm is, and what trains it:
     ``OnPolicyAlgorithm``, ``OffPolicyAlgorithm``: the description (``ALGORITHM``, plain data) an algorithm module
     gives its family's loop; ``OnPolicyModel``: how an on-policy algorithm gets its model and its agents, and the
-    envs it takes; ``ACTOR_CRITIC``: that of the actor-critics; ``ActorCriticLearner``: the parts an on-policy learn
-    step is built from; ``LearnFn``: the type of that learn step; ``trainer``: the module's ``train(config)`` of a
-    description; ``main``: ``rlstruct train NAME`` of the algorithm the registry names ``NAME``.
+    envs it takes; ``ACTOR_CRITIC``: that of the actor-critics; ``check_actor_critic_network``: the check of an
+    actor-critic's network settings against an env, for an algorithm that gives its own ``check_env``;
+    ``ActorCriticLearner``: the parts an on-policy learn step is built from; ``LearnFn``: the type of that learn
+    step; ``trainer``: the module's ``train(config)`` of a description; ``main``: ``rlstruct train NAME`` of the
+    algorithm the registry names ``NAME``.
 
 The learn step:
     ``Batch``: the named tensors a loss reads; ``reads``: a loss's declaration of the keys it reads;
@@ -41,7 +43,7 @@ _LAZY = by_name({
     "rlstruct.algos._train.config": ("RolloutPart", "MinibatchPart", "ActorCriticPart", "RecurrentPart",
                                      "AdvantagePart", "setting", "default"),
     "rlstruct.algos._train.registry": ("OnPolicyAlgorithm", "OffPolicyAlgorithm", "OnPolicyModel"),
-    "rlstruct.algos._train.actor_critic": ("ACTOR_CRITIC",),
+    "rlstruct.algos._train.actor_critic": ("ACTOR_CRITIC", "check_actor_critic_network"),
     "rlstruct.algos._train.loops": ("ActorCriticLearner", "LearnFn", "trainer"),
     "rlstruct.algos._train.train_command": ("main",),
     "rlstruct.algos._train.update": ("Batch", "reads", "minibatch_epochs", "training_agent_kwargs"),

@@ -24,7 +24,8 @@ from rlstruct.algos.networks import (
 )
 from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
 
-__all__ = ["ACTOR_CRITIC", "actor_critic_agent", "actor_critic_info", "check_actor_critic_env"]
+__all__ = ["ACTOR_CRITIC", "actor_critic_agent", "actor_critic_info", "check_actor_critic_env",
+           "check_actor_critic_network"]
 
 
 #: the settings of :class:`ActorCriticPart` that shape the feed-forward network besides ``normalize_observations``
@@ -79,9 +80,17 @@ def check_actor_critic_env(title: str, config: RecurrentPart, spec: EnvSpec) -> 
     env's network does not have (:func:`~rlstruct.algos.networks.check_network_options`)."""
     if config.recurrent or spec.pixels:
         spec.require(f"recurrent {title}" if config.recurrent else f"{title} on images", config.env, discrete=True)
+    check_actor_critic_network(config, spec, recurrent=config.recurrent)
+
+
+def check_actor_critic_network(config: ActorCriticPart, spec: EnvSpec, *, recurrent: bool = False) -> None:
+    """The settings of ``config`` that shape the actor-critic, against the network ``spec``'s env gets: raises
+    :class:`~rlstruct.errors.SpaceError` for ``normalize_observations`` of images and
+    :class:`~rlstruct.errors.ConfigError` for a network option that network lacks
+    (:func:`~rlstruct.algos.networks.check_network_options`). Every algorithm of the family checks through here."""
     check_normalizable(spec, config.normalize_observations)
     check_network_options(spec, activation=config.activation, log_std_init=config.log_std_init,
-                          ortho_init=config.ortho_init, recurrent=config.recurrent)
+                          ortho_init=config.ortho_init, recurrent=recurrent)
 
 
 def actor_critic_kwargs(config: ActorCriticPart) -> tuple[dict[str, object], dict[str, object]]:
