@@ -1,6 +1,12 @@
 """Collection settings for ``pytest --doctest-modules`` over the packages (see the Makefile's ``test``)."""
 
 import importlib.util
+import os
+
+# Before torch loads OpenMP (here, in every xdist worker and in every subprocess a test starts): its threads sleep
+# when idle instead of spinning. Spinning threads on a loaded machine charge a test's CPU time for nothing (5.2 CPU s
+# instead of 0.6 for one evaluation test), and the time guard of tests/conftest.py counts CPU time.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # The compiled kernels import numba at module level (the extra ``fast``); without it the simulators run their
 # numpy kernels, and the module is never imported.
