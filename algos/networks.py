@@ -172,6 +172,8 @@ class EncoderActorCritic(nn.Module):
     """
 
     continuous = False
+    #: the agents return ``V(s)`` with each action (``action/value``): one more head on the shared features
+    value_at_acting = True
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, hidden_sizes: Sequence[int], *,
                  obs_dtype: str = "uint8", obs_high: float | None = None):

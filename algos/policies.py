@@ -7,7 +7,10 @@ policy agent writes under ``action/*``:
 
 * ``action/action``: what the env receives: ``int64 [B, T]``, or ``float32 [B, T, D]`` clipped to the env's bounds;
 * ``action/raw`` (continuous only): the unclipped sample, whose log-probability the losses take;
-* ``action/log_prob``: ``log pi(raw | s)`` under the weights that acted, ``float32 [B, T]``.
+* ``action/log_prob``: ``log pi(raw | s)`` under the weights that acted, ``float32 [B, T]``;
+* ``action/value`` (a model whose ``value_at_acting`` is true: heads on one shared encoder): ``V(s)`` under the
+  weights that acted, ``float32 [B, T]``, one more head on the features the policy's forward computed anyway. PPO's
+  learner takes its values from it (:func:`collection_values`) instead of running the critic again.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "row_invariant",
+    "collection_values",
     "NetworkAgent",
     "PolicyAgent",
     "RecurrentPolicyAgent",
@@ -190,7 +194,7 @@ class PolicyAgent(NetworkAgent):
 
     def __call__(self, state, observation, agent_info, history=None):
         """``action`` (``int64 [N]``, or ``float32 [N, D]`` within the bounds), ``raw`` (continuous only) and
-        ``log_prob float32 [N]``."""
+        ``log_prob float32 [N]``, and ``value float32 [N]`` where the model's ``value_at_acting`` is true."""
         frame = observation["frame"]
         shape = (frame.shape[0], self.model.policy_dim)
         noise = self.noise.normal(shape) if self.model.continuous else self.noise.uniform(shape)
@@ -202,13 +206,19 @@ class PolicyAgent(NetworkAgent):
              stochastic: torch.Tensor | None) -> dict[str, torch.Tensor]:
         """What :meth:`__call__` returns for frames ``[N, *obs]``, from its noise ``float32 [N, A or D]`` and
         ``stochastic`` (``bool [N]``, or ``None``: every row samples); a function of its tensors only."""
+        value = None
         with autocast_context(self.device, self.autocast):
-            dist = self.model.policy(frame)
+            if getattr(self.model, "value_at_acting", False):
+                dist, value = self.model.policy_value(frame)
+            else:
+                dist = self.model.policy(frame)
         action = dist.sample_from(noise)
         if stochastic is not None:
             where = stochastic.unsqueeze(-1) if self.model.continuous else stochastic
             action = torch.where(where, action, dist.mode())
         out = {"action": action, "log_prob": dist.log_prob(action)}
+        if value is not None:
+            out["value"] = value
         if self.model.continuous:
             out["raw"] = action
             out["action"] = self._clip(action)
@@ -262,6 +272,40 @@ def critic_values(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tenso
     values = model.value(torch.cat([frame, next_frame]))
     n = frame.shape[0]
     return values[:n], values[n:]
+
+
+def collection_values(model: nn.Module, tt: TemporalDictTensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(V(observation/frame), V(_observation/frame))``, each ``float32 [B, T]``, of a collection whose agent
+    recorded ``action/value``: the first is that record; the second is its next column wherever the frame reached at
+    ``t`` is the frame acted on at ``t + 1`` (the step did not end the episode), and the critic's forward on the
+    others only (a row's last valid step, and each episode's final frame, from which a truncated step bootstraps).
+    The same values as :func:`critic_values` over the whole collection, for a forward on a few frames instead of
+    ``2 B T``.
+
+    >>> from rlstruct.algos.networks import EncoderActorCritic
+    >>> m = EncoderActorCritic((10, 10, 4), 3, (16,), obs_dtype="bool")
+    >>> frames = torch.rand(2, 4, 10, 10, 4) < 0.5
+    >>> done = torch.tensor([[False, True, False, False], [False] * 4])
+    >>> next_frames = torch.cat([frames[:, 1:], torch.rand(2, 1, 10, 10, 4) < 0.5], 1)
+    >>> next_frames[0, 1] = torch.rand(10, 10, 4) < 0.5  # the episode's final frame; frames[0, 2] is a reset's
+    >>> with torch.no_grad():
+    ...     v, nv = critic_values(m, frames.flatten(0, 1), next_frames.flatten(0, 1))
+    ...     tt = TemporalDictTensor({"observation/frame": frames, "_observation/frame": next_frames,
+    ...                              "_observation/done": done, "action/value": v.view(2, 4)})
+    ...     values, next_values = collection_values(m, tt)
+    >>> torch.allclose(next_values, nv.view(2, 4), atol=1e-6)
+    True
+    """
+    values = tt["action/value"]
+    valid = tt.mask() > 0
+    fresh = tt["_observation/done"].clone()
+    fresh[:, -1] = True
+    fresh[:, :-1] |= ~valid[:, 1:]
+    rows = fresh.nonzero(as_tuple=True)
+    next_values = torch.empty_like(values)
+    next_values[:, :-1] = values[:, 1:]
+    next_values[rows] = model.value(tt["_observation/frame"][rows]).to(values.dtype)
+    return values, next_values
 
 
 def _step_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor,

@@ -35,7 +35,14 @@ from rlstruct.algos._train import (
     trainer,
 )
 from rlstruct.algos.losses import normalize_masked
-from rlstruct.algos.policies import RecurrentPolicyAgent, critic_values, policy_actions, replay_learner, replay_window
+from rlstruct.algos.policies import (
+    RecurrentPolicyAgent,
+    collection_values,
+    critic_values,
+    policy_actions,
+    replay_learner,
+    replay_window,
+)
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.structures import TemporalDictTensor, Trajectories
 
@@ -218,6 +225,8 @@ def learn_step(config: PPOConfig, learner: ActorCriticLearner) -> LearnFn:
                 out = replay_learner(learner.checked_agent, model, traj, recurrent=config.recurrent,
                                      checked=config.check_devices)
                 values, next_values = out["value"], out["next_value"]
+            elif "action/value" in tt:  # the collection's values, the critic on the episodes' ends alone
+                values, next_values = collection_values(model, tt)
             else:  # the critic alone: the old log-probabilities are the batch's own
                 frame, next_frame = tt["observation/frame"], tt["_observation/frame"]
                 values, next_values = (v.unflatten(0, frame.shape[:2]) for v in

@@ -77,9 +77,12 @@ class Agent(nn.Module):
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
 
 
-def train(iterations: int, warmup: int = 1, threads: int = 1, args: Args | None = None) -> dict:
+def train(iterations: int, warmup: int = 1, threads: int = 1, args: Args | None = None, *,
+          bf16: bool = False) -> dict:
     """Trains ``warmup + iterations`` PPO iterations and returns the timed ones' env steps/s (learning included),
-    the process CPU seconds per wall second over them, and the warm-up's seconds (start-up apart)."""
+    the process CPU seconds per wall second over them, and the warm-up's seconds (start-up apart). With ``bf16`` the
+    network's forwards (the rollout's and the minibatches') run under ``torch.autocast`` in bfloat16, as rlstruct's
+    ``--autocast bfloat16`` does: what the same switch gives this peer (CleanRL's scripts have none)."""
     from rlstruct.envs.minatar import MinAtarEnv
     from rlstruct.structures import DictTensor
 
@@ -113,7 +116,7 @@ def train(iterations: int, warmup: int = 1, threads: int = 1, args: Args | None 
         for step in range(args.n_steps):
             obs[step] = next_obs
             dones[step] = next_done
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 action, logprob, _, value = agent.get_action_and_value(next_obs)
                 values[step] = value.flatten()
             actions[step] = action
@@ -122,8 +125,8 @@ def train(iterations: int, warmup: int = 1, threads: int = 1, args: Args | None 
             rewards[step] = nxt["reward"]
             next_obs, next_done = running["frame"], nxt["done"].float()
 
-        with torch.no_grad():
-            next_value = agent.get_value(next_obs).reshape(1, -1)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            next_value = agent.get_value(next_obs).reshape(1, -1).float()
             advantages = torch.zeros_like(rewards)
             lastgaelam = 0
             for t in reversed(range(args.n_steps)):
@@ -148,7 +151,9 @@ def train(iterations: int, warmup: int = 1, threads: int = 1, args: Args | None 
             np.random.shuffle(b_inds)
             for start in range(0, batch_size, minibatch_size):
                 mb_inds = b_inds[start:start + minibatch_size]
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                newlogprob, entropy, newvalue = newlogprob.float(), entropy.float(), newvalue.float()
                 ratio = (newlogprob - b_logprobs[mb_inds]).exp()
                 mb_advantages = b_advantages[mb_inds]
                 mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
@@ -170,5 +175,6 @@ if __name__ == "__main__":
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--bf16", action="store_true", help="the forwards under bfloat16 autocast")
     cli = parser.parse_args()
-    print(json.dumps(train(cli.iterations, cli.warmup, cli.threads)))
+    print(json.dumps(train(cli.iterations, cli.warmup, cli.threads, bf16=cli.bf16)))

@@ -10,7 +10,11 @@ threads:
   CPU step from the first step), through the training loop and its loop timer, evaluation off;
 * ``rlstruct-nchw``: the same with the CNN encoder's maps flattened in (C, H, W) order, a copy of the
   channels-last maps forward and backward (the encoder before it flattened large batches in memory order);
+* ``rlstruct-critic``: the same with PPO's values computed as before the agents recorded them (the critic's
+  forward over the collection's 8,192 frames and 8,192 next frames before the epochs);
 * ``cleanrl``: ``benchmarks/_cleanrl_ppo.py``, a CleanRL-style single-file torch PPO on the same torch env;
+* ``rlstruct-bf16`` and ``cleanrl-bf16``: the same two with the network's forwards under bfloat16 autocast
+  (rlstruct's ``--autocast bfloat16``; the peer given the same ``torch.autocast`` by hand, which CleanRL lacks);
 * ``rejax``: rejax's PPO (``pip install rejax``, a ``peers`` extra) on gymnax's ``Breakout-MinAtar``, the whole
   training one ``jax.jit``-compiled function, its actor and critic each the same CNN (rejax's PPO keeps the two
   networks apart: two CNN passes a minibatch where the others share one), evaluation off. Its compile time is
@@ -32,6 +36,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import tempfile
@@ -52,13 +57,15 @@ from benchmarks._fresh import (  # noqa: E402
 ENV = "MinAtar/Breakout-v1"
 PRESET = "ppo-minatar-5m"
 BATCH = 64 * 128  # env steps an iteration under the preset
-PEERS = ("rlstruct", "rlstruct-nchw", "cleanrl", "rejax")
+PEERS = ("rlstruct", "rlstruct-bf16", "rlstruct-nchw", "rlstruct-critic", "cleanrl", "cleanrl-bf16", "rejax")
 THREADS = (1, 2)
 
 
-def measure_rlstruct(iterations: int, warmup: int, threads: int, *, profile: str | None = None) -> dict:
+def measure_rlstruct(iterations: int, warmup: int, threads: int, *, profile: str | None = None,
+                     autocast: str = "none") -> dict:
     """``rlstruct train ppo --preset ppo-minatar-5m`` for ``warmup + iterations`` iterations; the loop timer's env
-    steps/s over the last ``iterations``. With ``profile``, the learner's phases under cProfile, written there."""
+    steps/s over the last ``iterations``. With ``profile``, the learner's phases under cProfile, written there;
+    ``autocast`` is the run's setting."""
     import torch
 
     from rlstruct.algos import validate
@@ -81,7 +88,7 @@ def measure_rlstruct(iterations: int, warmup: int, threads: int, *, profile: str
         config = description.config_cls(
             env=ENV, preset=PRESET, logdir=logdir, progress=False, tensorboard=False, time_limit=1e9,
             n_evaluation_envs=1, eval_every=2**31 - 1, evaluation_max_steps=10, torch_threads=threads,
-            max_env_steps=(warmup + iterations) * BATCH)
+            autocast=autocast, max_env_steps=(warmup + iterations) * BATCH)
         setup = validate(config)
         if profile is None:
             train_on_policy(setup, timer=timer)
@@ -99,11 +106,11 @@ def measure_rlstruct(iterations: int, warmup: int, threads: int, *, profile: str
             "us_per_step": {k: v / report.env_steps * 1e6 for k, v in seconds.items() if v > 0}}
 
 
-def measure_cleanrl(iterations: int, warmup: int, threads: int) -> dict:
-    """``benchmarks/_cleanrl_ppo.py``'s training for ``warmup + iterations`` iterations."""
+def measure_cleanrl(iterations: int, warmup: int, threads: int, *, bf16: bool = False) -> dict:
+    """``benchmarks/_cleanrl_ppo.py``'s training for ``warmup + iterations`` iterations (``bf16``: under autocast)."""
     from benchmarks._cleanrl_ppo import train
 
-    return train(iterations, warmup, threads)
+    return train(iterations, warmup, threads, bf16=bf16)
 
 
 def _rejax_cnn_networks(n_actions: int):
@@ -173,6 +180,15 @@ def measure_rlstruct_nchw(iterations: int, warmup: int, threads: int) -> dict:
     return measure_rlstruct(iterations, warmup, threads)
 
 
+def measure_rlstruct_critic(iterations: int, warmup: int, threads: int) -> dict:
+    """``measure_rlstruct`` with PPO's values computed as before the agents recorded them: the critic's forward over
+    the collection's frames and next frames (2 x 8,192) before the epochs."""
+    from rlstruct.algos.networks import EncoderActorCritic
+
+    EncoderActorCritic.value_at_acting = False
+    return measure_rlstruct(iterations, warmup, threads)
+
+
 def xla_scan_probe(repeats: int = 3) -> None:
     """Prints the MinAtar CNN's gradient (flax, 1,024 frames) as one jitted call and as each step of a jitted
     ``lax.scan`` over 8 minibatches (rejax's update loop: scans over minibatches, epochs and iterations)."""
@@ -204,8 +220,10 @@ def xla_scan_probe(repeats: int = 3) -> None:
         print(f"the CNN's gradient over 1,024 frames, {label}: {ms:.1f} ms")
 
 
-MEASURES = {"rlstruct": measure_rlstruct, "rlstruct-nchw": measure_rlstruct_nchw, "cleanrl": measure_cleanrl,
-            "rejax": measure_rejax}
+MEASURES = {"rlstruct": measure_rlstruct, "rlstruct-bf16": functools.partial(measure_rlstruct, autocast="bfloat16"),
+            "rlstruct-nchw": measure_rlstruct_nchw, "rlstruct-critic": measure_rlstruct_critic,
+            "cleanrl": measure_cleanrl,
+            "cleanrl-bf16": functools.partial(measure_cleanrl, bf16=True), "rejax": measure_rejax}
 
 
 def configs(args: argparse.Namespace) -> dict[str, Config]:

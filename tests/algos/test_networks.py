@@ -13,6 +13,7 @@ from rlstruct.algos.networks import ActorCritic, EncoderActorCritic, build_actor
 from rlstruct.algos.policies import (
     PolicyAgent,
     actor_critic_outputs,
+    collection_values,
     create_policy_agent,
     critic_values,
     policy_actions,
@@ -194,6 +195,38 @@ def test_critic_values_are_the_values_of_the_full_outputs(model, shape, dtype):
     value, next_value = critic_values(model, frame.flatten(0, 1), next_frame.flatten(0, 1))
     assert torch.equal(value.unflatten(0, (3, 5)), full["value"])
     assert torch.equal(next_value.unflatten(0, (3, 5)), full["next_value"])
+
+
+def test_the_collections_values_are_the_critics_at_every_step_of_a_minatar_run():
+    """An image actor-critic's agent records V(s) as it acts (``action/value``); PPO's learner takes the values and the
+    next values from that record and runs the critic on the episodes' final frames alone. Across terminations,
+    truncations (a 7-step time limit) and acquisitions, the advantages are those of the critic over the whole
+    collection."""
+    from rlstruct.algos.returns import gae_advantages
+
+    spec = describe_env("MinAtar/Breakout-v1", "torch", 7)
+    with RL_Batcher(16, create_policy_agent, {"spec": spec, "hidden_sizes": (32,)}, create_env,
+                    {"name": "MinAtar/Breakout-v1", "n_envs": 6, "autoreset": True, "max_episode_steps": 7}, 0, [0],
+                    agent_seeds=[1]) as batcher:
+        model = build_actor_critic(spec, (32,))
+        batcher.update(model.state_dict())
+        batcher.reset()
+        tts = []
+        for _ in range(2):  # the second acquisition starts mid-episode
+            batcher.execute()
+            tts.append(batcher.get()[0].trajectories)
+    for tt in tts:
+        done, terminated = tt["_observation/done"], tt["_observation/terminated"]
+        assert (done & ~terminated).any() and terminated.any() and (~done).any()
+        with torch.no_grad():
+            values, next_values = collection_values(model, tt)
+            expected = [v.unflatten(0, (6, 16)) for v in critic_values(
+                model, tt["observation/frame"].flatten(0, 1), tt["_observation/frame"].flatten(0, 1))]
+        torch.testing.assert_close(values, expected[0])
+        torch.testing.assert_close(next_values, expected[1])
+        rewards = tt["_observation/reward"]
+        torch.testing.assert_close(gae_advantages(rewards, values, next_values, terminated, done, 0.99, 0.95),
+                                   gae_advantages(rewards, *expected, terminated, done, 0.99, 0.95))
 
 
 def test_distributions_and_values_compute_in_float32_under_autocast():
