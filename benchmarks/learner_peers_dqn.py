@@ -9,6 +9,8 @@ learning, which the rate counts (from the first gradient step to the end):
 
 * ``rlstruct``: ``rlstruct train dqn --preset dqn-atari --env ALE/Breakout-v5`` (its replay buffer, its loop),
   evaluation off;
+* ``rlstruct-nchw``: the same with the Nature CNN fed channels-first maps, as the encoder was before it laid the
+  frames out channels-last on the CPU;
 * ``sb3``: Stable-Baselines3's ``DQN("CnnPolicy")`` on the same ``AtariVectorEnv`` through a small ``VecEnv``
   adapter (``train_freq=4`` vector steps, ``gradient_steps=8``, ``n_steps=3``, ``optimize_memory_usage=False``).
 
@@ -34,7 +36,7 @@ from benchmarks._fresh import Config, add_arguments, measure_or_rounds, print_re
 
 GAME = "ALE/Breakout-v5"
 N_ENVS = 8
-PEERS = ("rlstruct", "sb3")
+PEERS = ("rlstruct", "rlstruct-nchw", "sb3")
 THREADS = (1, 2)
 
 
@@ -145,7 +147,20 @@ def measure_sb3(steps: int, learning_starts: int, buffer: int, threads: int) -> 
             "cores": (time.process_time() - marks["c0"]) / wall}
 
 
-MEASURES = {"rlstruct": measure_rlstruct, "sb3": measure_sb3}
+def measure_rlstruct_nchw(steps: int, learning_starts: int, buffer: int, threads: int) -> dict:
+    """``measure_rlstruct`` with the CNN encoder's convolutions on channels-first maps (the encoder before it laid
+    channels-first frames out channels-last on the CPU)."""
+    from rlstruct.algos.encoders import CNNEncoder, _to_float
+
+    def forward(self, frame):
+        x = _to_float(frame, self.scale)
+        return self.linear(self.convs(x.permute(0, 3, 1, 2) if self.channels_last else x))
+
+    CNNEncoder.forward = forward
+    return measure_rlstruct(steps, learning_starts, buffer, threads)
+
+
+MEASURES = {"rlstruct": measure_rlstruct, "rlstruct-nchw": measure_rlstruct_nchw, "sb3": measure_sb3}
 
 
 def configs(args: argparse.Namespace) -> dict[str, Config]:

@@ -16,10 +16,10 @@ The configurations: ``eager`` (the preset as it is), ``two-pass`` (the loss's po
 through the shared CNN, which ``EncoderActorCritic.policy_value`` makes one), ``compile`` (``--compile-update``:
 inductor on the CPU), ``bf16`` (``--autocast bfloat16``), ``mb2`` and ``mb8`` (2 or 8 minibatches a pass:
 minibatches of 1,024 or 256),
-and the microbenchmarks ``encoder as-is``/``encoder contiguous``/``encoder
-channels-last`` (the MinAtar CNN's forward and backward over a minibatch of 512 frames: the ``[N, H, W, C]`` frames
-seen as NCHW through a permuted view, as the encoder does, made NCHW-contiguous first, or the network and the frames
-in channels-last memory format) and ``policy no_grad``/
+and the microbenchmarks ``encoder as-is``/``encoder relu-copy``/``encoder contiguous``/``encoder
+channels-last`` (the MinAtar CNN's forward and backward over a minibatch of 512 frames: the encoder as it is, the
+same with its ReLUs allocating their output instead of running in place, the ``[N, H, W, C]`` frames made
+NCHW-contiguous first, or the network and the frames in channels-last memory format) and ``policy no_grad``/
 ``policy inference_mode`` (the collection's forward of 32 frames under each mode).
 
 Run: python benchmarks/ppo_learner.py [--iterations 8] [--warmup 2] [--rounds 3] [--only eager,compile]
@@ -141,7 +141,10 @@ def measure_encoder(mode: str, seconds: float = 3.0) -> dict:
     torch.set_num_threads(1)
     model = _minatar_cnn(mode == "channels-last")
     frames = torch.rand(512, 10, 10, 4) < 0.2
-    if mode == "as-is":
+    if mode in ("as-is", "relu-copy"):
+        for layer in model.modules():  # relu-copy: the ReLUs allocate their output, as before they ran in place
+            if isinstance(layer, torch.nn.ReLU):
+                layer.inplace = mode == "as-is"
         forward = model
     else:
         enc, head = model[0], model[1]
@@ -186,7 +189,7 @@ def configs(args: argparse.Namespace) -> dict[str, Config]:
     out = {name: Config(lambda name=name: measure_training(name, args.iterations, args.warmup),
                         against=(() if name == "eager" else (("against eager", "eager"),)))
            for name in VARIANTS}
-    for mode in ("as-is", "contiguous", "channels-last"):
+    for mode in ("as-is", "relu-copy", "contiguous", "channels-last"):
         out[f"encoder {mode}"] = Config(lambda m=mode: measure_encoder(m),
                                         against=(() if mode == "as-is" else (("against as-is", "encoder as-is"),)))
     for mode in ("no_grad", "inference_mode"):
