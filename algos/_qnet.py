@@ -15,6 +15,7 @@ from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos.encoders import CNNEncoder
 from rlstruct.algos.networks import autocast_context, mlp
 from rlstruct.algos.policies import NetworkAgent, row_invariant
+from rlstruct.devices import DeviceLike
 from rlstruct.structures import DictTensor
 
 __all__ = ["dueling_q", "QNetwork", "PixelQNetwork", "q_network", "QAgent", "create_q_agent", "epsilon_at",
@@ -148,23 +149,35 @@ class QAgent(NetworkAgent):
     Args:
         model: the Q network, on ``device``.
         device: where observations come from and actions go.
+        autocast: see :class:`~rlstruct.algos.policies.NetworkAgent`.
+        record_max_q: also return ``max_q``, ``max_a Q(s, a)`` (``float32 [N]``), whatever the action taken: PQN's
+            learner takes its targets' next values from it (:func:`~rlstruct.algos.policies.next_of_collection`).
     """
 
     model: QNetwork
 
+    def __init__(self, model: nn.Module, device: DeviceLike, *, autocast: torch.dtype | None = None,
+                 record_max_q: bool = False):
+        super().__init__(model, device, autocast=autocast)
+        self.record_max_q = record_max_q
+
     def __call__(self, state, observation, agent_info, history=None):
-        """``action int64 [N]``: uniform with probability ``epsilon``, else the argmax of the Q-values."""
+        """``action int64 [N]``: uniform with probability ``epsilon``, else the argmax of the Q-values (and
+        ``max_q float32 [N]`` with ``record_max_q``)."""
         with autocast_context(self.device, self.autocast):
             q = row_invariant(self.model, observation["frame"].shape[0], observation["frame"])
         action = q.argmax(-1)
+        out = {"action": action}
+        if self.record_max_q:
+            out["max_q"] = q.float().amax(-1)
         if "epsilon" in agent_info:
             eps = self._on_device(agent_info["epsilon"], "epsilon")
             B, n_actions = q.shape
             explore = self.noise.uniform((B,)) < eps
             random_action = self.noise.integers(n_actions, (B,), stream=1)
-            action = torch.where(explore, random_action, action)
+            out["action"] = torch.where(explore, random_action, action)
             self.noise.advance()
-        return DictTensor({"action": action}), state
+        return DictTensor(out), state
 
     def deterministic(self, frame: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor]:
         """``(action,)``: the argmax of the Q-values (see
@@ -175,13 +188,15 @@ class QAgent(NetworkAgent):
 def create_q_agent(
     spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False, *,
     dueling: bool = False, layer_norm: bool = False, activation: str = "tanh", autocast: torch.dtype | None = None,
+    record_max_q: bool = False,
 ) -> RL_Agent:
     """Builds a batcher's :class:`QAgent` for ``spec``'s env on ``device`` (module level, so it pickles;
     ``functools.partial(create_q_agent, dueling=True)`` too); the network's options are :func:`q_network`'s, its
-    forward runs under ``autocast`` (see :class:`~rlstruct.algos.networks.NetworkAgent`)."""
+    forward runs under ``autocast`` (see :class:`~rlstruct.algos.networks.NetworkAgent`), and ``record_max_q`` is
+    :class:`QAgent`'s."""
     model = q_network(spec, hidden_sizes, dueling=dueling, layer_norm=layer_norm, activation=activation).to(device)
     model.requires_grad_(False)
-    agent: RL_Agent = QAgent(model, device, autocast=autocast)
+    agent: RL_Agent = QAgent(model, device, autocast=autocast, record_max_q=record_max_q)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
 
 

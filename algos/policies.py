@@ -10,7 +10,7 @@ policy agent writes under ``action/*``:
 * ``action/log_prob``: ``log pi(raw | s)`` under the weights that acted, ``float32 [B, T]``;
 * ``action/value`` (a model whose ``value_at_acting`` is true: heads on one shared encoder): ``V(s)`` under the
   weights that acted, ``float32 [B, T]``, one more head on the features the policy's forward computed anyway. PPO's
-  learner takes its values from it (:func:`collection_values`) instead of running the critic again.
+  learner takes its values from it (:func:`next_of_collection`) instead of running the critic again.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "row_invariant",
-    "collection_values",
+    "next_of_collection",
     "NetworkAgent",
     "PolicyAgent",
     "RecurrentPolicyAgent",
@@ -274,13 +274,14 @@ def critic_values(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tenso
     return values[:n], values[n:]
 
 
-def collection_values(model: nn.Module, tt: TemporalDictTensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(V(observation/frame), V(_observation/frame))``, each ``float32 [B, T]``, of a collection whose agent
-    recorded ``action/value``: the first is that record; the second is its next column wherever the frame reached at
-    ``t`` is the frame acted on at ``t + 1`` (the step did not end the episode), and the critic's forward on the
-    others only (a row's last valid step, and each episode's final frame, from which a truncated step bootstraps).
-    The same values as :func:`critic_values` over the whole collection, for a forward on a few frames instead of
-    ``2 B T``.
+def next_of_collection(recorded: torch.Tensor, tt: TemporalDictTensor,
+                       evaluate: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """A quantity of ``_observation/frame`` (``[B, T]``) from the same quantity of ``observation/frame`` that the agent
+    recorded as it acted (``recorded [B, T]``: PPO's ``V(s)``, PQN's ``max_a Q(s, a)``): its next column wherever the
+    frame reached at ``t`` is the frame acted on at ``t + 1`` (the step did not end the episode), and ``evaluate``
+    (the network on frames ``[M, *obs]``, giving ``[M]``) on the others alone: a row's last valid step, and each
+    episode's final frame, from which a truncated step bootstraps. The numbers of ``evaluate`` over every next
+    frame, for a forward on a few frames instead of ``B T``.
 
     >>> from rlstruct.algos.networks import EncoderActorCritic
     >>> m = EncoderActorCritic((10, 10, 4), 3, (16,), obs_dtype="bool")
@@ -291,21 +292,20 @@ def collection_values(model: nn.Module, tt: TemporalDictTensor) -> tuple[torch.T
     >>> with torch.no_grad():
     ...     v, nv = critic_values(m, frames.flatten(0, 1), next_frames.flatten(0, 1))
     ...     tt = TemporalDictTensor({"observation/frame": frames, "_observation/frame": next_frames,
-    ...                              "_observation/done": done, "action/value": v.view(2, 4)})
-    ...     values, next_values = collection_values(m, tt)
+    ...                              "_observation/done": done})
+    ...     next_values = next_of_collection(v.view(2, 4), tt, m.value)
     >>> torch.allclose(next_values, nv.view(2, 4), atol=1e-6)
     True
     """
-    values = tt["action/value"]
     valid = tt.mask() > 0
     fresh = tt["_observation/done"].clone()
     fresh[:, -1] = True
     fresh[:, :-1] |= ~valid[:, 1:]
     rows = fresh.nonzero(as_tuple=True)
-    next_values = torch.empty_like(values)
-    next_values[:, :-1] = values[:, 1:]
-    next_values[rows] = model.value(tt["_observation/frame"][rows]).to(values.dtype)
-    return values, next_values
+    out = torch.empty_like(recorded)
+    out[:, :-1] = recorded[:, 1:]
+    out[rows] = evaluate(tt["_observation/frame"][rows]).to(recorded.dtype)
+    return out
 
 
 def _step_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor,

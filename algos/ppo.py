@@ -37,8 +37,8 @@ from rlstruct.algos._train import (
 from rlstruct.algos.losses import normalize_masked
 from rlstruct.algos.policies import (
     RecurrentPolicyAgent,
-    collection_values,
     critic_values,
+    next_of_collection,
     policy_actions,
     replay_learner,
     replay_window,
@@ -226,7 +226,8 @@ def learn_step(config: PPOConfig, learner: ActorCriticLearner) -> LearnFn:
                                      checked=config.check_devices)
                 values, next_values = out["value"], out["next_value"]
             elif "action/value" in tt:  # the collection's values, the critic on the episodes' ends alone
-                values, next_values = collection_values(model, tt)
+                values = tt["action/value"]
+                next_values = next_of_collection(values, tt, model.value)
             else:  # the critic alone: the old log-probabilities are the batch's own
                 frame, next_frame = tt["observation/frame"], tt["_observation/frame"]
                 values, next_values = (v.unflatten(0, frame.shape[:2]) for v in

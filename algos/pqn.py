@@ -47,6 +47,7 @@ from rlstruct.algos._train import (
     trainer,
     training_agent_kwargs,
 )
+from rlstruct.algos.policies import next_of_collection
 from rlstruct.errors import ConfigError
 from rlstruct.structures import DictTensor, Trajectories
 
@@ -180,7 +181,8 @@ def _minibatch_loss(model: torch.nn.Module, kind: str, batch: Batch) -> tuple[to
 
 
 def learn_step(config: PQNConfig, learner: ActorCriticLearner) -> LearnFn:
-    """PQN's learn step: the Q(lambda) targets of the collection (with the weights that collected it), then
+    """PQN's learn step: the Q(lambda) targets of the collection (with the weights that collected it: the agents'
+    recorded ``max_q``, see :func:`~rlstruct.algos.policies.next_of_collection`), then
     ``n_epochs`` passes of ``n_minibatches`` shuffled minibatches, one update each (loss, backward, clipping,
     optimizer step; compiled with ``compile_update``). An auto-reset collection has no padding: every step counts."""
     model = learner.model
@@ -191,9 +193,9 @@ def learn_step(config: PQNConfig, learner: ActorCriticLearner) -> LearnFn:
 
     def learn(traj: Trajectories, loss_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
         tt = traj.trajectories
-        frame, next_frame = tt["observation/frame"], tt["_observation/frame"]
-        with torch.no_grad():
-            next_max_q = model(next_frame.flatten(0, 1)).float().amax(-1).unflatten(0, next_frame.shape[:2])
+        frame = tt["observation/frame"]
+        with torch.no_grad():  # the agents' max Q at the next step, the network on the episodes' final frames alone
+            next_max_q = next_of_collection(tt["action/max_q"], tt, lambda f: model(f).float().amax(-1))
             targets = q_lambda_targets(loss_rewards * config.reward_scale, next_max_q, tt["_observation/terminated"],
                                        tt["_observation/done"], config.gamma, config.q_lambda)
         batch = {"frame": frame.flatten(0, 1), "action": tt["action/action"].flatten(0, 1),
@@ -210,7 +212,7 @@ def create_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:
     """The batchers' agent factory of a PQN run (its ``config`` as a dict), for training and for evaluating its
     weights: the epsilon-greedy :class:`~rlstruct.algos.dqn.QAgent` over its LayerNorm Q-network."""
     return functools.partial(create_q_agent, layer_norm=bool(config["layer_norm"]),
-                             activation=str(config["activation"]))
+                             activation=str(config["activation"]), record_max_q=True)
 
 
 def build_model(config: PQNConfig, spec: EnvSpec) -> torch.nn.Module:

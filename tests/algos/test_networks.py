@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -13,9 +15,9 @@ from rlstruct.algos.networks import ActorCritic, EncoderActorCritic, build_actor
 from rlstruct.algos.policies import (
     PolicyAgent,
     actor_critic_outputs,
-    collection_values,
     create_policy_agent,
     critic_values,
+    next_of_collection,
     policy_actions,
 )
 from rlstruct.batchers import RL_Batcher
@@ -197,20 +199,34 @@ def test_critic_values_are_the_values_of_the_full_outputs(model, shape, dtype):
     assert torch.equal(next_value.unflatten(0, (3, 5)), full["next_value"])
 
 
-def test_the_collections_values_are_the_critics_at_every_step_of_a_minatar_run():
-    """An image actor-critic's agent records V(s) as it acts (``action/value``); PPO's learner takes the values and the
-    next values from that record and runs the critic on the episodes' final frames alone. Across terminations,
-    truncations (a 7-step time limit) and acquisitions, the advantages are those of the critic over the whole
-    collection."""
+def _ppo_case(spec):
+    model = build_actor_critic(spec, (32,))
+    return create_policy_agent, {}, model, "action/value", model.value
+
+
+def _pqn_case(spec):
+    from rlstruct.algos._qnet import create_q_agent, q_network
+
+    model = q_network(spec, (32,), layer_norm=True)
+    return (functools.partial(create_q_agent, layer_norm=True, record_max_q=True), {"epsilon": torch.full((6,), 0.3)},
+            model, "action/max_q", lambda f: model(f).float().amax(-1))
+
+
+@pytest.mark.parametrize("case", [_ppo_case, _pqn_case], ids=["ppo-value", "pqn-max-q"])
+def test_the_next_values_taken_from_the_collection_are_the_networks_at_every_step(case):
+    """PPO's and PQN's agents record what the learner needs of each frame as they act (V(s); max_a Q(s, a)), and the
+    learner takes the next frame's from the next step, running the network on the episodes' final frames alone. Across
+    terminations, truncations (a 7-step time limit) and acquisitions, the next values, and PPO's GAE advantages, are
+    those of the network over every next frame."""
     from rlstruct.algos.returns import gae_advantages
 
     spec = describe_env("MinAtar/Breakout-v1", "torch", 7)
-    with RL_Batcher(16, create_policy_agent, {"spec": spec, "hidden_sizes": (32,)}, create_env,
+    factory, agent_info, model, key, evaluate = case(spec)
+    with RL_Batcher(16, factory, {"spec": spec, "hidden_sizes": (32,)}, create_env,
                     {"name": "MinAtar/Breakout-v1", "n_envs": 6, "autoreset": True, "max_episode_steps": 7}, 0, [0],
-                    agent_seeds=[1]) as batcher:
-        model = build_actor_critic(spec, (32,))
+                    agent_seeds=[1], agent_info=DictTensor({k: v[:1] for k, v in agent_info.items()})) as batcher:
         batcher.update(model.state_dict())
-        batcher.reset()
+        batcher.reset(agent_info=DictTensor(agent_info))
         tts = []
         for _ in range(2):  # the second acquisition starts mid-episode
             batcher.execute()
@@ -219,14 +235,14 @@ def test_the_collections_values_are_the_critics_at_every_step_of_a_minatar_run()
         done, terminated = tt["_observation/done"], tt["_observation/terminated"]
         assert (done & ~terminated).any() and terminated.any() and (~done).any()
         with torch.no_grad():
-            values, next_values = collection_values(model, tt)
-            expected = [v.unflatten(0, (6, 16)) for v in critic_values(
-                model, tt["observation/frame"].flatten(0, 1), tt["_observation/frame"].flatten(0, 1))]
-        torch.testing.assert_close(values, expected[0])
-        torch.testing.assert_close(next_values, expected[1])
+            recorded, next_values = tt[key], next_of_collection(tt[key], tt, evaluate)
+            expected, expected_next = (evaluate(tt[f].flatten(0, 1)).unflatten(0, (6, 16))
+                                       for f in ("observation/frame", "_observation/frame"))
+        torch.testing.assert_close(recorded, expected)
+        torch.testing.assert_close(next_values, expected_next)
         rewards = tt["_observation/reward"]
-        torch.testing.assert_close(gae_advantages(rewards, values, next_values, terminated, done, 0.99, 0.95),
-                                   gae_advantages(rewards, *expected, terminated, done, 0.99, 0.95))
+        torch.testing.assert_close(gae_advantages(rewards, recorded, next_values, terminated, done, 0.99, 0.95),
+                                   gae_advantages(rewards, expected, expected_next, terminated, done, 0.99, 0.95))
 
 
 def test_distributions_and_values_compute_in_float32_under_autocast():
