@@ -197,18 +197,29 @@ def training_return(folder: Path, episodes: int = 100) -> float | None:
     if not path.is_file():
         return None
     with path.open() as f:
-        rows = [r for r in csv.DictReader(f) if r.get("train/episode_return") and r.get("train/episode_length")]
+        rows = [r for r in csv.DictReader(f) if _finite(r.get("train/episode_return"))
+                and _finite(r.get("train/episode_length")) and float(r["train/episode_length"]) > 0]
     total, count = 0.0, 0.0
+    # A row's episodes: the env steps since the row before it that had any (an iteration in which no episode ended
+    # logs nan), over their mean length; with episodes that all end together (Freeway's 2,500 frames) that is every
+    # env's, where counting from the iteration before would weigh each row as one or two episodes.
     for row, before in reversed(list(zip(rows, [None, *rows[:-1]]))):
         steps = float(row["env_steps"]) - (float(before["env_steps"]) if before else 0.0)
         length, mean = float(row["train/episode_length"]), float(row["train/episode_return"])
-        if not (math.isfinite(length) and math.isfinite(mean)) or length <= 0 or steps <= 0:
+        if steps <= 0:
             continue
         n = min(max(steps / length, 1.0), episodes - count)
         total, count = total + n * mean, count + n
         if count >= episodes:
             break
     return total / count if count else None
+
+
+def _finite(text: str | None) -> bool:
+    try:
+        return text is not None and math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def _last_row(folder: Path) -> dict[str, str] | None:

@@ -85,3 +85,20 @@ def test_the_zoo_halfcheetah_task_runs_its_preset_and_its_row_stands_beside_the_
     row = published.row_cells(tmp_path, "halfcheetah-zoo", "ppo")
     assert row[:4] == ["HalfCheetah-v4", "ppo (`--preset ppo-halfcheetah-zoo`)", "1M", "0"]
     assert row[-1] == "5,819 (rl-zoo)" and "--tasks halfcheetah-zoo --algos ppo" in row[4]
+
+
+def test_the_training_return_counts_the_episodes_since_the_last_row_that_had_any(tmp_path):
+    """Freeway's episodes all end together, every 2,500 frames: most iterations log no training return (nan), and the
+    row that does holds every env's episode. The last 100 episodes are then that row's alone, not the rows before it
+    weighed as one episode each."""
+    lines = ["iteration,env_steps,train/episode_return,train/episode_length"]
+    for i in range(1, 321):  # 128 envs x 32 steps an iteration; episodes end every ~78 iterations
+        ended = i % 78 == 0
+        ret = ("60.0" if i < 200 else "0.0") if ended else "nan"
+        lines.append(f"{i},{i * 4096},{ret},{'2501.0' if ended else 'nan'}")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "progress.csv").write_text("\n".join(lines) + "\n")
+    assert published.training_return(folder) == 0.0
+    per_row = 78 * 4096 / 2501  # the episodes of each row that has any: 127.8, all 128 envs'
+    assert published.training_return(folder, episodes=300) == pytest.approx(60.0 * (300 - 2 * per_row) / 300)
