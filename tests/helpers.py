@@ -64,6 +64,19 @@ EPISODIC = {"n_envs": 3, "episode_lengths": (2, 4, 7)}
 AUTORESET = {"n_envs": 3, "episode_lengths": (2, 4, 7), "autoreset": True}
 
 
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Runs the block with ``n`` torch threads: the workers' count (one on the CPU) for an in-process reference. A
+    matrix product over more threads splits its sums another way (the MinAtar CNN's 1,024 x 128 layer over 16 rows),
+    so the same rows are only the same bits at the same thread count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def assert_same(a: Trajectories, b: Trajectories) -> None:
     """``a`` and ``b`` hold the same keys, lengths, and bits wherever a step is valid."""
     assert list(a.info.keys()) == list(b.info.keys())

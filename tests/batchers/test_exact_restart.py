@@ -17,7 +17,7 @@ from rlstruct.algos import create_env, describe_env
 from rlstruct.algos.networks import build_actor_critic, recurrent_actor_critic
 from rlstruct.algos.policies import create_policy_agent, create_recurrent_agent
 from tests.fakes import SlowWrapper
-from tests.helpers import assert_same
+from tests.helpers import assert_same, torch_threads
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -37,8 +37,9 @@ def _collect(env: str, backend: str, recurrent: bool, n_processes: int, kill: bo
     agent_args = {"create": create, "args": {"spec": spec, "hidden_sizes": (8,)}, "delay": 0.05 if kill else 0.0}
     env_args = {"name": env, "n_envs": N_ENVS // max(n_processes, 1), "autoreset": True, "backend": backend}
     out = []
-    with RL_Batcher(T, SlowWrapper, agent_args, create_env, env_args, n_processes, 7, agent_seeds=11,
-                    agent_info=STOCHASTIC, restart_workers=1) as b:
+    # in process, the workers' one torch thread: the same rows are the same bits only at the same thread count
+    with torch_threads(1), RL_Batcher(T, SlowWrapper, agent_args, create_env, env_args, n_processes, 7,
+                                      agent_seeds=11, agent_info=STOCHASTIC, restart_workers=1) as b:
         b.update(weights)
         b.reset()
         for i in range(n_executes):
