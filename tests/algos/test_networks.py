@@ -200,6 +200,7 @@ def test_critic_values_are_the_values_of_the_full_outputs(model, shape, dtype):
 
 
 def _ppo_case(spec):
+    torch.manual_seed(0)
     model = build_actor_critic(spec, (32,))
     return create_policy_agent, {}, model, "action/value", model.value
 
@@ -207,8 +208,9 @@ def _ppo_case(spec):
 def _pqn_case(spec):
     from rlstruct.algos._qnet import create_q_agent, q_network
 
+    torch.manual_seed(0)
     model = q_network(spec, (32,), layer_norm=True)
-    return (functools.partial(create_q_agent, layer_norm=True, record_max_q=True), {"epsilon": torch.full((6,), 0.3)},
+    return (functools.partial(create_q_agent, layer_norm=True, record_max_q=True), {"epsilon": torch.full((6,), 1.0)},
             model, "action/max_q", lambda f: model(f).float().amax(-1))
 
 
@@ -221,7 +223,8 @@ def test_the_next_values_taken_from_the_collection_are_the_networks_at_every_ste
     from rlstruct.algos.returns import gae_advantages
 
     spec = describe_env("MinAtar/Breakout-v1", "torch", 7)
-    factory, agent_info, model, key, evaluate = case(spec)
+    with torch.random.fork_rng():  # seeded weights and seeded batchers: the same collection in any process
+        factory, agent_info, model, key, evaluate = case(spec)
     with RL_Batcher(16, factory, {"spec": spec, "hidden_sizes": (32,)}, create_env,
                     {"name": "MinAtar/Breakout-v1", "n_envs": 6, "autoreset": True, "max_episode_steps": 7}, 0, [0],
                     agent_seeds=[1], agent_info=DictTensor({k: v[:1] for k, v in agent_info.items()})) as batcher:
@@ -231,9 +234,10 @@ def test_the_next_values_taken_from_the_collection_are_the_networks_at_every_ste
         for _ in range(2):  # the second acquisition starts mid-episode
             batcher.execute()
             tts.append(batcher.get()[0].trajectories)
+    done, terminated = (torch.cat([tt[k] for tt in tts]) for k in ("_observation/done", "_observation/terminated"))
+    assert (done & ~terminated).any() and terminated.any() and (~done).any()
     for tt in tts:
         done, terminated = tt["_observation/done"], tt["_observation/terminated"]
-        assert (done & ~terminated).any() and terminated.any() and (~done).any()
         with torch.no_grad():
             recorded, next_values = tt[key], next_of_collection(tt[key], tt, evaluate)
             expected, expected_next = (evaluate(tt[f].flatten(0, 1)).unflatten(0, (6, 16))
