@@ -170,6 +170,14 @@ def measure_rlstruct_nchw(iterations: int, warmup: int, threads: int) -> dict:
     """``measure_rlstruct`` with the CNN encoder's maps always flattened in (C, H, W) order (a copy of the
     channels-last maps, forward and backward), as the encoder did before it flattened large batches in memory
     order."""
+    use_the_plain_encoder()
+    return measure_rlstruct(iterations, warmup, threads)
+
+
+def use_the_plain_encoder() -> None:
+    """Makes the CNN encoder the registered chain in this process: the frames as they come (seen as NCHW), no
+    channels-last layout on the CPU, the maps flattened in (C, H, W) order. ``-nchw`` rows, here and in
+    ``learner_peers_dqn.py``, measure the encoder's layout choices against it."""
     from rlstruct.algos.encoders import CNNEncoder, _to_float
 
     def forward(self, frame):
@@ -177,7 +185,6 @@ def measure_rlstruct_nchw(iterations: int, warmup: int, threads: int) -> dict:
         return self.linear(self.convs(x.permute(0, 3, 1, 2) if self.channels_last else x))
 
     CNNEncoder.forward = forward
-    return measure_rlstruct(iterations, warmup, threads)
 
 
 def measure_rlstruct_critic(iterations: int, warmup: int, threads: int) -> dict:

@@ -150,13 +150,9 @@ def measure_sb3(steps: int, learning_starts: int, buffer: int, threads: int) -> 
 def measure_rlstruct_nchw(steps: int, learning_starts: int, buffer: int, threads: int) -> dict:
     """``measure_rlstruct`` with the CNN encoder's convolutions on channels-first maps (the encoder before it laid
     channels-first frames out channels-last on the CPU)."""
-    from rlstruct.algos.encoders import CNNEncoder, _to_float
+    from benchmarks.learner_peers import use_the_plain_encoder
 
-    def forward(self, frame):
-        x = _to_float(frame, self.scale)
-        return self.linear(self.convs(x.permute(0, 3, 1, 2) if self.channels_last else x))
-
-    CNNEncoder.forward = forward
+    use_the_plain_encoder()
     return measure_rlstruct(steps, learning_starts, buffer, threads)
 
 
