@@ -16,6 +16,7 @@ from rlstruct.structures import TemporalDictTensor
 
 __all__ = [
     "OBSERVATION_CLIP",
+    "REWARD_CLIP",
     "LearnerNormalization",
     "ObservationNormalizer",
     "ReturnNormalizer",
@@ -26,6 +27,8 @@ __all__ = [
 
 #: the bound of normalised observations (Stable-Baselines3's and CleanRL's)
 OBSERVATION_CLIP = 10.0
+#: the bound of normalised rewards (Stable-Baselines3's ``VecNormalize`` and CleanRL's wrappers clip them at 10 too)
+REWARD_CLIP = 10.0
 
 #: sums a tensor over the ranks of a data-parallel run, in place, and returns it
 #: (:func:`rlstruct.algos._train.distributed.sum_over_ranks`); ``None`` for one process
@@ -126,7 +129,8 @@ class ObservationNormalizer(RunningMoments):
 
 class ReturnNormalizer:
     """Divides rewards by the running standard deviation of the discounted return (not centred: the sign and the
-    zero of the rewards are kept), the return carried across collections per env row.
+    zero of the rewards are kept), the return carried across collections per env row, and clips the scaled rewards
+    to ``[-clip, clip]``.
 
     Call it on each collection of auto-reset rows (or of episodes that start at step 0 of their row, as
     REINFORCE's): ``G_t = gamma * G_{t-1} + r_t``, reset to 0 after an episode's end; the running moments take
@@ -137,18 +141,21 @@ class ReturnNormalizer:
         gamma: the discount of the returns.
         device: where the collections are (the learner's device).
         eps: added to the variance.
+        clip: the bound of the scaled rewards.
         sum_over_ranks: in a data-parallel run, the sum over the ranks: the moments take every rank's returns.
 
     Shapes: ``rewards: float [B, T]``, ``done: bool [B, T]``, ``mask: float [B, T]`` -> ``float32 [B, T]``.
 
-    >>> norm = ReturnNormalizer(1, gamma=0.0, device="cpu")
+    >>> norm = ReturnNormalizer(1, gamma=0.0, device="cpu", clip=2.0)
     >>> norm(torch.tensor([[1.0, 3.0]]), torch.zeros(1, 2, dtype=torch.bool), torch.ones(1, 2))
-    tensor([[1., 3.]])
+    tensor([[1., 2.]])
     """
 
     def __init__(self, n_rows: int, *, gamma: float, device: DeviceLike, eps: float = 1e-8,
-                 sum_over_ranks: SumOverRanks | None = None):
-        self.gamma, self.eps = float(gamma), float(eps)
+                 clip: float = REWARD_CLIP, sum_over_ranks: SumOverRanks | None = None):
+        if not clip > 0:
+            raise ValueError(f"clip must be > 0, got {clip!r}; pass e.g. 10.0")
+        self.gamma, self.eps, self.clip = float(gamma), float(eps), float(clip)
         self.sum_over_ranks = sum_over_ranks
         self.moments = RunningMoments(()).to(device)
         self.carry = torch.zeros(n_rows, device=device)
@@ -165,7 +172,7 @@ class ReturnNormalizer:
             g = g * ongoing[:, t]
         self.carry = g
         self.moments.update(torch.stack(returns, 1).flatten(), mask.flatten(), sum_over_ranks=self.sum_over_ranks)
-        return rewards * torch.rsqrt(self.moments.var + self.eps)
+        return (rewards * torch.rsqrt(self.moments.var + self.eps)).clamp(-self.clip, self.clip)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The running moments of the return (``count``, ``mean``, ``var``), what a resumed run restores."""
@@ -181,8 +188,8 @@ class ReturnNormalizer:
 def update_observation_statistics(model: nn.Module, trajectories: TemporalDictTensor, *,
                                   sum_over_ranks: SumOverRanks | None = None) -> None:
     """Merges the valid steps of a collection's ``observation/frame`` into the statistics of ``model.normalizer``
-    (a model without one is left alone): the learner's call once per collection, before its update; with
-    ``sum_over_ranks``, every rank's collection."""
+    (a model without one is left alone): the learner's call once per collection, before or after its update
+    (:class:`LearnerNormalization`); with ``sum_over_ranks``, every rank's collection."""
     normalizer = getattr(model, "normalizer", None)
     if normalizer is not None:
         frame = trajectories["observation/frame"]
@@ -190,10 +197,16 @@ def update_observation_statistics(model: nn.Module, trajectories: TemporalDictTe
 
 
 class LearnerNormalization:
-    """What the learner does to each collection before its update: ``model.normalizer`` (if any) takes the
-    collection's observations (:func:`update_observation_statistics`), and the rewards for the loss come back
-    divided by the running standard deviation of the return (``normalize_rewards``, :class:`ReturnNormalizer`)
-    or as they are.
+    """What the learner does to each collection around its update: ``model.normalizer`` (if any) takes the
+    collection's observations (:func:`update_observation_statistics`), before the update or after it
+    (``observations_after_update``), and the rewards for the loss come back divided by the running standard
+    deviation of the return (``normalize_rewards``, :class:`ReturnNormalizer`) or as they are.
+
+    Merged before the update, the statistics the update's forwards see already hold the collection, so its first
+    pass starts from a policy other than the one that acted wherever they moved (most at the first collections).
+    Merged after it, the update starts from the policy that acted (its probability ratios are 1 until the first
+    step), as when Stable-Baselines3's ``VecNormalize`` or CleanRL's wrappers store each observation normalised as
+    the policy saw it; the next collection then acts with the new statistics.
 
     Args:
         model: the learner's model.
@@ -201,23 +214,33 @@ class LearnerNormalization:
         n_rows: the rows of every collection.
         gamma: the discount of the returns.
         device: the learner's device.
+        observations_after_update: merge the observations after the update (:meth:`after_update`), not before.
         sum_over_ranks: in a data-parallel run, the sum over the ranks: both statistics take every rank's
             collection, so that the ranks' models (whose buffers hold the observation statistics) stay identical.
     """
 
     def __init__(self, model: nn.Module, *, normalize_rewards: bool, n_rows: int, gamma: float, device: DeviceLike,
-                 sum_over_ranks: SumOverRanks | None = None):
+                 observations_after_update: bool = False, sum_over_ranks: SumOverRanks | None = None):
         self.model, self.sum_over_ranks = model, sum_over_ranks
+        self.observations_after_update = observations_after_update
         self.returns = (ReturnNormalizer(n_rows, gamma=gamma, device=device, sum_over_ranks=sum_over_ranks)
                         if normalize_rewards else None)
 
     def __call__(self, trajectories: TemporalDictTensor) -> torch.Tensor:
-        """The rewards ``float [B, T]`` for the loss, after updating the statistics with ``trajectories``."""
-        update_observation_statistics(self.model, trajectories, sum_over_ranks=self.sum_over_ranks)
+        """The rewards ``float [B, T]`` for the loss, before the update; the observation statistics take
+        ``trajectories`` now unless ``observations_after_update``."""
+        if not self.observations_after_update:
+            update_observation_statistics(self.model, trajectories, sum_over_ranks=self.sum_over_ranks)
         rewards = trajectories["_observation/reward"]
         if self.returns is None:
             return rewards
         return self.returns(rewards, trajectories["_observation/done"], trajectories.mask())
+
+    def after_update(self, trajectories: TemporalDictTensor) -> None:
+        """The learner's call after the update on ``trajectories``: their observations join the statistics now
+        with ``observations_after_update`` (else :meth:`__call__` merged them)."""
+        if self.observations_after_update:
+            update_observation_statistics(self.model, trajectories, sum_over_ranks=self.sum_over_ranks)
 
     def state_dict(self) -> dict[str, dict[str, torch.Tensor]]:
         """The learner-side statistics a resumed run restores: ``{"returns": ...}`` with ``normalize_rewards``

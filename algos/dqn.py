@@ -189,7 +189,7 @@ class DQNLearner:
             load_state(self.policy, resume.model, "the Q-network", resume.path)
         self.policy.to(device)
         self.target = copy.deepcopy(self.policy).requires_grad_(False)
-        self.optimizer = make_adam(self.policy, config.lr, device)
+        self.optimizer = make_adam(self.policy, config.lr, device, eps=config.adam_eps)
         self.n_step = NStepWindow(config.gamma, config.n_step)
         self.n_updates = 0
         if resume is not None:

@@ -382,8 +382,8 @@ def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
         torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
 
 
-def make_adam(model: nn.Module, lr: float, device: DeviceLike) -> Adam:
-    """:class:`~rlstruct.algos.networks.Adam` over the model's parameters; the fused kernel where torch has one
-    (CPU, CUDA)."""
+def make_adam(model: nn.Module, lr: float, device: DeviceLike, eps: float = 1e-8) -> Adam:
+    """:class:`~rlstruct.algos.networks.Adam` over the model's parameters, with epsilon ``eps``; the fused kernel
+    where torch has one (CPU, CUDA)."""
     fused = as_device(device).type in ("cpu", "cuda")
-    return Adam(model.parameters(), lr=lr, fused=fused or None)
+    return Adam(model.parameters(), lr=lr, eps=eps, fused=fused or None)

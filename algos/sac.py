@@ -346,9 +346,9 @@ class SACLearner:
                                    config.hidden_sizes).to(device)
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(config.init_temperature), device=device, requires_grad=True)
-        self.actor_opt = make_adam(self.policy, config.lr, device)
-        self.critic_opt = make_adam(self.critic, config.critic_lr, device)
-        self.alpha_opt = Adam([self.log_alpha], lr=config.lr)
+        self.actor_opt = make_adam(self.policy, config.lr, device, eps=config.adam_eps)
+        self.critic_opt = make_adam(self.critic, config.critic_lr, device, eps=config.adam_eps)
+        self.alpha_opt = Adam([self.log_alpha], lr=config.lr, eps=config.adam_eps)
         if resume is not None:
             load_state(self.policy, resume.model, "the actor", resume.path)
             load_state(self.critic, resume.learner["critic"], "the critic", resume.path)

@@ -257,7 +257,8 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
                 check_on_device(model, learner, "the learner's model")
             with phase("learn"):
                 stats.update(learn(traj, loss_rewards))
-            with phase("update_weights"):
+            with phase("update_weights"):  # the weights and statistics the next collection acts with
+                normalize.after_update(tt)
                 collect.updated()
 
             if algo.episodic:

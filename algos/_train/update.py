@@ -31,7 +31,7 @@ from rlstruct._accel import accelerator_for
 from rlstruct.algos._normalization import LearnerNormalization, SumOverRanks
 from rlstruct.algos._optim import Adam, OptimizerLike
 from rlstruct.algos._train.checkpoints import Resume, restore_optimizer
-from rlstruct.algos._train.config import AUTOCAST_VALUES, OnPolicyConfig
+from rlstruct.algos._train.config import AUTOCAST_VALUES, ActorCriticPart, OnPolicyConfig
 from rlstruct.algos.networks import ActorCritic, autocast_context, make_adam
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
@@ -151,9 +151,11 @@ def actor_critic_learner(
     Returns:
         ``(optimizer, normalize, learner_state)``.
     """
-    optimizer = make_adam(model, config.lr, device)
+    optimizer = make_adam(model, config.lr, device, eps=config.adam_eps)
     normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards, n_rows=n_rows,
-                                     gamma=config.gamma, device=device, sum_over_ranks=sum_over_ranks)
+                                     gamma=config.gamma, device=device,
+                                     observations_after_update=isinstance(config, ActorCriticPart) and config.obs_stats_after_update,
+                                     sum_over_ranks=sum_over_ranks)
     if resume is not None:
         restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
         normalize.load_state_dict(resume.learner["normalization"])

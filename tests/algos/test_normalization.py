@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlstruct.algos import EnvSpec, a2c, create_env, describe_env, ppo, reinforce
+from rlstruct.algos import EnvSpec, a2c, create_env, describe_env, dqn, ppo, reinforce, sac
 from rlstruct.algos._normalization import ObservationNormalizer, ReturnNormalizer, RunningMoments
 from rlstruct.algos._train.checkpoints import load_checkpoint
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
@@ -69,7 +69,7 @@ def test_observation_normalizer_standardises_clips_and_returns_float32():
         ObservationNormalizer((2,), clip=0.0)
 
 
-def _reference_scaled_rewards(collections, gamma, eps=1e-8):
+def _reference_scaled_rewards(collections, gamma, clip, eps=1e-8):
     # Plain loops over rows and steps: each row's discounted return, carried across collections, reset after done.
     carry = [0.0] * collections[0][0].shape[0]
     returns, scaled = [], []
@@ -80,17 +80,21 @@ def _reference_scaled_rewards(collections, gamma, eps=1e-8):
                 returns.append(carry[b])
                 if done[b, t]:
                     carry[b] = 0.0
-        scaled.append(rewards / math.sqrt(np.var(returns) + eps))
+        scaled.append((rewards / math.sqrt(np.var(returns) + eps)).clamp(-clip, clip))
     return scaled
 
 
-def test_return_normalizer_matches_per_row_loops_across_collections():
+@pytest.mark.parametrize("clip", [10.0, 1.5])
+def test_return_normalizer_matches_per_row_loops_across_collections(clip):
     g = torch.Generator().manual_seed(3)
     collections = [(torch.rand(3, 5, generator=g) * 4 - 1, torch.rand(3, 5, generator=g) < 0.3) for _ in range(3)]
-    norm = ReturnNormalizer(3, gamma=0.9, device="cpu")
-    expected = _reference_scaled_rewards(collections, 0.9)
+    norm = ReturnNormalizer(3, gamma=0.9, device="cpu", clip=clip)
+    expected = _reference_scaled_rewards(collections, 0.9, clip)
+    assert any(bool((want.abs() == clip).any()) for want in expected) == (clip == 1.5)  # the small bound binds
     for (rewards, done), want in zip(collections, expected):
         torch.testing.assert_close(norm(rewards, done, torch.ones(3, 5)), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="clip must be > 0"):
+        ReturnNormalizer(3, gamma=0.9, device="cpu", clip=-1.0)
 
 
 # ----------------------------------------------------------------------------------------------- the models
@@ -189,6 +193,42 @@ def test_worker_processes_act_with_the_learners_statistics(tmp_path, module, cls
                 assert (math.isnan(x[k]) and math.isnan(y[k])) or math.isclose(x[k], y[k], rel_tol=1e-5), k
     ckpt = load_checkpoint(str(tmp_path / "worker" / "checkpoint.pt"))
     assert int(ckpt["model"]["normalizer.count"]) == worker.env_steps
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("after", [False, True])
+def test_statistics_merged_after_the_update_let_it_start_from_the_policy_that_acted(tmp_path, after):
+    """One minibatch a collection: its update's ratios are those of the policy that acted against itself (an
+    approximate KL of 0) when the statistics merge after the update, and off 1 when they merge before it (the
+    first collection moves them most). Either way every valid step joins the statistics."""
+    result = ppo.train(ppo.PPOConfig(**_common(
+        tmp_path, env="Pendulum-v1", n_envs=4, n_steps=16, n_epochs=1, n_minibatches=1, log_every=1,
+        max_env_steps=4 * 16 * 3, eval_every=100, hidden_sizes=(16,), log_std_init=-2.0,
+        normalize_observations=True, obs_stats_after_update=after)))
+    kl = [row["ppo/approx_kl"] for row in result.history if "ppo/approx_kl" in row]
+    assert len(kl) == 3
+    if after:
+        assert kl == [0.0, 0.0, 0.0]
+    else:
+        assert kl[0] > 1e-4
+    ckpt = load_checkpoint(str(tmp_path / "checkpoint.pt"))
+    assert int(ckpt["model"]["normalizer.count"]) == result.env_steps
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("module, cls, extra", [
+    (ppo, ppo.PPOConfig, {"n_steps": 8}),
+    (dqn, dqn.DQNConfig, {"learning_starts": 16}),
+    (sac, sac.SACConfig, {"env": "Pendulum-v1", "learning_starts": 16}),
+])
+def test_adam_eps_reaches_every_optimizer(tmp_path, module, cls, extra):
+    result = module.train(cls(**_common(tmp_path, max_env_steps=64, n_envs=4, hidden_sizes=(8,), eval_every=100,
+                                        adam_eps=1e-5, **extra)))
+    assert result.env_steps == 64
+    learner = load_checkpoint(str(tmp_path / "checkpoint.pt"))["learner"]
+    groups = [g for key, state in learner.items() if key.endswith("optimizer")
+              for g in state["param_groups"]]
+    assert groups and all(g["eps"] == 1e-5 for g in groups)
 
 
 @pytest.mark.timeout(300)
