@@ -5,7 +5,11 @@ Both train on the same env, ale-py's ``AtariVectorEnv`` (Breakout, 8 envs, 84x84
 3-step returns: the Nature CNN, Adam at 1e-4, batch 32, 8 gradient steps every 32 env steps, the target network
 copied every 1,000 env steps, Huber loss, gradient norm 10, epsilon from 1 to 0.01 over 250k env steps) at a small
 budget: ``--learning-starts`` env steps filling a buffer of ``--buffer`` transitions, then ``--steps`` env steps with
-learning, which the rate counts (from the first gradient step to the end):
+learning, which the rate counts (whole cycles of collection and gradient steps, the first excepted: start-up and
+rlstruct's end of run stay out). Epsilon decays over the filling steps, so
+that the timed steps act at the final 0.01, as 97% of a ``dqn-atari`` run does (its decay spans the first 250k of its
+10M env steps): both peers then run the Q-network at every step. (At an epsilon near 1, Stable-Baselines3 skips the
+network on most steps: one draw decides for all envs whether they explore.)
 
 * ``rlstruct``: ``rlstruct train dqn --preset dqn-atari --env ALE/Breakout-v5`` (its replay buffer, its loop),
   evaluation off;
@@ -14,7 +18,9 @@ learning, which the rate counts (from the first gradient step to the end):
 * ``sb3``: Stable-Baselines3's ``DQN("CnnPolicy")`` on the same ``AtariVectorEnv`` through a small ``VecEnv``
   adapter (``train_freq=4`` vector steps, ``gradient_steps=8``, ``n_steps=3``, ``optimize_memory_usage=False``).
 
-Every configuration runs in a fresh process (``benchmarks/_fresh.py``), one torch thread and two.
+Every configuration runs in a fresh process (``benchmarks/_fresh.py``), one torch thread and two. Each row's notes
+give the FLOPs of a gradient step (``torch.utils.flop_counter``) and, on one thread, the rate its gradient steps ran
+at (their FLOPs per thread CPU second), to set beside ``benchmarks/ppo_learner.py``'s ``gemm`` row.
 
 Usage::
 
@@ -40,37 +46,80 @@ PEERS = ("rlstruct", "rlstruct-nchw", "sb3")
 THREADS = (1, 2)
 
 
+class _LearnerClock:
+    """What a run's timed window is made of, from its update calls alone: wraps the learner's update function,
+    counts the FLOPs of its first call (``torch.utils.flop_counter``; untimed), then marks the start of every later
+    call and times each in thread CPU seconds.
+
+    The rate is the env steps of the whole cycles (``calls_per_cycle`` update calls and the collection of 32 env
+    steps) from the first timed call to the start of the last cycle's successor, over their wall time, for both peers
+    alike: the run's start-up and its end (rlstruct's final evaluation, checkpoint and plot) stay out. With one torch
+    thread the update's work runs on the calling thread, so ``gflop_per_cpu_s`` is the rate its FLOPs ran at.
+    """
+
+    ENV_STEPS_PER_CYCLE = 32
+
+    def __init__(self, calls_per_cycle: int):
+        self.calls_per_cycle = calls_per_cycle
+        self.update_cpu, self.flops = 0.0, None
+        self.starts: list[tuple[float, float]] = []  # (wall, process CPU) at the start of each timed call
+
+    def wrap(self, fn):
+        from torch.utils.flop_counter import FlopCounterMode
+
+        def wrapped(*args, **kwargs):
+            if self.flops is None:
+                with FlopCounterMode(display=False) as counter:
+                    out = fn(*args, **kwargs)
+                self.flops = counter.get_total_flops()
+                return out
+            self.starts.append((time.perf_counter(), time.process_time()))
+            c0 = time.thread_time()
+            out = fn(*args, **kwargs)
+            self.update_cpu += time.thread_time() - c0
+            return out
+        return wrapped
+
+    def stats(self, threads: int, flops_per_gradient_step: float | None = None) -> dict:
+        """Env steps/s and busy cores over the timed cycles, the FLOPs of a gradient step (``flops_per_gradient_step``:
+        the first call's FLOPs are one gradient step's, else pass the share), and on one thread their rate."""
+        cycles = (len(self.starts) - 1) // self.calls_per_cycle
+        if cycles < 1:
+            raise ValueError(f"{len(self.starts)} timed update calls, not a whole cycle; pass a larger --steps")
+        (w0, c0), (w1, c1) = self.starts[0], self.starts[cycles * self.calls_per_cycle]
+        out = {"steps_per_s": cycles * self.ENV_STEPS_PER_CYCLE / (w1 - w0), "cores": (c1 - c0) / (w1 - w0),
+               "gflop_per_update": (self.flops if flops_per_gradient_step is None else flops_per_gradient_step) / 1e9}
+        if threads == 1:
+            out["gflop_per_cpu_s"] = self.flops * len(self.starts) / self.update_cpu / 1e9
+        return out
+
+
 def measure_rlstruct(steps: int, learning_starts: int, buffer: int, threads: int) -> dict:
     """``rlstruct train dqn --preset dqn-atari`` over ``learning_starts + steps`` env steps (``torch_threads``:
-    the run sets its threads)."""
+    the run sets its threads): 8 gradient steps after each collection of 4 x 8 env steps."""
     from rlstruct.algos import validate
     from rlstruct.algos._train.loops import train_off_policy
     from rlstruct.algos._train.registry import algorithm
     from rlstruct.algos.dqn import DQNLearner
 
-    marks: dict[str, float] = {}
-    gradient_step = DQNLearner.gradient_step
-
-    def timed(self, replay):
-        if "t0" not in marks:
-            marks["t0"], marks["c0"] = time.perf_counter(), time.process_time()
-        return gradient_step(self, replay)
-
-    DQNLearner.gradient_step = timed
+    clock = _LearnerClock(calls_per_cycle=8)
+    DQNLearner.gradient_step = clock.wrap(DQNLearner.gradient_step)
     description = algorithm("dqn")
     with tempfile.TemporaryDirectory(prefix="learner-peers-dqn-") as logdir:
         config = description.config_cls(
             env=GAME, preset="dqn-atari", logdir=logdir, progress=False, tensorboard=False, time_limit=1e9,
             n_evaluation_envs=1, eval_every=2**31 - 1, evaluation_max_steps=10, buffer_size=buffer,
-            learning_starts=learning_starts, max_env_steps=learning_starts + steps, torch_threads=threads)
+            learning_starts=learning_starts, max_env_steps=learning_starts + steps, torch_threads=threads,
+            epsilon_decay_steps=learning_starts)
         setup = validate(config)
         # a preset fills the fields left at their defaults: a budget equal to a default would take the preset's
-        got = {k: getattr(setup.config, k) for k in ("learning_starts", "buffer_size", "torch_threads")}
-        if got != {"learning_starts": learning_starts, "buffer_size": buffer, "torch_threads": threads}:
+        want = {"learning_starts": learning_starts, "buffer_size": buffer, "torch_threads": threads,
+                "epsilon_decay_steps": learning_starts}
+        got = {k: getattr(setup.config, k) for k in want}
+        if got != want:
             raise ValueError(f"the run's settings are {got}; pass values other than DQN's defaults")
         train_off_policy(setup)
-    wall = time.perf_counter() - marks["t0"]
-    return {"steps_per_s": steps / wall, "cores": (time.process_time() - marks["c0"]) / wall}
+    return clock.stats(threads)
 
 
 def _sb3_vec_env():
@@ -122,29 +171,20 @@ def measure_sb3(steps: int, learning_starts: int, buffer: int, threads: int) -> 
     """Stable-Baselines3's DQN with the same settings over ``learning_starts + steps`` env steps."""
     import torch
     from stable_baselines3 import DQN
-    from stable_baselines3.common.callbacks import BaseCallback
 
     torch.set_num_threads(threads)
-    marks: dict[str, float] = {}
-
-    class Mark(BaseCallback):
-        def _on_step(self) -> bool:
-            if "t0" not in marks and self.num_timesteps > learning_starts:
-                marks["t0"], marks["c0"] = time.perf_counter(), time.process_time()
-                marks["from"] = self.num_timesteps
-            return True
 
     total = learning_starts + steps
     model = DQN("CnnPolicy", _sb3_vec_env(), learning_rate=1e-4, buffer_size=buffer, learning_starts=learning_starts,
                 batch_size=32, gamma=0.99, train_freq=4, gradient_steps=8, n_steps=3, target_update_interval=1_000,
-                exploration_fraction=250_000 / total, exploration_initial_eps=1.0, exploration_final_eps=0.01,
+                exploration_fraction=learning_starts / total, exploration_initial_eps=1.0, exploration_final_eps=0.01,
                 max_grad_norm=10.0, optimize_memory_usage=False, replay_buffer_kwargs={"handle_timeout_termination":
                                                                                       False},
                 device="cpu", seed=0)
-    model.learn(total, callback=Mark())
-    wall = time.perf_counter() - marks["t0"]
-    return {"steps_per_s": (model.num_timesteps - marks["from"]) / wall,
-            "cores": (time.process_time() - marks["c0"]) / wall}
+    clock = _LearnerClock(calls_per_cycle=1)  # one call: gradient_steps=8 gradient steps, every 4 x 8 env steps
+    model.train = clock.wrap(model.train)
+    model.learn(total)
+    return clock.stats(threads, flops_per_gradient_step=clock.flops / 8)
 
 
 def measure_rlstruct_nchw(steps: int, learning_starts: int, buffer: int, threads: int) -> dict:
@@ -182,8 +222,13 @@ def main() -> None:
     cfgs = configs(args)
     results = measure_or_rounds(__file__, cfgs, args)
     if results is not None:
-        print_results(results, cfgs, "steps_per_s", "env steps/s incl. learning",
-                      note=lambda r: f"{r['cores']:.2f} cores busy")
+        print_results(results, cfgs, "steps_per_s", "env steps/s incl. learning", note=_note)
+
+
+def _note(run: dict) -> str:
+    """The median run's busy cores, its FLOPs per gradient step and (one thread) the rate of its gradient steps."""
+    rate = f", gradient steps at {run['gflop_per_cpu_s']:.0f} GFLOP per CPU s" if "gflop_per_cpu_s" in run else ""
+    return f"{run['cores']:.2f} cores busy, {run['gflop_per_update']:.2f} GFLOP a gradient step{rate}"
 
 
 if __name__ == "__main__":

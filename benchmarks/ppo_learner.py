@@ -20,7 +20,9 @@ and the microbenchmarks ``encoder as-is``/``encoder relu-copy``/``encoder contig
 channels-last`` (the MinAtar CNN's forward and backward over a minibatch of 512 frames: the encoder as it is, the
 same with its ReLUs allocating their output instead of running in place, the ``[N, H, W, C]`` frames made
 NCHW-contiguous first, or the network and the frames in channels-last memory format) and ``policy no_grad``/
-``policy inference_mode`` (the collection's forward of 32 frames under each mode).
+``policy inference_mode`` (the collection's forward of 32 frames under each mode). The encoder rows also give
+their FLOPs per CPU second, beside ``gemm``: one thread's float32 matrix product at the shape of the encoder's largest
+layer, the most its FLOPs could run at.
 
 Run: python benchmarks/ppo_learner.py [--iterations 8] [--warmup 2] [--rounds 3] [--only eager,compile]
 """
@@ -135,8 +137,10 @@ def _minatar_cnn(channels_last: bool):
 
 
 def measure_encoder(mode: str, seconds: float = 3.0) -> dict:
-    """The MinAtar CNN's forward and backward over 512 frames, repeated for about ``seconds``."""
+    """The MinAtar CNN's forward and backward over 512 frames, repeated for about ``seconds``, and its FLOPs per CPU
+    second (``torch.utils.flop_counter``'s count of one pass)."""
     import torch
+    from torch.utils.flop_counter import FlopCounterMode
 
     torch.set_num_threads(1)
     model = _minatar_cnn(mode == "channels-last")
@@ -157,12 +161,34 @@ def measure_encoder(mode: str, seconds: float = 3.0) -> dict:
             return head(enc.linear(enc.convs(x)))
     for _ in range(5):
         forward(frames).square().mean().backward()
+    with FlopCounterMode(display=False) as flops:
+        forward(frames).square().mean().backward()
     n, t0, c0 = 0, time.perf_counter(), time.thread_time()
     while time.perf_counter() - t0 < seconds:
         forward(frames).square().mean().backward()
         n += 1
-    return {"cpu_us_per_sample": (time.thread_time() - c0) / (n * 512) * 1e6,
-            "us_per_sample": (time.perf_counter() - t0) / (n * 512) * 1e6}
+    cpu = time.thread_time() - c0
+    return {"cpu_us_per_sample": cpu / (n * 512) * 1e6, "us_per_sample": (time.perf_counter() - t0) / (n * 512) * 1e6,
+            "gflop_per_cpu_s": flops.get_total_flops() * n / cpu / 1e9}
+
+
+def measure_gemm(seconds: float = 3.0) -> dict:
+    """The CPU's float32 matrix product on one thread at the shape of the encoder's largest layer over 512 frames
+    (``[512, 1024] @ [1024, 128]``, as many FLOPs as each of its backward's two products): the rate the learner's
+    FLOPs could run at, at best."""
+    import torch
+
+    torch.set_num_threads(1)
+    a, b = torch.randn(512, 1024), torch.randn(1024, 128)
+    for _ in range(5):
+        a @ b
+    n, t0, c0 = 0, time.perf_counter(), time.thread_time()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        n += 1
+    cpu = time.thread_time() - c0
+    return {"cpu_us_per_sample": cpu / (n * 512) * 1e6, "us_per_sample": (time.perf_counter() - t0) / (n * 512) * 1e6,
+            "gflop_per_cpu_s": 2 * 512 * 1024 * 128 * n / cpu / 1e9}
 
 
 def measure_policy(mode: str, seconds: float = 3.0) -> dict:
@@ -192,6 +218,7 @@ def configs(args: argparse.Namespace) -> dict[str, Config]:
     for mode in ("as-is", "relu-copy", "contiguous", "channels-last"):
         out[f"encoder {mode}"] = Config(lambda m=mode: measure_encoder(m),
                                         against=(() if mode == "as-is" else (("against as-is", "encoder as-is"),)))
+    out["gemm"] = Config(measure_gemm)
     for mode in ("no_grad", "inference_mode"):
         out[f"policy {mode}"] = Config(lambda m=mode: measure_policy(m),
                                        against=(() if mode == "no_grad" else (("against no_grad", "policy no_grad"),)))
@@ -212,8 +239,8 @@ def main() -> None:
     if results is None:
         return
     print("| configuration | learn CPU us/sample | learn wall us/sample | collect CPU us/step | steps/s (wall) | "
-          "against (CPU) |")
-    print("|:--|--:|--:|--:|--:|:--|")
+          "GFLOP per CPU s | against (CPU) |")
+    print("|:--|--:|--:|--:|--:|--:|:--|")
     for name, rounds in results.items():
         def med(key):
             values = [r[key] for r in rounds if key in r]
@@ -223,7 +250,7 @@ def main() -> None:
         against = "; ".join(
             f"{label}: {ratio([r[cpu] for r in results[other]], [r[cpu] for r in rounds])} faster"
             for label, other in cfgs[name].against if other in results)
-        cells = [med(cpu), med(wall), med("collect_cpu_us_per_step"), med("steps_per_s")]
+        cells = [med(cpu), med(wall), med("collect_cpu_us_per_step"), med("steps_per_s"), med("gflop_per_cpu_s")]
         print(f"| {name} | " + " | ".join(cells) + f" | {against} |")
 
 

@@ -216,7 +216,8 @@ _PPO_HALFCHEETAH_ZOO = {"n_envs": 1, "n_steps": 512, "n_epochs": 20, "n_minibatc
                         "entropy_coef": 0.000401762, "value_coef": 2 * 0.58096, "max_grad_norm": 0.8,
                         "reward_scale": 1.0, "normalize_observations": True, "normalize_rewards": True,
                         "hidden_sizes": (256, 256), "activation": "relu", "log_std_init": -2.0, "ortho_init": False,
-                        "adam_eps": 1e-5, "obs_stats_after_update": True, **_PUBLISHED, "max_env_steps": 1_000_000, "eval_every": 100, "n_evaluation_envs": 8}
+                        "adam_eps": 1e-5, "obs_stats_after_update": True, **_PUBLISHED, "max_env_steps": 1_000_000,
+                        "eval_every": 100, "n_evaluation_envs": 8}
 #: the published-budget presets' envs
 MINATAR_GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 MUJOCO_V4 = ("Hopper-v4", "HalfCheetah-v4", "Walker2d-v4")

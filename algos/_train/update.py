@@ -152,9 +152,9 @@ def actor_critic_learner(
         ``(optimizer, normalize, learner_state)``.
     """
     optimizer = make_adam(model, config.lr, device, eps=config.adam_eps)
+    after = isinstance(config, ActorCriticPart) and config.obs_stats_after_update  # PQN has no normaliser
     normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards, n_rows=n_rows,
-                                     gamma=config.gamma, device=device,
-                                     observations_after_update=isinstance(config, ActorCriticPart) and config.obs_stats_after_update,
+                                     gamma=config.gamma, device=device, observations_after_update=after,
                                      sum_over_ranks=sum_over_ranks)
     if resume is not None:
         restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)

@@ -49,9 +49,11 @@ def test_rejax_reports_its_rate_and_its_compile_apart(tmp_path):
 def test_the_dqn_comparison_runs_rlstruct_and_stable_baselines3_at_a_tiny_budget(tmp_path):
     pytest.importorskip("ale_py", reason="the atari extra is not installed: pip install 'rlstruct[atari]'")
     script = SCRIPT.with_name("learner_peers_dqn.py")
-    proc = subprocess.run([sys.executable, str(script), "--only", "rlstruct-1t,sb3-1t", "--steps", "64",
+    proc = subprocess.run([sys.executable, str(script), "--only", "rlstruct-1t,sb3-1t", "--steps", "128",
                            "--learning-starts", "128", "--buffer", "1000", "--rounds", "1"],
                           capture_output=True, text=True, timeout=280, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {line.split("|")[1].strip() for line in proc.stdout.splitlines() if line.startswith("| ")}
-    assert {"rlstruct-1t", "sb3-1t"} <= rows, proc.stdout
+    rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
+    assert {"rlstruct-1t", "sb3-1t"} <= set(rows), proc.stdout
+    for name in ("rlstruct-1t", "sb3-1t"):  # each learner's FLOPs a gradient step and their rate on one thread
+        assert "GFLOP a gradient step, gradient steps at" in rows[name], rows[name]
