@@ -112,7 +112,7 @@ class RunConfig:
                                              "env's reward_threshold (false: spend the budget)", group="run")
     hidden_sizes: tuple[int, ...] = setting((64, 64), "hidden layer widths of the networks", group="run")
     lr: float = setting(1e-3, "Adam learning rate", group="run")
-    adam_eps: float = setting(1e-8, "Adam's epsilon (SB3's and CleanRL's PPO: 1e-5)", group="run")
+    adam_eps: float = setting(1e-8, "Adam's epsilon (SB3's and CleanRL's PPO: 1e-5)", group="run", least=0.0)
     n_evaluation_envs: int = setting(16, "episodes per evaluation", group="evaluation", least=1)
     n_evaluation_processes: int = setting(0, "evaluation worker processes (0: evaluate in this process)",
                                           group="evaluation", least=0)
