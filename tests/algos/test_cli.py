@@ -161,7 +161,7 @@ def test_bad_commands_exit_2_with_one_line(capsys):
         (["train", "ppo", "--evaluation-chunk-steps", "0"], "evaluation_chunk_steps must be >= 1, got 0"),
         (["train", "a2c", "--seed", "-1"], "seed must be an int in [0, 2**31), got -1; pass e.g. --seed 0"),
         (["train", "sac", "--lr", "-1"], "lr must be > 0, got -1.0"),
-        (["train", "dqn", "--adam-eps", "-1e-5"], "adam_eps must be >= 0.0, got -1e-05"),
+        (["train", "dqn", "--adam-eps=-1e-5"], "adam_eps must be >= 0.0, got -1e-05"),
         (["train", "ppo", "--matmul-precision", "tf32"], "matmul_precision must be one of"),
         (["train", "a2c", "--env-kwargs", '{"no_such_argument": 1}'],
          "env_kwargs must be keyword arguments that the torch backend's constructor of 'CartPole-v1' takes, got "
