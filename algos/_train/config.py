@@ -175,6 +175,8 @@ class OnPolicyConfig(RunConfig):
     anneal_lr: bool = setting(True, "decay the learning rate linearly to 0 over max_env_steps", group="on-policy")
     normalize_rewards: bool = setting(False, "divide rewards by the running std of their discounted return",
                                       group="normalisation")
+    normalize_rewards_gamma: float | None = setting(None, "the discount of that return (None: gamma; SB3's "
+                                                    "VecNormalize: 0.99)", group="normalisation", within="[0, 1]")
     compile_update: bool = setting(False, "compile the update's forward and loss with torch.compile",
                                    group="fast path")
     share_weights: bool = setting(True, "the in-process batcher reads the learner's weights on its device",

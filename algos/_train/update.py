@@ -137,7 +137,8 @@ def actor_critic_learner(
     sum_over_ranks: SumOverRanks | None = None,
 ) -> tuple[Adam, LearnerNormalization, Callable[[], dict[str, Any]]]:
     """The learner's state of A2C, PPO and REINFORCE besides the model: its Adam, its
-    :class:`~rlstruct.algos._normalization.LearnerNormalization` (``config.normalize_rewards``, ``config.gamma``),
+    :class:`~rlstruct.algos._normalization.LearnerNormalization` (``config.normalize_rewards``, its discount
+    ``config.normalize_rewards_gamma`` or ``config.gamma``),
     both restored from ``resume`` when given, and the function that returns them as a checkpoint keeps them.
 
     Args:
@@ -153,8 +154,9 @@ def actor_critic_learner(
     """
     optimizer = make_adam(model, config.lr, device, eps=config.adam_eps)
     after = isinstance(config, ActorCriticPart) and config.obs_stats_after_update  # PQN has no normaliser
+    gamma = config.gamma if config.normalize_rewards_gamma is None else config.normalize_rewards_gamma
     normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards, n_rows=n_rows,
-                                     gamma=config.gamma, device=device, observations_after_update=after,
+                                     gamma=gamma, device=device, observations_after_update=after,
                                      sum_over_ranks=sum_over_ranks)
     if resume is not None:
         restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)

@@ -12,13 +12,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import nn
 
 from rlstruct.algos import EnvSpec, a2c, create_env, describe_env, dqn, ppo, reinforce, sac
 from rlstruct.algos._normalization import ObservationNormalizer, ReturnNormalizer, RunningMoments
 from rlstruct.algos._train.checkpoints import load_checkpoint
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.session import validate
-from rlstruct.algos._train.update import UpdateStep, clip_groups, reads
+from rlstruct.algos._train.update import UpdateStep, actor_critic_learner, clip_groups, reads
 from rlstruct.algos.networks import ActorCritic, build_actor_critic, recurrent_actor_critic
 from rlstruct.algos.policies import actor_critic_outputs, create_policy_agent
 from rlstruct.batchers import RL_Batcher, WeightSync
@@ -213,6 +214,13 @@ def test_statistics_merged_after_the_update_let_it_start_from_the_policy_that_ac
         assert kl[0] > 1e-4
     ckpt = load_checkpoint(str(tmp_path / "checkpoint.pt"))
     assert int(ckpt["model"]["normalizer.count"]) == result.env_steps
+
+
+@pytest.mark.parametrize("returns_gamma, expected", [(None, 0.98), (0.99, 0.99)])
+def test_the_rewards_scale_takes_the_discount_of_its_own_setting_or_the_runs(returns_gamma, expected):
+    config = ppo.PPOConfig(normalize_rewards=True, gamma=0.98, normalize_rewards_gamma=returns_gamma)
+    _, normalize, _ = actor_critic_learner(nn.Linear(2, 2), config, n_rows=3, device="cpu", resume=None)
+    assert normalize.returns.gamma == expected
 
 
 @pytest.mark.timeout(300)
