@@ -136,6 +136,22 @@ def _minatar_cnn(channels_last: bool):
     return model
 
 
+def _per_sample(step, rows: int, seconds: float, *, warmup: int = 5, flops: float | None = None) -> dict:
+    """Calls ``step()`` ``warmup`` times untimed, then for about ``seconds``: the wall and thread-CPU microseconds a
+    call takes per each of its ``rows`` samples, and, given one call's ``flops``, their rate per CPU second."""
+    for _ in range(warmup):
+        step()
+    n, t0, c0 = 0, time.perf_counter(), time.thread_time()
+    while time.perf_counter() - t0 < seconds:
+        step()
+        n += 1
+    cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
+    out = {"cpu_us_per_sample": cpu / (n * rows) * 1e6, "us_per_sample": wall / (n * rows) * 1e6}
+    if flops is not None:
+        out["gflop_per_cpu_s"] = flops * n / cpu / 1e9
+    return out
+
+
 def measure_encoder(mode: str, seconds: float = 3.0) -> dict:
     """The MinAtar CNN's forward and backward over 512 frames, repeated for about ``seconds``, and its FLOPs per CPU
     second (``torch.utils.flop_counter``'s count of one pass)."""
@@ -159,17 +175,12 @@ def measure_encoder(mode: str, seconds: float = 3.0) -> dict:
             if mode == "channels-last":
                 x = x.contiguous(memory_format=torch.channels_last)
             return head(enc.linear(enc.convs(x)))
-    for _ in range(5):
+    def step():
         forward(frames).square().mean().backward()
+
     with FlopCounterMode(display=False) as flops:
-        forward(frames).square().mean().backward()
-    n, t0, c0 = 0, time.perf_counter(), time.thread_time()
-    while time.perf_counter() - t0 < seconds:
-        forward(frames).square().mean().backward()
-        n += 1
-    cpu = time.thread_time() - c0
-    return {"cpu_us_per_sample": cpu / (n * 512) * 1e6, "us_per_sample": (time.perf_counter() - t0) / (n * 512) * 1e6,
-            "gflop_per_cpu_s": flops.get_total_flops() * n / cpu / 1e9}
+        step()
+    return _per_sample(step, 512, seconds, flops=flops.get_total_flops())
 
 
 def measure_gemm(seconds: float = 3.0) -> dict:
@@ -180,15 +191,7 @@ def measure_gemm(seconds: float = 3.0) -> dict:
 
     torch.set_num_threads(1)
     a, b = torch.randn(512, 1024), torch.randn(1024, 128)
-    for _ in range(5):
-        a @ b
-    n, t0, c0 = 0, time.perf_counter(), time.thread_time()
-    while time.perf_counter() - t0 < seconds:
-        a @ b
-        n += 1
-    cpu = time.thread_time() - c0
-    return {"cpu_us_per_sample": cpu / (n * 512) * 1e6, "us_per_sample": (time.perf_counter() - t0) / (n * 512) * 1e6,
-            "gflop_per_cpu_s": 2 * 512 * 1024 * 128 * n / cpu / 1e9}
+    return _per_sample(lambda: a @ b, 512, seconds, flops=2 * 512 * 1024 * 128)
 
 
 def measure_policy(mode: str, seconds: float = 3.0) -> dict:
@@ -201,14 +204,7 @@ def measure_policy(mode: str, seconds: float = 3.0) -> dict:
     frames = torch.rand(32, 10, 10, 4) < 0.2
     context = torch.no_grad if mode == "no_grad" else torch.inference_mode
     with context():
-        for _ in range(20):
-            model(frames)
-        n, t0, c0 = 0, time.perf_counter(), time.thread_time()
-        while time.perf_counter() - t0 < seconds:
-            model(frames)
-            n += 1
-    return {"cpu_us_per_sample": (time.thread_time() - c0) / (n * 32) * 1e6,
-            "us_per_sample": (time.perf_counter() - t0) / (n * 32) * 1e6}
+        return _per_sample(lambda: model(frames), 32, seconds, warmup=20)
 
 
 def configs(args: argparse.Namespace) -> dict[str, Config]:
