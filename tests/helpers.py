@@ -21,7 +21,8 @@ from rlstruct import DictTensor, Trajectories
 from rlstruct.errors import BatcherStateError
 
 __all__ = ["AUTORESET", "EPISODIC", "acquire_around_changes", "assert_refused_while_pending", "assert_same",
-           "get_when_ready", "rlstruct_in_process", "run_generated_suite", "sigkill_a_worker", "training_runs_with"]
+           "bare_run", "get_when_ready", "rlstruct_in_process", "run_generated_suite", "sigkill_a_worker",
+           "training_runs_with"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the ini of a generated suite: the suite's own markers, strictly
@@ -62,6 +63,13 @@ def rlstruct_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> subpr
 
 EPISODIC = {"n_envs": 3, "episode_lengths": (2, 4, 7)}
 AUTORESET = {"n_envs": 3, "episode_lengths": (2, 4, 7), "autoreset": True}
+
+
+def bare_run(logdir: Path | str, **settings: Any) -> dict[str, Any]:
+    """A quiet run's config fields for the bare algorithm (``preset="none"``), into ``logdir``: tests that compare
+    mechanisms give their own sizes and budgets in ``settings``."""
+    return {"progress": False, "tensorboard": False, "logdir": str(logdir), "time_limit": 300.0,
+            "stop_at_reward_threshold": False, "preset": "none", **settings}
 
 
 @contextlib.contextmanager

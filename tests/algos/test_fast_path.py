@@ -23,15 +23,10 @@ from rlstruct.algos.policies import actor_critic_outputs, create_policy_agent
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.errors import BatcherStateError, ConfigError
 from rlstruct.structures import DictTensor
+from tests.helpers import bare_run
 
 SPEC = describe_env("CartPole-v1", "torch", None)
 CUDA = pytest.mark.cuda
-
-
-def _common(tmp_path, **kw):
-    """The bare algorithm (``preset="none"``): these tests compare mechanisms, with their own sizes and budgets."""
-    return {"progress": False, "tensorboard": False, "logdir": str(tmp_path), "time_limit": 300.0,
-            "stop_at_reward_threshold": False, "preset": "none", **kw}
 
 
 def _rows(result) -> list[str]:
@@ -204,8 +199,8 @@ def test_weight_sync_mode_of_a_config_and_its_outcome():
 @pytest.mark.timeout(120)
 def test_a2c_shared_weights_log_what_cpu_copies_log(tmp_path):
     cfg = dict(max_env_steps=768, n_envs=8, eval_every=3, hidden_sizes=(16,), anneal_lr=False, log_every=1)
-    copied = a2c.train(a2c.A2CConfig(**_common(tmp_path / "a", share_weights=False, **cfg)))
-    shared = a2c.train(a2c.A2CConfig(**_common(tmp_path / "b", share_weights=True, **cfg)))
+    copied = a2c.train(a2c.A2CConfig(**bare_run(tmp_path / "a", share_weights=False, **cfg)))
+    shared = a2c.train(a2c.A2CConfig(**bare_run(tmp_path / "b", share_weights=True, **cfg)))
     assert len(copied.history) > 10
     assert _rows(copied) == _rows(shared)
 
@@ -213,8 +208,8 @@ def test_a2c_shared_weights_log_what_cpu_copies_log(tmp_path):
 @pytest.mark.timeout(120)
 def test_reinforce_shared_weights_log_what_cpu_copies_log(tmp_path):
     cfg = dict(max_env_steps=1_500, n_envs=4, eval_every=2, hidden_sizes=(16,), log_every=1)
-    copied = reinforce.train(reinforce.ReinforceConfig(**_common(tmp_path / "a", share_weights=False, **cfg)))
-    shared = reinforce.train(reinforce.ReinforceConfig(**_common(tmp_path / "b", **cfg)))
+    copied = reinforce.train(reinforce.ReinforceConfig(**bare_run(tmp_path / "a", share_weights=False, **cfg)))
+    shared = reinforce.train(reinforce.ReinforceConfig(**bare_run(tmp_path / "b", **cfg)))
     assert len(copied.history) > 5
     assert _rows(copied) == _rows(shared)
 
@@ -222,8 +217,8 @@ def test_reinforce_shared_weights_log_what_cpu_copies_log(tmp_path):
 @pytest.mark.timeout(120)
 def test_ppo_shared_weights_log_what_cpu_copies_log(tmp_path):
     cfg = dict(max_env_steps=1_024, n_envs=8, n_steps=16, eval_every=3, hidden_sizes=(16,), log_every=1)
-    copied = ppo.train(ppo.PPOConfig(**_common(tmp_path / "a", share_weights=False, **cfg)))
-    shared = ppo.train(ppo.PPOConfig(**_common(tmp_path / "b", **cfg)))
+    copied = ppo.train(ppo.PPOConfig(**bare_run(tmp_path / "a", share_weights=False, **cfg)))
+    shared = ppo.train(ppo.PPOConfig(**bare_run(tmp_path / "b", **cfg)))
     assert _rows(copied) == _rows(shared)
 
 
@@ -234,9 +229,9 @@ def test_float32_physics_reaches_every_batchers_envs_and_trains(tmp_path):
     env = create_env("CartPole-v1", 2, seed=0, physics_dtype="float32")
     assert env.physics_dtype == torch.float32 and create_env("CartPole-v1", 2, seed=0).physics_dtype == torch.float64
     cfg = dict(max_env_steps=768, n_envs=8, eval_every=3, hidden_sizes=(16,), anneal_lr=False, log_every=1)
-    first = a2c.train(a2c.A2CConfig(**_common(tmp_path / "a", physics_dtype="float32", **cfg)))
-    second = a2c.train(a2c.A2CConfig(**_common(tmp_path / "b", physics_dtype="float32", **cfg)))
-    wide = a2c.train(a2c.A2CConfig(**_common(tmp_path / "c", **cfg)))
+    first = a2c.train(a2c.A2CConfig(**bare_run(tmp_path / "a", physics_dtype="float32", **cfg)))
+    second = a2c.train(a2c.A2CConfig(**bare_run(tmp_path / "b", physics_dtype="float32", **cfg)))
+    wide = a2c.train(a2c.A2CConfig(**bare_run(tmp_path / "c", **cfg)))
     assert _rows(first) == _rows(second) and _rows(first) != _rows(wide)
     assert len(first.history) == len(wide.history)
 
@@ -245,9 +240,9 @@ def test_float32_physics_reaches_every_batchers_envs_and_trains(tmp_path):
 @pytest.mark.parametrize("module, cls", [(a2c, a2c.A2CConfig), (ppo, ppo.PPOConfig)])
 def test_overlap_in_process_runs_and_is_reproducible(tmp_path, module, cls):
     cfg = dict(max_env_steps=1_024, n_envs=8, eval_every=3, hidden_sizes=(16,), log_every=1, overlap=True)
-    first = module.train(cls(**_common(tmp_path / "a", **cfg)))
-    second = module.train(cls(**_common(tmp_path / "b", **cfg)))
-    plain = module.train(cls(**_common(tmp_path / "c", **{**cfg, "overlap": False})))
+    first = module.train(cls(**bare_run(tmp_path / "a", **cfg)))
+    second = module.train(cls(**bare_run(tmp_path / "b", **cfg)))
+    plain = module.train(cls(**bare_run(tmp_path / "c", **{**cfg, "overlap": False})))
     assert _rows(first) == _rows(second)
     assert _rows(first) != _rows(plain)  # one update stale: other data from the second batch on
     losses = [v for r in first.history for k, v in r.items() if k.startswith("loss/")]
@@ -297,7 +292,7 @@ def test_cli_has_the_fast_path_flags(capsys):
 def test_matmul_precision_is_set_for_the_run_and_restored_after(tmp_path):
     seen = []
     previous = torch.get_float32_matmul_precision()
-    config = RunConfig(matmul_precision="high", **_common(tmp_path))
+    config = RunConfig(matmul_precision="high", **bare_run(tmp_path))
     with pytest.raises(RuntimeError, match="inside"):  # restored on the way out of a failing run too
         with training_run("a2c", config, SPEC, start=0.0):
             seen.append(torch.get_float32_matmul_precision())
@@ -313,9 +308,9 @@ def test_a2c_at_high_matmul_precision_is_reproducible_and_close_to_highest(tmp_p
     precision on CPUs with bfloat16 instructions, none on others): a run is reproducible, and its first update
     matches full float32 to reduced-precision rounding."""
     cfg = dict(max_env_steps=512, n_envs=8, eval_every=3, hidden_sizes=(16,), anneal_lr=False, log_every=1)
-    highest = a2c.train(a2c.A2CConfig(**_common(tmp_path / "a", **cfg)))
-    high = a2c.train(a2c.A2CConfig(**_common(tmp_path / "b", matmul_precision="high", **cfg)))
-    again = a2c.train(a2c.A2CConfig(**_common(tmp_path / "c", matmul_precision="high", **cfg)))
+    highest = a2c.train(a2c.A2CConfig(**bare_run(tmp_path / "a", **cfg)))
+    high = a2c.train(a2c.A2CConfig(**bare_run(tmp_path / "b", matmul_precision="high", **cfg)))
+    again = a2c.train(a2c.A2CConfig(**bare_run(tmp_path / "c", matmul_precision="high", **cfg)))
     assert len(high.history) == len(highest.history) > 5 and _rows(high) == _rows(again)
     first = [next(r for r in run.history if "loss/value" in r) for run in (highest, high)]
     for key in ("loss/policy", "loss/value", "loss/entropy"):
@@ -421,8 +416,8 @@ def test_compile_policy_collects_what_the_eager_policy_collects(tmp_path, module
     """--compile-policy: the same actions, so the same episodes; the losses within float rounding (the compiled
     step's log-probabilities may differ in their last bits)."""
     cfg = dict(max_env_steps=2_048, n_envs=16, eval_every=4, hidden_sizes=(16,), log_every=1)
-    eager = module.train(cls(**_common(tmp_path / "a", **cfg)))
-    compiled = module.train(cls(**_common(tmp_path / "b", compile_policy=True, **cfg)))
+    eager = module.train(cls(**bare_run(tmp_path / "a", **cfg)))
+    compiled = module.train(cls(**bare_run(tmp_path / "b", compile_policy=True, **cfg)))
     assert len(eager.history) == len(compiled.history) > 4
     for a, b in zip(eager.history, compiled.history):
         assert a.keys() == b.keys()
@@ -449,7 +444,7 @@ def test_autocast_bfloat16_learns_cartpole(tmp_path, module, cls, steps, best, s
     """In bfloat16 (the update and the training agent), far above the random policy's 22: bare A2C's seeds 0-3
     reach 84, 209, 143 and 228 within 25k env steps (in float32 500, 219, 145, 133: one budget, noisy either way);
     PPO's and REINFORCE's seed 0 clear 150 too."""
-    result = module.train(cls(**_common(tmp_path, autocast="bfloat16", max_env_steps=steps, seed=seed)))
+    result = module.train(cls(**bare_run(tmp_path, autocast="bfloat16", max_env_steps=steps, seed=seed)))
     evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
     assert max(evals) >= best, evals
 
@@ -465,8 +460,8 @@ def test_compiled_update_equals_eager_update_inductor():
 @pytest.mark.timeout(900)
 def test_a2c_compile_update_logs_what_eager_logs(tmp_path):
     cfg = dict(max_env_steps=256, n_envs=8, eval_every=100, hidden_sizes=(16,), anneal_lr=False, log_every=1)
-    eager = a2c.train(a2c.A2CConfig(**_common(tmp_path / "a", **cfg)))
-    compiled = a2c.train(a2c.A2CConfig(**_common(tmp_path / "b", compile_update=True, time_limit=900.0, **cfg)))
+    eager = a2c.train(a2c.A2CConfig(**bare_run(tmp_path / "a", **cfg)))
+    compiled = a2c.train(a2c.A2CConfig(**bare_run(tmp_path / "b", compile_update=True, time_limit=900.0, **cfg)))
     assert len(eager.history) == len(compiled.history)
     compared = 0
     for x, y in zip(eager.history, compiled.history):
@@ -487,8 +482,8 @@ def test_a2c_compile_update_logs_what_eager_logs(tmp_path):
 def test_compile_update_logs_what_eager_logs(tmp_path, module, cls, cfg):
     cfg = dict(cfg, eval_every=100, hidden_sizes=(16,), anneal_lr=False, log_every=1) if module is ppo else \
         dict(cfg, eval_every=100, hidden_sizes=(16,), log_every=1)
-    eager = module.train(cls(**_common(tmp_path / "a", **cfg)))
-    compiled = module.train(cls(**_common(tmp_path / "b", compile_update=True, time_limit=1200.0, **cfg)))
+    eager = module.train(cls(**bare_run(tmp_path / "a", **cfg)))
+    compiled = module.train(cls(**bare_run(tmp_path / "b", compile_update=True, time_limit=1200.0, **cfg)))
     assert len(eager.history) == len(compiled.history)
     compared = 0
     for x, y in zip(eager.history, compiled.history):
@@ -534,7 +529,7 @@ def test_cuda_fast_path_trains(tmp_path, algo, autocast, compile_policy):
     cfg = dict(max_env_steps=4_096, n_envs=64, eval_every=4, hidden_sizes=(32,), learner_device="cuda",
                batcher_device="cuda", cuda_graph=True, compile_update=True, overlap=True, autocast=autocast,
                compile_policy=compile_policy)
-    result = module.train(cls(**_common(tmp_path, **cfg)))
+    result = module.train(cls(**bare_run(tmp_path, **cfg)))
     losses = [v for r in result.history for k, v in r.items() if k.startswith("loss/")]
     assert losses and all(math.isfinite(x) for x in losses)
 

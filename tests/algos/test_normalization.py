@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from rlstruct.algos import EnvSpec, a2c, create_env, describe_env, dqn, ppo, reinforce, sac
+from rlstruct.algos import EnvSpec, a2c, create_env, describe_env, ppo, reinforce
 from rlstruct.algos._normalization import ObservationNormalizer, ReturnNormalizer, RunningMoments
 from rlstruct.algos._train.checkpoints import load_checkpoint
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
@@ -25,13 +25,9 @@ from rlstruct.algos.policies import actor_critic_outputs, create_policy_agent
 from rlstruct.batchers import RL_Batcher, WeightSync
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor
+from tests.helpers import bare_run
 
 SPEC = describe_env("CartPole-v1", "torch", None)
-
-
-def _common(tmp_path, **kw):
-    return {"progress": False, "tensorboard": False, "logdir": str(tmp_path), "time_limit": 300.0,
-            "stop_at_reward_threshold": False, "preset": "none", **kw}
 
 
 # ----------------------------------------------------------------------------------------------- the statistics
@@ -184,8 +180,8 @@ def test_worker_processes_act_with_the_learners_statistics(tmp_path, module, cls
     through a worker process logs what the in-process run logs (same seeds), and every step counted."""
     cfg = dict(max_env_steps=8 * 8 * 4, n_envs=8, eval_every=100, hidden_sizes=(16,), log_every=1,
                normalize_observations=True, normalize_rewards=True, **extra)
-    local = module.train(cls(**_common(tmp_path / "local", **cfg)))
-    worker = module.train(cls(**_common(tmp_path / "worker", n_processes=1, **cfg)))
+    local = module.train(cls(**bare_run(tmp_path / "local", **cfg)))
+    worker = module.train(cls(**bare_run(tmp_path / "worker", n_processes=1, **cfg)))
     updates = [[row for row in r.history if "train/episode_return" in row] for r in (local, worker)]
     assert len(updates[0]) == len(updates[1]) == 4
     for x, y in zip(*updates):
@@ -202,7 +198,7 @@ def test_statistics_merged_after_the_update_let_it_start_from_the_policy_that_ac
     """One minibatch a collection: its update's ratios are those of the policy that acted against itself (an
     approximate KL of 0) when the statistics merge after the update, and off 1 when they merge before it (the
     first collection moves them most). Either way every valid step joins the statistics."""
-    result = ppo.train(ppo.PPOConfig(**_common(
+    result = ppo.train(ppo.PPOConfig(**bare_run(
         tmp_path, env="Pendulum-v1", n_envs=4, n_steps=16, n_epochs=1, n_minibatches=1, log_every=1,
         max_env_steps=4 * 16 * 3, eval_every=100, hidden_sizes=(16,), log_std_init=-2.0,
         normalize_observations=True, obs_stats_after_update=after)))
@@ -224,24 +220,8 @@ def test_the_rewards_scale_takes_the_discount_of_its_own_setting_or_the_runs(ret
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("module, cls, extra", [
-    (ppo, ppo.PPOConfig, {"n_steps": 8}),
-    (dqn, dqn.DQNConfig, {"learning_starts": 16}),
-    (sac, sac.SACConfig, {"env": "Pendulum-v1", "learning_starts": 16}),
-])
-def test_adam_eps_reaches_every_optimizer(tmp_path, module, cls, extra):
-    result = module.train(cls(**_common(tmp_path, max_env_steps=64, n_envs=4, hidden_sizes=(8,), eval_every=100,
-                                        adam_eps=1e-5, **extra)))
-    assert result.env_steps == 64
-    learner = load_checkpoint(str(tmp_path / "checkpoint.pt"))["learner"]
-    groups = [g for key, state in learner.items() if key.endswith("optimizer")
-              for g in state["param_groups"]]
-    assert groups and all(g["eps"] == 1e-5 for g in groups)
-
-
-@pytest.mark.timeout(300)
 def test_reinforce_counts_only_the_valid_steps_and_the_checkpoint_evaluates(tmp_path):
-    result = reinforce.train(reinforce.ReinforceConfig(**_common(
+    result = reinforce.train(reinforce.ReinforceConfig(**bare_run(
         tmp_path, max_env_steps=300, n_envs=4, hidden_sizes=(8,), eval_every=100, normalize_observations=True,
         normalize_rewards=True)))
     ckpt = load_checkpoint(str(tmp_path / "checkpoint.pt"))

@@ -1,4 +1,5 @@
-"""rlstruct's Adam against torch.optim.Adam: the same parameters bit for bit, the same state dict, no dynamo import."""
+"""rlstruct's Adam against torch.optim.Adam: the same parameters bit for bit, the same state dict, no dynamo import;
+and ``adam_eps`` reaching every algorithm's optimizers."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlstruct.algos import dqn, ppo, sac
 from rlstruct.algos._optim import Adam
+from rlstruct.algos._train.checkpoints import load_checkpoint
+from tests.helpers import bare_run
 
 
 def _model(seed: int) -> torch.nn.Module:
@@ -123,3 +127,19 @@ def test_a_training_run_never_imports_dynamo():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=110)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("module, cls, extra", [
+    (ppo, ppo.PPOConfig, {"n_steps": 8}),
+    (dqn, dqn.DQNConfig, {"learning_starts": 16}),
+    (sac, sac.SACConfig, {"env": "Pendulum-v1", "learning_starts": 16}),
+])
+def test_adam_eps_reaches_every_optimizer(tmp_path, module, cls, extra):
+    result = module.train(cls(**bare_run(tmp_path, max_env_steps=64, n_envs=4, hidden_sizes=(8,), eval_every=100,
+                                        adam_eps=1e-5, **extra)))
+    assert result.env_steps == 64
+    learner = load_checkpoint(str(tmp_path / "checkpoint.pt"))["learner"]
+    groups = [g for key, state in learner.items() if key.endswith("optimizer")
+              for g in state["param_groups"]]
+    assert groups and all(g["eps"] == 1e-5 for g in groups)
