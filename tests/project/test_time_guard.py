@@ -136,3 +136,21 @@ def test_a_long_marker_without_a_reason_stops_the_session(tmp_path):
     assert out.returncode == 4, out.stdout[-3000:] + out.stderr[-3000:]
     assert "test_generated.py::test_x: @pytest.mark.long needs reason='why this test may take more than 30 s'" \
         in out.stderr
+
+
+class _Marked:
+    """What the guard reads of a test item: its markers."""
+
+    def __init__(self, *names: str):
+        self.names = names
+
+    def get_closest_marker(self, name: str):
+        return pytest.Mark(name, (), {}) if name in self.names else None
+
+
+@pytest.mark.parametrize("marks, held", [((), True), (("slow",), False), (("cuda",), False), (("cuda", "slow"), False)])
+def test_the_quick_limit_holds_for_tests_neither_slow_nor_cuda(marks, held):
+    # A cuda test is skipped on a CPU machine; on a GPU, the CUDA context and the compilers take its CPU seconds.
+    from tests.conftest import _held_to_quick_limit
+
+    assert _held_to_quick_limit(_Marked(*marks)) is held
