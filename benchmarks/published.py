@@ -14,7 +14,9 @@ checkpoint) starts again. Each run uses one torch thread; ``--jobs 2`` runs two 
 ``--table`` writes the page's table from what has finished: for each row ``rlstruct compare``'s IQM of the final
 evaluations with its 95% interval over seeds, the mean training return of the last episodes (what the references
 print), the published figures, the budget and the wall time on this machine; a row not yet run gives the command
-that runs it.
+that runs it. A task's peers (:class:`Peer`: Stable-Baselines3 with the zoo's HalfCheetah settings) get rows of
+their own from the run folders their script writes (``benchmarks/sb3_reference.py --logdir``), so that
+``rlstruct compare ROOT/ppo-halfcheetah-zoo ROOT/sb3-ppo-halfcheetah-zoo`` compares the two.
 """
 
 from __future__ import annotations
@@ -52,6 +54,25 @@ class Task:
     env: str
     algos: dict[str, str]
     references: tuple[tuple[str, str], ...]
+    peers: tuple[Peer, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """Another library's runs of a task on this machine, a row beside rlstruct's: its run folders (``ROOT/NAME-TASK``,
+    read as rlstruct's are) are written by its own script, which this one does not run.
+
+    Attributes:
+        name: the group's prefix, as an algorithm's (``"sb3-ppo"``).
+        label: the row's algorithm cell.
+        budget: its env steps.
+        command: what writes the group's seeds (``ROOT`` stands for ``--root``).
+    """
+
+    name: str
+    label: str
+    budget: int
+    command: str
 
 
 # the references, by the short names the table gives them (the page's section on references gives their protocols)
@@ -77,12 +98,17 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("hopper", "Hopper-v4", {"ppo": "ppo-mujoco-1m"}, (("2,383", _CLEANRL), ("2,410", _ZOO))),
     Task("halfcheetah", "HalfCheetah-v4", {"ppo": "ppo-mujoco-1m"}, (("1,443", _CLEANRL), ("5,819", _ZOO))),
     # the zoo's own HalfCheetah settings (its figure is one run of them)
-    Task("halfcheetah-zoo", "HalfCheetah-v4", {"ppo": "ppo-halfcheetah-zoo"}, (("5,819", _ZOO),)),
+    Task("halfcheetah-zoo", "HalfCheetah-v4", {"ppo": "ppo-halfcheetah-zoo"}, (("5,819", _ZOO),), peers=(
+        Peer("sb3-ppo", "Stable-Baselines3 2.9 PPO (the zoo's `ppo.yml` entry, `VecNormalize`)", 1_000_000,
+             "python benchmarks/sb3_reference.py --algo ppo --env HalfCheetah-v4 --max-env-steps 1000000 "
+             "--eval-every 1000000 --eval-episodes 8 --seeds 0,1,2 --logdir ROOT/sb3-ppo-halfcheetah-zoo"),)),
     Task("walker2d", "Walker2d-v4", {"ppo": "ppo-mujoco-1m"}, (("2,288", _CLEANRL), ("3,479", _ZOO))),
 )}
 
-#: the table's rows, (task, algorithm), in order
-ROWS = [(t, a) for t in TASKS for a in ("ppo", "pqn", "dqn") if a in TASKS[t].algos]
+#: the table's rows, (task, algorithm or peer), in order
+ROWS = [(t, a) for t in TASKS for a in ("ppo", "pqn", "dqn") if a in TASKS[t].algos] + \
+       [(t, p.name) for t in TASKS for p in TASKS[t].peers]
+ROWS.sort(key=lambda row: list(TASKS).index(row[0]))
 
 
 def run_folder(root: Path, task: str, algo: str, seed: int) -> Path:
@@ -262,22 +288,42 @@ def _fmt(x: float | None) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}"
 
 
-def row_cells(root: Path, task: str, algo: str) -> list[str]:
-    """One table row: task, algorithm, budget, seeds finished, IQM [95% CI], training return, wall time, references."""
+def row_spec(task: str, algo: str) -> tuple[str, int, str]:
+    """A row's algorithm cell, its budget in env steps and the command that runs its seeds: a preset's for one of
+    the task's algorithms, a :class:`Peer`'s for a peer."""
     from rlstruct.algos._train.presets import PRESETS
 
     t = TASKS[task]
-    preset = next(p for p in PRESETS if p.name == t.algos[algo])
-    budget = f"{preset.settings['max_env_steps'] / 1e6:g}M"
+    if algo in t.algos:
+        preset = next(p for p in PRESETS if p.name == t.algos[algo])
+        return f"{algo} (`--preset {preset.name}`)", preset.settings["max_env_steps"], shown_command(task, algo)
+    peer = next(p for p in t.peers if p.name == algo)
+    return peer.label, peer.budget, peer.command.replace("ROOT", "runs/published")
+
+
+def _training_cell(trained: list[float], runs: int) -> str:
+    """The mean training return over the runs that logged their training episodes, saying how many when not all did
+    (a peer's runs recorded before its script wrote them)."""
+    if not trained:
+        return "-"
+    mean = _fmt(sum(trained) / len(trained))
+    return mean if len(trained) == runs else f"{mean} ({len(trained)} of {runs} seeds)"
+
+
+def row_cells(root: Path, task: str, algo: str) -> list[str]:
+    """One table row: task, algorithm, budget, seeds finished, IQM [95% CI], training return, wall time, references."""
+    t = TASKS[task]
+    label, max_env_steps, command = row_spec(task, algo)
+    budget = f"{max_env_steps / 1e6:g}M"
     refs = "; ".join(f"{fig} ({src})" for fig, src in t.references)
     group = root / f"{algo}-{task}"
     stats = _compare(group) if group.is_dir() else None
     if stats is None:
         started = {f.name: last_env_steps(f) for f in sorted(group.glob("seed-*")) if f.is_dir()}
-        state = (f"not finished yet ({', '.join(f'{k} at {v:,} env steps' for k, v in started.items())}); resume: "
+        how = "resume" if algo in t.algos else "remove their folders and run again"  # a peer keeps no checkpoint
+        state = (f"not finished yet ({', '.join(f'{k} at {v:,} env steps' for k, v in started.items())}); {how}: "
                  if started else "not run yet: ")
-        return [t.env, f"{algo} (`--preset {preset.name}`)", budget, "0", f"{state}`{shown_command(task, algo)}`",
-                "-", "-", refs]
+        return [t.env, label, budget, "0", f"{state}`{command}`", "-", "-", refs]
     iqm = stats["iqm"]
     low, high = iqm["low"], iqm["high"]
     interval = f"{_fmt(iqm['value'])} [{_fmt(low)}, {_fmt(high)}]" if low is not None else _fmt(iqm["value"])
@@ -287,10 +333,10 @@ def row_cells(root: Path, task: str, algo: str) -> list[str]:
     walls = [w for w in (run_wall_time(f, s) for f, s in zip(folders, summaries)) if w is not None]
     steps = {s.get("env_steps") for s in summaries}
     seeds = f"{len(folders)}" + (f" (+{stats['n_left_out']} running)" if stats["n_left_out"] else "")
-    short = sorted(s for s in steps if isinstance(s, int) and s < preset.settings["max_env_steps"])
+    short = sorted(s for s in steps if isinstance(s, int) and s < max_env_steps)
     note = f" (at {', '.join(f'{s:,}' for s in short)})" if short else ""
-    return [t.env, f"{algo} (`--preset {preset.name}`)", budget + note, seeds, interval,
-            _fmt(sum(trained) / len(trained)) if trained else "-",
+    return [t.env, label, budget + note, seeds, interval,
+            _training_cell(trained, len(folders)),
             _minutes(walls), refs]
 
 

@@ -7,6 +7,14 @@ env, SB3's ``DummyVecEnv``), evaluates the deterministic policy on ``--eval-epis
 target. The clock starts before the model is built (so it includes the first optimizer's start-up, as
 rlstruct's does). Reported per seed: time and env steps to target, the last evaluation within the budget.
 
+With ``--logdir DIR`` each seed also writes a run folder, ``DIR/seed-S``, as an rlstruct run does, so that
+``rlstruct compare`` and ``benchmarks/published.py`` read it beside rlstruct's runs: ``config.json`` (the algorithm,
+env, seed and settings) first, ``progress.csv`` (a row per rollout with the training episodes that ended in it,
+``train/episode_return`` and ``train/episode_length``, and a row per evaluation, ``eval/return``) as it trains, and
+``summary.json`` (``eval_return``: the last evaluation; ``stop_reason``) last, each written whole. SB3 keeps no
+checkpoint here: a run killed before its summary is not a result (``rlstruct compare`` lists it as such) and is run
+again.
+
 Add a workload by adding its zoo hyper-parameters to ``ZOO`` (keyed by algorithm and env id).
 
 Usage::
@@ -14,21 +22,29 @@ Usage::
     python benchmarks/sb3_reference.py --algo ppo --env CartPole-v1 --target 475 --time-limit 60 --seeds 0,1,2,3,4
     python benchmarks/sb3_reference.py --algo ppo --env Pendulum-v1 --target -200 --max-env-steps 100000 --no-stop
     python benchmarks/sb3_reference.py --algo ppo --env HalfCheetah-v4 --max-env-steps 1000000 --eval-every 1000000 \
-        --eval-episodes 8 --seeds 0
+        --eval-episodes 8 --seeds 0,1,2 --logdir runs/published/sb3-ppo-halfcheetah-zoo
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import math
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
 
 
 def _linear(start: float):
@@ -62,8 +78,39 @@ ZOO: dict[tuple[str, str], tuple[dict[str, Any], int, int]] = {
 NORMALIZE = {("ppo", "Hopper-v5"), ("ppo", "HalfCheetah-v4")}
 
 
+#: a run folder's progress.csv columns
+COLUMNS = ("iteration", "env_steps", "wall_time_s", "train/episode_return", "train/episode_length", "eval/return")
+
+
+class RunFolder:
+    """One seed's run folder, written as rlstruct's runs write theirs (``config.json`` first, ``progress.csv`` row by
+    row, ``summary.json`` last), so that ``rlstruct compare`` reads it: a folder without a summary is no result."""
+
+    def __init__(self, folder: Path, config: dict[str, Any]):
+        from rlstruct.algos._train.run_folder import CONFIG_NAME, CSV_NAME, write_whole
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        write_whole(folder / CONFIG_NAME, json.dumps(config, indent=1, default=repr))
+        self._file = open(folder / CSV_NAME, "w", newline="")  # noqa: SIM115 (closed by finish)
+        self._csv = csv.DictWriter(self._file, COLUMNS, restval="")
+        self._csv.writeheader()
+
+    def row(self, **values: float) -> None:
+        self._csv.writerow(values)
+        self._file.flush()
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        from rlstruct.algos._train.run_folder import SUMMARY_NAME, write_whole
+
+        os.fsync(self._file.fileno())
+        self._file.close()
+        write_whole(self.folder / SUMMARY_NAME, json.dumps(summary, indent=1))
+
+
 def run_one(algo: str, env_id: str, seed: int, *, target: float | None, stop: bool, max_env_steps: int | None,
-            time_limit: float | None, eval_every: int, eval_episodes: int) -> dict[str, Any]:
+            time_limit: float | None, eval_every: int, eval_episodes: int,
+            logdir: Path | None = None) -> dict[str, Any]:
     import gymnasium as gym
     import stable_baselines3 as sb3
     from stable_baselines3.common.callbacks import BaseCallback
@@ -83,30 +130,68 @@ def run_one(algo: str, env_id: str, seed: int, *, target: float | None, stop: bo
         eval_env.reset(seed=10_000 + seed)
     model = getattr(sb3, algo.upper())("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs)
     evals: list[dict[str, float]] = []
+    folder = None
+    if logdir is not None:
+        folder = RunFolder(logdir / f"seed-{seed}", {
+            "algo": f"sb3-{algo}", "env": env_id, "seed": seed, "library": f"stable-baselines3 {sb3.__version__}",
+            "n_envs": n_envs, "vec_normalize": normalize, "max_env_steps": max_env_steps, "time_limit": time_limit,
+            "eval_every": eval_every, "eval_episodes": eval_episodes, "settings": kwargs})
 
     class Budget(BaseCallback):
         def __init__(self):
             super().__init__()
             self.next_eval = eval_every
+            self.rollouts = 0
+            self.episodes: list[tuple[float, float]] = []  # (return, length) of those that ended in this rollout
+            self.stop_reason = "budget"
 
         def _on_step(self) -> bool:
             steps = self.num_timesteps
+            # the Monitor inside the VecNormalize reports each finished episode's raw return
+            self.episodes += [(i["episode"]["r"], i["episode"]["l"]) for i in self.locals["infos"] if "episode" in i]
             if steps >= self.next_eval:
                 self.next_eval += eval_every
                 if normalize:
                     eval_env.obs_rms = env.obs_rms.copy()
                 mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=eval_episodes, deterministic=True)
                 evals.append({"env_steps": steps, "wall_s": time.perf_counter() - t0, "return": float(mean)})
+                if folder is not None:
+                    folder.row(iteration=self.rollouts, env_steps=steps, wall_time_s=round(evals[-1]["wall_s"], 3),
+                               **{"eval/return": float(mean)})
                 if stop and target is not None and mean >= target:
+                    self.stop_reason = "target"
                     return False
             if max_env_steps is not None and steps >= max_env_steps:
                 return False
-            return time_limit is None or time.perf_counter() - t0 < time_limit
+            if time_limit is not None and time.perf_counter() - t0 >= time_limit:
+                self.stop_reason = "time_limit"
+                return False
+            return True
+
+        def _on_rollout_end(self) -> None:
+            self.rollouts += 1
+            self.write_training_row()
+
+        def write_training_row(self) -> None:
+            """A progress row for the training episodes that ended since the last one (nan when none did)."""
+            if folder is not None:
+                ret, length = (np.mean(self.episodes, axis=0).tolist() if self.episodes else (math.nan, math.nan))
+                folder.row(iteration=self.rollouts, env_steps=self.num_timesteps,
+                           wall_time_s=round(time.perf_counter() - t0, 3),
+                           **{"train/episode_return": ret, "train/episode_length": length})
+            self.episodes = []
 
     # The zoo's schedules (lin_*) decay over total_timesteps: its n_timesteps unless a step budget is given.
-    model.learn(total_timesteps=max_env_steps or zoo_steps, callback=Budget())
+    budget = Budget()
+    model.learn(total_timesteps=max_env_steps or zoo_steps, callback=budget)
     wall = time.perf_counter() - t0
+    if budget.episodes:  # those of the rollout the budget cut short
+        budget.write_training_row()
     reached = next((e for e in evals if target is not None and e["return"] >= target), None)
+    if folder is not None:
+        folder.finish({"eval_return": evals[-1]["return"] if evals else None, "env_steps": int(model.num_timesteps),
+                       "stop_reason": budget.stop_reason, "run_wall_time_s": round(wall, 2),
+                       "iterations": budget.rollouts})
     return {
         "algo": algo, "env": env_id, "seed": seed,
         "reached": reached is not None,
@@ -132,20 +217,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-episodes", type=int, default=16, help="episodes per evaluation (default: 16)")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch threads (default: 1, as rlstruct's runs)")
     parser.add_argument("--json", default=None, help="also write every run's numbers to this JSON file")
+    parser.add_argument("--logdir", type=Path, default=None,
+                        help="also write each seed's run folder, LOGDIR/seed-S, which rlstruct compare reads")
     args = parser.parse_args(argv)
     if (args.algo, args.env) not in ZOO:
         parser.error(f"no zoo hyper-parameters for {(args.algo, args.env)}; known: {sorted(ZOO)}")
     if args.max_env_steps is None and args.time_limit is None:
         parser.error("give a budget: --max-env-steps and/or --time-limit")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if args.logdir is not None:
+        from rlstruct.algos._train.log import earlier_run_files
+
+        taken = [str(args.logdir / f"seed-{s}") for s in seeds if earlier_run_files(args.logdir / f"seed-{s}")]
+        if taken:
+            parser.error(f"--logdir's run folders must be new, got {', '.join(taken)} holding runs; pass another "
+                         "--logdir, or remove those folders to run their seeds again")
     torch.set_num_threads(args.torch_threads)
     import stable_baselines3 as sb3
 
     print(f"# stable-baselines3 {sb3.__version__}, torch {torch.__version__}, numpy {np.__version__}, CPython "
           f"{platform.python_version()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     results = []
-    for seed in (int(s) for s in args.seeds.split(",")):
+    for seed in seeds:
         r = run_one(args.algo, args.env, seed, target=args.target, stop=args.stop, max_env_steps=args.max_env_steps,
-                    time_limit=args.time_limit, eval_every=args.eval_every, eval_episodes=args.eval_episodes)
+                    time_limit=args.time_limit, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+                    logdir=args.logdir)
         r["load_after"] = round(os.getloadavg()[0], 1)
         results.append(r)
         print(json.dumps(r), flush=True)

@@ -87,6 +87,37 @@ def test_the_zoo_halfcheetah_task_runs_its_preset_and_its_row_stands_beside_the_
     assert row[-1] == "5,819 (rl-zoo)" and "--tasks halfcheetah-zoo --algos ppo" in row[4]
 
 
+def test_the_zoo_halfcheetah_task_has_stable_baselines3_beside_it_from_its_run_folders(tmp_path):
+    """The peer row: the command that writes its folders while none are, ``rlstruct compare``'s IQM once they are, its
+    unfinished seeds named (a peer keeps no checkpoint: they run again)."""
+    rows = [a for t, a in published.ROWS if t == "halfcheetah-zoo"]
+    assert rows == ["ppo", "sb3-ppo"], "the peer's row follows the task's own"
+    row = published.row_cells(tmp_path, "halfcheetah-zoo", "sb3-ppo")
+    assert row[1].startswith("Stable-Baselines3") and row[2:4] == ["1M", "0"]
+    assert "not run yet: `python benchmarks/sb3_reference.py --algo ppo --env HalfCheetah-v4" in row[4]
+    assert "--logdir runs/published/sb3-ppo-halfcheetah-zoo`" in row[4]
+
+    group = tmp_path / "sb3-ppo-halfcheetah-zoo"
+    for seed, score in ((0, 5000.0), (1, 6000.0), (2, None)):
+        run = group / f"seed-{seed}"
+        run.mkdir(parents=True)
+        (run / "config.json").write_text(json.dumps({"algo": "sb3-ppo", "env": "HalfCheetah-v4", "seed": seed}))
+        (run / "progress.csv").write_text("iteration,env_steps,wall_time_s,train/episode_return,train/episode_length,"
+                                          f"eval/return\n1,1000000,1800,{4000 + seed},1000.0,\n")
+        if score is not None:
+            (run / "summary.json").write_text(json.dumps({"eval_return": score, "env_steps": 1_000_000,
+                                                          "stop_reason": "budget", "run_wall_time_s": 1800.0}))
+    row = published.row_cells(tmp_path, "halfcheetah-zoo", "sb3-ppo")
+    assert row[2:5] == ["1M", "2 (+1 running)", "5,500 [5,000, 6,000]"] and row[5:7] == ["4,000", "30 min"], row
+    (group / "seed-1" / "progress.csv").write_text("iteration,env_steps,wall_time_s,eval/return\n1,1000000,1800,6000\n")
+    assert published.row_cells(tmp_path, "halfcheetah-zoo", "sb3-ppo")[5] == "4,000 (1 of 2 seeds)"
+    (group / "seed-0" / "summary.json").unlink()
+    (group / "seed-1" / "summary.json").unlink()
+    row = published.row_cells(tmp_path, "halfcheetah-zoo", "sb3-ppo")
+    assert "not finished yet (seed-0 at 1,000,000 env steps" in row[4] and "remove their folders and run again" \
+        in row[4], row
+
+
 def test_the_training_return_counts_the_episodes_since_the_last_row_that_had_any(tmp_path):
     """Freeway's episodes all end together, every 2,500 frames: most iterations log no training return (nan), and the
     row that does holds every env's episode. The last 100 episodes are then that row's alone, not the rows before it

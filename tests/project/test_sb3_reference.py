@@ -1,8 +1,10 @@
 """benchmarks/sb3_reference.py at a tiny budget: rl-baselines3-zoo's HalfCheetah entry (the reference beside
-``ppo-halfcheetah-zoo``) trains through VecNormalize and reports its evaluation as JSON."""
+``ppo-halfcheetah-zoo``) trains through VecNormalize and reports its evaluation as JSON and as a run folder that
+``rlstruct compare`` and ``benchmarks/published.py`` read."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -18,11 +20,35 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sb3_reference.py"
 def test_the_zoos_halfcheetah_settings_train_and_evaluate_at_the_budget(tmp_path):
     pytest.importorskip("mujoco", reason="the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")
     pytest.importorskip("stable_baselines3", reason="Stable-Baselines3 is not installed (the test extra has it)")
-    out = tmp_path / "runs.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--algo", "ppo", "--env", "HalfCheetah-v4",
-                           "--max-env-steps", "1024", "--eval-every", "1024", "--eval-episodes", "1", "--seeds", "3",
-                           "--json", str(out)], capture_output=True, text=True, timeout=280, cwd=tmp_path)
+    out, group = tmp_path / "runs.json", tmp_path / "sb3-ppo-halfcheetah-zoo"
+    args = [sys.executable, str(SCRIPT), "--algo", "ppo", "--env", "HalfCheetah-v4", "--max-env-steps", "2048",
+            "--eval-every", "1024", "--eval-episodes", "1", "--seeds", "3", "--logdir", str(group)]
+    proc = subprocess.run([*args, "--json", str(out)], capture_output=True, text=True, timeout=280, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = json.loads(out.read_text())
-    assert run["seed"] == 3 and run["env_steps"] == 1024 and run["last_eval_env_steps"] == 1024
+    assert run["seed"] == 3 and run["env_steps"] == 2048 and run["last_eval_env_steps"] == 2048
     assert isinstance(run["last_eval_return"], float)
+
+    # The run folder: read by rlstruct compare as rlstruct's own, its score the JSON's last evaluation.
+    from rlstruct.algos._train.compare import compare_groups, load_group
+
+    loaded = load_group(str(group))
+    assert loaded.scores == {"HalfCheetah-v4": [run["last_eval_return"]]} and not loaded.left_out
+    assert compare_groups([loaded])["groups"][group.name]["iqm"]["value"] == pytest.approx(run["last_eval_return"])
+    summary = json.loads((group / "seed-3" / "summary.json").read_text())
+    assert summary["stop_reason"] == "budget" and summary["env_steps"] == 2048
+    # its training episodes (two of 1,000 steps) as published.py reads them, and its two evaluations
+    from benchmarks.published import training_return
+
+    with (group / "seed-3" / "progress.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    episodes = [r for r in rows if r["train/episode_return"] not in ("", "nan")]
+    assert [r["train/episode_length"] for r in episodes] == ["1000.0", "1000.0"], rows
+    assert training_return(group / "seed-3") == pytest.approx(sum(float(r["train/episode_return"])
+                                                                  for r in episodes) / 2)
+    assert [int(r["env_steps"]) for r in rows if r["eval/return"]] == [1024, 2048]
+
+    # A folder that holds a run is refused before anything trains.
+    again = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert again.returncode == 2 and "--logdir's run folders must be new" in again.stderr
+    assert str(group / "seed-3") in again.stderr
