@@ -209,14 +209,16 @@ _PPO_MUJOCO_1M = {**_PPO_MUJOCO, **_PUBLISHED, "max_env_steps": 1_000_000, "eval
 # the mean squared error where rlstruct's is half of it, so the zoo's vf_coef 0.58096 is a value_coef of 1.16192
 # here (the same gradient); the rewards enter the loss unscaled, as the zoo's do. Stable-Baselines3's PPO gives Adam
 # an epsilon of 1e-5, and its VecNormalize stores each observation normalised as the policy saw it, so that an update
-# starts from the policy that acted: the observation statistics are merged after the update here. Evaluated every 100
-# updates (51k env steps), 8 episodes.
+# starts from the policy that acted: the observation statistics are merged after the update here. VecNormalize scales
+# the rewards by the std of a return discounted at its own 0.99, not PPO's 0.98 (normalize_rewards_gamma). Evaluated
+# every 100 updates (51k env steps), 8 episodes.
 _PPO_HALFCHEETAH_ZOO = {"n_envs": 1, "n_steps": 512, "n_epochs": 20, "n_minibatches": 8, "lr": 2.0633e-5,
                         "anneal_lr": False, "gamma": 0.98, "gae_lambda": 0.92, "clip_coef": 0.1,
                         "entropy_coef": 0.000401762, "value_coef": 2 * 0.58096, "max_grad_norm": 0.8,
                         "reward_scale": 1.0, "normalize_observations": True, "normalize_rewards": True,
                         "hidden_sizes": (256, 256), "activation": "relu", "log_std_init": -2.0, "ortho_init": False,
-                        "adam_eps": 1e-5, "obs_stats_after_update": True, **_PUBLISHED, "max_env_steps": 1_000_000,
+                        "adam_eps": 1e-5, "obs_stats_after_update": True, "normalize_rewards_gamma": 0.99,
+                        **_PUBLISHED, "max_env_steps": 1_000_000,
                         "eval_every": 100, "n_evaluation_envs": 8}
 #: the published-budget presets' envs
 MINATAR_GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")

@@ -271,7 +271,10 @@ def test_the_zoo_halfcheetah_preset_holds_the_zoos_settings_and_runs_only_when_n
            "gae_lambda": 0.92, "clip_coef": 0.1, "entropy_coef": 0.000401762, "max_grad_norm": 0.8,
            "normalize_observations": True, "normalize_rewards": True, "hidden_sizes": (256, 256),
            "activation": "relu", "log_std_init": -2.0, "ortho_init": False, "max_env_steps": 1_000_000,
-           "stop_at_reward_threshold": False, "evaluation_policy": "greedy", "normalize_advantages": True}
+           "stop_at_reward_threshold": False, "evaluation_policy": "greedy", "normalize_advantages": True,
+           # SB3's PPO: Adam's epsilon; VecNormalize: observations stored as the policy saw them, the rewards'
+           # scale from a return discounted at its own 0.99
+           "adam_eps": 1e-5, "obs_stats_after_update": True, "normalize_rewards_gamma": 0.99}
     assert {k: getattr(config, k) for k in zoo} == zoo
     assert config.n_envs * config.n_steps // config.n_minibatches == 64, "the zoo's batch_size"
     # Stable-Baselines3's value loss is the squared error, rlstruct's half of it: the same gradient as vf_coef 0.58096
