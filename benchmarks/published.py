@@ -48,6 +48,9 @@ class Task:
         env: the env id.
         algos: algorithm -> the published-budget preset that runs it.
         references: ``(figure, source and protocol)`` pairs, the figures the row stands beside.
+        peers: other libraries' runs of the task, rows of their own.
+        reevaluation: episodes over which ``--reevaluate`` evaluates each finished run's final weights again
+            (``rlstruct eval``), the reference's protocol where it evaluates more episodes than the runs do; 0: none.
     """
 
     name: str
@@ -55,6 +58,7 @@ class Task:
     algos: dict[str, str]
     references: tuple[tuple[str, str], ...]
     peers: tuple[Peer, ...] = ()
+    reevaluation: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,12 +71,15 @@ class Peer:
         label: the row's algorithm cell.
         budget: its env steps.
         command: what writes the group's seeds (``ROOT`` stands for ``--root``).
+        reevaluation_script: the script (from the repository's root) whose ``--reevaluate RUN --episodes N --seed S``
+            evaluates a run's final model again, printing ``rlstruct eval``'s JSON line.
     """
 
     name: str
     label: str
     budget: int
     command: str
+    reevaluation_script: str
 
 
 # the references, by the short names the table gives them (the page's section on references gives their protocols)
@@ -82,6 +89,8 @@ _GYMNAX = "gymnax's PPO at 10M"
 _CLEANRL = "CleanRL"
 _ZOO = "rl-zoo"
 _MINATAR_ALGOS = {"ppo": "ppo-minatar-5m", "pqn": "pqn-minatar-5m", "dqn": "dqn-minatar-5m"}
+#: the zoo evaluates its final model over 150,000 env steps: 150 episodes of these MuJoCo envs (when none falls early)
+_ZOO_EPISODES = 150
 
 #: the tasks, in the table's order
 TASKS: dict[str, Task] = {t.name: t for t in (
@@ -95,14 +104,19 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          (("20 (minatar <= 1.0.10)", _MINATAR_DQN), ("15.5", _MINATAR_AC))),
     Task("spaceinvaders", "MinAtar/SpaceInvaders-v1", _MINATAR_ALGOS,
          (("43", _MINATAR_DQN), ("185", _MINATAR_AC), ("131", _GYMNAX))),
-    Task("hopper", "Hopper-v4", {"ppo": "ppo-mujoco-1m"}, (("2,383", _CLEANRL), ("2,410", _ZOO))),
-    Task("halfcheetah", "HalfCheetah-v4", {"ppo": "ppo-mujoco-1m"}, (("1,443", _CLEANRL), ("5,819", _ZOO))),
+    Task("hopper", "Hopper-v4", {"ppo": "ppo-mujoco-1m"}, (("2,383", _CLEANRL), ("2,410", _ZOO)),
+         reevaluation=_ZOO_EPISODES),
+    Task("halfcheetah", "HalfCheetah-v4", {"ppo": "ppo-mujoco-1m"}, (("1,443", _CLEANRL), ("5,819", _ZOO)),
+         reevaluation=_ZOO_EPISODES),
     # the zoo's own HalfCheetah settings (its figure is one run of them)
-    Task("halfcheetah-zoo", "HalfCheetah-v4", {"ppo": "ppo-halfcheetah-zoo"}, (("5,819", _ZOO),), peers=(
+    Task("halfcheetah-zoo", "HalfCheetah-v4", {"ppo": "ppo-halfcheetah-zoo"}, (("5,819", _ZOO),),
+         reevaluation=_ZOO_EPISODES, peers=(
         Peer("sb3-ppo", "Stable-Baselines3 2.9 PPO (the zoo's `ppo.yml` entry, `VecNormalize`)", 1_000_000,
              "python benchmarks/sb3_reference.py --algo ppo --env HalfCheetah-v4 --max-env-steps 1000000 "
-             "--eval-every 1000000 --eval-episodes 8 --seeds 0,1,2 --logdir ROOT/sb3-ppo-halfcheetah-zoo"),)),
-    Task("walker2d", "Walker2d-v4", {"ppo": "ppo-mujoco-1m"}, (("2,288", _CLEANRL), ("3,479", _ZOO))),
+             "--eval-every 1000000 --eval-episodes 8 --seeds 0,1,2 --logdir ROOT/sb3-ppo-halfcheetah-zoo",
+             "benchmarks/sb3_reference.py"),)),
+    Task("walker2d", "Walker2d-v4", {"ppo": "ppo-mujoco-1m"}, (("2,288", _CLEANRL), ("3,479", _ZOO)),
+         reevaluation=_ZOO_EPISODES),
 )}
 
 #: the table's rows, (task, algorithm or peer), in order
@@ -201,6 +215,65 @@ def run_all(root: Path, runs: list[tuple[str, str, int]], *, jobs: int = 1, max_
                 failed += proc.returncode != 0
         time.sleep(0.5)
     return failed
+
+
+# --------------------------------------------------------------------------- the final weights, evaluated again
+#: the env seed of every re-evaluation (``rlstruct eval``'s default): the same episodes for every run's weights
+REEVALUATION_SEED = 12345
+
+
+def reevaluation_path(folder: Path, episodes: int) -> Path:
+    """``FOLDER/reevaluation-N.json``: a finished run's final weights evaluated again over ``episodes`` episodes."""
+    return folder / f"reevaluation-{episodes}.json"
+
+
+def reevaluate(root: Path, task: str, algo: str) -> list[Path]:
+    """Evaluates the final weights of each finished run of ``ALGO-TASK`` again over the task's
+    :attr:`Task.reevaluation` episodes (``rlstruct eval RUN --episodes N``, greedy, env seed
+    :data:`REEVALUATION_SEED`; a peer's through its :attr:`Peer.reevaluation_script`), writing ``rlstruct eval``'s
+    JSON line with the command into :func:`reevaluation_path` (whole); a run already re-evaluated is skipped.
+    Returns the files written.
+
+    Raises:
+        RuntimeError: an evaluation failed (its output's end in the message).
+    """
+    from rlstruct.algos._train.run_folder import write_whole
+
+    episodes = TASKS[task].reevaluation
+    written = []
+    for folder in sorted((root / f"{algo}-{task}").glob("seed-*")):
+        target = reevaluation_path(folder, episodes)
+        if not episodes or not folder.is_dir() or run_state(folder) != "finished" or target.is_file():
+            continue
+        options = ["--episodes", str(episodes), "--seed", str(REEVALUATION_SEED)]
+        peer = next((p for p in TASKS[task].peers if p.name == algo), None)
+        if peer is None:
+            shown = ["rlstruct", "eval", str(folder), *options]
+            args = [sys.executable, "-m", "rlstruct.algos", *shown[1:]]
+        else:
+            shown = ["python", peer.reevaluation_script, "--reevaluate", str(folder), *options]
+            args = [sys.executable, str(HERE.parent / peer.reevaluation_script), *shown[2:]]
+        proc = subprocess.run(args, capture_output=True, text=True, env=_child_env())
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(shown)} failed (status {proc.returncode}): "
+                               f"{(proc.stdout + proc.stderr)[-2000:]}")
+        record = json.loads(proc.stdout.strip().splitlines()[-1])
+        record["command"] = " ".join(shown)
+        write_whole(target, json.dumps(record, indent=1))
+        print(f"{folder}: final weights over {episodes} episodes: {record['eval_return']:.1f}", flush=True)
+        written.append(target)
+    return written
+
+
+def reevaluated(folders: list[Path], episodes: int) -> str:
+    """The IQM [95% CI] of the re-evaluations of ``folders`` (finished runs), ``"-"`` unless every one has its own."""
+    from rlstruct.algos.statistics import aggregate_scores
+
+    paths = [reevaluation_path(f, episodes) for f in folders]
+    if not episodes or not paths or not all(p.is_file() for p in paths):
+        return "-"
+    iqm = aggregate_scores([json.loads(p.read_text())["eval_return"] for p in paths])["iqm"]
+    return f"{_fmt(iqm.value)} [{_fmt(iqm.low)}, {_fmt(iqm.high)}]" if len(paths) > 1 else _fmt(iqm.value)
 
 
 # --------------------------------------------------------------------------- the table
@@ -323,7 +396,7 @@ def row_cells(root: Path, task: str, algo: str) -> list[str]:
         how = "resume" if algo in t.algos else "remove their folders and run again"  # a peer keeps no checkpoint
         state = (f"not finished yet ({', '.join(f'{k} at {v:,} env steps' for k, v in started.items())}); {how}: "
                  if started else "not run yet: ")
-        return [t.env, label, budget, "0", f"{state}`{command}`", "-", "-", refs]
+        return [t.env, label, budget, "0", f"{state}`{command}`", "-", "-", "-", refs]
     iqm = stats["iqm"]
     low, high = iqm["low"], iqm["high"]
     interval = f"{_fmt(iqm['value'])} [{_fmt(low)}, {_fmt(high)}]" if low is not None else _fmt(iqm["value"])
@@ -335,7 +408,7 @@ def row_cells(root: Path, task: str, algo: str) -> list[str]:
     seeds = f"{len(folders)}" + (f" (+{stats['n_left_out']} running)" if stats["n_left_out"] else "")
     short = sorted(s for s in steps if isinstance(s, int) and s < max_env_steps)
     note = f" (at {', '.join(f'{s:,}' for s in short)})" if short else ""
-    return [t.env, label, budget + note, seeds, interval,
+    return [t.env, label, budget + note, seeds, interval, reevaluated(folders, t.reevaluation),
             _training_cell(trained, len(folders)),
             _minutes(walls), refs]
 
@@ -343,8 +416,9 @@ def row_cells(root: Path, task: str, algo: str) -> list[str]:
 def table(root: Path) -> str:
     """The markdown table of every row (:data:`ROWS`), from the run folders under ``root``."""
     head = ["env", "algorithm (preset)", "budget", "seeds", "evaluation: IQM [95% CI]",
+            f"final weights, {_ZOO_EPISODES} fresh episodes: IQM [95% CI]",
             "training return (last 100 episodes, mean over seeds)", "wall time a run", "published"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":--"] * 3 + ["--:"] * 4 + [":--"]) + "|"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":--"] * 3 + ["--:"] * 5 + [":--"]) + "|"]
     lines += ["| " + " | ".join(row_cells(root, task, algo)) + " |" for task, algo in ROWS]
     return "\n".join(lines)
 
@@ -384,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-env-steps", type=int, default=None, help="a smaller budget (tests)")
     parser.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                         help="iterations between checkpoints (default: the preset's evaluation period)")
+    parser.add_argument("--reevaluate", action="store_true",
+                        help="evaluate the finished runs' final weights of --tasks again over each task's episodes "
+                             "(its reference's protocol), before the table")
     parser.add_argument("--table", type=Path, default=None, metavar="PAGE",
                         help="write the table into PAGE between its markers (after the runs, if any)")
     ns = parser.parse_args(argv)
@@ -393,6 +470,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = [(t, a, s) for s in seeds for t in tasks for a in algos if a in TASKS[t].algos]
     failed = run_all(ns.root, runs, jobs=ns.jobs, max_env_steps=ns.max_env_steps,
                                   every=ns.checkpoint_every) if runs else 0
+    if ns.reevaluate:
+        for task, algo in ROWS:
+            if task in tasks:
+                reevaluate(ns.root, task, algo)
     if ns.table is not None:
         print(write_table(ns.root, ns.table))
     return 1 if failed else 0

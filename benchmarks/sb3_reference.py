@@ -11,9 +11,11 @@ With ``--logdir DIR`` each seed also writes a run folder, ``DIR/seed-S``, as an 
 ``rlstruct compare`` and ``benchmarks/published.py`` read it beside rlstruct's runs: ``config.json`` (the algorithm,
 env, seed and settings) first, ``progress.csv`` (a row per rollout with the training episodes that ended in it,
 ``train/episode_return`` and ``train/episode_length``, and a row per evaluation, ``eval/return``) as it trains, and
-``summary.json`` (``eval_return``: the last evaluation; ``stop_reason``) last, each written whole. SB3 keeps no
-checkpoint here: a run killed before its summary is not a result (``rlstruct compare`` lists it as such) and is run
-again.
+``summary.json`` (``eval_return``: the last evaluation; ``stop_reason``) last, each written whole, and after its
+training the final model (``model.zip``, with ``vecnormalize.pkl``, the observation statistics, where it normalises).
+SB3 keeps no checkpoint here: a run killed before its summary is not a result (``rlstruct compare`` lists it as such)
+and is run again. ``--reevaluate RUN --episodes N`` evaluates a run folder's final model again on N fresh episodes
+(deterministic, as the zoo evaluates) and prints what ``rlstruct eval`` prints, one JSON line.
 
 Add a workload by adding its zoo hyper-parameters to ``ZOO`` (keyed by algorithm and env id).
 
@@ -23,6 +25,7 @@ Usage::
     python benchmarks/sb3_reference.py --algo ppo --env Pendulum-v1 --target -200 --max-env-steps 100000 --no-stop
     python benchmarks/sb3_reference.py --algo ppo --env HalfCheetah-v4 --max-env-steps 1000000 --eval-every 1000000 \
         --eval-episodes 8 --seeds 0,1,2 --logdir runs/published/sb3-ppo-halfcheetah-zoo
+    python benchmarks/sb3_reference.py --reevaluate runs/published/sb3-ppo-halfcheetah-zoo/seed-0 --episodes 150
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ ZOO: dict[tuple[str, str], tuple[dict[str, Any], int, int]] = {
 NORMALIZE = {("ppo", "Hopper-v5"), ("ppo", "HalfCheetah-v4")}
 
 
+#: a run folder's final model and, where the envs are normalised, its VecNormalize statistics
+MODEL_NAME, STATISTICS_NAME = "model.zip", "vecnormalize.pkl"
 #: a run folder's progress.csv columns
 COLUMNS = ("iteration", "env_steps", "wall_time_s", "train/episode_return", "train/episode_length", "eval/return")
 
@@ -187,6 +192,10 @@ def run_one(algo: str, env_id: str, seed: int, *, target: float | None, stop: bo
     wall = time.perf_counter() - t0
     if budget.episodes:  # those of the rollout the budget cut short
         budget.write_training_row()
+    if folder is not None:  # the final model, which --reevaluate evaluates again
+        model.save(folder.folder / MODEL_NAME)
+        if normalize:
+            env.save(str(folder.folder / STATISTICS_NAME))
     reached = next((e for e in evals if target is not None and e["return"] >= target), None)
     if folder is not None:
         folder.finish({"eval_return": evals[-1]["return"] if evals else None, "env_steps": int(model.num_timesteps),
@@ -201,6 +210,36 @@ def run_one(algo: str, env_id: str, seed: int, *, target: float | None, stop: bo
         "last_eval_env_steps": evals[-1]["env_steps"] if evals else None,
         "env_steps": int(model.num_timesteps), "wall_time_s": round(wall, 2),
     }
+
+
+def reevaluate(folder: Path, episodes: int, seed: int) -> dict[str, Any]:
+    """The final model of the run folder ``folder`` evaluated on ``episodes`` fresh episodes (deterministic actions,
+    the envs seeded from ``seed``, the observations normalised with the training's final statistics): the fields
+    ``rlstruct eval`` prints.
+
+    Raises:
+        FileNotFoundError: the folder holds no final model (a run before models were saved, or an unfinished one).
+    """
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    if not (folder / MODEL_NAME).is_file():
+        raise FileNotFoundError(f"--reevaluate needs a run folder holding {MODEL_NAME}, got {folder}, which has none "
+                                "(a run that has not finished, or one written before the script saved its model); "
+                                "run its seed again with --logdir")
+    config = json.loads((folder / "config.json").read_text())
+    env_id, algo = config["env"], config["algo"].removeprefix("sb3-")
+    env = make_vec_env(env_id, n_envs=1, seed=seed)
+    if (folder / STATISTICS_NAME).is_file():
+        env = VecNormalize.load(str(folder / STATISTICS_NAME), env)
+        env.training, env.norm_reward = False, False
+    model = getattr(sb3, algo.upper()).load(folder / MODEL_NAME, device="cpu")
+    returns, _ = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True, return_episode_rewards=True)
+    return {"eval_return": float(np.mean(returns)), "return_min": float(np.min(returns)),
+            "return_max": float(np.max(returns)), "episodes": len(returns), "policy": "greedy", "env": env_id,
+            "algo": config["algo"], "checkpoint": str(folder)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,7 +258,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write every run's numbers to this JSON file")
     parser.add_argument("--logdir", type=Path, default=None,
                         help="also write each seed's run folder, LOGDIR/seed-S, which rlstruct compare reads")
+    parser.add_argument("--reevaluate", type=Path, default=None, metavar="RUN",
+                        help="instead of training, evaluate the final model of the run folder RUN again on "
+                             "--episodes fresh episodes and print one JSON line")
+    parser.add_argument("--episodes", type=int, default=150, help="--reevaluate's episodes (default: 150)")
+    parser.add_argument("--seed", type=int, default=12345, help="--reevaluate's env seed (default: 12345)")
     args = parser.parse_args(argv)
+    if args.reevaluate is not None:
+        torch.set_num_threads(args.torch_threads)
+        print(json.dumps(reevaluate(args.reevaluate, args.episodes, args.seed)))
+        return 0
     if (args.algo, args.env) not in ZOO:
         parser.error(f"no zoo hyper-parameters for {(args.algo, args.env)}; known: {sorted(ZOO)}")
     if args.max_env_steps is None and args.time_limit is None:

@@ -3,6 +3,7 @@ the table reads the finished runs through ``rlstruct compare``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import time
@@ -24,7 +25,7 @@ def _wait_for(path, proc, timeout=120.0):
 
 @pytest.mark.timeout(300)
 @pytest.mark.slow
-def test_a_killed_run_resumes_a_finished_one_is_skipped_and_the_table_reads_them(tmp_path, capsys):
+def test_a_killed_run_resumes_a_finished_one_is_skipped_and_the_table_reads_them(tmp_path, capsys, monkeypatch):
     pytest.importorskip("scipy.stats", reason="the table's IQM intervals need scipy: pip install 'rlstruct[stats]'")
     root, page = tmp_path / "runs", tmp_path / "published.md"
     killed = published.run_folder(root, "breakout", "ppo", 0)
@@ -66,6 +67,19 @@ def test_a_killed_run_resumes_a_finished_one_is_skipped_and_the_table_reads_them
     assert "| 5M (at 16,384) | 2 |" in breakout and "[" in breakout, "the IQM's interval over the 2 seeds"
     hopper = next(line for line in text.splitlines() if line.startswith("| Hopper-v4 | ppo"))
     assert "not run yet: `python benchmarks/published.py --root runs/published --tasks hopper --algos ppo" in hopper
+    assert "| 5M (at 16,384) | 2 |" in breakout and breakout.split(" | ")[5] == "-", "no re-evaluation on MinAtar"
+
+    # --reevaluate: each finished run's final weights over a task's episodes (here 3), once, then in the table
+    monkeypatch.setitem(published.TASKS, "breakout", dataclasses.replace(published.TASKS["breakout"], reevaluation=3))
+    assert published.main([*args, "--reevaluate", "--table", str(page)]) == 0
+    for seed in (0, 1):
+        record = json.loads(published.reevaluation_path(published.run_folder(root, "breakout", "ppo", seed), 3)
+                            .read_text())
+        assert record["episodes"] == 3 and record["policy"] == "greedy" and record["env"] == "MinAtar/Breakout-v1"
+        assert record["command"].endswith(f"seed-{seed} --episodes 3 --seed {published.REEVALUATION_SEED}")
+    breakout = next(line for line in page.read_text().splitlines() if line.startswith("| MinAtar/Breakout-v1 | ppo"))
+    assert "[" in breakout.split(" | ")[5], "the re-evaluations' IQM and interval over the 2 seeds"
+    assert published.reevaluate(root, "breakout", "ppo") == [], "a run re-evaluated once is not again"
 
 
 def test_a_runs_wall_time_counts_every_session(tmp_path):
@@ -108,9 +122,9 @@ def test_the_zoo_halfcheetah_task_has_stable_baselines3_beside_it_from_its_run_f
             (run / "summary.json").write_text(json.dumps({"eval_return": score, "env_steps": 1_000_000,
                                                           "stop_reason": "budget", "run_wall_time_s": 1800.0}))
     row = published.row_cells(tmp_path, "halfcheetah-zoo", "sb3-ppo")
-    assert row[2:5] == ["1M", "2 (+1 running)", "5,500 [5,000, 6,000]"] and row[5:7] == ["4,000", "30 min"], row
+    assert row[2:5] == ["1M", "2 (+1 running)", "5,500 [5,000, 6,000]"] and row[5:8] == ["-", "4,000", "30 min"], row
     (group / "seed-1" / "progress.csv").write_text("iteration,env_steps,wall_time_s,eval/return\n1,1000000,1800,6000\n")
-    assert published.row_cells(tmp_path, "halfcheetah-zoo", "sb3-ppo")[5] == "4,000 (1 of 2 seeds)"
+    assert published.row_cells(tmp_path, "halfcheetah-zoo", "sb3-ppo")[6] == "4,000 (1 of 2 seeds)"
     (group / "seed-0" / "summary.json").unlink()
     (group / "seed-1" / "summary.json").unlink()
     row = published.row_cells(tmp_path, "halfcheetah-zoo", "sb3-ppo")

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import subprocess
 import sys
@@ -12,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import published
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sb3_reference.py"
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_zoos_halfcheetah_settings_train_and_evaluate_at_the_budget(tmp_path):
+def test_the_zoos_halfcheetah_settings_train_and_evaluate_at_the_budget(tmp_path, monkeypatch):
     pytest.importorskip("mujoco", reason="the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")
     pytest.importorskip("stable_baselines3", reason="Stable-Baselines3 is not installed (the test extra has it)")
     out, group = tmp_path / "runs.json", tmp_path / "sb3-ppo-halfcheetah-zoo"
@@ -38,15 +41,26 @@ def test_the_zoos_halfcheetah_settings_train_and_evaluate_at_the_budget(tmp_path
     summary = json.loads((group / "seed-3" / "summary.json").read_text())
     assert summary["stop_reason"] == "budget" and summary["env_steps"] == 2048
     # its training episodes (two of 1,000 steps) as published.py reads them, and its two evaluations
-    from benchmarks.published import training_return
 
     with (group / "seed-3" / "progress.csv").open() as f:
         rows = list(csv.DictReader(f))
     episodes = [r for r in rows if r["train/episode_return"] not in ("", "nan")]
     assert [r["train/episode_length"] for r in episodes] == ["1000.0", "1000.0"], rows
-    assert training_return(group / "seed-3") == pytest.approx(sum(float(r["train/episode_return"])
+    assert published.training_return(group / "seed-3") == pytest.approx(sum(float(r["train/episode_return"])
                                                                   for r in episodes) / 2)
     assert [int(r["env_steps"]) for r in rows if r["eval/return"]] == [1024, 2048]
+
+    # Its final model, evaluated again as published.py's --reevaluate does for the peer's row (2 episodes here).
+    assert {"model.zip", "vecnormalize.pkl"} <= {p.name for p in (group / "seed-3").iterdir()}
+    monkeypatch.setitem(published.TASKS, "halfcheetah-zoo",
+                        dataclasses.replace(published.TASKS["halfcheetah-zoo"], reevaluation=2))
+    (written,) = published.reevaluate(tmp_path, "halfcheetah-zoo", "sb3-ppo")
+    record = json.loads(written.read_text())
+    assert record["episodes"] == 2 and record["algo"] == "sb3-ppo" and record["env"] == "HalfCheetah-v4"
+    assert record["command"].startswith("python benchmarks/sb3_reference.py --reevaluate ")
+    assert record["return_min"] <= record["eval_return"] <= record["return_max"]
+    row = published.row_cells(tmp_path, "halfcheetah-zoo", "sb3-ppo")
+    assert row[5] == published._fmt(record["eval_return"]), "one seed's re-evaluation, no interval"
 
     # A folder that holds a run is refused before anything trains.
     again = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=tmp_path)
