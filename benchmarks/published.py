@@ -113,7 +113,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          reevaluation=_ZOO_EPISODES, peers=(
         Peer("sb3-ppo", "Stable-Baselines3 2.9 PPO (the zoo's `ppo.yml` entry, `VecNormalize`)", 1_000_000,
              "python benchmarks/sb3_reference.py --algo ppo --env HalfCheetah-v4 --max-env-steps 1000000 "
-             "--eval-every 1000000 --eval-episodes 8 --seeds 0,1,2 --logdir ROOT/sb3-ppo-halfcheetah-zoo",
+             "--eval-every 1000000 --eval-episodes 8 --seeds 0,1,2,3,4 --logdir ROOT/sb3-ppo-halfcheetah-zoo",
              "benchmarks/sb3_reference.py"),)),
     Task("walker2d", "Walker2d-v4", {"ppo": "ppo-mujoco-1m"}, (("2,288", _CLEANRL), ("3,479", _ZOO)),
          reevaluation=_ZOO_EPISODES),
