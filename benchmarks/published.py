@@ -273,7 +273,7 @@ def reevaluated(folders: list[Path], episodes: int) -> str:
     if not episodes or not paths or not all(p.is_file() for p in paths):
         return "-"
     iqm = aggregate_scores([json.loads(p.read_text())["eval_return"] for p in paths])["iqm"]
-    return f"{_fmt(iqm.value)} [{_fmt(iqm.low)}, {_fmt(iqm.high)}]" if len(paths) > 1 else _fmt(iqm.value)
+    return _interval(iqm.value, iqm.low, iqm.high) if len(paths) > 1 else _fmt(iqm.value)
 
 
 # --------------------------------------------------------------------------- the table
@@ -355,6 +355,11 @@ def _minutes(walls: list[float]) -> str:
     return f"{low} min" if low == high else f"{low}-{high} min"
 
 
+def _interval(value: float, low: float, high: float) -> str:
+    """``"5,699 [5,402, 6,080]"``: an estimate and its interval, as the table prints them."""
+    return f"{_fmt(value)} [{_fmt(low)}, {_fmt(high)}]"
+
+
 def _fmt(x: float | None) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
@@ -399,7 +404,7 @@ def row_cells(root: Path, task: str, algo: str) -> list[str]:
         return [t.env, label, budget, "0", f"{state}`{command}`", "-", "-", "-", refs]
     iqm = stats["iqm"]
     low, high = iqm["low"], iqm["high"]
-    interval = f"{_fmt(iqm['value'])} [{_fmt(low)}, {_fmt(high)}]" if low is not None else _fmt(iqm["value"])
+    interval = _interval(iqm["value"], low, high) if low is not None else _fmt(iqm["value"])
     folders = [Path(r) for r in stats["runs"]]
     trained = [x for x in (training_return(f) for f in folders) if x is not None]
     summaries = [json.loads((f / "summary.json").read_text()) for f in folders]

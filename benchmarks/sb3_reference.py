@@ -105,11 +105,16 @@ class RunFolder:
         self._csv.writerow(values)
         self._file.flush()
 
-    def finish(self, summary: dict[str, Any]) -> None:
+    def finish(self, summary: dict[str, Any], model: Any, statistics: Any | None) -> None:
+        """Closes ``progress.csv``, saves the final ``model`` (and the ``VecNormalize`` ``statistics``, if any),
+        which ``--reevaluate`` evaluates again, then writes ``summary.json``, last."""
         from rlstruct.algos._train.run_folder import SUMMARY_NAME, write_whole
 
         os.fsync(self._file.fileno())
         self._file.close()
+        model.save(self.folder / MODEL_NAME)
+        if statistics is not None:
+            statistics.save(str(self.folder / STATISTICS_NAME))
         write_whole(self.folder / SUMMARY_NAME, json.dumps(summary, indent=1))
 
 
@@ -192,15 +197,11 @@ def run_one(algo: str, env_id: str, seed: int, *, target: float | None, stop: bo
     wall = time.perf_counter() - t0
     if budget.episodes:  # those of the rollout the budget cut short
         budget.write_training_row()
-    if folder is not None:  # the final model, which --reevaluate evaluates again
-        model.save(folder.folder / MODEL_NAME)
-        if normalize:
-            env.save(str(folder.folder / STATISTICS_NAME))
     reached = next((e for e in evals if target is not None and e["return"] >= target), None)
     if folder is not None:
         folder.finish({"eval_return": evals[-1]["return"] if evals else None, "env_steps": int(model.num_timesteps),
                        "stop_reason": budget.stop_reason, "run_wall_time_s": round(wall, 2),
-                       "iterations": budget.rollouts})
+                       "iterations": budget.rollouts}, model, env if normalize else None)
     return {
         "algo": algo, "env": env_id, "seed": seed,
         "reached": reached is not None,
@@ -229,7 +230,9 @@ def reevaluate(folder: Path, episodes: int, seed: int) -> dict[str, Any]:
         raise FileNotFoundError(f"--reevaluate needs a run folder holding {MODEL_NAME}, got {folder}, which has none "
                                 "(a run that has not finished, or one written before the script saved its model); "
                                 "run its seed again with --logdir")
-    config = json.loads((folder / "config.json").read_text())
+    from rlstruct.algos._train.run_folder import CONFIG_NAME
+
+    config = json.loads((folder / CONFIG_NAME).read_text())
     env_id, algo = config["env"], config["algo"].removeprefix("sb3-")
     env = make_vec_env(env_id, n_envs=1, seed=seed)
     if (folder / STATISTICS_NAME).is_file():
