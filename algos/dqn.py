@@ -1,5 +1,6 @@
 """Double DQN with a target network, epsilon-greedy exploration and uniform replay (Mnih et al. 2015;
-van Hasselt et al. 2016), with optional n-step returns, a dueling head (Wang et al. 2016) and prioritized replay.
+van Hasselt et al. 2016), with optional n-step returns, a dueling head (Wang et al. 2016) and prioritized replay;
+``double=False`` gives Mnih et al.'s targets, the target network's max.
 
 Targets bootstrap through time limits from the stored terminal observation and not through terminations. The file
 reads top to bottom: the config, the targets and the loss (the Q networks and their agent, which PQN shares, are
@@ -33,8 +34,10 @@ from rlstruct.algos._qnet import (
     q_network,
 )
 from rlstruct.algos._train import (
+    AutocastPart,
     OffPolicyAlgorithm,
     Resume,
+    autocast_dtype,
     default,
     load_state,
     main,
@@ -43,16 +46,16 @@ from rlstruct.algos._train import (
     setting,
     trainer,
 )
-from rlstruct.algos.networks import make_adam, polyak_update
+from rlstruct.algos.networks import autocast_context, make_adam, polyak_update
 from rlstruct.algos.replay import NStepWindow, PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["DQNConfig", "QNetwork", "PixelQNetwork", "q_network", "dueling_q", "QAgent", "double_dqn_targets",
-           "create_q_agent", "dqn_loss", "epsilon_at", "DQNLearner", "ALGORITHM", "train"]
+           "dqn_targets", "create_q_agent", "dqn_loss", "epsilon_at", "DQNLearner", "ALGORITHM", "train"]
 
 
 @dataclasses.dataclass
-class DQNConfig(OffPolicyConfig):
+class DQNConfig(AutocastPart, OffPolicyConfig):
     """DQN's settings (each one's help is beside it; the family's are :class:`OffPolicyConfig`'s)."""
 
     time_limit: float = default(300.0)
@@ -69,6 +72,8 @@ class DQNConfig(OffPolicyConfig):
     loss: str = setting("huber", "huber or mse", choices=("huber", "mse"))
     max_grad_norm: float = setting(10.0, "clip the gradient's global norm to this (0: no clipping)")
     dueling: bool = setting(False, "a dueling head: Q = V + A - mean(A)")
+    double: bool = setting(True, "double DQN's targets (false: the target network's max, as Mnih et al. 2015 and "
+                                 "SB3)")
 
     RESUME_FIELDS = ("dueling",)
 
@@ -117,26 +122,47 @@ def double_dqn_targets(
     return returns + discounts * next_q_target.gather(-1, a_star).squeeze(-1)
 
 
+def dqn_targets(returns: torch.Tensor, discounts: torch.Tensor, next_q_target: torch.Tensor,
+                next_q_online: torch.Tensor | None = None) -> torch.Tensor:
+    """DQN's targets: :func:`double_dqn_targets` with ``next_q_online``, else Mnih et al.'s
+    ``y = R + discount * max_a Q_target(s', a)``.
+
+    Args:
+        returns: ``float [N]`` (n-step) rewards.
+        discounts: ``float [N]``, ``gamma^m`` or 0 where the episode terminated.
+        next_q_target: ``float [N, A]``.
+        next_q_online: ``float [N, A]``, or ``None`` (the target network's max).
+
+    >>> dqn_targets(torch.tensor([1.0]), torch.tensor([0.5]), torch.tensor([[8.0, 2.0]]))
+    tensor([5.])
+    """
+    if next_q_online is not None:
+        return double_dqn_targets(returns, discounts, next_q_online, next_q_target)
+    return returns + discounts * next_q_target.max(-1).values
+
+
 def dqn_loss(
     q: torch.Tensor,
     actions: torch.Tensor,
     returns: torch.Tensor,
     discounts: torch.Tensor,
-    next_q_online: torch.Tensor,
+    next_q_online: torch.Tensor | None,
     next_q_target: torch.Tensor,
     *,
     kind: str = "huber",
     weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The double-DQN regression loss of ``Q(s, a)`` on :func:`double_dqn_targets`; with ``weights`` (prioritized
-    replay's importance-sampling weights), the weighted mean of the per-transition losses.
+    """The regression loss of ``Q(s, a)`` on :func:`dqn_targets` (double DQN's with ``next_q_online``), in float32
+    whatever the Q-values' dtype (bfloat16 under autocast); with ``weights`` (prioritized replay's importance-sampling
+    weights), the weighted mean of the per-transition losses.
 
     Args:
         q: ``float [N, A]``, online Q-values of the observations, with gradient.
         actions: ``int64 [N]``.
         returns: ``float [N]`` (n-step) rewards.
         discounts: ``float [N]``, ``gamma^m`` or 0 at a termination.
-        next_q_online: ``float [N, A]``, online Q-values of the next observations (no gradient).
+        next_q_online: ``float [N, A]``, online Q-values of the next observations (no gradient), or ``None``: the
+            targets take the target network's max.
         next_q_target: ``float [N, A]``, target-network Q-values of the next observations (no gradient).
         kind: ``huber`` (smooth L1, delta 1) or ``mse``.
         weights: ``float [N]`` or ``None`` (a plain mean).
@@ -150,9 +176,10 @@ def dqn_loss(
     >>> float(loss)
     1.0
     """
-    q_a = q.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    q_a = q.float().gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
-        targets = double_dqn_targets(returns, discounts, next_q_online, next_q_target)
+        online = None if next_q_online is None else next_q_online.float()
+        targets = dqn_targets(returns.float(), discounts.float(), next_q_target.float(), online)
     regression = nn.functional.smooth_l1_loss if kind == "huber" else nn.functional.mse_loss
     if weights is None:
         loss = regression(q_a, targets)
@@ -165,7 +192,8 @@ class DQNLearner:
     """DQN's learner for the off-policy loop (:class:`~rlstruct.algos._train.loops.OffPolicyLearner`): the Q network
     and its target, Adam, epsilon-greedy exploration, n-step transitions, and one gradient step of
     :func:`dqn_loss` followed by the target update (Polyak with ``tau < 1``, else a hard copy every
-    ``target_update_interval`` steps).
+    ``target_update_interval`` steps). The gradient step's forwards run under ``config.autocast``; with
+    ``double=False`` it skips the online network's forward on the next observations.
 
     Built whole on ``device``. A resumed run restores the Q network, the target network, Adam's state and the count
     of gradient steps (the hard target updates keep their cadence); epsilon goes on decaying from the restored
@@ -191,6 +219,7 @@ class DQNLearner:
         self.target = copy.deepcopy(self.policy).requires_grad_(False)
         self.optimizer = make_adam(self.policy, config.lr, device, eps=config.adam_eps)
         self.n_step = NStepWindow(config.gamma, config.n_step)
+        self.autocast, self.device = autocast_dtype(config), device
         self.n_updates = 0
         if resume is not None:
             self.target.load_state_dict(resume.learner["target"])
@@ -228,10 +257,11 @@ class DQNLearner:
         """One step of :func:`dqn_loss` on a sampled batch, then the target update."""
         config, model, target = self.config, self.policy, self.target
         batch = buffer.sample(config.batch_size)
-        q = model(batch["obs"])
-        with torch.no_grad():
-            next_q_online = model(batch["next_obs"])
-            next_q_target = target(batch["next_obs"])
+        with autocast_context(self.device, self.autocast):
+            q = model(batch["obs"])
+            with torch.no_grad():
+                next_q_online = model(batch["next_obs"]) if config.double else None
+                next_q_target = target(batch["next_obs"])
         loss, stats = dqn_loss(q, batch["action"], batch["ret"], batch["discount"], next_q_online, next_q_target,
                                kind=config.loss, weights=batch.get("weight"))
         if isinstance(buffer, PrioritizedReplayBuffer):  # the TD errors are the sampled transitions' new priorities

@@ -15,6 +15,10 @@ network on most steps: one draw decides for all envs whether they explore.)
   evaluation off;
 * ``rlstruct-nchw``: the same with the Nature CNN fed channels-first maps, as the encoder was before it laid the
   frames out channels-last on the CPU;
+* ``rlstruct-plain``: the same with ``--no-double``: Mnih et al.'s targets, as Stable-Baselines3's DQN computes them
+  (double DQN's online forward on the next frames is a third forward a gradient step);
+* ``rlstruct-bf16``, ``rlstruct-plain-bf16``: ``rlstruct`` and ``rlstruct-plain`` with ``--autocast bfloat16`` (the
+  gradient step's forwards and the training agent's in bfloat16; the loss, the weights and Adam in float32);
 * ``sb3``: Stable-Baselines3's ``DQN("CnnPolicy")`` on the same ``AtariVectorEnv`` through a small ``VecEnv``
   adapter (``train_freq=4`` vector steps, ``gradient_steps=8``, ``n_steps=3``, ``optimize_memory_usage=False``).
 
@@ -30,6 +34,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import tempfile
@@ -42,7 +47,10 @@ from benchmarks._fresh import Config, add_arguments, measure_or_rounds, print_re
 
 GAME = "ALE/Breakout-v5"
 N_ENVS = 8
-PEERS = ("rlstruct", "rlstruct-nchw", "sb3")
+PEERS = ("rlstruct", "rlstruct-nchw", "rlstruct-plain", "rlstruct-bf16", "rlstruct-plain-bf16", "sb3")
+#: each rlstruct configuration's settings besides the preset's
+RLSTRUCT_SETTINGS = {"rlstruct": {}, "rlstruct-plain": {"double": False}, "rlstruct-bf16": {"autocast": "bfloat16"},
+                     "rlstruct-plain-bf16": {"double": False, "autocast": "bfloat16"}}
 THREADS = (1, 2)
 
 
@@ -94,9 +102,10 @@ class _LearnerClock:
         return out
 
 
-def measure_rlstruct(steps: int, learning_starts: int, buffer: int, threads: int) -> dict:
+def measure_rlstruct(steps: int, learning_starts: int, buffer: int, threads: int, **settings) -> dict:
     """``rlstruct train dqn --preset dqn-atari`` over ``learning_starts + steps`` env steps (``torch_threads``:
-    the run sets its threads): 8 gradient steps after each collection of 4 x 8 env steps."""
+    the run sets its threads), with ``settings`` besides: 8 gradient steps after each collection of 4 x 8 env
+    steps."""
     from rlstruct.algos import validate
     from rlstruct.algos._train.loops import train_off_policy
     from rlstruct.algos._train.registry import algorithm
@@ -110,11 +119,11 @@ def measure_rlstruct(steps: int, learning_starts: int, buffer: int, threads: int
             env=GAME, preset="dqn-atari", logdir=logdir, progress=False, tensorboard=False, time_limit=1e9,
             n_evaluation_envs=1, eval_every=2**31 - 1, evaluation_max_steps=10, buffer_size=buffer,
             learning_starts=learning_starts, max_env_steps=learning_starts + steps, torch_threads=threads,
-            epsilon_decay_steps=learning_starts)
+            epsilon_decay_steps=learning_starts, **settings)
         setup = validate(config)
         # a preset fills the fields left at their defaults: a budget equal to a default would take the preset's
         want = {"learning_starts": learning_starts, "buffer_size": buffer, "torch_threads": threads,
-                "epsilon_decay_steps": learning_starts}
+                "epsilon_decay_steps": learning_starts, **settings}
         got = {k: getattr(setup.config, k) for k in want}
         if got != want:
             raise ValueError(f"the run's settings are {got}; pass values other than DQN's defaults")
@@ -196,7 +205,8 @@ def measure_rlstruct_nchw(steps: int, learning_starts: int, buffer: int, threads
     return measure_rlstruct(steps, learning_starts, buffer, threads)
 
 
-MEASURES = {"rlstruct": measure_rlstruct, "rlstruct-nchw": measure_rlstruct_nchw, "sb3": measure_sb3}
+MEASURES = {**{name: functools.partial(measure_rlstruct, **settings) for name, settings in RLSTRUCT_SETTINGS.items()},
+            "rlstruct-nchw": measure_rlstruct_nchw, "sb3": measure_sb3}
 
 
 def configs(args: argparse.Namespace) -> dict[str, Config]:

@@ -59,6 +59,11 @@ class Check:
 CHECKS: dict[str, Check] = {
     "a2c-cartpole": Check("algos.test_learning", "test_a2c_learns_cartpole"),
     "a2c-cartpole-wide": Check("algos.test_learning", "test_a2c_solves_cartpole_in_a_few_wide_iterations"),
+    "dqn-cartpole": Check("algos.test_learning", "test_dqn_learns_cartpole"),
+    "dqn-cartpole-bf16": Check("algos.test_learning", "test_dqn_learns_cartpole_in_bfloat16_and_as_plain_dqn",
+                               (("variant", "bfloat16"),)),
+    "dqn-cartpole-plain": Check("algos.test_learning", "test_dqn_learns_cartpole_in_bfloat16_and_as_plain_dqn",
+                                (("variant", "plain"),)),
     "pqn-cartpole": Check("algos.test_pqn", "test_pqn_learns_cartpole_and_a_run_is_reproducible"),
     "pqn-cartpole-preset": Check("algos.test_learning", "test_pqn_solves_cartpole_with_its_preset"),
     "ppo-acrobot-preset": Check("algos.test_presets", "test_ppo_acrobot_preset_reaches_minus_100"),

@@ -12,8 +12,10 @@ An algorithm's config (which extends :class:`~rlstruct.algos.OnPolicyConfig` or
     ``RolloutPart``, ``MinibatchPart``, ``ActorCriticPart``, ``RecurrentPart``,
     ``AdvantagePart``: the settings of the parts of the on-policy loop an algorithm uses (fixed-length rollouts,
     epochs of minibatches over them, an actor-critic policy, a recurrent one, GAE advantages and the loss's weights),
-    which its config adds; ``setting``: a field with its ``--help``; ``default``: a new default for an inherited
-    field, keeping its help (a setting declares the values it takes beside its help, checked before a run starts).
+    which its config adds; ``AutocastPart``: the forwards under ``torch.autocast`` (every on-policy config has it;
+    DQN's adds it), and ``autocast_dtype``: the dtype it names; ``setting``: a field with its ``--help``;
+    ``default``: a new default for an inherited field, keeping its help (a setting declares the values it takes
+    beside its help, checked before a run starts).
 
 What an algorithm is, and what trains it:
     ``OnPolicyAlgorithm``, ``OffPolicyAlgorithm``: the description (``ALGORITHM``, plain data) an algorithm module
@@ -41,12 +43,13 @@ from rlstruct._lazy import by_name, lazy_names
 
 _LAZY = by_name({
     "rlstruct.algos._train.config": ("RolloutPart", "MinibatchPart", "ActorCriticPart", "RecurrentPart",
-                                     "AdvantagePart", "setting", "default"),
+                                     "AdvantagePart", "AutocastPart", "setting", "default"),
     "rlstruct.algos._train.registry": ("OnPolicyAlgorithm", "OffPolicyAlgorithm", "OnPolicyModel"),
     "rlstruct.algos._train.actor_critic": ("ACTOR_CRITIC", "check_actor_critic_network"),
     "rlstruct.algos._train.loops": ("ActorCriticLearner", "LearnFn", "trainer"),
     "rlstruct.algos._train.train_command": ("main",),
-    "rlstruct.algos._train.update": ("Batch", "reads", "minibatch_epochs", "training_agent_kwargs"),
+    "rlstruct.algos._train.update": ("Batch", "reads", "minibatch_epochs", "training_agent_kwargs",
+                                     "autocast_dtype"),
     "rlstruct.algos._train.session": ("seeded_model",),
     "rlstruct.algos._train.checkpoints": ("Resume", "load_state", "restore_optimizer"),
     "rlstruct.algos._train.distributed": ("mean_over_ranks",),

@@ -28,10 +28,10 @@ from rlstruct.envs.factory import BACKENDS, resolve_backend
 from rlstruct.errors import ConfigError, MissingDependencyError
 
 __all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "AUTOCAST_VALUES", "setting", "default", "RunConfig",
-           "OnPolicyConfig", "RolloutPart", "MinibatchPart", "ActorCriticPart", "RecurrentPart", "AdvantagePart",
-           "OffPolicyConfig", "resume_fields", "check_bounds",
-           "validate_run_config", "check_on_policy", "check_off_policy", "check_evaluation_policy", "check_env_kwargs",
-           "check_physics_dtype", "set_torch_threads", "training_workers"]
+           "AutocastPart", "OnPolicyConfig", "RolloutPart", "MinibatchPart", "ActorCriticPart", "RecurrentPart",
+           "AdvantagePart", "OffPolicyConfig", "resume_fields", "check_bounds", "validate_run_config", "check_autocast",
+           "check_on_policy", "check_off_policy", "check_evaluation_policy", "check_env_kwargs", "check_physics_dtype",
+           "set_torch_threads", "training_workers"]
 
 #: the values of ``RunConfig.matmul_precision`` (torch's ``set_float32_matmul_precision``)
 MATMUL_PRECISIONS = ("highest", "high", "medium")
@@ -162,7 +162,16 @@ class RunConfig:
 
 
 @dataclasses.dataclass
-class OnPolicyConfig(RunConfig):
+class AutocastPart:
+    """The forward passes in a lower precision: the update's forwards and the training agent's under
+    ``torch.autocast``, the losses and what the agent returns in float32 (A2C, PPO, REINFORCE, PQN, DQN)."""
+
+    autocast: str = setting("none", "none, or bfloat16: the update's and the policy's forward under autocast",
+                            group="fast path")
+
+
+@dataclasses.dataclass
+class OnPolicyConfig(AutocastPart, RunConfig):
     """What the on-policy loop reads of every member (A2C, PPO, REINFORCE, PQN): the schedule, the return
     normalisation and the update's fast path. A member's config adds the parts its collection and its policy read
     (:class:`RolloutPart`, :class:`ActorCriticPart`, :class:`RecurrentPart`)."""
@@ -181,9 +190,6 @@ class OnPolicyConfig(RunConfig):
                                    group="fast path")
     share_weights: bool = setting(True, "the in-process batcher reads the learner's weights on its device",
                                   group="fast path")
-    autocast: str = setting("none", "none, or bfloat16: the update's and the policy's forward under autocast",
-                            group="fast path")
-
     RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("normalize_rewards",)
 
 
@@ -394,6 +400,25 @@ def validate_run_config(config: RunConfig) -> None:
     check_trackers(config.track)
 
 
+def check_autocast(config: AutocastPart, title: str) -> None:
+    """Checks ``config.autocast`` (a config with an :class:`AutocastPart`), for every algorithm that has it.
+
+    Raises:
+        ValueError: it is not one of :data:`AUTOCAST_VALUES`.
+        ConfigError: it is not ``none`` and ``check_devices`` is on.
+    """
+    if config.autocast not in AUTOCAST_VALUES:
+        raise ValueError(
+            f"autocast must be one of {list(AUTOCAST_VALUES)}, got {config.autocast!r}; pass --autocast bfloat16 for "
+            "the update's and the training policy's forward in bfloat16, or leave the default (none: float32)"
+        )
+    if config.autocast != "none" and getattr(config, "check_devices", False):
+        raise ConfigError(
+            f"{title}: autocast={config.autocast!r} does not support check_devices=True (the checked replay runs step "
+            "by step, in float32, for debugging); drop --autocast or --check-devices"
+        )
+
+
 def check_on_policy(config: OnPolicyConfig, title: str) -> None:
     """Checks the on-policy family's settings: the step budget of ``anneal_lr`` and the fast path, then those of the
     parts ``config`` is made of (its collection, its policy).
@@ -404,11 +429,7 @@ def check_on_policy(config: OnPolicyConfig, title: str) -> None:
             ``check_devices``; ``cuda_graph`` without a CUDA ``batcher_device``).
         ValueError: a setting is out of range.
     """
-    if config.autocast not in AUTOCAST_VALUES:
-        raise ValueError(
-            f"autocast must be one of {list(AUTOCAST_VALUES)}, got {config.autocast!r}; pass --autocast bfloat16 for "
-            "the update's and the training policy's forward in bfloat16, or leave the default (none: float32)"
-        )
+    check_autocast(config, title)
     pairs = [("compile_update", "check_devices", "the checked replay runs step by step for debugging")]
     if isinstance(config, RecurrentPart):
         pairs += [("compile_policy", "recurrent", "it compiles the feed-forward policy's step"),
@@ -418,11 +439,6 @@ def check_on_policy(config: OnPolicyConfig, title: str) -> None:
         if getattr(config, flag) and getattr(config, other):
             raise ConfigError(f"{title}: {flag}=True does not support {other}=True ({why}); drop "
                               f"--{flag.replace('_', '-')} or --{other.replace('_', '-')}")
-    if config.autocast != "none" and config.check_devices:
-        raise ConfigError(
-            f"{title}: autocast={config.autocast!r} does not support check_devices=True (the checked replay runs step "
-            "by step, in float32, for debugging); drop --autocast or --check-devices"
-        )
     if isinstance(config, RolloutPart):
         # Asked of the seam (rlstruct._accel), so that a test's recording fake on the CPU drives a captured run.
         if config.cuda_graph and accelerator_for(config.batcher_device) is None:
@@ -442,12 +458,15 @@ def check_on_policy(config: OnPolicyConfig, title: str) -> None:
         )
 
 
-def check_off_policy(config: OffPolicyConfig) -> None:
-    """Checks the off-policy family's settings.
+def check_off_policy(config: OffPolicyConfig, title: str) -> None:
+    """Checks the off-policy family's settings, and ``autocast`` where the member has it (:func:`check_autocast`).
 
     Raises:
         ValueError: a setting is out of range.
+        ConfigError: ``autocast`` with ``check_devices``.
     """
+    if isinstance(config, AutocastPart):
+        check_autocast(config, title)
     if config.priority_alpha < 0 or not 0 <= config.priority_beta0 <= 1:
         raise ValueError(f"priority_alpha must be >= 0 and priority_beta0 in [0, 1], got "
                          f"priority_alpha={config.priority_alpha!r}, priority_beta0={config.priority_beta0!r}")

@@ -54,6 +54,7 @@ from rlstruct.algos._train.update import (
     autocast_dtype,
     clip_groups,
     start_pipeline,
+    training_agent_kwargs,
     weight_sync_mode,
 )
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
@@ -339,6 +340,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
                       world_size=world.size, on_evaluation=setup.on_evaluation) as (run, stack):
         # Batchers first, the learner on its device after: no CUDA in this process before workers spawn.
         batcher, evaluator = open_batchers(stack, config, spec, algo.agent(config.to_dict()),
+                                           agent_kwargs=training_agent_kwargs(config),
                                            n_timesteps=config.rollout_steps, autoreset=True,
                                            explore=algo.make_learner.exploration(config),
                                            evaluate=algo.evaluation_agent_info(config.to_dict()),

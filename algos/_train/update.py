@@ -31,7 +31,13 @@ from rlstruct._accel import accelerator_for
 from rlstruct.algos._normalization import LearnerNormalization, SumOverRanks
 from rlstruct.algos._optim import Adam, OptimizerLike
 from rlstruct.algos._train.checkpoints import Resume, restore_optimizer
-from rlstruct.algos._train.config import AUTOCAST_VALUES, ActorCriticPart, OnPolicyConfig
+from rlstruct.algos._train.config import (
+    AUTOCAST_VALUES,
+    ActorCriticPart,
+    AutocastPart,
+    OnPolicyConfig,
+    RunConfig,
+)
 from rlstruct.algos.networks import ActorCritic, autocast_context, make_adam
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import DeviceLike, as_device
@@ -94,15 +100,15 @@ def loss_keys(loss_fn: Callable[..., Any]) -> tuple[str, ...]:
                         "decorate it with @reads('key', ...)")
     return tuple(keys)
 
-#: the dtype of each value of ``OnPolicyConfig.autocast`` (:data:`~.config.AUTOCAST_VALUES`, checked by
-#: :func:`~.config.check_on_policy`): of the update's forward and loss and of the training agent's forward (``None``:
+#: the dtype of each value of ``AutocastPart.autocast`` (:data:`~.config.AUTOCAST_VALUES`, checked by
+#: :func:`~.config.check_autocast`): of the update's forward and loss and of the training agent's forward (``None``:
 #: float32)
 AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
     name: None if name == "none" else getattr(torch, name) for name in AUTOCAST_VALUES
 }
 
 
-def autocast_dtype(config: OnPolicyConfig) -> torch.dtype | None:
+def autocast_dtype(config: AutocastPart) -> torch.dtype | None:
     """The dtype of ``config.autocast`` (``None``: no autocast).
 
     >>> autocast_dtype(OnPolicyConfig()), autocast_dtype(OnPolicyConfig(autocast="bfloat16"))
@@ -111,14 +117,16 @@ def autocast_dtype(config: OnPolicyConfig) -> torch.dtype | None:
     return AUTOCAST_DTYPES[config.autocast]
 
 
-def training_agent_kwargs(config: OnPolicyConfig) -> dict[str, object]:
-    """The keyword arguments that every on-policy training agent takes (``open_batchers``'s ``agent_kwargs``): its
-    ``autocast``; a model part adds its own (the actor-critic's ``compile``).
+def training_agent_kwargs(config: RunConfig) -> dict[str, object]:
+    """The keyword arguments that the training agent of ``config``'s algorithm takes (``open_batchers``'s
+    ``agent_kwargs``): its ``autocast`` where the config has an :class:`~.config.AutocastPart` (every on-policy
+    algorithm, DQN), none otherwise (SAC); an on-policy model part adds its own (the actor-critic's ``compile``).
 
-    >>> training_agent_kwargs(OnPolicyConfig(autocast="bfloat16"))
-    {'autocast': torch.bfloat16}
+    >>> from rlstruct.algos.sac import SACConfig
+    >>> training_agent_kwargs(OnPolicyConfig(autocast="bfloat16")), training_agent_kwargs(SACConfig())
+    ({'autocast': torch.bfloat16}, {})
     """
-    return {"autocast": autocast_dtype(config)}
+    return {"autocast": autocast_dtype(config)} if isinstance(config, AutocastPart) else {}
 
 
 def weight_sync_mode(config: OnPolicyConfig) -> str:

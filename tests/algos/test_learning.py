@@ -94,9 +94,24 @@ def test_reinforce_learns_cartpole(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_dqn_learns_cartpole(tmp_path):
-    """Seeds 0-9, 1 torch thread, 12k env steps: best evaluations 187-392 (seed 0: 283), final 131-324; the
-    thresholds (132 and 66) are 29% and 50% under the lowest of each."""
+    """Seeds 0-9 with 1 and 2 torch threads, 12k env steps (benchmarks/thresholds.py dqn-cartpole): best evaluations
+    187-400, final 131-400; the thresholds (132 and 66) are 29% and 50% under the lowest of each."""
     cfg = dqn.DQNConfig(**_common(tmp_path, max_env_steps=12_000, epsilon_decay_steps=5_000, seed=0))
+    result = dqn.train(cfg)
+    assert_learned(result, best=6 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("variant", ["bfloat16", "plain"])
+def test_dqn_learns_cartpole_in_bfloat16_and_as_plain_dqn(tmp_path, variant):
+    """test_dqn_learns_cartpole's run with the gradient step's forwards and the training agent's in bfloat16
+    (``autocast``), or with Mnih et al.'s targets (``double=False``), held to the same thresholds. Seeds 0-9 with 1
+    and 2 torch threads (benchmarks/thresholds.py dqn-cartpole-bf16 and dqn-cartpole-plain), all 40 runs passed:
+    in bfloat16 best evaluations 214-418, final 117-327 (the thresholds, 132 and 66, 38% and 44% under the lowest);
+    plain DQN best 247-442, final 135-281 (47% and 51% under)."""
+    extra = {"autocast": "bfloat16"} if variant == "bfloat16" else {"double": False}
+    cfg = dqn.DQNConfig(**_common(tmp_path, max_env_steps=12_000, epsilon_decay_steps=5_000, seed=0, **extra))
     result = dqn.train(cfg)
     assert_learned(result, best=6 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
 
