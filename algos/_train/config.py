@@ -114,6 +114,8 @@ class RunConfig:
     lr: float = setting(1e-3, "Adam learning rate", group="run")
     adam_eps: float = setting(1e-8, "Adam's epsilon (SB3's and CleanRL's PPO: 1e-5)", group="run", least=0.0)
     n_evaluation_envs: int = setting(16, "episodes per evaluation", group="evaluation", least=1)
+    final_evaluation_episodes: int | None = setting(None, "final evaluation episodes (None: n_evaluation_envs)",
+                                                    group="evaluation", least=1)
     n_evaluation_processes: int = setting(0, "evaluation worker processes (0: evaluate in this process)",
                                           group="evaluation", least=0)
     evaluation_max_steps: int | None = setting(None, "steps per evaluation episode at most (None: the time limit)",

@@ -151,7 +151,8 @@ class Evaluator:
     ``n_timesteps`` takes fewer calls and more memory). When more than ``max_queued`` evaluations wait, the next
     :meth:`schedule` waits for the one under way (the queue holds a copy of the weights per evaluation). In process
     (``n_processes=0``), ``execute`` runs the acquisition before it returns, so :meth:`launch` runs the whole
-    evaluation. :meth:`final` evaluates the final weights, blocking.
+    evaluation. :meth:`final` evaluates the final weights, blocking, over ``final_episodes`` episodes: as many rounds
+    of one episode per env as that takes, each from the envs' next reset.
 
     Args:
         batcher: an episodic batcher (``autoreset=False``), or an auto-reset one, whose envs' first episodes count
@@ -161,17 +162,22 @@ class Evaluator:
         max_steps: steps per episode at most (the env's time limit); ``None``: ``batcher.n_timesteps`` (one
             acquisition per evaluation).
         max_queued: evaluations that may wait behind the one under way.
+        final_episodes: the episodes of :meth:`final` (``None``: ``batcher.n_elems()``, one per env, as every
+            evaluation).
 
     Raises:
-        ValueError: ``max_steps < 1`` or ``max_queued < 1``.
+        ValueError: ``max_steps < 1``, ``max_queued < 1`` or ``final_episodes < 1``.
     """
 
     def __init__(self, batcher: RL_Batcher, agent_info: DictTensor, every: int, *, max_steps: int | None = None,
-                 max_queued: int = 4):
+                 max_queued: int = 4, final_episodes: int | None = None):
         if max_steps is not None and max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 step or None (one acquisition), got {max_steps!r}")
         if max_queued < 1:
             raise ValueError(f"max_queued must be >= 1 evaluation, got {max_queued!r}")
+        if final_episodes is not None and final_episodes < 1:
+            raise ValueError(f"final_episodes must be >= 1 episode or None (one per env), got {final_episodes!r}")
+        self.final_episodes = batcher.n_elems() if final_episodes is None else final_episodes
         self.batcher = batcher
         self.agent_info = agent_info
         self.every = every
@@ -273,28 +279,47 @@ class Evaluator:
 
     def final(self, weights: dict[str, torch.Tensor], iteration: int, env_steps: int) -> tuple[list[dict], dict]:
         """Runs the pending and queued evaluations (:meth:`drain`), then evaluates ``weights`` (blocking, fresh
-        episodes).
+        episodes) over ``final_episodes`` episodes: rounds of one episode per env, each launched from the envs'
+        next reset, the first ``final_episodes`` in round and env order kept.
 
         Returns:
             ``(the pending and queued evaluations' results, the final result)``.
         """
         previous = self.drain()
-        self.launch(weights, iteration, env_steps)
-        self._advance(blocking=True)
-        return previous, self._summarise()
+        tallies: list[EpisodeTally] = []
+        blocked = 0.0
+        while sum(t.returns.shape[0] for t in tallies) < self.final_episodes:
+            self.launch(weights, iteration, env_steps)
+            self._advance(blocking=True)
+            blocked += self._blocked
+            tally, launch = self._take()
+            tallies.append(tally)
+        return previous, self._result(tallies, launch, blocked, episodes=self.final_episodes)
 
-    def _summarise(self) -> dict[str, float]:
+    def _take(self) -> tuple[EpisodeTally, _Launch]:
+        """The finished evaluation's tally and launch; the evaluator is free for the next."""
         assert self._tally is not None and self._tally.finished
         assert self._current is not None
         tally, self._tally = self._tally, None
         launch, self._current = self._current, None
         self.pending = False
         self.evaluated_weights = launch.weights
-        n_running = int(tally.running.sum())
+        return tally, launch
+
+    def _summarise(self) -> dict[str, float]:
+        tally, launch = self._take()
+        return self._result([tally], launch, self._blocked)
+
+    def _result(self, tallies: list[EpisodeTally], launch: _Launch, blocked: float, *,
+                episodes: int | None = None) -> dict[str, float]:
+        """The row of an evaluation of ``launch``'s weights: the first ``episodes`` episodes of ``tallies`` (all:
+        ``None``), with ``blocked`` seconds of the caller's time."""
+        returns = torch.cat([t.returns for t in tallies])[:episodes]
+        lengths = torch.cat([t.lengths for t in tallies])[:episodes]
+        n_running = int(torch.cat([t.running for t in tallies])[:episodes].sum())
         if n_running:
             log.warning("%d evaluation episodes did not finish within %d steps; their returns are partial",
                         n_running, self.max_steps)
-        returns, lengths = tally.returns, tally.lengths
         return {
             "eval/return": float(returns.mean()),
             "eval/return_min": float(returns.min()),
@@ -303,7 +328,7 @@ class Evaluator:
             "eval/episodes": float(returns.shape[0]),
             "eval/launch_env_steps": float(launch.env_steps),
             "eval/confirmation": float(launch.confirmation),
-            "eval/blocked_s": self._blocked,
+            "eval/blocked_s": blocked,
         }
 
     def close(self) -> None:

@@ -409,7 +409,7 @@ def open_batchers(
     )
     n_eval = eval_batcher.n_elems()
     evaluator = Evaluator(eval_batcher, DictTensor({k: torch.full((n_eval,), v) for k, v in evaluate.items()}),
-                          config.eval_every, max_steps=eval_steps)
+                          config.eval_every, max_steps=eval_steps, final_episodes=config.final_evaluation_episodes)
     stack.callback(evaluator.close)
     if config.restart_workers and run is not None:
         run.columns["batcher/restarts"] = lambda: batcher.n_restarts + eval_batcher.n_restarts

@@ -159,6 +159,41 @@ def test_the_evaluator_in_process_finishes_at_launch_and_reports_the_oracle(capl
     assert "did not finish within 6 steps; their returns are partial" in caplog.text
 
 
+@pytest.mark.parametrize("episodes", [4, N_ENVS, 2 * N_ENVS + 1])
+def test_the_final_evaluation_runs_its_episodes_in_rounds_of_fresh_resets(episodes):
+    """Rounds of one episode per env, each from the envs' next reset: the oracle's consecutive evaluations, the
+    first ``episodes`` in round and env order."""
+    rounds = _one_acquisition(False, evaluations=-(-episodes // N_ENVS) + 1)
+    with contextlib.closing(Evaluator(_batcher(5), _agent_info(False), every=3, max_steps=500,
+                                      final_episodes=episodes)) as ev:
+        ev.schedule(_weights, 0, 0)  # a scheduled evaluation takes the first round, as in a run
+        previous, final = ev.final(_weights(), 10, 0)
+    returns = torch.cat([r[0] for r in rounds[1:]])[:episodes]
+    lengths = torch.cat([r[1] for r in rounds[1:]])[:episodes]
+    expected = {**_summary(returns, lengths), "eval/episodes": float(episodes)}
+    assert len(previous) == 1 and previous[0]["eval/episodes"] == N_ENVS
+    assert _without_time(final, at_most=math.inf) == expected
+
+
+def test_final_episodes_below_one_is_a_value_error():
+    with pytest.raises(ValueError, match="final_episodes must be >= 1 episode or None"):
+        Evaluator(_batcher(5), _agent_info(False), every=3, final_episodes=0)
+    with pytest.raises(ValueError, match="final_evaluation_episodes must be >= 1, got 0"):
+        validate_run_config(RunConfig(env=ENV, final_evaluation_episodes=0))
+
+
+def test_a_run_reports_its_final_evaluation_over_the_episodes_asked(tmp_path):
+    from rlstruct.algos import a2c
+    from tests.helpers import bare_run
+
+    result = a2c.train(a2c.A2CConfig(**bare_run(tmp_path, env=ENV, n_envs=4, n_steps=8, max_env_steps=256,
+                                                hidden_sizes=(8,), n_evaluation_envs=2,
+                                                final_evaluation_episodes=5)))
+    rows = [r for r in result.history if "eval/return" in r]
+    assert [r["eval/episodes"] for r in rows[:-1]] == [2.0] * (len(rows) - 1)  # the scheduled ones
+    assert rows[-1]["eval/episodes"] == 5.0 and result.eval_return == rows[-1]["eval/return"]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_evaluator_with_workers_collects_without_blocking_and_reports_the_oracle():
