@@ -20,7 +20,8 @@ declare -A STEPS=(
   # Two fast-path runs in one process, a fresh process per variant: which flag leaves what the second run's graphs
   # touch (docs/benchmarks/gpu-end-to-end.md, "On an H200, with the counter-based draws").
   [two_runs]="$PY benchmarks/gpu_two_runs.py; $PY benchmarks/gpu_two_runs.py --log2-envs 18 20 --autocast bfloat16 --only all no_compile_update no_cuda_graph"
-  [cuda_tests]="$PY -m pytest -q -p no:cacheprovider -m cuda rlstruct agents batchers algos tests"
+  # Eight xdist workers where pytest-xdist is installed (the H100's 16 cores ran them in ~4 minutes), else serially.
+  [cuda_tests]="$PY -m pytest -q -p no:cacheprovider -m cuda \$($PY -c 'import xdist; print(\"-n 8\")' 2>/dev/null) rlstruct agents batchers algos tests"
   [solve_a2c]="$PY benchmarks/gpu_training.py --algos a2c --skip-throughput --time-limit 45 --json DIR/solve_a2c.json"
   [solve_ppo]="$PY benchmarks/gpu_training.py --algos ppo --skip-throughput --time-limit 45 --json DIR/solve_ppo.json"
   [throughput]="$PY benchmarks/gpu_training.py --skip-solve --iterations 20 --json DIR/throughput.json"
