@@ -48,6 +48,8 @@ def _eval_command(argv: Sequence[str]) -> int:
     parser.add_argument("--policy", default=None, choices=EVALUATION_POLICIES,
                         help="greedy: the policy's mode; sample: its draws as in training (default: the run's "
                              "--evaluation-policy)")
+    parser.add_argument("--returns", action="store_true",
+                        help="also give each episode's return in the JSON line (\"returns\")")
     parser.add_argument("--video", default=None, metavar="PATH",
                         help="also record episodes to PATH, .mp4 or .gif (pip install 'rlstruct[video]')")
     parser.add_argument("--video-episodes", type=int, default=1, metavar="N",
@@ -71,7 +73,7 @@ def _eval_command(argv: Sequence[str]) -> int:
                                             policy=ns.policy)
         result = evaluate_checkpoint(ns.checkpoint, episodes=ns.episodes, device=ns.device, backend=ns.backend,
                                      seed=ns.seed, n_processes=ns.n_processes, max_steps=ns.max_steps,
-                                     policy=ns.policy)
+                                     policy=ns.policy, returns=ns.returns)
         if video is not None:
             result["video"] = video.path
             result["video_frames"] = video.frames

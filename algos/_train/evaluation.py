@@ -400,6 +400,7 @@ def evaluate_checkpoint(
     n_processes: int = 0,
     max_steps: int | None = None,
     policy: str | None = None,
+    returns: bool = False,
 ) -> dict[str, Any]:
     """Rebuilds the agent of a checkpoint and runs ``episodes`` episodes of its evaluation policy.
 
@@ -417,9 +418,12 @@ def evaluate_checkpoint(
         max_steps: steps per episode at most (``None``: the env's time limit); an episode cut there counts its
             partial return.
         policy: ``"greedy"`` or ``"sample"`` (``None``: the run's ``evaluation_policy``).
+        returns: also give each episode's return, in env order (``"returns"``): the spread the mean hides, e.g.
+            the episodes where a HalfCheetah policy flips over.
 
     Returns:
-        ``{"eval_return", "return_min", "return_max", "episodes", "policy", "env", "algo", "checkpoint"}``.
+        ``{"eval_return", "return_min", "return_max", "episodes", "policy", "env", "algo", "checkpoint"}``, and
+        ``"returns"`` (a list of floats) with ``returns``.
 
     Raises:
         DeviceUnavailableError: ``device`` does not exist here.
@@ -449,14 +453,17 @@ def evaluate_checkpoint(
                     agent_seeds=worker_seeds(seed, n_workers, EVALUATION_AGENT_SEEDS), device=device) as batcher:
         batcher.update(ckpt["model"])
         tally = run_episodes(batcher, max_steps)
-    returns = tally.returns[:episodes]
-    return {
-        "eval_return": float(returns.mean()),
-        "return_min": float(returns.min()),
-        "return_max": float(returns.max()),
-        "episodes": int(returns.shape[0]),
+    episode_returns = tally.returns[:episodes]
+    result = {
+        "eval_return": float(episode_returns.mean()),
+        "return_min": float(episode_returns.min()),
+        "return_max": float(episode_returns.max()),
+        "episodes": int(episode_returns.shape[0]),
         "policy": policy or cfg.get("evaluation_policy", "greedy"),
         "env": cfg["env"],
         "algo": ckpt["algo"],
         "checkpoint": str(path),
     }
+    if returns:
+        result["returns"] = episode_returns.tolist()
+    return result

@@ -87,6 +87,7 @@ def test_train_writes_logs_plot_checkpoint_and_eval_reads_it(tmp_path):
     assert ev.stderr == ""  # the command's own output only: no torch or gymnasium warning
     result = last_json(ev.stdout)
     assert result["episodes"] == 3 and result["algo"] == "a2c" and 0 < result["eval_return"] <= 60
+    assert "returns" not in result  # each episode's only with --returns
 
 
 @pytest.mark.slow
@@ -115,10 +116,14 @@ def test_train_sac_on_pendulum_and_eval_its_checkpoint(tmp_path):
     assert {"loss/critic", "loss/actor", "loss/temperature", "alpha", "eval/return"} <= set(rows[0])
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert ckpt["algo"] == "sac" and "mean.weight" in ckpt["model"] and ckpt["env_spec"]["n_actions"] is None
-    ev = rlstruct("eval", str(tmp_path / "checkpoint.pt"), "--episodes", "3")
+    ev = rlstruct("eval", str(tmp_path / "checkpoint.pt"), "--episodes", "3", "--returns")
     assert ev.returncode == 0, ev.stderr
     result = last_json(ev.stdout)
     assert result["algo"] == "sac" and result["episodes"] == 3 and -16.3 * 60 <= result["eval_return"] <= 0
+    each = result["returns"]  # --returns: every episode's, whose mean, min and max are the line's
+    assert len(each) == 3 and len(set(each)) == 3
+    assert (min(each), max(each)) == (result["return_min"], result["return_max"])
+    assert sum(each) / 3 == pytest.approx(result["eval_return"], rel=1e-6)
 
 
 @pytest.mark.slow
