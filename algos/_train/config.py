@@ -403,7 +403,8 @@ def validate_run_config(config: RunConfig) -> None:
 
 
 def check_autocast(config: AutocastPart, title: str) -> None:
-    """Checks ``config.autocast`` (a config with an :class:`AutocastPart`), for every algorithm that has it.
+    """Checks ``config.autocast`` (a config with an :class:`AutocastPart`), for every algorithm that has it, on- or
+    off-policy (:func:`~.session.validate` calls it before the family's checks).
 
     Raises:
         ValueError: it is not one of :data:`AUTOCAST_VALUES`.
@@ -427,11 +428,10 @@ def check_on_policy(config: OnPolicyConfig, title: str) -> None:
 
     Raises:
         ConfigError: ``anneal_lr`` without a step budget; fast-path flags that cannot work together
-            (``compile_update`` or ``compile_policy`` with ``recurrent``; ``compile_update`` or ``autocast`` with
-            ``check_devices``; ``cuda_graph`` without a CUDA ``batcher_device``).
+            (``compile_update`` or ``compile_policy`` with ``recurrent``; ``compile_update`` with ``check_devices``;
+            ``cuda_graph`` without a CUDA ``batcher_device``); ``autocast`` is :func:`check_autocast`'s.
         ValueError: a setting is out of range.
     """
-    check_autocast(config, title)
     pairs = [("compile_update", "check_devices", "the checked replay runs step by step for debugging")]
     if isinstance(config, RecurrentPart):
         pairs += [("compile_policy", "recurrent", "it compiles the feed-forward policy's step"),
@@ -460,15 +460,12 @@ def check_on_policy(config: OnPolicyConfig, title: str) -> None:
         )
 
 
-def check_off_policy(config: OffPolicyConfig, title: str) -> None:
-    """Checks the off-policy family's settings, and ``autocast`` where the member has it (:func:`check_autocast`).
+def check_off_policy(config: OffPolicyConfig) -> None:
+    """Checks the off-policy family's settings.
 
     Raises:
         ValueError: a setting is out of range.
-        ConfigError: ``autocast`` with ``check_devices``.
     """
-    if isinstance(config, AutocastPart):
-        check_autocast(config, title)
     if config.priority_alpha < 0 or not 0 <= config.priority_beta0 <= 1:
         raise ValueError(f"priority_alpha must be >= 0 and priority_beta0 in [0, 1], got "
                          f"priority_alpha={config.priority_alpha!r}, priority_beta0={config.priority_beta0!r}")

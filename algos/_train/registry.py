@@ -162,7 +162,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     def check_family(self, config: Any) -> None:
         """The off-policy settings' checks (:func:`~.config.check_off_policy`)."""
-        check_off_policy(config, self.title)
+        check_off_policy(config)
 
 
 def algorithm(name: str) -> Algorithm:

@@ -24,7 +24,9 @@ from rlstruct.agents import RL_Agent
 from rlstruct.algos._env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import Resume, load_resume
 from rlstruct.algos._train.config import (
+    AutocastPart,
     RunConfig,
+    check_autocast,
     set_torch_threads,
     training_workers,
     validate_run_config,
@@ -157,6 +159,8 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
     start = time.perf_counter() if start is None else start
     config, _ = apply_preset(algorithm.name, config, given)
     validate_run_config(config)
+    if isinstance(config, AutocastPart):
+        check_autocast(config, algorithm.title)
     algorithm.check_family(config)
     check_videos(config)
     algorithm.check_config(config)
