@@ -194,6 +194,39 @@ def test_a_run_reports_its_final_evaluation_over_the_episodes_asked(tmp_path):
     assert rows[-1]["eval/episodes"] == 5.0 and result.eval_return == rows[-1]["eval/return"]
 
 
+def test_a_sigterm_between_the_final_evaluations_rounds_still_ends_with_the_episodes_asked_and_a_record(
+        tmp_path, monkeypatch):
+    """The final evaluation's rounds run on after a first SIGTERM (a second one aborts, as anywhere in a run): the
+    run reports all its episodes, and its checkpoint and summary reach the disk."""
+    import json
+    import os
+    import signal
+
+    from rlstruct.algos import a2c
+    from rlstruct.algos._train.log import Run
+    from tests.helpers import bare_run
+
+    launches = []
+    launch = Evaluator.launch
+
+    def launch_then_sigterm_in_the_finals_second_round(self, weights, iteration, env_steps, **kwargs):
+        launches.append(iteration)
+        if iteration == 8 and launches.count(8) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return launch(self, weights, iteration, env_steps, **kwargs)
+
+    monkeypatch.setattr(Evaluator, "launch", launch_then_sigterm_in_the_finals_second_round)
+    result = a2c.train(a2c.A2CConfig(**bare_run(tmp_path, env=ENV, n_envs=4, n_steps=8, max_env_steps=256,
+                                                eval_every=100, hidden_sizes=(8,), n_evaluation_envs=2,
+                                                final_evaluation_episodes=5)))
+    assert launches.count(8) == 3  # three rounds of two envs for five episodes, the signal in the second
+    assert result.stop_signal == "SIGTERM"
+    final = [r for r in result.history if "eval/return" in r][-1]
+    assert final["eval/episodes"] == 5.0 and result.eval_return == final["eval/return"]
+    summary = json.loads((tmp_path / Run.SUMMARY_NAME).read_text())
+    assert summary["eval_return"] == result.eval_return and (tmp_path / "checkpoint.pt").is_file()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_evaluator_with_workers_collects_without_blocking_and_reports_the_oracle():
