@@ -15,7 +15,15 @@ other work shares the CPUs, so the verdict does not depend on the load. A test t
 pytest-timeout instead. A test not marked ``slow`` (nor ``long``, which
 implies it) is held to ``--max-quick-seconds`` (8 by default): ``make quick`` runs those tests, and it stays the
 edit loop of a few minutes only while each is cheap. A ``cuda`` test is not: it is skipped on a CPU machine, and on a
-GPU its CPU seconds are the CUDA context's and the compilers'.
+GPU its CPU seconds are the CUDA context's and the compilers'. Nor is the setup of a fixture that tests share (module
+or session scope, such as a trained run): its cost is paid once, by whichever test comes first, and counts toward that
+test's 30-second limit only.
+
+Both limits are in the reference machine's CPU seconds (a quiet 2-core AMD EPYC): each pytest process times a fixed
+piece of work when it starts (:func:`_calibration_seconds`) and scales the limits by how much longer it took there
+than on the reference, never below 1, so a slower or busier CPU gets the time the same work takes on it, and a faster
+one is held to the same limits. ``--time-guard-scale X`` sets the factor instead (1: the limits as written). The
+header of the run says the factor.
 """
 
 from __future__ import annotations
@@ -39,6 +47,9 @@ DEVICES = ["cpu"] + (["cuda:0"] if torch.cuda.is_available() else [])
 MAX_TEST_SECONDS = 30.0
 #: the guard's default limit for a test not marked ``slow`` (``make quick`` runs those: about 3 minutes here)
 MAX_QUICK_SECONDS = 8.0
+#: the CPU seconds :func:`_calibration_seconds`'s work takes on the reference machine, idle (the median of 9 starts)
+REFERENCE_CALIBRATION_SECONDS = 0.31
+_GUARD_SCALE = pytest.StashKey[float]()
 _JAX_CACHE = pytest.StashKey[str]()
 
 
@@ -64,6 +75,43 @@ def tiny_cartpole_run(tmp_path_factory) -> Path:
                                  capture_output=True, text=True, timeout=240)
             assert out.returncode == 0, out.stderr[-3000:]
     return run
+
+
+def _calibration_seconds() -> float:
+    """The CPU seconds of a fixed piece of work like the tests' own (the interpreter's loops and small torch
+    operations, on one thread), the median of three: what the time guard's limits are scaled by."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        times = []
+        for _ in range(3):
+            start = time.process_time()
+            total, x = 0, torch.full((96, 96), 0.01)
+            for i in range(1_500_000):
+                total += i % 7
+            for _ in range(2_000):
+                x = torch.tanh(x @ x + 0.01)
+            times.append(time.process_time() - start)
+        return sorted(times)[1]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _guard_scale(config) -> float:
+    """The factor the time guard's limits are multiplied by in this process (``--time-guard-scale``, else this CPU's
+    calibration against the reference, at least 1)."""
+    if _GUARD_SCALE not in config.stash:
+        given = config.getoption("--time-guard-scale")
+        config.stash[_GUARD_SCALE] = (given if given is not None
+                                      else max(1.0, _calibration_seconds() / REFERENCE_CALIBRATION_SECONDS))
+    return config.stash[_GUARD_SCALE]
+
+
+def pytest_report_header(config):
+    scale = _guard_scale(config)
+    return (f"time guard: {config.getoption('--max-test-seconds'):g} CPU s a test, "
+            f"{config.getoption('--max-quick-seconds'):g} outside `slow`, x {scale:.2f} on this CPU "
+            "(--time-guard-scale)")
 
 
 def pytest_configure(config):
@@ -94,6 +142,9 @@ def pytest_addoption(parser):
     parser.addoption("--max-quick-seconds", type=float, default=MAX_QUICK_SECONDS,
                      help="fail a test not marked `slow` (or `long`) whose setup, call and teardown take more CPU "
                           f"seconds than this: `make quick` runs those (default {MAX_QUICK_SECONDS:g}, 0: off)")
+    parser.addoption("--time-guard-scale", type=float, default=None,
+                     help="multiply both time limits by this instead of by this CPU's calibration against the "
+                          "reference machine (1: the limits as written)")
 
 
 @pytest.fixture(autouse=True)
@@ -159,6 +210,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("ray"):  # a cluster's start, and actors that each import torch: seconds a test
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("compiles"):  # the compiler's speed, not the code's: 5-10 CPU s cold on 2 cores
+            item.add_marker(pytest.mark.slow)
         long = item.get_closest_marker("long")
         if long is None:
             continue
@@ -203,13 +256,28 @@ def _held_to_quick_limit(item) -> bool:
     return item.get_closest_marker("slow") is None and item.get_closest_marker("cuda") is None
 
 
-_STARTED = pytest.StashKey[tuple[float, float]]()
+_STARTED = pytest.StashKey[tuple[float, float, float]]()
 _FLAGGED = pytest.StashKey[bool]()
+#: the CPU seconds this process has spent setting up fixtures that tests share (module, package or session scope)
+_shared_fixture_seconds = 0.0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    global _shared_fixture_seconds
+    if fixturedef.scope == "function":
+        yield
+        return
+    start = _cpu_seconds()
+    try:
+        yield
+    finally:
+        _shared_fixture_seconds += _cpu_seconds() - start
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    item.stash[_STARTED] = (_cpu_seconds(), time.perf_counter())
+    item.stash[_STARTED] = (_cpu_seconds(), time.perf_counter(), _shared_fixture_seconds)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -218,21 +286,27 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if _STARTED not in item.stash:
         return
-    cpu0, wall0 = item.stash[_STARTED]
+    cpu0, wall0, shared0 = item.stash[_STARTED]
     cpu, wall = _cpu_seconds() - cpu0, time.perf_counter() - wall0
+    shared = _shared_fixture_seconds - shared0
     if report.when == "teardown":  # the test's CPU seconds, in --junitxml's properties: where a suite's time goes
         report.user_properties.append(("cpu_seconds", round(cpu, 2)))
-    limit = item.config.getoption("--max-test-seconds")
+        report.user_properties.append(("shared_fixture_seconds", round(shared, 2)))
+    scale = _guard_scale(item.config)
+    limit = item.config.getoption("--max-test-seconds") * scale
     if limit and cpu > limit and report.passed and not item.get_closest_marker("long") and _FLAGGED not in item.stash:
         report.outcome = "failed"
         report.longrepr = (f"{item.nodeid} took {cpu:.1f} s of CPU time ({wall:.1f} s of wall clock) up to its "
-                           f"{report.when}, more than the {limit:g} s a test may take; make it cheaper, move the "
-                           f"proof to benchmarks/, or mark it @pytest.mark.long(reason='...')")
+                           f"{report.when}, more than the {limit:.3g} s a test may take on this CPU; make it "
+                           "cheaper, move the proof to "
+                           f"benchmarks/, or mark it @pytest.mark.long(reason='...')")
         item.stash[_FLAGGED] = True
-    quick = item.config.getoption("--max-quick-seconds")
-    if quick and cpu > quick and report.passed and _held_to_quick_limit(item) and _FLAGGED not in item.stash:
+    quick = item.config.getoption("--max-quick-seconds") * scale
+    own = cpu - shared
+    if quick and own > quick and report.passed and _held_to_quick_limit(item) and _FLAGGED not in item.stash:
         report.outcome = "failed"
-        report.longrepr = (f"{item.nodeid} took {cpu:.1f} s of CPU time ({wall:.1f} s of wall clock) up to its "
-                           f"{report.when}, more than the {quick:g} s a test outside `slow` may take (`make quick` "
-                           "runs those); mark it @pytest.mark.slow, or make it cheaper")
+        report.longrepr = (f"{item.nodeid} took {own:.1f} s of CPU time ({wall:.1f} s of wall clock) up to its "
+                           f"{report.when}, besides its shared fixtures' {shared:.1f}, more than the {quick:.3g} s a "
+                           f"test outside `slow` may take on this CPU (`make quick` runs those); mark it "
+                           "@pytest.mark.slow, or make it cheaper")
         item.stash[_FLAGGED] = True

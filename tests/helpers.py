@@ -33,6 +33,7 @@ markers =
     slow: slow
     ray: a Ray test
     cuda: needs a GPU
+    compiles: compiles
 """
 
 

@@ -298,6 +298,7 @@ def test_batcher_agents_under_autocast_sample_from_a_bfloat16_forward(recurrent)
     torch.testing.assert_close(tt["action/log_prob"].flatten(0, 1), full, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.compiles
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("continuous", [False, True])
 def test_compiled_policy_step_is_one_graph_with_the_eager_steps_actions(continuous):

@@ -216,6 +216,7 @@ def test_profile_errors_are_named(monkeypatch, tmp_path):
         report.plot(tmp_path / "p.png")
 
 
+@pytest.mark.slow  # the command end to end, with matplotlib's import
 def test_profile_command(tmp_path, capsys):
     from rlstruct.algos._train.cli import main
 

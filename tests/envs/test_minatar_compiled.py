@@ -77,6 +77,7 @@ def test_the_compiled_step_is_the_torch_step(name, monkeypatch):
     assert seen[2] and (seen[1] or seen[0]), seen
 
 
+@pytest.mark.compiles
 @needs_numba
 @pytest.mark.parametrize("name", COMPILED[:1])
 def test_the_move_after_jit_after_env_steps_continues_the_trajectory(name, monkeypatch):
@@ -120,6 +121,7 @@ def test_rlstruct_jit_0_or_an_episodic_env_keeps_the_torch_step(monkeypatch):
     assert MinAtarEnv(name, 2, autoreset=True).kernel == "torch"
 
 
+@pytest.mark.compiles
 @needs_numba
 def test_the_batcher_collects_the_same_trajectories_through_the_compiled_step(monkeypatch):
     """RL_Batcher calls step_into, which the compiled step writes into the batcher's buffer."""

@@ -78,6 +78,29 @@ def test_spins_a_little_marked_slow():
     spin(0.4)
 
 
+@pytest.mark.compiles
+def test_compiles():
+    pass
+
+
+@pytest.fixture(scope="module")
+def shared_fixture():
+    spin(0.4)
+
+
+def test_with_a_shared_fixture(shared_fixture):
+    pass
+
+
+@pytest.fixture
+def own_fixture():
+    spin(0.4)
+
+
+def test_with_its_own_fixture(own_fixture):
+    pass
+
+
 def test_spins_in_a_worker_process():
     with RL_Batcher(1, SpinningAgent, {}, CountingEnv, {"n_envs": 1, "autoreset": True}, 1, [0]) as batcher:
         batcher.reset()
@@ -87,7 +110,7 @@ def test_spins_in_a_worker_process():
 
 def run_pytest(folder: Path, source: str, *args: str) -> subprocess.CompletedProcess:
     return run_generated_suite(folder, source, "-p", "no:xdist", "--max-test-seconds", "0.5", "--max-quick-seconds",
-                               "0.25", "--junitxml", "report.xml", "-q", *args)
+                               "0.25", "--time-guard-scale", "1", "--junitxml", "report.xml", "-q", *args)
 
 
 def outcomes(report: Path) -> dict[str, str]:
@@ -119,6 +142,11 @@ def test_a_test_over_the_limit_fails_unless_marked_long(tmp_path):
     assert got["test_spins_a_little"].startswith("failure") and "more than the 0.25 s a test outside `slow` may " \
         "take" in got["test_spins_a_little"] and "@pytest.mark.slow" in got["test_spins_a_little"], got
     assert got["test_spins_a_little_marked_slow"] == "passed", got
+    # A shared fixture's setup is paid once, by the first test that uses it: not held to that test's quick limit. A
+    # test's own fixture is.
+    assert got["test_with_a_shared_fixture"] == "passed", got
+    assert got["test_with_its_own_fixture"].startswith("error") and "outside `slow`" in \
+        got["test_with_its_own_fixture"], got
     # A test that fails by itself keeps its own failure.
     assert "its own failure" in got["test_fails_by_itself"] and "CPU time" not in got["test_fails_by_itself"]
 
@@ -128,6 +156,38 @@ def test_a_long_test_is_a_slow_one(tmp_path):
     out = run_pytest(tmp_path, TESTS, "-m", "not slow", "-k", "marked_long or quick")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert outcomes(tmp_path / "report.xml") == {"test_quick": "passed"}
+
+
+@pytest.mark.timeout(110)
+def test_a_compiling_test_is_a_slow_one(tmp_path):
+    out = run_pytest(tmp_path, TESTS, "-m", "not slow", "-k", "compiles or quick")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert outcomes(tmp_path / "report.xml") == {"test_quick": "passed"}
+
+
+@pytest.mark.timeout(110)
+@pytest.mark.slow
+def test_the_limits_scale_with_the_cpu_and_the_header_says_by_how_much(tmp_path):
+    # Three times slower a CPU: 0.4 CPU s is under the 0.75 s that the quick limit of 0.25 becomes.
+    out = run_pytest(tmp_path, TESTS, "-k", "spins_a_little", "--time-guard-scale", "3", "-v")  # -v: the header
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "time guard: 0.5 CPU s a test, 0.25 outside `slow`, x 3.00 on this CPU" in out.stdout
+
+
+def test_the_calibration_never_tightens_the_limits(monkeypatch):
+    import tests.conftest as guard
+
+    class Config:
+        def __init__(self):
+            self.stash = pytest.Stash()
+
+        def getoption(self, name):
+            return None
+
+    for seconds, scale in ((guard.REFERENCE_CALIBRATION_SECONDS / 2, 1.0),
+                           (guard.REFERENCE_CALIBRATION_SECONDS * 2, 2.0)):
+        monkeypatch.setattr(guard, "_calibration_seconds", lambda seconds=seconds: seconds)
+        assert guard._guard_scale(Config()) == pytest.approx(scale)
 
 
 @pytest.mark.timeout(110)
