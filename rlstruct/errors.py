@@ -69,6 +69,7 @@ __all__ = [
     "DiskSpaceError",
     "CheckpointError",
     "RunFinishedError",
+    "RunFolderBusyError",
     "VideoError",
     "RankLostError",
     "RunRecordError",
@@ -188,6 +189,12 @@ class RunFinishedError(ConfigError):
     answers it with one line and exit status 0, leaving the run as it is."""
 
 
+class RunFolderBusyError(ConfigError):
+    """A run's folder is being written by another process (a ``--resume`` of it, or the run itself, alive): one
+    writer per run folder, held by an exclusive lock for the run's whole life. The message names the holder (its PID,
+    host and start time) and what to do."""
+
+
 class VideoError(RLStructError, ValueError):
     """A video cannot be recorded as asked: the env's backend has no ``rgb_array`` frames, or the video path's
     suffix names a format rlstruct does not write (``.mp4`` and ``.gif`` are the ones it does)."""
@@ -212,8 +219,10 @@ class RankLostError(RLStructError, RuntimeError):
 
 
 class RunRecordError(RLStructError, ValueError):
-    """A run folder's record cannot be read as a result: its ``summary.json`` (or ``config.json``) is not a JSON
-    object, or a finished run's ``eval_return`` is missing, not a number or not finite. The message names the file."""
+    """A run folder's record cannot be read: its ``summary.json`` (or ``config.json``) is not a JSON object, a
+    finished run's ``eval_return`` is missing, not a number or not finite, or the ``progress.csv`` a ``--resume``
+    continues has no header, a cell that is not a number, or an iteration's row twice. The message names the file
+    (and the row and column)."""
 
 
 class BatchKeyError(RLStructError, KeyError):
