@@ -36,11 +36,12 @@ worker that fails, :class:`BatcherWorkerError`.
 For the algorithms' runs: a path that is no readable rlstruct checkpoint (nothing there, a folder without a
 ``checkpoint.pt``, a file that cannot be read, is not a checkpoint, is a damaged one or holds NaN or infinite weights),
 :class:`CheckpointError` from ``rlstruct.algos.load``, ``rlstruct eval``, ``rlstruct export`` and ``--resume`` alike;
-a run's ``summary.json`` that ``rlstruct compare`` cannot read as a result, :class:`RunRecordError`; an observation
-given to ``Policy.predict`` that does not fit the env's or holds NaN or infinite values, :class:`SpaceError`; a
-disk-backed replay buffer (``--replay-storage disk``) that the disk has not the room for, at setup or when its files
-grow, :class:`DiskSpaceError`; a batch given to a learner's update without a key its loss reads,
-:class:`BatchKeyError`.
+a run's ``summary.json`` or ``config.json`` that ``rlstruct compare`` cannot read as a result, or a ``progress.csv``
+that ``--resume`` cannot continue, :class:`RunRecordError`; a run folder another process writes,
+:class:`RunFolderBusyError`; an observation given to ``Policy.predict`` that does not fit the env's or holds NaN or
+infinite values, :class:`SpaceError`; a disk-backed replay buffer (``--replay-storage disk``) that the disk has not
+the room for, at setup or when its files grow, :class:`DiskSpaceError`; a batch given to a learner's update without a
+key its loss reads, :class:`BatchKeyError`.
 
 A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
 batcher's call order only), and the bridge raises :class:`BridgeError` only for what gymnasium code asks

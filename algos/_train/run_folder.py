@@ -168,8 +168,9 @@ class RunFolderLock:
 
     def __del__(self) -> None:
         if self.held:
-            warnings.warn(f"the lock of run folder {self.path.parent} was never released; call release() when the "
-                          "run ends", ResourceWarning, stacklevel=2)
+            with contextlib.suppress(Exception):  # at interpreter exit the warnings machinery may be gone
+                warnings.warn(f"the lock of run folder {self.path.parent} was never released; call release() when "
+                              "the run ends", ResourceWarning, stacklevel=2)
             self.release()
 
 

@@ -23,7 +23,7 @@ from torch import nn
 from rlstruct._accel import accelerator_for
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
-from rlstruct.algos._train.checkpoints import Resume, load_resume
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, load_resume
 from rlstruct.algos._train.config import (
     AutocastPart,
     RunConfig,
@@ -175,12 +175,14 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
     if config.evaluation_env_kwargs is not None:
         check_evaluation_envs(config, spec)
     world = world_from_environment()
-    # A run resumed in its own folder takes the folder's lock before it reads the checkpoint: a run that wrote it and
-    # ended a moment ago has its last checkpoint read, not the one the caller read before.
+    # A run resumed in its own folder takes the folder's lock before it reads the checkpoint, and reads it again when
+    # the caller's copy may be older than the file (a run that wrote it and ended since this process started).
     lock = None
     in_place = _resumed_in_place(config)
     if world.is_logger and in_place is not None:
-        lock, checkpoint = RunFolderLock.acquire(in_place), None
+        lock = RunFolderLock.acquire(in_place)
+        if checkpoint is not None and _written_since(Path(config.resume), start):
+            checkpoint = None
     try:
         resume = load_resume(algorithm.name, config, checkpoint=checkpoint)
         if world.distributed:  # "cuda" is this rank's GPU (cuda:LOCAL_RANK); counting GPUs initialises no CUDA context
@@ -218,6 +220,17 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
         raise
     return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start, world, claim=claim,
                  lock=lock)
+
+
+def _written_since(resume: Path, start: float) -> bool:
+    """Whether the checkpoint of ``resume`` (a file, or a run's folder) was written after ``start`` (a
+    ``time.perf_counter()``), or up to 2 s before: the margin covers the clock of a network filesystem's server."""
+    path = resume / CHECKPOINT_NAME if resume.is_dir() else resume
+    started = time.time() - (time.perf_counter() - start)
+    try:
+        return path.stat().st_mtime > started - 2.0
+    except OSError:  # gone: the read that follows says so
+        return True
 
 
 def _resumed_in_place(config: RunConfig) -> Path | None:

@@ -17,6 +17,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -391,6 +392,27 @@ def test_a_resume_of_a_folder_another_process_writes_is_refused_naming_it(traine
     assert record_bytes(run) == before  # the lock file went with the lock
     assert a2c.train(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 6)).iterations == 6
     assert not (run / LOCK_NAME).exists()
+
+
+def test_a_resume_reads_again_a_checkpoint_written_after_the_caller_read_it(trained, tmp_path):
+    """The command line reads the checkpoint before the folder's lock is taken: a run that wrote a later one and
+    ended meanwhile has that one continued, not the copy read before."""
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    os.utime(run / CHECKPOINT_NAME, (1e9, 1e9))  # written long before this process started
+    start = time.perf_counter()
+    read = load_checkpoint(run)
+    config = dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 6)
+    setup = validate(a2c.ALGORITHM, config, checkpoint=read, start=start)
+    setup.lock.release()
+    assert setup.resume.model is read["model"]  # unchanged: the caller's copy is used
+    later = torch.load(run / CHECKPOINT_NAME, weights_only=True)
+    later["wall_time_s"] = 999.0
+    later["digest"] = content_digest(later)
+    torch.save(later, run / CHECKPOINT_NAME)
+    setup = validate(a2c.ALGORITHM, config, checkpoint=read, start=start)
+    setup.lock.release()
+    assert setup.resume.wall_time_s == 999.0
 
 
 #: a resumed ``rlstruct train`` that stops itself (SIGSTOP) once iteration 6's checkpoint is written: alive, holding
