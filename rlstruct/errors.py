@@ -36,11 +36,12 @@ worker that fails, :class:`BatcherWorkerError`.
 For the algorithms' runs: a path that is no readable rlstruct checkpoint (nothing there, a folder without a
 ``checkpoint.pt``, a file that cannot be read, is not a checkpoint, is a damaged one or holds NaN or infinite weights),
 :class:`CheckpointError` from ``rlstruct.algos.load``, ``rlstruct eval``, ``rlstruct export`` and ``--resume`` alike;
-a run's ``summary.json`` that ``rlstruct compare`` cannot read as a result, :class:`RunRecordError`; an observation
-given to ``Policy.predict`` that does not fit the env's or holds NaN or infinite values, :class:`SpaceError`; a
-disk-backed replay buffer (``--replay-storage disk``) that the disk has not the room for, at setup or when its files
-grow, :class:`DiskSpaceError`; a batch given to a learner's update without a key its loss reads,
-:class:`BatchKeyError`.
+a run's ``summary.json`` or ``config.json`` that ``rlstruct compare`` cannot read as a result, or a ``progress.csv``
+that ``--resume`` cannot continue, :class:`RunRecordError`; a run folder another process writes,
+:class:`RunFolderBusyError`; an observation given to ``Policy.predict`` that does not fit the env's or holds NaN or
+infinite values, :class:`SpaceError`; a disk-backed replay buffer (``--replay-storage disk``) that the disk has not
+the room for, at setup or when its files grow, :class:`DiskSpaceError`; a batch given to a learner's update without a
+key its loss reads, :class:`BatchKeyError`.
 
 A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
 batcher's call order only), and the bridge raises :class:`BridgeError` only for what gymnasium code asks
@@ -69,6 +70,7 @@ __all__ = [
     "DiskSpaceError",
     "CheckpointError",
     "RunFinishedError",
+    "RunFolderBusyError",
     "VideoError",
     "RankLostError",
     "RunRecordError",
@@ -188,6 +190,12 @@ class RunFinishedError(ConfigError):
     answers it with one line and exit status 0, leaving the run as it is."""
 
 
+class RunFolderBusyError(ConfigError):
+    """A run's folder is being written by another process (a ``--resume`` of it, or the run itself, alive): one
+    writer per run folder, held by an exclusive lock for the run's whole life. The message names the holder (its PID,
+    host and start time) and what to do."""
+
+
 class VideoError(RLStructError, ValueError):
     """A video cannot be recorded as asked: the env's backend has no ``rgb_array`` frames, or the video path's
     suffix names a format rlstruct does not write (``.mp4`` and ``.gif`` are the ones it does)."""
@@ -212,8 +220,10 @@ class RankLostError(RLStructError, RuntimeError):
 
 
 class RunRecordError(RLStructError, ValueError):
-    """A run folder's record cannot be read as a result: its ``summary.json`` (or ``config.json``) is not a JSON
-    object, or a finished run's ``eval_return`` is missing, not a number or not finite. The message names the file."""
+    """A run folder's record cannot be read: its ``summary.json`` (or ``config.json``) is not a JSON object, a
+    finished run's ``eval_return`` is missing, not a number or not finite, or the ``progress.csv`` a ``--resume``
+    continues has no header, a cell that is not a number, or an iteration's row twice. The message names the file
+    (and the row and column)."""
 
 
 class BatchKeyError(RLStructError, KeyError):

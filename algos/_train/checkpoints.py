@@ -22,6 +22,7 @@ from torch import nn
 
 from rlstruct.algos._optim import OptimizerLike
 from rlstruct.algos._train.config import resume_fields
+from rlstruct.algos._train.durable import sync_file, sync_folder
 from rlstruct.algos._train.finite import check_finite_checkpoint
 from rlstruct.devices import cpu_state_dict, tree_copy
 from rlstruct.envs.factory import resolve_backend
@@ -45,7 +46,6 @@ __all__ = [
     "restore_optimizer",
     "save_checkpoint",
     "stepped_backend",
-    "sync_folder",
 ]
 
 log = logging.getLogger(__name__)
@@ -82,30 +82,6 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
     os.replace(partial, path)
     sync_folder(os.path.dirname(os.path.abspath(path)))
     return str(path)
-
-
-def sync_file(path: str | os.PathLike) -> None:
-    """Flushes the file at ``path`` from the page cache to the disk (``fsync``)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def sync_folder(path: str | os.PathLike) -> None:
-    """Flushes the folder ``path``'s entries to the disk (``fsync``), so that the files renamed into it survive a
-    power loss; a no-op where folders cannot be opened (Windows)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some file systems refuse fsync on a folder; the files themselves are synced
-        pass
-    finally:
-        os.close(fd)
 
 
 #: the key of a checkpoint's digest (:func:`content_digest`), the last one written
@@ -204,8 +180,8 @@ def load_checkpoint(path: str | os.PathLike, *, argument: str = "path") -> dict[
         CheckpointError: nothing is at ``path``, a folder without ``checkpoint.pt``, a file this process cannot read,
             one that is not an rlstruct checkpoint, a damaged one (its content differs from its digest, its bytes from
             the zip's CRCs, or it lacks
-            what every checkpoint holds), or one whose weights hold NaN or infinite values
-            (:func:`~.finite.check_finite_checkpoint`).
+            what every checkpoint holds), one whose counters are out of range (a negative ``iteration`` or
+            ``env_steps``), or one whose weights hold NaN or infinite values (:func:`~.finite.check_finite_checkpoint`).
 
     >>> load_checkpoint("no/such/run", argument="resume")
     Traceback (most recent call last):
@@ -244,8 +220,27 @@ or its log folder (the --logdir it was trained with)
         raise CheckpointError(f"{shown} is a damaged rlstruct checkpoint: it lacks {', '.join(missing)}; pass a "
                               f"{CHECKPOINT_NAME} written whole by rlstruct train (the last periodic one, if the run "
                               "was killed)")
+    _check_counters(data, f"{argument}={os.fspath(path)!r}")
     check_finite_checkpoint(data, shown)
     return data
+
+
+#: a checkpoint's counters and the least each may be
+COUNTERS = {"iteration": 0, "env_steps": 0, "world_size": 1, "wall_time_s": 0.0}
+
+
+def _check_counters(data: dict[str, Any], shown: str) -> None:
+    """Refuses counters out of range (a negative iteration or env-step count, a world of no rank): a resumed run
+    would write them into ``progress.csv`` and count its budget from them."""
+    for key, least in COUNTERS.items():
+        if key not in data:  # a checkpoint rlstruct eval reads, without the learner's counters
+            continue
+        value, kind = data[key], float if isinstance(least, float) else int
+        number = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+        if not number or not value >= least or (kind is float and not math.isfinite(value)):
+            raise CheckpointError(f"{shown} must hold {key} as {'a finite number' if kind is float else 'an integer'} "
+                                  f">= {least:g}, got {value!r}: a damaged or edited checkpoint; pass a "
+                                  f"{CHECKPOINT_NAME} written by rlstruct train (the run's last periodic one, if any)")
 
 
 def load_state(module: torch.nn.Module | OptimizerLike, state: Any, what: str, path: str | os.PathLike) -> None:

@@ -16,7 +16,8 @@ from rlstruct.algos._train.flags import OneLineParser
 from rlstruct.algos._train.log import Run, earlier_run_files
 from rlstruct.errors import ConfigError, RunRecordError
 
-__all__ = ["Group", "check_complete", "compare_groups", "compare_main", "compare_table", "load_group", "run_state"]
+__all__ = ["Group", "check_complete", "compare_groups", "compare_main", "compare_table", "load_group", "run_env",
+           "run_state"]
 
 
 #: what a run folder holds, as ``compare`` lists it: only a finished run is a result
@@ -97,6 +98,22 @@ def run_state(run: Path) -> tuple[str, float | None]:
     return FINISHED, float(score)
 
 
+def run_env(run: Path) -> str:
+    """The env id of the run folder ``run``, by its ``config.json``, read as its ``summary.json`` is: a finished run
+    whose settings cannot be read is not filed under an env it does not name.
+
+    Raises:
+        RunRecordError: ``config.json`` is missing, empty (a start killed while it wrote it, before it was written
+            whole), not a JSON object, or names no env.
+    """
+    path = run / Run.CONFIG_NAME
+    env = _read_json(path).get("env")
+    if not isinstance(env, str) or not env:
+        raise RunRecordError(f"{path} must name the run's env in env, got {env!r}; restore it from the run, or move "
+                             "its run folder out of the group")
+    return env
+
+
 def load_group(spec: str) -> Group:
     """Reads the runs of ``spec``: ``[LABEL=]PATH``, PATH a folder holding one run folder per seed (``--logdir
     DIR/seed-0``, ...) or a quoted glob pattern matching run folders; LABEL defaults to PATH's last part. Every run
@@ -123,10 +140,8 @@ def load_group(spec: str) -> Group:
         if score is None:
             left_out.append((str(run), state))
             continue
-        config = run / Run.CONFIG_NAME
-        env = _read_json(config).get("env", "") if config.is_file() and config.stat().st_size else ""
         runs.append(str(run))
-        scores.setdefault(str(env), []).append(score)
+        scores.setdefault(run_env(run), []).append(score)
     return Group(label, tuple(runs), scores, tuple(left_out))
 
 

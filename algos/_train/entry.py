@@ -36,7 +36,8 @@ def validate(config: Any, **kwargs: Any) -> session.Setup:
     """Applies the preset of ``config`` and checks the result for the algorithm whose config it is, before anything
     is built; returns the checked :class:`~rlstruct.algos._train.session.Setup` (its ``config`` holds every setting
     resolved). The keyword arguments are :func:`~rlstruct.algos._train.session.validate`'s (``given``: the fields
-    a preset leaves alone).
+    a preset leaves alone). The setup holds its log folder's lock (``setup.lock``, if one was taken) until its run ends;
+    release it (``setup.lock.release()``) when you check without training.
 
     Raises:
         TypeError: ``config`` is no algorithm's config.

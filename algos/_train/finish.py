@@ -68,8 +68,7 @@ def finish_diverged(run: Run, *, title: str) -> TrainResult:
     result.plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
                                       f"{title} on {run.config.env} ({run.config.backend}), seed {run.config.seed}, "
                                       "diverged")
-    with open(run.logdir / Run.SUMMARY_NAME, "w") as f:
-        json.dump(result.summary(), f, indent=2)
+    write_whole(run.logdir / Run.SUMMARY_NAME, json.dumps(result.summary(), indent=2))
     run.report(result.summary(), [result.plot])
     return result
 

@@ -32,7 +32,7 @@ from rlstruct.algos._train.result import reaches, run_target
 from rlstruct.algos._train.run_folder import CONFIG_NAME, CSV_NAME, SUMMARY_NAME, FolderClaim, write_whole
 from rlstruct.algos._train.seeds import session_seed
 from rlstruct.algos._train.trackers import Tracker, open_trackers
-from rlstruct.errors import ConfigError
+from rlstruct.errors import ConfigError, RunRecordError
 
 if TYPE_CHECKING:
     from rlstruct.algos._train.evaluation import Evaluator
@@ -237,8 +237,7 @@ class Run:
             return
         params = {"algo": algo, **config.to_dict(), "env_spec": dataclasses.asdict(spec),
                   "effective_target_return": self.target_return}
-        with open(self.logdir / self.CONFIG_NAME, "w") as f:
-            json.dump(params, f, indent=2)
+        write_whole(self.logdir / self.CONFIG_NAME, json.dumps(params, indent=2))
         try:
             self._trackers = open_trackers(config.track, self.logdir, params,
                                            resumed_from=None if resume is None else resume.folder)
@@ -519,6 +518,11 @@ def _earlier_rows(resume: Resume) -> tuple[list[dict[str, Any]], list[str] | Non
     Returns:
         ``(rows, header)``: ``header``, the file's columns, when it holds those rows and nothing else (no later row,
         no line cut by a kill), so that the resumed run may append to it; else ``None``.
+
+    Raises:
+        RunRecordError: the file has no header (its first line is not the columns' names), a cell that is not a number
+            (the message names the line and the column), or a training iteration's row twice or out of order (two
+            processes wrote it, or a hand edit): a run record the resumed run would continue wrong, left as it is.
     """
     path = resume.folder / Run.CSV_NAME
     if not path.is_file():
@@ -529,17 +533,33 @@ def _earlier_rows(resume: Resume) -> tuple[list[dict[str, Any]], list[str] | Non
     whole = text.endswith("\n")
     if not whole:  # a line cut by a kill while it was written: the rows before it are whole
         text = text[:text.rfind("\n") + 1]
-    rows = []
+    fix = f"correct {path} (or move it away: the resumed run's progress.csv then starts at iteration " \
+          f"{resume.iteration + 1}), then resume again"
     reader = csv.DictReader(io.StringIO(text, newline=""))
+    if reader.fieldnames is not None and not {"iteration", "env_steps"} <= set(reader.fieldnames):
+        first = ",".join(reader.fieldnames)
+        raise RunRecordError(f"{path} must start with its header line (iteration,env_steps,...), got "
+                             f"{first[:60]!r}; {fix}")
+    rows, last = [], None
     for raw in reader:
         row: dict[str, Any] = {}
         for k, v in raw.items():
             if k is None or v in ("", None):
+                if k == "iteration":
+                    raise RunRecordError(f"{path} line {reader.line_num} column {k!r} must hold a number, got an "
+                                         f"empty cell; {fix}")
                 continue
             try:
                 row[k] = int(float(v)) if k in ("iteration", "env_steps") else float(v)
-            except ValueError:
-                row[k] = v
+            except (ValueError, OverflowError):
+                raise RunRecordError(f"{path} line {reader.line_num} column {k!r} must hold a number, got {v!r}; "
+                                     f"{fix}") from None
+        if "eval/return" not in row:  # a training iteration's row: evaluations' rows repeat their iteration
+            if last is not None and row["iteration"] <= last[0]:
+                raise RunRecordError(f"{path} line {reader.line_num} must hold an iteration after line {last[1]}'s "
+                                     f"{last[0]}, got iteration {row['iteration']} (two processes wrote the file, or "
+                                     f"it was edited); {fix}")
+            last = (row["iteration"], reader.line_num)
         if row.get("iteration", 0) <= resume.iteration:
             rows.append(row)
         else:

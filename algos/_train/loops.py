@@ -394,11 +394,16 @@ def train_off_policy(setup: Setup) -> TrainResult:
 
 
 def run(setup: Setup) -> TrainResult:
-    """Trains from a checked :class:`~.session.Setup` in its algorithm's family's loop."""
-    if isinstance(setup.algorithm, OnPolicyAlgorithm):
-        return train_on_policy(setup)
-    if isinstance(setup.algorithm, OffPolicyAlgorithm):
-        return train_off_policy(setup)
+    """Trains from a checked :class:`~.session.Setup` in its algorithm's family's loop, then releases the log
+    folder's lock (:attr:`~.session.Setup.lock`), also when training raised."""
+    try:
+        if isinstance(setup.algorithm, OnPolicyAlgorithm):
+            return train_on_policy(setup)
+        if isinstance(setup.algorithm, OffPolicyAlgorithm):
+            return train_off_policy(setup)
+    finally:
+        if setup.lock is not None:
+            setup.lock.release()
     raise TypeError(f"setup.algorithm must be an OnPolicyAlgorithm or an OffPolicyAlgorithm, got "
                     f"{type(setup.algorithm).__name__}; describe the algorithm with one of them")
 

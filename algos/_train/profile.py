@@ -151,7 +151,12 @@ def profile_training(
     per_iteration = n_envs * n_workers * n_timesteps if counts else 1  # else the config's check names the setting
     with tempfile.TemporaryDirectory(prefix="rlstruct-profile-") as logdir:
         config = description.config_cls(**settings, logdir=logdir, max_env_steps=(warmup + iterations) * per_iteration)
-        train_on_policy(validate(description, config), timer=timer)
+        setup = validate(description, config)
+        try:
+            train_on_policy(setup, timer=timer)
+        finally:
+            if setup.lock is not None:
+                setup.lock.release()
     report_config = {"algo": algo, "env": env, "n_envs": n_envs, "n_processes": n_processes,
                      "n_timesteps": n_timesteps, "iterations": iterations, "device": str(dev),
                      "learner_device": str(ldev), "backend": backend, "hidden": hidden, "sync": sync,

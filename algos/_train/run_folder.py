@@ -1,6 +1,6 @@
-"""What keeps a run's folder a durable record: files written whole (:func:`write_whole`), a folder claimed by a
-start that failed before training given back (:class:`FolderClaim`), and a finished run left as it is
-(:func:`check_unfinished`).
+"""What keeps a run's folder a durable record: files written whole (:func:`write_whole`), one writer at a time
+(:class:`RunFolderLock`), a folder claimed by a start that failed before training given back, the run's own names
+only (:class:`FolderClaim`), and a finished run left as it is (:func:`check_unfinished`).
 """
 
 from __future__ import annotations
@@ -8,24 +8,30 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import datetime
 import json
 import logging
 import os
 import shutil
+import socket
+import warnings
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlstruct.algos._train.checkpoints import sync_folder
-from rlstruct.errors import RunFinishedError
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME
+from rlstruct.algos._train.durable import write_whole
+from rlstruct.algos._train.trackers import TRACKERS_FILE
+from rlstruct.errors import ConfigError, RunFinishedError, RunFolderBusyError
 
 if TYPE_CHECKING:
     from rlstruct.algos._env_spec import EnvSpec
     from rlstruct.algos._train.checkpoints import Resume
     from rlstruct.algos._train.config import RunConfig
 
-__all__ = ["CONFIG_NAME", "CSV_NAME", "FINISHED", "SUMMARY_NAME", "FolderClaim", "check_unfinished",
-           "given_back_unless_trained", "write_whole"]
+__all__ = ["CONFIG_NAME", "CSV_NAME", "FINISHED", "LOCK_NAME", "SUMMARY_NAME", "FolderClaim", "RunFolderLock",
+           "check_unfinished", "given_back_unless_trained", "is_run_name", "write_whole"]
 
 log = logging.getLogger(__name__)
 
@@ -35,29 +41,160 @@ CSV_NAME = "progress.csv"
 SUMMARY_NAME = "summary.json"
 #: a run folder's settings, created first: it claims the folder
 CONFIG_NAME = "config.json"
+#: the file whose exclusive lock the process writing a run's folder holds (:class:`RunFolderLock`)
+LOCK_NAME = "run.lock"
+#: the learning curve's plot, written at a run's end
+CURVE_NAME = "learning_curve.png"
+#: the names a run writes in its folder (besides TensorBoard's ``events.out.tfevents.*``, the disk-backed replay's
+#: ``replay-rank*`` of data-parallel ranks and the ``.partial`` files a whole write goes through)
+RUN_NAMES = frozenset({CONFIG_NAME, CSV_NAME, SUMMARY_NAME, CHECKPOINT_NAME, CURVE_NAME, TRACKERS_FILE, LOCK_NAME,
+                       "videos", "replay"})
 #: the stop reasons of a run that finished, as its settings asked (the others, a signal or another rank's stop, a
 #: divergence, leave a run that ``--resume`` continues as it is)
 FINISHED = ("target", "budget", "time_limit")
 
 
-def write_whole(path: Path, text: str) -> None:
-    """Writes ``text`` to ``path`` whole or not at all: into a temporary file beside it, flushed to the disk, renamed
-    onto ``path`` (``os.replace``), the folder flushed after: a kill (or a power loss) at any moment leaves either
-    the previous file or the new one, complete.
+def is_run_name(name: str) -> bool:
+    """Whether ``name`` is one a run writes in its folder (:data:`RUN_NAMES` and their kin), the only names a start
+    that fails gives back (:meth:`FolderClaim.release`): another program's files are never the run's to remove.
+
+    >>> [is_run_name(n) for n in ("config.json", "progress.csv.partial", "events.out.tfevents.1.h.2.0", "notes.txt")]
+    [True, True, True, False]
+    """
+    name = name.removesuffix(".partial")
+    return name in RUN_NAMES or name.startswith(("events.out.tfevents.", "replay-rank"))
+
+
+class RunFolderLock:
+    """The exclusive lock of one run folder, held by the process that writes it for the run's whole life: a second
+    process (a requeued ``--resume`` beside a manual one, two array tasks) is refused in one line naming the holder.
+
+    The lock is ``flock`` on :data:`LOCK_NAME` in the folder, which holds the holder's PID, host and start time (for
+    the message only: the lock is the kernel's, so a holder killed by any signal, SIGKILL included, releases it as
+    it dies). On NFS, Linux emulates ``flock`` with the server's byte-range locks, which hold across clients; a
+    filesystem that gives no lock at all (NFS mounted ``nolock``, Lustre without ``flock``) gets a warning and no
+    lock. A forked child (the batchers' workers under ``RLSTRUCT_START_METHOD=fork``) closes its copy of the file
+    at once: the lock stays the parent's and ends with it; a spawned one never had it.
+
+    Released by :meth:`release` (idempotent; the lock file removed first), and at garbage collection with a
+    ``ResourceWarning``.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     write_whole(Path(tmp) / "a.json", "{}")
-    ...     print(sorted(os.listdir(tmp)), (Path(tmp) / "a.json").read_text())
-    ['a.json'] {}
+    ...     lock = RunFolderLock.acquire(Path(tmp))
+    ...     try:
+    ...         RunFolderLock.acquire(Path(tmp))
+    ...     except RunFolderBusyError as e:
+    ...         print(str(e).split(":")[0])
+    ...     lock.release()
+    ...     print(os.listdir(tmp))
+    logdir=... must be written by one run at a time, got another run writing it
+    []
     """
-    partial = path.with_name(f"{path.name}.partial")
-    with open(partial, "w", newline="") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(partial, path)
-    sync_folder(path.parent)
+
+    #: the locks this process holds (a forked child closes their files: see :func:`_forget_in_child`)
+    _held: weakref.WeakSet[RunFolderLock] = weakref.WeakSet()
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self._fd, self._pid = path, fd, os.getpid()
+        RunFolderLock._held.add(self)
+
+    @classmethod
+    def acquire(cls, folder: Path) -> RunFolderLock | None:
+        """Takes the lock of ``folder`` (an existing, writable folder) without waiting.
+
+        Returns:
+            The lock, or ``None`` where the filesystem gives no lock (a warning says so).
+
+        Raises:
+            RunFolderBusyError: another process holds it; the message names it.
+            ConfigError: the lock file cannot be created in ``folder``.
+        """
+        try:
+            import fcntl
+        except ImportError:  # Windows
+            log.warning("%s: this platform has no flock: nothing stops a second process from writing this run "
+                        "folder at the same time", folder)
+            return None
+        path = folder / LOCK_NAME
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise ConfigError(f"logdir must be a folder this process can write, got {str(folder)!r} ({LOCK_NAME}: "
+                                  f"{e.strerror or type(e).__name__}); pass --logdir a writable folder") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise RunFolderBusyError(f"logdir={str(folder)!r} must be written by one run at a time, got another "
+                                         f"run writing it: {_holder(path)}; wait for that run to end (or stop it), "
+                                         "then run this command again, or pass a new --logdir") from None
+            except OSError as e:
+                os.close(fd)
+                log.warning("%s: the filesystem gives no lock (%s): nothing stops a second process from writing this "
+                            "run folder at the same time", folder, e.strerror or type(e).__name__)
+                return None
+            # The holder before removes the file as it releases: a lock taken on its old file locks nothing.
+            try:
+                if os.path.samestat(os.fstat(fd), os.stat(path)):
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record.encode(), 0)
+        return cls(path, fd)
+
+    @property
+    def held(self) -> bool:
+        """Whether this process holds the lock still."""
+        return self._fd is not None and self._pid == os.getpid()
+
+    def release(self) -> None:
+        """Removes the lock file and releases the lock (closes its file); idempotent, and nothing in a forked child
+        (the parent holds it)."""
+        if not self.held:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(self.path)):
+                self.path.unlink()
+        except OSError:  # the folder is gone (a failed start removed it) or read-only now: closing still releases
+            pass
+        os.close(fd)
+
+    def __del__(self) -> None:
+        if self.held:
+            with contextlib.suppress(Exception):  # at interpreter exit the warnings machinery may be gone
+                warnings.warn(f"the lock of run folder {self.path.parent} was never released; call release() when "
+                              "the run ends", ResourceWarning, stacklevel=2)
+            self.release()
+
+
+def _holder(path: Path) -> str:
+    """Who holds the lock of ``path``, as its file says."""
+    try:
+        record = json.loads(path.read_text() or "null")
+        return f"PID {record['pid']} on {record['host']}, started {record['started']} ({path})"
+    except (OSError, ValueError, TypeError, KeyError):  # the holder is between taking the lock and writing its name
+        return f"a process that has not written its name yet ({path})"
+
+
+def _forget_in_child() -> None:
+    """In a forked child: closes the parent's lock files without releasing the locks (``flock`` belongs to the open
+    file, which the parent keeps open), so that the child neither releases them nor outlives the parent holding
+    them."""
+    for lock in list(RunFolderLock._held):
+        if lock._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(lock._fd)
+            lock._fd = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,24 +223,24 @@ class FolderClaim:
             return False
 
     def release(self) -> bool:
-        """Removes what the claim and the run created, unless the run trained (:meth:`trained`): the folder when
-        the claim created it (and the parents it created, when nothing else went there since), else the names it
-        did not hold before; so that the corrected command gets the same folder. Returns whether it did."""
+        """Removes what the claim and the run created, unless the run trained (:meth:`trained`): the names a run
+        writes (:func:`is_run_name`) that the folder did not hold before, then the folders the claim created, when
+        nothing else went there since; so that the corrected command gets the same folder. A file or folder another
+        program put there meanwhile stays, and so does the folder that holds it. Returns whether it did."""
         if self.trained() or not self.path.is_dir():
             return False
-        if self.created and self.created[-1] == self.path:
-            shutil.rmtree(self.path, ignore_errors=True)
-        else:
-            for name in set(os.listdir(self.path)) - self.earlier:
-                item = self.path / name
-                if item.is_dir() and not item.is_symlink():
-                    shutil.rmtree(item, ignore_errors=True)
-                else:
-                    item.unlink(missing_ok=True)
-        for folder in reversed(self.created[:-1] if self.created[-1:] == [self.path] else self.created):
+        for name in set(os.listdir(self.path)) - self.earlier:
+            if not is_run_name(name):
+                continue
+            item = self.path / name
+            if item.is_dir() and not item.is_symlink():
+                shutil.rmtree(item, ignore_errors=True)
+            else:
+                item.unlink(missing_ok=True)
+        for folder in reversed(self.created):
             try:
                 folder.rmdir()
-            except OSError:  # something else is in it: a sibling run's folder
+            except OSError:  # something else is in it: another program's file, a sibling run's folder
                 break
         log.info("%s: the run stopped before its first training iteration; removed what it had written", self.path)
         return True

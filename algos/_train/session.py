@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,7 +23,7 @@ from torch import nn
 from rlstruct._accel import accelerator_for
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
-from rlstruct.algos._train.checkpoints import Resume, load_resume
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, load_resume
 from rlstruct.algos._train.config import (
     AutocastPart,
     RunConfig,
@@ -37,7 +38,7 @@ from rlstruct.algos._train.finish import explained_by_divergence
 from rlstruct.algos._train.log import Run, check_logdir, claim_run_folder, run_logdir
 from rlstruct.algos._train.presets import apply_preset
 from rlstruct.algos._train.registry import Algorithm
-from rlstruct.algos._train.run_folder import FolderClaim, check_unfinished
+from rlstruct.algos._train.run_folder import FolderClaim, RunFolderLock, check_unfinished
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,
     ENV_SEEDS,
@@ -84,6 +85,8 @@ class Setup:
         claim: the log folder this start claimed and what claiming it created (``None``: a resumed run continuing
             in its own folder, a rank that does not log, a ``torchrun`` restart), given back by
             :func:`~.run_folder.given_back_unless_trained` when the run raises before its first training iteration.
+        lock: the log folder's lock, taken by :func:`validate` for the process that writes the folder (``None``: a
+            rank that does not log, a filesystem without locks) and released when :func:`~.loops.run` ends.
     """
 
     algorithm: Algorithm
@@ -95,6 +98,7 @@ class Setup:
     world: World = World()
     on_evaluation: tuple[Callable[[dict[str, float]], None], ...] = ()
     claim: FolderClaim | None = None
+    lock: RunFolderLock | None = None
 
 
 def check_evaluation_envs(config: RunConfig, spec: EnvSpec) -> None:
@@ -155,6 +159,7 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
             ``resume`` this config cannot continue (see
             :func:`~rlstruct.algos._train.checkpoints.load_resume`), a log folder that cannot be created or written,
             or, in a ``torchrun`` launch, one that holds a run already (:func:`~.log.claim_logdir`).
+        RunFolderBusyError: another process writes the log folder (:class:`~.run_folder.RunFolderLock`).
     """
     start = time.perf_counter() if start is None else start
     config, _ = apply_preset(algorithm.name, config, given)
@@ -169,31 +174,75 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
     warn_stalling_evaluations(config, spec)
     if config.evaluation_env_kwargs is not None:
         check_evaluation_envs(config, spec)
-    resume = load_resume(algorithm.name, config, checkpoint=checkpoint)
     world = world_from_environment()
-    if world.distributed:  # "cuda" is this rank's GPU (cuda:LOCAL_RANK); counting GPUs initialises no CUDA context
-        n_gpus = torch.cuda.device_count()
-        devices = {name: rank_device(getattr(config, name), world, n_gpus)
-                   for name in ("learner_device", "batcher_device", "evaluation_device")}
-        config = dataclasses.replace(config, **devices)
-    if resume is not None and resume.world_size != world.size:
-        raise ConfigError(f"resume={config.resume!r} was trained by {resume.world_size} data-parallel rank(s), got "
-                          f"{world.size} (WORLD_SIZE); resume it with torchrun --nproc-per-node {resume.world_size} "
-                          "(over all nodes), or start a new run without --resume")
-    if resume is not None:
-        check_unfinished(resume, config, spec)
-    # Last: a run that fails a check creates no folder. Rank 0 alone writes the run's files; a torchrun restart
-    # writes into the folder its first attempt claimed.
-    logdir, restarts = run_logdir(algorithm.name, config, resume), torchrun_restarts()
-    continued = resume is not None and logdir.resolve() == resume.folder.resolve()
-    claim = None
-    if world.is_logger and not continued and not restarts:
-        claim = claim_run_folder(logdir, numbered=restarts is None,
-                                 first_iteration=1 if resume is None else resume.iteration + 1)
-        config = dataclasses.replace(config, logdir=str(claim.path))
-    else:
-        check_logdir(logdir)
-    return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start, world, claim=claim)
+    # A run resumed in its own folder takes the folder's lock before it reads the checkpoint, and reads it again when
+    # the caller's copy may be older than the file (a run that wrote it and ended since this process started).
+    lock = None
+    in_place = _resumed_in_place(config)
+    if world.is_logger and in_place is not None:
+        lock = RunFolderLock.acquire(in_place)
+        if checkpoint is not None and _written_since(Path(config.resume), start):
+            checkpoint = None
+    try:
+        resume = load_resume(algorithm.name, config, checkpoint=checkpoint)
+        if world.distributed:  # "cuda" is this rank's GPU (cuda:LOCAL_RANK); counting GPUs initialises no CUDA context
+            n_gpus = torch.cuda.device_count()
+            devices = {name: rank_device(getattr(config, name), world, n_gpus)
+                       for name in ("learner_device", "batcher_device", "evaluation_device")}
+            config = dataclasses.replace(config, **devices)
+        if resume is not None and resume.world_size != world.size:
+            raise ConfigError(f"resume={config.resume!r} was trained by {resume.world_size} data-parallel rank(s), "
+                              f"got {world.size} (WORLD_SIZE); resume it with torchrun --nproc-per-node "
+                              f"{resume.world_size} (over all nodes), or start a new run without --resume")
+        if resume is not None:
+            check_unfinished(resume, config, spec)
+        # Last: a run that fails a check creates no folder. Rank 0 alone writes the run's files (and holds the
+        # folder's lock); a torchrun restart writes into the folder its first attempt claimed.
+        logdir, restarts = run_logdir(algorithm.name, config, resume), torchrun_restarts()
+        continued = resume is not None and logdir.resolve() == resume.folder.resolve()
+        claim = None
+        if world.is_logger and not continued and not restarts:
+            claim = claim_run_folder(logdir, numbered=restarts is None,
+                                     first_iteration=1 if resume is None else resume.iteration + 1)
+            config = dataclasses.replace(config, logdir=str(claim.path))
+            try:
+                lock = RunFolderLock.acquire(claim.path)
+            except BaseException:
+                claim.release()
+                raise
+        else:
+            check_logdir(logdir)
+            if world.is_logger and lock is None:
+                lock = RunFolderLock.acquire(logdir)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return Setup(algorithm, config, spec, resume, as_device(config.learner_device), start, world, claim=claim,
+                 lock=lock)
+
+
+def _written_since(resume: Path, start: float) -> bool:
+    """Whether the checkpoint of ``resume`` (a file, or a run's folder) was written after ``start`` (a
+    ``time.perf_counter()``), or up to 2 s before: the margin covers the clock of a network filesystem's server."""
+    path = resume / CHECKPOINT_NAME if resume.is_dir() else resume
+    started = time.time() - (time.perf_counter() - start)
+    try:
+        return path.stat().st_mtime > started - 2.0
+    except OSError:  # gone: the read that follows says so
+        return True
+
+
+def _resumed_in_place(config: RunConfig) -> Path | None:
+    """The folder of ``config.resume``'s checkpoint when the run continues in it (no other ``logdir``), else
+    ``None`` (a fresh run, a run resumed into a new folder, or a ``resume`` that names nothing: its check says so)."""
+    if config.resume is None:
+        return None
+    path = Path(config.resume)
+    folder = path if path.is_dir() else path.parent
+    if not folder.is_dir() or (config.logdir is not None and Path(config.logdir).resolve() != folder.resolve()):
+        return None
+    return folder
 
 
 def check_on_device(structure: Trajectories | nn.Module, device: DeviceLike, what: str) -> None:

@@ -207,8 +207,11 @@ def make_plan(algo: str, env: str, *, storage: str = DEFAULT_STORAGE, study_name
     # The preset's run, checked as every trial will be (the env, the flags), in a folder of its own: checking claims
     # the folder it is given, and the sweep's folder holds the trials' folders, not a run.
     with tempfile.TemporaryDirectory(prefix="rlstruct-sweep-") as scratch:
-        preset = validate(algorithm(algo), dataclasses.replace(base, logdir=str(Path(scratch) / "preset")),
-                                          given=given | {"logdir"}).config
+        checked = validate(algorithm(algo), dataclasses.replace(base, logdir=str(Path(scratch) / "preset")),
+                           given=given | {"logdir"})
+        if checked.lock is not None:
+            checked.lock.release()
+        preset = checked.config
     if preset.max_env_steps is None:
         raise ConfigError(f"a sweep reports evaluations at tenths of the step budget, got max_env_steps=None for "
                           f"{algo} on {env}; pass -- --max-env-steps N")

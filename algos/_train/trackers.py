@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rlstruct.algos._train.durable import write_whole
 from rlstruct.errors import ConfigError, MissingDependencyError
 
 __all__ = ["TRACKERS", "TRACKERS_FILE", "BestEffort", "Tracker", "check_trackers", "open_trackers",
@@ -396,5 +397,5 @@ def open_trackers(text: str | None, logdir: Path, params: Mapping[str, Any], *,
             tracker.close(failed=True)
         raise
     if trackers:
-        (logdir / TRACKERS_FILE).write_text(json.dumps(ids, indent=2))
+        write_whole(logdir / TRACKERS_FILE, json.dumps(ids, indent=2))
     return trackers

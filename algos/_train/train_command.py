@@ -25,7 +25,14 @@ from rlstruct.algos._train.registry import algorithm as registered
 from rlstruct.algos._train.result import TrainResult
 from rlstruct.algos._train.run_folder import given_back_unless_trained
 from rlstruct.algos._train.session import validate
-from rlstruct.errors import BatcherWorkerTimeout, ConfigError, RankLostError, RLStructError, RunFinishedError
+from rlstruct.errors import (
+    BatcherWorkerTimeout,
+    ConfigError,
+    RankLostError,
+    RLStructError,
+    RunFinishedError,
+    RunRecordError,
+)
 
 __all__ = ["configure_logging", "launched_at", "main", "result_line", "stop_line"]
 
@@ -214,7 +221,7 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted: stopped without writing a checkpoint", file=sys.stderr)
         return 130
-    except ConfigError as e:  # what only building the run can find: a checkpoint's tensors that do not fit
+    except (ConfigError, RunRecordError) as e:  # found as the run is built: tensors that do not fit, a bad CSV
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     except RankLostError as e:  # a data-parallel run lost a rank: the others end, each with one line

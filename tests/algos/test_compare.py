@@ -132,10 +132,23 @@ def test_a_damaged_summary_is_one_line_naming_its_file(tmp_path, capsys, content
     assert len(err) == 1 and err[0].startswith(f"rlstruct compare: error: {summary} must ") and found in err[0]
 
 
-def test_a_damaged_config_is_one_line_naming_its_file(tmp_path, capsys):
+@pytest.mark.parametrize("content, says", [
+    ("{\"env\": ", "must be a run's JSON record"),
+    ("", "must be a run's JSON record"),  # a start killed while it wrote config.json, before it was written whole
+    (None, "must be a run's JSON record"),
+    ('{"algo": "ppo"}', "must name the run's env in env, got None"),
+    ('{"env": ""}', "must name the run's env in env, got ''"),
+])
+def test_a_damaged_config_is_one_line_naming_its_file(tmp_path, capsys, content, says):
+    """A finished run whose config.json does not say its env is never filed under an empty env name."""
     _runs(tmp_path / "a", [1.0, 2.0])
     config = tmp_path / "a" / "seed-0" / "config.json"
-    config.write_text("{\"env\": ")
-    assert cli.main(["compare", str(tmp_path / "a")]) == 2
+    if content is None:
+        config.unlink()
+    else:
+        config.write_text(content)
+    with pytest.raises(RunRecordError, match=says):
+        load_group(str(tmp_path / "a"))
+    assert cli.main(["compare", str(tmp_path / "a"), "--allow-missing"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"rlstruct compare: error: {config} must be a run's JSON record")
+    assert len(err) == 1 and err[0].startswith(f"rlstruct compare: error: {config} {says}")

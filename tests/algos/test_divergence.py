@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import subprocess
 import sys
 import typing
@@ -193,6 +194,19 @@ def test_weights_that_turn_nan_in_the_last_iteration_are_not_checkpointed(tmp_pa
     assert result.stop_reason == "diverged" and result.diverged["quantity"].startswith("weights/")
     assert result.diverged["iteration"] == last and math.isnan(result.eval_return)
     assert torch.load(logdir / CHECKPOINT_NAME, weights_only=True)["iteration"] == last - 1
+
+
+def test_a_diverged_runs_summary_and_config_are_written_whole(tmp_path, nan_weights, monkeypatch):
+    """Through a file renamed onto each (a kill while writing leaves the previous file, never an empty one)."""
+    swapped = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (swapped.append(os.path.basename(dst)),
+                                                         real_replace(src, dst))[1])
+    module, config = CASES["a2c"]
+    nan_weights(FAULT)
+    result = module.train(dataclasses.replace(config, logdir=str(tmp_path / "run")))
+    assert result.stop_reason == "diverged"
+    assert Run.CONFIG_NAME in swapped and swapped[-1] == Run.SUMMARY_NAME, swapped
 
 
 def test_an_error_the_divergence_explains_ends_the_run_as_diverged(tmp_path, nan_weights):

@@ -1,6 +1,7 @@
 """A run's folder as a durable record: ``progress.csv`` grows by appends and is rewritten only through a file swapped
 in whole, a checkpoint carries a digest of its content that every load checks, ``--resume`` of a finished run changes
-nothing, and a start refused before training leaves no folder claimed.
+nothing, a start refused before training leaves no folder claimed and removes only what it wrote, one process writes a
+folder at a time, and a checkpoint's counters and the rows a ``--resume`` continues are checked.
 
 Each fault is injected at a chosen moment (a kill inside the rewrite, a byte flipped in the checkpoint's weights),
 never by timing.
@@ -12,9 +13,13 @@ import csv
 import dataclasses
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
+import time
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,10 +27,12 @@ import torch
 from rlstruct.algos import a2c, load
 from rlstruct.algos._train import cli
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, content_digest, load_checkpoint
+from rlstruct.algos._train.compare import load_group
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
-from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.log import Run, earlier_run_files
+from rlstruct.algos._train.run_folder import LOCK_NAME, RunFolderLock
 from rlstruct.algos._train.session import validate
-from rlstruct.errors import CheckpointError, RunFinishedError
+from rlstruct.errors import CheckpointError, RunFinishedError, RunFolderBusyError, RunRecordError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -364,3 +371,224 @@ def test_each_checkpoint_flushes_the_rows_the_checkpoint_the_summary_and_the_fol
     for i in checkpoints:
         assert synced[i - 1] == Run.CSV_NAME and synced[i + 1] == "run", synced
     assert synced[-2:] == [f"{Run.SUMMARY_NAME}.partial", "run"], synced
+
+
+# --------------------------------------------------------------------------- one writer per run folder
+def test_a_resume_of_a_folder_another_process_writes_is_refused_naming_it(trained, tmp_path, capsys):
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    before = record_bytes(run)
+    held = RunFolderLock.acquire(run)
+    try:
+        holder = rf"PID {os.getpid()} on {re.escape(socket.gethostname())}, started \d{{4}}-"
+        with pytest.raises(RunFolderBusyError, match=rf"logdir='{re.escape(str(run))}' must be written by one run at "
+                                                     rf"a time, got another run writing it: {holder}"):
+            validate(a2c.ALGORITHM, dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 6))
+        assert cli.main(["train", "a2c", "--resume", str(run), "--max-env-steps", str(32 * 6)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and re.search(holder, err[0]) and "wait for that run to end" in err[0], err
+    finally:
+        held.release()
+    assert record_bytes(run) == before  # the lock file went with the lock
+    assert a2c.train(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 6)).iterations == 6
+    assert not (run / LOCK_NAME).exists()
+
+
+def test_a_resume_reads_again_a_checkpoint_written_after_the_caller_read_it(trained, tmp_path):
+    """The command line reads the checkpoint before the folder's lock is taken: a run that wrote a later one and
+    ended meanwhile has that one continued, not the copy read before."""
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    os.utime(run / CHECKPOINT_NAME, (1e9, 1e9))  # written long before this process started
+    start = time.perf_counter()
+    read = load_checkpoint(run)
+    config = dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 6)
+    setup = validate(a2c.ALGORITHM, config, checkpoint=read, start=start)
+    setup.lock.release()
+    assert setup.resume.model is read["model"]  # unchanged: the caller's copy is used
+    later = torch.load(run / CHECKPOINT_NAME, weights_only=True)
+    later["wall_time_s"] = 999.0
+    later["digest"] = content_digest(later)
+    torch.save(later, run / CHECKPOINT_NAME)
+    setup = validate(a2c.ALGORITHM, config, checkpoint=read, start=start)
+    setup.lock.release()
+    assert setup.resume.wall_time_s == 999.0
+
+
+#: a resumed ``rlstruct train`` that stops itself (SIGSTOP) once iteration 6's checkpoint is written: alive, holding
+#: its folder, at a known iteration
+STOPPED_AT_6 = """
+import os, signal, sys
+from rlstruct.algos._train.log import Run
+real = Run.poll_checkpoint
+def poll_checkpoint(self, *args):
+    real(self, *args)
+    if self.iteration == 6:
+        os.kill(os.getpid(), signal.SIGSTOP)
+Run.poll_checkpoint = poll_checkpoint
+from rlstruct.algos._train import cli
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_two_resumes_of_one_folder_never_both_write_and_a_killed_holder_frees_it(trained, tmp_path, capsys):
+    """A requeued ``--resume`` beside a live one is refused; once the live one is SIGKILLed, the next resumes from
+    its last checkpoint, and progress.csv holds each iteration once, in order."""
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    first = subprocess.Popen([sys.executable, "-c", STOPPED_AT_6, "train", "a2c", "--resume", str(run),
+                              "--max-env-steps", str(32 * 1000), "--checkpoint-every", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _, status = os.waitpid(first.pid, os.WUNTRACED)  # returns once it stopped itself (or ended)
+        assert os.WIFSTOPPED(status), first.stderr.read()
+        assert cli.main(["train", "a2c", "--resume", str(run), "--max-env-steps", str(32 * 8)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"another run writing it: PID {first.pid} on " in err[0], err
+        assert [int(r["iteration"]) for r in training_rows(run)] == [1, 2, 3, 4, 5, 6]
+    finally:
+        first.kill()  # SIGKILL: the kernel releases its lock
+        first.wait(timeout=60)
+        first.stderr.close()
+    assert load_checkpoint(run)["iteration"] == 6
+    result = a2c.train(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 8))
+    rows = training_rows(run)
+    assert [int(r["iteration"]) for r in rows] == list(range(1, 9)) and result.iterations == 8
+    assert [int(r["env_steps"]) for r in rows] == [32 * i for i in range(1, 9)]
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_neither_releases_the_lock_nor_keeps_it(tmp_path):
+    """The batchers' workers under RLSTRUCT_START_METHOD=fork: the child closes its copy of the lock file at once,
+    so that it cannot release the parent's lock, and the lock ends with the parent even while the child lives."""
+    lock = RunFolderLock.acquire(tmp_path)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: release() does nothing here; then it waits until the parent says
+        try:
+            lock.release()
+            os.read(read, 1)
+        finally:
+            os._exit(0 if not lock.held else 1)
+    try:
+        with pytest.raises(RunFolderBusyError):  # the child's release left the parent's lock held
+            RunFolderLock.acquire(tmp_path)
+        lock.release()
+        again = RunFolderLock.acquire(tmp_path)  # the child, alive, holds nothing
+        again.release()
+    finally:
+        os.write(write, b"x")
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+# --------------------------------------------------------------------------- what a failed start removes
+def test_a_failed_start_removes_only_the_names_the_run_writes(tmp_path, monkeypatch):
+    """Another program's files and folders, written into the folder while the start runs, stay; so does the folder
+    the start created, which holds them."""
+    from rlstruct.algos._train import loops
+
+    def another_program_writes_then_the_workers_fail(stack, config, *args, **kwargs):
+        folder = Path(config.logdir)
+        (folder / "notes.txt").write_text("another program's")
+        (folder / "data").mkdir()
+        (folder / "data" / "x.bin").write_bytes(b"x")
+        raise ConnectionError("the batcher's workers did not start: 127.0.0.1:9 refused the connection")
+
+    existing = tmp_path / "mine"
+    existing.mkdir()
+    monkeypatch.setattr(loops, "open_batchers", another_program_writes_then_the_workers_fail)
+    for logdir in (tmp_path / "new" / "run", existing):
+        with pytest.raises(ConnectionError, match="refused"):
+            a2c.train(dataclasses.replace(CONFIG, logdir=str(logdir), tensorboard=True))
+        assert sorted(os.listdir(logdir)) == ["data", "notes.txt"] and (logdir / "data" / "x.bin").is_file()
+        assert earlier_run_files(logdir) == []
+
+
+# --------------------------------------------------------------------------- files written whole
+#: ``rlstruct train`` SIGKILLed once it opens config.json (or the file it writes whole through) for writing
+KILLED_WRITING_CONFIG = """
+import builtins, os, signal, sys
+real_open = builtins.open
+def open_(file, mode="r", *args, **kwargs):
+    f = real_open(file, mode, *args, **kwargs)
+    if os.path.basename(str(file)).startswith("config.json") and "w" in mode:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f
+builtins.open = open_
+from rlstruct.algos._train import cli
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_a_resume_killed_while_it_writes_its_config_leaves_the_config_and_compare_reads_it(trained, tmp_path):
+    run = tmp_path / "group" / "seed-0"
+    run.parent.mkdir()
+    copy_run(trained, run)
+    before = (run / Run.CONFIG_NAME).read_bytes()
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITING_CONFIG, "train", "a2c", "--resume", str(run),
+                             "--max-env-steps", str(32 * 6)], capture_output=True, text=True, timeout=100)
+    assert killed.returncode == -9, killed.stderr
+    assert (run / Run.CONFIG_NAME).read_bytes() == before
+    env = json.loads(before)["env"]
+    assert load_group(str(run.parent)).scores == {env: [json.loads((run / Run.SUMMARY_NAME).read_text())[
+        "eval_return"]]}
+    assert a2c.train(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 6)).iterations == 6
+
+
+# --------------------------------------------------------------------------- counters and rows read at --resume
+@pytest.mark.parametrize("field, value", [("iteration", -3), ("env_steps", -128), ("world_size", 0),
+                                          ("wall_time_s", float("nan"))])
+def test_a_checkpoint_with_counters_out_of_range_is_refused_in_one_line(trained, tmp_path, capsys, field, value):
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    data = torch.load(run / CHECKPOINT_NAME, weights_only=True)
+    data[field] = value
+    data["digest"] = content_digest(data)
+    torch.save(data, run / CHECKPOINT_NAME)
+    before = record_bytes(run)
+    with pytest.raises(CheckpointError, match=rf"run/checkpoint.pt' must hold {field} as .* >= \d, got {value!r}: a "
+                                              "damaged or edited checkpoint"):
+        load_checkpoint(run)
+    assert cli.main(["train", "a2c", "--resume", str(run), "--max-env-steps", str(32 * 6)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"must hold {field} as" in err[0], err
+    assert record_bytes(run) == before
+
+
+def _cut_header(lines):
+    return lines[1:]
+
+
+def _a_word_in_a_cell(lines):
+    cells = lines[2].split(",")
+    cells[3] = "abc"
+    return [*lines[:2], ",".join(cells), *lines[3:]]
+
+
+def _row_twice(lines):  # line 4 is iteration 2's training row (line 3: an evaluation's, at iteration 1)
+    return [*lines[:4], lines[3], *lines[4:]]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_cut_header, r"progress.csv must start with its header line \(iteration,env_steps,...\), got '1,32,[^']*'"),
+    (_a_word_in_a_cell, r"progress.csv line 3 column '[^']+' must hold a number, got 'abc'"),
+    (_row_twice, r"progress.csv line 5 must hold an iteration after line 4's 2, got iteration 2 \(two processes "
+                 r"wrote the file, or it was edited\)"),
+])
+def test_a_hand_edited_progress_is_refused_at_resume_in_one_line_and_left_as_it_is(trained, tmp_path, capsys, edit,
+                                                                                   message):
+    run = tmp_path / "run"
+    copy_run(trained, run)
+    lines = (run / Run.CSV_NAME).read_text().splitlines(keepends=True)
+    (run / Run.CSV_NAME).write_text("".join(edit(lines)))
+    before = record_bytes(run)
+    with pytest.raises(RunRecordError, match=message + r"; correct .* then resume again"):
+        a2c.train(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 6))
+    assert cli.main(["train", "a2c", "--resume", str(run), "--max-env-steps", str(32 * 6)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(message, err[0]), err
+    assert record_bytes(run) == before
