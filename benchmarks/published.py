@@ -445,6 +445,19 @@ def write_table(root: Path, page: Path) -> str:
     return body
 
 
+#: the records the package ships, for rlstruct compare --reference NAME
+RECORDS = HERE.parent / "algos" / "data" / "references"
+
+
+def pack(group: Path, path: Path, *, name: str, about: str = "", command: str = "") -> Path:
+    """Writes the records of the run folders in ``group`` (their states, configs, summaries and evaluations; no
+    weights, no machine paths) to ``path``, which ``rlstruct compare --reference`` reads."""
+    from rlstruct.algos._train.records import pack_runs, write_records
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_records(pack_runs(group, name=name, about=about, command=command), path)
+
+
 def _names(value: str, known) -> list[str]:
     names = [v for v in value.split(",") if v]
     unknown = [n for n in names if n not in known]
@@ -455,7 +468,7 @@ def _names(value: str, known) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    parser.add_argument("--root", type=Path, required=True, help="folder of the run folders (ALGO-TASK/seed-S)")
+    parser.add_argument("--root", type=Path, default=None, help="folder of the run folders (ALGO-TASK/seed-S)")
     parser.add_argument("--tasks", default="", help=f"comma-separated, of {', '.join(TASKS)}")
     parser.add_argument("--algos", default="ppo", help="comma-separated, of ppo, pqn, dqn (MinAtar has all three)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
@@ -468,7 +481,28 @@ def main(argv: list[str] | None = None) -> int:
                              "(its reference's protocol), before the table")
     parser.add_argument("--table", type=Path, default=None, metavar="PAGE",
                         help="write the table into PAGE between its markers (after the runs, if any)")
+    parser.add_argument("--pack", type=Path, action="append", default=[], metavar="GROUP",
+                        help="write the records of the run folders in GROUP (no weights) into --records, named by "
+                             "GROUP's last part, for rlstruct compare --reference")
+    parser.add_argument("--pack-rows", action="store_true",
+                        help="write the records of every row of the table that has run folders under --root")
+    parser.add_argument("--about", default="", help="what the records of --pack are (one line)")
+    parser.add_argument("--command", default="", help="the command that ran the runs of --pack")
+    parser.add_argument("--records", type=Path, default=RECORDS, metavar="DIR",
+                        help="where --pack and --pack-rows write (default: the package's references)")
     ns = parser.parse_args(argv)
+    if ns.pack or ns.pack_rows:
+        groups = [(g, g.name, ns.about, ns.command) for g in ns.pack]
+        if ns.pack_rows:
+            if ns.root is None:
+                parser.error("--pack-rows needs --root, the folder of the run folders")
+            groups += [(run_folder(ns.root, t, a, 0).parent, f"{a}-{t}", f"{row_spec(t, a)[0]} on {TASKS[t].env}",
+                        row_spec(t, a)[2]) for t, a in ROWS if run_folder(ns.root, t, a, 0).parent.is_dir()]
+        for folder, name, about, command in groups:
+            print(f"records: {pack(folder, ns.records / f'{name}.json', name=name, about=about, command=command)}")
+        return 0
+    if ns.root is None:
+        parser.error("--root is required to run or tabulate")
     tasks = _names(ns.tasks, TASKS)
     algos = _names(ns.algos, {"ppo", "pqn", "dqn"})
     seeds = [int(s) for s in ns.seeds.split(",") if s]

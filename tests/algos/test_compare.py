@@ -290,3 +290,72 @@ def test_the_tables_a_paper_pastes_markdown_and_latex(tmp_path, capsys):
     with pytest.raises(SystemExit, match="2"):
         cli.main(["compare", str(tmp_path / "a"), "--table", "html"])
     assert "invalid choice: 'html' (choose from 'markdown', 'latex')" in capsys.readouterr().err
+
+
+def test_runs_packed_into_records_compare_as_the_run_folders_do(tmp_path, capsys):
+    from rlstruct.algos._train.records import load_reference, pack_runs, write_records
+
+    _two_groups(tmp_path)
+    (tmp_path / "a" / "seed-2" / "summary.json").unlink()  # a run that is no result is packed with its state
+    summary = json.loads((tmp_path / "a" / "seed-0" / "summary.json").read_text())
+    (tmp_path / "a" / "seed-0" / "summary.json").write_text(json.dumps({**summary, "logdir": str(tmp_path)}))
+    records = write_records(pack_runs(tmp_path / "a", name="mine", command="rlstruct train ppo ..."),
+                            tmp_path / "mine.json")
+    assert str(tmp_path) not in records.read_text()  # no machine paths
+    assert [r["state"] for r in json.loads(records.read_text())["runs"]] == ["finished", "finished", "no summary"]
+    group = load_reference(str(records))
+    assert group.label == "ref:mine" and group.runs == ("mine/seed-0", "mine/seed-1")
+    assert group.left_out == (("mine/seed-2", "no summary"),) and group.scores == {"CartPole-v1": [30.0, 31.0]}
+    # the same statistics from the records as from the folders
+    folders = compare_groups([load_group(str(tmp_path / "a"))], allow_missing=True, n_resamples=100)
+    packed = compare_groups([load_reference(f"a={records}")], allow_missing=True, n_resamples=100)
+    assert packed["groups"]["a"]["iqm"] == folders["groups"]["a"]["iqm"]
+    assert packed["curves"]["a"] == folders["curves"]["a"]
+    # on the command line, beside a group of run folders
+    assert cli.main(["compare", str(tmp_path / "b"), "--reference", str(records), "--allow-missing", "--json",
+                     "--resamples", "100"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(out["curves"]) == {"b", "ref:mine"} and out["groups"]["ref:mine"]["reference"] == "mine"
+
+
+def test_the_shipped_reference_runs_load_by_name_and_bad_records_are_one_line(tmp_path, capsys):
+    from rlstruct.algos._train.records import load_reference, shipped_references
+
+    assert {"ppo-cartpole", "a2c-cartpole"} <= set(shipped_references())
+    ppo = load_reference("ppo-cartpole")
+    assert len(ppo.runs) == 3 and ppo.scores == {"CartPole-v1": [500.0, 500.0, 500.0]}
+    assert all(len(i.env_steps) >= 20 and i.env_steps[-1] >= 100_000 for i in ppo.infos)
+    with pytest.raises(ConfigError, match=r"--reference must be a records file or a shipped name \(.*ppo-cartpole.*\), "
+                                          r"got 'nope'"):
+        load_reference("nope")
+    bad = tmp_path / "bad.json"
+    for content, found in [('{"format": "x"}', "got format 'x'"), ('{"format": "rlstruct.records/1", "runs": []}',
+                                                                   "got no runs"),
+                           ('{"format": "rlstruct.records/1", "runs": [{"name": "s", "state": "finished"}]}',
+                            "finished without a finite eval_return")]:
+        bad.write_text(content)
+        with pytest.raises(RunRecordError, match=found):
+            load_reference(str(bad))
+    assert cli.main(["compare", "--reference", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"rlstruct compare: error: {bad} must be a records file")
+    assert cli.main(["compare"]) == 2
+    assert "GROUP must be given at least once (or --reference)" in capsys.readouterr().err
+
+
+def test_published_py_packs_a_group_into_records(tmp_path, capsys):
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root))
+    try:
+        from benchmarks import published
+    finally:
+        sys.path.remove(str(root))
+    _two_groups(tmp_path)
+    assert published.main(["--pack", str(tmp_path / "a"), "--records", str(tmp_path / "out"), "--about", "two",
+                           "--command", "rlstruct train ppo"]) == 0
+    assert f"records: {tmp_path / 'out' / 'a.json'}" in capsys.readouterr().out
+    records = json.loads((tmp_path / "out" / "a.json").read_text())
+    assert records["about"] == "two" and len(records["runs"]) == 3 and records["runs"][0]["returns"][0] == 0.0
