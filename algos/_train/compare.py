@@ -261,16 +261,20 @@ def check_uniform(groups: list[Group], *, allow_mixed: bool = False, normalized:
 
 
 def _group_curves(g: Group, table: dict[str, tuple[float, float]] | None,
-                  options: dict[str, Any]) -> dict[str, Any] | None:
+                  options: dict[str, Any]) -> dict[str, Any] | str:
     """The curve of group ``g`` over seeds (each run's evaluations on one grid, their IQM at each step with its
-    interval, normalised by ``table`` when given) and the IQM of its runs' areas under the curve; None when a run
-    logged no evaluation."""
+    interval, normalised by ``table`` when given) and the IQM of its runs' areas under the curve; or why it has
+    none (a run logged no evaluation, or the runs share no range of env steps)."""
     from rlstruct.algos.statistics import aggregate_scores, align_runs, area_under_curve, common_grid, curve_intervals
 
-    if not g.infos or any(not i.env_steps for i in g.infos):
-        return None
+    bare = [i.folder for i in g.infos if not i.env_steps]
+    if bare:
+        return f"no evaluation rows in the progress.csv of {', '.join(bare)}"
     runs = [(i.env_steps, i.returns) for i in g.infos]
-    grid, interpolated = common_grid(runs)
+    try:
+        grid, interpolated = common_grid(runs)
+    except ValueError as e:  # runs of other budgets: the final scores still compare
+        return str(e)
     by_env: dict[str, list[int]] = {}
     for k, info in enumerate(g.infos):
         by_env.setdefault(info.env, []).append(k)
@@ -297,7 +301,8 @@ def compare_groups(groups: list[Group], *, confidence: float = 0.95, n_resamples
     intervals, and per env the same (``"envs"``) (``"groups"``); for every ordered pair of groups the probability of
     improvement (``"improvement"``, a list of ``{"x", "y", "value", "low", "high"}``); and per group whose runs all
     logged evaluations its curve over seeds (``"curves"``: ``{"env_steps", "iqm", "low", "high", "mean", ...,
-    "auc"}``, the IQM of the runs' areas under the curve with its interval).
+    "auc"}``, the IQM of the runs' areas under the curve with its interval); for the others why not
+    (``"no_curves"``).
 
     Args:
         groups: the groups (:func:`load_group`).
@@ -342,7 +347,9 @@ def compare_groups(groups: list[Group], *, confidence: float = 0.95, n_resamples
                                   **({"normalized_scores": scored[g.label]} if table is not None else {}),
                                   **{k: v.to_dict() for k, v in estimates.items()}}
         curve = _group_curves(g, table, options)
-        if curve is not None:
+        if isinstance(curve, str):
+            out.setdefault("no_curves", {})[g.label] = curve
+        else:
             out["curves"][g.label] = curve
     for a, b in itertools.permutations(groups, 2):
         if set(a.scores) & set(b.scores):

@@ -30,10 +30,11 @@ def plot_curves(result: dict[str, Any], path: str | Path, *, mean: bool = False)
     if path.suffix.lower() not in (".png", ".svg"):
         raise ValueError(f"--curves must name a .png or .svg file, got {str(path)!r}; pass e.g. curves.png")
     curves = result.get("curves", {})
-    missing = [label for label in result["groups"] if label not in curves]
+    missing = {label: why for label, why in result.get("no_curves", {}).items() if label in result["groups"]}
     if not curves or missing:
-        raise ValueError(f"--curves needs evaluation rows in every run's progress.csv, got none in a run of "
-                         f"group(s) {', '.join(missing)}; compare groups whose runs evaluated (--eval-every)")
+        raise ValueError(f"--curves needs every group's runs to have evaluated over a shared range of env steps, "
+                         f"got for {'; '.join(f'{k}: {v}' for k, v in missing.items())}; compare groups whose runs "
+                         "evaluated (--eval-every) over one budget")
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4))
     try:

@@ -111,7 +111,7 @@ def render_report(groups: list[Group], result: dict[str, Any], *, argv: list[str
     if normalized:
         body.append("<p>Scores are normalised per env: (return - random) / (reference - random), so that each env "
                     "weighs alike.</p>")
-    curves = {k: v for k, v in result["curves"].items()}
+    curves = result["curves"]
     body.append("<h2>Learning curves</h2>")
     if curves:
         shown = {**result, "groups": {k: v for k, v in result["groups"].items() if k in curves}}
@@ -119,9 +119,8 @@ def render_report(groups: list[Group], result: dict[str, Any], *, argv: list[str
                     "<figcaption>IQM of the evaluation return over the runs at each env step, the interval shaded; "
                     "runs evaluated at other steps are interpolated onto a common grid (the legend says where)."
                     "</figcaption></figure>")
-    missing = [label for label in result["groups"] if label not in curves]
-    if missing:
-        body.append(f"<p>No curve for {html.escape(', '.join(missing))}: a run logged no evaluation.</p>")
+    for label, why in result.get("no_curves", {}).items():
+        body.append(f"<p>No curve for {html.escape(label)}: {html.escape(why)}.</p>")
     scored = {g: r.get("normalized_scores", r["scores"]) for g, r in result["groups"].items()}
     xlabel = "normalised score" if normalized else "evaluation return"
     body.append(f"<h2>Performance profiles</h2><figure id=\"profiles\">"

@@ -219,8 +219,15 @@ def test_compare_gives_each_groups_curve_over_seeds_with_intervals_and_draws_it(
     # a run without evaluations has no curve: asked for one, one line names the group
     (tmp_path / "b" / "seed-1" / "progress.csv").unlink()
     assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--curves", str(png)]) == 2
-    assert "rlstruct compare: error: --curves needs evaluation rows in every run's progress.csv, got none in a run " \
-           "of group(s) b" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rlstruct compare: error: --curves needs every group's runs to have "
+                                               "evaluated over a shared range of env steps, got for b: no evaluation "
+                                               f"rows in the progress.csv of {tmp_path / 'b' / 'seed-1'}")
+    # runs that share no range of env steps still compare by their final scores; the reason is in the JSON
+    _runs(tmp_path / "far", [1.0, 2.0], curves=[[(0, 1.0), (10, 1.0)], [(20, 2.0), (30, 2.0)]])
+    assert cli.main(["compare", str(tmp_path / "far"), "--json", "--resamples", "50"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["curves"] == {} and "must share a range of env steps" in out["no_curves"]["far"]
     assert cli.main(["compare", str(tmp_path / "a"), "--curves", str(tmp_path / "c.pdf")]) == 2
     assert "--curves must name a .png or .svg file" in capsys.readouterr().err
 
