@@ -55,9 +55,9 @@ def add_group_arguments(parser: Any) -> None:
     the normalisation and what a group may hold."""
     parser.add_argument("groups", nargs="*", metavar="GROUP",
                         help="[LABEL=]PATH: a folder holding one run folder per seed, or a quoted glob of run folders")
-    parser.add_argument("--reference", action="append", default=[], metavar="NAME|PATH",
-                        help="also a group read from recorded runs: a name the package ships (e.g. ppo-cartpole) or a "
-                             "records file (benchmarks/published.py --pack)")
+    parser.add_argument("--reference", action="append", default=[], metavar="[LABEL=]NAME|PATH[,...]",
+                        help="also a group of recorded runs: a name the package ships (e.g. ppo-cartpole) or a "
+                             "records file (benchmarks/published.py --pack); several, comma-separated, make one group")
     parser.add_argument("--normalize", nargs="?", const="shipped", default=None, metavar="FILE",
                         help="normalise each env's returns by a random and a reference score: the package's table, "
                              "or FILE's (JSON: env -> {random, reference})")

@@ -82,25 +82,18 @@ def _read_records(path: Path) -> dict[str, Any]:
     return records
 
 
-def load_reference(spec: str) -> Group:
-    """The group recorded in ``spec``: ``[LABEL=]NAME|PATH``, NAME a shipped record (:func:`shipped_references`),
-    PATH a records file; LABEL defaults to ``ref:NAME``. Its runs are named ``NAME/RUN``; its finished runs carry
-    their configs, scores and evaluations, the others are left out with their states.
-
-    Raises:
-        ConfigError: ``spec`` is neither a file nor a shipped name (the message lists the shipped names).
-        RunRecordError: the file is not a records file, or a finished run has no finite score.
-    """
-    label, sep, target = spec.partition("=")
-    if not sep:
-        label, target = "", spec
+def _records_path(target: str) -> Path:
     path = Path(target)
-    if not path.is_file():
-        if (REFERENCES / f"{target}.json").is_file():
-            path = REFERENCES / f"{target}.json"
-        else:
-            raise ConfigError(f"--reference must be a records file or a shipped name ({', '.join(shipped_references())}"
-                              f"), got {target!r}; pass one of them or a file benchmarks/published.py --pack wrote")
+    if path.is_file():
+        return path
+    if (REFERENCES / f"{target}.json").is_file():
+        return REFERENCES / f"{target}.json"
+    raise ConfigError(f"--reference must be a records file or a shipped name ({', '.join(shipped_references())}), "
+                      f"got {target!r}; pass one of them or a file benchmarks/published.py --pack wrote")
+
+
+def _runs_of(path: Path) -> tuple[str, list[RunInfo], list[tuple[str, str]]]:
+    """The name of the records at ``path``, their finished runs and the runs left out with their states."""
     records = _read_records(path)
     name = str(records.get("name") or path.stem)
     infos: list[RunInfo] = []
@@ -122,7 +115,31 @@ def load_reference(spec: str) -> Group:
         infos.append(RunInfo(folder, str(config.get("algo", "")), str(config.get("env", "")),
                              seed if isinstance(seed, int) and not isinstance(seed, bool) else None, float(score),
                              tuple(map(float, steps)), tuple(map(float, returns)), config=config))
-    return make_group(label or f"ref:{name}", infos, left_out, reference=name)
+    return name, infos, left_out
+
+
+def load_reference(spec: str) -> Group:
+    """The group recorded in ``spec``: ``[LABEL=]RECORDS[,RECORDS...]``, each RECORDS a shipped name
+    (:func:`shipped_references`) or a records file, several making one group (one method over several envs);
+    LABEL defaults to ``ref:`` and the names. Its runs are named ``NAME/RUN``; its finished runs carry their configs,
+    scores and evaluations, the others are left out with their states.
+
+    Raises:
+        ConfigError: a RECORDS is neither a file nor a shipped name (the message lists the shipped names).
+        RunRecordError: a file is not a records file, or a finished run has no finite score.
+    """
+    label, sep, targets = spec.partition("=")
+    if not sep:
+        label, targets = "", spec
+    names: list[str] = []
+    infos: list[RunInfo] = []
+    left_out: list[tuple[str, str]] = []
+    for target in targets.split(","):
+        name, finished, others = _runs_of(_records_path(target))
+        names.append(name)
+        infos += finished
+        left_out += others
+    return make_group(label or f"ref:{'+'.join(names)}", infos, left_out, reference="+".join(names))
 
 
 def write_records(records: dict[str, Any], path: str | Path) -> Path:

@@ -332,6 +332,16 @@ def test_the_shipped_reference_runs_load_by_name_and_bad_records_are_one_line(tm
     ppo = load_reference("ppo-cartpole")
     assert len(ppo.runs) == 3 and ppo.scores == {"CartPole-v1": [500.0, 500.0, 500.0]}
     assert all(len(i.env_steps) >= 20 and i.env_steps[-1] >= 100_000 for i in ppo.infos)
+    # several records make one group over envs, which compares normalised
+    both = load_reference("ppo=ppo-cartpole,ppo-acrobot")
+    assert both.label == "ppo" and set(both.scores) == {"CartPole-v1", "Acrobot-v1"} and len(both.runs) == 6
+    assert cli.main(["compare", "--reference", "ppo=ppo-cartpole,ppo-acrobot", "--reference",
+                     "a2c=a2c-cartpole,a2c-acrobot"]) == 2
+    assert "GROUP 'ppo' must hold runs of one algorithm and one env" in capsys.readouterr().err
+    assert cli.main(["compare", "--reference", "ppo=ppo-cartpole,ppo-acrobot", "--reference",
+                     "a2c=a2c-cartpole,a2c-acrobot", "--normalize", "--json", "--resamples", "100"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["normalized"] and set(out["curves"]) == {"ppo", "a2c"} and "optimality_gap" in out["groups"]["ppo"]
     with pytest.raises(ConfigError, match=r"--reference must be a records file or a shipped name \(.*ppo-cartpole.*\), "
                                           r"got 'nope'"):
         load_reference("nope")
