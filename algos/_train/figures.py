@@ -9,7 +9,7 @@ from typing import Any
 
 from rlstruct._plot import pyplot
 
-__all__ = ["TABLE_FORMATS", "plot_curves", "render_table"]
+__all__ = ["TABLE_FORMATS", "format_interval", "plot_curves", "render_table", "table_rows"]
 
 #: the formats of ``--table``
 TABLE_FORMATS = ("markdown", "latex")
@@ -61,7 +61,9 @@ def plot_curves(result: dict[str, Any], path: str | Path, *, mean: bool = False)
     return path
 
 
-def _cell(d: dict[str, float | None] | None, *, latex: bool) -> str:
+def format_interval(d: dict[str, float | None] | None, *, latex: bool = False) -> str:
+    """``"4.50 [3.00, 6.25]"``: an estimate and its interval (``{"value", "low", "high"}``) as the tables print them;
+    the value alone where there is no interval, ``"-"`` for none; in LaTeX the interval in ``\\scriptsize``."""
     if d is None:
         return "-"
     value = f"{d['value']:.2f}"
@@ -115,7 +117,7 @@ def render_table(result: dict[str, Any], fmt: str) -> str:
     for heads, rows in (table_rows(result)[:2], table_rows(result)[2:]):
         if heads[0] == "env":
             note = f"{level} stratified bootstrap intervals in brackets; returns per env, not normalised"
-        cells = [[c if isinstance(c, str) else _cell(c, latex=latex) for c in row] for row in rows]
+        cells = [[c if isinstance(c, str) else format_interval(c, latex=latex) for c in row] for row in rows]
         if latex:
             spec = "l" * (2 if heads[0] == "env" else 1) + "r" * (len(heads) - (2 if heads[0] == "env" else 1))
             out += [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(_latex(h) for h in heads) + " \\\\",

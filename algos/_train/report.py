@@ -18,7 +18,7 @@ from rlstruct import __version__
 from rlstruct._plot import pyplot
 from rlstruct.algos._train.compare import FINISHED, WHY_LEFT_OUT, Group
 from rlstruct.algos._train.compare_cli import add_group_arguments, groups_result
-from rlstruct.algos._train.figures import plot_curves, table_rows
+from rlstruct.algos._train.figures import format_interval, plot_curves, table_rows
 from rlstruct.algos._train.flags import OneLineParser
 from rlstruct.algos._train.run_folder import write_whole
 
@@ -43,20 +43,12 @@ def _svg(draw: Any) -> str:
     return re.sub(r"<metadata>.*?</metadata>", "", text[text.index("<svg"):], flags=re.S)
 
 
-def _interval(d: dict[str, float | None] | None) -> str:
-    if d is None:
-        return "-"
-    if d["low"] is None or d["high"] is None:
-        return f"{d['value']:.2f}"
-    return f"{d['value']:.2f} [{d['low']:.2f}, {d['high']:.2f}]"
-
-
 def _table(heads: list[str], rows: list[list[Any]], *, cls: list[str] | None = None) -> str:
     out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in heads) + "</tr>"]
     for i, row in enumerate(rows):
         attr = f' class="{cls[i]}"' if cls else ""
-        cells = "".join(f"<td{attr if j == 1 else ''}>{html.escape(c if isinstance(c, str) else _interval(c))}</td>"
-                        for j, c in enumerate(row))
+        texts = [c if isinstance(c, str) else format_interval(c) for c in row]
+        cells = "".join(f"<td{attr if j == 1 else ''}>{html.escape(t)}</td>" for j, t in enumerate(texts))
         out.append(f"<tr>{cells}</tr>")
     return "\n".join([*out, "</table>"])
 
@@ -129,8 +121,8 @@ def render_report(groups: list[Group], result: dict[str, Any], *, argv: list[str
     heads, rows, env_heads, env_rows = table_rows(result)
     body += ["<h2>Aggregate statistics</h2>", _table(heads, rows)]
     if result["improvement"]:
-        body.append("<ul>" + "".join(f"<li>P({html.escape(p['x'])} &gt; {html.escape(p['y'])}) = "
-                                     f"{html.escape(_interval(p))}</li>" for p in result["improvement"]) + "</ul>")
+        items = [f"P({p['x']} > {p['y']}) = {format_interval(p)}" for p in result["improvement"]]
+        body.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>")
     body += ["<h2>Per env</h2><p>Final evaluation returns, not normalised.</p>", _table(env_heads, env_rows),
              _runs_section(groups)]
     title = f"rlstruct report: {', '.join(result['groups'])}"
