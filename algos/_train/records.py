@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,12 @@ def shipped_references() -> list[str]:
     return sorted(p.stem for p in REFERENCES.glob("*.json"))
 
 
-def pack_runs(folder: str | Path, *, name: str, about: str = "", command: str = "") -> dict[str, Any]:
+def pack_runs(folder: str | Path, *, name: str, about: str = "", command: str = "",
+              extra: Callable[[Path], dict[str, Any]] | None = None) -> dict[str, Any]:
     """The records of the runs in ``folder`` (a group, as ``rlstruct compare`` reads it), every run accounted for:
     ``{"format", "name", "about", "command", "runs": [{"name", "state", "config", "summary", "env_steps",
-    "returns"}]}``, a run's name being its folder's name, the configs and summaries without their machine paths.
+    "returns"}]}``, a run's name being its folder's name, the configs and summaries without their machine paths;
+    with ``extra``, each run also holds ``extra(run_folder)`` (JSON-able) under ``"extra"``.
 
     Raises:
         ConfigError: ``folder`` holds no run folder.
@@ -64,7 +67,8 @@ def pack_runs(folder: str | Path, *, name: str, about: str = "", command: str = 
         runs.append({"name": run.name, "state": state,
                      "config": {k: v for k, v in config.items() if k not in _PATH_KEYS},
                      "summary": {k: v for k, v in summary.items() if k not in _PATH_KEYS},
-                     "env_steps": list(steps), "returns": list(returns)})
+                     "env_steps": list(steps), "returns": list(returns),
+                     **({"extra": extra(run)} if extra is not None else {})})
     return {"format": FORMAT, "name": name, "about": about, "command": command, "runs": runs}
 
 
