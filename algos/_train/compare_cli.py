@@ -110,6 +110,8 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("--curves", default=None, metavar="FILE",
                         help="also draw each group's IQM evaluation return against env steps, with its interval, "
                              "into FILE, a PNG or SVG (matplotlib)")
+    parser.add_argument("--curves-mean", action="store_true",
+                        help="also draw each group's mean beside its IQM (dotted) in --curves")
     parser.add_argument("--table", default=None, choices=TABLE_FORMATS,
                         help="print the per-group and per-env table as Markdown or a LaTeX (booktabs) table body")
     ns = parser.parse_args(argv)
@@ -122,7 +124,7 @@ def compare_main(argv: list[str]) -> int:
             xlabel = "normalised score" if result["normalized"] else "evaluation return"
             result["plot"] = str(plot_performance_profiles(scored, ns.plot, xlabel=xlabel))
         if ns.curves is not None:
-            result["curves_plot"] = str(plot_curves(result, ns.curves))
+            result["curves_plot"] = str(plot_curves(result, ns.curves, mean=ns.curves_mean))
     except (ValueError, ImportError, FileNotFoundError) as e:  # ConfigError and MissingDependencyError among them
         for line in str(e).splitlines():  # a line per group refused
             print(f"rlstruct compare: error: {line}", file=sys.stderr)

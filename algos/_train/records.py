@@ -27,7 +27,7 @@ from rlstruct.algos._train.compare import (
 from rlstruct.algos._train.log import Run
 from rlstruct.errors import ConfigError, RunRecordError
 
-__all__ = ["FORMAT", "REFERENCES", "load_reference", "pack_runs", "shipped_references"]
+__all__ = ["FORMAT", "REFERENCES", "load_reference", "pack_runs", "shipped_references", "write_records"]
 
 #: the ``format`` a records file declares
 FORMAT = "rlstruct.records/1"

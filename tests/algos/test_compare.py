@@ -213,9 +213,10 @@ def test_compare_gives_each_groups_curve_over_seeds_with_intervals_and_draws_it(
     # the area under the curve: each run's mean return over its steps, their IQM with its interval
     assert a["auc"]["value"] == pytest.approx(16.0) and a["auc"]["low"] <= 16.0 <= a["auc"]["high"]
     assert png.read_bytes()[:4] == b"\x89PNG"
-    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--curves", str(svg)]) == 0
+    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--curves", str(svg), "--curves-mean"]) == 0
     table = capsys.readouterr().out
     assert "AUC IQM [95% CI]" in table and f"curves: {svg}" in table and "<svg" in svg.read_text()
+    assert svg.read_text().count('stroke-dasharray') >= 2  # the means, dotted
     # a run without evaluations has no curve: asked for one, one line names the group
     (tmp_path / "b" / "seed-1" / "progress.csv").unlink()
     assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--curves", str(png)]) == 2
