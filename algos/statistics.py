@@ -1,6 +1,9 @@
 """Statistics over the seeds of runs, as Agarwal et al. (2021, "Deep RL at the edge of the statistical precipice")
 ask: the interquartile mean (IQM), the mean and the median with stratified bootstrap confidence intervals, the
-probability of improvement of one group of runs over another, and performance profiles.
+probability of improvement of one group of runs over another, performance profiles, and learning curves over seeds
+with their intervals (:func:`curve_intervals` and the area under a run's curve, :func:`area_under_curve`). Scores of
+several envs are made comparable by :func:`normalize_scores` (a random policy 0, a reference 1, from the table the
+package ships, :func:`load_score_table`), and then the optimality gap (:func:`optimality_gap`) reads too.
 
 Scores are one number per run (e.g. the final evaluation return of each seed), given as a flat sequence (one task)
 or as ``{task: scores}`` (several envs): the bootstrap then resamples the runs of each task separately (stratified).
@@ -18,12 +21,19 @@ from typing import Any, Union
 
 import numpy as np
 
+from rlstruct.algos._curves import align_runs as align_runs
+from rlstruct.algos._curves import area_under_curve as area_under_curve
+from rlstruct.algos._curves import common_grid as common_grid
+from rlstruct.algos._curves import curve_intervals
 from rlstruct.errors import MissingDependencyError
 
+# align_runs, area_under_curve and common_grid are this module's too, left out of __all__ for the names' budget
 __all__ = [
     "Interval",
     "aggregate_scores",
+    "curve_intervals",
     "iqm",
+    "normalize_scores",
     "performance_profile",
     "performance_profile_interval",
     "plot_performance_profiles",
@@ -57,8 +67,22 @@ def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(x, axis=axis)
 
 
-#: the aggregates :func:`aggregate_scores` estimates: name -> function of the scores along an axis
-AGGREGATES: dict[str, Callable[..., Any]] = {"iqm": iqm, "mean": _mean, "median": _median}
+def optimality_gap(scores: Any, axis: int = -1, threshold: float = 1.0) -> Any:
+    """The optimality gap: the mean of how far each score falls short of ``threshold`` (``max(threshold - x, 0)``),
+    along ``axis``: Agarwal et al. (2021), section 4.1, on normalised scores where 1 is the reference's. Lower is
+    better; a run above the reference counts 0, so one outlying seed cannot hide the others' shortfall.
+
+    >>> float(optimality_gap([0.5, 1.0, 2.0]))
+    0.16666666666666666
+    """
+    return np.maximum(threshold - np.asarray(scores, dtype=np.float64), 0.0).mean(axis=axis)
+
+
+#: the aggregates :func:`aggregate_scores` can estimate: name -> function of the scores along an axis
+AGGREGATES: dict[str, Callable[..., Any]] = {"iqm": iqm, "mean": _mean, "median": _median,
+                                             "optimality_gap": optimality_gap}
+#: the aggregates of raw scores (the optimality gap is read on normalised scores only)
+RAW_AGGREGATES = ("iqm", "mean", "median")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,16 +124,17 @@ def _strata(scores: Scores) -> dict[str, np.ndarray]:
 
 
 def _percentile_bounds(samples: list[np.ndarray], statistic: Callable[..., Any], *, confidence: float,
-                       n_resamples: int, seed: int) -> tuple[Any, Any] | None:
+                       n_resamples: int, seed: int, axis: int = 0) -> tuple[Any, Any] | None:
     """``(low, high)``: the percentile interval of ``statistic`` (a number or an array of them) over resamples of
-    each sample on its own (the strata); None when a sample has a single run (nothing to resample)."""
+    each sample on its own (the strata) along ``axis``, the runs' axis; None when a sample has a single run (nothing
+    to resample)."""
     from scipy.stats import bootstrap
 
-    if min(len(s) for s in samples) < 2:
+    if min(s.shape[axis] for s in samples) < 2:
         return None
     # Percentile intervals (rliable's default): BCa's jackknife is undefined when every run scores the same.
     result = bootstrap(samples, statistic, n_resamples=n_resamples, confidence_level=confidence, method="percentile",
-                       vectorized=True, rng=np.random.default_rng(seed))
+                       vectorized=True, rng=np.random.default_rng(seed), axis=axis)
     return result.confidence_interval.low, result.confidence_interval.high
 
 
@@ -120,22 +145,23 @@ def _bootstrap(samples: list[np.ndarray], statistic: Callable[..., Any], value: 
     return Interval(value, math.nan, math.nan) if bounds is None else Interval(value, *map(float, bounds))
 
 
-def aggregate_scores(scores: Scores, *, confidence: float = 0.95, n_resamples: int = 2000,
-                     seed: int = 0) -> dict[str, Interval]:
-    """The IQM, mean and median (:data:`AGGREGATES`) of ``scores`` over all runs of all tasks, each with its
-    stratified bootstrap confidence interval.
+def aggregate_scores(scores: Scores, *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0,
+                     names: Sequence[str] = RAW_AGGREGATES) -> dict[str, Interval]:
+    """The IQM, mean and median (or the ``names`` of :data:`AGGREGATES`) of ``scores`` over all runs of all tasks,
+    each with its stratified bootstrap confidence interval.
 
     Args:
         scores: one score per run: a sequence, or ``{task: scores}`` (the runs of each task are resampled apart).
         confidence: the interval's confidence level.
         n_resamples: bootstrap resamples.
         seed: seeds the resampling: the same scores and seed give the same intervals.
+        names: the aggregates; add ``"optimality_gap"`` for normalised scores.
 
     Returns:
-        ``{"iqm": Interval, "mean": Interval, "median": Interval}``.
+        ``{"iqm": Interval, "mean": Interval, "median": Interval}`` (one entry per name).
 
     Raises:
-        ValueError: a task without runs, or a score that is not finite.
+        ValueError: a task without runs, a score that is not finite, or an unknown name.
 
     >>> out = aggregate_scores([10.0, 20.0, 30.0, 40.0, 500.0])
     >>> round(out["iqm"].value, 2), out["median"].value, out["mean"].value
@@ -143,16 +169,77 @@ def aggregate_scores(scores: Scores, *, confidence: float = 0.95, n_resamples: i
     >>> out["iqm"].low <= out["iqm"].value <= out["iqm"].high
     True
     """
+    unknown = [n for n in names if n not in AGGREGATES]
+    if unknown:
+        raise ValueError(f"names must be among {sorted(AGGREGATES)}, got {unknown}")
     samples = list(_strata(scores).values())
     everything = np.concatenate(samples)
     out = {}
-    for name, function in AGGREGATES.items():
+    for name in names:
+        function = AGGREGATES[name]
         def statistic(*resampled: np.ndarray, axis: int = -1, function: Callable[..., Any] = function) -> Any:
             return function(np.concatenate(resampled, axis=axis), axis=axis)
 
         out[name] = _bootstrap(samples, statistic, float(function(everything)), confidence=confidence,
                                n_resamples=n_resamples, seed=seed)
     return out
+
+
+#: the score table the package ships: per env, a random policy's score and a reference score, with their sources
+SCORE_TABLE = Path(__file__).resolve().parent / "data" / "score_table.json"
+
+
+def load_score_table(path: str | Path | None = None) -> dict[str, tuple[float, float]]:
+    """The normalisation table at ``path`` (default: :data:`SCORE_TABLE`, the one the package ships): env id ->
+    ``(random, reference)``. The file is a JSON object ``{"envs": {ENV: {"random": R, "reference": S, ...}}}`` (other
+    keys, such as each row's source, are kept for the reader) or that ``envs`` object alone.
+
+    Raises:
+        ValueError: the file cannot be read as such a table (the message names the file and the env).
+
+    >>> load_score_table()["CartPole-v1"][1]
+    475.0
+    """
+    import json
+
+    source = Path(SCORE_TABLE if path is None else path)
+    try:
+        content = json.loads(source.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"the score table {source} must be a JSON file, got one that cannot be read "
+                         f"({str(e).splitlines()[0]}); pass a JSON object of env -> {{random, reference}}") from None
+    envs = content.get("envs", content) if isinstance(content, dict) else None
+    if not isinstance(envs, dict) or not envs:
+        raise ValueError(f"the score table {source} must hold an object of env -> {{\"random\": R, \"reference\": "
+                         f"S}}, got {type(envs).__name__ if envs is not None else type(content).__name__}")
+    table = {}
+    for env, row in envs.items():
+        values = [row.get(k) if isinstance(row, dict) else None for k in ("random", "reference")]
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in values) \
+                or values[0] == values[1]:
+            raise ValueError(f"the score table {source} must give env {env!r} finite, different \"random\" and "
+                             f"\"reference\" numbers, got {row!r}; fix its row")
+        table[str(env)] = (float(values[0]), float(values[1]))
+    return table
+
+
+def normalize_scores(scores: Mapping[str, Sequence[float]],
+                     table: Mapping[str, tuple[float, float]]) -> dict[str, np.ndarray]:
+    """Min-max normalised scores: ``(x - random) / (reference - random)`` per env, so that a random policy scores 0
+    and the reference 1 on every env, and an aggregate over envs weighs each env alike.
+
+    Raises:
+        ValueError: an env has no row in ``table`` (the message names every such env).
+
+    >>> normalize_scores({"CartPole-v1": [500.0, 261.0]}, {"CartPole-v1": (22.0, 500.0)})["CartPole-v1"].tolist()
+    [1.0, 0.5]
+    """
+    missing = sorted(env for env in scores if env not in table)
+    if missing:
+        raise ValueError(f"scores of env(s) {', '.join(missing)} need a random and a reference score to be "
+                         "normalised, got none in the score table; pass --normalize FILE with a row for each")
+    return {env: (np.asarray(values, dtype=np.float64) - table[env][0]) / (table[env][1] - table[env][0])
+            for env, values in scores.items()}
 
 
 def _improvement(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -17,6 +17,13 @@ print), the published figures, the budget and the wall time on this machine; a r
 that runs it. A task's peers (:class:`Peer`: Stable-Baselines3 with the zoo's HalfCheetah settings) get rows of
 their own from the run folders their script writes (``benchmarks/sb3_reference.py --logdir``), so that
 ``rlstruct compare ROOT/ppo-halfcheetah-zoo ROOT/sb3-ppo-halfcheetah-zoo`` compares the two.
+
+``--pack-rows`` writes each row's records (evaluations, summaries, configs, what the table reads; no weights) into
+the package's references, which ``rlstruct compare --reference ALGO-TASK`` reads, and ``--from-records`` writes the
+table (and ``--curves DIR`` each task's curves) from them, on a machine without the run folders::
+
+    python benchmarks/published.py --root ../published-runs --pack-rows
+    python benchmarks/published.py --from-records --table docs/benchmarks/published.md --curves docs/assets/published
 """
 
 from __future__ import annotations
@@ -265,15 +272,14 @@ def reevaluate(root: Path, task: str, algo: str) -> list[Path]:
     return written
 
 
-def reevaluated(folders: list[Path], episodes: int) -> str:
-    """The IQM [95% CI] of the re-evaluations of ``folders`` (finished runs), ``"-"`` unless every one has its own."""
+def reevaluated(values: list[float | None], episodes: int) -> str:
+    """The IQM [95% CI] of the finished runs' re-evaluations ``values``, ``"-"`` unless every one has its own."""
     from rlstruct.algos.statistics import aggregate_scores
 
-    paths = [reevaluation_path(f, episodes) for f in folders]
-    if not episodes or not paths or not all(p.is_file() for p in paths):
+    if not episodes or not values or any(v is None for v in values):
         return "-"
-    iqm = aggregate_scores([json.loads(p.read_text())["eval_return"] for p in paths])["iqm"]
-    return _interval(iqm.value, iqm.low, iqm.high) if len(paths) > 1 else _fmt(iqm.value)
+    iqm = aggregate_scores(values)["iqm"]
+    return _interval(iqm.value, iqm.low, iqm.high) if len(values) > 1 else _fmt(iqm.value)
 
 
 # --------------------------------------------------------------------------- the table
@@ -388,61 +394,170 @@ def _training_cell(trained: list[float], runs: int) -> str:
     return mean if len(trained) == runs else f"{mean} ({len(trained)} of {runs} seeds)"
 
 
-def row_cells(root: Path, task: str, algo: str) -> list[str]:
-    """One table row: task, algorithm, budget, seeds finished, IQM [95% CI], training return, wall time, references."""
+@dataclasses.dataclass(frozen=True)
+class RowRuns:
+    """What a row shows of its finished runs, read from their folders or from their records.
+
+    Attributes:
+        stats: ``rlstruct compare``'s statistics of the group (its ``runs``, ``iqm``, ``n_left_out``).
+        summaries: each finished run's ``summary.json``.
+        trained: each finished run's training return (:func:`training_return`; None where it logged none).
+        reevaluations: each finished run's final weights evaluated again (None where not).
+    """
+
+    stats: dict
+    summaries: list[dict]
+    trained: list[float | None]
+    reevaluations: list[float | None]
+
+
+def _reevaluation(folder: Path, episodes: int) -> float | None:
+    path = reevaluation_path(folder, episodes)
+    return json.loads(path.read_text())["eval_return"] if episodes and path.is_file() else None
+
+
+def _folder_runs(root: Path, task: str, algo: str) -> RowRuns | None:
+    """The row's finished runs from their folders under ``root`` (None: none finished)."""
+    group = root / f"{algo}-{task}"
+    stats = _compare(group) if group.is_dir() else None
+    if stats is None:
+        return None
+    folders = [Path(r) for r in stats["runs"]]
+    return RowRuns(stats, [json.loads((f / "summary.json").read_text()) for f in folders],
+                   [training_return(f) for f in folders],
+                   [_reevaluation(f, TASKS[task].reevaluation) for f in folders])
+
+
+def row_extra(folder: Path, task: str) -> dict:
+    """What a row reads from a run folder beyond its records, which :func:`pack` keeps per run: its training return
+    and its final weights' re-evaluation."""
+    return {"training_return": training_return(folder), "reevaluation": _reevaluation(folder, TASKS[task].reevaluation)}
+
+
+def _record_runs(records: Path) -> RowRuns | None:
+    """The row's finished runs from their records (None: no records, or none finished)."""
+    from rlstruct.algos._train.compare import compare_groups
+    from rlstruct.algos._train.records import load_reference
+    from rlstruct.errors import ConfigError
+
+    if not records.is_file():
+        return None
+    try:
+        stats = compare_groups([load_reference(f"g={records}")], allow_missing=True)["groups"]["g"]
+    except ConfigError:
+        return None
+    runs = {r["name"]: r for r in json.loads(records.read_text())["runs"]}
+    finished = [runs[folder.rpartition("/")[2]] for folder in stats["runs"]]
+    extras = [r.get("extra") or {} for r in finished]
+    return RowRuns(stats, [r["summary"] for r in finished], [e.get("training_return") for e in extras],
+                   [e.get("reevaluation") for e in extras])
+
+
+def _not_finished(root: Path | None, task: str, algo: str, command: str) -> str:
+    """The cell of a row without a finished run: what it has and the command that goes on (from folders), or that it
+    has no records (from records)."""
+    if root is None:
+        return f"no records yet (`published.py --pack-rows` where its run folders are; they run with `{command}`)"
+    started = {f.name: last_env_steps(f) for f in sorted((root / f"{algo}-{task}").glob("seed-*")) if f.is_dir()}
+    how = "resume" if algo in TASKS[task].algos else "remove their folders and run again"  # a peer keeps no checkpoint
+    state = (f"not finished yet ({', '.join(f'{k} at {v:,} env steps' for k, v in started.items())}); {how}: "
+             if started else "not run yet: ")
+    return f"{state}`{command}`"
+
+
+def row_cells(root: Path | None, task: str, algo: str, *, records: Path | None = None) -> list[str]:
+    """One table row: task, algorithm, budget, seeds finished, IQM [95% CI], the re-evaluation, training return,
+    wall time, references; from the run folders under ``root``, or (``records``, a folder) from the records that
+    ``--pack-rows`` wrote."""
     t = TASKS[task]
     label, max_env_steps, command = row_spec(task, algo)
     budget = f"{max_env_steps / 1e6:g}M"
     refs = "; ".join(f"{fig} ({src})" for fig, src in t.references)
-    group = root / f"{algo}-{task}"
-    stats = _compare(group) if group.is_dir() else None
-    if stats is None:
-        started = {f.name: last_env_steps(f) for f in sorted(group.glob("seed-*")) if f.is_dir()}
-        how = "resume" if algo in t.algos else "remove their folders and run again"  # a peer keeps no checkpoint
-        state = (f"not finished yet ({', '.join(f'{k} at {v:,} env steps' for k, v in started.items())}); {how}: "
-                 if started else "not run yet: ")
-        return [t.env, label, budget, "0", f"{state}`{command}`", "-", "-", "-", refs]
+    runs = _record_runs(records / f"{algo}-{task}.json") if records is not None else _folder_runs(root, task, algo)
+    if runs is None:
+        return [t.env, label, budget, "0", _not_finished(None if records is not None else root, task, algo, command),
+                "-", "-", "-", refs]
+    stats = runs.stats
     iqm = stats["iqm"]
     low, high = iqm["low"], iqm["high"]
     interval = _interval(iqm["value"], low, high) if low is not None else _fmt(iqm["value"])
-    folders = [Path(r) for r in stats["runs"]]
-    trained = [x for x in (training_return(f) for f in folders) if x is not None]
-    summaries = [json.loads((f / "summary.json").read_text()) for f in folders]
-    walls = [w for w in (run_wall_time(f, s) for f, s in zip(folders, summaries)) if w is not None]
-    steps = {s.get("env_steps") for s in summaries}
-    seeds = f"{len(folders)}" + (f" (+{stats['n_left_out']} running)" if stats["n_left_out"] else "")
+    walls = [w for w in (run_wall_time(Path(f), s) for f, s in zip(stats["runs"], runs.summaries)) if w is not None]
+    steps = {s.get("env_steps") for s in runs.summaries}
+    seeds = f"{len(runs.summaries)}" + (f" (+{stats['n_left_out']} running)" if stats["n_left_out"] else "")
     short = sorted(s for s in steps if isinstance(s, int) and s < max_env_steps)
     note = f" (at {', '.join(f'{s:,}' for s in short)})" if short else ""
-    return [t.env, label, budget + note, seeds, interval, reevaluated(folders, t.reevaluation),
-            _training_cell(trained, len(folders)),
-            _minutes(walls), refs]
+    trained = [x for x in runs.trained if x is not None]
+    return [t.env, label, budget + note, seeds, interval, reevaluated(runs.reevaluations, t.reevaluation),
+            _training_cell(trained, len(runs.summaries)), _minutes(walls), refs]
 
 
-def table(root: Path) -> str:
-    """The markdown table of every row (:data:`ROWS`), from the run folders under ``root``."""
+def table(root: Path | None, *, records: Path | None = None) -> str:
+    """The markdown table of every row (:data:`ROWS`), from the run folders under ``root`` or the records in
+    ``records``."""
     head = ["env", "algorithm (preset)", "budget", "seeds", "evaluation: IQM [95% CI]",
             f"final weights, {_ZOO_EPISODES} fresh episodes: IQM [95% CI]",
             "training return (last 100 episodes, mean over seeds)", "wall time a run", "published"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":--"] * 3 + ["--:"] * 5 + [":--"]) + "|"]
-    lines += ["| " + " | ".join(row_cells(root, task, algo)) + " |" for task, algo in ROWS]
+    lines += ["| " + " | ".join(row_cells(root, task, algo, records=records)) + " |" for task, algo in ROWS]
     return "\n".join(lines)
 
 
 TABLE_BEGIN, TABLE_END = "<!-- published table: begin -->", "<!-- published table: end -->"
 
 
-def write_table(root: Path, page: Path) -> str:
-    """Replaces the text between the page's table markers by :func:`table` (the page is created when missing)."""
+def write_table(root: Path | None, page: Path, *, records: Path | None = None) -> str:
+    """Replaces the text between the page's table markers by :func:`table` (the page is created when missing), from
+    the run folders under ``root`` or the records in ``records``."""
     from rlstruct.algos._train.flags import OneLineParser  # noqa: F401 (imports the package before torch loads)
 
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    body = (f"{TABLE_BEGIN}\n{table(root)}\n\nTaken on {platform.machine()}, {os.cpu_count()} CPUs, one torch thread "
-            f"a run; load average when the table was written {load}.\n{TABLE_END}")
+    if records is not None:
+        # the machine that ran the records is not this one: say where the numbers come from instead
+        where = "Regenerated from the runs' records (`python benchmarks/published.py --table PAGE --from-records`)."
+    else:
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        where = (f"Taken on {platform.machine()}, {os.cpu_count()} CPUs, one torch thread a run; load average when the "
+                 f"table was written {load}.")
+    body = f"{TABLE_BEGIN}\n{table(root, records=records)}\n\n{where}\n{TABLE_END}"
     text = page.read_text() if page.is_file() else f"{TABLE_BEGIN}\n{TABLE_END}\n"
     before, _, rest = text.partition(TABLE_BEGIN)
     _, _, after = rest.partition(TABLE_END)
     page.write_text(before + body + after)
     return body
+
+
+#: the records the package ships, for rlstruct compare --reference NAME
+RECORDS = HERE.parent / "algos" / "data" / "references"
+
+
+def pack(group: Path, path: Path, *, name: str, about: str = "", command: str = "", task: str | None = None) -> Path:
+    """Writes the records of the run folders in ``group`` (their states, configs, summaries and evaluations; no
+    weights, no machine paths) to ``path``, which ``rlstruct compare --reference`` reads; with the ``task`` of a
+    row, also what its table reads beyond them (:func:`row_extra`), so that ``--table --from-records`` writes it."""
+    from rlstruct.algos._train.records import pack_runs, write_records
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    extra = None if task is None else (lambda folder: row_extra(folder, task))
+    return write_records(pack_runs(group, name=name, about=about, command=command, extra=extra), path)
+
+
+def draw_curves(records: Path, folder: Path) -> list[Path]:
+    """Draws, for each task with records in ``records``, its rows' curves over seeds (``rlstruct compare
+    --curves``) into ``folder/TASK.png``; returns the files drawn."""
+    from rlstruct.algos._train.compare import compare_groups
+    from rlstruct.algos._train.figures import plot_curves
+    from rlstruct.algos._train.records import load_reference
+
+    folder.mkdir(parents=True, exist_ok=True)
+    drawn = []
+    for task in TASKS:
+        paths = [(algo, records / f"{algo}-{task}.json") for t, algo in ROWS if t == task]
+        groups = [load_reference(f"{algo}={path}") for algo, path in paths if path.is_file()]
+        if groups:
+            result = compare_groups(groups, allow_missing=True)
+            result = {**result, "groups": {k: v for k, v in result["groups"].items() if k in result["curves"]}}
+            if result["groups"]:
+                drawn.append(plot_curves(result, folder / f"{task}.png"))
+    return drawn
 
 
 def _names(value: str, known) -> list[str]:
@@ -455,7 +570,7 @@ def _names(value: str, known) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    parser.add_argument("--root", type=Path, required=True, help="folder of the run folders (ALGO-TASK/seed-S)")
+    parser.add_argument("--root", type=Path, default=None, help="folder of the run folders (ALGO-TASK/seed-S)")
     parser.add_argument("--tasks", default="", help=f"comma-separated, of {', '.join(TASKS)}")
     parser.add_argument("--algos", default="ppo", help="comma-separated, of ppo, pqn, dqn (MinAtar has all three)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
@@ -468,7 +583,47 @@ def main(argv: list[str] | None = None) -> int:
                              "(its reference's protocol), before the table")
     parser.add_argument("--table", type=Path, default=None, metavar="PAGE",
                         help="write the table into PAGE between its markers (after the runs, if any)")
+    parser.add_argument("--pack", type=Path, action="append", default=[], metavar="GROUP",
+                        help="write the records of the run folders in GROUP (no weights) into --records, named by "
+                             "GROUP's last part, for rlstruct compare --reference")
+    parser.add_argument("--pack-rows", action="store_true",
+                        help="write the records of every row of the table that has run folders under --root")
+    parser.add_argument("--about", default="", help="what the records of --pack are (one line)")
+    parser.add_argument("--command", default="", help="the command that ran the runs of --pack")
+    parser.add_argument("--from-records", action="store_true",
+                        help="write --table from the records in --records (those --pack-rows wrote) instead of run "
+                             "folders")
+    parser.add_argument("--curves", type=Path, default=None, metavar="DIR",
+                        help="with --from-records, also draw each task's curves over seeds into DIR/TASK.png")
+    parser.add_argument("--records", type=Path, default=RECORDS, metavar="DIR",
+                        help="where --pack and --pack-rows write (default: the package's references)")
     ns = parser.parse_args(argv)
+    if ns.pack or ns.pack_rows:
+        groups = [(g, g.name, ns.about, ns.command, None) for g in ns.pack]
+        if ns.pack_rows:
+            if ns.root is None:
+                parser.error("--pack-rows needs --root, the folder of the run folders")
+            groups += [(run_folder(ns.root, t, a, 0).parent, f"{a}-{t}", f"{row_spec(t, a)[0]} on {TASKS[t].env}",
+                        row_spec(t, a)[2], t) for t, a in ROWS if run_folder(ns.root, t, a, 0).parent.is_dir()]
+        for folder, name, about, command, task in groups:
+            path = pack(folder, ns.records / f"{name}.json", name=name, about=about, command=command, task=task)
+            print(f"records: {path}")
+        if not ns.from_records:
+            return 0
+    if ns.from_records:
+        if ns.table is None:
+            parser.error("--from-records writes the table: pass --table PAGE")
+        if not any((ns.records / f"{a}-{t}.json").is_file() for t, a in ROWS):
+            # the page's table from run folders would be replaced by rows that all say "no records yet"
+            parser.error(f"--from-records needs the records of a row of the table in {ns.records}, got none; pack "
+                         "them first (--root ROOT --pack-rows); the page is left as it is")
+        print(write_table(None, ns.table, records=ns.records))
+        if ns.curves is not None:
+            for path in draw_curves(ns.records, ns.curves):
+                print(f"curves: {path}")
+        return 0
+    if ns.root is None:
+        parser.error("--root is required to run or tabulate")
     tasks = _names(ns.tasks, TASKS)
     algos = _names(ns.algos, {"ppo", "pqn", "dqn"})
     seeds = [int(s) for s in ns.seeds.split(",") if s]

@@ -1,6 +1,7 @@
 """The ``rlstruct`` command: ``rlstruct train ALGO [flags]``, ``rlstruct eval CHECKPOINT``, ``rlstruct export RUN``,
 ``rlstruct autotune`` and ``rlstruct profile`` (the last two run :mod:`rlstruct.algos._train.profile`),
-``rlstruct compare`` (:mod:`~rlstruct.algos._train.compare`) and ``rlstruct sweep``
+``rlstruct compare`` (:mod:`~rlstruct.algos._train.compare`), ``rlstruct report``
+(:mod:`~rlstruct.algos._train.report`) and ``rlstruct sweep``
 (:mod:`~rlstruct.algos._train.sweep`).
 
 ``rlstruct train ALGO`` imports the algorithm's module alone and runs its ``main`` (see
@@ -214,7 +215,9 @@ def _main(argv: Sequence[str] | None) -> int:
              "       rlstruct profile [--algo A] [--env ID] [--n-envs N]   (where the time of the training loop goes)\n"
              "       rlstruct export RUN --output FILE [--format onnx|torchscript]   (the policy, for deployment)\n"
              "       rlstruct presets   (the tuned settings a run gets by naming its env)\n"
-             "       rlstruct compare GROUP... [--json] [--plot FILE]   (IQM and intervals over seeds)\n"
+             "       rlstruct compare GROUP... [--json] [--curves FILE] [--table markdown|latex]   (IQM and intervals "
+             "over seeds)\n"
+             "       rlstruct report GROUP... --output report.html   (curves, statistics and runs on one page)\n"
              "       rlstruct sweep ALGO --env ID --trials N   (an Optuna search; pip install 'rlstruct[sweep]')\n"
              "       rlstruct --version")
     if not argv or argv[0] in ("-h", "--help"):
@@ -249,9 +252,13 @@ def _main(argv: Sequence[str] | None) -> int:
         print(list_presets())
         return 0
     if command == "compare":
-        from rlstruct.algos._train.compare import compare_main
+        from rlstruct.algos._train.compare_cli import compare_main
 
         return compare_main(rest)
+    if command == "report":
+        from rlstruct.algos._train.report import report_main
+
+        return report_main(rest)
     if command == "sweep":
         from rlstruct.algos._train.sweep import sweep_main
 

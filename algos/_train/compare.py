@@ -1,30 +1,48 @@
-"""The body of ``rlstruct compare``: groups of run folders read back (:func:`load_group`), their statistics
-(:func:`compare_groups`, from :mod:`rlstruct.algos.statistics`) and the table that prints them."""
+"""What ``rlstruct compare`` computes: groups of run folders read back (:func:`load_group`), checked (finished runs,
+one algorithm, one env, distinct seeds) and their statistics (:func:`compare_groups`, from
+:mod:`rlstruct.algos.statistics` and :mod:`rlstruct.algos.statistics`). The command and its table are
+:mod:`~rlstruct.algos._train.compare_cli`; the figures, Markdown and LaTeX tables :mod:`~rlstruct.algos._train.figures`;
+the report page :mod:`~rlstruct.algos._train.report`."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import glob
 import itertools
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
-from rlstruct.algos._train.flags import OneLineParser
 from rlstruct.algos._train.log import Run, earlier_run_files
 from rlstruct.errors import ConfigError, RunRecordError
 
-__all__ = ["Group", "check_complete", "compare_groups", "compare_main", "compare_table", "load_group", "run_env",
-           "run_state"]
+__all__ = ["Group", "RunInfo", "check_complete", "check_uniform", "compare_groups", "load_group", "make_group",
+           "read_evaluations", "read_json_record", "run_env", "run_folders", "run_state"]
 
 
 #: what a run folder holds, as ``compare`` lists it: only a finished run is a result
 FINISHED, INTERRUPTED, DIVERGED, NO_SUMMARY = "finished", "interrupted", "diverged", "no summary"
 #: why each state that is not a result is not one, as the listing says it
-_WHY = {INTERRUPTED: "interrupted", DIVERGED: "diverged",
+WHY_LEFT_OUT = {INTERRUPTED: "interrupted", DIVERGED: "diverged",
         NO_SUMMARY: "no summary: crashed, killed or still running"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """What a finished run of a group is: its folder, what its ``config.json`` says it ran, its score and its
+    evaluations (``env_steps``, ``returns``: the periodic evaluations of ``progress.csv``, in order; empty when it
+    logged none)."""
+
+    folder: str
+    algo: str
+    env: str
+    seed: int | None
+    score: float
+    env_steps: tuple[float, ...] = ()
+    returns: tuple[float, ...] = ()
+    config: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,15 +57,19 @@ class Group:
         scores: env id -> the scores of its finished runs.
         left_out: ``(folder, state)`` of each run that is not a result: ``"interrupted"`` (its summary says so),
             ``"diverged"`` (``stop_reason``), ``"no summary"`` (it crashed, was killed, or still runs).
+        infos: each finished run's :class:`RunInfo`, in the order of ``runs``.
+        reference: the name of the records it was read from (``--reference``), None for run folders.
     """
 
     label: str
     runs: tuple[str, ...]
     scores: dict[str, list[float]]
     left_out: tuple[tuple[str, str], ...] = ()
+    infos: tuple[RunInfo, ...] = ()
+    reference: str | None = None
 
 
-def _run_folders(spec: str) -> list[Path]:
+def run_folders(spec: str) -> list[Path]:
     """The run folders a GROUP names: the folder itself when it holds a run, else its subfolders that hold one; or a
     glob pattern's matches that hold one. A folder holds a run when a run has written one of its files there (its
     ``config.json`` is the first), whether it finished or not."""
@@ -62,7 +84,7 @@ def _run_folders(spec: str) -> list[Path]:
     return [p for p in matches if p.is_dir() and earlier_run_files(p)]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json_record(path: Path) -> dict[str, Any]:
     try:
         content = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -86,7 +108,7 @@ def run_state(run: Path) -> tuple[str, float | None]:
     path = run / Run.SUMMARY_NAME
     if not path.is_file():
         return NO_SUMMARY, None
-    summary = _read_json(path)
+    summary = read_json_record(path)
     if summary.get("stop_reason") == "diverged":
         return DIVERGED, None
     if summary.get("interrupted") or summary.get("stop_reason") == "signal":
@@ -107,11 +129,54 @@ def run_env(run: Path) -> str:
             whole), not a JSON object, or names no env.
     """
     path = run / Run.CONFIG_NAME
-    env = _read_json(path).get("env")
+    env = read_json_record(path).get("env")
     if not isinstance(env, str) or not env:
         raise RunRecordError(f"{path} must name the run's env in env, got {env!r}; restore it from the run, or move "
                              "its run folder out of the group")
     return env
+
+
+def _number(value: str, path: Path, line: int, column: str) -> float:
+    try:
+        out = float(value)
+    except ValueError:
+        out = math.nan
+    if not math.isfinite(out):
+        raise RunRecordError(f"{path} must hold a finite number in column {column!r}, got {value!r} on line {line}; "
+                             "restore it from the run, or move its run folder out of the group")
+    return out
+
+
+def read_evaluations(run: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The periodic evaluations of the run folder ``run``, from its ``progress.csv``: ``(env_steps, returns)``,
+    each evaluation at the env steps of the weights it evaluated (``eval/launch_env_steps``, else the row's
+    ``env_steps``). The training rows between them and the confirmations of a target (``eval/confirmation``) are
+    left out. A run without ``progress.csv`` has none.
+
+    Raises:
+        RunRecordError: the file cannot be read, or an evaluation's step or return is not a finite number.
+    """
+    path = run / Run.CSV_NAME
+    if not path.is_file():
+        return (), ()
+    steps: list[float] = []
+    returns: list[float] = []
+    try:
+        with open(path, newline="") as f:
+            for line, row in enumerate(csv.DictReader(f), start=2):
+                value = row.get("eval/return") or ""
+                if not value or (row.get("eval/confirmation") or "0") not in ("0", "0.0"):
+                    continue
+                column = "eval/launch_env_steps" if row.get("eval/launch_env_steps") else "env_steps"
+                steps.append(_number(row.get(column) or "", path, line, column))
+                returns.append(_number(value, path, line, "eval/return"))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise RunRecordError(f"{path} must be a run's progress.csv, got a file that cannot be read "
+                             f"({str(e).splitlines()[0]}); restore it from the run, or move its run folder out of "
+                             "the group") from None
+    # A resumed run can log the evaluation of its resumed step twice; the curve keeps steps in the order run.
+    order = sorted(range(len(steps)), key=lambda i: steps[i])
+    return tuple(steps[i] for i in order), tuple(returns[i] for i in order)
 
 
 def load_group(spec: str) -> Group:
@@ -128,21 +193,33 @@ def load_group(spec: str) -> Group:
     label, sep, path = spec.partition("=")
     if not sep:
         label, path = Path(spec.rstrip("/")).name or spec, spec
-    folders = _run_folders(path)
+    folders = run_folders(path)
     if not folders:
         raise ConfigError(f"GROUP {spec!r} must hold run folders (each a run's --logdir), got none; pass the folder "
                           "whose subfolders are the runs' --logdir")
-    runs: list[str] = []
-    scores: dict[str, list[float]] = {}
+    infos: list[RunInfo] = []
     left_out: list[tuple[str, str]] = []
     for run in folders:
         state, score = run_state(run)
         if score is None:
             left_out.append((str(run), state))
             continue
-        runs.append(str(run))
-        scores.setdefault(run_env(run), []).append(score)
-    return Group(label, tuple(runs), scores, tuple(left_out))
+        env = run_env(run)
+        config = read_json_record(run / Run.CONFIG_NAME)
+        seed = config.get("seed")
+        infos.append(RunInfo(str(run), str(config.get("algo", "")), env,
+                             seed if isinstance(seed, int) and not isinstance(seed, bool) else None, score,
+                             *read_evaluations(run), config=config))
+    return make_group(label, infos, left_out)
+
+
+def make_group(label: str, infos: list[RunInfo], left_out: list[tuple[str, str]], *,
+               reference: str | None = None) -> Group:
+    """The :class:`Group` of finished runs ``infos`` and runs ``left_out``, its scores by env."""
+    scores: dict[str, list[float]] = {}
+    for info in infos:
+        scores.setdefault(info.env, []).append(info.score)
+    return Group(label, tuple(i.folder for i in infos), scores, tuple(left_out), tuple(infos), reference)
 
 
 def check_complete(groups: list[Group], *, allow_missing: bool = False) -> None:
@@ -153,7 +230,7 @@ def check_complete(groups: list[Group], *, allow_missing: bool = False) -> None:
     """
     lines = []
     for g in groups:
-        listed = ", ".join(f"{run} ({_WHY[state]})" for run, state in g.left_out)
+        listed = ", ".join(f"{run} ({WHY_LEFT_OUT[state]})" for run, state in g.left_out)
         if not g.runs:
             lines.append(f"GROUP {g.label!r} must hold a finished run, got none: {listed}; finish or resume them")
         elif g.left_out and not allow_missing:
@@ -164,12 +241,84 @@ def check_complete(groups: list[Group], *, allow_missing: bool = False) -> None:
         raise ConfigError("\n".join(lines))
 
 
+def check_uniform(groups: list[Group], *, allow_mixed: bool = False, normalized: bool = False) -> None:
+    """Refuses groups that pool what a group over seeds must not (unless ``allow_mixed``): runs of several
+    algorithms, runs of several envs (unless the scores are ``normalized``, which weighs each env alike), or two
+    runs of one env with one seed (a copied folder counts one draw twice).
+
+    Raises:
+        ConfigError: one line per such group, naming its runs.
+    """
+    if allow_mixed:
+        return
+    lines = []
+    for g in groups:
+        faults = []
+        for what, key in (("algorithms", lambda i: i.algo), ("envs", lambda i: i.env)):
+            if what == "envs" and normalized:
+                continue
+            by: dict[str, list[str]] = {}
+            for info in g.infos:
+                by.setdefault(key(info), []).append(info.folder)
+            if len(by) > 1:
+                faults.append(f"{len(by)} {what}: " + "; ".join(f"{k or '?'} ({', '.join(v)})" for k, v in by.items()))
+        seen: dict[tuple[str, int], list[str]] = {}
+        for info in g.infos:
+            if info.seed is not None:
+                seen.setdefault((info.env, info.seed), []).append(info.folder)
+        faults += [f"seed {seed} of {env} {len(v)} times ({', '.join(v)})" for (env, seed), v in seen.items()
+                   if len(v) > 1]
+        if faults:
+            lines.append(f"GROUP {g.label!r} must hold runs of one algorithm and one env with distinct seeds, got "
+                         f"{'; '.join(faults)}; split it into groups, or pass --allow-mixed to pool them"
+                         f"{'' if normalized else ' (--normalize to weigh envs alike)'}")
+    if lines:
+        raise ConfigError("\n".join(lines))
+
+
+def _group_curves(g: Group, table: dict[str, tuple[float, float]] | None,
+                  options: dict[str, Any]) -> dict[str, Any] | str:
+    """The curve of group ``g`` over seeds (each run's evaluations on one grid, their IQM at each step with its
+    interval, normalised by ``table`` when given) and the IQM of its runs' areas under the curve; or why it has
+    none (a run logged no evaluation, or the runs share no range of env steps)."""
+    from rlstruct.algos.statistics import aggregate_scores, align_runs, area_under_curve, common_grid, curve_intervals
+
+    bare = [i.folder for i in g.infos if not i.env_steps]
+    if bare:
+        return f"no evaluation rows in the progress.csv of {', '.join(bare)}"
+    runs = [(i.env_steps, i.returns) for i in g.infos]
+    try:
+        grid, interpolated = common_grid(runs)
+    except ValueError as e:  # runs of other budgets: the final scores still compare
+        return str(e)
+    by_env: dict[str, list[int]] = {}
+    for k, info in enumerate(g.infos):
+        by_env.setdefault(info.env, []).append(k)
+    aligned = align_runs(runs, grid)
+    if table is not None:
+        for env, rows in by_env.items():
+            low, high = table[env]
+            aligned[rows] = (aligned[rows] - low) / (high - low)
+    strata = {env: aligned[rows] for env, rows in by_env.items()}
+    iqm = curve_intervals(strata, grid, **options)
+    mean = curve_intervals(strata, grid, aggregate="mean", **options)
+    areas = area_under_curve(grid, aligned)
+    auc = aggregate_scores({env: areas[rows] for env, rows in by_env.items()}, names=("iqm",), **options)["iqm"]
+    return {**iqm.to_dict("iqm"), "mean": mean.to_dict("mean")["mean"], "mean_low": mean.to_dict()["low"],
+            "mean_high": mean.to_dict()["high"], "interpolated": interpolated, "n_runs": len(runs),
+            "auc": auc.to_dict(), "auc_runs": [float(a) for a in areas]}
+
+
 def compare_groups(groups: list[Group], *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0,
-                   allow_missing: bool = False) -> dict[str, Any]:
+                   allow_missing: bool = False, allow_mixed: bool = False,
+                   table: dict[str, tuple[float, float]] | None = None) -> dict[str, Any]:
     """The statistics of ``groups`` as a JSON-able dict: per group its finished runs, the runs left out with their
     states (``"left_out"``, ``{folder: state}``, and their count, ``"n_left_out"``), IQM, mean and median with their
-    intervals (``"groups"``), and for every ordered pair of groups the probability of improvement
-    (``"improvement"``, a list of ``{"x", "y", "value", "low", "high"}``).
+    intervals, and per env the same (``"envs"``) (``"groups"``); for every ordered pair of groups the probability of
+    improvement (``"improvement"``, a list of ``{"x", "y", "value", "low", "high"}``); and per group whose runs all
+    logged evaluations its curve over seeds (``"curves"``: ``{"env_steps", "iqm", "low", "high", "mean", ...,
+    "auc"}``, the IQM of the runs' areas under the curve with its interval); for the others why not
+    (``"no_curves"``).
 
     Args:
         groups: the groups (:func:`load_group`).
@@ -178,92 +327,48 @@ def compare_groups(groups: list[Group], *, confidence: float = 0.95, n_resamples
         seed: the bootstrap's seed.
         allow_missing: compute over each group's finished runs when some of its runs are not results (else
             refuse: a statistic over the runs that survived is biased).
+        allow_mixed: pool algorithms, envs or repeated seeds in a group (:func:`check_uniform`).
+        table: env -> ``(random, reference)``: the aggregates, the curves and the probability of improvement are
+            then of normalised scores (:func:`~rlstruct.algos.statistics.normalize_scores`), each env weighing
+            alike, and the optimality gap is added; ``"normalized"`` says so.
 
     Raises:
-        ConfigError: labels repeat, or a group holds a run that is not a result (:func:`check_complete`).
+        ConfigError: labels repeat, a group holds a run that is not a result (:func:`check_complete`) or pools runs
+            it must not (:func:`check_uniform`), or an env has no row in ``table`` (naming the env).
     """
-    from rlstruct.algos.statistics import aggregate_scores, probability_of_improvement
+    from rlstruct.algos.statistics import RAW_AGGREGATES, aggregate_scores, normalize_scores, probability_of_improvement
 
     labels = [g.label for g in groups]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"GROUP labels must differ, got {labels}; name them, e.g. ppo=runs/a/ppo a2c=runs/b/a2c")
     check_complete(groups, allow_missing=allow_missing)
+    check_uniform(groups, allow_mixed=allow_mixed, normalized=table is not None)
+    scored: dict[str, dict[str, Any]] = {g.label: g.scores for g in groups}
+    if table is not None:
+        try:
+            scored = {g.label: {env: v.tolist() for env, v in normalize_scores(g.scores, table).items()}
+                      for g in groups}
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    names = (*RAW_AGGREGATES, "optimality_gap") if table is not None else RAW_AGGREGATES
     options = {"confidence": confidence, "n_resamples": n_resamples, "seed": seed}
-    out: dict[str, Any] = {"confidence": confidence, "n_resamples": n_resamples, "seed": seed, "groups": {},
-                           "improvement": []}
+    out: dict[str, Any] = {"confidence": confidence, "n_resamples": n_resamples, "seed": seed,
+                           "normalized": table is not None, "groups": {}, "improvement": [], "curves": {}}
     for g in groups:
-        estimates = aggregate_scores(g.scores, **options)
+        estimates = aggregate_scores(scored[g.label], names=names, **options)
+        envs = {env: {k: v.to_dict() for k, v in aggregate_scores(values, **options).items()} | {"runs": len(values)}
+                for env, values in g.scores.items()}
         out["groups"][g.label] = {"runs": list(g.runs), "scores": g.scores, "n_left_out": len(g.left_out),
-                                  "left_out": dict(g.left_out), **{k: v.to_dict() for k, v in estimates.items()}}
+                                  "left_out": dict(g.left_out), "reference": g.reference, "envs": envs,
+                                  **({"normalized_scores": scored[g.label]} if table is not None else {}),
+                                  **{k: v.to_dict() for k, v in estimates.items()}}
+        curve = _group_curves(g, table, options)
+        if isinstance(curve, str):
+            out.setdefault("no_curves", {})[g.label] = curve
+        else:
+            out["curves"][g.label] = curve
     for a, b in itertools.permutations(groups, 2):
         if set(a.scores) & set(b.scores):
-            p = probability_of_improvement(a.scores, b.scores, **options)
+            p = probability_of_improvement(scored[a.label], scored[b.label], **options)
             out["improvement"].append({"x": a.label, "y": b.label, **p.to_dict()})
     return out
-
-
-def _interval(d: dict[str, float | None]) -> str:
-    low, high = ("-" if v is None else f"{v:.2f}" for v in (d["low"], d["high"]))
-    return f"{d['value']:.2f} [{low}, {high}]"
-
-
-def compare_table(result: dict[str, Any]) -> str:
-    """The lines ``rlstruct compare`` prints: a row per group (its finished runs, the runs left out), a line per
-    probability of improvement, then a line per run left out."""
-    level = f"{result['confidence']:.0%} CI"
-    rows = [("group", "runs", "left out", "envs", f"IQM [{level}]", f"mean [{level}]", f"median [{level}]")]
-    for label, g in result["groups"].items():
-        envs = ", ".join(g["scores"])
-        rows.append((label, str(len(g["runs"])), str(g["n_left_out"]), envs,
-                     *(_interval(g[k]) for k in ("iqm", "mean", "median"))))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines += [f"P({p['x']} > {p['y']}) = {_interval(p)}" for p in result["improvement"]]
-    lines += [f"{label}: left out {run} ({_WHY[state]})" for label, g in result["groups"].items()
-              for run, state in g["left_out"].items()]
-    return "\n".join(lines)
-
-
-def compare_main(argv: list[str]) -> int:
-    """``rlstruct compare GROUP... [--json] [--plot FILE] [--allow-missing]``: prints the table (or, with ``--json``,
-    the JSON object alone); a bad GROUP prints one line to stderr (one per group refused) and returns 2."""
-    parser = OneLineParser(prog="rlstruct compare",
-                           description="IQM, mean and median of the final evaluation returns of groups of runs, with "
-                                       "stratified bootstrap confidence intervals, and the probability of improvement "
-                                       "between groups.")
-    parser.add_argument("groups", nargs="+", metavar="GROUP",
-                        help="[LABEL=]PATH: a folder holding one run folder per seed, or a quoted glob of run folders")
-    parser.add_argument("--json", action="store_true", help="print the statistics as one JSON object only")
-    parser.add_argument("--plot", default=None, metavar="FILE",
-                        help="also draw the groups' performance profiles into FILE, a PNG (matplotlib)")
-    parser.add_argument("--confidence", type=float, default=0.95, metavar="LEVEL",
-                        help="confidence level (default: 0.95)")
-    parser.add_argument("--resamples", type=int, default=2000, metavar="N", help="bootstrap resamples (default: 2000)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the resampling (default: 0)")
-    parser.add_argument("--allow-missing", action="store_true",
-                        help="compare the finished runs of groups that hold interrupted, diverged or crashed runs "
-                             "(default: refuse); the count left out is reported")
-    ns = parser.parse_args(argv)
-    try:
-        if not 0 < ns.confidence < 1:
-            raise ValueError(f"--confidence must lie in (0, 1), got {ns.confidence}; pass e.g. 0.95")
-        if ns.resamples < 1:
-            raise ValueError(f"--resamples must be >= 1, got {ns.resamples}; pass e.g. 2000")
-        groups = [load_group(spec) for spec in ns.groups]
-        result = compare_groups(groups, confidence=ns.confidence, n_resamples=ns.resamples, seed=ns.seed,
-                                allow_missing=ns.allow_missing)
-        if ns.plot is not None:
-            from rlstruct.algos.statistics import plot_performance_profiles
-
-            result["plot"] = str(plot_performance_profiles({g.label: g.scores for g in groups}, ns.plot))
-    except (ValueError, ImportError, FileNotFoundError) as e:  # ConfigError and MissingDependencyError among them
-        for line in str(e).splitlines():  # a line per group refused
-            print(f"rlstruct compare: error: {line}", file=sys.stderr)
-        return 2
-    if not ns.json:
-        print(compare_table(result))
-        if ns.plot is not None:
-            print(f"performance profiles: {result['plot']}")
-    else:
-        print(json.dumps(result))
-    return 0

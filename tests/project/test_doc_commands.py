@@ -108,7 +108,8 @@ DISTINCT = list({command: (page, command, comment) for page, command, comment in
 NEEDS = [("ALE/", "ale_py", "atari"), ("MinAtar/", "minatar", "minatar"), ("Hopper", "mujoco", "mujoco"),
          ("HalfCheetah", "mujoco", "mujoco"), ("LunarLander", "Box2D", "box2d"), ("--video", "imageio", "video"),
          ("--video", "pygame", "video"), ("mlflow", "mlflow", "mlflow"), ("export", "onnxscript", "export"),
-         ("sweep", "optuna", "sweep"), ("compare", "scipy", "stats")]
+         ("sweep", "optuna", "sweep"), ("compare", "scipy", "stats"), ("report", "scipy", "stats"),
+         ("report", "matplotlib", "plot"), ("--curves", "matplotlib", "plot")]
 #: the log folder of each documented run whose training was skipped -> the extra it needs
 SKIPPED_RUNS: dict[str, str] = {}
 

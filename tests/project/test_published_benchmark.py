@@ -147,3 +147,48 @@ def test_the_training_return_counts_the_episodes_since_the_last_row_that_had_any
     assert published.training_return(folder) == 0.0
     per_row = 78 * 4096 / 2501  # the episodes of each row that has any: 127.8, all 128 envs'
     assert published.training_return(folder, episodes=300) == pytest.approx(60.0 * (300 - 2 * per_row) / 300)
+
+
+def test_the_table_is_regenerated_from_the_rows_records_as_from_their_run_folders(tmp_path, capsys):
+    """``--pack-rows`` then ``--table --from-records``: every row with runs reads the same from its records (IQM,
+    re-evaluation, training return, wall time, seeds left out) as from its folders; a row without them says so."""
+    pytest.importorskip("scipy.stats", reason="the table's IQM intervals need scipy: pip install 'rlstruct[stats]'")
+    pytest.importorskip("matplotlib", reason="the curves need matplotlib: pip install 'rlstruct[plot]'")
+    root, records, page = tmp_path / "runs", tmp_path / "records", tmp_path / "published.md"
+    for algo, task in (("ppo", "halfcheetah"), ("sb3-ppo", "halfcheetah-zoo")):
+        group = root / f"{algo}-{task}"
+        for seed, score in ((0, 5000.0), (1, 6000.0), (2, 5500.0), (3, None)):
+            run = group / f"seed-{seed}"
+            run.mkdir(parents=True)
+            (run / "config.json").write_text(json.dumps({"algo": algo, "env": "HalfCheetah-v4", "seed": seed,
+                                                         "logdir": str(run)}))
+            (run / "progress.csv").write_text(
+                "iteration,env_steps,wall_time_s,train/episode_return,train/episode_length,eval/return\n"
+                f"1,500000,900,{3000 + seed},1000.0,\n1,500000,900,,,{4000 + seed}\n"
+                f"2,1000000,1800,{4000 + seed},1000.0,\n2,1000000,1800,,,{score or 0}\n")
+            if score is not None:
+                (run / "summary.json").write_text(json.dumps({"eval_return": score, "env_steps": 1_000_000,
+                                                              "stop_reason": "budget",
+                                                              "run_wall_time_s": 1700.0 + 60 * seed}))
+                (run / "reevaluation-150.json").write_text(json.dumps({"eval_return": score - 100}))
+    page.write_text("<!-- published table: begin -->\nthe numbers\n<!-- published table: end -->\n")
+    with pytest.raises(SystemExit, match="2"):  # no records yet: the page keeps its table
+        published.main(["--from-records", "--records", str(records), "--table", str(page)])
+    assert "needs the records of a row of the table" in capsys.readouterr().err and "the numbers" in page.read_text()
+    assert published.main(["--root", str(root), "--pack-rows", "--records", str(records)]) == 0
+    assert sorted(p.name for p in records.iterdir()) == ["ppo-halfcheetah.json", "sb3-ppo-halfcheetah-zoo.json"]
+    assert str(root) not in (records / "ppo-halfcheetah.json").read_text()
+    assert published.main(["--from-records", "--records", str(records), "--table", str(page), "--curves",
+                           str(tmp_path / "curves")]) == 0
+    assert f"curves: {tmp_path / 'curves' / 'halfcheetah.png'}" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "curves").iterdir()) == ["halfcheetah-zoo.png", "halfcheetah.png"]
+    from_folders = published.table(root).splitlines()
+    from_records = page.read_text().split("<!-- published table: begin -->\n")[1].splitlines()
+    for row in ("| HalfCheetah-v4 | ppo (`--preset ppo-mujoco-1m`)", "| HalfCheetah-v4 | Stable-Baselines3"):
+        [folder_row] = [r for r in from_folders if r.startswith(row)]
+        [record_row] = [r for r in from_records if r.startswith(row)]
+        assert record_row == folder_row
+        assert "| 3 (+1 running) | 5,500 [5,000, 6,000] | 5,400 [4,900, 5,900] | 4,001 | 28-30 min |" in record_row
+    [breakout] = [r for r in from_records if r.startswith("| MinAtar/Breakout-v1 | ppo")]
+    assert "no records yet (`published.py --pack-rows` where its run folders are" in breakout
+    assert "Regenerated from the runs' records" in page.read_text()

@@ -1,0 +1,132 @@
+"""What ``rlstruct compare`` and ``rlstruct report`` draw and print from a comparison's result
+(:func:`~rlstruct.algos._train.compare.compare_groups`): the learning curves over seeds (:func:`plot_curves`, PNG or
+SVG) and the table a paper pastes (:func:`render_table`, Markdown or a LaTeX booktabs body)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlstruct._plot import pyplot
+
+__all__ = ["TABLE_FORMATS", "format_interval", "plot_curves", "render_table", "table_rows"]
+
+#: the formats of ``--table``
+TABLE_FORMATS = ("markdown", "latex")
+_NAMES = {"iqm": "IQM", "mean": "mean", "median": "median", "optimality_gap": "optimality gap"}
+
+
+def plot_curves(result: dict[str, Any], path: str | Path, *, mean: bool = False) -> Path:
+    """Draws each group's curve of ``result["curves"]`` into ``path`` (PNG or SVG by its suffix): the IQM of its
+    runs' evaluation returns at each env step, the interval shaded, a reference group dashed; with ``mean``, the
+    mean dotted beside it. The legend says how many runs each line holds and whether they were interpolated onto
+    a common grid (their evaluations at other steps).
+
+    Raises:
+        ValueError: no group has a curve (a run logged no evaluation), or the suffix is not .png or .svg.
+        MissingDependencyError: matplotlib is not installed.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise ValueError(f"--curves must name a .png or .svg file, got {str(path)!r}; pass e.g. curves.png")
+    curves = result.get("curves", {})
+    missing = {label: why for label, why in result.get("no_curves", {}).items() if label in result["groups"]}
+    if not curves or missing:
+        raise ValueError(f"--curves needs every group's runs to have evaluated over a shared range of env steps, "
+                         f"got for {'; '.join(f'{k}: {v}' for k, v in missing.items())}; compare groups whose runs "
+                         "evaluated (--eval-every) over one budget")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    try:
+        for label, curve in curves.items():
+            reference = result["groups"][label].get("reference")
+            how = f"IQM of {curve['n_runs']} runs" + (", interpolated" if curve["interpolated"] else "")
+            (line,) = ax.plot(curve["env_steps"], curve["iqm"], label=f"{label} ({how})",
+                              linestyle="--" if reference else "-")
+            low = [float("nan") if v is None else v for v in curve["low"]]
+            high = [float("nan") if v is None else v for v in curve["high"]]
+            ax.fill_between(curve["env_steps"], low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+            if mean:
+                ax.plot(curve["env_steps"], curve["mean"], color=line.get_color(), linestyle=":",
+                        label=f"{label} (mean)")
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("normalised score" if result.get("normalized") else "evaluation return")
+        ax.set_title(f"{result['confidence']:.0%} stratified bootstrap intervals over runs")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def format_interval(d: dict[str, float | None] | None, *, latex: bool = False) -> str:
+    """``"4.50 [3.00, 6.25]"``: an estimate and its interval (``{"value", "low", "high"}``) as the tables print them;
+    the value alone where there is no interval, ``"-"`` for none; in LaTeX the interval in ``\\scriptsize``."""
+    if d is None:
+        return "-"
+    value = f"{d['value']:.2f}"
+    if d["low"] is None or d["high"] is None:
+        return value
+    if latex:
+        return f"{value} {{\\scriptsize [{d['low']:.2f}, {d['high']:.2f}]}}"
+    return f"{value} [{d['low']:.2f}, {d['high']:.2f}]"
+
+
+def _latex(text: str) -> str:
+    """``text`` with LaTeX's special characters escaped (an env id's underscore, a label's percent)."""
+    out = text.replace("\\", "\\textbackslash{}")
+    for c in "&%$#_{}":
+        out = out.replace(c, "\\" + c)
+    return out.replace("~", "\\textasciitilde{}").replace("^", "\\textasciicircum{}")
+
+
+def table_rows(result: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[str], list[list[Any]]]:
+    """The group table's heads and rows, then the per-env table's: cells as strings or interval dicts."""
+    normalized = result.get("normalized", False)
+    names = ["iqm", "mean", "median", *(["optimality_gap"] if normalized else [])]
+    curves = result.get("curves", {})
+    heads = ["group", "runs", *(_NAMES[n] for n in names), *(["AUC (IQM)"] if curves else [])]
+    rows = [[label, str(len(g["runs"])), *(g[n] for n in names), *([curves.get(label, {}).get("auc")] if curves
+                                                                    else [])]
+            for label, g in result["groups"].items()]
+    env_heads = ["env", "group", "runs", "IQM", "mean", "median"]
+    env_rows = [[env, label, str(e["runs"]), e["iqm"], e["mean"], e["median"]]
+                for label, g in result["groups"].items() for env, e in g["envs"].items()]
+    env_rows.sort(key=lambda r: r[0])
+    return heads, rows, env_heads, env_rows
+
+
+def render_table(result: dict[str, Any], fmt: str) -> str:
+    """The per-group table (its runs, the aggregates with their intervals, the AUC where there are curves), then the
+    per-env table of raw returns, as Markdown (two pipe tables) or LaTeX (two booktabs ``tabular`` bodies, each
+    from ``\\begin{tabular}`` to ``\\end{tabular}``; needs ``\\usepackage{booktabs}``).
+
+    Raises:
+        ValueError: ``fmt`` is neither ``"markdown"`` nor ``"latex"``.
+    """
+    if fmt not in TABLE_FORMATS:
+        raise ValueError(f"--table must be one of {', '.join(TABLE_FORMATS)}, got {fmt!r}")
+    latex = fmt == "latex"
+    level = f"{result['confidence']:.0%}"
+    note = (f"{level} stratified bootstrap intervals in brackets"
+            + ("; scores normalised per env: (return - random) / (reference - random)" if result.get("normalized")
+               else ""))
+    out = []
+    for heads, rows in (table_rows(result)[:2], table_rows(result)[2:]):
+        if heads[0] == "env":
+            note = f"{level} stratified bootstrap intervals in brackets; returns per env, not normalised"
+        cells = [[c if isinstance(c, str) else format_interval(c, latex=latex) for c in row] for row in rows]
+        if latex:
+            spec = "l" * (2 if heads[0] == "env" else 1) + "r" * (len(heads) - (2 if heads[0] == "env" else 1))
+            out += [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(_latex(h) for h in heads) + " \\\\",
+                    "\\midrule"]
+            out += [" & ".join(c if "scriptsize" in c else _latex(c) for c in row) + " \\\\" for row in cells]
+            out += ["\\bottomrule", "\\end{tabular}", f"% {note}", ""]
+        else:
+            align = ["---" if i < (2 if heads[0] == "env" else 1) else "--:" for i in range(len(heads))]
+            out += ["| " + " | ".join(heads) + " |", "|" + "|".join(align) + "|"]
+            out += ["| " + " | ".join(row) + " |" for row in cells]
+            out += ["", f"_{note}._", ""]
+    return "\n".join(out).rstrip() + "\n"
