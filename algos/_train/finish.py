@@ -74,6 +74,15 @@ def finish_diverged(run: Run, *, title: str) -> TrainResult:
     return result
 
 
+def _decide_the_evaluations_due(run: Run, evaluator: Evaluator) -> None:
+    """Runs the evaluations still under way or queued, in order, each recorded under the stopping rule as during
+    training (a candidate's confirmation runs next), until one confirms the target. With evaluation workers these
+    are the ones whose results had not come back when training stopped; in process, the last one launched: the
+    same evaluations decide in both modes, whatever the workers' speed."""
+    while not run.reached_target and (evaluator.pending or evaluator.queued):
+        run.record_eval(evaluator.next_result(), evaluator)
+
+
 def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvSpec, *, title: str,
                     learner: dict[str, Any] | None = None) -> TrainResult:
     """The end of every ``train``: final evaluation, checkpoint, learning curve, ``summary.json`` and result.
@@ -91,9 +100,10 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     A run stopped at its target (a confirmation cleared it: see :meth:`~.log.Run.record_eval`) keeps the weights
     that were confirmed (not those of the iterations since) and reports the confirmation's return: no further
     evaluation runs that could disagree. Otherwise the evaluations due are run (the queue of
-    :class:`~.evaluation.Evaluator`) and the final weights are evaluated again on fresh episodes, whose return is
-    reported. An interrupted run (``run.interrupted``) skips those: it keeps an evaluation that has already
-    finished, if any, and its result's ``eval_return`` is the last evaluation's (nan if none). In every case
+    :class:`~.evaluation.Evaluator`) under the same stopping rule (a candidate among them gets its confirmation,
+    which may stop the run at its target as above), and the final weights are evaluated again on fresh episodes,
+    whose return is reported. An interrupted run (``run.interrupted``) skips those: it keeps an evaluation that has
+    already finished, if any, and its result's ``eval_return`` is the last evaluation's (nan if none). In every case
     ``reached_target`` is ``eval_return >= target_return``, and ``eval_env_steps`` says at which env steps the
     weights reported on were taken.
     A run found diverged (``run.diverged``: checked first, with the rows since the last check and the weights) ends
@@ -131,16 +141,18 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
             run.record_eval(finished)
         eval_return = math.nan if run.last_eval is None else run.last_eval
         eval_env_steps = run.last_eval_env_steps
-    elif stop_reason == "target":
-        assert run.kept_weights is not None and run.last_eval is not None
-        model.load_state_dict(run.kept_weights)
-        eval_return, eval_env_steps = run.last_eval, run.kept_env_steps
     else:
-        previous, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
-        for result in previous:
-            run.record_eval(result)
-        run.record_eval(final)
-        eval_return, eval_env_steps = final["eval/return"], run.env_steps
+        if stop_reason != "target":
+            _decide_the_evaluations_due(run, evaluator)
+            stop_reason = "target" if run.reached_target else stop_reason
+        if stop_reason == "target":
+            assert run.kept_weights is not None and run.last_eval is not None
+            model.load_state_dict(run.kept_weights)
+            eval_return, eval_env_steps = run.last_eval, run.kept_env_steps
+        else:
+            _, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
+            run.record_eval(final)
+            eval_return, eval_env_steps = final["eval/return"], run.env_steps
     if run.videos is not None and not interrupted:  # the policy kept: the one confirmed at the target, or the final one
         run.videos.record(cpu_state_dict(model), run.env_steps)
     wall = run.elapsed()
