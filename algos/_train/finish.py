@@ -102,10 +102,11 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     evaluation runs that could disagree. Otherwise the evaluations due are run (the queue of
     :class:`~.evaluation.Evaluator`) under the same stopping rule (a candidate among them gets its confirmation,
     which may stop the run at its target as above), and the final weights are evaluated again on fresh episodes,
-    whose return is reported. An interrupted run (``run.interrupted``) skips those: it keeps an evaluation that has
-    already finished, if any, and its result's ``eval_return`` is the last evaluation's (nan if none). In every case
-    ``reached_target`` is ``eval_return >= target_return``, and ``eval_env_steps`` says at which env steps the
-    weights reported on were taken.
+    whose return is reported. An interrupted run (``run.interrupted``), or one whose batcher worker failed with no
+    restart left (``run.worker_failure``: ``stop_reason`` ``"worker_failed"``), skips those: it keeps an evaluation
+    that has already finished, if any (none after a worker's failure), and its result's ``eval_return`` is the
+    last evaluation's (nan if none). In every case ``reached_target`` is ``eval_return >= target_return``, and
+    ``eval_env_steps`` says at which env steps the weights reported on were taken.
     A run found diverged (``run.diverged``: checked first, with the rows since the last check and the weights) ends
     by :func:`finish_diverged` instead: no final evaluation, no checkpoint of its weights.
 
@@ -122,21 +123,25 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     if run.diverged is not None:
         return finish_diverged(run, title=title)
     config, world_size = run.config, run.world_size
-    interrupted = run.interrupted
+    interrupted, failure = run.interrupted, run.worker_failure
     # A rank whose own check did not say stop was stopped by another's vote.
-    stop_reason = "signal" if interrupted else run.stop_reason or "another_rank"
+    stop_reason = ("worker_failed" if failure is not None else "signal" if interrupted
+                   else run.stop_reason or "another_rank")
+    # A signal or a worker's failure stops the run where it is: no evaluation runs after it.
+    halted = interrupted or failure is not None
     if not run.logger:
         run.close()
         wall = run.elapsed()
         return TrainResult(math.nan, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
                            interrupted=interrupted, stop_signal=run.stop_signal, world_size=world_size,
-                           stop_reason=stop_reason, run_wall_time_s=run.wall_offset + wall)
-    if run.iteration == 0 and not interrupted:
+                           stop_reason=stop_reason, run_wall_time_s=run.wall_offset + wall, worker_failure=failure)
+    if run.iteration == 0 and not halted:
         log.warning("no training iteration ran: the time limit (%g s) was spent before the first one (setup, "
                     "compilation, the first evaluation); what follows evaluates the untrained policy. Raise "
                     "--time-limit", config.time_limit)
-    if interrupted:
-        finished = evaluator.collect()
+    if halted:
+        # After a worker's failure the evaluator's batcher may be the failed one: nothing is collected from it.
+        finished = evaluator.collect() if failure is None else None
         if finished is not None:
             run.record_eval(finished)
         eval_return = math.nan if run.last_eval is None else run.last_eval
@@ -153,20 +158,20 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
             _, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
             run.record_eval(final)
             eval_return, eval_env_steps = final["eval/return"], run.env_steps
-    if run.videos is not None and not interrupted:  # the policy kept: the one confirmed at the target, or the final one
+    if run.videos is not None and not halted:  # the policy kept: the one confirmed at the target, or the final one
         run.videos.record(cpu_state_dict(model), run.env_steps)
     wall = run.elapsed()
     run.close()
     checkpoint = run.save_checkpoint(model, learner or {}, eval_return=eval_return, interrupted=interrupted,
                                      wall_time_s=run.wall_offset + wall, stop_reason=stop_reason)
-    suffix = ", interrupted" if interrupted else ""
+    suffix = ", interrupted" if interrupted else ", a worker failed" if failure is not None else ""
     plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
                                f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")
     result = TrainResult(eval_return, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
                          checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
                          config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason,
                          preset_target(config.preset), eval_env_steps=eval_env_steps,
-                         run_wall_time_s=run.wall_offset + wall)
+                         run_wall_time_s=run.wall_offset + wall, worker_failure=failure)
     write_whole(run.logdir / Run.SUMMARY_NAME, json.dumps(result.summary(), indent=2))
     run.report(result.summary(), [checkpoint, plot, *(run.videos.paths if run.videos is not None else [])])
     return result
