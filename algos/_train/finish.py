@@ -121,6 +121,8 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     """
     run.flush()  # the rows since the last check, and the weights: a run that diverged ends here
     if run.diverged is not None:
+        if run.worker_failure is not None:  # what the diverged weights made a worker do, as for an error raised
+            run.diverged.setdefault("error", f"BatcherWorkerError: {run.worker_failure['error']}")
         return finish_diverged(run, title=title)
     config, world_size = run.config, run.world_size
     interrupted, failure = run.interrupted, run.worker_failure

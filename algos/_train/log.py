@@ -210,8 +210,9 @@ class Run:
         #: the signal (``"SIGINT"``: a Ctrl-C, or ``"SIGTERM"``) that interrupted the run during
         #: :func:`training_run`, else ``None``: the loop stops at its next check
         self.stop_signal: str | None = None
-        #: the batcher worker's failure that stopped the run (``{"worker_id", "error"}``, the error's first line): a
-        #: worker process that raised, died or hung with no restart left; the learner here is intact
+        #: the batcher worker's failure that stopped the run (``{"worker_id", "error", "traceback"}``: the error's first
+        #: line, the worker's traceback or ``None``): a worker process that raised, died or hung with no restart left;
+        #: the learner here is intact
         self.worker_failure: dict[str, Any] | None = None
         #: why :meth:`should_stop` last said to stop (one of :data:`~.result.STOP_REASONS`), else ``None``
         self.stop_reason: str | None = None

@@ -155,7 +155,8 @@ def _until_a_worker_fails(run: Run) -> Iterator[None]:
     """Runs the block; a batcher worker that fails in it with no restart left (a :class:`BatcherWorkerError`: it
     raised, died or hung) ends the block and stops the run at its next check (:attr:`~.log.Run.worker_failure`,
     stop reason ``"worker_failed"``). The learner in this process is intact, so the run ends as for a signal, with
-    its checkpoint and summary; the worker's traceback goes to the debug log.
+    its checkpoint and summary, which keeps the traceback the worker sent (``None`` for one that died); this
+    process's goes to the debug log.
 
     Around an iteration's collection it leaves the iteration unrecorded (the checkpoint is the previous one's
     state); around the weights' push after an update, the iteration goes on to its record, so that the checkpoint's
@@ -164,7 +165,8 @@ def _until_a_worker_fails(run: Run) -> Iterator[None]:
         yield
     except BatcherWorkerError as e:
         if run.worker_failure is None:
-            run.worker_failure = {"worker_id": e.worker_id, "error": (str(e).splitlines() or [type(e).__name__])[0]}
+            run.worker_failure = {"worker_id": e.worker_id, "error": (str(e).splitlines() or [type(e).__name__])[0],
+                                  "traceback": e.remote_traceback}
         log.debug("batcher worker %d failed with no restart left; stopping the run", e.worker_id, exc_info=True)
 
 
@@ -296,8 +298,7 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
                 with phase("record"):
                     _record(run, world, evaluator, n_steps, stats, lambda: cpu_state_dict(model), model,
                             learner_state)
-        if run.worker_failure is None:  # a failed batcher has nothing to collect: the stack closes it
-            collect.close()  # an acquisition launched during the last update: close the batcher with nothing pending
+        collect.close()  # an acquisition launched during the last update: close the batcher with nothing pending
 
         check_models_agree(model, world)
         return finish_training(run, evaluator, model, spec, title=algo.title, learner=learner_state())

@@ -61,8 +61,9 @@ class TrainResult:
         diverged: for a run that diverged, ``{"quantity", "iteration", "value"}`` of the first non-finite value
             found (:class:`~.finite.DivergenceGuard`); its ``eval_return`` is nan (no evaluation of it counts),
             ``reached_target`` False, and ``checkpoint`` the one written before the divergence, if any.
-        worker_failure: for a run stopped by a batcher worker's failure, ``{"worker_id", "error"}`` (the error's
-            first line); the run ended as for a signal: no final evaluation, its checkpoint written to resume from.
+        worker_failure: for a run stopped by a batcher worker's failure, ``{"worker_id", "error", "traceback"}``
+            (the error's first line, and the traceback the worker sent, ``None`` for one that died); the run ended
+            as for a signal: no final evaluation, its checkpoint written to resume from.
         run_wall_time_s: seconds of wall clock over every session of the run (the earlier sessions' as the
             checkpoint it resumed counted them, plus this one's; ``progress.csv``'s ``wall_time_s`` counts alike);
             ``wall_time_s`` for a run never resumed; ``None`` where not given.
