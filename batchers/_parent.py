@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing import resource_tracker
 from typing import Any, NoReturn
 
 import torch
@@ -84,6 +85,9 @@ def _signals_held(*signals: signal.Signals) -> Iterator[None]:
     # start stops the run instead of being lost, as it was under SIG_IGN. Without signal masks (Windows), the
     # signals are ignored instead, from the main thread only.
     if hasattr(signal, "pthread_sigmask"):
+        # Started first, outside the block: starting multiprocessing's resource tracker unblocks SIGINT and SIGTERM
+        # in this thread when it is done, which inside the block would let the children started after it die of them.
+        resource_tracker.ensure_running()
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
         try:
             yield

@@ -118,7 +118,8 @@ def _signal_set(pid: int, field: str) -> set[int]:
 def test_a_worker_started_while_the_signals_are_held_ignores_them_and_blocks_none(monkeypatch, method):
     """The parent holds SIGINT and SIGTERM (blocks them) while it starts a worker, so that a Ctrl-C then is not lost
     (it reaches the parent's handler once the start is done) and cannot kill the worker while it imports: the
-    worker then ignores both, and blocks neither, however it started; the parent's own mask is as it was."""
+    worker then ignores both, and blocks neither, however it started; the fork server ignores SIGINT and holds
+    SIGTERM; the parent's own mask is as it was."""
     import signal
 
     monkeypatch.setenv("RLSTRUCT_START_METHOD", method)
@@ -128,4 +129,8 @@ def test_a_worker_started_while_the_signals_are_held_ignores_them_and_blocks_non
         pid = batcher.worker_reports()[0]["pid"]
         assert {signal.SIGINT, signal.SIGTERM} <= _signal_set(pid, "SigIgn")
         assert not {signal.SIGINT, signal.SIGTERM} & _signal_set(pid, "SigBlk")
+        if method == "forkserver":  # the server a SIGTERM to the job must not kill either (it still holds it)
+            server = forkserver._forkserver._forkserver_pid
+            assert signal.SIGINT in _signal_set(server, "SigIgn")
+            assert signal.SIGTERM in _signal_set(server, "SigBlk") | _signal_set(server, "SigIgn")
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
