@@ -10,7 +10,7 @@ from typing import Any
 from rlstruct._accel import accelerator_for
 from rlstruct.batchers.batcher import RL_Batcher
 from rlstruct.batchers.weights import WeightSync
-from rlstruct.errors import BatcherStateError, ConfigError
+from rlstruct.errors import BatcherStateError, ConfigError, RLStructError
 from rlstruct.structures import DictTensor, Trajectories
 
 __all__ = ["Pipeline"]
@@ -140,7 +140,11 @@ class Pipeline:
             self._fresh = True
 
     def close(self) -> None:
-        """Collects the acquisition still pending (a batcher must not close mid-acquisition); idempotent."""
+        """Collects the acquisition still pending (a batcher must not close mid-acquisition); idempotent. A batcher
+        that failed has nothing to collect: its own ``close`` stops its workers."""
         if self._pending:
             self._pending = False
-            self.batcher.get()
+            try:
+                self.batcher.get()
+            except RLStructError as e:  # the failure that failed the batcher is what matters, reported already
+                log.debug("pipeline: nothing to collect from a failed batcher: %s", e)

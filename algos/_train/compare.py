@@ -55,8 +55,9 @@ class Group:
         label: the name the table and the plot give it.
         runs: the finished runs' folders, in order.
         scores: env id -> the scores of its finished runs.
-        left_out: ``(folder, state)`` of each run that is not a result: ``"interrupted"`` (its summary says so),
-            ``"diverged"`` (``stop_reason``), ``"no summary"`` (it crashed, was killed, or still runs).
+        left_out: ``(folder, state)`` of each run that is not a result: ``"interrupted"`` (its summary says so, or
+            that a worker failed: ``stop_reason`` ``"worker_failed"``), ``"diverged"`` (``stop_reason``),
+            ``"no summary"`` (it crashed, was killed, or still runs).
         infos: each finished run's :class:`RunInfo`, in the order of ``runs``.
         reference: the name of the records it was read from (``--reference``), None for run folders.
     """
@@ -111,7 +112,7 @@ def run_state(run: Path) -> tuple[str, float | None]:
     summary = read_json_record(path)
     if summary.get("stop_reason") == "diverged":
         return DIVERGED, None
-    if summary.get("interrupted") or summary.get("stop_reason") == "signal":
+    if summary.get("interrupted") or summary.get("stop_reason") in ("signal", "worker_failed"):
         return INTERRUPTED, None
     score = summary.get("eval_return")
     if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):

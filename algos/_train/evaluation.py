@@ -140,8 +140,9 @@ class Evaluator:
     ``n_timesteps`` steps whatever the episodes' length (Atari's 27,000 steps of frames would not fit), and the result
     is the one a single acquisition of ``max_steps`` steps gives.
 
-    Evaluations are due every ``every`` iterations (:meth:`schedule`): a due evaluation is queued with its weights and
-    its launch step, and the queue runs in order, one evaluation at a time, a confirmation (:meth:`confirm`) going
+    Evaluations are due every ``every`` iterations from the first one scheduled (:meth:`schedule`; when one starts
+    never moves the schedule): a due evaluation is queued with its weights and its launch step, and the queue runs
+    in order, one evaluation at a time, a confirmation (:meth:`confirm`) going
     first. Which evaluations run, in which order, and so which episodes each one gets (the evaluation envs' streams
     go on from one evaluation to the next) depend on the iterations only, never on how fast the evaluation runs: the
     same seed gives the same evaluations on an idle machine and a loaded one, in process and with worker processes.
@@ -185,7 +186,7 @@ class Evaluator:
         self.max_queued = max_queued
         #: an evaluation is under way or finished and not yet collected
         self.pending = False
-        #: the iteration of the last evaluation scheduled (queued or launched)
+        #: the iteration of the last evaluation scheduled (due then, whenever it starts)
         self.last_launch: int | None = None
         self._queue: collections.deque[_Launch] = collections.deque()
         self._current: _Launch | None = None
@@ -212,8 +213,6 @@ class Evaluator:
         self.batcher.execute()
         self._executing = True
         self.pending = True
-        if not confirmation:
-            self.last_launch = iteration
         self._current = _Launch(weights, iteration, env_steps, confirmation)
         self._advance(blocking=False, since=t0)
 
@@ -268,13 +267,20 @@ class Evaluator:
             return None
         return self._summarise()
 
+    def next_result(self) -> dict[str, float]:
+        """Waits for the evaluation under way, or starts the next queued one and waits for it (blocking): its
+        result (one must be under way or queued). A confirmation queued from it (:meth:`confirm`) is the next to
+        start, as during training."""
+        assert self.pending or self._queue, "nothing under way or queued: check pending and queued first"
+        self._start_next()
+        self._advance(blocking=True)
+        return self._summarise()
+
     def drain(self) -> list[dict[str, float]]:
         """Waits for the evaluation under way and runs every queued one (blocking); their results, in order."""
         results = []
         while self.pending or self._queue:
-            self._start_next()
-            self._advance(blocking=True)
-            results.append(self._summarise())
+            results.append(self.next_result())
         return results
 
     def final(self, weights: dict[str, torch.Tensor], iteration: int, env_steps: int) -> tuple[list[dict], dict]:

@@ -210,6 +210,10 @@ class Run:
         #: the signal (``"SIGINT"``: a Ctrl-C, or ``"SIGTERM"``) that interrupted the run during
         #: :func:`training_run`, else ``None``: the loop stops at its next check
         self.stop_signal: str | None = None
+        #: the batcher worker's failure that stopped the run (``{"worker_id", "error", "traceback"}``: the error's first
+        #: line, the worker's traceback or ``None``): a worker process that raised, died or hung with no restart left;
+        #: the learner here is intact
+        self.worker_failure: dict[str, Any] | None = None
         #: why :meth:`should_stop` last said to stop (one of :data:`~.result.STOP_REASONS`), else ``None``
         self.stop_reason: str | None = None
         #: finds a non-finite loss, gradient norm or weight in what :meth:`flush` converts (see :attr:`diverged`)
@@ -322,9 +326,11 @@ class Run:
 
     def should_stop(self) -> bool:
         """True once the time limit or the env-step budget is spent, a confirmed evaluation reached the target, or
-        the run was interrupted or diverged; :attr:`stop_reason` says which."""
+        the run was interrupted, diverged or lost a worker (:attr:`worker_failure`); :attr:`stop_reason` says which."""
         if self.diverged is not None:
             self.stop_reason = "diverged"
+        elif self.worker_failure is not None:
+            self.stop_reason = "worker_failed"
         elif self.interrupted:
             self.stop_reason = "signal"
         elif self.reached_target:

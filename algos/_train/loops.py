@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -61,6 +62,7 @@ from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.algos.returns import episode_returns, episode_statistics
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import cpu_state_dict
+from rlstruct.errors import BatcherWorkerError
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
 if TYPE_CHECKING:  # the profiler stays out of a training run's imports
@@ -77,6 +79,8 @@ __all__ = [
     "trainer",
 ]
 
+
+log = logging.getLogger(__name__)
 
 #: a learn step: ``(trajectories, loss_rewards [B, T]) -> statistics`` (0-d tensors or floats)
 LearnFn = Callable[[Trajectories, torch.Tensor], dict[str, Any]]
@@ -144,6 +148,26 @@ class _TrainingEpisodes:
             tt["_observation/reward"], tt["_observation/done"], self.returns, self.lengths)
         stats["train/episode_return"] = ret_sum / count
         stats["train/episode_length"] = len_sum / count
+
+
+@contextlib.contextmanager
+def _until_a_worker_fails(run: Run) -> Iterator[None]:
+    """Runs the block; a batcher worker that fails in it with no restart left (a :class:`BatcherWorkerError`: it
+    raised, died or hung) ends the block and stops the run at its next check (:attr:`~.log.Run.worker_failure`,
+    stop reason ``"worker_failed"``). The learner in this process is intact, so the run ends as for a signal, with
+    its checkpoint and summary, which keeps the traceback the worker sent (``None`` for one that died); this
+    process's goes to the debug log.
+
+    Around an iteration's collection it leaves the iteration unrecorded (the checkpoint is the previous one's
+    state); around the weights' push after an update, the iteration goes on to its record, so that the checkpoint's
+    counters count the update its weights hold."""
+    try:
+        yield
+    except BatcherWorkerError as e:
+        if run.worker_failure is None:
+            run.worker_failure = {"worker_id": e.worker_id, "error": (str(e).splitlines() or [type(e).__name__])[0],
+                                  "traceback": e.remote_traceback}
+        log.debug("batcher worker %d failed with no restart left; stopping the run", e.worker_id, exc_info=True)
 
 
 def _record(run: Run, world: World, evaluator: Evaluator, n_steps: int, stats: dict[str, Any],
@@ -244,34 +268,36 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
         if world.is_logger:
             evaluator.schedule(lambda: cpu_state_dict(model), run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
-            agent_info, stats = algo.schedule(config, run.env_steps, B) if algo.schedule else (None, {})
-            with phase("collect"):
-                traj = collect.next(agent_info)
-            with phase("to_learner"):
-                traj = traj.to(learner)
-            tt = traj.trajectories
-            with phase("normalize"):
-                loss_rewards = normalize(tt)  # before any forward: the values and the loss see the same statistics
-            if config.anneal_lr:
-                optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
-            if config.check_devices:
-                check_on_device(model, learner, "the learner's model")
-            with phase("learn"):
-                stats.update(learn(traj, loss_rewards))
-            with phase("update_weights"):  # the weights and statistics the next collection acts with
-                normalize.after_update(tt)
-                collect.updated()
+            with _until_a_worker_fails(run):
+                agent_info, stats = algo.schedule(config, run.env_steps, B) if algo.schedule else (None, {})
+                with phase("collect"):
+                    traj = collect.next(agent_info)
+                with phase("to_learner"):
+                    traj = traj.to(learner)
+                tt = traj.trajectories
+                with phase("normalize"):
+                    loss_rewards = normalize(tt)  # before any forward: the values and the loss see the same statistics
+                if config.anneal_lr:
+                    optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
+                if config.check_devices:
+                    check_on_device(model, learner, "the learner's model")
+                with phase("learn"):
+                    stats.update(learn(traj, loss_rewards))
+                with phase("update_weights"), _until_a_worker_fails(run):  # what the next collection acts with
+                    normalize.after_update(tt)
+                    collect.updated()
 
-            if algo.episodic:
-                ep_returns, lengths = episode_returns(traj)
-                stats["train/episode_return"] = ep_returns.mean()
-                stats["train/episode_length"] = lengths.float().mean()
-                n_steps = global_sum(int(lengths.sum()), world)
-            else:
-                episodes.add(tt, stats)
-                n_steps = B * tt.temporal_size() * world.size  # env steps of all ranks: the budget is global
-            with phase("record"):
-                _record(run, world, evaluator, n_steps, stats, lambda: cpu_state_dict(model), model, learner_state)
+                if algo.episodic:
+                    ep_returns, lengths = episode_returns(traj)
+                    stats["train/episode_return"] = ep_returns.mean()
+                    stats["train/episode_length"] = lengths.float().mean()
+                    n_steps = global_sum(int(lengths.sum()), world)
+                else:
+                    episodes.add(tt, stats)
+                    n_steps = B * tt.temporal_size() * world.size  # env steps of all ranks: the budget is global
+                with phase("record"):
+                    _record(run, world, evaluator, n_steps, stats, lambda: cpu_state_dict(model), model,
+                            learner_state)
         collect.close()  # an acquisition launched during the last update: close the batcher with nothing pending
 
         check_models_agree(model, world)
@@ -362,31 +388,34 @@ def train_off_policy(setup: Setup) -> TrainResult:
         if world.is_logger:
             evaluator.schedule(lambda: weights, run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
-            agent_info, stats = learner.agent_info(run.env_steps)
-            batcher.execute(agent_info=agent_info)
-            traj, _ = batcher.get()
-            traj = traj.to(device)
-            if config.check_devices:
-                check_on_device(traj, device, "the trajectories given to the learner")
-                for what, module in learner.checked().items():
-                    check_on_device(module, device, what)
-            tt = traj.trajectories
-            n_new = B * tt.temporal_size()  # this rank's; every rank's together count in the budget
-            buffer.push_steps(**learner.transitions(tt))
+            with _until_a_worker_fails(run):
+                agent_info, stats = learner.agent_info(run.env_steps)
+                batcher.execute(agent_info=agent_info)
+                traj, _ = batcher.get()
+                traj = traj.to(device)
+                if config.check_devices:
+                    check_on_device(traj, device, "the trajectories given to the learner")
+                    for what, module in learner.checked().items():
+                        check_on_device(module, device, what)
+                tt = traj.trajectories
+                n_new = B * tt.temporal_size()  # this rank's; every rank's together count in the budget
+                buffer.push_steps(**learner.transitions(tt))
 
-            stats["buffer_size"] = float(len(buffer))
-            filled = run.env_steps + n_new * world.size - first_step >= config.learning_starts
-            n_steps = fewest_over_ranks(learner.n_gradient_steps(n_new, len(buffer)) if filled else 0, world)
-            if isinstance(buffer, PrioritizedReplayBuffer):
-                buffer.anneal(run.budget_used())
-            for _ in range(n_steps):
-                stats.update(learner.gradient_step(buffer))
-            if n_steps:
-                weights = cpu_state_dict(learner.policy)
-                batcher.update(weights)
+                stats["buffer_size"] = float(len(buffer))
+                filled = run.env_steps + n_new * world.size - first_step >= config.learning_starts
+                n_steps = fewest_over_ranks(learner.n_gradient_steps(n_new, len(buffer)) if filled else 0, world)
+                if isinstance(buffer, PrioritizedReplayBuffer):
+                    buffer.anneal(run.budget_used())
+                for _ in range(n_steps):
+                    stats.update(learner.gradient_step(buffer))
+                if n_steps:
+                    weights = cpu_state_dict(learner.policy)
+                    with _until_a_worker_fails(run):
+                        batcher.update(weights)
 
-            episodes.add(tt, stats)
-            _record(run, world, evaluator, n_new * world.size, stats, lambda: weights, learner.policy, learner.state)
+                episodes.add(tt, stats)
+                _record(run, world, evaluator, n_new * world.size, stats, lambda: weights, learner.policy,
+                        learner.state)
 
         check_models_agree(learner.tensors(), world)
         return finish_training(run, evaluator, learner.policy, spec, title=algo.title, learner=learner.state())

@@ -16,7 +16,7 @@ __all__ = ["STOP_REASONS", "TrainResult", "reaches", "run_target"]
 
 
 #: why a run stops (:attr:`TrainResult.stop_reason`), checked in this order
-STOP_REASONS = ("diverged", "signal", "target", "budget", "time_limit", "another_rank")
+STOP_REASONS = ("diverged", "worker_failed", "signal", "target", "budget", "time_limit", "another_rank")
 
 
 @dataclasses.dataclass
@@ -48,6 +48,7 @@ class TrainResult:
             a weight turned NaN or infinite: ``diverged`` says which), ``"target"`` (an evaluation reached
             ``target_return`` and its confirmation on fresh episodes did too), ``"budget"`` (``max_env_steps``
             spent), ``"time_limit"`` (``time_limit`` seconds spent), ``"signal"`` (``stop_signal``),
+            ``"worker_failed"`` (a batcher worker failed with no restart left: ``worker_failure`` says which),
             ``"another_rank"`` (a data-parallel run's other rank stopped it).
         preset: the preset whose settings the run used (``"none"``: the bare defaults and the settings given).
         startup_s: seconds from the launch (the process's start for ``rlstruct train``, the call for ``train``) to
@@ -60,6 +61,9 @@ class TrainResult:
         diverged: for a run that diverged, ``{"quantity", "iteration", "value"}`` of the first non-finite value
             found (:class:`~.finite.DivergenceGuard`); its ``eval_return`` is nan (no evaluation of it counts),
             ``reached_target`` False, and ``checkpoint`` the one written before the divergence, if any.
+        worker_failure: for a run stopped by a batcher worker's failure, ``{"worker_id", "error", "traceback"}``
+            (the error's first line, and the traceback the worker sent, ``None`` for one that died); the run ended
+            as for a signal: no final evaluation, its checkpoint written to resume from.
         run_wall_time_s: seconds of wall clock over every session of the run (the earlier sessions' as the
             checkpoint it resumed counted them, plus this one's; ``progress.csv``'s ``wall_time_s`` counts alike);
             ``wall_time_s`` for a run never resumed; ``None`` where not given.
@@ -86,6 +90,7 @@ class TrainResult:
     diverged: dict[str, Any] | None = None
     eval_env_steps: int | None = None
     run_wall_time_s: float | None = None
+    worker_failure: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.reached_target = reaches(self.eval_return, self.target_return)
@@ -113,6 +118,7 @@ class TrainResult:
             "stop_reason": self.stop_reason,
             "preset_target": self.preset_target,
             "diverged": self.diverged,
+            "worker_failure": self.worker_failure,
         }
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
@@ -278,9 +278,10 @@ def training_run(
     during the run does not raise: it sets ``run.stop_signal`` (``run.interrupted``), so that the loop (``while not
     run.should_stop()``) ends after the iteration under way and :func:`finish_training` writes the checkpoint,
     the curve and the summary of what was reached, skipping the final evaluation. A second one raises:
-    ``KeyboardInterrupt`` for SIGINT, ``SystemExit(143)`` for SIGTERM. The batchers' worker processes ignore
-    SIGINT (a terminal sends it to the whole process group): closing them is this process's job, done by the
-    stack. The previous handlers are restored on exit.
+    ``KeyboardInterrupt`` for SIGINT, ``SystemExit(143)`` for SIGTERM; so does one that arrives while the batchers'
+    workers start, once they are up (:func:`open_batchers`: nothing is trained yet). The batchers' worker processes
+    ignore SIGINT (a terminal sends it to the whole process group): closing them is this process's job, done by
+    the stack. The previous handlers are restored on exit.
 
     An exception of the loop is suppressed when the run turns out to have diverged (:attr:`~.log.Run.diverged`,
     checked as the run closes; e.g. the envs refusing the NaN actions of diverged weights): the loop's code after
@@ -315,6 +316,16 @@ def training_run(
         yield run, stack
 
 
+def stop_at_once(signal_name: str) -> NoReturn:
+    """Stops a run now for the signal ``signal_name`` (``"SIGINT"``, ``"SIGTERM"``), unwinding its frame: a second
+    signal, or one whose run has nothing to record yet. ``KeyboardInterrupt`` for SIGINT, ``SystemExit(128 + n)``
+    for another (143 for SIGTERM), what the signal's default action would give."""
+    signum = signal.Signals[signal_name]
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)
+
+
 @contextlib.contextmanager
 def _stop_on_signals(run: Run) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
@@ -323,9 +334,7 @@ def _stop_on_signals(run: Run) -> Iterator[None]:
 
     def on_signal(signum: int, frame: Any) -> None:
         if run.interrupted:
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            raise SystemExit(128 + signum)
+            stop_at_once(signal.Signals(signum).name)
         run.stop_signal = signal.Signals(signum).name
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -417,6 +426,10 @@ def open_batchers(
 
     Returns:
         ``(batcher, evaluator)``.
+
+    Raises:
+        KeyboardInterrupt: a SIGINT reached ``run`` while the workers started (``SystemExit(143)`` for a SIGTERM):
+            see :func:`stop_at_once`.
     """
     agent_args, env_args = worker_args(config, spec)
     agent_args.update(model_kwargs or {})
@@ -470,6 +483,11 @@ def open_batchers(
         run.videos = RunVideos(config.video_every, run.logdir, algo=run.algo, config=config.to_dict(), spec=spec,
                                seed=seed)
         run.evaluation_hooks.append(run.videos.after_evaluation)
+    if run is not None and run.stop_signal is not None:
+        # A signal held while the workers started (a worker cannot start with it) stops the run now, as one before
+        # the start does: this session has trained nothing, so the start gives back the folder it claimed (a resumed
+        # run keeps its checkpoint).
+        stop_at_once(run.stop_signal)
     return batcher, evaluator
 
 

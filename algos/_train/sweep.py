@@ -124,7 +124,9 @@ class SweepPlan:
             raise KeyboardInterrupt
         trial.set_user_attr("env_steps", result.env_steps)
         trial.set_user_attr("stop_reason", result.stop_reason)
-        if result.stop_reason == "diverged":  # not a score: Optuna fails a trial whose objective is nan
+        # Not a score (a diverged run's, or the last evaluation of one a worker's failure cut short): Optuna fails a
+        # trial whose objective is nan, as it did when the failure raised.
+        if result.stop_reason in ("diverged", "worker_failed"):
             return math.nan
         return result.eval_return
 
@@ -144,8 +146,8 @@ class SweepPlan:
 
 def _print_trial(study: Any, trial: Any) -> None:
     state = trial.state.name.lower()
-    if trial.user_attrs.get("stop_reason") == "diverged":
-        state += " (diverged)"
+    if trial.user_attrs.get("stop_reason") in ("diverged", "worker_failed"):
+        state += f" ({trial.user_attrs['stop_reason'].replace('_', ' ')})"
     value = f", eval return {trial.value:.2f}" if trial.value is not None else ""
     if trial.intermediate_values and trial.state.name == "PRUNED":
         step = max(trial.intermediate_values)

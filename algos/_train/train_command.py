@@ -81,6 +81,9 @@ def stop_line(result: TrainResult, config: RunConfig) -> str:
         return f"stopped: time limit of {config.time_limit:g} s reached at {of_budget} env steps"
     if reason == "signal":
         return f"stopped: {result.stop_signal} received at {of_budget} env steps"
+    if reason == "worker_failed" and result.worker_failure is not None:
+        return (f"stopped: batcher worker {result.worker_failure['worker_id']} failed with no restart left at "
+                f"{of_budget} env steps")
     return f"stopped: another rank of the run stopped it at {of_budget} env steps"
 
 
@@ -159,7 +162,9 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
     status 143 (128 + SIGTERM). In a data-parallel run (``torchrun``), a rank whose peer died or stopped answering
     prints one line (:class:`~rlstruct.errors.RankLostError`) and returns 1. A run that diverged (a loss, a gradient
     norm or a weight turned NaN or infinite: ``stop_reason`` ``"diverged"``) prints its stop line and the summary,
-    without a final evaluation, and returns 1.
+    without a final evaluation, and returns 1. A batcher worker that fails with no restart left (``--restart-workers``)
+    ends the run as a signal does (its checkpoint and summary, ``stop_reason`` ``"worker_failed"``, with the
+    traceback the worker sent): one line to stderr, status 1; ``--resume`` continues it.
     """
     if isinstance(algorithm, str):
         algorithm = registered(algorithm)
@@ -235,6 +240,14 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
     gc.freeze()
     if not setup.world.is_logger:  # a data-parallel rank other than 0: rank 0 reports the run
         return 128 + signal.Signals[result.stop_signal].value if result.interrupted and result.stop_signal else 0
+    if result.stop_reason == "worker_failed" and result.worker_failure is not None:  # the learner was intact
+        kept = " (with the worker's traceback)" if result.worker_failure.get("traceback") else ""
+        print(f"{prog}: error: {result.worker_failure['error']}; the run stopped and wrote {result.checkpoint} and "
+              f"its summary{kept}: continue it with --resume {result.logdir} (--restart-workers N replaces a failed "
+              "worker)", file=sys.stderr)
+        print(stop_line(result, setup.config))
+        print(json.dumps(result.summary()))
+        return 1
     if result.stop_reason == "diverged":  # the library's warning said what diverged and which checkpoint is kept
         print(stop_line(result, setup.config))
         print(json.dumps(result.summary()))

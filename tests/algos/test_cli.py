@@ -460,6 +460,45 @@ def test_an_interrupted_run_in_python_returns_what_it_reached(tmp_path, signum):
     assert signal.getsignal(signal.SIGTERM) == previous_term
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_workers_start_stops_the_run_after_the_start(tmp_path, monkeypatch, capsys, signum):
+    """A Ctrl-C (or SIGTERM) that arrives while a worker process is being started (here: inside the training
+    worker's ``Process.start``, where the batcher holds the signals so that the worker cannot die of them) is acted
+    on once the workers are up: nothing is trained, the start gives its folder back, and the command ends as for a
+    signal before the start (130 and one line; 143 for SIGTERM), instead of training to its end with status 0."""
+    import multiprocessing.process
+
+    real_start = multiprocessing.process.BaseProcess.start
+    sent = []
+
+    def start_with_a_signal(process) -> None:
+        if not sent and process.name.startswith("rlstruct-worker"):
+            sent.append(process.name)
+            os.kill(os.getpid(), signum)
+        real_start(process)
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start_with_a_signal)
+    logdir = tmp_path / "run"
+    argv = ["train", "a2c", "--n-processes", "1", "--n-envs", "2", "--max-env-steps", "20000", "--eval-every", "50",
+            "--n-evaluation-envs", "2", "--no-stop-at-reward-threshold", "--logdir", str(logdir), "--no-progress",
+            "--no-tensorboard"]
+    previous = signal.getsignal(signum)
+    capsys.readouterr()
+    if signum == signal.SIGINT:
+        assert cli.main(argv) == 130
+        err = capsys.readouterr().err
+        assert err.splitlines() == ["rlstruct train a2c: interrupted: stopped without writing a checkpoint"], err
+    else:
+        with pytest.raises(SystemExit) as stopped:
+            cli.main(argv)
+        assert stopped.value.code == 143
+    assert sent == ["rlstruct-worker-0"]
+    assert not logdir.exists(), "a start stopped before training gives its folder back"
+    assert signal.getsignal(signum) == previous
+
+
 @pytest.mark.timeout(120)
 def test_a_run_without_iterations_is_warned_about_and_a_second_run_never_replaces_the_first(tmp_path, caplog):
     logdir = tmp_path / "run"

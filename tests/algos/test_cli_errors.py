@@ -8,6 +8,7 @@ import ast
 import csv
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -255,6 +256,44 @@ def test_resuming_a_damaged_checkpoint_is_one_line_and_status_2(checkpoint, how,
                            "--logdir", str(tmp_path / "resumed")], capsys)
     assert_one_line_error(code, lines, "rlstruct train a2c")
     assert "the model in the checkpoint does not fit this run's" in lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_worker_sigkilled_with_no_restart_left_ends_the_run_like_a_signal_and_resume_continues_it(tmp_path):
+    """The learner in the parent outlives its training worker (``--restart-workers 0``, the worker SIGKILLed while
+    the run trains): the run stops with its checkpoint and its summary (``stop_reason`` ``"worker_failed"``, the
+    worker and the error's line), one line on stderr and status 1, where it ended in a traceback with neither; and
+    ``--resume`` continues from that checkpoint."""
+    logdir = tmp_path / "run"
+    flags = ["--env", "CartPole-v1", "--n-envs", "4", "--n-steps", "8", "--n-evaluation-envs", "2",
+             "--eval-every", "10", "--no-stop-at-reward-threshold", "--log-every", "1", "--no-progress",
+             "--no-tensorboard"]
+    killed, run = train_with_a_worker_killed(
+        [RLSTRUCT, "train", "a2c", *flags, "--n-processes", "1", "--restart-workers", "0", "--max-env-steps",
+         "100000000", "--time-limit", "240", "--logdir", str(logdir)], logdir, after_rows=3, timeout=240)
+    assert killed is not None, "the run ended before its worker could be killed"
+    assert run.returncode == 1, run.stderr[-3000:]
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr[-3000:]
+    assert re.fullmatch(rf"rlstruct train a2c: error: worker 0 \(pid {killed}\) was killed by SIGKILL .*; the run "
+                        rf"stopped and wrote {re.escape(str(logdir / 'checkpoint.pt'))} and its summary: continue it "
+                        rf"with --resume {re.escape(str(logdir))} .*", lines[0]), lines[0]
+    summary = json.loads((logdir / "summary.json").read_text())
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == summary
+    assert summary["stop_reason"] == "worker_failed" and summary["interrupted"] is False
+    assert summary["worker_failure"]["worker_id"] == 0 and "was killed by SIGKILL" in summary["worker_failure"]["error"]
+    ckpt = torch.load(logdir / "checkpoint.pt", weights_only=False)
+    assert ckpt["stop_reason"] == "worker_failed" and ckpt["env_steps"] == summary["env_steps"] > 0
+    with open(logdir / "progress.csv") as f:
+        rows = [r for r in csv.DictReader(f) if not r.get("eval/return")]
+    assert int(rows[-1]["env_steps"]) == summary["env_steps"]  # the checkpoint's counters: the last iteration's
+    more = summary["env_steps"] + 2 * 4 * 8
+    resumed = subprocess.run([RLSTRUCT, "train", "a2c", "--resume", str(logdir), "--max-env-steps", str(more)],
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = json.loads((logdir / "summary.json").read_text())
+    assert after["stop_reason"] == "budget" and after["env_steps"] == more and after["worker_failure"] is None
 
 
 @pytest.mark.slow

@@ -11,11 +11,13 @@ import contextlib
 import logging
 import math
 import time
+from typing import Any
 
 import pytest
 import torch
 
 from rlstruct.algos import create_env, describe_env
+from rlstruct.algos._train.checkpoints import load_checkpoint
 from rlstruct.algos._train.config import RunConfig, validate_run_config
 from rlstruct.algos._train.evaluation import EpisodeTally, Evaluator, run_episodes
 from rlstruct.algos._train.session import open_batchers, seeded_model, validate
@@ -411,6 +413,89 @@ def test_evaluations_are_the_same_idle_and_beside_a_cpu_burner(tmp_path, n_evalu
         loaded = _evaluation_rows(tmp_path, "loaded", n_evaluation_processes)
     assert [row[0] for row in idle] == [32.0 * k for k in range(31)] + [960.0]  # every iteration's, then the final
     assert loaded == idle
+
+
+class _LaggingBatcher:
+    """An evaluation worker slower than training, without a clock: each evaluation's acquisitions are ready only at
+    the ``polls``-th ``get`` that does not block after its launch (the learner's ``polls``-th poll; ``None``: never),
+    or when the learner waits for them (a full queue, the end of training)."""
+
+    def __init__(self, batcher: RL_Batcher, polls: int | None):
+        self.batcher, self.polls, self.left = batcher, polls, polls
+
+    def reset(self, *args, **kwargs):  # an evaluation's launch
+        self.left = self.polls
+        return self.batcher.reset(*args, **kwargs)
+
+    def get(self, blocking: bool = True):
+        if not blocking and (self.left is None or self.left > 1):
+            self.left = None if self.left is None else self.left - 1
+            return None, 0
+        self.left = 0
+        return self.batcher.get()
+
+    def __getattr__(self, name: str):
+        return getattr(self.batcher, name)
+
+
+def _run_with_evaluations(tmp_path, name: str, target: float, iterations: int, n_evaluation_processes: int,
+                          polls: int | None, monkeypatch) -> tuple[list[dict[str, float]], Any]:
+    """A small A2C run on CartPole of ``iterations`` iterations, an evaluation due every other one, and ``target``
+    (``n_evaluation_processes`` > 0: with :class:`_LaggingBatcher` of ``polls``): its evaluation rows
+    (every ``eval/`` column but the caller's time), in order, and its result."""
+    from rlstruct.algos import a2c
+    from rlstruct.algos._train import loops
+
+    opened = loops.open_batchers
+
+    def lagging(*args, **kwargs):
+        batcher, evaluator = opened(*args, **kwargs)
+        evaluator.batcher = _LaggingBatcher(evaluator.batcher, polls)
+        return batcher, evaluator
+
+    with monkeypatch.context() as patch:
+        if n_evaluation_processes:
+            patch.setattr(loops, "open_batchers", lagging)
+        config = a2c.A2CConfig(env=ENV, n_envs=4, n_steps=8, max_env_steps=4 * 8 * iterations, eval_every=2,
+                               n_evaluation_envs=3, evaluation_chunk_steps=8, evaluation_max_steps=100,
+                               n_evaluation_processes=n_evaluation_processes, preset="none", target_return=target,
+                               seed=1, torch_threads=1, time_limit=600.0, logdir=str(tmp_path / name), progress=False,
+                               tensorboard=False)
+        result = a2c.train(config)
+    return [{k: v for k, v in row.items() if k.startswith("eval/") and k != "eval/blocked_s"}
+            for row in result.history if "eval/return" in row], result
+
+
+@pytest.mark.slow
+@pytest.mark.long(reason="three short runs, two with an evaluation worker")
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("target", "iterations", "stop_reason", "confirmations"), [
+    (50.0, 60, "target", 1), (60.0, 60, "budget", 2), (50.0, 14, "target", 2)],
+    ids=["confirmed", "confirmations-fail", "decided-after-training"])
+def test_an_evaluation_worker_however_slow_gives_the_in_process_evaluations_return_and_kept_weights(
+        tmp_path, monkeypatch, target, iterations, stop_reason, confirmations):
+    """With ``--eval-every 2`` and an evaluation worker that lags (each evaluation takes three of the learner's
+    polls, or its results are held until the learner waits for them), the run launches its evaluations at the
+    iterations the schedule names, with those iterations' weights, records them in launch order, confirms the same
+    candidates, and so reports the same return and keeps the same weights as the run that evaluates in process.
+
+    At 50 the first candidate's confirmation stops the run; at 60 both confirmations fail and the run spends its
+    budget; in 14 iterations, the in-process run confirms its second candidate at its twelfth, while the held
+    worker's evaluations, candidates and confirmations, all come back after training stopped and decide there,
+    under the same rule."""
+    rows, reference = _run_with_evaluations(tmp_path, "in-process", target, iterations, 0, None, monkeypatch)
+    launches = [row["eval/launch_env_steps"] for row in rows]
+    assert launches[:4] == [0.0, 64.0, 128.0, 192.0]  # every other iteration of 32 env steps
+    assert reference.stop_reason == stop_reason
+    assert sum(row["eval/confirmation"] for row in rows) == confirmations
+    kept = load_checkpoint(reference.checkpoint)["model"]
+    for name, polls in (("three-polls", 3), ("held", None)):
+        worker_rows, result = _run_with_evaluations(tmp_path, name, target, iterations, 1, polls, monkeypatch)
+        assert worker_rows == rows, name
+        assert (result.eval_return, result.eval_env_steps, result.stop_reason) == (
+            reference.eval_return, reference.eval_env_steps, reference.stop_reason), name
+        model = load_checkpoint(result.checkpoint)["model"]
+        assert all(torch.equal(model[k], kept[k]) for k in kept), name
 
 
 def test_a_launch_due_while_one_is_pending_is_queued_and_a_confirmation_goes_first():

@@ -152,6 +152,29 @@ def test_overlapped_pipeline_alternates_buffers_and_uses_one_update_stale_weight
         assert pointers[0] != pointers[1]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_closing_a_pipeline_whose_worker_died_mid_acquisition_raises_nothing():
+    """A worker SIGKILLed while the pipeline's next acquisition runs fails the batcher at the next ``next()``; the
+    pipeline's ``close()`` (a run's exit stack calls it) then has nothing to collect, and does not raise a
+    ``BatcherStateError`` over the worker's failure, which a run stopped by it reports."""
+    import os
+    import signal
+
+    from rlstruct.errors import BatcherWorkerError
+
+    model = build_actor_critic(SPEC, (8,))
+    with _batcher(n_processes=1) as b:
+        pipe = Pipeline(b, WeightSync(b, model, "cpu", mode="cpu"), overlap=True)
+        pipe.start()
+        pipe.next()  # the next acquisition is under way
+        os.kill(b.worker_reports()[0]["pid"], signal.SIGKILL)
+        with pytest.raises(BatcherWorkerError, match="was killed by SIGKILL"):
+            pipe.next()
+        pipe.close()
+        pipe.close()
+
+
 def test_overlap_without_zero_copy_copies_and_collects_the_same():
     """Without the double buffer (e.g. with cuda_graph), get copies each batch out before the next is launched."""
     got = {}

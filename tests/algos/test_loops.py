@@ -128,3 +128,27 @@ def test_validate_checks_once_and_hands_down_what_it_found():
     setup = validate(a2c.ALGORITHM, a2c.A2CConfig(env="Pendulum-v1"))
     assert setup.algorithm is a2c.ALGORITHM and setup.resume is None
     assert setup.spec.action_shape == (1,) and str(setup.learner_device) == "cpu"
+
+
+def test_a_workers_failure_in_an_iteration_is_recorded_with_the_traceback_it_sent_and_stops_the_run():
+    """What the loops do with a batcher worker's failure (no restart left): the block ends, the failure is kept
+    (its first line, and the traceback the worker sent, for the summary) and the run stops at its next check; the
+    first failure is the one kept. Any other error still propagates."""
+    import types
+
+    from rlstruct.algos._train.log import Run
+    from rlstruct.algos._train.loops import _until_a_worker_fails
+    from rlstruct.errors import BatcherWorkerError
+
+    run = types.SimpleNamespace(worker_failure=None)
+    sent = "Traceback (most recent call last):\n  ...\nValueError: bad state\n"
+    with _until_a_worker_fails(run):
+        raise BatcherWorkerError(f"worker 1 raised ValueError: bad state\n--- traceback in worker 1 ---\n{sent}",
+                                 worker_id=1, remote_traceback=sent)
+    with _until_a_worker_fails(run):
+        raise BatcherWorkerError("worker 0 (pid 7) was killed by SIGKILL without answering", worker_id=0)
+    assert run.worker_failure == {"worker_id": 1, "error": "worker 1 raised ValueError: bad state", "traceback": sent}
+    with pytest.raises(ValueError, match="not a worker's"), _until_a_worker_fails(run):
+        raise ValueError("not a worker's")
+    run.diverged = None
+    assert Run.should_stop(run) and run.stop_reason == "worker_failed"

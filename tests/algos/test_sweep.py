@@ -129,15 +129,18 @@ def test_a_sweep_draws_by_trial_number_reproducibly():
     assert set(draws(0).values()).isdisjoint(draws(0, first=4).values())  # other trial numbers draw other settings
 
 
-def test_a_diverged_trial_fails_instead_of_scoring(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("reason", ["diverged", "worker_failed"])
+def test_a_diverged_trial_or_one_a_worker_failure_stopped_fails_instead_of_scoring(tmp_path, monkeypatch, capsys,
+                                                                                    reason):
+    # A run a worker's failure stopped ends with its record and its last evaluation, not a score of the settings.
     from rlstruct.algos._train import sweep
 
     run = sweep.run
-    monkeypatch.setattr(sweep, "run", lambda setup: dataclasses.replace(run(setup), stop_reason="diverged"))
+    monkeypatch.setattr(sweep, "run", lambda setup: dataclasses.replace(run(setup), stop_reason=reason))
     study = run_sweep("a2c", "CartPole-v1", trials=1, storage=f"sqlite:///{tmp_path}/s.db", space=LR_ONLY, flags=TINY,
                       logdir=str(tmp_path / "trials"), pruner="none")
-    assert [t.state.name for t in study.trials] == ["FAIL"] and study.trials[0].user_attrs["stop_reason"] == "diverged"
-    assert "trial 0: fail (diverged)" in capsys.readouterr().out
+    assert [t.state.name for t in study.trials] == ["FAIL"] and study.trials[0].user_attrs["stop_reason"] == reason
+    assert f"trial 0: fail ({reason.replace('_', ' ')})" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("url, found", [

@@ -103,3 +103,34 @@ def test_a_batcher_built_off_the_main_thread_works_whether_or_not_the_server_run
     # The first thread's batcher may find the server started by an earlier test of this process, or not.
     assert built[0][0] in (["spawn"], ["forkserver"]) and built[1][0] == ["forkserver"]
     assert all(torch.equal(actions, in_main) for _, actions in built)
+
+
+def _signal_set(pid: int, field: str) -> set[int]:
+    """The signals of ``/proc/PID/status``'s ``field`` (``SigBlk``: blocked, ``SigIgn``: ignored)."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = int(next(line.split()[1] for line in f if line.startswith(f"{field}:")), 16)
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the signal masks from /proc")
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_worker_started_while_the_signals_are_held_ignores_them_and_blocks_none(monkeypatch, method):
+    """The parent holds SIGINT and SIGTERM (blocks them) while it starts a worker, so that a Ctrl-C then is not lost
+    (it reaches the parent's handler once the start is done) and cannot kill the worker while it imports: the
+    worker then ignores both, and blocks neither, however it started; the fork server ignores SIGINT and holds
+    SIGTERM; the parent's own mask is as it was."""
+    import signal
+
+    monkeypatch.setenv("RLSTRUCT_START_METHOD", method)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    with RL_Batcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 1, [0]) as batcher:
+        assert _methods(batcher) == [method]
+        pid = batcher.worker_reports()[0]["pid"]
+        assert {signal.SIGINT, signal.SIGTERM} <= _signal_set(pid, "SigIgn")
+        assert not {signal.SIGINT, signal.SIGTERM} & _signal_set(pid, "SigBlk")
+        if method == "forkserver":  # the server a SIGTERM to the job must not kill either (it still holds it)
+            server = forkserver._forkserver._forkserver_pid
+            assert signal.SIGINT in _signal_set(server, "SigIgn")
+            assert signal.SIGTERM in _signal_set(server, "SigBlk") | _signal_set(server, "SigIgn")
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
