@@ -28,7 +28,7 @@ def costs(report: str) -> list[tuple[float, float, str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("report")
     parser.add_argument("--limit", type=float, required=True, help="the limit the report's tests were held to")
     parser.add_argument("--own", action="store_true", help="a test's own seconds, without its shared fixtures' "
