@@ -1,4 +1,5 @@
 import json
+import sys
 
 import pytest
 
@@ -139,3 +140,13 @@ def test_a_damaged_config_is_one_line_naming_its_file(tmp_path, capsys):
     assert cli.main(["compare", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"rlstruct compare: error: {config} must be a run's JSON record")
+
+
+def test_compare_without_scipy_says_which_extra_installs_it_in_one_line(tmp_path, capsys, monkeypatch):
+    _runs(tmp_path / "a", [500.0, 480.0])
+    for module in ("scipy", "scipy.stats"):  # as where the stats extra is not installed: importing it fails
+        monkeypatch.setitem(sys.modules, module, None)
+    assert cli.main(["compare", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["rlstruct compare: error: rlstruct compare and rlstruct.algos.statistics need "
+                                        "scipy, which is not installed here; pip install 'rlstruct[stats]'"]
