@@ -184,3 +184,11 @@ def test_a_lazy_table_has_the_real_imports_beside_it_for_static_readers(package,
     static = type_checking_imports((ROOT / folder / "__init__.py").read_text())
     differ = {n: (lazy.get(n), static.get(n)) for n in {*lazy, *static} if lazy.get(n) != static.get(n)}
     assert not differ, f"{package}'s lazy names and its TYPE_CHECKING imports differ (lazy, imported): {differ}"
+
+
+def test_the_docs_home_names_every_built_in_algorithm():
+    from rlstruct.algos._train.registry import ALGORITHMS, algorithm
+
+    home = (ROOT / "docs" / "index.md").read_text()
+    missing = [algorithm(name).title for name in ALGORITHMS if algorithm(name).title not in home]
+    assert not missing, f"docs/index.md does not name the built-in algorithms {missing}"
