@@ -200,8 +200,9 @@ def through_the_harness(budget: int) -> float:
     returns the greedy return ``rlstruct eval`` gives over 32 fresh episodes."""
     with tempfile.TemporaryDirectory(prefix="tutorial-12-") as folder:
         run = f"{folder}/run"
+        # The envs step in the learner's process (--n-processes 0, the default): the run is the same with workers.
         trained = rlstruct("train", "mylab.myalgo:ALGORITHM", "--env", "CartPole-v1", "--max-env-steps", str(budget),
-                           "--n-processes", "2", "--logdir", run, "--no-progress")
+                           "--logdir", run, "--no-progress")
         print(f"   rlstruct train mylab.myalgo:ALGORITHM: {trained['env_steps']:,} env steps, final evaluation "
               f"{trained['eval_return']:.1f}")
         assert json.loads(Path(run, "config.json").read_text())["algorithm"] == "mylab.myalgo:ALGORITHM"
@@ -211,7 +212,7 @@ def through_the_harness(budget: int) -> float:
         print(f"   rlstruct compare RUN: IQM {compared['groups']['run']['iqm']['value']:.1f} over its one seed")
         swept = rlstruct("sweep", "mylab.myalgo:ALGORITHM", "--env", "CartPole-v1", "--trials", "2",
                          "--storage", f"sqlite:///{folder}/sweep.db", "--logdir", f"{folder}/trials", "--",
-                         "--max-env-steps", "2048", "--eval-every", "4", "--n-evaluation-envs", "4", "--no-progress")
+                         "--max-env-steps", "1024", "--eval-every", "2", "--n-evaluation-envs", "4", "--no-progress")
         print(f"   rlstruct sweep mylab.myalgo:ALGORITHM: study {swept['study']}, 2 trials")
         assert sorted(p.name for p in Path(folder, "trials").iterdir()) == ["trial-0", "trial-1"]
     return evaluated["eval_return"]
@@ -247,7 +248,7 @@ def main() -> None:
     budget = max(20_000, int(100_000 * SCALE))
     returned = through_the_harness(budget)
     # The harness's actor-critic is part 1's (64x64 tanh), its loss part 1's: at 20k env steps (the tests' size),
-    # seeds 0-2 ended at final evaluations of 171-275 with two workers.
+    # seeds 0-2 ended at final evaluations of 171-275 (the same runs with two workers or none).
     assert returned >= 60, returned
     print("tutorial 12: all claims hold")
 

@@ -82,7 +82,7 @@ LONG = {
                                    "eval, compare, a 2-trial sweep), each a fresh process",
 }
 #: a LONG tutorial's own limit where its runs take more than :data:`LONG_TIMEOUT_S`
-LONG_TIMEOUTS_S = {"12_write_your_own_algorithm": 480}
+LONG_TIMEOUTS_S = {"12_write_your_own_algorithm": 600}
 
 
 def long_timeout(stem: str) -> int:
