@@ -11,7 +11,8 @@ algorithms share sits in public modules named for what they hold:
 (:func:`describe_env` reads it, :func:`create_env` is the batchers' env factory); ``load(run)`` reads a trained run
 back as a :class:`Policy`; :mod:`~rlstruct.algos.statistics` compares runs over seeds. What
 runs a training job (flags, loops, logs, evaluation, checkpoints, presets, sweeps, data-parallel ranks, the
-``rlstruct`` command) is a private package beneath them, which they import through its ``__init__``.
+``rlstruct`` command) is a private package beneath them, whose public face, :mod:`~rlstruct.algos.harness`, holds
+what an algorithm is written against.
 
 The names below load their module on first use, so that ``python -m rlstruct.algos.a2c`` does not find itself
 already imported by this package.
@@ -21,8 +22,27 @@ already imported by this package.
 ('CartPole-v1', 'cpu')
 """
 
+from typing import TYPE_CHECKING
+
 from rlstruct._lazy import by_name, lazy_names
 from rlstruct.algos._train.registry import exports
+
+if TYPE_CHECKING:  # the lazy names below, for editors and type checkers
+    from rlstruct.algos._env_spec import EnvSpec, create_env, describe_env  # noqa: F401
+    from rlstruct.algos._train.config import OffPolicyConfig, OnPolicyConfig, RunConfig  # noqa: F401
+    from rlstruct.algos._train.entry import train, validate  # noqa: F401
+    from rlstruct.algos._train.policy import Policy, load  # noqa: F401
+    from rlstruct.algos._train.presets import PRESETS, Preset  # noqa: F401
+    from rlstruct.algos._train.profile import profile_training  # noqa: F401
+    from rlstruct.algos._train.result import TrainResult  # noqa: F401
+    from rlstruct.algos._train.sweep import run_sweep  # noqa: F401
+    from rlstruct.algos.a2c import A2CConfig, a2c_loss  # noqa: F401
+    from rlstruct.algos.dqn import DQNConfig, double_dqn_targets, dqn_loss  # noqa: F401
+    from rlstruct.algos.ppo import PPOConfig, ppo_loss  # noqa: F401
+    from rlstruct.algos.pqn import PQNConfig, pqn_loss, q_lambda_targets  # noqa: F401
+    from rlstruct.algos.reinforce import ReinforceConfig, reinforce_loss  # noqa: F401
+    from rlstruct.algos.returns import discounted_returns, gae_advantages, n_step_returns  # noqa: F401
+    from rlstruct.algos.sac import SACConfig, sac_actor_loss, sac_critic_loss, sac_temperature_loss  # noqa: F401
 
 _LAZY = {
     **by_name({

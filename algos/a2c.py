@@ -7,7 +7,7 @@ not through terminations: at a truncated step the target uses ``V(_observation/f
 observation), at a terminated step nothing, and the GAE recursion is cut at every episode end.
 
 The file reads top to bottom: the config, the loss, the learn step (one gradient step per collection), and a
-``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos._train.loops`).
+``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos.harness`).
 
 Run it with ``rlstruct train a2c --env CartPole-v1`` (or ``--env Pendulum-v1``) or ``python -m rlstruct.algos.a2c``.
 """
@@ -19,14 +19,14 @@ import functools
 
 import torch
 
-from rlstruct.algos import OnPolicyConfig
-from rlstruct.algos._train import (
+from rlstruct.algos.harness import (
     ACTOR_CRITIC,
     ActorCriticLearner,
     AdvantagePart,
     Batch,
     LearnFn,
     OnPolicyAlgorithm,
+    OnPolicyConfig,
     RecurrentPart,
     RolloutPart,
     default,

@@ -4,7 +4,7 @@ van Hasselt et al. 2016), with optional n-step returns, a dueling head (Wang et 
 
 Targets bootstrap through time limits from the stored terminal observation and not through terminations. The file
 reads top to bottom: the config, the targets and the loss (the Q networks and their agent, which PQN shares, are
-:mod:`rlstruct.algos._qnet`'s), the learner
+:mod:`rlstruct.algos.qnetworks`'s), the learner
 (:class:`DQNLearner`) and ``ALGORITHM``; docs/algorithms/dqn.md tells the rest. Run it with ``rlstruct train dqn``
 or ``python -m rlstruct.algos.dqn``.
 """
@@ -22,20 +22,11 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent
-from rlstruct.algos import EnvSpec, OffPolicyConfig
-from rlstruct.algos._qnet import (
-    PixelQNetwork,
-    QAgent,
-    QNetwork,
-    create_q_agent,
-    dueling_q,
-    epsilon_at,
-    evaluation_info,
-    q_network,
-)
-from rlstruct.algos._train import (
+from rlstruct.algos.harness import (
     AutocastPart,
+    EnvSpec,
     OffPolicyAlgorithm,
+    OffPolicyConfig,
     Resume,
     autocast_dtype,
     default,
@@ -47,6 +38,16 @@ from rlstruct.algos._train import (
     trainer,
 )
 from rlstruct.algos.networks import autocast_context, make_adam, polyak_update
+from rlstruct.algos.qnetworks import (
+    PixelQNetwork,
+    QAgent,
+    QNetwork,
+    create_q_agent,
+    dueling_q,
+    epsilon_at,
+    evaluation_info,
+    q_network,
+)
 from rlstruct.algos.replay import NStepWindow, PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
@@ -189,7 +190,7 @@ def dqn_loss(
 
 
 class DQNLearner:
-    """DQN's learner for the off-policy loop (:class:`~rlstruct.algos._train.loops.OffPolicyLearner`): the Q network
+    """DQN's learner for the off-policy loop (:class:`~rlstruct.algos.harness.OffPolicyLearner`): the Q network
     and its target, Adam, epsilon-greedy exploration, n-step transitions, and one gradient step of
     :func:`dqn_loss` followed by the target update (Polyak with ``tau < 1``, else a hard copy every
     ``target_update_interval`` steps). The gradient step's forwards run under ``config.autocast``; with

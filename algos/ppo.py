@@ -16,8 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlstruct.algos import OnPolicyConfig
-from rlstruct.algos._train import (
+from rlstruct.algos.harness import (
     ACTOR_CRITIC,
     ActorCriticLearner,
     AdvantagePart,
@@ -25,6 +24,7 @@ from rlstruct.algos._train import (
     LearnFn,
     MinibatchPart,
     OnPolicyAlgorithm,
+    OnPolicyConfig,
     RecurrentPart,
     default,
     main,

@@ -14,7 +14,7 @@ truncated step's bootstraps from ``max_a Q(_observation/frame)`` (the terminal o
 is cut at every episode end and at the collection's end.
 
 The file reads top to bottom: the config, the Q(lambda) targets and the loss, the learn step, the network and its
-exploration schedule, and ``ALGORITHM``, which hands them to the on-policy loop (:mod:`rlstruct.algos._train.loops`).
+exploration schedule, and ``ALGORITHM``, which hands them to the on-policy loop (:mod:`rlstruct.algos.harness`).
 
 Run it with ``rlstruct train pqn --env CartPole-v1`` or ``python -m rlstruct.algos.pqn``.
 """
@@ -30,14 +30,14 @@ import torch
 import torch.nn.functional as F
 
 from rlstruct.agents import RL_Agent
-from rlstruct.algos import EnvSpec, OnPolicyConfig
-from rlstruct.algos._qnet import QAgent, create_q_agent, epsilon_at, evaluation_info, q_network
-from rlstruct.algos._train import (
+from rlstruct.algos.harness import (
     ActorCriticLearner,
     Batch,
+    EnvSpec,
     LearnFn,
     MinibatchPart,
     OnPolicyAlgorithm,
+    OnPolicyConfig,
     OnPolicyModel,
     default,
     main,
@@ -48,6 +48,7 @@ from rlstruct.algos._train import (
     training_agent_kwargs,
 )
 from rlstruct.algos.policies import next_of_collection
+from rlstruct.algos.qnetworks import QAgent, create_q_agent, epsilon_at, evaluation_info, q_network
 from rlstruct.errors import ConfigError
 from rlstruct.structures import DictTensor, Trajectories
 

@@ -7,7 +7,7 @@ truncated by its time limit rather than terminated. The policy is categorical fo
 diagonal Gaussian for continuous ones (see :mod:`rlstruct.algos.networks`).
 
 The file reads top to bottom: the config, the returns and the loss, the learn step (one gradient step over
-whole episodes), and a ``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos._train.loops`).
+whole episodes), and a ``train`` that hands them to the on-policy loop (:mod:`rlstruct.algos.harness`).
 
 Run it with ``rlstruct train reinforce --env CartPole-v1`` or ``python -m rlstruct.algos.reinforce``.
 """
@@ -21,14 +21,15 @@ import torch
 from torch import nn
 
 from rlstruct.agents import replay_agent, replay_agent_stateless
-from rlstruct.algos import EnvSpec, OnPolicyConfig
-from rlstruct.algos._train import (
+from rlstruct.algos.harness import (
     ACTOR_CRITIC,
     ActorCriticLearner,
     ActorCriticPart,
     Batch,
+    EnvSpec,
     LearnFn,
     OnPolicyAlgorithm,
+    OnPolicyConfig,
     check_actor_critic_network,
     default,
     main,

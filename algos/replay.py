@@ -28,13 +28,13 @@ from rlstruct.algos._replay_storage import (
     is_frame_stack,
     store_nbytes,
 )
-from rlstruct.algos._replay_transitions import NStepWindow, window_transitions
+from rlstruct.algos._replay_transitions import NStepWindow, one_step_steps, window_transitions
 from rlstruct.devices import DeviceLike, as_device
 
 if TYPE_CHECKING:
     from rlstruct.algos import EnvSpec
 
-__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "window_transitions", "NStepWindow"]
+__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "window_transitions", "one_step_steps", "NStepWindow"]
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,11 @@ import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
-from rlstruct.algos import EnvSpec, OffPolicyConfig
-from rlstruct.algos._replay_transitions import one_step_steps
-from rlstruct.algos._train import (
+from rlstruct.algos.distributions import squashed_gaussian_log_prob
+from rlstruct.algos.harness import (
+    EnvSpec,
     OffPolicyAlgorithm,
+    OffPolicyConfig,
     Resume,
     default,
     load_state,
@@ -32,10 +33,9 @@ from rlstruct.algos._train import (
     setting,
     trainer,
 )
-from rlstruct.algos.distributions import squashed_gaussian_log_prob
 from rlstruct.algos.networks import Adam, make_adam, polyak_update
 from rlstruct.algos.policies import NetworkAgent, row_invariant
-from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
+from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["SACConfig", "SquashedGaussianActor", "TwinQNetwork", "SACAgent", "create_sac_agent", "soft_q_targets",
@@ -318,7 +318,7 @@ def sac_temperature_loss(
 
 
 class SACLearner:
-    """SAC's learner for the off-policy loop (:class:`~rlstruct.algos._train.loops.OffPolicyLearner`): the actor, the
+    """SAC's learner for the off-policy loop (:class:`~rlstruct.algos.harness.OffPolicyLearner`): the actor, the
     twin critics and their Polyak-averaged targets, the temperature, their three Adams, and one gradient step
     (the critics on the soft targets, the actor, the temperature, then the targets).
 

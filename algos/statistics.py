@@ -44,6 +44,17 @@ __all__ = [
 Scores = Union[Sequence[float], Mapping[str, Sequence[float]]]
 
 
+def _scipy_stats() -> Any:
+    """``scipy.stats``, or a :class:`MissingDependencyError` with the extra that installs it (``rlstruct compare``
+    prints its one line)."""
+    try:
+        import scipy.stats
+    except ImportError as e:
+        raise MissingDependencyError("rlstruct compare and rlstruct.algos.statistics need scipy, which is not "
+                                     "installed here; pip install 'rlstruct[stats]'") from e
+    return scipy.stats
+
+
 def iqm(scores: Any, axis: int = -1) -> Any:
     """The interquartile mean: the mean of the middle half of ``scores`` (25% trimmed from each end) along ``axis``.
 
@@ -54,9 +65,7 @@ def iqm(scores: Any, axis: int = -1) -> Any:
     >>> float(iqm([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 100.0]))
     4.5
     """
-    from scipy.stats import trim_mean
-
-    return trim_mean(np.asarray(scores, dtype=np.float64), 0.25, axis=axis)
+    return _scipy_stats().trim_mean(np.asarray(scores, dtype=np.float64), 0.25, axis=axis)
 
 
 def _median(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -128,8 +137,7 @@ def _percentile_bounds(samples: list[np.ndarray], statistic: Callable[..., Any],
     """``(low, high)``: the percentile interval of ``statistic`` (a number or an array of them) over resamples of
     each sample on its own (the strata) along ``axis``, the runs' axis; None when a sample has a single run (nothing
     to resample)."""
-    from scipy.stats import bootstrap
-
+    bootstrap = _scipy_stats().bootstrap
     if min(s.shape[axis] for s in samples) < 2:
         return None
     # Percentile intervals (rliable's default): BCa's jackknife is undefined when every run scores the same.

@@ -5,12 +5,19 @@ training run loads the modules it uses (Ray itself is imported when a RayBatcher
 ``rlstruct[ray]``).
 """
 
+from typing import TYPE_CHECKING
+
 from rlstruct._lazy import lazy_names
 from rlstruct.batchers._placement import WorkerPlacement
 from rlstruct.batchers._restart import WorkerRestart, restart_seed
 from rlstruct.batchers.batcher import RL_Batcher
 from rlstruct.batchers.pipeline import Pipeline
 from rlstruct.batchers.weights import WeightSync
+
+if TYPE_CHECKING:  # the lazy names below, for editors and type checkers
+    from rlstruct.batchers.autotune import AutotuneResult, Measurement
+    from rlstruct.batchers.profile import PhaseTimer, ProfileReport
+    from rlstruct.batchers.ray_batcher import RayBatcher
 
 # The search itself is rlstruct.batchers.autotune.autotune: re-exporting it here would hide the module.
 __all__ = [

@@ -7,6 +7,8 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from rlstruct._deprecation import Deprecated, warn_deprecated
+
 
 def by_name(modules: Mapping[str, Iterable[str]]) -> dict[str, str]:
     """``{name: module}`` of ``modules`` (``{module: its names}``): the form :func:`lazy_names` takes, for a package
@@ -18,10 +20,12 @@ def by_name(modules: Mapping[str, Iterable[str]]) -> dict[str, str]:
     return {name: module for module, names in modules.items() for name in names}
 
 
-def lazy_names(package: str, lazy: dict[str, str], exported: Iterable[str],
-               namespace: dict[str, Any]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_names(package: str, lazy: dict[str, str], exported: Iterable[str], namespace: dict[str, Any],
+               deprecated: Mapping[str, Deprecated] | None = None,
+               ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The module-level ``__getattr__`` and ``__dir__`` of ``package``: a name of ``lazy`` (name -> module) is
-    imported from its module when first read; ``dir()`` lists the loaded names and ``exported``.
+    imported from its module when first read; one of ``deprecated`` (the package's ``_DEPRECATED``, see
+    :mod:`rlstruct._deprecation`) warns and gives its object; ``dir()`` lists the loaded names and ``exported``.
 
     >>> ns = {}
     >>> getattr_, dir_ = lazy_names("pkg", {"sqrt": "math"}, ["sqrt"], ns)
@@ -34,6 +38,9 @@ def lazy_names(package: str, lazy: dict[str, str], exported: Iterable[str],
     exported = tuple(exported)
 
     def __getattr__(name: str) -> Any:
+        if deprecated and name in deprecated:
+            warn_deprecated(package, name, deprecated[name])
+            return deprecated[name].resolve()
         if name not in lazy:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         return getattr(importlib.import_module(lazy[name]), name)

@@ -73,6 +73,7 @@ __all__ = [
     "RunFolderBusyError",
     "VideoError",
     "RankLostError",
+    "AlgorithmSourceError",
     "RunRecordError",
     "BatchKeyError",
 ]
@@ -219,6 +220,13 @@ class RankLostError(RLStructError, RuntimeError):
         return (type(self), (self.args[0], self.rank, self.world_size))
 
 
+class AlgorithmSourceError(RLStructError, ValueError):
+    """An algorithm named by ``rlstruct train NAME``, ``MODULE:ATTRIBUTE``, an entry point of the
+    ``rlstruct.algorithms`` group, or a saved run cannot be had: no such algorithm, a module that is not importable
+    (the message names it) or that fails as it imports, an attribute that is missing or is no algorithm description,
+    or a description that takes a built-in algorithm's name."""
+
+
 class RunRecordError(RLStructError, ValueError):
     """A run folder's record cannot be read: its ``summary.json`` (or ``config.json``) is not a JSON object, a
     finished run's ``eval_return`` is missing, not a number or not finite, or the ``progress.csv`` a ``--resume``
@@ -228,7 +236,7 @@ class RunRecordError(RLStructError, ValueError):
 
 class BatchKeyError(RLStructError, KeyError):
     """A loss was given a batch without a key it reads (the keys a loss declares with
-    ``rlstruct.algos._train.update.reads``, as TorchRL's losses declare their ``in_keys``). The message names the
+    ``rlstruct.algos.harness.reads``, as TorchRL's losses declare their ``in_keys``). The message names the
     missing key, the loss and the keys the batch holds.
 
     Attributes:

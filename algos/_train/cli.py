@@ -5,7 +5,11 @@
 (:mod:`~rlstruct.algos._train.sweep`).
 
 ``rlstruct train ALGO`` imports the algorithm's module alone and runs its ``main`` (see
-:mod:`rlstruct.algos._train.flags`); ``rlstruct train ALGO --help`` lists its flags in groups.
+:mod:`rlstruct.algos._train.flags`); ``rlstruct train ALGO --help`` lists its flags in groups. ``ALGO`` is a built-in
+algorithm's name, ``MODULE:ATTRIBUTE`` of an algorithm description, or the name of an installed package's entry
+point in the ``rlstruct.algorithms`` group (:func:`~rlstruct.algos._train.registry.algorithm`); as ``python -m``
+does, the command finds modules in the folder it runs from (after the installed ones), so that ``rlstruct train
+mylab.myalgo:ALGORITHM`` and the commands that rebuild its runs work from the folder that holds ``mylab``.
 Both commands print a JSON object as their last line on stdout; a bad setting (an unknown env, a device
 this machine does not have) prints one line to stderr and exits with status 2.
 """
@@ -23,7 +27,7 @@ from rlstruct import __version__
 from rlstruct.algos._train.config import AUTOCAST_VALUES, EVALUATION_POLICIES
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.flags import OneLineParser
-from rlstruct.algos._train.registry import ALGORITHMS, algorithm
+from rlstruct.algos._train.registry import ALGORITHMS, ENTRY_POINT_GROUP, algorithm, entry_point_algorithms
 from rlstruct.algos._train.train_command import configure_logging
 from rlstruct.algos._train.train_command import main as train_main
 from rlstruct.allocator import tune_allocator
@@ -135,8 +139,9 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
         p = OneLineParser(prog="rlstruct profile",
                                     description="Runs a few iterations of the on-policy training loop and shows "
                                                 "where the time goes.")
-        p.add_argument("--algo", default="a2c", choices=profile.profiled_algorithms(),
-                       help="the on-policy algorithm to train (default: a2c)")
+        p.add_argument("--algo", default="a2c", metavar="ALGO",
+                       help=f"the on-policy algorithm to train: {', '.join(profile.profiled_algorithms())}, or "
+                            "MODULE:ATTRIBUTE of another (default: a2c)")
         p.add_argument("--env", default="CartPole-v1", help="gymnasium id (default: CartPole-v1)")
         p.add_argument("--n-envs", type=int, default=256, help="envs per worker (default: 256)")
         p.add_argument("--n-processes", type=int, default=0, help="batcher worker processes, 0: this one (default: 0)")
@@ -202,14 +207,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, a shell's status for a writer whose reader left
 
 
+def _algorithm_choices() -> str:
+    """The algorithms ``rlstruct train`` offers, for its usage lines: the built-in ones and the installed ones."""
+    return "{" + ",".join([*ALGORITHMS, *sorted(entry_point_algorithms())]) + "}"
+
+
 def _main(argv: Sequence[str] | None) -> int:
     tune_allocator()
+    # A console script's sys.path lacks the folder it runs from, which python -m puts first: appended (the installed
+    # packages stay first), so that MODULE:ATTRIBUTE and the runs it trained resolve from the user's folder.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv == ["--version"]:
         print(f"rlstruct {__version__}")
         return 0
-    choices = "{" + ",".join(ALGORITHMS) + "}"
-    usage = (f"usage: rlstruct train {choices} [flags]   (rlstruct train ALGO --help lists them)\n"
+    usage = ("usage: rlstruct train ALGO [flags]   (ALGO: a built-in, MODULE:ATTRIBUTE or an installed one; "
+             "rlstruct train --help lists them)\n"
              "       rlstruct eval CHECKPOINT [--episodes N] [--max-steps N]\n"
              "       rlstruct autotune [--env ID] [--processes P ...]   (best envs per process and process count)\n"
              "       rlstruct profile [--algo A] [--env ID] [--n-envs N]   (where the time of the training loop goes)\n"
@@ -226,19 +240,28 @@ def _main(argv: Sequence[str] | None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         if rest and rest[0] in ("-h", "--help"):
-            print(f"usage: rlstruct train {choices} [flags]\n\n"
-                  "Trains one algorithm; `rlstruct train ALGO --help` lists its flags.")
+            installed = entry_point_algorithms()
+            listed = "".join(f"\n  {name:<12} {source}" for name, source in sorted(installed.items()))
+            print(f"usage: rlstruct train {_algorithm_choices()} [flags]\n"
+                  "       rlstruct train MODULE:ATTRIBUTE [flags]\n\n"
+                  "Trains one algorithm; `rlstruct train ALGO --help` lists its flags.\n\n"
+                  f"built-in: {', '.join(ALGORITHMS)}\n"
+                  f"installed (entry points of {ENTRY_POINT_GROUP}):{listed or ' none'}\n"
+                  "MODULE:ATTRIBUTE: an importable module and its algorithm description, e.g. mylab.myalgo:ALGORITHM")
             return 0
-        if not rest or rest[0] not in ALGORITHMS:
+        if not rest or rest[0].startswith("-"):
             got = rest[0] if rest else "nothing"
-            print(f"rlstruct train: error: the algorithm must be one of {', '.join(ALGORITHMS)}, got {got}",
-                  file=sys.stderr)
+            print(f"rlstruct train: error: the algorithm must be one of {', '.join(ALGORITHMS)}, an installed one or "
+                  f"MODULE:ATTRIBUTE, got {got}; rlstruct train --help lists them", file=sys.stderr)
             return 2
         try:
             description = algorithm(rest[0])
         except KeyboardInterrupt:  # while torch imports: nothing to save yet
             print("rlstruct train: interrupted", file=sys.stderr)
             return 130
+        except RLStructError as e:
+            print(f"rlstruct train: error: {str(e).splitlines()[0]}", file=sys.stderr)
+            return 2
         return train_main(description, rest[1:])
     if command == "eval":
         configure_logging()

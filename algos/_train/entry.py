@@ -1,8 +1,10 @@
 """What :mod:`rlstruct.algos` offers for a config alone: :func:`train` and :func:`validate` of the algorithm whose
-config it is, which the registry finds by the config's class."""
+config it is, which the registry finds by the config's class: a built-in algorithm's, or the description that the
+module defining the config's class holds (an algorithm from outside the package)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rlstruct.algos._train import loops, session
@@ -17,6 +19,11 @@ def _description(config: Any) -> Algorithm:
         description = algorithm(name)
         if isinstance(config, description.config_cls):
             return description
+    module = sys.modules.get(type(config).__module__)
+    found = [v for v in vars(module).values() if isinstance(v, Algorithm) and v.config_cls is type(config)] if (
+        module is not None) else []
+    if len(found) == 1:
+        return found[0]
     raise TypeError(f"config must be an algorithm's config ({', '.join(exports())}), got {type(config).__name__}; "
                     "build one, e.g. PPOConfig(env='CartPole-v1')")
 

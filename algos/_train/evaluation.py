@@ -16,7 +16,7 @@ import torch
 from rlstruct.algos._env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import does_not_fit, load_checkpoint, stepped_backend
 from rlstruct.algos._train.config import RunConfig
-from rlstruct.algos._train.registry import algorithm
+from rlstruct.algos._train.registry import algorithm, saved_algorithm
 from rlstruct.algos._train.seeds import EVALUATION_AGENT_SEEDS, EVALUATION_ENV_SEEDS, worker_seeds
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
@@ -353,12 +353,13 @@ class Evaluator:
 
 def evaluation_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec, device: str = "cpu", *,
                      policy: str | None = None) -> tuple[Callable[..., Any], dict[str, Any], DictTensor]:
-    """The evaluation agent of a saved run of ``algo`` (its checkpoint's ``config``): the agent factory, its keyword
-    arguments for an env of ``spec`` on ``device``, and its ``agent_info`` (one row; greedy unless ``policy``, or the
-    run's ``evaluation_policy``, is ``"sample"``).
+    """The evaluation agent of a saved run of ``algo`` (its source, :func:`~.registry.saved_algorithm`) from its
+    checkpoint's ``config``: the agent factory, its keyword arguments for an env of ``spec`` on ``device``, and its
+    ``agent_info`` (one row; greedy unless ``policy``, or the run's ``evaluation_policy``, is ``"sample"``).
 
     Raises:
-        ValueError: ``algo`` is no registered algorithm, or ``policy`` is not greedy or sample.
+        AlgorithmSourceError: ``algo`` names no algorithm this process can import.
+        ValueError: ``policy`` is not greedy or sample.
 
     >>> spec = EnvSpec((4,), "float32", 2, 500)
     >>> create, kwargs, info = evaluation_agent("ppo", {"hidden_sizes": [8]}, spec)
@@ -443,8 +444,8 @@ def evaluate_checkpoint(
         raise ValueError(f"max_steps must be >= 1 or None (the env's time limit), got {max_steps}")
     ckpt = load_checkpoint(path, argument="checkpoint")
     cfg, spec = ckpt["config"], ckpt["env_spec"]
-    create_agent, agent_args, agent_info = evaluation_agent(ckpt["algo"], cfg, EnvSpec.from_dict(spec), device,
-                                                        policy=policy)
+    create_agent, agent_args, agent_info = evaluation_agent(saved_algorithm(ckpt), cfg, EnvSpec.from_dict(spec),
+                                                            device, policy=policy)
     check_model_fits(create_agent, agent_args, ckpt["model"], path)
     n_workers = max(n_processes, 1)
     per_worker = -(-episodes // n_workers)

@@ -155,6 +155,8 @@ class Run:
         logger: whether this process writes the run's files (``progress.csv``, TensorBoard, the bar,
             ``config.json``): rank 0 of a data-parallel run does, the other ranks only count.
         world_size: the data-parallel ranks of the run (1: one process).
+        source: where the algorithm came from (``"a2c"``, ``"mylab.myalgo:ALGORITHM"``; default: ``algo``): what
+            ``config.json`` and the checkpoints record as ``"algorithm"``, for the commands that rebuild the run.
 
     Attributes:
         seed: the seed of this session's envs, agents and generators (:func:`session_seed`).
@@ -167,8 +169,9 @@ class Run:
     CONFIG_NAME = CONFIG_NAME
 
     def __init__(self, algo: str, config: RunConfig, spec: EnvSpec, *, start: float | None = None,
-                 resume: Resume | None = None, logger: bool = True, world_size: int = 1):
+                 resume: Resume | None = None, logger: bool = True, world_size: int = 1, source: str | None = None):
         self.algo = algo
+        self.source = source or algo
         #: whether this process writes the run's files (rank 0 of a data-parallel run; a plain run always)
         self.logger = logger
         #: the data-parallel ranks of the run (recorded in its checkpoints)
@@ -239,7 +242,7 @@ class Run:
         self._trackers: list[Tracker] = []
         if not logger:
             return
-        params = {"algo": algo, **config.to_dict(), "env_spec": dataclasses.asdict(spec),
+        params = {"algo": algo, "algorithm": self.source, **config.to_dict(), "env_spec": dataclasses.asdict(spec),
                   "effective_target_return": self.target_return}
         write_whole(self.logdir / self.CONFIG_NAME, json.dumps(params, indent=2))
         try:
@@ -514,7 +517,7 @@ class Run:
                                {"env_steps": self.env_steps, "iteration": self.iteration,
                                 "wall_time_s": self.wall_time() if wall_time_s is None else wall_time_s,
                                 "eval_return": eval_return, "interrupted": interrupted, "learner": learner,
-                                "world_size": self.world_size, "stop_reason": stop_reason})
+                                "world_size": self.world_size, "stop_reason": stop_reason, "algorithm": self.source})
 
 
 def _earlier_rows(resume: Resume) -> tuple[list[dict[str, Any]], list[str] | None]:

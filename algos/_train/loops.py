@@ -36,7 +36,7 @@ from rlstruct.algos._train.distributed import (
 from rlstruct.algos._train.evaluation import Evaluator
 from rlstruct.algos._train.finish import finish_diverged, finish_training
 from rlstruct.algos._train.log import Run, run_logdir
-from rlstruct.algos._train.registry import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
+from rlstruct.algos._train.registry import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm, algorithm_source
 from rlstruct.algos._train.replay_setup import check_replay_fits, make_replay_buffer, replay_folder
 from rlstruct.algos._train.result import TrainResult
 from rlstruct.algos._train.run_folder import given_back_unless_trained
@@ -229,7 +229,8 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
     config, spec, resume, learner, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
     logger = world.is_logger  # rank 0 of a data-parallel run, or a plain run
     with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=logger,
-                      world_size=world.size, on_evaluation=setup.on_evaluation) as (run, stack):
+                      world_size=world.size, on_evaluation=setup.on_evaluation,
+                      source=algorithm_source(algo)) as (run, stack):
         # What the batchers' agents build besides the agent factory's own settings (none for a plain network).
         agent_kwargs, model_kwargs = algo.model.agent_kwargs(config)
         model = seeded_model(config.seed, algo.model.build, config, spec)
@@ -363,7 +364,8 @@ def train_off_policy(setup: Setup) -> TrainResult:
     config, spec, resume, device, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
     check_replay_fits(config, spec, device, folder=replay_folder(run_logdir(algo.name, config, resume), world.rank))
     with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=world.is_logger,
-                      world_size=world.size, on_evaluation=setup.on_evaluation) as (run, stack):
+                      world_size=world.size, on_evaluation=setup.on_evaluation,
+                      source=algorithm_source(algo)) as (run, stack):
         # Batchers first, the learner on its device after: no CUDA in this process before workers spawn.
         batcher, evaluator = open_batchers(stack, config, spec, algo.agent(config.to_dict()),
                                            agent_kwargs=training_agent_kwargs(config),

@@ -20,6 +20,7 @@ from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_checkpoint
 from rlstruct.algos._train.config import set_torch_threads
 from rlstruct.algos._train.evaluation import check_model_fits, evaluate_checkpoint, evaluation_agent
+from rlstruct.algos._train.registry import saved_algorithm
 from rlstruct.devices import DeviceLike, as_device, check_device_exists
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor
@@ -104,15 +105,17 @@ class Policy:
     def __init__(self, checkpoint: dict[str, Any], path: str, *, device: DeviceLike = "cpu",
                  torch_threads: int | None = None):
         self.algo: str = checkpoint["algo"]
+        #: where the algorithm came from: its name, or ``"module:ATTRIBUTE"`` of one from outside the package
+        self.source: str = saved_algorithm(checkpoint)
         self.config: dict[str, Any] = checkpoint["config"]
         self.spec = EnvSpec.from_dict(checkpoint["env_spec"])
         self.path = path
         self.device = as_device(device)
         self._weights = checkpoint["model"]
-        self._create, self._args, greedy = evaluation_agent(self.algo, self.config, self.spec, str(self.device),
-                                                            policy="greedy")
+        self._create, self._args, greedy = evaluation_agent(self.source, self.config, self.spec,
+                                                            str(self.device), policy="greedy")
         check_model_fits(self._create, self._args, self._weights, path)
-        self._infos = {True: greedy, False: evaluation_agent(self.algo, self.config, self.spec, policy="sample")[2]}
+        self._infos = {True: greedy, False: evaluation_agent(self.source, self.config, self.spec, policy="sample")[2]}
         self.agent: RL_Agent = self._create(**self._args)
         self.agent.update(self._weights)
         self.recurrent = bool(self.config.get("recurrent", False))

@@ -125,12 +125,12 @@ def profile_training(
     >>> list(report.seconds)[-6:], report.env_steps
     (['to_learner', 'normalize', 'learn', 'update_weights', 'record', 'other'], 64)
     """
-    if algo not in profiled_algorithms():
-        raise ValueError(f"algo must be one of {profiled_algorithms()}, got {algo!r}; profile an on-policy algorithm "
-                         "that collects a fixed number of steps per iteration")
+    description = algorithm(algo)  # a built-in's name, MODULE:ATTRIBUTE, or an installed one's
+    if not isinstance(description, OnPolicyAlgorithm) or description.episodic:
+        raise ValueError(f"algo must be one of {profiled_algorithms()} or another on-policy algorithm that collects a "
+                         f"fixed number of steps per iteration, got {algo!r}; profile one of them")
     if not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
-    description = algorithm(algo)
     dev = check_device_exists(device)
     ldev = dev if learner_device is None else check_device_exists(learner_device)
     warmup = 2 if cuda_graph else 1  # allocator, lazy initialisations, compilation (and the graph's capture)

@@ -1,11 +1,15 @@
 """What an algorithm is, as data: its description (:class:`Algorithm`), its family's (:class:`OnPolicyAlgorithm`,
-with the :class:`OnPolicyModel` it learns, and :class:`OffPolicyAlgorithm`), and the registry that names the
-algorithms (:data:`ALGORITHMS`, :func:`algorithm`). The command line's choices, ``rlstruct.algos``'s names, and the
-evaluation agent of a saved run all come from here.
+with the :class:`OnPolicyModel` it learns, and :class:`OffPolicyAlgorithm`), and the registry that finds the
+algorithms (:data:`ALGORITHMS`, :func:`algorithm`, :func:`algorithm_source`). The command line's choices,
+``rlstruct.algos``'s names, and the evaluation agent of a saved run all come from here.
 
 A description runs nothing: the harness trains one (:func:`~.session.validate`, :func:`~.loops.run`,
 :func:`~.loops.train`, :func:`~.train_command.main` each take it), so that this module sits beneath the harness.
-Adding an algorithm is its module and one line in :data:`ALGORITHMS`.
+Adding a built-in algorithm is its module and one line in :data:`ALGORITHMS`. An algorithm from outside the package
+is found by its source, the conventions Python users know: ``MODULE:ATTRIBUTE`` (an importable module and the name
+of its description, as uvicorn's ``main:app``), or the name of an installed package's entry point in the
+:data:`ENTRY_POINT_GROUP` group. A run records its algorithm's source (:func:`algorithm_source`), so that every
+command that rebuilds the run resolves it the same way, in any process where its module imports.
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import importlib.metadata
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rlstruct.algos._train.config import RolloutPart, check_evaluation_policy, check_off_policy, check_on_policy
+from rlstruct.errors import AlgorithmSourceError
 
 if TYPE_CHECKING:
     import torch
@@ -26,8 +33,8 @@ if TYPE_CHECKING:
     from rlstruct.algos._env_spec import EnvSpec
     from rlstruct.structures import DictTensor
 
-__all__ = ["ALGORITHMS", "Algorithm", "OffPolicyAlgorithm", "OnPolicyAlgorithm", "OnPolicyModel", "algorithm",
-           "exports"]
+__all__ = ["ALGORITHMS", "ENTRY_POINT_GROUP", "Algorithm", "OffPolicyAlgorithm", "OnPolicyAlgorithm", "OnPolicyModel",
+           "algorithm", "algorithm_source", "entry_point_algorithms", "exports", "saved_algorithm"]
 
 #: each algorithm's name (``rlstruct train NAME``, the module ``rlstruct.algos.NAME``) and the names its module gives
 #: ``rlstruct.algos``
@@ -39,6 +46,10 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "sac": ("SACConfig", "sac_actor_loss", "sac_critic_loss", "sac_temperature_loss"),
     "pqn": ("PQNConfig", "pqn_loss", "q_lambda_targets"),
 }
+
+
+#: the entry-point group through which an installed package offers its algorithms: ``NAME = "module:ATTRIBUTE"``
+ENTRY_POINT_GROUP = "rlstruct.algorithms"
 
 
 def _no_check(*args: Any) -> None:
@@ -165,18 +176,109 @@ class OffPolicyAlgorithm(Algorithm):
         check_off_policy(config)
 
 
+def entry_point_algorithms() -> dict[str, str]:
+    """``{name: "module:ATTRIBUTE"}`` of the installed packages' entry points in :data:`ENTRY_POINT_GROUP`, read from
+    their metadata without importing them."""
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _from_source(source: str, what: str) -> Algorithm:
+    """The description that ``source`` (``"module:ATTRIBUTE"``) names; ``what`` says where the source came from, in
+    the errors."""
+    module_name, _, attribute = source.partition(":")
+    if not module_name or not all(part.isidentifier() for part in module_name.split(".")) or not (
+            attribute and all(part.isidentifier() for part in attribute.split("."))):
+        raise AlgorithmSourceError(f"{what} must be MODULE:ATTRIBUTE (e.g. mylab.myalgo:ALGORITHM) or a built-in "
+                                   f"algorithm's name, got {source!r}")
+    if module_name == "__main__":
+        raise AlgorithmSourceError(f"{what} {source!r} was defined in a script run as __main__, which another process "
+                                   "cannot import; define ALGORITHM in an importable module and train it as "
+                                   "rlstruct train MODULE:ALGORITHM")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (module_name == e.name or module_name.startswith(e.name + ".")):
+            raise AlgorithmSourceError(f"{what} {source!r}: module {module_name!r} does not import: it needs "
+                                       f"{e.name!r}, which is not installed ({e})") from e
+        raise AlgorithmSourceError(f"{what} {source!r}: no module named {e.name!r} here; run from the folder that "
+                                   "holds it, add that folder to PYTHONPATH, or pip install its package") from e
+    except Exception as e:  # a module that fails as it imports: its own error, in one line
+        raise AlgorithmSourceError(f"{what} {source!r}: module {module_name!r} does not import: "
+                                   f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+    found: Any = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            raise AlgorithmSourceError(f"{what} {source!r}: module {module_name!r} has no attribute {attribute!r}; "
+                                       "name the module's algorithm description (usually ALGORITHM)")
+        found = getattr(found, part)
+    if not isinstance(found, Algorithm):
+        raise AlgorithmSourceError(f"{what} {source!r} is a {type(found).__name__}, not an algorithm description; "
+                                   "name an OnPolicyAlgorithm or OffPolicyAlgorithm (rlstruct.algos.harness), "
+                                   "usually the module's ALGORITHM")
+    builtin = f"rlstruct.algos.{found.name}"
+    if found.name in ALGORITHMS and module_name != builtin:
+        raise AlgorithmSourceError(f"{what} {source!r} is named {found.name!r}, the name of the built-in algorithm "
+                                   f"{builtin}; give its description another name (Algorithm(name=...))")
+    return found
+
+
 def algorithm(name: str) -> Algorithm:
-    """The description (``ALGORITHM``) of the algorithm ``name``, its module imported on first use.
+    """The description (``ALGORITHM``) of the algorithm ``name``: a built-in algorithm's name (its module imported
+    on first use), ``"module:ATTRIBUTE"``, or the name of an entry point of :data:`ENTRY_POINT_GROUP`.
 
     Raises:
-        ValueError: ``name`` is not one of :data:`ALGORITHMS`.
+        AlgorithmSourceError: (a ``ValueError``) no algorithm has that name; its module is not importable or fails as
+            it imports; the attribute is missing or no :class:`Algorithm`; or it takes a built-in algorithm's name.
 
     >>> algorithm("ppo").title
     'PPO'
     """
-    if name not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHMS)}")
-    return importlib.import_module(f"rlstruct.algos.{name}").ALGORITHM
+    if name in ALGORITHMS:
+        return importlib.import_module(f"rlstruct.algos.{name}").ALGORITHM
+    if ":" in name:
+        return _from_source(name, "algorithm")
+    installed = entry_point_algorithms()
+    if name in installed:
+        found = _from_source(installed[name], f"entry point {name!r} of {ENTRY_POINT_GROUP}")
+        if found.name != name:
+            raise AlgorithmSourceError(f"entry point {name!r} of {ENTRY_POINT_GROUP} names {installed[name]!r}, whose "
+                                       f"name is {found.name!r}; name the entry point {found.name!r}")
+        return found
+    extra = f", an installed one ({', '.join(sorted(installed))})" if installed else ""
+    raise AlgorithmSourceError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHMS)}{extra}, or "
+                               "MODULE:ATTRIBUTE of an algorithm description (e.g. mylab.myalgo:ALGORITHM)")
+
+
+def algorithm_source(description: Algorithm) -> str:
+    """What a run records of where ``description`` came from, for :func:`algorithm` to find it again in another
+    process: a built-in algorithm's name, else ``"module:ATTRIBUTE"`` of the module that holds it (the module its
+    config class is defined in, or the one its learn step is; for a module run with ``python -m``, its import name).
+
+    >>> from rlstruct.algos import ppo
+    >>> algorithm_source(ppo.ALGORITHM)
+    'ppo'
+    """
+    if description.config_cls.__module__ == f"rlstruct.algos.{description.name}":
+        return description.name
+    hints = [description.config_cls.__module__,
+             getattr(getattr(description, "make_learn", None) or getattr(description, "make_learner", None),
+                     "__module__", None)]
+    for module_name in dict.fromkeys(h for h in hints if h):
+        module = sys.modules.get(module_name)
+        names = [k for k, v in vars(module).items() if v is description] if module is not None else []
+        if names:
+            attribute = "ALGORITHM" if "ALGORITHM" in names else sorted(names)[0]
+            spec = getattr(module, "__spec__", None)
+            if module_name == "__main__" and spec is not None and spec.name != "__main__":
+                module_name = spec.name  # python -m mylab.myalgo: importable by that name
+            return f"{module_name}:{attribute}"
+    return f"{description.config_cls.__module__}:ALGORITHM"
+
+
+def saved_algorithm(record: Mapping[str, Any]) -> str:
+    """The source of a saved run's algorithm, from its checkpoint or ``config.json`` (``record``): the
+    ``"algorithm"`` it recorded, or the name (``"algo"``) of a run saved before runs recorded a source."""
+    return record.get("algorithm") or record["algo"]
 
 
 def exports() -> dict[str, str]:

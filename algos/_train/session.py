@@ -266,7 +266,7 @@ def check_on_device(structure: Trajectories | nn.Module, device: DeviceLike, wha
 @contextlib.contextmanager
 def training_run(
     algo: str, config: RunConfig, spec: EnvSpec, *, start: float, resume: Resume | None = None, logger: bool = True,
-    world_size: int = 1, on_evaluation: Sequence[Callable[[dict[str, float]], None]] = (),
+    world_size: int = 1, on_evaluation: Sequence[Callable[[dict[str, float]], None]] = (), source: str | None = None,
 ) -> Iterator[tuple[Run, contextlib.ExitStack]]:
     """The frame of every ``train``: a :class:`Run`, and an exit stack that closes what the run opens.
 
@@ -297,13 +297,15 @@ def training_run(
         logger: whether this process writes the run's files (see :class:`Run`).
         world_size: the data-parallel ranks of the run.
         on_evaluation: the run's :attr:`~.log.Run.evaluation_callbacks`.
+        source: where the algorithm came from (:func:`~.registry.algorithm_source`; default: ``algo``), recorded
+            in ``config.json`` and the checkpoints as ``"algorithm"``.
 
     Yields:
         ``(run, stack)``.
     """
     precision = torch.get_float32_matmul_precision()
     threads = set_torch_threads(config.torch_threads)
-    run = Run(algo, config, spec, start=start, resume=resume, logger=logger, world_size=world_size)
+    run = Run(algo, config, spec, start=start, resume=resume, logger=logger, world_size=world_size, source=source)
     run.evaluation_callbacks.extend(on_evaluation)
     with contextlib.ExitStack() as stack:
         stack.push(explained_by_divergence(run))  # last out: after run.close has checked the last rows
@@ -480,7 +482,7 @@ def open_batchers(
     if config.restart_workers and run is not None:
         run.columns["batcher/restarts"] = lambda: batcher.n_restarts + eval_batcher.n_restarts
     if config.video_every and run is not None:
-        run.videos = RunVideos(config.video_every, run.logdir, algo=run.algo, config=config.to_dict(), spec=spec,
+        run.videos = RunVideos(config.video_every, run.logdir, algo=run.source, config=config.to_dict(), spec=spec,
                                seed=seed)
         run.evaluation_hooks.append(run.videos.after_evaluation)
     if run is not None and run.stop_signal is not None:

@@ -179,7 +179,8 @@ def _flag(name: str, value: Any) -> list[str]:
 
 
 def pasteable(algo: str, env: str, settings: Mapping[str, Any], *, source: str) -> tuple[str, str]:
-    """The best trial's ``settings`` as ``(a rlstruct train command, a Preset entry for PRESETS)``.
+    """The best trial's ``settings`` as ``(a rlstruct train command, a Preset entry for PRESETS)``; ``algo`` as
+    ``rlstruct train`` takes it (a name or ``MODULE:ATTRIBUTE``), the preset by the algorithm's name.
 
     >>> command, preset = pasteable("ppo", "CartPole-v1", {"lr": 0.002, "normalize_rewards": True}, source="s")
     >>> command
@@ -189,8 +190,9 @@ def pasteable(algo: str, env: str, settings: Mapping[str, Any], *, source: str) 
     """
     words = ["rlstruct", "train", algo, "--env", env, *(w for k, v in settings.items() for w in _flag(k, v))]
     values = ", ".join(f'"{k}": {tuple(v) if isinstance(v, list) else v!r}' for k, v in settings.items())
-    name = f"{algo}-{env.lower().replace('/', '-')}-sweep"
-    return shlex.join(words), f'Preset("{name}", "{algo}", ("{env}",), {{{values}}}, None, "{source}"),'
+    algo_name = algorithm(algo).name
+    name = f"{algo_name}-{env.lower().replace('/', '-')}-sweep"
+    return shlex.join(words), f'Preset("{name}", "{algo_name}", ("{env}",), {{{values}}}, None, "{source}"),'
 
 
 def make_plan(algo: str, env: str, *, storage: str = DEFAULT_STORAGE, study_name: str | None = None,
@@ -199,10 +201,9 @@ def make_plan(algo: str, env: str, *, storage: str = DEFAULT_STORAGE, study_name
     """Checks a sweep's settings before any trial and returns its plan and the preset's settings
     (``(plan, preset config)``); see :func:`run_sweep`."""
     optuna = require_optuna()
-    if algo not in ALGORITHMS:
-        raise ValueError(f"ALGO must be one of {list(ALGORITHMS)}, got {algo!r}")
+    name = algorithm(algo).name  # an unknown algorithm or an outside one that does not import: before anything
     check_storage(storage)
-    study_name = study_name or f"{algo}-{env.replace('/', '-')}"
+    study_name = study_name or f"{name}-{env.replace('/', '-')}"
     plan = SweepPlan(algo, env, {}, tuple(flags), storage, study_name, logdir or f"runs/sweeps/{study_name}", seed,
                      pruner)
     base, given = plan.base()
@@ -309,7 +310,8 @@ def sweep_main(argv: Sequence[str]) -> int:
     parser = OneLineParser(prog="rlstruct sweep",
                            description="Searches an algorithm's settings on an env with Optuna; flags after -- go "
                                        "to every trial's rlstruct train.")
-    parser.add_argument("algo", choices=list(ALGORITHMS), help="the algorithm")
+    parser.add_argument("algo", metavar="ALGO",
+                        help=f"the algorithm: one of {', '.join(ALGORITHMS)}, an installed one, or MODULE:ATTRIBUTE")
     parser.add_argument("--env", required=True, metavar="ID", help="gymnasium id of the env")
     parser.add_argument("--trials", type=int, default=8, metavar="N", help="trials to add to the study (default: 8)")
     parser.add_argument("--storage", default=DEFAULT_STORAGE, metavar="URL",

@@ -18,6 +18,7 @@ import torch
 from rlstruct.algos._env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import load_checkpoint
 from rlstruct.algos._train.evaluation import evaluation_agent
+from rlstruct.algos._train.registry import saved_algorithm
 from rlstruct.envs import GymEnv, make_env
 from rlstruct.envs.factory import TORCH_ENVS, resolve_backend
 from rlstruct.errors import MissingDependencyError, VideoError
@@ -471,5 +472,5 @@ def record_checkpoint_video(checkpoint: str | os.PathLike, path: str | os.PathLi
     """
     check_video_path(path)  # before reading the checkpoint
     ckpt = load_checkpoint(checkpoint, argument="checkpoint")
-    return record_policy_video(path, algo=ckpt["algo"], config=ckpt["config"], env_spec=ckpt["env_spec"],
+    return record_policy_video(path, algo=saved_algorithm(ckpt), config=ckpt["config"], env_spec=ckpt["env_spec"],
                                model_state=ckpt["model"], **options)

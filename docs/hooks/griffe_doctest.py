@@ -73,8 +73,10 @@ class LazyExports(griffe.Extension):
             modules.extend(m for m in module.modules.values() if not m.is_alias)
             exported = getattr(module, "exports", None)
             if not exported and "__all__" in module.members:
-                # an __all__ computed at import time (``list(_LAZY)``) is not readable statically: take the live one
+                # an __all__ computed at import time (``list(_LAZY)``) is not readable statically: take the live one,
+                # which also makes public the names the package imports under TYPE_CHECKING for static readers
                 exported = list(getattr(importlib.import_module(module.path), "__all__", []))
+                module.exports = exported
             names = [n if isinstance(n, str) else getattr(n, "name", str(n)) for n in exported or []]
             absent = [n for n in names if n not in module.members]
             if not absent or any(part.startswith("_") for part in module.path.split(".")):

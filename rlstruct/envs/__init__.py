@@ -7,6 +7,8 @@ one of their names (``rlstruct.envs.BraxEnv``, or ``make_env(..., backend="brax"
 adapter of its own backend only.
 """
 
+from typing import TYPE_CHECKING
+
 from rlstruct._lazy import lazy_names
 from rlstruct.envs._base import StepResult, VecEnv
 from rlstruct.envs._torch_env import TorchVecEnv
@@ -15,6 +17,15 @@ from rlstruct.envs.device_env import DeviceEnv
 from rlstruct.envs.factory import make_env
 from rlstruct.envs.gym import GymEnv, GymEnvInf
 from rlstruct.envs.registration import CartPoleNoVelEnv, register_envs
+
+if TYPE_CHECKING:  # the lazy names below, for editors and type checkers
+    from rlstruct.envs.brax_env import BraxEnv
+    from rlstruct.envs.bridge import to_gymnasium, to_gymnasium_env
+    from rlstruct.envs.gymnax_env import GymnaxEnv
+    from rlstruct.envs.jax_env import JaxVecEnv
+    from rlstruct.envs.minatar import MinAtarEnv
+    from rlstruct.envs.mjx_env import MjxEnv
+    from rlstruct.envs.mujoco_torch_env import MujocoTorchEnv
 
 __all__ = [
     "VecEnv",

@@ -153,7 +153,7 @@ def test_a_device_that_does_not_exist_is_a_one_line_error(capsys):
 
 def test_bad_commands_exit_2_with_one_line(capsys):
     for args, needle in [
-        (["train", "trpo"], "must be one of reinforce, a2c, dqn, ppo, sac"),
+        (["train", "trpo"], "unknown algorithm 'trpo'; expected one of ['reinforce', 'a2c', 'dqn', 'ppo', "),
         (["train", "a2c", "--env", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
         (["train", "dqn", "--n-envs", "0"], "n_envs must be >= 1"),
         (["train", "a2c", "--physics-dtype", "float16"], "physics_dtype must be 'float64' or 'float32'"),

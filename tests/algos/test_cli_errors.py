@@ -178,7 +178,7 @@ def _damaged(checkpoint: Path, tmp_path: Path, how: str) -> Path:
     elif how == "a missing tensor":
         data["model"] = dict(list(data["model"].items())[1:])
     elif how == "another algorithm's model":
-        data["algo"] = "dqn"
+        data["algo"] = data["algorithm"] = "dqn"
     data["digest"] = content_digest(data)  # written whole, by code that left it inconsistent
     path = tmp_path / "damaged.pt"
     torch.save(data, path)

@@ -1,5 +1,6 @@
 import json
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -390,3 +391,13 @@ def test_published_py_packs_a_group_into_records(tmp_path, capsys):
     assert f"records: {tmp_path / 'out' / 'a.json'}" in capsys.readouterr().out
     records = json.loads((tmp_path / "out" / "a.json").read_text())
     assert records["about"] == "two" and len(records["runs"]) == 3 and records["runs"][0]["returns"][0] == 0.0
+
+
+def test_compare_without_scipy_says_which_extra_installs_it_in_one_line(tmp_path, capsys, monkeypatch):
+    _runs(tmp_path / "a", [500.0, 480.0])
+    for module in ("scipy", "scipy.stats"):  # as where the stats extra is not installed: importing it fails
+        monkeypatch.setitem(sys.modules, module, None)
+    assert cli.main(["compare", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["rlstruct compare: error: rlstruct compare and rlstruct.algos.statistics need "
+                                        "scipy, which is not installed here; pip install 'rlstruct[stats]'"]

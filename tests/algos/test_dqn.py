@@ -91,16 +91,16 @@ def test_without_autocast_the_forwards_run_in_float32():
 @pytest.mark.parametrize("autocast, expected", [("none", None), ("bfloat16", torch.bfloat16)])
 def test_the_training_agent_acts_under_the_runs_autocast_and_the_evaluation_agent_in_float32(
         tmp_path, monkeypatch, autocast, expected):
-    from rlstruct.algos import _qnet
+    from rlstruct.algos import qnetworks
 
     built = []
 
-    class Recording(_qnet.QAgent):
+    class Recording(qnetworks.QAgent):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             built.append(self.autocast)
 
-    monkeypatch.setattr(_qnet, "QAgent", Recording)
+    monkeypatch.setattr(qnetworks, "QAgent", Recording)
     dqn.train(DQNConfig(**bare_run(tmp_path, env="CartPole-v1", n_envs=2, rollout_steps=4, max_env_steps=64,
                                    learning_starts=16, gradient_steps=1, batch_size=8, hidden_sizes=(8,),
                                    n_evaluation_envs=1, evaluation_max_steps=8, autocast=autocast)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import warnings
 
 import pytest
 import torch
@@ -185,3 +186,17 @@ def test_a_copied_encoder_computes_its_large_batches_with_its_own_weights():
     want = copied.linear(copied.convs(frames.permute(0, 3, 1, 2).float()))
     torch.testing.assert_close(copied(frames), want, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(enc(frames), want)
+
+
+def test_a_trace_of_the_cnn_is_clean_and_right_for_batches_of_any_size():
+    """``rlstruct export``'s TorchScript traces the policy on a batch of 2: the CNN's fast path for large batches is
+    a branch on the batch size, which a trace would record (with a TracerWarning) instead of following."""
+    encoder = CNNEncoder((10, 10, 4), obs_dtype="uint8", channels_last=True).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch's own notice that torch.jit.trace is deprecated
+        with torch.no_grad():
+            traced = torch.jit.trace(encoder, (torch.zeros(2, 10, 10, 4, dtype=torch.uint8),), check_trace=False)
+    frames = torch.randint(0, 2, (600, 10, 10, 4), dtype=torch.uint8)  # past out_dim: the fast path's batches
+    with torch.no_grad():
+        torch.testing.assert_close(traced(frames), encoder(frames), rtol=1e-5, atol=1e-5)

@@ -206,7 +206,7 @@ def _ppo_case(spec):
 
 
 def _pqn_case(spec):
-    from rlstruct.algos._qnet import create_q_agent, q_network
+    from rlstruct.algos.qnetworks import create_q_agent, q_network
 
     torch.manual_seed(0)
     model = q_network(spec, (32,), layer_norm=True)

@@ -328,3 +328,13 @@ def test_the_presets_results_page_is_the_one_its_runs_generate():
     # the published-budget presets' runs are on docs/benchmarks/published.md (benchmarks/published.py)
     assert all(f"preset:{p.name}" in run for p in PRESETS if p.auto and not p.unsupported), (
         "a preset without its 5-seed runs")
+
+
+def test_show_config_gives_a_published_preset_what_its_benchmark_measured(capsys):
+    out = rlstruct_in_process(capsys, "train", "ppo", "--env", "HalfCheetah-v4", "--preset", "ppo-halfcheetah-zoo",
+                              "--show-config")
+    assert out.returncode == 0, out.stderr
+    head = out.stdout.splitlines()[0]
+    assert "not proven" not in head
+    assert head.endswith("measured: IQM 5,818 [5,254, 6,326] over 10 seeds on the zoo's protocol (final weights, 150 "
+                         "episodes), beside the zoo's 5,819: docs/benchmarks/published.md"), head

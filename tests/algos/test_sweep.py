@@ -19,7 +19,7 @@ from rlstruct.algos._train.registry import ALGORITHMS, algorithm  # noqa: E402
 from rlstruct.algos._train.search_space import check_space, covering, load_space  # noqa: E402
 from rlstruct.algos._train.sweep import run_sweep  # noqa: E402
 from rlstruct.algos._train.sweep_study import trial_seeded_sampler  # noqa: E402
-from rlstruct.errors import ConfigError  # noqa: E402
+from rlstruct.errors import AlgorithmSourceError, ConfigError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -106,7 +106,7 @@ def test_bad_sweeps_fail_with_one_line_before_any_trial(tmp_path, monkeypatch, c
 def test_run_sweep_refuses_what_no_trial_could_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     storage = f"sqlite:///{tmp_path}/s.db"
-    with pytest.raises(ValueError, match="ALGO must be one of"):
+    with pytest.raises(AlgorithmSourceError, match=r"unknown algorithm 'ppo2'; expected one of \['reinforce'"):
         run_sweep("ppo2", "CartPole-v1", trials=1, storage=storage)
     with pytest.raises(ConfigError, match="reports evaluations at tenths of the step budget, got max_env_steps=None"):
         run_sweep("ppo", "CartPole-v1", trials=1, storage=storage, flags=["--max-env-steps", "none", "--no-anneal-lr"])

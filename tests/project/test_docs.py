@@ -29,10 +29,12 @@ from urllib.parse import urljoin, urlparse
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("rlstruct", "rlstruct.envs", "rlstruct.agents", "rlstruct.batchers", "rlstruct.algos")
+PACKAGES = ("rlstruct", "rlstruct.envs", "rlstruct.agents", "rlstruct.batchers", "rlstruct.algos",
+            "rlstruct.algos.harness")
 # Where each package's reference lives in the built site.
 PAGES = {"rlstruct": "api/rlstruct/", "rlstruct.envs": "api/envs/", "rlstruct.agents": "api/agents/",
-         "rlstruct.batchers": "api/batchers/", "rlstruct.algos": "api/algos/"}
+         "rlstruct.batchers": "api/batchers/", "rlstruct.algos": "api/algos/",
+         "rlstruct.algos.harness": "api/harness/"}
 # The pages a reader is checked to see: the start page, one algorithm page, one API page.
 BROWSED = ("", "algorithms/ppo/", "api/batchers/")
 BUILD_TIMEOUT_S = 300

@@ -1,0 +1,102 @@
+"""What an algorithm is written against: the public face of the run harness.
+
+Each built-in algorithm module (:mod:`~rlstruct.algos.reinforce`, :mod:`~rlstruct.algos.a2c`,
+:mod:`~rlstruct.algos.ppo`, :mod:`~rlstruct.algos.dqn`, :mod:`~rlstruct.algos.sac`, :mod:`~rlstruct.algos.pqn`)
+imports from here and from the public building blocks (returns, losses, networks, policies, replay, encoders), and
+an algorithm in a researcher's own package does the same: its description (``ALGORITHM``) then gets what the
+built-in ones get (presets, checkpoints, resume, the stopping rule, ``rlstruct eval``, ``load(RUN)``, ``export``,
+``compare``, ``sweep``, trackers, videos) through ``rlstruct train MODULE:ATTRIBUTE`` or the ``rlstruct.algorithms``
+entry-point group (see the "Extending rlstruct" page).
+
+The config, typed by family:
+    :class:`RunConfig` (every run's settings), :class:`OnPolicyConfig`, :class:`OffPolicyConfig`, and the parts an
+    on-policy config adds for the pieces of the loop it uses: :class:`RolloutPart` (fixed-length rollouts),
+    :class:`MinibatchPart` (epochs of minibatches), :class:`ActorCriticPart`, :class:`RecurrentPart`,
+    :class:`AdvantagePart` (GAE and the loss's weights), :class:`AutocastPart`; :func:`setting` declares a field
+    with its ``--help``, :func:`default` gives an inherited field a new default.
+
+The description, plain data that runs nothing:
+    :class:`Algorithm`, :class:`OnPolicyAlgorithm` (with the :class:`OnPolicyModel` it learns, e.g.
+    :data:`ACTOR_CRITIC`), :class:`OffPolicyAlgorithm` (with its :class:`OffPolicyLearner`); :class:`EnvSpec` is what
+    a model and a check know of the env; :func:`check_actor_critic_network` checks an actor-critic's network
+    settings against it.
+
+What trains a description:
+    :func:`trainer` (the module's ``train(config)``), :func:`main` (the module's ``rlstruct train``), and
+    :func:`algorithm`, which finds a description by name, ``MODULE:ATTRIBUTE`` or entry point.
+
+The learn step:
+    :class:`ActorCriticLearner` (its parts), :data:`LearnFn` (its type), :data:`Batch` and :func:`reads` (the
+    tensors a loss reads), :func:`minibatch_epochs`, :func:`training_agent_kwargs`, :func:`autocast_dtype`,
+    :func:`mean_over_ranks` (a statistic averaged over data-parallel ranks).
+
+An off-policy learner's state:
+    :func:`seeded_model`, :class:`Resume` (the checkpoint a run continues), :func:`load_state`,
+    :func:`restore_optimizer`.
+
+>>> from rlstruct.algos.harness import OnPolicyConfig, algorithm
+>>> issubclass(algorithm("ppo").config_cls, OnPolicyConfig)
+True
+"""
+
+from __future__ import annotations
+
+from rlstruct.algos._env_spec import EnvSpec
+from rlstruct.algos._train.actor_critic import ACTOR_CRITIC, check_actor_critic_network
+from rlstruct.algos._train.checkpoints import Resume, load_state, restore_optimizer
+from rlstruct.algos._train.config import (
+    ActorCriticPart,
+    AdvantagePart,
+    AutocastPart,
+    MinibatchPart,
+    OffPolicyConfig,
+    OnPolicyConfig,
+    RecurrentPart,
+    RolloutPart,
+    RunConfig,
+    default,
+    setting,
+)
+from rlstruct.algos._train.distributed import mean_over_ranks
+from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OffPolicyLearner, trainer
+from rlstruct.algos._train.registry import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm, OnPolicyModel, algorithm
+from rlstruct.algos._train.session import seeded_model
+from rlstruct.algos._train.train_command import main
+from rlstruct.algos._train.update import Batch, autocast_dtype, minibatch_epochs, reads, training_agent_kwargs
+
+__all__ = [
+    "ACTOR_CRITIC",
+    "ActorCriticLearner",
+    "ActorCriticPart",
+    "AdvantagePart",
+    "Algorithm",
+    "AutocastPart",
+    "Batch",
+    "EnvSpec",
+    "LearnFn",
+    "MinibatchPart",
+    "OffPolicyAlgorithm",
+    "OffPolicyConfig",
+    "OffPolicyLearner",
+    "OnPolicyAlgorithm",
+    "OnPolicyConfig",
+    "OnPolicyModel",
+    "RecurrentPart",
+    "Resume",
+    "RolloutPart",
+    "RunConfig",
+    "algorithm",
+    "autocast_dtype",
+    "check_actor_critic_network",
+    "default",
+    "load_state",
+    "main",
+    "mean_over_ranks",
+    "minibatch_epochs",
+    "reads",
+    "restore_optimizer",
+    "seeded_model",
+    "setting",
+    "trainer",
+    "training_agent_kwargs",
+]

@@ -1,0 +1,172 @@
+"""Algorithms from outside the package: ``rlstruct train MODULE:ATTRIBUTE``, the ``rlstruct.algorithms`` entry-point
+group, the source a run records, and the commands that rebuild a run in a fresh process (eval, export, load, resume,
+compare, sweep), each refusing in one line what cannot be had."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlstruct.algos._train.registry import ENTRY_POINT_GROUP, algorithm, algorithm_source, entry_point_algorithms
+from rlstruct.errors import AlgorithmSourceError
+from tests.helpers import rlstruct_in_process
+
+ROOT = Path(__file__).resolve().parents[2]
+RLSTRUCT = Path(sys.executable).parent / "rlstruct"  # the console script: its sys.path lacks the folder it runs from
+#: a few hundred env steps, an evaluation of two short episodes after every iteration
+TINY = ["--max-env-steps", "256", "--n-envs", "4", "--n-steps", "8", "--eval-every", "1", "--n-evaluation-envs", "2",
+        "--evaluation-max-steps", "20", "--no-progress", "--no-tensorboard", "--time-limit", "120", "--preset", "none"]
+
+
+def write_myalgo(folder: Path, name: str = "myalgo") -> Path:
+    """``folder/mylab/myalgo.py``: a copy of the built-in A2C module whose description is named ``name`` and whose
+    ``__main__`` passes its own description; returns ``folder``."""
+    package = folder / "mylab"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("")
+    source = (ROOT / "algos" / "a2c.py").read_text()
+    assert 'name="a2c"' in source and 'main("a2c")' in source
+    (package / "myalgo.py").write_text(source.replace('name="a2c"', f'name="{name}"').replace('main("a2c")',
+                                                                                            "main(ALGORITHM)"))
+    return folder
+
+
+@pytest.fixture
+def mylab(tmp_path, monkeypatch):
+    """A folder holding ``mylab.myalgo``, on ``sys.path``; the module is forgotten afterwards."""
+    monkeypatch.syspath_prepend(str(write_myalgo(tmp_path / "lab")))
+    yield tmp_path / "lab"
+    for name in ("mylab.myalgo", "mylab", "mylab.broken", "mylab.clash"):
+        sys.modules.pop(name, None)
+
+
+def test_module_attribute_names_an_algorithm_and_a_run_records_it_by_that_source(mylab):
+    found = algorithm("mylab.myalgo:ALGORITHM")
+    assert found.name == "myalgo" and found.title == "A2C"
+    assert algorithm_source(found) == "mylab.myalgo:ALGORITHM"
+    assert algorithm_source(algorithm("a2c")) == "a2c"
+    assert algorithm("rlstruct.algos.a2c:ALGORITHM") is algorithm("a2c")  # a built-in's own module is no clash
+
+
+def test_what_cannot_be_had_is_refused_in_one_line_naming_it(mylab):
+    (mylab / "mylab" / "broken.py").write_text("raise RuntimeError('no GPU driver here')\n")
+    (mylab / "mylab" / "clash.py").write_text(
+        "import dataclasses\nfrom rlstruct.algos import a2c\n"
+        "ALGORITHM = dataclasses.replace(a2c.ALGORITHM, title='mine')\nNUMBER = 3\n")
+    cases = {
+        "nolab.myalgo:ALGORITHM": r"algorithm 'nolab.myalgo:ALGORITHM': no module named 'nolab' here; run from the "
+                                  r"folder that holds it",
+        "mylab.nothere:ALGORITHM": r"no module named 'mylab.nothere'",
+        "mylab.broken:ALGORITHM": r"module 'mylab.broken' does not import: RuntimeError: no GPU driver here",
+        "mylab.myalgo:NOPE": r"module 'mylab.myalgo' has no attribute 'NOPE'; name the module's algorithm description",
+        "mylab.clash:NUMBER": r"'mylab.clash:NUMBER' is a int, not an algorithm description",
+        "mylab.clash:ALGORITHM": r"is named 'a2c', the name of the built-in algorithm rlstruct.algos.a2c; give its "
+                                 r"description another name",
+        "__main__:ALGORITHM": r"was defined in a script run as __main__, which another process cannot import",
+        "mylab.myalgo:": r"must be MODULE:ATTRIBUTE \(e.g. mylab.myalgo:ALGORITHM\)",
+        "ppo2": r"unknown algorithm 'ppo2'; expected one of \['reinforce', .*\], or MODULE:ATTRIBUTE",
+    }
+    for source, message in cases.items():
+        with pytest.raises(AlgorithmSourceError, match=message):
+            algorithm(source)
+
+
+def test_the_command_refuses_in_one_line_and_its_help_lists_the_installed_algorithms(mylab, tmp_path, capsys,
+                                                                                      monkeypatch):
+    out = rlstruct_in_process(capsys, "train", "nolab.x:ALGORITHM", "--env", "CartPole-v1")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert out.stderr.startswith("rlstruct train: error: algorithm 'nolab.x:ALGORITHM': no module named 'nolab'")
+    # An installed package's entry point, read from its metadata: listed by --help, trained by its name.
+    dist = tmp_path / "site" / "mylab_algos-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mylab-algos\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nmyalgo = mylab.myalgo:ALGORITHM\n"
+                                           "misnamed = mylab.myalgo:ALGORITHM\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert entry_point_algorithms() == {"myalgo": "mylab.myalgo:ALGORITHM", "misnamed": "mylab.myalgo:ALGORITHM"}
+    helped = rlstruct_in_process(capsys, "train", "--help")
+    assert helped.returncode == 0
+    assert "myalgo       mylab.myalgo:ALGORITHM" in helped.stdout and "MODULE:ATTRIBUTE" in helped.stdout
+    assert algorithm("myalgo") is algorithm("mylab.myalgo:ALGORITHM")
+    with pytest.raises(AlgorithmSourceError, match=r"entry point 'misnamed' of rlstruct.algorithms names "
+                                                   r"'mylab.myalgo:ALGORITHM', whose name is 'myalgo'"):
+        algorithm("misnamed")
+    shown = rlstruct_in_process(capsys, "train", "myalgo", "--env", "CartPole-v1", "--show-config")
+    assert shown.returncode == 0 and "rlstruct train myalgo --env CartPole-v1" in shown.stdout
+
+
+def _run(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    """A fresh process running ``args`` in ``cwd``, with an environment that names no folder of the test's."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([*args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.long(reason="nine fresh processes, each importing torch: a training run, its resume, eval, export, "
+                         "load().predict, compare, a 2-trial sweep, and eval where the module is missing")
+@pytest.mark.timeout(900)
+def test_a_copy_of_a2c_outside_the_package_gets_every_command_in_fresh_processes(tmp_path):
+    lab = write_myalgo(tmp_path / "lab")
+    trained = _run(str(RLSTRUCT), "train", "mylab.myalgo:ALGORITHM", "--env", "CartPole-v1", *TINY, "--logdir", "run",
+                   cwd=lab)
+    assert trained.returncode == 0, trained.stderr
+    assert json.loads(trained.stdout.splitlines()[-1])["env_steps"] >= 256
+    config = json.loads((lab / "run" / "config.json").read_text())
+    assert (config["algo"], config["algorithm"]) == ("myalgo", "mylab.myalgo:ALGORITHM")
+
+    evaluated = _run(str(RLSTRUCT), "eval", "run", "--episodes", "2", "--max-steps", "20", cwd=lab)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout.splitlines()[-1])["algo"] == "myalgo"
+
+    exported = _run(str(RLSTRUCT), "export", "run", "--output", "policy.pt", cwd=lab)
+    assert exported.returncode == 0, exported.stderr
+    assert (lab / "policy.pt").stat().st_size > 0
+
+    predicted = _run(sys.executable, "-c", "import rlstruct.algos as a; p = a.load('run'); "
+                     "print(p.source, int(p.predict([0.0, 0.0, 0.0, 0.0])))", cwd=lab)
+    assert predicted.returncode == 0, predicted.stderr
+    source, action = predicted.stdout.split()
+    assert source == "mylab.myalgo:ALGORITHM" and action in ("0", "1")
+
+    resumed = _run(str(RLSTRUCT), "train", "mylab.myalgo:ALGORITHM", "--resume", "run", "--max-env-steps", "512",
+                   cwd=lab)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout.splitlines()[-1])["env_steps"] >= 512
+
+    compared = _run(str(RLSTRUCT), "compare", "run", "--json", cwd=lab)
+    assert compared.returncode == 0, compared.stderr
+
+    swept = _run(str(RLSTRUCT), "sweep", "mylab.myalgo:ALGORITHM", "--env", "CartPole-v1", "--trials", "2",
+                 "--storage", f"sqlite:///{lab}/sweep.db", "--logdir", "trials", "--", *TINY, cwd=lab)
+    assert swept.returncode == 0, swept.stderr
+    assert sorted(p.name for p in (lab / "trials").iterdir()) == ["trial-0", "trial-1"]
+    assert "rlstruct train mylab.myalgo:ALGORITHM" in swept.stdout
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    missing = _run(str(RLSTRUCT), "eval", str(lab / "run"), "--episodes", "2", cwd=elsewhere)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert "no module named 'mylab'" in missing.stderr
+
+
+def test_the_config_of_an_outside_algorithm_finds_its_description_for_the_package_train(mylab):
+    from rlstruct.algos._train.entry import _description
+
+    module = __import__("mylab.myalgo", fromlist=["ALGORITHM"])
+    assert _description(module.A2CConfig()) is module.ALGORITHM
+    with pytest.raises(TypeError, match="config must be an algorithm's config"):
+        _description(object())
+
+
+def test_profile_runs_an_outside_on_policy_algorithm_and_refuses_an_off_policy_one(mylab):
+    from rlstruct.algos._train.profile import profile_training
+
+    report = profile_training("CartPole-v1", algo="mylab.myalgo:ALGORITHM", n_envs=8, n_timesteps=4, iterations=2)
+    assert report.env_steps == 2 * 8 * 4
+    with pytest.raises(ValueError, match=r"or another on-policy algorithm that collects a fixed number of steps per "
+                                         r"iteration, got 'rlstruct.algos.dqn:ALGORITHM'"):
+        profile_training(algo="rlstruct.algos.dqn:ALGORITHM")
