@@ -6,6 +6,7 @@ Every wait has a timeout and watches the processes, so that a worker that raises
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import pickle
@@ -18,6 +19,7 @@ from typing import Any, NoReturn
 
 import torch
 
+from rlstruct._main_module import by_value_where_needed, main_file, starting_without_main_file
 from rlstruct.batchers._child import STOP_SIGNAL, worker_main
 from rlstruct.batchers._protocol import Command, Message, Reply, WorkerSpec
 from rlstruct.errors import BatcherWorkerError, BatcherWorkerTimeout
@@ -25,13 +27,17 @@ from rlstruct.errors import BatcherWorkerError, BatcherWorkerTimeout
 __all__ = ["ProcessWorker", "close_workers", "recv_all", "recv_each"]
 
 
-def _check_picklable(spec: WorkerSpec) -> None:
-    """Raises TypeError, naming the argument (and the key of an ``*_args`` dict), when a part of ``spec`` the user
-    gave cannot be pickled: before any process starts, instead of a pickling traceback from ``start()``."""
+def _to_send(spec: WorkerSpec) -> WorkerSpec:
+    """``spec`` as it is sent to the child: what a ``__main__`` without a file defines (a notebook cell,
+    ``python -``, ``python -c``) wrapped to travel by value, since the child cannot import it; anything else by
+    reference. Raises TypeError, naming the argument (and the key of an ``*_args`` dict), when a part the user gave
+    cannot be pickled: before any process starts, instead of a pickling traceback from ``start()``."""
+    sent: dict[str, Any] = {}
     for name in ("create_env", "create_agent"):
         fn = getattr(spec, name)
         try:
-            pickle.dumps(fn)
+            sent[name] = by_value_where_needed(fn)
+            pickle.dumps(sent[name])
         except Exception as e:
             raise TypeError(
                 f"{name} must be picklable to reach a worker process (a function defined at module level, "
@@ -40,12 +46,13 @@ def _check_picklable(spec: WorkerSpec) -> None:
     for name in ("env_args", "agent_args"):
         args = getattr(spec, name)
         try:
-            pickle.dumps(args)
+            sent[name] = {k: by_value_where_needed(v) for k, v in args.items()}
+            pickle.dumps(sent[name])
         except Exception as e:
             where = name
             for k, v in args.items():
                 try:
-                    pickle.dumps(v)
+                    pickle.dumps(by_value_where_needed(v))
                 except Exception:
                     where = f"{name}[{k!r}] = {v!r}"
                     break
@@ -54,6 +61,7 @@ def _check_picklable(spec: WorkerSpec) -> None:
                 "pass plain values and build resources (locks, files, clients) inside create_env/create_agent, or "
                 "use n_processes=0"
             ) from e
+    return dataclasses.replace(spec, **sent)
 
 
 _ENV_LOCK = threading.Lock()
@@ -141,7 +149,7 @@ class ProcessWorker:
         self.device = spec.placement.device
         self._closed = False
         self._buffered: Reply | None = None  # a reply poll() read from a dead worker's pipe
-        _check_picklable(spec)
+        spec = _to_send(spec)
         self.start_method = _start_method(spec)
         ctx = torch.multiprocessing.get_context(self.start_method)
         forked = self.start_method == "forkserver"
@@ -157,7 +165,8 @@ class ProcessWorker:
         try:
             self.process = ctx.Process(target=worker_main, args=(spec, child_conn, parent_pid, environ),
                                        daemon=True, name=f"rlstruct-worker-{spec.worker_id}")
-            with _patched_environ({} if forked else spec.placement.environment()), _signals_ignored(signal.SIGINT):
+            with _patched_environ({} if forked else spec.placement.environment()), _signals_ignored(signal.SIGINT), \
+                    starting_without_main_file():
                 self.process.start()
         except BaseException:
             self.conn.close()  # no pipe left open when the start fails
@@ -204,8 +213,10 @@ class ProcessWorker:
             why = "killed from outside, or by the kernel when memory ran out"
         elif code:
             how = f"exited with code {code}"
-            why = ("it failed before it could report, e.g. while importing: its stderr says why; a worker "
-                   "imports your main script again, so guard the script's code with if __name__ == '__main__'")
+            why = "it failed before it could report, e.g. while importing: its stderr says why"
+            if main_file() is not None:  # only a script run as a file is run again by its workers
+                why += ("; a worker imports your main script again, so guard the script's code with "
+                        "if __name__ == '__main__'")
         else:
             how, why = f"died (exit code {code})", "it stopped without answering"
         raise BatcherWorkerError(
