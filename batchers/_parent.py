@@ -7,10 +7,12 @@ Every wait has a timeout and watches the processes, so that a worker that raises
 from __future__ import annotations
 
 import dataclasses
+import importlib.machinery
 import multiprocessing
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -115,6 +117,13 @@ def _wanted_method() -> str:
     return raw or "forkserver"
 
 
+def _cwd_shadows_the_package() -> bool:
+    """Whether the current folder holds a folder named ``rlstruct`` that a fresh ``python -c`` would import as a
+    namespace package before the installed package (a clone of the repository, run from the folder holding it)."""
+    found = importlib.machinery.PathFinder.find_spec("rlstruct", [os.getcwd()])
+    return found is not None and found.loader is None
+
+
 def _start_method(spec: WorkerSpec) -> str:
     """How a worker process starts: ``"forkserver"`` (forked from a server process that imported torch and the
     worker's code once: a start costs milliseconds of CPU instead of the second and a half that importing torch
@@ -130,7 +139,12 @@ def _start_method(spec: WorkerSpec) -> str:
     if threading.current_thread() is threading.main_thread():
         from multiprocessing import forkserver
 
-        with _signals_ignored(signal.SIGINT, signal.SIGTERM):
+        if _cwd_shadows_the_package() and sys.version_info < (3, 11):
+            return "spawn"  # no PYTHONSAFEPATH before 3.11: a spawned worker takes this process's sys.path at once
+        # PYTHONSAFEPATH: the server is a ``python -c`` whose sys.path starts with the current folder (multiprocessing
+        # does not give it this process's sys.path), where a clone of the repository named rlstruct would be imported
+        # as a namespace package in place of the installed one, and every worker forked from it would die.
+        with _signals_ignored(signal.SIGINT, signal.SIGTERM), _patched_environ({"PYTHONSAFEPATH": "1"}):
             # Not the default ``__main__``: the server would run an unguarded script's top level itself and die of
             # it, where a worker that imports the script (as a spawned one does) reports it, naming the guard.
             multiprocessing.set_forkserver_preload(_PRELOAD)
