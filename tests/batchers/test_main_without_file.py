@@ -58,8 +58,8 @@ def test_the_ten_lines_with_two_workers_collect_from_python_c(tmp_path):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("method", START_METHODS)
 def test_lambdas_and_argument_objects_of_a_cell_reach_the_workers(method, tmp_path):
-    # A lambda as create_env and an instance of a class defined in the cell in agent_args: both by value, while
-    # the importable env class goes by reference.
+    # A lambda as create_env, and instances of a class and of a network defined in the cell in agent_args: all by
+    # value, while the importable env class goes by reference.
     code = textwrap.dedent("""
         import torch
         from rlstruct import DictTensor, RL_Agent, RL_Batcher
@@ -69,14 +69,19 @@ def test_lambdas_and_argument_objects_of_a_cell_reach_the_workers(method, tmp_pa
             def __init__(self, action):
                 self.action = action
 
+        class Push(torch.nn.Module):  # a network defined in the cell, its instance in agent_args
+            def forward(self, frame):
+                return torch.ones(frame.shape[0], dtype=torch.long)
+
         class Fixed(RL_Agent):
-            def __init__(self, choice):
-                self.choice = choice
+            def __init__(self, choice, net):
+                self.choice, self.net = choice, net
 
             def __call__(self, state, observation, agent_info, history=None):
-                return DictTensor({"action": torch.full((observation.n_elems(),), self.choice.action)}), state
+                action = self.net(observation["frame"]) * self.choice.action
+                return DictTensor({"action": action}), state
 
-        with RL_Batcher(n_timesteps=500, create_agent=Fixed, agent_args={"choice": Always(1)},
+        with RL_Batcher(n_timesteps=500, create_agent=Fixed, agent_args={"choice": Always(1), "net": Push()},
                         create_env=lambda **kw: CartPole(**kw), env_args={"n_envs": 4}, n_processes=2,
                         seeds=[0, 1]) as batcher:
             batcher.reset(); batcher.execute()
