@@ -27,6 +27,7 @@ from rlstruct.algos.networks import build_actor_critic
 from rlstruct.algos.sac import SquashedGaussianActor, TwinQNetwork
 from rlstruct.errors import ConfigError
 from tests.algos.test_cli_errors import assert_one_line_error, run_cli
+from tests.helpers import user_module
 
 NETS = textwrap.dedent('''
     """Networks of a lab's own, outside the package."""
@@ -83,10 +84,8 @@ PENDULUM = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2
 
 @pytest.fixture
 def labnets(tmp_path, monkeypatch):
-    (tmp_path / "labnets.py").write_text(NETS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "labnets"
-    sys.modules.pop("labnets", None)
+    with user_module(tmp_path, "labnets", NETS, monkeypatch) as name:
+        yield name
 
 
 @pytest.mark.parametrize(("spec", "contract", "model"), [

@@ -17,6 +17,7 @@ import torch
 from rlstruct.algos import describe_env
 from rlstruct.envs import CartPole, DeviceEnv, make_env
 from rlstruct.errors import ConfigError
+from tests.helpers import user_module
 
 LABSIM = textwrap.dedent('''
     """A lab's own simulator and a gymnasium registration, outside the package."""
@@ -46,10 +47,8 @@ LABSIM = textwrap.dedent('''
 
 @pytest.fixture
 def labsim(tmp_path, monkeypatch):
-    (tmp_path / "labsim.py").write_text(LABSIM)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "labsim"
-    sys.modules.pop("labsim", None)
+    with user_module(tmp_path, "labsim", LABSIM, monkeypatch) as name:
+        yield name
     gym.registry.pop("LabCartPole-v0", None)
 
 
