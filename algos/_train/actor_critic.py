@@ -97,12 +97,12 @@ def check_actor_critic_network(config: ActorCriticPart, spec: EnvSpec, *, recurr
     model is no actor-critic, or given with ``recurrent`` or ``normalize_observations``, which only the built-in
     network has (``title``, the algorithm's, names it). Every algorithm of the family checks through here."""
     if config.network is not None:
-        for name, value, flag in (("recurrent", recurrent, "--recurrent"),
-                                  ("normalize_observations", config.normalize_observations,
-                                   "--normalize-observations")):
-            if value:
+        for name, value in (("recurrent", recurrent), ("normalize_observations", config.normalize_observations)):
+            if value:  # given, or a preset's
+                flag = "--no-" + name.replace("_", "-")
                 raise ConfigError(f"{name}=True shapes {title}'s built-in actor-critic, got "
-                                  f"network={config.network!r} as well; drop {flag}, or build it into your network")
+                                  f"network={config.network!r} as well; pass {flag} (or --preset none), or build it "
+                                  "into your network")
         check_network(config.network, spec, ACTOR_CRITIC_CONTRACT, algo=title)
     check_normalizable(spec, config.normalize_observations)
     check_network_options(spec, activation=config.activation, log_std_init=config.log_std_init,

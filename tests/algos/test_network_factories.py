@@ -127,7 +127,7 @@ def test_the_factory_is_called_with_the_envs_spec(labnets):
      r"folder that holds it, add that folder to PYTHONPATH, or install its package"),
     (["ppo", "--network", "labnets:actor_critic", "--normalize-observations"],
      r"normalize_observations=True shapes PPO's built-in actor-critic, got network='labnets:actor_critic' as well; "
-     r"drop --normalize-observations"),
+     r"pass --no-normalize-observations \(or --preset none\), or build it into your network"),
     (["a2c", "--network", "labnets:actor_critic", "--recurrent"], r"recurrent=True shapes A2C's built-in"),
 ])
 def test_a_network_the_family_cannot_use_is_refused_in_one_line(labnets, tmp_path, capsys, argv, match):
