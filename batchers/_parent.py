@@ -139,7 +139,7 @@ def _start_method(spec: WorkerSpec) -> str:
     if threading.current_thread() is threading.main_thread():
         from multiprocessing import forkserver
 
-        if _cwd_shadows_the_package() and sys.version_info < (3, 11):
+        if sys.version_info < (3, 11) and _cwd_shadows_the_package():
             return "spawn"  # no PYTHONSAFEPATH before 3.11: a spawned worker takes this process's sys.path at once
         # PYTHONSAFEPATH: the server is a ``python -c`` whose sys.path starts with the current folder (multiprocessing
         # does not give it this process's sys.path), where a clone of the repository named rlstruct would be imported
