@@ -24,6 +24,10 @@ already imported by this package.
 
 from typing import TYPE_CHECKING
 
+# First: importing it checks that rlstruct is the installed package, not a clone named rlstruct in the current folder.
+import rlstruct.batchers._shadow  # noqa: F401
+
+# isort: split
 from rlstruct._lazy import by_name, lazy_names
 from rlstruct.algos._train.registry import exports
 

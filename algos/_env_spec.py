@@ -156,7 +156,7 @@ def describe_env(name: str, backend: str, max_episode_steps: int | None,
         raise ValueError(f"max_episode_steps must be set for env={name!r}, which has no time limit of its own, got "
                          "None; pass max_episode_steps (--max-episode-steps)")
     try:
-        threshold = gym.spec(name).reward_threshold
+        threshold = gym.spec(_registered_id(name)).reward_threshold
     except gym.error.Error:
         threshold = None
     threshold = None if threshold is None else float(threshold)
@@ -181,9 +181,19 @@ def describe_env(name: str, backend: str, max_episode_steps: int | None,
     )
 
 
+def _registered_id(name: str) -> str:
+    """The id gymnasium's registry holds for ``name``: ``Env-v0`` of ``module:Env-v0`` (whose module ``make_env``
+    imported, registering it).
+
+    >>> _registered_id("mylab.envs:Maze-v0"), _registered_id("CartPole-v1")
+    ('Maze-v0', 'CartPole-v1')
+    """
+    return name.partition(":")[2] or name
+
+
 def _registered_time_limit(name: str) -> int | None:
     try:
-        return gym.spec(name).max_episode_steps
+        return gym.spec(_registered_id(name)).max_episode_steps
     except gym.error.Error:
         return None
 

@@ -37,6 +37,7 @@ from rlstruct.algos.harness import (
     setting,
     trainer,
 )
+from rlstruct.algos.network_factories import Q_CONTRACT, check_network, network_model
 from rlstruct.algos.networks import autocast_context, make_adam, polyak_update
 from rlstruct.algos.qnetworks import (
     PixelQNetwork,
@@ -97,6 +98,8 @@ def check_config(config: DQNConfig) -> None:
 def check_env(config: DQNConfig, spec: EnvSpec) -> None:
     """Raises :class:`~rlstruct.errors.SpaceError` for continuous actions."""
     spec.require("DQN", config.env, discrete=True)
+    if config.network is not None:
+        check_network(config.network, spec, Q_CONTRACT, algo="DQN")
 
 
 def double_dqn_targets(
@@ -212,8 +215,11 @@ class DQNLearner:
     def __init__(self, config: DQNConfig, spec: EnvSpec, resume: Resume | None, *, device: torch.device, seed: int,
                  n_rows: int):
         self.config, self.n_rows = config, n_rows
-        self.policy = seeded_model(config.seed, functools.partial(q_network, dueling=config.dueling), spec,
-                                   config.hidden_sizes)
+        if config.network is not None:
+            self.policy = seeded_model(config.seed, network_model, config.network, spec)
+        else:
+            self.policy = seeded_model(config.seed, functools.partial(q_network, dueling=config.dueling), spec,
+                                       config.hidden_sizes)
         if resume is not None:
             load_state(self.policy, resume.model, "the Q-network", resume.path)
         self.policy.to(device)

@@ -24,6 +24,7 @@ from torch import nn
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
 from rlstruct.algos._noise import CounterNoise, GeneratorNoise, NoiseSource
 from rlstruct.algos.distributions import Categorical
+from rlstruct.algos.network_factories import network_model
 from rlstruct.algos.networks import (
     ActorCritic,
     RecurrentActorCritic,
@@ -319,7 +320,7 @@ def _step_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tenso
 def create_policy_agent(
     spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False,
     autocast: torch.dtype | None = None, compile: bool = False, normalize_observations: bool = False,
-    activation: str = "tanh", log_std_init: float = 0.0, ortho_init: bool = True,
+    activation: str = "tanh", log_std_init: float = 0.0, ortho_init: bool = True, network: str | None = None,
 ) -> RL_Agent:
     """Builds a batcher's :class:`PolicyAgent` for ``spec``'s env on ``device`` (module level, so it pickles).
 
@@ -327,10 +328,15 @@ def create_policy_agent(
     first ``batcher.update``; continuous actions are clipped to the spec's bounds; its forward runs under
     ``autocast`` (see :class:`NetworkAgent`), its step compiled with ``compile``. With ``check_device`` it is
     wrapped in :class:`~rlstruct.agents.RL_Agent_CheckDevice`. The network's options (``activation``,
-    ``log_std_init``, ``ortho_init``) are :func:`~rlstruct.algos.networks.build_actor_critic`'s.
+    ``log_std_init``, ``ortho_init``) are :func:`~rlstruct.algos.networks.build_actor_critic`'s; ``network``
+    (``"MODULE:CALLABLE"``) builds the model with that factory instead
+    (:func:`~rlstruct.algos.network_factories.network_model`).
     """
-    model = build_actor_critic(spec, hidden_sizes, normalize_observations=normalize_observations,
-                               activation=activation, log_std_init=log_std_init, ortho_init=ortho_init).to(device)
+    if network is not None:
+        model = network_model(network, spec).to(device)
+    else:
+        model = build_actor_critic(spec, hidden_sizes, normalize_observations=normalize_observations,
+                                   activation=activation, log_std_init=log_std_init, ortho_init=ortho_init).to(device)
     model.requires_grad_(False)
     agent: RL_Agent = PolicyAgent(model, device, action_low=spec.action_low, action_high=spec.action_high,
                                   autocast=autocast, compile=compile)

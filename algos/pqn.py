@@ -47,6 +47,7 @@ from rlstruct.algos.harness import (
     trainer,
     training_agent_kwargs,
 )
+from rlstruct.algos.network_factories import Q_CONTRACT, check_network, network_model
 from rlstruct.algos.policies import next_of_collection
 from rlstruct.algos.qnetworks import QAgent, create_q_agent, epsilon_at, evaluation_info, q_network
 from rlstruct.errors import ConfigError
@@ -98,6 +99,8 @@ def check_config(config: PQNConfig) -> None:
 def check_env(config: PQNConfig, spec: EnvSpec) -> None:
     """Raises :class:`~rlstruct.errors.SpaceError` for continuous actions."""
     spec.require("PQN", config.env, discrete=True, fix="DQN")
+    if config.network is not None:
+        check_network(config.network, spec, Q_CONTRACT, algo="PQN")
 
 
 def q_lambda_targets(
@@ -218,6 +221,8 @@ def create_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:
 
 def build_model(config: PQNConfig, spec: EnvSpec) -> torch.nn.Module:
     """The learner's Q-network (on the CPU; the loop seeds its weights)."""
+    if config.network is not None:
+        return network_model(config.network, spec)
     return q_network(spec, config.hidden_sizes, layer_norm=config.layer_norm, activation=config.activation)
 
 

@@ -13,6 +13,7 @@ from torch import nn
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos.encoders import CNNEncoder
+from rlstruct.algos.network_factories import network_model
 from rlstruct.algos.networks import autocast_context, mlp
 from rlstruct.algos.policies import NetworkAgent, row_invariant
 from rlstruct.devices import DeviceLike
@@ -188,13 +189,14 @@ class QAgent(NetworkAgent):
 def create_q_agent(
     spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False, *,
     dueling: bool = False, layer_norm: bool = False, activation: str = "tanh", autocast: torch.dtype | None = None,
-    record_max_q: bool = False,
+    record_max_q: bool = False, network: str | None = None,
 ) -> RL_Agent:
     """Builds a batcher's :class:`QAgent` for ``spec``'s env on ``device`` (module level, so it pickles;
     ``functools.partial(create_q_agent, dueling=True)`` too); the network's options are :func:`q_network`'s, its
     forward runs under ``autocast`` (see :class:`~rlstruct.algos.networks.NetworkAgent`), and ``record_max_q`` is
-    :class:`QAgent`'s."""
-    model = q_network(spec, hidden_sizes, dueling=dueling, layer_norm=layer_norm, activation=activation).to(device)
+    :class:`QAgent`'s; ``network`` (``"MODULE:CALLABLE"``) builds the model with that factory instead."""
+    model = (network_model(network, spec) if network is not None else
+             q_network(spec, hidden_sizes, dueling=dueling, layer_norm=layer_norm, activation=activation)).to(device)
     model.requires_grad_(False)
     agent: RL_Agent = QAgent(model, device, autocast=autocast, record_max_q=record_max_q)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent

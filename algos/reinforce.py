@@ -80,7 +80,7 @@ def check_env(config: ReinforceConfig, spec: EnvSpec) -> None:
     """Raises :class:`~rlstruct.errors.SpaceError` for image observations, :class:`~rlstruct.errors.ConfigError` for
     ``log_std_init`` with discrete actions."""
     spec.require("REINFORCE", config.env, pixels=False)
-    check_actor_critic_network(config, spec)
+    check_actor_critic_network(config, spec, title="REINFORCE")
 
 
 def reinforce_returns(

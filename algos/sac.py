@@ -33,6 +33,7 @@ from rlstruct.algos.harness import (
     setting,
     trainer,
 )
+from rlstruct.algos.network_factories import SAC_CONTRACT, check_network, network_model
 from rlstruct.algos.networks import Adam, make_adam, polyak_update
 from rlstruct.algos.policies import NetworkAgent, row_invariant
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, one_step_steps
@@ -82,6 +83,8 @@ def check_config(config: SACConfig) -> None:
 def check_env(config: SACConfig, spec: EnvSpec) -> None:
     """Raises :class:`~rlstruct.errors.SpaceError` unless the env has continuous actions and flat observations."""
     spec.require("SAC", config.env, discrete=False, pixels=False)
+    if config.network is not None:
+        check_network(config.network, spec, SAC_CONTRACT, algo="SAC")
 
 
 def _relu_mlp(in_size: int, hidden_sizes: Sequence[int]) -> nn.Sequential:
@@ -213,11 +216,16 @@ class SACAgent(NetworkAgent):
 
 
 def create_sac_agent(
-    spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False
+    spec: EnvSpec, hidden_sizes: Sequence[int], device: str = "cpu", check_device: bool = False,
+    network: str | None = None,
 ) -> RL_Agent:
-    """Builds a batcher's :class:`SACAgent` for ``spec``'s env on ``device`` (module level, so it pickles)."""
-    model = SquashedGaussianActor(spec.obs_dim, spec.action_dim, hidden_sizes, spec.action_low,
-                                  spec.action_high).to(device)
+    """Builds a batcher's :class:`SACAgent` for ``spec``'s env on ``device`` (module level, so it pickles); ``network``
+    (``"MODULE:CALLABLE"``) builds the actor with that factory (of ``(actor, critic)``) instead."""
+    if network is not None:
+        model = network_model(network, spec)[0].to(device)
+    else:
+        model = SquashedGaussianActor(spec.obs_dim, spec.action_dim, hidden_sizes, spec.action_low,
+                                      spec.action_high).to(device)
     model.requires_grad_(False)
     agent: RL_Agent = SACAgent(model, device)
     return RL_Agent_CheckDevice(agent, device) if check_device else agent
@@ -340,10 +348,14 @@ class SACLearner:
         self.config, self.device, self.fresh_run = config, device, resume is None
         self.action_dim = spec.action_dim
         self.target_entropy = -float(spec.action_dim) if config.target_entropy is None else config.target_entropy
-        self.policy = seeded_model(config.seed, SquashedGaussianActor, spec.obs_dim, spec.action_dim,
-                                   config.hidden_sizes, spec.action_low, spec.action_high).to(device)
-        self.critic = seeded_model(config.seed + 1, TwinQNetwork, spec.obs_dim, spec.action_dim,
-                                   config.hidden_sizes).to(device)
+        if config.network is not None:
+            actor, critic = seeded_model(config.seed, network_model, config.network, spec)
+            self.policy, self.critic = actor.to(device), critic.to(device)
+        else:
+            self.policy = seeded_model(config.seed, SquashedGaussianActor, spec.obs_dim, spec.action_dim,
+                                       config.hidden_sizes, spec.action_low, spec.action_high).to(device)
+            self.critic = seeded_model(config.seed + 1, TwinQNetwork, spec.obs_dim, spec.action_dim,
+                                       config.hidden_sizes).to(device)
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(config.init_temperature), device=device, requires_grad=True)
         self.actor_opt = make_adam(self.policy, config.lr, device, eps=config.adam_eps)

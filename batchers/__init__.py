@@ -7,6 +7,10 @@ training run loads the modules it uses (Ray itself is imported when a RayBatcher
 
 from typing import TYPE_CHECKING
 
+# First: importing it checks that rlstruct is the installed package, before the core's imports would fail obscurely.
+import rlstruct.batchers._shadow  # noqa: F401
+
+# isort: split
 from rlstruct._lazy import lazy_names
 from rlstruct.batchers._placement import WorkerPlacement
 from rlstruct.batchers._restart import WorkerRestart, restart_seed

@@ -6,10 +6,13 @@ Every wait has a timeout and watches the processes, so that a worker that raises
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.machinery
 import multiprocessing
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +22,7 @@ from typing import Any, NoReturn
 
 import torch
 
+from rlstruct._main_module import by_value_where_needed, main_file, starting_without_main_file
 from rlstruct.batchers._child import STOP_SIGNAL, worker_main
 from rlstruct.batchers._protocol import Command, Message, Reply, WorkerSpec
 from rlstruct.errors import BatcherWorkerError, BatcherWorkerTimeout
@@ -26,13 +30,17 @@ from rlstruct.errors import BatcherWorkerError, BatcherWorkerTimeout
 __all__ = ["ProcessWorker", "close_workers", "recv_all", "recv_each"]
 
 
-def _check_picklable(spec: WorkerSpec) -> None:
-    """Raises TypeError, naming the argument (and the key of an ``*_args`` dict), when a part of ``spec`` the user
-    gave cannot be pickled: before any process starts, instead of a pickling traceback from ``start()``."""
+def _to_send(spec: WorkerSpec) -> WorkerSpec:
+    """``spec`` as it is sent to the child: what a ``__main__`` without a file defines (a notebook cell,
+    ``python -``, ``python -c``) wrapped to travel by value, since the child cannot import it; anything else by
+    reference. Raises TypeError, naming the argument (and the key of an ``*_args`` dict), when a part the user gave
+    cannot be pickled: before any process starts, instead of a pickling traceback from ``start()``."""
+    sent: dict[str, Any] = {}
     for name in ("create_env", "create_agent"):
         fn = getattr(spec, name)
         try:
-            pickle.dumps(fn)
+            sent[name] = by_value_where_needed(fn)
+            pickle.dumps(sent[name])
         except Exception as e:
             raise TypeError(
                 f"{name} must be picklable to reach a worker process (a function defined at module level, "
@@ -41,12 +49,13 @@ def _check_picklable(spec: WorkerSpec) -> None:
     for name in ("env_args", "agent_args"):
         args = getattr(spec, name)
         try:
-            pickle.dumps(args)
+            sent[name] = {k: by_value_where_needed(v) for k, v in args.items()}
+            pickle.dumps(sent[name])
         except Exception as e:
             where = name
             for k, v in args.items():
                 try:
-                    pickle.dumps(v)
+                    pickle.dumps(by_value_where_needed(v))
                 except Exception:
                     where = f"{name}[{k!r}] = {v!r}"
                     break
@@ -55,6 +64,7 @@ def _check_picklable(spec: WorkerSpec) -> None:
                 "pass plain values and build resources (locks, files, clients) inside create_env/create_agent, or "
                 "use n_processes=0"
             ) from e
+    return dataclasses.replace(spec, **sent)
 
 
 _ENV_LOCK = threading.Lock()
@@ -121,6 +131,13 @@ def _wanted_method() -> str:
     return raw or "forkserver"
 
 
+def _cwd_shadows_the_package() -> bool:
+    """Whether the current folder holds a folder named ``rlstruct`` that a fresh ``python -c`` would import as a
+    namespace package before the installed package (a clone of the repository, run from the folder holding it)."""
+    found = importlib.machinery.PathFinder.find_spec("rlstruct", [os.getcwd()])
+    return found is not None and found.loader is None
+
+
 def _start_method(spec: WorkerSpec) -> str:
     """How a worker process starts: ``"forkserver"`` (forked from a server process that imported torch and the
     worker's code once: a start costs milliseconds of CPU instead of the second and a half that importing torch
@@ -136,7 +153,12 @@ def _start_method(spec: WorkerSpec) -> str:
     if threading.current_thread() is threading.main_thread():
         from multiprocessing import forkserver
 
-        with _signals_held(signal.SIGINT, signal.SIGTERM):
+        if sys.version_info < (3, 11) and _cwd_shadows_the_package():
+            return "spawn"  # no PYTHONSAFEPATH before 3.11: a spawned worker takes this process's sys.path at once
+        # PYTHONSAFEPATH: the server is a ``python -c`` whose sys.path starts with the current folder (multiprocessing
+        # does not give it this process's sys.path), where a clone of the repository named rlstruct would be imported
+        # as a namespace package in place of the installed one, and every worker forked from it would die.
+        with _signals_held(signal.SIGINT, signal.SIGTERM), _patched_environ({"PYTHONSAFEPATH": "1"}):
             # Not the default ``__main__``: the server would run an unguarded script's top level itself and die of
             # it, where a worker that imports the script (as a spawned one does) reports it, naming the guard.
             multiprocessing.set_forkserver_preload(_PRELOAD)
@@ -155,7 +177,7 @@ class ProcessWorker:
         self.device = spec.placement.device
         self._closed = False
         self._buffered: Reply | None = None  # a reply poll() read from a dead worker's pipe
-        _check_picklable(spec)
+        spec = _to_send(spec)
         self.start_method = _start_method(spec)
         ctx = torch.multiprocessing.get_context(self.start_method)
         forked = self.start_method == "forkserver"
@@ -172,7 +194,7 @@ class ProcessWorker:
             self.process = ctx.Process(target=worker_main, args=(spec, child_conn, parent_pid, environ),
                                        daemon=True, name=f"rlstruct-worker-{spec.worker_id}")
             with _patched_environ({} if forked else spec.placement.environment()), \
-                    _signals_held(signal.SIGINT, signal.SIGTERM):
+                    _signals_held(signal.SIGINT, signal.SIGTERM), starting_without_main_file():
                 self.process.start()
         except BaseException:
             self.conn.close()  # no pipe left open when the start fails
@@ -219,8 +241,10 @@ class ProcessWorker:
             why = "killed from outside, or by the kernel when memory ran out"
         elif code:
             how = f"exited with code {code}"
-            why = ("it failed before it could report, e.g. while importing: its stderr says why; a worker "
-                   "imports your main script again, so guard the script's code with if __name__ == '__main__'")
+            why = "it failed before it could report, e.g. while importing: its stderr says why"
+            if main_file() is not None:  # only a script run as a file is run again by its workers
+                why += ("; a worker imports your main script again, so guard the script's code with "
+                        "if __name__ == '__main__'")
         else:
             how, why = f"died (exit code {code})", "it stopped without answering"
         raise BatcherWorkerError(

@@ -218,3 +218,15 @@ def training_runs_with(*, seed: int | None = None, torch_threads: int | None = N
     finally:
         for module in modules:
             module.validate, module.run = validate, run
+
+
+@contextlib.contextmanager
+def user_module(folder: Path, name: str, source: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A module of a user's own, ``name``, written into ``folder`` and importable while the block runs (then
+    forgotten, so that another test's module of the same name is imported afresh)."""
+    (folder / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(folder))
+    try:
+        yield name
+    finally:
+        sys.modules.pop(name, None)

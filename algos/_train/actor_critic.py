@@ -16,6 +16,7 @@ from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._train.config import ActorCriticPart, OnPolicyConfig, RecurrentPart
 from rlstruct.algos._train.registry import OnPolicyModel
 from rlstruct.algos._train.update import training_agent_kwargs
+from rlstruct.algos.network_factories import ACTOR_CRITIC_CONTRACT, check_network, network_model
 from rlstruct.algos.networks import (
     build_actor_critic,
     check_network_options,
@@ -23,6 +24,7 @@ from rlstruct.algos.networks import (
     recurrent_actor_critic,
 )
 from rlstruct.algos.policies import PolicyAgent, RecurrentPolicyAgent, create_policy_agent, create_recurrent_agent
+from rlstruct.errors import ConfigError
 
 __all__ = ["ACTOR_CRITIC", "actor_critic_agent", "actor_critic_info", "check_actor_critic_env",
            "check_actor_critic_network"]
@@ -61,6 +63,8 @@ def _recurrent(config: ActorCriticPart) -> bool:
 
 def actor_critic_model(config: ActorCriticPart, spec: EnvSpec) -> nn.Module:
     """The actor-critic of a run (on the CPU, its weights not yet seeded: the loop seeds them)."""
+    if config.network is not None:
+        return network_model(config.network, spec)
     if _recurrent(config):
         return recurrent_actor_critic(spec, config.hidden_sizes, normalize_observations=config.normalize_observations)
     return build_actor_critic(spec, config.hidden_sizes, normalize_observations=config.normalize_observations,
@@ -80,14 +84,26 @@ def check_actor_critic_env(title: str, config: RecurrentPart, spec: EnvSpec) -> 
     env's network does not have (:func:`~rlstruct.algos.networks.check_network_options`)."""
     if config.recurrent or spec.pixels:
         spec.require(f"recurrent {title}" if config.recurrent else f"{title} on images", config.env, discrete=True)
-    check_actor_critic_network(config, spec, recurrent=config.recurrent)
+    check_actor_critic_network(config, spec, recurrent=config.recurrent, title=title)
 
 
-def check_actor_critic_network(config: ActorCriticPart, spec: EnvSpec, *, recurrent: bool = False) -> None:
+
+def check_actor_critic_network(config: ActorCriticPart, spec: EnvSpec, *, recurrent: bool = False,
+                               title: str = "the algorithm") -> None:
     """The settings of ``config`` that shape the actor-critic, against the network ``spec``'s env gets: raises
     :class:`~rlstruct.errors.SpaceError` for ``normalize_observations`` of images and
     :class:`~rlstruct.errors.ConfigError` for a network option that network lacks
-    (:func:`~rlstruct.algos.networks.check_network_options`). Every algorithm of the family checks through here."""
+    (:func:`~rlstruct.algos.networks.check_network_options`), and for a ``network`` factory (``--network``) whose
+    model is no actor-critic, or given with ``recurrent`` or ``normalize_observations``, which only the built-in
+    network has (``title``, the algorithm's, names it). Every algorithm of the family checks through here."""
+    if config.network is not None:
+        for name, value in (("recurrent", recurrent), ("normalize_observations", config.normalize_observations)):
+            if value:  # given, or a preset's
+                flag = "--no-" + name.replace("_", "-")
+                raise ConfigError(f"{name}=True shapes {title}'s built-in actor-critic, got "
+                                  f"network={config.network!r} as well; pass {flag} (or --preset none), or build it "
+                                  "into your network")
+        check_network(config.network, spec, ACTOR_CRITIC_CONTRACT, algo=title)
     check_normalizable(spec, config.normalize_observations)
     check_network_options(spec, activation=config.activation, log_std_init=config.log_std_init,
                           ortho_init=config.ortho_init, recurrent=recurrent)

@@ -111,6 +111,8 @@ class RunConfig:
     stop_at_reward_threshold: bool = setting(True, "without target_return, stop at the preset's target, else the "
                                              "env's reward_threshold (false: spend the budget)", group="run")
     hidden_sizes: tuple[int, ...] = setting((64, 64), "hidden layer widths of the networks", group="run")
+    network: str | None = setting(None, "MODULE:CALLABLE, a factory called with the env's EnvSpec that returns the "
+                                        "model (None: the built-in networks)", group="run")
     lr: float = setting(1e-3, "Adam learning rate", group="run")
     adam_eps: float = setting(1e-8, "Adam's epsilon (SB3's and CleanRL's PPO: 1e-5)", group="run", least=0.0)
     n_evaluation_envs: int = setting(16, "episodes per evaluation", group="evaluation", least=1)
@@ -156,7 +158,8 @@ class RunConfig:
 
     #: the settings a resumed run must share with its checkpoint, as they shape the networks or the data (see
     #: load_resume); a family, a part or an algorithm names its own, and resume_fields gathers them all
-    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("env", "backend", "max_episode_steps", "hidden_sizes", "env_kwargs")
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("env", "backend", "max_episode_steps", "hidden_sizes", "env_kwargs",
+                                                "network")
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain Python types (tuples become lists), for JSON and checkpoints."""

@@ -370,6 +370,8 @@ def evaluation_agent(algo: str, config: Mapping[str, Any], spec: EnvSpec, device
     kwargs: dict[str, Any] = {"spec": spec, "hidden_sizes": tuple(config["hidden_sizes"]), "device": device}
     if config.get("normalize_observations"):  # the network has the normalizer whose statistics the checkpoint holds
         kwargs["normalize_observations"] = True
+    if config.get("network"):  # the factory the run trained with (--network), imported again here
+        kwargs["network"] = config["network"]
     info = agent_info_row(description.evaluation_agent_info(config, policy))
     return description.agent(config), kwargs, info
 

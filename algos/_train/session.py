@@ -368,6 +368,8 @@ def worker_args(config: RunConfig, spec: EnvSpec) -> tuple[dict[str, Any], dict[
     Each batcher adds its own ``device``, ``n_envs`` and ``autoreset``.
     """
     agent_args = {"spec": spec, "hidden_sizes": tuple(config.hidden_sizes), "check_device": config.check_devices}
+    if config.network is not None:
+        agent_args["network"] = config.network
     env_args = {"name": config.env, "backend": config.backend, "max_episode_steps": spec.max_episode_steps,
                 "physics_dtype": config.physics_dtype, "env_kwargs": config.env_kwargs}
     return agent_args, env_args

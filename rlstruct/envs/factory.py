@@ -12,13 +12,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlstruct._sources import import_source_module, is_source, resolve_source
 from rlstruct.devices import DeviceLike, check_device_exists
 from rlstruct.envs._base import VecEnv
 from rlstruct.envs._gym_adapters import autoreset_mode, resets_a_subset
 from rlstruct.envs._imports import import_ale
 from rlstruct.envs.device_env import DeviceEnv
 from rlstruct.envs.gym import GymEnv, GymEnvInf
-from rlstruct.errors import MissingDependencyError
+from rlstruct.errors import ConfigError, MissingDependencyError
 from rlstruct.seeding import check_env_index, check_seed, env_seeds
 
 __all__ = ["make_env", "resolve_backend", "TORCH_ENVS", "BACKENDS", "ale_game"]
@@ -112,12 +113,19 @@ def make_env(
       ``backend_kwargs={"backend": "positional"}`` for the physics pipeline) stepped by JAX on the device matching
       ``device``; the time limit defaults to Brax's training default, 1000 steps.
 
+    ``name`` may also be a ``"MODULE:CALLABLE"`` factory of your own ``VecEnv`` (a torch simulator, say), whatever
+    ``backend``: it is called as ``factory(n_envs, device=, seed=, env_index=, autoreset=, **backend_kwargs)``, with
+    ``max_episode_steps=`` too when given, in every process that builds the envs, and must return a
+    :class:`~rlstruct.envs.VecEnv` (on another device than ``device``, it is wrapped in
+    :class:`~rlstruct.envs.DeviceEnv`). A gymnasium id of the form ``"module:Env-v0"`` (gymnasium's own convention)
+    imports ``module``, which registers the id, first.
+
     A module-level function of plain arguments, so it pickles: pass it (or a ``functools.partial`` of it)
     as a batcher's ``create_env``; each worker then calls it with its own ``seed``, or, given a batcher's one seed,
     with that seed and its first env's global ``env_index``.
 
     Args:
-        name: a gymnasium id, e.g. ``"CartPole-v1"``.
+        name: a gymnasium id, e.g. ``"CartPole-v1"`` or ``"module:Env-v0"``, or a ``"MODULE:CALLABLE"`` factory.
         n_envs: number of envs (>= 1).
         device: where observations are returned.
         seed: an int in ``[0, 2**31)``; per-env seeds are derived from it (see :func:`~rlstruct.seeding.env_seeds`).
@@ -163,6 +171,8 @@ def make_env(
     env_index = check_env_index(env_index)
     dev = check_device_exists(device)
     kwargs = dict(backend_kwargs or {})
+    if is_source(name):
+        return _factory_env(name, n_envs, dev, seed, env_index, autoreset, max_episode_steps, kwargs)
     if backend == "torch":
         return _torch_env(name, n_envs, dev, seed, autoreset, max_episode_steps, {**kwargs, "env_index": env_index})
     if backend in ("gymnasium", "ale", "envpool"):
@@ -217,9 +227,26 @@ def _torch_env(name: str, n_envs: int, device: torch.device, seed: int, autorese
     return cls(n_envs, **kwargs)
 
 
+def _factory_env(name: str, n_envs: int, device: torch.device, seed: int, env_index: int, autoreset: bool,
+                 max_episode_steps: int | None, extra: dict[str, Any]) -> VecEnv:
+    factory = resolve_source(name, argument="env")
+    kwargs: dict[str, Any] = {"device": device, "seed": seed, "env_index": env_index, "autoreset": autoreset, **extra}
+    if max_episode_steps is not None:
+        kwargs["max_episode_steps"] = max_episode_steps
+    env = factory(n_envs, **kwargs)
+    if not isinstance(env, VecEnv):
+        raise ConfigError(f"env={name!r} must return a rlstruct.envs.VecEnv, got {type(env).__module__}."
+                          f"{type(env).__qualname__}; subclass VecEnv (or TorchVecEnv for a torch simulator), or wrap "
+                          "gymnasium envs in rlstruct.envs.GymEnv")
+    return env if torch.device(env.device) == device else DeviceEnv(env, env.device, device)
+
+
 def _gymnasium_env(name: str, n_envs: int, seed: int, env_index: int, autoreset: bool, max_episode_steps,
                    extra: dict[str, Any]) -> GymEnv:
     cls = GymEnvInf if autoreset else GymEnv
+    if ":" in name:  # gymnasium's "module:Env-v0": the module registers the id as it imports
+        module, _, name = name.partition(":")
+        import_source_module(module, argument="env", value=f"{module}:{name}")
     kwargs = dict(extra) if max_episode_steps is None else {**extra, "max_episode_steps": max_episode_steps}
     ale = name.startswith("ALE/")
     if ale:
