@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from rlstruct.algos import EnvSpec
-from rlstruct.algos._qnet import q_network
+from rlstruct.algos.qnetworks import q_network
 from rlstruct.algos.network_factories import (
     ACTOR_CRITIC_CONTRACT,
     Q_CONTRACT,

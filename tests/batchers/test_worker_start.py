@@ -42,6 +42,7 @@ def _methods(batcher: RL_Batcher) -> list[str]:
     return [w.start_method for w in batcher._workers]
 
 
+@pytest.mark.slow  # a fork server and two spawned workers, each importing torch: 5-10 CPU s
 @pytest.mark.timeout(120)
 def test_workers_are_forked_from_the_fork_server_and_compute_what_spawned_ones_do(monkeypatch):
     with RL_Batcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 2, [0, 1]) as batcher:
