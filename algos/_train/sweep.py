@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlstruct._redact import redact_credentials
 from rlstruct.algos._train.flags import OneLineParser, build_parser, config_from_args, given_flags
 from rlstruct.algos._train.log import check_logdir
 from rlstruct.algos._train.loops import run
@@ -331,7 +332,7 @@ def sweep_main(argv: Sequence[str]) -> int:
               file=sys.stderr)
         return 130
     except (ValueError, ImportError, FileNotFoundError, RLStructError) as e:
-        print(f"rlstruct sweep: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"rlstruct sweep: error: {redact_credentials(str(e).splitlines()[0])}", file=sys.stderr)
         return 2
     return _report(ns.algo, ns.env, study, ns.storage)
 
@@ -341,7 +342,8 @@ def _report(algo: str, env: str, study: Any, storage: str) -> int:
     done = [t for t in study.trials if t.value is not None and math.isfinite(t.value)]
     # Every trial is counted: running (in another process, or one whose process on another machine died less than
     # the grace period ago) and waiting trials too.
-    out: dict[str, Any] = {"study": study.study_name, "storage": storage, "trials": len(states),
+    out: dict[str, Any] = {"study": study.study_name, "storage": redact_credentials(storage),
+                           "trials": len(states),
                            **{s: states.count(s) for s in ("complete", "pruned", "fail", "running", "waiting")}}
     if done:
         best = study.best_trial

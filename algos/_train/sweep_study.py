@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from rlstruct._processes import process_alive
+from rlstruct._redact import redact_credentials
 from rlstruct.errors import ConfigError, MissingDependencyError
 
 __all__ = ["check_storage", "creating", "die_with", "fail_dead_trials", "open_storage", "require_optuna",
@@ -142,23 +143,24 @@ def check_storage(storage: str) -> None:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+    shown = redact_credentials(storage)
     try:
         url = make_url(storage)
     except ArgumentError:
-        raise ConfigError(f"storage must be an SQLAlchemy URL, got {storage!r}; {_URL_FIX}") from None
+        raise ConfigError(f"storage must be an SQLAlchemy URL, got {shown!r}; {_URL_FIX}") from None
     try:
         url.get_dialect()
     except NoSuchModuleError:
         raise ConfigError(f"storage names the database {url.drivername!r}, which SQLAlchemy does not know, got "
-                          f"{storage!r}; {_URL_FIX}") from None
+                          f"{shown!r}; {_URL_FIX}") from None
     try:
         url.get_dialect().import_dbapi()
     except ImportError as e:
-        raise MissingDependencyError(f"storage {storage!r} needs the database driver {e.name or url.drivername!r}, "
+        raise MissingDependencyError(f"storage {shown!r} needs the database driver {e.name or url.drivername!r}, "
                                      f"which is not installed; install it, or {_URL_FIX}") from None
     if url.get_backend_name() == "sqlite" and (url.host or url.username or url.port):
         raise ConfigError(f"storage must be sqlite:/// then the file's path (three slashes before a relative path, "
-                          f"four before an absolute one), got {storage!r}; {_URL_FIX}")
+                          f"four before an absolute one), got {shown!r}; {_URL_FIX}")
 
 
 def _sqlite_file(storage: str) -> Path | None:
@@ -175,8 +177,8 @@ def _make_folder(storage: str, file: Path) -> None:
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"storage {storage!r} must be a file in a folder this process can create, got "
-                          f"{str(file.parent)!r} ({e.strerror or type(e).__name__}); {_URL_FIX}") from None
+        raise ConfigError(f"storage {redact_credentials(storage)!r} must be a file in a folder this process can "
+                          f"create, got {str(file.parent)!r} ({e.strerror or type(e).__name__}); {_URL_FIX}") from None
 
 
 def open_storage(storage: str) -> Any:
@@ -204,9 +206,9 @@ def open_storage(storage: str) -> Any:
             # Processes that create the same new database at once race to create its tables (the loser sees them
             # exist, or the version row taken); by the next attempt they are there.
             if attempt == 2:
-                reason = str(getattr(e, "orig", None) or e).splitlines()[0]
-                raise ConfigError(f"storage {storage!r} cannot be opened ({reason}); check the URL and that the "
-                                  f"database is reachable and writable, or {_URL_FIX}") from None
+                reason = redact_credentials(str(getattr(e, "orig", None) or e).splitlines()[0])
+                raise ConfigError(f"storage {redact_credentials(storage)!r} cannot be opened ({reason}); check the "
+                                  f"URL and that the database is reachable and writable, or {_URL_FIX}") from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rlstruct._redact import redact_credentials
 from rlstruct.errors import ConfigError, MissingDependencyError
 
 __all__ = ["TRACKERS", "TRACKERS_FILE", "BestEffort", "Tracker", "check_trackers", "open_trackers",
@@ -285,12 +286,15 @@ class BestEffort(Tracker):
 
 
 def _failure(name: str, what: str, error: BaseException) -> str:
-    """One line: which tracker failed, in which call, with what.
+    """One line: which tracker failed, in which call, with what; without the credentials of the URLs it names (a
+    library's error quotes the server's URL as configured, password and token included).
 
     >>> _failure("mlflow", "log_rows", ConnectionError("refused\\nmore"))
     'track=mlflow failed in log_rows (ConnectionError: refused) and is dropped'
+    >>> _failure("mlflow", "its start", ConnectionError("API request to https://u:pw@host/api failed"))
+    'track=mlflow failed in its start (ConnectionError: API request to https://***@host/api failed) and is dropped'
     """
-    message = (str(error).strip().splitlines() or [""])[0]
+    message = redact_credentials((str(error).strip().splitlines() or [""])[0])
     if len(message) > 300:
         message = message[:300] + "..."
     return f"track={name} failed in {what} ({type(error).__name__}: {message}) and is dropped"
@@ -349,7 +353,8 @@ def _check_mlflow_store() -> None:
         return
     uri = get_tracking_uri()
     if urllib.parse.urlparse(uri).scheme in ("", "file"):
-        raise ConfigError(f"track='mlflow' needs a database store, got MLFLOW_TRACKING_URI={uri!r}, a file store "
+        raise ConfigError(f"track='mlflow' needs a database store, got MLFLOW_TRACKING_URI="
+                          f"{redact_credentials(uri)!r}, a file store "
                           "that MLflow 3 no longer opens; set MLFLOW_TRACKING_URI=sqlite:///mlflow.db (or "
                           "MLFLOW_ALLOW_FILE_STORE=true to keep the file store)")
 

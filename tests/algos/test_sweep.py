@@ -260,3 +260,13 @@ def test_the_workers_of_a_killed_sweep_end(tmp_path):
     # each ended as a Ctrl-C would end it: its trial failed
     trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials
     assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+
+
+@pytest.mark.parametrize("url", ["sqlit://bob:s3cret@db.example/optuna?token=tok123",
+                                 "mysql+nosuchdriver://bob:s3cret@db.example/optuna"])
+def test_a_storage_url_with_credentials_is_refused_without_them(tmp_path, monkeypatch, capsys, url):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sweep", "a2c", "--env", "CartPole-v1", "--storage", url, "--", *TINY]) == 2
+    captured = capsys.readouterr()
+    [line] = captured.err.strip().splitlines()
+    assert "://***@db.example/optuna" in line and "s3cret" not in captured.out + line and "tok123" not in line
