@@ -11,11 +11,13 @@ or later, is one warning and is dropped; training and the run folder's record go
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import json
 import logging
 import math
 import os
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
@@ -97,6 +99,7 @@ class MLflowTracker(Tracker):
         import mlflow
 
         self._mlflow = mlflow
+        _check_sqlite_store(mlflow.get_tracking_uri())
         with _bounded_http():
             self._client = mlflow.MlflowClient()
             # Beside a run the caller has open, this one is its child; either way it is written to by its id.
@@ -151,6 +154,41 @@ class MLflowTracker(Tracker):
                 from mlflow.tracking.fluent import _active_run_stack
 
                 _active_run_stack.get().pop()
+
+
+def _check_sqlite_store(uri: str) -> None:
+    """Checks that an SQLite tracking store (``sqlite:///PATH``) is a file this process can write, or create in a
+    folder it can write, before MLflow opens it: MLflow retries a store it cannot open ten times over 102 s, during
+    which the run does not start.
+
+    Raises:
+        ConfigError: it is not (a folder, a file under something that is no folder, a read-only file or folder).
+    """
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])  # MLflow's own reading of the URL
+    if str(path) in ("", ".", ":memory:"):
+        return
+    why = None
+    existing = path
+    while not existing.exists() and existing != existing.parent:  # the nearest part of the path that exists
+        existing = existing.parent
+    if existing == path and not path.is_file():
+        why = "it is a folder, not a file" if path.is_dir() else "it is not a regular file"
+    elif existing != path and not existing.is_dir():
+        why = f"{str(existing)!r} is a file, not a folder"
+    try:
+        if why is None and existing == path:
+            os.close(os.open(path, os.O_RDWR))
+        if why is None:  # SQLite writes its journal beside the file; MLflow creates the missing folders
+            with tempfile.TemporaryFile(dir=path.parent if existing == path else existing):
+                pass
+    except OSError as e:
+        why = f"{e.strerror or type(e).__name__} (errno {errno.errorcode.get(e.errno, e.errno)})"
+    if why is not None:
+        raise ConfigError(f"track='mlflow' needs an SQLite store it can write, got MLFLOW_TRACKING_URI="
+                          f"{redact_credentials(uri)!r}: {why}; set MLFLOW_TRACKING_URI to a file in a writable "
+                          "folder, e.g. sqlite:///mlflow.db")
 
 
 @contextlib.contextmanager
@@ -295,8 +333,8 @@ def _failure(name: str, what: str, error: BaseException) -> str:
     'track=mlflow failed in its start (ConnectionError: API request to https://***@host/api failed) and is dropped'
     """
     message = redact_credentials((str(error).strip().splitlines() or [""])[0])
-    if len(message) > 300:
-        message = message[:300] + "..."
+    if len(message) > 600:  # a library's dump of a request or a response
+        message = message[:600] + "..."
     return f"track={name} failed in {what} ({type(error).__name__}: {message}) and is dropped"
 
 

@@ -365,3 +365,29 @@ def test_a_tracker_failure_quoting_a_url_with_credentials_warns_without_them(tmp
     [warning] = _warnings(caplog)
     assert "https://***@tracker.example:8443/api?access_token=***&project=p" in warning
     assert not [s for s in _SECRETS if s in caplog.text]
+
+
+@pytest.mark.parametrize("store", ["a folder", "under a file", "read-only folder"])
+def test_an_unwritable_sqlite_store_is_one_warning_without_mlflow_retrying(tmp_path, monkeypatch, caplog, store):
+    # Unchecked, MLflow retries a store it cannot open ten times over 102 s before the tracker is dropped.
+    pytest.importorskip("mlflow", reason="needs the mlflow extra")
+    if store == "a folder":
+        (tmp_path / "mlflow.db").mkdir()
+        path, why = tmp_path / "mlflow.db", "it is a folder, not a file"
+    elif store == "under a file":
+        (tmp_path / "file").write_text("")
+        path, why = tmp_path / "file" / "mlflow.db", f"{str(tmp_path / 'file')!r} is a file, not a folder"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder; the other stores test this as root")
+        (tmp_path / "ro").mkdir(mode=0o500)
+        path, why = tmp_path / "ro" / "mlflow.db", "Permission denied (errno EACCES)"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{path}")
+    caplog.set_level(logging.WARNING)
+    start = time.monotonic()
+    assert open_trackers("mlflow", tmp_path / "run", {"algo": "ppo"}) == []
+    assert time.monotonic() - start < 30
+    [warning] = _warnings(caplog)
+    assert warning == (f"track=mlflow failed in its start (ConfigError: track='mlflow' needs an SQLite store it can "
+                       f"write, got MLFLOW_TRACKING_URI='sqlite:///{path}': {why}; set MLFLOW_TRACKING_URI to a file "
+                       "in a writable folder, e.g. sqlite:///mlflow.db) and is dropped; the run goes on without it")
