@@ -10,7 +10,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -21,17 +20,22 @@ from typing import Any
 
 import numpy as np
 
-from rlstruct._processes import process_alive
+from rlstruct._processes import owner_gone
 from rlstruct._redact import redact_credentials
 from rlstruct.errors import ConfigError, MissingDependencyError
 
-__all__ = ["check_storage", "creating", "die_with", "fail_dead_trials", "open_storage", "require_optuna",
-           "trial_seeded_sampler", "wait_for_enqueued_taken"]
+__all__ = ["OWNER", "VERDICTS", "check_storage", "creating", "die_with", "fail_dead_trials", "open_storage",
+           "preset_needs_a_run", "require_optuna", "trial_seeded_sampler", "wait_for_enqueued_taken"]
 
 #: seconds between a running trial's heartbeats, and without one after which another process fails the trial (a
-#: trial process on another machine that died; on this machine a dead process is seen at once): generous, since a
-#: heartbeat waits for the database's lock like any write
+#: trial process on another machine or in another container that died; in this PID namespace a dead process is seen
+#: at once): generous, since a heartbeat waits for the database's lock like any write
 _HEARTBEAT_S, _GRACE_S = 20, 300
+#: the trial's user attribute naming the process that runs it (:func:`process_identity`)
+OWNER = "process"
+#: the user attributes of a failed trial whose settings were judged (its run diverged, or refused them); a failed
+#: trial without one was interrupted, or its process died
+VERDICTS = ("stop_reason", "refused")
 #: what the kernel sends a worker process when its sweep process dies: not SIGTERM, which Linux sends once per
 #: thread of the dying parent (the worker is handed from one to the next), where a run ends at its second SIGTERM
 _PARENT_DIED = getattr(signal, "SIGUSR2", signal.SIGTERM)  # Linux only
@@ -235,15 +239,16 @@ def creating(storage: str) -> Iterator[None]:
 
 
 def fail_dead_trials(study: Any) -> list[Any]:
-    """Fails the running trials whose process is gone and returns them: on this machine, those whose process has
-    ended; elsewhere, those without a heartbeat for ``_GRACE_S`` (Optuna's stale trials)."""
+    """Fails the running trials whose process is gone and returns them: those whose
+    process provably ended (of this host and this PID namespace: its pid runs no process, or a later one), and those
+    without a heartbeat for ``_GRACE_S`` (Optuna's stale trials: another machine's, or another container's on this
+    host, whose pids mean nothing here)."""
     optuna = require_optuna()
     running, fail = optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL
-    host = socket.gethostname()
     trials_before = study.get_trials(deepcopy=False, states=(running,))
     for trial in trials_before:
-        process = trial.user_attrs.get("process") or {}
-        if process.get("host") == host and not process_alive(int(process.get("pid", 0))):
+        owner = trial.user_attrs.get(OWNER)
+        if isinstance(owner, dict) and owner_gone(owner):
             study.tell(trial.number, state=fail, skip_if_finished=True)
     with warnings.catch_warnings():  # Optuna calls its heartbeats experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -252,3 +257,9 @@ def fail_dead_trials(study: Any) -> list[Any]:
     return [after[t.number] for t in trials_before if after[t.number].state == fail]
 
 
+def preset_needs_a_run(study: Any) -> bool:
+    """Whether the study's preset trial must be enqueued again: every trial of it failed without a verdict on its
+    settings (:data:`VERDICTS`: its process was killed, or its run interrupted), and none runs or waits."""
+    presets = [t for t in study.get_trials(deepcopy=False) if "preset" in t.user_attrs]
+    return bool(presets) and all(t.state.name == "FAIL" and not any(k in t.user_attrs for k in VERDICTS)
+                                 for t in presets)
