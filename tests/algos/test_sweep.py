@@ -346,3 +346,28 @@ def test_a_sweep_in_another_container_keeps_its_live_trial(tmp_path, capsys):
     assert "trial 0: complete" in other_out
     trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+
+
+def test_a_trial_another_sweep_failed_while_it_ran_is_one_line_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
+    from rlstruct.algos._train import sweep
+
+    storage = f"sqlite:///{tmp_path}/s.db"
+    run = sweep.run
+    failed = []
+
+    def failed_meanwhile(setup):
+        # another sweep finds no heartbeat of this trial within the grace period (a stalled disk, say) and fails it
+        if not failed:
+            study = optuna.load_study(study_name="s", storage=storage)
+            [trial] = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+            study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+            failed.append(trial.number)
+        return run(setup)
+
+    monkeypatch.setattr(sweep, "run", failed_meanwhile)
+    study = run_sweep("a2c", "CartPole-v1", trials=2, storage=storage, study_name="s", space=LR_ONLY, flags=TINY,
+                      logdir=str(tmp_path / "trials"), pruner="none")
+    assert [t.state.name for t in study.trials] == ["FAIL", "COMPLETE"]
+    out = capsys.readouterr().out
+    assert ("trial 0: failed by another sweep while it ran (no heartbeat of it within the grace period); its result "
+            "is not counted") in out and "trial 1: complete" in out
