@@ -20,7 +20,7 @@ import torch
 
 from rlstruct.batchers._child import STOP_SIGNAL, worker_main
 from rlstruct.batchers._protocol import Command, Message, Reply, WorkerSpec
-from rlstruct.errors import BatcherWorkerError, BatcherWorkerTimeout
+from rlstruct.errors import BatcherWorkerError, BatcherWorkerTimeout, ConfigError
 
 __all__ = ["ProcessWorker", "close_workers", "recv_all", "recv_each"]
 
@@ -110,11 +110,21 @@ START_METHOD_ENV_VAR = "RLSTRUCT_START_METHOD"
 
 
 def _wanted_method() -> str:
-    raw = os.environ.get(START_METHOD_ENV_VAR, "").strip().lower()
+    given = os.environ.get(START_METHOD_ENV_VAR, "")
+    raw = given.strip().lower()
     if raw not in ("", "forkserver", "spawn"):
-        raise ValueError(f"{START_METHOD_ENV_VAR} must be 'forkserver' or 'spawn' (how batcher workers start), got "
-                         f"{raw!r}; unset it for the fork server where the platform has one")
+        raise ConfigError(f"{START_METHOD_ENV_VAR} must be 'forkserver' or 'spawn' (how batcher workers start), got "
+                          f"{given!r}; unset it for the fork server where the platform has one")
     return raw or "forkserver"
+
+
+def check_start_method() -> None:
+    """Checks ``RLSTRUCT_START_METHOD`` where a program checks its settings, before a worker starts.
+
+    Raises:
+        ConfigError: it names no start method (the message names the variable, its value and the choices).
+    """
+    _wanted_method()
 
 
 def _start_method(spec: WorkerSpec) -> str:
@@ -151,6 +161,8 @@ class ProcessWorker:
         self.device = spec.placement.device
         self._closed = False
         self._buffered: Reply | None = None  # a reply poll() read from a dead worker's pipe
+        self._answered = 0  # replies received: a worker that answered once got past its imports and its start
+        self._acquisitions = 0  # acquisitions asked of it
         _check_picklable(spec)
         self.start_method = _start_method(spec)
         ctx = torch.multiprocessing.get_context(self.start_method)
@@ -177,6 +189,7 @@ class ProcessWorker:
             child_conn.close()
 
     def send(self, command: Command, *args: Any) -> None:
+        self._acquisitions += command is Command.ACQUIRE
         try:
             self.conn.send(Message(command, args))
         except (BrokenPipeError, OSError) as e:
@@ -213,10 +226,14 @@ class ProcessWorker:
             except ValueError:
                 how = f"was killed by signal {-code}"
             why = "killed from outside, or by the kernel when memory ran out"
-        elif code:
+        elif code and not self._answered:
             how = f"exited with code {code}"
             why = ("it failed before it could report, e.g. while importing: its stderr says why; a worker "
                    "imports your main script again, so guard the script's code with if __name__ == '__main__'")
+        elif code:
+            how = f"exited with code {code}"
+            why = (f"it had started and run {self._acquisitions} acquisition(s): its stderr says why, e.g. an env or "
+                   "agent that called sys.exit or os._exit, or a native library that aborted")
         else:
             how, why = f"died (exit code {code})", "it stopped without answering"
         raise BatcherWorkerError(
@@ -230,6 +247,7 @@ class ProcessWorker:
         its ``timeout``), watching the process."""
         if self._buffered is not None:
             reply, self._buffered = self._buffered, None
+            self._answered += 1
             if reply.failure is not None:
                 raise reply.failure.error()
             return reply.value
@@ -244,6 +262,7 @@ class ProcessWorker:
             reply = self.conn.recv()
         except (EOFError, OSError):
             self._raise_dead()
+        self._answered += 1
         if reply.failure is not None:
             raise reply.failure.error()
         return reply.value

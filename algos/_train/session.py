@@ -22,7 +22,13 @@ from torch import nn
 from rlstruct._accel import accelerator_for
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
-from rlstruct.algos._train.checkpoints import Resume, load_resume
+from rlstruct.algos._train.checkpoints import (
+    Resume,
+    check_resume_algorithm,
+    check_resume_env,
+    load_checkpoint,
+    load_resume,
+)
 from rlstruct.algos._train.config import (
     AutocastPart,
     RunConfig,
@@ -48,6 +54,7 @@ from rlstruct.algos._train.seeds import (
 )
 from rlstruct.algos._train.video import RunVideos, check_videos
 from rlstruct.batchers import RL_Batcher
+from rlstruct.batchers._parent import check_start_method
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import ConfigError, DeviceMismatchError
 from rlstruct.structures import DictTensor, Trajectories
@@ -157,8 +164,14 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
             or, in a ``torchrun`` launch, one that holds a run already (:func:`~.log.claim_logdir`).
     """
     start = time.perf_counter() if start is None else start
+    if config.resume is not None:  # the run's own algorithm and env first: the new env's preset would be blamed
+        checkpoint = load_checkpoint(config.resume, argument="resume") if checkpoint is None else checkpoint
+        check_resume_algorithm(algorithm.name, config.resume, checkpoint)
+        check_resume_env(config.env, config.resume, checkpoint)
     config, _ = apply_preset(algorithm.name, config, given)
     validate_run_config(config)
+    if config.n_processes or config.n_evaluation_processes:
+        check_start_method()  # a worker would meet it after the run folder and the learner are made
     if isinstance(config, AutocastPart):
         check_autocast(config, algorithm.title)
     algorithm.check_family(config)
