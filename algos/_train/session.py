@@ -41,6 +41,7 @@ from rlstruct.algos._train.distributed import World, rank_device, torchrun_resta
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
 from rlstruct.algos._train.finish import explained_by_divergence
 from rlstruct.algos._train.log import Run, check_logdir, claim_run_folder, run_logdir
+from rlstruct.algos._train.memory import check_collection_fits
 from rlstruct.algos._train.presets import apply_preset
 from rlstruct.algos._train.registry import Algorithm
 from rlstruct.algos._train.run_folder import FolderClaim, check_unfinished
@@ -179,6 +180,7 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
     algorithm.check_config(config)
     spec = describe_env(config.env, config.backend, config.max_episode_steps, config.env_kwargs)
     algorithm.check_env(config, spec)
+    check_collection_fits(config, spec)
     warn_stalling_evaluations(config, spec)
     if config.evaluation_env_kwargs is not None:
         check_evaluation_envs(config, spec)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from rlstruct.algos import load
-from rlstruct.algos._train import log
+from rlstruct.algos._train import log, memory
 from rlstruct.algos._train.cli import main
 from rlstruct.errors import CheckpointError
 
@@ -168,3 +168,15 @@ def test_a_small_or_read_only_dev_shm_is_one_line(tmp_path, monkeypatch, capsys,
                     rf"cannot be made: {re.escape(reason)}; /dev/shm has [\d.,]+ MB free of [\d.,]+ MB\. Use fewer "
                     r"envs or steps per acquisition, no worker processes \(n_processes=0\), or a larger /dev/shm "
                     r"\(e\.g\. docker run --shm-size=8g\)$", lines[0]), lines[0]
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_more_envs_than_memory_holds_is_refused_before_anything_is_allocated(tmp_path, monkeypatch, capsys, algo):
+    monkeypatch.setattr(memory, "available_memory", lambda: 2 * 10**9)  # a 2 GB machine
+    code, lines = run_cli(["train", algo, "--env", "CartPole-v1", "--n-envs", "100000000", "--logdir",
+                           str(tmp_path / "run")], capsys)
+    assert code == 2 and len(lines) == 1, lines
+    assert re.fullmatch(rf"rlstruct train {algo}: error: --n-envs 100000000 needs at least [\d.]+ GB of memory for one "
+                        r"collection \(\d+ bytes per env\), this machine has 2\.0 GB available; pass a smaller "
+                        r"--n-envs \(at most \d+ fits\)( or --n-steps)?", lines[0]), lines[0]
+    assert not (tmp_path / "run").exists()
