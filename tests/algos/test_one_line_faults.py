@@ -180,3 +180,14 @@ def test_more_envs_than_memory_holds_is_refused_before_anything_is_allocated(tmp
                         r"collection \(\d+ bytes per env\), this machine has 2\.0 GB available; pass a smaller "
                         r"--n-envs \(at most \d+ fits\)( or --n-steps)?", lines[0]), lines[0]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("frameskip", ['"x"', "0", "2.5", "true"])
+def test_a_bad_frameskip_names_the_field_instead_of_an_invalid_literal(tmp_path, capsys, frameskip):
+    pytest.importorskip("ale_py", reason="needs the atari extra")
+    code, lines = run_cli(["train", "a2c", "--env", "ALE/Pong-v5", "--env-kwargs", f'{{"frameskip": {frameskip}}}',
+                           "--max-env-steps", "64", "--logdir", str(tmp_path / "run")], capsys)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("rlstruct train a2c: error: env_kwargs['frameskip'] must be an int >= 1 (emulator "
+                               "frames per agent step), got ") and "invalid literal" not in lines[0]
+    assert not (tmp_path / "run").exists()
