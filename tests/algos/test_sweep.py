@@ -371,3 +371,12 @@ def test_a_trial_another_sweep_failed_while_it_ran_is_one_line_and_the_sweep_goe
     out = capsys.readouterr().out
     assert ("trial 0: failed by another sweep while it ran (no heartbeat of it within the grace period); its result "
             "is not counted") in out and "trial 1: complete" in out
+
+
+def test_the_report_shows_the_storage_without_its_credentials(capsys):
+    from rlstruct.algos._train.sweep import _report
+
+    study = optuna.create_study(study_name="s", direction="maximize")
+    assert _report("a2c", "CartPole-v1", study, "postgresql://bob:s3cret@db.example:5432/optuna?sslkey=k") == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["storage"] == "postgresql://***@db.example:5432/optuna?sslkey=k"
