@@ -168,7 +168,8 @@ class SweepPlan:
                 if not str(e).startswith("Cannot tell a "):
                     raise
                 me = json.loads(json.dumps(process_identity()))
-                number = max(t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get(OWNER) == me)
+                number = max((t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get(OWNER) == me),
+                             default="?")
                 print(f"trial {number}: failed by another sweep while it ran (no heartbeat of it within the grace "
                       "period); its result is not counted", flush=True)
 
