@@ -175,8 +175,6 @@ def worker_main(spec: WorkerSpec, conn, parent_pid: int | None = None, environ: 
     if STOP_SIGNAL != signal.SIGTERM:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # likewise a scheduler's SIGTERM to the job's processes
     signal.signal(STOP_SIGNAL, _on_stop_signal)
-    if hasattr(signal, "pthread_sigmask"):  # held while the parent started this process (_signals_held)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         if parent_pid is not None and not _die_with_parent(parent_pid, forked=environ is not None):
             conn.close()

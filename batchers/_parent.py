@@ -76,28 +76,18 @@ def _patched_environ(values: dict[str, str]) -> Iterator[None]:
 
 
 @contextmanager
-def _signals_held(*signals: signal.Signals) -> Iterator[None]:
-    # A child started while this thread blocks a signal starts with it blocked (the mask survives fork and exec): a
-    # Ctrl-C while it imports torch cannot kill it, and it ignores the signals before it unblocks them (worker_main;
-    # the fork server ignores SIGINT and keeps SIGTERM blocked). Here the signal is held, not dropped: it reaches
-    # this process's handlers once the start is done (or at once, through another thread), so a Ctrl-C during a
-    # start stops the run instead of being lost, as it was under SIG_IGN. Without signal masks (Windows), the
-    # signals are ignored instead, from the main thread only.
-    if hasattr(signal, "pthread_sigmask"):
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
-        try:
-            yield
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        return
+def _signals_ignored(*signals: signal.Signals) -> Iterator[None]:
+    # A child started while a signal is ignored starts ignoring it (the disposition survives fork and exec, and
+    # Python then installs no KeyboardInterrupt handler): a Ctrl-C while it imports torch cannot kill it either.
+    # Only the main thread may change handlers; elsewhere the worker's own SIG_IGN covers all but its start.
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    handlers = [(s, signal.signal(s, signal.SIG_IGN)) for s in signals]
+    previous = [(s, signal.signal(s, signal.SIG_IGN)) for s in signals]
     try:
         yield
     finally:
-        for s, handler in handlers:
+        for s, handler in previous:
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
@@ -142,7 +132,7 @@ def _start_method(spec: WorkerSpec) -> str:
     if threading.current_thread() is threading.main_thread():
         from multiprocessing import forkserver
 
-        with _signals_held(signal.SIGINT, signal.SIGTERM):
+        with _signals_ignored(signal.SIGINT, signal.SIGTERM):
             # Not the default ``__main__``: the server would run an unguarded script's top level itself and die of
             # it, where a worker that imports the script (as a spawned one does) reports it, naming the guard.
             multiprocessing.set_forkserver_preload(_PRELOAD)
@@ -179,8 +169,7 @@ class ProcessWorker:
         try:
             self.process = ctx.Process(target=worker_main, args=(spec, child_conn, parent_pid, environ),
                                        daemon=True, name=f"rlstruct-worker-{spec.worker_id}")
-            with _patched_environ({} if forked else spec.placement.environment()), \
-                    _signals_held(signal.SIGINT, signal.SIGTERM):
+            with _patched_environ({} if forked else spec.placement.environment()), _signals_ignored(signal.SIGINT):
                 self.process.start()
         except BaseException:
             self.conn.close()  # no pipe left open when the start fails

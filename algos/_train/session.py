@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 from torch import nn
@@ -281,16 +281,6 @@ def training_run(
         yield run, stack
 
 
-def stop_at_once(signal_name: str) -> NoReturn:
-    """Stops a run now for the signal ``signal_name`` (``"SIGINT"``, ``"SIGTERM"``), unwinding its frame: a second
-    signal, or one whose run has nothing to record yet. ``KeyboardInterrupt`` for SIGINT, ``SystemExit(128 + n)``
-    for another (143 for SIGTERM), what the signal's default action would give."""
-    signum = signal.Signals[signal_name]
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise SystemExit(128 + signum)
-
-
 @contextlib.contextmanager
 def _stop_on_signals(run: Run) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
@@ -299,7 +289,9 @@ def _stop_on_signals(run: Run) -> Iterator[None]:
 
     def on_signal(signum: int, frame: Any) -> None:
         if run.interrupted:
-            stop_at_once(signal.Signals(signum).name)
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise SystemExit(128 + signum)
         run.stop_signal = signal.Signals(signum).name
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -391,10 +383,6 @@ def open_batchers(
 
     Returns:
         ``(batcher, evaluator)``.
-
-    Raises:
-        KeyboardInterrupt: a SIGINT reached ``run`` while the workers started (``SystemExit(143)`` for a SIGTERM):
-            see :func:`stop_at_once`.
     """
     agent_args, env_args = worker_args(config, spec)
     agent_args.update(model_kwargs or {})
@@ -448,11 +436,6 @@ def open_batchers(
         run.videos = RunVideos(config.video_every, run.logdir, algo=run.algo, config=config.to_dict(), spec=spec,
                                seed=seed)
         run.evaluation_hooks.append(run.videos.after_evaluation)
-    if run is not None and run.stop_signal is not None:
-        # A signal held while the workers started (a worker cannot start with it) stops the run now, as one before
-        # the start does: this session has trained nothing, so the start gives back the folder it claimed (a resumed
-        # run keeps its checkpoint).
-        stop_at_once(run.stop_signal)
     return batcher, evaluator
 
 
