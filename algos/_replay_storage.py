@@ -20,7 +20,6 @@ import math
 import os
 import pathlib
 import shutil
-import socket
 import tempfile
 import weakref
 from collections.abc import Iterable
@@ -28,7 +27,7 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from rlstruct._processes import process_alive
+from rlstruct._processes import owner_gone, process_identity
 from rlstruct.errors import ConfigError, DiskSpaceError
 
 log = logging.getLogger(__name__)
@@ -42,31 +41,16 @@ TEMP_PREFIX = "replay-"
 _GB = 1e9
 
 
-def _process_start(pid: int) -> int | None:
-    """The start time of process ``pid`` (clock ticks since boot, ``/proc/PID/stat``), or ``None`` where the system
-    does not say: with the pid, it names one process, not a later one given the same pid."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _owner_record() -> dict:
     """This process's owner file."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
+    return process_identity()
 
 
 def _owner_alive(owner: dict) -> bool:
     """Whether the process an owner file names may be running: the same process (same pid, same start time), or
-    one of another machine (a folder shared over the network), which this one cannot see."""
-    if owner.get("host") != socket.gethostname():
-        return True
-    pid = owner.get("pid")
-    if not isinstance(pid, int) or not process_alive(pid):
-        return False
-    start = owner.get("start")
-    return start is None or _process_start(pid) in (None, start)
+    one of another machine or another PID namespace (a folder shared over the network, or with a container beside
+    this one), which this one cannot see."""
+    return not owner_gone(owner)
 
 
 def _read_owner(folder: pathlib.Path) -> dict | None:
@@ -213,7 +197,7 @@ class Allocator:
         """Reclaims what killed owners left, then writes this process's owner file into ``folder`` (``given``: the
         folder the caller named, ``None`` for a temporary one)."""
         owner = _read_owner(folder)
-        if owner is not None and owner.get("pid") != os.getpid() and _owner_alive(owner):
+        if owner is not None and owner != _owner_record() and _owner_alive(owner):
             raise ConfigError(f"replay folder {str(folder)!r} holds the replay files of process "
                                     f"{owner.get('pid')}, which is running; give this buffer another folder (another "
                                     "--logdir), or stop that process")

@@ -10,10 +10,13 @@ Trajectories through :func:`trajectories_from`.
 from __future__ import annotations
 
 import ctypes
+import shutil
 import sys
+from collections.abc import Iterable
 
 import torch
 
+from rlstruct.errors import ConfigError
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
 __all__ = [
@@ -26,6 +29,7 @@ __all__ = [
     "foreach_copy",
     "gather",
     "rows_of",
+    "share",
     "specs_of",
     "trajectories_from",
     "views_of",
@@ -63,9 +67,36 @@ def allocate_block(
         block[name] = torch.zeros(lead + tuple(shape), dtype=dtype, device=device)
     block["lengths"] = torch.zeros(n_rows, dtype=torch.int64, device=device)
     if shared:
-        for v in block.values():
-            v.share_memory_()
+        share(block.values(), "the batcher's trajectory buffer")
     return block
+
+
+#: where the shared memory of worker processes lives (Linux)
+SHM_FOLDER = "/dev/shm"
+
+
+def share(tensors: Iterable[torch.Tensor], what: str) -> None:
+    """Moves CPU ``tensors`` into shared memory, for worker processes to write.
+
+    Raises:
+        ConfigError: the shared memory cannot hold them (a ``/dev/shm`` too small, as containers have by default, or
+            read-only): the message names the bytes asked, what ``/dev/shm`` has free, and the fixes.
+    """
+    tensors = list(tensors)
+    try:
+        for v in tensors:
+            v.share_memory_()
+    except RuntimeError as e:  # torch's "unable to write to file </torch_...>: No space left on device (28)"
+        asked = sum(v.numel() * v.element_size() for v in tensors)
+        try:
+            usage = shutil.disk_usage(SHM_FOLDER)
+            room = f"{SHM_FOLDER} has {usage.free / 1e6:,.1f} MB free of {usage.total / 1e6:,.1f} MB"
+        except OSError:
+            room = f"{SHM_FOLDER} cannot be read"
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"shared memory for {what} ({asked / 1e6:,.1f} MB) cannot be made: {reason}; {room}. Use "
+                          "fewer envs or steps per acquisition, no worker processes (n_processes=0), or a larger "
+                          f"{SHM_FOLDER} (e.g. docker run --shm-size=8g)") from None
 
 
 def rows_of(block: dict[str, torch.Tensor], start: int, n: int) -> dict[str, torch.Tensor]:

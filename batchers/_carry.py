@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import torch
 
-from rlstruct.batchers._buffer import Specs, foreach_copy, specs_of
+from rlstruct.batchers._buffer import Specs, foreach_copy, share, specs_of
 from rlstruct.structures import DictTensor
 
 __all__ = ["Carried", "Carry", "allocate_carry", "carry_layout", "holds"]
@@ -72,8 +72,7 @@ def allocate_carry(layout: Specs, n_envs: int, shared: bool) -> list[dict[str, t
                 for k, (shape, dtype) in layout.items()}
         slot[_HEADER] = torch.tensor([-1, 0, 0], dtype=torch.int64)
         if shared:
-            for v in slot.values():
-                v.share_memory_()
+            share(slot.values(), "the workers' carried state")
         slots.append(slot)
     return slots
 

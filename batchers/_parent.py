@@ -25,7 +25,7 @@ import torch
 from rlstruct._main_module import by_value_where_needed, main_file, starting_without_main_file
 from rlstruct.batchers._child import STOP_SIGNAL, worker_main
 from rlstruct.batchers._protocol import Command, Message, Reply, WorkerSpec
-from rlstruct.errors import BatcherWorkerError, BatcherWorkerTimeout
+from rlstruct.errors import BatcherWorkerError, BatcherWorkerTimeout, ConfigError
 
 __all__ = ["ProcessWorker", "close_workers", "recv_all", "recv_each"]
 
@@ -124,10 +124,11 @@ START_METHOD_ENV_VAR = "RLSTRUCT_START_METHOD"
 
 
 def _wanted_method() -> str:
-    raw = os.environ.get(START_METHOD_ENV_VAR, "").strip().lower()
+    given = os.environ.get(START_METHOD_ENV_VAR, "")
+    raw = given.strip().lower()
     if raw not in ("", "forkserver", "spawn"):
-        raise ValueError(f"{START_METHOD_ENV_VAR} must be 'forkserver' or 'spawn' (how batcher workers start), got "
-                         f"{raw!r}; unset it for the fork server where the platform has one")
+        raise ConfigError(f"{START_METHOD_ENV_VAR} must be 'forkserver' or 'spawn' (how batcher workers start), got "
+                          f"{given!r}; unset it for the fork server where the platform has one")
     return raw or "forkserver"
 
 
@@ -136,6 +137,15 @@ def _cwd_shadows_the_package() -> bool:
     namespace package before the installed package (a clone of the repository, run from the folder holding it)."""
     found = importlib.machinery.PathFinder.find_spec("rlstruct", [os.getcwd()])
     return found is not None and found.loader is None
+
+
+def check_start_method() -> None:
+    """Checks ``RLSTRUCT_START_METHOD`` where a program checks its settings, before a worker starts.
+
+    Raises:
+        ConfigError: it names no start method (the message names the variable, its value and the choices).
+    """
+    _wanted_method()
 
 
 def _start_method(spec: WorkerSpec) -> str:
@@ -177,6 +187,8 @@ class ProcessWorker:
         self.device = spec.placement.device
         self._closed = False
         self._buffered: Reply | None = None  # a reply poll() read from a dead worker's pipe
+        self._answered = 0  # replies received: a worker that answered once got past its imports and its start
+        self._acquisitions = 0  # acquisitions asked of it
         spec = _to_send(spec)
         self.start_method = _start_method(spec)
         ctx = torch.multiprocessing.get_context(self.start_method)
@@ -203,6 +215,7 @@ class ProcessWorker:
             child_conn.close()
 
     def send(self, command: Command, *args: Any) -> None:
+        self._acquisitions += command is Command.ACQUIRE
         try:
             self.conn.send(Message(command, args))
         except (BrokenPipeError, OSError) as e:
@@ -239,12 +252,16 @@ class ProcessWorker:
             except ValueError:
                 how = f"was killed by signal {-code}"
             why = "killed from outside, or by the kernel when memory ran out"
-        elif code:
+        elif code and not self._answered:
             how = f"exited with code {code}"
             why = "it failed before it could report, e.g. while importing: its stderr says why"
             if main_file() is not None:  # only a script run as a file is run again by its workers
                 why += ("; a worker imports your main script again, so guard the script's code with "
                         "if __name__ == '__main__'")
+        elif code:
+            how = f"exited with code {code}"
+            why = (f"it had started and run {self._acquisitions} acquisition(s): its stderr says why, e.g. an env or "
+                   "agent that called sys.exit or os._exit, or a native library that aborted")
         else:
             how, why = f"died (exit code {code})", "it stopped without answering"
         raise BatcherWorkerError(
@@ -258,6 +275,7 @@ class ProcessWorker:
         its ``timeout``), watching the process."""
         if self._buffered is not None:
             reply, self._buffered = self._buffered, None
+            self._answered += 1
             if reply.failure is not None:
                 raise reply.failure.error()
             return reply.value
@@ -272,6 +290,7 @@ class ProcessWorker:
             reply = self.conn.recv()
         except (EOFError, OSError):
             self._raise_dead()
+        self._answered += 1
         if reply.failure is not None:
             raise reply.failure.error()
         return reply.value

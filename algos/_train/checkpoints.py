@@ -140,24 +140,45 @@ def check_digest(data: dict[str, Any], shown: str) -> None:
                               "from another checkpoint")
 
 
-def _failed_crc(path: str | os.PathLike) -> str | None:
-    """The first entry of the zip file at ``path`` (what ``torch.save`` writes) whose bytes do not match their CRC;
-    ``None`` when all do, or when it is no zip file."""
+def _torch_archive(path: str | os.PathLike) -> bool:
+    """Whether the file at ``path`` is a zip archive that ``torch.save`` wrote (its local headers hold its
+    ``data.pkl``), whatever its zip directory at the end holds."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)
+    except OSError:
+        return False
+    return head.startswith(b"PK\x03\x04") and b"/data.pkl" in head
+
+
+def _zip_damage(path: str | os.PathLike) -> str | None:
+    """What is damaged in the zip archive at ``path`` that ``torch.save`` wrote: an entry whose bytes do not match
+    its CRC, or a zip directory that cannot be read; ``None`` when nothing is, or when it is no such archive."""
     try:
         with zipfile.ZipFile(path) as z:
-            return z.testzip()
-    except (OSError, zipfile.BadZipFile, EOFError, ValueError):
+            damaged = z.testzip()
+    except OSError:  # unreadable: the caller says so
         return None
+    except Exception as e:  # a damaged directory raises what its flipped bits say: a bad zip, an unsupported
+        # compression or version (NotImplementedError), an entry marked encrypted (RuntimeError)...
+        if not _torch_archive(path):
+            return None
+        reason = (str(e).strip().splitlines() or [""])[0]
+        return f"its zip directory cannot be read ({type(e).__name__}: {reason})"
+    return None if damaged is None else f"its entry {damaged} does not match its CRC"
 
 
 def _check_crc(path: str | os.PathLike, argument: str, cause: BaseException | None = None) -> None:
     """Raises :class:`~rlstruct.errors.CheckpointError` when an entry of the checkpoint's zip does not match its CRC
-    (``torch.load`` does not check them)."""
-    damaged = _failed_crc(path)
-    if damaged is not None:
-        raise CheckpointError(f"{argument}={os.fspath(path)!r} is damaged: its entry {damaged} does not match its CRC "
-                              "(the file changed on disk or in a copy after it was written); restore it from a copy, "
-                              "or resume from another checkpoint") from cause
+    (``torch.load`` does not check them) or its zip directory cannot be read; with ``cause`` (``torch.load`` failed),
+    also when the file is an archive ``torch.save`` wrote."""
+    damage = _zip_damage(path)
+    if damage is None and cause is not None and _torch_archive(path):
+        damage = f"torch.load cannot read it ({type(cause).__name__})"
+    if damage is not None:
+        raise CheckpointError(f"{argument}={os.fspath(path)!r} is damaged: {damage} (the file changed on disk or in a "
+                              "copy after it was written); restore it from a copy, or resume from another checkpoint"
+                              ) from cause
 
 
 #: what every checkpoint holds, and the type of each
@@ -393,6 +414,20 @@ def check_resume_algorithm(algo: str, resume: str, checkpoint: dict[str, Any]) -
     if checkpoint["algo"] != algo:
         raise ConfigError(f"resume={resume!r} holds a {checkpoint['algo']} run, got rlstruct train {algo}; resume "
                           f"it with rlstruct train {checkpoint['algo']}, or start a new {algo} run without --resume")
+
+
+def check_resume_env(env: str, resume: str, checkpoint: dict[str, Any]) -> None:
+    """Checks that a run resumed from ``checkpoint`` (the content of ``resume``) keeps its env: before the new env's
+    preset is looked up, which would blame the preset for it.
+
+    Raises:
+        ConfigError: ``env`` is not the run's.
+    """
+    trained_on = checkpoint.get("config", {}).get("env")
+    if trained_on is not None and env != trained_on:
+        raise ConfigError(f"a run's env cannot be changed at resume: resume={resume!r} is a run on {trained_on!r}, "
+                          f"got env={env!r}; drop --env to continue it on {trained_on!r}, or start a new run on "
+                          f"{env!r} without --resume")
 
 
 def restore_optimizer(optimizer: OptimizerLike, state: dict[str, Any], lr: float) -> None:

@@ -23,7 +23,14 @@ from torch import nn
 from rlstruct._accel import accelerator_for
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
-from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, load_resume
+from rlstruct.algos._train.checkpoints import (
+    CHECKPOINT_NAME,
+    Resume,
+    check_resume_algorithm,
+    check_resume_env,
+    load_checkpoint,
+    load_resume,
+)
 from rlstruct.algos._train.config import (
     AutocastPart,
     RunConfig,
@@ -36,6 +43,7 @@ from rlstruct.algos._train.distributed import World, rank_device, torchrun_resta
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
 from rlstruct.algos._train.finish import explained_by_divergence
 from rlstruct.algos._train.log import Run, check_logdir, claim_run_folder, run_logdir
+from rlstruct.algos._train.memory import check_collection_fits
 from rlstruct.algos._train.presets import apply_preset
 from rlstruct.algos._train.registry import Algorithm
 from rlstruct.algos._train.run_folder import FolderClaim, RunFolderLock, check_unfinished
@@ -49,6 +57,7 @@ from rlstruct.algos._train.seeds import (
 )
 from rlstruct.algos._train.video import RunVideos, check_videos
 from rlstruct.batchers import RL_Batcher
+from rlstruct.batchers._parent import check_start_method
 from rlstruct.devices import DeviceLike, as_device
 from rlstruct.errors import ConfigError, DeviceMismatchError
 from rlstruct.structures import DictTensor, Trajectories
@@ -162,8 +171,14 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
         RunFolderBusyError: another process writes the log folder (:class:`~.run_folder.RunFolderLock`).
     """
     start = time.perf_counter() if start is None else start
+    if config.resume is not None:  # the run's own algorithm and env first: the new env's preset would be blamed
+        checkpoint = load_checkpoint(config.resume, argument="resume") if checkpoint is None else checkpoint
+        check_resume_algorithm(algorithm.name, config.resume, checkpoint)
+        check_resume_env(config.env, config.resume, checkpoint)
     config, _ = apply_preset(algorithm.name, config, given)
     validate_run_config(config)
+    if config.n_processes or config.n_evaluation_processes:
+        check_start_method()  # a worker would meet it after the run folder and the learner are made
     if isinstance(config, AutocastPart):
         check_autocast(config, algorithm.title)
     algorithm.check_family(config)
@@ -171,6 +186,7 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
     algorithm.check_config(config)
     spec = describe_env(config.env, config.backend, config.max_episode_steps, config.env_kwargs)
     algorithm.check_env(config, spec)
+    check_collection_fits(config, spec)
     warn_stalling_evaluations(config, spec)
     if config.evaluation_env_kwargs is not None:
         check_evaluation_envs(config, spec)

@@ -18,13 +18,14 @@ import math
 import multiprocessing
 import os
 import shlex
-import socket
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlstruct._processes import owner_gone, process_identity
+from rlstruct._redact import redact_credentials
 from rlstruct.algos._train.flags import OneLineParser, build_parser, config_from_args, given_flags
 from rlstruct.algos._train.log import check_logdir
 from rlstruct.algos._train.loops import run
@@ -33,11 +34,13 @@ from rlstruct.algos._train.registry import ALGORITHMS, algorithm
 from rlstruct.algos._train.search_space import covering, load_space, suggest, trial_params
 from rlstruct.algos._train.session import validate
 from rlstruct.algos._train.sweep_study import (
+    OWNER,
     check_storage,
     creating,
     die_with,
     fail_dead_trials,
     open_storage,
+    preset_needs_a_run,
     require_optuna,
     trial_seeded_sampler,
     wait_for_enqueued_taken,
@@ -89,6 +92,13 @@ class SweepPlan:
         given = given_flags(parser, argv)
         return config_from_args(description.config_cls, ns, given), given
 
+    def train_settings(self) -> dict[str, Any]:
+        """What every trial's run shares, that comparing trials needs the same: the algorithm, the env and the
+        settings the train flags give (``{"algo": ..., "env": ..., field: value}``)."""
+        base, given = self.base()
+        config = base.to_dict()
+        return {"algo": self.algo, "env": self.env, **{k: config[k] for k in sorted(given - {"seed", "env"})}}
+
     def objective(self, trial: Any) -> float:
         """Trains the trial's settings in ``trial-NUMBER``; returns the final evaluation return (that of the kept
         weights when an evaluation reached the target), reporting the evaluations on the way."""
@@ -97,9 +107,14 @@ class SweepPlan:
         base, given = self.base()
         params = suggest(trial, self.space)
         config = dataclasses.replace(base, **params, logdir=str(Path(self.logdir) / f"trial-{trial.number}"))
-        # Who runs the trial: a later call on this machine fails it at once if that process is gone.
-        trial.set_user_attr("process", {"host": socket.gethostname(), "pid": os.getpid()})
-        setup = validate(description, config, given=given | set(params) | {"logdir"})
+        # Who runs the trial: a later call in this PID namespace fails it at once if that process is gone; elsewhere
+        # (another machine, a container beside this one) its heartbeat says it lives.
+        trial.set_user_attr(OWNER, process_identity())
+        try:
+            setup = validate(description, config, given=given | set(params) | {"logdir"})
+        except (ValueError, RLStructError) as e:  # a verdict on the settings drawn: not a trial to run again
+            trial.set_user_attr("refused", str(e).splitlines()[0])
+            raise
         budget = setup.config.max_env_steps
         reported: set[int] = set()
 
@@ -119,7 +134,11 @@ class SweepPlan:
         settings = {k: v for k, v in setup.config.to_dict().items() if k in chosen and k not in _RUN_LOCAL}
         trial.set_user_attr("settings", settings)
         trial.set_user_attr("logdir", setup.config.logdir)
-        result = run(dataclasses.replace(setup, on_evaluation=(report,)))
+        try:
+            result = run(dataclasses.replace(setup, on_evaluation=(report,)))
+        except (ValueError, RLStructError) as e:  # what only building the run finds in the settings
+            trial.set_user_attr("refused", str(e).splitlines()[0])
+            raise
         if result.interrupted:
             raise KeyboardInterrupt
         trial.set_user_attr("env_steps", result.env_steps)
@@ -140,8 +159,21 @@ class SweepPlan:
             wait_for_enqueued_taken(optuna.load_study(study_name=self.study_name, storage=storage))
         study = optuna.load_study(study_name=self.study_name, storage=storage, sampler=trial_seeded_sampler(self.seed),
                                   pruner=self.pruner)
-        # A drawn combination that a run refuses fails its trial (Optuna logs why); the sweep goes on.
-        study.optimize(self.objective, n_trials=n_trials, callbacks=[_print_trial], catch=(ValueError, RLStructError))
+        for _ in range(n_trials):
+            try:
+                # A drawn combination that a run refuses fails its trial (Optuna logs why); the sweep goes on.
+                study.optimize(self.objective, n_trials=1, callbacks=[_print_trial],
+                               catch=(ValueError, RLStructError))
+            except ValueError as e:
+                # Another sweep failed this trial while it ran (no heartbeat of it for the grace period): its result
+                # cannot be told; the sweep goes on with its next trial.
+                if not str(e).startswith("Cannot tell a "):
+                    raise
+                me = json.loads(json.dumps(process_identity()))
+                number = max((t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get(OWNER) == me),
+                             default="?")
+                print(f"trial {number}: failed by another sweep while it ran (no heartbeat of it within the grace "
+                      "period); its result is not counted", flush=True)
 
 
 def _print_trial(study: Any, trial: Any) -> None:
@@ -268,14 +300,19 @@ def run_sweep(algo: str, env: str, *, trials: int, storage: str = DEFAULT_STORAG
     with creating(storage):
         study = optuna.create_study(study_name=plan.study_name, storage=open_storage(storage), direction="maximize",
                                     load_if_exists=True)
-        enqueued = not study.trials
+        _check_same_flags(study, plan)
+        check_logdir(Path(plan.logdir))
+        for trial in fail_dead_trials(study):
+            owner = trial.user_attrs.get(OWNER, {})
+            how = "ended before it did" if owner_gone(owner) else "sent no heartbeat within the grace period"
+            print(f"trial {trial.number}: failed, its process ({owner.get('pid')} on {owner.get('host')}) {how}",
+                  flush=True)
+        # A new study runs the preset first; so does a study whose preset trial was killed before it ended.
+        enqueued = not study.trials or preset_needs_a_run(study)
         if enqueued:
+            if study.trials:
+                print("the preset's trial was killed before it ended: it runs again", flush=True)
             study.enqueue_trial(trial_params(preset.to_dict(), plan.space), user_attrs={"preset": preset.preset})
-    check_logdir(Path(plan.logdir))
-    for trial in fail_dead_trials(study):
-        process = trial.user_attrs.get("process", {})
-        print(f"trial {trial.number}: failed, its process ({process.get('pid')} on {process.get('host')}) ended "
-              "before it did", flush=True)
     if n_jobs == 1:
         plan.optimize(trials, wait_for_enqueued=not enqueued)
     else:
@@ -299,6 +336,43 @@ def run_sweep(algo: str, env: str, *, trials: int, storage: str = DEFAULT_STORAG
             raise RLStructError(f"{len(failed)} sweep worker process(es) failed (exit codes {failed}); their output "
                                 "above says why")
     return optuna.load_study(study_name=plan.study_name, storage=open_storage(storage))
+
+
+#: the study's user attribute holding the train settings its trials run with (:meth:`SweepPlan.train_settings`)
+_TRAIN_SETTINGS = "train_settings"
+
+
+def _check_same_flags(study: Any, plan: SweepPlan) -> None:
+    """Records the train settings of a new study; refuses a call whose settings differ from the study's (its trials
+    would not be comparable: a larger budget wins), naming each differing flag.
+
+    Raises:
+        ConfigError: the settings differ.
+    """
+    mine = json.loads(json.dumps(plan.train_settings()))
+    theirs = study.user_attrs.get(_TRAIN_SETTINGS)
+    if theirs is None:  # a new study (or one started before the settings were kept): these are its settings
+        study.set_user_attr(_TRAIN_SETTINGS, mine)
+        return
+    if theirs == mine:
+        return
+    differ = []
+    for key in sorted(set(theirs) | set(mine)):
+        if theirs.get(key, _MISSING) == mine.get(key, _MISSING):
+            continue
+        flag = "ALGO" if key == "algo" else "--" + key.replace("_", "-")
+        shown = [" ".join(map(str, v)) if isinstance(v, list) else str(v) for v in (theirs.get(key), mine.get(key))]
+        if key not in mine:
+            differ.append(f"{flag} {shown[0]} (the study's only)")
+        elif key not in theirs:
+            differ.append(f"{flag} {shown[1]} (this call's only)")
+        else:
+            differ.append(f"{flag} {shown[0]} (the study's) vs {shown[1]} (this call's)")
+    raise ConfigError(f"study {study.study_name!r} runs its trials with other train flags than this call: "
+                      f"{'; '.join(differ)}; pass the study's flags after --, or another --study-name")
+
+
+_MISSING = object()
 
 
 def sweep_main(argv: Sequence[str]) -> int:
@@ -338,7 +412,7 @@ def sweep_main(argv: Sequence[str]) -> int:
               file=sys.stderr)
         return 130
     except (ValueError, ImportError, FileNotFoundError, RLStructError) as e:
-        print(f"rlstruct sweep: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"rlstruct sweep: error: {redact_credentials(str(e).splitlines()[0])}", file=sys.stderr)
         return 2
     return _report(ns.algo, ns.env, study, ns.storage)
 
@@ -348,7 +422,8 @@ def _report(algo: str, env: str, study: Any, storage: str) -> int:
     done = [t for t in study.trials if t.value is not None and math.isfinite(t.value)]
     # Every trial is counted: running (in another process, or one whose process on another machine died less than
     # the grace period ago) and waiting trials too.
-    out: dict[str, Any] = {"study": study.study_name, "storage": storage, "trials": len(states),
+    out: dict[str, Any] = {"study": study.study_name, "storage": redact_credentials(storage),
+                           "trials": len(states),
                            **{s: states.count(s) for s in ("complete", "pruned", "fail", "running", "waiting")}}
     if done:
         best = study.best_trial

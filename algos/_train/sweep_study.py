@@ -10,7 +10,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -21,16 +20,22 @@ from typing import Any
 
 import numpy as np
 
-from rlstruct._processes import process_alive
+from rlstruct._processes import owner_gone
+from rlstruct._redact import redact_credentials
 from rlstruct.errors import ConfigError, MissingDependencyError
 
-__all__ = ["check_storage", "creating", "die_with", "fail_dead_trials", "open_storage", "require_optuna",
-           "trial_seeded_sampler", "wait_for_enqueued_taken"]
+__all__ = ["OWNER", "VERDICTS", "check_storage", "creating", "die_with", "fail_dead_trials", "open_storage",
+           "preset_needs_a_run", "require_optuna", "trial_seeded_sampler", "wait_for_enqueued_taken"]
 
 #: seconds between a running trial's heartbeats, and without one after which another process fails the trial (a
-#: trial process on another machine that died; on this machine a dead process is seen at once): generous, since a
-#: heartbeat waits for the database's lock like any write
+#: trial process on another machine or in another container that died; in this PID namespace a dead process is seen
+#: at once): generous, since a heartbeat waits for the database's lock like any write
 _HEARTBEAT_S, _GRACE_S = 20, 300
+#: the trial's user attribute naming the process that runs it (:func:`process_identity`)
+OWNER = "process"
+#: the user attributes of a failed trial whose settings were judged (its run diverged, or refused them); a failed
+#: trial without one was interrupted, or its process died
+VERDICTS = ("stop_reason", "refused")
 #: what the kernel sends a worker process when its sweep process dies: not SIGTERM, which Linux sends once per
 #: thread of the dying parent (the worker is handed from one to the next), where a run ends at its second SIGTERM
 _PARENT_DIED = getattr(signal, "SIGUSR2", signal.SIGTERM)  # Linux only
@@ -142,23 +147,24 @@ def check_storage(storage: str) -> None:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+    shown = redact_credentials(storage)
     try:
         url = make_url(storage)
     except ArgumentError:
-        raise ConfigError(f"storage must be an SQLAlchemy URL, got {storage!r}; {_URL_FIX}") from None
+        raise ConfigError(f"storage must be an SQLAlchemy URL, got {shown!r}; {_URL_FIX}") from None
     try:
         url.get_dialect()
     except NoSuchModuleError:
         raise ConfigError(f"storage names the database {url.drivername!r}, which SQLAlchemy does not know, got "
-                          f"{storage!r}; {_URL_FIX}") from None
+                          f"{shown!r}; {_URL_FIX}") from None
     try:
         url.get_dialect().import_dbapi()
     except ImportError as e:
-        raise MissingDependencyError(f"storage {storage!r} needs the database driver {e.name or url.drivername!r}, "
+        raise MissingDependencyError(f"storage {shown!r} needs the database driver {e.name or url.drivername!r}, "
                                      f"which is not installed; install it, or {_URL_FIX}") from None
     if url.get_backend_name() == "sqlite" and (url.host or url.username or url.port):
         raise ConfigError(f"storage must be sqlite:/// then the file's path (three slashes before a relative path, "
-                          f"four before an absolute one), got {storage!r}; {_URL_FIX}")
+                          f"four before an absolute one), got {shown!r}; {_URL_FIX}")
 
 
 def _sqlite_file(storage: str) -> Path | None:
@@ -175,8 +181,8 @@ def _make_folder(storage: str, file: Path) -> None:
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"storage {storage!r} must be a file in a folder this process can create, got "
-                          f"{str(file.parent)!r} ({e.strerror or type(e).__name__}); {_URL_FIX}") from None
+        raise ConfigError(f"storage {redact_credentials(storage)!r} must be a file in a folder this process can "
+                          f"create, got {str(file.parent)!r} ({e.strerror or type(e).__name__}); {_URL_FIX}") from None
 
 
 def open_storage(storage: str) -> Any:
@@ -204,9 +210,9 @@ def open_storage(storage: str) -> Any:
             # Processes that create the same new database at once race to create its tables (the loser sees them
             # exist, or the version row taken); by the next attempt they are there.
             if attempt == 2:
-                reason = str(getattr(e, "orig", None) or e).splitlines()[0]
-                raise ConfigError(f"storage {storage!r} cannot be opened ({reason}); check the URL and that the "
-                                  f"database is reachable and writable, or {_URL_FIX}") from None
+                reason = redact_credentials(str(getattr(e, "orig", None) or e).splitlines()[0])
+                raise ConfigError(f"storage {redact_credentials(storage)!r} cannot be opened ({reason}); check the "
+                                  f"URL and that the database is reachable and writable, or {_URL_FIX}") from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
 
@@ -233,15 +239,16 @@ def creating(storage: str) -> Iterator[None]:
 
 
 def fail_dead_trials(study: Any) -> list[Any]:
-    """Fails the running trials whose process is gone and returns them: on this machine, those whose process has
-    ended; elsewhere, those without a heartbeat for ``_GRACE_S`` (Optuna's stale trials)."""
+    """Fails the running trials whose process is gone and returns them: those whose
+    process provably ended (of this host and this PID namespace: its pid runs no process, or a later one), and those
+    without a heartbeat for ``_GRACE_S`` (Optuna's stale trials: another machine's, or another container's on this
+    host, whose pids mean nothing here)."""
     optuna = require_optuna()
     running, fail = optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL
-    host = socket.gethostname()
     trials_before = study.get_trials(deepcopy=False, states=(running,))
     for trial in trials_before:
-        process = trial.user_attrs.get("process") or {}
-        if process.get("host") == host and not process_alive(int(process.get("pid", 0))):
+        owner = trial.user_attrs.get(OWNER)
+        if isinstance(owner, dict) and owner_gone(owner):
             study.tell(trial.number, state=fail, skip_if_finished=True)
     with warnings.catch_warnings():  # Optuna calls its heartbeats experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -250,3 +257,9 @@ def fail_dead_trials(study: Any) -> list[Any]:
     return [after[t.number] for t in trials_before if after[t.number].state == fail]
 
 
+def preset_needs_a_run(study: Any) -> bool:
+    """Whether the study's preset trial must be enqueued again: every trial of it failed without a verdict on its
+    settings (:data:`VERDICTS`: its process was killed, or its run interrupted), and none runs or waits."""
+    presets = [t for t in study.get_trials(deepcopy=False) if "preset" in t.user_attrs]
+    return bool(presets) and all(t.state.name == "FAIL" and not any(k in t.user_attrs for k in VERDICTS)
+                                 for t in presets)

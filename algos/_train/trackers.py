@@ -11,17 +11,20 @@ or later, is one warning and is dropped; training and the run folder's record go
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import json
 import logging
 import math
 import os
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rlstruct._redact import redact_credentials
 from rlstruct.algos._train.durable import write_whole
 from rlstruct.errors import ConfigError, MissingDependencyError
 
@@ -97,6 +100,7 @@ class MLflowTracker(Tracker):
         import mlflow
 
         self._mlflow = mlflow
+        _check_sqlite_store(mlflow.get_tracking_uri())
         with _bounded_http():
             self._client = mlflow.MlflowClient()
             # Beside a run the caller has open, this one is its child; either way it is written to by its id.
@@ -151,6 +155,41 @@ class MLflowTracker(Tracker):
                 from mlflow.tracking.fluent import _active_run_stack
 
                 _active_run_stack.get().pop()
+
+
+def _check_sqlite_store(uri: str) -> None:
+    """Checks that an SQLite tracking store (``sqlite:///PATH``) is a file this process can write, or create in a
+    folder it can write, before MLflow opens it: MLflow retries a store it cannot open ten times over 102 s, during
+    which the run does not start.
+
+    Raises:
+        ConfigError: it is not (a folder, a file under something that is no folder, a read-only file or folder).
+    """
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])  # MLflow's own reading of the URL
+    if str(path) in ("", ".", ":memory:"):
+        return
+    why = None
+    existing = path
+    while not existing.exists() and existing != existing.parent:  # the nearest part of the path that exists
+        existing = existing.parent
+    if existing == path and not path.is_file():
+        why = "it is a folder, not a file" if path.is_dir() else "it is not a regular file"
+    elif existing != path and not existing.is_dir():
+        why = f"{str(existing)!r} is a file, not a folder"
+    try:
+        if why is None and existing == path:
+            os.close(os.open(path, os.O_RDWR))
+        if why is None:  # SQLite writes its journal beside the file; MLflow creates the missing folders
+            with tempfile.TemporaryFile(dir=path.parent if existing == path else existing):
+                pass
+    except OSError as e:
+        why = f"{e.strerror or type(e).__name__} (errno {errno.errorcode.get(e.errno, e.errno)})"
+    if why is not None:
+        raise ConfigError(f"track='mlflow' needs an SQLite store it can write, got MLFLOW_TRACKING_URI="
+                          f"{redact_credentials(uri)!r}: {why}; set MLFLOW_TRACKING_URI to a file in a writable "
+                          "folder, e.g. sqlite:///mlflow.db")
 
 
 @contextlib.contextmanager
@@ -286,14 +325,17 @@ class BestEffort(Tracker):
 
 
 def _failure(name: str, what: str, error: BaseException) -> str:
-    """One line: which tracker failed, in which call, with what.
+    """One line: which tracker failed, in which call, with what; without the credentials of the URLs it names (a
+    library's error quotes the server's URL as configured, password and token included).
 
     >>> _failure("mlflow", "log_rows", ConnectionError("refused\\nmore"))
     'track=mlflow failed in log_rows (ConnectionError: refused) and is dropped'
+    >>> _failure("mlflow", "its start", ConnectionError("API request to https://u:pw@host/api failed"))
+    'track=mlflow failed in its start (ConnectionError: API request to https://***@host/api failed) and is dropped'
     """
-    message = (str(error).strip().splitlines() or [""])[0]
-    if len(message) > 300:
-        message = message[:300] + "..."
+    message = redact_credentials((str(error).strip().splitlines() or [""])[0])
+    if len(message) > 600:  # a library's dump of a request or a response
+        message = message[:600] + "..."
     return f"track={name} failed in {what} ({type(error).__name__}: {message}) and is dropped"
 
 
@@ -350,7 +392,8 @@ def _check_mlflow_store() -> None:
         return
     uri = get_tracking_uri()
     if urllib.parse.urlparse(uri).scheme in ("", "file"):
-        raise ConfigError(f"track='mlflow' needs a database store, got MLFLOW_TRACKING_URI={uri!r}, a file store "
+        raise ConfigError(f"track='mlflow' needs a database store, got MLFLOW_TRACKING_URI="
+                          f"{redact_credentials(uri)!r}, a file store "
                           "that MLflow 3 no longer opens; set MLFLOW_TRACKING_URI=sqlite:///mlflow.db (or "
                           "MLFLOW_ALLOW_FILE_STORE=true to keep the file store)")
 

@@ -3,6 +3,7 @@ train, report."""
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import logging
@@ -54,6 +55,34 @@ def launched_at() -> float:
     except (OSError, ValueError, IndexError):
         return now
     return now - min(max(age, 0.0), 3600.0)
+
+
+#: the errors of a write that the disk under the run folder refuses: full (or over quota), read-only, not permitted
+_FULL, _READ_ONLY = (errno.ENOSPC, errno.EDQUOT), (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _storage_failure(error: OSError | RuntimeError, logdir: str | os.PathLike, prog: str) -> str | None:
+    """The line that ``rlstruct train`` ends with when a write of the run fails for its disk: full, read-only, or
+    its folder deleted or moved during the run; ``None`` for another error (a bug's traceback says more).
+
+    >>> _storage_failure(OSError(errno.ENOSPC, "No space left on device", "runs/x/progress.csv"), "runs/x", "train")
+    "cannot write 'runs/x/progress.csv': No space left on device (ENOSPC); free space on its disk, then train \
+--resume runs/x continues the run from its last checkpoint"
+    """
+    filename, code = getattr(error, "filename", None), getattr(error, "errno", None)
+    file = repr(str(filename)) if filename else f"into the run folder {str(logdir)!r}"
+    resume = f"{prog} --resume {logdir} continues the run from its last checkpoint"
+    if not isinstance(error, OSError) or code == errno.ENOENT:
+        if os.path.isdir(logdir):
+            return None
+        return (f"cannot write {file}: the run folder {str(logdir)!r} was deleted or moved during the run; move it "
+                f"back and {resume}, or start a new run")
+    reason = f"{error.strerror or type(error).__name__} ({errno.errorcode.get(code or 0, code)})"
+    if code in _FULL:
+        return f"cannot write {file}: {reason}; free space on its disk, then {resume}"
+    if code in _READ_ONLY:
+        return f"cannot write {file}: {reason}; the run folder became read-only: make it writable, then {resume}"
+    return None
 
 
 def stop_line(result: TrainResult, config: RunConfig) -> str:
@@ -234,6 +263,13 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
         return 1
     except BatcherWorkerTimeout as e:  # a hung (or slow to start) worker: no traceback would say more than this
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 1
+    except (OSError, RuntimeError) as e:  # the run folder's disk full, read-only, or the folder deleted under the run
+        # (torch.save says so with a RuntimeError)
+        line = _storage_failure(e, setup.config.logdir, prog)
+        if line is None:
+            raise
+        print(f"{prog}: error: {line}", file=sys.stderr)
         return 1
     # The command ends here. Once torch._dynamo is imported, the interpreter's final garbage collections walk
     # thousands of modules after the last line; frozen objects are skipped (reference counting still frees them).

@@ -309,11 +309,15 @@ def _ale_env(name: str, n_envs: int, seed: int, env_index: int, autoreset: bool,
             "ale_py.roms.get_all_rom_ids())"
         )
     kwargs = dict(extra)
+    frameskip = kwargs.get("frameskip", 4)
+    if isinstance(frameskip, bool) or not isinstance(frameskip, int) or frameskip < 1:
+        raise ValueError(f"env_kwargs['frameskip'] must be an int >= 1 (emulator frames per agent step), got "
+                         f"{frameskip!r}; pass e.g. {{\"frameskip\": 4}}, or leave it out for ale-py's 4")
     if max_episode_steps is not None:
         if max_episode_steps < 1:
             raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
         # ale-py counts emulator frames; rlstruct counts agent steps of `frameskip` frames each.
-        kwargs["max_num_frames_per_episode"] = max_episode_steps * int(kwargs.get("frameskip", 4))
+        kwargs["max_num_frames_per_episode"] = max_episode_steps * frameskip
     if autoreset and kwargs.get("life_loss_info"):
         # A lost life ends the episode and the game goes on (Baselines' EpisodicLifeEnv): ale-py does that in its
         # own auto-reset (SAME_STEP here), whereas the adapter's reset of a finished env would start a new game.

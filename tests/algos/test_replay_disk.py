@@ -17,8 +17,9 @@ from collections import namedtuple
 import pytest
 import torch
 
+from rlstruct._processes import pid_namespace, process_identity, process_start
 from rlstruct.algos import EnvSpec, _replay_storage
-from rlstruct.algos._replay_storage import OWNER_FILE, _process_start
+from rlstruct.algos._replay_storage import OWNER_FILE
 from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.errors import ConfigError, DiskSpaceError
 
@@ -122,7 +123,7 @@ def test_a_folder_a_running_process_owns_is_refused_and_left_alone(tmp_path):
     folder.mkdir()
     (folder / "frames-0.bin").write_bytes(b"\0" * 64)
     parent = os.getppid()  # a process that runs for as long as this one
-    owner = {"host": os.uname().nodename, "pid": parent, "start": _process_start(parent)}
+    owner = {"host": os.uname().nodename, "pid": parent, "start": process_start(parent)}
     (folder / OWNER_FILE).write_text(json.dumps(owner))
     with pytest.raises(ConfigError, match=rf"^replay folder '.*replay' holds the replay files of process {parent}, "
                                           r"which is running; give this buffer another folder \(another --logdir\), "
@@ -168,3 +169,23 @@ def test_a_large_buffer_says_its_size_and_where_before_it_is_allocated(tmp_path,
              else r"0\.[1-9] GB of CPU memory")
     assert re.fullmatch(rf"the replay buffer of --buffer-size 100000 takes {where} once full \(\d+ bytes per "
                         r"transition\)", record.getMessage()), record.getMessage()
+
+
+def test_the_files_of_a_container_beside_this_one_are_not_reclaimed(tmp_path, caplog):
+    # Same hostname, another PID namespace: its pid means nothing here, so its files stay.
+    other = tmp_path / "runs" / "dqn-0" / "replay"
+    other.mkdir(parents=True)
+    (other / "frames-0.bin").write_bytes(b"\0" * 64)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    owner = {**process_identity(), "pid_ns": (pid_namespace() or 0) + 1, "pid": dead.pid, "start": 1}
+    (other / OWNER_FILE).write_text(json.dumps(owner))
+    buf = ReplayBuffer.for_spec(ATARI, 64, "cpu", storage="disk", folder=tmp_path / "runs" / "dqn-0-2" / "replay")
+    buf.close()
+    assert _bin_files(other) == ["frames-0.bin"] and not [r for r in caplog.records if "reclaimed" in r.getMessage()]
+    with pytest.raises(ConfigError, match=f"holds the replay files of process {dead.pid}, which is running"):
+        ReplayBuffer.for_spec(ATARI, 64, "cpu", storage="disk", folder=other)
+    owner["pid_ns"] = pid_namespace()  # the same namespace: provably dead, reclaimed
+    (other / OWNER_FILE).write_text(json.dumps(owner))
+    ReplayBuffer.for_spec(ATARI, 64, "cpu", storage="disk", folder=other).close()
+    assert _bin_files(other) == []

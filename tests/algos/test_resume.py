@@ -282,8 +282,8 @@ def a2c_checkpoint(tmp_path_factory):
 @pytest.mark.parametrize("change, match", [
     ({"hidden_sizes": (16,)}, r"hidden_sizes must equal the checkpoint's to resume it .* got hidden_sizes=\[16\] and "
                               r"the checkpoint's \[8\] .* pass --hidden-sizes as the run was trained"),
-    ({"env": "Acrobot-v1"}, r"env must equal the checkpoint's .* got env='Acrobot-v1' and the checkpoint's "
-                            r"'CartPole-v1'"),
+    ({"env": "Acrobot-v1"}, r"a run's env cannot be changed at resume: resume='.*' is a run on 'CartPole-v1', got "
+                            r"env='Acrobot-v1'"),
     ({"backend": "gymnasium"}, r"backend must equal the checkpoint's .* got backend='gymnasium' and the "
                                r"checkpoint's 'torch' \(its 'auto'\)"),
     ({"max_episode_steps": 60}, r"max_episode_steps must equal the checkpoint's .* got max_episode_steps=60"),

@@ -13,7 +13,7 @@ import pytest
 
 optuna = pytest.importorskip("optuna", reason="rlstruct sweep needs Optuna: pip install 'rlstruct[sweep]'")
 
-from rlstruct._processes import process_alive  # noqa: E402
+from rlstruct._processes import pid_namespace, process_alive, process_identity  # noqa: E402
 from rlstruct.algos._train import cli  # noqa: E402
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm  # noqa: E402
 from rlstruct.algos._train.search_space import check_space, covering, load_space  # noqa: E402
@@ -222,18 +222,19 @@ def test_two_sweeps_started_together_on_a_new_study_draw_distinct_trials(tmp_pat
 
 @pytest.mark.slow
 def test_a_killed_trial_is_failed_at_the_next_call_and_counted(tmp_path, capsys, caplog):
-    proc = subprocess.Popen(_sweep_command(tmp_path, "--trials", "1", "--", *ENDLESS), stdout=subprocess.DEVNULL,
+    # the sweep process dies (SIGKILL) as its trial's run starts: trial 0, the preset's, is left running
+    proc = subprocess.Popen(_seamed(tmp_path, "die", "--trials", "1", "--", *TINY), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    try:
-        _running(tmp_path, 1)
-    finally:
-        proc.kill()
-        proc.wait()
+    assert proc.wait(timeout=120) == -signal.SIGKILL
     assert cli.main(_sweep_command(tmp_path, "--trials", "1", "--", *TINY)[3:]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == f"trial 0: failed, its process ({proc.pid} on {socket.gethostname()}) ended before it did"
+    assert lines[1] == "the preset's trial was killed before it ended: it runs again"
     report = json.loads(lines[-1])
     assert report["trials"] == 2 and report["fail"] == 1 and report["complete"] == 1 and report["running"] == 0
+    # the killed trial was the preset's (trial 0): the next call ran it again, as trial 1
+    trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials
+    assert [t.user_attrs.get("preset") for t in trials] == ["a2c-cartpole"] * 2 and trials[1].params == trials[0].params
     # the second call writes its trial beside the first's, and warns of no other folder
     assert sorted(p.name for p in (tmp_path / "trials").iterdir()) == ["trial-0", "trial-1"]
     assert not [r for r in caplog.records if "holds an earlier run" in r.getMessage()]
@@ -263,3 +264,122 @@ def test_the_workers_of_a_killed_sweep_end(tmp_path):
     # each ended as a Ctrl-C would end it: its trial failed
     trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials
     assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+
+
+@pytest.mark.parametrize("url", ["sqlit://bob:s3cret@db.example/optuna?token=tok123",
+                                 "mysql+nosuchdriver://bob:s3cret@db.example/optuna"])
+def test_a_storage_url_with_credentials_is_refused_without_them(tmp_path, monkeypatch, capsys, url):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sweep", "a2c", "--env", "CartPole-v1", "--storage", url, "--", *TINY]) == 2
+    captured = capsys.readouterr()
+    [line] = captured.err.strip().splitlines()
+    assert "://***@db.example/optuna" in line and "s3cret" not in captured.out + line and "tok123" not in line
+
+
+def test_a_second_call_with_other_train_flags_is_refused_naming_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    command = _sweep_command(tmp_path, "--trials", "1", "--", *TINY)[3:]
+    assert cli.main(command) == 0
+    capsys.readouterr()
+    # the same settings in another order join the study
+    assert cli.main([*command[:-len(TINY)], *TINY[2:], *TINY[:2]]) == 0
+    capsys.readouterr()
+    other = [*command[:-len(TINY)], *TINY, "--max-env-steps", "2048", "--gamma", "0.98"]
+    assert cli.main(other) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line == ("rlstruct sweep: error: study 's' runs its trials with other train flags than this call: "
+                    "--gamma 0.98 (this call's only); --max-env-steps 256 (the study's) vs 2048 (this call's); "
+                    "pass the study's flags after --, or another --study-name")
+    assert len(optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials) == 2
+
+
+#: a sweep process with a seam: "die": it kills itself (SIGKILL) as its trial's run starts; "wait": its trial's run
+#: waits for the file "go" after writing "waiting"
+_SEAMED = """
+import os, pathlib, signal, sys, time
+from rlstruct.algos._train import cli, sweep
+mode, folder = sys.argv[1], pathlib.Path(sys.argv[2])
+run = sweep.run
+if mode == "die":
+    sweep.run = lambda setup: os.kill(os.getpid(), signal.SIGKILL)
+else:
+    def waiting(setup):
+        (folder / "waiting").touch()
+        while not (folder / "go").exists():
+            time.sleep(0.05)
+        return run(setup)
+    sweep.run = waiting
+sys.exit(cli.main(sys.argv[3:]))
+"""
+
+
+def _seamed(tmp_path, mode, *args):
+    (tmp_path / "seamed.py").write_text(_SEAMED)
+    return [sys.executable, str(tmp_path / "seamed.py"), mode, str(tmp_path), *_sweep_command(tmp_path, *args)[3:]]
+
+
+@pytest.mark.slow
+def test_a_sweep_in_another_container_keeps_its_live_trial(tmp_path, capsys):
+    proc = subprocess.Popen(_seamed(tmp_path, "wait", "--trials", "1", "--", *TINY), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "waiting").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        # Its trial's owner as a sweep in a container beside this one records it: the same hostname, another PID
+        # namespace, and a pid that runs no process here (a reaped child's).
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db")
+        [trial] = optuna.load_study(study_name="s", storage=storage).trials
+        owner = {**process_identity(proc.pid), "pid_ns": (pid_namespace() or 0) + 1, "pid": dead.pid}
+        storage.set_trial_user_attr(trial._trial_id, "process", owner)
+        # this sweep, in this namespace, sees a running trial whose pid runs nothing here: not provably dead
+        assert cli.main(_sweep_command(tmp_path, "--trials", "1", "--", *TINY)[3:]) == 0
+        out = capsys.readouterr().out
+        trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials
+        assert [t.state.name for t in trials] == ["RUNNING", "COMPLETE"] and "failed" not in out
+        (tmp_path / "go").touch()
+        other_out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    # the other sweep's trial ran to its end and was told, where it was failed and the sweep exited 2
+    assert proc.returncode == 0 and "Cannot tell" not in err, err[-2000:]
+    assert "trial 0: complete" in other_out
+    trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+
+
+def test_a_trial_another_sweep_failed_while_it_ran_is_one_line_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
+    from rlstruct.algos._train import sweep
+
+    storage = f"sqlite:///{tmp_path}/s.db"
+    run = sweep.run
+    failed = []
+
+    def failed_meanwhile(setup):
+        # another sweep finds no heartbeat of this trial within the grace period (a stalled disk, say) and fails it
+        if not failed:
+            study = optuna.load_study(study_name="s", storage=storage)
+            [trial] = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+            study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+            failed.append(trial.number)
+        return run(setup)
+
+    monkeypatch.setattr(sweep, "run", failed_meanwhile)
+    study = run_sweep("a2c", "CartPole-v1", trials=2, storage=storage, study_name="s", space=LR_ONLY, flags=TINY,
+                      logdir=str(tmp_path / "trials"), pruner="none")
+    assert [t.state.name for t in study.trials] == ["FAIL", "COMPLETE"]
+    out = capsys.readouterr().out
+    assert ("trial 0: failed by another sweep while it ran (no heartbeat of it within the grace period); its result "
+            "is not counted") in out and "trial 1: complete" in out
+
+
+def test_the_report_shows_the_storage_without_its_credentials(capsys):
+    from rlstruct.algos._train.sweep import _report
+
+    study = optuna.create_study(study_name="s", direction="maximize")
+    assert _report("a2c", "CartPole-v1", study, "postgresql://bob:s3cret@db.example:5432/optuna?sslkey=k") == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["storage"] == "postgresql://***@db.example:5432/optuna?sslkey=k"

@@ -320,3 +320,74 @@ def test_mlflow_file_store_is_refused_before_the_run_in_one_line_naming_sqlite(t
                                           r"MLFLOW_ALLOW_FILE_STORE=true to keep the file store\)$"):
         ppo.train(dataclasses.replace(TINY, track="mlflow", logdir=str(tmp_path / "run")))
     assert not (tmp_path / "run").exists()
+
+
+# No credential reaches the console or a file: the URLs a warning quotes lose their user:password and tokens.
+
+_SECRETS = ("s3cret", "tok123", "key456")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_mlflow_failure_warning_shows_the_server_without_its_credentials(tmp_path, monkeypatch, caplog, scheme):
+    pytest.importorskip("mlflow", reason="needs the mlflow extra")
+    port = _free_port()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"{scheme}://alice:s3cret@127.0.0.1:{port}/?token=tok123&api_key=key456")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    caplog.set_level(logging.WARNING)
+    assert open_trackers("mlflow", tmp_path, {"algo": "ppo"}) == []
+    [warning] = _warnings(caplog)
+    assert f"{scheme}://***@127.0.0.1:{port}" in warning and "token=***" in warning
+    assert not [s for s in _SECRETS if s in caplog.text]
+    assert not [s for s in _SECRETS for p in tmp_path.rglob("*") if p.is_file() and s in p.read_text(errors="ignore")]
+
+
+@pytest.mark.parametrize("name", ["mlflow", "wandb", "trackio"])
+@pytest.mark.parametrize("fail_at", ["start", "log_rows"])
+def test_a_tracker_failure_quoting_a_url_with_credentials_warns_without_them(tmp_path, monkeypatch, caplog, name,
+                                                                             fail_at):
+    url = "https://alice:s3cret@tracker.example:8443/api?access_token=tok123&project=p"
+
+    class Leaky(_FailingTracker):
+        def __init__(self, run_name, run_id, *args):
+            if fail_at == "start":
+                raise ConnectionError(f"cannot reach {url}")
+            self.run_id = "fake-1"
+
+        def log_rows(self, rows):
+            raise ConnectionError(f"POST {url} failed")
+
+    monkeypatch.setitem(TRACKERS, name, type("Leaky", (Leaky,), {"name": name, "calls": []}))
+    caplog.set_level(logging.WARNING)
+    trackers = open_trackers(name, tmp_path, {"algo": "ppo"})
+    for tracker in trackers:
+        tracker.log_rows([{"env_steps": 1, "loss": 0.5}])
+    [warning] = _warnings(caplog)
+    assert "https://***@tracker.example:8443/api?access_token=***&project=p" in warning
+    assert not [s for s in _SECRETS if s in caplog.text]
+
+
+@pytest.mark.parametrize("store", ["a folder", "under a file", "read-only folder"])
+def test_an_unwritable_sqlite_store_is_one_warning_without_mlflow_retrying(tmp_path, monkeypatch, caplog, store):
+    # Unchecked, MLflow retries a store it cannot open ten times over 102 s before the tracker is dropped.
+    pytest.importorskip("mlflow", reason="needs the mlflow extra")
+    if store == "a folder":
+        (tmp_path / "mlflow.db").mkdir()
+        path, why = tmp_path / "mlflow.db", "it is a folder, not a file"
+    elif store == "under a file":
+        (tmp_path / "file").write_text("")
+        path, why = tmp_path / "file" / "mlflow.db", f"{str(tmp_path / 'file')!r} is a file, not a folder"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder; the other stores test this as root")
+        (tmp_path / "ro").mkdir(mode=0o500)
+        path, why = tmp_path / "ro" / "mlflow.db", "Permission denied (errno EACCES)"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{path}")
+    caplog.set_level(logging.WARNING)
+    start = time.monotonic()
+    assert open_trackers("mlflow", tmp_path / "run", {"algo": "ppo"}) == []
+    assert time.monotonic() - start < 30
+    [warning] = _warnings(caplog)
+    assert warning == (f"track=mlflow failed in its start (ConfigError: track='mlflow' needs an SQLite store it can "
+                       f"write, got MLFLOW_TRACKING_URI='sqlite:///{path}': {why}; set MLFLOW_TRACKING_URI to a file "
+                       "in a writable folder, e.g. sqlite:///mlflow.db) and is dropped; the run goes on without it")

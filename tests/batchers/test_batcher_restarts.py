@@ -254,3 +254,16 @@ def test_restart_seeds_are_drawn_from_the_first_seed_and_the_count():
     seeds = [restart_seed(s, n) for s in range(4) for n in range(1, 4)]
     assert len(set(seeds)) == len(seeds) and all(0 <= s < 2**31 for s in seeds)
     assert WorkerRestart(1, "x", 2, "get", 3, None) == WorkerRestart(1, "x", 2, "get", 3, None)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_worker_that_exits_after_its_acquisitions_is_not_said_to_have_failed_while_importing():
+    # the worker's env exits the process (os._exit(3)) in its fourth acquisition, with no restart left
+    b = _batcher(_env("exit", at_step=3 * T + 2, fault_seed=None), n_processes=1, restarts=0)
+    with b:
+        _collect(b, 3)
+        exited = r"worker 0 \(pid \d+\) exited with code 3 without answering \(it had started and run 4 acquisition"
+        with pytest.raises(BatcherWorkerError, match=exited + r"\(s\): its stderr says why") as e:
+            _collect(b, 1)
+    assert "importing" not in str(e.value)
