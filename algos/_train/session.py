@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from rlstruct._accel import accelerator_for
+from rlstruct._determinism import check_cublas_workspace, deterministic_mode
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, load_resume
@@ -166,6 +167,8 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
     validate_run_config(config)
     if isinstance(config, AutocastPart):
         check_autocast(config, algorithm.title)
+    if config.deterministic:
+        check_cublas_workspace(algorithm.title)
     algorithm.check_family(config)
     check_videos(config)
     algorithm.check_config(config)
@@ -270,9 +273,10 @@ def training_run(
 ) -> Iterator[tuple[Run, contextlib.ExitStack]]:
     """The frame of every ``train``: a :class:`Run`, and an exit stack that closes what the run opens.
 
-    Sets ``torch`` to ``config.torch_threads`` threads (when set) and to ``config.matmul_precision`` for the run
-    and restores the previous settings on exit; the run and everything pushed on the stack are closed on exit,
-    in reverse order, whether training returned or raised.
+    Sets ``torch`` to ``config.torch_threads`` threads (when set), to ``config.matmul_precision`` and, with
+    ``config.deterministic``, to deterministic mode (:func:`~rlstruct._determinism.deterministic_mode`, inherited by
+    the worker processes the run starts) for the run and restores the previous settings on exit; the run and
+    everything pushed on the stack are closed on exit, in reverse order, whether training returned or raised.
 
     In the main thread, a first Ctrl-C (SIGINT) or SIGTERM (what ``timeout``, SLURM and ``docker stop`` send)
     during the run does not raise: it sets ``run.stop_signal`` (``run.interrupted``), so that the loop (``while not
@@ -309,6 +313,8 @@ def training_run(
         stack.callback(torch.set_num_threads, threads)
         stack.callback(torch.set_float32_matmul_precision, precision)
         torch.set_float32_matmul_precision(config.matmul_precision)
+        if config.deterministic:
+            stack.enter_context(deterministic_mode())
         stack.callback(run.close)
         stack.push(lambda failed, *_: run.end_trackers(failed=failed is not None))
         stack.enter_context(_stop_on_signals(run))

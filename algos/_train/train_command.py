@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlstruct._determinism import set_workspace_at_start
 from rlstruct.algos._train.checkpoints import check_resume_algorithm, load_checkpoint
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.distributed import restart_resume
@@ -161,6 +162,8 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
     norm or a weight turned NaN or infinite: ``stop_reason`` ``"diverged"``) prints its stop line and the summary,
     without a final evaluation, and returns 1.
     """
+    if "--deterministic" in (sys.argv[1:] if argv is None else argv):
+        set_workspace_at_start()  # cuBLAS reads it when the CUDA context is made: before anything can make one
     if isinstance(algorithm, str):
         algorithm = registered(algorithm)
     # The process's start when this command is the process's own command line (the console script, python -m), so
