@@ -13,19 +13,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlstruct import _determinism
+from rlstruct import _accel, _determinism
 from rlstruct._determinism import (
     CUBLAS_WORKSPACE_ENV,
     DETERMINISTIC_ENV,
     check_cublas_workspace,
     deterministic_mode,
 )
-from rlstruct.algos import A2CConfig
+from rlstruct.algos import A2CConfig, a2c, ppo
 from rlstruct.algos._train import cli, entry, loops, train_command
 from rlstruct.batchers import RL_Batcher
 from rlstruct.errors import ConfigError
+from tests.algos.test_captured_runs import fast_config
 from tests.algos.test_same_run import without_wall_clock
 from tests.fakes import ConstantAgent, CountingEnv
+from tests.fakes_accel import RecordingAccelerator
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -143,3 +145,23 @@ def test_a_worker_turns_deterministic_mode_on_from_its_environment(monkeypatch):
     finally:
         torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["a2c", "ppo"])
+def test_two_deterministic_runs_on_the_fast_path_give_the_same_bits(tmp_path, monkeypatch, algo):
+    """Captured acquisition and evaluation, the compiled update in graph mode and overlap, through the seam's
+    recording fake: nothing on those paths is refused by deterministic mode, and two runs agree bit for bit."""
+    monkeypatch.delenv(CUBLAS_WORKSPACE_ENV, raising=False)
+    module, cls = {"a2c": (a2c, a2c.A2CConfig), "ppo": (ppo, ppo.PPOConfig)}[algo]
+    fake = RecordingAccelerator()
+    runs = []
+    with _accel.installed("cpu", fake):
+        for name in ("first", "second"):
+            module.train(fast_config(cls, tmp_path, name, deterministic=True))
+            checkpoint = torch.load(tmp_path / name / "checkpoint.pt", map_location="cpu", weights_only=False)
+            runs.append((without_wall_clock(tmp_path / name / "progress.csv"), checkpoint["model"]))
+    (rows, weights), (again, weights_again) = runs
+    assert len(rows) > 3 and again == rows
+    assert all(torch.equal(v.view(torch.uint8), weights_again[k].view(torch.uint8)) for k, v in weights.items())
+    assert len(fake.graphs) == 4 and fake.compiles == [("reduce-overhead", "inductor")] * 2
