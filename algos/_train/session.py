@@ -25,6 +25,7 @@ from rlstruct._determinism import check_cublas_workspace, deterministic_mode
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, load_resume
+from rlstruct.algos._train.compile_cache import check_compile_cache, compile_cache
 from rlstruct.algos._train.config import (
     AutocastPart,
     RunConfig,
@@ -169,6 +170,7 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
         check_autocast(config, algorithm.title)
     if config.deterministic:
         check_cublas_workspace(algorithm.title)
+    check_compile_cache()
     algorithm.check_family(config)
     check_videos(config)
     algorithm.check_config(config)
@@ -275,7 +277,8 @@ def training_run(
 
     Sets ``torch`` to ``config.torch_threads`` threads (when set), to ``config.matmul_precision`` and, with
     ``config.deterministic``, to deterministic mode (:func:`~rlstruct._determinism.deterministic_mode`, inherited by
-    the worker processes the run starts) for the run and restores the previous settings on exit; the run and
+    the worker processes the run starts) and ``torch.compile``'s on-disk caches to rlstruct's compile cache
+    (:func:`~.compile_cache.compile_cache`) for the run and restores the previous settings on exit; the run and
     everything pushed on the stack are closed on exit, in reverse order, whether training returned or raised.
 
     In the main thread, a first Ctrl-C (SIGINT) or SIGTERM (what ``timeout``, SLURM and ``docker stop`` send)
@@ -315,6 +318,7 @@ def training_run(
         torch.set_float32_matmul_precision(config.matmul_precision)
         if config.deterministic:
             stack.enter_context(deterministic_mode())
+        stack.enter_context(compile_cache())
         stack.callback(run.close)
         stack.push(lambda failed, *_: run.end_trackers(failed=failed is not None))
         stack.enter_context(_stop_on_signals(run))
