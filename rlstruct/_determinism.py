@@ -30,7 +30,7 @@ import torch
 from rlstruct.errors import ConfigError
 
 __all__ = ["CUBLAS_WORKSPACE_ENV", "CUBLAS_WORKSPACE_VALUES", "DETERMINISTIC_ENV", "apply_from_environment",
-           "check_cublas_workspace", "deterministic_mode", "set_workspace_at_start"]
+           "check_cublas_workspace", "deterministic_mode", "set_workspace_at_start", "worker_environment"]
 
 #: cuBLAS's workspace setting, read when the CUDA context is made
 CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
@@ -85,6 +85,17 @@ def _set_torch(enabled: bool) -> None:
     inductor_config = sys.modules.get("torch._inductor.config")
     if inductor_config is not None:
         inductor_config.deterministic = enabled
+
+
+def worker_environment() -> dict[str, str]:
+    """The variables a worker process must start with to run in deterministic mode, for a process that does not
+    inherit this one's environment (a Ray actor: its ``runtime_env``'s ``env_vars``).
+
+    >>> sorted(worker_environment())
+    ['CUBLAS_WORKSPACE_CONFIG', 'RLSTRUCT_DETERMINISTIC', 'TORCHINDUCTOR_DETERMINISTIC']
+    """
+    return {CUBLAS_WORKSPACE_ENV: os.environ.get(CUBLAS_WORKSPACE_ENV, CUBLAS_WORKSPACE_VALUES[0]),
+            DETERMINISTIC_ENV: "1", _INDUCTOR_ENV: "1"}
 
 
 def apply_from_environment() -> bool:

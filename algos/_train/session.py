@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from rlstruct._accel import accelerator_for
-from rlstruct._determinism import check_cublas_workspace, deterministic_mode
+from rlstruct._determinism import check_cublas_workspace, deterministic_mode, worker_environment
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, load_resume
@@ -445,7 +445,9 @@ def open_batchers(
         from rlstruct.batchers import RayBatcher
 
         stack.enter_context(ray_session(config.ray_address))
-        batcher = RayBatcher(*train_args, **train_kwargs, n_actors=config.ray_actors)
+        # An actor's process is Ray's, not a child of this one: it gets deterministic mode from its runtime_env.
+        runtime_env = {"env_vars": worker_environment()} if config.deterministic else None
+        batcher = RayBatcher(*train_args, **train_kwargs, n_actors=config.ray_actors, runtime_env=runtime_env)
     else:
         batcher = RL_Batcher(*train_args, **train_kwargs, zero_copy=zero_copy, sync_timings=sync_timings)
     stack.callback(batcher.close)

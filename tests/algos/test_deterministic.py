@@ -5,6 +5,7 @@ settings after; what cannot be deterministic is refused in one line. On the CPU;
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -21,7 +22,7 @@ from rlstruct._determinism import (
     deterministic_mode,
 )
 from rlstruct.algos import A2CConfig, a2c, ppo
-from rlstruct.algos._train import cli, entry, loops, train_command
+from rlstruct.algos._train import cli, entry, loops, session, train_command
 from rlstruct.batchers import RL_Batcher
 from rlstruct.errors import ConfigError
 from tests.algos.test_captured_runs import fast_config
@@ -165,3 +166,29 @@ def test_two_deterministic_runs_on_the_fast_path_give_the_same_bits(tmp_path, mo
     assert len(rows) > 3 and again == rows
     assert all(torch.equal(v.view(torch.uint8), weights_again[k].view(torch.uint8)) for k, v in weights.items())
     assert len(fake.graphs) == 4 and fake.compiles == [("reduce-overhead", "inductor")] * 2
+
+
+def test_a_deterministic_run_starts_its_ray_actors_with_the_deterministic_environment(tmp_path, monkeypatch):
+    """A Ray actor's process is not this one's child: the run hands it the mode's variables in its runtime_env
+    (the actor turning the mode on from them is ``test_ray_batcher``'s)."""
+    import rlstruct.batchers
+
+    monkeypatch.delenv(CUBLAS_WORKSPACE_ENV, raising=False)
+    given = []
+
+    class Started(Exception):
+        pass
+
+    def ray_batcher(*args, **kwargs):
+        given.append(kwargs["runtime_env"])
+        raise Started
+
+    monkeypatch.setattr(rlstruct.batchers, "RayBatcher", ray_batcher)
+    monkeypatch.setattr(session, "ray_session", lambda address: contextlib.nullcontext())
+    config = dict(env="CartPole-v1", n_envs=4, n_steps=4, max_env_steps=64, progress=False, tensorboard=False,
+                  preset="none", ray_actors=1)
+    for deterministic in (True, False):
+        with pytest.raises(Started):
+            entry.train(A2CConfig(**config, deterministic=deterministic, logdir=str(tmp_path / f"{deterministic}")))
+    assert given == [{"env_vars": {CUBLAS_WORKSPACE_ENV: ":4096:8", DETERMINISTIC_ENV: "1",
+                                   "TORCHINDUCTOR_DETERMINISTIC": "1"}}, None]
