@@ -30,7 +30,8 @@ COMPILE_CACHE_ENV = "RLSTRUCT_COMPILE_CACHE"
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 #: the counters (torch._dynamo.utils.counters: group, name) a run's summary reports, by the name it gives them
-_COUNTERS = {"fx_graph_cache_hits": ("inductor", "fxgraph_cache_hit"),
+_COUNTERS = {"graphs": ("stats", "unique_graphs"),
+             "fx_graph_cache_hits": ("inductor", "fxgraph_cache_hit"),
              "fx_graph_cache_misses": ("inductor", "fxgraph_cache_miss"),
              "autograd_cache_hits": ("aot_autograd", "autograd_cache_hit"),
              "autograd_cache_misses": ("aot_autograd", "autograd_cache_miss")}
@@ -106,14 +107,15 @@ def _now() -> dict[str, float]:
 
 class CompileMeter:
     """What ``torch.compile`` did in this process since the meter was made: seconds compiling (dynamo's, AOTAutograd's
-    and inductor's, forward and backward; a graph from the cache costs its load), and the hits and misses of
+    and inductor's, forward and backward; a graph from the cache costs its load), the graphs dynamo captured (one
+    per function and input shape: a recompilation for a new shape counts one more), and the hits and misses of
     inductor's and AOTAutograd's caches (a hit: a graph not generated again)."""
 
     def __init__(self) -> None:
         self._start = _now()
 
     def read(self) -> dict[str, Any]:
-        """``{"seconds", "fx_graph_cache_hits", "fx_graph_cache_misses", "autograd_cache_hits",
+        """``{"seconds", "graphs", "fx_graph_cache_hits", "fx_graph_cache_misses", "autograd_cache_hits",
         "autograd_cache_misses"}`` since the meter was made.
 
         >>> CompileMeter().read()["fx_graph_cache_hits"]

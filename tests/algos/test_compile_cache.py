@@ -47,7 +47,9 @@ def test_a_second_launch_loads_the_compiled_update_from_the_cache(tmp_path):
     second = _launch(tmp_path / "second", cache)["compile"]
     # The first compiles the update's forward and backward (AOTAutograd's joint graph, inductor's two kernels' files)
     # and writes them to the cache; the second finds every one of them there and generates nothing.
-    assert first["fx_graph_cache_misses"] > 0 and first["fx_graph_cache_hits"] == 0, first
+    # One graph (the update's forward and loss at the run's one batch shape), compiled once: no shape recompiled.
+    assert first["graphs"] == second["graphs"] == 1, (first, second)
+    assert first["fx_graph_cache_misses"] == 2 and first["fx_graph_cache_hits"] == 0, first  # forward, backward
     assert first["autograd_cache_misses"] > 0 and first["autograd_cache_hits"] == 0, first
     assert second["fx_graph_cache_hits"] == first["fx_graph_cache_misses"], (first, second)
     assert second["autograd_cache_hits"] == first["autograd_cache_misses"], (first, second)
@@ -92,7 +94,7 @@ def test_a_run_that_compiles_nothing_reports_no_compile_time(tmp_path):
     result = entry.train(A2CConfig(env="CartPole-v1", n_envs=4, n_steps=4, max_env_steps=32, eval_every=100,
                                    n_evaluation_envs=2, evaluation_max_steps=10, progress=False, tensorboard=False,
                                    preset="none", logdir=str(tmp_path / "run")))
-    assert result.summary()["compile"] == meter.read() == {"seconds": 0.0, "fx_graph_cache_hits": 0,
+    assert result.summary()["compile"] == meter.read() == {"seconds": 0.0, "graphs": 0, "fx_graph_cache_hits": 0,
                                                            "fx_graph_cache_misses": 0, "autograd_cache_hits": 0,
                                                            "autograd_cache_misses": 0}
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["compile"] == result.summary()["compile"]
