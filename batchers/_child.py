@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from rlstruct._determinism import CUBLAS_WORKSPACE_ENV, apply_from_environment
 from rlstruct.allocator import tune_allocator
 from rlstruct.batchers._acquire import Acquirer, build_acquirer
 from rlstruct.batchers._buffer import allocate_block
@@ -28,13 +29,15 @@ __all__ = ["STOP_SIGNAL", "WorkerTerminated", "serve", "start_worker", "worker_m
 
 
 def _report(spec: WorkerSpec) -> dict[str, Any]:
-    keys = ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", *spec.placement.env)
+    keys = ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+            CUBLAS_WORKSPACE_ENV, *spec.placement.env)
     report = {
         "worker_id": spec.worker_id,
         "pid": os.getpid(),
         "device": str(spec.placement.device),
         "environ": {k: os.environ.get(k) for k in keys},
         "num_threads": torch.get_num_threads(),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
     }
     if hasattr(os, "sched_getaffinity"):
         report["cpus"] = sorted(os.sched_getaffinity(0))
@@ -195,6 +198,7 @@ def _serve_forever(spec: WorkerSpec, conn) -> None:
         if threads is None:
             threads = 1 if spec.placement.device.type == "cpu" else torch.get_num_threads()
         torch.set_num_threads(threads)
+        apply_from_environment()  # a deterministic run's worker: before its first kernel, as in the run's process
         seed = spec.agent_seed if spec.agent_seed is not None else spec.seed
         # With one seed for every worker, the global RNG still differs per worker, as with one seed each.
         torch.manual_seed(seed if spec.env_index is None else env_seeds(seed, 1, spec.env_index)[0])

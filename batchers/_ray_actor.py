@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from rlstruct._determinism import apply_from_environment
 from rlstruct.batchers._restart import restart_seeds
 from rlstruct.batchers._wire import from_wire, trajectories_to_wire
 from rlstruct.batchers.batcher import RL_Batcher
@@ -37,6 +38,7 @@ class BatcherActor:
         # Before anything touches CUDA: Ray may have set CUDA_VISIBLE_DEVICES for its own GPU choice, and an
         # explicit placement (a MIG slice, or none for a CPU actor) overrides it.
         os.environ.update(environ)
+        apply_from_environment()  # a deterministic run's actor (its runtime_env says so), before its first kernel
         self._environ_keys = (*_CUDA_KEYS, *(k for k in environ if k not in _CUDA_KEYS))
         if num_threads is not None:
             torch.set_num_threads(num_threads)
@@ -59,6 +61,7 @@ class BatcherActor:
             "accelerator_ids": ctx.get_accelerator_ids(),
             "environ": {k: os.environ.get(k) for k in self._environ_keys},
             "cuda_initialized": torch.cuda.is_initialized(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
             "workers": self.batcher.worker_reports(),
         }
         return {"n_envs": self.batcher.n_elems(), "specs": self.batcher._specs, "report": report}

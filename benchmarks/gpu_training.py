@@ -91,6 +91,8 @@ def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: 
                     "eval_s": math.nan, "reached": False, "iterations": 0, "env_steps": 0, "process_s": wall,
                     "error": proc.stderr[-3000:]}
         rows = _rows(Path(tmp))
+        # What the launch spent compiling, and whether it found its graphs in the compile cache (a warm launch).
+        compiled = json.loads((Path(tmp) / "summary.json").read_text()).get("compile") or {}
     warm = _warmup(rows)
     reached = [r for r in rows if r.get("eval/return", -math.inf) >= TARGET and r.get("eval/launch_env_steps", 0) > 0]
     at = reached[0]["wall_time_s"] if reached else math.nan
@@ -100,7 +102,9 @@ def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: 
     last = reached[0] if reached else rows[-1]
     run = {"algo": algo, "config": config, "seed": seed, "warmup_s": warm, "train_s": at - warm, "eval_s": eval_s,
            "reached": bool(reached), "iterations": last["iteration"], "env_steps": last["env_steps"],
-           "process_s": wall}
+           "process_s": wall, "compile_s": compiled.get("seconds"),
+           "compile_cache_hits": compiled.get("fx_graph_cache_hits"),
+           "compile_cache_misses": compiled.get("fx_graph_cache_misses")}
     print(json.dumps(run), flush=True)  # one line a run, so that a run cut short still shows the finished ones
     return run
 

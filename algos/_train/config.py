@@ -145,6 +145,8 @@ class RunConfig:
                                                 "agents built (None: max(batcher_timeout, 120))", group="run")
     matmul_precision: str = setting("highest", "float32 matrix products: highest, high (TF32) or medium",
                                     group="run")
+    deterministic: bool = setting(False, "the same seed gives the same bits on one device: deterministic kernels "
+                                         "and cuBLAS workspace (slower on a GPU)", group="run")
     resume: str | None = setting(None, "a checkpoint.pt, or a run's log folder, to continue training from",
                                  group="checkpoints")
     checkpoint_every: int = setting(0, "also write the checkpoint every this many iterations (0: at the end only)",

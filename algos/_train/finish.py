@@ -57,7 +57,7 @@ def finish_diverged(run: Run, *, title: str) -> TrainResult:
                          stop_signal=run.stop_signal, preset=run.config.preset, startup_s=run.startup_s,
                          world_size=run.world_size, stop_reason="diverged",
                          preset_target=preset_target(run.config.preset), diverged=found,
-                         run_wall_time_s=run.wall_offset + wall)
+                         run_wall_time_s=run.wall_offset + wall, compile=run.compile_meter.read())
     if not run.logger:
         return result
     error = f"; then {found['error']}" if "error" in found else ""
@@ -172,7 +172,8 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
                          checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
                          config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason,
                          preset_target(config.preset), eval_env_steps=eval_env_steps,
-                         run_wall_time_s=run.wall_offset + wall, worker_failure=failure)
+                         run_wall_time_s=run.wall_offset + wall, worker_failure=failure,
+                         compile=run.compile_meter.read())
     write_whole(run.logdir / Run.SUMMARY_NAME, json.dumps(result.summary(), indent=2))
     run.report(result.summary(), [checkpoint, plot, *(run.videos.paths if run.videos is not None else [])])
     return result

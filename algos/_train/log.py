@@ -26,6 +26,7 @@ from torch import nn
 
 from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, Resume, save_checkpoint
+from rlstruct.algos._train.compile_cache import CompileMeter
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.finite import DivergenceGuard
 from rlstruct.algos._train.result import reaches, run_target
@@ -209,6 +210,8 @@ class Run:
         self.kept_weights: dict[str, torch.Tensor] | None = None
         self.kept_env_steps: int | None = None
         self.startup_s: float | None = None
+        #: what torch.compile did in this process during the run (seconds, cache hits): the summary's ``compile``
+        self.compile_meter = CompileMeter()
         self.time_to_target_s: float | None = None
         #: the signal (``"SIGINT"``: a Ctrl-C, or ``"SIGTERM"``) that interrupted the run during
         #: :func:`training_run`, else ``None``: the loop stops at its next check

@@ -67,6 +67,9 @@ class TrainResult:
         run_wall_time_s: seconds of wall clock over every session of the run (the earlier sessions' as the
             checkpoint it resumed counted them, plus this one's; ``progress.csv``'s ``wall_time_s`` counts alike);
             ``wall_time_s`` for a run never resumed; ``None`` where not given.
+        compile: what ``torch.compile`` did in this session (:meth:`~.compile_cache.CompileMeter.read`: ``seconds``
+            compiling, and the hits and misses of inductor's and AOTAutograd's on-disk caches: a second launch of a
+            compiled run hits them); ``None`` where not given.
     """
 
     eval_return: float
@@ -91,6 +94,7 @@ class TrainResult:
     eval_env_steps: int | None = None
     run_wall_time_s: float | None = None
     worker_failure: dict[str, Any] | None = None
+    compile: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.reached_target = reaches(self.eval_return, self.target_return)
@@ -119,6 +123,7 @@ class TrainResult:
             "preset_target": self.preset_target,
             "diverged": self.diverged,
             "worker_failure": self.worker_failure,
+            "compile": self.compile,
         }
 
 

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from rlstruct._accel import accelerator_for
+from rlstruct._determinism import check_cublas_workspace, deterministic_mode, worker_environment
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._env_spec import EnvSpec, create_env, describe_env, evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import (
@@ -31,6 +32,7 @@ from rlstruct.algos._train.checkpoints import (
     load_checkpoint,
     load_resume,
 )
+from rlstruct.algos._train.compile_cache import check_compile_cache, compile_cache
 from rlstruct.algos._train.config import (
     AutocastPart,
     RunConfig,
@@ -181,6 +183,9 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
         check_start_method()  # a worker would meet it after the run folder and the learner are made
     if isinstance(config, AutocastPart):
         check_autocast(config, algorithm.title)
+    if config.deterministic:
+        check_cublas_workspace(algorithm.title)
+    check_compile_cache()
     algorithm.check_family(config)
     check_videos(config)
     algorithm.check_config(config)
@@ -286,9 +291,11 @@ def training_run(
 ) -> Iterator[tuple[Run, contextlib.ExitStack]]:
     """The frame of every ``train``: a :class:`Run`, and an exit stack that closes what the run opens.
 
-    Sets ``torch`` to ``config.torch_threads`` threads (when set) and to ``config.matmul_precision`` for the run
-    and restores the previous settings on exit; the run and everything pushed on the stack are closed on exit,
-    in reverse order, whether training returned or raised.
+    Sets ``torch`` to ``config.torch_threads`` threads (when set), to ``config.matmul_precision`` and, with
+    ``config.deterministic``, to deterministic mode (:func:`~rlstruct._determinism.deterministic_mode`, inherited by
+    the worker processes the run starts) and ``torch.compile``'s on-disk caches to rlstruct's compile cache
+    (:func:`~.compile_cache.compile_cache`) for the run and restores the previous settings on exit; the run and
+    everything pushed on the stack are closed on exit, in reverse order, whether training returned or raised.
 
     In the main thread, a first Ctrl-C (SIGINT) or SIGTERM (what ``timeout``, SLURM and ``docker stop`` send)
     during the run does not raise: it sets ``run.stop_signal`` (``run.interrupted``), so that the loop (``while not
@@ -328,6 +335,9 @@ def training_run(
         stack.callback(torch.set_num_threads, threads)
         stack.callback(torch.set_float32_matmul_precision, precision)
         torch.set_float32_matmul_precision(config.matmul_precision)
+        if config.deterministic:
+            stack.enter_context(deterministic_mode())
+        stack.enter_context(compile_cache())
         stack.callback(run.close)
         stack.push(lambda failed, *_: run.end_trackers(failed=failed is not None))
         stack.enter_context(_stop_on_signals(run))
@@ -468,7 +478,9 @@ def open_batchers(
         from rlstruct.batchers import RayBatcher
 
         stack.enter_context(ray_session(config.ray_address))
-        batcher = RayBatcher(*train_args, **train_kwargs, n_actors=config.ray_actors)
+        # An actor's process is Ray's, not a child of this one: it gets deterministic mode from its runtime_env.
+        runtime_env = {"env_vars": worker_environment()} if config.deterministic else None
+        batcher = RayBatcher(*train_args, **train_kwargs, n_actors=config.ray_actors, runtime_env=runtime_env)
     else:
         batcher = RL_Batcher(*train_args, **train_kwargs, zero_copy=zero_copy, sync_timings=sync_timings)
     stack.callback(batcher.close)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlstruct._determinism import set_workspace_at_start
 from rlstruct.algos._train.checkpoints import check_resume_algorithm, load_checkpoint
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.distributed import restart_resume
@@ -195,6 +196,8 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
     ends the run as a signal does (its checkpoint and summary, ``stop_reason`` ``"worker_failed"``, with the
     traceback the worker sent): one line to stderr, status 1; ``--resume`` continues it.
     """
+    if "--deterministic" in (sys.argv[1:] if argv is None else argv):
+        set_workspace_at_start()  # cuBLAS reads it when the CUDA context is made: before anything can make one
     if isinstance(algorithm, str):
         algorithm = registered(algorithm)
     # The process's start when this command is the process's own command line (the console script, python -m), so

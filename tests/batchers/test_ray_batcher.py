@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from rlstruct import DictTensor, TemporalDictTensor, Trajectories
+from rlstruct._determinism import worker_environment
 from rlstruct.algos import create_env
 from rlstruct.algos.policies import create_policy_agent
 from rlstruct.batchers import RL_Batcher, WorkerPlacement, restart_seed
@@ -431,3 +432,17 @@ def test_an_out_of_range_action_is_the_envs_action_range_error_naming_the_actor(
             b.get()
         with pytest.raises(BatcherStateError, match="failed"):
             b.execute()
+
+
+def test_an_actor_started_with_the_deterministic_environment_runs_in_deterministic_mode(ray_cluster):
+    """What a ``--deterministic --ray-actors N`` run gives its actors (their ``runtime_env``): the actor and the
+    worker process it starts turn deterministic mode on before building anything; an actor without it does not."""
+    with RayBatcher(2, ConstantAgent, {}, CountingEnv, AUTORESET, 1, [0], n_actors=1, num_cpus=0.5, timeout=60,
+                    runtime_env={"env_vars": worker_environment()}) as b:
+        report, = b.worker_reports()
+    assert report["deterministic"] is True
+    assert [w["deterministic"] for w in report["workers"]] == [True]
+    assert [w["environ"]["CUBLAS_WORKSPACE_CONFIG"] for w in report["workers"]] == [":4096:8"]
+    with RayBatcher(2, ConstantAgent, {}, CountingEnv, AUTORESET, 0, [0], n_actors=1, num_cpus=0.5, timeout=60) as b:
+        report, = b.worker_reports()
+    assert report["deterministic"] is False
