@@ -1,7 +1,7 @@
 """Learning curves over seeds (re-exported by :mod:`rlstruct.algos.statistics`), as Agarwal et al. (2021) draw sample
 efficiency: each run's evaluation returns against
 env steps put on one grid (:func:`common_grid`, :func:`align_runs`), an aggregate of the runs at each step with its
-stratified bootstrap interval (:func:`curve_intervals`), and the area under a run's curve as one score
+stratified bootstrap interval (:func:`~rlstruct.algos.statistics.curve_intervals`, from these grids), and the area under a run's curve as one score
 (:func:`area_under_curve`), whose IQM over seeds :func:`~rlstruct.algos.statistics.aggregate_scores` gives.
 
 A run's curve is ``(env_steps, returns)``, two equal-length sequences, env steps increasing. The runs of several
@@ -18,7 +18,7 @@ from typing import Any, Union
 
 import numpy as np
 
-__all__ = ["CurveEstimate", "align_runs", "area_under_curve", "common_grid", "curve_intervals"]
+__all__ = ["CurveEstimate", "Curves", "align_runs", "area_under_curve", "common_grid"]
 
 #: one run's curve: its evaluations' env steps and returns
 RunCurve = tuple[Sequence[float], Sequence[float]]
@@ -124,55 +124,3 @@ class CurveEstimate:
 
         return {"env_steps": listed(self.env_steps), name: listed(self.value), "low": listed(self.low),
                 "high": listed(self.high)}
-
-
-def curve_intervals(curves: Curves, grid: Sequence[float], *, aggregate: str = "iqm", confidence: float = 0.95,
-                    n_resamples: int = 2000, seed: int = 0) -> CurveEstimate:
-    """The ``aggregate`` (``"iqm"``, ``"mean"`` or ``"median"``) of the runs at each step of ``grid``, with its
-    pointwise percentile interval from :func:`scipy.stats.bootstrap`: the runs (rows) resampled, task by task, the
-    same resampled runs at every step (a run's curve stays whole).
-
-    Args:
-        curves: ``float64 [runs, len(grid)]`` (one task) or ``{task: float64 [runs_k, len(grid)]}``.
-        grid: the env steps of the columns.
-        aggregate: the statistic over the runs of all tasks at one step.
-        confidence: the interval's confidence level.
-        n_resamples: bootstrap resamples.
-        seed: seeds the resampling.
-
-    Raises:
-        ValueError: an unknown aggregate, a task without runs, a width that is not the grid's, a value not finite.
-
-    >>> est = curve_intervals([[0.0, 1.0], [0.0, 3.0], [0.0, 2.0]], [0, 100], aggregate="mean", n_resamples=200)
-    >>> est.value.tolist(), bool(est.low[1] <= 2.0 <= est.high[1])
-    ([0.0, 2.0], True)
-    """
-    # imported here: statistics re-exports this module's functions, so imports it first
-    from rlstruct.algos.statistics import AGGREGATES, _percentile_bounds
-
-    if aggregate not in AGGREGATES or aggregate == "optimality_gap":
-        raise ValueError(f"aggregate must be one of iqm, mean, median, got {aggregate!r}")
-    at = np.asarray(grid, dtype=np.float64)
-    strata = {"": curves} if not isinstance(curves, Mapping) else dict(curves)
-    samples = []
-    for task, runs in strata.items():
-        array = np.asarray(runs, dtype=np.float64)
-        if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] != at.size:
-            raise ValueError(f"curves of task {task!r} must be [runs, {at.size}] (one row per run on the grid), got "
-                             f"shape {array.shape}")
-        if not np.isfinite(array).all():
-            raise ValueError(f"curves of task {task!r} must be finite; leave out the runs that did not finish")
-        samples.append(array)
-    function = AGGREGATES[aggregate]
-    value = function(np.concatenate(samples, axis=0), axis=0)
-
-    def statistic(*resampled: np.ndarray, axis: int = -1) -> Any:
-        return function(np.concatenate(resampled, axis=axis), axis=axis)
-
-    # axis 0: the runs are resampled, each resample keeping a run's whole curve
-    bounds = _percentile_bounds(samples, statistic, confidence=confidence, n_resamples=n_resamples, seed=seed, axis=0)
-    if bounds is None:
-        nan = np.full(at.shape, math.nan)
-        return CurveEstimate(at, np.asarray(value, dtype=np.float64), nan, nan.copy())
-    return CurveEstimate(at, np.asarray(value, dtype=np.float64), np.asarray(bounds[0], dtype=np.float64),
-                         np.asarray(bounds[1], dtype=np.float64))

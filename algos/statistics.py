@@ -21,10 +21,10 @@ from typing import Any, Union
 
 import numpy as np
 
+from rlstruct.algos._curves import CurveEstimate, Curves
 from rlstruct.algos._curves import align_runs as align_runs
 from rlstruct.algos._curves import area_under_curve as area_under_curve
 from rlstruct.algos._curves import common_grid as common_grid
-from rlstruct.algos._curves import curve_intervals
 from rlstruct.errors import MissingDependencyError
 
 # align_runs, area_under_curve and common_grid are this module's too, left out of __all__ for the names' budget
@@ -144,6 +144,55 @@ def _percentile_bounds(samples: list[np.ndarray], statistic: Callable[..., Any],
     result = bootstrap(samples, statistic, n_resamples=n_resamples, confidence_level=confidence, method="percentile",
                        vectorized=True, rng=np.random.default_rng(seed), axis=axis)
     return result.confidence_interval.low, result.confidence_interval.high
+
+
+def curve_intervals(curves: Curves, grid: Sequence[float], *, aggregate: str = "iqm", confidence: float = 0.95,
+                    n_resamples: int = 2000, seed: int = 0) -> CurveEstimate:
+    """The ``aggregate`` (``"iqm"``, ``"mean"`` or ``"median"``) of the runs at each step of ``grid``, with its
+    pointwise percentile interval from :func:`scipy.stats.bootstrap`: the runs (rows) resampled, task by task, the
+    same resampled runs at every step (a run's curve stays whole).
+
+    Args:
+        curves: ``float64 [runs, len(grid)]`` (one task) or ``{task: float64 [runs_k, len(grid)]}``.
+        grid: the env steps of the columns.
+        aggregate: the statistic over the runs of all tasks at one step.
+        confidence: the interval's confidence level.
+        n_resamples: bootstrap resamples.
+        seed: seeds the resampling.
+
+    Raises:
+        ValueError: an unknown aggregate, a task without runs, a width that is not the grid's, a value not finite.
+
+    >>> est = curve_intervals([[0.0, 1.0], [0.0, 3.0], [0.0, 2.0]], [0, 100], aggregate="mean", n_resamples=200)
+    >>> est.value.tolist(), bool(est.low[1] <= 2.0 <= est.high[1])
+    ([0.0, 2.0], True)
+    """
+    if aggregate not in AGGREGATES or aggregate == "optimality_gap":
+        raise ValueError(f"aggregate must be one of iqm, mean, median, got {aggregate!r}")
+    at = np.asarray(grid, dtype=np.float64)
+    strata = {"": curves} if not isinstance(curves, Mapping) else dict(curves)
+    samples = []
+    for task, runs in strata.items():
+        array = np.asarray(runs, dtype=np.float64)
+        if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] != at.size:
+            raise ValueError(f"curves of task {task!r} must be [runs, {at.size}] (one row per run on the grid), got "
+                             f"shape {array.shape}")
+        if not np.isfinite(array).all():
+            raise ValueError(f"curves of task {task!r} must be finite; leave out the runs that did not finish")
+        samples.append(array)
+    function = AGGREGATES[aggregate]
+    value = function(np.concatenate(samples, axis=0), axis=0)
+
+    def statistic(*resampled: np.ndarray, axis: int = -1) -> Any:
+        return function(np.concatenate(resampled, axis=axis), axis=axis)
+
+    # axis 0: the runs are resampled, each resample keeping a run's whole curve
+    bounds = _percentile_bounds(samples, statistic, confidence=confidence, n_resamples=n_resamples, seed=seed, axis=0)
+    if bounds is None:
+        nan = np.full(at.shape, math.nan)
+        return CurveEstimate(at, np.asarray(value, dtype=np.float64), nan, nan.copy())
+    return CurveEstimate(at, np.asarray(value, dtype=np.float64), np.asarray(bounds[0], dtype=np.float64),
+                         np.asarray(bounds[1], dtype=np.float64))
 
 
 def _bootstrap(samples: list[np.ndarray], statistic: Callable[..., Any], value: float, *, confidence: float,
