@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -169,6 +170,10 @@ def test_documented_command_runs_as_written(page, command, workdir, monkeypatch,
         argv = [*argv[:cut], "--trials", "1", "--", *argv[cut + 1:], *CAP]
     monkeypatch.chdir(workdir)
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    # The extending page's own algorithm (tutorials/mylab) is importable as its reader makes it: on PYTHONPATH.
+    monkeypatch.syspath_prepend(str(ROOT / "tutorials"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT / "tutorials"),
+                                                                   os.environ.get("PYTHONPATH")])))
     status = cli.main(argv[1:])
     out = capsys.readouterr()
     assert status == 0, f"{page}: `{command}` exited with {status}:\n{out.err[-2000:]}"
