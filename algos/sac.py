@@ -241,14 +241,14 @@ class TwinQNetwork(nn.Module):
             state.update(stacked)
 
 
-def stack_critic_optimizer_state(state: dict[str, Any], n_critics: int) -> dict[str, Any]:
+def _stack_critic_optimizer_state(state: dict[str, Any], n_critics: int) -> dict[str, Any]:
     """An optimizer's ``state_dict`` over separate critics' parameters (``n_critics`` blocks in the same order,
     one per critic, as ``TwinQNetwork.parameters()`` listed them before the ensemble) turned into one over the
     ensemble's stacked parameters: each moment stacked over the critics, the step count kept.
 
     >>> saved = {"state": {i: {"step": torch.tensor(3.0), "exp_avg": torch.full((2,), float(i))} for i in range(4)},
     ...          "param_groups": [{"lr": 0.1, "params": [0, 1, 2, 3]}]}
-    >>> new = stack_critic_optimizer_state(saved, 2)
+    >>> new = _stack_critic_optimizer_state(saved, 2)
     >>> new["param_groups"][0]["params"], new["state"][1]["exp_avg"].tolist()
     ([0, 1], [[1.0, 1.0], [3.0, 3.0]])
     """
@@ -447,7 +447,7 @@ class SACLearner:
             restore_optimizer(self.actor_opt, resume.learner["actor_optimizer"], config.lr)
             critic_optimizer = resume.learner["critic_optimizer"]
             if any(key.startswith("critics.") for key in resume.learner["critic"]):  # saved before the ensemble
-                critic_optimizer = stack_critic_optimizer_state(critic_optimizer, self.critic.n_critics)
+                critic_optimizer = _stack_critic_optimizer_state(critic_optimizer, self.critic.n_critics)
             restore_optimizer(self.critic_opt, critic_optimizer, config.critic_lr)
             restore_optimizer(self.alpha_opt, resume.learner["alpha_optimizer"], config.lr)
         self.noise = torch.Generator(device=device)
