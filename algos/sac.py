@@ -199,7 +199,7 @@ class TwinQNetwork(nn.Module):
         sizes = [obs_dim + action_dim, *hidden_sizes, 1]
         separate = [[nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])] for _ in range(n_critics)]
         self.layers = nn.ModuleList(EnsembleLinear(members) for members in zip(*separate))
-        self._register_load_state_dict_pre_hook(self._load_separate_layout)
+        self.register_load_state_dict_pre_hook(_load_separate_layout)
 
     def forward(self, frame: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Q-values ``[n_critics, N]`` of observations ``[N, obs_dim]`` and actions ``[N, action_dim]``."""
@@ -232,13 +232,14 @@ class TwinQNetwork(nn.Module):
             out[key] = torch.stack([by_critic[k] for k in sorted(by_critic)])
         return out
 
-    def _load_separate_layout(self, state: dict[str, Any], prefix: str, *args: Any) -> None:
-        # Checkpoints written before the ensemble hold one nn.Sequential per critic; load_state_dict hands this hook
-        # the dict it will read, so stacking in place keeps them loading.
-        if any(key.startswith(prefix + "critics.") for key in state):
-            stacked = self.stack_state_dict(state, prefix)
-            state.clear()
-            state.update(stacked)
+
+def _load_separate_layout(module: TwinQNetwork, state: dict[str, Any], prefix: str, *args: Any) -> None:
+    # Checkpoints written before the ensemble hold one nn.Sequential per critic; load_state_dict hands this hook the
+    # dict it will read, so stacking in place keeps them loading.
+    if any(key.startswith(prefix + "critics.") for key in state):
+        stacked = module.stack_state_dict(state, prefix)
+        state.clear()
+        state.update(stacked)
 
 
 def _stack_critic_optimizer_state(state: dict[str, Any], n_critics: int) -> dict[str, Any]:
