@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -39,8 +40,9 @@ from rlstruct.algos.policies import NetworkAgent, row_invariant
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
-__all__ = ["SACConfig", "SquashedGaussianActor", "TwinQNetwork", "SACAgent", "create_sac_agent", "soft_q_targets",
-           "sac_critic_loss", "sac_actor_loss", "sac_temperature_loss", "SACLearner", "ALGORITHM", "train"]
+__all__ = ["SACConfig", "SquashedGaussianActor", "EnsembleLinear", "TwinQNetwork", "SACAgent", "create_sac_agent",
+           "soft_q_targets", "sac_critic_loss", "sac_actor_loss", "sac_temperature_loss", "SACLearner", "ALGORITHM",
+           "train"]
 
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -90,7 +92,7 @@ def check_env(config: SACConfig, spec: EnvSpec) -> None:
 def _relu_mlp(in_size: int, hidden_sizes: Sequence[int]) -> nn.Sequential:
     layers: list[nn.Module] = []
     for a, b in zip([in_size, *hidden_sizes[:-1]], hidden_sizes):
-        layers += [nn.Linear(a, b), nn.ReLU()]
+        layers += [nn.Linear(a, b), nn.ReLU(inplace=True)]
     return nn.Sequential(*layers)
 
 
@@ -152,8 +154,37 @@ class SquashedGaussianActor(nn.Module):
         return self.squash(self(frame)[0])
 
 
+class EnsembleLinear(nn.Module):
+    """``n`` independent affine maps applied together, one batched matmul: ``y[k] = x[k] @ weight[k].T + bias[k]``.
+
+    Each member's weight and bias are laid out as :class:`torch.nn.Linear`'s, stacked on a first dim of ``n``.
+
+    Args:
+        members: the ``nn.Linear`` maps to stack (their current weights are copied).
+
+    >>> layer = EnsembleLinear([nn.Linear(3, 4), nn.Linear(3, 4)])
+    >>> layer(torch.zeros(2, 5, 3)).shape, layer.weight.shape
+    (torch.Size([2, 5, 4]), torch.Size([2, 4, 3]))
+    """
+
+    def __init__(self, members: Sequence[nn.Linear]):
+        super().__init__()
+        self.weight = nn.Parameter(torch.stack([m.weight.detach() for m in members]))
+        self.bias = nn.Parameter(torch.stack([m.bias.detach() for m in members]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``float [n, N, out]`` of inputs ``[n, N, in]`` (one input per member; an expanded view shares one)."""
+        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight.transpose(1, 2))
+
+
 class TwinQNetwork(nn.Module):
-    """``n_critics`` independent ReLU MLPs ``Q(s, a)``, evaluated together.
+    """``n_critics`` independent ReLU MLPs ``Q(s, a)``, evaluated together as one ensemble: each layer of every
+    critic in one batched matmul (:class:`EnsembleLinear`), so a forward costs a few large ops instead of a few per
+    critic.
+
+    The critics are initialised as ``n_critics`` separate ``nn.Linear`` MLPs built one after the other (the same
+    draws from torch's generator), and :meth:`stack_state_dict` reads the state of that separate layout
+    (``critics.{k}.{2 * layer}.weight``), which ``load_state_dict`` accepts too.
 
     Args:
         obs_dim: observation size.
@@ -167,15 +198,74 @@ class TwinQNetwork(nn.Module):
 
     def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int], n_critics: int = 2):
         super().__init__()
-        self.critics = nn.ModuleList(
-            nn.Sequential(*_relu_mlp(obs_dim + action_dim, hidden_sizes), nn.Linear(hidden_sizes[-1], 1))
-            for _ in range(n_critics)
-        )
+        self.n_critics = n_critics
+        sizes = [obs_dim + action_dim, *hidden_sizes, 1]
+        separate = [[nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])] for _ in range(n_critics)]
+        self.layers = nn.ModuleList(EnsembleLinear(members) for members in zip(*separate))
+        self.register_load_state_dict_pre_hook(_load_separate_layout)
 
     def forward(self, frame: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Q-values ``[n_critics, N]`` of observations ``[N, obs_dim]`` and actions ``[N, action_dim]``."""
         x = torch.cat([frame.float(), action.float()], -1)
-        return torch.stack([q(x).squeeze(-1) for q in self.critics])
+        x = x.unsqueeze(0).expand(self.n_critics, *x.shape)
+        for layer in self.layers[:-1]:
+            x = layer(x).relu_()  # in place: baddbmm's backward does not read its output
+        return self.layers[-1](x).squeeze(-1)
+
+    @staticmethod
+    def stack_state_dict(state: Mapping[str, torch.Tensor], prefix: str = "") -> dict[str, torch.Tensor]:
+        """``state`` with the separate critics' keys (``{prefix}critics.{k}.{2 * j}.weight``, ``.bias``) stacked into
+        the ensemble's (``{prefix}layers.{j}.weight``, ``.bias``); other keys as they are.
+
+        >>> old = {"critics.0.0.weight": torch.zeros(4, 3), "critics.1.0.weight": torch.ones(4, 3)}
+        >>> TwinQNetwork.stack_state_dict(old)["layers.0.weight"].shape
+        torch.Size([2, 4, 3])
+        """
+        pattern = re.compile(re.escape(prefix) + r"critics\.(\d+)\.(\d+)\.(weight|bias)$")
+        out: dict[str, torch.Tensor] = {}
+        members: dict[str, dict[int, torch.Tensor]] = {}
+        for key, value in state.items():
+            match = pattern.match(key)
+            if match is None:
+                out[key] = value
+            else:
+                critic, index, name = match.groups()
+                members.setdefault(f"{prefix}layers.{int(index) // 2}.{name}", {})[int(critic)] = value
+        for key, by_critic in members.items():
+            out[key] = torch.stack([by_critic[k] for k in sorted(by_critic)])
+        return out
+
+
+def _load_separate_layout(module: TwinQNetwork, state: dict[str, Any], prefix: str, *args: Any) -> None:
+    # Checkpoints written before the ensemble hold one nn.Sequential per critic; load_state_dict hands this hook the
+    # dict it will read, so stacking in place keeps them loading.
+    if any(key.startswith(prefix + "critics.") for key in state):
+        stacked = module.stack_state_dict(state, prefix)
+        state.clear()
+        state.update(stacked)
+
+
+def _stack_critic_optimizer_state(state: dict[str, Any], n_critics: int) -> dict[str, Any]:
+    """An optimizer's ``state_dict`` over separate critics' parameters (``n_critics`` blocks in the same order,
+    one per critic, as ``TwinQNetwork.parameters()`` listed them before the ensemble) turned into one over the
+    ensemble's stacked parameters: each moment stacked over the critics, the step count kept.
+
+    >>> saved = {"state": {i: {"step": torch.tensor(3.0), "exp_avg": torch.full((2,), float(i))} for i in range(4)},
+    ...          "param_groups": [{"lr": 0.1, "params": [0, 1, 2, 3]}]}
+    >>> new = _stack_critic_optimizer_state(saved, 2)
+    >>> new["param_groups"][0]["params"], new["state"][1]["exp_avg"].tolist()
+    ([0, 1], [[1.0, 1.0], [3.0, 3.0]])
+    """
+    (group,) = state["param_groups"]
+    per_critic = len(group["params"]) // n_critics
+    blocks = [group["params"][k * per_critic:(k + 1) * per_critic] for k in range(n_critics)]
+    new_state: dict[int, dict[str, Any]] = {}
+    for i, ids in enumerate(zip(*blocks)):
+        saved = [state["state"][j] for j in ids if j in state["state"]]
+        if saved:
+            new_state[i] = {key: value if key == "step" else torch.stack([s[key] for s in saved])
+                            for key, value in saved[0].items()}
+    return {"state": new_state, "param_groups": [{**group, "params": list(range(per_critic))}]}
 
 
 class SACAgent(NetworkAgent):
@@ -368,7 +458,10 @@ class SACLearner:
             with torch.no_grad():
                 self.log_alpha.copy_(resume.learner["log_alpha"])
             restore_optimizer(self.actor_opt, resume.learner["actor_optimizer"], config.lr)
-            restore_optimizer(self.critic_opt, resume.learner["critic_optimizer"], config.critic_lr)
+            critic_optimizer = resume.learner["critic_optimizer"]
+            if any(key.startswith("critics.") for key in resume.learner["critic"]):  # saved before the ensemble
+                critic_optimizer = _stack_critic_optimizer_state(critic_optimizer, self.critic.n_critics)
+            restore_optimizer(self.critic_opt, critic_optimizer, config.critic_lr)
             restore_optimizer(self.alpha_opt, resume.learner["alpha_optimizer"], config.lr)
         self.noise = torch.Generator(device=device)
         self.noise.manual_seed(seed)

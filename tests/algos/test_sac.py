@@ -6,10 +6,12 @@ import math
 
 import pytest
 import torch
+from torch import nn
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 from rlstruct.algos import EnvSpec, sac
 from rlstruct.algos._replay_transitions import one_step_transitions
+from rlstruct.algos._train import Resume
 from rlstruct.algos._train.session import validate
 from rlstruct.algos.sac import (
     SACConfig,
@@ -130,6 +132,79 @@ def test_twin_critics_are_independent():
     critic = TwinQNetwork(3, 1, (8, 8))
     q = critic(torch.randn(5, 3), torch.randn(5, 1))
     assert q.shape == (2, 5) and not torch.allclose(q[0], q[1])
+
+
+class _SeparateCritics(nn.Module):
+    """The critics as separate MLPs, as TwinQNetwork held them before the ensemble (the checkpoints' layout)."""
+
+    def __init__(self, obs_dim, action_dim, hidden_sizes, n_critics=2):
+        super().__init__()
+        sizes = [obs_dim + action_dim, *hidden_sizes]
+        self.critics = nn.ModuleList(
+            nn.Sequential(*(m for a, b in zip(sizes[:-1], sizes[1:]) for m in (nn.Linear(a, b), nn.ReLU())),
+                          nn.Linear(sizes[-1], 1))
+            for _ in range(n_critics))
+
+    def forward(self, frame, action):
+        x = torch.cat([frame, action], -1)
+        return torch.stack([q(x).squeeze(-1) for q in self.critics])
+
+
+def test_ensemble_critics_equal_separate_mlps_in_init_values_and_gradients():
+    torch.manual_seed(0)
+    separate = _SeparateCritics(3, 2, (16, 8))
+    torch.manual_seed(0)
+    ensemble = TwinQNetwork(3, 2, (16, 8))
+    for j, layer in enumerate(ensemble.layers):  # the same draws: the same initial weights
+        torch.testing.assert_close(layer.weight, torch.stack([q[2 * j].weight for q in separate.critics]))
+        torch.testing.assert_close(layer.bias, torch.stack([q[2 * j].bias for q in separate.critics]))
+    frame, action = torch.randn(7, 3), torch.randn(7, 2, requires_grad=True)
+    q_sep, q_ens = separate(frame, action), ensemble(frame, action)
+    torch.testing.assert_close(q_ens, q_sep)
+    weights = torch.randn(2, 7)
+    grad_sep = torch.autograd.grad((q_sep * weights).sum(), [action, *separate.parameters()])
+    grad_ens = torch.autograd.grad((q_ens * weights).sum(), [action, *ensemble.parameters()])
+    torch.testing.assert_close(grad_ens[0], grad_sep[0])
+    for j, layer in enumerate(ensemble.layers):
+        per_critic = [grad_sep[1:][6 * k + 2 * j: 6 * k + 2 * j + 2] for k in range(2)]
+        torch.testing.assert_close(grad_ens[1 + 2 * j], torch.stack([g[0] for g in per_critic]))
+        torch.testing.assert_close(grad_ens[2 + 2 * j], torch.stack([g[1] for g in per_critic]))
+
+
+def test_the_separate_critics_state_loads_into_the_ensemble():
+    separate, ensemble = _SeparateCritics(3, 2, (8,)), TwinQNetwork(3, 2, (8,))
+    ensemble.load_state_dict(separate.state_dict())
+    frame, action = torch.randn(5, 3), torch.randn(5, 2)
+    torch.testing.assert_close(ensemble(frame, action), separate(frame, action))
+
+
+def test_a_checkpoint_of_separate_critics_resumes_with_their_weights_and_adam_moments(tmp_path):
+    config = SACConfig(hidden_sizes=(8,), logdir=str(tmp_path))
+    critic, target = _SeparateCritics(3, 2, (8,)), _SeparateCritics(3, 2, (8,))
+    actor = SquashedGaussianActor(3, 2, (8,), SPEC.action_low, SPEC.action_high)
+    critic_opt = torch.optim.Adam(critic.parameters(), lr=config.critic_lr)
+    critic(torch.randn(4, 3), torch.randn(4, 2)).square().sum().backward()
+    critic_opt.step()
+    log_alpha = torch.zeros((), requires_grad=True)
+    learner_state = {"critic": critic.state_dict(), "target_critic": target.state_dict(),
+                     "log_alpha": torch.tensor(0.0),
+                     "actor_optimizer": torch.optim.Adam(actor.parameters()).state_dict(),
+                     "critic_optimizer": critic_opt.state_dict(),
+                     "alpha_optimizer": torch.optim.Adam([log_alpha]).state_dict()}
+    resume = Resume(path=tmp_path / "checkpoint.pt", algo="sac", config={}, iteration=1, env_steps=10, wall_time_s=1.0,
+                    model=actor.state_dict(), learner=learner_state)
+    learner = sac.SACLearner(config, SPEC, resume, device=torch.device("cpu"), seed=0, n_rows=1)
+    frame, action = torch.randn(5, 3), torch.randn(5, 2)
+    torch.testing.assert_close(learner.critic(frame, action), critic(frame, action))
+    torch.testing.assert_close(learner.target(frame, action), target(frame, action))
+    separate_params = list(critic.parameters())
+    for i, p in enumerate(learner.critic.parameters()):
+        saved = [critic_opt.state[separate_params[i + len(separate_params) // 2 * k]] for k in range(2)]
+        torch.testing.assert_close(learner.critic_opt.state[p]["exp_avg"], torch.stack([s["exp_avg"] for s in saved]))
+        torch.testing.assert_close(learner.critic_opt.state[p]["exp_avg_sq"],
+                                   torch.stack([s["exp_avg_sq"] for s in saved]))
+        assert float(learner.critic_opt.state[p]["step"]) == 1.0
+    assert set(learner.state()["critic"]) == {f"layers.{j}.{n}" for j in range(2) for n in ("weight", "bias")}
 
 
 # --------------------------------------------------------------------------- transitions
