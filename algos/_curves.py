@@ -1,7 +1,7 @@
 """Learning curves over seeds (re-exported by :mod:`rlstruct.algos.statistics`), as Agarwal et al. (2021) draw sample
-efficiency: each run's evaluation returns against
-env steps put on one grid (:func:`common_grid`, :func:`align_runs`), an aggregate of the runs at each step with its
-stratified bootstrap interval (:func:`~rlstruct.algos.statistics.curve_intervals`, from these grids), and the area under a run's curve as one score
+efficiency: each run's evaluation returns against env steps put on one grid (:func:`common_grid`,
+:func:`align_runs`), from which :func:`~rlstruct.algos.statistics.curve_intervals` gives an aggregate of the runs at
+each step with its stratified bootstrap interval, and the area under a run's curve as one score
 (:func:`area_under_curve`), whose IQM over seeds :func:`~rlstruct.algos.statistics.aggregate_scores` gives.
 
 A run's curve is ``(env_steps, returns)``, two equal-length sequences, env steps increasing. The runs of several

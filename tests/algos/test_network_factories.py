@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from rlstruct.algos import EnvSpec
-from rlstruct.algos.qnetworks import q_network
 from rlstruct.algos.network_factories import (
     ACTOR_CRITIC_CONTRACT,
     Q_CONTRACT,
@@ -24,6 +23,7 @@ from rlstruct.algos.network_factories import (
     network_model,
 )
 from rlstruct.algos.networks import build_actor_critic
+from rlstruct.algos.qnetworks import q_network
 from rlstruct.algos.sac import SquashedGaussianActor, TwinQNetwork
 from rlstruct.errors import ConfigError
 from tests.algos.test_cli_errors import assert_one_line_error, run_cli

@@ -11,8 +11,8 @@ from torch.distributions import AffineTransform, Normal, TanhTransform, Transfor
 
 from rlstruct.algos import EnvSpec, sac
 from rlstruct.algos._replay_transitions import one_step_transitions
-from rlstruct.algos._train import Resume
 from rlstruct.algos._train.session import validate
+from rlstruct.algos.harness import Resume
 from rlstruct.algos.sac import (
     SACConfig,
     SquashedGaussianActor,
