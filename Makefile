@@ -39,7 +39,10 @@ demo: $(VENV)/.demo-installed
 # (batcher workers, torchrun ranks), so more workers than cores only slows each test. `make test TEST_WORKERS=4` on a
 # larger machine. --dist loadgroup keeps the tests of one xdist_group (the Ray tests) on one worker.
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=25 \
+# PYTEST_ARGS: more pytest options, e.g. `make quick PYTEST_ARGS=--junitxml=quick.xml` for the time guard's headroom
+# (benchmarks/test_guard.py reads it).
+PYTEST_ARGS ?=
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS) \
 	--doctest-modules rlstruct agents batchers algos tests
 
 test: install lint

@@ -383,7 +383,7 @@ def test_a_rank_that_dies_or_hangs_ends_the_others_with_a_typed_error(tmp_path, 
     assert not [w for w in workers if _alive(w)], "rank 0's workers outlived it"
 
 
-@pytest.mark.slow
+@pytest.mark.long(reason="two torchrun launches of two ranks each, every rank importing torch: 25-35 CPU s")
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads the process tree from /proc (Linux)")
 @pytest.mark.timeout(300)
 def test_torchrun_max_restarts_resumes_the_group_from_the_last_checkpoint(tmp_path):
@@ -423,7 +423,7 @@ def test_torchrun_max_restarts_resumes_the_group_from_the_last_checkpoint(tmp_pa
 
 
 # --------------------------------------------------------------------------- Ray collectors feeding the learners
-@pytest.mark.slow
+@pytest.mark.long(reason="a Ray cluster, its actors and two torchrun ranks, each importing torch: 25-35 CPU s")
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path, capsys):
