@@ -75,7 +75,8 @@ def _same(a: dict, b: dict) -> bool:
 
 def main() -> None:
     gpu = torch.cuda.is_available()  # counting GPUs makes no CUDA context here: the runs are child processes
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--algos", nargs="+", default=["a2c", "ppo", "dqn"], choices=sorted(FLAGS))
     parser.add_argument("--rounds", type=int, default=2 if gpu else 1)
     parser.add_argument("--n-envs", type=int, default=4096 if gpu else 16)

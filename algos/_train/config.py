@@ -294,7 +294,7 @@ def resume_fields(config_cls: type) -> tuple[str, ...]:
     class it is made of (its family's, its parts', its own), each once.
 
     >>> resume_fields(OnPolicyConfig)
-    ('env', 'backend', 'max_episode_steps', 'hidden_sizes', 'env_kwargs', 'normalize_rewards')
+    ('env', 'backend', 'max_episode_steps', 'hidden_sizes', 'env_kwargs', 'network', 'normalize_rewards')
     """
     names: dict[str, None] = {}
     for klass in reversed(config_cls.__mro__):

@@ -406,6 +406,9 @@ def test_a_resumed_command_reads_its_checkpoint_once_and_describes_its_env_once(
     (the final checkpoint's write aside), and one env built to describe it."""
     run = tmp_path / "run"
     shutil.copytree(a2c_checkpoint, run)
+    # A checkpoint written before the command started (this test's process started before the fixture trained): one
+    # written since is read again under the folder's lock, as another run may have written it.
+    os.utime(run / CHECKPOINT_NAME, (0, 0))
     steps = torch.load(run / CHECKPOINT_NAME, weights_only=True)["env_steps"]
     loads, described = [], []
     real_load, real_describe = torch.load, algos_setup.describe_env

@@ -531,7 +531,9 @@ def exit_while_building(**kwargs):
     os._exit(3)  # what a child that fails to import its main script does, before it can report
 
 
-def test_a_worker_exiting_before_it_reports_is_named_with_its_exit_code():
+def test_a_worker_exiting_before_it_reports_is_named_with_its_exit_code(monkeypatch):
+    # As from a script run as a file, whose workers run it again (an xdist worker's __main__ is a `python -c`).
+    monkeypatch.setattr("rlstruct.batchers._parent.main_file", lambda: "train.py")
     exited = r"worker 0 \(pid \d+\) exited with code 3 .*if __name__ == '__main__'"
     with pytest.raises(BatcherWorkerError, match=exited):
         RL_Batcher(3, ConstantAgent, {}, exit_while_building, {}, 1, [0])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlstruct._main_module import _names_main, by_value_where_needed, main_without_file
+from rlstruct._main_module import _names_main, by_value_where_needed
 
 ROOT = Path(__file__).resolve().parents[2]
 START_METHODS = ["forkserver", "spawn"]
@@ -124,8 +124,8 @@ def test_a_worker_dying_at_its_start_under_stdin_does_not_name_the_guard(tmp_pat
 
 
 def test_importable_objects_stay_by_reference():
-    # Under pytest __main__ is pytest's own, with a file or a spec: nothing needs to travel by value.
-    assert not main_without_file()
+    # Whatever __main__ is (pytest's own module, or an xdist worker's `python -c`), what it does not define travels
+    # by reference.
     assert by_value_where_needed(len) is len
     assert not _names_main({"n_envs": 2, "f": os.path.join})
     assert _names_main(type("Cell", (), {"__module__": "__main__"}))

@@ -55,7 +55,8 @@ def _same(x: DictTensor, y: DictTensor) -> None:
 
 @needs_numba
 @pytest.mark.parametrize("name", COMPILED)
-@pytest.mark.slow
+@pytest.mark.compiles
+@pytest.mark.long(reason="numba compiles the game's step cold: Seaquest's takes 25-35 CPU s on a 2-core machine")
 def test_the_compiled_step_is_the_torch_step(name, monkeypatch):
     """Bit for bit, over episodes that end by termination and by truncation, with sticky actions (one in three)."""
     compiled, eager = _pair(name, monkeypatch, n_envs=12, seed=4, max_episode_steps=LIMITS.get(name, 32),

@@ -45,7 +45,8 @@ def test_rejax_reports_its_rate_and_its_compile_apart(tmp_path):
     assert "start-up" in row and "of rlstruct's" in row
 
 
-@pytest.mark.slow
+@pytest.mark.long(reason="four fresh processes, rlstruct's DQN and Stable-Baselines3's on Atari, each importing "
+                         "torch and building its networks: 50-65 CPU s")
 @pytest.mark.timeout(300)
 def test_the_dqn_comparison_runs_rlstruct_and_stable_baselines3_at_a_tiny_budget(tmp_path):
     pytest.importorskip("ale_py", reason="the atari extra is not installed: pip install 'rlstruct[atari]'")

@@ -59,12 +59,19 @@ def package_folders() -> dict[str, Path]:
 
 
 def source_files() -> dict[str, str]:
-    """``{path in the wheel: path in the tree}`` for every ``.py`` file of the package folders, and ``py.typed``."""
-    files = {"rlstruct/py.typed": "rlstruct/py.typed"}
-    for package, folder in PYPROJECT["tool"]["setuptools"]["package-dir"].items():
+    """``{path in the wheel: path in the tree}`` for every ``.py`` file of the package folders, and the package data
+    ``[tool.setuptools.package-data]`` names (``py.typed``, the score table, the reference runs)."""
+    folders = PYPROJECT["tool"]["setuptools"]["package-dir"]
+    files = {}
+    for package, folder in folders.items():
         for path in (ROOT / folder).rglob("*.py"):
             relative = path.relative_to(ROOT / folder)
             if "__pycache__" not in relative.parts:
+                files["/".join((*package.split("."), *relative.parts))] = path.relative_to(ROOT).as_posix()
+    for package, patterns in PYPROJECT["tool"]["setuptools"]["package-data"].items():
+        for pattern in patterns:
+            for path in (ROOT / folders[package]).glob(pattern):
+                relative = path.relative_to(ROOT / folders[package])
                 files["/".join((*package.split("."), *relative.parts))] = path.relative_to(ROOT).as_posix()
     return files
 
