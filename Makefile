@@ -49,7 +49,7 @@ test: install lint
 	$(PYTEST)
 
 # The suite without the tests marked `slow` (learning runs, CLI end to end, fault injection, subprocesses): a quick
-# check while editing, about 3 minutes on 2 cores. CI runs `make test`.
+# check while editing, about 5 minutes on a 2-vCPU VM. CI runs `make test`.
 quick: install lint
 	$(PYTEST) -m "not slow"
 

@@ -45,7 +45,7 @@ DEVICES = ["cpu"] + (["cuda:0"] if torch.cuda.is_available() else [])
 
 #: the guard's default limit, in CPU seconds per test
 MAX_TEST_SECONDS = 30.0
-#: the guard's default limit for a test not marked ``slow`` (``make quick`` runs those: about 3 minutes here)
+#: the guard's default limit for a test not marked ``slow`` (``make quick`` runs those: about 5 minutes on a 2-vCPU VM)
 MAX_QUICK_SECONDS = 8.0
 #: the CPU seconds :func:`_calibration_seconds`'s work takes on the reference machine, idle (the median of 9 starts)
 REFERENCE_CALIBRATION_SECONDS = 0.31
