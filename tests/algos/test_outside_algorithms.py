@@ -38,11 +38,17 @@ def write_myalgo(folder: Path, name: str = "myalgo") -> Path:
 
 @pytest.fixture
 def mylab(tmp_path, monkeypatch):
-    """A folder holding ``mylab.myalgo``, on ``sys.path``; the module is forgotten afterwards."""
+    """A folder holding ``mylab.myalgo``, on ``sys.path``; any ``mylab`` imported before (the tutorials' own, by the
+    documented-commands test in the same worker) is forgotten first, and this one afterwards."""
+    forget_mylab()
     monkeypatch.syspath_prepend(str(write_myalgo(tmp_path / "lab")))
     yield tmp_path / "lab"
-    for name in ("mylab.myalgo", "mylab", "mylab.broken", "mylab.clash"):
-        sys.modules.pop(name, None)
+    forget_mylab()
+
+
+def forget_mylab() -> None:
+    for name in [name for name in sys.modules if name == "mylab" or name.startswith("mylab.")]:
+        del sys.modules[name]
 
 
 def test_module_attribute_names_an_algorithm_and_a_run_records_it_by_that_source(mylab):

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -174,7 +175,11 @@ def test_documented_command_runs_as_written(page, command, workdir, monkeypatch,
     monkeypatch.syspath_prepend(str(ROOT / "tutorials"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT / "tutorials"),
                                                                    os.environ.get("PYTHONPATH")])))
-    status = cli.main(argv[1:])
+    try:
+        status = cli.main(argv[1:])
+    finally:  # the tutorials' mylab is not left imported for the tests that write their own
+        for name in [name for name in sys.modules if name == "mylab" or name.startswith("mylab.")]:
+            del sys.modules[name]
     out = capsys.readouterr()
     assert status == 0, f"{page}: `{command}` exited with {status}:\n{out.err[-2000:]}"
     if argv[1] == "train" and "--show-config" not in argv and "--resume" not in argv:
