@@ -205,6 +205,9 @@ _MINATAR_5M = {**_PUBLISHED, "max_env_steps": 5_000_000, "env_kwargs": {"sticky_
 # MuJoCo v4 at 1M env steps: CleanRL's ppo_continuous_action settings (as ppo-mujoco), its learning rate annealed over
 # 1M env steps as CleanRL's is, evaluated every 25 updates (51k env steps).
 _PPO_MUJOCO_1M = {**_PPO_MUJOCO, **_PUBLISHED, "max_env_steps": 1_000_000, "eval_every": 25}
+# SAC on MuJoCo v4 at 1M env steps, the budget of the SB3 zoo's and CleanRL's tables: sac-mujoco's settings (CleanRL's
+# sac_continuous_action), evaluated every 6,250 iterations (50k env steps) on 8 envs.
+_SAC_MUJOCO_1M = {**_SAC_MUJOCO, **_PUBLISHED, "max_env_steps": 1_000_000, "eval_every": 6_250}
 # PPO on HalfCheetah at 1M env steps: rl-baselines3-zoo's HalfCheetah-v3 settings (its ppo.yml; tuned for one env,
 # both normalisations, deterministic evaluation): 1 env x 512 steps, 20 epochs of minibatches of 64, lr 2.0633e-5
 # constant, gamma 0.98, lambda 0.92, clip 0.1, entropy 0.000401762, gradient norm 0.8, separate 256-256 ReLU networks
@@ -315,6 +318,8 @@ PRESETS: tuple[Preset, ...] = (
            "dqn-minatar's settings at the MinAtar paper's budget", auto=False),
     Preset("ppo-mujoco-1m", "ppo", MUJOCO_V4, _PPO_MUJOCO_1M, None,
            "CleanRL's ppo_continuous_action on the v4 envs at its 1M env steps", auto=False),
+    Preset("sac-mujoco-1m", "sac", MUJOCO_V4, _SAC_MUJOCO_1M, None,
+           "CleanRL's sac_continuous_action on the v4 envs at its 1M env steps", auto=False),
     Preset("ppo-halfcheetah-zoo", "ppo", ("HalfCheetah-v4",), _PPO_HALFCHEETAH_ZOO, None,
            "rl-baselines3-zoo's PPO HalfCheetah-v3 settings at its 1M env steps", auto=False,
            measured="IQM 5,818 [5,254, 6,326] over 10 seeds on the zoo's protocol (final weights, 150 episodes), "
