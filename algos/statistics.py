@@ -94,6 +94,21 @@ AGGREGATES: dict[str, Callable[..., Any]] = {"iqm": iqm, "mean": _mean, "median"
 RAW_AGGREGATES = ("iqm", "mean", "median")
 
 
+def _over_strata(name: str) -> Callable[..., Any]:
+    """The aggregate ``name`` of the runs of several strata (tasks), each ``[..., runs_k]`` along ``axis``: the
+    aggregate of all runs pooled, except the median of several tasks, which is the median over the tasks of each
+    task's mean score (Agarwal et al. 2021 and rliable, as the median human-normalised score of Atari): pooled, the
+    median of a multi-task group would be one task's run. Of one task, the median is the median of its runs."""
+    function = AGGREGATES[name]
+
+    def statistic(*strata: np.ndarray, axis: int = -1) -> Any:
+        if name == "median" and len(strata) > 1:
+            return np.median(np.stack([np.mean(s, axis=axis) for s in strata], axis=-1), axis=-1)
+        return function(np.concatenate(strata, axis=axis), axis=axis)
+
+    return statistic
+
+
 @dataclasses.dataclass(frozen=True)
 class Interval:
     """A point estimate and its confidence interval ``[low, high]`` (nan where the runs are too few to resample).
@@ -180,12 +195,8 @@ def curve_intervals(curves: Curves, grid: Sequence[float], *, aggregate: str = "
         if not np.isfinite(array).all():
             raise ValueError(f"curves of task {task!r} must be finite; leave out the runs that did not finish")
         samples.append(array)
-    function = AGGREGATES[aggregate]
-    value = function(np.concatenate(samples, axis=0), axis=0)
-
-    def statistic(*resampled: np.ndarray, axis: int = -1) -> Any:
-        return function(np.concatenate(resampled, axis=axis), axis=axis)
-
+    statistic = _over_strata(aggregate)
+    value = statistic(*samples, axis=0)
     # axis 0: the runs are resampled, each resample keeping a run's whole curve
     bounds = _percentile_bounds(samples, statistic, confidence=confidence, n_resamples=n_resamples, seed=seed, axis=0)
     if bounds is None:
@@ -205,7 +216,8 @@ def _bootstrap(samples: list[np.ndarray], statistic: Callable[..., Any], value: 
 def aggregate_scores(scores: Scores, *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0,
                      names: Sequence[str] = RAW_AGGREGATES) -> dict[str, Interval]:
     """The IQM, mean and median (or the ``names`` of :data:`AGGREGATES`) of ``scores`` over all runs of all tasks,
-    each with its stratified bootstrap confidence interval.
+    each with its stratified bootstrap confidence interval; the median of several tasks is the median over the tasks
+    of each task's mean score, as rliable's.
 
     Args:
         scores: one score per run: a sequence, or ``{task: scores}`` (the runs of each task are resampled apart).
@@ -230,14 +242,10 @@ def aggregate_scores(scores: Scores, *, confidence: float = 0.95, n_resamples: i
     if unknown:
         raise ValueError(f"names must be among {sorted(AGGREGATES)}, got {unknown}")
     samples = list(_strata(scores).values())
-    everything = np.concatenate(samples)
     out = {}
     for name in names:
-        function = AGGREGATES[name]
-        def statistic(*resampled: np.ndarray, axis: int = -1, function: Callable[..., Any] = function) -> Any:
-            return function(np.concatenate(resampled, axis=axis), axis=axis)
-
-        out[name] = _bootstrap(samples, statistic, float(function(everything)), confidence=confidence,
+        statistic = _over_strata(name)
+        out[name] = _bootstrap(samples, statistic, float(statistic(*samples)), confidence=confidence,
                                n_resamples=n_resamples, seed=seed)
     return out
 
