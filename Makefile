@@ -72,10 +72,12 @@ docs: $(VENV)/.docs-installed
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 # What tests/project/test_docs.py needs to run rather than skip: the docs extra and Debian's chromium (apt, as root or
-# through sudo). CI runs it before `make test`.
+# through sudo); and pdflatex with booktabs, which compiles `rlstruct compare --table latex` in tests/algos/test_compare.py.
+# CI runs it before `make test`.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 docs-deps: $(VENV)/.docs-installed
 	command -v chromium >/dev/null || ($(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	command -v pdflatex >/dev/null || ($(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends texlive-latex-base texlive-latex-recommended)
 
 # The site built and read as a reader would: headless Chromium opens the start page, an algorithm page and an API page.
 docs-check: docs-deps

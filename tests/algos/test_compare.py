@@ -1,5 +1,7 @@
 import json
 import re
+import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -312,6 +314,23 @@ def test_the_tables_a_paper_pastes_markdown_and_latex(tmp_path, capsys):
     with pytest.raises(SystemExit, match="2"):
         cli.main(["compare", str(tmp_path / "a"), "--table", "html"])
     assert "invalid choice: 'html' (choose from 'markdown', 'latex')" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None,
+                    reason="pdflatex is not installed (make docs-deps installs Debian's texlive-latex-recommended)")
+def test_the_latex_table_compiles_in_a_paper_with_booktabs(tmp_path, capsys):
+    """What ``--table latex`` prints, pasted into a document that loads booktabs, compiles with pdflatex."""
+    _two_groups(tmp_path)
+    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--table", "latex",
+                     "--resamples", "200"]) == 0
+    paper = tmp_path / "paper.tex"
+    paper.write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
+                     + capsys.readouterr().out + "\n\\end{document}\n")
+    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", paper.name], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert (tmp_path / "paper.pdf").stat().st_size > 0
+    assert "LaTeX Warning" not in done.stdout, done.stdout[-3000:]  # wider than article's text: a paper's choice
 
 
 def test_runs_packed_into_records_compare_as_the_run_folders_do(tmp_path, capsys):
