@@ -24,6 +24,12 @@ table (and ``--curves DIR`` each task's curves) from them, on a machine without 
 
     python benchmarks/published.py --root ../published-runs --pack-rows
     python benchmarks/published.py --from-records --table docs/benchmarks/published.md --curves docs/assets/published
+
+``--check`` is the learning regression check before a release (:mod:`benchmarks.learning_check`): the first
+evaluations of each chosen row that has records, run again under ``ROOT/check`` and held to the band of the recorded
+seeds; exit 1 when a run learns slower than the band allows::
+
+    python benchmarks/published.py --root ../published-runs --check --tasks breakout --algos ppo --seeds 0
 """
 
 from __future__ import annotations
@@ -126,6 +132,8 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          reevaluation=_ZOO_EPISODES),
 )}
 
+#: the algorithms of the tasks' rows
+ALGOS = {a for t in TASKS.values() for a in t.algos}
 #: the table's rows, (task, algorithm or peer), in order
 ROWS = [(t, a) for t in TASKS for a in ("ppo", "pqn", "dqn") if a in TASKS[t].algos] + \
        [(t, p.name) for t in TASKS for p in TASKS[t].peers]
@@ -560,6 +568,41 @@ def draw_curves(records: Path, folder: Path) -> list[Path]:
     return drawn
 
 
+def check(root: Path, tasks: list[str], algos: list[str], seeds: list[int], *, records: Path,
+          upto: int | None = None, max_env_steps: int | None = None) -> int:
+    """The learning regression check (:mod:`benchmarks.learning_check`) of the rows of ``tasks`` x ``algos`` that
+    have records in ``records``: each seed's run of the row's command under ``ROOT/check``, stopped after ``upto``
+    env steps (default: the records' third evaluation), held to the recorded seeds' band; prints a line a run and
+    returns 1 when one falls under its band (2 when no row has records)."""
+    from benchmarks.learning_check import default_prefix, recorded_curves, run_prefix, verdict
+
+    rows = [(t, a) for t, a in ROWS if t in tasks and a in algos and a in TASKS[t].algos]
+    checked, failed = 0, 0
+    for task, algo in rows:
+        path = records / f"{algo}-{task}.json"
+        curves = recorded_curves(path) if path.is_file() else []
+        if not curves:
+            print(f"{algo}-{task}: no records of finished runs in {records}, not checked; pack them first "
+                  "(--root ROOT --pack-rows)", flush=True)
+            continue
+        prefix = float(upto) if upto is not None else default_prefix(curves)
+        for seed in seeds:
+            folder = run_folder(root / "check", task, algo, seed)
+            shutil.rmtree(folder, ignore_errors=True)  # a check starts afresh: never resumed from an older code's run
+            run = run_prefix(lambda: start(root / "check", task, algo, seed, max_env_steps=max_env_steps), folder,
+                             prefix)
+            result = verdict(f"{algo}-{task}/seed-{seed}", run, curves, prefix)
+            print(result.line(), flush=True)
+            checked += 1
+            failed += not result.passed
+    if not checked:
+        print(f"published.py: error: no row of {tasks} x {algos} has records in {records}; nothing was checked",
+              file=sys.stderr)
+        return 2
+    print(f"{checked - failed} of {checked} runs at or above their rows' recorded seeds", flush=True)
+    return 1 if failed else 0
+
+
 def _names(value: str, known) -> list[str]:
     names = [v for v in value.split(",") if v]
     unknown = [n for n in names if n not in known]
@@ -597,7 +640,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --from-records, also draw each task's curves over seeds into DIR/TASK.png")
     parser.add_argument("--records", type=Path, default=RECORDS, metavar="DIR",
                         help="where --pack and --pack-rows write (default: the package's references)")
+    parser.add_argument("--check", action="store_true",
+                        help="the learning regression check: run the first env steps of each row of --tasks and "
+                             "--algos that has records in --records, for each of --seeds, under ROOT/check, and hold "
+                             "each run to the band of its row's recorded seeds (benchmarks/learning_check.py); exit 1 "
+                             "when one falls under it")
+    parser.add_argument("--check-env-steps", type=int, default=None, metavar="N",
+                        help="--check's prefix in env steps (default: the records' third evaluation)")
     ns = parser.parse_args(argv)
+    if ns.check:
+        if ns.root is None:
+            parser.error("--check needs --root, the folder under which its runs go (ROOT/check)")
+        return check(ns.root, _names(ns.tasks, TASKS), _names(ns.algos, ALGOS),
+                     [int(s) for s in ns.seeds.split(",") if s], records=ns.records, upto=ns.check_env_steps,
+                     max_env_steps=ns.max_env_steps)
     if ns.pack or ns.pack_rows:
         groups = [(g, g.name, ns.about, ns.command, None) for g in ns.pack]
         if ns.pack_rows:
@@ -625,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.root is None:
         parser.error("--root is required to run or tabulate")
     tasks = _names(ns.tasks, TASKS)
-    algos = _names(ns.algos, {"ppo", "pqn", "dqn"})
+    algos = _names(ns.algos, ALGOS)
     seeds = [int(s) for s in ns.seeds.split(",") if s]
     runs = [(t, a, s) for s in seeds for t in tasks for a in algos if a in TASKS[t].algos]
     failed = run_all(ns.root, runs, jobs=ns.jobs, max_env_steps=ns.max_env_steps,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import signal
 import time
 
@@ -192,3 +193,44 @@ def test_the_table_is_regenerated_from_the_rows_records_as_from_their_run_folder
     [breakout] = [r for r in from_records if r.startswith("| MinAtar/Breakout-v1 | ppo")]
     assert "no records yet (`published.py --pack-rows` where its run folders are" in breakout
     assert "Regenerated from the runs' records" in page.read_text()
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.slow
+def test_the_learning_check_passes_the_recorded_code_and_fails_a_row_that_learns_slower(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """A tiny row (A2C on CartPole, 3 evaluations): records of seeds 0 and 1, then ``--check`` of seed 0 on the same
+    code passes (it gives the recorded seed's curve); records raised by 100 stand for code that learned faster, which
+    the same run then falls under: exit 1."""
+    task = published.Task("cartpole", "CartPole-v1", {"a2c": "a2c-cartpole"}, ())
+    monkeypatch.setattr(published, "TASKS", {"cartpole": task})
+    monkeypatch.setattr(published, "ROWS", [("cartpole", "a2c")])
+    monkeypatch.setattr(published, "ALGOS", {"a2c"})
+    root, records, budget = tmp_path / "runs", tmp_path / "records", "24576"  # 3 evaluations, every 8,192 env steps
+    base = ["--root", str(root), "--tasks", "cartpole", "--algos", "a2c", "--max-env-steps", budget]
+    assert published.main([*base, "--seeds", "0,1"]) == 0
+    assert published.main(["--root", str(root), "--pack-rows", "--records", str(records)]) == 0
+    capsys.readouterr()
+
+    assert published.main([*base, "--seeds", "0", "--check", "--records", str(records)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    verdicts = [line for line in lines if line.startswith("a2c-cartpole/seed-0:")]
+    assert len(verdicts) == 1 and verdicts[0].endswith(": pass"), lines
+    # the same seed on the same code: the recorded seed 0's curve, so its area is one end of the band
+    area, low, high = re.search(r"return ([-0-9.]+) over the first 16,384 env steps, in the band of the recorded "
+                                r"seeds \[([-0-9.]+), ([-0-9.]+)\]", verdicts[0]).groups()
+    assert area in (low, high), verdicts[0]
+    assert lines[-1] == "1 of 1 runs at or above their rows' recorded seeds"
+
+    path = records / "a2c-cartpole.json"
+    data = json.loads(path.read_text())
+    for run in data["runs"]:
+        run["returns"] = [r + 100.0 for r in run["returns"]]
+    path.write_text(json.dumps(data))
+    assert published.main([*base, "--seeds", "0", "--check", "--records", str(records)]) == 1
+    out = capsys.readouterr().out
+    assert "under the band" in out and out.rstrip().endswith("0 of 1 runs at or above their rows' recorded seeds")
+
+    # a row without records is said to be, and a check of nothing is an error
+    assert published.main([*base, "--seeds", "0", "--check", "--records", str(tmp_path / "none")]) == 2
+    assert "no records of finished runs" in capsys.readouterr().out
