@@ -365,9 +365,10 @@ def train_off_policy(setup: Setup) -> TrainResult:
     An algorithm whose config has the fast path's parts (DQN) takes it as the on-policy loop does: with
     ``cuda_graph`` the training batcher replays each acquisition, and the evaluation batcher each chunk, as one CUDA
     graph; with ``share_weights`` an in-process batcher on the learner's device reads the learner's weights there
-    instead of a CPU copy after each update; nothing of an iteration waits for the device but what the learner's
-    ``agent_info`` changes (the captured acquisition reloads it) and the record's conversion every ``log_every``
-    iterations.
+    instead of a CPU copy after each update. Nothing of an iteration then waits for the device but the captured
+    acquisition's reload of a new ``agent_info`` from the learner, the push of stacked frames (it reads their count
+    of new frames; a buffer of whole observations keeps pairs on an accelerator and reads nothing) and the record's
+    conversion every ``log_every`` iterations.
     """
     algo: OffPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
     config, spec, resume, device, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
