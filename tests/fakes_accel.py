@@ -317,6 +317,8 @@ HOST_READ_OPS = frozenset({
 _MASK_INDEXING = frozenset({"aten.index.Tensor", "aten.index_put.default", "aten.index_put_.default"})
 #: the functions that make a tensor of host data, a blocking copy when given a ``device``
 _FROM_HOST = (torch.tensor, torch.as_tensor)
+#: the methods that read a tensor's values on the host without an op (none on the CPU)
+_TO_HOST = (torch.Tensor.tolist, torch.Tensor.numpy)
 
 
 class _ValueReads(TorchDispatchMode):
@@ -333,7 +335,7 @@ class _ValueReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-class _MadeOnDevice(TorchFunctionMode):
+class _HostCalls(TorchFunctionMode):
     def __init__(self, reads: list[tuple[str, str]]):
         super().__init__()
         self.reads = reads
@@ -341,6 +343,8 @@ class _MadeOnDevice(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func in _FROM_HOST and (kwargs or {}).get("device") is not None:
             self.reads.append((f"torch.{func.__name__}(..., device=...)", _caller()))
+        elif func in _TO_HOST:
+            self.reads.append((f"Tensor.{func.__name__}", _caller()))
         return func(*args, **(kwargs or {}))
 
 
@@ -363,30 +367,16 @@ class HostReads:
 
     def __init__(self) -> None:
         self.reads: list[tuple[str, str]] = []
-        self._modes = [_MadeOnDevice(self.reads), _ValueReads(self.reads)]
-        self._patched: dict[str, Any] = {}
+        self._modes = [_HostCalls(self.reads), _ValueReads(self.reads)]
 
     def __enter__(self) -> HostReads:
-        for method in ("tolist", "numpy"):
-            real = self._patched[method] = getattr(torch.Tensor, method)
-
-            def recorded(t: torch.Tensor, *args: Any, _real: Any = real, _name: str = method, **kwargs: Any) -> Any:
-                self.reads.append((f"Tensor.{_name}", _caller()))
-                return _real(t, *args, **kwargs)
-
-            setattr(torch.Tensor, method, recorded)
         for mode in self._modes:
             mode.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        try:
-            for mode in reversed(self._modes):
-                mode.__exit__(*exc)
-        finally:
-            for method, real in self._patched.items():
-                setattr(torch.Tensor, method, real)
-            self._patched.clear()
+        for mode in reversed(self._modes):
+            mode.__exit__(*exc)
 
 
 class RecordingAccelerator:
