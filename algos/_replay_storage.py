@@ -400,10 +400,16 @@ class StackedFrames:
         self.alloc.release(old)
 
 
-def default_obs_rows(capacity: int) -> int:
+def default_obs_rows(capacity: int, *, pairs: bool = False) -> int:
     """The observations a buffer of ``capacity`` transitions holds at first: one per transition, the terminal ones
-    of episodes longer than 32 steps and those of a push or two."""
-    return capacity + capacity // 32 + 64
+    of episodes longer than 32 steps and those of a push or two; with ``pairs``, twice as many (two per transition,
+    and the transitions of a push or two whose first ones are overwritten).
+
+    >>> default_obs_rows(1000), default_obs_rows(1000, pairs=True)
+    (1095, 2190)
+    """
+    rows = capacity + capacity // 32 + 64
+    return 2 * rows if pairs else rows
 
 
 def default_frame_rows(obs_rows: int, stack: int) -> int:

@@ -2,11 +2,14 @@
 van Hasselt et al. 2016), with optional n-step returns, a dueling head (Wang et al. 2016) and prioritized replay;
 ``double=False`` gives Mnih et al.'s targets, the target network's max.
 
-Targets bootstrap through time limits from the stored terminal observation and not through terminations. The file
-reads top to bottom: the config, the targets and the loss (the Q networks and their agent, which PQN shares, are
-:mod:`rlstruct.algos.qnetworks`'s), the learner
-(:class:`DQNLearner`) and ``ALGORITHM``; docs/algorithms/dqn.md tells the rest. Run it with ``rlstruct train dqn``
-or ``python -m rlstruct.algos.dqn``.
+Targets bootstrap through time limits from the stored terminal observation and not through terminations. On one
+accelerator (``--learner-device cuda --batcher-device cuda``) it takes the fast path the on-policy algorithms take:
+the training batcher's agent reads the learner's weights there, ``--cuda-graph`` replays each acquisition (and each
+evaluation) as one CUDA graph, ``--compile-update`` compiles the gradient step's forwards and loss, and the replay
+buffer, on the learner's device, is pushed and sampled without a read on the host. The file reads top to bottom:
+the config, the targets and the loss (the Q networks and their agent, which PQN shares, are
+:mod:`rlstruct.algos.qnetworks`'s), the learner (:class:`DQNLearner`) and ``ALGORITHM``; docs/algorithms/dqn.md
+tells the rest. Run it with ``rlstruct train dqn`` or ``python -m rlstruct.algos.dqn``.
 """
 
 from __future__ import annotations
@@ -19,19 +22,22 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.utils import clip_grad_norm_
 
 from rlstruct.agents import RL_Agent
 from rlstruct.algos.harness import (
-    AutocastPart,
+    Batch,
+    CapturedPart,
     EnvSpec,
+    FastPathPart,
     OffPolicyAlgorithm,
     OffPolicyConfig,
     Resume,
+    UpdateStep,
     autocast_dtype,
     default,
     load_state,
     main,
+    reads,
     restore_optimizer,
     seeded_model,
     setting,
@@ -57,8 +63,9 @@ __all__ = ["DQNConfig", "QNetwork", "PixelQNetwork", "q_network", "dueling_q", "
 
 
 @dataclasses.dataclass
-class DQNConfig(AutocastPart, OffPolicyConfig):
-    """DQN's settings (each one's help is beside it; the family's are :class:`OffPolicyConfig`'s)."""
+class DQNConfig(CapturedPart, FastPathPart, OffPolicyConfig):
+    """DQN's settings (each one's help is beside it; the family's are :class:`OffPolicyConfig`'s, the fast path's
+    :class:`FastPathPart`'s and :class:`CapturedPart`'s)."""
 
     time_limit: float = default(300.0)
     max_env_steps: int | None = default(50_000)
@@ -192,12 +199,31 @@ def dqn_loss(
     return loss, {"loss/q": loss.detach(), "q_mean": q_a.detach().mean(), "td_error": (q_a - targets).detach()}
 
 
+@reads("obs", "action", "ret", "next_obs", "discount")
+def _batch_loss(model: nn.Module, target: nn.Module, device: torch.device, autocast: torch.dtype | None, double: bool,
+                kind: str, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`dqn_loss` of a replay batch (what ``compile_update`` compiles): the online network on ``obs``, and on
+    ``next_obs`` when ``double``, the target network on ``next_obs``, those forwards under ``autocast``; a prioritized
+    batch's ``weight`` weighs the loss. ``obs [N, *obs_shape]``, ``action int64 [N]``, ``ret float [N]``,
+    ``next_obs [N, *obs_shape]``, ``discount float [N]``."""
+    with autocast_context(device, autocast):
+        q = model(batch["obs"])
+        with torch.no_grad():
+            next_q_online = model(batch["next_obs"]) if double else None
+            next_q_target = target(batch["next_obs"])
+    return dqn_loss(q, batch["action"], batch["ret"], batch["discount"], next_q_online, next_q_target, kind=kind,
+                    weights=batch.get("weight"))
+
+
 class DQNLearner:
     """DQN's learner for the off-policy loop (:class:`~rlstruct.algos.harness.OffPolicyLearner`): the Q network
     and its target, Adam, epsilon-greedy exploration, n-step transitions, and one gradient step of
     :func:`dqn_loss` followed by the target update (Polyak with ``tau < 1``, else a hard copy every
     ``target_update_interval`` steps). The gradient step's forwards run under ``config.autocast``; with
-    ``double=False`` it skips the online network's forward on the next observations.
+    ``double=False`` it skips the online network's forward on the next observations; with ``compile_update`` its
+    forwards and loss are compiled (:class:`~rlstruct.algos.harness.UpdateStep`: CUDA graphs on CUDA). Nothing of a
+    gradient step waits for the device, and once epsilon has decayed the training batcher keeps its ``agent_info``
+    (:meth:`agent_info` gives none), which a captured acquisition then reads without a host synchronisation.
 
     Built whole on ``device``. A resumed run restores the Q network, the target network, Adam's state and the count
     of gradient steps (the hard target updates keep their cadence); epsilon goes on decaying from the restored
@@ -232,6 +258,11 @@ class DQNLearner:
             self.target.load_state_dict(resume.learner["target"])
             restore_optimizer(self.optimizer, resume.learner["optimizer"], config.lr)
             self.n_updates = int(resume.learner["n_updates"])
+        loss = functools.partial(_batch_loss, self.policy, self.target, device, self.autocast, config.double,
+                                 config.loss)
+        self.update = UpdateStep(loss, self.optimizer, [("grad_norm", list(self.policy.parameters()))],
+                                 max_grad_norm=config.max_grad_norm, device=device, compile=config.compile_update)
+        self._epsilon: float | None = None  # the rate the training batcher acts with
 
     @staticmethod
     def exploration(config: DQNConfig) -> dict[str, bool | float]:
@@ -246,11 +277,21 @@ class DQNLearner:
         """The Q network's and its target's parameters and buffers."""
         return [*self.policy.parameters(), *self.policy.buffers(), *self.target.parameters(), *self.target.buffers()]
 
-    def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
-        """The epsilon of ``env_steps`` (linear decay) for every env, and as a statistic."""
+    def agent_info(self, env_steps: int) -> tuple[DictTensor | None, dict[str, Any]]:
+        """The epsilon of ``env_steps`` (linear decay) for every env, or ``None`` when it is the previous call's
+        (once the decay is over: the batcher keeps the one it has), and as a statistic.
+
+        >>> learner = DQNLearner(DQNConfig(epsilon_decay_steps=100, epsilon_end=0.25), EnvSpec((4,), "float32", 2, 500),
+        ...                      None, device=torch.device("cpu"), seed=0, n_rows=2)
+        >>> [(info if info is None else info["epsilon"].tolist(), stats["epsilon"])
+        ...  for info, stats in (learner.agent_info(s) for s in (0, 100, 200))]
+        [([1.0, 1.0], 1.0), ([0.25, 0.25], 0.25), (None, 0.25)]
+        """
         config = self.config
         epsilon = epsilon_at(env_steps, config.epsilon_start, config.epsilon_end, config.epsilon_decay_steps)
-        return DictTensor({"epsilon": torch.full((self.n_rows,), epsilon)}), {"epsilon": epsilon}
+        changed, self._epsilon = epsilon != self._epsilon, epsilon
+        info = DictTensor({"epsilon": torch.full((self.n_rows,), epsilon)}) if changed else None
+        return info, {"epsilon": epsilon}
 
     def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
         """The n-step transitions this acquisition completes (:meth:`~rlstruct.algos.replay.NStepWindow.steps`)."""
@@ -261,23 +302,12 @@ class DQNLearner:
         return self.config.gradient_steps if buffered >= self.config.batch_size else 0
 
     def gradient_step(self, buffer: ReplayBuffer) -> dict[str, Any]:
-        """One step of :func:`dqn_loss` on a sampled batch, then the target update."""
+        """One :attr:`update` of :func:`dqn_loss` on a sampled batch, then the target update."""
         config, model, target = self.config, self.policy, self.target
         batch = buffer.sample(config.batch_size)
-        with autocast_context(self.device, self.autocast):
-            q = model(batch["obs"])
-            with torch.no_grad():
-                next_q_online = model(batch["next_obs"]) if config.double else None
-                next_q_target = target(batch["next_obs"])
-        loss, stats = dqn_loss(q, batch["action"], batch["ret"], batch["discount"], next_q_online, next_q_target,
-                               kind=config.loss, weights=batch.get("weight"))
+        stats = self.update(batch)
         if isinstance(buffer, PrioritizedReplayBuffer):  # the TD errors are the sampled transitions' new priorities
             buffer.update_priorities(batch["index"], stats.pop("td_error"))
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.max_grad_norm > 0:
-            stats["grad_norm"] = clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        self.optimizer.step()
         self.n_updates += 1
         if config.tau < 1:
             polyak_update(target, model, config.tau)

@@ -12,8 +12,10 @@ The config, typed by family:
     :class:`RunConfig` (every run's settings), :class:`OnPolicyConfig`, :class:`OffPolicyConfig`, and the parts an
     on-policy config adds for the pieces of the loop it uses: :class:`RolloutPart` (fixed-length rollouts),
     :class:`MinibatchPart` (epochs of minibatches), :class:`ActorCriticPart`, :class:`RecurrentPart`,
-    :class:`AdvantagePart` (GAE and the loss's weights), :class:`AutocastPart`; :func:`setting` declares a field
-    with its ``--help``, :func:`default` gives an inherited field a new default.
+    :class:`AdvantagePart` (GAE and the loss's weights), and the fast path's parts, which an off-policy config may
+    take too: :class:`AutocastPart`, :class:`FastPathPart` (the compiled update, the shared weights) and
+    :class:`CapturedPart` (the captured acquisition); :func:`setting` declares a field with its ``--help``,
+    :func:`default` gives an inherited field a new default.
 
 The description, plain data that runs nothing:
     :class:`Algorithm`, :class:`OnPolicyAlgorithm` (with the :class:`OnPolicyModel` it learns, e.g.
@@ -27,8 +29,9 @@ What trains a description:
 
 The learn step:
     :class:`ActorCriticLearner` (its parts), :data:`LearnFn` (its type), :data:`Batch` and :func:`reads` (the
-    tensors a loss reads), :func:`minibatch_epochs`, :func:`training_agent_kwargs`, :func:`autocast_dtype`,
-    :func:`mean_over_ranks` (a statistic averaged over data-parallel ranks).
+    tensors a loss reads), :class:`UpdateStep` (one update, compiled with ``compile_update``), :func:`minibatch_epochs`,
+    :func:`training_agent_kwargs`, :func:`autocast_dtype`, :func:`mean_over_ranks` (a statistic averaged over
+    data-parallel ranks).
 
 An off-policy learner's state:
     :func:`seeded_model`, :class:`Resume` (the checkpoint a run continues), :func:`load_state`,
@@ -48,6 +51,8 @@ from rlstruct.algos._train.config import (
     ActorCriticPart,
     AdvantagePart,
     AutocastPart,
+    CapturedPart,
+    FastPathPart,
     MinibatchPart,
     OffPolicyConfig,
     OnPolicyConfig,
@@ -62,7 +67,14 @@ from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OffPolicyLe
 from rlstruct.algos._train.registry import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm, OnPolicyModel, algorithm
 from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos._train.train_command import main
-from rlstruct.algos._train.update import Batch, autocast_dtype, minibatch_epochs, reads, training_agent_kwargs
+from rlstruct.algos._train.update import (
+    Batch,
+    UpdateStep,
+    autocast_dtype,
+    minibatch_epochs,
+    reads,
+    training_agent_kwargs,
+)
 
 __all__ = [
     "ACTOR_CRITIC",
@@ -72,7 +84,9 @@ __all__ = [
     "Algorithm",
     "AutocastPart",
     "Batch",
+    "CapturedPart",
     "EnvSpec",
+    "FastPathPart",
     "LearnFn",
     "MinibatchPart",
     "OffPolicyAlgorithm",
@@ -85,6 +99,7 @@ __all__ = [
     "Resume",
     "RolloutPart",
     "RunConfig",
+    "UpdateStep",
     "algorithm",
     "autocast_dtype",
     "check_actor_critic_network",

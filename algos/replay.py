@@ -28,7 +28,7 @@ from rlstruct.algos._replay_storage import (
     is_frame_stack,
     store_nbytes,
 )
-from rlstruct.algos._replay_transitions import NStepWindow, one_step_steps, window_transitions
+from rlstruct.algos._replay_transitions import NStepWindow, one_step_steps, steps_to_transitions, window_transitions
 from rlstruct.devices import DeviceLike, as_device
 
 if TYPE_CHECKING:
@@ -59,6 +59,11 @@ class ReplayBuffer:
     per step (:class:`~rlstruct.algos._replay_storage.StackedFrames`); with ``storage="disk"`` the large tensors are
     memory-mapped files in ``folder``, removed by :meth:`close`.
 
+    With ``pairs``, every transition keeps its own two observations, as :meth:`push` stores them, also when pushed by
+    :meth:`push_steps`: twice the observations' memory, and no read on the host, where :meth:`push_steps` otherwise
+    reads how many observations a window adds, which on an accelerator waits for the acquisition that wrote them.
+    The samples are the same either way.
+
     Args:
         capacity: transitions kept (the oldest are overwritten).
         obs_shape: shape of one observation (an int for a flat one).
@@ -69,11 +74,13 @@ class ReplayBuffer:
         seed: seeds the sampling generator.
         obs_capacity: observations the ring holds at first; ``None``: ``capacity + capacity // 32 + 64``, room for
             one per transition (as :meth:`push_steps` stores them), the terminal observations of episodes longer
-            than 32 steps and the observations of a push or two.
+            than 32 steps and the observations of a push or two; with ``pairs``, twice that.
         frame_stack: store the observations as stacked frames, each frame once (``None``: when they look like
             stacked frames, :func:`~rlstruct.algos._replay_storage.is_frame_stack`).
         storage: ``"memory"`` or ``"disk"`` (memory-mapped files; CPU only).
         folder: the files of ``disk`` storage (``None``: a temporary folder).
+        pairs: store two observations per transition whichever method pushes it (stacked frames still read the
+            number of new frames on the host).
 
     Raises:
         ValueError: ``capacity < 1``, ``obs_capacity < 1``, an unknown ``storage``.
@@ -102,14 +109,16 @@ class ReplayBuffer:
         frame_stack: bool | None = None,
         storage: str = "memory",
         folder: str | os.PathLike | None = None,
+        pairs: bool = False,
     ):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1 transition, got {capacity!r}")
         if obs_capacity is None:
-            obs_capacity = default_obs_rows(capacity)
+            obs_capacity = default_obs_rows(capacity, pairs=pairs)
         if obs_capacity < 1:
             raise ValueError(f"obs_capacity must be >= 1 observation or None, got {obs_capacity!r}")
         self.capacity = capacity
+        self.pairs = pairs
         self.device = as_device(device)
         self.obs_shape = _shape(obs_shape)
         self.action_shape = _shape(action_shape)
@@ -159,9 +168,9 @@ class ReplayBuffer:
                    action_shape=spec.action_shape, action_dtype=action_dtype, seed=seed, **kwargs)
 
     @classmethod
-    def planned_nbytes(cls, spec: EnvSpec, capacity: int) -> int:
-        """The bytes that :meth:`for_spec` allocates for ``capacity`` transitions of ``spec``'s env, computed
-        without allocating them.
+    def planned_nbytes(cls, spec: EnvSpec, capacity: int, *, pairs: bool = False) -> int:
+        """The bytes that :meth:`for_spec` allocates for ``capacity`` transitions of ``spec``'s env (with
+        ``pairs``), computed without allocating them.
 
         >>> from rlstruct.algos import EnvSpec
         >>> spec = EnvSpec((4, 84, 84), "uint8", 6, 1000)
@@ -169,14 +178,15 @@ class ReplayBuffer:
         True
         """
         action = (8 if spec.discrete else 4) * math.prod(spec.action_shape)
-        store = cls.planned_disk_nbytes(spec, capacity)
+        store = cls.planned_disk_nbytes(spec, capacity, pairs=pairs)
         tree = 2 * (1 << max(0, (capacity - 1).bit_length())) * 8 if cls is PrioritizedReplayBuffer else 0
         return store + tree + capacity * (8 + 8 + action + 4 + 4)
 
     @classmethod
-    def planned_disk_nbytes(cls, spec: EnvSpec, capacity: int) -> int:
+    def planned_disk_nbytes(cls, spec: EnvSpec, capacity: int, *, pairs: bool = False) -> int:
         """The bytes of the files that :meth:`for_spec` with ``storage="disk"`` makes for ``capacity`` transitions
-        of ``spec``'s env (the observations; the rest stays in memory), computed without making them.
+        of ``spec``'s env (the observations, with ``pairs``; the rest stays in memory), computed without making
+        them.
 
         >>> from rlstruct.algos import EnvSpec
         >>> spec = EnvSpec((4, 84, 84), "uint8", 6, 1000)
@@ -184,7 +194,7 @@ class ReplayBuffer:
         True
         """
         obs_dtype = getattr(torch, spec.obs_dtype)
-        return store_nbytes(default_obs_rows(capacity), spec.obs_shape, obs_dtype,
+        return store_nbytes(default_obs_rows(capacity, pairs=pairs), spec.obs_shape, obs_dtype,
                             is_frame_stack(spec.obs_shape, obs_dtype))
 
     def __len__(self) -> int:
@@ -310,7 +320,8 @@ class ReplayBuffer:
         Each observation is stored once: ``obs[:, p + 1]`` is ``next_obs[:, p]`` where the episode goes on (the
         batcher's auto-reset contract), so only ``next_obs`` at episode ends (``done``) adds one. A window of
         ``T`` new steps writes ``B * T`` observations and one per episode end, the first window one more per row.
-        The call reads the number of new observations on the host (one sync per call, none per step).
+        The call reads the number of new observations on the host (one sync per call, none per step); a buffer with
+        ``pairs`` pushes the transitions with :meth:`push` instead, which reads nothing.
 
         Args:
             obs: ``[B, L, *obs_shape]``, the window's ``observation/frame``.
@@ -339,6 +350,9 @@ class ReplayBuffer:
         if not 1 <= M <= L:
             raise ValueError(f"ret must hold M transitions per row with 1 <= M <= L={L} (the window's steps), got "
                              f"M={M}; push the transitions that start in the window")
+        if self.pairs:
+            self.push(**steps_to_transitions(given))
+            return
         streams = self._streams
         if streams is None:
             if carried != 0:

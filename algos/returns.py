@@ -142,7 +142,8 @@ def n_step_returns(
         steps = torch.where(alive, k + 1, steps)
         term_end = torch.where(alive, terminated[:, k : k + M].bool(), term_end)
         alive = alive & ~done[:, k : k + M].bool()
-    discounts = torch.pow(torch.tensor(gamma, dtype=rewards.dtype, device=dev), steps) * (~term_end)
+    # torch.full, not torch.tensor: a fill on the device, where a copy of a host number would wait for it
+    discounts = torch.pow(torch.full((), gamma, dtype=rewards.dtype, device=dev), steps) * (~term_end)
     return returns, base + steps - 1, discounts
 
 

@@ -9,8 +9,9 @@ are equal bit for bit (the default's pair is reported beside it, as the control:
 learner included; the median over rounds and the range.
 
 On a GPU, A2C and PPO run with every fast-path flag (``--cuda-graph --compile-update --overlap``, the learner, the
-batcher and the evaluation on ``cuda``) at ``--n-envs`` envs; DQN with its learner and batchers on ``cuda``. Without
-CUDA a small CPU version runs, so that the script is exercised (the CPU is deterministic either way).
+batcher and the evaluation on ``cuda``) at ``--n-envs`` envs; DQN with its own (``--cuda-graph --compile-update``: it
+has no overlap). Without CUDA a small CPU version runs, so that the script is exercised (the CPU is deterministic
+either way).
 
 Usage::
 
@@ -36,7 +37,7 @@ from _common import print_table
 FAST = ["--learner-device", "cuda", "--batcher-device", "cuda", "--evaluation-device", "cuda"]
 FLAGS = {"a2c": [*FAST, "--cuda-graph", "--compile-update", "--overlap"],
          "ppo": [*FAST, "--cuda-graph", "--compile-update", "--overlap"],
-         "dqn": FAST}
+         "dqn": [*FAST, "--cuda-graph", "--compile-update"]}
 WARMUP_ITERATIONS = 2
 
 

@@ -22,6 +22,10 @@ declare -A STEPS=(
   [warm_launch]="RLSTRUCT_COMPILE_CACHE=DIR/compile-cache $PY benchmarks/gpu_training.py --algos ppo a2c --skip-throughput --solve-configs wide --seeds 0 1 2 --time-limit 45 --json DIR/warm_launch.json"
   # Issue 66, item 5: --deterministic, two runs of one seed bit for bit, and its cost in env steps/s against the default.
   [deterministic]="$PY benchmarks/gpu_deterministic.py --rounds 2 --n-envs 4096 --json DIR/deterministic.json; $PY benchmarks/gpu_deterministic.py --algos ppo --rounds 1 --n-envs 262144 --json DIR/deterministic_wide.json"
+  # Issue 66, item 4: DQN on the fast path (its replay buffer on the GPU, captured acquisitions and evaluations, the
+  # compiled update) solving CartPole-v1 beside PQN, 3 seeds each, a fresh process a run; each algorithm's seed 0
+  # compiles cold, seeds 1 and 2 load the compile cache; 30 s at most a run.
+  [solve_dqn]="RLSTRUCT_COMPILE_CACHE=DIR/compile-cache $PY benchmarks/gpu_training.py --algos dqn pqn --skip-throughput --solve-configs default --seeds 0 1 2 --time-limit 30 --json DIR/solve_dqn.json"
   # Two fast-path runs in one process, a fresh process per variant: which flag leaves what the second run's graphs
   # touch (docs/benchmarks/gpu-end-to-end.md, "On an H200, with the counter-based draws").
   [two_runs]="$PY benchmarks/gpu_two_runs.py; $PY benchmarks/gpu_two_runs.py --log2-envs 18 20 --autocast bfloat16 --only all no_compile_update no_cuda_graph"
@@ -47,7 +51,7 @@ declare -A STEPS=(
   # MinAtar (issue 42): the torch games at 2^20 envs in the CUDA-graph batcher, beside gymnax on the same GPU.
   [minatar]="for g in Breakout Asterix Freeway; do $PY benchmarks/minatar_speed.py --game \$g --device cuda --envs 65536 --rounds 1 --skip reference adapter; done"
 )
-ORDER=(warm_launch deterministic two_runs cuda_tests solve_a2c solve_ppo bf16 collection_compiled throughput tf32 bf16_compiled_policy collection_bf16
+ORDER=(warm_launch deterministic solve_dqn two_runs cuda_tests solve_a2c solve_ppo bf16 collection_compiled throughput tf32 bf16_compiled_policy collection_bf16
        collection collection_fast envs ecosystem locomotion cpu_scaling atari_ppo atari_dqn minatar)
 
 if [[ ${1:-} == --list || $# -eq 0 ]]; then

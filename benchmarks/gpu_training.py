@@ -1,23 +1,26 @@
 """GPU end to end (issue 20): time to solve CartPole-v1 on one GPU, and training throughput with the learner.
 
 Two measurements, each over the fast path (``--learner-device cuda --batcher-device cuda --cuda-graph
---compile-update --overlap``; the training batcher in process, sharing the learner's weights):
+--compile-update``, and ``--overlap`` for the algorithms that have it, all but DQN; the training batcher in process,
+sharing the learner's weights):
 
-* **solve**: A2C and PPO on CartPole-v1 until an evaluation reaches 475 (gymnasium's threshold), one fresh
-  process per seed (``python -m rlstruct.algos.<algo> ...``, so that every run pays its own compilation), in two
-  configurations (``SOLVE_CONFIGS``): ``default``, the algorithms' default settings (32 envs), and ``wide``, 2,048
-  envs x 16 steps an iteration (``benchmarks/learning.py``'s ``*_CARTPOLE_WIDE``: about 11 A2C and 18 PPO
-  iterations to 475, where the defaults take about 226 and 25, and on a GPU an iteration costs about the same
-  at 32 or 2,048 envs). Each has an env-step budget (the learning rate anneals over env steps, the same on every
-  device; the time limit only stops a run that does not get there). From
-  the run's ``progress.csv``: **warm-up** is the wall clock at the end of iteration 2 (setup, the first
-  acquisition, the update's compilation on the first update, the acquisition's CUDA-graph capture on the second),
+* **solve**: A2C, PPO, PQN and DQN on CartPole-v1 until an evaluation reaches 475 (gymnasium's threshold), one
+  fresh process per seed (``python -m rlstruct.algos.<algo> ...``, so that every run pays its own compilation), in
+  two configurations (``SOLVE_CONFIGS``): ``default``, the algorithms' default settings (32 envs for A2C, PPO and
+  PQN; DQN's 4 envs of 16 steps, 32 gradient steps an iteration, its replay buffer on the GPU), and ``wide`` (A2C
+  and PPO), 2,048 envs x 16 steps an iteration (``benchmarks/learning.py``'s ``*_CARTPOLE_WIDE``: about 11 A2C and
+  18 PPO iterations to 475, where the defaults take about 226 and 25, and on a GPU an iteration costs about the same
+  at 32 or 2,048 envs). Each has an env-step budget (the learning rate anneals over env steps, PQN's epsilon decays
+  over them, the same on every device; the time limit only stops a run that does not get there). From
+  the run's ``progress.csv``: **warm-up** is the wall clock at the end of iteration 2, or of the first iteration that
+  learned when that comes later (DQN's, after ``learning_starts`` env steps): setup, the first acquisition, the
+  update's compilation on the first update, the acquisition's CUDA-graph capture on the second;
   **training** the wall clock of the first evaluation at or above the target minus the warm-up, of which
   **evaluating** is the time the loop waited on its evaluations (``eval/blocked_s``: all of each in-process one).
-* **throughput**: A2C and PPO at ``2**14 .. 2**20`` envs for a fixed number of iterations; env steps per second
-  between the end of the warm-up and the last logged iteration, learner included. Rows are logged every
-  ``log_every`` iterations (one host sync each), so the clock runs at most that many iterations ahead of the
-  device; the span covers many more.
+* **throughput**: A2C and PPO (``THROUGHPUT_ALGOS``) at ``2**14 .. 2**20`` envs for a fixed number of iterations;
+  env steps per second between the end of the warm-up and the last logged iteration, learner included. Rows are
+  logged every ``log_every`` iterations (one host sync each), so the clock runs at most that many iterations ahead
+  of the device; the span covers many more.
 
 Without CUDA it runs a small CPU version of both (a few thousand env steps, a few hundred envs; no compilation
 unless ``--compile``) so that the script is exercised, and says that the GPU numbers need a GPU.
@@ -27,12 +30,14 @@ Usage::
     python benchmarks/gpu_training.py                      # on a GPU machine: 5 seeds, 2**14 .. 2**20 envs
     python benchmarks/gpu_training.py --seeds 0 --log2-envs 14 16 --algos ppo
     python benchmarks/gpu_training.py --json gpu_training.json
+    python benchmarks/gpu_training.py --algos dqn pqn --skip-throughput --solve-configs default --seeds 0 1 2
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import gc
 import json
 import math
@@ -52,15 +57,26 @@ from learning import A2C_CARTPOLE_WIDE, PPO_CARTPOLE_WIDE
 
 TARGET = 475.0
 FAST_FLAGS = ["--learner-device", "cuda", "--batcher-device", "cuda", "--evaluation-device", "cuda",
-              "--cuda-graph", "--compile-update", "--overlap"]
+              "--cuda-graph", "--compile-update"]
 WARMUP_ITERATIONS = 2
 # The solve runs' settings, each with an env-step budget. With a step budget the learning rate anneals over env
 # steps; over the default time limit it would anneal by the clock, so a device's warm-up and speed would change
-# what the run learns.
+# what the run learns. DQN's and PQN's budgets are their CartPole presets' (dqn-cartpole, pqn-cartpole).
 SOLVE_CONFIGS = {
-    "default": {"a2c": ["--max-env-steps", "500000"], "ppo": ["--max-env-steps", "500000"]},
+    "default": {"a2c": ["--max-env-steps", "500000"], "ppo": ["--max-env-steps", "500000"],
+                "pqn": ["--max-env-steps", "200000"], "dqn": ["--max-env-steps", "100000"]},
     "wide": {"a2c": A2C_CARTPOLE_WIDE, "ppo": PPO_CARTPOLE_WIDE},
 }
+#: the algorithms the throughput measurement trains
+THROUGHPUT_ALGOS = ("a2c", "ppo")
+
+
+def overlap_flags(algo: str) -> list[str]:
+    """``["--overlap"]`` for an algorithm whose config has it (all but DQN, whose acquisitions and gradient steps
+    alternate), else none."""
+    from rlstruct.algos.harness import algorithm
+
+    return ["--overlap"] if "overlap" in {f.name for f in dataclasses.fields(algorithm(algo).config_cls)} else []
 
 
 def _rows(logdir: Path) -> list[dict[str, float]]:
@@ -69,7 +85,12 @@ def _rows(logdir: Path) -> list[dict[str, float]]:
 
 
 def _warmup(rows: list[dict[str, float]]) -> float:
-    done = [r for r in rows if "eval/return" not in r and r["iteration"] >= WARMUP_ITERATIONS]
+    """The wall clock at the end of iteration :data:`WARMUP_ITERATIONS`, or of the first iteration that learned (a
+    row with a loss) when that comes later: DQN's first update waits for ``learning_starts`` env steps."""
+    train = [r for r in rows if "eval/return" not in r]
+    learned = [r["iteration"] for r in train if any(k.startswith("loss/") for k in r)]
+    start = max(WARMUP_ITERATIONS, learned[0] if learned else 0)
+    done = [r for r in train if r["iteration"] >= start]
     return done[0]["wall_time_s"] if done else math.nan
 
 
@@ -78,7 +99,7 @@ def solve(algo: str, seed: int, gpu: bool, *, compile_update: bool, time_limit: 
     """One run of ``algo`` on CartPole-v1 until an evaluation reaches the target, in a fresh process, in one of
     ``SOLVE_CONFIGS`` (``extra``: more flags of ``rlstruct train``)."""
     with tempfile.TemporaryDirectory() as tmp:
-        flags = FAST_FLAGS if gpu else ["--overlap"] + (["--compile-update"] if compile_update else [])
+        flags = overlap_flags(algo) + (FAST_FLAGS if gpu else (["--compile-update"] if compile_update else []))
         cmd = [sys.executable, "-m", f"rlstruct.algos.{algo}", "--seed", str(seed), "--logdir", tmp, "--no-progress",
                "--no-tensorboard", "--target-return", str(TARGET), "--time-limit", str(time_limit),
                "--physics-dtype", physics_dtype, *SOLVE_CONFIGS[config][algo], *flags, *extra]
@@ -144,7 +165,9 @@ def throughput(algo: str, n_envs: int, device: str, *, compile_update: bool, ite
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
-    parser.add_argument("--algos", nargs="+", default=["a2c", "ppo"], choices=["a2c", "ppo"])
+    parser.add_argument("--algos", nargs="+", default=["a2c", "ppo"], choices=["a2c", "ppo", "pqn", "dqn"],
+                        help="the solve runs' algorithms; the throughput measurement trains those of them that "
+                             f"are in {list(THROUGHPUT_ALGOS)}")
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 0..4 on a GPU, 0 on the CPU")
     parser.add_argument("--log2-envs", nargs="+", type=int, default=None,
                         help="throughput at 2**k envs (default: 14..20 on a GPU, 8 10 on the CPU)")
@@ -189,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ns.skip_solve:
         runs = []
         for a in ns.algos:
-            for c in ns.solve_configs:
+            for c in [c for c in ns.solve_configs if a in SOLVE_CONFIGS[c]]:
                 for s in seeds:
                     runs.append(solve(a, s, gpu, compile_update=compile_update, time_limit=time_limit, config=c,
                                       physics_dtype=ns.physics_dtype,
@@ -200,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                         break
         out["solve"] = runs
         rows = []
-        for a, c in [(a, c) for a in ns.algos for c in ns.solve_configs]:
+        for a, c in [(a, c) for a in ns.algos for c in ns.solve_configs if a in SOLVE_CONFIGS[c]]:
             mine = [r for r in runs if r["algo"] == a and r["config"] == c]
             ok = [r for r in mine if r["reached"]]
             def med(k: str, fmt: str = ".1f") -> str:
@@ -218,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         tp = [throughput(a, 2 ** k, device, compile_update=compile_update, iterations=iterations,
                          physics_dtype=ns.physics_dtype, matmul_precision=ns.matmul_precision,
                          autocast=ns.autocast, compile_policy=ns.compile_policy)
-              for a in ns.algos for k in log2]
+              for a in ns.algos if a in THROUGHPUT_ALGOS for k in log2]
         out["throughput"] = tp
         print(f"\nTraining throughput, learner included ({device}, {iterations} timed iterations):")
         print_table(["algo", "envs", "env steps/s", "warm-up s"],

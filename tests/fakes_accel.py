@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -303,6 +304,79 @@ class FakeGraph:
                     "replay touches the captured one; update the captured tensor in place (x.copy_(new)), or capture "
                     "again"
                 )
+
+
+#: the ops after which the host waits for an accelerator: a read of a value (``.item()``, ``float()``, ``bool()``) and
+#: an output whose size depends on the values
+HOST_READ_OPS = frozenset({
+    "aten._local_scalar_dense.default", "aten.is_nonzero.default", "aten.equal.default", "aten.nonzero.default",
+    "aten.masked_select.default", "aten._unique2.default", "aten.unique_dim.default",
+    "aten.unique_consecutive.default", "aten.repeat_interleave.Tensor",
+})
+#: the indexing ops that read a boolean index's values on the host (to count its true entries)
+_MASK_INDEXING = frozenset({"aten.index.Tensor", "aten.index_put.default", "aten.index_put_.default"})
+#: the functions that make a tensor of host data, a blocking copy when given a ``device``
+_FROM_HOST = (torch.tensor, torch.as_tensor)
+#: the methods that read a tensor's values on the host without an op (none on the CPU)
+_TO_HOST = (torch.Tensor.tolist, torch.Tensor.numpy)
+
+
+class _ValueReads(TorchDispatchMode):
+    def __init__(self, reads: list[tuple[str, str]]):
+        super().__init__()
+        self.reads = reads
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func)
+        masked = name in _MASK_INDEXING and any(
+            isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in tree_leaves(args[1:2]))
+        if name in HOST_READ_OPS or masked:
+            self.reads.append((name, _caller()))
+        return func(*args, **(kwargs or {}))
+
+
+class _HostCalls(TorchFunctionMode):
+    def __init__(self, reads: list[tuple[str, str]]):
+        super().__init__()
+        self.reads = reads
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _FROM_HOST and (kwargs or {}).get("device") is not None:
+            self.reads.append((f"torch.{func.__name__}(..., device=...)", _caller()))
+        elif func in _TO_HOST:
+            self.reads.append((f"Tensor.{func.__name__}", _caller()))
+        return func(*args, **(kwargs or {}))
+
+
+class HostReads:
+    """Records, on the CPU, what would make the host wait for an accelerator's queue, with the code that called it:
+    an op of :data:`HOST_READ_OPS`, a boolean index, ``tolist`` and ``numpy`` (which reach no op on the CPU), and
+    ``torch.tensor`` or ``torch.as_tensor`` given a ``device`` (a blocking copy of host data onto it). On the CPU
+    nothing waits; the record says what a GPU run of the same code would wait for. A ``.to(device)`` of a host
+    tensor, no op on the CPU, is not seen; nor is a Python number written into a tensor (``x[i] = 0``), which
+    reaches the device as a kernel's argument.
+
+    Attributes:
+        reads: ``(what, where)`` in host order, ``where`` the call site outside torch and this module.
+
+    >>> with HostReads() as seen:
+    ...     _ = torch.ones(3).sum().item()
+    >>> [what for what, _ in seen.reads]
+    ['aten._local_scalar_dense.default']
+    """
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[str, str]] = []
+        self._modes = [_HostCalls(self.reads), _ValueReads(self.reads)]
+
+    def __enter__(self) -> HostReads:
+        for mode in self._modes:
+            mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for mode in reversed(self._modes):
+            mode.__exit__(*exc)
 
 
 class RecordingAccelerator:

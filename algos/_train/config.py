@@ -3,7 +3,9 @@ and :class:`OffPolicyConfig` (what each training loop reads), which each algorit
 algorithm's config is composed of the parts its loop reads besides: :class:`RolloutPart` (a collection of ``n_steps``
 steps of auto-reset envs), :class:`MinibatchPart` (epochs of minibatches over it), :class:`ActorCriticPart` (the
 actor-critic's policy), :class:`RecurrentPart` (its LSTM) and :class:`AdvantagePart` (its GAE advantages and loss
-weights); an algorithm takes only the parts it uses, so that it has no flag it must refuse.
+weights). :class:`FastPathPart` (the compiled update, autocast, the shared weights) and :class:`CapturedPart` (the
+captured acquisition) are the fast path's, which DQN takes too; an algorithm takes only the parts it uses, so that it
+has no flag it must refuse.
 
 Every field is declared with :func:`setting`: its default, the one-line help ``--help`` shows and its ``--help``
 group sit beside it; a subclass changes a default with :func:`default`, which keeps the field's help and group. The
@@ -28,10 +30,11 @@ from rlstruct.envs.factory import BACKENDS, resolve_backend
 from rlstruct.errors import ConfigError, MissingDependencyError
 
 __all__ = ["MATMUL_PRECISIONS", "EVALUATION_POLICIES", "AUTOCAST_VALUES", "setting", "default", "RunConfig",
-           "AutocastPart", "OnPolicyConfig", "RolloutPart", "MinibatchPart", "ActorCriticPart", "RecurrentPart",
-           "AdvantagePart", "OffPolicyConfig", "resume_fields", "check_bounds", "validate_run_config", "check_autocast",
-           "check_on_policy", "check_off_policy", "check_evaluation_policy", "check_env_kwargs", "check_physics_dtype",
-           "set_torch_threads", "training_workers"]
+           "AutocastPart", "FastPathPart", "CapturedPart", "OnPolicyConfig", "RolloutPart", "MinibatchPart",
+           "ActorCriticPart", "RecurrentPart", "AdvantagePart", "OffPolicyConfig", "resume_fields", "check_bounds",
+           "validate_run_config", "check_autocast", "check_fast_path", "check_on_policy", "check_off_policy",
+           "check_evaluation_policy", "check_env_kwargs", "check_physics_dtype", "set_torch_threads",
+           "training_workers"]
 
 #: the values of ``RunConfig.matmul_precision`` (torch's ``set_float32_matmul_precision``)
 MATMUL_PRECISIONS = ("highest", "high", "medium")
@@ -178,7 +181,27 @@ class AutocastPart:
 
 
 @dataclasses.dataclass
-class OnPolicyConfig(AutocastPart, RunConfig):
+class FastPathPart(AutocastPart):
+    """The learner's fast path on one device (A2C, PPO, REINFORCE, PQN, DQN): the update compiled, its forwards under
+    autocast, and an in-process training batcher on the learner's device that reads the learner's weights there."""
+
+    compile_update: bool = setting(False, "compile the update's forward and loss with torch.compile",
+                                   group="fast path")
+    share_weights: bool = setting(True, "the in-process batcher reads the learner's weights on its device",
+                                  group="fast path")
+
+
+@dataclasses.dataclass
+class CapturedPart:
+    """A training batcher of auto-reset envs whose acquisitions a CUDA graph can replay (A2C, PPO, PQN, DQN; not
+    REINFORCE, whose episodes end at different steps)."""
+
+    cuda_graph: bool = setting(False, "replay each acquisition as one CUDA graph (a CUDA batcher_device)",
+                               group="fast path")
+
+
+@dataclasses.dataclass
+class OnPolicyConfig(FastPathPart, RunConfig):
     """What the on-policy loop reads of every member (A2C, PPO, REINFORCE, PQN): the schedule, the return
     normalisation and the update's fast path. A member's config adds the parts its collection and its policy read
     (:class:`RolloutPart`, :class:`ActorCriticPart`, :class:`RecurrentPart`)."""
@@ -193,23 +216,17 @@ class OnPolicyConfig(AutocastPart, RunConfig):
                                       group="normalisation")
     normalize_rewards_gamma: float | None = setting(None, "the discount of that return (None: gamma; SB3's "
                                                     "VecNormalize: 0.99)", group="normalisation", within="[0, 1]")
-    compile_update: bool = setting(False, "compile the update's forward and loss with torch.compile",
-                                   group="fast path")
-    share_weights: bool = setting(True, "the in-process batcher reads the learner's weights on its device",
-                                  group="fast path")
     RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("normalize_rewards",)
 
 
 @dataclasses.dataclass
-class RolloutPart:
+class RolloutPart(CapturedPart):
     """The collection of an on-policy algorithm that steps auto-reset envs ``n_steps`` at a time (A2C, PPO, PQN),
     not whole episodes (REINFORCE)."""
 
     n_steps: int = setting(8, "steps of every env per collection (auto-reset envs)", group="on-policy", least=1)
     overlap: bool = setting(False, "collect the next batch while learning on this one (data one update stale)",
                             group="on-policy")
-    cuda_graph: bool = setting(False, "replay each acquisition as one CUDA graph (a CUDA batcher_device)",
-                               group="fast path")
 
 
 @dataclasses.dataclass
@@ -427,32 +444,43 @@ def check_autocast(config: AutocastPart, title: str) -> None:
         )
 
 
+def check_fast_path(config: RunConfig, title: str) -> None:
+    """Checks the fast-path flags of ``config``'s parts (:class:`FastPathPart`, :class:`CapturedPart`), for every
+    algorithm that has them, on- or off-policy.
+
+    Raises:
+        ConfigError: ``compile_update`` with ``check_devices``, or ``cuda_graph`` without a CUDA ``batcher_device``.
+    """
+    if isinstance(config, FastPathPart) and config.compile_update and config.check_devices:
+        raise ConfigError(f"{title}: compile_update=True does not support check_devices=True (the checked replay runs "
+                          "step by step for debugging); drop --compile-update or --check-devices")
+    # Asked of the seam (rlstruct._accel), so that a test's recording fake on the CPU drives a captured run.
+    if isinstance(config, CapturedPart) and config.cuda_graph and accelerator_for(config.batcher_device) is None:
+        raise ConfigError(
+            f"{title}: cuda_graph=True needs a CUDA batcher_device, got batcher_device={config.batcher_device!r}; "
+            "pass --batcher-device cuda or drop --cuda-graph"
+        )
+
+
 def check_on_policy(config: OnPolicyConfig, title: str) -> None:
-    """Checks the on-policy family's settings: the step budget of ``anneal_lr`` and the fast path, then those of the
-    parts ``config`` is made of (its collection, its policy).
+    """Checks the on-policy family's settings: the fast path (:func:`check_fast_path`), the step budget of
+    ``anneal_lr``, then those of the parts ``config`` is made of (its collection, its policy).
 
     Raises:
         ConfigError: ``anneal_lr`` without a step budget; fast-path flags that cannot work together
-            (``compile_update`` or ``compile_policy`` with ``recurrent``; ``compile_update`` with ``check_devices``;
-            ``cuda_graph`` without a CUDA ``batcher_device``); ``autocast`` is :func:`check_autocast`'s.
+            (:func:`check_fast_path`'s; ``compile_update`` or ``compile_policy`` with ``recurrent``); ``autocast`` is
+            :func:`check_autocast`'s.
         ValueError: a setting is out of range.
     """
-    pairs = [("compile_update", "check_devices", "the checked replay runs step by step for debugging")]
+    check_fast_path(config, title)
     if isinstance(config, RecurrentPart):
-        pairs += [("compile_policy", "recurrent", "it compiles the feed-forward policy's step"),
-                  ("compile_update", "recurrent", "a window is replayed step by step through the LSTM, with per-row "
-                                                  "resets")]
-    for flag, other, why in pairs:
-        if getattr(config, flag) and getattr(config, other):
-            raise ConfigError(f"{title}: {flag}=True does not support {other}=True ({why}); drop "
-                              f"--{flag.replace('_', '-')} or --{other.replace('_', '-')}")
-    if isinstance(config, RolloutPart):
-        # Asked of the seam (rlstruct._accel), so that a test's recording fake on the CPU drives a captured run.
-        if config.cuda_graph and accelerator_for(config.batcher_device) is None:
-            raise ConfigError(
-                f"{title}: cuda_graph=True needs a CUDA batcher_device, got batcher_device={config.batcher_device!r}; "
-                "pass --batcher-device cuda or drop --cuda-graph"
-            )
+        pairs = [("compile_policy", "recurrent", "it compiles the feed-forward policy's step"),
+                 ("compile_update", "recurrent", "a window is replayed step by step through the LSTM, with per-row "
+                                                 "resets")]
+        for flag, other, why in pairs:
+            if getattr(config, flag) and getattr(config, other):
+                raise ConfigError(f"{title}: {flag}=True does not support {other}=True ({why}); drop "
+                                  f"--{flag.replace('_', '-')} or --{other.replace('_', '-')}")
     if isinstance(config, MinibatchPart):
         batch = config.n_envs * config.n_steps
         if config.n_minibatches > batch:
@@ -465,12 +493,15 @@ def check_on_policy(config: OnPolicyConfig, title: str) -> None:
         )
 
 
-def check_off_policy(config: OffPolicyConfig) -> None:
-    """Checks the off-policy family's settings.
+def check_off_policy(config: OffPolicyConfig, title: str) -> None:
+    """Checks the off-policy family's settings, the fast path's of an algorithm that has it
+    (:func:`check_fast_path`) first.
 
     Raises:
+        ConfigError: :func:`check_fast_path`'s.
         ValueError: a setting is out of range.
     """
+    check_fast_path(config, title)
     if config.priority_alpha < 0 or not 0 <= config.priority_beta0 <= 1:
         raise ValueError(f"priority_alpha must be >= 0 and priority_beta0 in [0, 1], got "
                          f"priority_alpha={config.priority_alpha!r}, priority_beta0={config.priority_beta0!r}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,7 +20,7 @@ from torch import nn
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice
 from rlstruct.algos._optim import OptimizerLike
 from rlstruct.algos._train.checkpoints import load_state
-from rlstruct.algos._train.config import OffPolicyConfig, OnPolicyConfig, RunConfig
+from rlstruct.algos._train.config import CapturedPart, OffPolicyConfig, OnPolicyConfig, RunConfig
 from rlstruct.algos._train.distributed import (
     World,
     all_ranks_stop,
@@ -333,8 +334,9 @@ class OffPolicyLearner(Protocol):
         buffers, targets included, and any trained tensor outside a network (SAC's log temperature). Rank 0's are
         broadcast at the start; those that require a gradient are the trained ones, whose gradients are averaged."""
 
-    def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
-        """The training ``agent_info`` of the next acquisition (``[n_rows]`` per key) at ``env_steps``, and the
+    def agent_info(self, env_steps: int) -> tuple[DictTensor | None, dict[str, Any]]:
+        """The training ``agent_info`` of the next acquisition (``[n_rows]`` per key) at ``env_steps``, or ``None``
+        to keep the batcher's (a captured acquisition then reads it without waiting for the device), and the
         statistics it is recorded with (e.g. DQN's epsilon)."""
 
     def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
@@ -359,6 +361,14 @@ def train_off_policy(setup: Setup) -> TrainResult:
     first gradient step of the new session. A buffer kept in memory that needs more than the machine has available
     is refused before anything starts (:func:`~.replay_setup.check_replay_fits`), as is one on disk that needs more
     than the disk has free; a prioritized one anneals its importance-sampling exponent over the step budget.
+
+    An algorithm whose config has the fast path's parts (DQN) takes it as the on-policy loop does: with
+    ``cuda_graph`` the training batcher replays each acquisition, and the evaluation batcher each chunk, as one CUDA
+    graph; with ``share_weights`` an in-process batcher on the learner's device reads the learner's weights there
+    instead of a CPU copy after each update. Nothing of an iteration then waits for the device but the captured
+    acquisition's reload of a new ``agent_info`` from the learner, the push of stacked frames (it reads their count
+    of new frames; a buffer of whole observations keeps pairs on an accelerator and reads nothing) and the record's
+    conversion every ``log_every`` iterations.
     """
     algo: OffPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
     config, spec, resume, device, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
@@ -370,6 +380,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
         batcher, evaluator = open_batchers(stack, config, spec, algo.agent(config.to_dict()),
                                            agent_kwargs=training_agent_kwargs(config),
                                            n_timesteps=config.rollout_steps, autoreset=True,
+                                           cuda_graph=isinstance(config, CapturedPart) and config.cuda_graph,
                                            explore=algo.make_learner.exploration(config),
                                            evaluate=algo.evaluation_agent_info(config.to_dict()),
                                            seed=run.seed, rank=world.rank, run=run)
@@ -384,17 +395,16 @@ def train_off_policy(setup: Setup) -> TrainResult:
         episodes = _TrainingEpisodes(B, device)
         first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
 
-        weights = cpu_state_dict(learner.policy)
-        batcher.update(weights)
-        batcher.reset()
+        # The policy's weights reach the training batcher as the on-policy loop's do: shared on the learner's device
+        # with an in-process batcher there (config.share_weights), as a CPU copy after each update otherwise.
+        collect = start_pipeline(stack, batcher, learner.policy, config, device=device)
+        weights = functools.partial(cpu_state_dict, learner.policy)  # an evaluation's, only when one is due
         if world.is_logger:
-            evaluator.schedule(lambda: weights, run.iteration, run.env_steps)
+            evaluator.schedule(weights, run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
             with _until_a_worker_fails(run):
                 agent_info, stats = learner.agent_info(run.env_steps)
-                batcher.execute(agent_info=agent_info)
-                traj, _ = batcher.get()
-                traj = traj.to(device)
+                traj = collect.next(agent_info).to(device)
                 if config.check_devices:
                     check_on_device(traj, device, "the trajectories given to the learner")
                     for what, module in learner.checked().items():
@@ -411,13 +421,11 @@ def train_off_policy(setup: Setup) -> TrainResult:
                 for _ in range(n_steps):
                     stats.update(learner.gradient_step(buffer))
                 if n_steps:
-                    weights = cpu_state_dict(learner.policy)
                     with _until_a_worker_fails(run):
-                        batcher.update(weights)
+                        collect.updated()
 
                 episodes.add(tt, stats)
-                _record(run, world, evaluator, n_new * world.size, stats, lambda: weights, learner.policy,
-                        learner.state)
+                _record(run, world, evaluator, n_new * world.size, stats, weights, learner.policy, learner.state)
 
         check_models_agree(learner.tensors(), world)
         return finish_training(run, evaluator, learner.policy, spec, title=algo.title, learner=learner.state())

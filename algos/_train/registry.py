@@ -173,7 +173,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     def check_family(self, config: Any) -> None:
         """The off-policy settings' checks (:func:`~.config.check_off_policy`)."""
-        check_off_policy(config)
+        check_off_policy(config, self.title)
 
 
 def entry_point_algorithms() -> dict[str, str]:

@@ -9,13 +9,20 @@ import pathlib
 
 import torch
 
+from rlstruct._accel import accelerator_for
 from rlstruct.algos._env_spec import EnvSpec
-from rlstruct.algos._replay_storage import available_memory, free_bytes, reclaim_stale, stale_candidates
+from rlstruct.algos._replay_storage import (
+    available_memory,
+    free_bytes,
+    is_frame_stack,
+    reclaim_stale,
+    stale_candidates,
+)
 from rlstruct.algos._train.config import OffPolicyConfig
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.errors import ConfigError, DiskSpaceError
 
-__all__ = ["LARGE_BUFFER_BYTES", "check_replay_fits", "make_replay_buffer", "replay_folder"]
+__all__ = ["LARGE_BUFFER_BYTES", "check_replay_fits", "make_replay_buffer", "replay_folder", "stores_pairs"]
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +33,22 @@ LARGE_BUFFER_BYTES = 10**9
 
 def _buffer_class(config: OffPolicyConfig) -> type[ReplayBuffer]:
     return PrioritizedReplayBuffer if config.prioritized_replay else ReplayBuffer
+
+
+def stores_pairs(config: OffPolicyConfig, spec: EnvSpec, device: torch.device) -> bool:
+    """Whether the run's buffer keeps two observations per transition (:class:`~rlstruct.algos.replay.ReplayBuffer`'s
+    ``pairs``): in memory on an accelerator (the seam's, :func:`rlstruct._accel.accelerator_for`), where the one read
+    on the host of a push of steps would wait for the acquisition at every iteration; not for stacked frames, which
+    read their count of new frames anyway and would take several times the memory.
+
+    >>> from rlstruct.algos._train.config import OffPolicyConfig
+    >>> cartpole = EnvSpec((4,), "float32", 2, 500)
+    >>> stores_pairs(OffPolicyConfig(), cartpole, torch.device("cpu")), stores_pairs(OffPolicyConfig(), cartpole,
+    ...                                                                                torch.device("cuda"))
+    (False, True)
+    """
+    frames = is_frame_stack(spec.obs_shape, getattr(torch, spec.obs_dtype))
+    return config.replay_storage == "memory" and accelerator_for(device) is not None and not frames
 
 
 def replay_folder(logdir: pathlib.Path, rank: int = 0) -> pathlib.Path:
@@ -59,7 +82,7 @@ x 1000000 transitions), this machine has 4.0 GB available; pass a smaller --buff
     if available is None:
         return
     cls = _buffer_class(config)
-    needed = cls.planned_nbytes(spec, config.buffer_size)
+    needed = cls.planned_nbytes(spec, config.buffer_size, pairs=stores_pairs(config, spec, device))
     if needed <= available:
         return
     per = needed / config.buffer_size
@@ -89,8 +112,8 @@ def _check_disk_fits(config: OffPolicyConfig, spec: EnvSpec, folder: pathlib.Pat
 def make_replay_buffer(config: OffPolicyConfig, spec: EnvSpec, device: torch.device, *, seed: int,
                        folder: pathlib.Path, rank: int = 0) -> ReplayBuffer:
     """The run's replay buffer: prioritized or uniform, in memory or in files under ``folder/replay`` (one folder
-    per rank of a data-parallel run)."""
-    kwargs: dict = {"storage": config.replay_storage}
+    per rank of a data-parallel run), two observations per transition where :func:`stores_pairs`."""
+    kwargs: dict = {"storage": config.replay_storage, "pairs": stores_pairs(config, spec, device)}
     if config.replay_storage == "disk":
         kwargs["folder"] = replay_folder(folder, rank)
     _say_if_large(config, spec, device, kwargs.get("folder"))
@@ -103,7 +126,7 @@ def _say_if_large(config: OffPolicyConfig, spec: EnvSpec, device: torch.device, 
     """Logs one warning, before the allocation, when the buffer takes more than :data:`LARGE_BUFFER_BYTES` of memory
     or of disk once full: how much, and where (the command line shows warnings)."""
     cls = _buffer_class(config)
-    total = cls.planned_nbytes(spec, config.buffer_size)
+    total = cls.planned_nbytes(spec, config.buffer_size, pairs=stores_pairs(config, spec, device))
     disk = cls.planned_disk_nbytes(spec, config.buffer_size) if folder is not None else 0
     memory = total - disk
     if max(memory, disk) <= LARGE_BUFFER_BYTES:

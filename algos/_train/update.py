@@ -1,5 +1,5 @@
-"""The on-policy learner's update: one step (loss, backward, clipping, optimizer step), compiled or not, and what
-the on-policy loop builds around it from the family's settings (the learner's state, the collection pipeline).
+"""The learner's update: one step (loss, backward, clipping, optimizer step), compiled or not, and what the loops
+build around it from the run's settings (the on-policy learner's state, the collection pipeline of both families).
 
 :class:`UpdateStep` runs one update (loss, backward, gradient clipping, optimizer step) with the forward and the
 loss compiled by ``torch.compile`` (``mode="reduce-overhead"``, i.e. CUDA graphs, on CUDA; the default mode on
@@ -35,6 +35,7 @@ from rlstruct.algos._train.config import (
     AUTOCAST_VALUES,
     ActorCriticPart,
     AutocastPart,
+    FastPathPart,
     OnPolicyConfig,
     RunConfig,
 )
@@ -129,15 +130,19 @@ def training_agent_kwargs(config: RunConfig) -> dict[str, object]:
     return {"autocast": autocast_dtype(config)} if isinstance(config, AutocastPart) else {}
 
 
-def weight_sync_mode(config: OnPolicyConfig) -> str:
-    """The :class:`~rlstruct.batchers.WeightSync` mode a run asks for: ``"auto"`` with ``share_weights`` (the weights
-    shared or copied on the device where the training batcher runs in process on the learner's device, which
-    :class:`~rlstruct.batchers.WeightSync` decides), else ``"cpu"``.
+def weight_sync_mode(config: RunConfig) -> str:
+    """The :class:`~rlstruct.batchers.WeightSync` mode a run asks for: ``"auto"`` with a
+    :class:`~.config.FastPathPart`'s ``share_weights`` (the weights shared or copied on the device where the training
+    batcher runs in process on the learner's device, which :class:`~rlstruct.batchers.WeightSync` decides), else
+    ``"cpu"`` (also for an algorithm without that part, SAC).
 
+    >>> from rlstruct.algos.sac import SACConfig
     >>> weight_sync_mode(OnPolicyConfig()), weight_sync_mode(OnPolicyConfig(share_weights=False))
     ('auto', 'cpu')
+    >>> weight_sync_mode(SACConfig())
+    'cpu'
     """
-    return "auto" if config.share_weights else "cpu"
+    return "auto" if isinstance(config, FastPathPart) and config.share_weights else "cpu"
 
 
 def actor_critic_learner(
@@ -176,7 +181,7 @@ def actor_critic_learner(
     return optimizer, normalize, learner_state
 
 
-def start_pipeline(stack: contextlib.ExitStack, batcher: RL_Batcher, model: nn.Module, config: OnPolicyConfig, *,
+def start_pipeline(stack: contextlib.ExitStack, batcher: RL_Batcher, model: nn.Module, config: RunConfig, *,
                    device: torch.device, overlap: bool = False) -> Pipeline:
     """The training batcher's :class:`~rlstruct.batchers.Pipeline` for a run, started (initial weights sent, envs
     reset) and closed by ``stack`` before the batcher is.
@@ -185,7 +190,7 @@ def start_pipeline(stack: contextlib.ExitStack, batcher: RL_Batcher, model: nn.M
         stack: the run's exit stack, on which the batcher was pushed.
         batcher: the auto-reset training batcher.
         model: the learner's model, on ``device``.
-        config: the run's settings (``share_weights``).
+        config: the run's settings (:func:`weight_sync_mode`'s).
         device: the learner's device (resolved).
         overlap: collect the next batch while learning on this one (the batcher's agent then gets a snapshot of
             the weights, never the learner's own tensors).

@@ -7,19 +7,22 @@ The oracle of the buffer that stores each observation once is :class:`ReferenceB
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlstruct import _accel
 from rlstruct.algos import EnvSpec, create_env, describe_env
-from rlstruct.algos._replay_storage import StackedFrames, WholeObservations
+from rlstruct.algos._replay_storage import StackedFrames, WholeObservations, default_obs_rows
 from rlstruct.algos._replay_transitions import one_step_steps, one_step_transitions, steps_to_transitions
 from rlstruct.algos.dqn import create_q_agent
 from rlstruct.algos.replay import NStepWindow, ReplayBuffer, window_transitions
 from rlstruct.batchers import RL_Batcher
 from rlstruct.structures import DictTensor, TemporalDictTensor
+from tests.fakes_accel import HostReads, RecordingAccelerator
 
 
 def _push_ids(buf: ReplayBuffer, ids: torch.Tensor) -> None:
@@ -302,6 +305,55 @@ def test_a_batchers_acquisitions_sample_what_the_oracle_does(backend):
             ref.push(**windows[1](tt))
             _check_same_samples(new, ref)
     assert ends > 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(B=st.integers(1, 3), T=st.integers(1, 5), n=st.integers(1, 3), k=st.integers(1, 7),
+       capacity=st.integers(1, 40), p_end=st.sampled_from([0.0, 0.3, 1.0]), seed=st.integers(0, 2**16))
+def test_a_buffer_of_pairs_samples_what_the_oracle_does_and_pushes_steps_without_a_host_read(B, T, n, k, capacity,
+                                                                                            p_end, seed):
+    """Two observations per transition (what a run's buffer keeps on an accelerator): the same samples as the oracle,
+    and no read on the host while pushing a window, in a ring that holds the transitions kept without growing."""
+    n = min(n, T)
+    data = _streams(B, k * T, p_end, seed, torch.float32)
+    new = ReplayBuffer(capacity, (2, 3), "cpu", seed=seed, pairs=True)
+    ref = ReferenceBuffer(capacity, (2, 3), seed=seed, obs_dtype=torch.float32)
+    windows = (NStepWindow(0.9, n), NStepWindow(0.9, n))
+    for i in range(k):
+        tt = TemporalDictTensor({key: v[:, i * T:(i + 1) * T] for key, v in data.items()})
+        steps = windows[0].steps(tt)
+        with HostReads() as seen:
+            new.push_steps(**steps)
+        assert seen.reads == []
+        ref.push(**windows[1](tt))
+        _check_same_samples(new, ref)
+    assert new.store.rows == default_obs_rows(capacity, pairs=True)
+
+
+def test_push_steps_reads_its_count_of_new_observations_on_the_host_unless_the_buffer_keeps_pairs():
+    tt = TemporalDictTensor(_streams(3, 6, 0.3, 2, torch.float32))
+    for pairs, expected in ((False, ["aten.nonzero.default"]), (True, [])):
+        buf = ReplayBuffer(32, (2, 3), "cpu", pairs=pairs)
+        steps = NStepWindow(0.9, 2).steps(tt)
+        with HostReads() as seen:
+            buf.push_steps(**steps)
+        assert [what for what, _ in seen.reads] == expected, pairs
+
+
+def test_a_runs_buffer_keeps_pairs_in_memory_on_an_accelerator_of_whole_observations():
+    from rlstruct.algos._train.config import OffPolicyConfig
+    from rlstruct.algos._train.replay_setup import make_replay_buffer, stores_pairs
+
+    config, cuda, cpu = OffPolicyConfig(buffer_size=100), torch.device("cuda"), torch.device("cpu")
+    cartpole, atari = describe_env("CartPole-v1", "torch", None), EnvSpec((4, 84, 84), "uint8", 6, 1000)
+    assert stores_pairs(config, cartpole, cuda) and not stores_pairs(config, cartpole, cpu)
+    assert not stores_pairs(config, atari, cuda)  # stacked frames: a frame per step, several times less memory
+    assert not stores_pairs(OffPolicyConfig(replay_storage="disk"), cartpole, cuda)
+    with _accel.installed("cpu", RecordingAccelerator()):  # a test's fake stands for the accelerator
+        assert stores_pairs(config, cartpole, cpu)
+        buf = make_replay_buffer(config, cartpole, cpu, seed=0, folder=Path("unused"))
+    assert buf.pairs and buf.nbytes() == ReplayBuffer.planned_nbytes(cartpole, 100, pairs=True)
+    assert ReplayBuffer.planned_nbytes(cartpole, 100, pairs=True) > ReplayBuffer.planned_nbytes(cartpole, 100)
 
 
 def test_each_observation_is_stored_once():

@@ -14,7 +14,7 @@ from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.batchers import _graph as graph_module
 from rlstruct.envs import make_env
 from tests.fakes import SamplingAgent
-from tests.fakes_accel import RecordingAccelerator
+from tests.fakes_accel import HostReads, RecordingAccelerator
 from tests.helpers import acquire_around_changes, assert_same
 
 pytestmark = pytest.mark.timeout(120)
@@ -384,6 +384,25 @@ def test_the_fake_replays_in_place_updates_of_what_it_captured():
         graph.replay()
         assert out.tolist() == [k, k + 1.0, k + 2.0]
     assert set(graph.touched) == {x.untyped_storage()._cdata, out.untyped_storage()._cdata}
+
+
+def test_host_reads_records_what_would_wait_for_an_accelerator_and_where():
+    x = torch.arange(6.0)
+    with HostReads() as seen:
+        x.sum().item()
+        x[x > 2]
+        torch.nonzero(x)
+        x.tolist()
+        torch.tensor([1.0], device=x.device)
+        # none of these waits: a fill, a number written into a slice, a tensor kept on the host, a device computation
+        torch.full((2,), 0.5, device=x.device)
+        x[0::2] = -1.0
+        torch.tensor([1.0])
+        torch.where(x > 0, x, 0.0).cumsum(0)
+    assert [what for what, _ in seen.reads] == [
+        "aten._local_scalar_dense.default", "aten.index.Tensor", "aten.nonzero.default", "Tensor.tolist",
+        "torch.tensor(..., device=...)"]
+    assert all("test_gpu_seam.py:" in where for _, where in seen.reads)
 
 
 def test_the_fake_catches_a_graph_that_bakes_in_another_graphs_matrix_workspace():
