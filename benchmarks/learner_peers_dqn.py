@@ -38,11 +38,11 @@ import functools
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._clock import UpdateClock  # noqa: E402
 from benchmarks._fresh import Config, add_arguments, measure_or_rounds, print_results, selected  # noqa: E402
 
 GAME = "ALE/Breakout-v5"
@@ -54,48 +54,18 @@ RLSTRUCT_SETTINGS = {"rlstruct": {}, "rlstruct-plain": {"double": False}, "rlstr
 THREADS = (1, 2)
 
 
-class _LearnerClock:
-    """What a run's timed window is made of, from its update calls alone: wraps the learner's update function,
-    counts the FLOPs of its first call (``torch.utils.flop_counter``; untimed), then marks the start of every later
-    call and times each in thread CPU seconds.
-
-    The rate is the env steps of the whole cycles (``calls_per_cycle`` update calls and the collection of 32 env
-    steps) from the first timed call to the start of the last cycle's successor, over their wall time, for both peers
-    alike: the run's start-up and its end (rlstruct's final evaluation, checkpoint and plot) stay out. With one torch
-    thread the update's work runs on the calling thread, so ``gflop_per_cpu_s`` is the rate its FLOPs ran at.
-    """
+class _LearnerClock(UpdateClock):
+    """The update clock of a DQN run: a cycle is ``calls_per_cycle`` update calls and the collection of 32 env
+    steps; the rate is over the wall time of the timed cycles, for both peers alike. With one torch thread the
+    update's work runs on the calling thread, so ``gflop_per_cpu_s`` is the rate its FLOPs ran at."""
 
     ENV_STEPS_PER_CYCLE = 32
-
-    def __init__(self, calls_per_cycle: int):
-        self.calls_per_cycle = calls_per_cycle
-        self.update_cpu, self.flops = 0.0, None
-        self.starts: list[tuple[float, float]] = []  # (wall, process CPU) at the start of each timed call
-
-    def wrap(self, fn):
-        from torch.utils.flop_counter import FlopCounterMode
-
-        def wrapped(*args, **kwargs):
-            if self.flops is None:
-                with FlopCounterMode(display=False) as counter:
-                    out = fn(*args, **kwargs)
-                self.flops = counter.get_total_flops()
-                return out
-            self.starts.append((time.perf_counter(), time.process_time()))
-            c0 = time.thread_time()
-            out = fn(*args, **kwargs)
-            self.update_cpu += time.thread_time() - c0
-            return out
-        return wrapped
 
     def stats(self, threads: int, flops_per_gradient_step: float | None = None) -> dict:
         """Env steps/s and busy cores over the timed cycles, the FLOPs of a gradient step (``flops_per_gradient_step``:
         the first call's FLOPs are one gradient step's, else pass the share), and on one thread their rate."""
-        cycles = (len(self.starts) - 1) // self.calls_per_cycle
-        if cycles < 1:
-            raise ValueError(f"{len(self.starts)} timed update calls, not a whole cycle; pass a larger --steps")
-        (w0, c0), (w1, c1) = self.starts[0], self.starts[cycles * self.calls_per_cycle]
-        out = {"steps_per_s": cycles * self.ENV_STEPS_PER_CYCLE / (w1 - w0), "cores": (c1 - c0) / (w1 - w0),
+        cycles, wall, cpu = self.window()
+        out = {"steps_per_s": cycles * self.ENV_STEPS_PER_CYCLE / wall, "cores": cpu / wall,
                "gflop_per_update": (self.flops if flops_per_gradient_step is None else flops_per_gradient_step) / 1e9}
         if threads == 1:
             out["gflop_per_cpu_s"] = self.flops * len(self.starts) / self.update_cpu / 1e9

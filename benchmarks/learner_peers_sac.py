@@ -28,11 +28,11 @@ import functools
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._clock import UpdateClock  # noqa: E402
 from benchmarks._fresh import Config, add_arguments, measure_or_rounds, print_results, selected  # noqa: E402
 
 ENV = "Hopper-v4"
@@ -41,46 +41,15 @@ RLSTRUCT_SETTINGS = {"rlstruct": {"rollout_steps": 8}, "rlstruct-r1": {"rollout_
 PEERS = (*RLSTRUCT_SETTINGS, "sb3")
 
 
-class _GradientClock:
-    """Times a run from its update calls alone: wraps the update function, counts the FLOPs of its first call
-    (untimed), then marks the process CPU time at the start of every later call and adds up each call's thread CPU
-    time.
-
-    The rate counts whole cycles (``calls_per_cycle`` update calls and the ``calls_per_cycle`` env steps collected
-    between two cycles) from the first timed call to the start of the last whole cycle, over the process CPU seconds
-    between them.
-    """
-
-    def __init__(self, calls_per_cycle: int):
-        self.calls_per_cycle = calls_per_cycle
-        self.update_cpu, self.flops = 0.0, None
-        self.starts: list[tuple[float, float]] = []  # (wall, process CPU) at the start of each timed call
-
-    def wrap(self, fn):
-        from torch.utils.flop_counter import FlopCounterMode
-
-        def wrapped(*args, **kwargs):
-            if self.flops is None:
-                with FlopCounterMode(display=False) as counter:
-                    out = fn(*args, **kwargs)
-                self.flops = counter.get_total_flops()
-                return out
-            self.starts.append((time.perf_counter(), time.process_time()))
-            c0 = time.thread_time()
-            out = fn(*args, **kwargs)
-            self.update_cpu += time.thread_time() - c0
-            return out
-        return wrapped
+class _GradientClock(UpdateClock):
+    """The update clock of a SAC run: a cycle is ``calls_per_cycle`` gradient steps and as many env steps; the rate
+    is over the process CPU seconds of the timed cycles."""
 
     def stats(self) -> dict:
-        cycles = (len(self.starts) - 1) // self.calls_per_cycle
-        if cycles < 1:
-            raise ValueError(f"{len(self.starts)} timed update calls, not a whole cycle; pass a larger --steps")
-        (w0, c0), (w1, c1) = self.starts[0], self.starts[cycles * self.calls_per_cycle]
+        cycles, wall, cpu = self.window()
         env_steps = cycles * self.calls_per_cycle
-        return {"steps_per_cpu_s": env_steps / (c1 - c0), "steps_per_s": env_steps / (w1 - w0),
-                "cores": (c1 - c0) / (w1 - w0), "gflop_per_update": self.flops / 1e9,
-                "update_cpu_ms": 1e3 * self.update_cpu / len(self.starts)}
+        return {"steps_per_cpu_s": env_steps / cpu, "steps_per_s": env_steps / wall, "cores": cpu / wall,
+                "gflop_per_update": self.flops / 1e9, "update_cpu_ms": 1e3 * self.update_cpu / len(self.starts)}
 
 
 def measure_rlstruct(steps: int, learning_starts: int, *, rollout_steps: int) -> dict:
