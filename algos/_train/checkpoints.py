@@ -22,7 +22,7 @@ from torch import nn
 
 from rlstruct.algos._optim import OptimizerLike
 from rlstruct.algos._train.config import resume_fields
-from rlstruct.algos._train.durable import sync_file, sync_folder
+from rlstruct.algos._train.durable import written_whole
 from rlstruct.algos._train.finite import check_finite_checkpoint
 from rlstruct.devices import cpu_state_dict, tree_copy
 from rlstruct.envs.factory import resolve_backend
@@ -61,9 +61,8 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
 
     It loads with ``torch.load(path, weights_only=True)``; ``extra``'s tensors are moved to the CPU
     (:func:`~rlstruct.devices.tree_copy`); ``digest`` is :func:`content_digest` of the rest, which
-    :func:`load_checkpoint` checks. The file is written beside ``path``, flushed to the disk and renamed onto it, and
-    the folder is flushed after the rename: a process killed (or a machine that loses power) while writing leaves the
-    previous checkpoint whole.
+    :func:`load_checkpoint` checks. The file is written whole (:func:`~.durable.written_whole`): a process killed (or
+    a machine that loses power) while writing leaves the previous checkpoint whole.
     """
     data = {
         "format": CHECKPOINT_FORMAT,
@@ -76,11 +75,8 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
         **tree_copy(extra or {}),
     }
     data[DIGEST_KEY] = content_digest(data)
-    partial = f"{path}.partial"
-    torch.save(data, partial)
-    sync_file(partial)
-    os.replace(partial, path)
-    sync_folder(os.path.dirname(os.path.abspath(path)))
+    with written_whole(path) as partial:
+        torch.save(data, partial)
     return str(path)
 
 
