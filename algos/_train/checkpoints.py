@@ -42,7 +42,6 @@ __all__ = [
     "load_checkpoint",
     "load_resume",
     "load_state",
-    "plot_learning_curve",
     "restore_optimizer",
     "save_checkpoint",
     "stepped_backend",
@@ -441,38 +440,3 @@ def restore_optimizer(optimizer: OptimizerLike, state: dict[str, Any], lr: float
     optimizer.load_state_dict(state)
     for group in optimizer.param_groups:
         group["lr"] = lr
-
-
-def plot_learning_curve(history: list[dict[str, float]], path: str | os.PathLike, title: str) -> str | None:
-    """Plots the evaluation and training returns against env steps and wall clock into a PNG.
-
-    Returns:
-        The path, or ``None`` when matplotlib is missing.
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log.warning("matplotlib is not installed (pip install 'rlstruct[plot]'); no learning-curve plot")
-        return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
-    train = [r for r in history if isinstance(r.get("train/episode_return"), float)
-             and math.isfinite(r["train/episode_return"])]
-    evals = [r for r in history if "eval/return" in r]
-    for ax, x in zip(axes, ("env_steps", "wall_time_s")):
-        if train:
-            ax.plot([r[x] for r in train], [r["train/episode_return"] for r in train], color="tab:blue", alpha=0.4,
-                    lw=1, label="training episodes")
-        if evals:
-            ax.plot([r[x] for r in evals], [r["eval/return"] for r in evals], "o-", color="tab:red", ms=3,
-                    label="evaluation (mean)")
-        ax.set_xlabel("env steps" if x == "env_steps" else "wall clock (s)")
-        ax.set_ylabel("return")
-        ax.grid(alpha=0.3)
-    axes[0].legend(loc="lower right")
-    fig.suptitle(title)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return str(path)

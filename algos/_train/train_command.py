@@ -19,13 +19,13 @@ from rlstruct.algos._train.checkpoints import check_resume_algorithm, load_check
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.distributed import restart_resume
 from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
-from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.folder_claim import given_back_unless_trained
 from rlstruct.algos._train.loops import run
 from rlstruct.algos._train.presets import apply_preset, describe_preset, setting_sources
 from rlstruct.algos._train.registry import Algorithm
 from rlstruct.algos._train.registry import algorithm as registered
 from rlstruct.algos._train.result import TrainResult
-from rlstruct.algos._train.run_folder import given_back_unless_trained
+from rlstruct.algos._train.run_folder import CSV_NAME, SUMMARY_NAME
 from rlstruct.algos._train.session import validate
 from rlstruct.errors import (
     BatcherWorkerTimeout,
@@ -122,7 +122,7 @@ def _finished_summary(resume: str) -> str | None:
     none that reads as JSON."""
     folder = Path(resume) if Path(resume).is_dir() else Path(resume).parent
     try:
-        return json.dumps(json.loads((folder / Run.SUMMARY_NAME).read_text()))
+        return json.dumps(json.loads((folder / SUMMARY_NAME).read_text()))
     except (OSError, ValueError):
         return None
 
@@ -293,14 +293,14 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
         return 1
     if result.interrupted:
         print(f"{prog}: interrupted after {result.env_steps} env steps ({result.wall_time_s:.1f} s): wrote "
-              f"{result.checkpoint}, the learning curve and {Path(result.logdir) / Run.SUMMARY_NAME}", file=sys.stderr)
+              f"{result.checkpoint}, the learning curve and {Path(result.logdir) / SUMMARY_NAME}", file=sys.stderr)
         print(stop_line(result, setup.config))
         print(json.dumps(result.summary()))
         return 128 + signal.Signals[result.stop_signal or "SIGINT"]
     print(stop_line(result, setup.config))
     print(result_line(result))
     tensorboard = f" (TensorBoard: tensorboard --logdir {result.logdir})" if setup.config.tensorboard else ""
-    print(f"logs: {Path(result.logdir) / Run.CSV_NAME}{tensorboard}")
+    print(f"logs: {Path(result.logdir) / CSV_NAME}{tensorboard}")
     if result.plot:
         print(f"learning curve: {result.plot}")
     print(f"checkpoint: {result.checkpoint} (rlstruct eval {result.checkpoint})")

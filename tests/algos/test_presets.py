@@ -23,8 +23,8 @@ from rlstruct.algos._train.presets import (
     preset_stop_target,
     preset_target,
 )
-from rlstruct.algos._train.result import run_target
 from rlstruct.algos._train.session import validate
+from rlstruct.algos._train.stop_rule import run_target
 from rlstruct.errors import ConfigError
 from tests.algos.test_cli import last_json, rlstruct
 from tests.helpers import rlstruct_in_process
