@@ -15,9 +15,9 @@ __all__ = ["STOP_REASONS", "TrainResult", "reaches"]
 STOP_REASONS = ("diverged", "worker_failed", "signal", "target", "budget", "time_limit", "another_rank")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class TrainResult:
-    """What :func:`train` returns.
+    """What :func:`train` returns, built by keyword (``TrainResult(eval_return=..., env_steps=..., ...)``).
 
     Attributes:
         eval_return: the mean return the run reports: of the confirmation that stopped it at its target (the

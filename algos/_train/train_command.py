@@ -90,7 +90,8 @@ def stop_line(result: TrainResult, config: RunConfig) -> str:
     """The line of ``rlstruct train`` that says why ``result``'s run stopped (its ``stop_reason``).
 
     >>> from rlstruct.algos.a2c import A2CConfig
-    >>> result = TrainResult(9.0, 24_576, 2.1, [], "runs/x", stop_reason="time_limit")
+    >>> result = TrainResult(eval_return=9.0, env_steps=24_576, wall_time_s=2.1, history=[], logdir="runs/x",
+    ...                      stop_reason="time_limit")
     >>> stop_line(result, A2CConfig(time_limit=2, max_env_steps=500_000))
     'stopped: time limit of 2 s reached at 24,576 of 500,000 env steps'
     """
@@ -131,13 +132,14 @@ def result_line(result: TrainResult) -> str:
     """The line of ``rlstruct train`` that gives the return it reports, which weights it is about, and where it
     stands against the run's target.
 
-    >>> done = TrainResult(480.5, 300_000, 61.0, [], "runs/x", target_return=475.0, stop_reason="target",
-    ...                    eval_env_steps=294_912)
+    >>> done = TrainResult(eval_return=480.5, env_steps=300_000, wall_time_s=61.0, history=[], logdir="runs/x",
+    ...                    target_return=475.0, stop_reason="target", eval_env_steps=294_912)
     >>> result_line(done).split(" after ")[0]
     'evaluation return 480.50 (the confirmation of the weights taken at 294,912 env steps)'
     >>> result_line(done).split(": ")[1]
     'at or above the target 475'
-    >>> print(result_line(TrainResult(435.06, 500_000, 90.0, [], "runs/x", target_return=475.0)))
+    >>> print(result_line(TrainResult(eval_return=435.06, env_steps=500_000, wall_time_s=90.0, history=[],
+    ...                               logdir="runs/x", target_return=475.0)))
     final evaluation return 435.06 after 500,000 env steps in 90.0 s: below the target 475
     """
     if result.stop_reason == "target":

@@ -193,8 +193,8 @@ def test_target_return_stops_early_and_keeps_the_weights_that_reached_it(tmp_pat
 def test_reached_target_holds_exactly_when_the_reported_return_clears_the_target(eval_return, target, reached):
     """The invariant: whatever a caller passes, ``reached_target`` is ``eval_return >= target_return``."""
     for claimed in (True, False):
-        result = TrainResult(eval_return, 100, 1.0, [], "runs/x", target_return=target, reached_target=claimed,
-                             eval_env_steps=100)
+        result = TrainResult(eval_return=eval_return, env_steps=100, wall_time_s=1.0, history=[], logdir="runs/x",
+                             target_return=target, reached_target=claimed, eval_env_steps=100)
         assert result.reached_target is reached and result.summary()["reached_target"] is reached
         assert result.summary()["eval_env_steps"] == 100
 
