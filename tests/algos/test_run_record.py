@@ -31,7 +31,15 @@ from rlstruct.algos._train.compare import load_group
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.folder_claim import RunFolderLock
 from rlstruct.algos._train.log import Run
-from rlstruct.algos._train.run_folder import CONFIG_NAME, CSV_NAME, LOCK_NAME, SUMMARY_NAME, earlier_run_files
+from rlstruct.algos._train.run_folder import (
+    CONFIG_NAME,
+    CSV_NAME,
+    CURVE_NAME,
+    LOCK_NAME,
+    SUMMARY_NAME,
+    RunFolder,
+    earlier_run_files,
+)
 from rlstruct.algos._train.session import validate
 from rlstruct.errors import CheckpointError, RunFinishedError, RunFolderBusyError, RunRecordError
 
@@ -509,6 +517,24 @@ def test_a_failed_start_removes_only_the_names_the_run_writes(tmp_path, monkeypa
 
 
 # --------------------------------------------------------------------------- files written whole
+def test_the_learning_curve_is_written_whole(tmp_path, monkeypatch):
+    """Through a file renamed onto it, as the other files a run writes at once: a kill while the PNG is written
+    leaves the previous curve (or none), never a cut one."""
+    pytest.importorskip("matplotlib", reason="the curve needs matplotlib: pip install 'rlstruct[plot]'")
+    swapped = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (swapped.append((Path(src).name, Path(dst).name)),
+                                                         real_replace(src, dst))[1])
+    folder = RunFolder(tmp_path / "run", rows=[])
+    rows = [{"iteration": 1, "env_steps": 64, "wall_time_s": 0.5, "train/episode_return": 20.0},
+            {"iteration": 1, "env_steps": 64, "wall_time_s": 0.6, "eval/return": 30.0}]
+    assert folder.write_curve(rows, "A2C on CartPole-v1") == str(tmp_path / "run" / CURVE_NAME)
+    folder.close()
+    assert (f"{CURVE_NAME}.partial", CURVE_NAME) in swapped
+    assert (tmp_path / "run" / CURVE_NAME).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(os.listdir(tmp_path / "run")) == [CURVE_NAME, CSV_NAME]
+
+
 #: ``rlstruct train`` SIGKILLed once it opens config.json (or the file it writes whole through) for writing
 KILLED_WRITING_CONFIG = """
 import builtins, os, signal, sys
