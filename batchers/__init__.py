@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import rlstruct.batchers._shadow  # noqa: F401
 
 # isort: split
-from rlstruct._lazy import lazy_names
+from rlstruct._lazy import by_name, lazy_names
 from rlstruct.batchers._placement import WorkerPlacement
 from rlstruct.batchers._restart import WorkerRestart, restart_seed
 from rlstruct.batchers.batcher import RL_Batcher
@@ -22,6 +22,13 @@ if TYPE_CHECKING:  # the lazy names below, for editors and type checkers
     from rlstruct.batchers.autotune import AutotuneResult, Measurement
     from rlstruct.batchers.profile import PhaseTimer, ProfileReport
     from rlstruct.batchers.ray_batcher import RayBatcher
+
+#: the names whose modules load on first use, by module: the imports above, which editors and type checkers read
+_LAZY = by_name({
+    "rlstruct.batchers.autotune": ("AutotuneResult", "Measurement"),
+    "rlstruct.batchers.profile": ("PhaseTimer", "ProfileReport"),
+    "rlstruct.batchers.ray_batcher": ("RayBatcher",),
+})
 
 # The search itself is rlstruct.batchers.autotune.autotune: re-exporting it here would hide the module.
 __all__ = [
@@ -37,15 +44,5 @@ __all__ = [
     "Pipeline",
     "WeightSync",
 ]
-
-#: the names whose modules load on first use: name -> module
-_LAZY = {
-    "RayBatcher": "rlstruct.batchers.ray_batcher",
-    "PhaseTimer": "rlstruct.batchers.profile",
-    "ProfileReport": "rlstruct.batchers.profile",
-    "AutotuneResult": "rlstruct.batchers.autotune",
-    "Measurement": "rlstruct.batchers.autotune",
-}
-
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, __all__, globals())

@@ -252,7 +252,7 @@ def reevaluate(root: Path, task: str, algo: str) -> list[Path]:
     Raises:
         RuntimeError: an evaluation failed (its output's end in the message).
     """
-    from rlstruct.algos._train.run_folder import write_whole
+    from rlstruct.algos._train.durable import write_whole
 
     episodes = TASKS[task].reevaluation
     written = []

@@ -92,7 +92,8 @@ class RunFolder:
     row, ``summary.json`` last), so that ``rlstruct compare`` reads it: a folder without a summary is no result."""
 
     def __init__(self, folder: Path, config: dict[str, Any]):
-        from rlstruct.algos._train.run_folder import CONFIG_NAME, CSV_NAME, write_whole
+        from rlstruct.algos._train.durable import write_whole
+        from rlstruct.algos._train.run_folder import CONFIG_NAME, CSV_NAME
 
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
@@ -108,7 +109,8 @@ class RunFolder:
     def finish(self, summary: dict[str, Any], model: Any, statistics: Any | None) -> None:
         """Closes ``progress.csv``, saves the final ``model`` (and the ``VecNormalize`` ``statistics``, if any),
         which ``--reevaluate`` evaluates again, then writes ``summary.json``, last."""
-        from rlstruct.algos._train.run_folder import SUMMARY_NAME, write_whole
+        from rlstruct.algos._train.durable import write_whole
+        from rlstruct.algos._train.run_folder import SUMMARY_NAME
 
         os.fsync(self._file.fileno())
         self._file.close()
@@ -277,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give a budget: --max-env-steps and/or --time-limit")
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.logdir is not None:
-        from rlstruct.algos._train.log import earlier_run_files
+        from rlstruct.algos._train.run_folder import earlier_run_files
 
         taken = [str(args.logdir / f"seed-{s}") for s in seeds if earlier_run_files(args.logdir / f"seed-{s}")]
         if taken:

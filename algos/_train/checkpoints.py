@@ -22,7 +22,7 @@ from torch import nn
 
 from rlstruct.algos._optim import OptimizerLike
 from rlstruct.algos._train.config import resume_fields
-from rlstruct.algos._train.durable import sync_file, sync_folder
+from rlstruct.algos._train.durable import written_whole
 from rlstruct.algos._train.finite import check_finite_checkpoint
 from rlstruct.devices import cpu_state_dict, tree_copy
 from rlstruct.envs.factory import resolve_backend
@@ -42,7 +42,6 @@ __all__ = [
     "load_checkpoint",
     "load_resume",
     "load_state",
-    "plot_learning_curve",
     "restore_optimizer",
     "save_checkpoint",
     "stepped_backend",
@@ -61,9 +60,8 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
 
     It loads with ``torch.load(path, weights_only=True)``; ``extra``'s tensors are moved to the CPU
     (:func:`~rlstruct.devices.tree_copy`); ``digest`` is :func:`content_digest` of the rest, which
-    :func:`load_checkpoint` checks. The file is written beside ``path``, flushed to the disk and renamed onto it, and
-    the folder is flushed after the rename: a process killed (or a machine that loses power) while writing leaves the
-    previous checkpoint whole.
+    :func:`load_checkpoint` checks. The file is written whole (:func:`~.durable.written_whole`): a process killed (or
+    a machine that loses power) while writing leaves the previous checkpoint whole.
     """
     data = {
         "format": CHECKPOINT_FORMAT,
@@ -76,11 +74,8 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
         **tree_copy(extra or {}),
     }
     data[DIGEST_KEY] = content_digest(data)
-    partial = f"{path}.partial"
-    torch.save(data, partial)
-    sync_file(partial)
-    os.replace(partial, path)
-    sync_folder(os.path.dirname(os.path.abspath(path)))
+    with written_whole(path) as partial:
+        torch.save(data, partial)
     return str(path)
 
 
@@ -445,38 +440,3 @@ def restore_optimizer(optimizer: OptimizerLike, state: dict[str, Any], lr: float
     optimizer.load_state_dict(state)
     for group in optimizer.param_groups:
         group["lr"] = lr
-
-
-def plot_learning_curve(history: list[dict[str, float]], path: str | os.PathLike, title: str) -> str | None:
-    """Plots the evaluation and training returns against env steps and wall clock into a PNG.
-
-    Returns:
-        The path, or ``None`` when matplotlib is missing.
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log.warning("matplotlib is not installed (pip install 'rlstruct[plot]'); no learning-curve plot")
-        return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
-    train = [r for r in history if isinstance(r.get("train/episode_return"), float)
-             and math.isfinite(r["train/episode_return"])]
-    evals = [r for r in history if "eval/return" in r]
-    for ax, x in zip(axes, ("env_steps", "wall_time_s")):
-        if train:
-            ax.plot([r[x] for r in train], [r["train/episode_return"] for r in train], color="tab:blue", alpha=0.4,
-                    lw=1, label="training episodes")
-        if evals:
-            ax.plot([r[x] for r in evals], [r["eval/return"] for r in evals], "o-", color="tab:red", ms=3,
-                    label="evaluation (mean)")
-        ax.set_xlabel("env steps" if x == "env_steps" else "wall clock (s)")
-        ax.set_ylabel("return")
-        ax.grid(alpha=0.3)
-    axes[0].legend(loc="lower right")
-    fig.suptitle(title)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return str(path)

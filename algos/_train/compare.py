@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rlstruct.algos._train.log import Run, earlier_run_files
+from rlstruct.algos._train.run_folder import CONFIG_NAME, CSV_NAME, SUMMARY_NAME, earlier_run_files
 from rlstruct.errors import ConfigError, RunRecordError
 
 __all__ = ["Group", "RunInfo", "check_complete", "check_uniform", "compare_groups", "load_group", "make_group",
@@ -106,7 +106,7 @@ def run_state(run: Path) -> tuple[str, float | None]:
         RunRecordError: its summary cannot be read, or a finished run's ``eval_return`` is missing, not a number or
             not finite.
     """
-    path = run / Run.SUMMARY_NAME
+    path = run / SUMMARY_NAME
     if not path.is_file():
         return NO_SUMMARY, None
     summary = read_json_record(path)
@@ -129,7 +129,7 @@ def run_env(run: Path) -> str:
         RunRecordError: ``config.json`` is missing, empty (a start killed while it wrote it, before it was written
             whole), not a JSON object, or names no env.
     """
-    path = run / Run.CONFIG_NAME
+    path = run / CONFIG_NAME
     env = read_json_record(path).get("env")
     if not isinstance(env, str) or not env:
         raise RunRecordError(f"{path} must name the run's env in env, got {env!r}; restore it from the run, or move "
@@ -157,7 +157,7 @@ def read_evaluations(run: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
     Raises:
         RunRecordError: the file cannot be read, or an evaluation's step or return is not a finite number.
     """
-    path = run / Run.CSV_NAME
+    path = run / CSV_NAME
     if not path.is_file():
         return (), ()
     steps: list[float] = []
@@ -206,7 +206,7 @@ def load_group(spec: str) -> Group:
             left_out.append((str(run), state))
             continue
         env = run_env(run)
-        config = read_json_record(run / Run.CONFIG_NAME)
+        config = read_json_record(run / CONFIG_NAME)
         seed = config.get("seed")
         infos.append(RunInfo(str(run), str(config.get("algo", "")), env,
                              seed if isinstance(seed, int) and not isinstance(seed, bool) else None, score,

@@ -1,15 +1,22 @@
 """What ``rlstruct compare`` and ``rlstruct report`` draw and print from a comparison's result
 (:func:`~rlstruct.algos._train.compare.compare_groups`): the learning curves over seeds (:func:`plot_curves`, PNG or
-SVG) and the table a paper pastes (:func:`render_table`, Markdown or a LaTeX booktabs body)."""
+SVG) and the table a paper pastes (:func:`render_table`, Markdown or a LaTeX booktabs body); and the learning curve
+of one run, that its folder holds (:func:`learning_curve_png`)."""
 
 from __future__ import annotations
 
+import io
+import logging
+import math
 from pathlib import Path
 from typing import Any
 
 from rlstruct._plot import pyplot
+from rlstruct.errors import MissingDependencyError
 
-__all__ = ["TABLE_FORMATS", "format_interval", "plot_curves", "render_table", "table_rows"]
+__all__ = ["TABLE_FORMATS", "format_interval", "learning_curve_png", "plot_curves", "render_table", "table_rows"]
+
+log = logging.getLogger(__name__)
 
 #: the formats of ``--table``
 TABLE_FORMATS = ("markdown", "latex")
@@ -130,3 +137,33 @@ def render_table(result: dict[str, Any], fmt: str) -> str:
             out += ["| " + " | ".join(row) + " |" for row in cells]
             out += ["", f"_{note}._", ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def learning_curve_png(history: list[dict[str, Any]], title: str) -> bytes | None:
+    """The PNG of one run's evaluation and training returns (its ``history``, the rows of ``progress.csv``) against
+    env steps and wall clock, or ``None`` when matplotlib is missing (a warning says so)."""
+    try:
+        plt = pyplot()
+    except MissingDependencyError:
+        log.warning("matplotlib is not installed (pip install 'rlstruct[plot]'); no learning-curve plot")
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    train = [r for r in history if isinstance(r.get("train/episode_return"), float)
+             and math.isfinite(r["train/episode_return"])]
+    evals = [r for r in history if "eval/return" in r]
+    for ax, x in zip(axes, ("env_steps", "wall_time_s")):
+        if train:
+            ax.plot([r[x] for r in train], [r["train/episode_return"] for r in train], color="tab:blue", alpha=0.4,
+                    lw=1, label="training episodes")
+        if evals:
+            ax.plot([r[x] for r in evals], [r["eval/return"] for r in evals], "o-", color="tab:red", ms=3,
+                    label="evaluation (mean)")
+        ax.set_xlabel("env steps" if x == "env_steps" else "wall clock (s)")
+        ax.set_ylabel("return")
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="lower right")
+    fig.suptitle(title)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
+    plt.close(fig)
+    return png.getvalue()

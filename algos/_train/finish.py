@@ -6,7 +6,6 @@ of its weights (:func:`finish_diverged`), an error its divergence explains suppr
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable
@@ -15,12 +14,11 @@ from typing import Any
 from torch import nn
 
 from rlstruct.algos._env_spec import EnvSpec
-from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, plot_learning_curve
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME
 from rlstruct.algos._train.evaluation import Evaluator
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.presets import preset_target
 from rlstruct.algos._train.result import TrainResult
-from rlstruct.algos._train.run_folder import write_whole
 from rlstruct.devices import cpu_state_dict
 
 __all__ = ["explained_by_divergence", "finish_diverged", "finish_training"]
@@ -32,44 +30,53 @@ def explained_by_divergence(run: Run) -> Callable[..., bool]:
     """The exit function that suppresses an exception of a run found diverged, recording it beside what diverged."""
 
     def exit_(kind: type[BaseException] | None, error: BaseException | None, traceback: Any) -> bool:
-        if not isinstance(error, Exception) or run.diverged is None:
+        found = run.stop_rule.diverged
+        if not isinstance(error, Exception) or found is None:
             return False
-        run.diverged["error"] = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+        found["error"] = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
         return True
 
     return exit_
 
 
+def _result(run: Run, wall: float, *, logged: bool, **fields: Any) -> TrainResult:
+    """The result of ``run`` after ``wall`` seconds of this session: its counters, history and stop, and, ``logged``
+    (the result the logging process reports), its target, preset, start-up and compilation; ``fields`` hold the
+    rest, and win."""
+    rule = run.stop_rule
+    known = {"env_steps": run.env_steps, "wall_time_s": wall, "history": run.history, "logdir": str(run.logdir),
+             "iterations": run.iteration, "interrupted": rule.interrupted, "stop_signal": rule.signal,
+             "world_size": run.world_size, "run_wall_time_s": run.wall_offset + wall}
+    if logged:
+        known.update(target_return=rule.target_return, preset=run.config.preset, startup_s=run.startup_s,
+                     preset_target=preset_target(run.config.preset), compile=run.compile_meter.read())
+    return TrainResult(**{**known, **fields})
+
+
 def finish_diverged(run: Run, *, title: str) -> TrainResult:
-    """The end of a run that diverged (``run.diverged``): no final evaluation (``eval_return`` nan,
+    """The end of a run that diverged (its stop rule's ``diverged``): no final evaluation (``eval_return`` nan,
     ``reached_target`` False) and no checkpoint of its weights; the checkpoint in its log folder, written before the
     divergence (``checkpoint_every``, or the one it resumed), is kept and named. The learning curve and
     ``summary.json`` (``stop_reason`` ``"diverged"`` and what diverged) are written as for any run.
     """
-    found = run.diverged
+    found = run.stop_rule.diverged
     assert found is not None, "finish_diverged ends a run that diverged"
     run.close()
     kept = run.logdir / CHECKPOINT_NAME
     checkpoint = str(kept) if run.logger and kept.is_file() else None
-    wall = run.elapsed()
-    result = TrainResult(math.nan, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
-                         checkpoint=checkpoint, target_return=run.target_return, interrupted=run.interrupted,
-                         stop_signal=run.stop_signal, preset=run.config.preset, startup_s=run.startup_s,
-                         world_size=run.world_size, stop_reason="diverged",
-                         preset_target=preset_target(run.config.preset), diverged=found,
-                         run_wall_time_s=run.wall_offset + wall, compile=run.compile_meter.read())
-    if not run.logger:
+    result = _result(run, run.elapsed(), logged=True, eval_return=math.nan, checkpoint=checkpoint,
+                     stop_reason="diverged", diverged=found)
+    if run.folder is None:
         return result
     error = f"; then {found['error']}" if "error" in found else ""
     log.warning("the run diverged: %s was %s at iteration %d (found at iteration %d, %d env steps%s): no final "
                 "evaluation, no checkpoint of its weights (kept: %s); lower --lr or clip the gradients, and train "
                 "again", found["quantity"], found["value"], found["iteration"], run.iteration, run.env_steps, error,
                 checkpoint or "none")
-    result.plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
-                                      f"{title} on {run.config.env} ({run.config.backend}), seed {run.config.seed}, "
-                                      "diverged")
-    write_whole(run.logdir / Run.SUMMARY_NAME, json.dumps(result.summary(), indent=2))
-    run.report(result.summary(), [result.plot])
+    result.plot = run.folder.write_curve(run.history, f"{title} on {run.config.env} ({run.config.backend}), seed "
+                                                      f"{run.config.seed}, diverged")
+    run.folder.write_summary(result.summary())
+    run.trackers.report(result.summary(), [result.plot])
     return result
 
 
@@ -78,7 +85,7 @@ def _decide_the_evaluations_due(run: Run, evaluator: Evaluator) -> None:
     training (a candidate's confirmation runs next), until one confirms the target. With evaluation workers these
     are the ones whose results had not come back when training stopped; in process, the last one launched: the
     same evaluations decide in both modes, whatever the workers' speed."""
-    while not run.reached_target and (evaluator.pending or evaluator.queued):
+    while not run.stop_rule.reached_target and (evaluator.pending or evaluator.queued):
         run.record_eval(evaluator.next_result(), evaluator)
 
 
@@ -96,17 +103,17 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     session) and ``learner``, what a resumed run restores (see
     :func:`~rlstruct.algos._train.checkpoints.load_resume`).
 
-    A run stopped at its target (a confirmation cleared it: see :meth:`~.log.Run.record_eval`) keeps the weights
+    A run stopped at its target (a confirmation cleared it: see :meth:`~.stop_rule.StopRule.judge`) keeps the weights
     that were confirmed (not those of the iterations since) and reports the confirmation's return: no further
     evaluation runs that could disagree. Otherwise the evaluations due are run (the queue of
     :class:`~.evaluation.Evaluator`) under the same stopping rule (a candidate among them gets its confirmation,
     which may stop the run at its target as above), and the final weights are evaluated again on fresh episodes,
-    whose return is reported. An interrupted run (``run.interrupted``), or one whose batcher worker failed with no
-    restart left (``run.worker_failure``: ``stop_reason`` ``"worker_failed"``), skips those: it keeps an evaluation
+    whose return is reported. An interrupted run (a signal), or one whose batcher worker failed with no restart left
+    (``stop_reason`` ``"worker_failed"``), skips those: it keeps an evaluation
     that has already finished, if any (none after a worker's failure), and its result's ``eval_return`` is the
     last evaluation's (nan if none). In every case ``reached_target`` is ``eval_return >= target_return``, and
     ``eval_env_steps`` says at which env steps the weights reported on were taken.
-    A run found diverged (``run.diverged``: checked first, with the rows since the last check and the weights) ends
+    A run found diverged (checked first, with the rows since the last check and the weights) ends
     by :func:`finish_diverged` instead: no final evaluation, no checkpoint of its weights.
 
     Args:
@@ -119,23 +126,22 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
             optimizer.state_dict(), ...}``: plain types and tensors, copied to the CPU).
     """
     run.flush()  # the rows since the last check, and the weights: a run that diverged ends here
-    if run.diverged is not None:
-        if run.worker_failure is not None:  # what the diverged weights made a worker do, as for an error raised
-            run.diverged.setdefault("error", f"BatcherWorkerError: {run.worker_failure['error']}")
+    rule = run.stop_rule
+    if rule.diverged is not None:
+        if rule.worker_failure is not None:  # what the diverged weights made a worker do, as for an error raised
+            rule.diverged.setdefault("error", f"BatcherWorkerError: {rule.worker_failure['error']}")
         return finish_diverged(run, title=title)
-    config, world_size = run.config, run.world_size
-    interrupted, failure = run.interrupted, run.worker_failure
+    # What stopped the run, read now: a first signal during the evaluations below lets them end, and stopped nothing.
+    config, interrupted, failure = run.config, rule.interrupted, rule.worker_failure
     # A rank whose own check did not say stop was stopped by another's vote.
     stop_reason = ("worker_failed" if failure is not None else "signal" if interrupted
-                   else run.stop_reason or "another_rank")
+                   else rule.reason or "another_rank")
     # A signal or a worker's failure stops the run where it is: no evaluation runs after it.
     halted = interrupted or failure is not None
-    if not run.logger:
+    if run.folder is None:
         run.close()
-        wall = run.elapsed()
-        return TrainResult(math.nan, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
-                           interrupted=interrupted, stop_signal=run.stop_signal, world_size=world_size,
-                           stop_reason=stop_reason, run_wall_time_s=run.wall_offset + wall, worker_failure=failure)
+        return _result(run, run.elapsed(), logged=False, eval_return=math.nan, interrupted=interrupted,
+                       stop_reason=stop_reason, worker_failure=failure)
     if run.iteration == 0 and not halted:
         log.warning("no training iteration ran: the time limit (%g s) was spent before the first one (setup, "
                     "compilation, the first evaluation); what follows evaluates the untrained policy. Raise "
@@ -150,11 +156,11 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     else:
         if stop_reason != "target":
             _decide_the_evaluations_due(run, evaluator)
-            stop_reason = "target" if run.reached_target else stop_reason
+            stop_reason = "target" if rule.reached_target else stop_reason
         if stop_reason == "target":
-            assert run.kept_weights is not None and run.last_eval is not None
-            model.load_state_dict(run.kept_weights)
-            eval_return, eval_env_steps = run.last_eval, run.kept_env_steps
+            assert rule.kept_weights is not None and run.last_eval is not None
+            model.load_state_dict(rule.kept_weights)
+            eval_return, eval_env_steps = run.last_eval, rule.kept_env_steps
         else:
             _, final = evaluator.final(cpu_state_dict(model), run.iteration, run.env_steps)
             run.record_eval(final)
@@ -166,14 +172,11 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
     checkpoint = run.save_checkpoint(model, learner or {}, eval_return=eval_return, interrupted=interrupted,
                                      wall_time_s=run.wall_offset + wall, stop_reason=stop_reason)
     suffix = ", interrupted" if interrupted else ", a worker failed" if failure is not None else ""
-    plot = plot_learning_curve(run.history, run.logdir / "learning_curve.png",
-                               f"{title} on {config.env} ({config.backend}), seed {config.seed}{suffix}")
-    result = TrainResult(eval_return, run.env_steps, wall, run.history, str(run.logdir), run.iteration,
-                         checkpoint, plot, run.target_return, run.reached_target, interrupted, run.stop_signal,
-                         config.preset, run.startup_s, run.time_to_target_s, world_size, stop_reason,
-                         preset_target(config.preset), eval_env_steps=eval_env_steps,
-                         run_wall_time_s=run.wall_offset + wall, worker_failure=failure,
-                         compile=run.compile_meter.read())
-    write_whole(run.logdir / Run.SUMMARY_NAME, json.dumps(result.summary(), indent=2))
-    run.report(result.summary(), [checkpoint, plot, *(run.videos.paths if run.videos is not None else [])])
+    plot = run.folder.write_curve(run.history, f"{title} on {config.env} ({config.backend}), seed {config.seed}"
+                                               f"{suffix}")
+    result = _result(run, wall, logged=True, eval_return=eval_return, checkpoint=checkpoint, plot=plot,
+                     interrupted=interrupted, time_to_target_s=rule.time_to_target_s, stop_reason=stop_reason,
+                     eval_env_steps=eval_env_steps, worker_failure=failure)
+    run.folder.write_summary(result.summary())
+    run.trackers.report(result.summary(), [checkpoint, plot, *(run.videos.paths if run.videos is not None else [])])
     return result

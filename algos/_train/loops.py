@@ -36,11 +36,11 @@ from rlstruct.algos._train.distributed import (
 )
 from rlstruct.algos._train.evaluation import Evaluator
 from rlstruct.algos._train.finish import finish_diverged, finish_training
-from rlstruct.algos._train.log import Run, run_logdir
+from rlstruct.algos._train.folder_claim import given_back_unless_trained, run_logdir
+from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.registry import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm, algorithm_source
 from rlstruct.algos._train.replay_setup import check_replay_fits, make_replay_buffer, replay_folder
 from rlstruct.algos._train.result import TrainResult
-from rlstruct.algos._train.run_folder import given_back_unless_trained
 from rlstruct.algos._train.session import (
     Setup,
     check_on_device,
@@ -49,6 +49,7 @@ from rlstruct.algos._train.session import (
     training_run,
     validate,
 )
+from rlstruct.algos._train.stop_rule import StopRule
 from rlstruct.algos._train.update import (
     LossFn,
     UpdateStep,
@@ -152,12 +153,12 @@ class _TrainingEpisodes:
 
 
 @contextlib.contextmanager
-def _until_a_worker_fails(run: Run) -> Iterator[None]:
+def _until_a_worker_fails(rule: StopRule) -> Iterator[None]:
     """Runs the block; a batcher worker that fails in it with no restart left (a :class:`BatcherWorkerError`: it
-    raised, died or hung) ends the block and stops the run at its next check (:attr:`~.log.Run.worker_failure`,
-    stop reason ``"worker_failed"``). The learner in this process is intact, so the run ends as for a signal, with
-    its checkpoint and summary, which keeps the traceback the worker sent (``None`` for one that died); this
-    process's goes to the debug log.
+    raised, died or hung) ends the block and stops the run at its next check
+    (:meth:`~.stop_rule.StopRule.worker_failed`, stop reason ``"worker_failed"``). The learner in this process is
+    intact, so the run ends as for a signal, with its checkpoint and summary, which keeps the traceback the worker
+    sent (``None`` for one that died); this process's goes to the debug log.
 
     Around an iteration's collection it leaves the iteration unrecorded (the checkpoint is the previous one's
     state); around the weights' push after an update, the iteration goes on to its record, so that the checkpoint's
@@ -165,9 +166,7 @@ def _until_a_worker_fails(run: Run) -> Iterator[None]:
     try:
         yield
     except BatcherWorkerError as e:
-        if run.worker_failure is None:
-            run.worker_failure = {"worker_id": e.worker_id, "error": (str(e).splitlines() or [type(e).__name__])[0],
-                                  "traceback": e.remote_traceback}
+        rule.worker_failed(e)
         log.debug("batcher worker %d failed with no restart left; stopping the run", e.worker_id, exc_info=True)
 
 
@@ -251,7 +250,7 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
                                            sync_timings=timer is not None and timer.sync, **steps)
 
         model.to(learner)
-        run.guard.watch(model.state_dict)
+        run.stop_rule.guard.watch(model.state_dict)
         _join_ranks(world, learner, config, stack, model)
         agent = algo.model.learner_agent(model, learner, config)
         B = batcher.n_elems()
@@ -270,7 +269,7 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
         if world.is_logger:
             evaluator.schedule(lambda: cpu_state_dict(model), run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
-            with _until_a_worker_fails(run):
+            with _until_a_worker_fails(run.stop_rule):
                 agent_info, stats = algo.schedule(config, run.env_steps, B) if algo.schedule else (None, {})
                 with phase("collect"):
                     traj = collect.next(agent_info)
@@ -285,7 +284,8 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
                     check_on_device(model, learner, "the learner's model")
                 with phase("learn"):
                     stats.update(learn(traj, loss_rewards))
-                with phase("update_weights"), _until_a_worker_fails(run):  # what the next collection acts with
+                # what the next collection acts with
+                with phase("update_weights"), _until_a_worker_fails(run.stop_rule):
                     normalize.after_update(tt)
                     collect.updated()
 
@@ -387,7 +387,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
         B = batcher.n_elems()
         seed = learner_seed(run.seed, world)
         learner = algo.make_learner(config, spec, resume, device=device, seed=seed, n_rows=B)
-        run.guard.watch(learner.policy.state_dict)
+        run.stop_rule.guard.watch(learner.policy.state_dict)
         _join_ranks(world, device, config, stack, learner.tensors())
         announce(world, "transitions of a replay minibatch, from the rank's own buffer", config.batch_size, config.lr)
         buffer = make_replay_buffer(config, spec, device, seed=seed, folder=run.logdir, rank=world.rank)
@@ -402,7 +402,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
         if world.is_logger:
             evaluator.schedule(weights, run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
-            with _until_a_worker_fails(run):
+            with _until_a_worker_fails(run.stop_rule):
                 agent_info, stats = learner.agent_info(run.env_steps)
                 traj = collect.next(agent_info).to(device)
                 if config.check_devices:
@@ -421,7 +421,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
                 for _ in range(n_steps):
                     stats.update(learner.gradient_step(buffer))
                 if n_steps:
-                    with _until_a_worker_fails(run):
+                    with _until_a_worker_fails(run.stop_rule):
                         collect.updated()
 
                 episodes.add(tt, stats)

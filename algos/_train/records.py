@@ -24,7 +24,7 @@ from rlstruct.algos._train.compare import (
     run_folders,
     run_state,
 )
-from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.run_folder import CONFIG_NAME, SUMMARY_NAME
 from rlstruct.errors import ConfigError, RunRecordError
 
 __all__ = ["FORMAT", "REFERENCES", "load_reference", "pack_runs", "shipped_references", "write_records"]
@@ -60,7 +60,7 @@ def pack_runs(folder: str | Path, *, name: str, about: str = "", command: str = 
     runs = []
     for run in folders:
         state, _ = run_state(run)
-        config_path, summary_path = run / Run.CONFIG_NAME, run / Run.SUMMARY_NAME
+        config_path, summary_path = run / CONFIG_NAME, run / SUMMARY_NAME
         config = read_json_record(config_path) if config_path.is_file() and config_path.stat().st_size else {}
         summary = read_json_record(summary_path) if summary_path.is_file() else {}
         steps, returns = read_evaluations(run)
@@ -148,7 +148,7 @@ def load_reference(spec: str) -> Group:
 
 def write_records(records: dict[str, Any], path: str | Path) -> Path:
     """Writes ``records`` to ``path`` as compact JSON (one run a line), whole (a temporary file renamed)."""
-    from rlstruct.algos._train.run_folder import write_whole
+    from rlstruct.algos._train.durable import write_whole
 
     head = {k: v for k, v in records.items() if k != "runs"}
     runs = ",\n".join(json.dumps(r, separators=(",", ":")) for r in records["runs"])

@@ -18,9 +18,9 @@ from rlstruct import __version__
 from rlstruct._plot import pyplot
 from rlstruct.algos._train.compare import FINISHED, WHY_LEFT_OUT, Group
 from rlstruct.algos._train.compare_cli import add_group_arguments, groups_result
+from rlstruct.algos._train.durable import write_whole
 from rlstruct.algos._train.figures import format_interval, plot_curves, table_rows
 from rlstruct.algos._train.flags import OneLineParser
-from rlstruct.algos._train.run_folder import write_whole
 
 __all__ = ["render_report", "report_main"]
 

@@ -1,5 +1,5 @@
 """What a run reports: why it stopped (:data:`STOP_REASONS`), its result (:class:`TrainResult`, whose
-``summary()`` is ``summary.json``), and the target it stops at (:func:`run_target`, :func:`reaches`).
+``summary()`` is ``summary.json``), and whether a return reaches a target (:func:`reaches`).
 """
 
 from __future__ import annotations
@@ -8,20 +8,16 @@ import dataclasses
 import math
 from typing import Any
 
-from rlstruct.algos._env_spec import EnvSpec
-from rlstruct.algos._train.config import RunConfig
-from rlstruct.algos._train.presets import preset_stop_target
-
-__all__ = ["STOP_REASONS", "TrainResult", "reaches", "run_target"]
+__all__ = ["STOP_REASONS", "TrainResult", "reaches"]
 
 
 #: why a run stops (:attr:`TrainResult.stop_reason`), checked in this order
 STOP_REASONS = ("diverged", "worker_failed", "signal", "target", "budget", "time_limit", "another_rank")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class TrainResult:
-    """What :func:`train` returns.
+    """What :func:`train` returns, built by keyword (``TrainResult(eval_return=..., env_steps=..., ...)``).
 
     Attributes:
         eval_return: the mean return the run reports: of the confirmation that stopped it at its target (the
@@ -35,7 +31,7 @@ class TrainResult:
         checkpoint: path of ``checkpoint.pt``.
         plot: path of the learning-curve PNG (``None`` without matplotlib).
         target_return: the return that stops training (``target_return``, else the preset's target, else the env's
-            threshold: :func:`run_target`), or ``None``.
+            threshold: :func:`~.stop_rule.run_target`), or ``None``.
         reached_target: exactly ``eval_return >= target_return`` (False without a target or a number): computed
             from those two, whatever value is passed.
         eval_env_steps: the env steps at which the weights that ``eval_return`` is about were taken for their
@@ -134,23 +130,3 @@ def reaches(value: float | None, target: float | None) -> bool:
     (True, False, False, False)
     """
     return value is not None and target is not None and not math.isnan(value) and value >= target
-
-
-def run_target(config: RunConfig, spec: EnvSpec) -> float | None:
-    """The return at which a run stops: ``config.target_return`` when set; else, with ``stop_at_reward_threshold``
-    (the default), the target of the run's preset on this env (:func:`~.presets.preset_stop_target`), else the env's
-    ``reward_threshold``; else ``None`` (the run spends its budget).
-
-    >>> from rlstruct.algos._train.config import RunConfig
-    >>> spec = EnvSpec((4,), "float32", 2, 500, reward_threshold=475.0)
-    >>> run_target(RunConfig(target_return=100.0), spec), run_target(RunConfig(), spec)
-    (100.0, 475.0)
-    >>> run_target(RunConfig(stop_at_reward_threshold=False), spec) is None
-    True
-    """
-    if config.target_return is not None:
-        return config.target_return
-    if not config.stop_at_reward_threshold:
-        return None
-    preset = preset_stop_target(config.preset, config.env)
-    return preset if preset is not None else spec.reward_threshold

@@ -1,37 +1,35 @@
-"""What keeps a run's folder a durable record: files written whole (:func:`write_whole`), one writer at a time
-(:class:`RunFolderLock`), a folder claimed by a start that failed before training given back, the run's own names
-only (:class:`FolderClaim`), and a finished run left as it is (:func:`check_unfinished`).
+"""What a run's folder holds and how each file gets there (:class:`RunFolder`): ``config.json``, the checkpoint,
+``summary.json``, the learning curve written whole, ``progress.csv`` grown by appends and swapped whole; the names a
+run writes there (:func:`is_run_name`), and what an earlier run left in it (:func:`earlier_run_files`,
+:func:`earlier_rows`). Who may write a folder is :mod:`~.folder_claim`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import dataclasses
-import datetime
+import io
 import json
 import logging
+import math
 import os
-import shutil
-import socket
-import warnings
-import weakref
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, save_checkpoint
 from rlstruct.algos._train.durable import write_whole
+from rlstruct.algos._train.figures import learning_curve_png
 from rlstruct.algos._train.trackers import TRACKERS_FILE
-from rlstruct.errors import ConfigError, RunFinishedError, RunFolderBusyError
+from rlstruct.errors import RunRecordError
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from rlstruct.algos._env_spec import EnvSpec
     from rlstruct.algos._train.checkpoints import Resume
     from rlstruct.algos._train.config import RunConfig
 
-__all__ = ["CONFIG_NAME", "CSV_NAME", "FINISHED", "LOCK_NAME", "SUMMARY_NAME", "FolderClaim", "RunFolderLock",
-           "check_unfinished", "given_back_unless_trained", "is_run_name", "write_whole"]
+__all__ = ["CONFIG_NAME", "CSV_NAME", "CURVE_NAME", "LOCK_NAME", "SUMMARY_NAME", "RunFolder", "earlier_rows",
+           "earlier_run_files", "is_run_name"]
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +39,7 @@ CSV_NAME = "progress.csv"
 SUMMARY_NAME = "summary.json"
 #: a run folder's settings, created first: it claims the folder
 CONFIG_NAME = "config.json"
-#: the file whose exclusive lock the process writing a run's folder holds (:class:`RunFolderLock`)
+#: the file whose exclusive lock the process writing a run's folder holds (:class:`~.folder_claim.RunFolderLock`)
 LOCK_NAME = "run.lock"
 #: the learning curve's plot, written at a run's end
 CURVE_NAME = "learning_curve.png"
@@ -49,14 +47,12 @@ CURVE_NAME = "learning_curve.png"
 #: ``replay-rank*`` of data-parallel ranks and the ``.partial`` files a whole write goes through)
 RUN_NAMES = frozenset({CONFIG_NAME, CSV_NAME, SUMMARY_NAME, CHECKPOINT_NAME, CURVE_NAME, TRACKERS_FILE, LOCK_NAME,
                        "videos", "replay"})
-#: the stop reasons of a run that finished, as its settings asked (the others, a signal or another rank's stop, a
-#: divergence, leave a run that ``--resume`` continues as it is)
-FINISHED = ("target", "budget", "time_limit")
 
 
 def is_run_name(name: str) -> bool:
     """Whether ``name`` is one a run writes in its folder (:data:`RUN_NAMES` and their kin), the only names a start
-    that fails gives back (:meth:`FolderClaim.release`): another program's files are never the run's to remove.
+    that fails gives back (:meth:`~.folder_claim.FolderClaim.release`): another program's files are never the run's
+    to remove.
 
     >>> [is_run_name(n) for n in ("config.json", "progress.csv.partial", "events.out.tfevents.1.h.2.0", "notes.txt")]
     [True, True, True, False]
@@ -65,257 +61,203 @@ def is_run_name(name: str) -> bool:
     return name in RUN_NAMES or name.startswith(("events.out.tfevents.", "replay-rank"))
 
 
-class RunFolderLock:
-    """The exclusive lock of one run folder, held by the process that writes it for the run's whole life: a second
-    process (a requeued ``--resume`` beside a manual one, two array tasks) is refused in one line naming the holder.
+def earlier_run_files(path: Path) -> list[str]:
+    """The files in ``path`` by which it holds a run already (its config, its log, its checkpoint, its summary or
+    TensorBoard events), sorted; none for a missing or empty folder.
 
-    The lock is ``flock`` on :data:`LOCK_NAME` in the folder, which holds the holder's PID, host and start time (for
-    the message only: the lock is the kernel's, so a holder killed by any signal, SIGKILL included, releases it as
-    it dies). On NFS, Linux emulates ``flock`` with the server's byte-range locks, which hold across clients; a
-    filesystem that gives no lock at all (NFS mounted ``nolock``, Lustre without ``flock``) gets a warning and no
-    lock. A forked child (the batchers' workers under ``RLSTRUCT_START_METHOD=fork``) closes its copy of the file
-    at once: the lock stays the parent's and ends with it; a spawned one never had it.
-
-    Released by :meth:`release` (idempotent; the lock file removed first), and at garbage collection with a
-    ``ResourceWarning``.
-
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     lock = RunFolderLock.acquire(Path(tmp))
-    ...     try:
-    ...         RunFolderLock.acquire(Path(tmp))
-    ...     except RunFolderBusyError as e:
-    ...         print(str(e).split(":")[0])
-    ...     lock.release()
-    ...     print(os.listdir(tmp))
-    logdir=... must be written by one run at a time, got another run writing it
+    >>> earlier_run_files(Path("no/such/folder"))
     []
     """
+    names = (CHECKPOINT_NAME, CONFIG_NAME, CSV_NAME, SUMMARY_NAME)
+    found = [name for name in names if (path / name).exists()]
+    return sorted(found + [p.name for p in path.glob("events.out.tfevents.*")])
 
-    #: the locks this process holds (a forked child closes their files: see :func:`_forget_in_child`)
-    _held: weakref.WeakSet[RunFolderLock] = weakref.WeakSet()
 
-    def __init__(self, path: Path, fd: int):
-        self.path, self._fd, self._pid = path, fd, os.getpid()
-        RunFolderLock._held.add(self)
+class RunFolder:
+    """The files of one run's folder, written by the one process that holds its lock
+    (:class:`~.folder_claim.RunFolderLock`).
 
-    @classmethod
-    def acquire(cls, folder: Path) -> RunFolderLock | None:
-        """Takes the lock of ``folder`` (an existing, writable folder) without waiting.
+    ``config.json``, the checkpoint, ``summary.json`` and the learning curve are each written whole
+    (:func:`~.durable.written_whole`): a kill or a power loss at any moment leaves the previous file or the new one,
+    complete. ``progress.csv`` grows by appends (a line a kill cut short is dropped by :func:`earlier_rows`) and is
+    flushed to the disk at each checkpoint (:meth:`sync`); it is rewritten only through a whole file swapped in: for
+    a new column, or to drop the rows past a resumed checkpoint. With ``tensorboard``, the last row of each write
+    also goes to TensorBoard's events.
 
-        Returns:
-            The lock, or ``None`` where the filesystem gives no lock (a warning says so).
+    Args:
+        path: the folder (created, with its parents).
+        rows: the run's rows: the list the run appends each write's rows to before :meth:`write_rows`, all of which
+            a rewrite of ``progress.csv`` writes; those it holds at the start (a resumed run's earlier ones) come
+            first in the file.
+        header: the columns of ``progress.csv`` when the file holds ``rows`` already and nothing else, so that the
+            run appends to it (a run resumed in its own folder: :func:`earlier_rows`); ``None``: the file is written
+            anew from ``rows``.
+        tensorboard: whether to write TensorBoard's events (the ``tensorboard`` extra; a warning without it).
+    """
 
-        Raises:
-            RunFolderBusyError: another process holds it; the message names it.
-            ConfigError: the lock file cannot be created in ``folder``.
-        """
-        try:
-            import fcntl
-        except ImportError:  # Windows
-            log.warning("%s: this platform has no flock: nothing stops a second process from writing this run "
-                        "folder at the same time", folder)
-            return None
-        path = folder / LOCK_NAME
-        while True:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as e:
-                raise ConfigError(f"logdir must be a folder this process can write, got {str(folder)!r} ({LOCK_NAME}: "
-                                  f"{e.strerror or type(e).__name__}); pass --logdir a writable folder") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise RunFolderBusyError(f"logdir={str(folder)!r} must be written by one run at a time, got another "
-                                         f"run writing it: {_holder(path)}; wait for that run to end (or stop it), "
-                                         "then run this command again, or pass a new --logdir") from None
-            except OSError as e:
-                os.close(fd)
-                log.warning("%s: the filesystem gives no lock (%s): nothing stops a second process from writing this "
-                            "run folder at the same time", folder, e.strerror or type(e).__name__)
-                return None
-            # The holder before removes the file as it releases: a lock taken on its old file locks nothing.
-            try:
-                if os.path.samestat(os.fstat(fd), os.stat(path)):
-                    break
-            except FileNotFoundError:
-                pass
-            os.close(fd)
-        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, record.encode(), 0)
-        return cls(path, fd)
+    def __init__(self, path: Path, *, rows: list[dict[str, Any]], header: list[str] | None = None,
+                 tensorboard: bool = False):
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        self._rows = rows
+        #: the columns of progress.csv's header (none before the file has one)
+        self._fields: list[str] = []
+        self._file: io.TextIOBase | None = None
+        self._csv: csv.DictWriter | None = None
+        if header is not None:
+            self._open_csv(header)
+        else:
+            self._fields = list(dict.fromkeys(k for r in rows for k in r))
+            self._rewrite_csv()
+        self._tensorboard = _open_tensorboard(path) if tensorboard else None
 
     @property
-    def held(self) -> bool:
-        """Whether this process holds the lock still."""
-        return self._fd is not None and self._pid == os.getpid()
+    def closed(self) -> bool:
+        """Whether :meth:`close` closed the folder's files."""
+        return self._file is None or self._file.closed
 
-    def release(self) -> None:
-        """Removes the lock file and releases the lock (closes its file); idempotent, and nothing in a forked child
-        (the parent holds it)."""
-        if not self.held:
+    def write_config(self, params: dict[str, Any]) -> None:
+        """Writes ``config.json``: the run's settings ``params``."""
+        write_whole(self.path / CONFIG_NAME, json.dumps(params, indent=2))
+
+    def write_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Writes ``rows`` (the run's last ones, numbers) to ``progress.csv``, the last of them to TensorBoard."""
+        new = list(dict.fromkeys(k for r in rows for k in r if k not in self._fields))
+        if new and self._fields:  # a new column (e.g. the first evaluation's): the file with the wider header
+            self._fields = self._fields + new
+            self._rewrite_csv()
+        elif new:  # the first rows of an empty file
+            self._open_csv(new)
+            self._csv.writeheader()
+            self._csv.writerows(rows)
+        else:
+            self._csv.writerows(rows)
+        self._file.flush()
+        if self._tensorboard is not None:
+            step = int(rows[-1]["env_steps"])
+            for k, v in rows[-1].items():
+                if k not in ("iteration", "env_steps") and isinstance(v, (int, float)) and math.isfinite(v):
+                    self._tensorboard.add_scalar(k, v, step)
+
+    def sync(self) -> None:
+        """Flushes the rows written so far to the disk (``fsync``): at each checkpoint, so that the rows up to it
+        outlast a power loss as the checkpoint does."""
+        if not self.closed:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def write_checkpoint(self, algo: str, config: RunConfig, spec: EnvSpec, model: nn.Module,
+                         extra: dict[str, Any]) -> str:
+        """Writes ``checkpoint.pt`` (:func:`~.checkpoints.save_checkpoint`); returns its path."""
+        return save_checkpoint(self.path / CHECKPOINT_NAME, algo, config, spec, model, extra)
+
+    def write_curve(self, history: list[dict[str, Any]], title: str) -> str | None:
+        """Draws the learning curve of ``history`` (:func:`~.figures.learning_curve_png`) into
+        ``learning_curve.png``; returns its path, or ``None`` without matplotlib."""
+        png = learning_curve_png(history, title)
+        if png is None:
+            return None
+        write_whole(self.path / CURVE_NAME, png)
+        return str(self.path / CURVE_NAME)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        """Writes ``summary.json``: the run's ``summary``."""
+        write_whole(self.path / SUMMARY_NAME, json.dumps(summary, indent=2))
+
+    def close(self) -> None:
+        """Flushes ``progress.csv`` to the disk and closes it and TensorBoard's events; idempotent."""
+        if self.closed:
             return
-        fd, self._fd = self._fd, None
-        try:
-            if os.path.samestat(os.fstat(fd), os.stat(self.path)):
-                self.path.unlink()
-        except OSError:  # the folder is gone (a failed start removed it) or read-only now: closing still releases
-            pass
-        os.close(fd)
+        self.sync()
+        self._file.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
 
-    def __del__(self) -> None:
-        if self.held:
-            with contextlib.suppress(Exception):  # at interpreter exit the warnings machinery may be gone
-                warnings.warn(f"the lock of run folder {self.path.parent} was never released; call release() when "
-                              "the run ends", ResourceWarning, stacklevel=2)
-            self.release()
+    def _open_csv(self, fields: list[str]) -> None:
+        """Opens ``progress.csv`` for appending rows of the columns ``fields`` (its header's)."""
+        if self._file is not None:
+            self._file.close()
+        self._fields = fields
+        self._file = open(self.path / CSV_NAME, "a", newline="")
+        self._csv = csv.DictWriter(self._file, fieldnames=fields, restval="")
+
+    def _rewrite_csv(self) -> None:
+        """Replaces ``progress.csv`` whole by the header of ``_fields`` and every row of the run (no header while
+        there are no columns), then appends to it."""
+        text = io.StringIO(newline="")
+        if self._fields:
+            writer = csv.DictWriter(text, fieldnames=self._fields, restval="")
+            writer.writeheader()
+            writer.writerows(self._rows)
+        if self._file is not None:
+            self._file.close()
+        write_whole(self.path / CSV_NAME, text.getvalue())
+        self._open_csv(self._fields)
 
 
-def _holder(path: Path) -> str:
-    """Who holds the lock of ``path``, as its file says."""
+def _open_tensorboard(path: Path) -> Any:
     try:
-        record = json.loads(path.read_text() or "null")
-        return f"PID {record['pid']} on {record['host']}, started {record['started']} ({path})"
-    except (OSError, ValueError, TypeError, KeyError):  # the holder is between taking the lock and writing its name
-        return f"a process that has not written its name yet ({path})"
-
-
-def _forget_in_child() -> None:
-    """In a forked child: closes the parent's lock files without releasing the locks (``flock`` belongs to the open
-    file, which the parent keeps open), so that the child neither releases them nor outlives the parent holding
-    them."""
-    for lock in list(RunFolderLock._held):
-        if lock._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(lock._fd)
-            lock._fd = None
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
-
-
-@dataclasses.dataclass(frozen=True)
-class FolderClaim:
-    """A log folder claimed by a new run (:func:`~.log.claim_run_folder`), and what claiming it created.
-
-    Attributes:
-        path: the folder.
-        created: the folders the claim created, outermost first (``path`` last, unless it existed).
-        earlier: the names in ``path`` before the claim (none when the claim created it).
-        first_iteration: the run's first training iteration (1; a resumed run's checkpoint's next).
-    """
-
-    path: Path
-    created: list[Path]
-    earlier: frozenset[str]
-    first_iteration: int = 1
-
-    def trained(self) -> bool:
-        """Whether ``progress.csv`` holds a row of a training iteration of this run (rows are written out when the
-        run closes, also when it raised)."""
-        try:
-            with open(self.path / CSV_NAME, newline="") as f:
-                return any(float(row.get("iteration") or 0) >= self.first_iteration for row in csv.DictReader(f))
-        except (OSError, ValueError):
-            return False
-
-    def release(self) -> bool:
-        """Removes what the claim and the run created, unless the run trained (:meth:`trained`): the names a run
-        writes (:func:`is_run_name`) that the folder did not hold before, then the folders the claim created, when
-        nothing else went there since; so that the corrected command gets the same folder. A file or folder another
-        program put there meanwhile stays, and so does the folder that holds it. Returns whether it did."""
-        if self.trained() or not self.path.is_dir():
-            return False
-        for name in set(os.listdir(self.path)) - self.earlier:
-            if not is_run_name(name):
-                continue
-            item = self.path / name
-            if item.is_dir() and not item.is_symlink():
-                shutil.rmtree(item, ignore_errors=True)
-            else:
-                item.unlink(missing_ok=True)
-        for folder in reversed(self.created):
-            try:
-                folder.rmdir()
-            except OSError:  # something else is in it: another program's file, a sibling run's folder
-                break
-        log.info("%s: the run stopped before its first training iteration; removed what it had written", self.path)
-        return True
-
-
-@contextlib.contextmanager
-def given_back_unless_trained(claim: FolderClaim | None) -> Iterator[None]:
-    """Runs the body (a run's training); if it raises before the run's first training iteration (a setting that
-    only building the run refuses, a tracker or a worker that fails to start, a Ctrl-C), gives back the log folder
-    ``claim`` claimed (:meth:`FolderClaim.release`; ``None``: the run claimed none), so that the corrected command
-    writes to the same folder."""
-    try:
-        yield
-    except BaseException:
-        if claim is not None:
-            claim.release()
-        raise
-
-
-
-
-def stop_reason(resume: Resume) -> str | None:
-    """Why the run of ``resume`` stopped: its checkpoint's record, else (a checkpoint written before it was recorded)
-    the ``summary.json`` beside it when that summary is of the checkpoint's iteration; ``None``: it did not stop (a
-    periodic checkpoint) or nothing says."""
-    if resume.stop_reason is not None:
-        return resume.stop_reason
-    try:
-        summary = json.loads((resume.folder / SUMMARY_NAME).read_text())
-    except (OSError, ValueError):
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is an optional extra
+        log.warning("tensorboard is not installed (pip install 'rlstruct[tensorboard]'); not writing events")
         return None
-    if not isinstance(summary, dict) or summary.get("iterations") != resume.iteration:
-        return None
-    return "signal" if summary.get("interrupted") else summary.get("stop_reason")
+    return SummaryWriter(str(path))
 
 
-def _target(target_return: float | None, stop_at_threshold: bool, spec: EnvSpec) -> float | None:
-    return target_return if target_return is not None or not stop_at_threshold else spec.reward_threshold
+def earlier_rows(resume: Resume) -> tuple[list[dict[str, Any]], list[str] | None]:
+    """The rows of ``progress.csv`` in the folder of ``resume``'s checkpoint up to its iteration (a copy of the
+    file, or a run killed after its checkpoint, may hold later ones), as numbers; none when the file is gone.
 
-
-def check_unfinished(resume: Resume, config: RunConfig, spec: EnvSpec) -> None:
-    """Refuses to resume a finished run (:data:`FINISHED`) that ``config`` gives nothing more to do, so that
-    ``--resume`` of it changes nothing: neither its rows, nor its checkpoint, nor its summary.
-
-    A finished run continues when ``config`` gives it more to do: env steps left (``max_env_steps`` above the run's,
-    or none), and for a run that reached its target a higher target (or none), for one that reached its time limit a
-    new ``time_limit`` (it bounds each session's seconds). An interrupted, diverged or killed run resumes as before.
+    Returns:
+        ``(rows, header)``: ``header``, the file's columns, when it holds those rows and nothing else (no later row,
+        no line cut by a kill), so that the resumed run may append to it; else ``None``.
 
     Raises:
-        RunFinishedError: the run finished and ``config`` gives it nothing more to do; the message says what would.
+        RunRecordError: the file has no header (its first line is not the columns' names), a cell that is not a number
+            (the message names the line and the column), or a training iteration's row twice or out of order (two
+            processes wrote it, or a hand edit): a run record the resumed run would continue wrong, left as it is.
     """
-    reason = stop_reason(resume)
-    if reason not in FINISHED:
-        return
-    saved, steps = resume.config, resume.env_steps
-    steps_left = config.max_env_steps is None or config.max_env_steps > steps
-    more_steps = f"a --max-env-steps above {steps:,}"
-    if reason == "budget":
-        why = f"its budget of {saved.get('max_env_steps') or steps:,} env steps was spent"
-        more, fix = steps_left, more_steps
-    elif reason == "target":
-        before = _target(saved.get("target_return"), saved.get("stop_at_reward_threshold", True), spec)
-        after = _target(config.target_return, config.stop_at_reward_threshold, spec)
-        raised = before is None or after is None or after > before
-        why = f"an evaluation reached its target return {before:g}" if before is not None else "it reached its target"
-        more = raised and steps_left
-        fix = "a higher --target-return (or --no-stop-at-reward-threshold)" + ("" if steps_left else
-                                                                               f" and {more_steps}")
-    else:
-        limit = saved.get("time_limit")
-        more = steps_left and config.time_limit != limit
-        why = f"it reached its time limit of {limit:g} s" if limit is not None else "it reached its time limit"
-        fix = "--time-limit SECONDS for this session" + ("" if steps_left else f" and {more_steps}")
-    if more:
-        log.info("resume=%s finished (%s): continuing it with the new settings", config.resume, reason)
-        return
-    raise RunFinishedError(f"resume={config.resume!r} is a finished run ({why}, at {steps:,} env steps): nothing to "
-                           f"do, the run is left as it is; to train it further, pass {fix}")
+    path = resume.folder / CSV_NAME
+    if not path.is_file():
+        log.warning("%s is missing: progress.csv of the resumed run starts at iteration %d", path, resume.iteration + 1)
+        return [], None
+    with open(path, newline="") as f:
+        text = f.read()
+    whole = text.endswith("\n")
+    if not whole:  # a line cut by a kill while it was written: the rows before it are whole
+        text = text[:text.rfind("\n") + 1]
+    fix = f"correct {path} (or move it away: the resumed run's progress.csv then starts at iteration " \
+          f"{resume.iteration + 1}), then resume again"
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if reader.fieldnames is not None and not {"iteration", "env_steps"} <= set(reader.fieldnames):
+        first = ",".join(reader.fieldnames)
+        raise RunRecordError(f"{path} must start with its header line (iteration,env_steps,...), got "
+                             f"{first[:60]!r}; {fix}")
+    rows, last = [], None
+    for raw in reader:
+        row: dict[str, Any] = {}
+        for k, v in raw.items():
+            if k is None or v in ("", None):
+                if k == "iteration":
+                    raise RunRecordError(f"{path} line {reader.line_num} column {k!r} must hold a number, got an "
+                                         f"empty cell; {fix}")
+                continue
+            try:
+                row[k] = int(float(v)) if k in ("iteration", "env_steps") else float(v)
+            except (ValueError, OverflowError):
+                raise RunRecordError(f"{path} line {reader.line_num} column {k!r} must hold a number, got {v!r}; "
+                                     f"{fix}") from None
+        if "eval/return" not in row:  # a training iteration's row: evaluations' rows repeat their iteration
+            if last is not None and row["iteration"] <= last[0]:
+                raise RunRecordError(f"{path} line {reader.line_num} must hold an iteration after line {last[1]}'s "
+                                     f"{last[0]}, got iteration {row['iteration']} (two processes wrote the file, or "
+                                     f"it was edited); {fix}")
+            last = (row["iteration"], reader.line_num)
+        if row.get("iteration", 0) <= resume.iteration:
+            rows.append(row)
+        else:
+            whole = False
+    if resume.iteration and not any(r.get("iteration") == resume.iteration for r in rows):
+        log.warning("%s holds no row of iteration %d, the checkpoint's: progress.csv of the resumed run lacks rows "
+                    "before iteration %d", path, resume.iteration, resume.iteration + 1)
+    return rows, list(reader.fieldnames) if whole and reader.fieldnames else None

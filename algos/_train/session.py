@@ -43,12 +43,20 @@ from rlstruct.algos._train.config import (
 )
 from rlstruct.algos._train.distributed import World, rank_device, torchrun_restarts, world_from_environment
 from rlstruct.algos._train.evaluation import Evaluator, agent_info_row
+from rlstruct.algos._train.events import Evaluated
 from rlstruct.algos._train.finish import explained_by_divergence
-from rlstruct.algos._train.log import Run, check_logdir, claim_run_folder, run_logdir
+from rlstruct.algos._train.folder_claim import (
+    FolderClaim,
+    RunFolderLock,
+    check_logdir,
+    check_unfinished,
+    claim_run_folder,
+    run_logdir,
+)
+from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.memory import check_collection_fits
 from rlstruct.algos._train.presets import apply_preset
 from rlstruct.algos._train.registry import Algorithm
-from rlstruct.algos._train.run_folder import FolderClaim, RunFolderLock, check_unfinished
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,
     ENV_SEEDS,
@@ -57,7 +65,8 @@ from rlstruct.algos._train.seeds import (
     role_seed,
     worker_seeds,
 )
-from rlstruct.algos._train.video import RunVideos, check_videos
+from rlstruct.algos._train.stop_rule import StopRule
+from rlstruct.algos._train.video import check_videos
 from rlstruct.batchers import RL_Batcher
 from rlstruct.batchers._parent import check_start_method
 from rlstruct.devices import DeviceLike, as_device
@@ -91,11 +100,12 @@ class Setup:
         start: ``time.perf_counter()`` when the run was launched (the checks, and for ``rlstruct train`` the imports,
             count in its wall time).
         world: this process's rank in a data-parallel run (``torchrun``), or a world of one.
-        on_evaluation: called with each evaluation's row as it arrives during training (see
-            :attr:`~.log.Run.evaluation_callbacks`); ``rlstruct sweep`` prunes a trial from there.
+        on_evaluation: listeners of the run's evaluation event (:attr:`~.log.Run.evaluated`), each called with
+            each evaluation whose result arrives during training (:class:`~.events.Evaluated`); ``rlstruct sweep``
+            prunes a trial from there.
         claim: the log folder this start claimed and what claiming it created (``None``: a resumed run continuing
             in its own folder, a rank that does not log, a ``torchrun`` restart), given back by
-            :func:`~.run_folder.given_back_unless_trained` when the run raises before its first training iteration.
+            :func:`~.folder_claim.given_back_unless_trained` when the run raises before its first training iteration.
         lock: the log folder's lock, taken by :func:`validate` for the process that writes the folder (``None``: a
             rank that does not log, a filesystem without locks) and released when :func:`~.loops.run` ends.
     """
@@ -107,7 +117,7 @@ class Setup:
     learner_device: torch.device
     start: float
     world: World = World()
-    on_evaluation: tuple[Callable[[dict[str, float]], None], ...] = ()
+    on_evaluation: tuple[Callable[[Evaluated], None], ...] = ()
     claim: FolderClaim | None = None
     lock: RunFolderLock | None = None
 
@@ -164,13 +174,13 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
         ValueError: a setting is out of range.
         CheckpointError: ``resume`` is missing, unreadable, or not an rlstruct checkpoint.
         RunFinishedError: ``resume`` is a finished run that these settings give nothing more to do
-            (:func:`~.run_folder.check_unfinished`).
+            (:func:`~.folder_claim.check_unfinished`).
         ConfigError: an unknown ``preset`` or one of another algorithm or env, settings that cannot work together, a
             ``resume`` trained by another number of data-parallel ranks, a
             ``resume`` this config cannot continue (see
             :func:`~rlstruct.algos._train.checkpoints.load_resume`), a log folder that cannot be created or written,
-            or, in a ``torchrun`` launch, one that holds a run already (:func:`~.log.claim_logdir`).
-        RunFolderBusyError: another process writes the log folder (:class:`~.run_folder.RunFolderLock`).
+            or, in a ``torchrun`` launch, one that holds a run already (:func:`~.folder_claim.claim_logdir`).
+        RunFolderBusyError: another process writes the log folder (:class:`~.folder_claim.RunFolderLock`).
     """
     start = time.perf_counter() if start is None else start
     if config.resume is not None:  # the run's own algorithm and env first: the new env's preset would be blamed
@@ -287,7 +297,7 @@ def check_on_device(structure: Trajectories | nn.Module, device: DeviceLike, wha
 @contextlib.contextmanager
 def training_run(
     algo: str, config: RunConfig, spec: EnvSpec, *, start: float, resume: Resume | None = None, logger: bool = True,
-    world_size: int = 1, on_evaluation: Sequence[Callable[[dict[str, float]], None]] = (), source: str | None = None,
+    world_size: int = 1, on_evaluation: Sequence[Callable[[Evaluated], None]] = (), source: str | None = None,
 ) -> Iterator[tuple[Run, contextlib.ExitStack]]:
     """The frame of every ``train``: a :class:`Run`, and an exit stack that closes what the run opens.
 
@@ -298,17 +308,17 @@ def training_run(
     everything pushed on the stack are closed on exit, in reverse order, whether training returned or raised.
 
     In the main thread, a first Ctrl-C (SIGINT) or SIGTERM (what ``timeout``, SLURM and ``docker stop`` send)
-    during the run does not raise: it sets ``run.stop_signal`` (``run.interrupted``), so that the loop (``while not
-    run.should_stop()``) ends after the iteration under way and :func:`finish_training` writes the checkpoint,
-    the curve and the summary of what was reached, skipping the final evaluation. A second one raises:
+    during the run does not raise: it sets the ``signal`` of the run's :class:`~.stop_rule.StopRule`, so that the
+    loop (``while not run.should_stop()``) ends after the iteration under way and :func:`finish_training` writes the
+    checkpoint, the curve and the summary of what was reached, skipping the final evaluation. A second one raises:
     ``KeyboardInterrupt`` for SIGINT, ``SystemExit(143)`` for SIGTERM; so does one that arrives while the batchers'
     workers start, once they are up (:func:`open_batchers`: nothing is trained yet). The batchers' worker processes
     ignore SIGINT (a terminal sends it to the whole process group): closing them is this process's job, done by
     the stack. The previous handlers are restored on exit.
 
-    An exception of the loop is suppressed when the run turns out to have diverged (:attr:`~.log.Run.diverged`,
-    checked as the run closes; e.g. the envs refusing the NaN actions of diverged weights): the loop's code after
-    the ``with`` block then ends the run (:func:`finish_diverged`).
+    An exception of the loop is suppressed when the run turns out to have diverged
+    (:attr:`~.stop_rule.StopRule.diverged`, checked as the run closes; e.g. the envs refusing the NaN actions of
+    diverged weights): the loop's code after the ``with`` block then ends the run (:func:`finish_diverged`).
 
     Args:
         algo: the algorithm's name (the run's log folder and checkpoint say it).
@@ -319,7 +329,7 @@ def training_run(
             fresh run); see :class:`Run`.
         logger: whether this process writes the run's files (see :class:`Run`).
         world_size: the data-parallel ranks of the run.
-        on_evaluation: the run's :attr:`~.log.Run.evaluation_callbacks`.
+        on_evaluation: listeners of the run's evaluation event, after its videos (see :class:`Run`).
         source: where the algorithm came from (:func:`~.registry.algorithm_source`; default: ``algo``), recorded
             in ``config.json`` and the checkpoints as ``"algorithm"``.
 
@@ -328,8 +338,8 @@ def training_run(
     """
     precision = torch.get_float32_matmul_precision()
     threads = set_torch_threads(config.torch_threads)
-    run = Run(algo, config, spec, start=start, resume=resume, logger=logger, world_size=world_size, source=source)
-    run.evaluation_callbacks.extend(on_evaluation)
+    run = Run(algo, config, spec, start=start, resume=resume, logger=logger, world_size=world_size, source=source,
+              on_evaluation=on_evaluation)
     with contextlib.ExitStack() as stack:
         stack.push(explained_by_divergence(run))  # last out: after run.close has checked the last rows
         stack.callback(torch.set_num_threads, threads)
@@ -339,8 +349,8 @@ def training_run(
             stack.enter_context(deterministic_mode())
         stack.enter_context(compile_cache())
         stack.callback(run.close)
-        stack.push(lambda failed, *_: run.end_trackers(failed=failed is not None))
-        stack.enter_context(_stop_on_signals(run))
+        stack.push(lambda failed, *_: run.trackers.close(failed=failed is not None))
+        stack.enter_context(_stop_on_signals(run.stop_rule))
         yield run, stack
 
 
@@ -355,15 +365,15 @@ def stop_at_once(signal_name: str) -> NoReturn:
 
 
 @contextlib.contextmanager
-def _stop_on_signals(run: Run) -> Iterator[None]:
+def _stop_on_signals(rule: StopRule) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
         yield
         return
 
     def on_signal(signum: int, frame: Any) -> None:
-        if run.interrupted:
+        if rule.interrupted:
             stop_at_once(signal.Signals(signum).name)
-        run.stop_signal = signal.Signals(signum).name
+        rule.signal = signal.Signals(signum).name
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -511,15 +521,11 @@ def open_batchers(
     stack.callback(evaluator.close)
     if config.restart_workers and run is not None:
         run.columns["batcher/restarts"] = lambda: batcher.n_restarts + eval_batcher.n_restarts
-    if config.video_every and run is not None:
-        run.videos = RunVideos(config.video_every, run.logdir, algo=run.source, config=config.to_dict(), spec=spec,
-                               seed=seed)
-        run.evaluation_hooks.append(run.videos.after_evaluation)
-    if run is not None and run.stop_signal is not None:
+    if run is not None and run.stop_rule.signal is not None:
         # A signal held while the workers started (a worker cannot start with it) stops the run now, as one before
         # the start does: this session has trained nothing, so the start gives back the folder it claimed (a resumed
         # run keeps its checkpoint).
-        stop_at_once(run.stop_signal)
+        stop_at_once(run.stop_rule.signal)
     return batcher, evaluator
 
 

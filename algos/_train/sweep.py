@@ -26,8 +26,9 @@ from typing import Any
 
 from rlstruct._processes import owner_gone, process_identity
 from rlstruct._redact import redact_credentials
+from rlstruct.algos._train.events import Evaluated
 from rlstruct.algos._train.flags import OneLineParser, build_parser, config_from_args, given_flags
-from rlstruct.algos._train.log import check_logdir
+from rlstruct.algos._train.folder_claim import check_logdir
 from rlstruct.algos._train.loops import run
 from rlstruct.algos._train.presets import given_fields
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
@@ -118,7 +119,8 @@ class SweepPlan:
         budget = setup.config.max_env_steps
         reported: set[int] = set()
 
-        def report(row: Mapping[str, float]) -> None:
+        def report(evaluated: Evaluated) -> None:
+            row = evaluated.row
             launched = row["eval/launch_env_steps"]
             if launched <= 0:  # the untrained network's evaluation says nothing about the settings
                 return

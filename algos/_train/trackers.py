@@ -1,6 +1,7 @@
-"""Experiment trackers (``--track mlflow,wandb,trackio``): the :class:`Tracker` interface that a run's log
-(:class:`~.log.Run`) writes to, one implementation per library, and :func:`open_trackers`, which starts them or,
-for a resumed run, continues the tracked runs whose ids the run folder holds (``trackers.json``).
+"""Experiment trackers (``--track mlflow,wandb,trackio``): the :class:`Tracker` interface, one implementation per
+library, :func:`open_trackers`, which starts them or, for a resumed run, continues the tracked runs whose ids the run
+folder holds (``trackers.json``), and a run's trackers together (:class:`Trackers`), which its rows reach as they
+are written (:attr:`~.log.Run.written`).
 
 Each library reads its own settings from its own environment variables (``MLFLOW_TRACKING_URI``,
 ``MLFLOW_EXPERIMENT_NAME``, ``WANDB_MODE``, ``WANDB_PROJECT``, ``WANDB_DIR``, ``TRACKIO_DIR``, ...); the tracked
@@ -28,7 +29,7 @@ from rlstruct._redact import redact_credentials
 from rlstruct.algos._train.durable import write_whole
 from rlstruct.errors import ConfigError, MissingDependencyError
 
-__all__ = ["TRACKERS", "TRACKERS_FILE", "BestEffort", "Tracker", "check_trackers", "open_trackers",
+__all__ = ["TRACKERS", "TRACKERS_FILE", "BestEffort", "Tracker", "Trackers", "check_trackers", "open_trackers",
            "parse_trackers"]
 
 log = logging.getLogger(__name__)
@@ -442,3 +443,36 @@ def open_trackers(text: str | None, logdir: Path, params: Mapping[str, Any], *,
     if trackers:
         write_whole(logdir / TRACKERS_FILE, json.dumps(ids, indent=2))
     return trackers
+
+
+class Trackers:
+    """The trackers of one run (:func:`open_trackers`), each sent the run's rows as they are written
+    (:meth:`log_rows`), then its summary and files (:meth:`report`), then ended (:meth:`close`).
+
+    Args:
+        trackers: the trackers (none: a run without ``--track``, or a rank that does not log).
+    """
+
+    def __init__(self, trackers: Sequence[Tracker] = ()):
+        self._trackers = list(trackers)
+
+    def log_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Sends ``rows`` of ``progress.csv`` to every tracker."""
+        for tracker in self._trackers:
+            tracker.log_rows(rows)
+
+    def report(self, summary: Mapping[str, Any], files: Sequence[str | Path | None]) -> None:
+        """Sends the run's final ``summary`` and ``files`` (the checkpoint, the curve, the videos; ``None``: not
+        written) to every tracker, then ends their tracked runs."""
+        for tracker in self._trackers:
+            tracker.log_summary(summary)
+            for path in files:
+                if path is not None:
+                    tracker.log_artifact(Path(path))
+        self.close()
+
+    def close(self, *, failed: bool = False) -> None:
+        """Ends the tracked runs (as failed: training raised); idempotent."""
+        trackers, self._trackers = self._trackers, []
+        for tracker in trackers:
+            tracker.close(failed=failed)

@@ -19,13 +19,13 @@ from rlstruct.algos._train.checkpoints import check_resume_algorithm, load_check
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.distributed import restart_resume
 from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
-from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.folder_claim import given_back_unless_trained
 from rlstruct.algos._train.loops import run
 from rlstruct.algos._train.presets import apply_preset, describe_preset, setting_sources
 from rlstruct.algos._train.registry import Algorithm
 from rlstruct.algos._train.registry import algorithm as registered
 from rlstruct.algos._train.result import TrainResult
-from rlstruct.algos._train.run_folder import given_back_unless_trained
+from rlstruct.algos._train.run_folder import CSV_NAME, SUMMARY_NAME
 from rlstruct.algos._train.session import validate
 from rlstruct.errors import (
     BatcherWorkerTimeout,
@@ -90,7 +90,8 @@ def stop_line(result: TrainResult, config: RunConfig) -> str:
     """The line of ``rlstruct train`` that says why ``result``'s run stopped (its ``stop_reason``).
 
     >>> from rlstruct.algos.a2c import A2CConfig
-    >>> result = TrainResult(9.0, 24_576, 2.1, [], "runs/x", stop_reason="time_limit")
+    >>> result = TrainResult(eval_return=9.0, env_steps=24_576, wall_time_s=2.1, history=[], logdir="runs/x",
+    ...                      stop_reason="time_limit")
     >>> stop_line(result, A2CConfig(time_limit=2, max_env_steps=500_000))
     'stopped: time limit of 2 s reached at 24,576 of 500,000 env steps'
     """
@@ -122,7 +123,7 @@ def _finished_summary(resume: str) -> str | None:
     none that reads as JSON."""
     folder = Path(resume) if Path(resume).is_dir() else Path(resume).parent
     try:
-        return json.dumps(json.loads((folder / Run.SUMMARY_NAME).read_text()))
+        return json.dumps(json.loads((folder / SUMMARY_NAME).read_text()))
     except (OSError, ValueError):
         return None
 
@@ -131,13 +132,14 @@ def result_line(result: TrainResult) -> str:
     """The line of ``rlstruct train`` that gives the return it reports, which weights it is about, and where it
     stands against the run's target.
 
-    >>> done = TrainResult(480.5, 300_000, 61.0, [], "runs/x", target_return=475.0, stop_reason="target",
-    ...                    eval_env_steps=294_912)
+    >>> done = TrainResult(eval_return=480.5, env_steps=300_000, wall_time_s=61.0, history=[], logdir="runs/x",
+    ...                    target_return=475.0, stop_reason="target", eval_env_steps=294_912)
     >>> result_line(done).split(" after ")[0]
     'evaluation return 480.50 (the confirmation of the weights taken at 294,912 env steps)'
     >>> result_line(done).split(": ")[1]
     'at or above the target 475'
-    >>> print(result_line(TrainResult(435.06, 500_000, 90.0, [], "runs/x", target_return=475.0)))
+    >>> print(result_line(TrainResult(eval_return=435.06, env_steps=500_000, wall_time_s=90.0, history=[],
+    ...                               logdir="runs/x", target_return=475.0)))
     final evaluation return 435.06 after 500,000 env steps in 90.0 s: below the target 475
     """
     if result.stop_reason == "target":
@@ -293,14 +295,14 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
         return 1
     if result.interrupted:
         print(f"{prog}: interrupted after {result.env_steps} env steps ({result.wall_time_s:.1f} s): wrote "
-              f"{result.checkpoint}, the learning curve and {Path(result.logdir) / Run.SUMMARY_NAME}", file=sys.stderr)
+              f"{result.checkpoint}, the learning curve and {Path(result.logdir) / SUMMARY_NAME}", file=sys.stderr)
         print(stop_line(result, setup.config))
         print(json.dumps(result.summary()))
         return 128 + signal.Signals[result.stop_signal or "SIGINT"]
     print(stop_line(result, setup.config))
     print(result_line(result))
     tensorboard = f" (TensorBoard: tensorboard --logdir {result.logdir})" if setup.config.tensorboard else ""
-    print(f"logs: {Path(result.logdir) / Run.CSV_NAME}{tensorboard}")
+    print(f"logs: {Path(result.logdir) / CSV_NAME}{tensorboard}")
     if result.plot:
         print(f"learning curve: {result.plot}")
     print(f"checkpoint: {result.checkpoint} (rlstruct eval {result.checkpoint})")

@@ -9,7 +9,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +17,7 @@ import torch
 
 from rlstruct.algos._env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import load_checkpoint
+from rlstruct.algos._train.durable import written_whole
 from rlstruct.algos._train.evaluation import evaluation_agent
 from rlstruct.algos._train.registry import saved_algorithm
 from rlstruct.envs import GymEnv, make_env
@@ -24,6 +25,9 @@ from rlstruct.envs.factory import TORCH_ENVS, resolve_backend
 from rlstruct.errors import MissingDependencyError, VideoError
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor
+
+if TYPE_CHECKING:
+    from rlstruct.algos._train.events import Evaluated
 
 __all__ = [
     "VIDEO_SUFFIXES",
@@ -361,18 +365,23 @@ class RunVideos:
         self.paths: list[Path] = []
 
     def record(self, state_dict: Mapping[str, Any], env_steps: int) -> Path:
-        """Records one episode of the policy with ``state_dict`` at ``env_steps``; returns its path."""
+        """Records one episode of the policy with ``state_dict`` at ``env_steps``, written whole (the file a kill
+        cuts short is a temporary one beside it); returns its path."""
         path = run_video_path(self.logdir, env_steps, suffix=self.suffix)
-        record_policy_video(path, algo=self.algo, config=self.config, env_spec=self.spec, model_state=state_dict,
-                            max_steps=self.config.get("evaluation_max_steps"), seed=self.seed)
+        # the temporary file keeps the suffix: the writer picks the format by it
+        with written_whole(path, partial=path.with_name(f"{path.stem}.partial{path.suffix}")) as partial:
+            record_policy_video(partial, algo=self.algo, config=self.config, env_spec=self.spec,
+                                model_state=state_dict, max_steps=self.config.get("evaluation_max_steps"),
+                                seed=self.seed)
         self.paths.append(path)
         return path
 
-    def after_evaluation(self, state_dict: Callable[[], Mapping[str, Any]], env_steps: int) -> None:
-        """Counts an evaluation; records a video after every ``every``-th (``state_dict()`` gives the weights)."""
+    def after_evaluation(self, evaluated: Evaluated) -> None:
+        """Counts an evaluation of the run's evaluation event; records a video after every ``every``-th, with the
+        weights the loop holds then."""
         self.evaluations += 1
         if self.evaluations % self.every == 0:
-            self.record(state_dict(), env_steps)
+            self.record(evaluated.weights(), evaluated.env_steps)
 
 
 class VideoOptions(TypedDict, total=False):

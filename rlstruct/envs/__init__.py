@@ -9,7 +9,7 @@ adapter of its own backend only.
 
 from typing import TYPE_CHECKING
 
-from rlstruct._lazy import lazy_names
+from rlstruct._lazy import by_name, lazy_names
 from rlstruct.envs._base import StepResult, VecEnv
 from rlstruct.envs._torch_env import TorchVecEnv
 from rlstruct.envs.classic_control import Acrobot, CartPole, CartPoleNoVel, MountainCar, Pendulum
@@ -26,6 +26,17 @@ if TYPE_CHECKING:  # the lazy names below, for editors and type checkers
     from rlstruct.envs.minatar import MinAtarEnv
     from rlstruct.envs.mjx_env import MjxEnv
     from rlstruct.envs.mujoco_torch_env import MujocoTorchEnv
+
+#: the names whose modules load on first use, by module: the imports above, which editors and type checkers read
+_LAZY = by_name({
+    "rlstruct.envs.brax_env": ("BraxEnv",),
+    "rlstruct.envs.bridge": ("to_gymnasium", "to_gymnasium_env"),
+    "rlstruct.envs.gymnax_env": ("GymnaxEnv",),
+    "rlstruct.envs.jax_env": ("JaxVecEnv",),
+    "rlstruct.envs.minatar": ("MinAtarEnv",),
+    "rlstruct.envs.mjx_env": ("MjxEnv",),
+    "rlstruct.envs.mujoco_torch_env": ("MujocoTorchEnv",),
+})
 
 __all__ = [
     "VecEnv",
@@ -50,19 +61,6 @@ __all__ = [
     "to_gymnasium",
     "to_gymnasium_env",
 ]
-
-#: the names whose modules load on first use: name -> module
-_LAZY = {
-    "JaxVecEnv": "rlstruct.envs.jax_env",
-    "GymnaxEnv": "rlstruct.envs.gymnax_env",
-    "MjxEnv": "rlstruct.envs.mjx_env",
-    "BraxEnv": "rlstruct.envs.brax_env",
-    "MujocoTorchEnv": "rlstruct.envs.mujoco_torch_env",
-    "MinAtarEnv": "rlstruct.envs.minatar",
-    "to_gymnasium": "rlstruct.envs.bridge",
-    "to_gymnasium_env": "rlstruct.envs.bridge",
-}
-
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, __all__, globals())
 

@@ -521,7 +521,7 @@ def test_a_run_without_iterations_is_warned_about_and_a_second_run_never_replace
 
 
 def test_runs_started_into_one_logdir_each_claim_their_own_folder(tmp_path):
-    from rlstruct.algos._train.log import claim_logdir
+    from rlstruct.algos._train.folder_claim import claim_logdir
 
     assert claim_logdir(tmp_path) == tmp_path, "an empty folder is a new run's"
     claimed = [claim_logdir(tmp_path / "sweep") for _ in range(3)]

@@ -107,6 +107,34 @@ def test_every_argument_parser_of_the_project_turns_prefix_matching_off():
     assert library >= 3 and OneLineParser(prog="x").allow_abbrev is False
 
 
+#: ``rlstruct ARGV`` in an interpreter that cannot import scipy from its start, as where the stats extra is missing
+WITHOUT_SCIPY = """
+import sys
+class NoScipy:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "scipy":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NoScipy())
+from rlstruct.algos._train.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_compare_without_the_stats_extra_says_how_to_install_it_in_one_line(tmp_path):
+    """In a fresh process, so that an import of scipy at any module's import is caught too; beside the statistics'
+    tests, which skip without scipy."""
+    for seed, score in enumerate((500.0, 480.0)):
+        run = tmp_path / "group" / f"seed-{seed}"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps({"eval_return": score, "env_steps": 100}))
+        (run / "config.json").write_text(json.dumps({"algo": "ppo", "env": "CartPole-v1", "seed": seed}))
+    done = subprocess.run([sys.executable, "-c", WITHOUT_SCIPY, "compare", str(tmp_path / "group")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        "rlstruct compare: error: rlstruct compare and rlstruct.algos.statistics need scipy, which is not installed "
+        "here; pip install 'rlstruct[stats]'"], done.stderr
+
+
 def test_a_logdir_under_a_file_is_refused_before_anything_starts(tmp_path, capsys, no_new_processes):
     (tmp_path / "file").write_text("")
     code, lines = run_cli(["train", "ppo", "--logdir", str(tmp_path / "file" / "run"), "--n-processes", "2"], capsys)

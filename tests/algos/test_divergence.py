@@ -27,6 +27,7 @@ from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.finite import DivergenceGuard, non_finite
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
+from rlstruct.algos._train.run_folder import CONFIG_NAME, SUMMARY_NAME
 from rlstruct.algos._train.session import validate
 from rlstruct.errors import CheckpointError, SpaceError
 
@@ -125,7 +126,7 @@ def _assert_diverged(result, logdir, *, first_possible: int) -> None:
     assert found["quantity"].startswith(("loss", "grad_norm", "weights/")), found
     # Found at the check that follows the fault: at most log_every iterations later (or at the flush of an error).
     assert first_possible <= found["iteration"] <= result.iterations <= FAULT + 1 + SMALL["log_every"], found
-    summary = json.loads((logdir / Run.SUMMARY_NAME).read_text())
+    summary = json.loads((logdir / SUMMARY_NAME).read_text())
     assert summary["stop_reason"] == "diverged" and math.isnan(summary["eval_return"])
     assert summary["diverged"]["quantity"] == found["quantity"] and summary["reached_target"] is False
     # No evaluation row after the last training row: no final evaluation was run.
@@ -206,7 +207,7 @@ def test_a_diverged_runs_summary_and_config_are_written_whole(tmp_path, nan_weig
     nan_weights(FAULT)
     result = module.train(dataclasses.replace(config, logdir=str(tmp_path / "run")))
     assert result.stop_reason == "diverged"
-    assert Run.CONFIG_NAME in swapped and swapped[-1] == Run.SUMMARY_NAME, swapped
+    assert CONFIG_NAME in swapped and swapped[-1] == SUMMARY_NAME, swapped
 
 
 def test_an_error_the_divergence_explains_ends_the_run_as_diverged(tmp_path, nan_weights):
@@ -256,7 +257,7 @@ def test_the_guard_adds_no_host_sync_between_the_runs_conversions(tmp_path, monk
     config = RunConfig(logdir=str(tmp_path), progress=False, tensorboard=False, log_every=5)
     run = Run("a2c", config, describe_env(config.env, config.backend, None, None))
     model = torch.nn.Linear(4, 2)
-    run.guard.watch(model.state_dict)
+    run.stop_rule.guard.watch(model.state_dict)
     syncs: list[str] = []
     for name in ("tolist", "item", "__bool__", "__float__"):
         real = getattr(torch.Tensor, name)
@@ -270,14 +271,14 @@ def test_the_guard_adds_no_host_sync_between_the_runs_conversions(tmp_path, monk
         run.record(8, {"loss/policy": torch.tensor(float(i)), "grad_norm": torch.tensor(1.0)})
     monkeypatch.undo()
     assert syncs == ["tolist", "tolist"]
-    assert run.diverged is None and len(run.history) == 10
+    assert run.stop_rule.diverged is None and len(run.history) == 10
     with torch.no_grad():
         model.weight[0, 0] = math.nan
     run.record(8, {"loss/policy": torch.tensor(0.0)})
-    assert run.diverged is None, "found at the next conversion, not before"
+    assert run.stop_rule.diverged is None, "found at the next conversion, not before"
     run.flush()
-    assert run.diverged == {"quantity": "weights/weight", "iteration": 11, "value": "nan or inf"}
-    assert run.should_stop() and run.stop_reason == "diverged"
+    assert run.stop_rule.diverged == {"quantity": "weights/weight", "iteration": 11, "value": "nan or inf"}
+    assert run.should_stop() and run.stop_rule.reason == "diverged"
     run.close()
 
 

@@ -205,7 +205,7 @@ def test_a_sigterm_between_the_final_evaluations_rounds_still_ends_with_the_epis
     import signal
 
     from rlstruct.algos import a2c
-    from rlstruct.algos._train.log import Run
+    from rlstruct.algos._train.run_folder import SUMMARY_NAME
     from tests.helpers import bare_run
 
     launches = []
@@ -225,7 +225,7 @@ def test_a_sigterm_between_the_final_evaluations_rounds_still_ends_with_the_epis
     assert result.stop_signal == "SIGTERM"
     final = [r for r in result.history if "eval/return" in r][-1]
     assert final["eval/episodes"] == 5.0 and result.eval_return == final["eval/return"]
-    summary = json.loads((tmp_path / Run.SUMMARY_NAME).read_text())
+    summary = json.loads((tmp_path / SUMMARY_NAME).read_text())
     assert summary["eval_return"] == result.eval_return and (tmp_path / "checkpoint.pt").is_file()
 
 

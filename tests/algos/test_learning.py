@@ -193,14 +193,14 @@ def test_target_return_stops_early_and_keeps_the_weights_that_reached_it(tmp_pat
 def test_reached_target_holds_exactly_when_the_reported_return_clears_the_target(eval_return, target, reached):
     """The invariant: whatever a caller passes, ``reached_target`` is ``eval_return >= target_return``."""
     for claimed in (True, False):
-        result = TrainResult(eval_return, 100, 1.0, [], "runs/x", target_return=target, reached_target=claimed,
-                             eval_env_steps=100)
+        result = TrainResult(eval_return=eval_return, env_steps=100, wall_time_s=1.0, history=[], logdir="runs/x",
+                             target_return=target, reached_target=claimed, eval_env_steps=100)
         assert result.reached_target is reached and result.summary()["reached_target"] is reached
         assert result.summary()["eval_env_steps"] == 100
 
 
 class _Evaluations:
-    """What :meth:`Run.record_eval` asks of the evaluator that gave a result: its weights, and a confirmation."""
+    """What the stop rule asks of the evaluator that gave a result: its weights, and a confirmation."""
 
     def __init__(self):
         self.evaluated_weights = {"w": 1}
@@ -220,18 +220,19 @@ def test_default_target_is_the_env_reward_threshold_and_a_confirmation_stops_the
     cfg = a2c.A2CConfig(**_common(tmp_path), preset="none")
     runs = [Run("a2c", cfg, spec), Run("a2c", dataclasses.replace(cfg, target_return=100.0), spec),
             Run("a2c", dataclasses.replace(cfg, stop_at_reward_threshold=False), spec)]
-    assert [r.target_return for r in runs] == [475.0, 100.0, None]
+    assert [r.stop_rule.target_return for r in runs] == [475.0, 100.0, None]
     run, ev = runs[0], _Evaluations()
     run.record_eval(_result(500.0, 0.0), ev)
     assert not ev.confirmations and not run.should_stop(), "the untrained network's evaluation does not count"
     run.record_eval(_result(480.0, 256.0), ev)
     assert ev.confirmations == [256] and not run.should_stop(), "a candidate is confirmed before the run stops"
     run.record_eval(_result(470.0, 256.0, confirmation=True), ev)
-    assert not run.reached_target and not run.should_stop(), "a confirmation below the target lets the run go on"
+    assert not run.stop_rule.reached_target and not run.should_stop(), "a confirmation below it lets the run go on"
     run.record_eval(_result(490.0, 512.0), ev)
     run.record_eval(_result(476.0, 512.0, confirmation=True), ev)
-    assert ev.confirmations == [256, 512] and run.should_stop() and run.stop_reason == "target"
-    assert (run.kept_weights, run.kept_env_steps, run.last_eval) == ({"w": 1}, 512, 476.0)
+    assert ev.confirmations == [256, 512] and run.should_stop() and run.stop_rule.reason == "target"
+    rule = run.stop_rule
+    assert (rule.kept_weights, rule.kept_env_steps, run.last_eval) == ({"w": 1}, 512, 476.0)
     rows = [r for r in run.history if "eval/return" in r]
     assert [r["eval/confirmation"] for r in rows] == [0.0, 0.0, 1.0, 0.0, 1.0]
     for r in runs:

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from rlstruct.algos import load
-from rlstruct.algos._train import log, memory
+from rlstruct.algos._train import log, memory, run_folder
 from rlstruct.algos._train.cli import main
 from rlstruct.errors import CheckpointError
 
@@ -113,9 +113,9 @@ def test_a_full_or_read_only_disk_during_the_run_is_one_line(tmp_path, monkeypat
     logdir = tmp_path / "run"
 
     def refused(self):  # progress.csv's flush to the disk, at the first checkpoint
-        raise OSError(code, os.strerror(code), str(self.logdir / "progress.csv"))
+        raise OSError(code, os.strerror(code), str(self.path / "progress.csv"))
 
-    monkeypatch.setattr(log.Run, "sync", refused)
+    monkeypatch.setattr(run_folder.RunFolder, "sync", refused)
     status, lines = run_cli(["train", "a2c", *TINY, "--logdir", str(logdir)], capsys)
     assert status == 1 and lines == [f"rlstruct train a2c: error: cannot write {str(logdir / 'progress.csv')!r}: "
                                      f"{name}; {fix}, then rlstruct train a2c --resume {logdir} continues the run "

@@ -16,6 +16,7 @@ from rlstruct.algos import EnvSpec, a2c, dqn, ppo, pqn, reinforce, sac
 from rlstruct.algos._train.presets import (
     PRESETS,
     apply_preset,
+    describe_preset,
     find_preset,
     given_fields,
     list_presets,
@@ -23,8 +24,8 @@ from rlstruct.algos._train.presets import (
     preset_stop_target,
     preset_target,
 )
-from rlstruct.algos._train.result import run_target
 from rlstruct.algos._train.session import validate
+from rlstruct.algos._train.stop_rule import run_target
 from rlstruct.errors import ConfigError
 from tests.algos.test_cli import last_json, rlstruct
 from tests.helpers import rlstruct_in_process
@@ -178,6 +179,17 @@ def test_show_config_prints_every_setting_and_where_it_came_from(capsys):
                                  '{"sutton_barto_reward": true}', "--show-config")
     row = next(ln for ln in kwargs.stdout.splitlines() if ln.startswith("--env-kwargs "))
     assert row.split() == ["--env-kwargs", '{"sutton_barto_reward":', "true}", "flag"], row
+
+
+@pytest.mark.parametrize("preset", [p for p in PRESETS if p.target is not None or p.measured is not None],
+                         ids=lambda p: p.name)
+def test_show_config_never_calls_a_preset_with_a_target_or_a_measurement_unproven(preset):
+    """``--show-config``'s first line is :func:`describe_preset`'s: a preset that trains for its whole budget (no
+    stopping target) but whose benchmark measured it says what was measured."""
+    line = describe_preset(preset)
+    assert "not proven" not in line, line
+    if preset.target is None:
+        assert line.endswith(f"measured: {preset.measured}"), line
 
 
 def test_a_bad_preset_on_the_command_line_is_one_line_and_status_2(capsys):

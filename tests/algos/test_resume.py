@@ -29,12 +29,12 @@ from rlstruct.algos import a2c, describe_env, dqn, ppo, reinforce, sac
 from rlstruct.algos._normalization import LearnerNormalization
 from rlstruct.algos._train import checkpoints as checkpoints_module
 from rlstruct.algos._train import cli, loops
-from rlstruct.algos._train import log as record_module
+from rlstruct.algos._train import run_folder as record_module
 from rlstruct.algos._train import session as algos_setup
 from rlstruct.algos._train import update as update_module
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_resume
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
-from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.run_folder import CSV_NAME
 from rlstruct.algos._train.seeds import session_seed, worker_seeds
 from rlstruct.algos._train.session import validate
 from rlstruct.devices import tree_copy
@@ -97,7 +97,7 @@ def record_restores(monkeypatch, module) -> list[dict]:
 
 
 def csv_rows(logdir) -> list[dict]:
-    with open(os.path.join(logdir, Run.CSV_NAME), newline="") as f:
+    with open(os.path.join(logdir, CSV_NAME), newline="") as f:
         return list(csv.DictReader(f))
 
 
@@ -258,12 +258,12 @@ def test_resuming_into_another_logdir_copies_the_history_and_keeps_the_first(tmp
     module, config, _, first_steps, total_steps = CASES["a2c"]
     first_dir, second_dir = str(tmp_path / "first"), str(tmp_path / "second")
     first = module.train(dataclasses.replace(config, logdir=first_dir, max_env_steps=first_steps))
-    with open(os.path.join(first_dir, Run.CSV_NAME), "a") as f:  # a row past the checkpoint (a stale copy's)
+    with open(os.path.join(first_dir, CSV_NAME), "a") as f:  # a row past the checkpoint (a stale copy's)
         f.write("999,99999,1.0\n")
-    before = open(os.path.join(first_dir, Run.CSV_NAME)).read()
+    before = open(os.path.join(first_dir, CSV_NAME)).read()
     second = module.train(dataclasses.replace(config, logdir=second_dir, max_env_steps=total_steps,
                                               resume=os.path.join(first_dir, CHECKPOINT_NAME)))
-    assert open(os.path.join(first_dir, Run.CSV_NAME)).read() == before
+    assert open(os.path.join(first_dir, CSV_NAME)).read() == before
     rows = csv_rows(second_dir)
     assert int(rows[0]["iteration"]) == 1 and int(rows[-1]["iteration"]) == second.iterations > first.iterations
     assert all(int(r["iteration"]) <= second.iterations for r in rows)
@@ -439,7 +439,7 @@ def test_a_run_stopped_by_sigterm_resumes(tmp_path, algo):
     done = threading.Event()
 
     def sigterm_once_training_runs() -> None:
-        csv_path = logdir / Run.CSV_NAME
+        csv_path = logdir / CSV_NAME
         while not done.is_set():
             if csv_path.exists() and len(csv_path.read_text().splitlines()) >= 4:
                 os.kill(os.getpid(), signal.SIGTERM)
@@ -473,7 +473,7 @@ def test_the_command_line_story_sigterm_then_resume(tmp_path):
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 180
-        csv_path = logdir / Run.CSV_NAME
+        csv_path = logdir / CSV_NAME
         while not (csv_path.exists() and len(csv_path.read_text().splitlines()) >= 3):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.1)
@@ -526,7 +526,7 @@ def test_checkpoint_every_writes_resumable_checkpoints_during_the_run(tmp_path, 
             shutil.copytree(os.path.dirname(out), snapshot)
         return out
 
-    # The periodic checkpoints and the final one: Run.save_checkpoint writes both.
+    # The periodic checkpoints and the final one: the run folder writes both.
     monkeypatch.setattr(record_module, "save_checkpoint", save_and_keep)
     first = module.train(dataclasses.replace(config, logdir=str(tmp_path / "run"), max_env_steps=first_steps,
                                              checkpoint_every=2))

@@ -29,8 +29,17 @@ from rlstruct.algos._train import cli
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, content_digest, load_checkpoint
 from rlstruct.algos._train.compare import load_group
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
-from rlstruct.algos._train.log import Run, earlier_run_files
-from rlstruct.algos._train.run_folder import LOCK_NAME, RunFolderLock
+from rlstruct.algos._train.folder_claim import RunFolderLock
+from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.run_folder import (
+    CONFIG_NAME,
+    CSV_NAME,
+    CURVE_NAME,
+    LOCK_NAME,
+    SUMMARY_NAME,
+    RunFolder,
+    earlier_run_files,
+)
 from rlstruct.algos._train.session import validate
 from rlstruct.errors import CheckpointError, RunFinishedError, RunFolderBusyError, RunRecordError
 
@@ -42,7 +51,7 @@ CONFIG = a2c.A2CConfig(n_envs=4, n_steps=8, hidden_sizes=(8,), progress=False, t
 
 
 def csv_rows(logdir) -> list[dict]:
-    with open(os.path.join(logdir, Run.CSV_NAME), newline="") as f:
+    with open(os.path.join(logdir, CSV_NAME), newline="") as f:
         return list(csv.DictReader(f))
 
 
@@ -60,7 +69,7 @@ def training_rows(logdir) -> list[dict]:
 
 def copy_run(source, target) -> None:
     target.mkdir()
-    for name in (CHECKPOINT_NAME, Run.CSV_NAME, Run.SUMMARY_NAME, Run.CONFIG_NAME):
+    for name in (CHECKPOINT_NAME, CSV_NAME, SUMMARY_NAME, CONFIG_NAME):
         (target / name).write_bytes((source / name).read_bytes())
 
 
@@ -147,7 +156,7 @@ def test_a_checkpoint_written_before_digests_still_loads(trained, tmp_path):
     del data["digest"]
     torch.save(data, tmp_path / CHECKPOINT_NAME)
     assert load_checkpoint(tmp_path / CHECKPOINT_NAME)["iteration"] == data["iteration"]
-    assert json.loads((trained / Run.SUMMARY_NAME).read_text())["iterations"] == data["iteration"]
+    assert json.loads((trained / SUMMARY_NAME).read_text())["iterations"] == data["iteration"]
 
 
 # --------------------------------------------------------------------------- progress.csv
@@ -182,7 +191,7 @@ def test_a_kill_while_progress_is_rewritten_loses_no_row(trained, tmp_path, mome
     logdir = tmp_path / "run"
     copy_run(trained, logdir)
     before = training_rows(logdir)
-    with open(logdir / Run.CSV_NAME, "a") as f:  # a row past the checkpoint, as a run killed after it leaves
+    with open(logdir / CSV_NAME, "a") as f:  # a row past the checkpoint, as a run killed after it leaves
         f.write(",".join(["5"] + [""] * (len(before[0]) - 1)) + "\r\n")
     killed = subprocess.run([sys.executable, "-c", KILLED_AT, moment, "train", "a2c", "--resume", str(logdir),
                              "--max-env-steps", str(32 * 8)], capture_output=True, text=True, timeout=100)
@@ -192,27 +201,27 @@ def test_a_kill_while_progress_is_rewritten_loses_no_row(trained, tmp_path, mome
     rows = training_rows(logdir)
     assert [int(r["iteration"]) for r in rows] == list(range(1, second.iterations + 1)) and second.iterations == 8
     assert rows[:4] == [{**r, **{k: "" for k in rows[0].keys() - r.keys()}} for r in before]
-    assert not os.path.exists(logdir / f"{Run.CSV_NAME}.partial")
+    assert not os.path.exists(logdir / f"{CSV_NAME}.partial")
 
 
 def test_a_resumed_run_appends_to_its_progress_and_a_new_column_swaps_a_whole_file(trained, tmp_path,
                                                                                    monkeypatch):
     logdir = tmp_path / "run"
     copy_run(trained, logdir)
-    before = (logdir / Run.CSV_NAME).read_bytes()
-    inode = os.stat(logdir / Run.CSV_NAME).st_ino
+    before = (logdir / CSV_NAME).read_bytes()
+    inode = os.stat(logdir / CSV_NAME).st_ino
     swapped = []
     real_replace = os.replace
     monkeypatch.setattr(os, "replace", lambda src, dst: (swapped.append(os.path.basename(dst)),
                                                          real_replace(src, dst))[1])
     a2c.train(dataclasses.replace(CONFIG, resume=str(logdir), logdir=None, max_env_steps=32 * 6))
-    assert (logdir / Run.CSV_NAME).read_bytes().startswith(before)
-    assert os.stat(logdir / Run.CSV_NAME).st_ino == inode and Run.CSV_NAME not in swapped
-    assert {CHECKPOINT_NAME, Run.SUMMARY_NAME} <= set(swapped)
+    assert (logdir / CSV_NAME).read_bytes().startswith(before)
+    assert os.stat(logdir / CSV_NAME).st_ino == inode and CSV_NAME not in swapped
+    assert {CHECKPOINT_NAME, SUMMARY_NAME} <= set(swapped)
     swapped.clear()
     fresh = tmp_path / "fresh"  # the first evaluation's columns come after the first rows: one swap, whole
     a2c.train(dataclasses.replace(CONFIG, logdir=str(fresh)))
-    assert Run.CSV_NAME in swapped
+    assert CSV_NAME in swapped
     assert [int(r["iteration"]) for r in training_rows(fresh)] == [1, 2, 3, 4]
 
 
@@ -284,7 +293,7 @@ def test_resuming_a_finished_run_changes_nothing_and_says_so(trained, tmp_path, 
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and "is a finished run (its budget of 128 env steps was spent, at 128 env steps): " \
         "nothing to do, the run is left as it is; to train it further, pass a --max-env-steps above 128" in err
-    assert json.loads(out.splitlines()[-1]) == json.loads(before[Run.SUMMARY_NAME])
+    assert json.loads(out.splitlines()[-1]) == json.loads(before[SUMMARY_NAME])
     assert record_bytes(run) == before
     with pytest.raises(RunFinishedError, match="its budget of 128 env steps was spent"):
         a2c.train(dataclasses.replace(CONFIG, resume=str(run), logdir=str(tmp_path / "elsewhere")))
@@ -316,7 +325,7 @@ def test_which_stops_a_resume_continues(trained, tmp_path, reason, resumes):
     data["digest"] = content_digest(data)
     torch.save(data, run / CHECKPOINT_NAME)
     if reason is None:
-        (run / Run.SUMMARY_NAME).unlink()
+        (run / SUMMARY_NAME).unlink()
     config = dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 8)
     if resumes:
         validate(a2c.ALGORITHM, config)
@@ -341,14 +350,14 @@ def test_a_line_cut_by_a_kill_is_dropped_and_missing_rows_are_warned_about(train
     run = tmp_path / "run"
     copy_run(trained, run)
     before = training_rows(run)
-    with open(run / Run.CSV_NAME, "a") as f:  # a kill while appending row 5: its iteration cut to "5" or even "1"
+    with open(run / CSV_NAME, "a") as f:  # a kill while appending row 5: its iteration cut to "5" or even "1"
         f.write("1")
     a2c.train(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 6))
     rows = training_rows(run)
     assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4, 5, 6] and rows[:4] == before
     empty = tmp_path / "empty"
     copy_run(trained, empty)
-    (empty / Run.CSV_NAME).write_text("")
+    (empty / CSV_NAME).write_text("")
     a2c.train(dataclasses.replace(CONFIG, resume=str(empty), max_env_steps=32 * 5))
     assert "holds no row of iteration 4, the checkpoint's" in caplog.text
 
@@ -369,8 +378,8 @@ def test_each_checkpoint_flushes_the_rows_the_checkpoint_the_summary_and_the_fol
     checkpoints = [i for i, name in enumerate(synced) if name == f"{CHECKPOINT_NAME}.partial"]
     assert len(checkpoints) == 3  # iterations 2 and 4, and the final one
     for i in checkpoints:
-        assert synced[i - 1] == Run.CSV_NAME and synced[i + 1] == "run", synced
-    assert synced[-2:] == [f"{Run.SUMMARY_NAME}.partial", "run"], synced
+        assert synced[i - 1] == CSV_NAME and synced[i + 1] == "run", synced
+    assert synced[-2:] == [f"{SUMMARY_NAME}.partial", "run"], synced
 
 
 # --------------------------------------------------------------------------- one writer per run folder
@@ -508,6 +517,24 @@ def test_a_failed_start_removes_only_the_names_the_run_writes(tmp_path, monkeypa
 
 
 # --------------------------------------------------------------------------- files written whole
+def test_the_learning_curve_is_written_whole(tmp_path, monkeypatch):
+    """Through a file renamed onto it, as the other files a run writes at once: a kill while the PNG is written
+    leaves the previous curve (or none), never a cut one."""
+    pytest.importorskip("matplotlib", reason="the curve needs matplotlib: pip install 'rlstruct[plot]'")
+    swapped = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (swapped.append((Path(src).name, Path(dst).name)),
+                                                         real_replace(src, dst))[1])
+    folder = RunFolder(tmp_path / "run", rows=[])
+    rows = [{"iteration": 1, "env_steps": 64, "wall_time_s": 0.5, "train/episode_return": 20.0},
+            {"iteration": 1, "env_steps": 64, "wall_time_s": 0.6, "eval/return": 30.0}]
+    assert folder.write_curve(rows, "A2C on CartPole-v1") == str(tmp_path / "run" / CURVE_NAME)
+    folder.close()
+    assert (f"{CURVE_NAME}.partial", CURVE_NAME) in swapped
+    assert (tmp_path / "run" / CURVE_NAME).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(os.listdir(tmp_path / "run")) == [CURVE_NAME, CSV_NAME]
+
+
 #: ``rlstruct train`` SIGKILLed once it opens config.json (or the file it writes whole through) for writing
 KILLED_WRITING_CONFIG = """
 import builtins, os, signal, sys
@@ -528,13 +555,13 @@ def test_a_resume_killed_while_it_writes_its_config_leaves_the_config_and_compar
     run = tmp_path / "group" / "seed-0"
     run.parent.mkdir()
     copy_run(trained, run)
-    before = (run / Run.CONFIG_NAME).read_bytes()
+    before = (run / CONFIG_NAME).read_bytes()
     killed = subprocess.run([sys.executable, "-c", KILLED_WRITING_CONFIG, "train", "a2c", "--resume", str(run),
                              "--max-env-steps", str(32 * 6)], capture_output=True, text=True, timeout=100)
     assert killed.returncode == -9, killed.stderr
-    assert (run / Run.CONFIG_NAME).read_bytes() == before
+    assert (run / CONFIG_NAME).read_bytes() == before
     env = json.loads(before)["env"]
-    assert load_group(str(run.parent)).scores == {env: [json.loads((run / Run.SUMMARY_NAME).read_text())[
+    assert load_group(str(run.parent)).scores == {env: [json.loads((run / SUMMARY_NAME).read_text())[
         "eval_return"]]}
     assert a2c.train(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 6)).iterations == 6
 
@@ -583,8 +610,8 @@ def test_a_hand_edited_progress_is_refused_at_resume_in_one_line_and_left_as_it_
                                                                                    message):
     run = tmp_path / "run"
     copy_run(trained, run)
-    lines = (run / Run.CSV_NAME).read_text().splitlines(keepends=True)
-    (run / Run.CSV_NAME).write_text("".join(edit(lines)))
+    lines = (run / CSV_NAME).read_text().splitlines(keepends=True)
+    (run / CSV_NAME).write_text("".join(edit(lines)))
     before = record_bytes(run)
     with pytest.raises(RunRecordError, match=message + r"; correct .* then resume again"):
         a2c.train(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 6))

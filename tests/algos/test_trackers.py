@@ -177,7 +177,7 @@ def test_only_the_logging_rank_opens_trackers(tmp_path, monkeypatch):
     run = Run("ppo", config, describe_env("CartPole-v1", "auto", 30, None), logger=False, world_size=2)
     run.record(32, {"loss/value": 1.0})
     run.close()
-    run.end_trackers()
+    run.trackers.close()
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "run" / TRACKERS_FILE).exists()
 
 

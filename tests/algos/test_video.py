@@ -191,6 +191,40 @@ def test_a_training_loop_can_record_between_iterations_without_changing_its_rand
         run_video_path(tmp_path, 0, suffix=".avi")
 
 
+@needs_pygame
+@pytest.mark.timeout(120)
+def test_a_runs_videos_follow_its_evaluation_event_and_are_written_whole(tmp_path, monkeypatch):
+    """Every second evaluation announced gives a video, recorded into a file beside it of the same suffix (the
+    writer picks the format by it) and renamed onto its name once whole: a kill while it records leaves no cut video
+    under the run's names, and a recording that raises leaves none."""
+    from rlstruct.algos._train import video
+    from rlstruct.algos._train.events import Evaluated
+
+    args = policy("CartPole-v1", "torch")
+    monkeypatch.setattr(video, "video_suffix", lambda: ".gif")
+    recorded = []
+    real = video.record_policy_video
+
+    def recording(path, **kwargs):
+        recorded.append(path.name)
+        if len(recorded) == 2:
+            path.write_bytes(b"GIF89a")  # what a recording cut short leaves
+            raise VideoError("the renderer failed")
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(video, "record_policy_video", recording)
+    videos = video.RunVideos(2, tmp_path, algo="a2c", config={**args["config"], "evaluation_max_steps": 4},
+                             spec=args["env_spec"], seed=0)
+    for env_steps in (64, 128):
+        videos.after_evaluation(Evaluated(row={"eval/return": 9.0}, env_steps=env_steps,
+                                          weights=lambda: args["model_state"]))
+    assert recorded == ["step_000000128.partial.gif"] and videos.paths == [run_video_path(tmp_path, 128, suffix=".gif")]
+    with pytest.raises(VideoError, match="the renderer failed"):
+        videos.record(args["model_state"], 192)
+    assert sorted(p.name for p in (tmp_path / "videos").iterdir()) == ["step_000000128.gif"]
+    assert decoded(str(videos.paths[0])).shape[0] >= 2
+
+
 def test_an_unknown_suffix_is_a_video_error_naming_the_argument(tmp_path):
     with pytest.raises(VideoError, match=r"path must end in one of \['\.mp4', '\.gif'\], got '.*episode\.avi'"):
         record_policy_video(tmp_path / "episode.avi", **policy("CartPole-v1", "torch"))
