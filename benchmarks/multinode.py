@@ -269,6 +269,8 @@ class TwoNodeRay:
                      str(free_port())]
         else:
             where = ["--address", f"127.0.0.1:{self.port}", "--include-log-monitor", "false"]
+        # Two nodes of one host: each listens on ports of its own (its workers' picked by the system), and sizes its
+        # object store to what these runs need, not to 30% of the memory that the other node counts too.
         return ["ray", "start", "--block", *where, "--node-ip-address", "127.0.0.1", "--node-name", name,
                 "--num-cpus", "1", "--temp-dir", str(self.folder / name), "--dashboard-agent-listen-port",
                 str(free_port()), "--min-worker-port", "0", "--max-worker-port", "0", "--object-store-memory",
