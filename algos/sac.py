@@ -4,7 +4,8 @@ twin Q critics with Polyak-averaged targets, and an automatically tuned entropy 
 The first ``learning_starts`` env steps of a fresh run act uniformly at random; targets bootstrap through time limits
 from the stored terminal observation and not through terminations. The file reads top to bottom: the config, the
 actor and its agent (the twin critics are :mod:`~rlstruct.algos.qnetworks`'), the losses, the learner
-(:class:`SACLearner`) and ``ALGORITHM``; docs/algorithms/sac.md tells the rest. Run it with ``rlstruct train sac --env Pendulum-v1`` or ``python -m rlstruct.algos.sac``.
+(:class:`SACLearner`) and ``ALGORITHM``; docs/algorithms/sac.md tells the rest. Run it with
+``rlstruct train sac --env Pendulum-v1`` or ``python -m rlstruct.algos.sac``.
 """
 
 from __future__ import annotations
