@@ -233,6 +233,9 @@ REFERENCES = {
     "sac-pendulum": ("SB3 SAC, rl-zoo settings: -200 reached at 3,000 env steps (seed 0)",
                      "benchmarks/sb3_sac_reference.py on this machine",
                      "behind: 4,000-5,600 env steps against 3,000 (a 128-128 network against the zoo's 256-256)"),
+    "td3-pendulum": ("rlstruct's sac-pendulum preset: 5/5 past -200 at 4,000-5,600 env steps", "this page",
+                     "behind SAC in env steps: 5/5 seeds past -200 at 8,000-13,600 env steps (median 8,800), with "
+                     "TD3's lr of 3e-4 where SAC's defaults take 1e-3; confirmed at -131 to -193"),
     "ppo-mujoco": ("SB3 PPO + VecNormalize, the same settings, Hopper-v5: 5/5 past 1,000 at 102k-143k env steps, "
                    "median 1,246 at 184k", "docs/benchmarks/learning.md (benchmarks/sb3_reference.py)",
                    "behind in env steps to 1,000 (see the row); level in the final median there"),
