@@ -271,17 +271,21 @@ def test_rlstruct_train_td3_checkpoints_evaluates_resumes_and_loads(tmp_path, ca
 
 
 # --------------------------------------------------------------------------- learning
-@pytest.mark.long(reason="a learning proof: up to 9,600 env steps of TD3 updates take about 55 CPU seconds, and at "
-                         "6,400 a seed's returns had not left a random policy's")
-@pytest.mark.timeout(900)
+@pytest.mark.long(reason="a learning proof: up to 9,600 env steps of TD3 updates take 49-64 CPU seconds (one thread), "
+                         "and at 6,400 a seed's returns had not left a random policy's")
+@pytest.mark.timeout(900)  # about 60 s on two idle cores; a safety net for a loaded machine
 def test_td3_learns_pendulum(tmp_path):
-    # A random policy scores about -1200 on Pendulum-v1 (-1,190 to -1,830 at this run's first evaluations); -200 is
-    # solved. The default config, in process, on an env-step budget of 9,600 steps.
+    # A random policy scores about -1200 on Pendulum-v1 (-1,199 to -1,834 at seeds 0 and 3's first evaluations); -200
+    # is solved. The default config, in process, on an env-step budget of 9,600 steps. Seeds 0-4 with 1 and 2 torch
+    # threads (benchmarks/thresholds.py td3-pendulum): best and final evaluations -159.2 to -130.6, the same with
+    # either thread count; seeds 1-4 stop at the preset's -200 (8,064-8,864 env steps), seed 0 spends the budget.
+    # TD3 leaves a random policy's returns late and abruptly (at 6,400 env steps seed 3 was still at -915 best and
+    # -1,155 final), so the thresholds (-400 and -600) sit 240 and 440 under the lowest, far above random.
     cfg = TD3Config(max_env_steps=9_600, seed=0, progress=False, tensorboard=False, logdir=str(tmp_path))
     result = td3.train(cfg)
     evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
-    assert max(evals) >= -1000.0, evals
-    assert result.eval_return >= -1200.0, (result.eval_return, evals)
+    assert max(evals) >= -400.0, evals
+    assert result.eval_return >= -600.0, (result.eval_return, evals)
     losses = [v for r in result.history for k, v in r.items() if k.startswith("loss/")]
     assert losses and all(math.isfinite(x) for x in losses)
     # It spends its budget, or stops before it where an evaluation and its confirmation on fresh episodes reach the
