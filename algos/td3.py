@@ -176,8 +176,8 @@ def smoothed_target_actions(
     target_action: torch.Tensor, noise: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, *,
     target_noise: float, noise_clip: float,
 ) -> torch.Tensor:
-    """Target policy smoothing (the paper's eq. 14): ``a' = clip(mu'(s') + clip(target_noise * eps, -c, c) * scale,
-    low, high)``, ``eps`` standard normal, ``c = noise_clip``, the bounds ``bias -/+ scale``.
+    """Target policy smoothing, the paper's regularisation of the targets: ``a' = clip(mu'(s') + clip(target_noise *
+    eps, -c, c) * scale, low, high)``, ``eps`` standard normal, ``c = noise_clip``, the bounds ``bias -/+ scale``.
 
     Args:
         target_action: ``float [N, D]``, the target actor's ``mu'(s')``.
@@ -200,8 +200,8 @@ def smoothed_target_actions(
 
 
 def td3_targets(returns: torch.Tensor, discounts: torch.Tensor, next_q_target: torch.Tensor) -> torch.Tensor:
-    """The clipped double-Q targets ``y = r + discount * min_k Q_target_k(s', a')`` (the paper's eq. 10), ``a'`` the
-    smoothed target action (:func:`smoothed_target_actions`).
+    """The clipped double-Q targets ``y = r + discount * min_k Q_target_k(s', a')``, ``a'`` the smoothed target action
+    (:func:`smoothed_target_actions`).
 
     Args:
         returns: ``float [N]`` rewards.

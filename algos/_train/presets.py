@@ -309,8 +309,8 @@ PRESETS: tuple[Preset, ...] = (
     Preset("sac-mujoco", "sac", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
                                  "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
            _SAC_MUJOCO, 1000.0, "CleanRL's sac_continuous_action", "sac-hopper-gymnasium"),
-    # Not measured here yet (5 seeds of Hopper-v5 take hours of this CPU): a run gets it only by naming it, until its
-    # benchmark proves a target.
+    # Not measured here yet (sac-mujoco's 5 seeds took 4-12 CPU minutes each to reach 1,000 on Hopper-v5): a run gets
+    # it only by naming it, until its benchmark proves a target.
     Preset("td3-mujoco", "td3", ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
                                  "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
            _TD3_MUJOCO, None, "CleanRL's td3_continuous_action, not measured here yet", auto=False),
