@@ -1,5 +1,5 @@
-"""Algorithms on top of the batchers: REINFORCE, A2C, PPO, DQN, SAC and PQN, one module each, and the ``rlstruct``
-command.
+"""Algorithms on top of the batchers: REINFORCE, A2C, PPO, DQN, SAC, PQN and TD3, one module each, and the
+``rlstruct`` command.
 
 Each algorithm module holds its config, its loss as a function of tensors, its learn step (or learner) and
 ``ALGORITHM``, its description for the training loops and the command line; ``train(config)`` trains the algorithm
@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the lazy names below, for editors and type checkers
     from rlstruct.algos.reinforce import ReinforceConfig, reinforce_loss  # noqa: F401
     from rlstruct.algos.returns import discounted_returns, gae_advantages, n_step_returns  # noqa: F401
     from rlstruct.algos.sac import SACConfig, sac_actor_loss, sac_critic_loss, sac_temperature_loss  # noqa: F401
+    from rlstruct.algos.td3 import TD3Config, td3_actor_loss, td3_critic_loss, td3_targets  # noqa: F401
 
 _LAZY = {
     **by_name({

@@ -1,12 +1,12 @@
 """What an algorithm is written against: the public face of the run harness.
 
 Each built-in algorithm module (:mod:`~rlstruct.algos.reinforce`, :mod:`~rlstruct.algos.a2c`,
-:mod:`~rlstruct.algos.ppo`, :mod:`~rlstruct.algos.dqn`, :mod:`~rlstruct.algos.sac`, :mod:`~rlstruct.algos.pqn`)
-imports from here and from the public building blocks (returns, losses, networks, policies, replay, encoders), and
-an algorithm in a researcher's own package does the same: its description (``ALGORITHM``) then gets what the
-built-in ones get (presets, checkpoints, resume, the stopping rule, ``rlstruct eval``, ``load(RUN)``, ``export``,
-``compare``, ``sweep``, trackers, videos) through ``rlstruct train MODULE:ATTRIBUTE`` or the ``rlstruct.algorithms``
-entry-point group (see the "Extending rlstruct" page).
+:mod:`~rlstruct.algos.ppo`, :mod:`~rlstruct.algos.dqn`, :mod:`~rlstruct.algos.sac`, :mod:`~rlstruct.algos.pqn`,
+:mod:`~rlstruct.algos.td3`) imports from here and from the public building blocks (returns, losses, networks, policies,
+replay, encoders), and an algorithm in a researcher's own package does the same: its description (``ALGORITHM``) then
+gets what the built-in ones get (presets, checkpoints, resume, the stopping rule, ``rlstruct eval``, ``load(RUN)``,
+``export``, ``compare``, ``sweep``, trackers, videos) through ``rlstruct train MODULE:ATTRIBUTE`` or the
+``rlstruct.algorithms`` entry-point group (see the "Extending rlstruct" page).
 
 The config, typed by family:
     :class:`RunConfig` (every run's settings), :class:`OnPolicyConfig`, :class:`OffPolicyConfig`, and the parts an

@@ -79,9 +79,22 @@ def _q_problem(model: Any, spec: EnvSpec) -> str | None:
     return None
 
 
-def _sac_problem(models: Any, spec: EnvSpec) -> str | None:
+def _pair_problem(models: Any) -> str | None:
     if not (isinstance(models, tuple) and len(models) == 2 and all(isinstance(m, nn.Module) for m in models)):
         return f"a {type(models).__name__}, not a pair of torch.nn.Modules"
+    return None
+
+
+def _critic_problem(critic: nn.Module, frame: torch.Tensor, action: torch.Tensor) -> str | None:
+    q = critic(frame, action)
+    if not (isinstance(q, torch.Tensor) and q.dim() == 2 and q.shape[1] == 2):
+        return f"a critic giving {_shape(q)} for 2 observations and actions, not [n_critics, 2]"
+    return None
+
+
+def _sac_problem(models: Any, spec: EnvSpec) -> str | None:
+    if (problem := _pair_problem(models)) is not None:
+        return problem
     actor, critic = models
     missing = [a for a in ("squash", "sample", "deterministic", "scale", "bias") if not hasattr(actor, a)]
     if missing:
@@ -94,10 +107,22 @@ def _sac_problem(models: Any, spec: EnvSpec) -> str | None:
         action, log_prob = actor.sample(frame, torch.zeros(2, d))
         if not (_wanted(action, (2, d)) and _wanted(log_prob, (2,))):
             return f"an actor whose sample() gives {_shape(action)} and {_shape(log_prob)}, not [2, {d}] and [2]"
-        q = critic(frame, action)
-    if not (isinstance(q, torch.Tensor) and q.dim() == 2 and q.shape[1] == 2):
-        return f"a critic giving {_shape(q)} for 2 observations and actions, not [n_critics, 2]"
-    return None
+        return _critic_problem(critic, frame, action)
+
+
+def _td3_problem(models: Any, spec: EnvSpec) -> str | None:
+    if (problem := _pair_problem(models)) is not None:
+        return problem
+    actor, critic = models
+    missing = [a for a in ("clip", "scale", "bias") if not hasattr(actor, a)]
+    if missing:
+        return f"an actor ({type(actor).__name__}) without {', '.join(missing)}"
+    frame, d = _zeros(spec), spec.action_dim
+    with torch.no_grad():
+        action = actor(frame)
+        if not _wanted(action, (2, d)):
+            return f"an actor whose forward gives {_shape(action)}, not actions [2, {d}]"
+        return _critic_problem(critic, frame, action)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +149,10 @@ SAC_CONTRACT = NetworkContract(
     "a pair (actor, critic) like rlstruct.algos.sac's (SquashedGaussianActor, TwinQNetwork): the actor's forward "
     "(mean, log_std) [N, D], squash, sample, deterministic, scale, bias; the critic (frame, action) -> [n_critics, N]",
     _sac_problem)
+#: TD3: ``(actor, critic)`` like ``(DeterministicActor, TwinQNetwork)``
+TD3_CONTRACT = NetworkContract(
+    "a pair (actor, critic) like rlstruct.algos.td3's (DeterministicActor, TwinQNetwork): the actor's forward "
+    "actions [N, D] within the bounds, clip, scale, bias; the critic (frame, action) -> [n_critics, N]", _td3_problem)
 
 
 def check_network(source: str, spec: EnvSpec, contract: NetworkContract, *, algo: str) -> None:

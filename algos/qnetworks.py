@@ -1,9 +1,11 @@
-"""The Q-network pieces DQN and PQN share: the networks (an MLP or a CNN, with a dueling head or LayerNorm), the
-epsilon-greedy agent that runs them in the batchers, its linear epsilon schedule and its evaluation ``agent_info``.
+"""The Q-networks: those DQN and PQN share (an MLP or a CNN, with a dueling head or LayerNorm, the epsilon-greedy agent
+that runs them in the batchers, its linear epsilon schedule and its evaluation ``agent_info``), and the twin critics
+``Q(s, a)`` of continuous actions that SAC and TD3 share, evaluated as one ensemble.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,8 +21,8 @@ from rlstruct.algos.policies import NetworkAgent, row_invariant
 from rlstruct.devices import DeviceLike
 from rlstruct.structures import DictTensor
 
-__all__ = ["dueling_q", "QNetwork", "PixelQNetwork", "q_network", "QAgent", "create_q_agent", "epsilon_at",
-           "evaluation_info"]
+__all__ = ["dueling_q", "QNetwork", "PixelQNetwork", "q_network", "EnsembleLinear", "TwinQNetwork", "QAgent",
+           "create_q_agent", "epsilon_at", "evaluation_info"]
 
 
 def dueling_q(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
@@ -139,6 +141,97 @@ def q_network(spec: EnvSpec, hidden_sizes: Sequence[int], *, dueling: bool = Fal
                              dueling=dueling, layer_norm=layer_norm)
     return QNetwork(spec.obs_dim, spec.n_actions, hidden_sizes, dueling=dueling, layer_norm=layer_norm,
                     activation=activation)
+
+
+class EnsembleLinear(nn.Module):
+    """``n`` independent affine maps applied together, one batched matmul: ``y[k] = x[k] @ weight[k].T + bias[k]``.
+
+    Each member's weight and bias are laid out as :class:`torch.nn.Linear`'s, stacked on a first dim of ``n``.
+
+    Args:
+        members: the ``nn.Linear`` maps to stack (their current weights are copied).
+
+    >>> layer = EnsembleLinear([nn.Linear(3, 4), nn.Linear(3, 4)])
+    >>> layer(torch.zeros(2, 5, 3)).shape, layer.weight.shape
+    (torch.Size([2, 5, 4]), torch.Size([2, 4, 3]))
+    """
+
+    def __init__(self, members: Sequence[nn.Linear]):
+        super().__init__()
+        self.weight = nn.Parameter(torch.stack([m.weight.detach() for m in members]))
+        self.bias = nn.Parameter(torch.stack([m.bias.detach() for m in members]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``float [n, N, out]`` of inputs ``[n, N, in]`` (one input per member; an expanded view shares one)."""
+        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight.transpose(1, 2))
+
+
+class TwinQNetwork(nn.Module):
+    """``n_critics`` independent ReLU MLPs ``Q(s, a)``, evaluated together as one ensemble: each layer of every
+    critic in one batched matmul (:class:`EnsembleLinear`), so a forward costs a few large ops instead of a few per
+    critic.
+
+    The critics are initialised as ``n_critics`` separate ``nn.Linear`` MLPs built one after the other (the same
+    draws from torch's generator), and :meth:`stack_state_dict` reads the state of that separate layout
+    (``critics.{k}.{2 * layer}.weight``), which ``load_state_dict`` accepts too.
+
+    Args:
+        obs_dim: observation size.
+        action_dim: action size.
+        hidden_sizes: hidden widths.
+        n_critics: number of critics (2 for SAC's and TD3's clipped double Q).
+
+    >>> TwinQNetwork(3, 1, (8, 8))(torch.zeros(5, 3), torch.zeros(5, 1)).shape
+    torch.Size([2, 5])
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int], n_critics: int = 2):
+        super().__init__()
+        self.n_critics = n_critics
+        sizes = [obs_dim + action_dim, *hidden_sizes, 1]
+        separate = [[nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])] for _ in range(n_critics)]
+        self.layers = nn.ModuleList(EnsembleLinear(members) for members in zip(*separate))
+        self.register_load_state_dict_pre_hook(_load_separate_layout)
+
+    def forward(self, frame: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Q-values ``[n_critics, N]`` of observations ``[N, obs_dim]`` and actions ``[N, action_dim]``."""
+        x = torch.cat([frame.float(), action.float()], -1)
+        x = x.unsqueeze(0).expand(self.n_critics, *x.shape)
+        for layer in self.layers[:-1]:
+            x = layer(x).relu_()  # in place: baddbmm's backward does not read its output
+        return self.layers[-1](x).squeeze(-1)
+
+    @staticmethod
+    def stack_state_dict(state: Mapping[str, torch.Tensor], prefix: str = "") -> dict[str, torch.Tensor]:
+        """``state`` with the separate critics' keys (``{prefix}critics.{k}.{2 * j}.weight``, ``.bias``) stacked into
+        the ensemble's (``{prefix}layers.{j}.weight``, ``.bias``); other keys as they are.
+
+        >>> old = {"critics.0.0.weight": torch.zeros(4, 3), "critics.1.0.weight": torch.ones(4, 3)}
+        >>> TwinQNetwork.stack_state_dict(old)["layers.0.weight"].shape
+        torch.Size([2, 4, 3])
+        """
+        pattern = re.compile(re.escape(prefix) + r"critics\.(\d+)\.(\d+)\.(weight|bias)$")
+        out: dict[str, torch.Tensor] = {}
+        members: dict[str, dict[int, torch.Tensor]] = {}
+        for key, value in state.items():
+            match = pattern.match(key)
+            if match is None:
+                out[key] = value
+            else:
+                critic, index, name = match.groups()
+                members.setdefault(f"{prefix}layers.{int(index) // 2}.{name}", {})[int(critic)] = value
+        for key, by_critic in members.items():
+            out[key] = torch.stack([by_critic[k] for k in sorted(by_critic)])
+        return out
+
+
+def _load_separate_layout(module: TwinQNetwork, state: dict[str, Any], prefix: str, *args: Any) -> None:
+    # Checkpoints written before the ensemble hold one nn.Sequential per critic; load_state_dict hands this hook the
+    # dict it will read, so stacking in place keeps them loading.
+    if any(key.startswith(prefix + "critics.") for key in state):
+        stacked = module.stack_state_dict(state, prefix)
+        state.clear()
+        state.update(stacked)
 
 
 class QAgent(NetworkAgent):

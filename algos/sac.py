@@ -3,8 +3,9 @@ twin Q critics with Polyak-averaged targets, and an automatically tuned entropy 
 
 The first ``learning_starts`` env steps of a fresh run act uniformly at random; targets bootstrap through time limits
 from the stored terminal observation and not through terminations. The file reads top to bottom: the config, the
-networks and their agent, the losses, the learner (:class:`SACLearner`) and ``ALGORITHM``; docs/algorithms/sac.md
-tells the rest. Run it with ``rlstruct train sac --env Pendulum-v1`` or ``python -m rlstruct.algos.sac``.
+actor and its agent (the twin critics are :mod:`~rlstruct.algos.qnetworks`'), the losses, the learner
+(:class:`SACLearner`) and ``ALGORITHM``; docs/algorithms/sac.md tells the rest. Run it with
+``rlstruct train sac --env Pendulum-v1`` or ``python -m rlstruct.algos.sac``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -37,6 +37,7 @@ from rlstruct.algos.harness import (
 from rlstruct.algos.network_factories import SAC_CONTRACT, check_network, network_model
 from rlstruct.algos.networks import Adam, make_adam, polyak_update
 from rlstruct.algos.policies import NetworkAgent, row_invariant
+from rlstruct.algos.qnetworks import EnsembleLinear, TwinQNetwork
 from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, one_step_steps
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
@@ -152,97 +153,6 @@ class SquashedGaussianActor(nn.Module):
     def deterministic(self, frame: torch.Tensor) -> torch.Tensor:
         """The mean action ``tanh(mean) * scale + bias``, ``[N, action_dim]``."""
         return self.squash(self(frame)[0])
-
-
-class EnsembleLinear(nn.Module):
-    """``n`` independent affine maps applied together, one batched matmul: ``y[k] = x[k] @ weight[k].T + bias[k]``.
-
-    Each member's weight and bias are laid out as :class:`torch.nn.Linear`'s, stacked on a first dim of ``n``.
-
-    Args:
-        members: the ``nn.Linear`` maps to stack (their current weights are copied).
-
-    >>> layer = EnsembleLinear([nn.Linear(3, 4), nn.Linear(3, 4)])
-    >>> layer(torch.zeros(2, 5, 3)).shape, layer.weight.shape
-    (torch.Size([2, 5, 4]), torch.Size([2, 4, 3]))
-    """
-
-    def __init__(self, members: Sequence[nn.Linear]):
-        super().__init__()
-        self.weight = nn.Parameter(torch.stack([m.weight.detach() for m in members]))
-        self.bias = nn.Parameter(torch.stack([m.bias.detach() for m in members]))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``float [n, N, out]`` of inputs ``[n, N, in]`` (one input per member; an expanded view shares one)."""
-        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight.transpose(1, 2))
-
-
-class TwinQNetwork(nn.Module):
-    """``n_critics`` independent ReLU MLPs ``Q(s, a)``, evaluated together as one ensemble: each layer of every
-    critic in one batched matmul (:class:`EnsembleLinear`), so a forward costs a few large ops instead of a few per
-    critic.
-
-    The critics are initialised as ``n_critics`` separate ``nn.Linear`` MLPs built one after the other (the same
-    draws from torch's generator), and :meth:`stack_state_dict` reads the state of that separate layout
-    (``critics.{k}.{2 * layer}.weight``), which ``load_state_dict`` accepts too.
-
-    Args:
-        obs_dim: observation size.
-        action_dim: action size.
-        hidden_sizes: hidden widths.
-        n_critics: number of critics (2 for SAC's clipped double Q).
-
-    >>> TwinQNetwork(3, 1, (8, 8))(torch.zeros(5, 3), torch.zeros(5, 1)).shape
-    torch.Size([2, 5])
-    """
-
-    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int], n_critics: int = 2):
-        super().__init__()
-        self.n_critics = n_critics
-        sizes = [obs_dim + action_dim, *hidden_sizes, 1]
-        separate = [[nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])] for _ in range(n_critics)]
-        self.layers = nn.ModuleList(EnsembleLinear(members) for members in zip(*separate))
-        self.register_load_state_dict_pre_hook(_load_separate_layout)
-
-    def forward(self, frame: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """Q-values ``[n_critics, N]`` of observations ``[N, obs_dim]`` and actions ``[N, action_dim]``."""
-        x = torch.cat([frame.float(), action.float()], -1)
-        x = x.unsqueeze(0).expand(self.n_critics, *x.shape)
-        for layer in self.layers[:-1]:
-            x = layer(x).relu_()  # in place: baddbmm's backward does not read its output
-        return self.layers[-1](x).squeeze(-1)
-
-    @staticmethod
-    def stack_state_dict(state: Mapping[str, torch.Tensor], prefix: str = "") -> dict[str, torch.Tensor]:
-        """``state`` with the separate critics' keys (``{prefix}critics.{k}.{2 * j}.weight``, ``.bias``) stacked into
-        the ensemble's (``{prefix}layers.{j}.weight``, ``.bias``); other keys as they are.
-
-        >>> old = {"critics.0.0.weight": torch.zeros(4, 3), "critics.1.0.weight": torch.ones(4, 3)}
-        >>> TwinQNetwork.stack_state_dict(old)["layers.0.weight"].shape
-        torch.Size([2, 4, 3])
-        """
-        pattern = re.compile(re.escape(prefix) + r"critics\.(\d+)\.(\d+)\.(weight|bias)$")
-        out: dict[str, torch.Tensor] = {}
-        members: dict[str, dict[int, torch.Tensor]] = {}
-        for key, value in state.items():
-            match = pattern.match(key)
-            if match is None:
-                out[key] = value
-            else:
-                critic, index, name = match.groups()
-                members.setdefault(f"{prefix}layers.{int(index) // 2}.{name}", {})[int(critic)] = value
-        for key, by_critic in members.items():
-            out[key] = torch.stack([by_critic[k] for k in sorted(by_critic)])
-        return out
-
-
-def _load_separate_layout(module: TwinQNetwork, state: dict[str, Any], prefix: str, *args: Any) -> None:
-    # Checkpoints written before the ensemble hold one nn.Sequential per critic; load_state_dict hands this hook the
-    # dict it will read, so stacking in place keeps them loading.
-    if any(key.startswith(prefix + "critics.") for key in state):
-        stacked = module.stack_state_dict(state, prefix)
-        state.clear()
-        state.update(stacked)
 
 
 def _stack_critic_optimizer_state(state: dict[str, Any], n_critics: int) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""Published results at published budgets: MinAtar (5M env steps) and MuJoCo v4 (1M env steps; HalfCheetah also with
-rl-baselines3-zoo's settings, task ``halfcheetah-zoo``), run by rlstruct's published-budget presets as resumable runs,
-and the table of docs/benchmarks/published.md.
+"""Published results at published budgets: MinAtar (5M env steps) and MuJoCo v4 (1M env steps, PPO, SAC and TD3;
+HalfCheetah also with rl-baselines3-zoo's PPO settings, task ``halfcheetah-zoo``), run by rlstruct's published-budget
+presets as resumable runs, and the table of docs/benchmarks/published.md.
 
 Each (task, algorithm, seed) is one ``rlstruct train`` run in its own folder, ``ROOT/ALGO-TASK/seed-S``, which
 ``rlstruct compare ROOT/ALGO-TASK`` reads. Running the script again goes on where it stopped: a finished run is
@@ -8,6 +8,7 @@ skipped, a run with a checkpoint is resumed (``--resume``), a folder without one
 checkpoint) starts again. Each run uses one torch thread; ``--jobs 2`` runs two at once::
 
     python benchmarks/published.py --root ../published-runs --tasks hopper,halfcheetah,walker2d --seeds 0
+    python benchmarks/published.py --root ../published-runs --tasks hopper --algos sac,td3 --seeds 0
     python benchmarks/published.py --root ../published-runs --tasks breakout --algos ppo,pqn --seeds 0,1,2 --jobs 2
     python benchmarks/published.py --root ../published-runs --table docs/benchmarks/published.md
 
@@ -60,7 +61,9 @@ class Task:
         name: the short name ``--tasks`` takes (``"breakout"``).
         env: the env id.
         algos: algorithm -> the published-budget preset that runs it.
-        references: ``(figure, source and protocol)`` pairs, the figures the row stands beside.
+        references: ``(figure, source and protocol)`` pairs, the figures the task's rows stand beside.
+        algo_references: an algorithm's own figures, in its row instead of the task's (MuJoCo: each algorithm's
+            published returns).
         peers: other libraries' runs of the task, rows of their own.
         reevaluation: episodes over which ``--reevaluate`` evaluates each finished run's final weights again
             (``rlstruct eval``), the reference's protocol where it evaluates more episodes than the runs do; 0: none.
@@ -72,6 +75,11 @@ class Task:
     references: tuple[tuple[str, str], ...]
     peers: tuple[Peer, ...] = ()
     reevaluation: int = 0
+    algo_references: dict[str, tuple[tuple[str, str], ...]] = dataclasses.field(default_factory=dict)
+
+    def references_of(self, algo: str) -> tuple[tuple[str, str], ...]:
+        """The figures the row of ``algo`` (an algorithm or a peer) stands beside: its own, else the task's."""
+        return self.algo_references.get(algo, self.references)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +110,7 @@ _GYMNAX = "gymnax's PPO at 10M"
 _CLEANRL = "CleanRL"
 _ZOO = "rl-zoo"
 _MINATAR_ALGOS = {"ppo": "ppo-minatar-5m", "pqn": "pqn-minatar-5m", "dqn": "dqn-minatar-5m"}
+_MUJOCO_ALGOS = {"ppo": "ppo-mujoco-1m", "sac": "sac-mujoco-1m", "td3": "td3-mujoco-1m"}
 #: the zoo evaluates its final model over 150,000 env steps: 150 episodes of these MuJoCo envs (when none falls early)
 _ZOO_EPISODES = 150
 
@@ -117,10 +126,13 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          (("20 (minatar <= 1.0.10)", _MINATAR_DQN), ("15.5", _MINATAR_AC))),
     Task("spaceinvaders", "MinAtar/SpaceInvaders-v1", _MINATAR_ALGOS,
          (("43", _MINATAR_DQN), ("185", _MINATAR_AC), ("131", _GYMNAX))),
-    Task("hopper", "Hopper-v4", {"ppo": "ppo-mujoco-1m"}, (("2,383", _CLEANRL), ("2,410", _ZOO)),
-         reevaluation=_ZOO_EPISODES),
-    Task("halfcheetah", "HalfCheetah-v4", {"ppo": "ppo-mujoco-1m"}, (("1,443", _CLEANRL), ("5,819", _ZOO)),
-         reevaluation=_ZOO_EPISODES),
+    # MuJoCo: each algorithm's own figures at 1M env steps, CleanRL's and the zoo's
+    Task("hopper", "Hopper-v4", _MUJOCO_ALGOS, (), reevaluation=_ZOO_EPISODES, algo_references={
+        "ppo": (("2,383", _CLEANRL), ("2,410", _ZOO)), "sac": (("2,310", _CLEANRL), ("2,326", _ZOO)),
+        "td3": (("3,135", _CLEANRL), ("3,606", _ZOO))}),
+    Task("halfcheetah", "HalfCheetah-v4", _MUJOCO_ALGOS, (), reevaluation=_ZOO_EPISODES, algo_references={
+        "ppo": (("1,443", _CLEANRL), ("5,819", _ZOO)), "sac": (("9,635", _CLEANRL), ("9,535", _ZOO)),
+        "td3": (("9,583", _CLEANRL), ("9,656", _ZOO))}),
     # the zoo's own HalfCheetah settings (its figure is one run of them)
     Task("halfcheetah-zoo", "HalfCheetah-v4", {"ppo": "ppo-halfcheetah-zoo"}, (("5,819", _ZOO),),
          reevaluation=_ZOO_EPISODES, peers=(
@@ -128,14 +140,15 @@ TASKS: dict[str, Task] = {t.name: t for t in (
              "python benchmarks/sb3_reference.py --algo ppo --env HalfCheetah-v4 --max-env-steps 1000000 "
              "--eval-every 1000000 --eval-episodes 8 --seeds 0,1,2,3,4 --logdir ROOT/sb3-ppo-halfcheetah-zoo",
              "benchmarks/sb3_reference.py"),)),
-    Task("walker2d", "Walker2d-v4", {"ppo": "ppo-mujoco-1m"}, (("2,288", _CLEANRL), ("3,479", _ZOO)),
-         reevaluation=_ZOO_EPISODES),
+    Task("walker2d", "Walker2d-v4", _MUJOCO_ALGOS, (), reevaluation=_ZOO_EPISODES, algo_references={
+        "ppo": (("2,288", _CLEANRL), ("3,479", _ZOO)), "sac": (("3,591", _CLEANRL), ("3,863", _ZOO)),
+        "td3": (("4,058", _CLEANRL), ("4,718", _ZOO))}),
 )}
 
-#: the algorithms of the tasks' rows
-ALGOS = {a for t in TASKS.values() for a in t.algos}
+#: the algorithms of the table's rows, in each task's order
+ALGOS = ("ppo", "pqn", "dqn", "sac", "td3")
 #: the table's rows, (task, algorithm or peer), in order
-ROWS = [(t, a) for t in TASKS for a in ("ppo", "pqn", "dqn") if a in TASKS[t].algos] + \
+ROWS = [(t, a) for t in TASKS for a in ALGOS if a in TASKS[t].algos] + \
        [(t, p.name) for t in TASKS for p in TASKS[t].peers]
 ROWS.sort(key=lambda row: list(TASKS).index(row[0]))
 
@@ -480,7 +493,7 @@ def row_cells(root: Path | None, task: str, algo: str, *, records: Path | None =
     t = TASKS[task]
     label, max_env_steps, command = row_spec(task, algo)
     budget = f"{max_env_steps / 1e6:g}M"
-    refs = "; ".join(f"{fig} ({src})" for fig, src in t.references)
+    refs = "; ".join(f"{fig} ({src})" for fig, src in t.references_of(algo))
     runs = _record_runs(records / f"{algo}-{task}.json") if records is not None else _folder_runs(root, task, algo)
     if runs is None:
         return [t.env, label, budget, "0", _not_finished(None if records is not None else root, task, algo, command),
@@ -615,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--root", type=Path, default=None, help="folder of the run folders (ALGO-TASK/seed-S)")
     parser.add_argument("--tasks", default="", help=f"comma-separated, of {', '.join(TASKS)}")
-    parser.add_argument("--algos", default="ppo", help="comma-separated, of ppo, pqn, dqn (MinAtar has all three)")
+    parser.add_argument("--algos", default="ppo", help="comma-separated, of ppo, pqn, dqn (MinAtar), sac, td3 "
+                                                       "(MuJoCo)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (one torch thread each)")
     parser.add_argument("--max-env-steps", type=int, default=None, help="a smaller budget (tests)")
@@ -681,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.root is None:
         parser.error("--root is required to run or tabulate")
     tasks = _names(ns.tasks, TASKS)
-    algos = _names(ns.algos, ALGOS)
+    algos = _names(ns.algos, set(ALGOS))
     seeds = [int(s) for s in ns.seeds.split(",") if s]
     runs = [(t, a, s) for s in seeds for t in tasks for a in algos if a in TASKS[t].algos]
     failed = run_all(ns.root, runs, jobs=ns.jobs, max_env_steps=ns.max_env_steps,

@@ -77,6 +77,7 @@ CHECKS: dict[str, Check] = {
     "tutorial-11-gymnax": Check("project.test_tutorials",
                                 "test_tutorial_11_ppo_learns_cartpole_on_gymnax_in_100k_steps"),
     "sac-pendulum": Check("algos.test_sac", "test_sac_learns_pendulum"),
+    "td3-pendulum": Check("algos.test_td3", "test_td3_learns_pendulum"),
     "brax-inverted-pendulum": Check("envs.test_brax", "test_ppo_learns_brax_inverted_pendulum"),
 }
 

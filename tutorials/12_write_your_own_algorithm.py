@@ -5,7 +5,7 @@ writes a complete advantage actor-critic in about sixty lines on the library's t
 ``RL_Agent`` (what the workers run) and an ``RL_Batcher`` (two worker processes collecting trajectories). Then it
 swaps the MLP for a small CNN and runs the very same learner on MinAtar Breakout (torch simulators).
 
-Part 3 hands the same learner to the harness that trains the six built-in algorithms: ``tutorials/mylab/myalgo.py``
+Part 3 hands the same learner to the harness that trains the built-in algorithms: ``tutorials/mylab/myalgo.py``
 (a package of your own, outside rlstruct) writes the loss over the harness's actor-critic and describes the
 algorithm (``ALGORITHM``) with the names of ``rlstruct.algos.harness``. Trained with ``rlstruct train
 mylab.myalgo:ALGORITHM`` from the folder that holds ``mylab``, it gets what the built-in ones get: a run folder with

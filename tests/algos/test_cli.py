@@ -39,10 +39,11 @@ from rlstruct.algos.ppo import PPOConfig
 from rlstruct.algos.pqn import PQNConfig
 from rlstruct.algos.reinforce import ReinforceConfig
 from rlstruct.algos.sac import SACConfig
+from rlstruct.algos.td3 import TD3Config
 from rlstruct.errors import ConfigError
 from tests.helpers import rlstruct_in_process
 
-CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, SACConfig, PPOConfig, PQNConfig]
+CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, SACConfig, PPOConfig, PQNConfig, TD3Config]
 #: whether the plot and tensorboard extras are installed: a run writes its learning curve and its TensorBoard events
 #: with them, and warns without them
 PLOT, TENSORBOARD = (importlib.util.find_spec(m) is not None for m in ("matplotlib", "tensorboard"))
@@ -195,7 +196,7 @@ def test_a_dict_flag_takes_a_json_object(capsys):
 def test_train_help_lists_the_algorithms(capsys):
     for flag in ("--help", "-h"):
         assert cli.main(["train", flag]) == 0
-        assert "rlstruct train {reinforce,a2c,dqn,ppo,sac,pqn}" in capsys.readouterr().out
+        assert "rlstruct train {reinforce,a2c,dqn,ppo,sac,pqn,td3}" in capsys.readouterr().out
 
 
 def test_a_seed_past_214747_trains_with_seeds_in_range():
@@ -226,7 +227,7 @@ def test_module_entry_point_prints_help():
     assert out.returncode == 0 and "--learner-device" in out.stdout and "--epsilon-decay-steps" in out.stdout
 
 
-@pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn", "sac", "ppo"])
+@pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn", "sac", "ppo", "td3"])
 def test_train_help_lists_the_flags(algo, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["train", algo, "--help"])
@@ -544,7 +545,7 @@ def test_a_torchrun_launch_refuses_a_used_logdir_and_its_restarts_reuse_their_ow
     assert setup.config.logdir == str(tmp_path)
 
 
-@pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn", "sac", "ppo"])
+@pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn", "sac", "ppo", "td3"])
 def test_train_help_is_grouped_and_each_entry_is_two_lines_at_most(algo, capsys):
     from rlstruct.algos._train.flags import HELP_POSITION
 

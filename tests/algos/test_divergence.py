@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlstruct.algos import a2c, describe_env, dqn, load, ppo, pqn, reinforce, sac
+from rlstruct.algos import a2c, describe_env, dqn, load, ppo, pqn, reinforce, sac, td3
 from rlstruct.algos._train import cli, loops
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, content_digest
 from rlstruct.algos._train.config import RunConfig
@@ -46,6 +46,8 @@ CASES = {
     "dqn": (dqn, dqn.DQNConfig(n_envs=4, rollout_steps=4, learning_starts=32, gradient_steps=2, batch_size=16,
                                buffer_size=1000, target_update_interval=4, max_env_steps=12 * 16, **SMALL)),
     "sac": (sac, sac.SACConfig(n_envs=2, rollout_steps=4, learning_starts=16, gradient_steps_per_env_step=0.25,
+                               batch_size=16, buffer_size=1000, max_env_steps=12 * 8, **SMALL)),
+    "td3": (td3, td3.TD3Config(n_envs=2, rollout_steps=4, learning_starts=16, gradient_steps_per_env_step=0.25,
                                batch_size=16, buffer_size=1000, max_env_steps=12 * 8, **SMALL)),
 }
 #: the iteration at whose end the weights turn NaN

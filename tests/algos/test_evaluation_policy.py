@@ -37,6 +37,8 @@ SPEC = EnvSpec((4,), "float32", 2, 500)
     ("dqn", {"evaluation_policy": "sample", "epsilon_end": 0.01}, {"epsilon": 0.01}),
     ("sac", {"evaluation_policy": "sample"}, {"stochastic": True, "random": False}),
     ("sac", {}, {"stochastic": False, "random": False}),
+    ("td3", {"evaluation_policy": "sample", "exploration_noise": 0.2}, {"noise": 0.2, "random": False}),
+    ("td3", {"exploration_noise": 0.2}, {"noise": 0.0, "random": False}),
 ])
 def test_each_algorithms_evaluation_info_follows_the_runs_policy(algo, config, info):
     assert algorithm(algo).evaluation_agent_info(config) == info

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlstruct.algos import dqn, load, ppo, sac
+from rlstruct.algos import dqn, load, ppo, sac, td3
 from rlstruct.algos._train import cli
 from rlstruct.errors import CheckpointError, MissingDependencyError
 from tests import fakes_pixels
@@ -31,8 +31,10 @@ RUNS = {
     "pixels": (ppo.train, ppo.PPOConfig(env="LitSide-v0", backend="gymnasium", **ON_POLICY)),
     "recurrent": (ppo.train, ppo.PPOConfig(env="CartPole-v1", recurrent=True, normalize_observations=True,
                                            **ON_POLICY)),
-    # the other agents' greedy policies: SAC's squashed mean, DQN's argmax
+    # the other agents' greedy policies: SAC's squashed mean, TD3's mu(s), DQN's argmax
     "sac": (sac.train, sac.SACConfig(env="Pendulum-v1", n_envs=2, rollout_steps=4, learning_starts=16, batch_size=8,
+                                     max_env_steps=32, **SMALL)),
+    "td3": (td3.train, td3.TD3Config(env="Pendulum-v1", n_envs=2, rollout_steps=4, learning_starts=16, batch_size=8,
                                      max_env_steps=32, **SMALL)),
     "dqn": (dqn.train, dqn.DQNConfig(env="CartPole-v1", n_envs=2, rollout_steps=4, learning_starts=16, batch_size=8,
                                      max_env_steps=32, **SMALL)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce, sac
+from rlstruct.algos import a2c, dqn, ppo, pqn, reinforce, sac, td3
 from rlstruct.algos._train.loops import train_off_policy, train_on_policy
 from rlstruct.algos._train.registry import OffPolicyAlgorithm, OnPolicyAlgorithm
 from rlstruct.algos._train.session import validate
@@ -14,7 +14,7 @@ from rlstruct.algos._train.session import validate
 def test_each_algorithm_describes_itself_to_its_familys_loop():
     for module in (a2c, ppo, reinforce, pqn):
         assert isinstance(module.ALGORITHM, OnPolicyAlgorithm) and module.ALGORITHM.name == module.__name__[15:]
-    for module in (dqn, sac):
+    for module in (dqn, sac, td3):
         assert isinstance(module.ALGORITHM, OffPolicyAlgorithm) and module.ALGORITHM.name == module.__name__[15:]
     assert reinforce.ALGORITHM.episodic and not a2c.ALGORITHM.episodic and not ppo.ALGORITHM.episodic
     assert callable(train_on_policy) and callable(train_off_policy)
@@ -43,6 +43,7 @@ def test_an_on_policy_algorithm_takes_its_agents_from_its_model_and_its_collecti
     (dqn, {"tau": 0.0}, r"tau must lie in \(0, 1\], got 0.0"),
     (dqn, {"loss": "l1"}, "loss must be 'huber' or 'mse', got 'l1'"),
     (sac, {"replay_storage": "tape"}, "replay_storage must be 'memory' or 'disk', got 'tape'"),
+    (td3, {"batch_size": 0}, "batch_size must be >= 1, got 0"),
     (dqn, {"epsilon_end": 1.5}, r"epsilon_end must lie in \[0, 1\], got 1.5"),
     (a2c, {"n_evaluation_processes": -1}, "n_evaluation_processes must be >= 0, got -1"),
 ])

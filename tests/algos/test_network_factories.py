@@ -19,12 +19,14 @@ from rlstruct.algos.network_factories import (
     ACTOR_CRITIC_CONTRACT,
     Q_CONTRACT,
     SAC_CONTRACT,
+    TD3_CONTRACT,
     check_network,
     network_model,
 )
 from rlstruct.algos.networks import build_actor_critic
 from rlstruct.algos.qnetworks import q_network
 from rlstruct.algos.sac import SquashedGaussianActor, TwinQNetwork
+from rlstruct.algos.td3 import DeterministicActor
 from rlstruct.errors import ConfigError
 from tests.algos.test_cli_errors import assert_one_line_error, run_cli
 from tests.helpers import user_module
@@ -35,6 +37,7 @@ NETS = textwrap.dedent('''
 
     from rlstruct.algos.distributions import Categorical
     from rlstruct.algos.sac import SquashedGaussianActor, TwinQNetwork
+    from rlstruct.algos.td3 import DeterministicActor
 
 
     class SharedTrunk(nn.Module):
@@ -69,6 +72,11 @@ NETS = textwrap.dedent('''
                 TwinQNetwork(spec.obs_dim, spec.action_dim, (32,)))
 
 
+    def td3(spec):
+        return (DeterministicActor(spec.obs_dim, spec.action_dim, (32,), spec.action_low, spec.action_high),
+                TwinQNetwork(spec.obs_dim, spec.action_dim, (32,)))
+
+
     def three_outputs(spec):
         return nn.Linear(spec.obs_dim, 3)
 
@@ -94,6 +102,8 @@ def labnets(tmp_path, monkeypatch):
     (CARTPOLE, Q_CONTRACT, lambda s: q_network(s, (8,))),
     (PENDULUM, SAC_CONTRACT, lambda s: (SquashedGaussianActor(3, 1, (8,), s.action_low, s.action_high),
                                         TwinQNetwork(3, 1, (8,)))),
+    (PENDULUM, TD3_CONTRACT, lambda s: (DeterministicActor(3, 1, (8,), s.action_low, s.action_high),
+                                        TwinQNetwork(3, 1, (8,)))),
 ])
 def test_the_built_in_networks_meet_their_familys_contract(spec, contract, model):
     assert contract.problem(model(spec), spec) is None
@@ -105,6 +115,7 @@ def test_the_factory_is_called_with_the_envs_spec(labnets):
     check_network(f"{labnets}:actor_critic", CARTPOLE, ACTOR_CRITIC_CONTRACT, algo="PPO")
     check_network(f"{labnets}:q", CARTPOLE, Q_CONTRACT, algo="DQN")
     check_network(f"{labnets}:sac", PENDULUM, SAC_CONTRACT, algo="SAC")
+    check_network(f"{labnets}:td3", PENDULUM, TD3_CONTRACT, algo="TD3")
 
 
 @pytest.mark.parametrize(("argv", "match"), [
@@ -119,6 +130,9 @@ def test_the_factory_is_called_with_the_envs_spec(labnets):
      r"Q-values of shape \[2, 3\] for frames \[2, \.\.\.\], not \[2, 2\]"),
     (["pqn", "--network", "labnets:actor_critic"], r"must return a Q-network .* for PQN, got"),
     (["sac", "--env", "Pendulum-v1", "--network", "labnets:q"], r"must return a pair \(actor, critic\) .* for SAC"),
+    (["td3", "--env", "Pendulum-v1", "--network", "labnets:sac"],
+     r"must return a pair \(actor, critic\) like rlstruct.algos.td3's .* for TD3, got an actor "
+     r"\(SquashedGaussianActor\) without clip;"),
     (["ppo", "--network", "labnets:NOT_CALLABLE"], r"network='labnets:NOT_CALLABLE' names a int, not a callable"),
     (["ppo", "--network", "labnets:nothing"], r"module 'labnets' has no attribute 'nothing'"),
     (["ppo", "--network", "labnets"], r"network must be MODULE:CALLABLE .*, got 'labnets'"),

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlstruct import RL_Batcher
-from rlstruct.algos import a2c, create_env, dqn, load, ppo, pqn, sac
+from rlstruct.algos import a2c, create_env, dqn, load, ppo, pqn, sac, td3
 from rlstruct.algos._train.checkpoints import content_digest
 from rlstruct.errors import CheckpointError, SpaceError
 from tests.algos.test_learning import _common
@@ -31,6 +31,7 @@ def runs(tmp_path_factory):
         "ppo": _run(root, "ppo", ppo, ppo.PPOConfig, max_env_steps=512, n_steps=64, normalize_observations=True),
         "pendulum": _run(root, "pendulum", ppo, ppo.PPOConfig, env="Pendulum-v1", max_env_steps=400, n_steps=100),
         "sac": _run(root, "sac", sac, sac.SACConfig, env="Pendulum-v1", max_env_steps=400, learning_starts=100),
+        "td3": _run(root, "td3", td3, td3.TD3Config, env="Pendulum-v1", max_env_steps=400, learning_starts=100),
         "dqn": _run(root, "dqn", dqn, dqn.DQNConfig, max_env_steps=200, learning_starts=32, gradient_steps=2,
                     rollout_steps=4),
         "pqn": _run(root, "pqn", pqn, pqn.PQNConfig, max_env_steps=512, n_steps=32),
@@ -64,7 +65,7 @@ def test_a_trained_ppo_run_drives_gymnasiums_own_cartpole_to_475(tmp_path):
     assert np.mean(returns) >= 475, returns
 
 
-@pytest.mark.parametrize("name", ["ppo", "dqn", "pqn", "pendulum", "sac"])
+@pytest.mark.parametrize("name", ["ppo", "dqn", "pqn", "pendulum", "sac", "td3"])
 def test_numpy_and_torch_one_or_a_batch_give_the_same_actions_of_the_same_kind(runs, name):
     policy = load(runs[name], device="cpu")
     shape = policy.spec.obs_shape
@@ -82,7 +83,7 @@ def test_numpy_and_torch_one_or_a_batch_give_the_same_actions_of_the_same_kind(r
     assert isinstance(one_torch, torch.Tensor) and one_torch.shape == tuple(actions.shape[1:])
 
 
-@pytest.mark.parametrize("name", ["pendulum", "sac"])
+@pytest.mark.parametrize("name", ["pendulum", "sac", "td3"])
 def test_continuous_actions_stay_within_the_bounds(runs, name):
     policy = load(runs[name])
     batch = np.random.default_rng(1).uniform(-1, 1, (64, 3)).astype(np.float32)
@@ -92,7 +93,7 @@ def test_continuous_actions_stay_within_the_bounds(runs, name):
         assert (actions >= -2.0).all() and (actions <= 2.0).all()
 
 
-@pytest.mark.parametrize("name", ["ppo", "dqn", "pqn", "sac"])
+@pytest.mark.parametrize("name", ["ppo", "dqn", "pqn", "sac", "td3"])
 def test_sampling_is_seeded_and_deterministic_is_greedy(runs, name):
     policy = load(runs[name])
     batch = torch.rand(256, *policy.spec.obs_shape)

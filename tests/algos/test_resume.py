@@ -25,7 +25,7 @@ import time
 import pytest
 import torch
 
-from rlstruct.algos import a2c, describe_env, dqn, ppo, reinforce, sac
+from rlstruct.algos import a2c, describe_env, dqn, ppo, reinforce, sac, td3
 from rlstruct.algos._normalization import LearnerNormalization
 from rlstruct.algos._train import checkpoints as checkpoints_module
 from rlstruct.algos._train import cli, loops
@@ -56,11 +56,14 @@ CASES = {
                                buffer_size=1000, target_update_interval=4, **SMALL), 16, 16 * 6, 16 * 12),
     "sac": (sac, sac.SACConfig(n_envs=2, rollout_steps=4, learning_starts=32, gradient_steps_per_env_step=0.25,
                                batch_size=16, buffer_size=1000, **SMALL), 8, 8 * 8, 8 * 16),
+    "td3": (td3, td3.TD3Config(n_envs=2, rollout_steps=4, learning_starts=32, gradient_steps_per_env_step=0.25,
+                               batch_size=16, buffer_size=1000, **SMALL), 8, 8 * 8, 8 * 16),
 }
 
 
 def _optimizer_keys(algo: str) -> list[str]:
-    return ["actor_optimizer", "critic_optimizer", "alpha_optimizer"] if algo == "sac" else ["optimizer"]
+    return {"sac": ["actor_optimizer", "critic_optimizer", "alpha_optimizer"],
+            "td3": ["actor_optimizer", "critic_optimizer"]}.get(algo, ["optimizer"])
 
 
 def assert_same_state(a, b, skip=("lr",)) -> None:
@@ -232,6 +235,29 @@ def test_sac_restores_its_target_critics_and_temperature(tmp_path, monkeypatch):
         assert torch.allclose(final["learner"]["target_critic"][k], v, atol=1e-6), k
     assert any(not torch.allclose(saved["learner"]["critic"][k], v, atol=1e-3)
                for k, v in saved["learner"]["target_critic"].items())
+
+
+def test_td3_restores_its_target_networks_and_the_phase_of_its_policy_delay(tmp_path):
+    module, config, _, first_steps, total_steps = CASES["td3"]
+    config = dataclasses.replace(config, gradient_steps_per_env_step=0.375)  # 3 critic updates an iteration
+    logdir = str(tmp_path)
+    module.train(dataclasses.replace(config, logdir=logdir, max_env_steps=first_steps))
+    saved = torch.load(os.path.join(logdir, CHECKPOINT_NAME), weights_only=True)
+    # A Polyak rate of 1e-9: the resumed session's targets stay where it restored them.
+    module.train(dataclasses.replace(config, max_env_steps=total_steps, resume=logdir, tau=1e-9))
+    final = torch.load(os.path.join(logdir, CHECKPOINT_NAME), weights_only=True)
+    for key in ("target_actor", "target_critic"):
+        for k, v in saved["learner"][key].items():
+            assert torch.allclose(final["learner"][key][k], v, atol=1e-6), (key, k)
+    assert any(not torch.allclose(saved["model"][k], v, atol=1e-3) for k, v in saved["learner"]["target_actor"].items()
+               if v.is_floating_point() and k in saved["model"] and "weight" in k)
+    # The actor steps at critic updates 0, 2, 4, ... over both sessions: ceil(n / 2) of n. Odd counts in each session
+    # tell this from a delay whose phase restarted with the resumed session.
+    before, after = saved["learner"]["n_updates"], final["learner"]["n_updates"]
+    assert before % 2 == 1 and (after - before) % 2 == 1, (before, after)
+    assert float(saved["learner"]["actor_optimizer"]["state"][0]["step"]) == math.ceil(before / 2)
+    assert float(final["learner"]["actor_optimizer"]["state"][0]["step"]) == math.ceil(after / 2)
+    assert float(final["learner"]["critic_optimizer"]["state"][0]["step"]) == after
 
 
 def test_the_replay_buffer_refills_before_learning_again(tmp_path):
@@ -512,7 +538,7 @@ def test_ppo_trained_partway_then_resumed_learns_cartpole(tmp_path):
 
 
 # --------------------------------------------------------------------------- periodic checkpoints
-@pytest.mark.parametrize("algo", ["a2c", "ppo", "dqn", "sac"])
+@pytest.mark.parametrize("algo", ["a2c", "ppo", "dqn", "sac", "td3"])
 def test_checkpoint_every_writes_resumable_checkpoints_during_the_run(tmp_path, monkeypatch, algo):
     module, config, per_iteration, first_steps, _ = CASES[algo]
     written, snapshot = [], tmp_path / "at-2"

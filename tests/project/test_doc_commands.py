@@ -162,7 +162,7 @@ def test_documented_command_runs_as_written(page, command, workdir, monkeypatch,
     if missing := _missing_extra(argv):
         pytest.skip(f"{page}: needs the {missing} extra (pip install 'rlstruct[{missing}]')")
     if argv[1] == "train" and "--show-config" not in argv:
-        argv += CAP + (CAP_REPLAY if argv[2] in ("dqn", "sac") else [])
+        argv += CAP + (CAP_REPLAY if argv[2] in ("dqn", "sac", "td3") else [])
     if argv[1] == "eval":
         argv += ["--max-steps", "20"]
     argv += {"profile": CAP_PROFILE, "autotune": CAP_AUTOTUNE}.get(argv[1], [])

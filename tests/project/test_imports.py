@@ -155,10 +155,11 @@ def _loaded(module: str) -> set[str]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("algo", ["a2c", "ppo", "reinforce", "dqn", "sac"])
+@pytest.mark.parametrize("algo", ["a2c", "ppo", "reinforce", "dqn", "sac", "td3"])
 def test_importing_an_algorithm_loads_its_own_modules_and_no_backend_adapter(algo):
     loaded = _loaded(f"rlstruct.algos.{algo}")
-    others = {f"rlstruct.algos.{a}" for a in ("a2c", "ppo", "reinforce", "dqn", "sac")} - {f"rlstruct.algos.{algo}"}
+    others = {f"rlstruct.algos.{a}" for a in ("a2c", "ppo", "reinforce", "dqn", "sac", "pqn", "td3")} - {
+        f"rlstruct.algos.{algo}"}
     assert not loaded & others, loaded & others
     assert not loaded & set(UNUSED_BY_TRAINING), sorted(loaded & set(UNUSED_BY_TRAINING))
     assert "rlstruct.algos._train.loops" in loaded

@@ -133,6 +133,51 @@ def test_the_zoo_halfcheetah_task_has_stable_baselines3_beside_it_from_its_run_f
         in row[4], row
 
 
+#: each MuJoCo row's published figures: its own algorithm's, CleanRL's then the zoo's
+MUJOCO_REFERENCES = {
+    ("hopper", "ppo"): "2,383 (CleanRL); 2,410 (rl-zoo)", ("hopper", "sac"): "2,310 (CleanRL); 2,326 (rl-zoo)",
+    ("hopper", "td3"): "3,135 (CleanRL); 3,606 (rl-zoo)",
+    ("halfcheetah", "ppo"): "1,443 (CleanRL); 5,819 (rl-zoo)",
+    ("halfcheetah", "sac"): "9,635 (CleanRL); 9,535 (rl-zoo)",
+    ("halfcheetah", "td3"): "9,583 (CleanRL); 9,656 (rl-zoo)",
+    ("walker2d", "ppo"): "2,288 (CleanRL); 3,479 (rl-zoo)", ("walker2d", "sac"): "3,591 (CleanRL); 3,863 (rl-zoo)",
+    ("walker2d", "td3"): "4,058 (CleanRL); 4,718 (rl-zoo)",
+}
+
+
+@pytest.mark.parametrize("task", ["hopper", "halfcheetah", "walker2d"])
+def test_the_mujoco_tasks_have_sac_and_td3_rows_beside_their_own_algorithms_figures(tmp_path, task):
+    assert [a for t, a in published.ROWS if t == task] == ["ppo", "sac", "td3"]
+    for algo in ("ppo", "sac", "td3"):
+        row = published.row_cells(tmp_path, task, algo)
+        assert row[1:4] == [f"{algo} (`--preset {algo}-mujoco-1m`)", "1M", "0"]
+        assert row[4] == (f"not run yet: `python benchmarks/published.py --root runs/published --tasks {task} --algos "
+                          f"{algo} --seeds 0,1,2`")
+        assert row[-1] == MUJOCO_REFERENCES[task, algo]
+        args = published.train_command(tmp_path, task, algo, 0)
+        assert args[:2] == ["train", algo] and args[args.index("--preset") + 1] == f"{algo}-mujoco-1m"
+        assert args[args.index("--logdir") + 1] == str(tmp_path / f"{algo}-{task}" / "seed-0")
+    # one env, 8 env steps an iteration: a checkpoint every 50k env steps is 6,250 iterations
+    assert published.checkpoint_every("sac-mujoco-1m") == published.checkpoint_every("td3-mujoco-1m") == 6_250
+
+
+def test_a_sac_run_in_its_folder_resumes_and_the_command_line_takes_sac_and_td3(tmp_path):
+    """``ROOT/sac-hopper/seed-0`` with a checkpoint (a run of ``--preset sac-mujoco-1m`` stopped part way) resumes in
+    its own folder; ``--algos sac,td3`` names the MuJoCo rows, and an algorithm of no row is refused."""
+    folder = published.run_folder(tmp_path, "hopper", "sac", 0)
+    assert folder == tmp_path / "sac-hopper" / "seed-0"
+    folder.mkdir(parents=True)
+    (folder / "checkpoint.pt").write_bytes(b"")
+    args = published.train_command(tmp_path, "hopper", "sac", 0)
+    assert args[:4] == ["train", "sac", "--resume", str(folder)] and "--preset" not in args
+    assert published.main(["--root", str(tmp_path), "--tasks", "hopper,walker2d", "--algos", "sac,td3",
+                           "--seeds", ""]) == 0
+    with pytest.raises(SystemExit, match="unknown \\['a2c'\\]"):
+        published.main(["--root", str(tmp_path), "--tasks", "hopper", "--algos", "a2c"])
+    assert [(t, a) for t, a in published.ROWS if a in ("sac", "td3")] == [
+        (t, a) for t in ("hopper", "halfcheetah", "walker2d") for a in ("sac", "td3")]
+
+
 def test_the_training_return_counts_the_episodes_since_the_last_row_that_had_any(tmp_path):
     """Freeway's episodes all end together, every 2,500 frames: most iterations log no training return (nan), and the
     row that does holds every env's episode. The last 100 episodes are then that row's alone, not the rows before it
