@@ -63,7 +63,7 @@ from rlstruct.algos._train.config import (
     setting,
 )
 from rlstruct.algos._train.distributed import mean_over_ranks
-from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OffPolicyLearner, trainer
+from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OffPolicyLearner, UniformStartLearner, trainer
 from rlstruct.algos._train.registry import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm, OnPolicyModel, algorithm
 from rlstruct.algos._train.session import seeded_model
 from rlstruct.algos._train.train_command import main
@@ -99,6 +99,7 @@ __all__ = [
     "Resume",
     "RolloutPart",
     "RunConfig",
+    "UniformStartLearner",
     "UpdateStep",
     "algorithm",
     "autocast_dtype",

@@ -26,6 +26,7 @@ from rlstruct.algos.harness import (
     OffPolicyAlgorithm,
     OffPolicyConfig,
     Resume,
+    UniformStartLearner,
     default,
     load_state,
     main,
@@ -38,8 +39,8 @@ from rlstruct.algos.network_factories import SAC_CONTRACT, check_network, networ
 from rlstruct.algos.networks import Adam, make_adam, polyak_update
 from rlstruct.algos.policies import NetworkAgent, row_invariant
 from rlstruct.algos.qnetworks import EnsembleLinear, TwinQNetwork
-from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, one_step_steps
-from rlstruct.structures import DictTensor, TemporalDictTensor
+from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
+from rlstruct.structures import DictTensor
 
 __all__ = ["SACConfig", "SquashedGaussianActor", "EnsembleLinear", "TwinQNetwork", "SACAgent", "create_sac_agent",
            "soft_q_targets", "sac_critic_loss", "sac_actor_loss", "sac_temperature_loss", "SACLearner", "ALGORITHM",
@@ -325,7 +326,7 @@ def sac_temperature_loss(
     return loss, {"loss/temperature": loss.detach(), "alpha": log_alpha.detach().exp()}
 
 
-class SACLearner:
+class SACLearner(UniformStartLearner):
     """SAC's learner for the off-policy loop (:class:`~rlstruct.algos.harness.OffPolicyLearner`): the actor, the
     twin critics and their Polyak-averaged targets, the temperature, their three Adams, and one gradient step
     (the critics on the soft targets, the actor, the temperature, then the targets).
@@ -345,7 +346,7 @@ class SACLearner:
 
     def __init__(self, config: SACConfig, spec: EnvSpec, resume: Resume | None, *, device: torch.device, seed: int,
                  n_rows: int):
-        self.config, self.device, self.fresh_run = config, device, resume is None
+        self.config, self.device = config, device
         self.action_dim = spec.action_dim
         self.target_entropy = -float(spec.action_dim) if config.target_entropy is None else config.target_entropy
         if config.network is not None:
@@ -375,10 +376,9 @@ class SACLearner:
             restore_optimizer(self.alpha_opt, resume.learner["alpha_optimizer"], config.lr)
         self.noise = torch.Generator(device=device)
         self.noise.manual_seed(seed)
-        self._agent_info = {r: DictTensor({"stochastic": torch.ones(n_rows, dtype=torch.bool),
-                                           "random": torch.full((n_rows,), r, dtype=torch.bool)})
-                            for r in (True, False)}
-        self.owed = 0.0  # gradient steps due but not yet taken (fractions of a step carry over)
+        super().__init__(config, fresh_run=resume is None, infos={r: DictTensor({
+            "stochastic": torch.ones(n_rows, dtype=torch.bool),
+            "random": torch.full((n_rows,), r, dtype=torch.bool)}) for r in (True, False)})
 
     @staticmethod
     def exploration(config: SACConfig) -> dict[str, bool | float]:
@@ -393,21 +393,6 @@ class SACLearner:
         """The actor's, the critics' and the target critics' parameters and buffers, and the log temperature."""
         networks = (self.policy, self.critic, self.target)
         return [*(t for n in networks for t in (*n.parameters(), *n.buffers())), self.log_alpha]
-
-    def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
-        """Uniform actions for a fresh run's first ``learning_starts`` env steps, the actor's samples after."""
-        return self._agent_info[self.fresh_run and env_steps < self.config.learning_starts], {}
-
-    def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
-        """The one-step transitions of the acquisition (``one_step_steps``)."""
-        return one_step_steps(trajectories, self.config.gamma)
-
-    def n_gradient_steps(self, n_new: int, buffered: int) -> int:
-        """``gradient_steps_per_env_step`` per new env step, the fraction of a step carried over."""
-        self.owed += self.config.gradient_steps_per_env_step * n_new
-        n_steps = int(self.owed)
-        self.owed -= n_steps
-        return n_steps
 
     def gradient_step(self, buffer: ReplayBuffer) -> dict[str, Any]:
         """One step of the critics, the actor and the temperature on a sampled batch, then the targets' update."""

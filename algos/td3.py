@@ -28,6 +28,7 @@ from rlstruct.algos.harness import (
     OffPolicyAlgorithm,
     OffPolicyConfig,
     Resume,
+    UniformStartLearner,
     default,
     load_state,
     main,
@@ -40,8 +41,8 @@ from rlstruct.algos.network_factories import TD3_CONTRACT, check_network, networ
 from rlstruct.algos.networks import make_adam, mlp, polyak_update
 from rlstruct.algos.policies import NetworkAgent, row_invariant
 from rlstruct.algos.qnetworks import TwinQNetwork
-from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, one_step_steps
-from rlstruct.structures import DictTensor, TemporalDictTensor
+from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
+from rlstruct.structures import DictTensor
 
 __all__ = ["TD3Config", "DeterministicActor", "TD3Agent", "create_td3_agent", "smoothed_target_actions", "td3_targets",
            "td3_critic_loss", "td3_actor_loss", "TD3Learner", "ALGORITHM", "train"]
@@ -261,7 +262,7 @@ def td3_actor_loss(q_pi: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Te
     return loss, {"loss/actor": loss.detach()}
 
 
-class TD3Learner:
+class TD3Learner(UniformStartLearner):
     """TD3's learner for the off-policy loop (:class:`~rlstruct.algos.harness.OffPolicyLearner`): the actor, the twin
     critics, the Polyak-averaged targets of both, their two Adams, and one gradient step (the critics on the smoothed
     clipped double-Q targets; every ``policy_delay`` critic updates, starting with the first, the actor, then the
@@ -283,7 +284,7 @@ class TD3Learner:
 
     def __init__(self, config: TD3Config, spec: EnvSpec, resume: Resume | None, *, device: torch.device, seed: int,
                  n_rows: int):
-        self.config, self.device, self.fresh_run = config, device, resume is None
+        self.config, self.device = config, device
         self.action_dim = spec.action_dim
         if config.network is not None:
             actor, critic = seeded_model(config.seed, network_model, config.network, spec)
@@ -308,10 +309,9 @@ class TD3Learner:
             self.n_updates = int(resume.learner["n_updates"])
         self.noise = torch.Generator(device=device)
         self.noise.manual_seed(seed)
-        self._agent_info = {r: DictTensor({"noise": torch.full((n_rows,), config.exploration_noise),
-                                           "random": torch.full((n_rows,), r, dtype=torch.bool)})
-                            for r in (True, False)}
-        self.owed = 0.0  # critic updates due but not yet taken (fractions of a step carry over)
+        super().__init__(config, fresh_run=resume is None, infos={r: DictTensor({
+            "noise": torch.full((n_rows,), config.exploration_noise),
+            "random": torch.full((n_rows,), r, dtype=torch.bool)}) for r in (True, False)})
 
     @staticmethod
     def exploration(config: TD3Config) -> dict[str, bool | float]:
@@ -327,21 +327,6 @@ class TD3Learner:
         """The parameters and buffers of the actor, the critics and the targets of both."""
         networks = (self.policy, self.critic, self.target_policy, self.target_critic)
         return [t for n in networks for t in (*n.parameters(), *n.buffers())]
-
-    def agent_info(self, env_steps: int) -> tuple[DictTensor, dict[str, Any]]:
-        """Uniform actions for a fresh run's first ``learning_starts`` env steps, the actor's with noise after."""
-        return self._agent_info[self.fresh_run and env_steps < self.config.learning_starts], {}
-
-    def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
-        """The one-step transitions of the acquisition (``one_step_steps``)."""
-        return one_step_steps(trajectories, self.config.gamma)
-
-    def n_gradient_steps(self, n_new: int, buffered: int) -> int:
-        """``gradient_steps_per_env_step`` per new env step, the fraction of a step carried over."""
-        self.owed += self.config.gradient_steps_per_env_step * n_new
-        n_steps = int(self.owed)
-        self.owed -= n_steps
-        return n_steps
 
     def gradient_step(self, buffer: ReplayBuffer) -> dict[str, Any]:
         """One critic update on a sampled batch; every ``policy_delay``-th, the actor's and the targets' too."""

@@ -60,7 +60,7 @@ from rlstruct.algos._train.update import (
     training_agent_kwargs,
     weight_sync_mode,
 )
-from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
+from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, one_step_steps
 from rlstruct.algos.returns import episode_returns, episode_statistics
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import cpu_state_dict
@@ -351,6 +351,37 @@ class OffPolicyLearner(Protocol):
 
     def state(self) -> dict[str, Any]:
         """What the checkpoint keeps besides the policy's weights (see ``--resume``)."""
+
+
+class UniformStartLearner:
+    """What an actor-critic :class:`OffPolicyLearner` of continuous control shares (SAC's and TD3's; a base to
+    subclass): a fresh run's first ``learning_starts`` env steps act uniformly at random, the transitions are one-step
+    (:func:`~rlstruct.algos.replay.one_step_steps`), and ``gradient_steps_per_env_step`` gradient steps follow each
+    new env step, the fraction of a step carried over.
+
+    A subclass calls ``super().__init__(config, fresh_run=resume is None, infos=...)``, ``infos`` being the training
+    ``agent_info`` of each phase: ``{True: while uniform, False: the actor's}``, ``[n_rows]`` per key, one object each
+    for the whole run (a captured acquisition reads them in place).
+    """
+
+    def __init__(self, config: OffPolicyConfig, *, fresh_run: bool, infos: dict[bool, DictTensor]):
+        self.config, self.fresh_run, self.infos = config, fresh_run, infos
+        self.owed = 0.0  # gradient steps due but not yet taken (fractions of a step carry over)
+
+    def agent_info(self, env_steps: int) -> tuple[DictTensor | None, dict[str, Any]]:
+        """Uniform actions for a fresh run's first ``learning_starts`` env steps, the actor's after."""
+        return self.infos[self.fresh_run and env_steps < self.config.learning_starts], {}
+
+    def transitions(self, trajectories: TemporalDictTensor) -> dict[str, Any]:
+        """The one-step transitions of the acquisition (``one_step_steps``)."""
+        return one_step_steps(trajectories, self.config.gamma)
+
+    def n_gradient_steps(self, n_new: int, buffered: int) -> int:
+        """``gradient_steps_per_env_step`` per new env step, the fraction of a step carried over."""
+        self.owed += self.config.gradient_steps_per_env_step * n_new
+        n_steps = int(self.owed)
+        self.owed -= n_steps
+        return n_steps
 
 
 def train_off_policy(setup: Setup) -> TrainResult:
