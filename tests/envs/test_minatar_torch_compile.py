@@ -44,8 +44,7 @@ def _same(x: DictTensor, y: DictTensor) -> None:
 
 
 @pytest.mark.compiles
-@pytest.mark.long(reason="inductor compiles the game's whole step: 35-55 s a game cold, 20-36 s from its cache, on "
-                        "a 2-core machine")
+@pytest.mark.long(reason="inductor compiles the game's whole step: 20-55 s a game on a 2-core machine")
 @pytest.mark.parametrize("device", device_params())
 @pytest.mark.parametrize("name", NAMES)
 def test_the_compiled_step_is_the_eager_step(name, device, monkeypatch):
