@@ -12,11 +12,9 @@ from rlstruct import DictTensor
 from rlstruct.envs import _jit, make_env
 from rlstruct.envs.minatar import GAMES, MinAtarEnv
 from tests.conftest import device_params
+from tests.envs.minatar_steps import LIMITS, assert_same_bits, biased_actions
 
 NAMES = list(GAMES)
-# Short enough that episodes are truncated (a random Breakout player misses the ball within some 20 steps), long
-# enough that some score (a Freeway crossing takes 27 steps at least).
-LIMITS = {"Breakout": 12, "Freeway": 64}
 
 
 @pytest.fixture(autouse=True)
@@ -28,23 +26,8 @@ def fresh_compiler():
     torch.compiler.reset()
 
 
-def _actions(n_actions: int, n_envs: int, n_steps: int) -> list[torch.Tensor]:
-    """Random actions, action 1 eight times as likely as each other (Freeway's up: its chicken reaches the top and
-    the step's draws are used; Breakout's left: the ball is missed)."""
-    weights = torch.ones(n_actions)
-    weights[1] = 8.0
-    gen = torch.Generator().manual_seed(0)
-    return [torch.multinomial(weights, n_envs, replacement=True, generator=gen) for _ in range(n_steps)]
-
-
-def _same(x: DictTensor, y: DictTensor) -> None:
-    assert list(x.keys()) == list(y.keys())
-    for k in y.keys():
-        assert x[k].dtype == y[k].dtype and torch.equal(x[k], y[k]), k
-
-
 @pytest.mark.compiles
-@pytest.mark.long(reason="inductor compiles the game's whole step: 20-55 s a game on a 2-core machine")
+@pytest.mark.long(reason="inductor compiles the game's whole step: 20-55 s a game cold on a 2-core machine")
 @pytest.mark.parametrize("device", device_params())
 @pytest.mark.parametrize("name", NAMES)
 def test_the_compiled_step_is_the_eager_step(name, device, monkeypatch):
@@ -54,20 +37,20 @@ def test_the_compiled_step_is_the_eager_step(name, device, monkeypatch):
                 "sticky_action_prob": 0.3}
     compiled, eager = MinAtarEnv(name, compile=True, **settings), MinAtarEnv(name, **settings)
     assert (compiled.kernel, eager.kernel) == ("compiled", "torch")
-    _same(compiled.reset()[0], eager.reset()[0])
+    assert_same_bits(compiled.reset()[0], eager.reset()[0])
     graphs = counters["stats"]["unique_graphs"]
     seen = torch.zeros(3, dtype=torch.bool)
-    for t, a in enumerate(_actions(compiled.n_actions, 8, 200)):
+    for t, a in enumerate(biased_actions(compiled.n_actions, 8, 200)):
         a = a.to(device)
         got, want = compiled.step(DictTensor({"action": a})), eager.step(DictTensor({"action": a}))
         for (x, ids_x), (y, ids_y) in zip(got, want, strict=True):
-            _same(x, y)
+            assert_same_bits(x, y)
             assert torch.equal(ids_x, ids_y)
         (nxt, _), (run, _) = got
         assert nxt["done"].data_ptr() != run["initial_state"].data_ptr()  # two tensors, as the eager step's
         seen |= torch.stack([nxt["reward"].any(), nxt["terminated"].any(), nxt["truncated"].any()]).cpu()
         if t % 50 == 49:
-            _same(compiled.get_state(), eager.get_state())
+            assert_same_bits(compiled.get_state(), eager.get_state())
     # Episodes are truncated, and they end by the game's rules or score (Freeway, which ends by its own clock at
     # 2500 steps only, scores: the step's draws are used).
     assert seen[2] and (seen[1] or seen[0]), seen
