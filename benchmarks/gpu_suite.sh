@@ -26,6 +26,11 @@ declare -A STEPS=(
   # compiled update) solving CartPole-v1 beside PQN, 3 seeds each, a fresh process a run; each algorithm's seed 0
   # compiles cold, seeds 1 and 2 load the compile cache; 30 s at most a run.
   [solve_dqn]="RLSTRUCT_COMPILE_CACHE=DIR/compile-cache $PY benchmarks/gpu_training.py --algos dqn pqn --skip-throughput --solve-configs default --seeds 0 1 2 --time-limit 30 --json DIR/solve_dqn.json"
+  # Issue 66, item 2: MinAtar Breakout's auto-reset step compiled whole (MinAtarEnv(compile=True)) beside the eager
+  # step and gymnax, at 4,096, 65,536 and 2^20 envs, the step alone and with the MinAtar CNN acting: 18 fresh
+  # processes, buffers of 16 steps, half a second of rollouts each. The notes give each row's first step (the
+  # compiled rows': the compile; the CNN rows load the step's graphs from inductor's cache).
+  [minatar_compiled]="$PY benchmarks/minatar_speed.py --game Breakout --device cuda --envs 4096 65536 1048576 --policies none cnn --steps 16 --seconds 0.5 --rounds 1 --skip torch into adapter reference graph"
   # Two fast-path runs in one process, a fresh process per variant: which flag leaves what the second run's graphs
   # touch (docs/benchmarks/gpu-end-to-end.md, "On an H200, with the counter-based draws").
   [two_runs]="$PY benchmarks/gpu_two_runs.py; $PY benchmarks/gpu_two_runs.py --log2-envs 18 20 --autocast bfloat16 --only all no_compile_update no_cuda_graph"
@@ -51,7 +56,7 @@ declare -A STEPS=(
   # MinAtar (issue 42): the torch games at 2^20 envs in the CUDA-graph batcher, beside gymnax on the same GPU.
   [minatar]="for g in Breakout Asterix Freeway; do $PY benchmarks/minatar_speed.py --game \$g --device cuda --envs 65536 --rounds 1 --skip reference adapter; done"
 )
-ORDER=(warm_launch deterministic solve_dqn two_runs cuda_tests solve_a2c solve_ppo bf16 collection_compiled throughput tf32 bf16_compiled_policy collection_bf16
+ORDER=(warm_launch deterministic solve_dqn minatar_compiled two_runs cuda_tests solve_a2c solve_ppo bf16 collection_compiled throughput tf32 bf16_compiled_policy collection_bf16
        collection collection_fast envs ecosystem locomotion cpu_scaling atari_ppo atari_dqn minatar)
 
 if [[ ${1:-} == --list || $# -eq 0 ]]; then

@@ -114,8 +114,8 @@ def measure(game: str, n: int, path: str, args) -> dict:
                 for name in envs}
         kernel = _baseline_module(args.baseline, minatar_name, "kernel")
         base = envs["baseline"]
-        base._compiled = _jit_driver.CompiledStep(base, tuple("game/" + k for k in kernel.STATE_KEYS))
-        base._compiled.loop = _baseline_loop(kernel, minatar_name)
+        base._jit_step = _jit_driver.CompiledStep(base, tuple("game/" + k for k in kernel.STATE_KEYS))
+        base._jit_step.loop = _baseline_loop(kernel, minatar_name)
         for env in envs.values():
             env.step(DictTensor({"action": actions[0]}))  # loads and compiles (or reads numba's cache)
             assert env.kernel == "jit"

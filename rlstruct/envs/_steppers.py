@@ -17,9 +17,21 @@ from rlstruct.envs._array_ops import NumpyOps
 from rlstruct.envs._sim_kernels import AutoresetOutputs, EpisodicOutputs, SimState
 
 __all__ = ["KINDS", "HostViews", "Stepper", "TorchStepper", "CompiledStepper", "NumpyStepper", "JitStepper",
-           "make_stepper"]
+           "make_stepper", "fused"]
 
 KINDS = ("jit", "numpy", "torch", "compiled")
+
+
+def fused(step: Callable) -> Callable:
+    """``step`` compiled whole by ``torch.compile`` for the shapes of its first call (``fullgraph=True``,
+    ``dynamic=False``; compiled at that call): how every torch simulator fuses its auto-reset step.
+
+    Inductor's default mode on every device: a step's kernels are element-wise and small reductions, with no matrix
+    product for ``max-autotune`` to tune, and no CUDA graphs of its own (a batcher's ``cuda_graph`` captures the
+    compiled kernels with the rest of its loop). Each simulator setting that changes the graph (the shapes, the
+    constants the step reads) compiles once more, up to ``torch._dynamo.config.recompile_limit`` per process.
+    """
+    return torch.compile(step, fullgraph=True, dynamic=False)
 
 
 class HostViews:
@@ -160,11 +172,10 @@ class CompiledStepper(TorchStepper):
     kind = "compiled"
 
     def __init__(self, system: Any, *, sparse: bool = False):
-        fuse = functools.partial(torch.compile, fullgraph=True, dynamic=False)
         autoreset = (
-            functools.partial(kernels.autoreset_sparse, advance=fuse(kernels.advance))
+            functools.partial(kernels.autoreset_sparse, advance=fused(kernels.advance))
             if sparse
-            else fuse(kernels.autoreset_dense)
+            else fused(kernels.autoreset_dense)
         )
         self.sparse_draws = sparse
         self.autoreset_kernel = functools.partial(autoreset, system)

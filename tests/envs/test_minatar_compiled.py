@@ -14,13 +14,11 @@ from rlstruct import DictTensor
 from rlstruct.envs import _jit
 from rlstruct.envs.minatar import GAMES, MinAtarEnv
 from rlstruct.envs.minatar._env import has_kernels
+from tests.envs.minatar_steps import LIMITS, assert_same_bits, biased_actions
 
 needs_numba = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
                                  reason="numba is not installed (pip install rlstruct[fast]): no compiled step")
 COMPILED = [name for name, (minatar_name, _) in GAMES.items() if has_kernels(minatar_name)]
-# Short enough that some episodes are truncated (a random Breakout player misses the ball within some 20 steps),
-# long enough that some score (a Freeway crossing takes 27 steps at least).
-LIMITS = {"Breakout": 12, "Freeway": 64}
 
 
 @pytest.fixture(autouse=True)
@@ -38,21 +36,6 @@ def _pair(name: str, monkeypatch, **kwargs) -> tuple[MinAtarEnv, MinAtarEnv]:
     return compiled, eager
 
 
-def _actions(n_actions: int, n_envs: int, n_steps: int) -> list[torch.Tensor]:
-    """Random actions, action 1 eight times as likely as each other (Freeway's up: its chicken reaches the top and
-    the step's draws are used; Breakout's left: the ball is missed)."""
-    weights = torch.ones(n_actions)
-    weights[1] = 8.0
-    gen = torch.Generator().manual_seed(0)
-    return [torch.multinomial(weights, n_envs, replacement=True, generator=gen) for _ in range(n_steps)]
-
-
-def _same(x: DictTensor, y: DictTensor) -> None:
-    assert list(x.keys()) == list(y.keys())
-    for k in y.keys():
-        assert x[k].dtype == y[k].dtype and torch.equal(x[k], y[k]), k
-
-
 @needs_numba
 @pytest.mark.parametrize("name", COMPILED)
 @pytest.mark.compiles
@@ -62,17 +45,17 @@ def test_the_compiled_step_is_the_torch_step(name, monkeypatch):
     compiled, eager = _pair(name, monkeypatch, n_envs=12, seed=4, max_episode_steps=LIMITS.get(name, 32),
                               sticky_action_prob=0.3)
     assert (compiled.kernel, eager.kernel) == ("jit", "torch")
-    _same(compiled.reset()[0], eager.reset()[0])
+    assert_same_bits(compiled.reset()[0], eager.reset()[0])
     seen = torch.zeros(3, dtype=torch.bool)
-    for t, a in enumerate(_actions(compiled.n_actions, 12, 150)):
+    for t, a in enumerate(biased_actions(compiled.n_actions, 12, 150)):
         got, want = compiled.step(DictTensor({"action": a})), eager.step(DictTensor({"action": a}))
         for (x, ids_x), (y, ids_y) in zip(got, want, strict=True):
-            _same(x, y)
+            assert_same_bits(x, y)
             assert torch.equal(ids_x, ids_y)
         nxt = want[0][0]
         seen |= torch.stack([nxt["reward"].any(), nxt["terminated"].any(), nxt["truncated"].any()])
         if t % 50 == 49:
-            _same(compiled.get_state(), eager.get_state())
+            assert_same_bits(compiled.get_state(), eager.get_state())
     # Episodes are truncated, and they end by the game's rules or score (Freeway, which ends by its own clock at
     # 2500 steps only, scores: the step's draws are used).
     assert seen[2] and (seen[1] or seen[0]), seen
@@ -86,13 +69,13 @@ def test_the_move_after_jit_after_env_steps_continues_the_trajectory(name, monke
     compiled, eager = _pair(name, monkeypatch, n_envs=8, seed=1, max_episode_steps=7)
     compiled.reset(), eager.reset()
     kinds = []
-    for a in _actions(compiled.n_actions, 8, 12):
+    for a in biased_actions(compiled.n_actions, 8, 12):
         for (x, _), (y, _) in zip(compiled.step(DictTensor({"action": a})), eager.step(DictTensor({"action": a})),
                                   strict=True):
-            _same(x, y)
+            assert_same_bits(x, y)
         kinds.append(compiled.kernel)
     assert kinds == ["torch"] * 4 + ["jit"] * 8  # 8 env steps a step: the 5th reaches 40
-    _same(compiled.get_state(), eager.get_state())
+    assert_same_bits(compiled.get_state(), eager.get_state())
 
 
 @needs_numba
@@ -103,14 +86,14 @@ def test_step_into_writes_the_step_and_graph_state_tensors_stay(name, monkeypatc
     compiled.reset(), eager.reset()
     held = compiled.graph_state()
     before = {k: v.clone() for k, v in held.items()}
-    for a in _actions(compiled.n_actions, 6, 8):
+    for a in biased_actions(compiled.n_actions, 6, 8):
         (nxt, _), (run, _) = eager.step(DictTensor({"action": a}))
         into = [DictTensor({k: torch.empty_like(d[k]) for k in d.keys()}) for d in (nxt, run)]
         compiled.step_into(DictTensor({"action": a}), *into)
-        _same(into[0], nxt)
-        _same(into[1], run)
+        assert_same_bits(into[0], nxt)
+        assert_same_bits(into[1], run)
     assert all(torch.equal(v, before[k]) for k, v in held.items())  # a step rebinds the env, it never writes there
-    _same(compiled.get_state(), eager.get_state())
+    assert_same_bits(compiled.get_state(), eager.get_state())
 
 
 @needs_numba

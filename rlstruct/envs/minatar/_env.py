@@ -21,6 +21,7 @@ from rlstruct.envs._jit import jit_module, jit_wanted
 from rlstruct.envs._rng import draw_table, step_uniforms, uniform_draws
 from rlstruct.envs._sim_env import SimEnv
 from rlstruct.envs._sim_io import check_action
+from rlstruct.envs._steppers import fused
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, SpaceError
 from rlstruct.structures import DictTensor
 
@@ -108,8 +109,10 @@ def restart(env: _Settings, state: dict[str, torch.Tensor], episode: torch.Tenso
     state dict, the env's counters at zero."""
     u = uniform_draws(state["rng_key"], episode, env._reset_table).t()
     fresh = {_GAME_PREFIX + k: v for k, v in env.game.reset(u, env.ramping).items()}
-    zero = torch.zeros_like(episode)
-    fresh.update(elapsed_steps=zero, episode=episode, rng_key=state["rng_key"], last_action=zero, sticky_action=zero)
+    # A tensor each: a state whose keys share one is another input to the compiled step, which would compile again
+    # once a step has given them apart.
+    fresh.update(elapsed_steps=torch.zeros_like(episode), episode=episode, rng_key=state["rng_key"],
+                 last_action=torch.zeros_like(episode), sticky_action=torch.zeros_like(episode))
     return fresh
 
 
@@ -151,14 +154,22 @@ def advance(
 def autoreset_step(
     env: _Settings, state: dict[str, torch.Tensor], action: torch.Tensor
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """:func:`advance`, then the finished envs restarted (their next episode): ``out`` gains ``frame_r``, the frame
-    the envs act on next. Pure and capturable: every env draws a fresh state, the finished ones take it."""
+    """:func:`advance`, then the finished envs restarted (their next episode): ``out`` gains what the envs act on
+    next, ``frame_r``, ``reward_r`` (``0`` where an episode ended) and ``initial_r`` (a copy of ``done``). Pure and
+    capturable: every env draws a fresh state, the finished ones take it."""
     nxt, out = advance(env, state, action)
     done = out["done"]
     fresh = restart(env, nxt, nxt["episode"] + 1)
     nxt = _where(done, fresh, nxt)
     out["frame_r"] = env.game.observe(_game_part(nxt))
-    return nxt, out
+    return nxt, _next_flags(out)
+
+
+def _next_flags(out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``out`` with the reward and ``initial_state`` of the observation the envs act on next."""
+    out["reward_r"] = torch.where(out["done"], 0.0, out["reward"])
+    out["initial_r"] = out["done"].clone()
+    return out
 
 
 def autoreset_step_sparse(
@@ -170,11 +181,11 @@ def autoreset_step_sparse(
     rows = torch.nonzero(out["done"]).squeeze(1)
     if rows.numel() == 0:
         out["frame_r"] = out["frame"]
-        return nxt, out
+        return nxt, _next_flags(out)
     fresh = restart(env, {k: v.index_select(0, rows) for k, v in nxt.items()}, nxt["episode"][rows] + 1)
     nxt = {k: v.index_put((rows,), fresh[k]) for k, v in nxt.items()}
     out["frame_r"] = out["frame"].index_put((rows,), env.game.observe(_game_part(fresh)))
-    return nxt, out
+    return nxt, _next_flags(out)
 
 
 class MinAtarEnv(SimEnv):
@@ -195,7 +206,9 @@ class MinAtarEnv(SimEnv):
     :func:`~rlstruct.envs._jit.jit_after` env steps: one call per step, the same bits as the torch step (frames,
     rewards, flags, and the state after any number of steps); ``RLSTRUCT_JIT=0`` keeps the torch step. It writes
     the state in place (tensors nobody else was handed: after :meth:`graph_state`, the next step rebinds the env to
-    new ones) and :meth:`step_into` writes the observations straight into a batcher's buffer.
+    new ones) and :meth:`step_into` writes the observations straight into a batcher's buffer. With ``compile=True``
+    an auto-reset env on any device runs its whole step (the draws, the rules, the time limit, the restarts, both
+    frames) as one graph of ``torch.compile``, with the torch step's bits; its first step compiles.
 
     Args:
         name: the game, gymnasium's (``"Breakout"``) or minatar's (``"breakout"``) name (see :data:`GAMES`).
@@ -209,9 +222,13 @@ class MinAtarEnv(SimEnv):
         max_episode_steps: truncation horizon; ``None`` for none (the ids' is 1000).
         sticky_action_prob: in ``[0, 1]``.
         ramping: difficulty ramping (the ids' default, ``True``).
+        compile: fuse an auto-reset env's step with ``torch.compile`` (off by default on every device: the first
+            step compiles, a cost a short run may not win back; an episodic env, whose running set changes shape,
+            steps eagerly).
 
     Attributes:
-        kernel: how a step runs: ``"jit"`` (the compiled CPU step) or ``"torch"``.
+        kernel: how a step runs: ``"jit"`` (the compiled CPU step), ``"compiled"`` (``compile=True``) or
+            ``"torch"``.
 
     Raises:
         ValueError: an unknown game, ``n_envs``, ``max_episode_steps`` or ``sticky_action_prob`` out of range.
@@ -238,6 +255,7 @@ class MinAtarEnv(SimEnv):
         max_episode_steps: int | None = 1000,
         sticky_action_prob: float = STICKY_ACTION_PROB,
         ramping: bool = True,
+        compile: bool = False,
     ):
         check_sizes(n_envs, max_episode_steps)
         if not 0.0 <= float(sticky_action_prob) <= 1.0:
@@ -259,22 +277,26 @@ class MinAtarEnv(SimEnv):
         self._state = restart(self, {"rng_key": keys}, torch.full((n_envs,), -1, dtype=torch.int64,
                                                                    device=self.device))
         self._destinations = HostDestinations.of_frame(self.observation_space.shape, np.bool_, (), True, n_envs)
-        # _own is the state dict whose tensors nobody else was handed, the one the compiled step may write into.
-        self._compiled: Any = None
+        # _own is the state dict whose tensors nobody else was handed, the one the numba step may write into.
+        self._jit_step: Any = None
         self._own: dict[str, torch.Tensor] | None = None
-        if self.device.type == "cpu" and self.autoreset and jit_wanted() and has_kernels(self.game.name):
+        self._fused = fused(autoreset_step) if compile and self.autoreset else None
+        if (self._fused is None and self.device.type == "cpu" and self.autoreset and jit_wanted()
+                and has_kernels(self.game.name)):
             self._start_jit_countdown()
 
     @property
     def kernel(self) -> str:
-        """How a step runs: ``"jit"`` or ``"torch"`` (see the class docstring)."""
-        return "torch" if self._compiled is None else "jit"
+        """How a step runs: ``"jit"``, ``"compiled"`` or ``"torch"`` (see the class docstring)."""
+        if self._jit_step is not None:
+            return "jit"
+        return "torch" if self._fused is None else "compiled"
 
     def _move_to_jit(self) -> None:
         driver = jit_module(_DRIVER)
         if driver is not None:
             keys = driver.game_module(self.game.name).STATE_KEYS
-            self._compiled = driver.CompiledStep(self, tuple(_GAME_PREFIX + k for k in keys))
+            self._jit_step = driver.CompiledStep(self, tuple(_GAME_PREFIX + k for k in keys))
 
     # ------------------------------------------------------------------ contract
     def __repr__(self) -> str:
@@ -295,16 +317,19 @@ class MinAtarEnv(SimEnv):
         return check_action(self, action, n_rows, ids)
 
     def _step_autoreset(self, a: torch.Tensor, a_host: np.ndarray | None) -> StepResult:
-        if self._compiled is not None:
-            return self._compiled_step(a_host)
-        step = autoreset_step if self.device.type != "cpu" else autoreset_step_sparse
+        if self._jit_step is not None:
+            return self._jit_step_result(a_host)
+        if self._fused is not None:
+            step = self._fused
+        else:
+            step = autoreset_step if self.device.type != "cpu" else autoreset_step_sparse
         self._state, out = step(self, self._state, a)
         return self._autoreset_result(
-            a, out["frame"], out["reward"], out["terminated"], out["truncated"], out["frame_r"],
-            torch.where(out["done"], 0.0, out["reward"]), self._state["last_action"], done=out["done"],
+            a, out["frame"], out["reward"], out["terminated"], out["truncated"], out["frame_r"], out["reward_r"],
+            self._state["last_action"], done=out["done"], initial_r=out["initial_r"],
         )
 
-    def _compiled_step(self, a_host: np.ndarray) -> StepResult:
+    def _jit_step_result(self, a_host: np.ndarray) -> StepResult:
         n = self._n
         frames = torch.empty((2, n) + self.observation_space.shape, dtype=torch.bool)
         rewards = torch.empty((2, n), dtype=torch.float32)
@@ -317,16 +342,16 @@ class MinAtarEnv(SimEnv):
         return (DictTensor._trusted(nxt), self._ids_all), (DictTensor._trusted(run), self._ids_all)
 
     def _step_into(self, a_host: np.ndarray, nxt: dict[str, np.ndarray], run: dict[str, np.ndarray]) -> None:
-        """The compiled step of every env: the state in place, the observations into the arrays ``nxt``, ``run``."""
+        """The numba step of every env: the state in place, the observations into the arrays ``nxt``, ``run``."""
         if self._state is not self._own:  # tensors someone else may hold: step on copies
             self._state = self._own = {k: v.clone(memory_format=torch.contiguous_format) for k, v in
                                        self._state.items()}
-        self._compiled(self._state, a_host, nxt, run)
+        self._jit_step(self._state, a_host, nxt, run)
 
     def writes_in_place(self) -> bool:
         """True for an auto-reset env on its compiled CPU step (``kernel == "jit"``): :meth:`step_into` then has it
         write both observations straight into the destinations."""
-        return self._compiled is not None
+        return self._jit_step is not None
 
     def _step_episodic(self, ids: torch.Tensor, a: torch.Tensor, a_host: np.ndarray | None) -> StepResult:
         # The running envs step; the finished ones keep their last state.
