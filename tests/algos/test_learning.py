@@ -117,6 +117,8 @@ def test_dqn_learns_cartpole_in_bfloat16_and_as_plain_dqn(tmp_path, variant):
     assert_learned(result, best=6 * RANDOM_POLICY_RETURN, final=3 * RANDOM_POLICY_RETURN)
 
 
+@pytest.mark.long(reason="a learning proof: 12k env steps of DQN with a sum tree updated at every "
+                         "gradient step, 28-35 CPU s on a 2-core machine")
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_dqn_with_prioritized_replay_learns_cartpole_within_the_uniform_budget(tmp_path):

@@ -152,6 +152,7 @@ def test_recurrent_a2c_learns_cartpole_without_velocities(tmp_path):
     assert max(evals) >= 1.2 * FEED_FORWARD_BEST, evals
 
 
+@pytest.mark.long(reason="a learning proof: 60k env steps of an LSTM policy, 24-27 CPU s on a 2-core machine")
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_recurrent_ppo_learns_cartpole_without_velocities(tmp_path):

@@ -73,6 +73,8 @@ def pushes(gen: torch.Generator, n: int) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------- the oracle
+@pytest.mark.long(reason="the first user of its fixtures pays JAX's jit compiles of Brax's step, raw and "
+                         "wrapped: 20-26 CPU s")
 def test_observations_rewards_and_terminations_are_the_raw_brax_envs(episodic, raw_step):
     """The raw Brax env stepped from BraxEnv's initial states with the same actions: same observations, rewards and
     terminations for every running env, up to the time limit."""

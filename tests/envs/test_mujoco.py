@@ -109,6 +109,8 @@ def oracle(env, name: str, steps: int, bias: float, atol: float, atol_contact: f
     return terminated
 
 
+@pytest.mark.long(reason="the first user of its module fixture pays MJX's jit compile of HalfCheetah: "
+                         "22-28 CPU s on a 2-core machine")
 @pytest.mark.slow
 def test_mjx_half_cheetah_matches_gymnasium(cheetah_mjx):
     """MJX (float32) stays within 1e-3 of gymnasium's float64 HalfCheetah over 20 steps."""
@@ -198,6 +200,8 @@ def test_mjx_autoreset_after_termination(hopper_mjx):
     contract_autoreset(hopper_mjx, LIMIT, 2 * LIMIT)
 
 
+@pytest.mark.long(reason="the first user of its module fixture pays MJX's jit compile of the episodic "
+                         "HalfCheetah: 20-25 CPU s")
 @pytest.mark.slow
 def test_mjx_episodic_stops_finished_envs_and_truncates(cheetah_mjx_episodic):
     env = cheetah_mjx_episodic

@@ -134,6 +134,7 @@ def _own_doc(obj) -> str | None:
     return _words(first)
 
 
+@pytest.mark.long(reason="the first user of the site fixture pays the strict MkDocs build of every page: 20-27 CPU s")
 def test_the_build_is_strict_and_has_every_section(site):
     for page in ("index.html", "getting-started/index.html", "concepts/acquisition/index.html",
                  "algorithms/sac/index.html", "backends/index.html", "gpu/index.html", "scaling/index.html",
