@@ -18,7 +18,6 @@ clears; a run above ``high`` passes and is said to be.
 from __future__ import annotations
 
 import dataclasses
-import json
 import signal
 import subprocess
 import time
@@ -66,10 +65,16 @@ class Verdict:
 
 
 def recorded_curves(records: Path) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The evaluation curves ``(env_steps, returns)`` of the finished runs in the records file ``records``."""
-    data = json.loads(records.read_text())
-    return [(np.asarray(r["env_steps"], dtype=np.float64), np.asarray(r["returns"], dtype=np.float64))
-            for r in data["runs"] if r.get("state") == "finished" and len(r.get("env_steps", ())) > 0]
+    """The evaluation curves ``(env_steps, returns)`` of the finished runs in the records file ``records``, read
+    (and checked) as ``rlstruct compare --reference`` reads them.
+
+    Raises:
+        RunRecordError: the file is not a records file, or a finished run's record is damaged.
+    """
+    from rlstruct.algos._train.records import load_reference
+
+    return [(np.asarray(run.env_steps, dtype=np.float64), np.asarray(run.returns, dtype=np.float64))
+            for run in load_reference(str(records)).infos if run.env_steps]
 
 
 def default_prefix(curves: Sequence[tuple[np.ndarray, np.ndarray]], evaluations: int = DEFAULT_EVALUATIONS) -> float:
