@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import signal
 import subprocess
@@ -230,3 +231,21 @@ def user_module(folder: Path, name: str, source: str, monkeypatch: pytest.Monkey
         yield name
     finally:
         sys.modules.pop(name, None)
+
+
+def assert_learned_within_budget(result: Any, logdir: Path, *, best: float, final: float, budget: int,
+                                 target: float) -> None:
+    """A learning test's run (the result of an algorithm's ``train``) held to its thresholds: its best periodic
+    evaluation at or above ``best``, its final return at or above ``final``, finite losses; it spent its env-step
+    ``budget``, or stopped before it where an evaluation and its confirmation on fresh episodes reached its preset's
+    ``target`` (reporting the confirmation); and it left its checkpoint in ``logdir``."""
+    evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
+    assert max(evals) >= best, evals
+    assert result.eval_return >= final, (result.eval_return, evals)
+    losses = [v for r in result.history for k, v in r.items() if k.startswith("loss/")]
+    assert losses and all(math.isfinite(x) for x in losses)
+    if result.stop_reason == "target":
+        assert result.reached_target and result.eval_return >= target, result.summary()
+    else:
+        assert result.env_steps >= budget, result.summary()
+    assert (Path(logdir) / "checkpoint.pt").exists()
