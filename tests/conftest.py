@@ -205,12 +205,19 @@ def pytest_collection_modifyitems_xdist_groups(config, items):
                 item._nodeid = nodeid
 
 
+#: modules whose doctests build a JAX or MuJoCo env (JAX's import and jit, MuJoCo's model): 2.3-2.8 s each, slow
+SLOW_DOCTEST_MODULES = {"rlstruct.envs.brax_env", "rlstruct.envs.gymnax_env", "rlstruct.envs.mujoco_torch_env"}
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects: a long test is a slow one, and `make quick` leaves it out
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("ray"):  # a cluster's start, and actors that each import torch: seconds a test
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("compiles"):  # the compiler's speed, not the code's: 5-10 CPU s cold on 2 cores
+            item.add_marker(pytest.mark.slow)
+        if isinstance(item, pytest.DoctestItem) and any(item.name == m or item.name.startswith(f"{m}.")
+                                                         for m in SLOW_DOCTEST_MODULES):
             item.add_marker(pytest.mark.slow)
         long = item.get_closest_marker("long")
         if long is None:

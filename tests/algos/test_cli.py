@@ -220,6 +220,7 @@ def test_a_missing_gymnasium_dependency_is_a_missing_dependency_error():
         make_env("LunarLander-v3", 1, backend="gymnasium")
 
 
+@pytest.mark.slow  # 3.4 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 def test_module_entry_point_prints_help():
     out = subprocess.run([sys.executable, "-m", "rlstruct.algos.dqn", "--help"], capture_output=True, text=True,
@@ -621,6 +622,7 @@ def test_a_run_stopped_by_the_time_limit_says_so_and_no_tensorboard_hint_without
     assert "TensorBoard" not in out, "--no-tensorboard prints no TensorBoard command"
 
 
+@pytest.mark.slow  # 3.3 CPU s on the reference CPU: slow is 1.5 s or more
 def test_launched_at_is_the_process_start():
     from rlstruct.algos._train.train_command import launched_at
 

@@ -88,6 +88,7 @@ def test_a_prefix_of_a_flag_is_not_taken_for_it_and_the_error_names_the_flag(arg
     assert not (tmp_path / "run").exists(), "a command line with an unknown flag starts no run"
 
 
+@pytest.mark.slow  # 1.9 CPU s on the reference CPU: slow is 1.5 s or more
 def test_every_argument_parser_of_the_project_turns_prefix_matching_off():
     """The library's parsers are :class:`OneLineParser` (``allow_abbrev=False``); every other ``ArgumentParser`` the
     repository builds (the benchmarks') passes ``allow_abbrev=False`` itself."""
@@ -120,6 +121,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # 3.4 CPU s on the reference CPU: slow is 1.5 s or more
 def test_compare_without_the_stats_extra_says_how_to_install_it_in_one_line(tmp_path):
     """In a fresh process, so that an import of scipy at any module's import is caught too; beside the statistics'
     tests, which skip without scipy."""
@@ -213,6 +215,7 @@ def _damaged(checkpoint: Path, tmp_path: Path, how: str) -> Path:
     return path
 
 
+@pytest.mark.slow  # 4.3 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.parametrize(("how", "match"), [
     ("no config", "damaged rlstruct checkpoint: it lacks config"),
     ("no model", "damaged rlstruct checkpoint: it lacks model"),

@@ -309,6 +309,7 @@ def test_open_batchers_gives_both_batchers_the_configs_timeout(tmp_path):
         validate_run_config(RunConfig(batcher_timeout=0))
 
 
+@pytest.mark.slow  # 2.7 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 def test_start_timeout_bounds_the_start_of_both_batchers_from_the_command_line(tmp_path, capsys):
     """``--start-timeout``: a run whose workers cannot start in time fails naming the bound; a bad value is one line
@@ -335,6 +336,7 @@ def test_start_timeout_bounds_the_start_of_both_batchers_from_the_command_line(t
 
 
 # --------------------------------------------------------------------------- the envs' constructor arguments
+@pytest.mark.slow  # 1.8 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 def test_env_kwargs_reach_the_training_envs_and_the_evaluations_unless_these_have_their_own(tmp_path):
     """gymnasium's CartPole-v1 with sutton_barto_reward scores 0 a step and -1 at the end: the returns say which envs

@@ -65,6 +65,7 @@ def _check(policy, actions: np.ndarray, expected: np.ndarray) -> None:
         np.testing.assert_allclose(actions, expected, rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow  # 6.5 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.parametrize("name", list(RUNS))
 def test_the_exported_policy_acts_as_the_loaded_one(runs, name, tmp_path):
     ort = pytest.importorskip("onnxruntime", reason="needs the export extra")
@@ -92,6 +93,7 @@ def test_the_exported_policy_acts_as_the_loaded_one(runs, name, tmp_path):
         _check(policy, action.numpy(), expected)
 
 
+@pytest.mark.slow  # 1.9 CPU s on the reference CPU: slow is 1.5 s or more
 def test_rlstruct_export_writes_the_file_and_a_json_line(runs, tmp_path, capsys):
     pytest.importorskip("onnxscript", reason="needs the export extra")
     output = tmp_path / "deploy" / "cartpole.onnx"

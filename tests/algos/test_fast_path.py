@@ -206,6 +206,7 @@ def test_pipeline_misuse_is_a_typed_error():
             Pipeline(b, WeightSync(b, model, "cpu", mode="shared"), overlap=True)
 
 
+@pytest.mark.slow  # 2.4 CPU s on the reference CPU: slow is 1.5 s or more
 def test_weight_sync_mode_of_a_config_and_its_outcome():
     """A run asks for "auto" (or "cpu" without share_weights); WeightSync alone decides from the placement."""
     assert weight_sync_mode(OnPolicyConfig()) == "auto"
@@ -219,6 +220,7 @@ def test_weight_sync_mode_of_a_config_and_its_outcome():
 
 
 # ----------------------------------------------------------------------------------------------- algorithms
+@pytest.mark.slow  # 1.7 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 def test_a2c_shared_weights_log_what_cpu_copies_log(tmp_path):
     cfg = dict(max_env_steps=768, n_envs=8, eval_every=3, hidden_sizes=(16,), anneal_lr=False, log_every=1)
@@ -228,6 +230,7 @@ def test_a2c_shared_weights_log_what_cpu_copies_log(tmp_path):
     assert _rows(copied) == _rows(shared)
 
 
+@pytest.mark.slow  # 4.3 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 def test_reinforce_shared_weights_log_what_cpu_copies_log(tmp_path):
     cfg = dict(max_env_steps=1_500, n_envs=4, eval_every=2, hidden_sizes=(16,), log_every=1)
@@ -237,6 +240,7 @@ def test_reinforce_shared_weights_log_what_cpu_copies_log(tmp_path):
     assert _rows(copied) == _rows(shared)
 
 
+@pytest.mark.slow  # 1.9 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 def test_ppo_shared_weights_log_what_cpu_copies_log(tmp_path):
     cfg = dict(max_env_steps=1_024, n_envs=8, n_steps=16, eval_every=3, hidden_sizes=(16,), log_every=1)
@@ -245,6 +249,7 @@ def test_ppo_shared_weights_log_what_cpu_copies_log(tmp_path):
     assert _rows(copied) == _rows(shared)
 
 
+@pytest.mark.slow  # 2.5 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 def test_float32_physics_reaches_every_batchers_envs_and_trains(tmp_path):
     """--physics-dtype float32: the training and evaluation envs step float32 physics; a run is reproducible and
@@ -259,6 +264,7 @@ def test_float32_physics_reaches_every_batchers_envs_and_trains(tmp_path):
     assert len(first.history) == len(wide.history)
 
 
+@pytest.mark.slow  # 2.8 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("module, cls", [(a2c, a2c.A2CConfig), (ppo, ppo.PPOConfig)])
 def test_overlap_in_process_runs_and_is_reproducible(tmp_path, module, cls):
@@ -325,6 +331,7 @@ def test_matmul_precision_is_set_for_the_run_and_restored_after(tmp_path):
         validate_run_config(RunConfig(matmul_precision="tf32"))
 
 
+@pytest.mark.slow  # 2.5 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 def test_a2c_at_high_matmul_precision_is_reproducible_and_close_to_highest(tmp_path):
     """Whether "high" changes bits depends on the machine (TF32 on an Ampere or later GPU; oneDNN's reduced
@@ -379,12 +386,14 @@ def _compare_updates(backend, batches, dynamic=None):
         assert not torch.equal(p, s)  # the updates moved the weights
 
 
+@pytest.mark.slow  # 2.4 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(300)
 def test_compiled_update_equals_eager_update_aot_eager():
     """Dynamo and AOTAutograd (the compiled forward and backward) without inductor's C++ code generation."""
     _compare_updates("aot_eager", [_batch(seed=0), _batch(seed=1)])
 
 
+@pytest.mark.slow  # 2.2 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(300)
 def test_compiled_update_with_changing_shapes_aot_eager():
     """REINFORCE's batches change their T: ``dynamic=True`` compiles once for every length."""
@@ -417,6 +426,7 @@ def test_autocast_update_computes_in_bfloat16_and_stays_close_to_float32():
         torch.testing.assert_close(q, p, rtol=3e-2, atol=3e-3)
 
 
+@pytest.mark.slow  # 2.5 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(300)
 def test_compiled_autocast_update_equals_eager_autocast_update_aot_eager():
     torch.manual_seed(0)

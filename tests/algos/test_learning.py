@@ -154,6 +154,7 @@ def test_a2c_runs_are_reproducible_in_process(tmp_path):
     assert len(rows_a) > 8 and first.eval_return == second.eval_return
 
 
+@pytest.mark.slow  # 1.6 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn"])
 def test_gymnasium_backend_and_worker_processes(algo, tmp_path):
@@ -167,6 +168,7 @@ def test_gymnasium_backend_and_worker_processes(algo, tmp_path):
     assert any("eval/return" in r for r in result.history)
 
 
+@pytest.mark.slow  # 3.0 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 def test_time_limit_stops_training(tmp_path):
     result = a2c.train(a2c.A2CConfig(**{**_common(tmp_path), "time_limit": 3.0, "n_envs": 4}))

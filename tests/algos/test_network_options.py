@@ -284,6 +284,7 @@ def test_the_zoo_halfcheetah_preset_holds_the_zoos_settings_and_runs_only_when_n
         apply_preset("ppo", ppo.PPOConfig(env="Hopper-v4", preset="ppo-halfcheetah-zoo"))
 
 
+@pytest.mark.slow  # 1.8 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 def test_the_zoo_halfcheetah_preset_validates_and_runs_on_halfcheetah_v4(tmp_path):
     pytest.importorskip("mujoco", reason="the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")

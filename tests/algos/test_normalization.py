@@ -169,6 +169,7 @@ def test_compiled_update_reads_the_statistics_updated_between_calls():
 
 
 # ----------------------------------------------------------------------------------------------- training
+@pytest.mark.slow  # 1.9 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("module, cls, extra", [
     (a2c, a2c.A2CConfig, {"n_steps": 8}),

@@ -116,6 +116,7 @@ def test_no_parameters_is_refused():
         Adam([])
 
 
+@pytest.mark.slow  # 4.5 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 def test_a_training_run_never_imports_dynamo():
     """The reason this class exists: torch.optim's optimizers import torch._dynamo (about 1 s) at their first use."""

@@ -332,6 +332,7 @@ def test_the_lunarlander_presets_run_through_the_box2d_extra(tmp_path):
     assert result.preset == "dqn-lunarlander" and result.env_steps == 512
 
 
+@pytest.mark.slow  # 3.2 CPU s on the reference CPU: slow is 1.5 s or more
 def test_a_reader_that_leaves_early_ends_the_command_quietly():
     import subprocess
     import sys

@@ -203,6 +203,7 @@ def _check_same_samples(new: ReplayBuffer, ref: ReferenceBuffer, batch_size: int
         assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
 
 
+@pytest.mark.slow  # 1.6 CPU s on the reference CPU: slow is 1.5 s or more
 @settings(max_examples=150, deadline=None)
 @given(
     B=st.integers(1, 3), T=st.integers(1, 5), n=st.integers(1, 3), k=st.integers(1, 7),
@@ -241,6 +242,7 @@ def test_push_steps_of_sac_and_push_of_whole_transitions_sample_what_the_oracle_
         assert all(torch.equal(a[key], c[key]) and torch.equal(b[key], c[key]) for key in c)
 
 
+@pytest.mark.slow  # 3.9 CPU s on the reference CPU: slow is 1.5 s or more
 @settings(max_examples=300, deadline=None)
 @given(B=st.integers(1, 3), plan=st.lists(st.tuples(st.integers(0, 6), st.integers(1, 4), st.integers(0, 9),
                                                    st.booleans()), min_size=1, max_size=8),

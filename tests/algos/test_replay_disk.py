@@ -102,6 +102,7 @@ def _killed_owner(folder):
     assert _bin_files(folder)  # nothing removed them
 
 
+@pytest.mark.slow  # 2.6 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.parametrize("where", ["same-folder", "rerun-beside-it"])
 def test_the_files_of_a_killed_run_are_reclaimed_by_the_next_buffer(tmp_path, caplog, where):
     killed = tmp_path / "runs" / "dqn-0" / "replay"

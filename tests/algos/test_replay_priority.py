@@ -91,6 +91,7 @@ def test_a_bad_exponent_is_an_error():
         PrioritizedReplayBuffer(4, 1, "cpu", beta0=1.5)
 
 
+@pytest.mark.slow  # 5.0 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(300)
 def test_dqn_and_sac_train_with_prioritized_replay_on_disk(tmp_path):
     common = {"progress": False, "tensorboard": False, "time_limit": 120.0, "prioritized_replay": True,

@@ -219,6 +219,7 @@ def test_dqn_restores_its_target_network(tmp_path):
     assert_same_state(final["learner"]["target"], saved["learner"]["target"])
 
 
+@pytest.mark.slow  # 1.5 CPU s on the reference CPU: slow is 1.5 s or more
 def test_sac_restores_its_target_critics_and_temperature(tmp_path, monkeypatch):
     module, config, _, first_steps, total_steps = CASES["sac"]
     logdir = str(tmp_path)

@@ -41,6 +41,7 @@ def progress(tmp_path: Path, name: str, algo: str, *flags: str) -> list[list[str
     return without_wall_clock(logdir / "progress.csv")
 
 
+@pytest.mark.slow  # 2.1 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.parametrize("backend", ["torch", "gymnasium"])
 @pytest.mark.parametrize("algo", sorted(RUNS))
 def test_a_run_is_the_same_in_process_and_over_worker_processes(tmp_path, algo, backend):
@@ -52,6 +53,7 @@ def test_a_run_is_the_same_in_process_and_over_worker_processes(tmp_path, algo, 
         assert progress(tmp_path, f"workers-{n}", algo, *flags, "--n-processes", n) == alone, n
 
 
+@pytest.mark.slow  # 1.9 CPU s on the reference CPU: slow is 1.5 s or more
 def test_a_recurrent_run_is_the_same_in_process_and_over_two_workers(tmp_path):
     """The LSTM policy (``--recurrent``) on CartPoleNoVel: its draws and its memory do not depend on the split."""
     flags = [*COMMON, "--env", "CartPoleNoVel-v1", "--recurrent", "--n-steps", "16", "--n-minibatches", "2",
@@ -70,6 +72,7 @@ def test_a_gaussian_policys_run_is_the_same_in_process_and_over_two_workers(tmp_
     assert progress(tmp_path, "workers", "ppo", *flags, "--n-processes", "2") == alone
 
 
+@pytest.mark.slow  # 2.2 CPU s on the reference CPU: slow is 1.5 s or more
 def test_a_presets_run_is_the_same_in_process_and_with_two_workers(tmp_path):
     flags = ["--env", "CartPole-v1", "--preset", "a2c-cartpole", "--seed", "1", "--max-env-steps", "2048",
              "--no-progress", "--no-tensorboard", "--eval-every", "1", "--n-evaluation-envs", "2"]

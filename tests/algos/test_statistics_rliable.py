@@ -120,6 +120,7 @@ def test_the_performance_profile_and_its_band_are_rliables():
     assert np.abs(low - band[0]).mean() + np.abs(high - band[1]).mean() <= step, "the bounds differ at most taus"
 
 
+@pytest.mark.slow  # 2.6 CPU s on the reference CPU: slow is 1.5 s or more
 def test_the_curves_over_seeds_are_rliables_sample_efficiency_curves():
     """rliable's curves: the aggregate at each evaluation of a ``[runs, tasks, steps]`` array, each run's curve
     resampled whole."""

@@ -276,6 +276,7 @@ def test_a_storage_url_with_credentials_is_refused_without_them(tmp_path, monkey
     assert "://***@db.example/optuna" in line and "s3cret" not in captured.out + line and "tok123" not in line
 
 
+@pytest.mark.slow  # 2.4 CPU s on the reference CPU: slow is 1.5 s or more
 def test_a_second_call_with_other_train_flags_is_refused_naming_them(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     command = _sweep_command(tmp_path, "--trials", "1", "--", *TINY)[3:]

@@ -54,6 +54,7 @@ def _train_twice(tmp_path, track: str):
     return first, second
 
 
+@pytest.mark.slow  # 4.1 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.parametrize("store", ["file", "sqlite"])
 def test_mlflow_records_params_rows_summary_and_artifacts_and_a_resume_continues_the_run(tmp_path, monkeypatch,
                                                                                         store):
@@ -108,6 +109,7 @@ def _wandb_records(path):
     return records
 
 
+@pytest.mark.slow  # 5.6 CPU s on the reference CPU: slow is 1.5 s or more
 def test_wandb_offline_records_rows_at_their_env_steps_and_a_resume_continues_the_run(tmp_path, monkeypatch):
     pytest.importorskip("wandb", reason="needs the wandb extra")
     monkeypatch.setenv("WANDB_MODE", "offline")

@@ -273,6 +273,7 @@ _ORPHAN_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # 2.6 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(90)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
 def test_a_worker_dies_with_its_parent(tmp_path):

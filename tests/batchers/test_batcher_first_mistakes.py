@@ -93,6 +93,7 @@ def test_an_agent_returning_the_wrong_thing_is_named_at_the_first_call(agent, go
         RL_Batcher(3, agent, {}, CountingEnv, EPISODIC, n_processes, [0])
 
 
+@pytest.mark.slow  # 3.2 CPU s on the reference CPU: slow is 1.5 s or more
 def test_an_in_process_failure_shows_its_message_and_the_users_frame_once(tmp_path):
     script = tmp_path / "user.py"
     script.write_text(textwrap.dedent("""

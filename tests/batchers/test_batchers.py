@@ -182,6 +182,7 @@ def collect_gym(n_processes, seeds, agent=SamplingAgent, create_env=gym_cartpole
     return out
 
 
+@pytest.mark.slow  # 3.9 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.parametrize("create_env,cls", [(gym_cartpoles, GymEnv), (torch_cartpoles, TorchVecEnv)],
                          ids=["gymnasium-list", "torch"])
 @pytest.mark.parametrize("agent", [SamplingAgent, HistorySamplingAgent], ids=["recurrent", "history"])
@@ -539,6 +540,7 @@ def test_a_worker_exiting_before_it_reports_is_named_with_its_exit_code(monkeypa
         RL_Batcher(3, ConstantAgent, {}, exit_while_building, {}, 1, [0])
 
 
+@pytest.mark.slow  # 6.4 CPU s on the reference CPU: slow is 1.5 s or more
 def test_worker_placements_reach_the_child_environment():
     placements = [WorkerPlacement("cpu", env={"RLSTRUCT_TEST_TAG": "a"}),
                   WorkerPlacement("cpu", env={"RLSTRUCT_TEST_TAG": "b"}, num_threads=2)]

@@ -53,6 +53,7 @@ def checks(monkeypatch):
     return seen
 
 
+@pytest.mark.slow  # 2.1 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("algo", list(ALGOS))
 def test_learner_and_both_batchers_keep_their_tensors_in_place(algo, tmp_path, checks):

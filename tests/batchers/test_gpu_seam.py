@@ -127,6 +127,7 @@ def run_schedule(cuda_graph: bool) -> list:
         )
 
 
+@pytest.mark.slow  # 1.8 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(60)
 def test_replaying_the_captured_acquisition_gives_the_eager_trajectories():
     eager = run_schedule(cuda_graph=False)
@@ -145,6 +146,7 @@ def test_replaying_the_captured_acquisition_gives_the_eager_trajectories():
     assert fake.syncs == 2
 
 
+@pytest.mark.slow  # 1.7 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(60)
 def test_a_replay_that_does_not_load_the_statics_is_caught(monkeypatch):
     """The comparison above can fail: replays that skip loading the agent state into the statics diverge."""

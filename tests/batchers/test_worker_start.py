@@ -69,6 +69,7 @@ def test_a_forked_worker_starts_with_the_parents_environment_of_the_moment(monke
         assert batcher.worker_reports()[0]["environ"]["CUDA_VISIBLE_DEVICES"] == ""  # the placement's own
 
 
+@pytest.mark.slow  # 2.8 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 def test_a_placement_with_variables_of_its_own_spawns_its_worker():
     placement = WorkerPlacement("cpu", env={MARK: "1"})
@@ -113,6 +114,7 @@ def _signal_set(pid: int, field: str) -> set[int]:
     return {n for n in range(1, 65) if mask >> (n - 1) & 1}
 
 
+@pytest.mark.slow  # 2.6 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the signal masks from /proc")
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])

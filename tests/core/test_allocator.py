@@ -43,6 +43,7 @@ def probe(setup: str = "", **env: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # 2.2 CPU s on the reference CPU: slow is 1.5 s or more
 def test_a_multi_mib_block_comes_from_the_heap_once_tuned():
     out = probe()
     assert out["before"] >= 4 * 1024 * 1024, "a fresh process mmaps a 4 MiB block"
@@ -50,17 +51,20 @@ def test_a_multi_mib_block_comes_from_the_heap_once_tuned():
     assert out["after"] == 0, "after tune_allocator the block comes from the heap"
 
 
+@pytest.mark.slow  # 2.1 CPU s on the reference CPU: slow is 1.5 s or more
 def test_switched_off_by_its_environment_variable():
     out = probe(RLSTRUCT_TUNE_MALLOC="0")
     assert not out["tuned"] and out["after"] > 0
 
 
+@pytest.mark.slow  # 2.3 CPU s on the reference CPU: slow is 1.5 s or more
 def test_glibcs_own_variables_win():
     out = probe(MALLOC_MMAP_THRESHOLD_="1048576")
     assert not out["tuned"]
     assert out["before"] > 0 and out["after"] > 0, "glibc's own threshold (1 MiB) still mmaps 4 MiB"
 
 
+@pytest.mark.slow  # 2.6 CPU s on the reference CPU: slow is 1.5 s or more
 def test_an_in_process_batcher_tunes_its_process():
     setup = ("from rlstruct import RL_Batcher\nfrom tests.fakes import ConstantAgent, CountingEnv\n"
              "RL_Batcher(2, ConstantAgent, {}, CountingEnv, {'n_envs': 2}, 0, [0]).close()\n"

@@ -24,9 +24,8 @@ from rlstruct.errors import EnvStateError, MissingDependencyError, SpaceError
 from tests.fakes import UniformBoxAgent
 from tests.fakes_gym import assert_same
 
-pytest.importorskip("brax", reason="the brax extra is not installed: pip install 'rlstruct[brax]'")
-jax = pytest.importorskip("jax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
-jnp = jax.numpy
+jax: Any = None  # the module's tests import JAX when they run (the fixture below), not when pytest collects them
+jnp: Any = None
 
 pytestmark = [
     pytest.mark.slow,  # the fixtures compile Brax's step through XLA: 7-11 CPU s for the first test that uses one
@@ -34,6 +33,16 @@ pytestmark = [
     # Brax warns at every env built from a name that its own pipelines are no longer maintained.
     pytest.mark.filterwarnings("ignore:Brax System:UserWarning"),
 ]
+
+@pytest.fixture(scope="module", autouse=True)
+def _brax_and_jax():
+    """Brax and JAX, imported when the first test of the module runs rather than at collection: `make quick`, which
+    leaves these slow tests out, then does not pay their imports (about 2 s in each pytest worker)."""
+    global jax, jnp
+    pytest.importorskip("brax", reason="the brax extra is not installed: pip install 'rlstruct[brax]'")
+    jax = pytest.importorskip("jax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
+    jnp = jax.numpy
+
 
 N = 4  # pendulums per fixture: the tests share these compiled sizes
 LIMIT = 20  # the fixtures' time limit: the oracle and auto-reset tests run to it

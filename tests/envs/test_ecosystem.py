@@ -144,6 +144,7 @@ def test_ale_autoreset_returns_the_terminal_and_the_fresh_frames_in_the_same_ste
     env.close()
 
 
+@pytest.mark.slow  # 3.3 CPU s on the reference CPU: slow is 1.5 s or more
 def test_ale_same_seed_same_frames_and_seeds_reach_ale_py():
     a, b, c = ale_env(seed=3, autoreset=True), ale_env(seed=3, autoreset=True), ale_env(seed=4, autoreset=True)
     seen = []
@@ -188,6 +189,7 @@ def test_ale_names_and_missing_package(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------- gymnax
+@pytest.mark.slow  # 1.9 CPU s on the reference CPU: slow is 1.5 s or more
 def test_gymnax_cartpole_agrees_with_the_torch_cartpole_from_the_same_state():
     pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     from rlstruct.envs import CartPole
@@ -224,6 +226,7 @@ def test_gymnax_cartpole_agrees_with_the_torch_cartpole_from_the_same_state():
     assert compared >= 40
 
 
+@pytest.mark.slow  # 3.2 CPU s on the reference CPU: slow is 1.5 s or more
 def test_gymnax_truncation_is_reported_apart_from_termination():
     pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     env = make_env("CartPole-v1", 2, backend="gymnax", seed=0, autoreset=True, max_episode_steps=5)
@@ -241,6 +244,7 @@ def test_gymnax_truncation_is_reported_apart_from_termination():
     assert nxt["terminated"].any() and not nxt["truncated"].any()
 
 
+@pytest.mark.slow  # 5.8 CPU s on the reference CPU: slow is 1.5 s or more
 def test_gymnax_minatar_frames_and_bool_observations_as_uint8():
     pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     import jax.numpy as jnp

@@ -43,6 +43,12 @@ class Case:
     autoreset: bool
     env_id: str
     has_state: bool = False
+    #: a native backend whose env builds slowly (ale-py, JAX's jit): 1.5-2.5 CPU s a test, so `make quick` leaves
+    #: its cases out; `make test` runs them
+    slow: bool = False
+
+    def param(self):
+        return pytest.param(self, id=self.id, marks=[pytest.mark.slow] if self.slow else [])
 
 
 def _on(env: VecEnv, device: str) -> VecEnv:
@@ -103,7 +109,8 @@ def _backend(backend: str, package: str, name: str, autoreset: bool, has_state: 
         return make_env(name, n, device=device, seed=seed, autoreset=autoreset, backend=backend,
                         max_episode_steps=MAX_STEPS[name], **kwargs)
 
-    return Case(f"{backend}-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name, has_state)
+    return Case(f"{backend}-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name, has_state,
+                slow=backend in ("ale", "gymnax"))
 
 
 def _device_wrapped(inner: Case) -> Case:
@@ -111,7 +118,7 @@ def _device_wrapped(inner: Case) -> Case:
         env = inner.build(n, seed, "cpu")
         return DeviceEnv(env, env.device, device)
 
-    return Case(f"deviceenv-{inner.id}", build, inner.autoreset, inner.env_id, inner.has_state)
+    return Case(f"deviceenv-{inner.id}", build, inner.autoreset, inner.env_id, inner.has_state, inner.slow)
 
 
 def _cases() -> list[Case]:
@@ -151,11 +158,10 @@ CASES = _cases()
 
 
 def _cases_where(keep: Callable[[Case], bool]):
-    chosen = [c for c in CASES if keep(c)]
-    return pytest.mark.parametrize("case", chosen, ids=[c.id for c in chosen])
+    return pytest.mark.parametrize("case", [c.param() for c in CASES if keep(c)])
 
 
-@pytest.fixture(params=CASES, ids=[c.id for c in CASES])
+@pytest.fixture(params=[c.param() for c in CASES])
 def case(request) -> Case:
     return request.param
 

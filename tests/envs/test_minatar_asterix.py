@@ -10,6 +10,7 @@ pytest.importorskip("minatar", reason="the oracle is the minatar package (pip in
 from tests.envs.minatar_oracle import assert_close_means, check_against_reference, reference_returns, torch_returns
 
 
+@pytest.mark.slow  # 3.1 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.parametrize("ramping", [True, False])
 def test_asterix_steps_as_the_reference(ramping):
     counts = check_against_reference("Asterix", n_envs=24, n_steps=1500, ramping=ramping)

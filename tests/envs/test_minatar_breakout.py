@@ -10,6 +10,7 @@ pytest.importorskip("minatar", reason="the oracle is the minatar package (pip in
 from tests.envs.minatar_oracle import assert_close_means, check_against_reference, reference_returns, torch_returns
 
 
+@pytest.mark.slow  # 3.7 CPU s on the reference CPU: slow is 1.5 s or more
 def test_breakout_steps_as_the_reference():
     counts = check_against_reference("Breakout", n_envs=32, n_steps=2000)
     assert counts["episodes"] > 500 and counts["reward"] > 100

@@ -60,6 +60,7 @@ def test_spaces_are_the_gymnasium_backends(name):
     assert gym_env.action_space == env.action_space
 
 
+@pytest.mark.slow  # 5.4 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.parametrize("name", NAMES)
 def test_env_k_plays_the_same_episodes_whatever_n_envs(name):
     small, big = MinAtarEnv(name, 3, seed=5, autoreset=True), MinAtarEnv(name, 8, seed=5, autoreset=True)

@@ -10,6 +10,7 @@ pytest.importorskip("minatar", reason="the oracle is the minatar package (pip in
 from tests.envs.minatar_oracle import assert_close_means, check_against_reference, reference_returns, torch_returns
 
 
+@pytest.mark.slow  # 3.4 CPU s on the reference CPU: slow is 1.5 s or more
 def test_freeway_steps_as_the_reference():
     counts = check_against_reference("Freeway", n_envs=16, n_steps=2600)
     assert counts["episodes"] == 16 and counts["reward"] > 0

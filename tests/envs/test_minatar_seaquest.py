@@ -46,6 +46,7 @@ SCENARIOS = {
 }
 
 
+@pytest.mark.slow  # 2.8 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_rollouts_match_the_reference(scenario):
     ramps = []

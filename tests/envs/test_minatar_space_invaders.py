@@ -37,6 +37,7 @@ SCENARIOS = {
 }
 
 
+@pytest.mark.slow  # 2.9 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_rollouts_match_the_reference(scenario):
     ramps = []
@@ -52,6 +53,7 @@ def test_rollouts_match_on_every_device(device):
     compare_rollouts(GAME, space_invaders.Env, n_envs=8, n_steps=200, actions=MINIMAL_ACTIONS, seed=2, device=device)
 
 
+@pytest.mark.slow  # 2.3 CPU s on the reference CPU: slow is 1.5 s or more
 def test_random_policy_return_and_length():
     returns, lengths = random_policy_episodes(GAME, n_envs=300, actions=MINIMAL_ACTIONS)
     ref_returns, ref_lengths = reference_episodes(space_invaders.Env, n_episodes=300, actions=MINIMAL_ACTIONS)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch._dynamo.utils import counters
 
 from rlstruct import DictTensor
 from rlstruct.envs import _jit, make_env
@@ -15,6 +14,14 @@ from tests.conftest import device_params
 from tests.envs.minatar_steps import LIMITS, assert_same_bits, biased_actions
 
 NAMES = list(GAMES)
+
+
+def unique_graphs() -> int:
+    """The graphs dynamo has made in this process (imported here, not at collection: importing dynamo takes about
+    2 s, which `make quick`, leaving these tests out, would otherwise pay in each worker)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +45,7 @@ def test_the_compiled_step_is_the_eager_step(name, device, monkeypatch):
     compiled, eager = MinAtarEnv(name, compile=True, **settings), MinAtarEnv(name, **settings)
     assert (compiled.kernel, eager.kernel) == ("compiled", "torch")
     assert_same_bits(compiled.reset()[0], eager.reset()[0])
-    graphs = counters["stats"]["unique_graphs"]
+    graphs = unique_graphs()
     seen = torch.zeros(3, dtype=torch.bool)
     for t, a in enumerate(biased_actions(compiled.n_actions, 8, 200)):
         a = a.to(device)
@@ -55,7 +62,7 @@ def test_the_compiled_step_is_the_eager_step(name, device, monkeypatch):
     # 2500 steps only, scores: the step's draws are used).
     assert seen[2] and (seen[1] or seen[0]), seen
     # One graph: the state the step returns is the state it was compiled for (no recompilation at the 2nd step).
-    assert counters["stats"]["unique_graphs"] == graphs + 1
+    assert unique_graphs() == graphs + 1
 
 
 def test_compile_applies_to_the_auto_reset_step(monkeypatch):

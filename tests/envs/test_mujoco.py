@@ -221,12 +221,14 @@ def test_mjx_episodic_stops_finished_envs_and_truncates(cheetah_mjx_episodic):
     assert ids.tolist() == [0, 1, 2, 3] and obs["initial_state"].all()
 
 
+@pytest.mark.slow  # 2.2 CPU s on the reference CPU: slow is 1.5 s or more
 def test_mujoco_torch_autoreset_contract_and_truncation():
     env = torch_env("HalfCheetah-v5", True, limit=2)
     contract_autoreset(env, 2, 3)
     assert env.graph_state() is None
 
 
+@pytest.mark.slow  # 4.5 CPU s on the reference CPU: slow is 1.5 s or more
 def test_mujoco_torch_episodic_stops_finished_envs():
     env = torch_env("Hopper-v5", False, n=3, limit=2)
     obs, ids = env.reset()
@@ -260,6 +262,7 @@ def test_mjx_seeds_reproduce_and_differ(cheetah_mjx):
     assert not torch.equal(a.reset()[0]["frame"], oa)  # a second reset starts new episodes
 
 
+@pytest.mark.slow  # 1.6 CPU s on the reference CPU: slow is 1.5 s or more
 def test_mujoco_torch_seeds_reproduce_and_differ():
     a, b, c = torch_env("Hopper-v5", True), torch_env("Hopper-v5", True), torch_env("Hopper-v5", True, seed=1)
     oa, ob, oc = a.reset()[0]["frame"], b.reset()[0]["frame"], c.reset()[0]["frame"]
@@ -286,6 +289,7 @@ def test_mjx_get_set_state_round_trip(cheetah_mjx):
         assert_same(u, v) and torch.equal(i, j)
 
 
+@pytest.mark.slow  # 2.2 CPU s on the reference CPU: slow is 1.5 s or more
 def test_mujoco_torch_get_set_state_round_trip():
     env = torch_env("HalfCheetah-v5", True, limit=2)
     env.reset()

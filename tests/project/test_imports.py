@@ -154,6 +154,7 @@ def _loaded(module: str) -> set[str]:
     return set(json.loads(out.splitlines()[-1]))
 
 
+@pytest.mark.slow  # 3.1 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("algo", ["a2c", "ppo", "reinforce", "dqn", "sac", "td3"])
 def test_importing_an_algorithm_loads_its_own_modules_and_no_backend_adapter(algo):

@@ -145,6 +145,7 @@ def test_setuptools_is_told_every_package_of_the_source_tree():
 # ------------------------------------------------------------------------ `rlstruct --version`
 
 
+@pytest.mark.slow  # 3.0 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 def test_version_flag_prints_the_package_version():
     out = subprocess.run([sys.executable, "-m", "rlstruct.algos", "--version"],
