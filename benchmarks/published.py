@@ -486,16 +486,27 @@ def _not_finished(root: Path | None, task: str, algo: str, command: str) -> str:
     return f"{state}`{command}`"
 
 
-def row_cells(root: Path | None, task: str, algo: str, *, records: Path | None = None) -> list[str]:
+#: what the seeds cell of a row kept from the page says (:func:`row_cells`)
+NO_RECORDS = "(no records kept)"
+
+
+def row_cells(root: Path | None, task: str, algo: str, *, records: Path | None = None,
+              kept: dict[tuple[str, str], list[str]] | None = None) -> list[str]:
     """One table row: task, algorithm, budget, seeds finished, IQM [95% CI], the re-evaluation, training return,
     wall time, references; from the run folders under ``root``, or (``records``, a folder) from the records that
-    ``--pack-rows`` wrote."""
+    ``--pack-rows`` wrote. A row with neither, whose line on the page (``kept``, by env and algorithm) has finished
+    seeds, keeps that line, its seeds cell saying that no records of it are kept: its numbers were measured before
+    the records were, and a table written where its run folders are not must not lose them."""
     t = TASKS[task]
     label, max_env_steps, command = row_spec(task, algo)
     budget = f"{max_env_steps / 1e6:g}M"
     refs = "; ".join(f"{fig} ({src})" for fig, src in t.references_of(algo))
     runs = _record_runs(records / f"{algo}-{task}.json") if records is not None else _folder_runs(root, task, algo)
     if runs is None:
+        line = (kept or {}).get((t.env, label))
+        if line is not None and line[3].split(" ")[0] not in ("", "0"):
+            seeds = line[3] if NO_RECORDS in line[3] else f"{line[3]} {NO_RECORDS}"
+            return [*line[:3], seeds, *line[4:8], refs]
         return [t.env, label, budget, "0", _not_finished(None if records is not None else root, task, algo, command),
                 "-", "-", "-", refs]
     stats = runs.stats
@@ -512,18 +523,29 @@ def row_cells(root: Path | None, task: str, algo: str, *, records: Path | None =
             _training_cell(trained, len(runs.summaries)), _minutes(walls), refs]
 
 
-def table(root: Path | None, *, records: Path | None = None) -> str:
+TABLE_BEGIN, TABLE_END = "<!-- published table: begin -->", "<!-- published table: end -->"
+
+
+def table_lines(text: str) -> dict[tuple[str, str], list[str]]:
+    """The rows of the table between a page's markers, by env and algorithm (the first two cells)."""
+    _, _, rest = text.partition(TABLE_BEGIN)
+    body, _, _ = rest.partition(TABLE_END)
+    cells = [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in body.splitlines()
+             if line.startswith("| ")]
+    return {(c[0], c[1]): c for c in cells if len(c) == 9 and c[0] != "env"}  # not the header
+
+
+def table(root: Path | None, *, records: Path | None = None,
+          kept: dict[tuple[str, str], list[str]] | None = None) -> str:
     """The markdown table of every row (:data:`ROWS`), from the run folders under ``root`` or the records in
-    ``records``."""
+    ``records``; a row with neither keeps its line of ``kept`` (:func:`row_cells`)."""
     head = ["env", "algorithm (preset)", "budget", "seeds", "evaluation: IQM [95% CI]",
             f"final weights, {_ZOO_EPISODES} fresh episodes: IQM [95% CI]",
             "training return (last 100 episodes, mean over seeds)", "wall time a run", "published"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":--"] * 3 + ["--:"] * 5 + [":--"]) + "|"]
-    lines += ["| " + " | ".join(row_cells(root, task, algo, records=records)) + " |" for task, algo in ROWS]
+    lines += ["| " + " | ".join(row_cells(root, task, algo, records=records, kept=kept)) + " |"
+              for task, algo in ROWS]
     return "\n".join(lines)
-
-
-TABLE_BEGIN, TABLE_END = "<!-- published table: begin -->", "<!-- published table: end -->"
 
 
 def write_table(root: Path | None, page: Path, *, records: Path | None = None) -> str:
@@ -538,8 +560,13 @@ def write_table(root: Path | None, page: Path, *, records: Path | None = None) -
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         where = (f"Taken on {platform.machine()}, {os.cpu_count()} CPUs, one torch thread a run; load average when the "
                  f"table was written {load}.")
-    body = f"{TABLE_BEGIN}\n{table(root, records=records)}\n\n{where}\n{TABLE_END}"
     text = page.read_text() if page.is_file() else f"{TABLE_BEGIN}\n{TABLE_END}\n"
+    rows = table(root, records=records, kept=table_lines(text))
+    if NO_RECORDS in rows:
+        where += (f" A row whose seeds say {NO_RECORDS} is the page's line as it was: measured before the records of "
+                  "its runs were kept in the repository, where its run folders are not; it is run again to be "
+                  "recorded (its command is in the section on the runs).")
+    body = f"{TABLE_BEGIN}\n{rows}\n\n{where}\n{TABLE_END}"
     before, _, rest = text.partition(TABLE_BEGIN)
     _, _, after = rest.partition(TABLE_END)
     page.write_text(before + body + after)

@@ -240,6 +240,31 @@ def test_the_table_is_regenerated_from_the_rows_records_as_from_their_run_folder
     assert "Regenerated from the runs' records" in page.read_text()
 
 
+def test_a_measured_row_without_records_or_run_folders_keeps_its_line_and_says_so(tmp_path):
+    """A table written where a row has neither run folders nor records (its runs were measured before records were
+    kept, on a machine whose folders are gone) keeps the row's line as the page had it, its seeds cell saying no
+    records are kept, with the current references; a row never run still says how to run it."""
+    page = tmp_path / "published.md"
+    label = published.row_spec("breakout", "ppo")[0]
+    old = ["MinAtar/Breakout-v1", label, "5M", "3", "12.2 [6.9, 19.2]", "-", "11.3", "6-20 min", "an old reference"]
+    page.write_text("intro\n<!-- published table: begin -->\n| " + " | ".join(old) + " |\n"
+                    "<!-- published table: end -->\noutro\n")
+    (tmp_path / "runs").mkdir()
+    published.write_table(tmp_path / "runs", page)
+    text = page.read_text()
+    [breakout] = [r for r in text.splitlines() if r.startswith("| MinAtar/Breakout-v1 | ppo")]
+    cells = [c.strip() for c in breakout.strip("|").split(" | ")]
+    assert cells[:8] == [*old[:3], "3 (no records kept)", *old[4:8]]
+    assert cells[8] == "; ".join(f"{fig} ({src})" for fig, src in published.TASKS["breakout"].references_of("ppo"))
+    [asterix_dqn] = [r for r in text.splitlines() if r.startswith("| MinAtar/Asterix-v1 | dqn")]
+    assert "| 0 | not run yet: `python benchmarks/published.py" in asterix_dqn
+    assert "measured before the records of its runs were kept" in text
+    assert text.startswith("intro\n") and text.endswith("outro\n")
+    published.write_table(tmp_path / "runs", page)  # written again: the same line, said once
+    again = page.read_text()
+    assert breakout in again.splitlines() and "(no records kept) (no records kept)" not in again
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.slow
 def test_the_learning_check_passes_the_recorded_code_and_fails_a_row_that_learns_slower(tmp_path, capsys,
