@@ -46,12 +46,12 @@ Scores = Union[Sequence[float], Mapping[str, Sequence[float]]]
 
 def _scipy_stats() -> Any:
     """``scipy.stats``, or a :class:`MissingDependencyError` with the extra that installs it (``rlstruct compare``
-    prints its one line)."""
+    and ``rlstruct report`` print its one line)."""
     try:
         import scipy.stats
     except ImportError as e:
-        raise MissingDependencyError("rlstruct compare and rlstruct.algos.statistics need scipy, which is not "
-                                     "installed here; pip install 'rlstruct[stats]'") from e
+        raise MissingDependencyError("rlstruct compare, rlstruct report and rlstruct.algos.statistics need scipy, "
+                                     "which is not installed here; pip install 'rlstruct[stats]'") from e
     return scipy.stats
 
 

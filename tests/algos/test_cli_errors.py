@@ -122,19 +122,21 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.slow  # 3.4 CPU s on the reference CPU: slow is 1.5 s or more
-def test_compare_without_the_stats_extra_says_how_to_install_it_in_one_line(tmp_path):
+@pytest.mark.parametrize("command", [["compare"], ["report", "--output", "report.html"]])
+def test_compare_without_the_stats_extra_says_how_to_install_it_in_one_line(tmp_path, command):
     """In a fresh process, so that an import of scipy at any module's import is caught too; beside the statistics'
-    tests, which skip without scipy."""
+    tests, which skip without scipy. The report, which draws the same statistics, says the same line."""
     for seed, score in enumerate((500.0, 480.0)):
         run = tmp_path / "group" / f"seed-{seed}"
         run.mkdir(parents=True)
         (run / "summary.json").write_text(json.dumps({"eval_return": score, "env_steps": 100}))
         (run / "config.json").write_text(json.dumps({"algo": "ppo", "env": "CartPole-v1", "seed": seed}))
-    done = subprocess.run([sys.executable, "-c", WITHOUT_SCIPY, "compare", str(tmp_path / "group")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", WITHOUT_SCIPY, command[0], str(tmp_path / "group"), *command[1:]],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.splitlines() == [
-        "rlstruct compare: error: rlstruct compare and rlstruct.algos.statistics need scipy, which is not installed "
-        "here; pip install 'rlstruct[stats]'"], done.stderr
+        f"rlstruct {command[0]}: error: rlstruct compare, rlstruct report and rlstruct.algos.statistics need scipy, "
+        "which is not installed here; pip install 'rlstruct[stats]'"], done.stderr
+    assert not (tmp_path / "report.html").exists()
 
 
 def test_a_logdir_under_a_file_is_refused_before_anything_starts(tmp_path, capsys, no_new_processes):
