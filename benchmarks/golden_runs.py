@@ -10,7 +10,7 @@ kernels may round a sum differently (AVX-512 against AVX2 blocks a matrix produc
 amplifies the last bit into different numbers from then on. Store the "before" set and compare the "after" runs on
 one machine; a set from another machine tells nothing about a change of the code.
 
-The list covers the six algorithms; feed-forward, recurrent, normalised and overlapped actor-critics; pixels
+The list covers the seven algorithms (TD3 too); feed-forward, recurrent, normalised and overlapped actor-critics; pixels
 (MinAtar Breakout through DQN and A2C); worker processes (``--n-processes 2``); and a resumed run (trained with
 ``--checkpoint-every``, then continued with ``--resume`` to a larger budget).
 
@@ -71,6 +71,8 @@ RUNS: dict[str, tuple[str, list[str]]] = {
     "pqn-ff": ("pqn", ["--n-envs", "8", "--n-steps", "16", "--n-minibatches", "4", "--max-env-steps", "3000",
                        "--eval-every", "4"]),
     "sac-ff": ("sac", ["--n-envs", "4", "--max-env-steps", "1500", "--learning-starts", "400",
+                       "--gradient-steps-per-env-step", "0.25", "--batch-size", "64", "--eval-every", "15"]),
+    "td3-ff": ("td3", ["--n-envs", "4", "--max-env-steps", "1500", "--learning-starts", "400",
                        "--gradient-steps-per-env-step", "0.25", "--batch-size", "64", "--eval-every", "15"]),
     "resume-first": ("ppo", ["--n-envs", "8", "--n-steps", "32", "--max-env-steps", "1536", "--eval-every", "4",
                              "--checkpoint-every", "3"]),
