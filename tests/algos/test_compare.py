@@ -394,6 +394,33 @@ def test_the_shipped_reference_runs_load_by_name_and_bad_records_are_one_line(tm
     assert "GROUP must be given at least once (or --reference)" in capsys.readouterr().err
 
 
+def test_a_users_runs_overlay_a_published_row_shipped_with_the_package(tmp_path, capsys):
+    """The records of a row of docs/benchmarks/published.md ship with the package (PPO on MinAtar Breakout at the
+    MinAtar paper's 5M env steps, ``--preset ppo-minatar-5m``): a user's runs on that env compare against it by name,
+    the final scores' statistics and the curves over seeds on one figure."""
+    pytest.importorskip("matplotlib", reason="the curves need matplotlib: pip install 'rlstruct[plot]'")
+    from rlstruct.algos._train.records import load_reference
+
+    published = load_reference("ppo-breakout")
+    assert len(published.runs) == 5 and not published.left_out and set(published.scores) == {"MinAtar/Breakout-v1"}
+    assert all(i.env_steps[-1] >= 5_000_000 and len(i.env_steps) >= 20 for i in published.infos)
+    # three runs of the user's, evaluated every million env steps
+    steps = [1_000_000 * k for k in range(6)]
+    _runs(tmp_path / "mine", [14.0, 15.0, 18.0], env="MinAtar/Breakout-v1",
+          curves=[[(s, 3.0 * k + i) for k, s in enumerate(steps)] for i in range(3)])
+    png = tmp_path / "curves.png"
+    assert cli.main(["compare", str(tmp_path / "mine"), "--reference", "ppo-breakout", "--curves", str(png),
+                     "--json", "--resamples", "200"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(out["curves"]) == {"mine", "ref:ppo-breakout"} and png.stat().st_size > 0
+    ref = out["groups"]["ref:ppo-breakout"]
+    assert ref["reference"] == "ppo-breakout" and ref["iqm"]["value"] == pytest.approx(
+        iqm(np.asarray(published.scores["MinAtar/Breakout-v1"])))
+    assert out["curves"]["ref:ppo-breakout"]["env_steps"][-1] >= 5_000_000
+    pairs = {(p["x"], p["y"]) for p in out["improvement"]}
+    assert pairs == {("mine", "ref:ppo-breakout"), ("ref:ppo-breakout", "mine")}
+
+
 def test_published_py_packs_a_group_into_records(tmp_path, capsys):
     import sys
     from pathlib import Path
@@ -418,5 +445,6 @@ def test_compare_without_scipy_says_which_extra_installs_it_in_one_line(tmp_path
         monkeypatch.setitem(sys.modules, module, None)
     assert cli.main(["compare", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err
-    assert err.strip().splitlines() == ["rlstruct compare: error: rlstruct compare and rlstruct.algos.statistics need "
-                                        "scipy, which is not installed here; pip install 'rlstruct[stats]'"]
+    assert err.strip().splitlines() == ["rlstruct compare: error: rlstruct compare, rlstruct report and "
+                                        "rlstruct.algos.statistics need scipy, which is not installed here; "
+                                        "pip install 'rlstruct[stats]'"]

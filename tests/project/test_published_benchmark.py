@@ -240,6 +240,13 @@ def test_the_table_is_regenerated_from_the_rows_records_as_from_their_run_folder
     assert "Regenerated from the runs' records" in page.read_text()
 
 
+def test_rows_whose_runs_take_under_20_minutes_run_five_seeds_the_others_three():
+    for task in ("asterix", "breakout", "freeway", "seaquest", "spaceinvaders"):
+        assert published.shown_command(task, "ppo").endswith(f"--tasks {task} --algos ppo --seeds 0,1,2,3,4")
+        assert published.shown_command(task, "dqn").endswith("--seeds 0,1,2")
+    assert published.shown_command("hopper", "sac").endswith("--seeds 0,1,2")
+
+
 def test_a_measured_row_without_records_or_run_folders_keeps_its_line_and_says_so(tmp_path):
     """A table written where a row has neither run folders nor records (its runs were measured before records were
     kept, on a machine whose folders are gone) keeps the row's line as the page had it, its seeds cell saying no
