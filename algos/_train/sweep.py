@@ -18,6 +18,7 @@ import math
 import multiprocessing
 import os
 import shlex
+import signal
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -140,6 +141,13 @@ class SweepPlan:
             result = run(dataclasses.replace(setup, on_evaluation=(report,)))
         except (ValueError, RLStructError) as e:  # what only building the run finds in the settings
             trial.set_user_attr("refused", str(e).splitlines()[0])
+            raise
+        except SystemExit as e:
+            # A SIGTERM while the run's workers started stops it at once, as SystemExit(143): the trial fails as an
+            # interrupted run's does (Optuna fails a trial for a KeyboardInterrupt; a SystemExit would leave it
+            # RUNNING, as a killed sweep's worker did when its parent died during a trial's start).
+            if e.code == 128 + signal.SIGTERM:
+                raise KeyboardInterrupt from None
             raise
         if result.interrupted:
             raise KeyboardInterrupt

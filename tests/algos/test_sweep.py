@@ -143,6 +143,23 @@ def test_a_diverged_trial_or_one_a_worker_failure_stopped_fails_instead_of_scori
     assert f"trial 0: fail ({reason.replace('_', ' ')})" in capsys.readouterr().out
 
 
+def test_a_sigterm_while_a_trials_run_starts_fails_the_trial_as_an_interruption(tmp_path, monkeypatch):
+    """A SIGTERM during a run's start ends it at once with SystemExit(143) (what a killed sweep's worker meets when
+    its parent dies as a trial starts): the trial fails, as an interrupted run's does, instead of staying RUNNING."""
+    from rlstruct.algos._train import sweep
+
+    def stopped_at_start(setup):
+        raise SystemExit(143)
+
+    monkeypatch.setattr(sweep, "run", stopped_at_start)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep("a2c", "CartPole-v1", trials=1, storage=f"sqlite:///{tmp_path}/s.db", space=LR_ONLY, flags=TINY,
+                  logdir=str(tmp_path / "trials"), pruner="none")
+    storage = f"sqlite:///{tmp_path}/s.db"
+    [name] = optuna.study.get_all_study_names(storage)
+    assert [t.state.name for t in optuna.load_study(study_name=name, storage=storage).trials] == ["FAIL"]
+
+
 @pytest.mark.parametrize("url, found", [
     ("runs/sweeps.db", "storage must be an SQLAlchemy URL, got 'runs/sweeps.db'"),
     ("sqlit:///runs/sweeps.db", "names the database 'sqlit', which SQLAlchemy does not know"),
