@@ -195,7 +195,7 @@ def train_command(root: Path, task: str, algo: str, seed: int, *, max_env_steps:
 
 #: the rows whose run takes under 20 minutes on a 2-core machine alone run five seeds, the others three: PPO on MinAtar
 #: (Breakout's five seeds took 10-17 minutes each, one torch thread, when two ran at once)
-FIVE_SEEDS = {(task, "ppo") for task in ("asterix", "breakout", "freeway", "seaquest", "spaceinvaders")}
+FIVE_SEEDS = {(t.name, "ppo") for t in TASKS.values() if t.algos.get("ppo") == "ppo-minatar-5m"}
 
 
 def row_seeds(task: str, algo: str) -> str:

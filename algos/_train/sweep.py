@@ -143,9 +143,9 @@ class SweepPlan:
             trial.set_user_attr("refused", str(e).splitlines()[0])
             raise
         except SystemExit as e:
-            # A SIGTERM while the run's workers started stops it at once, as SystemExit(143): the trial fails as an
-            # interrupted run's does (Optuna fails a trial for a KeyboardInterrupt; a SystemExit would leave it
-            # RUNNING, as a killed sweep's worker did when its parent died during a trial's start).
+            # A SIGTERM that stops the run at once (one while its workers start, or a second one) is SystemExit(143):
+            # the trial fails as an interrupted run's does (Optuna fails a trial for a KeyboardInterrupt; a SystemExit
+            # would leave it RUNNING, as a killed sweep's worker did when its parent died during a trial's start).
             if e.code == 128 + signal.SIGTERM:
                 raise KeyboardInterrupt from None
             raise

@@ -34,6 +34,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Brax System:UserWarning"),
 ]
 
+
 @pytest.fixture(scope="module", autouse=True)
 def _brax_and_jax():
     """Brax and JAX, imported when the first test of the module runs rather than at collection: `make quick`, which
