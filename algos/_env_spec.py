@@ -23,7 +23,7 @@ from rlstruct.envs.factory import resolve_backend
 from rlstruct.errors import SpaceError
 
 __all__ = ["EnvSpec", "describe_env", "create_env", "evaluation_env_kwargs", "saved_evaluation_env_kwargs",
-           "TRAINING_ONLY_ENV_KWARGS"]
+           "TRAINING_ONLY_ENV_KWARGS", "TRAINING_ONLY_IF_GIVEN"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,12 +246,16 @@ def create_env(
 #: episode at each lost life)
 TRAINING_ONLY_ENV_KWARGS: dict[str, dict[str, Any]] = {
     "ale": {"reward_clipping": False, "episodic_life": False, "life_loss_info": False}}
+#: on any backend, the training-only env arguments that an evaluation env takes back to these values where the run
+#: gives them: a random start (MinAtarEnv's ``random_start_steps``) would cut the evaluated episodes short
+TRAINING_ONLY_IF_GIVEN: dict[str, Any] = {"random_start_steps": 0}
 
 
 def evaluation_env_kwargs(name: str, backend: str, env_kwargs: Mapping[str, Any] | None,
                           evaluation_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
     """The constructor arguments of a run's evaluation envs: ``env_kwargs`` with the backend's training-only ones
-    (:data:`TRAINING_ONLY_ENV_KWARGS`) at their evaluation values, then ``evaluation_kwargs`` over them.
+    (:data:`TRAINING_ONLY_ENV_KWARGS`, and those of :data:`TRAINING_ONLY_IF_GIVEN` that ``env_kwargs`` gives) at
+    their evaluation values, then ``evaluation_kwargs`` over them.
 
     >>> evaluation_env_kwargs("ALE/Breakout-v5", "auto", {"episodic_life": True, "noop_max": 10}, None)
     {'episodic_life': False, 'noop_max': 10, 'reward_clipping': False, 'life_loss_info': False}
@@ -259,9 +263,13 @@ def evaluation_env_kwargs(name: str, backend: str, env_kwargs: Mapping[str, Any]
     {'reward_clipping': True, 'episodic_life': False, 'life_loss_info': False}
     >>> evaluation_env_kwargs("CartPole-v1", "gymnasium", {"sutton_barto_reward": True}, None)
     {'sutton_barto_reward': True}
+    >>> evaluation_env_kwargs("MinAtar/Freeway-v1", "auto", {"random_start_steps": 2500}, None)
+    {'random_start_steps': 0}
     """
+    env_kwargs = env_kwargs or {}
     only = TRAINING_ONLY_ENV_KWARGS.get(resolve_backend(name, backend), {})
-    return {**(env_kwargs or {}), **only, **(evaluation_kwargs or {})}
+    given = {k: v for k, v in TRAINING_ONLY_IF_GIVEN.items() if k in env_kwargs}
+    return {**env_kwargs, **only, **given, **(evaluation_kwargs or {})}
 
 
 def saved_evaluation_env_kwargs(config: Mapping[str, Any], backend: str | None = None) -> dict[str, Any] | None:

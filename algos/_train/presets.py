@@ -209,6 +209,12 @@ _PUBLISHED = {"stop_at_reward_threshold": False, "time_limit": 86_400.0}
 # Freeway games are 80k steps of the policy.
 _MINATAR_5M = {**_PUBLISHED, "max_env_steps": 5_000_000, "env_kwargs": {"sticky_action_prob": 0.1},
                "max_episode_steps": 10_000, "n_evaluation_envs": 32}
+# PQN's 128 envs start in step and, without replay, learn from one iteration's batch at a time: in Freeway, whose
+# games all last 2,500 steps, every env's game ended in the same iteration, 128 unforeseeable terminals in one batch
+# every 78 iterations, and one of these shocks collapsed a seed (docs/benchmarks/published.md). A random start of up
+# to one Freeway game (MinAtarEnv's random_start_steps; training envs only) spreads the ends over the iterations.
+_PQN_MINATAR_5M = {**_PQN_MINATAR, **_MINATAR_5M, "eval_every": 50,
+                   "env_kwargs": {**_MINATAR_5M["env_kwargs"], "random_start_steps": 2_500}}
 # MuJoCo v4 at 1M env steps: CleanRL's ppo_continuous_action settings (as ppo-mujoco), its learning rate annealed over
 # 1M env steps as CleanRL's is, evaluated every 25 updates (51k env steps).
 _PPO_MUJOCO_1M = {**_PPO_MUJOCO, **_PUBLISHED, "max_env_steps": 1_000_000, "eval_every": 25}
@@ -328,9 +334,9 @@ PRESETS: tuple[Preset, ...] = (
     Preset("ppo-minatar-5m", "ppo", ("MinAtar/*",), {**_PPO_MINATAR_GYMNAX, **_MINATAR_5M, "eval_every": 25}, None,
            "gymnax-blines' MinAtar PPO settings on the MinAtar CNN, at the MinAtar paper's budget (5M env steps, "
            "sticky actions 0.1)", auto=False),
-    Preset("pqn-minatar-5m", "pqn", ("MinAtar/*",), {**_PQN_MINATAR, **_MINATAR_5M, "eval_every": 50}, None,
-           "pqn-minatar's settings at the MinAtar paper's budget (epsilon to 0.01 over its first 1M env steps)",
-           auto=False),
+    Preset("pqn-minatar-5m", "pqn", ("MinAtar/*",), _PQN_MINATAR_5M, None,
+           "pqn-minatar's settings at the MinAtar paper's budget (epsilon to 0.01 over its first 1M env steps), the "
+           "training envs started out of step (random starts of up to 2,500 steps)", auto=False),
     Preset("dqn-minatar-5m", "dqn", ("MinAtar/*",), {**_DQN_MINATAR, **_MINATAR_5M, "eval_every": 3_200}, None,
            "dqn-minatar's settings at the MinAtar paper's budget", auto=False),
     Preset("ppo-mujoco-1m", "ppo", MUJOCO_V4, _PPO_MUJOCO_1M, None,

@@ -35,6 +35,8 @@ DRAW_STRIDE = 0x2C1B3C6D
 ENV_STRIDE = 0x5BD1E995 & 0x7FFFFFFF
 SEED_SALT = (0x3C6EF372, 0x1B873593)
 STEP_SALT = 0x7F4A7C15
+# The stream of a random start (MinAtarEnv's random_start_steps): its length and its actions, apart from the game's.
+START_SALT = 0x4F1BBCDD
 STEP_STRIDE = 0x68E31DA5 & 0x7FFFFFFF
 TWO_POW_M32 = 2.0**-32
 
@@ -140,10 +142,12 @@ def uniform_draws(key: Any, episode: Any, table: Any) -> Any:
     return h.to(torch.float64) * table.draw_scale + table.draw_offset
 
 
-def step_uniforms(key: torch.Tensor, episode: torch.Tensor, step: torch.Tensor, n_draws: int) -> torch.Tensor:
+def step_uniforms(key: torch.Tensor, episode: torch.Tensor, step: torch.Tensor, n_draws: int,
+                  salt: int = STEP_SALT) -> torch.Tensor:
     """Uniform draws ``float64 [B, n_draws]`` in ``(0, 1)`` for step ``step[b]`` of episode ``episode[b]`` of the env
     with key ``key[b]``: draw ``d`` is ``mix32(mix32(s + step * STEP_STRIDE) + d * DRAW_STRIDE)``, ``s`` the
-    episode's stream (``mix32`` of :func:`counter` with the salt ``STEP_SALT``), all modulo ``2**32``.
+    episode's stream (``mix32`` of :func:`counter` with the salt ``salt``, ``STEP_SALT`` for the game's steps), all
+    modulo ``2**32``.
 
     So a step's draws depend on ``(key, episode, step, d)`` only (the simulators whose steps are random draw
     them here; the reset draws are :func:`uniform_draws`'s, another stream).
@@ -153,6 +157,7 @@ def step_uniforms(key: torch.Tensor, episode: torch.Tensor, step: torch.Tensor, 
         episode: ``int64 [B]``, ``>= 0``.
         step: ``int64 [B]``, ``>= 0``: the steps already taken in the episode.
         n_draws: ``D >= 1``.
+        salt: the stream's salt in ``[0, 2**32)``: another salt (``START_SALT``) is another stream.
 
     >>> key = env_keys(0, 4, torch.device("cpu"))
     >>> zero = torch.zeros(4, dtype=torch.int64)
@@ -160,7 +165,7 @@ def step_uniforms(key: torch.Tensor, episode: torch.Tensor, step: torch.Tensor, 
     >>> u.shape, bool(((u > 0) & (u < 1)).all()), torch.equal(step_uniforms(key[2:], zero[2:], zero[2:], 3), u[2:])
     (torch.Size([4, 3]), True, True)
     """
-    stream = mix32(counter(key, episode, STEP_SALT))
+    stream = mix32(counter(key, episode, salt))
     s = mix32((stream + (step & MASK32) * STEP_STRIDE) & MASK32)
     salts = torch.arange(n_draws, dtype=torch.int64, device=key.device) * DRAW_STRIDE & MASK32
     h = mix32((s.unsqueeze(1) + salts) & MASK32)

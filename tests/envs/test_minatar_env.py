@@ -193,3 +193,54 @@ def test_dense_restart_is_the_sparse_one(name):
         sparse, out_s = autoreset_step_sparse(env, sparse, a)
         assert out_d.keys() == out_s.keys() and all(torch.equal(out_d[k], out_s[k]) for k in out_d)
         assert all(torch.equal(dense[k], sparse[k]) for k in dense)
+
+
+def test_a_random_start_puts_env_k_r_k_steps_into_its_episode_whatever_n_envs():
+    # 64 envs, starts of at most 3 steps: every length from 0 to 3 is drawn, each env's elapsed_steps is its start's
+    # length, and env k stands where the same env of another batch (or of another process: env_index) stands.
+    env = MinAtarEnv("Freeway", 64, seed=3, autoreset=True, random_start_steps=3)
+    obs, _ = env.reset()
+    elapsed = env.get_state()["elapsed_steps"]
+    assert sorted(set(elapsed.tolist())) == [0, 1, 2, 3]
+    assert obs["initial_state"].all() and not obs["done"].any()
+    assert torch.equal(obs["last_action"], env.get_state()["last_action"])  # what the start played last
+    tail = MinAtarEnv("Freeway", 4, seed=3, env_index=60, autoreset=True, random_start_steps=3)
+    tail_obs, _ = tail.reset()
+    assert torch.equal(tail_obs["frame"], obs["frame"][60:])
+    assert all(torch.equal(v, env.get_state()[k][60:]) for k, v in tail.get_state().items())
+    # The next reset draws other starts (the next episode's), and no start is the default.
+    env.reset()
+    assert not torch.equal(env.get_state()["elapsed_steps"], elapsed)
+    plain = MinAtarEnv("Freeway", 64, seed=3, autoreset=True)
+    plain.reset()
+    assert not plain.get_state()["elapsed_steps"].any()
+
+
+def test_random_starts_spread_the_ends_of_games_of_one_length_over_the_steps():
+    # Games that all last as long (Freeway's 2,500 steps; here a time limit of 50 steps, which a Freeway game
+    # outlasts): started together, 32 envs end in one step; after random starts of up to one game, at most a few end
+    # in any step, and each env still ends once in a game's length (its start's steps count as the game's).
+    def ends(random_start_steps: int) -> torch.Tensor:
+        env = MinAtarEnv("Freeway", 32, seed=0, autoreset=True, random_start_steps=random_start_steps,
+                         max_episode_steps=50)
+        env.reset()
+        done = torch.stack([d["done"] for d in _run(env, _actions(env, 50))[::2]])
+        return done.sum(1)
+
+    together, spread = ends(0), ends(49)
+    assert together.max() == 32 and int(together.sum()) == 32
+    assert spread.max() <= 4 and int(spread.sum()) == 32
+
+
+def test_random_start_steps_is_checked_and_evaluation_envs_start_without_it():
+    from rlstruct.algos._env_spec import evaluation_env_kwargs
+
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match=r"random_start_steps must be an int >= 0 .* got " + repr(bad)):
+            MinAtarEnv("Freeway", 2, random_start_steps=bad)
+    kwargs = {"sticky_action_prob": 0.1, "random_start_steps": 2_500}
+    assert evaluation_env_kwargs("MinAtar/Freeway-v1", "auto", kwargs, None) == {**kwargs, "random_start_steps": 0}
+    evaluated = make_env("MinAtar/Freeway-v1", 2, backend="torch",
+                         backend_kwargs=evaluation_env_kwargs("MinAtar/Freeway-v1", "auto", kwargs, None))
+    evaluated.reset()
+    assert not evaluated.get_state()["elapsed_steps"].any()

@@ -18,7 +18,7 @@ from rlstruct.devices import DeviceLike
 from rlstruct.envs._actions import ActionSpec
 from rlstruct.envs._base import HostDestinations, StepResult, check_env_info, check_sizes
 from rlstruct.envs._jit import jit_module, jit_wanted
-from rlstruct.envs._rng import draw_table, step_uniforms, uniform_draws
+from rlstruct.envs._rng import START_SALT, draw_table, step_uniforms, uniform_draws
 from rlstruct.envs._sim_env import SimEnv
 from rlstruct.envs._sim_io import check_action
 from rlstruct.envs._steppers import fused
@@ -26,7 +26,7 @@ from rlstruct.errors import BatchSizeError, DeviceMismatchError, SpaceError
 from rlstruct.structures import DictTensor
 
 __all__ = ["Game", "MinAtarEnv", "GAMES", "game", "has_kernels", "advance", "autoreset_step",
-           "autoreset_step_sparse", "restart", "STICKY_ACTION_PROB"]
+           "autoreset_step_sparse", "restart", "random_start", "STICKY_ACTION_PROB"]
 
 #: The games with a torch simulator: gymnasium name (``MinAtar/<name>-v1``) -> (minatar's name, whose folder is
 #: ``rlstruct.envs.minatar._<minatar name>``; the minimal action set, in minatar's letters and order).
@@ -188,6 +188,29 @@ def autoreset_step_sparse(
     return nxt, _next_flags(out)
 
 
+def random_start(
+    env: _Settings, state: dict[str, torch.Tensor], n: int
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The envs of ``state``, just restarted, after a random start of at most ``n`` steps: env ``k`` plays ``r_k``
+    uniformly random minimal-set actions, ``r_k`` uniform in ``{0, ..., n}``, while the others wait (an episode that
+    ends meanwhile restarts). ``r_k`` and the actions are counter-based draws of the restarted episode
+    (:data:`~rlstruct.envs._rng.START_SALT`'s stream, apart from the game's), so they depend on ``(seed, k,
+    episode)`` only. One host sync (the longest start); a reset's cost, never a step's.
+
+    Returns:
+        ``(state, r)``: the state reached and ``r`` (``int64 [B]``).
+    """
+    zero = torch.zeros_like(state["episode"])
+    key, episode = state["rng_key"], state["episode"].clone()
+    r = (step_uniforms(key, episode, zero, 1, salt=START_SALT)[:, 0] * (n + 1)).to(torch.int64)
+    step = autoreset_step if r.device.type != "cpu" else autoreset_step_sparse
+    for t in range(int(r.max())):
+        u = step_uniforms(key, episode, zero + (t + 1), 1, salt=START_SALT)[:, 0]
+        nxt, _ = step(env, state, (u * len(env._action_set)).to(torch.int64))
+        state = _where(r > t, nxt, state)
+    return state, r
+
+
 class MinAtarEnv(SimEnv):
     """``n_envs`` copies of one MinAtar game (``MinAtar/<Game>-v1``), stepped together by torch on one device.
 
@@ -225,13 +248,20 @@ class MinAtarEnv(SimEnv):
         compile: fuse an auto-reset env's step with ``torch.compile`` (off by default on every device: the first
             step compiles, a cost a short run may not win back; an episodic env, whose running set changes shape,
             steps eagerly).
+        random_start_steps: ``n >= 0``: at each :meth:`reset`, env ``k`` first plays ``r_k`` uniformly random
+            actions, ``r_k`` uniform in ``{0, ..., n}`` (:func:`random_start`), so that the episodes of a game whose
+            length is fixed (Freeway's 2,500 frames) end out of step across envs rather than all in one step. A
+            training setting, as Atari's random no-op starts are: the reset's observation is where env ``k`` stands
+            then, and its steps are the env's, not the agent's (a run does not count them); evaluation envs start
+            without it (``0``, the default).
 
     Attributes:
         kernel: how a step runs: ``"jit"`` (the compiled CPU step), ``"compiled"`` (``compile=True``) or
             ``"torch"``.
 
     Raises:
-        ValueError: an unknown game, ``n_envs``, ``max_episode_steps`` or ``sticky_action_prob`` out of range.
+        ValueError: an unknown game, ``n_envs``, ``max_episode_steps``, ``sticky_action_prob`` or
+            ``random_start_steps`` out of range.
         SeedError: ``seed`` is not an int in ``[0, 2**31)``.
 
     >>> env = MinAtarEnv("Breakout", 2, seed=0, autoreset=True)
@@ -256,8 +286,13 @@ class MinAtarEnv(SimEnv):
         sticky_action_prob: float = STICKY_ACTION_PROB,
         ramping: bool = True,
         compile: bool = False,
+        random_start_steps: int = 0,
     ):
         check_sizes(n_envs, max_episode_steps)
+        if isinstance(random_start_steps, bool) or not isinstance(random_start_steps, int) or random_start_steps < 0:
+            raise ValueError(f"random_start_steps must be an int >= 0 (0: every env starts at its episode's start), "
+                             f"got {random_start_steps!r}; pass e.g. random_start_steps=2500 for Freeway, one "
+                             "episode's length")
         if not 0.0 <= float(sticky_action_prob) <= 1.0:
             raise ValueError(f"sticky_action_prob must be in [0, 1], got {sticky_action_prob!r}; minatar's is 0.1")
         self.game, minimal = game(name)
@@ -265,6 +300,7 @@ class MinAtarEnv(SimEnv):
         self.max_episode_steps = max_episode_steps
         self.sticky_action_prob = float(sticky_action_prob)
         self.ramping = bool(ramping)
+        self.random_start_steps = random_start_steps
         self._limit = max_episode_steps if max_episode_steps is not None else 2**62
         self._action_set = torch.tensor(minimal, dtype=torch.int64, device=self.device)
         self.n_actions = len(minimal)
@@ -304,12 +340,14 @@ class MinAtarEnv(SimEnv):
         return f"MinAtarEnv({self.game.name!r}, n_envs={self._n}, device={self.device}, seed={self.seed}, {mode})"
 
     def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
-        """Starts every env's next episode (see :meth:`VecEnv.reset <rlstruct.envs.VecEnv.reset>`); ``env_info`` is
-        accepted for the contract (no per-env options)."""
+        """Starts every env's next episode (see :meth:`VecEnv.reset <rlstruct.envs.VecEnv.reset>`), each after its
+        random start with ``random_start_steps``; ``env_info`` is accepted for the contract (no per-env options)."""
         self._check_open()
         check_env_info(env_info, self._n)
         self._state = restart(self, self._state, self._state["episode"] + 1)
-        last = torch.zeros(self._n, dtype=torch.int64, device=self.device)
+        if self.random_start_steps:
+            self._state, _ = random_start(self, self._state, self.random_start_steps)
+        last = self._state["last_action"].clone()
         return self._reset_observation(self.game.observe(_game_part(self._state)), last)
 
     def _checked_action(self, action: DictTensor, n_rows: int, ids: torch.Tensor | None
