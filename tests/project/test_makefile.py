@@ -46,8 +46,11 @@ def test_demo_installs_the_demos_extras_only_and_the_cpu_torch_alone_first(check
     out = dry_run(checkout, "demo", "TORCH_BUILD=cpu")
     lines = out.splitlines()
     torch_line = next(i for i, ln in enumerate(lines) if "--no-deps -r requirements/cpu.txt" in ln)
+    uv_line = next(i for i, ln in enumerate(lines) if "-m pip install -q uv==" in ln)
     extras_line = next(i for i, ln in enumerate(lines) if "-e '.[plot,progress,tensorboard]'" in ln)
-    assert torch_line < extras_line
+    # torch by pip alone first, then uv (pinned) installs the rest into the venv's Python, keeping that torch
+    assert torch_line < uv_line < extras_line
+    assert ".venv/bin/uv pip install -q --python .venv/bin/python -e" in lines[extras_line]
     assert "jax" not in out and "ray" not in out and "mujoco" not in out
     assert "touch .venv/.demo-installed" in out and "rlstruct train a2c --env CartPole-v1" in out
 
