@@ -97,7 +97,7 @@ def test_setup_commands_build_the_venv_then_train_and_test(tmp_path):
     demo, test = _dry_run("demo", venv), _dry_run("test", venv)
     for commands in (demo, test):
         assert re.search(r"-m venv " + re.escape(str(venv)), commands[0]), commands
-        install = next(c for c in commands if " -m pip install " in c and "-e " in c)  # the package itself
+        install = next(c for c in commands if "/bin/uv pip install " in c and "-e " in c)  # the package itself
         extras = re.search(r"\.\[([\w,]*)\]", install).group(1).split(",")
         assert ("test" in extras) == (commands is test), install  # with its test extra for make test only
     assert any(re.search(r"/bin/rlstruct train \w+ --env CartPole-v1", c) for c in demo), demo
