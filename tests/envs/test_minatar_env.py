@@ -195,22 +195,24 @@ def test_dense_restart_is_the_sparse_one(name):
         assert all(torch.equal(dense[k], sparse[k]) for k in dense)
 
 
-def test_a_random_start_puts_env_k_r_k_steps_into_its_episode_whatever_n_envs():
+@pytest.mark.parametrize("device", device_params())
+def test_a_random_start_puts_env_k_r_k_steps_into_its_episode_whatever_n_envs(device):
     # 64 envs, starts of at most 3 steps: every length from 0 to 3 is drawn, each env's elapsed_steps is its start's
-    # length, and env k stands where the same env of another batch (or of another process: env_index) stands.
-    env = MinAtarEnv("Freeway", 64, seed=3, autoreset=True, random_start_steps=3)
+    # length, and env k stands where the same env of another batch (or of another process: env_index; or on the
+    # CPU: the accelerators restart every env at each step) stands.
+    env = MinAtarEnv("Freeway", 64, seed=3, autoreset=True, random_start_steps=3, device=device)
     obs, _ = env.reset()
-    elapsed = env.get_state()["elapsed_steps"]
+    elapsed = env.get_state()["elapsed_steps"].cpu()
     assert sorted(set(elapsed.tolist())) == [0, 1, 2, 3]
     assert obs["initial_state"].all() and not obs["done"].any()
     assert torch.equal(obs["last_action"], env.get_state()["last_action"])  # what the start played last
     tail = MinAtarEnv("Freeway", 4, seed=3, env_index=60, autoreset=True, random_start_steps=3)
     tail_obs, _ = tail.reset()
-    assert torch.equal(tail_obs["frame"], obs["frame"][60:])
-    assert all(torch.equal(v, env.get_state()[k][60:]) for k, v in tail.get_state().items())
+    assert torch.equal(tail_obs["frame"], obs["frame"][60:].cpu())
+    assert all(torch.equal(v, env.get_state()[k][60:].cpu()) for k, v in tail.get_state().items())
     # The next reset draws other starts (the next episode's), and no start is the default.
     env.reset()
-    assert not torch.equal(env.get_state()["elapsed_steps"], elapsed)
+    assert not torch.equal(env.get_state()["elapsed_steps"].cpu(), elapsed)
     plain = MinAtarEnv("Freeway", 64, seed=3, autoreset=True)
     plain.reset()
     assert not plain.get_state()["elapsed_steps"].any()
