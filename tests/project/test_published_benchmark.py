@@ -242,7 +242,8 @@ def test_the_table_is_regenerated_from_the_rows_records_as_from_their_run_folder
 
 def test_rows_whose_runs_take_under_20_minutes_run_five_seeds_the_others_three():
     for task in ("asterix", "breakout", "freeway", "seaquest", "spaceinvaders"):
-        assert published.shown_command(task, "ppo").endswith(f"--tasks {task} --algos ppo --seeds 0,1,2,3,4")
+        for algo in ("ppo", "pqn"):
+            assert published.shown_command(task, algo).endswith(f"--tasks {task} --algos {algo} --seeds 0,1,2,3,4")
         assert published.shown_command(task, "dqn").endswith("--seeds 0,1,2")
     assert published.shown_command("hopper", "sac").endswith("--seeds 0,1,2")
 
