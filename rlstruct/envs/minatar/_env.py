@@ -188,17 +188,13 @@ def autoreset_step_sparse(
     return nxt, _next_flags(out)
 
 
-def random_start(
-    env: _Settings, state: dict[str, torch.Tensor], n: int
-) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def random_start(env: _Settings, state: dict[str, torch.Tensor], n: int) -> dict[str, torch.Tensor]:
     """The envs of ``state``, just restarted, after a random start of at most ``n`` steps: env ``k`` plays ``r_k``
     uniformly random minimal-set actions, ``r_k`` uniform in ``{0, ..., n}``, while the others wait (an episode that
     ends meanwhile restarts). ``r_k`` and the actions are counter-based draws of the restarted episode
     (:data:`~rlstruct.envs._rng.START_SALT`'s stream, apart from the game's), so they depend on ``(seed, k,
-    episode)`` only. One host sync (the longest start); a reset's cost, never a step's.
-
-    Returns:
-        ``(state, r)``: the state reached and ``r`` (``int64 [B]``).
+    episode)`` only. One host sync (the longest start); a reset's cost, never a step's. Returns the state reached
+    (env ``k``'s ``elapsed_steps`` is ``r_k`` where its episode did not end during the start).
     """
     zero = torch.zeros_like(state["episode"])
     key, episode = state["rng_key"], state["episode"].clone()
@@ -208,7 +204,7 @@ def random_start(
         u = step_uniforms(key, episode, zero + (t + 1), 1, salt=START_SALT)[:, 0]
         nxt, _ = step(env, state, (u * len(env._action_set)).to(torch.int64))
         state = _where(r > t, nxt, state)
-    return state, r
+    return state
 
 
 class MinAtarEnv(SimEnv):
@@ -346,7 +342,7 @@ class MinAtarEnv(SimEnv):
         check_env_info(env_info, self._n)
         self._state = restart(self, self._state, self._state["episode"] + 1)
         if self.random_start_steps:
-            self._state, _ = random_start(self, self._state, self.random_start_steps)
+            self._state = random_start(self, self._state, self.random_start_steps)
         last = self._state["last_action"].clone()
         return self._reset_observation(self.game.observe(_game_part(self._state)), last)
 
