@@ -171,8 +171,47 @@ def test_a_large_batch_of_channels_last_frames_gets_the_features_and_gradients_o
         # float32 sums of up to 3,136 products in another order: within a thousandth of the gradient's scale
         torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-3 * float(w.abs().max()))
     small = frames[:enc.out_dim]
-    assert torch.equal(enc(small), reference(small)), "a batch of at most out_dim rows takes the registered chain"
+    # a batch of at most out_dim rows takes the registered chain (the MinAtar maps laid out row by row, where the
+    # LayerNorm's sums run in another order)
+    torch.testing.assert_close(enc(small), reference(small), rtol=1e-6 if layer_norm else 0,
+                               atol=1e-6 if layer_norm else 0)
     assert list(enc.state_dict()) == [k for k, _ in enc.named_parameters()], "the layers are registered once"
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_the_minatar_cnn_lays_a_small_batchs_maps_out_row_by_row_with_the_features_and_gradients_of_channels_last(
+        layer_norm):
+    # Up to out_dim rows the flattening copies the maps; the MinAtar conv's output is copied row-major right after the
+    # conv instead, so that its ReLU's backward gets a gradient of its own layout. Same numbers as the maps kept
+    # channels-last through the registered chain (the reference: the permuted frames are channels-last maps).
+    torch.manual_seed(0)
+    enc = CNNEncoder((10, 10, 4), obs_dtype="bool", layer_norm=layer_norm)
+    frames = torch.rand(enc.out_dim, 10, 10, 4) < 0.3
+    relu = next(m for m in enc.convs if isinstance(m, torch.nn.ReLU))
+    layouts = []
+    handle = relu.register_forward_pre_hook(lambda module, args: layouts.append(args[0].is_contiguous()))
+    params = list(enc.parameters())
+    got = enc(frames)
+    grads = torch.autograd.grad(got.square().sum(), params)
+    assert layouts == [True], "the ReLU runs on row-major maps"
+    want = enc.linear(enc.convs(frames.permute(0, 3, 1, 2).float()))
+    handle.remove()
+    assert layouts[1:] == [False], "the reference's maps are channels-last"
+    # the same products; the LayerNorm's sums run in another order on the other layout
+    torch.testing.assert_close(got, want, rtol=1e-6 if layer_norm else 0, atol=1e-6 if layer_norm else 0)
+    for g, w in zip(grads, torch.autograd.grad(want.square().sum(), params)):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6 * float(w.abs().max()))
+
+
+def test_the_nature_cnn_keeps_its_maps_channels_last():
+    # there a row-major copy after the last conv saved nothing measurable (benchmarks/encoder_layout.py)
+    enc = CNNEncoder((4, 84, 84))
+    layouts = []
+    for m in enc.convs:
+        if isinstance(m, torch.nn.ReLU):
+            m.register_forward_pre_hook(lambda module, args: layouts.append(args[0].is_contiguous()))
+    enc(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))
+    assert layouts == [False, False, False]
 
 
 def test_a_copied_encoder_computes_its_large_batches_with_its_own_weights():
