@@ -245,7 +245,11 @@ def test_rows_whose_runs_take_under_20_minutes_run_five_seeds_the_others_three()
         for algo in ("ppo", "pqn"):
             assert published.shown_command(task, algo).endswith(f"--tasks {task} --algos {algo} --seeds 0,1,2,3,4")
         assert published.shown_command(task, "dqn").endswith("--seeds 0,1,2")
-    assert published.shown_command("hopper", "sac").endswith("--seeds 0,1,2")
+    for task in ("hopper", "halfcheetah", "walker2d"):
+        assert published.shown_command(task, "ppo").endswith("--seeds 0,1,2,3,4")
+        for algo in ("sac", "td3"):
+            assert published.shown_command(task, algo).endswith("--seeds 0,1,2")
+    assert published.shown_command("halfcheetah-zoo", "ppo").endswith("--seeds 0,1,2")
 
 
 def test_a_measured_row_without_records_or_run_folders_keeps_its_line_and_says_so(tmp_path):
