@@ -196,7 +196,8 @@ def train_command(root: Path, task: str, algo: str, seed: int, *, max_env_steps:
 #: the rows whose run takes under 20 minutes on a 2-core machine alone run five seeds, the others three: PPO and PQN on
 #: MinAtar (Breakout's five PPO seeds took 10-17 minutes each, one torch thread, when two ran at once; SpaceInvaders'
 #: seed 4 12 minutes; PQN's Freeway seeds 13 minutes each, one at a time) and PPO on MuJoCo at 1M (HalfCheetah's and
-#: Walker2d's 4-9 minutes); DQN's 5M runs take about 1.6 hours, SAC's and TD3's 1M 3-4 hours
+#: Walker2d's 4-9 minutes on an earlier machine; Walker2d's 13 on this 2-vCPU AMD EPYC beside another run); DQN's 5M
+#: runs take about 1.6 hours, SAC's and TD3's 1M 3-4 hours
 _FIVE_SEED_PRESETS = {("ppo", "ppo-minatar-5m"), ("pqn", "pqn-minatar-5m"), ("ppo", "ppo-mujoco-1m")}
 FIVE_SEEDS = {(t.name, a) for t in TASKS.values() for a, preset in _FIVE_SEED_PRESETS if t.algos.get(a) == preset}
 
