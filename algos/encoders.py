@@ -171,14 +171,14 @@ class CNNEncoder(nn.Module):
             maps = _to_float(frame.contiguous(memory_format=torch.channels_last), self.scale)
         else:
             maps = _to_float(frame, self.scale)
-        small = torch.jit.is_tracing() or frame.shape[0] <= self.out_dim
-        for i, layer in enumerate(self._map_layers):
-            maps = layer(maps)
-            if i == self._row_major_after and small:
-                maps = maps.contiguous()
         # A trace (rlstruct export's TorchScript) records one branch for every batch size: the plain one, right for
         # any batch, without reading the batch size (the tracer warns of a branch on it).
-        if torch.jit.is_tracing() or maps.shape[0] <= self.out_dim or not _strictly_channels_last(maps):
+        plain = torch.jit.is_tracing() or frame.shape[0] <= self.out_dim
+        for i, layer in enumerate(self._map_layers):
+            maps = layer(maps)
+            if i == self._row_major_after and plain:
+                maps = maps.contiguous()
+        if plain or not _strictly_channels_last(maps):
             return self.linear(self.convs[-1](maps))
         # Flattening channels-last maps in the (C, H, W) order of the first linear layer's columns copies them,
         # forward and backward. For a batch larger than the layer's rows it is cheaper to flatten the maps in memory
