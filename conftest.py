@@ -3,6 +3,9 @@
 import importlib.util
 import os
 
+# The whole run's checks (--cpu-budget, --leak-check), beside each test's own time guard in tests/conftest.py.
+pytest_plugins = ["tests.suite_checks"]
+
 # Before torch loads OpenMP (here, in every xdist worker and in every subprocess a test starts): its threads sleep
 # when idle instead of spinning. Spinning threads on a loaded machine charge a test's CPU time for nothing (5.2 CPU s
 # instead of 0.6 for one evaluation test), and the time guard of tests/conftest.py counts CPU time.

@@ -164,8 +164,7 @@ def pytest_itemcollected(item):
     if not item.config.pluginmanager.hasplugin("xdist"):
         return
     # One Ray cluster at a time on this machine: a second one would join the first (`ray start` writes the address
-    # that ray.init and --ray-address auto find), and `ray stop --force` ends every cluster. --dist loadgroup sends a
-    # group's tests to one worker.
+    # that ray.init and --ray-address auto find). --dist loadgroup sends a group's tests to one worker.
     if item.get_closest_marker("ray"):
         item.add_marker(pytest.mark.xdist_group("ray"))
     # A module-scoped fixture is built once per worker that runs a test using it: its users go to one worker, so
@@ -261,6 +260,33 @@ def _held_to_quick_limit(item) -> bool:
     on a GPU machine and spend their CPU seconds creating the CUDA context and compiling kernels (an H100's fast-path
     tests took 10 to 13), not on what ``make quick`` costs a CPU machine, where they are skipped."""
     return item.get_closest_marker("slow") is None and item.get_closest_marker("cuda") is None
+
+
+def wall_clock_scale(config) -> float:
+    """How many times longer than on the reference machine, quiet, work takes here now: this CPU's calibration (the
+    time guard's factor) times the load (runnable processes per core over the last minute, at least 1). Two CPU
+    burners beside the suite's two workers on two cores make it about 2."""
+    return _guard_scale(config) * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # before pytest-timeout's own wrapper reads the limit
+def pytest_runtest_protocol(item, nextitem):
+    """A test's wall-clock limit (pytest-timeout's, there to end a hang) scaled by :func:`wall_clock_scale` as the
+    test starts, and the same factor for the limits the test puts on its own subprocesses
+    (:func:`tests.helpers.wall_limit`): a busy machine's slowness is not a hang."""
+    from tests import helpers
+
+    scale = wall_clock_scale(item.config)
+    marker = item.get_closest_marker("timeout")
+    limit = (marker.args[0] if marker is not None and marker.args else
+             marker.kwargs.get("timeout") if marker is not None else item.config.getini("timeout"))
+    if limit and float(limit) > 0 and scale > 1:
+        item.add_marker(pytest.mark.timeout(float(limit) * scale), append=False)
+    helpers.WALL_SCALE = scale
+    try:
+        yield
+    finally:
+        helpers.WALL_SCALE = 1.0
 
 
 _STARTED = pytest.StashKey[tuple[float, float, float]]()

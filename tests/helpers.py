@@ -23,9 +23,19 @@ from rlstruct.errors import BatcherStateError
 
 __all__ = ["AUTORESET", "EPISODIC", "acquire_around_changes", "assert_refused_while_pending", "assert_same",
            "bare_run", "get_when_ready", "rlstruct_in_process", "run_generated_suite", "sigkill_a_worker",
-           "training_runs_with"]
+           "training_runs_with", "wall_limit"]
 
 ROOT = Path(__file__).resolve().parents[1]
+#: how many times longer than on the reference machine, quiet, work takes now: set by tests/conftest.py as each test
+#: starts (its ``wall_clock_scale``), 1 outside a test
+WALL_SCALE = 1.0
+
+
+def wall_limit(seconds: float) -> float:
+    """A wall-clock limit of ``seconds`` on the reference machine, quiet, scaled to this machine and its load now
+    (:data:`WALL_SCALE`): for a subprocess's ``timeout=``, which ends a hang, not a slow run on a busy machine."""
+    return seconds * WALL_SCALE
+
 #: the ini of a generated suite: the suite's own markers, strictly
 GENERATED_INI = """[pytest]
 addopts = --strict-markers

@@ -8,10 +8,14 @@ import functools
 import importlib.util
 import json
 import os
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -135,6 +139,38 @@ def _rank(rank: int, size: int, port: int, out: dict, compiled: bool) -> None:
         dist.destroy_process_group()
 
 
+def _wait_for_line(proc: subprocess.Popen, line: str, timeout: float) -> tuple[bool, str]:
+    """Reads ``proc``'s output until a line holds ``line``, it ends or ``timeout`` seconds pass: whether the line came,
+    and what it printed. A thread reads, so that a silent process does not hold this one past the timeout."""
+    seen: list[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        for text in proc.stdout:
+            seen.append(text)
+            if line in text:
+                done.set()
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    done.wait(timeout)
+    return any(line in text for text in seen), "".join(seen)
+
+
+def _end_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
+    """SIGTERM to the process group that ``proc`` leads, then SIGKILL to what of it is left after ``grace`` seconds."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(grace)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the node's own processes, if any outlived their ray start
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -163,10 +199,13 @@ def test_two_ranks_match_one_process_on_the_whole_batch(compiled):
 
 
 # --------------------------------------------------------------------------- the on-policy loop under torchrun
-def _torchrun(tmp_path, *args: str, timeout: float = 280) -> subprocess.CompletedProcess:
-    """``torchrun --nproc-per-node 2 --no-python rlstruct ...`` with this interpreter's torchrun and rlstruct."""
+def _torchrun(tmp_path, *args: str, timeout: float = 280, env: dict[str, str] | None = None
+              ) -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node 2 --no-python rlstruct ...`` with this interpreter's torchrun and rlstruct, ``env``
+    added to this process's environment."""
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1",
+           **(env or {})}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
            str(_free_port()), "--no-python", "rlstruct", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
@@ -445,16 +484,29 @@ def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path
     out = subprocess.run([rlstruct, *common, "--ray-actors", "2", "--logdir", "actors"], capture_output=True,
                          text=True, timeout=200, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    head = subprocess.run([ray_cli, "start", "--head", "--num-cpus", "2", "--node-ip-address", "127.0.0.1",
-                           "--include-dashboard", "false", "--disable-usage-stats"],
-                          capture_output=True, text=True, timeout=120, env=env)
+    # The ranks' cluster is this test's own: `ray start --block` in a session of its own, on a port and temp dir of
+    # its own, named by its address rather than found by `auto` (the host's newest cluster), and ended by a SIGTERM to
+    # its group, which drains the node; `ray stop` would end every Ray cluster of the host, a user's too.
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's sockets live there (108-byte paths)
+    address = f"127.0.0.1:{_free_port()}"
+    # Ray's token authentication, with a token of this test's: a driver joins this cluster only.
+    cluster = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ADDRESS": address}
+    head = subprocess.Popen([ray_cli, "start", "--head", "--block", "--port", address.split(":")[1], "--num-cpus", "2",
+                             "--node-ip-address", "127.0.0.1", "--include-dashboard", "false", "--temp-dir", temp_dir,
+                             "--ray-client-server-port", str(_free_port()), "--dashboard-agent-listen-port",
+                             str(_free_port()), "--disable-usage-stats"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**env, **cluster, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     try:
-        assert head.returncode == 0, head.stderr[-2000:]
+        started, printed = _wait_for_line(head, "Ray runtime started", timeout=120)
+        assert started, f"ray start did not start a head within 120 s:\n{printed[-2000:]}"
         # --n-envs is per rank (the run's total over its worker processes or actors): 2 ranks of 2 envs each.
         per_rank = [("2" if previous == "--n-envs" else a) for previous, a in zip(["", *common], common)]
-        ranks = _torchrun(tmp_path, *per_rank, "--ray-actors", "1", "--ray-address", "auto", "--logdir", "ranks")
+        ranks = _torchrun(tmp_path, *per_rank, "--ray-actors", "1", "--ray-address", address, "--logdir", "ranks",
+                          env=cluster)
     finally:
-        subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120, env=env)
+        _end_group(head)
+        shutil.rmtree(temp_dir, ignore_errors=True)
     assert ranks.returncode == 0, ranks.stderr[-3000:]
     processes = _model_of(tmp_path / "processes")
     for name in ("actors", "ranks"):

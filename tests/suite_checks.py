@@ -1,0 +1,176 @@
+"""What the whole test run is held to, beside each test's own time guard (tests/conftest.py registers this plugin):
+
+- ``--cpu-budget``: the CPU seconds of each kind of test, summed over the run, against the kind's budget
+  (:data:`BUDGETS`, in the reference machine's CPU seconds, scaled as the time guard's limits are), and the costliest
+  tests listed at the end of the run. A kind over its budget fails the run: the next feature pays for its tests by
+  making others cheaper, or by raising a budget in a reviewed change that says why.
+- ``--leak-check``: the run leaves nothing behind. Every process the run starts inherits :data:`SESSION_VARIABLE`;
+  one that still runs when the run ends (a worker, a Ray node, a ``torchrun`` rank, whatever started it) is named,
+  killed, and fails the run, and so does a file left in ``/dev/shm`` that the run created.
+
+The Makefile's ``test`` and ``quick`` pass both. The CPU seconds are those the time guard measures (the process's and
+its waited-for children's, in the JUnit report's ``cpu_seconds``): unlike the wall clock, they do not grow when other
+work shares the CPUs, so neither verdict depends on the load.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+#: each kind's budget over a whole run, in the reference machine's CPU seconds (docs/benchmarks/test-guard.md says how
+#: they were set): ``quick`` the tests ``make quick`` runs, ``slow`` the rest up to 30 CPU s each, ``long`` the tests
+#: allowed more, ``ray`` those that start a Ray cluster
+BUDGETS = {"quick": 300.0, "slow": 900.0, "long": 300.0, "ray": 120.0}
+#: the environment variable that marks the processes of one test run
+SESSION_VARIABLE = "RLSTRUCT_TEST_SESSION"
+SHM = Path("/dev/shm")
+#: how many of the costliest tests the end of the run lists
+TOP = 25
+#: seconds the run's own helpers (xdist's workers, multiprocessing's fork servers) get to end after the last test
+GRACE_SECONDS = 20.0
+
+_costs: list[tuple[float, str, str]] = []
+_shm_before = pytest.StashKey[set[str]]()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-budget", action="store_true",
+                     help="sum each kind of test's CPU seconds over the run, list the costliest tests, and fail the "
+                          "run if a kind goes over its budget (tests/suite_checks.py)")
+    parser.addoption("--leak-check", action="store_true",
+                     help="fail the run if a process it started still runs at its end, or a file it made in /dev/shm "
+                          "is left (tests/suite_checks.py)")
+
+
+def _controller(config) -> bool:
+    """Whether this process runs the session as a whole (xdist's controller, or pytest without xdist)."""
+    return not hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    if config.getoption("--leak-check") and _controller(config):
+        os.environ[SESSION_VARIABLE] = uuid.uuid4().hex  # the xdist workers and all they start inherit it
+        config.stash[_shm_before] = _shm_entries()
+
+
+def kind(keywords) -> str:
+    """The budget a test's cost counts toward, from its markers."""
+    for name in ("ray", "long", "slow"):
+        if name in keywords:
+            return name
+    return "quick"
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "teardown":
+        return
+    props = dict(report.user_properties)
+    if "cpu_seconds" in props:
+        _costs.append((float(props["cpu_seconds"]), kind(report.keywords), report.nodeid.split("@")[0]))
+
+
+def over_budget(costs: list[tuple[float, str, str]], scale: float) -> list[str]:
+    """One line a kind of test whose summed CPU seconds in ``costs`` exceed its budget times ``scale``."""
+    totals = {k: sum(c for c, k2, _ in costs if k2 == k) for k in BUDGETS}
+    return [f"{k} tests took {totals[k]:.0f} CPU s, over their budget of {BUDGETS[k] * scale:.0f}"
+            for k in BUDGETS if totals[k] > BUDGETS[k] * scale]
+
+
+def _scale(config) -> float:
+    from tests.conftest import _guard_scale
+
+    return _guard_scale(config)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not (config.getoption("--cpu-budget") and _controller(config)) or not _costs:
+        return
+    scale = _scale(config)
+    write = terminalreporter.write_line
+    terminalreporter.section("CPU budget (tests/suite_checks.py)")
+    write(f"{'kind':<6} {'tests':>6} {'CPU s':>8} {'budget':>8}")
+    for k, budget in BUDGETS.items():
+        mine = [c for c, k2, _ in _costs if k2 == k]
+        write(f"{k:<6} {len(mine):>6} {sum(mine):>8.0f} {budget * scale:>8.0f}")
+    write(f"{'all':<6} {len(_costs):>6} {sum(c for c, _, _ in _costs):>8.0f} "
+          f"{sum(BUDGETS.values()) * scale:>8.0f}")
+    write(f"the {TOP} costliest tests (CPU s, kind):")
+    for cost, k, nodeid in sorted(_costs, reverse=True)[:TOP]:
+        write(f"{cost:8.2f}  {k:<5}  {nodeid}")
+    for line in over_budget(_costs, scale):
+        terminalreporter.write_line(f"over budget: {line}", red=True)
+
+
+@pytest.hookimpl(trylast=True)  # after xdist has ended its workers
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if not _controller(config):
+        return
+    failed = []
+    if config.getoption("--cpu-budget") and _costs:
+        failed += over_budget(_costs, _scale(config))
+    if config.getoption("--leak-check") and SESSION_VARIABLE in os.environ:
+        failed += leftovers(os.environ[SESSION_VARIABLE], config.stash.get(_shm_before, set()))
+    if failed:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            for line in failed:
+                reporter.write_line(f"suite check failed: {line}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _shm_entries() -> set[str]:
+    try:
+        return {p.name for p in SHM.iterdir()}
+    except OSError:
+        return set()
+
+
+#: what multiprocessing starts for a process that uses it, which ends when that process does
+_HELPERS = ("from multiprocessing.forkserver import main", "from multiprocessing.resource_tracker import main")
+
+
+def marked_processes(marker: str) -> dict[int, str]:
+    """``{pid: command line}`` of the processes other than this one and its own multiprocessing helpers (they end
+    with it) whose environment holds ``SESSION_VARIABLE=marker``."""
+    needle = f"{SESSION_VARIABLE}={marker}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # ended while being read, or not ours to read
+            continue
+        if state == "Z" or (int(parent) == os.getpid() and any(h in command for h in _HELPERS)):
+            continue  # ended and not yet reaped, or this process's own helper
+        found[int(entry.name)] = command
+    return found
+
+
+def leftovers(marker: str, shm_before: set[str]) -> list[str]:
+    """What the run left behind, one line each: its processes still running after :data:`GRACE_SECONDS` (killed
+    here), and the files it made in ``/dev/shm`` (named, not removed: another program may be reading them)."""
+    deadline = time.monotonic() + GRACE_SECONDS
+    left = marked_processes(marker)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = marked_processes(marker)
+    lines = [f"process {pid} was left running ({cmd[:200].strip()}); killed" for pid, cmd in sorted(left.items())]
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    lines += [f"{SHM / name} was left behind" for name in sorted(_shm_entries() - shm_before)]
+    return lines
