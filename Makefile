@@ -20,7 +20,7 @@ UV_PIP := $(VENV)/bin/uv pip install -q --python $(PY)
 # What `make demo` needs: the core, and what its run shows (learning curve, progress bar, TensorBoard events).
 DEMO_EXTRAS := plot,progress,tensorboard
 # What `make install` and `make test` install: every extra CI tests.
-EXTRAS := test,tensorboard,plot,progress,ray,fast,atari,minatar,box2d,jax,mujoco,brax,video,stats,sweep,mlflow,wandb,trackio,export
+EXTRAS := test,tensorboard,plot,progress,ray,fast,atari,minatar,box2d,jax,mujoco,brax,video,stats,sweep,mlflow,wandb,trackio,export,datasets
 
 # Python keeps compiled modules (`__pycache__`, git-ignored) even where the environment turns that off: without them
 # every process the suite starts (each pytest worker, each batcher worker, each `rlstruct` command) compiles the
@@ -56,8 +56,10 @@ TEST_WORKERS ?= 2
 # PYTEST_ARGS: more pytest options, e.g. `make quick PYTEST_ARGS=--junitxml=quick.xml` for the time guard's headroom
 # (benchmarks/test_guard.py reads it).
 PYTEST_ARGS ?=
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS) \
-	--doctest-modules rlstruct agents batchers algos tests
+# --cpu-budget: each kind of test's CPU seconds over the run against its budget, and the 25 costliest tests;
+# --leak-check: no process or /dev/shm file left behind (tests/suite_checks.py).
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --cpu-budget --leak-check \
+	$(PYTEST_ARGS) --doctest-modules rlstruct agents batchers algos tests
 
 test: install lint
 	$(PYTEST)

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # What `make install` installs: every extra that CI tests.
 EVERY_EXTRA = ("-e '.[test,tensorboard,plot,progress,ray,fast,atari,minatar,box2d,jax,mujoco,brax,video,"
-               "stats,sweep,mlflow,wandb,trackio,export]'")
+               "stats,sweep,mlflow,wandb,trackio,export,datasets]'")
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 
 
@@ -91,10 +91,10 @@ def test_the_cpu_requirements_name_pytorchs_cpu_index_and_pin_torch():
 
 
 @pytest.mark.timeout(60)
-def test_test_runs_two_xdist_workers_by_default_and_prints_the_slowest_tests(checkout):
+def test_test_runs_two_xdist_workers_by_default_with_the_runs_budget_and_leak_checks(checkout):
     stamp(checkout, ".installed", ".demo-installed")
     pytest_line = next(ln for ln in dry_run(checkout, "test").splitlines() if " -m pytest " in ln)
-    assert " -n 2 --dist loadgroup --durations=25 " in pytest_line
+    assert " -n 2 --dist loadgroup --cpu-budget --leak-check " in pytest_line
     more = next(ln for ln in dry_run(checkout, "quick", "TEST_WORKERS=4").splitlines() if " -m pytest " in ln)
     assert " -n 4 --dist loadgroup " in more and more.endswith('-m "not slow"')
     # the workers come from the test extra

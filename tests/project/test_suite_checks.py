@@ -1,0 +1,81 @@
+"""The whole run's checks (tests/suite_checks.py): ``--leak-check`` names, kills and fails a process the run left
+running and a ``/dev/shm`` file it left behind; ``--cpu-budget`` lists the costliest tests and fails a kind of test
+over its budget. Each run is pytest in a subprocess on a generated test file."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_generated_suite
+from tests.suite_checks import BUDGETS, kind, over_budget
+
+LEAKS = '''
+import subprocess
+from pathlib import Path
+
+
+def test_starts_a_process_and_leaves_it():
+    Path("pid").write_text(str(subprocess.Popen(["sleep", "300"], start_new_session=True).pid))
+
+
+def test_leaves_a_shared_memory_file():
+    Path("/dev/shm/{name}").write_bytes(b"x")
+'''
+
+CLEAN = '''
+import subprocess
+
+
+def test_starts_a_process_and_waits_for_it():
+    subprocess.run(["true"], check=True)
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow  # a pytest in a fresh interpreter, then the check's grace period: 3 CPU s
+@pytest.mark.timeout(120)
+def test_a_run_that_leaves_a_process_and_a_shm_file_fails_naming_both(tmp_path):
+    name = f"rlstruct-test-{uuid.uuid4().hex}"
+    try:
+        out = run_generated_suite(tmp_path, LEAKS.format(name=name), "-p", "tests.suite_checks", "--leak-check")
+        assert out.returncode == 1, out.stdout[-3000:]
+        assert "2 passed" in out.stdout
+        pid = int((tmp_path / "pid").read_text())
+        assert f"suite check failed: process {pid} was left running (sleep 300); killed" in out.stdout
+        assert f"suite check failed: /dev/shm/{name} was left behind" in out.stdout
+        assert not _alive(pid)
+    finally:
+        Path(f"/dev/shm/{name}").unlink(missing_ok=True)
+
+
+@pytest.mark.slow  # a pytest in a fresh interpreter: 2 CPU s
+@pytest.mark.timeout(120)
+def test_a_clean_run_passes_the_checks_and_lists_its_costliest_tests(tmp_path):
+    out = run_generated_suite(tmp_path, CLEAN, "-p", "tests.suite_checks", "--leak-check", "--cpu-budget")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "suite check failed" not in out.stdout
+    assert "CPU budget (tests/suite_checks.py)" in out.stdout
+    assert "quick  test_generated.py::test_starts_a_process_and_waits_for_it" in out.stdout
+
+
+def test_a_kind_over_its_budget_is_one_line():
+    costs = [(BUDGETS["slow"] * 0.75, "slow", "a"), (BUDGETS["slow"] * 0.5, "slow", "b"), (1.0, "quick", "c")]
+    assert over_budget(costs, 1.0) == [f"slow tests took {BUDGETS['slow'] * 1.25:.0f} CPU s, over their budget of "
+                                       f"{BUDGETS['slow']:.0f}"]
+    assert over_budget(costs, 2.0) == []  # a slower CPU's budget is scaled as the time guard's limits are
+
+
+@pytest.mark.parametrize(("keywords", "expected"), [({"ray": 1, "slow": 1}, "ray"), ({"long": 1, "slow": 1}, "long"),
+                                                     ({"slow": 1}, "slow"), ({}, "quick")])
+def test_each_test_counts_toward_one_kind(keywords, expected):
+    assert kind(keywords) == expected
