@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from rlstruct._processes import owner_gone, process_identity
+from rlstruct.algos._train.durable import make_folder, open_unlinked
 from rlstruct.errors import ConfigError, DiskSpaceError
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ def _reserve(path: pathlib.Path, nbytes: int) -> None:
     Raises:
         DiskSpaceError: the disk has not the room.
     """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = open_unlinked(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         try:
             os.posix_fallocate(fd, 0, nbytes)
@@ -164,6 +165,7 @@ class Allocator:
     Raises:
         ValueError: an unknown ``storage``, or ``disk`` off the CPU.
         ConfigError: ``folder`` holds the replay files of another process that is running.
+        RunFileLinkError: ``folder``, or a file the buffer writes in it, is a symbolic link.
         DiskSpaceError: (from :meth:`zeros`) the disk has not the room for a file.
 
     >>> alloc = Allocator("cpu", storage="disk")
@@ -202,8 +204,9 @@ class Allocator:
                                     f"{owner.get('pid')}, which is running; give this buffer another folder (another "
                                     "--logdir), or stop that process")
         reclaim_stale(stale_candidates(given))
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / OWNER_FILE).write_text(json.dumps(_owner_record()))
+        make_folder(folder)  # neither the folder nor a file in it written through a symbolic link
+        with os.fdopen(open_unlinked(folder / OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
+            f.write(json.dumps(_owner_record()))
 
     def zeros(self, shape: tuple[int, ...], dtype: torch.dtype, name: str) -> torch.Tensor:
         """A zeroed tensor of ``shape``; on disk, a file ``{name}-{k}.bin`` mapped into memory."""

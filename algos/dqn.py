@@ -67,7 +67,6 @@ class DQNConfig(CapturedPart, FastPathPart, OffPolicyConfig):
     """DQN's settings (each one's help is beside it; the family's are :class:`OffPolicyConfig`'s, the fast path's
     :class:`FastPathPart`'s and :class:`CapturedPart`'s)."""
 
-    time_limit: float = default(300.0)
     max_env_steps: int | None = default(50_000)
     gradient_steps: int = setting(32, "gradient steps after each acquisition", least=0)
     n_step: int = setting(1, "steps per return (1: one-step TD targets)", least=1)

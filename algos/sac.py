@@ -55,7 +55,6 @@ class SACConfig(OffPolicyConfig):
     """SAC's settings (each one's help is beside it; the family's are :class:`OffPolicyConfig`'s)."""
 
     env: str = setting("Pendulum-v1", "gymnasium id of the environment (SAC: Pendulum-v1, continuous actions)")
-    time_limit: float = default(600.0)
     max_env_steps: int | None = default(20_000)
     rollout_steps: int = default(8)
     buffer_size: int = default(1_000_000)

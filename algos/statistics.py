@@ -21,6 +21,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from rlstruct._plot import PLAIN_TEXT, plain_text
 from rlstruct.algos._curves import CurveEstimate, Curves
 from rlstruct.algos._curves import align_runs as align_runs
 from rlstruct.algos._curves import area_under_curve as area_under_curve
@@ -380,7 +381,8 @@ def performance_profile_interval(scores: Scores, thresholds: Sequence[float], *,
 def plot_performance_profiles(groups: Mapping[str, Scores], path: str | Path, *, points: int = 101,
                               xlabel: str = "evaluation return") -> Path:
     """Draws the performance profile of each group (one line each, over thresholds spanning every score, with its
-    95% interval of :func:`performance_profile_interval` shaded) into a PNG at ``path``; returns ``path``.
+    95% interval of :func:`performance_profile_interval` shaded) into a PNG at ``path``; returns ``path``. The
+    groups' names are drawn as they are (no mathtext, no LaTeX: :func:`rlstruct._plot.plain_text`).
 
     Raises:
         MissingDependencyError: matplotlib is not installed.
@@ -397,19 +399,21 @@ def plot_performance_profiles(groups: Mapping[str, Scores], path: str | Path, *,
     low, high = float(pooled.min()), float(pooled.max())
     pad = max(high - low, 1.0) * 0.05
     thresholds = np.linspace(low - pad, high + pad, points)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    try:
-        for name, scores in groups.items():
-            (line,) = ax.step(thresholds, performance_profile(scores, thresholds), where="post", label=name)
-            low, high = performance_profile_interval(scores, thresholds)
-            ax.fill_between(thresholds, low, high, step="post", color=line.get_color(), alpha=0.2, linewidth=0)
-        ax.set_xlabel(f"{xlabel} threshold")
-        ax.set_ylabel("fraction of runs above it")
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-    finally:
-        plt.close(fig)
+    with plt.rc_context(PLAIN_TEXT):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        try:
+            for name, scores in groups.items():
+                (line,) = ax.step(thresholds, performance_profile(scores, thresholds), where="post",
+                                  label=plain_text(name))
+                low, high = performance_profile_interval(scores, thresholds)
+                ax.fill_between(thresholds, low, high, step="post", color=line.get_color(), alpha=0.2, linewidth=0)
+            ax.set_xlabel(plain_text(f"{xlabel} threshold"))
+            ax.set_ylabel("fraction of runs above it")
+            ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+            ax.legend()
+            fig.tight_layout()
+            fig.savefig(path, dpi=100)
+        finally:
+            plt.close(fig)
     return Path(path)

@@ -54,7 +54,6 @@ class TD3Config(OffPolicyConfig):
     units of the action range's half-width, ``(high - low) / 2``, as the paper's on actions in ``[-1, 1]``."""
 
     env: str = setting("Pendulum-v1", "gymnasium id of the environment (TD3: Pendulum-v1, continuous actions)")
-    time_limit: float = default(600.0)
     max_env_steps: int | None = default(20_000)
     rollout_steps: int = default(8)
     buffer_size: int = default(1_000_000)

@@ -160,11 +160,16 @@ def run_folder(root: Path, task: str, algo: str, seed: int) -> Path:
 
 def run_state(folder: Path) -> str:
     """``"new"`` (no folder, or one a run left before its first checkpoint), ``"finished"`` (its summary says it ran
-    to its end) or ``"resumable"`` (a checkpoint to go on from)."""
+    to its end: its budget spent; a run stopped before it, by a time limit, a signal or a worker's failure, is not)
+    or ``"resumable"`` (a checkpoint to go on from)."""
+    from rlstruct.algos._train.compare import FINISHED, record_state
+
     summary = folder / "summary.json"
     if summary.is_file():
         record = json.loads(summary.read_text())
-        if record.get("stop_reason") not in (None, "signal", "diverged") and not record.get("interrupted"):
+        config = folder / "config.json"
+        settings = json.loads(config.read_text()) if config.is_file() else {}
+        if record.get("stop_reason") is not None and record_state(record, settings)[0] == FINISHED:
             return "finished"
     return "resumable" if (folder / "checkpoint.pt").is_file() else "new"
 
@@ -447,6 +452,19 @@ class RowRuns:
     reevaluations: list[float | None]
 
 
+def _left_out_note(stats: dict) -> str:
+    """What a row's seeds cell says of the runs it does not count: how many still run (no summary yet), and each
+    other one by name and why (stopped before its budget, diverged)."""
+    from rlstruct.algos._train.compare import NO_SUMMARY, left_out_reason
+
+    left_out, stopped = stats.get("left_out", {}), stats.get("stopped_early", {})
+    running = sum(state == NO_SUMMARY for state in left_out.values())
+    others = [f"{Path(run).name} {left_out_reason(state, stopped.get(run))}" for run, state in left_out.items()
+              if state != NO_SUMMARY]
+    parts = ([f"+{running} running"] if running else []) + ([f"left out: {'; '.join(others)}"] if others else [])
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def _reevaluation(folder: Path, episodes: int) -> float | None:
     path = reevaluation_path(folder, episodes)
     return json.loads(path.read_text())["eval_return"] if episodes and path.is_file() else None
@@ -532,7 +550,7 @@ def row_cells(root: Path | None, task: str, algo: str, *, records: Path | None =
     interval = _interval(iqm["value"], low, high) if low is not None else _fmt(iqm["value"])
     walls = [w for w in (run_wall_time(Path(f), s) for f, s in zip(stats["runs"], runs.summaries)) if w is not None]
     steps = {s.get("env_steps") for s in runs.summaries}
-    seeds = f"{len(runs.summaries)}" + (f" (+{stats['n_left_out']} running)" if stats["n_left_out"] else "")
+    seeds = f"{len(runs.summaries)}{_left_out_note(stats)}"
     short = sorted(s for s in steps if isinstance(s, int) and s < max_env_steps)
     note = f" (at {', '.join(f'{s:,}' for s in short)})" if short else ""
     trained = [x for x in runs.trained if x is not None]

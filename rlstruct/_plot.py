@@ -1,4 +1,5 @@
-"""PNG figures without a display: matplotlib on the Agg backend (extra ``rlstruct[plot]``), and saving a figure."""
+"""PNG figures without a display: matplotlib on the Agg backend (extra ``rlstruct[plot]``), saving a figure, and text
+from data (a name, a label) drawn as it is (:func:`plain_text`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,21 @@ from typing import Any
 
 from rlstruct.errors import MissingDependencyError
 
-__all__ = ["pyplot", "save_png"]
+__all__ = ["PLAIN_TEXT", "plain_text", "pyplot", "save_png"]
+
+#: the rc settings under which :func:`plain_text` draws its text as it is: no LaTeX pass over the figure's words
+PLAIN_TEXT = {"text.usetex": False}
+
+
+def plain_text(text: str) -> str:
+    """``text`` as matplotlib draws it literally: each ``$`` escaped, so that a name from data (an env id, a group's
+    label) cannot open mathtext (``$\\mathrm{...}$``); drawn under :data:`PLAIN_TEXT`, nothing else in it is read
+    as markup.
+
+    >>> print(plain_text("cost in $ and $x^2$"))
+    cost in \\$ and \\$x^2\\$
+    """
+    return text.replace("$", "\\$")
 
 
 def pyplot() -> ModuleType:

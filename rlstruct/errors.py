@@ -38,10 +38,12 @@ For the algorithms' runs: a path that is no readable rlstruct checkpoint (nothin
 :class:`CheckpointError` from ``rlstruct.algos.load``, ``rlstruct eval``, ``rlstruct export`` and ``--resume`` alike;
 a run's ``summary.json`` or ``config.json`` that ``rlstruct compare`` cannot read as a result, or a ``progress.csv``
 that ``--resume`` cannot continue, :class:`RunRecordError`; a run folder another process writes,
-:class:`RunFolderBusyError`; an observation given to ``Policy.predict`` that does not fit the env's or holds NaN or
-infinite values, :class:`SpaceError`; a disk-backed replay buffer (``--replay-storage disk``) that the disk has not
+:class:`RunFolderBusyError`; a file of a run folder that is a symbolic link, :class:`RunFileLinkError`; an
+observation given to ``Policy.predict`` that does not fit the env's or holds NaN or infinite values,
+:class:`SpaceError`; a disk-backed replay buffer (``--replay-storage disk``) that the disk has not
 the room for, at setup or when its files grow, :class:`DiskSpaceError`; a batch given to a learner's update without a
-key its loss reads, :class:`BatchKeyError`.
+key its loss reads, :class:`BatchKeyError`; a saved run opened without ``--trust-code`` that names code neither
+rlstruct's nor an installed package's, :class:`UntrustedCodeError`.
 
 A layer raises its own errors: an env never raises a batcher error (:class:`BatcherStateError` is the
 batcher's call order only), and the bridge raises :class:`BridgeError` only for what gymnasium code asks
@@ -71,9 +73,11 @@ __all__ = [
     "CheckpointError",
     "RunFinishedError",
     "RunFolderBusyError",
+    "RunFileLinkError",
     "VideoError",
     "RankLostError",
     "AlgorithmSourceError",
+    "UntrustedCodeError",
     "RunRecordError",
     "BatchKeyError",
 ]
@@ -197,6 +201,13 @@ class RunFolderBusyError(ConfigError):
     host and start time) and what to do."""
 
 
+class RunFileLinkError(ConfigError):
+    """A file or folder that a run writes in its run folder (``config.json``, ``progress.csv``, the checkpoint,
+    ``summary.json``, ``run.lock``, their ``.partial`` files, ``videos``, ``replay``...) is a symbolic link: writing
+    it would write the link's target, wherever it points. Run folders are copied between machines and users, so a
+    run never writes through a link; the message names the file and says to remove the link."""
+
+
 class VideoError(RLStructError, ValueError):
     """A video cannot be recorded as asked: the env's backend has no ``rgb_array`` frames, or the video path's
     suffix names a format rlstruct does not write (``.mp4`` and ``.gif`` are the ones it does)."""
@@ -225,6 +236,15 @@ class AlgorithmSourceError(RLStructError, ValueError):
     ``rlstruct.algorithms`` group, or a saved run cannot be had: no such algorithm, a module that is not importable
     (the message names it) or that fails as it imports, an attribute that is missing or is no algorithm description,
     or a description that takes a built-in algorithm's name."""
+
+
+class UntrustedCodeError(ConfigError):
+    """Opening a saved run (``rlstruct eval``, ``export``, ``train --resume``, ``rlstruct.algos.load``) would import
+    code the run names (its algorithm's module, its network or env factory) that is neither rlstruct's nor an
+    installed package's (a module in the run's folder or the current folder, on ``PYTHONPATH``, or Python's own), and
+    the caller did not pass ``--trust-code`` (``trust_code=True``); or a factory a setting names is not one (a
+    built-in function such as ``os:system``, a callable of another package than the module named). The message
+    names the setting, the module and the flag."""
 
 
 class RunRecordError(RLStructError, ValueError):

@@ -12,7 +12,9 @@ mylab.myalgo:ALGORITHM`` from the folder that holds ``mylab``, it gets what the 
 its checkpoint, presets, ``--resume``, the stopping rule, ``rlstruct eval RUN``, ``rlstruct compare``, a sweep
 (``rlstruct sweep mylab.myalgo:ALGORITHM``), ``rlstruct export`` and ``rlstruct.algos.load(RUN)``. The run records
 where its algorithm came from (``"algorithm": "mylab.myalgo:ALGORITHM"`` in ``config.json``), so every command that
-rebuilds it imports the module again; run from elsewhere, they say in one line that ``mylab`` is missing.
+rebuilds it imports the module again, given ``--trust-code`` (a run folder may come from anyone: opening one imports
+only rlstruct's and installed packages' code unless trusted); run from elsewhere, they say in one line that ``mylab``
+is missing.
 
 What the batcher hands back, ``trajectories.trajectories``, is a ``[B, T]`` TemporalDictTensor, one row per env:
 
@@ -206,7 +208,8 @@ def through_the_harness(budget: int) -> float:
         print(f"   rlstruct train mylab.myalgo:ALGORITHM: {trained['env_steps']:,} env steps, final evaluation "
               f"{trained['eval_return']:.1f}")
         assert json.loads(Path(run, "config.json").read_text())["algorithm"] == "mylab.myalgo:ALGORITHM"
-        evaluated = rlstruct("eval", run, "--episodes", "32")
+        # A run opened imports only rlstruct's and installed packages' code unless trusted: mylab is this folder's.
+        evaluated = rlstruct("eval", run, "--episodes", "32", "--trust-code")
         print(f"   rlstruct eval RUN: {evaluated['eval_return']:.1f} over 32 greedy episodes")
         compared = rlstruct("compare", run, "--json")
         print(f"   rlstruct compare RUN: IQM {compared['groups']['run']['iqm']['value']:.1f} over its one seed")

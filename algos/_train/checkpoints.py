@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import logging
 import math
 import os
@@ -22,7 +23,7 @@ from torch import nn
 
 from rlstruct.algos._optim import OptimizerLike
 from rlstruct.algos._train.config import resume_fields
-from rlstruct.algos._train.durable import written_whole
+from rlstruct.algos._train.durable import write_whole
 from rlstruct.algos._train.finite import check_finite_checkpoint
 from rlstruct.devices import cpu_state_dict, tree_copy
 from rlstruct.envs.factory import resolve_backend
@@ -60,8 +61,11 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
 
     It loads with ``torch.load(path, weights_only=True)``; ``extra``'s tensors are moved to the CPU
     (:func:`~rlstruct.devices.tree_copy`); ``digest`` is :func:`content_digest` of the rest, which
-    :func:`load_checkpoint` checks. The file is written whole (:func:`~.durable.written_whole`): a process killed (or
-    a machine that loses power) while writing leaves the previous checkpoint whole.
+    :func:`load_checkpoint` checks. The file is written whole (:func:`~.durable.write_whole`): a process killed (or
+    a machine that loses power) while writing leaves the previous checkpoint whole; never through a symbolic link
+    (:class:`~rlstruct.errors.RunFileLinkError`). It is serialized in memory first, so that a full or read-only disk
+    is the ``OSError`` of the write that failed, naming the file (``torch.save`` gives a ``RuntimeError`` of its
+    stream's own).
     """
     data = {
         "format": CHECKPOINT_FORMAT,
@@ -74,8 +78,9 @@ def save_checkpoint(path: str | os.PathLike, algo: str, config: RunConfig, spec:
         **tree_copy(extra or {}),
     }
     data[DIGEST_KEY] = content_digest(data)
-    with written_whole(path) as partial:
-        torch.save(data, partial)
+    serialized = io.BytesIO()
+    torch.save(data, serialized)
+    write_whole(path, serialized.getbuffer())
     return str(path)
 
 

@@ -8,8 +8,11 @@
 :mod:`rlstruct.algos._train.flags`); ``rlstruct train ALGO --help`` lists its flags in groups. ``ALGO`` is a built-in
 algorithm's name, ``MODULE:ATTRIBUTE`` of an algorithm description, or the name of an installed package's entry
 point in the ``rlstruct.algorithms`` group (:func:`~rlstruct.algos._train.registry.algorithm`); as ``python -m``
-does, the command finds modules in the folder it runs from (after the installed ones), so that ``rlstruct train
-mylab.myalgo:ALGORITHM`` and the commands that rebuild its runs work from the folder that holds ``mylab``.
+does, ``rlstruct train``, ``profile`` and ``sweep`` find modules in the folder they run from (after the installed
+ones), so that ``rlstruct train mylab.myalgo:ALGORITHM`` works from the folder that holds ``mylab``. The commands that
+open a saved run (``eval``, ``export``, ``record``, ``train --resume``) import only the code it names that is
+rlstruct's or an installed package's, and search the current folder only with ``--trust-code``
+(:func:`~rlstruct.algos._train.registry.check_run_code`): a run folder may come from anyone.
 Both commands print a JSON object as their last line on stdout; a bad setting (an unknown env, a device
 this machine does not have) prints one line to stderr and exits with status 2.
 """
@@ -27,8 +30,14 @@ from rlstruct import __version__
 from rlstruct.algos._train.config import AUTOCAST_VALUES, EVALUATION_POLICIES
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.flags import OneLineParser
-from rlstruct.algos._train.registry import ALGORITHMS, ENTRY_POINT_GROUP, algorithm, entry_point_algorithms
-from rlstruct.algos._train.train_command import configure_logging
+from rlstruct.algos._train.registry import (
+    ALGORITHMS,
+    ENTRY_POINT_GROUP,
+    algorithm,
+    check_run_code,
+    entry_point_algorithms,
+)
+from rlstruct.algos._train.train_command import TRUST_CODE_HELP, configure_logging
 from rlstruct.algos._train.train_command import main as train_main
 from rlstruct.allocator import tune_allocator
 from rlstruct.devices import check_device_exists
@@ -36,6 +45,12 @@ from rlstruct.errors import RLStructError
 from rlstruct.seeding import check_seed
 
 __all__ = ["main"]
+
+def _search_current_folder() -> None:
+    """Appends the current folder to ``sys.path`` (the installed packages stay first), as ``python -m`` puts it first:
+    a console script's ``sys.path`` lacks it."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
 
 
 def _eval_command(argv: Sequence[str]) -> int:
@@ -59,6 +74,7 @@ def _eval_command(argv: Sequence[str]) -> int:
                         help="also record episodes to PATH, .mp4 or .gif (pip install 'rlstruct[video]')")
     parser.add_argument("--video-episodes", type=int, default=1, metavar="N",
                         help="episodes in the video (default: 1), one env on the CPU, seeds --seed, --seed + 1, ...")
+    parser.add_argument("--trust-code", action="store_true", help=TRUST_CODE_HELP)
     ns = parser.parse_args(argv)
     try:
         check_device_exists(ns.device, argument="device")
@@ -70,15 +86,18 @@ def _eval_command(argv: Sequence[str]) -> int:
         check_seed(ns.seed, argument="--seed")
         video = None
         if ns.video is not None:  # first: an env that cannot render fails before the evaluation runs
+            from rlstruct.algos._train.checkpoints import load_checkpoint
             from rlstruct.algos._train.video import check_video_path, record_checkpoint_video
 
             check_video_path(ns.video, argument="--video")
+            check_run_code(load_checkpoint(ns.checkpoint, argument="checkpoint"), ns.checkpoint,
+                           trust_code=ns.trust_code)
             video = record_checkpoint_video(ns.checkpoint, ns.video, episodes=ns.video_episodes,
                                             max_steps=ns.max_steps, seed=ns.seed, backend=ns.backend,
                                             policy=ns.policy)
         result = evaluate_checkpoint(ns.checkpoint, episodes=ns.episodes, device=ns.device, backend=ns.backend,
                                      seed=ns.seed, n_processes=ns.n_processes, max_steps=ns.max_steps,
-                                     policy=ns.policy, returns=ns.returns)
+                                     policy=ns.policy, returns=ns.returns, trust_code=ns.trust_code)
         if video is not None:
             result["video"] = video.path
             result["video_frames"] = video.frames
@@ -96,6 +115,7 @@ def _eval_command(argv: Sequence[str]) -> int:
 def _export_command(argv: Sequence[str]) -> int:
     from rlstruct.algos._train.export import EXPORT_FORMATS, export_format
     from rlstruct.algos._train.policy import load
+    from rlstruct.algos._train.run_folder import check_output
 
     parser = OneLineParser(prog="rlstruct export",
                            description="Writes a run's deterministic policy for onnxruntime or torch.jit.load.")
@@ -103,9 +123,11 @@ def _export_command(argv: Sequence[str]) -> int:
     parser.add_argument("--format", default=None, choices=list(EXPORT_FORMATS),
                         help="onnx or torchscript (default: by --output's suffix, .onnx or not)")
     parser.add_argument("--output", required=True, metavar="FILE", help="the file to write, e.g. policy.onnx")
+    parser.add_argument("--trust-code", action="store_true", help=TRUST_CODE_HELP)
     ns = parser.parse_args(argv)
     try:
-        path = load(ns.run).export(ns.output, format=ns.format)
+        check_output(ns.output, argument="--output")  # before the run is read: never one of its files
+        path = load(ns.run, trust_code=ns.trust_code).export(ns.output, format=ns.format)
     except (ValueError, RLStructError, FileNotFoundError) as e:
         print(f"rlstruct export: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -214,20 +236,22 @@ def _algorithm_choices() -> str:
 
 def _main(argv: Sequence[str] | None) -> int:
     tune_allocator()
-    # A console script's sys.path lacks the folder it runs from, which python -m puts first: appended (the installed
-    # packages stay first), so that MODULE:ATTRIBUTE and the runs it trained resolve from the user's folder.
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
     argv = list(sys.argv[1:] if argv is None else argv)
+    # The commands that name the user's own MODULE:ATTRIBUTE find it in the folder they run from; those that open a
+    # saved run search it only with --trust-code (a shared run's folder may hold a module of the name it asks for).
+    if argv and (argv[0] in ("train", "profile", "sweep") or "--trust-code" in argv[1:]):
+        _search_current_folder()
     if argv == ["--version"]:
         print(f"rlstruct {__version__}")
         return 0
     usage = ("usage: rlstruct train ALGO [flags]   (ALGO: a built-in, MODULE:ATTRIBUTE or an installed one; "
              "rlstruct train --help lists them)\n"
-             "       rlstruct eval CHECKPOINT [--episodes N] [--max-steps N]\n"
+             "       rlstruct eval CHECKPOINT [--episodes N] [--max-steps N] [--trust-code]\n"
              "       rlstruct autotune [--env ID] [--processes P ...]   (best envs per process and process count)\n"
              "       rlstruct profile [--algo A] [--env ID] [--n-envs N]   (where the time of the training loop goes)\n"
              "       rlstruct export RUN --output FILE [--format onnx|torchscript]   (the policy, for deployment)\n"
+             "       rlstruct record RUN --episodes N --dataset-id ID   (a Minari dataset; pip install "
+             "'rlstruct[datasets]')\n"
              "       rlstruct presets   (the tuned settings a run gets by naming its env)\n"
              "       rlstruct compare GROUP... [--json] [--curves FILE] [--table markdown|latex]   (IQM and intervals "
              "over seeds)\n"
@@ -274,6 +298,11 @@ def _main(argv: Sequence[str] | None) -> int:
 
         print(list_presets())
         return 0
+    if command == "record":
+        from rlstruct.algos._train.record_cli import record_main
+
+        configure_logging()
+        return record_main(rest)
     if command == "compare":
         from rlstruct.algos._train.compare_cli import compare_main
 

@@ -1,6 +1,6 @@
 """What ``rlstruct compare`` computes: groups of run folders read back (:func:`load_group`), checked (finished runs,
 one algorithm, one env, distinct seeds) and their statistics (:func:`compare_groups`, from
-:mod:`rlstruct.algos.statistics` and :mod:`rlstruct.algos.statistics`). The command and its table are
+:mod:`rlstruct.algos.statistics`). The command and its table are
 :mod:`~rlstruct.algos._train.compare_cli`; the figures, Markdown and LaTeX tables :mod:`~rlstruct.algos._train.figures`;
 the report page :mod:`~rlstruct.algos._train.report`."""
 
@@ -15,25 +15,32 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rlstruct.algos._train.result import stopped_early
 from rlstruct.algos._train.run_folder import CONFIG_NAME, CSV_NAME, SUMMARY_NAME, earlier_run_files
 from rlstruct.errors import ConfigError, RunRecordError
 
-__all__ = ["Group", "RunInfo", "check_complete", "check_uniform", "compare_groups", "load_group", "make_group",
-           "read_evaluations", "read_json_record", "run_env", "run_folders", "run_state"]
+__all__ = ["Group", "RunInfo", "check_complete", "check_uniform", "compare_groups", "counts", "left_out_reason",
+           "load_group", "make_group", "read_evaluations", "read_json_record", "record_state", "run_env",
+           "run_folders", "run_state"]
 
 
-#: what a run folder holds, as ``compare`` lists it: only a finished run is a result
-FINISHED, INTERRUPTED, DIVERGED, NO_SUMMARY = "finished", "interrupted", "diverged", "no summary"
+#: what a run folder holds, as ``compare`` lists it: only a finished run (its budget spent or its target reached) is
+#: a result; a partial one stopped before its budget (its time limit, another rank), an interrupted one by a signal
+#: or a worker's failure
+FINISHED, PARTIAL, INTERRUPTED, DIVERGED, NO_SUMMARY = "finished", "partial", "interrupted", "diverged", "no summary"
 #: why each state that is not a result is not one, as the listing says it
-WHY_LEFT_OUT = {INTERRUPTED: "interrupted", DIVERGED: "diverged",
-        NO_SUMMARY: "no summary: crashed, killed or still running"}
+WHY_LEFT_OUT = {PARTIAL: "stopped before its step budget", INTERRUPTED: "interrupted", DIVERGED: "diverged",
+                NO_SUMMARY: "no summary: crashed, killed or still running"}
+#: the states of runs that stopped early with a score, which ``allow_partial`` counts
+_CUT = (PARTIAL, INTERRUPTED)
 
 
 @dataclasses.dataclass(frozen=True)
 class RunInfo:
     """What a finished run of a group is: its folder, what its ``config.json`` says it ran, its score and its
     evaluations (``env_steps``, ``returns``: the periodic evaluations of ``progress.csv``, in order; empty when it
-    logged none)."""
+    logged none); ``stopped_early`` says where a run counted though it stopped before its budget
+    (``allow_partial``) stopped (:func:`~rlstruct.algos._train.result.stopped_early`)."""
 
     folder: str
     algo: str
@@ -43,6 +50,7 @@ class RunInfo:
     env_steps: tuple[float, ...] = ()
     returns: tuple[float, ...] = ()
     config: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+    stopped_early: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,11 +63,14 @@ class Group:
         label: the name the table and the plot give it.
         runs: the finished runs' folders, in order.
         scores: env id -> the scores of its finished runs.
-        left_out: ``(folder, state)`` of each run that is not a result: ``"interrupted"`` (its summary says so, or
-            that a worker failed: ``stop_reason`` ``"worker_failed"``), ``"diverged"`` (``stop_reason``),
-            ``"no summary"`` (it crashed, was killed, or still runs).
+        left_out: ``(folder, state)`` of each run that is not a result: ``"partial"`` (it stopped before its step
+            budget: its time limit, another rank), ``"interrupted"`` (its summary says so, or that a worker failed:
+            ``stop_reason`` ``"worker_failed"``), ``"diverged"`` (``stop_reason``), ``"no summary"`` (it crashed,
+            was killed, or still runs).
         infos: each finished run's :class:`RunInfo`, in the order of ``runs``.
         reference: the name of the records it was read from (``--reference``), None for run folders.
+        stopped_early: folder -> where and why it stopped, for each run that stopped before its budget, left out
+            (``"partial"``) or counted (``allow_partial``).
     """
 
     label: str
@@ -68,6 +79,7 @@ class Group:
     left_out: tuple[tuple[str, str], ...] = ()
     infos: tuple[RunInfo, ...] = ()
     reference: str | None = None
+    stopped_early: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def run_folders(spec: str) -> list[Path]:
@@ -98,27 +110,85 @@ def read_json_record(path: Path) -> dict[str, Any]:
     return content
 
 
-def run_state(run: Path) -> tuple[str, float | None]:
-    """What the run folder ``run`` holds, by its ``summary.json``: ``(state, score)``, the score (``eval_return``)
-    of a finished run only.
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
-    Raises:
-        RunRecordError: its summary cannot be read, or a finished run's ``eval_return`` is missing, not a number or
-            not finite.
+
+def record_state(summary: dict[str, Any], config: dict[str, Any]) -> tuple[str, float | None, str | None]:
+    """What a run is by its ``summary.json`` and ``config.json`` (their contents): ``(state, score, stopped)``.
+
+    The state is ``"diverged"``, ``"interrupted"`` (a signal, a worker's failure), ``"partial"`` (it stopped before
+    its step budget for another reason but its target: its time limit, another rank) or ``"finished"`` (its budget
+    spent, its target reached, or no reason recorded). ``score`` is its finite ``eval_return``, else None; ``stopped``
+    says where and why a run that is not finished stopped
+    (:func:`~rlstruct.algos._train.result.stopped_early`; its step budget is the summary's ``max_env_steps``, else
+    the config's).
+
+    >>> record_state({"eval_return": 9.4, "env_steps": 0, "stop_reason": "time_limit"}, {"max_env_steps": 100_000})
+    ('partial', 9.4, 'stopped at 0 of 100,000 env steps (its time limit)')
     """
+    reason = summary.get("stop_reason")
+    if reason == "diverged":
+        return DIVERGED, None, None
+    score = summary.get("eval_return")
+    finite = not isinstance(score, bool) and isinstance(score, (int, float)) and math.isfinite(score)
+    steps = summary.get("env_steps")
+    steps = None if isinstance(steps, bool) or not isinstance(steps, (int, float)) else steps
+    budget = _count(summary.get("max_env_steps")) or _count(config.get("max_env_steps"))
+    interrupted = bool(summary.get("interrupted")) or reason in ("signal", "worker_failed")
+    if interrupted and reason not in ("signal", "worker_failed"):
+        reason = "signal"
+    stopped = stopped_early(reason, steps, budget)
+    state = INTERRUPTED if interrupted else PARTIAL if stopped is not None else FINISHED
+    return state, float(score) if finite else None, stopped
+
+
+def _config_or_empty(run: Path) -> dict[str, Any]:
+    """The run's ``config.json`` where it reads as a JSON object, else ``{}``: only its budget is read from it
+    here, and a run that is no result is listed whatever its config holds."""
+    try:
+        config = json.loads((run / CONFIG_NAME).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _read_state(run: Path) -> tuple[str, float | None, str | None]:
     path = run / SUMMARY_NAME
     if not path.is_file():
-        return NO_SUMMARY, None
+        return NO_SUMMARY, None, None
     summary = read_json_record(path)
-    if summary.get("stop_reason") == "diverged":
-        return DIVERGED, None
-    if summary.get("interrupted") or summary.get("stop_reason") in ("signal", "worker_failed"):
-        return INTERRUPTED, None
-    score = summary.get("eval_return")
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+    state, score, stopped = record_state(summary, _config_or_empty(run))
+    if state in (FINISHED, PARTIAL) and score is None:
         raise RunRecordError(f"{path} must hold the run's final evaluation as a finite number in eval_return, got "
-                             f"{score!r}; restore it from the run, or move its run folder out of the group")
-    return FINISHED, float(score)
+                             f"{summary.get('eval_return')!r}; restore it from the run, or move its run folder out "
+                             "of the group")
+    return state, score, stopped
+
+
+def run_state(run: Path) -> tuple[str, float | None]:
+    """What the run folder ``run`` holds, by its ``summary.json`` (and its ``config.json``'s step budget):
+    ``(state, score)`` (:func:`record_state`), the score (``eval_return``) of a finished or partial run, and of an
+    interrupted one whose last evaluation finished.
+
+    Raises:
+        RunRecordError: its summary cannot be read, or a finished or partial run's ``eval_return`` is missing, not a
+            number or not finite.
+    """
+    state, score, _ = _read_state(run)
+    return state, score
+
+
+def left_out_reason(state: str, stopped: str | None = None) -> str:
+    """Why a run in ``state`` is left out, as the listings say it: where and why a partial run stopped
+    (``stopped``), else its state's words (:data:`WHY_LEFT_OUT`; another state, from records, as it is)."""
+    return stopped if stopped and state == PARTIAL else WHY_LEFT_OUT.get(state, state)
+
+
+def counts(state: str, score: float | None, *, allow_partial: bool) -> bool:
+    """Whether a run in ``state`` with ``score`` is a result: a finished one, or, ``allow_partial``, one that stopped
+    early (partial or interrupted) with a score."""
+    return state == FINISHED or (allow_partial and state in _CUT and score is not None)
 
 
 def run_env(run: Path) -> str:
@@ -180,16 +250,18 @@ def read_evaluations(run: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
     return tuple(steps[i] for i in order), tuple(returns[i] for i in order)
 
 
-def load_group(spec: str) -> Group:
+def load_group(spec: str, *, allow_partial: bool = False) -> Group:
     """Reads the runs of ``spec``: ``[LABEL=]PATH``, PATH a folder holding one run folder per seed (``--logdir
     DIR/seed-0``, ...) or a quoted glob pattern matching run folders; LABEL defaults to PATH's last part. Every run
-    folder is accounted for: a finished run's score is read, the others are listed in :attr:`Group.left_out`.
+    folder is accounted for: a finished run's score is read, the others are listed in :attr:`Group.left_out`;
+    ``allow_partial`` counts the runs that stopped before their budget with a score too
+    (:attr:`RunInfo.stopped_early` says where).
 
     Raises:
         FileNotFoundError: PATH does not exist.
         ConfigError: it holds no run folder.
-        RunRecordError: a run's ``summary.json`` or ``config.json`` cannot be read, or a finished run has no finite
-            ``eval_return`` (the message names the file).
+        RunRecordError: a run's ``summary.json`` or ``config.json`` cannot be read, or a finished or partial run has
+            no finite ``eval_return`` (the message names the file).
     """
     label, sep, path = spec.partition("=")
     if not sep:
@@ -200,9 +272,13 @@ def load_group(spec: str) -> Group:
                           "whose subfolders are the runs' --logdir")
     infos: list[RunInfo] = []
     left_out: list[tuple[str, str]] = []
+    stopped_at: dict[str, str] = {}
     for run in folders:
-        state, score = run_state(run)
-        if score is None:
+        state, score, stopped = _read_state(run)
+        counted = counts(state, score, allow_partial=allow_partial)
+        if stopped is not None and (state == PARTIAL or counted):
+            stopped_at[str(run)] = stopped
+        if not counted:
             left_out.append((str(run), state))
             continue
         env = run_env(run)
@@ -210,34 +286,41 @@ def load_group(spec: str) -> Group:
         seed = config.get("seed")
         infos.append(RunInfo(str(run), str(config.get("algo", "")), env,
                              seed if isinstance(seed, int) and not isinstance(seed, bool) else None, score,
-                             *read_evaluations(run), config=config))
-    return make_group(label, infos, left_out)
+                             *read_evaluations(run), config=config,
+                             stopped_early=None if state == FINISHED else stopped or WHY_LEFT_OUT[state]))
+    return make_group(label, infos, left_out, stopped_early=stopped_at)
 
 
 def make_group(label: str, infos: list[RunInfo], left_out: list[tuple[str, str]], *,
-               reference: str | None = None) -> Group:
-    """The :class:`Group` of finished runs ``infos`` and runs ``left_out``, its scores by env."""
+               reference: str | None = None, stopped_early: dict[str, str] | None = None) -> Group:
+    """The :class:`Group` of counted runs ``infos`` and runs ``left_out``, its scores by env; ``stopped_early``:
+    folder -> where and why, of its runs that stopped before their budget."""
     scores: dict[str, list[float]] = {}
     for info in infos:
         scores.setdefault(info.env, []).append(info.score)
-    return Group(label, tuple(i.folder for i in infos), scores, tuple(left_out), tuple(infos), reference)
+    return Group(label, tuple(i.folder for i in infos), scores, tuple(left_out), tuple(infos), reference,
+                 dict(stopped_early or {}))
 
 
 def check_complete(groups: list[Group], *, allow_missing: bool = False) -> None:
     """Refuses groups with runs that are not results (by default), or with no finished run at all.
 
     Raises:
-        ConfigError: one line per such group, naming its runs and their states.
+        ConfigError: one line per such group, naming its runs and their states (where a run that stopped early
+            stopped, and why).
     """
     lines = []
     for g in groups:
-        listed = ", ".join(f"{run} ({WHY_LEFT_OUT[state]})" for run, state in g.left_out)
+        listed = ", ".join(f"{run} ({left_out_reason(state, g.stopped_early.get(run))})" for run, state in g.left_out)
+        partial = any(state == PARTIAL for _, state in g.left_out)
+        count = "--allow-partial to count the runs stopped before their budget as they are"
         if not g.runs:
-            lines.append(f"GROUP {g.label!r} must hold a finished run, got none: {listed}; finish or resume them")
+            lines.append(f"GROUP {g.label!r} must hold a finished run, got none: {listed}; finish or resume them"
+                         f"{f', or pass {count}' if partial else ''}")
         elif g.left_out and not allow_missing:
             lines.append(f"GROUP {g.label!r} must hold finished runs only, got {len(g.left_out)} that are not: "
                          f"{listed}; resume or remove them, or pass --allow-missing to compare the finished runs "
-                         "(the count left out is reported)")
+                         f"(the count left out is reported){f', or {count}' if partial else ''}")
     if lines:
         raise ConfigError("\n".join(lines))
 
@@ -277,24 +360,42 @@ def check_uniform(groups: list[Group], *, allow_mixed: bool = False, normalized:
         raise ConfigError("\n".join(lines))
 
 
+def _budgets(g: Group, by_env: dict[str, list[int]]) -> dict[str, float]:
+    """Each env's step budget, by which its runs' env steps are divided on a pooled axis: the largest of its runs'
+    ``max_env_steps`` and of their last evaluations' env steps (a run's last iteration can pass its budget)."""
+    out = {}
+    for env, rows in by_env.items():
+        ends = [max(g.infos[k].env_steps[-1], _count(g.infos[k].config.get("max_env_steps")) or 0) for k in rows]
+        out[env] = float(max(ends)) or 1.0
+    return out
+
+
 def _group_curves(g: Group, table: dict[str, tuple[float, float]] | None,
                   options: dict[str, Any]) -> dict[str, Any] | str:
     """The curve of group ``g`` over seeds (each run's evaluations on one grid, their IQM at each step with its
-    interval, normalised by ``table`` when given) and the IQM of its runs' areas under the curve; or why it has
-    none (a run logged no evaluation, or the runs share no range of env steps)."""
+    interval, normalised by ``table`` when given) and the IQM of its runs' areas under the curve on that grid; or
+    why it has none (a run logged no evaluation, or the runs share no range of env steps).
+
+    The grid of a group over one env is of env steps (``"env_steps"``; ``"budget_fraction"`` gives the same points
+    as fractions of its budget). A group over several envs, whose budgets differ (MinAtar's 5M beside CartPole's
+    100k), is pooled over the fraction of each env's budget (``"budget_fraction"``, 0 to 1; ``"env_steps"`` None):
+    each run's evaluations are read at the same fractions of its own env's budget, so that every env counts over its
+    whole budget, in the curve and in its area alike."""
     from rlstruct.algos.statistics import aggregate_scores, align_runs, area_under_curve, common_grid, curve_intervals
 
     bare = [i.folder for i in g.infos if not i.env_steps]
     if bare:
         return f"no evaluation rows in the progress.csv of {', '.join(bare)}"
-    runs = [(i.env_steps, i.returns) for i in g.infos]
+    by_env: dict[str, list[int]] = {}
+    for k, info in enumerate(g.infos):
+        by_env.setdefault(info.env, []).append(k)
+    budgets = _budgets(g, by_env)
+    pooled = len(by_env) > 1
+    runs = [(tuple(s / budgets[i.env] for s in i.env_steps) if pooled else i.env_steps, i.returns) for i in g.infos]
     try:
         grid, interpolated = common_grid(runs)
     except ValueError as e:  # runs of other budgets: the final scores still compare
         return str(e)
-    by_env: dict[str, list[int]] = {}
-    for k, info in enumerate(g.infos):
-        by_env.setdefault(info.env, []).append(k)
     aligned = align_runs(runs, grid)
     if table is not None:
         for env, rows in by_env.items():
@@ -305,7 +406,11 @@ def _group_curves(g: Group, table: dict[str, tuple[float, float]] | None,
     mean = curve_intervals(strata, grid, aggregate="mean", **options)
     areas = area_under_curve(grid, aligned)
     auc = aggregate_scores({env: areas[rows] for env, rows in by_env.items()}, names=("iqm",), **options)["iqm"]
-    return {**iqm.to_dict("iqm"), "mean": mean.to_dict("mean")["mean"], "mean_low": mean.to_dict()["low"],
+    curve = iqm.to_dict("iqm")
+    scale = 1.0 if pooled else next(iter(budgets.values()))
+    fraction = [float(x) / scale for x in grid]
+    return {**curve, "env_steps": None if pooled else curve["env_steps"], "budget_fraction": fraction,
+            "budgets": budgets, "mean": mean.to_dict("mean")["mean"], "mean_low": mean.to_dict()["low"],
             "mean_high": mean.to_dict()["high"], "interpolated": interpolated, "n_runs": len(runs),
             "auc": auc.to_dict(), "auc_runs": [float(a) for a in areas]}
 
@@ -317,9 +422,11 @@ def compare_groups(groups: list[Group], *, confidence: float = 0.95, n_resamples
     states (``"left_out"``, ``{folder: state}``, and their count, ``"n_left_out"``), IQM, mean and median with their
     intervals, and per env the same (``"envs"``) (``"groups"``); for every ordered pair of groups the probability of
     improvement (``"improvement"``, a list of ``{"x", "y", "value", "low", "high"}``); and per group whose runs all
-    logged evaluations its curve over seeds (``"curves"``: ``{"env_steps", "iqm", "low", "high", "mean", ...,
-    "auc"}``, the IQM of the runs' areas under the curve with its interval); for the others why not
-    (``"no_curves"``).
+    logged evaluations its curve over seeds (``"curves"``: ``{"env_steps", "budget_fraction", "iqm", "low", "high",
+    "mean", ..., "auc"}``, the IQM of the runs' areas under the curve on the curve's grid with its interval; a group
+    over several envs is pooled over the fraction of each env's budget, ``"env_steps"`` None); for the others why not
+    (``"no_curves"``). Each group's ``"stopped_early"`` says, for each run that stopped before its budget (left out,
+    or counted by ``allow_partial`` of :func:`load_group`), where and why.
 
     Args:
         groups: the groups (:func:`load_group`).
@@ -360,7 +467,8 @@ def compare_groups(groups: list[Group], *, confidence: float = 0.95, n_resamples
         envs = {env: {k: v.to_dict() for k, v in aggregate_scores(values, **options).items()} | {"runs": len(values)}
                 for env, values in g.scores.items()}
         out["groups"][g.label] = {"runs": list(g.runs), "scores": g.scores, "n_left_out": len(g.left_out),
-                                  "left_out": dict(g.left_out), "reference": g.reference, "envs": envs,
+                                  "left_out": dict(g.left_out), "stopped_early": dict(g.stopped_early),
+                                  "reference": g.reference, "envs": envs,
                                   **({"normalized_scores": scored[g.label]} if table is not None else {}),
                                   **{k: v.to_dict() for k, v in estimates.items()}}
         curve = _group_curves(g, table, options)

@@ -7,8 +7,9 @@ import json
 import sys
 from typing import Any
 
-from rlstruct.algos._train.compare import WHY_LEFT_OUT, Group, compare_groups, load_group
+from rlstruct.algos._train.compare import Group, compare_groups, left_out_reason, load_group
 from rlstruct.algos._train.flags import OneLineParser
+from rlstruct.algos._train.run_folder import check_output
 
 __all__ = ["add_group_arguments", "compare_main", "compare_table", "groups_result"]
 
@@ -19,9 +20,10 @@ def _interval(d: dict[str, float | None]) -> str:
 
 
 def compare_table(result: dict[str, Any]) -> str:
-    """The lines ``rlstruct compare`` prints: a row per group (its finished runs, the runs left out, the aggregates
+    """The lines ``rlstruct compare`` prints: a row per group (its counted runs, the runs left out, the aggregates
     and, where its runs logged evaluations, the IQM of their areas under the curve), a line per probability of
-    improvement, then a line per run left out."""
+    improvement, then a line per run left out and per run counted though it stopped before its budget
+    (``--allow-partial``)."""
     level = f"{result['confidence']:.0%} CI"
     normalized = result.get("normalized", False)
     names = ("iqm", "mean", "median", *(("optimality_gap",) if normalized else ()))
@@ -38,8 +40,12 @@ def compare_table(result: dict[str, Any]) -> str:
     if normalized:
         lines.append("scores normalised per env: (return - random) / (reference - random)")
     lines += [f"P({p['x']} > {p['y']}) = {_interval(p)}" for p in result["improvement"]]
-    lines += [f"{label}: left out {run} ({WHY_LEFT_OUT[state]})" for label, g in result["groups"].items()
-              for run, state in g["left_out"].items()]
+    for label, g in result["groups"].items():
+        stopped = g.get("stopped_early", {})
+        lines += [f"{label}: left out {run} ({left_out_reason(state, stopped.get(run))})"
+                  for run, state in g["left_out"].items()]
+        lines += [f"{label}: counted {run}, which {stopped[run]} (--allow-partial)" for run in g["runs"]
+                  if run in stopped]
     return "\n".join(lines)
 
 
@@ -66,8 +72,11 @@ def add_group_arguments(parser: Any) -> None:
     parser.add_argument("--resamples", type=int, default=2000, metavar="N", help="bootstrap resamples (default: 2000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the resampling (default: 0)")
     parser.add_argument("--allow-missing", action="store_true",
-                        help="compare the finished runs of groups that hold interrupted, diverged or crashed runs "
-                             "(default: refuse); the count left out is reported")
+                        help="compare the finished runs of groups that hold runs stopped before their budget, "
+                             "diverged or crashed (default: refuse); the count left out is reported")
+    parser.add_argument("--allow-partial", action="store_true",
+                        help="count the runs stopped before their step budget (time limit, signal, worker failure) "
+                             "at their last evaluation (default: not results); each is named")
     parser.add_argument("--allow-mixed", action="store_true",
                         help="pool runs of several algorithms or envs, or repeated seeds, in a group (default: refuse)")
 
@@ -85,7 +94,8 @@ def groups_result(ns: Any) -> tuple[list[Group], dict[str, Any]]:
     _checked_options(ns)
     if not ns.groups and not ns.reference:
         raise ValueError("GROUP must be given at least once (or --reference), got none; pass e.g. runs/seeds/ppo")
-    groups = [load_group(spec) for spec in ns.groups] + [load_reference(spec) for spec in ns.reference]
+    groups = ([load_group(spec, allow_partial=ns.allow_partial) for spec in ns.groups]
+              + [load_reference(spec, allow_partial=ns.allow_partial) for spec in ns.reference])
     table = None if ns.normalize is None else load_score_table(None if ns.normalize == "shipped" else ns.normalize)
     result = compare_groups(groups, confidence=ns.confidence, n_resamples=ns.resamples, seed=ns.seed,
                             allow_missing=ns.allow_missing, allow_mixed=ns.allow_mixed, table=table)
@@ -94,9 +104,9 @@ def groups_result(ns: Any) -> tuple[list[Group], dict[str, Any]]:
 
 def compare_main(argv: list[str]) -> int:
     """``rlstruct compare GROUP... [--json] [--plot FILE] [--curves FILE] [--table markdown|latex] [--normalize
-    [FILE]] [--reference NAME|PATH] [--allow-missing] [--allow-mixed]``: prints the table (or, with ``--json``, the
-    JSON object alone; with ``--table``, the Markdown or LaTeX table alone); a bad GROUP prints one line to stderr
-    (one per group refused) and returns 2."""
+    [FILE]] [--reference NAME|PATH] [--allow-missing] [--allow-partial] [--allow-mixed]``: prints the table (or,
+    with ``--json``, the JSON object alone; with ``--table``, the Markdown or LaTeX table alone); a bad GROUP prints
+    one line to stderr (one per group refused) and returns 2."""
     from rlstruct.algos._train.figures import TABLE_FORMATS, plot_curves, render_table
 
     parser = OneLineParser(prog="rlstruct compare",
@@ -116,6 +126,8 @@ def compare_main(argv: list[str]) -> int:
                         help="print the per-group and per-env table as Markdown or a LaTeX (booktabs) table body")
     ns = parser.parse_args(argv)
     try:
+        for flag in ("plot", "curves"):  # never a run's own file: the curve, the checkpoint
+            check_output(getattr(ns, flag), argument=f"--{flag}")
         groups, result = groups_result(ns)
         if ns.plot is not None:
             from rlstruct.algos.statistics import plot_performance_profiles

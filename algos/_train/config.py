@@ -106,7 +106,8 @@ class RunConfig:
     evaluation_device: str = setting("cpu", "device of the evaluation batcher's envs, agent and buffer",
                                      group="evaluation")
     seed: int = setting(0, "seeds the networks, the envs and the agents", group="run")
-    time_limit: float = setting(60.0, "stop training after this many seconds of wall clock", group="run")
+    time_limit: float | None = setting(None, "stop training after this many seconds of wall clock (None: no limit; "
+                                             "the step budget ends a run)", group="run")
     max_env_steps: int | None = setting(None, "the step budget: stop after this many env steps (None: no limit)",
                                         group="run")
     target_return: float | None = setting(None, "stop once an evaluation and its confirmation on fresh episodes "
@@ -207,7 +208,6 @@ class OnPolicyConfig(FastPathPart, RunConfig):
     (:class:`RolloutPart`, :class:`ActorCriticPart`, :class:`RecurrentPart`)."""
 
     n_envs: int = default(32)
-    time_limit: float = default(600.0)
     max_env_steps: int | None = setting(500_000, "the step budget, over which anneal_lr decays")
     lr: float = default(3e-3)
     gamma: float = setting(0.99, "discount factor", group="on-policy", within="[0, 1]")

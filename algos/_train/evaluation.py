@@ -16,7 +16,7 @@ import torch
 from rlstruct.algos._env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import does_not_fit, load_checkpoint, stepped_backend
 from rlstruct.algos._train.config import RunConfig
-from rlstruct.algos._train.registry import algorithm, saved_algorithm
+from rlstruct.algos._train.registry import algorithm, check_run_code, saved_algorithm
 from rlstruct.algos._train.seeds import EVALUATION_AGENT_SEEDS, EVALUATION_ENV_SEEDS, worker_seeds
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
@@ -410,6 +410,7 @@ def evaluate_checkpoint(
     max_steps: int | None = None,
     policy: str | None = None,
     returns: bool = False,
+    trust_code: bool = False,
 ) -> dict[str, Any]:
     """Rebuilds the agent of a checkpoint and runs ``episodes`` episodes of its evaluation policy.
 
@@ -429,6 +430,8 @@ def evaluate_checkpoint(
         policy: ``"greedy"`` or ``"sample"`` (``None``: the run's ``evaluation_policy``).
         returns: also give each episode's return, in env order (``"returns"``): the spread the mean hides, e.g.
             the episodes where a HalfCheetah policy flips over.
+        trust_code: import the code the run names (its algorithm, network or env module) also when it is neither
+            rlstruct's nor an installed package's (:func:`~.registry.check_run_code`): a run's own code runs.
 
     Returns:
         ``{"eval_return", "return_min", "return_max", "episodes", "policy", "env", "algo", "checkpoint"}``, and
@@ -437,6 +440,7 @@ def evaluate_checkpoint(
     Raises:
         DeviceUnavailableError: ``device`` does not exist here.
         CheckpointError: ``path`` is missing, unreadable, not an rlstruct checkpoint, or a damaged one.
+        UntrustedCodeError: the run names code that is not trusted, and not ``trust_code``.
         ValueError: ``episodes < 1``, ``max_steps < 1`` or an unknown ``policy``.
     """
     check_device_exists(device, argument="device")
@@ -445,6 +449,7 @@ def evaluate_checkpoint(
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"max_steps must be >= 1 or None (the env's time limit), got {max_steps}")
     ckpt = load_checkpoint(path, argument="checkpoint")
+    check_run_code(ckpt, path, trust_code=trust_code)
     cfg, spec = ckpt["config"], ckpt["env_spec"]
     create_agent, agent_args, agent_info = evaluation_agent(saved_algorithm(ckpt), cfg, EnvSpec.from_dict(spec),
                                                             device, policy=policy)

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from rlstruct.algos._env_spec import EnvSpec
+from rlstruct.algos._train.run_folder import check_output
 from rlstruct.algos.policies import NetworkAgent
 from rlstruct.errors import MissingDependencyError
 
@@ -74,7 +75,7 @@ def export_policy(agent: NetworkAgent, spec: EnvSpec, output: str | os.PathLike,
     Args:
         agent: a CPU agent holding the run's weights (a loaded :class:`~rlstruct.algos.Policy`'s ``agent``).
         spec: the env's description (the observation's shape and dtype).
-        output: the file to write (its folder is created).
+        output: the file to write (its folder is created), outside every run folder (:func:`~.run_folder.check_output`).
         format: ``"onnx"`` or ``"torchscript"`` (``None``: by ``output``'s suffix, :func:`export_format`).
         recurrent: whether the agent's memory ``(h, c)`` goes in and out.
 
@@ -83,8 +84,10 @@ def export_policy(agent: NetworkAgent, spec: EnvSpec, output: str | os.PathLike,
 
     Raises:
         ValueError: an unknown ``format``.
+        ConfigError: ``output`` is in a run's folder (the run's checkpoint, its rows...).
         MissingDependencyError: ONNX without the ``export`` extra (onnx, onnxscript).
     """
+    check_output(output, argument="output")
     format = export_format(output, format)
     if format == "onnx":
         import importlib.util

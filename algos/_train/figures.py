@@ -1,33 +1,75 @@
 """What ``rlstruct compare`` and ``rlstruct report`` draw and print from a comparison's result
 (:func:`~rlstruct.algos._train.compare.compare_groups`): the learning curves over seeds (:func:`plot_curves`, PNG or
 SVG) and the table a paper pastes (:func:`render_table`, Markdown or a LaTeX booktabs body); and the learning curve
-of one run, that its folder holds (:func:`learning_curve_png`)."""
+of one run, that its folder holds (:func:`learning_curve_png`).
+
+Every word that comes from data (a group's label, an env id, a run's folder) is escaped for where it lands: LaTeX
+(:func:`latex_text`), Markdown (:func:`markdown_text`), matplotlib's text (:func:`~rlstruct._plot.plain_text`); the
+commands a table is made of are added around the escaped words, never kept from them."""
 
 from __future__ import annotations
 
 import io
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Any
 
-from rlstruct._plot import pyplot
+from rlstruct._plot import PLAIN_TEXT, plain_text, pyplot
 from rlstruct.errors import MissingDependencyError
 
-__all__ = ["TABLE_FORMATS", "format_interval", "learning_curve_png", "plot_curves", "render_table", "table_rows"]
+__all__ = ["FRACTION_LABEL", "TABLE_FORMATS", "format_interval", "latex_text", "learning_curve_png", "markdown_text",
+           "plot_curves", "render_table", "table_rows"]
 
 log = logging.getLogger(__name__)
 
 #: the formats of ``--table``
 TABLE_FORMATS = ("markdown", "latex")
 _NAMES = {"iqm": "IQM", "mean": "mean", "median": "median", "optimality_gap": "optimality gap"}
+#: the x axis of curves pooled over envs of other budgets
+FRACTION_LABEL = "fraction of the env-step budget"
+#: LaTeX's special characters and what prints each as itself
+_LATEX = {"\\": "\\textbackslash{}", "{": "\\{", "}": "\\}", "$": "\\$", "&": "\\&", "#": "\\#", "%": "\\%",
+          "_": "\\_", "~": "\\textasciitilde{}", "^": "\\textasciicircum{}", "<": "\\textless{}",
+          ">": "\\textgreater{}", "|": "\\textbar{}"}
+#: control characters and line breaks (a newline is a paragraph in a LaTeX cell, ends a Markdown row; a reader of
+#: the output splits lines at U+2028 too), which the tables print as spaces: a regex character range
+_BREAKS = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029"
+_LATEX_SPECIAL = re.compile("[" + re.escape("".join(_LATEX)) + _BREAKS + "]")
+#: Markdown's inline punctuation, escaped by a backslash (CommonMark: any ASCII punctuation may be)
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def latex_text(text: str) -> str:
+    """``text`` as LaTeX prints it, character for character: its special characters escaped (:data:`_LATEX`), its
+    control characters as spaces, in one pass (no escape's own backslash or brace is escaped again), so that no
+    command or group can come from it.
+
+    >>> print(latex_text("x\\\\input{/etc/hostname} 50% a_b"))
+    x\\textbackslash{}input\\{/etc/hostname\\} 50\\% a\\_b
+    """
+    return _LATEX_SPECIAL.sub(lambda m: _LATEX.get(m.group(), " "), text)
+
+
+def markdown_text(text: str) -> str:
+    """``text`` as a Markdown table cell shows it: HTML's ``&``, ``<`` and ``>`` as entities, Markdown's inline
+    punctuation (``|`` that would end the cell among it) escaped by a backslash, control characters and line breaks
+    as spaces.
+
+    >>> print(markdown_text("a|b <script>"))
+    a\\|b &lt;script&gt;
+    """
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", re.sub(f"[{_BREAKS}]", " ", text))
 
 
 def plot_curves(result: dict[str, Any], path: str | Path, *, mean: bool = False) -> Path:
     """Draws each group's curve of ``result["curves"]`` into ``path`` (PNG or SVG by its suffix): the IQM of its
     runs' evaluation returns at each env step, the interval shaded, a reference group dashed; with ``mean``, the
     mean dotted beside it. The legend says how many runs each line holds and whether they were interpolated onto
-    a common grid (their evaluations at other steps).
+    a common grid (their evaluations at other steps). Where a group is pooled over envs of other budgets, every
+    curve is drawn against the fraction of its env-step budget (:data:`FRACTION_LABEL`).
 
     Raises:
         ValueError: no group has a curve (a run logged no evaluation), or the suffix is not .png or .svg.
@@ -43,28 +85,31 @@ def plot_curves(result: dict[str, Any], path: str | Path, *, mean: bool = False)
                          f"got for {'; '.join(f'{k}: {v}' for k, v in missing.items())}; compare groups whose runs "
                          "evaluated (--eval-every) over one budget")
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    try:
-        for label, curve in curves.items():
-            reference = result["groups"][label].get("reference")
-            how = f"IQM of {curve['n_runs']} runs" + (", interpolated" if curve["interpolated"] else "")
-            (line,) = ax.plot(curve["env_steps"], curve["iqm"], label=f"{label} ({how})",
-                              linestyle="--" if reference else "-")
-            low = [float("nan") if v is None else v for v in curve["low"]]
-            high = [float("nan") if v is None else v for v in curve["high"]]
-            ax.fill_between(curve["env_steps"], low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-            if mean:
-                ax.plot(curve["env_steps"], curve["mean"], color=line.get_color(), linestyle=":",
-                        label=f"{label} (mean)")
-        ax.set_xlabel("env steps")
-        ax.set_ylabel("normalised score" if result.get("normalized") else "evaluation return")
-        ax.set_title(f"{result['confidence']:.0%} stratified bootstrap intervals over runs")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-    finally:
-        plt.close(fig)
+    pooled = any(curve.get("env_steps") is None for curve in curves.values())
+    with plt.rc_context(PLAIN_TEXT):  # the figure's words as they are, whatever the user's rc says
+        fig, ax = plt.subplots(figsize=(6.4, 4))
+        try:
+            for label, curve in curves.items():
+                reference = result["groups"][label].get("reference")
+                how = f"IQM of {curve['n_runs']} runs" + (", interpolated" if curve["interpolated"] else "")
+                x = curve["budget_fraction"] if pooled else curve["env_steps"]
+                (line,) = ax.plot(x, curve["iqm"], label=plain_text(f"{label} ({how})"),
+                                  linestyle="--" if reference else "-")
+                low = [float("nan") if v is None else v for v in curve["low"]]
+                high = [float("nan") if v is None else v for v in curve["high"]]
+                ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+                if mean:
+                    ax.plot(x, curve["mean"], color=line.get_color(), linestyle=":",
+                            label=plain_text(f"{label} (mean)"))
+            ax.set_xlabel(FRACTION_LABEL if pooled else "env steps")
+            ax.set_ylabel("normalised score" if result.get("normalized") else "evaluation return")
+            ax.set_title(f"{result['confidence']:.0%} stratified bootstrap intervals over runs")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize="small")
+            fig.tight_layout()
+            fig.savefig(path, dpi=100)
+        finally:
+            plt.close(fig)
     return path
 
 
@@ -79,14 +124,6 @@ def format_interval(d: dict[str, float | None] | None, *, latex: bool = False) -
     if latex:
         return f"{value} {{\\scriptsize [{d['low']:.2f}, {d['high']:.2f}]}}"
     return f"{value} [{d['low']:.2f}, {d['high']:.2f}]"
-
-
-def _latex(text: str) -> str:
-    """``text`` with LaTeX's special characters escaped (an env id's underscore, a label's percent)."""
-    out = text.replace("\\", "\\textbackslash{}")
-    for c in "&%$#_{}":
-        out = out.replace(c, "\\" + c)
-    return out.replace("~", "\\textasciitilde{}").replace("^", "\\textasciicircum{}")
 
 
 def table_rows(result: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[str], list[list[Any]]]:
@@ -108,7 +145,9 @@ def table_rows(result: dict[str, Any]) -> tuple[list[str], list[list[Any]], list
 def render_table(result: dict[str, Any], fmt: str) -> str:
     """The per-group table (its runs, the aggregates with their intervals, the AUC where there are curves), then the
     per-env table of raw returns, as Markdown (two pipe tables) or LaTeX (two booktabs ``tabular`` bodies, each
-    from ``\\begin{tabular}`` to ``\\end{tabular}``; needs ``\\usepackage{booktabs}``).
+    from ``\\begin{tabular}`` to ``\\end{tabular}``; needs ``\\usepackage{booktabs}``). Every text cell (a label,
+    an env id) is escaped for the format (:func:`latex_text`, :func:`markdown_text`); the intervals' numbers are
+    formatted here, and their ``\\scriptsize`` added around them.
 
     Raises:
         ValueError: ``fmt`` is neither ``"markdown"`` nor ``"latex"``.
@@ -124,16 +163,17 @@ def render_table(result: dict[str, Any], fmt: str) -> str:
     for heads, rows in (table_rows(result)[:2], table_rows(result)[2:]):
         if heads[0] == "env":
             note = f"{level} stratified bootstrap intervals in brackets; returns per env, not normalised"
-        cells = [[c if isinstance(c, str) else format_interval(c, latex=latex) for c in row] for row in rows]
+        escape = latex_text if latex else markdown_text
+        cells = [[escape(c) if isinstance(c, str) else format_interval(c, latex=latex) for c in row] for row in rows]
         if latex:
             spec = "l" * (2 if heads[0] == "env" else 1) + "r" * (len(heads) - (2 if heads[0] == "env" else 1))
-            out += [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(_latex(h) for h in heads) + " \\\\",
+            out += [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(map(latex_text, heads)) + " \\\\",
                     "\\midrule"]
-            out += [" & ".join(c if "scriptsize" in c else _latex(c) for c in row) + " \\\\" for row in cells]
+            out += [" & ".join(row) + " \\\\" for row in cells]
             out += ["\\bottomrule", "\\end{tabular}", f"% {note}", ""]
         else:
             align = ["---" if i < (2 if heads[0] == "env" else 1) else "--:" for i in range(len(heads))]
-            out += ["| " + " | ".join(heads) + " |", "|" + "|".join(align) + "|"]
+            out += ["| " + " | ".join(map(markdown_text, heads)) + " |", "|" + "|".join(align) + "|"]
             out += ["| " + " | ".join(row) + " |" for row in cells]
             out += ["", f"_{note}._", ""]
     return "\n".join(out).rstrip() + "\n"
@@ -147,23 +187,24 @@ def learning_curve_png(history: list[dict[str, Any]], title: str) -> bytes | Non
     except MissingDependencyError:
         log.warning("matplotlib is not installed (pip install 'rlstruct[plot]'); no learning-curve plot")
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
     train = [r for r in history if isinstance(r.get("train/episode_return"), float)
              and math.isfinite(r["train/episode_return"])]
     evals = [r for r in history if "eval/return" in r]
-    for ax, x in zip(axes, ("env_steps", "wall_time_s")):
-        if train:
-            ax.plot([r[x] for r in train], [r["train/episode_return"] for r in train], color="tab:blue", alpha=0.4,
-                    lw=1, label="training episodes")
-        if evals:
-            ax.plot([r[x] for r in evals], [r["eval/return"] for r in evals], "o-", color="tab:red", ms=3,
-                    label="evaluation (mean)")
-        ax.set_xlabel("env steps" if x == "env_steps" else "wall clock (s)")
-        ax.set_ylabel("return")
-        ax.grid(alpha=0.3)
-    axes[0].legend(loc="lower right")
-    fig.suptitle(title)
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=100)
-    plt.close(fig)
+    with plt.rc_context(PLAIN_TEXT):  # the title names the run's env, as its config gives it
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+        for ax, x in zip(axes, ("env_steps", "wall_time_s")):
+            if train:
+                ax.plot([r[x] for r in train], [r["train/episode_return"] for r in train], color="tab:blue",
+                        alpha=0.4, lw=1, label="training episodes")
+            if evals:
+                ax.plot([r[x] for r in evals], [r["eval/return"] for r in evals], "o-", color="tab:red", ms=3,
+                        label="evaluation (mean)")
+            ax.set_xlabel("env steps" if x == "env_steps" else "wall clock (s)")
+            ax.set_ylabel("return")
+            ax.grid(alpha=0.3)
+        axes[0].legend(loc="lower right")
+        fig.suptitle(plain_text(title))
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=100)
+        plt.close(fig)
     return png.getvalue()

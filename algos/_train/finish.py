@@ -46,7 +46,8 @@ def _result(run: Run, wall: float, *, logged: bool, **fields: Any) -> TrainResul
     rule = run.stop_rule
     known = {"env_steps": run.env_steps, "wall_time_s": wall, "history": run.history, "logdir": str(run.logdir),
              "iterations": run.iteration, "interrupted": rule.interrupted, "stop_signal": rule.signal,
-             "world_size": run.world_size, "run_wall_time_s": run.wall_offset + wall}
+             "world_size": run.world_size, "run_wall_time_s": run.wall_offset + wall,
+             "max_env_steps": run.config.max_env_steps}
     if logged:
         known.update(target_return=rule.target_return, preset=run.config.preset, startup_s=run.startup_s,
                      preset_target=preset_target(run.config.preset), compile=run.compile_meter.read())
@@ -142,10 +143,10 @@ def finish_training(run: Run, evaluator: Evaluator, model: nn.Module, spec: EnvS
         run.close()
         return _result(run, run.elapsed(), logged=False, eval_return=math.nan, interrupted=interrupted,
                        stop_reason=stop_reason, worker_failure=failure)
-    if run.iteration == 0 and not halted:
+    if run.iteration == 0 and stop_reason == "time_limit":
         log.warning("no training iteration ran: the time limit (%g s) was spent before the first one (setup, "
-                    "compilation, the first evaluation); what follows evaluates the untrained policy. Raise "
-                    "--time-limit", config.time_limit)
+                    "compilation, the first evaluation); what follows evaluates the untrained policy, a run that "
+                    "rlstruct compare does not count. Raise --time-limit, or drop it", config.time_limit)
     if halted:
         # After a worker's failure the evaluator's batcher may be the failed one: nothing is collected from it.
         finished = evaluator.collect() if failure is None else None

@@ -1,6 +1,7 @@
 """Who writes a run's folder: the folder a run asks for (:func:`run_logdir`), claimed by a new run so that it never
 replaces another's files (:func:`claim_run_folder`), held by one writer at a time (:class:`RunFolderLock`), given
-back by a start that failed before training (:class:`FolderClaim`), and a finished run left as it is
+back by a start that failed before training (:class:`FolderClaim`), known again by its identity
+(:func:`folder_moved`: a folder deleted or moved during its run), and a finished run left as it is
 (:func:`check_unfinished`). What the folder holds, and how each file is written, is :mod:`~.run_folder`'s.
 """
 
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rlstruct.algos._train.durable import open_unlinked, sync_file, sync_folder
 from rlstruct.algos._train.run_folder import (
     CONFIG_NAME,
     CSV_NAME,
@@ -29,6 +31,7 @@ from rlstruct.algos._train.run_folder import (
     SUMMARY_NAME,
     earlier_run_files,
     is_run_name,
+    refuse_links,
 )
 from rlstruct.errors import ConfigError, RunFinishedError, RunFolderBusyError
 
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
     from rlstruct.algos._train.config import RunConfig
 
 __all__ = ["FINISHED", "FolderClaim", "RunFolderLock", "check_logdir", "check_unfinished", "claim_logdir",
-           "claim_run_folder", "given_back_unless_trained", "run_logdir"]
+           "claim_run_folder", "folder_identity", "folder_moved", "given_back_unless_trained", "run_logdir"]
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,8 @@ def claim_logdir(path: Path, *, numbered: bool = True) -> Path:
     else the first of ``path-2``, ``path-3``, ... that holds none, so that a run never replaces another's files.
 
     A run's ``config.json`` is created exclusively to claim its folder: runs started at once into the same ``path``
-    (a sweep's) each get their own.
+    (a sweep's) each get their own. It is never empty: it appears whole, an empty JSON object until the run writes
+    its settings (:func:`_claim_config`), so that a start killed at any moment leaves a readable one.
 
     Args:
         path: the log folder asked for.
@@ -112,22 +116,75 @@ def claim_run_folder(path: Path, *, numbered: bool = True, first_iteration: int 
         if found and not numbered:
             raise ConfigError(f"logdir={str(path)!r} holds an earlier run ({', '.join(found[:3])}), which a new run "
                               f"would replace; pass a new --logdir, or --resume {path} to continue that run")
-        try:
-            if not found:  # created exclusively: another run may claim the same folder between the check and here
-                earlier = frozenset(os.listdir(candidate))
-                os.close(os.open(candidate / CONFIG_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        if not found:  # created exclusively: another run may claim the same folder between the check and here
+            earlier = frozenset(os.listdir(candidate))
+            if _claim_config(candidate):
                 break
-        except FileExistsError:
-            pass
         n += 1
         candidate = base.with_name(f"{base.name}-{n}")
     if candidate != path:
         log.warning("%s holds an earlier run (%s): this run writes to %s (--resume %s continues that one)",
                     path, ", ".join(earlier_run_files(path)[:3]), candidate, path)
-    return FolderClaim(candidate, missing, earlier, first_iteration)
+    return FolderClaim(candidate, missing, earlier, first_iteration, folder_identity(candidate))
 
 
-@dataclasses.dataclass(frozen=True)
+def _claim_config(folder: Path) -> bool:
+    """Creates ``config.json`` in ``folder`` unless it exists (then False), exclusively and whole: an empty JSON
+    object written to a file of its own beside it, flushed, then hard-linked to the name (``link`` fails on an existing
+    name, a symbolic link included, and never writes through one). Where the filesystem has no hard links, the file is
+    created exclusively and written at once."""
+    fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{CONFIG_NAME}.", suffix=".claim")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write("{}\n")
+        sync_file(temp)
+        try:
+            os.link(temp, folder / CONFIG_NAME)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here (some network and FAT filesystems)
+            try:
+                fd = open_unlinked(folder / CONFIG_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "w") as f:
+                f.write("{}\n")
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+    sync_folder(folder)
+    return True
+
+
+def folder_identity(path: Path) -> tuple[int, int] | None:
+    """The identity of the folder ``path`` (device and inode), by which :func:`folder_moved` knows it again;
+    ``None`` when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def folder_moved(path: Path, identity: tuple[int, int] | None) -> bool:
+    """Whether the folder at ``path`` is gone or is no longer the one of ``identity`` (:func:`folder_identity`,
+    taken when the run claimed or locked it): deleted, or moved away (and maybe another put in its place). Without an
+    identity, whether ``path`` is no folder now.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     mine = folder_identity(Path(tmp))
+    ...     print(folder_moved(Path(tmp), mine))
+    False
+    >>> folder_moved(Path(tmp), mine)
+    True
+    """
+    if identity is None:
+        return not path.is_dir()
+    return folder_identity(path) != identity
+
+
+@dataclasses.dataclass
 class FolderClaim:
     """A log folder claimed by a new run (:func:`claim_run_folder`), and what claiming it created.
 
@@ -136,12 +193,16 @@ class FolderClaim:
         created: the folders the claim created, outermost first (``path`` last, unless it existed).
         earlier: the names in ``path`` before the claim (none when the claim created it).
         first_iteration: the run's first training iteration (1; a resumed run's checkpoint's next).
+        identity: the folder's identity when it was claimed (:func:`folder_identity`).
+        released: whether :meth:`release` gave the folder back (a failed start's folder is gone by its own doing).
     """
 
     path: Path
     created: list[Path]
     earlier: frozenset[str]
     first_iteration: int = 1
+    identity: tuple[int, int] | None = None
+    released: bool = dataclasses.field(default=False, init=False)
 
     def trained(self) -> bool:
         """Whether ``progress.csv`` holds a row of a training iteration of this run (rows are written out when the
@@ -173,6 +234,7 @@ class FolderClaim:
                 folder.rmdir()
             except OSError:  # something else is in it: another program's file, a sibling run's folder
                 break
+        self.released = True
         log.info("%s: the run stopped before its first training iteration; removed what it had written", self.path)
         return True
 
@@ -203,7 +265,8 @@ class RunFolderLock:
     at once: the lock stays the parent's and ends with it; a spawned one never had it.
 
     Released by :meth:`release` (idempotent; the lock file removed first), and at garbage collection with a
-    ``ResourceWarning``.
+    ``ResourceWarning``. Taking it first refuses a folder where a name a run writes is a symbolic link
+    (:func:`~.run_folder.refuse_links`): the lock's holder writes there next.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
@@ -223,6 +286,8 @@ class RunFolderLock:
 
     def __init__(self, path: Path, fd: int):
         self.path, self._fd, self._pid = path, fd, os.getpid()
+        #: the folder's identity when the lock was taken (:func:`folder_moved`)
+        self.folder_identity = folder_identity(path.parent)
         RunFolderLock._held.add(self)
 
     @classmethod
@@ -234,8 +299,10 @@ class RunFolderLock:
 
         Raises:
             RunFolderBusyError: another process holds it; the message names it.
+            RunFileLinkError: a name a run writes in ``folder`` (the lock file among them) is a symbolic link.
             ConfigError: the lock file cannot be created in ``folder``.
         """
+        refuse_links(folder)
         try:
             import fcntl
         except ImportError:  # Windows
@@ -245,7 +312,7 @@ class RunFolderLock:
         path = folder / LOCK_NAME
         while True:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = open_unlinked(path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as e:
                 raise ConfigError(f"logdir must be a folder this process can write, got {str(folder)!r} ({LOCK_NAME}: "
                                   f"{e.strerror or type(e).__name__}); pass --logdir a writable folder") from None

@@ -25,6 +25,7 @@ from rlstruct.algos._train.compile_cache import CompileMeter
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.events import Evaluated, Event
 from rlstruct.algos._train.folder_claim import run_logdir
+from rlstruct.algos._train.registry import run_code
 from rlstruct.algos._train.run_folder import RunFolder, earlier_rows
 from rlstruct.algos._train.seeds import session_seed
 from rlstruct.algos._train.stop_rule import StopRule
@@ -83,6 +84,8 @@ class Run:
                  on_evaluation: Iterable[Callable[[Evaluated], None]] = ()):
         self.algo = algo
         self.source = source or algo
+        #: the modules the run imports and the installed distributions holding them (:func:`~.registry.run_code`)
+        self.code = run_code(self.source, config.to_dict()) if logger else {}
         #: the data-parallel ranks of the run (recorded in its checkpoints)
         self.world_size = world_size
         self.config = config
@@ -122,14 +125,15 @@ class Run:
         # checkpoint, or those of another folder's run.
         continued = resume is not None and resume.folder.resolve() == self.logdir.resolve()
         self.folder = RunFolder(self.logdir, rows=self.history, header=header if continued else None,
-                                tensorboard=config.tensorboard)
+                                tensorboard=config.tensorboard,
+                                resumed_env_steps=None if resume is None else resume.env_steps)
         self.written.subscribe(self.folder.write_rows)
         if config.progress:
             self._bar = _ProgressBar.open(f"{algo} {config.env}", config.max_env_steps, self.env_steps, self.start)
         if self._bar is not None:
             self.written.subscribe(self._bar.show)
-        params = {"algo": algo, "algorithm": self.source, **config.to_dict(), "env_spec": dataclasses.asdict(spec),
-                  "effective_target_return": self.stop_rule.target_return}
+        params = {"algo": algo, "algorithm": self.source, "code": self.code, **config.to_dict(),
+                  "env_spec": dataclasses.asdict(spec), "effective_target_return": self.stop_rule.target_return}
         self.folder.write_config(params)
         try:
             self.trackers = Trackers(open_trackers(config.track, self.logdir, params,
@@ -275,7 +279,7 @@ class Run:
             {"env_steps": self.env_steps, "iteration": self.iteration,
              "wall_time_s": self.wall_time() if wall_time_s is None else wall_time_s, "eval_return": eval_return,
              "interrupted": interrupted, "learner": learner, "world_size": self.world_size,
-             "stop_reason": stop_reason, "algorithm": self.source})
+             "stop_reason": stop_reason, "algorithm": self.source, "code": self.code})
 
 
 class _ProgressBar:

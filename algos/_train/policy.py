@@ -20,7 +20,7 @@ from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_checkpoint
 from rlstruct.algos._train.config import set_torch_threads
 from rlstruct.algos._train.evaluation import check_model_fits, evaluate_checkpoint, evaluation_agent
-from rlstruct.algos._train.registry import saved_algorithm
+from rlstruct.algos._train.registry import check_run_code, saved_algorithm
 from rlstruct.devices import DeviceLike, as_device, check_device_exists
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor
@@ -29,8 +29,13 @@ __all__ = ["Policy", "load"]
 
 
 def load(run_or_checkpoint: str | os.PathLike, *, device: DeviceLike = "cpu",
-         torch_threads: int | None = None) -> Policy:
+         torch_threads: int | None = None, trust_code: bool = False) -> Policy:
     """The trained policy of a run: its log folder (``--logdir``) or its ``checkpoint.pt``.
+
+    A run folder may come from anywhere (a colleague's, a paper's), so the code it names (its algorithm's module, its
+    network factory, its env's module) is imported only when it is rlstruct's or an installed package's, outside the
+    run's folder and not provided by the current folder (:func:`~rlstruct.algos._train.registry.check_run_code`);
+    ``trust_code=True`` imports the run's own code as well, as ``transformers``' ``trust_remote_code`` does.
 
     Args:
         run_or_checkpoint: a run's folder, or a checkpoint written by ``train``.
@@ -38,11 +43,15 @@ def load(run_or_checkpoint: str | os.PathLike, *, device: DeviceLike = "cpu",
         torch_threads: torch's threads during each :meth:`~Policy.predict` call, the previous count restored after
             it (0: torch's count as the process has it); ``None``: the run's ``torch_threads``, what ``rlstruct
             train`` gave its learner (1 unless ``--torch-threads``).
+        trust_code: import the code the run names also when it is neither rlstruct's nor an installed package's (it
+            runs in this process); only for a run whose code you trust.
 
     Raises:
         CheckpointError: there is nothing at the path, a folder without a ``checkpoint.pt``, a file that is not an
             rlstruct checkpoint, or one whose weights do not fit its config.
         DeviceUnavailableError: ``device`` does not exist here.
+        UntrustedCodeError: the run names code that is not trusted (the message names the setting and the module),
+            and not ``trust_code``.
         ValueError: ``torch_threads`` is not an int >= 0.
 
     >>> load("no/such/run")
@@ -57,9 +66,10 @@ earlier run, or its log folder (the --logdir it was trained with)
                                       or torch_threads < 0):
         raise ValueError(f"torch_threads must be an int >= 0 or None (the run's), got {torch_threads!r}; pass e.g. 1")
     checkpoint = load_checkpoint(path, argument="run_or_checkpoint")
+    check_run_code(checkpoint, path, trust_code=trust_code)
     if os.path.isdir(path):
         path = os.path.join(path, CHECKPOINT_NAME)
-    return Policy(checkpoint, path, device=device, torch_threads=torch_threads)
+    return Policy(checkpoint, path, device=device, torch_threads=torch_threads, trust_code=trust_code)
 
 
 def _at_policy_threads(predict: Callable[..., Any]) -> Callable[..., Any]:
@@ -100,10 +110,11 @@ class Policy:
         recurrent: whether :meth:`predict` takes and returns a state.
         torch_threads: torch's threads during :meth:`predict` (0: the process's count), by default the run's
             ``torch_threads``.
+        trust_code: whether :meth:`evaluate` imports the run's code when it is not trusted (:func:`load`'s).
     """
 
     def __init__(self, checkpoint: dict[str, Any], path: str, *, device: DeviceLike = "cpu",
-                 torch_threads: int | None = None):
+                 torch_threads: int | None = None, trust_code: bool = False):
         self.algo: str = checkpoint["algo"]
         #: where the algorithm came from: its name, or ``"module:ATTRIBUTE"`` of one from outside the package
         self.source: str = saved_algorithm(checkpoint)
@@ -121,6 +132,7 @@ class Policy:
         self.recurrent = bool(self.config.get("recurrent", False))
         self.torch_threads: int = (int(self.config.get("torch_threads", 1)) if torch_threads is None
                                    else torch_threads)
+        self.trust_code = trust_code
 
     def __repr__(self) -> str:
         return f"Policy(algo={self.algo!r}, env={self.config['env']!r}, path={self.path!r}, device='{self.device}')"
@@ -146,7 +158,7 @@ class Policy:
         """
         return evaluate_checkpoint(self.path, episodes=episodes, device=str(self.device), seed=seed,
                                    n_processes=n_processes, max_steps=max_steps,
-                                   policy="greedy" if deterministic else "sample")
+                                   policy="greedy" if deterministic else "sample", trust_code=self.trust_code)
 
     def export(self, output: str | os.PathLike, *, format: str | None = None) -> str:
         """Writes the deterministic policy to ``output`` for onnxruntime (``format="onnx"``) or ``torch.jit.load``
@@ -158,6 +170,7 @@ class Policy:
 
         Raises:
             ValueError: an unknown ``format``, or a policy loaded on another device than the CPU.
+            ConfigError: ``output`` is in a run's folder (:func:`~.run_folder.check_output`).
             MissingDependencyError: ONNX without the ``export`` extra.
         """
         from rlstruct.algos._train.export import export_policy

@@ -94,13 +94,13 @@ _A2C_CARTPOLE = {"n_envs": 64, "n_steps": 16, "entropy_coef": 0.01, "eval_every"
 # PPO on Pendulum: rl-baselines3-zoo's discount (0.9) and epochs (10); 16 envs x 250 steps, so 100k steps are 25
 # updates.
 _PPO_PENDULUM = {"gamma": 0.9, "lr": 2e-3, "n_envs": 16, "n_steps": 250, "n_epochs": 10, "n_minibatches": 8,
-                 "eval_every": 5, "max_env_steps": 100_000, "time_limit": 600.0}
+                 "eval_every": 5, "max_env_steps": 100_000}
 # PPO on MuJoCo locomotion (MuJoCo's C engine through gymnasium): CleanRL's ppo_continuous_action settings, which are
 # also Stable-Baselines3's PPO defaults: 2,048 steps per update, 10 epochs of 32 minibatches, lr 3e-4 annealed, no
 # entropy bonus, with running normalisation of observations and rewards.
 _PPO_MUJOCO = {"n_envs": 8, "n_steps": 256, "n_epochs": 10, "n_minibatches": 32, "lr": 3e-4, "entropy_coef": 0.0,
                "reward_scale": 1.0, "normalize_observations": True, "normalize_rewards": True,
-               "max_env_steps": 300_000, "time_limit": 3600.0, "eval_every": 10, "n_evaluation_envs": 8}
+               "max_env_steps": 300_000, "eval_every": 10, "n_evaluation_envs": 8}
 
 # DQN on MountainCar-v0: rl-baselines3-zoo's settings. The zoo trains 8 gradient steps every 16 steps of one env and
 # counts its target update (600) and exploration (20% of 120k to 0.07) in env steps: here 1 env x 16 steps an
@@ -108,18 +108,18 @@ _PPO_MUJOCO = {"n_envs": 8, "n_steps": 256, "n_epochs": 10, "n_minibatches": 32,
 _DQN_MOUNTAINCAR = {"n_envs": 1, "rollout_steps": 16, "gradient_steps": 8, "lr": 4e-3, "batch_size": 128,
                     "buffer_size": 10_000, "learning_starts": 1_000, "gamma": 0.98, "target_update_interval": 300,
                     "epsilon_end": 0.07, "epsilon_decay_steps": 24_000, "hidden_sizes": (256, 256),
-                    "eval_every": 100, "max_env_steps": 150_000, "time_limit": 1200.0}
+                    "eval_every": 100, "max_env_steps": 150_000}
 # PPO and A2C on MountainCar-v0: rl-baselines3-zoo's settings, with both normalisations ("normalize: true"), no
 # entropy bonus and a constant learning rate, over its 1M steps. PPO: 16 envs x 16 steps, 4 epochs of 4 minibatches
 # (the zoo's batch of 64), lambda 0.98, lr 3e-4. A2C: Stable-Baselines3's A2C defaults (16 envs x 5 steps, lr 7e-4,
 # lambda 1, unnormalised advantages).
 _PPO_MOUNTAINCAR = {"n_envs": 16, "n_steps": 16, "n_epochs": 4, "n_minibatches": 4, "lr": 3e-4, "gae_lambda": 0.98,
                     "entropy_coef": 0.0, "anneal_lr": False, "reward_scale": 1.0, "normalize_observations": True,
-                    "normalize_rewards": True, "eval_every": 100, "max_env_steps": 1_000_000, "time_limit": 1800.0}
+                    "normalize_rewards": True, "eval_every": 100, "max_env_steps": 1_000_000}
 _A2C_MOUNTAINCAR = {"n_envs": 16, "n_steps": 5, "lr": 7e-4, "gae_lambda": 1.0, "entropy_coef": 0.0,
                     "normalize_advantages": False, "anneal_lr": False, "reward_scale": 1.0,
                     "normalize_observations": True, "normalize_rewards": True, "eval_every": 250,
-                    "max_env_steps": 1_000_000, "time_limit": 1800.0}
+                    "max_env_steps": 1_000_000}
 # PPO on MountainCarContinuous-v0: rl-baselines3-zoo's settings (gamma 0.9999, lambda 0.9, clip 0.1, lr 7.77e-5,
 # entropy 0.00429, value coefficient 0.19, gradient norm 5, both normalisations) without its gSDE, which rlstruct does
 # not have: the state-independent Gaussian (std 1 at the start, actions clipped to the bounds) explores enough to
@@ -128,35 +128,33 @@ _PPO_MOUNTAINCAR_CONTINUOUS = {"n_envs": 16, "n_steps": 64, "n_epochs": 10, "n_m
                                "gamma": 0.9999, "gae_lambda": 0.9, "clip_coef": 0.1, "entropy_coef": 0.00429,
                                "value_coef": 0.19, "max_grad_norm": 5.0, "reward_scale": 1.0, "anneal_lr": False,
                                "normalize_observations": True, "normalize_rewards": True, "eval_every": 5,
-                               "n_evaluation_envs": 8, "max_env_steps": 100_000, "time_limit": 1200.0}
+                               "n_evaluation_envs": 8, "max_env_steps": 100_000}
 # PPO on LunarLander-v3 (pip install 'rlstruct[box2d]'): rl-baselines3-zoo's settings: 16 envs x 1,024 steps, 4 epochs
 # of minibatches of 64 (256 a batch), lambda 0.98, gamma 0.999, entropy 0.01, lr 3e-4 constant, unscaled rewards.
 _PPO_LUNARLANDER = {"n_envs": 16, "n_steps": 1024, "n_epochs": 4, "n_minibatches": 256, "lr": 3e-4, "gamma": 0.999,
                     "gae_lambda": 0.98, "entropy_coef": 0.01, "reward_scale": 1.0, "anneal_lr": False,
-                    "eval_every": 2, "max_env_steps": 1_000_000, "time_limit": 3600.0}
+                    "eval_every": 2, "max_env_steps": 1_000_000}
 # DQN on LunarLander-v3: rl-baselines3-zoo's settings: one gradient step per env step (4 envs x 4 steps, 16 gradient
 # steps), lr 6.3e-4, batch 128, a 50k buffer filled from the first step, a hard target update every 250 env steps
 # (= gradient steps), epsilon to 0.1 over 12% of the zoo's 100k steps, a 256-256 network.
 _DQN_LUNARLANDER = {"n_envs": 4, "rollout_steps": 4, "gradient_steps": 16, "lr": 6.3e-4, "batch_size": 128,
                     "buffer_size": 50_000, "learning_starts": 0, "gamma": 0.99, "target_update_interval": 250,
                     "epsilon_end": 0.1, "epsilon_decay_steps": 12_000, "hidden_sizes": (256, 256),
-                    "eval_every": 250, "max_env_steps": 200_000, "time_limit": 3600.0}
+                    "eval_every": 250, "max_env_steps": 200_000}
 # DQN on MinAtar (pip install 'rlstruct[minatar]'): the MinAtar paper's DQN (Young and Tian 2019: a 100k buffer, 5k
 # steps before learning, epsilon to its end over 100k steps, lr 2.5e-4) with Adam, batches of 64 and a quarter of a
 # gradient step per env step (8 envs x 8 steps, 16 gradient steps), a hard target update every 500 gradient steps.
 _DQN_MINATAR = {"n_envs": 8, "rollout_steps": 8, "gradient_steps": 16, "batch_size": 64, "buffer_size": 100_000,
                 "learning_starts": 5_000, "target_update_interval": 500, "epsilon_end": 0.05,
-                "epsilon_decay_steps": 100_000, "lr": 2.5e-4, "eval_every": 100, "max_env_steps": 500_000,
-                "time_limit": 1800.0}
+                "epsilon_decay_steps": 100_000, "lr": 2.5e-4, "eval_every": 100, "max_env_steps": 500_000}
 # PQN on MinAtar: the shape of PQN's MinAtar runs (Gallici et al. 2025: 128 envs x 32 steps, Q(lambda) targets with
 # lambda 0.65, a LayerNorm CNN, no replay buffer or target network) over this CPU's budget: 2 epochs of 32 minibatches,
 # lr 3e-4, unscaled rewards, epsilon to 0.01 over the first 20% of 300k env steps.
 _PQN_MINATAR = {"n_envs": 128, "n_steps": 32, "n_epochs": 2, "n_minibatches": 32, "lr": 3e-4, "reward_scale": 1.0,
-                "epsilon_end": 0.01, "epsilon_decay_fraction": 0.2, "eval_every": 5, "max_env_steps": 300_000,
-                "time_limit": 1800.0}
+                "epsilon_end": 0.01, "epsilon_decay_fraction": 0.2, "eval_every": 5, "max_env_steps": 300_000}
 # PPO on MinAtar: benchmarks/learning.py's MinAtar Breakout suite (32 envs x 64 steps, 4 epochs of 4 minibatches).
 _PPO_MINATAR = {"n_envs": 32, "n_steps": 64, "n_minibatches": 4, "lr": 5e-4, "entropy_coef": 0.01, "eval_every": 10,
-                "max_env_steps": 1_000_000, "time_limit": 1800.0}
+                "max_env_steps": 1_000_000}
 # PPO on MinAtar at the published budget: gymnax-blines' PPO settings for every MinAtar game (64 envs x 128 steps,
 # 4 epochs of 8 minibatches, lr 5e-4 constant, gamma 0.999, unscaled rewards) on the MinAtar paper's CNN. On Breakout
 # (seed 0) they evaluate at 9.3 after 1M env steps and 19.1 after 2M, where ppo-minatar's settings stay near 6
@@ -168,22 +166,21 @@ _PPO_MINATAR_GYMNAX = {"n_envs": 64, "n_steps": 128, "n_epochs": 4, "n_minibatch
 # networks, batch 256, actor lr 3e-4, critic lr 1e-3, 5k random steps first, tau 0.005, the temperature tuned).
 _SAC_MUJOCO = {"n_envs": 1, "rollout_steps": 8, "hidden_sizes": (256, 256), "batch_size": 256, "lr": 3e-4,
                "critic_lr": 1e-3, "learning_starts": 5_000, "eval_every": 625, "n_evaluation_envs": 8,
-               "max_env_steps": 150_000, "time_limit": 3600.0}
+               "max_env_steps": 150_000}
 # TD3 on MuJoCo locomotion: CleanRL's td3_continuous_action settings (one env, a critic update per env step, 256-256
 # networks, batch 256, lr 3e-4 for the actor and the critics, 25k random steps first, tau 0.005, the actor and the
 # targets every 2 critic updates, exploration noise 0.1 and target noise 0.2 clipped at 0.5 of the action range).
 _TD3_MUJOCO = {"n_envs": 1, "rollout_steps": 8, "hidden_sizes": (256, 256), "batch_size": 256, "lr": 3e-4,
                "learning_starts": 25_000, "tau": 0.005, "policy_delay": 2, "exploration_noise": 0.1,
                "target_noise": 0.2, "target_noise_clip": 0.5, "eval_every": 625, "n_evaluation_envs": 8,
-               "max_env_steps": 150_000, "time_limit": 3600.0}
+               "max_env_steps": 150_000}
 
 # Atari (pip install 'rlstruct[atari]'), for both algorithms: ale-py's preprocessing (84x84 grey, 4 frames stacked,
 # frameskip 4, noop starts, FIRE at reset, rewards clipped to [-1, 1]) with a lost life ending a training episode as
 # in Baselines' EpisodicLifeEnv, and CleanRL's 10M env steps (40M frames). Evaluations play whole games, unclipped,
 # acting as the policy does in training (Atari's protocol): a greedy policy can stall (Breakout's never presses FIRE
 # after a lost life) and its game then runs to ALE's 27,000-step cap.
-_ATARI = {"env_kwargs": {"life_loss_info": True}, "evaluation_policy": "sample", "max_env_steps": 10_000_000,
-          "time_limit": 86_400.0}
+_ATARI = {"env_kwargs": {"life_loss_info": True}, "evaluation_policy": "sample", "max_env_steps": 10_000_000}
 # PPO: CleanRL's ppo_atari.py (8 envs x 128 steps, 4 epochs of 4 minibatches, lr 2.5e-4 annealed over the budget,
 # clip 0.1 on the policy and the value, entropy 0.01); its evaluations draw from the policy.
 _PPO_ATARI = {"n_envs": 8, "n_steps": 128, "n_epochs": 4, "n_minibatches": 4, "lr": 2.5e-4, "clip_coef": 0.1,
@@ -201,7 +198,7 @@ _DQN_ATARI = {"n_envs": 8, "rollout_steps": 4, "gradient_steps": 8, "batch_size"
 # The published budgets (benchmarks/published.py, docs/benchmarks/published.md): each runs only when named and trains
 # for the whole budget (no target: the published figures are returns at the budget, and a run stopped at a target
 # would report the return of an earlier policy), evaluated 32 episodes at a time, not every few iterations.
-_PUBLISHED = {"stop_at_reward_threshold": False, "time_limit": 86_400.0}
+_PUBLISHED = {"stop_at_reward_threshold": False}
 # MinAtar (Young and Tian 2019): 5M env steps of the torch games as the MinAtar paper's curves: minatar's sticky
 # actions (0.1, the env's default, stated so that config.json records it) and episodes as long as the games make them
 # (Freeway ends at 2,500 steps), which the gymnasium ids cut at 1,000 steps (40% of a Freeway game); 10,000 steps
@@ -254,9 +251,9 @@ PRESETS: tuple[Preset, ...] = (
            "a2c-pendulum-200k-torch",
            unsupported="A2C reaches -200 on Pendulum-v1 on 0 of 5 seeds within 200k env steps here (with or without "
                        "normalisation); PPO (rlstruct train ppo --env Pendulum-v1) and SAC do"),
-    Preset("sac-pendulum", "sac", ("Pendulum-v1",), {"max_env_steps": 20_000, "time_limit": 1800.0}, -200.0,
+    Preset("sac-pendulum", "sac", ("Pendulum-v1",), {"max_env_steps": 20_000}, -200.0,
            "SAC's defaults (a 128-128 network)", "sac-pendulum-torch"),
-    Preset("td3-pendulum", "td3", ("Pendulum-v1",), {"max_env_steps": 20_000, "time_limit": 1800.0}, -200.0,
+    Preset("td3-pendulum", "td3", ("Pendulum-v1",), {"max_env_steps": 20_000}, -200.0,
            "TD3's defaults (a 128-128 network)", "td3-pendulum-torch"),
     Preset("ppo-cartpole", "ppo", ("CartPole-v1",), {"max_env_steps": 500_000}, 475.0,
            "PPO's defaults, which are tuned for CartPole-v1", "ppo-cartpole-torch"),
@@ -281,11 +278,11 @@ PRESETS: tuple[Preset, ...] = (
            "PPO's defaults with a 100k step budget", "ppo-inverted-pendulum-brax"),
     # 100k env steps, twice rl-zoo's 50k: with the counter-based draws seed 4 first passes 475 at 56k (its returns swing
     # between 100 and 400 from 11k on), and 2 ranks need 64k on seed 0.
-    Preset("dqn-cartpole", "dqn", ("CartPole-v1",), {"max_env_steps": 100_000, "time_limit": 600.0}, 475.0,
+    Preset("dqn-cartpole", "dqn", ("CartPole-v1",), {"max_env_steps": 100_000}, 475.0,
            "DQN's defaults over 100k env steps", "dqn-cartpole-torch"),
-    Preset("pqn-cartpole", "pqn", ("CartPole-v1",), {"max_env_steps": 200_000, "time_limit": 1800.0}, 475.0,
+    Preset("pqn-cartpole", "pqn", ("CartPole-v1",), {"max_env_steps": 200_000}, 475.0,
            "PQN's defaults over 200k env steps (epsilon decays over the first 40k)", "pqn-cartpole-torch"),
-    Preset("dqn-acrobot", "dqn", ("Acrobot-v1",), {"max_env_steps": 50_000, "time_limit": 600.0}, -100.0,
+    Preset("dqn-acrobot", "dqn", ("Acrobot-v1",), {"max_env_steps": 50_000}, -100.0,
            "DQN's defaults", "dqn-acrobot-torch"),
     Preset("dqn-mountaincar", "dqn", ("MountainCar-v0",), _DQN_MOUNTAINCAR, -110.0,
            "rl-baselines3-zoo's DQN MountainCar-v0 settings, over 150k env steps against its 120k"),

@@ -16,11 +16,15 @@ from typing import Any
 
 from rlstruct.algos._train.compare import (
     FINISHED,
+    INTERRUPTED,
+    PARTIAL,
     Group,
     RunInfo,
+    counts,
     make_group,
     read_evaluations,
     read_json_record,
+    record_state,
     run_folders,
     run_state,
 )
@@ -87,49 +91,70 @@ def _read_records(path: Path) -> dict[str, Any]:
 
 
 def _records_path(target: str) -> Path:
+    """The records file that ``target`` names: a file the user names, else a shipped name, looked up among the
+    shipped names only, so that a name cannot reach a file outside them (``../x``)."""
     path = Path(target)
     if path.is_file():
         return path
-    if (REFERENCES / f"{target}.json").is_file():
+    if target in shipped_references():
         return REFERENCES / f"{target}.json"
     raise ConfigError(f"--reference must be a records file or a shipped name ({', '.join(shipped_references())}), "
                       f"got {target!r}; pass one of them or a file benchmarks/published.py --pack wrote")
 
 
-def _runs_of(path: Path) -> tuple[str, list[RunInfo], list[tuple[str, str]]]:
-    """The name of the records at ``path``, their finished runs and the runs left out with their states."""
+def _runs_of(path: Path, *, allow_partial: bool = False) -> tuple[str, list[RunInfo], list[tuple[str, str]],
+                                                                  dict[str, str]]:
+    """The name of the records at ``path``, their counted runs, the runs left out with their states, and where and
+    why each run that stopped before its budget stopped. A run packed as finished, partial or interrupted is judged
+    again by its summary and config (:func:`~.compare.record_state`): records packed before a time limit counted
+    against a run say ``"finished"`` of it."""
     records = _read_records(path)
     name = str(records.get("name") or path.stem)
     infos: list[RunInfo] = []
     left_out: list[tuple[str, str]] = []
+    stopped_at: dict[str, str] = {}
     for run in records["runs"]:
         if not isinstance(run, dict):
             raise _refuse(path, f"a run that is a {type(run).__name__}")
         folder = f"{name}/{run.get('name', '?')}"
-        if run.get("state") != FINISHED:
+        if run.get("state") not in (FINISHED, PARTIAL, INTERRUPTED):
             left_out.append((folder, str(run.get("state"))))
             continue
         config, summary = run.get("config") or {}, run.get("summary") or {}
+        if not isinstance(config, dict) or not isinstance(summary, dict):
+            raise _refuse(path, f"run {folder} whose config or summary is not a JSON object")
+        state, _, stopped = record_state(summary, config)
+        state = INTERRUPTED if run.get("state") == INTERRUPTED else state
         score, seed = summary.get("eval_return"), config.get("seed")
-        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        finite = not isinstance(score, bool) and isinstance(score, (int, float)) and math.isfinite(score)
+        if state in (FINISHED, PARTIAL) and not finite:
             raise _refuse(path, f"run {folder} finished without a finite eval_return ({score!r})")
+        counted = counts(state, score if finite else None, allow_partial=allow_partial)
+        if stopped is not None and (state == PARTIAL or counted):
+            stopped_at[folder] = stopped
+        if not counted:
+            left_out.append((folder, state))
+            continue
         steps, returns = run.get("env_steps") or [], run.get("returns") or []
         if len(steps) != len(returns):
             raise _refuse(path, f"run {folder} with {len(steps)} env steps for {len(returns)} returns")
         infos.append(RunInfo(folder, str(config.get("algo", "")), str(config.get("env", "")),
                              seed if isinstance(seed, int) and not isinstance(seed, bool) else None, float(score),
-                             tuple(map(float, steps)), tuple(map(float, returns)), config=config))
-    return name, infos, left_out
+                             tuple(map(float, steps)), tuple(map(float, returns)), config=config,
+                             stopped_early=None if state == FINISHED else stopped or state))
+    return name, infos, left_out, stopped_at
 
 
-def load_reference(spec: str) -> Group:
+def load_reference(spec: str, *, allow_partial: bool = False) -> Group:
     """The group recorded in ``spec``: ``[LABEL=]RECORDS[,RECORDS...]``, each RECORDS a shipped name
     (:func:`shipped_references`) or a records file, several making one group (one method over several envs);
     LABEL defaults to ``ref:`` and the names. Its runs are named ``NAME/RUN``; its finished runs carry their configs,
-    scores and evaluations, the others are left out with their states.
+    scores and evaluations, the others are left out with their states (``allow_partial``: a run that stopped before
+    its budget with a score counts, as :func:`~.compare.load_group` counts it).
 
     Raises:
-        ConfigError: a RECORDS is neither a file nor a shipped name (the message lists the shipped names).
+        ConfigError: a RECORDS is neither a file nor a shipped name (a name with a path separator or ``..`` is none:
+            the message lists the shipped names).
         RunRecordError: a file is not a records file, or a finished run has no finite score.
     """
     label, sep, targets = spec.partition("=")
@@ -138,12 +163,15 @@ def load_reference(spec: str) -> Group:
     names: list[str] = []
     infos: list[RunInfo] = []
     left_out: list[tuple[str, str]] = []
+    stopped_at: dict[str, str] = {}
     for target in targets.split(","):
-        name, finished, others = _runs_of(_records_path(target))
+        name, counted, others, stopped = _runs_of(_records_path(target), allow_partial=allow_partial)
         names.append(name)
-        infos += finished
+        infos += counted
         left_out += others
-    return make_group(label or f"ref:{'+'.join(names)}", infos, left_out, reference="+".join(names))
+        stopped_at.update(stopped)
+    return make_group(label or f"ref:{'+'.join(names)}", infos, left_out, reference="+".join(names),
+                      stopped_early=stopped_at)
 
 
 def write_records(records: dict[str, Any], path: str | Path) -> Path:

@@ -10,6 +10,11 @@ is found by its source, the conventions Python users know: ``MODULE:ATTRIBUTE`` 
 of its description, as uvicorn's ``main:app``), or the name of an installed package's entry point in the
 :data:`ENTRY_POINT_GROUP` group. A run records its algorithm's source (:func:`algorithm_source`), so that every
 command that rebuilds the run resolves it the same way, in any process where its module imports.
+
+A saved run travels (a colleague's folder, a paper's results), so opening one imports only the code it names that is
+rlstruct's or an installed package's (:func:`check_run_code`) unless the user trusts it; a run records which
+distribution held each module it named (:func:`run_code`), and ``--resume`` continues a run only with the algorithm
+it recorded (:func:`check_resume_source`).
 """
 
 from __future__ import annotations
@@ -18,12 +23,16 @@ import dataclasses
 import functools
 import importlib
 import importlib.metadata
+import logging
+import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlstruct._sources import is_source, module_distribution, resolve_source, source_module, untrusted_module
 from rlstruct.algos._train.config import RolloutPart, check_evaluation_policy, check_off_policy, check_on_policy
-from rlstruct.errors import AlgorithmSourceError
+from rlstruct.errors import AlgorithmSourceError, ConfigError, UntrustedCodeError
 
 if TYPE_CHECKING:
     import torch
@@ -33,8 +42,11 @@ if TYPE_CHECKING:
     from rlstruct.algos._env_spec import EnvSpec
     from rlstruct.structures import DictTensor
 
-__all__ = ["ALGORITHMS", "ENTRY_POINT_GROUP", "Algorithm", "OffPolicyAlgorithm", "OnPolicyAlgorithm", "OnPolicyModel",
-           "algorithm", "algorithm_source", "entry_point_algorithms", "exports", "saved_algorithm"]
+__all__ = ["ALGORITHMS", "CODE_FIELDS", "ENTRY_POINT_GROUP", "Algorithm", "OffPolicyAlgorithm", "OnPolicyAlgorithm",
+           "OnPolicyModel", "algorithm", "algorithm_source", "check_resume_source", "check_run_code",
+           "entry_point_algorithms", "exports", "run_code", "saved_algorithm"]
+
+log = logging.getLogger(__name__)
 
 #: each algorithm's name (``rlstruct train NAME``, the module ``rlstruct.algos.NAME``) and the names its module gives
 #: ``rlstruct.algos``
@@ -177,10 +189,38 @@ class OffPolicyAlgorithm(Algorithm):
         check_off_policy(config, self.title)
 
 
+def _offered() -> dict[str, list[tuple[str, str | None]]]:
+    """``{name: [(value, distribution), ...]}`` of the entry points in :data:`ENTRY_POINT_GROUP`, every package's."""
+    offered: dict[str, list[tuple[str, str | None]]] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(ep, "dist", None)
+        offered.setdefault(ep.name, []).append((ep.value, None if dist is None else dist.metadata["Name"]))
+    return offered
+
+
 def entry_point_algorithms() -> dict[str, str]:
     """``{name: "module:ATTRIBUTE"}`` of the installed packages' entry points in :data:`ENTRY_POINT_GROUP`, read from
-    their metadata without importing them."""
-    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    their metadata without importing them (a name two packages offer: the first one's, which :func:`algorithm`
+    refuses)."""
+    return {name: offers[0][0] for name, offers in _offered().items()}
+
+
+def _entry_point(name: str) -> str | None:
+    """The ``"module:ATTRIBUTE"`` of the entry point ``name`` (``None``: none has that name).
+
+    Raises:
+        AlgorithmSourceError: installed packages offer the name with different values: which one the user means
+            cannot be told.
+    """
+    offers = _offered().get(name)
+    if not offers:
+        return None
+    if len(dict.fromkeys(value for value, _ in offers)) > 1:
+        shown = " and ".join(repr(value) + (f" (package {dist})" if dist else "") for value, dist in offers)
+        raise AlgorithmSourceError(f"entry point {name!r} of {ENTRY_POINT_GROUP} is offered {len(offers)} times, by "
+                                   f"{shown}; uninstall all but one of those packages, or name the algorithm you "
+                                   "mean as MODULE:ATTRIBUTE")
+    return offers[0][0]
 
 
 def _from_source(source: str, what: str) -> Algorithm:
@@ -229,7 +269,8 @@ def algorithm(name: str) -> Algorithm:
 
     Raises:
         AlgorithmSourceError: (a ``ValueError``) no algorithm has that name; its module is not importable or fails as
-            it imports; the attribute is missing or no :class:`Algorithm`; or it takes a built-in algorithm's name.
+            it imports; the attribute is missing or no :class:`Algorithm`; it takes a built-in algorithm's name; or
+            two installed packages offer an entry point of that name.
 
     >>> algorithm("ppo").title
     'PPO'
@@ -238,13 +279,14 @@ def algorithm(name: str) -> Algorithm:
         return importlib.import_module(f"rlstruct.algos.{name}").ALGORITHM
     if ":" in name:
         return _from_source(name, "algorithm")
-    installed = entry_point_algorithms()
-    if name in installed:
-        found = _from_source(installed[name], f"entry point {name!r} of {ENTRY_POINT_GROUP}")
+    offered = _entry_point(name)
+    if offered is not None:
+        found = _from_source(offered, f"entry point {name!r} of {ENTRY_POINT_GROUP}")
         if found.name != name:
-            raise AlgorithmSourceError(f"entry point {name!r} of {ENTRY_POINT_GROUP} names {installed[name]!r}, whose "
+            raise AlgorithmSourceError(f"entry point {name!r} of {ENTRY_POINT_GROUP} names {offered!r}, whose "
                                        f"name is {found.name!r}; name the entry point {found.name!r}")
         return found
+    installed = entry_point_algorithms()
     extra = f", an installed one ({', '.join(sorted(installed))})" if installed else ""
     raise AlgorithmSourceError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHMS)}{extra}, or "
                                "MODULE:ATTRIBUTE of an algorithm description (e.g. mylab.myalgo:ALGORITHM)")
@@ -280,6 +322,123 @@ def saved_algorithm(record: Mapping[str, Any]) -> str:
     """The source of a saved run's algorithm, from its checkpoint or ``config.json`` (``record``): the
     ``"algorithm"`` it recorded, or the name (``"algo"``) of a run saved before runs recorded a source."""
     return record.get("algorithm") or record["algo"]
+
+
+#: the settings of a run that name code it imports: its algorithm's source, its network factory, its env
+CODE_FIELDS = ("algorithm", "network", "env")
+
+
+def _named_code(source: Any, config: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``(setting, value, module)`` of each module a run imports when it is rebuilt: its algorithm's (``source``, as
+    :func:`saved_algorithm` gives it), its network factory's and its env's (``config``'s ``network`` and ``env``)."""
+    if not isinstance(source, str):
+        raise AlgorithmSourceError(f"a run's algorithm must be a name or MODULE:ATTRIBUTE, got {source!r}; pass a run "
+                                   "written by rlstruct train")
+    if source in ALGORITHMS:
+        module: str | None = f"rlstruct.algos.{source}"
+    else:
+        offered = source if ":" in source else _entry_point(source)
+        module = None if offered is None else offered.partition(":")[0]
+    named = [] if module is None else [("algorithm", source, module)]
+    for field in ("network", "env"):
+        module = source_module(field, config.get(field))
+        if module is not None:
+            named.append((field, config[field], module))
+    return named
+
+
+def run_code(source: str, config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """What a run records of the code it imports (``"code"`` in ``config.json`` and the checkpoints): for each of
+    its algorithm (``source``, :func:`algorithm_source`), network factory and env module (``config``'s), the
+    setting's value, the module, and the installed distribution that holds the module with its version (``None``:
+    none does, e.g. a module of the folder the run was trained from).
+
+    >>> run_code("ppo", {"env": "CartPole-v1", "network": None})["algorithm"]["distribution"]
+    'rlstruct'
+    """
+    code = {}
+    for field, value, module in _named_code(source, config):
+        found = module_distribution(module)
+        code[field] = {"source": value, "module": module, "distribution": None if found is None else found[0],
+                       "version": None if found is None else found[1]}
+    return code
+
+
+def check_run_code(checkpoint: Mapping[str, Any], run: str | os.PathLike, *, trust_code: bool = False,
+                   fields: Iterable[str] = CODE_FIELDS) -> None:
+    """Refuses a saved run (``checkpoint``, the content of ``run``) that names code neither rlstruct's nor an
+    installed package's, before any of it is imported: a module in the run's folder, one the current folder
+    provides, on ``PYTHONPATH`` only, or Python's own (:func:`~rlstruct._sources.untrusted_module`); then checks that
+    the factories the run names in installed packages are factories, before anything calls them. A run opened
+    travels (a colleague's folder, a downloaded one): what it names must not run unless the user says so.
+
+    Args:
+        checkpoint: :func:`~.checkpoints.load_checkpoint`'s content.
+        run: its path (a run's folder or its checkpoint), in the messages.
+        trust_code: the user trusts the run's code (``--trust-code``): nothing is checked here.
+        fields: the settings (of :data:`CODE_FIELDS`) whose modules are the run's, not the caller's (``--resume``
+            leaves out the algorithm the command names, and the settings its flags give).
+
+    Raises:
+        UntrustedCodeError: (a ``ConfigError``) a module is refused; the message names the setting, the module, the
+            modules the run needs, and ``--trust-code``.
+        ConfigError: a factory that does not resolve in its installed package.
+
+    >>> check_run_code({"algo": "ppo", "config": {"env": "evil:make"}}, "runs/x")
+    Traceback (most recent call last):
+    ...
+    rlstruct.errors.UntrustedCodeError: env='evil:make' of the run 'runs/x' names module 'evil', which is not \
+installed here; opening a run imports only rlstruct's and installed packages' code (this run needs: env evil): pass \
+--trust-code (trust_code=True in Python) if you trust the run's code
+    """
+    if trust_code:
+        return
+    config = checkpoint.get("config")
+    named = [n for n in _named_code(saved_algorithm(checkpoint), config if isinstance(config, Mapping) else {})
+             if n[0] in set(fields)]
+    folder = Path(run) if Path(run).is_dir() else Path(run).parent
+    needs = ", ".join(f"{field} {module}" for field, _, module in named if not module.startswith("rlstruct."))
+    for field, value, module in named:
+        reason = untrusted_module(module, run_folder=folder)
+        if reason is not None:
+            raise UntrustedCodeError(f"{field}={value!r} of the run {os.fspath(run)!r} names module {module!r}, "
+                                     f"{reason}; opening a run imports only rlstruct's and installed packages' code "
+                                     f"(this run needs: {needs}): pass --trust-code (trust_code=True in Python) if you "
+                                     "trust the run's code")
+    for field, value, _ in named:
+        if field != "algorithm" and is_source(value):
+            resolve_source(value, argument=field, same_package=True)
+
+
+def check_resume_source(description: Algorithm, resume: str | os.PathLike, checkpoint: Mapping[str, Any]) -> None:
+    """Checks that ``description`` is the algorithm the run of ``checkpoint`` (the content of ``resume``) recorded:
+    the same ``MODULE:ATTRIBUTE`` (:func:`algorithm_source`), from the same installed distribution when both are
+    known; another module whose description has the same name would train on and rewrite the run.
+
+    Raises:
+        ConfigError: the sources or the distributions differ.
+    """
+    recorded = checkpoint.get("algorithm")
+    if recorded is None:  # a run saved before runs recorded a source: check_resume_algorithm compared the name
+        return
+    mine = algorithm_source(description)
+    if recorded != mine:
+        raise ConfigError(f"resume={os.fspath(resume)!r} is a run of the algorithm {recorded!r}, got {mine!r}, another "
+                          f"description named {description.name!r}; resume it with rlstruct train {recorded}, or start "
+                          "a new run without --resume")
+    code = checkpoint.get("code")
+    entry = code.get("algorithm") if isinstance(code, Mapping) else None
+    before = entry.get("distribution") if isinstance(entry, Mapping) else None
+    if before is None:  # trained from a module no installed package held: its source is all there is to compare
+        return
+    now = module_distribution(f"rlstruct.algos.{mine}" if mine in ALGORITHMS else mine.partition(":")[0])
+    if now is not None and before != now[0]:
+        raise ConfigError(f"resume={os.fspath(resume)!r} is a run of {recorded!r} from the installed package "
+                          f"{before!r}, got {recorded!r} from {now[0]!r}; install {before!r} to resume it, or start a "
+                          "new run without --resume")
+    if now is not None and entry.get("version") != now[1]:
+        log.warning("resume=%r was trained with %s %s; resuming it with %s %s", os.fspath(resume), before,
+                    entry.get("version"), before, now[1])
 
 
 def exports() -> dict[str, str]:

@@ -1,7 +1,8 @@
 """``rlstruct report GROUP... --output report.html``: one HTML file that opens from disk, with no server and no
 network (figures inline as SVG, styles inline, no script): the groups' learning curves over seeds, their
 performance profiles, the aggregate statistics and the per-env table with intervals, the probability of
-improvement, every run's state, and the command and config that made each run."""
+improvement, every run's state, and the command and config that made each run. Every string from the runs (labels,
+env ids, folders, configs) is HTML-escaped, and so are the figures' words (SVG text)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from typing import Any
 
 from rlstruct import __version__
 from rlstruct._plot import pyplot
-from rlstruct.algos._train.compare import FINISHED, WHY_LEFT_OUT, Group
+from rlstruct.algos._train.compare import FINISHED, Group, left_out_reason
 from rlstruct.algos._train.compare_cli import add_group_arguments, groups_result
 from rlstruct.algos._train.durable import write_whole
 from rlstruct.algos._train.figures import format_interval, plot_curves, table_rows
 from rlstruct.algos._train.flags import OneLineParser
+from rlstruct.algos._train.run_folder import check_output
 
 __all__ = ["render_report", "report_main"]
 
@@ -69,12 +71,13 @@ def _runs_section(groups: list[Group]) -> str:
         out.append(f"<h3>{html.escape(g.label)} <small>({html.escape(source)})</small></h3>")
         rows, states = [], []
         for info in g.infos:
-            rows.append([info.folder, FINISHED, info.env, "-" if info.seed is None else str(info.seed),
+            state = FINISHED if info.stopped_early is None else f"counted (--allow-partial): {info.stopped_early}"
+            rows.append([info.folder, state, info.env, "-" if info.seed is None else str(info.seed),
                          f"{info.score:.2f}", str(len(info.env_steps))])
-            states.append("state-finished")
+            states.append("state-finished" if info.stopped_early is None else "state-left")
         for folder, state in g.left_out:
-            why = WHY_LEFT_OUT.get(state, state)
-            rows.append([folder, f"left out: {why}", "-", "-", "-", "-"])
+            rows.append([folder, f"left out: {left_out_reason(state, g.stopped_early.get(folder))}", "-", "-", "-",
+                         "-"])
             states.append("state-left")
         out.append(_table(["run", "state", "env", "seed", "final evaluation", "evaluations"], rows, cls=states))
         for info in g.infos:
@@ -107,8 +110,11 @@ def render_report(groups: list[Group], result: dict[str, Any], *, argv: list[str
     body.append("<h2>Learning curves</h2>")
     if curves:
         shown = {**result, "groups": {k: v for k, v in result["groups"].items() if k in curves}}
+        pooled = any(curve["env_steps"] is None for curve in curves.values())
+        at = ("each fraction of the env-step budget (a group over several envs reads each env's runs over its own "
+              "whole budget)" if pooled else "each env step")
         body.append(f"<figure id=\"curves\">{_svg(lambda p: plot_curves(shown, p, mean=False))}"
-                    "<figcaption>IQM of the evaluation return over the runs at each env step, the interval shaded; "
+                    f"<figcaption>IQM of the evaluation return over the runs at {at}, the interval shaded; "
                     "runs evaluated at other steps are interpolated onto a common grid (the legend says where)."
                     "</figcaption></figure>")
     for label, why in result.get("no_curves", {}).items():
@@ -140,6 +146,7 @@ def report_main(argv: list[str]) -> int:
     parser.add_argument("--output", required=True, metavar="FILE", help="the HTML file to write, e.g. report.html")
     ns = parser.parse_args(argv)
     try:
+        check_output(ns.output, argument="--output")  # never into a run's folder
         if not re.search(r"\.html?$", ns.output, re.IGNORECASE):
             raise ValueError(f"--output must name an .html file, got {ns.output!r}; pass e.g. report.html")
         groups, result = groups_result(ns)

@@ -1,5 +1,6 @@
 """What a run reports: why it stopped (:data:`STOP_REASONS`), its result (:class:`TrainResult`, whose
-``summary()`` is ``summary.json``), and whether a return reaches a target (:func:`reaches`).
+``summary()`` is ``summary.json``), whether it stopped before its step budget (:func:`stopped_early`), and whether a
+return reaches a target (:func:`reaches`).
 """
 
 from __future__ import annotations
@@ -8,11 +9,14 @@ import dataclasses
 import math
 from typing import Any
 
-__all__ = ["STOP_REASONS", "TrainResult", "reaches"]
+__all__ = ["STOP_REASONS", "TrainResult", "reaches", "stopped_early"]
 
 
 #: why a run stops (:attr:`TrainResult.stop_reason`), checked in this order
 STOP_REASONS = ("diverged", "worker_failed", "signal", "target", "budget", "time_limit", "another_rank")
+#: how :func:`stopped_early` names each reason that cuts a run before its step budget
+_CUT_BY = {"diverged": "diverged", "worker_failed": "a batcher worker failed", "signal": "a signal",
+           "time_limit": "its time limit", "another_rank": "another rank stopped it"}
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -66,6 +70,8 @@ class TrainResult:
         compile: what ``torch.compile`` did in this session (:meth:`~.compile_cache.CompileMeter.read`: ``seconds``
             compiling, and the hits and misses of inductor's and AOTAutograd's on-disk caches: a second launch of a
             compiled run hits them); ``None`` where not given.
+        max_env_steps: the run's step budget (``None``: none, or not given); ``summary()`` adds ``stopped_early``
+            (:func:`stopped_early`), which says a run stopped before it is no result to compare.
     """
 
     eval_return: float
@@ -91,6 +97,7 @@ class TrainResult:
     run_wall_time_s: float | None = None
     worker_failure: dict[str, Any] | None = None
     compile: dict[str, Any] | None = None
+    max_env_steps: int | None = None
 
     def __post_init__(self) -> None:
         self.reached_target = reaches(self.eval_return, self.target_return)
@@ -120,6 +127,8 @@ class TrainResult:
             "diverged": self.diverged,
             "worker_failure": self.worker_failure,
             "compile": self.compile,
+            "max_env_steps": self.max_env_steps,
+            "stopped_early": stopped_early(self.stop_reason, self.env_steps, self.max_env_steps),
         }
 
 
@@ -130,3 +139,28 @@ def reaches(value: float | None, target: float | None) -> bool:
     (True, False, False, False)
     """
     return value is not None and target is not None and not math.isnan(value) and value >= target
+
+
+def stopped_early(stop_reason: str | None, env_steps: float | None, max_env_steps: int | None) -> str | None:
+    """``"stopped at X of Y env steps (why)"`` for a run that stopped before its step budget ``max_env_steps`` for
+    any reason but its target (a time limit, a signal, a worker's failure, a divergence, another rank): such a run
+    is no result, since where it stopped depends on the machine or on chance. ``None`` for a run that reached its
+    target or spent its budget, or whose ``stop_reason`` is not recorded. ``env_steps`` None: not recorded.
+
+    >>> stopped_early("time_limit", 0, 100_000)
+    'stopped at 0 of 100,000 env steps (its time limit)'
+    >>> stopped_early("time_limit", 2_048, None)
+    'stopped at 2,048 env steps, with no step budget (its time limit)'
+    >>> stopped_early("budget", 100_352, 100_000), stopped_early("target", 5_000, 100_000)
+    (None, None)
+    """
+    if stop_reason in (None, "target", "budget") or (
+            env_steps is not None and max_env_steps is not None and env_steps >= max_env_steps):
+        return None
+    why = _CUT_BY.get(stop_reason, stop_reason)
+    if env_steps is None:
+        where = "with no step budget" if max_env_steps is None else f"before its budget of {max_env_steps:,} env steps"
+    else:
+        where = (f"at {int(env_steps):,} env steps, with no step budget" if max_env_steps is None
+                 else f"at {int(env_steps):,} of {max_env_steps:,} env steps")
+    return f"stopped {where} ({why})"

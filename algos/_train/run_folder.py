@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, save_checkpoint
-from rlstruct.algos._train.durable import write_whole
+from rlstruct.algos._train.durable import open_appending, refuse_link, write_whole
 from rlstruct.algos._train.figures import learning_curve_png
 from rlstruct.algos._train.trackers import TRACKERS_FILE
-from rlstruct.errors import RunRecordError
+from rlstruct.errors import ConfigError, RunRecordError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from rlstruct.algos._train.checkpoints import Resume
     from rlstruct.algos._train.config import RunConfig
 
-__all__ = ["CONFIG_NAME", "CSV_NAME", "CURVE_NAME", "LOCK_NAME", "SUMMARY_NAME", "RunFolder", "earlier_rows",
-           "earlier_run_files", "is_run_name"]
+__all__ = ["CONFIG_NAME", "CSV_NAME", "CURVE_NAME", "LOCK_NAME", "SUMMARY_NAME", "RunFolder", "check_output",
+           "earlier_rows", "earlier_run_files", "is_run_name", "refuse_links"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,76 @@ def earlier_run_files(path: Path) -> list[str]:
     return sorted(found + [p.name for p in path.glob("events.out.tfevents.*")])
 
 
+def refuse_links(folder: Path) -> None:
+    """Refuses the run folder ``folder`` when a name a run writes there (:func:`is_run_name`), or a name inside a
+    folder it writes (``videos``, ``replay``), is a symbolic link: checked before a run writes anything there, so that
+    a folder copied from elsewhere never has a run write through its links (each write refuses one too). A missing
+    folder passes.
+
+    Raises:
+        RunFileLinkError: one is; the message names it and says to remove it.
+    """
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return
+    for name in names:
+        if not is_run_name(name):
+            continue
+        item = folder / name
+        refuse_link(item)
+        if item.is_dir():
+            for inner in sorted(os.listdir(item)):
+                refuse_link(item / inner)
+
+
+def _holds_run(folder: Path) -> bool:
+    """Whether ``folder`` is a run's folder: it holds a run's checkpoint, rows or summary, or the ``config.json`` of
+    one (a run killed as it started), not just any ``config.json``."""
+    found = earlier_run_files(folder)
+    if set(found) - {CONFIG_NAME}:
+        return True
+    if not found:
+        return False
+    try:
+        return "algo" in json.loads((folder / CONFIG_NAME).read_text() or "{}")
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def check_output(path: str | os.PathLike | None, *, argument: str) -> None:
+    """Refuses ``path`` as the file a command writes (``rlstruct export --output``, ``compare --curves``, ``report
+    --output``) when it lies inside a run's folder, or leads there through a symbolic link: a command that reads runs
+    never replaces a run's own files (its checkpoint, its rows, its curve) nor adds to its folder. ``argument`` names
+    the option in the message; ``None`` (an option not given) passes.
+
+    Raises:
+        ConfigError: it does; the message names the run folder and asks for a path outside it.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = (Path(tmp) / "checkpoint.pt").write_bytes(b"")
+    ...     try:
+    ...         check_output(Path(tmp) / "checkpoint.pt", argument="--output")
+    ...     except ConfigError as e:
+    ...         print(str(e).replace(tmp, "RUN"))
+    --output must be a path outside every run folder, got 'RUN/checkpoint.pt', which is in the run folder 'RUN' (the \
+run's own checkpoint.pt, which it would replace); pass a path outside the run's folder
+    """
+    if path is None:
+        return
+    given = Path(path)
+    for place in dict.fromkeys((given.absolute(), given.resolve())):
+        folder = next((p for p in place.parents if _holds_run(p)), None)
+        if folder is None:
+            continue
+        first = place.relative_to(folder).parts[0]
+        what = f"the run's own {first}, which it would replace" if is_run_name(first) else "a new file in it"
+        where = "is in" if place == given.absolute() else "leads through a symbolic link into"
+        raise ConfigError(f"{argument} must be a path outside every run folder, got {str(path)!r}, which {where} the "
+                          f"run folder {str(folder)!r} ({what}); pass a path outside the run's folder")
+
+
 class RunFolder:
     """The files of one run's folder, written by the one process that holds its lock
     (:class:`~.folder_claim.RunFolderLock`).
@@ -82,7 +152,8 @@ class RunFolder:
     complete. ``progress.csv`` grows by appends (a line a kill cut short is dropped by :func:`earlier_rows`) and is
     flushed to the disk at each checkpoint (:meth:`sync`); it is rewritten only through a whole file swapped in: for
     a new column, or to drop the rows past a resumed checkpoint. With ``tensorboard``, the last row of each write
-    also goes to TensorBoard's events.
+    also goes to TensorBoard's events. No file is written through a symbolic link
+    (:class:`~rlstruct.errors.RunFileLinkError`: :mod:`~.durable`).
 
     Args:
         path: the folder (created, with its parents).
@@ -93,10 +164,13 @@ class RunFolder:
             run appends to it (a run resumed in its own folder: :func:`earlier_rows`); ``None``: the file is written
             anew from ``rows``.
         tensorboard: whether to write TensorBoard's events (the ``tensorboard`` extra; a warning without it).
+        resumed_env_steps: the env steps of the checkpoint a resumed run continues (``None``: a fresh run): the events
+            an earlier session wrote past it are hidden from TensorBoard (``purge_step``), as its rows past it are
+            dropped from ``progress.csv``.
     """
 
     def __init__(self, path: Path, *, rows: list[dict[str, Any]], header: list[str] | None = None,
-                 tensorboard: bool = False):
+                 tensorboard: bool = False, resumed_env_steps: int | None = None):
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         self._rows = rows
@@ -109,7 +183,7 @@ class RunFolder:
         else:
             self._fields = list(dict.fromkeys(k for r in rows for k in r))
             self._rewrite_csv()
-        self._tensorboard = _open_tensorboard(path) if tensorboard else None
+        self._tensorboard = _open_tensorboard(path, resumed_env_steps) if tensorboard else None
 
     @property
     def closed(self) -> bool:
@@ -117,8 +191,14 @@ class RunFolder:
         return self._file is None or self._file.closed
 
     def write_config(self, params: dict[str, Any]) -> None:
-        """Writes ``config.json``: the run's settings ``params``."""
-        write_whole(self.path / CONFIG_NAME, json.dumps(params, indent=2))
+        """Writes ``config.json``: the run's settings ``params``; one that a resumed run finds empty or damaged (a start
+        killed before it was written whole by an earlier release, an edit) is named in a warning as it is replaced."""
+        path = self.path / CONFIG_NAME
+        damage = _json_damage(path)
+        if damage is not None:
+            log.warning("%s %s: replaced by the settings of this run (its checkpoint's, for a resumed run)", path,
+                        damage)
+        write_whole(path, json.dumps(params, indent=2))
 
     def write_rows(self, rows: list[dict[str, Any]]) -> None:
         """Writes ``rows`` (the run's last ones, numbers) to ``progress.csv``, the last of them to TensorBoard."""
@@ -178,7 +258,7 @@ class RunFolder:
         if self._file is not None:
             self._file.close()
         self._fields = fields
-        self._file = open(self.path / CSV_NAME, "a", newline="")
+        self._file = open_appending(self.path / CSV_NAME)
         self._csv = csv.DictWriter(self._file, fieldnames=fields, restval="")
 
     def _rewrite_csv(self) -> None:
@@ -195,13 +275,32 @@ class RunFolder:
         self._open_csv(self._fields)
 
 
-def _open_tensorboard(path: Path) -> Any:
+def _json_damage(path: Path) -> str | None:
+    """What is wrong with the JSON object file at ``path`` (``"is empty"``, ``"is not JSON ..."``), ``None`` when it
+    is one or is missing."""
+    try:
+        text = path.read_bytes()
+    except OSError:
+        return None
+    if not text.strip():
+        return "is empty"
+    try:
+        record = json.loads(text)
+    except ValueError as e:
+        return f"is not JSON ({str(e).splitlines()[0]})"
+    return None if isinstance(record, dict) else f"is not a JSON object (a {type(record).__name__})"
+
+
+def _open_tensorboard(path: Path, resumed_env_steps: int | None) -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # tensorboard is an optional extra
         log.warning("tensorboard is not installed (pip install 'rlstruct[tensorboard]'); not writing events")
         return None
-    return SummaryWriter(str(path))
+    # Events are logged at env_steps: a restart marker past the checkpoint's hides what a killed session logged after
+    # it, whose rows the resumed run drops from progress.csv and then logs again.
+    purge_step = None if resumed_env_steps is None else resumed_env_steps + 1
+    return SummaryWriter(str(path), purge_step=purge_step)
 
 
 def earlier_rows(resume: Resume) -> tuple[list[dict[str, Any]], list[str] | None]:
@@ -213,21 +312,27 @@ def earlier_rows(resume: Resume) -> tuple[list[dict[str, Any]], list[str] | None
         no line cut by a kill), so that the resumed run may append to it; else ``None``.
 
     Raises:
-        RunRecordError: the file has no header (its first line is not the columns' names), a cell that is not a number
-            (the message names the line and the column), or a training iteration's row twice or out of order (two
-            processes wrote it, or a hand edit): a run record the resumed run would continue wrong, left as it is.
+        RunRecordError: the file is not UTF-8 text (the message names the byte's offset and line) or not CSV, has no
+            header (its first line is not the columns' names), a cell that is not a number (the message names the line
+            and the column), or a training iteration's row twice or out of order (two processes wrote it, or a hand
+            edit): a run record the resumed run would continue wrong, left as it is.
     """
     path = resume.folder / CSV_NAME
     if not path.is_file():
         log.warning("%s is missing: progress.csv of the resumed run starts at iteration %d", path, resume.iteration + 1)
         return [], None
-    with open(path, newline="") as f:
-        text = f.read()
+    fix = f"correct {path} (or move it away: the resumed run's progress.csv then starts at iteration " \
+          f"{resume.iteration + 1}), then resume again"
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise RunRecordError(f"{path} must be UTF-8 text (a run's progress.csv), got byte {data[e.start]:#04x} at "
+                             f"offset {e.start} (line {line}), which is not; {fix}") from None
     whole = text.endswith("\n")
     if not whole:  # a line cut by a kill while it was written: the rows before it are whole
         text = text[:text.rfind("\n") + 1]
-    fix = f"correct {path} (or move it away: the resumed run's progress.csv then starts at iteration " \
-          f"{resume.iteration + 1}), then resume again"
     reader = csv.DictReader(io.StringIO(text, newline=""))
     if reader.fieldnames is not None and not {"iteration", "env_steps"} <= set(reader.fieldnames):
         first = ",".join(reader.fieldnames)

@@ -56,7 +56,7 @@ from rlstruct.algos._train.folder_claim import (
 from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.memory import check_collection_fits
 from rlstruct.algos._train.presets import apply_preset
-from rlstruct.algos._train.registry import Algorithm
+from rlstruct.algos._train.registry import Algorithm, check_resume_source
 from rlstruct.algos._train.seeds import (
     AGENT_SEEDS,
     ENV_SEEDS,
@@ -186,6 +186,7 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
     if config.resume is not None:  # the run's own algorithm and env first: the new env's preset would be blamed
         checkpoint = load_checkpoint(config.resume, argument="resume") if checkpoint is None else checkpoint
         check_resume_algorithm(algorithm.name, config.resume, checkpoint)
+        check_resume_source(algorithm, config.resume, checkpoint)
         check_resume_env(config.env, config.resume, checkpoint)
     config, _ = apply_preset(algorithm.name, config, given)
     validate_run_config(config)

@@ -50,7 +50,7 @@ class StopRule:
 
     The reasons, in the order they are checked (:data:`~.result.STOP_REASONS`): ``"diverged"``, ``"worker_failed"``,
     ``"signal"``, ``"target"`` (a confirmation cleared the target), ``"budget"`` (``config.max_env_steps`` spent),
-    ``"time_limit"`` (``config.time_limit`` seconds of ``clock`` spent).
+    ``"time_limit"`` (``config.time_limit`` seconds of ``clock`` spent, when it is not ``None``).
 
     Args:
         config: the run's config (its budget, time limit and target settings).
@@ -114,7 +114,7 @@ class StopRule:
             self.reason = "target"
         elif self.max_env_steps is not None and env_steps >= self.max_env_steps:
             self.reason = "budget"
-        elif self.clock() >= self.time_limit:
+        elif self.time_limit is not None and self.clock() >= self.time_limit:
             self.reason = "time_limit"
         else:
             self.reason = None

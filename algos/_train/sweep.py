@@ -95,11 +95,13 @@ class SweepPlan:
         return config_from_args(description.config_cls, ns, given), given
 
     def train_settings(self) -> dict[str, Any]:
-        """What every trial's run shares, that comparing trials needs the same: the algorithm, the env and the
-        settings the train flags give (``{"algo": ..., "env": ..., field: value}``)."""
+        """What every trial's run shares, that comparing trials needs the same: the algorithm, the env, the seed
+        (every trial's, and the sampler's) and the settings the train flags give (``{"algo": ..., "env": ...,
+        "seed": ..., field: value}``)."""
         base, given = self.base()
         config = base.to_dict()
-        return {"algo": self.algo, "env": self.env, **{k: config[k] for k in sorted(given - {"seed", "env"})}}
+        return {"algo": self.algo, "env": self.env, "seed": self.seed,
+                **{k: config[k] for k in sorted(given - {"seed", "env"})}}
 
     def objective(self, trial: Any) -> float:
         """Trains the trial's settings in ``trial-NUMBER``; returns the final evaluation return (that of the kept
@@ -280,7 +282,7 @@ def run_sweep(algo: str, env: str, *, trials: int, storage: str = DEFAULT_STORAG
 
     A new study's first trial is the run the preset gives (with ``flags``); each trial trains in
     ``logdir/trial-NUMBER`` with the settings the sampler draws from ``space``, the other settings from the preset
-    and ``flags``. Calling again with the same study adds trials to it.
+    and ``flags``. Calling again with the same study, ``seed`` and ``flags`` adds trials to it.
 
     Args:
         algo: the algorithm's name.
@@ -293,13 +295,14 @@ def run_sweep(algo: str, env: str, *, trials: int, storage: str = DEFAULT_STORAG
         flags: ``rlstruct train`` flags of every trial, e.g. ``["--max-env-steps", "20000"]``.
         n_jobs: worker processes that run trials side by side (1: this process).
         logdir: the folder of the trials' run folders (default: ``runs/sweeps/STUDY``).
-        seed: every trial's ``seed``; the sampler's seed.
+        seed: every trial's ``seed``; the sampler's seed; one per study.
         pruner: ``"median"`` (Optuna's median rule from a third of the budget on), ``"none"``, or an Optuna
             pruner (picklable when ``n_jobs > 1``).
 
     Raises:
         MissingDependencyError: Optuna is not installed.
-        ValueError: a setting is out of range (or a ``ConfigError``: the run the flags give cannot start).
+        ValueError: a setting is out of range (or a ``ConfigError``: the run the flags give cannot start, or the
+            study runs its trials with another ``seed`` or other ``flags``).
     """
     optuna = require_optuna()
     if trials < 1 or n_jobs < 1:
@@ -364,6 +367,8 @@ def _check_same_flags(study: Any, plan: SweepPlan) -> None:
     if theirs is None:  # a new study (or one started before the settings were kept): these are its settings
         study.set_user_attr(_TRAIN_SETTINGS, mine)
         return
+    if "seed" not in theirs:  # kept before the seed was: the study's seed is not known
+        mine.pop("seed")
     if theirs == mine:
         return
     differ = []
@@ -378,8 +383,10 @@ def _check_same_flags(study: Any, plan: SweepPlan) -> None:
             differ.append(f"{flag} {shown[1]} (this call's only)")
         else:
             differ.append(f"{flag} {shown[0]} (the study's) vs {shown[1]} (this call's)")
+    # --seed is the sweep's own flag (every trial's seed and the sampler's), the others go to train after --
+    flags = "--seed and its flags after --" if theirs.get("seed") != mine.get("seed") else "flags after --"
     raise ConfigError(f"study {study.study_name!r} runs its trials with other train flags than this call: "
-                      f"{'; '.join(differ)}; pass the study's flags after --, or another --study-name")
+                      f"{'; '.join(differ)}; pass the study's {flags}, or another --study-name")
 
 
 _MISSING = object()

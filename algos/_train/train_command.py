@@ -19,16 +19,16 @@ from rlstruct.algos._train.checkpoints import check_resume_algorithm, load_check
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.distributed import restart_resume
 from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
-from rlstruct.algos._train.folder_claim import given_back_unless_trained
+from rlstruct.algos._train.folder_claim import folder_moved, given_back_unless_trained, run_logdir
 from rlstruct.algos._train.loops import run
 from rlstruct.algos._train.presets import apply_preset, describe_preset, setting_sources
-from rlstruct.algos._train.registry import Algorithm
+from rlstruct.algos._train.registry import Algorithm, check_resume_source, check_run_code
 from rlstruct.algos._train.registry import algorithm as registered
-from rlstruct.algos._train.result import TrainResult
+from rlstruct.algos._train.result import TrainResult, stopped_early
 from rlstruct.algos._train.run_folder import CSV_NAME, SUMMARY_NAME
-from rlstruct.algos._train.session import validate
+from rlstruct.algos._train.session import Setup, validate
 from rlstruct.errors import (
-    BatcherWorkerTimeout,
+    BatcherWorkerError,
     ConfigError,
     RankLostError,
     RLStructError,
@@ -36,7 +36,10 @@ from rlstruct.errors import (
     RunRecordError,
 )
 
-__all__ = ["configure_logging", "launched_at", "main", "result_line", "stop_line"]
+__all__ = ["TRUST_CODE_HELP", "configure_logging", "launched_at", "main", "result_line", "stop_line"]
+
+#: the help of ``--trust-code``, on every command that opens a saved run
+TRUST_CODE_HELP = "import the run's code (algorithm, network, env) even where no installed package holds it"
 
 
 def launched_at() -> float:
@@ -62,28 +65,47 @@ def launched_at() -> float:
 _FULL, _READ_ONLY = (errno.ENOSPC, errno.EDQUOT), (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
-def _storage_failure(error: OSError | RuntimeError, logdir: str | os.PathLike, prog: str) -> str | None:
+def _storage_failure(error: OSError | RuntimeError, logdir: str | os.PathLike, prog: str, *,
+                     moved: bool) -> str | None:
     """The line that ``rlstruct train`` ends with when a write of the run fails for its disk: full, read-only, or
-    its folder deleted or moved during the run; ``None`` for another error (a bug's traceback says more).
+    its folder deleted or moved during the run (``moved``: :func:`_folder_moved`); ``None`` for another error (a bug's
+    traceback says more).
 
-    >>> _storage_failure(OSError(errno.ENOSPC, "No space left on device", "runs/x/progress.csv"), "runs/x", "train")
+    >>> _storage_failure(OSError(errno.ENOSPC, "No space left on device", "runs/x/progress.csv"), "runs/x", "train",
+    ...                  moved=False)
     "cannot write 'runs/x/progress.csv': No space left on device (ENOSPC); free space on its disk, then train \
 --resume runs/x continues the run from its last checkpoint"
     """
     filename, code = getattr(error, "filename", None), getattr(error, "errno", None)
     file = repr(str(filename)) if filename else f"into the run folder {str(logdir)!r}"
     resume = f"{prog} --resume {logdir} continues the run from its last checkpoint"
-    if not isinstance(error, OSError) or code == errno.ENOENT:
-        if os.path.isdir(logdir):
-            return None
+    if moved:
         return (f"cannot write {file}: the run folder {str(logdir)!r} was deleted or moved during the run; move it "
                 f"back and {resume}, or start a new run")
+    if not isinstance(error, OSError):
+        return None
     reason = f"{error.strerror or type(error).__name__} ({errno.errorcode.get(code or 0, code)})"
     if code in _FULL:
         return f"cannot write {file}: {reason}; free space on its disk, then {resume}"
     if code in _READ_ONLY:
         return f"cannot write {file}: {reason}; the run folder became read-only: make it writable, then {resume}"
     return None
+
+
+def _folder_moved(setup: Setup) -> bool:
+    """Whether the run folder of ``setup`` was deleted or moved by another hand during the run: it is gone or is
+    another folder than the one the run claimed or locked (:func:`~.folder_claim.folder_moved`); not when the run's
+    own failed start gave it back (:meth:`~.folder_claim.FolderClaim.release`), whose error is the one to report."""
+    claim, lock = setup.claim, setup.lock
+    if claim is not None and claim.released:
+        return False
+    identity = (lock.folder_identity if lock is not None else claim.identity if claim is not None else None)
+    return folder_moved(_logdir(setup), identity)
+
+
+def _logdir(setup: Setup) -> Path:
+    """The run folder of ``setup``: its ``logdir``, else (a run resumed in place) its checkpoint's folder."""
+    return run_logdir(setup.algorithm.name, setup.config, setup.resume)
 
 
 def stop_line(result: TrainResult, config: RunConfig) -> str:
@@ -93,11 +115,13 @@ def stop_line(result: TrainResult, config: RunConfig) -> str:
     >>> result = TrainResult(eval_return=9.0, env_steps=24_576, wall_time_s=2.1, history=[], logdir="runs/x",
     ...                      stop_reason="time_limit")
     >>> stop_line(result, A2CConfig(time_limit=2, max_env_steps=500_000))
-    'stopped: time limit of 2 s reached at 24,576 of 500,000 env steps'
+    'stopped at 24,576 of 500,000 env steps: time limit of 2 s reached; not a result that rlstruct compare counts'
     """
     steps = f"{result.env_steps:,}"
     of_budget = f"{steps} of {config.max_env_steps:,}" if config.max_env_steps is not None else steps
     reason = result.stop_reason
+    early = stopped_early(reason, result.env_steps, config.max_env_steps)
+    verdict = "; not a result that rlstruct compare counts" if early else ""
     if reason == "diverged" and result.diverged is not None:
         found = result.diverged
         return (f"stopped: the run diverged, {found['quantity']} was {found['value']} at iteration "
@@ -108,14 +132,15 @@ def stop_line(result: TrainResult, config: RunConfig) -> str:
                 f"fresh episodes; kept those weights ({steps} env steps trained)")
     if reason == "budget":
         return f"stopped: the budget of {config.max_env_steps:,} env steps was spent ({steps} taken)"
+    head = f"stopped at {of_budget} env steps"
     if reason == "time_limit":
-        return f"stopped: time limit of {config.time_limit:g} s reached at {of_budget} env steps"
+        return f"{head}: time limit of {config.time_limit:g} s reached{verdict}"
     if reason == "signal":
-        return f"stopped: {result.stop_signal} received at {of_budget} env steps"
+        return f"{head}: {result.stop_signal} received{verdict}"
     if reason == "worker_failed" and result.worker_failure is not None:
-        return (f"stopped: batcher worker {result.worker_failure['worker_id']} failed with no restart left at "
-                f"{of_budget} env steps")
-    return f"stopped: another rank of the run stopped it at {of_budget} env steps"
+        return (f"{head}: batcher worker {result.worker_failure['worker_id']} failed with no restart left"
+                f"{verdict}")
+    return f"{head}: another rank of the run stopped it{verdict}"
 
 
 def _finished_summary(resume: str) -> str | None:
@@ -214,6 +239,8 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--show-config", action="store_true",
                         help="print every setting this run would use and where it came from (flag, resumed run, "
                              "preset, default), then exit")
+    parser.add_argument("--trust-code", action="store_true",
+                        help="with --resume: import the run's network or env even where no installed package holds it")
     ns = parser.parse_args(argv)
     restarted = restart_resume(ns.resume, ns.logdir)
     if restarted is not None:  # torchrun restarted the group: continue the run from its last checkpoint
@@ -222,13 +249,17 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
         if os.environ.get("RANK", "0") == "0":
             print(f"{prog}: torchrun restarted the ranks (restart {os.environ['TORCHELASTIC_RESTART_COUNT']}): "
                   f"resuming {restarted}", file=sys.stderr)
-    given = given_flags(parser, argv) - {"show_config"}
+    given = given_flags(parser, argv) - {"show_config", "trust_code"}
     configure_logging()  # before the checks: the numbered folder a used --logdir gives is announced by a warning
     try:
         checkpoint, resumed = None, frozenset()
         if ns.resume is not None:
             checkpoint = load_checkpoint(ns.resume, argument="resume")
             check_resume_algorithm(algorithm.name, ns.resume, checkpoint)
+            check_resume_source(algorithm, ns.resume, checkpoint)
+            # The command names the algorithm; a network or env not given here is the run's own, as its code.
+            check_run_code(checkpoint, ns.resume, trust_code=ns.trust_code,
+                           fields=[field for field in ("network", "env") if field not in given])
             defaults = resumed_defaults(config_cls, checkpoint)
             parser.set_defaults(**defaults)
             ns = parser.parse_args(argv)
@@ -266,12 +297,12 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
     except RankLostError as e:  # a data-parallel run lost a rank: the others end, each with one line
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
-    except BatcherWorkerTimeout as e:  # a hung (or slow to start) worker: no traceback would say more than this
-        print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 1
     except (OSError, RuntimeError) as e:  # the run folder's disk full, read-only, or the folder deleted under the run
-        # (torch.save says so with a RuntimeError)
-        line = _storage_failure(e, setup.config.logdir, prog)
+        line = _storage_failure(e, _logdir(setup), prog, moved=_folder_moved(setup))
+        if line is None and isinstance(e, BatcherWorkerError):
+            # a worker that failed to start (its env or agent raised, it hung): its first line names the worker and
+            # the error, which is what a traceback here would say
+            line = str(e).splitlines()[0]
         if line is None:
             raise
         print(f"{prog}: error: {line}", file=sys.stderr)

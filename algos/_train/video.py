@@ -17,7 +17,7 @@ import torch
 
 from rlstruct.algos._env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import load_checkpoint
-from rlstruct.algos._train.durable import written_whole
+from rlstruct.algos._train.durable import make_folder, written_whole
 from rlstruct.algos._train.evaluation import evaluation_agent
 from rlstruct.algos._train.registry import saved_algorithm
 from rlstruct.envs import GymEnv, make_env
@@ -366,8 +366,9 @@ class RunVideos:
 
     def record(self, state_dict: Mapping[str, Any], env_steps: int) -> Path:
         """Records one episode of the policy with ``state_dict`` at ``env_steps``, written whole (the file a kill
-        cuts short is a temporary one beside it); returns its path."""
+        cuts short is a temporary one beside it), neither it nor ``videos`` a symbolic link; returns its path."""
         path = run_video_path(self.logdir, env_steps, suffix=self.suffix)
+        make_folder(path.parent)
         # the temporary file keeps the suffix: the writer picks the format by it
         with written_whole(path, partial=path.with_name(f"{path.stem}.partial{path.suffix}")) as partial:
             record_policy_video(partial, algo=self.algo, config=self.config, env_spec=self.spec,

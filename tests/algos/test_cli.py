@@ -414,7 +414,7 @@ def test_ctrl_c_or_sigterm_stops_cleanly_saves_everything_and_leaves_no_process(
     summary = json.loads((logdir / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["env_steps"] > 0
     assert summary["stop_reason"] == "signal", "a run a signal stopped says so in summary.json"
-    assert f"stopped: {signal.Signals(signum).name} received at " in stdout
+    assert f" env steps: {signal.Signals(signum).name} received; not a result" in stdout
     assert last_json(stdout) == summary
     ckpt = torch.load(logdir / "checkpoint.pt", weights_only=True)
     assert ckpt["algo"] == "a2c" and ckpt["interrupted"] is True and ckpt["env_steps"] == summary["env_steps"]
@@ -618,7 +618,8 @@ def test_a_run_stopped_by_the_time_limit_says_so_and_no_tensorboard_hint_without
     summary = last_json(out)
     assert summary["stop_reason"] == "time_limit", "a run ended by --time-limit says so in summary.json"
     assert json.loads((tmp_path / "summary.json").read_text())["stop_reason"] == "time_limit"
-    assert "stopped: time limit of 0.5 s reached at " in out and " of 100,000,000 env steps" in out
+    assert "stopped at " in out and " of 100,000,000 env steps: time limit of 0.5 s reached; not a result" in out
+    assert summary["stopped_early"].endswith(" of 100,000,000 env steps (its time limit)")
     assert "TensorBoard" not in out, "--no-tensorboard prints no TensorBoard command"
 
 

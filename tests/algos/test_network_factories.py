@@ -181,19 +181,21 @@ def test_a_network_from_outside_trains_ppo_and_its_saved_run_loads_in_a_fresh_pr
     assert torch.load(run / "checkpoint.pt", weights_only=False)["config"]["network"] == "labnets:actor_critic"
     assert "trunk.0.weight" in torch.load(run / "checkpoint.pt", weights_only=False)["model"]
 
-    evaluated = _cli(["-m", "rlstruct.algos", "eval", str(run), "--episodes", "4"], elsewhere, str(lab))
+    evaluated = _cli(["-m", "rlstruct.algos", "eval", str(run), "--episodes", "4", "--trust-code"], elsewhere,
+                     str(lab))
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert json.loads(evaluated.stdout.strip().splitlines()[-1])["episodes"] == 4
-    exported = _cli(["-m", "rlstruct.algos", "export", str(run), "--output", str(tmp_path / "policy.pt")], elsewhere,
-                    str(lab))
+    exported = _cli(["-m", "rlstruct.algos", "export", str(run), "--output", str(tmp_path / "policy.pt"),
+                     "--trust-code"], elsewhere, str(lab))
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert torch.jit.load(str(tmp_path / "policy.pt"))(torch.zeros(3, 4)).shape == (3,)
     loaded = _cli(["-c", f"import torch; from rlstruct.algos import load; "
-                         f"print(load({str(run)!r}).predict(torch.zeros(3, 4)).tolist())"], elsewhere, str(lab))
+                         f"print(load({str(run)!r}, trust_code=True).predict(torch.zeros(3, 4)).tolist())"],
+                  elsewhere, str(lab))
     assert loaded.returncode == 0 and len(json.loads(loaded.stdout)) == 3, loaded.stderr[-3000:]
 
     # Without the module: one line that names it.
-    missing = _cli(["-m", "rlstruct.algos", "eval", str(run), "--episodes", "4"], elsewhere, None)
+    missing = _cli(["-m", "rlstruct.algos", "eval", str(run), "--episodes", "4", "--trust-code"], elsewhere, None)
     assert missing.returncode == 2, missing.stderr[-3000:]
     assert missing.stderr.strip().splitlines() == [
         "rlstruct eval: error: network='labnets:actor_critic' names module 'labnets', but no module named 'labnets' "

@@ -178,7 +178,7 @@ def test_more_envs_than_memory_holds_is_refused_before_anything_is_allocated(tmp
     assert code == 2 and len(lines) == 1, lines
     assert re.fullmatch(rf"rlstruct train {algo}: error: --n-envs 100000000 needs at least [\d.]+ GB of memory for one "
                         r"collection \(\d+ bytes per env\), this machine has 2\.0 GB available; pass a smaller "
-                        r"--n-envs \(at most \d+ fits\)( or --n-steps)?", lines[0]), lines[0]
+                        r"--n-envs \(at most \d+ fits\)( or --n-steps| or --rollout-steps)?", lines[0]), lines[0]
     assert not (tmp_path / "run").exists()
 
 

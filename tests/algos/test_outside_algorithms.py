@@ -124,15 +124,18 @@ def test_a_copy_of_a2c_outside_the_package_gets_every_command_in_fresh_processes
     config = json.loads((lab / "run" / "config.json").read_text())
     assert (config["algo"], config["algorithm"]) == ("myalgo", "mylab.myalgo:ALGORITHM")
 
-    evaluated = _run(str(RLSTRUCT), "eval", "run", "--episodes", "2", "--max-steps", "20", cwd=lab)
+    # the run's own module, in the current folder: imported with the user's consent only
+    refused = _run(str(RLSTRUCT), "eval", "run", "--episodes", "2", cwd=lab)
+    assert refused.returncode == 2 and "pass --trust-code" in refused.stderr, refused.stderr
+    evaluated = _run(str(RLSTRUCT), "eval", "run", "--episodes", "2", "--max-steps", "20", "--trust-code", cwd=lab)
     assert evaluated.returncode == 0, evaluated.stderr
     assert json.loads(evaluated.stdout.splitlines()[-1])["algo"] == "myalgo"
 
-    exported = _run(str(RLSTRUCT), "export", "run", "--output", "policy.pt", cwd=lab)
+    exported = _run(str(RLSTRUCT), "export", "run", "--output", "policy.pt", "--trust-code", cwd=lab)
     assert exported.returncode == 0, exported.stderr
     assert (lab / "policy.pt").stat().st_size > 0
 
-    predicted = _run(sys.executable, "-c", "import rlstruct.algos as a; p = a.load('run'); "
+    predicted = _run(sys.executable, "-c", "import rlstruct.algos as a; p = a.load('run', trust_code=True); "
                      "print(p.source, int(p.predict([0.0, 0.0, 0.0, 0.0])))", cwd=lab)
     assert predicted.returncode == 0, predicted.stderr
     source, action = predicted.stdout.split()
@@ -154,7 +157,7 @@ def test_a_copy_of_a2c_outside_the_package_gets_every_command_in_fresh_processes
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    missing = _run(str(RLSTRUCT), "eval", str(lab / "run"), "--episodes", "2", cwd=elsewhere)
+    missing = _run(str(RLSTRUCT), "eval", str(lab / "run"), "--episodes", "2", "--trust-code", cwd=elsewhere)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
     assert "no module named 'mylab'" in missing.stderr
 

@@ -579,9 +579,8 @@ def test_a_checkpoint_is_replaced_whole(tmp_path, monkeypatch):
     module.train(dataclasses.replace(config, logdir=str(logdir), max_env_steps=first_steps))
     before = (logdir / CHECKPOINT_NAME).read_bytes()
 
-    def crash(obj, path):
-        with open(path, "wb") as f:
-            f.write(b"half a checkpoint")
+    def crash(obj, f):
+        f.write(b"half a checkpoint")
         raise OSError("disk full")
 
     monkeypatch.setattr(torch, "save", crash)

@@ -109,6 +109,6 @@ def test_an_outside_vecenv_factory_trains_through_env_and_its_run_evaluates(tmp_
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads((run / "config.json").read_text())["env"] == "labsim:make"
     assert json.loads(out.stdout.strip().splitlines()[-1])["env_steps"] == 2048
-    evaluated = cli("eval", str(run), "--episodes", "4", "--n-processes", "2")
+    evaluated = cli("eval", str(run), "--episodes", "4", "--n-processes", "2", "--trust-code")  # labsim: not installed
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "greedy episodes of labsim:make" in evaluated.stdout

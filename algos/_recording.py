@@ -1,0 +1,332 @@
+"""The pieces of :mod:`rlstruct.algos.datasets`: cutting an auto-reset batcher's acquisitions into whole episodes
+(:class:`EpisodeCutter`), writing them into a Minari dataset as they end (:class:`DatasetWriter`), and the agents of
+scripted data (:class:`RandomAgent`, :class:`EpsilonAgent`).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import pathlib
+import re
+import shutil
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlstruct.agents import RL_Agent
+from rlstruct.algos._noise import CounterNoise, GeneratorNoise, NoiseSource
+from rlstruct.algos._replay_storage import free_bytes
+from rlstruct.devices import DeviceLike, as_device
+from rlstruct.errors import ConfigError, DiskSpaceError, MissingDependencyError, SpaceError
+from rlstruct.structures import DictTensor, Trajectories
+
+__all__ = ["DatasetWriter", "EpisodeCutter", "EpsilonAgent", "RandomAgent", "check_action_space", "check_dataset_id",
+           "dataset_folder",
+           "minari_module", "step_bytes"]
+
+log = logging.getLogger(__name__)
+
+#: Minari's ``(namespace/)name-vVERSION`` with the version required (Minari's parser fails on an id without one)
+_DATASET_ID = re.compile(r"^(?:[-_\w][-_\w/]*[-_\w]+/)?[-_\w]+?-v\d+$")
+#: the noise streams of the scripted agents' draws, apart from the streams the algorithms' agents draw from
+_PICK_STREAM, _ACTION_STREAM = 101, 102
+#: the trajectory keys an episode is cut from: (the batcher's key, the name here)
+_KEYS = (("observation/frame", "observation"), ("_observation/frame", "next_observation"),
+         ("action/action", "action"), ("_observation/reward", "reward"), ("_observation/terminated", "terminated"),
+         ("_observation/truncated", "truncated"), ("_observation/done", "done"))
+_MB = 1 << 20
+
+
+def minari_module() -> Any:
+    """``minari``, or :class:`~rlstruct.errors.MissingDependencyError` naming the extra that installs it."""
+    try:
+        import h5py  # noqa: F401  (Minari's default storage, which minari alone does not install)
+        import minari
+    except ImportError as e:
+        raise MissingDependencyError(f"datasets need minari and h5py, which are not installed here ({e}); "
+                                     "pip install 'rlstruct[datasets]'") from None
+    return minari
+
+
+def check_dataset_id(dataset_id: Any) -> str:
+    """``dataset_id`` checked as Minari's ``NAMESPACE/NAME-vVERSION`` (the namespace optional).
+
+    >>> check_dataset_id("rlstruct/cartpole-expert-v0")
+    'rlstruct/cartpole-expert-v0'
+    """
+    if not isinstance(dataset_id, str) or not _DATASET_ID.fullmatch(dataset_id):
+        raise ValueError(f"dataset_id must be Minari's NAMESPACE/NAME-vVERSION (letters, digits, '-', '_'), got "
+                         f"{dataset_id!r}; pass e.g. 'rlstruct/cartpole-expert-v0'")
+    return dataset_id
+
+
+def dataset_folder(dataset_id: str) -> pathlib.Path:
+    """Where Minari keeps ``dataset_id``: under ``MINARI_DATASETS_PATH``, by default ``~/.minari/datasets``."""
+    root = os.environ.get("MINARI_DATASETS_PATH") or os.path.join(os.path.expanduser("~"), ".minari", "datasets")
+    return pathlib.Path(root) / dataset_id
+
+
+def step_bytes(observation_space: gym.Space, action_space: gym.Space) -> int:
+    """The bytes one step takes in a dataset: its observation, action, reward and two flags."""
+    def size(space: gym.Space) -> int:
+        return int(np.prod(space.shape or (1,))) * np.dtype(space.dtype).itemsize
+    return size(observation_space) + size(action_space) + 4 + 2
+
+
+class EpisodeCutter:
+    """Cuts the acquisitions of an auto-reset batcher into whole episodes, the first ``episodes`` to start.
+
+    An episode may span several acquisitions (windows): each env's open episode is where it started (a window and a
+    step), and the windows are kept until no open episode that is kept starts in them, so that memory holds at most
+    the longest episode's windows. Episodes are ranked by when they start, then by env (rows in the batcher's
+    order): those of rank below ``episodes`` are kept, whatever their length, so that stopping does not favour short
+    episodes; with at least ``episodes`` envs they are each env's first episode, in env order.
+
+    Args:
+        n_envs: the batcher's ``n_elems()``.
+        episodes: the episodes to keep.
+
+    >>> cutter = EpisodeCutter(2, 1)
+    >>> cutter.finished
+    False
+    """
+
+    def __init__(self, n_envs: int, episodes: int):
+        self.wanted = episodes
+        self.windows: dict[int, dict[str, np.ndarray]] = {}
+        self.n_windows = 0
+        self.start_window = np.zeros(n_envs, dtype=np.int64)
+        self.start_step = np.zeros(n_envs, dtype=np.int64)
+        #: the rank of each env's open episode
+        self.rank = np.arange(n_envs, dtype=np.int64)
+        self.started = n_envs
+        self.kept = 0
+        self.steps = 0
+
+    @property
+    def finished(self) -> bool:
+        """Whether every kept episode has ended."""
+        return self.kept >= self.wanted
+
+    def add(self, trajectories: Trajectories) -> list[dict[str, Any]]:
+        """The kept episodes that end in this acquisition (``[B, T]``, every env's row), in the order they end: per
+        episode ``observation [L + 1, ...]`` (the last one is where it ended), ``action [L, ...]``, ``reward``,
+        ``terminated``, ``truncated`` ``[L]``, and its ``env`` and ``rank``."""
+        tt = trajectories.trajectories
+        window = {name: tt[key].cpu().numpy() for key, name in _KEYS}
+        w = self.n_windows
+        self.n_windows += 1
+        self.windows[w] = window
+        T = window["done"].shape[1]
+        self.steps += T
+        ended = []
+        # (t, env) in time order, then env order: the order in which the next episodes start and are ranked.
+        for t, b in zip(*(index.tolist() for index in np.nonzero(window["done"].T))):
+            if self.rank[b] < self.wanted:
+                ended.append(self._episode(b, int(self.start_window[b]), int(self.start_step[b]), w, t))
+            self.rank[b] = self.started
+            self.started += 1
+            self.start_window[b], self.start_step[b] = w, t + 1
+        kept_open = self.rank < self.wanted
+        oldest = int(self.start_window[kept_open].min()) if kept_open.any() else w + 1
+        for old in [k for k in self.windows if k < oldest]:
+            del self.windows[old]
+        self.kept += len(ended)
+        return ended
+
+    def _episode(self, b: int, w0: int, t0: int, w1: int, t1: int) -> dict[str, Any]:
+        parts = [(self.windows[w], t0 if w == w0 else 0, t1 + 1 if w == w1 else None) for w in range(w0, w1 + 1)]
+        episode: dict[str, Any] = {name: np.concatenate([window[name][b, lo:hi] for window, lo, hi in parts])
+                                   for name in ("observation", "action", "reward", "terminated", "truncated")}
+        final = self.windows[w1]["next_observation"][b, t1]
+        episode["observation"] = np.concatenate([episode["observation"], final[None]])
+        episode["env"], episode["rank"] = b, int(self.rank[b])
+        return episode
+
+
+class DatasetWriter:
+    """A Minari dataset written episode by episode through Minari's storage (``MinariStorage.new`` and
+    ``update_episodes``), in a hidden folder beside its place that :meth:`finish` moves there whole: a recording
+    that fails or is interrupted leaves no dataset under its id.
+
+    Args:
+        dataset_id: checked by :func:`check_dataset_id`.
+        observation_space, action_space: the single env's spaces.
+        env_spec: gymnasium's spec of the env (``None``: the dataset cannot recover its env).
+        overwrite: replace a dataset of that id at :meth:`finish`.
+
+    Raises:
+        ConfigError: a dataset of that id exists and ``overwrite`` is false.
+    """
+
+    def __init__(self, dataset_id: str, observation_space: gym.Space, action_space: gym.Space,
+                 env_spec: gym.envs.registration.EnvSpec | None, *, overwrite: bool = False):
+        from minari.dataset.minari_storage import MinariStorage
+
+        self.dataset_id = dataset_id
+        self.path = dataset_folder(dataset_id)
+        self.overwrite = overwrite
+        if self.path.exists() and not overwrite:
+            raise ConfigError(f"dataset_id {dataset_id!r} exists already ({self.path}); pass overwrite=True "
+                              "(--overwrite) to replace it, or another name or version")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.partial = self.path.parent / f".{self.path.name}.partial-{os.getpid()}"
+        shutil.rmtree(self.partial, ignore_errors=True)
+        self.partial.mkdir()
+        try:
+            # jpeg_encoding=False: Minari's default stores image observations as JPEG, which changes their pixels.
+            self.storage = MinariStorage.new(self.partial / "data", observation_space=observation_space,
+                                             action_space=action_space, env_spec=env_spec, jpeg_encoding=False)
+        except BaseException:
+            self.abort()
+            raise
+        self.episodes = 0
+        self.steps = 0
+
+    def write(self, episodes: list[dict[str, Any]]) -> None:
+        """Appends ``episodes`` (as :meth:`EpisodeCutter.add` gives them) to the dataset.
+
+        Raises:
+            DiskSpaceError: the disk filled up (the partial dataset is then removed).
+        """
+        from minari.data_collector.episode_buffer import EpisodeBuffer
+
+        if not episodes:
+            return
+        buffers = [EpisodeBuffer(observations=e["observation"], actions=e["action"], rewards=e["reward"],
+                                 terminations=e["terminated"], truncations=e["truncated"]) for e in episodes]
+        try:
+            self.storage.update_episodes(buffers)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT) and free_bytes(self.partial) > 16 * _MB:
+                raise
+            self.abort()
+            raise DiskSpaceError(f"the disk of {self.path.parent} filled up after {self.episodes} episodes of "
+                                 f"dataset_id {self.dataset_id!r} (the partial dataset is removed); free disk space, "
+                                 "or record fewer episodes") from None
+        self.episodes += len(buffers)
+        self.steps += sum(len(e["reward"]) for e in episodes)
+
+    def finish(self, metadata: Mapping[str, Any]) -> None:
+        """Writes the dataset's ``metadata`` and moves it to its place (replacing an older one with ``overwrite``)."""
+        minari = minari_module()
+        from minari.namespace import create_namespace, list_local_namespaces
+
+        self.storage.update_metadata({**metadata, "dataset_id": self.dataset_id,
+                                      "minari_version": minari.__version__})
+        namespace = self.dataset_id.rpartition("/")[0]
+        if namespace and namespace not in list_local_namespaces():
+            create_namespace(namespace)
+        if self.path.exists() and self.overwrite:
+            shutil.rmtree(self.path)
+        os.replace(self.partial, self.path)
+
+    def abort(self) -> None:
+        """Removes the partial dataset; idempotent."""
+        shutil.rmtree(self.partial, ignore_errors=True)
+
+
+def _noise(seed: int | None, env_index: int | None, device: torch.device) -> NoiseSource:
+    if env_index is not None:
+        return CounterNoise(seed, env_index, device)
+    generator = torch.Generator(device=device)
+    if seed is not None:
+        generator.manual_seed(seed)
+    return GeneratorNoise(generator)
+
+
+def _random_actions(space: gym.Space, noise: NoiseSource, B: int) -> torch.Tensor:
+    if isinstance(space, gym.spaces.Discrete):
+        return noise.integers(int(space.n), (B,), stream=_ACTION_STREAM) + int(space.start)
+    low = torch.as_tensor(space.low, dtype=torch.float32)
+    high = torch.as_tensor(space.high, dtype=torch.float32)
+    u = noise.uniform((B, *space.shape), stream=_ACTION_STREAM)
+    return (low.to(u.device) + (high - low).to(u.device) * u).to(getattr(torch, np.dtype(space.dtype).name))
+
+
+def check_action_space(space: gym.Space) -> None:
+    """Refuses an action space a scripted agent cannot draw from: a Discrete or a bounded Box only."""
+    if isinstance(space, gym.spaces.Discrete):
+        return
+    if isinstance(space, gym.spaces.Box) and np.isfinite(space.low).all() and np.isfinite(space.high).all():
+        return
+    raise SpaceError(f"random actions need a Discrete or a bounded Box action space, got {space}; record with an "
+                     "agent of your own (create_agent)")
+
+
+class RandomAgent(RL_Agent):
+    """Uniform random actions of ``action_space`` (a Discrete or a bounded Box), on ``device``.
+
+    Seeded by the batcher like the algorithms' agents: :meth:`seed` draws from a generator of its own,
+    :meth:`seed_envs` draws for env ``i`` at step ``t`` from ``(seed, i, t)``.
+    """
+
+    def __init__(self, action_space: gym.Space, device: DeviceLike = "cpu"):
+        self.action_space = action_space
+        self.device = as_device(device)
+        self.noise = _noise(None, None, self.device)
+
+    def seed(self, seed: int) -> None:
+        self.noise = _noise(seed, None, self.device)
+
+    def seed_envs(self, seed: int, env_index: int) -> None:
+        self.noise = _noise(seed, env_index, self.device)
+
+    def __call__(self, state, observation, agent_info, history=None):
+        action = _random_actions(self.action_space, self.noise, observation.n_elems())
+        self.noise.advance()
+        return DictTensor({"action": action}), state
+
+
+class EpsilonAgent(RL_Agent):
+    """Another agent's actions, each replaced with probability ``epsilon`` by a uniform random one.
+
+    Args:
+        create_agent, agent_args: the agent whose actions are kept (built here, in the batcher's worker).
+        epsilon: the probability of a random action, in ``[0, 1]``.
+        action_space: the env's action space (a Discrete or a bounded Box).
+        device: where observations come from.
+    """
+
+    def __init__(self, create_agent: Callable[..., RL_Agent], agent_args: dict[str, Any], epsilon: float,
+                 action_space: gym.Space, device: DeviceLike = "cpu"):
+        self.agent = create_agent(**agent_args)
+        self.epsilon = epsilon
+        self.action_space = action_space
+        self.device = as_device(device)
+        self.noise = _noise(None, None, self.device)
+
+    def seed(self, seed: int) -> None:
+        self.agent.seed(seed)
+        # Not the agent's own stream: a generator seeded alike would repeat the agent's draws.
+        self.noise = _noise((seed + 1) % 2**31, None, self.device)
+
+    def seed_envs(self, seed: int, env_index: int) -> None:
+        self.agent.seed_envs(seed, env_index)
+        self.noise = _noise(seed, env_index, self.device)
+
+    def initial_state(self, agent_info: DictTensor, B: int) -> DictTensor:
+        return self.agent.initial_state(agent_info, B)
+
+    def update(self, state_dict: Any) -> None:
+        self.agent.update(state_dict)
+
+    def close(self) -> None:
+        self.agent.close()
+
+    def __call__(self, state, observation, agent_info, history=None):
+        out, state = self.agent(state, observation, agent_info, history)
+        B = observation.n_elems()
+        picked = self.noise.uniform((B,), stream=_PICK_STREAM) < self.epsilon
+        random = _random_actions(self.action_space, self.noise, B)
+        self.noise.advance()
+        action = out["action"]
+        picked = picked.to(action.device).view(B, *([1] * (action.dim() - 1)))
+        values = {key: out[key] for key in out.keys()}
+        values["action"] = torch.where(picked, random.to(action.device, action.dtype), action)
+        return DictTensor(values), state

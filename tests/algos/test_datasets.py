@@ -1,0 +1,215 @@
+"""Minari datasets (rlstruct.algos.datasets, rlstruct record): the episodes written are the batcher's, step by step,
+read back with minari and as Trajectories."""
+
+from __future__ import annotations
+
+import errno
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from rlstruct import RL_Agent, RL_Batcher
+from rlstruct.algos import create_env, datasets
+from rlstruct.algos._recording import RandomAgent
+from rlstruct.errors import ConfigError, DiskSpaceError
+from rlstruct.structures import DictTensor
+
+minari = pytest.importorskip("minari", reason="needs the datasets extra: pip install 'rlstruct[datasets]'")
+pytest.importorskip("h5py", reason="needs the datasets extra: pip install 'rlstruct[datasets]'")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def datasets_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    return tmp_path / "minari"
+
+
+class ZeroAgent(RL_Agent):
+    """Action 0 everywhere (importable: worker processes build it)."""
+
+    def __call__(self, state, observation, agent_info, history=None):
+        return DictTensor({"action": torch.zeros(observation.n_elems(), dtype=torch.int64)}), state
+
+
+def reference_episodes(name, n_envs, n_timesteps, seed, wanted, acquisitions):
+    """The first ``wanted`` episodes to start (then by env) of a random agent, cut from an in-process batcher's
+    Trajectories by a plain loop over every env and step: ``{(env, k): episode}``, k the env's k-th episode."""
+    args = {"name": name, "n_envs": n_envs, "autoreset": True}
+    with RL_Batcher(n_timesteps, RandomAgent, {"action_space": create_env(name, 1, seed=0).action_space}, create_env,
+                    args, 0, seed, agent_seeds=seed) as batcher:
+        batcher.reset()
+        chunks = []
+        for _ in range(acquisitions):
+            batcher.execute()
+            chunks.append(batcher.get()[0].trajectories)
+    steps = {k: torch.cat([c[k] for c in chunks], 1).numpy() for k in chunks[0].keys()}
+    found = []
+    for b in range(n_envs):
+        start, k = 0, 0
+        for t in range(steps["_observation/done"].shape[1]):
+            if steps["_observation/done"][b, t]:
+                s = slice(start, t + 1)
+                found.append(((start, b), (b, k), {
+                    "observations": np.concatenate([steps["observation/frame"][b, s],
+                                                    steps["_observation/frame"][b, t][None]]),
+                    "actions": steps["action/action"][b, s], "rewards": steps["_observation/reward"][b, s],
+                    "terminations": steps["_observation/terminated"][b, s],
+                    "truncations": steps["_observation/truncated"][b, s]}))
+                start, k = t + 1, k + 1
+    found.sort(key=lambda f: f[0])
+    assert len(found) >= wanted, "collect more acquisitions for the reference"
+    return {key: episode for _, key, episode in found[:wanted]}
+
+
+def check_round_trip(name, n_processes, n_envs, episodes, n_timesteps, acquisitions, dtype):
+    spec = datasets.record(f"test/{name.replace('/', '-').lower()}-v0", None, None, create_env,
+                           {"name": name, "n_envs": n_envs}, episodes=episodes, n_processes=n_processes, seeds=7,
+                           agent_seeds=7, n_timesteps=n_timesteps)
+    expected = reference_episodes(name, n_envs * max(n_processes, 1), n_timesteps, 7, episodes, acquisitions)
+    dataset = minari.load_dataset(spec.dataset_id)
+    assert dataset.total_episodes == spec.episodes == episodes and dataset.total_steps == spec.steps
+    seen: dict[int, int] = {}
+    for episode, env in zip(dataset.iterate_episodes(), spec.envs):
+        k = seen[env] = seen.get(env, -1) + 1
+        want = expected.pop((env, k))
+        for key, value in want.items():
+            got = getattr(episode, key)
+            assert got.dtype == value.dtype and np.array_equal(got, value), (key, env, k)
+        assert episode.observations.dtype == dtype
+        assert bool(episode.terminations[-1] or episode.truncations[-1])
+    assert not expected
+    assert dataset.recover_environment().spec.id == name
+    return spec
+
+
+def test_a_cartpole_recording_holds_the_batchers_episodes_step_by_step_across_windows():
+    spec = check_round_trip("CartPole-v1", 0, 4, 10, 16, 12, np.float32)
+    assert max(spec.lengths) > 16, "an episode spans several acquisitions"
+    metadata = minari.load_dataset(spec.dataset_id).storage.metadata
+    assert metadata["algorithm_name"] == "random" and metadata["rlstruct"]["episodes"] == 10
+    assert metadata["ref_max_score"] == 475.0  # the package's score table has CartPole-v1
+
+
+@pytest.mark.slow  # MinAtar's simulator compiles its kernels on first use
+def test_a_minatar_recording_keeps_its_bool_frames():
+    check_round_trip("MinAtar/Breakout-v1", 0, 3, 5, 32, 4, np.bool_)
+
+
+@pytest.mark.slow
+def test_worker_processes_record_the_episodes_of_one_process():
+    check_round_trip("CartPole-v1", 2, 2, 6, 32, 8, np.float32)
+    check_round_trip("MinAtar/Breakout-v1", 2, 2, 4, 32, 4, np.bool_)
+
+
+def test_load_gives_the_dataset_back_as_trajectories():
+    spec = datasets.record("test/cartpole-v0", None, None, create_env, {"name": "CartPole-v1", "n_envs": 3},
+                           episodes=5, seeds=1, agent_seeds=1, n_timesteps=32)
+    traj = datasets.load("test/cartpole-v0")
+    tt = traj.trajectories
+    assert tt.lengths.tolist() == spec.lengths and traj.info["episode_id"].tolist() == list(range(5))
+    for row, episode in enumerate(minari.load_dataset("test/cartpole-v0").iterate_episodes()):
+        n = len(episode)
+        assert torch.equal(tt["observation/frame"][row, :n], torch.from_numpy(episode.observations[:-1]))
+        assert torch.equal(tt["_observation/frame"][row, :n], torch.from_numpy(episode.observations[1:]))
+        assert torch.equal(tt["action/action"][row, :n], torch.from_numpy(episode.actions))
+        assert bool(tt["_observation/done"][row, n - 1]) and not bool(tt["_observation/done"][row, : n - 1].any())
+    assert (tt["_observation/reward"] * tt.mask()).sum(1).tolist() == spec.returns
+    assert datasets.load("test/cartpole-v0", episodes=[3]).trajectories.lengths.tolist() == [spec.lengths[3]]
+
+
+def test_an_existing_dataset_id_is_refused_unless_overwritten():
+    args = ("test/exists-v0", None, None, create_env, {"name": "CartPole-v1", "n_envs": 2})
+    datasets.record(*args, episodes=2, n_timesteps=32)
+    with pytest.raises(ConfigError, match=r"dataset_id 'test/exists-v0' exists already .*pass overwrite=True"):
+        datasets.record(*args, episodes=3, n_timesteps=32)
+    assert minari.load_dataset("test/exists-v0").total_episodes == 2
+    datasets.record(*args, episodes=3, n_timesteps=32, overwrite=True)
+    assert minari.load_dataset("test/exists-v0").total_episodes == 3
+
+
+def test_a_full_disk_removes_the_partial_dataset(monkeypatch, datasets_path):
+    from minari.dataset._storages.hdf5_storage import HDF5Storage
+
+    def full(self, episodes):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(HDF5Storage, "update_episodes", full)
+    with pytest.raises(DiskSpaceError, match=r"filled up after 0 episodes of dataset_id 'test/full-v0' \(the "
+                                             r"partial dataset is removed\)"):
+        datasets.record("test/full-v0", None, None, create_env, {"name": "CartPole-v1", "n_envs": 2}, episodes=2)
+    assert not list((datasets_path / "test").iterdir())
+
+
+def test_a_recording_the_disk_cannot_hold_is_refused_before_it_starts(monkeypatch):
+    monkeypatch.setattr(datasets, "free_bytes", lambda path: 1000)
+    with pytest.raises(DiskSpaceError, match=r"1000 episodes of up to 500 steps of CartPole-v1 may take .* GB.*"
+                                             r"check_disk=False"):
+        datasets.record("test/big-v0", None, None, create_env, {"name": "CartPole-v1", "n_envs": 2}, episodes=1000)
+
+
+def test_an_env_gymnasium_cannot_recover_is_recorded_without_its_spec_warned_once():
+    with pytest.warns(UserWarning, match="no gymnasium spec to keep") as caught:
+        datasets.record("test/nospec-v0", None, None, create_env, {"name": "CartPole-v1", "n_envs": 2}, episodes=2,
+                        env_id="NoSuchEnv-v0", n_timesteps=64)
+    assert len([w for w in caught if "gymnasium spec" in str(w.message)]) == 1
+    assert minari.load_dataset("test/nospec-v0").spec.env_spec is None
+
+
+def test_epsilon_replaces_the_agents_actions_with_random_ones():
+    args = {"name": "CartPole-v1", "n_envs": 2}
+    calm = datasets.record("test/zero-v0", ZeroAgent, {}, create_env, args, episodes=2, n_timesteps=32)
+    noisy = datasets.record("test/noisy-v0", ZeroAgent, {}, create_env, args, episodes=2, epsilon=1.0,
+                            n_timesteps=32)
+    actions = [np.concatenate([e.actions for e in minari.load_dataset(s.dataset_id).iterate_episodes()])
+               for s in (calm, noisy)]
+    assert not actions[0].any() and 0.3 < actions[1].mean() < 0.7
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"episodes": 0}, r"episodes must be an int >= 1, got \[0\]"),
+    ({"episodes": 2, "epsilon": 1.5}, r"epsilon must lie in \[0, 1\], got 1.5"),
+])
+def test_bad_settings_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        datasets.record("test/bad-v0", None, None, create_env, {"name": "CartPole-v1", "n_envs": 2}, **kwargs)
+    with pytest.raises(ValueError, match=r"dataset_id must be Minari's NAMESPACE/NAME-vVERSION .*got 'noversion'"):
+        datasets.record("noversion", None, None, create_env, {"name": "CartPole-v1", "n_envs": 2}, episodes=1)
+
+
+def test_a_run_records_the_episodes_an_episodic_batcher_plays(tiny_cartpole_run):
+    from rlstruct.algos import load
+    from rlstruct.algos._train.evaluation import run_episodes
+
+    spec = datasets.record_run("test/run-v0", tiny_cartpole_run, episodes=4, seed=3, command="rlstruct record x")
+    policy = load(tiny_cartpole_run)
+    create, args = policy.agent_factory()
+    env_args = {"name": "CartPole-v1", "n_envs": 4, "max_episode_steps": policy.spec.max_episode_steps}
+    with RL_Batcher(64, create, args, create_env, env_args, 0, 3, agent_info=policy.agent_info(1),
+                    agent_seeds=3) as batcher:
+        tally = run_episodes(batcher, policy.spec.max_episode_steps)
+    order = np.argsort(spec.envs)
+    assert [spec.lengths[i] for i in order] == tally.lengths.tolist()
+    assert [spec.returns[i] for i in order] == pytest.approx(tally.returns.tolist())
+    metadata = minari.load_dataset("test/run-v0").storage.metadata
+    assert metadata["algorithm_name"] == "a2c" and metadata["rlstruct"]["command"] == "rlstruct record x"
+    assert len(metadata["rlstruct"]["checkpoints"][0]["sha256"]) == 64
+    mixed = datasets.record_run("test/mixed-v0", [tiny_cartpole_run, tiny_cartpole_run / "checkpoint.pt"],
+                                episodes=5, epsilon=0.5)
+    assert mixed.sources.count(0) == 3 and mixed.sources.count(1) == 2
+
+
+def test_the_command_records_a_random_policy_and_refuses_bad_input_in_one_line(capsys):
+    from rlstruct.algos._train.cli import main
+
+    assert main(["record", "--env", "CartPole-v1", "--episodes", "3", "--dataset-id", "test/cli-v0"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["episodes"] == 3 and minari.load_dataset("test/cli-v0").total_episodes == 3
+    assert main(["record", "--env", "CartPole-v1", "--episodes", "3", "--dataset-id", "test/cli-v0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "exists already" in err and "--overwrite" in err
+    assert main(["record", "--episodes", "3", "--dataset-id", "test/cli-v1"]) == 2
+    assert "takes one of RUN, --checkpoints or --env, got none" in capsys.readouterr().err
