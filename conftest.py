@@ -10,6 +10,11 @@ pytest_plugins = ["tests.suite_checks"]
 # when idle instead of spinning. Spinning threads on a loaded machine charge a test's CPU time for nothing (5.2 CPU s
 # instead of 0.6 for one evaluation test), and the time guard of tests/conftest.py counts CPU time.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# One OpenMP thread a process unless a test asks for more (torch.set_num_threads, a run's --torch-threads): the
+# suite's two workers already fill two cores, and every command or tutorial it starts in a fresh process would
+# otherwise start a thread per core that fights the others for them (`rlstruct eval` of a small run: 6.9 CPU s with
+# torch's default threads on a busy 2-core machine, 4.0 with one).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # The compiled kernels import numba at module level (the extra ``fast``); without it the simulators run their
 # numpy kernels, and the module is never imported.

@@ -17,9 +17,10 @@ The last section feeds the CNN from rlstruct's torch MinAtar games, which step a
 with ``rlstruct train ppo --env MinAtar/Breakout-v1 --backend torch --batcher-device cuda --learner-device cpu``.
 
 Run it with ``python tutorials/10_pixels_and_recurrent.py``. Size knob: the environment variable
-``RLSTRUCT_TUTORIAL_SCALE`` (float, default 1.0) could only grow the training budgets (env steps) here: below 16k
-steps A2C does not learn from the frames yet and below 120k the LSTM does not reliably beat the MLP, so the tests run
-the claims at those sizes.
+``RLSTRUCT_TUTORIAL_SCALE`` (float, default 1.0) scales the recurrent comparison's budget, 120k env steps for each
+policy at 1.0: below that the LSTM does not reliably beat the MLP, so the tests run it small and
+``tests/algos/test_recurrent.py`` checks the LSTM's 120k run. The pixel run's 16k env steps only grow: below them A2C
+does not learn from the frames yet.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def recurrent_state_in_the_batcher() -> None:
     print(f"   agent_state/h {tuple(traj.info['agent_state/h'].shape)}; replayed log-probs match the batcher's")
 
 
-def recurrent_beats_feed_forward(budget: int) -> dict[bool, float]:
+def recurrent_against_feed_forward(budget: int) -> dict[bool, float]:
     """Recurrent and feed-forward A2C on CartPoleNoVel-v1 for ``budget`` env steps each; returns the best
     evaluation return of each, by ``recurrent``."""
     print("== 6. Recurrent A2C against feed-forward A2C on CartPoleNoVel-v1, same budget")
@@ -162,13 +163,13 @@ def recurrent_beats_feed_forward(budget: int) -> dict[bool, float]:
         evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
         best[recurrent] = max(evals)
         print(f"   {'LSTM' if recurrent else 'MLP '}: best evaluation {best[recurrent]:.1f} in {budget} env steps")
-    # In 120k steps the LSTM's best is well above the MLP's (seeds 0-3: 291, 360, 101 and 500 against 47, 47, 46 and
-    # 44; seeds 4-9: 494-500). Without an entropy bonus the policy first collapses towards one action, and when it
-    # escapes depends on the seed and on the last bits of the CPU's rounding: seed 0 reaches 291 on one CPU and 85.5
-    # on another (against the MLP's 45.7), 204 with two torch threads. The claim, 1.25 times the MLP's best, leaves a
-    # margin under the lowest of these. In 80k steps the LSTM reaches 100 on 4 of seeds 0-11; in fewer, the MLP, with
-    # fewer weights to fit, is still ahead (at 30k: 46-50 against 26-39).
-    assert best[True] > 1.25 * best[False], best
+    # In 120k steps (scale 1) the LSTM's best is well above the MLP's (seeds 0-3: 291, 360, 101 and 500 against 47,
+    # 47, 46 and 44; seeds 4-9: 494-500). Without an entropy bonus the policy first collapses towards one action, and
+    # when it escapes depends on the seed and on the last bits of the CPU's rounding: seed 0 reaches 291 on one CPU
+    # and 85.5 on another (against the MLP's 45.7), 204 with two torch threads. tests/algos/test_recurrent.py checks
+    # this LSTM run (seed 0, 120k env steps) above 1.2 times the MLP's best measured over seeds, a margin under the
+    # lowest of these. In 80k steps the LSTM reaches 100 on 4 of seeds 0-11; in fewer, the MLP, with fewer weights
+    # to fit, is still ahead (at 30k: 46-50 against 26-39), so the tests' small run checks only that both train.
     return best
 
 
@@ -203,11 +204,11 @@ def torch_minatar_on_two_devices() -> None:
 def main() -> None:
     encoders()
     frames_stay_uint8()
-    # Budgets the size knob does not shrink: below them the claims do not hold (about 40 s on 2 CPU cores).
+    # A budget the size knob does not shrink: below it the claim does not hold.
     learn_from_pixels(max(16_000, int(16_000 * SCALE)))
     a_pomdp()
     recurrent_state_in_the_batcher()
-    recurrent_beats_feed_forward(max(120_000, int(120_000 * SCALE)))
+    recurrent_against_feed_forward(int(120_000 * SCALE))
     torch_minatar_on_two_devices()
     print("tutorial 10: all claims hold")
 
