@@ -56,16 +56,16 @@ from benchmarks._fresh import (  # noqa: E402
 
 ENV = "MinAtar/Breakout-v1"
 PRESET = "ppo-minatar-5m"
-BATCH = 64 * 128  # env steps an iteration under the preset
+N_ENVS, N_STEPS = 64, 128  # the preset's: 8,192 env steps an iteration
 PEERS = ("rlstruct", "rlstruct-bf16", "rlstruct-nchw", "rlstruct-critic", "cleanrl", "cleanrl-bf16", "rejax")
 THREADS = (1, 2)
 
 
-def measure_rlstruct(iterations: int, warmup: int, threads: int, *, profile: str | None = None,
+def measure_rlstruct(iterations: int, warmup: int, threads: int, *, n_envs: int = N_ENVS, profile: str | None = None,
                      autocast: str = "none") -> dict:
-    """``rlstruct train ppo --preset ppo-minatar-5m`` for ``warmup + iterations`` iterations; the loop timer's env
-    steps/s over the last ``iterations``. With ``profile``, the learner's phases under cProfile, written there;
-    ``autocast`` is the run's setting."""
+    """``rlstruct train ppo --preset ppo-minatar-5m`` (``n_envs`` envs) for ``warmup + iterations`` iterations; the
+    loop timer's env steps/s over the last ``iterations``. With ``profile``, the learner's phases under cProfile,
+    written there; ``autocast`` is the run's setting."""
     import torch
 
     from rlstruct.algos import validate
@@ -88,8 +88,11 @@ def measure_rlstruct(iterations: int, warmup: int, threads: int, *, profile: str
         config = description.config_cls(
             env=ENV, preset=PRESET, logdir=logdir, progress=False, tensorboard=False, time_limit=1e9,
             n_evaluation_envs=1, eval_every=2**31 - 1, evaluation_max_steps=10, torch_threads=threads,
-            autocast=autocast, max_env_steps=(warmup + iterations) * BATCH)
+            autocast=autocast, n_envs=n_envs, max_env_steps=(warmup + iterations) * n_envs * N_STEPS)
         setup = validate(config)
+        if setup.config.n_envs != n_envs:  # a preset fills the fields left at their defaults
+            raise ValueError(f"--n-envs must differ from PPO's default to take effect, got {n_envs}; the run took "
+                             f"{setup.config.n_envs}")
         if profile is None:
             train_on_policy(setup, timer=timer)
         else:
@@ -106,11 +109,12 @@ def measure_rlstruct(iterations: int, warmup: int, threads: int, *, profile: str
             "us_per_step": {k: v / report.env_steps * 1e6 for k, v in seconds.items() if v > 0}}
 
 
-def measure_cleanrl(iterations: int, warmup: int, threads: int, *, bf16: bool = False) -> dict:
-    """``benchmarks/_cleanrl_ppo.py``'s training for ``warmup + iterations`` iterations (``bf16``: under autocast)."""
-    from benchmarks._cleanrl_ppo import train
+def measure_cleanrl(iterations: int, warmup: int, threads: int, *, n_envs: int = N_ENVS, bf16: bool = False) -> dict:
+    """``benchmarks/_cleanrl_ppo.py``'s training (``n_envs`` envs) for ``warmup + iterations`` iterations (``bf16``:
+    under autocast)."""
+    from benchmarks._cleanrl_ppo import Args, train
 
-    return train(iterations, warmup, threads, bf16=bf16)
+    return train(iterations, warmup, threads, Args(n_envs=n_envs, n_steps=N_STEPS), bf16=bf16)
 
 
 def _rejax_cnn_networks(n_actions: int):
@@ -138,9 +142,9 @@ def _rejax_cnn_networks(n_actions: int):
             CNNValue(hidden_layer_sizes=(), activation=nn.relu))
 
 
-def measure_rejax(iterations: int, warmup: int, threads: int) -> dict:
-    """rejax's PPO on gymnax's Breakout-MinAtar, the training of ``iterations`` iterations compiled (timed apart)
-    and then run; ``warmup`` is not used (the compile is the warm-up)."""
+def measure_rejax(iterations: int, warmup: int, threads: int, *, n_envs: int = N_ENVS) -> dict:
+    """rejax's PPO on gymnax's Breakout-MinAtar (``n_envs`` envs), the training of ``iterations`` iterations compiled
+    (timed apart) and then run; ``warmup`` is not used (the compile is the warm-up)."""
     if threads == 1:
         flags = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
@@ -150,9 +154,10 @@ def measure_rejax(iterations: int, warmup: int, threads: int) -> dict:
     from rejax import PPO
 
     t_start = time.perf_counter()
-    algo = PPO.create(env="Breakout-MinAtar", num_envs=64, num_steps=128, num_epochs=4, num_minibatches=8,
+    batch = n_envs * N_STEPS
+    algo = PPO.create(env="Breakout-MinAtar", num_envs=n_envs, num_steps=N_STEPS, num_epochs=4, num_minibatches=8,
                       learning_rate=5e-4, gamma=0.999, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
-                      max_grad_norm=0.5, total_timesteps=iterations * BATCH, eval_freq=BATCH,
+                      max_grad_norm=0.5, total_timesteps=iterations * batch, eval_freq=batch,
                       skip_initial_evaluation=True)
     actor, critic = _rejax_cnn_networks(algo.action_space.n)
     algo = algo.replace(actor=actor, critic=critic, eval_callback=lambda algo, ts, rng: jnp.zeros(()))
@@ -162,16 +167,16 @@ def measure_rejax(iterations: int, warmup: int, threads: int) -> dict:
     ts, _ = compiled(jax.random.PRNGKey(0))
     jax.block_until_ready(ts)
     wall = time.perf_counter() - t0
-    return {"steps_per_s": iterations * BATCH / wall, "cores": (time.process_time() - c0) / wall,
+    return {"steps_per_s": iterations * batch / wall, "cores": (time.process_time() - c0) / wall,
             "warmup_s": compile_s}
 
 
-def measure_rlstruct_nchw(iterations: int, warmup: int, threads: int) -> dict:
+def measure_rlstruct_nchw(iterations: int, warmup: int, threads: int, *, n_envs: int = N_ENVS) -> dict:
     """``measure_rlstruct`` with the CNN encoder's maps always flattened in (C, H, W) order (a copy of the
     channels-last maps, forward and backward), as the encoder did before it flattened large batches in memory
     order."""
     use_the_plain_encoder()
-    return measure_rlstruct(iterations, warmup, threads)
+    return measure_rlstruct(iterations, warmup, threads, n_envs=n_envs)
 
 
 def use_the_plain_encoder() -> None:
@@ -187,13 +192,13 @@ def use_the_plain_encoder() -> None:
     CNNEncoder.forward = forward
 
 
-def measure_rlstruct_critic(iterations: int, warmup: int, threads: int) -> dict:
+def measure_rlstruct_critic(iterations: int, warmup: int, threads: int, *, n_envs: int = N_ENVS) -> dict:
     """``measure_rlstruct`` with PPO's values computed as before the agents recorded them: the critic's forward over
     the collection's frames and next frames (2 x 8,192) before the epochs."""
     from rlstruct.algos.networks import EncoderActorCritic
 
     EncoderActorCritic.value_at_acting = False
-    return measure_rlstruct(iterations, warmup, threads)
+    return measure_rlstruct(iterations, warmup, threads, n_envs=n_envs)
 
 
 def xla_scan_probe(repeats: int = 3) -> None:
@@ -240,7 +245,9 @@ def configs(args: argparse.Namespace) -> dict[str, Config]:
             name = f"{peer}-{threads}t"
             against = () if peer == "rlstruct" else (("of rlstruct's", f"rlstruct-{threads}t"),)
             iterations = args.rejax_iterations if peer == "rejax" else args.iterations
-            out[name] = Config(lambda p=peer, t=threads, n=iterations: MEASURES[p](n, args.warmup, t), against=against)
+            out[name] = Config(lambda p=peer, t=threads, n=iterations: MEASURES[p](n, args.warmup, t,
+                                                                                   n_envs=args.n_envs),
+                               against=against)
     return selected(out, args.only)
 
 
@@ -250,7 +257,7 @@ def profile_rlstruct(args: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory(prefix="learner-profile-") as folder:
         path = os.path.join(folder, "prof")
-        result = measure_rlstruct(args.iterations, args.warmup, 1, profile=path)
+        result = measure_rlstruct(args.iterations, args.warmup, 1, n_envs=args.n_envs, profile=path)
         print(f"{result['steps_per_s']:,.0f} env steps/s under cProfile; each phase's wall us an env step "
               "(the loop timer's, timed iterations only):")
         for phase, us in sorted(result["us_per_step"].items(), key=lambda kv: -kv[1]):
@@ -260,10 +267,13 @@ def profile_rlstruct(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--iterations", type=int, default=12, help="timed iterations of 8,192 env steps")
+    parser.add_argument("--iterations", type=int, default=12, help="timed iterations (8,192 env steps at 64 envs)")
     parser.add_argument("--rejax-iterations", type=int, default=2,
                         help="rejax's timed iterations (its rate is steady from the first: one compiled step each)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed iterations first")
+    parser.add_argument("--n-envs", type=int, default=N_ENVS,
+                        help=f"envs of every configuration (default: the preset's {N_ENVS}); fewer make smaller "
+                             f"iterations of {N_STEPS} steps an env (tests)")
     parser.add_argument("--only", default="", help="comma-separated configuration names, e.g. rlstruct-1t,rejax-2t")
     parser.add_argument("--profile", action="store_true", help="profile rlstruct's run instead (cProfile)")
     parser.add_argument("--xla-probe", action="store_true",

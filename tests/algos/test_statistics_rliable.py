@@ -8,6 +8,10 @@ that the tolerance tells a stratified bootstrap from one that is not."""
 
 from __future__ import annotations
 
+import json
+from importlib.metadata import version
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -24,8 +28,8 @@ from rlstruct.algos.statistics import (  # noqa: E402
     probability_of_improvement,
 )
 
-#: rliable resamples in a Python loop (about 5 ms a resample for the probability of improvement): 2,000 keep the file
-#: near 10 CPU s
+#: rliable resamples in a Python loop (about 5 ms a resample for the probability of improvement): 2,000 keep the
+#: statistics it resamples here near 4 CPU s
 # rliable 1.2 hands arch the RandomState it is given, which arch 7 warns about
 pytestmark = pytest.mark.filterwarnings("ignore:random_state is deprecated:FutureWarning")
 
@@ -34,6 +38,10 @@ RESAMPLES = 2_000
 #: quantiles rest on 50 resamples each, and the bounds of the two implementations differ by up to 4% of the width on
 #: these scores; a pooled (unstratified) bootstrap's by several times the width
 TOLERANCE = 0.1
+#: rliable's intervals of the two statistics whose resampling is a Python loop of about 5 ms a resample (11 CPU s
+#: together), recorded with the versions the file names: ``python -m tests.algos.test_statistics_rliable`` writes it
+#: again. Their point estimates are rliable's, computed here, and the other statistics' intervals rliable's own.
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "rliable_intervals.json"
 
 
 def scores_matrix(seed: int, runs: int = 10) -> np.ndarray:
@@ -92,13 +100,24 @@ def test_the_optimality_gap_of_normalised_scores_is_rliables():
     assert_bounds_agree(ours.low, ours.high, interval[:, 0])
 
 
-@pytest.mark.slow  # rliable's resampling of a pair in Python: about 9 CPU s
+def improvement_pair() -> tuple[np.ndarray, np.ndarray]:
+    return scores_matrix(4), scores_matrix(5) * np.array([1.1, 0.9, 1.05])
+
+
+def improvement(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.array([rly_metrics.probability_of_improvement(a, b)])
+
+
+def recorded(name: str) -> np.ndarray:
+    """rliable's ``[2, ...]`` interval ``name`` from :data:`RECORDED`."""
+    return np.asarray(json.loads(RECORDED.read_text())["intervals"][name], dtype=np.float64)
+
+
 def test_the_probability_of_improvement_is_rliables():
-    x, y = scores_matrix(4), scores_matrix(5) * np.array([1.1, 0.9, 1.05])
+    x, y = improvement_pair()
     ours = probability_of_improvement(as_tasks(x), as_tasks(y), n_resamples=RESAMPLES, seed=1)
-    point, interval = rliable_interval((x, y), lambda a, b: np.array([rly_metrics.probability_of_improvement(a, b)]))
-    assert ours.value == pytest.approx(float(point[0]), rel=1e-12)
-    assert_bounds_agree(ours.low, ours.high, interval[:, 0])
+    assert ours.value == pytest.approx(float(improvement(x, y)[0]), rel=1e-12)
+    assert_bounds_agree(ours.low, ours.high, recorded("probability_of_improvement")[:, 0])
 
 
 def test_the_performance_profile_and_its_band_are_rliables():
@@ -120,20 +139,38 @@ def test_the_performance_profile_and_its_band_are_rliables():
     assert np.abs(low - band[0]).mean() + np.abs(high - band[1]).mean() <= step, "the bounds differ at most taus"
 
 
-@pytest.mark.slow  # 2.6 CPU s on the reference CPU: slow is 1.5 s or more
+STEPS = np.arange(1, 6) * 10_000
+
+
+def seed_curves() -> np.ndarray:
+    """``[runs, tasks, steps]``: ten runs' curves over :data:`STEPS` on three tasks of different scales."""
+    rng = np.random.default_rng(8)
+    scale = np.array([1.0, 100.0, 1000.0])[None, :, None]
+    return scale * (STEPS[None, None, :] / STEPS[-1]) * rng.gamma(3.0, 1.0 / 3.0, size=(10, 3, 1)) \
+        + scale * rng.normal(0.0, 0.05, size=(10, 3, STEPS.size))
+
+
+def iqm_curve(x: np.ndarray) -> np.ndarray:
+    return np.array([rly_metrics.aggregate_iqm(x[..., j]) for j in range(x.shape[-1])])
+
+
 def test_the_curves_over_seeds_are_rliables_sample_efficiency_curves():
     """rliable's curves: the aggregate at each evaluation of a ``[runs, tasks, steps]`` array, each run's curve
     resampled whole."""
-    rng = np.random.default_rng(8)
-    steps = np.arange(1, 6) * 10_000
-    scale = np.array([1.0, 100.0, 1000.0])[None, :, None]
-    curves = scale * (steps[None, None, :] / steps[-1]) * rng.gamma(3.0, 1.0 / 3.0, size=(10, 3, 1)) \
-        + scale * rng.normal(0.0, 0.05, size=(10, 3, steps.size))
-    ours = curve_intervals({f"task{k}": curves[:, k, :] for k in range(3)}, steps, n_resamples=RESAMPLES, seed=1)
-    point, interval = rliable_interval(
-        curves, lambda x: np.array([rly_metrics.aggregate_iqm(x[..., j]) for j in range(x.shape[-1])]))
-    np.testing.assert_allclose(ours.value, point, rtol=1e-12)
-    assert_bounds_agree(ours.low, ours.high, interval)
+    curves = seed_curves()
+    ours = curve_intervals({f"task{k}": curves[:, k, :] for k in range(3)}, STEPS, n_resamples=RESAMPLES, seed=1)
+    np.testing.assert_allclose(ours.value, iqm_curve(curves), rtol=1e-12)
+    assert_bounds_agree(ours.low, ours.high, recorded("iqm_curve"))
+
+
+def test_the_recorded_intervals_are_of_these_scores():
+    """The record names the resamples and generator these tests use and the points its intervals surround."""
+    record = json.loads(RECORDED.read_text())
+    assert record["resamples"] == RESAMPLES and record["random_state"] == 7
+    points = {"probability_of_improvement": improvement(*improvement_pair()), "iqm_curve": iqm_curve(seed_curves())}
+    for name, point in points.items():
+        low, high = recorded(name)
+        assert np.all(low <= point) and np.all(point <= high), (name, low, point, high)
 
 
 def test_the_iqm_trims_as_rliable_at_every_count_of_runs():
@@ -141,3 +178,18 @@ def test_the_iqm_trims_as_rliable_at_every_count_of_runs():
     for runs in range(1, 14):
         x = rng.normal(size=(runs, 1))
         assert iqm(x.ravel()) == pytest.approx(rly_metrics.aggregate_iqm(x), rel=1e-12)
+
+
+def record() -> None:
+    """Writes :data:`RECORDED`: rliable's intervals of :func:`test_the_probability_of_improvement_is_rliables`'s and
+    :func:`test_the_curves_over_seeds_are_rliables_sample_efficiency_curves`'s scores."""
+    intervals = {"probability_of_improvement": rliable_interval(improvement_pair(), improvement)[1],
+                 "iqm_curve": rliable_interval(seed_curves(), iqm_curve)[1]}
+    RECORDED.parent.mkdir(exist_ok=True)
+    RECORDED.write_text(json.dumps({
+        "rliable": version("rliable"), "arch": version("arch"), "numpy": np.__version__, "resamples": RESAMPLES,
+        "random_state": 7, "intervals": {k: v.tolist() for k, v in intervals.items()}}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    record()

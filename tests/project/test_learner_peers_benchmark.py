@@ -15,8 +15,10 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "learner_peers.py"
 
 
 def _run(only: str, tmp_path: Path, *extra: str) -> str:
+    """The configurations ``only`` at 16 envs: iterations of 2,048 env steps, a quarter of the preset's."""
     proc = subprocess.run([sys.executable, str(SCRIPT), "--rounds", "1", "--iterations", "1", "--warmup", "1",
-                           "--only", only, *extra], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                           "--n-envs", "16", "--only", only, *extra], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -34,7 +36,7 @@ def test_rlstruct_and_the_cleanrl_style_peer_report_their_rates_side_by_side(tmp
     assert "load average at the start" in out and "load average at the end" in out
 
 
-@pytest.mark.long(reason="rejax's PPO with the CNN compiles for ~10 s and trains one 8,192-step iteration at a few "
+@pytest.mark.long(reason="rejax's PPO with the CNN compiles for ~10 s and trains one 2,048-step iteration at a few "
                          "hundred env steps/s on the CPU (XLA's convolution gradients inside its scans)")
 @pytest.mark.timeout(600)
 def test_rejax_reports_its_rate_and_its_compile_apart(tmp_path):
@@ -45,13 +47,16 @@ def test_rejax_reports_its_rate_and_its_compile_apart(tmp_path):
     assert "start-up" in row and "of rlstruct's" in row
 
 
-@pytest.mark.long(reason="four fresh processes, rlstruct's DQN and Stable-Baselines3's on Atari, each importing "
-                         "torch and building its networks: 50-65 CPU s")
+@pytest.mark.long(reason="three fresh processes, rlstruct's DQN and Stable-Baselines3's on Atari each importing "
+                         "torch and building its networks: about 40 CPU s")
 @pytest.mark.timeout(620)
 def test_the_dqn_comparison_runs_rlstruct_and_stable_baselines3_at_a_tiny_budget(tmp_path):
+    """The script's rlstruct and Stable-Baselines3 configurations end to end, and their gradient steps' FLOPs equal
+    with ``--no-double``. Double DQN's extra online forward, which the ``rlstruct`` row adds to these, is counted by
+    ``tests/algos/test_dqn.py``; running that row here too would cost a third fresh process for the same claim."""
     pytest.importorskip("ale_py", reason="the atari extra is not installed: pip install 'rlstruct[atari]'")
     script = SCRIPT.with_name("learner_peers_dqn.py")
-    names = ("rlstruct-1t", "rlstruct-plain-1t", "sb3-1t")  # float32: bfloat16 is emulated on CPUs without it
+    names = ("rlstruct-plain-1t", "sb3-1t")  # float32: bfloat16 is emulated on CPUs without it
     proc = subprocess.run([sys.executable, str(script), "--only", ",".join(names), "--steps", "128",
                            "--learning-starts", "128", "--buffer", "1000", "--rounds", "1"],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -61,9 +66,8 @@ def test_the_dqn_comparison_runs_rlstruct_and_stable_baselines3_at_a_tiny_budget
     for name in names:  # each learner's FLOPs a gradient step and their rate on one thread
         assert "GFLOP a gradient step, gradient steps at" in rows[name], rows[name]
     gflop = {name: float(re.search(r"([0-9.]+) GFLOP a gradient step", rows[name]).group(1)) for name in names}
-    # --no-double drops the online forward on the next frames: SB3's arithmetic, a third less forward work
+    # --no-double drops the online forward on the next frames: SB3's arithmetic
     assert gflop["rlstruct-plain-1t"] == pytest.approx(gflop["sb3-1t"], rel=0.02), gflop
-    assert gflop["rlstruct-plain-1t"] < 0.85 * gflop["rlstruct-1t"], gflop
 
 
 @pytest.mark.slow
