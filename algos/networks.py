@@ -33,6 +33,7 @@ __all__ = [
     "RecurrentActorCritic",
     "build_actor_critic",
     "check_network_options",
+    "make_adam",
     "recurrent_actor_critic",
 ]
 

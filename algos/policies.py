@@ -47,6 +47,8 @@ __all__ = [
     "replay_window",
     "create_policy_agent",
     "create_recurrent_agent",
+    "critic_values",
+    "policy_actions",
 ]
 
 

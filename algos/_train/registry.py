@@ -303,6 +303,18 @@ def algorithm_source(description: Algorithm) -> str:
     """
     if description.config_cls.__module__ == f"rlstruct.algos.{description.name}":
         return description.name
+    source = _outside_source(description)
+    if source.startswith("__main__:"):
+        # It trains; the run it writes is what no other process can open, so the user hears it now, not at eval.
+        log.warning("the algorithm %r is defined in __main__ (a notebook cell, or a script run as a file): this run "
+                    "trains, but rlstruct eval, export and train --resume, in another process, cannot import it; "
+                    "define it in a module and train it as MODULE:ALGORITHM", description.name)
+    return source
+
+
+def _outside_source(description: Algorithm) -> str:
+    """``"module:ATTRIBUTE"`` of the module that holds an algorithm from outside the package
+    (:func:`algorithm_source`)."""
     hints = [description.config_cls.__module__,
              getattr(getattr(description, "make_learn", None) or getattr(description, "make_learner", None),
                      "__module__", None)]

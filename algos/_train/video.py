@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlstruct._sources import is_source
 from rlstruct.algos._env_spec import EnvSpec, create_env, saved_evaluation_env_kwargs
 from rlstruct.algos._train.checkpoints import load_checkpoint
 from rlstruct.algos._train.durable import make_folder, written_whole
@@ -225,8 +226,13 @@ def check_renderable(name: str, backend: str) -> str:
     same rules and frames, minatar's palette).
 
     Raises:
-        VideoError: a backend without frames, or ``torch`` for an id rlstruct does not simulate.
+        VideoError: a backend without frames, ``torch`` for an id rlstruct does not simulate, or a ``VecEnv`` factory
+            of the user's own (``MODULE:CALLABLE``), whose frames rlstruct cannot draw.
     """
+    if is_source(name):
+        raise VideoError(f"env {name!r} is a VecEnv factory of your own, which rlstruct cannot draw frames of; a video "
+                         "needs a gymnasium id, one of rlstruct's torch simulators or an ALE game: drop --video, and "
+                         "render your env yourself")
     resolved = resolve_backend(name, backend)
     if backend == "auto" and resolved == "torch" and name not in TORCH_ENVS:
         resolved = "gymnasium"

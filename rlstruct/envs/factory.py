@@ -259,9 +259,12 @@ def _gymnasium_env(name: str, n_envs: int, seed: int, env_index: int, autoreset:
                              f"{', '.join(others)}; pass one of those")
         close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.6)
         close += [k for k in gym.registry if k.lower() == name.lower() and k not in close]
-        fix = (f"did you mean {', '.join(repr(k) for k in close)}?" if close else
-               f"check the spelling, import the package that registers it, or pick one of rlstruct's torch "
-               f"simulators {list(TORCH_ENVS)}")
+        # An id that the user's own package registers is registered only once that package imports: in a fresh
+        # process (a command, a worker) nothing imports it unless the id names it, gymnasium's "module:Env-v0".
+        own = (f"for an id your package registers, name the module that registers it: "
+               f"--env yourpackage.envs:{name}")
+        fix = (f"did you mean {', '.join(repr(k) for k in close)}? Or, {own}" if close else
+               f"check the spelling, {own}, or pick one of rlstruct's torch simulators {list(TORCH_ENVS)}")
         raise ValueError(f"env must be a registered gymnasium id, got {name!r}; {fix}")
     # ALE ids' vector entry point is ale-py's preprocessed AtariVectorEnv (other frames than gymnasium.make's):
     # backend="ale" builds that one.

@@ -59,6 +59,28 @@ def test_module_attribute_names_an_algorithm_and_a_run_records_it_by_that_source
     assert algorithm("rlstruct.algos.a2c:ALGORITHM") is algorithm("a2c")  # a built-in's own module is no clash
 
 
+def test_an_algorithm_defined_in_main_trains_with_a_warning_that_no_other_process_can_open_its_run(
+        monkeypatch, caplog):
+    import dataclasses
+    import types
+
+    from rlstruct.algos import a2c
+
+    config_cls = type("CellConfig", (a2c.A2CConfig,), {"__module__": "__main__"})
+    cell = dataclasses.replace(a2c.ALGORITHM, name="cell", config_cls=config_cls)
+    notebook = types.ModuleType("__main__")  # a notebook's or a script's: no import name (no __spec__)
+    notebook.CELL = cell
+    monkeypatch.setitem(sys.modules, "__main__", notebook)
+    with caplog.at_level("WARNING", logger="rlstruct.algos._train.registry"):
+        assert algorithm_source(cell) == "__main__:CELL"
+    assert "the algorithm 'cell' is defined in __main__ (a notebook cell, or a script run as a file): this run " \
+           "trains, but rlstruct eval, export and train --resume, in another process, cannot import it" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="rlstruct.algos._train.registry"):
+        algorithm_source(a2c.ALGORITHM)
+    assert caplog.text == ""
+
+
 def test_what_cannot_be_had_is_refused_in_one_line_naming_it(mylab):
     (mylab / "mylab" / "broken.py").write_text("raise RuntimeError('no GPU driver here')\n")
     (mylab / "mylab" / "clash.py").write_text(

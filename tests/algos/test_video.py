@@ -365,3 +365,11 @@ def test_a_sampled_policy_records_its_draws_and_replays_them_with_the_same_seed(
     assert max(greedy) <= 12 and greedy != sampled
     again = record_policy_video(tmp_path / "again.mp4", **args, seed=3, policy="sample")
     assert again.returns[0] == sampled[3], "a sampled episode must replay with its seed"
+
+
+def test_a_vecenv_factory_of_ones_own_is_refused_in_one_line_before_anything_is_built():
+    from rlstruct.algos._train.video import check_renderable
+
+    with pytest.raises(VideoError, match=r"env 'mylab.envs:make' is a VecEnv factory of your own, which rlstruct "
+                                         r"cannot draw frames of; .* drop --video"):
+        check_renderable("mylab.envs:make", "auto")

@@ -554,6 +554,10 @@ def test_make_env_argument_errors():
         make_env("NoSuchEnv-v0", 2, backend="gymnasium")
     with pytest.raises(ValueError, match="env must be a registered gymnasium id, got 'NoSuchEnv-v0'"):
         make_env("NoSuchEnv-v0", 2, backend="auto")
+    # an id of the user's own package, which a fresh process has not imported: the message names the module form
+    with pytest.raises(ValueError, match=r"got 'MyPole-v0'; did you mean .*\? Or, for an id your package registers, "
+                                         r"name the module that registers it: --env yourpackage.envs:MyPole-v0"):
+        make_env("MyPole-v0", 2, backend="gymnasium")
     with pytest.raises(ValueError, match=r"env 'CartPole-v7' is not registered in gymnasium .*, which has CartPole-v0, "
                                          r"CartPole-v1; pass one of those"):
         make_env("CartPole-v7", 2, backend="gymnasium")
