@@ -389,15 +389,20 @@ def _cpu_burner(n: int = 2):
             p.wait()
 
 
+#: the training iterations of :func:`_evaluation_rows`'s run: the burners spin as long as it runs, on the CPUs that
+#: the suite's other tests share
+BURNED_ITERATIONS = 10
+
+
 def _evaluation_rows(tmp_path, name: str, n_evaluation_processes: int) -> list[tuple[float, ...]]:
     """The evaluation rows of a small A2C run on CartPole: (launch step, confirmation, return, length)."""
     from rlstruct.algos import a2c
 
     # One evaluation due every iteration, each taking several acquisitions of 8 steps: with worker processes an
     # evaluation spans several iterations, so a schedule that followed the evaluations' speed would launch others.
-    config = a2c.A2CConfig(env=ENV, n_envs=4, n_steps=8, max_env_steps=4 * 8 * 30, eval_every=1, n_evaluation_envs=3,
-                           evaluation_chunk_steps=8, n_evaluation_processes=n_evaluation_processes, preset="none",
-                           stop_at_reward_threshold=False, time_limit=600.0, logdir=str(tmp_path / name),
+    config = a2c.A2CConfig(env=ENV, n_envs=4, n_steps=8, max_env_steps=4 * 8 * BURNED_ITERATIONS, eval_every=1,
+                           n_evaluation_envs=3, evaluation_chunk_steps=8, n_evaluation_processes=n_evaluation_processes,
+                           preset="none", stop_at_reward_threshold=False, time_limit=600.0, logdir=str(tmp_path / name),
                            progress=False, tensorboard=False)
     result = a2c.train(config)
     keys = ("eval/launch_env_steps", "eval/confirmation", "eval/return", "eval/length")
@@ -413,7 +418,8 @@ def test_evaluations_are_the_same_idle_and_beside_a_cpu_burner(tmp_path, n_evalu
     idle = _evaluation_rows(tmp_path, "idle", n_evaluation_processes)
     with _cpu_burner():
         loaded = _evaluation_rows(tmp_path, "loaded", n_evaluation_processes)
-    assert [row[0] for row in idle] == [32.0 * k for k in range(31)] + [960.0]  # every iteration's, then the final
+    every_iterations = [32.0 * k for k in range(BURNED_ITERATIONS + 1)]
+    assert [row[0] for row in idle] == every_iterations + every_iterations[-1:]  # then the final evaluation's
     assert loaded == idle
 
 

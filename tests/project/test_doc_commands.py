@@ -27,9 +27,11 @@ CAP = ["--max-env-steps", "256", "--time-limit", "120", "--no-progress", "--no-t
        "2", "--evaluation-max-steps", "20", "--eval-every", "1000"]
 #: and to the off-policy ones: learn within that budget
 CAP_REPLAY = ["--learning-starts", "64"]
-#: appended to ``rlstruct profile`` and ``rlstruct autotune``: a couple of short acquisitions
+#: appended to ``rlstruct profile`` and ``rlstruct autotune``: a couple of short acquisitions, and autotune's sweep cut
+#: to two env counts a process count (each configuration starts its own worker processes; what the sweep finds is
+#: tests/batchers/test_autotune.py's to check, the command's output is this test's)
 CAP_PROFILE = ["--iterations", "2", "--n-timesteps", "8"]
-CAP_AUTOTUNE = ["--iters", "1", "--n-timesteps", "8"]
+CAP_AUTOTUNE = ["--iters", "1", "--n-timesteps", "8", "--min-envs", "16", "--max-envs", "32"]
 #: placeholders that a reader replaces: such a line is a template, not a command
 PLACEHOLDER = re.compile(r"(?<![\w-])(ALGO|ID|RUN|DIR|CHECKPOINT|S|N|K|PATH)(?![\w-])|\.\.\.")
 #: (reason, test) for what this machine cannot run here: a GPU, or a JAX backend whose compile dominates
@@ -111,7 +113,8 @@ NEEDS = [("ALE/", "ale_py", "atari"), ("MinAtar/", "minatar", "minatar"), ("Hopp
          ("HalfCheetah", "mujoco", "mujoco"), ("LunarLander", "Box2D", "box2d"), ("--video", "imageio", "video"),
          ("--video", "pygame", "video"), ("mlflow", "mlflow", "mlflow"), ("export", "onnxscript", "export"),
          ("sweep", "optuna", "sweep"), ("compare", "scipy", "stats"), ("report", "scipy", "stats"),
-         ("report", "matplotlib", "plot"), ("--curves", "matplotlib", "plot")]
+         ("report", "matplotlib", "plot"), ("--curves", "matplotlib", "plot"), ("record", "minari", "datasets"),
+         ("record", "h5py", "datasets")]
 #: the log folder of each documented run whose training was skipped -> the extra it needs
 SKIPPED_RUNS: dict[str, str] = {}
 
@@ -135,9 +138,10 @@ def _missing_extra(argv: list[str]) -> str | None:
 def _marks(command: str) -> list[pytest.MarkDecorator]:
     """``long`` for the commands whose work is set by a time rather than a size: ``autotune`` measures every
     configuration for a fixed time, with its worker processes busy throughout, so its CPU seconds grow with the
-    machine's speed and load (12-48 CPU s measured on one 2-core machine)."""
+    machine's speed and load (12-48 CPU s measured on one 2-core machine before :data:`CAP_AUTOTUNE` cut its sweep
+    to two env counts, 7 after)."""
     if shlex.split(command)[1:2] == ["autotune"]:
-        return [pytest.mark.long(reason="autotune measures each configuration for a fixed time (12-48 CPU s)")]
+        return [pytest.mark.long(reason="autotune measures each configuration for a fixed time (7-48 CPU s)")]
     return []
 
 
@@ -171,6 +175,7 @@ def test_documented_command_runs_as_written(page, command, workdir, monkeypatch,
         argv = [*argv[:cut], "--trials", "1", "--", *argv[cut + 1:], *CAP]
     monkeypatch.chdir(workdir)
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(workdir / "minari"))  # rlstruct record's datasets
     # The extending page's own algorithm (tutorials/mylab) is importable as its reader makes it: on PYTHONPATH.
     monkeypatch.syspath_prepend(str(ROOT / "tutorials"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT / "tutorials"),
