@@ -112,12 +112,14 @@ def _holds_run(folder: Path) -> bool:
 
 def check_output(path: str | os.PathLike | None, *, argument: str) -> None:
     """Refuses ``path`` as the file a command writes (``rlstruct export --output``, ``compare --curves``, ``report
-    --output``) when it lies inside a run's folder, or leads there through a symbolic link: a command that reads runs
-    never replaces a run's own files (its checkpoint, its rows, its curve) nor adds to its folder. ``argument`` names
-    the option in the message; ``None`` (an option not given) passes.
+    --output``) when it is one of a run's own files (its checkpoint, its rows, its curve, its summary, its lock, its
+    TensorBoard events, its replay or videos folder: :func:`is_run_name`), directly or through a symbolic link: a
+    command that reads runs never replaces what a run wrote or will write. A new file of another name beside them
+    (``runs/x/policy.onnx``) passes. ``argument`` names the option in the message; ``None`` (an option not given)
+    passes.
 
     Raises:
-        ConfigError: it does; the message names the run folder and asks for a path outside it.
+        ConfigError: it is; the message names the run folder and the file, and asks for another path.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
@@ -127,7 +129,8 @@ def check_output(path: str | os.PathLike | None, *, argument: str) -> None:
     ...     except ConfigError as e:
     ...         print(str(e).replace(tmp, "RUN"))
     --output must be a path outside every run folder, got 'RUN/checkpoint.pt', which is in the run folder 'RUN' (the \
-run's own checkpoint.pt, which it would replace); pass a path outside the run's folder
+run's own checkpoint.pt, which it would replace); pass a path outside the run's folder, or a new file name beside its \
+files
     """
     if path is None:
         return
@@ -137,10 +140,12 @@ run's own checkpoint.pt, which it would replace); pass a path outside the run's 
         if folder is None:
             continue
         first = place.relative_to(folder).parts[0]
-        what = f"the run's own {first}, which it would replace" if is_run_name(first) else "a new file in it"
+        if not is_run_name(first):
+            continue
         where = "is in" if place == given.absolute() else "leads through a symbolic link into"
         raise ConfigError(f"{argument} must be a path outside every run folder, got {str(path)!r}, which {where} the "
-                          f"run folder {str(folder)!r} ({what}); pass a path outside the run's folder")
+                          f"run folder {str(folder)!r} (the run's own {first}, which it would replace); pass a path "
+                          "outside the run's folder, or a new file name beside its files")
 
 
 class RunFolder:
