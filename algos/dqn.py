@@ -55,7 +55,7 @@ from rlstruct.algos.qnetworks import (
     evaluation_info,
     q_network,
 )
-from rlstruct.algos.replay import NStepWindow, PrioritizedReplayBuffer, ReplayBuffer
+from rlstruct.algos.replay import NStepWindow, ReplayBuffer
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["DQNConfig", "QNetwork", "PixelQNetwork", "q_network", "dueling_q", "QAgent", "double_dqn_targets",
@@ -305,8 +305,9 @@ class DQNLearner:
         config, model, target = self.config, self.policy, self.target
         batch = buffer.sample(config.batch_size)
         stats = self.update(batch)
-        if isinstance(buffer, PrioritizedReplayBuffer):  # the TD errors are the sampled transitions' new priorities
-            buffer.update_priorities(batch["index"], stats.pop("td_error"))
+        # A prioritized batch's TD errors are its transitions' new priorities; a uniform one has neither rows nor TD
+        # errors (its loss, without weights, computes none), and its buffer ignores the call.
+        buffer.update_priorities(batch.get("index"), stats.pop("td_error", None))
         self.n_updates += 1
         if config.tau < 1:
             polyak_update(target, model, config.tau)

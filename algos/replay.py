@@ -430,6 +430,19 @@ class ReplayBuffer:
         self._check_not_empty()
         return self._rows(torch.randint(self.size, (batch_size,), generator=self.generator, device=self.device))
 
+    def update_priorities(self, index: torch.Tensor | None, td_error: torch.Tensor | None) -> None:
+        """Does nothing: uniform replay draws every transition alike. A learner calls it after each loss whichever
+        buffer it holds (:meth:`PrioritizedReplayBuffer.update_priorities` sets the priorities), with its batch's
+        ``index`` and its loss's TD errors, of which a uniform batch has neither (``None``): the losses compute TD
+        errors only for a batch with importance-sampling weights, so a uniform one costs no kernel for them.
+
+        >>> ReplayBuffer(4, 1, "cpu").update_priorities(None, None)
+        """
+
+    def anneal(self, fraction: float) -> None:
+        """Does nothing: uniform replay has no importance-sampling exponent to anneal (see
+        :meth:`PrioritizedReplayBuffer.anneal`)."""
+
     def _check_not_empty(self) -> None:
         if self.size == 0:
             raise ValueError("the replay buffer is empty; push transitions before sampling")
@@ -513,9 +526,18 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         batch["weight"] = importance_weights(self.tree.get(idx), self.beta)
         return batch
 
-    def update_priorities(self, index: torch.Tensor, td_error: torch.Tensor) -> None:
+    def update_priorities(self, index: torch.Tensor | None, td_error: torch.Tensor | None) -> None:
         """Sets the priorities of rows ``index`` (``int64 [N]``, a sample's ``index``) from their TD errors
-        (``[N]``, any sign; no gradient is kept)."""
+        (``[N]``, any sign; no gradient is kept).
+
+        Raises:
+            ValueError: ``index`` or ``td_error`` is ``None`` (a batch of this buffer has an ``index``, and a loss
+                given its ``weight`` gives the TD errors).
+        """
+        if index is None or td_error is None:
+            missing = "index" if index is None else "td_error"
+            raise ValueError(f"{missing} must be a tensor of the sampled rows' {missing}, got None; pass the batch's "
+                             "index and the TD errors of a loss given the batch's weight")
         priority = (td_error.detach().abs().double() + self.eps).pow(self.alpha)
         self.tree.update(index, priority)
         self.max_priority = torch.maximum(self.max_priority, priority.max())

@@ -10,7 +10,6 @@ actor and its agent (the twin critics are :mod:`~rlstruct.algos.qnetworks`'), th
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -26,20 +25,17 @@ from rlstruct.algos.harness import (
     OffPolicyAlgorithm,
     OffPolicyConfig,
     Resume,
-    UniformStartLearner,
     default,
-    load_state,
     main,
     restore_optimizer,
-    seeded_model,
     setting,
     trainer,
 )
 from rlstruct.algos.network_factories import SAC_CONTRACT, check_network, network_model
-from rlstruct.algos.networks import Adam, make_adam, polyak_update
+from rlstruct.algos.networks import Adam
 from rlstruct.algos.policies import NetworkAgent, row_invariant
 from rlstruct.algos.qnetworks import EnsembleLinear, TwinQNetwork
-from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
+from rlstruct.algos.twin_critic import TwinCriticLearner
 from rlstruct.structures import DictTensor
 
 __all__ = ["SACConfig", "SquashedGaussianActor", "EnsembleLinear", "TwinQNetwork", "SACAgent", "create_sac_agent",
@@ -153,29 +149,6 @@ class SquashedGaussianActor(nn.Module):
     def deterministic(self, frame: torch.Tensor) -> torch.Tensor:
         """The mean action ``tanh(mean) * scale + bias``, ``[N, action_dim]``."""
         return self.squash(self(frame)[0])
-
-
-def _stack_critic_optimizer_state(state: dict[str, Any], n_critics: int) -> dict[str, Any]:
-    """An optimizer's ``state_dict`` over separate critics' parameters (``n_critics`` blocks in the same order,
-    one per critic, as ``TwinQNetwork.parameters()`` listed them before the ensemble) turned into one over the
-    ensemble's stacked parameters: each moment stacked over the critics, the step count kept.
-
-    >>> saved = {"state": {i: {"step": torch.tensor(3.0), "exp_avg": torch.full((2,), float(i))} for i in range(4)},
-    ...          "param_groups": [{"lr": 0.1, "params": [0, 1, 2, 3]}]}
-    >>> new = _stack_critic_optimizer_state(saved, 2)
-    >>> new["param_groups"][0]["params"], new["state"][1]["exp_avg"].tolist()
-    ([0, 1], [[1.0, 1.0], [3.0, 3.0]])
-    """
-    (group,) = state["param_groups"]
-    per_critic = len(group["params"]) // n_critics
-    blocks = [group["params"][k * per_critic:(k + 1) * per_critic] for k in range(n_critics)]
-    new_state: dict[int, dict[str, Any]] = {}
-    for i, ids in enumerate(zip(*blocks)):
-        saved = [state["state"][j] for j in ids if j in state["state"]]
-        if saved:
-            new_state[i] = {key: value if key == "step" else torch.stack([s[key] for s in saved])
-                            for key, value in saved[0].items()}
-    return {"state": new_state, "param_groups": [{**group, "params": list(range(per_critic))}]}
 
 
 class SACAgent(NetworkAgent):
@@ -325,10 +298,12 @@ def sac_temperature_loss(
     return loss, {"loss/temperature": loss.detach(), "alpha": log_alpha.detach().exp()}
 
 
-class SACLearner(UniformStartLearner):
-    """SAC's learner for the off-policy loop (:class:`~rlstruct.algos.harness.OffPolicyLearner`): the actor, the
-    twin critics and their Polyak-averaged targets, the temperature, their three Adams, and one gradient step
-    (the critics on the soft targets, the actor, the temperature, then the targets).
+class SACLearner(TwinCriticLearner):
+    """SAC's learner for the off-policy loop (:class:`~rlstruct.algos.harness.OffPolicyLearner`): the twin-critic
+    learner (:class:`~rlstruct.algos.twin_critic.TwinCriticLearner`: the actor, the twin critics and their
+    Polyak-averaged targets, their Adams) with a :class:`SquashedGaussianActor`, the critics on the soft targets, and
+    the entropy temperature and its Adam; one gradient step updates the critics, the actor, the temperature, then the
+    targets.
 
     The actor acts uniformly at random for a fresh run's first ``learning_starts`` env steps; a resumed run restores
     every network, the temperature and the optimizers, and lets the restored actor act while its buffer refills.
@@ -343,79 +318,46 @@ class SACLearner(UniformStartLearner):
         n_rows: the training batcher's envs.
     """
 
+    config: SACConfig
+    policy: SquashedGaussianActor
+
     def __init__(self, config: SACConfig, spec: EnvSpec, resume: Resume | None, *, device: torch.device, seed: int,
                  n_rows: int):
-        self.config, self.device = config, device
-        self.action_dim = spec.action_dim
+        super().__init__(config, spec, resume, device=device, seed=seed, actor=SquashedGaussianActor,
+                         critic_loss=sac_critic_loss, critic_lr=config.critic_lr, infos={r: DictTensor({
+                             "stochastic": torch.ones(n_rows, dtype=torch.bool),
+                             "random": torch.full((n_rows,), r, dtype=torch.bool)}) for r in (True, False)})
         self.target_entropy = -float(spec.action_dim) if config.target_entropy is None else config.target_entropy
-        if config.network is not None:
-            actor, critic = seeded_model(config.seed, network_model, config.network, spec)
-            self.policy, self.critic = actor.to(device), critic.to(device)
-        else:
-            self.policy = seeded_model(config.seed, SquashedGaussianActor, spec.obs_dim, spec.action_dim,
-                                       config.hidden_sizes, spec.action_low, spec.action_high).to(device)
-            self.critic = seeded_model(config.seed + 1, TwinQNetwork, spec.obs_dim, spec.action_dim,
-                                       config.hidden_sizes).to(device)
-        self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(config.init_temperature), device=device, requires_grad=True)
-        self.actor_opt = make_adam(self.policy, config.lr, device, eps=config.adam_eps)
-        self.critic_opt = make_adam(self.critic, config.critic_lr, device, eps=config.adam_eps)
         self.alpha_opt = Adam([self.log_alpha], lr=config.lr, eps=config.adam_eps)
         if resume is not None:
-            load_state(self.policy, resume.model, "the actor", resume.path)
-            load_state(self.critic, resume.learner["critic"], "the critic", resume.path)
-            load_state(self.target, resume.learner["target_critic"], "the target critic", resume.path)
             with torch.no_grad():
                 self.log_alpha.copy_(resume.learner["log_alpha"])
-            restore_optimizer(self.actor_opt, resume.learner["actor_optimizer"], config.lr)
-            critic_optimizer = resume.learner["critic_optimizer"]
-            if any(key.startswith("critics.") for key in resume.learner["critic"]):  # saved before the ensemble
-                critic_optimizer = _stack_critic_optimizer_state(critic_optimizer, self.critic.n_critics)
-            restore_optimizer(self.critic_opt, critic_optimizer, config.critic_lr)
             restore_optimizer(self.alpha_opt, resume.learner["alpha_optimizer"], config.lr)
-        self.noise = torch.Generator(device=device)
-        self.noise.manual_seed(seed)
-        super().__init__(config, fresh_run=resume is None, infos={r: DictTensor({
-            "stochastic": torch.ones(n_rows, dtype=torch.bool),
-            "random": torch.full((n_rows,), r, dtype=torch.bool)}) for r in (True, False)})
 
     @staticmethod
     def exploration(config: SACConfig) -> dict[str, bool | float]:
         """The training ``agent_info``'s example: samples of the policy, uniform actions while a fresh run starts."""
         return {"stochastic": True, "random": True}
 
-    def checked(self) -> dict[str, nn.Module]:
-        """The actor and the critics, which ``check_devices`` checks."""
-        return {"the learner's actor": self.policy, "the learner's critics": self.critic}
-
     def tensors(self) -> list[torch.Tensor]:
         """The actor's, the critics' and the target critics' parameters and buffers, and the log temperature."""
-        networks = (self.policy, self.critic, self.target)
-        return [*(t for n in networks for t in (*n.parameters(), *n.buffers())), self.log_alpha]
+        return [*super().tensors(), self.log_alpha]
 
-    def gradient_step(self, buffer: ReplayBuffer) -> dict[str, Any]:
-        """One step of the critics, the actor and the temperature on a sampled batch, then the targets' update."""
-        config, actor, critic, device = self.config, self.policy, self.critic, self.device
-        batch = buffer.sample(config.batch_size)
-        obs, next_obs = batch["obs"], batch["next_obs"]
+    def critic_targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """:func:`soft_q_targets` at actions the actor samples at ``next_obs``."""
+        next_obs = batch["next_obs"]
+        eps = torch.randn(self.config.batch_size, self.action_dim, generator=self.noise, device=self.device)
+        next_action, next_log_prob = self.policy.sample(next_obs, eps)
+        return soft_q_targets(batch["ret"], batch["discount"], self.target_critic(next_obs, next_action),
+                              next_log_prob, self.log_alpha.detach().exp())
+
+    def update_actor(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One step of the actor on :func:`sac_actor_loss`, then of the temperature on :func:`sac_temperature_loss`."""
         alpha = self.log_alpha.detach().exp()
-        with torch.no_grad():
-            eps = torch.randn(config.batch_size, self.action_dim, generator=self.noise, device=device)
-            next_action, next_log_prob = actor.sample(next_obs, eps)
-            targets = soft_q_targets(batch["ret"], batch["discount"], self.target(next_obs, next_action),
-                                     next_log_prob, alpha)
-        critic_loss, stats = sac_critic_loss(critic(obs, batch["action"]), targets, weights=batch.get("weight"))
-        if isinstance(buffer, PrioritizedReplayBuffer):  # the TD errors are the sampled transitions' new priorities
-            buffer.update_priorities(batch["index"], stats.pop("td_error"))
-        self.critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_opt.step()
-
-        eps = torch.randn(config.batch_size, self.action_dim, generator=self.noise, device=device)
-        action, log_prob = actor.sample(obs, eps)
-        critic.requires_grad_(False)  # the actor's loss differentiates through the critics' input only
-        actor_loss, actor_stats = sac_actor_loss(critic(obs, action), log_prob, alpha)
-        critic.requires_grad_(True)
+        eps = torch.randn(self.config.batch_size, self.action_dim, generator=self.noise, device=self.device)
+        action, log_prob = self.policy.sample(obs, eps)
+        actor_loss, actor_stats = sac_actor_loss(self.critics_at(obs, action), log_prob, alpha)
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_opt.step()
@@ -424,14 +366,12 @@ class SACLearner(UniformStartLearner):
         self.alpha_opt.zero_grad(set_to_none=True)
         alpha_loss.backward()
         self.alpha_opt.step()
-        polyak_update(self.target, critic, config.tau)
-        return {**stats, **actor_stats, **alpha_stats}
+        return {**actor_stats, **alpha_stats}
 
     def state(self) -> dict[str, Any]:
-        """The critics, their targets, the temperature and the three optimizers' state."""
-        return {"critic": self.critic.state_dict(), "target_critic": self.target.state_dict(),
-                "log_alpha": self.log_alpha.detach(), "actor_optimizer": self.actor_opt.state_dict(),
-                "critic_optimizer": self.critic_opt.state_dict(), "alpha_optimizer": self.alpha_opt.state_dict()}
+        """The twin-critic learner's state (:meth:`~rlstruct.algos.twin_critic.TwinCriticLearner.state`), the
+        temperature and its optimizer's state."""
+        return {**super().state(), "log_alpha": self.log_alpha.detach(), "alpha_optimizer": self.alpha_opt.state_dict()}
 
 
 def evaluation_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:

@@ -14,7 +14,6 @@ actor and its agent (the twin critics are :mod:`~rlstruct.algos.qnetworks`'), th
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -28,20 +27,15 @@ from rlstruct.algos.harness import (
     OffPolicyAlgorithm,
     OffPolicyConfig,
     Resume,
-    UniformStartLearner,
     default,
-    load_state,
     main,
-    restore_optimizer,
-    seeded_model,
     setting,
     trainer,
 )
 from rlstruct.algos.network_factories import TD3_CONTRACT, check_network, network_model
-from rlstruct.algos.networks import make_adam, mlp, polyak_update
+from rlstruct.algos.networks import mlp
 from rlstruct.algos.policies import NetworkAgent, row_invariant
-from rlstruct.algos.qnetworks import TwinQNetwork
-from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer
+from rlstruct.algos.twin_critic import TwinCriticLearner
 from rlstruct.structures import DictTensor
 
 __all__ = ["TD3Config", "DeterministicActor", "TD3Agent", "create_td3_agent", "smoothed_target_actions", "td3_targets",
@@ -261,11 +255,11 @@ def td3_actor_loss(q_pi: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Te
     return loss, {"loss/actor": loss.detach()}
 
 
-class TD3Learner(UniformStartLearner):
-    """TD3's learner for the off-policy loop (:class:`~rlstruct.algos.harness.OffPolicyLearner`): the actor, the twin
-    critics, the Polyak-averaged targets of both, their two Adams, and one gradient step (the critics on the smoothed
-    clipped double-Q targets; every ``policy_delay`` critic updates, starting with the first, the actor, then the
-    targets).
+class TD3Learner(TwinCriticLearner):
+    """TD3's learner for the off-policy loop (:class:`~rlstruct.algos.harness.OffPolicyLearner`): the twin-critic
+    learner (:class:`~rlstruct.algos.twin_critic.TwinCriticLearner`: the actor, the twin critics, the Polyak-averaged
+    targets of both, their two Adams) with a :class:`DeterministicActor`, the critics on the smoothed clipped double-Q
+    targets, and every ``policy_delay`` critic updates, starting with the first, the actor, then the targets.
 
     The actor acts uniformly at random for a fresh run's first ``learning_starts`` env steps; a resumed run restores
     the networks, their targets, the optimizers and the count of critic updates (the delay's phase), and lets the
@@ -281,36 +275,17 @@ class TD3Learner(UniformStartLearner):
         n_rows: the training batcher's envs.
     """
 
+    config: TD3Config
+    policy: DeterministicActor
+    target_policy: DeterministicActor
+
     def __init__(self, config: TD3Config, spec: EnvSpec, resume: Resume | None, *, device: torch.device, seed: int,
                  n_rows: int):
-        self.config, self.device = config, device
-        self.action_dim = spec.action_dim
-        if config.network is not None:
-            actor, critic = seeded_model(config.seed, network_model, config.network, spec)
-            self.policy, self.critic = actor.to(device), critic.to(device)
-        else:
-            self.policy = seeded_model(config.seed, DeterministicActor, spec.obs_dim, spec.action_dim,
-                                       config.hidden_sizes, spec.action_low, spec.action_high).to(device)
-            self.critic = seeded_model(config.seed + 1, TwinQNetwork, spec.obs_dim, spec.action_dim,
-                                       config.hidden_sizes).to(device)
-        self.target_policy = copy.deepcopy(self.policy).requires_grad_(False)
-        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_opt = make_adam(self.policy, config.lr, device, eps=config.adam_eps)
-        self.critic_opt = make_adam(self.critic, config.lr, device, eps=config.adam_eps)
-        self.n_updates = 0  # critic updates so far: the actor and the targets follow every policy_delay-th
-        if resume is not None:
-            load_state(self.policy, resume.model, "the actor", resume.path)
-            load_state(self.critic, resume.learner["critic"], "the critic", resume.path)
-            load_state(self.target_policy, resume.learner["target_actor"], "the target actor", resume.path)
-            load_state(self.target_critic, resume.learner["target_critic"], "the target critic", resume.path)
-            restore_optimizer(self.actor_opt, resume.learner["actor_optimizer"], config.lr)
-            restore_optimizer(self.critic_opt, resume.learner["critic_optimizer"], config.lr)
-            self.n_updates = int(resume.learner["n_updates"])
-        self.noise = torch.Generator(device=device)
-        self.noise.manual_seed(seed)
-        super().__init__(config, fresh_run=resume is None, infos={r: DictTensor({
-            "noise": torch.full((n_rows,), config.exploration_noise),
-            "random": torch.full((n_rows,), r, dtype=torch.bool)}) for r in (True, False)})
+        super().__init__(config, spec, resume, device=device, seed=seed, actor=DeterministicActor,
+                         critic_loss=td3_critic_loss, critic_lr=config.lr, policy_delay=config.policy_delay,
+                         target_actor=True, infos={r: DictTensor({
+                             "noise": torch.full((n_rows,), config.exploration_noise),
+                             "random": torch.full((n_rows,), r, dtype=torch.bool)}) for r in (True, False)})
 
     @staticmethod
     def exploration(config: TD3Config) -> dict[str, bool | float]:
@@ -318,52 +293,22 @@ class TD3Learner(UniformStartLearner):
         starts."""
         return {"noise": config.exploration_noise, "random": True}
 
-    def checked(self) -> dict[str, nn.Module]:
-        """The actor and the critics, which ``check_devices`` checks."""
-        return {"the learner's actor": self.policy, "the learner's critics": self.critic}
+    def critic_targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """:func:`td3_targets` at the target actor's smoothed actions (:func:`smoothed_target_actions`) at
+        ``next_obs``."""
+        config, target_policy, next_obs = self.config, self.target_policy, batch["next_obs"]
+        eps = torch.randn(config.batch_size, self.action_dim, generator=self.noise, device=self.device)
+        next_action = smoothed_target_actions(target_policy(next_obs), eps, target_policy.scale, target_policy.bias,
+                                              target_noise=config.target_noise, noise_clip=config.target_noise_clip)
+        return td3_targets(batch["ret"], batch["discount"], self.target_critic(next_obs, next_action))
 
-    def tensors(self) -> list[torch.Tensor]:
-        """The parameters and buffers of the actor, the critics and the targets of both."""
-        networks = (self.policy, self.critic, self.target_policy, self.target_critic)
-        return [t for n in networks for t in (*n.parameters(), *n.buffers())]
-
-    def gradient_step(self, buffer: ReplayBuffer) -> dict[str, Any]:
-        """One critic update on a sampled batch; every ``policy_delay``-th, the actor's and the targets' too."""
-        config, actor, critic = self.config, self.policy, self.critic
-        batch = buffer.sample(config.batch_size)
-        obs, next_obs = batch["obs"], batch["next_obs"]
-        with torch.no_grad():
-            eps = torch.randn(config.batch_size, self.action_dim, generator=self.noise, device=self.device)
-            next_action = smoothed_target_actions(self.target_policy(next_obs), eps, self.target_policy.scale,
-                                                  self.target_policy.bias, target_noise=config.target_noise,
-                                                  noise_clip=config.target_noise_clip)
-            targets = td3_targets(batch["ret"], batch["discount"], self.target_critic(next_obs, next_action))
-        critic_loss, stats = td3_critic_loss(critic(obs, batch["action"]), targets, weights=batch.get("weight"))
-        if isinstance(buffer, PrioritizedReplayBuffer):  # the TD errors are the sampled transitions' new priorities
-            buffer.update_priorities(batch["index"], stats.pop("td_error"))
-        self.critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_opt.step()
-
-        delayed = self.n_updates % config.policy_delay == 0
-        self.n_updates += 1
-        if not delayed:
-            return stats
-        critic.requires_grad_(False)  # the actor's loss differentiates through the critics' input only
-        actor_loss, actor_stats = td3_actor_loss(critic(obs, actor(obs)))
-        critic.requires_grad_(True)
+    def update_actor(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One step of the actor on :func:`td3_actor_loss`."""
+        actor_loss, actor_stats = td3_actor_loss(self.critics_at(obs, self.policy(obs)))
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_opt.step()
-        polyak_update(self.target_policy, actor, config.tau)
-        polyak_update(self.target_critic, critic, config.tau)
-        return {**stats, **actor_stats}
-
-    def state(self) -> dict[str, Any]:
-        """The critics, both targets, the two optimizers' state and the count of critic updates."""
-        return {"critic": self.critic.state_dict(), "target_actor": self.target_policy.state_dict(),
-                "target_critic": self.target_critic.state_dict(), "actor_optimizer": self.actor_opt.state_dict(),
-                "critic_optimizer": self.critic_opt.state_dict(), "n_updates": self.n_updates}
+        return actor_stats
 
 
 def evaluation_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:

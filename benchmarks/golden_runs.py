@@ -11,8 +11,8 @@ amplifies the last bit into different numbers from then on. Store the "before" s
 one machine; a set from another machine tells nothing about a change of the code.
 
 The list covers the seven algorithms (TD3 too); feed-forward, recurrent, normalised and overlapped actor-critics; pixels
-(MinAtar Breakout through DQN and A2C); worker processes (``--n-processes 2``); and a resumed run (trained with
-``--checkpoint-every``, then continued with ``--resume`` to a larger budget).
+(MinAtar Breakout through DQN and A2C); prioritized replay (DQN and SAC); worker processes (``--n-processes 2``); and a
+resumed run (trained with ``--checkpoint-every``, then continued with ``--resume`` to a larger budget).
 
 Usage::
 
@@ -74,6 +74,12 @@ RUNS: dict[str, tuple[str, list[str]]] = {
                        "--gradient-steps-per-env-step", "0.25", "--batch-size", "64", "--eval-every", "15"]),
     "td3-ff": ("td3", ["--n-envs", "4", "--max-env-steps", "1500", "--learning-starts", "400",
                        "--gradient-steps-per-env-step", "0.25", "--batch-size", "64", "--eval-every", "15"]),
+    "dqn-prioritized": ("dqn", ["--n-envs", "4", "--max-env-steps", "3000", "--learning-starts", "500",
+                                "--gradient-steps", "4", "--eval-every", "15", "--epsilon-decay-steps", "2000",
+                                "--prioritized-replay"]),
+    "sac-prioritized": ("sac", ["--n-envs", "4", "--max-env-steps", "1500", "--learning-starts", "400",
+                                "--gradient-steps-per-env-step", "0.25", "--batch-size", "64", "--eval-every", "15",
+                                "--prioritized-replay"]),
     "resume-first": ("ppo", ["--n-envs", "8", "--n-steps", "32", "--max-env-steps", "1536", "--eval-every", "4",
                              "--checkpoint-every", "3"]),
     "resume-second": ("ppo", ["--max-env-steps", "3072"]),

@@ -60,7 +60,7 @@ from rlstruct.algos._train.update import (
     training_agent_kwargs,
     weight_sync_mode,
 )
-from rlstruct.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, one_step_steps
+from rlstruct.algos.replay import ReplayBuffer, one_step_steps
 from rlstruct.algos.returns import episode_returns, episode_statistics
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import cpu_state_dict
@@ -447,8 +447,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
                 stats["buffer_size"] = float(len(buffer))
                 filled = run.env_steps + n_new * world.size - first_step >= config.learning_starts
                 n_steps = fewest_over_ranks(learner.n_gradient_steps(n_new, len(buffer)) if filled else 0, world)
-                if isinstance(buffer, PrioritizedReplayBuffer):
-                    buffer.anneal(run.budget_used())
+                buffer.anneal(run.budget_used())  # a prioritized buffer's importance-sampling exponent
                 for _ in range(n_steps):
                     stats.update(learner.gradient_step(buffer))
                 if n_steps:

@@ -11,6 +11,7 @@ import torch
 from rlstruct.algos import describe_env, dqn
 from rlstruct.algos._train.session import validate
 from rlstruct.algos.dqn import DQNConfig, DQNLearner, dqn_loss
+from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.errors import ConfigError
 from tests.helpers import bare_run
 
@@ -29,6 +30,8 @@ class _Buffer:
 
     def sample(self, n: int) -> dict[str, torch.Tensor]:
         return self.batch
+
+    update_priorities = ReplayBuffer.update_priorities  # a uniform buffer's: it keeps no priorities
 
 
 def _learner(**settings) -> DQNLearner:

@@ -119,6 +119,16 @@ def test_empty_buffer_and_bad_capacity_are_errors():
         ReplayBuffer(4, 3, "cpu").sample(2)
 
 
+def test_a_uniform_buffer_answers_the_prioritized_calls_without_changing_its_draws():
+    plain, asked = ReplayBuffer(8, 1, "cpu", seed=1), ReplayBuffer(8, 1, "cpu", seed=1)
+    for buf in (plain, asked):
+        _push_ids(buf, torch.arange(8))
+    asked.update_priorities(torch.arange(4), torch.tensor([100.0, 0.0, 0.0, 0.0]))
+    asked.update_priorities(None, None)  # a uniform batch's: no rows, no TD errors
+    asked.anneal(0.5)
+    assert torch.equal(plain.sample(32)["action"], asked.sample(32)["action"])
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_the_buffer_lives_on_its_device():

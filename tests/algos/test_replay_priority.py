@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from rlstruct.algos import dqn, sac
+from rlstruct.algos import EnvSpec, dqn, sac, td3
 from rlstruct.algos._replay_priority import SumTree
 from rlstruct.algos.replay import PrioritizedReplayBuffer
 
@@ -89,6 +89,34 @@ def test_new_transitions_get_the_largest_priority_so_far():
 def test_a_bad_exponent_is_an_error():
     with pytest.raises(ValueError, match=r"beta0 in \[0, 1\], got alpha=0.6, beta0=1.5"):
         PrioritizedReplayBuffer(4, 1, "cpu", beta0=1.5)
+
+
+def test_priorities_of_no_rows_or_no_td_errors_are_an_error():
+    buf = _filled(4, torch.ones(4))
+    with pytest.raises(ValueError, match=r"^index must be a tensor of the sampled rows' index, got None; pass"):
+        buf.update_priorities(None, torch.ones(4))
+    with pytest.raises(ValueError, match=r"^td_error must be a tensor of the sampled rows' td_error, got None"):
+        buf.update_priorities(torch.arange(4), None)
+
+
+@pytest.mark.parametrize("module", [sac, td3])
+def test_a_twin_critic_gradient_step_gives_the_sampled_rows_their_td_errors_as_priorities(module):
+    spec = EnvSpec((3,), "float32", None, 200, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
+    config = module.ALGORITHM.config_cls(hidden_sizes=(8,), batch_size=8)
+    learner = module.ALGORITHM.make_learner(config, spec, None, device=torch.device("cpu"), seed=0, n_rows=1)
+    buf = PrioritizedReplayBuffer.for_spec(spec, 16, "cpu", alpha=1.0, eps=0.0)
+    g = torch.Generator().manual_seed(0)
+    buf.push(torch.randn(16, 3, generator=g), torch.rand(16, 1, generator=g) * 4 - 2, torch.randn(16, generator=g),
+             torch.randn(16, 3, generator=g), torch.full((16,), 0.9))
+    sampled, updates = [], []
+    sample, update = buf.sample, buf.update_priorities
+    buf.sample = lambda n: sampled.append(sample(n)) or sampled[-1]
+    buf.update_priorities = lambda index, td_error: updates.append((index, td_error)) or update(index, td_error)
+    stats = learner.gradient_step(buf)
+    ((index, td_error),) = updates
+    assert index is sampled[0]["index"] and td_error.shape == (8,) and not td_error.requires_grad
+    assert "td_error" not in stats and bool((td_error > 0).all())
+    torch.testing.assert_close(buf.tree.get(index), td_error.double())
 
 
 @pytest.mark.slow  # 5.0 CPU s on the reference CPU: slow is 1.5 s or more

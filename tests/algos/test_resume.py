@@ -25,7 +25,7 @@ import time
 import pytest
 import torch
 
-from rlstruct.algos import a2c, describe_env, dqn, ppo, reinforce, sac, td3
+from rlstruct.algos import a2c, describe_env, dqn, ppo, reinforce, sac, td3, twin_critic
 from rlstruct.algos._normalization import LearnerNormalization
 from rlstruct.algos._train import checkpoints as checkpoints_module
 from rlstruct.algos._train import cli, loops
@@ -84,18 +84,20 @@ def assert_same_state(a, b, skip=("lr",)) -> None:
 
 
 def record_restores(monkeypatch, module) -> list[dict]:
-    """Wraps ``restore_optimizer`` where ``module``'s ``train`` calls it (its own module, or for A2C, PPO and
-    REINFORCE ``update.actor_critic_learner``'s): each call appends the optimizer's state right after the restore."""
+    """Wraps ``restore_optimizer`` where ``module``'s ``train`` calls it (its own module, the twin-critic learner's
+    for SAC and TD3, ``update.actor_critic_learner``'s for A2C, PPO and REINFORCE): each call appends the optimizer's
+    state right after the restore."""
     restored: list[dict] = []
-    module = module if hasattr(module, "restore_optimizer") else update_module
-    real = module.restore_optimizer
+    real = checkpoints_module.restore_optimizer
 
     def restore(optimizer, state, lr):
         real(optimizer, state, lr)
         params = [p.detach().cpu().clone() for group in optimizer.param_groups for p in group["params"]]
         restored.append({**tree_copy(optimizer.state_dict()), "weights": params})
 
-    monkeypatch.setattr(module, "restore_optimizer", restore)
+    for home in (module, twin_critic, update_module):
+        if hasattr(home, "restore_optimizer"):
+            monkeypatch.setattr(home, "restore_optimizer", restore)
     return restored
 
 

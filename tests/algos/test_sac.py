@@ -13,12 +13,12 @@ from rlstruct.algos import EnvSpec, sac
 from rlstruct.algos._replay_transitions import one_step_transitions
 from rlstruct.algos._train.session import validate
 from rlstruct.algos.harness import Resume
+from rlstruct.algos.networks import polyak_update
 from rlstruct.algos.sac import (
     SACConfig,
     SquashedGaussianActor,
     TwinQNetwork,
     create_sac_agent,
-    polyak_update,
     sac_actor_loss,
     sac_critic_loss,
     sac_temperature_loss,
@@ -197,7 +197,7 @@ def test_a_checkpoint_of_separate_critics_resumes_with_their_weights_and_adam_mo
     learner = sac.SACLearner(config, SPEC, resume, device=torch.device("cpu"), seed=0, n_rows=1)
     frame, action = torch.randn(5, 3), torch.randn(5, 2)
     torch.testing.assert_close(learner.critic(frame, action), critic(frame, action))
-    torch.testing.assert_close(learner.target(frame, action), target(frame, action))
+    torch.testing.assert_close(learner.target_critic(frame, action), target(frame, action))
     separate_params = list(critic.parameters())
     for i, p in enumerate(learner.critic.parameters()):
         saved = [critic_opt.state[separate_params[i + len(separate_params) // 2 * k]] for k in range(2)]

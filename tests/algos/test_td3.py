@@ -11,6 +11,7 @@ import torch
 from rlstruct.algos import EnvSpec, load, td3
 from rlstruct.algos._train.session import validate
 from rlstruct.algos.qnetworks import TwinQNetwork
+from rlstruct.algos.replay import ReplayBuffer
 from rlstruct.algos.td3 import (
     DeterministicActor,
     TD3Config,
@@ -147,6 +148,8 @@ class _OneBatch:
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
         assert batch_size == len(self.batch["ret"])
         return self.batch
+
+    update_priorities = ReplayBuffer.update_priorities  # a uniform buffer's: it keeps no priorities
 
 
 def _copy(module: torch.nn.Module) -> list[torch.Tensor]:
