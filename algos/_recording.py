@@ -5,7 +5,9 @@ scripted data (:class:`RandomAgent`, :class:`EpsilonAgent`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
 import logging
 import os
 import pathlib
@@ -40,6 +42,11 @@ _KEYS = (("observation/frame", "observation"), ("_observation/frame", "next_obse
          ("action/action", "action"), ("_observation/reward", "reward"), ("_observation/terminated", "terminated"),
          ("_observation/truncated", "truncated"), ("_observation/done", "done"))
 _MB = 1 << 20
+#: Minari 0.5's HDF5 storage, the version the ``datasets`` extra pins: its file, and each episode's datasets (the
+#: name in the file, the key of :meth:`EpisodeCutter.add`)
+_HDF5_FILE = "main_data.hdf5"
+_FIELDS = ((b"observations", "observation"), (b"actions", "action"), (b"rewards", "reward"),
+           (b"terminations", "terminated"), (b"truncations", "truncated"))
 
 
 def minari_module() -> Any:
@@ -150,9 +157,15 @@ class EpisodeCutter:
 
 
 class DatasetWriter:
-    """A Minari dataset written episode by episode through Minari's storage (``MinariStorage.new`` and
-    ``update_episodes``), in a hidden folder beside its place that :meth:`finish` moves there whole: a recording
-    that fails or is interrupted leaves no dataset under its id.
+    """A Minari dataset written episode by episode, in a hidden folder beside its place that :meth:`finish` moves
+    there whole: a recording that fails or is interrupted leaves no dataset under its id.
+
+    Minari's storage creates the dataset (``MinariStorage.new``: its spaces and spec) and writes its metadata at the
+    end; the episodes go into its HDF5 file in Minari's layout (a group ``episode_{id}`` per episode, with attributes
+    ``id`` and ``total_steps`` and one dataset per field), through one handle kept open for the whole recording and
+    h5py's low-level calls. Minari's own ``update_episodes`` reopens the file and rewrites the metadata file at each
+    call and creates chunked datasets through h5py's high-level API, the time of a recording of short episodes.
+    Each episode leaves memory when written: memory holds HDF5's bounded caches, never the dataset.
 
     Args:
         dataset_id: checked by :func:`check_dataset_id`.
@@ -166,6 +179,7 @@ class DatasetWriter:
 
     def __init__(self, dataset_id: str, observation_space: gym.Space, action_space: gym.Space,
                  env_spec: gym.envs.registration.EnvSpec | None, *, overwrite: bool = False):
+        import h5py
         from minari.dataset.minari_storage import MinariStorage
 
         self.dataset_id = dataset_id
@@ -178,10 +192,13 @@ class DatasetWriter:
         self.partial = self.path.parent / f".{self.path.name}.partial-{os.getpid()}"
         shutil.rmtree(self.partial, ignore_errors=True)
         self.partial.mkdir()
+        self.file: Any = None
         try:
             # jpeg_encoding=False: Minari's default stores image observations as JPEG, which changes their pixels.
             self.storage = MinariStorage.new(self.partial / "data", observation_space=observation_space,
                                              action_space=action_space, env_spec=env_spec, jpeg_encoding=False)
+            # track_order: the root group Minari's storage creates, episodes listed in the order they were written.
+            self.file = h5py.File(self.storage.data_path / _HDF5_FILE, "w", track_order=True)
         except BaseException:
             self.abort()
             raise
@@ -194,14 +211,11 @@ class DatasetWriter:
         Raises:
             DiskSpaceError: the disk filled up (the partial dataset is then removed).
         """
-        from minari.data_collector.episode_buffer import EpisodeBuffer
-
-        if not episodes:
-            return
-        buffers = [EpisodeBuffer(observations=e["observation"], actions=e["action"], rewards=e["reward"],
-                                 terminations=e["terminated"], truncations=e["truncated"]) for e in episodes]
         try:
-            self.storage.update_episodes(buffers)
+            for episode in episodes:
+                _write_episode(self.file.id, self.episodes, episode)
+                self.episodes += 1
+                self.steps += len(episode["reward"])
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT) and free_bytes(self.partial) > 16 * _MB:
                 raise
@@ -209,16 +223,16 @@ class DatasetWriter:
             raise DiskSpaceError(f"the disk of {self.path.parent} filled up after {self.episodes} episodes of "
                                  f"dataset_id {self.dataset_id!r} (the partial dataset is removed); free disk space, "
                                  "or record fewer episodes") from None
-        self.episodes += len(buffers)
-        self.steps += sum(len(e["reward"]) for e in episodes)
 
     def finish(self, metadata: Mapping[str, Any]) -> None:
         """Writes the dataset's ``metadata`` and moves it to its place (replacing an older one with ``overwrite``)."""
         minari = minari_module()
         from minari.namespace import create_namespace, list_local_namespaces
 
-        self.storage.update_metadata({**metadata, "dataset_id": self.dataset_id,
-                                      "minari_version": minari.__version__})
+        self.file.close()
+        self.storage.update_metadata({**metadata, "dataset_id": self.dataset_id, "minari_version": minari.__version__,
+                                      "total_episodes": self.episodes, "total_steps": self.steps,
+                                      "dataset_size": self.storage.get_size()})
         namespace = self.dataset_id.rpartition("/")[0]
         if namespace and namespace not in list_local_namespaces():
             create_namespace(namespace)
@@ -228,7 +242,52 @@ class DatasetWriter:
 
     def abort(self) -> None:
         """Removes the partial dataset; idempotent."""
+        if self.file is not None:
+            # The file is removed next: a close that fails on a full disk leaves nothing to keep.
+            with contextlib.suppress(OSError, ValueError):
+                self.file.close()
         shutil.rmtree(self.partial, ignore_errors=True)
+
+
+def _write_episode(location: Any, episode_id: int, episode: Mapping[str, Any]) -> None:
+    """Writes ``episode`` (as :meth:`EpisodeCutter.add` gives it) as the group ``episode_{episode_id}`` of the HDF5
+    ``location``, in Minari's layout, as h5py's ``create_group`` and ``create_dataset`` would (their types, UTF-8
+    names, no timestamps), the datasets contiguous."""
+    from h5py import h5a, h5d, h5g, h5s
+
+    links, group_plist, dataset_plist = _property_lists()
+    group = h5g.create(location, f"episode_{episode_id}".encode(), links, group_plist)
+    for name, value in ((b"id", episode_id), (b"total_steps", len(episode["reward"]))):
+        scalar = np.array(value, dtype=np.int64)
+        h5a.create(group, name, _hdf5_type(scalar.dtype), h5s.create(h5s.SCALAR)).write(scalar)
+    for name, key in _FIELDS:
+        data = np.ascontiguousarray(episode[key])
+        kind = _hdf5_type(data.dtype)
+        dataset = h5d.create(group, name, kind, h5s.create_simple(data.shape), dataset_plist, links)
+        dataset.write(h5s.ALL, h5s.ALL, data, mtype=kind)
+
+
+@functools.cache
+def _property_lists() -> tuple[Any, Any, Any]:
+    """The link, group and dataset creation property lists of :func:`_write_episode`, built once."""
+    from h5py import h5d, h5p, h5t
+
+    links = h5p.create(h5p.LINK_CREATE)
+    links.set_char_encoding(h5t.CSET_UTF8)
+    group = h5p.create(h5p.GROUP_CREATE)
+    group.set_obj_track_times(False)
+    dataset = h5p.create(h5p.DATASET_CREATE)
+    dataset.set_obj_track_times(False)
+    dataset.set_fill_time(h5d.FILL_TIME_NEVER)  # every element is written at once
+    return links, group, dataset
+
+
+@functools.cache
+def _hdf5_type(dtype: np.dtype) -> Any:
+    """h5py's HDF5 type of ``dtype`` (``bool`` as its enum), as ``create_dataset`` makes it."""
+    import h5py
+
+    return h5py.h5t.py_create(dtype, logical=True)
 
 
 def _noise(seed: int | None, env_index: int | None, device: torch.device) -> NoiseSource:

@@ -38,7 +38,6 @@ from rlstruct.algos._recording import (
 from rlstruct.algos._replay_storage import free_bytes
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import DeviceLike
-from rlstruct.envs.factory import resolve_backend
 from rlstruct.errors import ConfigError, DiskSpaceError, SpaceError
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
@@ -90,6 +89,8 @@ class _Source:
     seeds: Sequence[int] | int
     agent_seeds: Sequence[int] | int | None
     episodes: int
+    #: the envs per worker, when not ``env_args``'s
+    n_envs: int | None = None
 
 
 def record(dataset_id: str, create_agent: Callable[..., Any] | None, agent_args: dict[str, Any] | None,
@@ -117,8 +118,12 @@ def record(dataset_id: str, create_agent: Callable[..., Any] | None, agent_args:
         create_env: the envs' factory, e.g. :func:`rlstruct.algos.create_env`.
         env_args: its keyword arguments (``name`` is the default ``env_id``).
         episodes: the episodes to write.
-        n_processes, seeds, agent_seeds, agent_info, n_timesteps, device: as for :class:`~rlstruct.RL_Batcher`
-            (one int seed: the same episodes over any number of processes).
+        n_processes: as for :class:`~rlstruct.RL_Batcher`.
+        seeds: as for :class:`~rlstruct.RL_Batcher` (one int seed: the same episodes over any number of processes).
+        agent_seeds: as for :class:`~rlstruct.RL_Batcher`.
+        agent_info: as for :class:`~rlstruct.RL_Batcher`.
+        n_timesteps: as for :class:`~rlstruct.RL_Batcher`.
+        device: as for :class:`~rlstruct.RL_Batcher`.
         epsilon: the probability that a uniform random action replaces the agent's, at each step.
         env_id: the gymnasium id the dataset names (default ``env_args["name"]``); one gymnasium does not know
             is warned about once and the dataset recorded without a spec.
@@ -144,7 +149,7 @@ def record(dataset_id: str, create_agent: Callable[..., Any] | None, agent_args:
 
 
 def record_run(dataset_id: str, run: str | os.PathLike | Sequence[str | os.PathLike], *, episodes: int,
-               policy: str = "greedy", epsilon: float = 0.0, seed: int = 0, n_processes: int = 0,
+               policy: str | None = None, epsilon: float = 0.0, seed: int = 12345, n_processes: int = 0,
                n_envs: int | None = None, device: DeviceLike = "cpu", backend: str | None = None,
                overwrite: bool = False, check_disk: bool = True, command: str | None = None,
                trust_code: bool = False) -> Recording:
@@ -152,22 +157,30 @@ def record_run(dataset_id: str, run: str | os.PathLike | Sequence[str | os.PathL
     ``dataset_id``: one run, or several checkpoints of one env (a D4RL-style mixed set), which share the episodes
     (the first ones get the remainder), checkpoint ``i`` playing with seed ``seed + i``.
 
-    Each policy plays the run's evaluation envs (its ``evaluation_env_kwargs``, its time limit) with its evaluation
-    agent, ``n_envs`` envs per worker, acquisitions of the run's ``evaluation_chunk_steps``. The metadata names the
-    algorithm, each checkpoint's path and SHA-256, the seed, the policy, rlstruct's version and ``command``.
+    Each policy plays the run's evaluation envs (its ``evaluation_env_kwargs``, its time limit, its backend) with its
+    evaluation agent, ``n_envs`` envs per worker, acquisitions of the run's ``evaluation_chunk_steps``, its batcher
+    seeded as ``rlstruct eval``'s (:meth:`~rlstruct.algos.Policy.evaluation_seeds`): for a greedy policy, with
+    ``epsilon`` 0 and at most ``n_envs`` episodes per worker (by default, up to :data:`MAX_DEFAULT_ENVS`), the
+    episodes of one run are those ``rlstruct eval RUN --episodes N`` plays with the same ``--seed``,
+    ``--n-processes``, ``--policy`` and ``--backend``: the same returns and lengths, each env's first. The metadata
+    names the algorithm, each checkpoint's path and SHA-256, the seed, the policy, rlstruct's version and
+    ``command``.
 
     Args:
         dataset_id: ``NAMESPACE/NAME-vVERSION``.
         run: a run's log folder or checkpoint, or several.
         episodes: the episodes to write, in all.
-        policy: ``"greedy"`` (the policy's mode) or ``"sample"`` (its draws, as in training at its end).
+        policy: ``"greedy"`` (the policy's mode) or ``"sample"`` (its draws, as in training at its end); ``None``:
+            each run's ``evaluation_policy``, as ``rlstruct eval``.
         epsilon: the probability that a uniform random action replaces the policy's, at each step.
-        seed: the batchers' seed (one int: the same episodes over any number of processes).
+        seed: the evaluation seed (``rlstruct eval``'s ``--seed``); each worker seeds its envs and agent from it, so
+            the episodes depend on ``n_processes``, as ``rlstruct eval``'s do.
         n_processes: batcher worker processes (0: this process).
         n_envs: envs per worker (``None``: enough for one episode each, at most :data:`MAX_DEFAULT_ENVS`).
         device: where the envs and the policy run.
         backend: the env backend (``None``: the run's).
-        overwrite, check_disk: as for :func:`record`.
+        overwrite: as for :func:`record`.
+        check_disk: as for :func:`record`.
         command: the command line to keep in the metadata.
         trust_code: import the code a run names also when it is neither rlstruct's nor an installed package's
             (:func:`rlstruct.algos.load`'s ``trust_code``).
@@ -176,15 +189,17 @@ def record_run(dataset_id: str, run: str | os.PathLike | Sequence[str | os.PathL
         CheckpointError: a path that is not a run or a checkpoint.
         UntrustedCodeError: a run names code that is not trusted, and not ``trust_code``.
         ConfigError: checkpoints of different envs, or ``dataset_id`` exists (without ``overwrite``).
-        ValueError: ``policy`` neither greedy nor sample, fewer ``episodes`` than checkpoints, or as :func:`record`.
+        ValueError: ``policy`` neither greedy, sample nor ``None``, fewer ``episodes`` than checkpoints, or as
+            :func:`record`.
     """
     from rlstruct.algos import load as load_run
 
     runs = [run] if isinstance(run, (str, os.PathLike)) else list(run)
     if not runs:
         raise ValueError("run must name a run or a checkpoint, got an empty list; pass e.g. runs/ppo-cartpole")
-    if policy not in ("greedy", "sample"):
-        raise ValueError(f"policy must be 'greedy' or 'sample', got {policy!r}; pass policy='greedy'")
+    if policy not in (None, "greedy", "sample"):
+        raise ValueError(f"policy must be 'greedy', 'sample' or None (the run's), got {policy!r}; pass "
+                         "policy='greedy'")
     if not isinstance(episodes, int) or episodes < len(runs):
         raise ValueError(f"episodes must be an int >= the checkpoints ({len(runs)}), got {episodes!r}; pass e.g. "
                          f"episodes={max(len(runs), 10)}")
@@ -195,25 +210,29 @@ def record_run(dataset_id: str, run: str | os.PathLike | Sequence[str | os.PathL
         if p.config["env"] != env or p.spec != first.spec:
             raise ConfigError(f"run must hold checkpoints of one env, got {first.path} on {env!r} and {p.path} on "
                               f"{p.config['env']!r} (or other spaces); record each env into its own dataset")
-    backend = backend or resolve_backend(env, first.config.get("backend", "auto"))
     n_workers = max(n_processes, 1)
     share, extra = divmod(episodes, len(runs))
     counts = [share + (i < extra) for i in range(len(runs))]
-    if n_envs is None:
-        n_envs = min(math.ceil(counts[0] / n_workers), MAX_DEFAULT_ENVS)
     limit = first.spec.max_episode_steps
-    env_args = {"name": env, "n_envs": n_envs, "backend": backend, "max_episode_steps": limit,
-                "device": str(device), "env_kwargs": saved_evaluation_env_kwargs(first.config, backend)}
+    # rlstruct eval's envs: the run's backend, and its evaluation arguments unless another simulator steps them.
+    env_args = {"name": env, "n_envs": n_envs or min(math.ceil(counts[0] / n_workers), MAX_DEFAULT_ENVS),
+                "backend": backend or first.backend, "max_episode_steps": limit, "device": str(device),
+                "env_kwargs": saved_evaluation_env_kwargs(first.config, backend)}
     sources = []
+    policies_played = []
     for i, (p, count) in enumerate(zip(policies, counts)):
         create_agent, agent_args = p.agent_factory()
-        seed_i = (seed + i) % 2**31
-        sources.append(_Source(create_agent, agent_args, p.agent_info(1, deterministic=policy == "greedy"), seed_i,
-                               seed_i, count))
-    checkpoints = [{"path": os.path.abspath(p.path), "sha256": _sha256(p.path), "algo": p.algo, "episodes": count}
-                   for p, count in zip(policies, counts)]
+        played = policy or p.config.get("evaluation_policy", "greedy")
+        policies_played.append(played)
+        env_seeds, agent_seeds = p.evaluation_seeds((seed + i) % 2**31, n_workers)
+        sources.append(_Source(create_agent, agent_args, p.agent_info(1, deterministic=played == "greedy"),
+                               env_seeds, agent_seeds, count,
+                               n_envs or min(math.ceil(count / n_workers), MAX_DEFAULT_ENVS)))
+    checkpoints = [{"path": os.path.abspath(p.path), "sha256": _sha256(p.path), "algo": p.algo, "episodes": count,
+                    "policy": played} for p, count, played in zip(policies, counts, policies_played)]
     metadata = {"algorithm_name": "+".join(dict.fromkeys(p.algo for p in policies)),
-                "rlstruct": {"checkpoints": checkpoints, "policy": policy, "seed": seed, "command": command}}
+                "rlstruct": {"checkpoints": checkpoints, "policy": "+".join(dict.fromkeys(policies_played)),
+                             "seed": seed, "command": command}}
     n_timesteps = min(limit, int(first.config.get("evaluation_chunk_steps", 256)))
     return _record(dataset_id, sources, _create_env, env_args, n_processes=n_processes, n_timesteps=n_timesteps,
                    device=device, epsilon=epsilon, env_id=env, metadata=metadata, ref_scores=None,
@@ -322,8 +341,11 @@ def _record(dataset_id: str, sources: list[_Source], create_env: Callable[..., A
                 create_agent, agent_args = EpsilonAgent, {"create_agent": create_agent, "agent_args": agent_args,
                                                           "epsilon": epsilon, "action_space": action_space,
                                                           "device": device}
-            with RL_Batcher(n_timesteps, create_agent, agent_args, create_env, {**env_args, "autoreset": True},
-                            n_processes, source.seeds, agent_info=source.agent_info, agent_seeds=source.agent_seeds,
+            source_env_args = {**env_args, "autoreset": True}
+            if source.n_envs is not None:
+                source_env_args["n_envs"] = source.n_envs
+            with RL_Batcher(n_timesteps, create_agent, agent_args, create_env, source_env_args, n_processes,
+                            source.seeds, agent_info=source.agent_info, agent_seeds=source.agent_seeds,
                             device=device) as batcher:
                 cutter = EpisodeCutter(batcher.n_elems(), source.episodes)
                 batcher.reset()

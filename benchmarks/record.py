@@ -1,5 +1,5 @@
 """Env steps written per second to a Minari dataset: ``rlstruct.algos.datasets.record`` (a batcher, episodes cut
-from its acquisitions and written through Minari's storage as they end) against Minari's own ``DataCollector`` (one
+from its acquisitions and written into Minari's HDF5 storage as they end) against Minari's own ``DataCollector`` (one
 gymnasium env wrapped, stepped one step at a time, the dataset created at the end), the same uniformly random policy
 and the same number of episodes, each configuration in a fresh process::
 
@@ -20,7 +20,7 @@ import tempfile
 import time
 from typing import Any
 
-from _fresh import Config, add_arguments, measure_or_rounds, print_results
+from _fresh import Config, add_arguments, measure_or_rounds, print_results, selected
 
 ENVS = ("CartPole-v1", "MinAtar/Breakout-v1")
 #: a random policy's mean episode length (1,000 episodes of record, seed 0): the episodes that make ``--steps``
@@ -62,6 +62,7 @@ def data_collector(env: str, steps: int) -> dict[str, Any]:
 def rlstruct_record(env: str, steps: int, backend: str, n_envs: int) -> dict[str, Any]:
     import h5py  # noqa: F401  (what record imports at its start: imported before the clock, as for the peer)
     import minari  # noqa: F401
+    import numba  # noqa: F401  (what the torch simulators import when they load their compiled kernels)
 
     from rlstruct.algos import create_env
     from rlstruct.algos.datasets import record
@@ -76,9 +77,11 @@ def rlstruct_record(env: str, steps: int, backend: str, n_envs: int) -> dict[str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--steps", type=int, default=100_000, help="env steps to write, about (default: 100,000)")
     parser.add_argument("--n-envs", type=int, default=64, help="envs of record's batcher (default: 64)")
+    parser.add_argument("--only", default="", help="comma-separated configurations to run (default: all)")
     add_arguments(parser)
     args = parser.parse_args()
     if args.one is not None:  # each configuration writes into a folder of its own
@@ -91,6 +94,7 @@ def main() -> None:
             configs[f"{env} record {backend}"] = Config(
                 lambda env=env, backend=backend: rlstruct_record(env, args.steps, backend, args.n_envs),
                 against=(("vs DataCollector", peer),))
+    configs = selected(configs, args.only)
     results = measure_or_rounds(__file__, configs, args)
     if results is not None:
         print_results(results, configs, "steps_per_s",

@@ -17,7 +17,7 @@ from rlstruct.algos._env_spec import EnvSpec, create_env, saved_evaluation_env_k
 from rlstruct.algos._train.checkpoints import does_not_fit, load_checkpoint, stepped_backend
 from rlstruct.algos._train.config import RunConfig
 from rlstruct.algos._train.registry import algorithm, check_run_code, saved_algorithm
-from rlstruct.algos._train.seeds import EVALUATION_AGENT_SEEDS, EVALUATION_ENV_SEEDS, worker_seeds
+from rlstruct.algos._train.seeds import evaluation_seeds
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import check_device_exists
 from rlstruct.errors import CheckpointError, RLStructError
@@ -423,7 +423,8 @@ def evaluate_checkpoint(
         device: where the evaluation envs and agent run.
         backend: env backend (default: the training run's); the run's evaluation env arguments
             (``evaluation_env_kwargs``) apply on its own backend only.
-        seed: the seed of the envs and agents, as a training run's evaluation takes it (:func:`worker_seeds`).
+        seed: the seed of the envs and agents, as a training run's evaluation takes it
+            (:func:`~.seeds.evaluation_seeds`).
         n_processes: evaluation worker processes (0: this process).
         max_steps: steps per episode at most (``None``: the env's time limit); an episode cut there counts its
             partial return.
@@ -462,9 +463,9 @@ def evaluate_checkpoint(
     if max_steps is None or max_steps > spec["max_episode_steps"]:
         max_steps = spec["max_episode_steps"]
     chunk = min(max_steps, cfg.get("evaluation_chunk_steps", RunConfig.evaluation_chunk_steps))
-    with RL_Batcher(chunk, create_agent, agent_args, create_env, env_args, n_processes,
-                    worker_seeds(seed, n_workers, EVALUATION_ENV_SEEDS), agent_info=agent_info,
-                    agent_seeds=worker_seeds(seed, n_workers, EVALUATION_AGENT_SEEDS), device=device) as batcher:
+    env_seeds, agent_seeds = evaluation_seeds(seed, n_workers)
+    with RL_Batcher(chunk, create_agent, agent_args, create_env, env_args, n_processes, env_seeds,
+                    agent_info=agent_info, agent_seeds=agent_seeds, device=device) as batcher:
         batcher.update(ckpt["model"])
         tally = run_episodes(batcher, max_steps)
     episode_returns = tally.returns[:episodes]

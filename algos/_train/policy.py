@@ -17,10 +17,11 @@ import torch
 
 from rlstruct.agents import RL_Agent
 from rlstruct.algos._env_spec import EnvSpec
-from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_checkpoint
+from rlstruct.algos._train.checkpoints import CHECKPOINT_NAME, load_checkpoint, stepped_backend
 from rlstruct.algos._train.config import set_torch_threads
 from rlstruct.algos._train.evaluation import check_model_fits, evaluate_checkpoint, evaluation_agent
 from rlstruct.algos._train.registry import check_run_code, saved_algorithm
+from rlstruct.algos._train.seeds import evaluation_seeds
 from rlstruct.devices import DeviceLike, as_device, check_device_exists
 from rlstruct.errors import SpaceError
 from rlstruct.structures import DictTensor
@@ -105,6 +106,7 @@ class Policy:
         algo: the algorithm that trained it, e.g. ``"ppo"``.
         config: the run's config, as plain types.
         spec: the env's description (observation shape and dtype, actions).
+        backend: the env backend the run stepped, which :meth:`evaluate` steps.
         path: the checkpoint file.
         device: where the network runs.
         recurrent: whether :meth:`predict` takes and returns a state.
@@ -120,6 +122,7 @@ class Policy:
         self.source: str = saved_algorithm(checkpoint)
         self.config: dict[str, Any] = checkpoint["config"]
         self.spec = EnvSpec.from_dict(checkpoint["env_spec"])
+        self.backend: str = stepped_backend(checkpoint)
         self.path = path
         self.device = as_device(device)
         self._weights = checkpoint["model"]
@@ -147,6 +150,12 @@ class Policy:
         weights from its start (no ``update`` needed), to run with :meth:`agent_info` as the batcher's
         ``agent_info``."""
         return _loaded_agent, {"create_agent": self._create, "agent_args": self._args, "weights": self._weights}
+
+    def evaluation_seeds(self, seed: int, n_workers: int = 1) -> tuple[list[int], list[int]]:
+        """The env seeds and agent seeds, one per worker, of the batcher :meth:`evaluate` (``rlstruct eval``) runs
+        from ``seed`` over ``n_workers`` workers: a batcher of the run's evaluation envs seeded so plays the episodes
+        it plays, one per env."""
+        return evaluation_seeds(seed, n_workers)
 
     def evaluate(self, *, episodes: int = 16, seed: int = 12345, deterministic: bool = True, n_processes: int = 0,
                  max_steps: int | None = None) -> dict[str, Any]:

@@ -29,11 +29,13 @@ def record_main(argv: Sequence[str]) -> int:
                         help="several checkpoints of one env instead of RUN, sharing the episodes (a mixed set)")
     parser.add_argument("--env", default=None, metavar="ID",
                         help="without RUN: record a uniformly random policy on this env")
-    parser.add_argument("--policy", default="greedy", choices=("greedy", "sample"),
-                        help="greedy: the policy's mode; sample: its draws as in training (default: greedy)")
+    parser.add_argument("--policy", default=None, choices=("greedy", "sample"),
+                        help="greedy: the policy's mode; sample: its draws as in training (default: the run's "
+                             "--evaluation-policy, as rlstruct eval)")
     parser.add_argument("--epsilon", type=float, default=0.0,
                         help="probability of a uniform random action at each step (default: 0)")
-    parser.add_argument("--seed", type=int, default=0, help="the batchers' seed (default: 0)")
+    parser.add_argument("--seed", type=int, default=12345,
+                        help="rlstruct eval's --seed: a run's episodes are those it plays (default: 12345)")
     parser.add_argument("--n-processes", type=int, default=0, help="batcher worker processes (default: 0)")
     parser.add_argument("--n-envs", type=int, default=None,
                         help="envs per worker (default: one per episode, at most 256)")

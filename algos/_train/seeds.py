@@ -12,6 +12,7 @@ __all__ = [
     "EVALUATION_AGENT_SEEDS",
     "EVALUATION_ENV_SEEDS",
     "MAX_WORKERS",
+    "evaluation_seeds",
     "role_seed",
     "session_seed",
     "worker_seeds",
@@ -33,6 +34,17 @@ def worker_seeds(seed: int, n_workers: int, offset: int) -> list[int]:
     ([31000, 31001], [2147473648])
     """
     return [(seed * 10_000 + offset + k) % 2**31 for k in range(n_workers)]
+
+
+def evaluation_seeds(seed: int, n_workers: int) -> tuple[list[int], list[int]]:
+    """The env seeds and agent seeds, one per worker, of an evaluation batcher from ``seed``: a training run's
+    evaluation, ``rlstruct eval``'s and the datasets ``rlstruct record`` writes of a run, which so play the same
+    episodes.
+
+    >>> evaluation_seeds(3, 2)
+    ([31000, 31001], [36000, 36001])
+    """
+    return worker_seeds(seed, n_workers, EVALUATION_ENV_SEEDS), worker_seeds(seed, n_workers, EVALUATION_AGENT_SEEDS)
 
 
 def role_seed(seed: int, offset: int) -> int:

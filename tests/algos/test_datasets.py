@@ -6,13 +6,14 @@ from __future__ import annotations
 import errno
 import json
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 from rlstruct import RL_Agent, RL_Batcher
-from rlstruct.algos import create_env, datasets
-from rlstruct.algos._recording import RandomAgent
+from rlstruct.algos import _recording, create_env, datasets
+from rlstruct.algos._recording import DatasetWriter, RandomAgent
 from rlstruct.errors import ConfigError, DiskSpaceError
 from rlstruct.structures import DictTensor
 
@@ -132,12 +133,10 @@ def test_an_existing_dataset_id_is_refused_unless_overwritten():
 
 
 def test_a_full_disk_removes_the_partial_dataset(monkeypatch, datasets_path):
-    from minari.dataset._storages.hdf5_storage import HDF5Storage
-
-    def full(self, episodes):
+    def full(location, episode_id, episode):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(HDF5Storage, "update_episodes", full)
+    monkeypatch.setattr(_recording, "_write_episode", full)
     with pytest.raises(DiskSpaceError, match=r"filled up after 0 episodes of dataset_id 'test/full-v0' \(the "
                                              r"partial dataset is removed\)"):
         datasets.record("test/full-v0", None, None, create_env, {"name": "CartPole-v1", "n_envs": 2}, episodes=2)
@@ -180,26 +179,44 @@ def test_bad_settings_are_refused(kwargs, match):
         datasets.record("noversion", None, None, create_env, {"name": "CartPole-v1", "n_envs": 2}, episodes=1)
 
 
-def test_a_run_records_the_episodes_an_episodic_batcher_plays(tiny_cartpole_run):
-    from rlstruct.algos import load
-    from rlstruct.algos._train.evaluation import run_episodes
+def evaluated_returns(capsys, run, *flags):
+    """The returns ``rlstruct eval RUN --returns FLAGS`` reports, in env order."""
+    from rlstruct.algos._train.cli import main
 
-    spec = datasets.record_run("test/run-v0", tiny_cartpole_run, episodes=4, seed=3, command="rlstruct record x")
-    policy = load(tiny_cartpole_run)
-    create, args = policy.agent_factory()
-    env_args = {"name": "CartPole-v1", "n_envs": 4, "max_episode_steps": policy.spec.max_episode_steps}
-    with RL_Batcher(64, create, args, create_env, env_args, 0, 3, agent_info=policy.agent_info(1),
-                    agent_seeds=3) as batcher:
-        tally = run_episodes(batcher, policy.spec.max_episode_steps)
+    capsys.readouterr()
+    assert main(["eval", str(run), "--returns", *flags]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["returns"]
+
+
+def test_a_run_records_the_episodes_rlstruct_eval_plays(tiny_cartpole_run, capsys):
+    from rlstruct.algos._train.cli import main
+
+    spec = datasets.record_run("test/run-v0", tiny_cartpole_run, episodes=5, seed=3, command="rlstruct record x")
+    evaluated = evaluated_returns(capsys, tiny_cartpole_run, "--episodes", "5", "--seed", "3")
     order = np.argsort(spec.envs)
-    assert [spec.lengths[i] for i in order] == tally.lengths.tolist()
-    assert [spec.returns[i] for i in order] == pytest.approx(tally.returns.tolist())
+    assert [spec.returns[i] for i in order] == evaluated
+    # CartPole pays 1 a step: the returns are the lengths.
+    assert [spec.lengths[i] for i in order] == [int(r) for r in evaluated] and len(set(evaluated)) > 1
+    # The command, with eval's defaults on both sides (seed, policy), writes the episodes eval reports.
+    assert main(["record", str(tiny_cartpole_run), "--episodes", "4", "--dataset-id", "test/cli-run-v0"]) == 0
+    written = sorted(float(e.rewards.sum()) for e in minari.load_dataset("test/cli-run-v0").iterate_episodes())
+    assert written == sorted(evaluated_returns(capsys, tiny_cartpole_run, "--episodes", "4"))
     metadata = minari.load_dataset("test/run-v0").storage.metadata
     assert metadata["algorithm_name"] == "a2c" and metadata["rlstruct"]["command"] == "rlstruct record x"
     assert len(metadata["rlstruct"]["checkpoints"][0]["sha256"]) == 64
     mixed = datasets.record_run("test/mixed-v0", [tiny_cartpole_run, tiny_cartpole_run / "checkpoint.pt"],
                                 episodes=5, epsilon=0.5)
     assert mixed.sources.count(0) == 3 and mixed.sources.count(1) == 2
+
+
+@pytest.mark.slow  # worker processes
+def test_a_run_recorded_by_workers_holds_the_episodes_rlstruct_eval_plays_with_as_many(tiny_cartpole_run, capsys):
+    spec = datasets.record_run("test/workers-v0", tiny_cartpole_run, episodes=5, seed=4, n_processes=2,
+                               policy="greedy")
+    evaluated = evaluated_returns(capsys, tiny_cartpole_run, "--episodes", "5", "--seed", "4", "--n-processes", "2",
+                                  "--policy", "greedy")
+    order = np.argsort(spec.envs)
+    assert [spec.returns[i] for i in order] == evaluated and [spec.lengths[i] for i in order] == evaluated
 
 
 def test_the_command_records_a_random_policy_and_refuses_bad_input_in_one_line(capsys):
@@ -213,3 +230,40 @@ def test_the_command_records_a_random_policy_and_refuses_bad_input_in_one_line(c
     assert err.count("\n") == 1 and "exists already" in err and "--overwrite" in err
     assert main(["record", "--episodes", "3", "--dataset-id", "test/cli-v1"]) == 2
     assert "takes one of RUN, --checkpoints or --env, got none" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shape, dtype", [((4,), np.float32), ((10, 10, 4), np.bool_)])
+def test_the_writer_writes_what_minaris_update_episodes_writes(shape, dtype):
+    from minari.data_collector import EpisodeBuffer
+    from minari.dataset.minari_storage import MinariStorage
+
+    rng = np.random.default_rng(0)
+    observation_space = gym.spaces.Box(0, 1, shape, dtype)
+    action_space = gym.spaces.Discrete(3)
+    episodes = []
+    for length in (1, 7, 30):
+        episodes.append({"observation": rng.integers(0, 2, (length + 1, *shape)).astype(dtype),
+                         "action": rng.integers(0, 3, length), "reward": rng.random(length).astype(np.float32),
+                         "terminated": np.arange(length) == length - 1, "truncated": np.zeros(length, bool)})
+    writer = DatasetWriter("test/fast-v0", observation_space, action_space, None)
+    writer.write(episodes[:2])
+    writer.write([])
+    writer.write(episodes[2:])
+    writer.finish({"algorithm_name": "test"})
+    reference = MinariStorage.new(writer.path.parent / "reference", observation_space=observation_space,
+                                  action_space=action_space, jpeg_encoding=False)
+    reference.update_episodes([EpisodeBuffer(observations=e["observation"], actions=e["action"],
+                                             rewards=e["reward"], terminations=e["terminated"],
+                                             truncations=e["truncated"]) for e in episodes])
+    written = minari.load_dataset("test/fast-v0").storage
+    assert (written.total_episodes, written.total_steps) == (reference.total_episodes, reference.total_steps) == (3, 38)
+    assert list(written.get_episode_metadata(range(3))) == list(reference.get_episode_metadata(range(3)))
+    for got, want in zip(written.get_episodes(range(3)), reference.get_episodes(range(3))):
+        assert got.keys() == want.keys()
+        for key in ("observations", "actions", "rewards", "terminations", "truncations"):
+            assert got[key].dtype == want[key].dtype and np.array_equal(got[key], want[key]), key
+    # Minari appends to it as to its own: the next episode's id follows.
+    written.update_episodes([EpisodeBuffer(observations=episodes[0]["observation"], actions=episodes[0]["action"],
+                                           rewards=episodes[0]["reward"], terminations=episodes[0]["terminated"],
+                                           truncations=episodes[0]["truncated"])])
+    assert written.total_episodes == 4 and next(iter(written.get_episodes([3])))["id"] == 3
