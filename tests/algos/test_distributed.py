@@ -37,7 +37,7 @@ from rlstruct.algos._train.distributed import (
 from rlstruct.algos._train.session import validate
 from rlstruct.algos._train.update import UpdateStep, reads
 from rlstruct.errors import ConfigError
-from tests.helpers import rlstruct_in_process
+from tests.helpers import rlstruct_in_process, wall_limit
 
 UPDATES = 4
 BATCH = 32
@@ -498,8 +498,9 @@ def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**env, **cluster, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     try:
-        started, printed = _wait_for_line(head, "Ray runtime started", timeout=120)
-        assert started, f"ray start did not start a head within 120 s:\n{printed[-2000:]}"
+        limit = wall_limit(120)
+        started, printed = _wait_for_line(head, "Ray runtime started", timeout=limit)
+        assert started, f"ray start did not start a head within {limit:.0f} s:\n{printed[-2000:]}"
         # --n-envs is per rank (the run's total over its worker processes or actors): 2 ranks of 2 envs each.
         per_rank = [("2" if previous == "--n-envs" else a) for previous, a in zip(["", *common], common)]
         ranks = _torchrun(tmp_path, *per_rank, "--ray-actors", "1", "--ray-address", address, "--logdir", "ranks",
