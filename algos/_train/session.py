@@ -57,14 +57,7 @@ from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.memory import check_collection_fits
 from rlstruct.algos._train.presets import apply_preset
 from rlstruct.algos._train.registry import Algorithm, check_resume_source
-from rlstruct.algos._train.seeds import (
-    AGENT_SEEDS,
-    ENV_SEEDS,
-    EVALUATION_AGENT_SEEDS,
-    EVALUATION_ENV_SEEDS,
-    role_seed,
-    worker_seeds,
-)
+from rlstruct.algos._train.seeds import AGENT_SEEDS, ENV_SEEDS, evaluation_seeds, role_seed
 from rlstruct.algos._train.stop_rule import StopRule
 from rlstruct.algos._train.video import check_videos
 from rlstruct.batchers import RL_Batcher
@@ -506,13 +499,13 @@ def open_batchers(
     eval_graph = cuda_graph and accelerator_for(config.evaluation_device) is not None
     eval_env_kwargs = evaluation_env_kwargs(config.env, config.backend, config.env_kwargs,
                                             config.evaluation_env_kwargs)
+    eval_env_seeds, eval_agent_seeds = evaluation_seeds(seed, n_eval_workers)
     eval_batcher = RL_Batcher(
         chunk, create_agent, {**agent_args, "device": config.evaluation_device},
         create_env, {**env_args, "n_envs": config.n_evaluation_envs, "autoreset": eval_graph,
                      "device": config.evaluation_device, "env_kwargs": eval_env_kwargs},
-        config.n_evaluation_processes, worker_seeds(seed, n_eval_workers, EVALUATION_ENV_SEEDS),
-        agent_info=agent_info_row(evaluate),
-        agent_seeds=worker_seeds(seed, n_eval_workers, EVALUATION_AGENT_SEEDS), device=config.evaluation_device,
+        config.n_evaluation_processes, eval_env_seeds, agent_info=agent_info_row(evaluate),
+        agent_seeds=eval_agent_seeds, device=config.evaluation_device,
         cuda_graph=eval_graph, timeout=config.batcher_timeout, start_timeout=config.start_timeout,
         restart_workers=config.restart_workers,
     )
