@@ -1,12 +1,15 @@
-"""The policy-gradient loss of an actor-critic that REINFORCE and A2C share, and the masked normalisation of
-advantages that it and PPO's loss use: free functions on ``[B, T]`` tensors, averaged over the valid steps.
+"""The policy-gradient loss of an actor-critic that REINFORCE and A2C share, IMPALA's loss with V-trace corrections
+on it, and the masked normalisation of advantages that it and PPO's loss use: free functions on ``[B, T]`` tensors,
+averaged over the valid steps.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["masked_policy_value_loss", "normalize_masked"]
+from rlstruct.algos.returns import _check_like_rewards, vtrace
+
+__all__ = ["masked_policy_value_loss", "vtrace_policy_value_loss", "normalize_masked"]
 
 
 def masked_policy_value_loss(
@@ -60,6 +63,81 @@ def masked_policy_value_loss(
     mean_entropy = (entropy * mask).sum() / n
     loss = policy_loss + value_coef * value_loss - entropy_coef * mean_entropy
     return loss, {"policy": policy_loss.detach(), "value": value_loss.detach(), "entropy": mean_entropy.detach()}
+
+
+def vtrace_policy_value_loss(
+    log_probs: torch.Tensor,
+    entropy: torch.Tensor,
+    values: torch.Tensor,
+    behaviour_log_probs: torch.Tensor,
+    rewards: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    done: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    gamma: float,
+    value_coef: float,
+    entropy_coef: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    lambda_: float = 1.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """IMPALA's loss (Espeholt et al. 2018, section 4.2): the policy gradient with V-trace advantages, the value
+    regressed on the V-trace targets, and an entropy bonus, averaged over the valid steps.
+
+    ``loss = -mean(log pi(a|s) * A_vtrace) + value_coef * mean((V(s) - v_s)^2) / 2 - entropy_coef * mean(H)``, where
+    ``v_s`` and ``A_vtrace = rho_s * (r_s + gamma * v_{s+1} - V(s))`` are :func:`~rlstruct.algos.returns.vtrace`'s,
+    computed from ``log_probs`` and ``values`` without gradient: the gradient reaches the policy through ``log_probs``
+    and the critic through ``values`` only, never through the targets. Advantages are not standardised.
+
+    Args:
+        log_probs: ``float [B, T]``, ``log pi(a|s)`` of the actions taken under the learned policy, with gradient.
+        entropy: ``float [B, T]``, the learned policy's entropy at each step, with gradient.
+        values: ``float [B, T]``, ``V(observation/frame)`` with gradient.
+        behaviour_log_probs: ``float [B, T]``, ``log mu(a|s)`` recorded by the policy that acted.
+        rewards: ``float [B, T]``.
+        next_values: ``float [B, T]``, ``V(_observation/frame)`` (no gradient needed).
+        terminated: ``bool [B, T]``.
+        done: ``bool [B, T]`` (terminated or truncated).
+        mask: ``float [B, T]``, 1 on valid steps; an all-zero mask gives a zero loss, not nan.
+        gamma: discount factor.
+        value_coef: weight of the value loss.
+        entropy_coef: weight of the entropy bonus.
+        rho_bar: clip of the importance weights (``> 0``).
+        c_bar: clip of the trace coefficients (``0 <= c_bar <= rho_bar``).
+        lambda_: trace decay (``[0, 1]``).
+
+    Returns:
+        ``(loss, stats)``: the scalar loss and detached 0-d ``policy``, ``value`` and ``entropy`` terms, ``rho`` (the
+        mean clipped importance weight) and ``rho_clipped`` (the fraction of steps whose weight ``rho_bar`` clipped),
+        over the valid steps.
+
+    Raises:
+        ConfigError: ``rho_bar``, ``c_bar`` or ``lambda_`` is out of range.
+        BatchSizeError: a tensor is not ``[B, T]`` like ``rewards``.
+
+    >>> from rlstruct.algos.distributions import Categorical
+    >>> d = Categorical(torch.zeros(1, 2, 2)); lp = d.log_prob(torch.zeros(1, 2, dtype=torch.long))
+    >>> f = torch.tensor([[False, False]])
+    >>> loss, stats = vtrace_policy_value_loss(lp, d.entropy(), torch.zeros(1, 2), lp, torch.ones(1, 2),
+    ...                                        torch.zeros(1, 2), f, f, torch.ones(1, 2), gamma=0.5, value_coef=1.0,
+    ...                                        entropy_coef=0.0)
+    >>> round(loss.item(), 4), round(stats["value"].item(), 4), stats["rho"].item()
+    (1.6789, 0.8125, 1.0)
+    """
+    targets, advantages, rhos, _ = vtrace(behaviour_log_probs, log_probs, rewards, values, next_values, terminated,
+                                          done, gamma, rho_bar=rho_bar, c_bar=c_bar, lambda_=lambda_)
+    _check_like_rewards(rewards, entropy=entropy, mask=mask)
+    loss, stats = masked_policy_value_loss(log_probs, entropy, values, targets, advantages, mask,
+                                           value_coef=value_coef, entropy_coef=entropy_coef,
+                                           normalize_advantages=False)
+    with torch.no_grad():
+        n = mask.sum().clamp_min(1.0)
+        clipped = (log_probs - behaviour_log_probs).exp() > rho_bar
+        stats["rho"] = (rhos * mask).sum() / n
+        stats["rho_clipped"] = (clipped * mask).sum() / n
+    return loss, stats
 
 
 def normalize_masked(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:

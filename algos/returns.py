@@ -1,4 +1,4 @@
-"""Returns and advantages: discounted, n-step and GAE, and episode statistics; free functions on ``[B, T]``
+"""Returns and advantages: discounted, n-step, GAE and V-trace, and episode statistics; free functions on ``[B, T]``
 tensors, written over whole batches (the only Python loops run over time).
 
 Step ``t`` of a trajectory is the transition ``observation/* (t) --action (t)--> _observation/* (t)``; its reward,
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from rlstruct.errors import BatchSizeError, ConfigError
 from rlstruct.structures import Trajectories
 
-__all__ = ["discounted_returns", "gae_advantages", "n_step_returns", "episode_statistics"]
+__all__ = ["discounted_returns", "gae_advantages", "n_step_returns", "vtrace", "episode_statistics"]
 
 
 def _as_float(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -145,6 +146,104 @@ def n_step_returns(
     # torch.full, not torch.tensor: a fill on the device, where a copy of a host number would wait for it
     discounts = torch.pow(torch.full((), gamma, dtype=rewards.dtype, device=dev), steps) * (~term_end)
     return returns, base + steps - 1, discounts
+
+
+def _check_like_rewards(rewards: torch.Tensor, **tensors: torch.Tensor) -> None:
+    if rewards.dim() != 2:
+        raise BatchSizeError(f"rewards must be [B, T] (rows, steps), got shape {tuple(rewards.shape)}; pass one row "
+                             "per env or episode")
+    for name, x in tensors.items():
+        if x.shape != rewards.shape:
+            raise BatchSizeError(f"{name} must have the shape of rewards {tuple(rewards.shape)} ([B, T]), got "
+                                 f"{tuple(x.shape)}; pass one {name} per step of every row")
+
+
+def vtrace(
+    behaviour_log_probs: torch.Tensor,
+    target_log_probs: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    done: torch.Tensor,
+    gamma: float,
+    *,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    lambda_: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018, eq. 1 and section 4), with the time-limit
+    rule of :func:`gae_advantages`.
+
+    With ``rho_t = min(rho_bar, pi/mu)`` and ``c_t = lambda_ * min(c_bar, pi/mu)`` (``pi`` the target policy, ``mu``
+    the behaviour policy, both at the action taken), the target of ``V(x_s)`` is
+    ``v_s = V_s + sum_{t>=s} gamma^(t-s) (c_s ... c_{t-1}) delta_t``,
+    ``delta_t = rho_t * (r_t + gamma * (1 - terminated_t) * V'_t - V_t)``, the sum running to the episode's end or the
+    row's last step, computed backwards as ``v_s - V_s = delta_s + gamma * c_s * (1 - done_s) * (v_{s+1} - V_{s+1})``.
+    ``V'_t`` is the value of the observation reached at ``t``: a truncated step and the row's last step bootstrap from
+    it, a terminated step does not. The policy gradient's advantage is
+    ``rho_s * (r_s + gamma * (1 - terminated_s) * v'_s - V_s)``, where ``v'_s`` is ``v_{s+1}`` inside an episode and
+    ``V'_s`` at its end or the row's. On-policy (``pi = mu``) with ``rho_bar, c_bar >= 1`` the targets are
+    ``values + gae_advantages(..., lam=lambda_)``, and with ``lambda_ = 1`` the bootstrapped discounted returns.
+
+    Every output is computed without gradient. Padding steps after an episode's ``done`` do not reach the valid steps.
+
+    Args:
+        behaviour_log_probs: ``float [B, T]``, ``log mu(a_t|x_t)`` recorded when acting.
+        target_log_probs: ``float [B, T]``, ``log pi(a_t|x_t)`` under the policy being learned.
+        rewards: ``float [B, T]``.
+        values: ``float [B, T]``, ``V(observation/frame)``.
+        next_values: ``float [B, T]``, ``V(_observation/frame)``.
+        terminated: ``bool [B, T]``.
+        done: ``bool [B, T]`` (terminated or truncated).
+        gamma: discount factor.
+        rho_bar: clip of the importance weights in ``delta`` and the policy gradient (``> 0``); sets the fixed point,
+            the value of a policy between ``mu`` and ``pi`` (``pi`` itself when infinite).
+        c_bar: clip of the trace coefficients (``0 <= c_bar <= rho_bar``, which the paper's contraction result
+            assumes); sets the speed of convergence only.
+        lambda_: trace decay of the paper's remark in section 4.2 (``[0, 1]``; 0: one-step targets).
+
+    Returns:
+        ``(targets, advantages, rhos, cs)``, each ``float [B, T]``: ``v_s``, the policy gradient's advantages, and the
+        clipped weights ``rho_t`` and ``c_t`` (for logging).
+
+    Raises:
+        ConfigError: ``rho_bar``, ``c_bar`` or ``lambda_`` is out of range.
+        BatchSizeError: ``rewards`` is not ``[B, T]``, or another tensor's shape is not ``rewards``'.
+
+    >>> lp = torch.log(torch.tensor([[0.5, 0.25]])); blp = torch.log(torch.tensor([[0.25, 0.5]]))
+    >>> f = torch.tensor([[False, False]])
+    >>> v, adv, rho, c = vtrace(blp, lp, torch.ones(1, 2), torch.zeros(1, 2), torch.zeros(1, 2), f, f, 0.5)
+    >>> v, adv, rho
+    (tensor([[1.2500, 0.5000]]), tensor([[1.2500, 0.5000]]), tensor([[1.0000, 0.5000]]))
+    """
+    if not rho_bar > 0:
+        raise ConfigError(f"rho_bar must be > 0 (the clip of the importance weights), got {rho_bar!r}; pass e.g. 1.0")
+    if not 0 <= c_bar <= rho_bar:
+        raise ConfigError(f"c_bar must be in [0, rho_bar={rho_bar!r}] (V-trace assumes rho_bar >= c_bar), got "
+                          f"{c_bar!r}; pass c_bar <= rho_bar, e.g. both 1.0")
+    if not 0 <= lambda_ <= 1:
+        raise ConfigError(f"lambda_ must be in [0, 1], got {lambda_!r}; pass e.g. 1.0")
+    _check_like_rewards(rewards, behaviour_log_probs=behaviour_log_probs, target_log_probs=target_log_probs,
+                        values=values, next_values=next_values, terminated=terminated, done=done)
+    with torch.no_grad():
+        ratios = (target_log_probs - behaviour_log_probs).to(rewards.dtype).exp()
+        rhos = ratios.clamp(max=rho_bar)
+        cs = lambda_ * ratios.clamp(max=c_bar)
+        not_term = 1.0 - _as_float(terminated, rewards)
+        deltas = rhos * (rewards + gamma * not_term * next_values - values)
+        decays = gamma * (1.0 - _as_float(done, rewards)) * cs
+        corrections = torch.empty_like(rewards)
+        a = torch.zeros_like(rewards[:, 0])
+        for t in range(rewards.shape[1] - 1, -1, -1):
+            a = deltas[:, t] + decays[:, t] * a
+            corrections[:, t] = a
+        targets = values + corrections
+        # v_{s+1} exists only inside an episode and a row: elsewhere the step bootstraps from V'_s, as delta_s does
+        next_targets = torch.cat([targets[:, 1:], next_values[:, -1:]], 1)
+        next_targets = torch.where(done.bool(), next_values, next_targets)
+        advantages = rhos * (rewards + gamma * not_term * next_targets - values)
+    return targets, advantages, rhos, cs
 
 
 def episode_statistics(

@@ -23,7 +23,7 @@ HARNESS = "rlstruct.algos._train"
 FACE = "harness"
 BUILT_IN_ALGORITHMS = ("reinforce", "a2c", "ppo", "dqn", "sac", "pqn", "td3")
 MAX_PUBLIC_MODULES = 21  # the seven algorithms, the face, and thirteen pieces a researcher imports (population: #74)
-MAX_PUBLIC_NAMES = 106  # policy_actions, critic_values, make_adam, TwinCriticLearner: built-in algorithms import them
+MAX_PUBLIC_NAMES = 108  # policy_actions, critic_values, make_adam, TwinCriticLearner, vtrace and its loss
 MAX_FACE_NAMES = 38
 #: a dotted path into this project with a private segment: ``rlstruct.algos._train.sweep``, ``rlstruct.envs._base``
 PRIVATE_MODULE = re.compile(r"\b(?:rlstruct|algos|agents|batchers)(?:\.[A-Za-z]\w*)*\._[a-z]\w*")
