@@ -29,16 +29,15 @@ from rlstruct.algos.harness import (
     CapturedPart,
     EnvSpec,
     FastPathPart,
+    LearnerState,
     OffPolicyAlgorithm,
     OffPolicyConfig,
     Resume,
     UpdateStep,
     autocast_dtype,
     default,
-    load_state,
     main,
     reads,
-    restore_optimizer,
     seeded_model,
     setting,
     trainer,
@@ -224,9 +223,9 @@ class DQNLearner:
     gradient step waits for the device, and once epsilon has decayed the training batcher keeps its ``agent_info``
     (:meth:`agent_info` gives none), which a captured acquisition then reads without a host synchronisation.
 
-    Built whole on ``device``. A resumed run restores the Q network, the target network, Adam's state and the count
-    of gradient steps (the hard target updates keep their cadence); epsilon goes on decaying from the restored
-    env-step count.
+    Built whole on ``device``. It declares what it owns (:attr:`state`): the target network, Adam's state and the
+    count of gradient steps (the hard target updates keep their cadence), which a resumed run restores with the Q
+    network; epsilon goes on decaying from the restored env-step count.
 
     Args:
         config: the run's settings.
@@ -245,18 +244,14 @@ class DQNLearner:
         else:
             self.policy = seeded_model(config.seed, functools.partial(q_network, dueling=config.dueling), spec,
                                        config.hidden_sizes)
-        if resume is not None:
-            load_state(self.policy, resume.model, "the Q-network", resume.path)
         self.policy.to(device)
         self.target = copy.deepcopy(self.policy).requires_grad_(False)
         self.optimizer = make_adam(self.policy, config.lr, device, eps=config.adam_eps)
         self.n_step = NStepWindow(config.gamma, config.n_step)
         self.autocast, self.device = autocast_dtype(config), device
         self.n_updates = 0
-        if resume is not None:
-            self.target.load_state_dict(resume.learner["target"])
-            restore_optimizer(self.optimizer, resume.learner["optimizer"], config.lr)
-            self.n_updates = int(resume.learner["n_updates"])
+        self.state = LearnerState(optimizer=self.optimizer, target=self.target)
+        self.state.counters(self, "n_updates")
         loss = functools.partial(_batch_loss, self.policy, self.target, device, self.autocast, config.double,
                                  config.loss)
         self.update = UpdateStep(loss, self.optimizer, [("grad_norm", list(self.policy.parameters()))],
@@ -315,10 +310,6 @@ class DQNLearner:
             target.load_state_dict(model.state_dict())
         return stats
 
-    def state(self) -> dict[str, Any]:
-        """Adam's state, the target network and the count of gradient steps."""
-        return {"optimizer": self.optimizer.state_dict(), "target": self.target.state_dict(),
-                "n_updates": self.n_updates}
 
 
 def evaluation_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:

@@ -17,7 +17,7 @@ The config, typed by family:
     :class:`CapturedPart` (the captured acquisition); :func:`setting` declares a field with its ``--help``,
     :func:`default` gives an inherited field a new default.
 
-The description, plain data that runs nothing:
+The description, plain data that runs nothing but names its family's loop (:class:`TrainingLoop`):
     :class:`Algorithm`, :class:`OnPolicyAlgorithm` (with the :class:`OnPolicyModel` it learns, e.g.
     :data:`ACTOR_CRITIC`), :class:`OffPolicyAlgorithm` (with its :class:`OffPolicyLearner`); :class:`EnvSpec` is what
     a model and a check know of the env; :func:`check_actor_critic_network` checks an actor-critic's network
@@ -33,9 +33,16 @@ The learn step:
     :func:`training_agent_kwargs`, :func:`autocast_dtype`, :func:`mean_over_ranks` (a statistic averaged over
     data-parallel ranks).
 
-An off-policy learner's state:
+A learner's state:
+    :class:`LearnerState` (what a learner owns, by name: the harness saves it and restores it on ``--resume``),
     :func:`seeded_model`, :class:`Resume` (the checkpoint a run continues), :func:`load_state`,
     :func:`restore_optimizer`.
+
+A new family's loop, written with the pieces both built-in loops are made of:
+    :class:`Setup` (a run's checked settings, the loop's argument), :func:`open_run` (the run's frame),
+    :func:`open_batchers` (the training batcher and the evaluator) or :func:`open_evaluator` (the evaluator alone),
+    :func:`record_iteration` (the end of every iteration: its row, the evaluation's and the checkpoint's turns),
+    :func:`finish_training` and :func:`finish_diverged` (the two ends of a run).
 
 >>> from rlstruct.algos.harness import OnPolicyConfig, algorithm
 >>> issubclass(algorithm("ppo").config_cls, OnPolicyConfig)
@@ -63,9 +70,12 @@ from rlstruct.algos._train.config import (
     setting,
 )
 from rlstruct.algos._train.distributed import mean_over_ranks
+from rlstruct.algos._train.family import TrainingLoop, open_run, record_iteration
+from rlstruct.algos._train.finish import finish_diverged, finish_training
+from rlstruct.algos._train.learner_state import LearnerState
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OffPolicyLearner, UniformStartLearner, trainer
 from rlstruct.algos._train.registry import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm, OnPolicyModel, algorithm
-from rlstruct.algos._train.session import seeded_model
+from rlstruct.algos._train.session import Setup, open_batchers, open_evaluator, seeded_model
 from rlstruct.algos._train.train_command import main
 from rlstruct.algos._train.update import (
     Batch,
@@ -88,6 +98,7 @@ __all__ = [
     "EnvSpec",
     "FastPathPart",
     "LearnFn",
+    "LearnerState",
     "MinibatchPart",
     "OffPolicyAlgorithm",
     "OffPolicyConfig",
@@ -99,17 +110,25 @@ __all__ = [
     "Resume",
     "RolloutPart",
     "RunConfig",
+    "Setup",
+    "TrainingLoop",
     "UniformStartLearner",
     "UpdateStep",
     "algorithm",
     "autocast_dtype",
     "check_actor_critic_network",
     "default",
+    "finish_diverged",
+    "finish_training",
     "load_state",
     "main",
     "mean_over_ranks",
     "minibatch_epochs",
+    "open_batchers",
+    "open_evaluator",
+    "open_run",
     "reads",
+    "record_iteration",
     "restore_optimizer",
     "seeded_model",
     "setting",

@@ -27,7 +27,6 @@ from rlstruct.algos.harness import (
     Resume,
     default,
     main,
-    restore_optimizer,
     setting,
     trainer,
 )
@@ -306,7 +305,8 @@ class SACLearner(TwinCriticLearner):
     targets.
 
     The actor acts uniformly at random for a fresh run's first ``learning_starts`` env steps; a resumed run restores
-    every network, the temperature and the optimizers, and lets the restored actor act while its buffer refills.
+    every network, the temperature and the optimizers (its :attr:`state` declares the temperature and its Adam
+    beside the twin-critic learner's), and lets the restored actor act while its buffer refills.
     The gradient steps are ``gradient_steps_per_env_step`` per new env step, fractions carried over.
 
     Args:
@@ -330,10 +330,7 @@ class SACLearner(TwinCriticLearner):
         self.target_entropy = -float(spec.action_dim) if config.target_entropy is None else config.target_entropy
         self.log_alpha = torch.tensor(math.log(config.init_temperature), device=device, requires_grad=True)
         self.alpha_opt = Adam([self.log_alpha], lr=config.lr, eps=config.adam_eps)
-        if resume is not None:
-            with torch.no_grad():
-                self.log_alpha.copy_(resume.learner["log_alpha"])
-            restore_optimizer(self.alpha_opt, resume.learner["alpha_optimizer"], config.lr)
+        self.state.add(log_alpha=self.log_alpha, alpha_optimizer=self.alpha_opt)
 
     @staticmethod
     def exploration(config: SACConfig) -> dict[str, bool | float]:
@@ -367,11 +364,6 @@ class SACLearner(TwinCriticLearner):
         alpha_loss.backward()
         self.alpha_opt.step()
         return {**actor_stats, **alpha_stats}
-
-    def state(self) -> dict[str, Any]:
-        """The twin-critic learner's state (:meth:`~rlstruct.algos.twin_critic.TwinCriticLearner.state`), the
-        temperature and its optimizer's state."""
-        return {**super().state(), "log_alpha": self.log_alpha.detach(), "alpha_optimizer": self.alpha_opt.state_dict()}
 
 
 def evaluation_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:

@@ -1,5 +1,6 @@
 """The learner that SAC and TD3 share: an actor, twin Q critics with Polyak-averaged targets, their Adams, and the
-gradient step's frame (the critics' update, the delayed actor update, the targets' update), saved and resumed.
+gradient step's frame (the critics' update, the delayed actor update, the targets' update), with the state it
+declares for the checkpoint.
 
 :class:`TwinCriticLearner` holds what both algorithms do alike; an algorithm's learner subclasses it with its actor,
 its critics' loss, its targets (:meth:`~TwinCriticLearner.critic_targets`) and its actor update
@@ -18,10 +19,10 @@ from torch import nn
 
 from rlstruct.algos.harness import (
     EnvSpec,
+    LearnerState,
     OffPolicyConfig,
     Resume,
     UniformStartLearner,
-    load_state,
     restore_optimizer,
     seeded_model,
 )
@@ -61,6 +62,25 @@ def _stack_critic_optimizer_state(state: dict[str, Any], n_critics: int) -> dict
     return {"state": new_state, "param_groups": [{**group, "params": list(range(per_critic))}]}
 
 
+class _EnsembleOptimizer:
+    """The critics' optimizer as the checkpoint keeps it: a state saved over separate critics' parameters (before the
+    ensemble stacked them: ``n_critics`` times as many) is stacked onto the ensemble's as it loads, at the learning
+    rate the optimizer was built with."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, n_critics: int | None):
+        self.optimizer, self.n_critics = optimizer, n_critics
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        (group,) = self.optimizer.param_groups
+        saved = state["param_groups"]
+        if self.n_critics and len(saved) == 1 and len(saved[0]["params"]) == self.n_critics * len(group["params"]):
+            state = _stack_critic_optimizer_state(state, self.n_critics)
+        restore_optimizer(self.optimizer, state, group["lr"])
+
+
 class TwinCriticLearner(UniformStartLearner):
     """An actor-critic :class:`~rlstruct.algos.harness.OffPolicyLearner` of continuous control with twin critics (a
     base to subclass, SAC's and TD3's): the actor (:attr:`policy`), the critics (a
@@ -71,11 +91,11 @@ class TwinCriticLearner(UniformStartLearner):
     Polyak update at rate ``config.tau``.
 
     A subclass passes what differs to ``__init__`` and writes :meth:`critic_targets` and :meth:`update_actor`; state
-    it owns beyond these networks and optimizers (SAC's temperature) it adds to :meth:`state` and restores itself. The
-    actor acts uniformly at random for a fresh run's first ``learning_starts`` env steps; a resumed run restores the
-    networks, their targets, the optimizers (a critics' optimizer saved before the ensemble stacked onto it) and,
-    with a ``policy_delay``, the count of critic updates (the delay's phase), and lets the restored actor act while
-    its buffer refills.
+    it owns beyond these networks and optimizers (SAC's temperature) it adds to :attr:`state`. The actor acts
+    uniformly at random for a fresh run's first ``learning_starts`` env steps; a resumed run restores what
+    :attr:`state` declares (the critics, their targets, the optimizers, a critics' optimizer saved before the
+    ensemble stacked onto it, and, with a ``policy_delay``, the count of critic updates: the delay's phase) with the
+    actor, and lets the restored actor act while its buffer refills.
 
     Args:
         config: the run's settings (``lr`` is the actor's learning rate).
@@ -111,19 +131,14 @@ class TwinCriticLearner(UniformStartLearner):
         self.actor_opt = make_adam(self.policy, config.lr, device, eps=config.adam_eps)
         self.critic_opt = make_adam(self.critic, critic_lr, device, eps=config.adam_eps)
         self.n_updates = 0  # critic updates so far: the actor and the targets follow every policy_delay-th
-        if resume is not None:
-            load_state(self.policy, resume.model, "the actor", resume.path)
-            load_state(self.critic, resume.learner["critic"], "the critic", resume.path)
-            if self.target_policy is not None:
-                load_state(self.target_policy, resume.learner["target_actor"], "the target actor", resume.path)
-            load_state(self.target_critic, resume.learner["target_critic"], "the target critic", resume.path)
-            restore_optimizer(self.actor_opt, resume.learner["actor_optimizer"], config.lr)
-            critic_optimizer = resume.learner["critic_optimizer"]
-            if any(key.startswith("critics.") for key in resume.learner["critic"]):  # saved before the ensemble
-                critic_optimizer = _stack_critic_optimizer_state(critic_optimizer, self.critic.n_critics)
-            restore_optimizer(self.critic_opt, critic_optimizer, critic_lr)
-            if policy_delay is not None:
-                self.n_updates = int(resume.learner["n_updates"])
+        # The networks before their optimizers, so that each optimizer's state loads onto restored parameters.
+        self.state = LearnerState(critic=self.critic, target_critic=self.target_critic)
+        if self.target_policy is not None:
+            self.state.add(target_actor=self.target_policy)
+        self.state.add(actor_optimizer=self.actor_opt,
+                       critic_optimizer=_EnsembleOptimizer(self.critic_opt, getattr(self.critic, "n_critics", None)))
+        if policy_delay is not None:
+            self.state.counters(self, "n_updates")
         self.noise = torch.Generator(device=device)
         self.noise.manual_seed(seed)
         super().__init__(config, fresh_run=resume is None, infos=infos)
@@ -183,15 +198,3 @@ class TwinCriticLearner(UniformStartLearner):
         for target, network in self._targets():
             polyak_update(target, network, config.tau)
         return stats
-
-    def state(self) -> dict[str, Any]:
-        """The critics, the targets, the two optimizers' state and, with a ``policy_delay``, the count of critic
-        updates."""
-        state: dict[str, Any] = {"critic": self.critic.state_dict(), "target_critic": self.target_critic.state_dict(),
-                                 "actor_optimizer": self.actor_opt.state_dict(),
-                                 "critic_optimizer": self.critic_opt.state_dict()}
-        if self.target_policy is not None:
-            state["target_actor"] = self.target_policy.state_dict()
-        if self.policy_delay is not None:
-            state["n_updates"] = self.n_updates
-        return state

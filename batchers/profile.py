@@ -31,10 +31,11 @@ log = logging.getLogger(__name__)
 WORKER_PHASES = ("env_step", "agent_forward", "buffer_write", "copy", "graph_replay")
 #: The phase in which a training loop collects; it starts every iteration, and :func:`split_collection` splits it.
 COLLECT = "collect"
-#: Learner phases of the on-policy training loop (what :func:`rlstruct.algos.profile_training` reports), in loop
-#: order: the trajectories to the learner's device, their normalisation, the algorithm's learn step (loss, backward
-#: and optimizer steps), the weights to the batcher, and the iteration's record (evaluation and checkpoint turns).
-LEARNER_PHASES = ("to_learner", "normalize", "learn", "update_weights", "record")
+#: Learner phases of the training loops (what :func:`rlstruct.algos.profile_training` reports), in loop order: the
+#: trajectories to the learner's device, their normalisation (on-policy), their push into a replay buffer
+#: (off-policy), the algorithm's learn step or gradient steps (loss, backward and optimizer steps), the weights to the
+#: batcher, and the iteration's record (evaluation and checkpoint turns). A loop times the phases it has.
+LEARNER_PHASES = ("to_learner", "normalize", "push", "learn", "update_weights", "record")
 
 
 class PhaseTimer:
@@ -171,8 +172,8 @@ class ProfileReport:
             workers, and scaled down to the collection time when workers overlap), ``wait`` (collection time
             not spent in the workers' step loop: IPC, imbalance, start of the acquisition), ``gather`` (copy out
             of the batcher's buffer), the learner phases
-            (:data:`LEARNER_PHASES`: ``to_learner``, host–device copy of the trajectories, ``normalize``, ``learn``,
-            the algorithm's learn step, ``update_weights``, ``record``), then ``other``.
+            (:data:`LEARNER_PHASES`: ``to_learner``, host–device copy of the trajectories, ``normalize``, ``push``,
+            ``learn``, the algorithm's learn step, ``update_weights``, ``record``), then ``other``.
         wall_s: wall-clock seconds of the profiled iterations.
         env_steps: env transitions collected.
         iterations: collection + learning iterations profiled.

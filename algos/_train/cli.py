@@ -159,10 +159,10 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
         p.add_argument("--png", default="autotune.png", help="plot to write (default: autotune.png; '' for none)")
     else:
         p = OneLineParser(prog="rlstruct profile",
-                                    description="Runs a few iterations of the on-policy training loop and shows "
+                                    description="Runs a few iterations of an algorithm's training loop and shows "
                                                 "where the time goes.")
         p.add_argument("--algo", default="a2c", metavar="ALGO",
-                       help=f"the on-policy algorithm to train: {', '.join(profile.profiled_algorithms())}, or "
+                       help=f"the algorithm to train: {', '.join(profile.profiled_algorithms())}, or "
                             "MODULE:ATTRIBUTE of another (default: a2c)")
         p.add_argument("--env", default="CartPole-v1", help="gymnasium id (default: CartPole-v1)")
         p.add_argument("--n-envs", type=int, default=256, help="envs per worker (default: 256)")

@@ -1,8 +1,8 @@
-"""The two training loops: the on-policy one (A2C, PPO, REINFORCE, PQN: collect, normalise, learn) and the
-off-policy one (DQN, SAC: collect, push into a replay buffer, take gradient steps), with what every run does around
-them (send the weights to the batchers, record, evaluate, checkpoint, stop); :func:`run` runs a checked setup in its
-family's loop, :func:`train` checks and runs an algorithm's config, and :func:`trainer` is an algorithm module's
-``train``.
+"""The two families' training loops (:class:`~.family.TrainingLoop`): the on-policy one (A2C, PPO, REINFORCE, PQN:
+collect, normalise, learn) and the off-policy one (DQN, SAC, TD3: collect, push into a replay buffer, take gradient
+steps), with what every run does around them (send the weights to the batchers, record, evaluate, checkpoint, stop);
+:func:`run` runs a checked setup in the loop its description carries, :func:`train` checks and runs an algorithm's
+config, and :func:`trainer` is an algorithm module's ``train``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,21 +35,14 @@ from rlstruct.algos._train.distributed import (
     learner_seed,
     sum_over_ranks,
 )
-from rlstruct.algos._train.evaluation import Evaluator
+from rlstruct.algos._train.family import open_run, record_iteration
 from rlstruct.algos._train.finish import finish_diverged, finish_training
 from rlstruct.algos._train.folder_claim import given_back_unless_trained, run_logdir
-from rlstruct.algos._train.log import Run
-from rlstruct.algos._train.registry import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm, algorithm_source
+from rlstruct.algos._train.learner_state import LearnerState
+from rlstruct.algos._train.registry import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from rlstruct.algos._train.replay_setup import check_replay_fits, make_replay_buffer, replay_folder
 from rlstruct.algos._train.result import TrainResult
-from rlstruct.algos._train.session import (
-    Setup,
-    check_on_device,
-    open_batchers,
-    seeded_model,
-    training_run,
-    validate,
-)
+from rlstruct.algos._train.session import Setup, check_on_device, open_batchers, seeded_model, validate
 from rlstruct.algos._train.stop_rule import StopRule
 from rlstruct.algos._train.update import (
     LossFn,
@@ -103,6 +97,10 @@ class ActorCriticLearner:
         seed: this session's seed (for the learn step's own generators).
         world: this process's rank in a data-parallel run (the gradients are averaged already; a learn step asks it
             only for a decision that every rank takes alike, e.g. PPO's early stop).
+        state: what the checkpoint keeps besides the model's weights, which ``--resume`` restores once the learn step
+            is built: the loop declares the optimizer (``"optimizer"``) and the return statistics
+            (``"normalization"``); a learn step adds what it owns, e.g. an adaptive coefficient, a tensor updated in
+            place (``learner.state.add(kl_coef=kl_coef)``).
     """
 
     model: nn.Module
@@ -112,6 +110,7 @@ class ActorCriticLearner:
     device: torch.device
     seed: int
     world: World = World()
+    state: LearnerState = dataclasses.field(default_factory=LearnerState)
 
     def update_step(self, loss_fn: LossFn, config: OnPolicyConfig, *, max_grad_norm: float,
                     per_network: bool = True, dynamic: bool | None = None) -> UpdateStep:
@@ -170,16 +169,6 @@ def _until_a_worker_fails(rule: StopRule) -> Iterator[None]:
         log.debug("batcher worker %d failed with no restart left; stopping the run", e.worker_id, exc_info=True)
 
 
-def _record(run: Run, world: World, evaluator: Evaluator, n_steps: int, stats: dict[str, Any],
-            weights: Callable[[], dict[str, torch.Tensor]], model: nn.Module,
-            learner_state: Callable[[], dict[str, Any]]) -> None:
-    """The end of every iteration: its record, and on the logging rank the evaluation's and the checkpoint's turn."""
-    run.record(n_steps, stats)
-    if world.is_logger:
-        run.poll_evaluation(evaluator, weights)
-        run.poll_checkpoint(model, learner_state)
-
-
 class _Episodes:
     """The collection of an episodic algorithm: every iteration resets the envs and runs each one episode to its
     end; the weights go to the batcher after each update (:class:`~rlstruct.batchers.Pipeline`'s calls)."""
@@ -227,10 +216,7 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
     """
     algo: OnPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
     config, spec, resume, learner, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
-    logger = world.is_logger  # rank 0 of a data-parallel run, or a plain run
-    with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=logger,
-                      world_size=world.size, on_evaluation=setup.on_evaluation,
-                      source=algorithm_source(algo)) as (run, stack):
+    with open_run(setup) as (run, stack):
         # What the batchers' agents build besides the agent factory's own settings (none for a plain network).
         agent_kwargs, model_kwargs = algo.model.agent_kwargs(config)
         model = seeded_model(config.seed, algo.model.build, config, spec)
@@ -256,10 +242,14 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
         B = batcher.n_elems()
         announce(world, "envs of a collection" if algo.episodic else "env steps of a collection",
                  B if algo.episodic else B * config.n_steps, config.lr)
-        optimizer, normalize, learner_state = actor_critic_learner(
-            model, config, n_rows=B, device=learner, resume=resume, sum_over_ranks=sum_over_ranks(world))
+        optimizer, normalize = actor_critic_learner(model, config, n_rows=B, device=learner,
+                                                    sum_over_ranks=sum_over_ranks(world))
+        owned = LearnerState(optimizer=optimizer, normalization=normalize)
         checked = RL_Agent_CheckDevice(agent, learner) if config.check_devices else agent
-        learn = algo.make_learn(config, ActorCriticLearner(model, agent, checked, optimizer, learner, run.seed, world))
+        learn = algo.make_learn(config, ActorCriticLearner(model, agent, checked, optimizer, learner, run.seed, world,
+                                                           owned))
+        if resume is not None:  # after the learn step declared its own state
+            owned.load_state_dict(resume.learner, path=resume.path)
         episodes = _TrainingEpisodes(B, learner)
 
         collect = _collector(setup, stack, batcher, model)
@@ -298,12 +288,11 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
                     episodes.add(tt, stats)
                     n_steps = B * tt.temporal_size() * world.size  # env steps of all ranks: the budget is global
                 with phase("record"):
-                    _record(run, world, evaluator, n_steps, stats, lambda: cpu_state_dict(model), model,
-                            learner_state)
+                    record_iteration(run, evaluator, n_steps, stats, model=model, learner=owned.state_dict)
         collect.close()  # an acquisition launched during the last update: close the batcher with nothing pending
 
         check_models_agree(model, world)
-        return finish_training(run, evaluator, model, spec, title=algo.title, learner=learner_state())
+        return finish_training(run, evaluator, model, spec, title=algo.title, learner=owned.state_dict())
     return finish_diverged(run, title=algo.title)  # the loop raised, and the divergence found explains it
 
 
@@ -312,14 +301,18 @@ class OffPolicyLearner(Protocol):
 
     Built as ``learner_cls(config, spec, resume, device=..., seed=..., n_rows=...)`` after the batchers' workers
     spawned: its networks, optimizers and generators on the learner's ``device`` (seeded by this session's ``seed``),
-    a resumed run's state restored, ``n_rows`` the training batcher's envs. The batchers' agent is the algorithm's
-    ``agent``.
+    ``n_rows`` the training batcher's envs. The batchers' agent is the algorithm's ``agent``. The loop restores a
+    resumed run's ``policy`` and ``state`` once the learner is built; ``resume`` says whether there is one.
 
     Attributes:
         policy: the network the batchers' agents run (and the checkpoint's ``model``).
+        state: what the checkpoint keeps besides the policy's weights, which ``--resume`` restores: the other
+            networks (targets, critics), the optimizers, tensors of state (a temperature) and counters
+            (:class:`~.learner_state.LearnerState`).
     """
 
     policy: nn.Module
+    state: LearnerState
 
     @staticmethod
     def exploration(config: OffPolicyConfig) -> dict[str, bool | float]:
@@ -349,8 +342,16 @@ class OffPolicyLearner(Protocol):
     def gradient_step(self, buffer: ReplayBuffer) -> dict[str, Any]:
         """One gradient step on a batch sampled from ``buffer``; its statistics."""
 
-    def state(self) -> dict[str, Any]:
-        """What the checkpoint keeps besides the policy's weights (see ``--resume``)."""
+
+def _declared(learner: OffPolicyLearner) -> Callable[[], dict[str, Any]]:
+    """What the checkpoint of an off-policy ``learner`` keeps (its ``state``'s ``state_dict``); a learner whose
+    ``state`` is still a method saves and restores by hand (the protocol's first form), with a warning."""
+    if isinstance(learner.state, LearnerState):
+        return learner.state.state_dict
+    warnings.warn(f"{type(learner).__name__}.state() is deprecated and goes in a later minor release: declare what "
+                  "the learner owns as self.state = LearnerState(...) (rlstruct.algos.harness), which the harness "
+                  "saves and restores on --resume", DeprecationWarning, stacklevel=2)
+    return learner.state
 
 
 class UniformStartLearner:
@@ -384,9 +385,14 @@ class UniformStartLearner:
         return n_steps
 
 
-def train_off_policy(setup: Setup) -> TrainResult:
+def train_off_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainResult:
     """Trains ``setup.algorithm`` (an :class:`OffPolicyAlgorithm`) and returns the final evaluation and the run's
     history.
+
+    With ``setup.resume``, the policy's weights and the learner's declared ``state`` come from the checkpoint. With
+    ``timer``, every iteration's phases are timed as the on-policy loop's are (``collect``, ``to_learner``, then
+    ``push`` into the replay buffer, ``learn``: the gradient steps, ``update_weights`` and ``record``) and the
+    training batcher times its own (``rlstruct profile``).
 
     A resumed run's replay buffer is not in the checkpoint: it refills for ``learning_starts`` env steps before the
     first gradient step of the new session. A buffer kept in memory that needs more than the machine has available
@@ -404,9 +410,7 @@ def train_off_policy(setup: Setup) -> TrainResult:
     algo: OffPolicyAlgorithm = setup.algorithm  # type: ignore[assignment]
     config, spec, resume, device, world = setup.config, setup.spec, setup.resume, setup.learner_device, setup.world
     check_replay_fits(config, spec, device, folder=replay_folder(run_logdir(algo.name, config, resume), world.rank))
-    with training_run(algo.name, config, spec, start=setup.start, resume=resume, logger=world.is_logger,
-                      world_size=world.size, on_evaluation=setup.on_evaluation,
-                      source=algorithm_source(algo)) as (run, stack):
+    with open_run(setup) as (run, stack):
         # Batchers first, the learner on its device after: no CUDA in this process before workers spawn.
         batcher, evaluator = open_batchers(stack, config, spec, algo.agent(config.to_dict()),
                                            agent_kwargs=training_agent_kwargs(config),
@@ -414,10 +418,15 @@ def train_off_policy(setup: Setup) -> TrainResult:
                                            cuda_graph=isinstance(config, CapturedPart) and config.cuda_graph,
                                            explore=algo.make_learner.exploration(config),
                                            evaluate=algo.evaluation_agent_info(config.to_dict()),
-                                           seed=run.seed, rank=world.rank, run=run)
+                                           seed=run.seed, rank=world.rank, run=run,
+                                           sync_timings=timer is not None and timer.sync)
         B = batcher.n_elems()
         seed = learner_seed(run.seed, world)
         learner = algo.make_learner(config, spec, resume, device=device, seed=seed, n_rows=B)
+        learner_state = _declared(learner)
+        if resume is not None and isinstance(learner.state, LearnerState):
+            load_state(learner.policy, resume.model, "the policy", resume.path)
+            learner.state.load_state_dict(resume.learner, path=resume.path)
         run.stop_rule.guard.watch(learner.policy.state_dict)
         _join_ranks(world, device, config, stack, learner.tensors())
         announce(world, "transitions of a replay minibatch, from the rank's own buffer", config.batch_size, config.lr)
@@ -430,51 +439,57 @@ def train_off_policy(setup: Setup) -> TrainResult:
         # with an in-process batcher there (config.share_weights), as a CPU copy after each update otherwise.
         collect = start_pipeline(stack, batcher, learner.policy, config, device=device)
         weights = functools.partial(cpu_state_dict, learner.policy)  # an evaluation's, only when one is due
+        phase = _untimed if timer is None else timer
+        if timer is not None:
+            timer.watch(batcher)
         if world.is_logger:
             evaluator.schedule(weights, run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
             with _until_a_worker_fails(run.stop_rule):
                 agent_info, stats = learner.agent_info(run.env_steps)
-                traj = collect.next(agent_info).to(device)
+                with phase("collect"):
+                    traj = collect.next(agent_info)
+                with phase("to_learner"):
+                    traj = traj.to(device)
                 if config.check_devices:
                     check_on_device(traj, device, "the trajectories given to the learner")
                     for what, module in learner.checked().items():
                         check_on_device(module, device, what)
                 tt = traj.trajectories
                 n_new = B * tt.temporal_size()  # this rank's; every rank's together count in the budget
-                buffer.push_steps(**learner.transitions(tt))
+                with phase("push"):
+                    buffer.push_steps(**learner.transitions(tt))
 
                 stats["buffer_size"] = float(len(buffer))
                 filled = run.env_steps + n_new * world.size - first_step >= config.learning_starts
                 n_steps = fewest_over_ranks(learner.n_gradient_steps(n_new, len(buffer)) if filled else 0, world)
                 buffer.anneal(run.budget_used())  # a prioritized buffer's importance-sampling exponent
-                for _ in range(n_steps):
-                    stats.update(learner.gradient_step(buffer))
+                with phase("learn"):
+                    for _ in range(n_steps):
+                        stats.update(learner.gradient_step(buffer))
                 if n_steps:
-                    with _until_a_worker_fails(run.stop_rule):
+                    with phase("update_weights"), _until_a_worker_fails(run.stop_rule):
                         collect.updated()
 
-                episodes.add(tt, stats)
-                _record(run, world, evaluator, n_new * world.size, stats, weights, learner.policy, learner.state)
+                with phase("record"):
+                    episodes.add(tt, stats)
+                    record_iteration(run, evaluator, n_new * world.size, stats, model=learner.policy,
+                                     learner=learner_state, weights=weights)
 
         check_models_agree(learner.tensors(), world)
-        return finish_training(run, evaluator, learner.policy, spec, title=algo.title, learner=learner.state())
+        return finish_training(run, evaluator, learner.policy, spec, title=algo.title, learner=learner_state())
     return finish_diverged(run, title=algo.title)  # the loop raised, and the divergence found explains it
 
 
-def run(setup: Setup) -> TrainResult:
-    """Trains from a checked :class:`~.session.Setup` in its algorithm's family's loop, then releases the log
+def run(setup: Setup, *, timer: LoopTimer | None = None) -> TrainResult:
+    """Trains from a checked :class:`~.session.Setup` in the loop its algorithm's description carries
+    (:attr:`~.registry.Algorithm.loop`), timed by ``timer`` when given (``rlstruct profile``), then releases the log
     folder's lock (:attr:`~.session.Setup.lock`), also when training raised."""
     try:
-        if isinstance(setup.algorithm, OnPolicyAlgorithm):
-            return train_on_policy(setup)
-        if isinstance(setup.algorithm, OffPolicyAlgorithm):
-            return train_off_policy(setup)
+        return setup.algorithm.loop(setup, timer=timer)
     finally:
         if setup.lock is not None:
             setup.lock.release()
-    raise TypeError(f"setup.algorithm must be an OnPolicyAlgorithm or an OffPolicyAlgorithm, got "
-                    f"{type(setup.algorithm).__name__}; describe the algorithm with one of them")
 
 
 def train(algorithm: Algorithm, config: RunConfig) -> TrainResult:

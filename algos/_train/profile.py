@@ -1,10 +1,10 @@
 """Where the time of a training loop goes, and how many envs and processes to run.
 
-:func:`profile_training` runs a few iterations of the on-policy training loop with a
+:func:`profile_training` runs a few iterations of an algorithm's training loop (its family's, whichever it is) with a
 :class:`~rlstruct.batchers.profile.LoopTimer` and returns a :class:`~rlstruct.batchers.profile.ProfileReport`:
 seconds and shares of wall-clock time for env step, agent forward, buffer writes, host–device copies, waiting on
-workers, normalisation, the algorithm's learn step, weight updates and the iteration's record. The collection
-phases come from :meth:`RL_Batcher.timings`, the learner's from the timer.
+workers, normalisation, the replay buffer's push, the algorithm's learn step, weight updates and the iteration's
+record. The collection phases come from :meth:`RL_Batcher.timings`, the learner's from the timer.
 
 :func:`batcher_measure` is the measurement ``rlstruct autotune`` hands to
 :func:`rlstruct.batchers.autotune.autotune`: the steps/s and memory of an :class:`RL_Batcher` of the same
@@ -13,6 +13,7 @@ policy agent on a :func:`~rlstruct.envs.make_env` env.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -21,8 +22,8 @@ from typing import Any
 import torch
 
 from rlstruct.algos._env_spec import create_env, describe_env
-from rlstruct.algos._train.loops import train_on_policy
-from rlstruct.algos._train.registry import ALGORITHMS, OnPolicyAlgorithm, algorithm
+from rlstruct.algos._train.loops import run
+from rlstruct.algos._train.registry import ALGORITHMS, algorithm
 from rlstruct.algos._train.session import seeded_model, validate
 from rlstruct.algos.networks import build_actor_critic
 from rlstruct.algos.policies import create_policy_agent
@@ -42,14 +43,17 @@ def _agent_args(env: str, backend: str, hidden: int, device: torch.device) -> di
 
 
 def profiled_algorithms() -> list[str]:
-    """The algorithms :func:`profile_training` runs: the registry's on-policy ones that collect a fixed number of
-    steps per iteration (auto-reset envs).
+    """The built-in algorithms :func:`profile_training` runs: those that collect a fixed number of steps per
+    iteration (auto-reset envs: a description with a ``steps_setting``), of every family.
 
     >>> profiled_algorithms()
-    ['a2c', 'ppo', 'pqn']
+    ['a2c', 'dqn', 'ppo', 'sac', 'pqn', 'td3']
     """
-    return [name for name in ALGORITHMS
-            if isinstance(a := algorithm(name), OnPolicyAlgorithm) and not a.episodic]
+    return [name for name in ALGORITHMS if algorithm(name).steps_setting is not None]
+
+
+#: the settings of :func:`profile_training` that only some configs have, and their value when not asked for
+_OPTIONAL_SETTINGS = {"overlap": False, "cuda_graph": False, "autocast": "none", "compile_policy": False}
 
 
 def profile_training(
@@ -74,22 +78,25 @@ def profile_training(
     autocast: str = "none",
     compile_policy: bool = False,
 ) -> ProfileReport:
-    """Trains ``algo`` for ``iterations`` iterations of the on-policy loop (``rlstruct train``'s) and reports where
-    the time goes.
+    """Trains ``algo`` for ``iterations`` iterations of its training loop (``rlstruct train``'s, the one its
+    description carries) and reports where the time goes.
 
-    The run is :func:`~rlstruct.algos._train.loops.train_on_policy` with a
-    :class:`~rlstruct.batchers.profile.LoopTimer`: each iteration collects ``n_timesteps`` steps of ``n_processes``
-    workers of ``n_envs`` auto-reset envs on ``device`` (``collect``, split into the batcher's phases), moves them
-    to ``learner_device`` (``to_learner``), normalises them (``normalize``), runs the algorithm's learn step
-    (``learn``), sends the weights to the batcher (``update_weights``) and records the iteration (``record``). The
+    The run is the loop with a :class:`~rlstruct.batchers.profile.LoopTimer`: each iteration collects
+    ``n_timesteps`` steps (the description's ``steps_setting``) of ``n_processes`` workers of ``n_envs`` auto-reset
+    envs on ``device`` (``collect``, split into the batcher's phases), moves them to ``learner_device``
+    (``to_learner``), then times the learner's phases of its family: the on-policy loop normalises them
+    (``normalize``) and runs the algorithm's learn step (``learn``); the off-policy loop pushes them into its replay
+    buffer (``push``) and takes its gradient steps (``learn``), from the first iteration on (``learning_starts``
+    0); both send the weights to the batcher (``update_weights``) and record the iteration (``record``). The
     other settings are the algorithm's config defaults (no preset); the logs go to a temporary folder. One warm-up
     iteration runs first and is not counted (two with ``cuda_graph``: the first acquisition is eager, the second
     captures), nor are the run's first and final evaluations (one episode each); there is no other evaluation and no
     progress bar.
 
     Args:
-        env: a gymnasium id the algorithm runs on (``CartPole-v1``, ``Acrobot-v1``).
-        algo: the algorithm, one of :func:`profiled_algorithms`.
+        env: a gymnasium id the algorithm runs on (``CartPole-v1``, ``Acrobot-v1``, ``Pendulum-v1`` for SAC).
+        algo: the algorithm: one of :func:`profiled_algorithms`, ``MODULE:ATTRIBUTE`` or an installed one's name,
+            whose description has a ``steps_setting``.
         n_envs: envs per worker.
         n_processes: batcher worker processes (0: this process).
         n_timesteps: steps per acquisition (the config's ``n_steps``).
@@ -104,8 +111,8 @@ def profile_training(
         sync: synchronize a GPU at phase boundaries (the batcher's ``sync_timings`` and the timer's), so that the
             split is exact; off, GPU phases show up where the work is waited for.
         cuda_graph: the config's ``cuda_graph`` (a GPU ``device``): the batcher's steps show as ``graph_replay``.
-        overlap: the config's ``overlap``: collect the next batch while learning on this one (in process, the
-            batcher's ``zero_copy`` double buffer).
+        overlap: the config's ``overlap`` (on-policy): collect the next batch while learning on this one (in
+            process, the batcher's ``zero_copy`` double buffer).
         physics_dtype: ``"float64"`` or ``"float32"``: the torch simulators' physics precision.
         autocast: ``"none"`` or ``"bfloat16"``: the learn step's forward and the batcher's policy under
             ``torch.autocast`` (``rlstruct train --autocast``).
@@ -116,47 +123,49 @@ def profile_training(
         A :class:`~rlstruct.batchers.profile.ProfileReport`.
 
     Raises:
-        ValueError: ``algo`` not one of :func:`profiled_algorithms`, ``iterations`` below 1, or a setting that the
-            algorithm's config refuses (``n_envs``, ``n_timesteps``, ``n_processes``, ``physics_dtype``,
+        ValueError: ``algo`` collects whole episodes (no ``steps_setting``), ``iterations`` below 1, a setting its
+            config does not have (``overlap``, ``autocast``, ``cuda_graph``, ``compile_policy``) asked for, or one that
+            the algorithm's config refuses (``n_envs``, ``n_timesteps``, ``n_processes``, ``physics_dtype``,
             ``autocast``, ``cuda_graph`` off CUDA, an env the algorithm cannot run on).
         DeviceUnavailableError: a device this machine does not have.
 
     >>> report = profile_training("CartPole-v1", n_envs=8, n_timesteps=4, iterations=2)
-    >>> list(report.seconds)[-6:], report.env_steps
-    (['to_learner', 'normalize', 'learn', 'update_weights', 'record', 'other'], 64)
+    >>> list(report.seconds)[-7:], report.env_steps
+    (['to_learner', 'normalize', 'push', 'learn', 'update_weights', 'record', 'other'], 64)
     """
     description = algorithm(algo)  # a built-in's name, MODULE:ATTRIBUTE, or an installed one's
-    if not isinstance(description, OnPolicyAlgorithm) or description.episodic:
-        raise ValueError(f"algo must be one of {profiled_algorithms()} or another on-policy algorithm that collects a "
-                         f"fixed number of steps per iteration, got {algo!r}; profile one of them")
+    steps = description.steps_setting
+    if steps is None:
+        raise ValueError(f"algo must collect a fixed number of steps per iteration (one of {profiled_algorithms()}, "
+                         f"or a description with a steps_setting), got {algo!r}, which collects whole episodes; "
+                         "profile one of them")
     if not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
     dev = check_device_exists(device)
     ldev = dev if learner_device is None else check_device_exists(learner_device)
     warmup = 2 if cuda_graph else 1  # allocator, lazy initialisations, compilation (and the graph's capture)
     settings: dict[str, Any] = {
-        "env": env, "backend": backend, "n_envs": n_envs, "n_processes": n_processes, "n_steps": n_timesteps,
+        "env": env, "backend": backend, "n_envs": n_envs, "n_processes": n_processes, steps: n_timesteps,
         "batcher_device": str(dev), "learner_device": str(ldev), "hidden_sizes": (hidden, hidden), "seed": seed,
-        "cuda_graph": cuda_graph, "overlap": overlap, "physics_dtype": physics_dtype, "autocast": autocast,
-        "compile_policy": compile_policy, "preset": "none", "time_limit": 1e9,
+        "physics_dtype": physics_dtype, "preset": "none", "time_limit": 1e9,
         "n_evaluation_envs": 1, "eval_every": 2**31 - 1, "progress": False,
     }
-    if lr is not None:
-        settings["lr"] = lr
-    if gamma is not None:
-        settings["gamma"] = gamma
+    fields = {f.name for f in dataclasses.fields(description.config_cls)}
+    asked = {"overlap": overlap, "cuda_graph": cuda_graph, "autocast": autocast, "compile_policy": compile_policy,
+             "lr": lr, "gamma": gamma, "learning_starts": 0}
+    for name, value in asked.items():
+        if name in fields and value is not None:
+            settings[name] = value
+        elif name in _OPTIONAL_SETTINGS and value != _OPTIONAL_SETTINGS[name]:
+            raise ValueError(f"{name} is not a setting of {description.title}, got {name}={value!r}; profile "
+                             f"{description.title} without it")
     timer = LoopTimer(ldev, sync=sync, warmup=warmup)
     n_workers = max(n_processes, 1) if isinstance(n_processes, int) else 1
     counts = all(isinstance(v, int) and v >= 1 for v in (n_envs, n_timesteps))
     per_iteration = n_envs * n_workers * n_timesteps if counts else 1  # else the config's check names the setting
     with tempfile.TemporaryDirectory(prefix="rlstruct-profile-") as logdir:
         config = description.config_cls(**settings, logdir=logdir, max_env_steps=(warmup + iterations) * per_iteration)
-        setup = validate(description, config)
-        try:
-            train_on_policy(setup, timer=timer)
-        finally:
-            if setup.lock is not None:
-                setup.lock.release()
+        run(validate(description, config), timer=timer)
     report_config = {"algo": algo, "env": env, "n_envs": n_envs, "n_processes": n_processes,
                      "n_timesteps": n_timesteps, "iterations": iterations, "device": str(dev),
                      "learner_device": str(ldev), "backend": backend, "hidden": hidden, "sync": sync,

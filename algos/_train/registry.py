@@ -1,10 +1,12 @@
-"""What an algorithm is, as data: its description (:class:`Algorithm`), its family's (:class:`OnPolicyAlgorithm`,
-with the :class:`OnPolicyModel` it learns, and :class:`OffPolicyAlgorithm`), and the registry that finds the
-algorithms (:data:`ALGORITHMS`, :func:`algorithm`, :func:`algorithm_source`). The command line's choices,
-``rlstruct.algos``'s names, and the evaluation agent of a saved run all come from here.
+"""What an algorithm is, as data: its description (:class:`Algorithm`, which carries its family's training loop),
+the two families' (:class:`OnPolicyAlgorithm`, with the :class:`OnPolicyModel` it learns, and
+:class:`OffPolicyAlgorithm`), and the registry that finds the algorithms (:data:`ALGORITHMS`, :func:`algorithm`,
+:func:`algorithm_source`). The command line's choices, ``rlstruct.algos``'s names, and the evaluation agent of a
+saved run all come from here.
 
 A description runs nothing: the harness trains one (:func:`~.session.validate`, :func:`~.loops.run`,
-:func:`~.loops.train`, :func:`~.train_command.main` each take it), so that this module sits beneath the harness.
+:func:`~.loops.train`, :func:`~.train_command.main` each take it) in the loop it names, so that this module sits
+beneath the harness.
 Adding a built-in algorithm is its module and one line in :data:`ALGORITHMS`. An algorithm from outside the package
 is found by its source, the conventions Python users know: ``MODULE:ATTRIBUTE`` (an importable module and the name
 of its description, as uvicorn's ``main:app``), or the name of an installed package's entry point in the
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 
     from rlstruct.agents import RL_Agent
     from rlstruct.algos._env_spec import EnvSpec
+    from rlstruct.algos._train.family import TrainingLoop
     from rlstruct.structures import DictTensor
 
 __all__ = ["ALGORITHMS", "CODE_FIELDS", "ENTRY_POINT_GROUP", "Algorithm", "OffPolicyAlgorithm", "OnPolicyAlgorithm",
@@ -69,10 +72,24 @@ def _no_check(*args: Any) -> None:
     return None
 
 
+def _family_loop(name: str) -> Callable[[], TrainingLoop]:
+    """The default ``loop`` of a family's description: the loop function ``name`` of :mod:`~.loops`, imported when
+    the description is made (the loops import this module)."""
+
+    def loop() -> TrainingLoop:
+        from rlstruct.algos._train import loops
+
+        return getattr(loops, name)
+
+    return loop
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Algorithm:
     """An algorithm as the loops, the command line and the evaluation of a saved run see it. Each algorithm module
-    holds one, ``ALGORITHM``, and :data:`ALGORITHMS` names the modules.
+    holds one, ``ALGORITHM``, and :data:`ALGORITHMS` names the modules. A member of a family describes itself with
+    the family's description (:class:`OnPolicyAlgorithm`, :class:`OffPolicyAlgorithm`), which names the family's
+    loop; a new family is an :class:`Algorithm` with its own ``loop``.
 
     Attributes:
         name: the command's name (``rlstruct train a2c``), also the log folder's and the checkpoint's.
@@ -88,6 +105,11 @@ class Algorithm:
         check_env: raises when the algorithm cannot run on the env: ``(config, spec) -> None``.
         search_space: what ``rlstruct sweep`` searches by default: field -> a range or choices (the format of
             :mod:`~rlstruct.algos._train.search_space`).
+        loop: its family's training loop (a :class:`~.family.TrainingLoop`): ``(setup, *, timer=None) ->
+            TrainResult``; every command that trains (``train``, ``sweep``, ``profile``) runs it.
+        steps_setting: the config field that sets each env's steps per iteration (``rlstruct profile
+            --n-timesteps``); ``None``: an iteration's steps vary (whole episodes), which ``rlstruct profile``
+            cannot budget.
     """
 
     name: str
@@ -96,9 +118,11 @@ class Algorithm:
     description: str
     agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]]
     evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]]
+    loop: TrainingLoop
     check_config: Callable[[Any], None] = _no_check
     check_env: Callable[[Any, EnvSpec], None] = _no_check
     search_space: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    steps_setting: str | None = None
 
     def check_family(self, config: Any) -> None:
         """Raises on the settings of the algorithm's family (its loop's)."""
@@ -155,10 +179,13 @@ class OnPolicyAlgorithm(Algorithm):
     agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]] = dataclasses.field(init=False)
     evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]] = dataclasses.field(init=False)
     schedule: Callable[[Any, int, int], tuple[DictTensor, dict[str, Any]]] | None = None
+    loop: TrainingLoop = dataclasses.field(default_factory=_family_loop("train_on_policy"))
+    steps_setting: str | None = dataclasses.field(init=False, default=None)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "agent", self.model.agent)
         object.__setattr__(self, "evaluation_info", self.model.evaluation_info)
+        object.__setattr__(self, "steps_setting", None if self.episodic else "n_steps")
         if self.check_env is _no_check:
             object.__setattr__(self, "check_env", functools.partial(self.model.check_env, self.title))
 
@@ -183,6 +210,8 @@ class OffPolicyAlgorithm(Algorithm):
     """
 
     make_learner: type
+    loop: TrainingLoop = dataclasses.field(default_factory=_family_loop("train_off_policy"))
+    steps_setting: str | None = "rollout_steps"
 
     def check_family(self, config: Any) -> None:
         """The off-policy settings' checks (:func:`~.config.check_off_policy`)."""
@@ -254,8 +283,8 @@ def _from_source(source: str, what: str) -> Algorithm:
         found = getattr(found, part)
     if not isinstance(found, Algorithm):
         raise AlgorithmSourceError(f"{what} {source!r} is a {type(found).__name__}, not an algorithm description; "
-                                   "name an OnPolicyAlgorithm or OffPolicyAlgorithm (rlstruct.algos.harness), "
-                                   "usually the module's ALGORITHM")
+                                   "name an Algorithm, OnPolicyAlgorithm or OffPolicyAlgorithm "
+                                   "(rlstruct.algos.harness), usually the module's ALGORITHM")
     builtin = f"rlstruct.algos.{found.name}"
     if found.name in ALGORITHMS and module_name != builtin:
         raise AlgorithmSourceError(f"{what} {source!r} is named {found.name!r}, the name of the built-in algorithm "
@@ -315,7 +344,7 @@ def algorithm_source(description: Algorithm) -> str:
 def _outside_source(description: Algorithm) -> str:
     """``"module:ATTRIBUTE"`` of the module that holds an algorithm from outside the package
     (:func:`algorithm_source`)."""
-    hints = [description.config_cls.__module__,
+    hints = [description.config_cls.__module__, getattr(description.loop, "__module__", None),
              getattr(getattr(description, "make_learn", None) or getattr(description, "make_learner", None),
                      "__module__", None)]
     for module_name in dict.fromkeys(h for h in hints if h):

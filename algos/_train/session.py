@@ -1,7 +1,7 @@
 """A training session: the one check of a run's settings before anything is built (:func:`validate`, which
 gives a :class:`Setup`), the run's frame (:func:`training_run`: threads, precision, signals), its batchers
-(:func:`open_batchers`, the training batcher's envs seeded by their global index) and the frame's
-exit (:mod:`~.finish` holds its end).
+(:func:`open_batchers`, the training batcher's envs seeded by their global index, and :func:`open_evaluator`) and the
+frame's exit (:mod:`~.finish` holds its end).
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ __all__ = [
     "Setup",
     "check_on_device",
     "open_batchers",
+    "open_evaluator",
     "validate",
     "seeded_model",
     "training_run",
@@ -430,10 +431,8 @@ def open_batchers(
     reproducible from ``seed`` (``config.seed``, or the session's seed of a resumed run) alone. The training batcher
     has one env seed and one agent seed: its ``config.n_envs`` envs are split evenly over its workers (and Ray
     actors), env ``i`` seeded by its global index ``rank * n_envs + i`` and the agent's draws for it keyed by
-    ``(seed, i, step)``, so that the run is the same whatever the number of processes collecting; evaluation envs
-    run one whole episode each (up to ``config.evaluation_max_steps``), ``config.evaluation_chunk_steps`` steps per
-    acquisition: episodic envs, or, with ``cuda_graph`` and a CUDA ``evaluation_device``, auto-reset envs whose
-    first episodes count, each acquisition replayed as a CUDA graph.
+    ``(seed, i, step)``, so that the run is the same whatever the number of processes collecting. The evaluator is
+    :func:`open_evaluator`'s.
 
     Args:
         stack: the run's exit stack (see :func:`training_run`).
@@ -488,6 +487,52 @@ def open_batchers(
     else:
         batcher = RL_Batcher(*train_args, **train_kwargs, zero_copy=zero_copy, sync_timings=sync_timings)
     stack.callback(batcher.close)
+    evaluator = open_evaluator(stack, config, spec, create_agent, evaluate=evaluate, cuda_graph=cuda_graph,
+                               model_kwargs=model_kwargs, seed=seed)
+    if config.restart_workers and run is not None:
+        run.columns["batcher/restarts"] = lambda: batcher.n_restarts + evaluator.batcher.n_restarts
+    if run is not None and run.stop_rule.signal is not None:
+        # A signal held while the workers started (a worker cannot start with it) stops the run now, as one before
+        # the start does: this session has trained nothing, so the start gives back the folder it claimed (a resumed
+        # run keeps its checkpoint).
+        stop_at_once(run.stop_rule.signal)
+    return batcher, evaluator
+
+
+
+def open_evaluator(
+    stack: contextlib.ExitStack,
+    config: RunConfig,
+    spec: EnvSpec,
+    create_agent: Callable[..., RL_Agent],
+    *,
+    evaluate: dict[str, bool | float],
+    cuda_graph: bool = False,
+    model_kwargs: dict[str, Any] | None = None,
+    seed: int | None = None,
+) -> Evaluator:
+    """The :class:`Evaluator` of a run, closed by ``stack``: its batcher of ``config.n_evaluation_envs`` evaluation
+    envs (``evaluation_env_kwargs`` over the training envs' own), each running one whole episode (up to
+    ``config.evaluation_max_steps``), ``config.evaluation_chunk_steps`` steps per acquisition, on
+    ``config.evaluation_device`` in ``config.n_evaluation_processes`` workers, seeded from ``seed`` as ``rlstruct eval``
+    seeds them. :func:`open_batchers` opens one beside the training batcher; a loop that collects otherwise opens its
+    own.
+
+    Args:
+        stack: the run's exit stack (see :func:`training_run`).
+        config: the validated config.
+        spec: the env's description.
+        create_agent: the agent factory (module level, so it pickles), the one the run's checkpoint evaluates with.
+        evaluate: the evaluation ``agent_info``, one value per key (the description's
+            :meth:`~.registry.Algorithm.evaluation_agent_info`).
+        cuda_graph: with a CUDA ``evaluation_device``, auto-reset envs whose first episodes count, each chunk replayed
+            as one CUDA graph.
+        model_kwargs: more keyword arguments of ``create_agent``: what its network is built with.
+        seed: the seed of the envs and the agent (``None``: ``config.seed``); pass ``run.seed``.
+    """
+    agent_args, env_args = worker_args(config, spec)
+    agent_args.update(model_kwargs or {})
+    seed = config.seed if seed is None else seed
     n_eval_workers = max(config.n_evaluation_processes, 1)
     eval_steps = spec.max_episode_steps
     if config.evaluation_max_steps is not None:
@@ -513,15 +558,7 @@ def open_batchers(
     evaluator = Evaluator(eval_batcher, DictTensor({k: torch.full((n_eval,), v) for k, v in evaluate.items()}),
                           config.eval_every, max_steps=eval_steps, final_episodes=config.final_evaluation_episodes)
     stack.callback(evaluator.close)
-    if config.restart_workers and run is not None:
-        run.columns["batcher/restarts"] = lambda: batcher.n_restarts + eval_batcher.n_restarts
-    if run is not None and run.stop_rule.signal is not None:
-        # A signal held while the workers started (a worker cannot start with it) stops the run now, as one before
-        # the start does: this session has trained nothing, so the start gives back the folder it claimed (a resumed
-        # run keeps its checkpoint).
-        stop_at_once(run.stop_rule.signal)
-    return batcher, evaluator
-
+    return evaluator
 
 @contextlib.contextmanager
 def ray_session(address: str | None) -> Iterator[None]:

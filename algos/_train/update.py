@@ -30,7 +30,6 @@ from torch.nn.utils import clip_grad_norm_
 from rlstruct._accel import accelerator_for
 from rlstruct.algos._normalization import LearnerNormalization, SumOverRanks
 from rlstruct.algos._optim import Adam, OptimizerLike
-from rlstruct.algos._train.checkpoints import Resume, restore_optimizer
 from rlstruct.algos._train.config import (
     AUTOCAST_VALUES,
     ActorCriticPart,
@@ -146,24 +145,23 @@ def weight_sync_mode(config: RunConfig) -> str:
 
 
 def actor_critic_learner(
-    model: nn.Module, config: OnPolicyConfig, *, n_rows: int, device: DeviceLike, resume: Resume | None,
+    model: nn.Module, config: OnPolicyConfig, *, n_rows: int, device: DeviceLike,
     sum_over_ranks: SumOverRanks | None = None,
-) -> tuple[Adam, LearnerNormalization, Callable[[], dict[str, Any]]]:
-    """The learner's state of A2C, PPO and REINFORCE besides the model: its Adam, its
+) -> tuple[Adam, LearnerNormalization]:
+    """The learner's parts of the on-policy algorithms besides the model: its Adam and its
     :class:`~rlstruct.algos._normalization.LearnerNormalization` (``config.normalize_rewards``, its discount
-    ``config.normalize_rewards_gamma`` or ``config.gamma``),
-    both restored from ``resume`` when given, and the function that returns them as a checkpoint keeps them.
+    ``config.normalize_rewards_gamma`` or ``config.gamma``). The loop declares both in the learner's
+    :class:`~.learner_state.LearnerState`, which a resumed run restores.
 
     Args:
         model: the learner's model, on ``device``.
         config: the run's config (a :class:`OnPolicyConfig` with the normalisation settings and ``gamma``).
         n_rows: the rows of every collection.
         device: the learner's device.
-        resume: the checkpoint the run continues (``None``: a fresh run).
         sum_over_ranks: in a data-parallel run, the sum over the ranks that merges the normalisation statistics.
 
     Returns:
-        ``(optimizer, normalize, learner_state)``.
+        ``(optimizer, normalize)``.
     """
     optimizer = make_adam(model, config.lr, device, eps=config.adam_eps)
     after = isinstance(config, ActorCriticPart) and config.obs_stats_after_update  # PQN has no normaliser
@@ -171,14 +169,7 @@ def actor_critic_learner(
     normalize = LearnerNormalization(model, normalize_rewards=config.normalize_rewards, n_rows=n_rows,
                                      gamma=gamma, device=device, observations_after_update=after,
                                      sum_over_ranks=sum_over_ranks)
-    if resume is not None:
-        restore_optimizer(optimizer, resume.learner["optimizer"], config.lr)
-        normalize.load_state_dict(resume.learner["normalization"])
-
-    def learner_state() -> dict[str, Any]:
-        return {"optimizer": optimizer.state_dict(), "normalization": normalize.state_dict()}
-
-    return optimizer, normalize, learner_state
+    return optimizer, normalize
 
 
 def start_pipeline(stack: contextlib.ExitStack, batcher: RL_Batcher, model: nn.Module, config: RunConfig, *,

@@ -3,7 +3,7 @@ non-finite stops as diverged (both loops, every algorithm), keeps the checkpoint
 checkpoints holding NaN are refused wherever they are read; ``Policy.predict`` refuses NaN observations.
 
 The faults are injected: NaN written into the learner's policy weights at the end of a chosen iteration (a wrapper of
-the loops' ``_record``), NaN written into a saved checkpoint, NaN given to ``predict``.
+the loops' ``record_iteration``), NaN written into a saved checkpoint, NaN given to ``predict``.
 """
 
 from __future__ import annotations
@@ -56,22 +56,22 @@ FAULT = 5
 
 @pytest.fixture
 def nan_weights(monkeypatch):
-    """Writes ``value`` into every weight of the learner's policy at the end of ``iteration`` (``_record``, which
-    both loops call once an iteration with their policy); returns the list of the iterations it did."""
+    """Writes ``value`` into every weight of the learner's policy at the end of ``iteration`` (``record_iteration``,
+    which both loops call once an iteration with their policy); returns the list of the iterations it did."""
 
     def inject(iteration: int, value: float = math.nan) -> list[int]:
         done: list[int] = []
-        real = loops._record
+        real = loops.record_iteration
 
-        def record(run, world, evaluator, n_steps, stats, weights, model, learner_state):
-            real(run, world, evaluator, n_steps, stats, weights, model, learner_state)
+        def record(run, evaluator, n_steps, stats, *, model, **kwargs):
+            real(run, evaluator, n_steps, stats, model=model, **kwargs)
             if run.iteration == iteration:
                 with torch.no_grad():
                     for p in model.parameters():
                         p.fill_(value)
                 done.append(iteration)
 
-        monkeypatch.setattr(loops, "_record", record)
+        monkeypatch.setattr(loops, "record_iteration", record)
         return done
 
     return inject
@@ -230,7 +230,7 @@ def test_an_error_of_a_run_that_did_not_diverge_is_raised(tmp_path, monkeypatch)
     def broken(*args, **kwargs):
         raise RuntimeError("an env failed")
 
-    monkeypatch.setattr(loops, "_record", broken)
+    monkeypatch.setattr(loops, "record_iteration", broken)
     with pytest.raises(RuntimeError, match="an env failed"):
         module.train(dataclasses.replace(config, logdir=str(tmp_path / "run")))
 

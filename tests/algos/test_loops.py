@@ -93,9 +93,9 @@ def test_a_description_is_data_that_the_harness_functions_take(capsys):
     assert not hasattr(a2c.ALGORITHM, "train") and not hasattr(a2c.ALGORITHM, "validate")
     assert a2c.train.__name__ == "train" and a2c.train.__module__ == "rlstruct.algos.a2c"
     assert train_command.main("a2c", ["--lr", "-1"]) == 2  # by its name in the registry, as `python -m` runs it
-    with pytest.raises(TypeError, match="setup.algorithm must be an OnPolicyAlgorithm or an OffPolicyAlgorithm, got "
-                                        "Algorithm"):
-        loops.run(Setup(_plain_description(), a2c.A2CConfig(), None, None, None, 0.0))
+    # run() trains in the loop the description carries, whatever its family
+    setup = Setup(_plain_description(), a2c.A2CConfig(), None, None, None, 0.0)
+    assert loops.run(setup) == ("trained", setup, None)
     assert "rlstruct train a2c: error: lr must be > 0" in capsys.readouterr().err
 
 
@@ -113,7 +113,7 @@ def _plain_description():
     from rlstruct.algos._train.registry import Algorithm
 
     return Algorithm(name="x", title="X", config_cls=a2c.A2CConfig, description="", agent=print,
-                     evaluation_info=print)
+                     evaluation_info=print, loop=lambda setup, *, timer=None: ("trained", setup, timer))
 
 
 def test_the_registry_lists_every_algorithm_and_names_its_exports():

@@ -216,7 +216,7 @@ def test_statistics_merged_after_the_update_let_it_start_from_the_policy_that_ac
 @pytest.mark.parametrize("returns_gamma, expected", [(None, 0.98), (0.99, 0.99)])
 def test_the_rewards_scale_takes_the_discount_of_its_own_setting_or_the_runs(returns_gamma, expected):
     config = ppo.PPOConfig(normalize_rewards=True, gamma=0.98, normalize_rewards_gamma=returns_gamma)
-    _, normalize, _ = actor_critic_learner(nn.Linear(2, 2), config, n_rows=3, device="cpu", resume=None)
+    _, normalize = actor_critic_learner(nn.Linear(2, 2), config, n_rows=3, device="cpu")
     assert normalize.returns.gamma == expected
 
 

@@ -193,11 +193,11 @@ def test_the_config_of_an_outside_algorithm_finds_its_description_for_the_packag
         _description(object())
 
 
-def test_profile_runs_an_outside_on_policy_algorithm_and_refuses_an_off_policy_one(mylab):
+def test_profile_runs_an_outside_on_policy_algorithm_and_refuses_an_episodic_one(mylab):
     from rlstruct.algos._train.profile import profile_training
 
     report = profile_training("CartPole-v1", algo="mylab.myalgo:ALGORITHM", n_envs=8, n_timesteps=4, iterations=2)
     assert report.env_steps == 2 * 8 * 4
-    with pytest.raises(ValueError, match=r"or another on-policy algorithm that collects a fixed number of steps per "
-                                         r"iteration, got 'rlstruct.algos.dqn:ALGORITHM'"):
-        profile_training(algo="rlstruct.algos.dqn:ALGORITHM")
+    with pytest.raises(ValueError, match=r"algo must collect a fixed number of steps per iteration .* got "
+                                         r"'rlstruct.algos.reinforce:ALGORITHM', which collects whole episodes"):
+        profile_training(algo="rlstruct.algos.reinforce:ALGORITHM")

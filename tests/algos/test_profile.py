@@ -116,7 +116,7 @@ def test_profile_training_times_the_training_loop(n_processes, overlap, monkeypa
     """The profile is the on-policy loop's run: each iteration (the warm-up's too) goes through it and calls the
     algorithm's own learn step once, and the env steps are its collections'."""
     losses = _counting(monkeypatch, a2c, "a2c_loss")
-    iterations = _counting(monkeypatch, loops, "_record")
+    iterations = _counting(monkeypatch, loops, "record_iteration")
     report = profile_training("CartPole-v1", n_envs=8, n_processes=n_processes, n_timesteps=4, iterations=3,
                               overlap=overlap)
     assert report.config["overlap"] is overlap and report.config["algo"] == "a2c"
@@ -202,8 +202,11 @@ def test_profile_plot_writes_a_png(tmp_path):
 def test_profile_errors_are_named(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="iterations must be an int >= 1, got 0"):
         profile_training(iterations=0)
-    with pytest.raises(ValueError, match=r"must be one of \['a2c', 'ppo', 'pqn'\] or another on-policy .* got 'dqn'"):
-        profile_training(algo="dqn")
+    with pytest.raises(ValueError, match=r"algo must collect a fixed number of steps per iteration .* got 'reinforce', "
+                                         r"which collects whole episodes"):
+        profile_training(algo="reinforce")
+    with pytest.raises(ValueError, match=r"overlap is not a setting of DQN, got overlap=True; profile DQN without it"):
+        profile_training(algo="dqn", overlap=True)
     with pytest.raises(ValueError, match="n_processes must be >= 0"):
         profile_training(n_processes=-1)
     with pytest.raises(ValueError, match="n_envs must be >= 1"):

@@ -29,6 +29,7 @@ from rlstruct.algos import a2c, describe_env, dqn, ppo, reinforce, sac, td3, twi
 from rlstruct.algos._normalization import LearnerNormalization
 from rlstruct.algos._train import checkpoints as checkpoints_module
 from rlstruct.algos._train import cli, loops
+from rlstruct.algos._train import learner_state as learner_state_module
 from rlstruct.algos._train import run_folder as record_module
 from rlstruct.algos._train import session as algos_setup
 from rlstruct.algos._train import update as update_module
@@ -84,9 +85,9 @@ def assert_same_state(a, b, skip=("lr",)) -> None:
 
 
 def record_restores(monkeypatch, module) -> list[dict]:
-    """Wraps ``restore_optimizer`` where ``module``'s ``train`` calls it (its own module, the twin-critic learner's
-    for SAC and TD3, ``update.actor_critic_learner``'s for A2C, PPO and REINFORCE): each call appends the optimizer's
-    state right after the restore."""
+    """Wraps ``restore_optimizer`` where ``module``'s ``train`` calls it (the learners' declared state,
+    ``learner_state``, for every algorithm; the twin-critic learner's critics' optimizer): each call appends the
+    optimizer's state right after the restore."""
     restored: list[dict] = []
     real = checkpoints_module.restore_optimizer
 
@@ -95,7 +96,7 @@ def record_restores(monkeypatch, module) -> list[dict]:
         params = [p.detach().cpu().clone() for group in optimizer.param_groups for p in group["params"]]
         restored.append({**tree_copy(optimizer.state_dict()), "weights": params})
 
-    for home in (module, twin_critic, update_module):
+    for home in (module, twin_critic, update_module, learner_state_module):
         if hasattr(home, "restore_optimizer"):
             monkeypatch.setattr(home, "restore_optimizer", restore)
     return restored

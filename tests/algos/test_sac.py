@@ -195,6 +195,7 @@ def test_a_checkpoint_of_separate_critics_resumes_with_their_weights_and_adam_mo
     resume = Resume(path=tmp_path / "checkpoint.pt", algo="sac", config={}, iteration=1, env_steps=10, wall_time_s=1.0,
                     model=actor.state_dict(), learner=learner_state)
     learner = sac.SACLearner(config, SPEC, resume, device=torch.device("cpu"), seed=0, n_rows=1)
+    learner.state.load_state_dict(resume.learner, path=resume.path)  # what the loop restores from the declaration
     frame, action = torch.randn(5, 3), torch.randn(5, 2)
     torch.testing.assert_close(learner.critic(frame, action), critic(frame, action))
     torch.testing.assert_close(learner.target_critic(frame, action), target(frame, action))
@@ -205,7 +206,8 @@ def test_a_checkpoint_of_separate_critics_resumes_with_their_weights_and_adam_mo
         torch.testing.assert_close(learner.critic_opt.state[p]["exp_avg_sq"],
                                    torch.stack([s["exp_avg_sq"] for s in saved]))
         assert float(learner.critic_opt.state[p]["step"]) == 1.0
-    assert set(learner.state()["critic"]) == {f"layers.{j}.{n}" for j in range(2) for n in ("weight", "bias")}
+    critic = learner.state.state_dict()["critic"]
+    assert set(critic) == {f"layers.{j}.{n}" for j in range(2) for n in ("weight", "bias")}
 
 
 # --------------------------------------------------------------------------- transitions

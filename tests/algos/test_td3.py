@@ -191,7 +191,7 @@ def test_the_actor_and_the_targets_move_every_policy_delay_critic_updates_from_t
     assert [m[0] for m in moves] == [True] * 7
     assert [m[1] for m in moves] == [m[2] for m in moves] == [m[3] for m in moves] == [
         True, False, False, True, False, False, True]
-    assert learner.state()["n_updates"] == 7
+    assert learner.state.state_dict()["n_updates"] == 7
 
 
 def test_the_targets_start_as_copies_and_move_by_tau():

@@ -1,0 +1,82 @@
+"""What a family's training loop is: its type (:class:`TrainingLoop`, which an algorithm's description carries) and
+the two pieces every loop calls besides the batchers and the ends: the run's frame for a checked setup
+(:func:`open_run`) and the end of every iteration (:func:`record_iteration`). The batchers are
+:func:`~.session.open_batchers`'s and :func:`~.session.open_evaluator`'s, the ends :mod:`~.finish`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+from torch import nn
+
+from rlstruct.algos._train.evaluation import Evaluator
+from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.registry import algorithm_source
+from rlstruct.algos._train.result import TrainResult
+from rlstruct.algos._train.session import Setup, training_run
+from rlstruct.devices import cpu_state_dict
+
+if TYPE_CHECKING:  # the profiler stays out of a training run's imports
+    from rlstruct.batchers.profile import LoopTimer
+
+__all__ = ["TrainingLoop", "open_run", "record_iteration"]
+
+
+class TrainingLoop(Protocol):
+    """A family's training loop: trains ``setup.algorithm`` from a checked :class:`~.session.Setup` and returns the
+    final evaluation and the run's history. ``rlstruct train``, ``sweep`` and ``profile`` call the loop an
+    algorithm's description carries (:attr:`~.registry.Algorithm.loop`), whatever its family.
+
+    With ``timer`` (``rlstruct profile``'s :class:`~rlstruct.batchers.profile.LoopTimer`), every iteration starts
+    with phase ``collect`` and times its learner's phases under the names of
+    :data:`~rlstruct.batchers.profile.LEARNER_PHASES` that fit; it hands the timer its training batcher
+    (``timer.watch``) and opens it with ``sync_timings=timer.sync``. Without, nothing is timed and nothing waits for a
+    device.
+    """
+
+    def __call__(self, setup: Setup, *, timer: LoopTimer | None = None) -> TrainResult:
+        ...
+
+
+def open_run(setup: Setup) -> contextlib.AbstractContextManager[tuple[Run, contextlib.ExitStack]]:
+    """The frame of ``setup``'s training run: :func:`~.session.training_run` of its algorithm, config and env, its
+    resumed checkpoint, its rank and its evaluation listeners, the algorithm's source recorded. It yields ``(run,
+    stack)``: what the loop opens goes on ``stack``, closed in reverse order when the frame exits.
+
+    A loop returns :func:`~.finish.finish_training` from inside the frame; an error of the loop that the run's
+    divergence explains is suppressed as the frame exits, and the loop then returns
+    :func:`~.finish.finish_diverged` after it.
+    """
+    world = setup.world
+    return training_run(setup.algorithm.name, setup.config, setup.spec, start=setup.start, resume=setup.resume,
+                        logger=world.is_logger, world_size=world.size, on_evaluation=setup.on_evaluation,
+                        source=algorithm_source(setup.algorithm))
+
+
+def record_iteration(run: Run, evaluator: Evaluator, env_steps: int, stats: dict[str, Any], *, model: nn.Module,
+                     learner: Callable[[], dict[str, Any]] = dict,
+                     weights: Callable[[], dict[str, torch.Tensor]] | None = None) -> None:
+    """The end of every training iteration: its row (``env_steps`` new env steps of every rank, ``stats``: 0-d
+    tensors or floats, converted every ``log_every`` iterations), then, in the process that writes the run's files,
+    the evaluation's turn (``config.eval_every``) and the checkpoint's (``config.checkpoint_every``).
+
+    Args:
+        run: the run (:func:`open_run`'s).
+        evaluator: the run's evaluator.
+        env_steps: the env steps this iteration took, over every rank: the budget is global.
+        stats: the iteration's statistics.
+        model: the network the checkpoint's ``model`` holds (what ``rlstruct eval`` runs).
+        learner: returns what the checkpoint keeps besides ``model`` (a
+            :meth:`~.learner_state.LearnerState.state_dict`): called only when a checkpoint is written.
+        weights: returns the weights an evaluation runs, called only when one is due (default: a CPU copy of
+            ``model``'s).
+    """
+    run.record(env_steps, stats)
+    if run.logger:
+        run.poll_evaluation(evaluator, weights or functools.partial(cpu_state_dict, model))
+        run.poll_checkpoint(model, learner)
