@@ -21,9 +21,9 @@ import torch
 from rlstruct import DictTensor, Trajectories
 from rlstruct.errors import BatcherStateError
 
-__all__ = ["AUTORESET", "EPISODIC", "acquire_around_changes", "assert_refused_while_pending", "assert_same",
-           "bare_run", "get_when_ready", "rlstruct_in_process", "run_generated_suite", "sigkill_a_worker",
-           "training_runs_with", "wall_limit"]
+__all__ = ["AUTORESET", "EPISODIC", "ForkedCommand", "acquire_around_changes", "assert_refused_while_pending",
+           "assert_same", "bare_run", "get_when_ready", "rlstruct_in_process", "run_generated_suite",
+           "sigkill_a_worker", "training_runs_with", "wall_limit"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: how many times longer than on the reference machine, quiet, work takes now: set by tests/conftest.py as each test
@@ -71,6 +71,81 @@ def rlstruct_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> subpr
         status = e.code if isinstance(e.code, int) else 1
     out = capsys.readouterr()
     return subprocess.CompletedProcess(["rlstruct", *args], status, out.out, out.err)
+
+
+class ForkedCommand:
+    """``rlstruct ARGV`` in a child forked from this process, in a process group of its own (as ``subprocess``'s
+    ``start_new_session``), its stdout and stderr written to ``output`` (``.out`` and ``.err`` beside it): for a test
+    that signals, stops or kills a run, where a fresh interpreter would spend seconds importing torch to get there.
+    ``seam()``, when given, runs in the child first (a fault's trigger). Not for a run with batcher worker processes
+    (``--n-processes``): they would come from this process's fork server, not from the child.
+
+    The child never returns into pytest: it ends with ``os._exit`` and the command's status (``os.EX_SOFTWARE`` and
+    the traceback in ``.err`` if the command raised)."""
+
+    def __init__(self, argv: list[str], output: Path, *, seam: Callable[[], None] | None = None):
+        from rlstruct.algos._train import cli
+
+        self.stdout_path, self.stderr_path = output.with_suffix(".out"), output.with_suffix(".err")
+        self.returncode: int | None = None
+        self.pid = os.fork()
+        if self.pid:
+            # the child's own group from here on, whichever of the two calls comes first
+            with contextlib.suppress(OSError):
+                os.setpgid(self.pid, self.pid)
+            return
+        status = os.EX_SOFTWARE
+        try:
+            os.setpgid(0, 0)
+            with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    try:
+                        if seam is not None:
+                            seam()
+                        status = cli.main(argv)
+                    except SystemExit as e:
+                        status = e.code if isinstance(e.code, int) else 1
+                    except BaseException:
+                        import traceback
+
+                        traceback.print_exc()
+        finally:
+            os._exit(status)
+
+    def poll(self) -> int | None:
+        """The child's return code as ``subprocess`` gives it (-9: SIGKILLed), or ``None`` while it runs."""
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        """Waits for the child at most ``wall_limit(timeout)`` (then SIGKILLs it and raises); its return code."""
+        deadline = time.monotonic() + wall_limit(timeout)
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"the forked command did not end within {wall_limit(timeout):.0f} s")
+            time.sleep(0.05)
+        return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILLs the child's process group and reaps the child, if it still runs."""
+        if self.poll() is None:
+            for kill in (os.killpg, os.kill):  # its group, and it, should it not lead one yet
+                with contextlib.suppress(ProcessLookupError):
+                    kill(self.pid, signal.SIGKILL)
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_path.read_text()
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
 
 
 EPISODIC = {"n_envs": 3, "episode_lengths": (2, 4, 7)}

@@ -34,8 +34,10 @@ from rlstruct.structures import DictTensor
 
 __all__ = ["JaxVecEnv", "jax_device"]
 
-# (cache_key, autoreset, frame dtype) -> the jitted (reset, step) shared by envs built with that key.
-_COMPILED: dict[Any, tuple[Callable, Callable]] = {}
+# (cache_key, "reset", frame dtype) and (cache_key, "step", autoreset, frame dtype) -> the jitted function shared by
+# the envs built with that key. The reset is one function for both kinds of env, so a run's auto-reset training envs
+# and episodic evaluation envs compile it once (an XLA compile of a physics env's reset takes seconds).
+_COMPILED: dict[Any, Callable] = {}
 _INT_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})
 _FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 
@@ -186,13 +188,13 @@ class JaxVecEnv(CallOrder, VecEnv):
         self._ids = self._all_ids
         self._started = False
         self._closed = False
-        compiled_key = None if cache_key is None else (cache_key, self.autoreset, self._frame_dtype.str)
-        compiled = _COMPILED.get(compiled_key) if compiled_key is not None else None
-        if compiled is None:
-            compiled = self._build()
-            if compiled_key is not None:
-                _COMPILED[compiled_key] = compiled
-        self._jit_reset, self._jit_step = compiled
+        # jax.jit wraps without compiling: the first call of a function compiles it, and an env whose key was seen
+        # before takes the function that compiled then.
+        self._jit_reset, self._jit_step = self._build()
+        if cache_key is not None:
+            dtype = self._frame_dtype.str
+            self._jit_reset = _COMPILED.setdefault((cache_key, "reset", dtype), self._jit_reset)
+            self._jit_step = _COMPILED.setdefault((cache_key, "step", self.autoreset, dtype), self._jit_step)
 
     def _initial_keys(self):
         jax = self._jax

@@ -41,7 +41,7 @@ from rlstruct.algos.reinforce import ReinforceConfig
 from rlstruct.algos.sac import SACConfig
 from rlstruct.algos.td3 import TD3Config
 from rlstruct.errors import ConfigError
-from tests.helpers import rlstruct_in_process
+from tests.helpers import rlstruct_in_process, wall_limit
 
 CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, SACConfig, PPOConfig, PQNConfig, TD3Config]
 #: whether the plot and tensorboard extras are installed: a run writes its learning curve and its TensorBoard events
@@ -65,9 +65,12 @@ TINY = ["--no-progress", "--n-envs", "4", "--n-evaluation-envs", "2", "--max-epi
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_train_writes_logs_plot_checkpoint_and_eval_reads_it(tmp_path):
+def test_train_writes_logs_plot_checkpoint_and_eval_reads_it(tmp_path, capsys):
+    """The run trains in this process (the command's own code, its output captured); ``rlstruct eval`` reads it in a
+    fresh one, which proves both that another process rebuilds the run and that the command prints nothing else."""
     logdir = tmp_path / "run"
-    out = rlstruct("train", "a2c", "--env", "CartPole-v1", "--max-env-steps", "400", "--logdir", str(logdir), *TINY)
+    out = rlstruct_in_process(capsys, "train", "a2c", "--env", "CartPole-v1", "--max-env-steps", "400", "--logdir",
+                              str(logdir), *TINY)
     assert out.returncode == 0, out.stderr
     summary = last_json(out.stdout)
     assert {"eval_return", "env_steps", "wall_time_s", "logdir"} <= set(summary)
@@ -91,25 +94,29 @@ def test_train_writes_logs_plot_checkpoint_and_eval_reads_it(tmp_path):
     assert "returns" not in result  # each episode's only with --returns
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("algo", ["reinforce", "dqn"])
-def test_train_other_algorithms_tiny(tmp_path, algo):
+def test_train_other_algorithms_tiny(tmp_path, algo, capsys):
+    """In this process: the commands' code is what is tested here, and a fresh process reading a run is
+    ``test_train_writes_logs_plot_checkpoint_and_eval_reads_it``'s."""
     extra = ["--learning-starts", "50", "--gradient-steps", "2", "--rollout-steps", "4"] if algo == "dqn" else []
-    out = rlstruct("train", algo, "--max-env-steps", "300", "--logdir", str(tmp_path), *TINY, *extra)
+    out = rlstruct_in_process(capsys, "train", algo, "--max-env-steps", "300", "--logdir", str(tmp_path), *TINY,
+                              *extra)
     assert out.returncode == 0, out.stderr
     summary = last_json(out.stdout)
     assert summary["env_steps"] >= 300 and (tmp_path / "checkpoint.pt").exists()
-    ev = rlstruct("eval", str(tmp_path / "checkpoint.pt"), "--episodes", "2")
+    ev = rlstruct_in_process(capsys, "eval", str(tmp_path / "checkpoint.pt"), "--episodes", "2")
     assert ev.returncode == 0, ev.stderr
     assert last_json(ev.stdout)["algo"] == algo
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_train_sac_on_pendulum_and_eval_its_checkpoint(tmp_path):
-    out = rlstruct("train", "sac", "--env", "Pendulum-v1", "--max-env-steps", "400", "--learning-starts", "200",
-                   "--batch-size", "32", "--hidden-sizes", "16", "16", "--logdir", str(tmp_path), *TINY)
+def test_train_sac_on_pendulum_and_eval_its_checkpoint(tmp_path, capsys):
+    """In this process, as ``test_train_other_algorithms_tiny``."""
+    out = rlstruct_in_process(capsys, "train", "sac", "--env", "Pendulum-v1", "--max-env-steps", "400",
+                              "--learning-starts", "200", "--batch-size", "32", "--hidden-sizes", "16", "16",
+                              "--logdir", str(tmp_path), *TINY)
     assert out.returncode == 0, out.stderr
     summary = last_json(out.stdout)
     assert summary["env_steps"] >= 400 and -16.3 * 60 <= summary["eval_return"] <= 0
@@ -117,7 +124,7 @@ def test_train_sac_on_pendulum_and_eval_its_checkpoint(tmp_path):
     assert {"loss/critic", "loss/actor", "loss/temperature", "alpha", "eval/return"} <= set(rows[0])
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert ckpt["algo"] == "sac" and "mean.weight" in ckpt["model"] and ckpt["env_spec"]["n_actions"] is None
-    ev = rlstruct("eval", str(tmp_path / "checkpoint.pt"), "--episodes", "3", "--returns")
+    ev = rlstruct_in_process(capsys, "eval", str(tmp_path / "checkpoint.pt"), "--episodes", "3", "--returns")
     assert ev.returncode == 0, ev.stderr
     result = last_json(ev.stdout)
     assert result["algo"] == "sac" and result["episodes"] == 3 and -16.3 * 60 <= result["eval_return"] <= 0
@@ -127,15 +134,16 @@ def test_train_sac_on_pendulum_and_eval_its_checkpoint(tmp_path):
     assert sum(each) / 3 == pytest.approx(result["eval_return"], rel=1e-6)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_train_dqn_dueling_and_eval_rebuilds_the_dueling_network(tmp_path):
-    out = rlstruct("train", "dqn", "--dueling", "--max-env-steps", "300", "--learning-starts", "50", "--gradient-steps",
-                   "2", "--rollout-steps", "4", "--logdir", str(tmp_path), *TINY)
+def test_train_dqn_dueling_and_eval_rebuilds_the_dueling_network(tmp_path, capsys):
+    """In this process, as ``test_train_other_algorithms_tiny``: eval rebuilds the network from the checkpoint alone,
+    whichever process it runs in."""
+    out = rlstruct_in_process(capsys, "train", "dqn", "--dueling", "--max-env-steps", "300", "--learning-starts", "50",
+                              "--gradient-steps", "2", "--rollout-steps", "4", "--logdir", str(tmp_path), *TINY)
     assert out.returncode == 0, out.stderr
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert ckpt["config"]["dueling"] is True and "advantage.0.weight" in ckpt["model"]
-    ev = rlstruct("eval", str(tmp_path / "checkpoint.pt"), "--episodes", "2")
+    ev = rlstruct_in_process(capsys, "eval", str(tmp_path / "checkpoint.pt"), "--episodes", "2")
     assert ev.returncode == 0, ev.stderr
     assert last_json(ev.stdout)["algo"] == "dqn"
 
@@ -377,7 +385,9 @@ def _wait_for_training(proc: subprocess.Popen, csv_path: Path, timeout: float) -
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_or_sigterm_stops_cleanly_saves_everything_and_leaves_no_process(tmp_path, signum):
+def test_ctrl_c_or_sigterm_stops_cleanly_saves_everything_and_leaves_no_process(tmp_path, signum, capsys):
+    """The run, in a fresh process with two workers, gets the signal as from a terminal (SIGINT to its process group)
+    or from a scheduler (SIGTERM to it alone); the interrupted checkpoint is then evaluated in this process."""
     psutil = pytest.importorskip("psutil")
     logdir = tmp_path / "run"
     # A new session, so that the SIGINT goes to the run's process group (as a terminal's Ctrl-C does) and
@@ -385,7 +395,7 @@ def test_ctrl_c_or_sigterm_stops_cleanly_saves_everything_and_leaves_no_process(
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlstruct.algos", "train", "a2c", "--n-processes", "2", "--n-envs", "8",
          "--max-env-steps", "100000000", "--time-limit", "600", "--log-every", "1", "--no-stop-at-reward-threshold",
-         "--logdir", str(logdir), "--no-progress"],
+         "--logdir", str(logdir), "--no-progress", "--no-tensorboard"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     try:
@@ -405,7 +415,7 @@ def test_ctrl_c_or_sigterm_stops_cleanly_saves_everything_and_leaves_no_process(
             proc.wait()
     assert proc.returncode == 128 + signum, stderr
     print(f"stopped {took:.2f} s after the {signal.Signals(signum).name}")
-    assert took < 5.0, took  # 2 s on an idle machine; margin for a loaded CI runner
+    assert took < wall_limit(5.0), took  # 2 s on an idle machine; the limit scales with the machine and its load
     assert "Traceback" not in stderr, stderr
     interrupted_lines = [ln for ln in stderr.splitlines() if "interrupted" in ln]
     assert len(interrupted_lines) == 1 and "checkpoint.pt" in interrupted_lines[0], stderr
@@ -421,7 +431,7 @@ def test_ctrl_c_or_sigterm_stops_cleanly_saves_everything_and_leaves_no_process(
     assert not PLOT or (logdir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = list(csv.DictReader(open(logdir / "progress.csv")))
     assert int(rows[-1]["env_steps"]) == summary["env_steps"]
-    ev = rlstruct("eval", str(logdir / "checkpoint.pt"), "--episodes", "2")
+    ev = rlstruct_in_process(capsys, "eval", str(logdir / "checkpoint.pt"), "--episodes", "2")
     assert ev.returncode == 0, ev.stderr
 
 
@@ -579,10 +589,11 @@ def test_train_help_is_grouped_and_each_entry_is_two_lines_at_most(algo, capsys)
 
 
 @pytest.mark.slow
-def test_summary_times_the_launch_to_the_first_iteration_and_to_the_target(tmp_path):
-    # A low target, reached within a few thousand steps; the clock starts at the process's start (imports included).
+def test_summary_times_the_launch_to_the_first_iteration_and_to_the_target(tmp_path, capsys):
+    # A low target, reached within a few thousand steps; the clock starts at the process's start (imports included),
+    # so this run is a fresh process. The run that misses its target reports no time to it, in this process.
     out = rlstruct("train", "ppo", "--env", "CartPole-v1", "--target-return", "60", "--n-envs", "8", "--eval-every",
-                   "2", "--logdir", str(tmp_path / "reached"), *TINY)
+                   "2", "--logdir", str(tmp_path / "reached"), "--no-tensorboard", *TINY)
     assert out.returncode == 0, out.stderr
     summary = last_json(out.stdout)
     assert summary["reached_target"] and summary["eval_return"] >= 60
@@ -599,8 +610,8 @@ def test_summary_times_the_launch_to_the_first_iteration_and_to_the_target(tmp_p
     assert 0.3 < summary["startup_s"] < summary["time_to_target_s"] <= summary["wall_time_s"]
     assert json.loads((tmp_path / "reached" / "summary.json").read_text())["time_to_target_s"] == summary[
         "time_to_target_s"]
-    missed = rlstruct("train", "a2c", "--env", "CartPole-v1", "--max-env-steps", "400", "--logdir",
-                      str(tmp_path / "missed"), *TINY)
+    missed = rlstruct_in_process(capsys, "train", "a2c", "--env", "CartPole-v1", "--max-env-steps", "400", "--logdir",
+                                 str(tmp_path / "missed"), *TINY)
     summary = last_json(missed.stdout)
     assert not summary["reached_target"] and summary["time_to_target_s"] is None and summary["startup_s"] > 0
     assert summary["stop_reason"] == "budget", "a run that spent --max-env-steps says so in summary.json"

@@ -108,34 +108,38 @@ def test_every_argument_parser_of_the_project_turns_prefix_matching_off():
     assert library >= 3 and OneLineParser(prog="x").allow_abbrev is False
 
 
-#: ``rlstruct ARGV`` in an interpreter that cannot import scipy from its start, as where the stats extra is missing
+#: ``rlstruct ARGV`` for each ARGV of a JSON list, in an interpreter that cannot import scipy from its start, as
+#: where the stats extra is missing; prints each status
 WITHOUT_SCIPY = """
-import sys
+import json, sys
 class NoScipy:
     def find_spec(self, name, path=None, target=None):
         if name.partition(".")[0] == "scipy":
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 sys.meta_path.insert(0, NoScipy())
 from rlstruct.algos._train.cli import main
-sys.exit(main(sys.argv[1:]))
+for argv in json.loads(sys.argv[1]):
+    print(main(argv))
 """
 
 
 @pytest.mark.slow  # 3.4 CPU s on the reference CPU: slow is 1.5 s or more
-@pytest.mark.parametrize("command", [["compare"], ["report", "--output", "report.html"]])
-def test_compare_without_the_stats_extra_says_how_to_install_it_in_one_line(tmp_path, command):
+def test_compare_without_the_stats_extra_says_how_to_install_it_in_one_line(tmp_path):
     """In a fresh process, so that an import of scipy at any module's import is caught too; beside the statistics'
-    tests, which skip without scipy. The report, which draws the same statistics, says the same line."""
+    tests, which skip without scipy. The report, which draws the same statistics, says the same line. Both run in
+    one process: a module whose import imports scipy fails and is not kept, so the second command meets it again."""
     for seed, score in enumerate((500.0, 480.0)):
         run = tmp_path / "group" / f"seed-{seed}"
         run.mkdir(parents=True)
         (run / "summary.json").write_text(json.dumps({"eval_return": score, "env_steps": 100}))
         (run / "config.json").write_text(json.dumps({"algo": "ppo", "env": "CartPole-v1", "seed": seed}))
-    done = subprocess.run([sys.executable, "-c", WITHOUT_SCIPY, command[0], str(tmp_path / "group"), *command[1:]],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert done.returncode == 2 and done.stderr.splitlines() == [
-        f"rlstruct {command[0]}: error: rlstruct compare, rlstruct report and rlstruct.algos.statistics need scipy, "
-        "which is not installed here; pip install 'rlstruct[stats]'"], done.stderr
+    commands = [["report", str(tmp_path / "group"), "--output", "report.html"], ["compare", str(tmp_path / "group")]]
+    done = subprocess.run([sys.executable, "-c", WITHOUT_SCIPY, json.dumps(commands)], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.split() == ["2", "2"], done.stderr
+    assert done.stderr.splitlines() == [
+        f"rlstruct {command}: error: rlstruct compare, rlstruct report and rlstruct.algos.statistics need scipy, "
+        "which is not installed here; pip install 'rlstruct[stats]'" for command in ("report", "compare")]
     assert not (tmp_path / "report.html").exists()
 
 
@@ -293,11 +297,13 @@ def test_resuming_a_damaged_checkpoint_is_one_line_and_status_2(checkpoint, how,
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_worker_sigkilled_with_no_restart_left_ends_the_run_like_a_signal_and_resume_continues_it(tmp_path):
+def test_a_worker_sigkilled_with_no_restart_left_ends_the_run_like_a_signal_and_resume_continues_it(tmp_path,
+                                                                                                   capsys):
     """The learner in the parent outlives its training worker (``--restart-workers 0``, the worker SIGKILLed while
     the run trains): the run stops with its checkpoint and its summary (``stop_reason`` ``"worker_failed"``, the
     worker and the error's line), one line on stderr and status 1, where it ended in a traceback with neither; and
-    ``--resume`` continues from that checkpoint."""
+    ``--resume`` continues from that checkpoint. The killed run is a fresh process (its worker is found among its
+    children); the resume is the command in this process."""
     logdir = tmp_path / "run"
     flags = ["--env", "CartPole-v1", "--n-envs", "4", "--n-steps", "8", "--n-evaluation-envs", "2",
              "--eval-every", "10", "--no-stop-at-reward-threshold", "--log-every", "1", "--no-progress",
@@ -322,9 +328,8 @@ def test_a_worker_sigkilled_with_no_restart_left_ends_the_run_like_a_signal_and_
         rows = [r for r in csv.DictReader(f) if not r.get("eval/return")]
     assert int(rows[-1]["env_steps"]) == summary["env_steps"]  # the checkpoint's counters: the last iteration's
     more = summary["env_steps"] + 2 * 4 * 8
-    resumed = subprocess.run([RLSTRUCT, "train", "a2c", "--resume", str(logdir), "--max-env-steps", str(more)],
-                             capture_output=True, text=True, timeout=120)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    code, lines = run_cli(["train", "a2c", "--resume", str(logdir), "--max-env-steps", str(more)], capsys)
+    assert code == 0, lines[-20:]
     after = json.loads((logdir / "summary.json").read_text())
     assert after["stop_reason"] == "budget" and after["env_steps"] == more and after["worker_failure"] is None
 

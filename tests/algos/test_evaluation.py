@@ -475,10 +475,9 @@ def _run_with_evaluations(tmp_path, name: str, target: float, iterations: int, n
 
 
 @pytest.mark.slow
-@pytest.mark.long(reason="three short runs, two with an evaluation worker")
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("target", "iterations", "stop_reason", "confirmations"), [
-    (50.0, 60, "target", 1), (60.0, 60, "budget", 2), (50.0, 14, "target", 2)],
+    (50.0, 60, "target", 1), (60.0, 24, "budget", 2), (50.0, 14, "target", 2)],
     ids=["confirmed", "confirmations-fail", "decided-after-training"])
 def test_an_evaluation_worker_however_slow_gives_the_in_process_evaluations_return_and_kept_weights(
         tmp_path, monkeypatch, target, iterations, stop_reason, confirmations):
@@ -487,10 +486,10 @@ def test_an_evaluation_worker_however_slow_gives_the_in_process_evaluations_retu
     iterations the schedule names, with those iterations' weights, records them in launch order, confirms the same
     candidates, and so reports the same return and keeps the same weights as the run that evaluates in process.
 
-    At 50 the first candidate's confirmation stops the run; at 60 both confirmations fail and the run spends its
-    budget; in 14 iterations, the in-process run confirms its second candidate at its twelfth, while the held
-    worker's evaluations, candidates and confirmations, all come back after training stopped and decide there,
-    under the same rule."""
+    At 50 the first candidate's confirmation stops the run; at 60 both confirmations fail (the candidates of the
+    twelfth and eighteenth iterations) and the run spends its budget of 24; in 14 iterations, the in-process run
+    confirms its second candidate at its twelfth, while the held worker's evaluations, candidates and confirmations,
+    all come back after training stopped and decide there, under the same rule."""
     rows, reference = _run_with_evaluations(tmp_path, "in-process", target, iterations, 0, None, monkeypatch)
     launches = [row["eval/launch_env_steps"] for row in rows]
     assert launches[:4] == [0.0, 64.0, 128.0, 192.0]  # every other iteration of 32 env steps

@@ -8,8 +8,6 @@ a greedy agent takes the mode, a sampling one draws with the policy's probabilit
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -25,6 +23,7 @@ from rlstruct.algos.dqn import DQNConfig
 from rlstruct.algos.ppo import PPOConfig
 from rlstruct.algos.sac import SACConfig
 from rlstruct.structures import DictTensor
+from tests.helpers import rlstruct_in_process
 
 SPEC = EnvSpec((4,), "float32", 2, 500)
 
@@ -145,25 +144,23 @@ def _has_ale() -> bool:
     return importlib.util.find_spec("ale_py") is not None
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_rlstruct_eval_reports_the_policy_it_ran_and_refuses_an_unknown_one(tmp_path):
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "rlstruct.algos", *args], capture_output=True, text=True,
-                              timeout=200)
-
-    out = cli("train", "ppo", "--env", "CartPole-v1", "--max-env-steps", "2048", "--evaluation-policy", "sample",
-              "--logdir", str(tmp_path), "--no-progress", "--no-tensorboard")
+def test_rlstruct_eval_reports_the_policy_it_ran_and_refuses_an_unknown_one(tmp_path, capsys):
+    """The commands in this process (their code, not a fresh interpreter's start, is what is checked): a tiny run
+    that records ``sample``, then eval with the run's policy, with each one named, and with one that is not."""
+    out = rlstruct_in_process(capsys, "train", "ppo", "--env", "CartPole-v1", "--max-env-steps", "512",
+                              "--evaluation-policy", "sample", "--logdir", str(tmp_path), "--no-progress",
+                              "--no-tensorboard")
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads((tmp_path / "config.json").read_text())["evaluation_policy"] == "sample"
     runs = {}
     for flags in ([], ["--policy", "greedy"], ["--policy", "sample"]):
-        out = cli("eval", str(tmp_path), "--episodes", "8", *flags)
+        out = rlstruct_in_process(capsys, "eval", str(tmp_path), "--episodes", "8", *flags)
         assert out.returncode == 0, out.stderr[-2000:]
         runs[tuple(flags)] = json.loads(out.stdout.strip().splitlines()[-1])
         assert f"{runs[tuple(flags)]['policy']} episodes of CartPole-v1" in out.stdout
     assert runs[()]["policy"] == "sample" and runs[("--policy", "greedy")]["policy"] == "greedy"
     assert runs[()] == runs[("--policy", "sample")]  # the run's own policy, with the same seed
-    bad = cli("eval", str(tmp_path), "--policy", "mode")
+    bad = rlstruct_in_process(capsys, "eval", str(tmp_path), "--policy", "mode")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "--policy" in bad.stderr and "'mode'" in bad.stderr

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -158,45 +157,56 @@ def test_a_missing_module_is_a_config_error_naming_it():
         network_model("nolab:make", CARTPOLE)
 
 
-def _cli(args: list[str], cwd: Path, pythonpath: str | None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+#: in a fresh interpreter, with the lab's folder on ``PYTHONPATH`` only: ``rlstruct eval RUN`` and ``rlstruct export
+#: RUN --output OUTPUT`` through the command's code, then the actions ``load(RUN).predict`` gives three observations
+OPEN_THE_RUN = """
+import json, sys
+import torch
+from rlstruct.algos import load
+from rlstruct.algos._train.cli import main
+run, output = sys.argv[1:]
+for argv in (["eval", run, "--episodes", "4", "--trust-code"], ["export", run, "--output", output, "--trust-code"]):
+    if main(argv):
+        sys.exit(1)
+print(json.dumps(load(run, trust_code=True).predict(torch.zeros(3, 4)).tolist()))
+"""
 
 
 @pytest.mark.slow
-@pytest.mark.long(reason="a PPO run, then eval, export and load, each in a fresh interpreter")
 @pytest.mark.timeout(600)
-def test_a_network_from_outside_trains_ppo_and_its_saved_run_loads_in_a_fresh_process(tmp_path):
+def test_a_network_from_outside_trains_ppo_and_its_saved_run_loads_in_a_fresh_process(tmp_path, capsys,
+                                                                                     monkeypatch):
+    """The run trains in this process with two worker processes, which import the lab's module by name; a fresh
+    interpreter that has only ``PYTHONPATH`` to find it then rebuilds the network for eval (the first import), export
+    and ``load``; where the module is nowhere, eval names it in one line."""
     lab, elsewhere = tmp_path / "lab", tmp_path / "elsewhere"
     lab.mkdir(), elsewhere.mkdir()
     (lab / "labnets.py").write_text(NETS)
     run = tmp_path / "run"
-    out = _cli(["-m", "rlstruct.algos", "train", "ppo", "--network", "labnets:actor_critic", "--max-env-steps",
-                "4096", "--n-processes", "2", "--logdir", str(run), "--no-progress", "--no-tensorboard"],
-               elsewhere, str(lab))
-    assert out.returncode == 0, out.stderr[-3000:]
+    with monkeypatch.context() as patch:
+        patch.syspath_prepend(str(lab))
+        code, lines = run_cli(["train", "ppo", "--network", "labnets:actor_critic", "--max-env-steps", "1024",
+                               "--n-processes", "2", "--logdir", str(run), "--no-progress", "--no-tensorboard"], capsys)
+        sys.modules.pop("labnets", None)
+    assert code == 0, lines[-20:]
     assert json.loads((run / "config.json").read_text())["network"] == "labnets:actor_critic"
     assert torch.load(run / "checkpoint.pt", weights_only=False)["config"]["network"] == "labnets:actor_critic"
     assert "trunk.0.weight" in torch.load(run / "checkpoint.pt", weights_only=False)["model"]
 
-    evaluated = _cli(["-m", "rlstruct.algos", "eval", str(run), "--episodes", "4", "--trust-code"], elsewhere,
-                     str(lab))
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    assert json.loads(evaluated.stdout.strip().splitlines()[-1])["episodes"] == 4
-    exported = _cli(["-m", "rlstruct.algos", "export", str(run), "--output", str(tmp_path / "policy.pt"),
-                     "--trust-code"], elsewhere, str(lab))
-    assert exported.returncode == 0, exported.stderr[-3000:]
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(lab)}
+    opened = subprocess.run([sys.executable, "-c", OPEN_THE_RUN, str(run), str(tmp_path / "policy.pt")],
+                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=240)
+    assert opened.returncode == 0, opened.stderr[-3000:]
+    printed = [json.loads(line) for line in opened.stdout.splitlines() if line[:1] in "{["]
+    assert [p["episodes"] for p in printed if isinstance(p, dict) and "episodes" in p] == [4]
     assert torch.jit.load(str(tmp_path / "policy.pt"))(torch.zeros(3, 4)).shape == (3,)
-    loaded = _cli(["-c", f"import torch; from rlstruct.algos import load; "
-                         f"print(load({str(run)!r}, trust_code=True).predict(torch.zeros(3, 4)).tolist())"],
-                  elsewhere, str(lab))
-    assert loaded.returncode == 0 and len(json.loads(loaded.stdout)) == 3, loaded.stderr[-3000:]
+    assert len(printed[-1]) == 3
 
     # Without the module: one line that names it.
-    missing = _cli(["-m", "rlstruct.algos", "eval", str(run), "--episodes", "4", "--trust-code"], elsewhere, None)
-    assert missing.returncode == 2, missing.stderr[-3000:]
-    assert missing.stderr.strip().splitlines() == [
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the command's search of the current folder is undone
+    code, lines = run_cli(["eval", str(run), "--episodes", "4", "--trust-code"], capsys)
+    assert code == 2, lines
+    assert lines == [
         "rlstruct eval: error: network='labnets:actor_critic' names module 'labnets', but no module named 'labnets' "
         "imports here; run from the folder that holds it, add that folder to PYTHONPATH, or install its package"]

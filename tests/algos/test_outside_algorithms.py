@@ -134,11 +134,37 @@ def _run(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedPro
     return subprocess.run([*args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.long(reason="nine fresh processes, each importing torch: a training run, its resume, eval, export, "
-                         "load().predict, compare, a 2-trial sweep, and eval where the module is missing")
+#: eval, then export, of the run in the current folder through the command's code, in an interpreter started with
+#: ``-P`` (a console script's ``sys.path``: no current folder), ``mylab`` forgotten and ``sys.path`` restored after
+#: each; then ``load().predict`` with the current folder first on ``sys.path``, as ``python -c`` has it
+OPEN_THE_RUN = """
+import sys
+from rlstruct.algos import load
+from rlstruct.algos._train.cli import main
+path = list(sys.path)
+for argv in (["eval", "run", "--episodes", "2", "--max-steps", "20", "--trust-code"],
+             ["export", "run", "--output", "policy.pt", "--trust-code"]):
+    print("status", main(argv), flush=True)
+    for name in [name for name in sys.modules if name == "mylab" or name.startswith("mylab.")]:
+        del sys.modules[name]
+    sys.path[:] = path
+sys.path.insert(0, "")
+p = load("run", trust_code=True)
+print(p.source, int(p.predict([0.0, 0.0, 0.0, 0.0])))
+"""
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_copy_of_a2c_outside_the_package_gets_every_command_in_fresh_processes(tmp_path):
+def test_a_copy_of_a2c_outside_the_package_gets_every_command_in_fresh_processes(tmp_path, capsys, monkeypatch):
+    """Every command that imports the run's module does so in a fresh interpreter whose ``sys.path`` lacks the
+    current folder: training, its resume and a sweep through the console script; eval, export and ``load().predict``
+    in one interpreter that forgets the module between them (:data:`OPEN_THE_RUN`). The commands that decide without
+    importing it (eval refused without ``--trust-code``, eval where the module is missing, compare) run in this
+    process, from the same folders, with ``mylab`` not imported and ``sys.path`` as it was after each."""
     lab = write_myalgo(tmp_path / "lab")
+    forget_mylab()
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the commands' own search of the current folder is undone
     trained = _run(str(RLSTRUCT), "train", "mylab.myalgo:ALGORITHM", "--env", "CartPole-v1", *TINY, "--logdir", "run",
                    cwd=lab)
     assert trained.returncode == 0, trained.stderr
@@ -147,20 +173,17 @@ def test_a_copy_of_a2c_outside_the_package_gets_every_command_in_fresh_processes
     assert (config["algo"], config["algorithm"]) == ("myalgo", "mylab.myalgo:ALGORITHM")
 
     # the run's own module, in the current folder: imported with the user's consent only
-    refused = _run(str(RLSTRUCT), "eval", "run", "--episodes", "2", cwd=lab)
+    monkeypatch.chdir(lab)
+    refused = rlstruct_in_process(capsys, "eval", "run", "--episodes", "2")
     assert refused.returncode == 2 and "pass --trust-code" in refused.stderr, refused.stderr
-    evaluated = _run(str(RLSTRUCT), "eval", "run", "--episodes", "2", "--max-steps", "20", "--trust-code", cwd=lab)
-    assert evaluated.returncode == 0, evaluated.stderr
-    assert json.loads(evaluated.stdout.splitlines()[-1])["algo"] == "myalgo"
-
-    exported = _run(str(RLSTRUCT), "export", "run", "--output", "policy.pt", "--trust-code", cwd=lab)
-    assert exported.returncode == 0, exported.stderr
+    assert "mylab" not in sys.modules, "refused before importing it"
+    opened = _run(sys.executable, "-P", "-c", OPEN_THE_RUN, cwd=lab)
+    assert opened.returncode == 0, opened.stderr
+    lines = opened.stdout.splitlines()
+    assert [line for line in lines if line.startswith("status")] == ["status 0", "status 0"], opened.stdout
+    assert [json.loads(line)["algo"] for line in lines if line.startswith("{") and '"episodes"' in line] == ["myalgo"]
     assert (lab / "policy.pt").stat().st_size > 0
-
-    predicted = _run(sys.executable, "-c", "import rlstruct.algos as a; p = a.load('run', trust_code=True); "
-                     "print(p.source, int(p.predict([0.0, 0.0, 0.0, 0.0])))", cwd=lab)
-    assert predicted.returncode == 0, predicted.stderr
-    source, action = predicted.stdout.split()
+    source, action = lines[-1].split()
     assert source == "mylab.myalgo:ALGORITHM" and action in ("0", "1")
 
     resumed = _run(str(RLSTRUCT), "train", "mylab.myalgo:ALGORITHM", "--resume", "run", "--max-env-steps", "512",
@@ -168,7 +191,7 @@ def test_a_copy_of_a2c_outside_the_package_gets_every_command_in_fresh_processes
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.splitlines()[-1])["env_steps"] >= 512
 
-    compared = _run(str(RLSTRUCT), "compare", "run", "--json", cwd=lab)
+    compared = rlstruct_in_process(capsys, "compare", "run", "--json")
     assert compared.returncode == 0, compared.stderr
 
     swept = _run(str(RLSTRUCT), "sweep", "mylab.myalgo:ALGORITHM", "--env", "CartPole-v1", "--trials", "2",
@@ -179,7 +202,8 @@ def test_a_copy_of_a2c_outside_the_package_gets_every_command_in_fresh_processes
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    missing = _run(str(RLSTRUCT), "eval", str(lab / "run"), "--episodes", "2", "--trust-code", cwd=elsewhere)
+    monkeypatch.chdir(elsewhere)
+    missing = rlstruct_in_process(capsys, "eval", str(lab / "run"), "--episodes", "2", "--trust-code")
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
     assert "no module named 'mylab'" in missing.stderr
 

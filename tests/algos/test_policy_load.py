@@ -40,17 +40,20 @@ def runs(tmp_path_factory):
     }
 
 
-@pytest.mark.long(reason="the loaded policy must solve CartPole-v1 on its own: 100 PPO iterations of 2,048 envs x "
-                         "16 steps take about 46 CPU seconds")
-@pytest.mark.timeout(600)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_trained_ppo_run_drives_gymnasiums_own_cartpole_to_475(tmp_path):
-    """test_ppo.py's solve settings (2,048 envs x 16 steps, lr 0.02 annealed over 100 iterations) run to the end of
-    their budget (the first evaluation of 475 can come from weights that score less on other seeds), then the
-    loaded policy alone in gymnasium's CartPole-v1, no rlstruct wrapper in the loop. Seed 0 scores 500 on each."""
+    """test_ppo.py's solve settings (2,048 envs x 16 steps, lr 0.02 annealed over 100 iterations), stopped where an
+    evaluation of 475 and its confirmation on fresh episodes agree, then the loaded policy alone in gymnasium's
+    CartPole-v1, no rlstruct wrapper in the loop. Seeds 0-2 with 1 and 2 torch threads stopped after 8 (seed 0), 16
+    or 30-32 iterations; the loaded policies' means over the five episodes were 500, but seed 2 with 1 thread's 484
+    (one episode of 420). So the run stops at its confirmed target (seed 0: 8 iterations with either thread count)
+    instead of spending the whole budget (100 iterations, 36 CPU s)."""
     cfg = ppo.PPOConfig(**_common(tmp_path, n_envs=2048, n_steps=16, lr=0.02, n_epochs=2, n_minibatches=2,
-                                  overlap=True, max_env_steps=2048 * 16 * 100, eval_every=10,
-                                  stop_at_reward_threshold=False, seed=0))
-    assert ppo.train(cfg).env_steps == 2048 * 16 * 100
+                                  overlap=True, max_env_steps=2048 * 16 * 100, eval_every=2, target_return=475.0,
+                                  seed=0))
+    result = ppo.train(cfg)
+    assert result.reached_target, (result.iterations, result.eval_return)
     policy = load(tmp_path)
     env = gym.make("CartPole-v1")
     returns = []

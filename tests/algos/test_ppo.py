@@ -16,8 +16,9 @@ from rlstruct.algos import a2c, ppo, reinforce
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.session import validate
 from rlstruct.algos.ppo import PPOConfig, ppo_loss
-from tests.algos.test_cli import PLOT, TENSORBOARD, last_json, rlstruct
+from tests.algos.test_cli import PLOT, TENSORBOARD, last_json
 from tests.algos.test_learning import _common, _trained_evals, assert_learned
+from tests.helpers import rlstruct_in_process
 
 KW = {"clip_coef": 0.2, "value_clip": 0.0, "value_coef": 0.5, "entropy_coef": 0.01, "normalize_advantages": False}
 # --------------------------------------------------------------------------- the loss
@@ -190,10 +191,13 @@ def test_every_policy_gradient_algorithm_trains_pendulum_and_its_checkpoint_relo
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_cli_trains_ppo_on_pendulum_and_eval_reads_its_checkpoint(tmp_path):
-    out = rlstruct("train", "ppo", "--env", "Pendulum-v1", "--max-env-steps", "2000", "--n-envs", "4",
-                   "--n-steps", "100", "--n-minibatches", "4", "--n-evaluation-envs", "2", "--gamma", "0.9",
-                   "--value-clip", "0.5", "--target-kl", "0.05", "--logdir", str(tmp_path), "--no-progress")
+def test_cli_trains_ppo_on_pendulum_and_eval_reads_its_checkpoint(tmp_path, capsys):
+    """The console script's code in this process: its flags, files and checkpoint are what this test reads, and a
+    fresh interpreter would add its imports and nothing this test checks."""
+    out = rlstruct_in_process(capsys, "train", "ppo", "--env", "Pendulum-v1", "--max-env-steps", "2000", "--n-envs",
+                              "4", "--n-steps", "100", "--n-minibatches", "4", "--n-evaluation-envs", "2", "--gamma",
+                              "0.9", "--value-clip", "0.5", "--target-kl", "0.05", "--logdir", str(tmp_path),
+                              "--no-progress")
     assert out.returncode == 0, out.stderr
     summary = last_json(out.stdout)
     assert summary["env_steps"] >= 2000 and -2_000 < summary["eval_return"] < 0
@@ -201,6 +205,6 @@ def test_cli_trains_ppo_on_pendulum_and_eval_reads_its_checkpoint(tmp_path):
     assert bool(list(tmp_path.glob("events.out.tfevents.*"))) == TENSORBOARD
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert ckpt["algo"] == "ppo" and "log_std" in ckpt["model"] and ckpt["config"]["value_clip"] == 0.5
-    ev = rlstruct("eval", str(tmp_path / "checkpoint.pt"), "--episodes", "2")
+    ev = rlstruct_in_process(capsys, "eval", str(tmp_path / "checkpoint.pt"), "--episodes", "2")
     assert ev.returncode == 0, ev.stderr
     assert last_json(ev.stdout)["algo"] == "ppo"

@@ -27,7 +27,7 @@ from rlstruct.algos._train.presets import (
 from rlstruct.algos._train.session import validate
 from rlstruct.algos._train.stop_rule import run_target
 from rlstruct.errors import ConfigError
-from tests.algos.test_cli import last_json, rlstruct
+from tests.algos.test_cli import last_json
 from tests.helpers import rlstruct_in_process
 
 CONFIGS = {"a2c": a2c.A2CConfig, "dqn": dqn.DQNConfig, "ppo": ppo.PPOConfig, "reinforce": reinforce.ReinforceConfig,
@@ -257,10 +257,12 @@ def test_the_family_presets_name_the_env_of_their_target():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path, capsys):
+    """Both runs are the console script's code in this process (what the preset does to their flags, summaries and
+    folder is what this test reads), of one iteration each: the preset's 16 envs x 250 steps."""
     logdir = tmp_path / "run"
     common = ["--max-env-steps", "4000", "--n-evaluation-envs", "2", "--no-progress", "--no-tensorboard",
               "--evaluation-max-steps", "50"]
-    first = rlstruct("train", "ppo", "--env", "Pendulum-v1", "--logdir", str(logdir), *common)
+    first = rlstruct_in_process(capsys, "train", "ppo", "--env", "Pendulum-v1", "--logdir", str(logdir), *common)
     assert first.returncode == 0, first.stderr
     summary = last_json(first.stdout)
     assert summary["preset"] == "ppo-pendulum"
@@ -276,7 +278,8 @@ def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path, capsys):
     rows = {line.split()[0]: line.split()[1:] for line in shown.stdout.splitlines() if line.startswith("--")}
     assert rows["--n-steps"] == ["250", "resumed", "run"] and rows["--max-env-steps"] == ["8000", "flag"]
     assert rows["--preset"] == ["ppo-pendulum", "resumed", "run"]
-    second = rlstruct("train", "ppo", "--resume", str(logdir), "--max-env-steps", "8000", *common[2:])
+    second = rlstruct_in_process(capsys, "train", "ppo", "--resume", str(logdir), "--max-env-steps", "8000",
+                                 *common[2:])
     assert second.returncode == 0, second.stderr
     assert last_json(second.stdout)["preset"] == "ppo-pendulum" and last_json(second.stdout)["env_steps"] == 8000
 
@@ -328,10 +331,15 @@ def test_the_lunarlander_presets_run_through_the_box2d_extra(tmp_path):
     pytest.importorskip("Box2D", reason="the box2d extra is not installed: pip install 'rlstruct[box2d]'")
     common = dict(env="LunarLander-v3", n_evaluation_envs=2, evaluation_max_steps=20, progress=False,
                   tensorboard=False)
-    result = ppo.train(ppo.PPOConfig(max_env_steps=16_384, logdir=str(tmp_path / "ppo"), **common))
-    assert result.preset == "ppo-lunarlander" and result.env_steps == 16_384
-    result = dqn.train(dqn.DQNConfig(max_env_steps=512, logdir=str(tmp_path / "dqn"), **common))
-    assert result.preset == "dqn-lunarlander" and result.env_steps == 512
+    # One short collection and update each: the presets' settings reach Box2D's envs and their networks; the sizes a
+    # caller gives (a collection of 16 envs x 128 steps, one epoch over it) win over the preset's, as everywhere.
+    result = ppo.train(ppo.PPOConfig(max_env_steps=2_048, n_steps=128, n_epochs=1, logdir=str(tmp_path / "ppo"),
+                                     **common))
+    assert result.preset == "ppo-lunarlander" and result.env_steps == 2_048
+    saved = json.loads((tmp_path / "ppo" / "config.json").read_text())
+    assert (saved["n_envs"], saved["n_minibatches"], saved["gamma"]) == (16, 256, 0.999)
+    result = dqn.train(dqn.DQNConfig(max_env_steps=64, logdir=str(tmp_path / "dqn"), **common))
+    assert result.preset == "dqn-lunarlander" and result.env_steps == 64
 
 
 @pytest.mark.slow  # 3.2 CPU s on the reference CPU: slow is 1.5 s or more

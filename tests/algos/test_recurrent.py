@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -17,6 +15,7 @@ from rlstruct.algos.networks import RecurrentActorCritic
 from rlstruct.algos.policies import RecurrentPolicyAgent, create_recurrent_agent, replay_window
 from rlstruct.devices import cpu_state_dict
 from rlstruct.errors import SpaceError
+from tests.helpers import rlstruct_in_process
 
 pytestmark = pytest.mark.timeout(120)
 ENV = "CartPoleNoVel-v1"
@@ -182,17 +181,17 @@ def test_recurrent_configs_are_checked():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("algo", ["a2c", "ppo"])
-def test_recurrent_training_from_the_command_line_checkpoints_and_eval_reloads_it(algo, tmp_path):
+def test_recurrent_training_from_the_command_line_checkpoints_and_eval_reloads_it(algo, tmp_path, capsys):
+    """The console script's code in this process (its flags, its checkpoint, ``rlstruct eval`` reading it back): a
+    fresh interpreter would add its imports and nothing this test checks."""
     logdir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "rlstruct.algos", "train", algo, "--env", ENV, "--recurrent",
-           "--max-env-steps", "1000", "--n-envs", "4", "--n-evaluation-envs", "2", "--max-episode-steps", "50",
-           "--no-progress", "--no-tensorboard", "--logdir", str(logdir)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
+    out = rlstruct_in_process(capsys, "train", algo, "--env", ENV, "--recurrent", "--max-env-steps", "1000",
+                              "--n-envs", "4", "--n-evaluation-envs", "2", "--max-episode-steps", "50", "--no-progress",
+                              "--no-tensorboard", "--logdir", str(logdir))
     assert out.returncode == 0, out.stderr
     ckpt = torch.load(logdir / "checkpoint.pt", weights_only=True)
     assert ckpt["config"]["recurrent"] is True and "core.weight_ih" in ckpt["model"]
-    ev = subprocess.run([sys.executable, "-m", "rlstruct.algos", "eval", str(logdir / "checkpoint.pt"),
-                         "--episodes", "3"], capture_output=True, text=True, timeout=200)
+    ev = rlstruct_in_process(capsys, "eval", str(logdir / "checkpoint.pt"), "--episodes", "3")
     assert ev.returncode == 0, ev.stderr
     result = json.loads(ev.stdout.strip().splitlines()[-1])
     assert result["algo"] == algo and result["episodes"] == 3 and 0 < result["eval_return"] <= 50

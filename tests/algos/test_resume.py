@@ -17,8 +17,6 @@ import math
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -40,6 +38,7 @@ from rlstruct.algos._train.seeds import session_seed, worker_seeds
 from rlstruct.algos._train.session import validate
 from rlstruct.devices import tree_copy
 from rlstruct.errors import CheckpointError, ConfigError
+from tests.helpers import ForkedCommand, wall_limit
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -493,34 +492,31 @@ def test_a_run_stopped_by_sigterm_resumes(tmp_path, algo):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_the_command_line_story_sigterm_then_resume(tmp_path):
-    """The README's: a run killed by SIGTERM (SLURM's preemption), then the same command with --resume."""
+def test_the_command_line_story_sigterm_then_resume(tmp_path, capsys):
+    """The README's: a run killed by SIGTERM (SLURM's preemption), then the same command with --resume. The run is a
+    fork of this process, signalled as a scheduler signals a job (what is tested is how the command ends, not an
+    interpreter's start); the resume is the same command line, in this process."""
     logdir = tmp_path / "run"
-    command = [sys.executable, "-m", "rlstruct.algos", "train", "ppo", "--n-envs", "4", "--hidden-sizes", "16",
-               "--max-env-steps", "100000000", "--time-limit", "600", "--log-every", "1", "--eval-every", "5",
-               "--n-evaluation-envs", "2", "--no-stop-at-reward-threshold", "--no-progress", "--logdir", str(logdir)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    argv = ["train", "ppo", "--n-envs", "4", "--hidden-sizes", "16", "--max-env-steps", "100000000", "--time-limit",
+            "600", "--log-every", "1", "--eval-every", "5", "--n-evaluation-envs", "2", "--no-stop-at-reward-threshold",
+            "--no-progress", "--no-tensorboard", "--logdir", str(logdir)]
+    run = ForkedCommand(argv, tmp_path / "first")
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + wall_limit(180)
         csv_path = logdir / CSV_NAME
         while not (csv_path.exists() and len(csv_path.read_text().splitlines()) >= 3):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr
             time.sleep(0.1)
-        os.kill(proc.pid, signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=60)
+        os.kill(run.pid, signal.SIGTERM)
+        assert run.wait(timeout=60) == 143, run.stderr
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 143, stderr
-    first = json.loads(stdout.strip().splitlines()[-1])
+        run.kill()
+    first = json.loads(run.stdout.strip().splitlines()[-1])
     assert first["interrupted"] is True
-    resumed = subprocess.run([*command[:command.index("100000000")], str(first["env_steps"] + 256),
-                              *command[command.index("100000000") + 1:], "--resume", str(logdir)],
-                             capture_output=True, text=True, timeout=150)
-    assert resumed.returncode == 0, resumed.stderr
-    second = json.loads(resumed.stdout.strip().splitlines()[-1])
+    capsys.readouterr()
+    assert cli.main([*argv[:argv.index("100000000")], str(first["env_steps"] + 256),
+                     *argv[argv.index("100000000") + 1:], "--resume", str(logdir)]) == 0
+    second = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert second["logdir"] == str(logdir) and not second["interrupted"]
     assert second["env_steps"] >= first["env_steps"] + 256 and second["iterations"] > first["iterations"]
     rows = [r for r in csv_rows(logdir) if r.get("train/episode_return", "") != ""]
@@ -593,34 +589,29 @@ def test_a_checkpoint_is_replaced_whole(tmp_path, monkeypatch):
     assert (logdir / CHECKPOINT_NAME).read_bytes() == before
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_a_run_killed_outright_resumes_from_its_last_periodic_checkpoint(tmp_path):
+def test_a_run_killed_outright_resumes_from_its_last_periodic_checkpoint(tmp_path, capsys):
+    """SIGKILL, which no handler sees, ends a fork of this process that runs the command (what is tested is what the
+    periodic checkpoints leave, not an interpreter's start); the resume is the command, in this process."""
     logdir = tmp_path / "run"
-    command = [sys.executable, "-m", "rlstruct.algos", "train", "a2c", "--n-envs", "4", "--hidden-sizes", "16",
-               "--max-env-steps", "100000000", "--time-limit", "600", "--checkpoint-every", "5",
-               "--n-evaluation-envs", "2", "--no-stop-at-reward-threshold", "--no-progress", "--logdir", str(logdir)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    run = ForkedCommand(["train", "a2c", "--n-envs", "4", "--hidden-sizes", "16", "--max-env-steps", "100000000",
+                         "--time-limit", "600", "--checkpoint-every", "5", "--n-evaluation-envs", "2",
+                         "--no-stop-at-reward-threshold", "--no-progress", "--no-tensorboard", "--logdir", str(logdir)],
+                        tmp_path / "first")
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + wall_limit(180)
         while not (logdir / CHECKPOINT_NAME).exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr
             time.sleep(0.05)
         time.sleep(0.5)
-        os.killpg(proc.pid, signal.SIGKILL)  # no checkpoint at exit: only the periodic ones
-        proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        run.kill()  # SIGKILL: no checkpoint at exit, only the periodic ones
+    assert run.returncode == -9, run.stderr
     saved = torch.load(logdir / CHECKPOINT_NAME, weights_only=True)
     assert saved["iteration"] % 5 == 0 and saved["iteration"] >= 5
-    resumed = subprocess.run([sys.executable, "-m", "rlstruct.algos", "train", "a2c", "--resume", str(logdir),
-                              "--max-env-steps", str(saved["env_steps"] + 64)],
-                             capture_output=True, text=True, timeout=150)
-    assert resumed.returncode == 0, resumed.stderr
-    summary = json.loads(resumed.stdout.strip().splitlines()[-1])
+    capsys.readouterr()
+    assert cli.main(["train", "a2c", "--resume", str(logdir), "--max-env-steps", str(saved["env_steps"] + 64)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["env_steps"] >= saved["env_steps"] + 64
     rows = [r for r in csv_rows(logdir) if r.get("train/episode_return", "") != ""]
     assert [int(r["iteration"]) for r in rows] == list(range(1, summary["iterations"] + 1))

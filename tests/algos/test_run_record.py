@@ -9,11 +9,13 @@ never by timing.
 
 from __future__ import annotations
 
+import builtins
 import csv
 import dataclasses
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -42,6 +44,7 @@ from rlstruct.algos._train.run_folder import (
 )
 from rlstruct.algos._train.session import validate
 from rlstruct.errors import CheckpointError, RunFinishedError, RunFolderBusyError, RunRecordError
+from tests.helpers import ForkedCommand
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -160,32 +163,34 @@ def test_a_checkpoint_written_before_digests_still_loads(trained, tmp_path):
 
 
 # --------------------------------------------------------------------------- progress.csv
-#: a resumed ``rlstruct train`` that SIGKILLs itself at a chosen moment of writing progress.csv: ``writerows`` (the
-#: first rows written: those of the rewrite that drops the rows past the checkpoint) or ``replace`` (the swap)
-KILLED_AT = """
-import csv, os, signal, sys
-moment, argv = sys.argv[1], sys.argv[2:]
-if moment == "writerows":
-    real_writerows = csv.DictWriter.writerows
+def kill_at_writerows() -> None:
+    """The seam of a run SIGKILLed as it writes its first rows of progress.csv (the rows of the rewrite that drops
+    those past the checkpoint)."""
+    real = csv.DictWriter.writerows
+
     def writerows(self, rows):
         rows = list(rows)
         if rows:
             os.kill(os.getpid(), signal.SIGKILL)
-        return real_writerows(self, rows)
+        return real(self, rows)
+
     csv.DictWriter.writerows = writerows
-else:
-    real_replace = os.replace
+
+
+def kill_at_replace() -> None:
+    """The seam of a run SIGKILLed as it swaps the rewritten progress.csv onto its name."""
+    real = os.replace
+
     def replace(src, dst):
         if str(dst).endswith("progress.csv"):
             os.kill(os.getpid(), signal.SIGKILL)
-        return real_replace(src, dst)
+        return real(src, dst)
+
     os.replace = replace
-from rlstruct.algos._train import cli
-sys.exit(cli.main(argv))
-"""
 
 
-@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the killed run is a fork of this process")
 @pytest.mark.parametrize("moment", ["writerows", "replace"])
 def test_a_kill_while_progress_is_rewritten_loses_no_row(trained, tmp_path, moment):
     logdir = tmp_path / "run"
@@ -193,9 +198,11 @@ def test_a_kill_while_progress_is_rewritten_loses_no_row(trained, tmp_path, mome
     before = training_rows(logdir)
     with open(logdir / CSV_NAME, "a") as f:  # a row past the checkpoint, as a run killed after it leaves
         f.write(",".join(["5"] + [""] * (len(before[0]) - 1)) + "\r\n")
-    killed = subprocess.run([sys.executable, "-c", KILLED_AT, moment, "train", "a2c", "--resume", str(logdir),
-                             "--max-env-steps", str(32 * 8)], capture_output=True, text=True, timeout=100)
-    assert killed.returncode == -9, killed.stderr
+    # A fork of this process: what is tested is the files a kill leaves, not a fresh interpreter's start.
+    seam = {"writerows": kill_at_writerows, "replace": kill_at_replace}[moment]
+    killed = ForkedCommand(["train", "a2c", "--resume", str(logdir), "--max-env-steps", str(32 * 8)],
+                           tmp_path / "killed", seam=seam)
+    assert killed.wait(timeout=100) == -9, killed.stderr
     assert training_rows(logdir)[:4] == before
     second = a2c.train(dataclasses.replace(CONFIG, resume=str(logdir), logdir=None, max_env_steps=32 * 8))
     rows = training_rows(logdir)
@@ -535,30 +542,29 @@ def test_the_learning_curve_is_written_whole(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path / "run")) == [CURVE_NAME, CSV_NAME]
 
 
-#: ``rlstruct train`` SIGKILLed once it opens config.json (or the file it writes whole through) for writing
-KILLED_WRITING_CONFIG = """
-import builtins, os, signal, sys
-real_open = builtins.open
-def open_(file, mode="r", *args, **kwargs):
-    f = real_open(file, mode, *args, **kwargs)
-    if os.path.basename(str(file)).startswith("config.json") and "w" in mode:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return f
-builtins.open = open_
-from rlstruct.algos._train import cli
-sys.exit(cli.main(sys.argv[1:]))
-"""
+def kill_writing_config() -> None:
+    """The seam of a run SIGKILLed once it opens config.json (or the file it writes whole through) for writing."""
+    real_open = builtins.open
+
+    def open_(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        if os.path.basename(str(file)).startswith("config.json") and "w" in mode:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return f
+
+    builtins.open = open_
 
 
-@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the killed run is a fork of this process")
 def test_a_resume_killed_while_it_writes_its_config_leaves_the_config_and_compare_reads_it(trained, tmp_path):
     run = tmp_path / "group" / "seed-0"
     run.parent.mkdir()
     copy_run(trained, run)
     before = (run / CONFIG_NAME).read_bytes()
-    killed = subprocess.run([sys.executable, "-c", KILLED_WRITING_CONFIG, "train", "a2c", "--resume", str(run),
-                             "--max-env-steps", str(32 * 6)], capture_output=True, text=True, timeout=100)
-    assert killed.returncode == -9, killed.stderr
+    killed = ForkedCommand(["train", "a2c", "--resume", str(run), "--max-env-steps", str(32 * 6)], tmp_path / "killed",
+                           seam=kill_writing_config)  # a fork of this process, as above
+    assert killed.wait(timeout=100) == -9, killed.stderr
     assert (run / CONFIG_NAME).read_bytes() == before
     env = json.loads(before)["env"]
     assert load_group(str(run.parent)).scores == {env: [json.loads((run / SUMMARY_NAME).read_text())[

@@ -92,9 +92,12 @@ def test_n_envs_is_the_total_and_must_split_evenly_over_the_workers():
 @pytest.mark.slow
 def test_a_worker_sigkilled_mid_run_changes_nothing(tmp_path):
     """``--restart-workers``: a training worker SIGKILLed while the run goes on is replaced exactly, and the run writes
-    the progress.csv of the same command run in process (wall-clock columns and the restart count aside)."""
-    flags = ["a2c", "--env", "CartPole-v1", "--preset", "a2c-cartpole", "--seed", "1", "--max-env-steps", "65536",
-             "--no-progress", "--no-tensorboard", "--eval-every", "16", "--n-evaluation-envs", "2",
+    the progress.csv of the same command run in process (wall-clock columns and the restart count aside).
+
+    16 iterations, their rows written out every 2 (``--log-every``, which changes when rows reach the file, not what
+    they hold), so that the kill lands within the first few iterations and a dozen follow it."""
+    flags = ["a2c", "--env", "CartPole-v1", "--preset", "a2c-cartpole", "--seed", "1", "--max-env-steps", "16384",
+             "--no-progress", "--no-tensorboard", "--eval-every", "8", "--log-every", "2", "--n-evaluation-envs", "2",
              "--restart-workers", "3"]
     alone = progress(tmp_path, "alone", *flags)
     logdir = tmp_path / "killed"

@@ -142,25 +142,42 @@ def test_wandb_offline_records_rows_at_their_env_steps_and_a_resume_continues_th
     assert (runs[-1] / "files" / "checkpoint.pt").is_file()
 
 
+#: ``rlstruct ARGV`` for each ARGV of a JSON list (a run, then its resume), then what trackio's own storage holds of
+#: the run named in the run's trackers file, written as JSON into the file named last
+TRACKIO_SESSIONS = """
+import json, pathlib, sys
+from rlstruct.algos._train.cli import main
+from rlstruct.algos._train.trackers import TRACKERS_FILE
+sessions, logdir, output = json.loads(sys.argv[1]), pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+for argv in sessions:
+    status = main(argv)
+    if status:
+        sys.exit(status)
+from trackio.sqlite_storage import SQLiteStorage as S
+name = json.loads((logdir / TRACKERS_FILE).read_text())["trackio"]
+logs = S.get_logs("rlstruct", name)
+steps = [r["step"] for r in logs if "loss/value" in r]
+output.write_text(json.dumps([steps, S.get_run_config("rlstruct", name)["algo"]]))
+"""
+
+
 @pytest.mark.slow
 def test_trackio_records_rows_and_a_resume_continues_the_run(tmp_path):
+    """In one fresh process, since trackio reads TRACKIO_DIR when it is imported: the run, its resume (the command's
+    code, called twice) and trackio's own reading of what they logged."""
     pytest.importorskip("trackio", reason="needs the trackio extra")
-    # The command line, in fresh processes: trackio reads TRACKIO_DIR when it is imported.
     env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio")}
     flags = ["--env", "CartPole-v1", "--n-envs", "4", "--n-steps", "8", "--n-epochs", "1", "--n-minibatches", "1",
              "--hidden-sizes", "8", "--no-progress", "--no-tensorboard", "--n-evaluation-envs", "2",
              "--max-episode-steps", "30", "--log-every", "1", "--preset", "none", "--track", "trackio"]
     logdir = str(tmp_path / "run")
-    for more in (["--logdir", logdir, "--max-env-steps", "128"], ["--resume", logdir, "--max-env-steps", "256"]):
-        out = subprocess.run([sys.executable, "-m", "rlstruct.algos", "train", "ppo", *flags, *more],
-                             capture_output=True, text=True, env=env, timeout=200, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr[-2000:]
-    code = ("import json, sys; from trackio.sqlite_storage import SQLiteStorage as S; logs = S.get_logs('rlstruct', "
-            "sys.argv[1]); print(json.dumps([[r['step'] for r in logs if 'loss/value' in r], "
-            "S.get_run_config('rlstruct', sys.argv[1])['algo']]))")
-    name = json.loads((tmp_path / "run" / TRACKERS_FILE).read_text())["trackio"]
-    read = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, env=env, check=True)
-    assert json.loads(read.stdout.strip().splitlines()[-1]) == [list(range(32, 257, 32)), "ppo"]
+    sessions = [["train", "ppo", *flags, *more] for more in (["--logdir", logdir, "--max-env-steps", "128"],
+                                                              ["--resume", logdir, "--max-env-steps", "256"])]
+    logged = tmp_path / "logged.json"
+    out = subprocess.run([sys.executable, "-c", TRACKIO_SESSIONS, json.dumps(sessions), logdir, str(logged)],
+                         capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(logged.read_text()) == [list(range(32, 257, 32)), "ppo"]
 
 
 def test_an_unknown_or_missing_tracker_fails_before_the_run_starts(tmp_path, monkeypatch):
