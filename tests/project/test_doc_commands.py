@@ -3,7 +3,8 @@ order a reader meets them, and every return the text promises is covered by a le
 
 The commands run in one temporary folder (relative log folders such as ``runs/ppo`` land there, so that
 ``rlstruct eval runs/ppo`` finds what the command before it trained). A training command gets flags appended that
-cap its budget (the last of a repeated flag wins, so they override the text's); nothing else is changed.
+cap its budget and, where the text leaves it to a preset, its rollout's length (the last of a repeated flag wins, so
+they override the text's); nothing else is changed.
 """
 
 from __future__ import annotations
@@ -27,10 +28,16 @@ CAP = ["--max-env-steps", "256", "--time-limit", "120", "--no-progress", "--no-t
        "2", "--evaluation-max-steps", "20", "--eval-every", "1000"]
 #: and to the off-policy ones: learn within that budget
 CAP_REPLAY = ["--learning-starts", "64"]
-#: appended to ``rlstruct profile`` and ``rlstruct autotune``: a couple of short acquisitions, and autotune's sweep cut
-#: to two env counts a process count (each configuration starts its own worker processes; what the sweep finds is
-#: tests/batchers/test_autotune.py's to check, the command's output is this test's)
+#: the steps an env of an on-policy run's iteration at least, where :func:`_capped_rollout` shortens the rollout
+MIN_ROLLOUT = 16
+#: appended to ``rlstruct profile`` and ``rlstruct autotune``: a couple of short acquisitions (of at most
+#: :data:`PROFILE_ENVS` envs a worker: a page's 16,384 would learn from 131k env steps a PPO update, and the profile's
+#: table reads the same at any count), and autotune's sweep cut to two env counts a process count (each configuration
+#: starts its own worker processes; what the sweep finds is tests/batchers/test_autotune.py's to check, the command's
+#: output is this test's)
 CAP_PROFILE = ["--iterations", "2", "--n-timesteps", "8"]
+#: the most envs a worker of ``rlstruct profile`` steps here
+PROFILE_ENVS = 1024
 CAP_AUTOTUNE = ["--iters", "1", "--n-timesteps", "8", "--min-envs", "16", "--max-envs", "32"]
 #: placeholders that a reader replaces: such a line is a template, not a command
 PLACEHOLDER = re.compile(r"(?<![\w-])(ALGO|ID|RUN|DIR|CHECKPOINT|S|N|K|PATH)(?![\w-])|\.\.\.")
@@ -104,8 +111,21 @@ def test_every_promised_return_is_covered_by_a_learning_test_or_suite():
             assert (ROOT / file).exists() and (not name or f"def {name}(" in (ROOT / file).read_text()), backed
 
 
+def _without_logdir(command: str) -> str:
+    argv = shlex.split(command)
+    if "--logdir" in argv:
+        del argv[argv.index("--logdir"):argv.index("--logdir") + 2]
+    return shlex.join(argv)
+
+
+#: the commands a page also shows with a --logdir of their own: the run into the default folder, which no later command
+#: reads, proves nothing that the run into the named folder does not (each distinct flag and the default folder are
+#: still run), and would pay the same training again (PPO on Atari: 11 CPU s)
+WITH_A_LOGDIR = {_without_logdir(command) for _, command, _ in COMMANDS if "--logdir" in shlex.split(command)}
 #: each distinct command once, where the reader first meets it
-DISTINCT = list({command: (page, command, comment) for page, command, comment in reversed(COMMANDS)}.values())[::-1]
+DISTINCT = [entry for entry in
+            list({command: (page, command, comment) for page, command, comment in reversed(COMMANDS)}.values())[::-1]
+            if entry[1] not in WITH_A_LOGDIR]
 
 
 #: (a word a command holds, a module that command needs, the extra that installs it)
@@ -145,6 +165,22 @@ def _marks(command: str) -> list[pytest.MarkDecorator]:
     return []
 
 
+def _capped_rollout(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """``--n-steps`` for an on-policy training command (``argv``, its budget capped) whose one iteration would take
+    more env steps than the budget: its ``n_envs x n_steps``, the text's or its preset's as ``--show-config`` gives
+    them (128 envs x 32 steps of MinAtar, 8 x 128 Atari frames), cut to the budget's (at least :data:`MIN_ROLLOUT`
+    steps an env). A run makes one iteration at least; what the command proves (its flags, preset, env and network,
+    an update, the run folder) does not depend on the rollout's length."""
+    from rlstruct.algos._train import cli
+
+    capsys.readouterr()
+    assert cli.main([*argv[1:], "--show-config"]) in (0, None)
+    shown = dict(re.findall(r"^--(n-envs|n-steps|max-env-steps)\s+(\d+)", capsys.readouterr().out, re.M))
+    n_envs, n_steps, budget = (int(shown[k]) for k in ("n-envs", "n-steps", "max-env-steps"))
+    capped = max(MIN_ROLLOUT, -(-budget // n_envs))
+    return ["--n-steps", str(capped)] if capped < n_steps else []
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("reader")
@@ -167,9 +203,13 @@ def test_documented_command_runs_as_written(page, command, workdir, monkeypatch,
         pytest.skip(f"{page}: needs the {missing} extra (pip install 'rlstruct[{missing}]')")
     if argv[1] == "train" and "--show-config" not in argv:
         argv += CAP + (CAP_REPLAY if argv[2] in ("dqn", "sac", "td3") else [])
+        if argv[2] in ("ppo", "a2c", "pqn") and "--resume" not in argv:
+            argv += _capped_rollout(argv, capsys)
     if argv[1] == "eval":
         argv += ["--max-steps", "20"]
     argv += {"profile": CAP_PROFILE, "autotune": CAP_AUTOTUNE}.get(argv[1], [])
+    if argv[1] == "profile" and "--n-envs" in argv and int(argv[argv.index("--n-envs") + 1]) > PROFILE_ENVS:
+        argv += ["--n-envs", str(PROFILE_ENVS)]
     if argv[1] == "sweep":  # one capped trial; the flags after -- are its run's
         cut = argv.index("--") if "--" in argv else len(argv)
         argv = [*argv[:cut], "--trials", "1", "--", *argv[cut + 1:], *CAP]

@@ -10,6 +10,7 @@ edge to the module that defines it.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import subprocess
 import sys
@@ -134,10 +135,34 @@ def test_no_import_cycle_among_the_librarys_modules():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+#: a fresh interpreter that imports torch once, then forks a child per statement of ``argv[1]`` (a JSON list) that runs
+#: it and reports the rlstruct modules loaded: what each statement loads, for one import of torch (2.8 of a fresh
+#: interpreter's 3.5 CPU s) rather than one per statement. Only torch is imported before the fork: it loads none of
+#: rlstruct's modules, so a child's list is the statement's own.
 _LOADED = """
-import json, sys
-import {module}
-print(json.dumps(sorted(m for m in sys.modules if m == "rlstruct" or m.startswith("rlstruct."))))
+import json, os, sys, traceback
+import torch
+
+assert not [m for m in sys.modules if m.startswith("rlstruct")], "torch's import loaded rlstruct"
+loaded = {}
+for statement in json.loads(sys.argv[1]):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            exec(statement)
+            found = sorted(m for m in sys.modules if m == "rlstruct" or m.startswith("rlstruct."))
+        except BaseException:
+            found = traceback.format_exc()
+        with os.fdopen(write, "w") as f:
+            f.write(json.dumps(found))
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        loaded[statement] = json.loads(f.read())
+    os.waitpid(pid, 0)
+print(json.dumps(loaded))
 """
 
 #: the env backends' adapter modules, which only a run on that backend needs, and the tools a training run does not
@@ -146,35 +171,46 @@ UNUSED_BY_TRAINING = ("rlstruct.envs.jax_env", "rlstruct.envs.gymnax_env", "rlst
                       "rlstruct.envs.mjx_env", "rlstruct.envs.mujoco_torch_env", "rlstruct.envs.bridge",
                       "rlstruct.batchers.ray_batcher", "rlstruct.batchers.autotune", "rlstruct.batchers.profile",
                       "rlstruct.algos._train.profile", "rlstruct.algos._train.cli")
+ALGOS = ["a2c", "ppo", "reinforce", "dqn", "sac", "td3"]
+GYMNAX = "import rlstruct.envs; rlstruct.envs.make_env('CartPole-v1', 1, backend='gymnax').close()"
 
 
-def _loaded(module: str) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", _LOADED.format(module=module)], capture_output=True, text=True,
-                         timeout=120, cwd=ROOT, check=True).stdout
-    return set(json.loads(out.splitlines()[-1]))
+@pytest.fixture(scope="module")
+def loaded() -> dict[str, set[str]]:
+    """``{statement: the rlstruct modules it loads}`` for every statement the tests below ask about, each run in a
+    process of its own (forked from one fresh interpreter, :data:`_LOADED`)."""
+    statements = [f"import rlstruct.algos.{algo}" for algo in ALGOS] + ["import rlstruct.envs"]
+    if importlib.util.find_spec("gymnax") is not None:
+        statements.append(GYMNAX)
+    out = subprocess.run([sys.executable, "-c", _LOADED, json.dumps(statements)], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT, check=True).stdout
+    found = json.loads(out.splitlines()[-1])
+    failed = {s: f for s, f in found.items() if isinstance(f, str)}
+    assert not failed, failed
+    return {s: set(f) for s, f in found.items()}
 
 
-@pytest.mark.slow  # 3.1 CPU s on the reference CPU: slow is 1.5 s or more
+@pytest.mark.slow  # its users share one fresh interpreter: 4-10 CPU s for the first, depending on JAX's import
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("algo", ["a2c", "ppo", "reinforce", "dqn", "sac", "td3"])
-def test_importing_an_algorithm_loads_its_own_modules_and_no_backend_adapter(algo):
-    loaded = _loaded(f"rlstruct.algos.{algo}")
+@pytest.mark.parametrize("algo", ALGOS)
+def test_importing_an_algorithm_loads_its_own_modules_and_no_backend_adapter(algo, loaded):
+    modules = loaded[f"import rlstruct.algos.{algo}"]
     others = {f"rlstruct.algos.{a}" for a in ("a2c", "ppo", "reinforce", "dqn", "sac", "pqn", "td3")} - {
         f"rlstruct.algos.{algo}"}
-    assert not loaded & others, loaded & others
-    assert not loaded & set(UNUSED_BY_TRAINING), sorted(loaded & set(UNUSED_BY_TRAINING))
-    assert "rlstruct.algos._train.loops" in loaded
+    assert not modules & others, modules & others
+    assert not modules & set(UNUSED_BY_TRAINING), sorted(modules & set(UNUSED_BY_TRAINING))
+    assert "rlstruct.algos._train.loops" in modules
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.slow
-def test_a_backends_adapter_loads_when_that_backend_is_asked_for():
-    loaded = _loaded("rlstruct.envs")
-    assert not loaded & set(UNUSED_BY_TRAINING)
-    pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
-    loaded = _loaded("rlstruct.envs; rlstruct.envs.make_env('CartPole-v1', 1, backend='gymnax').close()")
-    assert {"rlstruct.envs.jax_env", "rlstruct.envs.gymnax_env"} <= loaded
-    assert not loaded & {"rlstruct.envs.brax_env", "rlstruct.envs.mjx_env", "rlstruct.envs.mujoco_torch_env"}
+def test_a_backends_adapter_loads_when_that_backend_is_asked_for(loaded):
+    assert not loaded["import rlstruct.envs"] & set(UNUSED_BY_TRAINING)
+    if GYMNAX not in loaded:  # not importorskip: importing JAX here would cost this process 3-5 CPU s
+        pytest.skip("the jax extra is not installed: pip install 'rlstruct[jax]'")
+    modules = loaded[GYMNAX]
+    assert {"rlstruct.envs.jax_env", "rlstruct.envs.gymnax_env"} <= modules
+    assert not modules & {"rlstruct.envs.brax_env", "rlstruct.envs.mjx_env", "rlstruct.envs.mujoco_torch_env"}
 
 
 def test_the_lazy_names_of_the_packages_resolve():
