@@ -13,7 +13,7 @@ import os
 import pathlib
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -47,6 +47,9 @@ _MB = 1 << 20
 _HDF5_FILE = "main_data.hdf5"
 _FIELDS = ((b"observations", "observation"), (b"actions", "action"), (b"rewards", "reward"),
            (b"terminations", "terminated"), (b"truncations", "truncated"))
+#: the bytes up to which a field is stored in its dataset's object header (HDF5's compact layout, whose limit is
+#: 64 KiB): no data block to allocate and write apart, which a short episode's many small fields would pay each
+_COMPACT_BYTES = 16 * 1024
 
 
 def minari_module() -> Any:
@@ -94,17 +97,25 @@ class EpisodeCutter:
     order): those of rank below ``episodes`` are kept, whatever their length, so that stopping does not favour short
     episodes; with at least ``episodes`` envs they are each env's first episode, in env order.
 
+    An episodic batcher (``autoreset=False``, ``rlstruct eval``'s) gives each env one episode, and each acquisition
+    one row per env still running when it started, in env order: with ``episodic``, the rows are placed back at
+    their envs and an env leaves once its episode ends.
+
     Args:
         n_envs: the batcher's ``n_elems()``.
         episodes: the episodes to keep.
+        episodic: the acquisitions come from an episodic batcher.
 
     >>> cutter = EpisodeCutter(2, 1)
     >>> cutter.finished
     False
     """
 
-    def __init__(self, n_envs: int, episodes: int):
+    def __init__(self, n_envs: int, episodes: int, *, episodic: bool = False):
         self.wanted = episodes
+        self.episodic = episodic
+        #: the envs an episodic batcher still steps
+        self.running = np.ones(n_envs, dtype=bool)
         self.windows: dict[int, dict[str, np.ndarray]] = {}
         self.n_windows = 0
         self.start_window = np.zeros(n_envs, dtype=np.int64)
@@ -126,6 +137,8 @@ class EpisodeCutter:
         ``terminated``, ``truncated`` ``[L]``, and its ``env`` and ``rank``."""
         tt = trajectories.trajectories
         window = {name: tt[key].cpu().numpy() for key, name in _KEYS}
+        if self.episodic:
+            window = self._placed(window, tt.lengths.cpu().numpy())
         w = self.n_windows
         self.n_windows += 1
         self.windows[w] = window
@@ -139,12 +152,27 @@ class EpisodeCutter:
             self.rank[b] = self.started
             self.started += 1
             self.start_window[b], self.start_step[b] = w, t + 1
+            self.running[b] = not self.episodic
         kept_open = self.rank < self.wanted
         oldest = int(self.start_window[kept_open].min()) if kept_open.any() else w + 1
         for old in [k for k in self.windows if k < oldest]:
             del self.windows[old]
         self.kept += len(ended)
         return ended
+
+    def _placed(self, window: dict[str, np.ndarray], lengths: np.ndarray) -> dict[str, np.ndarray]:
+        """An episodic acquisition's rows (the running envs) at their envs' rows; steps past a row's length, and
+        envs not running, never end."""
+        rows = np.flatnonzero(self.running)
+        assert len(rows) == len(lengths), (len(rows), len(lengths))
+        placed = {}
+        for name, value in window.items():
+            full = np.zeros((len(self.running), *value.shape[1:]), dtype=value.dtype)
+            full[rows] = value
+            placed[name] = full
+        T = placed["done"].shape[1]
+        placed["done"][rows] &= np.arange(T) < lengths[:, None]
+        return placed
 
     def _episode(self, b: int, w0: int, t0: int, w1: int, t1: int) -> dict[str, Any]:
         parts = [(self.windows[w], t0 if w == w0 else 0, t1 + 1 if w == w1 else None) for w in range(w0, w1 + 1)]
@@ -211,11 +239,39 @@ class DatasetWriter:
         Raises:
             DiskSpaceError: the disk filled up (the partial dataset is then removed).
         """
-        try:
+        with self._disk_full_removes():
             for episode in episodes:
                 _write_episode(self.file.id, self.episodes, episode)
                 self.episodes += 1
                 self.steps += len(episode["reward"])
+
+    def finish(self, metadata: Mapping[str, Any]) -> None:
+        """Writes the dataset's ``metadata`` and moves it to its place (replacing an older one with ``overwrite``).
+
+        Raises:
+            DiskSpaceError: the disk filled up (the partial dataset is then removed).
+        """
+        minari = minari_module()
+        from minari.namespace import create_namespace, list_local_namespaces
+
+        with self._disk_full_removes():  # closing flushes HDF5's cached metadata, and the metadata file is written
+            self.file.close()
+            self.storage.update_metadata({**metadata, "dataset_id": self.dataset_id,
+                                          "minari_version": minari.__version__, "total_episodes": self.episodes,
+                                          "total_steps": self.steps, "dataset_size": self.storage.get_size()})
+        namespace = self.dataset_id.rpartition("/")[0]
+        if namespace and namespace not in list_local_namespaces():
+            create_namespace(namespace)
+        if self.path.exists() and self.overwrite:
+            shutil.rmtree(self.path)
+        os.replace(self.partial, self.path)
+
+    @contextlib.contextmanager
+    def _disk_full_removes(self) -> Iterator[None]:
+        """A full disk (an ``OSError`` of ``ENOSPC``, or one HDF5 gives without an errno while the disk has under
+        16 MB free) inside the block removes the partial dataset and raises :class:`DiskSpaceError`."""
+        try:
+            yield
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT) and free_bytes(self.partial) > 16 * _MB:
                 raise
@@ -223,22 +279,6 @@ class DatasetWriter:
             raise DiskSpaceError(f"the disk of {self.path.parent} filled up after {self.episodes} episodes of "
                                  f"dataset_id {self.dataset_id!r} (the partial dataset is removed); free disk space, "
                                  "or record fewer episodes") from None
-
-    def finish(self, metadata: Mapping[str, Any]) -> None:
-        """Writes the dataset's ``metadata`` and moves it to its place (replacing an older one with ``overwrite``)."""
-        minari = minari_module()
-        from minari.namespace import create_namespace, list_local_namespaces
-
-        self.file.close()
-        self.storage.update_metadata({**metadata, "dataset_id": self.dataset_id, "minari_version": minari.__version__,
-                                      "total_episodes": self.episodes, "total_steps": self.steps,
-                                      "dataset_size": self.storage.get_size()})
-        namespace = self.dataset_id.rpartition("/")[0]
-        if namespace and namespace not in list_local_namespaces():
-            create_namespace(namespace)
-        if self.path.exists() and self.overwrite:
-            shutil.rmtree(self.path)
-        os.replace(self.partial, self.path)
 
     def abort(self) -> None:
         """Removes the partial dataset; idempotent."""
@@ -252,34 +292,50 @@ class DatasetWriter:
 def _write_episode(location: Any, episode_id: int, episode: Mapping[str, Any]) -> None:
     """Writes ``episode`` (as :meth:`EpisodeCutter.add` gives it) as the group ``episode_{episode_id}`` of the HDF5
     ``location``, in Minari's layout, as h5py's ``create_group`` and ``create_dataset`` would (their types, UTF-8
-    names, no timestamps), the datasets contiguous."""
+    names, no timestamps); a field of at most :data:`_COMPACT_BYTES` is stored compact (in its dataset's header),
+    a larger one contiguous."""
     from h5py import h5a, h5d, h5g, h5s
 
-    links, group_plist, dataset_plist = _property_lists()
+    links, group_plist, contiguous, compact = _property_lists()
     group = h5g.create(location, f"episode_{episode_id}".encode(), links, group_plist)
     for name, value in ((b"id", episode_id), (b"total_steps", len(episode["reward"]))):
         scalar = np.array(value, dtype=np.int64)
-        h5a.create(group, name, _hdf5_type(scalar.dtype), h5s.create(h5s.SCALAR)).write(scalar)
+        h5a.create(group, name, _hdf5_type(scalar.dtype), _dataspace(())).write(scalar)
     for name, key in _FIELDS:
         data = np.ascontiguousarray(episode[key])
         kind = _hdf5_type(data.dtype)
-        dataset = h5d.create(group, name, kind, h5s.create_simple(data.shape), dataset_plist, links)
+        plist = compact if data.nbytes <= _COMPACT_BYTES else contiguous
+        dataset = h5d.create(group, name, kind, _dataspace(data.shape), plist, links)
         dataset.write(h5s.ALL, h5s.ALL, data, mtype=kind)
 
 
 @functools.cache
-def _property_lists() -> tuple[Any, Any, Any]:
-    """The link, group and dataset creation property lists of :func:`_write_episode`, built once."""
+def _property_lists() -> tuple[Any, Any, Any, Any]:
+    """The link, group, contiguous and compact dataset creation property lists of :func:`_write_episode`, built
+    once."""
     from h5py import h5d, h5p, h5t
 
     links = h5p.create(h5p.LINK_CREATE)
     links.set_char_encoding(h5t.CSET_UTF8)
     group = h5p.create(h5p.GROUP_CREATE)
     group.set_obj_track_times(False)
-    dataset = h5p.create(h5p.DATASET_CREATE)
-    dataset.set_obj_track_times(False)
-    dataset.set_fill_time(h5d.FILL_TIME_NEVER)  # every element is written at once
-    return links, group, dataset
+    datasets = []
+    for layout in (h5d.CONTIGUOUS, h5d.COMPACT):
+        dataset = h5p.create(h5p.DATASET_CREATE)
+        dataset.set_layout(layout)
+        dataset.set_obj_track_times(False)
+        dataset.set_fill_time(h5d.FILL_TIME_NEVER)  # every element is written at once
+        datasets.append(dataset)
+    return links, group, *datasets
+
+
+@functools.lru_cache(maxsize=4096)
+def _dataspace(shape: tuple[int, ...]) -> Any:
+    """The HDF5 dataspace of ``shape`` (``()``: a scalar), shared: HDF5 copies it into each object it creates, and
+    an episode's lengths repeat."""
+    from h5py import h5s
+
+    return h5s.create(h5s.SCALAR) if shape == () else h5s.create_simple(shape)
 
 
 @functools.cache

@@ -91,6 +91,8 @@ class _Source:
     episodes: int
     #: the envs per worker, when not ``env_args``'s
     n_envs: int | None = None
+    #: one episode per env from an episodic batcher (``rlstruct eval``'s), not an auto-reset one
+    episodic: bool = False
 
 
 def record(dataset_id: str, create_agent: Callable[..., Any] | None, agent_args: dict[str, Any] | None,
@@ -125,8 +127,9 @@ def record(dataset_id: str, create_agent: Callable[..., Any] | None, agent_args:
         n_timesteps: as for :class:`~rlstruct.RL_Batcher`.
         device: as for :class:`~rlstruct.RL_Batcher`.
         epsilon: the probability that a uniform random action replaces the agent's, at each step.
-        env_id: the gymnasium id the dataset names (default ``env_args["name"]``); one gymnasium does not know
-            is warned about once and the dataset recorded without a spec.
+        env_id: the gymnasium id the dataset names (default ``env_args["name"]``); one gymnasium does not know, or
+            whose env has other spaces than the recorded one (the ``ale`` backend's preprocessed frames), is warned
+            about once and the dataset recorded without a spec.
         metadata: more keys of the dataset's metadata (e.g. ``algorithm_name``, ``author``, ``description``).
         ref_scores: ``(random, expert)`` returns for normalised scores.
         overwrite: replace a dataset of that id.
@@ -159,10 +162,12 @@ def record_run(dataset_id: str, run: str | os.PathLike | Sequence[str | os.PathL
 
     Each policy plays the run's evaluation envs (its ``evaluation_env_kwargs``, its time limit, its backend) with its
     evaluation agent, ``n_envs`` envs per worker, acquisitions of the run's ``evaluation_chunk_steps``, its batcher
-    seeded as ``rlstruct eval``'s (:meth:`~rlstruct.algos.Policy.evaluation_seeds`): for a greedy policy, with
-    ``epsilon`` 0 and at most ``n_envs`` episodes per worker (by default, up to :data:`MAX_DEFAULT_ENVS`), the
-    episodes of one run are those ``rlstruct eval RUN --episodes N`` plays with the same ``--seed``,
-    ``--n-processes``, ``--policy`` and ``--backend``: the same returns and lengths, each env's first. The metadata
+    seeded as ``rlstruct eval``'s (:meth:`~rlstruct.algos.Policy.evaluation_seeds`). With at most one episode per
+    env (by default, up to :data:`MAX_DEFAULT_ENVS` per worker) it runs eval's episodic batcher, whose agent draws
+    for the envs still running only; more episodes than envs run an auto-reset batcher. So, greedy or sampled, with
+    ``epsilon`` 0 and one episode per env, the episodes of one run are those ``rlstruct eval RUN --episodes N``
+    plays with the same ``--seed``, ``--n-processes``, ``--policy`` and ``--backend``: the same returns and
+    lengths. The metadata
     names the algorithm, each checkpoint's path and SHA-256, the seed, the policy, rlstruct's version and
     ``command``.
 
@@ -225,9 +230,12 @@ def record_run(dataset_id: str, run: str | os.PathLike | Sequence[str | os.PathL
         played = policy or p.config.get("evaluation_policy", "greedy")
         policies_played.append(played)
         env_seeds, agent_seeds = p.evaluation_seeds((seed + i) % 2**31, n_workers)
+        source_envs = n_envs or min(math.ceil(count / n_workers), MAX_DEFAULT_ENVS)
+        # One episode per env: eval's episodic batcher, whose agent draws for the running envs only (an auto-reset
+        # one draws for every env, so a sampling policy's draws would part from eval's once an episode ends).
         sources.append(_Source(create_agent, agent_args, p.agent_info(1, deterministic=played == "greedy"),
-                               env_seeds, agent_seeds, count,
-                               n_envs or min(math.ceil(count / n_workers), MAX_DEFAULT_ENVS)))
+                               env_seeds, agent_seeds, count, source_envs,
+                               episodic=count <= source_envs * n_workers))
     checkpoints = [{"path": os.path.abspath(p.path), "sha256": _sha256(p.path), "algo": p.algo, "episodes": count,
                     "policy": played} for p, count, played in zip(policies, counts, policies_played)]
     metadata = {"algorithm_name": "+".join(dict.fromkeys(p.algo for p in policies)),
@@ -322,7 +330,7 @@ def _record(dataset_id: str, sources: list[_Source], create_env: Callable[..., A
                                  f"the disk of {dataset_folder(dataset_id).parent} has {free / _GB:.2f} GB free; free "
                                  "disk space, record fewer episodes, or pass check_disk=False (--no-disk-check) "
                                  "when the episodes end sooner")
-    spec = _gym_spec(name, limit, env_args)
+    spec = _gym_spec(name, limit, env_args, observation_space, action_space)
     if ref_scores is None and isinstance(name, str):
         from rlstruct.algos.statistics import load_score_table
 
@@ -341,13 +349,13 @@ def _record(dataset_id: str, sources: list[_Source], create_env: Callable[..., A
                 create_agent, agent_args = EpsilonAgent, {"create_agent": create_agent, "agent_args": agent_args,
                                                           "epsilon": epsilon, "action_space": action_space,
                                                           "device": device}
-            source_env_args = {**env_args, "autoreset": True}
+            source_env_args = {**env_args, "autoreset": not source.episodic}
             if source.n_envs is not None:
                 source_env_args["n_envs"] = source.n_envs
             with RL_Batcher(n_timesteps, create_agent, agent_args, create_env, source_env_args, n_processes,
                             source.seeds, agent_info=source.agent_info, agent_seeds=source.agent_seeds,
                             device=device) as batcher:
-                cutter = EpisodeCutter(batcher.n_elems(), source.episodes)
+                cutter = EpisodeCutter(batcher.n_elems(), source.episodes, episodic=source.episodic)
                 batcher.reset()
                 batcher.execute()
                 while True:
@@ -392,9 +400,11 @@ def _probe(create_env: Callable[..., Any], env_args: Mapping[str, Any]) -> tuple
         env.close()
 
 
-def _gym_spec(name: Any, limit: int | None, env_args: Mapping[str, Any]) -> gym.envs.registration.EnvSpec | None:
+def _gym_spec(name: Any, limit: int | None, env_args: Mapping[str, Any], observation_space: gym.Space,
+              action_space: gym.Space) -> gym.envs.registration.EnvSpec | None:
     """Gymnasium's spec of ``name`` at the recording's time limit (and, for the gymnasium backend, its env
-    arguments), if gymnasium knows the id and JSON can hold it; else ``None``, warned about."""
+    arguments), if gymnasium knows the id, JSON can hold it and the env it makes has the recorded spaces; else
+    ``None``, warned about."""
     spec = None
     if isinstance(name, str):
         try:
@@ -414,7 +424,38 @@ def _gym_spec(name: Any, limit: int | None, env_args: Mapping[str, Any]) -> gym.
         warnings.warn(f"env {name!r} has no gymnasium spec to keep (not a registered id, or one JSON cannot hold): "
                       "the dataset is recorded without it, and dataset.recover_environment() will not work; pass "
                       "env_id, a registered gymnasium id of the same env, to keep one", UserWarning, stacklevel=4)
+        return None
+    other = _other_spaces(spec, observation_space, action_space)
+    if other is not None:
+        warnings.warn(f"env {name!r} is not the env gymnasium makes of that id ({other}): the dataset is recorded "
+                      "without its spec, and dataset.recover_environment() will not work; record with "
+                      "backend='gymnasium' (--backend gymnasium) to keep one", UserWarning, stacklevel=4)
+        return None
     return spec
+
+
+def _other_spaces(spec: gym.envs.registration.EnvSpec, observation_space: gym.Space,
+                  action_space: gym.Space) -> str | None:
+    """How the spaces of the env gymnasium makes of ``spec`` differ from the recorded ones (``None``: they do not,
+    or it cannot be made here, where nothing can be compared)."""
+    try:
+        env = gym.make(spec)
+    except (gym.error.Error, ImportError):
+        return None
+    try:
+        for what, theirs, ours in (("observations", env.observation_space, observation_space),
+                                   ("actions", env.action_space, action_space)):
+            if _space_kind(theirs) != _space_kind(ours):
+                return f"its {what} are {theirs}, the recorded env's {ours}"
+        return None
+    finally:
+        env.close()
+
+
+def _space_kind(space: gym.Space) -> tuple[Any, ...]:
+    """What a dataset's arrays depend on in ``space``: its type, shape, dtype and, for a Discrete, its values."""
+    values = (int(space.n), int(space.start)) if isinstance(space, gym.spaces.Discrete) else ()
+    return type(space), space.shape, space.dtype, values
 
 
 def _sha256(path: str | os.PathLike) -> str:

@@ -8,8 +8,10 @@ and the same number of episodes, each configuration in a fresh process::
 Both write Minari's HDF5 storage, observations unencoded (``jpeg_encoding=False``). The figure is steps written over
 the whole recording's seconds (the dataset created, its metadata written), from the first env built on.
 ``DataCollector`` steps gymnasium's env (CartPole, and minatar's own Breakout through gymnasium); ``record`` steps
-rlstruct's torch simulators of the same games (the ``torch`` rows) or gymnasium's envs (``gymnasium`` rows).
-Results and the machine: docs/benchmarks/datasets.md.
+rlstruct's torch simulators of the same games (the ``torch`` rows) or gymnasium's envs (``gymnasium`` rows). What each
+side loads once per process is loaded before the clock: the modules it imports, and for the ``torch`` rows the
+simulator's compiled CPU kernels (numba's cache), which then step from the first step; the seconds that load took are
+reported beside the figure (``kernel_load_s``). Results and the machine: docs/benchmarks/datasets.md.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import tempfile
 import time
 from typing import Any
 
-from _fresh import Config, add_arguments, measure_or_rounds, print_results, selected
+from _fresh import Config, add_arguments, compiled_cpu_steps, measure_or_rounds, print_results, selected
 
 ENVS = ("CartPole-v1", "MinAtar/Breakout-v1")
 #: a random policy's mean episode length (1,000 episodes of record, seed 0): the episodes that make ``--steps``
@@ -59,6 +61,23 @@ def data_collector(env: str, steps: int) -> dict[str, Any]:
             "seconds": seconds}
 
 
+def _load_kernels(env: str, n_envs: int) -> float:
+    """Steps the torch simulator of ``env`` so that its compiled CPU kernels load (once per process); returns the
+    seconds that took."""
+    import torch
+
+    from rlstruct.algos import create_env
+    from rlstruct.structures import DictTensor
+
+    compiled_cpu_steps()
+    t0 = time.perf_counter()
+    sim = create_env(env, n_envs, seed=0, autoreset=True, backend="torch")
+    sim.reset()
+    sim.step(DictTensor({"action": torch.zeros(n_envs, dtype=torch.int64)}))
+    sim.close()
+    return time.perf_counter() - t0
+
+
 def rlstruct_record(env: str, steps: int, backend: str, n_envs: int) -> dict[str, Any]:
     import h5py  # noqa: F401  (what record imports at its start: imported before the clock, as for the peer)
     import minari  # noqa: F401
@@ -67,13 +86,14 @@ def rlstruct_record(env: str, steps: int, backend: str, n_envs: int) -> dict[str
     from rlstruct.algos import create_env
     from rlstruct.algos.datasets import record
 
+    kernel_load_s = _load_kernels(env, n_envs) if backend == "torch" else 0.0
     episodes = _episodes(env, steps)
     t0 = time.perf_counter()
     result = record("bench/record-v0", None, None, create_env, {"name": env, "n_envs": n_envs, "backend": backend},
                     episodes=episodes, seeds=0, agent_seeds=0, n_timesteps=64)
     seconds = time.perf_counter() - t0
     return {"steps_per_s": result.steps / seconds, "steps": result.steps, "episodes": result.episodes,
-            "seconds": seconds}
+            "seconds": seconds, "kernel_load_s": kernel_load_s}
 
 
 def main() -> None:
@@ -98,7 +118,9 @@ def main() -> None:
     results = measure_or_rounds(__file__, configs, args)
     if results is not None:
         print_results(results, configs, "steps_per_s",
-                      note=lambda run: f"{run['steps']:,} steps, {run['episodes']:,} episodes, {run['seconds']:.1f} s")
+                      note=lambda run: f"{run['steps']:,} steps, {run['episodes']:,} episodes, {run['seconds']:.1f} s"
+                                       + (f", kernels {run['kernel_load_s']:.1f} s before" if run.get("kernel_load_s")
+                                          else ""))
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ def record_main(argv: Sequence[str]) -> int:
     parser.add_argument("--n-envs", type=int, default=None,
                         help="envs per worker (default: one per episode, at most 256)")
     parser.add_argument("--device", default="cpu", help="device of the envs and the policy (default: cpu)")
-    parser.add_argument("--backend", default=None, help="env backend (default: the run's; torch with --env)")
+    parser.add_argument("--backend", default=None,
+                        help="env backend (default: the run's; with --env, rlstruct's simulator where it has one)")
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset of that id")
     parser.add_argument("--trust-code", action="store_true",
                         help="import the code the run names even from outside rlstruct and installed packages")
@@ -64,10 +65,12 @@ def record_main(argv: Sequence[str]) -> int:
                              f"{' and '.join(given) or 'none'}; pass a run's folder, or --env ID for a random policy")
         if ns.env is not None:
             from rlstruct.algos import create_env
+            from rlstruct.envs.factory import resolve_backend
 
             n_workers = max(ns.n_processes, 1)
             n_envs = ns.n_envs or min(-(-ns.episodes // n_workers), datasets.MAX_DEFAULT_ENVS)
-            env_args = {"name": ns.env, "n_envs": n_envs, "backend": ns.backend or "torch", "device": ns.device}
+            env_args = {"name": ns.env, "n_envs": n_envs, "backend": resolve_backend(ns.env, ns.backend or "auto"),
+                        "device": ns.device}
             result = datasets.record(ns.dataset_id, None, None, create_env, env_args, episodes=ns.episodes,
                                      n_processes=ns.n_processes, seeds=ns.seed, agent_seeds=ns.seed,
                                      device=ns.device, epsilon=ns.epsilon, overwrite=ns.overwrite,
