@@ -1,4 +1,4 @@
-"""Algorithms on top of the batchers: REINFORCE, A2C, PPO, DQN, SAC, PQN and TD3, one module each, and the
+"""Algorithms on top of the batchers: REINFORCE, A2C, PPO, DQN, SAC, PQN, TD3 and IMPALA, one module each, and the
 ``rlstruct`` command.
 
 Each algorithm module holds its config, its loss as a function of tensors, its learn step (or learner) and
@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the lazy names below, for editors and type checkers
     from rlstruct.algos._train.sweep import run_sweep  # noqa: F401
     from rlstruct.algos.a2c import A2CConfig, a2c_loss  # noqa: F401
     from rlstruct.algos.dqn import DQNConfig, double_dqn_targets, dqn_loss  # noqa: F401
+    from rlstruct.algos.impala import IMPALAConfig  # noqa: F401
     from rlstruct.algos.ppo import PPOConfig, ppo_loss  # noqa: F401
     from rlstruct.algos.pqn import PQNConfig, pqn_loss, q_lambda_targets  # noqa: F401
     from rlstruct.algos.reinforce import ReinforceConfig, reinforce_loss  # noqa: F401

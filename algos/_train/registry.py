@@ -61,6 +61,7 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "sac": ("SACConfig", "sac_actor_loss", "sac_critic_loss", "sac_temperature_loss"),
     "pqn": ("PQNConfig", "pqn_loss", "q_lambda_targets"),
     "td3": ("TD3Config", "td3_actor_loss", "td3_critic_loss", "td3_targets"),
+    "impala": ("IMPALAConfig",),
 }
 
 

@@ -204,7 +204,7 @@ def test_a_dict_flag_takes_a_json_object(capsys):
 def test_train_help_lists_the_algorithms(capsys):
     for flag in ("--help", "-h"):
         assert cli.main(["train", flag]) == 0
-        assert "rlstruct train {reinforce,a2c,dqn,ppo,sac,pqn,td3}" in capsys.readouterr().out
+        assert "rlstruct train {reinforce,a2c,dqn,ppo,sac,pqn,td3,impala}" in capsys.readouterr().out
 
 
 def test_a_seed_past_214747_trains_with_seeds_in_range():
