@@ -1,4 +1,4 @@
-"""Learning benchmarks: how fast REINFORCE, A2C, DQN, PPO, SAC, PQN and TD3 reach a target evaluation return.
+"""Learning benchmarks: how fast REINFORCE, A2C, DQN, PPO, SAC, PQN, TD3 and IMPALA reach a target evaluation return.
 
 Each run is a fresh process, ``python -m rlstruct.algos.<algo> --seed S --logdir DIR --no-progress
 [--target-return R] ...`` with the algorithm's default hyper-parameters, so that every run pays the same
@@ -96,6 +96,8 @@ SUITES = [
     Suite("dqn-cartpole-torch", "dqn", "CartPole-v1", CARTPOLE, "50k steps", ["--max-env-steps", "50000",
                                                                                "--time-limit", "600"]),
     Suite("reinforce-cartpole-torch", "reinforce", "CartPole-v1", CARTPOLE, "120 s", ["--time-limit", "120"]),
+    Suite("impala-cartpole-torch", "impala", "CartPole-v1", CARTPOLE, "300k steps", ["--max-env-steps", "300000",
+                                                                                     "--time-limit", "1800"]),
     Suite("pqn-cartpole-torch", "pqn", "CartPole-v1", CARTPOLE, "200k steps", ["--max-env-steps", "200000",
                                                                                "--time-limit", "1800"]),
     Suite("a2c-acrobot-torch", "a2c", "Acrobot-v1", ACROBOT, "15 s", ["--time-limit", "15"]),

@@ -193,7 +193,7 @@ def configs(args: argparse.Namespace) -> dict[str, Config]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--micro", action="store_true", help="the learner's step of five seeds, three ways")
     parser.add_argument("--steps", type=int, default=200, help="timed steps per configuration (after 10 untimed)")
     parser.add_argument("--members", type=int, default=5, help="seeds in the population")

@@ -39,7 +39,7 @@ from rlstruct.algos._train.family import open_run, record_iteration
 from rlstruct.algos._train.finish import finish_diverged, finish_training
 from rlstruct.algos._train.folder_claim import given_back_unless_trained, run_logdir
 from rlstruct.algos._train.learner_state import LearnerState
-from rlstruct.algos._train.registry import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
+from rlstruct.algos._train.registry import FAMILY_LOOPS, Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from rlstruct.algos._train.replay_setup import check_replay_fits, make_replay_buffer, replay_folder
 from rlstruct.algos._train.result import TrainResult
 from rlstruct.algos._train.session import Setup, check_on_device, open_batchers, seeded_model, validate
@@ -479,6 +479,10 @@ def train_off_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRe
         check_models_agree(learner.tensors(), world)
         return finish_training(run, evaluator, learner.policy, spec, title=algo.title, learner=learner_state())
     return finish_diverged(run, title=algo.title)  # the loop raised, and the divergence found explains it
+
+
+# The families' descriptions name their loops by family (the registry sits beneath this module, which hands them in).
+FAMILY_LOOPS["on-policy"], FAMILY_LOOPS["off-policy"] = train_on_policy, train_off_policy
 
 
 def run(setup: Setup, *, timer: LoopTimer | None = None) -> TrainResult:

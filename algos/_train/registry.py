@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
     from rlstruct.agents import RL_Agent
     from rlstruct.algos._env_spec import EnvSpec
-    from rlstruct.algos._train.family import TrainingLoop
     from rlstruct.structures import DictTensor
 
 __all__ = ["ALGORITHMS", "CODE_FIELDS", "ENTRY_POINT_GROUP", "Algorithm", "OffPolicyAlgorithm", "OnPolicyAlgorithm",
@@ -73,14 +72,20 @@ def _no_check(*args: Any) -> None:
     return None
 
 
-def _family_loop(name: str) -> Callable[[], TrainingLoop]:
-    """The default ``loop`` of a family's description: the loop function ``name`` of :mod:`~.loops`, imported when
-    the description is made (the loops import this module)."""
+#: the two families' loops by name, which :mod:`~.loops` hands in when it is imported (it imports this module, which
+#: sits beneath the harness and imports none of it); every path to a description imports it first (the harness does)
+FAMILY_LOOPS: dict[str, Callable[..., Any]] = {}
 
-    def loop() -> TrainingLoop:
-        from rlstruct.algos._train import loops
 
-        return getattr(loops, name)
+def _family_loop(name: str) -> Callable[[], Callable[..., Any]]:
+    """The default ``loop`` of a family's description: the loop :mod:`~.loops` registered as ``name``."""
+
+    def loop() -> Callable[..., Any]:
+        try:
+            return FAMILY_LOOPS[name]
+        except KeyError:
+            raise RuntimeError(f"the {name} loop is not registered: import rlstruct.algos.harness (which imports "
+                               "the loops) before describing an algorithm of that family") from None
 
     return loop
 
@@ -119,7 +124,7 @@ class Algorithm:
     description: str
     agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]]
     evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]]
-    loop: TrainingLoop
+    loop: Callable[..., Any]
     check_config: Callable[[Any], None] = _no_check
     check_env: Callable[[Any, EnvSpec], None] = _no_check
     search_space: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
@@ -180,7 +185,7 @@ class OnPolicyAlgorithm(Algorithm):
     agent: Callable[[Mapping[str, Any]], Callable[..., RL_Agent]] = dataclasses.field(init=False)
     evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]] = dataclasses.field(init=False)
     schedule: Callable[[Any, int, int], tuple[DictTensor, dict[str, Any]]] | None = None
-    loop: TrainingLoop = dataclasses.field(default_factory=_family_loop("train_on_policy"))
+    loop: Callable[..., Any] = dataclasses.field(default_factory=_family_loop("on-policy"))
     steps_setting: str | None = dataclasses.field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -211,7 +216,7 @@ class OffPolicyAlgorithm(Algorithm):
     """
 
     make_learner: type
-    loop: TrainingLoop = dataclasses.field(default_factory=_family_loop("train_off_policy"))
+    loop: Callable[..., Any] = dataclasses.field(default_factory=_family_loop("off-policy"))
     steps_setting: str | None = "rollout_steps"
 
     def check_family(self, config: Any) -> None:

@@ -12,7 +12,7 @@ import typing
 
 import pytest
 
-from rlstruct.algos import EnvSpec, a2c, dqn, ppo, pqn, reinforce, sac, td3
+from rlstruct.algos import EnvSpec, a2c, dqn, impala, ppo, pqn, reinforce, sac, td3
 from rlstruct.algos._train.presets import (
     PRESETS,
     apply_preset,
@@ -31,7 +31,7 @@ from tests.algos.test_cli import last_json
 from tests.helpers import rlstruct_in_process
 
 CONFIGS = {"a2c": a2c.A2CConfig, "dqn": dqn.DQNConfig, "ppo": ppo.PPOConfig, "reinforce": reinforce.ReinforceConfig,
-           "sac": sac.SACConfig, "pqn": pqn.PQNConfig, "td3": td3.TD3Config}
+           "sac": sac.SACConfig, "pqn": pqn.PQNConfig, "td3": td3.TD3Config, "impala": impala.IMPALAConfig}
 PENDULUM = find_preset("ppo", "Pendulum-v1")
 
 

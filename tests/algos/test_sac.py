@@ -42,7 +42,9 @@ def test_log_prob_matches_torch_transformed_distribution(seed):
     scale, bias = (high - low) / 2, (high + low) / 2
     dist = TransformedDistribution(Normal(mean, log_std.exp()), [TanhTransform(cache_size=1),
                                                                  AffineTransform(bias, scale)])
-    action = dist.rsample()  # the transforms cache u, so log_prob does not invert tanh numerically
+    with torch.random.fork_rng():  # rsample draws from the global generator: seeded here, whatever ran before
+        torch.manual_seed(seed)
+        action = dist.rsample()  # the transforms cache u, so log_prob does not invert tanh numerically
     pre_tanh = dist.transforms[0]._cached_x_y[0]
     expected = dist.log_prob(action).sum(-1)
     torch.testing.assert_close(squashed_gaussian_log_prob(pre_tanh, mean, log_std, scale), expected)
