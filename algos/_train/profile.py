@@ -47,7 +47,7 @@ def profiled_algorithms() -> list[str]:
     iteration (auto-reset envs: a description with a ``steps_setting``), of every family.
 
     >>> profiled_algorithms()
-    ['a2c', 'dqn', 'ppo', 'sac', 'pqn', 'td3']
+    ['a2c', 'dqn', 'ppo', 'sac', 'pqn', 'td3', 'impala']
     """
     return [name for name in ALGORITHMS if algorithm(name).steps_setting is not None]
 
