@@ -42,6 +42,7 @@ A new family's loop, written with the pieces both built-in loops are made of:
     :class:`Setup` (a run's checked settings, the loop's argument), :func:`open_run` (the run's frame),
     :func:`open_batchers` (the training batcher and the evaluator) or :func:`open_evaluator` (the evaluator alone),
     :func:`record_iteration` (the end of every iteration: its row, the evaluation's and the checkpoint's turns),
+    :class:`TrainingEpisodes` (the training episodes' mean return and length of each collection),
     :func:`finish_training` and :func:`finish_diverged` (the two ends of a run).
 
 >>> from rlstruct.algos.harness import OnPolicyConfig, algorithm
@@ -70,7 +71,7 @@ from rlstruct.algos._train.config import (
     setting,
 )
 from rlstruct.algos._train.distributed import mean_over_ranks
-from rlstruct.algos._train.family import TrainingLoop, open_run, record_iteration
+from rlstruct.algos._train.family import TrainingEpisodes, TrainingLoop, open_run, record_iteration
 from rlstruct.algos._train.finish import finish_diverged, finish_training
 from rlstruct.algos._train.learner_state import LearnerState
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OffPolicyLearner, UniformStartLearner, trainer
@@ -111,6 +112,7 @@ __all__ = [
     "RolloutPart",
     "RunConfig",
     "Setup",
+    "TrainingEpisodes",
     "TrainingLoop",
     "UniformStartLearner",
     "UpdateStep",

@@ -29,6 +29,7 @@ from rlstruct.algos.harness import (
     LearnerState,
     RunConfig,
     Setup,
+    TrainingEpisodes,
     check_actor_critic_network,
     default,
     finish_diverged,
@@ -44,7 +45,6 @@ from rlstruct.algos.harness import (
 )
 from rlstruct.algos.losses import vtrace_policy_value_loss
 from rlstruct.algos.policies import actor_critic_outputs, policy_actions
-from rlstruct.algos.returns import episode_statistics
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import cpu_state_dict
 from rlstruct.errors import ConfigError
@@ -249,7 +249,7 @@ def train_impala(setup: Setup, *, timer: LoopTimer | None = None) -> TrainResult
             ring.add(0, cpu_state_dict(model))
         learn = learn_step(config, model, optimizer)
         B = batcher.n_elems()
-        returns, lengths = torch.zeros(B, device=device), torch.zeros(B, dtype=torch.int64, device=device)
+        episodes = TrainingEpisodes(B, device)
 
         actors = _Actors(batcher, ring)
         stack.callback(actors.close)  # before the batcher's own close: the stack closes in reverse order
@@ -278,10 +278,8 @@ def train_impala(setup: Setup, *, timer: LoopTimer | None = None) -> TrainResult
                     actors.launch(i + 1)
             with phase("record"):
                 tt = traj.trajectories
-                ret_sum, len_sum, count, returns, lengths = episode_statistics(
-                    tt["_observation/reward"], tt["_observation/done"], returns, lengths)
-                stats.update({"train/episode_return": ret_sum / count, "train/episode_length": len_sum / count,
-                              "impala/policy_version": float(version), "impala/policy_lag": float(i - version)})
+                episodes.add(tt, stats)
+                stats.update({"impala/policy_version": float(version), "impala/policy_lag": float(i - version)})
                 record_iteration(run, evaluator, B * tt.temporal_size(), stats, model=model,
                                  learner=owned.state_dict)
         actors.close()

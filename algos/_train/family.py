@@ -19,12 +19,14 @@ from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.registry import algorithm_source
 from rlstruct.algos._train.result import TrainResult
 from rlstruct.algos._train.session import Setup, training_run
+from rlstruct.algos.returns import episode_statistics
 from rlstruct.devices import cpu_state_dict
+from rlstruct.structures import TemporalDictTensor
 
 if TYPE_CHECKING:  # the profiler stays out of a training run's imports
     from rlstruct.batchers.profile import LoopTimer
 
-__all__ = ["TrainingLoop", "open_run", "record_iteration"]
+__all__ = ["TrainingEpisodes", "TrainingLoop", "open_run", "record_iteration"]
 
 
 class TrainingLoop(Protocol):
@@ -80,3 +82,21 @@ def record_iteration(run: Run, evaluator: Evaluator, env_steps: int, stats: dict
     if run.logger:
         run.poll_evaluation(evaluator, weights or functools.partial(cpu_state_dict, model))
         run.poll_checkpoint(model, learner)
+
+
+class TrainingEpisodes:
+    """The mean return and length of the training episodes that end in each collection of auto-reset envs, whose
+    partial sums carry over from one collection to the next: ``n_rows`` the training batcher's envs, the sums on
+    ``device``."""
+
+    def __init__(self, n_rows: int, device: torch.device):
+        self.returns = torch.zeros(n_rows, device=device)
+        self.lengths = torch.zeros(n_rows, dtype=torch.int64, device=device)
+
+    def add(self, tt: TemporalDictTensor, stats: dict[str, Any]) -> None:
+        """Adds a collection; its ``train/episode_return`` and ``train/episode_length`` go into ``stats`` (nan: no
+        episode ended in it)."""
+        ret_sum, len_sum, count, self.returns, self.lengths = episode_statistics(
+            tt["_observation/reward"], tt["_observation/done"], self.returns, self.lengths)
+        stats["train/episode_return"] = ret_sum / count
+        stats["train/episode_length"] = len_sum / count

@@ -35,7 +35,7 @@ from rlstruct.algos._train.distributed import (
     learner_seed,
     sum_over_ranks,
 )
-from rlstruct.algos._train.family import open_run, record_iteration
+from rlstruct.algos._train.family import TrainingEpisodes, open_run, record_iteration
 from rlstruct.algos._train.finish import finish_diverged, finish_training
 from rlstruct.algos._train.folder_claim import given_back_unless_trained, run_logdir
 from rlstruct.algos._train.learner_state import LearnerState
@@ -55,7 +55,7 @@ from rlstruct.algos._train.update import (
     weight_sync_mode,
 )
 from rlstruct.algos.replay import ReplayBuffer, one_step_steps
-from rlstruct.algos.returns import episode_returns, episode_statistics
+from rlstruct.algos.returns import episode_returns
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import cpu_state_dict
 from rlstruct.errors import BatcherWorkerError
@@ -132,23 +132,6 @@ def _join_ranks(world: World, device: torch.device, config: RunConfig, stack: co
     broadcast_parameters(state, world)
     for handle in average_gradients(state, world):
         stack.callback(handle.remove)
-
-
-class _TrainingEpisodes:
-    """The mean return and length of the training episodes that end in each collection of auto-reset envs, whose
-    partial sums carry over from one collection to the next."""
-
-    def __init__(self, n_rows: int, device: torch.device):
-        self.returns = torch.zeros(n_rows, device=device)
-        self.lengths = torch.zeros(n_rows, dtype=torch.int64, device=device)
-
-    def add(self, tt: TemporalDictTensor, stats: dict[str, Any]) -> None:
-        """Adds a collection; its ``train/episode_return`` and ``train/episode_length`` go into ``stats`` (nan: no
-        episode ended in it)."""
-        ret_sum, len_sum, count, self.returns, self.lengths = episode_statistics(
-            tt["_observation/reward"], tt["_observation/done"], self.returns, self.lengths)
-        stats["train/episode_return"] = ret_sum / count
-        stats["train/episode_length"] = len_sum / count
 
 
 @contextlib.contextmanager
@@ -250,7 +233,7 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
                                                            owned))
         if resume is not None:  # after the learn step declared its own state
             owned.load_state_dict(resume.learner, path=resume.path)
-        episodes = _TrainingEpisodes(B, learner)
+        episodes = TrainingEpisodes(B, learner)
 
         collect = _collector(setup, stack, batcher, model)
         phase = _untimed if timer is None else timer
@@ -432,7 +415,7 @@ def train_off_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRe
         announce(world, "transitions of a replay minibatch, from the rank's own buffer", config.batch_size, config.lr)
         buffer = make_replay_buffer(config, spec, device, seed=seed, folder=run.logdir, rank=world.rank)
         stack.callback(buffer.close)
-        episodes = _TrainingEpisodes(B, device)
+        episodes = TrainingEpisodes(B, device)
         first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
 
         # The policy's weights reach the training batcher as the on-policy loop's do: shared on the learner's device

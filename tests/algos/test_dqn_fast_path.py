@@ -18,7 +18,7 @@ import torch
 
 from rlstruct import _accel
 from rlstruct.algos import describe_env, dqn, replay
-from rlstruct.algos._train import loops
+from rlstruct.algos._train import family
 from rlstruct.algos._train.session import validate
 from rlstruct.algos._train.update import UpdateStep
 from rlstruct.algos.dqn import DQNConfig, DQNLearner
@@ -84,7 +84,7 @@ def runs(tmp_path_factory):
 
         mp.setattr(DQNLearner, "agent_info", _recorded(iteration_start, "agent_info", reads))
         for cls, name in ((DQNLearner, "transitions"), (DQNLearner, "gradient_step"),
-                          (replay.ReplayBuffer, "push_steps"), (loops._TrainingEpisodes, "add")):
+                          (replay.ReplayBuffer, "push_steps"), (family.TrainingEpisodes, "add")):
             mp.setattr(cls, name, _recorded(getattr(cls, name), name, reads))
         with _accel.installed("cpu", fake):
             fast = dqn.train(DQNConfig(**bare_run(tmp / "fast", cuda_graph=True, compile_update=True, **SETTINGS)))
