@@ -43,7 +43,8 @@ A new family's loop, written with the pieces both built-in loops are made of:
     :func:`open_batchers` (the training batcher and the evaluator) or :func:`open_evaluator` (the evaluator alone),
     :func:`record_iteration` (the end of every iteration: its row, the evaluation's and the checkpoint's turns),
     :class:`TrainingEpisodes` (the training episodes' mean return and length of each collection),
-    :func:`finish_training` and :func:`finish_diverged` (the two ends of a run).
+    :func:`finish_training` and :func:`finish_diverged` (the two ends of a run), :func:`until_a_worker_fails`
+    (a batcher worker that fails with no restart left stops the run as a signal does).
 
 >>> from rlstruct.algos.harness import OnPolicyConfig, algorithm
 >>> issubclass(algorithm("ppo").config_cls, OnPolicyConfig)
@@ -71,7 +72,13 @@ from rlstruct.algos._train.config import (
     setting,
 )
 from rlstruct.algos._train.distributed import mean_over_ranks
-from rlstruct.algos._train.family import TrainingEpisodes, TrainingLoop, open_run, record_iteration
+from rlstruct.algos._train.family import (
+    TrainingEpisodes,
+    TrainingLoop,
+    open_run,
+    record_iteration,
+    until_a_worker_fails,
+)
 from rlstruct.algos._train.finish import finish_diverged, finish_training
 from rlstruct.algos._train.learner_state import LearnerState
 from rlstruct.algos._train.loops import ActorCriticLearner, LearnFn, OffPolicyLearner, UniformStartLearner, trainer
@@ -131,6 +138,7 @@ __all__ = [
     "open_run",
     "reads",
     "record_iteration",
+    "until_a_worker_fails",
     "restore_optimizer",
     "seeded_model",
     "setting",

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -19,14 +20,18 @@ from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.registry import algorithm_source
 from rlstruct.algos._train.result import TrainResult
 from rlstruct.algos._train.session import Setup, training_run
+from rlstruct.algos._train.stop_rule import StopRule
 from rlstruct.algos.returns import episode_statistics
 from rlstruct.devices import cpu_state_dict
+from rlstruct.errors import BatcherWorkerError
 from rlstruct.structures import TemporalDictTensor
 
 if TYPE_CHECKING:  # the profiler stays out of a training run's imports
     from rlstruct.batchers.profile import LoopTimer
 
-__all__ = ["TrainingEpisodes", "TrainingLoop", "open_run", "record_iteration"]
+log = logging.getLogger(__name__)
+
+__all__ = ["TrainingEpisodes", "TrainingLoop", "open_run", "record_iteration", "until_a_worker_fails"]
 
 
 class TrainingLoop(Protocol):
@@ -100,3 +105,21 @@ class TrainingEpisodes:
             tt["_observation/reward"], tt["_observation/done"], self.returns, self.lengths)
         stats["train/episode_return"] = ret_sum / count
         stats["train/episode_length"] = len_sum / count
+
+
+@contextlib.contextmanager
+def until_a_worker_fails(rule: StopRule) -> Iterator[None]:
+    """Runs the block; a batcher worker that fails in it with no restart left (a :class:`BatcherWorkerError`: it
+    raised, died or hung) ends the block and stops the run at its next check
+    (:meth:`~.stop_rule.StopRule.worker_failed`, stop reason ``"worker_failed"``). The learner in this process is
+    intact, so the run ends as for a signal, with its checkpoint and summary, which keeps the traceback the worker
+    sent (``None`` for one that died); this process's goes to the debug log.
+
+    Around an iteration's collection it leaves the iteration unrecorded (the checkpoint is the previous one's
+    state); around the weights' push after an update, the iteration goes on to its record, so that the checkpoint's
+    counters count the update its weights hold."""
+    try:
+        yield
+    except BatcherWorkerError as e:
+        rule.worker_failed(e)
+        log.debug("batcher worker %d failed with no restart left; stopping the run", e.worker_id, exc_info=True)

@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -35,7 +35,7 @@ from rlstruct.algos._train.distributed import (
     learner_seed,
     sum_over_ranks,
 )
-from rlstruct.algos._train.family import TrainingEpisodes, open_run, record_iteration
+from rlstruct.algos._train.family import TrainingEpisodes, open_run, record_iteration, until_a_worker_fails
 from rlstruct.algos._train.finish import finish_diverged, finish_training
 from rlstruct.algos._train.folder_claim import given_back_unless_trained, run_logdir
 from rlstruct.algos._train.learner_state import LearnerState
@@ -43,7 +43,6 @@ from rlstruct.algos._train.registry import FAMILY_LOOPS, Algorithm, OffPolicyAlg
 from rlstruct.algos._train.replay_setup import check_replay_fits, make_replay_buffer, replay_folder
 from rlstruct.algos._train.result import TrainResult
 from rlstruct.algos._train.session import Setup, check_on_device, open_batchers, seeded_model, validate
-from rlstruct.algos._train.stop_rule import StopRule
 from rlstruct.algos._train.update import (
     LossFn,
     UpdateStep,
@@ -58,7 +57,6 @@ from rlstruct.algos.replay import ReplayBuffer, one_step_steps
 from rlstruct.algos.returns import episode_returns
 from rlstruct.batchers import Pipeline, RL_Batcher, WeightSync
 from rlstruct.devices import cpu_state_dict
-from rlstruct.errors import BatcherWorkerError
 from rlstruct.structures import DictTensor, TemporalDictTensor, Trajectories
 
 if TYPE_CHECKING:  # the profiler stays out of a training run's imports
@@ -132,24 +130,6 @@ def _join_ranks(world: World, device: torch.device, config: RunConfig, stack: co
     broadcast_parameters(state, world)
     for handle in average_gradients(state, world):
         stack.callback(handle.remove)
-
-
-@contextlib.contextmanager
-def _until_a_worker_fails(rule: StopRule) -> Iterator[None]:
-    """Runs the block; a batcher worker that fails in it with no restart left (a :class:`BatcherWorkerError`: it
-    raised, died or hung) ends the block and stops the run at its next check
-    (:meth:`~.stop_rule.StopRule.worker_failed`, stop reason ``"worker_failed"``). The learner in this process is
-    intact, so the run ends as for a signal, with its checkpoint and summary, which keeps the traceback the worker
-    sent (``None`` for one that died); this process's goes to the debug log.
-
-    Around an iteration's collection it leaves the iteration unrecorded (the checkpoint is the previous one's
-    state); around the weights' push after an update, the iteration goes on to its record, so that the checkpoint's
-    counters count the update its weights hold."""
-    try:
-        yield
-    except BatcherWorkerError as e:
-        rule.worker_failed(e)
-        log.debug("batcher worker %d failed with no restart left; stopping the run", e.worker_id, exc_info=True)
 
 
 class _Episodes:
@@ -242,7 +222,7 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
         if world.is_logger:
             evaluator.schedule(lambda: cpu_state_dict(model), run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
-            with _until_a_worker_fails(run.stop_rule):
+            with until_a_worker_fails(run.stop_rule):
                 agent_info, stats = algo.schedule(config, run.env_steps, B) if algo.schedule else (None, {})
                 with phase("collect"):
                     traj = collect.next(agent_info)
@@ -258,7 +238,7 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
                 with phase("learn"):
                     stats.update(learn(traj, loss_rewards))
                 # what the next collection acts with
-                with phase("update_weights"), _until_a_worker_fails(run.stop_rule):
+                with phase("update_weights"), until_a_worker_fails(run.stop_rule):
                     normalize.after_update(tt)
                     collect.updated()
 
@@ -428,7 +408,7 @@ def train_off_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRe
         if world.is_logger:
             evaluator.schedule(weights, run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
-            with _until_a_worker_fails(run.stop_rule):
+            with until_a_worker_fails(run.stop_rule):
                 agent_info, stats = learner.agent_info(run.env_steps)
                 with phase("collect"):
                     traj = collect.next(agent_info)
@@ -451,7 +431,7 @@ def train_off_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRe
                     for _ in range(n_steps):
                         stats.update(learner.gradient_step(buffer))
                 if n_steps:
-                    with phase("update_weights"), _until_a_worker_fails(run.stop_rule):
+                    with phase("update_weights"), until_a_worker_fails(run.stop_rule):
                         collect.updated()
 
                 with phase("record"):

@@ -137,18 +137,18 @@ def test_a_workers_failure_in_an_iteration_is_recorded_with_the_traceback_it_sen
     first failure is the one kept. Any other error still propagates."""
     from rlstruct.algos._env_spec import EnvSpec
     from rlstruct.algos._train.config import RunConfig
-    from rlstruct.algos._train.loops import _until_a_worker_fails
     from rlstruct.algos._train.stop_rule import StopRule
+    from rlstruct.algos.harness import until_a_worker_fails
     from rlstruct.errors import BatcherWorkerError
 
     rule = StopRule(RunConfig(), EnvSpec((4,), "float32", 2, 500), clock=lambda: 0.0)
     sent = "Traceback (most recent call last):\n  ...\nValueError: bad state\n"
-    with _until_a_worker_fails(rule):
+    with until_a_worker_fails(rule):
         raise BatcherWorkerError(f"worker 1 raised ValueError: bad state\n--- traceback in worker 1 ---\n{sent}",
                                  worker_id=1, remote_traceback=sent)
-    with _until_a_worker_fails(rule):
+    with until_a_worker_fails(rule):
         raise BatcherWorkerError("worker 0 (pid 7) was killed by SIGKILL without answering", worker_id=0)
     assert rule.worker_failure == {"worker_id": 1, "error": "worker 1 raised ValueError: bad state", "traceback": sent}
-    with pytest.raises(ValueError, match="not a worker's"), _until_a_worker_fails(rule):
+    with pytest.raises(ValueError, match="not a worker's"), until_a_worker_fails(rule):
         raise ValueError("not a worker's")
     assert rule.should_stop(0) and rule.reason == "worker_failed"
