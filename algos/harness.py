@@ -53,6 +53,7 @@ True
 
 from __future__ import annotations
 
+import rlstruct.algos._train.population_loop  # noqa: F401  (registers the families' population loops)
 from rlstruct.algos._env_spec import EnvSpec
 from rlstruct.algos._train.actor_critic import ACTOR_CRITIC, check_actor_critic_network
 from rlstruct.algos._train.checkpoints import Resume, load_state, restore_optimizer

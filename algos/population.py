@@ -10,6 +10,7 @@ clipping act on each member's slice), and its weights come back as the solo modu
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,13 +18,15 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from rlstruct.agents import RL_Agent
 from rlstruct.algos._batched_layers import BATCHED, batchable, check_batchable
 from rlstruct.algos._optim import Adam
 from rlstruct.algos.distributions import Categorical, DiagGaussian
 from rlstruct.errors import BatchSizeError, ConfigError
 from rlstruct.seeding import check_seed
+from rlstruct.structures import DictTensor, TemporalDictTensor
 
-__all__ = ["Population", "PopulationAdam", "member_env_seeds", "create_member_envs"]
+__all__ = ["Population", "PopulationAdam", "PopulationAgent", "member_env_seeds", "create_member_envs"]
 
 #: how a :class:`Population` computes its members' forwards (see :class:`Population`)
 IMPLEMENTATIONS = ("batched", "vmap")
@@ -415,3 +418,136 @@ def create_member_envs(*, n_envs: int, seed: int, env_index: int = 0, rows: Sequ
         merged[key] = torch.cat([p[key] for p in parts], dims[0]) if dims else value
     env.set_graph_state(merged)
     return env
+
+
+# ------------------------------------------------------------------ the batchers' agent
+def member_runs(rows: Sequence[tuple[int, int]], first: int, n_rows: int,
+                members: Sequence[int]) -> list[tuple[int, int, int, int]]:
+    """Rows ``first, ..., first + n_rows - 1`` of a population's batcher as runs of consecutive rows of one member:
+    ``(member, start, stop, index)``, ``start:stop`` the run's rows among those ``n_rows`` and ``index`` the member's
+    env index of its first row; ``rows`` holds ``(seed, index)`` per row (:func:`member_env_seeds`'s), ``members``
+    each member's seed.
+
+    >>> member_runs([(0, 0), (0, 1), (7, 0), (7, 1)], 1, 3, [0, 7])
+    [(0, 0, 1, 1), (1, 1, 3, 0)]
+    """
+    member_of = {seed: k for k, seed in enumerate(members)}
+    runs: list[tuple[int, int, int, int]] = []
+    for j, (seed, index) in enumerate(rows[first:first + n_rows]):
+        k = member_of[seed]
+        if runs and runs[-1][0] == k and runs[-1][3] + (j - runs[-1][1]) == index:
+            runs[-1] = (k, runs[-1][1], j + 1, runs[-1][3])
+        else:
+            runs.append((k, j, j + 1, index))
+    return runs
+
+
+class PopulationAgent(RL_Agent):
+    """The agent of a population's training batcher: one agent per member, built by the algorithm's own factory, each
+    acting on its member's rows with its member's weights and drawing as the solo run's agent does.
+
+    A worker steps rows ``env_index, ...`` of the population (row ``g`` is env ``rows[g][1]`` of the member whose
+    agent seed is ``rows[g][0]``, :func:`member_env_seeds`'s ``agent``): each member's agent is seeded for its rows by
+    :meth:`seed_envs` with the member's agent seed and env index, so that its draws are the solo agent's, and a call
+    hands each run of one member's rows to that member's agent (one call per member in the worker, none per env).
+    :meth:`update` takes the weights of a module holding the members as ``"0"``, ``"1"``, ... (an
+    ``nn.ModuleDict``): a member whose weights hold a NaN or an infinity keeps its last finite ones, so that a member
+    that diverged cannot make the envs of the others fail (its own run ends as diverged when its learner finds it).
+
+    Args:
+        create_member: the algorithm's batcher agent factory.
+        member_args: its keyword arguments (``device`` included).
+        rows: each row's ``(agent seed, env index)``, rows of every worker of the batcher.
+        members: each member's agent seed, in member order.
+        n_rows: the rows each worker steps.
+        device: the batcher's device (also in ``member_args``).
+
+    An episodic batcher calls the agent on its running envs only, which this agent cannot tell apart: a population
+    collects with auto-reset envs.
+    """
+
+    def __init__(self, *, create_member: Callable[..., RL_Agent], member_args: Mapping[str, Any],
+                 rows: Sequence[tuple[int, int]], members: Sequence[int], n_rows: int, device: Any = None):
+        self.agents = [create_member(**member_args) for _ in members]
+        self.rows, self.members, self.n_rows = [tuple(r) for r in rows], list(members), n_rows
+        self.runs = member_runs(self.rows, 0, n_rows, self.members)
+
+    def _members_here(self) -> list[int]:
+        return sorted({k for k, *_ in self.runs})
+
+    def seed(self, seed: int) -> None:
+        """Seeds every member's agent (a batcher of one seed per worker: no member's draws are its solo run's then)."""
+        for k, agent in enumerate(self.agents):
+            agent.seed(check_seed(seed + k, argument="seed"))
+
+    def seed_envs(self, seed: int, env_index: int) -> None:
+        """Seeds each member's agent for its rows among this worker's ``n_rows`` from ``env_index`` (the batcher's
+        own ``seed`` does not enter: each row is seeded by its member, as its solo run seeds it)."""
+        del seed
+        self.runs = member_runs(self.rows, env_index, self.n_rows, self.members)
+        for k, _, _, index in self.runs:
+            self.agents[k].seed_envs(self.members[k], index)
+
+    def initial_state(self, agent_info: DictTensor, B: int) -> DictTensor:
+        """Each member's agent's initial state of its rows, side by side."""
+        parts = [self.agents[k].initial_state(_rows(agent_info, start, stop), stop - start)
+                 for k, start, stop, _ in self._runs(B)]
+        return parts[0] if len(parts) == 1 else DictTensor.cat(parts)
+
+    def _runs(self, B: int) -> list[tuple[int, int, int, int]]:
+        if B != self.n_rows:
+            raise BatchSizeError(f"a population's agent steps the {self.n_rows} rows of its worker at every call, got "
+                                 f"{B}; collect with auto-reset envs (an episodic batcher calls the agent on its "
+                                 "running envs only)")
+        return self.runs
+
+    def require_history(self) -> bool:
+        """Whether a member's agent needs the acquisition's steps so far."""
+        return any(agent.require_history() for agent in self.agents)
+
+    def __call__(self, state, observation, agent_info, history=None):
+        """Each run of one member's rows acted by that member's agent; the actions and states side by side."""
+        runs = self._runs(observation.n_elems())
+        if len(runs) == 1:
+            return self.agents[runs[0][0]](state, observation, agent_info, history)
+        actions, states = [], []
+        for k, start, stop, _ in runs:
+            action, new_state = self.agents[k](_rows(state, start, stop), observation.slice(start, stop),
+                                               _rows(agent_info, start, stop),
+                                               None if history is None else history.slice(start, stop))
+            actions.append(action)
+            states.append(new_state)
+        return DictTensor.cat(actions), DictTensor.cat(states)
+
+    def update(self, state_dict: Mapping[str, Any]) -> None:
+        """Loads member ``k``'s weights from the keys ``"k.NAME"`` of ``state_dict``, for the members of this worker;
+        a member whose weights are not all finite keeps its previous ones."""
+        for k in self._members_here():
+            prefix = f"{k}."
+            mine = {name[len(prefix):]: value for name, value in state_dict.items() if name.startswith(prefix)}
+            floats = [v for v in mine.values() if torch.is_tensor(v) and v.is_floating_point()]
+            if floats and not bool(torch.stack([torch.isfinite(v).all() for v in floats]).all()):
+                continue
+            self.agents[k].update(mine)
+
+    def noise_state(self) -> torch.Tensor | None:
+        """The members' agents' noise states, end to end (``None`` when one has none)."""
+        states = [agent.noise_state() for agent in self.agents]
+        return None if any(s is None for s in states) else torch.cat([s.reshape(-1) for s in states])
+
+    def set_noise_state(self, state: torch.Tensor) -> None:
+        """Takes back a :meth:`noise_state`."""
+        shapes = [agent.noise_state().shape for agent in self.agents]
+        parts = torch.split(state.reshape(-1), [math.prod(shape) for shape in shapes])
+        for agent, part, shape in zip(self.agents, parts, shapes):
+            agent.set_noise_state(part.reshape(shape))
+
+    def close(self) -> None:
+        """Closes the members' agents."""
+        for agent in self.agents:
+            agent.close()
+
+
+def _rows(d: DictTensor | TemporalDictTensor, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` of ``d``, an empty one as it is."""
+    return d.slice(start, stop) if d.variables else d

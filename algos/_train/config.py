@@ -24,6 +24,7 @@ import torch
 from rlstruct._accel import accelerator_for
 from rlstruct.algos._train.finite import check_finite_settings
 from rlstruct.algos._train.flags import declared
+from rlstruct.algos._train.seeds import check_seeds
 from rlstruct.algos._train.trackers import check_trackers
 from rlstruct.devices import check_device_exists
 from rlstruct.envs.factory import BACKENDS, resolve_backend
@@ -106,6 +107,8 @@ class RunConfig:
     evaluation_device: str = setting("cpu", "device of the evaluation batcher's envs, agent and buffer",
                                      group="evaluation")
     seed: int = setting(0, "seeds the networks, the envs and the agents", group="run")
+    seeds: tuple[int, ...] | None = setting(None, "seeds trained as one population in this process, each a run "
+                                                  "of LOGDIR/seed-S", group="run")
     time_limit: float | None = setting(None, "stop training after this many seconds of wall clock (None: no limit; "
                                              "the step budget ends a run)", group="run")
     max_env_steps: int | None = setting(None, "the step budget: stop after this many env steps (None: no limit)",
@@ -382,6 +385,8 @@ def validate_run_config(config: RunConfig) -> None:
         ValueError: a setting is out of range, or a float setting (of any family or algorithm) is NaN or infinite.
     """
     check_finite_settings(config)
+    if config.seeds is not None:
+        check_seeds(config.seeds)
     if config.backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {config.backend!r}")
     check_bounds(config)

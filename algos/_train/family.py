@@ -108,9 +108,9 @@ class TrainingEpisodes:
 
 
 @contextlib.contextmanager
-def until_a_worker_fails(rule: StopRule) -> Iterator[None]:
+def until_a_worker_fails(*rules: StopRule) -> Iterator[None]:
     """Runs the block; a batcher worker that fails in it with no restart left (a :class:`BatcherWorkerError`: it
-    raised, died or hung) ends the block and stops the run at its next check
+    raised, died or hung) ends the block and stops the run (each run of ``rules``: a population's) at its next check
     (:meth:`~.stop_rule.StopRule.worker_failed`, stop reason ``"worker_failed"``). The learner in this process is
     intact, so the run ends as for a signal, with its checkpoint and summary, which keeps the traceback the worker
     sent (``None`` for one that died); this process's goes to the debug log.
@@ -121,5 +121,6 @@ def until_a_worker_fails(rule: StopRule) -> Iterator[None]:
     try:
         yield
     except BatcherWorkerError as e:
-        rule.worker_failed(e)
+        for rule in rules:
+            rule.worker_failed(e)
         log.debug("batcher worker %d failed with no restart left; stopping the run", e.worker_id, exc_info=True)

@@ -144,6 +144,8 @@ def build_parser(config_cls: type, prog: str, description: str = "", *,
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(hint) is tuple:
             kwargs.update(nargs="+", type=args[0])
+        elif args and typing.get_origin(args[0]) is tuple:
+            kwargs.update(type=_parse_optional(_comma_list(typing.get_args(args[0])[0])), metavar="A,B,...")
         elif args and typing.get_origin(args[0]) is dict:
             kwargs.update(type=_parse_optional(parse_json_object), metavar="JSON")
         elif args and type(None) in typing.get_args(hint):
@@ -154,6 +156,16 @@ def build_parser(config_cls: type, prog: str, description: str = "", *,
     return parser
 
 
+def _comma_list(item: type) -> Callable[[str], tuple[Any, ...]]:
+    """Parses ``"0,1,2"`` into a tuple of ``item``s (a flag of a tuple that may be ``None``)."""
+
+    def parse(text: str) -> tuple[Any, ...]:
+        return tuple(item(part) for part in text.split(",") if part.strip())
+
+    parse.__name__ = f"comma-separated {item.__name__}s"
+    return parse
+
+
 def resumed_defaults(config_cls: type, checkpoint: dict[str, Any]) -> dict[str, Any]:
     """The settings of the run that a checkpoint (:func:`~rlstruct.algos._train.checkpoints.load_checkpoint`'s content)
     continues, as the defaults of ``config_cls``'s flags: ``rlstruct train ALGO --resume RUN`` takes the run's own
@@ -161,7 +173,7 @@ def resumed_defaults(config_cls: type, checkpoint: dict[str, Any]) -> dict[str, 
     saved = checkpoint["config"]
     # logdir: a resumed run writes into the checkpoint's folder unless told otherwise (the saved path may be
     # relative to another working directory).
-    names = {f.name for f in dataclasses.fields(config_cls)} - {"resume", "logdir"}
+    names = {f.name for f in dataclasses.fields(config_cls)} - {"resume", "logdir", "seeds"}
     return {k: v for k, v in saved.items() if k in names}
 
 

@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -35,10 +35,12 @@ from rlstruct.algos._train.distributed import (
     learner_seed,
     sum_over_ranks,
 )
+from rlstruct.algos._train.evaluation import Evaluator
 from rlstruct.algos._train.family import TrainingEpisodes, open_run, record_iteration, until_a_worker_fails
 from rlstruct.algos._train.finish import finish_diverged, finish_training
 from rlstruct.algos._train.folder_claim import given_back_unless_trained, run_logdir
 from rlstruct.algos._train.learner_state import LearnerState
+from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.registry import FAMILY_LOOPS, Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from rlstruct.algos._train.replay_setup import check_replay_fits, make_replay_buffer, replay_folder
 from rlstruct.algos._train.result import TrainResult
@@ -64,6 +66,8 @@ if TYPE_CHECKING:  # the profiler stays out of a training run's imports
 
 __all__ = [
     "ActorCriticLearner",
+    "OffPolicyLearning",
+    "OnPolicyLearning",
     "LearnFn",
     "OffPolicyLearner",
     "run",
@@ -168,6 +172,69 @@ def _untimed(phase: str) -> contextlib.nullcontext[None]:
     return contextlib.nullcontext()
 
 
+class OnPolicyLearning:
+    """The learner of one on-policy run, from the collections of its ``n_rows`` training envs: the learner's agent,
+    Adam and the return statistics around the algorithm's learn step, restored from ``setup.resume``; each iteration
+    is :meth:`schedule` (before the collection), :meth:`learn_from`, :meth:`after_update` (before the weights go to
+    the batchers) and :meth:`record`. The solo loop drives one; a population drives one per member."""
+
+    def __init__(self, setup: Setup, run: Run, model: nn.Module, n_rows: int):
+        algo, config, learner, world = setup.algorithm, setup.config, setup.learner_device, setup.world
+        self.setup, self.run, self.model, self.n_rows = setup, run, model, n_rows
+        agent = algo.model.learner_agent(model, learner, config)
+        self.optimizer, self.normalize = actor_critic_learner(model, config, n_rows=n_rows, device=learner,
+                                                              sum_over_ranks=sum_over_ranks(world))
+        self.owned = LearnerState(optimizer=self.optimizer, normalization=self.normalize)
+        checked = RL_Agent_CheckDevice(agent, learner) if config.check_devices else agent
+        self.learn = algo.make_learn(config, ActorCriticLearner(model, agent, checked, self.optimizer, learner,
+                                                                run.seed, world, self.owned))
+        if setup.resume is not None:  # after the learn step declared its own state
+            self.owned.load_state_dict(setup.resume.learner, path=setup.resume.path)
+        self.episodes = TrainingEpisodes(n_rows, learner)
+
+    def schedule(self) -> tuple[DictTensor | None, dict[str, Any]]:
+        """The next collection's ``agent_info`` (``None``: the batcher's) and the statistics it is recorded with."""
+        algo = self.setup.algorithm
+        return algo.schedule(self.setup.config, self.run.env_steps, self.n_rows) if algo.schedule else (None, {})
+
+    def learn_from(self, traj: Trajectories, stats: dict[str, Any], phase: Callable[[str], Any]) -> Trajectories:
+        """Learns from a collection (its statistics into ``stats``); returns it on the learner's device."""
+        config, learner = self.setup.config, self.setup.learner_device
+        with phase("to_learner"):
+            traj = traj.to(learner)
+        with phase("normalize"):
+            loss_rewards = self.normalize(traj.trajectories)  # before any forward: the values and the loss agree
+        if config.anneal_lr:
+            self.optimizer.param_groups[0]["lr"] = config.lr * (1.0 - self.run.budget_used())
+        if config.check_devices:
+            check_on_device(self.model, learner, "the learner's model")
+        with phase("learn"):
+            stats.update(self.learn(traj, loss_rewards))
+        return traj
+
+    def after_update(self, traj: Trajectories) -> None:
+        """What the next collection acts with besides the weights: the return statistics updated."""
+        self.normalize.after_update(traj.trajectories)
+
+    def record(self, traj: Trajectories, stats: dict[str, Any], evaluator: Evaluator) -> None:
+        """The iteration's record (:func:`~.family.record_iteration`): its env steps over every rank."""
+        world = self.setup.world
+        if self.setup.algorithm.episodic:
+            ep_returns, lengths = episode_returns(traj)
+            stats["train/episode_return"] = ep_returns.mean()
+            stats["train/episode_length"] = lengths.float().mean()
+            n_steps = global_sum(int(lengths.sum()), world)
+        else:
+            self.episodes.add(traj.trajectories, stats)
+            n_steps = self.n_rows * traj.trajectories.temporal_size() * world.size  # the budget is global
+        record_iteration(self.run, evaluator, n_steps, stats, model=self.model, learner=self.owned.state_dict)
+
+    def finish(self, evaluator: Evaluator) -> TrainResult:
+        """The run's end (:func:`~.finish.finish_training`)."""
+        return finish_training(self.run, evaluator, self.model, self.setup.spec, title=self.setup.algorithm.title,
+                               learner=self.owned.state_dict())
+
+
 def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainResult:
     """Trains ``setup.algorithm`` (an :class:`OnPolicyAlgorithm`) and returns the final evaluation and the run's
     history.
@@ -201,19 +268,10 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
         model.to(learner)
         run.stop_rule.guard.watch(model.state_dict)
         _join_ranks(world, learner, config, stack, model)
-        agent = algo.model.learner_agent(model, learner, config)
         B = batcher.n_elems()
         announce(world, "envs of a collection" if algo.episodic else "env steps of a collection",
                  B if algo.episodic else B * config.n_steps, config.lr)
-        optimizer, normalize = actor_critic_learner(model, config, n_rows=B, device=learner,
-                                                    sum_over_ranks=sum_over_ranks(world))
-        owned = LearnerState(optimizer=optimizer, normalization=normalize)
-        checked = RL_Agent_CheckDevice(agent, learner) if config.check_devices else agent
-        learn = algo.make_learn(config, ActorCriticLearner(model, agent, checked, optimizer, learner, run.seed, world,
-                                                           owned))
-        if resume is not None:  # after the learn step declared its own state
-            owned.load_state_dict(resume.learner, path=resume.path)
-        episodes = TrainingEpisodes(B, learner)
+        member = OnPolicyLearning(setup, run, model, B)
 
         collect = _collector(setup, stack, batcher, model)
         phase = _untimed if timer is None else timer
@@ -223,39 +281,20 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
             evaluator.schedule(lambda: cpu_state_dict(model), run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
             with until_a_worker_fails(run.stop_rule):
-                agent_info, stats = algo.schedule(config, run.env_steps, B) if algo.schedule else (None, {})
+                agent_info, stats = member.schedule()
                 with phase("collect"):
                     traj = collect.next(agent_info)
-                with phase("to_learner"):
-                    traj = traj.to(learner)
-                tt = traj.trajectories
-                with phase("normalize"):
-                    loss_rewards = normalize(tt)  # before any forward: the values and the loss see the same statistics
-                if config.anneal_lr:
-                    optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
-                if config.check_devices:
-                    check_on_device(model, learner, "the learner's model")
-                with phase("learn"):
-                    stats.update(learn(traj, loss_rewards))
+                traj = member.learn_from(traj, stats, phase)
                 # what the next collection acts with
                 with phase("update_weights"), until_a_worker_fails(run.stop_rule):
-                    normalize.after_update(tt)
+                    member.after_update(traj)
                     collect.updated()
-
-                if algo.episodic:
-                    ep_returns, lengths = episode_returns(traj)
-                    stats["train/episode_return"] = ep_returns.mean()
-                    stats["train/episode_length"] = lengths.float().mean()
-                    n_steps = global_sum(int(lengths.sum()), world)
-                else:
-                    episodes.add(tt, stats)
-                    n_steps = B * tt.temporal_size() * world.size  # env steps of all ranks: the budget is global
                 with phase("record"):
-                    record_iteration(run, evaluator, n_steps, stats, model=model, learner=owned.state_dict)
+                    member.record(traj, stats, evaluator)
         collect.close()  # an acquisition launched during the last update: close the batcher with nothing pending
 
         check_models_agree(model, world)
-        return finish_training(run, evaluator, model, spec, title=algo.title, learner=owned.state_dict())
+        return member.finish(evaluator)
     return finish_diverged(run, title=algo.title)  # the loop raised, and the divergence found explains it
 
 
@@ -348,6 +387,70 @@ class UniformStartLearner:
         return n_steps
 
 
+class OffPolicyLearning:
+    """The learner of one off-policy run, from the collections of its ``n_rows`` training envs: the algorithm's
+    learner (restored from ``setup.resume``) and its replay buffer (closed by ``stack``); each iteration is
+    :meth:`agent_info` (before the collection), :meth:`learn_from` (the push and the gradient steps) and
+    :meth:`record`. The solo loop drives one; a population drives one per member."""
+
+    def __init__(self, setup: Setup, run: Run, stack: contextlib.ExitStack, n_rows: int):
+        algo, config, spec, resume, device, world = (setup.algorithm, setup.config, setup.spec, setup.resume,
+                                                     setup.learner_device, setup.world)
+        self.setup, self.run, self.n_rows = setup, run, n_rows
+        seed = learner_seed(run.seed, world)
+        self.learner = learner = algo.make_learner(config, spec, resume, device=device, seed=seed, n_rows=n_rows)
+        self.saved = _declared(learner)
+        if resume is not None and isinstance(learner.state, LearnerState):
+            load_state(learner.policy, resume.model, "the policy", resume.path)
+            learner.state.load_state_dict(resume.learner, path=resume.path)
+        run.stop_rule.guard.watch(learner.policy.state_dict)
+        self.buffer = make_replay_buffer(config, spec, device, seed=seed, folder=run.logdir, rank=world.rank)
+        stack.callback(self.buffer.close)
+        self.episodes = TrainingEpisodes(n_rows, device)
+        self.first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
+        self.weights = functools.partial(cpu_state_dict, learner.policy)  # an evaluation's, only when one is due
+
+    def agent_info(self) -> tuple[DictTensor | None, dict[str, Any]]:
+        """The next collection's ``agent_info`` (``None``: the batcher's) and the statistics it is recorded with."""
+        return self.learner.agent_info(self.run.env_steps)
+
+    def learn_from(self, traj: Trajectories, stats: dict[str, Any],
+                   phase: Callable[[str], Any]) -> tuple[Trajectories, int]:
+        """Pushes a collection into the buffer and takes the gradient steps due (statistics into ``stats``);
+        returns the collection on the learner's device and the steps taken."""
+        config, device, world, learner = self.setup.config, self.setup.learner_device, self.setup.world, self.learner
+        with phase("to_learner"):
+            traj = traj.to(device)
+        if config.check_devices:
+            check_on_device(traj, device, "the trajectories given to the learner")
+            for what, module in learner.checked().items():
+                check_on_device(module, device, what)
+        tt = traj.trajectories
+        n_new = self.n_rows * tt.temporal_size()  # this rank's; every rank's together count in the budget
+        with phase("push"):
+            self.buffer.push_steps(**learner.transitions(tt))
+        stats["buffer_size"] = float(len(self.buffer))
+        filled = self.run.env_steps + n_new * world.size - self.first_step >= config.learning_starts
+        n_steps = fewest_over_ranks(learner.n_gradient_steps(n_new, len(self.buffer)) if filled else 0, world)
+        self.buffer.anneal(self.run.budget_used())  # a prioritized buffer's importance-sampling exponent
+        with phase("learn"):
+            for _ in range(n_steps):
+                stats.update(learner.gradient_step(self.buffer))
+        return traj, n_steps
+
+    def record(self, traj: Trajectories, stats: dict[str, Any], evaluator: Evaluator) -> None:
+        """The iteration's record (:func:`~.family.record_iteration`): its env steps over every rank."""
+        tt = traj.trajectories
+        self.episodes.add(tt, stats)
+        record_iteration(self.run, evaluator, self.n_rows * tt.temporal_size() * self.setup.world.size, stats,
+                         model=self.learner.policy, learner=self.saved, weights=self.weights)
+
+    def finish(self, evaluator: Evaluator) -> TrainResult:
+        """The run's end (:func:`~.finish.finish_training`)."""
+        return finish_training(self.run, evaluator, self.learner.policy, self.setup.spec,
+                               title=self.setup.algorithm.title, learner=self.saved())
+
+
 def train_off_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainResult:
     """Trains ``setup.algorithm`` (an :class:`OffPolicyAlgorithm`) and returns the final evaluation and the run's
     history.
@@ -384,63 +487,33 @@ def train_off_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRe
                                            seed=run.seed, rank=world.rank, run=run,
                                            sync_timings=timer is not None and timer.sync)
         B = batcher.n_elems()
-        seed = learner_seed(run.seed, world)
-        learner = algo.make_learner(config, spec, resume, device=device, seed=seed, n_rows=B)
-        learner_state = _declared(learner)
-        if resume is not None and isinstance(learner.state, LearnerState):
-            load_state(learner.policy, resume.model, "the policy", resume.path)
-            learner.state.load_state_dict(resume.learner, path=resume.path)
-        run.stop_rule.guard.watch(learner.policy.state_dict)
+        member = OffPolicyLearning(setup, run, stack, B)
+        learner = member.learner
         _join_ranks(world, device, config, stack, learner.tensors())
         announce(world, "transitions of a replay minibatch, from the rank's own buffer", config.batch_size, config.lr)
-        buffer = make_replay_buffer(config, spec, device, seed=seed, folder=run.logdir, rank=world.rank)
-        stack.callback(buffer.close)
-        episodes = TrainingEpisodes(B, device)
-        first_step = run.env_steps  # the (re)filling of the buffer counts from this session's first step
 
         # The policy's weights reach the training batcher as the on-policy loop's do: shared on the learner's device
         # with an in-process batcher there (config.share_weights), as a CPU copy after each update otherwise.
         collect = start_pipeline(stack, batcher, learner.policy, config, device=device)
-        weights = functools.partial(cpu_state_dict, learner.policy)  # an evaluation's, only when one is due
         phase = _untimed if timer is None else timer
         if timer is not None:
             timer.watch(batcher)
         if world.is_logger:
-            evaluator.schedule(weights, run.iteration, run.env_steps)
+            evaluator.schedule(member.weights, run.iteration, run.env_steps)
         while not all_ranks_stop(run.should_stop(), world):
             with until_a_worker_fails(run.stop_rule):
-                agent_info, stats = learner.agent_info(run.env_steps)
+                agent_info, stats = member.agent_info()
                 with phase("collect"):
                     traj = collect.next(agent_info)
-                with phase("to_learner"):
-                    traj = traj.to(device)
-                if config.check_devices:
-                    check_on_device(traj, device, "the trajectories given to the learner")
-                    for what, module in learner.checked().items():
-                        check_on_device(module, device, what)
-                tt = traj.trajectories
-                n_new = B * tt.temporal_size()  # this rank's; every rank's together count in the budget
-                with phase("push"):
-                    buffer.push_steps(**learner.transitions(tt))
-
-                stats["buffer_size"] = float(len(buffer))
-                filled = run.env_steps + n_new * world.size - first_step >= config.learning_starts
-                n_steps = fewest_over_ranks(learner.n_gradient_steps(n_new, len(buffer)) if filled else 0, world)
-                buffer.anneal(run.budget_used())  # a prioritized buffer's importance-sampling exponent
-                with phase("learn"):
-                    for _ in range(n_steps):
-                        stats.update(learner.gradient_step(buffer))
+                traj, n_steps = member.learn_from(traj, stats, phase)
                 if n_steps:
                     with phase("update_weights"), until_a_worker_fails(run.stop_rule):
                         collect.updated()
-
                 with phase("record"):
-                    episodes.add(tt, stats)
-                    record_iteration(run, evaluator, n_new * world.size, stats, model=learner.policy,
-                                     learner=learner_state, weights=weights)
+                    member.record(traj, stats, evaluator)
 
         check_models_agree(learner.tensors(), world)
-        return finish_training(run, evaluator, learner.policy, spec, title=algo.title, learner=learner_state())
+        return member.finish(evaluator)
     return finish_diverged(run, title=algo.title)  # the loop raised, and the divergence found explains it
 
 
@@ -459,16 +532,23 @@ def run(setup: Setup, *, timer: LoopTimer | None = None) -> TrainResult:
             setup.lock.release()
 
 
-def train(algorithm: Algorithm, config: RunConfig) -> TrainResult:
+def train(algorithm: Algorithm, config: RunConfig, *, seeds: Sequence[int] | None = None) -> Any:
     """Trains ``algorithm`` with ``config`` and returns the final evaluation and the run's history.
 
-    With ``resume``, the weights, the optimizer's state and the learner's come from the checkpoint.
+    With ``resume``, the weights, the optimizer's state and the learner's come from the checkpoint. With ``seeds``
+    (or ``config.seeds``), the seeds train as one population in this process, each its own run in
+    ``logdir/seed-S`` (``resume``: the population's folder), and the result is the list of the members' results,
+    in seed order (:func:`~.population_loop.train_population`).
 
     Raises:
         ValueError: what :func:`~.session.validate` raises: a setting out of range, or one of its subclasses
             (``DeviceUnavailableError``, ``SpaceError``, ``ConfigError``, ``CheckpointError``) for a device, the
             env or ``resume``.
     """
+    if seeds is not None:
+        config = dataclasses.replace(config, seeds=tuple(seeds))
+    if config.seeds is not None:
+        return FAMILY_LOOPS["population"](algorithm, config)
     setup = validate(algorithm, config)
     with given_back_unless_trained(setup.claim):
         return run(setup)
@@ -482,11 +562,12 @@ def trainer(algorithm: Algorithm) -> Callable[[Any], TrainResult]:
     ('train', 'rlstruct.algos.ppo', 'Trains PPO with ``config`` (a ``PPOConfig``) and returns its TrainResult')
     """
 
-    def train_algorithm(config: Any) -> TrainResult:
-        return train(algorithm, config)
+    def train_algorithm(config: Any, *, seeds: Sequence[int] | None = None) -> Any:
+        return train(algorithm, config, seeds=seeds)
 
     train_algorithm.__name__ = train_algorithm.__qualname__ = "train"
     train_algorithm.__module__ = algorithm.config_cls.__module__
     train_algorithm.__doc__ = (f"Trains {algorithm.title} with ``config`` (a ``{algorithm.config_cls.__name__}``) "
-                               "and returns its TrainResult: the harness's train of the module's ALGORITHM.")
+                               "and returns its TrainResult (with ``seeds``, one per member of the population): the "
+                               "harness's train of the module's ALGORITHM.")
     return train_algorithm

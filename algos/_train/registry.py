@@ -116,6 +116,9 @@ class Algorithm:
         steps_setting: the config field that sets each env's steps per iteration (``rlstruct profile
             --n-timesteps``); ``None``: an iteration's steps vary (whole episodes), which ``rlstruct profile``
             cannot budget.
+        population_loop: its family's loop of a population of seeds (``--seeds``): ``(setups) -> [TrainResult]``,
+            one checked :class:`~.session.Setup` and one result per member; ``None``: the family trains one seed a
+            process (a new family provides one to train populations).
     """
 
     name: str
@@ -129,6 +132,7 @@ class Algorithm:
     check_env: Callable[[Any, EnvSpec], None] = _no_check
     search_space: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     steps_setting: str | None = None
+    population_loop: Callable[..., Any] | None = None
 
     def check_family(self, config: Any) -> None:
         """Raises on the settings of the algorithm's family (its loop's)."""
@@ -186,6 +190,8 @@ class OnPolicyAlgorithm(Algorithm):
     evaluation_info: Callable[[Mapping[str, Any], bool], dict[str, bool | float]] = dataclasses.field(init=False)
     schedule: Callable[[Any, int, int], tuple[DictTensor, dict[str, Any]]] | None = None
     loop: Callable[..., Any] = dataclasses.field(default_factory=_family_loop("on-policy"))
+    population_loop: Callable[..., Any] | None = dataclasses.field(
+        default_factory=_family_loop("on-policy population"))
     steps_setting: str | None = dataclasses.field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -217,6 +223,8 @@ class OffPolicyAlgorithm(Algorithm):
 
     make_learner: type
     loop: Callable[..., Any] = dataclasses.field(default_factory=_family_loop("off-policy"))
+    population_loop: Callable[..., Any] | None = dataclasses.field(
+        default_factory=_family_loop("off-policy population"))
     steps_setting: str | None = "rollout_steps"
 
     def check_family(self, config: Any) -> None:

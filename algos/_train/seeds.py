@@ -5,6 +5,11 @@ envs are seeded by their global index, whatever process steps them), the evaluat
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from rlstruct.errors import ConfigError
+from rlstruct.seeding import check_seed
 
 __all__ = [
     "AGENT_SEEDS",
@@ -12,6 +17,7 @@ __all__ = [
     "EVALUATION_AGENT_SEEDS",
     "EVALUATION_ENV_SEEDS",
     "MAX_WORKERS",
+    "check_seeds",
     "evaluation_seeds",
     "role_seed",
     "session_seed",
@@ -69,3 +75,28 @@ def session_seed(seed: int, iteration: int) -> int:
         return seed
     digest = hashlib.sha256(f"rlstruct-resume/{seed}/{iteration}".encode()).digest()
     return int.from_bytes(digest[:8], "little") % 214_748
+
+
+def check_seeds(seeds: Any, *, argument: str = "seeds") -> tuple[int, ...]:
+    """``seeds`` as a tuple of two or more distinct seeds, each an int in ``[0, 2**31)``.
+
+    Raises:
+        ConfigError: not a sequence of ints, fewer than two, or one repeated.
+        SeedError: a seed out of range.
+
+    >>> check_seeds([0, 1, 2])
+    (0, 1, 2)
+    >>> check_seeds([1, 1])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    rlstruct.errors.ConfigError: seeds must be two or more distinct seeds, got [1, 1] (1 repeated); pass e.g. ...
+    """
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence):
+        raise ConfigError(f"{argument} must be a list of seeds, got {seeds!r}; pass e.g. --seeds 0,1,2,3,4")
+    seeds = [check_seed(s, argument=f"{argument}[{i}]") for i, s in enumerate(seeds)]
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if len(seeds) < 2 or repeated:
+        why = f" ({', '.join(map(str, repeated))} repeated)" if repeated else ""
+        raise ConfigError(f"{argument} must be two or more distinct seeds, got {seeds}{why}; pass e.g. --seeds "
+                          "0,1,2,3,4 (one seed: --seed S)")
+    return tuple(seeds)

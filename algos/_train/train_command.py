@@ -3,6 +3,7 @@ train, report."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import gc
 import json
@@ -21,6 +22,7 @@ from rlstruct.algos._train.distributed import restart_resume
 from rlstruct.algos._train.flags import build_parser, config_from_args, given_flags, resumed_defaults, show_config
 from rlstruct.algos._train.folder_claim import folder_moved, given_back_unless_trained, run_logdir
 from rlstruct.algos._train.loops import run
+from rlstruct.algos._train.population_loop import member_folder, population_seeds, train_population
 from rlstruct.algos._train.presets import apply_preset, describe_preset, setting_sources
 from rlstruct.algos._train.registry import Algorithm, check_resume_source, check_run_code
 from rlstruct.algos._train.registry import algorithm as registered
@@ -197,6 +199,34 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
 
 
+def _train_population(algorithm: Algorithm, config: RunConfig, given: frozenset[str], launched: float,
+                      prog: str) -> int:
+    """``rlstruct train ALGO --seeds ...``: the population of ``config.seeds`` in this process
+    (:func:`~.population_loop.train_population`), a stop line per member and, last on stdout, a JSON object with the
+    members' summaries. The status is the worst member's: 1 when one diverged or a worker failed, 128 + the signal's
+    number when a signal stopped them, else 0; a config error is one line and 2, as for one seed."""
+    try:
+        results = train_population(algorithm, config, given=given, start=launched)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted: stopped without writing a checkpoint", file=sys.stderr)
+        return 130
+    except (ValueError, TypeError, RLStructError) as e:
+        print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    gc.freeze()
+    status = 0
+    for result in results:
+        print(f"{Path(result.logdir).name}: {stop_line(result, config)}")
+        if result.stop_reason in ("diverged", "worker_failed"):
+            status = max(status, 1)
+        elif result.interrupted:
+            status = max(status, 128 + signal.Signals[result.stop_signal or "SIGINT"])
+    root = Path(results[0].logdir).parent
+    print(f"population of {len(results)} seeds: {root} (rlstruct compare {root})")
+    print(json.dumps({"population": str(root), "members": [r.summary() for r in results]}))
+    return status
+
+
 def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
     """``rlstruct train NAME [flags]`` of ``algorithm`` (its description, or its name in the registry: what an
     algorithm module run as ``__main__`` passes, the registry's module being the one its workers import): parse,
@@ -253,6 +283,9 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
     configure_logging()  # before the checks: the numbered folder a used --logdir gives is announced by a warning
     try:
         checkpoint, resumed = None, frozenset()
+        population = None if ns.resume is None else population_seeds(ns.resume)
+        if population is not None:  # a population's folder: its members' settings are the first member's
+            root, ns.resume = ns.resume, str(member_folder(ns.resume, population[0]))
         if ns.resume is not None:
             checkpoint = load_checkpoint(ns.resume, argument="resume")
             check_resume_algorithm(algorithm.name, ns.resume, checkpoint)
@@ -265,6 +298,11 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
             ns = parser.parse_args(argv)
             resumed = frozenset(defaults) - given
         config = config_from_args(config_cls, ns, given | resumed)
+        if population is not None:
+            config = dataclasses.replace(config, seeds=population, resume=root,
+                                         logdir=root if config.logdir is None else config.logdir)
+        if config.seeds is not None and not ns.show_config:
+            return _train_population(algorithm, config, given | resumed, launched, prog)
         if ns.show_config:
             resolved, preset = apply_preset(algorithm.name, config, given | resumed)
             sources = setting_sources(resolved, preset, given, "flag")

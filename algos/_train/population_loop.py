@@ -1,0 +1,340 @@
+"""A population of seeds trained in one process (``rlstruct train ALGO --seeds 0,1,2``): each member is the run of its
+seed, in its own folder ``ROOT/seed-S`` (its config, ``progress.csv``, checkpoints, evaluations, stop and
+``summary.json``: every command reads it as any run), and the members' envs are one training batcher whose rows
+``k * n_envs, ...`` are member ``k``'s, seeded and acted upon as the solo run of its seed
+(:func:`~.session.open_population_batcher`).
+
+Each member's learner is the family's own (:class:`~.loops.OnPolicyLearning`, :class:`~.loops.OffPolicyLearning`),
+so a member takes the solo run's steps: the same env steps, evaluations, stop and rows. A member that stops (its
+target, its budget, a divergence) ends its run there while the others go on; its envs keep stepping in the shared
+batcher, their steps counted nowhere. A signal stops every member after the iteration under way, each writing its
+checkpoint; a batcher worker that fails with no restart left stops them all as it stops a solo run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlstruct.algos._train.checkpoints import load_state
+from rlstruct.algos._train.config import CapturedPart, RunConfig
+from rlstruct.algos._train.family import open_run, until_a_worker_fails
+from rlstruct.algos._train.finish import explained_by_divergence, finish_diverged
+from rlstruct.algos._train.folder_claim import given_back_unless_trained
+from rlstruct.algos._train.log import Run
+from rlstruct.algos._train.loops import OffPolicyLearning, OnPolicyLearning
+from rlstruct.algos._train.registry import FAMILY_LOOPS, Algorithm
+from rlstruct.algos._train.replay_setup import check_replay_fits, replay_folder
+from rlstruct.algos._train.result import TrainResult
+from rlstruct.algos._train.seeds import check_seeds
+from rlstruct.algos._train.session import (
+    Setup,
+    open_evaluator,
+    open_population_batcher,
+    seeded_model,
+    stop_at_once,
+    stop_on_signals,
+    validate,
+)
+from rlstruct.algos._train.update import start_pipeline, training_agent_kwargs
+from rlstruct.devices import cpu_state_dict
+from rlstruct.errors import ConfigError
+from rlstruct.structures import DictTensor, Trajectories
+
+__all__ = ["POPULATION_FILE", "member_folder", "population_seeds", "train_population"]
+
+#: the file in a population's root folder that names its members
+POPULATION_FILE = "population.json"
+
+
+def member_folder(root: str | Path, seed: int) -> Path:
+    """Where member ``seed`` of the population in ``root`` writes its run: ``root/seed-S``."""
+    return Path(root) / f"seed-{seed}"
+
+
+def population_seeds(root: str | Path) -> tuple[int, ...] | None:
+    """The seeds of the population whose root folder is ``root`` (its :data:`POPULATION_FILE`, else its ``seed-S``
+    folders that hold a run), or ``None`` when ``root`` is not a population's folder."""
+    root = Path(root)
+    if not root.is_dir() or (root / "checkpoint.pt").exists():
+        return None
+    listed = root / POPULATION_FILE
+    if listed.is_file() and not listed.is_symlink():
+        try:
+            seeds = json.loads(listed.read_text())["seeds"]
+            return check_seeds(seeds, argument=str(listed))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    found = sorted(int(m.group(1)) for p in root.iterdir()
+                   if (m := re.fullmatch(r"seed-(\d+)", p.name)) and (p / "checkpoint.pt").is_file())
+    return tuple(found) if len(found) >= 2 else None
+
+
+def _check_population(algorithm: Algorithm, config: RunConfig) -> None:
+    """Refuses the settings a population does not run (yet), each with what to do instead."""
+    refusals = {
+        "an algorithm that collects whole episodes": getattr(algorithm, "episodic", False),
+        "Ray actors (ray_actors)": config.ray_actors > 0,
+        "CUDA-graph capture (cuda_graph)": isinstance(config, CapturedPart) and config.cuda_graph,
+    }
+    for what, refused in refusals.items():
+        if refused:
+            raise ConfigError(f"seeds={list(config.seeds or ())}: a population of seeds does not run {what} "
+                              f"({algorithm.name}); train one process a seed (--seed S) instead")
+    workers = max(config.n_processes, 1)
+    if (len(config.seeds or ()) * config.n_envs) % workers:
+        raise ConfigError(f"n_processes must split the population's {len(config.seeds)} x {config.n_envs} envs "
+                          f"evenly, got {config.n_processes}; pass --n-processes dividing "
+                          f"{len(config.seeds) * config.n_envs}")
+
+
+def member_configs(config: RunConfig) -> list[RunConfig]:
+    """Each member's config: ``config`` with its seed, its folder ``logdir/seed-S`` (``logdir`` default:
+    ``runs/ALGO-ENV-population``) and, resuming the population in ``resume``, its run there."""
+    seeds = check_seeds(config.seeds)
+    root = Path(config.logdir) if config.logdir is not None else None
+    out = []
+    for seed in seeds:
+        resume = None if config.resume is None else str(member_folder(config.resume, seed))
+        logdir = None if root is None else str(member_folder(root, seed))
+        if logdir is None and resume is not None:
+            logdir = resume
+        out.append(dataclasses.replace(config, seed=seed, logdir=logdir, resume=resume))
+    return out
+
+
+def validate_population(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | None = None,
+                        start: float | None = None) -> list[Setup]:
+    """:func:`~.session.validate` of each member's config (:func:`member_configs`); a member that fails gives back
+    the folders the others claimed. The members' root folder gets :data:`POPULATION_FILE`."""
+    seeds = check_seeds(config.seeds)
+    if config.logdir is None and config.resume is None:
+        name = f"{algorithm.name}-{config.env.replace('/', '-')}-seeds-{'-'.join(map(str, seeds))}"
+        config = dataclasses.replace(config, logdir=str(Path("runs") / name))
+    setups: list[Setup] = []
+    try:
+        for member in member_configs(config):
+            setups.append(validate(algorithm, member, given=given, start=start))
+        _check_population(algorithm, setups[0].config)
+    except BaseException:
+        for setup in setups:
+            if setup.lock is not None:
+                setup.lock.release()
+            if setup.claim is not None:
+                setup.claim.release()
+        raise
+    root = Path(setups[0].config.logdir).parent
+    listed = root / POPULATION_FILE
+    if not listed.is_symlink():
+        listed.write_text(json.dumps({"algorithm": algorithm.name, "env": config.env, "seeds": list(seeds)}) + "\n")
+    return setups
+
+
+def train_population(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | None = None,
+                     start: float | None = None) -> list[TrainResult]:
+    """Trains the population of ``config.seeds`` in one process and returns each member's result, in seed order
+    (see the module's docstring)."""
+    if algorithm.population_loop is None:
+        raise ConfigError(f"seeds={list(config.seeds or ())}: {algorithm.name}'s family trains one seed a process "
+                          "(its description has no population_loop); train one process a seed (--seed S)")
+    setups = validate_population(algorithm, config, given=given, start=start)
+    try:
+        with contextlib.ExitStack() as claims:
+            for setup in setups:
+                claims.enter_context(given_back_unless_trained(setup.claim))
+            return algorithm.population_loop(setups)
+    finally:
+        for setup in setups:
+            if setup.lock is not None:
+                setup.lock.release()
+
+
+class _Population:
+    """The members' runs, their learners (``on_policy``: :class:`~.loops.OnPolicyLearning`, else
+    :class:`~.loops.OffPolicyLearning`) and evaluators, and the one training batcher."""
+
+    def __init__(self, setups: list[Setup], on_policy: bool):
+        self.setups, self.on_policy = setups, on_policy
+        self.algorithm = setups[0].algorithm
+        self.results: dict[int, TrainResult] = {}
+
+    def train(self) -> list[TrainResult]:
+        setups, algo = self.setups, self.algorithm
+        config = setups[0].config
+        if not self.on_policy:
+            for setup in setups:
+                check_replay_fits(setup.config, setup.spec, setup.learner_device,
+                                  folder=replay_folder(Path(setup.config.logdir), 0))
+        error: BaseException | None = None
+        with contextlib.ExitStack() as frames:
+            opened = [frames.enter_context(open_run(setup)) for setup in setups]
+            self.runs: list[Run] = [run for run, _ in opened]
+            frames.enter_context(stop_on_signals(*(run.stop_rule for run in self.runs)))
+            try:
+                self._loop(frames, [stack for _, stack in opened], config)
+            except BaseException as e:
+                error = e
+                raise
+        # Left here, a member's divergence explained an error: the members it did not end end now.
+        for k, run in enumerate(self.runs):
+            if k not in self.results:
+                if run.stop_rule.diverged is None:
+                    raise error if error is not None else RuntimeError("a member of the population did not end")
+                self.results[k] = finish_diverged(run, title=algo.title)
+        return [self.results[k] for k in range(len(setups))]
+
+    def _loop(self, frames: contextlib.ExitStack, stacks: list[contextlib.ExitStack], config: RunConfig) -> None:
+        algo, setups, runs = self.algorithm, self.setups, self.runs
+        spec, device, n = setups[0].spec, setups[0].learner_device, config.n_envs
+        options = config.to_dict()
+        on_policy = self.on_policy
+        if on_policy:
+            agent_kwargs, model_kwargs = algo.model.agent_kwargs(config)
+            explore = algo.model.explore(config)
+            models = [seeded_model(s.config.seed, algo.model.build, s.config, spec) for s in setups]
+            for model, setup in zip(models, setups):
+                if setup.resume is not None:
+                    load_state(model, setup.resume.model, "the model", setup.resume.path)
+            steps = config.n_steps
+        else:
+            agent_kwargs, model_kwargs = training_agent_kwargs(config), None
+            explore = algo.make_learner.exploration(config)
+            steps = config.rollout_steps
+        create_agent = algo.agent(options)
+        # Batchers first, the learners on their device after: no CUDA in this process before workers spawn.
+        batcher = open_population_batcher(frames, config, spec, create_agent, seeds=[run.seed for run in runs],
+                                          n_timesteps=steps, explore=explore, agent_kwargs=agent_kwargs,
+                                          model_kwargs=model_kwargs,
+                                          zero_copy=on_policy and config.overlap and config.n_processes == 0)
+        evaluators = [open_evaluator(stack, s.config, spec, create_agent,
+                                     evaluate=algo.evaluation_agent_info(s.config.to_dict()),
+                                     model_kwargs=model_kwargs, seed=run.seed)
+                      for s, run, stack in zip(setups, runs, stacks)]
+        for run, evaluator in zip(runs, evaluators):
+            if config.restart_workers:
+                run.columns["batcher/restarts"] = (lambda e=evaluator: batcher.n_restarts + e.batcher.n_restarts)
+        signalled = next((run.stop_rule.signal for run in runs if run.stop_rule.signal is not None), None)
+        if signalled is not None:  # held while the workers started: nothing is trained yet
+            stop_at_once(signalled)
+        if on_policy:
+            members: list[Any] = []
+            for setup, run, model in zip(setups, runs, models):
+                model.to(device)
+                run.stop_rule.guard.watch(model.state_dict)
+                members.append(OnPolicyLearning(setup, run, model, n))
+            policies = models
+        else:
+            members = [OffPolicyLearning(s, run, stack, n) for s, run, stack in zip(setups, runs, stacks)]
+            policies = [m.learner.policy for m in members]
+        population = nn.ModuleDict({str(k): p for k, p in enumerate(policies)})
+        collect = start_pipeline(frames, batcher, population, config, device=device,
+                                 **({"overlap": config.overlap} if on_policy else {}))
+        for run, evaluator, policy in zip(runs, evaluators, policies):
+            evaluator.schedule(lambda p=policy: cpu_state_dict(p), run.iteration, run.env_steps)
+        default_info = _info_rows(explore, n)
+        last_infos: list[DictTensor | None] = [None] * len(members)
+        active = list(range(len(members)))
+        while True:
+            for k in list(active):
+                if runs[k].should_stop():
+                    self.results[k] = members[k].finish(evaluators[k])
+                    active.remove(k)
+            if not active:
+                break
+            rules = [runs[k].stop_rule for k in active]
+            with until_a_worker_fails(*rules):
+                scheduled = [m.schedule() if on_policy else m.agent_info() for m in members]
+                agent_info = _side_by_side([info for info, _ in scheduled], last_infos, default_info)
+                traj = collect.next(agent_info)
+                learned: dict[int, tuple[Trajectories, dict[str, Any]]] = {}
+                took_steps = False
+                for k in list(active):
+                    stats = scheduled[k][1]
+                    part = traj.index(slice(k * n, (k + 1) * n))
+                    try:
+                        if on_policy:
+                            learned[k] = (members[k].learn_from(part, stats, _untimed), stats)
+                            took_steps = True
+                        else:
+                            part, n_steps = members[k].learn_from(part, stats, _untimed)
+                            learned[k] = (part, stats)
+                            took_steps = took_steps or n_steps > 0
+                    except Exception as e:  # a member whose divergence explains it ends; the others go on
+                        if not self._ended_by_divergence(k, e):
+                            raise
+                        active.remove(k)
+                if took_steps:
+                    with until_a_worker_fails(*rules):
+                        if on_policy:
+                            for k, (part, _) in learned.items():
+                                members[k].after_update(part)
+                        collect.updated()
+                for k, (part, stats) in learned.items():
+                    members[k].record(part, stats, evaluators[k])
+        if on_policy:
+            collect.close()
+
+    def _ended_by_divergence(self, k: int, error: Exception) -> bool:
+        """Ends member ``k`` as diverged when its divergence (found now, with its rows and weights) explains
+        ``error``; ``False`` otherwise."""
+        run = self.runs[k]
+        run.flush()
+        if not explained_by_divergence(run)(type(error), error, None):
+            return False
+        self.results[k] = finish_diverged(run, title=self.algorithm.title)
+        return True
+
+
+def _untimed(phase: str) -> contextlib.nullcontext[None]:
+    return contextlib.nullcontext()
+
+
+def _info_rows(explore: dict[str, bool | float], n: int) -> DictTensor:
+    """The training ``agent_info`` of ``n`` rows, one value per key."""
+    return DictTensor({k: torch.full((n,), v) for k, v in explore.items()})
+
+
+def _side_by_side(infos: list[DictTensor | None], last: list[DictTensor | None],
+                  default: DictTensor) -> DictTensor | None:
+    """The members' ``agent_info`` side by side (``None``: every member keeps the batcher's), a member that gives
+    none keeping its last (``default`` before any)."""
+    if all(info is None for info in infos):
+        return None
+    for k, info in enumerate(infos):
+        if info is not None:
+            last[k] = info
+    return DictTensor.cat([info if info is not None else default for info in last])
+
+
+def population_summary(results: Sequence[TrainResult]) -> dict[str, Any]:
+    """The members' final returns and stops, for the command's last line."""
+    returns = [r.eval_return for r in results]
+    finite = [x for x in returns if not math.isnan(x)]
+    return {"members": [r.summary() for r in results],
+            "mean_eval_return": sum(finite) / len(finite) if finite else math.nan}
+
+
+def train_on_policy_population(setups: list[Setup]) -> list[TrainResult]:
+    """The on-policy family's population loop (:attr:`~.registry.Algorithm.population_loop`)."""
+    return _Population(setups, on_policy=True).train()
+
+
+def train_off_policy_population(setups: list[Setup]) -> list[TrainResult]:
+    """The off-policy family's population loop (:attr:`~.registry.Algorithm.population_loop`)."""
+    return _Population(setups, on_policy=False).train()
+
+
+# The families' descriptions name their population loops (the registry sits beneath this module); ``train`` with
+# seeds reaches train_population the same way.
+FAMILY_LOOPS["on-policy population"] = train_on_policy_population
+FAMILY_LOOPS["off-policy population"] = train_off_policy_population
+FAMILY_LOOPS["population"] = train_population
