@@ -207,6 +207,54 @@ _FIVE_SEED_PRESETS = {("ppo", "ppo-minatar-5m"), ("pqn", "pqn-minatar-5m"), ("pp
 FIVE_SEEDS = {(t.name, a) for t in TASKS.values() for a, preset in _FIVE_SEED_PRESETS if t.algos.get(a) == preset}
 
 
+def population_command(root: Path, task: str, algo: str, seeds: list[int], *, resume: bool,
+                       max_env_steps: int | None = None, every: int | None = None) -> list[str]:
+    """The ``rlstruct train`` arguments that start (or, ``resume``, continue) ``seeds`` of a row as one population in
+    one process (``--seeds``): its members are the row's run folders ``ROOT/ALGO-TASK/seed-S``, as one run a seed
+    writes them."""
+    group = run_folder(root, task, algo, seeds[0]).parent
+    solo = train_command(root, task, algo, seeds[0], max_env_steps=max_env_steps, every=every)
+    common = solo[solo.index("--no-progress"):]
+    listed = ["--seeds", ",".join(map(str, seeds))]
+    if resume:
+        return ["train", algo, "--resume", str(group), *listed, *common]
+    return ["train", algo, "--env", TASKS[task].env, "--preset", TASKS[task].algos[algo], *listed, "--logdir",
+            str(group), *common]
+
+
+def populations(root: Path, runs: list[tuple[str, str, int]]) -> list[tuple[str, str, list[int]]]:
+    """``runs`` gathered into populations: the unfinished seeds of one row in one state (new, or resumable), in
+    order; a row's single seed in a state stays a run of its own (``[seed]``)."""
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for task, algo, seed in runs:
+        state = run_state(run_folder(root, task, algo, seed))
+        if state == "finished":
+            print(f"{run_folder(root, task, algo, seed)}: finished, skipped", flush=True)
+            continue
+        groups.setdefault((task, algo, state), []).append(seed)
+    return [(task, algo, seeds) for (task, algo, _), seeds in groups.items()]
+
+
+def start_population(root: Path, task: str, algo: str, seeds: list[int], *, max_env_steps: int | None = None,
+                     every: int | None = None) -> subprocess.Popen:
+    """Starts (or resumes) ``seeds`` of a row as one population in its own process, its output in
+    ``ALGO-TASK/population-S1-S2-....log``."""
+    folders = [run_folder(root, task, algo, seed) for seed in seeds]
+    resume = run_state(folders[0]) == "resumable"
+    for folder in folders:
+        if not resume and folder.exists():
+            shutil.rmtree(folder)  # killed before its first checkpoint: nothing to go on from
+    folders[0].parent.mkdir(parents=True, exist_ok=True)
+    args = population_command(root, task, algo, seeds, resume=resume, max_env_steps=max_env_steps, every=every)
+    print(f"{folders[0].parent} seeds {seeds}: {'resumed' if resume else 'started'}: rlstruct {' '.join(args)}",
+          flush=True)
+    log = open(folders[0].parent / f"population-{'-'.join(map(str, seeds))}.log", "a")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "rlstruct.algos", *args], stdout=log, stderr=subprocess.STDOUT,
+                            env=_child_env())
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
+
+
 def row_seeds(task: str, algo: str) -> str:
     """The seeds a row runs (:data:`FIVE_SEEDS`)."""
     return "0,1,2,3,4" if (task, algo) in FIVE_SEEDS else "0,1,2"
@@ -246,20 +294,26 @@ def start(root: Path, task: str, algo: str, seed: int, *, max_env_steps: int | N
 
 
 def run_all(root: Path, runs: list[tuple[str, str, int]], *, jobs: int = 1, max_env_steps: int | None = None,
-            every: int | None = None) -> int:
-    """Runs ``runs`` ((task, algo, seed)), ``jobs`` at a time; returns the number that failed."""
-    pending, active, failed = list(runs), [], 0
+            every: int | None = None, population: bool = False) -> int:
+    """Runs ``runs`` ((task, algo, seed)), ``jobs`` at a time (with ``population``, a row's seeds as one population
+    a process, :func:`populations`); returns the number that failed."""
+    pending = [(t, a, [s]) for t, a, s in runs] if not population else populations(root, runs)
+    active, failed = [], 0
     while pending or active:
         while pending and len(active) < jobs:
-            task, algo, seed = pending.pop(0)
-            proc = start(root, task, algo, seed, max_env_steps=max_env_steps, every=every)
+            task, algo, seeds = pending.pop(0)
+            if len(seeds) == 1:
+                proc = start(root, task, algo, seeds[0], max_env_steps=max_env_steps, every=every)
+            else:
+                proc = start_population(root, task, algo, seeds, max_env_steps=max_env_steps, every=every)
             if proc is not None:
-                active.append((proc, run_folder(root, task, algo, seed)))
-        for proc, folder in list(active):
+                active.append((proc, [run_folder(root, task, algo, seed) for seed in seeds]))
+        for proc, folders in list(active):
             if proc.poll() is not None:
                 proc.log.close()
-                active.remove((proc, folder))
-                print(f"{folder}: exit status {proc.returncode}, {run_state(folder)}", flush=True)
+                active.remove((proc, folders))
+                for folder in folders:
+                    print(f"{folder}: exit status {proc.returncode}, {run_state(folder)}", flush=True)
                 failed += proc.returncode != 0
         time.sleep(0.5)
     return failed
@@ -694,6 +748,8 @@ def main(argv: list[str] | None = None) -> int:
                                                        "(MuJoCo)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (one torch thread each)")
+    parser.add_argument("--population", action="store_true",
+                        help="run each row's seeds as one population in one process (rlstruct train --seeds)")
     parser.add_argument("--max-env-steps", type=int, default=None, help="a smaller budget (tests)")
     parser.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                         help="iterations between checkpoints (default: the preset's evaluation period)")
@@ -760,8 +816,8 @@ def main(argv: list[str] | None = None) -> int:
     algos = _names(ns.algos, set(ALGOS))
     seeds = [int(s) for s in ns.seeds.split(",") if s]
     runs = [(t, a, s) for s in seeds for t in tasks for a in algos if a in TASKS[t].algos]
-    failed = run_all(ns.root, runs, jobs=ns.jobs, max_env_steps=ns.max_env_steps,
-                                  every=ns.checkpoint_every) if runs else 0
+    failed = run_all(ns.root, runs, jobs=ns.jobs, max_env_steps=ns.max_env_steps, every=ns.checkpoint_every,
+                     population=ns.population) if runs else 0
     if ns.reevaluate:
         for task, algo in ROWS:
             if task in tasks:

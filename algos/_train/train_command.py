@@ -283,8 +283,10 @@ def main(algorithm: Algorithm | str, argv: Sequence[str] | None = None) -> int:
     configure_logging()  # before the checks: the numbered folder a used --logdir gives is announced by a warning
     try:
         checkpoint, resumed = None, frozenset()
-        population = None if ns.resume is None else population_seeds(ns.resume)
-        if population is not None:  # a population's folder: its members' settings are the first member's
+        # A population's folder (or, with --seeds, the folder of the members named): the members' settings are the
+        # first member's.
+        population = None if ns.resume is None else ns.seeds or population_seeds(ns.resume)
+        if population is not None:
             root, ns.resume = ns.resume, str(member_folder(ns.resume, population[0]))
         if ns.resume is not None:
             checkpoint = load_checkpoint(ns.resume, argument="resume")
