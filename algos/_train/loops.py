@@ -158,7 +158,7 @@ class _Episodes:
         """Nothing to collect: an episodic acquisition ends within :meth:`next`."""
 
 
-def _collector(setup: Setup, stack: contextlib.ExitStack, batcher: RL_Batcher,
+def collector(setup: Setup, stack: contextlib.ExitStack, batcher: RL_Batcher,
                model: nn.Module) -> Pipeline | _Episodes:
     """The training batcher's acquisitions as the loop consumes them: a started
     :class:`~rlstruct.batchers.Pipeline` of auto-reset envs, or :class:`_Episodes`."""
@@ -273,7 +273,7 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
                  B if algo.episodic else B * config.n_steps, config.lr)
         member = OnPolicyLearning(setup, run, model, B)
 
-        collect = _collector(setup, stack, batcher, model)
+        collect = collector(setup, stack, batcher, model)
         phase = _untimed if timer is None else timer
         if timer is not None:
             timer.watch(batcher)

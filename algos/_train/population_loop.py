@@ -31,13 +31,14 @@ from rlstruct.algos._train.family import open_run, until_a_worker_fails
 from rlstruct.algos._train.finish import explained_by_divergence, finish_diverged
 from rlstruct.algos._train.folder_claim import given_back_unless_trained
 from rlstruct.algos._train.log import Run
-from rlstruct.algos._train.loops import OffPolicyLearning, OnPolicyLearning
+from rlstruct.algos._train.loops import OffPolicyLearning, OnPolicyLearning, collector
 from rlstruct.algos._train.registry import FAMILY_LOOPS, Algorithm
 from rlstruct.algos._train.replay_setup import check_replay_fits, replay_folder
 from rlstruct.algos._train.result import TrainResult
 from rlstruct.algos._train.seeds import check_seeds
 from rlstruct.algos._train.session import (
     Setup,
+    open_batchers,
     open_evaluator,
     open_population_batcher,
     seeded_model,
@@ -82,7 +83,6 @@ def population_seeds(root: str | Path) -> tuple[int, ...] | None:
 def _check_population(algorithm: Algorithm, config: RunConfig) -> None:
     """Refuses the settings a population does not run (yet), each with what to do instead."""
     refusals = {
-        "an algorithm that collects whole episodes": getattr(algorithm, "episodic", False),
         "Ray actors (ray_actors)": config.ray_actors > 0,
         "CUDA-graph capture (cuda_graph)": isinstance(config, CapturedPart) and config.cuda_graph,
     }
@@ -195,8 +195,8 @@ class _Population:
     def _loop(self, frames: contextlib.ExitStack, stacks: list[contextlib.ExitStack], config: RunConfig) -> None:
         algo, setups, runs = self.algorithm, self.setups, self.runs
         spec, device, n = setups[0].spec, setups[0].learner_device, config.n_envs
-        options = config.to_dict()
-        on_policy = self.on_policy
+        on_policy, episodic = self.on_policy, getattr(algo, "episodic", False)
+        create_agent = algo.agent(config.to_dict())
         if on_policy:
             agent_kwargs, model_kwargs = algo.model.agent_kwargs(config)
             explore = algo.model.explore(config)
@@ -204,24 +204,30 @@ class _Population:
             for model, setup in zip(models, setups):
                 if setup.resume is not None:
                     load_state(model, setup.resume.model, "the model", setup.resume.path)
-            steps = config.n_steps
         else:
             agent_kwargs, model_kwargs = training_agent_kwargs(config), None
             explore = algo.make_learner.exploration(config)
-            steps = config.rollout_steps
-        create_agent = algo.agent(options)
         # Batchers first, the learners on their device after: no CUDA in this process before workers spawn.
-        batcher = open_population_batcher(frames, config, spec, create_agent, seeds=[run.seed for run in runs],
-                                          n_timesteps=steps, explore=explore, agent_kwargs=agent_kwargs,
-                                          model_kwargs=model_kwargs,
-                                          zero_copy=on_policy and config.overlap and config.n_processes == 0)
-        evaluators = [open_evaluator(stack, s.config, spec, create_agent,
-                                     evaluate=algo.evaluation_agent_info(s.config.to_dict()),
-                                     model_kwargs=model_kwargs, seed=run.seed)
-                      for s, run, stack in zip(setups, runs, stacks)]
-        for run, evaluator in zip(runs, evaluators):
-            if config.restart_workers:
-                run.columns["batcher/restarts"] = (lambda e=evaluator: batcher.n_restarts + e.batcher.n_restarts)
+        if episodic:  # whole episodes: each member's own episodic batcher, as its solo run has it
+            batchers = [open_batchers(stack, s.config, spec, create_agent, n_timesteps=spec.max_episode_steps,
+                                      autoreset=False, explore=explore,
+                                      evaluate=algo.evaluation_agent_info(s.config.to_dict()),
+                                      agent_kwargs=agent_kwargs, model_kwargs=model_kwargs, seed=run.seed, run=run)
+                        for s, run, stack in zip(setups, runs, stacks)]
+            evaluators = [evaluator for _, evaluator in batchers]
+        else:
+            steps = config.n_steps if on_policy else config.rollout_steps
+            shared = open_population_batcher(frames, config, spec, create_agent, seeds=[run.seed for run in runs],
+                                             n_timesteps=steps, explore=explore, agent_kwargs=agent_kwargs,
+                                             model_kwargs=model_kwargs,
+                                             zero_copy=on_policy and config.overlap and config.n_processes == 0)
+            evaluators = [open_evaluator(stack, s.config, spec, create_agent,
+                                         evaluate=algo.evaluation_agent_info(s.config.to_dict()),
+                                         model_kwargs=model_kwargs, seed=run.seed)
+                          for s, run, stack in zip(setups, runs, stacks)]
+            for run, evaluator in zip(runs, evaluators):
+                if config.restart_workers:
+                    run.columns["batcher/restarts"] = lambda e=evaluator: shared.n_restarts + e.batcher.n_restarts
         signalled = next((run.stop_rule.signal for run in runs if run.stop_rule.signal is not None), None)
         if signalled is not None:  # held while the workers started: nothing is trained yet
             stop_at_once(signalled)
@@ -235,9 +241,13 @@ class _Population:
         else:
             members = [OffPolicyLearning(s, run, stack, n) for s, run, stack in zip(setups, runs, stacks)]
             policies = [m.learner.policy for m in members]
-        population = nn.ModuleDict({str(k): p for k, p in enumerate(policies)})
-        collect = start_pipeline(frames, batcher, population, config, device=device,
-                                 **({"overlap": config.overlap} if on_policy else {}))
+        if episodic:
+            collectors = [collector(s, stack, batcher, model)
+                          for s, stack, (batcher, _), model in zip(setups, stacks, batchers, policies)]
+        else:
+            population = nn.ModuleDict({str(k): p for k, p in enumerate(policies)})
+            pipeline = start_pipeline(frames, shared, population, config, device=device,
+                                      **({"overlap": config.overlap} if on_policy else {}))
         for run, evaluator, policy in zip(runs, evaluators, policies):
             evaluator.schedule(lambda p=policy: cpu_state_dict(p), run.iteration, run.env_steps)
         default_info = _info_rows(explore, n)
@@ -253,35 +263,41 @@ class _Population:
             rules = [runs[k].stop_rule for k in active]
             with until_a_worker_fails(*rules):
                 scheduled = [m.schedule() if on_policy else m.agent_info() for m in members]
-                agent_info = _side_by_side([info for info, _ in scheduled], last_infos, default_info)
-                traj = collect.next(agent_info)
+                if episodic:
+                    parts = {k: collectors[k].next(scheduled[k][0]) for k in active}
+                else:
+                    traj = pipeline.next(_side_by_side([info for info, _ in scheduled], last_infos, default_info))
+                    parts = {k: traj.index(slice(k * n, (k + 1) * n)) for k in active}
                 learned: dict[int, tuple[Trajectories, dict[str, Any]]] = {}
-                took_steps = False
-                for k in list(active):
+                updated = []
+                for k, part in parts.items():
                     stats = scheduled[k][1]
-                    part = traj.index(slice(k * n, (k + 1) * n))
                     try:
                         if on_policy:
                             learned[k] = (members[k].learn_from(part, stats, _untimed), stats)
-                            took_steps = True
+                            updated.append(k)
                         else:
                             part, n_steps = members[k].learn_from(part, stats, _untimed)
                             learned[k] = (part, stats)
-                            took_steps = took_steps or n_steps > 0
+                            if n_steps:
+                                updated.append(k)
                     except Exception as e:  # a member whose divergence explains it ends; the others go on
                         if not self._ended_by_divergence(k, e):
                             raise
                         active.remove(k)
-                if took_steps:
+                if updated:
                     with until_a_worker_fails(*rules):
-                        if on_policy:
-                            for k, (part, _) in learned.items():
-                                members[k].after_update(part)
-                        collect.updated()
+                        for k in updated:
+                            if on_policy:
+                                members[k].after_update(learned[k][0])
+                            if episodic:
+                                collectors[k].updated()
+                        if not episodic:
+                            pipeline.updated()
                 for k, (part, stats) in learned.items():
                     members[k].record(part, stats, evaluators[k])
-        if on_policy:
-            collect.close()
+        if on_policy and not episodic:
+            pipeline.close()
 
     def _ended_by_divergence(self, k: int, error: Exception) -> bool:
         """Ends member ``k`` as diverged when its divergence (found now, with its rows and weights) explains

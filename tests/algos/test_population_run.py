@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlstruct.algos import a2c, dqn, ppo, reinforce, sac
+from rlstruct.algos import a2c, dqn, impala, ppo, reinforce, sac
 from rlstruct.algos._train import train_command
 from rlstruct.algos._train.loops import OnPolicyLearning
 from rlstruct.algos._train.population_loop import member_folder, population_seeds
@@ -74,6 +74,14 @@ def test_sac_members_are_the_solo_runs_of_their_seeds(tmp_path):
     config = sac.SACConfig(env="Pendulum-v1", n_envs=2, rollout_steps=4, learning_starts=32, batch_size=16,
                            max_env_steps=10 * 8 * 2, **SMALL)
     assert_members_are_solo_runs(sac.train, config, [0, 1], tmp_path)
+
+
+@pytest.mark.slow
+def test_reinforce_members_collect_their_own_episodes_as_their_solo_runs(tmp_path):
+    """Whole episodes: each member steps its own episodic batcher (the shared one calls the agent on running envs
+    only), in the one process."""
+    config = reinforce.ReinforceConfig(env="CartPole-v1", n_envs=4, max_env_steps=600, **SMALL)
+    assert_members_are_solo_runs(reinforce.train, config, [0, 1], tmp_path)
 
 
 @pytest.mark.slow
@@ -142,11 +150,11 @@ def test_bad_seeds_are_one_line_and_status_2(seeds, match, capsys):
     assert status == 2 and len(err.splitlines()) == 1 and re.search(match, err), err
 
 
-def test_a_population_refuses_what_it_cannot_run_in_one_line(tmp_path):
-    config = reinforce.ReinforceConfig(env="CartPole-v1", logdir=str(tmp_path / "r"), **SMALL)
-    with pytest.raises(ConfigError, match="whole episodes.*--seed S"):
-        reinforce.train(config, seeds=[0, 1])
-    assert not (tmp_path / "r" / "seed-0").exists()  # the members' folders are given back
+def test_a_family_without_a_population_loop_is_refused_in_one_line(tmp_path):
+    config = impala.IMPALAConfig(env="CartPole-v1", logdir=str(tmp_path / "i"), **SMALL)
+    with pytest.raises(ConfigError, match="no population_loop.*--seed S"):
+        impala.train(config, seeds=[0, 1])
+    assert not (tmp_path / "i").exists()
     with pytest.raises(SeedError):
         a2c.train(a2c.A2CConfig(env="CartPole-v1", **SMALL), seeds=[0, 2**31])
 
