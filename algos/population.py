@@ -22,11 +22,12 @@ from rlstruct.agents import RL_Agent
 from rlstruct.algos._batched_layers import BATCHED, batchable, check_batchable
 from rlstruct.algos._optim import Adam
 from rlstruct.algos.distributions import Categorical, DiagGaussian
+from rlstruct.envs import VecEnv
 from rlstruct.errors import BatchSizeError, ConfigError
 from rlstruct.seeding import check_seed
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
-__all__ = ["Population", "PopulationAdam", "PopulationAgent", "member_env_seeds", "create_member_envs"]
+__all__ = ["Population", "PopulationAdam", "PopulationAgent", "MemberEnvs", "member_env_seeds", "create_member_envs"]
 
 #: how a :class:`Population` computes its members' forwards (see :class:`Population`)
 IMPLEMENTATIONS = ("batched", "vmap")
@@ -403,9 +404,7 @@ def create_member_envs(*, n_envs: int, seed: int, env_index: int = 0, rows: Sequ
     state = env.graph_state()
     if state is None:
         env.close()
-        raise ConfigError(f"rows of {len(runs)} members in one worker need an env whose state can be set "
-                          f"(graph_state(): the auto-reset torch simulators), got {type(env).__name__}; give each "
-                          "member its own workers (n_processes a multiple of the members)")
+        return MemberEnvs([create_env(**env_args, n_envs=count, seed=s, env_index=first) for s, first, count in runs])
     parts = []
     for s, first, count in runs:
         part = create_env(**env_args, n_envs=count, seed=s, env_index=first)
@@ -551,3 +550,53 @@ class PopulationAgent(RL_Agent):
 def _rows(d: DictTensor | TemporalDictTensor, start: int, stop: int) -> Any:
     """Rows ``start:stop`` of ``d``, an empty one as it is."""
     return d.slice(start, stop) if d.variables else d
+
+
+class MemberEnvs(VecEnv):
+    """The auto-reset envs of several members side by side, as one :class:`~rlstruct.envs.VecEnv`: rows
+    ``0, ..., n_0 - 1`` are the first env's, and so on; each step steps each env once on its rows' actions (a loop
+    over the members, none over envs). For an env whose state cannot be set (:func:`create_member_envs`).
+
+    Raises:
+        ConfigError: no envs, or envs that do not auto-reset (a population collects with auto-reset envs).
+    """
+
+    def __init__(self, envs: Sequence[VecEnv]):
+        self.envs = list(envs)
+        if not self.envs or not all(env.autoreset for env in self.envs):
+            for env in self.envs:
+                env.close()
+            raise ConfigError("envs must be one or more auto-reset envs (a population collects with auto-reset "
+                              "envs), got " + (", ".join(f"{type(e).__name__}(autoreset={e.autoreset})"
+                                                        for e in self.envs) or "none"))
+        first = self.envs[0]
+        self.device, self.autoreset = first.device, True
+        self.action_space, self.observation_space = first.action_space, first.observation_space
+        self._sizes = [env.n_envs() for env in self.envs]
+        self._ids = torch.arange(sum(self._sizes), device=self.device)
+
+    def n_envs(self) -> int:
+        """Every member's envs."""
+        return int(self._ids.numel())
+
+    def reset(self, env_info: DictTensor | None = None) -> tuple[DictTensor, torch.Tensor]:
+        """Resets each member's envs (``env_info``'s rows split among them)."""
+        starts = [sum(self._sizes[:k]) for k in range(len(self.envs))]
+        infos = [None if env_info is None or not env_info.variables else env_info.slice(a, a + n)
+                 for a, n in zip(starts, self._sizes)]
+        return DictTensor.cat([env.reset(info)[0] for env, info in zip(self.envs, infos)]), self._ids
+
+    def step(self, action: DictTensor):
+        """Steps each member's envs on their rows of ``action``."""
+        results, start = [], 0
+        for env, n in zip(self.envs, self._sizes):
+            results.append(env.step(action.slice(start, start + n)))
+            start += n
+        nxt = DictTensor.cat([r[0][0] for r in results])
+        running = DictTensor.cat([r[1][0] for r in results])
+        return (nxt, self._ids), (running, self._ids)
+
+    def close(self) -> None:
+        """Closes each member's envs."""
+        for env in self.envs:
+            env.close()

@@ -18,12 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn.utils import clip_grad_norm_
 
-from rlstruct import RL_Batcher
+from rlstruct import DictTensor, RL_Batcher
 from rlstruct.algos import EnvSpec, create_env
 from rlstruct.algos._train.seeds import AGENT_SEEDS, ENV_SEEDS, role_seed
 from rlstruct.algos.harness import seeded_model
 from rlstruct.algos.networks import build_actor_critic, make_adam, recurrent_actor_critic
 from rlstruct.algos.population import (
+    MemberEnvs,
     Population,
     PopulationAdam,
     create_member_envs,
@@ -342,8 +343,29 @@ def test_slice_k_of_one_batcher_steps_solo_seed_k_envs_over_two_workers():
     assert torch.equal(_population_frames(seeds[:2], n_envs, 2), alone[:2 * n_envs])
 
 
-def test_rows_of_several_members_in_one_worker_need_a_settable_env_state():
+def test_rows_of_several_members_of_an_env_without_a_settable_state_are_the_members_envs_side_by_side():
+    """gymnasium's CartPole has no graph state: a worker of two members' rows steps their envs side by side, each
+    row as the solo env of its member steps it."""
     rows, _ = member_env_seeds(batcher_seeds([0, 1]), 2)
-    with pytest.raises(ConfigError, match=r"rows of 2 members in one worker need an env whose state can be set"):
-        create_member_envs(n_envs=4, seed=0, rows=rows, create_env=create_env,
-                           env_args={"name": "CartPole-v1", "autoreset": False})
+    gym_args = {"name": "CartPole-v1", "autoreset": True, "backend": "gymnasium"}
+    env = create_member_envs(n_envs=4, seed=0, rows=rows, create_env=create_env, env_args=gym_args)
+    solos = [create_env(**gym_args, n_envs=2, seed=seed, env_index=0) for seed, _ in (rows[0], rows[2])]
+    try:
+        assert isinstance(env, MemberEnvs) and env.n_envs() == 4
+        obs, ids = env.reset()
+        assert torch.equal(ids, torch.arange(4))
+        expected = torch.cat([solo.reset()[0]["frame"] for solo in solos])
+        assert torch.equal(obs["frame"], expected)
+        for _ in range(30):  # through auto-resets
+            action = torch.tensor([0, 1, 1, 0])
+            (nxt, _), (running, _) = env.step(DictTensor({"action": action}))
+            parts = [solo.step(DictTensor({"action": action[2 * k:2 * k + 2]})) for k, solo in enumerate(solos)]
+            assert torch.equal(running["frame"], torch.cat([p[1][0]["frame"] for p in parts]))
+            assert torch.equal(nxt["done"], torch.cat([p[0][0]["done"] for p in parts]))
+    finally:
+        env.close()
+        for solo in solos:
+            solo.close()
+    with pytest.raises(ConfigError, match="auto-reset"):
+        create_member_envs(n_envs=4, seed=0, rows=rows, create_env=create_env, env_args={**gym_args,
+                                                                                         "autoreset": False})
