@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import re
 from collections.abc import Sequence
@@ -48,10 +49,12 @@ from rlstruct.algos._train.session import (
 )
 from rlstruct.algos._train.update import start_pipeline, training_agent_kwargs
 from rlstruct.devices import cpu_state_dict
-from rlstruct.errors import ConfigError
+from rlstruct.errors import ConfigError, RunFinishedError
 from rlstruct.structures import DictTensor, Trajectories
 
 __all__ = ["POPULATION_FILE", "member_folder", "population_seeds", "train_population"]
+
+log = logging.getLogger(__name__)
 
 #: the file in a population's root folder that names its members
 POPULATION_FILE = "population.json"
@@ -80,9 +83,10 @@ def population_seeds(root: str | Path) -> tuple[int, ...] | None:
     return tuple(found) if len(found) >= 2 else None
 
 
-def _check_population(algorithm: Algorithm, config: RunConfig) -> None:
+def _check_population(algorithm: Algorithm, config: RunConfig, world_size: int) -> None:
     """Refuses the settings a population does not run (yet), each with what to do instead."""
     refusals = {
+        "data-parallel ranks (torchrun)": world_size > 1,
         "Ray actors (ray_actors)": config.ray_actors > 0,
         "CUDA-graph capture (cuda_graph)": isinstance(config, CapturedPart) and config.cuda_graph,
     }
@@ -115,16 +119,26 @@ def member_configs(config: RunConfig) -> list[RunConfig]:
 def validate_population(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | None = None,
                         start: float | None = None) -> list[Setup]:
     """:func:`~.session.validate` of each member's config (:func:`member_configs`); a member that fails gives back
-    the folders the others claimed. The members' root folder gets :data:`POPULATION_FILE`."""
+    the folders the others claimed. A resumed member that has finished (:class:`~rlstruct.errors.RunFinishedError`:
+    these settings give it nothing more to do) is left as it is, the others go on; when every member has finished,
+    that error, naming them. The members' root folder gets :data:`POPULATION_FILE`."""
     seeds = check_seeds(config.seeds)
     if config.logdir is None and config.resume is None:
         name = f"{algorithm.name}-{config.env.replace('/', '-')}-seeds-{'-'.join(map(str, seeds))}"
         config = dataclasses.replace(config, logdir=str(Path("runs") / name))
     setups: list[Setup] = []
+    finished: list[str] = []
     try:
         for member in member_configs(config):
-            setups.append(validate(algorithm, member, given=given, start=start))
-        _check_population(algorithm, setups[0].config)
+            try:
+                setups.append(validate(algorithm, member, given=given, start=start))
+            except RunFinishedError as e:
+                log.warning("seed %d: %s", member.seed, str(e).splitlines()[0])
+                finished.append(str(member.seed))
+        if not setups:
+            raise RunFinishedError(f"every member of the population in {config.resume} has finished (seeds "
+                                   f"{', '.join(finished)}); pass a larger --max-env-steps to train on")
+        _check_population(algorithm, setups[0].config, setups[0].world.size)
     except BaseException:
         for setup in setups:
             if setup.lock is not None:
@@ -142,7 +156,8 @@ def validate_population(algorithm: Algorithm, config: RunConfig, *, given: froze
 def train_population(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] | None = None,
                      start: float | None = None) -> list[TrainResult]:
     """Trains the population of ``config.seeds`` in one process and returns each member's result, in seed order
-    (see the module's docstring)."""
+    (see the module's docstring); resumed members that have finished are left out, with a warning.
+    """
     if algorithm.population_loop is None:
         raise ConfigError(f"seeds={list(config.seeds or ())}: {algorithm.name}'s family trains one seed a process "
                           "(its description has no population_loop); train one process a seed (--seed S)")

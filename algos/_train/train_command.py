@@ -207,6 +207,9 @@ def _train_population(algorithm: Algorithm, config: RunConfig, given: frozenset[
     number when a signal stopped them, else 0; a config error is one line and 2, as for one seed."""
     try:
         results = train_population(algorithm, config, given=given, start=launched)
+    except RunFinishedError as e:  # nothing to do, as for a finished run of one seed
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 0
     except KeyboardInterrupt:
         print(f"{prog}: interrupted: stopped without writing a checkpoint", file=sys.stderr)
         return 130
