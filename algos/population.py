@@ -520,14 +520,17 @@ class PopulationAgent(RL_Agent):
 
     def update(self, state_dict: Mapping[str, Any]) -> None:
         """Loads member ``k``'s weights from the keys ``"k.NAME"`` of ``state_dict``, for the members of this worker;
-        a member whose weights are not all finite keeps its previous ones."""
-        for k in self._members_here():
-            prefix = f"{k}."
-            mine = {name[len(prefix):]: value for name, value in state_dict.items() if name.startswith(prefix)}
-            floats = [v for v in mine.values() if torch.is_tensor(v) and v.is_floating_point()]
-            if floats and not bool(torch.stack([torch.isfinite(v).all() for v in floats]).all()):
-                continue
-            self.agents[k].update(mine)
+        a member whose weights are not all finite keeps its previous ones. Their finiteness is read in one host sync
+        for every member (none per tensor)."""
+        members = self._members_here()
+        weights = {k: {name[len(f"{k}."):]: value for name, value in state_dict.items() if name.startswith(f"{k}.")}
+                   for k in members}
+        flags = [torch.stack([torch.isfinite(v).all() for v in weights[k].values()
+                              if torch.is_tensor(v) and v.is_floating_point()] or [torch.tensor(True)]).all()
+                 for k in members]
+        for k, finite in zip(members, torch.stack(flags).tolist() if flags else []):
+            if finite:
+                self.agents[k].update(weights[k])
 
     def noise_state(self) -> torch.Tensor | None:
         """The members' agents' noise states, end to end (``None`` when one has none)."""
