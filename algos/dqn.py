@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -44,6 +44,7 @@ from rlstruct.algos.harness import (
 )
 from rlstruct.algos.network_factories import Q_CONTRACT, check_network, network_model
 from rlstruct.algos.networks import autocast_context, make_adam, polyak_update
+from rlstruct.algos.population import Population, PopulationAdam
 from rlstruct.algos.qnetworks import (
     PixelQNetwork,
     QAgent,
@@ -55,6 +56,7 @@ from rlstruct.algos.qnetworks import (
     q_network,
 )
 from rlstruct.algos.replay import NStepWindow, ReplayBuffer
+from rlstruct.errors import ConfigError
 from rlstruct.structures import DictTensor, TemporalDictTensor
 
 __all__ = ["DQNConfig", "QNetwork", "PixelQNetwork", "q_network", "dueling_q", "QAgent", "double_dqn_targets",
@@ -81,6 +83,8 @@ class DQNConfig(CapturedPart, FastPathPart, OffPolicyConfig):
     dueling: bool = setting(False, "a dueling head: Q = V + A - mean(A)")
     double: bool = setting(True, "double DQN's targets (false: the target network's max, as Mnih et al. 2015 and "
                                  "SB3)")
+    population_batched: bool = setting(True, "with --seeds: one batched gradient step of every member (false: each "
+                                             "member's own, bitwise its solo run's)")
 
     RESUME_FIELDS = ("dueling",)
 
@@ -310,6 +314,103 @@ class DQNLearner:
             target.load_state_dict(model.state_dict())
         return stats
 
+
+
+    @staticmethod
+    def population_step(learners: Sequence[DQNLearner]) -> DQNPopulationStep | None:
+        """The batched gradient step of a population of these learners (``rlstruct train dqn --seeds``), or
+        ``None`` where each member steps on its own: ``population_batched`` off, a network from outside, a
+        compiled update, autocast, or members resumed at different step counts."""
+        config = learners[0].config
+        if (not config.population_batched or config.network is not None or config.compile_update
+                or learners[0].autocast is not None or len({lr.n_updates for lr in learners}) > 1):
+            return None
+        try:
+            return DQNPopulationStep(learners)
+        except ConfigError:  # a network without batched layers (a dueling head): each member steps on its own
+            return None
+
+
+class DQNPopulationStep:
+    """One gradient step of every member of a population of :class:`DQNLearner` at once: the members' Q networks and
+    targets stacked (:class:`~rlstruct.algos.population.Population`, batched layers), each member's batch sampled
+    from its own replay buffer by its own generator (the solo run's minibatch), one backward over the summed member
+    losses (a member's gradient is its own loss's), each member's gradient clipped over its own parameters, one
+    :class:`~rlstruct.algos.population.PopulationAdam` step (a stopped member masked), the target updates of every
+    member (their cadence is shared: the members step together).
+
+    A member's arithmetic is its solo step's up to float32 rounding (a batched layer sums its products in another
+    order than the solo layer's kernel), so its run parts from its solo run's bits over training; with
+    ``population_batched=False`` each member takes its own step instead. The members' own networks get the stacked
+    weights back with :meth:`write_back` (once an iteration, before they go to the batcher), and their targets and
+    optimizers the stacked state with :meth:`sync` (before a checkpoint).
+    """
+
+    def __init__(self, learners: Sequence[DQNLearner]):
+        self.learners = list(learners)
+        self.config = config = learners[0].config
+        self.online = Population([lr.policy for lr in learners], implementation="batched")
+        self.target = Population([lr.target for lr in learners], implementation="batched").requires_grad_(False)
+        self.optimizer = PopulationAdam(self.online, config.lr, eps=config.adam_eps)
+        for k, learner in enumerate(learners):  # a resumed member's moments
+            self.optimizer.load_member_state_dict(k, learner.optimizer.state_dict())
+        self.n_updates = learners[0].n_updates
+        regression = nn.functional.smooth_l1_loss if config.loss == "huber" else nn.functional.mse_loss
+        self._regression = functools.partial(regression, reduction="none")
+        # each member's own tensors and their slices of the stacked ones, for one foreach copy
+        self._policies = [(list(lr.policy.state_dict().values()),
+                           [t[k] for t in self.online.module.state_dict().values()]) for k, lr in enumerate(learners)]
+        self._targets = [(list(lr.target.state_dict().values()),
+                          [t[k] for t in self.target.module.state_dict().values()]) for k, lr in enumerate(learners)]
+
+    def __call__(self, buffers: Sequence[ReplayBuffer], active: Sequence[bool]) -> list[dict[str, Any]]:
+        """One gradient step of the members ``active`` marks (the others' batches are drawn and their weights kept);
+        each member's statistics, as its solo step's."""
+        config = self.config
+        batches = [buffer.sample(config.batch_size) for buffer in buffers]
+        keys = ["obs", "action", "ret", "next_obs", "discount"] + (["weight"] if "weight" in batches[0] else [])
+        batch = {key: torch.stack([b[key] for b in batches]) for key in keys}
+        q = self.online(batch["obs"])
+        with torch.no_grad():
+            next_q_online = self.online(batch["next_obs"]).float() if config.double else None
+            next_q_target = self.target(batch["next_obs"]).float()
+            targets = dqn_targets(batch["ret"].float(), batch["discount"].float(), next_q_target, next_q_online)
+        q_a = q.float().gather(-1, batch["action"].unsqueeze(-1)).squeeze(-1)
+        errors = self._regression(q_a, targets)
+        losses = (batch["weight"] * errors if "weight" in batch else errors).mean(-1)
+        self.optimizer.zero_grad()
+        losses.sum().backward()
+        norms = self.online.clip_grad_norms(config.max_grad_norm) if config.max_grad_norm > 0 else None
+        self.optimizer.step(active)
+        td = (q_a - targets).detach() if "weight" in batch else None
+        for k, (buffer, b) in enumerate(zip(buffers, batches)):
+            buffer.update_priorities(b.get("index"), None if td is None else td[k])
+        self.n_updates += 1
+        for learner, on in zip(self.learners, active):
+            learner.n_updates += bool(on)
+        if config.tau < 1:
+            polyak_update(self.target, self.online, config.tau)
+        elif self.n_updates % config.target_update_interval == 0:
+            with torch.no_grad():
+                torch._foreach_copy_(list(self.target.parameters()), list(self.online.parameters()))
+        q_mean = q_a.detach().mean(-1)
+        stats = [{"loss/q": losses[k].detach(), "q_mean": q_mean[k]} for k in range(len(buffers))]
+        if norms is not None:
+            for k, row in enumerate(stats):
+                row["grad_norm"] = norms[k]
+        return stats
+
+    @torch.no_grad()
+    def write_back(self) -> None:
+        """The stacked weights into each member's Q network (what its batcher's agent, evaluation and guard read)."""
+        for own, stacked in self._policies:
+            torch._foreach_copy_(own, stacked)
+
+    @torch.no_grad()
+    def sync(self, k: int) -> None:
+        """Member ``k``'s target network and Adam state into its learner (what its checkpoint holds)."""
+        torch._foreach_copy_(*self._targets[k])
+        self.learners[k].optimizer.load_state_dict(self.optimizer.member_state_dict(k))
 
 
 def evaluation_agent(config: Mapping[str, Any]) -> Callable[..., RL_Agent]:

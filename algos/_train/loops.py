@@ -418,6 +418,13 @@ class OffPolicyLearning:
                    phase: Callable[[str], Any]) -> tuple[Trajectories, int]:
         """Pushes a collection into the buffer and takes the gradient steps due (statistics into ``stats``);
         returns the collection on the learner's device and the steps taken."""
+        traj, n_steps = self.push(traj, stats, phase)
+        self.gradient_steps(n_steps, stats, phase)
+        return traj, n_steps
+
+    def push(self, traj: Trajectories, stats: dict[str, Any],
+             phase: Callable[[str], Any]) -> tuple[Trajectories, int]:
+        """Pushes a collection into the buffer; returns it on the learner's device and the gradient steps due."""
         config, device, world, learner = self.setup.config, self.setup.learner_device, self.setup.world, self.learner
         with phase("to_learner"):
             traj = traj.to(device)
@@ -433,10 +440,13 @@ class OffPolicyLearning:
         filled = self.run.env_steps + n_new * world.size - self.first_step >= config.learning_starts
         n_steps = fewest_over_ranks(learner.n_gradient_steps(n_new, len(self.buffer)) if filled else 0, world)
         self.buffer.anneal(self.run.budget_used())  # a prioritized buffer's importance-sampling exponent
+        return traj, n_steps
+
+    def gradient_steps(self, n_steps: int, stats: dict[str, Any], phase: Callable[[str], Any]) -> None:
+        """``n_steps`` gradient steps (the last one's statistics into ``stats``)."""
         with phase("learn"):
             for _ in range(n_steps):
-                stats.update(learner.gradient_step(self.buffer))
-        return traj, n_steps
+                stats.update(self.learner.gradient_step(self.buffer))
 
     def record(self, traj: Trajectories, stats: dict[str, Any], evaluator: Evaluator) -> None:
         """The iteration's record (:func:`~.family.record_iteration`): its env steps over every rank."""

@@ -19,7 +19,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from rlstruct.algos._train.loops import OffPolicyLearning, OnPolicyLearning, col
 from rlstruct.algos._train.registry import FAMILY_LOOPS, Algorithm
 from rlstruct.algos._train.replay_setup import check_replay_fits, replay_folder
 from rlstruct.algos._train.result import TrainResult
+from rlstruct.algos._train.run_folder import earlier_run_files
 from rlstruct.algos._train.seeds import check_seeds
 from rlstruct.algos._train.session import (
     Setup,
@@ -126,6 +127,13 @@ def validate_population(algorithm: Algorithm, config: RunConfig, *, given: froze
     if config.logdir is None and config.resume is None:
         name = f"{algorithm.name}-{config.env.replace('/', '-')}-seeds-{'-'.join(map(str, seeds))}"
         config = dataclasses.replace(config, logdir=str(Path("runs") / name))
+    if config.resume is None:  # a member's folder is ROOT/seed-S: one holding a run is not numbered away
+        for member in member_configs(config):
+            found = earlier_run_files(Path(member.logdir))
+            if found:
+                raise ConfigError(f"logdir={config.logdir!r} holds a run of seed {member.seed} already "
+                                  f"({member.logdir}: {', '.join(found[:3])}); pass a new --logdir, or --resume "
+                                  f"{config.logdir} to continue the population")
     setups: list[Setup] = []
     finished: list[str] = []
     try:
@@ -256,6 +264,13 @@ class _Population:
         else:
             members = [OffPolicyLearning(s, run, stack, n) for s, run, stack in zip(setups, runs, stacks)]
             policies = [m.learner.policy for m in members]
+        # an off-policy learner that steps every member at once (DQN's), which then owns the members' training state
+        batched = None
+        if not on_policy and hasattr(type(members[0].learner), "population_step"):
+            batched = type(members[0].learner).population_step([m.learner for m in members])
+        if batched is not None:
+            for k, member in enumerate(members):
+                member.saved = _synced(batched, k, member.saved)
         if episodic:
             collectors = [collector(s, stack, batcher, model)
                           for s, stack, (batcher, _), model in zip(setups, stacks, batchers, policies)]
@@ -284,13 +299,17 @@ class _Population:
                     traj = pipeline.next(_side_by_side([info for info, _ in scheduled], last_infos, default_info))
                     parts = {k: traj.index(slice(k * n, (k + 1) * n)) for k in active}
                 learned: dict[int, tuple[Trajectories, dict[str, Any]]] = {}
-                updated = []
+                updated: list[int] = []
+                steps_due: dict[int, int] = {}
                 for k, part in parts.items():
                     stats = scheduled[k][1]
                     try:
                         if on_policy:
                             learned[k] = (members[k].learn_from(part, stats, _untimed), stats)
                             updated.append(k)
+                        elif batched is not None:
+                            part, steps_due[k] = members[k].push(part, stats, _untimed)
+                            learned[k] = (part, stats)
                         else:
                             part, n_steps = members[k].learn_from(part, stats, _untimed)
                             learned[k] = (part, stats)
@@ -300,6 +319,8 @@ class _Population:
                         if not self._ended_by_divergence(k, e):
                             raise
                         active.remove(k)
+                if steps_due:
+                    updated = self._batched_steps(batched, members, steps_due, learned)
                 if updated:
                     with until_a_worker_fails(*rules):
                         for k in updated:
@@ -314,6 +335,30 @@ class _Population:
         if on_policy and not episodic:
             pipeline.close()
 
+    @staticmethod
+    def _batched_steps(batched: Any, members: list[Any], steps_due: dict[int, int],
+                       learned: dict[int, tuple[Trajectories, dict[str, Any]]]) -> list[int]:
+        """The gradient steps due, of every member at once (due alike: the members fill their buffers together);
+        returns the members that stepped.
+
+        Raises:
+            ConfigError: members due different numbers of steps, which one batched step cannot take.
+        """
+        counts = set(steps_due.values())
+        if len(counts) > 1:
+            raise ConfigError(f"the members of a batched population must take their gradient steps together, got "
+                              f"{steps_due} steps due (member: steps); train them with population_batched off "
+                              "(--no-population-batched)")
+        n = counts.pop()
+        active = [k in steps_due for k in range(len(members))]
+        for _ in range(n):
+            rows = batched([m.buffer for m in members], active)
+            for k in steps_due:
+                learned[k][1].update(rows[k])
+        if n:
+            batched.write_back()
+        return list(steps_due) if n else []
+
     def _ended_by_divergence(self, k: int, error: Exception) -> bool:
         """Ends member ``k`` as diverged when its divergence (found now, with its rows and weights) explains
         ``error``; ``False`` otherwise."""
@@ -323,6 +368,16 @@ class _Population:
             return False
         self.results[k] = finish_diverged(run, title=self.algorithm.title)
         return True
+
+
+def _synced(batched: Any, k: int, saved: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+    """Member ``k``'s checkpointed learner state, after the batched step's state of it is written into its learner."""
+
+    def state() -> dict[str, Any]:
+        batched.sync(k)
+        return saved()
+
+    return state
 
 
 def _untimed(phase: str) -> contextlib.nullcontext[None]:

@@ -62,11 +62,44 @@ def test_ppo_members_are_the_solo_runs_of_their_seeds(n_processes, tmp_path):
     assert [(m.iterations, m.env_steps) for m in members] == [(10, 640), (10, 640)]
 
 
+DQN_SMALL = {"env": "CartPole-v1", "n_envs": 4, "rollout_steps": 4, "learning_starts": 64, "batch_size": 16,
+             "gradient_steps": 4, "target_update_interval": 8, "max_env_steps": 10 * 16, **SMALL}
+
+
 @pytest.mark.slow
-def test_dqn_members_are_the_solo_runs_of_their_seeds(tmp_path):
-    config = dqn.DQNConfig(env="CartPole-v1", n_envs=4, rollout_steps=4, learning_starts=64, batch_size=16,
-                           max_env_steps=10 * 16 * 4, **SMALL)
+def test_dqn_members_stepping_on_their_own_are_the_solo_runs_of_their_seeds(tmp_path):
+    config = dqn.DQNConfig(**DQN_SMALL, population_batched=False)
     assert_members_are_solo_runs(dqn.train, config, [0, 1], tmp_path)
+
+
+def close_rows(a: list[dict], b: list[dict], rtol: float) -> bool:
+    """Row for row the same keys, and values equal or within ``rtol`` of each other."""
+    if len(a) != len(b) or any(x.keys() != y.keys() for x, y in zip(a, b)):
+        return False
+    return all(u == v or (isinstance(u, float) and isinstance(v, float) and abs(u - v) <= rtol * max(abs(v), 1e-6))
+               for x, y in zip(a, b) for u, v in ((x[k], y[k]) for k in x))
+
+
+@pytest.mark.slow
+def test_dqns_batched_step_is_each_members_solo_step_to_float32_rounding_and_checkpoints_its_state(tmp_path):
+    """One batched gradient step of every member (stacked networks, one fused Adam): each member's rows are its
+    solo run's to float32 rounding over 10 iterations (40 gradient steps, 5 target copies); its checkpoint holds
+    its own Adam state and target, from which --resume goes on."""
+    config = dqn.DQNConfig(**DQN_SMALL)
+    members = dqn.train(dataclasses.replace(config, logdir=str(tmp_path / "pop")), seeds=[0, 1])
+    for seed, member in zip((0, 1), members):
+        solo = dqn.train(dataclasses.replace(config, seed=seed, logdir=str(tmp_path / f"solo-{seed}")))
+        assert close_rows(training_rows(member.history), training_rows(solo.history), 1e-4), seed
+        assert training_rows(member.history) != training_rows(solo.history) or seed  # the kernels differ
+        saved = torch.load(Path(member.logdir) / "checkpoint.pt", weights_only=True)
+        alone = torch.load(Path(solo.logdir) / "checkpoint.pt", weights_only=True)
+        steps = [float(s["step"]) for s in saved["learner"]["optimizer"]["state"].values()]
+        assert steps == [float(s["step"]) for s in alone["learner"]["optimizer"]["state"].values()] and steps[0] > 0
+        for name, value in alone["learner"]["target"].items():
+            assert torch.allclose(saved["learner"]["target"][name], value, rtol=1e-4, atol=1e-6), name
+    more = dqn.train(dataclasses.replace(config, resume=str(tmp_path / "pop"), logdir=None,
+                                         max_env_steps=12 * 16), seeds=[0, 1])
+    assert [m.env_steps for m in more] == [12 * 16] * 2
 
 
 @pytest.mark.slow
