@@ -64,6 +64,8 @@ CHECKS: dict[str, Check] = {
                                (("variant", "bfloat16"),)),
     "dqn-cartpole-plain": Check("algos.test_learning", "test_dqn_learns_cartpole_in_bfloat16_and_as_plain_dqn",
                                 (("variant", "plain"),)),
+    "dqn-cartpole-per": Check("algos.test_learning",
+                              "test_dqn_with_prioritized_replay_learns_cartpole_within_the_uniform_budget"),
     "pqn-cartpole": Check("algos.test_pqn", "test_pqn_learns_cartpole_and_a_run_is_reproducible"),
     "pqn-cartpole-preset": Check("algos.test_learning", "test_pqn_solves_cartpole_with_its_preset"),
     "ppo-acrobot-preset": Check("algos.test_presets", "test_ppo_acrobot_preset_reaches_minus_100"),

@@ -52,6 +52,9 @@ def pytest_addoption(parser):
     parser.addoption("--leak-check", action="store_true",
                      help="fail the run if a process it started still runs at its end, or a file it made in /dev/shm "
                           "is left (tests/suite_checks.py)")
+    parser.addoption("--leak-grace", type=float, default=GRACE_SECONDS, metavar="SECONDS",
+                     help="with --leak-check, how long the run's processes get to end after its last test before "
+                          f"one still running is a leak (default {GRACE_SECONDS:g})")
 
 
 def _controller(config) -> bool:
@@ -137,7 +140,8 @@ def pytest_sessionfinish(session, exitstatus):
     if config.getoption("--cpu-budget") and _costs:
         failed += over_budget(_costs, _scale(config))
     if config.getoption("--leak-check") and SESSION_VARIABLE in os.environ:
-        failed += leftovers(os.environ[SESSION_VARIABLE], config.stash.get(_shm_before, set()))
+        failed += leftovers(os.environ[SESSION_VARIABLE], config.stash.get(_shm_before, set()),
+                            grace=config.getoption("--leak-grace"))
     if failed:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
@@ -179,10 +183,10 @@ def marked_processes(marker: str) -> dict[int, str]:
     return found
 
 
-def leftovers(marker: str, shm_before: set[str]) -> list[str]:
-    """What the run left behind, one line each: its processes still running after :data:`GRACE_SECONDS` (killed
-    here), and the files it made in ``/dev/shm`` (named, not removed: another program may be reading them)."""
-    deadline = time.monotonic() + GRACE_SECONDS
+def leftovers(marker: str, shm_before: set[str], *, grace: float = GRACE_SECONDS) -> list[str]:
+    """What the run left behind, one line each: its processes still running after ``grace`` seconds (killed here),
+    and the files it made in ``/dev/shm`` (named, not removed: another program may be reading them)."""
+    deadline = time.monotonic() + grace
     left = marked_processes(marker)
     while left and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -14,8 +14,9 @@ from rlstruct.envs.minatar._env import GAMES, game, has_kernels
 pytest.importorskip("numba", reason="numba is not installed (rlstruct[fast])")
 
 # slow: numba compiles each game's rules for these calls (not cached on disk: only the loops that inline them are), up
-# to 8 CPU s for Seaquest's step
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# to 20 CPU s for Seaquest's step. One xdist worker runs the module, so that each game's rules compile once (51 CPU s
+# in all, against 73 when the two workers each compiled the games whose tests they drew).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.xdist_group("minatar_kernels")]
 
 N_ENVS = 64
 N_STEPS = 200
