@@ -54,10 +54,12 @@ declare -A STEPS=(
   [atari_ppo]="$PY benchmarks/learning.py --presets ppo-atari --seeds 0,1 --extra '--learner-device cuda --torch-threads 8' --json DIR/atari_ppo.json"
   [atari_dqn]="$PY benchmarks/learning.py --presets dqn-atari --seeds 0,1 --extra '--learner-device cuda --torch-threads 8' --json DIR/atari_dqn.json"
   # MinAtar (issue 42): the torch games at 2^20 envs in the CUDA-graph batcher, beside gymnax on the same GPU.
+  # Populations (issue 74): ten PPO seeds as one process on the GPU, time from launch, beside seed 0 alone.
+  [populations]="for e in CartPole-v1 MinAtar/Breakout-v1; do for a in seeds=0,1,2,3,4,5,6,7,8,9 seed=0; do t=\$SECONDS; $PY -m rlstruct.algos.ppo --env \$e --\${a%%=*} \${a#*=} --max-env-steps 500000 --no-cuda-graph --learner-device cuda --batcher-device cuda --evaluation-device cuda --no-progress --no-tensorboard --logdir DIR/pop-\${e//\//-}-\${a//,/}; echo \"\$e \$a: \$((SECONDS - t)) s from launch\"; done; done"
   [minatar]="for g in Breakout Asterix Freeway; do $PY benchmarks/minatar_speed.py --game \$g --device cuda --envs 65536 --rounds 1 --skip reference adapter; done"
 )
 ORDER=(warm_launch deterministic solve_dqn minatar_compiled two_runs cuda_tests solve_a2c solve_ppo bf16 collection_compiled throughput tf32 bf16_compiled_policy collection_bf16
-       collection collection_fast envs ecosystem locomotion cpu_scaling atari_ppo atari_dqn minatar)
+       collection collection_fast envs ecosystem locomotion cpu_scaling atari_ppo atari_dqn populations minatar)
 
 if [[ ${1:-} == --list || $# -eq 0 ]]; then
   for s in "${ORDER[@]}"; do printf '%-16s %s\n' "$s" "${STEPS[$s]}"; done
