@@ -17,9 +17,8 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +102,8 @@ def _check_population(algorithm: Algorithm, config: RunConfig, world_size: int) 
 
 
 def member_configs(config: RunConfig) -> list[RunConfig]:
-    """Each member's config: ``config`` with its seed, its folder ``logdir/seed-S`` (``logdir`` default:
-    ``runs/ALGO-ENV-population``) and, resuming the population in ``resume``, its run there."""
+    """Each member's config: ``config`` with its seed, its folder ``logdir/seed-S`` and, resuming the population in
+    ``resume``, its run there (``logdir`` default: ``resume``)."""
     seeds = check_seeds(config.seeds)
     root = Path(config.logdir) if config.logdir is not None else None
     out = []
@@ -124,9 +123,13 @@ def validate_population(algorithm: Algorithm, config: RunConfig, *, given: froze
     these settings give it nothing more to do) is left as it is, the others go on; when every member has finished,
     that error, naming them. The members' root folder gets :data:`POPULATION_FILE`."""
     seeds = check_seeds(config.seeds)
-    if config.logdir is None and config.resume is None:
-        name = f"{algorithm.name}-{config.env.replace('/', '-')}-seeds-{'-'.join(map(str, seeds))}"
-        config = dataclasses.replace(config, logdir=str(Path("runs") / name))
+    if config.logdir is None and config.resume is None:  # runs/ALGO-ENV-seeds-S1_S2_..., numbered -2, -3 when taken
+        base = Path("runs") / f"{algorithm.name}-{config.env.replace('/', '-')}-seeds-{'_'.join(map(str, seeds))}"
+        root, n = base, 1
+        while any(earlier_run_files(member_folder(root, seed)) for seed in seeds):
+            n += 1
+            root = base.with_name(f"{base.name}-{n}")
+        config = dataclasses.replace(config, logdir=str(root))
     if config.resume is None:  # a member's folder is ROOT/seed-S: one holding a run is not numbered away
         for member in member_configs(config):
             found = earlier_run_files(Path(member.logdir))
@@ -399,14 +402,6 @@ def _side_by_side(infos: list[DictTensor | None], last: list[DictTensor | None],
         if info is not None:
             last[k] = info
     return DictTensor.cat([info if info is not None else default for info in last])
-
-
-def population_summary(results: Sequence[TrainResult]) -> dict[str, Any]:
-    """The members' final returns and stops, for the command's last line."""
-    returns = [r.eval_return for r in results]
-    finite = [x for x in returns if not math.isnan(x)]
-    return {"members": [r.summary() for r in results],
-            "mean_eval_return": sum(finite) / len(finite) if finite else math.nan}
 
 
 def train_on_policy_population(setups: list[Setup]) -> list[TrainResult]:
