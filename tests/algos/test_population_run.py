@@ -220,3 +220,24 @@ def test_ctrl_c_checkpoints_every_member_and_resume_root_continues_them(tmp_path
     last = json.loads(more.stdout.strip().splitlines()[-1])
     assert [m["env_steps"] for m in last["members"]] == [max(reached) + 64] * 2
     assert [m["logdir"] for m in last["members"]] == [str(member_folder(root, s)) for s in (0, 1)]
+
+
+@pytest.mark.slow
+def test_a_population_on_the_accelerator_path_is_its_solo_runs(tmp_path):
+    """The GPU path through the recording accelerator (its streams and events standing in for a GPU's): the shared
+    batcher in process on the learner's device, the collection overlapping the update on a stream of its own (the
+    weights copied on the device, read by the population's agent), PPO's rows those of the solo runs under the same
+    fake."""
+    from rlstruct import _accel
+    from tests.fakes_accel import RecordingAccelerator
+
+    config = ppo.PPOConfig(env="CartPole-v1", n_envs=4, n_steps=8, n_minibatches=2, n_epochs=1, overlap=True,
+                           max_env_steps=6 * 32, **SMALL)
+    fake = RecordingAccelerator()
+    with _accel.installed("cpu", fake):
+        members = ppo.train(dataclasses.replace(config, logdir=str(tmp_path / "pop")), seeds=[0, 1])
+        streams = len(fake.streams)
+        solos = [ppo.train(dataclasses.replace(config, seed=s, logdir=str(tmp_path / f"solo-{s}"))) for s in (0, 1)]
+    assert streams >= 2, "the population's collection ran on a stream of its own"
+    for member, solo in zip(members, solos):
+        assert training_rows(member.history) == training_rows(solo.history)
