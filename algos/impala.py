@@ -42,8 +42,10 @@ from rlstruct.algos.harness import (
     seeded_model,
     setting,
     trainer,
+    until_a_worker_fails,
 )
 from rlstruct.algos.losses import vtrace_policy_value_loss
+from rlstruct.algos.networks import Adam, make_adam
 from rlstruct.algos.policies import actor_critic_outputs, policy_actions
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import cpu_state_dict
@@ -159,7 +161,7 @@ class WeightRing:
 
 
 def learn_step(config: IMPALAConfig, model: nn.Module,
-               optimizer: torch.optim.Optimizer) -> Callable[[Trajectories], dict[str, torch.Tensor]]:
+               optimizer: Adam) -> Callable[[Trajectories], dict[str, torch.Tensor]]:
     """IMPALA's learn step: one update on a whole acquisition, the loss
     :func:`~rlstruct.algos.losses.vtrace_policy_value_loss` of the learner's policy against the log-probabilities
     recorded by the policy that acted (``action/log_prob``)."""
@@ -201,9 +203,11 @@ class _Actors:
         self.pending = version
 
     def collect(self) -> tuple[Trajectories, int]:
-        traj, _ = self.batcher.get()
+        # Nothing is pending once get() is called, even if it raises: a batcher whose worker failed answers no
+        # second get(), and close() must not ask for one.
         version, self.pending = self.pending, None
         assert version is not None, "collect follows a launch"
+        traj, _ = self.batcher.get()
         return traj, version
 
     def close(self) -> None:
@@ -219,7 +223,9 @@ def train_impala(setup: Setup, *, timer: LoopTimer | None = None) -> TrainResult
     update with ``max_lag >= 1``, after it with 0), updates the learner once (version ``i + 1``) and records the row,
     with ``impala/policy_version`` and ``impala/policy_lag`` (``i`` minus the version). The checkpoint's learner
     state holds the optimizer and the ring of the last ``max_lag + 1`` versions: a resumed run acts on its first
-    acquisitions with the versions the uninterrupted run would have."""
+    acquisitions with the versions the uninterrupted run would have. A worker of the actors that fails with no restart
+    left ends the run as a signal does (:func:`~rlstruct.algos.harness.until_a_worker_fails`): checkpoint, summary,
+    stop reason ``"worker_failed"``."""
     algo, config, spec, resume, device = (setup.algorithm, setup.config, setup.spec, setup.resume,
                                           setup.learner_device)
     if setup.world.size > 1:
@@ -240,7 +246,7 @@ def train_impala(setup: Setup, *, timer: LoopTimer | None = None) -> TrainResult
                                            run=run, sync_timings=timer is not None and timer.sync)
         model.to(device)
         run.stop_rule.guard.watch(model.state_dict)
-        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, eps=config.adam_eps)
+        optimizer = make_adam(model, config.lr, device, eps=config.adam_eps)
         ring = WeightRing(lag + 1)
         owned = LearnerState(optimizer=optimizer, weights=ring)
         if resume is not None:
@@ -260,28 +266,31 @@ def train_impala(setup: Setup, *, timer: LoopTimer | None = None) -> TrainResult
         batcher.reset()
         actors.launch(acting_version(run.iteration, lag))
         while not run.should_stop():
-            i = run.iteration  # the acquisition collected now; the learner holds version i
-            with phase("collect"):
-                traj, version = actors.collect()
-            if lag >= 1:  # version i + 1 - lag <= i exists: the next acquisition runs during the update
-                with phase("update_weights"):
-                    actors.launch(acting_version(i + 1, lag))
-            with phase("to_learner"):
-                traj = traj.to(device)
-            if config.anneal_lr:  # by the env steps, not the clock: a schedule every rerun repeats
-                optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
-            with phase("learn"):
-                stats: dict[str, Any] = learn(traj)
-            ring.add(i + 1, cpu_state_dict(model))
-            if lag == 0:
-                with phase("update_weights"):
-                    actors.launch(i + 1)
-            with phase("record"):
-                tt = traj.trajectories
-                episodes.add(tt, stats)
-                stats.update({"impala/policy_version": float(version), "impala/policy_lag": float(i - version)})
-                record_iteration(run, evaluator, B * tt.temporal_size(), stats, model=model,
-                                 learner=owned.state_dict)
+            # A worker that fails with no restart left stops the run as a signal does: in the collection, the
+            # iteration goes unrecorded; in the launch of the next acquisition, the update is made and recorded.
+            with until_a_worker_fails(run.stop_rule):
+                i = run.iteration  # the acquisition collected now; the learner holds version i
+                with phase("collect"):
+                    traj, version = actors.collect()
+                if lag >= 1:  # version i + 1 - lag <= i exists: the next acquisition runs during the update
+                    with phase("update_weights"), until_a_worker_fails(run.stop_rule):
+                        actors.launch(acting_version(i + 1, lag))
+                with phase("to_learner"):
+                    traj = traj.to(device)
+                if config.anneal_lr:  # by the env steps, not the clock: a schedule every rerun repeats
+                    optimizer.param_groups[0]["lr"] = config.lr * (1.0 - run.budget_used())
+                with phase("learn"):
+                    stats: dict[str, Any] = learn(traj)
+                ring.add(i + 1, cpu_state_dict(model))
+                if lag == 0:
+                    with phase("update_weights"), until_a_worker_fails(run.stop_rule):
+                        actors.launch(i + 1)
+                with phase("record"):
+                    tt = traj.trajectories
+                    episodes.add(tt, stats)
+                    stats.update({"impala/policy_version": float(version), "impala/policy_lag": float(i - version)})
+                    record_iteration(run, evaluator, B * tt.temporal_size(), stats, model=model,
+                                     learner=owned.state_dict)
         actors.close()
         return finish_training(run, evaluator, model, spec, title=algo.title, learner=owned.state_dict())
     return finish_diverged(run, title=algo.title)  # the loop raised, and the divergence found explains it

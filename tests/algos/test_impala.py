@@ -1,17 +1,21 @@
 """IMPALA (``rlstruct.algos.impala``): the lag schedule read from the rows, the same run for one seed in process, over
-two worker processes and beside a busy CPU, learning CartPole, its settings' errors, and ``rlstruct eval`` and
-``--resume`` of its run."""
+two worker processes and beside a busy CPU, learning CartPole, its settings' errors, a worker that fails with no
+restart left, and ``rlstruct eval`` and ``--resume`` of its run."""
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import json
+import multiprocessing
 import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 import torch
+from gymnasium.envs.classic_control import CartPoleEnv
 
 from rlstruct.algos import impala
 from rlstruct.algos._train import cli, registry
@@ -152,6 +156,51 @@ def test_its_run_evaluates_and_resumes_on_the_schedule(tmp_path, capsys, registe
     assert all(abs(float(r["vtrace/rho"]) - 1.0) > 1e-6 for r in rows[8:10])
     final = torch.load(Path(logdir) / "checkpoint.pt", weights_only=True)
     assert final["learner"]["weights"]["versions"] == [14, 15, 16]
+
+
+class FailsInWorker(CartPoleEnv):
+    """CartPole whose ``fail_at``-th step (counted over its episodes) raises in a worker process, and never in this
+    one (the evaluator's envs step here)."""
+
+    def __init__(self, fail_at: int = 14, **kwargs):
+        super().__init__(**kwargs)
+        self.fail_at, self.steps = fail_at, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.fail_at and multiprocessing.parent_process() is not None:
+            raise RuntimeError(f"FailsInWorker failure injected at step {self.steps}")
+        return super().step(action)
+
+
+gym.register("FailsInWorker-v0", entry_point=f"{__name__}:FailsInWorker", max_episode_steps=500)
+
+
+@pytest.mark.slow  # a worker process
+def test_a_worker_failing_with_no_restart_left_ends_the_run_like_a_signal(tmp_path):
+    """The actors' worker raises in its 14th env step, during acquisition 3 (2 envs x 4 steps each, lag 1: launched
+    before the update on acquisition 2): updates 1-3 are recorded, the collection of acquisition 3 fails, and the run
+    stops as for a signal, with its checkpoint and summary (``stop_reason`` ``"worker_failed"``, the worker's
+    traceback); ``--resume`` continues the schedule from that checkpoint."""
+    logdir = tmp_path / "run"
+    result = impala.train(dataclasses.replace(TINY, env=f"{__name__}:FailsInWorker-v0", n_processes=1, max_lag=1,
+                                              restart_workers=0, logdir=str(logdir)))
+    assert result.stop_reason == "worker_failed" and result.iterations == 3
+    summary = json.loads((logdir / "summary.json").read_text())
+    assert summary["stop_reason"] == "worker_failed" and summary["env_steps"] == 3 * 2 * 4
+    failure = summary["worker_failure"]
+    assert failure["worker_id"] == 0 and "FailsInWorker failure injected at step 14" in failure["traceback"]
+    assert [int(r["iteration"]) for r in training_rows(logdir)] == [1, 2, 3]
+    saved = torch.load(logdir / "checkpoint.pt", weights_only=True)
+    assert saved["stop_reason"] == "worker_failed" and saved["env_steps"] == 24
+    assert saved["learner"]["weights"]["versions"] == [2, 3]
+    # --resume continues the schedule from the checkpoint (the new worker's envs count their steps from 0 again, and
+    # two more acquisitions take them to step 8).
+    resumed = impala.train(dataclasses.replace(TINY, env=f"{__name__}:FailsInWorker-v0", n_processes=1, max_lag=1,
+                                               max_env_steps=40, resume=str(logdir), logdir=None))
+    assert resumed.stop_reason == "budget" and resumed.iterations == 5
+    rows = training_rows(logdir)
+    assert [float(r["impala/policy_version"]) for r in rows] == [acting_version(i, 1) for i in range(5)]
 
 
 def test_resuming_with_another_lag_is_refused(tmp_path):
