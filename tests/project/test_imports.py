@@ -136,14 +136,14 @@ def test_no_import_cycle_among_the_librarys_modules():
 
 
 #: a fresh interpreter that imports torch once, then forks a child per statement of ``argv[1]`` (a JSON list) that runs
-#: it and reports the rlstruct modules loaded: what each statement loads, for one import of torch (2.8 of a fresh
-#: interpreter's 3.5 CPU s) rather than one per statement. Only torch is imported before the fork: it loads none of
-#: rlstruct's modules, so a child's list is the statement's own.
+#: it and reports the rlstruct modules (and Ray) loaded: what each statement loads, for one import of torch (2.8 of a
+#: fresh interpreter's 3.5 CPU s) rather than one per statement. Only torch is imported before the fork: it loads none
+#: of rlstruct's modules nor Ray, so a child's list is the statement's own.
 _LOADED = """
 import json, os, sys, traceback
 import torch
 
-assert not [m for m in sys.modules if m.startswith("rlstruct")], "torch's import loaded rlstruct"
+assert not [m for m in sys.modules if m.startswith("rlstruct") or m == "ray"], "torch's import loaded rlstruct or Ray"
 loaded = {}
 for statement in json.loads(sys.argv[1]):
     read, write = os.pipe()
@@ -152,7 +152,7 @@ for statement in json.loads(sys.argv[1]):
         os.close(read)
         try:
             exec(statement)
-            found = sorted(m for m in sys.modules if m == "rlstruct" or m.startswith("rlstruct."))
+            found = sorted(m for m in sys.modules if m in ("rlstruct", "ray") or m.startswith("rlstruct."))
         except BaseException:
             found = traceback.format_exc()
         with os.fdopen(write, "w") as f:
@@ -173,13 +173,14 @@ UNUSED_BY_TRAINING = ("rlstruct.envs.jax_env", "rlstruct.envs.gymnax_env", "rlst
                       "rlstruct.algos._train.profile", "rlstruct.algos._train.cli")
 ALGOS = ["a2c", "ppo", "reinforce", "dqn", "sac", "td3"]
 GYMNAX = "import rlstruct.envs; rlstruct.envs.make_env('CartPole-v1', 1, backend='gymnax').close()"
+RAY_BATCHER = "import rlstruct.batchers as b; b.RayBatcher"
 
 
 @pytest.fixture(scope="module")
 def loaded() -> dict[str, set[str]]:
-    """``{statement: the rlstruct modules it loads}`` for every statement the tests below ask about, each run in a
-    process of its own (forked from one fresh interpreter, :data:`_LOADED`)."""
-    statements = [f"import rlstruct.algos.{algo}" for algo in ALGOS] + ["import rlstruct.envs"]
+    """``{statement: the rlstruct modules (and Ray) it loads}`` for every statement the tests below ask about, each
+    run in a process of its own (forked from one fresh interpreter, :data:`_LOADED`)."""
+    statements = [f"import rlstruct.algos.{algo}" for algo in ALGOS] + ["import rlstruct.envs", RAY_BATCHER]
     if importlib.util.find_spec("gymnax") is not None:
         statements.append(GYMNAX)
     out = subprocess.run([sys.executable, "-c", _LOADED, json.dumps(statements)], capture_output=True, text=True,
@@ -211,6 +212,14 @@ def test_a_backends_adapter_loads_when_that_backend_is_asked_for(loaded):
     modules = loaded[GYMNAX]
     assert {"rlstruct.envs.jax_env", "rlstruct.envs.gymnax_env"} <= modules
     assert not modules & {"rlstruct.envs.brax_env", "rlstruct.envs.mjx_env", "rlstruct.envs.mujoco_torch_env"}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.slow
+def test_the_ray_batcher_resolves_without_importing_ray(loaded):
+    """``rlstruct.batchers.RayBatcher`` loads its module, which imports Ray only when a RayBatcher is built."""
+    modules = loaded[RAY_BATCHER]
+    assert "rlstruct.batchers.ray_batcher" in modules and "ray" not in modules
 
 
 def test_the_lazy_names_of_the_packages_resolve():
