@@ -217,9 +217,10 @@ def _train_population(algorithm: Algorithm, config: RunConfig, given: frozenset[
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     gc.freeze()
+    resolved, _ = apply_preset(algorithm.name, config, given)  # the members' settings, their preset's included
     status = 0
     for result in results:
-        print(f"{Path(result.logdir).name}: {stop_line(result, config)}")
+        print(f"{Path(result.logdir).name}: {stop_line(result, resolved)}")
         if result.stop_reason in ("diverged", "worker_failed"):
             status = max(status, 1)
         elif result.interrupted:
