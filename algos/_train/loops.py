@@ -578,6 +578,6 @@ def trainer(algorithm: Algorithm) -> Callable[[Any], TrainResult]:
     train_algorithm.__name__ = train_algorithm.__qualname__ = "train"
     train_algorithm.__module__ = algorithm.config_cls.__module__
     train_algorithm.__doc__ = (f"Trains {algorithm.title} with ``config`` (a ``{algorithm.config_cls.__name__}``) "
-                               "and returns its TrainResult (with ``seeds``, one per member of the population): the "
-                               "harness's train of the module's ALGORITHM.")
+                               "and returns its TrainResult: the harness's train of the module's ALGORITHM (with "
+                               "``seeds``, a population of those seeds in one process, one result per member).")
     return train_algorithm

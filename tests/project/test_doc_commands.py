@@ -229,4 +229,5 @@ def test_documented_command_runs_as_written(page, command, workdir, monkeypatch,
     assert status == 0, f"{page}: `{command}` exited with {status}:\n{out.err[-2000:]}"
     if argv[1] == "train" and "--show-config" not in argv and "--resume" not in argv:
         summary = json.loads(out.out.strip().splitlines()[-1])
-        assert summary["iterations"] >= 1 and summary["env_steps"] >= 1, f"{page}: `{command}` did not train"
+        for run in summary.get("members", [summary]):  # a population (--seeds): each member's summary
+            assert run["iterations"] >= 1 and run["env_steps"] >= 1, f"{page}: `{command}` did not train"
