@@ -344,6 +344,10 @@ class OffPolicyLearner(Protocol):
     def gradient_step(self, buffer: ReplayBuffer) -> dict[str, Any]:
         """One gradient step on a batch sampled from ``buffer``; its statistics."""
 
+    # Optional: ``population_step(learners) -> step | None``, a staticmethod giving one batched gradient step of a
+    # population's learners (``step(buffers, active) -> [statistics]``, ``step.write_back()``, ``step.sync(k)``:
+    # see DQN's); without it, or where it gives ``None``, each member takes its own ``gradient_step``.
+
 
 def _declared(learner: OffPolicyLearner) -> Callable[[], dict[str, Any]]:
     """What the checkpoint of an off-policy ``learner`` keeps (its ``state``'s ``state_dict``); a learner whose

@@ -2,7 +2,7 @@
 seed, in its own folder ``ROOT/seed-S`` (its config, ``progress.csv``, checkpoints, evaluations, stop and
 ``summary.json``: every command reads it as any run), and the members' envs are one training batcher whose rows
 ``k * n_envs, ...`` are member ``k``'s, seeded and acted upon as the solo run of its seed
-(:func:`~.session.open_population_batcher`).
+(:func:`open_population_batcher`).
 
 Each member's learner is the family's own (:class:`~.loops.OnPolicyLearning`, :class:`~.loops.OffPolicyLearning`),
 so a member takes the solo run's steps: the same env steps, evaluations, stop and rows. A member that stops (its
@@ -18,15 +18,18 @@ import dataclasses
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from rlstruct.agents import RL_Agent
+from rlstruct.algos._env_spec import EnvSpec, create_env
 from rlstruct.algos._train.checkpoints import load_state
-from rlstruct.algos._train.config import CapturedPart, RunConfig
+from rlstruct.algos._train.config import CapturedPart, RunConfig, training_workers
+from rlstruct.algos._train.evaluation import agent_info_row
 from rlstruct.algos._train.family import open_run, until_a_worker_fails
 from rlstruct.algos._train.finish import explained_by_divergence, finish_diverged
 from rlstruct.algos._train.folder_claim import given_back_unless_trained
@@ -36,18 +39,20 @@ from rlstruct.algos._train.registry import FAMILY_LOOPS, Algorithm
 from rlstruct.algos._train.replay_setup import check_replay_fits, replay_folder
 from rlstruct.algos._train.result import TrainResult
 from rlstruct.algos._train.run_folder import earlier_run_files
-from rlstruct.algos._train.seeds import check_seeds
+from rlstruct.algos._train.seeds import AGENT_SEEDS, ENV_SEEDS, check_seeds, role_seed
 from rlstruct.algos._train.session import (
     Setup,
     open_batchers,
     open_evaluator,
-    open_population_batcher,
     seeded_model,
     stop_at_once,
     stop_on_signals,
     validate,
+    worker_args,
 )
 from rlstruct.algos._train.update import start_pipeline, training_agent_kwargs
+from rlstruct.algos.population import PopulationAgent, create_member_envs, member_env_seeds
+from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import cpu_state_dict
 from rlstruct.errors import ConfigError, RunFinishedError
 from rlstruct.structures import DictTensor, Trajectories
@@ -81,6 +86,49 @@ def population_seeds(root: str | Path) -> tuple[int, ...] | None:
     found = sorted(int(m.group(1)) for p in root.iterdir()
                    if (m := re.fullmatch(r"seed-(\d+)", p.name)) and (p / "checkpoint.pt").is_file())
     return tuple(found) if len(found) >= 2 else None
+
+
+def open_population_batcher(
+    stack: contextlib.ExitStack,
+    config: RunConfig,
+    spec: EnvSpec,
+    create_agent: Callable[..., RL_Agent],
+    *,
+    seeds: Sequence[int],
+    n_timesteps: int,
+    explore: dict[str, bool | float],
+    agent_kwargs: dict[str, Any] | None = None,
+    model_kwargs: dict[str, Any] | None = None,
+    zero_copy: bool = False,
+    sync_timings: bool = False,
+) -> RL_Batcher:
+    """The training batcher of a population of seeds (``config.seeds``), closed by ``stack``: ``config.n_envs``
+    auto-reset envs per member, member ``k``'s rows ``k * n_envs, ...``, seeded as the training batcher of the solo
+    run of ``seeds[k]`` (:func:`open_batchers`'s roles): its envs reset as that run's, and its agent (the member's,
+    in a :class:`~rlstruct.algos.population.PopulationAgent`) draws as that run's agent, whatever the worker that
+    steps them. ``config.n_processes`` workers split the ``len(seeds) * n_envs`` rows evenly; a worker holding rows of
+    several members needs an env whose state can be set (the torch simulators).
+
+    Args: as :func:`open_batchers`'s, ``seeds`` the members' session seeds (each member run's ``run.seed``).
+    """
+    agent_args, env_args = worker_args(config, spec)
+    agent_args.update(model_kwargs or {})
+    env_rows, agent_rows = member_env_seeds([(role_seed(s, ENV_SEEDS), role_seed(s, AGENT_SEEDS)) for s in seeds],
+                                            config.n_envs)
+    per_worker = len(seeds) * config.n_envs // training_workers(config)
+    member_args = {**agent_args, **(agent_kwargs or {}), "device": config.batcher_device}
+    population_args = {"create_member": create_agent, "member_args": member_args, "rows": agent_rows,
+                       "members": [role_seed(s, AGENT_SEEDS) for s in seeds], "n_rows": per_worker,
+                       "device": config.batcher_device}
+    envs_args = {"n_envs": per_worker, "rows": env_rows, "create_env": create_env,
+                 "env_args": {**env_args, "autoreset": True, "device": config.batcher_device}}
+    batcher = RL_Batcher(n_timesteps, PopulationAgent, population_args, create_member_envs, envs_args,
+                         config.n_processes, 0, agent_info=agent_info_row(explore), agent_seeds=0,
+                         device=config.batcher_device, timeout=config.batcher_timeout,
+                         start_timeout=config.start_timeout, restart_workers=config.restart_workers,
+                         zero_copy=zero_copy, sync_timings=sync_timings)
+    stack.callback(batcher.close)
+    return batcher
 
 
 def _check_population(algorithm: Algorithm, config: RunConfig, world_size: int) -> None:

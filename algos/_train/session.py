@@ -71,7 +71,6 @@ __all__ = [
     "check_on_device",
     "open_batchers",
     "open_evaluator",
-    "open_population_batcher",
     "validate",
     "seeded_model",
     "training_run",
@@ -503,51 +502,6 @@ def open_batchers(
         stop_at_once(run.stop_rule.signal)
     return batcher, evaluator
 
-
-
-def open_population_batcher(
-    stack: contextlib.ExitStack,
-    config: RunConfig,
-    spec: EnvSpec,
-    create_agent: Callable[..., RL_Agent],
-    *,
-    seeds: Sequence[int],
-    n_timesteps: int,
-    explore: dict[str, bool | float],
-    agent_kwargs: dict[str, Any] | None = None,
-    model_kwargs: dict[str, Any] | None = None,
-    zero_copy: bool = False,
-    sync_timings: bool = False,
-) -> RL_Batcher:
-    """The training batcher of a population of seeds (``config.seeds``), closed by ``stack``: ``config.n_envs``
-    auto-reset envs per member, member ``k``'s rows ``k * n_envs, ...``, seeded as the training batcher of the solo
-    run of ``seeds[k]`` (:func:`open_batchers`'s roles): its envs reset as that run's, and its agent (the member's,
-    in a :class:`~rlstruct.algos.population.PopulationAgent`) draws as that run's agent, whatever the worker that
-    steps them. ``config.n_processes`` workers split the ``len(seeds) * n_envs`` rows evenly; a worker holding rows of
-    several members needs an env whose state can be set (the torch simulators).
-
-    Args: as :func:`open_batchers`'s, ``seeds`` the members' session seeds (each member run's ``run.seed``).
-    """
-    from rlstruct.algos.population import PopulationAgent, create_member_envs, member_env_seeds
-
-    agent_args, env_args = worker_args(config, spec)
-    agent_args.update(model_kwargs or {})
-    env_rows, agent_rows = member_env_seeds([(role_seed(s, ENV_SEEDS), role_seed(s, AGENT_SEEDS)) for s in seeds],
-                                            config.n_envs)
-    per_worker = len(seeds) * config.n_envs // training_workers(config)
-    member_args = {**agent_args, **(agent_kwargs or {}), "device": config.batcher_device}
-    population_args = {"create_member": create_agent, "member_args": member_args, "rows": agent_rows,
-                       "members": [role_seed(s, AGENT_SEEDS) for s in seeds], "n_rows": per_worker,
-                       "device": config.batcher_device}
-    envs_args = {"n_envs": per_worker, "rows": env_rows, "create_env": create_env,
-                 "env_args": {**env_args, "autoreset": True, "device": config.batcher_device}}
-    batcher = RL_Batcher(n_timesteps, PopulationAgent, population_args, create_member_envs, envs_args,
-                         config.n_processes, 0, agent_info=agent_info_row(explore), agent_seeds=0,
-                         device=config.batcher_device, timeout=config.batcher_timeout,
-                         start_timeout=config.start_timeout, restart_workers=config.restart_workers,
-                         zero_copy=zero_copy, sync_timings=sync_timings)
-    stack.callback(batcher.close)
-    return batcher
 
 
 def open_evaluator(
