@@ -34,8 +34,13 @@ declare -A STEPS=(
   # Two fast-path runs in one process, a fresh process per variant: which flag leaves what the second run's graphs
   # touch (docs/benchmarks/gpu-end-to-end.md, "On an H200, with the counter-based draws").
   [two_runs]="$PY benchmarks/gpu_two_runs.py; $PY benchmarks/gpu_two_runs.py --log2-envs 18 20 --autocast bfloat16 --only all no_compile_update no_cuda_graph"
+  # Issue 66, item 2's check: the compiled MinAtar step's bits on the GPU; its six cases failed on the first GPU run
+  # (H200, torch 2.11, 2026-11-28) with their messages lost: run first, every line kept.
+  [compile_tests]="$PY -m pytest -q -p no:cacheprovider -m cuda --show-capture=no tests/envs/test_minatar_torch_compile.py"
+  # Issue 77: IMPALA's learner on the GPU, its actors in CPU worker processes, then in the GPU process.
+  [impala]="for b in cpu cuda; do t=\$SECONDS; $PY -m rlstruct.algos.impala --env CartPole-v1 --learner-device cuda --batcher-device \$b --max-env-steps 200000 --no-progress --no-tensorboard --logdir DIR/impala-\$b; echo \"actors on \$b: \$((SECONDS - t)) s from launch\"; done"
   # Eight xdist workers where pytest-xdist is installed (the H100's 16 cores ran them in ~4 minutes), else serially.
-  [cuda_tests]="$PY -m pytest -q -p no:cacheprovider -m cuda \$($PY -c 'import xdist; print(\"-n 8\")' 2>/dev/null) rlstruct agents batchers algos tests"
+  [cuda_tests]="$PY -m pytest -q -p no:cacheprovider -m cuda --show-capture=no \$($PY -c 'import xdist; print(\"-n 8\")' 2>/dev/null) rlstruct agents batchers algos tests"
   [solve_a2c]="$PY benchmarks/gpu_training.py --algos a2c --skip-throughput --time-limit 45 --json DIR/solve_a2c.json"
   [solve_ppo]="$PY benchmarks/gpu_training.py --algos ppo --skip-throughput --time-limit 45 --json DIR/solve_ppo.json"
   [throughput]="$PY benchmarks/gpu_training.py --skip-solve --iterations 20 --json DIR/throughput.json"
@@ -58,8 +63,8 @@ declare -A STEPS=(
   [populations]="for e in CartPole-v1 MinAtar/Breakout-v1; do for a in seeds=0,1,2,3,4,5,6,7,8,9 seed=0; do t=\$SECONDS; $PY -m rlstruct.algos.ppo --env \$e --\${a%%=*} \${a#*=} --max-env-steps 500000 --no-cuda-graph --learner-device cuda --batcher-device cuda --evaluation-device cuda --no-progress --no-tensorboard --logdir DIR/pop-\${e//\//-}-\${a//,/}; echo \"\$e \$a: \$((SECONDS - t)) s from launch\"; done; done"
   [minatar]="for g in Breakout Asterix Freeway; do $PY benchmarks/minatar_speed.py --game \$g --device cuda --envs 65536 --rounds 1 --skip reference adapter; done"
 )
-ORDER=(warm_launch deterministic solve_dqn minatar_compiled two_runs cuda_tests solve_a2c solve_ppo bf16 collection_compiled throughput tf32 bf16_compiled_policy collection_bf16
-       collection collection_fast envs ecosystem locomotion cpu_scaling atari_ppo atari_dqn populations minatar)
+ORDER=(compile_tests warm_launch deterministic solve_dqn minatar_compiled two_runs cuda_tests solve_a2c solve_ppo bf16 collection_compiled throughput tf32 bf16_compiled_policy collection_bf16
+       collection collection_fast envs ecosystem locomotion cpu_scaling atari_ppo atari_dqn populations impala minatar)
 
 if [[ ${1:-} == --list || $# -eq 0 ]]; then
   for s in "${ORDER[@]}"; do printf '%-16s %s\n' "$s" "${STEPS[$s]}"; done
