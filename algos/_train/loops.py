@@ -168,7 +168,8 @@ def collector(setup: Setup, stack: contextlib.ExitStack, batcher: RL_Batcher,
     return start_pipeline(stack, batcher, model, config, device=setup.learner_device, overlap=config.overlap)
 
 
-def _untimed(phase: str) -> contextlib.nullcontext[None]:
+def untimed(phase: str) -> contextlib.nullcontext[None]:
+    """A loop's phase when no :class:`~rlstruct.batchers.profile.LoopTimer` times it: a context that does nothing."""
     return contextlib.nullcontext()
 
 
@@ -274,7 +275,7 @@ def train_on_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRes
         member = OnPolicyLearning(setup, run, model, B)
 
         collect = collector(setup, stack, batcher, model)
-        phase = _untimed if timer is None else timer
+        phase = untimed if timer is None else timer
         if timer is not None:
             timer.watch(batcher)
         if world.is_logger:
@@ -509,7 +510,7 @@ def train_off_policy(setup: Setup, *, timer: LoopTimer | None = None) -> TrainRe
         # The policy's weights reach the training batcher as the on-policy loop's do: shared on the learner's device
         # with an in-process batcher there (config.share_weights), as a CPU copy after each update otherwise.
         collect = start_pipeline(stack, batcher, learner.policy, config, device=device)
-        phase = _untimed if timer is None else timer
+        phase = untimed if timer is None else timer
         if timer is not None:
             timer.watch(batcher)
         if world.is_logger:

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from rlstruct.agents import RL_Agent
@@ -34,7 +33,7 @@ from rlstruct.algos._train.family import open_run, until_a_worker_fails
 from rlstruct.algos._train.finish import explained_by_divergence, finish_diverged
 from rlstruct.algos._train.folder_claim import given_back_unless_trained
 from rlstruct.algos._train.log import Run
-from rlstruct.algos._train.loops import OffPolicyLearning, OnPolicyLearning, collector
+from rlstruct.algos._train.loops import OffPolicyLearning, OnPolicyLearning, collector, untimed
 from rlstruct.algos._train.registry import FAMILY_LOOPS, Algorithm
 from rlstruct.algos._train.replay_setup import check_replay_fits, replay_folder
 from rlstruct.algos._train.result import TrainResult
@@ -331,7 +330,7 @@ class _Population:
                                       **({"overlap": config.overlap} if on_policy else {}))
         for run, evaluator, policy in zip(runs, evaluators, policies):
             evaluator.schedule(lambda p=policy: cpu_state_dict(p), run.iteration, run.env_steps)
-        default_info = _info_rows(explore, n)
+        default_info = DictTensor.cat([agent_info_row(explore)] * n)  # n rows, one value per key
         last_infos: list[DictTensor | None] = [None] * len(members)
         active = list(range(len(members)))
         while True:
@@ -356,13 +355,13 @@ class _Population:
                     stats = scheduled[k][1]
                     try:
                         if on_policy:
-                            learned[k] = (members[k].learn_from(part, stats, _untimed), stats)
+                            learned[k] = (members[k].learn_from(part, stats, untimed), stats)
                             updated.append(k)
                         elif batched is not None:
-                            part, steps_due[k] = members[k].push(part, stats, _untimed)
+                            part, steps_due[k] = members[k].push(part, stats, untimed)
                             learned[k] = (part, stats)
                         else:
-                            part, n_steps = members[k].learn_from(part, stats, _untimed)
+                            part, n_steps = members[k].learn_from(part, stats, untimed)
                             learned[k] = (part, stats)
                             if n_steps:
                                 updated.append(k)
@@ -429,15 +428,6 @@ def _synced(batched: Any, k: int, saved: Callable[[], dict[str, Any]]) -> Callab
         return saved()
 
     return state
-
-
-def _untimed(phase: str) -> contextlib.nullcontext[None]:
-    return contextlib.nullcontext()
-
-
-def _info_rows(explore: dict[str, bool | float], n: int) -> DictTensor:
-    """The training ``agent_info`` of ``n`` rows, one value per key."""
-    return DictTensor({k: torch.full((n,), v) for k, v in explore.items()})
 
 
 def _side_by_side(infos: list[DictTensor | None], last: list[DictTensor | None],
