@@ -42,7 +42,16 @@ gradient step) and ``sac-mujoco`` (Hopper-v5, 10,000; the population's envs in f
 
 Run: nice -n 5 python benchmarks/population.py --micro [--rounds 3] [--steps 200] [--members 5] [--only NAME,...]
      nice -n 5 python benchmarks/population.py --runs [--workloads ppo-cartpole,...] [--rounds 2] [--budget-scale 1]
+     nice -n 5 python benchmarks/population.py --scores ROOT [--workloads ppo-cartpole,dqn-cartpole,sac-pendulum]
      nice -n 5 python benchmarks/population.py --phases ppo --preset ppo-cartpole --seeds 0,1,2,3,4 ...
+
+``--scores ROOT`` trains, at the settings a user gets by naming the env (the preset, its budget and its stop at the
+target), five seeds as one population and the same five seeds as solo runs (two at a time), for PPO CartPole, DQN
+CartPole (its batched gradient step, the default: rows equal to float32 rounding, not bitwise, so the runs part) and
+SAC Pendulum, into ``ROOT/<preset>/population`` and ``ROOT/<preset>/solo``, then compares their final evaluation
+returns with ``rlstruct compare`` (the IQM with its 95% stratified bootstrap interval, the probability of improvement):
+the issue's claim that a member's final score is its solo run's, over seeds. A run whose folder holds a
+``summary.json`` is kept (the command resumes where it stopped); ``--workloads`` narrows it.
 
 ``--phases ALGO FLAGS`` runs one training run (``rlstruct train ALGO FLAGS``, solo or a population) in this process
 with timers around the training loop's phases and prints their exclusive wall and CPU time (see ``_phases``).
@@ -415,6 +424,52 @@ def _runs(args: argparse.Namespace, argv: list[str]) -> None:
     _runs_table({n: v for n, v in results.items() if v}, configs)
 
 
+SCORE_WORKLOADS = {"ppo-cartpole": ("ppo", "CartPole-v1"), "dqn-cartpole": ("dqn", "CartPole-v1"),
+                   "sac-pendulum": ("sac", "Pendulum-v1")}
+
+
+def _scores(root: Path, workloads: list[str], members: int) -> dict:
+    """``--scores``: each workload's population and solo runs (those not finished yet), then ``rlstruct compare``'s
+    statistics of the two groups; prints a table row a workload and returns the statistics."""
+    seeds = list(range(members))
+    out = {}
+    for key in workloads:
+        if key not in SCORE_WORKLOADS:
+            raise SystemExit(f"--workloads: unknown workload {key!r} for --scores; choose from "
+                             f"{', '.join(SCORE_WORKLOADS)}")
+        algo, env = SCORE_WORKLOADS[key]
+        base = [_rlstruct(), "train", algo, "--preset", key, "--env", env, "--torch-threads", "1", "--no-progress"]
+        pop, solo = root / key / "population", root / key / "solo"
+        commands = []
+        if not all((pop / f"seed-{s}" / "summary.json").exists() for s in seeds):
+            resume = ["--resume", str(pop)] if (pop / "population.json").exists() else ["--logdir", str(pop)]
+            commands.append([*base, "--seeds", ",".join(map(str, seeds)), *resume])
+        for s in seeds:
+            folder = solo / f"seed-{s}"
+            if not (folder / "summary.json").exists():
+                resume = ["--resume", str(folder)] if (folder / "config.json").exists() else ["--logdir", str(folder)]
+                commands.append([*base, "--seed", str(s), *resume])
+        logs = root / key / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        if commands:
+            wall, cpu, _ = _launch(commands, 2, logs)
+            print(f"# {key}: {len(commands)} runs in {wall:.0f} s ({cpu:.0f} CPU s)", file=sys.stderr, flush=True)
+        result = subprocess.run([_rlstruct(), "compare", f"population={pop}", f"solo={solo}", "--json"],
+                                capture_output=True, text=True, check=True)
+        stats = json.loads(result.stdout)
+        groups = stats["groups"]
+        p, q = groups["population"]["iqm"], groups["solo"]["iqm"]
+        overlap = p["low"] <= q["high"] and q["low"] <= p["high"]
+        better = next(i for i in stats["improvement"] if i["x"] == "population")
+        scores = {g: [round(v, 2) for vs in groups[g]["scores"].values() for v in vs] for g in groups}
+        print(f"| {key} | {p['value']:.1f} [{p['low']:.1f}, {p['high']:.1f}] | {q['value']:.1f} [{q['low']:.1f}, "
+              f"{q['high']:.1f}] | {'yes' if overlap else 'NO'} | {better['value']:.2f} | {scores['population']} "
+              f"| {scores['solo']} |", flush=True)
+        out[key] = {"population": p, "solo": q, "overlap": overlap, "p_population_better": better,
+                    "scores": scores}
+    return out
+
+
 def _phases(train_argv: list[str]) -> None:
     """``--phases``: runs ``rlstruct train *train_argv`` in this process with timers around the training loop's
     phases and prints each phase's exclusive wall and CPU time (of this thread) as one JSON line, ``PHASES {...}``.
@@ -484,8 +539,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="whole runs: a population against five solo runs one after another and two at a time")
     parser.add_argument("--phases", nargs=argparse.REMAINDER, default=None, metavar="ALGO FLAGS",
                         help="times the phases of one run: the rest of the line is rlstruct train's (ALGO and flags)")
-    parser.add_argument("--workloads", default="ppo-cartpole,ppo-minatar,dqn-minatar",
-                        help=f"--runs: comma-separated presets among {', '.join(RUN_WORKLOADS)}")
+    parser.add_argument("--scores", type=Path, default=None, metavar="ROOT",
+                        help="final scores: a population and five solo runs a workload, into ROOT, compared")
+    parser.add_argument("--workloads", default=None,
+                        help=f"--runs: comma-separated presets among {', '.join(RUN_WORKLOADS)} (default: "
+                             f"ppo-cartpole,ppo-minatar,dqn-minatar); --scores: among {', '.join(SCORE_WORKLOADS)} "
+                             "(default: all)")
     parser.add_argument("--budget-scale", type=float, default=1.0, help="--runs: multiplies each workload's budget")
     parser.add_argument("--run-timeout", type=float, default=3600.0,
                         help="--runs: seconds one configuration (all its runs) may take")
@@ -497,8 +556,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.phases is not None:
         _phases(args.phases)
         return
+    if args.scores is not None:
+        print(f"python benchmarks/population.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+        print(f"# {machine()}\n# load average at the start: {load_average()}")
+        print("\n| workload | population: IQM [95% CI] | solo runs: IQM [95% CI] | intervals overlap "
+              "| P(population > solo) | population's scores | solo scores |\n|:--|--:|--:|:--|--:|:--|:--|", flush=True)
+        _scores(args.scores, (args.workloads or ",".join(SCORE_WORKLOADS)).split(","), args.members)
+        print(f"# load average at the end: {load_average()}")
+        return
+    args.workloads = args.workloads or "ppo-cartpole,ppo-minatar,dqn-minatar"
     if args.micro == args.runs:
-        parser.error("pass one of --micro (the learner's step), --runs (whole runs) and --phases ALGO FLAGS")
+        parser.error("pass one of --micro (the learner's step), --runs (whole runs), --scores ROOT and "
+                     "--phases ALGO FLAGS")
     if args.runs:
         _runs(args, sys.argv[1:] if argv is None else argv)
         return
