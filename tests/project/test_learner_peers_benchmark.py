@@ -1,15 +1,23 @@
-"""benchmarks/learner_peers.py at a tiny budget: each configuration runs in its own process and the table compares
-the peers with rlstruct."""
+"""benchmarks/learner_peers.py and its DQN and SAC companions at a tiny budget: each configuration runs in its own
+process and the table compares the peers with rlstruct. Stable-Baselines3 runs for real in the SAC comparison; the DQN
+comparison replays SB3's recorded row (``tests/data/learner_peers_dqn_sb3.json``) beside a live rlstruct run."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import importlib.util
+import io
+import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import wall_limit
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "learner_peers.py"
 
@@ -47,22 +55,39 @@ def test_rejax_reports_its_rate_and_its_compile_apart(tmp_path):
     assert "start-up" in row and "of rlstruct's" in row
 
 
-@pytest.mark.long(reason="three fresh processes, rlstruct's DQN and Stable-Baselines3's on Atari each importing "
-                         "torch and building its networks: about 40 CPU s")
-@pytest.mark.timeout(620)
-def test_the_dqn_comparison_runs_rlstruct_and_stable_baselines3_at_a_tiny_budget(tmp_path):
-    """The script's rlstruct and Stable-Baselines3 configurations end to end, and their gradient steps' FLOPs equal
-    with ``--no-double``. Double DQN's extra online forward, which the ``rlstruct`` row adds to these, is counted by
-    ``tests/algos/test_dqn.py``; running that row here too would cost a third fresh process for the same claim."""
+#: Stable-Baselines3's DQN row (``sb3-1t``) at the test's size, recorded with the command and versions that made it
+SB3_DQN_ROW = Path(__file__).resolve().parents[1] / "data" / "learner_peers_dqn_sb3.json"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_dqn_comparison_runs_rlstruct_beside_stable_baselines3s_recorded_row_at_a_tiny_budget(tmp_path,
+                                                                                                  monkeypatch):
+    """The script's ``rlstruct-plain`` configuration end to end in its own fresh process (``--one``, as the script
+    runs each configuration), its row in the script's table beside Stable-Baselines3's, and their gradient steps'
+    FLOPs equal with ``--no-double``. SB3's row is replayed from :data:`SB3_DQN_ROW`: its FLOPs a gradient step are
+    SB3's arithmetic, which no change of rlstruct's moves, and its own run (a fresh process importing SB3 and building
+    its CNN) was the costlier half of the test; record it again with the file's command when SB3 or the script's SB3
+    adapter changes. The suite's genuine SB3 run is the SAC comparison's, below. Double DQN's extra online forward,
+    which the ``rlstruct`` row adds to these, is counted by ``tests/algos/test_dqn.py``."""
     pytest.importorskip("ale_py", reason="the atari extra is not installed: pip install 'rlstruct[atari]'")
-    script = SCRIPT.with_name("learner_peers_dqn.py")
+    from benchmarks import _fresh, learner_peers_dqn
+
+    recorded = json.loads(SB3_DQN_ROW.read_text())
+    size = ["--steps", "128", "--learning-starts", "128", "--buffer", "1000"]
+    assert recorded["command"].endswith(" ".join(size)), "the record is of the test's size"
+    monkeypatch.chdir(tmp_path)
+    live = _fresh.run_one(str(SCRIPT.with_name("learner_peers_dqn.py")), "rlstruct-plain-1t", size,
+                          timeout=wall_limit(240), env={**os.environ, "OMP_NUM_THREADS": "1"})
     names = ("rlstruct-plain-1t", "sb3-1t")  # float32: bfloat16 is emulated on CPUs without it
-    proc = subprocess.run([sys.executable, str(script), "--only", ",".join(names), "--steps", "128",
-                           "--learning-starts", "128", "--buffer", "1000", "--rounds", "1"],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
-    assert set(names) <= set(rows), proc.stdout
+    args = argparse.Namespace(steps=128, learning_starts=128, buffer=1000, only=",".join(names))
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        _fresh.print_results({"rlstruct-plain-1t": [live], "sb3-1t": [recorded["result"]]},
+                             learner_peers_dqn.configs(args), "steps_per_s", "env steps/s incl. learning",
+                             note=learner_peers_dqn._note)
+    rows = {line.split("|")[1].strip(): line for line in table.getvalue().splitlines() if line.startswith("| ")}
+    assert set(names) <= set(rows), table.getvalue()
     for name in names:  # each learner's FLOPs a gradient step and their rate on one thread
         assert "GFLOP a gradient step, gradient steps at" in rows[name], rows[name]
     gflop = {name: float(re.search(r"([0-9.]+) GFLOP a gradient step", rows[name]).group(1)) for name in names}
