@@ -251,16 +251,17 @@ def test_torchrun_ppo_two_ranks_train_and_rank_0_alone_reports(launched, capsys)
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_torchrun_dqn_two_ranks_train_with_a_replay_buffer_per_rank(tmp_path):
-    """The dqn-cartpole preset as 2 ranks (a buffer each, gradients averaged) for 2,048 env steps: one report with
-    world_size 2, both ranks' steps counted in the budget; the ranks' networks (targets included) agree at the end (a
-    difference raises). That they solve CartPole-v1 (475 within the preset's 100k env steps) is
-    benchmarks/torchrun_learning.py's, whose results are on the data-parallel benchmarks page."""
+    """The dqn-cartpole preset as 2 ranks (a buffer each, gradients averaged) for 1,024 env steps (gradient steps from
+    the 512th on): one report with world_size 2, both ranks' steps counted in the budget; the ranks' networks (targets
+    included) agree at the end (a difference raises). That they solve CartPole-v1 (475 within the preset's 100k env
+    steps) is benchmarks/torchrun_learning.py's, whose results are on the data-parallel benchmarks page."""
     out = _torchrun(tmp_path, "train", "dqn", "--env", "CartPole-v1", "--logdir", "run", "--no-progress",
-                    "--max-env-steps", "2048", "--learning-starts", "512", "--n-evaluation-envs", "2")
+                    "--max-env-steps", "1024", "--learning-starts", "512", "--n-evaluation-envs", "2",
+                    "--evaluation-max-steps", "20")
     assert out.returncode == 0, out.stderr[-3000:]
     summaries = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert len(summaries) == 1 and summaries[0]["world_size"] == 2 and summaries[0]["preset"] == "dqn-cartpole"
-    assert summaries[0]["env_steps"] == 2048, summaries
+    assert summaries[0]["env_steps"] == 1024, summaries
     steps = [int(r["env_steps"]) for r in csv.DictReader(open(tmp_path / "run" / "progress.csv"))]
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert steps[0] == 2 * config["n_envs"] * config["rollout_steps"]  # both ranks' steps count in the budget
@@ -272,13 +273,14 @@ def test_torchrun_dqn_two_ranks_train_with_a_replay_buffer_per_rank(tmp_path):
 @pytest.mark.slow
 def test_torchrun_sac_two_ranks_train_alike_and_rank_0_alone_reports(tmp_path):
     """SAC as 2 ranks: the actor, the critics, their targets and the temperature stay identical (checked at the end
-    of the run: a difference raises), and one summary.json says world_size 2."""
+    of the run: a difference raises), and one summary.json says world_size 2. 512 env steps, a gradient step every 4
+    from the 256th on: their number does not change what is checked."""
     out = _torchrun(tmp_path, "train", "sac", "--env", "Pendulum-v1", "--logdir", "run", "--no-progress",
-                    "--max-env-steps", "768", "--learning-starts", "256", "--n-evaluation-envs", "1",
-                    "--evaluation-max-steps", "20")
+                    "--max-env-steps", "512", "--learning-starts", "256", "--gradient-steps-per-env-step", "0.25",
+                    "--n-evaluation-envs", "1", "--evaluation-max-steps", "20")
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["env_steps"] == 768
+    assert summary["world_size"] == 2 and summary["env_steps"] == 512
     rows = [r for r in csv.DictReader(open(tmp_path / "run" / "progress.csv")) if r.get("loss/critic")]
     assert rows, "no gradient step was taken"
 
@@ -337,15 +339,15 @@ def _common(case: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
-    """``launched(case)``: the run folder and the finished ``torchrun`` of ``EQUIVALENT_RUNS[case]`` as 2 ranks of one
-    worker of 4 envs each, launched once for the module (3 fresh interpreters and their workers: 10-13 CPU s) and
-    read by every test that checks something of it. Read it, never write into it."""
+    """``launched(case)``: the run folder and the finished ``torchrun`` of ``EQUIVALENT_RUNS[case]`` as 2 ranks of 4
+    envs each, stepped in the rank's own process, launched once for the module (3 fresh interpreters: torchrun's agent
+    and the ranks) and read by every test that checks something of it. Read it, never write into it."""
     runs: dict[str, tuple[Path, subprocess.CompletedProcess]] = {}
 
     def launch(case: str) -> tuple[Path, subprocess.CompletedProcess]:
         if case not in runs:
             folder = tmp_path_factory.mktemp(case)
-            out = _torchrun(folder, *_common(case), "--n-envs", "4", "--n-processes", "1", "--logdir", "ranks")
+            out = _torchrun(folder, *_common(case), "--n-envs", "4", "--n-processes", "0", "--logdir", "ranks")
             assert out.returncode == 0, out.stderr[-3000:]
             runs[case] = folder / "ranks", out
         return runs[case]
@@ -361,11 +363,13 @@ def _model_of(run_dir: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", TORCHRUN_CASES)
 def test_two_ranks_of_n_envs_learn_what_one_process_of_2n_envs_learns(tmp_path, case, capsys, launched):
-    """The whole loop, collection included: torchrun's 2 ranks of one worker of 4 envs each end with the parameters
-    that one process of 2 workers of 4 envs each ends with: the same envs (seeded by their global index) and the
-    same draws on the same rows. The one process is this one (the command's entry point)."""
+    """The whole loop, collection included: torchrun's 2 ranks of 4 envs each end with the parameters that one process
+    of 8 envs ends with: the same envs (seeded by their global index) and the same draws on the same rows. The one
+    process is this one (the command's entry point). Every env steps in its rank's (its process's) own process: that
+    a run is the same over worker processes is tests/algos/test_same_run.py's, and ranks of one worker process each
+    against one process of two are test_multinode_benchmark's torchrun test (two launchers, one rank each)."""
     ranks, _ = launched(case)
-    one = rlstruct_in_process(capsys, *_common(case), "--n-envs", "8", "--n-processes", "2", "--logdir",
+    one = rlstruct_in_process(capsys, *_common(case), "--n-envs", "8", "--n-processes", "0", "--logdir",
                               str(tmp_path / "one"))
     assert one.returncode == 0, one.stderr[-3000:]
     two_ranks, one_process = _model_of(ranks), _model_of(tmp_path / "one")
@@ -404,8 +408,18 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _is_rank(pid: int, rank: int) -> bool:
+    """Whether ``pid`` is the ``rlstruct`` process of rank ``rank`` (not one of its helper processes)."""
+    try:
+        environ, cmdline = (Path(f"/proc/{pid}/{f}").read_bytes() for f in ("environ", "cmdline"))
+    except OSError:
+        return False
+    return f"RANK={rank}\0".encode() in environ and b"rlstruct" in cmdline and b"multiprocessing" not in cmdline
+
+
+#: a PPO run without evaluations; each test sets its budget and sizes
 LONG_RUN = ["train", "ppo", "--env", "CartPole-v1", "--preset", "none", "--no-stop-at-reward-threshold",
-            "--max-env-steps", "5000000", "--n-processes", "1", "--no-progress", "--no-tensorboard"]
+            "--eval-every", "1000", "--n-evaluation-envs", "1", "--no-progress", "--no-tensorboard"]
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads the process tree from /proc (Linux)")
@@ -416,11 +430,16 @@ def test_a_rank_that_dies_or_hangs_ends_the_others_with_a_typed_error(tmp_path, 
     """Two ranks launched as a scheduler would (RANK, WORLD_SIZE, MASTER_ADDR/PORT; no torchrun agent to kill the
     rest): once training runs, rank 1 is SIGKILLed (dies) or SIGSTOPped (hangs). Rank 0 ends with status 1 and one
     line naming RankLostError's situation, within the timeout (5 s here) and not in a hang; its batcher workers
-    are gone."""
+    are gone. Small iterations (4 envs x 16 steps a rank): what the test pays for is the ranks' start. The timeout
+    stays 5 s, and the ranks alike (a worker process each): it also bounds the rendezvous, which each rank joins once
+    its worker process started (its import of torch), so that ranks that start unevenly on a loaded machine would
+    time out there instead."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
            "WORLD_SIZE": "2"}
     rlstruct = str(Path(sys.executable).with_name("rlstruct"))
-    ranks = [subprocess.Popen([rlstruct, *LONG_RUN, "--logdir", f"run{r}", "--batcher-timeout", "5"],
+    flags = [*LONG_RUN, "--max-env-steps", "5000000", "--n-envs", "4", "--n-steps", "16", "--n-processes", "1",
+             "--batcher-timeout", "5"]
+    ranks = [subprocess.Popen([rlstruct, *flags, "--logdir", f"run{r}"],
                               env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
     try:
@@ -456,28 +475,31 @@ def test_a_rank_that_dies_or_hangs_ends_the_others_with_a_typed_error(tmp_path, 
 def test_torchrun_max_restarts_resumes_the_group_from_the_last_checkpoint(tmp_path):
     """torchrun --max-restarts 1: rank 1 is killed once rank 0 wrote a periodic checkpoint; torchrun restarts both
     ranks, which resume from --logdir's checkpoint (no --resume given) and finish the budget: one run, one
-    summary, the rows of the first attempt up to its checkpoint kept. 20 iterations, a checkpoint every 4: the kill
-    comes after the first checkpoint, with 16 iterations (a few seconds) left to resume."""
+    summary, the rows of the first attempt up to its checkpoint kept. 20 small iterations (4 envs x 32 steps a rank),
+    a checkpoint every 4: the kill comes after the first checkpoint, with 16 iterations left to resume. Rank 1 is
+    found before the checkpoint is written, so that the kill follows it within a 0.05 s poll, a small part of what
+    those 16 iterations take."""
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1"}
-    budget = 20 * 2 * 8 * 128  # 20 iterations of 2 ranks x 8 envs x 128 steps
+    budget = 20 * 2 * 4 * 32  # 20 iterations of 2 ranks x 4 envs x 32 steps
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
-           "--master-port", str(_free_port()), "--no-python", "rlstruct", *LONG_RUN[:-6], "--max-env-steps",
-           str(budget), "--n-envs", "8", "--n-steps", "128", "--checkpoint-every", "4", "--eval-every", "1000",
-           "--logdir", "run", "--no-progress", "--no-tensorboard"]
+           "--master-port", str(_free_port()), "--no-python", "rlstruct", *LONG_RUN, "--max-env-steps", str(budget),
+           "--n-envs", "4", "--n-steps", "32", "--checkpoint-every", "4", "--logdir", "run"]
     launcher = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
     try:
         checkpoint = tmp_path / "run" / "checkpoint.pt"
         deadline = time.monotonic() + 150
+        rank_1: list[int] = []
+        while not rank_1:
+            assert time.monotonic() < deadline and launcher.poll() is None, launcher.stderr.read()[-3000:]
+            assert not checkpoint.exists(), "rank 1 was not found before the first checkpoint"
+            rank_1 = [p for p in _descendants(launcher.pid) if _is_rank(p, 1)]
+            time.sleep(0.05)
+        assert len(rank_1) == 1, rank_1
         while not checkpoint.exists():
             assert time.monotonic() < deadline and launcher.poll() is None, launcher.stderr.read()[-3000:]
-            time.sleep(0.2)
-        rank_1 = [p for p in _descendants(launcher.pid)
-                  if b"RANK=1\0" in Path(f"/proc/{p}/environ").read_bytes() and b"rlstruct" in
-                  Path(f"/proc/{p}/cmdline").read_bytes() and b"multiprocessing" not in
-                  Path(f"/proc/{p}/cmdline").read_bytes()]
-        assert len(rank_1) == 1, rank_1
+            time.sleep(0.05)
         os.kill(rank_1[0], signal.SIGKILL)
         out, err = launcher.communicate(timeout=240)
     finally:
@@ -498,13 +520,14 @@ def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path
     """The training batcher as Ray actors: --ray-actors 2 (a local cluster the run starts), and torchrun's 2 ranks of
     one actor each on a cluster started by `ray start --head` (--ray-address auto), end A2C with the parameters one
     process of 2 worker processes ends with: the actors host the same workers, seeded alike, rows in the same
-    order."""
+    order. Over 4 updates (256 env steps), each one's weights sent to every actor before the next collection."""
     if importlib.util.find_spec("ray") is None:  # not importorskip: Ray imported here would listen on every interface
         pytest.skip("the ray extra is not installed")  # in the Ray tests that come later in this process
     rlstruct, ray_cli = (str(Path(sys.executable).with_name(n)) for n in ("rlstruct", "ray"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "RAY_USAGE_STATS_ENABLED": "0"}
     algo, *flags = EQUIVALENT_RUNS["a2c"]
+    flags[flags.index("--max-env-steps") + 1] = "256"
     common = ["train", algo, "--env", "CartPole-v1", "--preset", "none", "--n-envs", "4", "--eval-every", "1000",
               "--n-evaluation-envs", "1", "--evaluation-max-steps", "20", "--no-progress", *flags]
     # The worker processes' run in this process; the actors' in its own (its Ray cluster ends with it).

@@ -281,10 +281,14 @@ def test_an_actors_failed_worker_process_is_replaced_within_the_actor(ray_cluste
         assert second.trajectories.lengths.tolist() == [2, 2]
 
 
-@pytest.mark.parametrize("env_args", [EPISODIC, AUTORESET], ids=["episodic", "autoreset"])
-def test_ray_batcher_is_a_drop_in_for_rl_batcher(ray_cluster, env_args):
-    # The very arguments of an RL_Batcher, positional and keyword: swapping the class name is the whole change.
-    args = (3, CounterAgent, {}, CountingEnv, env_args, 0, [4])
+def test_ray_batcher_is_a_drop_in_for_rl_batcher(ray_cluster):
+    """The very arguments of an RL_Batcher, positional and keyword: swapping the class name is the whole change.
+
+    On the episodic env: that an actor of auto-reset envs collects what RL_Batcher collects is
+    test_an_actor_hosting_worker_processes_equals_rl_batcher_and_reports_their_errors's and
+    test_two_actors_with_one_seed_collect_what_one_rl_batcher_of_all_the_envs_collects's (an actor is a process
+    that imports torch: a case of its own would start one more)."""
+    args = (3, CounterAgent, {}, CountingEnv, EPISODIC, 0, [4])
     kwargs = {"agent_info": AI.slice(0, 3), "env_info": EI.slice(0, 3), "agent_seeds": [9], "device": "cpu",
               "timeout": 60.0, "sync_timings": False, "zero_copy": False}
     runs = []
