@@ -3,8 +3,8 @@ order a reader meets them, and every return the text promises is covered by a le
 
 The commands run in one temporary folder (relative log folders such as ``runs/ppo`` land there, so that
 ``rlstruct eval runs/ppo`` finds what the command before it trained). A training command gets flags appended that
-cap its budget and, where the text leaves it to a preset, its rollout's length (the last of a repeated flag wins, so
-they override the text's); nothing else is changed.
+cap its budget and, where the text leaves it to a preset, its rollout's length and its envs' random start steps (the
+last of a repeated flag wins, so they override the text's); nothing else is changed.
 """
 
 from __future__ import annotations
@@ -28,8 +28,14 @@ CAP = ["--max-env-steps", "256", "--time-limit", "120", "--no-progress", "--no-t
        "2", "--evaluation-max-steps", "20", "--eval-every", "1000"]
 #: and to the off-policy ones: learn within that budget
 CAP_REPLAY = ["--learning-starts", "64"]
+#: appended to every ``rlstruct eval``: two short episodes (its default 16 build 16 envs: 16 Atari emulators)
+CAP_EVAL = ["--max-steps", "20", "--episodes", "2"]
 #: the steps an env of an on-policy run's iteration at least, where :func:`_capped_rollout` shortens the rollout
 MIN_ROLLOUT = 16
+#: the most random start steps (``env_kwargs["random_start_steps"]``, a MinAtar preset's 2,500) a training env plays
+#: here before the run's first step: 128 envs x 2,500 batched random steps cost 18 CPU s, and on a loaded machine
+#: outran the run's --time-limit before its first iteration; a few still take the random-start path
+RANDOM_START_STEPS = 8
 #: appended to ``rlstruct profile`` and ``rlstruct autotune``: a couple of short acquisitions (of at most
 #: :data:`PROFILE_ENVS` envs a worker: a page's 16,384 would learn from 131k env steps a PPO update, and the profile's
 #: table reads the same at any count), and autotune's sweep cut to two env counts a process count (each configuration
@@ -169,16 +175,24 @@ def _capped_rollout(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list
     """``--n-steps`` for an on-policy training command (``argv``, its budget capped) whose one iteration would take
     more env steps than the budget: its ``n_envs x n_steps``, the text's or its preset's as ``--show-config`` gives
     them (128 envs x 32 steps of MinAtar, 8 x 128 Atari frames), cut to the budget's (at least :data:`MIN_ROLLOUT`
-    steps an env). A run makes one iteration at least; what the command proves (its flags, preset, env and network,
-    an update, the run folder) does not depend on the rollout's length."""
+    steps an env); and ``--env-kwargs`` with its ``random_start_steps`` cut to :data:`RANDOM_START_STEPS` where the
+    command's settings start the envs further out of step (the other keyword arguments as shown). A run makes one
+    iteration at least; what the command proves (its flags, preset, env and network, an update, the run folder) does
+    not depend on the rollout's length or on how far the envs start out of step."""
     from rlstruct.algos._train import cli
 
     capsys.readouterr()
     assert cli.main([*argv[1:], "--show-config"]) in (0, None)
-    shown = dict(re.findall(r"^--(n-envs|n-steps|max-env-steps)\s+(\d+)", capsys.readouterr().out, re.M))
+    shown_text = capsys.readouterr().out
+    shown = dict(re.findall(r"^--(n-envs|n-steps|max-env-steps)\s+(\d+)", shown_text, re.M))
     n_envs, n_steps, budget = (int(shown[k]) for k in ("n-envs", "n-steps", "max-env-steps"))
     capped = max(MIN_ROLLOUT, -(-budget // n_envs))
-    return ["--n-steps", str(capped)] if capped < n_steps else []
+    extra = ["--n-steps", str(capped)] if capped < n_steps else []
+    env_kwargs = re.search(r"^--env-kwargs\s+(\{.*\})\s", shown_text, re.M)
+    kwargs = json.loads(env_kwargs.group(1)) if env_kwargs else {}
+    if kwargs.get("random_start_steps", 0) > RANDOM_START_STEPS:
+        extra += ["--env-kwargs", json.dumps({**kwargs, "random_start_steps": RANDOM_START_STEPS})]
+    return extra
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +220,7 @@ def test_documented_command_runs_as_written(page, command, workdir, monkeypatch,
         if argv[2] in ("ppo", "a2c", "pqn") and "--resume" not in argv:
             argv += _capped_rollout(argv, capsys)
     if argv[1] == "eval":
-        argv += ["--max-steps", "20"]
+        argv += CAP_EVAL
     argv += {"profile": CAP_PROFILE, "autotune": CAP_AUTOTUNE}.get(argv[1], [])
     if argv[1] == "profile" and "--n-envs" in argv and int(argv[argv.index("--n-envs") + 1]) > PROFILE_ENVS:
         argv += ["--n-envs", str(PROFILE_ENVS)]
