@@ -17,6 +17,12 @@ INSTALL_TORCH := $(if $(filter cpu,$(TORCH_BUILD)),$(PIP) install -q --no-deps -
 UV_VERSION := 0.13.9
 INSTALL_UV := $(PIP) install -q uv==$(UV_VERSION)
 UV_PIP := $(VENV)/bin/uv pip install -q --python $(PY)
+# The package installs editable in setuptools' strict mode: build/__editable__.rlstruct-*/ holds a link to each of its
+# files, laid out as the installed package (agents/ as rlstruct/agents/, ...), and a .pth line puts that folder on
+# sys.path, where editors and type checkers (jedi, pyright) find rlstruct.agents, .batchers and .algos; the default
+# mode maps them with an import hook, code that static tools do not run. The links are laid at install time, so a
+# module added or removed needs them laid again: `make install` does it each time it runs (`make test` runs it).
+STRICT := --config-settings-package rlstruct:editable_mode=strict
 # What `make demo` needs: the core, and what its run shows (learning curve, progress bar, TensorBoard events).
 DEMO_EXTRAS := plot,progress,tensorboard
 # What `make install` and `make test` install: every extra CI tests.
@@ -34,17 +40,19 @@ $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(INSTALL_TORCH)
 	$(INSTALL_UV)
-	$(UV_PIP) -e '.[$(EXTRAS)]'
+	$(UV_PIP) -e '.[$(EXTRAS)]' $(STRICT)
 	touch $@ $(VENV)/.demo-installed
 
 $(VENV)/.demo-installed: pyproject.toml requirements/cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(INSTALL_TORCH)
 	$(INSTALL_UV)
-	$(UV_PIP) -e '.[$(DEMO_EXTRAS)]'
+	$(UV_PIP) -e '.[$(DEMO_EXTRAS)]' $(STRICT)
 	touch $@
 
+# The links laid again, for a module added or removed since the last install: the stamps follow pyproject.toml only.
 install: $(VENV)/.installed
+	$(UV_PIP) --no-deps -e . $(STRICT)
 
 demo: $(VENV)/.demo-installed
 	$(VENV)/bin/rlstruct train a2c --env CartPole-v1 --logdir runs/demo
@@ -69,7 +77,7 @@ test: install lint
 quick: install lint
 	$(PYTEST) -m "not slow"
 
-lint: install
+lint: $(VENV)/.installed
 	$(PY) -m ruff check .
 
 bench: install
@@ -82,7 +90,7 @@ bench: install
 # reference or a docstring that does not render fails the build).
 $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
 	$(INSTALL_UV)
-	$(UV_PIP) -e '.[docs]'
+	$(UV_PIP) -e '.[docs]' $(STRICT)
 	touch $@
 
 docs: $(VENV)/.docs-installed

@@ -11,6 +11,12 @@ names of ``rlstruct.structures``, ``rlstruct.envs`` and ``rlstruct.batchers`` th
 ``DictTensor({"loss": x.mean(), ...})`` are records (see :mod:`rlstruct.structures`).
 """
 
+# Python started in the repository's root (pytest, ``python -m rlstruct.algos``) finds this folder first, and the
+# agents/, batchers/ and algos/ folders sit beside it, not in it; the editable install's link tree further down
+# sys.path holds them as rlstruct's. extend_path adds each rlstruct/ folder of sys.path to this package's path, in a
+# form that editors read too (jedi).
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
 from rlstruct.devices import DeviceLike, as_device, cpu_state_dict, same_device, tree_copy

@@ -1,6 +1,10 @@
-"""A clone of the repository named ``rlstruct``, in the folder a script runs from, is imported as a namespace package
-in place of the installed one: batcher workers still start (their fork server does not look in the current folder),
-and importing ``rlstruct.batchers`` or ``rlstruct.algos`` through the clone says so in one line."""
+"""A clone of the repository named ``rlstruct``, in the folder a script runs from: batcher workers start (their fork
+server does not look in the current folder); the script's own imports find the installed package where it lies in a
+``sys.path`` folder (a wheel, or ``make install``'s strict editable install, whose link tree a ``.pth`` line names),
+since a package with an ``__init__.py`` on any ``sys.path`` entry comes before a folder without one. Where the install
+is setuptools' default editable import hook, which Python asks only after every ``sys.path`` entry, the clone is
+imported as a namespace package in its place, and importing ``rlstruct.batchers`` or ``rlstruct.algos`` through it
+says so in one line."""
 
 from __future__ import annotations
 
@@ -65,15 +69,24 @@ def test_workers_start_from_the_folder_that_holds_a_clone(clone_folder):
     assert result.stdout.strip() == "torch.Size([16])"
 
 
+def _installed_in_a_path_folder() -> bool:
+    """Whether a ``sys.path`` folder other than the repository holds the installed ``rlstruct`` package."""
+    return any(Path(entry, "rlstruct", "__init__.py").is_file() for entry in sys.path
+               if entry and Path(entry).resolve() != ROOT)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("args", [["-c", "from rlstruct.batchers import RL_Batcher"],
                                   ["-c", "import rlstruct.algos"],
-                                  ["-m", "rlstruct.algos", "train", "ppo"]])
-def test_importing_through_the_clone_says_so_in_one_line(clone_folder, args):
+                                  ["-m", "rlstruct.algos", "--version"]])
+def test_importing_from_the_folder_that_holds_a_clone(clone_folder, args):
     result = _python(args, clone_folder)
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == ONE_LINE.format(clone=clone_folder / "rlstruct")
+    if _installed_in_a_path_folder():
+        assert result.returncode == 0, result.stderr[-3000:]
+    else:
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines()[-1] == ONE_LINE.format(clone=clone_folder / "rlstruct")
 
 
 def test_a_namespace_package_in_place_of_rlstruct_is_named(monkeypatch):
