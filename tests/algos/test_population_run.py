@@ -9,10 +9,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,14 +19,14 @@ import pytest
 import torch
 
 from rlstruct.algos import a2c, dqn, impala, ppo, reinforce, sac
-from rlstruct.algos._train import train_command
+from rlstruct.algos._train import cli, train_command
 from rlstruct.algos._train.loops import OnPolicyLearning
 from rlstruct.algos._train.population_loop import member_folder, population_seeds
 from rlstruct.algos.harness import trainer
 from rlstruct.algos.population import PopulationAgent, member_runs
 from rlstruct.errors import BatchSizeError, ConfigError, SeedError
 from tests.algos.test_family_contract import KL_PPO, KL_SMALL, KLPPOConfig
-from tests.helpers import wall_limit
+from tests.helpers import ForkedCommand, wall_limit
 
 SMALL = {"progress": False, "tensorboard": False, "n_evaluation_envs": 2, "evaluation_max_steps": 50, "eval_every": 3,
          "log_every": 1, "stop_at_reward_threshold": False, "preset": "none", "hidden_sizes": (16,)}
@@ -104,8 +103,9 @@ def test_dqns_batched_step_is_each_members_solo_step_to_float32_rounding_and_che
 
 @pytest.mark.slow
 def test_sac_members_are_the_solo_runs_of_their_seeds(tmp_path):
+    """10 iterations of 8 env steps: 4 of warm-up, then 6 that learn (48 gradient steps)."""
     config = sac.SACConfig(env="Pendulum-v1", n_envs=2, rollout_steps=4, learning_starts=32, batch_size=16,
-                           max_env_steps=10 * 8 * 2, **SMALL)
+                           max_env_steps=10 * 8, **SMALL)
     assert_members_are_solo_runs(sac.train, config, [0, 1], tmp_path)
 
 
@@ -192,32 +192,32 @@ def test_a_family_without_a_population_loop_is_refused_in_one_line(tmp_path):
         a2c.train(a2c.A2CConfig(env="CartPole-v1", **SMALL), seeds=[0, 2**31])
 
 
-@pytest.mark.slow  # two commands in fresh processes
-def test_ctrl_c_checkpoints_every_member_and_resume_root_continues_them(tmp_path):
+@pytest.mark.slow
+def test_ctrl_c_checkpoints_every_member_and_resume_root_continues_them(tmp_path, capsys):
+    """The population's command runs in a fork of this process (what is tested is what a SIGINT leaves in every
+    member's folder, not an interpreter's start); ``--resume ROOT`` is the command, in this process."""
     root = tmp_path / "pop"
-    command = [sys.executable, "-m", "rlstruct.algos.a2c", "--env", "CartPole-v1", "--seeds", "0,1",
-               "--n-envs", "4", "--n-steps", "8", "--max-env-steps", "100000000", "--checkpoint-every", "1",
-               "--no-progress", "--no-tensorboard", "--preset", "none", "--no-stop-at-reward-threshold",
-               "--logdir", str(root)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = ForkedCommand(["train", "a2c", "--env", "CartPole-v1", "--seeds", "0,1", "--n-envs", "4", "--n-steps", "8",
+                          "--max-env-steps", "100000000", "--checkpoint-every", "1", "--no-progress",
+                          "--no-tensorboard", "--preset", "none", "--no-stop-at-reward-threshold", "--logdir",
+                          str(root)], tmp_path / "pop-command")
     try:
         deadline = time.monotonic() + wall_limit(120)
         while not all((member_folder(root, s) / "checkpoint.pt").exists() for s in (0, 1)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
             time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=wall_limit(120))
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 130, err
+    assert proc.returncode == 130, proc.stderr
     summaries = [json.loads((member_folder(root, s) / "summary.json").read_text()) for s in (0, 1)]
     assert all(s["interrupted"] and s["checkpoint"] for s in summaries)
     reached = [s["env_steps"] for s in summaries]
-    more = subprocess.run([sys.executable, "-m", "rlstruct.algos.a2c", "--resume", str(root), "--max-env-steps",
-                           str(max(reached) + 64), "--no-progress"], capture_output=True, text=True,
-                          timeout=wall_limit(120))
-    assert more.returncode == 0, more.stderr
-    last = json.loads(more.stdout.strip().splitlines()[-1])
+    capsys.readouterr()
+    assert cli.main(["train", "a2c", "--resume", str(root), "--max-env-steps", str(max(reached) + 64),
+                     "--no-progress"]) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert [m["env_steps"] for m in last["members"]] == [max(reached) + 64] * 2
     assert [m["logdir"] for m in last["members"]] == [str(member_folder(root, s)) for s in (0, 1)]
 

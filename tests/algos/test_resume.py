@@ -5,7 +5,9 @@ continues it: the counters, ``progress.csv``, the optimizers' state, the learnin
 own state (targets, temperature, return statistics) go on from the checkpoint. What the resumed session restores is
 read through a wrapper of ``restore_optimizer``, called where ``train`` restores its optimizers, and compared
 with the checkpoint it resumed. ``checkpoint_every`` writes such checkpoints during the run: one taken mid-run (or
-left by a SIGKILL) resumes too.
+left by a SIGKILL) resumes too. Each algorithm's first session is trained once for the module and copied where a
+test resumes it (``first_session``), and its resumed run is read by every test that checks what it restored
+(``resumed``).
 """
 
 from __future__ import annotations
@@ -106,12 +108,64 @@ def csv_rows(logdir) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def train_then_resume(tmp_path, monkeypatch, algo: str):
+@pytest.fixture(scope="module")
+def first_session(tmp_path_factory):
+    """``first_session(algo)``: the first session of ``CASES[algo]`` (its result and its folder), trained once for the
+    module: read it, or copy the folder (``shutil.copytree``) to write into it."""
+    folder = tmp_path_factory.mktemp("first-sessions")
+    made: dict[str, tuple] = {}
+
+    def first(algo: str) -> tuple:
+        if algo not in made:
+            module, config, _, first_steps, _ = CASES[algo]
+            logdir = folder / algo
+            made[algo] = (module.train(dataclasses.replace(config, logdir=str(logdir), max_env_steps=first_steps)),
+                          logdir)
+        return made[algo]
+
+    return first
+
+
+def copied_first_session(first_session, algo: str, to) -> tuple:
+    """The first session of ``algo`` copied into the folder ``to``: its result and ``to``."""
+    first, folder = first_session(algo)
+    shutil.copytree(folder, to)
+    return first, to
+
+
+@pytest.fixture(scope="module")
+def resumed(first_session, tmp_path_factory):
+    """``resumed(algo)``: :func:`train_then_resume` of ``algo``, run once for the module (the tests that check what a
+    resumed session restored read the same run)."""
+    made: dict[str, dict] = {}
+
+    def resume(algo: str) -> dict:
+        if algo not in made:
+            with pytest.MonkeyPatch.context() as monkeypatch:
+                made[algo] = train_then_resume(tmp_path_factory.mktemp(f"resumed-{algo}"), monkeypatch, algo,
+                                               first_session)
+        return made[algo]
+
+    return resume
+
+
+def train_then_resume(tmp_path, monkeypatch, algo: str, first_session) -> dict:
+    """The first session of ``algo`` (a copy of :func:`first_session`'s, in ``tmp_path / "run"``) resumed to its
+    total budget: the first result, the checkpoint it resumed (``saved``), the optimizers' and the return statistics'
+    states right after their restores, the second result, the final checkpoint, and the folder."""
     module, config, _, first_steps, total_steps = CASES[algo]
+    first, _ = copied_first_session(first_session, algo, tmp_path / "run")
     logdir = str(tmp_path / "run")
-    first = module.train(dataclasses.replace(config, logdir=logdir, max_env_steps=first_steps))
     saved = torch.load(os.path.join(logdir, CHECKPOINT_NAME), weights_only=True)
     restored = record_restores(monkeypatch, module)
+    statistics: list[dict] = []
+    real_load = LearnerNormalization.load_state_dict
+
+    def load(self, state):
+        real_load(self, state)
+        statistics.append({"carry": self.returns.carry.clone(), **tree_copy(self.state_dict()["returns"])})
+
+    monkeypatch.setattr(LearnerNormalization, "load_state_dict", load)
     seeds = []
     loop = loops  # the loop opens the batchers
     real_open = loop.open_batchers
@@ -126,15 +180,17 @@ def train_then_resume(tmp_path, monkeypatch, algo: str):
     final = torch.load(os.path.join(logdir, CHECKPOINT_NAME), weights_only=True)
     # The resumed session's envs and agents are seeded apart from the first session's.
     assert seeds == [session_seed(config.seed, first.iterations)] and seeds[0] != config.seed
-    return first, saved, restored, second, final
+    return {"first": first, "saved": saved, "restored": restored, "statistics": statistics, "second": second,
+            "final": final, "logdir": logdir}
 
 
 @pytest.mark.parametrize("algo", list(CASES))
-def test_a_resumed_run_continues_counters_logs_and_optimizer_state(tmp_path, monkeypatch, algo):
-    first, saved, restored, second, final = train_then_resume(tmp_path, monkeypatch, algo)
+def test_a_resumed_run_continues_counters_logs_and_optimizer_state(resumed, algo):
+    run = resumed(algo)
+    first, saved, restored, second, final = (run[k] for k in ("first", "saved", "restored", "second", "final"))
     total_steps = CASES[algo][4]
     assert saved["iteration"] == first.iterations > 0 and saved["env_steps"] == first.env_steps
-    assert second.logdir == str(tmp_path / "run")
+    assert second.logdir == run["logdir"]
     assert second.iterations > first.iterations and total_steps <= second.env_steps
     assert final["iteration"] == second.iterations and final["env_steps"] == second.env_steps
     assert final["wall_time_s"] > saved["wall_time_s"]
@@ -187,16 +243,10 @@ def test_a_resumed_run_continues_counters_logs_and_optimizer_state(tmp_path, mon
 
 
 @pytest.mark.parametrize("algo", ["a2c", "ppo", "reinforce"])
-def test_the_return_statistics_are_restored(tmp_path, monkeypatch, algo):
-    restored: list[dict] = []
-    real = LearnerNormalization.load_state_dict
-
-    def load(self, state):
-        real(self, state)
-        restored.append({"carry": self.returns.carry.clone(), **tree_copy(self.state_dict()["returns"])})
-
-    monkeypatch.setattr(LearnerNormalization, "load_state_dict", load)
-    first, saved, _, second, final = train_then_resume(tmp_path, monkeypatch, algo)
+def test_the_return_statistics_are_restored(resumed, algo):
+    """The resumed run of :func:`test_a_resumed_run_continues_counters_logs_and_optimizer_state`, read again."""
+    run = resumed(algo)
+    restored, saved, second, final = run["statistics"], run["saved"], run["second"], run["final"]
     moments = saved["learner"]["normalization"]["returns"]
     assert len(restored) == 1 and moments["count"] > 0
     assert_same_state({k: restored[0][k] for k in moments}, moments)
@@ -207,10 +257,9 @@ def test_the_return_statistics_are_restored(tmp_path, monkeypatch, algo):
     assert int(final["learner"]["normalization"]["returns"]["count"]) == second.env_steps
 
 
-def test_dqn_restores_its_target_network(tmp_path):
+def test_dqn_restores_its_target_network(first_session, tmp_path):
     module, config, _, first_steps, total_steps = CASES["dqn"]
-    logdir = str(tmp_path)
-    module.train(dataclasses.replace(config, logdir=logdir, max_env_steps=first_steps))
+    logdir = str(copied_first_session(first_session, "dqn", tmp_path / "run")[1])
     saved = torch.load(os.path.join(logdir, CHECKPOINT_NAME), weights_only=True)
     assert saved["learner"]["n_updates"] % config.target_update_interval != 0  # the target lags the Q network
     assert any(not torch.equal(saved["learner"]["target"][k], v) for k, v in saved["model"].items())
@@ -222,10 +271,9 @@ def test_dqn_restores_its_target_network(tmp_path):
 
 
 @pytest.mark.slow  # 1.5 CPU s on the reference CPU: slow is 1.5 s or more
-def test_sac_restores_its_target_critics_and_temperature(tmp_path, monkeypatch):
+def test_sac_restores_its_target_critics_and_temperature(first_session, tmp_path, monkeypatch):
     module, config, _, first_steps, total_steps = CASES["sac"]
-    logdir = str(tmp_path)
-    module.train(dataclasses.replace(config, logdir=logdir, max_env_steps=first_steps))
+    logdir = str(copied_first_session(first_session, "sac", tmp_path / "run")[1])
     saved = torch.load(os.path.join(logdir, CHECKPOINT_NAME), weights_only=True)
     restored = record_restores(monkeypatch, module)
     # A Polyak rate of 1e-9: the resumed session's target critics stay where it restored them.
@@ -263,11 +311,10 @@ def test_td3_restores_its_target_networks_and_the_phase_of_its_policy_delay(tmp_
     assert float(final["learner"]["critic_optimizer"]["state"][0]["step"]) == after
 
 
-def test_the_replay_buffer_refills_before_learning_again(tmp_path):
-    module, config, per_iteration, first_steps, total_steps = CASES["dqn"]
-    logdir = str(tmp_path / "run")
-    module.train(dataclasses.replace(config, logdir=logdir, max_env_steps=first_steps))
-    second = module.train(dataclasses.replace(config, max_env_steps=total_steps, resume=logdir))
+def test_the_replay_buffer_refills_before_learning_again(resumed):
+    """DQN's resumed run of :func:`test_a_resumed_run_continues_counters_logs_and_optimizer_state`, read again."""
+    _, config, per_iteration, first_steps, _ = CASES["dqn"]
+    second = resumed("dqn")["second"]
     resumed = [r for r in second.history if r["iteration"] > first_steps // per_iteration and "buffer_size" in r]
     assert resumed[0]["buffer_size"] == per_iteration  # an empty buffer, refilled
     learning = [r for r in resumed if "loss/q" in r]
@@ -283,10 +330,10 @@ def test_a_resumed_session_draws_other_seeds():
     assert worker_seeds(session_seed(3, 40), 2, 0) != worker_seeds(3, 2, 0)
 
 
-def test_resuming_into_another_logdir_copies_the_history_and_keeps_the_first(tmp_path):
+def test_resuming_into_another_logdir_copies_the_history_and_keeps_the_first(first_session, tmp_path):
     module, config, _, first_steps, total_steps = CASES["a2c"]
     first_dir, second_dir = str(tmp_path / "first"), str(tmp_path / "second")
-    first = module.train(dataclasses.replace(config, logdir=first_dir, max_env_steps=first_steps))
+    first, _ = copied_first_session(first_session, "a2c", tmp_path / "first")
     with open(os.path.join(first_dir, CSV_NAME), "a") as f:  # a row past the checkpoint (a stale copy's)
         f.write("999,99999,1.0\n")
     before = open(os.path.join(first_dir, CSV_NAME)).read()
@@ -301,11 +348,9 @@ def test_resuming_into_another_logdir_copies_the_history_and_keeps_the_first(tmp
 
 # --------------------------------------------------------------------------- what cannot be resumed
 @pytest.fixture(scope="module")
-def a2c_checkpoint(tmp_path_factory):
-    logdir = tmp_path_factory.mktemp("a2c")
-    _, config, _, first_steps, _ = CASES["a2c"]
-    a2c.train(dataclasses.replace(config, logdir=str(logdir), max_env_steps=first_steps))
-    return logdir
+def a2c_checkpoint(first_session):
+    """A2C's first session: read it, or copy it to write into it."""
+    return first_session("a2c")[1]
 
 
 @pytest.mark.parametrize("change, match", [
@@ -354,16 +399,16 @@ def test_a_checkpoint_records_the_backend_its_auto_stepped(a2c_checkpoint, tmp_p
     assert load_resume("a2c", dataclasses.replace(config, backend="gymnasium")).iteration > 0
 
 
-def test_another_algorithm_or_a_dueling_head_cannot_resume(a2c_checkpoint, tmp_path):
+def test_another_algorithm_or_a_dueling_head_cannot_resume(a2c_checkpoint, first_session, tmp_path):
     config = dataclasses.replace(CASES["ppo"][1], resume=str(a2c_checkpoint))
     with pytest.raises(ConfigError, match=r"holds a a2c run, got rlstruct train ppo; resume it with rlstruct train "
                                           r"a2c, or start a new ppo run without --resume"):
         ppo.train(config)
-    _, config, _, first_steps, _ = CASES["dqn"]
-    dqn.train(dataclasses.replace(config, logdir=str(tmp_path), max_env_steps=first_steps))
+    config = CASES["dqn"][1]
+    _, run = copied_first_session(first_session, "dqn", tmp_path / "run")
     with pytest.raises(ConfigError, match=r"dueling must equal the checkpoint's .* got dueling=True and the "
                                           r"checkpoint's False"):
-        dqn.train(dataclasses.replace(config, resume=str(tmp_path), dueling=True))
+        dqn.train(dataclasses.replace(config, resume=str(run), dueling=True))
 
 
 def test_the_envs_own_time_limit_given_as_a_number_still_resumes(tmp_path):
@@ -571,11 +616,10 @@ def test_a_bad_checkpoint_every_is_an_error():
         validate(a2c.ALGORITHM, dataclasses.replace(CASES["a2c"][1], checkpoint_every=-1))
 
 
-def test_a_checkpoint_is_replaced_whole(tmp_path, monkeypatch):
+def test_a_checkpoint_is_replaced_whole(first_session, tmp_path, monkeypatch):
     """The file is written beside the checkpoint and renamed onto it: a write that fails leaves the previous one."""
-    module, config, _, first_steps, _ = CASES["a2c"]
-    logdir = tmp_path / "run"
-    module.train(dataclasses.replace(config, logdir=str(logdir), max_env_steps=first_steps))
+    _, config, _, _, _ = CASES["a2c"]
+    _, logdir = copied_first_session(first_session, "a2c", tmp_path / "run")
     before = (logdir / CHECKPOINT_NAME).read_bytes()
 
     def crash(obj, f):
