@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
 from typing import Any, ClassVar
 
 import torch
@@ -391,7 +392,16 @@ def validate_run_config(config: RunConfig) -> None:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {config.backend!r}")
     check_bounds(config)
     workers = training_workers(config)
-    if config.n_envs % workers:
+    if config.seeds is not None:  # a population's batcher splits its members' envs together over its workers
+        members = len(config.seeds)
+        if members * config.n_envs % workers:
+            raise ConfigError(
+                f"a population's {members} x n_envs training envs are split evenly over its {workers} training "
+                f"workers (max(n_processes, 1)), got --n-envs {config.n_envs} ({members * config.n_envs} envs); pass "
+                f"--n-envs {config.n_envs} with --n-processes {math.gcd(members * config.n_envs, workers)}, or an "
+                f"--n-envs that makes {members} x n_envs a multiple of {workers}"
+            )
+    elif config.n_envs % workers:
         raise ConfigError(
             f"n_envs is the training envs in all, split evenly over the {workers} training workers (max(n_processes, "
             f"1) * max(ray_actors, 1)), got --n-envs {config.n_envs}; pass a multiple of {workers}, e.g. --n-envs "

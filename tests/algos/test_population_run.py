@@ -61,6 +61,22 @@ def test_ppo_members_are_the_solo_runs_of_their_seeds(n_processes, tmp_path):
     assert [(m.iterations, m.env_steps) for m in members] == [(10, 640), (10, 640)]
 
 
+@pytest.mark.slow  # a population of two over two workers and its two solo runs in one worker each, 4 iterations
+def test_a_populations_workers_split_its_members_envs_together(tmp_path, capsys):
+    """A member of one env over two workers (the population's 2 x 1 envs split evenly, as SAC on MuJoCo's one env a
+    run over five workers): each member is its solo run in one worker; 3 x 1 envs over 2 workers is one line."""
+    config = ppo.PPOConfig(env="CartPole-v1", n_envs=1, n_steps=16, n_minibatches=2, n_epochs=1,
+                           max_env_steps=4 * 16, n_processes=2, **SMALL)
+    members = ppo.train(dataclasses.replace(config, logdir=str(tmp_path / "pop")), seeds=[3, 1])
+    for seed, member in zip([3, 1], members):
+        solo = ppo.train(dataclasses.replace(config, seed=seed, n_processes=1, logdir=str(tmp_path / f"solo-{seed}")))
+        assert training_rows(member.history) == training_rows(solo.history), seed
+    with pytest.raises(ConfigError, match=r"a population's 3 x n_envs training envs are split evenly over its 2 "
+                                          r"training workers .* got --n-envs 1 \(3 envs\); pass --n-envs 1 with "
+                                          r"--n-processes 1"):
+        ppo.train(dataclasses.replace(config, logdir=str(tmp_path / "odd")), seeds=[0, 1, 2])
+
+
 DQN_SMALL = {"env": "CartPole-v1", "n_envs": 4, "rollout_steps": 4, "learning_starts": 64, "batch_size": 16,
              "gradient_steps": 4, "target_update_interval": 8, "max_env_steps": 10 * 16, **SMALL}
 
