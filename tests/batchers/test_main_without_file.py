@@ -34,61 +34,62 @@ def _run(args: list[str], tmp_path: Path, method: str, stdin: str | None = None)
                           text=True, timeout=240)
 
 
-def _mean_return(result: subprocess.CompletedProcess) -> float:
+def _mean_returns(result: subprocess.CompletedProcess) -> list[float]:
+    """The mean returns the script printed, one ``tensor(x)`` line per batcher."""
     assert result.returncode == 0, result.stderr[-3000:]
-    printed = re.fullmatch(r"tensor\(([\d.]+)\)\n", result.stdout)
-    assert printed, result.stdout
-    return float(printed.group(1))
+    printed = re.findall(r"^tensor\(([\d.]+)\)$", result.stdout, flags=re.M)
+    assert printed and len(printed) == len(result.stdout.splitlines()), result.stdout
+    return [float(p) for p in printed]
+
+
+# A lambda as create_env, and instances of a class and of a network defined in the cell in agent_args: all by value,
+# while the importable env class goes by reference.
+_CELL = textwrap.dedent("""
+    import torch
+    from rlstruct import DictTensor, RL_Agent, RL_Batcher
+    from rlstruct.envs import CartPole
+
+    class Always:
+        def __init__(self, action):
+            self.action = action
+
+    class Push(torch.nn.Module):  # a network defined in the cell, its instance in agent_args
+        def forward(self, frame):
+            return torch.ones(frame.shape[0], dtype=torch.long)
+
+    class Fixed(RL_Agent):
+        def __init__(self, choice, net):
+            self.choice, self.net = choice, net
+
+        def __call__(self, state, observation, agent_info, history=None):
+            action = self.net(observation["frame"]) * self.choice.action
+            return DictTensor({"action": action}), state
+
+    with RL_Batcher(n_timesteps=500, create_agent=Fixed, agent_args={"choice": Always(1), "net": Push()},
+                    create_env=lambda **kw: CartPole(**kw), env_args={"n_envs": 4}, n_processes=2,
+                    seeds=[0, 1]) as batcher:
+        batcher.reset(); batcher.execute()
+        print(batcher.get()[0].trajectories.lengths.float().mean())
+""")
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("method", START_METHODS)
-def test_the_ten_lines_with_two_workers_collect_from_stdin(method, tmp_path):
-    assert 10 < _mean_return(_run(["-"], tmp_path, method, stdin=_ten_lines_with_workers())) < 40
+def test_the_ten_lines_and_a_cells_lambdas_and_objects_reach_two_workers_from_stdin(method, tmp_path):
+    """One interpreter a start method runs the README's ten lines, then a cell whose lambda and argument objects
+    must travel by value (each batcher's workers start afresh: the second batcher depends on nothing the first left),
+    so that each method's interpreter and fork server start once for both claims."""
+    ten_lines, cell = _mean_returns(_run(["-"], tmp_path, method, stdin=_ten_lines_with_workers() + _CELL))
+    assert 10 < ten_lines < 40
+    assert 5 < cell < 15  # always pushing right keeps the pole up for about 9 steps
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_ten_lines_with_two_workers_collect_from_python_c(tmp_path):
-    assert 10 < _mean_return(_run(["-c", _ten_lines_with_workers()], tmp_path, "forkserver")) < 40
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("method", START_METHODS)
-def test_lambdas_and_argument_objects_of_a_cell_reach_the_workers(method, tmp_path):
-    # A lambda as create_env, and instances of a class and of a network defined in the cell in agent_args: all by
-    # value, while the importable env class goes by reference.
-    code = textwrap.dedent("""
-        import torch
-        from rlstruct import DictTensor, RL_Agent, RL_Batcher
-        from rlstruct.envs import CartPole
-
-        class Always:
-            def __init__(self, action):
-                self.action = action
-
-        class Push(torch.nn.Module):  # a network defined in the cell, its instance in agent_args
-            def forward(self, frame):
-                return torch.ones(frame.shape[0], dtype=torch.long)
-
-        class Fixed(RL_Agent):
-            def __init__(self, choice, net):
-                self.choice, self.net = choice, net
-
-            def __call__(self, state, observation, agent_info, history=None):
-                action = self.net(observation["frame"]) * self.choice.action
-                return DictTensor({"action": action}), state
-
-        with RL_Batcher(n_timesteps=500, create_agent=Fixed, agent_args={"choice": Always(1), "net": Push()},
-                        create_env=lambda **kw: CartPole(**kw), env_args={"n_envs": 4}, n_processes=2,
-                        seeds=[0, 1]) as batcher:
-            batcher.reset(); batcher.execute()
-            print(batcher.get()[0].trajectories.lengths.float().mean())
-    """)
-    # Always pushing right keeps the pole up for about 9 steps.
-    assert 5 < _mean_return(_run(["-"], tmp_path, method, stdin=code)) < 15
+    (mean,) = _mean_returns(_run(["-c", _ten_lines_with_workers()], tmp_path, "forkserver"))
+    assert 10 < mean < 40
 
 
 @pytest.mark.slow
