@@ -15,7 +15,9 @@ names of ``rlstruct.structures``, ``rlstruct.envs`` and ``rlstruct.batchers`` th
 # agents/, batchers/ and algos/ folders sit beside it, not in it; the editable install's link tree further down
 # sys.path holds them as rlstruct's. extend_path adds each rlstruct/ folder of sys.path to this package's path, in a
 # form that editors read too (jedi).
-__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+from pkgutil import extend_path as _extend_path
+
+__path__ = _extend_path(__path__, __name__)
 
 from rlstruct.agents import RL_Agent, RL_Agent_CheckDevice, replay_agent, replay_agent_stateless
 from rlstruct.batchers import RL_Batcher, WorkerPlacement
