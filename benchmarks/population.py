@@ -428,11 +428,10 @@ SCORE_WORKLOADS = {"ppo-cartpole": ("ppo", "CartPole-v1"), "dqn-cartpole": ("dqn
                    "sac-pendulum": ("sac", "Pendulum-v1")}
 
 
-def _scores(root: Path, workloads: list[str], members: int) -> dict:
+def _scores(root: Path, workloads: list[str], members: int) -> None:
     """``--scores``: each workload's population and solo runs (those not finished yet), then ``rlstruct compare``'s
-    statistics of the two groups; prints a table row a workload and returns the statistics."""
+    statistics of the two groups, a table row a workload."""
     seeds = list(range(members))
-    out = {}
     for key in workloads:
         if key not in SCORE_WORKLOADS:
             raise SystemExit(f"--workloads: unknown workload {key!r} for --scores; choose from "
@@ -465,9 +464,6 @@ def _scores(root: Path, workloads: list[str], members: int) -> dict:
         print(f"| {key} | {p['value']:.1f} [{p['low']:.1f}, {p['high']:.1f}] | {q['value']:.1f} [{q['low']:.1f}, "
               f"{q['high']:.1f}] | {'yes' if overlap else 'NO'} | {better['value']:.2f} | {scores['population']} "
               f"| {scores['solo']} |", flush=True)
-        out[key] = {"population": p, "solo": q, "overlap": overlap, "p_population_better": better,
-                    "scores": scores}
-    return out
 
 
 def _phases(train_argv: list[str]) -> None:
