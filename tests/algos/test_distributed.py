@@ -1,5 +1,5 @@
 """Data-parallel learners (algos/distributed.py): the world read from torchrun's variables, and gradient averaging
-over gloo on loopback, with ranks spawned by the test, against one process learning on the whole batch."""
+over gloo on loopback, with ranks started by the test, against one process learning on the whole batch."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from rlstruct.algos._train.distributed import (
 from rlstruct.algos._train.session import validate
 from rlstruct.algos._train.update import UpdateStep, reads
 from rlstruct.errors import ConfigError
-from tests.helpers import rlstruct_in_process, wall_limit
+from tests.helpers import ForkedCommand, rlstruct_in_process, wall_limit
 
 UPDATES = 4
 BATCH = 32
@@ -188,11 +188,12 @@ def test_two_ranks_match_one_process_on_the_whole_batch():
     """2 ranks of BATCH/2 rows each, gradients averaged, take the same Adam steps (after clipping) as 1 process of
     BATCH rows; the ranks' models are identical after every update; a stop on one rank stops both. With the loss
     compiled (--compile-update), the averaging still happens in the backward, before the clipping. The eager and the
-    compiled update run in the same two spawned ranks, one after the other, each on a model of its own: a spawn's
-    cost is mostly its fresh interpreter's import of torch."""
+    compiled update run in the same two ranks, one after the other, each on a model of its own. The ranks are forked
+    from this process (torch imported already): a spawned rank's cost was mostly its fresh interpreter's import of
+    torch, and the claim is the averaging, not the start; ranks in fresh interpreters are the torchrun tests'."""
     with mp.Manager() as manager:
         out = manager.dict()
-        mp.spawn(_rank, args=(2, _free_port(), out), nprocs=2, join=True)
+        mp.start_processes(_rank, args=(2, _free_port(), out), nprocs=2, join=True, start_method="fork")
         results = dict(out)
     single = _model(seed=100)
     _train(single, *_data())
@@ -218,9 +219,43 @@ def _torchrun(tmp_path, *args: str, timeout: float = 280, env: dict[str, str] | 
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
 
 
+def _fork_ranks(folder: Path, *args: str) -> list[ForkedCommand]:
+    """``rlstruct ARGS`` as 2 ranks forked from this process (``tests.helpers.ForkedCommand``), each given the variables
+    torchrun gives a rank (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``PORT``),
+    one torch thread and ``folder`` as its working directory, joining by ``env://`` as ranks a scheduler starts do.
+    For a claim of the loop under ranks, where torchrun's three fresh interpreters (its agent and two ranks, each
+    importing torch: 7-8 CPU s) prove nothing: torchrun itself is the restart test's, the Ray test's and
+    test_multinode_benchmark's. Not for a run with worker processes (``--n-processes``), which would come from this
+    process's fork server."""
+    port = str(_free_port())
+
+    def seam(rank: int):
+        def enter() -> None:
+            os.chdir(folder)
+            os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+            torch.set_num_threads(1)
+        return enter
+
+    return [ForkedCommand(list(args), folder / f"rank{r}", seam=seam(r)) for r in range(2)]
+
+
+def _forked_ranks(folder: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """:func:`_fork_ranks`'s two ranks, waited for: the worse status and both outputs (rank 0's, then rank 1's), as
+    torchrun would give them."""
+    ranks = _fork_ranks(folder, *args)
+    try:
+        codes = [rank.wait(timeout) for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+    return subprocess.CompletedProcess(["rlstruct", *args], max(codes, key=abs), "".join(r.stdout for r in ranks),
+                                       "".join(r.stderr for r in ranks))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_torchrun_ppo_two_ranks_train_and_rank_0_alone_reports(launched, capsys):
+def test_ppo_two_ranks_train_and_rank_0_alone_reports(launched, capsys):
     """PPO as 2 ranks for 5 iterations (the ppo-target-kl launch, which the equivalence test below shares): one report
     (rank 0's) with world_size 2, every iteration counting both ranks' env steps, rank 0 alone saying what an update
     learns from; one process cannot resume it. That two ranks learn what one process of twice the envs learns is
@@ -250,14 +285,15 @@ def test_torchrun_ppo_two_ranks_train_and_rank_0_alone_reports(launched, capsys)
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_torchrun_dqn_two_ranks_train_with_a_replay_buffer_per_rank(tmp_path):
+def test_dqn_two_ranks_train_with_a_replay_buffer_per_rank(tmp_path):
     """The dqn-cartpole preset as 2 ranks (a buffer each, gradients averaged) for 1,024 env steps (gradient steps from
     the 512th on): one report with world_size 2, both ranks' steps counted in the budget; the ranks' networks (targets
-    included) agree at the end (a difference raises). That they solve CartPole-v1 (475 within the preset's 100k env
-    steps) is benchmarks/torchrun_learning.py's, whose results are on the data-parallel benchmarks page."""
-    out = _torchrun(tmp_path, "train", "dqn", "--env", "CartPole-v1", "--logdir", "run", "--no-progress",
-                    "--max-env-steps", "1024", "--learning-starts", "512", "--n-evaluation-envs", "2",
-                    "--evaluation-max-steps", "20")
+    included) agree at the end (a difference raises). The ranks are forked from this process with torchrun's
+    variables (``_forked_ranks``). That they solve CartPole-v1 (475 within the preset's 100k env steps) is
+    benchmarks/torchrun_learning.py's, whose results are on the data-parallel benchmarks page."""
+    out = _forked_ranks(tmp_path, "train", "dqn", "--env", "CartPole-v1", "--logdir", "run", "--no-progress",
+                        "--max-env-steps", "1024", "--learning-starts", "512", "--n-evaluation-envs", "2",
+                        "--evaluation-max-steps", "20", "--n-processes", "0")
     assert out.returncode == 0, out.stderr[-3000:]
     summaries = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert len(summaries) == 1 and summaries[0]["world_size"] == 2 and summaries[0]["preset"] == "dqn-cartpole"
@@ -271,13 +307,14 @@ def test_torchrun_dqn_two_ranks_train_with_a_replay_buffer_per_rank(tmp_path):
 
 @pytest.mark.timeout(200)
 @pytest.mark.slow
-def test_torchrun_sac_two_ranks_train_alike_and_rank_0_alone_reports(tmp_path):
+def test_sac_two_ranks_train_alike_and_rank_0_alone_reports(tmp_path):
     """SAC as 2 ranks: the actor, the critics, their targets and the temperature stay identical (checked at the end
     of the run: a difference raises), and one summary.json says world_size 2. 512 env steps, a gradient step every 4
-    from the 256th on: their number does not change what is checked."""
-    out = _torchrun(tmp_path, "train", "sac", "--env", "Pendulum-v1", "--logdir", "run", "--no-progress",
-                    "--max-env-steps", "512", "--learning-starts", "256", "--gradient-steps-per-env-step", "0.25",
-                    "--n-evaluation-envs", "1", "--evaluation-max-steps", "20")
+    from the 256th on: their number does not change what is checked. The ranks are forked from this process with
+    torchrun's variables (``_forked_ranks``)."""
+    out = _forked_ranks(tmp_path, "train", "sac", "--env", "Pendulum-v1", "--logdir", "run", "--no-progress",
+                        "--max-env-steps", "512", "--learning-starts", "256", "--gradient-steps-per-env-step", "0.25",
+                        "--n-evaluation-envs", "1", "--evaluation-max-steps", "20", "--n-processes", "0")
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["env_steps"] == 512
@@ -339,15 +376,16 @@ def _common(case: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
-    """``launched(case)``: the run folder and the finished ``torchrun`` of ``EQUIVALENT_RUNS[case]`` as 2 ranks of 4
-    envs each, stepped in the rank's own process, launched once for the module (3 fresh interpreters: torchrun's agent
-    and the ranks) and read by every test that checks something of it. Read it, never write into it."""
+    """``launched(case)``: the run folder and the finished run of ``EQUIVALENT_RUNS[case]`` as 2 ranks of 4 envs
+    each, stepped in the rank's own process, the ranks forked from this process with torchrun's variables
+    (``_forked_ranks``), launched once for the module and read by every test that checks something of it. Read it,
+    never write into it."""
     runs: dict[str, tuple[Path, subprocess.CompletedProcess]] = {}
 
     def launch(case: str) -> tuple[Path, subprocess.CompletedProcess]:
         if case not in runs:
             folder = tmp_path_factory.mktemp(case)
-            out = _torchrun(folder, *_common(case), "--n-envs", "4", "--n-processes", "0", "--logdir", "ranks")
+            out = _forked_ranks(folder, *_common(case), "--n-envs", "4", "--n-processes", "0", "--logdir", "ranks")
             assert out.returncode == 0, out.stderr[-3000:]
             runs[case] = folder / "ranks", out
         return runs[case]
@@ -363,11 +401,12 @@ def _model_of(run_dir: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", TORCHRUN_CASES)
 def test_two_ranks_of_n_envs_learn_what_one_process_of_2n_envs_learns(tmp_path, case, capsys, launched):
-    """The whole loop, collection included: torchrun's 2 ranks of 4 envs each end with the parameters that one process
-    of 8 envs ends with: the same envs (seeded by their global index) and the same draws on the same rows. The one
-    process is this one (the command's entry point). Every env steps in its rank's (its process's) own process: that
-    a run is the same over worker processes is tests/algos/test_same_run.py's, and ranks of one worker process each
-    against one process of two are test_multinode_benchmark's torchrun test (two launchers, one rank each)."""
+    """The whole loop, collection included: 2 ranks of 4 envs each (``launched``) end with the parameters that one
+    process of 8 envs ends with: the same envs (seeded by their global index) and the same draws on the same rows.
+    The one process is this one (the command's entry point). Every env steps in its rank's (its process's) own
+    process: that a run is the same over worker processes is tests/algos/test_same_run.py's, and ranks of one worker
+    process each against one process of two are test_multinode_benchmark's torchrun test (two launchers, one rank
+    each)."""
     ranks, _ = launched(case)
     one = rlstruct_in_process(capsys, *_common(case), "--n-envs", "8", "--n-processes", "0", "--logdir",
                               str(tmp_path / "one"))
@@ -429,35 +468,44 @@ LONG_RUN = ["train", "ppo", "--env", "CartPole-v1", "--preset", "none", "--no-st
 def test_a_rank_that_dies_or_hangs_ends_the_others_with_a_typed_error(tmp_path, fault):
     """Two ranks launched as a scheduler would (RANK, WORLD_SIZE, MASTER_ADDR/PORT; no torchrun agent to kill the
     rest): once training runs, rank 1 is SIGKILLed (dies) or SIGSTOPped (hangs). Rank 0 ends with status 1 and one
-    line naming RankLostError's situation, within the timeout (5 s here) and not in a hang; its batcher workers
-    are gone. Small iterations (4 envs x 16 steps a rank): what the test pays for is the ranks' start. The timeout
-    stays 5 s, and the ranks alike (a worker process each): it also bounds the rendezvous, which each rank joins once
-    its worker process started (its import of torch), so that ranks that start unevenly on a loaded machine would
-    time out there instead."""
+    line naming RankLostError's situation, within the timeout (5 s here) and not in a hang. Small iterations (4 envs x
+    16 steps a rank): what the test pays for is the ranks' start. The timeout stays 5 s, and the ranks alike: it also
+    bounds the rendezvous, so that ranks that start unevenly on a loaded machine would time out there instead.
+    ``dies``: fresh interpreters with a worker process each, and rank 0's batcher workers are gone after it. ``hangs``:
+    ranks forked from this process (``_fork_ranks``), stepping their envs in process (no fresh interpreter, no worker
+    to start): the claim is the timeout of a collective, the workers' end is the other case's."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
            "WORLD_SIZE": "2"}
     rlstruct = str(Path(sys.executable).with_name("rlstruct"))
-    flags = [*LONG_RUN, "--max-env-steps", "5000000", "--n-envs", "4", "--n-steps", "16", "--n-processes", "1",
-             "--batcher-timeout", "5"]
-    ranks = [subprocess.Popen([rlstruct, *flags, "--logdir", f"run{r}"],
-                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    flags = [*LONG_RUN, "--max-env-steps", "5000000", "--n-envs", "4", "--n-steps", "16", "--batcher-timeout", "5"]
+    if fault == "dies":
+        ranks = [subprocess.Popen([rlstruct, *flags, "--n-processes", "1", "--logdir", f"run{r}"],
+                                  env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, cwd=tmp_path,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    else:
+        ranks = _fork_ranks(tmp_path, *flags, "--n-processes", "0", "--logdir", "run0")
     try:
         progress = tmp_path / "run0" / "progress.csv"
         deadline = time.monotonic() + 90
         while not (progress.exists() and progress.read_text().count("\n") >= 3):  # the header and two iterations
-            assert time.monotonic() < deadline and ranks[0].poll() is None, ranks[0].stderr.read()[-2000:]
+            assert time.monotonic() < deadline and ranks[0].poll() is None, \
+                (ranks[0].stderr.read() if fault == "dies" else ranks[0].stderr)[-2000:]
             time.sleep(0.2)
         workers = _descendants(ranks[0].pid)
-        assert workers, "rank 0 runs its batcher's worker process"
+        assert workers or fault == "hangs", "rank 0 runs its batcher's worker process"
         os.kill(ranks[1].pid, signal.SIGKILL if fault == "dies" else signal.SIGSTOP)
         hit = time.monotonic()
-        _, err = ranks[0].communicate(timeout=60)
+        if fault == "dies":
+            _, err = ranks[0].communicate(timeout=60)
+        else:
+            ranks[0].wait(60)
+            err = ranks[0].stderr
         waited = time.monotonic() - hit
     finally:
         for p in ranks:
             p.kill()
-            p.communicate()
+            if fault == "dies":
+                p.communicate()
     assert ranks[0].returncode == 1, err[-2000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("rlstruct train ppo: error: rank 0 of 2: ") and "another rank of the run died, left or " \
@@ -519,8 +567,10 @@ def test_torchrun_max_restarts_resumes_the_group_from_the_last_checkpoint(tmp_pa
 def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path, capsys):
     """The training batcher as Ray actors: --ray-actors 2 (a local cluster the run starts), and torchrun's 2 ranks of
     one actor each on a cluster started by `ray start --head` (--ray-address auto), end A2C with the parameters one
-    process of 2 worker processes ends with: the actors host the same workers, seeded alike, rows in the same
-    order. Over 4 updates (256 env steps), each one's weights sent to every actor before the next collection."""
+    process ends with: the actors step the same envs, seeded by their global index, rows in the same order. Over 4
+    updates (256 env steps), each one's weights sent to every actor before the next collection. The one process steps
+    its envs in process: that worker processes change nothing is tests/algos/test_same_run.py's, and two worker
+    processes against Ray actors is test_multinode_benchmark's Ray test."""
     if importlib.util.find_spec("ray") is None:  # not importorskip: Ray imported here would listen on every interface
         pytest.skip("the ray extra is not installed")  # in the Ray tests that come later in this process
     rlstruct, ray_cli = (str(Path(sys.executable).with_name(n)) for n in ("rlstruct", "ray"))
@@ -530,8 +580,8 @@ def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path
     flags[flags.index("--max-env-steps") + 1] = "256"
     common = ["train", algo, "--env", "CartPole-v1", "--preset", "none", "--n-envs", "4", "--eval-every", "1000",
               "--n-evaluation-envs", "1", "--evaluation-max-steps", "20", "--no-progress", *flags]
-    # The worker processes' run in this process; the actors' in its own (its Ray cluster ends with it).
-    processes = rlstruct_in_process(capsys, *common, "--n-processes", "2", "--logdir", str(tmp_path / "processes"))
+    # The one process's run in this process; the actors' in its own (its Ray cluster ends with it).
+    processes = rlstruct_in_process(capsys, *common, "--n-processes", "0", "--logdir", str(tmp_path / "processes"))
     assert processes.returncode == 0, processes.stderr[-3000:]
     out = subprocess.run([rlstruct, *common, "--ray-actors", "2", "--logdir", "actors"], capture_output=True,
                          text=True, timeout=200, cwd=tmp_path, env=env)

@@ -16,7 +16,6 @@ import pytest
 from rlstruct._main_module import _names_main, by_value_where_needed
 
 ROOT = Path(__file__).resolve().parents[2]
-START_METHODS = ["forkserver", "spawn"]
 
 
 def _ten_lines_with_workers() -> str:
@@ -66,8 +65,8 @@ _CELL = textwrap.dedent("""
             return DictTensor({"action": action}), state
 
     with RL_Batcher(n_timesteps=500, create_agent=Fixed, agent_args={"choice": Always(1), "net": Push()},
-                    create_env=lambda **kw: CartPole(**kw), env_args={"n_envs": 4}, n_processes=2,
-                    seeds=[0, 1]) as batcher:
+                    create_env=lambda **kw: CartPole(**kw), env_args={"n_envs": 4}, n_processes=1,
+                    seeds=[0]) as batcher:
         batcher.reset(); batcher.execute()
         print(batcher.get()[0].trajectories.lengths.float().mean())
 """)
@@ -75,21 +74,21 @@ _CELL = textwrap.dedent("""
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("method", START_METHODS)
-def test_the_ten_lines_and_a_cells_lambdas_and_objects_reach_two_workers_from_stdin(method, tmp_path):
+@pytest.mark.parametrize("method, args", [("forkserver", ["-"]), ("spawn", ["-c"])],
+                         ids=["stdin-forkserver", "c-spawn"])
+def test_the_ten_lines_and_a_cells_lambdas_and_objects_reach_two_workers_without_a_file(method, args, tmp_path):
     """One interpreter a start method runs the README's ten lines, then a cell whose lambda and argument objects
     must travel by value (each batcher's workers start afresh: the second batcher depends on nothing the first left),
-    so that each method's interpreter and fork server start once for both claims."""
-    ten_lines, cell = _mean_returns(_run(["-"], tmp_path, method, stdin=_ten_lines_with_workers() + _CELL))
+    so that each method's interpreter and fork server start once for both claims. The two file-less ``__main__``
+    kinds take one start method each: stdin (whose ``__file__`` is ``'<stdin>'``, hidden while a child starts) the
+    fork server, whose start and each child's start both write multiprocessing's preparation data, the function that
+    spawn's children's start writes it with too; ``python -c`` (no ``__file__`` to hide) spawn, whose children are
+    fresh interpreters. The cell's batcher has one worker: the ten lines prove two."""
+    code = _ten_lines_with_workers() + _CELL
+    ten_lines, cell = _mean_returns(_run([*args, code] if args == ["-c"] else args, tmp_path, method,
+                                         stdin=None if args == ["-c"] else code))
     assert 10 < ten_lines < 40
     assert 5 < cell < 15  # always pushing right keeps the pole up for about 9 steps
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_the_ten_lines_with_two_workers_collect_from_python_c(tmp_path):
-    (mean,) = _mean_returns(_run(["-c", _ten_lines_with_workers()], tmp_path, "forkserver"))
-    assert 10 < mean < 40
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """How worker processes start: forked from a fork server that imported torch and the worker's code once, with the
 environment a spawned worker would have had; spawned where the server cannot serve (``RLSTRUCT_START_METHOD=spawn``,
 a placement with variables of its own, a thread before the server exists). What a worker computes does not depend
-on how it started.
+on how it started. That a placement with variables of its own spawns its worker, which sees them, is
+tests/batchers/test_batchers.py's test_worker_placements_reach_the_child_environment (its one spawned worker).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from rlstruct import DictTensor
-from rlstruct.batchers import RL_Batcher, WorkerPlacement
+from rlstruct.batchers import RL_Batcher
 from tests.fakes import ConstantAgent, CountingEnv
 
 AUTORESET = {"n_envs": 2, "autoreset": True, "episode_lengths": (5,)}
@@ -42,9 +43,14 @@ def _methods(batcher: RL_Batcher) -> list[str]:
     return [w.start_method for w in batcher._workers]
 
 
-@pytest.mark.slow  # a fork server and two spawned workers, each importing torch: 5-10 CPU s
+@pytest.mark.slow  # a fork server and a spawned worker, each importing torch: 4-6 CPU s
 @pytest.mark.timeout(120)
 def test_workers_are_forked_from_the_fork_server_and_compute_what_spawned_ones_do(monkeypatch):
+    """Two workers forked from the fork server, and one spawned (``RLSTRUCT_START_METHOD=spawn``) with the first's
+    seed, which collects the first's rows. The spawned worker is also the spawn case of the signals' test below: it
+    ignores SIGINT and SIGTERM and blocks neither, and the parent's mask is as it was (a spawn imports torch)."""
+    import signal
+
     with RL_Batcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 2, [0, 1]) as batcher:
         forked = _acquire(batcher)
         assert _methods(batcher) == ["forkserver", "forkserver"]
@@ -52,10 +58,16 @@ def test_workers_are_forked_from_the_fork_server_and_compute_what_spawned_ones_d
         parents = {psutil.Process(r["pid"]).ppid() for r in batcher.worker_reports()}
         assert parents == {server} and server != os.getpid()
     monkeypatch.setenv("RLSTRUCT_START_METHOD", "spawn")
-    with RL_Batcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 2, [0, 1]) as batcher:
-        assert _methods(batcher) == ["spawn", "spawn"]
-        assert {psutil.Process(r["pid"]).ppid() for r in batcher.worker_reports()} == {os.getpid()}
-        assert torch.equal(_acquire(batcher), forked)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    with RL_Batcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 1, [0]) as batcher:
+        assert _methods(batcher) == ["spawn"]
+        (report,) = batcher.worker_reports()
+        assert psutil.Process(report["pid"]).ppid() == os.getpid()
+        if os.path.exists("/proc/self/status"):  # the signal masks, read from /proc
+            assert {signal.SIGINT, signal.SIGTERM} <= _signal_set(report["pid"], "SigIgn")
+            assert not {signal.SIGINT, signal.SIGTERM} & _signal_set(report["pid"], "SigBlk")
+        assert torch.equal(_acquire(batcher), forked[: AUTORESET["n_envs"]])
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
 
 
 @pytest.mark.timeout(120)
@@ -67,15 +79,6 @@ def test_a_forked_worker_starts_with_the_parents_environment_of_the_moment(monke
         assert _methods(batcher) == ["forkserver"]
         assert _acquire(batcher).all()
         assert batcher.worker_reports()[0]["environ"]["CUDA_VISIBLE_DEVICES"] == ""  # the placement's own
-
-
-@pytest.mark.slow  # 2.8 CPU s on the reference CPU: slow is 1.5 s or more
-@pytest.mark.timeout(120)
-def test_a_placement_with_variables_of_its_own_spawns_its_worker():
-    placement = WorkerPlacement("cpu", env={MARK: "1"})
-    with RL_Batcher(3, EnvironAgent, {}, CountingEnv, AUTORESET, 1, [0], worker_placements=[placement]) as batcher:
-        assert _methods(batcher) == ["spawn"]
-        assert _acquire(batcher).all()
 
 
 @pytest.mark.timeout(120)
@@ -117,12 +120,13 @@ def _signal_set(pid: int, field: str) -> set[int]:
 @pytest.mark.slow  # 2.6 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the signal masks from /proc")
-@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+@pytest.mark.parametrize("method", ["forkserver"])
 def test_a_worker_started_while_the_signals_are_held_ignores_them_and_blocks_none(monkeypatch, method):
     """The parent holds SIGINT and SIGTERM (blocks them) while it starts a worker, so that a Ctrl-C then is not lost
     (it reaches the parent's handler once the start is done) and cannot kill the worker while it imports: the
     worker then ignores both, and blocks neither, however it started; the fork server ignores SIGINT and holds
-    SIGTERM; the parent's own mask is as it was."""
+    SIGTERM; the parent's own mask is as it was. A spawned worker's signals are checked by
+    test_workers_are_forked_from_the_fork_server_and_compute_what_spawned_ones_do, on the worker it spawns anyway."""
     import signal
 
     monkeypatch.setenv("RLSTRUCT_START_METHOD", method)

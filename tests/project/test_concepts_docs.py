@@ -1,5 +1,6 @@
-"""The concepts pages' whole programs run as scripts, in a fresh interpreter (so that worker processes spawn as they
-would for a reader), and what the pages say about worker processes, weights and threads holds."""
+"""The concepts pages' whole programs run (those that start worker processes as scripts, in a fresh interpreter, so
+that the workers spawn as they would for a reader), and what the pages say about worker processes, weights and threads
+holds."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 import rlstruct
 from rlstruct import DictTensor, RL_Agent
 from rlstruct.algos import RunConfig
+from tests.helpers import torch_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 CONCEPTS = ROOT / "docs" / "concepts"
@@ -35,13 +37,27 @@ def _run_script(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=240)
 
 
+def _starts_workers(code: str) -> bool:
+    """Whether a program may start worker processes: it has a ``__main__`` guard, or a batcher without
+    ``n_processes=0``."""
+    return 'if __name__ == "__main__":' in code or "RL_Batcher(" in code and not re.search(r"n_processes=0\b", code)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("page", SCRIPT_PAGES)
-def test_concepts_programs_run_as_scripts(page, tmp_path):
+def test_concepts_programs_run_as_scripts(page, tmp_path, monkeypatch):
+    """A program that starts worker processes runs as a script in a fresh interpreter, as a reader's would; one that
+    steps its envs in its own process runs in this one, as ``__main__`` in a namespace of its own (a fresh interpreter
+    would spend 2-3 CPU s importing torch to run the same code)."""
     programs = _programs(page)
     assert programs, f"docs/concepts/{page} has no whole program"
+    monkeypatch.chdir(tmp_path)
     for code in programs:
+        if not _starts_workers(code):
+            with torch_threads(torch.get_num_threads()):  # restored, should a program set its own
+                exec(compile(code, f"docs/concepts/{page}", "exec"), {"__name__": "__main__"})
+            continue
         result = _run_script(code, tmp_path)
         assert result.returncode == 0, f"{page}: a program failed:\n{code}\n{result.stderr[-3000:]}"
 

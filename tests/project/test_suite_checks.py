@@ -48,8 +48,9 @@ def test_a_run_that_leaves_a_process_and_a_shm_file_fails_naming_both(tmp_path):
     name = f"rlstruct-test-{uuid.uuid4().hex}"
     try:
         # `sleep 300` outlives any grace: a second's proves what the default 20 s would, without waiting them out.
+        # --time-guard-scale 1 (here and below): the CPU's calibration, a second of CPU, is not what is checked
         out = run_generated_suite(tmp_path, LEAKS.format(name=name), "-p", "tests.suite_checks", "--leak-check",
-                                  "--leak-grace", "1")
+                                  "--leak-grace", "1", "--time-guard-scale", "1")
         assert out.returncode == 1, out.stdout[-3000:]
         assert "2 passed" in out.stdout
         pid = int((tmp_path / "pid").read_text())
@@ -63,7 +64,8 @@ def test_a_run_that_leaves_a_process_and_a_shm_file_fails_naming_both(tmp_path):
 @pytest.mark.slow  # a pytest in a fresh interpreter: 2 CPU s
 @pytest.mark.timeout(120)
 def test_a_clean_run_passes_the_checks_and_lists_its_costliest_tests(tmp_path):
-    out = run_generated_suite(tmp_path, CLEAN, "-p", "tests.suite_checks", "--leak-check", "--cpu-budget")
+    out = run_generated_suite(tmp_path, CLEAN, "-p", "tests.suite_checks", "--leak-check", "--cpu-budget",
+                              "--time-guard-scale", "1")
     assert out.returncode == 0, out.stdout[-3000:]
     assert "suite check failed" not in out.stdout
     assert "CPU budget (tests/suite_checks.py)" in out.stdout

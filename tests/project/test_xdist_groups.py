@@ -54,7 +54,9 @@ def test_ray_user(built):
 def test_the_ray_tests_share_one_worker_and_a_module_fixtures_users_another(tmp_path):
     pytest.importorskip("xdist", reason="needs the test extra's pytest-xdist")
     (tmp_path / "log").mkdir()
-    out = run_generated_suite(tmp_path, TESTS, "-n", "2", "--dist", "loadgroup", "-q",
+    # --time-guard-scale 1: no calibration in the controller and each worker (a second of CPU each), which the
+    # scheduling proved here does not read
+    out = run_generated_suite(tmp_path, TESTS, "-n", "2", "--dist", "loadgroup", "-q", "--time-guard-scale", "1",
                               env={"WORKERS_LOG": str(tmp_path / "log")}, timeout=180)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     workers = {p.name: p.read_text() for p in (tmp_path / "log").iterdir()}
