@@ -9,11 +9,13 @@ import json
 import logging
 import math
 import os
+import runpy
 import signal
 import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -228,12 +230,17 @@ def test_a_missing_gymnasium_dependency_is_a_missing_dependency_error():
         make_env("LunarLander-v3", 1, backend="gymnasium")
 
 
-@pytest.mark.slow  # 3.4 CPU s on the reference CPU: slow is 1.5 s or more
-@pytest.mark.timeout(120)
-def test_module_entry_point_prints_help():
-    out = subprocess.run([sys.executable, "-m", "rlstruct.algos.dqn", "--help"], capture_output=True, text=True,
-                         timeout=100)
-    assert out.returncode == 0 and "--learner-device" in out.stdout and "--epsilon-decay-steps" in out.stdout
+def test_module_entry_point_prints_help(monkeypatch, capsys):
+    """``python -m rlstruct.algos.dqn --help``: the module run as ``__main__`` (what ``-m`` does), in this process; a
+    fresh interpreter would spend seconds importing torch to print the help (the console script's fresh process is
+    ``test_summary_times_the_launch_to_the_first_iteration_and_to_the_target``'s)."""
+    monkeypatch.setattr(sys, "argv", ["rlstruct.algos.dqn", "--help"])
+    with warnings.catch_warnings():  # the module is imported already, as the package imports it: runpy says so
+        warnings.filterwarnings("ignore", "'rlstruct.algos.dqn' found in sys.modules", RuntimeWarning)
+        with pytest.raises(SystemExit) as done:
+            runpy.run_module("rlstruct.algos.dqn", run_name="__main__")
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and "--learner-device" in out and "--epsilon-decay-steps" in out
 
 
 @pytest.mark.parametrize("algo", ["reinforce", "a2c", "dqn", "sac", "ppo", "td3"])
@@ -634,13 +641,28 @@ def test_a_run_stopped_by_the_time_limit_says_so_and_no_tensorboard_hint_without
     assert "TensorBoard" not in out, "--no-tensorboard prints no TensorBoard command"
 
 
-@pytest.mark.slow  # 3.3 CPU s on the reference CPU: slow is 1.5 s or more
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the new process is a fork of this one")
 def test_launched_at_is_the_process_start():
+    """In a new process, a child forked from this one (a fresh interpreter would spend seconds importing torch to
+    read the same clock): 0.6 s after its start, its ``launched_at()`` lies at least half a second back (the
+    process's start is read in clock ticks)."""
     from rlstruct.algos._train.train_command import launched_at
 
-    code = ("import time; time.sleep(0.5); from rlstruct.algos._train.train_command import launched_at; "
-            "import time as t; print(t.perf_counter() - launched_at())")
-    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            time.sleep(0.6)
+            os.write(write, repr(time.perf_counter() - launched_at()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        age = float(os.read(read, 64))
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
     assert 0.5 <= age < 60
     assert time.perf_counter() - launched_at() > 0
 

@@ -17,8 +17,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -431,42 +429,38 @@ def test_a_resume_reads_again_a_checkpoint_written_after_the_caller_read_it(trai
     assert setup.resume.wall_time_s == 999.0
 
 
-#: a resumed ``rlstruct train`` that stops itself (SIGSTOP) once iteration 6's checkpoint is written: alive, holding
-#: its folder, at a known iteration
-STOPPED_AT_6 = """
-import os, signal, sys
-from rlstruct.algos._train.log import Run
-real = Run.poll_checkpoint
-def poll_checkpoint(self, *args):
-    real(self, *args)
-    if self.iteration == 6:
-        os.kill(os.getpid(), signal.SIGSTOP)
-Run.poll_checkpoint = poll_checkpoint
-from rlstruct.algos._train import cli
-sys.exit(cli.main(sys.argv[1:]))
-"""
+def _stop_at_6() -> None:
+    """The seam of a forked ``rlstruct train`` (:class:`~tests.helpers.ForkedCommand`): the run stops itself
+    (SIGSTOP) once iteration 6's checkpoint is written: alive, holding its folder, at a known iteration."""
+    real = Run.poll_checkpoint
+
+    def poll_checkpoint(self, *args):
+        real(self, *args)
+        if self.iteration == 6:
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    Run.poll_checkpoint = poll_checkpoint
 
 
-@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the live run is a fork of this process")
 def test_two_resumes_of_one_folder_never_both_write_and_a_killed_holder_frees_it(trained, tmp_path, capsys):
     """A requeued ``--resume`` beside a live one is refused; once the live one is SIGKILLed, the next resumes from
-    its last checkpoint, and progress.csv holds each iteration once, in order."""
+    its last checkpoint, and progress.csv holds each iteration once, in order. The live one is a fork of this
+    process (what is tested is the folder's lock between two processes, not an interpreter's start)."""
     run = tmp_path / "run"
     copy_run(trained, run)
-    first = subprocess.Popen([sys.executable, "-c", STOPPED_AT_6, "train", "a2c", "--resume", str(run),
-                              "--max-env-steps", str(32 * 1000), "--checkpoint-every", "1"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = ForkedCommand(["train", "a2c", "--resume", str(run), "--max-env-steps", str(32 * 1000),
+                           "--checkpoint-every", "1"], tmp_path / "first", seam=_stop_at_6)
     try:
         _, status = os.waitpid(first.pid, os.WUNTRACED)  # returns once it stopped itself (or ended)
-        assert os.WIFSTOPPED(status), first.stderr.read()
+        assert os.WIFSTOPPED(status), first.stderr
         assert cli.main(["train", "a2c", "--resume", str(run), "--max-env-steps", str(32 * 8)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"another run writing it: PID {first.pid} on " in err[0], err
         assert [int(r["iteration"]) for r in training_rows(run)] == [1, 2, 3, 4, 5, 6]
     finally:
         first.kill()  # SIGKILL: the kernel releases its lock
-        first.wait(timeout=60)
-        first.stderr.close()
     assert load_checkpoint(run)["iteration"] == 6
     result = a2c.train(dataclasses.replace(CONFIG, resume=str(run), max_env_steps=32 * 8))
     rows = training_rows(run)

@@ -4,15 +4,19 @@ library's own client; a resumed run appends to the same tracked run."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+import signal
 import socket
 import struct
-import subprocess
 import sys
 import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -142,41 +146,66 @@ def test_wandb_offline_records_rows_at_their_env_steps_and_a_resume_continues_th
     assert (runs[-1] / "files" / "checkpoint.pt").is_file()
 
 
-#: ``rlstruct ARGV`` for each ARGV of a JSON list (a run, then its resume), then what trackio's own storage holds of
-#: the run named in the run's trackers file, written as JSON into the file named last
-TRACKIO_SESSIONS = """
-import json, pathlib, sys
-from rlstruct.algos._train.cli import main
-from rlstruct.algos._train.trackers import TRACKERS_FILE
-sessions, logdir, output = json.loads(sys.argv[1]), pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
-for argv in sessions:
-    status = main(argv)
-    if status:
-        sys.exit(status)
-from trackio.sqlite_storage import SQLiteStorage as S
-name = json.loads((logdir / TRACKERS_FILE).read_text())["trackio"]
-logs = S.get_logs("rlstruct", name)
-steps = [r["step"] for r in logs if "loss/value" in r]
-output.write_text(json.dumps([steps, S.get_run_config("rlstruct", name)["algo"]]))
-"""
+def _in_a_forked_child(function: Callable[[], None], log: Path, timeout: float) -> int:
+    """Runs ``function()`` in a child forked from this process, its stdout and stderr written to ``log``: its exit
+    status (1, the traceback in ``log``, if it raised). The child never returns into pytest (it ends with
+    ``os._exit``); a child still running after ``timeout`` seconds is SIGKILLed."""
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+                try:
+                    function()
+                    status = 0
+                except BaseException:
+                    traceback.print_exc()
+        finally:
+            os._exit(status)
+    deadline = time.monotonic() + timeout
+    while not (done := os.waitpid(pid, os.WNOHANG))[0]:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError(f"the forked child did not end within {timeout:.0f} s")
+        time.sleep(0.05)
+    return os.waitstatus_to_exitcode(done[1])
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the sessions run in a fork of this process")
 def test_trackio_records_rows_and_a_resume_continues_the_run(tmp_path):
-    """In one fresh process, since trackio reads TRACKIO_DIR when it is imported: the run, its resume (the command's
-    code, called twice) and trackio's own reading of what they logged."""
+    """In a child forked from this process, since trackio reads TRACKIO_DIR when it is imported: the child sets it
+    and imports trackio afresh (forgetting any import of it this process made), then runs the run and its resume
+    (the command's code, called twice) and reads what they logged with trackio's own storage. Forked rather than a
+    fresh interpreter, which would spend seconds importing torch first."""
     pytest.importorskip("trackio", reason="needs the trackio extra")
-    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio")}
+    from rlstruct.algos._train import cli
+
     flags = ["--env", "CartPole-v1", "--n-envs", "4", "--n-steps", "8", "--n-epochs", "1", "--n-minibatches", "1",
              "--hidden-sizes", "8", "--no-progress", "--no-tensorboard", "--n-evaluation-envs", "2",
              "--max-episode-steps", "30", "--log-every", "1", "--preset", "none", "--track", "trackio"]
-    logdir = str(tmp_path / "run")
-    sessions = [["train", "ppo", *flags, *more] for more in (["--logdir", logdir, "--max-env-steps", "128"],
-                                                              ["--resume", logdir, "--max-env-steps", "256"])]
+    logdir = tmp_path / "run"
+    sessions = [["train", "ppo", *flags, *more] for more in (["--logdir", str(logdir), "--max-env-steps", "128"],
+                                                              ["--resume", str(logdir), "--max-env-steps", "256"])]
     logged = tmp_path / "logged.json"
-    out = subprocess.run([sys.executable, "-c", TRACKIO_SESSIONS, json.dumps(sessions), logdir, str(logged)],
-                         capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
+
+    def sessions_then_read_back() -> None:
+        os.environ["TRACKIO_DIR"] = str(tmp_path / "trackio")
+        for name in [name for name in sys.modules if name == "trackio" or name.startswith("trackio.")]:
+            del sys.modules[name]
+        os.chdir(tmp_path)
+        for argv in sessions:
+            assert cli.main(argv) == 0, argv
+        from trackio.sqlite_storage import SQLiteStorage
+
+        name = json.loads((logdir / TRACKERS_FILE).read_text())["trackio"]
+        steps = [r["step"] for r in SQLiteStorage.get_logs("rlstruct", name) if "loss/value" in r]
+        logged.write_text(json.dumps([steps, SQLiteStorage.get_run_config("rlstruct", name)["algo"]]))
+
+    log = tmp_path / "child.log"
+    assert _in_a_forked_child(sessions_then_read_back, log, timeout=300) == 0, log.read_text()[-2000:]
     assert json.loads(logged.read_text()) == [list(range(32, 257, 32)), "ppo"]
 
 

@@ -3,12 +3,14 @@ order a reader meets them, and every return the text promises is covered by a le
 
 The commands run in one temporary folder (relative log folders such as ``runs/ppo`` land there, so that
 ``rlstruct eval runs/ppo`` finds what the command before it trained). A training command gets flags appended that
-cap its budget and, where the text leaves it to a preset, its rollout's length and its envs' random start steps (the
-last of a repeated flag wins, so they override the text's); nothing else is changed.
+cap its budget, its evaluations and an off-policy run's learning start and, where the text leaves it to a preset, its
+rollout's length and its envs' random start steps (the last of a repeated flag wins, so they override the text's);
+nothing else is changed.
 """
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import os
@@ -23,16 +25,23 @@ ROOT = Path(__file__).resolve().parents[2]
 # The commands run in reading order in one folder (an eval reads the run a train wrote): one xdist worker runs them.
 pytestmark = pytest.mark.xdist_group("doc_commands")
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-#: appended to every ``rlstruct train``: a few hundred env steps, short evaluations, no bar, no events; the time limit
-#: only ends a command that outgrows its cap, with room for a loaded machine (the test's timeout is 300 s)
+#: appended to every ``rlstruct train``: a few hundred env steps, short evaluations (a final one of two episodes, where
+#: a page's 150 cost 2.5 CPU s), no bar, no events; the time limit only ends a command that outgrows its cap, with room
+#: for a loaded machine (the test's timeout is 300 s)
 CAP = ["--max-env-steps", "256", "--time-limit", "240", "--no-progress", "--no-tensorboard", "--n-evaluation-envs",
-       "2", "--evaluation-max-steps", "20", "--eval-every", "1000"]
-#: and to the off-policy ones: learn within that budget
-CAP_REPLAY = ["--learning-starts", "64"]
+       "2", "--evaluation-max-steps", "20", "--eval-every", "1000", "--final-evaluation-episodes", "2"]
+#: and to a new on-policy run (its iteration of at least :data:`MIN_ROLLOUT` steps an env is the whole run for most
+#: pages' env counts): half the budget, so that Atari's 8 envs collect 16 frames each, not 32, for the network's update
+CAP_ON_POLICY = ["--max-env-steps", "128"]
+#: and to the off-policy ones: learn within that budget, over its last 64 env steps (an iteration of every documented
+#: off-policy run collects 64 env steps at most, so one learns at least once): the gradient steps are most of such a
+#: run's CPU seconds (56 of DQN's Atari network's from 64 on took 5 of the command's 10 CPU s), and what the command
+#: proves (its flags, preset, env and network, an update, the run folder) does not depend on how many ran
+CAP_REPLAY = ["--learning-starts", "192"]
 #: appended to every ``rlstruct eval``: two short episodes (its default 16 build 16 envs: 16 Atari emulators)
 CAP_EVAL = ["--max-steps", "20", "--episodes", "2"]
 #: the steps an env of an on-policy run's iteration at least, where :func:`_capped_rollout` shortens the rollout
-MIN_ROLLOUT = 16
+MIN_ROLLOUT = 8
 #: the most random start steps (``env_kwargs["random_start_steps"]``, a MinAtar preset's 2,500) a training env plays
 #: here before the run's first step: 128 envs x 2,500 batched random steps cost 18 CPU s, and on a loaded machine
 #: outran the run's --time-limit before its first iteration; a few still take the random-start path
@@ -219,6 +228,7 @@ def test_documented_command_runs_as_written(page, command, workdir, monkeypatch,
     if argv[1] == "train" and "--show-config" not in argv:
         argv += CAP + (CAP_REPLAY if argv[2] in ("dqn", "sac", "td3") else [])
         if argv[2] in ("ppo", "a2c", "pqn") and "--resume" not in argv:
+            argv += CAP_ON_POLICY
             argv += _capped_rollout(argv, capsys)
     if argv[1] == "eval":
         argv += CAP_EVAL
@@ -246,3 +256,7 @@ def test_documented_command_runs_as_written(page, command, workdir, monkeypatch,
         summary = json.loads(out.out.strip().splitlines()[-1])
         for run in summary.get("members", [summary]):  # a population (--seeds): each member's summary
             assert run["iterations"] >= 1 and run["env_steps"] >= 1, f"{page}: `{command}` did not train"
+            if argv[2] in ("dqn", "sac", "td3"):  # :data:`CAP_REPLAY`'s learning starts left it an update
+                with open(workdir / run["logdir"] / "progress.csv", newline="") as f:
+                    losses = [v for row in csv.DictReader(f) for k, v in row.items() if k.startswith("loss/") and v]
+                assert losses, f"{page}: `{command}` made no gradient step within its capped budget"
