@@ -38,12 +38,13 @@ def _cli(capsys, *args: str) -> dict:
 
 @pytest.mark.parametrize(("algo", "backend", "flags"), [
     # The default backend ("auto") picks ale-py's vector env for ALE/ ids: `rlstruct train ppo --env ALE/...`.
-    ("ppo", "auto", ["--n-steps", "32", "--max-env-steps", "256"]),
-    ("dqn", "ale", ["--max-env-steps", "320", "--learning-starts", "128", "--buffer-size", "1000",
+    # One PPO iteration (4 envs x 32 steps); DQN's gradient steps start after 128 env steps, and 64 more follow.
+    ("ppo", "auto", ["--n-steps", "32", "--max-env-steps", "128"]),
+    ("dqn", "ale", ["--max-env-steps", "192", "--learning-starts", "128", "--buffer-size", "1000",
                     "--batch-size", "16", "--gradient-steps", "2"]),
     # gymnasium's raw 210x160 frames: a convolution over them costs 20 ms a call on a CPU and the encoder's first
-    # linear layer holds 11M weights, so one iteration (4 envs x 8 steps) trains and checkpoints as four would.
-    pytest.param("a2c", "gymnasium", ["--max-env-steps", "32"], marks=pytest.mark.long(
+    # linear layer holds 11M weights, so one iteration (2 envs x 8 steps) trains and checkpoints as four would.
+    pytest.param("a2c", "gymnasium", ["--n-envs", "2", "--max-env-steps", "16"], marks=pytest.mark.long(
         reason="gymnasium's Atari envs in worker processes, frame preprocessing in Python, raw frames through the "
                "CNN: 15-20 CPU seconds to train, checkpoint and evaluate here")),
 ])
