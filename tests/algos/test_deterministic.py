@@ -152,7 +152,10 @@ def test_a_worker_turns_deterministic_mode_on_from_its_environment(monkeypatch):
 @pytest.mark.parametrize("algo", ["a2c", "ppo"])
 def test_two_deterministic_runs_on_the_fast_path_give_the_same_bits(tmp_path, monkeypatch, algo):
     """Captured acquisition and evaluation, the compiled update in graph mode and overlap, through the seam's
-    recording fake: nothing on those paths is refused by deterministic mode, and two runs agree bit for bit."""
+    recording fake: nothing on those paths is refused by deterministic mode, and two runs agree bit for bit. The same
+    two runs in one process are A2C's and PPO's case of ``test_captured_runs.py`` (every graph replayed more than
+    once, each replay finding the tensors it touches alive, each graph's workspace its own and released): checked
+    here, on these runs, rather than on two more."""
     monkeypatch.delenv(CUBLAS_WORKSPACE_ENV, raising=False)
     module, cls = {"a2c": (a2c, a2c.A2CConfig), "ppo": (ppo, ppo.PPOConfig)}[algo]
     fake = RecordingAccelerator()
@@ -166,6 +169,9 @@ def test_two_deterministic_runs_on_the_fast_path_give_the_same_bits(tmp_path, mo
     assert len(rows) > 3 and again == rows
     assert all(torch.equal(v.view(torch.uint8), weights_again[k].view(torch.uint8)) for k, v in weights.items())
     assert len(fake.graphs) == 4 and fake.compiles == [("reduce-overhead", "inductor")] * 2
+    assert all(g.replays > 2 for g in fake.graphs), [g.replays for g in fake.graphs]
+    assert all(g.released and g.workspaces and all(ws.owner is g for ws in g.workspaces) for g in fake.graphs)
+    assert fake.step_marks > 0
 
 
 def test_a_deterministic_run_starts_its_ray_actors_with_the_deterministic_environment(tmp_path, monkeypatch):

@@ -391,7 +391,7 @@ def _cpu_burner(n: int = 2):
 
 #: the training iterations of :func:`_evaluation_rows`'s run: the burners spin as long as it runs, on the CPUs that
 #: the suite's other tests share
-BURNED_ITERATIONS = 10
+BURNED_ITERATIONS = 5
 
 
 def _evaluation_rows(tmp_path, name: str, n_evaluation_processes: int) -> list[tuple[float, ...]]:

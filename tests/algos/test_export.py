@@ -65,21 +65,19 @@ def _check(policy, actions: np.ndarray, expected: np.ndarray) -> None:
         np.testing.assert_allclose(actions, expected, rtol=0, atol=1e-5)
 
 
-@pytest.mark.slow  # 6.5 CPU s on the reference CPU: slow is 1.5 s or more
-@pytest.mark.parametrize("name", list(RUNS))
-def test_the_exported_policy_acts_as_the_loaded_one(runs, name, tmp_path):
+def assert_exports_act_as_loaded(policy, onnx_file, torchscript_file) -> None:
+    """The ONNX file (run by onnxruntime) and the TorchScript one (by ``torch.jit.load``) act as ``policy``, the
+    loaded run, on a thousand observations; a recurrent policy's over 100 episodes of 10 steps."""
     ort = pytest.importorskip("onnxruntime", reason="needs the export extra")
-    pytest.importorskip("onnxscript", reason="needs the export extra")
-    policy = load(runs[name])
-    onnx = ort.InferenceSession(policy.export(tmp_path / "policy.onnx"))
-    script = torch.jit.load(policy.export(tmp_path / "policy.pt"))
+    onnx = ort.InferenceSession(str(onnx_file))
+    script = torch.jit.load(str(torchscript_file))
     if not policy.recurrent:
         obs = _observations(policy.config["env"], 1000)
         expected = policy.predict(obs)
         _check(policy, onnx.run(None, {"observation": obs})[0], expected)
         _check(policy, script(torch.as_tensor(obs)).numpy(), expected)
         return
-    # 100 episodes of 10 steps: the memory goes from one call to the next as explicit inputs and outputs.
+    # The memory goes from one call to the next as explicit inputs and outputs.
     obs = _observations(policy.config["env"], 1000).reshape(10, 100, -1)
     state = None
     h = np.zeros((100, policy.agent.model.core_size), np.float32)
@@ -93,8 +91,23 @@ def test_the_exported_policy_acts_as_the_loaded_one(runs, name, tmp_path):
         _check(policy, action.numpy(), expected)
 
 
+@pytest.mark.slow  # 6.5 CPU s on the reference CPU: slow is 1.5 s or more
+@pytest.mark.parametrize("name", [name for name in RUNS if name != "discrete"])
+def test_the_exported_policy_acts_as_the_loaded_one(runs, name, tmp_path):
+    """``policy.export`` of each kind of run; the discrete run's files are the command's, checked in
+    :func:`test_rlstruct_export_writes_the_file_and_a_json_line` (an ONNX export costs seconds: one a run)."""
+    pytest.importorskip("onnxruntime", reason="needs the export extra")
+    pytest.importorskip("onnxscript", reason="needs the export extra")
+    policy = load(runs[name])
+    assert_exports_act_as_loaded(policy, policy.export(tmp_path / "policy.onnx"),
+                                 policy.export(tmp_path / "policy.pt"))
+
+
 @pytest.mark.slow  # 1.9 CPU s on the reference CPU: slow is 1.5 s or more
 def test_rlstruct_export_writes_the_file_and_a_json_line(runs, tmp_path, capsys):
+    """The command's two files, ONNX and TorchScript, of the discrete run: written as asked, and acting as the
+    loaded policy."""
+    pytest.importorskip("onnxruntime", reason="needs the export extra")
     pytest.importorskip("onnxscript", reason="needs the export extra")
     output = tmp_path / "deploy" / "cartpole.onnx"
     assert cli.main(["export", runs["discrete"], "--output", str(output)]) == 0
@@ -106,6 +119,7 @@ def test_rlstruct_export_writes_the_file_and_a_json_line(runs, tmp_path, capsys)
     assert "Warning" not in err and "torchvision" not in err, err
     assert cli.main(["export", runs["discrete"], "--output", str(tmp_path / "p.onnx"), "--format", "torchscript"]) == 0
     assert torch.jit.load(str(tmp_path / "p.onnx"))(torch.zeros(3, 4)).shape == (3,)
+    assert_exports_act_as_loaded(load(runs["discrete"]), output, tmp_path / "p.onnx")
 
 
 def test_export_errors_name_the_fix(runs, tmp_path, monkeypatch, capsys):

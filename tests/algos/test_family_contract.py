@@ -3,7 +3,7 @@ outside the package on the public face gets what the built-in families get.
 
 (a) a PPO with an adaptive KL coefficient, defined here on ``rlstruct.algos.harness`` alone: its coefficient survives
 ``--resume``; (b) a new family, the cross-entropy method of ``tutorials/mylab/cem.py``, trains, evaluates, resumes and
-profiles in fresh processes; (c) the harness asks descriptions, never their type; and ``rlstruct profile`` times the
+profiles in other processes; (c) the harness asks descriptions, never their type; and ``rlstruct profile`` times the
 off-policy family.
 """
 
@@ -38,7 +38,7 @@ from rlstruct.algos.policies import critic_values, policy_actions
 from rlstruct.algos.returns import gae_advantages
 from rlstruct.errors import ConfigError
 from rlstruct.structures import Trajectories
-from tests.algos.test_outside_algorithms import RLSTRUCT, _run, forget_mylab
+from tests.algos.test_outside_algorithms import RLSTRUCT, _run, forget_mylab, forked
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -206,10 +206,16 @@ def test_the_cem_module_is_a_new_family_written_on_the_public_face():
         forget_mylab()
 
 
-@pytest.mark.long(reason="four fresh processes, each importing torch: a training run, eval, its resume, profile")
+@pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_new_family_from_outside_trains_evaluates_resumes_and_profiles_in_fresh_processes(tmp_path):
+def test_a_new_family_from_outside_trains_evaluates_resumes_and_profiles_in_other_processes(tmp_path, monkeypatch):
+    """Training runs in a fresh interpreter through the console script (whose ``sys.path`` lacks the current folder):
+    the new family's module imports by its ``MODULE:ATTRIBUTE`` where nothing imported it. Eval, the resume and
+    profile run in children forked from this process (``mylab`` not imported, the lab the current folder), each
+    importing it by the same source, without an interpreter's start each."""
     lab = write_cem(tmp_path / "lab")
+    forget_mylab()
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the commands' own search of the current folder is undone
     tiny = ["--env", "CartPole-v1", "--n-envs", "4", "--n-steps", "16", "--elite-fraction", "0.5", "--eval-every", "2",
             "--n-evaluation-envs", "2", "--evaluation-max-steps", "20", "--no-progress", "--no-tensorboard",
             "--time-limit", "120"]
@@ -222,19 +228,20 @@ def test_a_new_family_from_outside_trains_evaluates_resumes_and_profiles_in_fres
     saved = torch.load(lab / "run" / "checkpoint.pt", weights_only=True)
     assert set(saved["model"]) == {"mean", "population"} and list(saved["learner"]) == ["std"]
 
-    evaluated = _run(str(RLSTRUCT), "eval", "run", "--episodes", "2", "--max-steps", "20", "--trust-code", cwd=lab)
+    monkeypatch.chdir(lab)
+    evaluated = forked(["eval", "run", "--episodes", "2", "--max-steps", "20", "--trust-code"], tmp_path / "eval")
     assert evaluated.returncode == 0, evaluated.stderr
     assert json.loads(evaluated.stdout.splitlines()[-1])["algo"] == "cem"
 
-    resumed = _run(str(RLSTRUCT), "train", "mylab.cem:ALGORITHM", "--resume", "run", "--max-env-steps", "384",
-                   cwd=lab)
+    resumed = forked(["train", "mylab.cem:ALGORITHM", "--resume", "run", "--max-env-steps", "384"],
+                     tmp_path / "resumed")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.splitlines()[-1])["env_steps"] == 384
     final = torch.load(lab / "run" / "checkpoint.pt", weights_only=True)
     assert final["iteration"] == 6 and not torch.equal(final["learner"]["std"], saved["learner"]["std"])
 
-    profiled = _run(str(RLSTRUCT), "profile", "--algo", "mylab.cem:ALGORITHM", "--n-envs", "4", "--n-timesteps", "8",
-                    "--iterations", "2", "--png", "", cwd=lab)
+    profiled = forked(["profile", "--algo", "mylab.cem:ALGORITHM", "--n-envs", "4", "--n-timesteps", "8",
+                       "--iterations", "2", "--png", ""], tmp_path / "profiled")
     assert profiled.returncode == 0, profiled.stderr
     report = json.loads(profiled.stdout.splitlines()[-1])
     assert report["env_steps"] == 2 * 4 * 8 and report["config"]["algo"] == "mylab.cem:ALGORITHM"

@@ -30,7 +30,7 @@ SOURCE = "rlstruct.algos.impala:ALGORITHM"
 TINY = IMPALAConfig(n_envs=2, n_steps=4, max_env_steps=64, eval_every=1000, n_evaluation_envs=1,
                     evaluation_max_steps=10, progress=False, tensorboard=False, preset="none")
 FLAGS = ["--env", "CartPole-v1", "--seed", "3", "--no-progress", "--no-tensorboard", "--preset", "none",
-         "--n-envs", "4", "--n-steps", "8", "--max-env-steps", "384", "--max-lag", "2", "--eval-every", "4",
+         "--n-envs", "4", "--n-steps", "8", "--max-env-steps", "256", "--max-lag", "2", "--eval-every", "4",
          "--n-evaluation-envs", "2", "--evaluation-max-steps", "40"]
 
 
@@ -69,7 +69,7 @@ def progress(tmp_path: Path, name: str, *flags: str) -> list[list[str]]:
     return without_wall_clock(logdir / "progress.csv")
 
 
-@pytest.mark.slow  # three runs, two of them with worker processes
+@pytest.mark.slow  # three runs of 8 iterations, two of them with worker processes
 def test_one_seed_gives_one_run_in_process_over_two_workers_and_beside_a_busy_cpu(tmp_path):
     alone = progress(tmp_path, "alone")
     header = alone[0]

@@ -1,5 +1,5 @@
 """Algorithms from outside the package: ``rlstruct train MODULE:ATTRIBUTE``, the ``rlstruct.algorithms`` entry-point
-group, the source a run records, and the commands that rebuild a run in a fresh process (eval, export, load, resume,
+group, the source a run records, and the commands that rebuild a run in another process (eval, export, load, resume,
 compare, sweep), each refusing in one line what cannot be had."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import pytest
 
 from rlstruct.algos._train.registry import ENTRY_POINT_GROUP, algorithm, algorithm_source, entry_point_algorithms
 from rlstruct.errors import AlgorithmSourceError
-from tests.helpers import rlstruct_in_process
+from tests.helpers import ForkedCommand, rlstruct_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 RLSTRUCT = Path(sys.executable).parent / "rlstruct"  # the console script: its sys.path lacks the folder it runs from
-#: a few hundred env steps, an evaluation of two short episodes after every iteration
-TINY = ["--max-env-steps", "256", "--n-envs", "4", "--n-steps", "8", "--eval-every", "1", "--n-evaluation-envs", "2",
+#: four iterations of 32 env steps, an evaluation of two short episodes after each
+TINY = ["--max-env-steps", "128", "--n-envs", "4", "--n-steps", "8", "--eval-every", "1", "--n-evaluation-envs", "2",
         "--evaluation-max-steps", "20", "--no-progress", "--no-tensorboard", "--time-limit", "120", "--preset", "none"]
 
 
@@ -154,26 +154,40 @@ print(p.source, int(p.predict([0.0, 0.0, 0.0, 0.0])))
 """
 
 
+def forked(argv: list[str], output: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``rlstruct argv`` in a child forked from this process (:class:`~tests.helpers.ForkedCommand`), run to its end:
+    its status and what it printed. Forked from the current folder, with ``mylab`` not imported and ``sys.path``
+    lacking that folder, the child imports the run's module by its ``MODULE:ATTRIBUTE`` as a console script does,
+    without the seconds a fresh interpreter spends importing torch."""
+    child = ForkedCommand(argv, output)
+    child.wait(timeout)
+    return subprocess.CompletedProcess(["rlstruct", *argv], child.returncode, child.stdout, child.stderr)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_copy_of_a2c_outside_the_package_gets_every_command_in_fresh_processes(tmp_path, capsys, monkeypatch):
-    """Every command that imports the run's module does so in a fresh interpreter whose ``sys.path`` lacks the
-    current folder: training, its resume and a sweep through the console script; eval, export and ``load().predict``
-    in one interpreter that forgets the module between them (:data:`OPEN_THE_RUN`). The commands that decide without
-    importing it (eval refused without ``--trust-code``, eval where the module is missing, compare) run in this
-    process, from the same folders, with ``mylab`` not imported and ``sys.path`` as it was after each."""
+def test_a_copy_of_a2c_outside_the_package_gets_every_command_in_another_process(tmp_path, capsys, monkeypatch):
+    """Every command that imports the run's module does so in a process that never imported it, from a ``sys.path``
+    that lacks the current folder. One fresh interpreter, started with ``-P`` (a console script's ``sys.path``),
+    proves that the recorded source imports where nothing was imported before: eval, export and ``load().predict``
+    in it, the module forgotten between them (:data:`OPEN_THE_RUN`). Training, its resume and a sweep run in
+    children forked from this process (:func:`forked`): the same import by the same source, without an interpreter's
+    start each. The commands that decide without importing it (eval refused without ``--trust-code``, eval where the
+    module is missing, compare) run in this process, from the same folders, with ``mylab`` not imported and
+    ``sys.path`` as it was after each."""
     lab = write_myalgo(tmp_path / "lab")
     forget_mylab()
     monkeypatch.setattr(sys, "path", list(sys.path))  # the commands' own search of the current folder is undone
-    trained = _run(str(RLSTRUCT), "train", "mylab.myalgo:ALGORITHM", "--env", "CartPole-v1", *TINY, "--logdir", "run",
-                   cwd=lab)
+    monkeypatch.chdir(lab)
+    trained = forked(["train", "mylab.myalgo:ALGORITHM", "--env", "CartPole-v1", *TINY, "--logdir", "run"],
+                     tmp_path / "trained")
     assert trained.returncode == 0, trained.stderr
-    assert json.loads(trained.stdout.splitlines()[-1])["env_steps"] >= 256
+    assert json.loads(trained.stdout.splitlines()[-1])["env_steps"] >= 128
     config = json.loads((lab / "run" / "config.json").read_text())
     assert (config["algo"], config["algorithm"]) == ("myalgo", "mylab.myalgo:ALGORITHM")
+    assert "mylab" not in sys.modules, "imported by the child only"
 
     # the run's own module, in the current folder: imported with the user's consent only
-    monkeypatch.chdir(lab)
     refused = rlstruct_in_process(capsys, "eval", "run", "--episodes", "2")
     assert refused.returncode == 2 and "pass --trust-code" in refused.stderr, refused.stderr
     assert "mylab" not in sys.modules, "refused before importing it"
@@ -186,19 +200,20 @@ def test_a_copy_of_a2c_outside_the_package_gets_every_command_in_fresh_processes
     source, action = lines[-1].split()
     assert source == "mylab.myalgo:ALGORITHM" and action in ("0", "1")
 
-    resumed = _run(str(RLSTRUCT), "train", "mylab.myalgo:ALGORITHM", "--resume", "run", "--max-env-steps", "512",
-                   cwd=lab)
+    resumed = forked(["train", "mylab.myalgo:ALGORITHM", "--resume", "run", "--max-env-steps", "256"],
+                     tmp_path / "resumed")
     assert resumed.returncode == 0, resumed.stderr
-    assert json.loads(resumed.stdout.splitlines()[-1])["env_steps"] >= 512
+    assert json.loads(resumed.stdout.splitlines()[-1])["env_steps"] >= 256
 
     compared = rlstruct_in_process(capsys, "compare", "run", "--json")
     assert compared.returncode == 0, compared.stderr
 
-    swept = _run(str(RLSTRUCT), "sweep", "mylab.myalgo:ALGORITHM", "--env", "CartPole-v1", "--trials", "2",
-                 "--storage", f"sqlite:///{lab}/sweep.db", "--logdir", "trials", "--", *TINY, cwd=lab)
+    swept = forked(["sweep", "mylab.myalgo:ALGORITHM", "--env", "CartPole-v1", "--trials", "2",
+                    "--storage", f"sqlite:///{lab}/sweep.db", "--logdir", "trials", "--", *TINY], tmp_path / "swept")
     assert swept.returncode == 0, swept.stderr
     assert sorted(p.name for p in (lab / "trials").iterdir()) == ["trial-0", "trial-1"]
     assert "rlstruct train mylab.myalgo:ALGORITHM" in swept.stdout
+    assert "mylab" not in sys.modules
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

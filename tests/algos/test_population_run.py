@@ -51,14 +51,15 @@ def assert_members_are_solo_runs(train, config, seeds, tmp_path: Path) -> list:
     return members
 
 
-@pytest.mark.slow  # a population of two and their two solo runs, 10 iterations each
+@pytest.mark.slow  # a population of two and their two solo runs, 4 iterations each
 @pytest.mark.parametrize("n_processes", [0, 2])
 def test_ppo_members_are_the_solo_runs_of_their_seeds(n_processes, tmp_path):
+    """Four iterations: the untrained evaluation, one after the third update and the final one are compared too."""
     config = ppo.PPOConfig(env="CartPole-v1", n_envs=4, n_steps=16, n_minibatches=2, n_epochs=2,
-                           max_env_steps=10 * 64, n_processes=n_processes, **SMALL)
+                           max_env_steps=4 * 64, n_processes=n_processes, **SMALL)
     members = assert_members_are_solo_runs(ppo.train, config, [3, 1], tmp_path)
     assert population_seeds(tmp_path / "pop") == (3, 1)
-    assert [(m.iterations, m.env_steps) for m in members] == [(10, 640), (10, 640)]
+    assert [(m.iterations, m.env_steps) for m in members] == [(4, 256), (4, 256)]
 
 
 @pytest.mark.slow  # a population of two over two workers and its two solo runs in one worker each, 4 iterations
@@ -119,9 +120,10 @@ def test_dqns_batched_step_is_each_members_solo_step_to_float32_rounding_and_che
 
 @pytest.mark.slow
 def test_sac_members_are_the_solo_runs_of_their_seeds(tmp_path):
-    """10 iterations of 8 env steps: 4 of warm-up, then 6 that learn (48 gradient steps)."""
+    """6 iterations of 8 env steps: 4 of warm-up, then 2 that learn (16 gradient steps), an evaluation after the
+    third and the final one."""
     config = sac.SACConfig(env="Pendulum-v1", n_envs=2, rollout_steps=4, learning_starts=32, batch_size=16,
-                           max_env_steps=10 * 8, **SMALL)
+                           max_env_steps=6 * 8, **SMALL)
     assert_members_are_solo_runs(sac.train, config, [0, 1], tmp_path)
 
 
@@ -129,7 +131,7 @@ def test_sac_members_are_the_solo_runs_of_their_seeds(tmp_path):
 def test_reinforce_members_collect_their_own_episodes_as_their_solo_runs(tmp_path):
     """Whole episodes: each member steps its own episodic batcher (the shared one calls the agent on running envs
     only), in the one process."""
-    config = reinforce.ReinforceConfig(env="CartPole-v1", n_envs=4, max_env_steps=600, **SMALL)
+    config = reinforce.ReinforceConfig(env="CartPole-v1", n_envs=4, max_env_steps=300, **SMALL)
     assert_members_are_solo_runs(reinforce.train, config, [0, 1], tmp_path)
 
 
@@ -157,7 +159,7 @@ def test_a_member_that_diverges_ends_alone(tmp_path, monkeypatch):
         return out
 
     monkeypatch.setattr(OnPolicyLearning, "learn_from", learn_from)
-    config = a2c.A2CConfig(env="CartPole-v1", n_envs=4, n_steps=8, max_env_steps=10 * 32, **SMALL)
+    config = a2c.A2CConfig(env="CartPole-v1", n_envs=4, n_steps=8, max_env_steps=5 * 32, **SMALL)
     first, second = a2c.train(dataclasses.replace(config, logdir=str(tmp_path / "pop")), seeds=[0, 1])
     assert second.stop_reason == "diverged" and second.env_steps < config.max_env_steps
     assert json.loads((Path(second.logdir) / "summary.json").read_text())["stop_reason"] == "diverged"

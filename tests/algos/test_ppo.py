@@ -16,6 +16,7 @@ from rlstruct.algos import a2c, ppo, reinforce
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
 from rlstruct.algos._train.session import validate
 from rlstruct.algos.ppo import PPOConfig, ppo_loss
+from tests.algos.shared_runs import WIDE_SOLVE, ppo_cartpole_wide_solve  # noqa: F401 (a fixture)
 from tests.algos.test_cli import PLOT, TENSORBOARD, last_json
 from tests.algos.test_learning import _common, _trained_evals, assert_learned
 from tests.helpers import rlstruct_in_process
@@ -127,12 +128,12 @@ def test_ppo_learns_cartpole(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_ppo_solves_cartpole_in_a_few_wide_iterations(tmp_path):
+@pytest.mark.xdist_group(WIDE_SOLVE)
+def test_ppo_solves_cartpole_in_a_few_wide_iterations(ppo_cartpole_wide_solve):  # noqa: F811 (a fixture)
     """The GPU solve runs' settings (benchmarks/learning.py's ``ppo-cartpole-wide-torch``): 2,048 envs x 16 steps
-    an iteration, overlapped, 2 epochs x 2 minibatches at lr 0.02 annealed over 100 iterations."""
-    cfg = PPOConfig(**_common(tmp_path, n_envs=2048, n_steps=16, lr=0.02, n_epochs=2, n_minibatches=2, overlap=True,
-                              max_env_steps=2048 * 16 * 100, eval_every=2, target_return=475.0, seed=0))
-    result = ppo.train(cfg)
+    an iteration, overlapped, 2 epochs x 2 minibatches at lr 0.02 annealed over 100 iterations. The run is the
+    session's (tests/algos/shared_runs.py), which test_policy_load.py's drive of gymnasium's CartPole loads."""
+    result, _ = ppo_cartpole_wide_solve
     assert result.reached_target and result.iterations <= 45, (result.iterations, _trained_evals(result))
 
 
@@ -178,12 +179,15 @@ def test_overlap_with_a_worker_process_learns_and_is_reproducible(tmp_path):
 @pytest.mark.parametrize("algo", ["reinforce", "a2c", "ppo"])
 @pytest.mark.slow
 def test_every_policy_gradient_algorithm_trains_pendulum_and_its_checkpoint_reloads(algo, tmp_path):
+    """Continuous actions through each on-policy algorithm: 800 env steps (one iteration of REINFORCE's four
+    200-step episodes), evaluated untrained and after training only (each evaluation is 200 steps of two envs);
+    what learns Pendulum is the ppo-pendulum preset's test (tests/algos/test_presets.py)."""
     module, cfg_cls = {"reinforce": (reinforce, reinforce.ReinforceConfig), "a2c": (a2c, a2c.A2CConfig),
                        "ppo": (ppo, PPOConfig)}[algo]
-    cfg = cfg_cls(**_common(tmp_path, env="Pendulum-v1", n_envs=4, n_evaluation_envs=2, max_env_steps=1_600,
-                            eval_every=2, hidden_sizes=(16,)))
+    cfg = cfg_cls(**_common(tmp_path, env="Pendulum-v1", n_envs=4, n_evaluation_envs=2, max_env_steps=800,
+                            eval_every=1_000, hidden_sizes=(16,)))
     result = module.train(cfg)
-    assert result.env_steps >= 1_600 and -2_000 < result.eval_return < 0
+    assert result.env_steps >= 800 and -2_000 < result.eval_return < 0
     assert _trained_evals(result) and (tmp_path / "progress.csv").exists()
     ev = evaluate_checkpoint(result.checkpoint, episodes=2)
     assert ev["algo"] == algo and ev["env"] == "Pendulum-v1" and -2_000 < ev["eval_return"] < 0

@@ -94,15 +94,15 @@ def test_a_worker_sigkilled_mid_run_changes_nothing(tmp_path):
     """``--restart-workers``: a training worker SIGKILLed while the run goes on is replaced exactly, and the run writes
     the progress.csv of the same command run in process (wall-clock columns and the restart count aside).
 
-    16 iterations, their rows written out every 2 (``--log-every``, which changes when rows reach the file, not what
-    they hold), so that the kill lands within the first few iterations and a dozen follow it."""
-    flags = ["a2c", "--env", "CartPole-v1", "--preset", "a2c-cartpole", "--seed", "1", "--max-env-steps", "16384",
-             "--no-progress", "--no-tensorboard", "--eval-every", "8", "--log-every", "2", "--n-evaluation-envs", "2",
+    8 iterations, their rows written out every 2 (``--log-every``, which changes when rows reach the file, not what
+    they hold), so that the kill lands after the first rows reach the file and about six iterations follow it."""
+    flags = ["a2c", "--env", "CartPole-v1", "--preset", "a2c-cartpole", "--seed", "1", "--max-env-steps", "8192",
+             "--no-progress", "--no-tensorboard", "--eval-every", "4", "--log-every", "2", "--n-evaluation-envs", "2",
              "--restart-workers", "3"]
     alone = progress(tmp_path, "alone", *flags)
     logdir = tmp_path / "killed"
     killed, run = train_with_a_worker_killed([RLSTRUCT, "train", *flags, "--n-processes", "2", "--logdir", str(logdir)],
-                                             logdir, after_rows=3, timeout=240)
+                                             logdir, after_rows=2, timeout=240)
     err = run.stderr
     assert killed is not None, "the run ended before a worker could be killed"
     assert run.returncode == 0, err[-2000:]

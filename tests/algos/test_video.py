@@ -332,10 +332,10 @@ def test_video_every_records_after_every_nth_evaluation_and_the_final_policy_wit
 @needs_ffmpeg
 @pytest.mark.timeout(180)
 def test_video_every_records_an_atari_dqn_run_from_the_agents_view(tmp_path, capsys):
-    """In this process; a few gradient steps of the Nature CNN after its first 128 env steps (the run's cost: what is
+    """In this process; a few gradient steps of the Nature CNN after its first 32 env steps (the run's cost: what is
     checked is its videos, which the untrained evaluation and the final policy each give)."""
     out = rlstruct_in_process(capsys, "train", "dqn", "--env", "ALE/Pong-v5", "--backend", "ale", "--max-env-steps",
-                              "160", "--n-envs", "2", "--learning-starts", "128", "--buffer-size", "512",
+                              "48", "--n-envs", "2", "--learning-starts", "32", "--buffer-size", "64",
                               "--batch-size", "16", "--eval-every", "50", "--n-evaluation-envs", "1",
                               "--evaluation-max-steps", "12", "--no-progress", "--no-tensorboard", "--video-every",
                               "1", "--logdir", str(tmp_path / "run"))
