@@ -524,3 +524,35 @@ def test_a_launch_due_while_one_is_pending_is_queued_and_a_confirmation_goes_fir
         assert not ev.pending and ev.queued == 0 and ev.evaluated_weights is weights
     with _batcher(4) as b, pytest.raises(ValueError, match="max_queued must be >= 1 evaluation, got 0"):
         Evaluator(b, _agent_info(False), every=1, max_queued=0)
+
+
+def test_a_checkpoints_evaluation_runs_at_the_runs_torch_threads_and_restores_the_processs(tiny_cartpole_run,
+                                                                                           monkeypatch):
+    """``rlstruct eval`` (``evaluate_checkpoint``) steps its episodes with torch at the run's ``torch_threads`` (1,
+    the default the tiny run was trained with), as training did, whatever the process had; the count is restored
+    after, also when the evaluation fails."""
+    from rlstruct.algos._train import evaluation
+
+    seen = []
+
+    def counting(batcher, max_steps):
+        seen.append(torch.get_num_threads())
+        return run_episodes(batcher, max_steps)
+
+    monkeypatch.setattr(evaluation, "run_episodes", counting)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        result = evaluation.evaluate_checkpoint(str(tiny_cartpole_run / "checkpoint.pt"), episodes=2, max_steps=20)
+        assert seen == [1] and torch.get_num_threads() == 2 and result["episodes"] == 2
+
+        def failing(batcher, max_steps):
+            seen.append(torch.get_num_threads())
+            raise RuntimeError("an env failed")
+
+        monkeypatch.setattr(evaluation, "run_episodes", failing)
+        with pytest.raises(RuntimeError, match="an env failed"):
+            evaluation.evaluate_checkpoint(str(tiny_cartpole_run / "checkpoint.pt"), episodes=2, max_steps=20)
+        assert seen == [1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
