@@ -42,7 +42,8 @@ Workers are spawned: they import this file again, so the agent and env factories
 ``rlstruct compare``): ``pip install 'rlstruct[sweep,stats]'``.
 
 Run it with ``python tutorials/12_write_your_own_algorithm.py``. Size knob: the environment variable
-``RLSTRUCT_TUTORIAL_SCALE`` (float, default 1.0) scales the training budgets; the tests run it with a small value.
+``RLSTRUCT_TUTORIAL_SCALE`` (float, default 1.0) scales the training budgets; the tests run it with a small value,
+where part 2's envs step in this process instead of two workers.
 """
 
 from __future__ import annotations
@@ -164,17 +165,18 @@ def env_shape(name: str) -> tuple[tuple[int, ...], int]:
     return tuple(env.observation_space.shape), int(env.action_space.n)
 
 
-def train(name: str, env_steps: int, *, n_envs: int = 16, n_steps: int = 8, lr: float = 3e-3,
-          seed: int = 0) -> ActorCritic:
-    """A2C: collect ``[n_envs, n_steps]`` with two worker processes, take one gradient step, send the weights."""
+def train(name: str, env_steps: int, *, n_envs: int = 16, n_steps: int = 8, lr: float = 3e-3, seed: int = 0,
+          n_processes: int = 2) -> ActorCritic:
+    """A2C: collect ``[n_envs, n_steps]`` with ``n_processes`` worker processes (0: the envs step in this process),
+    take one gradient step, send the weights."""
     torch.manual_seed(seed)
     obs_shape, n_actions = env_shape(name)
     model = ActorCritic(obs_shape, n_actions)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     explore = DictTensor({"stochastic": torch.tensor([True])})
     with RL_Batcher(n_steps, create_agent, {"obs_shape": obs_shape, "n_actions": n_actions}, create_env,
-                    {"name": name, "n_envs": n_envs // 2}, n_processes=2, seeds=seed, agent_seeds=seed,
-                    agent_info=explore) as batcher:
+                    {"name": name, "n_envs": n_envs // max(1, n_processes)}, n_processes=n_processes, seeds=seed,
+                    agent_seeds=seed, agent_info=explore) as batcher:
         batcher.reset()
         for _ in range(max(1, env_steps // (n_envs * n_steps))):
             batcher.update(model.state_dict())  # the workers act with the weights just trained
@@ -239,13 +241,18 @@ def main() -> None:
     budget = max(100_000, int(500_000 * SCALE))
     untrained = evaluate(ActorCritic(*env_shape("MinAtar/Breakout-v1")), "MinAtar/Breakout-v1", 32, 2_000,
                          stochastic=True)
-    model = train("MinAtar/Breakout-v1", budget, n_envs=32, lr=1e-3)
+    # The full size collects with two worker processes, as part 1 does; the small size (the tests') steps the envs in
+    # this process, where the workers' messages would cost more CPU than the learning (390 updates). Each worker's
+    # agent draws from its own generator, so the draws, not the learner, differ from the full size's.
+    model = train("MinAtar/Breakout-v1", budget, n_envs=32, lr=1e-3, n_processes=2 if SCALE >= 1 else 0)
     trained = evaluate(model, "MinAtar/Breakout-v1", 32, 2_000)
     print(f"   return over 32 fresh episodes: {untrained:.2f} acting at random, {trained:.2f} greedy after "
           f"{budget:,} env steps")
-    # Acting at random scores about 0.4. At 100k env steps (the tests' size), seeds 0-8 with one torch thread gave
-    # greedy returns of 2.8-3.3: the learner that balanced a pole reads pixels unchanged.
-    assert trained >= 2.0, trained
+    # Acting at random scores about 0.4. At 100k env steps (the tests' size, the envs in this process), seeds 0-8 gave
+    # greedy returns of 2.03-3.25 (median 3.09; seed 0: 3.22) with one torch thread, the same bits with two where
+    # tried (seeds 0 and 7); with two workers, 2.8-3.3. The threshold is 26% under the lowest, near 4x random: the
+    # learner that balanced a pole reads pixels unchanged.
+    assert trained >= 1.5, trained
 
     print("== 3. The same learner handed to the harness, from tutorials/mylab/myalgo.py")
     budget = max(20_000, int(100_000 * SCALE))
