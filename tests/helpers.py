@@ -77,13 +77,16 @@ class ForkedCommand:
     """``rlstruct ARGV`` in a child forked from this process, in a process group of its own (as ``subprocess``'s
     ``start_new_session``), its stdout and stderr written to ``output`` (``.out`` and ``.err`` beside it): for a test
     that signals, stops or kills a run, where a fresh interpreter would spend seconds importing torch to get there.
-    ``seam()``, when given, runs in the child first (a fault's trigger). Not for a run with batcher worker processes
+    ``seam()``, when given, runs in the child first (a fault's trigger); ``call()``, when given, runs in place of the
+    command, its return the child's status (a child that does more than one command). Not for a run with batcher
+    worker processes
     (``--n-processes``): they would come from this process's fork server, not from the child.
 
     The child never returns into pytest: it ends with ``os._exit`` and the command's status (``os.EX_SOFTWARE`` and
     the traceback in ``.err`` if the command raised)."""
 
-    def __init__(self, argv: list[str], output: Path, *, seam: Callable[[], None] | None = None):
+    def __init__(self, argv: list[str], output: Path, *, seam: Callable[[], None] | None = None,
+                 call: Callable[[], int] | None = None):
         from rlstruct.algos._train import cli
 
         self.stdout_path, self.stderr_path = output.with_suffix(".out"), output.with_suffix(".err")
@@ -102,7 +105,7 @@ class ForkedCommand:
                     try:
                         if seam is not None:
                             seam()
-                        status = cli.main(argv)
+                        status = cli.main(argv) if call is None else call()
                     except SystemExit as e:
                         status = e.code if isinstance(e.code, int) else 1
                     except BaseException:

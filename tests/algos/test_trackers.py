@@ -4,19 +4,14 @@ library's own client; a resumed run appends to the same tracked run."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import os
-import signal
 import socket
 import struct
 import sys
 import time
-import traceback
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -32,6 +27,7 @@ from rlstruct.algos._train.trackers import (
     open_trackers,
 )
 from rlstruct.errors import ConfigError, MissingDependencyError
+from tests.helpers import ForkedCommand
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -146,32 +142,6 @@ def test_wandb_offline_records_rows_at_their_env_steps_and_a_resume_continues_th
     assert (runs[-1] / "files" / "checkpoint.pt").is_file()
 
 
-def _in_a_forked_child(function: Callable[[], None], log: Path, timeout: float) -> int:
-    """Runs ``function()`` in a child forked from this process, its stdout and stderr written to ``log``: its exit
-    status (1, the traceback in ``log``, if it raised). The child never returns into pytest (it ends with
-    ``os._exit``); a child still running after ``timeout`` seconds is SIGKILLed."""
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
-                try:
-                    function()
-                    status = 0
-                except BaseException:
-                    traceback.print_exc()
-        finally:
-            os._exit(status)
-    deadline = time.monotonic() + timeout
-    while not (done := os.waitpid(pid, os.WNOHANG))[0]:
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise AssertionError(f"the forked child did not end within {timeout:.0f} s")
-        time.sleep(0.05)
-    return os.waitstatus_to_exitcode(done[1])
-
-
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the sessions run in a fork of this process")
@@ -191,7 +161,7 @@ def test_trackio_records_rows_and_a_resume_continues_the_run(tmp_path):
                                                               ["--resume", str(logdir), "--max-env-steps", "256"])]
     logged = tmp_path / "logged.json"
 
-    def sessions_then_read_back() -> None:
+    def sessions_then_read_back() -> int:
         os.environ["TRACKIO_DIR"] = str(tmp_path / "trackio")
         for name in [name for name in sys.modules if name == "trackio" or name.startswith("trackio.")]:
             del sys.modules[name]
@@ -203,9 +173,10 @@ def test_trackio_records_rows_and_a_resume_continues_the_run(tmp_path):
         name = json.loads((logdir / TRACKERS_FILE).read_text())["trackio"]
         steps = [r["step"] for r in SQLiteStorage.get_logs("rlstruct", name) if "loss/value" in r]
         logged.write_text(json.dumps([steps, SQLiteStorage.get_run_config("rlstruct", name)["algo"]]))
+        return 0
 
-    log = tmp_path / "child.log"
-    assert _in_a_forked_child(sessions_then_read_back, log, timeout=300) == 0, log.read_text()[-2000:]
+    child = ForkedCommand([], tmp_path / "child", call=sessions_then_read_back)
+    assert child.wait(300) == 0, child.stderr[-2000:]
     assert json.loads(logged.read_text()) == [list(range(32, 257, 32)), "ppo"]
 
 
