@@ -109,7 +109,8 @@ _MINATAR_AC = "its actor-critic(lambda)"
 _GYMNAX = "gymnax's PPO at 10M"
 _CLEANRL = "CleanRL"
 _ZOO = "rl-zoo"
-_MINATAR_ALGOS = {"ppo": "ppo-minatar-5m", "pqn": "pqn-minatar-5m", "dqn": "dqn-minatar-5m"}
+_MINATAR_ALGOS = {"ppo": "ppo-minatar-5m", "pqn": "pqn-minatar-5m", "dqn": "dqn-minatar-5m",
+                  "impala": "impala-minatar-5m"}
 _MUJOCO_ALGOS = {"ppo": "ppo-mujoco-1m", "sac": "sac-mujoco-1m", "td3": "td3-mujoco-1m"}
 #: the zoo evaluates its final model over 150,000 env steps: 150 episodes of these MuJoCo envs (when none falls early)
 _ZOO_EPISODES = 150
