@@ -147,7 +147,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
 )}
 
 #: the algorithms of the table's rows, in each task's order
-ALGOS = ("ppo", "pqn", "dqn", "sac", "td3")
+ALGOS = ("ppo", "pqn", "dqn", "impala", "sac", "td3")
 #: the table's rows, (task, algorithm or peer), in order
 ROWS = [(t, a) for t in TASKS for a in ALGOS if a in TASKS[t].algos] + \
        [(t, p.name) for t in TASKS for p in TASKS[t].peers]
