@@ -21,8 +21,13 @@ Usage::
     nice -n 5 python benchmarks/impala_speed.py --seeds 0,1,2,3,4
     nice -n 5 python benchmarks/impala_speed.py --seeds 0,1,2 --budget 100000
     python benchmarks/impala_speed.py --from-json a.json,b.json   # the table of files --json wrote
-    nice -n 5 python benchmarks/impala_speed.py --env MinAtar/Breakout-v1 --target-return 10 --time-limit 600 \\
-        --seeds 0 --only "impala lag 2 2 workers"
+    python benchmarks/impala_speed.py --env MinAtar/Breakout-v1 --target-return 10 --seeds 0,1,2 \\
+        --preset impala=impala-minatar-5m,ppo=ppo-minatar-5m --json benchmarks/results/impala-speed-breakout.json
+
+``--preset ALGO=NAME,...`` runs an algorithm with a named preset (a published-budget one, which a named env alone does
+not pick) instead of the one its env picks; with ``--target-return`` such a run still stops at the target
+(``--stop-at-reward-threshold``), the preset's budget being only the longest it may take. A configuration's own flags
+(``--n-processes``, ``--max-lag``) apply over the preset's.
 """
 
 from __future__ import annotations
@@ -52,13 +57,16 @@ CONFIGS: dict[str, tuple[str, list[str]]] = {
 BASELINES = ("ppo in process", "ppo 2 workers")
 
 
-def run_one(name: str, env: str, seed: int, extra: list[str], timeout: float) -> dict:
-    """Trains configuration ``name`` on ``env`` with ``seed`` in a fresh process and reads its summary."""
+def run_one(name: str, env: str, seed: int, extra: list[str], timeout: float,
+            presets: dict[str, str] | None = None) -> dict:
+    """Trains configuration ``name`` on ``env`` with ``seed`` in a fresh process and reads its summary; ``presets``:
+    algorithm -> the preset it runs with (else the one its env picks)."""
     algo, flags = CONFIGS[name]
+    named = ["--preset", presets[algo], "--stop-at-reward-threshold"] if presets and algo in presets else []
     with tempfile.TemporaryDirectory(prefix="impala-speed-") as folder:
         logdir = Path(folder) / "run"
         cmd = [sys.executable, "-m", f"rlstruct.algos.{algo}", "--env", env, "--seed", str(seed), "--no-progress",
-               "--no-tensorboard", "--logdir", str(logdir), *flags, *extra]
+               "--no-tensorboard", "--logdir", str(logdir), *named, *flags, *extra]
         t0 = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         process_s = time.perf_counter() - t0
@@ -130,6 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time-limit", type=float, default=None, help="seconds of wall clock a run may take")
     parser.add_argument("--budget", type=int, default=None,
                         help="train this many env steps, with no stop at a target and no evaluation before the end")
+    parser.add_argument("--preset", default="", help="ALGO=NAME,...: the preset each algorithm runs with (default: "
+                                                      "the one its env picks)")
     parser.add_argument("--json", default=None, help="also write every run's record to this file")
     parser.add_argument("--from-json", default=None,
                         help="print the table of the files --json wrote (comma-separated: their runs together)")
@@ -147,6 +157,11 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"--only takes names of {list(CONFIGS)}, got {sorted(unknown)}")
     names = [n for n in CONFIGS if not args.only or n in args.only.split(",")]
+    presets = dict(item.split("=", 1) for item in args.preset.split(",") if "=" in item)
+    if args.preset and (len(presets) != len([i for i in args.preset.split(",") if i])
+                        or not set(presets) <= {algo for algo, _ in CONFIGS.values()}):
+        parser.error(f"--preset takes ALGO=NAME,... with ALGO one of {sorted({a for a, _ in CONFIGS.values()})}, got "
+                     f"{args.preset!r}")
     seeds = [int(s) for s in args.seeds.split(",")]
     extra = ([] if args.target_return is None else ["--target-return", str(args.target_return)]) + (
         [] if args.time_limit is None else ["--time-limit", str(args.time_limit)]) + (
@@ -160,7 +175,8 @@ def main(argv: list[str] | None = None) -> None:
     runs = []
     for r, seed in enumerate(seeds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            runs.append(run_one(name, args.env, seed, extra, timeout=(args.time_limit or 1800) + 300))
+            runs.append(run_one(name, args.env, seed, extra, timeout=(args.time_limit or 1800) + 300,
+                                presets=presets))
             print(f"  seed {seed} {name}: {runs[-1]}", file=sys.stderr, flush=True)
     load_end = load_average()
     print(f"# load average at the end: {load_end}")
