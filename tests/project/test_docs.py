@@ -1,14 +1,16 @@
 """The documentation site builds strictly, documents every public name, and renders in a browser.
 
-The site is built once (``mkdocs build --strict``: a broken link, a missing reference or a docstring that does not
-render fails it), then read three ways: its objects inventory against the packages' ``__all__``, its pages'
-text against the docstrings, and headless Chromium (Debian's ``chromium``) loading pages served on 127.0.0.1,
-with every local asset that the rendered DOM references fetched and the server's log checked for 404s.
+The site is built once (``mkdocs build --strict``, in a child forked from the test's process: a broken link, a
+missing reference or a docstring that does not render fails it), then read three ways: its objects inventory against
+the packages' ``__all__``, its pages' text against the docstrings, and headless Chromium (Debian's ``chromium``)
+loading pages served on 127.0.0.1, with every local asset that the rendered DOM references fetched and the server's
+log checked for 404s.
 ``make docs-check`` installs what these tests need; they skip, saying why, where it is missing.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import importlib
 import inspect
@@ -27,6 +29,8 @@ from pathlib import Path
 from urllib.parse import urljoin, urlparse
 
 import pytest
+
+from tests.helpers import ForkedCommand
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("rlstruct", "rlstruct.envs", "rlstruct.agents", "rlstruct.batchers", "rlstruct.algos",
@@ -58,15 +62,33 @@ needs_chromium = pytest.mark.skipif(
 )
 
 
+def _build_site(out: Path) -> int:
+    """``mkdocs build --strict --site-dir out`` from the repository root, as ``make docs`` runs it: the forked child's
+    body. Click ends it with ``SystemExit`` and the command's status."""
+    from mkdocs.__main__ import cli
+
+    os.chdir(ROOT)
+    os.environ["NO_MKDOCS_2_WARNING"] = "1"
+    cli.main(["build", "--strict", "--site-dir", str(out)], prog_name="mkdocs")
+    return 0
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
+    """The site, built in a child forked from this process. mkdocstrings reads each package's live ``__all__`` (the
+    lazily exported algorithm modules): imported here first, they come with the fork, where a fresh interpreter would
+    spend 3 CPU s importing torch and the packages again (and ``test_every_public_name_...`` imports them anyway)."""
+    for package in PACKAGES:
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            getattr(module, name)
     out = tmp_path_factory.mktemp("site")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    build = ForkedCommand([], tmp_path_factory.mktemp("build") / "mkdocs", call=functools.partial(_build_site, out))
+    try:
+        status = build.wait(BUILD_TIMEOUT_S)
+    finally:
+        build.kill()
+    assert status == 0, f"mkdocs build --strict failed:\n{build.stdout}\n{build.stderr}"
     return out
 
 

@@ -1,8 +1,10 @@
-"""Every tutorial runs to the end, small, in its own process; the learning claims that need the full size are
-checked at that size.
+"""Every tutorial runs to the end, small, as a script; the learning claims that need the full size are checked at
+that size.
 
 Each ``tutorials/NN_*.py`` states its claims as asserts, so exit code 0 means they all held. The
-tutorials are collected by pattern: a new one is tested without touching this file. A tutorial that needs an
+tutorials are collected by pattern: a new one is tested without touching this file, in a fresh interpreter of its
+own. Those that start no process (``IN_PROCESS``) run as ``__main__`` in the test's process instead, where a fresh
+interpreter would spend 2-3 CPU s importing torch to run the same code. A tutorial that needs an
 optional extra (``EXTRAS``) is skipped, naming the extra, when its packages are not installed. A claim that only
 holds past the small run's budget (PPO on Pendulum at 100k steps, ...) is a learning test below: it
 calls the tutorial's own function at the full budget and asserts the claim the tutorial states. Tutorial 10's
@@ -13,14 +15,17 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import multiprocessing.process
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from tests.helpers import wall_limit
+from tests.helpers import torch_threads, wall_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9]*.py"))
@@ -96,13 +101,50 @@ def long_timeout(stem: str) -> int:
     return LONG_TIMEOUTS_S.get(stem, LONG_TIMEOUT_S)
 
 
-@pytest.mark.slow  # each tutorial is a process of its own that trains: 3-14 s at the small size
+# The tutorials that start no process (no batcher worker, no Ray actor, no command): each runs as ``__main__`` in the
+# test's process (run_in_process), the others in a fresh interpreter, as a reader runs them. A new tutorial runs in a
+# fresh one until it is named here.
+IN_PROCESS = frozenset({"01_data_structures", "02_environments", "03_agents_and_check_device", "06_a2c", "07_dqn",
+                        "09_ppo_continuous", "10_pixels_and_recurrent", "13_record_then_learn_offline"})
+
+
+def _refuse_a_process(process) -> None:
+    raise AssertionError(f"a tutorial of IN_PROCESS started the process {process.name}: its workers would come from "
+                         "the test's process; take it out of IN_PROCESS (tests/project/test_tutorials.py)")
+
+
+def run_in_process(path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs ``path`` as ``python path`` would (``__main__``, its folder first on ``sys.path``) in this process, at the
+    tests' size and with one torch thread, as the fresh interpreters run; what it printed. This process's torch
+    threads, torch's generator and environment are restored after it; starting a process fails it."""
+    monkeypatch.setenv("RLSTRUCT_TUTORIAL_SCALE", SCALE)
+    monkeypatch.delenv("RLSTRUCT_CHECK_DEVICE", raising=False)
+    monkeypatch.syspath_prepend(str(path.parent))
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", _refuse_a_process)
+    environ = dict(os.environ)
+    capsys.readouterr()
+    try:
+        # torch's generator as the tests left it (a fresh interpreter seeds it at random): restored after
+        with torch_threads(1), torch.random.fork_rng(devices=[]):
+            runpy.run_path(str(path), run_name="__main__")
+    finally:
+        for name in set(os.environ) - set(environ):  # what the tutorial set (a dataset folder, a check's switch)
+            del os.environ[name]
+        os.environ.update(environ)
+    return capsys.readouterr().out
+
+
+@pytest.mark.slow  # each tutorial trains: 3-14 s at the small size
 @pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.long(reason=LONG[p.stem]),
                                                          pytest.mark.timeout(long_timeout(p.stem) + 20)]
                                                if p.stem in LONG else []) for p in TUTORIALS],
                          ids=[p.stem for p in TUTORIALS])
-def test_tutorial_runs(path: Path):
+def test_tutorial_runs(path: Path, capsys, monkeypatch):
     skip_without_extras(path.stem)
+    if path.stem in IN_PROCESS:
+        out = run_in_process(path, capsys, monkeypatch)
+        assert "all claims hold" in out, out[-4000:]
+        return
     # One OpenMP thread, as the suite's training runs have (their config's torch_threads): with torch's default, a
     # process that evaluates a small model on a busy 2-core machine spins its second thread (tutorial 12's
     # `rlstruct eval` of 32 CartPole episodes: 10.9 CPU s, 3.7 with one).
