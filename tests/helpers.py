@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import math
 import os
 import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -73,14 +75,98 @@ def rlstruct_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> subpr
     return subprocess.CompletedProcess(["rlstruct", *args], status, out.out, out.err)
 
 
+#: the warning filters a fresh interpreter starts with (a release build, no ``-W``), before ``sys.warnoptions``
+_FRESH_WARNING_FILTERS = [("default", None, DeprecationWarning, "__main__", 0),
+                          ("ignore", None, DeprecationWarning, None, 0),
+                          ("ignore", None, PendingDeprecationWarning, None, 0),
+                          ("ignore", None, ImportWarning, None, 0),
+                          ("ignore", None, ResourceWarning, None, 0)]
+#: seconds the child's end waits for the fork server and the resource tracker it started to exit (as a fresh
+#: interpreter's exit does, :mod:`rlstruct.batchers._lifecycle`)
+_HELPERS_GRACE_S = 5.0
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """What a fresh interpreter does with a warning: its formatted lines on stderr."""
+    with contextlib.suppress(OSError):
+        (file or sys.stderr).write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def _start_as_a_fresh_process(out_fd: int, err_fd: int) -> None:
+    """In a child just forked from the test's process: the state a fresh interpreter starts with, wherever pytest's
+    would change what a command does, where its output goes, or who owns the processes it starts.
+
+    Its own process group; ``out_fd`` and ``err_fd`` as descriptors 1 and 2, so that what its processes (a fork
+    server, batcher workers) and C code write lands beside what it prints; Python's signal dispositions (SIGINT's
+    ``default_int_handler``, SIGPIPE and SIGXFSZ ignored, the rest default; a handler set outside Python is kept, as
+    it is the same import's in both) and no signal blocked; no fault handler; the root logger without pytest's
+    capture handlers, so that the command's ``basicConfig`` takes effect; warnings printed under a fresh
+    interpreter's filters, not recorded by pytest; ``python -m rlstruct.algos``'s ``__main__``; and
+    multiprocessing's fork server and resource tracker its own, started on first use: the parent's are forgotten
+    (their pipes closed here: each exits when its last holder has), with the parent's children and finalizers, as
+    multiprocessing does in a child it forks."""
+    import faulthandler
+    import logging
+    from multiprocessing import forkserver, process, resource_tracker, util
+
+    os.setpgid(0, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    fresh = {signal.SIGINT: signal.default_int_handler, signal.SIGPIPE: signal.SIG_IGN,
+             signal.SIGXFSZ: signal.SIG_IGN}
+    for signum in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+        with contextlib.suppress(OSError, ValueError):  # a number the C library reserves
+            handler = signal.getsignal(signum)
+            if handler is not None and handler != fresh.get(signum, signal.SIG_DFL):
+                signal.signal(signum, fresh.get(signum, signal.SIG_DFL))
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    faulthandler.disable()
+    root = logging.getLogger()
+    for handler in root.handlers[:]:
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+    warnings.filters[:] = _FRESH_WARNING_FILTERS
+    warnings._processoptions(sys.warnoptions)
+    warnings.showwarning = _show_warning
+    for helper, fd_name in ((forkserver._forkserver, "_forkserver_alive_fd"),
+                            (resource_tracker._resource_tracker, "_fd")):
+        fd = getattr(helper, fd_name, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        helper.__init__()  # in place: the modules' functions are bound methods of these instances
+    process._children = set()
+    util._finalizer_registry.clear()
+    util._run_after_forkers()
+    batchers = sys.modules.get("rlstruct.batchers._parent")
+    if batchers is not None:
+        batchers._server_started_by = None  # the parent's fork server is not this child's to fork from
+    # ``python -m rlstruct.algos``'s main module, which a worker imports again (as ``__mp_main__``), not pytest's
+    sys.modules["__main__"] = importlib.import_module("rlstruct.algos.__main__")
+
+
+def _end_as_a_fresh_process() -> None:
+    """What a fresh interpreter's exit does for the processes a command started: rlstruct's exit hook (a batcher
+    left open closed, multiprocessing's own exit) and the fork server and resource tracker stopped and reaped, so
+    that none outlives the child and their CPU time is counted as the child's."""
+    from rlstruct.batchers import _lifecycle
+
+    if _lifecycle._HOOKED:
+        _lifecycle._close_all_at_exit()
+    else:
+        _lifecycle.reap_fork_server(_HELPERS_GRACE_S)
+        _lifecycle.reap_resource_tracker(_HELPERS_GRACE_S)
+
+
 class ForkedCommand:
-    """``rlstruct ARGV`` in a child forked from this process, in a process group of its own (as ``subprocess``'s
-    ``start_new_session``), its stdout and stderr written to ``output`` (``.out`` and ``.err`` beside it): for a test
-    that signals, stops or kills a run, where a fresh interpreter would spend seconds importing torch to get there.
-    ``seam()``, when given, runs in the child first (a fault's trigger); ``call()``, when given, runs in place of the
-    command, its return the child's status (a child that does more than one command). Not for a run with batcher
-    worker processes
-    (``--n-processes``): they would come from this process's fork server, not from the child.
+    """``rlstruct ARGV`` in a child forked from this process, started as a fresh interpreter would be
+    (:func:`_start_as_a_fresh_process`: a process group of its own, as ``subprocess``'s ``start_new_session``,
+    Python's signal handlers, no pytest state), its stdout and stderr written to ``output`` (``.out`` and ``.err``
+    beside it): for a test that signals, stops or kills a run, where a fresh interpreter would spend seconds
+    importing torch to get there. ``seam()``, when given, runs in the child first (a fault's trigger); ``call()``,
+    when given, runs in place of the command, its return the child's status (a child that does more than one
+    command). A run with batcher worker processes (``--n-processes``) starts its own fork server and resource
+    tracker, in the child's group, and stops them at its end as an interpreter's exit does.
 
     The child never returns into pytest: it ends with ``os._exit`` and the command's status (``os.EX_SOFTWARE`` and
     the traceback in ``.err`` if the command raised)."""
@@ -99,13 +185,16 @@ class ForkedCommand:
             return
         status = os.EX_SOFTWARE
         try:
-            os.setpgid(0, 0)
-            with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
+            with open(self.stdout_path, "w") as out, open(self.stderr_path, "w", buffering=1) as err:
+                _start_as_a_fresh_process(out.fileno(), err.fileno())
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                     try:
-                        if seam is not None:
-                            seam()
-                        status = cli.main(argv) if call is None else call()
+                        try:
+                            if seam is not None:
+                                seam()
+                            status = cli.main(argv) if call is None else call()
+                        finally:
+                            _end_as_a_fresh_process()
                     except SystemExit as e:
                         status = e.code if isinstance(e.code, int) else 1
                     except BaseException:
@@ -231,7 +320,8 @@ def acquire_around_changes(b, new_weights: Callable[[], dict], agent_info: Calla
     return out
 
 
-def sigkill_a_worker(proc: subprocess.Popen, progress_csv: Path, after_rows: int, within_s: float = 300) -> int | None:
+def sigkill_a_worker(proc: subprocess.Popen | ForkedCommand, progress_csv: Path, after_rows: int,
+                     within_s: float = 300) -> int | None:
     """SIGKILLs one batcher worker process of ``proc`` (an ``rlstruct train`` run) once its ``progress_csv`` has more
     than ``after_rows`` lines; returns the pid killed, or ``None`` when the run ended first or ``within_s`` passed."""
     import psutil
@@ -262,19 +352,20 @@ def sigkill_a_worker(proc: subprocess.Popen, progress_csv: Path, after_rows: int
     return None
 
 
-def train_with_a_worker_killed(command: list[str], logdir: Path, after_rows: int,
+def train_with_a_worker_killed(argv: list[str], logdir: Path, after_rows: int,
                                timeout: float) -> tuple[int | None, subprocess.CompletedProcess]:
-    """Runs ``command`` (an ``rlstruct train`` writing to ``logdir``), SIGKILLs one of its batcher workers once its
-    progress.csv has more than ``after_rows`` lines (:func:`sigkill_a_worker`), and waits for it: the pid killed
-    (``None``: the run ended first) and the finished run (its return code, stdout and stderr)."""
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """Runs ``rlstruct ARGV`` (a ``train`` writing to ``logdir``) forked from this process (:class:`ForkedCommand`,
+    whose workers come from a fork server of its own, as a fresh process's do), SIGKILLs one of its batcher workers
+    once its progress.csv has more than ``after_rows`` lines (:func:`sigkill_a_worker`), and waits for it at most
+    ``wall_limit(timeout)``: the pid killed (``None``: the run ended first) and the finished run (its return code,
+    stdout and stderr)."""
+    run = ForkedCommand(argv, logdir.parent / f"{logdir.name}-command")
     try:
-        killed = sigkill_a_worker(proc, logdir / "progress.csv", after_rows=after_rows)
-        out, err = proc.communicate(timeout=timeout)
+        killed = sigkill_a_worker(run, logdir / "progress.csv", after_rows=after_rows)
+        run.wait(timeout)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    return killed, subprocess.CompletedProcess(command, proc.returncode, out, err)
+        run.kill()
+    return killed, subprocess.CompletedProcess(["rlstruct", *argv], run.returncode, run.stdout, run.stderr)
 
 
 @contextlib.contextmanager

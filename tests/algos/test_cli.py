@@ -43,7 +43,7 @@ from rlstruct.algos.reinforce import ReinforceConfig
 from rlstruct.algos.sac import SACConfig
 from rlstruct.algos.td3 import TD3Config
 from rlstruct.errors import ConfigError
-from tests.helpers import rlstruct_in_process, wall_limit
+from tests.helpers import ForkedCommand, rlstruct_in_process, wall_limit
 
 CONFIGS = [ReinforceConfig, A2CConfig, DQNConfig, SACConfig, PPOConfig, PQNConfig, TD3Config]
 #: whether the plot and tensorboard extras are installed: a run writes its learning curve and its TensorBoard events
@@ -378,11 +378,11 @@ def test_only_the_command_line_configures_logging():
 
 
 # --------------------------------------------------------------------------- Ctrl-C
-def _wait_for_training(proc: subprocess.Popen, csv_path: Path, timeout: float) -> None:
+def _wait_for_training(run: ForkedCommand, csv_path: Path, timeout: float) -> None:
     """Waits until the run has recorded a training iteration (the CSV has a data row)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
+        assert run.poll() is None, run.stderr
         if csv_path.exists() and len(csv_path.read_text().splitlines()) >= 2:
             return
         time.sleep(0.1)
@@ -393,34 +393,33 @@ def _wait_for_training(proc: subprocess.Popen, csv_path: Path, timeout: float) -
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_stops_cleanly_saves_everything_and_leaves_no_process(tmp_path, signum, capsys):
-    """The run, in a fresh process with two workers, gets the signal as from a terminal (SIGINT to its process group)
-    or from a scheduler (SIGTERM to it alone); the interrupted checkpoint is then evaluated in this process."""
+    """The run, with two workers, gets the signal as from a terminal (SIGINT to its process group) or from a
+    scheduler (SIGTERM to it alone); the interrupted checkpoint is then evaluated in this process. The run is forked
+    from this process and started as a fresh one (``tests.helpers.ForkedCommand``: a process group, signal handlers,
+    a fork server and workers of its own): the stop, what it saves and what it leaves are the claim, not an
+    interpreter's start."""
     psutil = pytest.importorskip("psutil")
     logdir = tmp_path / "run"
-    # A new session, so that the SIGINT goes to the run's process group (as a terminal's Ctrl-C does) and
+    # Its own process group, so that the SIGINT goes to the run's processes (as a terminal's Ctrl-C does) and
     # not to pytest's.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rlstruct.algos", "train", "a2c", "--n-processes", "2", "--n-envs", "8",
-         "--max-env-steps", "100000000", "--time-limit", "600", "--log-every", "1", "--no-stop-at-reward-threshold",
-         "--logdir", str(logdir), "--no-progress", "--no-tensorboard"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
+    run = ForkedCommand(["train", "a2c", "--n-processes", "2", "--n-envs", "8", "--max-env-steps", "100000000",
+                         "--time-limit", "600", "--log-every", "1", "--no-stop-at-reward-threshold", "--logdir",
+                         str(logdir), "--no-progress", "--no-tensorboard"], tmp_path / "command")
     try:
-        _wait_for_training(proc, logdir / "progress.csv", timeout=180)
-        children = psutil.Process(proc.pid).children(recursive=True)
+        _wait_for_training(run, logdir / "progress.csv", timeout=180)
+        children = psutil.Process(run.pid).children(recursive=True)
         assert len([c for c in children if "python" in c.name().lower()]) >= 2, children  # the two workers
         sent = time.monotonic()
         if signum == signal.SIGINT:  # a terminal's Ctrl-C: the whole process group
-            os.killpg(proc.pid, signal.SIGINT)
+            os.killpg(run.pid, signal.SIGINT)
         else:  # timeout, docker stop: the process
-            os.kill(proc.pid, signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=30)
+            os.kill(run.pid, signal.SIGTERM)
+        run.wait(30)
         took = time.monotonic() - sent
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 128 + signum, stderr
+        run.kill()
+    stdout, stderr = run.stdout, run.stderr
+    assert run.returncode == 128 + signum, stderr
     print(f"stopped {took:.2f} s after the {signal.Signals(signum).name}")
     assert took < wall_limit(5.0), took  # 2 s on an idle machine; the limit scales with the machine and its load
     assert "Traceback" not in stderr, stderr

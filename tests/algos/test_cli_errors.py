@@ -27,8 +27,6 @@ from rlstruct.algos.a2c import A2CConfig
 from rlstruct.errors import CheckpointError
 from tests.helpers import train_with_a_worker_killed
 
-RLSTRUCT = str(Path(sys.executable).with_name("rlstruct"))
-
 
 def run_cli(argv: list[str], capsys) -> tuple[int, list[str]]:
     """``rlstruct ARGV`` in this process: its exit status and its stderr lines."""
@@ -302,14 +300,15 @@ def test_a_worker_sigkilled_with_no_restart_left_ends_the_run_like_a_signal_and_
     """The learner in the parent outlives its training worker (``--restart-workers 0``, the worker SIGKILLed while
     the run trains): the run stops with its checkpoint and its summary (``stop_reason`` ``"worker_failed"``, the
     worker and the error's line), one line on stderr and status 1, where it ended in a traceback with neither; and
-    ``--resume`` continues from that checkpoint. The killed run is a fresh process (its worker is found among its
-    children); the resume is the command in this process."""
+    ``--resume`` continues from that checkpoint. The killed run is forked from this process and started as a fresh one
+    (``tests.helpers.ForkedCommand``: its own fork server, whose child the worker is); the resume is the command in
+    this process."""
     logdir = tmp_path / "run"
     flags = ["--env", "CartPole-v1", "--n-envs", "4", "--n-steps", "8", "--n-evaluation-envs", "2",
              "--eval-every", "10", "--no-stop-at-reward-threshold", "--log-every", "1", "--no-progress",
              "--no-tensorboard"]
     killed, run = train_with_a_worker_killed(
-        [RLSTRUCT, "train", "a2c", *flags, "--n-processes", "1", "--restart-workers", "0", "--max-env-steps",
+        ["train", "a2c", *flags, "--n-processes", "1", "--restart-workers", "0", "--max-env-steps",
          "100000000", "--time-limit", "240", "--logdir", str(logdir)], logdir, after_rows=3, timeout=240)
     assert killed is not None, "the run ended before its worker could be killed"
     assert run.returncode == 1, run.stderr[-3000:]
@@ -338,10 +337,12 @@ def test_a_worker_sigkilled_with_no_restart_left_ends_the_run_like_a_signal_and_
 @pytest.mark.timeout(600)
 def test_a2c_with_a_worker_sigkilled_mid_run_restarts_it_and_reaches_475(tmp_path):
     """The issue's check: ``--restart-workers 3``, one training worker SIGKILLed from outside while the run learns,
-    and CartPole still reaches 475; progress.csv counts the restart."""
+    and CartPole still reaches 475; progress.csv counts the restart. The run is forked from this process and started
+    as a fresh one (``tests.helpers.ForkedCommand``: its own fork server and workers); the replacement and the
+    learning are the claim, not an interpreter's start."""
     logdir = tmp_path / "run"
     killed, run = train_with_a_worker_killed(
-        [RLSTRUCT, "train", "a2c", "--env", "CartPole-v1", "--n-processes", "2", "--n-envs", "16", "--restart-workers",
+        ["train", "a2c", "--env", "CartPole-v1", "--n-processes", "2", "--n-envs", "16", "--restart-workers",
          "3", "--max-env-steps", "500000", "--time-limit", "540", "--logdir", str(logdir), "--no-progress",
          "--no-tensorboard", "--seed", "1"], logdir, after_rows=20, timeout=540)
     out, err = run.stdout, run.stderr

@@ -4,7 +4,6 @@ torch simulator and a gymnasium env, for the Gaussian and the recurrent policy, 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,6 @@ from rlstruct.errors import ConfigError
 from tests.helpers import train_with_a_worker_killed
 
 pytestmark = [pytest.mark.timeout(300)]
-
-RLSTRUCT = str(Path(sys.executable).with_name("rlstruct"))
 
 COMMON = ["--env", "CartPole-v1", "--seed", "3", "--no-progress", "--no-tensorboard", "--preset", "none",
           "--n-envs", "4", "--n-evaluation-envs", "2", "--evaluation-max-steps", "40"]
@@ -95,14 +92,16 @@ def test_a_worker_sigkilled_mid_run_changes_nothing(tmp_path):
     the progress.csv of the same command run in process (wall-clock columns and the restart count aside).
 
     8 iterations, their rows written out every 2 (``--log-every``, which changes when rows reach the file, not what
-    they hold), so that the kill lands after the first rows reach the file and about six iterations follow it."""
+    they hold), so that the kill lands after the first rows reach the file and about six iterations follow it. The
+    killed run is forked from this process with its own fork server (``tests.helpers.ForkedCommand``): the workers'
+    replacement is the claim, not an interpreter's start."""
     flags = ["a2c", "--env", "CartPole-v1", "--preset", "a2c-cartpole", "--seed", "1", "--max-env-steps", "8192",
              "--no-progress", "--no-tensorboard", "--eval-every", "4", "--log-every", "2", "--n-evaluation-envs", "2",
              "--restart-workers", "3"]
     alone = progress(tmp_path, "alone", *flags)
     logdir = tmp_path / "killed"
-    killed, run = train_with_a_worker_killed([RLSTRUCT, "train", *flags, "--n-processes", "2", "--logdir", str(logdir)],
-                                             logdir, after_rows=2, timeout=240)
+    killed, run = train_with_a_worker_killed(["train", *flags, "--n-processes", "2", "--logdir", str(logdir)], logdir,
+                                             after_rows=2, timeout=240)
     err = run.stderr
     assert killed is not None, "the run ended before a worker could be killed"
     assert run.returncode == 0, err[-2000:]

@@ -5,15 +5,68 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import signal
+import subprocess
+import tempfile
 import time
+import types
+from pathlib import Path
 
 import pytest
 
-from benchmarks import published
+from benchmarks import learning_check, published
+from tests.helpers import ForkedCommand
 
 STEPS = 16_384  # two PPO iterations of ppo-minatar-5m (64 envs x 128 steps)
+
+
+class _ForkedPopen:
+    """What benchmarks/published.py uses of ``subprocess.Popen``, for its ``python -m rlstruct.algos ARGS``, run in a
+    child forked from this process and started as a fresh one (``tests.helpers.ForkedCommand``) with the environment
+    ``env`` published.py gives it; its output in ``folder`` (:attr:`FOLDER`), not in the run's log."""
+
+    FOLDER: Path
+
+    def __init__(self, args: list[str], *, stdout, stderr, env: dict[str, str]):
+        assert args[1:3] == ["-m", "rlstruct.algos"], args
+
+        def with_env() -> None:
+            os.environ.clear()
+            os.environ.update(env)
+
+        output = Path(tempfile.mkdtemp(dir=self.FOLDER)) / "command"
+        self._run = ForkedCommand(list(args[3:]), output, seam=with_env)
+        self.pid, self.log = self._run.pid, None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._run.returncode
+
+    def poll(self) -> int | None:
+        return self._run.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self._run.wait(600 if timeout is None else timeout)
+
+    def send_signal(self, signum: int) -> None:
+        if self._run.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self._run.kill()
+
+
+@pytest.fixture
+def forked_runs(tmp_path, monkeypatch):
+    """published.py's runs forked from this process instead of fresh interpreters (:class:`_ForkedPopen`): what these
+    tests prove is what the script does with its runs, not an interpreter's start."""
+    folder = tmp_path / "forked"
+    folder.mkdir()
+    monkeypatch.setattr(_ForkedPopen, "FOLDER", folder, raising=False)
+    monkeypatch.setattr(published, "subprocess", types.SimpleNamespace(Popen=_ForkedPopen, STDOUT=subprocess.STDOUT,
+                                                                       run=subprocess.run))
 
 
 def _wait_for(path, proc, timeout=120.0):
@@ -26,7 +79,8 @@ def _wait_for(path, proc, timeout=120.0):
 
 @pytest.mark.timeout(300)
 @pytest.mark.slow
-def test_a_killed_run_resumes_a_finished_one_is_skipped_and_the_table_reads_them(tmp_path, capsys, monkeypatch):
+def test_a_killed_run_resumes_a_finished_one_is_skipped_and_the_table_reads_them(tmp_path, capsys, monkeypatch,
+                                                                                   forked_runs):
     """One seed's run, started, killed, resumed, skipped once finished and re-evaluated. The IQM's interval over
     several seeds' scores and re-evaluations, read from their folders, is
     :func:`test_the_table_is_regenerated_from_the_rows_records_as_from_their_run_folders`'s."""
@@ -278,11 +332,13 @@ def test_a_measured_row_without_records_or_run_folders_keeps_its_line_and_says_s
 @pytest.mark.timeout(600)
 @pytest.mark.slow
 def test_the_learning_check_passes_the_recorded_code_and_fails_a_row_that_learns_slower(tmp_path, capsys,
-                                                                                         monkeypatch):
+                                                                                         monkeypatch, forked_runs):
     """A tiny row (A2C on CartPole, 3 evaluations): records of seed 0 and of a seed 50 above it at every evaluation
     (the band's other end: a second seed's run would only move it), then ``--check`` of seed 0 on the same code passes
     (it gives the recorded seed's curve); records raised by 100 stand for code that learned faster, which the same run
-    then falls under: exit 1."""
+    then falls under: exit 1. The first check runs seed 0 live, which proves that a check's run gives the recorded
+    curve; the second is handed that run's evaluations (``run_prefix`` replayed): its verdict is the claim, and the
+    same code's run of the same seed would give it the same curve again."""
     task = published.Task("cartpole", "CartPole-v1", {"a2c": "a2c-cartpole"}, ())
     monkeypatch.setattr(published, "TASKS", {"cartpole": task})
     monkeypatch.setattr(published, "ROWS", [("cartpole", "a2c")])
@@ -300,6 +356,13 @@ def test_the_learning_check_passes_the_recorded_code_and_fails_a_row_that_learns
     data["runs"].append(above)
     path.write_text(json.dumps(data))
 
+    ran, live = [], learning_check.run_prefix
+
+    def run_and_keep(*args, **kwargs):
+        ran.append(live(*args, **kwargs))
+        return ran[-1]
+
+    monkeypatch.setattr(learning_check, "run_prefix", run_and_keep)
     assert published.main([*base, "--seeds", "0", "--check", "--records", str(records)]) == 0
     lines = capsys.readouterr().out.splitlines()
     verdicts = [line for line in lines if line.startswith("a2c-cartpole/seed-0:")]
@@ -314,6 +377,8 @@ def test_the_learning_check_passes_the_recorded_code_and_fails_a_row_that_learns
     for run in data["runs"]:
         run["returns"] = [r + 100.0 for r in run["returns"]]
     path.write_text(json.dumps(data))
+    (evaluations,) = ran
+    monkeypatch.setattr(learning_check, "run_prefix", lambda *args, **kwargs: evaluations)
     assert published.main([*base, "--seeds", "0", "--check", "--records", str(records)]) == 1
     out = capsys.readouterr().out
     assert "under the band" in out and out.rstrip().endswith("0 of 1 runs at or above their rows' recorded seeds")
