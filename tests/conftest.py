@@ -118,6 +118,10 @@ def pytest_report_header(config):
             "(--time-guard-scale)")
 
 
+#: XLA's CPU flags for the test session, unless ``XLA_FLAGS`` is given (see :func:`pytest_configure`)
+TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+
+
 def pytest_configure(config):
     """One JAX compilation cache on disk for the session (unless one is set already): the xdist workers, the batcher
     workers and the tutorials' and commands' subprocesses compile the same Brax, MJX and gymnax steps, and each
@@ -127,9 +131,12 @@ def pytest_configure(config):
         os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
         os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
         config.stash[_JAX_CACHE] = folder
-    # XLA's CPU backend compiles without LLVM's optimisations (no fast-math either way): the Brax and MJX steps the
-    # tests compile take about 30% less CPU time to compile, and they run for a few hundred steps, not millions.
-    os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+    # XLA's CPU backend compiles without LLVM's optimisations (no fast-math either way) and with its older elemental
+    # emitters instead of its fusion emitters, whose code generation for the large fusions of a physics step costs
+    # more than the few hundred steps the tests run (MJX HalfCheetah's auto-reset step: 18 CPU s to compile, 11.8
+    # with both flags; a Brax pendulum's: 10.5, 5.1). The numerics differ at rounding level (about 1e-6 after 300
+    # Brax steps): the Brax learning test's distribution is measured with these flags.
+    os.environ.setdefault("XLA_FLAGS", TEST_XLA_FLAGS)
 
 
 def pytest_unconfigure(config):
@@ -350,3 +357,63 @@ def pytest_runtest_makereport(item, call):
                            f"test outside `slow` may take on this CPU (`make quick` runs those); mark it "
                            "@pytest.mark.slow, or make it cheaper")
         item.stash[_FLAGGED] = True
+
+
+# --------------------------------------------------------------------------- one Ray cluster for the Ray tests in a row
+@pytest.fixture(scope="module")
+def ray_head():
+    """The Ray cluster of the Ray tests that run in a row in this process (tests/ray_cluster.py), started by the
+    first of them; its driver variables (address, token) are set in this process while the module's tests run.
+    Skips without Ray (not importorskip: Ray imported before tests/ray_cluster.py's variables would listen on every
+    interface)."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("the ray extra is not installed: pip install 'rlstruct[ray]'")
+    from tests.ray_cluster import shared_head
+
+    with shared_head().joined() as head:
+        yield head
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_runtest_teardown")  # after the test's fixtures (a driver) ended
+def pytest_runtest_teardown_shared_ray_cluster(item, nextitem):
+    """Ends the shared Ray cluster once the next test is no Ray test of a module that joins it: under --dist
+    loadgroup the Ray tests run in a row on one worker, so it runs while they do, not to the end of the session."""
+    import sys
+
+    cluster = sys.modules.get("tests.ray_cluster")
+    if cluster is None or not cluster.running():
+        return
+    if nextitem is not None and nextitem.get_closest_marker("ray"):
+        joining = item.session.stash.setdefault(_JOINING_RAY_HEAD, {})
+        if nextitem.path not in joining:
+            joining[nextitem.path] = any("ray_head" in other.fixturenames for other in item.session.items
+                                         if other.path == nextitem.path)
+        if joining[nextitem.path]:
+            return
+    cluster.stop_shared_head()
+
+
+#: {module path: whether a test of it joins the shared Ray cluster}
+_JOINING_RAY_HEAD = pytest.StashKey[dict]()
+
+
+#: inductor's C++ builds for the test session (each unless given): ``-O0`` (``TORCHINDUCTOR_DEBUG_COMPILE``: without
+#: ``-O3``'s optimisations, with ``-g``), the CPU's vector instructions taken from torch's detection without a trial
+#: build of each (``TORCHINDUCTOR_VEC_ISA_OK``, which a fresh cache folder repeats), and the kernels built in the
+#: compiling process rather than by a pool of worker interpreters that each import torch
+#: (``TORCHINDUCTOR_COMPILE_THREADS``). No test's claim is the compiled code's speed: they hold its results to the
+#: eager ones (bit for bit, or within float tolerance) and count what the caches answer, over a few hundred steps;
+#: the generated code is the same, only the compiler's work on it differs (A2C's update compiled cold, as
+#: tests/algos/test_compile_cache.py's first launch does: 61 CPU s with torch's defaults, 29 with these)
+TEST_INDUCTOR_ENV = {"TORCHINDUCTOR_DEBUG_COMPILE": "1", "TORCHINDUCTOR_VEC_ISA_OK": "1",
+                     "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_configure")
+def pytest_configure_inductor_env(config):
+    """:data:`TEST_INDUCTOR_ENV` for this process and the ones it starts, before anything imports inductor's config
+    (which reads them once; nothing the suite imports at collection loads it)."""
+    for name, value in TEST_INDUCTOR_ENV.items():
+        os.environ.setdefault(name, value)

@@ -5,17 +5,12 @@ from __future__ import annotations
 
 import csv
 import functools
-import importlib.util
 import json
 import os
-import secrets
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -37,7 +32,7 @@ from rlstruct.algos._train.distributed import (
 from rlstruct.algos._train.session import validate
 from rlstruct.algos._train.update import UpdateStep, reads
 from rlstruct.errors import ConfigError
-from tests.helpers import ForkedCommand, rlstruct_in_process, wall_limit
+from tests.helpers import ForkedCommand, rlstruct_in_process
 
 UPDATES = 4
 BATCH = 32
@@ -144,38 +139,6 @@ def _rank(rank: int, size: int, port: int, out: dict) -> None:
         dist.destroy_process_group()
 
 
-def _wait_for_line(proc: subprocess.Popen, line: str, timeout: float) -> tuple[bool, str]:
-    """Reads ``proc``'s output until a line holds ``line``, it ends or ``timeout`` seconds pass: whether the line came,
-    and what it printed. A thread reads, so that a silent process does not hold this one past the timeout."""
-    seen: list[str] = []
-    done = threading.Event()
-
-    def read() -> None:
-        for text in proc.stdout:
-            seen.append(text)
-            if line in text:
-                done.set()
-        done.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    done.wait(timeout)
-    return any(line in text for text in seen), "".join(seen)
-
-
-def _end_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
-    """SIGTERM to the process group that ``proc`` leads, then SIGKILL to what of it is left after ``grace`` seconds."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(grace)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the node's own processes, if any outlived their ray start
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -224,8 +187,8 @@ def _fork_ranks(folder: Path, *args: str) -> list[ForkedCommand]:
     torchrun gives a rank (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``PORT``),
     one torch thread and ``folder`` as its working directory, joining by ``env://`` as ranks a scheduler starts do.
     For a claim of the loop under ranks, where torchrun's three fresh interpreters (its agent and two ranks, each
-    importing torch: 7-8 CPU s) prove nothing: torchrun itself is the restart test's, the Ray test's and
-    test_multinode_benchmark's. Not for a run with worker processes (``--n-processes``), which would come from this
+    importing torch: 7-8 CPU s) prove nothing: torchrun itself is the restart test's and test_multinode_benchmark's.
+    Not for a run with worker processes (``--n-processes``), which would come from this
     process's fork server."""
     port = str(_free_port())
 
@@ -561,61 +524,85 @@ def test_torchrun_max_restarts_resumes_the_group_from_the_last_checkpoint(tmp_pa
 
 
 # --------------------------------------------------------------------------- Ray collectors feeding the learners
-@pytest.mark.long(reason="a Ray cluster, its actors and two torchrun ranks, each importing torch: 25-35 CPU s")
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path, capsys):
-    """The training batcher as Ray actors: --ray-actors 2 (a local cluster the run starts), and torchrun's 2 ranks of
-    one actor each on a cluster started by `ray start --head` (--ray-address auto), end A2C with the parameters one
-    process ends with: the actors step the same envs, seeded by their global index, rows in the same order. Over 4
-    updates (256 env steps), each one's weights sent to every actor before the next collection. The one process steps
-    its envs in process: that worker processes change nothing is tests/algos/test_same_run.py's, and two worker
-    processes against Ray actors is test_multinode_benchmark's Ray test."""
-    if importlib.util.find_spec("ray") is None:  # not importorskip: Ray imported here would listen on every interface
-        pytest.skip("the ray extra is not installed")  # in the Ray tests that come later in this process
-    rlstruct, ray_cli = (str(Path(sys.executable).with_name(n)) for n in ("rlstruct", "ray"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-           "RAY_USAGE_STATS_ENABLED": "0"}
+def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path, capsys, ray_head):
+    """The training batcher as Ray actors on a running cluster (the Ray tests' shared one, tests/ray_cluster.py: a
+    `ray start --head` node, joined by its address and token): --ray-actors 2 --ray-address ADDRESS, and 2
+    data-parallel ranks of one actor each on it, end A2C with the parameters one process ends with: the actors step
+    the same envs, seeded by their global index, rows in the same order. Over 4 updates (256 env steps), each one's
+    weights sent to every actor before the next collection. The one process and the --ray-actors 2 run run in this
+    process (the command's entry point); the ranks are forked from it with torchrun's variables (``_forked_ranks``;
+    torchrun itself is the restart test's and test_multinode_benchmark's). The one process steps its envs in
+    process: that worker processes change nothing is tests/algos/test_same_run.py's, and two worker processes
+    against Ray actors is test_multinode_benchmark's Ray test. That a run without --ray-address starts a local
+    cluster of its own and ends it is
+    test_a_run_starts_a_local_ray_cluster_without_an_address_and_ends_what_it_started's (Ray's local cluster running
+    RayBatcher's actors is tutorial 08's)."""
     algo, *flags = EQUIVALENT_RUNS["a2c"]
     flags[flags.index("--max-env-steps") + 1] = "256"
     common = ["train", algo, "--env", "CartPole-v1", "--preset", "none", "--n-envs", "4", "--eval-every", "1000",
               "--n-evaluation-envs", "1", "--evaluation-max-steps", "20", "--no-progress", *flags]
-    # The one process's run in this process; the actors' in its own (its Ray cluster ends with it).
-    processes = rlstruct_in_process(capsys, *common, "--n-processes", "0", "--logdir", str(tmp_path / "processes"))
-    assert processes.returncode == 0, processes.stderr[-3000:]
-    out = subprocess.run([rlstruct, *common, "--ray-actors", "2", "--logdir", "actors"], capture_output=True,
-                         text=True, timeout=200, cwd=tmp_path, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    # The ranks' cluster is this test's own: `ray start --block` in a session of its own, on a port and temp dir of
-    # its own, named by its address rather than found by `auto` (the host's newest cluster), and ended by a SIGTERM to
-    # its group, which drains the node; `ray stop` would end every Ray cluster of the host, a user's too.
-    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's sockets live there (108-byte paths)
-    address = f"127.0.0.1:{_free_port()}"
-    # Ray's token authentication, with a token of this test's: a driver joins this cluster only.
-    cluster = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ADDRESS": address}
-    head = subprocess.Popen([ray_cli, "start", "--head", "--block", "--port", address.split(":")[1], "--num-cpus", "2",
-                             "--node-ip-address", "127.0.0.1", "--include-dashboard", "false", "--temp-dir", temp_dir,
-                             "--ray-client-server-port", str(_free_port()), "--dashboard-agent-listen-port",
-                             str(_free_port()), "--disable-usage-stats"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**env, **cluster, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
-    try:
-        limit = wall_limit(120)
-        started, printed = _wait_for_line(head, "Ray runtime started", timeout=limit)
-        assert started, f"ray start did not start a head within {limit:.0f} s:\n{printed[-2000:]}"
-        # --n-envs is per rank (the run's total over its worker processes or actors): 2 ranks of 2 envs each.
-        per_rank = [("2" if previous == "--n-envs" else a) for previous, a in zip(["", *common], common)]
-        ranks = _torchrun(tmp_path, *per_rank, "--ray-actors", "1", "--ray-address", address, "--logdir", "ranks",
-                          env=cluster)
-    finally:
-        _end_group(head)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    # The ranks first, forked while this process runs no Ray driver (a fork of one would share its connection).
+    # --n-envs is per rank (the run's total over its worker processes or actors): 2 ranks of 2 envs each.
+    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized(), "a Ray driver runs in this process"
+    per_rank = [("2" if previous == "--n-envs" else a) for previous, a in zip(["", *common], common)]
+    ranks = _forked_ranks(tmp_path, *per_rank, "--ray-actors", "1", "--ray-address", ray_head.address, "--logdir",
+                          "ranks")
     assert ranks.returncode == 0, ranks.stderr[-3000:]
+    for name, where in (("processes", ["--n-processes", "0"]),
+                        ("actors", ["--ray-actors", "2", "--ray-address", ray_head.address])):
+        out = rlstruct_in_process(capsys, *common, *where, "--logdir", str(tmp_path / name))
+        assert out.returncode == 0, out.stderr[-3000:]
     processes = _model_of(tmp_path / "processes")
     for name in ("actors", "ranks"):
         other = _model_of(tmp_path / name)
         for key in processes:
             torch.testing.assert_close(other[key], processes[key], rtol=1e-4, atol=1e-5, msg=f"{name}: {key}")
+
+
+def test_a_run_starts_a_local_ray_cluster_without_an_address_and_ends_what_it_started(monkeypatch):
+    """A run's Ray session (``--ray-actors N``): without ``--ray-address``, a local cluster on the loopback interface,
+    Ray imported only after RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is set (unset, it would listen on every interface),
+    shut down when the run ends, even when it fails; with one, a connection to it, shut down too; in a process that
+    runs Ray already, that session, left running. Ray is a stand-in here: that such a ``ray.init`` starts a local
+    cluster whose actors RayBatcher runs is tutorial 08's (its ``ray.init`` is this one's with ``num_cpus=2``), and a
+    run's actors on a cluster are the Ray test's above; a local cluster of a run's own, started here, would be
+    seconds of wall time that prove Ray's start, not rlstruct's."""
+    from rlstruct.algos._train.session import ray_session
+
+    calls: list[tuple] = []
+    running = [False]
+
+    def init(**kwargs):
+        calls.append(("init", os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"), kwargs))
+        running[0] = True
+
+    def shutdown():
+        calls.append(("shutdown",))
+        running[0] = False
+
+    fake = type(sys)("ray")
+    fake.init, fake.shutdown, fake.is_initialized = init, shutdown, lambda: running[0]
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "")
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")  # restored, absent or not, after the test
+    with pytest.raises(RuntimeError, match="the run failed"), ray_session(None):
+        assert running[0]
+        raise RuntimeError("the run failed")
+    local = {"include_dashboard": False, "_node_ip_address": "127.0.0.1", "log_to_driver": False,
+             "configure_logging": False}
+    assert calls == [("init", "0", local), ("shutdown",)]
+    calls.clear()
+    with ray_session("127.0.0.1:6379"):
+        assert running[0]
+    assert calls == [("init", "0", {"address": "127.0.0.1:6379", "log_to_driver": False, "configure_logging": False}),
+                     ("shutdown",)]
+    calls.clear()
+    running[0] = True
+    with ray_session("127.0.0.1:6379"):
+        pass
+    assert calls == [] and running[0]
 
 
 def test_ray_address_without_actors_is_refused():

@@ -1,7 +1,8 @@
 """RayBatcher: the same trajectories as RL_Batcher, versioned weights, placement, faults, clean close.
 
-The tests that need Ray share one local cluster bound to the loopback interface (module-scoped) and are
-skipped when Ray is not installed; the argument checks run without it.
+The tests that need Ray join the cluster that the Ray tests in a row share (tests/ray_cluster.py: one node on
+the loopback interface, 2 logical CPUs, token authentication) through one driver, this process, for the module, and
+are skipped when Ray is not installed; the argument checks run without it.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from tests.helpers import AUTORESET, EPISODIC, assert_refused_while_pending, ass
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.ray]
 
-# A cluster for this machine only: no dashboard, no usage report, no token file, loopback addresses.
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+# Ray for this machine only: no usage report, loopback addresses.
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def import_ray():
@@ -54,10 +55,10 @@ def import_ray():
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
+def ray_cluster(ray_head):
+    """Ray, this process a driver of the shared cluster (``ray_head``) for the module; its actors end with it."""
     ray = import_ray()
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, _node_ip_address="127.0.0.1",
-             log_to_driver=False, configure_logging=False)
+    ray.init(address=ray_head.address, log_to_driver=False, configure_logging=False)
     try:
         assert [n["NodeManagerAddress"] for n in ray.nodes()] == ["127.0.0.1"]
         yield ray
@@ -342,9 +343,10 @@ def test_two_actors_with_one_seed_collect_what_one_rl_batcher_of_all_the_envs_co
 
 
 def test_unplaceable_actors_are_reported_not_waited_for(ray_cluster):
-    with pytest.raises(BatcherWorkerError, match=r"could not be placed within 2 s.*lower num_cpus/num_gpus"):
+    # Half a second: two one-GPU bundles never place on a node of fewer GPUs; the test waits, it does not compute.
+    with pytest.raises(BatcherWorkerError, match=r"could not be placed within 0.5 s.*lower num_cpus/num_gpus"):
         RayBatcher(3, ConstantAgent, {}, CountingEnv, AUTORESET, 0, [0, 1], n_actors=2, num_gpus=1,
-                   placement_strategy="SPREAD", start_timeout=2)
+                   placement_strategy="SPREAD", start_timeout=0.5)
 
 
 # --------------------------------------------------------------------------- placement and faults
