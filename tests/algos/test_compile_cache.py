@@ -39,7 +39,8 @@ def _launch(logdir: Path, cache: Path) -> dict:
 
 @pytest.mark.compiles
 @pytest.mark.long(reason="two launches in fresh processes, the first compiling A2C's update cold with inductor "
-                         "(about 45 CPU s of the 2-core machine's, the second about 10)")
+                         "(about 30 CPU s of the 2-core machine's at the test session's -O0 builds, 60 at torch's "
+                         "default -O3: tests/conftest.py's TEST_INDUCTOR_ENV; the second about 9)")
 @pytest.mark.timeout(900)
 def test_a_second_launch_loads_the_compiled_update_from_the_cache(tmp_path):
     cache = tmp_path / "cache"

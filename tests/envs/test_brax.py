@@ -28,7 +28,7 @@ jax: Any = None  # the module's tests import JAX when they run (the fixture belo
 jnp: Any = None
 
 pytestmark = [
-    pytest.mark.slow,  # the fixtures compile Brax's step through XLA: 7-11 CPU s for the first test that uses one
+    pytest.mark.slow,  # the fixtures compile Brax's step through XLA: 4-8 CPU s for the first test that uses one
     pytest.mark.timeout(300),  # a Brax compile under a loaded CI machine
     # Brax warns at every env built from a name that its own pipelines are no longer maintained.
     pytest.mark.filterwarnings("ignore:Brax System:UserWarning"),
@@ -84,7 +84,7 @@ def pushes(gen: torch.Generator, n: int) -> torch.Tensor:
 
 # --------------------------------------------------------------------------------------------- the oracle
 @pytest.mark.long(reason="the first user of its fixtures pays JAX's jit compiles of Brax's step, raw and "
-                         "wrapped: 20-26 CPU s")
+                         "wrapped: 13-16 CPU s")
 def test_observations_rewards_and_terminations_are_the_raw_brax_envs(episodic, raw_step):
     """The raw Brax env stepped from BraxEnv's initial states with the same actions: same observations, rewards and
     terminations for every running env, up to the time limit."""
@@ -254,7 +254,10 @@ def test_an_env_object_with_braxs_interface(dict_obs):
     assert env.name == "PointMass" and env.observation_space.shape == (2,) and env.action_space.shape == (1,)
     obs, _ = env.reset()
     position = obs["frame"][:, 0].clone()
-    assert torch.equal(obs["frame"][:, 1], 2 * position) and position.abs().max() <= 0.05
+    # Within float32 rounding: XLA may compute the drawn position once per use inside a fusion, one of them with a
+    # fused multiply-add (the elemental emitters of the test session's XLA flags do).
+    torch.testing.assert_close(obs["frame"][:, 1], 2 * position)
+    assert position.abs().max() <= 0.05
     a = torch.tensor([[1.0], [-1.0], [0.5]])
     for t in range(3):
         (nxt, _), (running, _) = env.step(act(a))

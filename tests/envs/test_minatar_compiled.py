@@ -23,6 +23,10 @@ from tests.envs.minatar_steps import LIMITS, assert_same_bits, biased_actions
 needs_numba = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
                                  reason="numba is not installed (pip install rlstruct[fast]): no compiled step")
 COMPILED = [name for name, (minatar_name, _) in GAMES.items() if has_kernels(minatar_name)]
+# One xdist worker runs the module: its tests step the same game's loop, which numba compiles once and caches on disk
+# for the next process (9 CPU s cold); two workers drawing its tests at once each compiled it (8.9 + 8.2 CPU s on a
+# fresh clone).
+pytestmark = pytest.mark.xdist_group("minatar_compiled")
 
 
 @pytest.fixture(autouse=True)

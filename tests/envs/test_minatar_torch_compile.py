@@ -50,7 +50,8 @@ def _traced_only(step):
 @pytest.mark.compiles
 @pytest.mark.parametrize("device", device_params())
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.long(
-    reason="inductor's first compile in a process: its start, then the step, 29-37 CPU s on a 2-core machine"))
+    reason="inductor's first compile in a process: its start, then the step, 29-37 CPU s on a 2-core machine with "
+           "torch's -O3 builds, about 19 with the test session's -O0 (tests/conftest.py's TEST_INDUCTOR_ENV)"))
     if name == INDUCTOR_GAME else name for name in NAMES])
 def test_the_compiled_step_is_the_eager_step(name, device, monkeypatch):
     """Bit for bit over 80 steps (past every game's time limit: 32 steps, Breakout's 12, Freeway's 64), episodes

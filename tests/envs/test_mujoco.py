@@ -2,7 +2,7 @@
 
 Oracle: from the same ``qpos``/``qvel`` and the same actions, each backend's observation, reward and termination
 agree with gymnasium's own env (MuJoCo's C engine). Contract: the points of test_env_contract.py, checked here on
-envs built once per module (MJX compiles once per task, env count and mode, ~30 s on a 2-core CPU; mujoco-torch
+envs built once per module (MJX compiles once per task, env count and mode, 10-15 CPU s on a 2-core CPU; mujoco-torch
 steps a few envs per second there, so its runs are a few steps long).
 
 MJX compiles one task here, HalfCheetah (its physics against the C engine, both modes, a training run). What another
@@ -118,7 +118,7 @@ def oracle(env, name: str, steps: int, bias: float, atol: float, atol_contact: f
 
 
 @pytest.mark.long(reason="the first user of its module fixture pays MJX's jit compile of HalfCheetah: "
-                         "22-28 CPU s on a 2-core machine")
+                         "14-17 CPU s on a 2-core machine")
 @pytest.mark.slow
 def test_mjx_half_cheetah_matches_gymnasium(cheetah_mjx):
     """MJX (float32) stays within 1e-3 of gymnasium's float64 HalfCheetah over 20 steps."""
@@ -196,7 +196,7 @@ def test_mjx_autoreset_contract(cheetah_mjx):
 
 
 @pytest.mark.long(reason="the first user of its module fixture pays MJX's jit compile of the episodic "
-                         "HalfCheetah: 20-25 CPU s")
+                         "HalfCheetah: 9-12 CPU s")
 @pytest.mark.slow
 def test_mjx_episodic_stops_finished_envs_and_truncates(cheetah_mjx_episodic):
     env = cheetah_mjx_episodic
