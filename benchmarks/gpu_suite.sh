@@ -39,6 +39,9 @@ declare -A STEPS=(
   [compile_tests]="$PY -m pytest -q -p no:cacheprovider -m cuda --show-capture=no tests/envs/test_minatar_torch_compile.py"
   # Issue 77: IMPALA's learner on the GPU, its actors in CPU worker processes, then in the GPU process.
   [impala]="for b in cpu cuda; do t=\$SECONDS; $PY -m rlstruct.algos.impala --env CartPole-v1 --learner-device cuda --batcher-device \$b --max-env-steps 200000 --no-progress --no-tensorboard --logdir DIR/impala-\$b; echo \"actors on \$b: \$((SECONDS - t)) s from launch\"; done"
+  # Issue 77: MinAtar Breakout to 10 with the learners on the GPU and the envs in CPU worker processes, IMPALA's preset
+  # (lag 2, two actor processes) beside PPO's over two workers; 300 s at most a run (IMPALA took 144 s on the H200).
+  [impala_minatar]="for a in impala=impala-minatar-5m ppo=ppo-minatar-5m; do t=\$SECONDS; timeout -k 20 300 $PY -m rlstruct.algos train \${a%%=*} --preset \${a#*=} --env MinAtar/Breakout-v1 --n-processes 2 --target-return 10 --stop-at-reward-threshold --learner-device cuda --evaluation-device cuda --no-progress --no-tensorboard --logdir DIR/minatar-\${a%%=*}; echo \"\${a%%=*}: \$((SECONDS - t)) s from launch\"; done"
   # Eight xdist workers where pytest-xdist is installed (the H100's 16 cores ran them in ~4 minutes), else serially.
   [cuda_tests]="$PY -m pytest -q -p no:cacheprovider -m cuda --show-capture=no \$($PY -c 'import xdist; print(\"-n 8\")' 2>/dev/null) rlstruct agents batchers algos tests"
   [solve_a2c]="$PY benchmarks/gpu_training.py --algos a2c --skip-throughput --time-limit 45 --json DIR/solve_a2c.json"
@@ -64,7 +67,7 @@ declare -A STEPS=(
   [minatar]="for g in Breakout Asterix Freeway; do $PY benchmarks/minatar_speed.py --game \$g --device cuda --envs 65536 --rounds 1 --skip reference adapter; done"
 )
 ORDER=(compile_tests warm_launch deterministic solve_dqn minatar_compiled two_runs cuda_tests solve_a2c solve_ppo bf16 collection_compiled throughput tf32 bf16_compiled_policy collection_bf16
-       collection collection_fast envs ecosystem locomotion cpu_scaling atari_ppo atari_dqn populations impala minatar)
+       collection collection_fast envs ecosystem locomotion cpu_scaling atari_ppo atari_dqn populations impala impala_minatar minatar)
 
 if [[ ${1:-} == --list || $# -eq 0 ]]; then
   for s in "${ORDER[@]}"; do printf '%-16s %s\n' "$s" "${STEPS[$s]}"; done

@@ -249,3 +249,19 @@ def test_random_start_steps_is_checked_and_evaluation_envs_start_without_it():
                          backend_kwargs=evaluation_env_kwargs("MinAtar/Freeway-v1", "auto", kwargs, None))
     evaluated.reset()
     assert not evaluated.get_state()["elapsed_steps"].any()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_reset_state_has_one_tensor_per_key(name):
+    """The compiled step writes the state in place, so no two keys of a reset state may be one tensor (Breakout's
+    rules start last_x and last_y as ball_x and ball_y): the keys that share are found once, when the game is made,
+    and reset copies them, with the values the rules gave."""
+    rules, _ = game(name)
+    u = torch.rand(5, rules.n_reset_draws, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    raw = dict(zip(rules.keys, rules.rules.reset(u, False, *rules._no_rows), strict=True))
+    state = rules.reset(u, False)
+    tensors = list(state.values())
+    assert all(a is not b for i, a in enumerate(tensors) for b in tensors[:i])
+    assert all(torch.equal(state[k], raw[k]) for k in rules.keys)
+    shared = {k for k, s in zip(rules.keys, rules._shared, strict=True) if s}
+    assert shared == ({"last_x", "last_y"} if name == "Breakout" else set())

@@ -423,17 +423,17 @@ class RulesGame:
         self._step: Callable = rules.step
         self._observe: Callable = rules.observe
         self._no_rows = (None,) * len(rules.ROWS)
+        # The keys whose initial tensor is one an earlier key returned too (Breakout's last_x is its ball_x): the
+        # compiled step writes the state's tensors in place, so each key gets its own. Which keys share is the rules'
+        # code, not the draws': found once here, on one env, so that reset asks no tensor its id (dynamo before torch
+        # 2.13 cannot trace id() of a tensor made inside the graph).
+        probe = self._reset(torch.zeros(1, self.n_reset_draws, dtype=torch.float64), False, *self._no_rows)
+        self._shared: tuple[bool, ...] = tuple(any(v is w for w in probe[:i]) for i, v in enumerate(probe))
 
     def reset(self, u: torch.Tensor, ramping: bool) -> dict[str, torch.Tensor]:
         """The initial states of ``B`` envs from the draws ``u`` (``float64 [B, n_reset_draws]``)."""
         values = self._reset(u, ramping, *self._no_rows)
-        state: dict[str, torch.Tensor] = {}
-        seen: set[int] = set()
-        for k, v in zip(self.keys, values, strict=True):
-            # One tensor per key: the compiled step writes the state's tensors in place.
-            state[k] = v.clone() if id(v) in seen else v
-            seen.add(id(v))
-        return state
+        return {k: v.clone() if shared else v for k, v, shared in zip(self.keys, values, self._shared, strict=True)}
 
     def step(
         self, state: dict[str, torch.Tensor], action: torch.Tensor, u: torch.Tensor, ramping: bool
