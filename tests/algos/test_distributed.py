@@ -3,6 +3,7 @@ over gloo on loopback, with ranks started by the test, against one process learn
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import json
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -110,6 +112,17 @@ def _flat(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+def _warm_dynamo() -> None:
+    """Dynamo's and AOTAutograd's modules imported and their lazy set-up done, by compiling a function of no use to
+    any test (about 3.5 CPU s in a fresh process), so that ranks forked after it compile their update in about 1 s,
+    not 4.5."""
+    def unrelated(x: torch.Tensor) -> torch.Tensor:
+        return (x.sin() * 2).sum()
+
+    x = torch.zeros(3, requires_grad=True)
+    torch.compile(unrelated, backend="aot_eager")(x).backward()
+
+
 def _rank(rank: int, size: int, port: int, out: dict) -> None:
     """Rank ``rank`` of ``size``: the eager update, then the compiled one, each on a model of its own; ``out[rank]``
     gets ``{compiled: (parameters, identical after each update, stop)}``."""
@@ -153,7 +166,10 @@ def test_two_ranks_match_one_process_on_the_whole_batch():
     compiled (--compile-update), the averaging still happens in the backward, before the clipping. The eager and the
     compiled update run in the same two ranks, one after the other, each on a model of its own. The ranks are forked
     from this process (torch imported already): a spawned rank's cost was mostly its fresh interpreter's import of
-    torch, and the claim is the averaging, not the start; ranks in fresh interpreters are the torchrun tests'."""
+    torch, and the claim is the averaging, not the start; ranks in fresh interpreters are the torchrun tests'. So are
+    dynamo's and AOTAutograd's imports and first-use set-up (``_warm_dynamo``), paid once here before the fork rather
+    than in each rank: each rank still traces and compiles its own update."""
+    _warm_dynamo()
     with mp.Manager() as manager:
         out = manager.dict()
         mp.start_processes(_rank, args=(2, _free_port(), out), nprocs=2, join=True, start_method="fork")
@@ -188,8 +204,8 @@ def _fork_ranks(folder: Path, *args: str) -> list[ForkedCommand]:
     one torch thread and ``folder`` as its working directory, joining by ``env://`` as ranks a scheduler starts do.
     For a claim of the loop under ranks, where torchrun's three fresh interpreters (its agent and two ranks, each
     importing torch: 7-8 CPU s) prove nothing: torchrun itself is the restart test's and test_multinode_benchmark's.
-    Not for a run with worker processes (``--n-processes``), which would come from this
-    process's fork server."""
+    A rank with worker processes (``--n-processes``) starts them from a fork server of its own, in its own process
+    group, as a fresh interpreter would (``ForkedCommand``)."""
     port = str(_free_port())
 
     def seam(rank: int):
@@ -203,11 +219,14 @@ def _fork_ranks(folder: Path, *args: str) -> list[ForkedCommand]:
     return [ForkedCommand(list(args), folder / f"rank{r}", seam=seam(r)) for r in range(2)]
 
 
-def _forked_ranks(folder: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def _forked_ranks(folder: Path, *args: str, timeout: float = 240, meanwhile: Callable[[], None] | None = None
+                  ) -> subprocess.CompletedProcess:
     """:func:`_fork_ranks`'s two ranks, waited for: the worse status and both outputs (rank 0's, then rank 1's), as
-    torchrun would give them."""
+    torchrun would give them. ``meanwhile()``, when given, runs in this process while the ranks run."""
     ranks = _fork_ranks(folder, *args)
     try:
+        if meanwhile is not None:
+            meanwhile()
         codes = [rank.wait(timeout) for rank in ranks]
     finally:
         for rank in ranks:
@@ -433,49 +452,41 @@ def test_a_rank_that_dies_or_hangs_ends_the_others_with_a_typed_error(tmp_path, 
     rest): once training runs, rank 1 is SIGKILLed (dies) or SIGSTOPped (hangs). Rank 0 ends with status 1 and one
     line naming RankLostError's situation, within the timeout (5 s here) and not in a hang. Small iterations (4 envs x
     16 steps a rank): what the test pays for is the ranks' start. The timeout stays 5 s, and the ranks alike: it also
-    bounds the rendezvous, so that ranks that start unevenly on a loaded machine would time out there instead.
-    ``dies``: fresh interpreters with a worker process each, and rank 0's batcher workers are gone after it. ``hangs``:
-    ranks forked from this process (``_fork_ranks``), stepping their envs in process (no fresh interpreter, no worker
-    to start): the claim is the timeout of a collective, the workers' end is the other case's."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
-           "WORLD_SIZE": "2"}
-    rlstruct = str(Path(sys.executable).with_name("rlstruct"))
+    bounds the rendezvous, so that ranks that start unevenly on a loaded machine would time out there instead. The
+    ranks are forked from this process (``_fork_ranks``: each in a process group of its own, as a fresh interpreter
+    would be, a fresh interpreter's import of torch proving nothing here). ``dies``: a worker process each, from each
+    rank's own fork server, and rank 0's batcher workers are gone after it. ``hangs``: the envs stepped in process
+    (no worker to start): the claim is the timeout of a collective, the workers' end is the other case's."""
     flags = [*LONG_RUN, "--max-env-steps", "5000000", "--n-envs", "4", "--n-steps", "16", "--batcher-timeout", "5"]
-    if fault == "dies":
-        ranks = [subprocess.Popen([rlstruct, *flags, "--n-processes", "1", "--logdir", f"run{r}"],
-                                  env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, cwd=tmp_path,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
-    else:
-        ranks = _fork_ranks(tmp_path, *flags, "--n-processes", "0", "--logdir", "run0")
+    ranks = _fork_ranks(tmp_path, *flags, "--n-processes", "1" if fault == "dies" else "0", "--logdir", "run0")
     try:
         progress = tmp_path / "run0" / "progress.csv"
         deadline = time.monotonic() + 90
         while not (progress.exists() and progress.read_text().count("\n") >= 3):  # the header and two iterations
-            assert time.monotonic() < deadline and ranks[0].poll() is None, \
-                (ranks[0].stderr.read() if fault == "dies" else ranks[0].stderr)[-2000:]
+            assert time.monotonic() < deadline and ranks[0].poll() is None, ranks[0].stderr[-2000:]
             time.sleep(0.2)
         workers = _descendants(ranks[0].pid)
         assert workers or fault == "hangs", "rank 0 runs its batcher's worker process"
         os.kill(ranks[1].pid, signal.SIGKILL if fault == "dies" else signal.SIGSTOP)
         hit = time.monotonic()
-        if fault == "dies":
-            _, err = ranks[0].communicate(timeout=60)
-        else:
-            ranks[0].wait(60)
-            err = ranks[0].stderr
+        ranks[0].wait(60)
         waited = time.monotonic() - hit
+        err = ranks[0].stderr
     finally:
         for p in ranks:
             p.kill()
-            if fault == "dies":
-                p.communicate()
+        # rank 1's fork server and worker, left in its group by the SIGKILL of the rank alone
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(ranks[1].pid, signal.SIGKILL)
     assert ranks[0].returncode == 1, err[-2000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("rlstruct train ppo: error: rank 0 of 2: ") and "another rank of the run died, left or " \
         "did not answer within the timeout" in last and "torchrun --max-restarts N --logdir DIR" in last, err[-2000:]
     assert "Traceback" not in err
     assert waited < (20 if fault == "dies" else 35), waited  # a connection reset at once; a hang at the 5 s timeout
-    time.sleep(1)
+    within = time.monotonic() + 1  # at most a second for the workers' own exits
+    while [w for w in workers if _alive(w)] and time.monotonic() < within:
+        time.sleep(0.05)
     assert not [w for w in workers if _alive(w)], "rank 0's workers outlived it"
 
 
@@ -547,12 +558,17 @@ def test_ray_actors_feed_a_process_and_the_ranks_as_worker_processes_do(tmp_path
     # --n-envs is per rank (the run's total over its worker processes or actors): 2 ranks of 2 envs each.
     assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized(), "a Ray driver runs in this process"
     per_rank = [("2" if previous == "--n-envs" else a) for previous, a in zip(["", *common], common)]
-    ranks = _forked_ranks(tmp_path, *per_rank, "--ray-actors", "1", "--ray-address", ray_head.address, "--logdir",
-                          "ranks")
-    assert ranks.returncode == 0, ranks.stderr[-3000:]
-    for name, where in (("processes", ["--n-processes", "0"]),
-                        ("actors", ["--ray-actors", "2", "--ray-address", ray_head.address])):
-        out = rlstruct_in_process(capsys, *common, *where, "--logdir", str(tmp_path / name))
+    outputs = {}
+
+    def run(name: str, *where: str) -> None:
+        outputs[name] = rlstruct_in_process(capsys, *common, *where, "--logdir", str(tmp_path / name))
+
+    # The one process (no Ray) runs while the ranks wait for their actors; the --ray-actors 2 run after them, as the
+    # cluster's 2 CPUs hold the ranks' 2 actors or its own.
+    outputs["ranks"] = _forked_ranks(tmp_path, *per_rank, "--ray-actors", "1", "--ray-address", ray_head.address,
+                                     "--logdir", "ranks", meanwhile=lambda: run("processes", "--n-processes", "0"))
+    run("actors", "--ray-actors", "2", "--ray-address", ray_head.address)
+    for out in outputs.values():
         assert out.returncode == 0, out.stderr[-3000:]
     processes = _model_of(tmp_path / "processes")
     for name in ("actors", "ranks"):

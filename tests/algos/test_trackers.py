@@ -4,6 +4,7 @@ library's own client; a resumed run appends to the same tracked run."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -205,8 +206,11 @@ def test_a_run_that_raises_ends_its_tracked_run_as_failed(tmp_path, monkeypatch)
     pytest.importorskip("mlflow", reason="needs the mlflow extra")
     from mlflow import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # A file store: the run's end is the tracker's, whatever the store (an SQLite one's creation, MLflow's schema
+    # migrations, took 4-6 s of this test's wall time; the records test runs on both stores)
+    uri = (tmp_path / "mlruns").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     monkeypatch.chdir(tmp_path)
 
     def fail(*args, **kwargs):
@@ -256,11 +260,24 @@ def test_an_mlflow_server_that_never_answers_is_given_up_within_its_timeout(tmp_
         server.bind(("127.0.0.1", 0))
         server.listen(16)
         monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{server.getsockname()[1]}")
-        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")  # the user's own setting is kept
+        # The user's own settings are kept: a 1 s timeout, and no wait between tries (the bounds' backoff and
+        # MLflow's jitter would add 2-5 s of sleep to this test).
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0")
         caplog.set_level(logging.WARNING)
         start = time.monotonic()
         assert open_trackers("mlflow", tmp_path, {"algo": "ppo"}) == []
-        assert time.monotonic() - start < 60  # 3 tries of 1 s, 3 s of backoff; unbounded: 8 tries, minutes apart
+        assert time.monotonic() - start < 60  # 3 tries of 1 s; unbounded: 8 tries, minutes apart
+        # The tries, counted by the server rather than the clock: its backlog holds one connection a try, the bound's
+        # two retries after the first (MLflow's own default: seven).
+        server.setblocking(False)
+        tries = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                server.accept()[0].close()
+                tries += 1
+        assert tries == 1 + int(MLFLOW_HTTP_BOUNDS["MLFLOW_HTTP_REQUEST_MAX_RETRIES"])
     [warning] = _warnings(caplog)
     assert warning.startswith("track=mlflow failed in its start") and "timed out" in warning.lower()
 

@@ -36,7 +36,9 @@ SCRIPT = textwrap.dedent("""
     ENV = {"n_envs": 2, "autoreset": True, "episode_lengths": (100,)}
 
     def build(n_processes, pending):
-        agent, args = (SlowAgent, {"delay": 0.5}) if pending else (ConstantAgent, {})
+        # pending: an acquisition of 1 s (4 steps of 0.25 s) under way, where the script reaches its end milliseconds
+        # after the execute
+        agent, args = (SlowAgent, {"delay": 0.25}) if pending else (ConstantAgent, {})
         b = RL_Batcher(4, agent, args, CountingEnv, ENV, n_processes, list(range(max(n_processes, 1))))
         b.reset()
         b.execute()

@@ -24,7 +24,6 @@ from tests.fakes import (
     FaultEnv,
     FirstSeedsOnlyEnv,
     RaiseOnceEnv,
-    SlowAgent,
     StartKillEnv,
     pid_alive,
 )
@@ -75,7 +74,9 @@ def _check_worker_rows(traj, rows: slice, seed: int, t0: int) -> None:
 @pytest.mark.parametrize("fault", ["raise", "exit", "segfault", "hang"])
 @pytest.mark.slow
 def test_a_failed_worker_is_replaced_and_its_rows_collected_again(fault, caplog):
-    b = _batcher(_env(fault), timeout=4.0 if fault == "hang" else 120.0)
+    # A hang is found by the batcher's timeout: 1.5 s, where every healthy reply (an acquisition of 4 steps of a
+    # counting env) takes milliseconds on a machine loaded 2x.
+    b = _batcher(_env(fault), timeout=1.5 if fault == "hang" else 120.0)
     old_pid = b.worker_reports()[1]["pid"]
     with b, caplog.at_level(logging.WARNING, logger="rlstruct.batchers"):
         first, second, third = _collect(b, 3)  # worker 1 fails at its 6th step: in the second acquisition
@@ -167,8 +168,10 @@ def test_an_in_process_worker_is_rebuilt():
 @pytest.mark.parametrize("when", ["acquiring", "idle", "polled"])
 @pytest.mark.slow
 def test_a_worker_killed_from_outside_is_replaced(when):
-    env = {"n_envs": N_ENVS, "autoreset": True, "episode_lengths": (100,)}
-    with RL_Batcher(T, SlowAgent, {"delay": 0.3}, CountingEnv, env, 2, [0, 1], restart_workers=2) as b:
+    # Worker 0 (env seed 0) hangs at its first step: an acquisition under way until the kill, however late the kill
+    # lands on a busy machine; its replacement (another seed) and worker 1 step on.
+    env = {"n_envs": N_ENVS, "autoreset": True, "episode_lengths": (100,), "hang_at_step": 1, "fail_seed": 0}
+    with RL_Batcher(T, ConstantAgent, {}, CountingEnv, env, 2, [0, 1], restart_workers=2) as b:
         b.reset()
         pid = b.worker_reports()[0]["pid"]
         if when == "idle":

@@ -36,6 +36,11 @@ def _cli(capsys, *args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _last_value(args: list[str], flag: str) -> str:
+    """The value of ``flag``'s last occurrence in ``args``: the one argparse keeps."""
+    return args[len(args) - args[::-1].index(flag)]
+
+
 @pytest.mark.parametrize(("algo", "backend", "flags"), [
     # The default backend ("auto") picks ale-py's vector env for ALE/ ids: `rlstruct train ppo --env ALE/...`.
     # One PPO iteration (4 envs x 32 steps); DQN's gradient steps start after 128 env steps, and 64 more follow.
@@ -43,8 +48,11 @@ def _cli(capsys, *args: str) -> dict:
     ("dqn", "ale", ["--max-env-steps", "192", "--learning-starts", "128", "--buffer-size", "1000",
                     "--batch-size", "16", "--gradient-steps", "2"]),
     # gymnasium's raw 210x160 frames: a convolution over them costs 20 ms a call on a CPU and the encoder's first
-    # linear layer holds 11M weights, so one iteration (2 envs x 8 steps) trains and checkpoints as four would.
-    pytest.param("a2c", "gymnasium", ["--n-envs", "2", "--max-env-steps", "16"], marks=pytest.mark.long(
+    # linear layer holds 11M weights, so one iteration (2 envs x 8 steps) trains and checkpoints as four would, and
+    # the evaluations (a forward per step: at launch, at the end, its confirmation, the eval command) stop after 8
+    # steps, in two acquisitions of 4.
+    pytest.param("a2c", "gymnasium", ["--n-envs", "2", "--max-env-steps", "16", "--evaluation-max-steps", "8",
+                                      "--evaluation-chunk-steps", "4"], marks=pytest.mark.long(
         reason="gymnasium's Atari envs in worker processes, frame preprocessing in Python, raw frames through the "
                "CNN: 15-20 CPU seconds to train, checkpoint and evaluate here")),
 ])
@@ -60,7 +68,8 @@ def test_breakout_trains_from_frames_checkpoints_and_evaluates(algo, backend, fl
     assert ckpt["env_spec"]["max_episode_steps"] == 27_000 and ckpt["config"]["max_episode_steps"] is None
     assert any(k.startswith("encoder.convs") for k in ckpt["model"])
     assert ckpt["model"]["encoder.convs.0.weight"].shape[-2:] == (8, 8)  # Nature-DQN's first conv
-    result = _cli(capsys, "eval", str(tmp_path / "checkpoint.pt"), "--episodes", "1", "--max-steps", "40")
+    result = _cli(capsys, "eval", str(tmp_path / "checkpoint.pt"), "--episodes", "1", "--max-steps",
+                  _last_value([*SMALL, *flags], "--evaluation-max-steps"))
     assert result["algo"] == algo and result["episodes"] == 1
 
 

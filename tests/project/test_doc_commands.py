@@ -33,11 +33,13 @@ CAP = ["--max-env-steps", "256", "--time-limit", "240", "--no-progress", "--no-t
 #: and to a new on-policy run (its iteration of at least :data:`MIN_ROLLOUT` steps an env is the whole run for most
 #: pages' env counts): half the budget, so that Atari's 8 envs collect 16 frames each, not 32, for the network's update
 CAP_ON_POLICY = ["--max-env-steps", "128"]
-#: and to the off-policy ones: learn within that budget, over its last 64 env steps (an iteration of every documented
-#: off-policy run collects 64 env steps at most, so one learns at least once): the gradient steps are most of such a
-#: run's CPU seconds (56 of DQN's Atari network's from 64 on took 5 of the command's 10 CPU s), and what the command
-#: proves (its flags, preset, env and network, an update, the run folder) does not depend on how many ran
-CAP_REPLAY = ["--learning-starts", "192"]
+#: and to the off-policy ones: learn in the iteration that reaches the budget, and in it only (a buffer counts as
+#: filled once an iteration's collection brings it to ``learning_starts``, and the run goes on until its env steps
+#: reach the budget, so exactly its last iteration makes its gradient steps): the gradient steps are most of such a
+#: run's CPU seconds (DQN's Atari preset takes 8 an iteration of 32 env steps, SAC's and TD3's MuJoCo presets one an
+#: env step), and what the command proves (its flags, preset, env and network, an update, the run folder) does not
+#: depend on how many ran
+CAP_REPLAY = ["--learning-starts", "256"]
 #: appended to every ``rlstruct eval``: two short episodes (its default 16 build 16 envs: 16 Atari emulators)
 CAP_EVAL = ["--max-steps", "20", "--episodes", "2"]
 #: the steps an env of an on-policy run's iteration at least, where :func:`_capped_rollout` shortens the rollout

@@ -11,7 +11,6 @@ import io
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,19 +21,35 @@ from tests.helpers import wall_limit
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "learner_peers.py"
 
 
-def _run(only: str, tmp_path: Path, *extra: str) -> str:
-    """The configurations ``only`` at 16 envs: iterations of 2,048 env steps, a quarter of the preset's."""
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--rounds", "1", "--iterations", "1", "--warmup", "1",
-                           "--n-envs", "16", "--only", only, *extra], capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+def _main_here(script, argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+               capsys: pytest.CaptureFixture[str]) -> str:
+    """``python benchmarks/SCRIPT ARGV``'s parent in this process (``script``: its module), in ``tmp_path``: what it
+    printed. Each configuration still runs in a fresh process of its own (``python SCRIPT --one NAME``, with the
+    variables the parent sets, which are this process's again afterwards); the parent only starts them and prints
+    the table, and a fresh one would import torch again to say which machine it ran on (2-3 CPU s)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(script.__file__), *argv])
+    for name, value in (("OMP_NUM_THREADS", "1"), ("RLSTRUCT_JIT_AFTER", "0")):  # what the parent sets by default
+        monkeypatch.setenv(name, os.environ.get(name, value))
+    capsys.readouterr()
+    script.main()
+    return capsys.readouterr().out
+
+
+def _run(only: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+         *extra: str) -> str:
+    """The configurations ``only`` at 4 envs: iterations of 512 env steps (4 envs x 128 steps, 8 minibatches of
+    64), a sixteenth of the preset's: the table's rows do not depend on the size."""
+    from benchmarks import learner_peers
+
+    return _main_here(learner_peers, ["--rounds", "1", "--iterations", "1", "--warmup", "1", "--n-envs", "4",
+                                      "--only", only, *extra], tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_rlstruct_and_the_cleanrl_style_peer_report_their_rates_side_by_side(tmp_path):
-    out = _run("rlstruct-1t,cleanrl-1t", tmp_path)
+def test_rlstruct_and_the_cleanrl_style_peer_report_their_rates_side_by_side(tmp_path, monkeypatch, capsys):
+    out = _run("rlstruct-1t,cleanrl-1t", tmp_path, monkeypatch, capsys)
     rows: dict[str, str] = {}  # the first table's rows (the second gives the rates per CPU second)
     for line in out.splitlines():
         if line.startswith("| "):
@@ -47,10 +62,10 @@ def test_rlstruct_and_the_cleanrl_style_peer_report_their_rates_side_by_side(tmp
 @pytest.mark.long(reason="rejax's PPO with the CNN compiles for ~10 s and trains one 2,048-step iteration at a few "
                          "hundred env steps/s on the CPU (XLA's convolution gradients inside its scans)")
 @pytest.mark.timeout(600)
-def test_rejax_reports_its_rate_and_its_compile_apart(tmp_path):
+def test_rejax_reports_its_rate_and_its_compile_apart(tmp_path, monkeypatch, capsys):
     if importlib.util.find_spec("rejax") is None:
         pytest.skip("rejax is not installed (pip install rejax==0.1.3, in the 'peers' extra)")
-    out = _run("rlstruct-1t,rejax-1t", tmp_path, "--rejax-iterations", "1")
+    out = _run("rlstruct-1t,rejax-1t", tmp_path, monkeypatch, capsys, "--rejax-iterations", "1")
     row = next(line for line in out.splitlines() if line.startswith("| rejax-1t"))
     assert "start-up" in row and "of rlstruct's" in row
 
@@ -97,16 +112,21 @@ def test_the_dqn_comparison_runs_rlstruct_beside_stable_baselines3s_recorded_row
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_sac_comparison_runs_rlstruct_and_stable_baselines3_on_hopper_at_a_tiny_budget(tmp_path):
-    pytest.importorskip("mujoco", reason="the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")
-    pytest.importorskip("stable_baselines3", reason="Stable-Baselines3 is not installed")
-    script = SCRIPT.with_name("learner_peers_sac.py")
-    proc = subprocess.run([sys.executable, str(script), "--only", "rlstruct,sb3", "--steps", "64",
-                           "--learning-starts", "64", "--rounds", "1"],
-                          capture_output=True, text=True, timeout=280, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
-    assert {"rlstruct", "sb3"} <= set(rows), proc.stdout
+def test_the_sac_comparison_runs_rlstruct_and_stable_baselines3_on_hopper_at_a_tiny_budget(tmp_path, monkeypatch,
+                                                                                             capsys):
+    """Each learner's 16 gradient steps after 64 random env steps: rlstruct's two cycles of 8 (the first one's FLOPs
+    counted, untimed; its rate over one whole cycle), SB3's 16 of one."""
+    # found, not imported: only the configurations' own processes import them
+    if importlib.util.find_spec("mujoco") is None:
+        pytest.skip("the mujoco extra is not installed: pip install 'rlstruct[mujoco]'")
+    if importlib.util.find_spec("stable_baselines3") is None:
+        pytest.skip("Stable-Baselines3 is not installed")
+    from benchmarks import learner_peers_sac
+
+    out = _main_here(learner_peers_sac, ["--only", "rlstruct,sb3", "--steps", "16", "--learning-starts", "64",
+                                         "--rounds", "1"], tmp_path, monkeypatch, capsys)
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    assert {"rlstruct", "sb3"} <= set(rows), out
     assert "of SB3's" in rows["rlstruct"]
     gflop = {name: float(re.search(r"([0-9.]+) GFLOP and", rows[name]).group(1)) for name in ("rlstruct", "sb3")}
     # The same networks and batch; SB3's actor loss also back-propagates into the critics' weights (2 x 256^3 x 2

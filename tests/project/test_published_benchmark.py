@@ -5,68 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import signal
-import subprocess
-import tempfile
 import time
-import types
-from pathlib import Path
 
 import pytest
 
 from benchmarks import learning_check, published
-from tests.helpers import ForkedCommand
+from tests.project.forked_runs import fork_the_runs
 
 STEPS = 16_384  # two PPO iterations of ppo-minatar-5m (64 envs x 128 steps)
 
 
-class _ForkedPopen:
-    """What benchmarks/published.py uses of ``subprocess.Popen``, for its ``python -m rlstruct.algos ARGS``, run in a
-    child forked from this process and started as a fresh one (``tests.helpers.ForkedCommand``) with the environment
-    ``env`` published.py gives it; its output in ``folder`` (:attr:`FOLDER`), not in the run's log."""
-
-    FOLDER: Path
-
-    def __init__(self, args: list[str], *, stdout, stderr, env: dict[str, str]):
-        assert args[1:3] == ["-m", "rlstruct.algos"], args
-
-        def with_env() -> None:
-            os.environ.clear()
-            os.environ.update(env)
-
-        output = Path(tempfile.mkdtemp(dir=self.FOLDER)) / "command"
-        self._run = ForkedCommand(list(args[3:]), output, seam=with_env)
-        self.pid, self.log = self._run.pid, None
-
-    @property
-    def returncode(self) -> int | None:
-        return self._run.returncode
-
-    def poll(self) -> int | None:
-        return self._run.poll()
-
-    def wait(self, timeout: float | None = None) -> int:
-        return self._run.wait(600 if timeout is None else timeout)
-
-    def send_signal(self, signum: int) -> None:
-        if self._run.poll() is None:
-            os.kill(self.pid, signum)
-
-    def kill(self) -> None:
-        self._run.kill()
-
-
 @pytest.fixture
 def forked_runs(tmp_path, monkeypatch):
-    """published.py's runs forked from this process instead of fresh interpreters (:class:`_ForkedPopen`): what these
-    tests prove is what the script does with its runs, not an interpreter's start."""
-    folder = tmp_path / "forked"
-    folder.mkdir()
-    monkeypatch.setattr(_ForkedPopen, "FOLDER", folder, raising=False)
-    monkeypatch.setattr(published, "subprocess", types.SimpleNamespace(Popen=_ForkedPopen, STDOUT=subprocess.STDOUT,
-                                                                       run=subprocess.run))
+    """published.py's runs forked from this process instead of fresh interpreters (``tests.project.forked_runs``):
+    what these tests prove is what the script does with its runs, not an interpreter's start."""
+    fork_the_runs(published, tmp_path / "forked", monkeypatch)
 
 
 def _wait_for(path, proc, timeout=120.0):

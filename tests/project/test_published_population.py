@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks import published
 from tests.helpers import wall_limit
+from tests.project.forked_runs import fork_the_runs
 
 STEPS = 16_384  # two PPO iterations of ppo-minatar-5m (64 envs x 128 steps)
 
@@ -32,7 +33,10 @@ def test_a_rows_seeds_gather_into_one_population_a_state(tmp_path):
 
 @pytest.mark.timeout(300)
 @pytest.mark.slow
-def test_a_killed_population_resumes_and_its_members_are_the_rows_runs(tmp_path, capsys):
+def test_a_killed_population_resumes_and_its_members_are_the_rows_runs(tmp_path, capsys, monkeypatch):
+    """The population's two commands (the one killed, the one resuming it) forked from this process as fresh ones
+    (``tests.project.forked_runs``): the claim is what the script does with them, not an interpreter's start."""
+    fork_the_runs(published, tmp_path / "forked", monkeypatch)
     root = tmp_path / "runs"
     members = [published.run_folder(root, "breakout", "ppo", s) for s in (0, 1)]
     proc = published.start_population(root, "breakout", "ppo", [0, 1], max_env_steps=1_000_000, every=1)

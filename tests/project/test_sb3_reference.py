@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from benchmarks import published, sb3_reference
+from tests.project.forked_runs import fork_the_runs
 
 
 @pytest.mark.slow
@@ -52,8 +53,11 @@ def test_the_zoos_halfcheetah_settings_train_and_evaluate_at_the_budget(tmp_path
                                                                   for r in episodes) / 2)
     assert [int(r["env_steps"]) for r in rows if r["eval/return"]] == [1024, 2048]
 
-    # Its final model, evaluated again as published.py's --reevaluate does for the peer's row (2 episodes here).
+    # Its final model, evaluated again as published.py's --reevaluate does for the peer's row (2 episodes here), the
+    # script's --reevaluate forked from this process (tests.project.forked_runs): a fresh one would import torch,
+    # Stable-Baselines3 and MuJoCo again to evaluate the same model.
     assert {"model.zip", "vecnormalize.pkl"} <= {p.name for p in (group / "seed-3").iterdir()}
+    fork_the_runs(published, tmp_path / "forked", monkeypatch)
     monkeypatch.setitem(published.TASKS, "halfcheetah-zoo",
                         dataclasses.replace(published.TASKS["halfcheetah-zoo"], reevaluation=2))
     (written,) = published.reevaluate(tmp_path, "halfcheetah-zoo", "sb3-ppo")

@@ -4,7 +4,11 @@ that size.
 Each ``tutorials/NN_*.py`` states its claims as asserts, so exit code 0 means they all held. The
 tutorials are collected by pattern: a new one is tested without touching this file, in a fresh interpreter of its
 own. Those that start no process (``IN_PROCESS``) run as ``__main__`` in the test's process instead, where a fresh
-interpreter would spend 2-3 CPU s importing torch to run the same code. A tutorial that needs an
+interpreter would spend 2-3 CPU s importing torch to run the same code; those of ``FORKED`` run as ``__main__`` in a
+child forked from the test's process and started as a fresh one (:func:`run_forked`), their worker processes and Ray
+clusters their own, their ``python -m rlstruct.algos`` commands forked in turn, each from the tutorial's folder with
+``mylab`` not imported. That a command imports a run's algorithm by its recorded source in a fresh interpreter is
+``tests/algos/test_outside_algorithms.py``'s claim, not a tutorial's. A tutorial that needs an
 optional extra (``EXTRAS``) is skipped, naming the extra, when its packages are not installed. A claim that only
 holds past the small run's budget (PPO on Pendulum at 100k steps, ...) is a learning test below: it
 calls the tutorial's own function at the full budget and asserts the claim the tutorial states. Tutorial 10's
@@ -15,17 +19,19 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import multiprocessing.process
 import os
 import runpy
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers import torch_threads, wall_limit
+from tests.helpers import ForkedCommand, torch_threads, wall_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9]*.py"))
@@ -90,7 +96,7 @@ LONG = {
                                    "A2C in 30k env steps of CartPole (two workers) and 100k of MinAtar Breakout (its "
                                    "envs in the tutorial's process at this size), then the same learner through the "
                                    "harness's commands (train 20k env steps, eval, compare, a 2-trial sweep), each a "
-                                   "fresh process",
+                                   "process of its own",
 }
 #: a LONG tutorial's own limit where its runs take more than :data:`LONG_TIMEOUT_S`
 LONG_TIMEOUTS_S = {"12_write_your_own_algorithm": 600}
@@ -134,38 +140,133 @@ def run_in_process(path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: 
     return capsys.readouterr().out
 
 
+# The tutorials that start processes (batcher workers, `rlstruct` commands, a Ray cluster): each runs in a child
+# forked from the test's process (run_forked), which spends no seconds importing torch again, nor do its commands;
+# in a fresh interpreter where the test's process holds what a fork cannot take along (forkable).
+FORKED = frozenset({"04_batchers", "05_reinforce_on_devices", "08_scaling", "11_simulators_from_the_ecosystem",
+                    "12_write_your_own_algorithm", "14_asynchronous_learning"})
+
+
+def forkable() -> bool:
+    """Whether a child forked from this process starts as a fresh interpreter would for a tutorial: no CUDA context
+    here (a forked child cannot use the GPU after it), and neither Ray (which reads its settings as it is imported)
+    nor JAX (whose runtime's threads a fork does not copy) imported."""
+    return not torch.cuda.is_initialized() and "ray" not in sys.modules and "jax" not in sys.modules
+
+
+@functools.cache
+def fresh_sys_path() -> tuple[str, ...]:
+    """``sys.path`` after its first entry in a fresh interpreter of this venv: what a script searches besides its
+    own folder (pytest's own additions, the repository's root among them, are not in it)."""
+    done = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+                          capture_output=True, text=True, check=True, timeout=wall_limit(60))
+    return tuple(json.loads(done.stdout))
+
+
+def _as_a_script(folder: Path) -> None:
+    """In a forked child: ``sys.path`` as a script in ``folder`` (or ``python -m`` run from it) starts with, and no
+    module of ``tutorials/mylab`` imported, so that a command imports the run's algorithm as a fresh one would."""
+    sys.path[:] = [str(folder), *fresh_sys_path()]
+    for name in [name for name in sys.modules if name == "mylab" or name.startswith("mylab.")]:
+        del sys.modules[name]
+
+
+def _forked_commands(real_run, folder: Path):
+    """``subprocess.run`` for a forked tutorial: ``[sys.executable, "-m", "rlstruct.algos", *ARGS]`` (with ``cwd``,
+    ``capture_output`` and ``text``) runs as a :class:`ForkedCommand` started in ``cwd`` as ``python -m`` would be,
+    its output under ``folder``; any other call is ``real_run``'s."""
+
+    def run(args, **kwargs):
+        if list(args[:3]) != [sys.executable, "-m", "rlstruct.algos"] or set(kwargs) - {"cwd", "capture_output",
+                                                                                        "text"}:
+            return real_run(args, **kwargs)
+        cwd = Path(kwargs.get("cwd") or os.getcwd()).resolve()
+
+        def from_cwd() -> None:
+            from rlstruct.algos import __main__ as module
+
+            os.chdir(cwd)
+            _as_a_script(cwd)
+            sys.argv = [module.__file__, *args[3:]]
+
+        command = ForkedCommand(list(args[3:]), Path(tempfile.mkdtemp(dir=folder)) / "command", seam=from_cwd)
+        try:
+            command.wait(TIMEOUT_S)
+        finally:
+            command.kill()
+        out, err = command.stdout, command.stderr
+        if not kwargs.get("text"):
+            out, err = out.encode(), err.encode()
+        return subprocess.CompletedProcess(args, command.returncode, out, err)
+
+    return run
+
+
+def run_forked(path: Path, folder: Path, timeout: float) -> subprocess.CompletedProcess:
+    """Runs ``path`` as ``python path`` would, from the repository's root, at the tests' size with one OpenMP
+    thread, in a child forked from this process and started as a fresh one (:class:`ForkedCommand`): ``__main__``
+    (which its spawned workers import again), its folder first on a fresh interpreter's ``sys.path``. Its
+    ``python -m rlstruct.algos`` commands are forked from it in turn (:func:`_forked_commands`). Waits at most
+    ``wall_limit(timeout)``; its status and what it printed."""
+    fresh_sys_path()  # asked here, once a worker: not in every child
+
+    def script() -> int:
+        os.chdir(ROOT)
+        os.environ.update({"RLSTRUCT_TUTORIAL_SCALE": SCALE, "OMP_NUM_THREADS": "1"})
+        os.environ.pop("RLSTRUCT_CHECK_DEVICE", None)
+        torch.set_num_threads(1)  # what OMP_NUM_THREADS=1 gives an interpreter that starts with it
+        _as_a_script(path.parent)
+        sys.argv = [str(path.relative_to(ROOT))]
+        subprocess.run = _forked_commands(subprocess.run, folder)
+        runpy.run_path(str(path), run_name="__main__")
+        return 0
+
+    child = ForkedCommand([], folder / "tutorial", call=script)
+    try:
+        child.wait(timeout)
+    except AssertionError:  # killed at the limit
+        pytest.fail(f"{path.name} did not finish within {wall_limit(timeout):.0f} s; output so far:\n"
+                    f"{child.stdout[-4000:]}\n{child.stderr[-4000:]}")
+    finally:
+        child.kill()
+    return subprocess.CompletedProcess([sys.executable, str(path)], child.returncode, child.stdout, child.stderr)
+
+
 @pytest.mark.slow  # each tutorial trains: 3-14 s at the small size
 @pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.long(reason=LONG[p.stem]),
                                                          pytest.mark.timeout(long_timeout(p.stem) + 20)]
                                                if p.stem in LONG else []) for p in TUTORIALS],
                          ids=[p.stem for p in TUTORIALS])
-def test_tutorial_runs(path: Path, capsys, monkeypatch):
+def test_tutorial_runs(path: Path, capsys, monkeypatch, tmp_path):
     skip_without_extras(path.stem)
     if path.stem in IN_PROCESS:
         out = run_in_process(path, capsys, monkeypatch)
         assert "all claims hold" in out, out[-4000:]
         return
+    limit = long_timeout(path.stem) if path.stem in LONG else TIMEOUT_S
+    if path.stem in FORKED and forkable():
+        proc = run_forked(path, tmp_path, limit)
+    else:
+        proc = run_fresh(path, limit)
+    output = f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"{path.name} exited with {proc.returncode}\n{output}"
+    assert "all claims hold" in proc.stdout
+
+
+def run_fresh(path: Path, limit: float) -> subprocess.CompletedProcess:
+    """Runs ``python path`` from the repository's root at the tests' size, at most ``wall_limit(limit)``."""
     # One OpenMP thread, as the suite's training runs have (their config's torch_threads): with torch's default, a
     # process that evaluates a small model on a busy 2-core machine spins its second thread (tutorial 12's
     # `rlstruct eval` of 32 CartPole episodes: 10.9 CPU s, 3.7 with one).
     env = {**os.environ, "RLSTRUCT_TUTORIAL_SCALE": SCALE, "OMP_NUM_THREADS": "1"}
     env.pop("RLSTRUCT_CHECK_DEVICE", None)
-    timeout = wall_limit(long_timeout(path.stem) if path.stem in LONG else TIMEOUT_S)
+    timeout = wall_limit(limit)
     try:
-        proc = subprocess.run(
-            [sys.executable, str(path.relative_to(ROOT))],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return subprocess.run([sys.executable, str(path.relative_to(ROOT))], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         out = "\n".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (e.stdout, e.stderr) if x)
         pytest.fail(f"{path.name} did not finish within {timeout:.0f} s; output so far:\n{out[-4000:]}")
-    output = f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    assert proc.returncode == 0, f"{path.name} exited with {proc.returncode}\n{output}"
-    assert "all claims hold" in proc.stdout
 
 
 def test_a_tutorial_with_a_missing_extra_is_skipped_naming_it(monkeypatch):
