@@ -40,7 +40,8 @@ def main() -> None:
           "limit:")
     print("| CPU s | headroom | test |\n|--:|--:|:--|")
     for cpu, test in rows[:args.top]:
-        print(f"| {cpu:.2f} | {args.limit / cpu:.2f}x | `{test.split('@')[0]}` |")
+        headroom = f"{args.limit / cpu:.2f}x" if cpu > 0 else "-"  # a test that waited without computing
+        print(f"| {cpu:.2f} | {headroom} | `{test.split('@')[0]}` |")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ MAX_QUICK_SECONDS = 8.0
 REFERENCE_CALIBRATION_SECONDS = 0.31
 _GUARD_SCALE = pytest.StashKey[float]()
 _JAX_CACHE = pytest.StashKey[str]()
+_COMPILE_CACHE = pytest.StashKey[str]()
 
 
 def device_params() -> list:
@@ -140,9 +141,10 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    folder = config.stash.get(_JAX_CACHE, None)
-    if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)
+    for key in (_JAX_CACHE, _COMPILE_CACHE):
+        folder = config.stash.get(key, None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_addoption(parser):
@@ -417,3 +419,11 @@ def pytest_configure_inductor_env(config):
     (which reads them once; nothing the suite imports at collection loads it)."""
     for name, value in TEST_INDUCTOR_ENV.items():
         os.environ.setdefault(name, value)
+    # One folder for torch.compile's on-disk caches, the session's own (removed at its end): the runs' compile cache
+    # (RLSTRUCT_COMPILE_CACHE, else under the user's home) and inductor's (TORCHINDUCTOR_CACHE_DIR, else under /tmp)
+    # were two, each paying inductor's one-time cold start (its precompiled header: about 15 CPU s), and the suite
+    # wrote into the user's home. Set before the workers start, which inherit it; one already set is the user's.
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ and "RLSTRUCT_COMPILE_CACHE" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="rlstruct-tests-compile-cache-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.environ["RLSTRUCT_COMPILE_CACHE"] = folder
+        config.stash[_COMPILE_CACHE] = folder

@@ -261,10 +261,11 @@ def test_the_family_presets_name_the_env_of_their_target():
 @pytest.mark.timeout(300)
 def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path, capsys):
     """Both runs are the console script's code in this process (what the preset does to their flags, summaries and
-    folder is what this test reads), of one iteration each: the preset's 16 envs x 250 steps."""
+    folder is what this test reads), of one iteration each: the preset's 16 envs x 250 steps, with one epoch over them
+    (given, as the budget is)."""
     logdir = tmp_path / "run"
     common = ["--max-env-steps", "4000", "--n-evaluation-envs", "2", "--no-progress", "--no-tensorboard",
-              "--evaluation-max-steps", "50"]
+              "--evaluation-max-steps", "50", "--n-epochs", "1"]
     first = rlstruct_in_process(capsys, "train", "ppo", "--env", "Pendulum-v1", "--logdir", str(logdir), *common)
     assert first.returncode == 0, first.stderr
     summary = last_json(first.stdout)

@@ -193,7 +193,7 @@ def test_recurrent_training_from_the_command_line_checkpoints_and_eval_reloads_i
     """The console script's code in this process (its flags, its checkpoint, ``rlstruct eval`` reading it back): a
     fresh interpreter would add its imports and nothing this test checks."""
     logdir = tmp_path / "run"
-    out = rlstruct_in_process(capsys, "train", algo, "--env", ENV, "--recurrent", "--max-env-steps", "1000",
+    out = rlstruct_in_process(capsys, "train", algo, "--env", ENV, "--recurrent", "--max-env-steps", "256",
                               "--n-envs", "4", "--n-evaluation-envs", "2", "--max-episode-steps", "50", "--no-progress",
                               "--no-tensorboard", "--logdir", str(logdir))
     assert out.returncode == 0, out.stderr

@@ -24,8 +24,8 @@ from tests.helpers import ForkedCommand, wall_limit  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
-#: a few hundred env steps a trial, an evaluation (two short episodes) after every iteration
-TINY = ["--max-env-steps", "256", "--n-envs", "4", "--n-steps", "8", "--eval-every", "1", "--n-evaluation-envs", "2",
+#: two iterations of 4 envs x 8 steps a trial, an evaluation (two short episodes) after each
+TINY = ["--max-env-steps", "64", "--n-envs", "4", "--n-steps", "8", "--eval-every", "1", "--n-evaluation-envs", "2",
         "--evaluation-max-steps", "20", "--no-progress", "--no-tensorboard", "--time-limit", "120"]
 LR_ONLY = {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}
 
@@ -51,7 +51,7 @@ def test_the_preset_is_trial_0_and_a_second_call_adds_trials(tmp_path, capsys, c
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
     for t in study.trials:
         summary = json.loads((tmp_path / "trials" / f"trial-{t.number}" / "summary.json").read_text())
-        assert summary["eval_return"] == t.value and summary["env_steps"] >= 256
+        assert summary["eval_return"] == t.value and summary["env_steps"] >= 64
     assert run_sweep("a2c", "CartPole-v1", trials=1, **kwargs).trials[2].state.name == "COMPLETE"
     assert len(optuna.load_study(study_name="s", storage=storage).trials) == 3
     assert "trial 2: complete" in capsys.readouterr().out
@@ -298,7 +298,7 @@ def test_a_second_call_with_other_train_flags_is_refused_naming_them(tmp_path, m
     assert cli.main(other) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line == ("rlstruct sweep: error: study 's' runs its trials with other train flags than this call: "
-                    "--gamma 0.98 (this call's only); --max-env-steps 256 (the study's) vs 2048 (this call's); "
+                    "--gamma 0.98 (this call's only); --max-env-steps 64 (the study's) vs 2048 (this call's); "
                     "pass the study's flags after --, or another --study-name")
     assert len(optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").trials) == 2
 

@@ -24,6 +24,7 @@ from gymnasium import spaces
 from rlstruct import DictTensor
 from rlstruct.envs import DeviceEnv, GymEnv, GymEnvInf, VecEnv, make_env
 from rlstruct.errors import BatchSizeError, DeviceMismatchError, EnvStateError, SpaceError
+from tests.atari_pool import ATARI_POOL, make_atari_env
 from tests.conftest import device_params
 from tests.fakes_gym import NextStepVectorEnv, assert_same, random_action
 
@@ -101,13 +102,24 @@ def _fake_next_step(name: str, autoreset: bool, partial_rows: str) -> Case:
 BACKEND_EXTRAS = {"ale_py": "atari", "gymnax": "jax", "jax": "jax", "mujoco_torch": "mujoco", "mujoco.mjx": "mujoco"}
 
 
+@pytest.fixture(autouse=True)
+def _lend_atari_envs(request):
+    with ATARI_POOL.lending(request.node.originalname not in FRESH_ATARI_ENVS):
+        yield
+
+
+#: the seeding tests build their own ale-py envs
+FRESH_ATARI_ENVS = {"test_same_seed_reproduces", "test_seeds_differ_across_envs_and_consecutive_seeds"}
+
+
 def _backend(backend: str, package: str, name: str, autoreset: bool, has_state: bool = False, **kwargs) -> Case:
     """``make_env(name, ..., backend=backend)``, skipped when ``package`` is not installed."""
     def build(n, seed, device):
         extra = BACKEND_EXTRAS.get(package, package)
         pytest.importorskip(package, reason=f"the {extra} extra is not installed: pip install 'rlstruct[{extra}]'")
-        return make_env(name, n, device=device, seed=seed, autoreset=autoreset, backend=backend,
-                        max_episode_steps=MAX_STEPS[name], **kwargs)
+        make = make_atari_env if backend == "ale" else make_env
+        return make(name, n, device=device, seed=seed, autoreset=autoreset, backend=backend,
+                    max_episode_steps=MAX_STEPS[name], **kwargs)
 
     return Case(f"{backend}-{name}-{'inf' if autoreset else 'episodic'}", build, autoreset, name, has_state,
                 slow=backend in ("ale", "gymnax"))

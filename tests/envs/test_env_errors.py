@@ -33,6 +33,7 @@ from rlstruct.envs import (
 from rlstruct.errors import ActionRangeError, EnvStateError, SeedError, SpaceError
 from rlstruct.seeding import MAX_SEED, env_seeds
 from tests import fakes_gym
+from tests.atari_pool import ATARI_POOL, make_atari_env
 from tests.fakes_accel import RecordingAccelerator
 
 N = 2
@@ -60,7 +61,13 @@ def _envpool_env(seed: int, **kwargs):
 
 def _ale(seed: int, **kwargs):
     pytest.importorskip("ale_py", reason="the atari extra is not installed: pip install 'rlstruct[atari]'")
-    return make_env("ALE/Breakout-v5", N, backend="ale", seed=seed, backend_kwargs={"num_threads": 1}, **kwargs)
+    return make_atari_env("ALE/Breakout-v5", N, backend="ale", seed=seed, backend_kwargs={"num_threads": 1}, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _lend_atari_envs():
+    with ATARI_POOL.lending():
+        yield
 
 
 def _gymnax(seed: int, **kwargs):
