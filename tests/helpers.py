@@ -222,6 +222,15 @@ class ForkedCommand:
             time.sleep(0.05)
         return self.returncode
 
+    def completed(self, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+        """Waits for the child as :meth:`wait` does (killing it and raising past ``wall_limit(timeout)``), then
+        gives its status and output as ``subprocess.run(args, capture_output=True, text=True)`` would."""
+        try:
+            self.wait(timeout)
+        finally:
+            self.kill()
+        return subprocess.CompletedProcess(args, self.returncode, self.stdout, self.stderr)
+
     def kill(self) -> None:
         """SIGKILLs the child's process group and reaps the child, if it still runs."""
         if self.poll() is None:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import tempfile
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,16 @@ import pytest
 from tests.helpers import ForkedCommand
 
 __all__ = ["ForkedPopen", "fork_the_runs", "forked_run"]
+
+
+def _in_environment(env: dict[str, str]) -> Callable[[], None]:
+    """A :class:`ForkedCommand` seam: the child's environment becomes ``env`` (published.py gives its runs one)."""
+
+    def seam() -> None:
+        os.environ.clear()
+        os.environ.update(env)
+
+    return seam
 
 
 class ForkedPopen:
@@ -26,13 +37,8 @@ class ForkedPopen:
 
     def __init__(self, args: list[str], *, stdout, stderr, env: dict[str, str]):
         assert args[1:3] == ["-m", "rlstruct.algos"], args
-
-        def with_env() -> None:
-            os.environ.clear()
-            os.environ.update(env)
-
         output = Path(tempfile.mkdtemp(dir=self.FOLDER)) / "command"
-        self._run = ForkedCommand(list(args[3:]), output, seam=with_env)
+        self._run = ForkedCommand(list(args[3:]), output, seam=_in_environment(env))
         self.pid, self.log = self._run.pid, None
 
     @property
@@ -72,17 +78,8 @@ def forked_run(args: list[str], *, capture_output: bool, text: bool, env: dict[s
         def call() -> int:
             return sb3_reference.main(list(args[2:]))
 
-    def with_env() -> None:
-        os.environ.clear()
-        os.environ.update(env)
-
     output = Path(tempfile.mkdtemp(dir=ForkedPopen.FOLDER)) / "command"
-    command = ForkedCommand(argv, output, seam=with_env, call=call)
-    try:
-        command.wait(timeout)
-    finally:
-        command.kill()
-    return subprocess.CompletedProcess(args, command.returncode, command.stdout, command.stderr)
+    return ForkedCommand(argv, output, seam=_in_environment(env), call=call).completed(args, timeout)
 
 
 def fork_the_runs(published: types.ModuleType, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:

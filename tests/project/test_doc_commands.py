@@ -39,7 +39,7 @@ CAP_ON_POLICY = ["--max-env-steps", "128"]
 #: run's CPU seconds (DQN's Atari preset takes 8 an iteration of 32 env steps, SAC's and TD3's MuJoCo presets one an
 #: env step), and what the command proves (its flags, preset, env and network, an update, the run folder) does not
 #: depend on how many ran
-CAP_REPLAY = ["--learning-starts", "256"]
+CAP_REPLAY = ["--learning-starts", CAP[CAP.index("--max-env-steps") + 1]]
 #: appended to every ``rlstruct eval``: two short episodes (its default 16 build 16 envs: 16 Atari emulators)
 CAP_EVAL = ["--max-steps", "20", "--episodes", "2"]
 #: the steps an env of an on-policy run's iteration at least, where :func:`_capped_rollout` shortens the rollout

@@ -190,14 +190,10 @@ def _forked_commands(real_run, folder: Path):
             sys.argv = [module.__file__, *args[3:]]
 
         command = ForkedCommand(list(args[3:]), Path(tempfile.mkdtemp(dir=folder)) / "command", seam=from_cwd)
-        try:
-            command.wait(TIMEOUT_S)
-        finally:
-            command.kill()
-        out, err = command.stdout, command.stderr
+        done = command.completed(args, TIMEOUT_S)
         if not kwargs.get("text"):
-            out, err = out.encode(), err.encode()
-        return subprocess.CompletedProcess(args, command.returncode, out, err)
+            done.stdout, done.stderr = done.stdout.encode(), done.stderr.encode()
+        return done
 
     return run
 
@@ -223,13 +219,10 @@ def run_forked(path: Path, folder: Path, timeout: float) -> subprocess.Completed
 
     child = ForkedCommand([], folder / "tutorial", call=script)
     try:
-        child.wait(timeout)
+        return child.completed([sys.executable, str(path)], timeout)
     except AssertionError:  # killed at the limit
         pytest.fail(f"{path.name} did not finish within {wall_limit(timeout):.0f} s; output so far:\n"
                     f"{child.stdout[-4000:]}\n{child.stderr[-4000:]}")
-    finally:
-        child.kill()
-    return subprocess.CompletedProcess([sys.executable, str(path)], child.returncode, child.stdout, child.stderr)
 
 
 @pytest.mark.slow  # each tutorial trains: 3-14 s at the small size

@@ -22,17 +22,16 @@ def _forked(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # the script's folder, first, as `python SCRIPT` has it
     import worker_start
 
+    argv = ["benchmarks/worker_start.py", "--one", name, "--workers", "1"]
+
     def main() -> int:
-        sys.argv = ["benchmarks/worker_start.py", "--one", name, "--workers", "1"]
+        sys.argv = argv
         worker_start.main()
         return 0
 
-    run = ForkedCommand([], tmp_path / "worker-start", call=main)
-    try:
-        assert run.wait(100) == 0, run.stderr[-3000:]
-    finally:
-        run.kill()
-    return run.stdout
+    done = ForkedCommand([], tmp_path / "worker-start", call=main).completed(argv, 100)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 @pytest.mark.slow
