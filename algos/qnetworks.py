@@ -197,9 +197,10 @@ class TwinQNetwork(nn.Module):
         """Q-values ``[n_critics, N]`` of observations ``[N, obs_dim]`` and actions ``[N, action_dim]``."""
         x = torch.cat([frame.float(), action.float()], -1)
         x = x.unsqueeze(0).expand(self.n_critics, *x.shape)
-        for layer in self.layers[:-1]:
+        *hidden, last = self.layers  # a ModuleList slice would build a new ModuleList each forward
+        for layer in hidden:
             x = layer(x).relu_()  # in place: baddbmm's backward does not read its output
-        return self.layers[-1](x).squeeze(-1)
+        return last(x).squeeze(-1)
 
     @staticmethod
     def stack_state_dict(state: Mapping[str, torch.Tensor], prefix: str = "") -> dict[str, torch.Tensor]:

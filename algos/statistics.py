@@ -66,7 +66,17 @@ def iqm(scores: Any, axis: int = -1) -> Any:
     >>> float(iqm([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 100.0]))
     4.5
     """
-    return _scipy_stats().trim_mean(np.asarray(scores, dtype=np.float64), 0.25, axis=axis)
+    # scipy.stats.trim_mean's steps in numpy (one partition, the middle's mean): the same bits, and a one-run
+    # `rlstruct compare` needs no scipy import (about 2 CPU s) for it
+    a = np.asarray(scores, dtype=np.float64)
+    if a.size == 0:
+        return np.nan
+    n = a.shape[axis]
+    low = int(0.25 * n)
+    part = np.partition(a, (low, n - low - 1), axis)
+    middle = [slice(None)] * a.ndim
+    middle[axis] = slice(low, n - low)
+    return np.mean(part[tuple(middle)], axis=axis)
 
 
 def _median(x: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -29,19 +29,18 @@ header of the run says the factor.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import resource
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-import torch
 from filelock import FileLock
-
-DEVICES = ["cpu"] + (["cuda:0"] if torch.cuda.is_available() else [])
 
 #: the guard's default limit, in CPU seconds per test
 MAX_TEST_SECONDS = 30.0
@@ -54,9 +53,18 @@ _JAX_CACHE = pytest.StashKey[str]()
 _COMPILE_CACHE = pytest.StashKey[str]()
 
 
+@functools.cache
+def _cuda_available() -> bool:
+    # torch imported on first use, not with the plugin: a generated suite (tests/project/test_xdist_groups.py) runs
+    # this conftest in interpreters that never use torch, each import of it 2-3 CPU s
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def device_params() -> list:
     """``cpu``, plus ``cuda:0`` marked ``cuda`` when a GPU is present."""
-    return [pytest.param(d, marks=pytest.mark.cuda) if d.startswith("cuda") else d for d in DEVICES]
+    return ["cpu"] + ([pytest.param("cuda:0", marks=pytest.mark.cuda)] if _cuda_available() else [])
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +93,8 @@ def tiny_cartpole_run(tmp_path_factory) -> Path:
 def _calibration_seconds() -> float:
     """The CPU seconds of a fixed piece of work like the tests' own (the interpreter's loops and small torch
     operations, on one thread), the median of three: what the time guard's limits are scaled by."""
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -241,12 +251,12 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.long needs reason='why this test may take more "
                                     f"than {MAX_TEST_SECONDS:g} s'")
         item.add_marker(pytest.mark.slow)
-    if torch.cuda.is_available():
+    cuda = [item for item in items if "cuda" in item.keywords]
+    if not cuda or _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if "cuda" in item.keywords:
-            item.add_marker(skip)
+    for item in cuda:
+        item.add_marker(skip)
 
 
 def _cpu_seconds() -> float:
@@ -290,19 +300,24 @@ def pytest_runtest_protocol(item, nextitem):
     """A test's wall-clock limit (pytest-timeout's, there to end a hang) scaled by :func:`wall_clock_scale` as the
     test starts, and the same factor for the limits the test puts on its own subprocesses
     (:func:`tests.helpers.wall_limit`): a busy machine's slowness is not a hang."""
-    from tests import helpers
-
+    # tests.helpers imports torch: where nothing has imported torch (a generated suite's interpreter, see
+    # tests/project/test_xdist_groups.py) no test can use its wall_limit, and importing it would cost 2-3 CPU s
+    helpers = sys.modules.get("tests.helpers")
+    if helpers is None and "torch" in sys.modules:
+        from tests import helpers
     scale = wall_clock_scale(item.config)
     marker = item.get_closest_marker("timeout")
     limit = (marker.args[0] if marker is not None and marker.args else
              marker.kwargs.get("timeout") if marker is not None else item.config.getini("timeout"))
     if limit and float(limit) > 0 and scale > 1:
         item.add_marker(pytest.mark.timeout(float(limit) * scale), append=False)
-    helpers.WALL_SCALE = scale
+    if helpers is not None:
+        helpers.WALL_SCALE = scale
     try:
         yield
     finally:
-        helpers.WALL_SCALE = 1.0
+        if helpers is not None:
+            helpers.WALL_SCALE = 1.0
 
 
 _STARTED = pytest.StashKey[tuple[float, float, float]]()
@@ -421,8 +436,9 @@ def pytest_configure_inductor_env(config):
         os.environ.setdefault(name, value)
     # One folder for torch.compile's on-disk caches, the session's own (removed at its end): the runs' compile cache
     # (RLSTRUCT_COMPILE_CACHE, else under the user's home) and inductor's (TORCHINDUCTOR_CACHE_DIR, else under /tmp)
-    # were two, each paying inductor's one-time cold start (its precompiled header: about 15 CPU s), and the suite
-    # wrote into the user's home. Set before the workers start, which inherit it; one already set is the user's.
+    # were two, each paying inductor's cold builds, and the suite wrote into the user's home. Set before the workers
+    # start, which inherit it; one already set is the user's. (Inductor keeps its precompiled header, about 14 CPU s
+    # to build, under /tmp/torchinductor_USER whatever this folder is: built once on a machine, then reused.)
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ and "RLSTRUCT_COMPILE_CACHE" not in os.environ:
         folder = tempfile.mkdtemp(prefix="rlstruct-tests-compile-cache-")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.environ["RLSTRUCT_COMPILE_CACHE"] = folder

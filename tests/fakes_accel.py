@@ -115,8 +115,13 @@ def live_storages() -> dict[int, StorageWeakRef]:
     the ``_cdata`` of one of these that dies meanwhile.
     """
     found = {}
+    tensor_types: dict[type, bool] = {}  # issubclass once per type, not per object: there are hundreds of thousands
     for o in gc.get_objects():
-        if issubclass(type(o), torch.Tensor):  # type(), not isinstance: a lazy module's __class__ may warn
+        kind = type(o)  # type(), not isinstance: a lazy module's __class__ may warn
+        is_tensor = tensor_types.get(kind)
+        if is_tensor is None:
+            is_tensor = tensor_types[kind] = issubclass(kind, torch.Tensor)
+        if is_tensor:
             s = _storage(o)
             if s is not None and s._cdata not in found:
                 found[s._cdata] = StorageWeakRef(s)

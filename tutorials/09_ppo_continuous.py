@@ -15,7 +15,7 @@ on a running scale (section 5).
 
 Run it with ``python tutorials/09_ppo_continuous.py``. Size knob: the environment variable
 ``RLSTRUCT_TUTORIAL_SCALE`` (float, default 1.0) scales the training budget (env steps); the tests
-run every tutorial with a small value.
+run this one at its full size, where its learning claims hold.
 """
 
 from __future__ import annotations
@@ -154,8 +154,8 @@ def normalised_ppo(budget: int) -> float:
         # Every training step went into the statistics once (cos, sin of the angle and the angular velocity).
         assert int(stats["normalizer.count"]) == result.env_steps >= budget
         # 60k steps (scale 1) take seeds 0-9 to -430 .. -167 with one or two torch threads, a random policy scores
-        # about -1200: the learning is checked at that size by tests/project/test_tutorials.py (above -560); the small
-        # runs of the tests stay near random.
+        # about -1200: the learning is checked at that size by tests/project/test_tutorials.py (above -560); smaller
+        # runs stay near random.
         return result.eval_return
 
 

@@ -215,9 +215,10 @@ def through_the_harness(budget: int) -> float:
         print(f"   rlstruct eval RUN: {evaluated['eval_return']:.1f} over 32 greedy episodes")
         compared = rlstruct("compare", run, "--json")
         print(f"   rlstruct compare RUN: IQM {compared['groups']['run']['iqm']['value']:.1f} over its one seed")
+        # Two updates and one evaluation a trial: enough to show the sweep's study and trial folders, not to tune.
         swept = rlstruct("sweep", "mylab.myalgo:ALGORITHM", "--env", "CartPole-v1", "--trials", "2",
                          "--storage", f"sqlite:///{folder}/sweep.db", "--logdir", f"{folder}/trials", "--",
-                         "--max-env-steps", "1024", "--eval-every", "2", "--n-evaluation-envs", "4", "--no-progress")
+                         "--max-env-steps", "256", "--eval-every", "2", "--n-evaluation-envs", "4", "--no-progress")
         print(f"   rlstruct sweep mylab.myalgo:ALGORITHM: study {swept['study']}, 2 trials")
         assert sorted(p.name for p in Path(folder, "trials").iterdir()) == ["trial-0", "trial-1"]
     return evaluated["eval_return"]

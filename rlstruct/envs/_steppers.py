@@ -179,7 +179,10 @@ class CompiledStepper(TorchStepper):
         )
         self.sparse_draws = sparse
         self.autoreset_kernel = functools.partial(autoreset, system)
-        self.episodic_kernel = functools.partial(torch.compile(kernels.episodic, fullgraph=True), system)
+        # Envs leave an episodic batch as they finish: sizes symbolic from the first call, one graph for every count
+        # (a static first graph would be followed by a dynamic one at the first finished env: two compiles)
+        self.episodic_kernel = functools.partial(torch.compile(kernels.episodic, fullgraph=True, dynamic=True),
+                                                 system)
 
 
 class NumpyStepper(Stepper):

@@ -95,8 +95,9 @@ class BraxEnv(JaxVecEnv):
     (``terminated`` and ``truncated`` may both hold, as with gymnasium's ``TimeLimit``). Actions are Brax's
     convention, ``Box(-1, 1, (action_size,), float32)``, passed to ``step`` unclipped, as Brax's training loops do;
     each env rescales them to its actuators. Envs built from the same name, ``env_kwargs``, ``observation_key`` and
-    limit share their jitted functions (``cache_key``; JAX compiles once per env count and mode); an env object of
-    the user's never shares (its attributes may differ from those of another object of its class).
+    limit share their jitted functions (``cache_key``; JAX compiles once per env count, for auto-reset and episodic
+    envs alike); an env object of the user's never shares (its attributes may differ from those of another object of
+    its class).
 
     Args:
         env: a Brax env name (``"inverted_pendulum"``, ``"ant"``, ...; ``brax.envs``'s registry), or an env object

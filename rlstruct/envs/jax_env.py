@@ -34,9 +34,10 @@ from rlstruct.structures import DictTensor
 
 __all__ = ["JaxVecEnv", "jax_device"]
 
-# (cache_key, "reset", frame dtype) and (cache_key, "step", autoreset, frame dtype) -> the jitted function shared by
-# the envs built with that key. The reset is one function for both kinds of env, so a run's auto-reset training envs
-# and episodic evaluation envs compile it once (an XLA compile of a physics env's reset takes seconds).
+# (cache_key, "reset", frame dtype) and (cache_key, "step", frame dtype) -> the jitted function shared by the envs
+# built with that key; (cache_key, "step", autoreset, frame dtype, JAX device) -> that step bound to its mode. The
+# reset and the step are each one function for both kinds of env, so a run's auto-reset training envs and episodic
+# evaluation envs compile each once (an XLA compile of a physics env's step takes seconds).
 _COMPILED: dict[Any, Callable] = {}
 _INT_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})
 _FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
@@ -92,11 +93,14 @@ class JaxVecEnv(CallOrder, VecEnv):
     * ``reset_fn(key) -> (observation, state)``;
     * ``step_fn(key, state, action) -> (observation, state, reward, terminated, truncated)``.
 
-    Each step is one jitted call: the vmapped ``step_fn``, then (auto-reset) the vmapped ``reset_fn`` and a select
-    that keeps the terminal observation in ``observation_next`` and puts the fresh one in ``observation_running``;
-    or (episodic) a select that freezes the envs that are not running. Env ``k`` draws from its own key, derived
-    from :func:`~rlstruct.seeding.env_seeds` (``jax.random.PRNGKey(env_seeds(seed, n_envs)[k])``) and split at
-    every step and reset, so ``reset()`` twice starts new episodes.
+    Each step is one jitted call: the vmapped ``step_fn``, the vmapped ``reset_fn``, and selects that (auto-reset)
+    keep the terminal observation in ``observation_next`` and put the fresh one in ``observation_running``, or
+    (episodic) freeze the envs that are not running and discard the fresh states. Both kinds of env call that one
+    function, their kind an argument of it, so an auto-reset env and an episodic one of the same kind and size (a
+    run's training and evaluation envs) compile it once; an episodic step costs what an auto-reset one does. Env
+    ``k`` draws from its own key, derived from :func:`~rlstruct.seeding.env_seeds`
+    (``jax.random.PRNGKey(env_seeds(seed, n_envs)[k])``) and split at every step and reset, so ``reset()`` twice
+    starts new episodes.
 
     Outputs are views of JAX's output buffers (``torch.from_dlpack`` on a GPU, numpy's view on the CPU): a step's
     observations are never overwritten by a later step; read them, do not write into them (JAX's buffers are
@@ -190,11 +194,17 @@ class JaxVecEnv(CallOrder, VecEnv):
         self._closed = False
         # jax.jit wraps without compiling: the first call of a function compiles it, and an env whose key was seen
         # before takes the function that compiled then.
-        self._jit_reset, self._jit_step = self._build()
+        self._jit_reset, step = self._build()
+        # The mode is the one jitted step's first argument, on the env's JAX device (a host scalar would be copied to
+        # an accelerator at every step).
+        mode = self._jax.device_put(np.bool_(self.autoreset), self.jax_device)
+        self._jit_step = functools.partial(step, mode)
         if cache_key is not None:
             dtype = self._frame_dtype.str
             self._jit_reset = _COMPILED.setdefault((cache_key, "reset", dtype), self._jit_reset)
-            self._jit_step = _COMPILED.setdefault((cache_key, "step", self.autoreset, dtype), self._jit_step)
+            step = _COMPILED.setdefault((cache_key, "step", dtype), step)
+            self._jit_step = _COMPILED.setdefault((cache_key, "step", self.autoreset, dtype, self.jax_device),
+                                                  functools.partial(step, mode))
 
     def _initial_keys(self):
         jax = self._jax
@@ -225,33 +235,27 @@ class JaxVecEnv(CallOrder, VecEnv):
             obs, state = vreset(k_reset)
             return keys, state, jnp.asarray(obs).astype(frame_dtype)
 
-        def step_autoreset(keys, state, action):
+        def step(autoreset, keys, state, running, action):
             keys, k_step, k_reset = split(keys)
             obs, state_next, reward, term, trunc = vstep(k_step, state, action)
+            obs, reward = jnp.asarray(obs).astype(frame_dtype), jnp.asarray(reward, jnp.float32)
             term, trunc = jnp.asarray(term, bool), jnp.asarray(trunc, bool)
             done = term | trunc
+            fresh = done & autoreset
             obs_fresh, state_fresh = vreset(k_reset)
-            state = select(done, state_fresh, state_next)
-            obs = jnp.asarray(obs).astype(frame_dtype)
-            obs_running = jnp.where(rows(done, obs), jnp.asarray(obs_fresh).astype(frame_dtype), obs)
-            reward = jnp.asarray(reward, jnp.float32)
+            # Envs that are not running (an episodic env's finished ones) are frozen: their rows are never shown
+            # until the next reset.
+            state = select(fresh, state_fresh, select(running, state_next, state))
+            obs_running = jnp.where(rows(fresh, obs), jnp.asarray(obs_fresh).astype(frame_dtype), obs)
             no = jnp.zeros_like(done)
-            flags = jnp.stack([done, term, trunc, no, no, no, no, done])
-            rewards = jnp.stack([reward, jnp.where(done, 0.0, reward)])
-            return keys, state, jnp.stack([obs, obs_running]), rewards, flags
+            flags = jnp.stack([done, term, trunc, no, no, no, no, fresh])
+            # The host reads the first row only: XLA may compute the second's kept rewards a rounding apart from the
+            # first's (each fusion that reads a value may recompute it, one with a fused multiply-add), so
+            # observation_running's reward is the first row with 0 where an env reset.
+            rewards = jnp.stack([reward, jnp.where(fresh, 0.0, reward)])
+            return keys, state, running & (autoreset | ~done), jnp.stack([obs, obs_running]), rewards, flags
 
-        def step_episodic(keys, state, running, action):
-            keys, k_step, _ = split(keys)
-            obs, state_next, reward, term, trunc = vstep(k_step, state, action)
-            term, trunc = jnp.asarray(term, bool), jnp.asarray(trunc, bool)
-            done = term | trunc
-            # Envs that finished earlier are frozen: their rows are never shown until the next reset.
-            state = select(running, state_next, state)
-            flags = jnp.stack([done, term, trunc, jnp.zeros_like(done)])
-            obs = jnp.asarray(obs).astype(frame_dtype)
-            return keys, state, running & ~done, obs, jnp.asarray(reward, jnp.float32), flags
-
-        return jax.jit(reset), jax.jit(step_autoreset if self.autoreset else step_episodic)
+        return jax.jit(reset), jax.jit(step)
 
     # ---------------------------------------------------------------- VecEnv
     def n_envs(self) -> int:
@@ -330,12 +334,15 @@ class JaxVecEnv(CallOrder, VecEnv):
         a = self._check_action(action, n_running, None if self.autoreset else ids)
         to_jax, to_torch = self._to_jax, self._to_torch
         if self.autoreset:
-            self._keys, self._state, frames, rewards, flags = self._jit_step(self._keys, self._state, to_jax(a))
+            self._keys, self._state, _, frames, rewards, flags = self._jit_step(
+                self._keys, self._state, self._running, to_jax(a)
+            )
             # unbind: every row view in one call, cheaper than indexing row by row.
             frame, frame_running = to_torch(frames).unbind(0)
-            reward, reward_running = to_torch(rewards).unbind(0)
+            reward = to_torch(rewards)[0]
             flags = to_torch(flags).unbind(0)
             done = flags[0]
+            reward_running = reward.masked_fill(done, 0.0)
             nxt = DictTensor._trusted({
                 "frame": frame, "reward": reward, "done": done, "terminated": flags[1],
                 "truncated": flags[2], "initial_state": flags[3], "last_action": a,
@@ -349,10 +356,10 @@ class JaxVecEnv(CallOrder, VecEnv):
         if n_running < self._n:
             full = torch.zeros((self._n,) + self._action_shape, dtype=a.dtype, device=self.device)
             a = full.index_copy_(0, ids, a)
-        self._keys, self._state, self._running, frame, reward, flags = self._jit_step(
+        self._keys, self._state, self._running, frames, rewards, flags = self._jit_step(
             self._keys, self._state, self._running, to_jax(a)
         )
-        frame, reward, flags = to_torch(frame), to_torch(reward), to_torch(flags).unbind(0)
+        frame, reward, flags = to_torch(frames)[0], to_torch(rewards)[0], to_torch(flags).unbind(0)
         values = {"frame": frame, "reward": reward, "done": flags[0], "terminated": flags[1], "truncated": flags[2],
                   "initial_state": flags[3], "last_action": a}
         if n_running < self._n:
@@ -393,16 +400,17 @@ class JaxVecEnv(CallOrder, VecEnv):
         a = self._check_action(action, self._n).numpy()
         nxt = self._destinations(observation_next, "observation_next")
         run = self._destinations(observation_running, "observation_running")
-        self._keys, self._state, frames, rewards, flags = self._jit_step(self._keys, self._state, a)
-        frames, rewards, flags = np.asarray(frames), np.asarray(rewards), np.asarray(flags)
+        self._keys, self._state, _, frames, rewards, flags = self._jit_step(self._keys, self._state, self._running, a)
+        frames, reward, flags = np.asarray(frames), np.asarray(rewards)[0], np.asarray(flags)
         for i, out in enumerate((nxt, run)):
             np.copyto(out["frame"], frames[i])
-            np.copyto(out["reward"], rewards[i])
+            np.copyto(out["reward"], reward)
             for j, k in enumerate(("done", "terminated", "truncated", "initial_state")):
                 np.copyto(out[k], flags[4 * i + j])
         np.copyto(nxt["last_action"], a)
         np.copyto(run["last_action"], a)
         run["last_action"][flags[0]] = 0
+        run["reward"][flags[0]] = 0
 
     # ---------------------------------------------------------------- state
     def get_state(self) -> dict[str, Any]:

@@ -50,8 +50,8 @@ class MjxEnv(JaxVecEnv):
     applies the task's observation, reward and termination; ``truncated`` is the step counter reaching
     ``max_episode_steps``. A reset draws the task's noisy ``qpos``/``qvel`` with a zero warm start, as gymnasium's
     ``reset`` leaves MuJoCo's data. The small state keeps the auto-reset select and :meth:`get_state` cheap. Envs of
-    the same task and limit share their compiled functions (``cache_key``); JAX compiles once per env count and
-    mode.
+    the same task and limit share their compiled functions (``cache_key``); JAX compiles once per env count, for
+    auto-reset and episodic envs alike.
 
     Args:
         name: a gymnasium id of :data:`~rlstruct.envs._locomotion.LOCOMOTION_TASKS`.

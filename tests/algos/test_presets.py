@@ -292,11 +292,13 @@ def test_a_run_records_its_preset_and_a_resumed_run_keeps_it(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ppo_acrobot_preset_reaches_minus_100(tmp_path):
-    """Seed 0 reaches -100 within 32k env steps. Seeds 0-9 (benchmarks/thresholds.py ppo-acrobot-preset) all did,
-    with 1 torch thread and with 2, at 10,240-18,432 env steps (seed 0: 18,432), confirmed at -74.7 to -98.5: the
-    budget is 78% above the latest. One seed here checks that the preset still learns; the spread over seeds is the
-    benchmark's (and docs/benchmarks/presets.md's, 5/5 seeds at 8k-16k)."""
-    result = ppo.train(ppo.PPOConfig(env="Acrobot-v1", seed=0, target_return=-100.0, max_env_steps=32_768,
+    """Seed 7 reaches -100 within 32k env steps. Seeds 0-9 (benchmarks/thresholds.py ppo-acrobot-preset) all did,
+    with 1 torch thread and with 2, at 10,240-18,432 env steps (seed 7: 10,240 with either, the earliest, and on an
+    AMD EPYC with 1 thread too, where seed 0 took 18,432 as before), confirmed at -74.7 to -98.5: the budget is 78%
+    above the latest.
+    One seed here checks that the preset still learns; the spread over seeds is the benchmark's (and
+    docs/benchmarks/presets.md's, 5/5 seeds at 8k-16k)."""
+    result = ppo.train(ppo.PPOConfig(env="Acrobot-v1", seed=7, target_return=-100.0, max_env_steps=32_768,
                                      logdir=str(tmp_path), progress=False, tensorboard=False))
     assert result.preset == "ppo-acrobot" and result.reached_target, result.eval_return
 

@@ -146,31 +146,36 @@ def test_recurrent_a2c_learns_cartpole_without_velocities(tmp_path):
     A2C stays at 44-50 (``FEED_FORWARD_BEST``). The threshold, 1.2 times the best feed-forward result measured (60.1),
     is 22% under the lowest LSTM result measured (77.2, seed 2 with 2 threads).
 
-    This run is tutorial 10's LSTM run at full size (``recurrent_against_feed_forward(120_000)``, seed 0): this test
-    checks that tutorial's claim, the LSTM well above the MLP, whose own test runs it at a tenth of the budget.
+    This run is tutorial 10's LSTM run at full size (``recurrent_against_feed_forward(120_000)``'s settings, seed 8 of
+    the seeds measured): this test checks that tutorial's claim, the LSTM well above the MLP, whose own test runs it
+    at a tenth of the budget.
     """
     # The claim is the best evaluation only: the run stops once an evaluation clears the threshold and its
     # confirmation on fresh episodes does too (a confirmation under it lets the run go on), so a run that passes
     # stops early and one that fails spends the whole budget, as it did without the target (seed 0 on an AMD EPYC:
-    # 62.1 at 96,000 env steps, confirmed at 58.6, then 68.1 at 102,400, confirmed at 76.8).
+    # 62.1 at 96,000 env steps, confirmed at 58.6, then 68.1 at 102,400, confirmed at 76.8). The test runs seed 8
+    # (500 within the budget with either thread count on the Intel Xeon): on the AMD EPYC it stops at 45,312 env
+    # steps with 1 torch thread and with 2 (69.3, confirmed at 66.3; benchmarks/thresholds.py recurrent-a2c), where
+    # seeds 0, 3 and 6 took 103k, 71k and 52k.
     threshold = 1.2 * FEED_FORWARD_BEST
-    result = a2c.train(_a2c(tmp_path, max_env_steps=120_000, seed=0, target_return=threshold, preset="none"))
+    result = a2c.train(_a2c(tmp_path, max_env_steps=120_000, seed=8, target_return=threshold, preset="none"))
     evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
     assert max(evals) >= threshold, evals
 
 
 @pytest.mark.long(reason="a learning proof: up to 60k env steps of an LSTM policy, 24-27 CPU s on a 2-core machine "
-                         "(seed 0 stops at its confirmed 200 after 43k: about 21)")
+                         "(seed 1 stops at its confirmed 200 after 35k: 19 CPU s at a load of 10)")
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_recurrent_ppo_learns_cartpole_without_velocities(tmp_path):
     """The LSTM's best evaluation in 60k env steps, far above the feed-forward ceiling (``FEED_FORWARD_BEST``).
-    Seeds 0-9 (benchmarks/thresholds.py recurrent-ppo): with 1 torch thread best evaluations 322.9-500 (seed 0: 424.0),
-    with 2 threads 315.2-500 (seed 0: 500). The threshold (200) is 37% under the lowest."""
-    # As the A2C test: the run stops at a confirmed evaluation of 200 or more, else spends its 60k env steps (seed 0:
-    # 203.5 at 40,960 env steps, confirmed at 236.0; the measurement above ran the whole budget, the same verdict).
+    Seeds 0-9 (benchmarks/thresholds.py recurrent-ppo): with 1 torch thread best evaluations 322.9-500 (seed 1: 500),
+    with 2 threads 315.2-500 (seed 1: 476.9). The threshold (200) is 37% under the lowest."""
+    # As the A2C test: the run stops at a confirmed evaluation of 200 or more, else spends its 60k env steps (the
+    # measurement above ran the whole budget, the same verdict). With 1 torch thread on an AMD EPYC, seeds 0-3 stopped
+    # at 40,960, 34,816, 51,200 and 59,392 env steps: the test runs seed 1, the earliest (225.4 confirmed).
     cfg = ppo.PPOConfig(env=ENV, recurrent=True, progress=False, tensorboard=False, logdir=str(tmp_path),
-                        time_limit=300.0, max_env_steps=60_000, seed=0, target_return=200.0)
+                        time_limit=300.0, max_env_steps=60_000, seed=1, target_return=200.0)
     result = ppo.train(cfg)
     evals = [r["eval/return"] for r in result.history if "eval/return" in r and r["eval/launch_env_steps"] > 0]
     assert max(evals) >= 200, evals

@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import csv
 import dataclasses
+import io
 import json
 import os
 import re
@@ -534,6 +535,33 @@ def test_the_learning_curve_is_written_whole(tmp_path, monkeypatch):
     assert (f"{CURVE_NAME}.partial", CURVE_NAME) in swapped
     assert (tmp_path / "run" / CURVE_NAME).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(os.listdir(tmp_path / "run")) == [CURVE_NAME, CSV_NAME]
+
+
+def test_a_curve_drawn_after_others_is_the_curve_a_new_figure_draws():
+    """The process keeps one figure for the curves its runs draw: whatever was drawn before (a larger run, a run of
+    evaluations only, a run with no row), the next curve's pixels are those of a figure made for it alone."""
+    pytest.importorskip("matplotlib", reason="the curve needs matplotlib: pip install 'rlstruct[plot]'")
+    from matplotlib.image import imread
+
+    from rlstruct.algos._train import figures
+
+    def history(n: int, scale: float, *, train: bool = True) -> list[dict]:
+        rows = [{"env_steps": 64 * i, "wall_time_s": 0.1 * i, "train/episode_return": scale * (i % 7)}
+                for i in range(n)] if train else []
+        return rows + [{"env_steps": 640 * i, "wall_time_s": 1.0 * i, "eval/return": scale * i}
+                       for i in range(max(n // 10, 1))]
+
+    def pixels(png: bytes):
+        return imread(io.BytesIO(png), format="png")
+
+    runs = [history(200, 1e5), history(3, 0.01), history(30, 5.0, train=False), [], history(12, -300.0)]
+    for before, after in zip(runs, runs[1:]):
+        figures.learning_curve_png(before, "A2C on CartPole-v1")  # the kept figure holds this run's curve
+        reused = figures.learning_curve_png(after, "PPO on MinAtar/Breakout-v1 ($5)")
+        alone = figures._CurveFigure().draw(
+            [r for r in after if "train/episode_return" in r], [r for r in after if "eval/return" in r],
+            "PPO on MinAtar/Breakout-v1 ($5)")
+        assert (pixels(reused) == pixels(alone)).all()
 
 
 def kill_writing_config() -> None:

@@ -3,6 +3,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 scipy_stats = pytest.importorskip("scipy.stats", reason="the statistics need scipy: pip install 'rlstruct[stats]'")
 
@@ -21,6 +23,17 @@ def test_iqm_is_the_mean_of_the_middle_half():
     scores = [-50.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 1e6]
     assert iqm(scores) == pytest.approx((3 + 4 + 5 + 6 + 7 + 8) / 6)
     assert iqm([7.0, 1.0, 4.0]) == pytest.approx(4.0)  # fewer than four: nothing trimmed
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=3).flatmap(
+    lambda first: st.lists(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=len(first), max_size=len(first)),
+                           min_size=0, max_size=4).map(lambda rest: [first, *rest])))
+def test_iqm_gives_scipys_trim_mean_bits_along_either_axis(rows):
+    # iqm is scipy.stats.trim_mean(x, 0.25) written in numpy: the same partition, so the same bits
+    x = np.array(rows).T  # [runs per column, columns] with 1-3 rows: trimming from 0 to several per end
+    for axis in (0, -1):
+        np.testing.assert_array_equal(iqm(x, axis=axis), scipy_stats.trim_mean(x, 0.25, axis=axis))
 
 
 def test_probability_of_improvement_counts_ties_as_half():

@@ -343,8 +343,10 @@ def test_describe_env_gives_a_continuous_spec():
 def test_ppo_learns_brax_inverted_pendulum(tmp_path):
     """PPO's defaults through the Brax backend: seeds 0-9 with 1 and 2 torch threads (benchmarks/thresholds.py
     brax-inverted-pendulum) all evaluate at 1000 (the time limit, balanced throughout) within 26,624-34,816 env steps,
-    under half the budget; most of a run is JAX compiling the training and evaluation envs. No wall-clock limit: the
-    run is bounded by its env steps, so a loaded machine makes it slower, never a failure."""
+    under half the budget, and again with both envs on the JAX adapter's one step program (seeds 0-4, 1 and 2
+    threads: all 10 at 1000 within 26,624-34,816; benchmarks/results/thresholds-brax-inverted-pendulum-one-step.json);
+    most of a run is JAX compiling the envs' reset and step. No wall-clock limit: the run is bounded by its env steps,
+    so a loaded machine makes it slower, never a failure."""
     from rlstruct.algos import ppo
 
     result = ppo.train(ppo.PPOConfig(env="inverted_pendulum", backend="brax", seed=0, max_env_steps=80_000,

@@ -321,12 +321,14 @@ def test_gymnax_envs_of_one_kind_share_their_compiled_step():
     assert a._jit_step is b._jit_step and a._jit_step is not c._jit_step
 
 
-def test_the_training_and_evaluation_envs_of_one_kind_compile_one_reset():
+def test_the_training_and_evaluation_envs_of_one_kind_compile_one_reset_and_one_step():
     """An auto-reset env (a run's training envs) and an episodic one (its evaluation envs) of one kind step
-    differently but reset alike: they share the one jitted reset, whose XLA compile for a physics env takes seconds,
-    and it gives both the same first observations for one seed."""
+    differently but reset alike: they share the one jitted reset and the one jitted step (their mode its argument),
+    each of whose XLA compiles for a physics env takes seconds, and the reset gives both the same first observations
+    for one seed."""
     pytest.importorskip("gymnax", reason="the jax extra is not installed: pip install 'rlstruct[jax]'")
     auto = make_env("Pendulum-v1", 3, backend="gymnax", seed=5, autoreset=True, max_episode_steps=9)
     episodic = make_env("Pendulum-v1", 3, backend="gymnax", seed=5, autoreset=False, max_episode_steps=9)
     assert auto._jit_reset is episodic._jit_reset and auto._jit_step is not episodic._jit_step
+    assert auto._jit_step.func is episodic._jit_step.func  # one program, bound to each env's mode
     assert torch.equal(auto.reset()[0]["frame"], episodic.reset()[0]["frame"])

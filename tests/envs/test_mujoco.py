@@ -2,8 +2,8 @@
 
 Oracle: from the same ``qpos``/``qvel`` and the same actions, each backend's observation, reward and termination
 agree with gymnasium's own env (MuJoCo's C engine). Contract: the points of test_env_contract.py, checked here on
-envs built once per module (MJX compiles once per task, env count and mode, 10-15 CPU s on a 2-core CPU; mujoco-torch
-steps a few envs per second there, so its runs are a few steps long).
+envs built once per module (MJX compiles once per task and env count, for auto-reset and episodic envs alike: 10-15
+CPU s on a 2-core CPU; mujoco-torch steps a few envs per second there, so its runs are a few steps long).
 
 MJX compiles one task here, HalfCheetah (its physics against the C engine, both modes, a training run). What another
 task adds on MJX is its rules (observation, reward, health, reset noise), written once for ``jax.numpy`` and torch:
@@ -195,8 +195,6 @@ def test_mjx_autoreset_contract(cheetah_mjx):
     contract_autoreset(cheetah_mjx, LIMIT, LIMIT + 2)
 
 
-@pytest.mark.long(reason="the first user of its module fixture pays MJX's jit compile of the episodic "
-                         "HalfCheetah: 9-12 CPU s")
 @pytest.mark.slow
 def test_mjx_episodic_stops_finished_envs_and_truncates(cheetah_mjx_episodic):
     env = cheetah_mjx_episodic
@@ -427,13 +425,14 @@ def test_describe_env_gives_a_continuous_spec():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_train_ppo_on_mjx_half_cheetah(cheetah_mjx, cheetah_mjx_episodic, tmp_path, capsys):
-    """Two tiny PPO iterations through the CLI, on the module's compiled sizes (4 envs, limit 25)."""
+    """Two tiny PPO iterations through the CLI, on the module's compiled sizes (4 envs, limit 25), each one pass over
+    its collection (the ppo-mujoco preset's ten passes of 32 minibatches are 640 updates of one row each)."""
     from rlstruct.algos._train import cli
 
     rc = cli.main(["train", "ppo", "--env", "HalfCheetah-v5", "--backend", "mjx", "--n-envs", str(N),
                    "--n-evaluation-envs", str(N), "--max-episode-steps", str(LIMIT), "--n-steps", "8",
-                   "--max-env-steps", str(2 * 8 * N), "--time-limit", "300", "--eval-every", "1", "--no-progress",
-                   "--logdir", str(tmp_path)])
+                   "--n-epochs", "1", "--max-env-steps", str(2 * 8 * N), "--time-limit", "300", "--eval-every", "1",
+                   "--no-progress", "--logdir", str(tmp_path)])
     assert rc == 0, capsys.readouterr().err
     assert (tmp_path / "checkpoint.pt").exists()
 

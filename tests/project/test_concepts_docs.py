@@ -1,11 +1,13 @@
-"""The concepts pages' whole programs run (those that start worker processes as scripts, in a fresh interpreter, so
-that the workers spawn as they would for a reader), and what the pages say about worker processes, weights and threads
-holds."""
+"""The concepts pages' whole programs run (those that start worker processes as scripts, in a process started as a
+fresh interpreter, so that the workers start as they would for a reader), and what the pages say about worker
+processes, weights and threads holds."""
 
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import runpy
 import subprocess
 import sys
 import textwrap
@@ -17,11 +19,12 @@ import torch
 import rlstruct
 from rlstruct import DictTensor, RL_Agent
 from rlstruct.algos import RunConfig
-from tests.helpers import torch_threads
+from tests.helpers import ForkedCommand, torch_threads
+from tests.project.forked_runs import forkable
 
 ROOT = Path(__file__).resolve().parents[2]
 CONCEPTS = ROOT / "docs" / "concepts"
-# The pages whose programs only a fresh interpreter can run (envs.md's run in-process: tests/project/test_readme.py).
+# The pages whose programs run as scripts (envs.md's run in-process: tests/project/test_readme.py).
 SCRIPT_PAGES = ["agents.md", "acquisition.md"]
 
 
@@ -32,9 +35,25 @@ def _programs(page: str) -> list[str]:
 
 
 def _run_script(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``python example.py`` (``code``) in ``tmp_path``: its status and output. Run as ``__main__`` in a child forked
+    from this process and started as a fresh one (``tests.helpers.ForkedCommand``), the script's folder first on
+    ``sys.path``: its workers start as a reader's do (a fork server of its own, or spawned interpreters, each
+    importing the script again as ``__mp_main__``), where a fresh interpreter would first import torch and rlstruct
+    again (2-3 CPU s). A fresh interpreter where a fork would not start as one (:func:`forkable`)."""
     script = tmp_path / "example.py"
     script.write_text(code)
-    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    if not forkable():
+        return subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=240)
+
+    def as_a_script() -> int:
+        os.chdir(tmp_path)
+        sys.argv = [str(script)]
+        sys.path.insert(0, str(tmp_path))
+        runpy.run_path(str(script), run_name="__main__")
+        return 0
+
+    return ForkedCommand([], tmp_path / "example", call=as_a_script).completed([sys.executable, str(script)], 240)
 
 
 def _starts_workers(code: str) -> bool:
@@ -47,7 +66,7 @@ def _starts_workers(code: str) -> bool:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("page", SCRIPT_PAGES)
 def test_concepts_programs_run_as_scripts(page, tmp_path, monkeypatch):
-    """A program that starts worker processes runs as a script in a fresh interpreter, as a reader's would; one that
+    """A program that starts worker processes runs as a script (:func:`_run_script`), as a reader's would; one that
     steps its envs in its own process runs in this one, as ``__main__`` in a namespace of its own (a fresh interpreter
     would spend 2-3 CPU s importing torch to run the same code)."""
     programs = _programs(page)

@@ -295,13 +295,35 @@ def _chromium_run(*args: str, out_dir: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S)
 
 
+def _browse(served, path: str, out_dir: Path, *args: str) -> tuple[subprocess.CompletedProcess, str]:
+    """Headless Chromium with ``args`` on the served site's ``path``: its run, and the server's log lines of what it
+    requested."""
+    base, log = served
+    start = len(log.read_text())
+    proc = _chromium_run(*args, base + path, out_dir=out_dir)
+    return proc, log.read_text()[start:]
+
+
+@pytest.fixture(scope="module")
+def start_page(served, tmp_path_factory) -> tuple[subprocess.CompletedProcess, str, Path]:
+    """The start page's one Chromium run: its DOM (``--dump-dom``) and its screenshot in a 1280x900 window
+    (``--screenshot``), both taken from the same load, where a run each would start the browser twice (1.3 CPU s
+    each); the run, the server's log lines of what it requested, and the picture's path."""
+    out = tmp_path_factory.mktemp("start-page")
+    shot = out / "start-page.png"
+    proc, requests = _browse(served, "", out, "--window-size=1280,900", f"--screenshot={shot}", "--dump-dom")
+    return proc, requests, shot
+
+
 @needs_chromium
 @pytest.mark.parametrize("path", BROWSED, ids=["start", "algorithm", "api"])
-def test_a_page_renders_in_chromium(served, path, tmp_path):
-    base, log = served
+def test_a_page_renders_in_chromium(served, path, tmp_path, request):
+    base, _ = served
     url = base + path
-    start = len(log.read_text())
-    proc = _chromium_run("--dump-dom", url, out_dir=tmp_path)
+    if path == "":
+        proc, requests, _ = request.getfixturevalue("start_page")
+    else:
+        proc, requests = _browse(served, path, tmp_path, "--dump-dom")
     assert proc.returncode == 0, proc.stderr[-2000:]
     dom = _Assets()
     dom.feed(proc.stdout)
@@ -319,16 +341,13 @@ def test_a_page_renders_in_chromium(served, path, tmp_path):
             broken.append((asset, err.code))
     assert not broken, f"local assets that do not load: {broken}"
     # What the browser itself requested (JS-loaded files included): nothing answered 404.
-    requests = log.read_text()[start:]
     assert '"GET /' in requests, requests
     assert not re.search(r'" 404 ', requests), requests
 
 
 @needs_chromium
-def test_the_start_page_screenshot_is_a_picture(served, tmp_path):
-    base, _ = served
-    shot = tmp_path / "start-page.png"
-    proc = _chromium_run("--window-size=1280,900", f"--screenshot={shot}", base, out_dir=tmp_path)
+def test_the_start_page_screenshot_is_a_picture(start_page):
+    proc, _, shot = start_page
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = shot.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000, len(data)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import wall_limit
+from tests.project.forked_runs import fork_the_configurations
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "learner_peers.py"
 
@@ -24,10 +25,13 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "learner_peers.py"
 def _main_here(script, argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                capsys: pytest.CaptureFixture[str]) -> str:
     """``python benchmarks/SCRIPT ARGV``'s parent in this process (``script``: its module), in ``tmp_path``: what it
-    printed. Each configuration still runs in a fresh process of its own (``python SCRIPT --one NAME``, with the
-    variables the parent sets, which are this process's again afterwards); the parent only starts them and prints
-    the table, and a fresh one would import torch again to say which machine it ran on (2-3 CPU s)."""
+    printed. Each configuration still runs in a process of its own (``python SCRIPT --one NAME``, with the variables
+    the parent sets, which are this process's again afterwards), forked from this one and started as a fresh one
+    (``tests.project.forked_runs``); the parent only starts them and prints the table, and a fresh interpreter would
+    import torch again to say which machine it ran on, or before a configuration starts (2-3 CPU s each). That
+    ``python SCRIPT --one NAME`` runs as a command of its own is the DQN comparison's, whose live run is one."""
     monkeypatch.chdir(tmp_path)
+    fork_the_configurations(script, tmp_path / "forked", monkeypatch)
     monkeypatch.setattr(sys, "argv", [str(script.__file__), *argv])
     for name, value in (("OMP_NUM_THREADS", "1"), ("RLSTRUCT_JIT_AFTER", "0")):  # what the parent sets by default
         monkeypatch.setenv(name, os.environ.get(name, value))
@@ -79,12 +83,13 @@ SB3_DQN_ROW = Path(__file__).resolve().parents[1] / "data" / "learner_peers_dqn_
 def test_the_dqn_comparison_runs_rlstruct_beside_stable_baselines3s_recorded_row_at_a_tiny_budget(tmp_path,
                                                                                                   monkeypatch):
     """The script's ``rlstruct-plain`` configuration end to end in its own fresh process (``--one``, as the script
-    runs each configuration), its row in the script's table beside Stable-Baselines3's, and their gradient steps'
-    FLOPs equal with ``--no-double``. SB3's row is replayed from :data:`SB3_DQN_ROW`: its FLOPs a gradient step are
-    SB3's arithmetic, which no change of rlstruct's moves, and its own run (a fresh process importing SB3 and building
-    its CNN) was the costlier half of the test; record it again with the file's command when SB3 or the script's SB3
-    adapter changes. The suite's genuine SB3 run is the SAC comparison's, below. Double DQN's extra online forward,
-    which the ``rlstruct`` row adds to these, is counted by ``tests/algos/test_dqn.py``."""
+    runs each configuration: the suite's one ``_fresh.run_one`` of a fresh interpreter), its row in the script's table
+    beside Stable-Baselines3's, and their gradient steps' FLOPs equal with ``--no-double``. SB3's row is replayed from
+    :data:`SB3_DQN_ROW`: its FLOPs a gradient step are SB3's arithmetic, which no change of rlstruct's moves, and its
+    own run (a fresh process importing SB3 and building its CNN) was the costlier half of the test; record it again
+    with the file's command when SB3 or the script's SB3 adapter changes. The suite's genuine SB3 run is the SAC
+    comparison's, below. Double DQN's extra online forward, which the ``rlstruct`` row adds to these, is counted by
+    ``tests/algos/test_dqn.py``."""
     pytest.importorskip("ale_py", reason="the atari extra is not installed: pip install 'rlstruct[atari]'")
     from benchmarks import _fresh, learner_peers_dqn
 

@@ -265,15 +265,27 @@ def test_the_wheel_installed_in_a_clean_venv_trains_from_another_folder(dist, tm
     (site / "test_environment_dependencies.pth").write_text(
         "\n".join(dict.fromkeys([ours["purelib"], ours["platlib"]])) + "\n")
 
+    train = run([str(venv / "bin" / "rlstruct"), "train", "a2c", "--env", "CartPole-v1", "--max-env-steps", "2000",
+                 "--logdir", "run"], cwd=elsewhere, timeout=300)
+    assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
+    summary = json.loads((elsewhere / "run" / "summary.json").read_text())
+    assert summary["env_steps"] >= 2000 and summary["eval_return"] > 0
+    assert (elsewhere / "run" / "checkpoint.pt").is_file() and (elsewhere / "run" / "progress.csv").is_file()
+
+    # Where the packages come from, read by the process that then evaluates the run through the console script's
+    # entry point (``rlstruct eval``, its first line the probe's): one interpreter importing torch, not two. The
+    # console script itself is the training command's above.
     probe = ("import importlib.metadata, json, sys, rlstruct, rlstruct.algos, rlstruct.agents, rlstruct.batchers; "
              "print(json.dumps({'files': [m.__file__ for m in (rlstruct, rlstruct.algos, rlstruct.agents, "
              "rlstruct.batchers)], 'path': sys.path, 'version': rlstruct.__version__, "
              "'dist_version': importlib.metadata.version('rlstruct'), "
              "'license': importlib.metadata.metadata('rlstruct')['License-Expression'], "
-             "'editable_hooks': [m for m in sys.modules if '__editable__' in m]}))")
-    out = run([str(python), "-c", probe], cwd=elsewhere, timeout=120)
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout)
+             "'editable_hooks': [m for m in sys.modules if '__editable__' in m]}), flush=True); "
+             "(main,) = importlib.metadata.entry_points(group='console_scripts', name='rlstruct'); "
+             "sys.argv = ['rlstruct', 'eval', 'run/checkpoint.pt', '--episodes', '2']; sys.exit(main.load()())")
+    evaluated = run([str(python), "-c", probe], cwd=elsewhere, timeout=120)
+    assert evaluated.returncode == 0, evaluated.stdout[-3000:] + evaluated.stderr[-3000:]
+    seen = json.loads(evaluated.stdout.splitlines()[0])
     assert all(Path(f).is_relative_to(site) for f in seen["files"]), seen["files"]
     assert seen["version"] == seen["dist_version"] == VERSION and seen["license"] == "MIT"
     assert seen["editable_hooks"] == [], "the test environment's editable install was loaded"
@@ -282,14 +294,3 @@ def test_the_wheel_installed_in_a_clean_venv_trains_from_another_folder(dist, tm
     for entry in seen["path"]:
         resolved = Path(entry or elsewhere).resolve()
         assert resolved in allowed or not resolved.is_relative_to(ROOT), f"{entry} is in the repository"
-
-    train = run([str(venv / "bin" / "rlstruct"), "train", "a2c", "--env", "CartPole-v1", "--max-env-steps", "2000",
-                 "--logdir", "run"], cwd=elsewhere, timeout=300)
-    assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
-    summary = json.loads((elsewhere / "run" / "summary.json").read_text())
-    assert summary["env_steps"] >= 2000 and summary["eval_return"] > 0
-    assert (elsewhere / "run" / "checkpoint.pt").is_file() and (elsewhere / "run" / "progress.csv").is_file()
-
-    evaluated = run([str(venv / "bin" / "rlstruct"), "eval", "run/checkpoint.pt", "--episodes", "2"],
-                    cwd=elsewhere, timeout=120)
-    assert evaluated.returncode == 0, evaluated.stdout[-3000:] + evaluated.stderr[-3000:]
