@@ -37,6 +37,7 @@ import pytest
 import torch
 
 from tests.helpers import ForkedCommand, torch_threads, training_runs_with, wall_limit
+from tests.project.forked_runs import forkable
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9]*.py"))
@@ -164,13 +165,6 @@ def run_in_process(path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: 
 # in a fresh interpreter where the test's process holds what a fork cannot take along (forkable).
 FORKED = frozenset({"04_batchers", "05_reinforce_on_devices", "08_scaling", "11_simulators_from_the_ecosystem",
                     "12_write_your_own_algorithm", "14_asynchronous_learning"})
-
-
-def forkable() -> bool:
-    """Whether a child forked from this process starts as a fresh interpreter would for a tutorial: no CUDA context
-    here (a forked child cannot use the GPU after it), and neither Ray (which reads its settings as it is imported)
-    nor JAX (whose runtime's threads a fork does not copy) imported."""
-    return not torch.cuda.is_initialized() and "ray" not in sys.modules and "jax" not in sys.modules
 
 
 @functools.cache
