@@ -20,8 +20,10 @@ their own from the run folders their script writes (``benchmarks/sb3_reference.p
 ``rlstruct compare ROOT/ppo-halfcheetah-zoo ROOT/sb3-ppo-halfcheetah-zoo`` compares the two.
 
 ``--pack-rows`` writes each row's records (evaluations, summaries, configs, what the table reads; no weights) into
-the package's references, which ``rlstruct compare --reference ALGO-TASK`` reads, and ``--from-records`` writes the
-table (and ``--curves DIR`` each task's curves) from them, on a machine without the run folders::
+the package's references, which ``rlstruct compare --reference ALGO-TASK`` reads (records already there keep the
+seeds that have no folder under ``--root``, so that a row's seeds can run on several machines; ``--replace`` writes
+the folders' alone), and ``--from-records`` writes the table (and ``--curves DIR`` each task's curves) from them, on
+a machine without the run folders::
 
     python benchmarks/published.py --root ../published-runs --pack-rows
     python benchmarks/published.py --from-records --table docs/benchmarks/published.md --curves docs/assets/published
@@ -667,15 +669,26 @@ def write_table(root: Path | None, page: Path, *, records: Path | None = None) -
 RECORDS = HERE.parent / "algos" / "data" / "references"
 
 
-def pack(group: Path, path: Path, *, name: str, about: str = "", command: str = "", task: str | None = None) -> Path:
+def pack(group: Path, path: Path, *, name: str, about: str = "", command: str = "", task: str | None = None,
+         replace: bool = False) -> Path:
     """Writes the records of the run folders in ``group`` (their states, configs, summaries and evaluations; no
     weights, no machine paths) to ``path``, which ``rlstruct compare --reference`` reads; with the ``task`` of a
-    row, also what its table reads beyond them (:func:`row_extra`), so that ``--table --from-records`` writes it."""
-    from rlstruct.algos._train.records import pack_runs, write_records
+    row, also what its table reads beyond them (:func:`row_extra`), so that ``--table --from-records`` writes it.
+    Records already at ``path`` keep the seeds that have no folder in ``group`` (a row's seeds run on several
+    machines, or its earlier seeds' folders are gone): :func:`~rlstruct.algos._train.records.merge_records`;
+    ``replace`` writes the folders' runs alone."""
+    from rlstruct.algos._train.compare import read_json_record
+    from rlstruct.algos._train.records import merge_records, pack_runs, write_records
 
     path.parent.mkdir(parents=True, exist_ok=True)
     extra = None if task is None else (lambda folder: row_extra(folder, task))
-    return write_records(pack_runs(group, name=name, about=about, command=command, extra=extra), path)
+    records = pack_runs(group, name=name, about=about, command=command, extra=extra)
+    if path.is_file() and not replace:
+        records, kept = merge_records(read_json_record(path), records, path=path)
+        for run in kept:
+            print(f"records: {path}: kept the finished {run} over its folder's run, which has not finished",
+                  flush=True)
+    return write_records(records, path)
 
 
 def draw_curves(records: Path, folder: Path) -> list[Path]:
@@ -764,6 +777,9 @@ def main(argv: list[str] | None = None) -> int:
                              "GROUP's last part, for rlstruct compare --reference")
     parser.add_argument("--pack-rows", action="store_true",
                         help="write the records of every row of the table that has run folders under --root")
+    parser.add_argument("--replace", action="store_true",
+                        help="with --pack or --pack-rows, write the run folders' runs alone (default: records "
+                             "already in --records keep the seeds that have no folder here)")
     parser.add_argument("--about", default="", help="what the records of --pack are (one line)")
     parser.add_argument("--command", default="", help="the command that ran the runs of --pack")
     parser.add_argument("--from-records", action="store_true",
@@ -794,8 +810,14 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error("--pack-rows needs --root, the folder of the run folders")
             groups += [(run_folder(ns.root, t, a, 0).parent, f"{a}-{t}", f"{row_spec(t, a)[0]} on {TASKS[t].env}",
                         row_spec(t, a)[2], t) for t, a in ROWS if run_folder(ns.root, t, a, 0).parent.is_dir()]
+        from rlstruct.errors import RunRecordError
+
         for folder, name, about, command, task in groups:
-            path = pack(folder, ns.records / f"{name}.json", name=name, about=about, command=command, task=task)
+            try:
+                path = pack(folder, ns.records / f"{name}.json", name=name, about=about, command=command, task=task,
+                            replace=ns.replace)
+            except RunRecordError as err:
+                parser.error(str(err))
             print(f"records: {path}")
         if not ns.from_records:
             return 0

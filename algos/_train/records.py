@@ -31,7 +31,8 @@ from rlstruct.algos._train.compare import (
 from rlstruct.algos._train.run_folder import CONFIG_NAME, SUMMARY_NAME
 from rlstruct.errors import ConfigError, RunRecordError
 
-__all__ = ["FORMAT", "REFERENCES", "load_reference", "pack_runs", "shipped_references", "write_records"]
+__all__ = ["FORMAT", "REFERENCES", "load_reference", "merge_records", "pack_runs", "shipped_references",
+           "write_records"]
 
 #: the ``format`` a records file declares
 FORMAT = "rlstruct.records/1"
@@ -172,6 +173,37 @@ def load_reference(spec: str, *, allow_partial: bool = False) -> Group:
         stopped_at.update(stopped)
     return make_group(label or f"ref:{'+'.join(names)}", infos, left_out, reference="+".join(names),
                       stopped_early=stopped_at)
+
+
+def merge_records(recorded: dict[str, Any], packed: dict[str, Any], *, path: str | Path = "the records"
+                  ) -> tuple[dict[str, Any], list[str]]:
+    """The records of one row whose seeds ran on several machines: ``recorded`` (a records file as read) with the
+    runs of ``packed`` (:func:`pack_runs` of the run folders at hand) in it. A packed run replaces the recorded run of
+    its name, except that a finished run is never replaced by one that has not finished (a seed run again, still
+    running); a recorded run with no folder at hand is kept. Returns the merged records (``packed``'s head, the
+    recorded runs in their order, then the new ones) and the names of the recorded runs kept over a packed one.
+
+    Raises:
+        RunRecordError: ``recorded`` is not a records file, or records another row (its ``name`` or ``about``, the
+            preset and env, differs from ``packed``'s): merging would mix two methods' seeds.
+    """
+    path = Path(path)
+    if recorded.get("format") != FORMAT or not isinstance(recorded.get("runs"), list):
+        raise _refuse(path, f"format {recorded.get('format')!r}")
+    for key in ("name", "about"):
+        if recorded.get(key) != packed.get(key):
+            raise RunRecordError(f"{path} records {key} {recorded.get(key)!r}, and the runs packed into it "
+                                 f"{packed.get(key)!r}; seeds of two rows cannot be merged: pack into another file, "
+                                 "or replace the records (published.py --replace)")
+    fresh = {run["name"]: run for run in packed["runs"]}
+    runs, kept = [], []
+    for run in recorded["runs"]:
+        new = fresh.pop(run.get("name"), None)
+        if new is not None and run.get("state") == FINISHED and new.get("state") != FINISHED:
+            kept.append(str(run.get("name")))
+            new = None
+        runs.append(run if new is None else new)
+    return {**packed, "runs": runs + list(fresh.values())}, kept
 
 
 def write_records(records: dict[str, Any], path: str | Path) -> Path:

@@ -421,8 +421,7 @@ def test_a_users_runs_overlay_a_published_row_shipped_with_the_package(tmp_path,
     assert pairs == {("mine", "ref:ppo-breakout"), ("ref:ppo-breakout", "mine")}
 
 
-def test_published_py_packs_a_group_into_records(tmp_path, capsys):
-    import sys
+def _published():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
@@ -431,12 +430,48 @@ def test_published_py_packs_a_group_into_records(tmp_path, capsys):
         from benchmarks import published
     finally:
         sys.path.remove(str(root))
+    return published
+
+
+def test_published_py_packs_a_group_into_records(tmp_path, capsys):
+    published = _published()
     _two_groups(tmp_path)
     assert published.main(["--pack", str(tmp_path / "a"), "--records", str(tmp_path / "out"), "--about", "two",
                            "--command", "rlstruct train ppo"]) == 0
     assert f"records: {tmp_path / 'out' / 'a.json'}" in capsys.readouterr().out
     records = json.loads((tmp_path / "out" / "a.json").read_text())
     assert records["about"] == "two" and len(records["runs"]) == 3 and records["runs"][0]["returns"][0] == 0.0
+
+
+def test_records_packed_again_keep_the_seeds_that_have_no_folder_here(tmp_path, capsys):
+    """A row's seeds run on two machines: the second packs its folders into the first's records. A recorded seed
+    without a folder here stays, a folder's finished run replaces the recorded one, a finished run is not replaced by
+    one still running; records of another row are refused in one line; ``--replace`` writes the folders' runs
+    alone."""
+    from rlstruct.algos._train.records import load_reference
+
+    published = _published()
+    out, first, second = tmp_path / "out", tmp_path / "first" / "g", tmp_path / "second" / "g"
+    args = ["--records", str(out), "--about", "ppo on CartPole", "--command", "c"]
+    _runs(first, [10.0, 11.0])
+    assert published.main(["--pack", str(first), *args]) == 0
+    _runs(second, [20.0, 21.0, 22.0])  # seed 0 run again, seed 1 still running, seed 2 new
+    (second / "seed-1" / "summary.json").unlink()
+    capsys.readouterr()
+    assert published.main(["--pack", str(second), *args]) == 0
+    assert "kept the finished seed-1 over its folder's run, which has not finished" in capsys.readouterr().out
+    runs = json.loads((out / "g.json").read_text())["runs"]
+    assert [(r["name"], r["state"], r["summary"]["eval_return"]) for r in runs] == [
+        ("seed-0", "finished", 20.0), ("seed-1", "finished", 11.0), ("seed-2", "finished", 22.0)]
+    assert load_reference(str(out / "g.json")).scores == {"CartPole-v1": [20.0, 11.0, 22.0]}
+    with pytest.raises(SystemExit):
+        published.main(["--pack", str(second), "--records", str(out), "--about", "sac on Pendulum"])
+    assert ("records about 'ppo on CartPole', and the runs packed into it 'sac on Pendulum'; seeds of two rows cannot "
+            "be merged") in capsys.readouterr().err
+    assert json.loads((out / "g.json").read_text())["runs"] == runs  # left as it was
+    assert published.main(["--pack", str(second), *args, "--replace"]) == 0
+    assert [r["state"] for r in json.loads((out / "g.json").read_text())["runs"]] == ["finished", "no summary",
+                                                                                      "finished"]
 
 
 def test_compare_without_scipy_says_which_extra_installs_it_in_one_line(tmp_path, capsys, monkeypatch):
