@@ -6,7 +6,9 @@ default in torch 2.13) under ``TORCHINDUCTOR_CACHE_DIR``; a second launch of the
 skips their code generation and C++/Triton builds. torch's default folder is in the temporary directory, which a
 reboot or a container's exit empties: :func:`compile_cache` points it at a folder under the user's cache directory
 (:func:`compile_cache_dir`) for the run and its worker processes, unless ``TORCHINDUCTOR_CACHE_DIR`` is set already.
-:class:`CompileMeter` reads back what the run spent compiling and how often the caches answered.
+JAX's persistent compilation cache (the programs XLA compiles for a Brax, MJX or gymnax env) goes into that folder's
+``jax`` (:func:`jax_compile_cache`), unless ``JAX_COMPILATION_CACHE_DIR`` is set already. :class:`CompileMeter`
+reads back what the run spent compiling and how often the caches answered.
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ from typing import Any
 
 from rlstruct.errors import ConfigError
 
-__all__ = ["COMPILE_CACHE_ENV", "INDUCTOR_CACHE_ENV", "CompileMeter", "check_compile_cache", "compile_cache",
-           "compile_cache_dir"]
+__all__ = ["COMPILE_CACHE_ENV", "INDUCTOR_CACHE_ENV", "JAX_CACHE_ENV", "CompileMeter", "check_compile_cache",
+           "compile_cache", "compile_cache_dir", "jax_compile_cache"]
 
 #: the folder of rlstruct's compile cache (default: ``$XDG_CACHE_HOME/rlstruct/compile``, else
 #: ``~/.cache/rlstruct/compile``); ``off`` leaves torch's own default
 COMPILE_CACHE_ENV = "RLSTRUCT_COMPILE_CACHE"
 #: the folder inductor and AOTAutograd keep their caches in; set by the user, it is left as it is
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+#: the folder of JAX's persistent compilation cache; set by the user, it is left as it is
+JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 
 #: the counters (torch._dynamo.utils.counters: group, name) a run's summary reports, by the name it gives them
 _COUNTERS = {"graphs": ("stats", "unique_graphs"),
@@ -94,6 +98,30 @@ def compile_cache() -> Iterator[Path | None]:
         yield folder
     finally:
         os.environ.pop(INDUCTOR_CACHE_ENV, None)
+
+
+def jax_compile_cache() -> Path | None:
+    """Points JAX's persistent compilation cache at the compile cache's ``jax`` folder, for this process and the
+    processes it starts, and returns the folder JAX keeps its programs in (``None``: none). A setting of the user's
+    wins (``JAX_COMPILATION_CACHE_DIR``, or ``jax_compilation_cache_dir`` set in a JAX already imported); so does
+    :data:`COMPILE_CACHE_ENV` ``off``. JAX reads the folder at its first compile and keeps it for the process: a run
+    calls this before it describes its env, which compiles a JAX env's first programs. JAX keeps a program that took
+    at least ``jax_persistent_cache_min_compile_time_secs`` (1 s by default) to compile: a Brax or MJX step, not a
+    small gymnax one."""
+    if JAX_CACHE_ENV in os.environ:
+        return Path(os.environ[JAX_CACHE_ENV])
+    jax = sys.modules.get("jax")
+    chosen = None if jax is None else jax.config.jax_compilation_cache_dir
+    if chosen:
+        return Path(chosen)
+    folder = compile_cache_dir()
+    if folder is None:
+        return None
+    folder = folder / "jax"
+    os.environ[JAX_CACHE_ENV] = str(folder)
+    if jax is not None:
+        jax.config.update("jax_compilation_cache_dir", str(folder))
+    return folder
 
 
 def _now() -> dict[str, float]:

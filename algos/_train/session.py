@@ -32,7 +32,7 @@ from rlstruct.algos._train.checkpoints import (
     load_checkpoint,
     load_resume,
 )
-from rlstruct.algos._train.compile_cache import check_compile_cache, compile_cache
+from rlstruct.algos._train.compile_cache import check_compile_cache, compile_cache, jax_compile_cache
 from rlstruct.algos._train.config import (
     AutocastPart,
     RunConfig,
@@ -191,6 +191,7 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
     if config.deterministic:
         check_cublas_workspace(algorithm.title)
     check_compile_cache()
+    jax_compile_cache()  # before describe_env, which compiles a JAX env's first programs
     algorithm.check_family(config)
     check_videos(config)
     algorithm.check_config(config)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -15,12 +18,14 @@ from rlstruct.algos._train import entry
 from rlstruct.algos._train.compile_cache import (
     COMPILE_CACHE_ENV,
     INDUCTOR_CACHE_ENV,
+    JAX_CACHE_ENV,
     CompileMeter,
     compile_cache,
     compile_cache_dir,
+    jax_compile_cache,
 )
 from rlstruct.errors import ConfigError
-from tests.helpers import ForkedCommand
+from tests.helpers import ForkedCommand, wall_limit
 
 FLAGS = ["--compile-update", "--env", "CartPole-v1", "--seed", "0", "--n-envs", "4", "--n-steps", "8",
          "--max-env-steps", "128", "--eval-every", "100", "--n-evaluation-envs", "2", "--evaluation-max-steps", "20",
@@ -94,6 +99,50 @@ def test_the_cache_folder_is_the_users_own_and_the_run_leaves_the_environment_as
     monkeypatch.setenv(INDUCTOR_CACHE_ENV, str(tmp_path / "theirs"))  # the user's choice wins
     with compile_cache() as folder:
         assert folder == tmp_path / "theirs" and os.environ[INDUCTOR_CACHE_ENV] == str(tmp_path / "theirs")
+
+
+def test_jaxs_cache_goes_into_the_compile_caches_jax_folder_unless_the_user_chose_one(tmp_path, monkeypatch):
+    """JAX's persistent compilation cache: the compile cache's ``jax`` folder, for this process (a JAX already
+    imported is told) and the processes it starts; a folder the user gave JAX, by its variable or its config, wins,
+    and the compile cache ``off`` leaves JAX's default (no cache)."""
+    updates = []
+    fake = types.SimpleNamespace(config=types.SimpleNamespace(jax_compilation_cache_dir=None,
+                                                              update=lambda *a: updates.append(a)))
+    monkeypatch.setitem(sys.modules, "jax", fake)  # the worker's JAX, if it has one, is left alone
+    monkeypatch.delenv(JAX_CACHE_ENV, raising=False)
+    monkeypatch.setenv(COMPILE_CACHE_ENV, str(tmp_path / "mine"))
+    assert jax_compile_cache() == tmp_path / "mine" / "jax"
+    assert os.environ[JAX_CACHE_ENV] == str(tmp_path / "mine" / "jax")
+    assert updates == [("jax_compilation_cache_dir", str(tmp_path / "mine" / "jax"))]
+    monkeypatch.setenv(JAX_CACHE_ENV, str(tmp_path / "theirs"))  # the user's variable
+    assert jax_compile_cache() == tmp_path / "theirs" and len(updates) == 1
+    monkeypatch.delenv(JAX_CACHE_ENV)
+    fake.config.jax_compilation_cache_dir = str(tmp_path / "configured")  # the user's jax.config.update
+    assert jax_compile_cache() == tmp_path / "configured" and len(updates) == 1 and JAX_CACHE_ENV not in os.environ
+    fake.config.jax_compilation_cache_dir = None
+    monkeypatch.setenv(COMPILE_CACHE_ENV, "off")
+    assert jax_compile_cache() is None and len(updates) == 1 and JAX_CACHE_ENV not in os.environ
+
+
+@pytest.mark.slow  # a fresh interpreter, which imports torch and JAX: 5-6 CPU s
+@pytest.mark.timeout(300)
+def test_a_run_on_a_jax_env_keeps_its_compiled_programs_in_the_compile_cache(tmp_path):
+    """A run on a gymnax env, in a fresh interpreter with no JAX cache of the user's: the programs XLA compiled for
+    it, its env's description's first among them, are in the compile cache's ``jax`` folder, where a second launch
+    finds them (every program kept here: JAX's threshold of a second's compile lowered to 0)."""
+    pytest.importorskip("gymnax", reason="the jax extra: pip install 'rlstruct[jax]'")
+    env = {k: v for k, v in os.environ.items() if k != JAX_CACHE_ENV}
+    env.update({COMPILE_CACHE_ENV: str(tmp_path / "cache"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
+    program = ("from rlstruct.algos import ppo\n"
+               "ppo.train(ppo.PPOConfig(env='CartPole-v1', backend='gymnax', n_envs=2, n_steps=8, max_env_steps=32, "
+               f"eval_every=100, n_evaluation_envs=1, evaluation_max_steps=10, progress=False, tensorboard=False, "
+               f"preset='none', logdir={str(tmp_path / 'run')!r}))")
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True,
+                          timeout=wall_limit(240))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "run" / "summary.json").is_file()
+    kept = sorted(p.name for p in (tmp_path / "cache" / "jax").iterdir())
+    assert kept and all(name.startswith("jit_") for name in kept if not name.startswith(".")), kept
 
 
 def test_a_cache_folder_that_cannot_be_made_is_refused_before_the_run_starts(tmp_path, monkeypatch):
