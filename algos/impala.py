@@ -46,7 +46,7 @@ from rlstruct.algos.harness import (
 )
 from rlstruct.algos.losses import vtrace_policy_value_loss
 from rlstruct.algos.networks import Adam, make_adam
-from rlstruct.algos.policies import actor_critic_outputs, policy_actions
+from rlstruct.algos.policies import trajectory_outputs
 from rlstruct.batchers import RL_Batcher
 from rlstruct.devices import cpu_state_dict
 from rlstruct.errors import ConfigError
@@ -164,11 +164,13 @@ def learn_step(config: IMPALAConfig, model: nn.Module,
                optimizer: Adam) -> Callable[[Trajectories], dict[str, torch.Tensor]]:
     """IMPALA's learn step: one update on a whole acquisition, the loss
     :func:`~rlstruct.algos.losses.vtrace_policy_value_loss` of the learner's policy against the log-probabilities
-    recorded by the policy that acted (``action/log_prob``)."""
+    recorded by the policy that acted (``action/log_prob``). The learner's outputs are one pass of its network over
+    the frames acted on and its critic on the few next frames that are not the next step's
+    (:func:`~rlstruct.algos.policies.trajectory_outputs`)."""
 
     def learn(traj: Trajectories) -> dict[str, torch.Tensor]:
         tt = traj.trajectories
-        out = actor_critic_outputs(model, tt["observation/frame"], tt["_observation/frame"], policy_actions(tt))
+        out = trajectory_outputs(model, tt)
         loss, terms = vtrace_policy_value_loss(
             out["log_prob"], out["entropy"], out["value"], tt["action/log_prob"],
             tt["_observation/reward"] * config.reward_scale, out["next_value"].detach(),

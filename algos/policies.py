@@ -311,6 +311,38 @@ def next_of_collection(recorded: torch.Tensor, tt: TemporalDictTensor,
     return out
 
 
+def trajectory_outputs(model: nn.Module, tt: TemporalDictTensor) -> dict[str, torch.Tensor]:
+    """``log_prob``, ``entropy``, ``value`` and ``next_value``, each ``[B, T]``, of an actor-critic over trajectories
+    ``tt`` (auto-reset, as a batcher gives them), the learner's own: one pass of the model over the frames acted on
+    (``policy_value``: a shared encoder once, for both heads), and the critic, without gradient, on the next frames
+    that are not the next step's frame alone (:func:`next_of_collection`: each row's last step, each episode's final
+    frame); ``next_value`` is a target. The numbers of :func:`actor_critic_outputs` up to float rounding, for a third
+    of its encoder's work where the heads share one (two passes over ``B T`` frames and one over ``B T`` next frames
+    there, backward through all three).
+
+    >>> from rlstruct.algos.networks import EncoderActorCritic
+    >>> m = EncoderActorCritic((10, 10, 4), 3, (16,), obs_dtype="bool")
+    >>> frames = torch.rand(2, 4, 10, 10, 4) < 0.5
+    >>> done = torch.tensor([[False, True, False, False], [False] * 4])
+    >>> next_frames = torch.cat([frames[:, 1:], torch.rand(2, 1, 10, 10, 4) < 0.5], 1)
+    >>> next_frames[0, 1] = torch.rand(10, 10, 4) < 0.5  # the episode's final frame; frames[0, 2] is a reset's
+    >>> tt = TemporalDictTensor({"observation/frame": frames, "_observation/frame": next_frames,
+    ...                          "_observation/done": done, "action/action": torch.zeros(2, 4, dtype=torch.long)})
+    >>> new, old = trajectory_outputs(m, tt), actor_critic_outputs(m, frames, next_frames, tt["action/action"])
+    >>> all(torch.allclose(new[k], old[k], atol=1e-5) for k in old)
+    True
+    """
+    frame = tt["observation/frame"]
+    B, T = frame.shape[:2]
+    dist, value = model.policy_value(frame.flatten(0, 1))
+    value = value.unflatten(0, (B, T))
+    with torch.no_grad():
+        next_value = next_of_collection(value.detach(), tt, model.value)
+    action = policy_actions(tt).flatten(0, 1)
+    return {"log_prob": dist.log_prob(action).unflatten(0, (B, T)), "entropy": dist.entropy().unflatten(0, (B, T)),
+            "value": value, "next_value": next_value}
+
+
 def _step_outputs(model: nn.Module, frame: torch.Tensor, next_frame: torch.Tensor,
                   actions: torch.Tensor) -> dict[str, torch.Tensor]:
     # One forward of the critic over frame and next_frame together, one of the policy; rows [N].
