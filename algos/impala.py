@@ -173,7 +173,7 @@ def learn_step(config: IMPALAConfig, model: nn.Module,
         out = trajectory_outputs(model, tt)
         loss, terms = vtrace_policy_value_loss(
             out["log_prob"], out["entropy"], out["value"], tt["action/log_prob"],
-            tt["_observation/reward"] * config.reward_scale, out["next_value"].detach(),
+            tt["_observation/reward"] * config.reward_scale, out["next_value"],
             tt["_observation/terminated"], tt["_observation/done"], tt.mask(), gamma=config.gamma,
             value_coef=config.value_coef, entropy_coef=config.entropy_coef, rho_bar=config.rho_bar,
             c_bar=config.c_bar, lambda_=config.vtrace_lambda)

@@ -677,14 +677,13 @@ def pack(group: Path, path: Path, *, name: str, about: str = "", command: str = 
     Records already at ``path`` keep the seeds that have no folder in ``group`` (a row's seeds run on several
     machines, or its earlier seeds' folders are gone): :func:`~rlstruct.algos._train.records.merge_records`;
     ``replace`` writes the folders' runs alone."""
-    from rlstruct.algos._train.compare import read_json_record
     from rlstruct.algos._train.records import merge_records, pack_runs, write_records
 
     path.parent.mkdir(parents=True, exist_ok=True)
     extra = None if task is None else (lambda folder: row_extra(folder, task))
     records = pack_runs(group, name=name, about=about, command=command, extra=extra)
     if path.is_file() and not replace:
-        records, kept = merge_records(read_json_record(path), records, path=path)
+        records, kept = merge_records(path, records)
         for run in kept:
             print(f"records: {path}: kept the finished {run} over its folder's run, which has not finished",
                   flush=True)

@@ -175,21 +175,19 @@ def load_reference(spec: str, *, allow_partial: bool = False) -> Group:
                       stopped_early=stopped_at)
 
 
-def merge_records(recorded: dict[str, Any], packed: dict[str, Any], *, path: str | Path = "the records"
-                  ) -> tuple[dict[str, Any], list[str]]:
-    """The records of one row whose seeds ran on several machines: ``recorded`` (a records file as read) with the
-    runs of ``packed`` (:func:`pack_runs` of the run folders at hand) in it. A packed run replaces the recorded run of
-    its name, except that a finished run is never replaced by one that has not finished (a seed run again, still
+def merge_records(path: str | Path, packed: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The records of one row whose seeds ran on several machines: the records file at ``path`` with the runs of
+    ``packed`` (:func:`pack_runs` of the run folders at hand) in it. A packed run replaces the recorded run of its
+    name, except that a finished run is never replaced by one that has not finished (a seed run again, still
     running); a recorded run with no folder at hand is kept. Returns the merged records (``packed``'s head, the
     recorded runs in their order, then the new ones) and the names of the recorded runs kept over a packed one.
 
     Raises:
-        RunRecordError: ``recorded`` is not a records file, or records another row (its ``name`` or ``about``, the
+        RunRecordError: ``path`` is not a records file, or records another row (its ``name`` or ``about``, the
             preset and env, differs from ``packed``'s): merging would mix two methods' seeds.
     """
     path = Path(path)
-    if recorded.get("format") != FORMAT or not isinstance(recorded.get("runs"), list):
-        raise _refuse(path, f"format {recorded.get('format')!r}")
+    recorded = _read_records(path)
     for key in ("name", "about"):
         if recorded.get(key) != packed.get(key):
             raise RunRecordError(f"{path} records {key} {recorded.get(key)!r}, and the runs packed into it "

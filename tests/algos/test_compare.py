@@ -469,6 +469,13 @@ def test_records_packed_again_keep_the_seeds_that_have_no_folder_here(tmp_path, 
     assert ("records about 'ppo on CartPole', and the runs packed into it 'sac on Pendulum'; seeds of two rows cannot "
             "be merged") in capsys.readouterr().err
     assert json.loads((out / "g.json").read_text())["runs"] == runs  # left as it was
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "g.json").write_text('{"format": "rlstruct.records/1", "runs": [')  # a copy cut short
+    with pytest.raises(SystemExit):
+        published.main(["--pack", str(second), "--records", str(damaged), "--about", "ppo on CartPole"])
+    assert f"{damaged / 'g.json'} must be a run's JSON record" in capsys.readouterr().err
+    assert (damaged / "g.json").read_text() == '{"format": "rlstruct.records/1", "runs": ['  # not overwritten
     assert published.main(["--pack", str(second), *args, "--replace"]) == 0
     assert [r["state"] for r in json.loads((out / "g.json").read_text())["runs"]] == ["finished", "no summary",
                                                                                       "finished"]
