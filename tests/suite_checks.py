@@ -44,6 +44,7 @@ GRACE_SECONDS = 20.0
 _costs: list[tuple[float, str, str]] = []
 _loads: list[float] = []
 _shm_before = pytest.StashKey[set[str]]()
+_failed = pytest.StashKey[list[str]]()
 
 
 def pytest_addoption(parser):
@@ -144,12 +145,19 @@ def pytest_sessionfinish(session, exitstatus):
         failed += leftovers(os.environ[SESSION_VARIABLE], config.stash.get(_shm_before, set()),
                             grace=config.getoption("--leak-grace"))
     if failed:
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.ensure_newline()
-            for line in failed:
-                reporter.write_line(f"suite check failed: {line}", red=True)
+        config.stash[_failed] = failed
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config):
+    """The failed checks, written after pytest's last line ("N passed in T s"): a log read from its end (a CI's
+    tail) shows why a run whose tests all passed failed."""
+    failed = config.stash.get(_failed, [])
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if failed and reporter is not None:
+        reporter.ensure_newline()
+        for line in failed:
+            reporter.write_line(f"suite check failed: {line}", red=True)
 
 
 def _shm_entries() -> set[str]:

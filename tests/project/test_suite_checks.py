@@ -56,6 +56,8 @@ def test_a_run_that_leaves_a_process_and_a_shm_file_fails_naming_both(tmp_path):
         pid = int((tmp_path / "pid").read_text())
         assert f"suite check failed: process {pid} was left running (sleep 300); killed" in out.stdout
         assert f"suite check failed: /dev/shm/{name} was left behind" in out.stdout
+        # after pytest's last line, where a log's tail shows them
+        assert out.stdout.rindex("suite check failed") > out.stdout.rindex("2 passed")
         assert not _alive(pid)
     finally:
         Path(f"/dev/shm/{name}").unlink(missing_ok=True)
