@@ -29,7 +29,7 @@ import torch
 from rlstruct import __version__
 from rlstruct.algos._train.config import AUTOCAST_VALUES, EVALUATION_POLICIES
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
-from rlstruct.algos._train.flags import OneLineParser
+from rlstruct.algos._train.flags import OneLineParser, build_parser, given_flags
 from rlstruct.algos._train.registry import (
     ALGORITHMS,
     ENTRY_POINT_GROUP,
@@ -160,14 +160,21 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
     else:
         p = OneLineParser(prog="rlstruct profile",
                                     description="Runs a few iterations of an algorithm's training loop and shows "
-                                                "where the time goes.")
+                                                "where the time goes. Any other flag of `rlstruct train ALGO` "
+                                                "(IMPALA's --max-lag 2, say) sets that setting of the run.")
         p.add_argument("--algo", default="a2c", metavar="ALGO",
                        help=f"the algorithm to train: {', '.join(profile.profiled_algorithms())}, or "
                             "MODULE:ATTRIBUTE of another (default: a2c)")
         p.add_argument("--env", default="CartPole-v1", help="gymnasium id (default: CartPole-v1)")
-        p.add_argument("--n-envs", type=int, default=256, help="envs per worker (default: 256)")
-        p.add_argument("--n-processes", type=int, default=0, help="batcher worker processes, 0: this one (default: 0)")
-        p.add_argument("--n-timesteps", type=int, default=32, help="steps per acquisition (default: 32)")
+        p.add_argument("--preset", default="none",
+                       help="a preset of the algorithm (rlstruct presets) whose settings fill those not given, "
+                            "'auto' the env's own (default: none)")
+        p.add_argument("--n-envs", type=int, default=None,
+                       help="envs in all, split over the workers (default: the preset's, else 256)")
+        p.add_argument("--n-processes", type=int, default=None,
+                       help="batcher worker processes, 0: this one (default: the preset's, else 0)")
+        p.add_argument("--n-timesteps", type=int, default=None,
+                       help="steps per acquisition (default: the preset's, else 32)")
         p.add_argument("--iterations", type=int, default=10, help="profiled iterations (default: 10)")
         p.add_argument("--device", default="cpu", help="batcher device (default: cpu)")
         p.add_argument("--learner-device", default=None, help="learner device (default: --device)")
@@ -186,8 +193,9 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
                        help="compile the policy step with torch.compile (rlstruct train --compile-policy)")
         p.add_argument("--num-threads", type=int, default=None, help="torch threads of this process (default: torch's)")
         p.add_argument("--png", default="profile.png", help="bar chart to write (default: profile.png; '' for none)")
-    ns = p.parse_args(argv)
+    ns, rest = (p.parse_args(argv), []) if command == "autotune" else p.parse_known_args(argv)
     try:
+        settings = _algorithm_flags(ns.algo, rest) if rest else {}
         if ns.num_threads is not None:
             torch.set_num_threads(ns.num_threads)
         if command == "autotune":
@@ -202,7 +210,7 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
                 iterations=ns.iterations, device=ns.device, learner_device=ns.learner_device,
                 backend=ns.backend, seed=ns.seed, sync=not ns.no_sync, cuda_graph=ns.cuda_graph,
                 overlap=ns.overlap, physics_dtype=ns.physics_dtype, autocast=ns.autocast,
-                compile_policy=ns.compile_policy,
+                compile_policy=ns.compile_policy, preset=ns.preset, settings=settings,
             )
         png = out.plot(ns.png) if ns.png else None
     except (ValueError, RLStructError) as e:
@@ -213,6 +221,17 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
         print(f"wrote {png}")
     print(json.dumps({**out.to_dict(), "png": None if png is None else str(png)}))
     return 0
+
+
+def _algorithm_flags(algo: str, argv: Sequence[str]) -> dict:
+    """The settings that ``rlstruct train ALGO``'s own flags in ``argv`` give (``rlstruct profile --max-lag 2``): the
+    flags ``rlstruct profile`` does not have, parsed by the algorithm's config's parser; a flag neither knows exits
+    with the usage of ``rlstruct train ALGO``."""
+    description = algorithm(algo)
+    parser = build_parser(description.config_cls, prog=f"rlstruct profile --algo {algo}")
+    ns = parser.parse_args(argv)
+    return {k: tuple(v) if isinstance(v, list) else v
+            for k, v in vars(ns).items() if k in given_flags(parser, argv)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,13 +16,14 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from rlstruct.algos._env_spec import create_env, describe_env
 from rlstruct.algos._train.loops import run
+from rlstruct.algos._train.presets import apply_preset
 from rlstruct.algos._train.registry import ALGORITHMS, algorithm
 from rlstruct.algos._train.session import seeded_model, validate
 from rlstruct.algos.networks import build_actor_critic
@@ -54,20 +55,29 @@ def profiled_algorithms() -> list[str]:
 
 #: the settings of :func:`profile_training` that only some configs have, and their value when not asked for
 _OPTIONAL_SETTINGS = {"overlap": False, "cuda_graph": False, "autocast": "none", "compile_policy": False}
+#: the profile's own values of the settings that neither its arguments nor the preset give (besides the steps
+#: setting's 32)
+_PROFILE_DEFAULTS = {"n_envs": 256, "n_processes": 0, "hidden_sizes": (64, 64)}
+#: the config fields a profile run sets itself, which ``settings`` may not
+PROFILE_SETS = frozenset({"env", "backend", "n_processes", "batcher_device", "learner_device", "seed",
+                          "physics_dtype", "preset", "time_limit", "n_evaluation_envs", "eval_every", "progress",
+                          "logdir", "max_env_steps", "resume", "n_envs", "hidden_sizes", "overlap", "cuda_graph",
+                          "autocast", "compile_policy", "learning_starts", "lr", "gamma"})
 
 
 def profile_training(
     env: str = "CartPole-v1",
     *,
     algo: str = "a2c",
-    n_envs: int = 256,
-    n_processes: int = 0,
-    n_timesteps: int = 32,
+    preset: str = "none",
+    n_envs: int | None = None,
+    n_processes: int | None = None,
+    n_timesteps: int | None = None,
     iterations: int = 10,
     device: DeviceLike = "cpu",
     learner_device: DeviceLike | None = None,
     backend: str = "torch",
-    hidden: int = 64,
+    hidden: int | None = None,
     lr: float | None = None,
     gamma: float | None = None,
     seed: int = 0,
@@ -77,18 +87,20 @@ def profile_training(
     physics_dtype: str = "float64",
     autocast: str = "none",
     compile_policy: bool = False,
+    settings: Mapping[str, Any] | None = None,
 ) -> ProfileReport:
     """Trains ``algo`` for ``iterations`` iterations of its training loop (``rlstruct train``'s, the one its
     description carries) and reports where the time goes.
 
     The run is the loop with a :class:`~rlstruct.batchers.profile.LoopTimer`: each iteration collects
-    ``n_timesteps`` steps (the description's ``steps_setting``) of ``n_processes`` workers of ``n_envs`` auto-reset
-    envs on ``device`` (``collect``, split into the batcher's phases), moves them to ``learner_device``
+    ``n_timesteps`` steps (the description's ``steps_setting``) of ``n_envs`` auto-reset envs on ``device`` over
+    ``n_processes`` workers (``collect``, split into the batcher's phases), moves them to ``learner_device``
     (``to_learner``), then times the learner's phases of its family: the on-policy loop normalises them
     (``normalize``) and runs the algorithm's learn step (``learn``); the off-policy loop pushes them into its replay
     buffer (``push``) and takes its gradient steps (``learn``), from the first iteration on (``learning_starts``
     0); both send the weights to the batcher (``update_weights``) and record the iteration (``record``). The
-    other settings are the algorithm's config defaults (no preset); the logs go to a temporary folder. One warm-up
+    other settings are the algorithm's config defaults, or those of ``preset`` and ``settings``; the logs go to a
+    temporary folder. One warm-up
     iteration runs first and is not counted (two with ``cuda_graph``: the first acquisition is eager, the second
     captures), nor are the run's first and final evaluations (one episode each); there is no other evaluation and no
     progress bar.
@@ -97,14 +109,16 @@ def profile_training(
         env: a gymnasium id the algorithm runs on (``CartPole-v1``, ``Acrobot-v1``, ``Pendulum-v1`` for SAC).
         algo: the algorithm: one of :func:`profiled_algorithms`, ``MODULE:ATTRIBUTE`` or an installed one's name,
             whose description has a ``steps_setting``.
-        n_envs: envs per worker.
-        n_processes: batcher worker processes (0: this process).
-        n_timesteps: steps per acquisition (the config's ``n_steps``).
+        preset: a preset of ``algo`` (``rlstruct presets``) whose settings fill those not given here, as
+            ``rlstruct train --preset`` does: ``"auto"`` the env's own, ``"none"`` (default) none.
+        n_envs: envs in all, split over the workers as ``rlstruct train --n-envs`` (None: the preset's, else 256).
+        n_processes: batcher worker processes (0: this process; None: the preset's, else 0).
+        n_timesteps: steps per acquisition (the description's ``steps_setting``; None: the preset's, else 32).
         iterations: profiled iterations.
         device: the batcher's device (envs, agent, output).
         learner_device: where the learn step runs (default ``device``).
         backend: env backend for :func:`~rlstruct.envs.make_env`.
-        hidden: width of the two hidden layers of the networks.
+        hidden: width of the two hidden layers of the networks (None: the preset's, else 64).
         lr: Adam learning rate (``None``: the algorithm's default).
         gamma: discount (``None``: the algorithm's default).
         seed: seeds the envs, the network and the sampling.
@@ -118,15 +132,19 @@ def profile_training(
             ``torch.autocast`` (``rlstruct train --autocast``).
         compile_policy: compile the batcher's policy step (``rlstruct train --compile-policy``); the warm-up
             iteration compiles it.
+        settings: more fields of the algorithm's config, by name (IMPALA's ``{"max_lag": 2}``); they win over the
+            preset's. Not those the profile sets itself (:data:`PROFILE_SETS`).
 
     Returns:
         A :class:`~rlstruct.batchers.profile.ProfileReport`.
 
     Raises:
         ValueError: ``algo`` collects whole episodes (no ``steps_setting``), ``iterations`` below 1, a setting its
-            config does not have (``overlap``, ``autocast``, ``cuda_graph``, ``compile_policy``) asked for, or one that
-            the algorithm's config refuses (``n_envs``, ``n_timesteps``, ``n_processes``, ``physics_dtype``,
-            ``autocast``, ``cuda_graph`` off CUDA, an env the algorithm cannot run on).
+            config does not have (``overlap``, ``autocast``, ``cuda_graph``, ``compile_policy``, a name in
+            ``settings``) asked for, one the profile sets itself in ``settings``, or one that the algorithm's config
+            refuses (``n_envs``, ``n_timesteps``, ``n_processes``, ``physics_dtype``, ``autocast``, ``cuda_graph``
+            off CUDA, an env the algorithm cannot run on).
+        ConfigError: an unknown ``preset``, or one of another algorithm or env.
         DeviceUnavailableError: a device this machine does not have.
 
     >>> report = profile_training("CartPole-v1", n_envs=8, n_timesteps=4, iterations=2)
@@ -141,36 +159,53 @@ def profile_training(
                          "profile one of them")
     if not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
+    fields = {f.name for f in dataclasses.fields(description.config_cls)}
+    extra = dict(settings or {})
+    unknown, owned = sorted(set(extra) - fields), sorted(set(extra) & (PROFILE_SETS | {steps}))
+    if unknown:
+        raise ValueError(f"settings must name fields of {description.config_cls.__name__}, got {unknown}; "
+                         f"the settings page lists {description.title}'s")
+    if owned:
+        raise ValueError(f"settings must not set {owned}, which the profile sets itself; give them as its own "
+                         "arguments (n_timesteps for the steps per acquisition), or leave them to it")
     dev = check_device_exists(device)
     ldev = dev if learner_device is None else check_device_exists(learner_device)
     warmup = 2 if cuda_graph else 1  # allocator, lazy initialisations, compilation (and the graph's capture)
-    settings: dict[str, Any] = {
-        "env": env, "backend": backend, "n_envs": n_envs, "n_processes": n_processes, steps: n_timesteps,
-        "batcher_device": str(dev), "learner_device": str(ldev), "hidden_sizes": (hidden, hidden), "seed": seed,
-        "physics_dtype": physics_dtype, "preset": "none", "time_limit": 1e9,
-        "n_evaluation_envs": 1, "eval_every": 2**31 - 1, "progress": False,
+    chosen: dict[str, Any] = {
+        "env": env, "backend": backend, "batcher_device": str(dev), "learner_device": str(ldev), "seed": seed,
+        "physics_dtype": physics_dtype, "preset": preset, "time_limit": 1e9, "n_evaluation_envs": 1,
+        "eval_every": 2**31 - 1, "progress": False, **extra,
     }
-    fields = {f.name for f in dataclasses.fields(description.config_cls)}
     asked = {"overlap": overlap, "cuda_graph": cuda_graph, "autocast": autocast, "compile_policy": compile_policy,
-             "lr": lr, "gamma": gamma, "learning_starts": 0}
+             "lr": lr, "gamma": gamma, "learning_starts": 0, "n_envs": n_envs, "n_processes": n_processes,
+             steps: n_timesteps, "hidden_sizes": None if hidden is None else (hidden, hidden)}
     for name, value in asked.items():
         if name in fields and value is not None:
-            settings[name] = value
+            chosen[name] = value
         elif name in _OPTIONAL_SETTINGS and value != _OPTIONAL_SETTINGS[name]:
             raise ValueError(f"{name} is not a setting of {description.title}, got {name}={value!r}; profile "
                              f"{description.title} without it")
-    timer = LoopTimer(ldev, sync=sync, warmup=warmup)
-    n_workers = max(n_processes, 1) if isinstance(n_processes, int) else 1
-    counts = all(isinstance(v, int) and v >= 1 for v in (n_envs, n_timesteps))
-    per_iteration = n_envs * n_workers * n_timesteps if counts else 1  # else the config's check names the setting
     with tempfile.TemporaryDirectory(prefix="rlstruct-profile-") as logdir:
-        config = description.config_cls(**settings, logdir=logdir, max_env_steps=(warmup + iterations) * per_iteration)
-        run(validate(description, config), timer=timer)
-    report_config = {"algo": algo, "env": env, "n_envs": n_envs, "n_processes": n_processes,
-                     "n_timesteps": n_timesteps, "iterations": iterations, "device": str(dev),
-                     "learner_device": str(ldev), "backend": backend, "hidden": hidden, "sync": sync,
+        # the preset fills what was not chosen, then the profile's own defaults what it left
+        config, applied = apply_preset(description.name, description.config_cls(**chosen, logdir=logdir),
+                                       frozenset(chosen))
+        from_preset = set(applied.settings) if applied is not None else set()
+        defaults = {name: value for name, value in _PROFILE_DEFAULTS.items()
+                    if name in fields and name not in chosen and name not in from_preset}
+        defaults |= {steps: 32} if steps not in chosen and steps not in from_preset else {}
+        config = dataclasses.replace(config, **defaults)
+        n_workers = max(config.n_processes, 1) if isinstance(config.n_processes, int) else 1
+        counts = all(isinstance(v, int) and v >= 1 for v in (config.n_envs, getattr(config, steps)))
+        per_iteration = config.n_envs * getattr(config, steps) if counts else 1  # else the config's check names it
+        config = dataclasses.replace(config, max_env_steps=(warmup + iterations) * per_iteration)
+        timer = LoopTimer(ldev, sync=sync, warmup=warmup)
+        run(validate(description, config, given=frozenset(f.name for f in dataclasses.fields(config))), timer=timer)
+    report_config = {"algo": algo, "env": env, "preset": config.preset, "n_envs": config.n_envs,
+                     "n_processes": config.n_processes, "n_timesteps": getattr(config, steps),
+                     "iterations": iterations, "device": str(dev), "learner_device": str(ldev), "backend": backend,
+                     "hidden": list(config.hidden_sizes) if hasattr(config, "hidden_sizes") else None, "sync": sync,
                      "cuda_graph": cuda_graph, "overlap": overlap, "physics_dtype": physics_dtype,
-                     "autocast": autocast, "compile_policy": compile_policy}
+                     "autocast": autocast, "compile_policy": compile_policy, "settings": extra}
     return timer.report(n_workers, report_config)
 
 

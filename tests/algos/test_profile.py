@@ -17,7 +17,7 @@ from rlstruct.algos import a2c, ppo, profile_training
 from rlstruct.algos.policies import create_policy_agent
 from rlstruct.batchers import PhaseTimer
 from rlstruct.batchers.profile import COLLECT, LEARNER_PHASES, WORKER_PHASES, LoopTimer, split_collection
-from rlstruct.errors import MissingDependencyError
+from rlstruct.errors import ConfigError, MissingDependencyError
 
 #: whether the plot extra (matplotlib) is installed: without it, writing a PNG is a one-line error naming the extra
 PLOT = importlib.util.find_spec("matplotlib") is not None
@@ -219,6 +219,31 @@ def test_profile_errors_are_named(monkeypatch, tmp_path):
         report.plot(tmp_path / "p.png")
 
 
+def test_profile_training_takes_a_preset_and_the_algorithms_own_settings():
+    """A preset fills what the profile is not given (IMPALA's CartPole preset: 64 envs of 16 steps), the arguments
+    win over it (2 processes over its 0), and ``settings`` sets the algorithm's own fields (lag 0)."""
+    report = profile_training("CartPole-v1", algo="impala", preset="impala-cartpole", n_processes=2, iterations=1,
+                              settings={"max_lag": 0})
+    config = report.config
+    assert (config["preset"], config["n_envs"], config["n_timesteps"], config["n_processes"]) == (
+        "impala-cartpole", 64, 16, 2)
+    assert config["settings"] == {"max_lag": 0}
+    assert report.env_steps == 64 * 16 == report.batcher_timings["env_steps"]  # 64 envs in all, over both workers
+    plain = profile_training("CartPole-v1", algo="impala", n_envs=4, n_timesteps=2, iterations=1)
+    assert (plain.config["preset"], plain.config["hidden"], plain.config["settings"]) == ("none", [64, 64], {})
+
+
+def test_profile_settings_are_the_configs_fields_not_the_profiles_own():
+    with pytest.raises(ValueError, match=r"settings must name fields of IMPALAConfig, got \['max_lagg'\]; the "
+                                         r"settings page lists IMPALA's"):
+        profile_training(algo="impala", settings={"max_lagg": 2})
+    with pytest.raises(ValueError, match=r"settings must not set \['logdir', 'n_steps'\], which the profile sets "
+                                         r"itself; give them as its own arguments \(n_timesteps"):
+        profile_training(algo="impala", settings={"logdir": "x", "n_steps": 4})
+    with pytest.raises(ConfigError, match="dqn-acrobot"):  # a preset of another algorithm
+        profile_training(algo="impala", preset="dqn-acrobot")
+
+
 @pytest.mark.slow  # the command end to end, with matplotlib's import
 def test_profile_command(tmp_path, capsys):
     from rlstruct.algos._train.cli import main
@@ -244,6 +269,13 @@ def test_profile_command(tmp_path, capsys):
     assert result["seconds"]["agent_forward"] > 0 and result["seconds"]["learn"] > 0
     assert main(["profile", "--n-envs", "0", "--png", ""]) == 2
     assert "error: n_envs must be >= 1, got 0" in capsys.readouterr().err
+    # the algorithm's own flags, as `rlstruct train impala` takes them
+    assert main([*argv, "--algo", "impala", "--max-lag", "0", "--rho-bar", "2", "--png", ""]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["config"]["settings"] == {
+        "max_lag": 0, "rho_bar": 2.0}
+    with pytest.raises(SystemExit) as ended:
+        main([*argv, "--algo", "impala", "--max-lagg", "0"])
+    assert ended.value.code == 2 and "unrecognized arguments: --max-lagg 0" in capsys.readouterr().err
 
 
 @pytest.mark.cuda
