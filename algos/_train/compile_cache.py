@@ -60,13 +60,15 @@ def compile_cache_dir() -> Path | None:
 
 
 def check_compile_cache() -> None:
-    """Checks that the compile cache's folder can be made and written, before anything is built.
+    """Checks that the compile cache's folder can be made and written, before anything is built, unless the user's
+    own folders take both of its uses (``TORCHINDUCTOR_CACHE_DIR`` for torch's caches and
+    ``JAX_COMPILATION_CACHE_DIR`` for JAX's, see :func:`jax_compile_cache`).
 
     Raises:
         ConfigError: it cannot (the message names the folder and :data:`COMPILE_CACHE_ENV`).
     """
     folder = compile_cache_dir()
-    if folder is None or INDUCTOR_CACHE_ENV in os.environ:
+    if folder is None or (INDUCTOR_CACHE_ENV in os.environ and JAX_CACHE_ENV in os.environ):
         return
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -155,6 +155,13 @@ def test_a_cache_folder_that_cannot_be_made_is_refused_before_the_run_starts(tmp
                                           r"folder, or to off"):
         entry.validate(config)
     assert not (tmp_path / "run").exists()
+    # the user's inductor folder leaves the compile cache JAX's programs to keep: it is still checked
+    monkeypatch.setenv(INDUCTOR_CACHE_ENV, str(tmp_path / "theirs"))
+    monkeypatch.delenv(JAX_CACHE_ENV, raising=False)
+    with pytest.raises(ConfigError, match="RLSTRUCT_COMPILE_CACHE must name a folder this process can write"):
+        entry.validate(config)
+    monkeypatch.setenv(JAX_CACHE_ENV, str(tmp_path / "their-jax"))  # both taken by the user's: not used, not checked
+    entry.validate(config).lock.release()
 
 
 def test_a_run_that_compiles_nothing_reports_no_compile_time(tmp_path):
