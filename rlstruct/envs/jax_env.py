@@ -249,11 +249,10 @@ class JaxVecEnv(CallOrder, VecEnv):
             obs_running = jnp.where(rows(fresh, obs), jnp.asarray(obs_fresh).astype(frame_dtype), obs)
             no = jnp.zeros_like(done)
             flags = jnp.stack([done, term, trunc, no, no, no, no, fresh])
-            # The host reads the first row only: XLA may compute the second's kept rewards a rounding apart from the
-            # first's (each fusion that reads a value may recompute it, one with a fused multiply-add), so
-            # observation_running's reward is the first row with 0 where an env reset.
-            rewards = jnp.stack([reward, jnp.where(fresh, 0.0, reward)])
-            return keys, state, running & (autoreset | ~done), jnp.stack([obs, obs_running]), rewards, flags
+            # One reward out: the host makes observation_running's (0 where an env reset) from it, since a second
+            # output of kept rewards may be computed a rounding apart from the first (each fusion that reads a value
+            # may recompute it, one with a fused multiply-add).
+            return keys, state, running & (autoreset | ~done), jnp.stack([obs, obs_running]), reward, flags
 
         return jax.jit(reset), jax.jit(step)
 
@@ -334,12 +333,12 @@ class JaxVecEnv(CallOrder, VecEnv):
         a = self._check_action(action, n_running, None if self.autoreset else ids)
         to_jax, to_torch = self._to_jax, self._to_torch
         if self.autoreset:
-            self._keys, self._state, _, frames, rewards, flags = self._jit_step(
+            self._keys, self._state, _, frames, reward, flags = self._jit_step(
                 self._keys, self._state, self._running, to_jax(a)
             )
             # unbind: every row view in one call, cheaper than indexing row by row.
             frame, frame_running = to_torch(frames).unbind(0)
-            reward = to_torch(rewards)[0]
+            reward = to_torch(reward)
             flags = to_torch(flags).unbind(0)
             done = flags[0]
             reward_running = reward.masked_fill(done, 0.0)
@@ -356,10 +355,10 @@ class JaxVecEnv(CallOrder, VecEnv):
         if n_running < self._n:
             full = torch.zeros((self._n,) + self._action_shape, dtype=a.dtype, device=self.device)
             a = full.index_copy_(0, ids, a)
-        self._keys, self._state, self._running, frames, rewards, flags = self._jit_step(
+        self._keys, self._state, self._running, frames, reward, flags = self._jit_step(
             self._keys, self._state, self._running, to_jax(a)
         )
-        frame, reward, flags = to_torch(frames)[0], to_torch(rewards)[0], to_torch(flags).unbind(0)
+        frame, reward, flags = to_torch(frames)[0], to_torch(reward), to_torch(flags).unbind(0)
         values = {"frame": frame, "reward": reward, "done": flags[0], "terminated": flags[1], "truncated": flags[2],
                   "initial_state": flags[3], "last_action": a}
         if n_running < self._n:
@@ -400,8 +399,8 @@ class JaxVecEnv(CallOrder, VecEnv):
         a = self._check_action(action, self._n).numpy()
         nxt = self._destinations(observation_next, "observation_next")
         run = self._destinations(observation_running, "observation_running")
-        self._keys, self._state, _, frames, rewards, flags = self._jit_step(self._keys, self._state, self._running, a)
-        frames, reward, flags = np.asarray(frames), np.asarray(rewards)[0], np.asarray(flags)
+        self._keys, self._state, _, frames, reward, flags = self._jit_step(self._keys, self._state, self._running, a)
+        frames, reward, flags = np.asarray(frames), np.asarray(reward), np.asarray(flags)
         for i, out in enumerate((nxt, run)):
             np.copyto(out["frame"], frames[i])
             np.copyto(out["reward"], reward)
