@@ -224,14 +224,12 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
 
 
 def _algorithm_flags(algo: str, argv: Sequence[str]) -> dict:
-    """The settings that ``rlstruct train ALGO``'s own flags in ``argv`` give (``rlstruct profile --max-lag 2``): the
-    flags ``rlstruct profile`` does not have, parsed by the algorithm's config's parser; a flag neither knows exits
-    with the usage of ``rlstruct train ALGO``."""
-    description = algorithm(algo)
-    parser = build_parser(description.config_cls, prog=f"rlstruct profile --algo {algo}")
-    ns = parser.parse_args(argv)
-    return {k: tuple(v) if isinstance(v, list) else v
-            for k, v in vars(ns).items() if k in given_flags(parser, argv)}
+    """The settings that flags of ``rlstruct train ALGO`` in ``argv`` give (``rlstruct profile --max-lag 2``): the
+    flags ``rlstruct profile`` does not have, parsed by the parser of the algorithm's config; a flag neither knows
+    exits 2 with that parser's usage."""
+    parser = build_parser(algorithm(algo).config_cls, prog=f"rlstruct profile --algo {algo}")
+    values, given = vars(parser.parse_args(argv)), given_flags(parser, argv)
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in given}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

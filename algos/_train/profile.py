@@ -58,11 +58,12 @@ _OPTIONAL_SETTINGS = {"overlap": False, "cuda_graph": False, "autocast": "none",
 #: the profile's own values of the settings that neither its arguments nor the preset give (besides the steps
 #: setting's 32)
 _PROFILE_DEFAULTS = {"n_envs": 256, "n_processes": 0, "hidden_sizes": (64, 64)}
-#: the config fields a profile run sets itself, which ``settings`` may not
-PROFILE_SETS = frozenset({"env", "backend", "n_processes", "batcher_device", "learner_device", "seed",
+#: the config fields a profile run sets itself or takes as its own arguments, which ``settings`` may not (besides the
+#: description's steps setting)
+PROFILE_SETS = frozenset({"env", "backend", "n_envs", "n_processes", "batcher_device", "learner_device", "seed",
                           "physics_dtype", "preset", "time_limit", "n_evaluation_envs", "eval_every", "progress",
-                          "logdir", "max_env_steps", "resume", "n_envs", "hidden_sizes", "overlap", "cuda_graph",
-                          "autocast", "compile_policy", "learning_starts", "lr", "gamma"})
+                          "logdir", "max_env_steps", "resume", "overlap", "cuda_graph", "autocast", "compile_policy",
+                          "learning_starts"})
 
 
 def profile_training(
@@ -132,8 +133,9 @@ def profile_training(
             ``torch.autocast`` (``rlstruct train --autocast``).
         compile_policy: compile the batcher's policy step (``rlstruct train --compile-policy``); the warm-up
             iteration compiles it.
-        settings: more fields of the algorithm's config, by name (IMPALA's ``{"max_lag": 2}``); they win over the
-            preset's. Not those the profile sets itself (:data:`PROFILE_SETS`).
+        settings: more fields of the algorithm's config, by name (IMPALA's ``{"max_lag": 2}``, ``hidden_sizes``,
+            ``lr``); they win over the preset's, and the arguments above, where given, over them. Not those the
+            profile sets itself or takes as an argument of its own (:data:`PROFILE_SETS`, the steps setting).
 
     Returns:
         A :class:`~rlstruct.batchers.profile.ProfileReport`.
@@ -167,7 +169,7 @@ def profile_training(
                          f"the settings page lists {description.title}'s")
     if owned:
         raise ValueError(f"settings must not set {owned}, which the profile sets itself; give them as its own "
-                         "arguments (n_timesteps for the steps per acquisition), or leave them to it")
+                         "arguments (n_timesteps, --n-timesteps, for the steps per acquisition), or leave them to it")
     dev = check_device_exists(device)
     ldev = dev if learner_device is None else check_device_exists(learner_device)
     warmup = 2 if cuda_graph else 1  # allocator, lazy initialisations, compilation (and the graph's capture)

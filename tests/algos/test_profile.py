@@ -237,9 +237,9 @@ def test_profile_settings_are_the_configs_fields_not_the_profiles_own():
     with pytest.raises(ValueError, match=r"settings must name fields of IMPALAConfig, got \['max_lagg'\]; the "
                                          r"settings page lists IMPALA's"):
         profile_training(algo="impala", settings={"max_lagg": 2})
-    with pytest.raises(ValueError, match=r"settings must not set \['logdir', 'n_steps'\], which the profile sets "
-                                         r"itself; give them as its own arguments \(n_timesteps"):
-        profile_training(algo="impala", settings={"logdir": "x", "n_steps": 4})
+    with pytest.raises(ValueError, match=r"settings must not set \['logdir', 'n_envs', 'n_steps'\], which the "
+                                         r"profile sets itself; give them as its own arguments \(n_timesteps"):
+        profile_training(algo="impala", settings={"logdir": "x", "n_envs": 8, "n_steps": 4})
     with pytest.raises(ConfigError, match="dqn-acrobot"):  # a preset of another algorithm
         profile_training(algo="impala", preset="dqn-acrobot")
 
@@ -270,9 +270,11 @@ def test_profile_command(tmp_path, capsys):
     assert main(["profile", "--n-envs", "0", "--png", ""]) == 2
     assert "error: n_envs must be >= 1, got 0" in capsys.readouterr().err
     # the algorithm's own flags, as `rlstruct train impala` takes them
-    assert main([*argv, "--algo", "impala", "--max-lag", "0", "--rho-bar", "2", "--png", ""]) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["config"]["settings"] == {
-        "max_lag": 0, "rho_bar": 2.0}
+    assert main([*argv, "--algo", "impala", "--max-lag", "0", "--rho-bar", "2", "--hidden-sizes", "32", "32",
+                 "--png", ""]) == 0
+    config = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["config"]
+    assert config["settings"] == {"max_lag": 0, "rho_bar": 2.0, "hidden_sizes": [32, 32]}
+    assert config["hidden"] == [32, 32]
     with pytest.raises(SystemExit) as ended:
         main([*argv, "--algo", "impala", "--max-lagg", "0"])
     assert ended.value.code == 2 and "unrecognized arguments: --max-lagg 0" in capsys.readouterr().err
