@@ -170,11 +170,11 @@ def _batchers_command(command: str, argv: Sequence[str]) -> int:
                        help="a preset of the algorithm (rlstruct presets) whose settings fill those not given, "
                             "'auto' the env's own (default: none)")
         p.add_argument("--n-envs", type=int, default=None,
-                       help="envs in all, split over the workers (default: the preset's, else 256)")
+                       help="envs in all, split over the workers (default: the preset run's, else 256)")
         p.add_argument("--n-processes", type=int, default=None,
-                       help="batcher worker processes, 0: this one (default: the preset's, else 0)")
+                       help="batcher worker processes, 0: this one (default: the preset run's, else 0)")
         p.add_argument("--n-timesteps", type=int, default=None,
-                       help="steps per acquisition (default: the preset's, else 32)")
+                       help="steps per acquisition (default: the preset run's, else 32)")
         p.add_argument("--iterations", type=int, default=10, help="profiled iterations (default: 10)")
         p.add_argument("--device", default="cpu", help="batcher device (default: cpu)")
         p.add_argument("--learner-device", default=None, help="learner device (default: --device)")

@@ -55,8 +55,8 @@ def profiled_algorithms() -> list[str]:
 
 #: the settings of :func:`profile_training` that only some configs have, and their value when not asked for
 _OPTIONAL_SETTINGS = {"overlap": False, "cuda_graph": False, "autocast": "none", "compile_policy": False}
-#: the profile's own values of the settings that neither its arguments nor the preset give (besides the steps
-#: setting's 32)
+#: the profile's own values of the settings its arguments do not give, where no preset applies (and 32 for the
+#: steps setting)
 _PROFILE_DEFAULTS = {"n_envs": 256, "n_processes": 0, "hidden_sizes": (64, 64)}
 #: the config fields a profile run sets itself or takes as its own arguments, which ``settings`` may not (besides the
 #: description's steps setting)
@@ -110,16 +110,19 @@ def profile_training(
         env: a gymnasium id the algorithm runs on (``CartPole-v1``, ``Acrobot-v1``, ``Pendulum-v1`` for SAC).
         algo: the algorithm: one of :func:`profiled_algorithms`, ``MODULE:ATTRIBUTE`` or an installed one's name,
             whose description has a ``steps_setting``.
-        preset: a preset of ``algo`` (``rlstruct presets``) whose settings fill those not given here, as
-            ``rlstruct train --preset`` does: ``"auto"`` the env's own, ``"none"`` (default) none.
-        n_envs: envs in all, split over the workers as ``rlstruct train --n-envs`` (None: the preset's, else 256).
-        n_processes: batcher worker processes (0: this process; None: the preset's, else 0).
-        n_timesteps: steps per acquisition (the description's ``steps_setting``; None: the preset's, else 32).
+        preset: a preset of ``algo`` (``rlstruct presets``): its run, as ``rlstruct train --preset`` makes it (the
+            preset's settings, the config's defaults for the rest), with the settings given here; ``"auto"`` the
+            env's own, ``"none"`` (default) none.
+        n_envs: envs in all, split over the workers as ``rlstruct train --n-envs`` (None: the preset's run's, else
+            256).
+        n_processes: batcher worker processes (0: this process; None: the preset's run's, else 0).
+        n_timesteps: steps per acquisition (the description's ``steps_setting``; None: the preset's run's, else
+            32).
         iterations: profiled iterations.
         device: the batcher's device (envs, agent, output).
         learner_device: where the learn step runs (default ``device``).
         backend: env backend for :func:`~rlstruct.envs.make_env`.
-        hidden: width of the two hidden layers of the networks (None: the preset's, else 64).
+        hidden: width of the two hidden layers of the networks (None: the preset's run's, else 64).
         lr: Adam learning rate (``None``: the algorithm's default).
         gamma: discount (``None``: the algorithm's default).
         seed: seeds the envs, the network and the sampling.
@@ -188,14 +191,14 @@ def profile_training(
             raise ValueError(f"{name} is not a setting of {description.title}, got {name}={value!r}; profile "
                              f"{description.title} without it")
     with tempfile.TemporaryDirectory(prefix="rlstruct-profile-") as logdir:
-        # the preset fills what was not chosen, then the profile's own defaults what it left
+        # a preset fills what was not chosen, as for `rlstruct train --preset` (the config's defaults the rest);
+        # without one, the profile's own defaults do
         config, applied = apply_preset(description.name, description.config_cls(**chosen, logdir=logdir),
                                        frozenset(chosen))
-        from_preset = set(applied.settings) if applied is not None else set()
-        defaults = {name: value for name, value in _PROFILE_DEFAULTS.items()
-                    if name in fields and name not in chosen and name not in from_preset}
-        defaults |= {steps: 32} if steps not in chosen and steps not in from_preset else {}
-        config = dataclasses.replace(config, **defaults)
+        if applied is None:
+            defaults = {name: value for name, value in {**_PROFILE_DEFAULTS, steps: 32}.items()
+                        if name in fields and name not in chosen}
+            config = dataclasses.replace(config, **defaults)
         n_workers = max(config.n_processes, 1) if isinstance(config.n_processes, int) else 1
         counts = all(isinstance(v, int) and v >= 1 for v in (config.n_envs, getattr(config, steps)))
         per_iteration = config.n_envs * getattr(config, steps) if counts else 1  # else the config's check names it

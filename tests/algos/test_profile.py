@@ -229,6 +229,9 @@ def test_profile_training_takes_a_preset_and_the_algorithms_own_settings():
         "impala-cartpole", 64, 16, 2)
     assert config["settings"] == {"max_lag": 0}
     assert report.env_steps == 64 * 16 == report.batcher_timings["env_steps"]  # 64 envs in all, over both workers
+    assert config["hidden"] == [64, 64]  # the config's default, as the preset's run has it
+    sac = profile_training("Pendulum-v1", algo="sac", preset="auto", n_envs=2, n_timesteps=4, iterations=1)
+    assert (sac.config["preset"], sac.config["hidden"]) == ("sac-pendulum", [128, 128])  # SAC's own default
     plain = profile_training("CartPole-v1", algo="impala", n_envs=4, n_timesteps=2, iterations=1)
     assert (plain.config["preset"], plain.config["hidden"], plain.config["settings"]) == ("none", [64, 64], {})
 
