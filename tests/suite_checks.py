@@ -175,7 +175,9 @@ _HELPERS = ("from multiprocessing.forkserver import main", "from multiprocessing
 
 def marked_processes(marker: str) -> dict[int, str]:
     """``{pid: command line}`` of the processes other than this one and its own multiprocessing helpers (they end
-    with it) whose environment holds ``SESSION_VARIABLE=marker``."""
+    with it) whose environment holds ``SESSION_VARIABLE=marker``. A process in the middle of its exec is not seen
+    (its ``/proc`` environment is empty until the new program's is in place, after a vfork's parent has resumed):
+    the check runs after the last test, when what the run left has long been started."""
     needle = f"{SESSION_VARIABLE}={marker}".encode()
     found = {}
     for entry in Path("/proc").iterdir():
