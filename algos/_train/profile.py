@@ -101,10 +101,9 @@ def profile_training(
     buffer (``push``) and takes its gradient steps (``learn``), from the first iteration on (``learning_starts``
     0); both send the weights to the batcher (``update_weights``) and record the iteration (``record``). The
     other settings are the algorithm's config defaults, or those of ``preset`` and ``settings``; the logs go to a
-    temporary folder. One warm-up
-    iteration runs first and is not counted (two with ``cuda_graph``: the first acquisition is eager, the second
-    captures), nor are the run's first and final evaluations (one episode each); there is no other evaluation and no
-    progress bar.
+    temporary folder. One warm-up iteration runs first and is not counted (two with ``cuda_graph``: the first
+    acquisition is eager, the second captures), nor are the run's first and final evaluations (one episode each);
+    there is no other evaluation and no progress bar.
 
     Args:
         env: a gymnasium id the algorithm runs on (``CartPole-v1``, ``Acrobot-v1``, ``Pendulum-v1`` for SAC).
