@@ -29,7 +29,7 @@ import torch
 from rlstruct import __version__
 from rlstruct.algos._train.config import AUTOCAST_VALUES, EVALUATION_POLICIES
 from rlstruct.algos._train.evaluation import evaluate_checkpoint
-from rlstruct.algos._train.flags import OneLineParser, build_parser, given_flags
+from rlstruct.algos._train.flags import OneLineParser, build_parser, config_from_args, given_flags
 from rlstruct.algos._train.registry import (
     ALGORITHMS,
     ENTRY_POINT_GROUP,
@@ -227,9 +227,11 @@ def _algorithm_flags(algo: str, argv: Sequence[str]) -> dict:
     """The settings that flags of ``rlstruct train ALGO`` in ``argv`` give (``rlstruct profile --max-lag 2``): the
     flags ``rlstruct profile`` does not have, parsed by the parser of the algorithm's config; a flag neither knows
     exits 2 with that parser's usage."""
-    parser = build_parser(algorithm(algo).config_cls, prog=f"rlstruct profile --algo {algo}")
-    values, given = vars(parser.parse_args(argv)), given_flags(parser, argv)
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in given}
+    config_cls = algorithm(algo).config_cls
+    parser = build_parser(config_cls, prog=f"rlstruct profile --algo {algo}")
+    given = given_flags(parser, argv)
+    config = config_from_args(config_cls, parser.parse_args(argv), given)
+    return {k: getattr(config, k) for k in given}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

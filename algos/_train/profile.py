@@ -203,7 +203,7 @@ def profile_training(
         per_iteration = config.n_envs * getattr(config, steps) if counts else 1  # else the config's check names it
         config = dataclasses.replace(config, max_env_steps=(warmup + iterations) * per_iteration)
         timer = LoopTimer(ldev, sync=sync, warmup=warmup)
-        run(validate(description, config, given=frozenset(f.name for f in dataclasses.fields(config))), timer=timer)
+        run(validate(description, config, given=frozenset(fields)), timer=timer)
     report_config = {"algo": algo, "env": env, "preset": config.preset, "n_envs": config.n_envs,
                      "n_processes": config.n_processes, "n_timesteps": getattr(config, steps),
                      "iterations": iterations, "device": str(dev), "learner_device": str(ldev), "backend": backend,
