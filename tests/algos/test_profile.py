@@ -219,6 +219,7 @@ def test_profile_errors_are_named(monkeypatch, tmp_path):
         report.plot(tmp_path / "p.png")
 
 
+@pytest.mark.slow  # three profiled runs, one over two worker processes: 5-6 s
 def test_profile_training_takes_a_preset_and_the_algorithms_own_settings():
     """A preset fills what the profile is not given (IMPALA's CartPole preset: 64 envs of 16 steps), the arguments
     win over it (2 processes over its 0), and ``settings`` sets the algorithm's own fields (lag 0)."""
