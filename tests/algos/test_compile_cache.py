@@ -1,10 +1,13 @@
 """The compile cache: a second launch of a run with a compiled update loads its graphs from rlstruct's cache folder
 (inductor's and AOTAutograd's on-disk caches) instead of compiling them again, and each launch's summary says what it
-spent compiling and how often the caches answered."""
+spent compiling and how often the caches answered. Its cold launch is also the suite's inductor proof of A2C's
+compiled update: what the eager update logs and trains."""
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -12,6 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlstruct.algos import A2CConfig
 from rlstruct.algos._train import entry
@@ -27,16 +31,19 @@ from rlstruct.algos._train.compile_cache import (
 from rlstruct.errors import ConfigError
 from tests.helpers import ForkedCommand, wall_limit
 
-FLAGS = ["--compile-update", "--env", "CartPole-v1", "--seed", "0", "--n-envs", "4", "--n-steps", "8",
-         "--max-env-steps", "128", "--eval-every", "100", "--n-evaluation-envs", "2", "--evaluation-max-steps", "20",
-         "--hidden-sizes", "16", "--no-progress", "--no-tensorboard", "--preset", "none"]
+# Four updates, each logged (--log-every 1).
+FLAGS = ["--env", "CartPole-v1", "--seed", "0", "--n-envs", "4", "--n-steps", "8", "--max-env-steps", "128",
+         "--eval-every", "100", "--n-evaluation-envs", "2", "--evaluation-max-steps", "20", "--hidden-sizes", "16",
+         "--log-every", "1", "--no-progress", "--no-tensorboard", "--preset", "none"]
+#: the columns of progress.csv an update writes: its losses, gradient norms and the training episodes' returns
+UPDATE_COLUMNS = ("loss/", "grad_norm/", "train/")
 
 
-def _launch(logdir: Path, cache: Path) -> dict:
-    """``rlstruct train a2c --compile-update`` forked from this process (:class:`~tests.helpers.ForkedCommand`: a
-    fresh interpreter's imports of torch and its compiler are not what this file checks), with nothing compiled in
-    memory: dynamo's and inductor's in-memory caches are emptied in the child first, so only the on-disk cache in
-    ``cache`` can spare a compile; its summary."""
+def _launch(logdir: Path, cache: Path, *more: str) -> dict:
+    """``rlstruct train a2c FLAGS MORE`` forked from this process (:class:`~tests.helpers.ForkedCommand`: a fresh
+    interpreter's imports of torch and its compiler are not what this file checks), with nothing compiled in memory:
+    dynamo's and inductor's in-memory caches are emptied in the child first, so only the on-disk cache in ``cache``
+    can spare a compile; its summary."""
 
     def from_a_clean_compiler() -> None:
         import torch._dynamo
@@ -47,8 +54,8 @@ def _launch(logdir: Path, cache: Path) -> dict:
         torch._dynamo.reset()
         clear_caches()
 
-    run = ForkedCommand(["train", "a2c", *FLAGS, "--logdir", str(logdir)], logdir.parent / f"{logdir.name}-command",
-                        seam=from_a_clean_compiler)
+    run = ForkedCommand(["train", "a2c", *FLAGS, *more, "--logdir", str(logdir)],
+                        logdir.parent / f"{logdir.name}-command", seam=from_a_clean_compiler)
     try:
         assert run.wait(600) == 0, run.stderr
     finally:
@@ -56,19 +63,47 @@ def _launch(logdir: Path, cache: Path) -> dict:
     return json.loads((logdir / "summary.json").read_text())
 
 
+def _updates(logdir: Path) -> list[dict[str, float]]:
+    """The rows of the run's progress.csv that an update wrote, each its :data:`UPDATE_COLUMNS`."""
+    with open(logdir / "progress.csv", newline="") as f:
+        return [{k: float(v) for k, v in row.items() if k.startswith(UPDATE_COLUMNS)}
+                for row in csv.DictReader(f) if row["loss/policy"]]
+
+
+def _weights(logdir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(logdir / "checkpoint.pt", weights_only=True)["model"]
+
+
 @pytest.mark.compiles
-@pytest.mark.long(reason="two forked launches, the first compiling A2C's update cold with inductor into a fresh "
+@pytest.mark.long(reason="three forked launches, the second compiling A2C's update cold with inductor into a fresh "
                          "cache folder (the test about 30 CPU s of the 2-core machine's alone, 19 in a process that "
                          "imported the compiler already, at the test session's -O0 builds: tests/conftest.py's "
                          "TEST_INDUCTOR_ENV)")
 @pytest.mark.timeout(900)
 def test_a_second_launch_loads_the_compiled_update_from_the_cache(tmp_path):
-    import torch._dynamo  # noqa: F401  (imported once here for both launches, as each would)
+    """The cold launch is also the suite's inductor proof of :class:`~rlstruct.algos._train.update.UpdateStep` (C++
+    code generation, its costliest compile; the step-level comparisons of tests/algos/test_fast_path.py compile with
+    ``aot_eager``): the same losses, gradient norms and episodes as the eager update at every update, and the same
+    final weights within float tolerance; the cached launch gives the cold one's, bit for bit."""
+    import torch._dynamo  # noqa: F401  (imported once here for the launches, as each would)
     import torch._inductor.compile_fx  # noqa: F401
 
     cache = tmp_path / "cache"
-    first = _launch(tmp_path / "first", cache)["compile"]
-    second = _launch(tmp_path / "second", cache)["compile"]
+    _launch(tmp_path / "eager", cache)
+    first = _launch(tmp_path / "first", cache, "--compile-update")["compile"]
+    second = _launch(tmp_path / "second", cache, "--compile-update")["compile"]
+    eager, cold, warm = (_updates(tmp_path / name) for name in ("eager", "first", "second"))
+    assert len(eager) == len(cold) == len(warm) == 4 and len(eager[0]) == 7, eager
+    for x, y, z in zip(eager, cold, warm):
+        for k in x:
+            assert (math.isnan(x[k]) and math.isnan(y[k])) or math.isclose(x[k], y[k], rel_tol=1e-3, abs_tol=1e-5), \
+                (k, x[k], y[k])
+            assert y[k] == z[k] or (math.isnan(y[k]) and math.isnan(z[k])), (k, y[k], z[k])
+    weights = [_weights(tmp_path / name) for name in ("eager", "first", "second")]
+    assert weights[0].keys() == weights[1].keys() == weights[2].keys() and weights[0]
+    for k, p in weights[0].items():
+        torch.testing.assert_close(weights[1][k], p, rtol=1e-4, atol=1e-5, msg=k)
+        assert torch.equal(weights[2][k], weights[1][k]), k
     # The first compiles the update's forward and backward (AOTAutograd's joint graph, inductor's two kernels' files)
     # and writes them to the cache; the second finds every one of them there and generates nothing.
     # One graph (the update's forward and loss at the run's one batch shape), compiled once: no shape recompiled.
