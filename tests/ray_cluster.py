@@ -27,12 +27,16 @@ from pathlib import Path
 
 from tests.helpers import wall_limit
 
-__all__ = ["RayHead", "running", "shared_head", "stop_shared_head"]
+__all__ = ["IMPORT_ENV", "RayHead", "running", "shared_head", "stop_shared_head"]
 
 #: read by Ray when it is imported: unset, a local cluster listens on every network interface
 LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 #: the token of every cluster this process starts: a driver process keeps the first token it read
 _TOKEN = secrets.token_hex(32)
+#: what Ray reads once, when a process imports it: the loopback-only settings and the token of this process's
+#: clusters. A test that imports Ray before it joins one (a RayBatcher error without a cluster) sets these first, or
+#: the process can join none later ("Authentication token is missing or incorrect").
+IMPORT_ENV = {**LOOPBACK_ONLY, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": _TOKEN}
 
 
 def free_port() -> int:
@@ -53,8 +57,7 @@ class RayHead:
 
     def __init__(self) -> None:
         self.address = f"127.0.0.1:{free_port()}"
-        self.driver_env = {**LOOPBACK_ONLY, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": _TOKEN,
-                           "RAY_ADDRESS": self.address}
+        self.driver_env = {**IMPORT_ENV, "RAY_ADDRESS": self.address}
         # short: Ray's sockets live under it, in paths of at most 107 bytes
         self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
         self.proc: subprocess.Popen | None = None

@@ -33,18 +33,17 @@ from rlstruct.errors import (
 )
 from tests.fakes import ConstantAgent, CounterAgent, CountingEnv, FaultEnv, pid_alive
 from tests.helpers import AUTORESET, EPISODIC, assert_refused_while_pending, assert_same, get_when_ready, wall_limit
+from tests.ray_cluster import IMPORT_ENV
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.ray]
 
 # Ray for this machine only: no usage report, loopback addresses.
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-
-
 def import_ray():
-    """Ray, imported with this machine-only configuration (kept for the session: Ray reads it at import)."""
+    """Ray, imported with this machine-only configuration and the shared cluster's token (kept for the session: Ray
+    reads them at import, tests/ray_cluster.py's ``IMPORT_ENV``), whether or not a cluster runs yet."""
     # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is read once when Ray is imported; unset, a local cluster listens on
     # every interface whatever _node_ip_address says.
-    os.environ.update(RAY_ENV)
+    os.environ.update(IMPORT_ENV)
     ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'rlstruct[ray]'")
     from ray._private import ray_constants
 
