@@ -37,10 +37,10 @@ from tests.ray_cluster import IMPORT_ENV
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.ray]
 
-# Ray for this machine only: no usage report, loopback addresses.
+
 def import_ray():
-    """Ray, imported with this machine-only configuration and the shared cluster's token (kept for the session: Ray
-    reads them at import, tests/ray_cluster.py's ``IMPORT_ENV``), whether or not a cluster runs yet."""
+    """Ray, imported for this machine only (no usage report, loopback addresses) and with the shared cluster's token,
+    whether or not a cluster runs yet: Ray reads them once, at import (tests/ray_cluster.py's ``IMPORT_ENV``)."""
     # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is read once when Ray is imported; unset, a local cluster listens on
     # every interface whatever _node_ip_address says.
     os.environ.update(IMPORT_ENV)
