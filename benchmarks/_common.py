@@ -94,3 +94,13 @@ def print_rows(rows: list[tuple[str, str, float, str]]) -> None:
     print("|---|---|---:|---|")
     for part, label, sps, note in rows:
         print(f"| {part} | {label} | {sps:,.0f} | {note} |")
+
+
+def logging_nowhere(model: Any) -> Any:
+    """``model``, a Stable-Baselines3 algorithm, with a logger that writes nowhere; returned. Its default logger
+    (``verbose=0`` too) makes an empty ``SB3-<date and time>`` folder in the temp folder at each ``learn`` and never
+    removes it; the benchmarks read the model's progress through their callbacks instead."""
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model

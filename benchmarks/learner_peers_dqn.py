@@ -43,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._clock import UpdateClock  # noqa: E402
+from benchmarks._common import logging_nowhere  # noqa: E402
 from benchmarks._fresh import Config, add_arguments, measure_or_rounds, print_results, selected  # noqa: E402
 
 GAME = "ALE/Breakout-v5"
@@ -160,6 +161,7 @@ def measure_sb3(steps: int, learning_starts: int, buffer: int, threads: int) -> 
                 max_grad_norm=10.0, optimize_memory_usage=False, replay_buffer_kwargs={"handle_timeout_termination":
                                                                                       False},
                 device="cpu", seed=0)
+    logging_nowhere(model)
     clock = _LearnerClock(calls_per_cycle=1)  # one call: gradient_steps=8 gradient steps, every 4 x 8 env steps
     model.train = clock.wrap(model.train)
     model.learn(total)

@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._clock import UpdateClock  # noqa: E402
+from benchmarks._common import logging_nowhere  # noqa: E402
 from benchmarks._fresh import Config, add_arguments, measure_or_rounds, print_results, selected  # noqa: E402
 
 ENV = "Hopper-v4"
@@ -83,6 +84,7 @@ def measure_sb3(steps: int, learning_starts: int) -> dict:
     model = SAC("MlpPolicy", gym.make(ENV), learning_rate=3e-4, buffer_size=learning_starts + steps,
                 learning_starts=learning_starts, batch_size=256, tau=0.005, gamma=0.99, train_freq=1,
                 gradient_steps=1, policy_kwargs={"net_arch": [256, 256]}, device="cpu", seed=0)
+    logging_nowhere(model)
     clock = _GradientClock(calls_per_cycle=1)
     model.train = clock.wrap(model.train)
     model.learn(learning_starts + steps)

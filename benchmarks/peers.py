@@ -332,13 +332,14 @@ def solve_sb3(seed: int, launch: float) -> dict[str, float]:
     """Stable-Baselines3's PPO with its defaults, evaluated every 10k steps on 16 deterministic episodes."""
     import gymnasium as gym
     import torch
+    from _common import logging_nowhere
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
 
     torch.set_num_threads(1)
     t0 = time.time()
-    model = PPO("MlpPolicy", gym.make("CartPole-v1"), seed=seed, device="cpu")
+    model = logging_nowhere(PPO("MlpPolicy", gym.make("CartPole-v1"), seed=seed, device="cpu"))
     eval_env = gym.make("CartPole-v1")
     reached: dict[str, float] = {}
 

@@ -49,6 +49,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
+from benchmarks._common import logging_nowhere  # noqa: E402
+
 
 def _linear(start: float):
     """rl-zoo's ``lin_<start>``: decays linearly from ``start`` to 0 over the zoo's n_timesteps."""
@@ -140,7 +142,7 @@ def run_one(algo: str, env_id: str, seed: int, *, target: float | None, stop: bo
     else:
         eval_env = gym.make(env_id)
         eval_env.reset(seed=10_000 + seed)
-    model = getattr(sb3, algo.upper())("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs)
+    model = logging_nowhere(getattr(sb3, algo.upper())("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs))
     evals: list[dict[str, float]] = []
     folder = None
     if logdir is not None:

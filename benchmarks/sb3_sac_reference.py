@@ -43,6 +43,7 @@ def run_sb3_sac(seed: int, *, total_timesteps: int = 20_000, eval_every: int = 1
         training CPU seconds so far)``.
     """
     import gymnasium as gym
+    from _common import logging_nowhere
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -70,7 +71,7 @@ def run_sb3_sac(seed: int, *, total_timesteps: int = 20_000, eval_every: int = 1
             return True
 
     callback = Evaluations()
-    model = SAC(env=gym.make("Pendulum-v1"), seed=seed, device="cpu", verbose=0, **ZOO_PENDULUM)
+    model = logging_nowhere(SAC(env=gym.make("Pendulum-v1"), seed=seed, device="cpu", verbose=0, **ZOO_PENDULUM))
     model.learn(total_timesteps=total_timesteps, callback=callback)
     train_s = time.perf_counter() - callback.start - callback.eval_s
     # CPU seconds move far less than the wall clock with a shared machine's load (evaluations excluded too).

@@ -7,7 +7,11 @@ plugin):
   feature pays for its tests by making others cheaper, or by raising a budget in a reviewed change that says why.
 - ``--leak-check``: the run leaves nothing behind. Every process the run starts inherits :data:`SESSION_VARIABLE`;
   one that still runs when the run ends (a worker, a Ray node, a ``torchrun`` rank, whatever started it) is named,
-  killed, and fails the run, and so does a file left in ``/dev/shm`` that the run created.
+  killed, and fails the run, and so does a file left in ``/dev/shm`` that the run created. Every process the run
+  starts also has a temp folder of the run's own (``TMPDIR``, one subfolder for each pytest process, see
+  :func:`own_temp_folder`): what is left in it at the end (a run's folder made with ``mkdtemp`` and never removed,
+  the socket folder of a fork server whose owner was killed) is named with the test that made it, fails the run, and
+  is removed with the folder. pytest's own ``tmp_path`` folders stay where they were (``PYTEST_DEBUG_TEMPROOT``).
 
 The Makefile's ``test`` and ``quick`` pass both. The CPU seconds are those the time guard measures (the process's and
 its waited-for children's, in the JUnit report's ``cpu_seconds``): unlike the wall clock, they do not grow when other
@@ -17,7 +21,9 @@ work shares the CPUs, so neither verdict depends on the load.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -37,6 +43,8 @@ BUDGETS = {"quick": 285.0, "slow": 1560.0, "long": 590.0, "ray": 60.0}
 SUITE_LOAD_PER_CORE = 1.5
 #: the environment variable that marks the processes of one test run
 SESSION_VARIABLE = "RLSTRUCT_TEST_SESSION"
+#: the environment variable that holds the run's temp folder (``--leak-check``)
+TEMP_VARIABLE = "RLSTRUCT_TEST_TEMP"
 SHM = Path("/dev/shm")
 #: how many of the costliest tests the end of the run lists
 TOP = 25
@@ -47,6 +55,7 @@ _costs: list[tuple[float, str, str]] = []
 _loads: list[float] = []
 _shm_before = pytest.StashKey[set[str]]()
 _failed = pytest.StashKey[list[str]]()
+_temp = pytest.StashKey[Path]()
 
 
 def pytest_addoption(parser):
@@ -66,10 +75,50 @@ def _controller(config) -> bool:
     return not hasattr(config, "workerinput")
 
 
+@pytest.hookimpl(trylast=True)  # after the conftest's session caches are made where they are removed from
 def pytest_configure(config):
-    if config.getoption("--leak-check") and _controller(config):
+    if not config.getoption("--leak-check"):
+        return
+    if _controller(config):
         os.environ[SESSION_VARIABLE] = uuid.uuid4().hex  # the xdist workers and all they start inherit it
         config.stash[_shm_before] = _shm_entries()
+        # A short name: Ray's and multiprocessing's sockets live under TMPDIR, within AF_UNIX's 107 bytes.
+        os.environ[TEMP_VARIABLE] = tempfile.mkdtemp(prefix="rlt-")
+        os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    if TEMP_VARIABLE in os.environ:
+        config.stash[_temp] = own_temp_folder(Path(os.environ[TEMP_VARIABLE]), _process_name(config))
+
+
+def _process_name(config) -> str:
+    """``main`` for the controller, the xdist worker's id (``gw0``...) for a worker."""
+    return getattr(config, "workerinput", {}).get("workerid", "main")
+
+
+def own_temp_folder(root: Path, name: str) -> Path:
+    """``root/name``, made, as this process's temp folder and that of every process it starts from now on
+    (``TMPDIR``, and :mod:`tempfile`'s cached one). One folder a pytest process, so that an entry in it is charged to
+    the test that process ran when it appeared (:func:`pytest_runtest_protocol`)."""
+    folder = root / name
+    folder.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = str(folder)
+    return folder
+
+
+def _tests_file(folder: Path) -> Path:
+    """Where the entries that appeared in ``folder`` during a test are written, each beside the test's id."""
+    return folder.with_name(f"{folder.name}.tests")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    folder = item.config.stash.get(_temp, None)
+    before = set(os.listdir(folder)) if folder is not None else set()
+    yield
+    if folder is not None:
+        new = set(os.listdir(folder)) - before
+        if new:
+            with _tests_file(folder).open("a") as out:
+                out.writelines(f"{name}\t{item.nodeid}\n" for name in sorted(new))
 
 
 def kind(keywords) -> str:
@@ -146,6 +195,8 @@ def pytest_sessionfinish(session, exitstatus):
     if config.getoption("--leak-check") and SESSION_VARIABLE in os.environ:
         failed += leftovers(os.environ[SESSION_VARIABLE], config.stash.get(_shm_before, set()),
                             grace=config.getoption("--leak-grace"))
+    if _temp in config.stash:
+        failed += temp_leftovers(config.stash[_temp].parent)
     if failed:
         config.stash[_failed] = failed
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -153,7 +204,9 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_unconfigure(config):
     """The failed checks, written after pytest's last line ("N passed in T s"): a log read from its end (a CI's
-    tail) shows why a run whose tests all passed failed."""
+    tail) shows why a run whose tests all passed failed. The run's temp folder is removed, what was left in it too."""
+    if _temp in config.stash and _controller(config):
+        shutil.rmtree(config.stash[_temp].parent, ignore_errors=True)
     failed = config.stash.get(_failed, [])
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if failed and reporter is not None:
@@ -211,4 +264,18 @@ def leftovers(marker: str, shm_before: set[str], *, grace: float = GRACE_SECONDS
         except ProcessLookupError:
             pass
     lines += [f"{SHM / name} was left behind" for name in sorted(_shm_entries() - shm_before)]
+    return lines
+
+
+def temp_leftovers(root: Path) -> list[str]:
+    """One line an entry left in a pytest process's temp folder under ``root`` (:func:`own_temp_folder`), with the
+    test during which it appeared where one did (else it appeared between tests, or after the last)."""
+    lines = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        tests = {}
+        if _tests_file(folder).exists():
+            tests = dict(line.split("\t", 1) for line in _tests_file(folder).read_text().splitlines())
+        for name in sorted(os.listdir(folder)):
+            by = f" by {tests[name]}" if name in tests else f" (in {folder.name}'s temp folder, between tests)"
+            lines.append(f"the temp entry {name} was left behind{by}")
     return lines

@@ -118,14 +118,14 @@ def test_no_parameters_is_refused():
 
 @pytest.mark.slow  # 4.5 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.timeout(120)
-def test_a_training_run_never_imports_dynamo():
+def test_a_training_run_never_imports_dynamo(tmp_path):
     """The reason this class exists: torch.optim's optimizers import torch._dynamo (about 1 s) at their first use."""
-    code = ("import sys, tempfile\n"
+    code = ("import sys\n"
             "from rlstruct.algos.ppo import PPOConfig, train\n"
-            "train(PPOConfig(env='CartPole-v1', max_env_steps=1024, logdir=tempfile.mkdtemp(), progress=False,\n"
+            "train(PPOConfig(env='CartPole-v1', max_env_steps=1024, logdir=sys.argv[1], progress=False,\n"
             "                tensorboard=False, n_evaluation_envs=2, evaluation_max_steps=20))\n"
             "print('torch._dynamo' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=110)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=110)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
 

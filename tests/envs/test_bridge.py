@@ -447,6 +447,8 @@ def test_sb3_ppo_learns_on_bridged_cartpole():
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecEnv as SB3VecEnv
 
+    from benchmarks._common import logging_nowhere
+
     class SB3Adapter(SB3VecEnv):
         """SB3's VecEnv API over a SAME_STEP gymnasium vector env (numpy output)."""
 
@@ -504,7 +506,8 @@ def test_sb3_ppo_learns_on_bridged_cartpole():
     torch.set_num_threads(1)
     try:
         venv = SB3Adapter(to_gymnasium(CartPole(8, seed=0, autoreset=True), output="numpy"))
-        model = PPO("MlpPolicy", venv, n_steps=128, batch_size=256, learning_rate=1e-3, seed=0, device="cpu")
+        model = logging_nowhere(PPO("MlpPolicy", venv, n_steps=128, batch_size=256, learning_rate=1e-3, seed=0,
+                                    device="cpu"))
         model.learn(total_timesteps=4096)
         rng = np.random.default_rng(0)
         random_length = mean_episode_length(lambda obs: rng.integers(0, 2, len(obs)))

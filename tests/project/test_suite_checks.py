@@ -1,6 +1,7 @@
 """The whole run's checks (tests/suite_checks.py): ``--leak-check`` names, kills and fails a process the run left
-running and a ``/dev/shm`` file it left behind; ``--cpu-budget`` lists the costliest tests and fails a kind of test
-over its budget. Each run is pytest in a subprocess on a generated test file."""
+running, names a ``/dev/shm`` file it left behind, and names and removes what a test left in its temp folder;
+``--cpu-budget`` lists the costliest tests and fails a kind of test over its budget. Each run is pytest in a
+subprocess on a generated test file."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tests.suite_checks import BUDGETS, kind, over_budget
 
 LEAKS = '''
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +32,13 @@ def test_starts_a_process_and_leaves_it():
 
 def test_leaves_a_shared_memory_file():
     Path("/dev/shm/{name}").write_bytes(b"x")
+
+
+def test_leaves_a_temp_folder():
+    left = tempfile.mkdtemp(prefix="left-")
+    Path("temp").write_text(left)
+    with tempfile.TemporaryDirectory():  # removed as it should be: not a leftover
+        pass
 '''
 
 CLEAN = '''
@@ -51,7 +60,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow  # a pytest in a fresh interpreter: 3 CPU s
 @pytest.mark.timeout(120)
-def test_a_run_that_leaves_a_process_and_a_shm_file_fails_naming_both(tmp_path):
+def test_a_run_that_leaves_a_process_a_shm_file_and_a_temp_folder_fails_naming_each(tmp_path):
     name = f"rlstruct-test-{uuid.uuid4().hex}"
     try:
         # `sleep 300` outlives any grace: a second's proves what the default 20 s would, without waiting them out.
@@ -59,12 +68,20 @@ def test_a_run_that_leaves_a_process_and_a_shm_file_fails_naming_both(tmp_path):
         out = run_generated_suite(tmp_path, LEAKS.format(name=name), "-p", "tests.suite_checks", "--leak-check",
                                   "--leak-grace", "1", "--time-guard-scale", "1")
         assert out.returncode == 1, out.stdout[-3000:]
-        assert "2 passed" in out.stdout
+        assert "3 passed" in out.stdout
         pid = int((tmp_path / "pid").read_text())
         assert f"suite check failed: process {pid} was left running (sleep 300); killed" in out.stdout
         assert f"suite check failed: /dev/shm/{name} was left behind" in out.stdout
+        # The test's temp folder was the run's own (under TMPDIR, one folder a pytest process), named with the test
+        # that made it, and removed with the run's.
+        left = Path((tmp_path / "temp").read_text())
+        assert left.parent.name == "main" and left.parent.parent.name.startswith("rlt-"), left
+        assert (f"suite check failed: the temp entry {left.name} was left behind by "
+                "test_generated.py::test_leaves_a_temp_folder") in out.stdout
+        assert out.stdout.count("suite check failed") == 3, out.stdout[-3000:]
+        assert not left.parent.parent.exists()
         # after pytest's last line, where a log's tail shows them
-        assert out.stdout.rindex("suite check failed") > out.stdout.rindex("2 passed")
+        assert out.stdout.rindex("suite check failed") > out.stdout.rindex("3 passed")
         assert not _alive(pid)
     finally:
         Path(f"/dev/shm/{name}").unlink(missing_ok=True)
