@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["creation_site", "reap_fork_server", "reap_resource_tracker", "track", "untrack"]
+__all__ = ["close_all_at_exit", "creation_site", "reap_fork_server", "reap_resource_tracker", "track", "untrack"]
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,11 @@ def creation_site() -> tuple[str, int, str]:
     return code.co_filename, last.f_lineno, code.co_name
 
 
-def _close_all_at_exit() -> None:
+def close_all_at_exit() -> None:
+    """What this process's exit does for its batchers: closes every batcher left open, runs multiprocessing's own
+    exit (its finalizers: the fork server's socket folder in the temp folder among them) and reaps the fork server
+    and the resource tracker. The exit hook; also for a process about to be killed, which runs no exit hook (a Ray
+    actor's close). No batcher may be made in this process after it."""
     with _LOCK:
         live = list(_LIVE)
     for f in live:
@@ -136,7 +140,7 @@ def track(obj: Any, what: str, release: Callable[..., Any], *args: Any) -> weakr
     global _HOOKED
     site = creation_site()
     f = weakref.finalize(obj, _release, what, site, release, args)
-    f.atexit = False  # closed by _close_all_at_exit, before multiprocessing's own hook
+    f.atexit = False  # closed by close_all_at_exit, before multiprocessing's own hook
     with _LOCK:
         if not _HOOKED:
             # multiprocessing's own atexit hook terminates daemon children with SIGTERM and then joins them, but
@@ -144,7 +148,7 @@ def track(obj: Any, what: str, release: Callable[..., Any], *args: Any) -> weakr
             # that join would wait forever. atexit runs the hook registered last first, and this one comes after
             # multiprocessing.util's (imported above): every batcher is closed before multiprocessing joins. It also
             # runs when every batcher was closed, to reap the resource tracker their workers started.
-            atexit.register(_close_all_at_exit)
+            atexit.register(close_all_at_exit)
             _HOOKED = True
         # Finalizers that ran or were detached are dropped here, so the set stays as small as the open batchers.
         _LIVE.difference_update([g for g in _LIVE if not g.alive])

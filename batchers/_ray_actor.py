@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from rlstruct._determinism import apply_from_environment
+from rlstruct.batchers._lifecycle import close_all_at_exit
 from rlstruct.batchers._restart import restart_seeds
 from rlstruct.batchers._wire import from_wire, trajectories_to_wire
 from rlstruct.batchers.batcher import RL_Batcher
@@ -108,7 +109,11 @@ class BatcherActor:
         return {"wire": trajectories_to_wire(traj), "n_running": self.n_running, "timings": self.batcher.timings()}
 
     def close(self) -> None:
+        """Closes the batcher, then does what this process's exit would for its worker processes' helpers, as
+        :func:`close_actors` kills it next and a killed process runs no exit hook: multiprocessing's finalizers
+        (the fork server's socket folder in the node's temp folder), its fork server and resource tracker ended."""
         self.batcher.close()
+        close_all_at_exit()
 
 
 def import_ray() -> Any:

@@ -395,8 +395,11 @@ def torchrun_half(folder: Path, budget: int, rounds: int, timeout: float) -> dic
             else:
                 launcher = ["torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                             "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--no-python", *per_rank]
-                wall, k = run_together([([*launcher, "--logdir", f"../ranks-{r}"], folder / node,
-                                         folder / f"ranks-{r}-{node}.log") for node in NODES], env, timeout)
+                # --log-dir in the node's folder: without one, each launcher leaves a torchelastic_* folder in the
+                # temp folder
+                wall, k = run_together([([*launcher[:1], "--log-dir", "torchrun-logs", *launcher[1:], "--logdir",
+                                          f"../ranks-{r}"], folder / node, folder / f"ranks-{r}-{node}.log")
+                                        for node in NODES], env, timeout)
                 shown[ranks] = shlex.join([*launcher, "--logdir", "RUN"])
                 for node in NODES:
                     text = (folder / f"ranks-{r}-{node}.log").read_text(errors="replace")

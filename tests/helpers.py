@@ -152,7 +152,7 @@ def _end_as_a_fresh_process() -> None:
     from rlstruct.batchers import _lifecycle
 
     if _lifecycle._HOOKED:
-        _lifecycle._close_all_at_exit()
+        _lifecycle.close_all_at_exit()
     else:
         _lifecycle.reap_fork_server(_HELPERS_GRACE_S)
         _lifecycle.reap_resource_tracker(_HELPERS_GRACE_S)

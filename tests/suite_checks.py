@@ -20,7 +20,9 @@ work shares the CPUs, so neither verdict depends on the load.
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -89,6 +91,17 @@ def pytest_configure(config):
         config.stash[_temp] = own_temp_folder(Path(os.environ[TEMP_VARIABLE]), _process_name(config))
 
 
+def machine_caches() -> tuple[str, ...]:
+    """The entries of the machine's temp folder that are caches meant to outlive a run, which each pytest process's
+    temp folder links to: inductor's precompiled headers (``torchinductor_USER``, as torch names it; 163 MB and about
+    14 CPU s to build, keyed by the compiler and its flags: built once on a machine, then reused)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    return ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user),)
+
+
 def _process_name(config) -> str:
     """``main`` for the controller, the xdist worker's id (``gw0``...) for a worker."""
     return getattr(config, "workerinput", {}).get("workerid", "main")
@@ -97,9 +110,14 @@ def _process_name(config) -> str:
 def own_temp_folder(root: Path, name: str) -> Path:
     """``root/name``, made, as this process's temp folder and that of every process it starts from now on
     (``TMPDIR``, and :mod:`tempfile`'s cached one). One folder a pytest process, so that an entry in it is charged to
-    the test that process ran when it appeared (:func:`pytest_runtest_protocol`)."""
+    the test that process ran when it appeared (:func:`pytest_runtest_protocol`). The :func:`machine_caches` in it
+    are links to those of the machine's temp folder (``root``'s parent)."""
     folder = root / name
     folder.mkdir(exist_ok=True)
+    for cache in machine_caches():
+        (root.parent / cache).mkdir(exist_ok=True)  # a link to a folder that exists: makedirs under it works
+        if not (folder / cache).is_symlink():
+            (folder / cache).symlink_to(root.parent / cache, target_is_directory=True)
     os.environ["TMPDIR"] = tempfile.tempdir = str(folder)
     return folder
 
@@ -275,7 +293,7 @@ def temp_leftovers(root: Path) -> list[str]:
         tests = {}
         if _tests_file(folder).exists():
             tests = dict(line.split("\t", 1) for line in _tests_file(folder).read_text().splitlines())
-        for name in sorted(os.listdir(folder)):
+        for name in sorted(set(os.listdir(folder)) - set(machine_caches())):
             by = f" by {tests[name]}" if name in tests else f" (in {folder.name}'s temp folder, between tests)"
             lines.append(f"the temp entry {name} was left behind{by}")
     return lines

@@ -186,6 +186,11 @@ def test_two_ranks_match_one_process_on_the_whole_batch():
 
 
 # --------------------------------------------------------------------------- the on-policy loop under torchrun
+#: torchrun's ``--log-dir``, in the test's folder (its cwd): without one, torchrun makes a ``torchelastic_*`` folder in
+#: the temp folder for each launch and leaves it there
+TORCHRUN_LOGS = "torchrun-logs"
+
+
 def _torchrun(tmp_path, *args: str, timeout: float = 280, env: dict[str, str] | None = None
               ) -> subprocess.CompletedProcess:
     """``torchrun --nproc-per-node 2 --no-python rlstruct ...`` with this interpreter's torchrun and rlstruct, ``env``
@@ -194,7 +199,7 @@ def _torchrun(tmp_path, *args: str, timeout: float = 280, env: dict[str, str] | 
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1",
            **(env or {})}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-           str(_free_port()), "--no-python", "rlstruct", *args]
+           str(_free_port()), "--log-dir", TORCHRUN_LOGS, "--no-python", "rlstruct", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
 
 
@@ -505,8 +510,9 @@ def test_torchrun_max_restarts_resumes_the_group_from_the_last_checkpoint(tmp_pa
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1"}
     budget = 20 * 2 * 4 * 32  # 20 iterations of 2 ranks x 4 envs x 32 steps
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
-           "--master-port", str(_free_port()), "--no-python", "rlstruct", *LONG_RUN, "--max-env-steps", str(budget),
-           "--n-envs", "4", "--n-steps", "32", "--checkpoint-every", "4", "--logdir", "run"]
+           "--master-port", str(_free_port()), "--log-dir", TORCHRUN_LOGS, "--no-python", "rlstruct", *LONG_RUN,
+           "--max-env-steps", str(budget), "--n-envs", "4", "--n-steps", "32", "--checkpoint-every", "4",
+           "--logdir", "run"]
     launcher = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
     try:

@@ -211,17 +211,18 @@ def _forked_commands(real_run, folder: Path):
     return run
 
 
-def run_forked(path: Path, folder: Path, timeout: float, scale: str) -> subprocess.CompletedProcess:
+def run_forked(path: Path, folder: Path, timeout: float, scale: str, temp: str) -> subprocess.CompletedProcess:
     """Runs ``path`` as ``python path`` would, from the repository's root, at ``scale`` with one OpenMP
-    thread, in a child forked from this process and started as a fresh one (:class:`ForkedCommand`): ``__main__``
-    (which its spawned workers import again), its folder first on a fresh interpreter's ``sys.path``. Its
-    ``python -m rlstruct.algos`` commands are forked from it in turn (:func:`_forked_commands`). Waits at most
-    ``wall_limit(timeout)``; its status and what it printed."""
+    thread and ``temp`` as its temp folder, in a child forked from this process and started as a fresh one
+    (:class:`ForkedCommand`): ``__main__`` (which its spawned workers import again), its folder first on a fresh
+    interpreter's ``sys.path``. Its ``python -m rlstruct.algos`` commands are forked from it in turn
+    (:func:`_forked_commands`). Waits at most ``wall_limit(timeout)``; its status and what it printed."""
     fresh_sys_path()  # asked here, once a worker: not in every child
 
     def script() -> int:
         os.chdir(ROOT)
-        os.environ.update({"RLSTRUCT_TUTORIAL_SCALE": scale, "OMP_NUM_THREADS": "1"})
+        os.environ.update({"RLSTRUCT_TUTORIAL_SCALE": scale, "OMP_NUM_THREADS": "1", "TMPDIR": temp})
+        tempfile.tempdir = None  # read from TMPDIR again, as a fresh interpreter does
         os.environ.pop("RLSTRUCT_CHECK_DEVICE", None)
         torch.set_num_threads(1)  # what OMP_NUM_THREADS=1 gives an interpreter that starts with it
         _as_a_script(path.parent)
@@ -284,12 +285,17 @@ def run_tutorial(path: Path, capsys, monkeypatch, tmp_path) -> None:
             _FULL_SIZE_RETURNS[path.stem] = [r.eval_return for r in results]
         return
     limit = long_timeout(path.stem) if path.stem in LONG else TIMEOUT_S
-    if path.stem in FORKED and forkable():
-        proc = run_forked(path, tmp_path, limit, scale)
-    else:
-        # One that runs commands (it imports subprocess) forks them from its fresh interpreter, as run_forked does.
-        commands = path.stem in FORKED and "import subprocess" in path.read_text()
-        proc = run_fresh(path, limit, scale, tmp_path if commands else None)
+    # The tutorial's temp folder (TMPDIR) is the test's, removed after it: what its processes leave there as they
+    # would in a user's (the session logs of a local Ray cluster) goes with it. A short name: a Ray node's sockets
+    # live under it, within AF_UNIX's 107 bytes.
+    with tempfile.TemporaryDirectory(prefix="t", ignore_cleanup_errors=True) as temp:
+        if path.stem in FORKED and forkable():
+            proc = run_forked(path, tmp_path, limit, scale, temp)
+        else:
+            # One that runs commands (it imports subprocess) forks them from its fresh interpreter, as run_forked
+            # does.
+            commands = path.stem in FORKED and "import subprocess" in path.read_text()
+            proc = run_fresh(path, limit, scale, temp, tmp_path if commands else None)
     output = f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0, f"{path.name} exited with {proc.returncode}\n{output}"
     assert "all claims hold" in proc.stdout
@@ -327,13 +333,15 @@ def main_with_forked_commands(path: Path, folder: Path, wall_scale: float, fresh
     runpy.run_path(str(path), run_name="__main__")
 
 
-def run_fresh(path: Path, limit: float, scale: str, folder: Path | None = None) -> subprocess.CompletedProcess:
-    """Runs ``python path`` from the repository's root at ``scale``, at most ``wall_limit(limit)``; with ``folder``
-    (a FORKED tutorial), through :func:`main_with_forked_commands`, its commands' output there."""
+def run_fresh(path: Path, limit: float, scale: str, temp: str, folder: Path | None = None
+              ) -> subprocess.CompletedProcess:
+    """Runs ``python path`` from the repository's root at ``scale`` with ``temp`` as its temp folder, at most
+    ``wall_limit(limit)``; with ``folder`` (a FORKED tutorial), through :func:`main_with_forked_commands`, its
+    commands' output there."""
     # One OpenMP thread, as the suite's training runs have (their config's torch_threads): with torch's default, a
     # process that evaluates a small model on a busy 2-core machine spins its second thread (tutorial 12's
     # `rlstruct eval` of 32 CartPole episodes: 10.9 CPU s, 3.7 with one).
-    env = {**os.environ, "RLSTRUCT_TUTORIAL_SCALE": scale, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "RLSTRUCT_TUTORIAL_SCALE": scale, "OMP_NUM_THREADS": "1", "TMPDIR": temp}
     env.pop("RLSTRUCT_CHECK_DEVICE", None)
     timeout = wall_limit(limit)
     from tests import helpers
