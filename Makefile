@@ -65,7 +65,7 @@ TEST_WORKERS ?= 2
 # (benchmarks/test_guard.py reads it).
 PYTEST_ARGS ?=
 # --cpu-budget: each kind of test's CPU seconds over the run against its budget, and the 25 costliest tests;
-# --leak-check: no process or /dev/shm file left behind (tests/suite_checks.py).
+# --leak-check: no process, /dev/shm file or temp folder entry left behind (tests/suite_checks.py).
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --cpu-budget --leak-check \
 	$(PYTEST_ARGS) --doctest-modules rlstruct agents batchers algos tests
 

@@ -65,8 +65,8 @@ def pytest_addoption(parser):
                      help="sum each kind of test's CPU seconds over the run, list the costliest tests, and fail the "
                           "run if a kind goes over its budget (tests/suite_checks.py)")
     parser.addoption("--leak-check", action="store_true",
-                     help="fail the run if a process it started still runs at its end, or a file it made in /dev/shm "
-                          "is left (tests/suite_checks.py)")
+                     help="fail the run if a process it started still runs at its end, a file it made in /dev/shm "
+                          "is left, or an entry of its temp folder is (tests/suite_checks.py)")
     parser.addoption("--leak-grace", type=float, default=GRACE_SECONDS, metavar="SECONDS",
                      help="with --leak-check, how long the run's processes get to end after its last test before "
                           f"one still running is a leak (default {GRACE_SECONDS:g})")
