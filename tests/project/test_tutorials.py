@@ -116,6 +116,8 @@ LONG = {
                                    "harness's commands (train 20k env steps, eval, compare, a 2-trial sweep), each a "
                                    "process of its own",
 }
+#: what a local Ray cluster keeps in its temp folder after it ended: its sessions' logs
+RAY_LOGS = "ray"
 #: a LONG tutorial's own limit where its runs take more than :data:`LONG_TIMEOUT_S`
 LONG_TIMEOUTS_S = {"12_write_your_own_algorithm": 600}
 
@@ -285,9 +287,9 @@ def run_tutorial(path: Path, capsys, monkeypatch, tmp_path) -> None:
             _FULL_SIZE_RETURNS[path.stem] = [r.eval_return for r in results]
         return
     limit = long_timeout(path.stem) if path.stem in LONG else TIMEOUT_S
-    # The tutorial's temp folder (TMPDIR) is the test's, removed after it: what its processes leave there as they
-    # would in a user's (the session logs of a local Ray cluster) goes with it. A short name: a Ray node's sockets
-    # live under it, within AF_UNIX's 107 bytes.
+    # The tutorial's temp folder (TMPDIR) is the test's, removed after it, where a local Ray cluster's session logs
+    # (which Ray keeps, as it would in a user's temp folder) go; anything else left there is the tutorial's leak. A
+    # short name: a Ray node's sockets live under it, within AF_UNIX's 107 bytes.
     with tempfile.TemporaryDirectory(prefix="t", ignore_cleanup_errors=True) as temp:
         if path.stem in FORKED and forkable():
             proc = run_forked(path, tmp_path, limit, scale, temp)
@@ -296,9 +298,11 @@ def run_tutorial(path: Path, capsys, monkeypatch, tmp_path) -> None:
             # does.
             commands = path.stem in FORKED and "import subprocess" in path.read_text()
             proc = run_fresh(path, limit, scale, temp, tmp_path if commands else None)
+        left = sorted(set(os.listdir(temp)) - {RAY_LOGS})
     output = f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0, f"{path.name} exited with {proc.returncode}\n{output}"
     assert "all claims hold" in proc.stdout
+    assert not left, f"{path.name} left {left} in its temp folder"
     if path.stem in FULL_SIZE:
         _FULL_SIZE_RETURNS[path.stem] = [float(v) for v in _PRINTED_RETURN[path.stem].findall(proc.stdout)]
 
