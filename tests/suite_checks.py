@@ -21,6 +21,8 @@ work shares the CPUs, so neither verdict depends on the load.
 from __future__ import annotations
 
 import getpass
+import multiprocessing.process
+import multiprocessing.util
 import os
 import re
 import shutil
@@ -214,7 +216,7 @@ def pytest_sessionfinish(session, exitstatus):
         failed += leftovers(os.environ[SESSION_VARIABLE], config.stash.get(_shm_before, set()),
                             grace=config.getoption("--leak-grace"))
     if _temp in config.stash:
-        failed += temp_leftovers(config.stash[_temp].parent)
+        failed += temp_leftovers(config.stash[_temp].parent, _own_multiprocessing_folder())
     if failed:
         config.stash[_failed] = failed
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -224,7 +226,12 @@ def pytest_unconfigure(config):
     """The failed checks, written after pytest's last line ("N passed in T s"): a log read from its end (a CI's
     tail) shows why a run whose tests all passed failed. The run's temp folder is removed, what was left in it too."""
     if _temp in config.stash and _controller(config):
-        shutil.rmtree(config.stash[_temp].parent, ignore_errors=True)
+        root = config.stash[_temp].parent
+        if _own_multiprocessing_folder() is None:
+            shutil.rmtree(root, ignore_errors=True)
+        else:  # after multiprocessing's own removal of its folder there, at this process's exit
+            multiprocessing.util.Finalize(None, shutil.rmtree, args=(root,), kwargs={"ignore_errors": True},
+                                          exitpriority=-200)
     failed = config.stash.get(_failed, [])
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if failed and reporter is not None:
@@ -285,15 +292,25 @@ def leftovers(marker: str, shm_before: set[str], *, grace: float = GRACE_SECONDS
     return lines
 
 
-def temp_leftovers(root: Path) -> list[str]:
+def _own_multiprocessing_folder() -> Path | None:
+    """This process's multiprocessing temp folder (its fork server's socket: tests that ran in this process, as
+    without xdist, may have started one), which multiprocessing removes at this process's exit; ``None`` if none."""
+    folder = multiprocessing.process.current_process()._config.get("tempdir")
+    return Path(folder) if folder else None
+
+
+def temp_leftovers(root: Path, own: Path | None = None) -> list[str]:
     """One line an entry left in a pytest process's temp folder under ``root`` (:func:`own_temp_folder`), with the
-    test during which it appeared where one did (else it appeared between tests, or after the last)."""
+    test during which it appeared where one did (else it appeared between tests, or after the last); ``own``, this
+    process's multiprocessing folder, which its exit removes, is none."""
     lines = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         tests = {}
         if _tests_file(folder).exists():
             tests = dict(line.split("\t", 1) for line in _tests_file(folder).read_text().splitlines())
         for name in sorted(set(os.listdir(folder)) - set(machine_caches())):
+            if own is not None and folder / name == own:
+                continue
             by = f" by {tests[name]}" if name in tests else f" (in {folder.name}'s temp folder, between tests)"
             lines.append(f"the temp entry {name} was left behind{by}")
     return lines

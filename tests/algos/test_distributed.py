@@ -7,11 +7,14 @@ import contextlib
 import csv
 import functools
 import json
+import multiprocessing.process
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -203,14 +206,15 @@ def _torchrun(tmp_path, *args: str, timeout: float = 280, env: dict[str, str] | 
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
 
 
-def _fork_ranks(folder: Path, *args: str) -> list[ForkedCommand]:
+def _fork_ranks(folder: Path, *args: str, temps: dict[int, str] | None = None) -> list[ForkedCommand]:
     """``rlstruct ARGS`` as 2 ranks forked from this process (``tests.helpers.ForkedCommand``), each given the variables
     torchrun gives a rank (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``PORT``),
     one torch thread and ``folder`` as its working directory, joining by ``env://`` as ranks a scheduler starts do.
     For a claim of the loop under ranks, where torchrun's three fresh interpreters (its agent and two ranks, each
     importing torch: 7-8 CPU s) prove nothing: torchrun itself is the restart test's and test_multinode_benchmark's.
     A rank with worker processes (``--n-processes``) starts them from a fork server of its own, in its own process
-    group, as a fresh interpreter would (``ForkedCommand``)."""
+    group, as a fresh interpreter would (``ForkedCommand``). ``temps``: {rank: its temp folder} for a rank whose
+    temp folder the test removes (one it kills: its fork server's socket folder would stay)."""
     port = str(_free_port())
 
     def seam(rank: int):
@@ -218,6 +222,10 @@ def _fork_ranks(folder: Path, *args: str) -> list[ForkedCommand]:
             os.chdir(folder)
             os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
                                "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+            if temps and rank in temps:
+                os.environ["TMPDIR"] = tempfile.tempdir = temps[rank]
+                # multiprocessing's own temp folder (its fork server's socket), made in there on first use
+                multiprocessing.process.current_process()._config.pop("tempdir", None)
             torch.set_num_threads(1)
         return enter
 
@@ -463,7 +471,10 @@ def test_a_rank_that_dies_or_hangs_ends_the_others_with_a_typed_error(tmp_path, 
     rank's own fork server, and rank 0's batcher workers are gone after it. ``hangs``: the envs stepped in process
     (no worker to start): the claim is the timeout of a collective, the workers' end is the other case's."""
     flags = [*LONG_RUN, "--max-env-steps", "5000000", "--n-envs", "4", "--n-steps", "16", "--batcher-timeout", "5"]
-    ranks = _fork_ranks(tmp_path, *flags, "--n-processes", "1" if fault == "dies" else "0", "--logdir", "run0")
+    # Rank 1's temp folder is this test's (short: its fork server's socket lives there): killed, it removes nothing.
+    temp = tempfile.mkdtemp(prefix="r")
+    ranks = _fork_ranks(tmp_path, *flags, "--n-processes", "1" if fault == "dies" else "0", "--logdir", "run0",
+                        temps={1: temp})
     try:
         progress = tmp_path / "run0" / "progress.csv"
         deadline = time.monotonic() + 90
@@ -480,9 +491,10 @@ def test_a_rank_that_dies_or_hangs_ends_the_others_with_a_typed_error(tmp_path, 
     finally:
         for p in ranks:
             p.kill()
-        # rank 1's fork server and worker, left in its group by the SIGKILL of the rank alone
+        # rank 1's fork server and worker, left in its group by the SIGKILL of the rank alone, and its temp folder
         with contextlib.suppress(ProcessLookupError):
             os.killpg(ranks[1].pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
     assert ranks[0].returncode == 1, err[-2000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("rlstruct train ppo: error: rank 0 of 2: ") and "another rank of the run died, left or " \
