@@ -148,6 +148,10 @@ def pytest_configure(config):
     # with both flags; a Brax pendulum's: 10.5, 5.1). The numerics differ at rounding level (about 1e-6 after 300
     # Brax steps): the Brax learning test's distribution is measured with these flags.
     os.environ.setdefault("XLA_FLAGS", TEST_XLA_FLAGS)
+    # The suite's training runs draw no learning curve at their end (RLSTRUCT_LEARNING_CURVE=0, unless given): the
+    # figure is no test's claim but those marked `learning_curve`, and drawing it was about a twentieth of the whole
+    # run's CPU (matplotlib's first figure in a process about a CPU second, each next one 0.2-0.4, in hundreds of runs).
+    os.environ.setdefault(LEARNING_CURVE_ENV_VAR, "0")
 
 
 def pytest_unconfigure(config):
@@ -171,6 +175,19 @@ def pytest_addoption(parser):
     parser.addoption("--time-guard-scale", type=float, default=None,
                      help="multiply both time limits by this instead of by this CPU's calibration against the "
                           "reference machine (1: the limits as written)")
+
+
+#: the variable that turns a run's learning curve off (``algos/_train/run_folder.py``'s; the suite sets 0)
+LEARNING_CURVE_ENV_VAR = "RLSTRUCT_LEARNING_CURVE"
+
+
+@pytest.fixture(autouse=True)
+def _learning_curves_where_a_test_reads_them(request, monkeypatch):
+    """A test marked ``learning_curve``: its runs, and the processes it starts, draw ``learning_curve.png`` as a
+    user's runs do."""
+    if request.node.get_closest_marker("learning_curve"):
+        monkeypatch.setenv(LEARNING_CURVE_ENV_VAR, "1")
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -30,6 +30,7 @@ import signal
 import tempfile
 import time
 import uuid
+import weakref
 from pathlib import Path
 
 import pytest
@@ -216,6 +217,7 @@ def pytest_sessionfinish(session, exitstatus):
         failed += leftovers(os.environ[SESSION_VARIABLE], config.stash.get(_shm_before, set()),
                             grace=config.getoption("--leak-grace"))
     if _temp in config.stash:
+        close_own_temporary_folders(config.stash[_temp].parent)
         failed += temp_leftovers(config.stash[_temp].parent, _own_multiprocessing_folder())
     if failed:
         config.stash[_failed] = failed
@@ -297,6 +299,18 @@ def _own_multiprocessing_folder() -> Path | None:
     without xdist, may have started one), which multiprocessing removes at this process's exit; ``None`` if none."""
     folder = multiprocessing.process.current_process()._config.get("tempdir")
     return Path(folder) if folder else None
+
+
+def close_own_temporary_folders(root: Path) -> None:
+    """Removes now, as this process's exit would, each folder under ``root`` that a live
+    ``tempfile.TemporaryDirectory`` of this process holds: a library may keep one for its process's lifetime (wandb's
+    media and artifact staging folders, made when it is imported), and tests run in this process without xdist."""
+    cleanup = tempfile.TemporaryDirectory._cleanup.__func__
+    for finalizer in list(weakref.finalize._registry):  # noqa: SLF001 (the live finalizers: no public view)
+        held = finalizer.peek()
+        if held is not None and getattr(held[1], "__func__", None) is cleanup and held[2] and \
+                Path(held[2][0]).is_relative_to(root):
+            finalizer()
 
 
 def temp_leftovers(root: Path, own: Path | None = None) -> list[str]:

@@ -248,7 +248,8 @@ class _CurveFigure:
                 ax.set_xlabel("env steps" if x == "env_steps" else "wall clock (s)")
                 ax.set_ylabel("return")
                 ax.grid(alpha=0.3)
-            axes[0].legend(loc="lower right")
+            if train or evals:  # a run that ended before its first episode or evaluation has nothing to name
+                axes[0].legend(loc="lower right")
             axes[0].figure.suptitle(plain_text(title))
             png = io.BytesIO()
             axes[0].figure.savefig(png, format="png", dpi=100)

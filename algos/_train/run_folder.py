@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from rlstruct.algos._train.checkpoints import Resume
     from rlstruct.algos._train.config import RunConfig
 
-__all__ = ["CONFIG_NAME", "CSV_NAME", "CURVE_NAME", "LOCK_NAME", "SUMMARY_NAME", "RunFolder", "check_output",
-           "earlier_rows", "earlier_run_files", "is_run_name", "refuse_links"]
+__all__ = ["CONFIG_NAME", "CSV_NAME", "CURVE_NAME", "LEARNING_CURVE_ENV_VAR", "LOCK_NAME", "SUMMARY_NAME", "RunFolder",
+           "check_output", "earlier_rows", "earlier_run_files", "is_run_name", "learning_curve_wanted", "refuse_links"]
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +43,28 @@ CONFIG_NAME = "config.json"
 LOCK_NAME = "run.lock"
 #: the learning curve's plot, written at a run's end
 CURVE_NAME = "learning_curve.png"
+#: ``0``: a run draws no learning curve at its end (a sweep's trials, a CI job's runs: matplotlib's first figure in a
+#: process costs about a CPU second, each next one 0.2-0.4); ``1`` or unset: it does
+LEARNING_CURVE_ENV_VAR = "RLSTRUCT_LEARNING_CURVE"
 #: the names a run writes in its folder (besides TensorBoard's ``events.out.tfevents.*``, the disk-backed replay's
 #: ``replay-rank*`` of data-parallel ranks and the ``.partial`` files a whole write goes through)
 RUN_NAMES = frozenset({CONFIG_NAME, CSV_NAME, SUMMARY_NAME, CHECKPOINT_NAME, CURVE_NAME, TRACKERS_FILE, LOCK_NAME,
                        "videos", "replay"})
+
+
+def learning_curve_wanted() -> bool:
+    """Whether a run draws ``learning_curve.png`` at its end (``RLSTRUCT_LEARNING_CURVE``: ``1`` or unset, yes;
+    ``0``, no).
+
+    Raises:
+        ConfigError: the variable is set to anything else (the message names it, its value and the choices).
+    """
+    given = os.environ.get(LEARNING_CURVE_ENV_VAR, "")
+    raw = given.strip()
+    if raw not in ("", "0", "1"):
+        raise ConfigError(f"{LEARNING_CURVE_ENV_VAR} must be 1 (draw learning_curve.png at a run's end) or 0 (do not), "
+                          f"got {given!r}; unset it for 1")
+    return raw != "0"
 
 
 def is_run_name(name: str) -> bool:
@@ -238,7 +256,10 @@ class RunFolder:
 
     def write_curve(self, history: list[dict[str, Any]], title: str) -> str | None:
         """Draws the learning curve of ``history`` (:func:`~.figures.learning_curve_png`) into
-        ``learning_curve.png``; returns its path, or ``None`` without matplotlib."""
+        ``learning_curve.png``; returns its path, or ``None`` without matplotlib or under
+        ``RLSTRUCT_LEARNING_CURVE=0`` (:func:`learning_curve_wanted`)."""
+        if not learning_curve_wanted():
+            return None
         png = learning_curve_png(history, title)
         if png is None:
             return None

@@ -57,6 +57,7 @@ from rlstruct.algos._train.log import Run
 from rlstruct.algos._train.memory import check_collection_fits
 from rlstruct.algos._train.presets import apply_preset
 from rlstruct.algos._train.registry import Algorithm, check_resume_source
+from rlstruct.algos._train.run_folder import learning_curve_wanted
 from rlstruct.algos._train.seeds import AGENT_SEEDS, ENV_SEEDS, evaluation_seeds, role_seed
 from rlstruct.algos._train.stop_rule import StopRule
 from rlstruct.algos._train.video import check_videos
@@ -191,6 +192,7 @@ def validate(algorithm: Algorithm, config: RunConfig, *, given: frozenset[str] |
     if config.deterministic:
         check_cublas_workspace(algorithm.title)
     check_compile_cache()
+    learning_curve_wanted()  # read again at the run's end, where a bad value would cost the run's files
     jax_compile_cache()  # before describe_env, which compiles a JAX env's first programs
     algorithm.check_family(config)
     check_videos(config)

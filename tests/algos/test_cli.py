@@ -65,6 +65,7 @@ def last_json(stdout: str) -> dict:
 TINY = ["--no-progress", "--n-envs", "4", "--n-evaluation-envs", "2", "--max-episode-steps", "60", "--eval-every", "5"]
 
 
+@pytest.mark.learning_curve
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_train_writes_logs_plot_checkpoint_and_eval_reads_it(tmp_path, capsys):
@@ -389,6 +390,7 @@ def _wait_for_training(run: ForkedCommand, csv_path: Path, timeout: float) -> No
     raise AssertionError(f"no training iteration after {timeout} s")
 
 
+@pytest.mark.learning_curve
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -1,5 +1,6 @@
 """Faults a cluster user meets, each one line (a typed error; from the command line one stderr line, a nonzero exit
-status and no traceback) that names what failed and the fix: a bad ``RLSTRUCT_START_METHOD``, a checkpoint whose
+status and no traceback) that names what failed and the fix: a bad ``RLSTRUCT_START_METHOD`` or
+``RLSTRUCT_LEARNING_CURVE``, a checkpoint whose
 zip directory was damaged, a resumed run given another env, a full or read-only disk, a ``/dev/shm`` too small for
 the batchers' shared memory, and more envs than memory holds."""
 
@@ -39,6 +40,14 @@ def test_a_bad_start_method_is_one_line_naming_the_variable_value_and_choices(tm
                                    "(how batcher workers start), got 'Fork'; unset it for the fork server where the "
                                    "platform has one"]
     assert not (tmp_path / "run").exists()  # refused before the run folder was made
+
+
+def test_a_bad_learning_curve_switch_is_one_line_naming_the_variable_value_and_choices(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RLSTRUCT_LEARNING_CURVE", "no")
+    code, lines = run_cli(["train", "a2c", "--max-env-steps", "64", "--logdir", str(tmp_path / "run")], capsys)
+    assert code == 2 and lines == ["rlstruct train a2c: error: RLSTRUCT_LEARNING_CURVE must be 1 (draw "
+                                   "learning_curve.png at a run's end) or 0 (do not), got 'no'; unset it for 1"]
+    assert not (tmp_path / "run").exists()  # refused before the run folder was made, not at the run's end
 
 
 def _central_directory(path: Path) -> int:

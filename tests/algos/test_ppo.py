@@ -193,6 +193,7 @@ def test_every_policy_gradient_algorithm_trains_pendulum_and_its_checkpoint_relo
     assert ev["algo"] == algo and ev["env"] == "Pendulum-v1" and -2_000 < ev["eval_return"] < 0
 
 
+@pytest.mark.learning_curve
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_cli_trains_ppo_on_pendulum_and_eval_reads_its_checkpoint(tmp_path, capsys):

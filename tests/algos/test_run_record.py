@@ -519,6 +519,7 @@ def test_a_failed_start_removes_only_the_names_the_run_writes(tmp_path, monkeypa
 
 
 # --------------------------------------------------------------------------- files written whole
+@pytest.mark.learning_curve
 def test_the_learning_curve_is_written_whole(tmp_path, monkeypatch):
     """Through a file renamed onto it, as the other files a run writes at once: a kill while the PNG is written
     leaves the previous curve (or none), never a cut one."""
@@ -535,6 +536,20 @@ def test_the_learning_curve_is_written_whole(tmp_path, monkeypatch):
     assert (f"{CURVE_NAME}.partial", CURVE_NAME) in swapped
     assert (tmp_path / "run" / CURVE_NAME).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(os.listdir(tmp_path / "run")) == [CURVE_NAME, CSV_NAME]
+
+
+@pytest.mark.parametrize("wanted", ["0", "1", ""])
+def test_learning_curve_0_leaves_the_curve_out_and_says_so_in_the_result(tmp_path, monkeypatch, wanted):
+    """``RLSTRUCT_LEARNING_CURVE=0`` (the suite's own setting): the run's files but the curve, and its result and
+    summary say there is none, as without matplotlib; ``1`` or unset, the curve."""
+    pytest.importorskip("matplotlib", reason="the curve needs matplotlib: pip install 'rlstruct[plot]'")
+    monkeypatch.setenv("RLSTRUCT_LEARNING_CURVE", wanted)
+    result = a2c.train(dataclasses.replace(CONFIG, logdir=str(tmp_path / "run"), max_env_steps=32))
+    drawn = wanted != "0"
+    assert (result.plot == str(tmp_path / "run" / CURVE_NAME)) == drawn and (result.plot is None) != drawn
+    assert (tmp_path / "run" / CURVE_NAME).is_file() == drawn
+    assert json.loads((tmp_path / "run" / SUMMARY_NAME).read_text())["plot"] == result.plot
+    assert {CONFIG_NAME, CSV_NAME, SUMMARY_NAME, CHECKPOINT_NAME} <= set(os.listdir(tmp_path / "run"))
 
 
 def test_a_curve_drawn_after_others_is_the_curve_a_new_figure_draws():

@@ -55,6 +55,7 @@ def _train_twice(tmp_path, track: str):
     return first, second
 
 
+@pytest.mark.learning_curve
 @pytest.mark.slow  # 4.1 CPU s on the reference CPU: slow is 1.5 s or more
 @pytest.mark.parametrize("store", ["file", "sqlite"])
 def test_mlflow_records_params_rows_summary_and_artifacts_and_a_resume_continues_the_run(tmp_path, monkeypatch,
@@ -324,6 +325,7 @@ class _FailingTracker(Tracker):
         self._called("close")
 
 
+@pytest.mark.learning_curve  # the curve is the artifact a tracker's log_artifact gets in this run
 @pytest.mark.parametrize("fail_at", ["start", "log_rows", "log_artifact"])
 def test_a_tracker_that_fails_at_start_or_mid_run_is_dropped_and_the_run_keeps_its_weights(tmp_path, monkeypatch,
                                                                                           caplog, fail_at):

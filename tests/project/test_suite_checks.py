@@ -1,5 +1,6 @@
 """The whole run's checks (tests/suite_checks.py): ``--leak-check`` names, kills and fails a process the run left
-running, names a ``/dev/shm`` file it left behind, and names and removes what a test left in its temp folder;
+running, names a ``/dev/shm`` file it left behind, and names and removes what a test left in its temp folder (not a
+folder that the process keeps until its exit);
 ``--cpu-budget`` lists the costliest tests and fails a kind of test over its budget. Each run is pytest in a
 subprocess on a generated test file."""
 
@@ -43,10 +44,17 @@ def test_leaves_a_temp_folder():
 
 CLEAN = '''
 import subprocess
+import tempfile
+
+from pathlib import Path
+
+#: a folder for this process's lifetime, removed at its exit (as wandb keeps its staging folders from its import on)
+KEPT = tempfile.TemporaryDirectory("-kept")
 
 
 def test_starts_a_process_and_waits_for_it():
     subprocess.run(["true"], check=True)
+    Path("kept").write_text(KEPT.name)
 '''
 
 
@@ -96,6 +104,8 @@ def test_a_clean_run_passes_the_checks_and_lists_its_costliest_tests(tmp_path):
     assert "suite check failed" not in out.stdout
     assert "CPU budget (tests/suite_checks.py)" in out.stdout
     assert "quick  test_generated.py::test_starts_a_process_and_waits_for_it" in out.stdout
+    kept = Path((tmp_path / "kept").read_text())  # the run's temp folder, not named: removed as at the exit
+    assert kept.parent.name == "main" and not kept.parent.parent.exists(), kept
 
 
 def test_a_kind_over_its_budget_is_one_line():
