@@ -105,6 +105,11 @@ def machine_caches() -> tuple[str, ...]:
     return ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user),)
 
 
+#: files a library keeps in the temp folder for the machine, once, whichever program wrote them first: not a run's
+#: leftovers (onnxruntime's telemetry session, ``.ses``: written at its first session where the temp folder has none)
+MACHINE_STATE_FILES = frozenset({".ses"})
+
+
 def _process_name(config) -> str:
     """``main`` for the controller, the xdist worker's id (``gw0``...) for a worker."""
     return getattr(config, "workerinput", {}).get("workerid", "main")
@@ -322,7 +327,7 @@ def temp_leftovers(root: Path, own: Path | None = None) -> list[str]:
         tests = {}
         if _tests_file(folder).exists():
             tests = dict(line.split("\t", 1) for line in _tests_file(folder).read_text().splitlines())
-        for name in sorted(set(os.listdir(folder)) - set(machine_caches())):
+        for name in sorted(set(os.listdir(folder)) - set(machine_caches()) - MACHINE_STATE_FILES):
             if own is not None and folder / name == own:
                 continue
             by = f" by {tests[name]}" if name in tests else f" (in {folder.name}'s temp folder, between tests)"
