@@ -74,8 +74,19 @@ def check_cublas_workspace(title: str, *, cuda_initialized: Callable[[], bool] =
         )
 
 
+def _use_deterministic_algorithms(enabled: bool, warn_only: bool) -> None:
+    """``torch.use_deterministic_algorithms(enabled, warn_only=...)`` without its import of inductor to set inductor's
+    flag (about 2 CPU s: a worker of a deterministic run paid it at its start); :func:`_set_torch` sets that flag
+    where inductor is loaded, and in the environment it reads when it is."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None:  # a torch without it: the public call, import and all
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    else:
+        setter(enabled, warn_only=warn_only)
+
+
 def _set_torch(enabled: bool) -> None:
-    torch.use_deterministic_algorithms(enabled, warn_only=False)
+    _use_deterministic_algorithms(enabled, warn_only=False)
     torch.backends.cudnn.deterministic = enabled
     if enabled:
         torch.backends.cudnn.benchmark = False
@@ -126,7 +137,7 @@ def deterministic_mode() -> Iterator[None]:
         _set_torch(True)
         yield
     finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        _use_deterministic_algorithms(before[0], warn_only=before[1])
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2], before[3]
         for name, value in environ.items():
             if value is None:

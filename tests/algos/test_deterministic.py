@@ -9,6 +9,8 @@ import contextlib
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,7 @@ from tests.algos.test_captured_runs import fast_config
 from tests.algos.test_same_run import without_wall_clock
 from tests.fakes import ConstantAgent, CountingEnv
 from tests.fakes_accel import RecordingAccelerator
+from tests.helpers import wall_limit
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -133,6 +136,30 @@ def test_deterministic_mode_turns_an_operation_without_a_deterministic_kernel_in
     with deterministic_mode(), pytest.raises(RuntimeError, match="does not have a deterministic implementation"):
         x.put_(torch.tensor([0, 0]), torch.tensor([1.0, 2.0]))
     x.put_(torch.tensor([0, 0]), torch.tensor([1.0, 2.0]))
+
+
+_WITHOUT_INDUCTOR = """
+import sys
+import torch
+from rlstruct._determinism import deterministic_mode
+with deterministic_mode():
+    assert torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
+    assert "torch._inductor" not in sys.modules, "deterministic mode imported inductor"
+    import torch._inductor.config as inductor_config
+    assert inductor_config.deterministic, "inductor imported in deterministic mode is not deterministic"
+assert not torch.are_deterministic_algorithms_enabled() and not inductor_config.deterministic
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch: 2-3 CPU s
+@pytest.mark.timeout(120)
+def test_deterministic_mode_leaves_inductor_unloaded_and_inductor_loaded_in_it_deterministic(monkeypatch):
+    """torch's own switch imports inductor to set its flag (about 2 CPU s, at each deterministic worker's start);
+    the mode sets torch's flag alone and inductor's where it is loaded, or where it will be (its environment)."""
+    monkeypatch.delenv("TORCHINDUCTOR_DETERMINISTIC", raising=False)
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_INDUCTOR], capture_output=True, text=True,
+                          timeout=wall_limit(100))
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_a_worker_turns_deterministic_mode_on_from_its_environment(monkeypatch):
