@@ -1,6 +1,7 @@
 """Shared fixtures and the suite's rules: the devices every contract suite is parametrized over, one tiny trained run
 for the tests that only read a run, the Ray tests kept on one xdist worker (and the users of a module-scoped fixture on
-one worker each), the time guard, and ``--torch-threads``.
+one worker each), the time guard, ``--torch-threads``, and no learning curve at a run's end but in the tests marked
+``learning_curve`` (``RLSTRUCT_LEARNING_CURVE=0``).
 
 A training run uses its config's ``torch_threads``: 1 unless a test sets it, whatever the machine's cores. The
 learning tests' thresholds are set from their distribution over seeds 0-9 with 1 and with 2 torch threads
@@ -48,6 +49,8 @@ MAX_TEST_SECONDS = 30.0
 MAX_QUICK_SECONDS = 8.0
 #: the CPU seconds :func:`_calibration_seconds`'s work takes on the reference machine, idle (the median of 9 starts)
 REFERENCE_CALIBRATION_SECONDS = 0.31
+#: the variable that turns a run's learning curve off (``algos/_train/run_folder.py``'s; the suite sets 0)
+LEARNING_CURVE_ENV_VAR = "RLSTRUCT_LEARNING_CURVE"
 _GUARD_SCALE = pytest.StashKey[float]()
 _JAX_CACHE = pytest.StashKey[str]()
 _COMPILE_CACHE = pytest.StashKey[str]()
@@ -175,10 +178,6 @@ def pytest_addoption(parser):
     parser.addoption("--time-guard-scale", type=float, default=None,
                      help="multiply both time limits by this instead of by this CPU's calibration against the "
                           "reference machine (1: the limits as written)")
-
-
-#: the variable that turns a run's learning curve off (``algos/_train/run_folder.py``'s; the suite sets 0)
-LEARNING_CURVE_ENV_VAR = "RLSTRUCT_LEARNING_CURVE"
 
 
 @pytest.fixture(autouse=True)
