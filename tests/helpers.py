@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -145,6 +146,17 @@ def _start_as_a_fresh_process(out_fd: int, err_fd: int) -> None:
     sys.modules["__main__"] = importlib.import_module("rlstruct.algos.__main__")
 
 
+def _use_temp_folder(temp: str) -> None:
+    """In a child just forked from the test's process: ``temp`` as its temp folder, as an interpreter started with
+    ``TMPDIR=temp`` has it: :mod:`tempfile` reads it on first use, and multiprocessing makes its own folder (its fork
+    server's socket) in there on first use, not in the parent's."""
+    from multiprocessing import process
+
+    os.environ["TMPDIR"] = temp
+    tempfile.tempdir = None
+    process.current_process()._config.pop("tempdir", None)
+
+
 def _end_as_a_fresh_process() -> None:
     """What a fresh interpreter's exit does for the processes a command started: rlstruct's exit hook (a batcher
     left open closed, multiprocessing's own exit) and the fork server and resource tracker stopped and reaped, so
@@ -166,13 +178,16 @@ class ForkedCommand:
     importing torch to get there. ``seam()``, when given, runs in the child first (a fault's trigger); ``call()``,
     when given, runs in place of the command, its return the child's status (a child that does more than one
     command). A run with batcher worker processes (``--n-processes``) starts its own fork server and resource
-    tracker, in the child's group, and stops them at its end as an interpreter's exit does.
+    tracker, in the child's group, and stops them at its end as an interpreter's exit does. ``temp``, when given, is
+    the child's temp folder, as for an interpreter started with ``TMPDIR=temp`` (:mod:`tempfile`'s and
+    multiprocessing's, whose fork server's socket lives there): a folder the test reads or removes after the child
+    (one it kills leaves that socket's folder).
 
     The child never returns into pytest: it ends with ``os._exit`` and the command's status (``os.EX_SOFTWARE`` and
     the traceback in ``.err`` if the command raised)."""
 
     def __init__(self, argv: list[str], output: Path, *, seam: Callable[[], None] | None = None,
-                 call: Callable[[], int] | None = None):
+                 call: Callable[[], int] | None = None, temp: str | None = None):
         from rlstruct.algos._train import cli
 
         self.stdout_path, self.stderr_path = output.with_suffix(".out"), output.with_suffix(".err")
@@ -187,6 +202,8 @@ class ForkedCommand:
         try:
             with open(self.stdout_path, "w") as out, open(self.stderr_path, "w", buffering=1) as err:
                 _start_as_a_fresh_process(out.fileno(), err.fileno())
+                if temp is not None:
+                    _use_temp_folder(temp)
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                     try:
                         try:

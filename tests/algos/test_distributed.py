@@ -7,7 +7,6 @@ import contextlib
 import csv
 import functools
 import json
-import multiprocessing.process
 import os
 import shutil
 import signal
@@ -222,14 +221,11 @@ def _fork_ranks(folder: Path, *args: str, temps: dict[int, str] | None = None) -
             os.chdir(folder)
             os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
                                "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
-            if temps and rank in temps:
-                os.environ["TMPDIR"] = tempfile.tempdir = temps[rank]
-                # multiprocessing's own temp folder (its fork server's socket), made in there on first use
-                multiprocessing.process.current_process()._config.pop("tempdir", None)
             torch.set_num_threads(1)
         return enter
 
-    return [ForkedCommand(list(args), folder / f"rank{r}", seam=seam(r)) for r in range(2)]
+    return [ForkedCommand(list(args), folder / f"rank{r}", seam=seam(r), temp=(temps or {}).get(r))
+            for r in range(2)]
 
 
 def _forked_ranks(folder: Path, *args: str, timeout: float = 240, meanwhile: Callable[[], None] | None = None

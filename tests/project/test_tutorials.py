@@ -223,8 +223,7 @@ def run_forked(path: Path, folder: Path, timeout: float, scale: str, temp: str) 
 
     def script() -> int:
         os.chdir(ROOT)
-        os.environ.update({"RLSTRUCT_TUTORIAL_SCALE": scale, "OMP_NUM_THREADS": "1", "TMPDIR": temp})
-        tempfile.tempdir = None  # read from TMPDIR again, as a fresh interpreter does
+        os.environ.update({"RLSTRUCT_TUTORIAL_SCALE": scale, "OMP_NUM_THREADS": "1"})
         os.environ.pop("RLSTRUCT_CHECK_DEVICE", None)
         torch.set_num_threads(1)  # what OMP_NUM_THREADS=1 gives an interpreter that starts with it
         _as_a_script(path.parent)
@@ -233,7 +232,7 @@ def run_forked(path: Path, folder: Path, timeout: float, scale: str, temp: str) 
         runpy.run_path(str(path), run_name="__main__")
         return 0
 
-    child = ForkedCommand([], folder / "tutorial", call=script)
+    child = ForkedCommand([], folder / "tutorial", call=script, temp=temp)
     try:
         return child.completed([sys.executable, str(path)], timeout)
     except AssertionError:  # killed at the limit
